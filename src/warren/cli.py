@@ -1,0 +1,284 @@
+"""The ``warren`` command: merge configuration, set up logging and run the broker.
+
+Precedence is defaults < config file < command-line flags; only flags that
+were actually given override the file, which is why every flag defaults to
+None rather than to the Config default.
+
+``warren.broker`` is imported only inside :func:`_serve` so that ``--help``,
+``--version`` and configuration errors work without loading the broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import logging
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from warren.config import Config, ConfigError, check_field, normalize_log_level
+
+__all__ = ["build_config", "build_parser", "config_from_args", "main"]
+
+log = logging.getLogger("warren.cli")
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+#: Flags that override a Config field: (argparse dest == field name, flag spelling).
+_OVERRIDES: tuple[tuple[str, str], ...] = (
+    ("data_dir", "--data-dir"),
+    ("bind", "--bind"),
+    ("amqp_port", "--amqp-port"),
+    ("log_level", "--log-level"),
+    ("heartbeat", "--heartbeat"),
+    ("frame_max", "--frame-max"),
+    ("channel_max", "--channel-max"),
+    ("max_message_size", "--max-message-size"),
+)
+
+
+def _version() -> str:
+    try:
+        from warren import __version__
+
+        return str(__version__)
+    except ImportError:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("warren")
+        except PackageNotFoundError:
+            return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; defaults shown in --help come from Config itself."""
+    d = Config()
+    p = argparse.ArgumentParser(
+        prog="warren",
+        description="Warren, an AMQP 0-9-1 message broker. Settings come from the "
+        "built-in defaults, then the config file (LavinMQ INI format), then these flags.",
+    )
+    p.add_argument(
+        "-c", "--config", metavar="FILE", help="INI config file ([main] and [amqp] sections)"
+    )
+    p.add_argument(
+        "-D",
+        "--data-dir",
+        metavar="DIR",
+        help=f"directory for persistent data (default: {d.data_dir}; [main] data_dir)",
+    )
+    p.add_argument(
+        "--bind", metavar="ADDR", help=f"address to listen on (default: {d.bind}; [amqp] bind)"
+    )
+    p.add_argument(
+        "--amqp-port",
+        type=int,
+        metavar="PORT",
+        help=f"AMQP TCP port, 0 picks a free one (default: {d.amqp_port}; [amqp] port)",
+    )
+    p.add_argument(
+        "--log-level",
+        metavar="LEVEL",
+        help=f"debug, info, warning (or warn), error (default: {d.log_level}; [main] log_level)",
+    )
+    p.add_argument(
+        "--heartbeat",
+        type=int,
+        metavar="SECONDS",
+        help=f"heartbeat proposed in connection.tune, 0 disables "
+        f"(default: {d.heartbeat}; [amqp] heartbeat)",
+    )
+    p.add_argument(
+        "--frame-max",
+        type=int,
+        metavar="BYTES",
+        help=f"largest frame proposed in connection.tune (default: {d.frame_max}; "
+        f"[amqp] frame_max)",
+    )
+    p.add_argument(
+        "--channel-max",
+        type=int,
+        metavar="N",
+        help=f"most channels per connection (default: {d.channel_max}; [amqp] channel_max)",
+    )
+    p.add_argument(
+        "--max-message-size",
+        type=int,
+        metavar="BYTES",
+        help=f"largest message body accepted (default: {d.max_message_size}; "
+        f"[amqp] max_message_size)",
+    )
+    p.add_argument("--version", action="version", version=f"warren {_version()}")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """Apply defaults < config file < given flags, then validate the result."""
+    config = Config()
+    if args.config is not None:
+        config.apply_ini(args.config)
+    for field, flag in _OVERRIDES:
+        value: Any = getattr(args, field)
+        if value is None:
+            continue
+        if field == "log_level":
+            value = normalize_log_level(value)
+        problem = check_field(field, value)
+        if problem is not None:
+            raise ConfigError(f"{flag} {getattr(args, field)!r}: {problem}")
+        setattr(config, field, value)
+    config.validate()
+    return config
+
+
+def build_config(argv: Sequence[str] | None = None) -> Config:
+    """Parse ``argv`` (default: sys.argv[1:]) into a validated Config without starting anything.
+
+    Raises ConfigError for bad values; argparse's own errors, --help and
+    --version raise SystemExit as usual.
+    """
+    return config_from_args(build_parser().parse_args(argv))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the broker until SIGINT/SIGTERM. Returns 0 on clean stop, 1 on start failure,
+    2 on bad configuration or usage."""
+    root = logging.getLogger()
+    saved_level = root.level
+    # Installed before the config is read so warnings about the config file
+    # (unknown keys) already come out in the final format.
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        try:
+            config = build_config(argv)
+        except ConfigError as exc:
+            print(f"warren: {exc}", file=sys.stderr)
+            return 2
+        except SystemExit as exc:  # --help, --version or an argparse usage error
+            return _exit_status(exc.code)
+        root.setLevel(config.logging_level)
+        return _run(config)
+    finally:
+        # Leave the process's logging as we found it (matters when main() is
+        # called from tests or embedded).
+        root.removeHandler(handler)
+        root.setLevel(saved_level)
+
+
+def _exit_status(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop when available; passed to asyncio.Runner, which (unlike
+    uvloop.install()) is not deprecated on newer Pythons."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def _run(config: Config) -> int:
+    factory = _loop_factory()
+    log.debug("event loop: %s", "uvloop" if factory is not None else "asyncio default")
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(_serve(config))
+    except KeyboardInterrupt:
+        # SIGINT before our handler was installed (or after it was removed).
+        log.warning("interrupted")
+        return 130
+    except asyncio.CancelledError:
+        log.error("forced exit before the broker stopped cleanly")
+        return 1
+
+
+async def _serve(config: Config) -> int:
+    """Start the broker, wait for SIGINT/SIGTERM, stop it gracefully.
+
+    A second signal while stopping cancels the shutdown, so a stuck stop()
+    can still be interrupted from the terminal.
+    """
+    from warren.broker import Broker  # deferred: see module docstring
+
+    loop = asyncio.get_running_loop()
+    stop_event = asyncio.Event()
+    task = asyncio.current_task()
+    assert task is not None
+
+    def on_signal(signum: int) -> None:
+        name = signal.Signals(signum).name
+        if stop_event.is_set():
+            log.warning("received %s again, forcing exit", name)
+            task.cancel()
+            return
+        log.info("received %s, shutting down", name)
+        stop_event.set()
+
+    # Installed before start() so a signal arriving during startup still
+    # leads to an orderly stop instead of killing the process mid-start.
+    restore = _install_signal_handlers(loop, on_signal)
+    try:
+        try:
+            broker = Broker(config)
+            await broker.start()
+        except OSError as exc:
+            print(_start_error_message(config, exc), file=sys.stderr)
+            return 1
+        await stop_event.wait()
+        await broker.stop()
+        log.info("stopped")
+        return 0
+    finally:
+        restore()
+
+
+def _install_signal_handlers(
+    loop: asyncio.AbstractEventLoop, callback: Callable[[int], None]
+) -> Callable[[], None]:
+    """Route SIGINT and SIGTERM to ``callback`` on the loop; returns an undo function."""
+    signums = (signal.SIGINT, signal.SIGTERM)
+    try:
+        for signum in signums:
+            loop.add_signal_handler(signum, callback, signum)
+    except NotImplementedError:  # event loops without add_signal_handler (Windows)
+        previous = {s: signal.getsignal(s) for s in signums}
+        for signum in signums:
+            signal.signal(signum, lambda s, _frame: loop.call_soon_threadsafe(callback, s))
+
+        def restore_plain() -> None:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+        return restore_plain
+
+    def restore_loop() -> None:
+        for s in signums:
+            loop.remove_signal_handler(s)
+
+    return restore_loop
+
+
+def _start_error_message(config: Config, exc: OSError) -> str:
+    """Turn the common bind failures into one actionable line."""
+    where = f"warren: cannot listen on AMQP {config.bind}:{config.amqp_port}"
+    if exc.errno == errno.EADDRINUSE:
+        return f"{where}: address already in use (is another broker running?)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"{where}: address not available on this host"
+    if exc.errno == errno.EACCES and exc.filename is None:
+        return f"{where}: permission denied (privileged port?)"
+    return f"warren: cannot start: {exc}"

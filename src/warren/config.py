@@ -1,0 +1,257 @@
+"""Broker configuration: defaults, LavinMQ-style INI files and validation.
+
+The INI layout deliberately reuses LavinMQ's section and key names
+(``[main] data_dir``, ``[amqp] port`` ...) so an existing LavinMQ config file
+works unchanged; settings Warren does not implement are warned about and
+ignored rather than rejected, so such a file still starts the broker.
+"""
+
+from __future__ import annotations
+
+import configparser
+import dataclasses
+import logging
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Config", "ConfigError", "LOG_LEVELS", "check_field", "normalize_log_level"]
+
+log = logging.getLogger("warren.config")
+
+#: Accepted ``log_level`` values mapped to :mod:`logging` levels.
+LOG_LEVELS: dict[str, int] = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+_LOG_LEVEL_ALIASES = {"warn": "warning"}
+
+MAX_MESSAGE_SIZE_LIMIT = 512 * 1024 * 1024
+FRAME_MIN_SIZE = 4096  # AMQP 0-9-1 frame-min-size: peers may not propose less.
+FRAME_MAX_LIMIT = 2**31 - 1
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; the message is meant to be shown to the operator as is."""
+
+
+def normalize_log_level(value: str) -> str:
+    """Return the canonical spelling of a log level ('WARN' -> 'warning').
+
+    LavinMQ configs say ``warn``; Python's logging says ``warning``. Unknown
+    values are returned lower-cased so validation can report them.
+    """
+    level = value.strip().lower()
+    return _LOG_LEVEL_ALIASES.get(level, level)
+
+
+@dataclass
+class Config:
+    """Everything the broker needs to start; defaults match LavinMQ/RabbitMQ where sensible."""
+
+    data_dir: str = "./data"
+    log_level: str = "info"
+    bind: str = "127.0.0.1"
+    amqp_port: int = 5672
+    #: Seconds; what the server proposes in connection.tune. 0 disables heartbeats.
+    heartbeat: int = 300
+    frame_max: int = 131072
+    channel_max: int = 2047
+    #: Bytes; largest message body accepted from publishers.
+    max_message_size: int = 134217728
+    default_user: str = "guest"
+    default_password: str = "guest"
+    #: Users that may only log in over loopback (RabbitMQ's loopback_users).
+    #: An empty tuple lifts the restriction.
+    loopback_users: tuple[str, ...] = ("guest",)
+    default_vhost: str = "/"
+
+    @classmethod
+    def from_ini(cls, path: str | os.PathLike[str]) -> Config:
+        """Defaults overlaid with the settings of one INI file, validated."""
+        config = cls()
+        config.apply_ini(path)
+        config.validate()
+        return config
+
+    def apply_ini(self, path: str | os.PathLike[str]) -> None:
+        """Overlay the settings found in ``path`` onto this config.
+
+        All-or-nothing: on any error nothing is changed, so a caller never
+        sees a half-applied file. Each value is range-checked here so the
+        error can name the file, section and key it came from.
+        """
+        parser = configparser.ConfigParser(
+            # A literal [DEFAULT] section would otherwise leak its keys into
+            # every section; treat it as just another unknown section.
+            default_section="\x00warren-no-default\x00",
+            # Passwords and paths may contain '%'.
+            interpolation=None,
+        )
+        try:
+            with open(path, encoding="utf-8") as fh:
+                parser.read_file(fh)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise ConfigError(f"cannot read config file {os.fspath(path)}: {reason}") from exc
+        except (configparser.Error, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{os.fspath(path)}: malformed config file: {exc}") from exc
+
+        updates: dict[str, Any] = {}
+        for section in parser.sections():
+            keys = parser.options(section)
+            if not keys and section not in _INI_SECTIONS:
+                log.warning("%s: ignoring unknown section [%s]", os.fspath(path), section)
+            for key in keys:
+                raw = parser.get(section, key)
+                spec = _INI_KEYS.get((section, key))
+                if spec is None:
+                    log.warning(
+                        "%s: ignoring unknown or unsupported setting [%s] %s",
+                        os.fspath(path),
+                        section,
+                        key,
+                    )
+                    continue
+                field, convert = spec
+                try:
+                    value = convert(raw)
+                except ValueError as exc:
+                    raise ConfigError(_ini_error(path, section, key, raw, str(exc))) from None
+                problem = check_field(field, value)
+                if problem is not None:
+                    raise ConfigError(_ini_error(path, section, key, raw, problem))
+                updates[field] = value
+        for field, value in updates.items():
+            setattr(self, field, value)
+
+    def validate(self) -> None:
+        """Raise ConfigError for the first out-of-range setting.
+
+        Run after all sources (defaults, file, flags) are merged, so a config
+        built in code gets the same checks as one read from disk.
+        """
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            problem = check_field(f.name, value)
+            if problem is not None:
+                raise ConfigError(f"invalid {f.name} {value!r}: {problem}")
+
+    @property
+    def logging_level(self) -> int:
+        """The :mod:`logging` level for ``log_level`` (accepts 'warn')."""
+        return LOG_LEVELS[normalize_log_level(self.log_level)]
+
+
+# --- value parsing -----------------------------------------------------------
+
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+
+
+def _parse_int(raw: str) -> int:
+    text = raw.strip()
+    # Stricter than int(): no '1_000', no unicode digits, no empty value.
+    if not _INT_RE.fullmatch(text):
+        raise ValueError("not an integer")
+    return int(text)
+
+
+def _parse_str(raw: str) -> str:
+    return raw.strip()
+
+
+def _parse_log_level(raw: str) -> str:
+    return normalize_log_level(raw)
+
+
+def _parse_user_list(raw: str) -> tuple[str, ...]:
+    """Comma-separated user names; an empty value means 'no restricted users'."""
+    return tuple(name.strip() for name in raw.split(",") if name.strip())
+
+
+_INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
+    ("main", "data_dir"): ("data_dir", _parse_str),
+    ("main", "log_level"): ("log_level", _parse_log_level),
+    # RabbitMQ-like extras, not LavinMQ keys.
+    ("main", "default_user"): ("default_user", _parse_str),
+    ("main", "default_password"): ("default_password", _parse_str),
+    ("main", "loopback_users"): ("loopback_users", _parse_user_list),
+    ("amqp", "bind"): ("bind", _parse_str),
+    ("amqp", "port"): ("amqp_port", _parse_int),
+    ("amqp", "heartbeat"): ("heartbeat", _parse_int),
+    ("amqp", "frame_max"): ("frame_max", _parse_int),
+    ("amqp", "channel_max"): ("channel_max", _parse_int),
+    ("amqp", "max_message_size"): ("max_message_size", _parse_int),
+}
+_INI_SECTIONS = frozenset(section for section, _ in _INI_KEYS)
+
+
+def _ini_error(path: str | os.PathLike[str], section: str, key: str, raw: str, why: str) -> str:
+    return f"{os.fspath(path)}: [{section}] {key} = {raw!r}: {why}"
+
+
+# --- validation ----------------------------------------------------------------
+
+
+def _int_in(low: int, high: int) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return "must be an integer"
+        if not low <= value <= high:
+            return f"must be between {low} and {high}"
+        return None
+
+    return check
+
+
+def _non_empty_str(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return "must be a string"
+    if not value.strip():
+        return "must not be empty"
+    return None
+
+
+def _any_str(value: Any) -> str | None:
+    return None if isinstance(value, str) else "must be a string"
+
+
+def _log_level(value: Any) -> str | None:
+    if isinstance(value, str) and normalize_log_level(value) in LOG_LEVELS:
+        return None
+    return "must be one of debug, info, warning (or warn), error"
+
+
+def _user_tuple(value: Any) -> str | None:
+    if not isinstance(value, tuple) or not all(isinstance(u, str) and u for u in value):
+        return "must be a tuple of non-empty user names"
+    return None
+
+
+_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "data_dir": _non_empty_str,
+    "log_level": _log_level,
+    "bind": _non_empty_str,
+    "amqp_port": _int_in(0, 65535),
+    "heartbeat": _int_in(0, 65535),
+    "frame_max": _int_in(FRAME_MIN_SIZE, FRAME_MAX_LIMIT),
+    "channel_max": _int_in(0, 65535),
+    "max_message_size": _int_in(1, MAX_MESSAGE_SIZE_LIMIT),
+    "default_user": _non_empty_str,
+    "default_password": _any_str,
+    "loopback_users": _user_tuple,
+    "default_vhost": _non_empty_str,
+}
+
+
+def check_field(name: str, value: Any) -> str | None:
+    """Why ``value`` is unacceptable for field ``name``, or None if it is fine.
+
+    Public so callers that merge other sources (CLI flags) can name that
+    source in their error message instead of the field name.
+    """
+    return _CHECKS[name](value)
