@@ -1,0 +1,779 @@
+"""One AMQP channel: method handlers that turn AMQP commands into core calls.
+
+Publishes are assembled here from method, header and body frames; deliveries,
+acknowledgements, prefetch, confirms and transactions are tracked per channel.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from warren.amqp import spec
+from warren.amqp.codec_errors import DecodeError
+from warren.amqp.consumer import AMQPConsumer
+from warren.amqp.frames import content_frames, method_frame
+from warren.core.errors import (
+    AccessRefused,
+    BrokerError,
+    FrameError,
+    NotAllowed,
+    NotFound,
+    NotImplemented_,
+    PreconditionFailed,
+    UnexpectedFrame,
+)
+from warren.core.exchange import Exchange
+from warren.core.message import Message
+from warren.core.properties import split_header_payload
+from warren.core.queue import Queue
+from warren.core.users import CONFIGURE, READ, WRITE, UserStore
+from warren.core.vhost import REPLY_TO, REPLY_TO_PREFIX
+
+if TYPE_CHECKING:
+    from warren.amqp.connection import AMQPConnection
+
+log = logging.getLogger("warren.amqp")
+
+# An unacked delivery: the queue it came from (None for direct reply-to), the
+# store's sequence number, the message, and the consumer (None for basic.get).
+Unacked = tuple[Queue, int, Message, AMQPConsumer | None]
+
+
+def _random_tag(prefix: str) -> str:
+    return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+
+
+class Channel:
+    def __init__(self, connection: AMQPConnection, channel_id: int) -> None:
+        self.connection = connection
+        self.id = channel_id
+        self.vhost = connection.vhost
+        assert self.vhost is not None
+        self.closing = False
+        self.flow_active = True
+        self.consumers: dict[str, AMQPConsumer] = {}
+        self.unacked: dict[int, Unacked] = {}
+        self.unacked_bytes = 0
+        self._delivery_tag = 0
+        self.consumer_prefetch_count = 0
+        self.consumer_prefetch_size = 0
+        self.global_prefetch_count = 0
+        self.global_prefetch_size = 0
+        self.confirm = False
+        self.publish_seq = 0
+        self._confirms: list[tuple[int, bool]] = []
+        self._confirmed_upto = 0
+        self.tx = False
+        self._tx_publishes: list[tuple[Exchange, Message, bool]] = []
+        self._tx_acks: list[tuple[int, Unacked, str, bool]] = []
+        self.last_queue = ""
+        self.reply_token: str | None = None
+        self.reply_consumer_tag: str | None = None
+        # Content assembly for the publish in progress.
+        self._publish: spec.BasicPublish | None = None
+        self._props: bytes | None = None
+        self._body_size = 0
+        self._body: list[bytes] = []
+        self._received = 0
+        self._exchange_cache: dict[str, Exchange] = {}
+
+    def __repr__(self) -> str:
+        return f"<Channel {self.id} of {self.connection.name}>"
+
+    # -- frames -----------------------------------------------------------------------
+    def on_method_frame(self, payload: bytes) -> None:
+        conn = self.connection
+        if self._publish is not None:
+            raise UnexpectedFrame(
+                f"expected content header for class 60, got a method frame on channel {self.id}"
+            )
+        method = conn._decode(payload)
+        if self.closing:
+            if isinstance(method, spec.ChannelCloseOk):
+                conn.channels.pop(self.id, None)
+            elif isinstance(method, spec.ChannelClose):
+                conn.send_method(self.id, spec.ChannelCloseOk())
+                conn.channels.pop(self.id, None)
+            return
+        handler = _HANDLERS.get(type(method))
+        if handler is None:
+            raise NotImplemented_(f"method {method.NAME} is not allowed on channel {self.id}")
+        try:
+            handler(self, method)
+        except BrokerError as exc:
+            if exc.hard:
+                conn.connection_error(exc, method.CLASS_ID, method.METHOD_ID)
+            else:
+                self.channel_error(exc, method.CLASS_ID, method.METHOD_ID)
+
+    def on_header_frame(self, payload: bytes) -> None:
+        if self.closing:
+            return
+        method = self._publish
+        if method is None or self._props is not None:
+            raise UnexpectedFrame(f"unexpected content header frame on channel {self.id}")
+        try:
+            class_id, body_size, props = split_header_payload(payload)
+        except DecodeError as exc:
+            raise FrameError(f"malformed content header on channel {self.id}: {exc}") from None
+        if class_id != 60:
+            raise UnexpectedFrame(f"content header for class {class_id}, expected class 60")
+        max_size = self.connection.config.max_message_size
+        if body_size > max_size:
+            self._publish = None
+            self.channel_error(
+                PreconditionFailed(
+                    f"message size {body_size} is larger than configured max size {max_size}"
+                ),
+                60,
+                40,
+            )
+            return
+        if body_size == 0:
+            self._publish = None
+            self._handle_publish(method, props, b"")
+            return
+        self._props = props
+        self._body_size = body_size
+        self._received = 0
+
+    def on_body_frame(self, payload: bytes) -> None:
+        if self.closing:
+            return
+        method = self._publish
+        if method is None or self._props is None:
+            raise UnexpectedFrame(f"unexpected content body frame on channel {self.id}")
+        received = self._received + len(payload)
+        if received > self._body_size:
+            raise FrameError(
+                f"content body of {received} bytes on channel {self.id} exceeds the "
+                f"{self._body_size} bytes its header announced"
+            )
+        if received == self._body_size:
+            if self._body:
+                self._body.append(payload)
+                body = b"".join(self._body)
+                self._body = []
+            else:
+                body = payload
+            props = self._props
+            self._publish = self._props = None
+            self._handle_publish(method, props, body)
+        else:
+            self._body.append(payload)
+            self._received = received
+
+    def _handle_publish(self, method: spec.BasicPublish, props: bytes, body: bytes) -> None:
+        try:
+            self._publish_message(method, props, body)
+        except BrokerError as exc:
+            if exc.hard:
+                self.connection.connection_error(exc, 60, 40)
+            else:
+                self.channel_error(exc, 60, 40)
+
+    # -- errors and closing -----------------------------------------------------------
+    def channel_error(self, exc: BrokerError, class_id: int, method_id: int) -> None:
+        log.warning(
+            "%s channel %s: closing channel: %s %s",
+            self.connection.name,
+            self.id,
+            exc.code,
+            exc.reply_text,
+        )
+        self.connection.send_method(
+            self.id,
+            spec.ChannelClose(
+                reply_code=exc.code,
+                reply_text=exc.reply_text[:255],
+                class_id=class_id,
+                method_id=method_id,
+            ),
+        )
+        self.closing = True
+        self._publish = self._props = None
+        self._body = []
+        self.release()
+
+    def release(self) -> None:
+        """Give back everything the channel holds: consumers, unacked messages."""
+        vhost = self.vhost
+        for consumer in list(self.consumers.values()):
+            if consumer.queue is not None:
+                consumer.queue.remove_consumer(consumer)
+        self.consumers.clear()
+        if self.reply_token is not None and vhost is not None:
+            vhost.reply_targets.pop(self.reply_token, None)
+            self.reply_token = None
+        unacked = list(self.unacked.values()) + [entry for _, entry, _, _ in self._tx_acks]
+        self.unacked.clear()
+        self._tx_acks.clear()
+        unacked.sort(key=lambda e: e[1])
+        for queue, seq, msg, _ in unacked:
+            queue.reject(seq, msg, True)
+
+    # -- helpers ----------------------------------------------------------------------
+    def _check(self, kind: str, resource_type: str, name: str) -> None:
+        conn = self.connection
+        key = (kind, resource_type, name)
+        if key not in conn.permission_cache:
+            assert conn.user is not None and self.vhost is not None
+            try:
+                UserStore.check(conn.user, self.vhost.name, kind, resource_type, name)
+                conn.permission_cache[key] = None
+            except AccessRefused as exc:
+                conn.permission_cache[key] = exc
+        refused = conn.permission_cache[key]
+        if refused is not None:
+            raise AccessRefused(refused.text)
+
+    def _queue_name(self, name: str) -> str:
+        if name:
+            return name
+        if not self.last_queue:
+            raise NotFound("no previously declared queue")
+        return self.last_queue
+
+    def _queue(self, name: str) -> Queue:
+        assert self.vhost is not None
+        return self.vhost.get_queue(self._queue_name(name), self.connection)
+
+    def _exchange(self, name: str) -> Exchange:
+        ex = self._exchange_cache.get(name)
+        if ex is None or ex.deleted:
+            assert self.vhost is not None
+            ex = self.vhost.get_exchange(name)
+            self._exchange_cache[name] = ex
+        return ex
+
+    def _reply(self, method: spec.Method) -> None:
+        self.connection.send_method(self.id, method)
+
+    def next_delivery_tag(self) -> int:
+        self._delivery_tag += 1
+        return self._delivery_tag
+
+    def track_unacked(
+        self, tag: int, queue: Queue, seq: int, msg: Message, consumer: AMQPConsumer | None
+    ) -> None:
+        self.unacked[tag] = (queue, seq, msg, consumer)
+        self.unacked_bytes += len(msg.body)
+
+    def has_global_capacity(self) -> bool:
+        if self.global_prefetch_count and len(self.unacked) >= self.global_prefetch_count:
+            return False
+        return not (self.global_prefetch_size and self.unacked_bytes >= self.global_prefetch_size)
+
+    def resume_delivery(self) -> None:
+        for consumer in self.consumers.values():
+            consumer.queue.schedule_delivery()
+
+    # -- channel class ----------------------------------------------------------------
+    def _channel_open(self, method: spec.ChannelOpen) -> None:
+        raise ChannelErrorSecondOpen(f"second 'channel.open' seen on channel {self.id}")
+
+    def _channel_close(self, method: spec.ChannelClose) -> None:
+        self.release()
+        self.connection.channels.pop(self.id, None)
+        self._reply(spec.ChannelCloseOk())
+
+    def _channel_flow(self, method: spec.ChannelFlow) -> None:
+        self.flow_active = method.active
+        self._reply(spec.ChannelFlowOk(active=method.active))
+        if method.active:
+            self.resume_delivery()
+
+    def _channel_flow_ok(self, method: spec.ChannelFlowOk) -> None:
+        pass
+
+    # -- exchange class ---------------------------------------------------------------
+    def _exchange_declare(self, method: spec.ExchangeDeclare) -> None:
+        assert self.vhost is not None
+        if not method.passive:
+            self._check(CONFIGURE, "exchange", method.exchange)
+        self.vhost.declare_exchange(
+            method.exchange,
+            method.type,
+            durable=method.durable,
+            auto_delete=method.auto_delete,
+            internal=method.internal,
+            arguments=method.arguments,
+            passive=method.passive,
+        )
+        if not method.nowait:
+            self._reply(spec.ExchangeDeclareOk())
+
+    def _exchange_delete(self, method: spec.ExchangeDelete) -> None:
+        assert self.vhost is not None
+        self._check(CONFIGURE, "exchange", method.exchange)
+        self.vhost.delete_exchange(method.exchange, if_unused=method.if_unused)
+        self._exchange_cache.pop(method.exchange, None)
+        if not method.nowait:
+            self._reply(spec.ExchangeDeleteOk())
+
+    def _exchange_bind(self, method: spec.ExchangeBind) -> None:
+        assert self.vhost is not None
+        self._check(WRITE, "exchange", method.destination)
+        self._check(READ, "exchange", method.source)
+        dest = self.vhost.get_exchange(method.destination)
+        src = self.vhost.get_exchange(method.source)
+        self.vhost.bind(src, dest, method.routing_key, method.arguments)
+        if not method.nowait:
+            self._reply(spec.ExchangeBindOk())
+
+    def _exchange_unbind(self, method: spec.ExchangeUnbind) -> None:
+        assert self.vhost is not None
+        self._check(WRITE, "exchange", method.destination)
+        self._check(READ, "exchange", method.source)
+        dest = self.vhost.get_exchange(method.destination)
+        src = self.vhost.get_exchange(method.source)
+        self.vhost.unbind(src, dest, method.routing_key, method.arguments)
+        if not method.nowait:
+            self._reply(spec.ExchangeUnbindOk())
+
+    # -- queue class ------------------------------------------------------------------
+    def _queue_declare(self, method: spec.QueueDeclare) -> None:
+        assert self.vhost is not None
+        name = method.queue
+        if name == REPLY_TO and method.passive:
+            if not method.nowait:
+                self._reply(spec.QueueDeclareOk(queue=name, message_count=0, consumer_count=0))
+            return
+        if name and not method.passive:
+            self._check(CONFIGURE, "queue", name)
+        q = self.vhost.declare_queue(
+            name,
+            durable=method.durable,
+            exclusive=method.exclusive,
+            auto_delete=method.auto_delete,
+            arguments=method.arguments,
+            passive=method.passive,
+            owner=self.connection,
+        )
+        self.last_queue = q.name
+        if not method.nowait:
+            self._reply(
+                spec.QueueDeclareOk(
+                    queue=q.name, message_count=q.message_count, consumer_count=q.consumer_count
+                )
+            )
+
+    def _queue_bind(self, method: spec.QueueBind) -> None:
+        assert self.vhost is not None
+        qname = self._queue_name(method.queue)
+        routing_key = method.routing_key
+        if not method.queue and not routing_key:
+            routing_key = qname
+        self._check(WRITE, "queue", qname)
+        self._check(READ, "exchange", method.exchange)
+        q = self.vhost.get_queue(qname, self.connection)
+        ex = self.vhost.get_exchange(method.exchange)
+        self.vhost.bind(ex, q, routing_key, method.arguments)
+        if not method.nowait:
+            self._reply(spec.QueueBindOk())
+
+    def _queue_unbind(self, method: spec.QueueUnbind) -> None:
+        assert self.vhost is not None
+        qname = self._queue_name(method.queue)
+        routing_key = method.routing_key
+        if not method.queue and not routing_key:
+            routing_key = qname
+        self._check(WRITE, "queue", qname)
+        self._check(READ, "exchange", method.exchange)
+        q = self.vhost.get_queue(qname, self.connection)
+        ex = self.vhost.get_exchange(method.exchange)
+        self.vhost.unbind(ex, q, routing_key, method.arguments)
+        self._reply(spec.QueueUnbindOk())
+
+    def _queue_purge(self, method: spec.QueuePurge) -> None:
+        q = self._queue(method.queue)
+        self._check(READ, "queue", q.name)
+        count = q.purge()
+        if not method.nowait:
+            self._reply(spec.QueuePurgeOk(message_count=count))
+
+    def _queue_delete(self, method: spec.QueueDelete) -> None:
+        assert self.vhost is not None
+        name = self._queue_name(method.queue)
+        self._check(CONFIGURE, "queue", name)
+        count = self.vhost.delete_queue(
+            name, if_unused=method.if_unused, if_empty=method.if_empty, owner=self.connection
+        )
+        if not method.nowait:
+            self._reply(spec.QueueDeleteOk(message_count=count))
+
+    # -- basic class: consumers -------------------------------------------------------
+    def _basic_qos(self, method: spec.BasicQos) -> None:
+        if method.global_:
+            self.global_prefetch_count = method.prefetch_count
+            self.global_prefetch_size = method.prefetch_size
+        else:
+            self.consumer_prefetch_count = method.prefetch_count
+            self.consumer_prefetch_size = method.prefetch_size
+        self._reply(spec.BasicQosOk())
+        self.resume_delivery()
+
+    def _basic_consume(self, method: spec.BasicConsume) -> None:
+        assert self.vhost is not None
+        tag = method.consumer_tag or _random_tag("amq.ctag-")
+        if tag in self.consumers or tag == self.reply_consumer_tag:
+            raise NotAllowed(f"attempt to reuse consumer tag '{tag}'")
+        if method.queue == REPLY_TO:
+            self._consume_reply_to(method, tag)
+            return
+        q = self._queue(method.queue)
+        self._check(READ, "queue", q.name)
+        args = method.arguments or {}
+        priority = args.get("x-priority", 0)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise PreconditionFailed(
+                f"invalid arg 'x-priority' for queue '{q.name}' in vhost '{self.vhost.name}': "
+                f"expected an integer, got {priority!r}"
+            )
+        consumer = AMQPConsumer(self, tag, q, method.no_ack, method.exclusive, priority, args)
+        q.add_consumer(consumer)
+        self.consumers[tag] = consumer
+        if not method.nowait:
+            self._reply(spec.BasicConsumeOk(consumer_tag=tag))
+
+    def _consume_reply_to(self, method: spec.BasicConsume, tag: str) -> None:
+        assert self.vhost is not None
+        if not method.no_ack:
+            raise PreconditionFailed("reply consumer cannot acknowledge")
+        if self.reply_token is not None:
+            raise PreconditionFailed("reply consumer already set")
+        self.reply_token = _random_tag("")
+        self.reply_consumer_tag = tag
+        self.vhost.reply_targets[self.reply_token] = self
+        if not method.nowait:
+            self._reply(spec.BasicConsumeOk(consumer_tag=tag))
+
+    def deliver_reply(self, msg: Message) -> bool:
+        """Direct reply-to: the reply goes straight to this channel's reply consumer."""
+        if self.reply_consumer_tag is None or self.closing:
+            return False
+        conn = self.connection
+        frames = [
+            method_frame(
+                self.id,
+                spec.BasicDeliver(
+                    consumer_tag=self.reply_consumer_tag,
+                    delivery_tag=self.next_delivery_tag(),
+                    redelivered=False,
+                    exchange=msg.exchange,
+                    routing_key=msg.routing_key,
+                ),
+            )
+        ]
+        frames += content_frames(self.id, msg.properties, msg.body, conn.frame_max)
+        conn.send_many(frames)
+        return True
+
+    def _basic_cancel(self, method: spec.BasicCancel) -> None:
+        tag = method.consumer_tag
+        consumer = self.consumers.pop(tag, None)
+        if consumer is not None:
+            consumer.queue.remove_consumer(consumer)
+        elif tag == self.reply_consumer_tag and self.reply_token is not None:
+            assert self.vhost is not None
+            self.vhost.reply_targets.pop(self.reply_token, None)
+            self.reply_token = self.reply_consumer_tag = None
+        if not method.nowait:
+            self._reply(spec.BasicCancelOk(consumer_tag=tag))
+
+    def consumer_cancelled_by_server(self, consumer: AMQPConsumer) -> None:
+        if self.consumers.pop(consumer.tag, None) is None:
+            return
+        if self.connection.capabilities.get("consumer_cancel_notify"):
+            self._reply(spec.BasicCancel(consumer_tag=consumer.tag, nowait=True))
+
+    # -- basic class: publishing --------------------------------------------------------
+    def _basic_publish(self, method: spec.BasicPublish) -> None:
+        self._publish = method
+
+    def _publish_message(self, method: spec.BasicPublish, props: bytes, body: bytes) -> None:
+        if method.immediate:
+            raise NotImplemented_("immediate=true")
+        ex = self._exchange(method.exchange)
+        self._check(WRITE, "exchange", ex.name)
+        if ex.internal:
+            raise AccessRefused(
+                f"cannot publish to internal exchange '{ex.name}' in vhost '{ex.vhost_name}'"
+            )
+        msg = Message(ex.name, method.routing_key, props, body)
+        if b"amq.rabbitmq.reply-to" in props:
+            msg = self._rewrite_reply_to(msg)
+        if self.confirm:
+            self.publish_seq += 1
+        if self.tx:
+            self._tx_publishes.append((ex, msg, method.mandatory))
+            return
+        self._route(ex, msg, method.mandatory)
+
+    def _route(self, ex: Exchange, msg: Message, mandatory: bool) -> None:
+        assert self.vhost is not None
+        routed = self.vhost.publish(ex, msg)
+        if not routed and mandatory:
+            conn = self.connection
+            frames = [
+                method_frame(
+                    self.id,
+                    spec.BasicReturn(
+                        reply_code=312,
+                        reply_text="NO_ROUTE",
+                        exchange=msg.exchange,
+                        routing_key=msg.routing_key,
+                    ),
+                )
+            ]
+            frames += content_frames(self.id, msg.properties, msg.body, conn.frame_max)
+            conn.send_many(frames)
+        if self.confirm:
+            self._confirm(self.publish_seq, True)
+
+    def _rewrite_reply_to(self, msg: Message) -> Message:
+        props = msg.decoded_properties()
+        if props.reply_to != REPLY_TO:
+            return msg
+        if self.reply_token is None:
+            raise PreconditionFailed("fast reply consumer does not exist")
+        props.reply_to = REPLY_TO_PREFIX + self.reply_token
+        return msg.with_properties(props)
+
+    # -- confirms -----------------------------------------------------------------------
+    def _confirm_select(self, method: spec.ConfirmSelect) -> None:
+        if self.tx:
+            raise PreconditionFailed("cannot switch from tx to confirm mode")
+        self.confirm = True
+        if not method.nowait:
+            self._reply(spec.ConfirmSelectOk())
+
+    def _confirm(self, seq: int, ok: bool) -> None:
+        if not self._confirms:
+            self.connection.mark_dirty(self)
+        self._confirms.append((seq, ok))
+
+    def flush_confirms(self) -> None:
+        """Send the confirms gathered in this batch, acks coalesced with multiple=true.
+
+        A multiple ack is sent only for a run that starts right after everything
+        already confirmed, so it never covers a message still waiting elsewhere.
+        """
+        results, self._confirms = self._confirms, []
+        if self.closing:
+            return
+        out: list[bytes] = []
+        run_start = run_end = 0
+        for seq, ok in results:
+            if ok:
+                if run_end and seq == run_end + 1:
+                    run_end = seq
+                    continue
+                if run_end:
+                    self._emit_acks(out, run_start, run_end)
+                run_start = run_end = seq
+            else:
+                if run_end:
+                    self._emit_acks(out, run_start, run_end)
+                    run_start = run_end = 0
+                out.append(
+                    method_frame(
+                        self.id, spec.BasicNack(delivery_tag=seq, multiple=False, requeue=False)
+                    )
+                )
+                if seq == self._confirmed_upto + 1:
+                    self._confirmed_upto = seq
+        if run_end:
+            self._emit_acks(out, run_start, run_end)
+        if out:
+            self.connection.send_many(out)
+
+    def _emit_acks(self, out: list[bytes], start: int, end: int) -> None:
+        if start == end:
+            out.append(method_frame(self.id, spec.BasicAck(delivery_tag=end, multiple=False)))
+        elif start == self._confirmed_upto + 1:
+            out.append(method_frame(self.id, spec.BasicAck(delivery_tag=end, multiple=True)))
+        else:
+            for seq in range(start, end + 1):
+                out.append(method_frame(self.id, spec.BasicAck(delivery_tag=seq, multiple=False)))
+        if start == self._confirmed_upto + 1:
+            self._confirmed_upto = end
+
+    # -- basic class: pull, ack, reject -------------------------------------------------
+    def _basic_get(self, method: spec.BasicGet) -> None:
+        q = self._queue(method.queue)
+        self._check(READ, "queue", q.name)
+        item = q.get(method.no_ack)
+        if item is None:
+            self._reply(spec.BasicGetEmpty())
+            return
+        seq, msg, redelivered = item
+        tag = self.next_delivery_tag()
+        if not method.no_ack:
+            self.track_unacked(tag, q, seq, msg, None)
+        conn = self.connection
+        frames = [
+            method_frame(
+                self.id,
+                spec.BasicGetOk(
+                    delivery_tag=tag,
+                    redelivered=redelivered,
+                    exchange=msg.exchange,
+                    routing_key=msg.routing_key,
+                    message_count=q.message_count,
+                ),
+            )
+        ]
+        frames += content_frames(self.id, msg.properties, msg.body, conn.frame_max)
+        conn.send_many(frames)
+
+    def _take_unacked(self, tag: int, multiple: bool) -> list[tuple[int, Unacked]]:
+        unacked = self.unacked
+        if multiple:
+            if tag == 0:
+                taken = list(unacked.items())
+            else:
+                taken = []
+                for t in unacked:
+                    if t > tag:
+                        break
+                    taken.append((t, unacked[t]))
+                if not taken and tag not in unacked:
+                    raise PreconditionFailed(f"unknown delivery tag {tag}")
+            for t, _ in taken:
+                del unacked[t]
+        else:
+            entry = unacked.pop(tag, None)
+            if entry is None:
+                raise PreconditionFailed(f"unknown delivery tag {tag}")
+            taken = [(tag, entry)]
+        for _, entry in taken:
+            self.unacked_bytes -= len(entry[2].body)
+            consumer = entry[3]
+            if consumer is not None:
+                consumer.unacked_count -= 1
+                consumer.unacked_bytes -= len(entry[2].body)
+        return taken
+
+    def _settle(self, taken: list[tuple[int, Unacked]], requeue: bool | None) -> None:
+        """Ack (requeue None) or reject the taken deliveries, then refill consumers."""
+        queues: dict[int, Queue] = {}
+        for _, (queue, seq, msg, _consumer) in taken:
+            if requeue is None:
+                queue.ack(seq)
+            else:
+                queue.reject(seq, msg, requeue)
+            queues[id(queue)] = queue
+        if self.global_prefetch_count or self.global_prefetch_size:
+            self.resume_delivery()
+        else:
+            for q in queues.values():
+                q.schedule_delivery()
+
+    def _ack_like(self, tag: int, multiple: bool, requeue: bool | None) -> None:
+        taken = self._take_unacked(tag, multiple)
+        if self.tx:
+            kind = "ack" if requeue is None else "reject"
+            for t, entry in taken:
+                self._tx_acks.append((t, entry, kind, bool(requeue)))
+            return
+        self._settle(taken, requeue)
+
+    def _basic_ack(self, method: spec.BasicAck) -> None:
+        self._ack_like(method.delivery_tag, method.multiple, None)
+
+    def _basic_nack(self, method: spec.BasicNack) -> None:
+        self._ack_like(method.delivery_tag, method.multiple, method.requeue)
+
+    def _basic_reject(self, method: spec.BasicReject) -> None:
+        self._ack_like(method.delivery_tag, False, method.requeue)
+
+    def _basic_recover(self, method: spec.BasicRecover) -> None:
+        self._recover()
+        self._reply(spec.BasicRecoverOk())
+
+    def _basic_recover_async(self, method: spec.BasicRecoverAsync) -> None:
+        self._recover()
+
+    def _recover(self) -> None:
+        # Both requeue=true and requeue=false redeliver every unacked message; like
+        # RabbitMQ we requeue, so the message may reach another consumer.
+        taken = self._take_unacked(0, True)
+        self._settle(taken, True)
+
+    # -- tx class -----------------------------------------------------------------------
+    def _tx_select(self, method: spec.TxSelect) -> None:
+        if self.confirm:
+            raise PreconditionFailed("cannot switch from confirm to tx mode")
+        self.tx = True
+        self._reply(spec.TxSelectOk())
+
+    def _tx_commit(self, method: spec.TxCommit) -> None:
+        if not self.tx:
+            raise PreconditionFailed("channel is not transactional")
+        acks, self._tx_acks = self._tx_acks, []
+        publishes, self._tx_publishes = self._tx_publishes, []
+        for ex, msg, mandatory in publishes:
+            self._route(ex, msg, mandatory)
+        for tag, entry, kind, requeue in acks:
+            self._settle([(tag, entry)], None if kind == "ack" else requeue)
+        self._reply(spec.TxCommitOk())
+
+    def _tx_rollback(self, method: spec.TxRollback) -> None:
+        if not self.tx:
+            raise PreconditionFailed("channel is not transactional")
+        self._tx_publishes.clear()
+        acks, self._tx_acks = self._tx_acks, []
+        if acks:
+            # Rolled-back acks make those deliveries unacked again, in tag order.
+            merged = dict(self.unacked)
+            for tag, entry, _kind, _requeue in acks:
+                merged[tag] = entry
+                self.unacked_bytes += len(entry[2].body)
+                consumer = entry[3]
+                if consumer is not None:
+                    consumer.unacked_count += 1
+                    consumer.unacked_bytes += len(entry[2].body)
+            self.unacked = dict(sorted(merged.items()))
+        self._reply(spec.TxRollbackOk())
+
+
+class ChannelErrorSecondOpen(BrokerError):
+    code = 504
+    name = "CHANNEL_ERROR"
+    hard = True
+
+
+_HANDLERS: dict[type[spec.Method], Callable[[Channel, Any], None]] = {
+    spec.ChannelOpen: Channel._channel_open,
+    spec.ChannelClose: Channel._channel_close,
+    spec.ChannelFlow: Channel._channel_flow,
+    spec.ChannelFlowOk: Channel._channel_flow_ok,
+    spec.ExchangeDeclare: Channel._exchange_declare,
+    spec.ExchangeDelete: Channel._exchange_delete,
+    spec.ExchangeBind: Channel._exchange_bind,
+    spec.ExchangeUnbind: Channel._exchange_unbind,
+    spec.QueueDeclare: Channel._queue_declare,
+    spec.QueueBind: Channel._queue_bind,
+    spec.QueueUnbind: Channel._queue_unbind,
+    spec.QueuePurge: Channel._queue_purge,
+    spec.QueueDelete: Channel._queue_delete,
+    spec.BasicQos: Channel._basic_qos,
+    spec.BasicConsume: Channel._basic_consume,
+    spec.BasicCancel: Channel._basic_cancel,
+    spec.BasicPublish: Channel._basic_publish,
+    spec.BasicGet: Channel._basic_get,
+    spec.BasicAck: Channel._basic_ack,
+    spec.BasicNack: Channel._basic_nack,
+    spec.BasicReject: Channel._basic_reject,
+    spec.BasicRecover: Channel._basic_recover,
+    spec.BasicRecoverAsync: Channel._basic_recover_async,
+    spec.ConfirmSelect: Channel._confirm_select,
+    spec.TxSelect: Channel._tx_select,
+    spec.TxCommit: Channel._tx_commit,
+    spec.TxRollback: Channel._tx_rollback,
+}

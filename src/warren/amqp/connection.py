@@ -1,0 +1,487 @@
+"""The AMQP 0-9-1 connection as a sans-IO state machine.
+
+``feed(bytes)`` parses every complete frame in one loop and dispatches it; what
+the server has to say accumulates in ``pending`` and the transport is asked
+once (``on_output``) to flush it all in a single write. Nothing here touches a
+socket or a clock: the asyncio protocol in server.py supplies bytes and ticks.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import platform
+import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from warren import __version__
+from warren.amqp import spec
+from warren.amqp.auth import MECHANISMS, parse_credentials
+from warren.amqp.channel import Channel
+from warren.amqp.codec_errors import DecodeError, UnknownMethod
+from warren.amqp.frames import (
+    FRAME_BODY,
+    FRAME_HEADER,
+    FRAME_HEARTBEAT,
+    FRAME_METHOD,
+    HEARTBEAT_FRAME,
+    PROTOCOL_HEADER,
+    method_frame,
+)
+from warren.core.errors import (
+    BrokerError,
+    ChannelError,
+    CommandInvalid,
+    FrameError,
+    InternalError,
+    NotAllowed,
+    NotImplemented_,
+    SyntaxError_,
+)
+
+if TYPE_CHECKING:
+    from warren.broker import Broker
+    from warren.core.users import User
+    from warren.core.vhost import VHost
+
+log = logging.getLogger("warren.amqp")
+
+_frame_header = struct.Struct(">BHI")
+_unpack_frame_header = _frame_header.unpack_from
+
+SERVER_CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "consumer_priorities": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": True,
+}
+
+
+class State(enum.IntEnum):
+    HEADER = 0
+    START_OK = 1
+    TUNE_OK = 2
+    OPEN_WAIT = 3
+    OPEN = 4
+    CLOSING = 5  # we sent connection.close and wait for close-ok
+    CLOSED = 6
+
+
+def _is_loopback(host: str | None) -> bool:
+    if host is None:
+        return True  # unix sockets and in-process transports
+    return host.startswith("127.") or host in ("::1", "localhost") or host.startswith("::ffff:127.")
+
+
+class AMQPConnection:
+    def __init__(
+        self,
+        broker: Broker,
+        peer: tuple[str, int] | None,
+        on_output: Callable[[], None],
+        on_close: Callable[[], None],
+    ) -> None:
+        self.broker = broker
+        self.config = broker.config
+        self.peer = peer
+        self.name = f"{peer[0]}:{peer[1]}" if peer else "local"
+        self._on_output = on_output
+        self._on_close = on_close
+        self.pending: list[bytes] = []
+        self._buf = b""
+        self.state = State.HEADER
+        self.channels: dict[int, Channel] = {}
+        self.channel_max = self.config.channel_max
+        self.frame_max = self.config.frame_max
+        self.heartbeat = self.config.heartbeat
+        self.client_properties: dict[str, Any] = {}
+        self.capabilities: dict[str, Any] = {}
+        self.user: User | None = None
+        self.vhost: VHost | None = None
+        self.writable = True
+        self.blocked = False
+        self._received = True
+        self._sent = True
+        self._idle_ticks = 0
+        self.dirty_channels: set[Channel] = set()
+        # Permission decisions are cached: publish checks would otherwise run a regex.
+        self.permission_cache: dict[tuple[str, str, str], BrokerError | None] = {}
+
+    # -- output -------------------------------------------------------------------------
+    def send(self, data: bytes) -> None:
+        if not self.pending and not self.dirty_channels:
+            self._on_output()
+        self.pending.append(data)
+
+    def send_many(self, chunks: list[bytes]) -> None:
+        if not self.pending and not self.dirty_channels:
+            self._on_output()
+        self.pending.extend(chunks)
+
+    def mark_dirty(self, channel: Channel) -> None:
+        """The channel has confirms to coalesce before the next write."""
+        if not self.pending and not self.dirty_channels:
+            self._on_output()
+        self.dirty_channels.add(channel)
+
+    def send_method(self, channel: int, method: spec.Method) -> None:
+        self.send(method_frame(channel, method))
+
+    def take_output(self) -> list[bytes]:
+        """What to write now; flushes coalesced confirms first."""
+        if self.dirty_channels:
+            dirty, self.dirty_channels = self.dirty_channels, set()
+            for ch in dirty:
+                ch.flush_confirms()
+        out, self.pending = self.pending, []
+        if out:
+            self._sent = True
+        return out
+
+    # -- input --------------------------------------------------------------------------
+    def feed(self, data: bytes) -> None:
+        if self.state >= State.CLOSED:
+            return
+        self._received = True
+        if self._buf:
+            data = self._buf + data
+            self._buf = b""
+        if self.state == State.HEADER:
+            if len(data) < 8 and PROTOCOL_HEADER.startswith(data):
+                self._buf = data
+                return
+            if data[:8] != PROTOCOL_HEADER:
+                log.warning("%s: bad protocol header %r, closing", self.name, bytes(data[:8]))
+                self.send(PROTOCOL_HEADER)
+                self._close_transport()
+                return
+            data = data[8:]
+            self._start()
+        pos = 0
+        n = len(data)
+        try:
+            while n - pos >= 7:
+                ftype, ch, size = _unpack_frame_header(data, pos)
+                end = pos + 7 + size
+                if size > self.frame_max - 8 and self.frame_max:
+                    raise FrameError(
+                        f"frame size {size + 8} larger than negotiated frame_max {self.frame_max}"
+                    )
+                if end >= n:
+                    break
+                if data[end] != 0xCE:
+                    raise FrameError(f"invalid frame end octet {data[end]:#x} on channel {ch}")
+                payload = data[pos + 7 : end]
+                pos = end + 1
+                if self.state == State.CLOSING:
+                    # Only connection.close-ok (or close) matters once we have closed.
+                    if ftype == FRAME_METHOD and ch == 0:
+                        self._channel0(payload)
+                    continue
+                if ftype == FRAME_METHOD:
+                    if ch:
+                        channel = self.channels.get(ch)
+                        if channel is not None and self.state == State.OPEN:
+                            channel.on_method_frame(payload)
+                        else:
+                            self._method_on_unopened_channel(ch, payload)
+                    else:
+                        self._channel0(payload)
+                elif ftype == FRAME_HEADER:
+                    self._content_frame(ch).on_header_frame(payload)
+                elif ftype == FRAME_BODY:
+                    self._content_frame(ch).on_body_frame(payload)
+                elif ftype == FRAME_HEARTBEAT:
+                    if ch:
+                        raise FrameError(f"heartbeat frame on channel {ch}")
+                else:
+                    raise FrameError(f"unknown frame type {ftype}")
+                if self.state == State.CLOSED:
+                    pos = n
+                    break
+        except BrokerError as exc:
+            self.connection_error(exc)
+            pos = n
+        except Exception:
+            log.exception("%s: internal error while handling a frame", self.name)
+            self.connection_error(InternalError("internal error"))
+            pos = n
+        if pos < n:
+            self._buf = data[pos:]
+
+    def _content_frame(self, ch: int) -> Channel:
+        channel = self.channels.get(ch)
+        if channel is None or self.state != State.OPEN:
+            raise ChannelError(f"expected 'channel.open' for channel {ch}")
+        return channel
+
+    def _method_on_unopened_channel(self, ch: int, payload: bytes) -> None:
+        if self.state != State.OPEN:
+            raise CommandInvalid(f"unexpected method on channel {ch} before connection.open-ok")
+        method = self._decode(payload)
+        if not isinstance(method, spec.ChannelOpen):
+            raise ChannelError(f"expected 'channel.open' for channel {ch}")
+        if self.channel_max and ch > self.channel_max:
+            raise NotAllowed(f"channel_max {self.channel_max} exceeded: channel {ch}")
+        channel = Channel(self, ch)
+        self.channels[ch] = channel
+        self.send_method(ch, spec.ChannelOpenOk())
+
+    @staticmethod
+    def _decode(payload: bytes) -> spec.Method:
+        try:
+            return spec.decode_method(payload)
+        except UnknownMethod as exc:
+            raise NotImplemented_(
+                f"unknown method class {exc.class_id} method {exc.method_id}"
+            ) from None
+        except DecodeError as exc:
+            raise SyntaxError_(f"malformed method frame: {exc}") from None
+
+    # -- channel 0: the connection class --------------------------------------------------
+    def _channel0(self, payload: bytes) -> None:
+        method = self._decode(payload)
+        state = self.state
+        if state == State.CLOSING:
+            if isinstance(method, spec.ConnectionCloseOk):
+                self._close_transport()
+            elif isinstance(method, spec.ConnectionClose):
+                self.send_method(0, spec.ConnectionCloseOk())
+            return
+        if isinstance(method, spec.ConnectionClose):
+            log.info(
+                "%s: client closed the connection (%s %s)",
+                self.name,
+                method.reply_code,
+                method.reply_text,
+            )
+            self.send_method(0, spec.ConnectionCloseOk())
+            self._close_transport()
+            return
+        if state == State.START_OK and isinstance(method, spec.ConnectionStartOk):
+            self._start_ok(method)
+        elif state == State.TUNE_OK and isinstance(method, spec.ConnectionTuneOk):
+            self._tune_ok(method)
+        elif state == State.OPEN_WAIT and isinstance(method, spec.ConnectionOpen):
+            self._open(method)
+        elif state == State.OPEN and isinstance(method, spec.ConnectionCloseOk):
+            raise CommandInvalid("connection.close-ok received without a connection.close")
+        elif state == State.OPEN and isinstance(method, spec.ConnectionUpdateSecret):
+            self.send_method(0, spec.ConnectionUpdateSecretOk())
+        elif state == State.OPEN and isinstance(
+            method, spec.ConnectionBlocked | spec.ConnectionUnblocked
+        ):
+            pass  # a client may tell us it is blocked; nothing to do
+        else:
+            raise CommandInvalid(f"unexpected method {method.NAME} on channel 0")
+
+    def _start(self) -> None:
+        self.state = State.START_OK
+        props = {
+            "product": "Warren",
+            "version": __version__,
+            "platform": f"Python {platform.python_version()}",
+            "copyright": "Warren contributors",
+            "information": "Licensed under the MIT licence",
+            "cluster_name": self.broker.cluster_name,
+            "capabilities": SERVER_CAPABILITIES,
+        }
+        self.send_method(
+            0,
+            spec.ConnectionStart(
+                version_major=0,
+                version_minor=9,
+                server_properties=props,
+                mechanisms=MECHANISMS,
+                locales=b"en_US",
+            ),
+        )
+
+    def _start_ok(self, method: spec.ConnectionStartOk) -> None:
+        self.client_properties = method.client_properties or {}
+        caps = self.client_properties.get("capabilities")
+        self.capabilities = caps if isinstance(caps, dict) else {}
+        mechanism = method.mechanism
+        if mechanism not in ("PLAIN", "AMQPLAIN"):
+            log.warning("%s: unsupported auth mechanism %r", self.name, mechanism)
+            self._refuse_login(
+                f"unsupported authentication mechanism '{mechanism}'", send_close=True
+            )
+            return
+        creds = parse_credentials(mechanism, bytes(method.response))
+        user = None
+        username = "?"
+        if creds is not None:
+            username, password = creds
+            user = self.broker.users.authenticate(username, password)
+        if user is None:
+            log.warning(
+                "%s: login refused for user '%s' with %s: invalid credentials",
+                self.name,
+                username,
+                mechanism,
+            )
+            self._refuse_login(
+                f"Login was refused using authentication mechanism {mechanism}. "
+                "For details see the broker logfile."
+            )
+            return
+        if user.name in self.config.loopback_users and not _is_loopback(
+            self.peer[0] if self.peer else None
+        ):
+            log.warning("%s: user '%s' can only connect via localhost", self.name, user.name)
+            self._refuse_login(f"User '{user.name}' can only connect via localhost")
+            return
+        self.user = user
+        self.state = State.TUNE_OK
+        self.send_method(
+            0,
+            spec.ConnectionTune(
+                channel_max=self.config.channel_max,
+                frame_max=self.config.frame_max,
+                heartbeat=self.config.heartbeat,
+            ),
+        )
+
+    def _refuse_login(self, text: str, send_close: bool = False) -> None:
+        if send_close or self.capabilities.get("authentication_failure_close"):
+            self.send_method(
+                0,
+                spec.ConnectionClose(
+                    reply_code=403, reply_text=f"ACCESS_REFUSED - {text}", class_id=0, method_id=0
+                ),
+            )
+        self._close_transport()
+
+    def _tune_ok(self, method: spec.ConnectionTuneOk) -> None:
+        frame_max = method.frame_max
+        if frame_max and frame_max < 4096:
+            raise NotAllowed(f"frame_max={frame_max} < 4096 min size")
+        server_max = self.config.frame_max
+        if server_max and (frame_max == 0 or frame_max > server_max):
+            raise NotAllowed(f"frame_max={frame_max} > {server_max} max size")
+        self.frame_max = frame_max
+        channel_max = method.channel_max
+        server_ch = self.config.channel_max
+        if server_ch and (channel_max == 0 or channel_max > server_ch):
+            raise NotAllowed(f"channel_max={channel_max} > {server_ch} max size")
+        self.channel_max = channel_max
+        self.heartbeat = method.heartbeat
+        self.state = State.OPEN_WAIT
+
+    def _open(self, method: spec.ConnectionOpen) -> None:
+        assert self.user is not None
+        name = method.virtual_host
+        vhost = self.broker.vhosts.get(name)
+        if vhost is None:
+            log.warning("%s: vhost '%s' not found", self.name, name)
+            raise NotAllowed(f"vhost {name} not found")
+        if name not in self.user.permissions:
+            log.warning(
+                "%s: user '%s' has no access to vhost '%s'", self.name, self.user.name, name
+            )
+            raise NotAllowed(f"access to vhost '{name}' refused for user '{self.user.name}'")
+        self.vhost = vhost
+        self.state = State.OPEN
+        self.broker.connection_opened(self)
+        self.send_method(0, spec.ConnectionOpenOk())
+        log.info("%s: connection opened, user '%s', vhost '%s'", self.name, self.user.name, name)
+
+    # -- errors and closing ---------------------------------------------------------------
+    def connection_error(self, exc: BrokerError, class_id: int = 0, method_id: int = 0) -> None:
+        if self.state >= State.CLOSING:
+            return
+        if not exc.hard:
+            exc = CommandInvalid(exc.reply_text)
+        log.warning("%s: closing connection: %s %s", self.name, exc.code, exc.reply_text)
+        if self.state < State.OPEN_WAIT and self.state != State.TUNE_OK:
+            self._close_transport()
+            return
+        self.send_method(
+            0,
+            spec.ConnectionClose(
+                reply_code=exc.code,
+                reply_text=exc.reply_text[:255],
+                class_id=class_id,
+                method_id=method_id,
+            ),
+        )
+        self._begin_closing()
+
+    def close(
+        self,
+        code: int = 320,
+        text: str = "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'",
+    ) -> None:
+        """Server-initiated close (shutdown, management API)."""
+        if self.state >= State.CLOSING:
+            return
+        if self.state < State.OPEN_WAIT:
+            self._close_transport()
+            return
+        self.send_method(
+            0, spec.ConnectionClose(reply_code=code, reply_text=text, class_id=0, method_id=0)
+        )
+        self._begin_closing()
+
+    def _begin_closing(self) -> None:
+        self.state = State.CLOSING
+        self._release_resources()
+
+    def _close_transport(self) -> None:
+        if self.state == State.CLOSED:
+            return
+        self._release_resources()
+        self.state = State.CLOSED
+        self._on_close()
+
+    def _release_resources(self) -> None:
+        """Channels close, unacked messages are requeued, exclusive queues go."""
+        channels, self.channels = self.channels, {}
+        for ch in channels.values():
+            ch.release()
+        if self.vhost is not None:
+            self.vhost.delete_exclusive_queues(self)
+            self.broker.connection_closed(self)
+            self.vhost = None
+
+    def connection_lost(self) -> None:
+        """The transport is gone (peer vanished, or we closed it)."""
+        if self.state != State.CLOSED:
+            if self.state == State.OPEN:
+                log.info("%s: client closed the socket without connection.close", self.name)
+            self._release_resources()
+            self.state = State.CLOSED
+
+    def set_writable(self, writable: bool) -> None:
+        self.writable = writable
+        if writable:
+            for ch in list(self.channels.values()):
+                ch.resume_delivery()
+
+    # -- heartbeats -------------------------------------------------------------------
+    def tick(self) -> bool:
+        """Called every heartbeat/2 seconds; False when the peer is considered dead."""
+        if self.state >= State.CLOSED or not self.heartbeat:
+            return self.state < State.CLOSED
+        if self._received:
+            self._received = False
+            self._idle_ticks = 0
+        else:
+            self._idle_ticks += 1
+            if self._idle_ticks >= 4:  # two heartbeat intervals with nothing from the peer
+                log.warning(
+                    "%s: missed heartbeats from client, timeout: %ss", self.name, self.heartbeat
+                )
+                self._close_transport()
+                return False
+        if not self._sent and self.state == State.OPEN:
+            self.send(HEARTBEAT_FRAME)
+        self._sent = False
+        return True

@@ -1,0 +1,122 @@
+"""The thin asyncio layer: sockets in, bytes to the sans-IO connection, bytes out."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from warren.amqp.connection import AMQPConnection, State
+
+if TYPE_CHECKING:
+    from warren.broker import Broker
+
+log = logging.getLogger("warren.amqp")
+
+HANDSHAKE_TIMEOUT = 10.0
+CLOSE_OK_TIMEOUT = 3.0
+
+
+class AMQPProtocol(asyncio.Protocol):
+    """One client socket. Output is gathered during a loop turn and written once."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.conn: AMQPConnection | None = None
+        self._flush_scheduled = False
+        self._timers: list[asyncio.TimerHandle] = []
+        self._heartbeat_started = False
+        self._closing_timer = False
+        self.closed = self.loop.create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        peer_addr = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
+        self.conn = AMQPConnection(self.broker, peer_addr, self._request_flush, self._request_close)
+        self.broker.protocols.add(self)
+        self._timers.append(self.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout))
+
+    def data_received(self, data: bytes) -> None:
+        conn = self.conn
+        assert conn is not None
+        conn.feed(data)
+        if not self._heartbeat_started and conn.state == State.OPEN:
+            self._heartbeat_started = True
+            if conn.heartbeat:
+                self._schedule_tick(conn.heartbeat / 2)
+        if conn.state == State.CLOSING and not self._closing_timer:
+            self._closing_timer = True
+            self._timers.append(self.loop.call_later(CLOSE_OK_TIMEOUT, self._abort))
+
+    def _request_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        transport, conn = self.transport, self.conn
+        if transport is None or conn is None or transport.is_closing():
+            return
+        out = conn.take_output()
+        if out:
+            transport.write(b"".join(out))
+
+    def _request_close(self) -> None:
+        self.loop.call_soon(self._close_now)
+
+    def _close_now(self) -> None:
+        self._flush()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def _abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _handshake_timeout(self) -> None:
+        if self.conn is not None and self.conn.state < State.OPEN:
+            log.warning("%s: handshake timeout, closing", self.conn.name)
+            self._abort()
+
+    def _schedule_tick(self, interval: float) -> None:
+        self._timers.append(self.loop.call_later(interval, self._tick, interval))
+
+    def _tick(self, interval: float) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        if conn.tick():
+            self._schedule_tick(interval)
+
+    def close(self) -> None:
+        """Server-initiated close with 320 CONNECTION_FORCED (broker shutdown)."""
+        if self.conn is not None:
+            self.conn.close()
+            self._flush()
+        if not self._closing_timer:
+            self._closing_timer = True
+            self._timers.append(self.loop.call_later(CLOSE_OK_TIMEOUT, self._abort))
+
+    def pause_writing(self) -> None:
+        if self.conn is not None:
+            self.conn.set_writable(False)
+
+    def resume_writing(self) -> None:
+        if self.conn is not None:
+            self.conn.set_writable(True)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+        if self.conn is not None:
+            self.conn.connection_lost()
+        self.transport = None
+        self.broker.protocols.discard(self)
+        if not self.closed.done():
+            self.closed.set_result(None)

@@ -1,0 +1,46 @@
+"""What a queue needs from a consumer, whatever protocol the consumer speaks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from warren.core.message import Message
+    from warren.core.queue import Queue
+
+
+class Consumer:
+    """A subscription to one queue. Protocol adapters subclass it.
+
+    The queue asks ``can_take`` before every delivery, so prefetch limits, flow
+    control and a full socket buffer all stop delivery in the same place.
+    """
+
+    __slots__ = ("tag", "queue", "no_ack", "exclusive", "priority", "arguments")
+
+    def __init__(
+        self,
+        tag: str,
+        queue: Queue,
+        no_ack: bool,
+        exclusive: bool = False,
+        priority: int = 0,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        self.tag = tag
+        self.queue = queue
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.priority = priority
+        self.arguments = arguments or {}
+
+    def can_take(self) -> bool:
+        raise NotImplementedError
+
+    def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
+        """Hand over one message; with no_ack the queue has already forgotten it."""
+        raise NotImplementedError
+
+    def cancelled(self) -> None:
+        """The queue went away (deleted) while this consumer was attached."""
+        raise NotImplementedError

@@ -1,0 +1,108 @@
+"""Errors the core raises; each carries the AMQP reply code a client observes.
+
+The codes are AMQP's because RabbitMQ compatibility is defined in those terms;
+other protocols (MQTT, HTTP) map them to their own replies.
+"""
+
+from __future__ import annotations
+
+
+class BrokerError(Exception):
+    """A refused operation. ``hard`` errors close the whole connection."""
+
+    code = 541
+    name = "INTERNAL_ERROR"
+    hard = False
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    @property
+    def reply_text(self) -> str:
+        return f"{self.name} - {self.text}"
+
+
+class AccessRefused(BrokerError):
+    code = 403
+    name = "ACCESS_REFUSED"
+
+
+class NotFound(BrokerError):
+    code = 404
+    name = "NOT_FOUND"
+
+
+class ResourceLocked(BrokerError):
+    code = 405
+    name = "RESOURCE_LOCKED"
+
+
+class PreconditionFailed(BrokerError):
+    code = 406
+    name = "PRECONDITION_FAILED"
+
+
+class ContentTooLarge(BrokerError):
+    code = 311
+    name = "CONTENT_TOO_LARGE"
+
+
+class ConnectionForced(BrokerError):
+    code = 320
+    name = "CONNECTION_FORCED"
+    hard = True
+
+
+class FrameError(BrokerError):
+    code = 501
+    name = "FRAME_ERROR"
+    hard = True
+
+
+class SyntaxError_(BrokerError):
+    code = 502
+    name = "SYNTAX_ERROR"
+    hard = True
+
+
+class CommandInvalid(BrokerError):
+    code = 503
+    name = "COMMAND_INVALID"
+    hard = True
+
+
+class ChannelError(BrokerError):
+    code = 504
+    name = "CHANNEL_ERROR"
+    hard = True
+
+
+class UnexpectedFrame(BrokerError):
+    code = 505
+    name = "UNEXPECTED_FRAME"
+    hard = True
+
+
+class ResourceError(BrokerError):
+    code = 506
+    name = "RESOURCE_ERROR"
+    hard = True
+
+
+class NotAllowed(BrokerError):
+    code = 530
+    name = "NOT_ALLOWED"
+    hard = True
+
+
+class NotImplemented_(BrokerError):
+    code = 540
+    name = "NOT_IMPLEMENTED"
+    hard = True
+
+
+class InternalError(BrokerError):
+    code = 541
+    name = "INTERNAL_ERROR"
+    hard = True

@@ -1,0 +1,215 @@
+"""Exchanges: one class per type, each with its own routing function.
+
+An exchange keeps its bindings in the shape its routing function wants (a dict
+for direct, a set for fanout, patterns with a result cache for topic), so that
+routing a message costs a lookup, not a scan, on the common types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from warren.core.errors import PreconditionFailed
+from warren.core.routing import HeadersMatcher, TopicMatcher, validate_x_match
+
+if TYPE_CHECKING:
+    from warren.core.message import Message
+    from warren.core.queue import Queue
+
+
+def _args_key(arguments: dict[str, Any] | None) -> tuple[tuple[str, str], ...]:
+    """A hashable identity for binding arguments (RabbitMQ compares them by value)."""
+    if not arguments:
+        return ()
+    return tuple(sorted((k, repr(v)) for k, v in arguments.items()))
+
+
+class Binding:
+    __slots__ = ("source", "destination", "routing_key", "arguments", "key")
+
+    def __init__(
+        self,
+        source: Exchange,
+        destination: Queue | Exchange,
+        routing_key: str,
+        arguments: dict[str, Any] | None,
+    ) -> None:
+        self.source = source
+        self.destination = destination
+        self.routing_key = routing_key
+        self.arguments = arguments or {}
+        self.key = (id(destination), routing_key, _args_key(arguments))
+
+    @property
+    def destination_kind(self) -> str:
+        return "exchange" if isinstance(self.destination, Exchange) else "queue"
+
+
+class Exchange:
+    type: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        vhost_name: str,
+        name: str,
+        durable: bool = True,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        self.vhost_name = vhost_name
+        self.name = name
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.internal = internal
+        self.arguments: dict[str, Any] = arguments or {}
+        self.bindings: dict[tuple[Any, ...], Binding] = {}
+        self.deleted = False
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} in {self.vhost_name!r}>"
+
+    @property
+    def alternate_exchange(self) -> str | None:
+        ae = self.arguments.get("alternate-exchange")
+        if isinstance(ae, bytes):
+            ae = ae.decode("utf-8", "replace")
+        return ae if isinstance(ae, str) and ae else None
+
+    # Binding management; subclasses index bindings for their routing function.
+    def validate_binding(self, routing_key: str, arguments: dict[str, Any] | None) -> None:
+        pass
+
+    def bind(self, binding: Binding) -> bool:
+        if binding.key in self.bindings:
+            return False
+        self.bindings[binding.key] = binding
+        self._index_add(binding)
+        return True
+
+    def unbind(self, binding_key: tuple[Any, ...]) -> Binding | None:
+        binding = self.bindings.pop(binding_key, None)
+        if binding is not None:
+            self._index_remove(binding)
+        return binding
+
+    def find_binding(
+        self, destination: Queue | Exchange, routing_key: str, arguments: dict[str, Any] | None
+    ) -> Binding | None:
+        return self.bindings.get((id(destination), routing_key, _args_key(arguments)))
+
+    def bindings_to(self, destination: Queue | Exchange) -> list[Binding]:
+        return [b for b in self.bindings.values() if b.destination is destination]
+
+    def _index_add(self, binding: Binding) -> None:
+        raise NotImplementedError
+
+    def _index_remove(self, binding: Binding) -> None:
+        raise NotImplementedError
+
+    def match(self, msg: Message) -> Collection[Queue | Exchange]:
+        """Destinations bound to this exchange that the message goes to."""
+        raise NotImplementedError
+
+
+class DirectExchange(Exchange):
+    type = "direct"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._by_key: dict[str, dict[tuple[Any, ...], Queue | Exchange]] = {}
+
+    def _index_add(self, binding: Binding) -> None:
+        self._by_key.setdefault(binding.routing_key, {})[binding.key] = binding.destination
+
+    def _index_remove(self, binding: Binding) -> None:
+        dests = self._by_key.get(binding.routing_key)
+        if dests is not None:
+            dests.pop(binding.key, None)
+            if not dests:
+                del self._by_key[binding.routing_key]
+
+    def match(self, msg: Message) -> Collection[Queue | Exchange]:
+        dests = self._by_key.get(msg.routing_key)
+        return dests.values() if dests else ()
+
+
+class FanoutExchange(Exchange):
+    type = "fanout"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._dests: dict[tuple[Any, ...], Queue | Exchange] = {}
+
+    def _index_add(self, binding: Binding) -> None:
+        self._dests[binding.key] = binding.destination
+
+    def _index_remove(self, binding: Binding) -> None:
+        self._dests.pop(binding.key, None)
+
+    def match(self, msg: Message) -> Collection[Queue | Exchange]:
+        return self._dests.values()
+
+
+class TopicExchange(Exchange):
+    type = "topic"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._matcher: TopicMatcher[Queue | Exchange] = TopicMatcher()
+
+    def _index_add(self, binding: Binding) -> None:
+        self._matcher.add(binding.routing_key, binding.key, binding.destination)
+
+    def _index_remove(self, binding: Binding) -> None:
+        self._matcher.remove(binding.routing_key, binding.key)
+
+    def match(self, msg: Message) -> Collection[Queue | Exchange]:
+        return self._matcher.match(msg.routing_key)
+
+
+class HeadersExchange(Exchange):
+    type = "headers"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._matchers: dict[tuple[Any, ...], tuple[HeadersMatcher, Queue | Exchange]] = {}
+
+    def validate_binding(self, routing_key: str, arguments: dict[str, Any] | None) -> None:
+        validate_x_match(arguments or {})
+
+    def _index_add(self, binding: Binding) -> None:
+        self._matchers[binding.key] = (HeadersMatcher(binding.arguments), binding.destination)
+
+    def _index_remove(self, binding: Binding) -> None:
+        self._matchers.pop(binding.key, None)
+
+    def match(self, msg: Message) -> Collection[Queue | Exchange]:
+        if not self._matchers:
+            return ()
+        headers = msg.headers or {}
+        return [dest for matcher, dest in self._matchers.values() if matcher.matches(headers)]
+
+
+class DefaultExchange(DirectExchange):
+    """The nameless exchange: every queue is implicitly bound by its own name.
+
+    The vhost resolves the queue itself; this class only refuses explicit bindings.
+    """
+
+    type = "direct"
+
+
+EXCHANGE_TYPES: dict[str, type[Exchange]] = {
+    cls.type: cls for cls in (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange)
+}
+
+
+def exchange_class(type_name: str) -> type[Exchange] | None:
+    return EXCHANGE_TYPES.get(type_name)
+
+
+def check_type(type_name: str) -> None:
+    if type_name not in EXCHANGE_TYPES:
+        raise PreconditionFailed(f"invalid exchange type '{type_name}'")

@@ -1,0 +1,58 @@
+"""The message as the core routes, stores and delivers it.
+
+Properties stay in the AMQP content-header encoding the publisher sent (flags
+word plus property list): most messages are never inspected, so decoding them
+would be wasted work. Routing by headers and the store peek into them lazily.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from warren.core import properties as props
+
+
+class Message:
+    __slots__ = ("exchange", "routing_key", "properties", "body", "timestamp", "_headers")
+
+    def __init__(
+        self,
+        exchange: str,
+        routing_key: str,
+        properties: bytes,
+        body: bytes,
+        timestamp: int | None = None,
+    ) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.properties = properties
+        self.body = body
+        self.timestamp = int(time.time() * 1000) if timestamp is None else timestamp
+        self._headers: dict[str, Any] | None | bool = False
+
+    @property
+    def body_size(self) -> int:
+        return len(self.body)
+
+    @property
+    def headers(self) -> dict[str, Any] | None:
+        """Decoded once, on first use (headers exchange, CC/BCC, reply-to)."""
+        h = self._headers
+        if h is False:
+            h = self._headers = props.peek_headers(self.properties)
+        return h  # type: ignore[return-value]
+
+    @property
+    def persistent(self) -> bool:
+        return props.peek_delivery_mode(self.properties) == 2
+
+    def decoded_properties(self) -> props.BasicProperties:
+        return props.decode_properties(self.properties)
+
+    def with_properties(self, p: props.BasicProperties) -> Message:
+        """A copy carrying re-encoded properties (reply-to rewriting, dead-lettering)."""
+        return Message(self.exchange, self.routing_key, p.encode(), self.body, self.timestamp)
+
+    def __repr__(self) -> str:
+        return f"Message({self.exchange!r}, {self.routing_key!r}, {len(self.body)} bytes)"

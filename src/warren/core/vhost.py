@@ -1,0 +1,425 @@
+"""A virtual host: its exchanges, queues and the bindings between them.
+
+All declaration, binding and routing rules that RabbitMQ applies per vhost live
+here, so every protocol adapter gets the same answers and the same errors.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from warren.core.errors import (
+    AccessRefused,
+    CommandInvalid,
+    NotFound,
+    PreconditionFailed,
+    ResourceLocked,
+)
+from warren.core.exchange import Binding, DefaultExchange, Exchange, exchange_class
+from warren.core.message import Message
+from warren.core.queue import Queue
+from warren.core.store import MemoryStore, MessageStore
+
+log = logging.getLogger("warren.vhost")
+
+REPLY_TO = "amq.rabbitmq.reply-to"
+REPLY_TO_PREFIX = REPLY_TO + "."
+
+PREDECLARED = (
+    ("amq.direct", "direct", False),
+    ("amq.fanout", "fanout", False),
+    ("amq.topic", "topic", False),
+    ("amq.headers", "headers", False),
+    ("amq.match", "headers", False),
+    ("amq.rabbitmq.trace", "topic", True),
+)
+
+# Queue arguments whose value must match on redeclaration, as RabbitMQ checks them.
+_EQUIVALENT_QUEUE_ARGS = (
+    "x-expires",
+    "x-message-ttl",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-queue-type",
+    "x-single-active-consumer",
+    "x-delivery-limit",
+)
+
+
+class ReplyTarget(Protocol):
+    """A direct reply-to consumer: replies go straight to it, bypassing queues."""
+
+    def deliver_reply(self, msg: Message) -> bool: ...
+
+
+StoreFactory = Callable[["VHost", str, bool], MessageStore]
+
+
+def _memory_store(vhost: VHost, name: str, durable: bool) -> MessageStore:
+    return MemoryStore()
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _arg_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "long" if not -(2**31) <= value < 2**31 else "signedint"
+    if isinstance(value, str | bytes):
+        return "longstr"
+    if isinstance(value, float):
+        return "double"
+    return type(value).__name__
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "none"
+    shown = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    if isinstance(shown, bool):
+        shown = _flag(shown)
+    return f"the value '{shown}' of type '{_arg_type(value)}'"
+
+
+def server_named(prefix: str = "amq.gen-") -> str:
+    return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+
+
+class VHost:
+    def __init__(
+        self,
+        name: str,
+        call_soon: Callable[[Callable[[], None]], Any],
+        store_factory: StoreFactory = _memory_store,
+    ) -> None:
+        self.name = name
+        self.call_soon = call_soon
+        self._store_factory = store_factory
+        self.exchanges: dict[str, Exchange] = {}
+        self.queues: dict[str, Queue] = {}
+        # Bindings by destination object, so deleting a queue finds its bindings fast.
+        self._inbound: dict[int, dict[tuple[Any, ...], Binding]] = {}
+        self.reply_targets: dict[str, ReplyTarget] = {}
+        self.default_exchange = DefaultExchange(name, "", durable=True)
+        self.exchanges[""] = self.default_exchange
+        for ex_name, ex_type, internal in PREDECLARED:
+            cls = exchange_class(ex_type)
+            assert cls is not None
+            self.exchanges[ex_name] = cls(name, ex_name, durable=True, internal=internal)
+
+    def __repr__(self) -> str:
+        return f"<VHost {self.name!r}>"
+
+    # -- exchanges --------------------------------------------------------------------
+    def get_exchange(self, name: str) -> Exchange:
+        ex = self.exchanges.get(name)
+        if ex is None:
+            raise NotFound(f"no exchange '{name}' in vhost '{self.name}'")
+        return ex
+
+    def declare_exchange(
+        self,
+        name: str,
+        type_: str,
+        durable: bool = True,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict[str, Any] | None = None,
+        passive: bool = False,
+    ) -> Exchange:
+        if passive:
+            return self.get_exchange(name)
+        if name == "":
+            raise AccessRefused("operation not permitted on the default exchange")
+        if name.startswith("amq."):
+            raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        cls = exchange_class(type_)
+        if cls is None:
+            raise CommandInvalid(f"invalid exchange type '{type_}'")
+        existing = self.exchanges.get(name)
+        if existing is not None:
+            self._check_exchange_equivalent(existing, type_, durable, auto_delete, internal)
+            return existing
+        ex = cls(self.name, name, durable, auto_delete, internal, arguments)
+        self.exchanges[name] = ex
+        log.debug("exchange declared vhost=%s name=%s type=%s", self.name, name, type_)
+        return ex
+
+    def _check_exchange_equivalent(
+        self, ex: Exchange, type_: str, durable: bool, auto_delete: bool, internal: bool
+    ) -> None:
+        def fail(arg: str, received: str, current: str) -> None:
+            raise PreconditionFailed(
+                f"inequivalent arg '{arg}' for exchange '{ex.name}' in vhost '{self.name}': "
+                f"received '{received}' but current is '{current}'"
+            )
+
+        if ex.type != type_:
+            fail("type", type_, ex.type)
+        if ex.durable != durable:
+            fail("durable", _flag(durable), _flag(ex.durable))
+        if ex.auto_delete != auto_delete:
+            fail("auto_delete", _flag(auto_delete), _flag(ex.auto_delete))
+        if ex.internal != internal:
+            fail("internal", _flag(internal), _flag(ex.internal))
+
+    def delete_exchange(self, name: str, if_unused: bool = False) -> None:
+        if name == "":
+            raise AccessRefused("operation not permitted on the default exchange")
+        if name.startswith("amq."):
+            raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        ex = self.exchanges.get(name)
+        if ex is None:
+            return  # RabbitMQ treats deleting a missing exchange as success
+        if if_unused and ex.bindings:
+            raise PreconditionFailed(f"exchange '{name}' in vhost '{self.name}' in use")
+        self._remove_exchange(ex)
+
+    def _remove_exchange(self, ex: Exchange) -> None:
+        ex.deleted = True
+        self.exchanges.pop(ex.name, None)
+        for binding in list(ex.bindings.values()):
+            self._drop_binding(binding, cascade=False)
+        for binding in list(self._inbound.get(id(ex), {}).values()):
+            self._drop_binding(binding)
+        self._inbound.pop(id(ex), None)
+        log.debug("exchange deleted vhost=%s name=%s", self.name, ex.name)
+
+    # -- queues -----------------------------------------------------------------------
+    def get_queue(self, name: str, owner: object | None = None) -> Queue:
+        q = self.queues.get(name)
+        if q is None:
+            raise NotFound(f"no queue '{name}' in vhost '{self.name}'")
+        if q.exclusive_owner is not None and q.exclusive_owner is not owner:
+            raise self._locked(name)
+        return q
+
+    def _locked(self, name: str) -> ResourceLocked:
+        return ResourceLocked(
+            f"cannot obtain exclusive access to locked queue '{name}' in vhost '{self.name}'. "
+            "It could be originally declared on another connection or the exclusive property "
+            "value does not match that of the original declaration."
+        )
+
+    def declare_queue(
+        self,
+        name: str,
+        durable: bool = True,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+        passive: bool = False,
+        owner: object | None = None,
+    ) -> Queue:
+        if passive:
+            return self.get_queue(name, owner)
+        if not name:
+            name = server_named()
+        elif name.startswith("amq."):
+            raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        arguments = arguments or {}
+        self._validate_queue_arguments(name, arguments)
+        existing = self.queues.get(name)
+        if existing is not None:
+            if existing.exclusive_owner is not None and existing.exclusive_owner is not owner:
+                raise self._locked(name)
+            self._check_queue_equivalent(existing, durable, exclusive, auto_delete, arguments)
+            return existing
+        store = self._store_factory(self, name, durable)
+        q = Queue(
+            self,
+            name,
+            store,
+            durable=durable,
+            exclusive_owner=owner if exclusive else None,
+            auto_delete=auto_delete,
+            arguments=arguments,
+        )
+        self.queues[name] = q
+        log.debug("queue declared vhost=%s name=%s durable=%s", self.name, name, durable)
+        return q
+
+    def _validate_queue_arguments(self, name: str, arguments: dict[str, Any]) -> None:
+        qtype = arguments.get("x-queue-type")
+        if isinstance(qtype, bytes):
+            qtype = qtype.decode("utf-8", "replace")
+        if qtype is not None and qtype != "classic":
+            raise PreconditionFailed(
+                f"invalid arg 'x-queue-type' for queue '{name}' in vhost '{self.name}': "
+                f"queue type '{qtype}' is not supported by Warren"
+            )
+
+    def _check_queue_equivalent(
+        self,
+        q: Queue,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+    ) -> None:
+        def fail(arg: str, received: str, current: str) -> None:
+            raise PreconditionFailed(
+                f"inequivalent arg '{arg}' for queue '{q.name}' in vhost '{self.name}': "
+                f"received {received} but current is {current}"
+            )
+
+        if q.durable != durable:
+            fail("durable", f"'{_flag(durable)}'", f"'{_flag(q.durable)}'")
+        if q.exclusive != exclusive:
+            fail("exclusive", f"'{_flag(exclusive)}'", f"'{_flag(q.exclusive)}'")
+        if q.auto_delete != auto_delete:
+            fail("auto_delete", f"'{_flag(auto_delete)}'", f"'{_flag(q.auto_delete)}'")
+        for key in _EQUIVALENT_QUEUE_ARGS:
+            new, cur = arguments.get(key), q.arguments.get(key)
+            if new != cur:
+                fail(key, _describe(new), _describe(cur))
+
+    def delete_queue(
+        self,
+        name: str,
+        if_unused: bool = False,
+        if_empty: bool = False,
+        owner: object | None = None,
+    ) -> int:
+        q = self.queues.get(name)
+        if q is None:
+            return 0  # deleting a missing queue succeeds, as in RabbitMQ
+        if q.exclusive_owner is not None and owner is not None and q.exclusive_owner is not owner:
+            raise self._locked(name)
+        if if_unused and q.consumers:
+            raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' in use")
+        if if_empty and q.message_count:
+            raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' is not empty")
+        count = q.message_count
+        self.queues.pop(name, None)
+        for binding in list(self._inbound.get(id(q), {}).values()):
+            self._drop_binding(binding)
+        self._inbound.pop(id(q), None)
+        for consumer in q.mark_deleted():
+            consumer.cancelled()
+        log.debug("queue deleted vhost=%s name=%s", self.name, name)
+        return count
+
+    def purge_queue(self, name: str, owner: object | None = None) -> int:
+        return self.get_queue(name, owner).purge()
+
+    # -- bindings ---------------------------------------------------------------------
+    def bind(
+        self,
+        source: Exchange,
+        destination: Queue | Exchange,
+        routing_key: str,
+        arguments: dict[str, Any] | None = None,
+    ) -> Binding:
+        if source is self.default_exchange or destination is self.default_exchange:
+            raise AccessRefused("operation not permitted on the default exchange")
+        source.validate_binding(routing_key, arguments)
+        binding = Binding(source, destination, routing_key, arguments)
+        existing = source.bindings.get(binding.key)
+        if existing is not None:
+            return existing
+        source.bind(binding)
+        self._inbound.setdefault(id(destination), {})[(id(source), binding.key)] = binding
+        return binding
+
+    def unbind(
+        self,
+        source: Exchange,
+        destination: Queue | Exchange,
+        routing_key: str,
+        arguments: dict[str, Any] | None = None,
+    ) -> bool:
+        if source is self.default_exchange or destination is self.default_exchange:
+            raise AccessRefused("operation not permitted on the default exchange")
+        binding = source.find_binding(destination, routing_key, arguments)
+        if binding is None:
+            return False
+        self._drop_binding(binding)
+        return True
+
+    def _drop_binding(self, binding: Binding, cascade: bool = True) -> None:
+        source = binding.source
+        source.unbind(binding.key)
+        inbound = self._inbound.get(id(binding.destination))
+        if inbound is not None:
+            inbound.pop((id(source), binding.key), None)
+        if cascade and source.auto_delete and not source.bindings and not source.deleted:
+            self._remove_exchange(source)
+
+    def bindings(self) -> list[Binding]:
+        return [b for ex in self.exchanges.values() for b in ex.bindings.values()]
+
+    # -- routing ----------------------------------------------------------------------
+    def route(self, exchange: Exchange, msg: Message) -> list[Queue]:
+        """Queues the message goes to, through exchange-to-exchange bindings and
+        alternate exchanges, each queue once."""
+        if exchange is self.default_exchange:
+            q = self.queues.get(msg.routing_key)
+            return [q] if q is not None else []
+        dests = exchange.match(msg)
+        if dests:
+            if all(type(d) is Queue for d in dests):
+                # Common case, no exchange-to-exchange hop: keep order, drop duplicates.
+                return list(dict.fromkeys(dests))  # type: ignore[arg-type]
+        elif exchange.alternate_exchange is None:
+            return []
+        queues: dict[int, Queue] = {}
+        visited: set[int] = set()
+        self._route_into(exchange, msg, queues, visited)
+        return list(queues.values())
+
+    def _route_into(
+        self, exchange: Exchange, msg: Message, queues: dict[int, Queue], visited: set[int]
+    ) -> None:
+        visited.add(id(exchange))
+        found = False
+        for dest in exchange.match(msg):
+            found = True
+            if isinstance(dest, Queue):
+                queues[id(dest)] = dest
+            elif id(dest) not in visited:
+                self._route_into(dest, msg, queues, visited)
+        if not found:
+            ae_name = exchange.alternate_exchange
+            if ae_name is not None:
+                ae = self.exchanges.get(ae_name)
+                if ae is None:
+                    log.warning(
+                        "alternate exchange '%s' of exchange '%s' in vhost '%s' does not exist",
+                        ae_name,
+                        exchange.name,
+                        self.name,
+                    )
+                elif id(ae) not in visited:
+                    self._route_into(ae, msg, queues, visited)
+
+    def publish(self, exchange: Exchange, msg: Message) -> int:
+        """Route and enqueue; returns how many queues (or reply consumers) took it."""
+        if exchange is self.default_exchange and msg.routing_key.startswith(REPLY_TO_PREFIX):
+            target = self.reply_targets.get(msg.routing_key[len(REPLY_TO_PREFIX) :])
+            return 1 if target is not None and target.deliver_reply(msg) else 0
+        n = 0
+        for q in self.route(exchange, msg):
+            if q.publish(msg):
+                n += 1
+        return n
+
+    # -- connection cleanup -----------------------------------------------------------
+    def delete_exclusive_queues(self, owner: object) -> None:
+        for q in [q for q in self.queues.values() if q.exclusive_owner is owner]:
+            self.delete_queue(q.name)
+
+    def close(self) -> None:
+        for q in self.queues.values():
+            q.store.close()

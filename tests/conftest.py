@@ -1,0 +1,101 @@
+"""Shared fixtures: a real Warren broker on an ephemeral port.
+
+The broker runs on its own event loop in a background thread, so blocking
+clients (pika, kombu, Celery) and asyncio clients (aio-pika, on their own loop)
+talk to it over real sockets exactly as they would to RabbitMQ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from warren import Broker, Config
+
+T = TypeVar("T")
+
+
+class BrokerThread:
+    """A started broker plus a way to run code on its loop from the test thread."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.loop = asyncio.new_event_loop()
+        self.broker = Broker(config)
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def start(self) -> BrokerThread:
+        self._thread.start()
+        self.run(self.broker.start())
+        return self
+
+    @property
+    def port(self) -> int:
+        return self.broker.amqp_port
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/"
+
+    def run(self, coro: Any, timeout: float = 30) -> Any:
+        """Run a coroutine on the broker's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def call(self, fn: Callable[[], T], timeout: float = 30) -> T:
+        """Run a plain function on the broker's loop (core state is loop-owned)."""
+        fut: Future[T] = Future()
+
+        def runner() -> None:
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # handed to the test thread
+                fut.set_exception(exc)
+
+        self.loop.call_soon_threadsafe(runner)
+        return fut.result(timeout)
+
+    def stop(self) -> None:
+        try:
+            self.run(self.broker.stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+            self.loop.close()
+
+
+def start_broker(data_dir: Path, **settings: Any) -> BrokerThread:
+    config = Config(data_dir=str(data_dir), amqp_port=0, **settings)
+    return BrokerThread(config).start()
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerThread]:
+    """A fresh broker per test."""
+    b = start_broker(tmp_path / "data")
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerThread]]:
+    """Start brokers with custom settings; all are stopped at the end."""
+    started: list[BrokerThread] = []
+
+    def factory(**settings: Any) -> BrokerThread:
+        settings.setdefault("data_dir", tmp_path / "data")
+        data_dir = settings.pop("data_dir")
+        b = start_broker(Path(data_dir), **settings)
+        started.append(b)
+        return b
+
+    yield factory
+    for b in started:
+        b.stop()
