@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import struct
 
-from warren.amqp.codec_errors import DecodeError
-from warren.amqp.table import decode_table
+from warren.core.codec_errors import DecodeError
+from warren.core.table import decode_table
 
 MECHANISMS = b"PLAIN AMQPLAIN"
 

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from warren.amqp import spec
-from warren.amqp.codec_errors import DecodeError
 from warren.amqp.consumer import AMQPConsumer
 from warren.amqp.frames import content_frames, method_frame
+from warren.core.codec_errors import DecodeError
 from warren.core.errors import (
     AccessRefused,
     BrokerError,
@@ -329,9 +329,13 @@ class Channel:
         assert self.vhost is not None
         self._check(WRITE, "exchange", method.destination)
         self._check(READ, "exchange", method.source)
-        dest = self.vhost.get_exchange(method.destination)
-        src = self.vhost.get_exchange(method.source)
-        self.vhost.unbind(src, dest, method.routing_key, method.arguments)
+        # Like RabbitMQ, unbinding from or to a missing exchange succeeds.
+        dest = self.vhost.exchanges.get(method.destination)
+        src = self.vhost.exchanges.get(method.source)
+        if self.vhost.default_exchange in (src, dest):
+            raise AccessRefused("operation not permitted on the default exchange")
+        if dest is not None and src is not None:
+            self.vhost.unbind(src, dest, method.routing_key, method.arguments)
         if not method.nowait:
             self._reply(spec.ExchangeUnbindOk())
 
@@ -384,9 +388,14 @@ class Channel:
             routing_key = qname
         self._check(WRITE, "queue", qname)
         self._check(READ, "exchange", method.exchange)
-        q = self.vhost.get_queue(qname, self.connection)
-        ex = self.vhost.get_exchange(method.exchange)
-        self.vhost.unbind(ex, q, routing_key, method.arguments)
+        # Like RabbitMQ, unbinding a missing queue or exchange succeeds (aio-pika's
+        # RPC.close unbinds its auto-deleted reply queue and relies on this).
+        ex = self.vhost.exchanges.get(method.exchange)
+        if ex is self.vhost.default_exchange:
+            raise AccessRefused("operation not permitted on the default exchange")
+        if qname in self.vhost.queues and ex is not None:
+            q = self.vhost.get_queue(qname, self.connection)
+            self.vhost.unbind(ex, q, routing_key, method.arguments)
         self._reply(spec.QueueUnbindOk())
 
     def _queue_purge(self, method: spec.QueuePurge) -> None:

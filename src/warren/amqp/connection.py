@@ -19,7 +19,6 @@ from warren import __version__
 from warren.amqp import spec
 from warren.amqp.auth import MECHANISMS, parse_credentials
 from warren.amqp.channel import Channel
-from warren.amqp.codec_errors import DecodeError, UnknownMethod
 from warren.amqp.frames import (
     FRAME_BODY,
     FRAME_HEADER,
@@ -29,6 +28,7 @@ from warren.amqp.frames import (
     PROTOCOL_HEADER,
     method_frame,
 )
+from warren.core.codec_errors import DecodeError, UnknownMethod
 from warren.core.errors import (
     BrokerError,
     ChannelError,

@@ -1,8 +1,273 @@
-from warren.amqp.properties import *  # noqa: F401,F403  (temporary shim)
-from warren.amqp.properties import (  # noqa: F401
-    BasicProperties,
-    decode_properties,
-    peek_delivery_mode,
-    peek_headers,
-    split_header_payload,
+"""Content-header properties of class basic.
+
+The broker forwards the property bytes exactly as the publisher sent them
+and decodes them only when routing or queueing needs a value (headers
+exchange, persistence, TTL, priority).  The peek_* helpers answer those
+questions by skipping over earlier properties without building objects.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from warren.amqp.spec import BASIC_CLASS_ID, BASIC_PROPERTIES
+from warren.core.codec_errors import DecodeError
+from warren.core.table import decode_table, encode_table
+
+__all__ = [
+    "EMPTY_PROPERTIES",
+    "BasicProperties",
+    "decode_properties",
+    "header_payload",
+    "peek_delivery_mode",
+    "peek_expiration",
+    "peek_headers",
+    "peek_priority",
+    "split_header_payload",
+]
+
+_U8 = struct.Struct(">B")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_HEADER = struct.Struct(">HHQ")  # class id, weight, body size
+
+#: Raw properties with no flag set (a message without properties).
+EMPTY_PROPERTIES = b"\x00\x00"
+
+_Buffer = bytes | bytearray | memoryview
+
+# Property i is flagged by bit 15 - i of the first flag word; bit 0 says another
+# flag word follows.  Bit 1 would be a 15th property; basic has 14, and RabbitMQ
+# ignores that bit, so we do too.
+_LAYOUT: tuple[tuple[str, str, int], ...] = tuple(
+    (name, amqp_type, 1 << (15 - i)) for i, (name, amqp_type) in enumerate(BASIC_PROPERTIES)
 )
+_KNOWN_FLAGS = sum(bit for _, _, bit in _LAYOUT)
+
+_F_HEADERS = 1 << 13
+_F_DELIVERY_MODE = 1 << 12
+_F_PRIORITY = 1 << 11
+_F_EXPIRATION = 1 << 8
+
+
+class BasicProperties:
+    """Decoded basic properties; None means the property is absent.
+
+    ``timestamp`` is the raw AMQP value (seconds since the epoch) so that it
+    round-trips exactly.
+    """
+
+    __slots__ = (
+        "content_type",
+        "content_encoding",
+        "headers",
+        "delivery_mode",
+        "priority",
+        "correlation_id",
+        "reply_to",
+        "expiration",
+        "message_id",
+        "timestamp",
+        "type",
+        "user_id",
+        "app_id",
+        "cluster_id",
+    )
+
+    def __init__(
+        self,
+        content_type: str | None = None,
+        content_encoding: str | None = None,
+        headers: dict[str, Any] | None = None,
+        delivery_mode: int | None = None,
+        priority: int | None = None,
+        correlation_id: str | None = None,
+        reply_to: str | None = None,
+        expiration: str | None = None,
+        message_id: str | None = None,
+        timestamp: int | None = None,
+        type: str | None = None,
+        user_id: str | None = None,
+        app_id: str | None = None,
+        cluster_id: str | None = None,
+    ) -> None:
+        self.content_type = content_type
+        self.content_encoding = content_encoding
+        self.headers = headers
+        self.delivery_mode = delivery_mode
+        self.priority = priority
+        self.correlation_id = correlation_id
+        self.reply_to = reply_to
+        self.expiration = expiration
+        self.message_id = message_id
+        self.timestamp = timestamp
+        self.type = type
+        self.user_id = user_id
+        self.app_id = app_id
+        self.cluster_id = cluster_id
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BasicProperties):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
+
+    def __repr__(self) -> str:
+        present = (
+            f"{name}={getattr(self, name)!r}"
+            for name in self.__slots__
+            if getattr(self, name) is not None
+        )
+        return f"BasicProperties({', '.join(present)})"
+
+    def encode(self) -> bytes:
+        """Return the property flags followed by the present properties."""
+        flags = 0
+        parts = [b""]
+        try:
+            for name, amqp_type, bit in _LAYOUT:
+                value = getattr(self, name)
+                if value is None:
+                    continue
+                flags |= bit
+                if amqp_type == "shortstr":
+                    raw = value.encode("utf-8", "surrogateescape")
+                    parts.append(_U8.pack(len(raw)))
+                    parts.append(raw)
+                elif amqp_type == "octet":
+                    parts.append(_U8.pack(value))
+                elif amqp_type == "table":
+                    parts.append(encode_table(value))
+                else:  # timestamp
+                    parts.append(_U64.pack(value))
+        except struct.error as exc:
+            raise ValueError(f"cannot encode basic property {name}: {exc}") from exc
+        parts[0] = _U16.pack(flags)
+        return b"".join(parts)
+
+
+def _read_flags(raw: _Buffer) -> tuple[int, int]:
+    """Return (known property flags, offset of the first property)."""
+    flags = raw[0] << 8 | raw[1]
+    offset = 2
+    word = flags
+    while word & 1:
+        word = raw[offset] << 8 | raw[offset + 1]
+        offset += 2
+        if word & 0xFFFE:
+            raise DecodeError("basic properties use flags beyond the 14 defined ones")
+    return flags & _KNOWN_FLAGS, offset
+
+
+def decode_properties(raw: _Buffer) -> BasicProperties:
+    """Decode property flags + property list (content header after body-size)."""
+    props = BasicProperties()
+    try:
+        flags, offset = _read_flags(raw)
+        for name, amqp_type, bit in _LAYOUT:
+            if not flags & bit:
+                continue
+            if amqp_type == "shortstr":
+                end = offset + 1 + raw[offset]
+                value: Any = str(raw[offset + 1 : end], "utf-8", "surrogateescape")
+                offset = end
+            elif amqp_type == "octet":
+                value = raw[offset]
+                offset += 1
+            elif amqp_type == "table":
+                value, offset = decode_table(raw, offset)
+            else:  # timestamp
+                (value,) = _U64.unpack_from(raw, offset)
+                offset += 8
+            setattr(props, name, value)
+    except (struct.error, IndexError) as exc:
+        raise DecodeError(f"malformed basic properties: {exc}") from exc
+    if offset > len(raw):
+        raise DecodeError("truncated basic properties")
+    return props
+
+
+def _seek(raw: _Buffer, flag: int) -> int | None:
+    """Offset of the property flagged by ``flag``, or None when it is absent.
+
+    Earlier properties are skipped by their length prefixes; tables are not parsed.
+    """
+    flags, offset = _read_flags(raw)
+    if not flags & flag:
+        return None
+    for _, amqp_type, bit in _LAYOUT:
+        if bit == flag:
+            return offset
+        if flags & bit:
+            if amqp_type == "shortstr":
+                offset += 1 + raw[offset]
+            elif amqp_type == "octet":
+                offset += 1
+            elif amqp_type == "table":
+                offset += 4 + _U32.unpack_from(raw, offset)[0]
+            else:
+                offset += 8
+    raise AssertionError("unreachable: flag not in layout")  # pragma: no cover
+
+
+def peek_headers(raw: _Buffer) -> dict[str, Any] | None:
+    """Return the headers table without decoding the other properties."""
+    try:
+        offset = _seek(raw, _F_HEADERS)
+    except (struct.error, IndexError) as exc:
+        raise DecodeError(f"malformed basic properties: {exc}") from exc
+    if offset is None:
+        return None
+    return decode_table(raw, offset)[0]
+
+
+def _peek_octet(raw: _Buffer, flag: int) -> int | None:
+    try:
+        offset = _seek(raw, flag)
+        return None if offset is None else raw[offset]
+    except (struct.error, IndexError) as exc:
+        raise DecodeError(f"malformed basic properties: {exc}") from exc
+
+
+def peek_delivery_mode(raw: _Buffer) -> int | None:
+    """Return delivery-mode (2 = persistent) without decoding the headers table."""
+    return _peek_octet(raw, _F_DELIVERY_MODE)
+
+
+def peek_priority(raw: _Buffer) -> int | None:
+    """Return the priority property without decoding the headers table."""
+    return _peek_octet(raw, _F_PRIORITY)
+
+
+def peek_expiration(raw: _Buffer) -> str | None:
+    """Return the per-message TTL string (expiration) without decoding the headers table."""
+    try:
+        offset = _seek(raw, _F_EXPIRATION)
+        if offset is None:
+            return None
+        end = offset + 1 + raw[offset]
+    except (struct.error, IndexError) as exc:
+        raise DecodeError(f"malformed basic properties: {exc}") from exc
+    if end > len(raw):
+        raise DecodeError("truncated basic properties")
+    return str(raw[offset + 1 : end], "utf-8", "surrogateescape")
+
+
+def header_payload(body_size: int, raw_properties: bytes) -> bytes:
+    """Build a class-60 content header payload around already-encoded properties."""
+    try:
+        return _HEADER.pack(BASIC_CLASS_ID, 0, body_size) + raw_properties
+    except struct.error as exc:
+        raise ValueError(f"invalid body size {body_size}: {exc}") from exc
+
+
+def split_header_payload(payload: _Buffer) -> tuple[int, int, bytes]:
+    """Split a content header payload into (class_id, body_size, raw properties).
+
+    The weight field is ignored (it must be zero and nobody uses it).
+    """
+    if len(payload) < _HEADER.size + 2:
+        raise DecodeError(f"content header payload too short ({len(payload)} bytes)")
+    class_id, _weight, body_size = _HEADER.unpack_from(payload, 0)
+    return class_id, body_size, bytes(payload[_HEADER.size :])

@@ -75,7 +75,9 @@ class TopicMatcher(Generic[T]):
         exact = self._exact.get(routing_key)
         result: list[T] = list(exact.values()) if exact else []
         if self._bindings:
-            words = routing_key.split(".")
+            # As in RabbitMQ, the empty routing key has zero words (not one empty
+            # word): '#' matches it, '*' does not.
+            words = routing_key.split(".") if routing_key else []
             for pattern, dest in self._bindings.values():
                 if topic_matches(pattern, words):
                     result.append(dest)

@@ -138,19 +138,21 @@ class VHost:
         arguments: dict[str, Any] | None = None,
         passive: bool = False,
     ) -> Exchange:
+        if name == "":  # refused even when passive, as RabbitMQ does
+            raise AccessRefused("operation not permitted on the default exchange")
         if passive:
             return self.get_exchange(name)
-        if name == "":
-            raise AccessRefused("operation not permitted on the default exchange")
-        if name.startswith("amq."):
-            raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         cls = exchange_class(type_)
         if cls is None:
             raise CommandInvalid(f"invalid exchange type '{type_}'")
         existing = self.exchanges.get(name)
         if existing is not None:
+            # RabbitMQ checks the reserved prefix only when creating: an equivalent
+            # redeclaration of amq.direct & co succeeds.
             self._check_exchange_equivalent(existing, type_, durable, auto_delete, internal)
             return existing
+        if name.startswith("amq."):
+            raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         ex = cls(self.name, name, durable, auto_delete, internal, arguments)
         self.exchanges[name] = ex
         log.debug("exchange declared vhost=%s name=%s type=%s", self.name, name, type_)
@@ -232,7 +234,9 @@ class VHost:
         self._validate_queue_arguments(name, arguments)
         existing = self.queues.get(name)
         if existing is not None:
-            if existing.exclusive_owner is not None and existing.exclusive_owner is not owner:
+            # RabbitMQ checks exclusivity strictly, before equivalence: the owner
+            # must match, and a mismatched exclusive flag is 405, not 406.
+            if existing.exclusive_owner is not (owner if exclusive else None):
                 raise self._locked(name)
             self._check_queue_equivalent(existing, durable, exclusive, auto_delete, arguments)
             return existing
@@ -300,7 +304,7 @@ class VHost:
         if if_unused and q.consumers:
             raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' in use")
         if if_empty and q.message_count:
-            raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' is not empty")
+            raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' not empty")
         count = q.message_count
         self.queues.pop(name, None)
         for binding in list(self._inbound.get(id(q), {}).values()):
