@@ -8,6 +8,7 @@ talk to it over real sockets exactly as they would to RabbitMQ.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -21,12 +22,24 @@ from warren import Broker, Config
 T = TypeVar("T")
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when installed, as `warren` runs in production; WARREN_LOOP=asyncio opts out."""
+    if os.environ.get("WARREN_LOOP", "uvloop") == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
 class BrokerThread:
     """A started broker plus a way to run code on its loop from the test thread."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()
         self.broker = Broker(config)
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 

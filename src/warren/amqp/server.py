@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from warren.amqp.connection import AMQPConnection, State
 
@@ -32,8 +32,8 @@ class AMQPProtocol(asyncio.Protocol):
         self.closed = self.loop.create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, but have its API.
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         peer_addr = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
         self.conn = AMQPConnection(self.broker, peer_addr, self._request_flush, self._request_close)
