@@ -37,7 +37,7 @@ from warren.core.errors import (
     InternalError,
     NotAllowed,
     NotImplemented_,
-    SyntaxError_,
+    UnexpectedFrame,
 )
 
 if TYPE_CHECKING:
@@ -49,6 +49,9 @@ log = logging.getLogger("warren.amqp")
 
 _frame_header = struct.Struct(">BHI")
 _unpack_frame_header = _frame_header.unpack_from
+_unpack_method_ids = struct.Struct(">HH").unpack_from
+
+RABBITMQ_COMPAT_VERSION = "3.13.7"
 
 SERVER_CAPABILITIES = {
     "publisher_confirms": True,
@@ -165,17 +168,20 @@ class AMQPConnection:
             self._start()
         pos = 0
         n = len(data)
+        ftype, payload = 0, b""
         try:
             while n - pos >= 7:
                 ftype, ch, size = _unpack_frame_header(data, pos)
                 end = pos + 7 + size
                 if size > self.frame_max - 8 and self.frame_max:
+                    ftype = 0  # a frame-level error: no method ids in the close
                     raise FrameError(
                         f"frame size {size + 8} larger than negotiated frame_max {self.frame_max}"
                     )
                 if end >= n:
                     break
                 if data[end] != 0xCE:
+                    ftype = 0
                     raise FrameError(f"invalid frame end octet {data[end]:#x} on channel {ch}")
                 payload = data[pos + 7 : end]
                 pos = end + 1
@@ -199,14 +205,18 @@ class AMQPConnection:
                     self._content_frame(ch).on_body_frame(payload)
                 elif ftype == FRAME_HEARTBEAT:
                     if ch:
-                        raise FrameError(f"heartbeat frame on channel {ch}")
+                        raise UnexpectedFrame(f"heartbeat frame on channel {ch}")
                 else:
                     raise FrameError(f"unknown frame type {ftype}")
                 if self.state == State.CLOSED:
                     pos = n
                     break
         except BrokerError as exc:
-            self.connection_error(exc)
+            # Like RabbitMQ, name the method being handled when the error came from one.
+            ids = (0, 0)
+            if ftype == FRAME_METHOD and len(payload) >= 4:
+                ids = _unpack_method_ids(payload)
+            self.connection_error(exc, *ids)
             pos = n
         except Exception:
             log.exception("%s: internal error while handling a frame", self.name)
@@ -218,17 +228,30 @@ class AMQPConnection:
     def _content_frame(self, ch: int) -> Channel:
         channel = self.channels.get(ch)
         if channel is None or self.state != State.OPEN:
-            raise ChannelError(f"expected 'channel.open' for channel {ch}")
+            # RabbitMQ: 505, also on channel 0 and on channels never opened.
+            raise UnexpectedFrame("expected method frame, got non method frame instead")
         return channel
 
     def _method_on_unopened_channel(self, ch: int, payload: bytes) -> None:
         if self.state != State.OPEN:
-            raise CommandInvalid(f"unexpected method on channel {ch} before connection.open-ok")
+            # RabbitMQ: a frame-level 505 (class/method 0/0) before connection.open-ok.
+            self.connection_error(
+                UnexpectedFrame(f"unexpected method on channel {ch} before connection.open-ok")
+            )
+            return
         method = self._decode(payload)
         if not isinstance(method, spec.ChannelOpen):
             raise ChannelError(f"expected 'channel.open' for channel {ch}")
-        if self.channel_max and ch > self.channel_max:
-            raise NotAllowed(f"channel_max {self.channel_max} exceeded: channel {ch}")
+        # RabbitMQ limits how many channels are open, not the channel number.
+        if self.channel_max and len(self.channels) >= self.channel_max:
+            # Sent with class/method 0/0 like RabbitMQ, not naming channel.open.
+            self.connection_error(
+                NotAllowed(
+                    f"number of channels opened ({len(self.channels)}) has reached the "
+                    f"negotiated channel_max ({self.channel_max})"
+                )
+            )
+            return
         channel = Channel(self, ch)
         self.channels[ch] = channel
         self.send_method(ch, spec.ChannelOpenOk())
@@ -242,7 +265,8 @@ class AMQPConnection:
                 f"unknown method class {exc.class_id} method {exc.method_id}"
             ) from None
         except DecodeError as exc:
-            raise SyntaxError_(f"malformed method frame: {exc}") from None
+            # RabbitMQ answers undecodable method arguments with 501 "cannot decode".
+            raise FrameError(f"cannot decode method frame: {exc}") from None
 
     # -- channel 0: the connection class --------------------------------------------------
     def _channel0(self, payload: bytes) -> None:
@@ -271,24 +295,34 @@ class AMQPConnection:
         elif state == State.OPEN_WAIT and isinstance(method, spec.ConnectionOpen):
             self._open(method)
         elif state == State.OPEN and isinstance(method, spec.ConnectionCloseOk):
-            raise CommandInvalid("connection.close-ok received without a connection.close")
+            raise ChannelError("unexpected method in connection state running")
         elif state == State.OPEN and isinstance(method, spec.ConnectionUpdateSecret):
             self.send_method(0, spec.ConnectionUpdateSecretOk())
         elif state == State.OPEN and isinstance(
             method, spec.ConnectionBlocked | spec.ConnectionUnblocked
         ):
             pass  # a client may tell us it is blocked; nothing to do
+        elif state == State.OPEN:
+            # RabbitMQ's answer to any other method on channel 0 of an open connection.
+            raise ChannelError("unexpected method in connection state running")
         else:
             raise CommandInvalid(f"unexpected method {method.NAME} on channel 0")
 
     def _start(self) -> None:
         self.state = State.START_OK
         props = {
-            "product": "Warren",
-            "version": __version__,
-            "platform": f"Python {platform.python_version()}",
+            # Clients pick behaviour by product and version: kombu/Celery use
+            # basic.qos(global=true) only for RabbitMQ >= 3.3, whose reinterpreted
+            # qos semantics Warren implements. Announcing anything else makes
+            # Celery's ETA tasks stall a prefetch-1 worker, so Warren identifies as
+            # the RabbitMQ release whose behaviour it matches, and names itself in
+            # the remaining fields.
+            "product": "RabbitMQ",
+            "version": RABBITMQ_COMPAT_VERSION,
+            "platform": f"Warren {__version__} on Python {platform.python_version()}",
             "copyright": "Warren contributors",
-            "information": "Licensed under the MIT licence",
+            "information": f"Warren {__version__}, an AMQP 0-9-1 broker; MIT licence",
+            "warren_version": __version__,
             "cluster_name": self.broker.cluster_name,
             "capabilities": SERVER_CAPABILITIES,
         }
