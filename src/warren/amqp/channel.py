@@ -19,6 +19,7 @@ from warren.core.codec_errors import DecodeError
 from warren.core.errors import (
     AccessRefused,
     BrokerError,
+    CommandInvalid,
     FrameError,
     NotAllowed,
     NotFound,
@@ -43,6 +44,10 @@ log = logging.getLogger("warren.amqp")
 Unacked = tuple[Queue, int, Message, AMQPConsumer | None]
 
 
+# The user_id property's bit in the second byte of the property flags word.
+_USER_ID_FLAG = 0x10
+
+
 def _random_tag(prefix: str) -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
@@ -58,6 +63,9 @@ class Channel:
         self.consumers: dict[str, AMQPConsumer] = {}
         self.unacked: dict[int, Unacked] = {}
         self.unacked_bytes = 0
+        # Unacked consumer deliveries: what global prefetch limits (basic.get's are not
+        # counted, as in RabbitMQ).
+        self.consumer_unacked = 0
         self._delivery_tag = 0
         self.consumer_prefetch_count = 0
         self.consumer_prefetch_size = 0
@@ -88,9 +96,13 @@ class Channel:
     def on_method_frame(self, payload: bytes) -> None:
         conn = self.connection
         if self._publish is not None:
-            raise UnexpectedFrame(
-                f"expected content header for class 60, got a method frame on channel {self.id}"
-            )
+            # RabbitMQ's texts; the close names basic.publish, whose content was cut short.
+            if self._props is None:
+                text = "expected content header for class 60, got non content header frame instead"
+            else:
+                text = "expected content body, got non content body frame instead"
+            conn.connection_error(UnexpectedFrame(text), 60, 40)
+            return
         method = conn._decode(payload)
         if self.closing:
             if isinstance(method, spec.ChannelCloseOk):
@@ -100,8 +112,8 @@ class Channel:
                 conn.channels.pop(self.id, None)
             return
         handler = _HANDLERS.get(type(method))
-        if handler is None:
-            raise NotImplemented_(f"method {method.NAME} is not allowed on channel {self.id}")
+        if handler is None:  # e.g. a connection-class or server-to-client method
+            raise CommandInvalid("unimplemented method")
         try:
             handler(self, method)
         except BrokerError as exc:
@@ -121,7 +133,9 @@ class Channel:
         except DecodeError as exc:
             raise FrameError(f"malformed content header on channel {self.id}: {exc}") from None
         if class_id != 60:
-            raise UnexpectedFrame(f"content header for class {class_id}, expected class 60")
+            text = f"expected content header for class 60, got one for class {class_id} instead"
+            self.connection.connection_error(UnexpectedFrame(text), 60, 40)
+            return
         max_size = self.connection.config.max_message_size
         if body_size > max_size:
             self._publish = None
@@ -211,6 +225,7 @@ class Channel:
             self.reply_token = None
         unacked = list(self.unacked.values()) + [entry for _, entry, _, _ in self._tx_acks]
         self.unacked.clear()
+        self.consumer_unacked = 0
         self._tx_acks.clear()
         unacked.sort(key=lambda e: e[1])
         for queue, seq, msg, _ in unacked:
@@ -262,9 +277,11 @@ class Channel:
     ) -> None:
         self.unacked[tag] = (queue, seq, msg, consumer)
         self.unacked_bytes += len(msg.body)
+        if consumer is not None:
+            self.consumer_unacked += 1
 
     def has_global_capacity(self) -> bool:
-        if self.global_prefetch_count and len(self.unacked) >= self.global_prefetch_count:
+        if self.global_prefetch_count and self.consumer_unacked >= self.global_prefetch_count:
             return False
         return not (self.global_prefetch_size and self.unacked_bytes >= self.global_prefetch_size)
 
@@ -343,9 +360,15 @@ class Channel:
     def _queue_declare(self, method: spec.QueueDeclare) -> None:
         assert self.vhost is not None
         name = method.queue
-        if name == REPLY_TO and method.passive:
+        if name.startswith(REPLY_TO):
+            # As RabbitMQ: the pseudo-queue (passive or not) and the address of a live
+            # reply consumer "exist" with one consumer; other such names do not.
+            token = name[len(REPLY_TO_PREFIX) :] if name.startswith(REPLY_TO_PREFIX) else None
+            if name != REPLY_TO and token not in self.vhost.reply_targets:
+                raise NotFound(f"no queue '{name}' in vhost '{self.vhost.name}'")
+            self.last_queue = name
             if not method.nowait:
-                self._reply(spec.QueueDeclareOk(queue=name, message_count=0, consumer_count=0))
+                self._reply(spec.QueueDeclareOk(queue=name, message_count=0, consumer_count=1))
             return
         if name and not method.passive:
             self._check(CONFIGURE, "queue", name)
@@ -417,6 +440,8 @@ class Channel:
 
     # -- basic class: consumers -------------------------------------------------------
     def _basic_qos(self, method: spec.BasicQos) -> None:
+        if method.prefetch_size:  # RabbitMQ refuses byte limits outright
+            raise NotImplemented_(f"prefetch_size!=0 ({method.prefetch_size})")
         if method.global_:
             self.global_prefetch_count = method.prefetch_count
             self.global_prefetch_size = method.prefetch_size
@@ -471,7 +496,8 @@ class Channel:
                 self.id,
                 spec.BasicDeliver(
                     consumer_tag=self.reply_consumer_tag,
-                    delivery_tag=self.next_delivery_tag(),
+                    # RabbitMQ stamps replies with the next tag without using it up.
+                    delivery_tag=self._delivery_tag + 1,
                     redelivered=False,
                     exchange=msg.exchange,
                     routing_key=msg.routing_key,
@@ -514,6 +540,8 @@ class Channel:
                 f"cannot publish to internal exchange '{ex.name}' in vhost '{ex.vhost_name}'"
             )
         msg = Message(ex.name, method.routing_key, props, body)
+        if len(props) > 1 and props[1] & _USER_ID_FLAG:
+            self._check_user_id(msg)
         if b"amq.rabbitmq.reply-to" in props:
             msg = self._rewrite_reply_to(msg)
         if self.confirm:
@@ -543,6 +571,19 @@ class Channel:
             conn.send_many(frames)
         if self.confirm:
             self._confirm(self.publish_seq, True)
+
+    def _check_user_id(self, msg: Message) -> None:
+        """RabbitMQ's validated user-id: it must name the authenticated user."""
+        try:
+            claimed = msg.decoded_properties().user_id
+        except DecodeError as exc:
+            raise FrameError(f"malformed content header on channel {self.id}: {exc}") from None
+        user = self.connection.user
+        assert user is not None
+        if claimed != user.name and "impersonator" not in user.tags:
+            raise PreconditionFailed(
+                f"user_id property set to '{claimed}' but authenticated user was '{user.name}'"
+            )
 
     def _rewrite_reply_to(self, msg: Message) -> Message:
         props = msg.decoded_properties()
@@ -640,7 +681,9 @@ class Channel:
         frames += content_frames(self.id, msg.properties, msg.body, conn.frame_max)
         conn.send_many(frames)
 
-    def _take_unacked(self, tag: int, multiple: bool) -> list[tuple[int, Unacked]]:
+    def _take_unacked(
+        self, tag: int, multiple: bool, credit: bool = True
+    ) -> list[tuple[int, Unacked]]:
         unacked = self.unacked
         if multiple:
             if tag == 0:
@@ -660,13 +703,19 @@ class Channel:
             if entry is None:
                 raise PreconditionFailed(f"unknown delivery tag {tag}")
             taken = [(tag, entry)]
+        if credit:
+            self._credit(taken)
+        return taken
+
+    def _credit(self, taken: list[tuple[int, Unacked]]) -> None:
+        """Give the prefetch capacity these deliveries held back to their consumers."""
         for _, entry in taken:
             self.unacked_bytes -= len(entry[2].body)
             consumer = entry[3]
             if consumer is not None:
+                self.consumer_unacked -= 1
                 consumer.unacked_count -= 1
                 consumer.unacked_bytes -= len(entry[2].body)
-        return taken
 
     def _settle(self, taken: list[tuple[int, Unacked]], requeue: bool | None) -> None:
         """Ack (requeue None) or reject the taken deliveries, then refill consumers."""
@@ -684,7 +733,9 @@ class Channel:
                 q.schedule_delivery()
 
     def _ack_like(self, tag: int, multiple: bool, requeue: bool | None) -> None:
-        taken = self._take_unacked(tag, multiple)
+        # In a transaction the deliveries keep their prefetch slots until commit,
+        # as in RabbitMQ.
+        taken = self._take_unacked(tag, multiple, credit=not self.tx)
         if self.tx:
             kind = "ack" if requeue is None else "reject"
             for t, entry in taken:
@@ -702,15 +753,17 @@ class Channel:
         self._ack_like(method.delivery_tag, False, method.requeue)
 
     def _basic_recover(self, method: spec.BasicRecover) -> None:
-        self._recover()
+        self._recover(method.requeue)
         self._reply(spec.BasicRecoverOk())
 
     def _basic_recover_async(self, method: spec.BasicRecoverAsync) -> None:
-        self._recover()
+        self._recover(method.requeue)
 
-    def _recover(self) -> None:
-        # Both requeue=true and requeue=false redeliver every unacked message; like
-        # RabbitMQ we requeue, so the message may reach another consumer.
+    def _recover(self, requeue: bool) -> None:
+        # Like RabbitMQ: requeue=false is refused (540), requeue=true requeues every
+        # unacked message, so it may reach another consumer.
+        if not requeue:
+            raise NotImplemented_("requeue=false")
         taken = self._take_unacked(0, True)
         self._settle(taken, True)
 
@@ -728,6 +781,7 @@ class Channel:
         publishes, self._tx_publishes = self._tx_publishes, []
         for ex, msg, mandatory in publishes:
             self._route(ex, msg, mandatory)
+        self._credit([(tag, entry) for tag, entry, _kind, _requeue in acks])
         for tag, entry, kind, requeue in acks:
             self._settle([(tag, entry)], None if kind == "ack" else requeue)
         self._reply(spec.TxCommitOk())
@@ -739,14 +793,10 @@ class Channel:
         acks, self._tx_acks = self._tx_acks, []
         if acks:
             # Rolled-back acks make those deliveries unacked again, in tag order.
+            # Their prefetch slots were never given back (see _ack_like).
             merged = dict(self.unacked)
             for tag, entry, _kind, _requeue in acks:
                 merged[tag] = entry
-                self.unacked_bytes += len(entry[2].body)
-                consumer = entry[3]
-                if consumer is not None:
-                    consumer.unacked_count += 1
-                    consumer.unacked_bytes += len(entry[2].body)
             self.unacked = dict(sorted(merged.items()))
         self._reply(spec.TxRollbackOk())
 

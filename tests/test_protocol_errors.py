@@ -1,0 +1,733 @@
+"""Misbehaving clients at the protocol level, checked over raw sockets.
+
+The reference is RabbitMQ 3.10.8, observed with the same raw client (tests/rawamqp.py).
+Where RabbitMQ answers a protocol error with a connection.close, the code, the
+reply-text prefix and the class/method ids asserted here are the ones it sends.
+Where RabbitMQ just drops the socket (sometimes 3 s later) or leaves the client
+hanging, Warren does better: a proper connection.close with the fitting code.
+Those cases say so in a comment.
+
+Every test ends by checking that an ordinary client (pika) is still served by
+the same broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pika
+import pytest
+from conftest import BrokerThread
+from pamqp import commands, heartbeat
+from rawamqp import (
+    PROTOCOL_HEADER,
+    RawAMQP,
+    Timeout,
+    body_frame,
+    header_frame,
+    method_frame,
+    method_payload,
+    publish_frames,
+    raw_frame,
+)
+
+import warren.amqp.server
+
+pytestmark = pytest.mark.timeout(30)
+
+RawFactory = Callable[[], RawAMQP]
+
+
+@pytest.fixture
+def raw(broker: BrokerThread) -> Iterator[RawFactory]:
+    """Raw connections to ``broker``; all closed at the end."""
+    made: list[RawAMQP] = []
+
+    def factory() -> RawAMQP:
+        client = RawAMQP(broker.port)
+        made.append(client)
+        return client
+
+    yield factory
+    for client in made:
+        client.close_socket()
+
+
+def pika_params(b: BrokerThread) -> pika.ConnectionParameters:
+    return pika.ConnectionParameters(
+        host="127.0.0.1",
+        port=b.port,
+        credentials=pika.PlainCredentials("guest", "guest"),
+        connection_attempts=1,
+        socket_timeout=5,
+        blocked_connection_timeout=5,
+    )
+
+
+def assert_still_serving(b: BrokerThread) -> None:
+    """A normal client can still declare, publish and get a message back."""
+    with pika.BlockingConnection(pika_params(b)) as conn:
+        ch = conn.channel()
+        q = ch.queue_declare("", exclusive=True).method.queue
+        ch.basic_publish("", q, b"still serving")
+        method, _props, body = ch.basic_get(q, auto_ack=True)
+        assert method is not None
+        assert body == b"still serving"
+
+
+def opened(client: RawAMQP, **handshake: Any) -> RawAMQP:
+    """Handshake done, channel 1 open."""
+    client.handshake(**handshake)
+    client.open_channel(1)
+    return client
+
+
+def assert_closed_with(
+    client: RawAMQP, code: int, text_prefix: str, ids: tuple[int, int] = (0, 0)
+) -> str:
+    """connection.close with this code, text prefix and class/method ids, then EOF."""
+    reply_code, reply_text, class_id, method_id = client.expect_close()
+    assert (reply_code, class_id, method_id) == (code, *ids), reply_text
+    assert reply_text.startswith(text_prefix), reply_text
+    assert client.wait_eof(5)
+    return reply_text
+
+
+def queue_counts(b: BrokerThread, name: str) -> tuple[int, int, int] | None:
+    """(ready, unacked, consumers) of a queue in vhost '/', or None when it does not exist.
+
+    Read on the broker's loop, where core state lives.
+    """
+
+    def counts() -> tuple[int, int, int] | None:
+        q = b.broker.vhosts["/"].queues.get(name)
+        if q is None:
+            return None
+        return q.message_count, q.unacked, q.consumer_count
+
+    return b.call(counts)
+
+
+def server_side_closed(b: BrokerThread, client: RawAMQP) -> Callable[[], None]:
+    """A function that waits until the broker has finished with ``client``'s socket."""
+    local = client.sock.getsockname()[:2]
+
+    def find() -> asyncio.Future[None]:
+        for proto in b.broker.protocols:
+            if proto.conn is not None and proto.conn.peer == (local[0], local[1]):
+                return proto.closed
+        raise AssertionError(f"no server-side connection for {local}")
+
+    closed = b.call(find)
+
+    async def wait() -> None:
+        await asyncio.wait_for(asyncio.shield(closed), 5)
+
+    return lambda: b.run(wait())
+
+
+def declare(client: RawAMQP, queue: str, channel: int = 1, **flags: Any) -> None:
+    client.send_method(channel, commands.Queue.Declare(queue=queue, **flags))
+    client.expect_method(commands.Queue.DeclareOk, channel=channel)
+
+
+# -- protocol header --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"AMQP\x00\x00\x09\x02",  # unknown 0-9 revision
+        b"AMQP\x01\x01\x00\x0a",  # AMQP 1.0
+        b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    ],
+    ids=["amqp-0-9-2", "amqp-1-0", "http"],
+)
+def test_wrong_protocol_header(broker: BrokerThread, raw: RawFactory, header: bytes) -> None:
+    # RabbitMQ: answers with its own protocol header and closes the socket.
+    client = raw()
+    client.send(header)
+    assert client.raw_until_eof() == b"AMQP\x00\x00\x09\x01"
+    assert_still_serving(broker)
+
+
+def test_protocol_header_in_pieces(broker: BrokerThread, raw: RawFactory) -> None:
+    client = raw()
+    client.send(PROTOCOL_HEADER[:3])
+    client.send(PROTOCOL_HEADER[3:])
+    client.expect_method(commands.Connection.Start)
+    assert_still_serving(broker)
+
+
+# -- authentication, vhost, tuning ------------------------------------------------------
+
+
+def test_bad_credentials_with_authentication_failure_close(
+    broker: BrokerThread, raw: RawFactory
+) -> None:
+    # RabbitMQ: connection.close 403 with exactly this text, then the socket closes.
+    client = raw()
+    client.start_ok(password="wrong")
+    assert_closed_with(
+        client,
+        403,
+        "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. "
+        "For details see the broker logfile.",
+    )
+    assert_still_serving(broker)
+
+
+def test_bad_credentials_without_capability(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ: without authentication_failure_close the socket just closes.
+    client = raw()
+    client.start_ok(password="wrong", capabilities={})
+    assert client.frames_until_eof() == []
+    assert_still_serving(broker)
+
+
+def test_unknown_mechanism(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ drops the socket 3 s later without a word; Warren says why (403) and closes.
+    client = raw()
+    client.start_ok(mechanism="NO-SUCH-MECH", capabilities={})
+    assert_closed_with(client, 403, "ACCESS_REFUSED - ")
+    assert_still_serving(broker)
+
+
+def test_unknown_vhost(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ: 530 "NOT_ALLOWED - vhost nosuch not found", naming connection.open (10/40).
+    client = raw()
+    client.handshake(open_connection=False)
+    client.open("nosuch")
+    text = assert_closed_with(client, 530, "NOT_ALLOWED - ", (10, 40))
+    assert text == "NOT_ALLOWED - vhost nosuch not found"
+    assert_still_serving(broker)
+
+
+@pytest.mark.parametrize("frame_max", [1024, 4095, 0, 10_000_000])
+def test_tune_ok_frame_max_out_of_range(
+    broker: BrokerThread, raw: RawFactory, frame_max: int
+) -> None:
+    # RabbitMQ refuses frame_max below 4096 or above its own (0 included) by closing
+    # the socket 3 s later, silently. Warren sends the 530 RabbitMQ uses internally.
+    client = raw()
+    client.start_ok()
+    tune = client.expect_method(commands.Connection.Tune)
+    client.tune_ok(tune.channel_max, frame_max, 0)
+    text = assert_closed_with(client, 530, "NOT_ALLOWED - frame_max=", (10, 31))
+    assert str(frame_max) in text
+    assert_still_serving(broker)
+
+
+# -- frame-level errors -----------------------------------------------------------------
+
+
+def test_frame_larger_than_frame_max(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ: 501 "FRAME_ERROR - type 3, all octets = <<>>: {frame_too_large,5000,4088}",
+    # as soon as the frame header arrives (the rest of the frame is never sent here).
+    client = opened(raw(), frame_max=4096)
+    declare(client, "big")
+    client.send(method_frame(1, commands.Basic.Publish(routing_key="big")))
+    client.send(header_frame(1, 5000))
+    client.send(raw_frame(3, 1, b"x" * 5000)[:100])
+    assert_closed_with(client, 501, "FRAME_ERROR - ")
+    assert queue_counts(broker, "big") == (0, 0, 0)
+    assert_still_serving(broker)
+
+
+def test_unknown_frame_type(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ: 501 "FRAME_ERROR - type 7, all octets = <<"abc">>: unknown_frame".
+    client = opened(raw())
+    client.send(raw_frame(7, 1, b"abc"))
+    assert_closed_with(client, 501, "FRAME_ERROR - ")
+    assert_still_serving(broker)
+
+
+def test_bad_frame_end_octet(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ: 501 "FRAME_ERROR - type 1, all octets = <<...>>: {invalid_frame_end_marker,0}".
+    client = opened(raw())
+    payload = method_payload(commands.Basic.Qos(prefetch_count=1))
+    client.send(raw_frame(1, 1, payload, end=0x00))
+    assert_closed_with(client, 501, "FRAME_ERROR - ")
+    assert_still_serving(broker)
+
+
+def test_heartbeat_on_a_channel(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ: 505 "UNEXPECTED_FRAME - type 8, all octets = <<>>".
+    client = opened(raw())
+    client.send(raw_frame(8, 1, b""))
+    assert_closed_with(client, 505, "UNEXPECTED_FRAME - ")
+    assert_still_serving(broker)
+
+
+def test_garbage_after_handshake(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ reads a frame header out of the garbage: 501 "... {frame_too_large,...}".
+    client = opened(raw())
+    client.send(b"\xde\xad\xbe\xef" * 16)
+    assert_closed_with(client, 501, "FRAME_ERROR - ")
+    assert_still_serving(broker)
+
+
+def test_frames_after_server_connection_close_are_ignored(
+    broker: BrokerThread, raw: RawFactory
+) -> None:
+    client = opened(raw())
+    client.send(raw_frame(7, 1, b"abc"))
+    close = client.expect_method(commands.Connection.Close, channel=0)
+    assert close.reply_code == 501
+    client.send_method(1, commands.Basic.Qos(prefetch_count=1))
+    client.send_method(2, commands.Channel.Open())
+    client.send_method(0, commands.Connection.CloseOk())
+    assert client.frames_until_eof() == []
+    assert_still_serving(broker)
+
+
+# -- method-level errors ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ids", [(99, 10), (60, 99)], ids=["class", "method"])
+def test_unknown_class_or_method(
+    broker: BrokerThread, raw: RawFactory, ids: tuple[int, int]
+) -> None:
+    # RabbitMQ drops the socket without a close; Warren closes with 540 NOT_IMPLEMENTED.
+    client = opened(raw())
+    client.send(raw_frame(1, 1, struct.pack(">HH", *ids)))
+    assert_closed_with(client, 540, "NOT_IMPLEMENTED - ", ids)
+    assert_still_serving(broker)
+
+
+def test_connection_method_on_a_channel(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ: 503 "COMMAND_INVALID - unimplemented method", naming the method.
+    client = opened(raw())
+    client.send_method(1, commands.Connection.Open(virtual_host="/"))
+    text = assert_closed_with(client, 503, "COMMAND_INVALID - ", (10, 40))
+    assert text == "COMMAND_INVALID - unimplemented method"
+    assert_still_serving(broker)
+
+
+def test_channel_method_on_channel_zero(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ: 504 "CHANNEL_ERROR - unexpected method in connection state running".
+    client = raw()
+    client.handshake()
+    client.send_method(0, commands.Basic.Qos(prefetch_count=1))
+    text = assert_closed_with(client, 504, "CHANNEL_ERROR - ", (60, 10))
+    assert text == "CHANNEL_ERROR - unexpected method in connection state running"
+    assert_still_serving(broker)
+
+
+def test_unsolicited_connection_close_ok(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ: the same 504, naming connection.close-ok (10/51).
+    client = raw()
+    client.handshake()
+    client.send_method(0, commands.Connection.CloseOk())
+    assert_closed_with(client, 504, "CHANNEL_ERROR - unexpected method", (10, 51))
+    assert_still_serving(broker)
+
+
+def test_truncated_method_payload(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ: 501 "FRAME_ERROR - cannot decode <<0,0,3,97>>", naming queue.declare
+    # (50/10); not 502 SYNTAX_ERROR.
+    client = opened(raw())
+    payload = method_payload(commands.Queue.Declare(queue="abc"))
+    client.send(raw_frame(1, 1, payload[:8]))
+    assert_closed_with(client, 501, "FRAME_ERROR - cannot decode", (50, 10))
+    assert_still_serving(broker)
+
+
+def test_method_frame_without_method_id(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ: 501 "FRAME_ERROR - type 1, all octets = <<0,60>>: unknown_frame".
+    client = opened(raw())
+    client.send(raw_frame(1, 1, b"\x00\x3c"))
+    assert_closed_with(client, 501, "FRAME_ERROR - ")
+    assert_still_serving(broker)
+
+
+def test_method_before_connection_open(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ: 505 "UNEXPECTED_FRAME - type 1, all octets = <<0,20,0,10,1,48>>".
+    client = raw()
+    client.handshake(open_connection=False)
+    client.send_method(1, commands.Channel.Open())
+    assert_closed_with(client, 505, "UNEXPECTED_FRAME - ")
+    assert_still_serving(broker)
+
+
+# -- channels ---------------------------------------------------------------------------
+
+
+def test_method_on_channel_never_opened(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ: 504 "CHANNEL_ERROR - expected 'channel.open'", naming basic.qos (60/10).
+    client = raw()
+    client.handshake()
+    client.send_method(3, commands.Basic.Qos(prefetch_count=1))
+    assert_closed_with(client, 504, "CHANNEL_ERROR - expected 'channel.open'", (60, 10))
+    assert_still_serving(broker)
+
+
+def test_channel_open_twice(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ: 504 "CHANNEL_ERROR - second 'channel.open' seen", naming channel.open.
+    client = opened(raw())
+    client.send_method(1, commands.Channel.Open())
+    assert_closed_with(client, 504, "CHANNEL_ERROR - second 'channel.open' seen", (20, 10))
+    assert_still_serving(broker)
+
+
+def test_more_channels_than_channel_max(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ counts open channels (it accepts any channel number): opening a third
+    # with channel_max=2 gives 530 "NOT_ALLOWED - number of channels opened (2) has
+    # reached the negotiated channel_max (2)".
+    client = raw()
+    client.handshake(channel_max=2)
+    client.open_channel(1)
+    client.open_channel(2)
+    client.send_method(3, commands.Channel.Open())
+    assert_closed_with(client, 530, "NOT_ALLOWED - ")
+    assert_still_serving(broker)
+
+
+def test_client_channel_close(broker: BrokerThread, raw: RawFactory) -> None:
+    client = opened(raw())
+    client.send_method(
+        1, commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+    )
+    client.expect_method(commands.Channel.CloseOk, channel=1)
+    client.open_channel(1)  # the number is free again
+    client.close()
+    assert_still_serving(broker)
+
+
+def test_client_connection_close(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ sends close-ok and then waits for the client to close the socket;
+    # Warren closes it itself right after close-ok, which clients accept.
+    client = opened(raw())
+    client.send_method(
+        0, commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+    )
+    client.expect_method(commands.Connection.CloseOk, channel=0)
+    assert client.wait_eof(5)
+    assert_still_serving(broker)
+
+
+def test_frames_after_server_channel_close_are_ignored(
+    broker: BrokerThread, raw: RawFactory
+) -> None:
+    # RabbitMQ: 404 on channel 1 naming queue.declare; until the client's close-ok
+    # every frame on that channel is dropped, after it the channel can be reopened.
+    client = opened(raw())
+    declare(client, "target")
+    client.send_method(1, commands.Queue.Declare(queue="no-such-queue", passive=True))
+    code, text, class_id, method_id = client.expect_channel_close(1)
+    assert (code, class_id, method_id) == (404, 50, 10)
+    assert text == "NOT_FOUND - no queue 'no-such-queue' in vhost '/'"
+    client.send_method(1, commands.Basic.Qos(prefetch_count=1))
+    client.send(publish_frames(1, b"dropped", "target"))
+    client.send_method(1, commands.Queue.Declare(queue="ignored"))
+    client.send_method(1, commands.Channel.CloseOk())
+    # Nothing was answered in between: the next frame is the open-ok.
+    client.open_channel(1)
+    client.send_method(1, commands.Basic.Qos(prefetch_count=1))
+    client.expect_method(commands.Basic.QosOk, channel=1)
+    assert queue_counts(broker, "target") == (0, 0, 0)
+    assert queue_counts(broker, "ignored") is None
+    assert_still_serving(broker)
+
+
+# -- content ----------------------------------------------------------------------------
+
+
+def test_content_header_without_publish(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ: 505 "UNEXPECTED_FRAME - expected method frame, got non method frame instead".
+    client = opened(raw())
+    client.send(header_frame(1, 3))
+    assert_closed_with(client, 505, "UNEXPECTED_FRAME - ")
+    assert_still_serving(broker)
+
+
+@pytest.mark.parametrize("channel", [0, 5], ids=["channel-0", "never-opened"])
+def test_content_frame_outside_an_open_channel(
+    broker: BrokerThread, raw: RawFactory, channel: int
+) -> None:
+    # RabbitMQ: the same 505 for content on channel 0 or on a channel never opened.
+    client = raw()
+    client.handshake()
+    client.send(body_frame(channel, b"abc"))
+    assert_closed_with(client, 505, "UNEXPECTED_FRAME - ")
+    assert_still_serving(broker)
+
+
+def test_method_while_header_expected(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ: 505 "UNEXPECTED_FRAME - expected content header for class 60, got non
+    # content header frame instead", naming basic.publish (60/40).
+    client = opened(raw())
+    client.send_method(1, commands.Basic.Publish(routing_key="q"))
+    client.send_method(1, commands.Basic.Qos(prefetch_count=1))
+    assert_closed_with(client, 505, "UNEXPECTED_FRAME - expected content header", (60, 40))
+    assert_still_serving(broker)
+
+
+def test_method_while_body_expected(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ: 505 "UNEXPECTED_FRAME - expected content body, got non content body
+    # frame instead", naming basic.publish (60/40).
+    client = opened(raw())
+    declare(client, "partial")
+    client.send_method(1, commands.Basic.Publish(routing_key="partial"))
+    client.send(header_frame(1, 10))
+    client.send(body_frame(1, b"12345"))
+    client.send_method(1, commands.Basic.Qos(prefetch_count=1))
+    assert_closed_with(client, 505, "UNEXPECTED_FRAME - expected content body", (60, 40))
+    assert queue_counts(broker, "partial") == (0, 0, 0)
+    assert_still_serving(broker)
+
+
+def test_content_header_of_another_class(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ: 505 "UNEXPECTED_FRAME - expected content header for class 60, got one for
+    # class 50 instead", naming basic.publish (60/40).
+    client = opened(raw())
+    client.send_method(1, commands.Basic.Publish(routing_key="q"))
+    client.send(raw_frame(2, 1, struct.pack(">HHQH", 50, 0, 3, 0)))
+    text = assert_closed_with(client, 505, "UNEXPECTED_FRAME - ", (60, 40))
+    assert text == (
+        "UNEXPECTED_FRAME - expected content header for class 60, got one for class 50 instead"
+    )
+    assert_still_serving(broker)
+
+
+def test_body_longer_than_announced(broker: BrokerThread, raw: RawFactory) -> None:
+    # RabbitMQ neither delivers nor rejects such a message: the channel waits forever
+    # for the body to "complete" and the next method frame gets 505. Warren closes
+    # the connection at once with 501; either way nothing (corrupted) is enqueued.
+    client = opened(raw())
+    declare(client, "exact")
+    client.send(publish_frames(1, b"abcdef", "exact", announced_size=3))
+    assert_closed_with(client, 501, "FRAME_ERROR - ")
+    assert queue_counts(broker, "exact") == (0, 0, 0)
+    assert_still_serving(broker)
+
+
+def test_message_over_max_message_size(broker_factory: Callable[..., BrokerThread]) -> None:
+    # RabbitMQ (max_message_size = 1000): channel.close 406 "PRECONDITION_FAILED - message
+    # size 2000 is larger than configured max size 1000", naming basic.publish; the
+    # connection stays usable and a message of exactly 1000 bytes is accepted.
+    b = broker_factory(max_message_size=1000)
+    with RawAMQP(b.port) as client:
+        opened(client)
+        declare(client, "limited")
+        client.send(publish_frames(1, b"x" * 2000, "limited"))
+        code, text, class_id, method_id = client.expect_channel_close(1)
+        assert (code, class_id, method_id) == (406, 60, 40)
+        assert text == (
+            "PRECONDITION_FAILED - message size 2000 is larger than configured max size 1000"
+        )
+        client.send_method(1, commands.Channel.CloseOk())
+        client.open_channel(1)
+        client.send(publish_frames(1, b"y" * 1000, "limited"))
+        client.send_method(1, commands.Basic.Get(queue="limited", no_ack=True))
+        client.expect_method(commands.Basic.GetOk, channel=1)
+        _, data = client.expect_content()
+        assert data == b"y" * 1000
+        client.close()
+    assert_still_serving(b)
+
+
+# -- writes: many frames at once, one frame in many pieces -------------------------------
+
+
+def test_many_frames_in_one_write(broker: BrokerThread, raw: RawFactory) -> None:
+    client = opened(raw())
+    declare(client, "batch")
+    frames = b"".join(publish_frames(1, f"m{i}".encode(), "batch") for i in range(100))
+    frames += method_frame(1, commands.Queue.Declare(queue="batch", passive=True))
+    client.send(frames)
+    assert client.expect_method(commands.Queue.DeclareOk).message_count == 100
+    client.send(
+        b"".join(
+            method_frame(1, commands.Basic.Get(queue="batch", no_ack=True)) for _ in range(100)
+        )
+    )
+    for i in range(100):
+        client.expect_method(commands.Basic.GetOk, channel=1)
+        _, data = client.expect_content()
+        assert data == f"m{i}".encode()
+    client.close()
+    assert_still_serving(broker)
+
+
+def test_frames_sent_byte_by_byte(broker: BrokerThread, raw: RawFactory) -> None:
+    client = raw()
+    client.bytewise = True  # every send below goes out one byte per write
+    opened(client)
+    declare(client, "trickle")
+    client.send(publish_frames(1, b"one byte at a time", "trickle"))
+    client.send_method(1, commands.Basic.Get(queue="trickle", no_ack=True))
+    client.expect_method(commands.Basic.GetOk, channel=1)
+    _, data = client.expect_content()
+    assert data == b"one byte at a time"
+    client.close()
+    assert_still_serving(broker)
+
+
+# -- vanishing clients ------------------------------------------------------------------
+
+
+def test_client_vanishes_mid_frame(broker: BrokerThread, raw: RawFactory) -> None:
+    client = opened(raw())
+    declare(client, "mine", exclusive=True)
+    declare(client, "shared")
+    for i in range(3):
+        client.send(publish_frames(1, f"s{i}".encode(), "shared"))
+    client.send_method(1, commands.Basic.Consume(queue="shared"))
+    client.expect_method(commands.Basic.ConsumeOk)
+    for _ in range(3):
+        client.expect_method(commands.Basic.Deliver)
+        client.expect_content()
+    assert queue_counts(broker, "shared") == (0, 3, 1)
+    wait_closed = server_side_closed(broker, client)
+    client.send(publish_frames(1, b"never finished", "shared")[:13])
+    client.close_socket()
+    wait_closed()
+    # The exclusive queue is gone, the unacked messages are back, the consumer is gone.
+    assert queue_counts(broker, "mine") is None
+    assert queue_counts(broker, "shared") == (3, 0, 0)
+    assert_still_serving(broker)
+
+
+def test_unacked_messages_of_a_vanished_client_are_redelivered(
+    broker: BrokerThread, raw: RawFactory
+) -> None:
+    client = opened(raw())
+    declare(client, "jobs")
+    for i in range(5):
+        client.send(publish_frames(1, f"job{i}".encode(), "jobs"))
+    client.send_method(1, commands.Basic.Consume(queue="jobs"))
+    client.expect_method(commands.Basic.ConsumeOk)
+    for i in range(5):
+        deliver = client.expect_method(commands.Basic.Deliver)
+        assert not deliver.redelivered
+        assert client.expect_content()[1] == f"job{i}".encode()
+    with pika.BlockingConnection(pika_params(broker)) as conn:
+        ch = conn.channel()
+        got: list[tuple[bytes, bool]] = []
+
+        def on_message(
+            ch: pika.adapters.blocking_connection.BlockingChannel,
+            method: pika.spec.Basic.Deliver,
+            _props: pika.spec.BasicProperties,
+            body: bytes,
+        ) -> None:
+            got.append((body, method.redelivered))
+            ch.basic_ack(method.delivery_tag)
+
+        # Subscribed while the raw client still holds every message, then it vanishes.
+        ch.basic_consume("jobs", on_message)
+        assert queue_counts(broker, "jobs") == (0, 5, 2)
+        client.close_socket()
+        deadline = time.monotonic() + 5
+        while len(got) < 5 and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.2)
+        assert got == [(f"job{i}".encode(), True) for i in range(5)]
+    assert queue_counts(broker, "jobs") == (0, 0, 0)
+    assert_still_serving(broker)
+
+
+# -- heartbeats and timeouts ------------------------------------------------------------
+
+
+def test_silent_client_is_disconnected_after_missed_heartbeats(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    # RabbitMQ (client heartbeat=1): a heartbeat every 0.5 s, then the socket closes
+    # about 3 s after the last client frame, without a connection.close.
+    b = broker_factory(heartbeat=1)
+    with RawAMQP(b.port) as client:
+        client.handshake(heartbeat=1)
+        started = time.monotonic()
+        assert client.wait_eof(timeout=10)
+        elapsed = time.monotonic() - started
+        assert client.heartbeats >= 1
+        assert 1.0 <= elapsed < 10, elapsed
+    assert_still_serving(b)
+
+
+def test_client_sending_heartbeats_stays_connected(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    b = broker_factory(heartbeat=1)
+    with RawAMQP(b.port) as client:
+        client.handshake(heartbeat=1)
+        deadline = time.monotonic() + 3.5  # well past two missed intervals
+        while time.monotonic() < deadline:
+            try:
+                channel, frame = client.read_frame(timeout=0.4)
+            except Timeout:
+                pass
+            else:
+                assert channel == 0 and isinstance(frame, heartbeat.Heartbeat), frame
+            client.send_heartbeat()
+        assert client.heartbeats >= 1
+        client.open_channel(1)
+        client.close()
+    assert_still_serving(b)
+
+
+@pytest.mark.parametrize("send_header", [True, False], ids=["header-only", "nothing"])
+def test_handshake_timeout(
+    broker: BrokerThread, raw: RawFactory, monkeypatch: pytest.MonkeyPatch, send_header: bool
+) -> None:
+    # RabbitMQ (handshake_timeout 10 s): after connection.start and nothing more, the
+    # socket closes 10 s later without a connection.close. Shortened here to 1 s.
+    monkeypatch.setattr(warren.amqp.server, "HANDSHAKE_TIMEOUT", 1.0)
+    client = raw()
+    started = time.monotonic()
+    if send_header:
+        client.send(PROTOCOL_HEADER)
+        client.expect_method(commands.Connection.Start)
+    assert client.frames_until_eof(timeout=5) == []
+    assert time.monotonic() - started >= 0.9
+    assert_still_serving(broker)
+
+
+# -- isolation --------------------------------------------------------------------------
+
+
+def test_bad_connection_does_not_disturb_a_consumer(broker: BrokerThread, raw: RawFactory) -> None:
+    with (
+        pika.BlockingConnection(pika_params(broker)) as pub_conn,
+        pika.BlockingConnection(pika_params(broker)) as sub_conn,
+    ):
+        pub = pub_conn.channel()
+        pub.queue_declare("steady")
+        sub = sub_conn.channel()
+        sub.basic_qos(prefetch_count=10)
+        got: list[bytes] = []
+
+        def on_message(
+            ch: pika.adapters.blocking_connection.BlockingChannel,
+            method: pika.spec.Basic.Deliver,
+            _props: pika.spec.BasicProperties,
+            body: bytes,
+        ) -> None:
+            got.append(body)
+            ch.basic_ack(method.delivery_tag)
+
+        def consume_until(count: int) -> None:
+            deadline = time.monotonic() + 5
+            while len(got) < count and time.monotonic() < deadline:
+                sub_conn.process_data_events(time_limit=0.2)
+
+        sub.basic_consume("steady", on_message)
+        for i in range(100):
+            pub.basic_publish("", "steady", f"n{i}".encode())
+        consume_until(40)
+        assert len(got) >= 40
+        # Deliveries are in flight (prefetch 10) while another client breaks the protocol.
+        bad = opened(raw())
+        bad.send(raw_frame(1, 1, method_payload(commands.Basic.Qos(prefetch_count=1)), end=0))
+        assert_closed_with(bad, 501, "FRAME_ERROR - ")
+        for i in range(100, 200):
+            pub.basic_publish("", "steady", f"n{i}".encode())
+        consume_until(200)
+        assert got == [f"n{i}".encode() for i in range(200)]
+        pub.queue_delete("steady")
+    assert_still_serving(broker)
