@@ -731,3 +731,32 @@ def test_bad_connection_does_not_disturb_a_consumer(broker: BrokerThread, raw: R
         assert got == [f"n{i}".encode() for i in range(200)]
         pub.queue_delete("steady")
     assert_still_serving(broker)
+
+
+def test_access_request_is_granted_like_rabbitmq(broker: BrokerThread) -> None:
+    # Deprecated in 0-9-1, still sent by old clients: RabbitMQ answers request-ok, ticket 1.
+    with RawAMQP(broker.port) as client:
+        client.handshake()
+        client.open_channel(1)
+        # pamqp 4 has no access class, so frame and parse it by hand.
+        realm = b"/data"
+        payload = struct.pack(">HHB", 30, 10, len(realm)) + realm + b"\x1c"
+        client.send(struct.pack(">BHI", 1, 1, len(payload)) + payload + b"\xce")
+        expected = struct.pack(">BHIHHH", 1, 1, 6, 30, 11, 1) + b"\xce"
+        deadline = time.monotonic() + 5
+        while len(client.buf) < len(expected) and client._recv(deadline):
+            pass
+        assert client.buf == expected
+    assert_still_serving(broker)
+
+
+def test_trailing_bytes_after_method_arguments_are_a_frame_error(broker: BrokerThread) -> None:
+    # RabbitMQ 3.10: "FRAME_ERROR - cannot decode ..." for a basic.qos with extra bytes.
+    with RawAMQP(broker.port) as client:
+        client.handshake()
+        client.open_channel(1)
+        payload = struct.pack(">HHIHB", 60, 10, 0, 1, 0) + b"xyz"
+        client.send(struct.pack(">BHI", 1, 1, len(payload)) + payload + b"\xce")
+        code, _text, class_id, method_id = client.expect_close()
+        assert (code, class_id, method_id) == (501, 60, 10)
+    assert_still_serving(broker)

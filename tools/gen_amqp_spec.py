@@ -261,7 +261,11 @@ def gen_decode(m: MethodSpec, structs: StructRegistry) -> list[str]:
         "    def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:",
     ]
     if not m.fields:
-        return head + ["        return cls()"]
+        return head + [
+            "        if len(data) != offset:",
+            f"            raise DecodeError('{m.amqp_name}: unexpected bytes after the arguments')",
+            "        return cls()",
+        ]
 
     lines: list[str] = []
     run_fmt = ""
@@ -316,18 +320,21 @@ def gen_decode(m: MethodSpec, structs: StructRegistry) -> list[str]:
             ctor_args[f.name] = f.name
     flush()
     has_strings = any(f.type in ("shortstr", "longstr") for f in m.fields)
-    if not has_strings and lines[-1].startswith("offset +="):
-        lines.pop()  # nothing reads the final offset
 
     body = head + ["        try:"]
     body.extend(f"            {line}" for line in lines)
     body.append("        except (struct.error, IndexError) as exc:")
     body.append(f"            raise DecodeError(f'malformed {m.amqp_name}: {{exc}}') from exc")
+    # String slices past the end silently shorten, and bytes after the last argument
+    # mean a malformed frame (RabbitMQ answers both with 501): one check covers both.
+    body.append("        if offset != len(data):")
     if has_strings:
-        # String slices past the end silently shorten, so check the final offset once.
-        # (Fixed-size runs and tables already fail loudly when truncated.)
-        body.append("        if offset > len(data):")
-        body.append(f"            raise DecodeError('truncated {m.amqp_name}')")
+        body.append(
+            f"            raise DecodeError('truncated {m.amqp_name}' if offset > len(data) "
+            f"else '{m.amqp_name}: unexpected bytes after the arguments')"
+        )
+    else:
+        body.append(f"            raise DecodeError('{m.amqp_name}: unexpected bytes after the arguments')")
     call = ", ".join(ctor_args[f.name] for f in m.fields)
     body.append(f"        return cls({call})")
     return body

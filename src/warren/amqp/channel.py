@@ -307,6 +307,10 @@ class Channel:
     def _channel_flow_ok(self, method: spec.ChannelFlowOk) -> None:
         pass
 
+    def _access_request(self, method: spec.AccessRequest) -> None:
+        # Deprecated in 0-9-1 but still sent by old clients; RabbitMQ grants ticket 1.
+        self._reply(spec.AccessRequestOk(ticket=1))
+
     # -- exchange class ---------------------------------------------------------------
     def _exchange_declare(self, method: spec.ExchangeDeclare) -> None:
         assert self.vhost is not None
@@ -812,6 +816,7 @@ _HANDLERS: dict[type[spec.Method], Callable[[Channel, Any], None]] = {
     spec.ChannelClose: Channel._channel_close,
     spec.ChannelFlow: Channel._channel_flow,
     spec.ChannelFlowOk: Channel._channel_flow_ok,
+    spec.AccessRequest: Channel._access_request,
     spec.ExchangeDeclare: Channel._exchange_declare,
     spec.ExchangeDelete: Channel._exchange_delete,
     spec.ExchangeBind: Channel._exchange_bind,

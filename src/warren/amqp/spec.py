@@ -232,8 +232,8 @@ class ConnectionStart(Method):
             offset += n
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed connection.start: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated connection.start')
+        if offset != len(data):
+            raise DecodeError('truncated connection.start' if offset > len(data) else 'connection.start: unexpected bytes after the arguments')
         return cls(version_major, version_minor, server_properties, mechanisms, locales)
 
 
@@ -305,8 +305,8 @@ class ConnectionStartOk(Method):
             offset += n
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed connection.start-ok: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated connection.start-ok')
+        if offset != len(data):
+            raise DecodeError('truncated connection.start-ok' if offset > len(data) else 'connection.start-ok: unexpected bytes after the arguments')
         return cls(client_properties, mechanism, response, locale)
 
 
@@ -349,8 +349,8 @@ class ConnectionSecure(Method):
             offset += n
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed connection.secure: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated connection.secure')
+        if offset != len(data):
+            raise DecodeError('truncated connection.secure' if offset > len(data) else 'connection.secure: unexpected bytes after the arguments')
         return cls(challenge)
 
 
@@ -393,8 +393,8 @@ class ConnectionSecureOk(Method):
             offset += n
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed connection.secure-ok: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated connection.secure-ok')
+        if offset != len(data):
+            raise DecodeError('truncated connection.secure-ok' if offset > len(data) else 'connection.secure-ok: unexpected bytes after the arguments')
         return cls(response)
 
 
@@ -435,8 +435,11 @@ class ConnectionTune(Method):
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
         try:
             channel_max, frame_max, heartbeat = _S_HIH.unpack_from(data, offset)
+            offset += 8
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed connection.tune: {exc}') from exc
+        if offset != len(data):
+            raise DecodeError('connection.tune: unexpected bytes after the arguments')
         return cls(channel_max, frame_max, heartbeat)
 
 
@@ -477,8 +480,11 @@ class ConnectionTuneOk(Method):
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
         try:
             channel_max, frame_max, heartbeat = _S_HIH.unpack_from(data, offset)
+            offset += 8
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed connection.tune-ok: {exc}') from exc
+        if offset != len(data):
+            raise DecodeError('connection.tune-ok: unexpected bytes after the arguments')
         return cls(channel_max, frame_max, heartbeat)
 
 
@@ -538,8 +544,8 @@ class ConnectionOpen(Method):
             offset += 1
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed connection.open: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated connection.open')
+        if offset != len(data):
+            raise DecodeError('truncated connection.open' if offset > len(data) else 'connection.open: unexpected bytes after the arguments')
         return cls(virtual_host, capabilities, bits0 & 1 != 0)
 
 
@@ -580,8 +586,8 @@ class ConnectionOpenOk(Method):
             offset += n
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed connection.open-ok: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated connection.open-ok')
+        if offset != len(data):
+            raise DecodeError('truncated connection.open-ok' if offset > len(data) else 'connection.open-ok: unexpected bytes after the arguments')
         return cls(known_hosts)
 
 
@@ -633,8 +639,8 @@ class ConnectionClose(Method):
             offset += 4
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed connection.close: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated connection.close')
+        if offset != len(data):
+            raise DecodeError('truncated connection.close' if offset > len(data) else 'connection.close: unexpected bytes after the arguments')
         return cls(reply_code, reply_text, class_id, method_id)
 
 
@@ -657,6 +663,8 @@ class ConnectionCloseOk(Method):
 
     @classmethod
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
+        if len(data) != offset:
+            raise DecodeError('connection.close-ok: unexpected bytes after the arguments')
         return cls()
 
 
@@ -697,8 +705,8 @@ class ConnectionBlocked(Method):
             offset += n
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed connection.blocked: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated connection.blocked')
+        if offset != len(data):
+            raise DecodeError('truncated connection.blocked' if offset > len(data) else 'connection.blocked: unexpected bytes after the arguments')
         return cls(reason)
 
 
@@ -721,6 +729,8 @@ class ConnectionUnblocked(Method):
 
     @classmethod
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
+        if len(data) != offset:
+            raise DecodeError('connection.unblocked: unexpected bytes after the arguments')
         return cls()
 
 
@@ -776,8 +786,8 @@ class ConnectionUpdateSecret(Method):
             offset += n
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed connection.update-secret: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated connection.update-secret')
+        if offset != len(data):
+            raise DecodeError('truncated connection.update-secret' if offset > len(data) else 'connection.update-secret: unexpected bytes after the arguments')
         return cls(new_secret, reason)
 
 
@@ -800,6 +810,8 @@ class ConnectionUpdateSecretOk(Method):
 
     @classmethod
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
+        if len(data) != offset:
+            raise DecodeError('connection.update-secret-ok: unexpected bytes after the arguments')
         return cls()
 
 
@@ -840,8 +852,8 @@ class ChannelOpen(Method):
             offset += n
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed channel.open: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated channel.open')
+        if offset != len(data):
+            raise DecodeError('truncated channel.open' if offset > len(data) else 'channel.open: unexpected bytes after the arguments')
         return cls(out_of_band)
 
 
@@ -884,8 +896,8 @@ class ChannelOpenOk(Method):
             offset += n
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed channel.open-ok: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated channel.open-ok')
+        if offset != len(data):
+            raise DecodeError('truncated channel.open-ok' if offset > len(data) else 'channel.open-ok: unexpected bytes after the arguments')
         return cls(channel_id)
 
 
@@ -920,8 +932,11 @@ class ChannelFlow(Method):
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
         try:
             bits0 = data[offset]
+            offset += 1
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed channel.flow: {exc}') from exc
+        if offset != len(data):
+            raise DecodeError('channel.flow: unexpected bytes after the arguments')
         return cls(bits0 & 1 != 0)
 
 
@@ -956,8 +971,11 @@ class ChannelFlowOk(Method):
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
         try:
             bits0 = data[offset]
+            offset += 1
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed channel.flow-ok: {exc}') from exc
+        if offset != len(data):
+            raise DecodeError('channel.flow-ok: unexpected bytes after the arguments')
         return cls(bits0 & 1 != 0)
 
 
@@ -1009,8 +1027,8 @@ class ChannelClose(Method):
             offset += 4
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed channel.close: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated channel.close')
+        if offset != len(data):
+            raise DecodeError('truncated channel.close' if offset > len(data) else 'channel.close: unexpected bytes after the arguments')
         return cls(reply_code, reply_text, class_id, method_id)
 
 
@@ -1033,6 +1051,8 @@ class ChannelCloseOk(Method):
 
     @classmethod
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
+        if len(data) != offset:
+            raise DecodeError('channel.close-ok: unexpected bytes after the arguments')
         return cls()
 
 
@@ -1090,8 +1110,8 @@ class AccessRequest(Method):
             offset += 1
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed access.request: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated access.request')
+        if offset != len(data):
+            raise DecodeError('truncated access.request' if offset > len(data) else 'access.request: unexpected bytes after the arguments')
         return cls(realm, bits0 & 1 != 0, bits0 & 2 != 0, bits0 & 4 != 0, bits0 & 8 != 0, bits0 & 16 != 0)
 
 
@@ -1126,8 +1146,11 @@ class AccessRequestOk(Method):
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
         try:
             ticket, = _S_H.unpack_from(data, offset)
+            offset += 2
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed access.request-ok: {exc}') from exc
+        if offset != len(data):
+            raise DecodeError('access.request-ok: unexpected bytes after the arguments')
         return cls(ticket)
 
 
@@ -1207,8 +1230,8 @@ class ExchangeDeclare(Method):
             arguments, offset = decode_table(data, offset)
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed exchange.declare: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated exchange.declare')
+        if offset != len(data):
+            raise DecodeError('truncated exchange.declare' if offset > len(data) else 'exchange.declare: unexpected bytes after the arguments')
         return cls(ticket, exchange, type, bits0 & 1 != 0, bits0 & 2 != 0, bits0 & 4 != 0, bits0 & 8 != 0, bits0 & 16 != 0, arguments)
 
 
@@ -1231,6 +1254,8 @@ class ExchangeDeclareOk(Method):
 
     @classmethod
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
+        if len(data) != offset:
+            raise DecodeError('exchange.declare-ok: unexpected bytes after the arguments')
         return cls()
 
 
@@ -1282,8 +1307,8 @@ class ExchangeDelete(Method):
             offset += 1
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed exchange.delete: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated exchange.delete')
+        if offset != len(data):
+            raise DecodeError('truncated exchange.delete' if offset > len(data) else 'exchange.delete: unexpected bytes after the arguments')
         return cls(ticket, exchange, bits0 & 1 != 0, bits0 & 2 != 0)
 
 
@@ -1306,6 +1331,8 @@ class ExchangeDeleteOk(Method):
 
     @classmethod
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
+        if len(data) != offset:
+            raise DecodeError('exchange.delete-ok: unexpected bytes after the arguments')
         return cls()
 
 
@@ -1383,8 +1410,8 @@ class ExchangeBind(Method):
             arguments, offset = decode_table(data, offset)
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed exchange.bind: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated exchange.bind')
+        if offset != len(data):
+            raise DecodeError('truncated exchange.bind' if offset > len(data) else 'exchange.bind: unexpected bytes after the arguments')
         return cls(ticket, destination, source, routing_key, bits0 & 1 != 0, arguments)
 
 
@@ -1407,6 +1434,8 @@ class ExchangeBindOk(Method):
 
     @classmethod
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
+        if len(data) != offset:
+            raise DecodeError('exchange.bind-ok: unexpected bytes after the arguments')
         return cls()
 
 
@@ -1484,8 +1513,8 @@ class ExchangeUnbind(Method):
             arguments, offset = decode_table(data, offset)
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed exchange.unbind: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated exchange.unbind')
+        if offset != len(data):
+            raise DecodeError('truncated exchange.unbind' if offset > len(data) else 'exchange.unbind: unexpected bytes after the arguments')
         return cls(ticket, destination, source, routing_key, bits0 & 1 != 0, arguments)
 
 
@@ -1508,6 +1537,8 @@ class ExchangeUnbindOk(Method):
 
     @classmethod
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
+        if len(data) != offset:
+            raise DecodeError('exchange.unbind-ok: unexpected bytes after the arguments')
         return cls()
 
 
@@ -1577,8 +1608,8 @@ class QueueDeclare(Method):
             arguments, offset = decode_table(data, offset)
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed queue.declare: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated queue.declare')
+        if offset != len(data):
+            raise DecodeError('truncated queue.declare' if offset > len(data) else 'queue.declare: unexpected bytes after the arguments')
         return cls(ticket, queue, bits0 & 1 != 0, bits0 & 2 != 0, bits0 & 4 != 0, bits0 & 8 != 0, bits0 & 16 != 0, arguments)
 
 
@@ -1627,8 +1658,8 @@ class QueueDeclareOk(Method):
             offset += 8
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed queue.declare-ok: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated queue.declare-ok')
+        if offset != len(data):
+            raise DecodeError('truncated queue.declare-ok' if offset > len(data) else 'queue.declare-ok: unexpected bytes after the arguments')
         return cls(queue, message_count, consumer_count)
 
 
@@ -1706,8 +1737,8 @@ class QueueBind(Method):
             arguments, offset = decode_table(data, offset)
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed queue.bind: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated queue.bind')
+        if offset != len(data):
+            raise DecodeError('truncated queue.bind' if offset > len(data) else 'queue.bind: unexpected bytes after the arguments')
         return cls(ticket, queue, exchange, routing_key, bits0 & 1 != 0, arguments)
 
 
@@ -1730,6 +1761,8 @@ class QueueBindOk(Method):
 
     @classmethod
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
+        if len(data) != offset:
+            raise DecodeError('queue.bind-ok: unexpected bytes after the arguments')
         return cls()
 
 
@@ -1778,8 +1811,8 @@ class QueuePurge(Method):
             offset += 1
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed queue.purge: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated queue.purge')
+        if offset != len(data):
+            raise DecodeError('truncated queue.purge' if offset > len(data) else 'queue.purge: unexpected bytes after the arguments')
         return cls(ticket, queue, bits0 & 1 != 0)
 
 
@@ -1814,8 +1847,11 @@ class QueuePurgeOk(Method):
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
         try:
             message_count, = _S_I.unpack_from(data, offset)
+            offset += 4
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed queue.purge-ok: {exc}') from exc
+        if offset != len(data):
+            raise DecodeError('queue.purge-ok: unexpected bytes after the arguments')
         return cls(message_count)
 
 
@@ -1870,8 +1906,8 @@ class QueueDelete(Method):
             offset += 1
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed queue.delete: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated queue.delete')
+        if offset != len(data):
+            raise DecodeError('truncated queue.delete' if offset > len(data) else 'queue.delete: unexpected bytes after the arguments')
         return cls(ticket, queue, bits0 & 1 != 0, bits0 & 2 != 0, bits0 & 4 != 0)
 
 
@@ -1906,8 +1942,11 @@ class QueueDeleteOk(Method):
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
         try:
             message_count, = _S_I.unpack_from(data, offset)
+            offset += 4
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed queue.delete-ok: {exc}') from exc
+        if offset != len(data):
+            raise DecodeError('queue.delete-ok: unexpected bytes after the arguments')
         return cls(message_count)
 
 
@@ -1979,8 +2018,8 @@ class QueueUnbind(Method):
             arguments, offset = decode_table(data, offset)
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed queue.unbind: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated queue.unbind')
+        if offset != len(data):
+            raise DecodeError('truncated queue.unbind' if offset > len(data) else 'queue.unbind: unexpected bytes after the arguments')
         return cls(ticket, queue, exchange, routing_key, arguments)
 
 
@@ -2003,6 +2042,8 @@ class QueueUnbindOk(Method):
 
     @classmethod
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
+        if len(data) != offset:
+            raise DecodeError('queue.unbind-ok: unexpected bytes after the arguments')
         return cls()
 
 
@@ -2043,8 +2084,11 @@ class BasicQos(Method):
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
         try:
             prefetch_size, prefetch_count, bits0 = _S_IHB.unpack_from(data, offset)
+            offset += 7
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed basic.qos: {exc}') from exc
+        if offset != len(data):
+            raise DecodeError('basic.qos: unexpected bytes after the arguments')
         return cls(prefetch_size, prefetch_count, bits0 & 1 != 0)
 
 
@@ -2067,6 +2111,8 @@ class BasicQosOk(Method):
 
     @classmethod
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
+        if len(data) != offset:
+            raise DecodeError('basic.qos-ok: unexpected bytes after the arguments')
         return cls()
 
 
@@ -2143,8 +2189,8 @@ class BasicConsume(Method):
             arguments, offset = decode_table(data, offset)
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed basic.consume: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated basic.consume')
+        if offset != len(data):
+            raise DecodeError('truncated basic.consume' if offset > len(data) else 'basic.consume: unexpected bytes after the arguments')
         return cls(ticket, queue, consumer_tag, bits0 & 1 != 0, bits0 & 2 != 0, bits0 & 4 != 0, bits0 & 8 != 0, arguments)
 
 
@@ -2185,8 +2231,8 @@ class BasicConsumeOk(Method):
             offset += n
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed basic.consume-ok: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated basic.consume-ok')
+        if offset != len(data):
+            raise DecodeError('truncated basic.consume-ok' if offset > len(data) else 'basic.consume-ok: unexpected bytes after the arguments')
         return cls(consumer_tag)
 
 
@@ -2232,8 +2278,8 @@ class BasicCancel(Method):
             offset += 1
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed basic.cancel: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated basic.cancel')
+        if offset != len(data):
+            raise DecodeError('truncated basic.cancel' if offset > len(data) else 'basic.cancel: unexpected bytes after the arguments')
         return cls(consumer_tag, bits0 & 1 != 0)
 
 
@@ -2274,8 +2320,8 @@ class BasicCancelOk(Method):
             offset += n
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed basic.cancel-ok: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated basic.cancel-ok')
+        if offset != len(data):
+            raise DecodeError('truncated basic.cancel-ok' if offset > len(data) else 'basic.cancel-ok: unexpected bytes after the arguments')
         return cls(consumer_tag)
 
 
@@ -2341,8 +2387,8 @@ class BasicPublish(Method):
             offset += 1
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed basic.publish: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated basic.publish')
+        if offset != len(data):
+            raise DecodeError('truncated basic.publish' if offset > len(data) else 'basic.publish: unexpected bytes after the arguments')
         return cls(ticket, exchange, routing_key, bits0 & 1 != 0, bits0 & 2 != 0)
 
 
@@ -2409,8 +2455,8 @@ class BasicReturn(Method):
             offset += n
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed basic.return: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated basic.return')
+        if offset != len(data):
+            raise DecodeError('truncated basic.return' if offset > len(data) else 'basic.return: unexpected bytes after the arguments')
         return cls(reply_code, reply_text, exchange, routing_key)
 
 
@@ -2480,8 +2526,8 @@ class BasicDeliver(Method):
             offset += n
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed basic.deliver: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated basic.deliver')
+        if offset != len(data):
+            raise DecodeError('truncated basic.deliver' if offset > len(data) else 'basic.deliver: unexpected bytes after the arguments')
         return cls(consumer_tag, delivery_tag, bits0 & 1 != 0, exchange, routing_key)
 
 
@@ -2530,8 +2576,8 @@ class BasicGet(Method):
             offset += 1
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed basic.get: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated basic.get')
+        if offset != len(data):
+            raise DecodeError('truncated basic.get' if offset > len(data) else 'basic.get: unexpected bytes after the arguments')
         return cls(ticket, queue, bits0 & 1 != 0)
 
 
@@ -2597,8 +2643,8 @@ class BasicGetOk(Method):
             offset += 4
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed basic.get-ok: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated basic.get-ok')
+        if offset != len(data):
+            raise DecodeError('truncated basic.get-ok' if offset > len(data) else 'basic.get-ok: unexpected bytes after the arguments')
         return cls(delivery_tag, bits0 & 1 != 0, exchange, routing_key, message_count)
 
 
@@ -2639,8 +2685,8 @@ class BasicGetEmpty(Method):
             offset += n
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed basic.get-empty: {exc}') from exc
-        if offset > len(data):
-            raise DecodeError('truncated basic.get-empty')
+        if offset != len(data):
+            raise DecodeError('truncated basic.get-empty' if offset > len(data) else 'basic.get-empty: unexpected bytes after the arguments')
         return cls(cluster_id)
 
 
@@ -2678,8 +2724,11 @@ class BasicAck(Method):
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
         try:
             delivery_tag, bits0 = _S_QB.unpack_from(data, offset)
+            offset += 9
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed basic.ack: {exc}') from exc
+        if offset != len(data):
+            raise DecodeError('basic.ack: unexpected bytes after the arguments')
         return cls(delivery_tag, bits0 & 1 != 0)
 
 
@@ -2717,8 +2766,11 @@ class BasicReject(Method):
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
         try:
             delivery_tag, bits0 = _S_QB.unpack_from(data, offset)
+            offset += 9
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed basic.reject: {exc}') from exc
+        if offset != len(data):
+            raise DecodeError('basic.reject: unexpected bytes after the arguments')
         return cls(delivery_tag, bits0 & 1 != 0)
 
 
@@ -2753,8 +2805,11 @@ class BasicRecoverAsync(Method):
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
         try:
             bits0 = data[offset]
+            offset += 1
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed basic.recover-async: {exc}') from exc
+        if offset != len(data):
+            raise DecodeError('basic.recover-async: unexpected bytes after the arguments')
         return cls(bits0 & 1 != 0)
 
 
@@ -2789,8 +2844,11 @@ class BasicRecover(Method):
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
         try:
             bits0 = data[offset]
+            offset += 1
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed basic.recover: {exc}') from exc
+        if offset != len(data):
+            raise DecodeError('basic.recover: unexpected bytes after the arguments')
         return cls(bits0 & 1 != 0)
 
 
@@ -2813,6 +2871,8 @@ class BasicRecoverOk(Method):
 
     @classmethod
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
+        if len(data) != offset:
+            raise DecodeError('basic.recover-ok: unexpected bytes after the arguments')
         return cls()
 
 
@@ -2853,8 +2913,11 @@ class BasicNack(Method):
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
         try:
             delivery_tag, bits0 = _S_QB.unpack_from(data, offset)
+            offset += 9
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed basic.nack: {exc}') from exc
+        if offset != len(data):
+            raise DecodeError('basic.nack: unexpected bytes after the arguments')
         return cls(delivery_tag, bits0 & 1 != 0, bits0 & 2 != 0)
 
 
@@ -2877,6 +2940,8 @@ class TxSelect(Method):
 
     @classmethod
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
+        if len(data) != offset:
+            raise DecodeError('tx.select: unexpected bytes after the arguments')
         return cls()
 
 
@@ -2899,6 +2964,8 @@ class TxSelectOk(Method):
 
     @classmethod
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
+        if len(data) != offset:
+            raise DecodeError('tx.select-ok: unexpected bytes after the arguments')
         return cls()
 
 
@@ -2921,6 +2988,8 @@ class TxCommit(Method):
 
     @classmethod
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
+        if len(data) != offset:
+            raise DecodeError('tx.commit: unexpected bytes after the arguments')
         return cls()
 
 
@@ -2943,6 +3012,8 @@ class TxCommitOk(Method):
 
     @classmethod
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
+        if len(data) != offset:
+            raise DecodeError('tx.commit-ok: unexpected bytes after the arguments')
         return cls()
 
 
@@ -2965,6 +3036,8 @@ class TxRollback(Method):
 
     @classmethod
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
+        if len(data) != offset:
+            raise DecodeError('tx.rollback: unexpected bytes after the arguments')
         return cls()
 
 
@@ -2987,6 +3060,8 @@ class TxRollbackOk(Method):
 
     @classmethod
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
+        if len(data) != offset:
+            raise DecodeError('tx.rollback-ok: unexpected bytes after the arguments')
         return cls()
 
 
@@ -3021,8 +3096,11 @@ class ConfirmSelect(Method):
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
         try:
             bits0 = data[offset]
+            offset += 1
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed confirm.select: {exc}') from exc
+        if offset != len(data):
+            raise DecodeError('confirm.select: unexpected bytes after the arguments')
         return cls(bits0 & 1 != 0)
 
 
@@ -3045,6 +3123,8 @@ class ConfirmSelectOk(Method):
 
     @classmethod
     def decode(cls, data: bytes | memoryview, offset: int = 4) -> Self:
+        if len(data) != offset:
+            raise DecodeError('confirm.select-ok: unexpected bytes after the arguments')
         return cls()
 
 
