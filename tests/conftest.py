@@ -74,6 +74,8 @@ class BrokerThread:
         return fut.result(timeout)
 
     def stop(self) -> None:
+        if self.loop.is_closed():
+            return
         try:
             self.run(self.broker.stop())
         finally:

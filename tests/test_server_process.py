@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -12,26 +11,11 @@ from pathlib import Path
 import pika
 import pika.exceptions
 import pytest
-
-SRC = Path(__file__).resolve().parents[1] / "src"
+from procs import SRC, start_warren
 
 
 def _start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
-    env = dict(os.environ, PYTHONPATH=str(SRC))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "warren", "--amqp-port", "0", "-D", str(tmp_path / "data"), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        m = re.search(r"listening on AMQP [^:]+:(\d+)", line)
-        if m:
-            return proc, int(m.group(1))
-    proc.wait(5)
-    pytest.fail(f"warren exited without listening (status {proc.returncode})")
+    return start_warren(tmp_path / "data", *args)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

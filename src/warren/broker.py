@@ -1,9 +1,11 @@
-"""The broker: owns the core (vhosts, users) and the listeners, starts and stops them."""
+"""The broker: owns the core (vhosts, users), the store and the listeners."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import resource
+import shutil
 import socket
 from pathlib import Path
 from types import TracebackType
@@ -11,14 +13,34 @@ from typing import TYPE_CHECKING, Any
 
 from warren import __version__
 from warren.config import Config
-from warren.core.users import UserStore
+from warren.core.store import MessageStore
 from warren.core.vhost import VHost
+from warren.store.definitions import DefinitionsLog
+from warren.store.layout import DataDir
+from warren.store.segment_store import SegmentStore
+from warren.store.sync import GroupSync
+from warren.store.users_file import load_users, save_users
 
 if TYPE_CHECKING:
     from warren.amqp.connection import AMQPConnection
     from warren.amqp.server import AMQPProtocol
 
 log = logging.getLogger("warren")
+
+DISK_CHECK_INTERVAL = 1.0
+
+
+def _raise_fd_limit() -> None:
+    """Every queue that has been written to keeps its write segment open: lift the
+    soft descriptor limit to the hard one so thousands of queues fit."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY:
+            hard = 1 << 20
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("cannot raise the open-file limit: %s", exc)
 
 
 class Broker:
@@ -33,37 +55,64 @@ class Broker:
         for key, value in overrides.items():
             setattr(self.config, key, value)
         self.config.validate()
-        self.users = UserStore()
+        self.layout = DataDir(Path(self.config.data_dir).resolve())
+        self.users = load_users(self.layout.users_file)
         self.vhosts: dict[str, VHost] = {}
         self.connections: set[AMQPConnection] = set()
         self.protocols: set[AMQPProtocol] = set()
         self.cluster_name = f"warren@{socket.gethostname()}"
         self.amqp_port = 0
+        self.disk_alarm = False
+        self.syncer: GroupSync | None = None
         self._server: asyncio.base_events.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._disk_timer: asyncio.TimerHandle | None = None
 
     @property
     def data_dir(self) -> Path:
-        return Path(self.config.data_dir).resolve()
+        return self.layout.root
 
+    # -- vhosts and users ---------------------------------------------------------------
     def add_vhost(self, name: str) -> VHost:
         assert self._loop is not None, "the broker must be started first"
         vhost = self.vhosts.get(name)
         if vhost is None:
-            vhost = self.vhosts[name] = VHost(name, self._loop.call_soon)
+            definitions = DefinitionsLog(self.layout.definitions_file(name), self.config.sync)
+            vhost = VHost(name, self._loop.call_soon, self._new_store, definitions)
+            vhost.restore_definitions()
+            self.layout.remove_orphan_queue_dirs(name, list(vhost.queues))
+            self.vhosts[name] = vhost
+            self.layout.save_vhosts(list(self.vhosts))
         return vhost
 
+    def _new_store(self, vhost: VHost, queue: str, persistent: bool) -> MessageStore:
+        directory = (
+            self.layout.queue_dir(vhost.name, queue)
+            if persistent
+            else self.layout.transient_queue_dir(vhost.name, queue)
+        )
+        return SegmentStore(directory, self.config.segment_size)
+
+    def save_users(self) -> None:
+        save_users(self.users, self.layout.users_file)
+
+    # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
         from warren.amqp.server import AMQPProtocol
 
         self._loop = loop = asyncio.get_running_loop()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.add_vhost(self.config.default_vhost)
+        _raise_fd_limit()
+        self.layout.prepare()
+        self.syncer = GroupSync(loop, self.config.sync)
+        for name in self.layout.load_vhosts() or [self.config.default_vhost]:
+            self.add_vhost(name)
         if not self.users.users:
             self.users.add_user(
                 self.config.default_user, self.config.default_password, ["administrator"]
             )
             self.users.set_permissions(self.config.default_user, self.config.default_vhost)
+            self.save_users()
+        self._check_disk()
         self._server = await loop.create_server(
             lambda: AMQPProtocol(self),
             host=self.config.bind,
@@ -84,6 +133,8 @@ class Broker:
         """Stop accepting, close every client with 320 CONNECTION_FORCED, then wait."""
         if self._server is None:
             return
+        if self._disk_timer is not None:
+            self._disk_timer.cancel()
         self._server.close()
         protocols = list(self.protocols)
         for proto in protocols:
@@ -94,6 +145,9 @@ class Broker:
         self._server = None
         for vhost in self.vhosts.values():
             vhost.close()
+        if self.syncer is not None:
+            self.syncer.close()
+        self.layout.release()
         log.info("Warren stopped")
 
     async def __aenter__(self) -> Broker:
@@ -110,6 +164,37 @@ class Broker:
 
     def connection_opened(self, conn: AMQPConnection) -> None:
         self.connections.add(conn)
+        if self.disk_alarm:
+            conn.set_blocked(True)
 
     def connection_closed(self, conn: AMQPConnection) -> None:
         self.connections.discard(conn)
+
+    # -- free-disk alarm --------------------------------------------------------------------
+    def _check_disk(self) -> None:
+        assert self._loop is not None
+        self.check_disk()
+        self._disk_timer = self._loop.call_later(DISK_CHECK_INTERVAL, self._check_disk)
+
+    def check_disk(self) -> bool:
+        """Raise or clear the free-disk alarm; True while it is raised."""
+        limit = self.config.free_disk_min
+        try:
+            free = shutil.disk_usage(self.data_dir).free
+        except OSError:
+            log.exception("cannot read free disk space of %s", self.data_dir)
+            return self.disk_alarm
+        alarm = bool(limit) and free < limit
+        if alarm != self.disk_alarm:
+            self.disk_alarm = alarm
+            if alarm:
+                log.warning(
+                    "free disk %d bytes is below free_disk_min %d: blocking publishers",
+                    free,
+                    limit,
+                )
+            else:
+                log.info("free disk %d bytes is back above free_disk_min: unblocking", free)
+            for conn in list(self.connections):
+                conn.set_blocked(alarm)
+        return alarm

@@ -37,6 +37,9 @@ _OVERRIDES: tuple[tuple[str, str], ...] = (
     ("frame_max", "--frame-max"),
     ("channel_max", "--channel-max"),
     ("max_message_size", "--max-message-size"),
+    ("segment_size", "--segment-size"),
+    ("free_disk_min", "--free-disk-min"),
+    ("sync", "--no-sync"),
 )
 
 
@@ -111,6 +114,27 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help=f"largest message body accepted (default: {d.max_message_size}; "
         f"[amqp] max_message_size)",
+    )
+    p.add_argument(
+        "--segment-size",
+        type=int,
+        metavar="BYTES",
+        help=f"size of message segment files (default: {d.segment_size}; [main] segment_size)",
+    )
+    p.add_argument(
+        "--free-disk-min",
+        type=int,
+        metavar="BYTES",
+        help=f"block publishers below this much free disk (default: {d.free_disk_min}; "
+        f"[main] free_disk_min)",
+    )
+    p.add_argument(
+        "--no-sync",
+        dest="sync",
+        action="store_const",
+        const=False,
+        default=None,
+        help="confirm persistent messages without waiting for fdatasync ([main] sync = false)",
     )
     p.add_argument("--version", action="version", version=f"warren {_version()}")
     return p

@@ -69,6 +69,13 @@ class Config:
     #: An empty tuple lifts the restriction.
     loopback_users: tuple[str, ...] = ("guest",)
     default_vhost: str = "/"
+    #: Bytes per message segment file; a queue's messages are appended to these.
+    segment_size: int = 8 * 1024 * 1024
+    #: fdatasync before confirming persistent messages (group-committed). False
+    #: trades crash safety for speed, as LavinMQ's setting does.
+    sync: bool = True
+    #: Bytes of free disk below which publishers are blocked (connection.blocked).
+    free_disk_min: int = 50 * 1024 * 1024
 
     @classmethod
     def from_ini(cls, path: str | os.PathLike[str]) -> Config:
@@ -168,6 +175,19 @@ def _parse_log_level(raw: str) -> str:
     return normalize_log_level(raw)
 
 
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _parse_bool(raw: str) -> bool:
+    text = raw.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError("not a boolean (true/false)")
+
+
 def _parse_user_list(raw: str) -> tuple[str, ...]:
     """Comma-separated user names; an empty value means 'no restricted users'."""
     return tuple(name.strip() for name in raw.split(",") if name.strip())
@@ -180,6 +200,9 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "default_user"): ("default_user", _parse_str),
     ("main", "default_password"): ("default_password", _parse_str),
     ("main", "loopback_users"): ("loopback_users", _parse_user_list),
+    ("main", "segment_size"): ("segment_size", _parse_int),
+    ("main", "free_disk_min"): ("free_disk_min", _parse_int),
+    ("main", "sync"): ("sync", _parse_bool),
     ("amqp", "bind"): ("bind", _parse_str),
     ("amqp", "port"): ("amqp_port", _parse_int),
     ("amqp", "heartbeat"): ("heartbeat", _parse_int),
@@ -232,6 +255,10 @@ def _user_tuple(value: Any) -> str | None:
     return None
 
 
+def _bool(value: Any) -> str | None:
+    return None if isinstance(value, bool) else "must be true or false"
+
+
 _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "data_dir": _non_empty_str,
     "log_level": _log_level,
@@ -245,6 +272,9 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "default_password": _any_str,
     "loopback_users": _user_tuple,
     "default_vhost": _non_empty_str,
+    "segment_size": _int_in(64 * 1024, 2**31 - 1),
+    "sync": _bool,
+    "free_disk_min": _int_in(0, 2**63 - 1),
 }
 
 

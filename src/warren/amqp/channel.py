@@ -21,6 +21,7 @@ from warren.core.errors import (
     BrokerError,
     CommandInvalid,
     FrameError,
+    InternalError,
     NotAllowed,
     NotFound,
     NotImplemented_,
@@ -31,11 +32,13 @@ from warren.core.exchange import Exchange
 from warren.core.message import Message
 from warren.core.properties import split_header_payload
 from warren.core.queue import Queue
+from warren.core.store import MessageStore
 from warren.core.users import CONFIGURE, READ, WRITE, UserStore
 from warren.core.vhost import REPLY_TO, REPLY_TO_PREFIX
 
 if TYPE_CHECKING:
     from warren.amqp.connection import AMQPConnection
+    from warren.store.sync import GroupSync
 
 log = logging.getLogger("warren.amqp")
 
@@ -74,7 +77,12 @@ class Channel:
         self.confirm = False
         self.publish_seq = 0
         self._confirms: list[tuple[int, bool]] = []
-        self._confirmed_upto = 0
+        # Confirms still waiting for a disk sync, in publish order (a dict as an
+        # ordered set): a multiple ack must never cover one of them.
+        self._unconfirmed: dict[int, None] = {}
+        self._sync_batch: list[int] | None = None
+        self._sync_round = 0
+        self.closed = False
         self.tx = False
         self._tx_publishes: list[tuple[Exchange, Message, bool]] = []
         self._tx_acks: list[tuple[int, Unacked, str, bool]] = []
@@ -215,6 +223,7 @@ class Channel:
 
     def release(self) -> None:
         """Give back everything the channel holds: consumers, unacked messages."""
+        self.closed = True
         vhost = self.vhost
         for consumer in list(self.consumers.values()):
             if consumer.queue is not None:
@@ -555,9 +564,19 @@ class Channel:
             return
         self._route(ex, msg, method.mandatory)
 
-    def _route(self, ex: Exchange, msg: Message, mandatory: bool) -> None:
+    def _route(
+        self,
+        ex: Exchange,
+        msg: Message,
+        mandatory: bool,
+        durable: list[MessageStore] | None = None,
+    ) -> None:
+        """Route one message; ``durable`` collects stores a tx.commit must sync."""
         assert self.vhost is not None
-        routed = self.vhost.publish(ex, msg)
+        confirm = self.confirm
+        if confirm and durable is None:
+            durable = []
+        routed = self.vhost.publish(ex, msg, durable)
         if not routed and mandatory:
             conn = self.connection
             frames = [
@@ -573,8 +592,31 @@ class Channel:
             ]
             frames += content_frames(self.id, msg.properties, msg.body, conn.frame_max)
             conn.send_many(frames)
-        if self.confirm:
-            self._confirm(self.publish_seq, True)
+        if confirm:
+            syncer = self.connection.broker.syncer
+            if durable and syncer is not None and syncer.enabled:
+                self._confirm_after_sync(self.publish_seq, durable, syncer)
+            else:
+                self._confirm(self.publish_seq, True)
+
+    def _confirm_after_sync(self, seq: int, stores: list[MessageStore], syncer: GroupSync) -> None:
+        """Confirm once the stores are synced; one callback per channel per sync round."""
+        self._unconfirmed[seq] = None
+        round_id = syncer.next_round
+        if self._sync_batch is None or self._sync_round != round_id:
+            batch: list[int] = []
+            self._sync_batch = batch
+            self._sync_round = round_id
+            syncer.after_sync(stores, lambda ok: self._confirm_batch(batch, ok))
+        else:
+            syncer.add(stores)
+        self._sync_batch.append(seq)
+
+    def _confirm_batch(self, seqs: list[int], ok: bool) -> None:
+        if self._sync_batch is seqs:
+            self._sync_batch = None
+        for seq in seqs:
+            self._confirm(seq, ok)
 
     def _check_user_id(self, msg: Message) -> None:
         """RabbitMQ's validated user-id: it must name the authenticated user."""
@@ -607,55 +649,44 @@ class Channel:
             self._reply(spec.ConfirmSelectOk())
 
     def _confirm(self, seq: int, ok: bool) -> None:
+        if self.closed:
+            return
+        self._unconfirmed.pop(seq, None)
         if not self._confirms:
             self.connection.mark_dirty(self)
         self._confirms.append((seq, ok))
 
     def flush_confirms(self) -> None:
-        """Send the confirms gathered in this batch, acks coalesced with multiple=true.
+        """Send the confirms gathered since the last write, acks coalesced.
 
-        A multiple ack is sent only for a run that starts right after everything
-        already confirmed, so it never covers a message still waiting elsewhere.
+        Acks below the oldest confirm still waiting for a sync become one ack with
+        multiple=true (nothing unconfirmed lies below them); acks above it go out
+        one by one, and nacks always individually, before the coalesced ack.
         """
         results, self._confirms = self._confirms, []
-        if self.closing:
+        if self.closing or self.closed:
             return
+        floor = next(iter(self._unconfirmed), None)
         out: list[bytes] = []
-        run_start = run_end = 0
+        below: list[int] = []
         for seq, ok in results:
-            if ok:
-                if run_end and seq == run_end + 1:
-                    run_end = seq
-                    continue
-                if run_end:
-                    self._emit_acks(out, run_start, run_end)
-                run_start = run_end = seq
-            else:
-                if run_end:
-                    self._emit_acks(out, run_start, run_end)
-                    run_start = run_end = 0
+            if not ok:
                 out.append(
                     method_frame(
                         self.id, spec.BasicNack(delivery_tag=seq, multiple=False, requeue=False)
                     )
                 )
-                if seq == self._confirmed_upto + 1:
-                    self._confirmed_upto = seq
-        if run_end:
-            self._emit_acks(out, run_start, run_end)
+            elif floor is None or seq < floor:
+                below.append(seq)
+            else:
+                out.append(method_frame(self.id, spec.BasicAck(delivery_tag=seq, multiple=False)))
+        if below:
+            top = max(below)
+            out.append(
+                method_frame(self.id, spec.BasicAck(delivery_tag=top, multiple=len(below) > 1))
+            )
         if out:
             self.connection.send_many(out)
-
-    def _emit_acks(self, out: list[bytes], start: int, end: int) -> None:
-        if start == end:
-            out.append(method_frame(self.id, spec.BasicAck(delivery_tag=end, multiple=False)))
-        elif start == self._confirmed_upto + 1:
-            out.append(method_frame(self.id, spec.BasicAck(delivery_tag=end, multiple=True)))
-        else:
-            for seq in range(start, end + 1):
-                out.append(method_frame(self.id, spec.BasicAck(delivery_tag=seq, multiple=False)))
-        if start == self._confirmed_upto + 1:
-            self._confirmed_upto = end
 
     # -- basic class: pull, ack, reject -------------------------------------------------
     def _basic_get(self, method: spec.BasicGet) -> None:
@@ -783,12 +814,28 @@ class Channel:
             raise PreconditionFailed("channel is not transactional")
         acks, self._tx_acks = self._tx_acks, []
         publishes, self._tx_publishes = self._tx_publishes, []
+        durable: list[MessageStore] = []
         for ex, msg, mandatory in publishes:
-            self._route(ex, msg, mandatory)
+            self._route(ex, msg, mandatory, durable)
         self._credit([(tag, entry) for tag, entry, _kind, _requeue in acks])
         for tag, entry, kind, requeue in acks:
             self._settle([(tag, entry)], None if kind == "ack" else requeue)
-        self._reply(spec.TxCommitOk())
+        syncer = self.connection.broker.syncer
+        if durable and syncer is not None and syncer.enabled:
+            # commit-ok promises the messages are on disk, as a confirm does.
+            syncer.after_sync(durable, self._commit_synced)
+        else:
+            self._reply(spec.TxCommitOk())
+
+    def _commit_synced(self, ok: bool) -> None:
+        if self.closed or self.closing:
+            return
+        if ok:
+            self._reply(spec.TxCommitOk())
+        else:
+            self.channel_error(
+                InternalError("could not sync the committed messages to disk"), 90, 20
+            )
 
     def _tx_rollback(self, method: spec.TxRollback) -> None:
         if not self.tx:

@@ -108,7 +108,12 @@ class AMQPConnection:
         self.user: User | None = None
         self.vhost: VHost | None = None
         self.writable = True
+        # Free-disk alarm: a publishing connection is blocked (connection.blocked and
+        # no more reads) until the alarm clears, as RabbitMQ does.
         self.blocked = False
+        self.has_published = False
+        self._block_sent = False
+        self.reading_control: Callable[[bool], None] | None = None
         self._received = True
         self._sent = True
         self._idle_ticks = 0
@@ -139,6 +144,10 @@ class AMQPConnection:
     def take_output(self) -> list[bytes]:
         """What to write now; flushes coalesced confirms first."""
         if self.dirty_channels:
+            if self.vhost is not None:
+                # Confirms promise the message reached at least the OS: write out
+                # the stores this turn touched before the confirms go out.
+                self.vhost.flush_written()
             dirty, self.dirty_channels = self.dirty_channels, set()
             for ch in dirty:
                 ch.flush_confirms()
@@ -493,6 +502,32 @@ class AMQPConnection:
             self._release_resources()
             self.state = State.CLOSED
 
+    def set_blocked(self, blocked: bool) -> None:
+        if blocked == self.blocked:
+            return
+        self.blocked = blocked
+        if blocked:
+            if self.has_published:
+                self.block_now()
+            return
+        if self._block_sent:
+            self._block_sent = False
+            if self.capabilities.get("connection.blocked") and self.state == State.OPEN:
+                self.send_method(0, spec.ConnectionUnblocked())
+            if self.reading_control is not None:
+                self.reading_control(True)
+
+    def block_now(self) -> None:
+        """Stop reading from a publisher while the alarm lasts (once per alarm)."""
+        if self._block_sent:
+            return
+        self._block_sent = True
+        log.info("%s: blocking publisher: free disk below free_disk_min", self.name)
+        if self.capabilities.get("connection.blocked"):
+            self.send_method(0, spec.ConnectionBlocked(reason="low on disk"))
+        if self.reading_control is not None:
+            self.reading_control(False)
+
     def set_writable(self, writable: bool) -> None:
         self.writable = writable
         if writable:
@@ -504,7 +539,8 @@ class AMQPConnection:
         """Called every heartbeat/2 seconds; False when the peer is considered dead."""
         if self.state >= State.CLOSED or not self.heartbeat:
             return self.state < State.CLOSED
-        if self._received:
+        if self._received or self._block_sent:
+            # A blocked connection is not read, so its heartbeats cannot count.
             self._received = False
             self._idle_ticks = 0
         else:

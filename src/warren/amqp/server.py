@@ -37,6 +37,7 @@ class AMQPProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         peer_addr = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
         self.conn = AMQPConnection(self.broker, peer_addr, self._request_flush, self._request_close)
+        self.conn.reading_control = self._set_reading
         self.broker.protocols.add(self)
         self._timers.append(self.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout))
 
@@ -65,6 +66,15 @@ class AMQPProtocol(asyncio.Protocol):
         out = conn.take_output()
         if out:
             transport.write(b"".join(out))
+
+    def _set_reading(self, reading: bool) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if reading:
+            transport.resume_reading()
+        else:
+            transport.pause_reading()
 
     def _request_close(self) -> None:
         self.loop.call_soon(self._close_now)

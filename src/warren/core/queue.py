@@ -43,6 +43,8 @@ class Queue:
         self._groups: list[tuple[int, list[Consumer]]] = []
         self._rr: dict[int, int] = {}
         self.unacked = 0
+        # Durable and not exclusive: its store and definition survive a restart.
+        self.persistent = False
         self.deleted = False
         self._had_consumer = False
         self._scheduled = False
@@ -67,6 +69,7 @@ class Queue:
     def publish(self, msg: Message) -> bool:
         """Store a routed message; False means the queue refused it."""
         self.store.append(msg)
+        self.vhost.store_written(self.store)
         if self.consumers and not self._scheduled:
             self._scheduled = True
             self._call_soon(self._run_delivery)
@@ -133,6 +136,7 @@ class Queue:
             seq, msg, redelivered = item
             if consumer.no_ack:
                 store.ack(seq)
+                self.vhost.store_written(store)
             else:
                 self.unacked += 1
             consumer.deliver(seq, msg, redelivered)
@@ -145,6 +149,7 @@ class Queue:
             return None
         if no_ack:
             self.store.ack(item[0])
+            self.vhost.store_written(self.store)
         else:
             self.unacked += 1
         return item
@@ -154,6 +159,7 @@ class Queue:
             return
         self.unacked -= 1
         self.store.ack(seq)
+        self.vhost.store_written(self.store)
 
     def reject(self, seq: int, msg: Message, requeue: bool) -> None:
         if self.deleted:
@@ -164,9 +170,12 @@ class Queue:
             self.schedule_delivery()
         else:
             self.store.ack(seq)
+            self.vhost.store_written(self.store)
 
     def purge(self) -> int:
-        return self.store.purge()
+        count = self.store.purge()
+        self.vhost.store_written(self.store)
+        return count
 
     # -- lifecycle --------------------------------------------------------------------
     def mark_deleted(self) -> list[Consumer]:

@@ -42,6 +42,14 @@ class MessageStore(Protocol):
 
     def close(self) -> None: ...
 
+    def flush(self) -> None:
+        """Hand buffered writes to the OS (survives a killed broker, not a power cut)."""
+        ...
+
+    def sync(self) -> None:
+        """Make everything written so far durable (fdatasync); may run in a worker thread."""
+        ...
+
     def delete(self) -> None:
         """Remove the store and whatever it holds (the queue is being deleted)."""
         ...
@@ -100,6 +108,12 @@ class MemoryStore:
         return n
 
     def close(self) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def sync(self) -> None:
         pass
 
     def delete(self) -> None:

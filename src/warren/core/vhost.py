@@ -10,7 +10,7 @@ import base64
 import logging
 import os
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from warren.core.errors import (
     AccessRefused,
@@ -23,6 +23,16 @@ from warren.core.exchange import Binding, DefaultExchange, Exchange, exchange_cl
 from warren.core.message import Message
 from warren.core.queue import Queue
 from warren.core.store import MemoryStore, MessageStore
+from warren.store.definitions import (
+    binding_key,
+    decode_arguments,
+    encode_arguments,
+    exchange_key,
+    queue_key,
+)
+
+if TYPE_CHECKING:
+    from warren.store.definitions import DefinitionsLog
 
 log = logging.getLogger("warren.vhost")
 
@@ -60,10 +70,11 @@ class ReplyTarget(Protocol):
     def deliver_reply(self, msg: Message) -> bool: ...
 
 
+# (vhost, queue name, persistent): persistent stores survive a restart.
 StoreFactory = Callable[["VHost", str, bool], MessageStore]
 
 
-def _memory_store(vhost: VHost, name: str, durable: bool) -> MessageStore:
+def _memory_store(vhost: VHost, name: str, persistent: bool) -> MessageStore:
     return MemoryStore()
 
 
@@ -102,10 +113,14 @@ class VHost:
         name: str,
         call_soon: Callable[[Callable[[], None]], Any],
         store_factory: StoreFactory = _memory_store,
+        definitions: DefinitionsLog | None = None,
     ) -> None:
         self.name = name
         self.call_soon = call_soon
         self._store_factory = store_factory
+        # Durable exchanges, queues and bindings are recorded here as they change.
+        self.definitions = definitions
+        self._written: dict[int, MessageStore] = {}
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         # Bindings by destination object, so deleting a queue finds its bindings fast.
@@ -155,6 +170,8 @@ class VHost:
             raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         ex = cls(self.name, name, durable, auto_delete, internal, arguments)
         self.exchanges[name] = ex
+        if durable and self.definitions is not None:
+            self.definitions.put(exchange_key(name), exchange_record(ex))
         log.debug("exchange declared vhost=%s name=%s type=%s", self.name, name, type_)
         return ex
 
@@ -191,6 +208,8 @@ class VHost:
     def _remove_exchange(self, ex: Exchange) -> None:
         ex.deleted = True
         self.exchanges.pop(ex.name, None)
+        if ex.durable and self.definitions is not None:
+            self.definitions.delete(exchange_key(ex.name))
         for binding in list(ex.bindings.values()):
             self._drop_binding(binding, cascade=False)
         for binding in list(self._inbound.get(id(ex), {}).values()):
@@ -240,7 +259,8 @@ class VHost:
                 raise self._locked(name)
             self._check_queue_equivalent(existing, durable, exclusive, auto_delete, arguments)
             return existing
-        store = self._store_factory(self, name, durable)
+        persistent = durable and not exclusive
+        store = self._store_factory(self, name, persistent)
         q = Queue(
             self,
             name,
@@ -250,7 +270,10 @@ class VHost:
             auto_delete=auto_delete,
             arguments=arguments,
         )
+        q.persistent = persistent
         self.queues[name] = q
+        if persistent and self.definitions is not None:
+            self.definitions.put(queue_key(name), queue_record(q))
         log.debug("queue declared vhost=%s name=%s durable=%s", self.name, name, durable)
         return q
 
@@ -307,6 +330,8 @@ class VHost:
             raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' not empty")
         count = q.message_count
         self.queues.pop(name, None)
+        if q.persistent and self.definitions is not None:
+            self.definitions.delete(queue_key(name))
         for binding in list(self._inbound.get(id(q), {}).values()):
             self._drop_binding(binding)
         self._inbound.pop(id(q), None)
@@ -335,6 +360,9 @@ class VHost:
             return existing
         source.bind(binding)
         self._inbound.setdefault(id(destination), {})[(id(source), binding.key)] = binding
+        if self.definitions is not None and _binding_is_durable(binding):
+            key, record = binding_record(binding)
+            self.definitions.put(key, record)
         return binding
 
     def unbind(
@@ -355,6 +383,8 @@ class VHost:
     def _drop_binding(self, binding: Binding, cascade: bool = True) -> None:
         source = binding.source
         source.unbind(binding.key)
+        if self.definitions is not None and _binding_is_durable(binding):
+            self.definitions.delete(binding_record(binding)[0])
         inbound = self._inbound.get(id(binding.destination))
         if inbound is not None:
             inbound.pop((id(source), binding.key), None)
@@ -408,16 +438,45 @@ class VHost:
                 elif id(ae) not in visited:
                     self._route_into(ae, msg, queues, visited)
 
-    def publish(self, exchange: Exchange, msg: Message) -> int:
-        """Route and enqueue; returns how many queues (or reply consumers) took it."""
+    def publish(
+        self, exchange: Exchange, msg: Message, durable_out: list[MessageStore] | None = None
+    ) -> int:
+        """Route and enqueue; returns how many queues (or reply consumers) took it.
+
+        Stores that took a persistent message into a durable queue are appended to
+        ``durable_out``: a publisher confirm for the message must wait for them.
+        """
         if exchange is self.default_exchange and msg.routing_key.startswith(REPLY_TO_PREFIX):
             target = self.reply_targets.get(msg.routing_key[len(REPLY_TO_PREFIX) :])
             return 1 if target is not None and target.deliver_reply(msg) else 0
         n = 0
+        persistent: bool | None = None
         for q in self.route(exchange, msg):
             if q.publish(msg):
                 n += 1
+                if durable_out is not None and q.persistent:
+                    if persistent is None:
+                        persistent = msg.persistent
+                    if persistent:
+                        durable_out.append(q.store)
         return n
+
+    # -- store flushing -----------------------------------------------------------------
+    def store_written(self, store: MessageStore) -> None:
+        """Note a store with buffered writes; all are flushed once at the end of this
+        loop turn, so whatever the broker has processed survives a killed process
+        without a write syscall per message."""
+        if not self._written:
+            self.call_soon(self.flush_written)
+        self._written[id(store)] = store
+
+    def flush_written(self) -> None:
+        stores, self._written = self._written, {}
+        for store in stores.values():
+            try:
+                store.flush()
+            except OSError:
+                log.exception("vhost '%s': flushing a queue store failed", self.name)
 
     # -- connection cleanup -----------------------------------------------------------
     def delete_exclusive_queues(self, owner: object) -> None:
@@ -427,3 +486,97 @@ class VHost:
     def close(self) -> None:
         for q in self.queues.values():
             q.store.close()
+        if self.definitions is not None:
+            self.definitions.close()
+
+    # -- recovery ---------------------------------------------------------------------
+    def restore_definitions(self) -> None:
+        """Recreate durable exchanges, queues and bindings from the definitions log.
+
+        A record that cannot be applied (say, a binding whose queue's files were
+        lost) is logged and skipped, so one damaged definition never stops the start.
+        """
+        defs = self.definitions
+        if defs is None:
+            return
+        for rec in list(defs.entries("e:")):
+            try:
+                cls = exchange_class(rec["type"])
+                if cls is None:
+                    raise ValueError(f"unknown exchange type {rec['type']!r}")
+                args = decode_arguments(rec["arguments"])
+                self.exchanges[rec["name"]] = cls(
+                    self.name, rec["name"], True, rec["auto_delete"], rec["internal"], args
+                )
+            except Exception as exc:
+                log.error("vhost '%s': cannot restore exchange %r: %s", self.name, rec, exc)
+        for rec in list(defs.entries("q:")):
+            try:
+                name = rec["name"]
+                q = Queue(
+                    self,
+                    name,
+                    self._store_factory(self, name, True),
+                    durable=True,
+                    auto_delete=rec["auto_delete"],
+                    arguments=decode_arguments(rec["arguments"]),
+                )
+                q.persistent = True
+                self.queues[name] = q
+            except Exception as exc:
+                log.error("vhost '%s': cannot restore queue %r: %s", self.name, rec, exc)
+        for rec in list(defs.entries('["b"')):
+            try:
+                source = self.exchanges[rec["source"]]
+                dest: Queue | Exchange = (
+                    self.queues[rec["destination"]]
+                    if rec["destination_type"] == "queue"
+                    else self.exchanges[rec["destination"]]
+                )
+                binding = Binding(
+                    source, dest, rec["routing_key"], decode_arguments(rec["arguments"])
+                )
+                if source.bind(binding):
+                    self._inbound.setdefault(id(dest), {})[(id(source), binding.key)] = binding
+            except Exception as exc:
+                log.error("vhost '%s': cannot restore binding %r: %s", self.name, rec, exc)
+
+
+def _binding_is_durable(binding: Binding) -> bool:
+    dest = binding.destination
+    if isinstance(dest, Queue):
+        return binding.source.durable and dest.persistent
+    return binding.source.durable and dest.durable
+
+
+def exchange_record(ex: Exchange) -> dict[str, Any]:
+    return {
+        "name": ex.name,
+        "type": ex.type,
+        "auto_delete": ex.auto_delete,
+        "internal": ex.internal,
+        "arguments": encode_arguments(ex.arguments),
+    }
+
+
+def queue_record(q: Queue) -> dict[str, Any]:
+    return {
+        "name": q.name,
+        "auto_delete": q.auto_delete,
+        "arguments": encode_arguments(q.arguments),
+    }
+
+
+def binding_record(binding: Binding) -> tuple[str, dict[str, Any]]:
+    args = encode_arguments(binding.arguments)
+    kind = binding.destination_kind
+    key = binding_key(
+        binding.source.name, kind, binding.destination.name, binding.routing_key, args
+    )
+    return key, {
+        "source": binding.source.name,
+        "destination": binding.destination.name,
+        "destination_type": kind,
+        "routing_key": binding.routing_key,
+        "arguments": args,
+    }

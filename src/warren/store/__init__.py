@@ -1,0 +1,1 @@
+"""Persistence: vhost definitions and the disk-backed per-queue message segment store."""

@@ -1,0 +1,126 @@
+"""Where things live in the data directory.
+
+    <data_dir>/
+      .lock                   held (flock) while a broker uses the directory
+      users.json              users, password hashes, permissions
+      vhosts.json             the vhost names
+      vhosts/<sha1(vhost)>/
+        name                  the vhost's name, for people reading the tree
+        definitions.log       durable exchanges, queues, bindings (store/definitions.py)
+        queues/<sha1(queue)>/ one durable queue's segment and ack files
+      transient/              stores of non-durable queues; wiped at every start
+
+Names are hashed because vhost and queue names may hold any character.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import IO, Any
+
+log = logging.getLogger("warren.store")
+
+
+def _hashed(name: str) -> str:
+    return hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def write_json_atomically(path: Path, data: Any) -> None:
+    """Write to a temporary file, fsync, rename: readers see the old or the new file."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class DataDir:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._lock: IO[bytes] | None = None
+
+    @property
+    def users_file(self) -> Path:
+        return self.root / "users.json"
+
+    @property
+    def vhosts_file(self) -> Path:
+        return self.root / "vhosts.json"
+
+    @property
+    def transient_root(self) -> Path:
+        return self.root / "transient"
+
+    def prepare(self) -> None:
+        """Create the tree, take the lock, and wipe the transient area."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        lock = (self.root / ".lock").open("ab")
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            raise OSError(f"data dir {self.root} is in use by another Warren process") from None
+        self._lock = lock
+        shutil.rmtree(self.transient_root, ignore_errors=True)
+        self.transient_root.mkdir()
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def vhost_dir(self, vhost: str) -> Path:
+        path = self.root / "vhosts" / _hashed(vhost)
+        if not path.exists():
+            path.mkdir(parents=True)
+            (path / "name").write_text(vhost, encoding="utf-8", errors="surrogateescape")
+        return path
+
+    def definitions_file(self, vhost: str) -> Path:
+        return self.vhost_dir(vhost) / "definitions.log"
+
+    def queue_dir(self, vhost: str, queue: str) -> Path:
+        return self.vhost_dir(vhost) / "queues" / _hashed(queue)
+
+    def transient_queue_dir(self, vhost: str, queue: str) -> Path:
+        return self.transient_root / _hashed(vhost) / _hashed(queue)
+
+    def remove_orphan_queue_dirs(self, vhost: str, queues: list[str]) -> None:
+        """Queue directories with no durable queue behind them (a crash between the
+        delete of the definition and of the files) are removed."""
+        parent = self.vhost_dir(vhost) / "queues"
+        if not parent.is_dir():
+            return
+        keep = {_hashed(q) for q in queues}
+        for entry in parent.iterdir():
+            if entry.name not in keep:
+                log.warning("vhost '%s': removing orphaned queue directory %s", vhost, entry)
+                shutil.rmtree(entry, ignore_errors=True)
+
+    def load_vhosts(self) -> list[str]:
+        try:
+            data = json.loads(self.vhosts_file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            log.error(
+                "%s is unreadable (%s); starting with the default vhost", self.vhosts_file, exc
+            )
+            return []
+        return [str(v) for v in data.get("vhosts", [])]
+
+    def save_vhosts(self, names: list[str]) -> None:
+        write_json_atomically(self.vhosts_file, {"vhosts": names})

@@ -1,0 +1,245 @@
+"""The on-disk record format of the segment store (docs/storage.md has the full layout).
+
+One record per message, all integers big-endian::
+
+    u32  record length        the whole record: this field through the CRC
+    u64  timestamp            milliseconds since the epoch
+    u8   exchange length      + exchange name (UTF-8)
+    u8   routing key length   + routing key (UTF-8)
+    u32  properties length    + raw basic properties exactly as published
+    u64  body length          + body
+    u32  CRC32                zlib.crc32 of every byte of the record before it
+
+The leading length lets a reader step over a record without parsing it, and the
+inner lengths must add up to it, so most corruption of a length field is caught
+before the CRC is even computed. Every segment file starts with a file header,
+b"WSEG" plus a u32 format version, so a foreign or future file is never parsed
+as records.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+import zlib
+
+from warren.core.message import Message
+
+__all__ = [
+    "FILE_HEADER",
+    "FILE_HEADER_SIZE",
+    "FILE_MAGIC",
+    "FORMAT_VERSION",
+    "MIN_RECORD_SIZE",
+    "BadFileHeader",
+    "CorruptRecord",
+    "check_file_header",
+    "decode_record",
+    "encode_message",
+    "encode_record",
+    "inspect_record",
+]
+
+FILE_MAGIC = b"WSEG"
+FORMAT_VERSION = 1
+_FILE_HEADER = struct.Struct(">4sI")
+FILE_HEADER = _FILE_HEADER.pack(FILE_MAGIC, FORMAT_VERSION)
+FILE_HEADER_SIZE = _FILE_HEADER.size  # 8
+
+# u32 length, u64 timestamp, u8 exchange length: everything before the first string.
+_HEAD = struct.Struct(">IQB")
+_U8 = struct.Struct(">B")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+
+#: Bytes of a record that are not exchange, routing key, properties or body.
+RECORD_OVERHEAD = _HEAD.size + 1 + 4 + 8 + 4  # 30
+MIN_RECORD_SIZE = RECORD_OVERHEAD
+#: The record length is a u32, so no record (and no body) can exceed 4 GiB.
+MAX_RECORD_SIZE = 0xFFFFFFFF
+
+_Buffer = bytes | bytearray | memoryview | mmap.mmap
+
+# Exchange names repeat on nearly every record: decoding each once saves an allocation
+# per shift. Bounded so that a queue fed by many exchanges cannot grow it without limit.
+_EXCHANGE_NAMES: dict[bytes, str] = {}
+_EXCHANGE_CACHE_MAX = 1024
+
+
+class CorruptRecord(ValueError):
+    """A record failed its length bounds, its inner structure or its CRC.
+
+    ``length`` is the record's length field when that value is within bounds (it may
+    still be wrong: the store decides whether to trust it by checking that a sane
+    record follows), or None when it cannot delimit a record at all.
+    """
+
+    def __init__(self, reason: str, offset: int, length: int | None) -> None:
+        super().__init__(f"corrupt record at offset {offset}: {reason}")
+        self.reason = reason
+        self.offset = offset
+        self.length = length
+
+
+class BadFileHeader(ValueError):
+    """A segment file does not start with b"WSEG" and a version this code reads."""
+
+
+def check_file_header(buf: _Buffer) -> None:
+    if len(buf) < FILE_HEADER_SIZE:
+        raise BadFileHeader(f"file header truncated ({len(buf)} bytes)")
+    magic, version = _FILE_HEADER.unpack_from(buf, 0)
+    if magic != FILE_MAGIC:
+        raise BadFileHeader(f"bad magic {bytes(magic)!r}")
+    if version != FORMAT_VERSION:
+        raise BadFileHeader(f"unsupported format version {version}")
+
+
+def encode_record(
+    exchange: bytes, routing_key: bytes, properties: bytes, body: bytes, timestamp: int
+) -> bytes:
+    """One complete record, ready for a single write."""
+    ex_len = len(exchange)
+    rk_len = len(routing_key)
+    if ex_len > 255 or rk_len > 255:
+        raise ValueError("exchange and routing key must be at most 255 bytes")
+    p_len = len(properties)
+    b_len = len(body)
+    length = RECORD_OVERHEAD + ex_len + rk_len + p_len + b_len
+    if length > MAX_RECORD_SIZE:
+        raise ValueError(f"message of {b_len} bytes is too large for a segment record")
+    if b_len <= 2048:
+        # Small records (the common case): one join, one CRC, one concatenation.
+        rec = b"".join(
+            (
+                _HEAD.pack(length, timestamp, ex_len),
+                exchange,
+                _U8.pack(rk_len),
+                routing_key,
+                _U32.pack(p_len),
+                properties,
+                _U64.pack(b_len),
+                body,
+            )
+        )
+        return rec + _U32.pack(zlib.crc32(rec))
+    # Large bodies are copied exactly once: CRC the prefix and the body separately.
+    prefix = b"".join(
+        (
+            _HEAD.pack(length, timestamp, ex_len),
+            exchange,
+            _U8.pack(rk_len),
+            routing_key,
+            _U32.pack(p_len),
+            properties,
+            _U64.pack(b_len),
+        )
+    )
+    return b"".join((prefix, body, _U32.pack(zlib.crc32(body, zlib.crc32(prefix)))))
+
+
+def encode_message(msg: Message) -> bytes:
+    """The record for a message (strings as the AMQP codec decodes them)."""
+    return encode_record(
+        msg.exchange.encode("utf-8", "surrogateescape"),
+        msg.routing_key.encode("utf-8", "surrogateescape"),
+        msg.properties,
+        msg.body,
+        msg.timestamp,
+    )
+
+
+def _crc_ok(buf: _Buffer, start: int, end: int) -> bool:
+    """Check the CRC stored at ``end`` against the bytes from ``start``.
+
+    Small records are copied out (cheaper than creating views); large ones are
+    checksummed through views that are released before returning, so a memory
+    map over ``buf`` can be closed afterwards without BufferError.
+    """
+    if end - start <= 4096:
+        computed = zlib.crc32(buf[start:end])
+    else:
+        with memoryview(buf) as view, view[start:end] as part:
+            computed = zlib.crc32(part)
+    return computed == _U32.unpack_from(buf, end)[0]
+
+
+def inspect_record(
+    buf: _Buffer, offset: int, limit: int, verify_crc: bool = True
+) -> tuple[int, int, int, int]:
+    """Validate the record at ``offset`` (data ends at ``limit``) without building a Message.
+
+    Returns (record length, properties offset, properties length, body length).
+    Raises CorruptRecord on a torn or damaged record.
+    """
+    avail = limit - offset
+    if avail < 4:
+        raise CorruptRecord(f"only {avail} bytes left, length field torn", offset, None)
+    (length,) = _U32.unpack_from(buf, offset)
+    if length < MIN_RECORD_SIZE:
+        raise CorruptRecord(f"length {length} below the minimum", offset, None)
+    if length > avail:
+        raise CorruptRecord(f"length {length} runs past the end ({avail} bytes left)", offset, None)
+    end = offset + length - 4  # where the CRC starts
+    o = offset + _HEAD.size
+    o += buf[o - 1] + 1  # exchange, then the routing key length byte
+    if o > end:
+        raise CorruptRecord("exchange overruns the record", offset, length)
+    o += buf[o - 1] + 4  # routing key, then the properties length
+    if o > end:
+        raise CorruptRecord("routing key overruns the record", offset, length)
+    (p_len,) = _U32.unpack_from(buf, o - 4)
+    p_off = o
+    o += p_len + 8
+    if o > end:
+        raise CorruptRecord("properties overrun the record", offset, length)
+    (b_len,) = _U64.unpack_from(buf, o - 8)
+    if o + b_len != end:
+        raise CorruptRecord("field lengths do not add up to the record length", offset, length)
+    if verify_crc and not _crc_ok(buf, offset, end):
+        raise CorruptRecord("CRC mismatch", offset, length)
+    return length, p_off, p_len, b_len
+
+
+def decode_record(
+    buf: bytes | mmap.mmap, offset: int, limit: int, verify_crc: bool = True
+) -> tuple[Message, int]:
+    """The message stored at ``offset`` and the record's length. Raises CorruptRecord.
+
+    ``buf`` is bytes or an mmap because slicing those copies: every field of the
+    Message is its own bytes object, so no view into a memory map outlives the call
+    and the map can be closed at any time. This is the shift() hot path: the CRC is
+    optional, the structure (length bounds, inner lengths adding up) always checked.
+    """
+    try:
+        length, timestamp, ex_len = _HEAD.unpack_from(buf, offset)
+        if length < MIN_RECORD_SIZE or length > limit - offset:
+            raise CorruptRecord(f"length {length} out of bounds", offset, None)
+        end = offset + length - 4
+        o = offset + 13  # _HEAD.size
+        ex_raw = buf[o : o + ex_len]
+        o += ex_len
+        rk_len = buf[o]
+        o += 1
+        rk_raw = buf[o : o + rk_len]
+        o += rk_len
+        (p_len,) = _U32.unpack_from(buf, o)
+        o += 4
+        props = buf[o : o + p_len]
+        o += p_len
+        (b_len,) = _U64.unpack_from(buf, o)
+        o += 8
+    except (struct.error, IndexError) as exc:
+        raise CorruptRecord(f"torn record: {exc}", offset, None) from exc
+    if o + b_len != end:
+        raise CorruptRecord("field lengths do not add up to the record length", offset, length)
+    if verify_crc and not _crc_ok(buf, offset, end):
+        raise CorruptRecord("CRC mismatch", offset, length)
+    exchange = _EXCHANGE_NAMES.get(ex_raw)
+    if exchange is None:
+        exchange = ex_raw.decode("utf-8", "surrogateescape")
+        if len(_EXCHANGE_NAMES) >= _EXCHANGE_CACHE_MAX:
+            _EXCHANGE_NAMES.clear()
+        _EXCHANGE_NAMES[ex_raw] = exchange
+    msg = Message(exchange, rk_raw.decode("utf-8", "surrogateescape"), props, buf[o:end], timestamp)
+    return msg, length

@@ -1,0 +1,899 @@
+"""A queue's messages on disk: append-only segment files, with the page cache as the cache.
+
+Messages are appended as records (warren.store.records) to ``msgs.<id>`` files and
+read back sequentially through a memory map, so the broker keeps no Python object
+per ready message: RAM stays flat however long the queue grows, and the kernel
+decides what stays cached. Acknowledgements are appended as u32 record offsets to
+``acks.<id>``; a segment whose records are all acknowledged is deleted.
+docs/storage.md describes the formats, recovery and durability in full.
+
+Threading: everything except sync() and flush() belongs to one thread (the event
+loop). sync() may run in a worker thread while that thread keeps appending; a lock
+guards only what the two share (file handles, pending acks, the sync bookkeeping),
+so the per-message append/shift/ack paths take no lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import io
+import logging
+import mmap
+import os
+import re
+import shutil
+import sys
+import threading
+from array import array
+from collections import deque
+from pathlib import Path
+
+from warren.core.message import Message
+from warren.core.properties import peek_delivery_mode
+from warren.store.records import (
+    FILE_HEADER,
+    FILE_HEADER_SIZE,
+    MIN_RECORD_SIZE,
+    BadFileHeader,
+    CorruptRecord,
+    check_file_header,
+    decode_record,
+    encode_record,
+    inspect_record,
+)
+
+__all__ = ["SegmentStore"]
+
+log = logging.getLogger("warren.store")
+
+_NAME = re.compile(r"(msgs|acks)\.(\d{10})")
+_TMP_NAME = re.compile(r"acks\.\d{10}\.tmp")
+_OFFSET_MASK = 0xFFFFFFFF
+_MAX_SEGMENT_ID = 9_999_999_999  # ten digits in the file name
+# Python-side write buffer of the write segment. Small on purpose: an idle queue
+# keeps its write file (and so this buffer) open.
+_WRITE_BUFFER = 32 * 1024
+# Acks are queued in memory and written to their ack files in batches; this many
+# pending acks force a batch without waiting for flush()/sync().
+_ACK_BATCH = 4096
+_BIG_ENDIAN = sys.byteorder == "big"
+
+
+class _Segment:
+    """Counters for one segment file; nothing per message except the recovery skip list."""
+
+    __slots__ = ("id", "records", "dead", "unread", "unread_bytes", "skip", "has_acks")
+
+    def __init__(self, segment_id: int) -> None:
+        self.id = segment_id
+        self.records = 0  # records in the file
+        self.dead = 0  # acknowledged, purged, dropped as transient or corrupt
+        self.unread = 0  # ready records not yet shifted
+        self.unread_bytes = 0  # their body bytes
+        # Offsets of dead records ahead of the read cursor (only after recovery:
+        # at runtime every ack is for a record behind the cursor). Sorted.
+        self.skip: array[int] | None = None
+        self.has_acks = False
+
+
+def _offsets_to_bytes(offsets: list[int]) -> bytes:
+    arr = array("I", offsets)
+    if not _BIG_ENDIAN:
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def _offsets_from_bytes(data: bytes) -> array[int]:
+    arr = array("I")
+    arr.frombytes(data[: len(data) - len(data) % 4])
+    if not _BIG_ENDIAN:
+        arr.byteswap()
+    return arr
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        view.release()
+
+
+def _fdatasync_path(path: Path) -> None:
+    """fdatasync through a fresh descriptor: it flushes the inode, whoever wrote it."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:  # deleted since (fully acknowledged): nothing to keep
+        return
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+class SegmentStore:
+    """MessageStore for one queue, kept in segment files under ``directory``.
+
+    ``seq`` is ``(segment id << 32) | offset of the record``, so sequence order is
+    file order and a requeued message sorts back into its original position.
+
+    Durability: appends and acks reach the OS on flush() (and whenever the write
+    buffer or the ack batch fills); sync() additionally fdatasyncs them. A store
+    reopened after a crash recovers exactly what reached the disk.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        segment_size: int = 8 * 1024 * 1024,
+        persistent_only_on_recovery: bool = True,
+    ) -> None:
+        if not FILE_HEADER_SIZE < segment_size <= _OFFSET_MASK:
+            raise ValueError(f"segment_size must be in ({FILE_HEADER_SIZE}, 2**32)")
+        self._dir = Path(directory)
+        self._segment_size = segment_size
+        self._persistent_only = persistent_only_on_recovery
+        self._segs: dict[int, _Segment] = {}  # ascending id (insertion order)
+        self._next_id = 1
+        # Writing: the last segment, opened lazily on the first append.
+        self._wseg: _Segment | None = None
+        self._wfile: io.BufferedWriter[io.FileIO] | None = None
+        self._wpos = 0  # end of the write segment, Python buffer included
+        # Reading: a cursor into the oldest segment with unread records. The map is
+        # open only while that segment has something left to read.
+        self._rseg: _Segment | None = None
+        self._rpos = 0
+        self._rmap: mmap.mmap | None = None
+        self._rend = 0
+        self._skip: array[int] | None = None
+        self._skip_i = 0
+        self._requeued: list[tuple[int, Message]] = []  # heap, bounded by prefetch
+        self._ready_count = 0
+        self._ready_bytes = 0
+        self._exchange_bytes: dict[str, bytes] = {}
+        # Shared with sync() in a worker thread: deque.append/popleft are atomic, the
+        # rest is guarded by _lock.
+        self._acks: deque[int] = deque()
+        self._lock = threading.Lock()
+        self._dirty = False
+        self._synced_at = (0, 0)  # (write segment id, position) at the last sync
+        self._unsynced_msgs: set[int] = set()  # rolled-over segments not yet synced
+        self._unsynced_acks: set[int] = set()
+        self._dir_dirty = False
+        self._closed = False
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._recover()
+
+    def __repr__(self) -> str:
+        return f"<SegmentStore {str(self._dir)!r} ready={self._ready_count}>"
+
+    # -- paths ----------------------------------------------------------------------------
+    def _msgs_path(self, segment_id: int) -> Path:
+        return self._dir / f"msgs.{segment_id:010d}"
+
+    def _acks_path(self, segment_id: int) -> Path:
+        return self._dir / f"acks.{segment_id:010d}"
+
+    # -- MessageStore ---------------------------------------------------------------------
+    @property
+    def ready_count(self) -> int:
+        return self._ready_count
+
+    @property
+    def ready_bytes(self) -> int:
+        return self._ready_bytes
+
+    @property
+    def dirty(self) -> bool:
+        """Whether anything was appended, acked or purged since the last sync()."""
+        return self._dirty
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    def append(self, msg: Message) -> int:
+        exchange = self._exchange_bytes.get(msg.exchange)
+        if exchange is None:
+            exchange = self._encode_exchange(msg.exchange)
+        body = msg.body
+        rec = encode_record(
+            exchange,
+            msg.routing_key.encode("utf-8", "surrogateescape"),
+            msg.properties,
+            body,
+            msg.timestamp,
+        )
+        n = len(rec)
+        pos = self._wpos
+        seg = self._wseg
+        wfile = self._wfile
+        if (
+            wfile is None
+            or seg is None
+            or (pos + n > self._segment_size and pos > FILE_HEADER_SIZE)
+        ):
+            seg, wfile = self._prepare_write(n)
+            pos = self._wpos
+        wfile.write(rec)
+        self._wpos = pos + n
+        b = len(body)
+        seg.records += 1
+        seg.unread += 1
+        seg.unread_bytes += b
+        self._ready_count += 1
+        self._ready_bytes += b
+        self._dirty = True  # after the write: sync() clears it before flushing
+        return (seg.id << 32) | pos
+
+    def shift(self) -> tuple[int, Message, bool] | None:
+        if self._requeued:
+            seq, msg = heapq.heappop(self._requeued)
+            self._ready_count -= 1
+            self._ready_bytes -= len(msg.body)
+            return seq, msg, True
+        while self._ready_count:
+            m = self._rmap
+            pos = self._rpos
+            if m is None or pos >= self._rend or self._skip is not None:
+                m, pos = self._locate()
+                if m is None:
+                    continue  # the segment turned out unreadable; counts were adjusted
+            seg = self._rseg
+            assert seg is not None
+            try:
+                msg, length = decode_record(m, pos, self._rend, False)
+            except CorruptRecord as exc:
+                self._abandon_segment(seg, f"record at offset {pos}: {exc.reason}")
+                continue
+            self._rpos = pos + length
+            b = len(msg.body)
+            seg.unread -= 1
+            seg.unread_bytes -= b
+            self._ready_count -= 1
+            self._ready_bytes -= b
+            if not seg.unread:
+                self._close_map()  # fully read for now: hold no map while idle
+            return (seg.id << 32) | pos, msg, False
+        return None
+
+    def ack(self, seq: int) -> None:
+        seg = self._segs.get(seq >> 32)
+        if seg is None:
+            return
+        self._acks.append(seq)
+        self._dirty = True
+        seg.dead += 1
+        if seg.dead >= seg.records and seg is not self._wseg:
+            self._drop_segment(seg)
+        elif len(self._acks) >= _ACK_BATCH:
+            with self._lock:
+                self._write_acks_locked()
+
+    def requeue(self, seq: int, msg: Message) -> None:
+        heapq.heappush(self._requeued, (seq, msg))
+        self._ready_count += 1
+        self._ready_bytes += len(msg.body)
+
+    def purge(self) -> int:
+        n = self._ready_count
+        if not n:
+            return 0
+        requeued, self._requeued = self._requeued, []
+        for seq, msg in requeued:
+            self._ready_count -= 1
+            self._ready_bytes -= len(msg.body)
+            self.ack(seq)
+        rseg = self._rseg
+        for seg in list(self._segs.values()):
+            if seg.unread:
+                if seg is rseg and seg.records - seg.dead - seg.unread > 0:
+                    # Unacked messages keep this file alive: the purged records need
+                    # ack entries so that they stay gone after a restart.
+                    self._ack_unread(seg)
+                else:
+                    seg.dead += seg.unread
+                seg.unread = 0
+                seg.unread_bytes = 0
+            seg.skip = None
+        self._ready_count = 0
+        self._ready_bytes = 0
+        self._close_map()
+        self._skip = None
+        wseg = self._wseg
+        for seg in list(self._segs.values()):
+            if seg.dead >= seg.records:
+                if seg is wseg:
+                    self._retire_write_segment()
+                self._drop_segment(seg)
+        self._rseg = self._wseg
+        self._rpos = self._wpos if self._wseg is not None else 0
+        self._dirty = True
+        if len(self._acks) >= _ACK_BATCH:
+            with self._lock:
+                self._write_acks_locked()
+        return n
+
+    def close(self, sync: bool = True) -> None:
+        """Write everything out (and fdatasync it unless ``sync`` is False), release files."""
+        if self._closed:
+            return
+        try:
+            if sync:
+                self.sync()
+            else:
+                self.flush()
+        finally:
+            with self._lock:
+                self._closed = True
+                if self._wfile is not None:
+                    try:
+                        self._wfile.close()
+                    finally:
+                        self._wfile = None
+            self._close_map()
+
+    def delete(self) -> None:
+        """Forget every message and remove the queue's directory."""
+        with self._lock:
+            self._closed = True
+            wfile, self._wfile = self._wfile, None
+            self._acks.clear()
+        if wfile is not None:
+            with contextlib.suppress(OSError):  # about to be deleted anyway
+                wfile.close()
+        self._close_map()
+        self._segs.clear()
+        self._requeued.clear()
+        self._wseg = self._rseg = None
+        self._ready_count = self._ready_bytes = 0
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    # -- durability -----------------------------------------------------------------------
+    def flush(self) -> None:
+        """Hand buffered appends and acks to the OS (no fsync): the sync=false mode."""
+        with self._lock:
+            if self._closed:
+                return
+            if self._wfile is not None:
+                self._wfile.flush()
+            self._write_acks_locked()
+
+    def sync(self) -> None:
+        """Make everything appended, acked or purged before this call durable.
+
+        Safe to call from a worker thread while the owning thread keeps appending:
+        the buffers are flushed and the descriptors captured under the lock, the
+        slow fdatasync calls run outside it. Writes made after the call started may
+        or may not be covered. If fdatasync fails, the error is raised and dirty is
+        set again, but the kernel may already have dropped the failed pages: treat
+        a failed sync as fatal for the data written since the previous one.
+        """
+        fds: list[int] = []
+        paths: list[Path] = []
+        with self._lock:
+            if self._closed:
+                return
+            self._dirty = False  # before flushing: a concurrent append sets it again
+            try:
+                wseg = self._wseg
+                if self._wfile is not None and wseg is not None:
+                    # Read the position before flushing: bytes appended after this
+                    # point may still be buffered and must not count as synced.
+                    mark = (wseg.id, self._wpos)
+                    self._wfile.flush()
+                    if mark != self._synced_at:
+                        fds.append(os.dup(self._wfile.fileno()))
+                        self._synced_at = mark
+                self._write_acks_locked()
+                paths.extend(self._msgs_path(i) for i in self._unsynced_msgs)
+                paths.extend(self._acks_path(i) for i in self._unsynced_acks)
+                self._unsynced_msgs.clear()
+                self._unsynced_acks.clear()
+                dir_dirty, self._dir_dirty = self._dir_dirty, False
+            except BaseException:
+                self._dirty = True
+                for fd in fds:
+                    os.close(fd)
+                raise
+        try:
+            for fd in fds:
+                os.fdatasync(fd)
+            for path in paths:
+                _fdatasync_path(path)
+            if dir_dirty:
+                try:
+                    dfd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY)
+                except FileNotFoundError:  # deleted meanwhile
+                    pass
+                else:
+                    try:
+                        os.fsync(dfd)
+                    finally:
+                        os.close(dfd)
+        except BaseException:
+            self._dirty = True
+            raise
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    # -- writing --------------------------------------------------------------------------
+    def _encode_exchange(self, name: str) -> bytes:
+        raw = name.encode("utf-8", "surrogateescape")
+        if len(self._exchange_bytes) >= 256:
+            self._exchange_bytes.clear()
+        self._exchange_bytes[name] = raw
+        return raw
+
+    def _prepare_write(self, n: int) -> tuple[_Segment, io.BufferedWriter[io.FileIO]]:
+        """Open the write segment, or start a new one when ``n`` more bytes do not fit."""
+        if self._closed:
+            raise ValueError(f"{self!r} is closed")
+        old: _Segment | None = None
+        with self._lock:
+            seg = self._wseg
+            if (
+                seg is not None
+                and self._wfile is None
+                and (self._wpos + n <= self._segment_size or self._wpos <= FILE_HEADER_SIZE)
+            ):
+                fd = os.open(self._msgs_path(seg.id), os.O_WRONLY | os.O_APPEND)
+                self._wfile = wfile = io.BufferedWriter(io.FileIO(fd, "w"), _WRITE_BUFFER)
+                return seg, wfile
+            if seg is not None:
+                self._retire_write_segment_locked()
+                old = seg
+            while True:
+                sid = self._next_id
+                if sid > _MAX_SEGMENT_ID:
+                    raise OverflowError(f"{self._dir}: segment ids exhausted")
+                self._next_id = sid + 1
+                try:
+                    fd = os.open(
+                        self._msgs_path(sid),
+                        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND,
+                        0o644,
+                    )
+                except FileExistsError:  # a file we could not recover: never reuse its id
+                    continue
+                break
+            wfile = io.BufferedWriter(io.FileIO(fd, "w"), _WRITE_BUFFER)
+            wfile.write(FILE_HEADER)
+            seg = _Segment(sid)
+            self._segs[sid] = seg
+            self._wseg = seg
+            self._wfile = wfile
+            self._wpos = FILE_HEADER_SIZE
+            self._dir_dirty = True
+        if old is not None and old.dead >= old.records:
+            self._drop_segment(old)
+        return seg, wfile
+
+    def _retire_write_segment(self) -> None:
+        with self._lock:
+            self._retire_write_segment_locked()
+
+    def _retire_write_segment_locked(self) -> None:
+        """Close the write segment; the next append starts a new one."""
+        seg = self._wseg
+        if seg is None:
+            return
+        # Never append to this file again, even if the final flush fails (disk full):
+        # the lost buffer would misalign every later offset.
+        self._wseg = None
+        if (seg.id, self._wpos) != self._synced_at:
+            self._unsynced_msgs.add(seg.id)
+        if self._wfile is not None:
+            wfile, self._wfile = self._wfile, None
+            wfile.close()  # flushes
+
+    def _write_acks_locked(self) -> None:
+        """Append the queued acks to their segments' ack files (caller holds _lock)."""
+        acks = self._acks
+        n = len(acks)
+        if not n or self._closed:
+            return
+        groups: dict[int, list[int]] = {}
+        for _ in range(n):
+            seq = acks.popleft()
+            sid = seq >> 32
+            if sid in groups:
+                groups[sid].append(seq & _OFFSET_MASK)
+            else:
+                groups[sid] = [seq & _OFFSET_MASK]
+        items = list(groups.items())
+        for i, (sid, offsets) in enumerate(items):
+            seg = self._segs.get(sid)
+            if seg is None:  # deleted since: its acks died with it
+                continue
+            try:
+                fd = os.open(self._acks_path(sid), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    _write_all(fd, _offsets_to_bytes(offsets))
+                finally:
+                    os.close(fd)
+            except BaseException:
+                # Keep what was not written for the next attempt; a torn entry at the
+                # end of the ack file is pruned on recovery.
+                for sid2, offs in items[i:]:
+                    acks.extend((sid2 << 32) | o for o in offs)
+                raise
+            if not seg.has_acks:
+                seg.has_acks = True
+                self._dir_dirty = True
+            self._unsynced_acks.add(sid)
+
+    def _drop_segment(self, seg: _Segment) -> None:
+        """Delete a fully acknowledged segment (messages first, so acks never go missing)."""
+        if seg is self._rseg:
+            self._close_map()
+            self._rseg = None
+            self._skip = None
+        with self._lock:
+            if self._closed or self._segs.pop(seg.id, None) is None:
+                return
+            self._unsynced_msgs.discard(seg.id)
+            self._unsynced_acks.discard(seg.id)
+            self._dir_dirty = True
+            self._unlink_pair(seg.id)
+
+    # -- reading --------------------------------------------------------------------------
+    def _close_map(self) -> None:
+        m, self._rmap = self._rmap, None
+        self._rend = 0
+        if m is not None:
+            m.close()  # no views into it survive a read: see records.decode_record
+
+    def _map(self, seg: _Segment) -> None:
+        """Map ``seg`` in full (after pushing buffered appends to the file)."""
+        self._close_map()
+        if seg is self._wseg and self._wfile is not None:
+            self._wfile.flush()
+        fd = os.open(self._msgs_path(seg.id), os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            if size:
+                m = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+                if seg is not self._wseg and hasattr(mmap, "MADV_SEQUENTIAL"):
+                    m.madvise(mmap.MADV_SEQUENTIAL)
+                self._rmap = m
+                self._rend = size
+        finally:
+            os.close(fd)  # the map keeps its own reference
+
+    def _enter(self, seg: _Segment) -> None:
+        self._close_map()
+        old = self._rseg
+        if old is not None:
+            old.skip = None
+        self._rseg = seg
+        self._rpos = FILE_HEADER_SIZE
+        self._skip = seg.skip
+        self._skip_i = 0
+
+    def _locate(self) -> tuple[mmap.mmap | None, int]:
+        """Map the next unread record, moving through segments and past dead records.
+
+        Only called while some record on disk is unread. Returns (None, 0) after
+        giving up on an unreadable segment (the ready counters are adjusted then).
+        """
+        if self._closed:
+            raise ValueError(f"{self!r} is closed")
+        while True:
+            seg = self._rseg
+            if seg is None or not seg.unread or seg.id not in self._segs:
+                nxt = None
+                for s in self._segs.values():
+                    if s.unread and (seg is None or s.id > seg.id):
+                        nxt = s
+                        break
+                if nxt is None:
+                    # Counters claim unread records that no segment has: repair them.
+                    log.error(
+                        "%s: ready count %d but nothing to read", self._dir, self._ready_count
+                    )
+                    self._ready_count = len(self._requeued)
+                    self._ready_bytes = sum(len(m.body) for _, m in self._requeued)
+                    return None, 0
+                self._enter(nxt)
+                seg = nxt
+            m = self._rmap
+            if m is None or self._rpos >= self._rend:
+                try:
+                    self._map(seg)
+                except OSError as exc:
+                    self._abandon_segment(seg, f"cannot map: {exc}")
+                    return None, 0
+                m = self._rmap
+                if m is None or self._rpos >= self._rend:
+                    self._abandon_segment(seg, "file shorter than its records")
+                    return None, 0
+            skip = self._skip
+            if skip is None:
+                return m, self._rpos
+            pos = self._rpos
+            i = self._skip_i
+            n = len(skip)
+            while i < n and skip[i] <= pos:
+                if skip[i] == pos:
+                    pos += int.from_bytes(m[pos : pos + 4], "big")
+                    if pos >= self._rend:
+                        break
+                i += 1
+            self._rpos = pos
+            self._skip_i = i
+            if i >= n:
+                self._skip = seg.skip = None
+            if pos < self._rend:
+                return m, pos
+
+    def _abandon_segment(self, seg: _Segment, reason: str) -> None:
+        """Give up on the unread rest of a segment that cannot be read (never expected:
+        recovery validated it). Its ready messages are lost; the store keeps working."""
+        log.error(
+            "%s: %s unreadable (%s): dropping its %d unread messages",
+            self._dir,
+            self._msgs_path(seg.id).name,
+            reason,
+            seg.unread,
+        )
+        self._ready_count -= seg.unread
+        self._ready_bytes -= seg.unread_bytes
+        seg.dead += seg.unread
+        seg.unread = 0
+        seg.unread_bytes = 0
+        self._close_map()
+        if seg is self._wseg:
+            self._retire_write_segment()  # do not append after damage
+        if seg.dead >= seg.records:
+            self._drop_segment(seg)
+
+    def _ack_unread(self, seg: _Segment) -> None:
+        """Ack every unread record of the read segment (purge with unacked neighbours)."""
+        self._map(seg)
+        m = self._rmap
+        left = seg.unread
+        if m is None:
+            seg.dead += left
+            return
+        pos = self._rpos
+        skip = self._skip
+        i = self._skip_i
+        while left and pos < self._rend:
+            length = int.from_bytes(m[pos : pos + 4], "big")
+            if length < MIN_RECORD_SIZE:
+                break  # cannot happen for validated data; stop rather than spin
+            while skip is not None and i < len(skip) and skip[i] < pos:
+                i += 1
+            if skip is None or i >= len(skip) or skip[i] != pos:
+                self._acks.append((seg.id << 32) | pos)
+                seg.dead += 1
+                left -= 1
+            pos += length
+        seg.dead += left  # only if the file disagreed with the counters
+        self._close_map()
+
+    # -- recovery -------------------------------------------------------------------------
+    def _recover(self) -> None:
+        """Rebuild counters from the files; never raises (a broken queue starts empty)."""
+        where = "directory listing"
+        try:
+            seg_ids: set[int] = set()
+            ack_ids: set[int] = set()
+            for name in os.listdir(self._dir):
+                if _TMP_NAME.fullmatch(name):
+                    self._unlink(self._dir / name)  # an interrupted ack-file rewrite
+                    continue
+                match = _NAME.fullmatch(name)
+                if match is None:
+                    continue
+                (seg_ids if match.group(1) == "msgs" else ack_ids).add(int(match.group(2)))
+            self._next_id = max(seg_ids | ack_ids, default=0) + 1
+            last_size = 0
+            for sid in sorted(seg_ids):
+                where = self._msgs_path(sid).name
+                try:
+                    found = self._recover_segment(sid, sid in ack_ids)
+                except Exception:
+                    log.exception(
+                        "%s: cannot recover %s; leaving it untouched, its messages are not served",
+                        self._dir,
+                        where,
+                    )
+                    continue
+                if found is not None:
+                    seg, last_size = found
+                    self._segs[sid] = seg
+                    self._ready_count += seg.unread
+                    self._ready_bytes += seg.unread_bytes
+            for sid in ack_ids - seg_ids:  # messages deleted, crash before the acks were
+                self._unlink(self._acks_path(sid))
+            if seg_ids and max(seg_ids) in self._segs:
+                # Keep appending to the last segment; opened on the first append.
+                self._wseg = self._segs[max(seg_ids)]
+                self._wpos = last_size
+                self._synced_at = (self._wseg.id, last_size)
+        except Exception:
+            log.exception("%s: recovery failed at %s; the queue starts empty", self._dir, where)
+            self._segs.clear()
+            self._acks.clear()
+            self._wseg = None
+            self._wpos = 0
+            self._ready_count = self._ready_bytes = 0
+
+    def _recover_segment(self, sid: int, has_acks: bool) -> tuple[_Segment, int] | None:
+        """Validate one segment and its ack file; returns (segment, data size) or None
+        when the segment is gone (fully dead, empty) or left alone (not ours)."""
+        path = self._msgs_path(sid)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            head = os.pread(fd, FILE_HEADER_SIZE, 0)
+            try:
+                check_file_header(head)
+            except BadFileHeader as exc:
+                if size < FILE_HEADER_SIZE and FILE_HEADER.startswith(head):
+                    log.warning("%s: %s: torn file header; removing it", self._dir, path.name)
+                    self._unlink_pair(sid)
+                else:
+                    log.warning("%s: %s: %s; leaving it untouched", self._dir, path.name, exc)
+                return None
+            m = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size > FILE_HEADER_SIZE else None
+        finally:
+            os.close(fd)
+
+        # Acked offsets as a bitmap over the file's bytes (size/8 bytes, freed after
+        # this segment): no Python int per entry, duplicates merge for free.
+        acked = bytearray((size >> 3) + 1) if has_acks else bytearray()
+        ack_entries = 0
+        ack_torn = False
+        if has_acks:
+            data = self._acks_path(sid).read_bytes()
+            ack_torn = len(data) % 4 != 0
+            offsets = _offsets_from_bytes(data)
+            ack_entries = len(offsets)
+            for o in offsets:
+                if o < size:
+                    acked[o >> 3] |= 1 << (o & 7)
+            del offsets, data
+
+        seg = _Segment(sid)
+        skip: array[int] = array("I")
+        valid_acks: list[int] = []
+        dropped: list[int] = []  # transient records: acked now
+        cut: int | None = None
+        pos = FILE_HEADER_SIZE
+        try:
+            while m is not None and pos < size:
+                if pos > _OFFSET_MASK:
+                    cut = pos
+                    log.warning(
+                        "%s: %s: data past 4 GiB; truncating at %d", self._dir, path.name, pos
+                    )
+                    break
+                try:
+                    length, p_off, p_len, b_len = inspect_record(m, pos, size)
+                except CorruptRecord as exc:
+                    nxt = pos + exc.length if exc.length is not None else size
+                    if nxt < size and self._plausible(m, nxt, size):
+                        log.warning(
+                            "%s: %s: corrupt record at offset %d (%s); dropped it",
+                            self._dir,
+                            path.name,
+                            pos,
+                            exc.reason,
+                        )
+                        seg.records += 1
+                        seg.dead += 1
+                        skip.append(pos)
+                        if acked and acked[pos >> 3] >> (pos & 7) & 1:
+                            valid_acks.append(pos)
+                        pos = nxt
+                        continue
+                    cut = pos
+                    log.warning(
+                        "%s: %s: torn or corrupt record at offset %d (%s); "
+                        "truncating the file there (%d bytes dropped)",
+                        self._dir,
+                        path.name,
+                        pos,
+                        exc.reason,
+                        size - pos,
+                    )
+                    break
+                seg.records += 1
+                if acked and acked[pos >> 3] >> (pos & 7) & 1:
+                    seg.dead += 1
+                    skip.append(pos)
+                    valid_acks.append(pos)
+                elif self._persistent_only and not self._is_persistent(m[p_off : p_off + p_len]):
+                    seg.dead += 1
+                    skip.append(pos)
+                    dropped.append(pos)
+                else:
+                    seg.unread += 1
+                    seg.unread_bytes += b_len
+                pos += length
+        finally:
+            if m is not None:
+                m.close()
+        if cut is not None:
+            os.truncate(path, cut)
+            size = cut
+
+        if seg.dead >= seg.records:  # nothing left to deliver (or an empty segment)
+            self._unlink_pair(sid)
+            return None
+
+        seg.has_acks = has_acks
+        stale = ack_entries - len(valid_acks)
+        if stale or ack_torn or dropped:
+            if stale or ack_torn:
+                log.warning(
+                    "%s: %s: pruned %d ack entries (past the data, not at a record "
+                    "boundary, or duplicates)%s",
+                    self._dir,
+                    self._acks_path(sid).name,
+                    stale,
+                    " (and a torn last entry)" if ack_torn else "",
+                )
+            if dropped:
+                log.info(
+                    "%s: %s: dropped %d transient messages", self._dir, path.name, len(dropped)
+                )
+            self._rewrite_acks(sid, sorted(valid_acks + dropped))
+            seg.has_acks = bool(valid_acks or dropped)
+        seg.skip = skip if skip else None
+        return seg, size
+
+    @staticmethod
+    def _plausible(m: mmap.mmap, pos: int, size: int) -> bool:
+        """Whether a structurally sound record starts at ``pos`` (resynchronisation check)."""
+        try:
+            inspect_record(m, pos, size, verify_crc=False)
+        except CorruptRecord:
+            return False
+        return True
+
+    @staticmethod
+    def _is_persistent(raw_properties: bytes) -> bool:
+        # Fast path: one flags word and delivery-mode is the first property present
+        # (no content-type, content-encoding or headers): it follows the flags word.
+        if (
+            len(raw_properties) >= 3
+            and raw_properties[0] & 0xF0 == 0x10
+            and not raw_properties[1] & 1
+        ):
+            return raw_properties[2] == 2
+        try:
+            return peek_delivery_mode(raw_properties) == 2
+        except Exception:  # unreadable properties: keep the message rather than lose it
+            return True
+
+    def _rewrite_acks(self, sid: int, offsets: list[int]) -> None:
+        """Replace an ack file atomically (temp file + rename)."""
+        path = self._acks_path(sid)
+        if not offsets:
+            self._unlink(path)
+            return
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(_offsets_to_bytes(offsets))
+        os.replace(tmp, path)
+
+    def _unlink_pair(self, sid: int) -> None:
+        # Messages first: a crash in between leaves an orphan ack file (removed on
+        # recovery), never a message file whose acks are gone.
+        self._unlink(self._msgs_path(sid))
+        self._unlink(self._acks_path(sid))
+
+    def _unlink(self, path: Path) -> None:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("%s: cannot delete %s: %s", self._dir, path.name, exc)

@@ -1,0 +1,87 @@
+"""kill -9 while a confirming publisher is mid-stream, then restart on the same data dir."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import pika
+import pika.exceptions
+from procs import start_warren
+
+PERSISTENT = pika.BasicProperties(delivery_mode=2)
+
+
+def test_kill_9_keeps_every_confirmed_message_exactly_once(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    proc, port = start_warren(data)
+    params = pika.ConnectionParameters("127.0.0.1", port, connection_attempts=1)
+    try:
+        setup = pika.BlockingConnection(params)
+        ch = setup.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("crash", durable=True)
+        # A first batch that a consumer acknowledges: it must never come back.
+        for i in range(100):
+            ch.basic_publish("", "crash", b"acked-%d" % i, PERSISTENT)
+        for _ in range(100):
+            method, _props, _body = ch.basic_get("crash")
+            ch.basic_ack(method.delivery_tag)
+        ch.queue_declare("crash", passive=True)  # round trip: the acks were processed
+        setup.close()
+
+        confirmed: list[int] = []
+        enough = threading.Event()
+        finished = threading.Event()
+
+        def publish() -> None:
+            conn = pika.BlockingConnection(params)
+            pch = conn.channel()
+            pch.confirm_delivery()
+            i = 0
+            try:
+                while True:
+                    pch.basic_publish("", "crash", b"%d" % i, PERSISTENT)
+                    confirmed.append(i)  # returned => the broker confirmed it
+                    i += 1
+                    if i == 3000:
+                        enough.set()
+            except (pika.exceptions.AMQPError, OSError):
+                pass
+            finally:
+                enough.set()
+                finished.set()
+
+        publisher = threading.Thread(target=publish, daemon=True)
+        publisher.start()
+        assert enough.wait(120)
+        proc.send_signal(signal.SIGKILL)  # the publisher is still mid-stream
+        proc.wait(10)
+        assert finished.wait(30)
+        assert len(confirmed) >= 3000
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    proc, port = start_warren(data)
+    try:
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+        ch = conn.channel()
+        received: list[bytes] = []
+        while True:
+            method, _props, body = ch.basic_get("crash", auto_ack=True)
+            if method is None:
+                break
+            received.append(body)
+        conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    assert not any(body.startswith(b"acked-") for body in received)
+    ids = [int(body) for body in received]
+    assert len(ids) == len(set(ids)), "a message came back twice"
+    assert ids == sorted(ids), "order was not kept"
+    missing = set(confirmed) - set(ids)
+    assert not missing, f"{len(missing)} confirmed messages lost, e.g. {sorted(missing)[:5]}"

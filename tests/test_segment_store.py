@@ -1,0 +1,758 @@
+"""SegmentStore on real files: ordering, rollover, deletion, purge, recovery, durability."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from warren.core.message import Message
+from warren.core.properties import BasicProperties
+from warren.core.store import MemoryStore, MessageStore
+from warren.store import records
+from warren.store import segment_store as segment_store_module
+from warren.store.segment_store import SegmentStore
+
+PERSISTENT = b"\x10\x00\x02"  # flags: delivery-mode present; delivery-mode 2
+TRANSIENT = b"\x10\x00\x01"
+NO_PROPS = b"\x00\x00"
+
+
+def msg(i: int, persistent: bool = True, size: int = 0, routing_key: str = "rk") -> Message:
+    body = f"m{i}:".encode().ljust(size, b".")
+    return Message("ex", routing_key, PERSISTENT if persistent else TRANSIENT, body, 1000 + i)
+
+
+def drain(store: SegmentStore, ack: bool = True) -> list[tuple[int, Message, bool]]:
+    out = []
+    while (item := store.shift()) is not None:
+        out.append(item)
+        if ack:
+            store.ack(item[0])
+    return out
+
+
+def bodies(items: list[tuple[int, Message, bool]]) -> list[bytes]:
+    return [m.body for _, m, _ in items]
+
+
+def seg_files(d: Path, kind: str = "msgs") -> list[str]:
+    return sorted(n for n in os.listdir(d) if n.startswith(kind + "."))
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def offset(seq: int) -> int:
+    return seq & 0xFFFFFFFF
+
+
+def seg_path(d: Path, seq: int) -> Path:
+    return d / f"msgs.{seq >> 32:010d}"
+
+
+def test_persistent_properties_encoding() -> None:
+    assert BasicProperties(delivery_mode=2).encode() == PERSISTENT
+    assert BasicProperties(delivery_mode=1).encode() == TRANSIENT
+
+
+def test_segment_store_satisfies_the_protocol(tmp_path: Path) -> None:
+    store: MessageStore = SegmentStore(tmp_path / "q")
+    store.close()
+
+
+def test_record_round_trip_and_crc() -> None:
+    rec = records.encode_record(b"ex", b"key", PERSISTENT, b"hello", 42)
+    assert len(rec) == records.RECORD_OVERHEAD + 2 + 3 + 3 + 5
+    assert struct.unpack_from(">I", rec)[0] == len(rec)
+    m, n = records.decode_record(rec, 0, len(rec))
+    assert n == len(rec)
+    assert (m.exchange, m.routing_key, m.properties, m.body, m.timestamp) == (
+        "ex",
+        "key",
+        PERSISTENT,
+        b"hello",
+        42,
+    )
+    assert records.inspect_record(rec, 0, len(rec))[1:] == (23, 3, 5)
+    bad = bytearray(rec)
+    bad[-6] ^= 0xFF  # a body byte
+    with pytest.raises(records.CorruptRecord) as info:
+        records.decode_record(bytes(bad), 0, len(bad))
+    assert info.value.length == len(rec)
+    with pytest.raises(records.CorruptRecord) as info:
+        records.inspect_record(rec, 0, len(rec) - 1)
+    assert info.value.length is None
+    with pytest.raises(records.BadFileHeader):
+        records.check_file_header(b"WSEG\x00\x00\x00\x02")
+
+
+def test_large_record_round_trip() -> None:
+    body = os.urandom(100_000)
+    rec = records.encode_record(b"", b"k", NO_PROPS, body, 7)
+    m, n = records.decode_record(rec, 0, len(rec))
+    assert n == len(rec) and m.body == body
+    bad = bytearray(rec)
+    bad[50_000] ^= 1
+    with pytest.raises(records.CorruptRecord, match="CRC"):
+        records.inspect_record(bytes(bad), 0, len(bad))
+
+
+@pytest.mark.parametrize(
+    "props",
+    [
+        BasicProperties(),
+        BasicProperties(delivery_mode=1),
+        BasicProperties(delivery_mode=2),
+        BasicProperties(content_type="text/plain", delivery_mode=2),
+        BasicProperties(headers={"a": 1}, delivery_mode=2, priority=3),
+        BasicProperties(headers={"a": 1}, delivery_mode=1),
+        BasicProperties(priority=2),
+    ],
+)
+def test_persistence_check_matches_the_property_codec(props: BasicProperties) -> None:
+    raw = props.encode()
+    assert SegmentStore._is_persistent(raw) == (props.delivery_mode == 2)
+    # A continuation flag word moves delivery-mode: the fast path must not apply.
+    continued = bytes([raw[0], raw[1] | 1]) + b"\x00\x00" + raw[2:]
+    assert SegmentStore._is_persistent(continued) == (props.delivery_mode == 2)
+
+
+def test_append_shift_ack_order(tmp_path: Path) -> None:
+    store = SegmentStore(tmp_path / "q")
+    seqs = [store.append(msg(i)) for i in range(5)]
+    assert seqs == sorted(seqs)
+    assert store.ready_count == 5
+    assert store.ready_bytes == sum(len(msg(i).body) for i in range(5))
+    items = drain(store)
+    assert [s for s, _, _ in items] == seqs
+    assert bodies(items) == [msg(i).body for i in range(5)]
+    assert not any(r for _, _, r in items)
+    m = items[2][1]
+    assert (m.exchange, m.routing_key, m.properties, m.timestamp) == ("ex", "rk", PERSISTENT, 1002)
+    assert store.ready_count == 0 and store.ready_bytes == 0
+    assert store.shift() is None
+    store.close()
+
+
+def test_interleaved_append_and_shift(tmp_path: Path) -> None:
+    store = SegmentStore(tmp_path / "q", segment_size=4096)
+    out = []
+    for i in range(500):
+        store.append(msg(i, size=i % 50))
+        if i % 3 == 0:
+            item = store.shift()
+            assert item is not None
+            out.append(item)
+            store.ack(item[0])
+    out += drain(store)
+    assert bodies(out) == [msg(i, size=i % 50).body for i in range(500)]
+    store.close()
+
+
+def test_requeue_returns_to_original_position(tmp_path: Path) -> None:
+    store = SegmentStore(tmp_path / "q")
+    for i in range(5):
+        store.append(msg(i))
+    first = [store.shift() for _ in range(3)]
+    assert all(first)
+    s1, m1, _ = first[1]  # type: ignore[misc]
+    s0, m0, _ = first[0]  # type: ignore[misc]
+    store.requeue(s1, m1)
+    store.requeue(s0, m0)
+    assert store.ready_count == 4
+    assert store.ready_bytes == sum(len(msg(i).body) for i in (0, 1, 3, 4))
+    again = drain(store)
+    assert bodies(again) == [msg(i).body for i in (0, 1, 3, 4)]
+    assert [r for _, _, r in again] == [True, True, False, False]
+    assert again[0][0] == s0
+    store.close()
+
+
+def test_rollover_and_deletion_of_acked_segments(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d, segment_size=4096)
+    seqs = [store.append(msg(i, size=100)) for i in range(200)]
+    ids = sorted({s >> 32 for s in seqs})
+    assert len(ids) > 3
+    assert seg_files(d) == [f"msgs.{i:010d}" for i in ids]
+    for path in d.iterdir():
+        assert path.stat().st_size <= 4096 or path.name == f"msgs.{ids[-1]:010d}"
+    items = drain(store, ack=False)
+    assert len(items) == 200
+    # Ack everything in the first segment except one message: the file stays.
+    first = [s for s, _, _ in items if s >> 32 == ids[0]]
+    for s in first[1:]:
+        store.ack(s)
+    assert f"msgs.{ids[0]:010d}" in seg_files(d)
+    store.ack(first[0])
+    assert f"msgs.{ids[0]:010d}" not in seg_files(d)
+    for s, _, _ in items:
+        if s >> 32 != ids[0]:
+            store.ack(s)
+    # Drained: only the write segment remains.
+    assert seg_files(d) == [f"msgs.{ids[-1]:010d}"]
+    store.close()
+    assert seg_files(d, "acks") in ([], [f"acks.{ids[-1]:010d}"])
+    # A reopened drained queue drops the fully acknowledged write segment too.
+    store = SegmentStore(d, segment_size=4096)
+    assert store.ready_count == 0
+    assert seg_files(d) == [] and seg_files(d, "acks") == []
+    assert store.shift() is None
+    s = store.append(msg(1000))
+    assert s >> 32 > ids[-1]  # ids never go backwards
+    store.close()
+
+
+def test_message_larger_than_segment_gets_its_own_segment(tmp_path: Path) -> None:
+    store = SegmentStore(tmp_path / "q", segment_size=4096)
+    a = store.append(msg(0))
+    big = store.append(msg(1, size=10_000))
+    c = store.append(msg(2))
+    assert offset(big) == records.FILE_HEADER_SIZE
+    assert len({a >> 32, big >> 32, c >> 32}) == 3
+    assert bodies(drain(store)) == [msg(i, size=10_000 if i == 1 else 0).body for i in range(3)]
+    store.close()
+    store = SegmentStore(tmp_path / "q", segment_size=4096)
+    assert store.ready_count == 0
+    store.close()
+
+
+def test_purge_drops_ready_keeps_unacked(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d)
+    for i in range(10):
+        store.append(msg(i))
+    unacked = [store.shift() for _ in range(3)]
+    s2, m2, _ = unacked[2]  # type: ignore[misc]
+    store.requeue(s2, m2)
+    assert store.purge() == 8
+    assert store.ready_count == 0 and store.ready_bytes == 0
+    assert store.shift() is None
+    assert store.purge() == 0
+    store.append(msg(10))
+    assert bodies(drain(store, ack=False)) == [msg(10).body]
+    store.close()
+    # After a restart the two unacked messages and the one published after the purge
+    # come back; the purged ones do not.
+    store = SegmentStore(d)
+    assert bodies(drain(store)) == [msg(i).body for i in (0, 1, 10)]
+    store.close()
+
+
+def test_purge_deletes_whole_segments(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d, segment_size=4096)
+    for i in range(300):
+        store.append(msg(i, size=64))
+    assert len(seg_files(d)) > 3
+    assert store.purge() == 300
+    assert seg_files(d) == []
+    store.append(msg(300))
+    assert bodies(drain(store)) == [msg(300).body]
+    assert len(seg_files(d)) == 1
+    store.close()
+
+
+def test_reopen_recovers_exactly(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d, segment_size=4096)
+    expected = []
+    for i in range(120):
+        persistent = i % 7 != 3
+        store.append(msg(i, persistent=persistent, size=i % 90))
+        if persistent:
+            expected.append(i)
+    acked = set()
+    for _ in range(30):
+        s, m, _ = store.shift()  # type: ignore[misc]
+        i = int(m.body[1:].split(b":")[0])
+        if i % 2 == 0:
+            store.ack(s)
+            acked.add(i)
+    store.close()
+
+    store = SegmentStore(d, segment_size=4096)
+    want = [i for i in expected if i not in acked]
+    assert store.ready_count == len(want)
+    assert store.ready_bytes == sum(len(msg(i, size=i % 90).body) for i in want)
+    items = drain(store, ack=False)
+    assert bodies(items) == [msg(i, size=i % 90).body for i in want]
+    # Recovered messages cannot be known to have been delivered: redelivered=False.
+    assert not any(r for _, _, r in items)
+    store.close()
+
+    # Transient drops were written to the ack files: they stay gone even when the
+    # store is opened with persistent_only_on_recovery=False.
+    store = SegmentStore(d, segment_size=4096, persistent_only_on_recovery=False)
+    assert store.ready_count == len(want)
+    store.close()
+
+
+def test_transient_kept_when_not_persistent_only(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d)
+    store.append(msg(0, persistent=False))
+    store.append(Message("", "k", NO_PROPS, b"no properties"))
+    store.append(Message("", "k", b"", b"empty properties"))
+    store.close()
+    store = SegmentStore(d, persistent_only_on_recovery=False)
+    assert store.ready_count == 3
+    store.close()
+    store = SegmentStore(d)
+    # delivery-mode absent means transient; unreadable properties are kept.
+    assert bodies(drain(store)) == [b"empty properties"]
+    store.close()
+
+
+def _torn_store(d: Path) -> list[int]:
+    store = SegmentStore(d)
+    seqs = [store.append(msg(i, size=40)) for i in range(5)]
+    store.close()
+    return seqs
+
+
+def test_torn_tail_is_cut_off(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    d = tmp_path / "q"
+    seqs = _torn_store(d)
+    path = seg_path(d, seqs[-1])
+    size = path.stat().st_size
+    os.truncate(path, size - 3)
+    caplog.set_level(logging.WARNING, logger="warren.store")
+    store = SegmentStore(d)
+    assert store.ready_count == 4
+    assert path.stat().st_size == offset(seqs[-1])
+    text = caplog.text
+    assert str(d) in text and path.name in text and f"offset {offset(seqs[-1])}" in text
+    # Appending continues cleanly after the cut, and a reopen finds nothing wrong.
+    store.append(msg(5, size=40))
+    store.close()
+    caplog.clear()
+    store = SegmentStore(d)
+    assert not caplog.records
+    assert bodies(drain(store)) == [msg(i, size=40).body for i in (0, 1, 2, 3, 5)]
+    store.close()
+
+
+@pytest.mark.parametrize("truncate", [0, 5])
+def test_garbage_after_the_last_record_is_cut_off(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, truncate: int
+) -> None:
+    d = tmp_path / "q"
+    seqs = _torn_store(d)
+    path = seg_path(d, seqs[-1])
+    size = path.stat().st_size
+    os.truncate(path, size - truncate)
+    with open(path, "ab") as f:
+        f.write(b"\x00\x00\x01\x00garbage" * 5)
+    caplog.set_level(logging.WARNING, logger="warren.store")
+    store = SegmentStore(d)
+    kept = 5 if not truncate else 4
+    assert store.ready_count == kept
+    cut_at = size if not truncate else offset(seqs[-1])
+    assert path.stat().st_size == cut_at
+    assert f"offset {cut_at}" in caplog.text and path.name in caplog.text
+    assert bodies(drain(store)) == [msg(i, size=40).body for i in range(kept)]
+    store.close()
+
+
+def test_corrupt_body_in_the_middle_drops_only_that_record(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d, segment_size=4096)
+    seqs = [store.append(msg(i, size=100)) for i in range(100)]
+    store.close()
+    victim = seqs[3]
+    path = seg_path(d, victim)
+    with open(path, "r+b") as f:
+        f.seek(offset(victim) + 40)  # inside the body
+        byte = f.read(1)
+        f.seek(offset(victim) + 40)
+        f.write(bytes([byte[0] ^ 0x55]))
+    caplog.set_level(logging.WARNING, logger="warren.store")
+    store = SegmentStore(d, segment_size=4096)
+    assert store.ready_count == 99
+    assert path.name in caplog.text and f"offset {offset(victim)}" in caplog.text
+    assert "CRC" in caplog.text
+    assert bodies(drain(store)) == [msg(i, size=100).body for i in range(100) if i != 3]
+    store.close()
+
+
+def test_unusable_length_in_the_middle_drops_the_rest_of_that_segment(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d, segment_size=4096)
+    seqs = [store.append(msg(i, size=100)) for i in range(100)]
+    store.close()
+    victim = seqs[3]
+    in_first = [i for i, s in enumerate(seqs) if s >> 32 == victim >> 32]
+    path = seg_path(d, victim)
+    with open(path, "r+b") as f:
+        f.seek(offset(victim))
+        f.write(b"\xff\xff\xff\xff")
+    caplog.set_level(logging.WARNING, logger="warren.store")
+    store = SegmentStore(d, segment_size=4096)
+    lost = [i for i in in_first if i >= 3]
+    assert store.ready_count == 100 - len(lost)
+    assert path.name in caplog.text and f"offset {offset(victim)}" in caplog.text
+    assert bodies(drain(store)) == [msg(i, size=100).body for i in range(100) if i not in lost]
+    store.close()
+
+
+def test_stale_ack_entries_are_pruned(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d)
+    seqs = [store.append(msg(i)) for i in range(5)]
+    drain(store, ack=False)
+    store.ack(seqs[1])
+    store.close()
+    acks = d / f"acks.{seqs[0] >> 32:010d}"
+    assert acks.read_bytes() == struct.pack(">I", offset(seqs[1]))
+    with open(acks, "ab") as f:
+        f.write(struct.pack(">III", 1 << 30, offset(seqs[2]) + 1, offset(seqs[1])) + b"\x01\x02")
+    caplog.set_level(logging.WARNING, logger="warren.store")
+    store = SegmentStore(d)
+    assert store.ready_count == 4
+    assert "pruned 3 ack entries" in caplog.text and acks.name in caplog.text
+    assert acks.read_bytes() == struct.pack(">I", offset(seqs[1]))
+    assert bodies(drain(store)) == [msg(i).body for i in (0, 2, 3, 4)]
+    store.close()
+
+
+def test_acks_past_a_cut_tail_are_pruned(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d)
+    seqs = [store.append(msg(i)) for i in range(3)]
+    drain(store, ack=False)
+    store.ack(seqs[2])
+    store.close()
+    os.truncate(seg_path(d, seqs[2]), offset(seqs[2]) + 10)
+    store = SegmentStore(d)
+    assert store.ready_count == 2
+    store.close()
+    assert not (d / f"acks.{seqs[0] >> 32:010d}").exists()
+
+
+def test_garbage_files_do_not_raise(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    d = tmp_path / "q"
+    d.mkdir()
+    (d / "msgs.0000000001").write_bytes(os.urandom(5000))  # not ours: left alone
+    (d / "msgs.0000000002").write_bytes(b"WSEG\x00\x00\x00\x01" + os.urandom(3000))
+    (d / "msgs.0000000003").write_bytes(b"WSE")  # torn at creation: removed
+    (d / "msgs.0000000004").mkdir()
+    (d / "msgs.0000000005").write_bytes(b"WSEG\x00\x00\x00\x07")  # a future version
+    (d / "acks.0000000002").write_bytes(os.urandom(13))
+    (d / "acks.0000000009").write_bytes(b"\x00\x00\x00\x08")  # orphan
+    (d / "msgs.notanumber").write_bytes(b"x")
+    (d / "README").write_text("hello")
+    caplog.set_level(logging.WARNING, logger="warren.store")
+    store = SegmentStore(d)
+    assert store.ready_count == 0
+    assert "msgs.0000000001" in caplog.text and "msgs.0000000004" in caplog.text
+    assert not (d / "msgs.0000000003").exists()
+    assert not (d / "acks.0000000009").exists()
+    seq = store.append(msg(1))
+    assert seq >> 32 == 10  # above every id seen on disk
+    assert bodies(drain(store)) == [msg(1).body]
+    store.close()
+    SegmentStore(d).close()
+
+
+def test_unexpected_recovery_error_is_contained(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d)
+    store.append(msg(0))
+    store.close()
+
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(segment_store_module, "inspect_record", boom)
+    caplog.set_level(logging.WARNING, logger="warren.store")
+    store = SegmentStore(d)
+    assert store.ready_count == 0
+    assert str(d) in caplog.text and "msgs.0000000001" in caplog.text
+    seq = store.append(msg(1))
+    assert seq >> 32 == 2  # the unrecoverable file is never written to
+    assert bodies(drain(store)) == [msg(1).body]
+    store.close()
+
+    monkeypatch.undo()
+    monkeypatch.setattr(segment_store_module.os, "listdir", boom)
+    caplog.clear()
+    store = SegmentStore(d)
+    assert "recovery failed" in caplog.text and str(d) in caplog.text
+    store.append(msg(2))  # ids collide with files it could not list: skipped
+    assert bodies(drain(store)) == [msg(2).body]
+    store.close()
+    monkeypatch.undo()
+    store = SegmentStore(d)  # the file that failed is retried on the next open
+    assert bodies(drain(store)) == [msg(0).body]
+    store.close()
+
+
+def test_sync_and_dirty(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d)
+    assert not store.dirty
+    seq = store.append(msg(0))
+    assert store.dirty
+    store.sync()
+    assert not store.dirty
+    # A process killed right after sync() returned: a second store sees the data.
+    assert SegmentStore(d).ready_count == 1
+    store.shift()
+    store.ack(seq)
+    assert store.dirty
+    store.sync()
+    assert not store.dirty
+    assert SegmentStore(d).ready_count == 0
+    store.close()
+
+
+def test_flush_hands_data_to_the_os(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d)
+    for i in range(3):
+        store.append(msg(i))
+    store.flush()
+    assert store.dirty  # flushed, not synced
+    assert SegmentStore(d).ready_count == 3
+    store.close(sync=False)
+
+
+def test_sync_from_a_worker_thread_while_appending(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d, segment_size=64 * 1024)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    syncs = [0]
+
+    def worker() -> None:
+        try:
+            while not stop.is_set():
+                store.sync()
+                syncs[0] += 1
+        except BaseException as exc:  # reported to the test thread
+            errors.append(exc)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    acked: set[int] = set()
+    try:
+        n = 0
+        for i in range(20_000):
+            store.append(msg(i, size=20))
+            n += 1
+            if i % 4 == 0:
+                item = store.shift()
+                assert item is not None
+                if i % 8 == 0:
+                    store.ack(item[0])
+                    acked.add(int(item[1].body[1:].split(b":")[0]))
+                else:
+                    store.requeue(item[0], item[1])
+            if i >= 5000 and syncs[0] >= 3:
+                break
+    finally:
+        stop.set()
+        t.join()
+    assert not errors
+    assert store.ready_count == n - len(acked)
+    # Everything appended before this sync() call is on disk: "crash" and reopen.
+    done = threading.Thread(target=store.sync)
+    done.start()
+    done.join()
+    assert not store.dirty
+    recovered = SegmentStore(d, segment_size=64 * 1024)
+    assert recovered.ready_count == n - len(acked)
+    items = drain(recovered)
+    got = [int(m.body[1:].split(b":")[0]) for _, m, _ in items]
+    assert got == [i for i in range(n) if i not in acked]
+    store.close()
+
+
+def test_fds_stay_bounded_while_reading_across_segments(tmp_path: Path) -> None:
+    store = SegmentStore(tmp_path / "q", segment_size=4096)
+    for i in range(400):
+        store.append(msg(i, size=64))
+    store.flush()
+    base = open_fds()
+    most = 0
+    while (item := store.shift()) is not None:
+        most = max(most, open_fds() - base)
+        store.ack(item[0])
+    assert most <= 1  # the read map (the write segment's fd is already counted)
+    assert open_fds() - base <= 0  # nothing mapped once drained
+    store.close()
+
+
+def test_maps_close_while_messages_are_alive(tmp_path: Path) -> None:
+    store = SegmentStore(tmp_path / "q", segment_size=4096)
+    for i in range(200):
+        store.append(msg(i, size=100))
+    kept = [store.shift() for _ in range(150)]
+    store.close()  # closes the map while 150 Messages read from it are referenced
+    assert [m.body for _, m, _ in kept] == [msg(i, size=100).body for i in range(150)]  # type: ignore[misc]
+
+
+def test_delete_removes_the_directory(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d)
+    store.append(msg(0))
+    store.shift()
+    store.delete()
+    assert not d.exists()
+    assert store.ready_count == 0
+
+
+def test_closed_store_refuses_appends(tmp_path: Path) -> None:
+    store = SegmentStore(tmp_path / "q")
+    store.close()
+    with pytest.raises(ValueError):
+        store.append(msg(0))
+    store.close()
+    store.sync()
+    store.flush()
+
+
+def test_ten_thousand_idle_queues_hold_no_descriptors(tmp_path: Path) -> None:
+    n = 10_000
+    base = open_fds()
+    for i in range(n):
+        store = SegmentStore(tmp_path / f"q{i}")
+        store.append(msg(i))
+        store.close(sync=False)
+    assert open_fds() - base < 100
+    stores = [SegmentStore(tmp_path / f"q{i}") for i in range(n)]
+    assert open_fds() - base < 100
+    assert all(s.ready_count == 1 for s in stores)
+    for i, s in enumerate(stores):
+        item = s.shift()
+        assert item is not None and item[1].body == msg(i).body
+        s.ack(item[0])
+    assert open_fds() - base < 100
+    for s in stores:
+        s.close(sync=False)
+
+
+# -- model-based: SegmentStore against MemoryStore ----------------------------------------
+
+
+class StoreComparison(RuleBasedStateMachine):
+    """Random append/shift/ack/requeue/purge/reopen against MemoryStore plus a restart model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="segstore-"))
+        self.store = SegmentStore(self.dir / "q", segment_size=512)
+        self.model = MemoryStore()
+        self.next_id = 0
+        self.sent: dict[int, Message] = {}
+        # body id -> (segment seq, memory seq, message) for delivered, unacked messages
+        self.unacked: dict[int, tuple[int, int, Message]] = {}
+
+    @initialize()
+    def start(self) -> None:
+        pass
+
+    def teardown(self) -> None:
+        self.store.close(sync=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @staticmethod
+    def ident(m: Message) -> int:
+        return int(m.body.split(b":")[0])
+
+    @rule(persistent=st.booleans(), size=st.integers(0, 300))
+    def append(self, persistent: bool, size: int) -> None:
+        i = self.next_id
+        self.next_id += 1
+        m = Message(
+            "x", "k", PERSISTENT if persistent else TRANSIENT, f"{i}:".encode().ljust(size, b".")
+        )
+        self.sent[i] = m
+        self.store.append(m)
+        self.model.append(m)
+
+    @rule()
+    def shift(self) -> None:
+        a = self.store.shift()
+        b = self.model.shift()
+        assert (a is None) == (b is None)
+        if a is None or b is None:
+            return
+        assert self.ident(a[1]) == self.ident(b[1])
+        assert a[1].body == b[1].body and a[1].properties == b[1].properties
+        assert a[2] == b[2]
+        self.unacked[self.ident(a[1])] = (a[0], b[0], a[1])
+
+    @precondition(lambda self: self.unacked)
+    @rule(data=st.data())
+    def ack(self, data: st.DataObject) -> None:
+        i = data.draw(st.sampled_from(sorted(self.unacked)))
+        sseq, mseq, _ = self.unacked.pop(i)
+        self.store.ack(sseq)
+        self.model.ack(mseq)
+
+    @precondition(lambda self: self.unacked)
+    @rule(data=st.data())
+    def requeue(self, data: st.DataObject) -> None:
+        i = data.draw(st.sampled_from(sorted(self.unacked)))
+        sseq, mseq, m = self.unacked.pop(i)
+        self.store.requeue(sseq, m)
+        self.model.requeue(mseq, self.sent[i])
+
+    @rule()
+    def purge(self) -> None:
+        assert self.store.purge() == self.model.purge()
+
+    @rule(sync=st.booleans())
+    def reopen(self, sync: bool) -> None:
+        self.store.close(sync=sync)
+        self.store = SegmentStore(self.dir / "q", segment_size=512)
+        survivors = set(self.unacked)
+        while (item := self.model.shift()) is not None:
+            survivors.add(self.ident(item[1]))
+        self.unacked.clear()
+        self.model = MemoryStore()
+        for i in sorted(survivors):
+            if self.sent[i].persistent:
+                self.model.append(self.sent[i])
+
+    @invariant()
+    def same_counts(self) -> None:
+        assert self.store.ready_count == self.model.ready_count
+        assert self.store.ready_bytes == self.model.ready_bytes
+
+    @invariant()
+    def bounded_files(self) -> None:
+        live_segments = {s >> 32 for s, _, _ in self.unacked.values()}
+        files = seg_files(self.dir / "q")
+        # Segments with unacked messages, those with ready ones, plus the write segment:
+        # with 512-byte segments and <=300-byte bodies at most ready+1 segments hold ready.
+        assert len(files) <= len(live_segments) + self.model.ready_count + 1
+
+
+TestStoreComparison = StoreComparison.TestCase
+TestStoreComparison.settings = settings(
+    max_examples=150,
+    stateful_step_count=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
