@@ -553,6 +553,10 @@ class Channel:
                 f"cannot publish to internal exchange '{ex.name}' in vhost '{ex.vhost_name}'"
             )
         msg = Message(ex.name, method.routing_key, props, body)
+        conn = self.connection
+        conn.has_published = True
+        if conn.blocked:
+            conn.block_now()
         if len(props) > 1 and props[1] & _USER_ID_FLAG:
             self._check_user_id(msg)
         if b"amq.rabbitmq.reply-to" in props:
