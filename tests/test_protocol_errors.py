@@ -496,12 +496,14 @@ def test_content_header_of_another_class(broker: BrokerThread, raw: RawFactory) 
 
 def test_body_longer_than_announced(broker: BrokerThread, raw: RawFactory) -> None:
     # RabbitMQ neither delivers nor rejects such a message: the channel waits forever
-    # for the body to "complete" and the next method frame gets 505. Warren closes
-    # the connection at once with 501; either way nothing (corrupted) is enqueued.
+    # for the body to "complete" and the next frame gets 505 "expected content body",
+    # naming basic.publish. Warren sends that same close at once; either way nothing
+    # (corrupted) is enqueued.
     client = opened(raw())
     declare(client, "exact")
     client.send(publish_frames(1, b"abcdef", "exact", announced_size=3))
-    assert_closed_with(client, 501, "FRAME_ERROR - ")
+    text = assert_closed_with(client, 505, "UNEXPECTED_FRAME - ", (60, 40))
+    assert text == "UNEXPECTED_FRAME - expected content body, got non content body frame instead"
     assert queue_counts(broker, "exact") == (0, 0, 0)
     assert_still_serving(broker)
 

@@ -7,14 +7,17 @@ import struct
 from warren.core.codec_errors import DecodeError
 from warren.core.table import decode_table
 
-MECHANISMS = b"PLAIN AMQPLAIN"
+# In RabbitMQ's order: clients that pick the first mechanism they know pick the same.
+MECHANISMS = b"AMQPLAIN PLAIN"
 
 
 def parse_credentials(mechanism: str, response: bytes) -> tuple[str, str] | None:
     """(username, password) from a start-ok response, or None if it is malformed."""
     if mechanism == "PLAIN":
+        # NUL user NUL password: like RabbitMQ, no authorisation identity before the
+        # first NUL is accepted.
         parts = response.split(b"\x00")
-        if len(parts) != 3:
+        if len(parts) != 3 or parts[0]:
             return None
         _authzid, user, password = parts
         return user.decode("utf-8", "replace"), password.decode("utf-8", "replace")

@@ -16,6 +16,7 @@ from warren.amqp import spec
 from warren.amqp.consumer import AMQPConsumer
 from warren.amqp.frames import content_frames, method_frame
 from warren.core.codec_errors import DecodeError
+from warren.core.erlang_format import string_p
 from warren.core.errors import (
     AccessRefused,
     BrokerError,
@@ -27,10 +28,11 @@ from warren.core.errors import (
     NotImplemented_,
     PreconditionFailed,
     UnexpectedFrame,
+    clip_reply_text,
 )
 from warren.core.exchange import Exchange
 from warren.core.message import Message
-from warren.core.properties import split_header_payload
+from warren.core.properties import peek_delivery_mode, peek_expiration, split_header_payload
 from warren.core.queue import Queue
 from warren.core.store import MessageStore
 from warren.core.users import CONFIGURE, READ, WRITE, UserStore
@@ -49,6 +51,13 @@ Unacked = tuple[Queue, int, Message, AMQPConsumer | None]
 
 # The user_id property's bit in the second byte of the property flags word.
 _USER_ID_FLAG = 0x10
+# delivery-mode and expiration bits in the first byte: properties RabbitMQ validates.
+_CHECKED_FLAGS = 0x11
+
+# RabbitMQ's texts for frames out of a publish's method/header/body order.
+_EXPECTED_METHOD = "expected method frame, got non method frame instead"
+_EXPECTED_HEADER = "expected content header for class 60, got non content header frame instead"
+_EXPECTED_BODY = "expected content body, got non content body frame instead"
 
 
 def _random_tag(prefix: str) -> str:
@@ -105,10 +114,7 @@ class Channel:
         conn = self.connection
         if self._publish is not None:
             # RabbitMQ's texts; the close names basic.publish, whose content was cut short.
-            if self._props is None:
-                text = "expected content header for class 60, got non content header frame instead"
-            else:
-                text = "expected content body, got non content body frame instead"
+            text = _EXPECTED_HEADER if self._props is None else _EXPECTED_BODY
             conn.connection_error(UnexpectedFrame(text), 60, 40)
             return
         method = conn._decode(payload)
@@ -134,8 +140,15 @@ class Channel:
         if self.closing:
             return
         method = self._publish
-        if method is None or self._props is not None:
-            raise UnexpectedFrame(f"unexpected content header frame on channel {self.id}")
+        if method is None:
+            raise UnexpectedFrame(_EXPECTED_METHOD)
+        if self._props is not None:
+            self.connection.connection_error(UnexpectedFrame(_EXPECTED_BODY), 60, 40)
+            return
+        if payload[2:4] != b"\x00\x00":
+            # RabbitMQ only takes a header whose weight is zero as a content header.
+            self.connection.connection_error(UnexpectedFrame(_EXPECTED_HEADER), 60, 40)
+            return
         try:
             class_id, body_size, props = split_header_payload(payload)
         except DecodeError as exc:
@@ -167,14 +180,17 @@ class Channel:
         if self.closing:
             return
         method = self._publish
-        if method is None or self._props is None:
-            raise UnexpectedFrame(f"unexpected content body frame on channel {self.id}")
+        if method is None:
+            raise UnexpectedFrame(_EXPECTED_METHOD)
+        if self._props is None:
+            self.connection.connection_error(UnexpectedFrame(_EXPECTED_HEADER), 60, 40)
+            return
         received = self._received + len(payload)
         if received > self._body_size:
-            raise FrameError(
-                f"content body of {received} bytes on channel {self.id} exceeds the "
-                f"{self._body_size} bytes its header announced"
-            )
+            # RabbitMQ notices only when the next frame is not more body, and then
+            # says it expected more body; a client sees the same close either way.
+            self.connection.connection_error(UnexpectedFrame(_EXPECTED_BODY), 60, 40)
+            return
         if received == self._body_size:
             if self._body:
                 self._body.append(payload)
@@ -211,7 +227,7 @@ class Channel:
             self.id,
             spec.ChannelClose(
                 reply_code=exc.code,
-                reply_text=exc.reply_text[:255],
+                reply_text=clip_reply_text(exc.reply_text),
                 class_id=class_id,
                 method_id=method_id,
             ),
@@ -300,7 +316,7 @@ class Channel:
 
     # -- channel class ----------------------------------------------------------------
     def _channel_open(self, method: spec.ChannelOpen) -> None:
-        raise ChannelErrorSecondOpen(f"second 'channel.open' seen on channel {self.id}")
+        raise ChannelErrorSecondOpen("second 'channel.open' seen")
 
     def _channel_close(self, method: spec.ChannelClose) -> None:
         self.release()
@@ -348,9 +364,12 @@ class Channel:
     def _exchange_bind(self, method: spec.ExchangeBind) -> None:
         assert self.vhost is not None
         self._check(WRITE, "exchange", method.destination)
+        if "" in (method.destination, method.source):
+            raise AccessRefused("operation not permitted on the default exchange")
         self._check(READ, "exchange", method.source)
-        dest = self.vhost.get_exchange(method.destination)
+        # As RabbitMQ: when both are missing, the source is the one named.
         src = self.vhost.get_exchange(method.source)
+        dest = self.vhost.get_exchange(method.destination)
         self.vhost.bind(src, dest, method.routing_key, method.arguments)
         if not method.nowait:
             self._reply(spec.ExchangeBindOk())
@@ -409,9 +428,16 @@ class Channel:
         if not method.queue and not routing_key:
             routing_key = qname
         self._check(WRITE, "queue", qname)
+        if not method.exchange:
+            raise AccessRefused("operation not permitted on the default exchange")
         self._check(READ, "exchange", method.exchange)
-        q = self.vhost.get_queue(qname, self.connection)
+        # RabbitMQ's order: the exchange, then the queue must exist; then the binding
+        # must be valid; only then is the queue's exclusivity checked.
         ex = self.vhost.get_exchange(method.exchange)
+        if qname not in self.vhost.queues:
+            raise NotFound(f"no queue '{qname}' in vhost '{self.vhost.name}'")
+        ex.validate_binding(routing_key, method.arguments)
+        q = self.vhost.get_queue(qname, self.connection)
         self.vhost.bind(ex, q, routing_key, method.arguments)
         if not method.nowait:
             self._reply(spec.QueueBindOk())
@@ -429,8 +455,15 @@ class Channel:
         ex = self.vhost.exchanges.get(method.exchange)
         if ex is self.vhost.default_exchange:
             raise AccessRefused("operation not permitted on the default exchange")
-        if qname in self.vhost.queues and ex is not None:
-            q = self.vhost.get_queue(qname, self.connection)
+        q = self.vhost.queues.get(qname)
+        # An exclusive queue of another connection is refused (405) only when the
+        # binding exists: removing a missing one succeeds, as in RabbitMQ.
+        if (
+            q is not None
+            and ex is not None
+            and ex.find_binding(q, routing_key, method.arguments) is not None
+        ):
+            self.vhost.get_queue(qname, self.connection)
             self.vhost.unbind(ex, q, routing_key, method.arguments)
         self._reply(spec.QueueUnbindOk())
 
@@ -461,6 +494,8 @@ class Channel:
         else:
             self.consumer_prefetch_count = method.prefetch_count
             self.consumer_prefetch_size = method.prefetch_size
+            # As in RabbitMQ, a per-consumer qos lifts the channel's global limit.
+            self.global_prefetch_count = self.global_prefetch_size = 0
         self._reply(spec.BasicQosOk())
         self.resume_delivery()
 
@@ -559,6 +594,8 @@ class Channel:
             conn.block_now()
         if len(props) > 1 and props[1] & _USER_ID_FLAG:
             self._check_user_id(msg)
+        if props and props[0] & _CHECKED_FLAGS:
+            self._check_properties(props)
         if b"amq.rabbitmq.reply-to" in props:
             msg = self._rewrite_reply_to(msg)
         if self.confirm:
@@ -634,6 +671,20 @@ class Channel:
             raise PreconditionFailed(
                 f"user_id property set to '{claimed}' but authenticated user was '{user.name}'"
             )
+
+    def _check_properties(self, props: bytes) -> None:
+        """RabbitMQ refuses a publish whose expiration or delivery-mode it cannot use."""
+        try:
+            expiration = peek_expiration(props)
+            mode = peek_delivery_mode(props)
+        except DecodeError as exc:
+            raise FrameError(f"malformed content header on channel {self.id}: {exc}") from None
+        if expiration is not None:
+            error = _expiration_error(expiration)
+            if error is not None:
+                raise PreconditionFailed(f"invalid expiration '{expiration}': {error}")
+        if mode is not None and mode not in (1, 2):
+            raise PreconditionFailed(f"invalid message: {{delivery_mode_unknown,{mode}}}")
 
     def _rewrite_reply_to(self, msg: Message) -> Message:
         props = msg.decoded_properties()
@@ -854,6 +905,32 @@ class Channel:
                 merged[tag] = entry
             self.unacked = dict(sorted(merged.items()))
         self._reply(spec.TxRollbackOk())
+
+
+# Per-message TTLs above ten years are refused, as RabbitMQ does.
+_MAX_EXPIRY = 315_360_000_000
+
+
+def _expiration_error(expiration: str) -> str | None:
+    """Why RabbitMQ cannot take ``expiration`` as a TTL (its Erlang term), or None.
+
+    Like Erlang's string:to_integer: an optional sign and digits, nothing else.
+    """
+    digits = expiration[1:] if expiration[:1] in ("+", "-") else expiration
+    count = 0
+    while count < len(digits) and "0" <= digits[count] <= "9":
+        count += 1
+    if count == 0:
+        return "no_integer"
+    rest = digits[count:]
+    if rest:
+        return f"{{leftover_string,{string_p(rest)}}}"
+    value = int(expiration)
+    if value < 0:
+        return f"{{value_negative,{value}}}"
+    if value > _MAX_EXPIRY:
+        return f"{{value_too_large,{value}}}"
+    return None
 
 
 class ChannelErrorSecondOpen(BrokerError):

@@ -29,6 +29,7 @@ from warren.amqp.frames import (
     method_frame,
 )
 from warren.core.codec_errors import DecodeError, UnknownMethod
+from warren.core.erlang_format import binary_w, frame_octets, last_column, tagged_tuple_p
 from warren.core.errors import (
     BrokerError,
     ChannelError,
@@ -38,6 +39,7 @@ from warren.core.errors import (
     NotAllowed,
     NotImplemented_,
     UnexpectedFrame,
+    clip_reply_text,
 )
 
 if TYPE_CHECKING:
@@ -52,6 +54,9 @@ _unpack_frame_header = _frame_header.unpack_from
 _unpack_method_ids = struct.Struct(">HH").unpack_from
 
 RABBITMQ_COMPAT_VERSION = "3.13.7"
+
+# The pre-0-9-1 header of AMQP 0-9 ('AMQP' 1 1 0 9): RabbitMQ treats it as 0-9-1.
+PROTOCOL_HEADER_0_9 = b"AMQP\x01\x01\x00\x09"
 
 SERVER_CAPABILITIES = {
     "publisher_confirms": True,
@@ -74,6 +79,24 @@ class State(enum.IntEnum):
     OPEN = 4
     CLOSING = 5  # we sent connection.close and wait for close-ok
     CLOSED = 6
+
+
+class _UnknownFrame(FrameError):
+    """A frame-level 501: the close names no method, even for a method frame."""
+
+
+class _UnexpectedFrame(UnexpectedFrame):
+    """A frame-level 505: the close names no method, even for a method frame."""
+
+
+def _unknown_frame(ftype: int, payload: bytes) -> FrameError:
+    """RabbitMQ's 501 for a frame it cannot make sense of (its type, its size)."""
+    return _UnknownFrame(f"{frame_octets(ftype, bytes(payload))}: unknown_frame")
+
+
+def _unexpected_frame(ftype: int, payload: bytes) -> UnexpectedFrame:
+    """RabbitMQ's 505 for a well-formed frame where none of its kind may come."""
+    return _UnexpectedFrame(frame_octets(ftype, bytes(payload)))
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -165,10 +188,12 @@ class AMQPConnection:
             data = self._buf + data
             self._buf = b""
         if self.state == State.HEADER:
-            if len(data) < 8 and PROTOCOL_HEADER.startswith(data):
+            if len(data) < 8 and (
+                PROTOCOL_HEADER.startswith(data) or PROTOCOL_HEADER_0_9.startswith(data)
+            ):
                 self._buf = data
                 return
-            if data[:8] != PROTOCOL_HEADER:
+            if data[:8] != PROTOCOL_HEADER and data[:8] != PROTOCOL_HEADER_0_9:
                 log.warning("%s: bad protocol header %r, closing", self.name, bytes(data[:8]))
                 self.send(PROTOCOL_HEADER)
                 self._close_transport()
@@ -182,16 +207,24 @@ class AMQPConnection:
             while n - pos >= 7:
                 ftype, ch, size = _unpack_frame_header(data, pos)
                 end = pos + 7 + size
-                if size > self.frame_max - 8 and self.frame_max:
+                # RabbitMQ lets a payload reach frame_max itself (8 octets over the
+                # limit: a frequent client mistake) and reports the limit as
+                # frame_max - 8.
+                if size > self.frame_max and self.frame_max:
+                    text = frame_octets(ftype, b"") + ": "
                     ftype = 0  # a frame-level error: no method ids in the close
-                    raise FrameError(
-                        f"frame size {size + 8} larger than negotiated frame_max {self.frame_max}"
-                    )
+                    limits = (str(size), str(self.frame_max - 8))
+                    tail = tagged_tuple_p("frame_too_large", *limits, column=last_column(text))
+                    raise FrameError(text + tail)
                 if end >= n:
                     break
                 if data[end] != 0xCE:
+                    text = frame_octets(ftype, bytes(data[pos + 7 : end])) + ": "
                     ftype = 0
-                    raise FrameError(f"invalid frame end octet {data[end]:#x} on channel {ch}")
+                    marker = tagged_tuple_p(
+                        "invalid_frame_end_marker", str(data[end]), column=last_column(text)
+                    )
+                    raise FrameError(text + marker)
                 payload = data[pos + 7 : end]
                 pos = end + 1
                 if self.state == State.CLOSING:
@@ -199,31 +232,39 @@ class AMQPConnection:
                     if ftype == FRAME_METHOD and ch == 0:
                         self._channel0(payload)
                     continue
+                if ch and self.state != State.OPEN:
+                    # RabbitMQ: nothing but channel 0 before connection.open-ok.
+                    raise _unexpected_frame(ftype, payload)
                 if ftype == FRAME_METHOD:
                     if ch:
                         channel = self.channels.get(ch)
-                        if channel is not None and self.state == State.OPEN:
+                        if channel is not None:
                             channel.on_method_frame(payload)
                         else:
                             self._method_on_unopened_channel(ch, payload)
                     else:
                         self._channel0(payload)
                 elif ftype == FRAME_HEADER:
-                    self._content_frame(ch).on_header_frame(payload)
+                    if len(payload) < 12:  # not even class, weight and body size
+                        raise _unknown_frame(ftype, payload)
+                    self._content_frame(ch, ftype, payload).on_header_frame(payload)
                 elif ftype == FRAME_BODY:
-                    self._content_frame(ch).on_body_frame(payload)
+                    self._content_frame(ch, ftype, payload).on_body_frame(payload)
                 elif ftype == FRAME_HEARTBEAT:
+                    if payload:
+                        raise _unknown_frame(ftype, payload)
                     if ch:
-                        raise UnexpectedFrame(f"heartbeat frame on channel {ch}")
+                        raise _unexpected_frame(ftype, payload)
                 else:
-                    raise FrameError(f"unknown frame type {ftype}")
+                    raise _unknown_frame(ftype, payload)
                 if self.state == State.CLOSED:
                     pos = n
                     break
         except BrokerError as exc:
             # Like RabbitMQ, name the method being handled when the error came from one.
             ids = (0, 0)
-            if ftype == FRAME_METHOD and len(payload) >= 4:
+            frame_level = isinstance(exc, _UnknownFrame | _UnexpectedFrame)
+            if ftype == FRAME_METHOD and len(payload) >= 4 and not frame_level:
                 ids = _unpack_method_ids(payload)
             self.connection_error(exc, *ids)
             pos = n
@@ -234,48 +275,55 @@ class AMQPConnection:
         if pos < n:
             self._buf = data[pos:]
 
-    def _content_frame(self, ch: int) -> Channel:
+    def _content_frame(self, ch: int, ftype: int, payload: bytes) -> Channel:
+        if not ch:
+            raise _unexpected_frame(ftype, payload)
         channel = self.channels.get(ch)
-        if channel is None or self.state != State.OPEN:
-            # RabbitMQ: 505, also on channel 0 and on channels never opened.
+        if channel is None:
+            # RabbitMQ takes any frame as the start of a channel; content cannot be.
+            self._check_channel_count()
             raise UnexpectedFrame("expected method frame, got non method frame instead")
         return channel
 
-    def _method_on_unopened_channel(self, ch: int, payload: bytes) -> None:
-        if self.state != State.OPEN:
-            # RabbitMQ: a frame-level 505 (class/method 0/0) before connection.open-ok.
-            self.connection_error(
-                UnexpectedFrame(f"unexpected method on channel {ch} before connection.open-ok")
+    def _check_channel_count(self) -> None:
+        # RabbitMQ limits how many channels are open, not the channel number; the
+        # close is sent with class/method 0/0, naming no method.
+        if self.channel_max and len(self.channels) >= self.channel_max:
+            raise NotAllowed(
+                f"number of channels opened ({len(self.channels)}) has reached the "
+                f"negotiated channel_max ({self.channel_max})"
             )
+
+    def _method_on_unopened_channel(self, ch: int, payload: bytes) -> None:
+        if len(payload) < 4:
+            raise _unknown_frame(FRAME_METHOD, payload)
+        try:
+            self._check_channel_count()
+        except NotAllowed as exc:
+            self.connection_error(exc)
             return
         method = self._decode(payload)
         if not isinstance(method, spec.ChannelOpen):
-            raise ChannelError(f"expected 'channel.open' for channel {ch}")
-        # RabbitMQ limits how many channels are open, not the channel number.
-        if self.channel_max and len(self.channels) >= self.channel_max:
-            # Sent with class/method 0/0 like RabbitMQ, not naming channel.open.
-            self.connection_error(
-                NotAllowed(
-                    f"number of channels opened ({len(self.channels)}) has reached the "
-                    f"negotiated channel_max ({self.channel_max})"
-                )
-            )
-            return
+            raise ChannelError("expected 'channel.open'")
         channel = Channel(self, ch)
         self.channels[ch] = channel
         self.send_method(ch, spec.ChannelOpenOk())
 
-    @staticmethod
-    def _decode(payload: bytes) -> spec.Method:
+    def _decode(self, payload: bytes) -> spec.Method:
+        if len(payload) < 4:
+            raise _unknown_frame(FRAME_METHOD, payload)
         try:
             return spec.decode_method(payload)
         except UnknownMethod as exc:
+            # RabbitMQ's connection crashes here and drops the socket without a word.
             raise NotImplemented_(
                 f"unknown method class {exc.class_id} method {exc.method_id}"
             ) from None
         except DecodeError as exc:
-            # RabbitMQ answers undecodable method arguments with 501 "cannot decode".
-            raise FrameError(f"cannot decode method frame: {exc}") from None
+            # RabbitMQ answers undecodable method arguments with 501 "cannot decode"
+            # and the arguments' octets; the reason goes to the log.
+            log.info("%s: cannot decode a method frame: %s", self.name, exc)
+            raise FrameError(f"cannot decode {binary_w(bytes(payload[4:]))}") from None
 
     # -- channel 0: the connection class --------------------------------------------------
     def _channel0(self, payload: bytes) -> None:
@@ -450,7 +498,7 @@ class AMQPConnection:
             0,
             spec.ConnectionClose(
                 reply_code=exc.code,
-                reply_text=exc.reply_text[:255],
+                reply_text=clip_reply_text(exc.reply_text),
                 class_id=class_id,
                 method_id=method_id,
             ),

@@ -7,6 +7,14 @@ other protocols (MQTT, HTTP) map them to their own replies.
 from __future__ import annotations
 
 
+def clip_reply_text(text: str) -> str:
+    """A reply text as RabbitMQ sends it: over 255 octets, cut to 252 plus '...'."""
+    raw = text.encode("utf-8", "surrogateescape")
+    if len(raw) <= 255:
+        return text
+    return (raw[:252] + b"...").decode("utf-8", "surrogateescape")
+
+
 class BrokerError(Exception):
     """A refused operation. ``hard`` errors close the whole connection."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any, Generic, TypeVar
 
+from warren.core.erlang_format import binary_p, field_type, term_p
 from warren.core.errors import PreconditionFailed
 
 T = TypeVar("T")
@@ -99,11 +100,22 @@ def _x_match_value(arguments: dict[str, Any]) -> str:
 
 
 def validate_x_match(arguments: dict[str, Any]) -> None:
-    value = _x_match_value(arguments)
-    if value not in _X_MATCH:
+    """RabbitMQ's check of a headers binding's x-match, with its texts (Erlang terms)."""
+    if "x-match" not in arguments:
+        return
+    value = arguments["x-match"]
+    if isinstance(value, str | bytes):
+        raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
+        if raw.decode("utf-8", "replace") in _X_MATCH:
+            return
+        prefix = "Invalid x-match field value "
         raise PreconditionFailed(
-            f"Invalid x-match field value {value!r}; expected all, any, all-with-x, or any-with-x"
+            f"{prefix}{binary_p(raw, column=len(prefix) + 1)}; "
+            "expected all, any, all-with-x, or any-with-x"
         )
+    raise PreconditionFailed(
+        f"Invalid x-match field type {field_type(value)} (value {term_p(value)}); expected longstr"
+    )
 
 
 class HeadersMatcher:

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from warren.core.erlang_format import field_type
 from warren.core.errors import (
     AccessRefused,
     CommandInvalid,
@@ -22,6 +23,12 @@ from warren.core.errors import (
 from warren.core.exchange import Binding, DefaultExchange, Exchange, exchange_class
 from warren.core.message import Message
 from warren.core.queue import Queue
+from warren.core.queue_arguments import (
+    CLASSIC_QUEUE_ARGUMENTS,
+    EXCHANGE_ARGUMENTS,
+    assert_args_equivalent,
+    validate_queue_arguments,
+)
 from warren.core.store import MemoryStore, MessageStore
 from warren.store.definitions import (
     binding_key,
@@ -48,21 +55,6 @@ PREDECLARED = (
     ("amq.rabbitmq.trace", "topic", True),
 )
 
-# Queue arguments whose value must match on redeclaration, as RabbitMQ checks them.
-_EQUIVALENT_QUEUE_ARGS = (
-    "x-expires",
-    "x-message-ttl",
-    "x-max-length",
-    "x-max-length-bytes",
-    "x-max-priority",
-    "x-overflow",
-    "x-dead-letter-exchange",
-    "x-dead-letter-routing-key",
-    "x-queue-type",
-    "x-single-active-consumer",
-    "x-delivery-limit",
-)
-
 
 class ReplyTarget(Protocol):
     """A direct reply-to consumer: replies go straight to it, bypassing queues."""
@@ -80,27 +72,6 @@ def _memory_store(vhost: VHost, name: str, persistent: bool) -> MessageStore:
 
 def _flag(value: bool) -> str:
     return "true" if value else "false"
-
-
-def _arg_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "long" if not -(2**31) <= value < 2**31 else "signedint"
-    if isinstance(value, str | bytes):
-        return "longstr"
-    if isinstance(value, float):
-        return "double"
-    return type(value).__name__
-
-
-def _describe(value: Any) -> str:
-    if value is None:
-        return "none"
-    shown = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-    if isinstance(shown, bool):
-        shown = _flag(shown)
-    return f"the value '{shown}' of type '{_arg_type(value)}'"
 
 
 def server_named(prefix: str = "amq.gen-") -> str:
@@ -153,21 +124,33 @@ class VHost:
         arguments: dict[str, Any] | None = None,
         passive: bool = False,
     ) -> Exchange:
-        if name == "":  # refused even when passive, as RabbitMQ does
-            raise AccessRefused("operation not permitted on the default exchange")
         if passive:
+            if name == "":  # refused even when passive, as RabbitMQ does
+                raise AccessRefused("operation not permitted on the default exchange")
             return self.get_exchange(name)
+        # RabbitMQ checks the type first, then the name.
         cls = exchange_class(type_)
         if cls is None:
-            raise CommandInvalid(f"invalid exchange type '{type_}'")
+            raise CommandInvalid(f"unknown exchange type '{type_}'")
+        if name == "":
+            raise AccessRefused("operation not permitted on the default exchange")
+        arguments = arguments or {}
         existing = self.exchanges.get(name)
         if existing is not None:
             # RabbitMQ checks the reserved prefix only when creating: an equivalent
             # redeclaration of amq.direct & co succeeds.
-            self._check_exchange_equivalent(existing, type_, durable, auto_delete, internal)
+            self._check_exchange_equivalent(
+                existing, type_, durable, auto_delete, internal, arguments
+            )
             return existing
         if name.startswith("amq."):
             raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        ae = arguments.get("alternate-exchange")
+        if ae is not None and not isinstance(ae, str | bytes):
+            raise PreconditionFailed(
+                f"invalid type '{field_type(ae)}' for arg 'alternate-exchange' in "
+                f"exchange '{name}' in vhost '{self.name}'"
+            )
         ex = cls(self.name, name, durable, auto_delete, internal, arguments)
         self.exchanges[name] = ex
         if durable and self.definitions is not None:
@@ -176,7 +159,13 @@ class VHost:
         return ex
 
     def _check_exchange_equivalent(
-        self, ex: Exchange, type_: str, durable: bool, auto_delete: bool, internal: bool
+        self,
+        ex: Exchange,
+        type_: str,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: dict[str, Any],
     ) -> None:
         def fail(arg: str, received: str, current: str) -> None:
             raise PreconditionFailed(
@@ -192,12 +181,20 @@ class VHost:
             fail("auto_delete", _flag(auto_delete), _flag(ex.auto_delete))
         if ex.internal != internal:
             fail("internal", _flag(internal), _flag(ex.internal))
+        assert_args_equivalent(
+            f"exchange '{ex.name}' in vhost '{self.name}'",
+            ex.arguments,
+            arguments,
+            EXCHANGE_ARGUMENTS,
+        )
 
     def delete_exchange(self, name: str, if_unused: bool = False) -> None:
         if name == "":
             raise AccessRefused("operation not permitted on the default exchange")
         if name.startswith("amq."):
-            raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+            raise AccessRefused(
+                f"deletion of system exchange '{name}' in vhost '{self.name}' not allowed"
+            )
         ex = self.exchanges.get(name)
         if ex is None:
             return  # RabbitMQ treats deleting a missing exchange as success
@@ -250,7 +247,6 @@ class VHost:
         elif name.startswith("amq."):
             raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         arguments = arguments or {}
-        self._validate_queue_arguments(name, arguments)
         existing = self.queues.get(name)
         if existing is not None:
             # RabbitMQ checks exclusivity strictly, before equivalence: the owner
@@ -259,6 +255,8 @@ class VHost:
                 raise self._locked(name)
             self._check_queue_equivalent(existing, durable, exclusive, auto_delete, arguments)
             return existing
+        # Only a new queue's arguments are validated (RabbitMQ's order).
+        validate_queue_arguments(name, self.name, arguments)
         persistent = durable and not exclusive
         store = self._store_factory(self, name, persistent)
         q = Queue(
@@ -276,16 +274,6 @@ class VHost:
             self.definitions.put(queue_key(name), queue_record(q))
         log.debug("queue declared vhost=%s name=%s durable=%s", self.name, name, durable)
         return q
-
-    def _validate_queue_arguments(self, name: str, arguments: dict[str, Any]) -> None:
-        qtype = arguments.get("x-queue-type")
-        if isinstance(qtype, bytes):
-            qtype = qtype.decode("utf-8", "replace")
-        if qtype is not None and qtype != "classic":
-            raise PreconditionFailed(
-                f"invalid arg 'x-queue-type' for queue '{name}' in vhost '{self.name}': "
-                f"queue type '{qtype}' is not supported by Warren"
-            )
 
     def _check_queue_equivalent(
         self,
@@ -307,10 +295,12 @@ class VHost:
             fail("exclusive", f"'{_flag(exclusive)}'", f"'{_flag(q.exclusive)}'")
         if q.auto_delete != auto_delete:
             fail("auto_delete", f"'{_flag(auto_delete)}'", f"'{_flag(q.auto_delete)}'")
-        for key in _EQUIVALENT_QUEUE_ARGS:
-            new, cur = arguments.get(key), q.arguments.get(key)
-            if new != cur:
-                fail(key, _describe(new), _describe(cur))
+        assert_args_equivalent(
+            f"queue '{q.name}' in vhost '{self.name}'",
+            q.arguments,
+            arguments,
+            CLASSIC_QUEUE_ARGUMENTS,
+        )
 
     def delete_queue(
         self,

@@ -1,0 +1,1 @@
+"""Compatibility suite: Warren must look like RabbitMQ to clients (see tools/compat_probe.py)."""
