@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="warren",
         description="Warren, an AMQP 0-9-1 message broker. Settings come from the "
         "built-in defaults, then the config file (LavinMQ INI format), then these flags.",
+        epilog="Load testing: `warren perf --help` (throughput, connection-count, queue-count).",
     )
     p.add_argument(
         "-c", "--config", metavar="FILE", help="INI config file ([main] and [amqp] sections)"
@@ -170,7 +171,16 @@ def build_config(argv: Sequence[str] | None = None) -> Config:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the broker until SIGINT/SIGTERM. Returns 0 on clean stop, 1 on start failure,
-    2 on bad configuration or usage."""
+    2 on bad configuration or usage.
+
+    ``warren perf ...`` runs the load-test tools instead (warren.perf, which does
+    not import the broker); every other argument list is the server's.
+    """
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] == "perf":
+        from warren.perf import main as perf_main
+
+        return perf_main(list(args[1:]))
     root = logging.getLogger()
     saved_level = root.level
     # Installed before the config is read so warnings about the config file
