@@ -15,6 +15,8 @@ log = logging.getLogger("warren.amqp")
 
 HANDSHAKE_TIMEOUT = 10.0
 CLOSE_OK_TIMEOUT = 3.0
+# Reads at least this large end the connection's reading for the current loop turn.
+YIELD_AFTER_BYTES = 16 * 1024
 
 
 class AMQPProtocol(asyncio.Protocol):
@@ -29,6 +31,8 @@ class AMQPProtocol(asyncio.Protocol):
         self._timers: list[asyncio.TimerHandle] = []
         self._heartbeat_started = False
         self._closing_timer = False
+        self._yielding = False
+        self._blocked = False
         self.closed = self.loop.create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -45,6 +49,16 @@ class AMQPProtocol(asyncio.Protocol):
         conn = self.conn
         assert conn is not None
         conn.feed(data)
+        if len(data) >= YIELD_AFTER_BYTES and not self._yielding:
+            # One large read per loop turn and connection: uvloop otherwise reads a
+            # busy publisher's socket up to 32 times per turn, and the delivery passes
+            # the publishes scheduled never get the loop (2.5k msg/s delivered while
+            # 145k msg/s were accepted). Reading resumes after those passes ran.
+            transport = self.transport
+            if transport is not None and not transport.is_closing():
+                self._yielding = True
+                transport.pause_reading()
+                self.loop.call_soon(self._end_yield)
         if not self._heartbeat_started and conn.state == State.OPEN:
             self._heartbeat_started = True
             if conn.heartbeat:
@@ -67,14 +81,22 @@ class AMQPProtocol(asyncio.Protocol):
         if out:
             transport.write(b"".join(out))
 
+    def _end_yield(self) -> None:
+        self._yielding = False
+        transport = self.transport
+        if transport is not None and not transport.is_closing() and not self._blocked:
+            transport.resume_reading()
+
     def _set_reading(self, reading: bool) -> None:
+        """The connection's own pause (free-disk alarm), independent of yielding."""
+        self._blocked = not reading
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        if reading:
-            transport.resume_reading()
-        else:
+        if not reading:
             transport.pause_reading()
+        elif not self._yielding:
+            transport.resume_reading()
 
     def _request_close(self) -> None:
         self.loop.call_soon(self._close_now)
