@@ -50,6 +50,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("warren.amqp")
 
 _frame_header = struct.Struct(">BHI")
+
+# Frames handled per feed() call. A 256 KiB read holds ~3,000 small publishes:
+# handling them all in one go holds the loop for tens of milliseconds while
+# consumers' acks and the delivery passes wait. Leftover bytes are handled on
+# the next loop turn (the protocol stops reading meanwhile), like an Erlang
+# process giving up the scheduler after its reductions.
+FRAME_BUDGET = 512
 _unpack_frame_header = _frame_header.unpack_from
 _unpack_method_ids = struct.Struct(">HH").unpack_from
 
@@ -121,6 +128,8 @@ class AMQPConnection:
         self._on_close = on_close
         self.pending: list[bytes] = []
         self._buf = b""
+        # True when feed() stopped at FRAME_BUDGET with complete frames left over.
+        self.backlog = False
         self.state = State.HEADER
         self.channels: dict[int, Channel] = {}
         self.channel_max = self.config.channel_max
@@ -203,8 +212,15 @@ class AMQPConnection:
         pos = 0
         n = len(data)
         ftype, payload = 0, b""
+        budget = FRAME_BUDGET
+        self.backlog = False
         try:
             while n - pos >= 7:
+                if not budget:
+                    # The rest waits for the next loop turn (see FRAME_BUDGET).
+                    self.backlog = True
+                    break
+                budget -= 1
                 ftype, ch, size = _unpack_frame_header(data, pos)
                 end = pos + 7 + size
                 # RabbitMQ lets a payload reach frame_max itself (8 octets over the

@@ -49,11 +49,11 @@ class AMQPProtocol(asyncio.Protocol):
         conn = self.conn
         assert conn is not None
         conn.feed(data)
-        if len(data) >= YIELD_AFTER_BYTES and not self._yielding:
-            # One large read per loop turn and connection: uvloop otherwise reads a
-            # busy publisher's socket up to 32 times per turn, and the delivery passes
-            # the publishes scheduled never get the loop (2.5k msg/s delivered while
-            # 145k msg/s were accepted). Reading resumes after those passes ran.
+        if (conn.backlog or len(data) >= YIELD_AFTER_BYTES) and not self._yielding:
+            # At most one large read, or FRAME_BUDGET frames, per connection and loop
+            # turn. uvloop otherwise reads a busy publisher's socket up to 32 times
+            # per turn, and the delivery passes and acks waiting behind it starve
+            # (2.5k msg/s delivered while 145k msg/s were accepted).
             transport = self.transport
             if transport is not None and not transport.is_closing():
                 self._yielding = True
@@ -82,6 +82,12 @@ class AMQPProtocol(asyncio.Protocol):
             transport.write(b"".join(out))
 
     def _end_yield(self) -> None:
+        conn = self.conn
+        if conn is not None and conn.backlog:
+            conn.feed(b"")
+            if conn.backlog:
+                self.loop.call_soon(self._end_yield)
+                return
         self._yielding = False
         transport = self.transport
         if transport is not None and not transport.is_closing() and not self._blocked:
