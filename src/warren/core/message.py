@@ -14,7 +14,15 @@ from warren.core import properties as props
 
 
 class Message:
-    __slots__ = ("exchange", "routing_key", "properties", "body", "timestamp", "_headers")
+    __slots__ = (
+        "exchange",
+        "routing_key",
+        "properties",
+        "body",
+        "timestamp",
+        "_headers",
+        "_ex_rk",
+    )
 
     def __init__(
         self,
@@ -30,6 +38,7 @@ class Message:
         self.body = body
         self.timestamp = int(time.time() * 1000) if timestamp is None else timestamp
         self._headers: dict[str, Any] | None | bool = False
+        self._ex_rk: bytes | None = None
 
     @property
     def body_size(self) -> int:
@@ -42,6 +51,16 @@ class Message:
         if h is False:
             h = self._headers = props.peek_headers(self.properties)
         return h  # type: ignore[return-value]
+
+    def exchange_and_key(self) -> bytes:
+        """Exchange and routing key as two AMQP shortstrs, encoded once per message
+        (deliveries, returns and get-ok all carry them)."""
+        ex_rk = self._ex_rk
+        if ex_rk is None:
+            ex = self.exchange.encode("utf-8", "surrogateescape")
+            rk = self.routing_key.encode("utf-8", "surrogateescape")
+            ex_rk = self._ex_rk = bytes((len(ex),)) + ex + bytes((len(rk),)) + rk
+        return ex_rk
 
     @property
     def persistent(self) -> bool:

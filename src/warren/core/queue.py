@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warren.queue")
 
+# What Queue.publish did with a message.
+NOT_TAKEN, STORED, DELIVERED = 0, 1, 2
+
 # Deliveries per scheduled run: bounds how long one busy queue holds the event loop.
 _DELIVERY_BATCH = 2048
 
@@ -66,14 +69,20 @@ class Queue:
         return len(self.consumers)
 
     # -- publishing -------------------------------------------------------------------
-    def publish(self, msg: Message) -> bool:
-        """Store a routed message; False means the queue refused it."""
+    def publish(self, msg: Message) -> int:
+        """Take a routed message: NOT_TAKEN, STORED, or DELIVERED (handed straight to
+        a no-ack consumer, never stored: nothing could bring it back)."""
+        if self.consumers and not self.store.ready_count:
+            consumer = self._next_consumer()
+            if consumer is not None and consumer.no_ack:
+                consumer.deliver(0, msg, False)
+                return DELIVERED
         self.store.append(msg)
         self.vhost.store_written(self.store)
         if self.consumers and not self._scheduled:
             self._scheduled = True
             self._call_soon(self._run_delivery)
-        return True
+        return STORED
 
     # -- consumers --------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:

@@ -22,7 +22,7 @@ from warren.core.errors import (
 )
 from warren.core.exchange import Binding, DefaultExchange, Exchange, exchange_class
 from warren.core.message import Message
-from warren.core.queue import Queue
+from warren.core.queue import STORED, Queue
 from warren.core.queue_arguments import (
     CLASSIC_QUEUE_ARGUMENTS,
     EXCHANGE_ARGUMENTS,
@@ -442,9 +442,10 @@ class VHost:
         n = 0
         persistent: bool | None = None
         for q in self.route(exchange, msg):
-            if q.publish(msg):
+            taken = q.publish(msg)
+            if taken:
                 n += 1
-                if durable_out is not None and q.persistent:
+                if durable_out is not None and q.persistent and taken == STORED:
                     if persistent is None:
                         persistent = msg.persistent
                     if persistent:
