@@ -138,6 +138,36 @@ def encode_record(
     return b"".join((prefix, body, _U32.pack(zlib.crc32(body, zlib.crc32(prefix)))))
 
 
+_HEAD_NO_EX = struct.Struct(">IQ")
+
+
+def encode_message_record(msg: Message) -> bytes:
+    """encode_record for a message, reusing its encoded exchange and routing key
+    (the record stores them exactly as the two AMQP shortstrs a delivery carries)."""
+    ex_rk = msg.exchange_and_key()
+    props = msg.properties
+    body = msg.body
+    p_len = len(props)
+    b_len = len(body)
+    length = RECORD_OVERHEAD - 2 + len(ex_rk) + p_len + b_len
+    if b_len > 2048 or length > MAX_RECORD_SIZE:
+        ex_len = ex_rk[0]
+        return encode_record(
+            ex_rk[1 : 1 + ex_len], ex_rk[2 + ex_len :], props, body, msg.timestamp
+        )
+    rec = b"".join(
+        (
+            _HEAD_NO_EX.pack(length, msg.timestamp),
+            ex_rk,
+            _U32.pack(p_len),
+            props,
+            _U64.pack(b_len),
+            body,
+        )
+    )
+    return rec + _U32.pack(zlib.crc32(rec))
+
+
 def encode_message(msg: Message) -> bytes:
     """The record for a message (strings as the AMQP codec decodes them)."""
     return encode_record(
@@ -242,4 +272,6 @@ def decode_record(
             _EXCHANGE_NAMES.clear()
         _EXCHANGE_NAMES[ex_raw] = exchange
     msg = Message(exchange, rk_raw.decode("utf-8", "surrogateescape"), props, buf[o:end], timestamp)
+    # The two shortstrs as stored are what a delivery of this message carries.
+    msg._ex_rk = buf[offset + 12 : offset + 14 + ex_len + rk_len]
     return msg, length

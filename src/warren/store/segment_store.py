@@ -39,7 +39,7 @@ from warren.store.records import (
     CorruptRecord,
     check_file_header,
     decode_record,
-    encode_record,
+    encode_message_record,
     inspect_record,
 )
 
@@ -152,7 +152,6 @@ class SegmentStore:
         self._requeued: list[tuple[int, Message]] = []  # heap, bounded by prefetch
         self._ready_count = 0
         self._ready_bytes = 0
-        self._exchange_bytes: dict[str, bytes] = {}
         # Shared with sync() in a worker thread: deque.append/popleft are atomic, the
         # rest is guarded by _lock.
         self._acks: deque[int] = deque()
@@ -195,17 +194,8 @@ class SegmentStore:
         return self._dir
 
     def append(self, msg: Message) -> int:
-        exchange = self._exchange_bytes.get(msg.exchange)
-        if exchange is None:
-            exchange = self._encode_exchange(msg.exchange)
         body = msg.body
-        rec = encode_record(
-            exchange,
-            msg.routing_key.encode("utf-8", "surrogateescape"),
-            msg.properties,
-            body,
-            msg.timestamp,
-        )
+        rec = encode_message_record(msg)
         n = len(rec)
         pos = self._wpos
         seg = self._wseg
@@ -421,13 +411,6 @@ class SegmentStore:
                 os.close(fd)
 
     # -- writing --------------------------------------------------------------------------
-    def _encode_exchange(self, name: str) -> bytes:
-        raw = name.encode("utf-8", "surrogateescape")
-        if len(self._exchange_bytes) >= 256:
-            self._exchange_bytes.clear()
-        self._exchange_bytes[name] = raw
-        return raw
-
     def _prepare_write(self, n: int) -> tuple[_Segment, io.BufferedWriter[io.FileIO]]:
         """Open the write segment, or start a new one when ``n`` more bytes do not fit."""
         if self._closed:
