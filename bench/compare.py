@@ -48,6 +48,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from warren import __version__ as WARREN_VERSION  # noqa: E402
 from warren.amqp import spec  # noqa: E402
@@ -95,7 +96,8 @@ THROUGHPUT: tuple[Scenario, ...] = (
 )
 MEMORY = ("connections1000", "queues10000")
 CEILING = "ceiling"
-ALL_KEYS = (CEILING, *MEMORY, *(s.key for s in THROUGHPUT))
+QUEUE_LENGTH = "queuelength"
+ALL_KEYS = (CEILING, *MEMORY, QUEUE_LENGTH, *(s.key for s in THROUGHPUT))
 
 
 # =====================================================================================
@@ -693,6 +695,7 @@ class Report:
     memory: dict[str, dict[str, Run]] = field(default_factory=dict)
     idle_rss: dict[str, dict[str, int]] = field(default_factory=dict)
     throughput: dict[str, dict[str, Run]] = field(default_factory=dict)
+    queue_length: dict[str, dict[str, float]] = field(default_factory=dict)
     order: dict[str, list[str]] = field(default_factory=dict)
 
     def brokers(self) -> list[str]:
@@ -740,6 +743,7 @@ class Report:
         self._render_summary(w)
         self._render_ceiling(w)
         self._render_memory(w)
+        self._render_queue_length(w)
         self._render_observations(w)
         self._render_throughput(w)
         w("## How to read the numbers")
@@ -919,6 +923,32 @@ class Report:
                 w(f"- {line}")
             w("")
 
+    def _render_queue_length(self, w: Callable[[str], None]) -> None:
+        if not self.queue_length:
+            return
+        w(f"## Queue length and broker RAM (`--only {QUEUE_LENGTH}`)")
+        w("")
+        w(
+            "`bench/queue_memory.py`: one raw connection publishes persistent 16-byte "
+            "messages into one durable queue with no consumer, in large pre-encoded batches, "
+            "until the queue holds them all; RssAnon is the broker's anonymous memory "
+            "(file-backed pages of mapped segments are page cache and do not count). Warren "
+            "runs in its own fresh process; RabbitMQ is the instance used above."
+        )
+        w("")
+        w("| Broker | messages | RssAnon empty | RssAnon full | growth | publish msg/s |")
+        w("|---|---:|---:|---:|---:|---:|")
+        for b in self.brokers():
+            r = self.queue_length.get(b)
+            if not r:
+                continue
+            w(
+                f"| {b} | {int(r['messages']):,} | {r['rss_anon_empty_mb']:.1f} MiB | "
+                f"{r['rss_anon_full_mb']:.1f} MiB | {r['growth_mb']:.1f} MiB | "
+                f"{r['publish_rate']:,.0f} |"
+            )
+        w("")
+
     def _render_memory(self, w: Callable[[str], None]) -> None:
         if not self.memory and not self.idle_rss:
             return
@@ -1065,6 +1095,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--skip-rabbitmq", action="store_true", help="measure Warren only")
     p.add_argument("--warren-port", type=int, default=WARREN_PORT)
     p.add_argument("--pause", type=float, default=2.0, help="idle seconds between runs")
+    p.add_argument(
+        "--qlen-warren", type=int, default=10_000_000, help="messages for Warren's queue-length run"
+    )
+    p.add_argument(
+        "--qlen-rabbitmq",
+        type=int,
+        default=1_000_000,
+        help="messages for RabbitMQ's queue-length run (it holds them in RAM)",
+    )
     return p.parse_args(argv)
 
 
@@ -1155,6 +1194,14 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 report.memory[key][name] = run_perf(name, cmd, pid(), timeout)
                 time.sleep(args.pause)
+        if QUEUE_LENGTH in selected:
+            import queue_memory  # bench/queue_memory.py, beside this script
+
+            report.queue_length["Warren"] = queue_memory.run_warren(args.qlen_warren, 16)
+            if rabbit is not None:
+                report.queue_length["RabbitMQ"] = queue_memory.run_rabbitmq(
+                    args.qlen_rabbitmq, 16, port=rabbit.port, pid=rabbit.pid
+                )
         if CEILING in selected:
             standin = StandIn()
             try:

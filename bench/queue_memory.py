@@ -184,9 +184,12 @@ def _measure(pid: int, port: int, count: int, size: int) -> dict[str, float]:
     }
 
 
-def run_rabbitmq(count: int, size: int) -> dict[str, float]:
-    pid = int(subprocess.check_output(["pidof", "beam.smp"]).split()[0])
-    client = RawClient(5672)
+def run_rabbitmq(
+    count: int, size: int, port: int = 5672, pid: int | None = None
+) -> dict[str, float]:
+    if pid is None:
+        pid = int(subprocess.check_output(["pidof", "beam.smp"]).split()[0])
+    client = RawClient(port)
     client.send(1, spec.QueueDelete(queue=QUEUE))
     client.expect(spec.QueueDeleteOk)
     client.send(1, spec.QueueDeclare(queue=QUEUE, durable=True))
