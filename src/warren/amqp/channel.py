@@ -38,6 +38,8 @@ from warren.core.store import MessageStore
 from warren.core.users import CONFIGURE, READ, WRITE, UserStore
 from warren.core.vhost import REPLY_TO, REPLY_TO_PREFIX
 
+_PUBLISH_IDS = b"\x00\x3c\x00\x28"  # basic.publish: class 60, method 40
+
 if TYPE_CHECKING:
     from warren.amqp.connection import AMQPConnection
     from warren.store.sync import GroupSync
@@ -100,6 +102,7 @@ class Channel:
         self.reply_consumer_tag: str | None = None
         # Content assembly for the publish in progress.
         self._publish: spec.BasicPublish | None = None
+        self._publish_ex_rk = b""
         self._props: bytes | None = None
         self._body_size = 0
         self._body: list[bytes] = []
@@ -116,6 +119,17 @@ class Channel:
             # RabbitMQ's texts; the close names basic.publish, whose content was cut short.
             text = _EXPECTED_HEADER if self._props is None else _EXPECTED_BODY
             conn.connection_error(UnexpectedFrame(text), 60, 40)
+            return
+        if payload[:4] == _PUBLISH_IDS and not self.closing:
+            # The hot path: basic.publish skips the generic dispatch. Its payload
+            # already holds exchange and routing key as the two shortstrs every
+            # delivery of the message will carry.
+            try:
+                self._publish = spec.BasicPublish.decode(payload)
+            except DecodeError:
+                conn._decode(payload)  # raises the connection error RabbitMQ sends
+                raise
+            self._publish_ex_rk = payload[6:-1]
             return
         method = conn._decode(payload)
         if self.closing:
@@ -575,9 +589,6 @@ class Channel:
             self._reply(spec.BasicCancel(consumer_tag=consumer.tag, nowait=True))
 
     # -- basic class: publishing --------------------------------------------------------
-    def _basic_publish(self, method: spec.BasicPublish) -> None:
-        self._publish = method
-
     def _publish_message(self, method: spec.BasicPublish, props: bytes, body: bytes) -> None:
         if method.immediate:
             raise NotImplemented_("immediate=true")
@@ -588,6 +599,7 @@ class Channel:
                 f"cannot publish to internal exchange '{ex.name}' in vhost '{ex.vhost_name}'"
             )
         msg = Message(ex.name, method.routing_key, props, body)
+        msg._ex_rk = self._publish_ex_rk
         conn = self.connection
         conn.has_published = True
         if conn.blocked:
@@ -957,7 +969,6 @@ _HANDLERS: dict[type[spec.Method], Callable[[Channel, Any], None]] = {
     spec.BasicQos: Channel._basic_qos,
     spec.BasicConsume: Channel._basic_consume,
     spec.BasicCancel: Channel._basic_cancel,
-    spec.BasicPublish: Channel._basic_publish,
     spec.BasicGet: Channel._basic_get,
     spec.BasicAck: Channel._basic_ack,
     spec.BasicNack: Channel._basic_nack,
