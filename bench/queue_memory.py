@@ -170,18 +170,7 @@ def _measure(pid: int, port: int, count: int, size: int) -> dict[str, float]:
     client = RawClient(port)
     client.send(1, spec.QueueDeclare(queue=QUEUE, durable=True))
     client.expect(spec.QueueDeclareOk)
-    empty = rss_anon_kb(pid)
-    seconds = client.publish(count, size)
-    full = rss_anon_kb(pid)
-    return {
-        "messages": count,
-        "body_bytes": size,
-        "rss_anon_empty_mb": empty / 1024,
-        "rss_anon_full_mb": full / 1024,
-        "growth_mb": (full - empty) / 1024,
-        "publish_seconds": seconds,
-        "publish_rate": count / seconds,
-    }
+    return _measure_existing(client, pid, count, size)
 
 
 def run_rabbitmq(
