@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -9,7 +10,7 @@ if TYPE_CHECKING:
     from warren.core.queue import Queue
 
 
-class Consumer:
+class Consumer(ABC):
     """A subscription to one queue. Protocol adapters subclass it.
 
     The queue asks ``can_take`` before every delivery, so prefetch limits, flow
@@ -34,13 +35,13 @@ class Consumer:
         self.priority = priority
         self.arguments = arguments or {}
 
-    def can_take(self) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def can_take(self) -> bool: ...
 
+    @abstractmethod
     def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
         """Hand over one message; with no_ack the queue has already forgotten it."""
-        raise NotImplementedError
 
+    @abstractmethod
     def cancelled(self) -> None:
         """The queue went away (deleted) while this consumer was attached."""
-        raise NotImplementedError

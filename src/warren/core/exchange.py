@@ -7,6 +7,7 @@ routing a message costs a lookup, not a scan, on the common types.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -46,7 +47,7 @@ class Binding:
         return "exchange" if isinstance(self.destination, Exchange) else "queue"
 
 
-class Exchange:
+class Exchange(ABC):
     type: ClassVar[str] = ""
 
     def __init__(
@@ -78,8 +79,8 @@ class Exchange:
         return ae if isinstance(ae, str) and ae else None
 
     # Binding management; subclasses index bindings for their routing function.
-    def validate_binding(self, routing_key: str, arguments: dict[str, Any] | None) -> None:
-        pass
+    def validate_binding(self, routing_key: str, arguments: dict[str, Any] | None) -> None:  # noqa: B027
+        """Refuse a binding this type cannot route by; most types take any binding."""
 
     def bind(self, binding: Binding) -> bool:
         if binding.key in self.bindings:
@@ -102,15 +103,15 @@ class Exchange:
     def bindings_to(self, destination: Queue | Exchange) -> list[Binding]:
         return [b for b in self.bindings.values() if b.destination is destination]
 
-    def _index_add(self, binding: Binding) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _index_add(self, binding: Binding) -> None: ...
 
-    def _index_remove(self, binding: Binding) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _index_remove(self, binding: Binding) -> None: ...
 
+    @abstractmethod
     def match(self, msg: Message) -> Collection[Queue | Exchange]:
         """Destinations bound to this exchange that the message goes to."""
-        raise NotImplementedError
 
 
 class DirectExchange(Exchange):
