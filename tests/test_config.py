@@ -44,6 +44,14 @@ def write_ini(tmp_path: Path, text: str, name: str = "warren.ini") -> Path:
     return path
 
 
+def ini_error(tmp_path: Path, section: str, key: str, value: str) -> tuple[Path, str]:
+    """A file setting ``key = value`` in ``[section]``, and the ConfigError reading it gives."""
+    path = write_ini(tmp_path, f"[{section}]\n{key} = {value}\n")
+    with pytest.raises(ConfigError) as info:
+        Config.from_ini(path)
+    return path, str(info.value)
+
+
 def run_warren(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
@@ -180,10 +188,7 @@ def test_default_section_is_not_inherited(tmp_path: Path, caplog: pytest.LogCapt
 def test_non_integer_value_names_file_section_key_value(
     tmp_path: Path, section: str, key: str, value: str
 ) -> None:
-    path = write_ini(tmp_path, f"[{section}]\n{key} = {value}\n")
-    with pytest.raises(ConfigError) as info:
-        Config.from_ini(path)
-    msg = str(info.value)
+    path, msg = ini_error(tmp_path, section, key, value)
     assert str(path) in msg
     assert f"[{section}]" in msg
     assert key in msg
@@ -211,10 +216,7 @@ def test_non_integer_value_names_file_section_key_value(
 def test_out_of_range_value_in_file_names_its_source(
     tmp_path: Path, section: str, key: str, value: str
 ) -> None:
-    path = write_ini(tmp_path, f"[{section}]\n{key} = {value}\n")
-    with pytest.raises(ConfigError) as info:
-        Config.from_ini(path)
-    msg = str(info.value)
+    path, msg = ini_error(tmp_path, section, key, value)
     assert str(path) in msg and f"[{section}] {key}" in msg and repr(value) in msg
 
 

@@ -11,79 +11,30 @@ from __future__ import annotations
 import datetime
 import decimal
 import os
-import time
-import uuid
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from typing import Any
 
-import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
-from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker, UnroutableError
+from pika.exceptions import UnroutableError
 from pika.spec import Basic, BasicProperties
+from pikahelp import (
+    Session,
+    barrier,
+    channel_error,
+    connect,
+    connection_error,
+    publish,
+    settle,
+    uniq,
+    wait_until,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-
-def connect(broker: Any, **params: Any) -> BlockingConnection:
-    return pika.BlockingConnection(
-        pika.ConnectionParameters(
-            host="127.0.0.1",
-            port=broker.port,
-            credentials=pika.PlainCredentials("guest", "guest"),
-            **params,
-        )
-    )
-
-
-def uniq(prefix: str = "q") -> str:
-    return f"test-{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def barrier(ch: BlockingChannel) -> None:
-    """A synchronous round trip on ``ch``: what was sent before it has been handled."""
-    ch.exchange_declare("amq.direct", passive=True)
-
-
-def channel_error(code: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
-    with pytest.raises(ChannelClosedByBroker) as info:
-        fn(*args, **kwargs)
-    assert info.value.reply_code == code, info.value
-    return info.value.reply_text
-
-
-def connection_error(code: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
-    with pytest.raises(ConnectionClosedByBroker) as info:
-        fn(*args, **kwargs)
-    assert info.value.reply_code == code, info.value
-    return info.value.reply_text
-
-
-def wait_until(
-    conns: BlockingConnection | list[BlockingConnection],
-    predicate: Callable[[], bool],
-    timeout: float = 5.0,
-) -> None:
-    """Process I/O on the given connections until ``predicate()`` holds."""
-    conns = conns if isinstance(conns, list) else [conns]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        for c in conns:
-            c.process_data_events(time_limit=0.01)
-
-
-def settle(conns: BlockingConnection | list[BlockingConnection], seconds: float = 0.2) -> None:
-    """Keep processing I/O for a while, to show that nothing more arrives."""
-    conns = conns if isinstance(conns, list) else [conns]
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        for c in conns:
-            c.process_data_events(time_limit=0.02)
 
 
 class Delivery:
@@ -116,51 +67,10 @@ class Collector(list[Delivery]):
         return [d.body for d in self]
 
 
-class Session:
-    """One connection with a channel; extra connections are closed afterwards."""
-
-    def __init__(self, broker: Any) -> None:
-        self.broker = broker
-        self.conn = connect(broker)
-        self.ch = self.conn.channel()
-        self.others: list[BlockingConnection] = []
-        self.queues: list[str] = []
-
-    def connect(self, **params: Any) -> BlockingConnection:
-        conn = connect(self.broker, **params)
-        self.others.append(conn)
-        return conn
-
-    def queue(self, **kwargs: Any) -> str:
-        name = self.ch.queue_declare(uniq(), **kwargs).method.queue
-        self.queues.append(name)
-        return name
-
-    def close(self) -> None:
-        for conn in self.others:
-            if conn.is_open:
-                conn.close()
-        conn = self.conn if self.conn.is_open else connect(self.broker)
-        try:
-            ch = conn.channel()
-            for q in self.queues:
-                ch.queue_delete(q)
-        finally:
-            conn.close()
-
-
 @pytest.fixture
 def s(broker: Any) -> Iterator[Session]:
-    session = Session(broker)
-    try:
+    with closing(Session(broker)) as session:
         yield session
-    finally:
-        session.close()
-
-
-def publish(ch: BlockingChannel, queue: str, *bodies: bytes) -> None:
-    for body in bodies:
-        ch.basic_publish("", queue, body)
 
 
 def numbered(n: int, start: int = 1) -> list[bytes]:

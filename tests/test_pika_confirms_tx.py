@@ -8,65 +8,20 @@ discarded on rollback; confirm and tx modes exclude each other.
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
-import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
-from pika.exceptions import ChannelClosedByBroker, UnroutableError
+from pika.exceptions import UnroutableError
 from pika.spec import Basic, BasicProperties
+from pikahelp import barrier, channel_error, connect, settle, uniq, wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-
-def connect(broker: Any, **params: Any) -> BlockingConnection:
-    return pika.BlockingConnection(
-        pika.ConnectionParameters(
-            host="127.0.0.1",
-            port=broker.port,
-            credentials=pika.PlainCredentials("guest", "guest"),
-            **params,
-        )
-    )
-
-
-def uniq(prefix: str = "q") -> str:
-    return f"test-{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def barrier(ch: BlockingChannel) -> None:
-    """A synchronous round trip on ``ch``: what was sent before it has been handled."""
-    ch.exchange_declare("amq.direct", passive=True)
-
-
-def channel_error(code: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
-    with pytest.raises(ChannelClosedByBroker) as info:
-        fn(*args, **kwargs)
-    assert info.value.reply_code == code, info.value
-    return info.value.reply_text
-
-
-def wait_until(
-    conn: BlockingConnection, predicate: Callable[[], bool], timeout: float = 5.0
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        conn.process_data_events(time_limit=0.01)
-
-
-def settle(conn: BlockingConnection, seconds: float = 0.2) -> None:
-    """Keep processing I/O for a while, to show that nothing more arrives."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        conn.process_data_events(time_limit=0.02)
 
 
 class Session:
@@ -106,11 +61,8 @@ class Session:
 
 @pytest.fixture
 def s(broker: Any) -> Iterator[Session]:
-    session = Session(broker)
-    try:
+    with closing(Session(broker)) as session:
         yield session
-    finally:
-        session.close()
 
 
 class ConfirmRecorder:

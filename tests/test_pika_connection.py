@@ -25,6 +25,7 @@ from pika.exceptions import (
     ProbableAccessDeniedError,
     ProbableAuthenticationError,
 )
+from pikahelp import params
 
 from warren import __version__
 from warren.amqp.connection import RABBITMQ_COMPAT_VERSION, SERVER_CAPABILITIES
@@ -33,12 +34,6 @@ pytestmark = pytest.mark.timeout(30)
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-
-def params(broker: Any, **kwargs: Any) -> pika.ConnectionParameters:
-    kwargs.setdefault("credentials", pika.PlainCredentials("guest", "guest"))
-    kwargs.setdefault("connection_attempts", 1)
-    return pika.ConnectionParameters(host="127.0.0.1", port=broker.port, **kwargs)
 
 
 @pytest.fixture

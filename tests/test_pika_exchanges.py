@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
 import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker, UnroutableError
+from pikahelp import Session, barrier, channel_error, uniq
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -23,81 +25,10 @@ pytestmark = pytest.mark.timeout(30)
 # -- helpers ------------------------------------------------------------------------------
 
 
-def connect(broker: Any, **params: Any) -> BlockingConnection:
-    return pika.BlockingConnection(
-        pika.ConnectionParameters(
-            host="127.0.0.1",
-            port=broker.port,
-            credentials=pika.PlainCredentials("guest", "guest"),
-            **params,
-        )
-    )
-
-
-def uniq(prefix: str) -> str:
-    return f"test-{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def barrier(ch: BlockingChannel) -> None:
-    """A synchronous round trip: everything sent before it has been handled."""
-    ch.exchange_declare("amq.direct", passive=True)
-
-
-def channel_error(code: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
-    with pytest.raises(ChannelClosedByBroker) as info:
-        fn(*args, **kwargs)
-    assert info.value.reply_code == code, info.value
-    return info.value.reply_text
-
-
-class Session:
-    """One connection with a channel; what a test declares is deleted afterwards."""
-
-    def __init__(self, broker: Any) -> None:
-        self.broker = broker
-        self.conn = connect(broker)
-        self.ch = self.conn.channel()
-        self.exchanges: list[str] = []
-        self.queues: list[str] = []
-
-    def channel(self) -> BlockingChannel:
-        return self.conn.channel()
-
-    def reopen(self) -> BlockingChannel:
-        """A fresh default channel after a channel error closed the previous one."""
-        self.ch = self.conn.channel()
-        return self.ch
-
-    def exchange(self, type_: str, name: str | None = None, **kwargs: Any) -> str:
-        name = name or uniq(type_)
-        self.exchanges.append(name)
-        self.ch.exchange_declare(name, type_, **kwargs)
-        return name
-
-    def queue(self, name: str | None = None, **kwargs: Any) -> str:
-        name = self.ch.queue_declare(name or uniq("q"), **kwargs).method.queue
-        self.queues.append(name)
-        return name
-
-    def close(self) -> None:
-        conn = self.conn if self.conn.is_open else connect(self.broker)
-        try:
-            ch = conn.channel()
-            for q in self.queues:
-                ch.queue_delete(q)
-            for ex in self.exchanges:
-                ch.exchange_delete(ex)
-        finally:
-            conn.close()
-
-
 @pytest.fixture
 def s(broker: Any) -> Iterator[Session]:
-    session = Session(broker)
-    try:
+    with closing(Session(broker)) as session:
         yield session
-    finally:
-        session.close()
 
 
 def routed(

@@ -7,57 +7,20 @@ and auto-delete lifecycles, and consumer cancellation when a queue goes away.
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from typing import Any
 
-import pika
 import pytest
-from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+from pika.adapters.blocking_connection import BlockingConnection
 from pika.exceptions import ChannelClosedByBroker
+from pikahelp import Session as BaseSession
+from pikahelp import channel_error, publish, uniq, wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-
-def connect(broker: Any, **params: Any) -> BlockingConnection:
-    return pika.BlockingConnection(
-        pika.ConnectionParameters(
-            host="127.0.0.1",
-            port=broker.port,
-            credentials=pika.PlainCredentials("guest", "guest"),
-            **params,
-        )
-    )
-
-
-def uniq(prefix: str = "q") -> str:
-    return f"test-{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def channel_error(code: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
-    with pytest.raises(ChannelClosedByBroker) as info:
-        fn(*args, **kwargs)
-    assert info.value.reply_code == code, info.value
-    return info.value.reply_text
-
-
-def wait_until(
-    conns: BlockingConnection | list[BlockingConnection],
-    predicate: Callable[[], bool],
-    timeout: float = 5.0,
-) -> None:
-    """Process I/O on the given connections until ``predicate()`` holds."""
-    conns = conns if isinstance(conns, list) else [conns]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        for c in conns:
-            c.process_data_events(time_limit=0.01)
 
 
 def queue_state(conn: BlockingConnection, name: str) -> int | tuple[int, int]:
@@ -77,67 +40,16 @@ def exists(conn: BlockingConnection, name: str) -> bool:
     return state != 404
 
 
-class Session:
-    """One connection with a channel; durable leftovers are deleted afterwards."""
+class Session(BaseSession):
+    """Cleanup goes on past a queue it cannot delete (an exclusive queue still locked)."""
 
-    def __init__(self, broker: Any) -> None:
-        self.broker = broker
-        self.conn = connect(broker)
-        self.ch = self.conn.channel()
-        self.others: list[BlockingConnection] = []
-        self.queues: list[str] = []
-        self.exchanges: list[str] = []
-
-    def connect(self, **params: Any) -> BlockingConnection:
-        conn = connect(self.broker, **params)
-        self.others.append(conn)
-        return conn
-
-    def reopen(self) -> BlockingChannel:
-        self.ch = self.conn.channel()
-        return self.ch
-
-    def queue(self, name: str | None = None, **kwargs: Any) -> str:
-        name = self.ch.queue_declare(uniq() if name is None else name, **kwargs).method.queue
-        self.queues.append(name)
-        return name
-
-    def exchange(self, type_: str = "direct") -> str:
-        name = uniq(type_)
-        self.exchanges.append(name)
-        self.ch.exchange_declare(name, type_)
-        return name
-
-    def close(self) -> None:
-        for conn in self.others:
-            if conn.is_open:
-                conn.close()
-        conn = self.conn if self.conn.is_open else connect(self.broker)
-        try:
-            ch = conn.channel()
-            for q in self.queues:
-                try:
-                    ch.queue_delete(q)
-                except ChannelClosedByBroker:
-                    ch = conn.channel()
-            for ex in self.exchanges:
-                ch.exchange_delete(ex)
-        finally:
-            conn.close()
+    tolerate_failed_queue_delete = True
 
 
 @pytest.fixture
 def s(broker: Any) -> Iterator[Session]:
-    session = Session(broker)
-    try:
+    with closing(Session(broker)) as session:
         yield session
-    finally:
-        session.close()
-
-
-def publish(ch: BlockingChannel, queue: str, *bodies: bytes) -> None:
-    for body in bodies:
-        ch.basic_publish("", queue, body)
 
 
 # -- declare --------------------------------------------------------------------------------

@@ -8,16 +8,16 @@ straight to the requester's consumer.
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
-import pika
 import pytest
-from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
-from pika.exceptions import ChannelClosedByBroker, UnroutableError
+from pika.adapters.blocking_connection import BlockingChannel
+from pika.exceptions import UnroutableError
 from pika.spec import Basic, BasicProperties
+from pikahelp import barrier, channel_error, connect, wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -26,39 +26,6 @@ PREFIX = REPLY_TO + "."
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-
-def connect(broker: Any) -> BlockingConnection:
-    return pika.BlockingConnection(
-        pika.ConnectionParameters(
-            host="127.0.0.1",
-            port=broker.port,
-            credentials=pika.PlainCredentials("guest", "guest"),
-        )
-    )
-
-
-def barrier(ch: BlockingChannel) -> None:
-    """A synchronous round trip on ``ch``: what was sent before it has been handled."""
-    ch.exchange_declare("amq.direct", passive=True)
-
-
-def channel_error(code: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
-    with pytest.raises(ChannelClosedByBroker) as info:
-        fn(*args, **kwargs)
-    assert info.value.reply_code == code, info.value
-    return info.value.reply_text
-
-
-def wait_until(
-    conns: list[BlockingConnection], predicate: Callable[[], bool], timeout: float = 5.0
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        for c in conns:
-            c.process_data_events(time_limit=0.01)
 
 
 class Got(list[tuple[Basic.Deliver, BasicProperties, bytes]]):
@@ -120,11 +87,8 @@ class RPC:
 
 @pytest.fixture
 def rpc(broker: Any) -> Iterator[RPC]:
-    r = RPC(broker)
-    try:
+    with closing(RPC(broker)) as r:
         yield r
-    finally:
-        r.close()
 
 
 # -- the round trip -------------------------------------------------------------------------

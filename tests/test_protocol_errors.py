@@ -97,6 +97,22 @@ def assert_closed_with(
     return reply_text
 
 
+def assert_refused(
+    broker: BrokerThread,
+    raw: RawFactory,
+    data: bytes,
+    code: int,
+    text_prefix: str,
+    ids: tuple[int, int] = (0, 0),
+) -> None:
+    """``data`` sent on a new connection with channel 1 open gets it closed as
+    :func:`assert_closed_with` checks; the broker still serves other clients."""
+    client = opened(raw())
+    client.send(data)
+    assert_closed_with(client, code, text_prefix, ids)
+    assert_still_serving(broker)
+
+
 def queue_counts(b: BrokerThread, name: str) -> tuple[int, int, int] | None:
     """(ready, unacked, consumers) of a queue in vhost '/', or None when it does not exist.
 
@@ -240,35 +256,23 @@ def test_frame_larger_than_frame_max(broker: BrokerThread, raw: RawFactory) -> N
 
 def test_unknown_frame_type(broker: BrokerThread, raw: RawFactory) -> None:
     # RabbitMQ: 501 "FRAME_ERROR - type 7, all octets = <<"abc">>: unknown_frame".
-    client = opened(raw())
-    client.send(raw_frame(7, 1, b"abc"))
-    assert_closed_with(client, 501, "FRAME_ERROR - ")
-    assert_still_serving(broker)
+    assert_refused(broker, raw, raw_frame(7, 1, b"abc"), 501, "FRAME_ERROR - ")
 
 
 def test_bad_frame_end_octet(broker: BrokerThread, raw: RawFactory) -> None:
     # RabbitMQ: 501 "FRAME_ERROR - type 1, all octets = <<...>>: {invalid_frame_end_marker,0}".
-    client = opened(raw())
     payload = method_payload(commands.Basic.Qos(prefetch_count=1))
-    client.send(raw_frame(1, 1, payload, end=0x00))
-    assert_closed_with(client, 501, "FRAME_ERROR - ")
-    assert_still_serving(broker)
+    assert_refused(broker, raw, raw_frame(1, 1, payload, end=0x00), 501, "FRAME_ERROR - ")
 
 
 def test_heartbeat_on_a_channel(broker: BrokerThread, raw: RawFactory) -> None:
     # RabbitMQ: 505 "UNEXPECTED_FRAME - type 8, all octets = <<>>".
-    client = opened(raw())
-    client.send(raw_frame(8, 1, b""))
-    assert_closed_with(client, 505, "UNEXPECTED_FRAME - ")
-    assert_still_serving(broker)
+    assert_refused(broker, raw, raw_frame(8, 1, b""), 505, "UNEXPECTED_FRAME - ")
 
 
 def test_garbage_after_handshake(broker: BrokerThread, raw: RawFactory) -> None:
     # RabbitMQ reads a frame header out of the garbage: 501 "... {frame_too_large,...}".
-    client = opened(raw())
-    client.send(b"\xde\xad\xbe\xef" * 16)
-    assert_closed_with(client, 501, "FRAME_ERROR - ")
-    assert_still_serving(broker)
+    assert_refused(broker, raw, b"\xde\xad\xbe\xef" * 16, 501, "FRAME_ERROR - ")
 
 
 def test_frames_after_server_connection_close_are_ignored(
@@ -293,10 +297,9 @@ def test_unknown_class_or_method(
     broker: BrokerThread, raw: RawFactory, ids: tuple[int, int]
 ) -> None:
     # RabbitMQ drops the socket without a close; Warren closes with 540 NOT_IMPLEMENTED.
-    client = opened(raw())
-    client.send(raw_frame(1, 1, struct.pack(">HH", *ids)))
-    assert_closed_with(client, 540, "NOT_IMPLEMENTED - ", ids)
-    assert_still_serving(broker)
+    assert_refused(
+        broker, raw, raw_frame(1, 1, struct.pack(">HH", *ids)), 540, "NOT_IMPLEMENTED - ", ids
+    )
 
 
 def test_connection_method_on_a_channel(broker: BrokerThread, raw: RawFactory) -> None:
@@ -330,19 +333,15 @@ def test_unsolicited_connection_close_ok(broker: BrokerThread, raw: RawFactory) 
 def test_truncated_method_payload(broker: BrokerThread, raw: RawFactory) -> None:
     # RabbitMQ: 501 "FRAME_ERROR - cannot decode <<0,0,3,97>>", naming queue.declare
     # (50/10); not 502 SYNTAX_ERROR.
-    client = opened(raw())
     payload = method_payload(commands.Queue.Declare(queue="abc"))
-    client.send(raw_frame(1, 1, payload[:8]))
-    assert_closed_with(client, 501, "FRAME_ERROR - cannot decode", (50, 10))
-    assert_still_serving(broker)
+    assert_refused(
+        broker, raw, raw_frame(1, 1, payload[:8]), 501, "FRAME_ERROR - cannot decode", (50, 10)
+    )
 
 
 def test_method_frame_without_method_id(broker: BrokerThread, raw: RawFactory) -> None:
     # RabbitMQ: 501 "FRAME_ERROR - type 1, all octets = <<0,60>>: unknown_frame".
-    client = opened(raw())
-    client.send(raw_frame(1, 1, b"\x00\x3c"))
-    assert_closed_with(client, 501, "FRAME_ERROR - ")
-    assert_still_serving(broker)
+    assert_refused(broker, raw, raw_frame(1, 1, b"\x00\x3c"), 501, "FRAME_ERROR - ")
 
 
 def test_method_before_connection_open(broker: BrokerThread, raw: RawFactory) -> None:
@@ -439,10 +438,7 @@ def test_frames_after_server_channel_close_are_ignored(
 
 def test_content_header_without_publish(broker: BrokerThread, raw: RawFactory) -> None:
     # RabbitMQ: 505 "UNEXPECTED_FRAME - expected method frame, got non method frame instead".
-    client = opened(raw())
-    client.send(header_frame(1, 3))
-    assert_closed_with(client, 505, "UNEXPECTED_FRAME - ")
-    assert_still_serving(broker)
+    assert_refused(broker, raw, header_frame(1, 3), 505, "UNEXPECTED_FRAME - ")
 
 
 @pytest.mark.parametrize("channel", [0, 5], ids=["channel-0", "never-opened"])

@@ -5,22 +5,30 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 __all__ = ["build_parser", "main"]
 
 DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/"
 
+_N = TypeVar("_N", int, float)
 
-def _count(text: str) -> int:
-    """A non-negative integer argument."""
+
+def _non_negative(text: str, parse: Callable[[str], _N], what: str) -> _N:
+    """``parse(text)``, refused as an argument error unless it is a number ``>= 0``."""
     try:
-        value = int(text)
+        value = parse(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0: {value}")
     return value
+
+
+def _count(text: str) -> int:
+    """A non-negative integer argument."""
+    return _non_negative(text, int, "an integer")
 
 
 def _positive(text: str) -> int:
@@ -31,13 +39,7 @@ def _positive(text: str) -> int:
 
 
 def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0: {value}")
-    return value
+    return _non_negative(text, float, "a number")
 
 
 def _json_object(text: str) -> dict[str, object]:
