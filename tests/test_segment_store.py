@@ -690,6 +690,18 @@ class StoreComparison(RuleBasedStateMachine):
         self.store.append(m)
         self.model.append(m)
 
+    @precondition(lambda self: self.model.ready_count == 0)
+    @rule(persistent=st.booleans(), size=st.integers(0, 300))
+    def append_shifted(self, persistent: bool, size: int) -> None:
+        # A message delivered the moment it arrives: stored, but never read back.
+        i = self.next_id
+        self.next_id += 1
+        m = Message(
+            "x", "k", PERSISTENT if persistent else TRANSIENT, f"{i}:".encode().ljust(size, b".")
+        )
+        self.sent[i] = m
+        self.unacked[i] = (self.store.append_shifted(m), self.model.append_shifted(m), m)
+
     @rule()
     def shift(self) -> None:
         a = self.store.shift()

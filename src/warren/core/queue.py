@@ -71,12 +71,22 @@ class Queue:
     # -- publishing -------------------------------------------------------------------
     def publish(self, msg: Message) -> int:
         """Take a routed message: NOT_TAKEN, STORED, or DELIVERED (handed straight to
-        a no-ack consumer, never stored: nothing could bring it back)."""
+        a no-ack consumer, never stored: nothing could bring it back). With an empty
+        backlog and a consumer that can take it, delivery happens right here."""
         if self.consumers and not self.store.ready_count:
             consumer = self._next_consumer()
-            if consumer is not None and consumer.no_ack:
-                consumer.deliver(0, msg, False)
-                return DELIVERED
+            if consumer is not None:
+                if consumer.no_ack:
+                    consumer.deliver(0, msg, False)
+                    return DELIVERED
+                # Stored (for requeue, and for a restart until acked) but delivered
+                # now, without a delivery pass reading it back from the segment.
+                store = self.store
+                seq = store.append_shifted(msg)
+                self.vhost.store_written(store)
+                self.unacked += 1
+                consumer.deliver(seq, msg, False)
+                return STORED
         self.store.append(msg)
         self.vhost.store_written(self.store)
         if self.consumers and not self._scheduled:

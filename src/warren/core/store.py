@@ -24,6 +24,11 @@ class MessageStore(Protocol):
 
     def append(self, msg: Message) -> int: ...
 
+    def append_shifted(self, msg: Message) -> int:
+        """Append a message that goes to a consumer at once, as if appended and then
+        shifted; only valid while nothing is ready."""
+        ...
+
     def shift(self) -> tuple[int, Message, bool] | None:
         """The next ready message as (seq, message, redelivered), now unacked."""
         ...
@@ -80,6 +85,13 @@ class MemoryStore:
         self._next_seq = seq + 1
         self._ready.append((seq, msg))
         self._bytes += len(msg.body)
+        return seq
+
+    def append_shifted(self, msg: Message) -> int:
+        if self.ready_count:
+            raise ValueError("append_shifted needs an empty backlog")
+        seq = self._next_seq
+        self._next_seq = seq + 1
         return seq
 
     def shift(self) -> tuple[int, Message, bool] | None:

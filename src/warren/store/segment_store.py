@@ -218,6 +218,28 @@ class SegmentStore:
         self._dirty = True  # after the write: sync() clears it before flushing
         return (seg.id << 32) | pos
 
+    def append_shifted(self, msg: Message) -> int:
+        """Append a message that is handed to a consumer at once.
+
+        It is written like any other (a requeue puts it back in its place, a restart
+        finds it unless acked) but lands behind the read cursor, so it is never read
+        back from the file. Only while nothing is ready: otherwise it would overtake.
+        """
+        if self._ready_count:
+            raise ValueError("append_shifted needs an empty backlog")
+        seq = self.append(msg)
+        seg = self._wseg
+        assert seg is not None
+        if self._rseg is not seg:
+            self._enter(seg)
+        self._rpos = self._wpos
+        b = len(msg.body)
+        seg.unread -= 1
+        seg.unread_bytes -= b
+        self._ready_count -= 1
+        self._ready_bytes -= b
+        return seq
+
     def shift(self) -> tuple[int, Message, bool] | None:
         if self._requeued:
             seq, msg = heapq.heappop(self._requeued)
