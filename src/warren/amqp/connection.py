@@ -88,6 +88,11 @@ class State(enum.IntEnum):
     CLOSED = 6
 
 
+# Module globals: an identity test against them is cheaper than State.X per frame.
+_OPEN = State.OPEN
+_CLOSED = State.CLOSED
+
+
 class _UnknownFrame(FrameError):
     """A frame-level 501: the close names no method, even for a method frame."""
 
@@ -214,6 +219,7 @@ class AMQPConnection:
         ftype, payload = 0, b""
         budget = FRAME_BUDGET
         self.backlog = False
+        channels = self.channels
         try:
             while n - pos >= 7:
                 if not budget:
@@ -243,6 +249,22 @@ class AMQPConnection:
                     raise FrameError(text + marker)
                 payload = data[pos + 7 : end]
                 pos = end + 1
+                if self.state is _OPEN and ch:
+                    # The common case first: content and methods on an open channel.
+                    channel = channels.get(ch)
+                    if channel is not None:
+                        if ftype == FRAME_BODY:
+                            channel.on_body_frame(payload)
+                            continue
+                        if ftype == FRAME_METHOD:
+                            channel.on_method_frame(payload)
+                            if self.state is _CLOSED:
+                                pos = n
+                                break
+                            continue
+                        if ftype == FRAME_HEADER and len(payload) >= 12:
+                            channel.on_header_frame(payload)
+                            continue
                 if self.state == State.CLOSING:
                     # Only connection.close-ok (or close) matters once we have closed.
                     if ftype == FRAME_METHOD and ch == 0:
