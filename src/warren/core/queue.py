@@ -46,8 +46,6 @@ class Queue:
         self._groups: list[tuple[int, list[Consumer]]] = []
         self._rr: dict[int, int] = {}
         self.unacked = 0
-        # Durable and not exclusive: its store and definition survive a restart.
-        self.persistent = False
         self.deleted = False
         self._had_consumer = False
         self._scheduled = False
@@ -55,6 +53,11 @@ class Queue:
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in {self.vhost.name!r}>"
+
+    @property
+    def persistent(self) -> bool:
+        """Durable and not exclusive: its store and definition survive a restart."""
+        return self.durable and self.exclusive_owner is None
 
     @property
     def exclusive(self) -> bool:

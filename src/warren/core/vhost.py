@@ -268,7 +268,6 @@ class VHost:
             auto_delete=auto_delete,
             arguments=arguments,
         )
-        q.persistent = persistent
         self.queues[name] = q
         if persistent and self.definitions is not None:
             self.definitions.put(queue_key(name), queue_record(q))
@@ -512,7 +511,6 @@ class VHost:
                     auto_delete=rec["auto_delete"],
                     arguments=decode_arguments(rec["arguments"]),
                 )
-                q.persistent = True
                 self.queues[name] = q
             except Exception as exc:
                 log.error("vhost '%s': cannot restore queue %r: %s", self.name, rec, exc)
