@@ -598,9 +598,9 @@ class Channel:
             raise AccessRefused(
                 f"cannot publish to internal exchange '{ex.name}' in vhost '{ex.vhost_name}'"
             )
-        msg = Message(ex.name, method.routing_key, props, body)
-        msg._ex_rk = self._publish_ex_rk
         conn = self.connection
+        msg = Message(ex.name, method.routing_key, props, body, conn.now_ms or None)
+        msg._ex_rk = self._publish_ex_rk
         conn.has_published = True
         if conn.blocked:
             conn.block_now()

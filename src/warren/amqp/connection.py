@@ -135,6 +135,9 @@ class AMQPConnection:
         self._buf = b""
         # True when feed() stopped at FRAME_BUDGET with complete frames left over.
         self.backlog = False
+        # Milliseconds since the epoch, set by the transport before each feed(): the
+        # timestamp of the messages that read carries (0: Message reads the clock).
+        self.now_ms = 0
         self.state = State.HEADER
         self.channels: dict[int, Channel] = {}
         self.channel_max = self.config.channel_max

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, cast
 
 from warren.amqp.connection import AMQPConnection, State
@@ -48,6 +49,7 @@ class AMQPProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         conn = self.conn
         assert conn is not None
+        conn.now_ms = int(time.time() * 1000)  # one clock read per socket read
         conn.feed(data)
         if (conn.backlog or len(data) >= YIELD_AFTER_BYTES) and not self._yielding:
             # At most one large read, or FRAME_BUDGET frames, per connection and loop

@@ -131,6 +131,10 @@ class Queue:
             self._call_soon(self._run_delivery)
 
     def _next_consumer(self) -> Consumer | None:
+        consumers = self.consumers
+        if len(consumers) == 1:  # the common case: no priorities, no round-robin
+            only = consumers[0]
+            return only if only.can_take() else None
         for prio, group in self._groups:
             n = len(group)
             start = self._rr.get(prio, 0) % n
