@@ -679,14 +679,18 @@ class StoreComparison(RuleBasedStateMachine):
     def ident(m: Message) -> int:
         return int(m.body.split(b":")[0])
 
-    @rule(persistent=st.booleans(), size=st.integers(0, 300))
-    def append(self, persistent: bool, size: int) -> None:
+    def _new_message(self, persistent: bool, size: int) -> tuple[int, Message]:
         i = self.next_id
         self.next_id += 1
         m = Message(
             "x", "k", PERSISTENT if persistent else TRANSIENT, f"{i}:".encode().ljust(size, b".")
         )
         self.sent[i] = m
+        return i, m
+
+    @rule(persistent=st.booleans(), size=st.integers(0, 300))
+    def append(self, persistent: bool, size: int) -> None:
+        _i, m = self._new_message(persistent, size)
         self.store.append(m)
         self.model.append(m)
 
@@ -694,12 +698,7 @@ class StoreComparison(RuleBasedStateMachine):
     @rule(persistent=st.booleans(), size=st.integers(0, 300))
     def append_shifted(self, persistent: bool, size: int) -> None:
         # A message delivered the moment it arrives: stored, but never read back.
-        i = self.next_id
-        self.next_id += 1
-        m = Message(
-            "x", "k", PERSISTENT if persistent else TRANSIENT, f"{i}:".encode().ljust(size, b".")
-        )
-        self.sent[i] = m
+        i, m = self._new_message(persistent, size)
         self.unacked[i] = (self.store.append_shifted(m), self.model.append_shifted(m), m)
 
     @rule()
