@@ -7,12 +7,12 @@ the broker's own state.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -215,10 +215,14 @@ def test_connection_count(broker: BrokerThread) -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
-    # Closing the connections deletes their exclusive queues.
-    deadline = time.monotonic() + 10
-    while broker.call(lambda: len(broker.broker.connections)) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # Closing the connections deletes their exclusive queues: wait on the broker's
+    # own per-socket "closed" futures rather than polling.
+    async def all_closed() -> None:
+        pending = [p.closed for p in broker.broker.protocols]
+        if pending:
+            await asyncio.wait(pending, timeout=10)
+
+    broker.run(all_closed())
     assert broker.call(lambda: len(broker.broker.connections)) == 0
     assert not [n for n in queue_names(broker) if n.startswith("amq.gen-")]
 

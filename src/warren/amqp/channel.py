@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from warren.amqp import spec
 from warren.amqp.consumer import AMQPConsumer
-from warren.amqp.frames import content_frames, method_frame
+from warren.amqp.frames import message_frames, method_frame
 from warren.core.codec_errors import DecodeError
 from warren.core.erlang_format import string_p
 from warren.core.errors import (
     AccessRefused,
     BrokerError,
+    ChannelError,
     CommandInvalid,
     FrameError,
     InternalError,
@@ -330,7 +331,7 @@ class Channel:
 
     # -- channel class ----------------------------------------------------------------
     def _channel_open(self, method: spec.ChannelOpen) -> None:
-        raise ChannelErrorSecondOpen("second 'channel.open' seen")
+        raise ChannelError("second 'channel.open' seen")
 
     def _channel_close(self, method: spec.ChannelClose) -> None:
         self.release()
@@ -552,23 +553,23 @@ class Channel:
         """Direct reply-to: the reply goes straight to this channel's reply consumer."""
         if self.reply_consumer_tag is None or self.closing:
             return False
-        conn = self.connection
-        frames = [
-            method_frame(
-                self.id,
-                spec.BasicDeliver(
-                    consumer_tag=self.reply_consumer_tag,
-                    # RabbitMQ stamps replies with the next tag without using it up.
-                    delivery_tag=self._delivery_tag + 1,
-                    redelivered=False,
-                    exchange=msg.exchange,
-                    routing_key=msg.routing_key,
-                ),
-            )
-        ]
-        frames += content_frames(self.id, msg.properties, msg.body, conn.frame_max)
-        conn.send_many(frames)
+        deliver = spec.BasicDeliver(
+            consumer_tag=self.reply_consumer_tag,
+            # RabbitMQ stamps replies with the next tag without using it up.
+            delivery_tag=self._delivery_tag + 1,
+            redelivered=False,
+            exchange=msg.exchange,
+            routing_key=msg.routing_key,
+        )
+        self._send_message(deliver, msg)
         return True
+
+    def _send_message(self, method: spec.Method, msg: Message) -> None:
+        """A content-carrying method (get-ok, return, reply) followed by its message."""
+        conn = self.connection
+        conn.send_many(
+            message_frames(self.id, method.encode(), msg.properties, msg.body, conn.frame_max)
+        )
 
     def _basic_cancel(self, method: spec.BasicCancel) -> None:
         tag = method.consumer_tag
@@ -631,20 +632,13 @@ class Channel:
             durable = []
         routed = self.vhost.publish(ex, msg, durable)
         if not routed and mandatory:
-            conn = self.connection
-            frames = [
-                method_frame(
-                    self.id,
-                    spec.BasicReturn(
-                        reply_code=312,
-                        reply_text="NO_ROUTE",
-                        exchange=msg.exchange,
-                        routing_key=msg.routing_key,
-                    ),
-                )
-            ]
-            frames += content_frames(self.id, msg.properties, msg.body, conn.frame_max)
-            conn.send_many(frames)
+            returned = spec.BasicReturn(
+                reply_code=312,
+                reply_text="NO_ROUTE",
+                exchange=msg.exchange,
+                routing_key=msg.routing_key,
+            )
+            self._send_message(returned, msg)
         if confirm:
             syncer = self.connection.broker.syncer
             if durable and syncer is not None and syncer.enabled:
@@ -767,21 +761,14 @@ class Channel:
         tag = self.next_delivery_tag()
         if not method.no_ack:
             self.track_unacked(tag, q, seq, msg, None)
-        conn = self.connection
-        frames = [
-            method_frame(
-                self.id,
-                spec.BasicGetOk(
-                    delivery_tag=tag,
-                    redelivered=redelivered,
-                    exchange=msg.exchange,
-                    routing_key=msg.routing_key,
-                    message_count=q.message_count,
-                ),
-            )
-        ]
-        frames += content_frames(self.id, msg.properties, msg.body, conn.frame_max)
-        conn.send_many(frames)
+        get_ok = spec.BasicGetOk(
+            delivery_tag=tag,
+            redelivered=redelivered,
+            exchange=msg.exchange,
+            routing_key=msg.routing_key,
+            message_count=q.message_count,
+        )
+        self._send_message(get_ok, msg)
 
     def _take_unacked(
         self, tag: int, multiple: bool, credit: bool = True
@@ -943,12 +930,6 @@ def _expiration_error(expiration: str) -> str | None:
     if value > _MAX_EXPIRY:
         return f"{{value_too_large,{value}}}"
     return None
-
-
-class ChannelErrorSecondOpen(BrokerError):
-    code = 504
-    name = "CHANNEL_ERROR"
-    hard = True
 
 
 _HANDLERS: dict[type[spec.Method], Callable[[Channel, Any], None]] = {

@@ -27,6 +27,7 @@ from warren.amqp.frames import (
     HEARTBEAT_FRAME,
     PROTOCOL_HEADER,
     method_frame,
+    unpack_frame_header,
 )
 from warren.core.codec_errors import DecodeError, UnknownMethod
 from warren.core.erlang_format import binary_w, frame_octets, last_column, tagged_tuple_p
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warren.amqp")
 
-_frame_header = struct.Struct(">BHI")
 
 # Frames handled per feed() call. A 256 KiB read holds ~3,000 small publishes:
 # handling them all in one go holds the loop for tens of milliseconds while
@@ -57,7 +57,6 @@ _frame_header = struct.Struct(">BHI")
 # the next loop turn (the protocol stops reading meanwhile), like an Erlang
 # process giving up the scheduler after its reductions.
 FRAME_BUDGET = 512
-_unpack_frame_header = _frame_header.unpack_from
 _unpack_method_ids = struct.Struct(">HH").unpack_from
 
 RABBITMQ_COMPAT_VERSION = "3.13.7"
@@ -230,7 +229,7 @@ class AMQPConnection:
                     self.backlog = True
                     break
                 budget -= 1
-                ftype, ch, size = _unpack_frame_header(data, pos)
+                ftype, ch, size = unpack_frame_header(data, pos)
                 end = pos + 7 + size
                 # RabbitMQ lets a payload reach frame_max itself (8 octets over the
                 # limit: a frequent client mistake) and reports the limit as

@@ -5,15 +5,11 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any
 
-from warren.amqp.frames import content_frames
+from warren.amqp.frames import message_frames
 from warren.core.consumer import Consumer
 from warren.core.message import Message
 
-_pack_frame_header = struct.Struct(">BHI").pack
 _pack_tag = struct.Struct(">QB").pack
-# The end octet of the previous frame travels with the next frame's header.
-_pack_content_header = struct.Struct(">BBHIHHQ").pack
-_pack_body_header = struct.Struct(">BBHI").pack
 
 if TYPE_CHECKING:
     from warren.amqp.channel import Channel
@@ -27,7 +23,7 @@ class AMQPConsumer(Consumer):
         "prefetch_size",
         "unacked_count",
         "unacked_bytes",
-        "_head",
+        "_deliver_head",
     )
 
     def __init__(
@@ -47,7 +43,8 @@ class AMQPConsumer(Consumer):
         self.prefetch_size = channel.consumer_prefetch_size
         self.unacked_count = 0
         self.unacked_bytes = 0
-        self._head: bytes | None = None
+        raw_tag = tag.encode("utf-8", "surrogateescape")
+        self._deliver_head = b"\x00\x3c\x00\x3c" + bytes((len(raw_tag),)) + raw_tag
 
     def can_take(self) -> bool:
         ch = self.channel
@@ -70,37 +67,10 @@ class AMQPConsumer(Consumer):
             self.unacked_count += 1
             self.unacked_bytes += len(body)
         conn = ch.connection
-        # basic.deliver built by hand: the consumer tag part is encoded once per
+        # basic.deliver built by hand: the consumer-tag part is encoded once per
         # consumer, exchange and routing key once per message (fanout reuses them).
         payload = self._deliver_head + _pack_tag(tag, redelivered) + msg.exchange_and_key()
-        props = msg.properties
-        size = len(body)
-        cid = ch.id
-        if 0 < size <= conn.frame_max - 8:
-            conn.send_many(
-                [
-                    _pack_frame_header(1, cid, len(payload)),
-                    payload,
-                    _pack_content_header(0xCE, 2, cid, 12 + len(props), 60, 0, size),
-                    props,
-                    _pack_body_header(0xCE, 3, cid, size),
-                    body,
-                    b"\xce",
-                ]
-            )
-        else:
-            conn.send_many(
-                [_pack_frame_header(1, cid, len(payload)), payload, b"\xce"]
-                + content_frames(cid, props, body, conn.frame_max)
-            )
-
-    @property
-    def _deliver_head(self) -> bytes:
-        head = self._head
-        if head is None:
-            tag = self.tag.encode("utf-8", "surrogateescape")
-            head = self._head = b"\x00\x3c\x00\x3c" + bytes((len(tag),)) + tag
-        return head
+        conn.send_many(message_frames(ch.id, payload, msg.properties, body, conn.frame_max))
 
     def cancelled(self) -> None:
         self.channel.consumer_cancelled_by_server(self)

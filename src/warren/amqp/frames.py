@@ -14,9 +14,7 @@ FRAME_METHOD = 1
 FRAME_HEADER = 2
 FRAME_BODY = 3
 FRAME_HEARTBEAT = 8
-FRAME_END = 0xCE
 FRAME_END_BYTE = b"\xce"
-FRAME_HEADER_SIZE = 7
 # A frame's header plus its end octet: what frame_max allows beyond the payload.
 FRAME_OVERHEAD = 8
 
@@ -25,8 +23,10 @@ HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 
 _frame_header = struct.Struct(">BHI")
 _content_header = struct.Struct(">BHIHHQ")  # frame header + class, weight, body size
-pack_frame_header = _frame_header.pack
 unpack_frame_header = _frame_header.unpack_from
+# The end octet of the previous frame travels with the next frame's header.
+_end_and_content_header = struct.Struct(">BBHIHHQ")
+_end_and_body_header = struct.Struct(">BBHI")
 
 
 def method_frame(channel: int, method: Method) -> bytes:
@@ -58,3 +58,30 @@ def content_frames(
                 out.append(bytes(part))
                 out.append(FRAME_END_BYTE)
     return out
+
+
+def message_frames(
+    channel: int, method_payload: bytes, properties: bytes, body: bytes, frame_max: int
+) -> list[bytes]:
+    """A content-carrying method (deliver, get-ok, return) with its message.
+
+    The common case, a body that fits one frame, is four struct packs and the
+    caller's bytes; properties and body go out exactly as they were received.
+    """
+    size = len(body)
+    head = _frame_header.pack(FRAME_METHOD, channel, len(method_payload))
+    if 0 < size <= frame_max - FRAME_OVERHEAD:
+        return [
+            head,
+            method_payload,
+            _end_and_content_header.pack(
+                0xCE, FRAME_HEADER, channel, 12 + len(properties), 60, 0, size
+            ),
+            properties,
+            _end_and_body_header.pack(0xCE, FRAME_BODY, channel, size),
+            body,
+            FRAME_END_BYTE,
+        ]
+    return [head, method_payload, FRAME_END_BYTE] + content_frames(
+        channel, properties, body, frame_max
+    )

@@ -51,26 +51,9 @@ class PreconditionFailed(BrokerError):
     name = "PRECONDITION_FAILED"
 
 
-class ContentTooLarge(BrokerError):
-    code = 311
-    name = "CONTENT_TOO_LARGE"
-
-
-class ConnectionForced(BrokerError):
-    code = 320
-    name = "CONNECTION_FORCED"
-    hard = True
-
-
 class FrameError(BrokerError):
     code = 501
     name = "FRAME_ERROR"
-    hard = True
-
-
-class SyntaxError_(BrokerError):
-    code = 502
-    name = "SYNTAX_ERROR"
     hard = True
 
 
@@ -89,12 +72,6 @@ class ChannelError(BrokerError):
 class UnexpectedFrame(BrokerError):
     code = 505
     name = "UNEXPECTED_FRAME"
-    hard = True
-
-
-class ResourceError(BrokerError):
-    code = 506
-    name = "RESOURCE_ERROR"
     hard = True
 
 

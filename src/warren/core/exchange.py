@@ -11,7 +11,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from warren.core.errors import PreconditionFailed
 from warren.core.routing import HeadersMatcher, TopicMatcher, validate_x_match
 
 if TYPE_CHECKING:
@@ -99,9 +98,6 @@ class Exchange(ABC):
         self, destination: Queue | Exchange, routing_key: str, arguments: dict[str, Any] | None
     ) -> Binding | None:
         return self.bindings.get((id(destination), routing_key, _args_key(arguments)))
-
-    def bindings_to(self, destination: Queue | Exchange) -> list[Binding]:
-        return [b for b in self.bindings.values() if b.destination is destination]
 
     @abstractmethod
     def _index_add(self, binding: Binding) -> None: ...
@@ -209,8 +205,3 @@ EXCHANGE_TYPES: dict[str, type[Exchange]] = {
 
 def exchange_class(type_name: str) -> type[Exchange] | None:
     return EXCHANGE_TYPES.get(type_name)
-
-
-def check_type(type_name: str) -> None:
-    if type_name not in EXCHANGE_TYPES:
-        raise PreconditionFailed(f"invalid exchange type '{type_name}'")

@@ -41,10 +41,6 @@ class Message:
         self._ex_rk: bytes | None = None
 
     @property
-    def body_size(self) -> int:
-        return len(self.body)
-
-    @property
     def headers(self) -> dict[str, Any] | None:
         """Decoded once, on first use (headers exchange, CC/BCC, reply-to)."""
         h = self._headers

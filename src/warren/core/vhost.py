@@ -329,9 +329,6 @@ class VHost:
         log.debug("queue deleted vhost=%s name=%s", self.name, name)
         return count
 
-    def purge_queue(self, name: str, owner: object | None = None) -> int:
-        return self.get_queue(name, owner).purge()
-
     # -- bindings ---------------------------------------------------------------------
     def bind(
         self,
@@ -379,9 +376,6 @@ class VHost:
             inbound.pop((id(source), binding.key), None)
         if cascade and source.auto_delete and not source.bindings and not source.deleted:
             self._remove_exchange(source)
-
-    def bindings(self) -> list[Binding]:
-        return [b for ex in self.exchanges.values() for b in ex.bindings.values()]
 
     # -- routing ----------------------------------------------------------------------
     def route(self, exchange: Exchange, msg: Message) -> list[Queue]:
