@@ -1,8 +1,11 @@
 # Warren developer tasks (GNU make).
 #
 #   make install   create $(VENV) and install Warren editable with test + fast extras
+#                  (compiles the hot modules with Cython when a C compiler is there)
+#   make build     recompile the hot modules in place after editing their .py
 #   make run       run the broker (extra flags: make run ARGS='--amqp-port 5673')
-#   make test      run pytest (extra args: make test PYTEST_ARGS='-k config')
+#   make test      run pytest twice: compiled modules, then pure Python
+#                  (extra args: make test PYTEST_ARGS='-k config')
 #   make lint      ruff + mypy
 #   make spec      regenerate src/warren/amqp/spec.py
 #   make clean     remove build and cache artefacts (keeps $(VENV) and ./data)
@@ -18,10 +21,11 @@ STAMP = $(VENV)/.installed
 # .ci/run needs them. Empty by default, so interactive runs leave no file.
 PYTEST_STATUS_FILE ?=
 
-.PHONY: install run test lint spec clean
+.PHONY: install build run test lint spec clean
 
-# Reinstall whenever pyproject.toml changes (dependencies, entry points).
-$(STAMP): pyproject.toml
+# Reinstall whenever pyproject.toml or setup.py changes (dependencies, entry
+# points, the compiled modules).
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,fast]'
@@ -29,11 +33,36 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-run: $(STAMP)
+# The compiled modules (setup.py's COMPILED_MODULES) sit next to their sources:
+# src/warren/amqp/connection.py -> src/warren/amqp/connection$(EXT_SUFFIX).
+EXT_SUFFIX := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+COMPILED := $(shell sed -n 's/^    "warren\.\(.*\)",$$/\1/p' setup.py | tr . /)
+EXTENSIONS := $(patsubst %,src/warren/%$(EXT_SUFFIX),$(COMPILED))
+
+# An extension older than its .py is rebuilt before `make test` and `make run`
+# (Warren itself would ignore it and run the .py). One build_ext run rebuilds
+# every stale extension, so make then finds the others up to date. A module
+# that cannot be compiled stays pure Python (setup.py only warns).
+src/warren/%$(EXT_SUFFIX): src/warren/%.py | $(STAMP)
+	$(PY) setup.py -q build_ext --inplace
+
+build: $(STAMP)
+	$(PY) setup.py -q build_ext --inplace
+
+run: $(STAMP) $(EXTENSIONS)
 	$(VENV)/bin/warren --data-dir ./data $(ARGS)
 
-test: $(STAMP)
-	@status=0; $(PY) -m pytest -q $(PYTEST_ARGS) || status=$$?; \
+# The suite runs twice: against the compiled modules, then with
+# WARREN_PURE_PYTHON=1 (every module from its .py, the fallback a machine
+# without a C compiler gets). The status recorded is the first failure's;
+# 5 (nothing collected) only when neither run failed otherwise.
+test: $(STAMP) $(EXTENSIONS)
+	@status=0; pure=0; \
+	echo "== pytest, $$($(PY) -c 'import warren; print(warren.build_description())')"; \
+	$(PY) -m pytest -q $(PYTEST_ARGS) || status=$$?; \
+	echo "== pytest, pure Python (WARREN_PURE_PYTHON=1)"; \
+	WARREN_PURE_PYTHON=1 $(PY) -m pytest -q $(PYTEST_ARGS) || pure=$$?; \
+	if [ "$$status" = 0 ] || { [ "$$status" = 5 ] && [ "$$pure" != 0 ]; }; then status=$$pure; fi; \
 	if [ -n "$(PYTEST_STATUS_FILE)" ]; then echo "$$status" > "$(PYTEST_STATUS_FILE)"; fi; \
 	exit $$status
 
@@ -46,4 +75,5 @@ spec: $(STAMP)
 
 clean:
 	rm -rf build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	find src -name '*$(EXT_SUFFIX)' -delete
 	find src tests tools -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -492,11 +492,12 @@ def test_help_lists_every_flag() -> None:
 
 
 def test_version_flag() -> None:
-    from warren import __version__
+    from warren import __version__, build_description
 
     result = run_warren("--version")
     assert result.returncode == 0
-    assert result.stdout.strip() == f"warren {__version__}"
+    # The version, and whether compiled modules are in use (tests/test_compiled.py).
+    assert result.stdout.strip() == f"warren {__version__} ({build_description()})"
 
 
 def test_config_error_exit_status_from_command_line(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from warren import __version__
+from warren import __version__, build_description
 from warren.config import Config
 from warren.core.store import MessageStore
 from warren.core.vhost import VHost
@@ -122,8 +122,9 @@ class Broker:
         )
         self.amqp_port = self._server.sockets[0].getsockname()[1]
         log.info(
-            "Warren %s listening on AMQP %s:%s, data dir %s",
+            "Warren %s (%s) listening on AMQP %s:%s, data dir %s",
             __version__,
+            build_description(),
             self.config.bind,
             self.amqp_port,
             self.data_dir,

@@ -45,9 +45,9 @@ _OVERRIDES: tuple[tuple[str, str], ...] = (
 
 def _version() -> str:
     try:
-        from warren import __version__
+        from warren import __version__, build_description
 
-        return str(__version__)
+        return f"{__version__} ({build_description()})"
     except ImportError:
         from importlib.metadata import PackageNotFoundError, version
 
