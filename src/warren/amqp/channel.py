@@ -809,12 +809,22 @@ class Channel:
     def _settle(self, taken: list[tuple[int, Unacked]], requeue: bool | None) -> None:
         """Ack (requeue None) or reject the taken deliveries, then refill consumers."""
         queues: dict[int, Queue] = {}
-        for _, (queue, seq, msg, _consumer) in taken:
-            if requeue is None:
-                queue.ack(seq)
-            else:
+        if requeue is None:
+            # One store call and one flush registration per queue, not per message.
+            seqs: dict[int, list[int]] = {}
+            for _, (queue, seq, _msg, _consumer) in taken:
+                key = id(queue)
+                if key in queues:
+                    seqs[key].append(seq)
+                else:
+                    queues[key] = queue
+                    seqs[key] = [seq]
+            for key, queue in queues.items():
+                queue.ack_many(seqs[key])
+        else:
+            for _, (queue, seq, msg, _consumer) in taken:
                 queue.reject(seq, msg, requeue)
-            queues[id(queue)] = queue
+                queues[id(queue)] = queue
         if self.global_prefetch_count or self.global_prefetch_size:
             self.resume_delivery()
         else:

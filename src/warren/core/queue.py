@@ -180,12 +180,15 @@ class Queue:
             self.unacked += 1
         return item
 
-    def ack(self, seq: int) -> None:
+    def ack_many(self, seqs: list[int]) -> None:
         if self.deleted:
             return
-        self.unacked -= 1
-        self.store.ack(seq)
-        self.vhost.store_written(self.store)
+        self.unacked -= len(seqs)
+        store = self.store
+        ack = store.ack
+        for seq in seqs:
+            ack(seq)
+        self.vhost.store_written(store)
 
     def reject(self, seq: int, msg: Message, requeue: bool) -> None:
         if self.deleted:
