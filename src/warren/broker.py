@@ -7,6 +7,7 @@ import logging
 import resource
 import shutil
 import socket
+import time
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -175,6 +176,15 @@ class Broker:
         assert self._loop is not None
         self.check_disk()
         self._disk_timer = self._loop.call_later(DISK_CHECK_INTERVAL, self._check_disk)
+        self._check_consumer_timeouts()
+
+    def _check_consumer_timeouts(self) -> None:
+        """Close channels holding a delivery unacknowledged for longer than the
+        consumer timeout (checked with the disk, once a second)."""
+        now = int(time.time() * 1000)
+        default = self.config.consumer_timeout
+        for conn in list(self.connections):
+            conn.check_consumer_timeouts(now, default)
 
     def check_disk(self) -> bool:
         """Raise or clear the free-disk alarm; True while it is raised."""

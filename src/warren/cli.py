@@ -39,6 +39,7 @@ _OVERRIDES: tuple[tuple[str, str], ...] = (
     ("max_message_size", "--max-message-size"),
     ("segment_size", "--segment-size"),
     ("free_disk_min", "--free-disk-min"),
+    ("consumer_timeout", "--consumer-timeout"),
     ("sync", "--no-sync"),
 )
 
@@ -128,6 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help=f"block publishers below this much free disk (default: {d.free_disk_min}; "
         f"[main] free_disk_min)",
+    )
+    p.add_argument(
+        "--consumer-timeout",
+        type=int,
+        metavar="MS",
+        help=f"close a channel whose delivery stays unacked this long, 0 disables "
+        f"(default: {d.consumer_timeout}; [main] consumer_timeout)",
     )
     p.add_argument(
         "--no-sync",

@@ -76,6 +76,10 @@ class Config:
     sync: bool = True
     #: Bytes of free disk below which publishers are blocked (connection.blocked).
     free_disk_min: int = 50 * 1024 * 1024
+    #: Milliseconds a delivery may stay unacknowledged before its channel is closed
+    #: (406), as RabbitMQ's consumer_timeout; 0 disables. x-consumer-timeout on a
+    #: queue overrides it.
+    consumer_timeout: int = 1_800_000
 
     @classmethod
     def from_ini(cls, path: str | os.PathLike[str]) -> Config:
@@ -202,6 +206,7 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "loopback_users"): ("loopback_users", _parse_user_list),
     ("main", "segment_size"): ("segment_size", _parse_int),
     ("main", "free_disk_min"): ("free_disk_min", _parse_int),
+    ("main", "consumer_timeout"): ("consumer_timeout", _parse_int),
     ("main", "sync"): ("sync", _parse_bool),
     ("amqp", "bind"): ("bind", _parse_str),
     ("amqp", "port"): ("amqp_port", _parse_int),
@@ -275,6 +280,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "segment_size": _int_in(64 * 1024, 2**31 - 1),
     "sync": _bool,
     "free_disk_min": _int_in(0, 2**63 - 1),
+    "consumer_timeout": _int_in(0, 2**63 - 1),
 }
 
 

@@ -622,6 +622,13 @@ class AMQPConnection:
             for ch in list(self.channels.values()):
                 ch.resume_delivery()
 
+    def check_consumer_timeouts(self, now: int, default: int) -> None:
+        if self.state >= State.CLOSED:
+            return
+        for ch in list(self.channels.values()):
+            if ch.unacked:
+                ch.check_consumer_timeout(now, default)
+
     # -- heartbeats -------------------------------------------------------------------
     def tick(self) -> bool:
         """Called every heartbeat/2 seconds; False when the peer is considered dead."""

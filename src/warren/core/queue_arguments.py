@@ -52,7 +52,6 @@ _OTHER_TYPES_ONLY = frozenset(
         "x-max-in-memory-length",
         "x-max-in-memory-bytes",
         "x-quorum-initial-group-size",
-        "x-delivery-limit",
         "x-queue-leader-locator",
         "x-max-age",
         "x-stream-max-segment-size-bytes",
@@ -100,6 +99,13 @@ def _non_neg_int(value: Any, args: dict[str, Any]) -> str | None:
     error = _int(value, args)
     if error is None and value < 0:
         return f"{{value_negative,{value}}}"
+    return error
+
+
+def _positive_int(value: Any, args: dict[str, Any]) -> str | None:
+    error = _int(value, args)
+    if error is None and value <= 0:
+        return f"{{value_zero_or_less,{value}}}"
     return error
 
 
@@ -183,6 +189,14 @@ _VALIDATORS: tuple[tuple[str, _Check], ...] = (
     ("x-queue-version", _queue_version),
     ("x-single-active-consumer", _bool),
     ("x-queue-type", _queue_type),
+    # Beyond RabbitMQ's classic queues: the delivery limit of its quorum queues, the
+    # consumer timeout of 3.12+, and the deduplication plugin's arguments.
+    ("x-delivery-limit", _non_neg_int),
+    ("x-consumer-timeout", _positive_int),
+    ("x-message-deduplication", _bool),
+    ("x-cache-size", _positive_int),
+    ("x-cache-ttl", _non_neg_int),
+    ("x-deduplication-header", _dlx_name),
 )
 
 

@@ -6,12 +6,14 @@ here, so every protocol adapter gets the same answers and the same errors.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from warren.core import dead_letter as dl
 from warren.core.erlang_format import field_type
 from warren.core.errors import (
     AccessRefused,
@@ -22,7 +24,7 @@ from warren.core.errors import (
 )
 from warren.core.exchange import Binding, DefaultExchange, Exchange, exchange_class
 from warren.core.message import Message
-from warren.core.queue import STORED, Queue
+from warren.core.queue import REJECTED, STORED, Queue
 from warren.core.queue_arguments import (
     CLASSIC_QUEUE_ARGUMENTS,
     EXCHANGE_ARGUMENTS,
@@ -44,6 +46,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("warren.vhost")
 
 REPLY_TO = "amq.rabbitmq.reply-to"
+
+#: VHost.publish's answer when a queue refused the message (reject-publish).
+REJECTED_BY_QUEUE = -1
+
+# The headers property's bit in the first byte of the property flags.
+_HEADERS_FLAG = 0x20
 REPLY_TO_PREFIX = REPLY_TO + "."
 
 PREDECLARED = (
@@ -66,6 +74,10 @@ class ReplyTarget(Protocol):
 StoreFactory = Callable[["VHost", str, bool], MessageStore]
 
 
+def _loop_call_later(delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
+    return asyncio.get_running_loop().call_later(delay, callback)
+
+
 def _memory_store(vhost: VHost, name: str, persistent: bool) -> MessageStore:
     return MemoryStore()
 
@@ -85,9 +97,12 @@ class VHost:
         call_soon: Callable[[Callable[[], None]], Any],
         store_factory: StoreFactory = _memory_store,
         definitions: DefinitionsLog | None = None,
+        call_later: Callable[[float, Callable[[], None]], Any] = _loop_call_later,
     ) -> None:
         self.name = name
         self.call_soon = call_soon
+        # Timers (TTL, x-expires): returns a handle with cancel().
+        self.call_later = call_later
         self._store_factory = store_factory
         # Durable exchanges, queues and bindings are recorded here as they change.
         self.definitions = definitions
@@ -254,6 +269,7 @@ class VHost:
             if existing.exclusive_owner is not (owner if exclusive else None):
                 raise self._locked(name)
             self._check_queue_equivalent(existing, durable, exclusive, auto_delete, arguments)
+            existing.touch()
             return existing
         # Only a new queue's arguments are validated (RabbitMQ's order).
         validate_queue_arguments(name, self.name, arguments)
@@ -424,7 +440,9 @@ class VHost:
     def publish(
         self, exchange: Exchange, msg: Message, durable_out: list[MessageStore] | None = None
     ) -> int:
-        """Route and enqueue; returns how many queues (or reply consumers) took it.
+        """Route and enqueue; returns how many queues (or reply consumers) took it,
+        or REJECTED_BY_QUEUE when a queue refused it (x-overflow reject-publish):
+        routed, but the publisher is owed a nack.
 
         Stores that took a persistent message into a durable queue are appended to
         ``durable_out``: a publisher confirm for the message must wait for them.
@@ -432,18 +450,94 @@ class VHost:
         if exchange is self.default_exchange and msg.routing_key.startswith(REPLY_TO_PREFIX):
             target = self.reply_targets.get(msg.routing_key[len(REPLY_TO_PREFIX) :])
             return 1 if target is not None and target.deliver_reply(msg) else 0
+        props = msg.properties
+        if props and props[0] & _HEADERS_FLAG and b"CC" in props:
+            queues, msg = self._route_cc(exchange, msg)
+        else:
+            queues = self.route(exchange, msg)
+        return self._enqueue(queues, msg, durable_out)
+
+    def _enqueue(
+        self, queues: list[Queue], msg: Message, durable_out: list[MessageStore] | None
+    ) -> int:
         n = 0
+        rejected = False
         persistent: bool | None = None
-        for q in self.route(exchange, msg):
+        for q in queues:
             taken = q.publish(msg)
             if taken:
                 n += 1
+                if taken == REJECTED:
+                    rejected = True
+                    continue
                 if durable_out is not None and q.persistent and taken == STORED:
                     if persistent is None:
                         persistent = msg.persistent
                     if persistent:
                         durable_out.append(q.store)
-        return n
+        return REJECTED_BY_QUEUE if rejected else n
+
+    def route_keys(self, exchange: Exchange, msg: Message, keys: list[str]) -> list[Queue]:
+        """Queues for a message routed once per key (CC/BCC, dead-lettering), each once."""
+        queues: dict[int, Queue] = {}
+        for key in dict.fromkeys(keys):
+            probe = (
+                msg
+                if key == msg.routing_key
+                else Message(msg.exchange, key, msg.properties, msg.body, msg.timestamp)
+            )
+            for q in self.route(exchange, probe):
+                queues[id(q)] = q
+        return list(queues.values())
+
+    def _route_cc(self, exchange: Exchange, msg: Message) -> tuple[list[Queue], Message]:
+        """Sender-selected distribution: the CC and BCC headers name more routing keys;
+        BCC is removed from what the queues get, as RabbitMQ does."""
+        headers = msg.headers
+        if not headers or ("CC" not in headers and "BCC" not in headers):
+            return self.route(exchange, msg), msg
+        keys = [msg.routing_key, *dl.header_keys(headers.get("CC"))]
+        if "BCC" in headers:
+            keys.extend(dl.header_keys(headers["BCC"]))
+            props = msg.decoded_properties()
+            assert props.headers is not None
+            props.headers = {k: v for k, v in props.headers.items() if k != "BCC"}
+            stripped = msg.with_properties(props)
+            stripped._ex_rk = msg._ex_rk
+            msg = stripped
+        return self.route_keys(exchange, msg, keys), msg
+
+    def dead_letter(self, queue: Queue, msg: Message, reason: str, now: int) -> None:
+        """Republish a message a queue let go of to the queue's dead-letter exchange."""
+        dlx_name = queue.dead_letter_exchange
+        if dlx_name is None:
+            return
+        dlx = self.exchanges.get(dlx_name)
+        if dlx is None:
+            log.debug(
+                "vhost '%s': dead-letter exchange '%s' of queue '%s' does not exist; dropped",
+                self.name,
+                dlx_name,
+                queue.name,
+            )
+            return
+        copy, keys = dl.dead_letter(
+            msg, queue.name, reason, dlx_name, queue.dead_letter_routing_key, now
+        )
+        targets = []
+        for target in self.route_keys(dlx, copy, keys):
+            if dl.is_cycle(target.name, copy.headers):
+                log.warning(
+                    "vhost '%s': message dead-lettered from queue '%s' (%s) would cycle "
+                    "back to queue '%s' with no rejection on the way; dropped",
+                    self.name,
+                    queue.name,
+                    reason,
+                    target.name,
+                )
+                continue
+            targets.append(target)
+        self._enqueue(targets, copy, None)
 
     # -- store flushing -----------------------------------------------------------------
     def store_written(self, store: MessageStore) -> None:
