@@ -12,6 +12,7 @@ from warren.core.message import Message
 from warren.core.store import MessageStore
 
 if TYPE_CHECKING:
+    from warren.core.policies import Policy
     from warren.core.vhost import VHost
 
 log = logging.getLogger("warren.queue")
@@ -50,6 +51,9 @@ class Queue:
         self._had_consumer = False
         self._scheduled = False
         self._call_soon: Callable[[Callable[[], None]], Any] = vhost.call_soon
+        # The policy and operator policy that apply (set by the vhost).
+        self.policy: Policy | None = None
+        self.operator_policy: Policy | None = None
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in {self.vhost.name!r}>"
@@ -205,6 +209,13 @@ class Queue:
         count = self.store.purge()
         self.vhost.store_written(self.store)
         return count
+
+    # -- policies ---------------------------------------------------------------------
+    def apply_policies(self, policy: Policy | None, operator_policy: Policy | None) -> None:
+        """Called by the vhost when the queue is created and whenever its policies
+        change; policies.effective_queue_settings tells what they enforce."""
+        self.policy = policy
+        self.operator_policy = operator_policy
 
     # -- lifecycle --------------------------------------------------------------------
     def mark_deleted(self) -> list[Consumer]:
