@@ -41,6 +41,7 @@ _OVERRIDES: tuple[tuple[str, str], ...] = (
     ("free_disk_min", "--free-disk-min"),
     ("consumer_timeout", "--consumer-timeout"),
     ("sync", "--no-sync"),
+    ("load_definitions", "--load-definitions"),
 )
 
 
@@ -144,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
         const=False,
         default=None,
         help="confirm persistent messages without waiting for fdatasync ([main] sync = false)",
+    )
+    p.add_argument(
+        "--load-definitions",
+        metavar="PATH",
+        help="import a RabbitMQ definitions export (JSON file or directory) at start "
+        "([main] load_definitions)",
     )
     p.add_argument("--version", action="version", version=f"warren {_version()}")
     return p
@@ -255,6 +262,7 @@ async def _serve(config: Config) -> int:
     can still be interrupted from the terminal.
     """
     from warren.broker import Broker  # deferred: see module docstring
+    from warren.definitions_json import DefinitionsError
 
     loop = asyncio.get_running_loop()
     stop_event = asyncio.Event()
@@ -279,6 +287,9 @@ async def _serve(config: Config) -> int:
             await broker.start()
         except OSError as exc:
             print(_start_error_message(config, exc), file=sys.stderr)
+            return 1
+        except DefinitionsError as exc:
+            print(f"warren: cannot start: {exc}", file=sys.stderr)
             return 1
         await stop_event.wait()
         await broker.stop()

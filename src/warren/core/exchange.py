@@ -15,6 +15,7 @@ from warren.core.routing import HeadersMatcher, TopicMatcher, validate_x_match
 
 if TYPE_CHECKING:
     from warren.core.message import Message
+    from warren.core.policies import Policy
     from warren.core.queue import Queue
 
 
@@ -66,13 +67,22 @@ class Exchange(ABC):
         self.arguments: dict[str, Any] = arguments or {}
         self.bindings: dict[tuple[Any, ...], Binding] = {}
         self.deleted = False
+        # The policy that applies, kept current by the vhost (vhost_parameters.py).
+        self.policy: Policy | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} in {self.vhost_name!r}>"
 
     @property
     def alternate_exchange(self) -> str | None:
-        ae = self.arguments.get("alternate-exchange")
+        """The exchange's own argument if it has one, else its policy's
+        (rabbit_policy:get_arg/3)."""
+        if "alternate-exchange" in self.arguments:
+            ae = self.arguments["alternate-exchange"]
+        elif self.policy is not None:
+            ae = self.policy.definition.get("alternate-exchange")
+        else:
+            return None
         if isinstance(ae, bytes):
             ae = ae.decode("utf-8", "replace")
         return ae if isinstance(ae, str) and ae else None

@@ -633,6 +633,7 @@ class Queue:
         self.vhost.store_written(self.store)
         return count
 
+    # -- policies ---------------------------------------------------------------------
     # -- lifecycle --------------------------------------------------------------------
     def mark_deleted(self) -> list[Consumer]:
         """Called by the vhost: stop delivering and hand back consumers to notify."""

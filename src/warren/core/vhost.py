@@ -32,6 +32,7 @@ from warren.core.queue_arguments import (
     validate_queue_arguments,
 )
 from warren.core.store import MemoryStore, MessageStore
+from warren.core.vhost_parameters import VHostParameters
 from warren.store.definitions import (
     binding_key,
     decode_arguments,
@@ -90,7 +91,7 @@ def server_named(prefix: str = "amq.gen-") -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
 
-class VHost:
+class VHost(VHostParameters):
     def __init__(
         self,
         name: str,
@@ -103,6 +104,7 @@ class VHost:
         self.call_soon = call_soon
         # Timers (TTL, x-expires): returns a handle with cancel().
         self.call_later = call_later
+        self._init_parameters()  # policies and limits (vhost_parameters.py)
         self._store_factory = store_factory
         # Durable exchanges, queues and bindings are recorded here as they change.
         self.definitions = definitions
@@ -168,6 +170,7 @@ class VHost:
             )
         ex = cls(self.name, name, durable, auto_delete, internal, arguments)
         self.exchanges[name] = ex
+        self.attach_exchange_policy(ex)
         if durable and self.definitions is not None:
             self.definitions.put(exchange_key(name), exchange_record(ex))
         log.debug("exchange declared vhost=%s name=%s type=%s", self.name, name, type_)
@@ -271,7 +274,9 @@ class VHost:
             self._check_queue_equivalent(existing, durable, exclusive, auto_delete, arguments)
             existing.touch()
             return existing
-        # Only a new queue's arguments are validated (RabbitMQ's order).
+        # Only a new queue counts against the limit and has its arguments
+        # validated (RabbitMQ's order).
+        self.check_queue_limit(name)
         validate_queue_arguments(name, self.name, arguments)
         persistent = durable and not exclusive
         store = self._store_factory(self, name, persistent)
@@ -285,6 +290,7 @@ class VHost:
             arguments=arguments,
         )
         self.queues[name] = q
+        self.attach_queue_policies(q)
         if persistent and self.definitions is not None:
             self.definitions.put(queue_key(name), queue_record(q))
         log.debug("queue declared vhost=%s name=%s durable=%s", self.name, name, durable)
@@ -577,15 +583,17 @@ class VHost:
         defs = self.definitions
         if defs is None:
             return
+        self.restore_parameters()  # policies first: objects are matched as they return
         for rec in list(defs.entries("e:")):
             try:
                 cls = exchange_class(rec["type"])
                 if cls is None:
                     raise ValueError(f"unknown exchange type {rec['type']!r}")
                 args = decode_arguments(rec["arguments"])
-                self.exchanges[rec["name"]] = cls(
+                ex = self.exchanges[rec["name"]] = cls(
                     self.name, rec["name"], True, rec["auto_delete"], rec["internal"], args
                 )
+                self.attach_exchange_policy(ex)
             except Exception as exc:
                 log.error("vhost '%s': cannot restore exchange %r: %s", self.name, rec, exc)
         for rec in list(defs.entries("q:")):
@@ -600,6 +608,7 @@ class VHost:
                     arguments=decode_arguments(rec["arguments"]),
                 )
                 self.queues[name] = q
+                self.attach_queue_policies(q)
             except Exception as exc:
                 log.error("vhost '%s': cannot restore queue %r: %s", self.name, rec, exc)
         for rec in list(defs.entries('["b"')):

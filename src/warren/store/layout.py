@@ -6,7 +6,7 @@
       vhosts.json             the vhost names
       vhosts/<sha1(vhost)>/
         name                  the vhost's name, for people reading the tree
-        definitions.log       durable exchanges, queues, bindings (store/definitions.py)
+        definitions.log       durable exchanges, queues, bindings, policies, limits
         queues/<sha1(queue)>/ one durable queue's segment and ack files
       transient/              stores of non-durable queues; wiped at every start
 
