@@ -6,6 +6,7 @@ here, so every protocol adapter gets the same answers and the same errors.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import os
@@ -62,8 +63,17 @@ class ReplyTarget(Protocol):
     def deliver_reply(self, msg: Message) -> bool: ...
 
 
-# (vhost, queue name, persistent): persistent stores survive a restart.
+# (vhost, queue name, persistent): persistent stores survive a restart. The exchange
+# store factory has the same shape, for exchanges that hold messages (x-delayed-message).
 StoreFactory = Callable[["VHost", str, bool], MessageStore]
+
+
+class TimerHandle(Protocol):
+    def cancel(self) -> None: ...
+
+
+# (delay in seconds, callback) -> a handle to cancel it: the event loop's call_later.
+CallLater = Callable[[float, Callable[[], None]], TimerHandle]
 
 
 def _memory_store(vhost: VHost, name: str, persistent: bool) -> MessageStore:
@@ -85,10 +95,14 @@ class VHost:
         call_soon: Callable[[Callable[[], None]], Any],
         store_factory: StoreFactory = _memory_store,
         definitions: DefinitionsLog | None = None,
+        call_later: CallLater | None = None,
+        exchange_store_factory: StoreFactory = _memory_store,
     ) -> None:
         self.name = name
         self.call_soon = call_soon
+        self._call_later = call_later
         self._store_factory = store_factory
+        self._exchange_store_factory = exchange_store_factory
         # Durable exchanges, queues and bindings are recorded here as they change.
         self.definitions = definitions
         self._written: dict[int, MessageStore] = {}
@@ -152,6 +166,7 @@ class VHost:
                 f"exchange '{name}' in vhost '{self.name}'"
             )
         ex = cls(self.name, name, durable, auto_delete, internal, arguments)
+        ex.attach(self)
         self.exchanges[name] = ex
         if durable and self.definitions is not None:
             self.definitions.put(exchange_key(name), exchange_record(ex))
@@ -204,6 +219,7 @@ class VHost:
 
     def _remove_exchange(self, ex: Exchange) -> None:
         ex.deleted = True
+        ex.discard()
         self.exchanges.pop(ex.name, None)
         if ex.durable and self.definitions is not None:
             self.definitions.delete(exchange_key(ex.name))
@@ -432,6 +448,9 @@ class VHost:
         if exchange is self.default_exchange and msg.routing_key.startswith(REPLY_TO_PREFIX):
             target = self.reply_targets.get(msg.routing_key[len(REPLY_TO_PREFIX) :])
             return 1 if target is not None and target.deliver_reply(msg) else 0
+        dedup = exchange.deduplicator
+        if dedup is not None and dedup.seen(msg):
+            return 0  # a duplicate is dropped, as if unroutable (LavinMQ, the plugin)
         n = 0
         persistent: bool | None = None
         for q in self.route(exchange, msg):
@@ -444,6 +463,17 @@ class VHost:
                     if persistent:
                         durable_out.append(q.store)
         return n
+
+    # -- services for exchanges that hold messages ---------------------------------------
+    def exchange_store(self, exchange: str, persistent: bool) -> MessageStore:
+        """A store of the exchange's own (x-delayed-message keeps its held messages there)."""
+        return self._exchange_store_factory(self, exchange, persistent)
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
+        """Run ``callback`` after ``delay`` seconds on the vhost's event loop."""
+        if self._call_later is not None:
+            return self._call_later(delay, callback)
+        return asyncio.get_running_loop().call_later(delay, callback)
 
     # -- store flushing -----------------------------------------------------------------
     def store_written(self, store: MessageStore) -> None:
@@ -468,6 +498,8 @@ class VHost:
             self.delete_queue(q.name)
 
     def close(self) -> None:
+        for ex in self.exchanges.values():
+            ex.close()
         for q in self.queues.values():
             q.store.close()
         if self.definitions is not None:
@@ -489,9 +521,9 @@ class VHost:
                 if cls is None:
                     raise ValueError(f"unknown exchange type {rec['type']!r}")
                 args = decode_arguments(rec["arguments"])
-                self.exchanges[rec["name"]] = cls(
-                    self.name, rec["name"], True, rec["auto_delete"], rec["internal"], args
-                )
+                ex = cls(self.name, rec["name"], True, rec["auto_delete"], rec["internal"], args)
+                ex.attach(self)
+                self.exchanges[rec["name"]] = ex
             except Exception as exc:
                 log.error("vhost '%s': cannot restore exchange %r: %s", self.name, rec, exc)
         for rec in list(defs.entries("q:")):
