@@ -87,9 +87,17 @@ class Broker:
         vhost = self.vhosts.get(name)
         if vhost is None:
             definitions = DefinitionsLog(self.layout.definitions_file(name), self.config.sync)
-            vhost = VHost(name, self._loop.call_soon, self._new_store, definitions)
+            vhost = VHost(
+                name,
+                self._loop.call_soon,
+                self._new_store,
+                definitions,
+                call_later=self._loop.call_later,
+                exchange_store_factory=self._new_exchange_store,
+            )
             vhost.restore_definitions()
             self.layout.remove_orphan_queue_dirs(name, list(vhost.queues))
+            self.layout.remove_orphan_exchange_dirs(name, list(vhost.exchanges))
             self.vhosts[name] = vhost
             self.layout.save_vhosts(list(self.vhosts))
         return vhost
@@ -99,6 +107,14 @@ class Broker:
             self.layout.queue_dir(vhost.name, queue)
             if persistent
             else self.layout.transient_queue_dir(vhost.name, queue)
+        )
+        return SegmentStore(directory, self.config.segment_size)
+
+    def _new_exchange_store(self, vhost: VHost, exchange: str, persistent: bool) -> MessageStore:
+        directory = (
+            self.layout.exchange_dir(vhost.name, exchange)
+            if persistent
+            else self.layout.transient_exchange_dir(vhost.name, exchange)
         )
         return SegmentStore(directory, self.config.segment_size)
 

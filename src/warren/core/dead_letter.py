@@ -16,7 +16,6 @@ import logging
 from typing import Any
 
 from warren.core.message import Message
-from warren.core.properties import BasicProperties
 
 log = logging.getLogger("warren.dead_letter")
 

@@ -138,7 +138,9 @@ class Queue:
         if self.arguments.get("x-message-deduplication") is True:
             from warren.core.dedup import Deduplicator
 
-            self._dedup = Deduplicator.from_arguments(self.arguments)
+            self._dedup = Deduplicator.from_arguments(
+                self.arguments, f"queue '{name}' in vhost '{vhost.name}'"
+            )
         # Messages carrying their own expiration, as (deadline, seq): found and
         # expired wherever they sit, not only at the head.
         self._expiring: list[tuple[int, int]] = []

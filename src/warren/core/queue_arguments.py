@@ -189,14 +189,10 @@ _VALIDATORS: tuple[tuple[str, _Check], ...] = (
     ("x-queue-version", _queue_version),
     ("x-single-active-consumer", _bool),
     ("x-queue-type", _queue_type),
-    # Beyond RabbitMQ's classic queues: the delivery limit of its quorum queues, the
-    # consumer timeout of 3.12+, and the deduplication plugin's arguments.
+    # Beyond RabbitMQ's classic queues: the delivery limit of its quorum queues and
+    # the consumer timeout of 3.12+ (deduplication: see validate_queue_arguments).
     ("x-delivery-limit", _non_neg_int),
     ("x-consumer-timeout", _positive_int),
-    ("x-message-deduplication", _bool),
-    ("x-cache-size", _positive_int),
-    ("x-cache-ttl", _non_neg_int),
-    ("x-deduplication-header", _dlx_name),
 )
 
 
@@ -236,6 +232,10 @@ def validate_queue_arguments(name: str, vhost: str, arguments: dict[str, Any]) -
             error = check(arguments[key], arguments)
             if error is not None:
                 raise _invalid(key, what, error)
+    if "x-message-deduplication" in arguments:
+        from warren.core.dedup import Deduplicator  # the plugin's rules and texts
+
+        Deduplicator.from_arguments(arguments, what)
     for key in arguments:
         if key in _OTHER_TYPES_ONLY:
             raise PreconditionFailed(

@@ -71,12 +71,17 @@ class ReplyTarget(Protocol):
     def deliver_reply(self, msg: Message) -> bool: ...
 
 
-# (vhost, queue name, persistent): persistent stores survive a restart.
+# (vhost, queue name, persistent): persistent stores survive a restart. The exchange
+# store factory has the same shape, for exchanges that hold messages (x-delayed-message).
 StoreFactory = Callable[["VHost", str, bool], MessageStore]
 
 
-def _loop_call_later(delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
-    return asyncio.get_running_loop().call_later(delay, callback)
+class TimerHandle(Protocol):
+    def cancel(self) -> None: ...
+
+
+# (delay in seconds, callback) -> a handle to cancel it: the event loop's call_later.
+CallLater = Callable[[float, Callable[[], None]], TimerHandle]
 
 
 def _memory_store(vhost: VHost, name: str, persistent: bool) -> MessageStore:
@@ -98,14 +103,15 @@ class VHost(VHostParameters):
         call_soon: Callable[[Callable[[], None]], Any],
         store_factory: StoreFactory = _memory_store,
         definitions: DefinitionsLog | None = None,
-        call_later: Callable[[float, Callable[[], None]], Any] = _loop_call_later,
+        call_later: CallLater | None = None,
+        exchange_store_factory: StoreFactory = _memory_store,
     ) -> None:
         self.name = name
         self.call_soon = call_soon
-        # Timers (TTL, x-expires): returns a handle with cancel().
-        self.call_later = call_later
+        self._call_later = call_later
         self._init_parameters()  # policies and limits (vhost_parameters.py)
         self._store_factory = store_factory
+        self._exchange_store_factory = exchange_store_factory
         # Durable exchanges, queues and bindings are recorded here as they change.
         self.definitions = definitions
         self._written: dict[int, MessageStore] = {}
@@ -169,6 +175,7 @@ class VHost(VHostParameters):
                 f"exchange '{name}' in vhost '{self.name}'"
             )
         ex = cls(self.name, name, durable, auto_delete, internal, arguments)
+        ex.attach(self)
         self.exchanges[name] = ex
         self.attach_exchange_policy(ex)
         if durable and self.definitions is not None:
@@ -222,6 +229,7 @@ class VHost(VHostParameters):
 
     def _remove_exchange(self, ex: Exchange) -> None:
         ex.deleted = True
+        ex.discard()
         self.exchanges.pop(ex.name, None)
         if ex.durable and self.definitions is not None:
             self.definitions.delete(exchange_key(ex.name))
@@ -456,6 +464,9 @@ class VHost(VHostParameters):
         if exchange is self.default_exchange and msg.routing_key.startswith(REPLY_TO_PREFIX):
             target = self.reply_targets.get(msg.routing_key[len(REPLY_TO_PREFIX) :])
             return 1 if target is not None and target.deliver_reply(msg) else 0
+        dedup = exchange.deduplicator
+        if dedup is not None and dedup.seen(msg):
+            return 0  # a duplicate is dropped, as if unroutable (LavinMQ, the plugin)
         props = msg.properties
         if props and props[0] & _HEADERS_FLAG and b"CC" in props:
             queues, msg = self._route_cc(exchange, msg)
@@ -545,6 +556,17 @@ class VHost(VHostParameters):
             targets.append(target)
         self._enqueue(targets, copy, None)
 
+    # -- services for exchanges that hold messages ---------------------------------------
+    def exchange_store(self, exchange: str, persistent: bool) -> MessageStore:
+        """A store of the exchange's own (x-delayed-message keeps its held messages there)."""
+        return self._exchange_store_factory(self, exchange, persistent)
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
+        """Run ``callback`` after ``delay`` seconds on the vhost's event loop."""
+        if self._call_later is not None:
+            return self._call_later(delay, callback)
+        return asyncio.get_running_loop().call_later(delay, callback)
+
     # -- store flushing -----------------------------------------------------------------
     def store_written(self, store: MessageStore) -> None:
         """Note a store with buffered writes; all are flushed once at the end of this
@@ -568,6 +590,8 @@ class VHost(VHostParameters):
             self.delete_queue(q.name)
 
     def close(self) -> None:
+        for ex in self.exchanges.values():
+            ex.close()
         for q in self.queues.values():
             q.store.close()
         if self.definitions is not None:
@@ -590,9 +614,9 @@ class VHost(VHostParameters):
                 if cls is None:
                     raise ValueError(f"unknown exchange type {rec['type']!r}")
                 args = decode_arguments(rec["arguments"])
-                ex = self.exchanges[rec["name"]] = cls(
-                    self.name, rec["name"], True, rec["auto_delete"], rec["internal"], args
-                )
+                ex = cls(self.name, rec["name"], True, rec["auto_delete"], rec["internal"], args)
+                ex.attach(self)
+                self.exchanges[rec["name"]] = ex
                 self.attach_exchange_policy(ex)
             except Exception as exc:
                 log.error("vhost '%s': cannot restore exchange %r: %s", self.name, rec, exc)
