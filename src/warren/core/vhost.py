@@ -27,6 +27,7 @@ from warren.core.queue_arguments import (
     CLASSIC_QUEUE_ARGUMENTS,
     EXCHANGE_ARGUMENTS,
     assert_args_equivalent,
+    max_priority,
     validate_queue_arguments,
 )
 from warren.core.store import MemoryStore, MessageStore
@@ -37,6 +38,7 @@ from warren.store.definitions import (
     exchange_key,
     queue_key,
 )
+from warren.store.priority_store import PriorityStore
 
 if TYPE_CHECKING:
     from warren.store.definitions import DefinitionsLog
@@ -62,11 +64,14 @@ class ReplyTarget(Protocol):
     def deliver_reply(self, msg: Message) -> bool: ...
 
 
-# (vhost, queue name, persistent): persistent stores survive a restart.
-StoreFactory = Callable[["VHost", str, bool], MessageStore]
+# (vhost, queue name, persistent, x-max-priority or 0): persistent stores survive a
+# restart; a max priority above 0 asks for a priority store.
+StoreFactory = Callable[["VHost", str, bool, int], MessageStore]
 
 
-def _memory_store(vhost: VHost, name: str, persistent: bool) -> MessageStore:
+def _memory_store(vhost: VHost, name: str, persistent: bool, priorities: int) -> MessageStore:
+    if priorities:
+        return PriorityStore(priorities, lambda level: MemoryStore())
     return MemoryStore()
 
 
@@ -258,7 +263,7 @@ class VHost:
         # Only a new queue's arguments are validated (RabbitMQ's order).
         validate_queue_arguments(name, self.name, arguments)
         persistent = durable and not exclusive
-        store = self._store_factory(self, name, persistent)
+        store = self._store_factory(self, name, persistent, max_priority(arguments))
         q = Queue(
             self,
             name,
@@ -497,13 +502,14 @@ class VHost:
         for rec in list(defs.entries("q:")):
             try:
                 name = rec["name"]
+                args = decode_arguments(rec["arguments"])
                 q = Queue(
                     self,
                     name,
-                    self._store_factory(self, name, True),
+                    self._store_factory(self, name, True, max_priority(args)),
                     durable=True,
                     auto_delete=rec["auto_delete"],
-                    arguments=decode_arguments(rec["arguments"]),
+                    arguments=args,
                 )
                 self.queues[name] = q
             except Exception as exc:
