@@ -25,6 +25,7 @@ from warren.definitions_json import (
 )
 from warren.store.definitions import DefinitionsLog
 from warren.store.layout import DataDir
+from warren.store.priority_store import PriorityStore, level_name
 from warren.store.segment_store import SegmentStore
 from warren.store.sync import GroupSync
 from warren.store.users_file import load_users, save_users
@@ -102,13 +103,23 @@ class Broker:
             self.layout.save_vhosts(list(self.vhosts))
         return vhost
 
-    def _new_store(self, vhost: VHost, queue: str, persistent: bool) -> MessageStore:
+    def _new_store(
+        self, vhost: VHost, queue: str, persistent: bool, max_priority: int
+    ) -> MessageStore:
         directory = (
             self.layout.queue_dir(vhost.name, queue)
             if persistent
             else self.layout.transient_queue_dir(vhost.name, queue)
         )
-        return SegmentStore(directory, self.config.segment_size)
+        segment_size = self.config.segment_size
+        if max_priority:
+            # One segment store per priority level used, in <queue dir>/p<level>.
+            return PriorityStore(
+                max_priority,
+                lambda level: SegmentStore(directory / level_name(level), segment_size),
+                directory,
+            )
+        return SegmentStore(directory, segment_size)
 
     def _new_exchange_store(self, vhost: VHost, exchange: str, persistent: bool) -> MessageStore:
         directory = (

@@ -227,9 +227,7 @@ WARREN_EXPECTED: dict[str, Observation] = {
 
 #: Queue features Warren has not built yet: these scenarios are expected to differ
 #: (xfail) until the issue that brings the feature lands.
-PENDING_FEATURES: dict[str, str] = {
-    "queue_priority_order": "issue 5: priority queues (x-max-priority)",
-}
+PENDING_FEATURES: dict[str, str] = {}
 
 
 def _comparable(value: Any) -> Any:

@@ -11,6 +11,7 @@ dict's order and the scan stops at the first delivery young enough.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ class AckDeadlines:
 
     def overdue(
         self,
-        unacked: dict[int, tuple[Queue | None, Any, Any, Any]],
+        unacked: Mapping[int, tuple[Queue | None, Any, Any, Any]],
         last_tag: int,
         now: int,
         default: int,

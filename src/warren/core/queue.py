@@ -70,9 +70,9 @@ def argument_settings(arguments: dict[str, Any]) -> dict[str, Any]:
         if value is not None:
             settings[key] = value
     for key in ("overflow", "dead-letter-exchange", "dead-letter-routing-key"):
-        value = _text(arguments.get("x-" + key))
-        if value is not None:
-            settings[key] = value
+        text = _text(arguments.get("x-" + key))
+        if text is not None:
+            settings[key] = text
     return settings
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "CLASSIC_QUEUE_ARGUMENTS",
     "EXCHANGE_ARGUMENTS",
     "assert_args_equivalent",
+    "max_priority",
     "validate_queue_arguments",
 ]
 
@@ -133,6 +134,15 @@ def _max_priority(value: Any, args: dict[str, Any]) -> str | None:
     if error is None and value > _MAX_PRIORITY:
         return f"{{max_value_exceeded,{value}}}"
     return error
+
+
+def max_priority(arguments: dict[str, Any]) -> int:
+    """The queue's x-max-priority (any AMQP integer type), 0 when it has none.
+
+    0 means "not a priority queue"; a value validation would refuse counts as 0.
+    """
+    value = arguments.get("x-max-priority", 0)
+    return value if _is_int(value) and 0 <= value <= _MAX_PRIORITY else 0
 
 
 def _dlx_name(value: Any, args: dict[str, Any]) -> str | None:

@@ -29,6 +29,7 @@ from warren.core.queue_arguments import (
     CLASSIC_QUEUE_ARGUMENTS,
     EXCHANGE_ARGUMENTS,
     assert_args_equivalent,
+    max_priority,
     validate_queue_arguments,
 )
 from warren.core.store import MemoryStore, MessageStore
@@ -40,6 +41,7 @@ from warren.store.definitions import (
     exchange_key,
     queue_key,
 )
+from warren.store.priority_store import PriorityStore
 
 if TYPE_CHECKING:
     from warren.store.definitions import DefinitionsLog
@@ -71,9 +73,11 @@ class ReplyTarget(Protocol):
     def deliver_reply(self, msg: Message) -> bool: ...
 
 
-# (vhost, queue name, persistent): persistent stores survive a restart. The exchange
-# store factory has the same shape, for exchanges that hold messages (x-delayed-message).
-StoreFactory = Callable[["VHost", str, bool], MessageStore]
+# (vhost, queue name, persistent, x-max-priority or 0): persistent stores survive a
+# restart; a max priority above 0 asks for a priority store.
+StoreFactory = Callable[["VHost", str, bool, int], MessageStore]
+# (vhost, exchange name, persistent): for exchanges that hold messages (x-delayed-message).
+ExchangeStoreFactory = Callable[["VHost", str, bool], MessageStore]
 
 
 class TimerHandle(Protocol):
@@ -84,7 +88,13 @@ class TimerHandle(Protocol):
 CallLater = Callable[[float, Callable[[], None]], TimerHandle]
 
 
-def _memory_store(vhost: VHost, name: str, persistent: bool) -> MessageStore:
+def _memory_exchange_store(vhost: VHost, name: str, persistent: bool) -> MessageStore:
+    return MemoryStore()
+
+
+def _memory_store(vhost: VHost, name: str, persistent: bool, priorities: int) -> MessageStore:
+    if priorities:
+        return PriorityStore(priorities, lambda level: MemoryStore())
     return MemoryStore()
 
 
@@ -104,7 +114,7 @@ class VHost(VHostParameters):
         store_factory: StoreFactory = _memory_store,
         definitions: DefinitionsLog | None = None,
         call_later: CallLater | None = None,
-        exchange_store_factory: StoreFactory = _memory_store,
+        exchange_store_factory: ExchangeStoreFactory = _memory_exchange_store,
     ) -> None:
         self.name = name
         self.call_soon = call_soon
@@ -287,7 +297,7 @@ class VHost(VHostParameters):
         self.check_queue_limit(name)
         validate_queue_arguments(name, self.name, arguments)
         persistent = durable and not exclusive
-        store = self._store_factory(self, name, persistent)
+        store = self._store_factory(self, name, persistent, max_priority(arguments))
         q = Queue(
             self,
             name,
@@ -623,16 +633,19 @@ class VHost(VHostParameters):
         for rec in list(defs.entries("q:")):
             try:
                 name = rec["name"]
+                args = decode_arguments(rec["arguments"])
                 q = Queue(
                     self,
                     name,
-                    self._store_factory(self, name, True),
+                    self._store_factory(self, name, True, max_priority(args)),
                     durable=True,
                     auto_delete=rec["auto_delete"],
-                    arguments=decode_arguments(rec["arguments"]),
+                    arguments=args,
                 )
                 self.queues[name] = q
                 self.attach_queue_policies(q)
+                if q.message_count:
+                    q.rebuild_expiry_index()
             except Exception as exc:
                 log.error("vhost '%s': cannot restore queue %r: %s", self.name, rec, exc)
         for rec in list(defs.entries('["b"')):
