@@ -428,8 +428,8 @@ BAD = [
     ({"users": [{"name": "u", "password_hash": ""}]}, "users[0] 'u': user has no 'tags'"),
     ({"users": [_user(password_hash="%%%")]}, "users[0] 'u': 'password_hash' is not base64"),
     (
-        {"exchanges": [{"name": "x", "vhost": "/", "type": "x-delayed-message"}]},
-        "exchanges[0] 'x': unknown exchange type 'x-delayed-message'",
+        {"exchanges": [{"name": "x", "vhost": "/", "type": "x-bogus-type"}]},
+        "exchanges[0] 'x': unknown exchange type 'x-bogus-type'",
     ),
     (
         {
