@@ -217,12 +217,15 @@ class Queue:
         With an empty backlog and a consumer that can take it, delivery happens
         right here."""
         props = msg.properties
-        if not self._plain or (props and props[0] & _EXPIRATION_FLAG):
+        if not self._plain or (props and props[0] & 1):  # 1: the expiration flag
             return self._publish_featured(msg)
         if self.consumers and not self.store.ready_count:
             consumer = self._next_consumer()
             if consumer is not None:
-                return self._deliver_now(consumer, msg)
+                if consumer.no_ack:
+                    consumer.deliver(0, msg, False)
+                    return DELIVERED
+                return self._deliver_stored(consumer, msg)
         self.store.append(msg)
         self.vhost.store_written(self.store)
         if self.consumers and not self._scheduled:
@@ -230,12 +233,11 @@ class Queue:
             self._call_soon(self._run_delivery)
         return STORED
 
-    def _deliver_now(self, consumer: Consumer, msg: Message) -> int:
-        if consumer.no_ack:
-            consumer.deliver(0, msg, False)
-            return DELIVERED
-        # Stored (for requeue, and for a restart until acked) but delivered now,
-        # without a delivery pass reading it back from the segment.
+    def _deliver_stored(self, consumer: Consumer, msg: Message) -> int:
+        """Hand a message to an ack-mode consumer while nothing else is ready.
+
+        Stored (for requeue, and for a restart until acked) but delivered now,
+        without a delivery pass reading it back from the segment."""
         store = self.store
         seq = store.append_shifted(msg)
         self.vhost.store_written(store)
@@ -259,7 +261,10 @@ class Queue:
         if self.consumers and not store.ready_count:
             consumer = self._next_consumer()
             if consumer is not None:
-                return self._deliver_now(consumer, msg)
+                if consumer.no_ack:
+                    consumer.deliver(0, msg, False)
+                    return DELIVERED
+                return self._deliver_stored(consumer, msg)
         deadline = self._deadline(msg, own_ttl)
         if deadline is not None and deadline <= now:
             # TTL 0 (or a message already past its time): only a consumer waiting

@@ -53,8 +53,6 @@ REPLY_TO = "amq.rabbitmq.reply-to"
 #: VHost.publish's answer when a queue refused the message (reject-publish).
 REJECTED_BY_QUEUE = -1
 
-# The headers property's bit in the first byte of the property flags.
-_HEADERS_FLAG = 0x20
 REPLY_TO_PREFIX = REPLY_TO + "."
 
 PREDECLARED = (
@@ -478,15 +476,10 @@ class VHost(VHostParameters):
         if dedup is not None and dedup.seen(msg):
             return 0  # a duplicate is dropped, as if unroutable (LavinMQ, the plugin)
         props = msg.properties
-        if props and props[0] & _HEADERS_FLAG and b"CC" in props:
+        if props and props[0] & 0x20 and b"CC" in props:  # 0x20: headers present
             queues, msg = self._route_cc(exchange, msg)
         else:
             queues = self.route(exchange, msg)
-        return self._enqueue(queues, msg, durable_out)
-
-    def _enqueue(
-        self, queues: list[Queue], msg: Message, durable_out: list[MessageStore] | None
-    ) -> int:
         n = 0
         rejected = False
         persistent: bool | None = None
@@ -494,14 +487,14 @@ class VHost(VHostParameters):
             taken = q.publish(msg)
             if taken:
                 n += 1
-                if taken == REJECTED:
+                if taken == STORED:
+                    if durable_out is not None and q.persistent:
+                        if persistent is None:
+                            persistent = msg.persistent
+                        if persistent:
+                            durable_out.append(q.store)
+                elif taken == REJECTED:
                     rejected = True
-                    continue
-                if durable_out is not None and q.persistent and taken == STORED:
-                    if persistent is None:
-                        persistent = msg.persistent
-                    if persistent:
-                        durable_out.append(q.store)
         return REJECTED_BY_QUEUE if rejected else n
 
     def route_keys(self, exchange: Exchange, msg: Message, keys: list[str]) -> list[Queue]:
@@ -551,7 +544,6 @@ class VHost(VHostParameters):
         copy, keys = dl.dead_letter(
             msg, queue.name, reason, dlx_name, queue.dead_letter_routing_key, now
         )
-        targets = []
         for target in self.route_keys(dlx, copy, keys):
             if dl.is_cycle(target.name, copy.headers):
                 log.warning(
@@ -563,8 +555,8 @@ class VHost(VHostParameters):
                     target.name,
                 )
                 continue
-            targets.append(target)
-        self._enqueue(targets, copy, None)
+            # At most once, as RabbitMQ's classic queues: no confirm waits for it.
+            target.publish(copy)
 
     # -- services for exchanges that hold messages ---------------------------------------
     def exchange_store(self, exchange: str, persistent: bool) -> MessageStore:
