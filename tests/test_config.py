@@ -34,6 +34,7 @@ ALL_FLAGS = (
     "--frame-max",
     "--channel-max",
     "--max-message-size",
+    "--load-definitions",
     "--version",
 )
 

@@ -85,8 +85,8 @@ def refusal(arguments: dict[str, Any]) -> str:
             f"invalid arg 'x-queue-type' for {Q}: \"unsupported queue type 'bogus'\"",
         ),
         (
-            {"x-delivery-limit": 5},
-            f"invalid arg 'x-delivery-limit' for {Q} of queue type rabbit_classic_queue",
+            {"x-max-in-memory-length": 5},
+            f"invalid arg 'x-max-in-memory-length' for {Q} of queue type rabbit_classic_queue",
         ),
         (
             {"x-queue-type": "quorum"},

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from store_model import STATE_MACHINE_SETTINGS, StoreModel
 
 from warren.core.message import Message
 from warren.core.properties import BasicProperties
@@ -767,3 +768,284 @@ TestStoreComparison.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+# -- peek, remove_ready, scan_ready ---------------------------------------------------------
+
+
+def test_peek_leaves_the_message_and_shift_reuses_it(tmp_path: Path) -> None:
+    store = SegmentStore(tmp_path / "q")
+    seqs = [store.append(msg(i)) for i in range(3)]
+    assert store.peek() is not None
+    peeked = store.peek()
+    assert peeked is not None
+    assert peeked[0] == seqs[0] and peeked[1].body == msg(0).body and peeked[2] is False
+    assert (store.ready_count, store.ready_bytes) == (3, sum(len(msg(i).body) for i in range(3)))
+    item = store.shift()
+    assert item is not None
+    assert item[0] == seqs[0]
+    assert item[1] is peeked[1]  # the record was decoded once, by peek
+    assert store.ready_count == 2
+    assert bodies(drain(store)) == [msg(1).body, msg(2).body]
+    assert store.peek() is None
+    store.close()
+
+
+def test_peek_sees_requeued_messages_first(tmp_path: Path) -> None:
+    store = SegmentStore(tmp_path / "q")
+    for i in range(3):
+        store.append(msg(i))
+    first = store.shift()
+    assert first is not None
+    head = store.peek()  # cached: message 1
+    assert head is not None and head[1].body == msg(1).body
+    store.requeue(first[0], first[1])
+    again = store.peek()
+    assert again is not None
+    assert (again[0], again[1].body, again[2]) == (first[0], msg(0).body, True)
+    items = drain(store)
+    assert [(m.body, r) for _, m, r in items] == [
+        (msg(0).body, True),
+        (msg(1).body, False),
+        (msg(2).body, False),
+    ]
+    assert items[1][1] is head[1]
+    store.close()
+
+
+def test_peek_then_purge_or_remove_forgets_the_peeked_record(tmp_path: Path) -> None:
+    store = SegmentStore(tmp_path / "q")
+    a = store.append(msg(0))
+    b = store.append(msg(1))
+    assert store.peek() is not None
+    removed = store.remove_ready(a)
+    assert removed is not None and removed.body == msg(0).body
+    head = store.peek()
+    assert head is not None and head[0] == b
+    assert store.purge() == 1
+    assert store.peek() is None and store.shift() is None
+    c = store.append(msg(2))
+    head = store.peek()
+    assert head is not None and head[0] == c
+    store.close()
+
+
+def test_peek_after_recovery_steps_over_dead_records(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d)
+    seqs = [store.append(msg(i)) for i in range(4)]
+    for s in drain(store, ack=False)[:2]:
+        store.ack(s[0])
+    store.close()
+    store = SegmentStore(d)
+    head = store.peek()
+    assert head is not None and head[0] == seqs[2] and head[2] is False
+    assert bodies(drain(store)) == [msg(2).body, msg(3).body]
+    store.close()
+
+
+def test_remove_ready_anywhere(tmp_path: Path) -> None:
+    store = SegmentStore(tmp_path / "q")
+    seqs = [store.append(msg(i, size=i)) for i in range(6)]
+    total = sum(len(msg(i, size=i).body) for i in range(6))
+    for i in (3, 0, 5):  # middle, head, tail
+        m = store.remove_ready(seqs[i])
+        assert m is not None and m.body == msg(i, size=i).body
+        assert m.timestamp == 1000 + i
+        total -= len(m.body)
+        assert store.ready_bytes == total
+    assert store.ready_count == 3
+    assert store.remove_ready(seqs[3]) is None  # already removed
+    assert bodies(drain(store)) == [msg(i, size=i).body for i in (1, 2, 4)]
+    assert (store.ready_count, store.ready_bytes) == (0, 0)
+    store.close()
+
+
+def test_remove_ready_refuses_what_is_not_ready(tmp_path: Path) -> None:
+    store = SegmentStore(tmp_path / "q", segment_size=4096)
+    seqs = [store.append(msg(i, size=100)) for i in range(60)]
+    unacked = store.shift()
+    acked = store.shift()
+    assert unacked is not None and acked is not None
+    store.ack(acked[0])
+    shifted = store.append(msg(99))
+    purged = store.append(msg(98))
+    # A body that reads as a 4 GiB record length; 33 = the record's bytes before it.
+    fake = store.append(Message("ex", "rk", PERSISTENT, b"\xff" * 8, 1)) + 33
+    count, size = store.ready_count, store.ready_bytes
+    candidates = [
+        unacked[0],  # shifted, unacked
+        acked[0],  # acked
+        seqs[5] + 1,  # not at a record boundary
+        seqs[5] + 4,
+        fake,
+        seqs[-1] + (1 << 20),  # past the end of the data
+        (seqs[-1] >> 32) + 1 << 32 | 8,  # a segment that does not exist
+        8,  # segment 0
+        seqs[2] & ~0xFFFFFFFF,  # the file header
+    ]
+    for seq in candidates:
+        assert store.remove_ready(seq) is None, hex(seq)
+    assert (store.ready_count, store.ready_bytes) == (count, size)
+    store.purge()
+    assert store.remove_ready(purged) is None
+    assert store.remove_ready(shifted) is None
+    store.requeue(unacked[0], unacked[1])
+    m = store.remove_ready(unacked[0])  # requeued: ready again
+    assert m is not None and m.body == msg(0, size=100).body
+    assert store.remove_ready(unacked[0]) is None
+    assert store.ready_count == 0 and store.shift() is None
+    store.close()
+
+
+def test_remove_ready_of_requeued_messages_keeps_the_order(tmp_path: Path) -> None:
+    store = SegmentStore(tmp_path / "q")
+    for i in range(5):
+        store.append(msg(i))
+    items = [store.shift() for _ in range(4)]
+    for s, m, _ in reversed(items):  # type: ignore[misc]
+        store.requeue(s, m)
+    assert store.ready_count == 5
+    for s, m, _ in (items[0], items[2]):  # type: ignore[misc]  # the heap's top, one inside
+        removed = store.remove_ready(s)
+        assert removed is not None and removed.body == m.body
+    head = store.peek()
+    assert head is not None and head[0] == items[1][0] and head[2] is True  # type: ignore[index]
+    out = drain(store)
+    assert [(m.body, r) for _, m, r in out] == [
+        (msg(1).body, True),
+        (msg(3).body, True),
+        (msg(4).body, False),
+    ]
+    store.close()
+
+
+def test_removed_messages_stay_gone_after_a_restart(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d, segment_size=1024)
+    seqs = [store.append(msg(i, size=50)) for i in range(40)]
+    removed = {1, 7, 8, 20, 39}
+    for i in removed:
+        assert store.remove_ready(seqs[i]) is not None
+    store.close()
+    store = SegmentStore(d, segment_size=1024)
+    assert store.ready_count == 40 - len(removed)
+    assert [s for s, _, _ in store.scan_ready()] == [
+        s for i, s in enumerate(seqs) if i not in removed
+    ]
+    for i in removed:  # dead since recovery: still not ready
+        assert store.remove_ready(seqs[i]) is None
+    assert store.remove_ready(seqs[10]) is not None  # after recovery: skip list + removed
+    out = drain(store)
+    assert bodies(out) == [msg(i, size=50).body for i in range(40) if i not in removed | {10}]
+    store.close()
+    store = SegmentStore(d, segment_size=1024)
+    assert store.ready_count == 0
+    assert seg_files(d) == []
+    store.close()
+
+
+def test_remove_ready_deletes_a_segment_it_empties(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d, segment_size=1024)
+    seqs = [store.append(msg(i, size=100)) for i in range(30)]
+    ids = sorted({s >> 32 for s in seqs})
+    assert len(ids) >= 3
+    second = [s for s in seqs if s >> 32 == ids[1]]  # entirely ahead of the cursor
+    for s in second:
+        assert store.remove_ready(s) is not None
+    assert f"msgs.{ids[1]:010d}" not in seg_files(d)
+    assert bodies(drain(store)) == [
+        msg(i, size=100).body for i, s in enumerate(seqs) if s >> 32 != ids[1]
+    ]
+    store.close()
+
+
+def test_remove_ready_of_unflushed_and_mapped_records(tmp_path: Path) -> None:
+    store = SegmentStore(tmp_path / "q")
+    a = store.append(msg(0))
+    assert store.shift() is not None  # maps the write segment
+    b = store.append(msg(1))  # still in the write buffer
+    m = store.remove_ready(b)
+    assert m is not None and m.body == msg(1).body
+    c = store.append(msg(2))
+    d = store.append(msg(3))
+    store.flush()
+    assert store.peek() is not None  # maps what was flushed
+    m = store.remove_ready(d)  # read through the read map
+    assert m is not None and m.body == msg(3).body
+    out = drain(store)
+    assert [s for s, _, _ in out] == [c]
+    store.ack(a)
+    store.close()
+
+
+def test_stale_removals_do_not_outlive_append_shifted(tmp_path: Path) -> None:
+    store = SegmentStore(tmp_path / "q")
+    store.append(msg(0))
+    b = store.append(msg(1))
+    assert store.remove_ready(b) is not None
+    first = store.shift()
+    assert first is not None and store.ready_count == 0
+    store.ack(first[0])
+    # Nothing ready: the direct-delivery path jumps the cursor past the removed record.
+    direct = store.append_shifted(msg(2))
+    store.ack(direct)
+    later = store.append(msg(3))
+    assert store.remove_ready(b) is None
+    item = store.shift()
+    assert item is not None and item[0] == later
+    assert store._rseg is not None and store._rseg.removed is None
+    assert not store._detour  # back on the fast path
+    store.close()
+
+
+def test_scan_ready_lists_ready_messages_without_moving_the_cursor(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d, segment_size=1024)
+    props = BasicProperties(delivery_mode=2, expiration="60000", priority=3).encode()
+    sent = [Message("ex", f"rk{i}", props, b"b%d" % i, 5000 + i) for i in range(30)]
+    seqs = [store.append(m) for m in sent]
+    shifted = [store.shift() for _ in range(5)]
+    assert store.peek() is not None
+    assert all(shifted)
+    store.requeue(shifted[3][0], shifted[3][1])  # type: ignore[index]
+    store.remove_ready(seqs[10])
+    store.remove_ready(seqs[29])  # in the unflushed write buffer... and removed
+    expected = [(seqs[i], 5000 + i, props) for i in [3, *range(5, 29)] if i != 10]
+    assert list(store.scan_ready()) == expected
+    assert list(store.scan_ready()) == expected  # nothing consumed
+    out = drain(store)
+    assert [s for s, _, _ in out] == [s for s, _, _ in expected]
+    assert list(store.scan_ready()) == []
+    store.close()
+
+
+def test_scan_ready_after_a_restart_skips_acked_and_transient(tmp_path: Path) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d, segment_size=2048)
+    seqs = [store.append(msg(i, persistent=i % 3 != 0, size=40)) for i in range(100)]
+    for s, _, _ in drain(store, ack=False)[:20]:
+        store.ack(s)
+    store.close()
+    store = SegmentStore(d, segment_size=2048)
+    scanned = list(store.scan_ready())
+    keep = [i for i in range(20, 100) if i % 3 != 0]
+    assert [(s, t) for s, t, _ in scanned] == [(seqs[i], 1000 + i) for i in keep]
+    assert all(p == PERSISTENT for _, _, p in scanned)
+    assert len(scanned) == store.ready_count
+    head = store.shift()  # the cursor did not move
+    assert head is not None and head[0] == seqs[keep[0]]
+    store.close()
+
+
+class SegmentStoreModel(StoreModel):
+    def open_store(self) -> SegmentStore:
+        return SegmentStore(self.dir / "q", segment_size=512)
+
+    def level(self, priority: int | None) -> int:
+        return 0
+
+
+TestSegmentStoreModel = SegmentStoreModel.TestCase
+TestSegmentStoreModel.settings = STATE_MACHINE_SETTINGS

@@ -7,16 +7,25 @@ import logging
 import resource
 import shutil
 import socket
+import time
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from warren import __version__, build_description
 from warren.config import Config
+from warren.core.errors import NotFound
 from warren.core.store import MessageStore
 from warren.core.vhost import VHost
+from warren.definitions_json import (
+    DefinitionsError,
+    export_definitions,
+    import_definitions,
+    read_definitions,
+)
 from warren.store.definitions import DefinitionsLog
 from warren.store.layout import DataDir
+from warren.store.priority_store import PriorityStore, level_name
 from warren.store.segment_store import SegmentStore
 from warren.store.sync import GroupSync
 from warren.store.users_file import load_users, save_users
@@ -24,6 +33,7 @@ from warren.store.users_file import load_users, save_users
 if TYPE_CHECKING:
     from warren.amqp.connection import AMQPConnection
     from warren.amqp.server import AMQPProtocol
+    from warren.core.policies import Policy
 
 log = logging.getLogger("warren")
 
@@ -78,23 +88,115 @@ class Broker:
         vhost = self.vhosts.get(name)
         if vhost is None:
             definitions = DefinitionsLog(self.layout.definitions_file(name), self.config.sync)
-            vhost = VHost(name, self._loop.call_soon, self._new_store, definitions)
+            vhost = VHost(
+                name,
+                self._loop.call_soon,
+                self._new_store,
+                definitions,
+                call_later=self._loop.call_later,
+                exchange_store_factory=self._new_exchange_store,
+            )
             vhost.restore_definitions()
             self.layout.remove_orphan_queue_dirs(name, list(vhost.queues))
+            self.layout.remove_orphan_exchange_dirs(name, list(vhost.exchanges))
             self.vhosts[name] = vhost
             self.layout.save_vhosts(list(self.vhosts))
         return vhost
 
-    def _new_store(self, vhost: VHost, queue: str, persistent: bool) -> MessageStore:
+    def _new_store(
+        self, vhost: VHost, queue: str, persistent: bool, max_priority: int
+    ) -> MessageStore:
         directory = (
             self.layout.queue_dir(vhost.name, queue)
             if persistent
             else self.layout.transient_queue_dir(vhost.name, queue)
         )
+        segment_size = self.config.segment_size
+        if max_priority:
+            # One segment store per priority level used, in <queue dir>/p<level>.
+            return PriorityStore(
+                max_priority,
+                lambda level: SegmentStore(directory / level_name(level), segment_size),
+                directory,
+            )
+        return SegmentStore(directory, segment_size)
+
+    def _new_exchange_store(self, vhost: VHost, exchange: str, persistent: bool) -> MessageStore:
+        directory = (
+            self.layout.exchange_dir(vhost.name, exchange)
+            if persistent
+            else self.layout.transient_exchange_dir(vhost.name, exchange)
+        )
         return SegmentStore(directory, self.config.segment_size)
 
     def save_users(self) -> None:
         save_users(self.users, self.layout.users_file)
+
+    # -- policies, limits, definitions (run on the broker's loop) -------------------------
+    def get_vhost(self, name: str) -> VHost:
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            raise NotFound(f"Virtual host '{name}' does not exist")
+        return vhost
+
+    def set_policy(
+        self,
+        vhost: str,
+        name: str,
+        pattern: str,
+        definition: dict[str, Any],
+        priority: int = 0,
+        apply_to: str = "all",
+    ) -> Policy:
+        return self.get_vhost(vhost).set_policy(name, pattern, definition, priority, apply_to)
+
+    def clear_policy(self, vhost: str, name: str) -> None:
+        self.get_vhost(vhost).clear_policy(name)
+
+    def set_operator_policy(
+        self,
+        vhost: str,
+        name: str,
+        pattern: str,
+        definition: dict[str, Any],
+        priority: int = 0,
+        apply_to: str = "all",
+    ) -> Policy:
+        return self.get_vhost(vhost).set_operator_policy(
+            name, pattern, definition, priority, apply_to
+        )
+
+    def clear_operator_policy(self, vhost: str, name: str) -> None:
+        self.get_vhost(vhost).clear_operator_policy(name)
+
+    def policies(self, vhost: str) -> list[Policy]:
+        return self.get_vhost(vhost).policies
+
+    def operator_policies(self, vhost: str) -> list[Policy]:
+        return self.get_vhost(vhost).operator_policies
+
+    def set_vhost_limits(self, vhost: str, limits: dict[str, Any]) -> None:
+        self.get_vhost(vhost).set_limits(limits)
+
+    def clear_vhost_limits(self, vhost: str, name: str | None = None) -> None:
+        self.get_vhost(vhost).clear_limits(name)
+
+    def import_definitions(self, data: dict[str, Any]) -> None:
+        """Apply RabbitMQ-format definitions (DefinitionsError names what is wrong)."""
+        import_definitions(self, data)
+
+    def export_definitions(self) -> dict[str, Any]:
+        """Users, vhosts, permissions, limits, policies, queues, exchanges and
+        bindings in RabbitMQ's export format."""
+        return export_definitions(self)
+
+    def _load_definitions(self, path: str) -> None:
+        for file, data in read_definitions(path):
+            log.info("importing definitions from %s", file)
+            try:
+                import_definitions(self, data)
+            except DefinitionsError as exc:
+                raise DefinitionsError(f"definitions file {file}: {exc}") from None
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -104,14 +206,26 @@ class Broker:
         _raise_fd_limit()
         self.layout.prepare()
         self.syncer = GroupSync(loop, self.config.sync)
-        for name in self.layout.load_vhosts() or [self.config.default_vhost]:
+        vhosts = self.layout.load_vhosts()
+        definitions = self.config.load_definitions
+        # As RabbitMQ: a new node with definitions to load gets no default vhost and user.
+        seed = not (definitions and not vhosts and not self.users.users)
+        if not seed:
+            log.info("will not seed the default vhost and user: have definitions to load")
+        for name in vhosts or ([self.config.default_vhost] if seed else []):
             self.add_vhost(name)
-        if not self.users.users:
+        if not self.users.users and seed:
             self.users.add_user(
                 self.config.default_user, self.config.default_password, ["administrator"]
             )
             self.users.set_permissions(self.config.default_user, self.config.default_vhost)
             self.save_users()
+        if definitions:
+            try:
+                self._load_definitions(definitions)
+            except BaseException:
+                self._close_store()
+                raise
         self._check_disk()
         self._server = await loop.create_server(
             lambda: AMQPProtocol(self),
@@ -144,12 +258,15 @@ class Broker:
             await asyncio.wait([p.closed for p in protocols], timeout=5)
         await self._server.wait_closed()
         self._server = None
+        self._close_store()
+        log.info("Warren stopped")
+
+    def _close_store(self) -> None:
         for vhost in self.vhosts.values():
             vhost.close()
         if self.syncer is not None:
             self.syncer.close()
         self.layout.release()
-        log.info("Warren stopped")
 
     async def __aenter__(self) -> Broker:
         await self.start()
@@ -176,6 +293,15 @@ class Broker:
         assert self._loop is not None
         self.check_disk()
         self._disk_timer = self._loop.call_later(DISK_CHECK_INTERVAL, self._check_disk)
+        self._check_consumer_timeouts()
+
+    def _check_consumer_timeouts(self) -> None:
+        """Close channels holding a delivery unacknowledged for longer than the
+        consumer timeout (checked with the disk, once a second)."""
+        now = int(time.time() * 1000)
+        default = self.config.consumer_timeout
+        for conn in list(self.connections):
+            conn.check_consumer_timeouts(now, default)
 
     def check_disk(self) -> bool:
         """Raise or clear the free-disk alarm; True while it is raised."""

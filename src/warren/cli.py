@@ -39,7 +39,9 @@ _OVERRIDES: tuple[tuple[str, str], ...] = (
     ("max_message_size", "--max-message-size"),
     ("segment_size", "--segment-size"),
     ("free_disk_min", "--free-disk-min"),
+    ("consumer_timeout", "--consumer-timeout"),
     ("sync", "--no-sync"),
+    ("load_definitions", "--load-definitions"),
 )
 
 
@@ -130,12 +132,25 @@ def build_parser() -> argparse.ArgumentParser:
         f"[main] free_disk_min)",
     )
     p.add_argument(
+        "--consumer-timeout",
+        type=int,
+        metavar="MS",
+        help=f"close a channel whose delivery stays unacked this long, 0 disables "
+        f"(default: {d.consumer_timeout}; [main] consumer_timeout)",
+    )
+    p.add_argument(
         "--no-sync",
         dest="sync",
         action="store_const",
         const=False,
         default=None,
         help="confirm persistent messages without waiting for fdatasync ([main] sync = false)",
+    )
+    p.add_argument(
+        "--load-definitions",
+        metavar="PATH",
+        help="import a RabbitMQ definitions export (JSON file or directory) at start "
+        "([main] load_definitions)",
     )
     p.add_argument("--version", action="version", version=f"warren {_version()}")
     return p
@@ -247,6 +262,7 @@ async def _serve(config: Config) -> int:
     can still be interrupted from the terminal.
     """
     from warren.broker import Broker  # deferred: see module docstring
+    from warren.definitions_json import DefinitionsError
 
     loop = asyncio.get_running_loop()
     stop_event = asyncio.Event()
@@ -271,6 +287,9 @@ async def _serve(config: Config) -> int:
             await broker.start()
         except OSError as exc:
             print(_start_error_message(config, exc), file=sys.stderr)
+            return 1
+        except DefinitionsError as exc:
+            print(f"warren: cannot start: {exc}", file=sys.stderr)
             return 1
         await stop_event.wait()
         await broker.stop()

@@ -76,6 +76,13 @@ class Config:
     sync: bool = True
     #: Bytes of free disk below which publishers are blocked (connection.blocked).
     free_disk_min: int = 50 * 1024 * 1024
+    #: Milliseconds a delivery may stay unacknowledged before its channel is closed
+    #: (406), as RabbitMQ's consumer_timeout; 0 disables. x-consumer-timeout on a
+    #: queue overrides it.
+    consumer_timeout: int = 1_800_000
+    #: A RabbitMQ definitions export (JSON file, or a directory of them) imported
+    #: at every start, as RabbitMQ's ``load_definitions``. None: nothing to load.
+    load_definitions: str | None = None
 
     @classmethod
     def from_ini(cls, path: str | os.PathLike[str]) -> Config:
@@ -171,6 +178,11 @@ def _parse_str(raw: str) -> str:
     return raw.strip()
 
 
+def _parse_optional_path(raw: str) -> str | None:
+    """A path; an empty value means none."""
+    return raw.strip() or None
+
+
 def _parse_log_level(raw: str) -> str:
     return normalize_log_level(raw)
 
@@ -202,7 +214,9 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "loopback_users"): ("loopback_users", _parse_user_list),
     ("main", "segment_size"): ("segment_size", _parse_int),
     ("main", "free_disk_min"): ("free_disk_min", _parse_int),
+    ("main", "consumer_timeout"): ("consumer_timeout", _parse_int),
     ("main", "sync"): ("sync", _parse_bool),
+    ("main", "load_definitions"): ("load_definitions", _parse_optional_path),
     ("amqp", "bind"): ("bind", _parse_str),
     ("amqp", "port"): ("amqp_port", _parse_int),
     ("amqp", "heartbeat"): ("heartbeat", _parse_int),
@@ -259,6 +273,12 @@ def _bool(value: Any) -> str | None:
     return None if isinstance(value, bool) else "must be true or false"
 
 
+def _optional_path(value: Any) -> str | None:
+    if value is None:
+        return None
+    return _non_empty_str(value)
+
+
 _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "data_dir": _non_empty_str,
     "log_level": _log_level,
@@ -275,6 +295,8 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "segment_size": _int_in(64 * 1024, 2**31 - 1),
     "sync": _bool,
     "free_disk_min": _int_in(0, 2**63 - 1),
+    "consumer_timeout": _int_in(0, 2**63 - 1),
+    "load_definitions": _optional_path,
 }
 
 

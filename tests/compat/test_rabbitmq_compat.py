@@ -154,7 +154,20 @@ DELIBERATE_DIFFERENCES: dict[str, str] = {
     "tune_frame_max_zero": (
         "RabbitMQ drops the socket silently 3 s later; Warren sends 530 at once"
     ),
+    "dead_letter_on_reject": (
+        "Warren also sets the x-last-death-* headers, as RabbitMQ 3.13 (the version it "
+        "announces) does; 3.10 only had x-first-death-*"
+    ),
 }
+
+def _with_last_death(observation: Observation) -> Observation:
+    """A recorded dead-lettering observation plus RabbitMQ 3.13's x-last-death-*."""
+    copy: Observation = json.loads(json.dumps(observation))
+    headers = copy["dead_lettered"]["properties"]["headers"]
+    for part in ("reason", "queue", "exchange"):
+        headers[f"x-last-death-{part}"] = headers[f"x-first-death-{part}"]
+    return copy
+
 
 #: Warren's own observation for each deliberate difference.
 WARREN_EXPECTED: dict[str, Observation] = {
@@ -209,18 +222,12 @@ WARREN_EXPECTED: dict[str, Observation] = {
     "tune_frame_max_zero": _connection_close(
         530, "NOT_ALLOWED - frame_max=0 > 131072 max size", 10, 31
     ),
+    "dead_letter_on_reject": _with_last_death(EXPECTED["dead_letter_on_reject"]),
 }
 
 #: Queue features Warren has not built yet: these scenarios are expected to differ
 #: (xfail) until the issue that brings the feature lands.
-PENDING_FEATURES: dict[str, str] = {
-    "queue_max_length_drop_head": "issue 5: x-max-length (overflow drop-head)",
-    "queue_max_length_reject_publish": "issue 5: x-max-length with x-overflow reject-publish",
-    "queue_message_ttl_zero": "issue 5: queue message TTL (x-message-ttl)",
-    "message_expiration_zero": "issue 5: per-message TTL (expiration property)",
-    "queue_priority_order": "issue 5: priority queues (x-max-priority)",
-    "dead_letter_on_reject": "issue 5: dead-lettering (x-dead-letter-exchange)",
-}
+PENDING_FEATURES: dict[str, str] = {}
 
 
 def _comparable(value: Any) -> Any:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from warren.amqp import spec
+from warren.amqp.ack_timeout import AckDeadlines
 from warren.amqp.consumer import AMQPConsumer
 from warren.amqp.frames import message_frames, method_frame
 from warren.core.codec_errors import DecodeError
@@ -95,6 +96,7 @@ class Channel:
         self._sync_batch: list[int] | None = None
         self._sync_round = 0
         self.closed = False
+        self._ack_deadlines: AckDeadlines | None = None
         self.tx = False
         self._tx_publishes: list[tuple[Exchange, Message, bool]] = []
         self._tx_acks: list[tuple[int, Unacked, str, bool]] = []
@@ -251,6 +253,37 @@ class Channel:
         self._publish = self._props = None
         self._body = []
         self.release()
+
+    def check_consumer_timeout(self, now: int, default: int) -> None:
+        """Close the channel (406, RabbitMQ's text) when a delivery has waited for
+        its acknowledgement longer than the consumer timeout."""
+        if self.closing or self.closed:
+            return
+        if not self.unacked:
+            self._ack_deadlines = None
+            return
+        timeouts = [c.queue.consumer_timeout for c in self.consumers.values()]
+        oldest_queue = next(iter(self.unacked.values()))[0]
+        if oldest_queue is not None:
+            timeouts.append(oldest_queue.consumer_timeout)
+        floor = min([t for t in timeouts if t] + ([default] if default else []), default=0)
+        if not floor:
+            return
+        if self._ack_deadlines is None:
+            self._ack_deadlines = AckDeadlines()
+        timeout = self._ack_deadlines.overdue(
+            self.unacked, self._delivery_tag, now, default, floor
+        )
+        if timeout is not None:
+            self.channel_error(
+                PreconditionFailed(
+                    f"delivery acknowledgement on channel {self.id} timed out. Timeout value "
+                    f"used: {timeout} ms. This timeout value can be configured, see consumers "
+                    "doc guide to learn more"
+                ),
+                0,
+                0,
+            )
 
     def release(self) -> None:
         """Give back everything the channel holds: consumers, unacked messages."""
@@ -641,7 +674,9 @@ class Channel:
             self._send_message(returned, msg)
         if confirm:
             syncer = self.connection.broker.syncer
-            if durable and syncer is not None and syncer.enabled:
+            if routed < 0:  # a queue refused it (x-overflow reject-publish)
+                self._confirm(self.publish_seq, False)
+            elif durable and syncer is not None and syncer.enabled:
                 self._confirm_after_sync(self.publish_seq, durable, syncer)
             else:
                 self._confirm(self.publish_seq, True)
@@ -809,12 +844,22 @@ class Channel:
     def _settle(self, taken: list[tuple[int, Unacked]], requeue: bool | None) -> None:
         """Ack (requeue None) or reject the taken deliveries, then refill consumers."""
         queues: dict[int, Queue] = {}
-        for _, (queue, seq, msg, _consumer) in taken:
-            if requeue is None:
-                queue.ack(seq)
-            else:
+        if requeue is None:
+            # One store call and one flush registration per queue, not per message.
+            seqs: dict[int, list[int]] = {}
+            for _, (queue, seq, _msg, _consumer) in taken:
+                key = id(queue)
+                if key in queues:
+                    seqs[key].append(seq)
+                else:
+                    queues[key] = queue
+                    seqs[key] = [seq]
+            for key, queue in queues.items():
+                queue.ack_many(seqs[key])
+        else:
+            for _, (queue, seq, msg, _consumer) in taken:
                 queue.reject(seq, msg, requeue)
-            queues[id(queue)] = queue
+                queues[id(queue)] = queue
         if self.global_prefetch_count or self.global_prefetch_size:
             self.resume_delivery()
         else:

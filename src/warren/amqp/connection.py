@@ -513,12 +513,15 @@ class AMQPConnection:
         if vhost is None:
             log.warning("%s: vhost '%s' not found", self.name, name)
             raise NotAllowed(f"vhost {name} not found")
+        # RabbitMQ checks the vhost's connection limit before the user's access.
+        vhost.check_connection_limit(self.user.name)
         if name not in self.user.permissions:
             log.warning(
                 "%s: user '%s' has no access to vhost '%s'", self.name, self.user.name, name
             )
             raise NotAllowed(f"access to vhost '{name}' refused for user '{self.user.name}'")
         self.vhost = vhost
+        vhost.connection_opened(self)
         self.state = State.OPEN
         self.broker.connection_opened(self)
         self.send_method(0, spec.ConnectionOpenOk())
@@ -579,6 +582,7 @@ class AMQPConnection:
             ch.release()
         if self.vhost is not None:
             self.vhost.delete_exclusive_queues(self)
+            self.vhost.connection_closed(self)
             self.broker.connection_closed(self)
             self.vhost = None
 
@@ -621,6 +625,13 @@ class AMQPConnection:
         if writable:
             for ch in list(self.channels.values()):
                 ch.resume_delivery()
+
+    def check_consumer_timeouts(self, now: int, default: int) -> None:
+        if self.state >= State.CLOSED:
+            return
+        for ch in list(self.channels.values()):
+            if ch.unacked:
+                ch.check_consumer_timeout(now, default)
 
     # -- heartbeats -------------------------------------------------------------------
     def tick(self) -> bool:

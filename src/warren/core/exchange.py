@@ -3,6 +3,17 @@
 An exchange keeps its bindings in the shape its routing function wants (a dict
 for direct, a set for fanout, patterns with a result cache for topic), so that
 routing a message costs a lookup, not a scan, on the common types.
+
+The plugin types RabbitMQ and LavinMQ ship live in their own modules, and
+:func:`exchange_class`, the registry of every type, adds them on first use:
+
+    exchange_consistent_hash.py  x-consistent-hash (rabbitmq_consistent_hash_exchange)
+    exchange_delayed.py          x-delayed-message (rabbitmq-delayed-message-exchange)
+    exchange_deduplication.py    x-message-deduplication (rabbitmq-message-deduplication)
+
+Any exchange may also deduplicate messages, LavinMQ's way: the argument
+``x-message-deduplication: true`` gives it a Deduplicator (dedup.py) that
+VHost.publish consults before routing.
 """
 
 from __future__ import annotations
@@ -11,11 +22,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from warren.core.dedup import Deduplicator
 from warren.core.routing import HeadersMatcher, TopicMatcher, validate_x_match
 
 if TYPE_CHECKING:
     from warren.core.message import Message
+    from warren.core.policies import Policy
     from warren.core.queue import Queue
+    from warren.core.vhost import VHost
 
 
 def _args_key(arguments: dict[str, Any] | None) -> tuple[tuple[str, str], ...]:
@@ -66,16 +80,39 @@ class Exchange(ABC):
         self.arguments: dict[str, Any] = arguments or {}
         self.bindings: dict[tuple[Any, ...], Binding] = {}
         self.deleted = False
+        # The policy that applies, kept current by the vhost (vhost_parameters.py).
+        self.policy: Policy | None = None
+        # Raises PreconditionFailed for bad x-message-deduplication arguments.
+        self.deduplicator = Deduplicator.from_arguments(
+            self.arguments, f"exchange '{name}' in vhost '{vhost_name}'"
+        )
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} in {self.vhost_name!r}>"
 
     @property
     def alternate_exchange(self) -> str | None:
-        ae = self.arguments.get("alternate-exchange")
+        """The exchange's own argument if it has one, else its policy's
+        (rabbit_policy:get_arg/3)."""
+        if "alternate-exchange" in self.arguments:
+            ae = self.arguments["alternate-exchange"]
+        elif self.policy is not None:
+            ae = self.policy.definition.get("alternate-exchange")
+        else:
+            return None
         if isinstance(ae, bytes):
             ae = ae.decode("utf-8", "replace")
         return ae if isinstance(ae, str) and ae else None
+
+    # Lifecycle hooks for types that hold state beyond their bindings (x-delayed-message).
+    def attach(self, vhost: VHost) -> None:  # noqa: B027
+        """Called once the exchange belongs to ``vhost`` (declared, or restored at start)."""
+
+    def discard(self) -> None:  # noqa: B027
+        """Called when the exchange is deleted: drop whatever it holds."""
+
+    def close(self) -> None:  # noqa: B027
+        """Called when the broker stops: write out whatever it holds."""
 
     # Binding management; subclasses index bindings for their routing function.
     def validate_binding(self, routing_key: str, arguments: dict[str, Any] | None) -> None:  # noqa: B027
@@ -204,4 +241,22 @@ EXCHANGE_TYPES: dict[str, type[Exchange]] = {
 
 
 def exchange_class(type_name: str) -> type[Exchange] | None:
+    """The class implementing an exchange type, or None for an unknown type."""
+    if not _plugin_types_registered:
+        _register_plugin_types()
     return EXCHANGE_TYPES.get(type_name)
+
+
+_plugin_types_registered = False
+
+
+def _register_plugin_types() -> None:
+    """Add the plugin types; they subclass Exchange, so they cannot be imported above."""
+    global _plugin_types_registered
+    from warren.core.exchange_consistent_hash import ConsistentHashExchange
+    from warren.core.exchange_deduplication import DeduplicationExchange
+    from warren.core.exchange_delayed import DelayedMessageExchange
+
+    for cls in (ConsistentHashExchange, DelayedMessageExchange, DeduplicationExchange):
+        EXCHANGE_TYPES[cls.type] = cls
+    _plugin_types_registered = True

@@ -13,7 +13,7 @@ from typing import Any
 
 from warren.amqp.spec import BASIC_CLASS_ID, BASIC_PROPERTIES
 from warren.core.codec_errors import DecodeError
-from warren.core.table import decode_table, encode_table
+from warren.core.table import decode_field_value, decode_table, encode_field_value, encode_table
 
 __all__ = [
     "EMPTY_PROPERTIES",
@@ -24,6 +24,7 @@ __all__ = [
     "peek_expiration",
     "peek_headers",
     "peek_priority",
+    "set_header",
     "split_header_payload",
 ]
 
@@ -252,6 +253,42 @@ def peek_expiration(raw: _Buffer) -> str | None:
     if end > len(raw):
         raise DecodeError("truncated basic properties")
     return str(raw[offset + 1 : end], "utf-8", "surrogateescape")
+
+
+def set_header(raw: bytes, key: str, value: Any) -> bytes:
+    """``raw`` with header ``key`` set to ``value``, every other byte as it was.
+
+    Re-encoding decoded properties would change the wire types of other header
+    values (a short becomes a long); this edits the one entry in place instead.
+    """
+    try:
+        offset = _seek(raw, _F_HEADERS)
+        if offset is None:
+            props = decode_properties(raw)
+            props.headers = {key: value}
+            return props.encode()
+        (length,) = _U32.unpack_from(raw, offset)
+        start, end = offset + 4, offset + 4 + length
+        wanted = key.encode("utf-8", "surrogateescape")
+        encoded = encode_field_value(value)
+        parts: list[bytes] = []
+        found = False
+        o = start
+        while o < end:
+            value_at = o + 1 + raw[o]
+            _, next_o = decode_field_value(raw, value_at)
+            if not found and raw[o + 1 : value_at] == wanted:
+                parts.append(raw[o:value_at] + encoded)
+                found = True
+            else:
+                parts.append(raw[o:next_o])
+            o = next_o
+    except (struct.error, IndexError) as exc:
+        raise DecodeError(f"malformed basic properties: {exc}") from exc
+    if not found:
+        parts.append(_U8.pack(len(wanted)) + wanted + encoded)
+    table = b"".join(parts)
+    return raw[:offset] + _U32.pack(len(table)) + table + raw[end:]
 
 
 def header_payload(body_size: int, raw_properties: bytes) -> bytes:

@@ -1,26 +1,91 @@
-"""A queue: ordered messages behind a store, and the consumers it delivers to."""
+"""A queue: ordered messages behind a store, and the consumers it delivers to.
+
+A queue with none of the optional behaviours (TTL, length limits, dead-letter
+exchange, delivery limit, single active consumer, deduplication) takes the
+plain path: publish appends or hands the message to a free consumer, nothing
+else. The features live in the ``_featured`` methods, so that the common case
+pays one flag test for them.
+"""
 
 from __future__ import annotations
 
+import heapq
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from warren.core import dead_letter as dl
 from warren.core.consumer import Consumer
 from warren.core.errors import AccessRefused
 from warren.core.message import Message
+from warren.core.properties import BasicProperties, peek_expiration
 from warren.core.store import MessageStore
 
 if TYPE_CHECKING:
+    from warren.core.dedup import Deduplicator
+    from warren.core.policies import Policy
     from warren.core.vhost import VHost
 
 log = logging.getLogger("warren.queue")
 
-# What Queue.publish did with a message.
-NOT_TAKEN, STORED, DELIVERED = 0, 1, 2
+# What Queue.publish did with a message. REJECTED: refused by x-overflow
+# reject-publish(-dlx); it counts as routed, but the publisher gets a nack.
+NOT_TAKEN, STORED, DELIVERED, REJECTED = 0, 1, 2, 3
 
 # Deliveries per scheduled run: bounds how long one busy queue holds the event loop.
 _DELIVERY_BATCH = 2048
+
+# The expiration property's bit in the first byte of the property flags.
+_EXPIRATION_FLAG = 0x01
+
+DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX = "drop-head", "reject-publish", "reject-publish-dlx"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    return value if isinstance(value, str) else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def argument_settings(arguments: dict[str, Any]) -> dict[str, Any]:
+    """A queue's own x-arguments under the policy keys they correspond to."""
+    settings: dict[str, Any] = {}
+    for key in (
+        "message-ttl",
+        "expires",
+        "max-length",
+        "max-length-bytes",
+        "delivery-limit",
+    ):
+        value = _int(arguments.get("x-" + key))
+        if value is not None:
+            settings[key] = value
+    for key in ("overflow", "dead-letter-exchange", "dead-letter-routing-key"):
+        text = _text(arguments.get("x-" + key))
+        if text is not None:
+            settings[key] = text
+    return settings
+
+
+def message_ttl(msg: Message) -> int | None:
+    """The message's own TTL (the expiration property) in ms, or None."""
+    props = msg.properties
+    if not (props and props[0] & _EXPIRATION_FLAG):
+        return None
+    try:
+        value = peek_expiration(props)
+        return None if value is None else max(0, int(value))
+    except ValueError:  # validated on publish; a damaged record is left alone
+        return None
 
 
 class Queue:
@@ -50,6 +115,39 @@ class Queue:
         self._had_consumer = False
         self._scheduled = False
         self._call_soon: Callable[[Callable[[], None]], Any] = vhost.call_soon
+        # -- features (see _configure) --
+        self.policy: Policy | None = None
+        self.operator_policy: Policy | None = None
+        self.settings: dict[str, Any] = {}
+        self._plain = True
+        self._ttl: int | None = None
+        self._max_length: int | None = None
+        self._max_bytes: int | None = None
+        self._overflow = DROP_HEAD
+        self.dead_letter_exchange: str | None = None
+        self.dead_letter_routing_key: str | None = None
+        self._delivery_limit: int | None = None
+        self._delivery_counts: dict[int, int] = {}
+        self._expires: int | None = None
+        self._expires_timer: Any = None
+        self._last_used = now_ms()
+        self._single_active = self.arguments.get("x-single-active-consumer") is True
+        self.active_consumer: Consumer | None = None
+        self.consumer_timeout: int | None = _int(self.arguments.get("x-consumer-timeout"))
+        self._dedup: Deduplicator | None = None
+        if self.arguments.get("x-message-deduplication") is True:
+            from warren.core.dedup import Deduplicator
+
+            self._dedup = Deduplicator.from_arguments(
+                self.arguments, f"queue '{name}' in vhost '{vhost.name}'"
+            )
+        # Messages carrying their own expiration, as (deadline, seq): found and
+        # expired wherever they sit, not only at the head.
+        self._expiring: list[tuple[int, int]] = []
+        self._has_expiring = False
+        self._timer: Any = None
+        self._timer_at = 0
+        self._configure(argument_settings(self.arguments))
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in {self.vhost.name!r}>"
@@ -71,31 +169,271 @@ class Queue:
     def consumer_count(self) -> int:
         return len(self.consumers)
 
+    # -- settings ---------------------------------------------------------------------
+    def apply_policies(self, policy: Policy | None, operator_policy: Policy | None) -> None:
+        """Take a (new) matching policy and operator policy; applies at once."""
+        from warren.core.policies import effective_queue_settings
+
+        self.policy = policy
+        self.operator_policy = operator_policy
+        self._configure(effective_queue_settings(self.arguments, policy, operator_policy))
+
+    def _configure(self, settings: dict[str, Any]) -> None:
+        """Adopt effective settings (policy keys): from arguments alone, or merged
+        with the queue's policies."""
+        self.settings = settings
+        self._ttl = settings.get("message-ttl")
+        self._max_length = settings.get("max-length")
+        self._max_bytes = settings.get("max-length-bytes")
+        self._overflow = settings.get("overflow") or DROP_HEAD
+        self.dead_letter_exchange = settings.get("dead-letter-exchange")
+        self.dead_letter_routing_key = settings.get("dead-letter-routing-key")
+        self._delivery_limit = settings.get("delivery-limit")
+        expires = settings.get("expires")
+        if expires != self._expires:
+            self._expires = expires
+            self._arm_expires()
+        self._plain = not (
+            self._ttl is not None
+            or self._max_length is not None
+            or self._max_bytes is not None
+            or self._delivery_limit is not None
+            or self._single_active
+            or self._dedup is not None
+            or self._has_expiring
+        )
+        if self.deleted:
+            return
+        if self._ttl is not None or self._has_expiring:
+            self._expire(now_ms())
+        if self._max_length is not None or self._max_bytes is not None:
+            self._drop_over_limit()
+        self.schedule_delivery()
+
     # -- publishing -------------------------------------------------------------------
     def publish(self, msg: Message) -> int:
-        """Take a routed message: NOT_TAKEN, STORED, or DELIVERED (handed straight to
-        a no-ack consumer, never stored: nothing could bring it back). With an empty
-        backlog and a consumer that can take it, delivery happens right here."""
+        """Take a routed message: NOT_TAKEN, STORED, DELIVERED (handed straight to
+        a no-ack consumer or dropped by a feature: nothing to sync) or REJECTED.
+        With an empty backlog and a consumer that can take it, delivery happens
+        right here."""
+        props = msg.properties
+        if not self._plain or (props and props[0] & 1):  # 1: the expiration flag
+            return self._publish_featured(msg)
         if self.consumers and not self.store.ready_count:
             consumer = self._next_consumer()
             if consumer is not None:
                 if consumer.no_ack:
                     consumer.deliver(0, msg, False)
                     return DELIVERED
-                # Stored (for requeue, and for a restart until acked) but delivered
-                # now, without a delivery pass reading it back from the segment.
-                store = self.store
-                seq = store.append_shifted(msg)
-                self.vhost.store_written(store)
-                self.unacked += 1
-                consumer.deliver(seq, msg, False)
-                return STORED
+                return self._deliver_stored(consumer, msg)
         self.store.append(msg)
         self.vhost.store_written(self.store)
         if self.consumers and not self._scheduled:
             self._scheduled = True
             self._call_soon(self._run_delivery)
         return STORED
+
+    def _deliver_stored(self, consumer: Consumer, msg: Message) -> int:
+        """Hand a message to an ack-mode consumer while nothing else is ready.
+
+        Stored (for requeue, and for a restart until acked) but delivered now,
+        without a delivery pass reading it back from the segment."""
+        store = self.store
+        seq = store.append_shifted(msg)
+        self.vhost.store_written(store)
+        self.unacked += 1
+        consumer.deliver(seq, msg, False)
+        return STORED
+
+    def _publish_featured(self, msg: Message) -> int:
+        if self._dedup is not None and self._dedup.seen(msg):
+            return DELIVERED  # a duplicate: accepted and dropped, as the plugin does
+        store = self.store
+        now = now_ms()
+        if self._over_limit(len(msg.body)) and self._overflow != DROP_HEAD:
+            if self._overflow == REJECT_PUBLISH_DLX:
+                self._dead_letter(msg, dl.MAXLEN, now)
+            return REJECTED
+        own_ttl = message_ttl(msg)
+        if own_ttl is not None and not self._has_expiring:
+            self._has_expiring = True
+            self._plain = False
+        if self.consumers and not store.ready_count:
+            consumer = self._next_consumer()
+            if consumer is not None:
+                if consumer.no_ack:
+                    consumer.deliver(0, msg, False)
+                    return DELIVERED
+                return self._deliver_stored(consumer, msg)
+        deadline = self._deadline(msg, own_ttl)
+        if deadline is not None and deadline <= now:
+            # TTL 0 (or a message already past its time): only a consumer waiting
+            # right now could have had it.
+            self._dead_letter(msg, dl.EXPIRED, now)
+            return DELIVERED
+        seq = store.append(msg)
+        self.vhost.store_written(store)
+        if deadline is not None:
+            if own_ttl is not None:
+                heapq.heappush(self._expiring, (deadline, seq))
+            self._arm_timer(deadline)
+        if self._max_length is not None or self._max_bytes is not None:
+            self._drop_over_limit()
+        self.schedule_delivery()
+        return STORED
+
+    # -- limits -------------------------------------------------------------------------
+    def _over_limit(self, extra: int) -> bool:
+        """Whether the queue is full for reject-publish (RabbitMQ: at the limit)."""
+        store = self.store
+        max_length = self._max_length
+        if max_length is not None and store.ready_count >= max_length:
+            return True
+        max_bytes = self._max_bytes
+        return max_bytes is not None and store.ready_bytes + extra > max_bytes
+
+    def _drop_over_limit(self) -> None:
+        """drop-head: drop (and dead-letter) from the head until within the limits."""
+        if self._overflow != DROP_HEAD:
+            return
+        store = self.store
+        max_length = self._max_length
+        max_bytes = self._max_bytes
+        now = 0
+        while store.ready_count and (
+            (max_length is not None and store.ready_count > max_length)
+            or (max_bytes is not None and store.ready_bytes > max_bytes)
+        ):
+            item = store.shift()
+            if item is None:
+                break
+            seq, msg, _ = item
+            store.ack(seq)
+            self._delivery_counts.pop(seq, None)
+            now = now or now_ms()
+            self._dead_letter(msg, dl.MAXLEN, now)
+        if now:
+            self.vhost.store_written(store)
+
+    # -- expiry -------------------------------------------------------------------------
+    def _deadline(self, msg: Message, own_ttl: int | None = -1) -> int | None:
+        """When the message expires in this queue (ms since the epoch), or None."""
+        ttl = self._ttl
+        if own_ttl == -1:
+            own_ttl = message_ttl(msg) if self._has_expiring else None
+        if own_ttl is not None and (ttl is None or own_ttl < ttl):
+            ttl = own_ttl
+        return None if ttl is None else msg.timestamp + ttl
+
+    def _expire(self, now: int) -> None:
+        """Dead-letter every ready message whose time has come: those at the head
+        (queue TTL keeps deadlines in order), and per-message ones anywhere."""
+        store = self.store
+        expired = False
+        while store.ready_count:
+            item = store.peek()
+            if item is None:
+                break
+            deadline = self._deadline(item[1])
+            if deadline is None or deadline > now:
+                break
+            taken = store.shift()
+            assert taken is not None
+            store.ack(taken[0])
+            self._delivery_counts.pop(taken[0], None)
+            self._dead_letter(taken[1], dl.EXPIRED, now)
+            expired = True
+        heap = self._expiring
+        while heap and heap[0][0] <= now:
+            _, seq = heapq.heappop(heap)
+            msg = store.remove_ready(seq)
+            if msg is not None:
+                self._delivery_counts.pop(seq, None)
+                self._dead_letter(msg, dl.EXPIRED, now)
+                expired = True
+        if expired:
+            self.vhost.store_written(store)
+        self._timer_at = 0
+        self._arm_next()
+
+    def _arm_next(self) -> None:
+        """Set the timer for the earliest deadline: the head's or a per-message one."""
+        at = self._expiring[0][0] if self._expiring else 0
+        if self._ttl is not None and self.store.ready_count:
+            item = self.store.peek()
+            if item is not None:
+                head = self._deadline(item[1])
+                if head is not None and (not at or head < at):
+                    at = head
+        if at:
+            self._arm_timer(at)
+
+    def _arm_timer(self, at: int) -> None:
+        if self._timer_at and self._timer_at <= at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = self.vhost.call_later(max(0.0, (at - now_ms()) / 1000), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = 0
+        if self.deleted:
+            return
+        self._expire(now_ms())
+
+    def rebuild_expiry_index(self) -> None:
+        """After a restart: find the ready messages that carry their own expiration
+        (the records hold publish time and properties), so they expire on time."""
+        for seq, timestamp, props in self.store.scan_ready():
+            if props and props[0] & _EXPIRATION_FLAG:
+                try:
+                    value = peek_expiration(props)
+                    ttl = None if value is None else max(0, int(value))
+                except ValueError:
+                    continue
+                if ttl is not None:
+                    self._expiring.append((timestamp + ttl, seq))
+        if self._expiring:
+            heapq.heapify(self._expiring)
+            self._has_expiring = True
+            self._plain = False
+        if self._ttl is not None or self._expiring:
+            self._expire(now_ms())
+
+    # -- dead-lettering -----------------------------------------------------------------
+    def _dead_letter(self, msg: Message, reason: str, now: int) -> None:
+        if self.dead_letter_exchange is not None:
+            self.vhost.dead_letter(self, msg, reason, now)
+
+    # -- queue expiry (x-expires) -------------------------------------------------------
+    def touch(self) -> None:
+        """The queue was used (declared, consumed from, read): x-expires starts over."""
+        self._last_used = now_ms()
+        if self._expires is not None and self._expires_timer is None and not self.consumers:
+            self._arm_expires()
+
+    def _arm_expires(self) -> None:
+        if self._expires_timer is not None:
+            self._expires_timer.cancel()
+            self._expires_timer = None
+        if self._expires is None or self.deleted or self.consumers:
+            return
+        due = self._last_used + self._expires
+        self._expires_timer = self.vhost.call_later(
+            max(0.0, (due - now_ms()) / 1000), self._on_expires
+        )
+
+    def _on_expires(self) -> None:
+        self._expires_timer = None
+        if self.deleted or self.consumers or self._expires is None:
+            return
+        if now_ms() < self._last_used + self._expires:
+            self._arm_expires()
+            return
+        log.info("queue '%s' in vhost '%s' expired (unused)", self.name, self.vhost.name)
+        self.vhost.delete_queue(self.name)
 
     # -- consumers --------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
@@ -106,6 +444,11 @@ class Queue:
         self.consumers.append(consumer)
         self._had_consumer = True
         self._regroup()
+        if self._single_active and self.active_consumer is None:
+            self.active_consumer = consumer
+        if self._expires_timer is not None:
+            self._expires_timer.cancel()
+            self._expires_timer = None
         self.schedule_delivery()
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -115,6 +458,14 @@ class Queue:
         except ValueError:
             return
         self._regroup()
+        if consumer is self.active_consumer:
+            # The next consumer takes over: the highest priority, then the oldest.
+            self.active_consumer = (
+                max(self.consumers, key=lambda c: c.priority) if self.consumers else None
+            )
+            self.schedule_delivery()
+        if not self.consumers:
+            self.touch()
         if self.auto_delete and self._had_consumer and not self.consumers and not self.deleted:
             self.vhost.delete_queue(self.name)
 
@@ -135,6 +486,9 @@ class Queue:
         if len(consumers) == 1:  # the common case: no priorities, no round-robin
             only = consumers[0]
             return only if only.can_take() else None
+        if self._single_active:
+            active = self.active_consumer
+            return active if active is not None and active.can_take() else None
         for prio, group in self._groups:
             n = len(group)
             start = self._rr.get(prio, 0) % n
@@ -148,6 +502,9 @@ class Queue:
     def _run_delivery(self) -> None:
         self._scheduled = False
         if self.deleted:
+            return
+        if not self._plain:
+            self._run_delivery_featured()
             return
         store = self.store
         for _ in range(_DELIVERY_BATCH):
@@ -168,46 +525,144 @@ class Queue:
             consumer.deliver(seq, msg, redelivered)
         self.schedule_delivery()
 
+    def _run_delivery_featured(self) -> None:
+        store = self.store
+        now = now_ms()
+        for _ in range(_DELIVERY_BATCH):
+            if not store.ready_count:
+                return
+            consumer = self._next_consumer()
+            if consumer is None:
+                return
+            item = self._take(now)
+            if item is None:
+                return
+            seq, msg, redelivered = item
+            if consumer.no_ack:
+                store.ack(seq)
+                self._delivery_counts.pop(seq, None)
+                self.vhost.store_written(store)
+            else:
+                self.unacked += 1
+            consumer.deliver(seq, msg, redelivered)
+        self.schedule_delivery()
+
+    def _take(self, now: int) -> tuple[int, Message, bool] | None:
+        """Shift the next live message: expired ones met on the way are dead-lettered,
+        and a redelivery carries its x-delivery-count."""
+        store = self.store
+        while True:
+            item = store.shift()
+            if item is None:
+                return None
+            seq, msg, redelivered = item
+            if self._ttl is not None or self._has_expiring:
+                deadline = self._deadline(msg)
+                if deadline is not None and deadline <= now:
+                    store.ack(seq)
+                    self._delivery_counts.pop(seq, None)
+                    self.vhost.store_written(store)
+                    self._dead_letter(msg, dl.EXPIRED, now)
+                    continue
+            count = self._delivery_counts.get(seq) if self._delivery_counts else None
+            if count:
+                msg = _with_delivery_count(msg, count)
+            return seq, msg, redelivered
+
     # -- pull, ack, requeue -----------------------------------------------------------
     def get(self, no_ack: bool) -> tuple[int, Message, bool] | None:
-        item = self.store.shift()
+        self.touch()
+        item = self.store.shift() if self._plain else self._take(now_ms())
         if item is None:
             return None
         if no_ack:
             self.store.ack(item[0])
+            self._delivery_counts.pop(item[0], None)
             self.vhost.store_written(self.store)
         else:
             self.unacked += 1
         return item
 
-    def ack(self, seq: int) -> None:
+    def ack_many(self, seqs: list[int]) -> None:
         if self.deleted:
             return
-        self.unacked -= 1
-        self.store.ack(seq)
-        self.vhost.store_written(self.store)
+        self.unacked -= len(seqs)
+        store = self.store
+        ack = store.ack
+        for seq in seqs:
+            ack(seq)
+        if self._delivery_counts:
+            for seq in seqs:
+                self._delivery_counts.pop(seq, None)
+        self.vhost.store_written(store)
 
     def reject(self, seq: int, msg: Message, requeue: bool) -> None:
+        """A consumer gave a message back: requeued (to its old place), or dropped
+        and dead-lettered (rejected; expired or over the delivery limit when it
+        could not go back)."""
         if self.deleted:
             return
         self.unacked -= 1
+        now = 0
+        reason = dl.REJECTED
         if requeue:
-            self.store.requeue(seq, msg)
-            self.schedule_delivery()
-        else:
-            self.store.ack(seq)
-            self.vhost.store_written(self.store)
+            refusal = None
+            if not self._plain:
+                now = now_ms()
+                refusal = self._requeue_refusal(seq, msg, now)
+            if refusal is None:
+                self.store.requeue(seq, msg)
+                self.schedule_delivery()
+                return
+            reason = refusal
+        self.store.ack(seq)
+        self._delivery_counts.pop(seq, None)
+        self.vhost.store_written(self.store)
+        self._dead_letter(msg, reason, now or now_ms())
+
+    def _requeue_refusal(self, seq: int, msg: Message, now: int) -> str | None:
+        """Why a returned message may not go back (its time is up, or it is past the
+        delivery limit), or None; counts the delivery attempt."""
+        deadline = self._deadline(msg)
+        if deadline is not None and deadline <= now:
+            return dl.EXPIRED
+        limit = self._delivery_limit
+        if limit is not None:
+            count = self._delivery_counts.get(seq, 0) + 1
+            if count > limit:
+                return dl.DELIVERY_LIMIT
+            self._delivery_counts[seq] = count
+        return None
 
     def purge(self) -> int:
         count = self.store.purge()
+        self._expiring.clear()
         self.vhost.store_written(self.store)
         return count
 
+    # -- policies ---------------------------------------------------------------------
     # -- lifecycle --------------------------------------------------------------------
     def mark_deleted(self) -> list[Consumer]:
         """Called by the vhost: stop delivering and hand back consumers to notify."""
         self.deleted = True
         consumers, self.consumers = self.consumers, []
         self._groups = []
+        self.active_consumer = None
+        for timer in (self._timer, self._expires_timer):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._expires_timer = None
         self.store.delete()
         return consumers
+
+
+def _with_delivery_count(msg: Message, count: int) -> Message:
+    """The message as redelivered by a queue with a delivery limit: its headers
+    carry x-delivery-count, the number of earlier delivery attempts."""
+    props: BasicProperties = msg.decoded_properties()
+    headers = dict(props.headers) if props.headers else {}
+    headers["x-delivery-count"] = count
+    props.headers = headers
+    copy = msg.with_properties(props)
+    copy._ex_rk = msg._ex_rk
+    return copy

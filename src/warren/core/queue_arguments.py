@@ -22,6 +22,7 @@ __all__ = [
     "CLASSIC_QUEUE_ARGUMENTS",
     "EXCHANGE_ARGUMENTS",
     "assert_args_equivalent",
+    "max_priority",
     "validate_queue_arguments",
 ]
 
@@ -52,7 +53,6 @@ _OTHER_TYPES_ONLY = frozenset(
         "x-max-in-memory-length",
         "x-max-in-memory-bytes",
         "x-quorum-initial-group-size",
-        "x-delivery-limit",
         "x-queue-leader-locator",
         "x-max-age",
         "x-stream-max-segment-size-bytes",
@@ -103,6 +103,13 @@ def _non_neg_int(value: Any, args: dict[str, Any]) -> str | None:
     return error
 
 
+def _positive_int(value: Any, args: dict[str, Any]) -> str | None:
+    error = _int(value, args)
+    if error is None and value <= 0:
+        return f"{{value_zero_or_less,{value}}}"
+    return error
+
+
 def _expiry(value: int) -> str | None:
     if value < 0:
         return f"{{value_negative,{value}}}"
@@ -127,6 +134,15 @@ def _max_priority(value: Any, args: dict[str, Any]) -> str | None:
     if error is None and value > _MAX_PRIORITY:
         return f"{{max_value_exceeded,{value}}}"
     return error
+
+
+def max_priority(arguments: dict[str, Any]) -> int:
+    """The queue's x-max-priority (any AMQP integer type), 0 when it has none.
+
+    0 means "not a priority queue"; a value validation would refuse counts as 0.
+    """
+    value = arguments.get("x-max-priority", 0)
+    return value if _is_int(value) and 0 <= value <= _MAX_PRIORITY else 0
 
 
 def _dlx_name(value: Any, args: dict[str, Any]) -> str | None:
@@ -183,6 +199,10 @@ _VALIDATORS: tuple[tuple[str, _Check], ...] = (
     ("x-queue-version", _queue_version),
     ("x-single-active-consumer", _bool),
     ("x-queue-type", _queue_type),
+    # Beyond RabbitMQ's classic queues: the delivery limit of its quorum queues and
+    # the consumer timeout of 3.12+ (deduplication: see validate_queue_arguments).
+    ("x-delivery-limit", _non_neg_int),
+    ("x-consumer-timeout", _positive_int),
 )
 
 
@@ -222,6 +242,10 @@ def validate_queue_arguments(name: str, vhost: str, arguments: dict[str, Any]) -
             error = check(arguments[key], arguments)
             if error is not None:
                 raise _invalid(key, what, error)
+    if "x-message-deduplication" in arguments:
+        from warren.core.dedup import Deduplicator  # the plugin's rules and texts
+
+        Deduplicator.from_arguments(arguments, what)
     for key in arguments:
         if key in _OTHER_TYPES_ONLY:
             raise PreconditionFailed(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Iterator
 from typing import Protocol
 
 from warren.core.message import Message
@@ -20,6 +21,10 @@ class MessageStore(Protocol):
 
     Sequence numbers increase with every append. A requeued message returns to
     its original position: it is shifted before any message appended after it.
+
+    A message is *ready* from its append until it is shifted, and again from a
+    requeue until the next shift; a shifted message is *unacked* until it is
+    acked or requeued.
     """
 
     def append(self, msg: Message) -> int: ...
@@ -31,6 +36,27 @@ class MessageStore(Protocol):
 
     def shift(self) -> tuple[int, Message, bool] | None:
         """The next ready message as (seq, message, redelivered), now unacked."""
+        ...
+
+    def peek(self) -> tuple[int, Message, bool] | None:
+        """What shift() would return next, without taking it: the message stays ready.
+
+        redelivered is True for a requeued message, as shift() would say. A shift()
+        right after a peek() returns the same message without reading it again.
+        """
+        ...
+
+    def remove_ready(self, seq: int) -> Message | None:
+        """Take the ready message ``seq`` out of the queue, wherever it sits (head,
+        middle, or requeued), as if shifted and acked at once; the removal is as
+        durable as an ack. Returns the message, or None when ``seq`` is not ready
+        (unacked, acked, purged, removed before). ``seq`` must be a number this store
+        handed out (append, append_shifted, shift, peek or scan_ready)."""
+        ...
+
+    def scan_ready(self) -> Iterator[tuple[int, int, bytes]]:
+        """(seq, timestamp in ms, raw properties) of every ready message, in shift
+        order, without taking any; the store must not change while this runs."""
         ...
 
     def ack(self, seq: int) -> None:
@@ -67,54 +93,100 @@ class MessageStore(Protocol):
 
 
 class MemoryStore:
-    """Messages held in RAM: used for transient queues until the segment store lands."""
+    """Messages held in RAM (tests, and a VHost created without a store factory)."""
 
-    __slots__ = ("_ready", "_requeued", "_next_seq", "_bytes")
+    __slots__ = ("_msgs", "_order", "_requeued", "_next_seq", "_bytes")
 
     def __init__(self) -> None:
-        self._ready: deque[tuple[int, Message]] = deque()
-        # Requeued messages were shifted from the head, so their sequence numbers are
-        # below everything still in _ready: a min-heap in front of the deque restores
-        # the original order without searching.
-        self._requeued: list[tuple[int, Message]] = []
+        # Every ready message by seq. _order and _requeued say in which order they
+        # go; a seq taken out by remove_ready stays in them until it reaches the
+        # front, where it is dropped because _msgs no longer has it.
+        self._msgs: dict[int, Message] = {}
+        self._order: deque[int] = deque()  # appended, never shifted: ascending
+        # Requeued messages were shifted from the front, so their sequence numbers
+        # are below everything still in _order: a min-heap in front of the deque
+        # restores the original order without searching.
+        self._requeued: list[int] = []
         self._next_seq = 1
         self._bytes = 0
 
     def append(self, msg: Message) -> int:
         seq = self._next_seq
         self._next_seq = seq + 1
-        self._ready.append((seq, msg))
+        self._msgs[seq] = msg
+        self._order.append(seq)
         self._bytes += len(msg.body)
         return seq
 
     def append_shifted(self, msg: Message) -> int:
-        if self.ready_count:
+        if self._msgs:
             raise ValueError("append_shifted needs an empty backlog")
         seq = self._next_seq
         self._next_seq = seq + 1
         return seq
 
     def shift(self) -> tuple[int, Message, bool] | None:
-        if self._requeued:
-            seq, msg = heapq.heappop(self._requeued)
-            self._bytes -= len(msg.body)
-            return seq, msg, True
-        if self._ready:
-            seq, msg = self._ready.popleft()
-            self._bytes -= len(msg.body)
-            return seq, msg, False
+        msgs = self._msgs
+        requeued = self._requeued
+        while requeued:
+            seq = heapq.heappop(requeued)
+            msg = msgs.pop(seq, None)
+            if msg is not None:
+                self._bytes -= len(msg.body)
+                return seq, msg, True
+        order = self._order
+        while order:
+            seq = order.popleft()
+            msg = msgs.pop(seq, None)
+            if msg is not None:
+                self._bytes -= len(msg.body)
+                return seq, msg, False
         return None
+
+    def peek(self) -> tuple[int, Message, bool] | None:
+        msgs = self._msgs
+        requeued = self._requeued
+        while requeued:
+            msg = msgs.get(requeued[0])
+            if msg is not None:
+                return requeued[0], msg, True
+            heapq.heappop(requeued)
+        order = self._order
+        while order:
+            msg = msgs.get(order[0])
+            if msg is not None:
+                return order[0], msg, False
+            order.popleft()
+        return None
+
+    def remove_ready(self, seq: int) -> Message | None:
+        msg = self._msgs.pop(seq, None)
+        if msg is not None:
+            self._bytes -= len(msg.body)
+            if not self._msgs:
+                self._order.clear()
+                self._requeued.clear()
+        return msg
+
+    def scan_ready(self) -> Iterator[tuple[int, int, bytes]]:
+        msgs = self._msgs
+        for seq in (*sorted(self._requeued), *self._order):
+            msg = msgs.get(seq)
+            if msg is not None:
+                yield seq, msg.timestamp, msg.properties
 
     def ack(self, seq: int) -> None:
         pass
 
     def requeue(self, seq: int, msg: Message) -> None:
-        heapq.heappush(self._requeued, (seq, msg))
+        self._msgs[seq] = msg
+        heapq.heappush(self._requeued, seq)
         self._bytes += len(msg.body)
 
     def purge(self) -> int:
-        n = len(self._ready) + len(self._requeued)
-        self._ready.clear()
+        n = len(self._msgs)
+        self._msgs.clear()
+        self._order.clear()
         self._requeued.clear()
         self._bytes = 0
         return n
@@ -133,7 +205,7 @@ class MemoryStore:
 
     @property
     def ready_count(self) -> int:
-        return len(self._ready) + len(self._requeued)
+        return len(self._msgs)
 
     @property
     def ready_bytes(self) -> int:

@@ -6,12 +6,14 @@ here, so every protocol adapter gets the same answers and the same errors.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from warren.core import dead_letter as dl
 from warren.core.erlang_format import field_type
 from warren.core.errors import (
     AccessRefused,
@@ -22,14 +24,16 @@ from warren.core.errors import (
 )
 from warren.core.exchange import Binding, DefaultExchange, Exchange, exchange_class
 from warren.core.message import Message
-from warren.core.queue import STORED, Queue
+from warren.core.queue import REJECTED, STORED, Queue
 from warren.core.queue_arguments import (
     CLASSIC_QUEUE_ARGUMENTS,
     EXCHANGE_ARGUMENTS,
     assert_args_equivalent,
+    max_priority,
     validate_queue_arguments,
 )
 from warren.core.store import MemoryStore, MessageStore
+from warren.core.vhost_parameters import VHostParameters
 from warren.store.definitions import (
     binding_key,
     decode_arguments,
@@ -37,6 +41,7 @@ from warren.store.definitions import (
     exchange_key,
     queue_key,
 )
+from warren.store.priority_store import PriorityStore
 
 if TYPE_CHECKING:
     from warren.store.definitions import DefinitionsLog
@@ -44,6 +49,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("warren.vhost")
 
 REPLY_TO = "amq.rabbitmq.reply-to"
+
+#: VHost.publish's answer when a queue refused the message (reject-publish).
+REJECTED_BY_QUEUE = -1
+
 REPLY_TO_PREFIX = REPLY_TO + "."
 
 PREDECLARED = (
@@ -62,11 +71,28 @@ class ReplyTarget(Protocol):
     def deliver_reply(self, msg: Message) -> bool: ...
 
 
-# (vhost, queue name, persistent): persistent stores survive a restart.
-StoreFactory = Callable[["VHost", str, bool], MessageStore]
+# (vhost, queue name, persistent, x-max-priority or 0): persistent stores survive a
+# restart; a max priority above 0 asks for a priority store.
+StoreFactory = Callable[["VHost", str, bool, int], MessageStore]
+# (vhost, exchange name, persistent): for exchanges that hold messages (x-delayed-message).
+ExchangeStoreFactory = Callable[["VHost", str, bool], MessageStore]
 
 
-def _memory_store(vhost: VHost, name: str, persistent: bool) -> MessageStore:
+class TimerHandle(Protocol):
+    def cancel(self) -> None: ...
+
+
+# (delay in seconds, callback) -> a handle to cancel it: the event loop's call_later.
+CallLater = Callable[[float, Callable[[], None]], TimerHandle]
+
+
+def _memory_exchange_store(vhost: VHost, name: str, persistent: bool) -> MessageStore:
+    return MemoryStore()
+
+
+def _memory_store(vhost: VHost, name: str, persistent: bool, priorities: int) -> MessageStore:
+    if priorities:
+        return PriorityStore(priorities, lambda level: MemoryStore())
     return MemoryStore()
 
 
@@ -78,17 +104,22 @@ def server_named(prefix: str = "amq.gen-") -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
 
-class VHost:
+class VHost(VHostParameters):
     def __init__(
         self,
         name: str,
         call_soon: Callable[[Callable[[], None]], Any],
         store_factory: StoreFactory = _memory_store,
         definitions: DefinitionsLog | None = None,
+        call_later: CallLater | None = None,
+        exchange_store_factory: ExchangeStoreFactory = _memory_exchange_store,
     ) -> None:
         self.name = name
         self.call_soon = call_soon
+        self._call_later = call_later
+        self._init_parameters()  # policies and limits (vhost_parameters.py)
         self._store_factory = store_factory
+        self._exchange_store_factory = exchange_store_factory
         # Durable exchanges, queues and bindings are recorded here as they change.
         self.definitions = definitions
         self._written: dict[int, MessageStore] = {}
@@ -152,7 +183,9 @@ class VHost:
                 f"exchange '{name}' in vhost '{self.name}'"
             )
         ex = cls(self.name, name, durable, auto_delete, internal, arguments)
+        ex.attach(self)
         self.exchanges[name] = ex
+        self.attach_exchange_policy(ex)
         if durable and self.definitions is not None:
             self.definitions.put(exchange_key(name), exchange_record(ex))
         log.debug("exchange declared vhost=%s name=%s type=%s", self.name, name, type_)
@@ -204,6 +237,7 @@ class VHost:
 
     def _remove_exchange(self, ex: Exchange) -> None:
         ex.deleted = True
+        ex.discard()
         self.exchanges.pop(ex.name, None)
         if ex.durable and self.definitions is not None:
             self.definitions.delete(exchange_key(ex.name))
@@ -254,11 +288,14 @@ class VHost:
             if existing.exclusive_owner is not (owner if exclusive else None):
                 raise self._locked(name)
             self._check_queue_equivalent(existing, durable, exclusive, auto_delete, arguments)
+            existing.touch()
             return existing
-        # Only a new queue's arguments are validated (RabbitMQ's order).
+        # Only a new queue counts against the limit and has its arguments
+        # validated (RabbitMQ's order).
+        self.check_queue_limit(name)
         validate_queue_arguments(name, self.name, arguments)
         persistent = durable and not exclusive
-        store = self._store_factory(self, name, persistent)
+        store = self._store_factory(self, name, persistent, max_priority(arguments))
         q = Queue(
             self,
             name,
@@ -269,6 +306,7 @@ class VHost:
             arguments=arguments,
         )
         self.queues[name] = q
+        self.attach_queue_policies(q)
         if persistent and self.definitions is not None:
             self.definitions.put(queue_key(name), queue_record(q))
         log.debug("queue declared vhost=%s name=%s durable=%s", self.name, name, durable)
@@ -424,7 +462,9 @@ class VHost:
     def publish(
         self, exchange: Exchange, msg: Message, durable_out: list[MessageStore] | None = None
     ) -> int:
-        """Route and enqueue; returns how many queues (or reply consumers) took it.
+        """Route and enqueue; returns how many queues (or reply consumers) took it,
+        or REJECTED_BY_QUEUE when a queue refused it (x-overflow reject-publish):
+        routed, but the publisher is owed a nack.
 
         Stores that took a persistent message into a durable queue are appended to
         ``durable_out``: a publisher confirm for the message must wait for them.
@@ -432,18 +472,102 @@ class VHost:
         if exchange is self.default_exchange and msg.routing_key.startswith(REPLY_TO_PREFIX):
             target = self.reply_targets.get(msg.routing_key[len(REPLY_TO_PREFIX) :])
             return 1 if target is not None and target.deliver_reply(msg) else 0
+        dedup = exchange.deduplicator
+        if dedup is not None and dedup.seen(msg):
+            return 0  # a duplicate is dropped, as if unroutable (LavinMQ, the plugin)
+        props = msg.properties
+        if props and props[0] & 0x20 and b"CC" in props:  # 0x20: headers present
+            queues, msg = self._route_cc(exchange, msg)
+        else:
+            queues = self.route(exchange, msg)
         n = 0
+        rejected = False
         persistent: bool | None = None
-        for q in self.route(exchange, msg):
+        for q in queues:
             taken = q.publish(msg)
             if taken:
                 n += 1
-                if durable_out is not None and q.persistent and taken == STORED:
-                    if persistent is None:
-                        persistent = msg.persistent
-                    if persistent:
-                        durable_out.append(q.store)
-        return n
+                if taken == STORED:
+                    if durable_out is not None and q.persistent:
+                        if persistent is None:
+                            persistent = msg.persistent
+                        if persistent:
+                            durable_out.append(q.store)
+                elif taken == REJECTED:
+                    rejected = True
+        return REJECTED_BY_QUEUE if rejected else n
+
+    def route_keys(self, exchange: Exchange, msg: Message, keys: list[str]) -> list[Queue]:
+        """Queues for a message routed once per key (CC/BCC, dead-lettering), each once."""
+        queues: dict[int, Queue] = {}
+        for key in dict.fromkeys(keys):
+            probe = (
+                msg
+                if key == msg.routing_key
+                else Message(msg.exchange, key, msg.properties, msg.body, msg.timestamp)
+            )
+            for q in self.route(exchange, probe):
+                queues[id(q)] = q
+        return list(queues.values())
+
+    def _route_cc(self, exchange: Exchange, msg: Message) -> tuple[list[Queue], Message]:
+        """Sender-selected distribution: the CC and BCC headers name more routing keys;
+        BCC is removed from what the queues get, as RabbitMQ does."""
+        headers = msg.headers
+        if not headers or ("CC" not in headers and "BCC" not in headers):
+            return self.route(exchange, msg), msg
+        keys = [msg.routing_key, *dl.header_keys(headers.get("CC"))]
+        if "BCC" in headers:
+            keys.extend(dl.header_keys(headers["BCC"]))
+            props = msg.decoded_properties()
+            assert props.headers is not None
+            props.headers = {k: v for k, v in props.headers.items() if k != "BCC"}
+            stripped = msg.with_properties(props)
+            stripped._ex_rk = msg._ex_rk
+            msg = stripped
+        return self.route_keys(exchange, msg, keys), msg
+
+    def dead_letter(self, queue: Queue, msg: Message, reason: str, now: int) -> None:
+        """Republish a message a queue let go of to the queue's dead-letter exchange."""
+        dlx_name = queue.dead_letter_exchange
+        if dlx_name is None:
+            return
+        dlx = self.exchanges.get(dlx_name)
+        if dlx is None:
+            log.debug(
+                "vhost '%s': dead-letter exchange '%s' of queue '%s' does not exist; dropped",
+                self.name,
+                dlx_name,
+                queue.name,
+            )
+            return
+        copy, keys = dl.dead_letter(
+            msg, queue.name, reason, dlx_name, queue.dead_letter_routing_key, now
+        )
+        for target in self.route_keys(dlx, copy, keys):
+            if dl.is_cycle(target.name, copy.headers):
+                log.warning(
+                    "vhost '%s': message dead-lettered from queue '%s' (%s) would cycle "
+                    "back to queue '%s' with no rejection on the way; dropped",
+                    self.name,
+                    queue.name,
+                    reason,
+                    target.name,
+                )
+                continue
+            # At most once, as RabbitMQ's classic queues: no confirm waits for it.
+            target.publish(copy)
+
+    # -- services for exchanges that hold messages ---------------------------------------
+    def exchange_store(self, exchange: str, persistent: bool) -> MessageStore:
+        """A store of the exchange's own (x-delayed-message keeps its held messages there)."""
+        return self._exchange_store_factory(self, exchange, persistent)
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
+        """Run ``callback`` after ``delay`` seconds on the vhost's event loop."""
+        if self._call_later is not None:
+            return self._call_later(delay, callback)
+        return asyncio.get_running_loop().call_later(delay, callback)
 
     # -- store flushing -----------------------------------------------------------------
     def store_written(self, store: MessageStore) -> None:
@@ -468,6 +592,8 @@ class VHost:
             self.delete_queue(q.name)
 
     def close(self) -> None:
+        for ex in self.exchanges.values():
+            ex.close()
         for q in self.queues.values():
             q.store.close()
         if self.definitions is not None:
@@ -483,29 +609,35 @@ class VHost:
         defs = self.definitions
         if defs is None:
             return
+        self.restore_parameters()  # policies first: objects are matched as they return
         for rec in list(defs.entries("e:")):
             try:
                 cls = exchange_class(rec["type"])
                 if cls is None:
                     raise ValueError(f"unknown exchange type {rec['type']!r}")
                 args = decode_arguments(rec["arguments"])
-                self.exchanges[rec["name"]] = cls(
-                    self.name, rec["name"], True, rec["auto_delete"], rec["internal"], args
-                )
+                ex = cls(self.name, rec["name"], True, rec["auto_delete"], rec["internal"], args)
+                ex.attach(self)
+                self.exchanges[rec["name"]] = ex
+                self.attach_exchange_policy(ex)
             except Exception as exc:
                 log.error("vhost '%s': cannot restore exchange %r: %s", self.name, rec, exc)
         for rec in list(defs.entries("q:")):
             try:
                 name = rec["name"]
+                args = decode_arguments(rec["arguments"])
                 q = Queue(
                     self,
                     name,
-                    self._store_factory(self, name, True),
+                    self._store_factory(self, name, True, max_priority(args)),
                     durable=True,
                     auto_delete=rec["auto_delete"],
-                    arguments=decode_arguments(rec["arguments"]),
+                    arguments=args,
                 )
                 self.queues[name] = q
+                self.attach_queue_policies(q)
+                if q.message_count:
+                    q.rebuild_expiry_index()
             except Exception as exc:
                 log.error("vhost '%s': cannot restore queue %r: %s", self.name, rec, exc)
         for rec in list(defs.entries('["b"')):

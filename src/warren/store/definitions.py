@@ -1,4 +1,4 @@
-"""The durable definitions of one vhost: exchanges, queues and bindings.
+"""The durable definitions of one vhost: exchanges, queues, bindings, policies, limits.
 
 Every change is appended to ``definitions.log`` as one JSON line and fsynced, so
 a declare that a client saw confirmed survives kill -9. Replaying the log in

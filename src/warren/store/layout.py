@@ -6,9 +6,14 @@
       vhosts.json             the vhost names
       vhosts/<sha1(vhost)>/
         name                  the vhost's name, for people reading the tree
-        definitions.log       durable exchanges, queues, bindings (store/definitions.py)
+        definitions.log       durable exchanges, queues, bindings, policies, limits
         queues/<sha1(queue)>/ one durable queue's segment and ack files
-      transient/              stores of non-durable queues; wiped at every start
+        exchanges/<sha1(exchange)>/
+                              a durable exchange's own store: the messages a
+                              x-delayed-message exchange holds
+      transient/              stores of non-durable queues (<sha1(vhost)>/<sha1(queue)>)
+                              and exchanges (<sha1(vhost)>/exchanges/<sha1(exchange)>);
+                              wiped at every start
 
 Names are hashed because vhost and queue names may hold any character.
 """
@@ -98,16 +103,31 @@ class DataDir:
     def transient_queue_dir(self, vhost: str, queue: str) -> Path:
         return self.transient_root / _hashed(vhost) / _hashed(queue)
 
+    def exchange_dir(self, vhost: str, exchange: str) -> Path:
+        return self.vhost_dir(vhost) / "exchanges" / _hashed(exchange)
+
+    def transient_exchange_dir(self, vhost: str, exchange: str) -> Path:
+        return self.transient_root / _hashed(vhost) / "exchanges" / _hashed(exchange)
+
     def remove_orphan_queue_dirs(self, vhost: str, queues: list[str]) -> None:
         """Queue directories with no durable queue behind them (a crash between the
         delete of the definition and of the files) are removed."""
-        parent = self.vhost_dir(vhost) / "queues"
+        self._remove_orphans(vhost, "queues", queues)
+
+    def remove_orphan_exchange_dirs(self, vhost: str, exchanges: list[str]) -> None:
+        """Exchange directories with no durable exchange behind them are removed."""
+        self._remove_orphans(vhost, "exchanges", exchanges)
+
+    def _remove_orphans(self, vhost: str, kind: str, owners: list[str]) -> None:
+        parent = self.vhost_dir(vhost) / kind
         if not parent.is_dir():
             return
-        keep = {_hashed(q) for q in queues}
+        keep = {_hashed(name) for name in owners}
         for entry in parent.iterdir():
             if entry.name not in keep:
-                log.warning("vhost '%s': removing orphaned queue directory %s", vhost, entry)
+                log.warning(
+                    "vhost '%s': removing orphaned %s directory %s", vhost, kind[:-1], entry
+                )
                 shutil.rmtree(entry, ignore_errors=True)
 
     def load_vhosts(self) -> list[str]:

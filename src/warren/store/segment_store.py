@@ -15,6 +15,7 @@ so the per-message append/shift/ack paths take no lock.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import heapq
 import io
@@ -23,10 +24,12 @@ import mmap
 import os
 import re
 import shutil
+import struct
 import sys
 import threading
 from array import array
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 
 from warren.core.message import Message
@@ -43,7 +46,7 @@ from warren.store.records import (
     inspect_record,
 )
 
-__all__ = ["SegmentStore"]
+__all__ = ["SEQ_BITS", "SegmentStore"]
 
 log = logging.getLogger("warren.store")
 
@@ -51,6 +54,8 @@ _NAME = re.compile(r"(msgs|acks)\.(\d{10})")
 _TMP_NAME = re.compile(r"acks\.\d{10}\.tmp")
 _OFFSET_MASK = 0xFFFFFFFF
 _MAX_SEGMENT_ID = 9_999_999_999  # ten digits in the file name
+#: Every sequence number of a SegmentStore is below ``1 << SEQ_BITS`` (66).
+SEQ_BITS = _MAX_SEGMENT_ID.bit_length() + 32
 # Python-side write buffer of the write segment. Small on purpose: an idle queue
 # keeps its write file (and so this buffer) open.
 _WRITE_BUFFER = 32 * 1024
@@ -58,12 +63,27 @@ _WRITE_BUFFER = 32 * 1024
 # pending acks force a batch without waiting for flush()/sync().
 _ACK_BATCH = 4096
 _BIG_ENDIAN = sys.byteorder == "big"
+_NO_SKIP: array[int] = array("I")
+# u32 record length, u64 timestamp, u8 exchange length: what scan_ready reads first.
+_SCAN_HEAD = struct.Struct(">IQB")
+_U32 = struct.Struct(">I")
 
 
 class _Segment:
-    """Counters for one segment file; nothing per message except the recovery skip list."""
+    """Counters for one segment file; nothing per message except the dead records
+    still ahead of the read cursor (recovery's skip list, remove_ready's set)."""
 
-    __slots__ = ("id", "records", "dead", "unread", "unread_bytes", "skip", "has_acks")
+    __slots__ = (
+        "id",
+        "records",
+        "dead",
+        "unread",
+        "unread_bytes",
+        "skip",
+        "removed",
+        "removed_max",
+        "has_acks",
+    )
 
     def __init__(self, segment_id: int) -> None:
         self.id = segment_id
@@ -74,6 +94,11 @@ class _Segment:
         # Offsets of dead records ahead of the read cursor (only after recovery:
         # at runtime every ack is for a record behind the cursor). Sorted.
         self.skip: array[int] | None = None
+        # Offsets of records taken out by remove_ready() ahead of the read cursor
+        # (dead, acked, but still in the cursor's way), and the highest of them ever
+        # added: once the cursor is past it the set is stale and dropped.
+        self.removed: set[int] | None = None
+        self.removed_max = 0
         self.has_acks = False
 
 
@@ -149,7 +174,16 @@ class SegmentStore:
         self._rend = 0
         self._skip: array[int] | None = None
         self._skip_i = 0
-        self._requeued: list[tuple[int, Message]] = []  # heap, bounded by prefetch
+        # A record peek() decoded at the cursor, for the next shift(): (seq, message,
+        # record length).
+        self._peeked: tuple[int, Message, int] | None = None
+        # shift() must leave its fast path: a skip list, removed records or a peeked
+        # record in the cursor's segment (kept by _set_detour()).
+        self._detour = False
+        # Requeued messages by seq, and their seqs as a heap (bounded by prefetch). A
+        # seq taken out by remove_ready() stays in the heap until it reaches the top.
+        self._requeued: dict[int, Message] = {}
+        self._requeued_heap: list[int] = []
         self._ready_count = 0
         self._ready_bytes = 0
         # Shared with sync() in a worker thread: deque.append/popleft are atomic, the
@@ -241,15 +275,22 @@ class SegmentStore:
         return seq
 
     def shift(self) -> tuple[int, Message, bool] | None:
-        if self._requeued:
-            seq, msg = heapq.heappop(self._requeued)
+        requeued = self._requeued
+        if requeued:
+            heap = self._requeued_heap
+            seq = heapq.heappop(heap)
+            while seq not in requeued:  # taken out by remove_ready
+                seq = heapq.heappop(heap)
+            msg = requeued.pop(seq)
             self._ready_count -= 1
             self._ready_bytes -= len(msg.body)
             return seq, msg, True
         while self._ready_count:
             m = self._rmap
             pos = self._rpos
-            if m is None or pos >= self._rend or self._skip is not None:
+            if m is None or pos >= self._rend or self._detour:
+                if self._peeked is not None:
+                    return self._take_peeked()
                 m, pos = self._locate()
                 if m is None:
                     continue  # the segment turned out unreadable; counts were adjusted
@@ -284,20 +325,251 @@ class SegmentStore:
             with self._lock:
                 self._write_acks_locked()
 
+    def read(self, seq: int) -> Message:
+        """The message appended at ``seq``, read from its segment file (random access).
+
+        For stores whose messages leave out of order (a delayed exchange appends
+        with append_shifted, keeps only the sequence numbers, reads each message back
+        when it is due and acks it). Raises KeyError for a segment that is gone and
+        CorruptRecord for a record that does not read back.
+        """
+        seg = self._segs.get(seq >> 32)
+        if seg is None:
+            raise KeyError(seq)
+        pos = seq & _OFFSET_MASK
+        if seg is self._wseg:
+            with self._lock:
+                if self._wfile is not None:
+                    self._wfile.flush()
+        fd = os.open(self._msgs_path(seg.id), os.O_RDONLY)
+        try:
+            head = os.pread(fd, 4, pos)
+            length = int.from_bytes(head, "big") if len(head) == 4 else 0
+            data = os.pread(fd, length, pos) if length >= MIN_RECORD_SIZE else head
+        finally:
+            os.close(fd)
+        msg, _ = decode_record(data, 0, len(data))
+        return msg
+
     def requeue(self, seq: int, msg: Message) -> None:
-        heapq.heappush(self._requeued, (seq, msg))
+        self._requeued[seq] = msg
+        heapq.heappush(self._requeued_heap, seq)
         self._ready_count += 1
         self._ready_bytes += len(msg.body)
+
+    def peek(self) -> tuple[int, Message, bool] | None:
+        """The message shift() returns next, left in place. A record read from the
+        file is kept for that shift(), which then does not decode it again."""
+        requeued = self._requeued
+        if requeued:
+            heap = self._requeued_heap
+            while heap[0] not in requeued:  # taken out by remove_ready
+                heapq.heappop(heap)
+            return heap[0], requeued[heap[0]], True
+        peeked = self._peeked
+        if peeked is not None:
+            return peeked[0], peeked[1], False
+        while self._ready_count:
+            m, pos = self._locate()
+            if m is None:
+                continue
+            seg = self._rseg
+            assert seg is not None
+            try:
+                msg, length = decode_record(m, pos, self._rend, False)
+            except CorruptRecord as exc:
+                self._abandon_segment(seg, f"record at offset {pos}: {exc.reason}")
+                continue
+            seq = (seg.id << 32) | pos
+            self._peeked = (seq, msg, length)
+            self._detour = True
+            return seq, msg, False
+        return None
+
+    def _take_peeked(self) -> tuple[int, Message, bool]:
+        """shift() of the record peek() decoded: it sits at the cursor."""
+        peeked = self._peeked
+        seg = self._rseg
+        assert peeked is not None and seg is not None
+        seq, msg, length = peeked
+        self._peeked = None
+        self._rpos = (seq & _OFFSET_MASK) + length
+        b = len(msg.body)
+        seg.unread -= 1
+        seg.unread_bytes -= b
+        self._ready_count -= 1
+        self._ready_bytes -= b
+        self._set_detour()
+        if not seg.unread:
+            self._close_map()
+        return seq, msg, False
+
+    def remove_ready(self, seq: int) -> Message | None:
+        """Take a ready message out wherever it is, acking it (durable like any ack).
+
+        A requeued message leaves the requeued set. A record at the cursor moves the
+        cursor past it; one further on is remembered in its segment's ``removed`` set
+        until the cursor steps over it. O(1) apart from reading the record (from the
+        read map when it covers it, else one pread). None when ``seq`` is not ready.
+        """
+        requeued = self._requeued
+        if requeued:
+            msg = requeued.pop(seq, None)
+            if msg is not None:
+                if not requeued:
+                    self._requeued_heap.clear()
+                self._ready_count -= 1
+                self._ready_bytes -= len(msg.body)
+                self.ack(seq)
+                return msg
+        seg = self._segs.get(seq >> 32)
+        off = seq & _OFFSET_MASK
+        if seg is None or not seg.unread or off < FILE_HEADER_SIZE:
+            return None
+        rseg = self._rseg
+        if rseg is not None and (seg.id < rseg.id or (seg is rseg and off < self._rpos)):
+            return None  # behind the cursor: shifted (acked or not), or purged
+        removed = seg.removed
+        if removed is not None and off in removed:
+            return None
+        skip = seg.skip
+        if skip is not None:
+            i = bisect.bisect_left(skip, off)
+            if i < len(skip) and skip[i] == off:
+                return None  # dead since before the last restart
+        peeked = self._peeked
+        if peeked is not None and peeked[0] == seq:
+            self._peeked = None
+            msg, length = peeked[1], peeked[2]
+            self._rpos = off + length
+        else:
+            found = self._read_record(seg, off)
+            if found is None:
+                return None
+            msg, length = found
+            if seg is rseg and off == self._rpos:
+                self._rpos = off + length
+            else:
+                if removed is None:
+                    removed = seg.removed = set()
+                    seg.removed_max = 0
+                removed.add(off)
+                if off > seg.removed_max:
+                    seg.removed_max = off
+        b = len(msg.body)
+        seg.unread -= 1
+        seg.unread_bytes -= b
+        self._ready_count -= 1
+        self._ready_bytes -= b
+        if seg is rseg:
+            self._set_detour()
+        elif not seg.unread and seg is not self._wseg:
+            # Nothing left to read there and nothing will be appended: the cursor
+            # never enters it again.
+            seg.removed = None
+        self.ack(seq)
+        return msg
+
+    def _read_record(self, seg: _Segment, off: int) -> tuple[Message, int] | None:
+        """Decode the record at ``off`` of ``seg``, CRC included; None if there is none."""
+        if seg is self._rseg and self._rmap is not None and off < self._rend:
+            with contextlib.suppress(CorruptRecord):
+                return decode_record(self._rmap, off, self._rend, True)
+        if seg is self._wseg:
+            if off >= self._wpos:
+                return None
+            if self._wfile is not None:
+                self._wfile.flush()
+        try:
+            fd = os.open(self._msgs_path(seg.id), os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            data = os.pread(fd, 4096, off)
+            if len(data) >= 4:
+                length = _U32.unpack_from(data)[0]
+                if length > len(data):
+                    if off + length > os.fstat(fd).st_size:
+                        return None  # not a record: its length runs past the file
+                    data = os.pread(fd, length, off)
+            return decode_record(data, 0, len(data), True)
+        except (OSError, CorruptRecord):
+            return None
+        finally:
+            os.close(fd)
+
+    def scan_ready(self) -> Iterator[tuple[int, int, bytes]]:
+        """(seq, timestamp, raw properties) of each ready message, in shift order.
+
+        Requeued messages first, then the records from the cursor on, read through
+        maps of its own (the read cursor and its map are not touched) and without
+        building Message objects or checking CRCs (recovery did). Do not change the
+        store while iterating.
+        """
+        if self._requeued:
+            requeued = self._requeued
+            for seq in sorted(requeued):
+                msg = requeued[seq]
+                yield seq, msg.timestamp, msg.properties
+        rseg = self._rseg
+        for seg in list(self._segs.values()):
+            if not seg.unread or (rseg is not None and seg.id < rseg.id):
+                continue
+            start = self._rpos if seg is rseg else FILE_HEADER_SIZE
+            yield from self._scan_segment(seg, max(start, FILE_HEADER_SIZE))
+
+    def _scan_segment(self, seg: _Segment, pos: int) -> Iterator[tuple[int, int, bytes]]:
+        if seg is self._wseg and self._wfile is not None:
+            self._wfile.flush()
+        fd = os.open(self._msgs_path(seg.id), os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            if size <= pos:
+                return
+            m = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        try:
+            if hasattr(mmap, "MADV_SEQUENTIAL"):
+                m.madvise(mmap.MADV_SEQUENTIAL)
+            left = seg.unread
+            base = seg.id << 32
+            head = _SCAN_HEAD.unpack_from
+            u32 = _U32.unpack_from
+            skip = seg.skip if seg.skip is not None else _NO_SKIP
+            removed = seg.removed
+            i = bisect.bisect_left(skip, pos)
+            n = len(skip)
+            check = n > i or removed is not None
+            while left and pos + MIN_RECORD_SIZE <= size:
+                length, timestamp, ex_len = head(m, pos)
+                if length < MIN_RECORD_SIZE:
+                    break  # validated data never has this; stop rather than spin
+                if check:
+                    while i < n and skip[i] < pos:
+                        i += 1
+                    if (i < n and skip[i] == pos) or (removed is not None and pos in removed):
+                        pos += length
+                        continue
+                o = pos + 14 + ex_len + m[pos + 13 + ex_len]
+                p_len = u32(m, o)[0]
+                yield base | pos, timestamp, m[o + 4 : o + 4 + p_len]
+                left -= 1
+                pos += length
+        finally:
+            m.close()
 
     def purge(self) -> int:
         n = self._ready_count
         if not n:
             return 0
-        requeued, self._requeued = self._requeued, []
-        for seq, msg in requeued:
+        requeued, self._requeued = self._requeued, {}
+        self._requeued_heap = []
+        for seq, msg in requeued.items():
             self._ready_count -= 1
             self._ready_bytes -= len(msg.body)
             self.ack(seq)
+        self._peeked = None
         rseg = self._rseg
         for seg in list(self._segs.values()):
             if seg.unread:
@@ -310,10 +582,12 @@ class SegmentStore:
                 seg.unread = 0
                 seg.unread_bytes = 0
             seg.skip = None
+            seg.removed = None
         self._ready_count = 0
         self._ready_bytes = 0
         self._close_map()
         self._skip = None
+        self._detour = False
         wseg = self._wseg
         for seg in list(self._segs.values()):
             if seg.dead >= seg.records:
@@ -359,6 +633,9 @@ class SegmentStore:
         self._close_map()
         self._segs.clear()
         self._requeued.clear()
+        self._requeued_heap.clear()
+        self._peeked = None
+        self._detour = False
         self._wseg = self._rseg = None
         self._ready_count = self._ready_bytes = 0
         shutil.rmtree(self._dir, ignore_errors=True)
@@ -537,6 +814,8 @@ class SegmentStore:
             self._close_map()
             self._rseg = None
             self._skip = None
+            self._peeked = None
+            self._detour = False
         with self._lock:
             if self._closed or self._segs.pop(seg.id, None) is None:
                 return
@@ -574,10 +853,20 @@ class SegmentStore:
         old = self._rseg
         if old is not None:
             old.skip = None
+            old.removed = None
         self._rseg = seg
         self._rpos = FILE_HEADER_SIZE
         self._skip = seg.skip
         self._skip_i = 0
+        self._set_detour()
+
+    def _set_detour(self) -> None:
+        seg = self._rseg
+        self._detour = (
+            self._peeked is not None
+            or self._skip is not None
+            or (seg is not None and seg.removed is not None)
+        )
 
     def _locate(self) -> tuple[mmap.mmap | None, int]:
         """Map the next unread record, moving through segments and past dead records.
@@ -601,7 +890,7 @@ class SegmentStore:
                         "%s: ready count %d but nothing to read", self._dir, self._ready_count
                     )
                     self._ready_count = len(self._requeued)
-                    self._ready_bytes = sum(len(m.body) for _, m in self._requeued)
+                    self._ready_bytes = sum(len(m.body) for m in self._requeued.values())
                     return None, 0
                 self._enter(nxt)
                 seg = nxt
@@ -616,23 +905,34 @@ class SegmentStore:
                 if m is None or self._rpos >= self._rend:
                     self._abandon_segment(seg, "file shorter than its records")
                     return None, 0
-            skip = self._skip
-            if skip is None:
+            removed = seg.removed
+            if self._skip is None and removed is None:
+                self._detour = False  # callers hold no peeked record
                 return m, self._rpos
+            # Step over dead records: recovered ones (skip, sorted) and removed ones.
+            skip = self._skip if self._skip is not None else _NO_SKIP
             pos = self._rpos
+            end = self._rend
             i = self._skip_i
             n = len(skip)
-            while i < n and skip[i] <= pos:
-                if skip[i] == pos:
+            while pos < end:
+                while i < n and skip[i] < pos:
+                    i += 1
+                if i < n and skip[i] == pos:
                     pos += int.from_bytes(m[pos : pos + 4], "big")
-                    if pos >= self._rend:
-                        break
-                i += 1
+                elif removed is not None and pos in removed:
+                    removed.discard(pos)
+                    pos += int.from_bytes(m[pos : pos + 4], "big")
+                else:
+                    break
             self._rpos = pos
             self._skip_i = i
             if i >= n:
                 self._skip = seg.skip = None
-            if pos < self._rend:
+            if removed is not None and (not removed or pos > seg.removed_max):
+                seg.removed = None  # every removed record is behind the cursor now
+            self._set_detour()
+            if pos < end:
                 return m, pos
 
     def _abandon_segment(self, seg: _Segment, reason: str) -> None:
@@ -650,6 +950,10 @@ class SegmentStore:
         seg.dead += seg.unread
         seg.unread = 0
         seg.unread_bytes = 0
+        seg.removed = None
+        if seg is self._rseg:
+            self._peeked = None
+            self._set_detour()
         self._close_map()
         if seg is self._wseg:
             self._retire_write_segment()  # do not append after damage
@@ -666,6 +970,7 @@ class SegmentStore:
             return
         pos = self._rpos
         skip = self._skip
+        removed = seg.removed
         i = self._skip_i
         while left and pos < self._rend:
             length = int.from_bytes(m[pos : pos + 4], "big")
@@ -673,7 +978,9 @@ class SegmentStore:
                 break  # cannot happen for validated data; stop rather than spin
             while skip is not None and i < len(skip) and skip[i] < pos:
                 i += 1
-            if skip is None or i >= len(skip) or skip[i] != pos:
+            if (skip is None or i >= len(skip) or skip[i] != pos) and (
+                removed is None or pos not in removed
+            ):
                 self._acks.append((seg.id << 32) | pos)
                 seg.dead += 1
                 left -= 1

@@ -1,0 +1,248 @@
+"""A vhost's runtime parameters: policies, operator policies and limits.
+
+:class:`VHostParameters` is a mixin of :class:`~warren.core.vhost.VHost`; it
+keeps the parameters, records them in the vhost's definitions log, tells every
+queue and exchange which policy applies to it, and makes the limit decisions
+(connection count, queue count) every protocol front end asks for.
+
+Definitions-log records (beside the exchanges' ``e:``, queues' ``q:`` and the
+bindings' JSON-array keys): ``policy:<name>``, ``operator_policy:<name>``
+(the policy's JSON fields) and ``vhost-limits`` (the limits object).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from warren.core.errors import NotAllowed, NotFound, PreconditionFailed
+from warren.core.policies import Policy, best_match, validate_policy
+from warren.core.runtime_parameters import limit, validate_limits
+
+if TYPE_CHECKING:
+    from warren.core.exchange import Exchange
+    from warren.core.queue import Queue
+    from warren.store.definitions import DefinitionsLog
+
+__all__ = ["LIMITS_KEY", "OPERATOR_POLICY_PREFIX", "POLICY_PREFIX", "VHostParameters"]
+
+log = logging.getLogger("warren.vhost")
+
+POLICY_PREFIX = "policy:"
+OPERATOR_POLICY_PREFIX = "operator_policy:"
+LIMITS_KEY = "vhost-limits"
+
+
+def _sorted(policies: dict[str, Policy]) -> list[Policy]:
+    return sorted(policies.values(), key=lambda p: (-p.priority, p.name))
+
+
+class VHostParameters:
+    """Policies, operator policies, limits and the open-connection count of a vhost."""
+
+    # Provided by VHost.
+    name: str
+    queues: dict[str, Queue]
+    exchanges: dict[str, Exchange]
+    definitions: DefinitionsLog | None
+
+    def _init_parameters(self) -> None:
+        self._policies: dict[str, Policy] = {}
+        self._operator_policies: dict[str, Policy] = {}
+        self._limits: dict[str, int] | None = None
+        self._open_connections: set[object] = set()
+
+    # -- policies ---------------------------------------------------------------------
+    @property
+    def policies(self) -> list[Policy]:
+        """The vhost's policies, highest priority first."""
+        return _sorted(self._policies)
+
+    @property
+    def operator_policies(self) -> list[Policy]:
+        return _sorted(self._operator_policies)
+
+    def set_policy(
+        self,
+        name: str,
+        pattern: str,
+        definition: dict[str, Any],
+        priority: int = 0,
+        apply_to: str = "all",
+    ) -> Policy:
+        """Add or replace a policy (ValidationFailed with RabbitMQ's texts if invalid);
+        every queue and exchange of the vhost is matched again at once."""
+        policy = validate_policy(name, pattern, definition, priority, apply_to)
+        self._put_policy(policy)
+        return policy
+
+    def set_operator_policy(
+        self,
+        name: str,
+        pattern: str,
+        definition: dict[str, Any],
+        priority: int = 0,
+        apply_to: str = "all",
+    ) -> Policy:
+        policy = validate_policy(name, pattern, definition, priority, apply_to, operator=True)
+        self._put_policy(policy)
+        return policy
+
+    def clear_policy(self, name: str) -> None:
+        """Remove a policy; NotFound("Parameter does not exist") when there is none."""
+        self._drop_policy(self._policies, POLICY_PREFIX, name)
+
+    def clear_operator_policy(self, name: str) -> None:
+        self._drop_policy(self._operator_policies, OPERATOR_POLICY_PREFIX, name)
+
+    def _put_policy(self, policy: Policy) -> None:
+        table, prefix = (
+            (self._operator_policies, OPERATOR_POLICY_PREFIX)
+            if policy.operator
+            else (self._policies, POLICY_PREFIX)
+        )
+        if table.get(policy.name) == policy:
+            return  # RabbitMQ: setting the same value again changes nothing
+        table[policy.name] = policy
+        if self.definitions is not None:
+            self.definitions.put(prefix + policy.name, policy.as_json())
+        log.info(
+            "vhost '%s': %s '%s' set: pattern '%s', apply-to %s, priority %s, %s",
+            self.name,
+            "operator policy" if policy.operator else "policy",
+            policy.name,
+            policy.pattern,
+            policy.apply_to,
+            policy.priority,
+            policy.definition,
+        )
+        self.reapply_policies()
+
+    def _drop_policy(self, table: dict[str, Policy], prefix: str, name: str) -> None:
+        if table.pop(name, None) is None:
+            raise NotFound("Parameter does not exist")
+        if self.definitions is not None:
+            self.definitions.delete(prefix + name)
+        label = "operator policy" if prefix == OPERATOR_POLICY_PREFIX else "policy"
+        log.info("vhost '%s': %s '%s' cleared", self.name, label, name)
+        self.reapply_policies()
+
+    def match_policies(self, queue_name: str) -> tuple[Policy | None, Policy | None]:
+        """The policy and operator policy that apply to the queue named ``queue_name``."""
+        return (
+            best_match(self._policies.values(), "queue", queue_name),
+            best_match(self._operator_policies.values(), "queue", queue_name),
+        )
+
+    def attach_queue_policies(self, q: Queue) -> None:
+        """Give a new (declared or restored) queue its policies; always called once."""
+        q.apply_policies(*self.match_policies(q.name))
+
+    def attach_exchange_policy(self, ex: Exchange) -> None:
+        ex.policy = best_match(self._policies.values(), "exchange", ex.name)
+
+    def reapply_policies(self) -> None:
+        """Match every queue and exchange again, as rabbit_policy:update_matched_objects
+        does: a queue whose policies changed is told through ``apply_policies``."""
+        for q in list(self.queues.values()):
+            policy, op = self.match_policies(q.name)
+            if policy != q.policy or op != q.operator_policy:
+                q.apply_policies(policy, op)
+        for ex in self.exchanges.values():
+            self.attach_exchange_policy(ex)
+
+    # -- limits -------------------------------------------------------------------------
+    @property
+    def limits(self) -> dict[str, int]:
+        """The limits as set (a negative value means no limit); empty when none."""
+        return dict(self._limits or {})
+
+    @property
+    def has_limits(self) -> bool:
+        """Whether a limits parameter is set (possibly empty, as RabbitMQ allows)."""
+        return self._limits is not None
+
+    def set_limits(self, limits: dict[str, Any]) -> None:
+        """Replace the vhost's limits, as ``rabbitmqctl set_vhost_limits`` does.
+
+        ``max-connections`` and ``max-queues`` are integers; 0 allows none, a
+        negative value means no limit. Existing connections and queues stay.
+        """
+        self._limits = validate_limits(limits)
+        if self.definitions is not None:
+            self.definitions.put(LIMITS_KEY, dict(self._limits))
+        log.info("vhost '%s': limits set to %s", self.name, self._limits)
+
+    def clear_limits(self, name: str | None = None) -> None:
+        """Remove one limit (``name``) or all of them; NotFound when none are set."""
+        if self._limits is None:
+            raise NotFound("Parameter does not exist")
+        if name is not None:
+            self.set_limits({k: v for k, v in self._limits.items() if k != name})
+            return
+        self._limits = None
+        if self.definitions is not None:
+            self.definitions.delete(LIMITS_KEY)
+        log.info("vhost '%s': limits cleared", self.name)
+
+    def _limit(self, key: str) -> int | None:
+        return None if self._limits is None else limit(self._limits, key)
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._open_connections)
+
+    def check_connection_limit(self, username: str) -> None:
+        """Refuse one more connection beyond max-connections (530, RabbitMQ's text)."""
+        cap = self._limit("max-connections")
+        if cap is not None and len(self._open_connections) >= cap:
+            raise NotAllowed(
+                f"access to vhost '{self.name}' refused for user '{username}': "
+                f"connection limit ({cap}) is reached"
+            )
+
+    def connection_opened(self, conn: object) -> None:
+        self._open_connections.add(conn)
+
+    def connection_closed(self, conn: object) -> None:
+        self._open_connections.discard(conn)
+
+    def check_queue_limit(self, queue_name: str) -> None:
+        """Refuse a new queue beyond max-queues (406, RabbitMQ's text)."""
+        cap = self._limit("max-queues")
+        if cap is not None and len(self.queues) + 1 > cap:
+            raise PreconditionFailed(
+                f"cannot declare queue '{queue_name}': "
+                f"queue limit in vhost '{self.name}' ({cap}) is reached"
+            )
+
+    # -- recovery -------------------------------------------------------------------------
+    def restore_parameters(self) -> None:
+        """Load policies and limits from the definitions log, before the queues and
+        exchanges are restored (they are matched as they are recreated)."""
+        defs = self.definitions
+        if defs is None:
+            return
+        for prefix, operator in ((POLICY_PREFIX, False), (OPERATOR_POLICY_PREFIX, True)):
+            for rec in list(defs.entries(prefix)):
+                try:
+                    policy = validate_policy(
+                        rec["name"],
+                        rec["pattern"],
+                        rec["definition"],
+                        rec["priority"],
+                        rec["apply-to"],
+                        operator=operator,
+                    )
+                except (KeyError, TypeError, ValueError) as exc:
+                    log.error("vhost '%s': cannot restore policy %r: %s", self.name, rec, exc)
+                    continue
+                table = self._operator_policies if operator else self._policies
+                table[policy.name] = policy
+        for rec in list(defs.entries(LIMITS_KEY)):
+            try:
+                self._limits = validate_limits(rec)
+            except ValueError as exc:
+                log.error("vhost '%s': cannot restore limits %r: %s", self.name, rec, exc)
+        for ex in self.exchanges.values():
+            self.attach_exchange_policy(ex)

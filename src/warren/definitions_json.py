@@ -1,0 +1,650 @@
+"""Definitions in RabbitMQ's JSON format: import (``load_definitions``) and export.
+
+The format is what ``rabbitmqctl export_definitions`` and the management API's
+``/api/definitions`` produce: top-level lists of ``users``, ``vhosts``,
+``permissions``, ``topic_permissions``, ``parameters`` (vhost limits and
+operator policies are runtime parameters), ``global_parameters``,
+``policies``, ``queues``, ``exchanges`` and ``bindings``.
+
+Import follows RabbitMQ 3.10's ``rabbit_definitions:apply_defs/3``: the same
+order, and the same idempotency (users, permissions, policies and parameters
+are set again; existing queues and exchanges are left as they are; names
+starting with ``amq.`` are skipped). Unlike RabbitMQ it checks the whole
+document before changing anything, so a malformed entry is reported without a
+half-applied import; what only applying can reveal (say, a binding whose queue
+is missing) still stops the import where it occurs.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import decimal
+import json
+import logging
+import re
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from warren import __version__
+from warren.core.errors import BrokerError
+from warren.core.exchange import exchange_class
+from warren.core.policies import Policy, validate_policy
+from warren.core.queue_arguments import validate_queue_arguments
+from warren.core.runtime_parameters import ValidationFailed, validate_limits
+from warren.core.users import Permission, User, hash_password
+from warren.core.vhost import PREDECLARED
+
+if TYPE_CHECKING:
+    from warren.broker import Broker
+    from warren.core.exchange import Exchange
+    from warren.core.queue import Queue
+
+__all__ = ["DefinitionsError", "export_definitions", "import_definitions", "read_definitions"]
+
+log = logging.getLogger("warren.definitions")
+
+HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
+#: The RabbitMQ release whose export format Warren writes.
+RABBITMQ_FORMAT_VERSION = "3.10.8"
+
+_VERSION_KEYS = ("rabbit_version", "rabbitmq_version", "product_name", "product_version")
+
+CATEGORIES = (
+    "users",
+    "vhosts",
+    "permissions",
+    "topic_permissions",
+    "parameters",
+    "global_parameters",
+    "policies",
+    "queues",
+    "exchanges",
+    "bindings",
+)
+
+
+class DefinitionsError(ValueError):
+    """Definitions that cannot be imported; the message names the entry and the problem."""
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+def read_definitions(path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The definitions in a JSON file, or in every ``*.json`` file of a directory
+    (name order), as RabbitMQ's ``load_definitions`` reads them."""
+    path = Path(path)
+    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    out = []
+    for file in files:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise DefinitionsError(
+                f"definitions file {file}: cannot read it: {exc.strerror or exc}"
+            ) from None
+        except UnicodeDecodeError as exc:
+            raise DefinitionsError(f"definitions file {file}: not UTF-8 text: {exc}") from None
+        try:
+            data = json.loads(text) if text.strip() else {}
+        except ValueError as exc:
+            raise DefinitionsError(f"definitions file {file}: not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise DefinitionsError(f"definitions file {file}: definitions must be a JSON object")
+        out.append((file, data))
+    return out
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+class _Entry:
+    """One entry of a category, for reading fields with errors that name it."""
+
+    def __init__(self, category: str, index: int, rec: Any) -> None:
+        self.where = f"{category}[{index}]"
+        if not isinstance(rec, dict):
+            raise DefinitionsError(f"{self.where}: must be a JSON object, not {_kind(rec)}")
+        self.rec = rec
+        name = rec.get("name")
+        if isinstance(name, str):
+            self.where += f" '{name}'"
+
+    def error(self, text: str) -> DefinitionsError:
+        return DefinitionsError(f"{self.where}: {text}")
+
+    def text(self, key: str, default: str | None = None) -> str:
+        value = self.rec.get(key, default)
+        if not isinstance(value, str):
+            raise self.error(f"'{key}' must be a string" + ("" if key in self.rec else ", missing"))
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.rec.get(key, default)
+        if not isinstance(value, bool):
+            raise self.error(f"'{key}' must be true or false, not {json.dumps(value)}")
+        return value
+
+    def table(self, key: str) -> dict[str, Any]:
+        value = self.rec.get(key)
+        if value is None or value == []:
+            return {}
+        if not isinstance(value, dict):
+            raise self.error(f"'{key}' must be a JSON object")
+        return value
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    return json.dumps(value)
+
+
+def _entries(data: dict[str, Any], category: str) -> list[_Entry]:
+    value = data.get(category)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise DefinitionsError(f"'{category}' must be a JSON array")
+    return [_Entry(category, i, rec) for i, rec in enumerate(value)]
+
+
+def _wrap(entry: _Entry, action: Callable[[], Any]) -> Any:
+    try:
+        return action()
+    except (BrokerError, ValidationFailed) as exc:
+        text = exc.text if isinstance(exc, BrokerError) else "; ".join(exc.errors)
+        raise entry.error(text) from None
+
+
+def _proplist_to_dict(value: Any) -> Any:
+    """RabbitMQ 3.10 exports an operator policy's definition as ``[[key, value], ...]``
+    (and then cannot import it); Warren reads that form as the object it means."""
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in value)
+    ):
+        return {k: v for k, v in value}
+    return value
+
+
+# -- import -------------------------------------------------------------------------------
+
+
+def _tags(entry: _Entry) -> list[str]:
+    """rabbit_auth_backend_internal:tag_list_from/1: a list, or a comma-separated string."""
+    rec = entry.rec
+    tags = rec.get("tags")
+    if tags is None:
+        admin = rec.get("administrator")
+        if admin is None:
+            raise entry.error("user has no 'tags'")
+        return ["administrator"] if str(admin).lower() == "true" else []
+    if isinstance(tags, str):
+        return [t.strip() for t in tags.split(",") if t.strip()]
+    if isinstance(tags, list) and all(isinstance(t, str) for t in tags):
+        return [t.strip() for t in tags]
+    raise entry.error("'tags' must be a list of strings or a comma-separated string")
+
+
+def _hashing_algorithm_ok(entry: _Entry, version: Any) -> None:
+    algorithm = entry.rec.get("hashing_algorithm")
+    if algorithm is None:
+        # rabbit_auth_backend_internal:hashing_algorithm/2: exports before 3.6 used MD5.
+        if isinstance(version, str) and re.match(r"3\.[0-5]\.", version):
+            algorithm = "rabbit_password_hashing_md5"
+        else:
+            algorithm = HASHING_ALGORITHM
+    if algorithm != HASHING_ALGORITHM:
+        raise entry.error(
+            f"hashing_algorithm '{algorithm}' is not supported (Warren checks "
+            f"passwords with {HASHING_ALGORITHM}, RabbitMQ's default)"
+        )
+
+
+def _user_update(entry: _Entry, version: Any) -> Callable[[Broker], None]:
+    name = entry.text("name")
+    tags = _tags(entry)
+    rec = entry.rec
+    if "password" in rec and "password_hash" in rec:
+        raise entry.error("both password and password_hash are provided")
+    if "password_hash" in rec:
+        _hashing_algorithm_ok(entry, version)
+        password_hash = entry.text("password_hash")
+        try:
+            base64.b64decode(password_hash, validate=True)
+        except (binascii.Error, ValueError):
+            raise entry.error("'password_hash' is not base64") from None
+    elif "password" in rec:
+        password_hash = hash_password(entry.text("password"))
+    else:
+        password_hash = ""  # no password login, as RabbitMQ
+    preset = entry.table("permissions")
+    perms = {vhost: _permission(entry, p) for vhost, p in preset.items()}
+    if rec.get("limits"):
+        log.warning("%s: user limits are not supported by Warren; ignored", entry.where)
+
+    def apply(broker: Broker) -> None:
+        user = broker.users.users.get(name)
+        if user is None:
+            user = broker.users.users[name] = User(name, password_hash, tags)
+            user.permissions.update(perms)  # preconfigured, for new users only
+        else:
+            user.password_hash = password_hash
+            user.tags = tags
+
+    return apply
+
+
+def _permission(entry: _Entry, rec: Any) -> Permission:
+    if not isinstance(rec, dict):
+        raise entry.error("permissions must be JSON objects")
+    values: list[str] = []
+    for key in ("configure", "write", "read"):
+        value = rec.get(key)
+        if not isinstance(value, str):
+            raise entry.error(f"permission '{key}' must be a string")
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise entry.error(
+                f"permission '{key}' is not a valid regular expression: {exc}"
+            ) from None
+        values.append(value)
+    return Permission(values[0], values[1], values[2])
+
+
+def _add_vhost(broker: Broker, name: str) -> None:
+    broker.add_vhost(name)
+
+
+def _set_permission(broker: Broker, user: str, vhost: str, perm: Permission) -> None:
+    broker.users.users[user].permissions[vhost] = perm
+
+
+def _set_limits(broker: Broker, vhost: str, limits: dict[str, int]) -> None:
+    broker.vhosts[vhost].set_limits(limits)
+
+
+def _plan(broker: Broker, data: dict[str, Any]) -> list[Callable[[], None]]:
+    """Check the whole document; the steps that apply it, in RabbitMQ's order."""
+    for key in data:
+        if key not in CATEGORIES and key not in _VERSION_KEYS:
+            log.warning("definitions: unknown key '%s' ignored", key)
+    version = data.get("rabbitmq_version", data.get("rabbit_version"))
+    steps: list[Callable[[], None]] = []
+
+    # users, vhosts
+    user_names = set(broker.users.users)
+    for entry in _entries(data, "users"):
+        steps.append(partial(_user_update(entry, version), broker))
+        user_names.add(entry.text("name"))
+    vhost_names = set(broker.vhosts)
+    for entry in _entries(data, "vhosts"):
+        name = entry.text("name")
+        vhost_names.add(name)
+        steps.append(partial(_add_vhost, broker, name))
+
+    def need_vhost(entry: _Entry) -> str:
+        vhost = entry.text("vhost")
+        if vhost not in vhost_names:
+            raise entry.error(f"virtual host '{vhost}' does not exist")
+        return vhost
+
+    # queue limits (rabbit_definitions:validate_limits/1), permissions
+    _check_queue_limits(broker, data)
+    for entry in _entries(data, "permissions"):
+        user, vhost, perm = entry.text("user"), need_vhost(entry), _permission(entry, entry.rec)
+        if user not in user_names:
+            raise entry.error(f"user '{user}' does not exist")
+        steps.append(partial(_set_permission, broker, user, vhost, perm))
+    topic_permissions = _entries(data, "topic_permissions")
+    if topic_permissions:
+        log.warning(
+            "definitions: %d topic permission(s) ignored: Warren does not enforce "
+            "topic permissions",
+            len(topic_permissions),
+        )
+
+    # exchanges
+    exchange_names = {(v.name, x) for v in broker.vhosts.values() for x in v.exchanges}
+    for vhost in vhost_names - set(broker.vhosts):
+        exchange_names.update((vhost, x) for x in ["", *(p[0] for p in PREDECLARED)])
+    for entry in _entries(data, "exchanges"):
+        vhost = need_vhost(entry)
+        exchange_names.add((vhost, entry.text("name")))
+        steps.extend(_exchange_steps(broker, entry, vhost))
+
+    # global parameters, policies, parameters
+    for entry in _entries(data, "global_parameters"):
+        log.info(
+            "definitions: global parameter %r skipped (not used by Warren)",
+            entry.rec.get("name"),
+        )
+    for entry in _entries(data, "policies"):
+        vhost = need_vhost(entry)
+        steps.append(partial(_set_policy, broker, vhost, _policy(entry, entry.rec, False)))
+    limit_steps: list[Callable[[], None]] = []
+    for entry in _entries(data, "parameters"):
+        component = entry.text("component")
+        vhost = need_vhost(entry)
+        value = entry.rec.get("value")
+        if component == "operator_policy":
+            if not isinstance(value, dict):
+                raise entry.error("'value' must be a JSON object")
+            steps.append(partial(_set_policy, broker, vhost, _policy(entry, value, True)))
+        elif component == "vhost-limits":
+            if entry.rec.get("name") != "limits":
+                raise entry.error("vhost-limits must be named 'limits'")
+            limits = _wrap(entry, partial(validate_limits, value))
+            # Set after the queues: RabbitMQ checks an import's queues against
+            # the limits in force before it (above), never against the file's own.
+            limit_steps.append(partial(_set_limits, broker, vhost, limits))
+        elif component == "policy":
+            raise entry.error("policies may not be set using this method")
+        else:
+            log.warning(
+                "definitions: %s: parameter component '%s' is not supported; skipped",
+                entry.where,
+                component,
+            )
+
+    # queues, bindings
+    queue_names = {(v.name, q) for v in broker.vhosts.values() for q in v.queues}
+    for entry in _entries(data, "queues"):
+        vhost = need_vhost(entry)
+        queue_names.add((vhost, entry.text("name")))
+        steps.extend(_queue_steps(broker, entry, vhost))
+    for entry in _entries(data, "bindings"):
+        steps.append(_binding_step(broker, entry, need_vhost(entry), queue_names, exchange_names))
+    steps.extend(limit_steps)
+    return steps
+
+
+def _policy(entry: _Entry, rec: dict[str, Any], operator: bool) -> Policy:
+    name = entry.text("name")
+    definition = rec.get("definition")
+    if operator:
+        definition = _proplist_to_dict(definition)
+    return _wrap(
+        entry,
+        lambda: validate_policy(
+            name,
+            rec.get("pattern"),
+            definition,
+            rec.get("priority", 0),
+            rec.get("apply-to", "all"),
+            operator=operator,
+        ),
+    )
+
+
+def _set_policy(broker: Broker, vhost: str, policy: Policy) -> None:
+    setter = (
+        broker.vhosts[vhost].set_operator_policy
+        if policy.operator
+        else broker.vhosts[vhost].set_policy
+    )
+    setter(policy.name, policy.pattern, policy.definition, policy.priority, policy.apply_to)
+
+
+def _check_queue_limits(broker: Broker, data: dict[str, Any]) -> None:
+    new: dict[str, int] = {}
+    for entry in _entries(data, "queues"):
+        vhost, name = entry.text("vhost"), entry.text("name")
+        v = broker.vhosts.get(vhost)
+        if v is None or name not in v.queues:
+            new[vhost] = new.get(vhost, 0) + 1
+    for vhost, count in new.items():
+        v = broker.vhosts.get(vhost)
+        cap = None if v is None else v.limits.get("max-queues")
+        if v is None or cap is None or cap < 0:
+            continue
+        if len(v.queues) + count > cap:
+            raise DefinitionsError(
+                f'Adding {count} queue(s) to virtual host "{vhost}" would exceed the limit '
+                f"of {cap} queue(s).\n\nThis virtual host currently has {len(v.queues)} "
+                "queue(s) defined.\n\nImport aborted!"
+            )
+
+
+def _exchange_steps(broker: Broker, entry: _Entry, vhost: str) -> list[Callable[[], None]]:
+    name = entry.text("name")
+    if name == "" or name.startswith("amq."):
+        log.warning("definitions: %s: exchange '%s' skipped (reserved name)", entry.where, name)
+        return []
+    type_ = entry.text("type")
+    if exchange_class(type_) is None:
+        raise entry.error(f"unknown exchange type '{type_}'")
+    durable = entry.flag("durable", True)
+    auto_delete = entry.flag("auto_delete", False)
+    internal = entry.flag("internal", False)
+    arguments = from_json_table(entry.table("arguments"))
+
+    def declare() -> None:
+        v = broker.vhosts[vhost]
+        if name not in v.exchanges:
+            _wrap(
+                entry,
+                lambda: v.declare_exchange(name, type_, durable, auto_delete, internal, arguments),
+            )
+
+    return [declare]
+
+
+def _queue_steps(broker: Broker, entry: _Entry, vhost: str) -> list[Callable[[], None]]:
+    name = entry.text("name")
+    if name.startswith("amq."):
+        log.warning("definitions: %s: queue '%s' skipped (reserved name)", entry.where, name)
+        return []
+    durable = entry.flag("durable", True)
+    auto_delete = entry.flag("auto_delete", False)
+    arguments = from_json_table(entry.table("arguments"))
+    _wrap(entry, lambda: validate_queue_arguments(name, vhost, arguments))
+
+    def declare() -> None:
+        v = broker.vhosts[vhost]
+        if name not in v.queues:
+            _wrap(
+                entry,
+                lambda: v.declare_queue(
+                    name, durable=durable, auto_delete=auto_delete, arguments=arguments
+                ),
+            )
+
+    return [declare]
+
+
+def _binding_step(
+    broker: Broker,
+    entry: _Entry,
+    vhost: str,
+    queues: set[tuple[str, str]],
+    exchanges: set[tuple[str, str]],
+) -> Callable[[], None]:
+    source = entry.text("source")
+    destination = entry.text("destination")
+    kind = entry.text("destination_type")
+    if kind not in ("queue", "exchange"):
+        raise entry.error(f"'destination_type' must be 'queue' or 'exchange', not '{kind}'")
+    routing_key = entry.text("routing_key", "")
+    arguments = from_json_table(entry.table("arguments"))
+    if (vhost, source) not in exchanges:
+        raise entry.error(f"source exchange '{source}' in vhost '{vhost}' does not exist")
+    if (vhost, destination) not in (queues if kind == "queue" else exchanges):
+        raise entry.error(f"destination {kind} '{destination}' in vhost '{vhost}' does not exist")
+
+    def bind() -> None:
+        v = broker.vhosts[vhost]
+        src = v.exchanges.get(source)
+        dest: Queue | Exchange | None = (
+            v.queues.get(destination) if kind == "queue" else v.exchanges.get(destination)
+        )
+        if src is None or dest is None:
+            missing = source if src is None else destination
+            raise entry.error(f"'{missing}' in vhost '{vhost}' does not exist")
+        _wrap(entry, lambda: v.bind(src, dest, routing_key, arguments))
+
+    return bind
+
+
+def import_definitions(broker: Broker, data: dict[str, Any]) -> None:
+    """Apply RabbitMQ-format definitions to a started broker (on its event loop).
+
+    Raises DefinitionsError naming the first problem; nothing is changed when
+    the problem is in the document itself.
+    """
+    if not isinstance(data, dict):
+        raise DefinitionsError("definitions must be a JSON object")
+    steps = _plan(broker, data)
+    try:
+        for step in steps:
+            step()
+    finally:
+        if data.get("users") or data.get("permissions"):
+            broker.save_users()
+    counts = ", ".join(
+        f"{len(data[c])} {c}" for c in CATEGORIES if isinstance(data.get(c), list) and data[c]
+    )
+    log.info("definitions imported: %s", counts or "nothing")
+
+
+# -- export -------------------------------------------------------------------------------
+
+
+def _json_value(value: Any) -> Any:
+    """An AMQP field value as RabbitMQ writes it in JSON (rabbit_misc:amqp_table/1)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in value]
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp())
+    return value
+
+
+def to_json_table(table: dict[str, Any]) -> dict[str, Any]:
+    return {k: _json_value(v) for k, v in table.items()}
+
+
+def from_json_table(table: dict[str, Any]) -> dict[str, Any]:
+    """JSON arguments as the AMQP table a client would have sent (strings stay str)."""
+    return dict(table)
+
+
+def export_definitions(broker: Broker) -> dict[str, Any]:
+    """The broker's definitions in RabbitMQ's export format.
+
+    As the management API exports them: exclusive queues, the default
+    exchange and ``amq.*`` exchanges are left out; exchanges carry
+    ``internal``; bindings to exclusive queues are left out.
+    """
+    users = [
+        {
+            "name": u.name,
+            "password_hash": u.password_hash,
+            "hashing_algorithm": HASHING_ALGORITHM,
+            "tags": list(u.tags),
+            "limits": {},
+        }
+        for u in sorted(broker.users.users.values(), key=lambda u: u.name)
+    ]
+    permissions = [
+        {"user": u.name, "vhost": vhost, "configure": p.configure, "write": p.write, "read": p.read}
+        for u in sorted(broker.users.users.values(), key=lambda u: u.name)
+        for vhost, p in sorted(u.permissions.items())
+    ]
+    vhosts: list[dict[str, Any]] = []
+    parameters: list[dict[str, Any]] = []
+    policies: list[dict[str, Any]] = []
+    queues: list[dict[str, Any]] = []
+    exchanges: list[dict[str, Any]] = []
+    bindings: list[dict[str, Any]] = []
+    for name in sorted(broker.vhosts):
+        v = broker.vhosts[name]
+        limits = v.limits
+        vhosts.append(
+            {
+                "name": name,
+                "limits": [[k, n] for k, n in limits.items()],
+                "metadata": {"description": "", "tags": []},
+            }
+        )
+        if v.has_limits:
+            parameters.append(
+                {"vhost": name, "component": "vhost-limits", "name": "limits", "value": limits}
+            )
+        for p in v.operator_policies:
+            value = p.as_json()
+            del value["name"]
+            parameters.append(
+                {"vhost": name, "component": "operator_policy", "name": p.name, "value": value}
+            )
+        policies.extend({"vhost": name, **p.as_json()} for p in v.policies)
+        for q in v.queues.values():
+            if q.exclusive:
+                continue
+            queues.append(
+                {
+                    "name": q.name,
+                    "vhost": name,
+                    "durable": q.durable,
+                    "auto_delete": q.auto_delete,
+                    "arguments": to_json_table(q.arguments),
+                    "type": "classic",
+                }
+            )
+        for ex in v.exchanges.values():
+            if ex.name and not ex.name.startswith("amq."):
+                exchanges.append(
+                    {
+                        "name": ex.name,
+                        "vhost": name,
+                        "type": ex.type,
+                        "durable": ex.durable,
+                        "auto_delete": ex.auto_delete,
+                        "internal": ex.internal,
+                        "arguments": to_json_table(ex.arguments),
+                    }
+                )
+            for b in ex.bindings.values():
+                dest = b.destination
+                if getattr(dest, "exclusive", False):
+                    continue
+                bindings.append(
+                    {
+                        "source": ex.name,
+                        "vhost": name,
+                        "destination": dest.name,
+                        "destination_type": b.destination_kind,
+                        "routing_key": b.routing_key,
+                        "arguments": to_json_table(b.arguments),
+                    }
+                )
+    return {
+        "rabbit_version": RABBITMQ_FORMAT_VERSION,
+        "rabbitmq_version": RABBITMQ_FORMAT_VERSION,
+        "product_name": "Warren",
+        "product_version": __version__,
+        "users": users,
+        "vhosts": vhosts,
+        "permissions": permissions,
+        "topic_permissions": [],
+        "parameters": parameters,
+        "global_parameters": [],
+        "policies": policies,
+        "queues": queues,
+        "exchanges": exchanges,
+        "bindings": bindings,
+    }

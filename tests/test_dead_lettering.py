@@ -1,0 +1,248 @@
+"""Dead-lettering as RabbitMQ does it: reasons, x-death, first/last death headers,
+dead-letter routing keys, CC/BCC and cycle detection."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any
+
+import pika
+import pytest
+from conftest import BrokerThread
+from pikahelp import connect, uniq
+
+
+def _dlx_pair(ch: Any, **extra: Any) -> tuple[str, str]:
+    """A source queue dead-lettering through the default exchange into a second queue."""
+    src, dlq = uniq("src"), uniq("dlq")
+    ch.queue_declare(dlq)
+    args = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq, **extra}
+    ch.queue_declare(src, arguments=args)
+    return src, dlq
+
+
+def _get(ch: Any, queue: str) -> tuple[Any, pika.BasicProperties, bytes]:
+    method, props, body = ch.basic_get(queue, auto_ack=True)
+    assert method is not None, f"nothing in {queue}"
+    return method, props, body
+
+
+def test_rejected_message_carries_x_death(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    src, dlq = _dlx_pair(ch)
+    ch.basic_publish(
+        "",
+        src,
+        b"m",
+        pika.BasicProperties(headers={"h": "v"}, expiration="60000", delivery_mode=2),
+    )
+    method, _, _ = ch.basic_get(src)
+    ch.basic_reject(method.delivery_tag, requeue=False)
+    method, props, body = _get(ch, dlq)
+    assert body == b"m"
+    assert method.routing_key == dlq and method.exchange == ""
+    assert props.delivery_mode == 2
+    assert props.expiration is None  # removed, kept as original-expiration
+    headers = props.headers
+    assert headers["h"] == "v"
+    (death,) = headers["x-death"]
+    assert death["count"] == 1
+    assert death["reason"] == "rejected"
+    assert death["queue"] == src
+    assert death["exchange"] == ""
+    assert death["routing-keys"] == [src]
+    assert death["original-expiration"] == "60000"
+    assert isinstance(death["time"], datetime.datetime)
+    assert headers["x-first-death-reason"] == headers["x-last-death-reason"] == "rejected"
+    assert headers["x-first-death-queue"] == headers["x-last-death-queue"] == src
+    assert headers["x-first-death-exchange"] == headers["x-last-death-exchange"] == ""
+    conn.close()
+
+
+def test_nack_without_requeue_dead_letters_every_message(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    src, dlq = _dlx_pair(ch)
+    for i in range(3):
+        ch.basic_publish("", src, str(i).encode())
+    last = None
+    for _ in range(3):
+        last, _, _ = ch.basic_get(src)
+    ch.basic_nack(last.delivery_tag, multiple=True, requeue=False)
+    assert [_get(ch, dlq)[2] for _ in range(3)] == [b"0", b"1", b"2"]
+    assert ch.queue_declare(src, passive=True).method.message_count == 0
+    conn.close()
+
+
+def test_without_a_dead_letter_routing_key_the_original_keys_are_used(
+    broker: BrokerThread,
+) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    dlx, a, b = uniq("dlx"), uniq("a"), uniq("b")
+    ch.exchange_declare(dlx, "direct")
+    src = uniq("src")
+    ch.queue_declare(src, arguments={"x-dead-letter-exchange": dlx})
+    ch.queue_declare(a)
+    ch.queue_declare(b)
+    ch.queue_bind(a, dlx, src)  # the original routing key
+    ch.queue_bind(b, dlx, "cc-key")  # a CC key
+    ch.basic_publish("", src, b"m", pika.BasicProperties(headers={"CC": ["cc-key"]}))
+    method, _, _ = ch.basic_get(src)
+    ch.basic_reject(method.delivery_tag, requeue=False)
+    for q in (a, b):
+        method, props, _ = _get(ch, q)
+        assert method.exchange == dlx
+        assert method.routing_key == src
+        assert props.headers["x-death"][0]["routing-keys"] == [src, "cc-key"]
+        assert props.headers["CC"] == ["cc-key"]
+    conn.close()
+
+
+def test_a_dead_letter_routing_key_replaces_the_keys_and_drops_cc(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    src, dlq = _dlx_pair(ch)
+    ch.basic_publish("", src, b"m", pika.BasicProperties(headers={"CC": ["elsewhere"]}))
+    method, _, _ = ch.basic_get(src)
+    ch.basic_reject(method.delivery_tag, requeue=False)
+    method, props, _ = _get(ch, dlq)
+    assert method.routing_key == dlq
+    assert "CC" not in props.headers
+    assert props.headers["x-death"][0]["routing-keys"] == [src, "elsewhere"]
+    conn.close()
+
+
+def test_the_count_grows_for_the_same_queue_and_reason(broker: BrokerThread) -> None:
+    """Rejected around a loop twice: one x-death entry per (queue, reason), counted."""
+    conn = connect(broker)
+    ch = conn.channel()
+    a, b = uniq("a"), uniq("b")
+    ch.queue_declare(a, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": b})
+    ch.queue_declare(b, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": a})
+    ch.basic_publish("", a, b"m")
+    route = [a, b, a, b, a]
+    for q in route[:-1]:
+        method, _, _ = ch.basic_get(q)
+        assert method is not None, q
+        ch.basic_reject(method.delivery_tag, requeue=False)
+    method, props, _ = ch.basic_get(a, auto_ack=True)
+    deaths = props.headers["x-death"]
+    assert [(d["queue"], d["reason"], d["count"]) for d in deaths] == [
+        (b, "rejected", 2),
+        (a, "rejected", 2),
+    ]
+    assert props.headers["x-first-death-queue"] == a
+    assert props.headers["x-last-death-queue"] == b
+    conn.close()
+
+
+def test_an_automatic_cycle_is_dropped(
+    broker: BrokerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A queue whose expired messages dead-letter back into itself: RabbitMQ drops
+    the message rather than circle for ever."""
+    conn = connect(broker)
+    ch = conn.channel()
+    q = uniq("loop")
+    ch.queue_declare(
+        q,
+        arguments={
+            "x-message-ttl": 0,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": q,
+        },
+    )
+    with caplog.at_level(logging.WARNING, logger="warren.vhost"):
+        ch.basic_publish("", q, b"m")
+        assert ch.queue_declare(q, passive=True).method.message_count == 0
+    assert any("would cycle" in r.getMessage() for r in caplog.records)
+    conn.close()
+
+
+def test_a_rejection_on_the_loop_is_not_a_cycle(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    q = uniq("self")
+    ch.queue_declare(q, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": q})
+    ch.basic_publish("", q, b"m")
+    for expected in (1, 2, 3):
+        method, props, _ = ch.basic_get(q)
+        assert method is not None
+        if expected > 1:
+            assert props.headers["x-death"][0]["count"] == expected - 1
+        ch.basic_reject(method.delivery_tag, requeue=False)
+    conn.close()
+
+
+def test_missing_dead_letter_exchange_drops_the_message(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    q = uniq("q")
+    ch.queue_declare(q, arguments={"x-dead-letter-exchange": uniq("nonexistent")})
+    ch.basic_publish("", q, b"m")
+    method, _, _ = ch.basic_get(q)
+    ch.basic_reject(method.delivery_tag, requeue=False)
+    assert ch.queue_declare(q, passive=True).method.message_count == 0
+    conn.close()
+
+
+def test_cc_and_bcc_route_to_more_queues_and_bcc_is_hidden(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    ex = uniq("ex")
+    ch.exchange_declare(ex, "direct")
+    qs = {k: uniq(k) for k in ("main", "cc", "bcc")}
+    for key, q in qs.items():
+        ch.queue_declare(q)
+        ch.queue_bind(q, ex, key)
+    ch.basic_publish(
+        ex, "main", b"m", pika.BasicProperties(headers={"CC": ["cc"], "BCC": ["bcc"], "x": 1})
+    )
+    for q in qs.values():
+        method, props, body = _get(ch, q)
+        assert body == b"m"
+        assert method.routing_key == "main"  # delivered with the original key
+        assert props.headers == {"CC": ["cc"], "x": 1}  # BCC stripped
+    conn.close()
+
+
+def test_cc_routes_each_queue_once(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    q = uniq("q")
+    ch.queue_declare(q)
+    ch.basic_publish("", q, b"m", pika.BasicProperties(headers={"CC": [q, q]}))
+    assert ch.queue_declare(q, passive=True).method.message_count == 1
+    conn.close()
+
+
+def test_dead_lettered_persistent_message_survives_restart(
+    broker_factory: Any,
+) -> None:
+    b = broker_factory()
+    conn = connect(b)
+    ch = conn.channel()
+    src, dlq = uniq("src"), uniq("dlq")
+    ch.queue_declare(dlq, durable=True)
+    ch.queue_declare(
+        src,
+        durable=True,
+        arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq},
+    )
+    ch.basic_publish("", src, b"keep", pika.BasicProperties(delivery_mode=2))
+    method, _, _ = ch.basic_get(src)
+    ch.basic_reject(method.delivery_tag, requeue=False)
+    assert ch.queue_declare(dlq, passive=True).method.message_count == 1
+    conn.close()
+    b.stop()
+    b = broker_factory()
+    conn = connect(b)
+    ch = conn.channel()
+    method, props, body = _get(ch, dlq)
+    assert body == b"keep"
+    assert props.headers["x-death"][0]["reason"] == "rejected"
+    assert ch.queue_declare(src, passive=True).method.message_count == 0
+    conn.close()

@@ -1,0 +1,389 @@
+"""The x-delayed-message exchange (rabbitmq-delayed-message-exchange) with pika.
+
+Waiting for a delayed message is bounded (wait_until); every delivery's elapsed
+time is checked against its delay from below. The declare errors are the
+plugin's (rabbit_exchange_type_delayed_message:validate/1).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pika
+import pytest
+from conftest import BrokerThread
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+from pika.exceptions import UnroutableError
+from pikahelp import Session, barrier, channel_error, connect, connection_error, settle, wait_until
+
+DELAYED = "x-delayed-message"
+# The broker stamps a message with whole milliseconds: a deadline may be up to 1 ms
+# before publish time + delay as the client measures it.
+SLACK = 0.002
+
+
+@pytest.fixture
+def s(broker: BrokerThread) -> Any:
+    session = Session(broker)
+    yield session
+    session.close()
+
+
+def delayed(s: Session, delayed_type: str = "direct", **kwargs: Any) -> str:
+    arguments = {"x-delayed-type": delayed_type, **kwargs.pop("arguments", {})}
+    return s.exchange(DELAYED, arguments=arguments, **kwargs)
+
+
+def props(delay: Any = None, persistent: bool = False, **headers: Any) -> pika.BasicProperties:
+    if delay is not None:
+        headers["x-delay"] = delay
+    return pika.BasicProperties(headers=headers or None, delivery_mode=2 if persistent else None)
+
+
+class Receiver:
+    """Consumes a queue, noting when each message arrived (monotonic seconds)."""
+
+    def __init__(self, conn: BlockingConnection, ch: BlockingChannel, queue: str) -> None:
+        self.conn = conn
+        self.got: list[tuple[bytes, float, pika.BasicProperties]] = []
+        ch.basic_consume(queue, self._on_message, auto_ack=True)
+
+    def _on_message(self, ch: Any, method: Any, properties: Any, body: bytes) -> None:
+        self.got.append((body, time.monotonic(), properties))
+
+    def wait(self, n: int, timeout: float = 10.0) -> list[bytes]:
+        wait_until(self.conn, lambda: len(self.got) >= n, timeout)
+        return [body for body, _, _ in self.got]
+
+    def at(self, body: bytes) -> float:
+        return next(t for b, t, _ in self.got if b == body)
+
+    def headers(self, body: bytes) -> dict[str, Any]:
+        return next(p.headers for b, _, p in self.got if b == body) or {}
+
+
+def test_x_delayed_type_is_required(s: Session) -> None:
+    missing = (
+        "PRECONDITION_FAILED - Invalid argument, 'x-delayed-type' must be an existing exchange type"
+    )
+    assert channel_error(406, s.ch.exchange_declare, "dx", DELAYED) == missing
+    s.reopen()
+    bad_type = {"x-delayed-type": 5}
+    assert channel_error(406, s.ch.exchange_declare, "dx", DELAYED, arguments=bad_type) == missing
+    s.reopen()
+    itself = {"x-delayed-type": DELAYED}
+    assert channel_error(406, s.ch.exchange_declare, "dx", DELAYED, arguments=itself) == (
+        "PRECONDITION_FAILED - Invalid argument, 'x-delayed-message' can't be used for "
+        "'x-delayed-type'"
+    )
+    # An unknown type is RabbitMQ's own check (rabbit_exchange:check_type): 503.
+    conn = s.connect()
+    unknown = {"x-delayed-type": "x-nope"}
+    text = connection_error(503, conn.channel().exchange_declare, "dx", DELAYED, arguments=unknown)
+    assert text == "COMMAND_INVALID - unknown exchange type 'x-nope'"
+    s.reopen()
+    channel_error(404, s.ch.exchange_declare, "dx", DELAYED, passive=True)
+
+
+@pytest.mark.parametrize("delay", [None, 0, -500, "soon", 2**32, True])
+def test_without_a_positive_delay_a_message_routes_at_once(s: Session, delay: Any) -> None:
+    ex = delayed(s)
+    q = s.queue()
+    s.ch.queue_bind(q, ex, "rk")
+    s.ch.basic_publish(ex, "rk", b"now", props(delay))
+    barrier(s.ch)
+    method, properties, body = s.ch.basic_get(q, auto_ack=True)
+    assert body == b"now"
+    if delay is not None:
+        assert properties.headers["x-delay"] == delay  # untouched
+
+
+def test_messages_leave_by_deadline_not_publish_order(s: Session) -> None:
+    ex = delayed(s)
+    q = s.queue()
+    s.ch.queue_bind(q, ex, "rk")
+    recv = Receiver(s.conn, s.ch, q)
+    start = time.monotonic()
+    s.ch.basic_publish(ex, "rk", b"late", props(700))
+    s.ch.basic_publish(ex, "rk", b"soon", props(300))
+    s.ch.basic_publish(ex, "rk", b"also-soon", props("300"))  # a numeric string counts
+    s.ch.basic_publish(ex, "rk", b"now", props())
+    s.ch.basic_publish(ex, "rk", b"mid", props(500))
+    assert recv.wait(5) == [b"now", b"soon", b"also-soon", b"mid", b"late"]
+    assert recv.at(b"now") - start < 0.3
+    assert recv.at(b"soon") - start >= 0.3 - SLACK
+    assert recv.at(b"mid") - start >= 0.5 - SLACK
+    assert recv.at(b"late") - start >= 0.7 - SLACK
+    # Routed messages carry the negated delay, as the plugin sets it.
+    assert recv.headers(b"soon")["x-delay"] == -300
+    assert recv.headers(b"also-soon")["x-delay"] == -300
+    assert recv.headers(b"mid")["x-delay"] == -500
+
+
+@pytest.mark.parametrize(
+    ("value", "delay"),
+    [(500, 500), ("500", 500), (b"500", 500), (500.9, 500), (2**32 - 1, 2**32 - 1)]
+    + [(v, None) for v in (0, -1, 2**32, "x", True, None, [1], {"a": 1})],
+)
+def test_how_x_delay_is_read(value: Any, delay: int | None) -> None:
+    # The plugin's rules (pika cannot send a float, so this one is a unit test).
+    from warren.core.exchange_delayed import delay_of
+    from warren.core.message import Message
+    from warren.core.properties import BasicProperties
+
+    raw = BasicProperties(headers={"x-delay": value}).encode()
+    assert delay_of(Message("x", "", raw, b"")) == delay
+
+
+def test_other_headers_keep_their_wire_types(s: Session) -> None:
+    ex = delayed(s, "fanout")
+    q = s.queue()
+    s.ch.queue_bind(q, ex)
+    recv = Receiver(s.conn, s.ch, q)
+    headers = {"a": "text", "n": 7, "big": 2**40, "t": {"nested": [1, "x"]}, "no": None}
+    s.ch.basic_publish(ex, "", b"m", props(100, **headers))
+    recv.wait(1)
+    got = recv.headers(b"m")
+    assert got == {**headers, "x-delay": -100}
+
+
+def test_topic_delayed_type(s: Session) -> None:
+    ex = delayed(s, "topic")
+    q_all, q_eu = s.queue(), s.queue()
+    s.ch.queue_bind(q_all, ex, "orders.#")
+    s.ch.queue_bind(q_eu, ex, "orders.eu.*")
+    recv_eu = Receiver(s.conn, s.ch, q_eu)
+    start = time.monotonic()
+    s.ch.basic_publish(ex, "orders.eu.paris", b"eu", props(300))
+    s.ch.basic_publish(ex, "orders.us.nyc", b"us", props(300))
+    s.ch.basic_publish(ex, "other", b"none", props(300))
+    assert recv_eu.wait(1) == [b"eu"]
+    assert recv_eu.at(b"eu") - start >= 0.3 - SLACK
+    settle(s.conn, 0.1)
+    assert [b for b, _, _ in recv_eu.got] == [b"eu"]
+    method, _, body = s.ch.basic_get(q_all, auto_ack=True)
+    assert body == b"eu"
+    method, _, body = s.ch.basic_get(q_all, auto_ack=True)
+    assert body == b"us"
+    assert s.ch.basic_get(q_all)[0] is None
+
+
+def test_headers_delayed_type(s: Session) -> None:
+    ex = delayed(s, "headers")
+    q = s.queue()
+    s.ch.queue_bind(q, ex, arguments={"x-match": "all", "kind": "invoice"})
+    # An invalid x-match is refused as a headers exchange refuses it.
+    reply = channel_error(406, s.ch.queue_bind, q, ex, arguments={"x-match": "some"})
+    assert reply.startswith("PRECONDITION_FAILED - Invalid x-match field value")
+    s.reopen()
+    recv = Receiver(s.conn, s.ch, q)
+    start = time.monotonic()
+    s.ch.basic_publish(ex, "", b"invoice", props(250, kind="invoice"))
+    s.ch.basic_publish(ex, "", b"receipt", props(250, kind="receipt"))
+    assert recv.wait(1) == [b"invoice"]
+    assert recv.at(b"invoice") - start >= 0.25 - SLACK
+    settle(s.conn, 0.1)
+    assert len(recv.got) == 1
+
+
+def test_consistent_hash_delayed_type(s: Session) -> None:
+    ex = delayed(s, "x-consistent-hash")
+    q1, q2 = s.queue(), s.queue()
+    s.ch.queue_bind(q1, ex, "1")
+    s.ch.queue_bind(q2, ex, "1")
+    for i in range(40):
+        s.ch.basic_publish(ex, f"k{i}", b"m", props(100))
+    wait_until(
+        s.conn,
+        lambda: (
+            sum(s.ch.queue_declare(q, passive=True).method.message_count for q in (q1, q2)) == 40
+        ),
+    )
+
+
+def test_confirm_once_held_and_synced(s: Session, broker: BrokerThread) -> None:
+    ex = delayed(s, durable=True)
+    q = s.queue(durable=True)
+    s.ch.queue_bind(q, ex, "rk")
+    s.ch.confirm_delivery()
+    syncer = broker.broker.syncer
+    assert syncer is not None
+    rounds = syncer.rounds
+    start = time.monotonic()
+    # A persistent message held by a durable exchange: confirmed after an fdatasync.
+    s.ch.basic_publish(ex, "rk", b"persistent", props(400, persistent=True))
+    assert syncer.rounds == rounds + 1
+    # A transient one is confirmed at once.
+    s.ch.basic_publish(ex, "rk", b"transient", props(400))
+    assert syncer.rounds == rounds + 1
+    assert time.monotonic() - start < 0.4
+    assert s.ch.queue_declare(q, passive=True).method.message_count == 0
+    recv = Receiver(s.conn, s.ch, q)
+    assert recv.wait(2) == [b"persistent", b"transient"]
+    assert recv.at(b"persistent") - start >= 0.4 - SLACK
+
+
+def test_mandatory_delayed_message_is_not_returned(s: Session) -> None:
+    ex = delayed(s)
+    s.ch.confirm_delivery()
+    s.ch.basic_publish(ex, "nowhere", b"held", props(100), mandatory=True)  # no UnroutableError
+    # Routed at once, an unroutable message is returned as usual.
+    with pytest.raises(UnroutableError):
+        s.ch.basic_publish(ex, "nowhere", b"now", props(), mandatory=True)
+
+
+def test_exchange_to_exchange_into_a_delayed_exchange(s: Session) -> None:
+    front = s.exchange("fanout")
+    ex = delayed(s)
+    s.ch.exchange_bind(ex, front)
+    q_now, q_later = s.queue(), s.queue()
+    s.ch.queue_bind(q_now, front)
+    s.ch.queue_bind(q_later, ex, "rk")
+    recv = Receiver(s.conn, s.ch, q_later)
+    start = time.monotonic()
+    s.ch.basic_publish(front, "rk", b"m", props(300))
+    barrier(s.ch)
+    assert s.ch.queue_declare(q_now, passive=True).method.message_count == 1
+    assert recv.wait(1) == [b"m"]
+    assert recv.at(b"m") - start >= 0.3 - SLACK
+    _, properties, _ = s.ch.basic_get(q_now, auto_ack=True)
+    assert properties.headers["x-delay"] == 300  # the immediate copy is untouched
+
+
+def test_deleting_the_exchange_drops_held_messages(s: Session, broker: BrokerThread) -> None:
+    ex = delayed(s, durable=True)
+    directory = broker.broker.layout.exchange_dir("/", ex)
+    assert directory.is_dir()
+    q = s.queue()
+    s.ch.queue_bind(q, ex, "rk")
+    s.ch.confirm_delivery()
+    s.ch.basic_publish(ex, "rk", b"dropped", props(200, persistent=True))
+    s.ch.exchange_delete(ex)
+    assert not directory.exists()
+    # Same name again: the old exchange's messages are gone with it.
+    delayed(s, name=ex, durable=True)
+    s.ch.queue_bind(q, ex, "rk")
+    s.ch.basic_publish(ex, "rk", b"new", props(300))
+    recv = Receiver(s.conn, s.ch, q)
+    assert recv.wait(1) == [b"new"]
+    assert len(recv.got) == 1
+
+
+def test_non_durable_exchange_holds_messages_too(s: Session) -> None:
+    ex = delayed(s, "fanout", durable=False, auto_delete=False)
+    q = s.queue()
+    s.ch.queue_bind(q, ex)
+    recv = Receiver(s.conn, s.ch, q)
+    start = time.monotonic()
+    for i in range(20):
+        s.ch.basic_publish(ex, "", str(i).encode(), props(200 + 10 * (19 - i)))
+    assert recv.wait(20) == [str(i).encode() for i in reversed(range(20))]
+    assert recv.at(b"19") - start >= 0.2 - SLACK
+
+
+def test_redeclare_checks_only_what_rabbitmq_checks(s: Session) -> None:
+    ex = delayed(s, "topic")
+    # The plugin delegates to rabbit_exchange: only alternate-exchange is compared.
+    s.ch.exchange_declare(ex, DELAYED, arguments={"x-delayed-type": "direct"})
+    reply = channel_error(406, s.ch.exchange_declare, ex, "topic")
+    assert reply.startswith("PRECONDITION_FAILED - inequivalent arg 'type'")
+
+
+def test_held_messages_survive_a_restart(broker_factory: Callable[..., BrokerThread]) -> None:
+    b = broker_factory()
+    conn = connect(b)
+    ch = conn.channel()
+    ch.exchange_declare("dx-durable", DELAYED, durable=True, arguments={"x-delayed-type": "direct"})
+    ch.queue_declare("dq", durable=True)
+    ch.queue_bind("dq", "dx-durable", "rk")
+    ch.confirm_delivery()
+    start = time.monotonic()
+    ch.basic_publish("dx-durable", "rk", b"overdue", props(150, persistent=True))
+    ch.basic_publish("dx-durable", "rk", b"later", props(2500, persistent=True))
+    ch.basic_publish("dx-durable", "rk", b"sooner", props(1800, persistent=True))
+    ch.basic_publish("dx-durable", "rk", b"transient", props(1800))  # lost, like in a queue
+    conn.close()
+    b.stop()
+    time.sleep(0.2)  # not synchronisation: lets "overdue" pass its deadline while stopped
+
+    # A directory no durable exchange owns is swept at start; the exchange's is not.
+    stray = b.broker.layout.exchange_dir("/", "gone")
+    stray.mkdir(parents=True)
+    b = broker_factory()
+    assert not stray.exists()
+    assert b.broker.layout.exchange_dir("/", "dx-durable").is_dir()
+    conn = connect(b)
+    ch = conn.channel()
+    recv = Receiver(conn, ch, "dq")
+    restarted = time.monotonic()
+    assert recv.wait(1) == [b"overdue"]
+    assert recv.at(b"overdue") - restarted < 0.5  # routed right after the start
+    assert recv.wait(3) == [b"overdue", b"sooner", b"later"]
+    assert recv.at(b"sooner") - start >= 1.8 - SLACK
+    assert recv.at(b"later") - start >= 2.5 - SLACK
+    assert recv.headers(b"later")["x-delay"] == -2500
+    settle(conn, 0.1)
+    assert len(recv.got) == 3
+    conn.close()
+    b.stop()
+    # Routed messages are gone from the exchange's store for good.
+    b = broker_factory()
+    conn = connect(b)
+    ch = conn.channel()
+    settle(conn, 0.2)
+    assert ch.queue_declare("dq", passive=True).method.message_count == 0
+    conn.close()
+
+
+def test_set_header_edits_one_entry_in_place() -> None:
+    import struct
+
+    from warren.core.properties import decode_properties, set_header
+
+    def table(*entries: bytes) -> bytes:
+        body = b"".join(entries)
+        return struct.pack(">I", len(body)) + body
+
+    short = b"\x01ns" + struct.pack(">h", 7)  # a short: re-encoding would make it a long
+    delay = b"\x07x-delayI" + struct.pack(">i", 500)
+    octet = b"\x01zb\xff"
+    flags = struct.pack(">H", 0x2000 | 0x1000)  # headers, delivery-mode
+    raw = flags + table(short, delay, octet) + b"\x02"
+    edited = set_header(raw, "x-delay", -500)
+    assert (
+        edited == flags + table(short, b"\x07x-delayI" + struct.pack(">i", -500), octet) + b"\x02"
+    )
+    # A missing entry is added at the end; missing headers become a table.
+    added = set_header(flags + table(short) + b"\x02", "x-delay", -1)
+    assert decode_properties(added).headers == {"n": 7, "x-delay": -1}
+    assert decode_properties(set_header(b"\x10\x00\x02", "k", "v")).headers == {"k": "v"}
+    assert decode_properties(set_header(b"\x10\x00\x02", "k", "v")).delivery_mode == 2
+
+
+def test_segment_store_reads_any_record_back(tmp_path: Any) -> None:
+    from warren.core.message import Message
+    from warren.store.segment_store import SegmentStore
+
+    store = SegmentStore(tmp_path / "held", segment_size=4096)
+    seqs = [
+        store.append_shifted(Message("x", f"k{i}", b"\x10\x00\x02", bytes(300) + str(i).encode()))
+        for i in range(40)
+    ]
+    assert len({s >> 32 for s in seqs}) > 1  # several segments, the last one still buffered
+    for i in (39, 0, 17, 38):
+        msg = store.read(seqs[i])
+        assert (msg.routing_key, msg.body[300:]) == (f"k{i}", str(i).encode())
+    for seq in seqs[:20]:
+        store.ack(seq)
+    store.close()
+    reopened = SegmentStore(tmp_path / "held", segment_size=4096)
+    left = []
+    while (item := reopened.shift()) is not None:
+        left.append(item[1].routing_key)
+        assert reopened.read(item[0]).routing_key == item[1].routing_key
+    assert left == [f"k{i}" for i in range(20, 40)]
+    with pytest.raises(KeyError):
+        reopened.read(seqs[0])  # its segment was fully acked and deleted
+    reopened.close()

@@ -1,0 +1,173 @@
+"""Message TTL: x-message-ttl and the per-message expiration property.
+
+An expired message is never delivered (also after a requeue), a short-lived
+message behind a long-lived head still expires on time, expired messages are
+dead-lettered with reason ``expired``, and deadlines survive a restart.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pika
+from conftest import BrokerThread
+from pikahelp import connect, uniq, wait_until
+
+
+def _count(ch: Any, q: str) -> int:
+    return int(ch.queue_declare(q, passive=True).method.message_count)
+
+
+def _wait_count(conn: Any, ch: Any, q: str, n: int, timeout: float = 5.0) -> float:
+    """Seconds until ``q`` holds ``n`` ready messages."""
+    start = time.monotonic()
+    while _count(ch, q) != n:
+        assert time.monotonic() - start < timeout, f"{q} never reached {n} messages"
+        conn.process_data_events(time_limit=0.02)
+    return time.monotonic() - start
+
+
+def _dl_pair(ch: Any, **args: Any) -> tuple[str, str]:
+    q, dlq = uniq(), uniq("dlq")
+    ch.queue_declare(dlq)
+    ch.queue_declare(
+        q, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq, **args}
+    )
+    return q, dlq
+
+
+def test_queue_ttl_expires_and_dead_letters(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    q, dlq = _dl_pair(ch, **{"x-message-ttl": 200})
+    start = time.monotonic()
+    ch.basic_publish("", q, b"a")
+    ch.basic_publish("", q, b"b")
+    assert _count(ch, q) == 2
+    _wait_count(conn, ch, dlq, 2)
+    assert time.monotonic() - start >= 0.2
+    assert _count(ch, q) == 0
+    method, props, body = ch.basic_get(dlq, auto_ack=True)
+    assert body == b"a"
+    death = props.headers["x-death"][0]
+    assert death["reason"] == "expired" and death["queue"] == q
+    assert "original-expiration" not in death
+    conn.close()
+
+
+def test_per_message_expiration(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    q, dlq = _dl_pair(ch)
+    ch.basic_publish("", q, b"short", pika.BasicProperties(expiration="150"))
+    ch.basic_publish("", q, b"forever")
+    _wait_count(conn, ch, dlq, 1)
+    method, props, body = ch.basic_get(dlq, auto_ack=True)
+    assert body == b"short"
+    assert props.expiration is None
+    assert props.headers["x-death"][0]["original-expiration"] == "150"
+    method, _, body = ch.basic_get(q, auto_ack=True)
+    assert body == b"forever"
+    conn.close()
+
+
+def test_short_ttl_behind_a_long_head_expires_on_time(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    q, dlq = _dl_pair(ch, **{"x-message-ttl": 60_000})
+    ch.basic_publish("", q, b"long")
+    ch.basic_publish("", q, b"short", pika.BasicProperties(expiration="200"))
+    ch.basic_publish("", q, b"long too")
+    took = _wait_count(conn, ch, dlq, 1)
+    assert took < 3
+    assert _count(ch, q) == 2
+    assert [ch.basic_get(q, auto_ack=True)[2] for _ in range(2)] == [b"long", b"long too"]
+    assert ch.basic_get(dlq, auto_ack=True)[2] == b"short"
+    conn.close()
+
+
+def test_a_message_expired_while_unacked_is_not_redelivered(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    q, dlq = _dl_pair(ch, **{"x-message-ttl": 200})
+    ch.basic_publish("", q, b"m")
+    method, _, _ = ch.basic_get(q)
+    assert method is not None
+    deadline = time.monotonic() + 0.4
+    while time.monotonic() < deadline:  # hold it past its TTL
+        conn.process_data_events(time_limit=0.05)
+    ch.basic_nack(method.delivery_tag, requeue=True)
+    assert ch.basic_get(q)[0] is None
+    assert ch.basic_get(dlq, auto_ack=True)[2] == b"m"
+    conn.close()
+
+
+def test_expired_messages_are_skipped_by_consumers(broker: BrokerThread) -> None:
+    """Messages that expired while a consumer was away are never delivered to it."""
+    conn = connect(broker)
+    ch = conn.channel()
+    q = uniq()
+    ch.queue_declare(q, arguments={"x-message-ttl": 100})
+    ch.basic_publish("", q, b"stale")
+    deadline = time.monotonic() + 0.3
+    while time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.05)
+    got: list[bytes] = []
+    ch.basic_consume(q, lambda c, m, p, body: got.append(body), auto_ack=True)
+    ch.basic_publish("", q, b"fresh")
+    wait_until(conn, lambda: got == [b"fresh"])
+    conn.close()
+
+
+def test_ttl_zero_reaches_a_waiting_consumer_only(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    q = uniq()
+    ch.queue_declare(q, arguments={"x-message-ttl": 0})
+    ch.basic_publish("", q, b"nobody waiting")
+    assert _count(ch, q) == 0
+    got: list[bytes] = []
+    ch.basic_consume(q, lambda c, m, p, body: got.append(body), auto_ack=True)
+    ch.basic_publish("", q, b"live")
+    wait_until(conn, lambda: got == [b"live"])
+    conn.close()
+
+
+def test_deadlines_survive_a_restart(broker_factory: Any) -> None:
+    """TTL counts from publication, not from the restart; per-message expirations
+    behind a long-lived head are found again after the restart."""
+    b = broker_factory()
+    conn = connect(b)
+    ch = conn.channel()
+    q, dlq = uniq(), uniq("dlq")
+    ch.queue_declare(dlq, durable=True)
+    ch.queue_declare(
+        q,
+        durable=True,
+        arguments={
+            "x-message-ttl": 3000,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": dlq,
+        },
+    )
+    persistent = pika.BasicProperties(delivery_mode=2)
+    published = time.monotonic()
+    ch.basic_publish("", q, b"queue-ttl", persistent)
+    ch.basic_publish(
+        "", q, b"own-ttl", pika.BasicProperties(delivery_mode=2, expiration="1500")
+    )
+    conn.close()
+    b.stop()
+    b = broker_factory()
+    conn = connect(b)
+    ch = conn.channel()
+    assert _count(ch, q) == 2
+    _wait_count(conn, ch, dlq, 1)
+    first = time.monotonic() - published
+    assert 1.5 <= first < 2.9, first  # not 1.5 s after the restart plus the head's 3 s
+    _wait_count(conn, ch, dlq, 2)
+    second = time.monotonic() - published
+    assert 3.0 <= second < 5.0, second
+    assert [ch.basic_get(dlq, auto_ack=True)[2] for _ in range(2)] == [b"own-ttl", b"queue-ttl"]
+    conn.close()

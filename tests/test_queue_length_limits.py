@@ -1,0 +1,189 @@
+"""x-max-length, x-max-length-bytes and x-overflow (drop-head, reject-publish,
+reject-publish-dlx), with confirms and dead-lettering as RabbitMQ does them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pika
+import pytest
+from conftest import BrokerThread
+from pika.exceptions import NackError
+from pikahelp import connect, uniq
+
+
+def _bodies(ch: Any, queue: str) -> list[bytes]:
+    out = []
+    while True:
+        method, _, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            return out
+        out.append(body)
+
+
+def test_drop_head_keeps_the_newest(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    q = uniq()
+    ch.queue_declare(q, arguments={"x-max-length": 3})
+    for i in range(6):
+        ch.basic_publish("", q, str(i).encode())
+    assert _bodies(ch, q) == [b"3", b"4", b"5"]
+    conn.close()
+
+
+def test_max_length_bytes_counts_bodies(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    q = uniq()
+    ch.queue_declare(q, arguments={"x-max-length-bytes": 10})
+    for body in (b"aaaa", b"bbbb", b"cccc"):  # 12 bytes: the oldest goes
+        ch.basic_publish("", q, body)
+    assert _bodies(ch, q) == [b"bbbb", b"cccc"]
+    conn.close()
+
+
+def test_drop_head_dead_letters_with_reason_maxlen(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    q, dlq = uniq(), uniq("dlq")
+    ch.queue_declare(dlq)
+    ch.queue_declare(
+        q,
+        arguments={
+            "x-max-length": 1,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": dlq,
+        },
+    )
+    ch.basic_publish("", q, b"old")
+    ch.basic_publish("", q, b"new")
+    method, props, body = ch.basic_get(dlq, auto_ack=True)
+    assert body == b"old"
+    assert props.headers["x-death"][0]["reason"] == "maxlen"
+    assert _bodies(ch, q) == [b"new"]
+    conn.close()
+
+
+def test_unacked_messages_do_not_count(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    q = uniq()
+    ch.queue_declare(q, arguments={"x-max-length": 1})
+    ch.basic_publish("", q, b"a")
+    held, _, _ = ch.basic_get(q)
+    ch.basic_publish("", q, b"b")
+    assert ch.queue_declare(q, passive=True).method.message_count == 1
+    ch.basic_ack(held.delivery_tag)
+    assert _bodies(ch, q) == [b"b"]
+    conn.close()
+
+
+def test_reject_publish_nacks_the_publisher(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    q = uniq()
+    ch.queue_declare(q, arguments={"x-max-length": 2, "x-overflow": "reject-publish"})
+    ch.basic_publish("", q, b"1")
+    ch.basic_publish("", q, b"2")
+    with pytest.raises(NackError):
+        ch.basic_publish("", q, b"3")
+    assert _bodies(ch, q) == [b"1", b"2"]
+    ch.basic_publish("", q, b"4")  # room again: acked
+    assert _bodies(ch, q) == [b"4"]
+    conn.close()
+
+
+def test_reject_publish_is_not_a_return(broker: BrokerThread) -> None:
+    """Routed but refused: no basic.return for a mandatory publish, a nack only."""
+    conn = connect(broker)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    returned: list[bytes] = []
+    ch.add_on_return_callback(lambda *a: returned.append(a[3]))
+    q = uniq()
+    ch.queue_declare(q, arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
+    with pytest.raises(NackError):
+        ch.basic_publish("", q, b"x", mandatory=True)
+    conn.process_data_events(time_limit=0)
+    assert returned == []
+    conn.close()
+
+
+def test_reject_publish_dlx_dead_letters_the_refused_message(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    q, dlq = uniq(), uniq("dlq")
+    ch.queue_declare(dlq)
+    ch.queue_declare(
+        q,
+        arguments={
+            "x-max-length": 1,
+            "x-overflow": "reject-publish-dlx",
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": dlq,
+        },
+    )
+    ch.basic_publish("", q, b"kept")
+    with pytest.raises(NackError):
+        ch.basic_publish("", q, b"refused")
+    method, props, body = ch.basic_get(dlq, auto_ack=True)
+    assert body == b"refused"
+    assert props.headers["x-death"][0]["reason"] == "maxlen"
+    assert _bodies(ch, q) == [b"kept"]
+    conn.close()
+
+
+def test_reject_publish_on_one_of_two_queues_nacks(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ex, full, roomy = uniq("ex"), uniq("full"), uniq("roomy")
+    ch.exchange_declare(ex, "fanout")
+    ch.queue_declare(full, arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
+    ch.queue_declare(roomy)
+    ch.queue_bind(full, ex)
+    ch.queue_bind(roomy, ex)
+    with pytest.raises(NackError):
+        ch.basic_publish(ex, "", b"m")
+    assert _bodies(ch, roomy) == [b"m"]
+    conn.close()
+
+
+def test_a_waiting_consumer_still_gets_messages_at_max_length_zero(
+    broker: BrokerThread,
+) -> None:
+    """drop-head with max-length 0: a message a consumer can take at once is
+    delivered, anything that would wait is dropped."""
+    conn = connect(broker)
+    ch = conn.channel()
+    q = uniq()
+    ch.queue_declare(q, arguments={"x-max-length": 0})
+    got: list[bytes] = []
+    ch.basic_consume(q, lambda c, m, p, b: got.append(b), auto_ack=True)
+    ch.basic_publish("", q, b"live")
+    conn.process_data_events(time_limit=0)
+    while not got:
+        conn.process_data_events(time_limit=0.05)
+    assert got == [b"live"]
+    conn.close()
+
+
+def test_length_limit_applies_to_persistent_messages_after_restart(broker_factory: Any) -> None:
+    b = broker_factory()
+    conn = connect(b)
+    ch = conn.channel()
+    q = uniq()
+    ch.queue_declare(q, durable=True, arguments={"x-max-length": 2})
+    for i in range(4):
+        ch.basic_publish("", q, str(i).encode(), pika.BasicProperties(delivery_mode=2))
+    conn.close()
+    b.stop()
+    b = broker_factory()
+    conn = connect(b)
+    ch = conn.channel()
+    ch.basic_publish("", q, b"4", pika.BasicProperties(delivery_mode=2))
+    assert _bodies(ch, q) == [b"3", b"4"]
+    conn.close()
