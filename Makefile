@@ -1,7 +1,7 @@
 # Warren developer tasks (GNU make).
 #
 #   make install   create $(VENV) and install Warren editable with test + fast extras
-#                  (compiles the hot modules with Cython when a C compiler is there)
+#                  (compiles the hot modules with mypyc when a C compiler is there)
 #   make build     recompile the hot modules in place after editing their .py
 #   make run       run the broker (extra flags: make run ARGS='--amqp-port 5673')
 #   make test      run pytest twice: compiled modules, then pure Python
@@ -33,30 +33,33 @@ $(STAMP): pyproject.toml setup.py
 
 install: $(STAMP)
 
-# The compiled modules (setup.py's COMPILED_MODULES) sit next to their sources:
-# src/warren/amqp/connection.py -> src/warren/amqp/connection$(EXT_SUFFIX).
+# The compiled build (setup.py): mypyc puts the code of every module in
+# COMPILED_MODULES in one extension, src/_warren_compiled__mypyc$(EXT_SUFFIX),
+# and a small loader extension next to each module's .py
+# (src/warren/amqp/connection.py -> src/warren/amqp/connection$(EXT_SUFFIX)).
 EXT_SUFFIX := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 COMPILED := $(shell sed -n 's/^    "warren\.\(.*\)",$$/\1/p' setup.py | tr . /)
-EXTENSIONS := $(patsubst %,src/warren/%$(EXT_SUFFIX),$(COMPILED))
+COMPILED_SOURCES := $(patsubst %,src/warren/%.py,$(COMPILED))
+SHARED_LIBRARY := src/_warren_compiled__mypyc$(EXT_SUFFIX)
 
-# An extension older than its .py is rebuilt before `make test` and `make run`
-# (Warren itself would ignore it and run the .py). One build_ext run rebuilds
-# every stale extension, so make then finds the others up to date. A module
-# that cannot be compiled stays pure Python (setup.py only warns).
-src/warren/%$(EXT_SUFFIX): src/warren/%.py | $(STAMP)
+# A build older than any of its modules' .py is rebuilt before `make test` and
+# `make run` (Warren itself would ignore the whole build and run the .py files).
+# A build that cannot compile leaves everything pure Python (setup.py only
+# warns); make then retries on each run.
+$(SHARED_LIBRARY): $(COMPILED_SOURCES) | $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
 
 build: $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
 
-run: $(STAMP) $(EXTENSIONS)
+run: $(STAMP) $(SHARED_LIBRARY)
 	$(VENV)/bin/warren --data-dir ./data $(ARGS)
 
 # The suite runs twice: against the compiled modules, then with
 # WARREN_PURE_PYTHON=1 (every module from its .py, the fallback a machine
 # without a C compiler gets). The status recorded is the first failure's;
 # 5 (nothing collected) only when neither run failed otherwise.
-test: $(STAMP) $(EXTENSIONS)
+test: $(STAMP) $(SHARED_LIBRARY)
 	@status=0; pure=0; \
 	echo "== pytest, $$($(PY) -c 'import warren; print(warren.build_description())')"; \
 	$(PY) -m pytest -q $(PYTEST_ARGS) || status=$$?; \

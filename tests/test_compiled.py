@@ -52,18 +52,19 @@ def _env(**extra: str) -> dict[str, str]:
 
 @pytest.mark.skipif(warren.PURE_PYTHON, reason="WARREN_PURE_PYTHON run: nothing compiled is used")
 def test_built_extensions_are_the_modules_imported() -> None:
-    built = {}
-    for name in _compiled_module_names():
+    if _extension(warren.SHARED_LIBRARY) is None:
+        pytest.skip("no compiled build (no C compiler or mypyc?)")
+    names = _compiled_module_names()
+    for name in names:
         extension = _extension(name)
         source = SRC.joinpath(*name.split(".")).with_suffix(".py")
-        if extension is not None and extension.stat().st_mtime >= source.stat().st_mtime:
-            built[name] = extension
-    if not built:
-        pytest.skip("no compiled modules built (no C compiler or Cython?)")
-    for name, extension in built.items():
+        assert extension is not None, f"{name}: the build has no extension for it"
+        assert extension.stat().st_mtime >= source.stat().st_mtime, f"{name}: stale build"
+    # All of the build, or (stale, incomplete) none of it: here all.
+    for name in names:
         module = importlib.import_module(name)
-        assert module.__file__ == str(extension), name
-    assert set(built) <= set(warren.compiled_modules())
+        assert module.__file__ == str(_extension(name)), name
+    assert warren.compiled_modules() == sorted(names)
 
 
 def test_pure_python_mode_imports_every_module_from_its_py() -> None:
@@ -103,34 +104,62 @@ def test_warren_processes_inherit_the_mode() -> None:
         assert "pure Python, WARREN_PURE_PYTHON=1" in result.stdout
 
 
-def test_stale_extension_is_skipped_with_one_warning(
+def _fake_build(root: Path) -> tuple[Path, str]:
+    """A package like a compiled warren: a shared library, two modules with extensions."""
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    pkg = root / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    for init in (pkg / "__init__.py", pkg / "sub" / "__init__.py"):
+        init.write_text("")
+    (root / f"{warren.SHARED_LIBRARY}{suffix}").write_bytes(b"not really an extension")
+    (pkg / "plain.py").write_text("X = 1\n")
+    for module in (pkg / "a", pkg / "sub" / "b"):
+        module.with_suffix(".py").write_text("X = 1\n")
+        extension = module.with_name(module.name + suffix)
+        extension.write_bytes(b"not really an extension")
+        os.utime(module.with_suffix(".py"), (1_000_000_000, 1_000_000_000))
+    return pkg, suffix
+
+
+def test_stale_or_incomplete_build_is_skipped_as_a_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """An extension older than its .py is ignored (the .py imported), once warned about."""
+    """One .py newer than its extension, or no shared library: every module from its .py."""
     monkeypatch.setattr(warren, "PURE_PYTHON", False)
     monkeypatch.setattr(warren, "_SOURCE_CHECKOUT", True)
-    monkeypatch.setattr(warren, "_stale_warned", False)
-    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    for name in ("fresh", "stale", "stale2"):
-        (tmp_path / f"{name}.py").write_text("X = 1\n")
-        (tmp_path / f"{name}{suffix}").write_bytes(b"not really an extension")
-    os.utime(tmp_path / f"fresh{suffix}", (2_000_000_000, 2_000_000_000))
-    os.utime(tmp_path / "stale.py", (2_000_000_000, 2_000_000_000))
-    os.utime(tmp_path / "stale2.py", (2_000_000_000, 2_000_000_000))
     find = warren._SourceFirstFinder.find_spec
-    with caplog.at_level(logging.WARNING, logger="warren"):
-        # Fresh: the finder steps aside, so the normal machinery loads the extension.
-        assert find("warren.fresh", [str(tmp_path)]) is None
-        for name in ("stale", "stale2"):
-            spec = find(f"warren.{name}", [str(tmp_path)])
-            assert spec is not None and spec.origin == str(tmp_path / f"{name}.py")
-        # Not a warren module, or a top-level one: never the finder's business.
-        assert find("other.stale", [str(tmp_path)]) is None
-        assert find("warren", None) is None
-    warnings = [r for r in caplog.records if "newer than its compiled module" in r.getMessage()]
-    assert len(warnings) == 1
-    assert "stale.py" in warnings[0].getMessage()
-    # WARREN_PURE_PYTHON: the .py even when the extension is fresh.
+
+    def imported_from(pkg: Path) -> dict[str, str | None]:
+        monkeypatch.setattr(warren, "_use_sources_cache", {})
+        found = {}
+        for name, directory in (("a", pkg), ("sub.b", pkg / "sub"), ("plain", pkg)):
+            spec = find(f"warren.{name}", [str(directory)])
+            found[name] = None if spec is None else spec.origin
+        return found
+
+    caplog.set_level(logging.WARNING, logger="warren")
+    fresh, suffix = _fake_build(tmp_path / "fresh")
+    # Fresh: the finder steps aside, so the normal machinery loads the extensions.
+    assert imported_from(fresh) == {"a": None, "sub.b": None, "plain": None}
+    assert not caplog.records
+
+    stale, _ = _fake_build(tmp_path / "stale")
+    os.utime(stale / "sub" / "b.py", (2_000_000_000, 2_000_000_000))
+    everything = {"a": str(stale / "a.py"), "sub.b": str(stale / "sub" / "b.py"), "plain": None}
+    assert imported_from(stale) == everything
+    for _ in range(3):  # decided once per process: warned once
+        assert find("warren.a", [str(stale)]) is not None
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "b.py is newer than its compiled module" in warnings[0]
+
+    incomplete, _ = _fake_build(tmp_path / "incomplete")
+    (incomplete.parent / f"{warren.SHARED_LIBRARY}{suffix}").unlink()
+    assert imported_from(incomplete)["a"] == str(incomplete / "a.py")
+    assert "_warren_compiled__mypyc is missing" in caplog.records[-1].getMessage()
+
+    # Not a warren module, or a top-level one: never the finder's business.
+    assert find("other.a", [str(stale)]) is None
+    assert find("warren", None) is None
+    # WARREN_PURE_PYTHON: the .py even when the build is fresh.
     monkeypatch.setattr(warren, "PURE_PYTHON", True)
-    spec = find("warren.fresh", [str(tmp_path)])
-    assert spec is not None and spec.origin == str(tmp_path / "fresh.py")
+    assert imported_from(fresh)["a"] == str(fresh / "a.py")

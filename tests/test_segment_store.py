@@ -483,7 +483,16 @@ def test_unexpected_recovery_error_is_contained(
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(segment_store_module, "inspect_record", boom)
+    real_pread = os.pread
+
+    def failing_header_read(fd: int, n: int, offset: int) -> bytes:
+        if offset == 0:  # only recovery reads a file header
+            raise RuntimeError("boom")
+        return real_pread(fd, n, offset)
+
+    # An os function, not a warren one such as inspect_record: the compiled build
+    # binds calls between its modules at build time, so patching those has no effect.
+    monkeypatch.setattr(segment_store_module.os, "pread", failing_header_read)
     caplog.set_level(logging.WARNING, logger="warren.store")
     store = SegmentStore(d)
     assert store.ready_count == 0

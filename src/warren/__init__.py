@@ -20,14 +20,18 @@ if TYPE_CHECKING:
 
 
 # -- compiled modules ---------------------------------------------------------------
-# setup.py may compile some modules with Cython (pure Python mode: the .py files are
-# the only source). In a source checkout the extension module (.so) sits next to its
-# .py, and Python's import system prefers the extension however old it is: edit
-# connection.py and the next run would silently use the old compiled one. The finder
-# below, first on sys.meta_path, sends a warren.* import to the .py instead when
-#   * WARREN_PURE_PYTHON is set (not "" or "0"): everything runs from .py, or
-#   * the .py is newer than its extension module (a stale build; warns once).
-# Otherwise it steps aside and the normal machinery loads the extension.
+# setup.py may compile some modules with mypyc (the .py files are the only source).
+# The build is one shared extension module, _warren_compiled__mypyc*.so next to the
+# warren package, holding the compiled code of every module, plus a small extension module (.so) next to each
+# compiled module's .py that loads it. Python's import system prefers that .so to the
+# .py however old it is: edit connection.py and the next run would silently use the
+# old compiled code. The compiled modules call each other directly, so they are used
+# all together or not at all. The finder below, first on sys.meta_path, sends the
+# import of every compiled warren.* module to its .py instead when
+#   * WARREN_PURE_PYTHON is set (not "" or "0"), or
+#   * the shared module is missing (an incomplete build), or
+#   * any compiled module's .py is newer than its .so (a stale build; warns once).
+# Otherwise it steps aside and the normal machinery loads the extensions.
 #
 # The mtime rule applies to a source checkout only (src/warren next to
 # pyproject.toml, where the extensions are built in place and the sources are
@@ -36,9 +40,11 @@ if TYPE_CHECKING:
 
 PURE_PYTHON = os.environ.get("WARREN_PURE_PYTHON", "") not in ("", "0")
 
+SHARED_LIBRARY = "_warren_compiled__mypyc"  # setup.py's GROUP + mypyc's suffix
+
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _SOURCE_CHECKOUT = os.path.exists(os.path.join(_PACKAGE_DIR, "..", "..", "pyproject.toml"))
-_stale_warned = False
+_use_sources_cache: dict[str, bool] = {}
 
 
 def _extension_path(directory: str, name: str) -> str | None:
@@ -49,21 +55,51 @@ def _extension_path(directory: str, name: str) -> str | None:
     return None
 
 
-def _use_source(source: str, extension: str) -> bool:
-    """Whether to import ``source`` rather than its extension module."""
+def _compiled_sources(package_dir: str) -> list[tuple[str, str]]:
+    """(.py, .so) of every module of package_dir that has an extension module."""
+    found = []
+    for directory, _dirs, files in os.walk(package_dir):
+        for file in files:
+            if file.endswith(".py"):
+                extension = _extension_path(directory, file[:-3])
+                if extension is not None:
+                    found.append((os.path.join(directory, file), extension))
+    return found
+
+
+def _build_unusable(package_dir: str) -> str | None:
+    """Why the compiled build of package_dir must not be used, or None."""
+    if _extension_path(os.path.dirname(package_dir), SHARED_LIBRARY) is None:
+        return f"{SHARED_LIBRARY} is missing"
+    if _SOURCE_CHECKOUT:
+        for source, extension in _compiled_sources(package_dir):
+            if os.path.getmtime(source) > os.path.getmtime(extension):
+                return f"{source} is newer than its compiled module"
+    return None
+
+
+def _use_sources(package_dir: str) -> bool:
+    """Whether to import every module of package_dir from its .py (decided once)."""
     if PURE_PYTHON:
         return True
-    if not _SOURCE_CHECKOUT or os.path.getmtime(source) <= os.path.getmtime(extension):
-        return False
-    global _stale_warned
-    if not _stale_warned:
-        _stale_warned = True
-        logging.getLogger("warren").warning(
-            "%s is newer than its compiled module: using the .py (and any other "
-            "stale module's); `make build` recompiles them",
-            source,
-        )
-    return True
+    decided = _use_sources_cache.get(package_dir)
+    if decided is None:
+        reason = _build_unusable(package_dir)
+        decided = _use_sources_cache[package_dir] = reason is not None
+        if reason is not None and _compiled_sources(package_dir):
+            logging.getLogger("warren").warning(
+                "not using the compiled modules (%s): every module runs from its .py; "
+                "`make build` recompiles them",
+                reason,
+            )
+    return decided
+
+
+def _package_dir(directory: str) -> str:
+    """The top warren package directory that holds ``directory``."""
+    while os.path.exists(os.path.join(os.path.dirname(directory), "__init__.py")):
+        directory = os.path.dirname(directory)
+    return directory
 
 
 class _SourceFirstFinder:
@@ -80,8 +116,9 @@ class _SourceFirstFinder:
             source = os.path.join(directory, name + ".py")
             if not os.path.exists(source):
                 continue
-            extension = _extension_path(directory, name)
-            if extension is not None and _use_source(source, extension):
+            if _extension_path(directory, name) is not None and _use_sources(
+                _package_dir(os.path.abspath(directory))
+            ):
                 return importlib.util.spec_from_file_location(fullname, source)
             return None  # the normal machinery finds the same file (and its .so)
         return None
@@ -98,21 +135,17 @@ def compiled_modules() -> list[str]:
     already imported report what was actually loaded.
     """
     found = []
-    for directory, _dirs, files in os.walk(_PACKAGE_DIR):
-        package = os.path.relpath(directory, os.path.dirname(_PACKAGE_DIR)).replace(os.sep, ".")
-        for file in files:
-            if not file.endswith(".py"):
-                continue
-            fullname = f"{package}.{file[:-3]}"
-            module = sys.modules.get(fullname)
-            if module is not None:
-                compiled = _is_compiled(getattr(module, "__file__", None) or "")
-            else:
-                extension = _extension_path(directory, file[:-3])
-                source = os.path.join(directory, file)
-                compiled = extension is not None and not _use_source(source, extension)
-            if compiled:
-                found.append(fullname)
+    use_sources = _use_sources(_PACKAGE_DIR)
+    root = os.path.dirname(_PACKAGE_DIR)
+    for source, _extension in _compiled_sources(_PACKAGE_DIR):
+        fullname = os.path.relpath(source, root)[:-3].replace(os.sep, ".")
+        module = sys.modules.get(fullname)
+        if module is not None:
+            compiled = _is_compiled(getattr(module, "__file__", None) or "")
+        else:
+            compiled = not use_sources
+        if compiled:
+            found.append(fullname)
     return sorted(found)
 
 

@@ -46,6 +46,9 @@ _LAYOUT: tuple[tuple[str, str, int], ...] = tuple(
     (name, amqp_type, 1 << (15 - i)) for i, (name, amqp_type) in enumerate(BASIC_PROPERTIES)
 )
 _KNOWN_FLAGS = sum(bit for _, _, bit in _LAYOUT)
+# BasicProperties' attribute names, in AMQP order (its __slots__: a class compiled
+# by mypyc has no __slots__ attribute to read).
+_NAMES: tuple[str, ...] = tuple(name for name, _, _ in _LAYOUT)
 
 _F_HEADERS = 1 << 13
 _F_DELIVERY_MODE = 1 << 12
@@ -112,12 +115,12 @@ class BasicProperties:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, BasicProperties):
             return NotImplemented
-        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
+        return all(getattr(self, name) == getattr(other, name) for name in _NAMES)
 
     def __repr__(self) -> str:
         present = (
             f"{name}={getattr(self, name)!r}"
-            for name in self.__slots__
+            for name in _NAMES
             if getattr(self, name) is not None
         )
         return f"BasicProperties({', '.join(present)})"

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import mypyc_attr
+
 from warren.core import dead_letter as dl
 from warren.core.consumer import Consumer
 from warren.core.errors import AccessRefused
@@ -88,6 +90,8 @@ def message_ttl(msg: Message) -> int | None:
         return None
 
 
+# Subclassed by core/exchange_delayed.py, which is not compiled (setup.py).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Queue:
     def __init__(
         self,

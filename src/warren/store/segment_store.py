@@ -121,7 +121,10 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     try:
         while view:
-            view = view[os.write(fd, view) :]
+            # Not `view[os.write(fd, view) :]`: mypyc (2.4) evaluates a call in a
+            # memoryview's slice bound twice, writing the data twice.
+            written = os.write(fd, view)
+            view = view[written:]
     finally:
         view.release()
 
@@ -1088,15 +1091,15 @@ class SegmentStore:
                     break
                 try:
                     length, p_off, p_len, b_len = inspect_record(m, pos, size)
-                except CorruptRecord as exc:
-                    nxt = pos + exc.length if exc.length is not None else size
+                except CorruptRecord as corrupt:
+                    nxt = pos + corrupt.length if corrupt.length is not None else size
                     if nxt < size and self._plausible(m, nxt, size):
                         log.warning(
                             "%s: %s: corrupt record at offset %d (%s); dropped it",
                             self._dir,
                             path.name,
                             pos,
-                            exc.reason,
+                            corrupt.reason,
                         )
                         seg.records += 1
                         seg.dead += 1
@@ -1112,7 +1115,7 @@ class SegmentStore:
                         self._dir,
                         path.name,
                         pos,
-                        exc.reason,
+                        corrupt.reason,
                         size - pos,
                     )
                     break
