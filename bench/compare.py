@@ -636,6 +636,12 @@ def _os_name() -> str:
     return platform.platform()
 
 
+def _build() -> str:
+    """Whether the broker runs compiled (mypyc) or pure Python, as it reports itself."""
+    out = sh([sys.executable, "-m", "warren", "--version"]).stdout.strip()
+    return out[out.find("(") + 1 : out.rfind(")")] if "(" in out else "build unknown"
+
+
 def warren_versions() -> dict[str, str]:
     commit = sh(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]).stdout.strip()
     dirty = sh(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"]).stdout
@@ -649,7 +655,7 @@ def warren_versions() -> dict[str, str]:
         "Python": platform.python_version() + f" ({platform.python_implementation()})",
         "Warren": f"{WARREN_VERSION} (git {commit or 'unknown'}"
         + (", with uncommitted changes" if dirty.strip() else "")
-        + f"), event loop: {loop}",
+        + f"), {_build()}, event loop: {loop}",
     }
 
 
