@@ -83,6 +83,21 @@ def publish(ch: BlockingChannel, queue: str, *bodies: bytes) -> None:
         ch.basic_publish("", queue, body)
 
 
+def drain(ch: BlockingChannel, queue: str) -> list[bytes]:
+    """Every body basic.get (auto-ack) finds in ``queue``, in order."""
+    bodies = []
+    while True:
+        method, _, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            return bodies
+        bodies.append(body)
+
+
+def ready_count(ch: BlockingChannel, queue: str) -> int:
+    """The queue's ready messages, as a passive queue.declare reports them."""
+    return int(ch.queue_declare(queue, passive=True).method.message_count)
+
+
 class Session:
     """One connection with a channel (``conn``, ``ch``) for a test.
 

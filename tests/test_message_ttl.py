@@ -12,17 +12,13 @@ from typing import Any
 
 import pika
 from conftest import BrokerThread
-from pikahelp import connect, uniq, wait_until
-
-
-def _count(ch: Any, q: str) -> int:
-    return int(ch.queue_declare(q, passive=True).method.message_count)
+from pikahelp import connect, ready_count, uniq, wait_until
 
 
 def _wait_count(conn: Any, ch: Any, q: str, n: int, timeout: float = 5.0) -> float:
     """Seconds until ``q`` holds ``n`` ready messages."""
     start = time.monotonic()
-    while _count(ch, q) != n:
+    while ready_count(ch, q) != n:
         assert time.monotonic() - start < timeout, f"{q} never reached {n} messages"
         conn.process_data_events(time_limit=0.02)
     return time.monotonic() - start
@@ -44,10 +40,10 @@ def test_queue_ttl_expires_and_dead_letters(broker: BrokerThread) -> None:
     start = time.monotonic()
     ch.basic_publish("", q, b"a")
     ch.basic_publish("", q, b"b")
-    assert _count(ch, q) == 2
+    assert ready_count(ch, q) == 2
     _wait_count(conn, ch, dlq, 2)
     assert time.monotonic() - start >= 0.2
-    assert _count(ch, q) == 0
+    assert ready_count(ch, q) == 0
     method, props, body = ch.basic_get(dlq, auto_ack=True)
     assert body == b"a"
     death = props.headers["x-death"][0]
@@ -81,7 +77,7 @@ def test_short_ttl_behind_a_long_head_expires_on_time(broker: BrokerThread) -> N
     ch.basic_publish("", q, b"long too")
     took = _wait_count(conn, ch, dlq, 1)
     assert took < 3
-    assert _count(ch, q) == 2
+    assert ready_count(ch, q) == 2
     assert [ch.basic_get(q, auto_ack=True)[2] for _ in range(2)] == [b"long", b"long too"]
     assert ch.basic_get(dlq, auto_ack=True)[2] == b"short"
     conn.close()
@@ -126,7 +122,7 @@ def test_ttl_zero_reaches_a_waiting_consumer_only(broker: BrokerThread) -> None:
     q = uniq()
     ch.queue_declare(q, arguments={"x-message-ttl": 0})
     ch.basic_publish("", q, b"nobody waiting")
-    assert _count(ch, q) == 0
+    assert ready_count(ch, q) == 0
     got: list[bytes] = []
     ch.basic_consume(q, lambda c, m, p, body: got.append(body), auto_ack=True)
     ch.basic_publish("", q, b"live")
@@ -162,7 +158,7 @@ def test_deadlines_survive_a_restart(broker_factory: Any) -> None:
     b = broker_factory()
     conn = connect(b)
     ch = conn.channel()
-    assert _count(ch, q) == 2
+    assert ready_count(ch, q) == 2
     _wait_count(conn, ch, dlq, 1)
     first = time.monotonic() - published
     assert 1.5 <= first < 2.9, first  # not 1.5 s after the restart plus the head's 3 s

@@ -11,20 +11,7 @@ import pika
 import pytest
 from conftest import BrokerThread
 from pika.exceptions import NackError
-from pikahelp import connect, uniq
-
-
-def _bodies(ch: Any, queue: str) -> list[bytes]:
-    out = []
-    while True:
-        method, _, body = ch.basic_get(queue, auto_ack=True)
-        if method is None:
-            return out
-        out.append(body)
-
-
-def _count(ch: Any, q: str) -> int:
-    return int(ch.queue_declare(q, passive=True).method.message_count)
+from pikahelp import connect, drain, ready_count, uniq
 
 
 def test_max_length_policy_trims_an_existing_queue_at_once(broker: BrokerThread) -> None:
@@ -35,13 +22,13 @@ def test_max_length_policy_trims_an_existing_queue_at_once(broker: BrokerThread)
     for i in range(5):
         ch.basic_publish("", q, str(i).encode())
     broker.call(lambda: broker.broker.set_policy("/", "len", f"^{q}$", {"max-length": 2}))
-    assert _count(ch, q) == 2
+    assert ready_count(ch, q) == 2
     ch.basic_publish("", q, b"5")
-    assert _bodies(ch, q) == [b"4", b"5"]
+    assert drain(ch, q) == [b"4", b"5"]
     broker.call(lambda: broker.broker.clear_policy("/", "len"))
     for i in range(4):
         ch.basic_publish("", q, str(i).encode())
-    assert _count(ch, q) == 4
+    assert ready_count(ch, q) == 4
     conn.close()
 
 
@@ -84,7 +71,7 @@ def test_message_ttl_policy_expires_what_is_already_queued(broker: BrokerThread)
     while time.monotonic() - time_published < 0.15:
         conn.process_data_events(time_limit=0.05)
     broker.call(lambda: broker.broker.set_policy("/", "ttl", f"^{q}$", {"message-ttl": 100}))
-    assert _count(ch, q) == 0
+    assert ready_count(ch, q) == 0
     conn.close()
 
 
@@ -98,11 +85,11 @@ def test_operator_policy_lower_value_wins(broker: BrokerThread) -> None:
     ch.queue_declare(q)
     for i in range(6):
         ch.basic_publish("", q, str(i).encode())
-    assert _bodies(ch, q) == [b"4", b"5"]
+    assert drain(ch, q) == [b"4", b"5"]
     broker.call(lambda: b.clear_operator_policy("/", "ops"))
     for i in range(6):
         ch.basic_publish("", q, str(i).encode())
-    assert _count(ch, q) == 5
+    assert ready_count(ch, q) == 5
     conn.close()
 
 
@@ -114,7 +101,7 @@ def test_queue_argument_below_policy_wins(broker: BrokerThread) -> None:
     ch.queue_declare(q, arguments={"x-max-length": 1})
     for i in range(3):
         ch.basic_publish("", q, str(i).encode())
-    assert _bodies(ch, q) == [b"2"]
+    assert drain(ch, q) == [b"2"]
     conn.close()
 
 
@@ -127,7 +114,7 @@ def test_delivery_limit_by_policy(broker: BrokerThread) -> None:
     ch.basic_publish("", q, b"m")
     method, _, _ = ch.basic_get(q)
     ch.basic_nack(method.delivery_tag, requeue=True)
-    assert _count(ch, q) == 0
+    assert ready_count(ch, q) == 0
     conn.close()
 
 
@@ -146,5 +133,5 @@ def test_policy_effect_survives_a_restart(broker_factory: Any) -> None:
     persistent = pika.BasicProperties(delivery_mode=2)
     for i in range(3):
         ch.basic_publish("", q, str(i).encode(), persistent)
-    assert _bodies(ch, q) == [b"2"]
+    assert drain(ch, q) == [b"2"]
     conn.close()

@@ -9,16 +9,7 @@ import pika
 import pytest
 from conftest import BrokerThread
 from pika.exceptions import NackError
-from pikahelp import connect, uniq
-
-
-def _bodies(ch: Any, queue: str) -> list[bytes]:
-    out = []
-    while True:
-        method, _, body = ch.basic_get(queue, auto_ack=True)
-        if method is None:
-            return out
-        out.append(body)
+from pikahelp import connect, drain, uniq
 
 
 def test_drop_head_keeps_the_newest(broker: BrokerThread) -> None:
@@ -28,7 +19,7 @@ def test_drop_head_keeps_the_newest(broker: BrokerThread) -> None:
     ch.queue_declare(q, arguments={"x-max-length": 3})
     for i in range(6):
         ch.basic_publish("", q, str(i).encode())
-    assert _bodies(ch, q) == [b"3", b"4", b"5"]
+    assert drain(ch, q) == [b"3", b"4", b"5"]
     conn.close()
 
 
@@ -39,7 +30,7 @@ def test_max_length_bytes_counts_bodies(broker: BrokerThread) -> None:
     ch.queue_declare(q, arguments={"x-max-length-bytes": 10})
     for body in (b"aaaa", b"bbbb", b"cccc"):  # 12 bytes: the oldest goes
         ch.basic_publish("", q, body)
-    assert _bodies(ch, q) == [b"bbbb", b"cccc"]
+    assert drain(ch, q) == [b"bbbb", b"cccc"]
     conn.close()
 
 
@@ -61,7 +52,7 @@ def test_drop_head_dead_letters_with_reason_maxlen(broker: BrokerThread) -> None
     method, props, body = ch.basic_get(dlq, auto_ack=True)
     assert body == b"old"
     assert props.headers["x-death"][0]["reason"] == "maxlen"
-    assert _bodies(ch, q) == [b"new"]
+    assert drain(ch, q) == [b"new"]
     conn.close()
 
 
@@ -75,7 +66,7 @@ def test_unacked_messages_do_not_count(broker: BrokerThread) -> None:
     ch.basic_publish("", q, b"b")
     assert ch.queue_declare(q, passive=True).method.message_count == 1
     ch.basic_ack(held.delivery_tag)
-    assert _bodies(ch, q) == [b"b"]
+    assert drain(ch, q) == [b"b"]
     conn.close()
 
 
@@ -89,9 +80,9 @@ def test_reject_publish_nacks_the_publisher(broker: BrokerThread) -> None:
     ch.basic_publish("", q, b"2")
     with pytest.raises(NackError):
         ch.basic_publish("", q, b"3")
-    assert _bodies(ch, q) == [b"1", b"2"]
+    assert drain(ch, q) == [b"1", b"2"]
     ch.basic_publish("", q, b"4")  # room again: acked
-    assert _bodies(ch, q) == [b"4"]
+    assert drain(ch, q) == [b"4"]
     conn.close()
 
 
@@ -132,7 +123,7 @@ def test_reject_publish_dlx_dead_letters_the_refused_message(broker: BrokerThrea
     method, props, body = ch.basic_get(dlq, auto_ack=True)
     assert body == b"refused"
     assert props.headers["x-death"][0]["reason"] == "maxlen"
-    assert _bodies(ch, q) == [b"kept"]
+    assert drain(ch, q) == [b"kept"]
     conn.close()
 
 
@@ -148,7 +139,7 @@ def test_reject_publish_on_one_of_two_queues_nacks(broker: BrokerThread) -> None
     ch.queue_bind(roomy, ex)
     with pytest.raises(NackError):
         ch.basic_publish(ex, "", b"m")
-    assert _bodies(ch, roomy) == [b"m"]
+    assert drain(ch, roomy) == [b"m"]
     conn.close()
 
 
@@ -185,5 +176,5 @@ def test_length_limit_applies_to_persistent_messages_after_restart(broker_factor
     conn = connect(b)
     ch = conn.channel()
     ch.basic_publish("", q, b"4", pika.BasicProperties(delivery_mode=2))
-    assert _bodies(ch, q) == [b"3", b"4"]
+    assert drain(ch, q) == [b"3", b"4"]
     conn.close()
