@@ -80,7 +80,11 @@ def argument_settings(arguments: dict[str, Any]) -> dict[str, Any]:
 
 def message_ttl(msg: Message) -> int | None:
     """The message's own TTL (the expiration property) in ms, or None."""
-    props = msg.properties
+    return properties_ttl(msg.properties)
+
+
+def properties_ttl(props: bytes) -> int | None:
+    """The TTL in raw basic properties (their expiration) in ms, or None."""
     if not (props and props[0] & _EXPIRATION_FLAG):
         return None
     try:
@@ -391,14 +395,9 @@ class Queue:
         """After a restart: find the ready messages that carry their own expiration
         (the records hold publish time and properties), so they expire on time."""
         for seq, timestamp, props in self.store.scan_ready():
-            if props and props[0] & _EXPIRATION_FLAG:
-                try:
-                    value = peek_expiration(props)
-                    ttl = None if value is None else max(0, int(value))
-                except ValueError:
-                    continue
-                if ttl is not None:
-                    self._expiring.append((timestamp + ttl, seq))
+            ttl = properties_ttl(props)
+            if ttl is not None:
+                self._expiring.append((timestamp + ttl, seq))
         if self._expiring:
             heapq.heapify(self._expiring)
             self._has_expiring = True
