@@ -158,7 +158,42 @@ DELIBERATE_DIFFERENCES: dict[str, str] = {
         "Warren also sets the x-last-death-* headers, as RabbitMQ 3.13 (the version it "
         "announces) does; 3.10 only had x-first-death-*"
     ),
+    # Properties RabbitMQ cannot parse crash its channel (541 INTERNAL_ERROR); Warren
+    # says what is wrong with them, as for undecodable method arguments.
+    **{
+        f"badprops_{case}": "RabbitMQ's channel crashes (541); Warren sends 501 and why"
+        for case in (
+            "unknown_tag",
+            "unknown_tag_nested",
+            "unknown_tag_in_array",
+            "tag_U",
+            "table_past_end",
+            "array_overrun",
+            "shortstr_past_end",
+            "trailing_bytes",
+            "flags_continuation",
+        )
+    },
+    "badprops_flags_continuation_only": (
+        "RabbitMQ takes a flag word announcing a second one that is not there, and pika "
+        "and py-amqp then fail on the message: Warren refuses it (501)"
+    ),
+    "badprops_float_nan": (
+        "RabbitMQ's channel crashes (541); Warren refuses the message (406): pika cannot "
+        "decode a NaN or infinite float"
+    ),
+    # Well-formed properties that a consumer's client library could not decode: RabbitMQ
+    # confirms and delivers them, and every pika, aio-pika or py-amqp consumer of the
+    # queue then fails; Warren refuses them at publish (406), never confirmed.
+    "badprops_deep_tables_200": "nesting beyond 128 levels is refused (406)",
+    "badprops_deep_tables_2000": "nesting beyond 128 levels is refused (406)",
+    "badprops_deep_arrays_2000": "nesting beyond 128 levels is refused (406)",
+    "badprops_timestamp_header_year_10000": "pika and py-amqp cannot decode it: refused (406)",
+    "badprops_timestamp_property_huge": "pika and py-amqp cannot decode it: refused (406)",
+    "badprops_key_not_utf8": "aio-pika (pamqp) cannot decode it: refused (406)",
+    "badprops_content_type_not_utf8": "aio-pika (pamqp) cannot decode it: refused (406)",
 }
+
 
 def _with_last_death(observation: Observation) -> Observation:
     """A recorded dead-lettering observation plus RabbitMQ 3.13's x-last-death-*."""
@@ -167,6 +202,26 @@ def _with_last_death(observation: Observation) -> Observation:
     for part in ("reason", "queue", "exchange"):
         headers[f"x-last-death-{part}"] = headers[f"x-first-death-{part}"]
     return copy
+
+
+def _properties_malformed(why: str) -> Observation:
+    """A publish whose property list cannot be decoded: connection closed with 501."""
+    return _connection_close(
+        501, f"FRAME_ERROR - cannot decode the message's properties: {why}", 60, 40
+    )
+
+
+def _message_refused(why: str) -> Observation:
+    """A badprops publish refused with 406 (channel closed, not confirmed, not queued)."""
+    close = {
+        "channel": 1,
+        "class_id": 60,
+        "frame": "Channel.Close",
+        "method_id": 40,
+        "reply_code": 406,
+        "reply_text": f"PRECONDITION_FAILED - invalid message: {why}",
+    }
+    return {"get": {"frame": "Basic.GetEmpty"}, "received": [close], "socket": "open"}
 
 
 #: Warren's own observation for each deliberate difference.
@@ -223,6 +278,40 @@ WARREN_EXPECTED: dict[str, Observation] = {
         530, "NOT_ALLOWED - frame_max=0 > 131072 max size", 10, 31
     ),
     "dead_letter_on_reject": _with_last_death(EXPECTED["dead_letter_on_reject"]),
+    "badprops_unknown_tag": _properties_malformed("in header 'k': unknown field type 'Z'"),
+    "badprops_unknown_tag_nested": _properties_malformed("in header 'k': unknown field type 'Z'"),
+    "badprops_unknown_tag_in_array": _properties_malformed("in header 'k': unknown field type 'Z'"),
+    "badprops_tag_U": _properties_malformed("in header 'k': unknown field type 'U'"),
+    "badprops_table_past_end": _properties_malformed(
+        "the headers table runs past the end of the properties"
+    ),
+    "badprops_array_overrun": _properties_malformed(
+        "in header 'k': a table or array overruns its declared length"
+    ),
+    "badprops_shortstr_past_end": _properties_malformed(
+        "property content_type runs past the end of the content header"
+    ),
+    "badprops_trailing_bytes": _properties_malformed("3 bytes after the last property"),
+    "badprops_flags_continuation": _properties_malformed(
+        "property flags continue into a second flag word"
+    ),
+    "badprops_flags_continuation_only": _properties_malformed(
+        "property flags continue into a second flag word"
+    ),
+    "badprops_float_nan": _message_refused("in header 'n': a NaN or infinite float"),
+    "badprops_deep_tables_200": _message_refused("headers nested deeper than 128 levels"),
+    "badprops_deep_tables_2000": _message_refused("headers nested deeper than 128 levels"),
+    "badprops_deep_arrays_2000": _message_refused("headers nested deeper than 128 levels"),
+    "badprops_timestamp_header_year_10000": _message_refused(
+        "in header 'k': a timestamp after the year 9999"
+    ),
+    "badprops_timestamp_property_huge": _message_refused(
+        "property timestamp is after the year 9999"
+    ),
+    "badprops_key_not_utf8": _message_refused(
+        "in the headers: a key that is not UTF-8 (bytes ff fe)"
+    ),
+    "badprops_content_type_not_utf8": _message_refused("property content_type is not UTF-8"),
 }
 
 #: Queue features Warren has not built yet: these scenarios are expected to differ

@@ -16,7 +16,8 @@ from warren.amqp import spec
 from warren.amqp.ack_timeout import AckDeadlines
 from warren.amqp.consumer import AMQPConsumer
 from warren.amqp.frames import message_frames, method_frame
-from warren.core.codec_errors import DecodeError
+from warren.core.codec_errors import DecodeError, UnsafeValue
+from warren.core.dead_letter import check_routing_headers
 from warren.core.erlang_format import string_p
 from warren.core.errors import (
     AccessRefused,
@@ -34,7 +35,13 @@ from warren.core.errors import (
 )
 from warren.core.exchange import Exchange
 from warren.core.message import Message
-from warren.core.properties import peek_delivery_mode, peek_expiration, split_header_payload
+from warren.core.properties import (
+    edit_properties,
+    peek_delivery_mode,
+    peek_expiration,
+    split_header_payload,
+    validate_properties,
+)
 from warren.core.queue import Queue
 from warren.core.store import MessageStore
 from warren.core.users import CONFIGURE, READ, WRITE, UserStore
@@ -57,6 +64,10 @@ Unacked = tuple[Queue, int, Message, AMQPConsumer | None]
 _USER_ID_FLAG = 0x10
 # delivery-mode and expiration bits in the first byte: properties RabbitMQ validates.
 _CHECKED_FLAGS = 0x11
+# The headers bit in the first byte.
+_HEADERS_FLAG = 0x20
+# Property lists that need no validation: none, or only delivery-mode 1 or 2.
+_PLAIN_PROPERTIES = frozenset((b"\x00\x00", b"\x10\x00\x01", b"\x10\x00\x02"))
 
 # RabbitMQ's texts for frames out of a publish's method/header/body order.
 _EXPECTED_METHOD = "expected method frame, got non method frame instead"
@@ -271,9 +282,7 @@ class Channel:
             return
         if self._ack_deadlines is None:
             self._ack_deadlines = AckDeadlines()
-        timeout = self._ack_deadlines.overdue(
-            self.unacked, self._delivery_tag, now, default, floor
-        )
+        timeout = self._ack_deadlines.overdue(self.unacked, self._delivery_tag, now, default, floor)
         if timeout is not None:
             self.channel_error(
                 PreconditionFailed(
@@ -617,7 +626,10 @@ class Channel:
             self._reply(spec.BasicCancelOk(consumer_tag=tag))
 
     def consumer_cancelled_by_server(self, consumer: AMQPConsumer) -> None:
-        if self.consumers.pop(consumer.tag, None) is None:
+        if self.consumers.get(consumer.tag) is not consumer:
+            return  # cancelled by the client meanwhile, or the tag was reused
+        del self.consumers[consumer.tag]
+        if self.closing or self.closed:
             return
         if self.connection.capabilities.get("consumer_cancel_notify"):
             self._reply(spec.BasicCancel(consumer_tag=consumer.tag, nowait=True))
@@ -632,16 +644,20 @@ class Channel:
             raise AccessRefused(
                 f"cannot publish to internal exchange '{ex.name}' in vhost '{ex.vhost_name}'"
             )
+        if props not in _PLAIN_PROPERTIES:
+            self._validate_properties(props)
         conn = self.connection
         msg = Message(ex.name, method.routing_key, props, body, conn.now_ms or None)
         msg._ex_rk = self._publish_ex_rk
         conn.has_published = True
         if conn.blocked:
             conn.block_now()
-        if len(props) > 1 and props[1] & _USER_ID_FLAG:
+        if props[1] & _USER_ID_FLAG:
             self._check_user_id(msg)
-        if props and props[0] & _CHECKED_FLAGS:
+        if props[0] & _CHECKED_FLAGS:
             self._check_properties(props)
+        if props[0] & _HEADERS_FLAG and b"CC" in props:  # CC or BCC, maybe
+            check_routing_headers(msg.headers)
         if b"amq.rabbitmq.reply-to" in props:
             msg = self._rewrite_reply_to(msg)
         if self.confirm:
@@ -700,12 +716,20 @@ class Channel:
         for seq in seqs:
             self._confirm(seq, ok)
 
+    def _validate_properties(self, props: bytes) -> None:
+        """Refuse, before anything is routed or confirmed, a property list that a
+        later path or a consumer could not decode (core/properties.py). RabbitMQ
+        crashes the connection with 541 on the malformed ones; Warren says why."""
+        try:
+            validate_properties(props)
+        except DecodeError as exc:
+            raise FrameError(f"cannot decode the message's properties: {exc}") from None
+        except UnsafeValue as exc:
+            raise PreconditionFailed(f"invalid message: {exc}") from None
+
     def _check_user_id(self, msg: Message) -> None:
         """RabbitMQ's validated user-id: it must name the authenticated user."""
-        try:
-            claimed = msg.decoded_properties().user_id
-        except DecodeError as exc:
-            raise FrameError(f"malformed content header on channel {self.id}: {exc}") from None
+        claimed = msg.decoded_properties().user_id
         user = self.connection.user
         assert user is not None
         if claimed != user.name and "impersonator" not in user.tags:
@@ -715,11 +739,8 @@ class Channel:
 
     def _check_properties(self, props: bytes) -> None:
         """RabbitMQ refuses a publish whose expiration or delivery-mode it cannot use."""
-        try:
-            expiration = peek_expiration(props)
-            mode = peek_delivery_mode(props)
-        except DecodeError as exc:
-            raise FrameError(f"malformed content header on channel {self.id}: {exc}") from None
+        expiration = peek_expiration(props)
+        mode = peek_delivery_mode(props)
         if expiration is not None:
             error = _expiration_error(expiration)
             if error is not None:
@@ -728,13 +749,14 @@ class Channel:
             raise PreconditionFailed(f"invalid message: {{delivery_mode_unknown,{mode}}}")
 
     def _rewrite_reply_to(self, msg: Message) -> Message:
-        props = msg.decoded_properties()
-        if props.reply_to != REPLY_TO:
+        if msg.decoded_properties().reply_to != REPLY_TO:
             return msg
         if self.reply_token is None:
             raise PreconditionFailed("fast reply consumer does not exist")
-        props.reply_to = REPLY_TO_PREFIX + self.reply_token
-        return msg.with_properties(props)
+        raw = edit_properties(
+            msg.properties, set_properties={"reply_to": REPLY_TO_PREFIX + self.reply_token}
+        )
+        return Message(msg.exchange, msg.routing_key, raw, msg.body, msg.timestamp)
 
     # -- confirms -----------------------------------------------------------------------
     def _confirm_select(self, method: spec.ConfirmSelect) -> None:

@@ -7,7 +7,7 @@ FRAME_ERROR / SYNTAX_ERROR close instead of a crashed task.
 
 from __future__ import annotations
 
-__all__ = ["DecodeError", "UnknownMethod"]
+__all__ = ["DecodeError", "UnknownMethod", "UnsafeValue"]
 
 
 class DecodeError(ValueError):
@@ -28,3 +28,8 @@ class UnknownMethod(DecodeError):
 
     def __reduce__(self) -> tuple[type[UnknownMethod], tuple[int, int]]:
         return (type(self), (self.class_id, self.method_id))
+
+
+class UnsafeValue(ValueError):
+    """Well-formed AMQP that Warren refuses to pass on: the client libraries its
+    consumers use could not decode it (see core/table.py's validate_table)."""

@@ -13,9 +13,14 @@ from __future__ import annotations
 
 import datetime
 import logging
+import struct
 from typing import Any
 
+from warren.core import properties as props
+from warren.core.erlang_format import field_type
+from warren.core.errors import PreconditionFailed
 from warren.core.message import Message
+from warren.core.table import array_items, decode_field_value, encode_field_value, table_entries
 
 log = logging.getLogger("warren.dead_letter")
 
@@ -25,6 +30,8 @@ MAXLEN = "maxlen"
 DELIVERY_LIMIT = "delivery_limit"
 
 _UTC = datetime.UTC
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
 
 
 def _text(value: Any) -> str | None:
@@ -41,6 +48,18 @@ def header_keys(value: Any) -> list[str]:
     if not isinstance(value, list):
         return []
     return [k for k in (_text(v) for v in value) if k is not None]
+
+
+def check_routing_headers(headers: dict[str, Any] | None) -> None:
+    """Refuse a publish whose CC or BCC header is not an array, as RabbitMQ does."""
+    if not headers:
+        return
+    for key in ("CC", "BCC"):
+        value = headers.get(key, [])
+        if not isinstance(value, list):
+            raise PreconditionFailed(
+                f'invalid message: {{unacceptable_type_in_header,"{key}",{field_type(value)}}}'
+            )
 
 
 def routing_keys(msg: Message) -> list[str]:
@@ -88,10 +107,23 @@ def dead_letter(
     Without a dead-letter routing key the copy goes out with the keys the original
     was routed with (routing key and CC); with one, it goes out with that key only
     and the CC header is dropped, as RabbitMQ does.
+
+    Only x-death and the few headers RabbitMQ sets are decoded and written; the
+    publisher's other headers and properties are copied as bytes, however deep.
+    Raises DecodeError for properties that cannot be read (a record written
+    before publish validated them): the caller keeps the original then.
     """
-    props = msg.decoded_properties()
-    headers = dict(props.headers) if props.headers else {}
-    keys = routing_keys(msg)
+    raw = msg.properties
+    offset = props.headers_offset(raw)
+    entries: dict[str, tuple[int, int]] = {}
+    if offset is not None:
+        for key, start, end in table_entries(raw, offset)[0]:
+            entries.setdefault(key, (start, end))
+    keys = [msg.routing_key]
+    cc = entries.get("CC")
+    if cc is not None:
+        keys.extend(header_keys(_entry_value(raw, cc)))
+    expiration = props.peek_expiration(raw)
     death: dict[str, Any] = {
         "count": 1,
         "reason": reason,
@@ -100,18 +132,19 @@ def dead_letter(
         "exchange": msg.exchange,
         "routing-keys": keys,
     }
-    if props.expiration is not None:
-        death["original-expiration"] = props.expiration
-        props.expiration = None
-    deaths = headers.get("x-death")
-    others: list[Any] = []
-    if isinstance(deaths, list):
-        for entry in deaths:
+    if expiration is not None:
+        death["original-expiration"] = expiration
+    others: list[bytes] = []
+    old = entries.get("x-death")
+    if old is not None and raw[old[0] + 1 + raw[old[0]]] == _ARRAY_TAG:
+        value_at = old[0] + 1 + raw[old[0]]
+        for start, end in array_items(raw, value_at + 1):
+            entry = decode_field_value(raw, start)[0] if raw[start] == _TABLE_TAG else None
             if (
-                isinstance(entry, dict)
+                death["count"] == 1
+                and isinstance(entry, dict)
                 and _text(entry.get("queue")) == queue
                 and _text(entry.get("reason")) == reason
-                and death["count"] == 1
             ):
                 # The same queue and reason again: RabbitMQ keeps the first such
                 # death's details and only counts it, moving it to the front.
@@ -119,18 +152,52 @@ def dead_letter(
                 death = dict(entry)
                 death["count"] = (count if isinstance(count, int) else 0) + 1
             else:
-                others.append(entry)
-    headers["x-death"] = [dict(sorted(death.items())), *others]
-    if "x-first-death-reason" not in headers:
-        headers["x-first-death-reason"] = reason
-        headers["x-first-death-queue"] = queue
-        headers["x-first-death-exchange"] = msg.exchange
-    headers["x-last-death-reason"] = reason
-    headers["x-last-death-queue"] = queue
-    headers["x-last-death-exchange"] = msg.exchange
+                others.append(raw[start:end])
+    deaths = _encode_death(death) + b"".join(others)
+    headers: dict[str, bytes] = {"x-death": b"A" + _U32.pack(len(deaths)) + deaths}
+    if "x-first-death-reason" not in entries:
+        headers["x-first-death-reason"] = _longstr(reason)
+        headers["x-first-death-queue"] = _longstr(queue)
+        headers["x-first-death-exchange"] = _longstr(msg.exchange)
+    headers["x-last-death-reason"] = _longstr(reason)
+    headers["x-last-death-queue"] = _longstr(queue)
+    headers["x-last-death-exchange"] = _longstr(msg.exchange)
+    remove: tuple[str, ...] = ()
     if dl_routing_key is not None:
-        headers.pop("CC", None)
+        remove = ("CC",)
         keys = [dl_routing_key]
-    props.headers = headers
-    copy = Message(dlx, keys[0], props.encode(), msg.body, now_ms)
-    return copy, keys
+    copy_props = props.edit_properties(
+        raw,
+        set_headers=headers,
+        remove_headers=remove,
+        set_properties={"expiration": None} if expiration is not None else None,
+    )
+    return Message(dlx, keys[0], copy_props, msg.body, now_ms), keys
+
+
+_ARRAY_TAG = ord("A")
+_TABLE_TAG = ord("F")
+
+
+def _entry_value(raw: bytes, span: tuple[int, int]) -> Any:
+    """The decoded value of a table entry given as its (start, end) byte range."""
+    return decode_field_value(raw, span[0] + 1 + raw[span[0]])[0]
+
+
+def _longstr(text: str) -> bytes:
+    data = text.encode("utf-8", "surrogateescape")
+    return b"S" + _U32.pack(len(data)) + data
+
+
+def _encode_death(death: dict[str, Any]) -> bytes:
+    """One x-death entry, keys sorted and the count a long, as RabbitMQ writes it."""
+    parts: list[bytes] = []
+    for key, value in sorted(death.items()):
+        raw_key = key.encode()
+        if key == "count" and isinstance(value, int) and not isinstance(value, bool):
+            encoded = b"l" + _I64.pack(value)
+        else:
+            encoded = encode_field_value(value)
+        parts.append(bytes((len(raw_key),)) + raw_key + encoded)
+    body = b"".join(parts)
+    return b"F" + _U32.pack(len(body)) + body

@@ -9,23 +9,34 @@ questions by skipping over earlier properties without building objects.
 from __future__ import annotations
 
 import struct
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from warren.amqp.spec import BASIC_CLASS_ID, BASIC_PROPERTIES
-from warren.core.codec_errors import DecodeError
-from warren.core.table import decode_field_value, decode_table, encode_field_value, encode_table
+from warren.core.codec_errors import DecodeError, UnsafeValue
+from warren.core.table import (
+    MAX_TIMESTAMP,
+    decode_table,
+    encode_field_value,
+    encode_table,
+    table_entries,
+    validate_table,
+)
 
 __all__ = [
     "EMPTY_PROPERTIES",
     "BasicProperties",
     "decode_properties",
+    "edit_properties",
     "header_payload",
+    "headers_offset",
     "peek_delivery_mode",
     "peek_expiration",
     "peek_headers",
     "peek_priority",
     "set_header",
     "split_header_payload",
+    "validate_properties",
 ]
 
 _U8 = struct.Struct(">B")
@@ -119,9 +130,7 @@ class BasicProperties:
 
     def __repr__(self) -> str:
         present = (
-            f"{name}={getattr(self, name)!r}"
-            for name in _NAMES
-            if getattr(self, name) is not None
+            f"{name}={getattr(self, name)!r}" for name in _NAMES if getattr(self, name) is not None
         )
         return f"BasicProperties({', '.join(present)})"
 
@@ -192,6 +201,65 @@ def decode_properties(raw: _Buffer) -> BasicProperties:
     return props
 
 
+# Properties of variable size; without any of them the property list is one
+# octet per flag set (delivery-mode, priority).
+_VARIABLE_FLAGS = sum(bit for _, amqp_type, bit in _LAYOUT if amqp_type != "octet")
+
+
+def validate_properties(raw: _Buffer) -> None:
+    """Check a publisher's property list once, before the message is accepted.
+
+    Raises DecodeError where RabbitMQ could not parse it either (an unknown
+    field type, a length that overruns, bytes after the last property, a
+    continued flag word: its channel crashes with 541), and UnsafeValue for a
+    well-formed list that a consumer's client library could not decode (see
+    table.validate_table; also non-UTF-8 short strings, which pamqp refuses,
+    and a timestamp after the year 9999). Every later path that decodes the
+    properties (routing, dead-lettering, delivery, recovery) can then rely on
+    them. No recursion, no values built.
+    """
+    n = len(raw)
+    if n < 2:
+        raise DecodeError("content header has no property flags")
+    flags = raw[0] << 8 | raw[1]
+    if flags & 1:
+        # RabbitMQ reads no second flag word (basic has 14 properties); pika
+        # and py-amqp would read one that is not there.
+        raise DecodeError("property flags continue into a second flag word")
+    if not flags & _VARIABLE_FLAGS:
+        if n != 2 + (flags & _KNOWN_FLAGS).bit_count():
+            raise DecodeError("property list does not match its flags")
+        return
+    offset = 2
+    try:
+        for name, amqp_type, bit in _LAYOUT:
+            if not flags & bit:
+                continue
+            if amqp_type == "shortstr":
+                end = offset + 1 + raw[offset]
+                if end > n:
+                    raise DecodeError(f"property {name} runs past the end of the content header")
+                try:
+                    str(raw[offset + 1 : end], "utf-8")
+                except UnicodeDecodeError:
+                    raise UnsafeValue(f"property {name} is not UTF-8") from None
+                offset = end
+            elif amqp_type == "octet":
+                offset += 1
+            elif amqp_type == "table":
+                offset = validate_table(raw, offset, n)
+            else:  # timestamp
+                if _U64.unpack_from(raw, offset)[0] > MAX_TIMESTAMP:
+                    raise UnsafeValue(f"property {name} is after the year 9999")
+                offset += 8
+    except (struct.error, IndexError) as exc:
+        raise DecodeError(f"truncated property list: {exc}") from None
+    if offset != n:
+        if offset > n:
+            raise DecodeError("truncated property list")
+        raise DecodeError(f"{n - offset} bytes after the last property")
+
+
 def _seek(raw: _Buffer, flag: int) -> int | None:
     """Offset of the property flagged by ``flag``, or None when it is absent.
 
@@ -213,6 +281,14 @@ def _seek(raw: _Buffer, flag: int) -> int | None:
             else:
                 offset += 8
     raise AssertionError("unreachable: flag not in layout")  # pragma: no cover
+
+
+def headers_offset(raw: _Buffer) -> int | None:
+    """Where the headers table starts (its length prefix), or None without headers."""
+    try:
+        return _seek(raw, _F_HEADERS)
+    except (struct.error, IndexError) as exc:
+        raise DecodeError(f"malformed basic properties: {exc}") from exc
 
 
 def peek_headers(raw: _Buffer) -> dict[str, Any] | None:
@@ -259,39 +335,107 @@ def peek_expiration(raw: _Buffer) -> str | None:
 
 
 def set_header(raw: bytes, key: str, value: Any) -> bytes:
-    """``raw`` with header ``key`` set to ``value``, every other byte as it was.
+    """``raw`` with header ``key`` set to ``value``, every other byte as it was."""
+    return edit_properties(raw, set_headers={key: encode_field_value(value)})
 
-    Re-encoding decoded properties would change the wire types of other header
-    values (a short becomes a long); this edits the one entry in place instead.
+
+def edit_properties(
+    raw: bytes,
+    *,
+    set_headers: Mapping[str, bytes] | None = None,
+    remove_headers: Collection[str] = (),
+    set_properties: Mapping[str, Any] | None = None,
+) -> bytes:
+    """``raw`` with some headers and properties changed, every other byte as it was.
+
+    Re-encoding decoded properties would change the wire types of the headers
+    it does not touch (a short becomes a long) and walk all of their nesting;
+    this copies them as bytes. ``set_headers`` maps keys to tagged, encoded
+    values (replaced where the key is, else appended); ``set_properties`` maps
+    property names to new values, None removing the property.
     """
+    set_headers = set_headers or {}
+    set_properties = set_properties or {}
     try:
-        offset = _seek(raw, _F_HEADERS)
-        if offset is None:
-            props = decode_properties(raw)
-            props.headers = {key: value}
-            return props.encode()
-        (length,) = _U32.unpack_from(raw, offset)
-        start, end = offset + 4, offset + 4 + length
-        wanted = key.encode("utf-8", "surrogateescape")
-        encoded = encode_field_value(value)
+        flags, offset = _read_flags(raw)
         parts: list[bytes] = []
-        found = False
-        o = start
-        while o < end:
-            value_at = o + 1 + raw[o]
-            _, next_o = decode_field_value(raw, value_at)
-            if not found and raw[o + 1 : value_at] == wanted:
-                parts.append(raw[o:value_at] + encoded)
-                found = True
-            else:
-                parts.append(raw[o:next_o])
-            o = next_o
+        for name, amqp_type, bit in _LAYOUT:
+            present = bool(flags & bit)
+            start = offset
+            if present:
+                if amqp_type == "shortstr":
+                    offset += 1 + raw[offset]
+                elif amqp_type == "octet":
+                    offset += 1
+                elif amqp_type == "table":
+                    offset += 4 + _U32.unpack_from(raw, offset)[0]
+                else:
+                    offset += 8
+            if name in set_properties:
+                value = set_properties[name]
+                flags &= ~bit
+                if value is not None:
+                    flags |= bit
+                    parts.append(_encode_property(amqp_type, value))
+            elif amqp_type == "table" and (set_headers or remove_headers):
+                table = _edited_table(raw, start if present else None, set_headers, remove_headers)
+                if table is None:
+                    flags &= ~bit
+                else:
+                    flags |= bit
+                    parts.append(table)
+            elif present:
+                parts.append(raw[start:offset])
     except (struct.error, IndexError) as exc:
         raise DecodeError(f"malformed basic properties: {exc}") from exc
-    if not found:
-        parts.append(_U8.pack(len(wanted)) + wanted + encoded)
-    table = b"".join(parts)
-    return raw[:offset] + _U32.pack(len(table)) + table + raw[end:]
+    if offset > len(raw):
+        raise DecodeError("truncated basic properties")
+    return _U16.pack(flags & 0xFFFE) + b"".join(parts)
+
+
+def _edited_table(
+    raw: bytes,
+    offset: int | None,
+    set_entries: Mapping[str, bytes],
+    remove: Collection[str],
+) -> bytes | None:
+    """The headers table at ``offset`` (None: no headers yet) with entries set and
+    removed; None when the result would be an absent table that was absent."""
+    entries = table_entries(raw, offset)[0] if offset is not None else []
+    parts: list[bytes] = []
+    done: set[str] = set()
+    for key, start, end in entries:
+        if key in remove or key in done:
+            continue
+        encoded = set_entries.get(key)
+        if encoded is None:
+            parts.append(raw[start:end])
+        else:
+            parts.append(_key(key) + encoded)
+            done.add(key)
+    for key, encoded in set_entries.items():
+        if key not in done:
+            parts.append(_key(key) + encoded)
+    if offset is None and not parts:
+        return None
+    body = b"".join(parts)
+    return _U32.pack(len(body)) + body
+
+
+def _key(key: str) -> bytes:
+    raw = key.encode("utf-8", "surrogateescape")
+    return _U8.pack(len(raw)) + raw
+
+
+def _encode_property(amqp_type: str, value: Any) -> bytes:
+    if amqp_type == "shortstr":
+        raw = value.encode("utf-8", "surrogateescape")
+        return _U8.pack(len(raw)) + raw
+    if amqp_type == "octet":
+        return _U8.pack(value)
+    if amqp_type == "table":
+        return encode_table(value)
+    return _U64.pack(value)
 
 
 def header_payload(body_size: int, raw_properties: bytes) -> bytes:

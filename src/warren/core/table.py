@@ -1,30 +1,52 @@
 """AMQP field tables and arrays, in the dialect RabbitMQ sends and accepts.
 
 Type tags follow RabbitMQ's errata rather than the original 0-9-1 grammar
-(e.g. 's' is a signed 16-bit int, not a short string; 'x' is a byte array).
-Decoding only ever raises DecodeError so hostile input cannot escape the
-connection's error handling; encoding raises ValueError/TypeError because
-those are programming errors on our side.
+(e.g. 's' is a signed 16-bit int, not a short string; 'x' is a byte array;
+'L' is signed, like 'l'). Decoding only ever raises DecodeError so hostile
+input cannot escape the connection's error handling; encoding raises
+ValueError/TypeError because those are programming errors on our side.
+
+Nothing here recurses on the peer's nesting depth: decoding and validation
+keep an explicit stack, and refuse tables and arrays nested deeper than
+MAX_DEPTH levels.
 """
 
 from __future__ import annotations
 
 import datetime
 import decimal
+import math
 import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from warren.core.codec_errors import DecodeError
+from warren.core.codec_errors import DecodeError, UnsafeValue
 
 __all__ = [
+    "MAX_DEPTH",
+    "MAX_TIMESTAMP",
+    "array_items",
     "decode_field_array",
     "decode_field_value",
     "decode_table",
     "encode_field_array",
     "encode_field_value",
     "encode_table",
+    "skip_field_value",
+    "table_entries",
+    "validate_table",
 ]
+
+#: How deeply tables and arrays may nest, counting the outermost as level 1.
+#: RabbitMQ has no limit; the Python clients (pika, pamqp under aio-pika,
+#: py-amqp) decode recursively and fail at about 490 levels even from an empty
+#: stack, so 128 keeps every message Warren accepts readable by them from a
+#: consumer callback however deep its own stack is. x-death uses 4 levels.
+MAX_DEPTH = 128
+
+#: The last second of the year 9999: the largest timestamp Python's datetime,
+#: and so pika and py-amqp, can represent.
+MAX_TIMESTAMP = 253_402_300_799
 
 _UTC = datetime.UTC
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=_UTC)
@@ -133,60 +155,17 @@ def _dec_bytes(data: _Buffer, offset: int) -> tuple[bytes, int]:
 
 def _dec_timestamp(data: _Buffer, offset: int) -> tuple[datetime.datetime, int]:
     (seconds,) = _U64.unpack_from(data, offset)
-    try:
-        return _EPOCH + datetime.timedelta(seconds=seconds), offset + 8
-    except OverflowError:
-        # datetime cannot go past year 9999; such a value is not a usable time.
-        raise DecodeError(f"timestamp {seconds} out of datetime range") from None
+    if seconds > MAX_TIMESTAMP:
+        # datetime stops at year 9999, and so do pika's and py-amqp's decoders.
+        raise DecodeError(f"timestamp {seconds} is after the year 9999")
+    return _EPOCH + datetime.timedelta(seconds=seconds), offset + 8
 
 
 def _dec_void(data: _Buffer, offset: int) -> tuple[None, int]:
     return None, offset
 
 
-def _dec_array(data: _Buffer, offset: int) -> tuple[list[Any], int]:
-    (length,) = _U32.unpack_from(data, offset)
-    offset += 4
-    end = offset + length
-    if end > len(data):
-        raise DecodeError("field array runs past end of data")
-    decoders = _DECODERS
-    result: list[Any] = []
-    append = result.append
-    while offset < end:
-        decoder = decoders.get(data[offset])
-        if decoder is None:
-            raise DecodeError(f"unknown field type tag {data[offset]:#04x}")
-        value, offset = decoder(data, offset + 1)
-        append(value)
-    if offset != end:
-        raise DecodeError("field array contents overrun its declared length")
-    return result, end
-
-
-def _dec_table(data: _Buffer, offset: int) -> tuple[dict[str, Any], int]:
-    (length,) = _U32.unpack_from(data, offset)
-    offset += 4
-    end = offset + length
-    if end > len(data):
-        raise DecodeError("field table runs past end of data")
-    decoders = _DECODERS
-    result: dict[str, Any] = {}
-    while offset < end:
-        key_end = offset + 1 + data[offset]
-        key = str(data[offset + 1 : key_end], "utf-8", "surrogateescape")
-        if key_end >= end:
-            raise DecodeError("field table entry truncated")
-        decoder = decoders.get(data[key_end])
-        if decoder is None:
-            raise DecodeError(f"unknown field type tag {data[key_end]:#04x}")
-        result[key], offset = decoder(data, key_end + 1)
-    if offset != end:
-        raise DecodeError("field table contents overrun its declared length")
-    return result, end
-
-
-_DECODERS: dict[int, _Decoder] = {
+_SCALAR_DECODERS: dict[int, _Decoder] = {
     ord("t"): _dec_bool,
     ord("b"): _dec_i8,
     ord("B"): _dec_u8,
@@ -195,21 +174,97 @@ _DECODERS: dict[int, _Decoder] = {
     ord("I"): _dec_i32,
     ord("i"): _dec_u32,
     ord("l"): _dec_i64,
-    ord("L"): _dec_u64,
+    # 'L' is signed too: RabbitMQ (AMQP errata), pika, pamqp and py-amqp all read it so.
+    ord("L"): _dec_i64,
     ord("f"): _dec_f32,
     ord("d"): _dec_f64,
     ord("D"): _dec_decimal,
     ord("S"): _dec_longstr,
     ord("x"): _dec_bytes,
-    ord("A"): _dec_array,
-    ord("F"): _dec_table,
     ord("T"): _dec_timestamp,
     ord("V"): _dec_void,
 }
 
+_TABLE = ord("F")
+_ARRAY = ord("A")
+
+
+def _dec_nested(data: _Buffer, offset: int, is_table: bool) -> tuple[Any, int]:
+    """Decode a table or array, however deep, with an explicit stack.
+
+    Recursing per level would let a peer choose Python's stack depth; instead
+    each open container is pushed with its end offset, and nesting beyond
+    MAX_DEPTH is refused.
+    """
+    (length,) = _U32.unpack_from(data, offset)
+    offset += 4
+    end = offset + length
+    if end > len(data):
+        raise DecodeError(f"field {'table' if is_table else 'array'} runs past end of data")
+    scalars = _SCALAR_DECODERS
+    root: Any = {} if is_table else []
+    container = root
+    stack: list[tuple[Any, int, bool]] = []
+    key = ""
+    while True:
+        if offset >= end:
+            if offset != end:
+                kind = "table" if is_table else "array"
+                raise DecodeError(f"field {kind} contents overrun its declared length")
+            if not stack:
+                return root, end
+            container, end, is_table = stack.pop()
+            continue
+        if is_table:
+            key_end = offset + 1 + data[offset]
+            if key_end >= end:
+                raise DecodeError("field table entry truncated")
+            key = str(data[offset + 1 : key_end], "utf-8", "surrogateescape")
+            offset = key_end
+        tag = data[offset]
+        decoder = scalars.get(tag)
+        if decoder is not None:
+            value, offset = decoder(data, offset + 1)
+        elif tag in (_TABLE, _ARRAY):
+            if len(stack) + 1 >= MAX_DEPTH:
+                raise DecodeError(f"field tables and arrays nested deeper than {MAX_DEPTH} levels")
+            (length,) = _U32.unpack_from(data, offset + 1)
+            child_start = offset + 5
+            child_end = child_start + length
+            if child_end > end:
+                raise DecodeError("nested field table or array runs past its container")
+            value = {} if tag == _TABLE else []
+            if is_table:
+                container[key] = value
+            else:
+                container.append(value)
+            stack.append((container, end, is_table))
+            container, end, is_table, offset = value, child_end, tag == _TABLE, child_start
+            continue
+        else:
+            raise DecodeError(f"unknown field type tag {tag:#04x}")
+        if is_table:
+            container[key] = value
+        else:
+            container.append(value)
+
+
+def _dec_array(data: _Buffer, offset: int) -> tuple[list[Any], int]:
+    return _dec_nested(data, offset, False)
+
+
+def _dec_table(data: _Buffer, offset: int) -> tuple[dict[str, Any], int]:
+    return _dec_nested(data, offset, True)
+
+
+_DECODERS: dict[int, _Decoder] = {
+    **_SCALAR_DECODERS,
+    _ARRAY: _dec_array,
+    _TABLE: _dec_table,
+}
+
 # Errors a decoder may hit on malformed input; all become DecodeError.
-# RecursionError: a frame can nest thousands of empty tables/arrays.
-_DECODE_FAILURES = (struct.error, IndexError, RecursionError, OverflowError)
+_DECODE_FAILURES = (struct.error, IndexError, OverflowError)
 
 
 def decode_table(data: _Buffer, offset: int = 0) -> tuple[dict[str, Any], int]:
@@ -249,6 +304,174 @@ def decode_field_value(data: _Buffer, offset: int = 0) -> tuple[Any, int]:
 
 
 # --------------------------------------------------------------------------
+# Validation of a table a client sent for others to read (message headers).
+# --------------------------------------------------------------------------
+
+_FIXED_SIZES: dict[int, int] = {
+    ord("t"): 1,
+    ord("b"): 1,
+    ord("B"): 1,
+    ord("s"): 2,
+    ord("u"): 2,
+    ord("I"): 4,
+    ord("i"): 4,
+    ord("l"): 8,
+    ord("L"): 8,
+    ord("D"): 5,
+    ord("V"): 0,
+}
+_SIZED = (ord("S"), ord("x"))
+_F32_TAG, _F64_TAG, _TIMESTAMP_TAG = ord("f"), ord("d"), ord("T")
+_isfinite = math.isfinite
+
+
+def validate_table(data: _Buffer, offset: int, end: int) -> int:
+    """Check the field table at ``offset`` (which must end by ``end``); return its end.
+
+    Raises DecodeError for bytes that are not a field table as RabbitMQ parses
+    them (unknown type tag, lengths that overrun), and UnsafeValue for a table
+    that is well formed but that Warren refuses to pass on, because the client
+    libraries its consumers use could not decode it: nesting deeper than
+    MAX_DEPTH, a timestamp after the year 9999, a NaN or infinite float, a key
+    that is not UTF-8. Walks the bytes with an explicit stack and builds no
+    values, so it is cheap enough to run on every publish.
+    """
+    try:
+        return _validate(data, offset, end)
+    except (struct.error, IndexError):
+        raise DecodeError("truncated field table") from None
+
+
+def _validate(data: _Buffer, offset: int, limit: int) -> int:
+    (length,) = _U32.unpack_from(data, offset)
+    offset += 4
+    end = offset + length
+    if end > limit:
+        raise DecodeError("the headers table runs past the end of the properties")
+    table_end = end
+    fixed = _FIXED_SIZES
+    is_table = True
+    top_key = ""
+    stack: list[tuple[int, bool]] = []
+    while True:
+        if offset >= end:
+            if offset != end:
+                raise DecodeError(f"{_where(top_key)}a table or array overruns its declared length")
+            if not stack:
+                return table_end
+            end, is_table = stack.pop()
+            continue
+        if is_table:
+            key_start = offset + 1
+            offset = key_start + data[offset]
+            if offset >= end:
+                raise DecodeError(f"{_where(top_key)}a truncated table entry")
+            try:
+                key = str(data[key_start:offset], "utf-8")
+            except UnicodeDecodeError:
+                raise UnsafeValue(
+                    f"{_where(top_key)}a key that is not UTF-8 "
+                    f"(bytes {bytes(data[key_start:offset]).hex(' ')})"
+                ) from None
+            if not stack:
+                top_key = key
+        tag = data[offset]
+        offset += 1
+        size = fixed.get(tag)
+        if size is not None:
+            offset += size
+        elif tag in _SIZED:
+            offset += 4 + _U32.unpack_from(data, offset)[0]
+        elif tag in (_TABLE, _ARRAY):
+            if len(stack) + 1 >= MAX_DEPTH:
+                raise UnsafeValue(f"headers nested deeper than {MAX_DEPTH} levels")
+            child_end = offset + 4 + _U32.unpack_from(data, offset)[0]
+            if child_end > end:
+                raise DecodeError(f"{_where(top_key)}a table or array runs past its container")
+            stack.append((end, is_table))
+            end, is_table, offset = child_end, tag == _TABLE, offset + 4
+        elif tag in (_F32_TAG, _F64_TAG):
+            fmt = _F32 if tag == _F32_TAG else _F64
+            if not _isfinite(fmt.unpack_from(data, offset)[0]):
+                raise UnsafeValue(f"{_where(top_key)}a NaN or infinite float")
+            offset += fmt.size
+        elif tag == _TIMESTAMP_TAG:
+            if _U64.unpack_from(data, offset)[0] > MAX_TIMESTAMP:
+                raise UnsafeValue(f"{_where(top_key)}a timestamp after the year 9999")
+            offset += 8
+        else:
+            raise DecodeError(f"{_where(top_key)}unknown field type {_tag_name(tag)}")
+
+
+def _where(top_key: str) -> str:
+    return f"in header '{top_key}': " if top_key else "in the headers: "
+
+
+def _tag_name(tag: int) -> str:
+    return f"'{chr(tag)}'" if 0x21 <= tag < 0x7F else f"{tag:#04x}"
+
+
+# --------------------------------------------------------------------------
+# Walking a table's top level without decoding its values: for editing a
+# few headers while every other byte stays as the publisher sent it.
+# --------------------------------------------------------------------------
+
+_PREFIXED = (ord("S"), ord("x"), _TABLE, _ARRAY)
+_SKIP_SIZES: dict[int, int] = {**_FIXED_SIZES, ord("f"): 4, ord("d"): 8, ord("T"): 8}
+
+
+def skip_field_value(data: _Buffer, offset: int) -> int:
+    """The offset after the tagged value at ``offset``; nested containers are
+    skipped by their length prefix, never entered."""
+    tag = data[offset]
+    size = _SKIP_SIZES.get(tag)
+    if size is not None:
+        return offset + 1 + size
+    if tag in _PREFIXED:
+        return offset + 5 + _U32.unpack_from(data, offset + 1)[0]
+    raise DecodeError(f"unknown field type tag {tag:#04x}")
+
+
+def table_entries(data: _Buffer, offset: int) -> tuple[list[tuple[str, int, int]], int]:
+    """The top-level entries of the table at ``offset`` as (key, start, end) byte
+    ranges (each an encoded key and tagged value), and the table's end."""
+    try:
+        (length,) = _U32.unpack_from(data, offset)
+        offset += 4
+        end = offset + length
+        entries: list[tuple[str, int, int]] = []
+        while offset < end:
+            start = offset
+            key_end = offset + 1 + data[offset]
+            key = str(data[offset + 1 : key_end], "utf-8", "surrogateescape")
+            offset = skip_field_value(data, key_end)
+            entries.append((key, start, offset))
+    except (struct.error, IndexError):
+        raise DecodeError("truncated field table") from None
+    if offset != end or end > len(data):
+        raise DecodeError("field table contents overrun its declared length")
+    return entries, end
+
+
+def array_items(data: _Buffer, offset: int) -> list[tuple[int, int]]:
+    """The (start, end) byte ranges of the tagged values of the array at ``offset``."""
+    try:
+        (length,) = _U32.unpack_from(data, offset)
+        offset += 4
+        end = offset + length
+        items: list[tuple[int, int]] = []
+        while offset < end:
+            start = offset
+            offset = skip_field_value(data, offset)
+            items.append((start, offset))
+    except (struct.error, IndexError):
+        raise DecodeError("truncated field array") from None
+    if offset != end or end > len(data):
+        raise DecodeError("field array contents overrun its declared length")
+    return items
+
+
+# --------------------------------------------------------------------------
 # Encoding.  Encoders append to a list of parts; the caller joins once.
 # --------------------------------------------------------------------------
 
@@ -258,8 +481,6 @@ def _enc_int(value: int, out: list[bytes]) -> None:
         out.append(b"I" + _I32.pack(value))
     elif _INT64_MIN <= value <= _INT64_MAX:
         out.append(b"l" + _I64.pack(value))
-    elif 0 <= value <= _UINT64_MAX:
-        out.append(b"L" + _U64.pack(value))
     else:
         raise ValueError(f"integer {value} does not fit any AMQP field type")
 
