@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import struct
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ from warren.core import dead_letter as dl
 from warren.core.consumer import Consumer
 from warren.core.errors import AccessRefused
 from warren.core.message import Message
-from warren.core.properties import BasicProperties, peek_expiration
+from warren.core.properties import edit_properties, peek_expiration
 from warren.core.store import MessageStore
 
 if TYPE_CHECKING:
@@ -31,12 +32,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warren.queue")
 
+_I64 = struct.Struct(">q")
+
 # What Queue.publish did with a message. REJECTED: refused by x-overflow
 # reject-publish(-dlx); it counts as routed, but the publisher gets a nack.
 NOT_TAKEN, STORED, DELIVERED, REJECTED = 0, 1, 2, 3
 
 # Deliveries per scheduled run: bounds how long one busy queue holds the event loop.
 _DELIVERY_BATCH = 2048
+
+# After an expiry run failed unexpectedly, the next try (ms).
+_RETRY_MS = 1000
 
 # The expiration property's bit in the first byte of the property flags.
 _EXPIRATION_FLAG = 0x01
@@ -149,6 +155,9 @@ class Queue:
             self._dedup = Deduplicator.from_arguments(
                 self.arguments, f"queue '{name}' in vhost '{vhost.name}'"
             )
+        # Messages kept after their dead-letter copy could not be made (_let_go):
+        # they no longer expire or get dropped.
+        self._stuck: set[int] = set()
         # Messages carrying their own expiration, as (deadline, seq): found and
         # expired wherever they sit, not only at the head.
         self._expiring: list[tuple[int, int]] = []
@@ -260,7 +269,7 @@ class Queue:
         now = now_ms()
         if self._over_limit(len(msg.body)) and self._overflow != DROP_HEAD:
             if self._overflow == REJECT_PUBLISH_DLX:
-                self._dead_letter(msg, dl.MAXLEN, now)
+                self._dead_letter(-1, msg, dl.MAXLEN, now)
             return REJECTED
         own_ttl = message_ttl(msg)
         if own_ttl is not None and not self._has_expiring:
@@ -276,9 +285,9 @@ class Queue:
         deadline = self._deadline(msg, own_ttl)
         if deadline is not None and deadline <= now:
             # TTL 0 (or a message already past its time): only a consumer waiting
-            # right now could have had it.
-            self._dead_letter(msg, dl.EXPIRED, now)
-            return DELIVERED
+            # right now could have had it. Without a dead-letter copy the
+            # publisher keeps it: a nack, not a confirm.
+            return DELIVERED if self._dead_letter(-1, msg, dl.EXPIRED, now) else REJECTED
         seq = store.append(msg)
         self.vhost.store_written(store)
         if deadline is not None:
@@ -308,18 +317,25 @@ class Queue:
         max_length = self._max_length
         max_bytes = self._max_bytes
         now = 0
+        passes = len(self._stuck)
         while store.ready_count and (
             (max_length is not None and store.ready_count > max_length)
             or (max_bytes is not None and store.ready_bytes > max_bytes)
         ):
-            item = store.shift()
+            item = store.peek()
             if item is None:
                 break
             seq, msg, _ = item
-            store.ack(seq)
-            self._delivery_counts.pop(seq, None)
             now = now or now_ms()
-            self._dead_letter(msg, dl.MAXLEN, now)
+            if seq in self._stuck:
+                if not passes:
+                    break  # every message over the limit is one that cannot go
+                passes -= 1
+                self._move_to_tail(seq)
+                continue
+            store.remove_ready(seq)
+            self._delivery_counts.pop(seq, None)
+            self._let_go(seq, msg, dl.MAXLEN, now)
         if now:
             self.vhost.store_written(store)
 
@@ -337,27 +353,39 @@ class Queue:
         """Dead-letter every ready message whose time has come: those at the head
         (queue TTL keeps deadlines in order), and per-message ones anywhere."""
         store = self.store
+        stuck = self._stuck
+        passes = len(stuck)
         expired = False
         while store.ready_count:
             item = store.peek()
             if item is None:
                 break
-            deadline = self._deadline(item[1])
+            seq, msg, _ = item
+            deadline = self._deadline(msg)
             if deadline is None or deadline > now:
                 break
-            taken = store.shift()
-            assert taken is not None
-            store.ack(taken[0])
-            self._delivery_counts.pop(taken[0], None)
-            self._dead_letter(taken[1], dl.EXPIRED, now)
+            if seq in stuck:
+                # Kept after a dead-letter copy failed: it no longer expires, and it
+                # must not hold up the messages behind it.
+                if not passes:
+                    break
+                passes -= 1
+                self._move_to_tail(seq)
+                expired = True
+                continue
+            store.remove_ready(seq)
+            self._delivery_counts.pop(seq, None)
+            self._let_go(seq, msg, dl.EXPIRED, now)
             expired = True
         heap = self._expiring
         while heap and heap[0][0] <= now:
             _, seq = heapq.heappop(heap)
-            msg = store.remove_ready(seq)
-            if msg is not None:
+            if seq in stuck:
+                continue
+            removed = store.remove_ready(seq)
+            if removed is not None:
                 self._delivery_counts.pop(seq, None)
-                self._dead_letter(msg, dl.EXPIRED, now)
+                self._let_go(seq, removed, dl.EXPIRED, now)
                 expired = True
         if expired:
             self.vhost.store_written(store)
@@ -369,7 +397,7 @@ class Queue:
         at = self._expiring[0][0] if self._expiring else 0
         if self._ttl is not None and self.store.ready_count:
             item = self.store.peek()
-            if item is not None:
+            if item is not None and item[0] not in self._stuck:
                 head = self._deadline(item[1])
                 if head is not None and (not at or head < at):
                     at = head
@@ -389,7 +417,20 @@ class Queue:
         self._timer_at = 0
         if self.deleted:
             return
-        self._expire(now_ms())
+        try:
+            self._expire(now_ms())
+        except Exception:
+            log.exception(
+                "queue '%s' in vhost '%s': expiring messages failed", self.name, self.vhost.name
+            )
+            self._retry_timer()
+
+    def _retry_timer(self) -> None:
+        """After a failed expiry run: try again in a second rather than never (or at
+        once, for ever)."""
+        if self._timer is None and not self.deleted:
+            self._timer_at = now_ms() + _RETRY_MS
+            self._timer = self.vhost.call_later(_RETRY_MS / 1000, self._on_timer)
 
     def rebuild_expiry_index(self) -> None:
         """After a restart: find the ready messages that carry their own expiration
@@ -406,9 +447,44 @@ class Queue:
             self._expire(now_ms())
 
     # -- dead-lettering -----------------------------------------------------------------
-    def _dead_letter(self, msg: Message, reason: str, now: int) -> None:
-        if self.dead_letter_exchange is not None:
+    def _dead_letter(self, seq: int, msg: Message, reason: str, now: int) -> bool:
+        """Publish the dead-letter copy of a message leaving the queue. False when no
+        copy could be made; the failure is logged (once per message, ``seq``, when
+        it is stored) and the caller keeps the original."""
+        if self.dead_letter_exchange is None:
+            return True
+        try:
             self.vhost.dead_letter(self, msg, reason, now)
+        except Exception:
+            if seq < 0 or seq not in self._stuck:
+                log.exception(
+                    "queue '%s' in vhost '%s': cannot dead-letter a message (%s) to "
+                    "exchange '%s'; the message stays in the queue",
+                    self.name,
+                    self.vhost.name,
+                    reason,
+                    self.dead_letter_exchange,
+                )
+            return False
+        return True
+
+    def _let_go(self, seq: int, msg: Message, reason: str, now: int) -> None:
+        """A message just taken out of the queue (expired, over the limit, rejected):
+        dead-letter it, or, when no copy can be made, put it back at the tail,
+        where it stays (no longer expiring or dropped) until consumed."""
+        if self._dead_letter(seq, msg, reason, now):
+            return
+        self._stuck.discard(seq)
+        self._stuck.add(self.store.append(msg))
+        self.vhost.store_written(self.store)
+        self.schedule_delivery()
+
+    def _move_to_tail(self, seq: int) -> None:
+        """Move a kept message (see _let_go) from the head to the tail."""
+        msg = self.store.remove_ready(seq)
+        self._stuck.discard(seq)
+        if msg is not None:
+            self._stuck.add(self.store.append(msg))
 
     # -- queue expiry (x-expires) -------------------------------------------------------
     def touch(self) -> None:
@@ -432,6 +508,15 @@ class Queue:
         self._expires_timer = None
         if self.deleted or self.consumers or self._expires is None:
             return
+        try:
+            self._expire_queue()
+        except Exception:
+            log.exception(
+                "queue '%s' in vhost '%s': x-expires check failed", self.name, self.vhost.name
+            )
+
+    def _expire_queue(self) -> None:
+        assert self._expires is not None
         if now_ms() < self._last_used + self._expires:
             self._arm_expires()
             return
@@ -506,9 +591,21 @@ class Queue:
         self._scheduled = False
         if self.deleted:
             return
-        if not self._plain:
-            self._run_delivery_featured()
-            return
+        try:
+            if self._plain:
+                self._run_delivery_plain()
+            else:
+                self._run_delivery_featured()
+        except Exception:
+            # A bug must not stop the queue for good: log it, try again later.
+            log.exception(
+                "queue '%s' in vhost '%s': delivering messages failed", self.name, self.vhost.name
+            )
+            if not self._scheduled:
+                self._scheduled = True
+                self.vhost.call_later(_RETRY_MS / 1000, self._run_delivery)
+
+    def _run_delivery_plain(self) -> None:
         store = self.store
         for _ in range(_DELIVERY_BATCH):
             if not store.ready_count:
@@ -559,13 +656,13 @@ class Queue:
             if item is None:
                 return None
             seq, msg, redelivered = item
-            if self._ttl is not None or self._has_expiring:
+            if (self._ttl is not None or self._has_expiring) and seq not in self._stuck:
                 deadline = self._deadline(msg)
                 if deadline is not None and deadline <= now:
                     store.ack(seq)
                     self._delivery_counts.pop(seq, None)
                     self.vhost.store_written(store)
-                    self._dead_letter(msg, dl.EXPIRED, now)
+                    self._let_go(seq, msg, dl.EXPIRED, now)
                     continue
             count = self._delivery_counts.get(seq) if self._delivery_counts else None
             if count:
@@ -618,10 +715,15 @@ class Queue:
                 self.schedule_delivery()
                 return
             reason = refusal
+        if not self._dead_letter(seq, msg, reason, now or now_ms()):
+            # No copy could be made: the message goes back to where it was.
+            self._stuck.add(seq)
+            self.store.requeue(seq, msg)
+            self.schedule_delivery()
+            return
         self.store.ack(seq)
         self._delivery_counts.pop(seq, None)
         self.vhost.store_written(self.store)
-        self._dead_letter(msg, reason, now or now_ms())
 
     def _requeue_refusal(self, seq: int, msg: Message, now: int) -> str | None:
         """Why a returned message may not go back (its time is up, or it is past the
@@ -661,11 +763,9 @@ class Queue:
 
 def _with_delivery_count(msg: Message, count: int) -> Message:
     """The message as redelivered by a queue with a delivery limit: its headers
-    carry x-delivery-count, the number of earlier delivery attempts."""
-    props: BasicProperties = msg.decoded_properties()
-    headers = dict(props.headers) if props.headers else {}
-    headers["x-delivery-count"] = count
-    props.headers = headers
-    copy = msg.with_properties(props)
+    carry x-delivery-count (a long, as RabbitMQ writes it), the number of
+    earlier delivery attempts."""
+    raw = edit_properties(msg.properties, set_headers={"x-delivery-count": b"l" + _I64.pack(count)})
+    copy = Message(msg.exchange, msg.routing_key, raw, msg.body, msg.timestamp)
     copy._ex_rk = msg._ex_rk
     return copy

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from warren.core import dead_letter as dl
+from warren.core.consumer import Consumer
 from warren.core.erlang_format import field_type
 from warren.core.errors import (
     AccessRefused,
@@ -24,6 +25,7 @@ from warren.core.errors import (
 )
 from warren.core.exchange import Binding, DefaultExchange, Exchange, exchange_class
 from warren.core.message import Message
+from warren.core.properties import edit_properties
 from warren.core.queue import REJECTED, STORED, Queue
 from warren.core.queue_arguments import (
     CLASSIC_QUEUE_ARGUMENTS,
@@ -362,8 +364,11 @@ class VHost(VHostParameters):
         for binding in list(self._inbound.get(id(q), {}).values()):
             self._drop_binding(binding)
         self._inbound.pop(id(q), None)
-        for consumer in q.mark_deleted():
-            consumer.cancelled()
+        consumers = q.mark_deleted()
+        if consumers:
+            # As RabbitMQ: the cancel notifications follow whatever reply the
+            # deleting call sends (queue.delete-ok), even on the same channel.
+            self.call_soon(lambda: _notify_cancelled(consumers))
         log.debug("queue deleted vhost=%s name=%s", self.name, name)
         return count
 
@@ -519,16 +524,22 @@ class VHost(VHostParameters):
         keys = [msg.routing_key, *dl.header_keys(headers.get("CC"))]
         if "BCC" in headers:
             keys.extend(dl.header_keys(headers["BCC"]))
-            props = msg.decoded_properties()
-            assert props.headers is not None
-            props.headers = {k: v for k, v in props.headers.items() if k != "BCC"}
-            stripped = msg.with_properties(props)
+            stripped = Message(
+                msg.exchange,
+                msg.routing_key,
+                edit_properties(msg.properties, remove_headers=("BCC",)),
+                msg.body,
+                msg.timestamp,
+            )
             stripped._ex_rk = msg._ex_rk
             msg = stripped
         return self.route_keys(exchange, msg, keys), msg
 
     def dead_letter(self, queue: Queue, msg: Message, reason: str, now: int) -> None:
-        """Republish a message a queue let go of to the queue's dead-letter exchange."""
+        """Republish a message a queue let go of to the queue's dead-letter exchange.
+
+        Raises when the copy cannot be made or routed (the queue then keeps the
+        original); a target queue's own failure is logged and does not."""
         dlx_name = queue.dead_letter_exchange
         if dlx_name is None:
             return
@@ -556,7 +567,18 @@ class VHost(VHostParameters):
                 )
                 continue
             # At most once, as RabbitMQ's classic queues: no confirm waits for it.
-            target.publish(copy)
+            # The copy exists now, so the original goes whatever befalls one target.
+            try:
+                target.publish(copy)
+            except Exception:
+                log.exception(
+                    "vhost '%s': queue '%s' failed to take a message dead-lettered from "
+                    "queue '%s' (%s)",
+                    self.name,
+                    target.name,
+                    queue.name,
+                    reason,
+                )
 
     # -- services for exchanges that hold messages ---------------------------------------
     def exchange_store(self, exchange: str, persistent: bool) -> MessageStore:
@@ -655,6 +677,11 @@ class VHost(VHostParameters):
                     self._inbound.setdefault(id(dest), {})[(id(source), binding.key)] = binding
             except Exception as exc:
                 log.error("vhost '%s': cannot restore binding %r: %s", self.name, rec, exc)
+
+
+def _notify_cancelled(consumers: list[Consumer]) -> None:
+    for consumer in consumers:
+        consumer.cancelled()
 
 
 def _binding_is_durable(binding: Binding) -> bool:
