@@ -32,10 +32,11 @@ from setuptools.command.build_ext import build_ext
 # interpreter's specialized attribute access; mypyc uses the annotations.)
 #
 # Never compile modules that recurse over client-built structures, such as
-# core/table.py (nested field tables) or core/vhost.py (exchange-to-exchange
-# chains): calls between compiled functions skip the interpreter's recursion
-# limit, so a deep enough nesting overflows the C stack and kills the broker
-# where Python raises RecursionError (which becomes a protocol error).
+# core/vhost.py (exchange-to-exchange chains): calls between compiled functions
+# skip the interpreter's recursion limit, so a deep enough nesting overflows the
+# C stack and kills the broker where Python raises RecursionError (which becomes
+# a protocol error). core/table.py qualifies: its decoding and validation keep an
+# explicit stack, and its encoding stops at MAX_DEPTH levels.
 COMPILED_MODULES = [
     "warren.amqp.channel",
     "warren.amqp.connection",
@@ -45,6 +46,7 @@ COMPILED_MODULES = [
     "warren.core.message",
     "warren.core.properties",
     "warren.core.queue",
+    "warren.core.table",
     "warren.store.records",
     "warren.store.segment_store",
 ]

@@ -206,7 +206,7 @@ def decode_properties(raw: _Buffer) -> BasicProperties:
 _VARIABLE_FLAGS = sum(bit for _, amqp_type, bit in _LAYOUT if amqp_type != "octet")
 
 
-def validate_properties(raw: _Buffer) -> None:
+def validate_properties(raw: bytes) -> None:
     """Check a publisher's property list once, before the message is accepted.
 
     Raises DecodeError where RabbitMQ could not parse it either (an unknown

@@ -320,12 +320,25 @@ _FIXED_SIZES: dict[int, int] = {
     ord("D"): 5,
     ord("V"): 0,
 }
-_SIZED = (ord("S"), ord("x"))
-_F32_TAG, _F64_TAG, _TIMESTAMP_TAG = ord("f"), ord("d"), ord("T")
+# What validation does per type tag: skip a fixed size (>= 0), or one of these.
+_SIZED, _NESTED, _FLOAT32, _FLOAT64, _TIME, _UNKNOWN = -1, -2, -3, -4, -5, -6
+_ACTIONS: list[int] = [_UNKNOWN] * 256
+for _tag, _size in _FIXED_SIZES.items():
+    _ACTIONS[_tag] = _size
+for _letter, _action in (
+    ("S", _SIZED),
+    ("x", _SIZED),
+    ("F", _NESTED),
+    ("A", _NESTED),
+    ("f", _FLOAT32),
+    ("d", _FLOAT64),
+    ("T", _TIME),
+):
+    _ACTIONS[ord(_letter)] = _action
 _isfinite = math.isfinite
 
 
-def validate_table(data: _Buffer, offset: int, end: int) -> int:
+def validate_table(data: bytes, offset: int, end: int) -> int:
     """Check the field table at ``offset`` (which must end by ``end``); return its end.
 
     Raises DecodeError for bytes that are not a field table as RabbitMQ parses
@@ -342,69 +355,77 @@ def validate_table(data: _Buffer, offset: int, end: int) -> int:
         raise DecodeError("truncated field table") from None
 
 
-def _validate(data: _Buffer, offset: int, limit: int) -> int:
+def _validate(data: bytes, offset: int, limit: int) -> int:
     (length,) = _U32.unpack_from(data, offset)
     offset += 4
     end = offset + length
     if end > limit:
         raise DecodeError("the headers table runs past the end of the properties")
     table_end = end
-    fixed = _FIXED_SIZES
+    actions = _ACTIONS
     is_table = True
-    top_key = ""
+    top_key = 0  # offset of the current top-level key, for error messages
     stack: list[tuple[int, bool]] = []
     while True:
         if offset >= end:
             if offset != end:
-                raise DecodeError(f"{_where(top_key)}a table or array overruns its declared length")
+                raise DecodeError(
+                    f"{_where(data, top_key)}a table or array overruns its declared length"
+                )
             if not stack:
                 return table_end
             end, is_table = stack.pop()
             continue
         if is_table:
+            if not stack:
+                top_key = offset
             key_start = offset + 1
             offset = key_start + data[offset]
             if offset >= end:
-                raise DecodeError(f"{_where(top_key)}a truncated table entry")
-            try:
-                key = str(data[key_start:offset], "utf-8")
-            except UnicodeDecodeError:
-                raise UnsafeValue(
-                    f"{_where(top_key)}a key that is not UTF-8 "
-                    f"(bytes {bytes(data[key_start:offset]).hex(' ')})"
-                ) from None
-            if not stack:
-                top_key = key
+                raise DecodeError(f"{_where(data, top_key)}a truncated table entry")
+            key = data[key_start:offset]
+            if not key.isascii():
+                try:
+                    key.decode()
+                except UnicodeDecodeError:
+                    where = _where(data, top_key) if stack else "in the headers: "
+                    raise UnsafeValue(
+                        f"{where}a key that is not UTF-8 (bytes {key.hex(' ')})"
+                    ) from None
         tag = data[offset]
         offset += 1
-        size = fixed.get(tag)
-        if size is not None:
-            offset += size
-        elif tag in _SIZED:
+        action = actions[tag]
+        if action >= 0:
+            offset += action
+        elif action == _SIZED:
             offset += 4 + _U32.unpack_from(data, offset)[0]
-        elif tag in (_TABLE, _ARRAY):
+        elif action == _NESTED:
             if len(stack) + 1 >= MAX_DEPTH:
                 raise UnsafeValue(f"headers nested deeper than {MAX_DEPTH} levels")
             child_end = offset + 4 + _U32.unpack_from(data, offset)[0]
             if child_end > end:
-                raise DecodeError(f"{_where(top_key)}a table or array runs past its container")
+                raise DecodeError(
+                    f"{_where(data, top_key)}a table or array runs past its container"
+                )
             stack.append((end, is_table))
             end, is_table, offset = child_end, tag == _TABLE, offset + 4
-        elif tag in (_F32_TAG, _F64_TAG):
-            fmt = _F32 if tag == _F32_TAG else _F64
+        elif action in (_FLOAT32, _FLOAT64):
+            fmt = _F32 if action == _FLOAT32 else _F64
             if not _isfinite(fmt.unpack_from(data, offset)[0]):
-                raise UnsafeValue(f"{_where(top_key)}a NaN or infinite float")
+                raise UnsafeValue(f"{_where(data, top_key)}a NaN or infinite float")
             offset += fmt.size
-        elif tag == _TIMESTAMP_TAG:
+        elif action == _TIME:
             if _U64.unpack_from(data, offset)[0] > MAX_TIMESTAMP:
-                raise UnsafeValue(f"{_where(top_key)}a timestamp after the year 9999")
+                raise UnsafeValue(f"{_where(data, top_key)}a timestamp after the year 9999")
             offset += 8
         else:
-            raise DecodeError(f"{_where(top_key)}unknown field type {_tag_name(tag)}")
+            raise DecodeError(f"{_where(data, top_key)}unknown field type {_tag_name(tag)}")
 
 
-def _where(top_key: str) -> str:
-    return f"in header '{top_key}': " if top_key else "in the headers: "
+def _where(data: bytes, key_at: int) -> str:
+    """Which top-level header an error is in, from the offset of its key."""
+    key = data[key_at + 1 : key_at + 1 + data[key_at]].decode("utf-8", "replace")
+    return f"in header '{key}': "
 
 
 def _tag_name(tag: int) -> str:
@@ -476,7 +497,7 @@ def array_items(data: _Buffer, offset: int) -> list[tuple[int, int]]:
 # --------------------------------------------------------------------------
 
 
-def _enc_int(value: int, out: list[bytes]) -> None:
+def _enc_int(value: int, out: list[bytes], depth: int) -> None:
     if _INT32_MIN <= value <= _INT32_MAX:
         out.append(b"I" + _I32.pack(value))
     elif _INT64_MIN <= value <= _INT64_MAX:
@@ -485,15 +506,15 @@ def _enc_int(value: int, out: list[bytes]) -> None:
         raise ValueError(f"integer {value} does not fit any AMQP field type")
 
 
-def _enc_bool(value: bool, out: list[bytes]) -> None:
+def _enc_bool(value: bool, out: list[bytes], depth: int) -> None:
     out.append(b"t\x01" if value else b"t\x00")
 
 
-def _enc_float(value: float, out: list[bytes]) -> None:
+def _enc_float(value: float, out: list[bytes], depth: int) -> None:
     out.append(b"d" + _F64.pack(value))
 
 
-def _enc_decimal(value: decimal.Decimal, out: list[bytes]) -> None:
+def _enc_decimal(value: decimal.Decimal, out: list[bytes], depth: int) -> None:
     sign, digits, exponent = value.as_tuple()
     if not isinstance(exponent, int):
         raise ValueError(f"cannot encode non-finite decimal {value}")
@@ -512,29 +533,29 @@ def _enc_decimal(value: decimal.Decimal, out: list[bytes]) -> None:
     out.append(b"D" + _DEC.pack(scale, unscaled))
 
 
-def _enc_str(value: str, out: list[bytes]) -> None:
+def _enc_str(value: str, out: list[bytes], depth: int) -> None:
     raw = value.encode("utf-8", "surrogateescape")
     out.append(b"S" + _U32.pack(len(raw)))
     out.append(raw)
 
 
-def _enc_bytes(value: bytes | bytearray | memoryview, out: list[bytes]) -> None:
+def _enc_bytes(value: bytes | bytearray | memoryview, out: list[bytes], depth: int) -> None:
     raw = bytes(value)
     out.append(b"x" + _U32.pack(len(raw)))
     out.append(raw)
 
 
-def _enc_list(value: list[Any] | tuple[Any, ...], out: list[bytes]) -> None:
+def _enc_list(value: list[Any] | tuple[Any, ...], out: list[bytes], depth: int) -> None:
     out.append(b"A")
-    out.append(encode_field_array(value))
+    out.append(_encode_array(value, depth + 1))
 
 
-def _enc_dict(value: Mapping[str, Any], out: list[bytes]) -> None:
+def _enc_dict(value: Mapping[str, Any], out: list[bytes], depth: int) -> None:
     out.append(b"F")
-    out.append(encode_table(value))
+    out.append(_encode_table(value, depth + 1))
 
 
-def _enc_datetime(value: datetime.datetime, out: list[bytes]) -> None:
+def _enc_datetime(value: datetime.datetime, out: list[bytes], depth: int) -> None:
     if value.tzinfo is None:
         value = value.replace(tzinfo=_UTC)  # naive datetimes are taken as UTC
     seconds = (value - _EPOCH) // _ONE_SECOND
@@ -543,11 +564,11 @@ def _enc_datetime(value: datetime.datetime, out: list[bytes]) -> None:
     out.append(b"T" + _U64.pack(seconds))
 
 
-def _enc_none(value: None, out: list[bytes]) -> None:
+def _enc_none(value: None, out: list[bytes], depth: int) -> None:
     out.append(b"V")
 
 
-_ENCODERS: dict[type, Callable[[Any, list[bytes]], None]] = {
+_ENCODERS: dict[type, Callable[[Any, list[bytes], int], None]] = {
     bool: _enc_bool,
     int: _enc_int,
     float: _enc_float,
@@ -565,7 +586,7 @@ _ENCODERS: dict[type, Callable[[Any, list[bytes]], None]] = {
 
 # Order matters: bool before int (bool is an int subclass).
 _ENCODERS_BY_BASE: tuple[
-    tuple[type | tuple[type, ...], Callable[[Any, list[bytes]], None]], ...
+    tuple[type | tuple[type, ...], Callable[[Any, list[bytes], int], None]], ...
 ] = (
     (bool, _enc_bool),
     (int, _enc_int),
@@ -579,7 +600,7 @@ _ENCODERS_BY_BASE: tuple[
 )
 
 
-def _enc_value(value: Any, out: list[bytes]) -> None:
+def _enc_value(value: Any, out: list[bytes], depth: int) -> None:
     encoder = _ENCODERS.get(type(value))
     if encoder is None:
         for base, candidate in _ENCODERS_BY_BASE:
@@ -588,29 +609,45 @@ def _enc_value(value: Any, out: list[bytes]) -> None:
                 break
         else:
             raise TypeError(f"cannot encode {type(value).__name__} in an AMQP field table")
-    encoder(value, out)
+    encoder(value, out, depth)
 
 
 def encode_field_value(value: Any) -> bytes:
     """Encode one value with its type tag."""
     out: list[bytes] = []
-    _enc_value(value, out)
+    _enc_value(value, out, 0)
     return b"".join(out)
 
 
 def encode_field_array(values: list[Any] | tuple[Any, ...]) -> bytes:
     """Encode a field array with its 4-byte length prefix."""
-    out: list[bytes] = []
-    for value in values:
-        _enc_value(value, out)
-    body = b"".join(out)
-    return _U32.pack(len(body)) + body
+    return _encode_array(values, 1)
 
 
 def encode_table(table: Mapping[str, Any] | None) -> bytes:
     """Encode a field table with its 4-byte length prefix; None means empty."""
+    return _encode_table(table, 1)
+
+
+def _check_depth(depth: int) -> None:
+    # The same bound decoding has, so that recursion here stays shallow too.
+    if depth > MAX_DEPTH:
+        raise ValueError(f"field tables and arrays nested deeper than {MAX_DEPTH} levels")
+
+
+def _encode_array(values: list[Any] | tuple[Any, ...], depth: int) -> bytes:
+    _check_depth(depth)
+    out: list[bytes] = []
+    for value in values:
+        _enc_value(value, out, depth)
+    body = b"".join(out)
+    return _U32.pack(len(body)) + body
+
+
+def _encode_table(table: Mapping[str, Any] | None, depth: int) -> bytes:
     if not table:
         return _EMPTY_TABLE
+    _check_depth(depth)
     out: list[bytes] = []
     for key, value in table.items():
         if not isinstance(key, str):
@@ -619,6 +656,6 @@ def encode_table(table: Mapping[str, Any] | None) -> bytes:
         if len(raw_key) > 255:
             raise ValueError(f"field table key longer than 255 bytes: {key[:40]!r}...")
         out.append(_U8.pack(len(raw_key)) + raw_key)
-        _enc_value(value, out)
+        _enc_value(value, out, depth)
     body = b"".join(out)
     return _U32.pack(len(body)) + body
