@@ -408,3 +408,27 @@ def test_rejecting_an_unreadable_message_requeues_it(
     assert _ready_properties(broker, src) == [UNKNOWN_TAG_PROPERTIES]
     assert _failures_logged(caplog, src) == 1
     conn.close()
+
+
+def test_redelivering_an_unreadable_message_under_a_delivery_limit(broker: BrokerThread) -> None:
+    """x-delivery-count cannot be added to properties that cannot be parsed: the
+    message is delivered without it instead of failing the client that asked."""
+    conn = connect(broker)
+    ch = conn.channel()
+    q = uniq()
+    ch.queue_declare(q, durable=True, arguments={"x-delivery-limit": 5})
+    _store_unreadable(broker, q, b"legacy")
+    with RawAMQP(broker.port) as client:
+        client.handshake()
+        client.open_channel(1)
+        for attempt in range(2):
+            client.send_method(1, commands.Basic.Get(queue=q))
+            ok = client.expect_method(commands.Basic.GetOk, channel=1)
+            assert ok.redelivered == (attempt == 1)
+            header_payload, body = _raw_content(client)
+            assert header_payload[12:] == UNKNOWN_TAG_PROPERTIES and body == b"legacy"
+            client.send_method(1, commands.Basic.Reject(delivery_tag=ok.delivery_tag, requeue=True))
+        client.send_method(1, commands.Basic.Qos())
+        client.expect_method(commands.Basic.QosOk, channel=1)
+    assert ready_count(ch, q) == 1
+    conn.close()

@@ -250,16 +250,31 @@ class DelayedMessageExchange(Exchange):
         held, vhost = self._held, self._vhost
         assert held is not None and vhost is not None
         store = held.store
-        try:
-            if msg is None:
-                assert self._read is not None
+        if msg is None:
+            assert self._read is not None
+            try:
                 msg = self._read(seq)
-        finally:  # routed or unreadable, it is not held any more
-            store.ack(seq)
-            vhost.store_written(store)
+            except Exception:
+                store.ack(seq)  # an unreadable record can never be routed
+                vhost.store_written(store)
+                raise
         delay = delay_of(msg)
         props = msg.properties if delay is None else set_header(msg.properties, "x-delay", -delay)
         # Routed as published now: queue TTLs count from here, as in RabbitMQ.
         out = Message(msg.exchange, msg.routing_key, props, msg.body, now)
-        for q in vhost.route(self, out):
-            q.publish(out)
+        # Until routed the message stays held: a failure here (only a record held
+        # before properties were validated at publish can cause one) keeps it for
+        # the next start, logged by _release.
+        queues = vhost.route(self, out)
+        store.ack(seq)
+        vhost.store_written(store)
+        for q in queues:
+            try:
+                q.publish(out)
+            except Exception:
+                log.exception(
+                    "exchange '%s' in vhost '%s': queue '%s' failed to take a delayed message",
+                    self.name,
+                    self.vhost_name,
+                    q.name,
+                )

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from mypy_extensions import mypyc_attr
 
 from warren.core import dead_letter as dl
+from warren.core.codec_errors import DecodeError
 from warren.core.consumer import Consumer
 from warren.core.errors import AccessRefused
 from warren.core.message import Message
@@ -666,7 +667,17 @@ class Queue:
                     continue
             count = self._delivery_counts.get(seq) if self._delivery_counts else None
             if count:
-                msg = _with_delivery_count(msg, count)
+                try:
+                    msg = _with_delivery_count(msg, count)
+                except DecodeError:
+                    # Properties stored before publish validated them: delivered as
+                    # they are rather than failing whoever asked for the message.
+                    log.warning(
+                        "queue '%s' in vhost '%s': cannot add x-delivery-count to a "
+                        "message with unreadable properties; delivered without it",
+                        self.name,
+                        self.vhost.name,
+                    )
             return seq, msg, redelivered
 
     # -- pull, ack, requeue -----------------------------------------------------------
