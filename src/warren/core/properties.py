@@ -272,15 +272,19 @@ def _seek(raw: _Buffer, flag: int) -> int | None:
         if bit == flag:
             return offset
         if flags & bit:
-            if amqp_type == "shortstr":
-                offset += 1 + raw[offset]
-            elif amqp_type == "octet":
-                offset += 1
-            elif amqp_type == "table":
-                offset += 4 + _U32.unpack_from(raw, offset)[0]
-            else:
-                offset += 8
+            offset = _skip_property(raw, offset, amqp_type)
     raise AssertionError("unreachable: flag not in layout")  # pragma: no cover
+
+
+def _skip_property(raw: _Buffer, offset: int, amqp_type: str) -> int:
+    """The offset after the property of ``amqp_type`` at ``offset``."""
+    if amqp_type == "shortstr":
+        return offset + 1 + raw[offset]
+    if amqp_type == "octet":
+        return offset + 1
+    if amqp_type == "table":
+        return offset + 4 + _U32.unpack_from(raw, offset)[0]
+    return offset + 8
 
 
 def headers_offset(raw: _Buffer) -> int | None:
@@ -363,14 +367,7 @@ def edit_properties(
             present = bool(flags & bit)
             start = offset
             if present:
-                if amqp_type == "shortstr":
-                    offset += 1 + raw[offset]
-                elif amqp_type == "octet":
-                    offset += 1
-                elif amqp_type == "table":
-                    offset += 4 + _U32.unpack_from(raw, offset)[0]
-                else:
-                    offset += 8
+                offset = _skip_property(raw, offset, amqp_type)
             if name in set_properties:
                 value = set_properties[name]
                 flags &= ~bit
