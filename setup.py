@@ -46,6 +46,7 @@ COMPILED_MODULES = [
     "warren.core.message",
     "warren.core.properties",
     "warren.core.queue",
+    "warren.core.queue_settings",
     "warren.core.table",
     "warren.store.records",
     "warren.store.segment_store",

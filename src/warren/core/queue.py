@@ -23,7 +23,14 @@ from warren.core.codec_errors import DecodeError
 from warren.core.consumer import Consumer
 from warren.core.errors import AccessRefused
 from warren.core.message import Message
-from warren.core.properties import edit_properties, peek_expiration
+from warren.core.properties import edit_properties
+from warren.core.queue_settings import (
+    DROP_HEAD,
+    REJECT_PUBLISH_DLX,
+    argument_settings,
+    message_ttl,
+    properties_ttl,
+)
 from warren.core.store import MessageStore
 
 if TYPE_CHECKING:
@@ -45,60 +52,8 @@ _DELIVERY_BATCH = 2048
 # After an expiry run failed unexpectedly, the next try (ms).
 _RETRY_MS = 1000
 
-# The expiration property's bit in the first byte of the property flags.
-_EXPIRATION_FLAG = 0x01
-
-DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX = "drop-head", "reject-publish", "reject-publish-dlx"
-
-
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _text(value: Any) -> str | None:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "surrogateescape")
-    return value if isinstance(value, str) else None
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def argument_settings(arguments: dict[str, Any]) -> dict[str, Any]:
-    """A queue's own x-arguments under the policy keys they correspond to."""
-    settings: dict[str, Any] = {}
-    for key in (
-        "message-ttl",
-        "expires",
-        "max-length",
-        "max-length-bytes",
-        "delivery-limit",
-    ):
-        value = _int(arguments.get("x-" + key))
-        if value is not None:
-            settings[key] = value
-    for key in ("overflow", "dead-letter-exchange", "dead-letter-routing-key"):
-        text = _text(arguments.get("x-" + key))
-        if text is not None:
-            settings[key] = text
-    return settings
-
-
-def message_ttl(msg: Message) -> int | None:
-    """The message's own TTL (the expiration property) in ms, or None."""
-    return properties_ttl(msg.properties)
-
-
-def properties_ttl(props: bytes) -> int | None:
-    """The TTL in raw basic properties (their expiration) in ms, or None."""
-    if not (props and props[0] & _EXPIRATION_FLAG):
-        return None
-    try:
-        value = peek_expiration(props)
-        return None if value is None else max(0, int(value))
-    except ValueError:  # validated on publish; a damaged record is left alone
-        return None
 
 
 # Subclassed by core/exchange_delayed.py, which is not compiled (setup.py).
@@ -148,7 +103,10 @@ class Queue:
         self._last_used = now_ms()
         self._single_active = self.arguments.get("x-single-active-consumer") is True
         self.active_consumer: Consumer | None = None
-        self.consumer_timeout: int | None = _int(self.arguments.get("x-consumer-timeout"))
+        timeout = self.arguments.get("x-consumer-timeout")
+        self.consumer_timeout: int | None = (
+            timeout if isinstance(timeout, int) and not isinstance(timeout, bool) else None
+        )
         self._dedup: Deduplicator | None = None
         if self.arguments.get("x-message-deduplication") is True:
             from warren.core.dedup import Deduplicator
