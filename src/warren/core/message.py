@@ -65,9 +65,5 @@ class Message:
     def decoded_properties(self) -> props.BasicProperties:
         return props.decode_properties(self.properties)
 
-    def with_properties(self, p: props.BasicProperties) -> Message:
-        """A copy carrying re-encoded properties (reply-to rewriting, dead-lettering)."""
-        return Message(self.exchange, self.routing_key, p.encode(), self.body, self.timestamp)
-
     def __repr__(self) -> str:
         return f"Message({self.exchange!r}, {self.routing_key!r}, {len(self.body)} bytes)"
