@@ -20,7 +20,13 @@ from warren.core import properties as props
 from warren.core.erlang_format import field_type
 from warren.core.errors import PreconditionFailed
 from warren.core.message import Message
-from warren.core.table import array_items, decode_field_value, encode_field_value, table_entries
+from warren.core.table import (
+    array_items,
+    decode_field_value,
+    edit_table,
+    encode_field_value,
+    table_entries,
+)
 
 log = logging.getLogger("warren.dead_letter")
 
@@ -32,6 +38,7 @@ DELIVERY_LIMIT = "delivery_limit"
 _UTC = datetime.UTC
 _U32 = struct.Struct(">I")
 _I64 = struct.Struct(">q")
+_INT64_MAX = (1 << 63) - 1
 
 
 def _text(value: Any) -> str | None:
@@ -134,26 +141,18 @@ def dead_letter(
     }
     if expiration is not None:
         death["original-expiration"] = expiration
+    first: bytes | None = None
     others: list[bytes] = []
     old = entries.get("x-death")
     if old is not None and raw[old[0] + 1 + raw[old[0]]] == _ARRAY_TAG:
         value_at = old[0] + 1 + raw[old[0]]
         for start, end in array_items(raw, value_at + 1):
-            entry = decode_field_value(raw, start)[0] if raw[start] == _TABLE_TAG else None
-            if (
-                death["count"] == 1
-                and isinstance(entry, dict)
-                and _text(entry.get("queue")) == queue
-                and _text(entry.get("reason")) == reason
-            ):
-                # The same queue and reason again: RabbitMQ keeps the first such
-                # death's details and only counts it, moving it to the front.
-                count = entry.get("count")
-                death = dict(entry)
-                death["count"] = (count if isinstance(count, int) else 0) + 1
-            else:
-                others.append(raw[start:end])
-    deaths = _encode_death(death) + b"".join(others)
+            if first is None and raw[start] == _TABLE_TAG:
+                first = _counted_again(raw, start + 1, queue, reason)
+                if first is not None:
+                    continue
+            others.append(raw[start:end])
+    deaths = (first or _encode_death(death)) + b"".join(others)
     headers: dict[str, bytes] = {"x-death": b"A" + _U32.pack(len(deaths)) + deaths}
     if "x-first-death-reason" not in entries:
         headers["x-first-death-reason"] = _longstr(reason)
@@ -177,6 +176,22 @@ def dead_letter(
 
 _ARRAY_TAG = ord("A")
 _TABLE_TAG = ord("F")
+
+
+def _counted_again(raw: bytes, offset: int, queue: str, reason: str) -> bytes | None:
+    """The x-death entry (a table at ``offset``) counted once more, if it is for
+    ``queue`` and ``reason``: RabbitMQ keeps the first such death's details and
+    only counts it, moving it to the front. Its other fields stay as bytes."""
+    fields = {key: (start, end) for key, start, end in reversed(table_entries(raw, offset)[0])}
+    for key, wanted in (("queue", queue), ("reason", reason)):
+        span = fields.get(key)
+        if span is None or _text(_entry_value(raw, span)) != wanted:
+            return None
+    count = _entry_value(raw, fields["count"]) if "count" in fields else 0
+    if not isinstance(count, int) or isinstance(count, bool):
+        count = 0
+    counted = min(count + 1, _INT64_MAX)  # a count a publisher set may be the largest
+    return b"F" + edit_table(raw, offset, {"count": b"l" + _I64.pack(counted)})
 
 
 def _entry_value(raw: bytes, span: tuple[int, int]) -> Any:

@@ -16,11 +16,11 @@ from warren.amqp.spec import BASIC_CLASS_ID, BASIC_PROPERTIES
 from warren.core.codec_errors import DecodeError, UnsafeValue
 from warren.core.table import (
     MAX_TIMESTAMP,
+    check_table,
     decode_table,
+    edit_table,
     encode_field_value,
     encode_table,
-    table_entries,
-    validate_table,
 )
 
 __all__ = [
@@ -216,7 +216,8 @@ def validate_properties(raw: bytes) -> None:
     table.validate_table; also non-UTF-8 short strings, which pamqp refuses,
     and a timestamp after the year 9999). Every later path that decodes the
     properties (routing, dead-lettering, delivery, recovery) can then rely on
-    them. No recursion, no values built.
+    them. No recursion, no values built. A list that is both is malformed: the
+    whole list is read before an unsafe value is reported.
     """
     n = len(raw)
     if n < 2:
@@ -231,6 +232,7 @@ def validate_properties(raw: bytes) -> None:
             raise DecodeError("property list does not match its flags")
         return
     offset = 2
+    unsafe: str | None = None
     try:
         for name, amqp_type, bit in _LAYOUT:
             if not flags & bit:
@@ -239,18 +241,21 @@ def validate_properties(raw: bytes) -> None:
                 end = offset + 1 + raw[offset]
                 if end > n:
                     raise DecodeError(f"property {name} runs past the end of the content header")
-                try:
-                    str(raw[offset + 1 : end], "utf-8")
-                except UnicodeDecodeError:
-                    raise UnsafeValue(f"property {name} is not UTF-8") from None
+                value = raw[offset + 1 : end]
+                if not value.isascii() and unsafe is None:
+                    try:
+                        value.decode()
+                    except UnicodeDecodeError:
+                        unsafe = f"property {name} is not UTF-8"
                 offset = end
             elif amqp_type == "octet":
                 offset += 1
             elif amqp_type == "table":
-                offset = validate_table(raw, offset, n)
+                offset, table_unsafe = check_table(raw, offset, n)
+                unsafe = unsafe or table_unsafe
             else:  # timestamp
-                if _U64.unpack_from(raw, offset)[0] > MAX_TIMESTAMP:
-                    raise UnsafeValue(f"property {name} is after the year 9999")
+                if _U64.unpack_from(raw, offset)[0] > MAX_TIMESTAMP and unsafe is None:
+                    unsafe = f"property {name} is after the year 9999"
                 offset += 8
     except (struct.error, IndexError) as exc:
         raise DecodeError(f"truncated property list: {exc}") from None
@@ -258,6 +263,8 @@ def validate_properties(raw: bytes) -> None:
         if offset > n:
             raise DecodeError("truncated property list")
         raise DecodeError(f"{n - offset} bytes after the last property")
+    if unsafe is not None:
+        raise UnsafeValue(unsafe)
 
 
 def _seek(raw: _Buffer, flag: int) -> int | None:
@@ -398,30 +405,9 @@ def _edited_table(
 ) -> bytes | None:
     """The headers table at ``offset`` (None: no headers yet) with entries set and
     removed; None when the result would be an absent table that was absent."""
-    entries = table_entries(raw, offset)[0] if offset is not None else []
-    parts: list[bytes] = []
-    done: set[str] = set()
-    for key, start, end in entries:
-        if key in remove or key in done:
-            continue
-        encoded = set_entries.get(key)
-        if encoded is None:
-            parts.append(raw[start:end])
-        else:
-            parts.append(_key(key) + encoded)
-            done.add(key)
-    for key, encoded in set_entries.items():
-        if key not in done:
-            parts.append(_key(key) + encoded)
-    if offset is None and not parts:
+    if offset is None and not set_entries:
         return None
-    body = b"".join(parts)
-    return _U32.pack(len(body)) + body
-
-
-def _key(key: str) -> bytes:
-    raw = key.encode("utf-8", "surrogateescape")
-    return _U8.pack(len(raw)) + raw
+    return edit_table(raw, offset, set_entries, remove)
 
 
 def _encode_property(amqp_type: str, value: Any) -> bytes:

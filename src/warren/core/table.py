@@ -17,7 +17,7 @@ import datetime
 import decimal
 import math
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from warren.core.codec_errors import DecodeError, UnsafeValue
@@ -26,9 +26,11 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_TIMESTAMP",
     "array_items",
+    "check_table",
     "decode_field_array",
     "decode_field_value",
     "decode_table",
+    "edit_table",
     "encode_field_array",
     "encode_field_value",
     "encode_table",
@@ -347,15 +349,25 @@ def validate_table(data: bytes, offset: int, end: int) -> int:
     libraries its consumers use could not decode it: nesting deeper than
     MAX_DEPTH, a timestamp after the year 9999, a NaN or infinite float, a key
     that is not UTF-8. Walks the bytes with an explicit stack and builds no
-    values, so it is cheap enough to run on every publish.
+    values, so it is cheap enough to run on every publish. A table that is both
+    is malformed: the whole table is read before an unsafe value is reported.
     """
+    end, unsafe = check_table(data, offset, end)
+    if unsafe is not None:
+        raise UnsafeValue(unsafe)
+    return end
+
+
+def check_table(data: bytes, offset: int, end: int) -> tuple[int, str | None]:
+    """validate_table's walk: the table's end and the first reason it is unsafe
+    (None when it is not); raises DecodeError only."""
     try:
         return _validate(data, offset, end)
     except (struct.error, IndexError):
         raise DecodeError("truncated field table") from None
 
 
-def _validate(data: bytes, offset: int, limit: int) -> int:
+def _validate(data: bytes, offset: int, limit: int) -> tuple[int, str | None]:
     (length,) = _U32.unpack_from(data, offset)
     offset += 4
     end = offset + length
@@ -365,6 +377,7 @@ def _validate(data: bytes, offset: int, limit: int) -> int:
     actions = _ACTIONS
     is_table = True
     top_key = 0  # offset of the current top-level key, for error messages
+    unsafe: str | None = None  # the first reason to refuse, once the table is read
     stack: list[tuple[int, bool]] = []
     while True:
         if offset >= end:
@@ -373,7 +386,7 @@ def _validate(data: bytes, offset: int, limit: int) -> int:
                     f"{_where(data, top_key)}a table or array overruns its declared length"
                 )
             if not stack:
-                return table_end
+                return table_end, unsafe
             end, is_table = stack.pop()
             continue
         if is_table:
@@ -384,14 +397,12 @@ def _validate(data: bytes, offset: int, limit: int) -> int:
             if offset >= end:
                 raise DecodeError(f"{_where(data, top_key)}a truncated table entry")
             key = data[key_start:offset]
-            if not key.isascii():
+            if not key.isascii() and unsafe is None:
                 try:
                     key.decode()
                 except UnicodeDecodeError:
                     where = _where(data, top_key) if stack else "in the headers: "
-                    raise UnsafeValue(
-                        f"{where}a key that is not UTF-8 (bytes {key.hex(' ')})"
-                    ) from None
+                    unsafe = f"{where}a key that is not UTF-8 (bytes {key.hex(' ')})"
         tag = data[offset]
         offset += 1
         action = actions[tag]
@@ -400,8 +411,8 @@ def _validate(data: bytes, offset: int, limit: int) -> int:
         elif action == _SIZED:
             offset += 4 + _U32.unpack_from(data, offset)[0]
         elif action == _NESTED:
-            if len(stack) + 1 >= MAX_DEPTH:
-                raise UnsafeValue(f"headers nested deeper than {MAX_DEPTH} levels")
+            if len(stack) + 1 >= MAX_DEPTH and unsafe is None:
+                unsafe = f"headers nested deeper than {MAX_DEPTH} levels"
             child_end = offset + 4 + _U32.unpack_from(data, offset)[0]
             if child_end > end:
                 raise DecodeError(
@@ -411,12 +422,12 @@ def _validate(data: bytes, offset: int, limit: int) -> int:
             end, is_table, offset = child_end, tag == _TABLE, offset + 4
         elif action in (_FLOAT32, _FLOAT64):
             fmt = _F32 if action == _FLOAT32 else _F64
-            if not _isfinite(fmt.unpack_from(data, offset)[0]):
-                raise UnsafeValue(f"{_where(data, top_key)}a NaN or infinite float")
+            if not _isfinite(fmt.unpack_from(data, offset)[0]) and unsafe is None:
+                unsafe = f"{_where(data, top_key)}a NaN or infinite float"
             offset += fmt.size
         elif action == _TIME:
-            if _U64.unpack_from(data, offset)[0] > MAX_TIMESTAMP:
-                raise UnsafeValue(f"{_where(data, top_key)}a timestamp after the year 9999")
+            if _U64.unpack_from(data, offset)[0] > MAX_TIMESTAMP and unsafe is None:
+                unsafe = f"{_where(data, top_key)}a timestamp after the year 9999"
             offset += 8
         else:
             raise DecodeError(f"{_where(data, top_key)}unknown field type {_tag_name(tag)}")
@@ -472,6 +483,40 @@ def table_entries(data: _Buffer, offset: int) -> tuple[list[tuple[str, int, int]
     if offset != end or end > len(data):
         raise DecodeError("field table contents overrun its declared length")
     return entries, end
+
+
+def edit_table(
+    data: _Buffer,
+    offset: int | None,
+    set_entries: Mapping[str, bytes],
+    remove: Collection[str] = (),
+) -> bytes:
+    """The table at ``offset`` (None: an empty one) with entries set and removed,
+    length-prefixed; every other entry is copied as bytes. ``set_entries`` maps
+    keys to tagged, encoded values: replaced where the key is (its first
+    occurrence; later duplicates go), else appended in order."""
+    entries = table_entries(data, offset)[0] if offset is not None else []
+    parts: list[bytes] = []
+    done: set[str] = set()
+    for key, start, end in entries:
+        if key in remove or key in done:
+            continue
+        encoded = set_entries.get(key)
+        if encoded is None:
+            parts.append(bytes(data[start:end]))
+        else:
+            parts.append(_entry_key(key) + encoded)
+            done.add(key)
+    for key, encoded in set_entries.items():
+        if key not in done:
+            parts.append(_entry_key(key) + encoded)
+    body = b"".join(parts)
+    return _U32.pack(len(body)) + body
+
+
+def _entry_key(key: str) -> bytes:
+    raw = key.encode("utf-8", "surrogateescape")
+    return _U8.pack(len(raw)) + raw
 
 
 def array_items(data: _Buffer, offset: int) -> list[tuple[int, int]]:
