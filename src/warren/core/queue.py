@@ -52,6 +52,7 @@ _DELIVERY_BATCH = 2048
 # After an expiry run failed unexpectedly, the next try (ms).
 _RETRY_MS = 1000
 
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
