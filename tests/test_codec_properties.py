@@ -14,17 +14,17 @@ from pamqp import commands as pcommands
 from pamqp import header as pheader
 
 from warren.amqp import spec
+from warren.amqp.frames import header_payload, split_header_payload
+from warren.core import properties as core_properties
 from warren.core.codec_errors import DecodeError
 from warren.core.properties import (
     EMPTY_PROPERTIES,
     BasicProperties,
     decode_properties,
-    header_payload,
     peek_delivery_mode,
     peek_expiration,
     peek_headers,
     peek_priority,
-    split_header_payload,
 )
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
@@ -88,6 +88,8 @@ def test_slots_follow_spec_order() -> None:
     assert getattr(BasicProperties, "__slots__", tuple(NAMES)) == tuple(NAMES)
     assert all(hasattr(BasicProperties(), name) for name in NAMES)
     assert len(NAMES) == 14
+    # core/ keeps its own copy of the layout (it imports no protocol package).
+    assert core_properties.BASIC_PROPERTIES == spec.BASIC_PROPERTIES
     assert dict(spec.BASIC_PROPERTIES) == {
         "content_type": "shortstr",
         "content_encoding": "shortstr",

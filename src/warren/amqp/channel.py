@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from warren.amqp import spec
 from warren.amqp.ack_timeout import AckDeadlines
 from warren.amqp.consumer import AMQPConsumer
-from warren.amqp.frames import message_frames, method_frame
+from warren.amqp.frames import message_frames, method_frame, split_header_payload
 from warren.core.codec_errors import DecodeError, UnsafeValue
 from warren.core.dead_letter import check_routing_headers
 from warren.core.erlang_format import string_p
@@ -39,7 +39,6 @@ from warren.core.properties import (
     edit_properties,
     peek_delivery_mode,
     peek_expiration,
-    split_header_payload,
     validate_properties,
 )
 from warren.core.queue import Queue

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import struct
 
-from warren.amqp.spec import Method
+from warren.amqp.spec import BASIC_CLASS_ID, Method
+from warren.core.codec_errors import DecodeError
 
 FRAME_METHOD = 1
 FRAME_HEADER = 2
@@ -22,6 +23,7 @@ PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
 
 _frame_header = struct.Struct(">BHI")
+_HEADER = struct.Struct(">HHQ")  # content header payload: class id, weight, body size
 _content_header = struct.Struct(">BHIHHQ")  # frame header + class, weight, body size
 unpack_frame_header = _frame_header.unpack_from
 # The end octet of the previous frame travels with the next frame's header.
@@ -85,3 +87,22 @@ def message_frames(
     return [head, method_payload, FRAME_END_BYTE] + content_frames(
         channel, properties, body, frame_max
     )
+
+
+def header_payload(body_size: int, raw_properties: bytes) -> bytes:
+    """Build a class-60 content header payload around already-encoded properties."""
+    try:
+        return _HEADER.pack(BASIC_CLASS_ID, 0, body_size) + raw_properties
+    except struct.error as exc:
+        raise ValueError(f"invalid body size {body_size}: {exc}") from exc
+
+
+def split_header_payload(payload: bytes | bytearray | memoryview) -> tuple[int, int, bytes]:
+    """Split a content header payload into (class_id, body_size, raw properties).
+
+    The weight field is ignored (it must be zero and nobody uses it).
+    """
+    if len(payload) < _HEADER.size + 2:
+        raise DecodeError(f"content header payload too short ({len(payload)} bytes)")
+    class_id, _weight, body_size = _HEADER.unpack_from(payload, 0)
+    return class_id, body_size, bytes(payload[_HEADER.size :])

@@ -12,7 +12,6 @@ import struct
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from warren.amqp.spec import BASIC_CLASS_ID, BASIC_PROPERTIES
 from warren.core.codec_errors import DecodeError, UnsafeValue
 from warren.core.table import (
     MAX_TIMESTAMP,
@@ -28,14 +27,12 @@ __all__ = [
     "BasicProperties",
     "decode_properties",
     "edit_properties",
-    "header_payload",
     "headers_offset",
     "peek_delivery_mode",
     "peek_expiration",
     "peek_headers",
     "peek_priority",
     "set_header",
-    "split_header_payload",
     "validate_properties",
 ]
 
@@ -43,12 +40,31 @@ _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
-_HEADER = struct.Struct(">HHQ")  # class id, weight, body size
 
 #: Raw properties with no flag set (a message without properties).
 EMPTY_PROPERTIES = b"\x00\x00"
 
 _Buffer = bytes | bytearray | memoryview
+
+#: The properties of AMQP 0-9-1's basic class in flag-bit order, with their
+#: types: the core's canonical property format, whatever protocol a message came
+#: in by (tests hold amqp/spec.py, generated from the specification, to it).
+BASIC_PROPERTIES: tuple[tuple[str, str], ...] = (
+    ("content_type", "shortstr"),
+    ("content_encoding", "shortstr"),
+    ("headers", "table"),
+    ("delivery_mode", "octet"),
+    ("priority", "octet"),
+    ("correlation_id", "shortstr"),
+    ("reply_to", "shortstr"),
+    ("expiration", "shortstr"),
+    ("message_id", "shortstr"),
+    ("timestamp", "timestamp"),
+    ("type", "shortstr"),
+    ("user_id", "shortstr"),
+    ("app_id", "shortstr"),
+    ("cluster_id", "shortstr"),
+)
 
 # Property i is flagged by bit 15 - i of the first flag word; bit 0 says another
 # flag word follows.  Bit 1 would be a 15th property; basic has 14, and RabbitMQ
@@ -419,22 +435,3 @@ def _encode_property(amqp_type: str, value: Any) -> bytes:
     if amqp_type == "table":
         return encode_table(value)
     return _U64.pack(value)
-
-
-def header_payload(body_size: int, raw_properties: bytes) -> bytes:
-    """Build a class-60 content header payload around already-encoded properties."""
-    try:
-        return _HEADER.pack(BASIC_CLASS_ID, 0, body_size) + raw_properties
-    except struct.error as exc:
-        raise ValueError(f"invalid body size {body_size}: {exc}") from exc
-
-
-def split_header_payload(payload: _Buffer) -> tuple[int, int, bytes]:
-    """Split a content header payload into (class_id, body_size, raw properties).
-
-    The weight field is ignored (it must be zero and nobody uses it).
-    """
-    if len(payload) < _HEADER.size + 2:
-        raise DecodeError(f"content header payload too short ({len(payload)} bytes)")
-    class_id, _weight, body_size = _HEADER.unpack_from(payload, 0)
-    return class_id, body_size, bytes(payload[_HEADER.size :])
