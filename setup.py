@@ -32,7 +32,8 @@ from setuptools.command.build_ext import build_ext
 # interpreter's specialized attribute access; mypyc uses the annotations.)
 #
 # Never compile modules that recurse over client-built structures, such as
-# core/vhost.py (exchange-to-exchange chains): calls between compiled functions
+# core/vhost.py (dead-letter chains: a queue's dead-letter copy can overflow the
+# next queue, whose copy overflows the next...): calls between compiled functions
 # skip the interpreter's recursion limit, so a deep enough nesting overflows the
 # C stack and kills the broker where Python raises RecursionError (which becomes
 # a protocol error). core/table.py qualifies: its decoding and validation keep an

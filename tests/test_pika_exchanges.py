@@ -686,6 +686,18 @@ def test_exchange_binding_chain(s: Session) -> None:
     assert routed(s.ch, qs, mid, "k") == {q_mid}
 
 
+def test_a_long_exchange_binding_chain_routes(s: Session) -> None:
+    """Routing follows exchange-to-exchange bindings with an explicit stack: a chain
+    far longer than Python's recursion limit routes (and a bound queue half-way)."""
+    chain = [s.exchange("fanout") for _ in range(1500)]
+    for upstream, downstream in zip(chain, chain[1:], strict=False):
+        s.ch.exchange_bind(downstream, upstream)
+    middle, end = s.queue(), s.queue()
+    s.ch.queue_bind(middle, chain[700])
+    s.ch.queue_bind(end, chain[-1])
+    assert routed(s.ch, [middle, end], chain[0], "k") == {middle, end}
+
+
 def test_exchange_binding_cycle_delivers_once(s: Session) -> None:
     a, b, c = s.exchange("fanout"), s.exchange("fanout"), s.exchange("fanout")
     s.ch.exchange_bind(b, a)

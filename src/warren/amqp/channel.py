@@ -643,7 +643,8 @@ class Channel:
             raise AccessRefused(
                 f"cannot publish to internal exchange '{ex.name}' in vhost '{ex.vhost_name}'"
             )
-        if props not in _PLAIN_PROPERTIES:
+        plain = props in _PLAIN_PROPERTIES
+        if not plain:
             self._validate_properties(props)
         conn = self.connection
         msg = Message(ex.name, method.routing_key, props, body, conn.now_ms or None)
@@ -651,14 +652,8 @@ class Channel:
         conn.has_published = True
         if conn.blocked:
             conn.block_now()
-        if props[1] & _USER_ID_FLAG:
-            self._check_user_id(msg)
-        if props[0] & _CHECKED_FLAGS:
-            self._check_properties(props)
-        if props[0] & _HEADERS_FLAG and b"CC" in props:  # CC or BCC, maybe
-            check_routing_headers(msg.headers)
-        if b"amq.rabbitmq.reply-to" in props:
-            msg = self._rewrite_reply_to(msg)
+        if not plain:
+            msg = self._check_message(msg)
         if self.confirm:
             self.publish_seq += 1
         if self.tx:
@@ -725,6 +720,21 @@ class Channel:
             raise FrameError(f"cannot decode the message's properties: {exc}") from None
         except UnsafeValue as exc:
             raise PreconditionFailed(f"invalid message: {exc}") from None
+
+    def _check_message(self, msg: Message) -> Message:
+        """RabbitMQ's checks of a publish's properties (user-id, expiration,
+        delivery-mode, CC/BCC types) and the direct reply-to rewrite, for a
+        message with more properties than delivery-mode."""
+        props = msg.properties
+        if props[1] & _USER_ID_FLAG:
+            self._check_user_id(msg)
+        if props[0] & _CHECKED_FLAGS:
+            self._check_properties(props)
+        if props[0] & _HEADERS_FLAG and b"CC" in props:  # CC or BCC, maybe
+            check_routing_headers(msg.headers)
+        if b"amq.rabbitmq.reply-to" in props:
+            msg = self._rewrite_reply_to(msg)
+        return msg
 
     def _check_user_id(self, msg: Message) -> None:
         """RabbitMQ's validated user-id: it must name the authenticated user."""

@@ -23,6 +23,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from warren.core.dedup import Deduplicator
+from warren.core.destination import EXCHANGE
 from warren.core.routing import HeadersMatcher, TopicMatcher, validate_x_match
 
 if TYPE_CHECKING:
@@ -57,11 +58,12 @@ class Binding:
 
     @property
     def destination_kind(self) -> str:
-        return "exchange" if isinstance(self.destination, Exchange) else "queue"
+        return self.destination.destination_kind
 
 
 class Exchange(ABC):
     type: ClassVar[str] = ""
+    destination_kind: ClassVar[str] = EXCHANGE
 
     def __init__(
         self,

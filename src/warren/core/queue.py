@@ -14,13 +14,14 @@ import logging
 import struct
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from mypy_extensions import mypyc_attr
 
 from warren.core import dead_letter as dl
 from warren.core.codec_errors import DecodeError
 from warren.core.consumer import Consumer
+from warren.core.destination import QUEUE
 from warren.core.errors import AccessRefused
 from warren.core.message import Message
 from warren.core.properties import edit_properties
@@ -60,6 +61,8 @@ def now_ms() -> int:
 # Subclassed by core/exchange_delayed.py, which is not compiled (setup.py).
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Queue:
+    destination_kind: ClassVar[str] = QUEUE
+
     def __init__(
         self,
         vhost: VHost,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from warren.core import dead_letter as dl
 from warren.core.consumer import Consumer
+from warren.core.destination import QUEUE
 from warren.core.erlang_format import field_type
 from warren.core.errors import (
     AccessRefused,
@@ -429,40 +430,45 @@ class VHost(VHostParameters):
             return [q] if q is not None else []
         dests = exchange.match(msg)
         if dests:
-            if all(type(d) is Queue for d in dests):
+            if all(d.destination_kind == QUEUE for d in dests):
                 # Common case, no exchange-to-exchange hop: keep order, drop duplicates.
                 return list(dict.fromkeys(dests))  # type: ignore[arg-type]
         elif exchange.alternate_exchange is None:
             return []
+        return self._route_through(exchange, msg)
+
+    def _route_through(self, exchange: Exchange, msg: Message) -> list[Queue]:
+        """Follow exchange-to-exchange bindings and alternate exchanges, depth first,
+        each exchange once; an explicit stack, however long a chain a client built."""
         queues: dict[int, Queue] = {}
         visited: set[int] = set()
-        self._route_into(exchange, msg, queues, visited)
-        return list(queues.values())
-
-    def _route_into(
-        self, exchange: Exchange, msg: Message, queues: dict[int, Queue], visited: set[int]
-    ) -> None:
-        visited.add(id(exchange))
-        found = False
-        for dest in exchange.match(msg):
-            found = True
-            if isinstance(dest, Queue):
-                queues[id(dest)] = dest
-            elif id(dest) not in visited:
-                self._route_into(dest, msg, queues, visited)
-        if not found:
-            ae_name = exchange.alternate_exchange
-            if ae_name is not None:
-                ae = self.exchanges.get(ae_name)
+        stack: list[Exchange] = [exchange]
+        while stack:
+            ex = stack.pop()
+            if id(ex) in visited:
+                continue
+            visited.add(id(ex))
+            found = False
+            onward: list[Exchange] = []
+            for dest in ex.match(msg):
+                found = True
+                if dest.destination_kind == QUEUE:
+                    queues[id(dest)] = dest  # type: ignore[assignment]
+                elif id(dest) not in visited:
+                    onward.append(dest)  # type: ignore[arg-type]
+            if not found and ex.alternate_exchange is not None:
+                ae = self.exchanges.get(ex.alternate_exchange)
                 if ae is None:
                     log.warning(
                         "alternate exchange '%s' of exchange '%s' in vhost '%s' does not exist",
-                        ae_name,
-                        exchange.name,
+                        ex.alternate_exchange,
+                        ex.name,
                         self.name,
                     )
                 elif id(ae) not in visited:
-                    self._route_into(ae, msg, queues, visited)
+                    onward.append(ae)
+            stack.extend(reversed(onward))
+        return list(queues.values())
 
     def publish(
         self, exchange: Exchange, msg: Message, durable_out: list[MessageStore] | None = None
@@ -686,9 +692,9 @@ def _notify_cancelled(consumers: list[Consumer]) -> None:
 
 def _binding_is_durable(binding: Binding) -> bool:
     dest = binding.destination
-    if isinstance(dest, Queue):
-        return binding.source.durable and dest.persistent
-    return binding.source.durable and dest.durable
+    if isinstance(dest, Exchange):
+        return binding.source.durable and dest.durable
+    return binding.source.durable and dest.persistent
 
 
 def exchange_record(ex: Exchange) -> dict[str, Any]:
