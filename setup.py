@@ -50,6 +50,7 @@ COMPILED_MODULES = [
     "warren.core.queue_settings",
     "warren.core.table",
     "warren.store.records",
+    "warren.store.segment_log",
     "warren.store.segment_store",
 ]
 

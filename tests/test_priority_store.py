@@ -18,7 +18,7 @@ from warren.core.message import Message
 from warren.core.properties import BasicProperties
 from warren.core.store import MemoryStore, MessageStore
 from warren.core.vhost import VHost
-from warren.store import segment_store
+from warren.store import segment_log
 from warren.store.priority_store import LEVEL_SHIFT, PriorityStore, level_name
 from warren.store.segment_store import SEQ_BITS, SegmentStore
 
@@ -77,7 +77,7 @@ def test_priority_order_and_levels(tmp_path: Path) -> None:
 
 def test_level_shift_is_above_every_segment_store_seq() -> None:
     assert LEVEL_SHIFT >= SEQ_BITS
-    highest = (segment_store._MAX_SEGMENT_ID << 32) | 0xFFFFFFFF
+    highest = (segment_log.MAX_SEGMENT_ID << 32) | 0xFFFFFFFF
     assert highest >> LEVEL_SHIFT == 0
 
 

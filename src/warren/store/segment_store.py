@@ -1,16 +1,18 @@
-"""A queue's messages on disk: append-only segment files, with the page cache as the cache.
+"""A classic queue's view of a segment log: one read cursor, acks and requeues.
 
-Messages are appended as records (warren.store.records) to ``msgs.<id>`` files and
-read back sequentially through a memory map, so the broker keeps no Python object
-per ready message: RAM stays flat however long the queue grows, and the kernel
-decides what stays cached. Acknowledgements are appended as u32 record offsets to
-``acks.<id>``; a segment whose records are all acknowledged is deleted.
-docs/storage.md describes the formats, recovery and durability in full.
+Messages are appended as records to the queue's segment log
+(warren.store.segment_log) and read back sequentially through a memory map, so
+the broker keeps no Python object per ready message: RAM stays flat however
+long the queue grows, and the kernel decides what stays cached.
+Acknowledgements are appended as u32 record offsets to ``acks.<id>`` next to
+the log's ``msgs.<id>``; a segment whose records are all acknowledged is
+dropped from the log. docs/storage.md describes the formats, recovery and
+durability in full.
 
 Threading: everything except sync() and flush() belongs to one thread (the event
-loop). sync() may run in a worker thread while that thread keeps appending; a lock
-guards only what the two share (file handles, pending acks, the sync bookkeeping),
-so the per-message append/shift/ack paths take no lock.
+loop). sync() may run in a worker thread while that thread keeps appending; the
+log's lock guards only what the two share (file handles, pending acks, the sync
+bookkeeping), so the per-message append/shift/ack paths take no lock.
 """
 
 from __future__ import annotations
@@ -18,15 +20,12 @@ from __future__ import annotations
 import bisect
 import contextlib
 import heapq
-import io
 import logging
 import mmap
 import os
 import re
-import shutil
 import struct
 import sys
-import threading
 from array import array
 from collections import deque
 from collections.abc import Iterator
@@ -35,30 +34,21 @@ from pathlib import Path
 from warren.core.message import Message
 from warren.core.properties import peek_delivery_mode
 from warren.store.records import (
-    FILE_HEADER,
     FILE_HEADER_SIZE,
     MIN_RECORD_SIZE,
-    BadFileHeader,
     CorruptRecord,
-    check_file_header,
     decode_record,
     encode_message_record,
-    inspect_record,
 )
+from warren.store.segment_log import MSGS_NAME, OFFSET_MASK, SEQ_BITS, SegmentLog, sync_files
 
 __all__ = ["SEQ_BITS", "SegmentStore"]
 
 log = logging.getLogger("warren.store")
 
-_NAME = re.compile(r"(msgs|acks)\.(\d{10})")
+_ACKS_NAME = re.compile(r"acks\.(\d{10})")
 _TMP_NAME = re.compile(r"acks\.\d{10}\.tmp")
-_OFFSET_MASK = 0xFFFFFFFF
-_MAX_SEGMENT_ID = 9_999_999_999  # ten digits in the file name
-#: Every sequence number of a SegmentStore is below ``1 << SEQ_BITS`` (66).
-SEQ_BITS = _MAX_SEGMENT_ID.bit_length() + 32
-# Python-side write buffer of the write segment. Small on purpose: an idle queue
-# keeps its write file (and so this buffer) open.
-_WRITE_BUFFER = 32 * 1024
+_OFFSET_MASK = OFFSET_MASK
 # Acks are queued in memory and written to their ack files in batches; this many
 # pending acks force a batch without waiting for flush()/sync().
 _ACK_BATCH = 4096
@@ -129,18 +119,6 @@ def _write_all(fd: int, data: bytes) -> None:
         view.release()
 
 
-def _fdatasync_path(path: Path) -> None:
-    """fdatasync through a fresh descriptor: it flushes the inode, whoever wrote it."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:  # deleted since (fully acknowledged): nothing to keep
-        return
-    try:
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
-
-
 class SegmentStore:
     """MessageStore for one queue, kept in segment files under ``directory``.
 
@@ -158,17 +136,12 @@ class SegmentStore:
         segment_size: int = 8 * 1024 * 1024,
         persistent_only_on_recovery: bool = True,
     ) -> None:
-        if not FILE_HEADER_SIZE < segment_size <= _OFFSET_MASK:
-            raise ValueError(f"segment_size must be in ({FILE_HEADER_SIZE}, 2**32)")
-        self._dir = Path(directory)
-        self._segment_size = segment_size
+        self._log = SegmentLog(Path(directory), segment_size)
+        self._dir = self._log.directory
         self._persistent_only = persistent_only_on_recovery
         self._segs: dict[int, _Segment] = {}  # ascending id (insertion order)
-        self._next_id = 1
-        # Writing: the last segment, opened lazily on the first append.
+        # The segment the log appends to (its counters), None until the first append.
         self._wseg: _Segment | None = None
-        self._wfile: io.BufferedWriter[io.FileIO] | None = None
-        self._wpos = 0  # end of the write segment, Python buffer included
         # Reading: a cursor into the oldest segment with unread records. The map is
         # open only while that segment has something left to read.
         self._rseg: _Segment | None = None
@@ -192,23 +165,15 @@ class SegmentStore:
         # Shared with sync() in a worker thread: deque.append/popleft are atomic, the
         # rest is guarded by _lock.
         self._acks: deque[int] = deque()
-        self._lock = threading.Lock()
+        self._lock = self._log.lock
         self._dirty = False
-        self._synced_at = (0, 0)  # (write segment id, position) at the last sync
-        self._unsynced_msgs: set[int] = set()  # rolled-over segments not yet synced
         self._unsynced_acks: set[int] = set()
-        self._dir_dirty = False
-        self._closed = False
-        self._dir.mkdir(parents=True, exist_ok=True)
         self._recover()
 
     def __repr__(self) -> str:
         return f"<SegmentStore {str(self._dir)!r} ready={self._ready_count}>"
 
     # -- paths ----------------------------------------------------------------------------
-    def _msgs_path(self, segment_id: int) -> Path:
-        return self._dir / f"msgs.{segment_id:010d}"
-
     def _acks_path(self, segment_id: int) -> Path:
         return self._dir / f"acks.{segment_id:010d}"
 
@@ -232,20 +197,10 @@ class SegmentStore:
 
     def append(self, msg: Message) -> int:
         body = msg.body
-        rec = encode_message_record(msg)
-        n = len(rec)
-        pos = self._wpos
+        seq = self._log.append(encode_message_record(msg))
         seg = self._wseg
-        wfile = self._wfile
-        if (
-            wfile is None
-            or seg is None
-            or (pos + n > self._segment_size and pos > FILE_HEADER_SIZE)
-        ):
-            seg, wfile = self._prepare_write(n)
-            pos = self._wpos
-        wfile.write(rec)
-        self._wpos = pos + n
+        if seg is None or seg.id != seq >> 32:
+            seg = self._start_segment(seq >> 32)
         b = len(body)
         seg.records += 1
         seg.unread += 1
@@ -253,7 +208,16 @@ class SegmentStore:
         self._ready_count += 1
         self._ready_bytes += b
         self._dirty = True  # after the write: sync() clears it before flushing
-        return (seg.id << 32) | pos
+        return seq
+
+    def _start_segment(self, segment_id: int) -> _Segment:
+        """The log began a new segment: count it, and let the one before go if done."""
+        old = self._wseg
+        seg = self._wseg = _Segment(segment_id)
+        self._segs[segment_id] = seg
+        if old is not None and old.dead >= old.records:
+            self._drop_segment(old)
+        return seg
 
     def append_shifted(self, msg: Message) -> int:
         """Append a message that is handed to a consumer at once.
@@ -269,7 +233,7 @@ class SegmentStore:
         assert seg is not None
         if self._rseg is not seg:
             self._enter(seg)
-        self._rpos = self._wpos
+        self._rpos = self._log.write_pos
         b = len(msg.body)
         seg.unread -= 1
         seg.unread_bytes -= b
@@ -336,21 +300,11 @@ class SegmentStore:
         when it is due and acks it). Raises KeyError for a segment that is gone and
         CorruptRecord for a record that does not read back.
         """
-        seg = self._segs.get(seq >> 32)
-        if seg is None:
+        if seq >> 32 not in self._segs:
             raise KeyError(seq)
-        pos = seq & _OFFSET_MASK
-        if seg is self._wseg:
-            with self._lock:
-                if self._wfile is not None:
-                    self._wfile.flush()
-        fd = os.open(self._msgs_path(seg.id), os.O_RDONLY)
-        try:
-            head = os.pread(fd, 4, pos)
-            length = int.from_bytes(head, "big") if len(head) == 4 else 0
-            data = os.pread(fd, length, pos) if length >= MIN_RECORD_SIZE else head
-        finally:
-            os.close(fd)
+        data = self._log.read(seq)
+        if data is None:
+            raise CorruptRecord("no record there", seq & _OFFSET_MASK, None)
         msg, _ = decode_record(data, 0, len(data))
         return msg
 
@@ -478,28 +432,13 @@ class SegmentStore:
         if seg is self._rseg and self._rmap is not None and off < self._rend:
             with contextlib.suppress(CorruptRecord):
                 return decode_record(self._rmap, off, self._rend, True)
-        if seg is self._wseg:
-            if off >= self._wpos:
-                return None
-            if self._wfile is not None:
-                self._wfile.flush()
-        try:
-            fd = os.open(self._msgs_path(seg.id), os.O_RDONLY)
-        except OSError:
+        data = self._log.read((seg.id << 32) | off)
+        if data is None:
             return None
         try:
-            data = os.pread(fd, 4096, off)
-            if len(data) >= 4:
-                length = _U32.unpack_from(data)[0]
-                if length > len(data):
-                    if off + length > os.fstat(fd).st_size:
-                        return None  # not a record: its length runs past the file
-                    data = os.pread(fd, length, off)
             return decode_record(data, 0, len(data), True)
-        except (OSError, CorruptRecord):
+        except CorruptRecord:
             return None
-        finally:
-            os.close(fd)
 
     def scan_ready(self) -> Iterator[tuple[int, int, bytes]]:
         """(seq, timestamp, raw properties) of each ready message, in shift order.
@@ -522,19 +461,11 @@ class SegmentStore:
             yield from self._scan_segment(seg, max(start, FILE_HEADER_SIZE))
 
     def _scan_segment(self, seg: _Segment, pos: int) -> Iterator[tuple[int, int, bytes]]:
-        if seg is self._wseg and self._wfile is not None:
-            self._wfile.flush()
-        fd = os.open(self._msgs_path(seg.id), os.O_RDONLY)
+        m = self._log.map(seg.id)
+        if m is None:
+            return
+        size = len(m)
         try:
-            size = os.fstat(fd).st_size
-            if size <= pos:
-                return
-            m = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-        finally:
-            os.close(fd)
-        try:
-            if hasattr(mmap, "MADV_SEQUENTIAL"):
-                m.madvise(mmap.MADV_SEQUENTIAL)
             left = seg.unread
             base = seg.id << 32
             head = _SCAN_HEAD.unpack_from
@@ -598,7 +529,7 @@ class SegmentStore:
                     self._retire_write_segment()
                 self._drop_segment(seg)
         self._rseg = self._wseg
-        self._rpos = self._wpos if self._wseg is not None else 0
+        self._rpos = self._log.write_pos if self._wseg is not None else 0
         self._dirty = True
         if len(self._acks) >= _ACK_BATCH:
             with self._lock:
@@ -607,7 +538,7 @@ class SegmentStore:
 
     def close(self, sync: bool = True) -> None:
         """Write everything out (and fdatasync it unless ``sync`` is False), release files."""
-        if self._closed:
+        if self._log.closed:
             return
         try:
             if sync:
@@ -616,23 +547,14 @@ class SegmentStore:
                 self.flush()
         finally:
             with self._lock:
-                self._closed = True
-                if self._wfile is not None:
-                    try:
-                        self._wfile.close()
-                    finally:
-                        self._wfile = None
+                self._log.close_locked()
             self._close_map()
 
     def delete(self) -> None:
         """Forget every message and remove the queue's directory."""
         with self._lock:
-            self._closed = True
-            wfile, self._wfile = self._wfile, None
             self._acks.clear()
-        if wfile is not None:
-            with contextlib.suppress(OSError):  # about to be deleted anyway
-                wfile.close()
+        self._log.delete()
         self._close_map()
         self._segs.clear()
         self._requeued.clear()
@@ -641,16 +563,14 @@ class SegmentStore:
         self._detour = False
         self._wseg = self._rseg = None
         self._ready_count = self._ready_bytes = 0
-        shutil.rmtree(self._dir, ignore_errors=True)
 
     # -- durability -----------------------------------------------------------------------
     def flush(self) -> None:
         """Hand buffered appends and acks to the OS (no fsync): the sync=false mode."""
         with self._lock:
-            if self._closed:
+            if self._log.closed:
                 return
-            if self._wfile is not None:
-                self._wfile.flush()
+            self._log.flush_locked()
             self._write_acks_locked()
 
     def sync(self) -> None:
@@ -666,120 +586,37 @@ class SegmentStore:
         fds: list[int] = []
         paths: list[Path] = []
         with self._lock:
-            if self._closed:
+            if self._log.closed:
                 return
             self._dirty = False  # before flushing: a concurrent append sets it again
             try:
-                wseg = self._wseg
-                if self._wfile is not None and wseg is not None:
-                    # Read the position before flushing: bytes appended after this
-                    # point may still be buffered and must not count as synced.
-                    mark = (wseg.id, self._wpos)
-                    self._wfile.flush()
-                    if mark != self._synced_at:
-                        fds.append(os.dup(self._wfile.fileno()))
-                        self._synced_at = mark
+                self._log.collect_sync_locked(fds, paths)
                 self._write_acks_locked()
-                paths.extend(self._msgs_path(i) for i in self._unsynced_msgs)
                 paths.extend(self._acks_path(i) for i in self._unsynced_acks)
-                self._unsynced_msgs.clear()
                 self._unsynced_acks.clear()
-                dir_dirty, self._dir_dirty = self._dir_dirty, False
+                dir_dirty, self._log.dir_dirty = self._log.dir_dirty, False
             except BaseException:
                 self._dirty = True
                 for fd in fds:
                     os.close(fd)
                 raise
         try:
-            for fd in fds:
-                os.fdatasync(fd)
-            for path in paths:
-                _fdatasync_path(path)
-            if dir_dirty:
-                try:
-                    dfd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY)
-                except FileNotFoundError:  # deleted meanwhile
-                    pass
-                else:
-                    try:
-                        os.fsync(dfd)
-                    finally:
-                        os.close(dfd)
+            sync_files(fds, paths, self._dir if dir_dirty else None)
         except BaseException:
             self._dirty = True
             raise
-        finally:
-            for fd in fds:
-                os.close(fd)
 
     # -- writing --------------------------------------------------------------------------
-    def _prepare_write(self, n: int) -> tuple[_Segment, io.BufferedWriter[io.FileIO]]:
-        """Open the write segment, or start a new one when ``n`` more bytes do not fit."""
-        if self._closed:
-            raise ValueError(f"{self!r} is closed")
-        old: _Segment | None = None
-        with self._lock:
-            seg = self._wseg
-            if (
-                seg is not None
-                and self._wfile is None
-                and (self._wpos + n <= self._segment_size or self._wpos <= FILE_HEADER_SIZE)
-            ):
-                fd = os.open(self._msgs_path(seg.id), os.O_WRONLY | os.O_APPEND)
-                self._wfile = wfile = io.BufferedWriter(io.FileIO(fd, "w"), _WRITE_BUFFER)
-                return seg, wfile
-            if seg is not None:
-                self._retire_write_segment_locked()
-                old = seg
-            while True:
-                sid = self._next_id
-                if sid > _MAX_SEGMENT_ID:
-                    raise OverflowError(f"{self._dir}: segment ids exhausted")
-                self._next_id = sid + 1
-                try:
-                    fd = os.open(
-                        self._msgs_path(sid),
-                        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND,
-                        0o644,
-                    )
-                except FileExistsError:  # a file we could not recover: never reuse its id
-                    continue
-                break
-            wfile = io.BufferedWriter(io.FileIO(fd, "w"), _WRITE_BUFFER)
-            wfile.write(FILE_HEADER)
-            seg = _Segment(sid)
-            self._segs[sid] = seg
-            self._wseg = seg
-            self._wfile = wfile
-            self._wpos = FILE_HEADER_SIZE
-            self._dir_dirty = True
-        if old is not None and old.dead >= old.records:
-            self._drop_segment(old)
-        return seg, wfile
-
     def _retire_write_segment(self) -> None:
-        with self._lock:
-            self._retire_write_segment_locked()
-
-    def _retire_write_segment_locked(self) -> None:
         """Close the write segment; the next append starts a new one."""
-        seg = self._wseg
-        if seg is None:
-            return
-        # Never append to this file again, even if the final flush fails (disk full):
-        # the lost buffer would misalign every later offset.
+        self._log.retire()
         self._wseg = None
-        if (seg.id, self._wpos) != self._synced_at:
-            self._unsynced_msgs.add(seg.id)
-        if self._wfile is not None:
-            wfile, self._wfile = self._wfile, None
-            wfile.close()  # flushes
 
     def _write_acks_locked(self) -> None:
         """Append the queued acks to their segments' ack files (caller holds _lock)."""
         acks = self._acks
         n = len(acks)
-        if not n or self._closed:
+        if not n or self._log.closed:
             return
         groups: dict[int, list[int]] = {}
         for _ in range(n):
@@ -808,7 +645,7 @@ class SegmentStore:
                 raise
             if not seg.has_acks:
                 seg.has_acks = True
-                self._dir_dirty = True
+                self._log.dir_dirty = True
             self._unsynced_acks.add(sid)
 
     def _drop_segment(self, seg: _Segment) -> None:
@@ -820,12 +657,15 @@ class SegmentStore:
             self._peeked = None
             self._detour = False
         with self._lock:
-            if self._closed or self._segs.pop(seg.id, None) is None:
+            if self._log.closed or self._segs.pop(seg.id, None) is None:
                 return
-            self._unsynced_msgs.discard(seg.id)
+            if seg is self._wseg:
+                self._wseg = None
             self._unsynced_acks.discard(seg.id)
-            self._dir_dirty = True
-            self._unlink_pair(seg.id)
+            # Messages first: a crash in between leaves an orphan ack file (removed
+            # on recovery), never a message file whose acks are gone.
+            self._log.drop_locked(seg.id)
+            self._log.unlink(self._acks_path(seg.id))
 
     # -- reading --------------------------------------------------------------------------
     def _close_map(self) -> None:
@@ -837,19 +677,10 @@ class SegmentStore:
     def _map(self, seg: _Segment) -> None:
         """Map ``seg`` in full (after pushing buffered appends to the file)."""
         self._close_map()
-        if seg is self._wseg and self._wfile is not None:
-            self._wfile.flush()
-        fd = os.open(self._msgs_path(seg.id), os.O_RDONLY)
-        try:
-            size = os.fstat(fd).st_size
-            if size:
-                m = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-                if seg is not self._wseg and hasattr(mmap, "MADV_SEQUENTIAL"):
-                    m.madvise(mmap.MADV_SEQUENTIAL)
-                self._rmap = m
-                self._rend = size
-        finally:
-            os.close(fd)  # the map keeps its own reference
+        m = self._log.map(seg.id)
+        if m is not None:
+            self._rmap = m
+            self._rend = len(m)
 
     def _enter(self, seg: _Segment) -> None:
         self._close_map()
@@ -877,7 +708,7 @@ class SegmentStore:
         Only called while some record on disk is unread. Returns (None, 0) after
         giving up on an unreadable segment (the ready counters are adjusted then).
         """
-        if self._closed:
+        if self._log.closed:
             raise ValueError(f"{self!r} is closed")
         while True:
             seg = self._rseg
@@ -944,7 +775,7 @@ class SegmentStore:
         log.error(
             "%s: %s unreadable (%s): dropping its %d unread messages",
             self._dir,
-            self._msgs_path(seg.id).name,
+            self._log.msgs_path(seg.id).name,
             reason,
             seg.unread,
         )
@@ -1000,16 +831,19 @@ class SegmentStore:
             ack_ids: set[int] = set()
             for name in os.listdir(self._dir):
                 if _TMP_NAME.fullmatch(name):
-                    self._unlink(self._dir / name)  # an interrupted ack-file rewrite
+                    self._log.unlink(self._dir / name)  # an interrupted ack-file rewrite
                     continue
-                match = _NAME.fullmatch(name)
-                if match is None:
+                match = MSGS_NAME.fullmatch(name)
+                if match is not None:
+                    seg_ids.add(int(match.group(1)))
                     continue
-                (seg_ids if match.group(1) == "msgs" else ack_ids).add(int(match.group(2)))
-            self._next_id = max(seg_ids | ack_ids, default=0) + 1
+                match = _ACKS_NAME.fullmatch(name)
+                if match is not None:
+                    ack_ids.add(int(match.group(1)))
+            self._log.reserve_ids(max(seg_ids | ack_ids, default=0))
             last_size = 0
             for sid in sorted(seg_ids):
-                where = self._msgs_path(sid).name
+                where = self._log.msgs_path(sid).name
                 try:
                     found = self._recover_segment(sid, sid in ack_ids)
                 except Exception:
@@ -1025,41 +859,27 @@ class SegmentStore:
                     self._ready_count += seg.unread
                     self._ready_bytes += seg.unread_bytes
             for sid in ack_ids - seg_ids:  # messages deleted, crash before the acks were
-                self._unlink(self._acks_path(sid))
+                self._log.unlink(self._acks_path(sid))
             if seg_ids and max(seg_ids) in self._segs:
                 # Keep appending to the last segment; opened on the first append.
                 self._wseg = self._segs[max(seg_ids)]
-                self._wpos = last_size
-                self._synced_at = (self._wseg.id, last_size)
+                self._log.continue_segment(self._wseg.id, last_size)
         except Exception:
             log.exception("%s: recovery failed at %s; the queue starts empty", self._dir, where)
             self._segs.clear()
             self._acks.clear()
             self._wseg = None
-            self._wpos = 0
+            self._log.continue_segment(0, 0)
             self._ready_count = self._ready_bytes = 0
 
     def _recover_segment(self, sid: int, has_acks: bool) -> tuple[_Segment, int] | None:
-        """Validate one segment and its ack file; returns (segment, data size) or None
-        when the segment is gone (fully dead, empty) or left alone (not ours)."""
-        path = self._msgs_path(sid)
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            size = os.fstat(fd).st_size
-            head = os.pread(fd, FILE_HEADER_SIZE, 0)
-            try:
-                check_file_header(head)
-            except BadFileHeader as exc:
-                if size < FILE_HEADER_SIZE and FILE_HEADER.startswith(head):
-                    log.warning("%s: %s: torn file header; removing it", self._dir, path.name)
-                    self._unlink_pair(sid)
-                else:
-                    log.warning("%s: %s: %s; leaving it untouched", self._dir, path.name, exc)
-                return None
-            m = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size > FILE_HEADER_SIZE else None
-        finally:
-            os.close(fd)
-
+        """Validate one segment (the log's scan) against its ack file; returns (segment,
+        data size) or None when the segment is gone (fully dead, empty) or left alone
+        (not ours)."""
+        scan = self._log.scan(sid)
+        if scan is None:
+            return None
+        size = scan.size
         # Acked offsets as a bitmap over the file's bytes (size/8 bytes, freed after
         # this segment): no Python int per entry, duplicates merge for free.
         acked = bytearray((size >> 3) + 1) if has_acks else bytearray()
@@ -1079,65 +899,31 @@ class SegmentStore:
         skip: array[int] = array("I")
         valid_acks: list[int] = []
         dropped: list[int] = []  # transient records: acked now
-        cut: int | None = None
-        pos = FILE_HEADER_SIZE
         try:
-            while m is not None and pos < size:
-                if pos > _OFFSET_MASK:
-                    cut = pos
-                    log.warning(
-                        "%s: %s: data past 4 GiB; truncating at %d", self._dir, path.name, pos
-                    )
-                    break
-                try:
-                    length, p_off, p_len, b_len = inspect_record(m, pos, size)
-                except CorruptRecord as corrupt:
-                    nxt = pos + corrupt.length if corrupt.length is not None else size
-                    if nxt < size and self._plausible(m, nxt, size):
-                        log.warning(
-                            "%s: %s: corrupt record at offset %d (%s); dropped it",
-                            self._dir,
-                            path.name,
-                            pos,
-                            corrupt.reason,
-                        )
-                        seg.records += 1
-                        seg.dead += 1
-                        skip.append(pos)
-                        if acked and acked[pos >> 3] >> (pos & 7) & 1:
-                            valid_acks.append(pos)
-                        pos = nxt
-                        continue
-                    cut = pos
-                    log.warning(
-                        "%s: %s: torn or corrupt record at offset %d (%s); "
-                        "truncating the file there (%d bytes dropped)",
-                        self._dir,
-                        path.name,
-                        pos,
-                        corrupt.reason,
-                        size - pos,
-                    )
-                    break
+            m = scan.map
+            for pos, _length, p_off, p_len, b_len in scan:
                 seg.records += 1
                 if acked and acked[pos >> 3] >> (pos & 7) & 1:
                     seg.dead += 1
                     skip.append(pos)
                     valid_acks.append(pos)
-                elif self._persistent_only and not self._is_persistent(m[p_off : p_off + p_len]):
+                elif p_off < 0:  # corrupt, stepped over
+                    seg.dead += 1
+                    skip.append(pos)
+                elif (
+                    self._persistent_only
+                    and m is not None
+                    and not self._is_persistent(m[p_off : p_off + p_len])
+                ):
                     seg.dead += 1
                     skip.append(pos)
                     dropped.append(pos)
                 else:
                     seg.unread += 1
                     seg.unread_bytes += b_len
-                pos += length
         finally:
-            if m is not None:
-                m.close()
-        if cut is not None:
-            os.truncate(path, cut)
-            size = cut
+            scan.close()
+        size = scan.size
 
         if seg.dead >= seg.records:  # nothing left to deliver (or an empty segment)
             self._unlink_pair(sid)
@@ -1157,21 +943,15 @@ class SegmentStore:
                 )
             if dropped:
                 log.info(
-                    "%s: %s: dropped %d transient messages", self._dir, path.name, len(dropped)
+                    "%s: %s: dropped %d transient messages",
+                    self._dir,
+                    self._log.msgs_path(sid).name,
+                    len(dropped),
                 )
             self._rewrite_acks(sid, sorted(valid_acks + dropped))
             seg.has_acks = bool(valid_acks or dropped)
         seg.skip = skip if skip else None
         return seg, size
-
-    @staticmethod
-    def _plausible(m: mmap.mmap, pos: int, size: int) -> bool:
-        """Whether a structurally sound record starts at ``pos`` (resynchronisation check)."""
-        try:
-            inspect_record(m, pos, size, verify_crc=False)
-        except CorruptRecord:
-            return False
-        return True
 
     @staticmethod
     def _is_persistent(raw_properties: bytes) -> bool:
@@ -1192,7 +972,7 @@ class SegmentStore:
         """Replace an ack file atomically (temp file + rename)."""
         path = self._acks_path(sid)
         if not offsets:
-            self._unlink(path)
+            self._log.unlink(path)
             return
         tmp = path.with_name(path.name + ".tmp")
         with open(tmp, "wb") as f:
@@ -1202,13 +982,5 @@ class SegmentStore:
     def _unlink_pair(self, sid: int) -> None:
         # Messages first: a crash in between leaves an orphan ack file (removed on
         # recovery), never a message file whose acks are gone.
-        self._unlink(self._msgs_path(sid))
-        self._unlink(self._acks_path(sid))
-
-    def _unlink(self, path: Path) -> None:
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            log.warning("%s: cannot delete %s: %s", self._dir, path.name, exc)
+        self._log.unlink(self._log.msgs_path(sid))
+        self._log.unlink(self._acks_path(sid))
