@@ -16,6 +16,7 @@ from warren import __version__, build_description
 from warren.config import Config
 from warren.core.errors import NotFound
 from warren.core.store import MessageStore
+from warren.core.stream import StreamLog
 from warren.core.vhost import VHost
 from warren.definitions_json import (
     DefinitionsError,
@@ -27,6 +28,7 @@ from warren.store.definitions import DefinitionsLog
 from warren.store.layout import DataDir
 from warren.store.priority_store import PriorityStore, level_name
 from warren.store.segment_store import SegmentStore
+from warren.store.stream_store import StreamStore
 from warren.store.sync import GroupSync
 from warren.store.users_file import load_users, save_users
 
@@ -95,6 +97,7 @@ class Broker:
                 definitions,
                 call_later=self._loop.call_later,
                 exchange_store_factory=self._new_exchange_store,
+                stream_store_factory=self._new_stream_store,
             )
             vhost.restore_definitions()
             self.layout.remove_orphan_queue_dirs(name, list(vhost.queues))
@@ -120,6 +123,14 @@ class Broker:
                 directory,
             )
         return SegmentStore(directory, segment_size)
+
+    def _new_stream_store(self, vhost: VHost, queue: str, arguments: dict[str, Any]) -> StreamLog:
+        """A stream's segment log, in its queue directory; segments of
+        x-stream-max-segment-size-bytes when given, else [main] segment_size."""
+        size = arguments.get("x-stream-max-segment-size-bytes")
+        if not isinstance(size, int) or isinstance(size, bool) or size <= 64:
+            size = self.config.segment_size
+        return StreamStore(self.layout.queue_dir(vhost.name, queue), min(size, 0xFFFFFFFF))
 
     def _new_exchange_store(self, vhost: VHost, exchange: str, persistent: bool) -> MessageStore:
         directory = (

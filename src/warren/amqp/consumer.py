@@ -58,6 +58,9 @@ class AMQPConsumer(Consumer):
             return False
         return ch.has_global_capacity()
 
+    def credit_limit(self) -> int:
+        return self.prefetch_count
+
     def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
         ch = self.channel
         tag = ch.next_delivery_tag()

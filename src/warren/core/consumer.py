@@ -38,6 +38,11 @@ class Consumer(ABC):
     @abstractmethod
     def can_take(self) -> bool: ...
 
+    def credit_limit(self) -> int:
+        """How many unacknowledged deliveries this consumer takes (0: no limit set);
+        a stream refuses a consumer without one, as RabbitMQ does."""
+        return 0
+
     @abstractmethod
     def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
         """Hand over one message; with no_ack the queue has already forgotten it."""

@@ -21,9 +21,12 @@ from warren.core.errors import PreconditionFailed
 __all__ = [
     "CLASSIC_QUEUE_ARGUMENTS",
     "EXCHANGE_ARGUMENTS",
+    "STREAM_QUEUE_ARGUMENTS",
     "assert_args_equivalent",
+    "is_stream",
     "max_priority",
     "validate_queue_arguments",
+    "validate_stream_declaration",
 ]
 
 #: The arguments of a classic queue, in the order RabbitMQ compares them on redeclaration.
@@ -41,6 +44,18 @@ CLASSIC_QUEUE_ARGUMENTS = (
     "x-single-active-consumer",
     "x-queue-type",
     "x-queue-master-locator",
+)
+
+#: The arguments of a stream, in the order RabbitMQ compares them on redeclaration
+#: (x-max-length is Warren's and LavinMQ's, not RabbitMQ's).
+STREAM_QUEUE_ARGUMENTS = (
+    "x-max-length-bytes",
+    "x-max-age",
+    "x-stream-max-segment-size-bytes",
+    "x-initial-cluster-size",
+    "x-queue-leader-locator",
+    "x-queue-type",
+    "x-max-length",
 )
 
 #: The only exchange argument RabbitMQ compares on redeclaration.
@@ -250,6 +265,96 @@ def validate_queue_arguments(name: str, vhost: str, arguments: dict[str, Any]) -
         if key in _OTHER_TYPES_ONLY:
             raise PreconditionFailed(
                 f"invalid arg '{key}' for {what} of queue type rabbit_classic_queue"
+            )
+
+
+# -- streams ----------------------------------------------------------------------------
+
+
+def is_stream(arguments: dict[str, Any]) -> bool:
+    """Whether a declaration asks for a stream queue."""
+    qtype = arguments.get("x-queue-type")
+    return isinstance(qtype, str | bytes) and _raw(qtype) == b"stream"
+
+
+def _max_age(value: Any, args: dict[str, Any]) -> str | None:
+    from warren.core.stream import parse_interval
+
+    if not _is_str(value):
+        return _unacceptable(value)
+    return None if parse_interval(_text(value)) is not None else "invalid_max_age"
+
+
+def _leader_locator(value: Any, args: dict[str, Any]) -> str | None:
+    if not _is_str(value):
+        return _unacceptable(value)
+    ok = (b"client-local", b"balanced", b"random", b"least-leaders")
+    return (
+        None
+        if _raw(value) in ok
+        else string_p(b"unsupported leader locator '" + _raw(value) + b"'")
+    )
+
+
+#: A stream's validators, in the order RabbitMQ runs them (x-max-length: Warren's).
+_STREAM_VALIDATORS: tuple[tuple[str, _Check], ...] = (
+    ("x-max-length-bytes", _non_neg_int),
+    ("x-max-age", _max_age),
+    ("x-stream-max-segment-size-bytes", _positive_int),
+    ("x-initial-cluster-size", _positive_int),
+    ("x-queue-leader-locator", _leader_locator),
+    ("x-max-length", _non_neg_int),
+)
+
+#: Arguments a stream refuses: classic- and quorum-only features.
+_NOT_FOR_STREAMS = frozenset(
+    {
+        "x-expires",
+        "x-message-ttl",
+        "x-dead-letter-exchange",
+        "x-dead-letter-routing-key",
+        "x-max-priority",
+        "x-overflow",
+        "x-queue-mode",
+        "x-queue-version",
+        "x-single-active-consumer",
+        "x-delivery-limit",
+        "x-dead-letter-strategy",
+        "x-max-in-memory-length",
+        "x-max-in-memory-bytes",
+        "x-quorum-initial-group-size",
+        "x-message-deduplication",
+        "x-consumer-timeout",
+    }
+)
+
+
+def validate_stream_declaration(
+    name: str,
+    vhost: str,
+    durable: bool,
+    exclusive: bool,
+    auto_delete: bool,
+    arguments: dict[str, Any],
+) -> None:
+    """Refuse a stream declaration as RabbitMQ does: streams are durable, never
+    exclusive or auto-delete, and take only their own arguments (406)."""
+    what = f"queue '{name}' in vhost '{vhost}'"
+    if auto_delete:
+        raise PreconditionFailed(f"invalid property 'auto-delete' for {what}")
+    if exclusive:
+        raise PreconditionFailed(f"invalid property 'exclusive-owner' for {what}")
+    if not durable:
+        raise PreconditionFailed(f"invalid property 'non-durable' for {what}")
+    for key, check in _STREAM_VALIDATORS:
+        if key in arguments:
+            error = check(arguments[key], arguments)
+            if error is not None:
+                raise _invalid(key, what, error)
+    for key in arguments:
+        if key in _NOT_FOR_STREAMS:
+            raise PreconditionFailed(
+                f"invalid arg '{key}' for {what} of queue type rabbit_stream_queue"
             )
 
 

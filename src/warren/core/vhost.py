@@ -31,11 +31,16 @@ from warren.core.queue import REJECTED, STORED, Queue
 from warren.core.queue_arguments import (
     CLASSIC_QUEUE_ARGUMENTS,
     EXCHANGE_ARGUMENTS,
+    STREAM_QUEUE_ARGUMENTS,
     assert_args_equivalent,
+    is_stream,
     max_priority,
     validate_queue_arguments,
+    validate_stream_declaration,
 )
 from warren.core.store import MemoryStore, MessageStore
+from warren.core.stream import StreamLog
+from warren.core.stream_queue import StreamQueue
 from warren.core.vhost_parameters import VHostParameters
 from warren.store.definitions import (
     binding_key,
@@ -79,6 +84,8 @@ class ReplyTarget(Protocol):
 StoreFactory = Callable[["VHost", str, bool, int], MessageStore]
 # (vhost, exchange name, persistent): for exchanges that hold messages (x-delayed-message).
 ExchangeStoreFactory = Callable[["VHost", str, bool], MessageStore]
+# (vhost, queue name, arguments): a stream queue's storage.
+StreamStoreFactory = Callable[["VHost", str, dict[str, Any]], StreamLog]
 
 
 class TimerHandle(Protocol):
@@ -116,6 +123,7 @@ class VHost(VHostParameters):
         definitions: DefinitionsLog | None = None,
         call_later: CallLater | None = None,
         exchange_store_factory: ExchangeStoreFactory = _memory_exchange_store,
+        stream_store_factory: StreamStoreFactory | None = None,
     ) -> None:
         self.name = name
         self.call_soon = call_soon
@@ -123,6 +131,7 @@ class VHost(VHostParameters):
         self._init_parameters()  # policies and limits (vhost_parameters.py)
         self._store_factory = store_factory
         self._exchange_store_factory = exchange_store_factory
+        self._stream_store_factory = stream_store_factory
         # Durable exchanges, queues and bindings are recorded here as they change.
         self.definitions = definitions
         self._written: dict[int, MessageStore] = {}
@@ -296,24 +305,37 @@ class VHost(VHostParameters):
         # Only a new queue counts against the limit and has its arguments
         # validated (RabbitMQ's order).
         self.check_queue_limit(name)
-        validate_queue_arguments(name, self.name, arguments)
-        persistent = durable and not exclusive
-        store = self._store_factory(self, name, persistent, max_priority(arguments))
-        q = Queue(
-            self,
-            name,
-            store,
-            durable=durable,
-            exclusive_owner=owner if exclusive else None,
-            auto_delete=auto_delete,
-            arguments=arguments,
-        )
+        if is_stream(arguments):
+            validate_stream_declaration(name, self.name, durable, exclusive, auto_delete, arguments)
+            q: Queue = self._new_stream(name, arguments)
+            persistent = True
+        else:
+            validate_queue_arguments(name, self.name, arguments)
+            persistent = durable and not exclusive
+            store = self._store_factory(self, name, persistent, max_priority(arguments))
+            q = Queue(
+                self,
+                name,
+                store,
+                durable=durable,
+                exclusive_owner=owner if exclusive else None,
+                auto_delete=auto_delete,
+                arguments=arguments,
+            )
         self.queues[name] = q
         self.attach_queue_policies(q)
         if persistent and self.definitions is not None:
             self.definitions.put(queue_key(name), queue_record(q))
         log.debug("queue declared vhost=%s name=%s durable=%s", self.name, name, durable)
         return q
+
+    def _new_stream(self, name: str, arguments: dict[str, Any]) -> StreamQueue:
+        if self._stream_store_factory is None:
+            raise PreconditionFailed(
+                f"invalid arg 'x-queue-type' for queue '{name}' in vhost '{self.name}': "
+                "streams need a data directory (this vhost has none)"
+            )
+        return StreamQueue(self, name, self._stream_store_factory(self, name, arguments), arguments)
 
     def _check_queue_equivalent(
         self,
@@ -339,7 +361,7 @@ class VHost(VHostParameters):
             f"queue '{q.name}' in vhost '{self.name}'",
             q.arguments,
             arguments,
-            CLASSIC_QUEUE_ARGUMENTS,
+            STREAM_QUEUE_ARGUMENTS if isinstance(q, StreamQueue) else CLASSIC_QUEUE_ARGUMENTS,
         )
 
     def delete_queue(
@@ -654,14 +676,18 @@ class VHost(VHostParameters):
             try:
                 name = rec["name"]
                 args = decode_arguments(rec["arguments"])
-                q = Queue(
-                    self,
-                    name,
-                    self._store_factory(self, name, True, max_priority(args)),
-                    durable=True,
-                    auto_delete=rec["auto_delete"],
-                    arguments=args,
-                )
+                q: Queue
+                if is_stream(args):
+                    q = self._new_stream(name, args)
+                else:
+                    q = Queue(
+                        self,
+                        name,
+                        self._store_factory(self, name, True, max_priority(args)),
+                        durable=True,
+                        auto_delete=rec["auto_delete"],
+                        arguments=args,
+                    )
                 self.queues[name] = q
                 self.attach_queue_policies(q)
                 if q.message_count:

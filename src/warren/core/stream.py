@@ -1,0 +1,151 @@
+"""What a stream queue needs from its storage, and how consumers say where to start.
+
+The storage (store/stream_store.py, on the segment log) is reached only through
+the StreamLog protocol here, so the core stays free of files. Offsets, the
+``x-stream-offset`` consumer argument and the filter and tracking arguments are
+parsed here, with RabbitMQ's rules and reply texts, for every protocol to use.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from warren.core.errors import PreconditionFailed
+from warren.core.message import Message
+
+__all__ = [
+    "StartSpec",
+    "StreamCursorLike",
+    "StreamLog",
+    "parse_interval",
+    "parse_start",
+]
+
+#: Headers a stream message carries on delivery (stored with it at publish).
+OFFSET_HEADER = "x-stream-offset"
+TIMESTAMP_HEADER = "x-stream-timestamp"
+#: The header a publisher sets to let filtering consumers skip a message.
+FILTER_VALUE_HEADER = "x-stream-filter-value"
+
+
+class StreamCursorLike(Protocol):
+    offset: int
+
+    def next(self) -> tuple[int, Message] | None: ...
+
+    def close(self) -> None: ...
+
+
+class StreamLog(Protocol):
+    """A stream's storage: append with an offset, read with independent cursors."""
+
+    @property
+    def first_offset(self) -> int: ...
+
+    @property
+    def next_offset(self) -> int: ...
+
+    @property
+    def ready_count(self) -> int: ...
+
+    @property
+    def ready_bytes(self) -> int: ...
+
+    @property
+    def first_timestamp(self) -> int | None: ...
+
+    @property
+    def last_timestamp(self) -> int | None: ...
+
+    @property
+    def dirty(self) -> bool: ...
+
+    @property
+    def directory(self) -> Path: ...
+
+    def append(self, msg: Message) -> int: ...
+
+    def offset_at(self, timestamp_ms: int) -> int: ...
+
+    def cursor(self, offset: int) -> StreamCursorLike: ...
+
+    def apply_retention(
+        self, max_length: int | None, max_bytes: int | None, max_age_ms: int | None, now_ms: int
+    ) -> int: ...
+
+    def tracked(self, name: str) -> int | None: ...
+
+    def track(self, name: str, next_offset: int) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def sync(self) -> None: ...
+
+    def close(self, sync: bool = True) -> None: ...
+
+    def delete(self) -> None: ...
+
+
+# -- where a consumer starts ----------------------------------------------------------------
+
+_INTERVAL = re.compile(r"(\d+)([YMDhms])")
+_UNIT_MS = {
+    "Y": 365 * 86_400_000,
+    "M": 30 * 86_400_000,
+    "D": 86_400_000,
+    "h": 3_600_000,
+    "m": 60_000,
+    "s": 1_000,
+}
+
+
+def parse_interval(text: str) -> int | None:
+    """An interval such as ``7D`` or ``30m`` (RabbitMQ's x-max-age and x-stream-offset
+    syntax: a positive integer and one of Y M D h m s) in milliseconds, or None."""
+    match = _INTERVAL.fullmatch(text)
+    if match is None or int(match.group(1)) <= 0:
+        return None
+    return int(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+@dataclass(frozen=True)
+class StartSpec:
+    """Where a consumer starts: one of ``kind`` first/last/next/offset/timestamp
+    (``value``: an offset, or a time in ms since the epoch)."""
+
+    kind: str
+    value: int = 0
+
+    def resolve(self, stream: StreamLog) -> int:
+        """The offset this start means in ``stream`` now."""
+        if self.kind == "first":
+            return stream.first_offset
+        if self.kind == "next":
+            return stream.next_offset
+        if self.kind == "last":
+            # The last message (RabbitMQ: the last chunk of several).
+            return max(stream.first_offset, stream.next_offset - 1)
+        if self.kind == "timestamp":
+            return stream.offset_at(self.value)
+        return self.value
+
+
+def parse_start(value: Any, now_ms: int, what: str) -> StartSpec:
+    """The ``x-stream-offset`` consumer argument; 406 with RabbitMQ's text otherwise."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "surrogateescape")
+    if isinstance(value, str):
+        if value in ("first", "last", "next"):
+            return StartSpec(value)
+        interval = parse_interval(value)
+        if interval is not None:
+            return StartSpec("timestamp", now_ms - interval)
+    elif isinstance(value, datetime.datetime):
+        return StartSpec("timestamp", int(value.timestamp()) * 1000)
+    elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return StartSpec("offset", value)
+    raise PreconditionFailed(f"Invalid x-stream-offset: {value!r} for {what}")

@@ -1,0 +1,361 @@
+"""A stream queue (``x-queue-type: stream``): an append-only log that many consumers read.
+
+Publishing appends to the stream's log (core/stream.py's StreamLog, kept on a
+segment log by store/stream_store.py); consuming never removes anything. Each
+consumer has its own cursor, starts where its ``x-stream-offset`` says, and
+gets every message with the ``x-stream-offset`` and ``x-stream-timestamp``
+headers it was stored with. As in RabbitMQ a stream consumer needs a prefetch
+limit and manual acks: an ack only returns credit. Retention removes whole
+segments from the front (``x-max-length``, ``x-max-length-bytes``,
+``x-max-age``, by argument or policy).
+
+Server-side offset tracking (LavinMQ's rules): a consumer with a tag and
+``x-stream-automatic-offset-tracking: true``, or with ``x-stream-offset`` set
+to void, resumes where it left off. Unlike LavinMQ, what is stored is the
+offset after the last message acknowledged in order, so a message delivered
+but not acknowledged before a disconnect or a restart is delivered again.
+
+StreamQueue keeps the Queue interface (VHost and the protocol adapters treat it
+as any queue) and replaces what a stream does differently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any, cast
+
+from warren.core.consumer import Consumer
+from warren.core.errors import AccessRefused, PreconditionFailed
+from warren.core.message import Message
+from warren.core.queue import STORED, Queue, now_ms
+from warren.core.stream import (
+    FILTER_VALUE_HEADER,
+    StartSpec,
+    StreamLog,
+    parse_interval,
+    parse_start,
+)
+
+if TYPE_CHECKING:
+    from warren.core.policies import Policy
+    from warren.core.store import MessageStore
+    from warren.core.vhost import VHost
+
+__all__ = ["StreamQueue"]
+
+log = logging.getLogger("warren.stream")
+
+# Deliveries per scheduled run, over all consumers.
+_DELIVERY_BATCH = 2048
+# How often retention by age is looked at (and after every new segment).
+_RETENTION_INTERVAL_S = 60.0
+
+
+class _Reader:
+    """A consumer of the stream: its cursor, filter, tracking and what is in flight."""
+
+    __slots__ = ("consumer", "cursor", "filters", "match_unfiltered", "tracking", "in_flight")
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        cursor: Any,
+        filters: frozenset[str] | None,
+        match_unfiltered: bool,
+        tracking: str | None,
+    ) -> None:
+        self.consumer = consumer
+        self.cursor = cursor
+        self.filters = filters
+        self.match_unfiltered = match_unfiltered
+        self.tracking = tracking
+        self.in_flight: dict[int, None] = {}  # offsets delivered, not acked (in order)
+
+    def resume_offset(self) -> int:
+        """Where this consumer would start again: its oldest unacked delivery, else
+        the next message it would read."""
+        for offset in self.in_flight:
+            return offset
+        return int(self.cursor.offset)
+
+    def wants(self, msg: Message) -> bool:
+        if self.filters is None:
+            return True
+        value = (msg.headers or {}).get(FILTER_VALUE_HEADER)
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "surrogateescape")
+        if value is None:
+            return self.match_unfiltered
+        return isinstance(value, str) and value in self.filters
+
+
+class StreamQueue(Queue):
+    """A durable, append-only queue read by offset; see the module docstring."""
+
+    def __init__(
+        self,
+        vhost: VHost,
+        name: str,
+        stream: StreamLog,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        self.stream = stream
+        self._readers: dict[int, _Reader] = {}
+        self._deliveries: dict[int, tuple[_Reader, int]] = {}
+        self._next_delivery = 1
+        self._turn = 0
+        self._retention_timer: Any = None
+        self._max_age_ms: int | None = None
+        # Queue's store is a classic MessageStore; a stream's storage serves the few
+        # calls VHost makes on any queue's store (flush, sync, close, delete, counts).
+        super().__init__(
+            vhost,
+            name,
+            cast("MessageStore", stream),
+            durable=True,
+            exclusive_owner=None,
+            auto_delete=False,
+            arguments=arguments,
+        )
+
+    def __repr__(self) -> str:
+        return f"<StreamQueue {self.name!r} in {self.vhost.name!r}>"
+
+    # -- settings -------------------------------------------------------------------------
+    def _configure(self, settings: dict[str, Any]) -> None:
+        """Retention settings (arguments, or merged with policies) apply at once."""
+        self.settings = settings
+        self._max_length = settings.get("max-length")
+        self._max_bytes = settings.get("max-length-bytes")
+        age = settings.get("max-age")
+        if age is None:
+            age = self.arguments.get("x-max-age")
+        if isinstance(age, bytes):
+            age = age.decode("utf-8", "surrogateescape")
+        self._max_age_ms = parse_interval(age) if isinstance(age, str) else None
+        self._plain = False
+        if not self.deleted:
+            self._apply_retention()
+
+    def apply_policies(self, policy: Policy | None, operator_policy: Policy | None) -> None:
+        from warren.core.policies import effective_queue_settings
+
+        self.policy = policy
+        self.operator_policy = operator_policy
+        settings = effective_queue_settings(self.arguments, policy, operator_policy)
+        for source in (operator_policy, policy):
+            if source is not None and "max-age" in source.definition and "max-age" not in settings:
+                settings["max-age"] = source.definition["max-age"]
+        self._configure(settings)
+
+    def _apply_retention(self) -> None:
+        try:
+            self.stream.apply_retention(
+                self._max_length, self._max_bytes, self._max_age_ms, now_ms()
+            )
+        except Exception:
+            log.exception("stream '%s' in vhost '%s': retention failed", self.name, self.vhost.name)
+        if self._max_age_ms is not None and self._retention_timer is None:
+            self._retention_timer = self.vhost.call_later(
+                _RETENTION_INTERVAL_S, self._on_retention_timer
+            )
+
+    def _on_retention_timer(self) -> None:
+        self._retention_timer = None
+        if not self.deleted:
+            self._apply_retention()
+
+    # -- counts ---------------------------------------------------------------------------
+    @property
+    def message_count(self) -> int:
+        return self.stream.ready_count
+
+    # -- publishing -----------------------------------------------------------------------
+    def publish(self, msg: Message) -> int:
+        self.stream.append(msg)
+        self.vhost.store_written(self.store)
+        if self._max_length is not None or self._max_bytes is not None:
+            self._apply_retention()
+        if self._readers:
+            self.schedule_delivery()
+        return STORED
+
+    # -- consumers ------------------------------------------------------------------------
+    def add_consumer(self, consumer: Consumer) -> None:
+        what = f"queue '{self.name}' in vhost '{self.vhost.name}'"
+        if consumer.no_ack:
+            raise PreconditionFailed(
+                f"consumer '{consumer.tag}' in {what}: acknowledgement mode 'none' is not "
+                "supported by streams; consume with manual acknowledgements"
+            )
+        if not consumer.credit_limit():
+            raise PreconditionFailed(
+                f"consumer prefetch count is not set for '{consumer.tag}' in {what}: a stream "
+                "consumer needs basic.qos with a prefetch count"
+            )
+        if consumer.exclusive:
+            raise AccessRefused(f"exclusive consumers are not supported by streams ({what})")
+        args = consumer.arguments
+        tracking: str | None = None
+        automatic = args.get("x-stream-automatic-offset-tracking") is True
+        if "x-stream-offset" in args and args["x-stream-offset"] is None:
+            automatic = True
+            start = StartSpec("first")
+        elif "x-stream-offset" in args:
+            start = parse_start(args["x-stream-offset"], now_ms(), what)
+        else:
+            start = StartSpec("next")
+        if automatic:
+            tracking = consumer.tag
+        offset = start.resolve(self.stream)
+        if tracking is not None:
+            stored = self.stream.tracked(tracking)
+            if stored is not None:
+                offset = stored
+        filters = _filters(args.get("x-stream-filter"), what)
+        match_unfiltered = args.get("x-stream-match-unfiltered") is True
+        reader = _Reader(consumer, self.stream.cursor(offset), filters, match_unfiltered, tracking)
+        self._readers[id(consumer)] = reader
+        self.consumers.append(consumer)
+        self._had_consumer = True
+        self.schedule_delivery()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        reader = self._readers.pop(id(consumer), None)
+        if reader is None:
+            return
+        with contextlib.suppress(ValueError):
+            self.consumers.remove(consumer)
+        if reader.tracking is not None:
+            self.stream.track(reader.tracking, reader.resume_offset())
+            self.vhost.store_written(self.store)
+        reader.cursor.close()
+
+    def schedule_delivery(self) -> None:
+        if not self._scheduled and self._readers and not self.deleted:
+            self._scheduled = True
+            self._call_soon(self._run_delivery)
+
+    def _run_delivery(self) -> None:
+        self._scheduled = False
+        if self.deleted:
+            return
+        try:
+            more = self._deliver_some()
+        except Exception:
+            log.exception(
+                "stream '%s' in vhost '%s': delivering messages failed", self.name, self.vhost.name
+            )
+            return
+        if more:
+            self.schedule_delivery()
+
+    def _deliver_some(self) -> bool:
+        """Deliver to every consumer that can take more, round-robin, up to a batch;
+        True when a consumer could take more and has more to read."""
+        readers = list(self._readers.values())
+        if not readers:
+            return False
+        budget = _DELIVERY_BATCH
+        n = len(readers)
+        start = self._turn % n
+        self._turn += 1
+        active = [readers[(start + i) % n] for i in range(n)]
+        while active and budget:
+            still: list[_Reader] = []
+            for reader in active:
+                consumer = reader.consumer
+                if not consumer.can_take():
+                    continue
+                item = reader.cursor.next()
+                while item is not None and not reader.wants(item[1]):
+                    item = reader.cursor.next()
+                if item is None:
+                    continue
+                offset, msg = item
+                seq = self._next_delivery
+                self._next_delivery = seq + 1
+                self._deliveries[seq] = (reader, offset)
+                reader.in_flight[offset] = None
+                self.unacked += 1
+                consumer.deliver(seq, msg, False)
+                budget -= 1
+                still.append(reader)
+                if not budget:
+                    return True
+            active = still
+        return False
+
+    # -- acks -----------------------------------------------------------------------------
+    def ack_many(self, seqs: list[int]) -> None:
+        """An ack returns credit, and moves a tracking consumer's stored offset."""
+        if self.deleted:
+            return
+        touched: dict[int, _Reader] = {}
+        for seq in seqs:
+            found = self._deliveries.pop(seq, None)
+            if found is None:
+                continue
+            reader, offset = found
+            reader.in_flight.pop(offset, None)
+            self.unacked -= 1
+            if reader.tracking is not None:
+                touched[id(reader)] = reader
+        for reader in touched.values():
+            assert reader.tracking is not None
+            self.stream.track(reader.tracking, reader.resume_offset())
+        if touched:
+            self.vhost.store_written(self.store)
+
+    def reject(self, seq: int, msg: Message, requeue: bool) -> None:
+        """A stream keeps every message: a reject or nack, with or without requeue,
+        only returns the credit, as an ack does."""
+        self.ack_many([seq])
+
+    # -- what a stream refuses ------------------------------------------------------------
+    def get(self, no_ack: bool) -> tuple[int, Message, bool] | None:
+        raise PreconditionFailed(
+            f"queue '{self.name}' in vhost '{self.vhost.name}' is a stream: basic.get is not "
+            "supported, consume with basic.consume"
+        )
+
+    def purge(self) -> int:
+        raise PreconditionFailed(
+            f"queue '{self.name}' in vhost '{self.vhost.name}' is a stream: it cannot be purged"
+        )
+
+    def rebuild_expiry_index(self) -> None:
+        """Streams have no per-message expiry: nothing to rebuild after a restart."""
+
+    def touch(self) -> None:
+        """Streams do not expire (x-expires is refused on declaration)."""
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def mark_deleted(self) -> list[Consumer]:
+        self.deleted = True
+        if self._retention_timer is not None:
+            self._retention_timer.cancel()
+            self._retention_timer = None
+        for reader in self._readers.values():
+            reader.cursor.close()
+        self._readers.clear()
+        self._deliveries.clear()
+        consumers, self.consumers = self.consumers, []
+        self.stream.delete()
+        return consumers
+
+
+def _filters(value: Any, what: str) -> frozenset[str] | None:
+    """The x-stream-filter consumer argument: a string or an array of strings."""
+    if value is None:
+        return None
+    items = value if isinstance(value, list) else [value]
+    out: set[str] = set()
+    for item in items:
+        if isinstance(item, bytes):
+            item = item.decode("utf-8", "surrogateescape")
+        if not isinstance(item, str):
+            raise PreconditionFailed(f"Invalid x-stream-filter: {value!r} for {what}")
+        out.add(item)
+    return frozenset(out)

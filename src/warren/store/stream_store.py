@@ -1,0 +1,507 @@
+"""A stream's messages in a segment log: appended with an offset, read by many cursors.
+
+A stream never removes a message because it was consumed. Every message gets
+the next 64-bit offset (the first is 0) and is stored with its offset and
+publish time already in its headers (``x-stream-offset``, ``x-stream-timestamp``,
+both longs): deliveries send the stored properties as they are, and any reader
+of the data directory (the Spark connector, a replica) sees offsets without
+the broker. Retention drops whole segments from the front.
+
+Per segment the store keeps its first offset, record count, bytes and first
+and last timestamps (a few ints, not one object per message), so finding an
+offset or a time is a binary search over segments and a walk over the records
+of one segment. Cursors (StreamCursor) read through a memory map of their own,
+so any number of consumers read independently.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import mmap
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+from warren.core.message import Message
+from warren.core.properties import edit_properties, peek_headers
+from warren.core.stream import OFFSET_HEADER, TIMESTAMP_HEADER
+from warren.store.records import (
+    FILE_HEADER_SIZE,
+    MIN_RECORD_SIZE,
+    CorruptRecord,
+    decode_record,
+    encode_message_record,
+)
+from warren.store.segment_log import MSGS_NAME, SegmentLog, sync_files
+
+__all__ = ["StreamCursor", "StreamStore"]
+
+log = logging.getLogger("warren.store")
+
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+_TS = struct.Struct(">Q")  # a record's timestamp, after its u32 length
+_TRACKING_FILE = "offsets"
+
+
+class _StreamSegment:
+    """What a stream knows of one segment: a few ints, nothing per message."""
+
+    __slots__ = ("id", "first_offset", "count", "bytes", "first_ts", "last_ts")
+
+    def __init__(self, segment_id: int, first_offset: int, first_ts: int) -> None:
+        self.id = segment_id
+        self.first_offset = first_offset
+        self.count = 0
+        self.bytes = 0
+        self.first_ts = first_ts
+        self.last_ts = first_ts
+
+
+class StreamStore:
+    """The messages of one stream queue, under ``directory``.
+
+    Durability as for any segment log: appends reach the OS on flush() and the
+    disk on sync(); confirms wait for sync(). Tracked consumer offsets live in
+    the file ``offsets`` next to the segments, rewritten on flush when changed.
+    """
+
+    def __init__(self, directory: Path, segment_size: int = 8 * 1024 * 1024) -> None:
+        self._log = SegmentLog(Path(directory), segment_size)
+        self._dir = self._log.directory
+        self._segs: list[_StreamSegment] = []
+        self._firsts: list[int] = []  # first offsets of _segs, for bisect
+        self._next_offset = 0
+        self._bytes = 0
+        self._dirty = False
+        self._tracked: dict[str, int] = {}
+        self._tracked_dirty = False
+        self._recover()
+
+    def __repr__(self) -> str:
+        return f"<StreamStore {str(self._dir)!r} {self.first_offset}..{self._next_offset}>"
+
+    # -- bounds ---------------------------------------------------------------------------
+    @property
+    def first_offset(self) -> int:
+        """The oldest offset still stored (next_offset when the stream is empty)."""
+        return self._segs[0].first_offset if self._segs else self._next_offset
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next message will get."""
+        return self._next_offset
+
+    @property
+    def ready_count(self) -> int:
+        """Messages stored (retention has not removed)."""
+        return self._next_offset - self.first_offset
+
+    @property
+    def ready_bytes(self) -> int:
+        """Bytes of the stored records."""
+        return self._bytes
+
+    @property
+    def first_timestamp(self) -> int | None:
+        """Publish time (ms) of the oldest stored message, None when empty."""
+        return self._segs[0].first_ts if self._segs else None
+
+    @property
+    def last_timestamp(self) -> int | None:
+        """Publish time (ms) of the newest message, None when empty."""
+        return self._segs[-1].last_ts if self._segs else None
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    # -- appending ------------------------------------------------------------------------
+    def append(self, msg: Message) -> int:
+        """Store ``msg`` with the next offset; returns the offset."""
+        offset = self._next_offset
+        ts = msg.timestamp
+        props = edit_properties(
+            msg.properties,
+            set_headers={
+                OFFSET_HEADER: b"l" + _I64.pack(offset),
+                TIMESTAMP_HEADER: b"l" + _I64.pack(ts),
+            },
+        )
+        stored = Message(msg.exchange, msg.routing_key, props, msg.body, ts)
+        stored._ex_rk = msg._ex_rk
+        rec = encode_message_record(stored)
+        seq = self._log.append(rec)
+        segs = self._segs
+        if not segs or segs[-1].id != seq >> 32:
+            seg = _StreamSegment(seq >> 32, offset, ts)
+            segs.append(seg)
+            self._firsts.append(offset)
+        else:
+            seg = segs[-1]
+        seg.count += 1
+        seg.bytes += len(rec)
+        if ts > seg.last_ts:
+            seg.last_ts = ts
+        self._bytes += len(rec)
+        self._next_offset = offset + 1
+        self._dirty = True
+        return offset
+
+    # -- finding --------------------------------------------------------------------------
+    def offset_at(self, timestamp_ms: int) -> int:
+        """The first offset published at or after ``timestamp_ms`` (next_offset when
+        none is): a binary search over segments, then a walk over one segment."""
+        segs = self._segs
+        lo, hi = 0, len(segs)
+        while lo < hi:  # the first segment whose newest message is late enough
+            mid = (lo + hi) // 2
+            if segs[mid].last_ts < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == len(segs):
+            return self._next_offset
+        seg = segs[lo]
+        if seg.first_ts >= timestamp_ms:
+            return seg.first_offset
+        for offset, _pos, ts in self._walk(seg):
+            if ts >= timestamp_ms:
+                return offset
+        return seg.first_offset + seg.count
+
+    def _segment_of(self, offset: int) -> int:
+        """Index in _segs of the segment holding ``offset`` (first_offset <= offset)."""
+        return max(0, bisect.bisect_right(self._firsts, offset) - 1)
+
+    def _walk(self, seg: _StreamSegment) -> Iterator[tuple[int, int, int]]:
+        """(offset, position, timestamp) of each record of ``seg``, from its start."""
+        m = self._log.map(seg.id)
+        if m is None:
+            return
+        try:
+            pos = FILE_HEADER_SIZE
+            size = len(m)
+            offset = seg.first_offset
+            end = seg.first_offset + seg.count
+            while offset < end and pos + MIN_RECORD_SIZE <= size:
+                length = _U32.unpack_from(m, pos)[0]
+                if length < MIN_RECORD_SIZE:
+                    return
+                yield offset, pos, _TS.unpack_from(m, pos + 4)[0]
+                offset += 1
+                pos += length
+        finally:
+            m.close()
+
+    def position_of(self, offset: int) -> tuple[int, int]:
+        """(segment id, file position) of the record with ``offset``, which must be
+        stored: first_offset <= offset < next_offset."""
+        seg = self._segs[self._segment_of(offset)]
+        if offset == seg.first_offset:
+            return seg.id, FILE_HEADER_SIZE
+        for found, pos, _ts in self._walk(seg):
+            if found == offset:
+                return seg.id, pos
+        raise KeyError(offset)
+
+    def cursor(self, offset: int) -> StreamCursor:
+        """A reader starting at ``offset`` (clamped into first_offset..next_offset)."""
+        return StreamCursor(self, min(max(offset, self.first_offset), self._next_offset))
+
+    # -- retention ------------------------------------------------------------------------
+    def apply_retention(
+        self, max_length: int | None, max_bytes: int | None, max_age_ms: int | None, now_ms: int
+    ) -> int:
+        """Drop whole segments from the front while the stream is over a limit (or,
+        for max-age, while a segment's newest message is older than allowed); the
+        segment being written is never dropped. Returns the messages dropped."""
+        dropped = 0
+        segs = self._segs
+        while len(segs) > 1:
+            seg = segs[0]
+            over = (
+                (max_length is not None and self.ready_count - seg.count >= max_length)
+                or (max_bytes is not None and self._bytes - seg.bytes >= max_bytes)
+                or (max_age_ms is not None and seg.last_ts < now_ms - max_age_ms)
+            )
+            if not over:
+                break
+            segs.pop(0)
+            self._firsts.pop(0)
+            self._bytes -= seg.bytes
+            dropped += seg.count
+            with self._log.lock:
+                self._log.drop_locked(seg.id)
+        if dropped:
+            self._dirty = True
+            log.debug("%s: retention dropped %d messages", self._dir, dropped)
+        return dropped
+
+    # -- tracked consumer offsets ---------------------------------------------------------
+    def tracked(self, name: str) -> int | None:
+        """The stored offset of the consumer ``name``: the next one it should read."""
+        return self._tracked.get(name)
+
+    def track(self, name: str, next_offset: int) -> None:
+        """Remember where consumer ``name`` resumes (written on the next flush)."""
+        if self._tracked.get(name) != next_offset:
+            self._tracked[name] = next_offset
+            self._tracked_dirty = True
+            self._dirty = True
+
+    def _write_tracking(self) -> None:
+        if not self._tracked_dirty:
+            return
+        self._tracked_dirty = False
+        parts = []
+        for name, offset in sorted(self._tracked.items()):
+            raw = name.encode("utf-8", "surrogateescape")
+            parts.append(bytes((len(raw),)) + raw + _I64.pack(offset))
+        path = self._dir / _TRACKING_FILE
+        tmp = path.with_name(_TRACKING_FILE + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(b"".join(parts))
+        os.replace(tmp, path)
+        self._log.dir_dirty = True
+
+    def _read_tracking(self) -> None:
+        path = self._dir / _TRACKING_FILE
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return
+        pos = 0
+        while pos < len(data):
+            n = data[pos]
+            if pos + 1 + n + 8 > len(data):
+                log.warning("%s: torn entry in %s; ignoring the rest", self._dir, path.name)
+                break
+            name = data[pos + 1 : pos + 1 + n].decode("utf-8", "surrogateescape")
+            self._tracked[name] = _I64.unpack_from(data, pos + 1 + n)[0]
+            pos += 1 + n + 8
+
+    # -- durability -----------------------------------------------------------------------
+    def flush(self) -> None:
+        """Hand buffered appends and changed tracked offsets to the OS."""
+        with self._log.lock:
+            if self._log.closed:
+                return
+            self._log.flush_locked()
+            self._write_tracking()
+
+    def sync(self) -> None:
+        """Make everything appended before this call durable (see SegmentLog)."""
+        fds: list[int] = []
+        paths: list[Path] = []
+        with self._log.lock:
+            if self._log.closed:
+                return
+            self._dirty = False
+            try:
+                self._log.collect_sync_locked(fds, paths)
+                if self._tracked_dirty:
+                    self._write_tracking()
+                    paths.append(self._dir / _TRACKING_FILE)
+                dir_dirty, self._log.dir_dirty = self._log.dir_dirty, False
+            except BaseException:
+                self._dirty = True
+                for fd in fds:
+                    os.close(fd)
+                raise
+        try:
+            sync_files(fds, paths, self._dir if dir_dirty else None)
+        except BaseException:
+            self._dirty = True
+            raise
+
+    def close(self, sync: bool = True) -> None:
+        if self._log.closed:
+            return
+        try:
+            if sync:
+                self.sync()
+            else:
+                self.flush()
+        finally:
+            with self._log.lock:
+                self._log.close_locked()
+
+    def delete(self) -> None:
+        """Forget every message and remove the stream's directory."""
+        self._segs.clear()
+        self._firsts.clear()
+        self._bytes = 0
+        self._log.delete()
+
+    # -- recovery -------------------------------------------------------------------------
+    def _recover(self) -> None:
+        """Rebuild the segment index from the files; never raises (a stream whose
+        files cannot be read starts empty, and its files are left alone)."""
+        try:
+            ids = sorted(
+                int(match.group(1))
+                for match in map(MSGS_NAME.fullmatch, os.listdir(self._dir))
+                if match is not None
+            )
+            self._log.reserve_ids(ids[-1] if ids else 0)
+            self._read_tracking()
+            last_size = 0
+            for sid in ids:
+                try:
+                    found = self._recover_segment(sid)
+                except Exception:
+                    log.exception("%s: cannot recover segment %d; left untouched", self._dir, sid)
+                    continue
+                if found is None:
+                    continue
+                seg, last_size = found
+                if self._segs and seg.first_offset < self._next_offset:
+                    log.warning(
+                        "%s: segment %d starts at offset %d, before %d; skipped",
+                        self._dir,
+                        sid,
+                        seg.first_offset,
+                        self._next_offset,
+                    )
+                    continue
+                self._segs.append(seg)
+                self._firsts.append(seg.first_offset)
+                self._bytes += seg.bytes
+                self._next_offset = seg.first_offset + seg.count
+            if self._segs and ids and self._segs[-1].id == ids[-1]:
+                self._log.continue_segment(ids[-1], last_size)
+        except Exception:
+            log.exception("%s: stream recovery failed; it starts empty", self._dir)
+            self._segs.clear()
+            self._firsts.clear()
+            self._bytes = 0
+
+    def _recover_segment(self, sid: int) -> tuple[_StreamSegment, int] | None:
+        scan = self._log.scan(sid)
+        if scan is None:
+            return None
+        seg: _StreamSegment | None = None
+        try:
+            m = scan.map
+            for pos, length, p_off, p_len, _b_len in scan:
+                assert m is not None
+                ts = _TS.unpack_from(m, pos + 4)[0]
+                if seg is None:
+                    first = self._next_offset
+                    if p_off >= 0:
+                        headers = peek_headers(m[p_off : p_off + p_len]) or {}
+                        stored = headers.get(OFFSET_HEADER)
+                        if isinstance(stored, int) and not isinstance(stored, bool):
+                            first = stored
+                    seg = _StreamSegment(sid, first, ts)
+                seg.count += 1
+                seg.bytes += length
+                if ts > seg.last_ts:
+                    seg.last_ts = ts
+        finally:
+            scan.close()
+        if seg is None:  # an empty segment
+            with self._log.lock:
+                self._log.drop_locked(sid)
+            return None
+        return seg, scan.size
+
+
+class StreamCursor:
+    """One reader's position in a stream: the offset it reads next, and where that
+    record sits. Reads through a memory map of its own, remapped as the stream
+    grows; a cursor whose segment retention removed jumps to the oldest offset."""
+
+    def __init__(self, store: StreamStore, offset: int) -> None:
+        self._store = store
+        self.offset = offset
+        self._sid = 0
+        self._pos = 0
+        self._map: mmap.mmap | None = None
+        self._seek(offset)
+
+    def _seek(self, offset: int) -> None:
+        self._close_map()
+        store = self._store
+        self.offset = offset
+        if offset >= store.next_offset or not store._segs:
+            self._sid = 0  # caught up: located when a message arrives
+            return
+        self._sid, self._pos = store.position_of(offset)
+
+    def _close_map(self) -> None:
+        m, self._map = self._map, None
+        if m is not None:
+            m.close()
+
+    def close(self) -> None:
+        self._close_map()
+
+    @property
+    def caught_up(self) -> bool:
+        return self.offset >= self._store.next_offset
+
+    def next(self) -> tuple[int, Message] | None:
+        """The next message and its offset, or None when the cursor is caught up."""
+        store = self._store
+        while True:
+            offset = self.offset
+            if offset >= store.next_offset:
+                return None
+            if offset < store.first_offset:
+                self._seek(store.first_offset)  # retention removed what we had not read
+                continue
+            segs = store._segs
+            if not self._sid:
+                self._seek(offset)
+            i = store._segment_of(offset)
+            seg = segs[i]
+            if seg.id != self._sid:
+                # The cursor's segment is done (or gone): start the one holding offset.
+                self._close_map()
+                self._sid, self._pos = seg.id, FILE_HEADER_SIZE
+                if offset != seg.first_offset:
+                    self._seek(offset)
+            m = self._map
+            if m is None or self._pos >= len(m):
+                self._close_map()
+                try:
+                    m = store._log.map(self._sid)
+                except OSError as exc:
+                    log.error("%s: cannot map segment %d: %s", store._dir, self._sid, exc)
+                    self._skip_segment(seg)
+                    continue
+                self._map = m
+                if m is None or self._pos >= len(m):
+                    log.error("%s: segment %d shorter than its records", store._dir, self._sid)
+                    self._skip_segment(seg)
+                    continue
+            try:
+                msg, length = decode_record(m, self._pos, len(m), False)
+            except CorruptRecord as exc:
+                length = exc.length or 0
+                if length < MIN_RECORD_SIZE:
+                    log.error("%s: unreadable record at %d: %s", store._dir, self._pos, exc)
+                    self._skip_segment(seg)
+                    continue
+                self._pos += length
+                self.offset = offset + 1
+                continue
+            self._pos += length
+            self.offset = offset + 1
+            if self.offset == seg.first_offset + seg.count and seg is not segs[-1]:
+                self._close_map()  # done with this segment
+            return offset, msg
+
+    def _skip_segment(self, seg: _StreamSegment) -> None:
+        """Give up on the rest of a segment that cannot be read (never expected)."""
+        self._close_map()
+        self.offset = seg.first_offset + seg.count
+        self._sid = 0
