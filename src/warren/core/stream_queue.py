@@ -55,7 +55,15 @@ _RETENTION_INTERVAL_S = 60.0
 class _Reader:
     """A consumer of the stream: its cursor, filter, tracking and what is in flight."""
 
-    __slots__ = ("consumer", "cursor", "filters", "match_unfiltered", "tracking", "in_flight")
+    __slots__ = (
+        "consumer",
+        "cursor",
+        "filters",
+        "match_unfiltered",
+        "tracking",
+        "in_flight",
+        "returned",
+    )
 
     def __init__(
         self,
@@ -71,13 +79,19 @@ class _Reader:
         self.match_unfiltered = match_unfiltered
         self.tracking = tracking
         self.in_flight: dict[int, None] = {}  # offsets delivered, not acked (in order)
+        # The oldest offset given back with a reject or nack (or by a closing
+        # channel): not processed, so tracking never moves past it.
+        self.returned: int | None = None
 
     def resume_offset(self) -> int:
-        """Where this consumer would start again: its oldest unacked delivery, else
-        the next message it would read."""
-        for offset in self.in_flight:
-            return offset
-        return int(self.cursor.offset)
+        """Where this consumer would start again: its oldest delivery not acked
+        (in flight or given back), else the next message it would read."""
+        offset = int(self.cursor.offset)
+        for oldest in self.in_flight:
+            offset = oldest
+            break
+        returned = self.returned
+        return offset if returned is None or returned > offset else returned
 
     def wants(self, msg: Message) -> bool:
         if self.filters is None:
@@ -290,6 +304,15 @@ class StreamQueue(Queue):
     # -- acks -----------------------------------------------------------------------------
     def ack_many(self, seqs: list[int]) -> None:
         """An ack returns credit, and moves a tracking consumer's stored offset."""
+        self._settle(seqs, False)
+
+    def reject(self, seq: int, msg: Message, requeue: bool) -> None:
+        """A stream keeps every message: a reject or nack, with or without requeue,
+        returns the credit; the message counts as not processed, so a tracking
+        consumer's stored offset stays before it."""
+        self._settle([seq], True)
+
+    def _settle(self, seqs: list[int], returned: bool) -> None:
         if self.deleted:
             return
         touched: dict[int, _Reader] = {}
@@ -300,6 +323,8 @@ class StreamQueue(Queue):
             reader, offset = found
             reader.in_flight.pop(offset, None)
             self.unacked -= 1
+            if returned and (reader.returned is None or offset < reader.returned):
+                reader.returned = offset
             if reader.tracking is not None:
                 touched[id(reader)] = reader
         for reader in touched.values():
@@ -307,11 +332,6 @@ class StreamQueue(Queue):
             self.stream.track(reader.tracking, reader.resume_offset())
         if touched:
             self.vhost.store_written(self.store)
-
-    def reject(self, seq: int, msg: Message, requeue: bool) -> None:
-        """A stream keeps every message: a reject or nack, with or without requeue,
-        only returns the credit, as an ack does."""
-        self.ack_many([seq])
 
     # -- what a stream refuses ------------------------------------------------------------
     def get(self, no_ack: bool) -> tuple[int, Message, bool] | None:

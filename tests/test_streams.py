@@ -1,0 +1,333 @@
+"""Stream queues (x-queue-type: stream) through pika and aio-pika, over real sockets.
+
+Offsets from 0 on every delivery, every x-stream-offset form, independent
+consumers, server-side offset tracking across a reconnect and a restart (an
+unacked delivery is never skipped), filters, retention by whole segments, and
+what a stream refuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+import pika
+import pika.exceptions
+import pytest
+from conftest import BrokerThread, start_broker
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+from pikahelp import connect, uniq, wait_until
+
+STREAM = {"x-queue-type": "stream"}
+
+
+def declare_stream(ch: BlockingChannel, name: str | None = None, **arguments: Any) -> str:
+    name = name or uniq("stream")
+    ch.queue_declare(name, durable=True, arguments={**STREAM, **arguments})
+    return name
+
+
+def publish(ch: BlockingChannel, queue: str, *bodies: bytes, **props: Any) -> None:
+    """Publish with confirms (the channel is put in confirm mode once)."""
+    for body in bodies:
+        ch.basic_publish("", queue, body, pika.BasicProperties(**props))
+
+
+class Collector:
+    """A consumer on its own channel that records (offset, body, headers) and acks
+    (or not) as it goes."""
+
+    def __init__(
+        self,
+        conn: BlockingConnection,
+        queue: str,
+        prefetch: int = 100,
+        ack: bool = True,
+        tag: str = "",
+        **arguments: Any,
+    ) -> None:
+        self.conn = conn
+        self.ch = conn.channel()
+        self.ch.basic_qos(prefetch_count=prefetch)
+        self.got: list[tuple[int, bytes, dict[str, Any]]] = []
+        self.tags: list[int] = []
+        self.ack = ack
+        self.tag = self.ch.basic_consume(
+            queue, self._on_message, consumer_tag=tag or None, arguments=arguments
+        )
+
+    def _on_message(self, ch: Any, method: Any, props: Any, body: bytes) -> None:
+        headers = props.headers or {}
+        self.got.append((headers["x-stream-offset"], body, headers))
+        self.tags.append(method.delivery_tag)
+        if self.ack:
+            ch.basic_ack(method.delivery_tag)
+
+    def wait(self, n: int, timeout: float = 5.0) -> list[int]:
+        wait_until(self.conn, lambda: len(self.got) >= n, timeout)
+        return [offset for offset, _, _ in self.got]
+
+    def offsets(self) -> list[int]:
+        return [offset for offset, _, _ in self.got]
+
+    def bodies(self) -> list[bytes]:
+        return [body for _, body, _ in self.got]
+
+
+@pytest.fixture
+def conn(broker: BrokerThread) -> Iterator[BlockingConnection]:
+    c = connect(broker)
+    try:
+        yield c
+    finally:
+        if c.is_open:
+            c.close()
+
+
+def test_offsets_start_at_zero_and_every_delivery_carries_them(conn: BlockingConnection) -> None:
+    ch = conn.channel()
+    ch.confirm_delivery()
+    s = declare_stream(ch)
+    before = int(time.time() * 1000)
+    publish(ch, s, *[f"m{i}".encode() for i in range(5)], headers={"k": "v"})
+    assert ch.queue_declare(s, passive=True).method.message_count == 5
+    c = Collector(conn, s, **{"x-stream-offset": "first"})
+    assert c.wait(5) == [0, 1, 2, 3, 4]
+    assert c.bodies() == [b"m0", b"m1", b"m2", b"m3", b"m4"]
+    for _, _, headers in c.got:
+        assert headers["k"] == "v"
+        assert before <= headers["x-stream-timestamp"] <= int(time.time() * 1000)
+    # Consuming removed nothing.
+    assert ch.queue_declare(s, passive=True).method.message_count == 5
+
+
+def test_every_x_stream_offset_form(conn: BlockingConnection) -> None:
+    ch = conn.channel()
+    ch.confirm_delivery()
+    s = declare_stream(ch)
+    publish(ch, s, *[f"m{i}".encode() for i in range(10)])
+    cases: list[tuple[Any, list[int]]] = [
+        ("first", list(range(10))),
+        ("last", [9]),
+        (4, [4, 5, 6, 7, 8, 9]),
+        (1000, []),
+        (datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC), list(range(10))),
+        ("1h", list(range(10))),
+    ]
+    collectors = [(Collector(conn, s, **{"x-stream-offset": v}), want) for v, want in cases]
+    nxt = Collector(conn, s, **{"x-stream-offset": "next"})
+    default = Collector(conn, s)  # no argument: next, as in RabbitMQ
+    for c, want in collectors:
+        if want:
+            assert c.wait(len(want)) == want, c.got
+    publish(ch, s, b"later")
+    for c, want in collectors:
+        assert c.wait(len(want) + 1)[-1] == 10
+        assert c.offsets() == [*want, 10]
+    assert nxt.wait(1) == [10]
+    assert default.wait(1) == [10]
+
+
+def test_consumers_read_independently(conn: BlockingConnection) -> None:
+    ch = conn.channel()
+    ch.confirm_delivery()
+    s = declare_stream(ch)
+    publish(ch, s, *[str(i).encode() for i in range(50)])
+    a = Collector(conn, s, prefetch=7, **{"x-stream-offset": "first"})
+    b = Collector(conn, s, prefetch=3, **{"x-stream-offset": 25})
+    assert a.wait(50) == list(range(50))
+    assert b.wait(25) == list(range(25, 50))
+
+
+def test_prefetch_bounds_unacked_deliveries(conn: BlockingConnection) -> None:
+    ch = conn.channel()
+    ch.confirm_delivery()
+    s = declare_stream(ch)
+    publish(ch, s, *[str(i).encode() for i in range(20)])
+    c = Collector(conn, s, prefetch=5, ack=False, **{"x-stream-offset": "first"})
+    c.wait(5)
+    conn.process_data_events(0.2)
+    assert c.offsets() == [0, 1, 2, 3, 4]
+    c.ch.basic_ack(c.tags[-1], multiple=True)
+    assert c.wait(10) == list(range(10))
+
+
+def test_tracking_resumes_after_the_last_acked_message(broker: BrokerThread) -> None:
+    """Automatic tracking stores the offset after the last message acked in order:
+    a delivery that was not acked comes again after a reconnect."""
+    conn = connect(broker)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    s = declare_stream(ch)
+    publish(ch, s, *[str(i).encode() for i in range(10)])
+    args = {"x-stream-offset": "first", "x-stream-automatic-offset-tracking": True}
+    c = Collector(conn, s, prefetch=5, ack=False, tag="tracked", **args)
+    c.wait(5)
+    c.ch.basic_ack(c.tags[2], multiple=True)  # 0, 1, 2 acked; 3, 4 in flight
+    c.ch.basic_ack(c.tags[4])  # 4 acked out of order: 3 still unacked
+    conn.close()
+
+    conn = connect(broker)
+    again = Collector(conn, s, tag="tracked", **args)
+    assert again.wait(7) == [3, 4, 5, 6, 7, 8, 9]
+    conn.close()
+    conn = connect(broker)  # everything acked now: nothing old comes back
+    ch = conn.channel()
+    ch.confirm_delivery()
+    resumed = Collector(conn, s, tag="tracked", **args)
+    publish(ch, s, b"10")
+    assert resumed.wait(1) == [10]
+    # Another tag is not affected by that one's position.
+    other = Collector(conn, s, tag="other", **args)
+    assert other.wait(11) == list(range(11))
+    conn.close()
+
+
+def test_tracking_survives_a_restart(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    broker = start_broker(data)
+    try:
+        conn = connect(broker)
+        ch = conn.channel()
+        ch.confirm_delivery()
+        s = declare_stream(ch)
+        publish(ch, s, *[str(i).encode() for i in range(6)])
+        c = Collector(conn, s, prefetch=10, ack=False, tag="t", **{"x-stream-offset": None})
+        c.wait(6)
+        c.ch.basic_ack(c.tags[3], multiple=True)  # 0..3 acked, 4 and 5 not
+        conn.process_data_events(0.1)
+    finally:
+        broker.stop()
+    broker = start_broker(data)
+    try:
+        conn = connect(broker)
+        ch = conn.channel()
+        ch.confirm_delivery()
+        assert ch.queue_declare(s, passive=True).method.message_count == 6
+        publish(ch, s, b"6")
+        again = Collector(conn, s, tag="t", **{"x-stream-offset": None})
+        assert again.wait(3) == [4, 5, 6]
+        fresh = Collector(conn, s, **{"x-stream-offset": "first"})
+        assert fresh.wait(7) == list(range(7))
+        conn.close()
+    finally:
+        broker.stop()
+
+
+def test_filters(conn: BlockingConnection) -> None:
+    ch = conn.channel()
+    ch.confirm_delivery()
+    s = declare_stream(ch)
+    for i, value in enumerate(["red", "blue", None, "red", "green"]):
+        headers = {} if value is None else {"x-stream-filter-value": value}
+        ch.basic_publish("", s, str(i).encode(), pika.BasicProperties(headers=headers))
+    red = Collector(conn, s, **{"x-stream-offset": "first", "x-stream-filter": "red"})
+    several = Collector(
+        conn,
+        s,
+        **{
+            "x-stream-offset": "first",
+            "x-stream-filter": ["blue", "green"],
+            "x-stream-match-unfiltered": True,
+        },
+    )
+    everything = Collector(conn, s, **{"x-stream-offset": "first"})
+    assert everything.wait(5) == [0, 1, 2, 3, 4]
+    assert red.wait(2) == [0, 3]
+    assert several.wait(3) == [1, 2, 4]
+
+
+def test_retention_drops_whole_segments_from_the_front(conn: BlockingConnection) -> None:
+    ch = conn.channel()
+    ch.confirm_delivery()
+    s = declare_stream(
+        ch, **{"x-max-length-bytes": 4000, "x-stream-max-segment-size-bytes": 1000}
+    )
+    publish(ch, s, *[b"x" * 100 for _ in range(100)])
+    count = ch.queue_declare(s, passive=True).method.message_count
+    assert 0 < count < 100
+    c = Collector(conn, s, **{"x-stream-offset": "first"})
+    offsets = c.wait(count)
+    assert offsets == list(range(100 - count, 100))
+    # An offset retention removed starts at the oldest one still there.
+    old = Collector(conn, s, **{"x-stream-offset": 0})
+    assert old.wait(count)[0] == 100 - count
+
+
+def test_streams_survive_a_restart(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    broker = start_broker(data)
+    try:
+        conn = connect(broker)
+        ch = conn.channel()
+        ch.confirm_delivery()
+        s = declare_stream(ch, **{"x-stream-max-segment-size-bytes": 500})
+        publish(ch, s, *[f"m{i}".encode() for i in range(30)])
+        conn.close()
+    finally:
+        broker.stop()
+    broker = start_broker(data)
+    try:
+        conn = connect(broker)
+        ch = conn.channel()
+        ch.confirm_delivery()
+        publish(ch, s, b"m30")
+        c = Collector(conn, s, **{"x-stream-offset": 17})
+        assert c.wait(14) == list(range(17, 31))
+        assert c.bodies()[-1] == b"m30"
+        conn.close()
+    finally:
+        broker.stop()
+
+
+def test_what_a_stream_refuses(conn: BlockingConnection) -> None:
+    ch = conn.channel()
+    s = declare_stream(ch)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
+        ch.basic_get(s)
+    assert caught.value.reply_code == 406
+    ch = conn.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
+        ch.queue_purge(s)
+    assert caught.value.reply_code == 406
+    ch = conn.channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
+        ch.basic_consume(s, lambda *a: None, auto_ack=True)
+    assert caught.value.reply_code == 406
+    ch = conn.channel()  # no basic.qos: no prefetch limit
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
+        ch.basic_consume(s, lambda *a: None)
+    assert caught.value.reply_code == 406
+    for kwargs in ({"durable": False}, {"exclusive": True}, {"auto_delete": True}):
+        ch = conn.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
+            ch.queue_declare(uniq("bad"), arguments=STREAM, **{"durable": True, **kwargs})
+        assert caught.value.reply_code == 406
+
+
+def test_aio_pika_reads_a_stream(broker: BrokerThread) -> None:
+    async def run() -> list[int]:
+        connection = await aio_pika.connect(broker.url)
+        async with connection:
+            channel = await connection.channel(publisher_confirms=True)
+            queue = await channel.declare_queue(uniq("aio"), durable=True, arguments=STREAM)
+            for i in range(3):
+                await channel.default_exchange.publish(
+                    aio_pika.Message(str(i).encode()), routing_key=queue.name
+                )
+            await channel.set_qos(prefetch_count=10)
+            offsets: list[int] = []
+            async with queue.iterator(arguments={"x-stream-offset": "first"}) as it:
+                async for message in it:
+                    await message.ack()
+                    offsets.append(int(message.headers["x-stream-offset"]))  # type: ignore[arg-type]
+                    if len(offsets) == 3:
+                        break
+            return offsets
+
+    assert asyncio.run(run()) == [0, 1, 2]
