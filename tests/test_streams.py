@@ -115,22 +115,24 @@ def test_every_x_stream_offset_form(conn: BlockingConnection) -> None:
         ("first", list(range(10))),
         ("last", [9]),
         (4, [4, 5, 6, 7, 8, 9]),
-        (1000, []),
+        (-3, list(range(10))),  # a negative offset is the start, as in RabbitMQ
         (datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC), list(range(10))),
         ("1h", list(range(10))),
     ]
     collectors = [(Collector(conn, s, **{"x-stream-offset": v}), want) for v, want in cases]
     nxt = Collector(conn, s, **{"x-stream-offset": "next"})
     default = Collector(conn, s)  # no argument: next, as in RabbitMQ
+    ahead = Collector(conn, s, **{"x-stream-offset": 11})  # waits for offset 11
     for c, want in collectors:
-        if want:
-            assert c.wait(len(want)) == want, c.got
+        assert c.wait(len(want)) == want, c.got
     publish(ch, s, b"later")
     for c, want in collectors:
         assert c.wait(len(want) + 1)[-1] == 10
         assert c.offsets() == [*want, 10]
     assert nxt.wait(1) == [10]
     assert default.wait(1) == [10]
+    publish(ch, s, b"even later")
+    assert ahead.wait(1) == [11]  # 10 was before its start
 
 
 def test_consumers_read_independently(conn: BlockingConnection) -> None:
@@ -170,6 +172,9 @@ def test_tracking_resumes_after_the_last_acked_message(broker: BrokerThread) -> 
     c.wait(5)
     c.ch.basic_ack(c.tags[2], multiple=True)  # 0, 1, 2 acked; 3, 4 in flight
     c.ch.basic_ack(c.tags[4])  # 4 acked out of order: 3 still unacked
+    # The credit brings 5..8 (not acked either); received before the close, so that
+    # pika has nothing pending to reject while closing.
+    assert c.wait(9) == list(range(9))
     conn.close()
 
     conn = connect(broker)
@@ -245,9 +250,7 @@ def test_filters(conn: BlockingConnection) -> None:
 def test_retention_drops_whole_segments_from_the_front(conn: BlockingConnection) -> None:
     ch = conn.channel()
     ch.confirm_delivery()
-    s = declare_stream(
-        ch, **{"x-max-length-bytes": 4000, "x-stream-max-segment-size-bytes": 1000}
-    )
+    s = declare_stream(ch, **{"x-max-length-bytes": 4000, "x-stream-max-segment-size-bytes": 1000})
     publish(ch, s, *[b"x" * 100 for _ in range(100)])
     count = ch.queue_declare(s, passive=True).method.message_count
     assert 0 < count < 100
@@ -285,29 +288,68 @@ def test_streams_survive_a_restart(tmp_path: Path) -> None:
         broker.stop()
 
 
-def test_what_a_stream_refuses(conn: BlockingConnection) -> None:
+def test_what_a_stream_refuses(broker: BrokerThread) -> None:
+    """RabbitMQ's codes and texts: 540 (connection) for basic.get, purge, nack and
+    no-ack consumers; 406 (channel) for a consumer without a prefetch limit, a
+    consumer priority, and non-durable, exclusive or auto-delete streams."""
+    conn = connect(broker)
+    s = declare_stream(conn.channel())
+    what = f"queue '{s}' in vhost '/'"
+    refused_540: list[tuple[Any, str]] = [
+        (lambda ch: ch.basic_get(s), f"basic.get not supported by stream queues {what}"),
+        (lambda ch: ch.queue_purge(s), f"queue.purge not supported by stream queues {what}"),
+        (
+            lambda ch: ch.basic_consume(s, lambda *a: None, auto_ack=True),
+            f"automatic acknowledgement not supported by stream queues {what}",
+        ),
+    ]
+    for call, text in refused_540:
+        ch = conn.channel()
+        ch.basic_qos(prefetch_count=10)
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+            call(ch)
+        assert (closed.value.reply_code, closed.value.reply_text) == (
+            540,
+            f"NOT_IMPLEMENTED - {text}",
+        )
+        conn = connect(broker)
+
     ch = conn.channel()
-    s = declare_stream(ch)
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
-        ch.basic_get(s)
-    assert caught.value.reply_code == 406
-    ch = conn.channel()
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
-        ch.queue_purge(s)
-    assert caught.value.reply_code == 406
-    ch = conn.channel()
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
-        ch.basic_consume(s, lambda *a: None, auto_ack=True)
-    assert caught.value.reply_code == 406
+    ch.confirm_delivery()
+    publish(ch, s, b"m")
+    c = Collector(conn, s, ack=False, **{"x-stream-offset": "first"})
+    c.wait(1)
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        c.ch.basic_nack(c.tags[0], requeue=True)
+        conn.process_data_events(1)
+    assert closed.value.reply_code == 540
+    conn = connect(broker)
+
     ch = conn.channel()  # no basic.qos: no prefetch limit
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
         ch.basic_consume(s, lambda *a: None)
+    assert caught.value.reply_text == (
+        f"PRECONDITION_FAILED - consumer prefetch count is not set for '{what}'"
+    )
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=1)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
+        ch.basic_consume(s, lambda *a: None, arguments={"x-priority": 5})
     assert caught.value.reply_code == 406
-    for kwargs in ({"durable": False}, {"exclusive": True}, {"auto_delete": True}):
+    for flag, name in (
+        ("durable", "non-durable"),
+        ("exclusive", "exclusive-owner"),
+        ("auto_delete", "auto-delete"),
+    ):
         ch = conn.channel()
+        bad = uniq("bad")
+        kwargs = {"durable": flag != "durable", flag: flag != "durable"}
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
-            ch.queue_declare(uniq("bad"), arguments=STREAM, **{"durable": True, **kwargs})
-        assert caught.value.reply_code == 406
+            ch.queue_declare(bad, arguments=STREAM, **kwargs)
+        assert caught.value.reply_text == (
+            f"PRECONDITION_FAILED - invalid property '{name}' for queue '{bad}' in vhost '/'"
+        )
+    conn.close()
 
 
 def test_aio_pika_reads_a_stream(broker: BrokerThread) -> None:

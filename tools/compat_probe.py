@@ -334,6 +334,9 @@ class RawClient:
         if isinstance(decoded, pheader.ContentHeader) and size >= 14:
             # pamqp fills in defaults for absent properties; remember which were sent.
             decoded.present_flags = struct.unpack(">H", chunk[19:21])[0]  # type: ignore[attr-defined]
+            # The flag words and property list as sent, for what pamqp's decoding hides
+            # (the field type of each header value).
+            decoded.raw_properties = chunk[19:-1]  # type: ignore[attr-defined]
         return Received("frame", channel, decoded)
 
     def read(self, timeout: float | None = None) -> Received:
@@ -4073,6 +4076,1374 @@ def s_badprops_cc_mixed_array(host: str, port: int) -> Observation:
     array = _longstr(BADPROPS_QUEUE.encode()) + b"I" + struct.pack(">i", 1)
     props = _headers_props(b"\x02CCA" + _tbl(array))
     return _badprops(host, port, props, routing_key="compat-nowhere")
+
+
+# ======================================================================================
+# Scenarios: stream queues
+# ======================================================================================
+#
+# RabbitMQ 3.10 streams over AMQP 0-9-1. What is timing dependent there and kept out
+# of the observations:
+#
+# * message_count in declare-ok is a figure RabbitMQ refreshes every 5 s
+#   (stream_tick_interval), so right after publishing it may still be 0: scenarios
+#   poll until it settles and record the settled value.
+# * Messages are always published one at a time, each confirm awaited before the next
+#   publish, so that every message is a chunk of its own ("last" and timestamps work
+#   on chunks) and confirms never merge (multiple=true) by chance.
+# * Frames of different channels race (each RabbitMQ channel has its own writer), so
+#   frames are recorded per channel, in the order they came on that channel.
+# * Deliveries are read until the broker has been silent for STREAM_QUIET seconds.
+
+STREAM_ARGS: dict[str, Any] = {"x-queue-type": "stream"}
+#: Seconds without a frame after which a stream consumer is taken to have got all it gets.
+STREAM_QUIET = 1.0
+#: Seconds to wait for a stream's message_count to settle (RabbitMQ refreshes it every 5 s).
+STREAM_COUNT_SETTLE = 12.0
+
+_HEADER_VALUE_SIZES = {
+    "t": 1, "b": 1, "B": 1, "s": 2, "u": 2, "I": 4, "i": 4, "l": 8, "L": 8,
+    "f": 4, "d": 8, "D": 5, "T": 8, "V": 0,
+}  # fmt: skip
+
+
+def header_types(raw_properties: bytes | None) -> dict[str, str] | None:
+    """The AMQP field type tag ('l', 'S', 't', ...) of each top-level header value, read
+    from a content header's raw flag word and property list (pamqp decodes every integer
+    type to int, so its decoding alone does not show them). None without headers."""
+    try:
+        return _header_types(raw_properties)
+    except (IndexError, struct.error, UnicodeDecodeError):
+        return {"<unparseable>": "?"}
+
+
+def _header_types(raw_properties: bytes | None) -> dict[str, str] | None:
+    if raw_properties is None or len(raw_properties) < 2:
+        return None
+    flags = struct.unpack(">H", raw_properties[:2])[0]
+    if not flags & FLAG_HEADERS:
+        return None
+    pos = 2
+    for bit in (FLAG_CONTENT_TYPE, 0x4000):  # content-type, content-encoding (shortstr)
+        if flags & bit:
+            pos += 1 + raw_properties[pos]
+    (size,) = struct.unpack(">I", raw_properties[pos : pos + 4])
+    pos += 4
+    end = pos + size
+    out: dict[str, str] = {}
+    while pos < end:
+        key_len = raw_properties[pos]
+        key = raw_properties[pos + 1 : pos + 1 + key_len].decode(errors="replace")
+        pos += 1 + key_len
+        tag = chr(raw_properties[pos])
+        pos += 1
+        out[key] = tag
+        if tag in _HEADER_VALUE_SIZES:
+            pos += _HEADER_VALUE_SIZES[tag]
+        else:  # S, x, F, A: a 32-bit length, then that many bytes
+            (length,) = struct.unpack(">I", raw_properties[pos : pos + 4])
+            pos += 4 + length
+    return out
+
+
+@dataclass
+class StreamSession:
+    """A raw client that reads frames as whole messages and keeps what it did not wait for.
+
+    A basic.deliver/return/get-ok is recorded as one dict with its body, properties and
+    header types; frames read while waiting for something else (a confirm, a consume-ok)
+    are kept and returned by the next :meth:`settle`. Connection.close and channel.close
+    from the server are answered with close-ok, as any client would.
+    """
+
+    client: RawClient
+    backlog: list[dict[str, Any]] = field(default_factory=list)
+    eof: bool = False
+    _content: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def _next(self, timeout: float) -> dict[str, Any] | None:
+        """The next complete frame (content merged into its method), or None on timeout/EOF."""
+        while True:
+            got = self.client.next_frame(timeout)
+            if got.kind == "eof":
+                self.eof = True
+                return None
+            if got.kind == "timeout":
+                return None
+            if got.kind == "raw":
+                return describe(got.channel, got.frame)
+            frame, channel = got.frame, got.channel
+            pending = self._content.get(channel) if channel is not None else None
+            if pending is not None and isinstance(frame, pheader.ContentHeader):
+                pending["properties"] = props_dict(
+                    frame.properties, getattr(frame, "present_flags", None)
+                )
+                pending["header_types"] = header_types(getattr(frame, "raw_properties", None))
+                pending["_size"] = frame.body_size
+                pending["_body"] = b""
+                if frame.body_size == 0:
+                    return self._complete(channel)
+                continue
+            if pending is not None and isinstance(frame, pbody.ContentBody):
+                pending["_body"] += frame.value
+                if len(pending["_body"]) >= pending["_size"]:
+                    return self._complete(channel)
+                continue
+            out = describe(channel, frame)
+            name = out.get("frame")
+            if name in ("Basic.Deliver", "Basic.Return", "Basic.GetOk") and channel is not None:
+                self._content[channel] = out
+                continue
+            if name == "Connection.Close":
+                self.client.method(0, commands.Connection.CloseOk())
+            elif name == "Channel.Close" and channel is not None:
+                self.client.method(channel, commands.Channel.CloseOk())
+            return out
+
+    def _complete(self, channel: int) -> dict[str, Any]:
+        out = self._content.pop(channel)
+        out["body"] = jsonable(out.pop("_body"))
+        del out["_size"]
+        return out
+
+    def wait_for(self, names: Sequence[str], channel: int) -> dict[str, Any]:
+        """Read until a frame named in ``names`` comes on ``channel``; keep the others."""
+        while True:
+            frame = self._next(TIMEOUT)
+            if frame is None:
+                state = "EOF" if self.eof else "timeout"
+                raise ProbeError(
+                    f"waiting for {list(names)} on channel {channel}: {state}; got {self.backlog}"
+                )
+            if frame.get("frame") in names and frame.get("channel") == channel:
+                return frame
+            self.backlog.append(frame)
+
+    def call(self, channel: int, method: PamqpMethod, reply: str) -> dict[str, Any]:
+        self.client.method(channel, method)
+        return self.wait_for((reply,), channel)
+
+    def settle(self, quiet: float = STREAM_QUIET) -> list[dict[str, Any]]:
+        """The kept frames plus every frame until ``quiet`` seconds pass without one."""
+        frames, self.backlog = self.backlog, []
+        while not self.eof and (frame := self._next(quiet)) is not None:
+            frames.append(frame)
+        return frames
+
+    def publish(
+        self,
+        bodies: Iterable[str],
+        routing_key: str,
+        exchange: str = "",
+        *,
+        channel: int = 1,
+        mandatory: bool = False,
+        properties: commands.Basic.Properties | None = None,
+    ) -> list[dict[str, Any]]:
+        """Publish each body on a confirm-mode ``channel``, awaiting its confirm before the
+        next publish (so each message is a chunk of its own); the confirms received."""
+        confirms = []
+        for body in bodies:
+            self.client.publish(
+                channel,
+                body.encode(),
+                exchange,
+                routing_key,
+                mandatory=mandatory,
+                properties=properties,
+            )
+            confirm = self.wait_for(("Basic.Ack", "Basic.Nack"), channel)
+            confirm.pop("channel", None)
+            confirms.append(confirm)
+        return confirms
+
+    def outcome(self, frames: list[dict[str, Any]], ping: int = 1) -> Observation:
+        """``frames`` per channel and what became of the socket: after the frames, a
+        basic.qos on ``ping`` shows whether the connection still works ("open")."""
+        if not self.eof:
+            self.client.method(ping, commands.Basic.Qos())
+            while not self.eof:
+                frame = self._next(TIMEOUT)
+                if frame is None:
+                    break
+                if frame.get("frame") == "Basic.QosOk" and frame.get("channel") == ping:
+                    break
+                frames.append(frame)
+        return {**by_channel(frames), "socket": "closed" if self.eof else "open"}
+
+
+def by_channel(frames: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Frames grouped as ``channel_N`` lists, each in arrival order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for frame in frames:
+        rest = {k: v for k, v in frame.items() if k != "channel"}
+        out.setdefault(f"channel_{frame.get('channel')}", []).append(rest)
+    return out
+
+
+def brief(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Deliveries cut down to consumer tag, delivery tag, redelivered, body and the
+    x-stream-offset header (plus any other property, should one appear); other frames kept
+    whole, the channel dropped (callers group frames per channel)."""
+    out: list[dict[str, Any]] = []
+    for frame in frames:
+        frame = {k: v for k, v in frame.items() if k != "channel"}
+        if frame.get("frame") != "Basic.Deliver":
+            out.append(frame)
+            continue
+        props = dict(frame.get("properties", {}))
+        headers = dict(props.pop("headers", {}) or {})
+        short: dict[str, Any] = {
+            "consumer_tag": frame["consumer_tag"],
+            "delivery_tag": frame["delivery_tag"],
+            "redelivered": frame["redelivered"],
+            "body": frame.get("body"),
+            "offset": headers.pop("x-stream-offset", None),
+        }
+        if headers:
+            props["headers"] = headers
+        if props:
+            short["properties"] = props
+        out.append(short)
+    return out
+
+
+def _briefed(observation: Observation) -> Observation:
+    """An :meth:`StreamSession.outcome` with each channel's frames in :func:`brief`."""
+    return {k: brief(v) if k.startswith("channel_") else v for k, v in observation.items()}
+
+
+@contextmanager
+def stream_session(
+    host: str,
+    port: int,
+    queue: str,
+    bodies: Sequence[str] = (),
+    *,
+    channels: Sequence[int] = (1, 2),
+) -> Iterator[StreamSession]:
+    """A handshake with ``channels`` open; ``queue`` declared as a durable stream on
+    channel 1, channel 1 put in confirm mode and ``bodies`` published to the stream."""
+    with raw_client(host, port) as client:
+        client.handshake(open_channels=channels)
+        session = StreamSession(client)
+        session.call(
+            1,
+            commands.Queue.Declare(queue=queue, durable=True, arguments=STREAM_ARGS),
+            "Queue.DeclareOk",
+        )
+        session.call(1, commands.Confirm.Select(), "Confirm.SelectOk")
+        session.publish(bodies, queue)
+        yield session
+
+
+def _stream_consume(
+    session: StreamSession,
+    queue: str,
+    arguments: dict[str, Any] | None = None,
+    *,
+    channel: int = 2,
+    tag: str = "compat-ctag",
+    prefetch: int | None = 10,
+    **flags: Any,
+) -> None:
+    """basic.qos prefetch ``prefetch`` (unless None) and basic.consume on ``channel``
+    (not waiting for consume-ok: it is part of what :meth:`StreamSession.settle` gets)."""
+    if prefetch is not None:
+        session.call(channel, commands.Basic.Qos(prefetch_count=prefetch), "Basic.QosOk")
+    session.client.method(
+        channel,
+        commands.Basic.Consume(queue=queue, consumer_tag=tag, arguments=arguments or {}, **flags),
+    )
+
+
+def _stream_declare(
+    host: str,
+    port: int,
+    queue: str,
+    arguments: dict[str, Any] | None = None,
+    **flags: Any,
+) -> Observation:
+    """queue.declare (pika) of ``queue`` with x-queue-type=stream, durable unless
+    ``flags`` say otherwise, plus ``arguments``: declare-ok or the broker's close."""
+    with connection(host, port) as conn:
+        ch = conn.channel()
+        return attempt(
+            lambda: ch.queue_declare(
+                queue, arguments={**STREAM_ARGS, **(arguments or {})}, **{"durable": True, **flags}
+            )
+        )
+
+
+# -- declare ---------------------------------------------------------------------------
+
+STREAM_DECLARE_QUEUE = "compat-stream-declare"
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_durable(host: str, port: int) -> Observation:
+    """queue.declare durable, x-queue-type=stream; then the same declare again, and a
+    passive declare."""
+    with connection(host, port) as conn:
+        ch = conn.channel()
+
+        def declare(**kw: Any) -> Any:
+            return ch.queue_declare(STREAM_DECLARE_QUEUE, arguments=STREAM_ARGS, **kw)
+
+        return {
+            "declare": attempt(lambda: declare(durable=True)),
+            "redeclare": attempt(lambda: declare(durable=True)),
+            "passive": attempt(lambda: ch.queue_declare(STREAM_DECLARE_QUEUE, passive=True)),
+        }
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_non_durable(host: str, port: int) -> Observation:
+    """queue.declare of a stream with durable=false."""
+    return _stream_declare(host, port, STREAM_DECLARE_QUEUE, durable=False)
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_exclusive(host: str, port: int) -> Observation:
+    """queue.declare of a durable, exclusive stream."""
+    return _stream_declare(host, port, STREAM_DECLARE_QUEUE, exclusive=True)
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_auto_delete(host: str, port: int) -> Observation:
+    """queue.declare of a durable, auto-delete stream."""
+    return _stream_declare(host, port, STREAM_DECLARE_QUEUE, auto_delete=True)
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_every_flag_wrong(host: str, port: int) -> Observation:
+    """queue.declare of a stream non-durable, exclusive and auto-delete: which is named."""
+    return _stream_declare(
+        host, port, STREAM_DECLARE_QUEUE, durable=False, exclusive=True, auto_delete=True
+    )
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_non_durable_and_bad_argument(host: str, port: int) -> Observation:
+    """queue.declare of a non-durable stream with x-max-age '1X' and, separately, with
+    x-max-length 1: are arguments checked before the durable flag?"""
+    return {
+        "max_age_1X": _stream_declare(
+            host, port, STREAM_DECLARE_QUEUE, {"x-max-age": "1X"}, durable=False
+        ),
+        "max_length": _stream_declare(
+            host, port, STREAM_DECLARE_QUEUE, {"x-max-length": 1}, durable=False
+        ),
+    }
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_server_named(host: str, port: int) -> Observation:
+    """queue.declare with an empty name and x-queue-type=stream (durable)."""
+    return _stream_declare(host, port, "")
+
+
+def _stream_redeclare(
+    host: str, port: int, first: dict[str, Any], second: dict[str, Any]
+) -> Observation:
+    with connection(host, port) as conn:
+        conn.channel().queue_declare(STREAM_DECLARE_QUEUE, **first)
+        return attempt(lambda: conn.channel().queue_declare(STREAM_DECLARE_QUEUE, **second))
+
+
+_DURABLE_STREAM = {"durable": True, "arguments": STREAM_ARGS}
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_redeclare_as_classic(host: str, port: int) -> Observation:
+    """A stream redeclared durable with x-queue-type=classic."""
+    return _stream_redeclare(
+        host, port, _DURABLE_STREAM, {"durable": True, "arguments": {"x-queue-type": "classic"}}
+    )
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_redeclare_as_quorum(host: str, port: int) -> Observation:
+    """A stream redeclared durable with x-queue-type=quorum."""
+    return _stream_redeclare(
+        host, port, _DURABLE_STREAM, {"durable": True, "arguments": {"x-queue-type": "quorum"}}
+    )
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_redeclare_without_queue_type(host: str, port: int) -> Observation:
+    """A stream redeclared durable without any x-queue-type argument."""
+    return _stream_redeclare(host, port, _DURABLE_STREAM, {"durable": True})
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_redeclare_non_durable(host: str, port: int) -> Observation:
+    """A stream redeclared with x-queue-type=stream but durable=false."""
+    return _stream_redeclare(
+        host, port, _DURABLE_STREAM, {"durable": False, "arguments": STREAM_ARGS}
+    )
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_redeclare_added_max_age(host: str, port: int) -> Observation:
+    """A stream declared without x-max-age, redeclared with x-max-age '1D'."""
+    return _stream_redeclare(
+        host,
+        port,
+        _DURABLE_STREAM,
+        {"durable": True, "arguments": {**STREAM_ARGS, "x-max-age": "1D"}},
+    )
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_redeclare_passive_other_type(host: str, port: int) -> Observation:
+    """A stream passively redeclared with x-queue-type=classic and durable=false."""
+    return _stream_redeclare(
+        host,
+        port,
+        _DURABLE_STREAM,
+        {"passive": True, "durable": False, "arguments": {"x-queue-type": "classic"}},
+    )
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_over_classic(host: str, port: int) -> Observation:
+    """A durable classic queue (no x-queue-type) redeclared as a stream."""
+    return _stream_redeclare(host, port, {"durable": True}, _DURABLE_STREAM)
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_queue_type_case(host: str, port: int) -> Observation:
+    """queue.declare with x-queue-type 'STREAM' (upper case)."""
+    with connection(host, port) as conn:
+        return attempt(
+            lambda: conn.channel().queue_declare(
+                STREAM_DECLARE_QUEUE, durable=True, arguments={"x-queue-type": "STREAM"}
+            )
+        )
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_max_age_invalid_unit(host: str, port: int) -> Observation:
+    """Stream declared with x-max-age '1X' (unknown unit)."""
+    return _stream_declare(host, port, STREAM_DECLARE_QUEUE, {"x-max-age": "1X"})
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_max_age_number(host: str, port: int) -> Observation:
+    """Stream declared with x-max-age 5 (a number, which pika sends as 'I' signed 32-bit)."""
+    return _stream_declare(host, port, STREAM_DECLARE_QUEUE, {"x-max-age": 5})
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_max_age_forms(host: str, port: int) -> Observation:
+    """Stream declared with each x-max-age string form in turn (each on a fresh queue):
+    the accepted units are Y M D h m s after a positive integer; '-1s', ' 1s', 's' and ''
+    crash RabbitMQ's connection (541)."""
+    forms = ["1Y", "1M", "7D", "1h", "30m", "10s", "007s", "0s", "1d", "1H", "1S", "1h1m",
+             "1.5h", "-1s", " 1s", "s", ""]  # fmt: skip
+    out: dict[str, Observation] = {}
+    for form in forms:
+        out[form] = _stream_declare(host, port, STREAM_DECLARE_QUEUE, {"x-max-age": form})
+        cleanup(host, port, [STREAM_DECLARE_QUEUE], [])
+    return out
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_max_length_bytes_invalid(host: str, port: int) -> Observation:
+    """Stream declared with x-max-length-bytes 'big', then -1, then 0 (fresh queue each)."""
+    out: dict[str, Observation] = {}
+    for value in ("big", -1, 0):
+        out[repr(value)] = _stream_declare(
+            host, port, STREAM_DECLARE_QUEUE, {"x-max-length-bytes": value}
+        )
+        cleanup(host, port, [STREAM_DECLARE_QUEUE], [])
+    return out
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_max_segment_size_invalid(host: str, port: int) -> Observation:
+    """Stream declared with x-stream-max-segment-size-bytes 'x', -5, 0, 3000000000 and
+    3000000001 (fresh queue each; pika sends the last two as 'l' 64-bit)."""
+    out: dict[str, Observation] = {}
+    for value in ("x", -5, 0, 3_000_000_000, 3_000_000_001):
+        out[repr(value)] = _stream_declare(
+            host, port, STREAM_DECLARE_QUEUE, {"x-stream-max-segment-size-bytes": value}
+        )
+        cleanup(host, port, [STREAM_DECLARE_QUEUE], [])
+    return out
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_unknown_argument(host: str, port: int) -> Observation:
+    """Stream declared with x-compat=1 (an argument no broker knows)."""
+    return _stream_declare(host, port, STREAM_DECLARE_QUEUE, {"x-compat": 1})
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_valid_arguments(host: str, port: int) -> Observation:
+    """Stream declared with x-max-age '7D', x-max-length-bytes 1000000,
+    x-stream-max-segment-size-bytes 500000, x-initial-cluster-size 1 and
+    x-queue-leader-locator 'balanced', all at once."""
+    arguments = {
+        "x-max-age": "7D",
+        "x-max-length-bytes": 1_000_000,
+        "x-stream-max-segment-size-bytes": 500_000,
+        "x-initial-cluster-size": 1,
+        "x-queue-leader-locator": "balanced",
+    }
+    return _stream_declare(host, port, STREAM_DECLARE_QUEUE, arguments)
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_cluster_arguments_invalid(host: str, port: int) -> Observation:
+    """Stream declared with x-initial-cluster-size 0, then x-queue-leader-locator 'bogus'."""
+    out: dict[str, Observation] = {}
+    for key, value in (("x-initial-cluster-size", 0), ("x-queue-leader-locator", "bogus")):
+        out[key] = _stream_declare(host, port, STREAM_DECLARE_QUEUE, {key: value})
+        cleanup(host, port, [STREAM_DECLARE_QUEUE], [])
+    return out
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_classic_arguments(host: str, port: int) -> Observation:
+    """Stream declared with each argument of classic queues that streams refuse
+    (valid values, fresh queue each)."""
+    arguments: list[tuple[str, Any]] = [
+        ("x-max-length", 5),
+        ("x-message-ttl", 1000),
+        ("x-expires", 10000),
+        ("x-max-priority", 5),
+        ("x-dead-letter-exchange", "amq.direct"),
+        ("x-overflow", "reject-publish"),
+        ("x-queue-mode", "lazy"),
+    ]
+    out: dict[str, Observation] = {}
+    for key, value in arguments:
+        out[key] = _stream_declare(host, port, STREAM_DECLARE_QUEUE, {key: value})
+        cleanup(host, port, [STREAM_DECLARE_QUEUE], [])
+    return out
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_single_active_consumer(host: str, port: int) -> Observation:
+    """Stream declared with x-single-active-consumer=true."""
+    return _stream_declare(host, port, STREAM_DECLARE_QUEUE, {"x-single-active-consumer": True})
+
+
+@scenario(queues=[STREAM_DECLARE_QUEUE])
+def s_stream_declare_filter_size(host: str, port: int) -> Observation:
+    """Stream declared with x-stream-filter-size-bytes 16 (a RabbitMQ 3.13 argument)."""
+    return _stream_declare(host, port, STREAM_DECLARE_QUEUE, {"x-stream-filter-size-bytes": 16})
+
+
+STREAM_COUNTS_QUEUE = "compat-stream-counts"
+
+
+def _settled_counts(session: StreamSession, queue: str, expect: int) -> dict[str, Any]:
+    """Passive declares until message_count is ``expect`` (or STREAM_COUNT_SETTLE passed):
+    the settled message_count and every consumer_count seen meanwhile."""
+    deadline = time.monotonic() + STREAM_COUNT_SETTLE
+    consumer_counts: set[int] = set()
+    while True:
+        ok = session.call(1, commands.Queue.Declare(queue=queue, passive=True), "Queue.DeclareOk")
+        consumer_counts.add(ok["consumer_count"])
+        if ok["message_count"] == expect or time.monotonic() > deadline:
+            return {
+                "message_count": ok["message_count"],
+                "consumer_counts": sorted(consumer_counts),
+            }
+        time.sleep(0.25)
+
+
+@scenario(queues=[STREAM_COUNTS_QUEUE])
+def s_stream_declare_counts(host: str, port: int) -> Observation:
+    """message_count / consumer_count of a stream: declare-ok of the fresh stream; after 3
+    confirmed publishes (settled: RabbitMQ refreshes the figure every 5 s and reports 0
+    until then); with a consumer (prefetch 10) that got and acked all 3; after it is
+    cancelled. RabbitMQ counts every message in the stream, read or not, and never
+    counts consumers."""
+    with stream_session(host, port, STREAM_COUNTS_QUEUE) as session:
+        fresh = session.call(
+            1,
+            commands.Queue.Declare(queue=STREAM_COUNTS_QUEUE, durable=True, arguments=STREAM_ARGS),
+            "Queue.DeclareOk",
+        )
+        session.publish(["m1", "m2", "m3"], STREAM_COUNTS_QUEUE)
+        published = _settled_counts(session, STREAM_COUNTS_QUEUE, 3)
+        _stream_consume(session, STREAM_COUNTS_QUEUE, {"x-stream-offset": "first"})
+        got = [f["body"] for f in session.settle() if f.get("frame") == "Basic.Deliver"]
+        session.client.method(2, commands.Basic.Ack(delivery_tag=3, multiple=True))
+        consumed = _settled_counts(session, STREAM_COUNTS_QUEUE, 3)
+        session.call(2, commands.Basic.Cancel(consumer_tag="compat-ctag"), "Basic.CancelOk")
+        cancelled = _settled_counts(session, STREAM_COUNTS_QUEUE, 3)
+        return {
+            "fresh": {k: fresh[k] for k in ("message_count", "consumer_count")},
+            "after_publish": published,
+            "consumer_got": got,
+            "with_consumer_after_ack": consumed,
+            "after_cancel": cancelled,
+        }
+
+
+# -- publish ---------------------------------------------------------------------------
+
+STREAM_PUBLISH_QUEUE = "compat-stream-publish"
+STREAM_EXCHANGE = "compat-stream-direct"
+
+
+@scenario(queues=[STREAM_PUBLISH_QUEUE])
+def s_stream_publish_confirms_default_exchange(host: str, port: int) -> Observation:
+    """Confirm mode; m1..m3 published to a stream via the default exchange, each confirm
+    awaited; then consumed from 'first' (full deliveries)."""
+    with stream_session(host, port, STREAM_PUBLISH_QUEUE) as session:
+        confirms = session.publish(["m1", "m2", "m3"], STREAM_PUBLISH_QUEUE)
+        _stream_consume(session, STREAM_PUBLISH_QUEUE, {"x-stream-offset": "first"})
+        return {"confirms": confirms, **session.outcome(session.settle())}
+
+
+@scenario(queues=[STREAM_PUBLISH_QUEUE], exchanges=[STREAM_EXCHANGE])
+def s_stream_publish_confirms_direct_exchange(host: str, port: int) -> Observation:
+    """A stream bound to direct exchange compat-stream-direct with key 'rk'; confirm mode;
+    m1, m2 published there, m3 via the default exchange; consumed from 'first': the
+    exchange and routing key each delivery carries."""
+    with stream_session(host, port, STREAM_PUBLISH_QUEUE) as session:
+        session.call(
+            1,
+            commands.Exchange.Declare(exchange=STREAM_EXCHANGE, exchange_type="direct"),
+            "Exchange.DeclareOk",
+        )
+        session.call(
+            1,
+            commands.Queue.Bind(
+                queue=STREAM_PUBLISH_QUEUE, exchange=STREAM_EXCHANGE, routing_key="rk"
+            ),
+            "Queue.BindOk",
+        )
+        confirms = session.publish(["m1", "m2"], "rk", STREAM_EXCHANGE)
+        confirms += session.publish(["m3"], STREAM_PUBLISH_QUEUE)
+        _stream_consume(session, STREAM_PUBLISH_QUEUE, {"x-stream-offset": "first"})
+        return {"confirms": confirms, **session.outcome(session.settle())}
+
+
+@scenario(queues=[STREAM_PUBLISH_QUEUE])
+def s_stream_publish_batch_confirms(host: str, port: int) -> Observation:
+    """Confirm mode; ten publishes to a stream in one write: which tags are confirmed (acks
+    expanded, as a broker may merge them), then every message read from 'first'."""
+    with stream_session(host, port, STREAM_PUBLISH_QUEUE) as session:
+        data = b""
+        for i in range(10):
+            data += pframe.marshal(
+                commands.Basic.Publish(exchange="", routing_key=STREAM_PUBLISH_QUEUE), 1
+            )
+            data += pframe.marshal(pheader.ContentHeader(0, 3, commands.Basic.Properties()), 1)
+            data += pframe.marshal(pbody.ContentBody(f"m{i:02}".encode()), 1)
+        session.client.send(data)
+        acked: set[int] = set()
+        nacked: set[int] = set()
+        while max(acked | nacked, default=0) < 10:
+            frame = session.wait_for(("Basic.Ack", "Basic.Nack"), 1)
+            tag = frame["delivery_tag"]
+            tags = set(range(1, tag + 1)) if frame["multiple"] else {tag}
+            (acked if frame["frame"] == "Basic.Ack" else nacked).update(tags)
+        _stream_consume(session, STREAM_PUBLISH_QUEUE, {"x-stream-offset": "first"})
+        frames = session.settle()
+        consumed = [
+            [f["body"], f.get("properties", {}).get("headers", {}).get("x-stream-offset")]
+            for f in frames
+            if f.get("frame") == "Basic.Deliver"
+        ]
+        return {"acked": sorted(acked), "nacked": sorted(nacked), "consumed": consumed}
+
+
+@scenario(queues=[STREAM_PUBLISH_QUEUE])
+def s_stream_publish_mandatory(host: str, port: int) -> Observation:
+    """Confirm mode; mandatory publish to the stream (routable), then mandatory publish to
+    amq.direct with no binding (unroutable), each confirm awaited: frames on channel 1."""
+    with stream_session(host, port, STREAM_PUBLISH_QUEUE) as session:
+        routed = session.publish(["m1"], STREAM_PUBLISH_QUEUE, mandatory=True)
+        routed_frames = session.settle()
+        unrouted = session.publish(["m2"], "compat-nowhere", "amq.direct", mandatory=True)
+        return {
+            "routable": {"confirms": routed, "other_frames": routed_frames},
+            "unroutable": {"confirms": unrouted, "other_frames": session.settle()},
+        }
+
+
+@scenario(queues=[STREAM_PUBLISH_QUEUE])
+def s_stream_publish_tx(host: str, port: int) -> Observation:
+    """A tx channel publishes m1 and commits, m2 and rolls back, m3 and commits; the
+    stream read from 'first'."""
+    with stream_session(host, port, STREAM_PUBLISH_QUEUE, channels=(1, 2, 3)) as session:
+        session.call(3, commands.Tx.Select(), "Tx.SelectOk")
+        for body, end in (("m1", "Commit"), ("m2", "Rollback"), ("m3", "Commit")):
+            session.client.publish(3, body.encode(), "", STREAM_PUBLISH_QUEUE)
+            if end == "Commit":
+                session.call(3, commands.Tx.Commit(), "Tx.CommitOk")
+            else:
+                session.call(3, commands.Tx.Rollback(), "Tx.RollbackOk")
+        _stream_consume(session, STREAM_PUBLISH_QUEUE, {"x-stream-offset": "first"})
+        obs = session.outcome(session.settle())
+        return _briefed(obs)
+
+
+@scenario(queues=[STREAM_PUBLISH_QUEUE])
+def s_stream_publish_decimal_header(host: str, port: int) -> Observation:
+    """Confirm mode; a message with a decimal header value (D 1.5) published to a stream
+    (RabbitMQ 3.10 cannot convert it for the stream and its connection crashes: 541)."""
+    with stream_session(host, port, STREAM_PUBLISH_QUEUE) as session:
+        props = commands.Basic.Properties(headers={"dec": decimal.Decimal("1.5")})
+        session.client.publish(1, b"m1", "", STREAM_PUBLISH_QUEUE, properties=props)
+        return session.outcome(session.settle())
+
+
+# -- consume ---------------------------------------------------------------------------
+
+STREAM_CONSUME_QUEUE = "compat-stream-consume"
+FIVE = ("m1", "m2", "m3", "m4", "m5")
+
+
+def _stream_consume_probe(
+    host: str,
+    port: int,
+    arguments: dict[str, Any] | None,
+    *,
+    prefetch: int | None = 10,
+    late: Sequence[str] = ("late1", "late2"),
+    **flags: Any,
+) -> Observation:
+    """m1..m5 published one at a time (each its own chunk); channel 2 consumes with
+    ``arguments``; what it gets; then, if the connection survived, ``late`` published
+    (one at a time) and what it gets of those. Deliveries in brief."""
+    with stream_session(host, port, STREAM_CONSUME_QUEUE, FIVE) as session:
+        _stream_consume(session, STREAM_CONSUME_QUEUE, arguments, prefetch=prefetch, **flags)
+        first = session.settle()
+        obs: Observation = {"consume": {k: brief(v) for k, v in by_channel(first).items()}}
+        if not session.eof and late:
+            session.publish(late, STREAM_CONSUME_QUEUE)
+            obs["after_late_publish"] = {
+                k: brief(v) for k, v in by_channel(session.settle()).items()
+            }
+        final = session.outcome([])
+        obs.update(_briefed(final))
+        return obs
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_consume_without_qos(host: str, port: int) -> Observation:
+    """basic.consume on a stream from a channel that never sent basic.qos (prefetch 0)."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": "first"}, prefetch=None)
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_consume_global_qos(host: str, port: int) -> Observation:
+    """basic.consume on a stream from a channel with only a global basic.qos (prefetch 10,
+    global=true)."""
+    with stream_session(host, port, STREAM_CONSUME_QUEUE, FIVE) as session:
+        session.call(2, commands.Basic.Qos(prefetch_count=10, global_=True), "Basic.QosOk")
+        _stream_consume(session, STREAM_CONSUME_QUEUE, {"x-stream-offset": "first"}, prefetch=None)
+        obs = session.outcome(session.settle())
+        return _briefed(obs)
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_consume_no_ack(host: str, port: int) -> Observation:
+    """basic.consume no_ack=true on a stream (prefetch 10)."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": "first"}, no_ack=True)
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_consume_deliveries(host: str, port: int) -> Observation:
+    """Prefetch 10, manual ack; m1..m3 (no properties) read from 'first': every field of
+    each basic.deliver, its properties and the field type of each header."""
+    with stream_session(host, port, STREAM_CONSUME_QUEUE, FIVE[:3]) as session:
+        _stream_consume(session, STREAM_CONSUME_QUEUE, {"x-stream-offset": "first"})
+        return session.outcome(session.settle())
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_consume_properties_round_trip(host: str, port: int) -> Observation:
+    """A message with every basic property set and scalar headers of each field type
+    (b s u I i l t f T S x V) published to a stream, read from 'first': what comes back."""
+    with stream_session(host, port, STREAM_CONSUME_QUEUE) as session:
+        headers = {
+            "b": 1, "neg": -5, "s": 1000, "u": 40000, "I": 100000, "i": 3_000_000_000,
+            "l": 2**40, "bool": True, "f": 1.5, "T": datetime.datetime(2020, 1, 2, 3, 4, 5),
+            "str": "v", "bytes": bytearray(b"\x01\x02"), "void": None,
+        }  # fmt: skip
+        props = commands.Basic.Properties(
+            content_type="text/plain",
+            content_encoding="gzip",
+            headers=headers,
+            delivery_mode=2,
+            priority=3,
+            correlation_id="c1",
+            reply_to="r1",
+            expiration="60000",
+            message_id="id1",
+            timestamp=datetime.datetime(2021, 5, 6, 7, 8, 9),
+            message_type="t1",
+            user_id="guest",
+            app_id="a1",
+        )
+        session.publish(["full"], STREAM_CONSUME_QUEUE, properties=props)
+        _stream_consume(session, STREAM_CONSUME_QUEUE, {"x-stream-offset": "first"})
+        return session.outcome(session.settle())
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_consume_nested_headers(host: str, port: int) -> Observation:
+    """Messages with a table header {tbl: {k: 1}}, an array header {arr: [1, 'a']}, and
+    both beside a string header, published to a stream and read from 'first'."""
+    with stream_session(host, port, STREAM_CONSUME_QUEUE) as session:
+        for headers in (
+            {"tbl": {"k": 1}},
+            {"arr": [1, "a"]},
+            {"tbl": {"k": 1}, "arr": [1, "a"], "str": "v"},
+        ):
+            props = commands.Basic.Properties(headers=headers)
+            session.publish(["m"], STREAM_CONSUME_QUEUE, properties=props)
+        _stream_consume(session, STREAM_CONSUME_QUEUE, {"x-stream-offset": "first"})
+        return session.outcome(session.settle())
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_consume_publisher_offset_header(host: str, port: int) -> Observation:
+    """A message published with its own header x-stream-offset=99 (and x-stream-timestamp
+    'x'), read from 'first': which values the consumer sees."""
+    with stream_session(host, port, STREAM_CONSUME_QUEUE, ["m1"]) as session:
+        props = commands.Basic.Properties(
+            headers={"x-stream-offset": 99, "x-stream-timestamp": "x"}
+        )
+        session.publish(["m2"], STREAM_CONSUME_QUEUE, properties=props)
+        _stream_consume(session, STREAM_CONSUME_QUEUE, {"x-stream-offset": "first"})
+        return session.outcome(session.settle())
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_consume_prefetch_credit(host: str, port: int) -> Observation:
+    """Prefetch 2 and m1..m6 in the stream, read from 'first': what comes at once; after
+    acking tag 1; after acking up to tag 3 with multiple=true; after acking everything."""
+    with stream_session(host, port, STREAM_CONSUME_QUEUE, [*FIVE, "m6"]) as session:
+        _stream_consume(session, STREAM_CONSUME_QUEUE, {"x-stream-offset": "first"}, prefetch=2)
+        steps = {"initial": brief(session.settle())}
+        for name, tag, multiple in (
+            ("after_ack_1", 1, False),
+            ("after_ack_multiple_3", 3, True),
+            ("after_ack_multiple_5", 5, True),
+        ):
+            session.client.method(2, commands.Basic.Ack(delivery_tag=tag, multiple=multiple))
+            steps[name] = brief(session.settle())
+        return {**steps, "socket": session.outcome([])["socket"]}
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_consume_two_channels(host: str, port: int) -> Observation:
+    """Two consumers on channels 2 and 3, both from 'first' (prefetch 10): each reads all
+    of m1..m3 independently (delivery tags are per channel)."""
+    with stream_session(host, port, STREAM_CONSUME_QUEUE, FIVE[:3], channels=(1, 2, 3)) as s:
+        _stream_consume(s, STREAM_CONSUME_QUEUE, {"x-stream-offset": "first"}, tag="a")
+        _stream_consume(s, STREAM_CONSUME_QUEUE, {"x-stream-offset": "first"}, channel=3, tag="b")
+        obs = s.outcome(s.settle())
+        return _briefed(obs)
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_consume_two_on_one_channel(host: str, port: int) -> Observation:
+    """Consumer 'a' from 'first' on channel 2 reads m1..m3; then consumer 'b' from offset 1
+    on the same channel; then m4 is published: who gets what, with which tags. Which of
+    the two gets m4 first varies on RabbitMQ, so for m4 only the deliveries (by consumer
+    tag, without their tags) and the set of delivery tags used are recorded."""
+    with stream_session(host, port, STREAM_CONSUME_QUEUE, FIVE[:3]) as session:
+        _stream_consume(session, STREAM_CONSUME_QUEUE, {"x-stream-offset": "first"}, tag="a")
+        a = brief(session.settle())
+        session.client.method(
+            2,
+            commands.Basic.Consume(
+                queue=STREAM_CONSUME_QUEUE, consumer_tag="b", arguments={"x-stream-offset": 1}
+            ),
+        )
+        b = brief(session.settle())
+        session.publish(["m4"], STREAM_CONSUME_QUEUE)
+        late = brief(session.settle())
+        return {
+            "consumer_a": a,
+            "consumer_b": b,
+            "after_publish_m4": sorted(
+                ({k: v for k, v in f.items() if k != "delivery_tag"} for f in late),
+                key=lambda f: str(f.get("consumer_tag")),
+            ),
+            "after_publish_m4_delivery_tags": sorted(f.get("delivery_tag", 0) for f in late),
+            "socket": session.outcome([])["socket"],
+        }
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_consume_ack_cancel_next(host: str, port: int) -> Observation:
+    """Read m1..m3 from 'first', ack all, cancel, consume again from 'next' on the same
+    channel (nothing: there is no server-side position), then m4 is published."""
+    with stream_session(host, port, STREAM_CONSUME_QUEUE, FIVE[:3]) as session:
+        _stream_consume(session, STREAM_CONSUME_QUEUE, {"x-stream-offset": "first"})
+        first = brief(session.settle())
+        session.client.method(2, commands.Basic.Ack(delivery_tag=3, multiple=True))
+        cancel = session.call(
+            2, commands.Basic.Cancel(consumer_tag="compat-ctag"), "Basic.CancelOk"
+        )
+        session.client.method(
+            2,
+            commands.Basic.Consume(
+                queue=STREAM_CONSUME_QUEUE,
+                consumer_tag="compat-ctag-2",
+                arguments={"x-stream-offset": "next"},
+            ),
+        )
+        again = brief(session.settle())
+        session.publish(["m4"], STREAM_CONSUME_QUEUE)
+        return {
+            "first": first,
+            "cancel": brief([cancel]),
+            "consume_next": again,
+            "after_publish_m4": brief(session.settle()),
+            "socket": session.outcome([])["socket"],
+        }
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_consume_cancel_unacked_then_first(host: str, port: int) -> Observation:
+    """Read m1..m3 from 'first' without acking; cancel; ack tag 3 multiple=true (after the
+    cancel); consume again from 'first' on the same channel."""
+    with stream_session(host, port, STREAM_CONSUME_QUEUE, FIVE[:3]) as session:
+        _stream_consume(session, STREAM_CONSUME_QUEUE, {"x-stream-offset": "first"})
+        first = brief(session.settle())
+        session.call(2, commands.Basic.Cancel(consumer_tag="compat-ctag"), "Basic.CancelOk")
+        session.client.method(2, commands.Basic.Ack(delivery_tag=3, multiple=True))
+        session.client.method(
+            2,
+            commands.Basic.Consume(
+                queue=STREAM_CONSUME_QUEUE,
+                consumer_tag="compat-ctag-2",
+                arguments={"x-stream-offset": "first"},
+            ),
+        )
+        return {
+            "first": first,
+            "after_ack_and_consume": brief(session.settle()),
+            "socket": session.outcome([])["socket"],
+        }
+
+
+def _stream_settle_probe(
+    host: str, port: int, method: PamqpMethod, queue: str = STREAM_CONSUME_QUEUE
+) -> Observation:
+    """m1..m3 read from 'first' on channel 2 (not acked); then ``method`` on channel 2."""
+    with stream_session(host, port, queue, FIVE[:3]) as session:
+        _stream_consume(session, queue, {"x-stream-offset": "first"})
+        got = brief(session.settle())
+        session.client.method(2, method)
+        obs = session.outcome(session.settle())
+        return {"got": got, **_briefed(obs)}
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_nack_requeue(host: str, port: int) -> Observation:
+    """basic.nack requeue=true of a stream delivery (tag 1)."""
+    return _stream_settle_probe(host, port, commands.Basic.Nack(delivery_tag=1, requeue=True))
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_nack_no_requeue(host: str, port: int) -> Observation:
+    """basic.nack requeue=false of a stream delivery (tag 1)."""
+    return _stream_settle_probe(host, port, commands.Basic.Nack(delivery_tag=1, requeue=False))
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_reject_requeue(host: str, port: int) -> Observation:
+    """basic.reject requeue=true of a stream delivery (tag 2)."""
+    return _stream_settle_probe(host, port, commands.Basic.Reject(delivery_tag=2, requeue=True))
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_reject_no_requeue(host: str, port: int) -> Observation:
+    """basic.reject requeue=false of a stream delivery (tag 2)."""
+    return _stream_settle_probe(host, port, commands.Basic.Reject(delivery_tag=2, requeue=False))
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_ack_unknown_tag(host: str, port: int) -> Observation:
+    """basic.ack of delivery tag 9 on a channel holding stream deliveries 1..3."""
+    return _stream_settle_probe(host, port, commands.Basic.Ack(delivery_tag=9))
+
+
+# -- x-stream-offset -------------------------------------------------------------------
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_absent(host: str, port: int) -> Observation:
+    """m1..m5 in the stream; basic.consume without x-stream-offset; then late1, late2."""
+    return _stream_consume_probe(host, port, None)
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_first(host: str, port: int) -> Observation:
+    """m1..m5 in the stream; x-stream-offset 'first'; then late1, late2."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": "first"})
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_last(host: str, port: int) -> Observation:
+    """m1..m5 each published alone (confirm awaited, so each is its own chunk);
+    x-stream-offset 'last' (RabbitMQ: from the start of the last chunk); then late1,
+    late2. (Messages published in one burst may share a chunk, and 'last' then delivers
+    that whole chunk: timing dependent, not recorded.)"""
+    return _stream_consume_probe(host, port, {"x-stream-offset": "last"})
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_next(host: str, port: int) -> Observation:
+    """m1..m5 in the stream; x-stream-offset 'next'; then late1, late2."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": "next"})
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_integer(host: str, port: int) -> Observation:
+    """m1..m5 (offsets 0..4); x-stream-offset 3 (pamqp sends it as 'b', a signed 8-bit
+    integer); then late1, late2."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": 3})
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_integer_long(host: str, port: int) -> Observation:
+    """m1..m5; x-stream-offset 2 sent as 'l' (signed 64-bit, by hand); then late1, late2."""
+    table = shortstr("x-stream-offset") + b"l" + struct.pack(">q", 2)
+    with stream_session(host, port, STREAM_CONSUME_QUEUE, FIVE) as session:
+        session.call(2, commands.Basic.Qos(prefetch_count=10), "Basic.QosOk")
+        args = (
+            struct.pack(">H", 0)
+            + shortstr(STREAM_CONSUME_QUEUE)
+            + shortstr("compat-ctag")
+            + b"\x00"
+            + struct.pack(">I", len(table))
+            + table
+        )
+        session.client.send(raw_method(2, 60, 20, args))
+        first = brief(session.settle())
+        session.publish(["late1", "late2"], STREAM_CONSUME_QUEUE)
+        return {
+            "consume": first,
+            "after_late_publish": brief(session.settle()),
+            "socket": session.outcome([])["socket"],
+        }
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_at_end(host: str, port: int) -> Observation:
+    """m1..m5 (offsets 0..4); x-stream-offset 5 (the next offset); then late1, late2."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": 5})
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_past_end(host: str, port: int) -> Observation:
+    """m1..m5 (offsets 0..4); x-stream-offset 6; then late1, late2 (offsets 5, 6)."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": 6})
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_far_past_end(host: str, port: int) -> Observation:
+    """m1..m5 (offsets 0..4); x-stream-offset 100 (pamqp: 'b'); then late1, late2."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": 100})
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_negative(host: str, port: int) -> Observation:
+    """m1..m5; x-stream-offset -1 (pamqp: 'b'); then late1, late2."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": -1})
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_float(host: str, port: int) -> Observation:
+    """m1..m5; x-stream-offset 1.5 (pamqp: 'f', a 32-bit float)."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": 1.5})
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_boolean(host: str, port: int) -> Observation:
+    """m1..m5; x-stream-offset true (pamqp: 't')."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": True})
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_timestamp_past(host: str, port: int) -> Observation:
+    """m1..m5; x-stream-offset the timestamp 2000-01-01T00:00:00Z ('T'); then late1, late2."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": datetime.datetime(2000, 1, 1)})
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_timestamp_future(host: str, port: int) -> Observation:
+    """m1..m5; x-stream-offset the timestamp 2100-01-01T00:00:00Z ('T'); then late1, late2."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": datetime.datetime(2100, 1, 1)})
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_interval_minute(host: str, port: int) -> Observation:
+    """m1..m5 published within the last seconds; x-stream-offset '1m'; then late1, late2."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": "1m"})
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_interval_hour(host: str, port: int) -> Observation:
+    """m1..m5 published within the last seconds; x-stream-offset '1h'; then late1, late2."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": "1h"})
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_interval_day(host: str, port: int) -> Observation:
+    """m1..m5 published within the last seconds; x-stream-offset '1D'; then late1, late2."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": "1D"})
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_invalid_string(host: str, port: int) -> Observation:
+    """m1..m5; x-stream-offset 'nonsense' (no leading digits: RabbitMQ's interval parser
+    crashes, 541)."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": "nonsense"})
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_uppercase_first(host: str, port: int) -> Observation:
+    """m1..m5; x-stream-offset 'FIRST' (only lower case names are offset specs)."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": "FIRST"})
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_invalid_unit(host: str, port: int) -> Observation:
+    """m1..m5; x-stream-offset '5X' (digits, then an unknown unit)."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": "5X"})
+
+
+@scenario(queues=[STREAM_CONSUME_QUEUE])
+def s_stream_offset_zero_interval(host: str, port: int) -> Observation:
+    """m1..m5; x-stream-offset '0s'."""
+    return _stream_consume_probe(host, port, {"x-stream-offset": "0s"})
+
+
+@scenario(queues=["compat-stream-classic"])
+def s_stream_offset_on_classic_queue(host: str, port: int) -> Observation:
+    """basic.consume with x-stream-offset on a classic queue, for 'first', 3, 'nonsense'
+    and 1.5 (each on a fresh channel)."""
+    out: dict[str, Observation] = {}
+    with raw_client(host, port) as client:
+        client.handshake()
+        session = StreamSession(client)
+        session.call(
+            1,
+            commands.Queue.Declare(queue="compat-stream-classic", exclusive=True),
+            "Queue.DeclareOk",
+        )
+        for channel, value in enumerate(("first", 3, "nonsense", 1.5), start=2):
+            session.call(channel, commands.Channel.Open(), "Channel.OpenOk")
+            session.client.method(
+                channel,
+                commands.Basic.Consume(
+                    queue="compat-stream-classic",
+                    consumer_tag="compat-ctag",
+                    arguments={"x-stream-offset": value},
+                ),
+            )
+            out[repr(value)] = brief(session.settle())
+        out["socket"] = session.outcome([])["socket"]
+        return out
+
+
+# -- refusals and other queue operations -----------------------------------------------
+
+STREAM_OPS_QUEUE = "compat-stream-ops"
+
+
+def _stream_op(host: str, port: int, method: PamqpMethod, consume: bool = False) -> Observation:
+    """m1..m3 in the stream (and, with ``consume``, read unacked by a consumer on channel
+    3); ``method`` sent on channel 2: frames per channel and the socket."""
+    with stream_session(host, port, STREAM_OPS_QUEUE, FIVE[:3], channels=(1, 2, 3)) as s:
+        if consume:
+            _stream_consume(s, STREAM_OPS_QUEUE, {"x-stream-offset": "first"}, channel=3)
+            s.settle()
+        s.client.method(2, method)
+        obs = s.outcome(s.settle())
+        return _briefed(obs)
+
+
+@scenario(queues=[STREAM_OPS_QUEUE])
+def s_stream_basic_get(host: str, port: int) -> Observation:
+    """basic.get (no_ack=false) on a stream holding m1..m3."""
+    return _stream_op(host, port, commands.Basic.Get(queue=STREAM_OPS_QUEUE))
+
+
+@scenario(queues=[STREAM_OPS_QUEUE])
+def s_stream_basic_get_no_ack(host: str, port: int) -> Observation:
+    """basic.get no_ack=true on a stream holding m1..m3."""
+    return _stream_op(host, port, commands.Basic.Get(queue=STREAM_OPS_QUEUE, no_ack=True))
+
+
+@scenario(queues=[STREAM_OPS_QUEUE])
+def s_stream_queue_purge(host: str, port: int) -> Observation:
+    """queue.purge of a stream holding m1..m3."""
+    return _stream_op(host, port, commands.Queue.Purge(queue=STREAM_OPS_QUEUE))
+
+
+@scenario(queues=[STREAM_OPS_QUEUE])
+def s_stream_queue_delete(host: str, port: int) -> Observation:
+    """queue.delete of a stream holding m1..m3 (its message_count has settled at 3)."""
+    with stream_session(host, port, STREAM_OPS_QUEUE, FIVE[:3]) as session:
+        settled = _settled_counts(session, STREAM_OPS_QUEUE, 3)
+        session.client.method(2, commands.Queue.Delete(queue=STREAM_OPS_QUEUE))
+        obs = session.outcome(session.settle())
+        session.client.method(2, commands.Queue.Declare(queue=STREAM_OPS_QUEUE, passive=True))
+        after = session.outcome(session.settle())
+        return {"settled_before": settled, "delete": obs, "passive_declare_after": after}
+
+
+@scenario(queues=[STREAM_OPS_QUEUE])
+def s_stream_queue_delete_if_empty(host: str, port: int) -> Observation:
+    """queue.delete if_empty=true of a stream holding m1..m3."""
+    return _stream_op(host, port, commands.Queue.Delete(queue=STREAM_OPS_QUEUE, if_empty=True))
+
+
+@scenario(queues=[STREAM_OPS_QUEUE])
+def s_stream_queue_delete_if_unused(host: str, port: int) -> Observation:
+    """queue.delete if_unused=true (channel 2) of a stream a consumer on channel 3 reads."""
+    return _stream_op(
+        host, port, commands.Queue.Delete(queue=STREAM_OPS_QUEUE, if_unused=True), consume=True
+    )
+
+
+@scenario(queues=[STREAM_OPS_QUEUE])
+def s_stream_basic_recover_requeue(host: str, port: int) -> Observation:
+    """basic.recover requeue=true on a channel holding unacked stream deliveries."""
+    return _stream_settle_probe(host, port, commands.Basic.Recover(requeue=True), STREAM_OPS_QUEUE)
+
+
+@scenario(queues=[STREAM_OPS_QUEUE])
+def s_stream_basic_recover_no_requeue(host: str, port: int) -> Observation:
+    """basic.recover requeue=false on a channel holding unacked stream deliveries."""
+    return _stream_settle_probe(host, port, commands.Basic.Recover(requeue=False), STREAM_OPS_QUEUE)
+
+
+@scenario(queues=[STREAM_OPS_QUEUE])
+def s_stream_basic_recover_all_acked(host: str, port: int) -> Observation:
+    """basic.recover requeue=true on a channel whose stream consumer acked all it got."""
+    with stream_session(host, port, STREAM_OPS_QUEUE, FIVE[:3]) as session:
+        _stream_consume(session, STREAM_OPS_QUEUE, {"x-stream-offset": "first"})
+        session.settle()
+        session.client.method(2, commands.Basic.Ack(delivery_tag=3, multiple=True))
+        session.client.method(2, commands.Basic.Recover(requeue=True))
+        obs = session.outcome(session.settle())
+        return _briefed(obs)
+
+
+@scenario(queues=[STREAM_OPS_QUEUE])
+def s_stream_basic_recover_after_cancel(host: str, port: int) -> Observation:
+    """basic.recover requeue=true after a stream consumer was cancelled with m1..m3 unacked."""
+    with stream_session(host, port, STREAM_OPS_QUEUE, FIVE[:3]) as session:
+        _stream_consume(session, STREAM_OPS_QUEUE, {"x-stream-offset": "first"})
+        session.settle()
+        session.call(2, commands.Basic.Cancel(consumer_tag="compat-ctag"), "Basic.CancelOk")
+        session.client.method(2, commands.Basic.Recover(requeue=True))
+        obs = session.outcome(session.settle())
+        return _briefed(obs)
+
+
+@scenario(queues=[STREAM_OPS_QUEUE], exchanges=[STREAM_EXCHANGE])
+def s_stream_bind_unbind(host: str, port: int) -> Observation:
+    """A stream bound to direct exchange compat-stream-direct (key 'rk'); mandatory
+    publishes there before and after queue.unbind; the stream read from 'first'."""
+    with stream_session(host, port, STREAM_OPS_QUEUE) as session:
+        session.call(
+            1,
+            commands.Exchange.Declare(exchange=STREAM_EXCHANGE, exchange_type="direct"),
+            "Exchange.DeclareOk",
+        )
+        bind = session.call(
+            2,
+            commands.Queue.Bind(queue=STREAM_OPS_QUEUE, exchange=STREAM_EXCHANGE, routing_key="rk"),
+            "Queue.BindOk",
+        )
+        bound = session.publish(["bound"], "rk", STREAM_EXCHANGE, mandatory=True)
+        bound_returns = session.settle()
+        unbind = session.call(
+            2,
+            commands.Queue.Unbind(
+                queue=STREAM_OPS_QUEUE, exchange=STREAM_EXCHANGE, routing_key="rk"
+            ),
+            "Queue.UnbindOk",
+        )
+        unbound = session.publish(["unbound"], "rk", STREAM_EXCHANGE, mandatory=True)
+        unbound_returns = session.settle()
+        _stream_consume(session, STREAM_OPS_QUEUE, {"x-stream-offset": "first"}, channel=2)
+        return {
+            "bind": bind["frame"],
+            "publish_bound": {"confirms": bound, "other_frames": bound_returns},
+            "unbind": unbind["frame"],
+            "publish_unbound": {"confirms": unbound, "other_frames": unbound_returns},
+            "consume": brief(session.settle()),
+        }
+
+
+@scenario(queues=[STREAM_OPS_QUEUE])
+def s_stream_consume_exclusive(host: str, port: int) -> Observation:
+    """An exclusive consumer (channel 2) on a stream, then a second, non-exclusive one
+    (channel 3); both from 'first'."""
+    with stream_session(host, port, STREAM_OPS_QUEUE, FIVE[:3], channels=(1, 2, 3)) as s:
+        _stream_consume(s, STREAM_OPS_QUEUE, {"x-stream-offset": "first"}, tag="a", exclusive=True)
+        s.settle()
+        _stream_consume(s, STREAM_OPS_QUEUE, {"x-stream-offset": "first"}, channel=3, tag="b")
+        obs = s.outcome(s.settle())
+        return _briefed(obs)
+
+
+@scenario(queues=[STREAM_OPS_QUEUE])
+def s_stream_consume_exclusive_when_consumer_exists(host: str, port: int) -> Observation:
+    """A consumer (channel 2) on a stream, then an exclusive one (channel 3); both from
+    'first'."""
+    with stream_session(host, port, STREAM_OPS_QUEUE, FIVE[:3], channels=(1, 2, 3)) as s:
+        _stream_consume(s, STREAM_OPS_QUEUE, {"x-stream-offset": "first"}, tag="a")
+        s.settle()
+        _stream_consume(
+            s, STREAM_OPS_QUEUE, {"x-stream-offset": "first"}, channel=3, tag="b", exclusive=True
+        )
+        obs = s.outcome(s.settle())
+        return _briefed(obs)
+
+
+@scenario(queues=[STREAM_OPS_QUEUE])
+def s_stream_consume_priority(host: str, port: int) -> Observation:
+    """basic.consume on a stream with x-priority 5 (and x-stream-offset 'first')."""
+    with stream_session(host, port, STREAM_OPS_QUEUE, FIVE[:3]) as session:
+        _stream_consume(session, STREAM_OPS_QUEUE, {"x-stream-offset": "first", "x-priority": 5})
+        obs = session.outcome(session.settle())
+        return _briefed(obs)
+
+
+@scenario(queues=[STREAM_OPS_QUEUE])
+def s_stream_consume_filter(host: str, port: int) -> Observation:
+    """Stream filtering (a RabbitMQ 3.13 feature): m1 published with header
+    x-stream-filter-value 'f1', m2 with 'f2', m3 without; consumed from 'first' with
+    x-stream-filter 'f1' and x-stream-match-unfiltered false."""
+    with stream_session(host, port, STREAM_OPS_QUEUE) as session:
+        for body, value in (("m1", "f1"), ("m2", "f2"), ("m3", None)):
+            headers = {"x-stream-filter-value": value} if value else None
+            session.publish(
+                [body], STREAM_OPS_QUEUE, properties=commands.Basic.Properties(headers=headers)
+            )
+        _stream_consume(
+            session,
+            STREAM_OPS_QUEUE,
+            {
+                "x-stream-offset": "first",
+                "x-stream-filter": "f1",
+                "x-stream-match-unfiltered": False,
+            },
+        )
+        obs = session.outcome(session.settle())
+        return _briefed(obs)
 
 
 # ======================================================================================

@@ -898,6 +898,8 @@ class Channel:
                 q.schedule_delivery()
 
     def _ack_like(self, tag: int, multiple: bool, requeue: bool | None) -> None:
+        if requeue is not None:
+            self._check_reject(tag, multiple)
         # In a transaction the deliveries keep their prefetch slots until commit,
         # as in RabbitMQ.
         taken = self._take_unacked(tag, multiple, credit=not self.tx)
@@ -907,6 +909,20 @@ class Channel:
                 self._tx_acks.append((t, entry, kind, bool(requeue)))
             return
         self._settle(taken, requeue)
+
+    def _check_reject(self, tag: int, multiple: bool) -> None:
+        """Let the queues of the deliveries a nack or reject names refuse it (streams
+        do, with 540) before anything is settled."""
+        if multiple:
+            entries = [e for t, e in self.unacked.items() if tag == 0 or t <= tag]
+        else:
+            entry = self.unacked.get(tag)
+            entries = [entry] if entry is not None else []
+        checked: set[int] = set()
+        for queue, _seq, _msg, _consumer in entries:
+            if id(queue) not in checked:
+                checked.add(id(queue))
+                queue.check_reject()
 
     def _basic_ack(self, method: spec.BasicAck) -> None:
         self._ack_like(method.delivery_tag, method.multiple, None)

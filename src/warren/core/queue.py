@@ -22,7 +22,7 @@ from warren.core import dead_letter as dl
 from warren.core.codec_errors import DecodeError
 from warren.core.consumer import Consumer
 from warren.core.destination import QUEUE
-from warren.core.errors import AccessRefused
+from warren.core.errors import AccessRefused, PreconditionFailed
 from warren.core.message import Message
 from warren.core.properties import edit_properties
 from warren.core.queue_settings import (
@@ -488,6 +488,11 @@ class Queue:
 
     # -- consumers --------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
+        if "x-stream-offset" in consumer.arguments:
+            raise PreconditionFailed(
+                f"invalid arg 'x-stream-offset' for queue '{self.name}' in vhost "
+                f"'{self.vhost.name}' of queue type rabbit_classic_queue"
+            )
         if self.consumers and (consumer.exclusive or any(c.exclusive for c in self.consumers)):
             raise AccessRefused(
                 f"queue '{self.name}' in vhost '{self.vhost.name}' in exclusive use"
@@ -655,6 +660,9 @@ class Queue:
         else:
             self.unacked += 1
         return item
+
+    def check_reject(self) -> None:
+        """Raise when this kind of queue refuses basic.nack and basic.reject (streams)."""
 
     def ack_many(self, seqs: list[int]) -> None:
         if self.deleted:

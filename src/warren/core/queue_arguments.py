@@ -289,19 +289,24 @@ def _leader_locator(value: Any, args: dict[str, Any]) -> str | None:
     if not _is_str(value):
         return _unacceptable(value)
     ok = (b"client-local", b"balanced", b"random", b"least-leaders")
-    return (
-        None
-        if _raw(value) in ok
-        else string_p(b"unsupported leader locator '" + _raw(value) + b"'")
-    )
+    return None if _raw(value) in ok else "invalid_queue_locator_arg"
+
+
+def _cluster_size(value: Any, args: dict[str, Any]) -> str | None:
+    error = _non_neg_int(value, args)
+    return "{value_zero,0}" if error is None and value == 0 else error
+
+
+#: RabbitMQ's largest x-stream-max-segment-size-bytes.
+_MAX_SEGMENT_SIZE = 3_000_000_000
 
 
 #: A stream's validators, in the order RabbitMQ runs them (x-max-length: Warren's).
 _STREAM_VALIDATORS: tuple[tuple[str, _Check], ...] = (
     ("x-max-length-bytes", _non_neg_int),
     ("x-max-age", _max_age),
-    ("x-stream-max-segment-size-bytes", _positive_int),
-    ("x-initial-cluster-size", _positive_int),
+    ("x-stream-max-segment-size-bytes", _non_neg_int),
+    ("x-initial-cluster-size", _cluster_size),
     ("x-queue-leader-locator", _leader_locator),
     ("x-max-length", _non_neg_int),
 )
@@ -337,25 +342,29 @@ def validate_stream_declaration(
     auto_delete: bool,
     arguments: dict[str, Any],
 ) -> None:
-    """Refuse a stream declaration as RabbitMQ does: streams are durable, never
-    exclusive or auto-delete, and take only their own arguments (406)."""
+    """Refuse a stream declaration as RabbitMQ does (406, its texts and order: the
+    arguments first, then the flags: streams are durable, never exclusive or
+    auto-delete). ``x-max-length`` is accepted: retention by count, as LavinMQ."""
     what = f"queue '{name}' in vhost '{vhost}'"
+    for key, check in _STREAM_VALIDATORS:
+        if key in arguments:
+            error = check(arguments[key], arguments)
+            if error is not None:
+                raise _invalid(key, what, error)
+    size = arguments.get("x-stream-max-segment-size-bytes")
+    if isinstance(size, int) and not isinstance(size, bool) and size > _MAX_SEGMENT_SIZE:
+        raise PreconditionFailed("Exceeded max value for x-stream-max-segment-size-bytes")
+    for key in arguments:
+        if key in _NOT_FOR_STREAMS:
+            raise PreconditionFailed(
+                f"invalid arg '{key}' for {what} of queue type rabbit_stream_queue"
+            )
     if auto_delete:
         raise PreconditionFailed(f"invalid property 'auto-delete' for {what}")
     if exclusive:
         raise PreconditionFailed(f"invalid property 'exclusive-owner' for {what}")
     if not durable:
         raise PreconditionFailed(f"invalid property 'non-durable' for {what}")
-    for key, check in _STREAM_VALIDATORS:
-        if key in arguments:
-            error = check(arguments[key], arguments)
-            if error is not None:
-                raise _invalid(key, what, error)
-    for key in arguments:
-        if key in _NOT_FOR_STREAMS:
-            raise PreconditionFailed(
-                f"invalid arg '{key}' for {what} of queue type rabbit_stream_queue"
-            )
 
 
 # -- equivalence on redeclaration -------------------------------------------------------

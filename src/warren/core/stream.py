@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from warren.core.erlang_format import field_type, term_p
 from warren.core.errors import PreconditionFailed
 from warren.core.message import Message
 
@@ -135,17 +136,21 @@ class StartSpec:
 
 
 def parse_start(value: Any, now_ms: int, what: str) -> StartSpec:
-    """The ``x-stream-offset`` consumer argument; 406 with RabbitMQ's text otherwise."""
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "surrogateescape")
-    if isinstance(value, str):
-        if value in ("first", "last", "next"):
-            return StartSpec(value)
-        interval = parse_interval(value)
+    """The ``x-stream-offset`` consumer argument; 406 with RabbitMQ's text otherwise
+    (where RabbitMQ 3.10 crashes with 541 on a value, Warren answers the same 406)."""
+    raw = value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+    if isinstance(raw, str):
+        if raw in ("first", "last", "next"):
+            return StartSpec(raw)
+        interval = parse_interval(raw)
         if interval is not None:
             return StartSpec("timestamp", now_ms - interval)
-    elif isinstance(value, datetime.datetime):
-        return StartSpec("timestamp", int(value.timestamp()) * 1000)
-    elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return StartSpec("offset", value)
-    raise PreconditionFailed(f"Invalid x-stream-offset: {value!r} for {what}")
+    elif isinstance(raw, datetime.datetime):
+        return StartSpec("timestamp", int(raw.timestamp()) * 1000)
+    elif isinstance(raw, int) and not isinstance(raw, bool):
+        # A negative offset means the start, as RabbitMQ reads it.
+        return StartSpec("offset", max(raw, 0))
+    raise PreconditionFailed(
+        f"invalid arg 'x-stream-offset' for {what}: "
+        f"{{invalid_stream_offset_arg,{{{field_type(value)},{term_p(value)}}}}}"
+    )

@@ -26,7 +26,7 @@ import logging
 from typing import TYPE_CHECKING, Any, cast
 
 from warren.core.consumer import Consumer
-from warren.core.errors import AccessRefused, PreconditionFailed
+from warren.core.errors import NotImplemented_, PreconditionFailed
 from warren.core.message import Message
 from warren.core.queue import STORED, Queue, now_ms
 from warren.core.stream import (
@@ -197,20 +197,20 @@ class StreamQueue(Queue):
 
     # -- consumers ------------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
-        what = f"queue '{self.name}' in vhost '{self.vhost.name}'"
-        if consumer.no_ack:
+        """A new reader, starting where its arguments say (RabbitMQ's checks and texts;
+        the exclusive flag is ignored, as RabbitMQ does for streams)."""
+        what = self._what()
+        args = consumer.arguments
+        if "x-priority" in args:
             raise PreconditionFailed(
-                f"consumer '{consumer.tag}' in {what}: acknowledgement mode 'none' is not "
-                "supported by streams; consume with manual acknowledgements"
+                f"invalid arg 'x-priority' for {what} of queue type rabbit_stream_queue"
+            )
+        if consumer.no_ack:
+            raise NotImplemented_(
+                f"automatic acknowledgement not supported by stream queues {what}"
             )
         if not consumer.credit_limit():
-            raise PreconditionFailed(
-                f"consumer prefetch count is not set for '{consumer.tag}' in {what}: a stream "
-                "consumer needs basic.qos with a prefetch count"
-            )
-        if consumer.exclusive:
-            raise AccessRefused(f"exclusive consumers are not supported by streams ({what})")
-        args = consumer.arguments
+            raise PreconditionFailed(f"consumer prefetch count is not set for '{what}'")
         tracking: str | None = None
         automatic = args.get("x-stream-automatic-offset-tracking") is True
         if "x-stream-offset" in args and args["x-stream-offset"] is None:
@@ -245,6 +245,14 @@ class StreamQueue(Queue):
             self.stream.track(reader.tracking, reader.resume_offset())
             self.vhost.store_written(self.store)
         reader.cursor.close()
+
+    def _what(self) -> str:
+        return f"queue '{self.name}' in vhost '{self.vhost.name}'"
+
+    @property
+    def consumer_count(self) -> int:
+        """0, as RabbitMQ 3.10 reports for a stream in queue.declare-ok whatever reads it."""
+        return 0
 
     def schedule_delivery(self) -> None:
         if not self._scheduled and self._readers and not self.deleted:
@@ -307,9 +315,10 @@ class StreamQueue(Queue):
         self._settle(seqs, False)
 
     def reject(self, seq: int, msg: Message, requeue: bool) -> None:
-        """A stream keeps every message: a reject or nack, with or without requeue,
-        returns the credit; the message counts as not processed, so a tracking
-        consumer's stored offset stays before it."""
+        """A delivery given back by a closing channel or basic.recover (a client's
+        nack or reject is refused: check_reject): the credit returns, the message
+        counts as not processed, so a tracking consumer's stored offset stays
+        before it, and nothing is redelivered."""
         self._settle([seq], True)
 
     def _settle(self, seqs: list[int], returned: bool) -> None:
@@ -333,16 +342,16 @@ class StreamQueue(Queue):
         if touched:
             self.vhost.store_written(self.store)
 
-    # -- what a stream refuses ------------------------------------------------------------
+    # -- what a stream refuses (540, RabbitMQ's texts) ------------------------------------
     def get(self, no_ack: bool) -> tuple[int, Message, bool] | None:
-        raise PreconditionFailed(
-            f"queue '{self.name}' in vhost '{self.vhost.name}' is a stream: basic.get is not "
-            "supported, consume with basic.consume"
-        )
+        raise NotImplemented_(f"basic.get not supported by stream queues {self._what()}")
 
     def purge(self) -> int:
-        raise PreconditionFailed(
-            f"queue '{self.name}' in vhost '{self.vhost.name}' is a stream: it cannot be purged"
+        raise NotImplemented_(f"queue.purge not supported by stream queues {self._what()}")
+
+    def check_reject(self) -> None:
+        raise NotImplemented_(
+            f"basic.nack and basic.reject not supported by stream queues {self._what()}"
         )
 
     def rebuild_expiry_index(self) -> None:

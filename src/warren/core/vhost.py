@@ -289,6 +289,10 @@ class VHost(VHostParameters):
         if passive:
             return self.get_queue(name, owner)
         if not name:
+            if is_stream(arguments or {}):
+                raise PreconditionFailed(
+                    "Cannot declare a server-named queue for type rabbit_stream_queue"
+                )
             name = server_named()
         elif name.startswith("amq."):
             raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
@@ -376,11 +380,14 @@ class VHost(VHostParameters):
             return 0  # deleting a missing queue succeeds, as in RabbitMQ
         if q.exclusive_owner is not None and owner is not None and q.exclusive_owner is not owner:
             raise self._locked(name)
-        if if_unused and q.consumers:
+        stream = isinstance(q, StreamQueue)
+        # RabbitMQ deletes a stream whatever if-unused and if-empty say, and counts
+        # none of its messages in delete-ok.
+        if if_unused and q.consumers and not stream:
             raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' in use")
-        if if_empty and q.message_count:
+        if if_empty and q.message_count and not stream:
             raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' not empty")
-        count = q.message_count
+        count = 0 if stream else q.message_count
         self.queues.pop(name, None)
         if q.persistent and self.definitions is not None:
             self.definitions.delete(queue_key(name))

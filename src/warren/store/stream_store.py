@@ -212,8 +212,9 @@ class StreamStore:
         raise KeyError(offset)
 
     def cursor(self, offset: int) -> StreamCursor:
-        """A reader starting at ``offset`` (clamped into first_offset..next_offset)."""
-        return StreamCursor(self, min(max(offset, self.first_offset), self._next_offset))
+        """A reader starting at ``offset``: the oldest stored offset if retention took
+        it, and nothing until the stream gets there if it is in the future."""
+        return StreamCursor(self, max(offset, self.first_offset))
 
     # -- retention ------------------------------------------------------------------------
     def apply_retention(
