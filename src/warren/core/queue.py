@@ -62,6 +62,9 @@ def now_ms() -> int:
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Queue:
     destination_kind: ClassVar[str] = QUEUE
+    #: Whether every message is stored durably, whatever its delivery-mode (streams):
+    #: a publisher confirm then always waits for the sync.
+    keeps_every_message: ClassVar[bool] = False
 
     def __init__(
         self,

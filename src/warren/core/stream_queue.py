@@ -107,6 +107,8 @@ class _Reader:
 class StreamQueue(Queue):
     """A durable, append-only queue read by offset; see the module docstring."""
 
+    keeps_every_message = True
+
     def __init__(
         self,
         vhost: VHost,

@@ -529,10 +529,13 @@ class VHost(VHostParameters):
                 n += 1
                 if taken == STORED:
                     if durable_out is not None and q.persistent:
-                        if persistent is None:
-                            persistent = msg.persistent
-                        if persistent:
-                            durable_out.append(q.store)
+                        if q.keeps_every_message:
+                            durable_out.append(q.store)  # a stream: whatever delivery-mode says
+                        else:
+                            if persistent is None:
+                                persistent = msg.persistent
+                            if persistent:
+                                durable_out.append(q.store)
                 elif taken == REJECTED:
                     rejected = True
         return REJECTED_BY_QUEUE if rejected else n
