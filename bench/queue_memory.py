@@ -16,6 +16,7 @@ With --rabbitmq it does the same against a running RabbitMQ (beam.smp).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -50,7 +52,8 @@ def rss_anon_kb(pid: int) -> int:
 class RawClient:
     """Just enough AMQP to declare a queue and publish fast."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, queue: str = QUEUE) -> None:
+        self.queue = queue
         self.sock = socket.create_connection(("127.0.0.1", port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
@@ -100,7 +103,7 @@ class RawClient:
             self.buf += data
 
     def message_count(self) -> int:
-        self.send(1, spec.QueueDeclare(queue=QUEUE, passive=True))
+        self.send(1, spec.QueueDeclare(queue=self.queue, passive=True))
         ok = self.expect(spec.QueueDeclareOk)
         assert isinstance(ok, spec.QueueDeclareOk)
         return ok.message_count
@@ -108,7 +111,7 @@ class RawClient:
     def publish(self, count: int, size: int) -> float:
         props = BasicProperties(delivery_mode=2).encode()
         one = b"".join(
-            [method_frame(1, spec.BasicPublish(exchange="", routing_key=QUEUE))]
+            [method_frame(1, spec.BasicPublish(exchange="", routing_key=self.queue))]
             + content_frames(1, props, b"x" * size, self.frame_max)
         )
         batch = 10_000
@@ -131,7 +134,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_warren(count: int, size: int) -> dict[str, float]:
+@contextlib.contextmanager
+def warren_broker() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """Run `python -m warren` on a scratch data dir; yields (process, AMQP port) once it
+    listens, and stops it afterwards."""
     with tempfile.TemporaryDirectory(prefix="warren-bench-") as data:
         env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
         port = _free_port()
@@ -160,10 +166,15 @@ def run_warren(count: int, size: int) -> dict[str, float]:
                     if time.monotonic() > deadline or proc.poll() is not None:
                         raise RuntimeError("warren did not start") from None
                     time.sleep(0.1)
-            return _measure(proc.pid, port, count, size)
+            yield proc, port
         finally:
             proc.terminate()
             proc.wait(60)
+
+
+def run_warren(count: int, size: int) -> dict[str, float]:
+    with warren_broker() as (proc, port):
+        return _measure(proc.pid, port, count, size)
 
 
 def _measure(pid: int, port: int, count: int, size: int) -> dict[str, float]:
