@@ -373,3 +373,51 @@ def test_aio_pika_reads_a_stream(broker: BrokerThread) -> None:
             return offsets
 
     assert asyncio.run(run()) == [0, 1, 2]
+
+
+def test_retention_by_count_and_by_policy(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    by_count = declare_stream(ch, **{"x-max-length": 20, "x-stream-max-segment-size-bytes": 1000})
+    publish(ch, by_count, *[b"x" * 100 for _ in range(100)])
+    kept = ch.queue_declare(by_count, passive=True).method.message_count
+    assert 20 <= kept < 40  # whole segments: at least the limit, less than one more segment
+
+    by_policy = declare_stream(ch, **{"x-stream-max-segment-size-bytes": 1000})
+    publish(ch, by_policy, *[b"x" * 100 for _ in range(100)])
+    assert ch.queue_declare(by_policy, passive=True).method.message_count == 100
+    broker.call(
+        lambda: broker.broker.set_policy(
+            "/", "stream-bytes", f"^{by_policy}$", {"max-length-bytes": 3000}, 0, "queues"
+        )
+    )
+    count = ch.queue_declare(by_policy, passive=True).method.message_count
+    assert 0 < count < 50
+    c = Collector(conn, by_policy, **{"x-stream-offset": "first"})
+    assert c.wait(count) == list(range(100 - count, 100))
+    conn.close()
+
+
+def test_retention_by_age(broker: BrokerThread) -> None:
+    """Segments whose newest message is older than x-max-age go on the next publish."""
+    conn = connect(broker)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    s = declare_stream(ch, **{"x-max-age": "1s", "x-stream-max-segment-size-bytes": 1000})
+    publish(ch, s, *[b"x" * 100 for _ in range(30)])
+    first_batch = ch.queue_declare(s, passive=True).method.message_count
+    assert first_batch == 30
+    deadline = time.monotonic() + 10
+    published = first_batch
+    count = first_batch
+    while count >= first_batch:  # once a second has passed, a publish drops the old ones
+        assert time.monotonic() < deadline, "old segments never aged out"
+        conn.process_data_events(0.25)
+        publish(ch, s, b"new")
+        published += 1
+        count = ch.queue_declare(s, passive=True).method.message_count
+    c = Collector(conn, s, **{"x-stream-offset": "first"})
+    assert c.wait(count) == list(range(published - count, published))
+    assert published - count > 0 and c.bodies()[-1] == b"new"
+    conn.close()

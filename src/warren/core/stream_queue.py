@@ -7,7 +7,8 @@ gets every message with the ``x-stream-offset`` and ``x-stream-timestamp``
 headers it was stored with. As in RabbitMQ a stream consumer needs a prefetch
 limit and manual acks: an ack only returns credit. Retention removes whole
 segments from the front (``x-max-length``, ``x-max-length-bytes``,
-``x-max-age``, by argument or policy).
+``x-max-age``, by argument or policy), looked at on every publish and, for
+age, once a minute.
 
 Server-side offset tracking (LavinMQ's rules): a consumer with a tag and
 ``x-stream-automatic-offset-tracking: true``, or with ``x-stream-offset`` set
@@ -191,7 +192,7 @@ class StreamQueue(Queue):
     def publish(self, msg: Message) -> int:
         self.stream.append(msg)
         self.vhost.store_written(self.store)
-        if self._max_length is not None or self._max_bytes is not None:
+        if self._max_length is not None or self._max_bytes is not None or self._max_age_ms:
             self._apply_retention()
         if self._readers:
             self.schedule_delivery()
