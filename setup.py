@@ -48,10 +48,13 @@ COMPILED_MODULES = [
     "warren.core.properties",
     "warren.core.queue",
     "warren.core.queue_settings",
+    "warren.core.stream",
+    "warren.core.stream_queue",
     "warren.core.table",
     "warren.store.records",
     "warren.store.segment_log",
     "warren.store.segment_store",
+    "warren.store.stream_store",
 ]
 
 # The shared extension module: GROUP + "__mypyc" (mypyc's suffix), a fixed name

@@ -293,9 +293,11 @@ class StreamQueue(Queue):
                 consumer = reader.consumer
                 if not consumer.can_take():
                     continue
-                item = reader.cursor.next()
-                while item is not None and not reader.wants(item[1]):
-                    item = reader.cursor.next()
+                cursor = reader.cursor
+                item = cursor.next()
+                if reader.filters is not None:
+                    while item is not None and not reader.wants(item[1]):
+                        item = cursor.next()
                 if item is None:
                     continue
                 offset, msg = item

@@ -426,10 +426,12 @@ class StreamCursor:
         self._sid = 0
         self._pos = 0
         self._map: mmap.mmap | None = None
+        self._seg: _StreamSegment | None = None  # the segment holding ``offset``
         self._seek(offset)
 
     def _seek(self, offset: int) -> None:
         self._close_map()
+        self._seg = None
         store = self._store
         self.offset = offset
         if offset >= store.next_offset or not store._segs:
@@ -462,8 +464,9 @@ class StreamCursor:
             segs = store._segs
             if not self._sid:
                 self._seek(offset)
-            i = store._segment_of(offset)
-            seg = segs[i]
+            seg = self._seg
+            if seg is None or not seg.first_offset <= offset < seg.first_offset + seg.count:
+                seg = self._seg = segs[store._segment_of(offset)]
             if seg.id != self._sid:
                 # The cursor's segment is done (or gone): start the one holding offset.
                 self._close_map()
