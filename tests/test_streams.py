@@ -421,3 +421,25 @@ def test_retention_by_age(broker: BrokerThread) -> None:
     assert c.wait(count) == list(range(published - count, published))
     assert published - count > 0 and c.bodies()[-1] == b"new"
     conn.close()
+
+
+def test_late_acks_of_a_cancelled_tracking_consumer_do_not_move_its_position(
+    broker: BrokerThread,
+) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    s = declare_stream(ch)
+    publish(ch, s, *[str(i).encode() for i in range(6)])
+    args = {"x-stream-offset": "first", "x-stream-automatic-offset-tracking": True}
+    old = Collector(conn, s, prefetch=3, ack=False, tag="t", **args)
+    old.wait(3)
+    old.ch.basic_cancel(old.tag)  # position stored: 0 (nothing acked)
+    newer = Collector(conn, s, tag="t", **args)
+    assert newer.wait(6) == list(range(6))  # resumed at 0, acked all: position 6
+    newer.ch.basic_cancel(newer.tag)  # stores 6
+    old.ch.basic_ack(old.tags[-1], multiple=True)  # late acks of the cancelled one
+    publish(ch, s, b"6")
+    again = Collector(conn, s, tag="t", **args)
+    assert again.wait(1) == [6]
+    conn.close()

@@ -339,7 +339,9 @@ class StreamQueue(Queue):
             self.unacked -= 1
             if returned and (reader.returned is None or offset < reader.returned):
                 reader.returned = offset
-            if reader.tracking is not None:
+            # A cancelled consumer's position was stored when it went; its late acks
+            # must not overwrite what a new consumer with the same tag stored since.
+            if reader.tracking is not None and id(reader.consumer) in self._readers:
                 touched[id(reader)] = reader
         for reader in touched.values():
             assert reader.tracking is not None
