@@ -8,11 +8,15 @@ from __future__ import annotations
 
 
 def clip_reply_text(text: str) -> str:
-    """A reply text as RabbitMQ sends it: over 255 octets, cut to 252 plus '...'."""
-    raw = text.encode("utf-8", "surrogateescape")
+    """A reply text as RabbitMQ sends it: over 255 octets, cut to 252 plus '...'.
+
+    The cut falls on a character boundary and undecodable bytes become U+FFFD,
+    so every client can decode the short string as UTF-8.
+    """
+    raw = text.encode("utf-8", "replace")
     if len(raw) <= 255:
-        return text
-    return (raw[:252] + b"...").decode("utf-8", "surrogateescape")
+        return raw.decode("utf-8")
+    return raw[:252].decode("utf-8", "ignore") + "..."
 
 
 class BrokerError(Exception):
