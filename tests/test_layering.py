@@ -58,3 +58,15 @@ def test_a_protocol_package_imports_no_other(package: str) -> None:
 def test_the_check_sees_imports() -> None:
     names = imported_modules(SRC / "amqp" / "channel.py")
     assert "warren.core.properties" in names
+
+
+def test_nothing_outside_the_spark_package_imports_it() -> None:
+    """warren.spark (the PySpark data source) is a client of the broker, never a part."""
+    offenders = {
+        f"{path.relative_to(SRC)}: {name}"
+        for path in sorted(SRC.rglob("*.py"))
+        if "spark" not in path.relative_to(SRC).parts
+        for name in imported_modules(path)
+        if name == "warren.spark" or name.startswith("warren.spark.")
+    }
+    assert not offenders

@@ -1,0 +1,314 @@
+"""The options of the ``warren`` data source, parsed once on the driver.
+
+Spark hands a data source its options as a case-insensitive map of strings.
+Everything is validated here, before a task starts, so that a typo fails the
+query with a message naming the option instead of a stack trace from an
+executor. Nothing here imports pyspark: the parsed objects are plain frozen
+dataclasses that pickle to the executors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from warren.perf.client import URI
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "DEFAULT_DEDUP_HEADER",
+    "OptionError",
+    "Position",
+    "SinkOptions",
+    "SourceOptions",
+    "redact",
+]
+
+#: Where a query starts, before it is resolved against a stream's bounds.
+EARLIEST = "earliest"
+LATEST = "latest"
+#: The header Warren's deduplication reads unless a queue names another one
+#: (``x-deduplication-header``, as core/dedup.py's DEFAULT_HEADER).
+DEFAULT_DEDUP_HEADER = "x-deduplication-header"
+
+
+class OptionError(ValueError):
+    """An option is missing, malformed, or names something the broker does not have."""
+
+    def __init__(self, option: str, problem: str) -> None:
+        super().__init__(f"warren data source: option '{option}': {problem}")
+        self.option = option
+
+
+@dataclass(frozen=True)
+class Position:
+    """A starting or ending position: ``earliest``, ``latest``, an offset or a time.
+
+    Exactly one of the fields is meaningful: ``kind`` is ``"earliest"``,
+    ``"latest"``, ``"offset"`` (``value`` is the offset) or ``"timestamp"``
+    (``value`` is milliseconds since the epoch).
+    """
+
+    kind: str
+    value: int = 0
+
+    @classmethod
+    def parse(cls, option: str, raw: Any, allowed: tuple[str, ...]) -> Position:
+        """One position as the user wrote it (a string, or an int from a JSON map)."""
+        expected = _expected(allowed)
+        if isinstance(raw, bool):
+            raise OptionError(option, f"expected {expected}, got {raw!r}")
+        if isinstance(raw, int):
+            text = str(raw)
+        elif isinstance(raw, str):
+            text = raw.strip()
+        else:
+            raise OptionError(option, f"expected {expected}, got {raw!r}")
+        lower = text.lower()
+        if lower in (EARLIEST, LATEST) and lower in allowed:
+            return cls(lower)
+        if lower.startswith("timestamp:") and "timestamp" in allowed:
+            ms = _non_negative_int(text[len("timestamp:") :])
+            if ms is None:
+                raise OptionError(option, f"expected timestamp:<epoch milliseconds>, got {text!r}")
+            return cls("timestamp", ms)
+        offset = _non_negative_int(text)
+        if offset is not None:
+            return cls("offset", offset)
+        raise OptionError(option, f"expected {expected}, got {text!r}")
+
+
+def _expected(allowed: tuple[str, ...]) -> str:
+    words = [w for w in (EARLIEST, LATEST) if w in allowed] + ["an offset (an integer >= 0)"]
+    if "timestamp" in allowed:
+        words.append("timestamp:<epoch milliseconds>")
+    words.append("or a JSON object of these by queue name")
+    return ", ".join(words)
+
+
+def _non_negative_int(text: str) -> int | None:
+    text = text.strip()
+    if not text.isdigit():
+        return None
+    value = int(text)
+    return value if value < 1 << 63 else None
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for error messages and logs."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.hostname or ""
+        if parts.username is not None:
+            netloc = f"{parts.username}:***@{netloc}"
+        if parts.port is not None:
+            netloc = f"{netloc}:{parts.port}"
+        return urlunsplit(parts._replace(netloc=netloc))
+    except ValueError:
+        return "<unparsable url>"
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    """Options are case-insensitive in Spark; accept any case here too (for direct use)."""
+    if name in options:
+        return options[name]
+    lower = name.lower()
+    for key, value in options.items():
+        if key.lower() == lower:
+            return value
+    return None
+
+
+def _url(options: Mapping[str, str]) -> str:
+    url = _get(options, "url")
+    if url is None or not url.strip():
+        raise OptionError(
+            "url", "required: the broker's AMQP URL, e.g. amqp://guest:guest@host:5672/"
+        )
+    url = url.strip()
+    try:
+        URI.parse(url)
+    except ValueError as exc:
+        raise OptionError("url", f"{exc} in {redact(url)!r}") from None
+    return url
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    lower = raw.strip().lower()
+    if lower in ("true", "false"):
+        return lower == "true"
+    raise OptionError(name, f"expected true or false, got {raw!r}")
+
+
+def _positive(options: Mapping[str, str], name: str, default: int | None) -> int | None:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    value = _non_negative_int(raw)
+    if value is None or value == 0:
+        raise OptionError(name, f"expected a positive integer, got {raw!r}")
+    return value
+
+
+def _positions(
+    options: Mapping[str, str],
+    name: str,
+    queues: tuple[str, ...],
+    default: str,
+    allowed: tuple[str, ...],
+) -> dict[str, Position]:
+    """A position per queue: one value for all, or a JSON object by queue name."""
+    raw = _get(options, name)
+    if raw is None:
+        raw = default
+    text = raw.strip()
+    if text.startswith("{"):
+        try:
+            by_queue = json.loads(text)
+        except ValueError as exc:
+            raise OptionError(name, f"invalid JSON: {exc}") from None
+        if not isinstance(by_queue, dict):
+            raise OptionError(name, "expected a JSON object of positions by queue name")
+        unknown = sorted(set(by_queue) - set(queues))
+        if unknown:
+            raise OptionError(name, f"names queues not in option 'queue': {', '.join(unknown)}")
+        fallback = Position.parse(name, default, allowed)
+        return {
+            q: Position.parse(name, by_queue[q], allowed) if q in by_queue else fallback
+            for q in queues
+        }
+    position = Position.parse(name, text, allowed)
+    return dict.fromkeys(queues, position)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Everything the reader needs, batch or streaming."""
+
+    url: str
+    queues: tuple[str, ...]
+    starting: dict[str, Position]
+    ending: dict[str, Position]
+    fail_on_data_loss: bool
+    min_partitions: int
+    max_records_per_partition: int | None
+    max_records_per_trigger: int | None
+    prefetch: int
+    poll_timeout_ms: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
+        url = _url(options)
+        raw_queues = _get(options, "queue")
+        if raw_queues is None or not raw_queues.strip():
+            raise OptionError(
+                "queue", "required: the stream queue to read (or a comma-separated list)"
+            )
+        queues = tuple(q.strip() for q in raw_queues.split(","))
+        if any(not q for q in queues):
+            raise OptionError("queue", f"empty queue name in {raw_queues!r}")
+        if len(set(queues)) != len(queues):
+            raise OptionError("queue", f"a queue is listed twice in {raw_queues!r}")
+        # Kafka's defaults: a streaming query starts at the end, a batch read at the start.
+        starting = _positions(
+            options,
+            "startingOffsets",
+            queues,
+            LATEST if streaming else EARLIEST,
+            (EARLIEST, LATEST, "timestamp"),
+        )
+        if streaming:
+            if _get(options, "endingOffsets") is not None:
+                raise OptionError("endingOffsets", "only for batch reads (a stream has no end)")
+            ending: dict[str, Position] = {}
+        else:
+            ending = _positions(options, "endingOffsets", queues, LATEST, (LATEST,))
+            for q in queues:
+                s, e = starting[q], ending[q]
+                if s.kind == "offset" and e.kind == "offset" and s.value > e.value:
+                    raise OptionError(
+                        "endingOffsets",
+                        f"ending offset {e.value} of queue {q!r} is before startingOffsets {s.value}",
+                    )
+                if s.kind == LATEST and e.kind == "offset":
+                    raise OptionError(
+                        "startingOffsets", "latest cannot start a batch read with an ending offset"
+                    )
+        max_per_trigger = _positive(options, "maxRecordsPerTrigger", None)
+        if max_per_trigger is not None and not streaming:
+            raise OptionError("maxRecordsPerTrigger", "only for streaming reads")
+        min_partitions = _positive(options, "minPartitions", os.cpu_count() or 1)
+        assert min_partitions is not None
+        prefetch = _positive(options, "prefetch", 2000)
+        assert prefetch is not None
+        poll_timeout = _positive(options, "pollTimeoutMs", 60_000)
+        assert poll_timeout is not None
+        return cls(
+            url=url,
+            queues=queues,
+            starting=starting,
+            ending=ending,
+            fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+            min_partitions=min_partitions,
+            max_records_per_partition=_positive(options, "maxRecordsPerPartition", None),
+            max_records_per_trigger=max_per_trigger,
+            prefetch=min(prefetch, 65535),
+            poll_timeout_ms=poll_timeout,
+        )
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Where and how the sink publishes."""
+
+    url: str
+    exchange: str
+    routing_key: str
+    routing_key_column: str | None
+    dedup_header: str
+    persistent: bool
+    max_unconfirmed: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        url = _url(options)
+        exchange = _get(options, "exchange") or ""
+        routing_key = _get(options, "routingKey")
+        column = _get(options, "routingKeyColumn")
+        if routing_key is not None and column is not None:
+            raise OptionError("routingKeyColumn", "give routingKey or routingKeyColumn, not both")
+        if column is not None and not column.strip():
+            raise OptionError("routingKeyColumn", "empty column name")
+        if exchange == "" and routing_key is None and column is None:
+            raise OptionError(
+                "routingKey",
+                "required with the default exchange (it routes by queue name): "
+                "set routingKey or routingKeyColumn, or option 'exchange'",
+            )
+        for name, value in (("exchange", exchange), ("routingKey", routing_key or "")):
+            if len(value.encode()) > 255:
+                raise OptionError(name, "longer than 255 bytes")
+        header = _get(options, "deduplicationHeader") or DEFAULT_DEDUP_HEADER
+        if len(header.encode()) > 255:
+            raise OptionError("deduplicationHeader", "longer than 255 bytes")
+        max_unconfirmed = _positive(options, "maxUnconfirmed", 10_000)
+        assert max_unconfirmed is not None
+        return cls(
+            url=url,
+            exchange=exchange,
+            routing_key=routing_key or "",
+            routing_key_column=column.strip() if column is not None else None,
+            dedup_header=header,
+            persistent=_bool(options, "persistent", True),
+            max_unconfirmed=max_unconfirmed,
+        )

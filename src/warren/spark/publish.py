@@ -1,0 +1,414 @@
+"""The sink's AMQP side: Arrow rows to pre-encoded publishes, with publisher confirms.
+
+A task encodes a slice of rows into one ``bytes`` (basic.publish, content
+header, body frames per row), writes it with one ``sendall``, and counts the
+basic.ack/nack frames the broker sends back, as ``warren perf``'s publishers
+do. At most ``max_unconfirmed`` messages are unconfirmed; a nack, a closed
+channel or a lost connection raises :class:`SinkError`, which fails the task.
+
+Every message carries a deduplication key, ``<write id>:<batch>:<partition>:<row>``,
+in the header Warren's ``x-message-deduplication`` reads: a replayed
+micro-batch produces the same keys, and a deduplicating queue drops them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import select
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from warren.amqp import spec
+from warren.core.table import encode_field_value
+from warren.perf.client import AMQPError, Client
+from warren.spark.options import OptionError, SinkOptions, redact
+from warren.spark.stream import connect
+
+__all__ = ["Encoder", "Publisher", "SinkError", "SinkPlan", "check_exchange"]
+
+_HDR = struct.Struct(">BHI")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_CONTENT_HEADER = struct.Struct(">BHIHHQ")
+_ACK = spec.BasicAck.INDEX
+_NACK = spec.BasicNack.INDEX
+_CLOSES = (spec.ConnectionClose.INDEX, spec.ChannelClose.INDEX)
+_PUBLISH_ID = struct.pack(">HHH", 60, 40, 0)  # class, method, reserved-1
+#: Rows encoded per sendall.
+SLICE_ROWS = 512
+
+#: Optional columns the sink reads, by AMQP property, with the property's flag bit.
+PROPERTY_FLAGS: dict[str, int] = {
+    "content_type": 0x8000,
+    "content_encoding": 0x4000,
+    "delivery_mode": 0x1000,
+    "priority": 0x0800,
+    "correlation_id": 0x0400,
+    "reply_to": 0x0200,
+    "expiration": 0x0100,
+    "message_id": 0x0080,
+    "timestamp": 0x0040,
+    "type": 0x0020,
+    "user_id": 0x0010,
+    "app_id": 0x0008,
+}
+_F_HEADERS = 0x2000
+_F_DELIVERY_MODE = 0x1000
+_SHORTSTR = (
+    "content_type",
+    "content_encoding",
+    "correlation_id",
+    "reply_to",
+    "expiration",
+    "message_id",
+    "type",
+    "user_id",
+    "app_id",
+)
+_OCTET = ("delivery_mode", "priority")
+
+
+class SinkError(RuntimeError):
+    """The broker refused a message or went away before confirming it."""
+
+
+def _shortstr(text: str, what: str) -> bytes:
+    raw = text.encode()
+    if len(raw) > 255:
+        raise SinkError(f"{what} is longer than 255 bytes: {text[:40]!r}...")
+    return bytes((len(raw),)) + raw
+
+
+@dataclass(frozen=True)
+class SinkPlan:
+    """Which columns the sink reads, decided on the driver from the DataFrame's schema."""
+
+    options: SinkOptions
+    #: Property columns present, in flag-bit order.
+    properties: tuple[str, ...]
+    headers: bool
+    body_is_string: bool
+
+    @classmethod
+    def from_schema(cls, options: SinkOptions, fields: Sequence[tuple[str, str]]) -> SinkPlan:
+        """``fields`` are (name, Spark simpleString type); raises OptionError for a
+        missing body or routing-key column, or a column of the wrong type."""
+        types = dict(fields)
+        body = types.get("body")
+        if body not in ("binary", "string"):
+            problem = "missing" if body is None else f"of type {body}"
+            raise OptionError(
+                "body", f"the sink needs a 'body' column of type binary or string ({problem})"
+            )
+        column = options.routing_key_column
+        if column is not None and types.get(column) != "string":
+            problem = "missing" if column not in types else f"of type {types[column]}"
+            raise OptionError("routingKeyColumn", f"column {column!r} must be a string ({problem})")
+        headers = types.get("headers")
+        if headers is not None and not headers.startswith("map<string,"):
+            raise OptionError(
+                "headers", f"the 'headers' column must be a map<string,...>, not {headers}"
+            )
+        for name in PROPERTY_FLAGS:
+            kind = types.get(name)
+            if kind is None:
+                continue
+            want = (
+                ("timestamp",)
+                if name == "timestamp"
+                else (("tinyint", "smallint", "int", "bigint") if name in _OCTET else ("string",))
+            )
+            if kind not in want:
+                raise OptionError(
+                    name, f"the {name!r} column must be {' or '.join(want)}, not {kind}"
+                )
+        return cls(
+            options=options,
+            properties=tuple(n for n in PROPERTY_FLAGS if n in types),
+            headers=headers is not None,
+            body_is_string=body == "string",
+        )
+
+
+def check_exchange(options: SinkOptions) -> None:
+    """Fail on the driver, naming the option, when the exchange does not exist."""
+    with contextlib.closing(connect(options.url, 30.0, name="warren-spark sink check")) as client:
+        if options.exchange == "":
+            return
+        client.channel_open(1)
+        try:
+            client.rpc(
+                1,
+                spec.ExchangeDeclare(exchange=options.exchange, passive=True),
+                spec.ExchangeDeclareOk,
+            )
+        except AMQPError as exc:
+            if exc.reply_code == spec.NOT_FOUND:
+                raise OptionError(
+                    "exchange",
+                    f"exchange {options.exchange!r} not found in vhost {client.uri.vhost!r}",
+                ) from None
+            raise OptionError("exchange", str(exc)) from None
+
+
+class Encoder:
+    """Turns rows of Arrow batches into publish frames; one per task."""
+
+    def __init__(self, plan: SinkPlan, key_prefix: str, frame_max: int) -> None:
+        o = plan.options
+        self.plan = plan
+        self.key_prefix = key_prefix.encode()
+        self.chunk = frame_max - 8
+        self.exchange = _shortstr(o.exchange, "exchange")
+        self.method_prefix = _PUBLISH_ID + self.exchange
+        fixed = o.routing_key_column is None
+        self.fixed_method = self._method(_shortstr(o.routing_key, "routingKey")) if fixed else b""
+        self.dedup_entry = _shortstr(o.dedup_header, "deduplicationHeader") + b"S"
+
+    def _method(self, routing_key: bytes) -> bytes:
+        payload = self.method_prefix + routing_key + b"\x00"
+        return _HDR.pack(1, 1, len(payload)) + payload + b"\xce"
+
+    def encode(self, batch: pa.RecordBatch, first_row: int) -> list[tuple[bytes, int]]:
+        """The batch as (frames, message count) slices, keys numbered from ``first_row``."""
+        plan = self.plan
+        n = batch.num_rows
+        if n == 0:
+            return []
+        names = batch.schema.names
+        body_col = batch.column(names.index("body"))
+        if plan.body_is_string:
+            body_col = body_col.cast(pa.binary())
+        bodies: list[bytes | None] = body_col.to_pylist()
+        keys: list[Any] | None = None
+        column = plan.options.routing_key_column
+        if column is not None:
+            keys = batch.column(names.index(column)).to_pylist()
+        headers: list[Any] | None = None
+        if plan.headers:
+            headers = batch.column(names.index("headers")).to_pylist()
+        props = [(p, batch.column(names.index(p)).to_pylist()) for p in plan.properties]
+        persistent = plan.options.persistent
+        out: list[tuple[bytes, int]] = []
+        for lo in range(0, n, SLICE_ROWS):
+            hi = min(n, lo + SLICE_ROWS)
+            parts: list[bytes] = []
+            for i in range(lo, hi):
+                body = bodies[i]
+                if body is None:
+                    raise SinkError(f"row {first_row + i} of this partition has a null body")
+                if keys is not None:
+                    rk = keys[i]
+                    if rk is None:
+                        raise SinkError(
+                            f"row {first_row + i} has a null routing key (column {column!r})"
+                        )
+                    parts.append(self._method(_shortstr(rk, "routing key")))
+                else:
+                    parts.append(self.fixed_method)
+                key = self.key_prefix + str(first_row + i).encode()
+                table = self.dedup_entry + _U32.pack(len(key)) + key
+                if headers is not None and headers[i]:
+                    table = _user_headers(headers[i]) + table
+                if props:
+                    before, after, flags = _encode_properties(props, i, _F_HEADERS)
+                    if persistent and not flags & _F_DELIVERY_MODE:
+                        flags |= _F_DELIVERY_MODE
+                        after = b"\x02" + after  # delivery-mode is the first after headers
+                    raw = before + _U32.pack(len(table)) + table + after
+                elif persistent:
+                    flags = _F_HEADERS | _F_DELIVERY_MODE
+                    raw = _U32.pack(len(table)) + table + b"\x02"
+                else:
+                    flags = _F_HEADERS
+                    raw = _U32.pack(len(table)) + table
+                size = len(body)
+                parts.append(
+                    _CONTENT_HEADER.pack(2, 1, 14 + len(raw), 60, 0, size)
+                    + struct.pack(">H", flags)
+                    + raw
+                    + b"\xce"
+                )
+                if size <= self.chunk:
+                    if size:
+                        parts.append(_HDR.pack(3, 1, size))
+                        parts.append(body)
+                        parts.append(b"\xce")
+                else:
+                    for at in range(0, size, self.chunk):
+                        piece = body[at : at + self.chunk]
+                        parts.append(_HDR.pack(3, 1, len(piece)) + piece + b"\xce")
+            out.append((b"".join(parts), hi - lo))
+        return out
+
+
+def _user_headers(pairs: list[tuple[str, Any]]) -> bytes:
+    out = []
+    for key, value in pairs:
+        if value is None:
+            continue
+        raw = key.encode()
+        if len(raw) > 255:
+            raise SinkError(f"header name longer than 255 bytes: {key[:40]!r}...")
+        if isinstance(value, str):
+            encoded = value.encode()
+            out.append(bytes((len(raw),)) + raw + b"S" + _U32.pack(len(encoded)) + encoded)
+        else:
+            out.append(bytes((len(raw),)) + raw + encode_field_value(value))
+    return b"".join(out)
+
+
+def _encode_properties(
+    props: list[tuple[str, list[Any]]], i: int, flags: int
+) -> tuple[bytes, bytes, int]:
+    """Properties before the headers table (content type, encoding) and after it."""
+    before: list[bytes] = []
+    after: list[bytes] = []
+    for name, values in props:
+        value = values[i]
+        if value is None:
+            continue
+        flags |= PROPERTY_FLAGS[name]
+        target = before if name in ("content_type", "content_encoding") else after
+        if name in _OCTET:
+            if not 0 <= value <= 255:
+                raise SinkError(f"{name} {value} is not an octet (0-255)")
+            target.append(bytes((value,)))
+        elif name == "timestamp":
+            assert isinstance(value, datetime.datetime)
+            target.append(_U64.pack(max(0, int(value.timestamp()))))
+        else:
+            target.append(_shortstr(value, name))
+    return b"".join(before), b"".join(after), flags
+
+
+class Publisher:
+    """One confirm-mode channel; :meth:`send` keeps at most ``max_unconfirmed`` in flight."""
+
+    def __init__(self, options: SinkOptions, timeout_s: float = 60.0) -> None:
+        self.options = options
+        self.timeout_s = timeout_s
+        self.client: Client | None = None
+        self.published = 0
+        self.acked_upto = 0
+        self.singles: set[int] = set()
+        self.buf = b""
+
+    @property
+    def confirmed(self) -> int:
+        return self.acked_upto + len(self.singles)
+
+    def open(self) -> Publisher:
+        client = connect(self.options.url, self.timeout_s, name="warren-spark sink")
+        self.client = client
+        client.channel_open(1)
+        client.confirm_select(1)
+        self.buf = client.unread()
+        return self
+
+    @property
+    def frame_max(self) -> int:
+        assert self.client is not None
+        return self.client.frame_max
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.buf = self.buf
+            self.client.pos = 0
+            self.client.close()
+            self.client = None
+
+    def abort(self) -> None:
+        if self.client is not None:
+            self.client.abort()
+            self.client = None
+
+    def send(self, frames: bytes, count: int) -> None:
+        client = self.client
+        assert client is not None and client.sock is not None
+        limit = self.options.max_unconfirmed
+        while self.published - self.confirmed + count > limit and self.published > self.confirmed:
+            self._read(block=True)
+        try:
+            client.sock.sendall(frames)
+        except OSError as exc:
+            raise SinkError(f"lost the connection to {redact(self.options.url)}: {exc}") from None
+        self.published += count
+        self._read(block=False)
+
+    def flush(self) -> None:
+        """Wait until every message sent is confirmed."""
+        while self.confirmed < self.published:
+            self._read(block=True)
+
+    def _read(self, block: bool) -> None:
+        client = self.client
+        assert client is not None and client.sock is not None
+        sock = client.sock
+        if not block:
+            ready, _, _ = select.select([sock], [], [], 0)
+            if not ready:
+                return
+        try:
+            data = sock.recv(65536)
+        except TimeoutError:
+            raise SinkError(
+                f"no confirm from the broker for {self.timeout_s:g} s "
+                f"({self.published - self.confirmed} messages unconfirmed)"
+            ) from None
+        except OSError as exc:
+            raise SinkError(f"lost the connection to {redact(self.options.url)}: {exc}") from None
+        if not data:
+            raise SinkError(
+                f"the broker closed the connection with {self.published - self.confirmed} "
+                "messages unconfirmed"
+            )
+        buf = self.buf + data if self.buf else data
+        self.buf = buf[self._feed(buf) :]
+
+    def _feed(self, buf: bytes) -> int:
+        pos = 0
+        n = len(buf)
+        while n - pos >= 7:
+            ftype, _ch, size = _HDR.unpack_from(buf, pos)
+            end = pos + 8 + size
+            if end > n:
+                break
+            if ftype == 1:
+                idx = _U32.unpack_from(buf, pos + 7)[0]
+                if idx in (_ACK, _NACK):
+                    tag = _U64.unpack_from(buf, pos + 11)[0]
+                    if idx == _NACK:
+                        raise SinkError(
+                            f"the broker nacked message {tag} (queue full, rejected or failed); "
+                            "the task fails so that Spark can retry it"
+                        )
+                    self._confirm(tag, buf[pos + 19] & 1)
+                elif idx in _CLOSES:
+                    method = spec.decode_method(buf[pos + 7 : end - 1])
+                    code = getattr(method, "reply_code", 0)
+                    text = getattr(method, "reply_text", "")
+                    raise SinkError(
+                        f"the broker closed the {method.NAME.split('.')[0]}: {code} {text}"
+                    )
+            pos = end
+        return pos
+
+    def _confirm(self, tag: int, multiple: int) -> None:
+        if multiple:
+            if tag > self.acked_upto:
+                self.acked_upto = tag
+                if self.singles:
+                    self.singles = {t for t in self.singles if t > tag}
+        elif tag == self.acked_upto + 1:
+            self.acked_upto = tag
+            while self.acked_upto + 1 in self.singles:
+                self.acked_upto += 1
+                self.singles.discard(self.acked_upto)
+        elif tag > self.acked_upto:
+            self.singles.add(tag)

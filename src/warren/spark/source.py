@@ -1,0 +1,293 @@
+"""The ``warren`` data source: batch and streaming reads of stream queues, and the sink.
+
+Planning runs on the driver (in a Python planner process): it asks the
+broker for each stream's bounds and cuts ``[start, end)`` into partitions.
+Reading runs in the executors: each partition opens its own connection
+(never pickled: readers carry only options and offsets) and closes it when
+its range is read or the task stops.
+
+A streaming query's offsets are ``{queue: next offset}``; ``-1`` stands for
+"the first offset the stream will have", which a query that starts on an
+empty stream records until the stream has messages.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from warren.spark.columns import COLUMNS, schema_ddl, to_batch
+from warren.spark.connection import DataLossError, data_loss
+from warren.spark.options import EARLIEST, LATEST, OptionError, Position, SourceOptions
+from warren.spark.stream import Bounds, Planner, read_range
+
+__all__ = ["WarrenDataSource", "OffsetRange", "split", "allocate"]
+
+log = logging.getLogger("warren.spark")
+
+#: In a streaming offset: the stream was empty, start at its first offset.
+UNRESOLVED = -1
+
+
+class OffsetRange(InputPartition):
+    """Offsets ``[start, end)`` of one queue: what one task reads."""
+
+    def __init__(self, queue: str, start: int, end: int) -> None:
+        super().__init__((queue, start, end))
+        self.queue = queue
+        self.start = start
+        self.end = end
+
+    def __repr__(self) -> str:
+        return f"OffsetRange({self.queue!r}, {self.start}, {self.end})"
+
+
+def split(
+    ranges: Sequence[tuple[str, int, int]], min_partitions: int, max_per_partition: int | None
+) -> list[OffsetRange]:
+    """Cut the ranges into about ``min_partitions`` pieces (more when a piece would exceed
+    ``max_per_partition``), in proportion to their sizes; empty ranges are dropped."""
+    ranges = [(q, s, e) for q, s, e in ranges if e > s]
+    total = sum(e - s for _, s, e in ranges)
+    out: list[OffsetRange] = []
+    for queue, start, end in ranges:
+        size = end - start
+        parts = max(1, round(min_partitions * size / total))
+        if max_per_partition:
+            parts = max(parts, -(-size // max_per_partition))
+        parts = min(parts, size)
+        for i in range(parts):
+            lo = start + size * i // parts
+            hi = start + size * (i + 1) // parts
+            out.append(OffsetRange(queue, lo, hi))
+    return out
+
+
+def allocate(available: dict[str, int], limit: int) -> dict[str, int]:
+    """How many records to take from each queue so that the total is at most ``limit``, in
+    proportion to what each has (Kafka's maxOffsetsPerTrigger does the same)."""
+    total = sum(available.values())
+    if total <= limit:
+        return dict(available)
+    take = {q: n * limit // total for q, n in available.items()}
+    left = limit - sum(take.values())
+    for q in sorted(available, key=lambda q: available[q] - take[q], reverse=True):
+        if left <= 0:
+            break
+        if take[q] < available[q]:
+            take[q] += 1
+            left -= 1
+    return take
+
+
+def _start(
+    planner: Planner, options: SourceOptions, queue: str, position: Position, bounds: Bounds
+) -> int | None:
+    """Where a read of ``queue`` starts, or None while the stream is empty."""
+    if bounds.empty:
+        return None
+    assert bounds.first is not None and bounds.end is not None
+    if position.kind == EARLIEST:
+        return bounds.first
+    if position.kind == LATEST:
+        return bounds.end
+    if position.kind == "timestamp":
+        return planner.offset_at(queue, position.value, bounds)
+    if position.value < bounds.first:
+        data_loss(queue, position.value, bounds.first, options.fail_on_data_loss)
+        return bounds.first
+    return position.value
+
+
+def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(partition, OffsetRange):  # Spark's placeholder for "no partitions"
+        return
+    for rows in read_range(
+        options.url,
+        partition.queue,
+        partition.start,
+        partition.end,
+        prefetch=options.prefetch,
+        poll_timeout_ms=options.poll_timeout_ms,
+        fail_on_data_loss=options.fail_on_data_loss,
+    ):
+        yield to_batch(rows, partition.queue)
+
+
+def _check_schema(schema: StructType) -> None:
+    got = [(f.name, f.dataType.simpleString()) for f in schema.fields]
+    if got != list(COLUMNS):
+        raise OptionError(
+            "schema",
+            "the warren source's columns are fixed; do not set a schema "
+            f"(got {schema.simpleString()})",
+        )
+
+
+class BatchReader(DataSourceReader):
+    """``spark.read.format("warren")``: the offsets between the two options, now."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        o = self.options
+        ranges = []
+        with Planner(o.url, o.poll_timeout_ms) as planner:
+            for queue in o.queues:
+                bounds = planner.bounds(queue)
+                start = _start(planner, o, queue, o.starting[queue], bounds)
+                if start is None:
+                    continue
+                assert bounds.end is not None
+                ending = o.ending[queue]
+                end = bounds.end if ending.kind == LATEST else min(ending.value, bounds.end)
+                ranges.append((queue, start, end))
+        return split(ranges, o.min_partitions, o.max_records_per_partition)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.options, partition)
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("warren")``: micro-batches of new offsets."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        #: Set by trigger(availableNow=True): the ends to stop at.
+        self.target: dict[str, int] | None = None
+
+    def initialOffset(self) -> dict[str, int]:
+        o = self.options
+        offsets = {}
+        with Planner(o.url, o.poll_timeout_ms) as planner:
+            for queue in o.queues:
+                start = _start(planner, o, queue, o.starting[queue], planner.bounds(queue))
+                offsets[queue] = UNRESOLVED if start is None else start
+        return offsets
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_records_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        o = self.options
+        with Planner(o.url, o.poll_timeout_ms) as planner:
+            self.target = {q: self._end(planner.bounds(q)) for q in o.queues}
+
+    @staticmethod
+    def _end(bounds: Bounds) -> int:
+        return UNRESOLVED if bounds.end is None else bounds.end
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
+        o = self.options
+        ends: dict[str, int] = {}
+        available: dict[str, int] = {}
+        firsts: dict[str, int] = {}
+        with Planner(o.url, o.poll_timeout_ms) as planner:
+            for queue in o.queues:
+                at = int(start.get(queue, UNRESOLVED))
+                ends[queue] = at
+                bounds = planner.bounds(queue)
+                end = self._end(bounds)
+                if self.target is not None:
+                    target = self.target.get(queue, UNRESOLVED)
+                    end = target if target == UNRESOLVED else min(end, target)
+                if end == UNRESOLVED:
+                    continue
+                assert bounds.first is not None
+                lo = bounds.first if at == UNRESOLVED else at
+                if lo < bounds.first:
+                    data_loss(queue, lo, bounds.first, o.fail_on_data_loss)
+                    lo = bounds.first
+                if end < lo:
+                    self._went_back(queue, lo, end)
+                    continue
+                firsts[queue] = lo
+                available[queue] = end - lo
+        take = allocate(available, limit.max_rows) if isinstance(limit, ReadMaxRows) else available
+        for queue, n in take.items():
+            if n > 0:
+                ends[queue] = firsts[queue] + n
+        return ends
+
+    def _went_back(self, queue: str, at: int, end: int) -> None:
+        what = (
+            f"queue {queue!r} ends at offset {end}, before offset {at} this query has read up "
+            "to (was the stream deleted and declared again?)"
+        )
+        if self.options.fail_on_data_loss:
+            raise DataLossError(f"{what}; set failOnDataLoss to false to wait for offset {at}")
+        log.warning("%s; waiting until it reaches offset %d (failOnDataLoss=false)", what, at)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """The micro-batch's ranges, from the oldest offset kept where retention went past
+        the start."""
+        o = self.options
+        ranges = []
+        todo = {q: int(hi) for q, hi in end.items() if int(hi) != UNRESOLVED}
+        if not todo:
+            return []
+        with Planner(o.url, o.poll_timeout_ms) as planner:
+            for queue, hi in todo.items():
+                lo = int(start.get(queue, UNRESOLVED))
+                first = planner.first(queue)
+                if first is None:
+                    continue
+                if lo != UNRESOLVED and first > lo:
+                    data_loss(queue, lo, first, o.fail_on_data_loss)
+                ranges.append((queue, max(lo, first), hi))
+        return split(ranges, o.min_partitions, o.max_records_per_partition)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.options, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: a stream keeps its messages whoever has read them."""
+
+
+class WarrenDataSource(DataSource):
+    """``format("warren")``: stream queues of Warren (or RabbitMQ) as a table, and a sink."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "warren"
+
+    def schema(self) -> str:
+        return schema_ddl()
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        _check_schema(schema)
+        return BatchReader(SourceOptions.parse(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        _check_schema(schema)
+        return StreamReader(SourceOptions.parse(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> Any:
+        from warren.spark.sink import batch_writer
+
+        if overwrite:  # nothing to overwrite: messages are only ever added
+            raise OptionError("mode", "the warren sink publishes messages: use mode('append')")
+        return batch_writer(dict(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        from warren.spark.sink import stream_writer
+
+        return stream_writer(dict(self.options), schema)

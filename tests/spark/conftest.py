@@ -1,0 +1,120 @@
+"""One SparkSession and one broker for all the Spark tests.
+
+The broker is an embedded Warren (tests/conftest.py's start_broker) unless
+WARREN_SPARK_BROKER_URL names another one, e.g. a RabbitMQ with streams:
+
+    WARREN_SPARK_BROKER_URL=amqp://guest:guest@127.0.0.1:5672/ pytest -m spark
+
+Spark runs local[2] with its UI off and two shuffle partitions; its Python
+workers run this interpreter (PYSPARK_PYTHON), so they import this checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .helpers import BrokerInfo, channel, declare_stream, delete_queue
+
+pytest.importorskip("pyspark", reason="the spark extra is not installed")
+
+BROKER_URL_ENV = "WARREN_SPARK_BROKER_URL"
+
+
+@pytest.fixture(scope="session")
+def spark_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerInfo]:
+    url = os.environ.get(BROKER_URL_ENV)
+    embedded = None
+    if not url:
+        from conftest import start_broker
+
+        embedded = start_broker(tmp_path_factory.mktemp("warren-spark") / "data")
+        url = embedded.url
+    try:
+        with channel(url) as c:
+            is_warren = "warren_version" in c.server_properties
+        yield BrokerInfo(url=url, is_warren=is_warren, embedded=embedded)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+
+
+@pytest.fixture
+def warren_only(spark_broker: BrokerInfo) -> None:
+    """For tests of what only Warren does (x-stream-timestamp, deduplication, exact "last")."""
+    if not spark_broker.is_warren:
+        pytest.skip("needs Warren (the broker at WARREN_SPARK_BROKER_URL is not Warren)")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java (no java on PATH, JAVA_HOME unset)")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from warren.spark import register
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("warren-spark-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.pyspark.python", sys.executable)
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture
+def names(
+    spark_broker: BrokerInfo, request: pytest.FixtureRequest
+) -> Iterator[Callable[[str], str]]:
+    """Unique queue names for this test; every queue named is deleted afterwards."""
+    made: list[str] = []
+    base = request.node.name.replace("[", "-").replace("]", "")[:40]
+
+    def name(suffix: str = "") -> str:
+        made.append(f"spark-{base}-{suffix}-{uuid.uuid4().hex[:6]}")
+        return made[-1]
+
+    yield name
+    for queue in made:
+        delete_queue(spark_broker.url, queue)
+
+
+@pytest.fixture
+def stream(spark_broker: BrokerInfo, names: Callable[[str], str]) -> Callable[..., str]:
+    """Declare a fresh stream queue; returns its name."""
+
+    def make(suffix: str = "s", **arguments: Any) -> str:
+        queue = names(suffix)
+        declare_stream(spark_broker.url, queue, **arguments)
+        return queue
+
+    return make
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> Callable[[str], str]:
+    def path(name: str = "ck") -> str:
+        return str(tmp_path / name)
+
+    return path
