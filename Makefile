@@ -72,7 +72,7 @@ test: $(STAMP) $(SHARED_LIBRARY)
 	exit $$status
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests tools
+	$(PY) -m ruff check src tests tools bench examples
 	$(PY) -m mypy
 
 spec: $(STAMP)

@@ -1,0 +1,76 @@
+"""examples/spark_pipeline (--once) against the embedded broker: every window average
+the watermark has closed is in Parquet with the right value, every alert arrives once."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .helpers import BrokerInfo, channel, message_count
+
+pytestmark = pytest.mark.spark
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "spark_pipeline"
+
+
+@pytest.fixture
+def example(spark_broker: BrokerInfo, warren_only: None) -> Any:
+    sys.path.insert(0, str(EXAMPLE))
+    import run
+    import sensors
+
+    yield run, sensors
+    sys.path.remove(str(EXAMPLE))
+    from warren.amqp import spec
+
+    with channel(spark_broker.url) as c:
+        for queue in (sensors.READINGS_STREAM, sensors.ALERTS_QUEUE):
+            c.rpc(1, spec.QueueDelete(queue=queue), spec.QueueDeleteOk)
+        for exchange in (sensors.READINGS_EXCHANGE, sensors.ALERTS_EXCHANGE):
+            c.rpc(1, spec.ExchangeDelete(exchange=exchange), spec.ExchangeDeleteOk)
+
+
+def test_the_pipeline_writes_every_closed_window_and_every_alert_once(
+    spark: Any, spark_broker: BrokerInfo, example: Any, tmp_path: Path
+) -> None:
+    run, sensors = example
+    count, rounds = 4, 1200
+    averages, alerts = run.run_once(
+        spark, spark_broker.url, tmp_path, sensor_count=count, rounds=rounds
+    )
+
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    source = sensors.readings(count, start, dt.timedelta(seconds=1))
+    windows: dict[tuple[int, str], list[float]] = defaultdict(list)
+    over = []
+    for _ in range(rounds):
+        for r in next(source):
+            windows[(int((r.time - start).total_seconds()) // 10, r.sensor)].append(r.value)
+            if r.value > sensors.THRESHOLD:
+                over.append((r.sensor, r.value))
+    # The watermark trails the newest reading (second rounds - 1) by 30 s: the windows
+    # ending at or before it are final and written; the later ones are still open.
+    watermark_s = rounds - 1 - 30
+    closed = {k: v for k, v in windows.items() if (k[0] + 1) * 10 <= watermark_s}
+    got = {
+        (
+            int((row.window_start.replace(tzinfo=dt.UTC) - start).total_seconds()) // 10,
+            row.sensor,
+        ): (row.avg_value, row.max_value, row.readings)
+        for row in averages
+    }
+    assert len(averages) == len(got) == len(closed) > 0
+    for key, values in closed.items():
+        avg, top, n = got[key]
+        assert n == len(values)
+        assert avg == pytest.approx(round(sum(values) / len(values), 3), abs=1e-9)
+        assert top == max(values)
+
+    assert over, "the simulated readings should cross the threshold now and then"
+    assert sorted((a["sensor"], a["value"]) for a in alerts) == sorted(over)
+    assert message_count(spark_broker.url, sensors.ALERTS_QUEUE) == 0  # and nothing twice
