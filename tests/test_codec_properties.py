@@ -353,3 +353,36 @@ def test_warren_decodes_pamqp_encoding(props: BasicProperties, body_size: int) -
     assert ours == props
     for name, peek in PEEKS.items():
         assert peek(raw) == getattr(props, name)
+
+
+_stream_headers = st.one_of(
+    _headers,
+    st.builds(
+        lambda h, k, v: {**h, k: v},
+        _headers,
+        st.sampled_from(["x-stream-offset", "x-stream-timestamp", "x-stream-filter-value"]),
+        _scalar,
+    ),
+)
+
+
+@SETTINGS
+@given(
+    properties({**_TYPE_STRATEGIES, "table": _stream_headers}),
+    st.integers(0, 2**63 - 1),
+    st.integers(0, 2**63 - 1),
+)
+def test_stream_stamping_splices_what_edit_properties_builds(
+    props: BasicProperties, offset: int, ts: int
+) -> None:
+    """A stream append's fast splice of its two headers gives edit_properties' bytes."""
+    from warren.store.stream_store import stamp_properties
+
+    raw = props.encode()
+    longs = {"x-stream-offset": offset, "x-stream-timestamp": ts}
+    expected = core_properties.edit_properties(
+        raw, set_headers={k: b"l" + struct.pack(">q", v) for k, v in longs.items()}
+    )
+    assert stamp_properties(raw, offset, ts) == expected
+    headers = decode_properties(expected).headers
+    assert headers is not None and {k: headers[k] for k in longs} == longs

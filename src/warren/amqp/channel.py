@@ -115,6 +115,8 @@ class Channel:
         self.reply_consumer_tag: str | None = None
         # Content assembly for the publish in progress.
         self._publish: spec.BasicPublish | None = None
+        self._last_publish: spec.BasicPublish | None = None
+        self._last_publish_payload = b""
         self._publish_ex_rk = b""
         self._props: bytes | None = None
         self._body_size = 0
@@ -137,11 +139,18 @@ class Channel:
             # The hot path: basic.publish skips the generic dispatch. Its payload
             # already holds exchange and routing key as the two shortstrs every
             # delivery of the message will carry.
-            try:
-                self._publish = spec.BasicPublish.decode(payload)
-            except DecodeError:
-                conn._decode(payload)  # raises the connection error RabbitMQ sends
-                raise
+            # A publisher mostly repeats one exchange and routing key: the last
+            # payload's decoded method is reused (it is only ever read).
+            if payload == self._last_publish_payload:
+                self._publish = self._last_publish
+            else:
+                try:
+                    self._publish = spec.BasicPublish.decode(payload)
+                except DecodeError:
+                    conn._decode(payload)  # raises the connection error RabbitMQ sends
+                    raise
+                self._last_publish_payload = payload
+                self._last_publish = self._publish
             self._publish_ex_rk = payload[6:-1]
             return
         method = conn._decode(payload)

@@ -45,6 +45,59 @@ _U32 = struct.Struct(">I")
 _TS = struct.Struct(">Q")  # a record's timestamp, after its u32 length
 _TRACKING_FILE = "offsets"
 
+_OFFSET_KEY = bytes([len(OFFSET_HEADER)]) + OFFSET_HEADER.encode() + b"l"
+_TIMESTAMP_KEY = bytes([len(TIMESTAMP_HEADER)]) + TIMESTAMP_HEADER.encode() + b"l"
+#: The two entries' size in a headers table: keys, tags and two 8-byte longs.
+_ENTRIES_SIZE = len(_OFFSET_KEY) + len(_TIMESTAMP_KEY) + 16
+_HEADERS_BIT = 0x2000
+_CONTINUED_BIT = 0x0001
+
+
+def stamp_properties(raw: bytes, offset: int, ts: int) -> bytes:
+    """``raw`` with the x-stream-offset and x-stream-timestamp headers set.
+
+    The common cases, no headers yet or headers without either key, splice the
+    two entries in as bytes (a third of the cost of a stream append was the
+    general edit_properties); anything else goes through edit_properties.
+    """
+    entries = _OFFSET_KEY + _I64.pack(offset) + _TIMESTAMP_KEY + _I64.pack(ts)
+    try:
+        flags = (raw[0] << 8) | raw[1]
+        if not flags & _CONTINUED_BIT:
+            pos = 2
+            if flags & 0x8000:  # content-type
+                pos += 1 + raw[pos]
+            if flags & 0x4000:  # content-encoding
+                pos += 1 + raw[pos]
+            if not flags & _HEADERS_BIT:
+                if pos <= len(raw):
+                    return (
+                        bytes(((flags | _HEADERS_BIT) >> 8, flags & 0xFF))
+                        + raw[2:pos]
+                        + _U32.pack(_ENTRIES_SIZE)
+                        + entries
+                        + raw[pos:]
+                    )
+            else:
+                (size,) = _U32.unpack_from(raw, pos)
+                end = pos + 4 + size
+                table = raw[pos + 4 : end]
+                if (
+                    end <= len(raw)
+                    and _OFFSET_KEY[:-1] not in table
+                    and _TIMESTAMP_KEY[:-1] not in table
+                ):
+                    return raw[:pos] + _U32.pack(size + _ENTRIES_SIZE) + table + entries + raw[end:]
+    except (IndexError, struct.error):
+        pass  # malformed: edit_properties says how
+    return edit_properties(
+        raw,
+        set_headers={
+            OFFSET_HEADER: b"l" + _I64.pack(offset),
+            TIMESTAMP_HEADER: b"l" + _I64.pack(ts),
+        },
+    )
+
 
 class _StreamSegment:
     """What a stream knows of one segment: a few ints, nothing per message."""
@@ -127,13 +180,7 @@ class StreamStore:
         """Store ``msg`` with the next offset; returns the offset."""
         offset = self._next_offset
         ts = msg.timestamp
-        props = edit_properties(
-            msg.properties,
-            set_headers={
-                OFFSET_HEADER: b"l" + _I64.pack(offset),
-                TIMESTAMP_HEADER: b"l" + _I64.pack(ts),
-            },
-        )
+        props = stamp_properties(msg.properties, offset, ts)
         stored = Message(msg.exchange, msg.routing_key, props, msg.body, ts)
         stored._ex_rk = msg._ex_rk
         rec = encode_message_record(stored)
