@@ -23,6 +23,7 @@ import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 from warren.core.message import Message
 from warren.core.properties import edit_properties, peek_headers
@@ -40,17 +41,19 @@ __all__ = ["StreamCursor", "StreamStore"]
 
 log = logging.getLogger("warren.store")
 
-_I64 = struct.Struct(">q")
-_U32 = struct.Struct(">I")
+_I64: Final = struct.Struct(">q")
+_U32: Final = struct.Struct(">I")
 _TS = struct.Struct(">Q")  # a record's timestamp, after its u32 length
 _TRACKING_FILE = "offsets"
 
-_OFFSET_KEY = bytes([len(OFFSET_HEADER)]) + OFFSET_HEADER.encode() + b"l"
-_TIMESTAMP_KEY = bytes([len(TIMESTAMP_HEADER)]) + TIMESTAMP_HEADER.encode() + b"l"
+_OFFSET_KEY: Final = bytes([len(OFFSET_HEADER)]) + OFFSET_HEADER.encode() + b"l"
+_TIMESTAMP_KEY: Final = bytes([len(TIMESTAMP_HEADER)]) + TIMESTAMP_HEADER.encode() + b"l"
+_OFFSET_NAME: Final = _OFFSET_KEY[:-1]
+_TIMESTAMP_NAME: Final = _TIMESTAMP_KEY[:-1]
 #: The two entries' size in a headers table: keys, tags and two 8-byte longs.
-_ENTRIES_SIZE = len(_OFFSET_KEY) + len(_TIMESTAMP_KEY) + 16
-_HEADERS_BIT = 0x2000
-_CONTINUED_BIT = 0x0001
+_ENTRIES_SIZE: Final = len(_OFFSET_KEY) + len(_TIMESTAMP_KEY) + 16
+_HEADERS_BIT: Final = 0x2000
+_CONTINUED_BIT: Final = 0x0001
 
 
 def stamp_properties(raw: bytes, offset: int, ts: int) -> bytes:
@@ -84,8 +87,8 @@ def stamp_properties(raw: bytes, offset: int, ts: int) -> bytes:
                 table = raw[pos + 4 : end]
                 if (
                     end <= len(raw)
-                    and _OFFSET_KEY[:-1] not in table
-                    and _TIMESTAMP_KEY[:-1] not in table
+                    and _OFFSET_NAME not in table
+                    and _TIMESTAMP_NAME not in table
                 ):
                     return raw[:pos] + _U32.pack(size + _ENTRIES_SIZE) + table + entries + raw[end:]
     except (IndexError, struct.error):
