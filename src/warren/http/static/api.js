@@ -1,0 +1,90 @@
+// The management HTTP API client: basic-auth credentials in sessionStorage,
+// sent on every call; a 401 clears them and sends the user back to the login.
+
+const AUTH_KEY = "warren.auth";
+const USER_KEY = "warren.user";
+
+export class ApiError extends Error {
+  constructor(status, reason) {
+    super(reason || `HTTP ${status}`);
+    this.status = status;
+  }
+}
+
+function encodeBasic(user, password) {
+  const bytes = new TextEncoder().encode(`${user}:${password}`);
+  let binary = "";
+  for (const b of bytes) binary += String.fromCharCode(b);
+  return btoa(binary);
+}
+
+export function loggedIn() {
+  return sessionStorage.getItem(AUTH_KEY) !== null;
+}
+
+export function currentUser() {
+  return sessionStorage.getItem(USER_KEY) || "";
+}
+
+export function logout() {
+  sessionStorage.removeItem(AUTH_KEY);
+  sessionStorage.removeItem(USER_KEY);
+}
+
+/** Checks the credentials against /api/whoami and keeps them when they work. */
+export async function login(user, password) {
+  const auth = `Basic ${encodeBasic(user, password)}`;
+  const resp = await fetch("/api/whoami", {
+    headers: { Authorization: auth, "X-Requested-With": "XMLHttpRequest" },
+  });
+  if (resp.status === 401) throw new ApiError(401, "Login failed: wrong user name or password.");
+  if (!resp.ok) throw new ApiError(resp.status, await reasonOf(resp));
+  const me = await resp.json();
+  sessionStorage.setItem(AUTH_KEY, auth);
+  sessionStorage.setItem(USER_KEY, me.name || user);
+  return me;
+}
+
+async function reasonOf(resp) {
+  const text = await resp.text();
+  try {
+    const body = JSON.parse(text);
+    return body.reason || body.error || text;
+  } catch {
+    return text || `${resp.status} ${resp.statusText}`;
+  }
+}
+
+/**
+ * api("GET", "/queues") -> parsed JSON (or null for an empty body).
+ * body: an object (sent as JSON) or a string; headers: extra request headers.
+ */
+export async function api(method, path, body, headers = {}) {
+  const init = {
+    method,
+    headers: {
+      Authorization: sessionStorage.getItem(AUTH_KEY) || "",
+      "X-Requested-With": "XMLHttpRequest",
+      ...headers,
+    },
+  };
+  if (body !== undefined) {
+    init.body = typeof body === "string" ? body : JSON.stringify(body);
+    init.headers["Content-Type"] = "application/json";
+  }
+  const resp = await fetch(`/api${path}`, init);
+  if (resp.status === 401) {
+    logout();
+    window.dispatchEvent(new Event("warren:unauthorized"));
+    throw new ApiError(401, "Not logged in.");
+  }
+  if (!resp.ok) throw new ApiError(resp.status, await reasonOf(resp));
+  const text = await resp.text();
+  return text ? JSON.parse(text) : null;
+}
+
+/** A URL path segment: vhost "/" -> "%2F". */
+export const seg = (s) => encodeURIComponent(s);
+
+/** The API's name for an exchange ("" is the default exchange, amq.default). */
+export const exchangePath = (vhost, name) => `/exchanges/${seg(vhost)}/${seg(name || "amq.default")}`;

@@ -1,0 +1,183 @@
+// Warren management UI: hash routing, login, polling, the page modules.
+import { api, currentUser, login, loggedIn, logout } from "./api.js";
+import { h, replace } from "./dom.js";
+import * as admin from "./pages/admin.js";
+import * as conns from "./pages/connections.js";
+import * as exchanges from "./pages/exchanges.js";
+import { overview } from "./pages/overview.js";
+import * as queues from "./pages/queues.js";
+
+// [pattern segments, page]; ":x" captures a (decoded) segment.
+const ROUTES = [
+  [[], overview],
+  [["connections"], conns.connectionList],
+  [["connections", ":name"], conns.connectionDetail],
+  [["channels"], conns.channelList],
+  [["channels", ":name"], conns.channelDetail],
+  [["exchanges"], exchanges.exchangeList],
+  [["exchanges", ":vhost", ":name"], exchanges.exchangeDetail],
+  [["queues"], queues.queueList],
+  [["queues", ":vhost", ":name"], queues.queueDetail],
+  [["users"], admin.users],
+  [["vhosts"], admin.vhosts],
+  [["permissions"], admin.permissions],
+  [["policies"], admin.policies],
+  [["definitions"], admin.definitions],
+];
+
+const main = document.getElementById("main");
+const flashBox = document.getElementById("flash");
+let generation = 0;
+
+/** A message under the header: kind "ok" or "error". */
+export function flash(text, kind = "ok") {
+  replace(flashBox, h("p", { class: `flash ${kind}` }, text));
+  flashBox.dataset.kind = kind;
+}
+
+function clearFlash() {
+  replace(flashBox);
+  delete flashBox.dataset.kind;
+}
+
+function parseHash() {
+  const raw = location.hash.replace(/^#\/?/, "");
+  if (raw === "") return [];
+  // "exchanges/%2F/" keeps its empty last segment: the default exchange.
+  return raw.split("/").map((p) => decodeURIComponent(p));
+}
+
+function match(parts) {
+  for (const [pattern, page] of ROUTES) {
+    if (pattern.length !== parts.length) continue;
+    const params = {};
+    let ok = true;
+    pattern.forEach((p, i) => {
+      if (p.startsWith(":")) params[p.slice(1)] = parts[i];
+      else if (p !== parts[i]) ok = false;
+    });
+    if (ok) return [page, params];
+  }
+  return [null, null];
+}
+
+function setNav(parts) {
+  const here = `#/${parts[0] || ""}`;
+  for (const a of document.querySelectorAll("#nav a")) {
+    a.classList.toggle("active", a.getAttribute("href") === here);
+  }
+}
+
+function showLogin(message) {
+  generation += 1;
+  document.getElementById("nav").hidden = true;
+  document.getElementById("session").hidden = true;
+  const user = h("input", { name: "username", autocomplete: "username", required: true, autofocus: true });
+  const password = h("input", { name: "password", type: "password", autocomplete: "current-password" });
+  const error = h("p", { class: "error", role: "alert" }, message || "");
+  const form = h(
+    "form",
+    { class: "login", id: "login-form" },
+    h("h1", null, "Log in"),
+    h("label", { class: "field" }, h("span", null, "Username"), user),
+    h("label", { class: "field" }, h("span", null, "Password"), password),
+    h("button", { type: "submit" }, "Log in"),
+    error,
+  );
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    try {
+      await login(user.value, password.value);
+      route();
+    } catch (e) {
+      replace(error, e.message);
+    }
+  });
+  clearFlash();
+  replace(main, form);
+  user.focus();
+}
+
+/** Context handed to a page: its params, the main element, polling and errors. */
+function context(gen, params) {
+  const ctx = {
+    params,
+    alive: () => gen === generation,
+    flash,
+    go: (hash) => {
+      location.hash = hash;
+    },
+    /** Calls fn now and every ms milliseconds while this page is shown. */
+    poll(fn, ms = 5000) {
+      const tick = async () => {
+        if (!ctx.alive()) return;
+        try {
+          await fn();
+        } catch (e) {
+          ctx.fail(e);
+        }
+        if (ctx.alive()) setTimeout(tick, ms);
+      };
+      return tick();
+    },
+    fail(e) {
+      if (e.status === 401) return;
+      flash(e.message || String(e), "error");
+    },
+    /** Wraps an action: runs it, reports its error, returns its result. */
+    async act(fn, ok) {
+      try {
+        const r = await fn();
+        if (ok) flash(typeof ok === "function" ? ok(r) : ok, "ok");
+        return r;
+      } catch (e) {
+        ctx.fail(e);
+        return undefined;
+      }
+    },
+  };
+  return ctx;
+}
+
+async function route() {
+  if (!loggedIn()) {
+    showLogin();
+    return;
+  }
+  generation += 1;
+  const gen = generation;
+  document.getElementById("nav").hidden = false;
+  document.getElementById("session").hidden = false;
+  replace(document.getElementById("whoami"), currentUser());
+  const parts = parseHash();
+  setNav(parts);
+  clearFlash();
+  const [page, params] = match(parts);
+  if (!page) {
+    replace(main, h("h1", null, "Not found"), h("p", null, h("a", { href: "#/" }, "Back to the overview")));
+    return;
+  }
+  const ctx = context(gen, params);
+  try {
+    const node = await page(ctx);
+    if (ctx.alive() && node) replace(main, node);
+  } catch (e) {
+    if (!ctx.alive()) return;
+    if (e.status === 404) {
+      replace(main, h("h1", null, "Not found"), h("p", null, e.message));
+    } else {
+      ctx.fail(e);
+    }
+  }
+}
+
+window.addEventListener("hashchange", route);
+window.addEventListener("warren:unauthorized", () => showLogin("Your session has ended: please log in again."));
+document.getElementById("logout").addEventListener("click", () => {
+  logout();
+  location.hash = "#/";
+  showLogin();
+});
+
+
+route();

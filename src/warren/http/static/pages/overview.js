@@ -1,0 +1,94 @@
+// Overview: object totals, queued messages and message rates, polled every 5 s.
+import { api } from "../api.js";
+import { lineChart } from "../chart.js";
+import { facts, h, replace, section, table } from "../dom.js";
+import { compact, num, rate, statRate } from "../format.js";
+
+const SPAN = 10 * 60 * 1000; // the charts show the last ten minutes
+const samples = []; // kept across page changes while the app is open
+
+const RATE_SERIES = [
+  { key: "publish", label: "Publish", color: "#2d7dd2" },
+  { key: "deliver_get", label: "Deliver / get", color: "#3bb273" },
+  { key: "ack", label: "Ack", color: "#e1bc29" },
+];
+const QUEUED_SERIES = [
+  { key: "messages", label: "Total", color: "#7768ae" },
+  { key: "messages_ready", label: "Ready", color: "#2d7dd2" },
+  { key: "messages_unacknowledged", label: "Unacked", color: "#e15554" },
+];
+
+function record(o) {
+  const q = o.queue_totals || {};
+  const t = Date.now();
+  samples.push({
+    t,
+    values: {
+      publish: statRate(o, "publish"),
+      deliver_get: statRate(o, "deliver_get"),
+      ack: statRate(o, "ack"),
+      messages: Number(q.messages) || 0,
+      messages_ready: Number(q.messages_ready) || 0,
+      messages_unacknowledged: Number(q.messages_unacknowledged) || 0,
+    },
+  });
+  while (samples.length && samples[0].t < t - SPAN) samples.shift();
+}
+
+function card(key, label, value) {
+  return h("div", { class: "card", "data-total": key }, h("span", null, label), h("b", null, num(value)));
+}
+
+function render(o) {
+  const totals = o.object_totals || {};
+  const q = o.queue_totals || {};
+  const cards = h(
+    "div",
+    { class: "cards" },
+    card("connections", "Connections", totals.connections ?? 0),
+    card("channels", "Channels", totals.channels ?? 0),
+    card("exchanges", "Exchanges", totals.exchanges ?? 0),
+    card("queues", "Queues", totals.queues ?? 0),
+    card("consumers", "Consumers", totals.consumers ?? 0),
+    card("messages_ready", "Ready", q.messages_ready ?? 0),
+    card("messages_unacknowledged", "Unacked", q.messages_unacknowledged ?? 0),
+  );
+  const charts = h(
+    "div",
+    { class: "charts" },
+    section("Queued messages", lineChart("queued", QUEUED_SERIES, samples, num, SPAN, compact)),
+    section("Message rates", lineChart("rates", RATE_SERIES, samples, rate, SPAN)),
+  );
+  const listeners = o.listeners || [];
+  const node = section(
+    "Node",
+    facts([
+      ["Product", `${o.product_name || "?"} ${o.product_version || ""}`],
+      ["Node", o.node || ""],
+      ["Cluster", o.cluster_name || ""],
+      o.management_version ? ["Management API", o.management_version] : null,
+    ]),
+    table(
+      [
+        ["Protocol", (l) => l.protocol],
+        ["Bound to", (l) => l.ip_address],
+        ["Port", (l) => String(l.port)],
+      ],
+      listeners,
+      { empty: "No listeners reported." },
+    ),
+  );
+  return [cards, charts, node];
+}
+
+export async function overview(ctx) {
+  const body = h("div", { id: "overview-body" });
+  const page = h("div", { class: "page overview" }, h("h1", null, "Overview"), body);
+  await ctx.poll(async () => {
+    const o = await api("GET", "/overview");
+    if (!ctx.alive()) return;
+    record(o);
+    replace(body, render(o));
+  });
+  return page;
+}
