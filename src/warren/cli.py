@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="warren",
         description="Warren, an AMQP 0-9-1 message broker. Settings come from the "
         "built-in defaults, then the config file (LavinMQ INI format), then these flags.",
-        epilog="Load testing: `warren perf --help` (throughput, connection-count, queue-count).",
+        epilog="Load testing: `warren perf --help` (throughput, connection-count, queue-count). "
+        "Management: `warren ctl --help` (queues, users, definitions ... over the HTTP API).",
     )
     p.add_argument(
         "-c", "--config", metavar="FILE", help="INI config file ([main] and [amqp] sections)"
@@ -189,13 +190,18 @@ def main(argv: list[str] | None = None) -> int:
     2 on bad configuration or usage.
 
     ``warren perf ...`` runs the load-test tools instead (warren.perf, which does
-    not import the broker); every other argument list is the server's.
+    not import the broker), ``warren ctl ...`` the management command line
+    (warren.ctl, neither); every other argument list is the server's.
     """
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "perf":
         from warren.perf import main as perf_main
 
         return perf_main(list(args[1:]))
+    if args and args[0] == "ctl":
+        from warren.ctl import main as ctl_main
+
+        return ctl_main(list(args[1:]))
     root = logging.getLogger()
     saved_level = root.level
     # Installed before the config is read so warnings about the config file
