@@ -60,6 +60,12 @@ class BrokerThread:
         return listener
 
     @property
+    def http_port(self) -> int:
+        """The management API's port (0 when the HTTP listener is disabled)."""
+        listener = self.broker.listener("http")
+        return listener.port if listener is not None else 0
+
+    @property
     def url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/"
 
@@ -92,6 +98,8 @@ class BrokerThread:
 
 
 def start_broker(data_dir: Path, **settings: Any) -> BrokerThread:
+    # Ephemeral ports for both listeners, so brokers started in parallel never collide.
+    settings.setdefault("http_port", 0)
     config = Config(data_dir=str(data_dir), amqp_port=0, **settings)
     return BrokerThread(config).start()
 

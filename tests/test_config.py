@@ -148,18 +148,19 @@ def test_unknown_keys_and_sections_warn_and_are_ignored(
         tmp_path,
         "[main]\nstats_interval = 5000\n"
         "[amqp]\nport = 5680\ntls_port = 5671\n"
-        "[mgmt]\nport = 15672\n"
+        "[mgmt]\nport = 15673\ntls_port = 15671\n"
         "[clustering]\n",
     )
     with caplog.at_level(logging.WARNING, logger="warren.config"):
         c = Config.from_ini(path)
     assert c.amqp_port == 5680  # [mgmt] port must not leak into the AMQP port
+    assert c.http_port == 15673
     records = [r for r in caplog.records if r.name == "warren.config"]
     messages = [r.getMessage() for r in records]
     assert all(r.levelno == logging.WARNING for r in records)
     assert any("[main] stats_interval" in m for m in messages)
     assert any("[amqp] tls_port" in m for m in messages)
-    assert any("[mgmt] port" in m for m in messages)
+    assert any("[mgmt] tls_port" in m for m in messages)
     assert any("[clustering]" in m for m in messages)
     assert all(str(path) in m for m in messages)
 
@@ -507,3 +508,11 @@ def test_config_error_exit_status_from_command_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.startswith("warren: ")
     assert str(path) in result.stderr and "[amqp] port" in result.stderr
+
+
+def test_mgmt_section_sets_the_http_listener(tmp_path: Path) -> None:
+    c = Config.from_ini(write_ini(tmp_path, "[mgmt]\nbind = 0.0.0.0\nport = -1\n"))
+    assert (c.http_bind, c.http_port) == ("0.0.0.0", -1)
+    assert (Config().http_bind, Config().http_port) == ("127.0.0.1", 15672)
+    with pytest.raises(ConfigError, match=r"\[mgmt\] port"):
+        Config.from_ini(write_ini(tmp_path, "[mgmt]\nport = -2\n"))

@@ -12,14 +12,19 @@ from typing import Any
 from warren.amqp.server import AMQPListener
 from warren.broker import Broker as CoreBroker
 from warren.config import Config
+from warren.http.server import HTTPListener
 from warren.node import Listener
 
 __all__ = ["Broker", "default_listeners"]
 
 
 def default_listeners(config: Config) -> list[Listener]:
-    """The listeners the configuration asks for: AMQP on ``bind:amqp_port``."""
-    return [AMQPListener(config.bind, config.amqp_port)]
+    """The listeners the configuration asks for: AMQP on ``bind:amqp_port``, and the
+    HTTP management API on ``http_bind:http_port`` unless that port is -1."""
+    listeners: list[Listener] = [AMQPListener(config.bind, config.amqp_port)]
+    if config.http_port >= 0:
+        listeners.append(HTTPListener(config.http_bind, config.http_port))
+    return listeners
 
 
 class Broker(CoreBroker):

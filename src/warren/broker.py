@@ -60,6 +60,11 @@ def _raise_fd_limit() -> None:
         log.warning("cannot raise the open-file limit: %s", exc)
 
 
+def _remove_trees(paths: list[Path]) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 class Broker:
     """The core, the store and the listeners it is given, started and stopped together.
 
@@ -125,6 +130,29 @@ class Broker:
             self.vhosts[name] = vhost
             self.layout.save_vhosts(list(self.vhosts))
         return vhost
+
+    def delete_vhost(self, name: str) -> None:
+        """Close the vhost's connections, delete its queues and exchanges, drop every
+        permission on it and its files (renamed away now, removed off the loop)."""
+        vhost = self.get_vhost(name)
+        for conn in list(self.connections):
+            if conn.info().get("vhost") == name:
+                conn.force_close(f"vhost '{name}' is deleted")
+        for queue in list(vhost.queues):
+            vhost.delete_queue(queue)
+        for exchange in list(vhost.exchanges):
+            if exchange and not exchange.startswith("amq."):
+                vhost.delete_exchange(exchange)
+        vhost.close()
+        del self.vhosts[name]
+        self.layout.save_vhosts(list(self.vhosts))
+        for user in self.users.users.values():
+            user.permissions.pop(name, None)
+        self.save_users()
+        doomed = self.layout.detach_vhost_dirs(name)
+        if doomed and self._loop is not None:
+            self._loop.run_in_executor(None, _remove_trees, doomed)
+        log.info("vhost '%s' deleted", name)
 
     def _new_store(
         self, vhost: VHost, queue: str, persistent: bool, max_priority: int

@@ -32,6 +32,8 @@ _OVERRIDES: tuple[tuple[str, str], ...] = (
     ("data_dir", "--data-dir"),
     ("bind", "--bind"),
     ("amqp_port", "--amqp-port"),
+    ("http_bind", "--http-bind"),
+    ("http_port", "--http-port"),
     ("log_level", "--log-level"),
     ("heartbeat", "--heartbeat"),
     ("frame_max", "--frame-max"),
@@ -70,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Management: `warren ctl --help` (queues, users, definitions ... over the HTTP API).",
     )
     p.add_argument(
-        "-c", "--config", metavar="FILE", help="INI config file ([main] and [amqp] sections)"
+        "-c", "--config", metavar="FILE", help="INI config file ([main], [amqp], [mgmt] sections)"
     )
     p.add_argument(
         "-D",
@@ -86,6 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="PORT",
         help=f"AMQP TCP port, 0 picks a free one (default: {d.amqp_port}; [amqp] port)",
+    )
+    p.add_argument(
+        "--http-bind",
+        metavar="ADDR",
+        help=f"address of the HTTP management API (default: {d.http_bind}; [mgmt] bind)",
+    )
+    p.add_argument(
+        "--http-port",
+        type=int,
+        metavar="PORT",
+        help=f"HTTP management API port, 0 picks a free one, -1 disables it "
+        f"(default: {d.http_port}; [mgmt] port)",
     )
     p.add_argument(
         "--log-level",

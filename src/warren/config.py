@@ -57,6 +57,10 @@ class Config:
     log_level: str = "info"
     bind: str = "127.0.0.1"
     amqp_port: int = 5672
+    #: The HTTP management API (RabbitMQ's, warren.http): address and port; port 0
+    #: picks a free one, -1 disables the listener.
+    http_bind: str = "127.0.0.1"
+    http_port: int = 15672
     #: Seconds; what the server proposes in connection.tune. 0 disables heartbeats.
     heartbeat: int = 300
     frame_max: int = 131072
@@ -223,6 +227,9 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("amqp", "frame_max"): ("frame_max", _parse_int),
     ("amqp", "channel_max"): ("channel_max", _parse_int),
     ("amqp", "max_message_size"): ("max_message_size", _parse_int),
+    # LavinMQ's section for its management HTTP server.
+    ("mgmt", "bind"): ("http_bind", _parse_str),
+    ("mgmt", "port"): ("http_port", _parse_int),
 }
 _INI_SECTIONS = frozenset(section for section, _ in _INI_KEYS)
 
@@ -284,6 +291,8 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "log_level": _log_level,
     "bind": _non_empty_str,
     "amqp_port": _int_in(0, 65535),
+    "http_bind": _non_empty_str,
+    "http_port": _int_in(-1, 65535),
     "heartbeat": _int_in(0, 65535),
     "frame_max": _int_in(FRAME_MIN_SIZE, FRAME_MAX_LIMIT),
     "channel_max": _int_in(0, 65535),

@@ -10,7 +10,8 @@ this module, never broker.py or another protocol.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+import socket
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from warren.config import Config
@@ -18,7 +19,12 @@ if TYPE_CHECKING:
     from warren.core.vhost import VHost
     from warren.store.sync import GroupSync
 
-__all__ = ["ClientConnection", "Listener", "Node"]
+__all__ = ["ClientConnection", "Listener", "Node", "node_name"]
+
+
+def node_name() -> str:
+    """This broker's node name, as RabbitMQ's ``rabbit@host``: ``warren@host``."""
+    return f"warren@{socket.gethostname()}"
 
 
 class ClientConnection(Protocol):
@@ -35,6 +41,22 @@ class ClientConnection(Protocol):
     def check_consumer_timeouts(self, now_ms: int, default_ms: int) -> None:
         """Once a second: act on deliveries unacknowledged for too long."""
 
+    # -- what the management API (warren.http) shows and does ---------------------------
+    def info(self) -> dict[str, Any]:
+        """The connection as RabbitMQ's management API lists it: ``name`` (the
+        identifier DELETE /api/connections/{name} takes), ``user``, ``vhost``,
+        ``protocol``, ``peer_host``, ``peer_port``, ``channels``, ``state`` ...
+        Empty while the client has not opened a vhost yet (not listed)."""
+        ...
+
+    def channels_info(self) -> list[dict[str, Any]]:
+        """Its channels as RabbitMQ lists them, each with ``consumer_details``
+        (consumers in /api/consumers' shape)."""
+        ...
+
+    def force_close(self, reason: str) -> None:
+        """Close it on an operator's request (AMQP: 320 CONNECTION_FORCED with ``reason``)."""
+
 
 class Node(Protocol):
     """What listeners, their connections and definitions import/export use of the broker."""
@@ -45,8 +67,16 @@ class Node(Protocol):
     cluster_name: str
     disk_alarm: bool
     syncer: GroupSync | None
+    #: Open client connections of every protocol (those that opened a vhost).
+    connections: set[ClientConnection]
+    #: Every listener, started or not (the management API lists them).
+    listeners: list[Listener]
 
     def add_vhost(self, name: str) -> VHost: ...
+
+    def delete_vhost(self, name: str) -> None:
+        """Close its connections, delete its queues and exchanges (and their files),
+        drop every permission on it; NotFound when there is no such vhost."""
 
     def get_vhost(self, name: str) -> VHost: ...
 

@@ -12,11 +12,12 @@ import enum
 import logging
 import platform
 import struct
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from warren import __version__
-from warren.amqp import spec
+from warren.amqp import management, spec
 from warren.amqp.auth import MECHANISMS, parse_credentials
 from warren.amqp.channel import Channel
 from warren.amqp.frames import (
@@ -128,6 +129,14 @@ class AMQPConnection:
         self.config = broker.config
         self.peer = peer
         self.name = f"{peer[0]}:{peer[1]}" if peer else "local"
+        # The server side of the socket (set by the transport) and when it was accepted
+        # (ms since the epoch), for the management API's connection listing.
+        self.local: tuple[str, int] | None = None
+        self.connected_at = int(time.time() * 1000)
+        self.auth_mechanism = ""
+        # Set by the transport: what to do after a close the operator asked for (a
+        # deadline for the client's close-ok).
+        self.on_forced_close: Callable[[], None] | None = None
         self._on_output = on_output
         self._on_close = on_close
         self.pending: list[bytes] = []
@@ -439,6 +448,7 @@ class AMQPConnection:
         caps = self.client_properties.get("capabilities")
         self.capabilities = caps if isinstance(caps, dict) else {}
         mechanism = method.mechanism
+        self.auth_mechanism = mechanism
         if mechanism not in ("PLAIN", "AMQPLAIN"):
             log.warning("%s: unsupported auth mechanism %r", self.name, mechanism)
             self._refuse_login(
@@ -563,6 +573,19 @@ class AMQPConnection:
             0, spec.ConnectionClose(reply_code=code, reply_text=text, class_id=0, method_id=0)
         )
         self._begin_closing()
+
+    # -- the management API (warren.node.ClientConnection) --------------------------------
+    def info(self) -> dict[str, Any]:
+        return management.connection_info(self)
+
+    def channels_info(self) -> list[dict[str, Any]]:
+        return management.channels_info(self)
+
+    def force_close(self, reason: str) -> None:
+        """320 CONNECTION_FORCED with the operator's reason, as RabbitMQ's management."""
+        self.close(320, clip_reply_text(f"CONNECTION_FORCED - {reason}"))
+        if self.on_forced_close is not None:
+            self.on_forced_close()
 
     def _begin_closing(self) -> None:
         self.state = State.CLOSING

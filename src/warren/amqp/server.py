@@ -44,6 +44,10 @@ class AMQPProtocol(asyncio.Protocol):
         peer_addr = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
         self.conn = AMQPConnection(self.broker, peer_addr, self._request_flush, self._request_close)
         self.conn.reading_control = self._set_reading
+        local = transport.get_extra_info("sockname")
+        if isinstance(local, tuple):
+            self.conn.local = (str(local[0]), int(local[1]))
+        self.conn.on_forced_close = self._forced_close
         self.listener.protocols.add(self)
         self._timers.append(self.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout))
 
@@ -139,6 +143,13 @@ class AMQPProtocol(asyncio.Protocol):
         if self.conn is not None:
             self.conn.close()
             self._flush()
+        if not self._closing_timer:
+            self._closing_timer = True
+            self._timers.append(self.loop.call_later(CLOSE_OK_TIMEOUT, self._abort))
+
+    def _forced_close(self) -> None:
+        """The management API closed the connection: the client has CLOSE_OK_TIMEOUT."""
+        self._flush()
         if not self._closing_timer:
             self._closing_timer = True
             self._timers.append(self.loop.call_later(CLOSE_OK_TIMEOUT, self._abort))

@@ -81,6 +81,9 @@ class DataDir:
         self._lock = lock
         shutil.rmtree(self.transient_root, ignore_errors=True)
         self.transient_root.mkdir()
+        for leftover in (self.root / "vhosts").glob(".deleted-*"):
+            # A deleted vhost's files whose removal a stop or crash cut short.
+            shutil.rmtree(leftover, ignore_errors=True)
 
     def release(self) -> None:
         if self._lock is not None:
@@ -93,6 +96,17 @@ class DataDir:
             path.mkdir(parents=True)
             (path / "name").write_text(vhost, encoding="utf-8", errors="surrogateescape")
         return path
+
+    def detach_vhost_dirs(self, vhost: str) -> list[Path]:
+        """Rename a deleted vhost's directories out of the way (a new vhost of the
+        same name starts empty); the caller removes the returned paths later."""
+        moved = []
+        for path in (self.root / "vhosts" / _hashed(vhost), self.transient_root / _hashed(vhost)):
+            if path.exists():
+                target = path.with_name(f".deleted-{path.name}-{os.urandom(4).hex()}")
+                path.rename(target)
+                moved.append(target)
+        return moved
 
     def definitions_file(self, vhost: str) -> Path:
         return self.vhost_dir(vhost) / "definitions.log"

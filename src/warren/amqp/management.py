@@ -1,0 +1,135 @@
+"""An AMQP connection, its channels and consumers as the management API shows them.
+
+Kept out of connection.py and channel.py (compiled, on the per-message path):
+these are built only when an operator asks, from the state those modules keep
+anyway. Field names and values follow RabbitMQ 3.10's /api/connections,
+/api/channels and /api/consumers; statistics (rates, octet counts) are left out.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from warren.node import node_name
+
+if TYPE_CHECKING:
+    from warren.amqp.channel import Channel
+    from warren.amqp.connection import AMQPConnection
+    from warren.amqp.consumer import AMQPConsumer
+
+PROTOCOL = "AMQP 0-9-1"
+
+
+def connection_name(conn: AMQPConnection) -> str:
+    """RabbitMQ's name for a connection: ``peer -> local`` (what DELETE takes)."""
+    peer = f"{conn.peer[0]}:{conn.peer[1]}" if conn.peer else "local"
+    local = f"{conn.local[0]}:{conn.local[1]}" if conn.local else "local"
+    return f"{peer} -> {local}"
+
+
+def connection_info(conn: AMQPConnection) -> dict[str, Any]:
+    if conn.vhost is None or conn.user is None:
+        return {}
+    from warren.amqp.connection import State
+
+    state = "running"
+    if conn.state >= State.CLOSING:
+        state = "closing"
+    elif conn.blocked and conn.has_published:
+        state = "blocked"
+    user = conn.user.name
+    return {
+        "auth_mechanism": conn.auth_mechanism,
+        "channel_max": conn.channel_max,
+        "channels": len(conn.channels),
+        "client_properties": conn.client_properties,
+        "connected_at": conn.connected_at,
+        "frame_max": conn.frame_max,
+        "host": conn.local[0] if conn.local else None,
+        "name": connection_name(conn),
+        "node": node_name(),
+        "peer_cert_issuer": None,
+        "peer_cert_subject": None,
+        "peer_cert_validity": None,
+        "peer_host": conn.peer[0] if conn.peer else None,
+        "peer_port": conn.peer[1] if conn.peer else None,
+        "port": conn.local[1] if conn.local else None,
+        "protocol": PROTOCOL,
+        "send_pend": 0,
+        "ssl": False,
+        "ssl_cipher": None,
+        "ssl_hash": None,
+        "ssl_key_exchange": None,
+        "ssl_protocol": None,
+        "state": state,
+        "timeout": conn.heartbeat,
+        "type": "network",
+        "user": user,
+        "user_who_performed_action": user,
+        "vhost": conn.vhost.name,
+    }
+
+
+def channels_info(conn: AMQPConnection) -> list[dict[str, Any]]:
+    if conn.vhost is None or conn.user is None:
+        return []
+    return [channel_info(conn, ch) for _, ch in sorted(conn.channels.items())]
+
+
+def channel_info(conn: AMQPConnection, ch: Channel) -> dict[str, Any]:
+    cname = connection_name(conn)
+    user = conn.user.name if conn.user is not None else ""
+    peer_host = conn.peer[0] if conn.peer else None
+    peer_port = conn.peer[1] if conn.peer else None
+    name = f"{cname} ({ch.id})"
+    details = {
+        "connection_name": cname,
+        "name": name,
+        "node": node_name(),
+        "number": ch.id,
+        "peer_host": peer_host,
+        "peer_port": peer_port,
+        "user": user,
+    }
+    state = "closing" if ch.closing else ("flow" if not ch.flow_active else "running")
+    return {
+        "acks_uncommitted": len(ch._tx_acks),
+        "confirm": ch.confirm,
+        "connection_details": {"name": cname, "peer_host": peer_host, "peer_port": peer_port},
+        "consumer_count": len(ch.consumers),
+        "consumer_details": [
+            consumer_info(c, details) for _, c in sorted(ch.consumers.items())
+        ],
+        "global_prefetch_count": ch.global_prefetch_count,
+        "messages_unacknowledged": len(ch.unacked),
+        "messages_uncommitted": len(ch._tx_publishes),
+        "messages_unconfirmed": len(ch._unconfirmed),
+        "name": name,
+        "node": node_name(),
+        "number": ch.id,
+        "pending_raft_commands": 0,
+        "prefetch_count": ch.consumer_prefetch_count,
+        "state": state,
+        "transactional": ch.tx,
+        "user": user,
+        "user_who_performed_action": user,
+        "vhost": ch.vhost.name if ch.vhost is not None else "",
+    }
+
+
+def consumer_info(consumer: AMQPConsumer, channel_details: dict[str, Any]) -> dict[str, Any]:
+    queue = consumer.queue
+    single = queue.arguments.get("x-single-active-consumer") is True
+    active = not single or queue.active_consumer is consumer
+    status = ("single_active" if active else "waiting") if single else "up"
+    return {
+        "arguments": consumer.arguments,
+        "ack_required": not consumer.no_ack,
+        "active": active,
+        "activity_status": status,
+        "channel_details": channel_details,
+        "consumer_tag": consumer.tag,
+        "exclusive": consumer.exclusive,
+        "prefetch_count": consumer.prefetch_count,
+        "queue": {"name": queue.name, "vhost": queue.vhost.name},
+    }

@@ -1,0 +1,16 @@
+"""RabbitMQ's HTTP management API (and the web UI's files) as a Warren listener.
+
+    server.py          HTTPListener (warren.node.Listener "http"), routing, auth, errors
+    state.py           the route table; settings the core has no place for
+    common.py          errors, auth levels, request bodies, list options (paging, sort)
+    formats.py         core objects in RabbitMQ's JSON shapes
+    api_broker.py      overview, whoami, nodes, vhosts, users, permissions,
+                       definitions, health checks, aliveness test
+    api_objects.py     exchanges, queues, bindings, publish, get
+    api_connections.py connections, channels, consumers (through ClientConnection)
+    api_parameters.py  policies, operator policies, limits, parameters
+    static/            the web UI (served at / and /ui/)
+
+Imports core/, store/, node.py, config.py and definitions_json.py; never
+another protocol package, the broker or warren.app (tests/test_layering.py).
+"""

@@ -1,0 +1,657 @@
+"""Node-wide endpoints: overview, whoami, nodes, vhosts, users, permissions,
+definitions, health checks and the aliveness test."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import platform
+import re
+import time
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_request import FileField
+
+from warren import __version__
+from warren.core.message import Message
+from warren.core.properties import EMPTY_PROPERTIES
+from warren.core.users import Permission, User, hash_password
+from warren.definitions_json import (
+    RABBITMQ_FORMAT_VERSION,
+    DefinitionsError,
+    export_definitions,
+    import_definitions,
+)
+from warren.http import formats
+from warren.http.common import (
+    ADMIN,
+    MONITORING,
+    ApiError,
+    Ctx,
+    bad_request,
+    build,
+    item_response,
+    json_response,
+    list_response,
+    not_found,
+    parse_tags,
+)
+from warren.http.state import Router
+from warren.node import node_name
+
+NO_CONTENT = 204
+_STARTED = time.time()
+
+
+def _created(existed: bool) -> web.Response:
+    return web.Response(status=204 if existed else 201)
+
+
+def register(r: Router) -> None:  # noqa: C901 - one table of routes
+    r.route("GET", "/api/overview")(overview)
+    r.route("GET", "/api/whoami")(whoami)
+    r.route("GET", "/api/nodes")(nodes)
+    r.route("GET", "/api/nodes/{node}")(node)
+    r.route("GET", "/api/extensions")(extensions)
+    r.route("GET", "/api/cluster-name")(get_cluster_name)
+    r.route("PUT", "/api/cluster-name")(put_cluster_name)
+    r.route("GET", "/api/vhosts")(list_vhosts)
+    r.route("GET", "/api/vhosts/{vhost}")(get_vhost)
+    r.route("PUT", "/api/vhosts/{vhost}")(put_vhost)
+    r.route("DELETE", "/api/vhosts/{vhost}")(delete_vhost)
+    r.route("GET", "/api/vhosts/{vhost}/permissions")(vhost_permissions)
+    r.route("GET", "/api/vhosts/{vhost}/topic-permissions")(vhost_topic_permissions)
+    r.route("GET", "/api/users")(list_users)
+    r.route("GET", "/api/users/without-permissions")(users_without_permissions)
+    r.route("POST", "/api/users/bulk-delete")(bulk_delete_users)
+    r.route("GET", "/api/users/{user}")(get_user)
+    r.route("PUT", "/api/users/{user}")(put_user)
+    r.route("DELETE", "/api/users/{user}")(delete_user)
+    r.route("GET", "/api/users/{user}/permissions")(user_permissions)
+    r.route("GET", "/api/users/{user}/topic-permissions")(user_topic_permissions)
+    r.route("GET", "/api/permissions")(list_permissions)
+    r.route("GET", "/api/permissions/{vhost}/{user}")(get_permission)
+    r.route("PUT", "/api/permissions/{vhost}/{user}")(put_permission)
+    r.route("DELETE", "/api/permissions/{vhost}/{user}")(delete_permission)
+    r.route("GET", "/api/topic-permissions")(list_topic_permissions)
+    r.route("GET", "/api/topic-permissions/{vhost}/{user}")(get_topic_permission)
+    r.route("PUT", "/api/topic-permissions/{vhost}/{user}")(put_topic_permission)
+    r.route("DELETE", "/api/topic-permissions/{vhost}/{user}")(delete_topic_permission)
+    r.route("GET", "/api/definitions")(get_definitions)
+    r.route("POST", "/api/definitions")(post_definitions)
+    r.route("GET", "/api/definitions/{vhost}")(get_vhost_definitions)
+    r.route("POST", "/api/definitions/{vhost}")(post_vhost_definitions)
+    r.route("GET", "/api/health/checks/alarms")(health_alarms)
+    r.route("GET", "/api/health/checks/local-alarms")(health_alarms)
+    r.route("GET", "/api/health/checks/virtual-hosts")(health_vhosts)
+    r.route("GET", "/api/health/checks/node-is-quorum-critical")(health_ok)
+    r.route("GET", "/api/health/checks/node-is-mirror-sync-critical")(health_ok)
+    r.route("GET", "/api/health/checks/port-listener/{port}")(health_port)
+    r.route("GET", "/api/health/checks/protocol-listener/{protocol}")(health_protocol)
+    r.route("GET", "/api/aliveness-test/{vhost}")(aliveness)
+
+
+# -- overview, whoami, nodes ------------------------------------------------------------------
+
+
+def _listeners(ctx: Ctx) -> list[dict[str, Any]]:
+    return [
+        {
+            "node": node_name(),
+            "protocol": lst.name,
+            "ip_address": getattr(lst, "bind", ""),
+            "port": lst.port,
+            "socket_opts": {},
+        }
+        for lst in ctx.node.listeners
+        if lst.port
+    ]
+
+
+async def overview(ctx: Ctx) -> web.StreamResponse:
+    names = ctx.vhost_names()
+    ready = unacked = queues = exchanges = consumers = 0
+    for i, name in enumerate(names):
+        v = ctx.node.vhosts[name]
+        queues += len(v.queues)
+        exchanges += len(v.exchanges)
+        for q in v.queues.values():
+            r, u = formats.queue_counts(q)
+            ready += r
+            unacked += u
+            consumers += len(q.consumers)
+        if i % 16 == 15:
+            await asyncio.sleep(0)
+    conns = [c.info() for c in ctx.node.connections]
+    conns = [c for c in conns if c and (ctx.sees_all() or c.get("user") == ctx.user.name)]
+    channels = sum(c.get("channels", 0) for c in conns)
+    body: dict[str, Any] = {
+        "management_version": RABBITMQ_FORMAT_VERSION,
+        "rates_mode": "none",
+        "exchange_types": [
+            {"name": n, "description": d, "enabled": True} for n, d in formats.EXCHANGE_TYPES
+        ],
+        "product_version": __version__,
+        "product_name": "Warren",
+        "rabbitmq_version": RABBITMQ_FORMAT_VERSION,
+        "cluster_name": ctx.node.cluster_name,
+        "erlang_version": f"Python {platform.python_version()}",
+        "erlang_full_version": f"Python {platform.python_version()} ({platform.platform()})",
+        "release_series_support_status": "supported",
+        "disable_stats": False,
+        "enable_queue_totals": True,
+        "queue_totals": {
+            "messages": ready + unacked,
+            "messages_ready": ready,
+            "messages_unacknowledged": unacked,
+        },
+        "object_totals": {
+            "channels": channels,
+            "connections": len(conns),
+            "consumers": consumers,
+            "exchanges": exchanges,
+            "queues": queues,
+        },
+        "statistics_db_event_queue": 0,
+        "node": node_name(),
+    }
+    if ctx.sees_all():
+        body["listeners"] = _listeners(ctx)
+        body["contexts"] = [
+            {"node": node_name(), "description": "RabbitMQ Management", "path": "/"}
+        ]
+    return item_response(ctx, body)
+
+
+async def whoami(ctx: Ctx) -> web.StreamResponse:
+    return json_response({"name": ctx.user.name, "tags": list(ctx.user.tags)})
+
+
+def _node_info(ctx: Ctx) -> dict[str, Any]:
+    alarm = ctx.node.disk_alarm
+    return {
+        "name": node_name(),
+        "type": "disc",
+        "running": True,
+        "being_drained": False,
+        "uptime": int((time.time() - _STARTED) * 1000),
+        "os_pid": str(__import__("os").getpid()),
+        "disk_free_alarm": alarm,
+        "disk_free_limit": ctx.node.config.free_disk_min,
+        "mem_alarm": False,
+        "partitions": [],
+        "applications": [
+            {"name": "warren", "description": "Warren AMQP 0-9-1 broker", "version": __version__}
+        ],
+        "exchange_types": [
+            {"name": n, "description": d, "enabled": True} for n, d in formats.EXCHANGE_TYPES
+        ],
+        "auth_mechanisms": [
+            {"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": True},
+            {"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": True},
+        ],
+        "enabled_plugins": ["rabbitmq_management"],
+        "listeners": _listeners(ctx),
+    }
+
+
+async def nodes(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(MONITORING)
+    return await list_response(ctx, [_node_info(ctx)], ())
+
+
+async def node(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(MONITORING)
+    if ctx.params[0] != node_name():
+        raise not_found()
+    return item_response(ctx, _node_info(ctx))
+
+
+async def extensions(ctx: Ctx) -> web.StreamResponse:
+    return json_response([])
+
+
+async def get_cluster_name(ctx: Ctx) -> web.StreamResponse:
+    return json_response({"name": ctx.node.cluster_name})
+
+
+async def put_cluster_name(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    name = (await ctx.body()).get("name")
+    if not isinstance(name, str) or not name:
+        raise bad_request("name must be a non-empty string")
+    ctx.node.cluster_name = name
+    return web.Response(status=NO_CONTENT)
+
+
+# -- vhosts --------------------------------------------------------------------------------
+
+
+def _vhost_item(ctx: Ctx, name: str) -> dict[str, Any]:
+    return formats.vhost_info(ctx.node.vhosts[name], ctx.state.vhost_metadata.get(name))
+
+
+async def list_vhosts(ctx: Ctx) -> web.StreamResponse:
+    items = await build(ctx.vhost_names(), lambda n: _vhost_item(ctx, n))
+    return await list_response(ctx, items, ("name",))
+
+
+async def get_vhost(ctx: Ctx) -> web.StreamResponse:
+    name = ctx.params[0]
+    ctx.vhost(name)
+    return item_response(ctx, _vhost_item(ctx, name))
+
+
+async def put_vhost(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    name = ctx.params[0]
+    body = await ctx.body()
+    existed = name in ctx.node.vhosts
+    meta = ctx.state.vhost_metadata.get(name, {"description": "", "tags": []})
+    if "description" in body:
+        meta["description"] = str(body["description"])
+    if "tags" in body:
+        meta["tags"] = parse_tags(body["tags"])
+    ctx.node.add_vhost(name)
+    ctx.state.vhost_metadata[name] = meta
+    if not existed:
+        # As RabbitMQ: the user who creates a vhost gets full permissions on it.
+        ctx.node.users.set_permissions(ctx.user.name, name)
+        ctx.node.save_users()
+    return _created(existed)
+
+
+async def delete_vhost(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    name = ctx.params[0]
+    if name not in ctx.node.vhosts:
+        raise not_found()
+    ctx.node.delete_vhost(name)
+    ctx.state.vhost_metadata.pop(name, None)
+    for key in [k for k in ctx.state.topic_permissions if k[1] == name]:
+        del ctx.state.topic_permissions[key]
+    return web.Response(status=NO_CONTENT)
+
+
+# -- users and permissions -----------------------------------------------------------------
+
+
+def _user(ctx: Ctx, name: str) -> User:
+    user = ctx.node.users.users.get(name)
+    if user is None:
+        raise not_found()
+    return user
+
+
+async def list_users(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    items = await build(ctx.node.users.users.values(), formats.user_info)
+    return await list_response(ctx, items, ("name",))
+
+
+async def users_without_permissions(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    users = [u for u in ctx.node.users.users.values() if not u.permissions]
+    return await list_response(ctx, [formats.user_info(u) for u in users], ("name",))
+
+
+async def bulk_delete_users(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    names = (await ctx.body()).get("users")
+    if not isinstance(names, list):
+        raise bad_request("users must be a list of names")
+    for name in names:
+        ctx.node.users.users.pop(str(name), None)
+    ctx.node.save_users()
+    return web.Response(status=NO_CONTENT)
+
+
+async def get_user(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    return item_response(ctx, formats.user_info(_user(ctx, ctx.params[0])))
+
+
+async def put_user(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    name = ctx.params[0]
+    body = await ctx.body()
+    if "tags" not in body:
+        raise bad_request("[{key_missing,tags}]")
+    tags = parse_tags(body["tags"])
+    if "password" in body and "password_hash" in body:
+        raise bad_request("both password and password_hash are provided")
+    users = ctx.node.users.users
+    existing = users.get(name)
+    if "password" in body:
+        if not isinstance(body["password"], str):
+            raise bad_request("password must be a string")
+        password_hash = hash_password(body["password"])
+    elif "password_hash" in body:
+        algorithm = body.get("hashing_algorithm", formats.HASHING_ALGORITHM)
+        if algorithm != formats.HASHING_ALGORITHM:
+            raise bad_request(f"hashing algorithm '{algorithm}' is not supported by Warren")
+        password_hash = body["password_hash"]
+        if not isinstance(password_hash, str):
+            raise bad_request("password_hash must be a string")
+        if password_hash:
+            try:
+                base64.b64decode(password_hash, validate=True)
+            except (binascii.Error, ValueError):
+                raise bad_request("password_hash is not base64") from None
+    elif existing is not None:
+        password_hash = existing.password_hash
+    else:
+        raise bad_request("[{key_missing,password_hash}]")
+    if existing is None:
+        users[name] = User(name, password_hash, tags)
+    else:
+        existing.password_hash = password_hash
+        existing.tags = tags
+    ctx.node.save_users()
+    return _created(existing is not None)
+
+
+async def delete_user(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    name = ctx.params[0]
+    _user(ctx, name)
+    del ctx.node.users.users[name]
+    ctx.state.user_limits.pop(name, None)
+    ctx.node.save_users()
+    return web.Response(status=NO_CONTENT)
+
+
+def _permissions(ctx: Ctx, user: str | None = None, vhost: str | None = None) -> list[Any]:
+    return [
+        formats.permission_info(u.name, v, p.configure, p.write, p.read)
+        for u in ctx.node.users.users.values()
+        if user is None or u.name == user
+        for v, p in u.permissions.items()
+        if vhost is None or v == vhost
+    ]
+
+
+async def list_permissions(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    return await list_response(ctx, _permissions(ctx), ("vhost", "user"))
+
+
+async def user_permissions(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    _user(ctx, ctx.params[0])
+    return await list_response(ctx, _permissions(ctx, user=ctx.params[0]), ("vhost", "user"))
+
+
+async def vhost_permissions(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    ctx.vhost(ctx.params[0])
+    return await list_response(ctx, _permissions(ctx, vhost=ctx.params[0]), ("vhost", "user"))
+
+
+async def get_permission(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    vhost, name = ctx.params
+    p = _user(ctx, name).permissions.get(vhost)
+    if p is None:
+        raise not_found()
+    return item_response(ctx, formats.permission_info(name, vhost, p.configure, p.write, p.read))
+
+
+def _regexes(body: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
+    values = []
+    for key in keys:
+        value = body.get(key)
+        if not isinstance(value, str):
+            raise bad_request(f"[{{key_missing,{key}}}]")
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise bad_request(f"{key}: invalid regular expression: {exc}") from None
+        values.append(value)
+    return values
+
+
+async def put_permission(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    vhost, name = ctx.params
+    user = _user(ctx, name)
+    if vhost not in ctx.node.vhosts:
+        raise not_found()
+    configure, write, read = _regexes(await ctx.body(), ("configure", "write", "read"))
+    existed = vhost in user.permissions
+    user.permissions[vhost] = Permission(configure, write, read)
+    ctx.node.save_users()
+    return _created(existed)
+
+
+async def delete_permission(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    vhost, name = ctx.params
+    user = _user(ctx, name)
+    if user.permissions.pop(vhost, None) is None:
+        raise not_found()
+    ctx.node.save_users()
+    return web.Response(status=NO_CONTENT)
+
+
+def _topic_permissions(
+    ctx: Ctx, user: str | None = None, vhost: str | None = None
+) -> list[dict[str, Any]]:
+    return [
+        {"user": u, "vhost": v, "exchange": exchange, **perm}
+        for (u, v), per_exchange in ctx.state.topic_permissions.items()
+        if (user is None or u == user) and (vhost is None or v == vhost)
+        for exchange, perm in per_exchange.items()
+    ]
+
+
+async def list_topic_permissions(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    return await list_response(ctx, _topic_permissions(ctx), ("vhost", "user"))
+
+
+async def user_topic_permissions(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    _user(ctx, ctx.params[0])
+    return await list_response(ctx, _topic_permissions(ctx, user=ctx.params[0]), ())
+
+
+async def vhost_topic_permissions(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    ctx.vhost(ctx.params[0])
+    return await list_response(ctx, _topic_permissions(ctx, vhost=ctx.params[0]), ())
+
+
+async def get_topic_permission(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    vhost, name = ctx.params
+    _user(ctx, name)
+    items = _topic_permissions(ctx, user=name, vhost=vhost)
+    if not items:
+        raise not_found()
+    return json_response(items)
+
+
+async def put_topic_permission(ctx: Ctx) -> web.StreamResponse:
+    """Stored and listed (and exported nowhere yet); Warren does not enforce them."""
+    ctx.require(ADMIN)
+    vhost, name = ctx.params
+    _user(ctx, name)
+    if vhost not in ctx.node.vhosts:
+        raise not_found()
+    body = await ctx.body()
+    exchange = body.get("exchange")
+    if not isinstance(exchange, str):
+        raise bad_request("[{key_missing,exchange}]")
+    write, read = _regexes(body, ("write", "read"))
+    table = ctx.state.topic_permissions.setdefault((name, vhost), {})
+    existed = exchange in table
+    table[exchange] = {"write": write, "read": read}
+    return _created(existed)
+
+
+async def delete_topic_permission(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    vhost, name = ctx.params
+    if ctx.state.topic_permissions.pop((name, vhost), None) is None:
+        raise not_found()
+    return web.Response(status=NO_CONTENT)
+
+
+# -- definitions ---------------------------------------------------------------------------
+
+
+def _attachment(ctx: Ctx, response: web.Response) -> web.Response:
+    if ctx.query.get("download"):
+        response.headers["Content-Disposition"] = (
+            f'attachment; filename="{ctx.query["download"]}"'
+        )
+    return response
+
+
+async def get_definitions(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    data = export_definitions(ctx.node)
+    for v in data["vhosts"]:
+        meta = ctx.state.vhost_metadata.get(v["name"])
+        if meta:
+            v["metadata"] = {"description": meta["description"], "tags": list(meta["tags"])}
+    await asyncio.sleep(0)
+    return _attachment(ctx, json_response(data))
+
+
+async def _definitions_body(ctx: Ctx) -> dict[str, Any]:
+    """JSON, or the web UI's form upload (field ``file``)."""
+    ctype = ctx.request.content_type
+    if ctype in ("multipart/form-data", "application/x-www-form-urlencoded"):
+        form = await ctx.request.post()
+        field = form.get("file")
+        raw = field.file.read() if isinstance(field, FileField) else field
+        try:
+            data = json.loads(raw or "{}")
+        except (ValueError, TypeError):
+            raise bad_request("failed_to_parse_json") from None
+    else:
+        try:
+            data = await ctx.body()
+        except ApiError:
+            raise bad_request("failed_to_parse_json") from None
+    if not isinstance(data, dict):
+        raise bad_request("failed_to_parse_json")
+    return data
+
+
+def _import(ctx: Ctx, data: dict[str, Any]) -> web.Response:
+    try:
+        import_definitions(ctx.node, data)
+    except DefinitionsError as exc:
+        raise bad_request(str(exc)) from None
+    return web.Response(status=NO_CONTENT)
+
+
+async def post_definitions(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    return _import(ctx, await _definitions_body(ctx))
+
+
+_VHOST_CATEGORIES = ("parameters", "policies", "queues", "exchanges", "bindings")
+
+
+async def get_vhost_definitions(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    vhost = ctx.params[0]
+    ctx.vhost(vhost)
+    full = export_definitions(ctx.node)
+    data: dict[str, Any] = {"rabbit_version": full["rabbit_version"]}
+    for category in _VHOST_CATEGORIES:
+        items = [dict(i) for i in full[category] if i.get("vhost") == vhost]
+        if category in ("queues", "exchanges", "bindings"):
+            for item in items:
+                item.pop("vhost", None)
+        data[category] = items
+    return _attachment(ctx, json_response(data))
+
+
+async def post_vhost_definitions(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    vhost = ctx.params[0]
+    ctx.vhost(vhost)
+    data = await _definitions_body(ctx)
+    scoped: dict[str, Any] = {}
+    for category in _VHOST_CATEGORIES:
+        items = data.get(category)
+        if isinstance(items, list):
+            scoped[category] = [
+                {**item, "vhost": vhost} if isinstance(item, dict) else item for item in items
+            ]
+    return _import(ctx, scoped)
+
+
+# -- health checks -------------------------------------------------------------------------
+
+
+async def health_ok(ctx: Ctx) -> web.StreamResponse:
+    return json_response({"status": "ok"})
+
+
+async def health_alarms(ctx: Ctx) -> web.StreamResponse:
+    if ctx.node.disk_alarm:
+        return json_response(
+            {
+                "status": "failed",
+                "reason": "resource alarm(s) in effect in the cluster",
+                "alarms": [{"node": node_name(), "resource": "disk"}],
+            },
+            503,
+        )
+    return json_response({"status": "ok"})
+
+
+async def health_vhosts(ctx: Ctx) -> web.StreamResponse:
+    return json_response({"status": "ok"})
+
+
+async def health_port(ctx: Ctx) -> web.StreamResponse:
+    try:
+        port = int(ctx.params[0])
+    except ValueError:
+        raise bad_request(f"Invalid port: {ctx.params[0]}") from None
+    ports = [lst.port for lst in ctx.node.listeners if lst.port]
+    if port in ports:
+        return json_response({"status": "ok", "port": port})
+    return json_response(
+        {"status": "failed", "reason": "No active listener", "missing": port, "ports": ports}, 503
+    )
+
+
+async def health_protocol(ctx: Ctx) -> web.StreamResponse:
+    protocol = ctx.params[0].lower()
+    protocols = [lst.name for lst in ctx.node.listeners if lst.port]
+    if protocol in protocols or (protocol == "amqp091" and "amqp" in protocols):
+        return json_response({"status": "ok", "protocol": protocol})
+    return json_response(
+        {
+            "status": "failed",
+            "reason": "No active listener",
+            "missing": protocol,
+            "protocols": protocols,
+        },
+        503,
+    )
+
+
+async def aliveness(ctx: Ctx) -> web.StreamResponse:
+    """Declare ``aliveness-test``, publish to it and get the message back, as RabbitMQ."""
+    vhost = ctx.vhost(ctx.params[0])
+    q = vhost.declare_queue("aliveness-test", durable=False)
+    vhost.publish(
+        vhost.default_exchange,
+        Message("", "aliveness-test", EMPTY_PROPERTIES, b"test_message"),
+    )
+    item = q.get(no_ack=True)
+    if item is None or item[1].body != b"test_message":
+        return json_response({"status": "failed", "reason": "no message"}, 503)
+    return json_response({"status": "ok"})

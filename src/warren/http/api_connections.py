@@ -1,0 +1,128 @@
+"""Connections, channels and consumers: what clients of any protocol have open.
+
+All of it comes from ``warren.node.ClientConnection`` (info, channels_info,
+force_close), so this module knows no protocol. Management users see their
+own connections; monitoring users and administrators see everyone's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from warren.http.common import SLICE, Ctx, item_response, list_response, not_authorised, not_found
+from warren.http.state import Router
+from warren.node import ClientConnection
+
+DEFAULT_REASON = "Closed via management plugin"
+
+
+def register(r: Router) -> None:
+    r.route("GET", "/api/connections")(list_connections)
+    r.route("GET", "/api/connections/{name}")(get_connection)
+    r.route("DELETE", "/api/connections/{name}")(close_connection)
+    r.route("GET", "/api/connections/{name}/channels")(connection_channels)
+    r.route("GET", "/api/vhosts/{vhost}/connections")(vhost_connections)
+    r.route("GET", "/api/vhosts/{vhost}/channels")(vhost_channels)
+    r.route("GET", "/api/channels")(list_channels)
+    r.route("GET", "/api/channels/{name}")(get_channel)
+    r.route("GET", "/api/consumers")(list_consumers)
+    r.route("GET", "/api/consumers/{vhost}")(list_consumers)
+
+
+def _visible(ctx: Ctx, vhost: str | None = None) -> list[tuple[ClientConnection, dict[str, Any]]]:
+    """(connection, info) of the open connections this user may see."""
+    out = []
+    for conn in list(ctx.node.connections):
+        info = conn.info()
+        if not info:
+            continue
+        if vhost is not None and info.get("vhost") != vhost:
+            continue
+        if not ctx.sees_all() and info.get("user") != ctx.user.name:
+            continue
+        out.append((conn, info))
+    return out
+
+
+def _find(ctx: Ctx, name: str) -> tuple[ClientConnection, dict[str, Any]]:
+    for conn, info in _visible(ctx):
+        if info.get("name") == name:
+            return conn, info
+    raise not_found()
+
+
+async def _channels(ctx: Ctx, conns: list[tuple[ClientConnection, dict[str, Any]]]) -> list[Any]:
+    import asyncio
+
+    out: list[dict[str, Any]] = []
+    for i, (conn, _) in enumerate(conns, 1):
+        for ch in conn.channels_info():
+            ch = dict(ch)
+            ch.pop("consumer_details", None)
+            out.append(ch)
+        if i % SLICE == 0:
+            await asyncio.sleep(0)
+    return out
+
+
+async def list_connections(ctx: Ctx) -> web.StreamResponse:
+    return await list_response(ctx, [info for _, info in _visible(ctx)], ("name",))
+
+
+async def vhost_connections(ctx: Ctx) -> web.StreamResponse:
+    ctx.vhost(ctx.params[0])
+    return await list_response(ctx, [i for _, i in _visible(ctx, ctx.params[0])], ("name",))
+
+
+async def get_connection(ctx: Ctx) -> web.StreamResponse:
+    return item_response(ctx, _find(ctx, ctx.params[0])[1])
+
+
+async def close_connection(ctx: Ctx) -> web.StreamResponse:
+    """Close it as RabbitMQ does: 320 CONNECTION_FORCED with the ``X-Reason`` header's
+    text. A user may close their own connections; closing others' needs administrator."""
+    conn, info = _find(ctx, ctx.params[0])
+    if info.get("user") != ctx.user.name and not ctx.is_admin():
+        raise not_authorised("Not administrator user")
+    conn.force_close(ctx.request.headers.get("X-Reason", DEFAULT_REASON))
+    return web.Response(status=204)
+
+
+async def connection_channels(ctx: Ctx) -> web.StreamResponse:
+    conn, info = _find(ctx, ctx.params[0])
+    return await list_response(ctx, await _channels(ctx, [(conn, info)]), ("name",))
+
+
+async def list_channels(ctx: Ctx) -> web.StreamResponse:
+    return await list_response(ctx, await _channels(ctx, _visible(ctx)), ("name",))
+
+
+async def vhost_channels(ctx: Ctx) -> web.StreamResponse:
+    ctx.vhost(ctx.params[0])
+    return await list_response(ctx, await _channels(ctx, _visible(ctx, ctx.params[0])), ("name",))
+
+
+async def get_channel(ctx: Ctx) -> web.StreamResponse:
+    name = ctx.params[0]
+    for conn, _ in _visible(ctx):
+        for ch in conn.channels_info():
+            if ch.get("name") == name:
+                return item_response(ctx, ch)
+    raise not_found()
+
+
+async def list_consumers(ctx: Ctx) -> web.StreamResponse:
+    vhosts = [ctx.params[0]] if ctx.params else ctx.vhost_names()
+    if ctx.params:
+        ctx.vhost(ctx.params[0])
+    wanted = set(vhosts)
+    # Consumers are listed for every vhost the user may see, whoever's channel holds them.
+    items = []
+    for conn in list(ctx.node.connections):
+        for ch in conn.channels_info():
+            for consumer in ch.get("consumer_details", []):
+                if consumer["queue"]["vhost"] in wanted:
+                    items.append(consumer)
+    return await list_response(ctx, items, ())

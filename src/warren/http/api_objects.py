@@ -1,0 +1,459 @@
+"""Exchanges, queues and bindings: listing, declaring, deleting, publishing, getting.
+
+Every change goes through the VHost methods AMQP clients reach, so the same
+validation and equivalence rules (and texts) apply; a management user needs
+the configure/write/read permission an AMQP client would need.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+from aiohttp import web
+
+from warren.core.codec_errors import DecodeError
+from warren.core.exchange import Exchange
+from warren.core.message import Message
+from warren.core.properties import BASIC_PROPERTIES, BasicProperties, decode_properties
+from warren.core.queue import Queue
+from warren.core.users import CONFIGURE, READ, WRITE
+from warren.core.vhost import VHost
+from warren.definitions_json import from_json_table, to_json_table
+from warren.http import formats
+from warren.http.common import (
+    ApiError,
+    Ctx,
+    bad_request,
+    build,
+    flag,
+    item_response,
+    json_response,
+    list_response,
+    not_found,
+)
+from warren.http.state import Router
+
+DEFAULT_EXCHANGE = "amq.default"
+_PROPERTY_NAMES = tuple(name for name, _ in BASIC_PROPERTIES)
+
+
+def register(r: Router) -> None:
+    r.route("GET", "/api/exchanges")(list_exchanges)
+    r.route("GET", "/api/exchanges/{vhost}")(list_exchanges)
+    r.route("GET", "/api/exchanges/{vhost}/{name}")(get_exchange)
+    r.route("PUT", "/api/exchanges/{vhost}/{name}")(put_exchange)
+    r.route("DELETE", "/api/exchanges/{vhost}/{name}")(delete_exchange)
+    r.route("POST", "/api/exchanges/{vhost}/{name}/publish")(publish)
+    r.route("GET", "/api/exchanges/{vhost}/{name}/bindings/source")(exchange_bindings_source)
+    r.route("GET", "/api/exchanges/{vhost}/{name}/bindings/destination")(
+        exchange_bindings_destination
+    )
+    r.route("GET", "/api/queues")(list_queues)
+    r.route("GET", "/api/queues/{vhost}")(list_queues)
+    r.route("GET", "/api/queues/{vhost}/{name}")(get_queue)
+    r.route("PUT", "/api/queues/{vhost}/{name}")(put_queue)
+    r.route("DELETE", "/api/queues/{vhost}/{name}")(delete_queue)
+    r.route("DELETE", "/api/queues/{vhost}/{name}/contents")(purge_queue)
+    r.route("POST", "/api/queues/{vhost}/{name}/get")(get_messages)
+    r.route("GET", "/api/queues/{vhost}/{name}/bindings")(queue_bindings)
+    r.route("GET", "/api/bindings")(list_bindings)
+    r.route("GET", "/api/bindings/{vhost}")(list_bindings)
+    for kind in ("q", "e"):
+        r.route("GET", f"/api/bindings/{{vhost}}/e/{{source}}/{kind}/{{dest}}")(list_between)
+        r.route("POST", f"/api/bindings/{{vhost}}/e/{{source}}/{kind}/{{dest}}")(create_binding)
+        r.route("GET", f"/api/bindings/{{vhost}}/e/{{source}}/{kind}/{{dest}}/{{props}}")(
+            get_binding
+        )
+        r.route("DELETE", f"/api/bindings/{{vhost}}/e/{{source}}/{kind}/{{dest}}/{{props}}")(
+            delete_binding
+        )
+
+
+def _vhosts(ctx: Ctx) -> list[VHost]:
+    """The vhost named in the path (checked), or every vhost the user may see."""
+    if ctx.params:
+        return [ctx.vhost(ctx.params[0])]
+    return [ctx.node.vhosts[n] for n in ctx.vhost_names()]
+
+
+def _exchange_name(name: str) -> str:
+    return "" if name == DEFAULT_EXCHANGE else name
+
+
+def _exchange(vhost: VHost, name: str) -> Exchange:
+    ex = vhost.exchanges.get(_exchange_name(name))
+    if ex is None:
+        raise not_found()
+    return ex
+
+
+def _queue(vhost: VHost, name: str) -> Queue:
+    q = vhost.queues.get(name)
+    if q is None:
+        raise not_found()
+    return q
+
+
+def _exchange_items(ctx: Ctx) -> Iterator[Exchange]:
+    for v in _vhosts(ctx):
+        yield from v.exchanges.values()
+
+
+# -- exchanges --------------------------------------------------------------------------------
+
+
+async def list_exchanges(ctx: Ctx) -> web.StreamResponse:
+    items = await build(list(_exchange_items(ctx)), formats.exchange_info)
+    return await list_response(ctx, items)
+
+
+async def get_exchange(ctx: Ctx) -> web.StreamResponse:
+    vhost = ctx.vhost(ctx.params[0])
+    ex = _exchange(vhost, ctx.params[1])
+    info = formats.exchange_info(ex)
+    info["incoming"] = []
+    info["outgoing"] = []
+    return item_response(ctx, info)
+
+
+async def put_exchange(ctx: Ctx) -> web.StreamResponse:
+    vhost_name, name = ctx.params
+    vhost = ctx.vhost(vhost_name)
+    body = await ctx.body()
+    type_ = body.get("type")
+    if not isinstance(type_, str):
+        raise bad_request("[{key_missing,type}]")
+    ctx.check(vhost_name, CONFIGURE, "exchange", name)
+    arguments = body.get("arguments") or {}
+    if not isinstance(arguments, dict):
+        raise bad_request("arguments must be a JSON object")
+    existed = name in vhost.exchanges
+    vhost.declare_exchange(
+        name,
+        type_,
+        durable=flag(body.get("durable", True)),
+        auto_delete=flag(body.get("auto_delete", False)),
+        internal=flag(body.get("internal", False)),
+        arguments=from_json_table(arguments),
+    )
+    return web.Response(status=204 if existed else 201)
+
+
+async def delete_exchange(ctx: Ctx) -> web.StreamResponse:
+    vhost_name, name = ctx.params
+    vhost = ctx.vhost(vhost_name)
+    _exchange(vhost, name)
+    ctx.check(vhost_name, CONFIGURE, "exchange", name)
+    vhost.delete_exchange(_exchange_name(name), if_unused=flag(ctx.query.get("if-unused")))
+    return web.Response(status=204)
+
+
+def _properties(props: Any) -> bytes:
+    if not isinstance(props, dict):
+        raise bad_request("properties must be a JSON object")
+    fields = dict(props)
+    headers = fields.get("headers")
+    if headers is not None:
+        if not isinstance(headers, dict):
+            raise bad_request("headers must be a JSON object")
+        fields["headers"] = from_json_table(headers)
+    unknown = set(fields) - set(_PROPERTY_NAMES)
+    if unknown:
+        raise bad_request(f"unknown properties: {', '.join(sorted(unknown))}")
+    for key in ("delivery_mode", "priority", "timestamp"):
+        if key in fields and not isinstance(fields[key], int):
+            raise bad_request(f"{key} must be an integer")
+    try:
+        return BasicProperties(**fields).encode()
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise bad_request(f"invalid properties: {exc}") from None
+
+
+async def publish(ctx: Ctx) -> web.StreamResponse:
+    vhost_name, name = ctx.params
+    vhost = ctx.vhost(vhost_name)
+    ex = _exchange(vhost, name)
+    body = await ctx.body()
+    missing = [k for k in ("properties", "routing_key", "payload", "payload_encoding") if k not in body]
+    if missing:
+        raise bad_request("[" + ",".join(f"{{key_missing,{k}}}" for k in missing) + "]")
+    ctx.check(vhost_name, WRITE, "exchange", ex.name)
+    payload, encoding = body["payload"], body["payload_encoding"]
+    if not isinstance(payload, str):
+        raise bad_request("payload must be a string")
+    if encoding == "string":
+        raw = payload.encode("utf-8")
+    elif encoding == "base64":
+        try:
+            raw = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError):
+            raise bad_request("not_base64") from None
+    else:
+        raise bad_request(f"payload_encoding {encoding} is not string or base64")
+    if ex.internal:
+        raise ApiError(400, "bad_request", f"cannot publish to internal exchange '{ex.name}'")
+    msg = Message(ex.name, str(body["routing_key"]), _properties(body["properties"]), raw)
+    routed = vhost.publish(ex, msg)
+    return json_response({"routed": routed != 0})
+
+
+def _bindings_where(vhost: VHost, source: Exchange | None, dest: Any) -> list[dict[str, Any]]:
+    out = []
+    if source is vhost.default_exchange and isinstance(dest, Queue):
+        out.append(formats.default_binding_info(dest))
+    exchanges = [source] if source is not None else list(vhost.exchanges.values())
+    for ex in exchanges:
+        for b in ex.bindings.values():
+            if dest is None or b.destination is dest:
+                out.append(formats.binding_info(b, vhost.name))
+    return out
+
+
+async def exchange_bindings_source(ctx: Ctx) -> web.StreamResponse:
+    vhost = ctx.vhost(ctx.params[0])
+    ex = _exchange(vhost, ctx.params[1])
+    items = [formats.binding_info(b, vhost.name) for b in ex.bindings.values()]
+    return await list_response(ctx, items, ())
+
+
+async def exchange_bindings_destination(ctx: Ctx) -> web.StreamResponse:
+    vhost = ctx.vhost(ctx.params[0])
+    ex = _exchange(vhost, ctx.params[1])
+    return await list_response(ctx, _bindings_where(vhost, None, ex), ())
+
+
+# -- queues ---------------------------------------------------------------------------------
+
+
+async def list_queues(ctx: Ctx) -> web.StreamResponse:
+    queues = [q for v in _vhosts(ctx) for q in v.queues.values()]
+    items = await build(queues, formats.queue_info)
+    return await list_response(ctx, items)
+
+
+async def get_queue(ctx: Ctx) -> web.StreamResponse:
+    vhost = ctx.vhost(ctx.params[0])
+    q = _queue(vhost, ctx.params[1])
+    info = formats.queue_info(q)
+    info["consumer_details"] = [c for c in _consumers_of(ctx, q)]
+    info["incoming"] = []
+    info["deliveries"] = []
+    return item_response(ctx, info)
+
+
+def _consumers_of(ctx: Ctx, q: Queue) -> list[dict[str, Any]]:
+    return [
+        consumer
+        for conn in ctx.node.connections
+        for ch in conn.channels_info()
+        for consumer in ch.get("consumer_details", [])
+        if consumer["queue"] == {"name": q.name, "vhost": q.vhost.name}
+    ]
+
+
+async def put_queue(ctx: Ctx) -> web.StreamResponse:
+    vhost_name, name = ctx.params
+    vhost = ctx.vhost(vhost_name)
+    body = await ctx.body()
+    ctx.check(vhost_name, CONFIGURE, "queue", name)
+    arguments = body.get("arguments") or {}
+    if not isinstance(arguments, dict):
+        raise bad_request("arguments must be a JSON object")
+    arguments = from_json_table(arguments)
+    qtype = body.get("type")
+    if isinstance(qtype, str) and qtype and "x-queue-type" not in arguments:
+        arguments["x-queue-type"] = qtype
+    if arguments.get("x-queue-type") == "classic":
+        # RabbitMQ's default type, not an argument a classic queue keeps.
+        arguments.pop("x-queue-type")
+    existed = name in vhost.queues
+    vhost.declare_queue(
+        name,
+        durable=flag(body.get("durable", True)),
+        auto_delete=flag(body.get("auto_delete", False)),
+        arguments=arguments,
+    )
+    return web.Response(status=204 if existed else 201)
+
+
+async def delete_queue(ctx: Ctx) -> web.StreamResponse:
+    vhost_name, name = ctx.params
+    vhost = ctx.vhost(vhost_name)
+    _queue(vhost, name)
+    ctx.check(vhost_name, CONFIGURE, "queue", name)
+    vhost.delete_queue(
+        name, if_unused=flag(ctx.query.get("if-unused")), if_empty=flag(ctx.query.get("if-empty"))
+    )
+    return web.Response(status=204)
+
+
+async def purge_queue(ctx: Ctx) -> web.StreamResponse:
+    vhost_name, name = ctx.params
+    vhost = ctx.vhost(vhost_name)
+    q = _queue(vhost, name)
+    ctx.check(vhost_name, READ, "queue", name)
+    q.purge()
+    return web.Response(status=204)
+
+
+_ACKMODES = ("ack_requeue_true", "ack_requeue_false", "reject_requeue_true", "reject_requeue_false")
+
+
+def _payload(body: bytes, encoding: str, truncate: int | None) -> tuple[str, str]:
+    if truncate is not None:
+        body = body[:truncate]
+    if encoding == "auto":
+        try:
+            return body.decode("utf-8"), "string"
+        except UnicodeDecodeError:
+            pass
+    return base64.b64encode(body).decode(), "base64"
+
+
+def _properties_json(raw: bytes) -> dict[str, Any]:
+    try:
+        props = decode_properties(raw)
+    except DecodeError:
+        return {}
+    out: dict[str, Any] = {}
+    for name in _PROPERTY_NAMES:
+        value = getattr(props, name)
+        if value is not None:
+            out[name] = to_json_table(value) if name == "headers" else value
+    return out
+
+
+async def get_messages(ctx: Ctx) -> web.StreamResponse:
+    """Take up to ``count`` messages; requeued ones go back after all are taken,
+    so one request never returns the same message twice (as RabbitMQ)."""
+    vhost_name, name = ctx.params
+    vhost = ctx.vhost(vhost_name)
+    q = _queue(vhost, name)
+    body = await ctx.body()
+    missing = [k for k in ("count", "ackmode", "encoding") if k not in body]
+    if missing:
+        raise bad_request("[" + ",".join(f"{{key_missing,{k}}}" for k in missing) + "]")
+    ctx.check(vhost_name, READ, "queue", name)
+    ackmode, encoding = body["ackmode"], body["encoding"]
+    if ackmode not in _ACKMODES:
+        raise bad_request(f"Invalid ackmode: {ackmode}")
+    if encoding not in ("auto", "base64"):
+        raise bad_request(f"Unsupported encoding: {encoding}")
+    try:
+        count = int(body["count"])
+        truncate = int(body["truncate"]) if body.get("truncate") not in (None, "") else None
+    except (TypeError, ValueError):
+        raise bad_request("count and truncate must be integers") from None
+    requeue = ackmode.endswith("requeue_true")
+    no_ack = ackmode == "ack_requeue_false"
+    taken: list[tuple[int, Message, bool]] = []
+    out = []
+    for _ in range(max(0, count)):
+        item = q.get(no_ack)
+        if item is None:
+            break
+        seq, msg, redelivered = item
+        if not no_ack:
+            taken.append(item)
+        payload, used = _payload(msg.body, encoding, truncate)
+        out.append(
+            {
+                "payload_bytes": len(msg.body),
+                "redelivered": redelivered,
+                "exchange": msg.exchange,
+                "routing_key": msg.routing_key,
+                "message_count": 0,
+                "properties": _properties_json(msg.properties),
+                "payload": payload,
+                "payload_encoding": used,
+            }
+        )
+    for seq, msg, _ in taken:
+        if requeue:
+            q.reject(seq, msg, True)
+        else:
+            q.reject(seq, msg, False)  # dead-lettered where the queue says so
+    # What was left in the queue after each get, as RabbitMQ reports it.
+    base = q.message_count - (len(taken) if requeue else 0)
+    for i, entry in enumerate(out):
+        entry["message_count"] = base + len(out) - i - 1
+    return json_response(out)
+
+
+async def queue_bindings(ctx: Ctx) -> web.StreamResponse:
+    vhost = ctx.vhost(ctx.params[0])
+    q = _queue(vhost, ctx.params[1])
+    items = [formats.default_binding_info(q)] + _bindings_where(vhost, None, q)
+    return await list_response(ctx, items, ())
+
+
+# -- bindings -------------------------------------------------------------------------------
+
+
+async def list_bindings(ctx: Ctx) -> web.StreamResponse:
+    items: list[dict[str, Any]] = []
+    for v in _vhosts(ctx):
+        items.extend(formats.vhost_bindings(v))
+    return await list_response(ctx, items, ())
+
+
+def _ends(ctx: Ctx) -> tuple[VHost, Exchange, Queue | Exchange, str]:
+    vhost = ctx.vhost(ctx.params[0])
+    kind = ctx.request.raw_path.split("?", 1)[0].strip("/").split("/")[5]
+    source = _exchange(vhost, ctx.params[1])
+    dest_name = ctx.params[2]
+    dest: Queue | Exchange = (
+        _queue(vhost, dest_name) if kind == "q" else _exchange(vhost, dest_name)
+    )
+    return vhost, source, dest, kind
+
+
+async def list_between(ctx: Ctx) -> web.StreamResponse:
+    vhost, source, dest, _ = _ends(ctx)
+    return await list_response(ctx, _bindings_where(vhost, source, dest), ())
+
+
+async def create_binding(ctx: Ctx) -> web.StreamResponse:
+    vhost, source, dest, kind = _ends(ctx)
+    body = await ctx.body()
+    routing_key = body.get("routing_key", "")
+    arguments = body.get("arguments") or {}
+    if not isinstance(routing_key, str) or not isinstance(arguments, dict):
+        raise bad_request("routing_key must be a string and arguments an object")
+    ctx.check(vhost.name, WRITE, "queue" if kind == "q" else "exchange", dest.name)
+    ctx.check(vhost.name, READ, "exchange", source.name)
+    binding = vhost.bind(source, dest, routing_key, from_json_table(arguments))
+    props = formats.properties_key(binding.routing_key, binding.arguments)
+    location = f"{quote(dest.name, safe='')}/{quote(props, safe='~')}"
+    return web.Response(status=201, headers={"Location": location})
+
+
+def _find(ctx: Ctx) -> tuple[VHost, dict[str, Any], Any]:
+    vhost, source, dest, _ = _ends(ctx)
+    props = ctx.params[3]
+    for b in source.bindings.values():
+        if b.destination is dest and formats.properties_key(b.routing_key, b.arguments) == props:
+            return vhost, formats.binding_info(b, vhost.name), b
+    if source is vhost.default_exchange and isinstance(dest, Queue) and props == dest.name:
+        return vhost, formats.default_binding_info(dest), None
+    raise not_found()
+
+
+async def get_binding(ctx: Ctx) -> web.StreamResponse:
+    _, info, _ = _find(ctx)
+    return item_response(ctx, info)
+
+
+async def delete_binding(ctx: Ctx) -> web.StreamResponse:
+    vhost, info, binding = _find(ctx)
+    if binding is None:
+        raise ApiError(401, "not_authorised", "Access refused.")
+    kind = "queue" if info["destination_type"] == "queue" else "exchange"
+    ctx.check(vhost.name, WRITE, kind, info["destination"])
+    ctx.check(vhost.name, READ, "exchange", info["source"])
+    vhost.unbind(binding.source, binding.destination, binding.routing_key, binding.arguments)
+    return web.Response(status=204)

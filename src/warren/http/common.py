@@ -1,0 +1,353 @@
+"""What every management endpoint shares: errors, auth, request bodies, list options.
+
+Handlers run on the broker's own event loop, so anything proportional to the
+number of objects (building, sorting, encoding a listing of 10,000 queues)
+goes through the helpers here, which give the loop back every ``SLICE`` items.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import decimal
+import json
+import re
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from warren.core.errors import BrokerError
+from warren.core.users import User
+
+if TYPE_CHECKING:
+    from warren.http.state import ApiState
+    from warren.node import Node
+
+#: Items handled between two yields to the event loop.
+SLICE = 256
+
+MANAGEMENT, MONITORING, POLICYMAKER, ADMIN = "management", "monitoring", "policymaker", "admin"
+_LEVEL_TAGS = {
+    MANAGEMENT: {"management", "policymaker", "monitoring", "administrator"},
+    POLICYMAKER: {"policymaker", "administrator"},
+    MONITORING: {"monitoring", "administrator"},
+    ADMIN: {"administrator"},
+}
+_LEVEL_REFUSAL = {
+    MANAGEMENT: "Not management user",
+    POLICYMAKER: "Not policymaker user",
+    MONITORING: "Not monitor user",
+    ADMIN: "Not administrator user",
+}
+REALM = 'Basic realm="RabbitMQ Management"'
+
+
+class ApiError(Exception):
+    """An error answer: status and RabbitMQ's ``{"error": ..., "reason": ...}`` body."""
+
+    def __init__(
+        self, status: int, error: str, reason: Any, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(f"{status} {error}: {reason}")
+        self.status = status
+        self.error = error
+        self.reason = reason
+        self.headers = headers or {}
+
+    def response(self) -> web.Response:
+        return web.Response(
+            status=self.status,
+            body=json.dumps({"error": self.error, "reason": self.reason}).encode(),
+            content_type="application/json",
+            headers=self.headers,
+        )
+
+
+def not_found() -> ApiError:
+    return ApiError(404, "Object Not Found", "Not Found")
+
+
+def bad_request(reason: Any) -> ApiError:
+    return ApiError(400, "bad_request", reason)
+
+
+def not_authorised(reason: str) -> ApiError:
+    """RabbitMQ 3.10 answers an authenticated user it refuses with 401 too (no realm)."""
+    return ApiError(401, "not_authorised", reason)
+
+
+def from_broker_error(exc: BrokerError) -> ApiError:
+    """A core refusal as RabbitMQ's management API reports it."""
+    if exc.code == 404:
+        return ApiError(404, "not_found", exc.text)
+    if exc.code == 403:
+        return not_authorised("Access refused.")
+    return bad_request(exc.text)
+
+
+# -- JSON -----------------------------------------------------------------------------------
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp())
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, default=_default, ensure_ascii=False, separators=(",", ":"))
+
+
+async def dumps_list(items: list[Any]) -> str:
+    """A long list encoded in slices, yielding in between."""
+    if len(items) <= SLICE:
+        return dumps(items)
+    parts = []
+    for start in range(0, len(items), SLICE):
+        parts.append(",".join(dumps(item) for item in items[start : start + SLICE]))
+        await asyncio.sleep(0)
+    return "[" + ",".join(parts) + "]"
+
+
+def json_response(value: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        status=status, text=dumps(value), content_type="application/json", charset="utf-8"
+    )
+
+
+# -- the request context ----------------------------------------------------------------------
+
+
+class Ctx:
+    """One authenticated request: the user, the node, the path's parameters."""
+
+    def __init__(
+        self, request: web.Request, node: Node, state: ApiState, user: User, params: list[str]
+    ) -> None:
+        self.request = request
+        self.node = node
+        self.state = state
+        self.user = user
+        self.params = params
+        self.tags = set(user.tags)
+
+    @property
+    def query(self) -> Any:
+        return self.request.query
+
+    def is_admin(self) -> bool:
+        return "administrator" in self.tags
+
+    def sees_all(self) -> bool:
+        """Monitoring users and administrators see every vhost's objects."""
+        return bool(self.tags & {"monitoring", "administrator"})
+
+    def require(self, level: str) -> None:
+        if not self.tags & _LEVEL_TAGS[level]:
+            raise not_authorised(_LEVEL_REFUSAL[level])
+
+    def vhost_names(self) -> list[str]:
+        """The vhosts whose objects this user may list, sorted."""
+        if self.sees_all():
+            return sorted(self.node.vhosts)
+        return sorted(v for v in self.node.vhosts if v in self.user.permissions)
+
+    def vhost(self, name: str) -> Any:
+        """The vhost (404 when missing), if this user may use it (401 otherwise)."""
+        vhost = self.node.vhosts.get(name)
+        if vhost is None:
+            raise not_found()
+        if not self.is_admin() and name not in self.user.permissions:
+            raise not_authorised("User not authorised to access virtual host")
+        return vhost
+
+    def check(self, vhost: str, kind: str, resource_type: str, name: str) -> None:
+        """A configure/write/read permission, as an AMQP client would need it."""
+        perm = self.user.permissions.get(vhost)
+        if perm is None or not perm.allows(kind, name):
+            raise not_authorised("Access refused.")
+
+    async def body(self) -> dict[str, Any]:
+        """The JSON object sent (an empty body is ``{}``)."""
+        raw = await self.request.read()
+        if not raw.strip():
+            return {}
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise bad_request("not_json") from None
+        if not isinstance(data, dict):
+            raise bad_request("not_json")
+        return data
+
+
+def parse_tags(value: Any) -> list[str]:
+    """Tags as a list or RabbitMQ's comma-separated string."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [t.strip() for t in value.split(",") if t.strip()]
+    if isinstance(value, list) and all(isinstance(t, str) for t in value):
+        return [t.strip() for t in value if t.strip()]
+    raise bad_request("tags must be a string or a list of strings")
+
+
+def flag(value: Any) -> bool:
+    """A JSON or form boolean (``true``, ``"true"``)."""
+    if isinstance(value, str):
+        return value.lower() == "true"
+    return bool(value)
+
+
+def basic_credentials(header: str | None) -> tuple[str, str] | None:
+    if not header or not header.lower().startswith("basic "):
+        return None
+    try:
+        text = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    user, sep, password = text.partition(":")
+    return (user, password) if sep else None
+
+
+# -- list options: filtering, sorting, columns, pagination ---------------------------------
+
+MAX_PAGE_SIZE = 500
+
+
+def _get_path(item: Any, path: list[str]) -> Any:
+    for key in path:
+        if not isinstance(item, dict):
+            return None
+        item = item.get(key)
+    return item
+
+
+def _sort_key(value: Any) -> tuple[int, Any]:
+    if value is None:
+        return (0, 0)
+    if isinstance(value, bool):
+        return (1, int(value))
+    if isinstance(value, int | float):
+        return (1, value)
+    if isinstance(value, str):
+        return (2, value)
+    return (3, dumps(value))
+
+
+def _columns(item: dict[str, Any], paths: list[list[str]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path in paths:
+        value = _get_path(item, path)
+        if value is None and not _has_path(item, path):
+            continue
+        target = out
+        for key in path[:-1]:
+            target = target.setdefault(key, {})
+        target[path[-1]] = value
+    return out
+
+
+def _has_path(item: Any, path: list[str]) -> bool:
+    for key in path:
+        if not isinstance(item, dict) or key not in item:
+            return False
+        item = item[key]
+    return True
+
+
+async def build(items: Iterable[Any], make: Callable[[Any], dict[str, Any] | None]) -> list[Any]:
+    """``make`` applied to every item (None results dropped), yielding every SLICE."""
+    out = []
+    for i, item in enumerate(items, 1):
+        made = make(item)
+        if made is not None:
+            out.append(made)
+        if i % SLICE == 0:
+            await asyncio.sleep(0)
+    return out
+
+
+async def list_response(
+    ctx: Ctx, items: list[dict[str, Any]], default_sort: tuple[str, ...] = ("vhost", "name")
+) -> web.Response:
+    """A listing with RabbitMQ's query options: ``sort``/``sort_reverse`` (dotted),
+    ``columns`` (dotted, comma-separated), and pagination (``page``, ``page_size``,
+    ``name``, ``use_regex``) answered in the ``{"items": ..., "page": ...}`` shape."""
+    query = ctx.query
+    total = len(items)
+    page_arg = query.get("page")
+    if page_arg is not None:
+        try:
+            page = int(page_arg)
+            page_size = int(query.get("page_size", "100"))
+        except ValueError:
+            raise bad_request("Pagination parameters are invalid") from None
+        if page < 1 or page_size < 1 or page_size > MAX_PAGE_SIZE:
+            raise ApiError(
+                400,
+                "invalid_pagination_parameters",
+                f"Invalid pagination parameters: page number {page}, page size {page_size}",
+            )
+        name = query.get("name", "")
+        if name:
+            if flag(query.get("use_regex", "false")):
+                try:
+                    pattern = re.compile(name)
+                except re.error:
+                    raise bad_request("invalid regular expression") from None
+                items = [i for i in items if pattern.search(str(i.get("name", "")))]
+            else:
+                lowered = name.lower()
+                items = [i for i in items if lowered in str(i.get("name", "")).lower()]
+    sort = query.get("sort")
+    paths = [s.split(".") for s in sort.split(",") if s] if sort else None
+    if paths is None and default_sort and items and all(k in items[0] for k in default_sort):
+        paths = [[k] for k in default_sort]
+    if paths:
+        items = sorted(items, key=lambda i: tuple(_sort_key(_get_path(i, p)) for p in paths))
+        await asyncio.sleep(0)
+    if flag(query.get("sort_reverse", "false")):
+        items = list(reversed(items))
+    if page_arg is not None:
+        filtered = len(items)
+        page_count = max(1, -(-filtered // page_size))
+        if page > page_count:
+            raise ApiError(
+                400,
+                "page_out_of_range",
+                f"Page out of range, page: {page} page size: {page_size}, len: {filtered}",
+            )
+        items = items[(page - 1) * page_size : page * page_size]
+    columns = query.get("columns")
+    if columns:
+        col_paths = [c.split(".") for c in columns.split(",") if c]
+        items = await build(items, lambda i: _columns(i, col_paths))
+    if page_arg is not None:
+        return json_response(
+            {
+                "filtered_count": filtered,
+                "item_count": len(items),
+                "items": items,
+                "page": page,
+                "page_count": page_count,
+                "page_size": page_size,
+                "total_count": total,
+            }
+        )
+    return web.Response(text=await dumps_list(items), content_type="application/json")
+
+
+def item_response(ctx: Ctx, item: dict[str, Any]) -> web.Response:
+    columns = ctx.query.get("columns")
+    if columns:
+        item = _columns(item, [c.split(".") for c in columns.split(",") if c])
+    return json_response(item)

@@ -1,0 +1,201 @@
+"""Core objects as RabbitMQ 3.10's management API writes them in JSON.
+
+Object counts come from core state (messages, messages_ready,
+messages_unacknowledged, consumers, message_bytes_*); rate statistics
+(``message_stats``, ``*_details``) are not kept yet and are left out.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote_plus
+
+from warren.core.stream_queue import StreamQueue
+from warren.definitions_json import to_json_table
+from warren.node import node_name
+
+if TYPE_CHECKING:
+    from warren.core.exchange import Binding, Exchange
+    from warren.core.policies import Policy
+    from warren.core.queue import Queue
+    from warren.core.users import User
+    from warren.core.vhost import VHost
+
+HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
+
+#: (name, description) of every exchange type Warren has (/api/overview).
+EXCHANGE_TYPES = (
+    ("direct", "AMQP direct exchange, as per the AMQP specification"),
+    ("fanout", "AMQP fanout exchange, as per the AMQP specification"),
+    ("headers", "AMQP headers exchange, as per the AMQP specification"),
+    ("topic", "AMQP topic exchange, as per the AMQP specification"),
+    ("x-consistent-hash", "Consistent Hashing Exchange"),
+    ("x-delayed-message", "Delayed Message Exchange"),
+    ("x-message-deduplication", "Message Deduplication Exchange"),
+)
+
+
+def queue_type(q: Queue) -> str:
+    return "stream" if isinstance(q, StreamQueue) else "classic"
+
+
+def queue_counts(q: Queue) -> tuple[int, int]:
+    """(ready, unacknowledged) messages."""
+    return q.message_count, max(0, q.unacked)
+
+
+def queue_info(q: Queue) -> dict[str, Any]:
+    ready, unacked = queue_counts(q)
+    ready_bytes = q.store.ready_bytes
+    active = q.active_consumer
+    single = q.arguments.get("x-single-active-consumer") is True
+    exclusive_tag = next((c.tag for c in q.consumers if c.exclusive), None)
+    info: dict[str, Any] = {
+        "arguments": to_json_table(q.arguments),
+        "auto_delete": q.auto_delete,
+        "consumer_capacity": 1.0 if q.consumers else 0,
+        "consumer_utilisation": 1.0 if q.consumers else 0,
+        "consumers": len(q.consumers),
+        "durable": q.durable,
+        "effective_policy_definition": _effective(q),
+        "exclusive": q.exclusive,
+        "exclusive_consumer_tag": exclusive_tag,
+        "head_message_timestamp": None,
+        "message_bytes": ready_bytes,
+        "message_bytes_persistent": ready_bytes if q.persistent else 0,
+        "message_bytes_ready": ready_bytes,
+        "message_bytes_unacknowledged": 0,
+        "messages": ready + unacked,
+        "messages_persistent": ready if q.persistent else 0,
+        "messages_ready": ready,
+        "messages_unacknowledged": unacked,
+        "name": q.name,
+        "node": node_name(),
+        "operator_policy": q.operator_policy.name if q.operator_policy else None,
+        "policy": q.policy.name if q.policy else None,
+        "single_active_consumer_tag": active.tag if single and active is not None else None,
+        "state": "running",
+        "type": queue_type(q),
+        "vhost": q.vhost.name,
+    }
+    if isinstance(q, StreamQueue):
+        info["members"] = [node_name()]
+        info["leader"] = node_name()
+    return info
+
+
+def _effective(q: Queue) -> dict[str, Any]:
+    """The policy keys in force (policy and operator policy merged, lower limit wins)."""
+    out: dict[str, Any] = {}
+    if q.policy is not None:
+        out.update(q.policy.definition)
+    if q.operator_policy is not None:
+        for key, value in q.operator_policy.definition.items():
+            mine = out.get(key)
+            out[key] = min(mine, value) if isinstance(mine, int) and isinstance(value, int) else value
+    return out
+
+
+def exchange_info(ex: Exchange) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "arguments": to_json_table(ex.arguments),
+        "auto_delete": ex.auto_delete,
+        "durable": ex.durable,
+        "internal": ex.internal,
+        "name": ex.name,
+        "type": ex.type,
+        "user_who_performed_action": "rmq-internal",
+        "vhost": ex.vhost_name,
+    }
+    if ex.policy is not None:
+        info["policy"] = ex.policy.name
+    return info
+
+
+def properties_key(routing_key: str, arguments: dict[str, Any]) -> str:
+    """RabbitMQ's binding identifier in URLs: the routing key quoted (``~`` as %7E),
+    ``~`` for an empty key, and ``~`` plus a hash of the arguments when there are any.
+    RabbitMQ hashes the Erlang term (phash2); Warren hashes the JSON, so the
+    identifier has the same shape but another value: clients take it from a listing."""
+    key = quote_plus(routing_key).replace("~", "%7E")
+    if not arguments:
+        return key or "~"
+    canonical = json.dumps(to_json_table(arguments), sort_keys=True, default=str).encode()
+    digest = base64.urlsafe_b64encode(hashlib.sha256(canonical).digest()[:4]).rstrip(b"=")
+    return f"{key}~{digest.decode()}"
+
+
+def binding_info(b: Binding, vhost: str) -> dict[str, Any]:
+    return {
+        "source": b.source.name,
+        "vhost": vhost,
+        "destination": b.destination.name,
+        "destination_type": b.destination_kind,
+        "routing_key": b.routing_key,
+        "arguments": to_json_table(b.arguments),
+        "properties_key": properties_key(b.routing_key, b.arguments),
+    }
+
+
+def default_binding_info(q: Queue) -> dict[str, Any]:
+    """The default exchange's implicit binding to every queue, as RabbitMQ lists it."""
+    return {
+        "source": "",
+        "vhost": q.vhost.name,
+        "destination": q.name,
+        "destination_type": "queue",
+        "routing_key": q.name,
+        "arguments": {},
+        "properties_key": properties_key(q.name, {}),
+    }
+
+
+def vhost_bindings(v: VHost) -> list[dict[str, Any]]:
+    out = [default_binding_info(q) for q in v.queues.values()]
+    for ex in v.exchanges.values():
+        out.extend(binding_info(b, v.name) for b in ex.bindings.values())
+    return out
+
+
+def vhost_info(v: VHost, metadata: dict[str, Any] | None) -> dict[str, Any]:
+    ready = unacked = 0
+    for q in v.queues.values():
+        r, u = queue_counts(q)
+        ready += r
+        unacked += u
+    meta = metadata or {"description": "", "tags": []}
+    if v.name == "/" and metadata is None:
+        meta = {"description": "Default virtual host", "tags": []}
+    return {
+        "name": v.name,
+        "description": meta["description"],
+        "tags": list(meta["tags"]),
+        "default_queue_type": "undefined",
+        "metadata": {"description": meta["description"], "tags": list(meta["tags"])},
+        "tracing": False,
+        "cluster_state": {node_name(): "running"},
+        "messages": ready + unacked,
+        "messages_ready": ready,
+        "messages_unacknowledged": unacked,
+    }
+
+
+def user_info(u: User) -> dict[str, Any]:
+    return {
+        "name": u.name,
+        "password_hash": u.password_hash,
+        "hashing_algorithm": HASHING_ALGORITHM,
+        "tags": list(u.tags),
+        "limits": {},
+    }
+
+
+def permission_info(user: str, vhost: str, configure: str, write: str, read: str) -> dict[str, Any]:
+    return {"user": user, "vhost": vhost, "configure": configure, "write": write, "read": read}
+
+
+def policy_info(vhost: str, p: Policy) -> dict[str, Any]:
+    return {"vhost": vhost, **p.as_json()}

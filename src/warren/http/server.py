@@ -1,0 +1,189 @@
+"""HTTPListener: RabbitMQ's management API and the web UI's files, on the broker's loop.
+
+An aiohttp application run with AppRunner/TCPSite on the loop the broker
+(and every AMQP connection) runs on: handlers read and change core state
+directly, with no locks and no thread hops, and give the loop back while
+they work through long listings (common.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import mimetypes
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from warren.core.errors import BrokerError
+from warren.core.runtime_parameters import ValidationFailed
+from warren.core.users import User
+from warren.http import api_broker, api_connections, api_objects, api_parameters  # noqa: F401
+from warren.http.common import (
+    MANAGEMENT,
+    REALM,
+    ApiError,
+    Ctx,
+    bad_request,
+    basic_credentials,
+    from_broker_error,
+    not_found,
+)
+from warren.http.state import ApiState, Router
+
+if TYPE_CHECKING:
+    from warren.node import Node
+
+log = logging.getLogger("warren.http")
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+#: Largest request body (a definitions import of many thousands of objects fits).
+MAX_BODY = 128 * 1024 * 1024
+
+
+def build_router() -> Router:
+    router = Router()
+    for module in (api_broker, api_objects, api_connections, api_parameters):
+        module.register(router)
+    return router
+
+
+def _is_loopback(host: str | None) -> bool:
+    if not host:
+        return True
+    return host.startswith("127.") or host in ("::1", "localhost") or host.startswith("::ffff:127.")
+
+
+class ManagementApp:
+    """The request handling: route, authenticate, run the handler, map errors."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.state = ApiState()
+        self.router = build_router()
+
+    def application(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_route("*", "/api", self.api)
+        app.router.add_route("*", "/api/{tail:.*}", self.api)
+        app.router.add_get("/", self.index)
+        app.router.add_get("/ui/{path:.*}", self.static)
+        return app
+
+    async def index(self, request: web.Request) -> web.StreamResponse:
+        return self._file(STATIC_DIR / "index.html")
+
+    async def static(self, request: web.Request) -> web.StreamResponse:
+        path = (STATIC_DIR / request.match_info["path"]).resolve()
+        if not path.is_relative_to(STATIC_DIR):
+            raise web.HTTPNotFound()
+        if path.is_dir():
+            path = path / "index.html"
+        return self._file(path)
+
+    @staticmethod
+    def _file(path: Path) -> web.StreamResponse:
+        if not path.is_file():
+            raise web.HTTPNotFound()
+        ctype = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        # FileResponse sends with the loop's sendfile/executor: no blocking read here.
+        return web.FileResponse(path, headers={"Content-Type": ctype})
+
+    async def api(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._api(request)
+        except ApiError as exc:
+            return exc.response()
+        except BrokerError as exc:
+            return from_broker_error(exc).response()
+        except ValidationFailed as exc:
+            return bad_request(str(exc)).response()
+        except web.HTTPException:
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("management API: %s %s failed", request.method, request.path)
+            return ApiError(500, "internal_error", "internal error").response()
+
+    async def _api(self, request: web.Request) -> web.StreamResponse:
+        resolved = self.router.resolve(request.raw_path)
+        if resolved is None:
+            raise not_found()
+        route, params = resolved
+        method = "GET" if request.method == "HEAD" else request.method
+        if method == "OPTIONS":
+            return web.Response(status=200, headers={"Allow": _allow(route.handlers)})
+        handler = route.handlers.get(method)
+        if handler is None:
+            return web.Response(status=405, headers={"Allow": _allow(route.handlers)})
+        ctx = Ctx(request, self.node, self.state, self._authenticate(request), params)
+        ctx.require(MANAGEMENT)
+        return await handler(ctx)
+
+    def _authenticate(self, request: web.Request) -> User:
+        creds = basic_credentials(request.headers.get("Authorization"))
+        if creds is None:
+            raise ApiError(401, "not_authorized", "Login failed", {"WWW-Authenticate": REALM})
+        user = self.node.users.authenticate(*creds)
+        if user is None:
+            raise ApiError(401, "not_authorized", "Login failed", {"WWW-Authenticate": REALM})
+        if user.name in self.node.config.loopback_users and not _is_loopback(request.remote):
+            raise ApiError(
+                401,
+                "not_authorized",
+                f"User '{user.name}' can only log in via localhost",
+                {"WWW-Authenticate": REALM},
+            )
+        return user
+
+
+def _allow(handlers: Mapping[str, object]) -> str:
+    methods = set(handlers) | {"OPTIONS"}
+    if "GET" in methods:
+        methods.add("HEAD")
+    return ", ".join(sorted(methods))
+
+
+class HTTPListener:
+    """The ``http`` listener (warren.node.Listener): the management API on bind:port."""
+
+    name = "http"
+
+    def __init__(self, bind: str, port: int) -> None:
+        self.bind = bind
+        self.requested_port = port
+        self._runner: web.AppRunner | None = None
+        self._port = 0
+        self.app: ManagementApp | None = None
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    async def start(self, node: Node) -> None:
+        self.app = ManagementApp(node)
+        runner = web.AppRunner(self.app.application(), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(
+            runner, self.bind, self.requested_port, reuse_address=True, shutdown_timeout=2.0
+        )
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self._port = sockets[0].getsockname()[1] if sockets else self.requested_port
+        log.info("listening on HTTP (management API) %s:%s", self.bind, self._port)
+
+    async def stop(self) -> None:
+        """Stop accepting and finish (or cut, after 2 s) the requests under way."""
+        if self._runner is None:
+            return
+        runner, self._runner = self._runner, None
+        await runner.cleanup()
