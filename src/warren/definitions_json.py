@@ -33,7 +33,7 @@ from warren import __version__
 from warren.core.errors import BrokerError
 from warren.core.exchange import exchange_class
 from warren.core.policies import Policy, validate_policy
-from warren.core.queue_arguments import validate_queue_arguments
+from warren.core.queue_arguments import is_stream, validate_queue_arguments
 from warren.core.runtime_parameters import ValidationFailed, validate_limits
 from warren.core.users import Permission, User, hash_password
 from warren.core.vhost import PREDECLARED
@@ -447,7 +447,8 @@ def _queue_steps(broker: Node, entry: _Entry, vhost: str) -> list[Callable[[], N
     durable = entry.flag("durable", True)
     auto_delete = entry.flag("auto_delete", False)
     arguments = from_json_table(entry.table("arguments"))
-    _wrap(entry, lambda: validate_queue_arguments(name, vhost, arguments))
+    if not is_stream(arguments):  # a stream's arguments are checked when it is declared
+        _wrap(entry, lambda: validate_queue_arguments(name, vhost, arguments))
 
     def declare() -> None:
         v = broker.vhosts[vhost]
@@ -602,7 +603,7 @@ def export_definitions(broker: Node) -> dict[str, Any]:
                     "durable": q.durable,
                     "auto_delete": q.auto_delete,
                     "arguments": to_json_table(q.arguments),
-                    "type": "classic",
+                    "type": "stream" if is_stream(q.arguments) else "classic",
                 }
             )
         for ex in v.exchanges.values():

@@ -143,7 +143,10 @@ async def delete_policy(ctx: Ctx) -> web.StreamResponse:
 
 async def list_vhost_limits(ctx: Ctx) -> web.StreamResponse:
     vhosts = _policy_vhosts(ctx)
-    items = [{"vhost": v.name, "value": dict(v.limits)} for v in vhosts if v.has_limits]
+    # An emptied limits parameter stays, listed as RabbitMQ writes an empty proplist: [].
+    items: list[dict[str, Any]] = [
+        {"vhost": v.name, "value": dict(v.limits) or []} for v in vhosts if v.has_limits
+    ]
     return await list_response(ctx, items, ())
 
 

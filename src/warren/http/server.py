@@ -165,11 +165,9 @@ class HTTPListener:
 
     async def start(self, node: Node) -> None:
         self.app = ManagementApp(node)
-        runner = web.AppRunner(self.app.application(), access_log=None)
+        runner = web.AppRunner(self.app.application(), access_log=None, shutdown_timeout=2.0)
         await runner.setup()
-        site = web.TCPSite(
-            runner, self.bind, self.requested_port, reuse_address=True, shutdown_timeout=2.0
-        )
+        site = web.TCPSite(runner, self.bind, self.requested_port, reuse_address=True)
         try:
             await site.start()
         except BaseException:
