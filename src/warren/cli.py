@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return perf_main(list(args[1:]))
     if args and args[0] == "ctl":
-        from warren.ctl import main as ctl_main
+        from warren.ctl.main import main as ctl_main
 
         return ctl_main(list(args[1:]))
     root = logging.getLogger()

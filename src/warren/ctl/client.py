@@ -68,7 +68,9 @@ def exit_status_for(http_status: int, reason: str = "") -> int:
         return EXIT_FORBIDDEN if _AUTHORISATION_REASONS.match(reason) else EXIT_AUTH
     if http_status == 403:
         return EXIT_FORBIDDEN
-    if http_status == 404:
+    if http_status == 404 or (http_status == 400 and reason.startswith("404 NOT_FOUND")):
+        # RabbitMQ reports a publish to a missing exchange as 400 with the AMQP
+        # channel error "404 NOT_FOUND - no exchange ..." as the reason.
         return EXIT_NOT_FOUND
     if 400 <= http_status < 500:
         return EXIT_REFUSED
@@ -127,7 +129,9 @@ class Client:
         req = urllib.request.Request(url, data=data, method=method)
         token = base64.b64encode(f"{self.user}:{self.password}".encode()).decode("ascii")
         req.add_header("Authorization", f"Basic {token}")
-        req.add_header("Accept", "application/json")
+        # JSON preferred, anything accepted: RabbitMQ's purge (DELETE .../contents)
+        # answers 406 to a plain "application/json".
+        req.add_header("Accept", "application/json, */*;q=0.5")
         if data is not None:
             req.add_header("Content-Type", "application/json")
         for name, value in (headers or {}).items():

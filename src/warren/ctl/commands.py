@@ -320,13 +320,15 @@ def cmd_permissions_list(ctx: Context) -> int:
 def cmd_permissions_set(ctx: Context) -> int:
     a = ctx.args
     body = {"configure": a.configure, "write": a.write, "read": a.read}
-    answer = ctx.client.put(path("permissions", ctx.vhost, a.user), body)
-    return ctx.done(answer, f"Set permissions of user {_q(a.user)} {_in_vhost(ctx)}.")
+    answer = ctx.client.put(path("permissions", ctx.vhost, a.target_user), body)
+    return ctx.done(answer, f"Set permissions of user {_q(a.target_user)} {_in_vhost(ctx)}.")
 
 
 def cmd_permissions_clear(ctx: Context) -> int:
-    answer = ctx.client.delete(path("permissions", ctx.vhost, ctx.args.user))
-    return ctx.done(answer, f"Cleared permissions of user {_q(ctx.args.user)} {_in_vhost(ctx)}.")
+    answer = ctx.client.delete(path("permissions", ctx.vhost, ctx.args.target_user))
+    return ctx.done(
+        answer, f"Cleared permissions of user {_q(ctx.args.target_user)} {_in_vhost(ctx)}."
+    )
 
 
 # -- queues ----------------------------------------------------------------------------------
@@ -839,12 +841,12 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
         list_extra=user_filter,
     )
     p = action(g, "set", cmd_permissions_set, "set a user's permissions in --vhost")
-    p.add_argument("user")
+    p.add_argument("target_user", metavar="USER")
     p.add_argument("configure", help="regular expression, e.g. '.*'")
     p.add_argument("write", help="regular expression")
     p.add_argument("read", help="regular expression")
     p = action(g, "clear", cmd_permissions_clear, "remove a user's permissions in --vhost")
-    p.add_argument("user")
+    p.add_argument("target_user", metavar="USER")
 
     # queues
     g = resource(
