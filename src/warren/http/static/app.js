@@ -4,7 +4,7 @@ import { h, replace } from "./dom.js";
 import * as admin from "./pages/admin.js";
 import * as conns from "./pages/connections.js";
 import * as exchanges from "./pages/exchanges.js";
-import { overview } from "./pages/overview.js";
+import { overview, startSampler, stopSampler } from "./pages/overview.js";
 import * as queues from "./pages/queues.js";
 
 // [pattern segments, page]; ":x" captures a (decoded) segment.
@@ -28,6 +28,7 @@ const ROUTES = [
 const main = document.getElementById("main");
 const flashBox = document.getElementById("flash");
 let generation = 0;
+let pendingFlash = null; // shown by the next page (an action that navigates away)
 
 /** A message under the header: kind "ok" or "error". */
 export function flash(text, kind = "ok") {
@@ -70,6 +71,7 @@ function setNav(parts) {
 
 function showLogin(message) {
   generation += 1;
+  stopSampler();
   document.getElementById("nav").hidden = true;
   document.getElementById("session").hidden = true;
   const user = h("input", { name: "username", autocomplete: "username", required: true, autofocus: true });
@@ -104,8 +106,11 @@ function context(gen, params) {
     params,
     alive: () => gen === generation,
     flash,
-    go: (hash) => {
-      location.hash = hash;
+    /** Navigates; message (optional) is flashed on the page navigated to. */
+    go: (hash, message) => {
+      pendingFlash = message ? [message, "ok"] : null;
+      if (location.hash === hash) route();
+      else location.hash = hash;
     },
     /** Calls fn now and every ms milliseconds while this page is shown. */
     poll(fn, ms = 5000) {
@@ -146,12 +151,15 @@ async function route() {
   }
   generation += 1;
   const gen = generation;
+  startSampler();
   document.getElementById("nav").hidden = false;
   document.getElementById("session").hidden = false;
   replace(document.getElementById("whoami"), currentUser());
   const parts = parseHash();
   setNav(parts);
-  clearFlash();
+  if (pendingFlash) flash(...pendingFlash);
+  else clearFlash();
+  pendingFlash = null;
   const [page, params] = match(parts);
   if (!page) {
     replace(main, h("h1", null, "Not found"), h("p", null, h("a", { href: "#/" }, "Back to the overview")));

@@ -47,9 +47,10 @@ export function argsEditor(name = "arguments") {
 
 /**
  * Publish a message to exchange `exchange` ("" = default) of `vhost`;
- * routingKey pre-fills the routing key (a queue name for the default exchange).
+ * routingKey pre-fills the routing key (a queue name for the default exchange);
+ * after (optional) runs once a message is published.
  */
-export function publishForm(ctx, vhost, exchange, routingKey = "") {
+export function publishForm(ctx, vhost, exchange, routingKey = "", after = null) {
   const key = h("input", { name: "routing_key", value: routingKey });
   const mode = select("delivery_mode", [
     ["1", "1 - non-persistent"],
@@ -79,7 +80,7 @@ export function publishForm(ctx, vhost, exchange, routingKey = "") {
   );
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
-    await ctx.act(
+    const r = await ctx.act(
       async () => {
         const properties = { delivery_mode: Number(mode.value), headers: headers.value() };
         if (contentType.value) properties.content_type = contentType.value;
@@ -94,6 +95,7 @@ export function publishForm(ctx, vhost, exchange, routingKey = "") {
       },
       (r) => (r && r.routed === false ? "Message published, but not routed." : "Message published."),
     );
+    if (r !== undefined && after) after().catch(ctx.fail);
   });
   return form;
 }

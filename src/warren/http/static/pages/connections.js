@@ -85,11 +85,8 @@ export async function connectionDetail(ctx) {
   );
   close.addEventListener("submit", async (ev) => {
     ev.preventDefault();
-    const done = await ctx.act(
-      () => api("DELETE", `/connections/${seg(name)}`, undefined, { "X-Reason": reason.value }),
-      "Connection closed.",
-    );
-    if (done !== undefined) ctx.go("#/connections");
+    const done = await ctx.act(() => api("DELETE", `/connections/${seg(name)}`, undefined, { "X-Reason": reason.value }));
+    if (done !== undefined) ctx.go("#/connections", "Connection closed.");
   });
   return h(
     "div",

@@ -10,7 +10,7 @@ const exLink = (e) =>
 
 export async function exchangeList(ctx) {
   const body = h("div");
-  await ctx.poll(async () => {
+  const load = async () => {
     const list = await api("GET", "/exchanges");
     replace(
       body,
@@ -28,17 +28,18 @@ export async function exchangeList(ctx) {
         { empty: "No exchanges." },
       ),
     );
-  });
+  };
+  await ctx.poll(load);
   return h(
     "div",
     { class: "page" },
     h("h1", null, "Exchanges"),
     body,
-    section("Add an exchange", await addExchangeForm(ctx)),
+    section("Add an exchange", await addExchangeForm(ctx, load)),
   );
 }
 
-async function addExchangeForm(ctx) {
+async function addExchangeForm(ctx, reload) {
   const vhost = await vhostSelect();
   const name = h("input", { name: "name", required: true });
   let types = ["direct", "fanout", "topic", "headers"];
@@ -81,7 +82,10 @@ async function addExchangeForm(ctx) {
         }),
       `Exchange ${name.value} added.`,
     );
-    if (r !== undefined) name.value = "";
+    if (r !== undefined) {
+      name.value = "";
+      await reload();
+    }
   });
   return form;
 }
@@ -127,8 +131,8 @@ export async function exchangeDetail(ctx) {
       id: "delete-exchange",
       onclick: async () => {
         if (!window.confirm(`Delete exchange ${name}?`)) return;
-        const r = await ctx.act(() => api("DELETE", path), `Exchange ${name} deleted.`);
-        if (r !== undefined) ctx.go("#/exchanges");
+        const r = await ctx.act(() => api("DELETE", path));
+        if (r !== undefined) ctx.go("#/exchanges", `Exchange ${name} deleted.`);
       },
     },
     "Delete this exchange",

@@ -1,5 +1,7 @@
-// Overview: object totals, queued messages and message rates, polled every 5 s.
-import { api } from "../api.js";
+// Overview: object totals, queued messages and message rates. A sampler polls
+// /api/overview every 5 s from login on, on every page, so the charts have a
+// history (and catch a short burst of traffic) when the overview is opened.
+import { api, loggedIn } from "../api.js";
 import { lineChart } from "../chart.js";
 import { facts, h, replace, section, table } from "../dom.js";
 import { compact, num, rate, statRate } from "../format.js";
@@ -81,14 +83,60 @@ function render(o) {
   return [cards, charts, node];
 }
 
+const PERIOD = 5000;
+const subscribers = new Set();
+let timer = null;
+let lastError = null;
+
+/** Polls the overview now, records a sample and tells the page. */
+async function refresh() {
+  try {
+    const o = await api("GET", "/overview");
+    lastError = null;
+    record(o);
+    for (const fn of subscribers) fn(o, null);
+    return o;
+  } catch (e) {
+    lastError = e;
+    for (const fn of subscribers) fn(null, e);
+    return null;
+  }
+}
+
+/** Starts the 5 s sampler (once) while logged in. */
+export function startSampler() {
+  if (timer !== null) return;
+  const tick = async () => {
+    if (!loggedIn()) {
+      timer = null;
+      return;
+    }
+    await refresh();
+    timer = setTimeout(tick, PERIOD);
+  };
+  timer = setTimeout(tick, PERIOD);
+}
+
+/** Stops it and forgets the history (logout). */
+export function stopSampler() {
+  if (timer !== null) clearTimeout(timer);
+  timer = null;
+  samples.length = 0;
+}
+
 export async function overview(ctx) {
   const body = h("div", { id: "overview-body" });
   const page = h("div", { class: "page overview" }, h("h1", null, "Overview"), body);
-  await ctx.poll(async () => {
-    const o = await api("GET", "/overview");
-    if (!ctx.alive()) return;
-    record(o);
-    replace(body, render(o));
-  });
+  const show = (o, error) => {
+    if (!ctx.alive()) {
+      subscribers.delete(show);
+      return;
+    }
+    if (o) replace(body, render(o));
+    else if (error) ctx.fail(error);
+  };
+  subscribers.add(show);
+  const o = await refresh();
+  if (!o && lastError) throw lastError;
   return page;
 }

@@ -20,7 +20,7 @@ export async function vhostSelect(name = "vhost") {
 
 export async function queueList(ctx) {
   const body = h("div");
-  await ctx.poll(async () => {
+  const load = async () => {
     const list = await api("GET", "/queues");
     replace(
       body,
@@ -41,17 +41,18 @@ export async function queueList(ctx) {
         { empty: "No queues.", rowAttrs: (q) => ({ "data-queue": q.name }) },
       ),
     );
-  });
+  };
+  await ctx.poll(load);
   return h(
     "div",
     { class: "page" },
     h("h1", null, "Queues"),
     body,
-    section("Add a queue", await addQueueForm(ctx)),
+    section("Add a queue", await addQueueForm(ctx, load)),
   );
 }
 
-async function addQueueForm(ctx) {
+async function addQueueForm(ctx, reload) {
   const vhost = await vhostSelect();
   const type = select("queue_type", [
     ["classic", "Classic"],
@@ -97,12 +98,15 @@ async function addQueueForm(ctx) {
         arguments: a,
       });
     }, `Queue ${queueName} added.`);
-    if (r !== undefined) name.value = "";
+    if (r !== undefined) {
+      name.value = "";
+      await reload();
+    }
   });
   return form;
 }
 
-function getForm(ctx, vhost, name) {
+function getForm(ctx, vhost, name, after) {
   const ackmode = select(
     "ackmode",
     [
@@ -135,6 +139,7 @@ function getForm(ctx, vhost, name) {
     if (truncate.value) body.truncate = Number(truncate.value);
     const msgs = await ctx.act(() => api("POST", `${qPath(vhost, name)}/get`, body));
     if (msgs === undefined) return;
+    after().catch(ctx.fail);
     if (!msgs.length) {
       replace(results, h("p", { class: "empty" }, "Queue is empty."));
       return;
@@ -238,8 +243,8 @@ export async function queueDetail(ctx) {
       id: "delete-queue",
       onclick: async () => {
         if (!window.confirm(`Delete queue ${name}?`)) return;
-        const r = await ctx.act(() => api("DELETE", path), `Queue ${name} deleted.`);
-        if (r !== undefined) ctx.go("#/queues");
+        const r = await ctx.act(() => api("DELETE", path));
+        if (r !== undefined) ctx.go("#/queues", `Queue ${name} deleted.`);
       },
     },
     "Delete this queue",
@@ -251,8 +256,8 @@ export async function queueDetail(ctx) {
     section("Overview", info),
     section("Consumers", consumers),
     section("Bindings", bindings, h("h3", null, "Add a binding to this queue"), bindingForm(ctx, { vhost, destination: name }, load)),
-    section("Publish a message", h("p", null, "Published through the default exchange with this queue's name as routing key."), publishForm(ctx, vhost, "", name)),
-    section("Get messages", h("p", { class: "warn" }, "Getting messages is destructive: a nack or reject with requeue puts them back at the end."), getForm(ctx, vhost, name)),
+    section("Publish a message", h("p", null, "Published through the default exchange with this queue's name as routing key."), publishForm(ctx, vhost, "", name, load)),
+    section("Get messages", h("p", { class: "warn" }, "Getting messages is destructive: a nack or reject with requeue puts them back at the end."), getForm(ctx, vhost, name, load)),
     section("Purge", purge),
     section("Delete", del),
   );
