@@ -1,0 +1,168 @@
+"""The management UI in a real headless Chromium (Debian's), driven by playwright.
+
+The UI talks to an embedded Warren's HTTP listener (http_port=0) unless
+WARREN_UI_API_URL names another management API, e.g. a RabbitMQ:
+
+    WARREN_UI_API_URL=http://127.0.0.1:15672 pytest tests/ui
+
+In that case (and when Warren's listener serves the API but not the UI files)
+devserver.py serves the files from src/warren/http/static and proxies /api.
+Screenshots go to tests/ui/artifacts/.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .devserver import DevServer
+
+pytest.importorskip("playwright", reason="playwright is not installed (the test extra)")
+
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright  # noqa: E402
+
+API_URL_ENV = "WARREN_UI_API_URL"
+CHROMIUM = os.environ.get("WARREN_UI_CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+USER, PASSWORD = "guest", "guest"
+
+
+@dataclass
+class UIServer:
+    """Where the browser opens the UI, and what answers its /api calls."""
+
+    url: str
+    api_description: str
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        """A management API call (guest/guest) from the test itself, not the browser."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.url}/api{path}", data=data, method=method)
+        token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+        req.add_header("Authorization", f"Basic {token}")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            text = resp.read()
+        return json.loads(text) if text else None
+
+
+def _status(url: str, auth: bool = False) -> int:
+    req = urllib.request.Request(url)
+    if auth:
+        token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+        req.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return 0
+
+
+@pytest.fixture(scope="session")
+def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UIServer]:
+    external = os.environ.get(API_URL_ENV)
+    if external:
+        if _status(f"{external.rstrip('/')}/api/overview", auth=True) != 200:
+            pytest.fail(f"{API_URL_ENV}={external}: GET /api/overview as guest did not answer 200")
+        dev = DevServer(external).start()
+        try:
+            yield UIServer(dev.url, f"{external} through tests/ui/devserver.py")
+        finally:
+            dev.stop()
+        return
+
+    from conftest import start_broker  # tests/conftest.py
+
+    data_dir = tmp_path_factory.mktemp("warren-ui") / "data"
+    try:
+        broker = start_broker(data_dir, http_port=0)
+    except TypeError as e:
+        pytest.skip(f"Warren's Config has no http_port yet ({e}); set {API_URL_ENV} to test the UI")
+    try:
+        listener = broker.broker.listener("http")
+        if listener is None:
+            pytest.skip(f"Warren has no HTTP listener yet; set {API_URL_ENV} to test the UI")
+        base = f"http://127.0.0.1:{listener.port}"
+        if _status(f"{base}/api/overview", auth=True) != 200:
+            pytest.skip(f"Warren's HTTP listener does not serve GET /api/overview yet ({base})")
+        if _status(f"{base}/ui/app.js") == 200 and _status(f"{base}/") == 200:
+            yield UIServer(base, f"embedded Warren ({base})")
+        else:
+            dev = DevServer(base).start()
+            try:
+                yield UIServer(dev.url, f"embedded Warren ({base}) through tests/ui/devserver.py")
+            finally:
+                dev.stop()
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"no Chromium at {CHROMIUM} (make browser: apt-get install chromium)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--disable-gpu"])
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@dataclass
+class Console:
+    """What the page printed: errors and uncaught exceptions."""
+
+    errors: list[str] = field(default_factory=list)
+
+    def on_message(self, msg: ConsoleMessage) -> None:
+        if msg.type == "error":
+            self.errors.append(f"console.error: {msg.text} ({msg.location.get('url', '')})")
+
+    def on_page_error(self, exc: Exception) -> None:
+        self.errors.append(f"uncaught: {exc}")
+
+
+@pytest.fixture
+def console() -> Console:
+    return Console()
+
+
+@pytest.fixture
+def page(browser: Browser, console: Console) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    context.set_default_timeout(15_000)
+    pg = context.new_page()
+    pg.on("console", console.on_message)
+    pg.on("pageerror", console.on_page_error)
+    # Deletions ask window.confirm(): yes.
+    pg.on("dialog", lambda dialog: dialog.accept())
+    try:
+        yield pg
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def shot(request: pytest.FixtureRequest, page: Page):
+    """shot("name") saves a screenshot as tests/ui/artifacts/<test>-<name>.png."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+
+    def take(name: str, full_page: bool = False) -> Path:
+        path = ARTIFACTS / f"{request.node.name}-{name}.png"
+        page.screenshot(path=str(path), full_page=full_page)
+        return path
+
+    return take

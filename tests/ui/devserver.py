@@ -1,0 +1,121 @@
+"""Dev-only server for the management UI: the static files plus a proxy to an API.
+
+Serves ``/`` (index.html) and ``/ui/{path}`` from src/warren/http/static, as
+Warren's HTTP listener does, and forwards ``/api/...`` to another server's
+management API (a RabbitMQ, or a Warren whose HTTP listener does not serve the
+UI files), so the UI can be worked on and tested against either:
+
+    python tests/ui/devserver.py --api http://127.0.0.1:15672 --port 8080
+
+then open http://127.0.0.1:8080/ (guest/guest). The proxy drops the API's
+``WWW-Authenticate`` header so a failed login does not pop up the browser's
+own password dialog.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import threading
+from pathlib import Path
+
+from aiohttp import ClientSession, web
+
+STATIC_DIR = Path(__file__).resolve().parents[2] / "src" / "warren" / "http" / "static"
+
+# Request headers passed on to the API; everything else is the proxy's business.
+FORWARDED = ("Authorization", "Content-Type", "Accept", "X-Reason", "X-Requested-With")
+CLIENT = web.AppKey("client", ClientSession)
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"}
+
+
+def make_app(api_base: str, static_dir: Path = STATIC_DIR) -> web.Application:
+    api_base = api_base.rstrip("/")
+    app = web.Application()
+
+    async def on_startup(app: web.Application) -> None:
+        app[CLIENT] = ClientSession(auto_decompress=True)
+
+    async def on_cleanup(app: web.Application) -> None:
+        await app[CLIENT].close()
+
+    async def index(_: web.Request) -> web.StreamResponse:
+        return web.FileResponse(static_dir / "index.html", headers={"Cache-Control": "no-cache"})
+
+    async def asset(request: web.Request) -> web.StreamResponse:
+        path = (static_dir / request.match_info["path"]).resolve()
+        if not path.is_file() or static_dir.resolve() not in path.parents:
+            raise web.HTTPNotFound()
+        return web.FileResponse(path, headers={"Cache-Control": "no-cache"})
+
+    async def proxy(request: web.Request) -> web.StreamResponse:
+        headers = {k: request.headers[k] for k in FORWARDED if k in request.headers}
+        url = f"{api_base}{request.raw_path}"
+        body = await request.read()
+        async with request.app[CLIENT].request(
+            request.method, url, headers=headers, data=body or None, allow_redirects=False
+        ) as upstream:
+            payload = await upstream.read()
+            out = {
+                k: v
+                for k, v in upstream.headers.items()
+                if k.lower() not in HOP_BY_HOP and k.lower() != "www-authenticate"
+            }
+            return web.Response(status=upstream.status, body=payload, headers=out)
+
+    app.router.add_get("/", index)
+    app.router.add_get("/ui/{path:.+}", asset)
+    app.router.add_route("*", "/api/{tail:.*}", proxy)
+    app.router.add_route("*", "/api", proxy)
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    return app
+
+
+class DevServer:
+    """The dev server on its own loop in a thread: ``url`` once started."""
+
+    def __init__(self, api_base: str, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.api_base = api_base
+        self.host = host
+        self.port = port
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> DevServer:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(30)
+        return self
+
+    async def _start(self) -> None:
+        self._runner = web.AppRunner(make_app(self.api_base))
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--api", default="http://127.0.0.1:15672", help="management API base URL")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    args = parser.parse_args()
+    print(f"UI on http://{args.host}:{args.port}/, API {args.api}")
+    web.run_app(make_app(args.api), host=args.host, port=args.port, print=None)
+
+
+if __name__ == "__main__":
+    main()

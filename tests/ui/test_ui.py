@@ -1,0 +1,193 @@
+"""End-to-end: the management UI in headless Chromium against a management API.
+
+Which API answers is up to conftest.py (embedded Warren by default). Every wait
+is a playwright wait on the page's state; nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+from playwright.sync_api import Page, expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
+from .conftest import PASSWORD, USER, Console, UIServer
+
+pytestmark = pytest.mark.ui
+
+#: The management API refreshes its statistics every few seconds (RabbitMQ: 5 s)
+#: and the UI polls every 5 s: counters and rates may take two rounds to move.
+STATS_TIMEOUT = 30_000
+
+
+def log_in(page: Page, ui: UIServer, password: str = PASSWORD) -> None:
+    page.goto(f"{ui.url}/")
+    form = page.locator("#login-form")
+    expect(form).to_be_visible()
+    form.locator("input[name=username]").fill(USER)
+    form.locator("input[name=password]").fill(password)
+    form.locator("button[type=submit]").click()
+
+
+def series_value(page: Page, chart: str, series: str, attr: str) -> float:
+    item = page.locator(f"[data-chart={chart}] [data-series={series}]")
+    return float(item.get_attribute(f"data-{attr}") or 0)
+
+
+def wait_for_series(page: Page, chart: str, series: str, attr: str, test: str) -> None:
+    """Wait until a chart series' data-<attr> (v) passes a JS test."""
+    selector = f"[data-chart={chart}] [data-series={series}]"
+    try:
+        page.wait_for_function(
+            f"""() => {{
+                const el = document.querySelector('{selector}');
+                const v = el ? Number(el.dataset.{attr}) : NaN;
+                return {test};
+            }}""",
+            timeout=STATS_TIMEOUT,
+        )
+    except PlaywrightTimeoutError:
+        legend = page.locator(f"[data-chart={chart}] .legend").evaluate("e => e.outerHTML")
+        raise AssertionError(f"{selector}: data-{attr} never passed `{test}`: {legend}") from None
+
+
+def test_queue_publish_get_and_overview(
+    page: Page, ui_server: UIServer, console: Console, shot
+) -> None:
+    queue = f"ui-test-{uuid.uuid4().hex[:8]}"
+    log_in(page, ui_server)
+
+    # The overview: counters and both charts.
+    expect(page.locator("#nav")).to_be_visible()
+    expect(page.locator("#whoami")).to_have_text(USER)
+    expect(page.locator("[data-total=queues] b")).to_have_text(re.compile(r"^\d[\d,]*$"))
+    expect(page.locator("[data-chart=rates] svg")).to_be_visible()
+    expect(page.locator("[data-chart=queued] svg")).to_be_visible()
+    queued_before = series_value(page, "queued", "messages", "current")
+
+    # Add a queue (classic, durable, one typed argument).
+    page.locator("#nav a[href='#/queues']").click()
+    form = page.locator("#add-queue")
+    form.locator("select[name=queue_type]").select_option("classic")
+    form.locator("input[name=name]").fill(queue)
+    form.locator("select[name=durable]").select_option("true")
+    form.get_by_label("queue arguments key").fill("x-max-length")
+    form.get_by_label("queue arguments value").fill("100")
+    form.locator(".arg-row select").select_option("number")
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#flash")).to_have_text(f"Queue {queue} added.")
+    row = page.locator(f"tr[data-queue='{queue}']")
+    expect(row).to_be_visible()
+
+    # Its page: arguments, then publish two messages through the default exchange.
+    row.get_by_role("link", name=queue).click()
+    expect(page.locator("main h1")).to_have_text(f"Queue {queue}")
+    expect(page.locator("main table.facts")).to_contain_text("x-max-length: 100")
+    publish = page.locator("#publish-form")
+    expect(publish.locator("input[name=routing_key]")).to_have_value(queue)
+    publish.get_by_label("headers key").fill("x-origin")
+    publish.get_by_label("headers value").fill("ui-test")
+    for n in (1, 2):
+        publish.locator("textarea[name=payload]").fill(f"hello from the UI test #{n}")
+        publish.locator("button[type=submit]").click()
+        expect(page.locator("#flash")).to_have_text("Message published.")
+        # The next publish must not race the flash of this one.
+        page.locator("#flash").evaluate("el => el.replaceChildren()")
+    expect(page.locator("[data-count=messages_ready] b")).to_have_text("2", timeout=STATS_TIMEOUT)
+
+    # Get the first one back, acknowledged (it leaves the queue).
+    get = page.locator("#get-form")
+    get.locator("select[name=ackmode]").select_option("ack_requeue_false")
+    get.locator("select[name=encoding]").select_option("auto")
+    get.locator("input[name=count]").fill("1")
+    get.locator("button[type=submit]").click()
+    message = page.locator("#get-results [data-message='1']")
+    expect(message.locator("pre.payload")).to_have_text("hello from the UI test #1")
+    expect(message).to_contain_text("x-origin")
+    expect(message).to_contain_text("1 messages remaining")
+    expect(page.locator("[data-count=messages_ready] b")).to_have_text("1", timeout=STATS_TIMEOUT)
+    shot("queue", full_page=True)
+
+    # Back on the overview: the publish and deliver/get rates were seen above
+    # zero, and the queued-messages total moved.
+    page.locator("#nav a[href='#/']").click()
+    expect(page.locator("main h1")).to_have_text("Overview")
+    wait_for_series(page, "rates", "publish", "peak", "v > 0")
+    wait_for_series(page, "rates", "deliver_get", "peak", "v > 0")
+    wait_for_series(page, "queued", "messages", "current", f"v !== {queued_before}")
+    shot("overview")
+
+    # Delete the queue from its page (the confirm() is accepted).
+    page.goto(f"{ui_server.url}/#/queues/%2F/{queue}")
+    expect(page.locator("main h1")).to_have_text(f"Queue {queue}")
+    page.locator("#delete-queue").click()
+    expect(page.locator("#flash")).to_have_text(f"Queue {queue} deleted.")
+    expect(page).to_have_url(re.compile(r"#/queues$"))
+    expect(page.locator(f"tr[data-queue='{queue}']")).to_have_count(0)
+
+    # Log out: back to the login form, and the credentials are gone.
+    page.locator("#logout").click()
+    expect(page.locator("#login-form")).to_be_visible()
+    assert page.evaluate("() => sessionStorage.getItem('warren.auth')") is None
+
+    assert console.errors == []
+
+
+def test_every_page_renders(page: Page, ui_server: UIServer, console: Console) -> None:
+    log_in(page, ui_server)
+    expect(page.locator("main h1")).to_have_text("Overview")
+    pages = {
+        "connections": "Connections",
+        "channels": "Channels",
+        "exchanges": "Exchanges",
+        "queues": "Queues",
+        "users": "Users",
+        "vhosts": "Virtual hosts",
+        "permissions": "Permissions",
+        "policies": "Policies",
+        "definitions": "Definitions",
+        "exchanges/%2F/amq.direct": "Exchange amq.direct",
+        "exchanges/%2F/": "Exchange (AMQP default)",
+    }
+    for route, title in pages.items():
+        page.goto(f"{ui_server.url}/#/{route}")
+        expect(page.locator("main h1")).to_have_text(title)
+        expect(page.locator("#flash .error")).to_have_count(0)
+    expect(page.locator("tr[data-user=guest]")).to_have_count(0)  # on the definitions page now
+    page.goto(f"{ui_server.url}/#/users")
+    expect(page.locator("tr[data-user=guest]")).to_be_visible()
+    page.goto(f"{ui_server.url}/#/vhosts")
+    expect(page.locator("tr[data-vhost='/']")).to_be_visible()
+    assert console.errors == []
+
+
+def test_server_text_is_not_markup(page: Page, ui_server: UIServer, console: Console) -> None:
+    name = f'<img src=x onerror="window.pwned=1">ui-{uuid.uuid4().hex[:6]}'
+    from urllib.parse import quote
+
+    ui_server.api(
+        "PUT", f"/queues/%2F/{quote(name, safe='')}", {"durable": False, "auto_delete": False}
+    )
+    try:
+        log_in(page, ui_server)
+        expect(page.locator("main h1")).to_have_text("Overview")
+        page.locator("#nav a[href='#/queues']").click()
+        row = page.locator("tr", has_text=name)
+        expect(row).to_be_visible()
+        row.get_by_role("link", name=name).click()
+        expect(page.locator("main h1")).to_have_text(f"Queue {name}")
+        assert page.locator("main img").count() == 0
+        assert page.evaluate("() => window.pwned") is None
+    finally:
+        ui_server.api("DELETE", f"/queues/%2F/{quote(name, safe='')}")
+    assert console.errors == []
+
+
+def test_bad_password_stays_on_login(page: Page, ui_server: UIServer, console: Console) -> None:
+    log_in(page, ui_server, password="not-the-password")
+    expect(page.locator("#login-form [role=alert]")).to_contain_text("Login failed")
+    expect(page.locator("#nav")).to_be_hidden()
+    # The 401 itself is logged by Chromium as a failed resource load: the only error allowed.
+    assert [e for e in console.errors if "401" not in e] == []
