@@ -8,6 +8,8 @@
 #   make run       run the broker (extra flags: make run ARGS='--amqp-port 5673')
 #   make test      run pytest twice: compiled modules, then pure Python
 #                  (extra args: make test PYTEST_ARGS='-k config')
+#   make browser   install Debian's chromium for tests/ui when it is missing
+#                  (needs root and apt-get; otherwise tests/ui skip)
 #   make lint      ruff + mypy
 #   make spec      regenerate src/warren/amqp/spec.py
 #   make clean     remove build and cache artefacts (keeps $(VENV) and ./data)
@@ -23,7 +25,7 @@ STAMP = $(VENV)/.installed
 # .ci/run needs them. Empty by default, so interactive runs leave no file.
 PYTEST_STATUS_FILE ?=
 
-.PHONY: install build run test lint spec clean
+.PHONY: install build run test lint spec clean browser
 
 # Reinstall whenever pyproject.toml or setup.py changes (dependencies, entry
 # points, the compiled modules).
@@ -57,11 +59,18 @@ build: $(STAMP)
 run: $(STAMP) $(SHARED_LIBRARY)
 	$(VENV)/bin/warren --data-dir ./data $(ARGS)
 
+# tests/ui drive Debian's chromium (playwright cannot fetch its own browser here).
+# Quiet, idempotent, and never fatal: without chromium those tests skip.
+browser:
+	@command -v chromium >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; } || \
+	echo "make browser: could not install chromium; tests/ui will skip"
+
 # The suite runs twice: against the compiled modules, then with
 # WARREN_PURE_PYTHON=1 (every module from its .py, the fallback a machine
 # without a C compiler gets). The status recorded is the first failure's;
 # 5 (nothing collected) only when neither run failed otherwise.
-test: $(STAMP) $(SHARED_LIBRARY)
+test: $(STAMP) $(SHARED_LIBRARY) browser
 	@status=0; pure=0; \
 	echo "== pytest, $$($(PY) -c 'import warren; print(warren.build_description())')"; \
 	$(PY) -m pytest -q $(PYTEST_ARGS) || status=$$?; \
