@@ -303,6 +303,8 @@ class Warren:
             "warren",
             "--amqp-port",
             str(self.port),
+            "--http-port",
+            "-1",  # no management listener: RabbitMQ's may hold 15672
             "-D",
             str(data),
             "--log-level",

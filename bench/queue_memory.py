@@ -148,6 +148,8 @@ def warren_broker() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
                 "warren",
                 "--amqp-port",
                 str(port),
+                "--http-port",
+                "-1",
                 "-D",
                 data,
                 "--log-level",

@@ -67,6 +67,8 @@ def warren_broker() -> Iterator[str]:
             "warren",
             "--amqp-port",
             str(port),
+            "--http-port",
+            "-1",
             "-D",
             f"{tmp}/data",
             "--log-level",

@@ -27,6 +27,8 @@ ALL_FLAGS = (
     "-D",
     "--bind",
     "--amqp-port",
+    "--http-port",
+    "--http-bind",
     "--log-level",
     "--config",
     "-c",
@@ -516,3 +518,11 @@ def test_mgmt_section_sets_the_http_listener(tmp_path: Path) -> None:
     assert (Config().http_bind, Config().http_port) == ("127.0.0.1", 15672)
     with pytest.raises(ConfigError, match=r"\[mgmt\] port"):
         Config.from_ini(write_ini(tmp_path, "[mgmt]\nport = -2\n"))
+
+
+def test_http_flags_override_the_mgmt_section(tmp_path: Path) -> None:
+    path = write_ini(tmp_path, "[mgmt]\nport = 15680\n")
+    config = build_config(["-c", str(path), "--http-port", "0", "--http-bind", "::1"])
+    assert (config.http_port, config.http_bind) == (0, "::1")
+    with pytest.raises(ConfigError, match="--http-port"):
+        build_config(["--http-port", "70000"])

@@ -469,7 +469,9 @@ def test_bad_definitions_stop_the_start(tmp_path: Path, content: Any, problem: s
     if isinstance(content, dict):  # a new node with definitions has no vhost of its own
         content = {"vhosts": [{"name": "/"}], **content}
     path = write(tmp_path, content)
-    config = Config(data_dir=str(tmp_path / "data"), amqp_port=0, load_definitions=path)
+    config = Config(
+        data_dir=str(tmp_path / "data"), amqp_port=0, http_port=0, load_definitions=path
+    )
     thread = BrokerThread(config)
     try:
         with pytest.raises(DefinitionsError) as info:
@@ -511,6 +513,8 @@ def test_warren_command_refuses_to_start_on_bad_definitions(tmp_path: Path) -> N
             "-m",
             "warren",
             "--amqp-port",
+            "0",
+            "--http-port",
             "0",
             "-D",
             str(tmp_path / "d"),

@@ -64,7 +64,17 @@ def test_port_in_use_exits_with_clear_message(tmp_path: Path) -> None:
     try:
         env = dict(os.environ, PYTHONPATH=str(SRC))
         second = subprocess.run(
-            [sys.executable, "-m", "warren", "--amqp-port", str(port), "-D", str(tmp_path / "d2")],
+            [
+                sys.executable,
+                "-m",
+                "warren",
+                "--amqp-port",
+                str(port),
+                "--http-port",
+                "0",
+                "-D",
+                str(tmp_path / "d2"),
+            ],
             capture_output=True,
             text=True,
             env=env,

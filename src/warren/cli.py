@@ -348,6 +348,8 @@ def _install_signal_handlers(
 def _start_error_message(config: Config, exc: OSError) -> str:
     """Turn the common bind failures into one actionable line."""
     where = f"warren: cannot listen on AMQP {config.bind}:{config.amqp_port}"
+    if getattr(exc, "listener", None) == "http":
+        where = f"warren: cannot listen on HTTP {config.http_bind}:{config.http_port}"
     if exc.errno == errno.EADDRINUSE:
         return f"{where}: address already in use (is another broker running?)"
     if exc.errno == errno.EADDRNOTAVAIL:

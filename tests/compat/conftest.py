@@ -50,7 +50,9 @@ class EmbeddedBroker:
         from warren import Broker, Config  # imported here: a broken import fails the fixture only
 
         self._stop = asyncio.Event()
-        config = Config(data_dir=str(self.data_dir), amqp_port=0, **RABBITMQ_SETTINGS)
+        config = Config(
+            data_dir=str(self.data_dir), amqp_port=0, http_port=0, **RABBITMQ_SETTINGS
+        )
         async with Broker(config) as broker:
             self.ready.set_result(broker.amqp_port)
             await self._stop.wait()

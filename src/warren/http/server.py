@@ -170,8 +170,10 @@ class HTTPListener:
         site = web.TCPSite(runner, self.bind, self.requested_port, reuse_address=True)
         try:
             await site.start()
-        except BaseException:
+        except BaseException as exc:
             await runner.cleanup()
+            if isinstance(exc, OSError):
+                exc.listener = "http"  # type: ignore[attr-defined]  # for the CLI's message
             raise
         self._runner = runner
         server = site._server
