@@ -286,6 +286,7 @@ def test_usage_errors_exit_1() -> None:
         ["queues", "frobnicate"],
         ["--timeout", "-3", "status"],
         ["get", "q", "--count", "many"],
+        ["get", "q", "--count", "0"],
         ["policies", "set", "p", ".*", "{}", "--apply-to", "everything"],
     ):
         r = ctl(None, *args)

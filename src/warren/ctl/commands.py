@@ -119,6 +119,16 @@ def _read_secret(ctx: Context, prompt: str) -> str:
     return line.rstrip("\r\n")
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
 # -- listing ---------------------------------------------------------------------------------
 
 
@@ -1013,7 +1023,9 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
     )
     p.set_defaults(handler=cmd_get)
     p.add_argument("queue")
-    p.add_argument("-n", "--count", type=int, default=1, help="at most this many (default 1)")
+    p.add_argument(
+        "-n", "--count", type=_positive_int, default=1, help="at most this many (default 1)"
+    )
     p.add_argument("--ack", action="store_true", help="remove them (ackmode ack_requeue_false)")
     p.add_argument(
         "--ackmode",
