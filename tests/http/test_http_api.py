@@ -129,7 +129,8 @@ def test_users_with_password_hash_and_tags(api: Api) -> None:
     assert api.as_user("u2", "pw").get("/api/whoami") == {"name": "u2", "tags": ["monitoring"]}
     assert api.put("/api/users/u2", {"password": "new", "tags": ""}).status == 204
     assert api.get("/api/users/u2")["tags"] == []
-    assert api.put("/api/users/u3", {"password": "x"}).status == 400  # tags are required
+    reply = api.put("/api/users/u3", {"password": "x"})
+    assert reply.json() == {"error": "bad_request", "reason": "tags_not_present"}
     names = [u["name"] for u in api.get("/api/users")]
     assert names == ["guest", "u1", "u2"]
     assert [u["name"] for u in api.get("/api/users/without-permissions")] == ["u1", "u2"]
@@ -206,6 +207,12 @@ def test_queues(api: Api) -> None:
     assert q["type"] == "classic" and q["messages"] == 0 and q["consumers"] == 0
     assert api.put("/api/queues/%2F/s1", {"durable": True, "arguments": {"x-queue-type": "stream"}}).status == 201
     assert api.get("/api/queues/%2F/s1")["type"] == "stream"
+    reply = api.post("/api/queues/%2F/s1/get", {"count": 1, "ackmode": "ack_requeue_true",
+                                                "encoding": "auto"})
+    assert reply.json() == {
+        "error": "bad_request",
+        "reason": "540 basic.get not supported by stream queues queue 's1' in vhost '/'",
+    }
     publish = {"routing_key": "q1", "payload": "m", "payload_encoding": "string", "properties": {}}
     api.post("/api/exchanges/%2F/amq.default/publish", publish)
     assert api.delete("/api/queues/%2F/q1?if-empty=true").status == 400

@@ -319,7 +319,7 @@ async def put_user(ctx: Ctx) -> web.StreamResponse:
     name = ctx.params[0]
     body = await ctx.body()
     if "tags" not in body:
-        raise bad_request("[{key_missing,tags}]")
+        raise bad_request("tags_not_present")
     tags = parse_tags(body["tags"])
     if "password" in body and "password_hash" in body:
         raise bad_request("both password and password_hash are provided")

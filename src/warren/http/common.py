@@ -84,6 +84,8 @@ def from_broker_error(exc: BrokerError) -> ApiError:
         return ApiError(404, "not_found", exc.text)
     if exc.code == 403:
         return not_authorised("Access refused.")
+    if exc.code == 540:  # NOT_IMPLEMENTED: RabbitMQ keeps the code in the text
+        return bad_request(f"540 {exc.text}")
     return bad_request(exc.text)
 
 
