@@ -10,6 +10,8 @@ import sys
 import pytest
 from conftest import BrokerThread
 from httphelp import Api
+from pika.exceptions import ConnectionClosedByBroker
+from pikahelp import connect
 
 RABBITMQADMIN = shutil.which("rabbitmqadmin") or "/usr/bin/rabbitmqadmin"
 
@@ -82,3 +84,25 @@ def test_overview_vhosts_users_and_definitions(broker: BrokerThread, tmp_path: o
     ]
     conns = json.loads(admin(broker, "-f", "raw_json", "list", "connections"))
     assert conns == []
+
+
+def test_connections_channels_consumers_and_close(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    try:
+        ch = conn.channel()
+        ch.queue_declare("work")
+        ch.basic_consume("work", lambda *a: None, consumer_tag="c1")
+        conns = json.loads(admin(broker, "-f", "raw_json", "list", "connections"))
+        assert [c["user"] for c in conns] == ["guest"]
+        channels = json.loads(admin(broker, "-f", "raw_json", "list", "channels"))
+        assert [c["consumer_count"] for c in channels] == [1]
+        consumers = json.loads(admin(broker, "-f", "raw_json", "list", "consumers"))
+        assert [c["consumer_tag"] for c in consumers] == ["c1"]
+        admin(broker, "purge", "queue", "name=work")
+        admin(broker, "close", "connection", f"name={conns[0]['name']}")
+        with pytest.raises(ConnectionClosedByBroker):
+            while True:
+                conn.process_data_events(0.05)
+    finally:
+        if conn.is_open:
+            conn.close()
