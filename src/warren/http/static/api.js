@@ -35,6 +35,7 @@ export function logout() {
 export async function login(user, password) {
   const auth = `Basic ${encodeBasic(user, password)}`;
   const resp = await fetch("/api/whoami", {
+    credentials: "omit",
     headers: { Authorization: auth, "X-Requested-With": "XMLHttpRequest" },
   });
   if (resp.status === 401) throw new ApiError(401, "Login failed: wrong user name or password.");
@@ -60,8 +61,11 @@ async function reasonOf(resp) {
  * body: an object (sent as JSON) or a string; headers: extra request headers.
  */
 export async function api(method, path, body, headers = {}) {
+  // credentials "omit": the Authorization header still goes, but a 401 with
+  // WWW-Authenticate never opens the browser's own login dialog.
   const init = {
     method,
+    credentials: "omit",
     headers: {
       Authorization: sessionStorage.getItem(AUTH_KEY) || "",
       "X-Requested-With": "XMLHttpRequest",
