@@ -12,7 +12,7 @@ export function argsEditor(name = "arguments") {
       { class: "arg-row" },
       h("input", { class: "arg-key", placeholder: "key", "aria-label": `${name} key` }),
       h("input", { class: "arg-value", placeholder: "value", "aria-label": `${name} value` }),
-      select("type", [
+      select("arg_type", [
         ["string", "String"],
         ["number", "Number"],
         ["boolean", "Boolean"],

@@ -49,7 +49,7 @@ async function addExchangeForm(ctx, reload) {
   } catch {
     /* keep the standard four */
   }
-  const type = select("type", types, "direct");
+  const type = select("exchange_type", types, "direct");
   const durable = select("durable", [
     ["true", "Durable"],
     ["false", "Transient"],
