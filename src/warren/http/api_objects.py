@@ -10,13 +10,14 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
 from aiohttp import web
 
 from warren.core.codec_errors import DecodeError
-from warren.core.exchange import Exchange
+from warren.core.exchange import Binding, Exchange
 from warren.core.message import Message
 from warren.core.properties import BASIC_PROPERTIES, BasicProperties, decode_properties
 from warren.core.queue import Queue
@@ -394,10 +395,16 @@ async def queue_bindings(ctx: Ctx) -> web.StreamResponse:
 # -- bindings -------------------------------------------------------------------------------
 
 
+def _binding_info(vhost: str, binding: Binding) -> dict[str, Any]:
+    return formats.binding_info(binding, vhost)
+
+
 async def list_bindings(ctx: Ctx) -> web.StreamResponse:
     items: list[dict[str, Any]] = []
     for v in _vhosts(ctx):
-        items.extend(formats.vhost_bindings(v))
+        items.extend(await build(v.queues.values(), formats.default_binding_info))
+        bindings = [b for ex in v.exchanges.values() for b in ex.bindings.values()]
+        items.extend(await build(bindings, partial(_binding_info, v.name)))
     return await list_response(ctx, items, ())
 
 

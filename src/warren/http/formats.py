@@ -153,13 +153,6 @@ def default_binding_info(q: Queue) -> dict[str, Any]:
     }
 
 
-def vhost_bindings(v: VHost) -> list[dict[str, Any]]:
-    out = [default_binding_info(q) for q in v.queues.values()]
-    for ex in v.exchanges.values():
-        out.extend(binding_info(b, v.name) for b in ex.bindings.values())
-    return out
-
-
 def vhost_info(v: VHost, metadata: dict[str, Any] | None) -> dict[str, Any]:
     ready = unacked = 0
     for q in v.queues.values():
