@@ -24,7 +24,7 @@ import decimal
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,7 +43,13 @@ if TYPE_CHECKING:
     from warren.core.queue import Queue
     from warren.node import Node
 
-__all__ = ["DefinitionsError", "export_definitions", "import_definitions", "read_definitions"]
+__all__ = [
+    "DefinitionsError",
+    "export_definitions",
+    "import_definitions",
+    "import_steps",
+    "read_definitions",
+]
 
 log = logging.getLogger("warren.definitions")
 
@@ -502,12 +508,21 @@ def import_definitions(broker: Node, data: dict[str, Any]) -> None:
     Raises DefinitionsError naming the first problem; nothing is changed when
     the problem is in the document itself.
     """
+    for _ in import_steps(broker, data):
+        pass
+
+
+def import_steps(broker: Node, data: dict[str, Any]) -> Iterator[None]:
+    """import_definitions one object at a time: the whole document is checked at the
+    first ``next()``, then each step applies one entry and yields, so a caller on
+    the event loop (the management API) can give the loop back between steps."""
     if not isinstance(data, dict):
         raise DefinitionsError("definitions must be a JSON object")
     steps = _plan(broker, data)
     try:
         for step in steps:
             step()
+            yield
     finally:
         if data.get("users") or data.get("permissions"):
             broker.save_users()

@@ -23,12 +23,13 @@ from warren.definitions_json import (
     RABBITMQ_FORMAT_VERSION,
     DefinitionsError,
     export_definitions,
-    import_definitions,
+    import_steps,
 )
 from warren.http import formats
 from warren.http.common import (
     ADMIN,
     MONITORING,
+    SLICE,
     ApiError,
     Ctx,
     bad_request,
@@ -544,9 +545,12 @@ async def _definitions_body(ctx: Ctx) -> dict[str, Any]:
     return data
 
 
-def _import(ctx: Ctx, data: dict[str, Any]) -> web.Response:
+async def _import(ctx: Ctx, data: dict[str, Any]) -> web.Response:
+    """Import with a yield to the loop every SLICE objects (thousands of queues)."""
     try:
-        import_definitions(ctx.node, data)
+        for i, _ in enumerate(import_steps(ctx.node, data), 1):
+            if i % SLICE == 0:
+                await asyncio.sleep(0)
     except DefinitionsError as exc:
         raise bad_request(str(exc)) from None
     return web.Response(status=NO_CONTENT)
@@ -554,7 +558,7 @@ def _import(ctx: Ctx, data: dict[str, Any]) -> web.Response:
 
 async def post_definitions(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
-    return _import(ctx, await _definitions_body(ctx))
+    return await _import(ctx, await _definitions_body(ctx))
 
 
 _VHOST_CATEGORIES = ("parameters", "policies", "queues", "exchanges", "bindings")
@@ -587,7 +591,7 @@ async def post_vhost_definitions(ctx: Ctx) -> web.StreamResponse:
             scoped[category] = [
                 {**item, "vhost": vhost} if isinstance(item, dict) else item for item in items
             ]
-    return _import(ctx, scoped)
+    return await _import(ctx, scoped)
 
 
 # -- health checks -------------------------------------------------------------------------
