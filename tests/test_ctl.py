@@ -16,6 +16,7 @@ assertions read the server's state back through the API.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import os
@@ -309,9 +310,13 @@ def test_usage_errors_exit_1() -> None:
 
 def test_help_exits_0() -> None:
     r = ctl(None, "--help")
-    assert r.status == 0
+    assert r.status == 0 and "exit status" in r.out and r.err == ""
     r = ctl(None, "queues", "list", "--help")
-    assert r.status == 0
+    assert r.status == 0 and "--all-vhosts" in r.out and "--columns" in r.out
+    r = ctl(None, "queues")
+    assert r.status == 2  # (no server at the default test URL)
+    r = ctl(None, "definitions")  # a resource without a default action
+    assert r.status == 1 and "export" in r.err
 
 
 def test_cannot_connect_exits_2() -> None:
@@ -363,6 +368,126 @@ def test_exit_status_mapping() -> None:
         assert exit_status_for(status) == 6
     for status in (500, 502, 503):
         assert exit_status_for(status) == 7
+
+
+def test_ctl_imports_only_the_standard_library() -> None:
+    """warren.ctl stays light: the standard library, itself, and warren's version."""
+    import ast
+
+    offenders = set()
+    for path in sorted((ROOT / "src" / "warren" / "ctl").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                if top in sys.stdlib_module_names or name == "__future__":
+                    continue
+                if name == "warren" or name.startswith("warren.ctl"):
+                    continue
+                offenders.add(f"{path.name}: {name}")
+    assert not offenders
+
+
+def test_version() -> None:
+    r = ctl(None, "--version")
+    assert r.status == 0
+    from warren import __version__
+
+    assert __version__ in r.out
+
+
+# -- TLS -------------------------------------------------------------------------------------
+
+
+class TLSProxy:
+    """A TLS terminator in front of the real server (its certificate is a
+    self-signed one made with the openssl command for 127.0.0.1)."""
+
+    def __init__(self, target: tuple[str, int], directory: Path) -> None:
+        import ssl
+        import threading
+
+        self.cert, key = directory / "cert.pem", directory / "key.pem"
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+             "-keyout", str(key), "-out", str(self.cert), "-subj", "/CN=127.0.0.1",
+             "-addext", "subjectAltName=IP:127.0.0.1"],
+            check=True,
+            capture_output=True,
+        )  # fmt: skip
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(self.cert, key)
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.threads: list[threading.Thread] = []
+        self.closing = False
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            conn, _ = self.listener.accept()
+            if self.closing:
+                conn.close()
+                self.listener.close()
+                return
+            try:
+                tls = self.context.wrap_socket(conn, server_side=True)
+            except OSError:  # the client refused our certificate
+                conn.close()
+                continue
+            upstream = socket.create_connection(self.target)
+            for a, b in ((tls, upstream), (upstream, tls)):
+                t = threading.Thread(target=self._pump, args=(a, b), daemon=True)
+                t.start()
+                self.threads.append(t)
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.closing = True
+        socket.create_connection(("127.0.0.1", self.port)).close()  # wakes accept()
+        self._thread.join(5)
+        assert not self._thread.is_alive()
+
+
+def test_https(server: Server, tmp_path: Path) -> None:
+    parts = urllib.parse.urlsplit(server.url)
+    proxy = TLSProxy((parts.hostname or "127.0.0.1", parts.port or 80), tmp_path)
+    url = f"https://127.0.0.1:{proxy.port}"
+    try:
+        r = ctl(None, "--cacert", str(proxy.cert), "--json", "status", url=url)
+        assert r.status == 0, r
+        assert "object_totals" in json.loads(r.out)
+        # Without the CA the certificate is not trusted: cannot connect (2).
+        r = ctl(None, "status", url=url)
+        assert r.status == 2 and "TLS error" in r.err and "certificate" in r.err, r
+        r = ctl(None, "--insecure", "queues", url=url)
+        assert r.status == 0, r
+        r = ctl(None, "--cacert", str(tmp_path / "missing.pem"), "status", url=url)
+        assert r.status == 1 and "--cacert" in r.err
+        # https:// to the plain HTTP port.
+        r = ctl(None, "--insecure", "status", url=f"https://{parts.netloc}")
+        assert r.status == 2 and "TLS error" in r.err
+    finally:
+        proxy.close()
 
 
 # -- status ----------------------------------------------------------------------------------

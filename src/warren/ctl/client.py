@@ -85,7 +85,15 @@ def path(*segments: str) -> str:
 class Client:
     """One base URL and one set of credentials; :meth:`request` returns decoded JSON."""
 
-    def __init__(self, url: str, user: str, password: str, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        user: str,
+        password: str,
+        timeout: float = 30.0,
+        cacert: str | None = None,
+        insecure: bool = False,
+    ) -> None:
         parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise CtlError(f"invalid --url {url!r}: expected http://HOST:PORT", EXIT_USAGE)
@@ -107,6 +115,18 @@ class Client:
         self.user = user
         self.password = password
         self.timeout = timeout
+        self.ssl_context: ssl.SSLContext | None = None
+        if parts.scheme == "https" and (cacert or insecure):
+            try:
+                context = ssl.create_default_context(cafile=cacert)
+            except (OSError, ssl.SSLError) as exc:
+                raise CtlError(
+                    f"cannot load --cacert {cacert}: {_describe(exc)}", EXIT_USAGE
+                ) from None
+            if insecure:
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            self.ssl_context = context
 
     def request(
         self,
@@ -138,7 +158,9 @@ class Client:
             req.add_header(name, value)
         where = f"{method} {api_path}"
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(
+                req, timeout=self.timeout, context=self.ssl_context
+            ) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as exc:
             raise self._http_error(exc, where) from None

@@ -99,6 +99,24 @@ def _add_globals(p: argparse.ArgumentParser, top: bool) -> None:
         metavar="SECONDS",
         help="HTTP timeout (default 30)",
     )
+    g.add_argument(
+        "--cacert",
+        metavar="FILE",
+        default=d(None),
+        help="for https: trust the certificates (PEM) in FILE",
+    )
+    g.add_argument(
+        "--insecure",
+        action="store_true",
+        default=d(False),
+        help="for https: do not verify the server's certificate",
+    )
+
+
+def _version() -> str:
+    from warren import __version__
+
+    return __version__
 
 
 def build_parser(prog: str = "warren ctl") -> argparse.ArgumentParser:
@@ -109,6 +127,7 @@ def build_parser(prog: str = "warren ctl") -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_globals(parser, top=True)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     common = _Parser(add_help=False)
     _add_globals(common, top=False)
     resources = parser.add_subparsers(dest="resource", metavar="COMMAND", parser_class=_Parser)
@@ -141,7 +160,8 @@ def main(
         )
     parser = build_parser(prog)
     try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        with contextlib.redirect_stdout(out):  # --help and --version
+            args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     except UsageError as exc:
         _print_usage_error(exc, err)
         return EXIT_USAGE
@@ -156,7 +176,9 @@ def main(
     user = args.user if args.user is not None else os.environ.get("WARREN_USER")
     password = args.password if args.password is not None else os.environ.get("WARREN_PASSWORD")
     try:
-        client = Client(args.url, "", "", timeout=args.timeout)
+        client = Client(
+            args.url, "", "", timeout=args.timeout, cacert=args.cacert, insecure=args.insecure
+        )
         client.user = user if user is not None else (client.url_user or "guest")
         client.password = password if password is not None else (client.url_password or "guest")
         ctx = commands.Context(client, args, out, err, inp)
