@@ -268,6 +268,13 @@ def test_help_does_not_import_the_broker() -> None:
 def test_entry_points() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert pyproject["project"]["scripts"]["warrenctl"] == "warren.ctl.main:main"
+    # What the console script does: sys.exit(main()) with the arguments in sys.argv.
+    code = (
+        "import sys; from warren.ctl.main import main; "
+        "sys.argv = ['/usr/bin/warrenctl', '--version']; sys.exit(main())"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV)
+    assert p.returncode == 0 and p.stdout.startswith("warrenctl "), p
     r = run("--help")
     assert r.status == 0
     for command in ("status", "vhosts", "users", "permissions", "queues", "exchanges"):
