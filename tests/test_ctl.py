@@ -536,6 +536,9 @@ def test_url_forms_and_environment(server: Server) -> None:
     assert r.status == 3
     r = run("status", "--password", "guest", env=dict(env, WARREN_PASSWORD="wrong"))
     assert r.status == 0
+    # Credentials in the URL come before the environment's.
+    r = run("--url", with_creds, "status", env=dict(env, WARREN_PASSWORD="wrong"))
+    assert r.status == 0
 
 
 # -- vhosts ----------------------------------------------------------------------------------

@@ -140,6 +140,10 @@ def _print_usage_error(exc: UsageError, err: TextIO) -> None:
     err.write(f"{exc.parser.prog}: error: {exc.message}\n")
 
 
+def _first(*values: str | None) -> str:
+    return next(v for v in values if v is not None)
+
+
 def main(
     argv: Sequence[str] | None = None,
     stdout: TextIO | None = None,
@@ -173,14 +177,15 @@ def main(
         sub = getattr(args, "resource_parser", None) or parser
         sub.print_help(err)
         return EXIT_USAGE
-    user = args.user if args.user is not None else os.environ.get("WARREN_USER")
-    password = args.password if args.password is not None else os.environ.get("WARREN_PASSWORD")
     try:
         client = Client(
             args.url, "", "", timeout=args.timeout, cacert=args.cacert, insecure=args.insecure
         )
-        client.user = user if user is not None else (client.url_user or "guest")
-        client.password = password if password is not None else (client.url_password or "guest")
+        # Credentials: the flags, then those in the URL, then the environment, then guest.
+        client.user = _first(args.user, client.url_user, os.environ.get("WARREN_USER"), "guest")
+        client.password = _first(
+            args.password, client.url_password, os.environ.get("WARREN_PASSWORD"), "guest"
+        )
         ctx = commands.Context(client, args, out, err, inp)
         status: int = handler(ctx)
         return status
