@@ -42,6 +42,8 @@ class UIServer:
 
     url: str
     api_description: str
+    #: The broker's AMQP port on 127.0.0.1, for tests that need a client connection.
+    amqp_port: int
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
         """A management API call (guest/guest) from the test itself, not the browser."""
@@ -78,7 +80,10 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UIServer]:
             pytest.fail(f"{API_URL_ENV}={external}: GET /api/overview as guest did not answer 200")
         dev = DevServer(external).start()
         try:
-            yield UIServer(dev.url, f"{external} through tests/ui/devserver.py")
+            ui = UIServer(dev.url, f"{external} through tests/ui/devserver.py", 0)
+            listeners = ui.api("GET", "/overview").get("listeners", [])
+            ui.amqp_port = next((x["port"] for x in listeners if x["protocol"] == "amqp"), 5672)
+            yield ui
         finally:
             dev.stop()
         return
@@ -98,11 +103,13 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UIServer]:
         if _status(f"{base}/api/overview", auth=True) != 200:
             pytest.skip(f"Warren's HTTP listener does not serve GET /api/overview yet ({base})")
         if _status(f"{base}/ui/app.js") == 200 and _status(f"{base}/") == 200:
-            yield UIServer(base, f"embedded Warren ({base})")
+            yield UIServer(base, f"embedded Warren ({base})", broker.port)
         else:
             dev = DevServer(base).start()
             try:
-                yield UIServer(dev.url, f"embedded Warren ({base}) through tests/ui/devserver.py")
+                yield UIServer(
+                    dev.url, f"embedded Warren ({base}) through tests/ui/devserver.py", broker.port
+                )
             finally:
                 dev.stop()
     finally:
