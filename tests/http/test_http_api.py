@@ -152,6 +152,9 @@ def test_permissions(api: Api) -> None:
     assert len(api.get("/api/vhosts/%2F/permissions")) == 2
     assert api.put("/api/permissions/%2F/u1", {"configure": "(", "write": "", "read": ""}).status == 400
     assert api.put("/api/permissions/nosuch/u1", body).status == 404
+    reply = api.put("/api/permissions/%2F/u1", {"configure": ".*"})
+    assert reply.json() == {"error": "bad_request",
+                            "reason": "[{key_missing,write},{key_missing,read}]"}
     assert api.delete("/api/permissions/%2F/u1").status == 204
     assert api.request("GET", "/api/permissions/%2F/u1").status == 404
 
@@ -186,6 +189,8 @@ def test_exchanges(api: Api) -> None:
         "received 'direct' but current is 'topic'"
     )
     assert api.put("/api/exchanges/%2F/x2", {"type": "nosuch"}).status == 400
+    assert api.put("/api/exchanges/%2F/x3").status == 201  # type direct, as RabbitMQ
+    assert api.get("/api/exchanges/%2F/x3")["type"] == "direct"
     assert api.put("/api/exchanges/%2F/amq.x", {"type": "direct"}).status == 401
     api.put("/api/queues/%2F/q")
     api.post("/api/bindings/%2F/e/x1/q/q", {"routing_key": "a.#"})
@@ -224,6 +229,8 @@ def test_queues(api: Api) -> None:
     assert api.delete("/api/queues/%2F/q1?if-empty=true").status == 204
     assert api.request("GET", "/api/queues/%2F/q1").status == 404
     assert api.delete("/api/queues/%2F/q1").status == 404
+    reply = api.put("/api/queues/nosuch/q1")
+    assert (reply.status, reply.json()) == (404, {"error": "not_found", "reason": "vhost_not_found"})
 
 
 def test_publish_and_get(api: Api) -> None:
@@ -239,7 +246,13 @@ def test_publish_and_get(api: Api) -> None:
     assert api.post("/api/exchanges/%2F/amq.default/publish", text).json() == {"routed": True}
     assert api.post("/api/exchanges/%2F/amq.direct/publish", text).json() == {"routed": False}
     reply = api.post("/api/exchanges/%2F/amq.default/publish", {"routing_key": "q"})
-    assert reply.status == 400
+    assert reply.json() == {
+        "error": "bad_request",
+        "reason": "[{key_missing,properties},{key_missing,payload},{key_missing,payload_encoding}]",
+    }
+    reply = api.post("/api/exchanges/%2F/nosuch/publish", text)
+    assert reply.json() == {
+        "error": "bad_request", "reason": "404 NOT_FOUND - no exchange 'nosuch' in vhost '/'"}
     get = {"count": 5, "ackmode": "ack_requeue_true", "encoding": "auto"}
     msgs = api.post("/api/queues/%2F/q/get", get).json()
     assert [m["payload_encoding"] for m in msgs] == ["base64", "string"]
@@ -305,8 +318,12 @@ def test_bindings(api: Api) -> None:
     assert api.delete("/api/bindings/%2F/e/amq.direct/q/q/a%2Bb%257Ec").status == 204
     assert len(api.get("/api/queues/%2F/q/bindings")) == 2
     reply = api.post("/api/bindings/%2F/e/nosuch/q/q", {})
-    assert reply.status == 404
-    assert api.post("/api/bindings/%2F/e/x/q/nosuch", {}).status == 404
+    assert (reply.status, reply.json()) == (
+        404, {"error": "not_found", "reason": "no exchange 'nosuch' in vhost '/'"})
+    reply = api.post("/api/bindings/%2F/e/x/q/nosuch", {})
+    assert (reply.status, reply.json()) == (
+        404, {"error": "not_found", "reason": "no queue 'nosuch' in vhost '/'"})
+    assert api.get("/api/bindings/%2F/e/x/q/nosuch") == []
 
 
 # -- list options -------------------------------------------------------------------------
@@ -487,6 +504,8 @@ def test_policies(api: Api) -> None:
         "reason": 'Validation failed\n\n[{&lt;&lt;"max-lengthx"&gt;&gt;,5}] are not recognised '
         "policy settings\n",
     }
+    reply = api.put("/api/policies/%2F/p3", {"definition": {"max-length": 1}})
+    assert reply.json() == {"error": "bad_request", "reason": "[{key_missing,pattern}]"}
     assert api.delete("/api/policies/%2F/p1").status == 204
     assert api.delete("/api/policies/%2F/p1").status == 404
     op = {"pattern": ".*", "definition": {"max-length": 3}, "priority": 0, "apply-to": "queues"}

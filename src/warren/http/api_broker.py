@@ -39,6 +39,7 @@ from warren.http.common import (
     list_response,
     not_found,
     parse_tags,
+    require_keys,
 )
 from warren.http.state import Router
 from warren.node import node_name
@@ -402,11 +403,12 @@ async def get_permission(ctx: Ctx) -> web.StreamResponse:
 
 
 def _regexes(body: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
+    require_keys(body, *keys)
     values = []
     for key in keys:
-        value = body.get(key)
+        value = body[key]
         if not isinstance(value, str):
-            raise bad_request(f"[{{key_missing,{key}}}]")
+            raise bad_request(f"{key} must be a string")
         try:
             re.compile(value)
         except re.error as exc:

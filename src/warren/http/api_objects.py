@@ -35,6 +35,7 @@ from warren.http.common import (
     json_response,
     list_response,
     not_found,
+    require_keys,
 )
 from warren.http.state import Router
 
@@ -121,13 +122,21 @@ async def get_exchange(ctx: Ctx) -> web.StreamResponse:
     return item_response(ctx, info)
 
 
+def _vhost_for_put(ctx: Ctx, name: str) -> VHost:
+    """RabbitMQ answers a declaration in a missing vhost with 404 vhost_not_found."""
+    if name not in ctx.node.vhosts:
+        raise ApiError(404, "not_found", "vhost_not_found")
+    vhost: VHost = ctx.vhost(name)
+    return vhost
+
+
 async def put_exchange(ctx: Ctx) -> web.StreamResponse:
     vhost_name, name = ctx.params
-    vhost = ctx.vhost(vhost_name)
+    vhost = _vhost_for_put(ctx, vhost_name)
     body = await ctx.body()
-    type_ = body.get("type")
+    type_ = body.get("type", "direct")
     if not isinstance(type_, str):
-        raise bad_request("[{key_missing,type}]")
+        raise bad_request("type must be a string")
     ctx.check(vhost_name, CONFIGURE, "exchange", name)
     arguments = body.get("arguments") or {}
     if not isinstance(arguments, dict):
@@ -177,11 +186,11 @@ def _properties(props: Any) -> bytes:
 async def publish(ctx: Ctx) -> web.StreamResponse:
     vhost_name, name = ctx.params
     vhost = ctx.vhost(vhost_name)
-    ex = _exchange(vhost, name)
     body = await ctx.body()
-    missing = [k for k in ("properties", "routing_key", "payload", "payload_encoding") if k not in body]
-    if missing:
-        raise bad_request("[" + ",".join(f"{{key_missing,{k}}}" for k in missing) + "]")
+    require_keys(body, "properties", "routing_key", "payload", "payload_encoding")
+    ex = vhost.exchanges.get(_exchange_name(name))
+    if ex is None:  # as RabbitMQ: the AMQP error, as a 400
+        raise bad_request(f"404 NOT_FOUND - no exchange '{name}' in vhost '{vhost_name}'")
     ctx.check(vhost_name, WRITE, "exchange", ex.name)
     payload, encoding = body["payload"], body["payload_encoding"]
     if not isinstance(payload, str):
@@ -258,7 +267,7 @@ def _consumers_of(ctx: Ctx, q: Queue) -> list[dict[str, Any]]:
 
 async def put_queue(ctx: Ctx) -> web.StreamResponse:
     vhost_name, name = ctx.params
-    vhost = ctx.vhost(vhost_name)
+    vhost = _vhost_for_put(ctx, vhost_name)
     body = await ctx.body()
     ctx.check(vhost_name, CONFIGURE, "queue", name)
     arguments = body.get("arguments") or {}
@@ -335,9 +344,7 @@ async def get_messages(ctx: Ctx) -> web.StreamResponse:
     vhost = ctx.vhost(vhost_name)
     q = _queue(vhost, name)
     body = await ctx.body()
-    missing = [k for k in ("count", "ackmode", "encoding") if k not in body]
-    if missing:
-        raise bad_request("[" + ",".join(f"{{key_missing,{k}}}" for k in missing) + "]")
+    require_keys(body, "count", "ackmode", "encoding")
     ctx.check(vhost_name, READ, "queue", name)
     ackmode, encoding = body["ackmode"], body["encoding"]
     if ackmode not in _ACKMODES:
@@ -409,18 +416,30 @@ async def list_bindings(ctx: Ctx) -> web.StreamResponse:
 
 
 def _ends(ctx: Ctx) -> tuple[VHost, Exchange, Queue | Exchange, str]:
+    """The vhost, source, destination and destination kind (``q``/``e``) a binding
+    path names; a missing end is RabbitMQ's 404 ``no exchange 'x' in vhost 'v'``."""
     vhost = ctx.vhost(ctx.params[0])
     kind = ctx.request.raw_path.split("?", 1)[0].strip("/").split("/")[5]
-    source = _exchange(vhost, ctx.params[1])
-    dest_name = ctx.params[2]
-    dest: Queue | Exchange = (
-        _queue(vhost, dest_name) if kind == "q" else _exchange(vhost, dest_name)
+    source_name, dest_name = _exchange_name(ctx.params[1]), ctx.params[2]
+    source = vhost.exchanges.get(source_name)
+    if source is None:
+        raise ApiError(404, "not_found", f"no exchange '{ctx.params[1]}' in vhost '{vhost.name}'")
+    dest: Queue | Exchange | None = (
+        vhost.queues.get(dest_name) if kind == "q" else vhost.exchanges.get(dest_name)
     )
+    if dest is None:
+        what = "queue" if kind == "q" else "exchange"
+        raise ApiError(404, "not_found", f"no {what} '{dest_name}' in vhost '{vhost.name}'")
     return vhost, source, dest, kind
 
 
 async def list_between(ctx: Ctx) -> web.StreamResponse:
-    vhost, source, dest, _ = _ends(ctx)
+    try:
+        vhost, source, dest, _ = _ends(ctx)
+    except ApiError as exc:
+        if exc.error != "not_found":
+            raise
+        return json_response([])  # as RabbitMQ: no such end, no bindings
     return await list_response(ctx, _bindings_where(vhost, source, dest), ())
 
 

@@ -25,6 +25,7 @@ from warren.http.common import (
     json_response,
     list_response,
     not_found,
+    require_keys,
 )
 from warren.http.state import Router
 
@@ -108,6 +109,7 @@ async def put_policy(ctx: Ctx) -> web.StreamResponse:
     vhost = ctx.vhost(ctx.params[0])
     name = ctx.params[1]
     body = await ctx.body()
+    require_keys(body, "pattern", "definition")
     operator = _operator(ctx)
     existed = any(p.name == name for p in _policies(vhost, operator))
     setter = vhost.set_operator_policy if operator else vhost.set_policy

@@ -191,6 +191,13 @@ class Ctx:
         return data
 
 
+def require_keys(body: dict[str, Any], *keys: str) -> None:
+    """RabbitMQ's 400 for missing keys: ``[{key_missing,write},{key_missing,read}]``."""
+    missing = [k for k in keys if k not in body]
+    if missing:
+        raise bad_request("[" + ",".join(f"{{key_missing,{k}}}" for k in missing) + "]")
+
+
 def parse_tags(value: Any) -> list[str]:
     """Tags as a list or RabbitMQ's comma-separated string."""
     if value is None:
