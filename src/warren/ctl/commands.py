@@ -721,6 +721,12 @@ def cmd_get(ctx: Context) -> int:
 # -- registration ----------------------------------------------------------------------------
 
 
+GLOBALS_NOTE = (
+    "The global options (--url, --user, --password, --vhost, --json, --timeout, --cacert, "
+    "--insecure; listed by `warren ctl --help`) may be given here too."
+)
+
+
 def register(resources: Any, common: argparse.ArgumentParser) -> None:
     """Add every resource and action to the ``COMMAND`` sub-parsers."""
 
@@ -760,7 +766,9 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
     ) -> Any:
         """A resource's parser and its actions' group; with a list handler, the
         resource alone lists (taking the list action's options too)."""
-        p = resources.add_parser(name, help=help_text, description=help_text, parents=[common])
+        p = resources.add_parser(
+            name, help=help_text, description=help_text, parents=[common], epilog=GLOBALS_NOTE
+        )
         p.set_defaults(resource_parser=p)
         if list_handler is not None:
             p.set_defaults(handler=list_handler)
@@ -777,7 +785,7 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
 
     def action(group: Any, name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = group.add_parser(
-            name, help=help_text, description=help_text, parents=[common]
+            name, help=help_text, description=help_text, parents=[common], epilog=GLOBALS_NOTE
         )
         p.set_defaults(handler=handler)
         return p
@@ -788,18 +796,19 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
         help="broker overview: version, node, object counts, listeners",
         description="Broker overview (GET /api/overview).",
         parents=[common],
+        epilog=GLOBALS_NOTE,
     )
     p.set_defaults(handler=cmd_status)
 
     # vhosts
     g = resource("vhosts", "virtual hosts: list, add, delete", cmd_vhosts_list, "list vhosts")
     p = action(g, "add", cmd_vhosts_add, "create a virtual host")
-    p.add_argument("name")
+    p.add_argument("name", metavar="NAME")
     p.add_argument("--description")
     p.add_argument("--tags", help="comma-separated")
     p.add_argument("--default-queue-type", metavar="TYPE")
     p = action(g, "delete", cmd_vhosts_delete, "delete a virtual host and everything in it")
-    p.add_argument("name")
+    p.add_argument("name", metavar="NAME")
 
     # users
     g = resource(
@@ -809,7 +818,7 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
         "list users and their tags",
     )
     p = action(g, "add", cmd_users_add, "create (or replace) a user")
-    p.add_argument("name")
+    p.add_argument("name", metavar="NAME")
     p.add_argument(
         "new_password",
         nargs="?",
@@ -818,12 +827,12 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--tags", default="", help="comma-separated, e.g. administrator")
     p = action(g, "delete", cmd_users_delete, "delete a user")
-    p.add_argument("name")
+    p.add_argument("name", metavar="NAME")
     p = action(g, "set-tags", cmd_users_set_tags, "replace a user's tags (none clears them)")
-    p.add_argument("name")
+    p.add_argument("name", metavar="NAME")
     p.add_argument("tags", nargs="*", metavar="TAG")
     p = action(g, "change-password", cmd_users_change_password, "set a user's password")
-    p.add_argument("name")
+    p.add_argument("name", metavar="NAME")
     p.add_argument(
         "new_password",
         nargs="?",
@@ -852,9 +861,9 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
     )
     p = action(g, "set", cmd_permissions_set, "set a user's permissions in --vhost")
     p.add_argument("target_user", metavar="USER")
-    p.add_argument("configure", help="regular expression, e.g. '.*'")
-    p.add_argument("write", help="regular expression")
-    p.add_argument("read", help="regular expression")
+    p.add_argument("configure", metavar="CONFIGURE", help="regular expression, e.g. '.*'")
+    p.add_argument("write", metavar="WRITE", help="regular expression")
+    p.add_argument("read", metavar="READ", help="regular expression")
     p = action(g, "clear", cmd_permissions_clear, "remove a user's permissions in --vhost")
     p.add_argument("target_user", metavar="USER")
 
@@ -867,7 +876,7 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
         scoped=True,
     )
     p = action(g, "declare", cmd_queues_declare, "declare a queue in --vhost")
-    p.add_argument("name")
+    p.add_argument("name", metavar="NAME")
     p.add_argument(
         "--durable",
         action=argparse.BooleanOptionalAction,
@@ -878,11 +887,11 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--type", metavar="TYPE", help="classic, stream, quorum ... (sets x-queue-type)")
     p.add_argument("--arguments", metavar="JSON", help="e.g. '{\"x-max-length\": 1000}'")
     p = action(g, "delete", cmd_queues_delete, "delete a queue")
-    p.add_argument("name")
+    p.add_argument("name", metavar="NAME")
     p.add_argument("--if-unused", action="store_true", help="only if it has no consumers")
     p.add_argument("--if-empty", action="store_true", help="only if it has no messages")
     p = action(g, "purge", cmd_queues_purge, "remove every ready message of a queue")
-    p.add_argument("name")
+    p.add_argument("name", metavar="NAME")
 
     # exchanges
     g = resource(
@@ -893,7 +902,7 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
         scoped=True,
     )
     p = action(g, "declare", cmd_exchanges_declare, "declare an exchange in --vhost")
-    p.add_argument("name")
+    p.add_argument("name", metavar="NAME")
     p.add_argument(
         "-t", "--type", default="direct", help="direct, fanout, topic, headers ... (default direct)"
     )
@@ -907,7 +916,7 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--internal", action="store_true", help="no direct publishing")
     p.add_argument("--arguments", metavar="JSON", help='e.g. \'{"alternate-exchange": "ae"}\'')
     p = action(g, "delete", cmd_exchanges_delete, "delete an exchange")
-    p.add_argument("name")
+    p.add_argument("name", metavar="NAME")
     p.add_argument("--if-unused", action="store_true", help="only if it has no bindings")
 
     # bindings
@@ -938,8 +947,8 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
         ("delete", cmd_bindings_delete, "remove a binding"),
     ):
         p = action(g, name, handler, text)
-        p.add_argument("source", help="source exchange")
-        p.add_argument("destination", help="destination queue (or exchange)")
+        p.add_argument("source", metavar="SOURCE", help="source exchange")
+        p.add_argument("destination", metavar="DESTINATION", help="destination queue (or exchange)")
         p.add_argument("-k", "--routing-key", default="", help="binding key (default empty)")
         p.add_argument(
             "--destination-type",
@@ -957,7 +966,7 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
         "list client connections (of every vhost)",
     )
     p = action(g, "close", cmd_connections_close, "close a client connection")
-    p.add_argument("name", help="the connection's name, as listed")
+    p.add_argument("name", metavar="NAME", help="the connection's name, as listed")
     p.add_argument("--reason", help="told to the client (X-Reason)")
     resource("channels", "channels: list", cmd_channels_list, "list channels (of every vhost)")
     resource(
@@ -973,8 +982,10 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
         scoped=True,
     )
     p = action(g, "set", cmd_policies_set, "create or replace a policy in --vhost")
-    p.add_argument("name")
-    p.add_argument("pattern", help="regular expression matched against queue/exchange names")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument(
+        "pattern", metavar="PATTERN", help="regular expression matched against queue/exchange names"
+    )
     p.add_argument("definition", metavar="JSON", help="e.g. '{\"max-length\": 1000}'")
     p.add_argument("--priority", type=int, default=0, help="default 0")
     p.add_argument(
@@ -984,7 +995,7 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
         help="default all",
     )
     p = action(g, "clear", cmd_policies_clear, "remove a policy")
-    p.add_argument("name")
+    p.add_argument("name", metavar="NAME")
 
     # definitions
     g = resource("definitions", "definitions (JSON): export, import")
@@ -1003,6 +1014,7 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
         help="publish one message (body from --body or stdin)",
         description="Publish one message through the API (POST /api/exchanges/V/X/publish).",
         parents=[common],
+        epilog=GLOBALS_NOTE,
     )
     p.set_defaults(handler=cmd_publish)
     p.add_argument("-e", "--exchange", default="", help="default: the default exchange")
@@ -1020,9 +1032,10 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
         description="Fetch messages (POST /api/queues/V/Q/get). By default they are "
         "requeued (and so marked redelivered); --ack removes them.",
         parents=[common],
+        epilog=GLOBALS_NOTE,
     )
     p.set_defaults(handler=cmd_get)
-    p.add_argument("queue")
+    p.add_argument("queue", metavar="QUEUE")
     p.add_argument(
         "-n", "--count", type=_positive_int, default=1, help="at most this many (default 1)"
     )

@@ -56,6 +56,17 @@ def _positive_float(text: str) -> float:
     return value
 
 
+class _Hidden:
+    """add_argument with the help suppressed."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self.parser = parser
+
+    def add_argument(self, *names: str, **kw: Any) -> None:
+        kw["help"] = argparse.SUPPRESS
+        self.parser.add_argument(*names, **kw)
+
+
 def _add_globals(p: argparse.ArgumentParser, top: bool) -> None:
     """The global options; on the sub-parsers they default to 'not given' so
     that a value given before the resource name is not overwritten."""
@@ -63,7 +74,10 @@ def _add_globals(p: argparse.ArgumentParser, top: bool) -> None:
     def d(value: Any) -> Any:
         return value if top else argparse.SUPPRESS
 
-    g = p.add_argument_group("global options")
+    if not top:  # listed once, in `warren ctl --help`; the epilog says they work here
+        g: Any = _Hidden(p)
+    else:
+        g = p.add_argument_group("global options")
     g.add_argument(
         "--url",
         default=d(os.environ.get("WARREN_URL", DEFAULT_URL)),
