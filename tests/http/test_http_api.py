@@ -416,8 +416,9 @@ def test_a_long_listing_gives_the_loop_back_while_it_is_built(api: Api, broker: 
 
 def _topology(api: Api) -> dict[str, object]:
     data = api.get("/api/definitions")
-    keys = ("vhosts", "permissions", "policies", "queues", "exchanges", "bindings", "parameters")
-    users = [{k: u[k] for k in ("name", "tags", "password_hash")} for u in data["users"]]
+    keys = ("vhosts", "permissions", "policies", "queues", "exchanges", "bindings", "parameters",
+            "topic_permissions", "global_parameters")
+    users = [{k: u[k] for k in ("name", "tags", "password_hash", "limits")} for u in data["users"]]
     return {"users": users, **{k: data[k] for k in keys}}
 
 
@@ -443,12 +444,40 @@ def test_definitions_round_trip_between_two_brokers(api: Api, second: Api) -> No
     api.put("/api/operator-policies/v2/op", {"pattern": ".*", "definition": {"max-length": 9},
                                              "apply-to": "queues"})
     api.put("/api/vhost-limits/v2/max-queues", {"value": 20})
+    # What the core does not keep travels too.
+    api.put("/api/vhosts/v2", {"description": "second", "tags": ["t"]})
+    api.put("/api/user-limits/u1/max-connections", {"value": 3})
+    api.put("/api/topic-permissions/v2/u1", {"exchange": "amq.topic", "write": "^a", "read": ""})
+    api.put("/api/global-parameters/g", {"value": [1, 2]})
     exported = api.request("GET", "/api/definitions?download=defs.json")
     assert exported.headers["Content-Disposition"] == 'attachment; filename="defs.json"'
     assert second.post("/api/definitions", exported.json()).status == 204
     assert _topology(second) == _topology(api)
+    assert second.get("/api/vhosts/v2")["description"] == "second"
+    assert second.get("/api/user-limits/u1") == [{"user": "u1", "value": {"max-connections": 3}}]
     # The imported user logs in with the same password.
     assert second.as_user("u1", "pw").get("/api/whoami")["name"] == "u1"
+
+
+def test_what_the_core_does_not_keep_survives_a_restart(tmp_path: Path) -> None:
+    b = start_broker(tmp_path / "d")
+    try:
+        api = Api(b.http_port)
+        api.put("/api/vhosts/v", {"description": "kept", "tags": "x,y"})
+        api.put("/api/user-limits/guest/max-channels", {"value": 5})
+        api.put("/api/topic-permissions/v/guest", {"exchange": "t", "write": ".*", "read": ".*"})
+        api.put("/api/global-parameters/g", {"value": "v"})
+    finally:
+        b.stop()
+    b = start_broker(tmp_path / "d")
+    try:
+        api = Api(b.http_port)
+        assert api.get("/api/vhosts/v")["metadata"] == {"description": "kept", "tags": ["x", "y"]}
+        assert api.get("/api/user-limits") == [{"user": "guest", "value": {"max-channels": 5}}]
+        assert [t["exchange"] for t in api.get("/api/topic-permissions")] == ["t"]
+        assert api.get("/api/global-parameters/g") == {"name": "g", "value": "v"}
+    finally:
+        b.stop()
 
 
 def test_vhost_definitions(api: Api, second: Api) -> None:

@@ -259,6 +259,7 @@ async def put_vhost(ctx: Ctx) -> web.StreamResponse:
         meta["tags"] = parse_tags(body["tags"])
     ctx.node.add_vhost(name)
     ctx.state.vhost_metadata[name] = meta
+    ctx.state.save()
     if not existed:
         # As RabbitMQ: the user who creates a vhost gets full permissions on it.
         ctx.node.users.set_permissions(ctx.user.name, name)
@@ -275,6 +276,7 @@ async def delete_vhost(ctx: Ctx) -> web.StreamResponse:
     ctx.state.vhost_metadata.pop(name, None)
     for key in [k for k in ctx.state.topic_permissions if k[1] == name]:
         del ctx.state.topic_permissions[key]
+    ctx.state.save()
     return web.Response(status=NO_CONTENT)
 
 
@@ -362,6 +364,9 @@ async def delete_user(ctx: Ctx) -> web.StreamResponse:
     _user(ctx, name)
     del ctx.node.users.users[name]
     ctx.state.user_limits.pop(name, None)
+    for key in [k for k in ctx.state.topic_permissions if k[0] == name]:
+        del ctx.state.topic_permissions[key]
+    ctx.state.save()
     ctx.node.save_users()
     return web.Response(status=NO_CONTENT)
 
@@ -493,6 +498,7 @@ async def put_topic_permission(ctx: Ctx) -> web.StreamResponse:
     table = ctx.state.topic_permissions.setdefault((name, vhost), {})
     existed = exchange in table
     table[exchange] = {"write": write, "read": read}
+    ctx.state.save()
     return _created(existed)
 
 
@@ -501,6 +507,7 @@ async def delete_topic_permission(ctx: Ctx) -> web.StreamResponse:
     vhost, name = ctx.params
     if ctx.state.topic_permissions.pop((name, vhost), None) is None:
         raise not_found()
+    ctx.state.save()
     return web.Response(status=NO_CONTENT)
 
 
@@ -518,10 +525,18 @@ def _attachment(ctx: Ctx, response: web.Response) -> web.Response:
 async def get_definitions(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
     data = export_definitions(ctx.node)
+    # What the core does not keep comes from the API's own state.
+    state = ctx.state
     for v in data["vhosts"]:
-        meta = ctx.state.vhost_metadata.get(v["name"])
+        meta = state.vhost_metadata.get(v["name"])
         if meta:
             v["metadata"] = {"description": meta["description"], "tags": list(meta["tags"])}
+    for u in data["users"]:
+        u["limits"] = dict(state.user_limits.get(u["name"], {}))
+    data["topic_permissions"] = _topic_permissions(ctx)
+    data["global_parameters"] = [
+        {"name": k, "value": v} for k, v in sorted(state.global_parameters.items())
+    ]
     await asyncio.sleep(0)
     return _attachment(ctx, json_response(data))
 
@@ -560,7 +575,47 @@ async def _import(ctx: Ctx, data: dict[str, Any]) -> web.Response:
 
 async def post_definitions(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
-    return await _import(ctx, await _definitions_body(ctx))
+    data = await _definitions_body(ctx)
+    response = await _import(ctx, data)
+    _import_api_state(ctx, data)
+    return response
+
+
+def _import_api_state(ctx: Ctx, data: dict[str, Any]) -> None:
+    """The parts of a definitions file the core skips and the API keeps: vhost
+    metadata, user limits, topic permissions, global parameters (checked loosely:
+    the core import has accepted the document)."""
+    state = ctx.state
+    for v in _records(data, "vhosts"):
+        meta: dict[str, Any] = v["metadata"] if isinstance(v.get("metadata"), dict) else v
+        if "description" in meta or "tags" in meta:
+            tags = meta.get("tags", [])
+            state.vhost_metadata[str(v.get("name"))] = {
+                "description": str(meta.get("description", "")),
+                "tags": parse_tags(tags) if isinstance(tags, str | list) else [],
+            }
+    for u in _records(data, "users"):
+        limits = u.get("limits")
+        if isinstance(limits, dict) and limits:
+            state.user_limits[str(u.get("name"))] = {
+                k: n for k, n in limits.items() if isinstance(n, int)
+            }
+    for t in _records(data, "topic_permissions"):
+        if all(isinstance(t.get(k), str) for k in ("user", "vhost", "exchange", "write", "read")):
+            table = state.topic_permissions.setdefault((t["user"], t["vhost"]), {})
+            table[t["exchange"]] = {"write": t["write"], "read": t["read"]}
+    for g in _records(data, "global_parameters"):
+        name = g.get("name")
+        if name == "cluster_name" and isinstance(g.get("value"), str) and g["value"]:
+            ctx.node.cluster_name = g["value"]
+        elif isinstance(name, str) and name != "internal_cluster_id":
+            state.global_parameters[name] = g.get("value")
+    state.save()
+
+
+def _records(data: dict[str, Any], category: str) -> list[dict[str, Any]]:
+    items = data.get(category)
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
 
 _VHOST_CATEGORIES = ("parameters", "policies", "queues", "exchanges", "bindings")

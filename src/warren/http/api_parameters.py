@@ -199,6 +199,7 @@ async def put_user_limit(ctx: Ctx) -> web.StreamResponse:
     if not is_int(value):
         raise bad_request(f"Validation failed\n\n{name} should be a number, actually was {value}\n")
     ctx.state.user_limits.setdefault(user, {})[name] = value
+    ctx.state.save()
     return web.Response(status=204)
 
 
@@ -208,6 +209,9 @@ async def delete_user_limit(ctx: Ctx) -> web.StreamResponse:
     if name not in ctx.state.user_limits.get(user, {}):
         raise not_found()
     del ctx.state.user_limits[user][name]
+    if not ctx.state.user_limits[user]:
+        del ctx.state.user_limits[user]
+    ctx.state.save()
     return web.Response(status=204)
 
 
@@ -324,6 +328,7 @@ async def put_global(ctx: Ctx) -> web.StreamResponse:
         ctx.node.cluster_name = body["value"]
     else:
         ctx.state.global_parameters[name] = body["value"]
+        ctx.state.save()
     return web.Response(status=204 if existed else 201)
 
 
@@ -331,4 +336,5 @@ async def delete_global(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
     if ctx.state.global_parameters.pop(ctx.params[0], None) is None:
         raise not_found()
+    ctx.state.save()
     return web.Response(status=204)

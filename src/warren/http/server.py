@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("warren.http")
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+#: In the data directory: what the API keeps that the core does not (state.py).
+STATE_FILE = "mgmt.json"
 #: Largest request body (a definitions import of many thousands of objects fits).
 MAX_BODY = 128 * 1024 * 1024
 
@@ -61,7 +63,7 @@ class ManagementApp:
 
     def __init__(self, node: Node) -> None:
         self.node = node
-        self.state = ApiState()
+        self.state = ApiState.load(Path(node.config.data_dir) / STATE_FILE)
         self.router = build_router()
 
     def application(self) -> web.Application:

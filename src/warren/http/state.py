@@ -7,15 +7,22 @@ each segment unquoted afterwards, never on a decoded path.
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from aiohttp import web
 
+from warren.store.layout import write_json_atomically
+
 if TYPE_CHECKING:
     from warren.http.common import Ctx
+
+log = logging.getLogger("warren.http")
 
 Handler = Callable[["Ctx"], Awaitable[web.StreamResponse]]
 
@@ -69,8 +76,8 @@ class Router:
 
 @dataclass
 class ApiState:
-    """Settings the management API accepts that the core has no place for (kept in
-    memory: lost at a restart, which the docs say)."""
+    """Settings the management API accepts that the core has no place for, kept in
+    ``<data_dir>/mgmt.json`` (a few entries: written whole at every change)."""
 
     #: vhost -> {"description": ..., "tags": [...]}.
     vhost_metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -82,3 +89,44 @@ class ApiState:
     )
     #: name -> value (cluster_name lives on the node).
     global_parameters: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+    @classmethod
+    def load(cls, path: Path) -> ApiState:
+        """The state saved in ``path``; empty when there is none or it is unreadable."""
+        state = cls(path=path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            state.vhost_metadata = dict(data.get("vhost_metadata", {}))
+            state.user_limits = dict(data.get("user_limits", {}))
+            state.global_parameters = dict(data.get("global_parameters", {}))
+            for rec in data.get("topic_permissions", []):
+                key = (rec["user"], rec["vhost"])
+                state.topic_permissions.setdefault(key, {})[rec["exchange"]] = {
+                    "write": rec["write"],
+                    "read": rec["read"],
+                }
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.error("%s is unreadable (%s); management settings start empty", path, exc)
+        return state
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        topic = [
+            {"user": u, "vhost": v, "exchange": x, **perm}
+            for (u, v), table in self.topic_permissions.items()
+            for x, perm in table.items()
+        ]
+        data = {
+            "vhost_metadata": self.vhost_metadata,
+            "user_limits": self.user_limits,
+            "topic_permissions": topic,
+            "global_parameters": self.global_parameters,
+        }
+        try:
+            write_json_atomically(self.path, data)
+        except OSError as exc:
+            log.error("cannot save %s: %s", self.path, exc)

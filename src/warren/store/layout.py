@@ -4,6 +4,8 @@
       .lock                   held (flock) while a broker uses the directory
       users.json              users, password hashes, permissions
       vhosts.json             the vhost names
+      mgmt.json               what the HTTP management API keeps that the core does not
+                              (vhost descriptions, user limits, topic permissions ...)
       vhosts/<sha1(vhost)>/
         name                  the vhost's name, for people reading the tree
         definitions.log       durable exchanges, queues, bindings, policies, limits
