@@ -716,6 +716,24 @@ def test_queues(server: Server, vhost: str) -> None:
     }
     out = ok(server, "-p", vhost, "queues", "list", "--no-headers", "--columns", "name")
     assert sorted(out.split()) == ["events", "orders", "scratch"]
+    # --sort (numbers numerically, missing values last) and --reverse.
+    out = ok(server, "-p", vhost, "queues", "--sort", "arguments.x-max-length", "--columns", "name")
+    assert out.split()[1] == "orders"
+    out = ok(
+        server,
+        "-p",
+        vhost,
+        "queues",
+        "--sort",
+        "name",
+        "--reverse",
+        "--no-headers",
+        "--columns",
+        "name",
+    )
+    assert out.split() == ["scratch", "orders", "events"]
+    doc = ctl(server, "-p", vhost, "--json", "queues", "--sort", "durable", "--reverse").json()
+    assert [x["name"] for x in doc][-1] == "scratch"
     # --all-vhosts adds the vhost column.
     rows = table(ok(server, "-p", vhost, "queues", "list", "--all-vhosts"))
     assert by([r for r in rows if r["vhost"] == vhost], "name", "orders")

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from warren.ctl.client import EXIT_NOT_FOUND, EXIT_OK, EXIT_SERVER, Client, CtlError, path
-from warren.ctl.output import Column, render_pairs, render_table
+from warren.ctl.output import Column, field, render_pairs, render_table
 
 __all__ = ["Context", "LocalUsageError", "register"]
 
@@ -138,7 +138,13 @@ def listing(
     columns: Sequence[Column],
     all_vhosts: bool = False,
 ) -> int:
-    """Print a list answer: JSON as is, or a table (``--columns`` picks fields)."""
+    """Print a list answer: JSON as is, or a table (``--columns`` picks fields);
+    ``--sort``/``--reverse`` order both."""
+    sort_key = ctx.opt("sort", None)
+    if sort_key is not None and isinstance(rows, list):
+        rows = sorted(rows, key=lambda r: _sort_value(field(r, sort_key)))
+    if ctx.opt("reverse", False) and isinstance(rows, list):
+        rows = rows[::-1]
     if ctx.json:
         ctx.print_json(rows)
         return EXIT_OK
@@ -153,6 +159,15 @@ def listing(
             cols.insert(0, Column("vhost", "vhost"))
     render_table(rows, cols, ctx.out, headers=not ctx.opt("no_headers", False))
     return EXIT_OK
+
+
+def _sort_value(value: Any) -> tuple[int, Any]:
+    """Numbers before text before missing values, each in its natural order."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (0, value)
+    if value is None:
+        return (2, "")
+    return (1, value if isinstance(value, str) else json.dumps(value, sort_keys=True))
 
 
 def _scoped(ctx: Context, resource: str) -> str:
@@ -746,6 +761,18 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
             action="store_true",
             default=argparse.SUPPRESS,
             help="leave out the header line",
+        )
+        lo.add_argument(
+            "--sort",
+            metavar="FIELD",
+            default=argparse.SUPPRESS,
+            help="order by this API field (dotted for nested ones), e.g. messages",
+        )
+        lo.add_argument(
+            "--reverse",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="reverse the order (largest first with --sort)",
         )
         if scoped:
             lo.add_argument(
