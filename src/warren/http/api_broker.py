@@ -127,8 +127,8 @@ async def overview(ctx: Ctx) -> web.StreamResponse:
             consumers += len(q.consumers)
         if i % 16 == 15:
             await asyncio.sleep(0)
-    conns = [c.info() for c in ctx.node.connections]
-    conns = [c for c in conns if c and (ctx.sees_all() or c.get("user") == ctx.user.name)]
+    conns = await build(list(ctx.node.connections), lambda c: c.info() or None)
+    conns = [c for c in conns if ctx.sees_all() or c.get("user") == ctx.user.name]
     channels = sum(c.get("channels", 0) for c in conns)
     body: dict[str, Any] = {
         "management_version": RABBITMQ_FORMAT_VERSION,

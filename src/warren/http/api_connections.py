@@ -7,6 +7,7 @@ own connections; monitoring users and administrators see everyone's.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiohttp import web
@@ -31,10 +32,14 @@ def register(r: Router) -> None:
     r.route("GET", "/api/consumers/{vhost}")(list_consumers)
 
 
-def _visible(ctx: Ctx, vhost: str | None = None) -> list[tuple[ClientConnection, dict[str, Any]]]:
-    """(connection, info) of the open connections this user may see."""
+async def _visible(
+    ctx: Ctx, vhost: str | None = None
+) -> list[tuple[ClientConnection, dict[str, Any]]]:
+    """(connection, info) of the open connections this user may see (in slices)."""
     out = []
-    for conn in list(ctx.node.connections):
+    for i, conn in enumerate(list(ctx.node.connections), 1):
+        if i % SLICE == 0:
+            await asyncio.sleep(0)
         info = conn.info()
         if not info:
             continue
@@ -46,16 +51,14 @@ def _visible(ctx: Ctx, vhost: str | None = None) -> list[tuple[ClientConnection,
     return out
 
 
-def _find(ctx: Ctx, name: str) -> tuple[ClientConnection, dict[str, Any]]:
-    for conn, info in _visible(ctx):
+async def _find(ctx: Ctx, name: str) -> tuple[ClientConnection, dict[str, Any]]:
+    for conn, info in await _visible(ctx):
         if info.get("name") == name:
             return conn, info
     raise not_found()
 
 
 async def _channels(ctx: Ctx, conns: list[tuple[ClientConnection, dict[str, Any]]]) -> list[Any]:
-    import asyncio
-
     out: list[dict[str, Any]] = []
     for i, (conn, _) in enumerate(conns, 1):
         for ch in conn.channels_info():
@@ -68,22 +71,22 @@ async def _channels(ctx: Ctx, conns: list[tuple[ClientConnection, dict[str, Any]
 
 
 async def list_connections(ctx: Ctx) -> web.StreamResponse:
-    return await list_response(ctx, [info for _, info in _visible(ctx)], ("name",))
+    return await list_response(ctx, [info for _, info in await _visible(ctx)], ("name",))
 
 
 async def vhost_connections(ctx: Ctx) -> web.StreamResponse:
     ctx.vhost(ctx.params[0])
-    return await list_response(ctx, [i for _, i in _visible(ctx, ctx.params[0])], ("name",))
+    return await list_response(ctx, [i for _, i in await _visible(ctx, ctx.params[0])], ("name",))
 
 
 async def get_connection(ctx: Ctx) -> web.StreamResponse:
-    return item_response(ctx, _find(ctx, ctx.params[0])[1])
+    return item_response(ctx, (await _find(ctx, ctx.params[0]))[1])
 
 
 async def close_connection(ctx: Ctx) -> web.StreamResponse:
     """Close it as RabbitMQ does: 320 CONNECTION_FORCED with the ``X-Reason`` header's
     text. A user may close their own connections; closing others' needs administrator."""
-    conn, info = _find(ctx, ctx.params[0])
+    conn, info = await _find(ctx, ctx.params[0])
     if info.get("user") != ctx.user.name and not ctx.is_admin():
         raise not_authorised("Not administrator user")
     conn.force_close(ctx.request.headers.get("X-Reason", DEFAULT_REASON))
@@ -91,22 +94,22 @@ async def close_connection(ctx: Ctx) -> web.StreamResponse:
 
 
 async def connection_channels(ctx: Ctx) -> web.StreamResponse:
-    conn, info = _find(ctx, ctx.params[0])
+    conn, info = await _find(ctx, ctx.params[0])
     return await list_response(ctx, await _channels(ctx, [(conn, info)]), ("name",))
 
 
 async def list_channels(ctx: Ctx) -> web.StreamResponse:
-    return await list_response(ctx, await _channels(ctx, _visible(ctx)), ("name",))
+    return await list_response(ctx, await _channels(ctx, await _visible(ctx)), ("name",))
 
 
 async def vhost_channels(ctx: Ctx) -> web.StreamResponse:
     ctx.vhost(ctx.params[0])
-    return await list_response(ctx, await _channels(ctx, _visible(ctx, ctx.params[0])), ("name",))
+    return await list_response(ctx, await _channels(ctx, await _visible(ctx, ctx.params[0])), ("name",))
 
 
 async def get_channel(ctx: Ctx) -> web.StreamResponse:
     name = ctx.params[0]
-    for conn, _ in _visible(ctx):
+    for conn, _ in await _visible(ctx):
         for ch in conn.channels_info():
             if ch.get("name") == name:
                 return item_response(ctx, ch)
@@ -120,7 +123,9 @@ async def list_consumers(ctx: Ctx) -> web.StreamResponse:
     wanted = set(vhosts)
     # Consumers are listed for every vhost the user may see, whoever's channel holds them.
     items = []
-    for conn in list(ctx.node.connections):
+    for i, conn in enumerate(list(ctx.node.connections), 1):
+        if i % SLICE == 0:
+            await asyncio.sleep(0)
         for ch in conn.channels_info():
             for consumer in ch.get("consumer_details", []):
                 if consumer["queue"]["vhost"] in wanted:

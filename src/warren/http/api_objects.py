@@ -256,6 +256,8 @@ async def get_queue(ctx: Ctx) -> web.StreamResponse:
 
 
 def _consumers_of(ctx: Ctx, q: Queue) -> list[dict[str, Any]]:
+    if not q.consumers:
+        return []
     return [
         consumer
         for conn in ctx.node.connections
