@@ -719,6 +719,8 @@ def test_queues(server: Server, vhost: str) -> None:
     # --sort (numbers numerically, missing values last) and --reverse.
     out = ok(server, "-p", vhost, "queues", "--sort", "arguments.x-max-length", "--columns", "name")
     assert out.split()[1] == "orders"
+    out = ok(server, "-p", vhost, "queues", "--sort", "arguments.x-max-length", "--reverse")
+    assert table(out)[0]["name"] == "orders"  # the missing ones stay last
     out = ok(
         server,
         "-p",

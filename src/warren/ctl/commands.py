@@ -140,10 +140,13 @@ def listing(
 ) -> int:
     """Print a list answer: JSON as is, or a table (``--columns`` picks fields);
     ``--sort``/``--reverse`` order both."""
-    sort_key = ctx.opt("sort", None)
-    if sort_key is not None and isinstance(rows, list):
-        rows = sorted(rows, key=lambda r: _sort_value(field(r, sort_key)))
-    if ctx.opt("reverse", False) and isinstance(rows, list):
+    sort_key, reverse = ctx.opt("sort", None), ctx.opt("reverse", False)
+    if isinstance(rows, list) and sort_key is not None:
+        present = [r for r in rows if field(r, sort_key) is not None]
+        missing = [r for r in rows if field(r, sort_key) is None]  # last either way
+        present.sort(key=lambda r: _sort_value(field(r, sort_key)), reverse=reverse)
+        rows = present + missing
+    elif isinstance(rows, list) and reverse:
         rows = rows[::-1]
     if ctx.json:
         ctx.print_json(rows)
@@ -162,11 +165,9 @@ def listing(
 
 
 def _sort_value(value: Any) -> tuple[int, Any]:
-    """Numbers before text before missing values, each in its natural order."""
+    """Numbers (in order) before anything else (by its text)."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         return (0, value)
-    if value is None:
-        return (2, "")
     return (1, value if isinstance(value, str) else json.dumps(value, sort_keys=True))
 
 
