@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import pytest
 
 from warren import Broker, Config
+from warren.amqp.server import AMQPListener
 
 T = TypeVar("T")
 
@@ -51,6 +52,12 @@ class BrokerThread:
     @property
     def port(self) -> int:
         return self.broker.amqp_port
+
+    @property
+    def amqp_listener(self) -> AMQPListener:
+        listener = self.broker.listener("amqp")
+        assert isinstance(listener, AMQPListener)
+        return listener
 
     @property
     def url(self) -> str:

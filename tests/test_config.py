@@ -420,7 +420,7 @@ def test_main_leaves_root_logger_as_found() -> None:
 
 
 class FakeBroker:
-    """Stands in for warren.broker.Broker, which main() imports lazily."""
+    """Stands in for warren.app.Broker, which main() imports lazily."""
 
     instances: list[FakeBroker] = []
     start_error: OSError | None = None
@@ -444,9 +444,9 @@ class FakeBroker:
 
 @pytest.fixture
 def fake_broker(monkeypatch: pytest.MonkeyPatch) -> type[FakeBroker]:
-    module = types.ModuleType("warren.broker")
+    module = types.ModuleType("warren.app")
     module.Broker = FakeBroker  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "warren.broker", module)
+    monkeypatch.setitem(sys.modules, "warren.app", module)
     monkeypatch.setattr(FakeBroker, "instances", [])
     monkeypatch.setattr(FakeBroker, "start_error", None)
     return FakeBroker

@@ -1,8 +1,11 @@
 """The package layering docs/architecture.md promises, checked on the source.
 
 core/ and store/ import no protocol package (a protocol package calls the core,
-never the other way), and a protocol package never imports another one. Read
-from the source with ast, so a lazy import inside a function counts too.
+never the other way), and a protocol package never imports another one. The
+broker knows its listeners only through warren.node; warren.app, the
+composition root, is the one module that brings the broker and the protocol
+packages together. Read from the source with ast, so a lazy import inside a
+function (or under TYPE_CHECKING) counts too.
 """
 
 from __future__ import annotations
@@ -51,6 +54,31 @@ def test_a_protocol_package_imports_no_other(package: str) -> None:
         for path in _files(package)
         for name in imported_modules(path)
         if any(name.startswith(f"warren.{p}") for p in others)
+    }
+    assert not offenders
+
+
+@pytest.mark.parametrize("module", ["broker.py", "node.py", "definitions_json.py", "config.py"])
+def test_the_broker_imports_no_protocol_package(module: str) -> None:
+    offenders = {
+        name
+        for name in imported_modules(SRC / module)
+        if any(name.startswith(f"warren.{p}") for p in PROTOCOL_PACKAGES)
+    }
+    assert not offenders
+
+
+def test_only_the_composition_root_imports_the_broker() -> None:
+    """No cycle amqp <-> broker or definitions_json <-> broker: they see a Node."""
+    allowed = {
+        "warren.broker": {"app.py"},
+        "warren.app": {"__init__.py", "cli.py"},
+    }
+    offenders = {
+        f"{path.relative_to(SRC)}: {name}"
+        for path in sorted(SRC.rglob("*.py"))
+        for name in imported_modules(path)
+        if name in allowed and str(path.relative_to(SRC)) not in allowed[name]
     }
     assert not offenders
 

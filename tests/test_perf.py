@@ -218,7 +218,7 @@ def test_connection_count(broker: BrokerThread) -> None:
     # Closing the connections deletes their exclusive queues: wait on the broker's
     # own per-socket "closed" futures rather than polling.
     async def all_closed() -> None:
-        pending = [p.closed for p in broker.broker.protocols]
+        pending = [p.closed for p in broker.amqp_listener.protocols]
         if pending:
             await asyncio.wait(pending, timeout=10)
 

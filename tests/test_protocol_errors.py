@@ -133,7 +133,7 @@ def server_side_closed(b: BrokerThread, client: RawAMQP) -> Callable[[], None]:
     local = client.sock.getsockname()[:2]
 
     def find() -> asyncio.Future[None]:
-        for proto in b.broker.protocols:
+        for proto in b.amqp_listener.protocols:
             if proto.conn is not None and proto.conn.peer == (local[0], local[1]):
                 return proto.closed
         raise AssertionError(f"no server-side connection for {local}")

@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 __all__ = ["Broker", "Config", "__version__", "build_description", "compiled_modules"]
 
 if TYPE_CHECKING:
-    from warren.broker import Broker
+    from warren.app import Broker
     from warren.config import Config
 
 
@@ -164,7 +164,7 @@ if not any(getattr(f, "__qualname__", "") == "_SourceFirstFinder" for f in sys.m
 def __getattr__(name: str) -> Any:
     # Lazy, so `warren --help` does not import the whole broker.
     if name == "Broker":
-        from warren.broker import Broker
+        from warren.app import Broker
 
         return Broker
     if name == "Config":

@@ -1,4 +1,9 @@
-"""The broker: owns the core (vhosts, users), the store and the listeners."""
+"""The broker: owns the core (vhosts, users), the store and a list of listeners.
+
+It knows no protocol: listeners (warren.node.Listener) are given to it, and
+warren.app assembles the standard ones. The AMQP listener, an HTTP listener
+and any other see the broker through warren.node.Node.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import resource
 import shutil
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -33,9 +39,8 @@ from warren.store.sync import GroupSync
 from warren.store.users_file import load_users, save_users
 
 if TYPE_CHECKING:
-    from warren.amqp.connection import AMQPConnection
-    from warren.amqp.server import AMQPProtocol
     from warren.core.policies import Policy
+    from warren.node import ClientConnection, Listener
 
 log = logging.getLogger("warren")
 
@@ -56,13 +61,19 @@ def _raise_fd_limit() -> None:
 
 
 class Broker:
-    """An embeddable broker.
+    """The core, the store and the listeners it is given, started and stopped together.
 
-    ``async with Broker(Config(amqp_port=0)) as broker:`` serves until the block
-    exits; ``broker.amqp_port`` is the port actually bound.
+    ``warren.Broker`` (warren.app) is this with the standard listeners:
+    ``async with warren.Broker(Config(amqp_port=0)) as broker:`` serves until
+    the block exits; ``broker.amqp_port`` is the port actually bound.
     """
 
-    def __init__(self, config: Config | None = None, **overrides: Any) -> None:
+    def __init__(
+        self,
+        config: Config | None = None,
+        listeners: Sequence[Listener] = (),
+        **overrides: Any,
+    ) -> None:
         self.config = config if config is not None else Config()
         for key, value in overrides.items():
             setattr(self.config, key, value)
@@ -70,15 +81,24 @@ class Broker:
         self.layout = DataDir(Path(self.config.data_dir).resolve())
         self.users = load_users(self.layout.users_file)
         self.vhosts: dict[str, VHost] = {}
-        self.connections: set[AMQPConnection] = set()
-        self.protocols: set[AMQPProtocol] = set()
+        self.listeners: list[Listener] = list(listeners)
+        self.connections: set[ClientConnection] = set()
         self.cluster_name = f"warren@{socket.gethostname()}"
-        self.amqp_port = 0
         self.disk_alarm = False
         self.syncer: GroupSync | None = None
-        self._server: asyncio.base_events.Server | None = None
+        self._started = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._disk_timer: asyncio.TimerHandle | None = None
+
+    def listener(self, name: str) -> Listener | None:
+        """The listener of that protocol (``amqp``, ``http``), None when there is none."""
+        return next((lst for lst in self.listeners if lst.name == name), None)
+
+    @property
+    def amqp_port(self) -> int:
+        """The AMQP port bound; 0 before the start or without an AMQP listener."""
+        amqp = self.listener("amqp")
+        return amqp.port if amqp is not None else 0
 
     @property
     def data_dir(self) -> Path:
@@ -211,8 +231,6 @@ class Broker:
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        from warren.amqp.server import AMQPProtocol
-
         self._loop = loop = asyncio.get_running_loop()
         _raise_fd_limit()
         self.layout.prepare()
@@ -238,39 +256,43 @@ class Broker:
                 self._close_store()
                 raise
         self._check_disk()
-        self._server = await loop.create_server(
-            lambda: AMQPProtocol(self),
-            host=self.config.bind,
-            port=self.config.amqp_port,
-            reuse_address=True,
-            backlog=1024,
-        )
-        self.amqp_port = self._server.sockets[0].getsockname()[1]
+        self._started = True
+        started: list[Listener] = []
+        try:
+            for listener in self.listeners:
+                await listener.start(self)
+                started.append(listener)
+        except BaseException:
+            for listener in reversed(started):
+                await listener.stop()
+            self._stop_timers()
+            self._close_store()
+            self._started = False
+            raise
         log.info(
-            "Warren %s (%s) listening on AMQP %s:%s, data dir %s",
+            "Warren %s (%s) started: %s, data dir %s",
             __version__,
             build_description(),
-            self.config.bind,
-            self.amqp_port,
+            ", ".join(f"{lst.name} port {lst.port}" for lst in self.listeners) or "no listeners",
             self.data_dir,
         )
 
     async def stop(self) -> None:
-        """Stop accepting, close every client with 320 CONNECTION_FORCED, then wait."""
-        if self._server is None:
+        """Stop every listener (each closes its clients as its protocol does at
+        shutdown; AMQP: 320 CONNECTION_FORCED), then close the store."""
+        if not self._started:
             return
-        if self._disk_timer is not None:
-            self._disk_timer.cancel()
-        self._server.close()
-        protocols = list(self.protocols)
-        for proto in protocols:
-            proto.close()
-        if protocols:
-            await asyncio.wait([p.closed for p in protocols], timeout=5)
-        await self._server.wait_closed()
-        self._server = None
+        self._started = False
+        self._stop_timers()
+        for listener in reversed(self.listeners):
+            await listener.stop()
         self._close_store()
         log.info("Warren stopped")
+
+    def _stop_timers(self) -> None:
+        if self._disk_timer is not None:
+            self._disk_timer.cancel()
+            self._disk_timer = None
 
     def _close_store(self) -> None:
         for vhost in self.vhosts.values():
@@ -291,12 +313,12 @@ class Broker:
     ) -> None:
         await self.stop()
 
-    def connection_opened(self, conn: AMQPConnection) -> None:
+    def connection_opened(self, conn: ClientConnection) -> None:
         self.connections.add(conn)
         if self.disk_alarm:
             conn.set_blocked(True)
 
-    def connection_closed(self, conn: AMQPConnection) -> None:
+    def connection_closed(self, conn: ClientConnection) -> None:
         self.connections.discard(conn)
 
     # -- free-disk alarm --------------------------------------------------------------------

@@ -4,7 +4,7 @@ Precedence is defaults < config file < command-line flags; only flags that
 were actually given override the file, which is why every flag defaults to
 None rather than to the Config default.
 
-``warren.broker`` is imported only inside :func:`_serve` so that ``--help``,
+``warren.app`` (the broker) is imported only inside :func:`_serve` so that ``--help``,
 ``--version`` and configuration errors work without loading the broker.
 """
 
@@ -261,7 +261,7 @@ async def _serve(config: Config) -> int:
     A second signal while stopping cancels the shutdown, so a stuck stop()
     can still be interrupted from the terminal.
     """
-    from warren.broker import Broker  # deferred: see module docstring
+    from warren.app import Broker  # deferred: see module docstring
     from warren.definitions_json import DefinitionsError
 
     loop = asyncio.get_running_loop()

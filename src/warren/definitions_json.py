@@ -39,9 +39,9 @@ from warren.core.users import Permission, User, hash_password
 from warren.core.vhost import PREDECLARED
 
 if TYPE_CHECKING:
-    from warren.broker import Broker
     from warren.core.exchange import Exchange
     from warren.core.queue import Queue
+    from warren.node import Node
 
 __all__ = ["DefinitionsError", "export_definitions", "import_definitions", "read_definitions"]
 
@@ -209,7 +209,7 @@ def _hashing_algorithm_ok(entry: _Entry, version: Any) -> None:
         )
 
 
-def _user_update(entry: _Entry, version: Any) -> Callable[[Broker], None]:
+def _user_update(entry: _Entry, version: Any) -> Callable[[Node], None]:
     name = entry.text("name")
     tags = _tags(entry)
     rec = entry.rec
@@ -231,7 +231,7 @@ def _user_update(entry: _Entry, version: Any) -> Callable[[Broker], None]:
     if rec.get("limits"):
         log.warning("%s: user limits are not supported by Warren; ignored", entry.where)
 
-    def apply(broker: Broker) -> None:
+    def apply(broker: Node) -> None:
         user = broker.users.users.get(name)
         if user is None:
             user = broker.users.users[name] = User(name, password_hash, tags)
@@ -261,19 +261,19 @@ def _permission(entry: _Entry, rec: Any) -> Permission:
     return Permission(values[0], values[1], values[2])
 
 
-def _add_vhost(broker: Broker, name: str) -> None:
+def _add_vhost(broker: Node, name: str) -> None:
     broker.add_vhost(name)
 
 
-def _set_permission(broker: Broker, user: str, vhost: str, perm: Permission) -> None:
+def _set_permission(broker: Node, user: str, vhost: str, perm: Permission) -> None:
     broker.users.users[user].permissions[vhost] = perm
 
 
-def _set_limits(broker: Broker, vhost: str, limits: dict[str, int]) -> None:
+def _set_limits(broker: Node, vhost: str, limits: dict[str, int]) -> None:
     broker.vhosts[vhost].set_limits(limits)
 
 
-def _plan(broker: Broker, data: dict[str, Any]) -> list[Callable[[], None]]:
+def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
     """Check the whole document; the steps that apply it, in RabbitMQ's order."""
     for key in data:
         if key not in CATEGORIES and key not in _VERSION_KEYS:
@@ -386,7 +386,7 @@ def _policy(entry: _Entry, rec: dict[str, Any], operator: bool) -> Policy:
     )
 
 
-def _set_policy(broker: Broker, vhost: str, policy: Policy) -> None:
+def _set_policy(broker: Node, vhost: str, policy: Policy) -> None:
     setter = (
         broker.vhosts[vhost].set_operator_policy
         if policy.operator
@@ -395,7 +395,7 @@ def _set_policy(broker: Broker, vhost: str, policy: Policy) -> None:
     setter(policy.name, policy.pattern, policy.definition, policy.priority, policy.apply_to)
 
 
-def _check_queue_limits(broker: Broker, data: dict[str, Any]) -> None:
+def _check_queue_limits(broker: Node, data: dict[str, Any]) -> None:
     new: dict[str, int] = {}
     for entry in _entries(data, "queues"):
         vhost, name = entry.text("vhost"), entry.text("name")
@@ -415,7 +415,7 @@ def _check_queue_limits(broker: Broker, data: dict[str, Any]) -> None:
             )
 
 
-def _exchange_steps(broker: Broker, entry: _Entry, vhost: str) -> list[Callable[[], None]]:
+def _exchange_steps(broker: Node, entry: _Entry, vhost: str) -> list[Callable[[], None]]:
     name = entry.text("name")
     if name == "" or name.startswith("amq."):
         log.warning("definitions: %s: exchange '%s' skipped (reserved name)", entry.where, name)
@@ -439,7 +439,7 @@ def _exchange_steps(broker: Broker, entry: _Entry, vhost: str) -> list[Callable[
     return [declare]
 
 
-def _queue_steps(broker: Broker, entry: _Entry, vhost: str) -> list[Callable[[], None]]:
+def _queue_steps(broker: Node, entry: _Entry, vhost: str) -> list[Callable[[], None]]:
     name = entry.text("name")
     if name.startswith("amq."):
         log.warning("definitions: %s: queue '%s' skipped (reserved name)", entry.where, name)
@@ -463,7 +463,7 @@ def _queue_steps(broker: Broker, entry: _Entry, vhost: str) -> list[Callable[[],
 
 
 def _binding_step(
-    broker: Broker,
+    broker: Node,
     entry: _Entry,
     vhost: str,
     queues: set[tuple[str, str]],
@@ -495,7 +495,7 @@ def _binding_step(
     return bind
 
 
-def import_definitions(broker: Broker, data: dict[str, Any]) -> None:
+def import_definitions(broker: Node, data: dict[str, Any]) -> None:
     """Apply RabbitMQ-format definitions to a started broker (on its event loop).
 
     Raises DefinitionsError naming the first problem; nothing is changed when
@@ -543,7 +543,7 @@ def from_json_table(table: dict[str, Any]) -> dict[str, Any]:
     return dict(table)
 
 
-def export_definitions(broker: Broker) -> dict[str, Any]:
+def export_definitions(broker: Node) -> dict[str, Any]:
     """The broker's definitions in RabbitMQ's export format.
 
     As the management API exports them: exclusive queues, the default

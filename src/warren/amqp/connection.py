@@ -44,9 +44,9 @@ from warren.core.errors import (
 )
 
 if TYPE_CHECKING:
-    from warren.broker import Broker
     from warren.core.users import User
     from warren.core.vhost import VHost
+    from warren.node import Node
 
 log = logging.getLogger("warren.amqp")
 
@@ -119,7 +119,7 @@ def _is_loopback(host: str | None) -> bool:
 class AMQPConnection:
     def __init__(
         self,
-        broker: Broker,
+        broker: Node,
         peer: tuple[str, int] | None,
         on_output: Callable[[], None],
         on_close: Callable[[], None],

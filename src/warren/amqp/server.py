@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, cast
 from warren.amqp.connection import AMQPConnection, State
 
 if TYPE_CHECKING:
-    from warren.broker import Broker
+    from warren.node import Node
 
 log = logging.getLogger("warren.amqp")
 
@@ -23,8 +23,9 @@ YIELD_AFTER_BYTES = 16 * 1024
 class AMQPProtocol(asyncio.Protocol):
     """One client socket. Output is gathered during a loop turn and written once."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, listener: AMQPListener) -> None:
+        self.listener = listener
+        self.broker = listener.node
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.conn: AMQPConnection | None = None
@@ -43,7 +44,7 @@ class AMQPProtocol(asyncio.Protocol):
         peer_addr = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
         self.conn = AMQPConnection(self.broker, peer_addr, self._request_flush, self._request_close)
         self.conn.reading_control = self._set_reading
-        self.broker.protocols.add(self)
+        self.listener.protocols.add(self)
         self._timers.append(self.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout))
 
     def data_received(self, data: bytes) -> None:
@@ -157,6 +158,55 @@ class AMQPProtocol(asyncio.Protocol):
         if self.conn is not None:
             self.conn.connection_lost()
         self.transport = None
-        self.broker.protocols.discard(self)
+        self.listener.protocols.discard(self)
         if not self.closed.done():
             self.closed.set_result(None)
+
+
+class AMQPListener:
+    """The AMQP 0-9-1 listener: one server socket, the protocols of its clients."""
+
+    name = "amqp"
+
+    def __init__(self, bind: str, port: int) -> None:
+        self.bind = bind
+        self.requested_port = port
+        self.protocols: set[AMQPProtocol] = set()
+        self._node: Node | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._port = 0
+
+    @property
+    def node(self) -> Node:
+        assert self._node is not None, "the listener is not started"
+        return self._node
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    async def start(self, node: Node) -> None:
+        self._node = node
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: AMQPProtocol(self),
+            host=self.bind,
+            port=self.requested_port,
+            reuse_address=True,
+            backlog=1024,
+        )
+        self._port = self._server.sockets[0].getsockname()[1]
+        log.info("listening on AMQP %s:%s", self.bind, self._port)
+
+    async def stop(self) -> None:
+        """Stop accepting, close every client with 320 CONNECTION_FORCED, then wait."""
+        if self._server is None:
+            return
+        self._server.close()
+        protocols = list(self.protocols)
+        for proto in protocols:
+            proto.close()
+        if protocols:
+            await asyncio.wait([p.closed for p in protocols], timeout=5)
+        await self._server.wait_closed()
+        self._server = None

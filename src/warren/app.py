@@ -1,0 +1,42 @@
+"""The assembled broker: the core with the standard listeners.
+
+The one module that knows every protocol package. ``warren.Broker`` is the
+class below; broker.Broker (no listeners of its own) stays protocol-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from warren.amqp.server import AMQPListener
+from warren.broker import Broker as CoreBroker
+from warren.config import Config
+from warren.node import Listener
+
+__all__ = ["Broker", "default_listeners"]
+
+
+def default_listeners(config: Config) -> list[Listener]:
+    """The listeners the configuration asks for: AMQP on ``bind:amqp_port``."""
+    return [AMQPListener(config.bind, config.amqp_port)]
+
+
+class Broker(CoreBroker):
+    """An embeddable broker with its standard listeners.
+
+    ``async with Broker(Config(amqp_port=0)) as broker:`` serves until the block
+    exits; ``broker.amqp_port`` is the port actually bound. ``listeners``
+    replaces the standard ones.
+    """
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        listeners: Sequence[Listener] | None = None,
+        **overrides: Any,
+    ) -> None:
+        super().__init__(config, (), **overrides)
+        self.listeners = list(
+            listeners if listeners is not None else default_listeners(self.config)
+        )

@@ -1,0 +1,76 @@
+"""The small interfaces between the broker and its listeners.
+
+The broker (broker.py) owns the core and a list of :class:`Listener` objects
+(AMQP, and later HTTP, MQTT, WebSocket), each started and stopped through this
+interface. A listener and its connections see the broker only as a
+:class:`Node`; the broker sees their clients only as :class:`ClientConnection`.
+So the broker imports no protocol package, and a protocol package needs only
+this module, never broker.py or another protocol.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from warren.config import Config
+    from warren.core.users import UserStore
+    from warren.core.vhost import VHost
+    from warren.store.sync import GroupSync
+
+__all__ = ["ClientConnection", "Listener", "Node"]
+
+
+class ClientConnection(Protocol):
+    """A client's connection, of any protocol, as the broker tracks it."""
+
+    @property
+    def name(self) -> str:
+        """For logs: the peer and the protocol, e.g. ``127.0.0.1:50412 -> 127.0.0.1:5672``."""
+        ...
+
+    def set_blocked(self, blocked: bool) -> None:
+        """The free-disk alarm rose (True) or cleared: stop or resume taking publishes."""
+
+    def check_consumer_timeouts(self, now_ms: int, default_ms: int) -> None:
+        """Once a second: act on deliveries unacknowledged for too long."""
+
+
+class Node(Protocol):
+    """What listeners, their connections and definitions import/export use of the broker."""
+
+    config: Config
+    users: UserStore
+    vhosts: dict[str, VHost]
+    cluster_name: str
+    disk_alarm: bool
+    syncer: GroupSync | None
+
+    def add_vhost(self, name: str) -> VHost: ...
+
+    def get_vhost(self, name: str) -> VHost: ...
+
+    def save_users(self) -> None: ...
+
+    def connection_opened(self, conn: ClientConnection) -> None: ...
+
+    def connection_closed(self, conn: ClientConnection) -> None: ...
+
+
+class Listener(Protocol):
+    """One server socket of one protocol, started and stopped by the broker."""
+
+    #: The protocol's name: ``amqp``, ``http``, ...
+    name: str
+
+    @property
+    def port(self) -> int:
+        """The port bound (the configured one, or the one the OS chose for 0)."""
+        ...
+
+    async def start(self, node: Node) -> None:
+        """Bind and start accepting; raises OSError when the port cannot be bound."""
+
+    async def stop(self) -> None:
+        """Stop accepting, close every client as the protocol does at shutdown, and
+        wait for them (a few seconds at most)."""
