@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from warren.config import Config
+    from warren.core.stats import MessageStats
     from warren.core.users import UserStore
     from warren.core.vhost import VHost
     from warren.store.sync import GroupSync
@@ -34,6 +35,10 @@ class ClientConnection(Protocol):
 
     def check_consumer_timeouts(self, now_ms: int, default_ms: int) -> None:
         """Once a second: act on deliveries unacknowledged for too long."""
+
+    def channel_stats(self) -> list[tuple[str, MessageStats]]:
+        """(vhost name, counters) of each open channel (or MQTT session, ...)."""
+        ...
 
 
 class Node(Protocol):
