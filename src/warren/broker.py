@@ -84,6 +84,8 @@ class Broker:
         self.vhosts: dict[str, VHost] = {}
         self.listeners: list[Listener] = list(listeners)
         self.connections: set[ClientConnection] = set()
+        self.connections_opened = 0
+        self.connections_closed = 0
         self.cluster_name = f"warren@{socket.gethostname()}"
         self.disk_alarm = False
         self.syncer: GroupSync | None = None
@@ -320,11 +322,14 @@ class Broker:
 
     def connection_opened(self, conn: ClientConnection) -> None:
         self.connections.add(conn)
+        self.connections_opened += 1
         if self.disk_alarm:
             conn.set_blocked(True)
 
     def connection_closed(self, conn: ClientConnection) -> None:
-        self.connections.discard(conn)
+        if conn in self.connections:
+            self.connections.discard(conn)
+            self.connections_closed += 1
 
     # -- free-disk alarm --------------------------------------------------------------------
     def _check_disk(self) -> None:

@@ -50,6 +50,12 @@ class Node(Protocol):
     cluster_name: str
     disk_alarm: bool
     syncer: GroupSync | None
+    #: Open client connections of every listener, and how many opened/closed so far.
+    connections: set[ClientConnection]
+    connections_opened: int
+    connections_closed: int
+    #: The whole broker's message counters (summed when rates are sampled).
+    stats: MessageStats
 
     def add_vhost(self, name: str) -> VHost: ...
 
