@@ -48,6 +48,7 @@ COMPILED_MODULES = [
     "warren.core.properties",
     "warren.core.queue",
     "warren.core.queue_settings",
+    "warren.core.stats",
     "warren.core.stream",
     "warren.core.stream_queue",
     "warren.core.table",

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from warren import __version__, build_description
 from warren.config import Config
 from warren.core.errors import NotFound
+from warren.core.stats import MessageStats, RateSampler
 from warren.core.store import MessageStore
 from warren.core.stream import StreamLog
 from warren.core.vhost import VHost
@@ -88,9 +89,15 @@ class Broker:
         self.vhosts: dict[str, VHost] = {}
         self.listeners: list[Listener] = list(listeners)
         self.connections: set[ClientConnection] = set()
+        self.connections_opened = 0
+        self.connections_closed = 0
         self.cluster_name = f"warren@{socket.gethostname()}"
         self.disk_alarm = False
         self.syncer: GroupSync | None = None
+        #: The whole broker's message counters (the overview's message_stats).
+        self.stats = MessageStats()
+        self.rate_sampler = RateSampler()
+        self._next_sample = 0.0
         self._started = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._disk_timer: asyncio.TimerHandle | None = None
@@ -343,11 +350,14 @@ class Broker:
 
     def connection_opened(self, conn: ClientConnection) -> None:
         self.connections.add(conn)
+        self.connections_opened += 1
         if self.disk_alarm:
             conn.set_blocked(True)
 
     def connection_closed(self, conn: ClientConnection) -> None:
-        self.connections.discard(conn)
+        if conn in self.connections:
+            self.connections.discard(conn)
+            self.connections_closed += 1
 
     # -- free-disk alarm --------------------------------------------------------------------
     def _check_disk(self) -> None:
@@ -355,6 +365,30 @@ class Broker:
         self.check_disk()
         self._disk_timer = self._loop.call_later(DISK_CHECK_INTERVAL, self._check_disk)
         self._check_consumer_timeouts()
+        interval = self.config.collect_statistics_interval / 1000
+        now = self._loop.time()
+        if interval and now >= self._next_sample:
+            self._next_sample = now + interval
+            self.sample_stats(now)
+
+    def sample_stats(self, now_s: float) -> int:
+        """Sum each vhost's channel counters and sample the rates of every queue,
+        exchange, channel, vhost and the broker; returns how many were sampled."""
+        channels: dict[str, list[MessageStats]] = {name: [] for name in self.vhosts}
+        for conn in self.connections:
+            for vhost_name, stats in conn.channel_stats():
+                channels.setdefault(vhost_name, []).append(stats)
+        every: list[MessageStats] = []
+        for vhost in self.vhosts.values():
+            live = channels[vhost.name]
+            vhost.stats.set_sum([vhost.closed_channel_stats, *live])
+            every.extend(live)
+            every.append(vhost.stats)
+            every.extend(q.stats for q in vhost.queues.values())
+            every.extend(e.stats for e in vhost.exchanges.values())
+        self.stats.set_sum(v.stats for v in self.vhosts.values())
+        every.append(self.stats)
+        return self.rate_sampler.sample(every, now_s)
 
     def _check_consumer_timeouts(self) -> None:
         """Close channels holding a delivery unacknowledged for longer than the

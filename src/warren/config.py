@@ -84,6 +84,10 @@ class Config:
     #: (406), as RabbitMQ's consumer_timeout; 0 disables. x-consumer-timeout on a
     #: queue overrides it.
     consumer_timeout: int = 1_800_000
+    #: Milliseconds between samples of the message rates the management API and
+    #: metrics report (RabbitMQ's collect_statistics_interval); 0: never sampled
+    #: (counters still count, rates stay 0).
+    collect_statistics_interval: int = 5000
     #: A RabbitMQ definitions export (JSON file, or a directory of them) imported
     #: at every start, as RabbitMQ's ``load_definitions``. None: nothing to load.
     load_definitions: str | None = None
@@ -219,6 +223,7 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "segment_size"): ("segment_size", _parse_int),
     ("main", "free_disk_min"): ("free_disk_min", _parse_int),
     ("main", "consumer_timeout"): ("consumer_timeout", _parse_int),
+    ("main", "collect_statistics_interval"): ("collect_statistics_interval", _parse_int),
     ("main", "sync"): ("sync", _parse_bool),
     ("main", "load_definitions"): ("load_definitions", _parse_optional_path),
     ("amqp", "bind"): ("bind", _parse_str),
@@ -305,6 +310,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "sync": _bool,
     "free_disk_min": _int_in(0, 2**63 - 1),
     "consumer_timeout": _int_in(0, 2**63 - 1),
+    "collect_statistics_interval": _int_in(0, 86_400_000),
     "load_definitions": _optional_path,
 }
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from warren.config import Config
+    from warren.core.stats import MessageStats
     from warren.core.users import UserStore
     from warren.core.vhost import VHost
     from warren.store.sync import GroupSync
@@ -57,6 +58,10 @@ class ClientConnection(Protocol):
     def force_close(self, reason: str) -> None:
         """Close it on an operator's request (AMQP: 320 CONNECTION_FORCED with ``reason``)."""
 
+    def channel_stats(self) -> list[tuple[str, MessageStats]]:
+        """(vhost name, counters) of each open channel (or MQTT session, ...)."""
+        ...
+
 
 class Node(Protocol):
     """What listeners, their connections and definitions import/export use of the broker."""
@@ -67,10 +72,15 @@ class Node(Protocol):
     cluster_name: str
     disk_alarm: bool
     syncer: GroupSync | None
-    #: Open client connections of every protocol (those that opened a vhost).
+    #: Open client connections of every protocol (those that opened a vhost), and
+    #: how many opened and closed so far.
     connections: set[ClientConnection]
+    connections_opened: int
+    connections_closed: int
     #: Every listener, started or not (the management API lists them).
     listeners: list[Listener]
+    #: The whole broker's message counters (summed when rates are sampled).
+    stats: MessageStats
 
     def add_vhost(self, name: str) -> VHost: ...
 

@@ -42,6 +42,7 @@ from warren.core.properties import (
     validate_properties,
 )
 from warren.core.queue import Queue
+from warren.core.stats import MessageStats, count_get
 from warren.core.store import MessageStore
 from warren.core.users import CONFIGURE, READ, WRITE, UserStore
 from warren.core.vhost import REPLY_TO, REPLY_TO_PREFIX
@@ -113,6 +114,8 @@ class Channel:
         self.last_queue = ""
         self.reply_token: str | None = None
         self.reply_consumer_tag: str | None = None
+        #: Message counters (management API, metrics); folded into the vhost's at close.
+        self.stats = MessageStats()
         # Content assembly for the publish in progress.
         self._publish: spec.BasicPublish | None = None
         self._last_publish: spec.BasicPublish | None = None
@@ -306,6 +309,9 @@ class Channel:
         """Give back everything the channel holds: consumers, unacked messages."""
         self.closed = True
         vhost = self.vhost
+        if vhost is not None:
+            vhost.closed_channel_stats.add(self.stats)
+            self.stats = MessageStats()  # a second release adds nothing twice
         for consumer in list(self.consumers.values()):
             if consumer.queue is not None:
                 consumer.queue.remove_consumer(consumer)
@@ -663,6 +669,7 @@ class Channel:
             conn.block_now()
         if not plain:
             msg = self._check_message(msg)
+        self.stats.publish += 1
         if self.confirm:
             self.publish_seq += 1
         if self.tx:
@@ -683,14 +690,18 @@ class Channel:
         if confirm and durable is None:
             durable = []
         routed = self.vhost.publish(ex, msg, durable)
-        if not routed and mandatory:
-            returned = spec.BasicReturn(
-                reply_code=312,
-                reply_text="NO_ROUTE",
-                exchange=msg.exchange,
-                routing_key=msg.routing_key,
-            )
-            self._send_message(returned, msg)
+        if not routed:
+            if mandatory:
+                self.stats.return_unroutable += 1
+                returned = spec.BasicReturn(
+                    reply_code=312,
+                    reply_text="NO_ROUTE",
+                    exchange=msg.exchange,
+                    routing_key=msg.routing_key,
+                )
+                self._send_message(returned, msg)
+            else:
+                self.stats.drop_unroutable += 1
         if confirm:
             syncer = self.connection.broker.syncer
             if routed < 0:  # a queue refused it (x-overflow reject-publish)
@@ -791,6 +802,8 @@ class Channel:
         if not self._confirms:
             self.connection.mark_dirty(self)
         self._confirms.append((seq, ok))
+        if ok:
+            self.stats.confirm += 1
 
     def flush_confirms(self) -> None:
         """Send the confirms gathered since the last write, acks coalesced.
@@ -830,9 +843,12 @@ class Channel:
         self._check(READ, "queue", q.name)
         item = q.get(method.no_ack)
         if item is None:
+            self.stats.get_empty += 1
+            q.stats.get_empty += 1
             self._reply(spec.BasicGetEmpty())
             return
         seq, msg, redelivered = item
+        count_get(self.stats, q.stats, method.no_ack, redelivered)
         tag = self.next_delivery_tag()
         if not method.no_ack:
             self.track_unacked(tag, q, seq, msg, None)
@@ -894,7 +910,9 @@ class Channel:
                 else:
                     queues[key] = queue
                     seqs[key] = [seq]
+            self.stats.ack += len(taken)
             for key, queue in queues.items():
+                queue.stats.ack += len(seqs[key])
                 queue.ack_many(seqs[key])
         else:
             for _, (queue, seq, msg, _consumer) in taken:

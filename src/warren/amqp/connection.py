@@ -45,6 +45,7 @@ from warren.core.errors import (
 )
 
 if TYPE_CHECKING:
+    from warren.core.stats import MessageStats
     from warren.core.users import User
     from warren.core.vhost import VHost
     from warren.node import Node
@@ -655,6 +656,13 @@ class AMQPConnection:
         for ch in list(self.channels.values()):
             if ch.unacked:
                 ch.check_consumer_timeout(now, default)
+
+    def channel_stats(self) -> list[tuple[str, MessageStats]]:
+        return [
+            (ch.vhost.name, ch.stats)
+            for ch in self.channels.values()
+            if ch.vhost is not None and not ch.closed
+        ]
 
     # -- heartbeats -------------------------------------------------------------------
     def tick(self) -> bool:

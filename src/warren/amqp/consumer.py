@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from warren.amqp.frames import message_frames
 from warren.core.consumer import Consumer
 from warren.core.message import Message
+from warren.core.stats import count_delivery
 
 _pack_tag = struct.Struct(">QB").pack
 
@@ -63,6 +64,7 @@ class AMQPConsumer(Consumer):
 
     def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
         ch = self.channel
+        count_delivery(ch.stats, self.queue.stats, self.no_ack, redelivered)
         tag = ch.next_delivery_tag()
         body = msg.body
         if not self.no_ack:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from warren.core.dedup import Deduplicator
 from warren.core.destination import EXCHANGE
 from warren.core.routing import HeadersMatcher, TopicMatcher, validate_x_match
+from warren.core.stats import MessageStats
 
 if TYPE_CHECKING:
     from warren.core.message import Message
@@ -82,6 +83,8 @@ class Exchange(ABC):
         self.arguments: dict[str, Any] = arguments or {}
         self.bindings: dict[tuple[Any, ...], Binding] = {}
         self.deleted = False
+        #: publish_in / publish_out counters for management and metrics.
+        self.stats = MessageStats()
         # The policy that applies, kept current by the vhost (vhost_parameters.py).
         self.policy: Policy | None = None
         # Raises PreconditionFailed for bad x-message-deduplication arguments.

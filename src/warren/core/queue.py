@@ -32,6 +32,7 @@ from warren.core.queue_settings import (
     message_ttl,
     properties_ttl,
 )
+from warren.core.stats import MessageStats
 from warren.core.store import MessageStore
 
 if TYPE_CHECKING:
@@ -79,6 +80,8 @@ class Queue:
         self.vhost = vhost
         self.name = name
         self.store = store
+        #: Message counters (publish, deliver, get, ack, ...) for management and metrics.
+        self.stats = MessageStats()
         self.durable = durable
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete
@@ -198,7 +201,8 @@ class Queue:
         """Take a routed message: NOT_TAKEN, STORED, DELIVERED (handed straight to
         a no-ack consumer or dropped by a feature: nothing to sync) or REJECTED.
         With an empty backlog and a consumer that can take it, delivery happens
-        right here."""
+        right here. Counted in ``stats.publish`` whatever becomes of it."""
+        self.stats.publish += 1
         props = msg.properties
         if not self._plain or (props and props[0] & 1):  # 1: the expiration flag
             return self._publish_featured(msg)

@@ -190,6 +190,7 @@ class StreamQueue(Queue):
 
     # -- publishing -----------------------------------------------------------------------
     def publish(self, msg: Message) -> int:
+        self.stats.publish += 1
         self.stream.append(msg)
         self.vhost.store_written(self.store)
         if self._max_length is not None or self._max_bytes is not None or self._max_age_ms:

@@ -38,6 +38,7 @@ from warren.core.queue_arguments import (
     validate_queue_arguments,
     validate_stream_declaration,
 )
+from warren.core.stats import MessageStats
 from warren.core.store import MemoryStore, MessageStore
 from warren.core.stream import StreamLog
 from warren.core.stream_queue import StreamQueue
@@ -140,6 +141,11 @@ class VHost(VHostParameters):
         # Bindings by destination object, so deleting a queue finds its bindings fast.
         self._inbound: dict[int, dict[tuple[Any, ...], Binding]] = {}
         self.reply_targets: dict[str, ReplyTarget] = {}
+        #: The counters of this vhost's closed channels: with the live channels' they
+        #: make the vhost's message_stats, which never go backwards.
+        self.closed_channel_stats = MessageStats()
+        #: Those plus the live channels', summed when the broker samples rates.
+        self.stats = MessageStats()
         self.default_exchange = DefaultExchange(name, "", durable=True)
         self.exchanges[""] = self.default_exchange
         for ex_name, ex_type, internal in PREDECLARED:
@@ -511,9 +517,12 @@ class VHost(VHostParameters):
         """
         if exchange is self.default_exchange and msg.routing_key.startswith(REPLY_TO_PREFIX):
             target = self.reply_targets.get(msg.routing_key[len(REPLY_TO_PREFIX) :])
-            return 1 if target is not None and target.deliver_reply(msg) else 0
+            n = 1 if target is not None and target.deliver_reply(msg) else 0
+            exchange.stats.count_publish(n)
+            return n
         dedup = exchange.deduplicator
         if dedup is not None and dedup.seen(msg):
+            exchange.stats.count_publish(0)
             return 0  # a duplicate is dropped, as if unroutable (LavinMQ, the plugin)
         props = msg.properties
         if props and props[0] & 0x20 and b"CC" in props:  # 0x20: headers present
@@ -538,6 +547,7 @@ class VHost(VHostParameters):
                                 durable_out.append(q.store)
                 elif taken == REJECTED:
                     rejected = True
+        exchange.stats.count_publish(n)
         return REJECTED_BY_QUEUE if rejected else n
 
     def route_keys(self, exchange: Exchange, msg: Message, keys: list[str]) -> list[Queue]:
