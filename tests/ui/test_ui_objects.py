@@ -141,6 +141,15 @@ def test_users_vhosts_permissions_policies(
     form.locator("button[type=submit]").click()
     expect_flash(page, "User saved.")
     expect(page.locator(f"tr[data-user='{user}']")).to_contain_text("monitoring")
+    # New tags, password left empty: the password stays.
+    form.locator("input[name=tags]").fill("management, policymaker")
+    form.locator("button[type=submit]").click()
+    expect_flash(page, "User saved.")
+    expect(page.locator(f"tr[data-user='{user}']")).to_contain_text("management, policymaker")
+    assert ui_server.api("GET", "/whoami", auth=(user, "s3cret"))["name"] == user
+    form.locator("input[name=username]").fill(unique("ui-nobody"))
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#flash .error")).to_have_text("A new user needs a password.")
 
     page.locator("#nav a[href='#/vhosts']").click()
     form = page.locator("#add-vhost")
