@@ -240,3 +240,34 @@ def test_definitions_download_and_upload(
     finally:
         ui_server.api("DELETE", f"/queues/%2F/{queue}")
     assert console.errors == []
+
+
+def test_add_stream_queue(logged_in: Page, ui_server: UIServer, console: Console) -> None:
+    page = logged_in
+    name = unique("ui-stream")
+    page.locator("#nav a[href='#/queues']").click()
+    form = page.locator("#add-queue")
+    form.locator("select[name=queue_type]").select_option("stream")
+    expect(form.locator("select[name=durable]")).to_be_disabled()
+    form.locator("input[name=name]").fill(name)
+    form.locator("button[type=submit]").click()
+    try:
+        expect_flash(page, f"Queue {name} added.")
+        row = page.locator(f"tr[data-queue='{name}']")
+        expect(row).to_contain_text("stream")
+        queue = ui_server.api("GET", f"/queues/%2F/{name}")
+        assert queue["durable"] is True
+        assert queue["arguments"]["x-queue-type"] == "stream"
+    finally:
+        ui_server.api("DELETE", f"/queues/%2F/{name}")
+    assert console.errors == []
+
+
+def test_missing_object_page(logged_in: Page, ui_server: UIServer, console: Console) -> None:
+    page = logged_in
+    page.goto(f"{ui_server.url}/#/queues/%2F/{unique('ui-absent')}")
+    expect(page.locator("main h1")).to_have_text("Not found")
+    page.goto(f"{ui_server.url}/#/no/such/page")
+    expect(page.locator("main h1")).to_have_text("Not found")
+    # Chromium logs the API's 404 itself; nothing else may appear.
+    assert [e for e in console.errors if "404" not in e] == []
