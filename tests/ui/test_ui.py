@@ -45,6 +45,12 @@ def test_queue_publish_get_and_overview(
     expect(page.locator("#flash")).to_have_text(f"Queue {queue} added.")
     row = page.locator(f"tr[data-queue='{queue}']")
     expect(row).to_be_visible()
+    # The name filter keeps it and hides the rest.
+    page.locator("input.filter").fill(queue[-8:])
+    expect(page.locator("tr[data-queue]")).to_have_count(1)
+    page.locator("input.filter").fill(queue + "-not")
+    expect(row).to_have_count(0)
+    page.locator("input.filter").fill("")
 
     # Its page: arguments, then publish two messages through the default exchange.
     row.get_by_role("link", name=queue).click()
