@@ -87,9 +87,12 @@ def test_queue_publish_get_and_overview(
     wait_for_series(page, "queued", "messages", "current", f"v !== {queued_before}")
     shot("overview")
 
-    # Delete the queue from its page (the confirm() is accepted).
+    # Purge, then delete the queue from its page (each confirm() is accepted).
     page.goto(f"{ui_server.url}/#/queues/%2F/{queue}")
     expect(page.locator("main h1")).to_have_text(f"Queue {queue}")
+    page.locator("#purge-queue").click()
+    expect(page.locator("#flash")).to_have_text(f"Queue {queue} purged.")
+    expect(page.locator("[data-count=messages_ready] b")).to_have_text("0", timeout=STATS_TIMEOUT)
     page.locator("#delete-queue").click()
     expect(page.locator("#flash")).to_have_text(f"Queue {queue} deleted.")
     expect(page).to_have_url(re.compile(r"#/queues$"))

@@ -8,6 +8,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterator
+from urllib.parse import quote
 
 import pika
 import pytest
@@ -271,3 +272,39 @@ def test_missing_object_page(logged_in: Page, ui_server: UIServer, console: Cons
     expect(page.locator("main h1")).to_have_text("Not found")
     # Chromium logs the API's 404 itself; nothing else may appear.
     assert [e for e in console.errors if "404" not in e] == []
+
+
+def test_vhost_and_queue_names_with_slashes(
+    logged_in: Page, ui_server: UIServer, console: Console
+) -> None:
+    """Names travel URL-encoded in the hash routes and the API paths ("/" -> %2F)."""
+    page = logged_in
+    vhost, queue = unique("ui/vh"), unique("ui/q")
+    ui_server.api("PUT", f"/vhosts/{quote(vhost, safe='')}", {})
+    ui_server.api(
+        "PUT",
+        f"/permissions/{quote(vhost, safe='')}/guest",
+        {"configure": ".*", "write": ".*", "read": ".*"},
+    )
+    try:
+        page.locator("#nav a[href='#/queues']").click()
+        form = page.locator("#add-queue")
+        form.locator("select[name=vhost]").select_option(vhost)
+        form.locator("input[name=name]").fill(queue)
+        form.locator("button[type=submit]").click()
+        expect_flash(page, f"Queue {queue} added.")
+        page.get_by_role("link", name=queue, exact=True).click()
+        expect(page).to_have_url(
+            re.compile(re.escape(f"#/queues/{quote(vhost, safe='')}/{quote(queue, safe='')}") + "$")
+        )
+        expect(page.locator("main h1")).to_have_text(f"Queue {queue}")
+        publish = page.locator("#publish-form")
+        publish.locator("textarea[name=payload]").fill("across a slash")
+        publish.locator("button[type=submit]").click()
+        expect_flash(page, "Message published.")
+        page.locator("#get-form select[name=ackmode]").select_option("ack_requeue_false")
+        page.locator("#get-form button[type=submit]").click()
+        expect(page.locator("#get-results pre.payload")).to_have_text("across a slash")
+    finally:
+        ui_server.api("DELETE", f"/vhosts/{quote(vhost, safe='')}")
+    assert console.errors == []
