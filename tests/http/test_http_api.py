@@ -596,3 +596,13 @@ def test_static_files(api: Api) -> None:
     assert api.anonymous().request("GET", "/ui/index.html").body == index.body
     assert api.anonymous().request("GET", "/ui/nosuch.js").status == 404
     assert api.anonymous().request("GET", "/ui/../server.py").status == 404
+
+
+def test_head_options_and_columns_on_one_object(api: Api) -> None:
+    api.put("/api/queues/%2F/q", {"arguments": {"x-max-length": 3}})
+    head = api.request("HEAD", "/api/queues/%2F/q")
+    assert head.status == 200 and head.body == b""
+    options = api.request("OPTIONS", "/api/queues/%2F/q")
+    assert set(options.headers["Allow"].split(", ")) == {"DELETE", "GET", "HEAD", "OPTIONS", "PUT"}
+    one = api.get("/api/queues/%2F/q?columns=name,arguments.x-max-length,nosuch")
+    assert one == {"name": "q", "arguments": {"x-max-length": 3}}

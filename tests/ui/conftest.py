@@ -45,11 +45,13 @@ class UIServer:
     #: The broker's AMQP port on 127.0.0.1, for tests that need a client connection.
     amqp_port: int
 
-    def api(self, method: str, path: str, body: Any = None) -> Any:
+    def api(
+        self, method: str, path: str, body: Any = None, auth: tuple[str, str] = (USER, PASSWORD)
+    ) -> Any:
         """A management API call (guest/guest) from the test itself, not the browser."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(f"{self.url}/api{path}", data=data, method=method)
-        token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
         req.add_header("Authorization", f"Basic {token}")
         if data is not None:
             req.add_header("Content-Type", "application/json")

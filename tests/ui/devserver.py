@@ -7,9 +7,9 @@ UI files), so the UI can be worked on and tested against either:
 
     python tests/ui/devserver.py --api http://127.0.0.1:15672 --port 8080
 
-then open http://127.0.0.1:8080/ (guest/guest). The proxy drops the API's
-``WWW-Authenticate`` header so a failed login does not pop up the browser's
-own password dialog.
+then open http://127.0.0.1:8080/ (guest/guest). The files are served under
+a strict Content-Security-Policy (CSP below), so the tests would catch the UI
+reaching for inline code or styles or another host.
 """
 
 from __future__ import annotations
@@ -26,6 +26,13 @@ STATIC_DIR = Path(__file__).resolve().parents[2] / "src" / "warren" / "http" / "
 # Request headers passed on to the API; everything else is the proxy's business.
 FORWARDED = ("Authorization", "Content-Type", "Accept", "X-Reason", "X-Requested-With")
 CLIENT = web.AppKey("client", ClientSession)
+# The strictest policy the UI is written for: nothing inline, nothing from
+# elsewhere (a violation is a console error, which the tests fail on).
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+)
+PAGE_HEADERS = {"Cache-Control": "no-cache", "Content-Security-Policy": CSP}
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding"}
 
 
@@ -40,13 +47,13 @@ def make_app(api_base: str, static_dir: Path = STATIC_DIR) -> web.Application:
         await app[CLIENT].close()
 
     async def index(_: web.Request) -> web.StreamResponse:
-        return web.FileResponse(static_dir / "index.html", headers={"Cache-Control": "no-cache"})
+        return web.FileResponse(static_dir / "index.html", headers=PAGE_HEADERS)
 
     async def asset(request: web.Request) -> web.StreamResponse:
         path = (static_dir / request.match_info["path"]).resolve()
         if not path.is_file() or static_dir.resolve() not in path.parents:
             raise web.HTTPNotFound()
-        return web.FileResponse(path, headers={"Cache-Control": "no-cache"})
+        return web.FileResponse(path, headers=PAGE_HEADERS)
 
     async def proxy(request: web.Request) -> web.StreamResponse:
         headers = {k: request.headers[k] for k in FORWARDED if k in request.headers}
@@ -56,11 +63,7 @@ def make_app(api_base: str, static_dir: Path = STATIC_DIR) -> web.Application:
             request.method, url, headers=headers, data=body or None, allow_redirects=False
         ) as upstream:
             payload = await upstream.read()
-            out = {
-                k: v
-                for k, v in upstream.headers.items()
-                if k.lower() not in HOP_BY_HOP and k.lower() != "www-authenticate"
-            }
+            out = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
             return web.Response(status=upstream.status, body=payload, headers=out)
 
     app.router.add_get("/", index)

@@ -12,7 +12,7 @@ import uuid
 import pytest
 from playwright.sync_api import Page, expect
 
-from .conftest import USER, Console, UIServer
+from .conftest import PASSWORD, USER, Console, UIServer
 from .helpers import STATS_TIMEOUT, log_in, series_value, wait_for_series
 
 pytestmark = pytest.mark.ui
@@ -45,6 +45,12 @@ def test_queue_publish_get_and_overview(
     expect(page.locator("#flash")).to_have_text(f"Queue {queue} added.")
     row = page.locator(f"tr[data-queue='{queue}']")
     expect(row).to_be_visible()
+    # The name filter keeps it and hides the rest.
+    page.locator("input.filter").fill(queue[-8:])
+    expect(page.locator("tr[data-queue]")).to_have_count(1)
+    page.locator("input.filter").fill(queue + "-not")
+    expect(row).to_have_count(0)
+    page.locator("input.filter").fill("")
 
     # Its page: arguments, then publish two messages through the default exchange.
     row.get_by_role("link", name=queue).click()
@@ -81,9 +87,12 @@ def test_queue_publish_get_and_overview(
     wait_for_series(page, "queued", "messages", "current", f"v !== {queued_before}")
     shot("overview")
 
-    # Delete the queue from its page (the confirm() is accepted).
+    # Purge, then delete the queue from its page (each confirm() is accepted).
     page.goto(f"{ui_server.url}/#/queues/%2F/{queue}")
     expect(page.locator("main h1")).to_have_text(f"Queue {queue}")
+    page.locator("#purge-queue").click()
+    expect(page.locator("#flash")).to_have_text(f"Queue {queue} purged.")
+    expect(page.locator("[data-count=messages_ready] b")).to_have_text("0", timeout=STATS_TIMEOUT)
     page.locator("#delete-queue").click()
     expect(page.locator("#flash")).to_have_text(f"Queue {queue} deleted.")
     expect(page).to_have_url(re.compile(r"#/queues$"))
@@ -187,4 +196,21 @@ def test_bad_password_stays_on_login(page: Page, ui_server: UIServer, console: C
     expect(page.locator("#login-form [role=alert]")).to_contain_text("Login failed")
     expect(page.locator("#nav")).to_be_hidden()
     # The 401 itself is logged by Chromium as a failed resource load: the only error allowed.
+    assert [e for e in console.errors if "401" not in e] == []
+
+
+def test_unauthorized_returns_to_login(page: Page, ui_server: UIServer, console: Console) -> None:
+    log_in(page, ui_server)
+    expect(page.locator("main h1")).to_have_text("Overview")
+    # Credentials that stop working (password changed, user deleted): the next call is a 401.
+    page.evaluate("() => sessionStorage.setItem('warren.auth', 'Basic ' + btoa('guest:wrong'))")
+    page.locator("#nav a[href='#/queues']").click()
+    expect(page.locator("#login-form")).to_be_visible()
+    expect(page.locator("#login-form [role=alert]")).to_contain_text("Your session has ended")
+    assert page.evaluate("() => sessionStorage.getItem('warren.auth')") is None
+    # Logging in again goes on where the session ended.
+    page.locator("#login-form input[name=username]").fill(USER)
+    page.locator("#login-form input[name=password]").fill(PASSWORD)
+    page.locator("#login-form button[type=submit]").click()
+    expect(page.locator("main h1")).to_have_text("Queues")
     assert [e for e in console.errors if "401" not in e] == []

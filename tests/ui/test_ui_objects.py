@@ -8,6 +8,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterator
+from urllib.parse import quote
 
 import pika
 import pytest
@@ -141,6 +142,15 @@ def test_users_vhosts_permissions_policies(
     form.locator("button[type=submit]").click()
     expect_flash(page, "User saved.")
     expect(page.locator(f"tr[data-user='{user}']")).to_contain_text("monitoring")
+    # New tags, password left empty: the password stays.
+    form.locator("input[name=tags]").fill("management, policymaker")
+    form.locator("button[type=submit]").click()
+    expect_flash(page, "User saved.")
+    expect(page.locator(f"tr[data-user='{user}']")).to_contain_text("management, policymaker")
+    assert ui_server.api("GET", "/whoami", auth=(user, "s3cret"))["name"] == user
+    form.locator("input[name=username]").fill(unique("ui-nobody"))
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#flash .error")).to_have_text("A new user needs a password.")
 
     page.locator("#nav a[href='#/vhosts']").click()
     form = page.locator("#add-vhost")
@@ -230,4 +240,71 @@ def test_definitions_download_and_upload(
         expect(page.locator(f"tr[data-queue='{queue}']")).to_be_visible()
     finally:
         ui_server.api("DELETE", f"/queues/%2F/{queue}")
+    assert console.errors == []
+
+
+def test_add_stream_queue(logged_in: Page, ui_server: UIServer, console: Console) -> None:
+    page = logged_in
+    name = unique("ui-stream")
+    page.locator("#nav a[href='#/queues']").click()
+    form = page.locator("#add-queue")
+    form.locator("select[name=queue_type]").select_option("stream")
+    expect(form.locator("select[name=durable]")).to_be_disabled()
+    form.locator("input[name=name]").fill(name)
+    form.locator("button[type=submit]").click()
+    try:
+        expect_flash(page, f"Queue {name} added.")
+        row = page.locator(f"tr[data-queue='{name}']")
+        expect(row).to_contain_text("stream")
+        queue = ui_server.api("GET", f"/queues/%2F/{name}")
+        assert queue["durable"] is True
+        assert queue["arguments"]["x-queue-type"] == "stream"
+    finally:
+        ui_server.api("DELETE", f"/queues/%2F/{name}")
+    assert console.errors == []
+
+
+def test_missing_object_page(logged_in: Page, ui_server: UIServer, console: Console) -> None:
+    page = logged_in
+    page.goto(f"{ui_server.url}/#/queues/%2F/{unique('ui-absent')}")
+    expect(page.locator("main h1")).to_have_text("Not found")
+    page.goto(f"{ui_server.url}/#/no/such/page")
+    expect(page.locator("main h1")).to_have_text("Not found")
+    # Chromium logs the API's 404 itself; nothing else may appear.
+    assert [e for e in console.errors if "404" not in e] == []
+
+
+def test_vhost_and_queue_names_with_slashes(
+    logged_in: Page, ui_server: UIServer, console: Console
+) -> None:
+    """Names travel URL-encoded in the hash routes and the API paths ("/" -> %2F)."""
+    page = logged_in
+    vhost, queue = unique("ui/vh"), unique("ui/q")
+    ui_server.api("PUT", f"/vhosts/{quote(vhost, safe='')}", {})
+    ui_server.api(
+        "PUT",
+        f"/permissions/{quote(vhost, safe='')}/guest",
+        {"configure": ".*", "write": ".*", "read": ".*"},
+    )
+    try:
+        page.locator("#nav a[href='#/queues']").click()
+        form = page.locator("#add-queue")
+        form.locator("select[name=vhost]").select_option(vhost)
+        form.locator("input[name=name]").fill(queue)
+        form.locator("button[type=submit]").click()
+        expect_flash(page, f"Queue {queue} added.")
+        page.get_by_role("link", name=queue, exact=True).click()
+        expect(page).to_have_url(
+            re.compile(re.escape(f"#/queues/{quote(vhost, safe='')}/{quote(queue, safe='')}") + "$")
+        )
+        expect(page.locator("main h1")).to_have_text(f"Queue {queue}")
+        publish = page.locator("#publish-form")
+        publish.locator("textarea[name=payload]").fill("across a slash")
+        publish.locator("button[type=submit]").click()
+        expect_flash(page, "Message published.")
+        page.locator("#get-form select[name=ackmode]").select_option("ack_requeue_false")
+        page.locator("#get-form button[type=submit]").click()
+        expect(page.locator("#get-results pre.payload")).to_have_text("across a slash")
+    finally:
+        ui_server.api("DELETE", f"/vhosts/{quote(vhost, safe='')}")
     assert console.errors == []

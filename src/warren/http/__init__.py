@@ -5,7 +5,8 @@
     common.py          errors, auth levels, request bodies, list options (paging, sort)
     formats.py         core objects in RabbitMQ's JSON shapes
     api_broker.py      overview, whoami, nodes, vhosts, users, permissions,
-                       definitions, health checks, aliveness test
+                       health checks, aliveness test
+    api_definitions.py /api/definitions: export and import
     api_objects.py     exchanges, queues, bindings, publish, get
     api_connections.py connections, channels, consumers (through ClientConnection)
     api_parameters.py  policies, operator policies, limits, parameters

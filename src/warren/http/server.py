@@ -20,7 +20,13 @@ from aiohttp import web
 from warren.core.errors import BrokerError
 from warren.core.runtime_parameters import ValidationFailed
 from warren.core.users import User
-from warren.http import api_broker, api_connections, api_objects, api_parameters  # noqa: F401
+from warren.http import (
+    api_broker,
+    api_connections,
+    api_definitions,
+    api_objects,
+    api_parameters,
+)
 from warren.http.common import (
     MANAGEMENT,
     REALM,
@@ -47,7 +53,7 @@ MAX_BODY = 128 * 1024 * 1024
 
 def build_router() -> Router:
     router = Router()
-    for module in (api_broker, api_objects, api_connections, api_parameters):
+    for module in (api_broker, api_definitions, api_objects, api_connections, api_parameters):
         module.register(router)
     return router
 

@@ -38,7 +38,14 @@ export async function login(user, password) {
     credentials: "omit",
     headers: { Authorization: auth, "X-Requested-With": "XMLHttpRequest" },
   });
-  if (resp.status === 401) throw new ApiError(401, "Login failed: wrong user name or password.");
+  if (resp.status === 401) {
+    // "Login failed" (wrong name or password), or why this user may not log in here.
+    const reason = await reasonOf(resp);
+    throw new ApiError(
+      401,
+      /^login failed$/i.test(reason) ? "Login failed: wrong user name or password." : `Login failed: ${reason}`,
+    );
+  }
   if (!resp.ok) throw new ApiError(resp.status, await reasonOf(resp));
   const me = await resp.json();
   sessionStorage.setItem(AUTH_KEY, auth);

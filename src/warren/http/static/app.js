@@ -112,18 +112,25 @@ function context(gen, params) {
       if (location.hash === hash) route();
       else location.hash = hash;
     },
-    /** Calls fn now and every ms milliseconds while this page is shown. */
-    poll(fn, ms = 5000) {
-      const tick = async () => {
-        if (!ctx.alive()) return;
-        try {
-          await fn();
-        } catch (e) {
-          ctx.fail(e);
-        }
-        if (ctx.alive()) setTimeout(tick, ms);
-      };
-      return tick();
+    /**
+     * Calls fn now and every ms milliseconds while this page is shown. The first
+     * call's error is the page's (a 404 shows "Not found"); a later one is
+     * flashed, and a 404 then (the object went away) stops the polling.
+     */
+    async poll(fn, ms = 5000) {
+      const again = () =>
+        setTimeout(async () => {
+          if (!ctx.alive()) return;
+          try {
+            await fn();
+          } catch (e) {
+            ctx.fail(e);
+            if (e.status === 404) return;
+          }
+          if (ctx.alive()) again();
+        }, ms);
+      await fn();
+      again();
     },
     fail(e) {
       if (e.status === 401) return;

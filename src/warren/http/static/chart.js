@@ -13,7 +13,7 @@ function niceMax(v) {
 }
 
 /**
- * id: a name for the chart (data-chart attribute); series: [{key, label, color}];
+ * id: a name for the chart (data-chart attribute); series: [{key, label, color, dash}];
  * samples: [{t: ms, values: {key: number}}], oldest first; fmt: value -> text;
  * span: the time window drawn, ms; axisFmt: the y axis labels (default fmt).
  */
@@ -31,21 +31,27 @@ export function lineChart(id, series, samples, fmt, span, axisFmt = fmt) {
     s("text", { x: PAD.l - 4, y: y(top * f) + 4, "text-anchor": "end" }, axisFmt(top * f)),
   ]);
   const axis = [
-    s("text", { x: PAD.l, y: H - 6 }, `-${Math.round(span / 60000)} min`),
+    s("text", { x: PAD.l, y: H - 6 }, span >= 60000 ? `-${Math.round(span / 60000)} min` : `-${Math.round(span / 1000)} s`),
     s("text", { x: W - PAD.r, y: H - 6, "text-anchor": "end" }, "now"),
   ];
-  const lines = series.map(({ key, color }) => {
+  const lines = series.map(({ key, color, dash }) => {
     const pts = samples
       .filter((p) => p.t >= t0)
       .map((p) => `${x(p.t).toFixed(1)},${y(p.values[key] || 0).toFixed(1)}`);
-    return s("polyline", { points: pts.join(" "), stroke: color, fill: "none", "stroke-width": 2 });
+    return s("polyline", {
+      points: pts.join(" "),
+      stroke: color,
+      fill: "none",
+      "stroke-width": 2,
+      "stroke-dasharray": dash ? "6 4" : null,
+    });
   });
   const svg = s(
     "svg",
     { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": id, preserveAspectRatio: "none" },
     grid,
     axis,
-    lines,
+    lines.reverse(), // the first series on top
   );
   const last = samples.length ? samples[samples.length - 1].values : {};
   const legend = h(

@@ -105,3 +105,16 @@ export function select(name, options, value) {
 export function section(title, ...children) {
   return h("section", { class: "panel" }, h("h2", null, title), children);
 }
+
+/**
+ * A name filter for a list that is reloaded: el (the input), test(name) and
+ * onChange(fn). Kept across reloads since only the table is replaced.
+ */
+export function filterBox(placeholder = "Filter by name") {
+  const input = h("input", { type: "search", class: "filter", placeholder, "aria-label": placeholder });
+  return {
+    el: input,
+    test: (name) => !input.value || String(name).toLowerCase().includes(input.value.toLowerCase()),
+    onChange: (fn) => input.addEventListener("input", fn),
+  };
+}

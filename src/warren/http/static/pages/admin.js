@@ -61,9 +61,18 @@ export async function users(ctx) {
       h("button", { type: "submit" }, "Add / update user"),
     ),
     ctx,
-    () => {
+    async () => {
       const body = { tags: tagInput.value.split(",").map((t) => t.trim()).filter(Boolean).join(",") };
-      if (password.value) body.password = password.value;
+      if (password.value) {
+        body.password = password.value;
+      } else {
+        // RabbitMQ drops the password of a user PUT without one: send the current hash back.
+        // (Looked up in the list: a 404 would be a console error.)
+        const current = (await api("GET", "/users")).find((u) => u.name === name.value);
+        if (!current) throw new Error("A new user needs a password.");
+        body.password_hash = current.password_hash ?? "";
+        if (current.hashing_algorithm) body.hashing_algorithm = current.hashing_algorithm;
+      }
       return api("PUT", `/users/${seg(name.value)}`, body);
     },
     "User saved.",

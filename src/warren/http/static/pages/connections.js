@@ -1,6 +1,6 @@
 // Connections and channels: lists, details, closing a connection.
 import { api, seg } from "../api.js";
-import { facts, field, h, replace, section, table } from "../dom.js";
+import { facts, field, filterBox, h, replace, section, table } from "../dom.js";
 import { num, rate, yesno } from "../format.js";
 
 const connLink = (name) => h("a", { href: `#/connections/${seg(name)}` }, name);
@@ -13,8 +13,10 @@ function client(c) {
 
 export async function connectionList(ctx) {
   const body = h("div");
-  await ctx.poll(async () => {
-    const list = await api("GET", "/connections");
+  const filter = filterBox("Filter by name, user or client");
+  let last = [];
+  const show = () => {
+    const list = last.filter((c) => filter.test(`${c.name} ${c.user} ${client(c)}`));
     replace(
       body,
       table(
@@ -33,8 +35,13 @@ export async function connectionList(ctx) {
         { empty: "No connections." },
       ),
     );
+  };
+  filter.onChange(show);
+  await ctx.poll(async () => {
+    last = await api("GET", "/connections");
+    show();
   });
-  return h("div", { class: "page" }, h("h1", null, "Connections"), body);
+  return h("div", { class: "page" }, h("h1", null, "Connections"), filter.el, body);
 }
 
 function channelColumns() {

@@ -1,6 +1,6 @@
 // Exchanges: list + add, detail with bindings, publishing and deletion.
 import { api, exchangePath, seg } from "../api.js";
-import { facts, field, h, replace, section, select, table } from "../dom.js";
+import { facts, field, filterBox, h, replace, section, select, table } from "../dom.js";
 import { args, features, rate, statRate } from "../format.js";
 import { argsEditor, bindingForm, bindingsTable, publishForm } from "../forms.js";
 import { vhostSelect } from "./queues.js";
@@ -10,8 +10,10 @@ const exLink = (e) =>
 
 export async function exchangeList(ctx) {
   const body = h("div");
-  const load = async () => {
-    const list = await api("GET", "/exchanges");
+  const filter = filterBox();
+  let last = [];
+  const show = () => {
+    const list = last.filter((e) => filter.test(e.name));
     replace(
       body,
       table(
@@ -29,11 +31,17 @@ export async function exchangeList(ctx) {
       ),
     );
   };
+  const load = async () => {
+    last = await api("GET", "/exchanges");
+    show();
+  };
+  filter.onChange(show);
   await ctx.poll(load);
   return h(
     "div",
     { class: "page" },
     h("h1", null, "Exchanges"),
+    filter.el,
     body,
     section("Add an exchange", await addExchangeForm(ctx, load)),
   );

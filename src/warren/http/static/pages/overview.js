@@ -6,7 +6,8 @@ import { lineChart } from "../chart.js";
 import { facts, h, replace, section, table } from "../dom.js";
 import { compact, num, rate, statRate } from "../format.js";
 
-const SPAN = 10 * 60 * 1000; // the charts show the last ten minutes
+const SPAN = 10 * 60 * 1000; // the charts show up to the last ten minutes
+const MIN_SPAN = 60 * 1000; // and at least one
 const samples = []; // kept across page changes while the app is open
 
 const RATE_SERIES = [
@@ -15,7 +16,7 @@ const RATE_SERIES = [
   { key: "ack", label: "Ack", color: "#e1bc29" },
 ];
 const QUEUED_SERIES = [
-  { key: "messages", label: "Total", color: "#7768ae" },
+  { key: "messages", label: "Total", color: "#7768ae", dash: true },
   { key: "messages_ready", label: "Ready", color: "#2d7dd2" },
   { key: "messages_unacknowledged", label: "Unacked", color: "#e15554" },
 ];
@@ -55,11 +56,19 @@ function render(o) {
     card("messages_ready", "Ready", q.messages_ready ?? 0),
     card("messages_unacknowledged", "Unacked", q.messages_unacknowledged ?? 0),
   );
+  // The window grows with the history, up to SPAN, so a new session's charts fill their width.
+  const span = Math.min(SPAN, Math.max(MIN_SPAN, samples.length ? samples.at(-1).t - samples[0].t : 0));
+  const stats = o.message_stats || {};
+  const hasRates = Object.keys(stats).some((k) => k.endsWith("_details"));
   const charts = h(
     "div",
     { class: "charts" },
-    section("Queued messages", lineChart("queued", QUEUED_SERIES, samples, num, SPAN, compact)),
-    section("Message rates", lineChart("rates", RATE_SERIES, samples, rate, SPAN)),
+    section("Queued messages", lineChart("queued", QUEUED_SERIES, samples, num, span, compact)),
+    section(
+      "Message rates",
+      lineChart("rates", RATE_SERIES, samples, rate, span),
+      hasRates ? null : h("p", { class: "empty", id: "no-rates" }, "The server reports no message rates (yet)."),
+    ),
   );
   const listeners = o.listeners || [];
   const node = section(

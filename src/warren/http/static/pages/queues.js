@@ -1,6 +1,6 @@
 // Queues: list + add, detail with counts, consumers, bindings, publish, get, purge, delete.
 import { api, seg } from "../api.js";
-import { facts, field, h, replace, section, select, table } from "../dom.js";
+import { facts, field, filterBox, h, replace, section, select, table } from "../dom.js";
 import { args, bytes, features, num, rate, statRate, yesno } from "../format.js";
 import { argsEditor, bindingForm, bindingsTable, publishForm } from "../forms.js";
 
@@ -20,8 +20,10 @@ export async function vhostSelect(name = "vhost") {
 
 export async function queueList(ctx) {
   const body = h("div");
-  const load = async () => {
-    const list = await api("GET", "/queues");
+  const filter = filterBox();
+  let last = [];
+  const show = () => {
+    const list = last.filter((q) => filter.test(q.name));
     replace(
       body,
       table(
@@ -42,11 +44,17 @@ export async function queueList(ctx) {
       ),
     );
   };
+  const load = async () => {
+    last = await api("GET", "/queues");
+    show();
+  };
+  filter.onChange(show);
   await ctx.poll(load);
   return h(
     "div",
     { class: "page" },
     h("h1", null, "Queues"),
+    filter.el,
     body,
     section("Add a queue", await addQueueForm(ctx, load)),
   );
@@ -257,7 +265,7 @@ export async function queueDetail(ctx) {
     section("Consumers", consumers),
     section("Bindings", bindings, h("h3", null, "Add a binding to this queue"), bindingForm(ctx, { vhost, destination: name }, load)),
     section("Publish a message", h("p", null, "Published through the default exchange with this queue's name as routing key."), publishForm(ctx, vhost, "", name, load)),
-    section("Get messages", h("p", { class: "warn" }, "Getting messages is destructive: a nack or reject with requeue puts them back at the end."), getForm(ctx, vhost, name, load)),
+    section("Get messages", h("p", { class: "warn" }, "Getting messages takes them off the queue unless the ack mode requeues them (they come back marked redelivered)."), getForm(ctx, vhost, name, load)),
     section("Purge", purge),
     section("Delete", del),
   );

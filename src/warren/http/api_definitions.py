@@ -1,0 +1,170 @@
+"""/api/definitions: RabbitMQ's definitions export and import, node-wide or per vhost.
+
+The core's part is definitions_json.py; this adds what only the API keeps
+(vhost metadata, user limits, topic permissions, global parameters, in
+mgmt.json) and applies an import step by step, giving the loop back every
+SLICE objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_request import FileField
+
+from warren.definitions_json import DefinitionsError, export_definitions, import_steps
+from warren.http.api_broker import topic_permissions
+from warren.http.common import ADMIN, SLICE, ApiError, Ctx, bad_request, json_response, parse_tags
+from warren.http.state import Router
+
+NO_CONTENT = 204
+
+
+def register(r: Router) -> None:
+    r.route("GET", "/api/definitions")(get_definitions)
+    r.route("POST", "/api/definitions")(post_definitions)
+    r.route("GET", "/api/definitions/{vhost}")(get_vhost_definitions)
+    r.route("POST", "/api/definitions/{vhost}")(post_vhost_definitions)
+
+
+# -- definitions ---------------------------------------------------------------------------
+
+
+def _attachment(ctx: Ctx, response: web.Response) -> web.Response:
+    if ctx.query.get("download"):
+        response.headers["Content-Disposition"] = (
+            f'attachment; filename="{ctx.query["download"]}"'
+        )
+    return response
+
+
+async def get_definitions(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    data = export_definitions(ctx.node)
+    # What the core does not keep comes from the API's own state.
+    state = ctx.state
+    for v in data["vhosts"]:
+        meta = state.vhost_metadata.get(v["name"])
+        if meta:
+            v["metadata"] = {"description": meta["description"], "tags": list(meta["tags"])}
+    for u in data["users"]:
+        u["limits"] = dict(state.user_limits.get(u["name"], {}))
+    data["topic_permissions"] = topic_permissions(ctx)
+    data["global_parameters"] = [
+        {"name": k, "value": v} for k, v in sorted(state.global_parameters.items())
+    ]
+    await asyncio.sleep(0)
+    return _attachment(ctx, json_response(data))
+
+
+async def _definitions_body(ctx: Ctx) -> dict[str, Any]:
+    """JSON, or the web UI's form upload (field ``file``)."""
+    ctype = ctx.request.content_type
+    if ctype in ("multipart/form-data", "application/x-www-form-urlencoded"):
+        form = await ctx.request.post()
+        field = form.get("file")
+        raw = field.file.read() if isinstance(field, FileField) else field
+        try:
+            data = json.loads(raw or "{}")
+        except (ValueError, TypeError):
+            raise bad_request("failed_to_parse_json") from None
+    else:
+        try:
+            data = await ctx.body()
+        except ApiError:
+            raise bad_request("failed_to_parse_json") from None
+    if not isinstance(data, dict):
+        raise bad_request("failed_to_parse_json")
+    return data
+
+
+async def _import(ctx: Ctx, data: dict[str, Any]) -> web.Response:
+    """Import with a yield to the loop every SLICE objects (thousands of queues)."""
+    try:
+        for i, _ in enumerate(import_steps(ctx.node, data), 1):
+            if i % SLICE == 0:
+                await asyncio.sleep(0)
+    except DefinitionsError as exc:
+        raise bad_request(str(exc)) from None
+    return web.Response(status=NO_CONTENT)
+
+
+async def post_definitions(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    data = await _definitions_body(ctx)
+    response = await _import(ctx, data)
+    _import_api_state(ctx, data)
+    return response
+
+
+def _import_api_state(ctx: Ctx, data: dict[str, Any]) -> None:
+    """The parts of a definitions file the core skips and the API keeps: vhost
+    metadata, user limits, topic permissions, global parameters (checked loosely:
+    the core import has accepted the document)."""
+    state = ctx.state
+    for v in _records(data, "vhosts"):
+        meta: dict[str, Any] = v["metadata"] if isinstance(v.get("metadata"), dict) else v
+        if "description" in meta or "tags" in meta:
+            tags = meta.get("tags", [])
+            state.vhost_metadata[str(v.get("name"))] = {
+                "description": str(meta.get("description", "")),
+                "tags": parse_tags(tags) if isinstance(tags, str | list) else [],
+            }
+    for u in _records(data, "users"):
+        limits = u.get("limits")
+        if isinstance(limits, dict) and limits:
+            state.user_limits[str(u.get("name"))] = {
+                k: n for k, n in limits.items() if isinstance(n, int)
+            }
+    for t in _records(data, "topic_permissions"):
+        if all(isinstance(t.get(k), str) for k in ("user", "vhost", "exchange", "write", "read")):
+            table = state.topic_permissions.setdefault((t["user"], t["vhost"]), {})
+            table[t["exchange"]] = {"write": t["write"], "read": t["read"]}
+    for g in _records(data, "global_parameters"):
+        name = g.get("name")
+        if name == "cluster_name" and isinstance(g.get("value"), str) and g["value"]:
+            ctx.node.cluster_name = g["value"]
+        elif isinstance(name, str) and name != "internal_cluster_id":
+            state.global_parameters[name] = g.get("value")
+    state.save()
+
+
+def _records(data: dict[str, Any], category: str) -> list[dict[str, Any]]:
+    items = data.get(category)
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+
+_VHOST_CATEGORIES = ("parameters", "policies", "queues", "exchanges", "bindings")
+
+
+async def get_vhost_definitions(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    vhost = ctx.params[0]
+    ctx.vhost(vhost)
+    full = export_definitions(ctx.node)
+    data: dict[str, Any] = {"rabbit_version": full["rabbit_version"]}
+    for category in _VHOST_CATEGORIES:
+        items = [dict(i) for i in full[category] if i.get("vhost") == vhost]
+        if category in ("queues", "exchanges", "bindings"):
+            for item in items:
+                item.pop("vhost", None)
+        data[category] = items
+    return _attachment(ctx, json_response(data))
+
+
+async def post_vhost_definitions(ctx: Ctx) -> web.StreamResponse:
+    ctx.require(ADMIN)
+    vhost = ctx.params[0]
+    ctx.vhost(vhost)
+    data = await _definitions_body(ctx)
+    scoped: dict[str, Any] = {}
+    for category in _VHOST_CATEGORIES:
+        items = data.get(category)
+        if isinstance(items, list):
+            scoped[category] = [
+                {**item, "vhost": vhost} if isinstance(item, dict) else item for item in items
+            ]
+    return await _import(ctx, scoped)
