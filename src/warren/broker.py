@@ -381,7 +381,7 @@ class Broker:
         every: list[MessageStats] = []
         for vhost in self.vhosts.values():
             live = channels[vhost.name]
-            vhost.stats.set_sum([vhost.closed_channel_stats, *live])
+            vhost.stats.set_sum([vhost.base_stats, *live])
             every.extend(live)
             every.append(vhost.stats)
             every.extend(q.stats for q in vhost.queues.values())

@@ -91,7 +91,7 @@ async def snapshot(node: Node) -> Snapshot:
     snap.disk_limit = node.config.free_disk_min
     totals = MessageStats()
     totals.set_sum(
-        [v.closed_channel_stats for v in node.vhosts.values()]
+        [v.base_stats for v in node.vhosts.values()]
         + [stats for conn in node.connections for _, stats in conn.channel_stats()]
     )
     snap.totals = totals.values()

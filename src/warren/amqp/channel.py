@@ -310,7 +310,7 @@ class Channel:
         self.closed = True
         vhost = self.vhost
         if vhost is not None:
-            vhost.closed_channel_stats.add(self.stats)
+            vhost.base_stats.add(self.stats)
             self.stats = MessageStats()  # a second release adds nothing twice
         for consumer in list(self.consumers.values()):
             if consumer.queue is not None:

@@ -114,6 +114,7 @@ def channel_info(conn: AMQPConnection, ch: Channel) -> dict[str, Any]:
         "user": user,
         "user_who_performed_action": user,
         "vhost": ch.vhost.name if ch.vhost is not None else "",
+        "message_stats": ch.stats.as_dict(),
     }
 
 

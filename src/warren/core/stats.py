@@ -93,6 +93,19 @@ class MessageStats:
         for name, total in zip(COUNTERS, totals, strict=True):
             setattr(self, name, total)
 
+    @classmethod
+    def combined(cls, parts: Iterable[MessageStats]) -> MessageStats:
+        """Counters and rates summed (an overview of several vhosts)."""
+        out = cls()
+        parts = list(parts)
+        out.set_sum(parts)
+        rates = [0.0] * len(COUNTERS)
+        for part in parts:
+            for i, rate in enumerate(part._rates):
+                rates[i] += rate
+        out._rates = tuple(rates)
+        return out
+
     def add(self, other: MessageStats) -> None:
         """Fold another object's counters in (a closed channel into its vhost's)."""
         for name in COUNTERS:

@@ -141,9 +141,11 @@ class VHost(VHostParameters):
         # Bindings by destination object, so deleting a queue finds its bindings fast.
         self._inbound: dict[int, dict[tuple[Any, ...], Binding]] = {}
         self.reply_targets: dict[str, ReplyTarget] = {}
-        #: The counters of this vhost's closed channels: with the live channels' they
-        #: make the vhost's message_stats, which never go backwards.
-        self.closed_channel_stats = MessageStats()
+        #: Counts no live channel holds: closed channels' (folded in at close) and
+        #: operations without a channel (the management API's publish and get).
+        #: With the live channels' they make the vhost's message_stats, which never
+        #: go backwards.
+        self.base_stats = MessageStats()
         #: Those plus the live channels', summed when the broker samples rates.
         self.stats = MessageStats()
         self.default_exchange = DefaultExchange(name, "", durable=True)

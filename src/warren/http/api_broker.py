@@ -16,6 +16,7 @@ from aiohttp import web
 from warren import __version__
 from warren.core.message import Message
 from warren.core.properties import EMPTY_PROPERTIES
+from warren.core.stats import MessageStats
 from warren.core.users import Permission, User, hash_password
 from warren.definitions_json import (
     RABBITMQ_FORMAT_VERSION,
@@ -121,7 +122,7 @@ async def overview(ctx: Ctx) -> web.StreamResponse:
     channels = sum(c.get("channels", 0) for c in conns)
     body: dict[str, Any] = {
         "management_version": RABBITMQ_FORMAT_VERSION,
-        "rates_mode": "none",
+        "rates_mode": "basic",
         "exchange_types": [
             {"name": n, "description": d, "enabled": True} for n, d in formats.EXCHANGE_TYPES
         ],
@@ -148,6 +149,11 @@ async def overview(ctx: Ctx) -> web.StreamResponse:
         },
         "statistics_db_event_queue": 0,
         "node": node_name(),
+        "message_stats": (
+            ctx.node.stats
+            if ctx.sees_all()
+            else MessageStats.combined(ctx.node.vhosts[n].stats for n in names)
+        ).as_dict(),
     }
     if ctx.sees_all():
         body["listeners"] = _listeners(ctx)

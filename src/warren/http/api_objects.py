@@ -21,6 +21,7 @@ from warren.core.exchange import Binding, Exchange
 from warren.core.message import Message
 from warren.core.properties import BASIC_PROPERTIES, BasicProperties, decode_properties
 from warren.core.queue import Queue
+from warren.core.stats import count_get
 from warren.core.users import CONFIGURE, READ, WRITE
 from warren.core.vhost import VHost
 from warren.definitions_json import from_json_table, to_json_table
@@ -208,6 +209,10 @@ async def publish(ctx: Ctx) -> web.StreamResponse:
         raise ApiError(400, "bad_request", f"cannot publish to internal exchange '{ex.name}'")
     msg = Message(ex.name, str(body["routing_key"]), _properties(body["properties"]), raw)
     routed = vhost.publish(ex, msg)
+    stats = vhost.base_stats  # no channel: counted for the vhost, as RabbitMQ does
+    stats.publish += 1
+    if not routed:
+        stats.drop_unroutable += 1
     return json_response({"routed": routed != 0})
 
 
@@ -361,12 +366,16 @@ async def get_messages(ctx: Ctx) -> web.StreamResponse:
     requeue = ackmode.endswith("requeue_true")
     no_ack = ackmode == "ack_requeue_false"
     taken: list[tuple[int, Message, bool]] = []
-    out = []
+    out: list[dict[str, Any]] = []
     for _ in range(max(0, count)):
         item = q.get(no_ack)
         if item is None:
+            if not out:
+                vhost.base_stats.get_empty += 1
+                q.stats.get_empty += 1
             break
         seq, msg, redelivered = item
+        count_get(vhost.base_stats, q.stats, no_ack, redelivered)
         if not no_ack:
             taken.append(item)
         payload, used = _payload(msg.body, encoding, truncate)

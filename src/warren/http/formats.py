@@ -2,7 +2,7 @@
 
 Object counts come from core state (messages, messages_ready,
 messages_unacknowledged, consumers, message_bytes_*); rate statistics
-(``message_stats``, ``*_details``) are not kept yet and are left out.
+(``message_stats``) come from core/stats.py: counters and the last sampled rates.
 """
 
 from __future__ import annotations
@@ -84,6 +84,9 @@ def queue_info(q: Queue) -> dict[str, Any]:
     if isinstance(q, StreamQueue):
         info["members"] = [node_name()]
         info["leader"] = node_name()
+    stats = q.stats.as_dict()
+    if stats:
+        info["message_stats"] = stats
     return info
 
 
@@ -112,6 +115,9 @@ def exchange_info(ex: Exchange) -> dict[str, Any]:
     }
     if ex.policy is not None:
         info["policy"] = ex.policy.name
+    stats = ex.stats.as_dict(("publish_in", "publish_out"))
+    if stats:
+        info["message_stats"] = stats
     return info
 
 
@@ -173,6 +179,7 @@ def vhost_info(v: VHost, metadata: dict[str, Any] | None) -> dict[str, Any]:
         "messages": ready + unacked,
         "messages_ready": ready,
         "messages_unacknowledged": unacked,
+        **({"message_stats": stats} if (stats := v.stats.as_dict()) else {}),
     }
 
 

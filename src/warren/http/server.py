@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from warren import metrics
 from warren.core.errors import BrokerError
 from warren.core.runtime_parameters import ValidationFailed
 from warren.core.users import User
@@ -76,9 +77,21 @@ class ManagementApp:
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_route("*", "/api", self.api)
         app.router.add_route("*", "/api/{tail:.*}", self.api)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/metrics/per-object", self.metrics)
         app.router.add_get("/", self.index)
         app.router.add_get("/ui/{path:.*}", self.static)
         return app
+
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
+        """Prometheus metrics (docs/metrics.md); no authentication, as RabbitMQ's
+        prometheus endpoint. The broker is read in slices, the text rendered in a thread."""
+        per_object = request.path.endswith("/per-object")
+        snap = await metrics.snapshot(self.node)
+        body = await asyncio.get_running_loop().run_in_executor(
+            None, metrics.render, snap, per_object
+        )
+        return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
 
     async def index(self, request: web.Request) -> web.StreamResponse:
         return self._file(STATIC_DIR / "index.html")

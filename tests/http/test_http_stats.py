@@ -1,0 +1,86 @@
+"""message_stats in the management API and /metrics over HTTP.
+
+The broker's automatic sampling is off (collect_statistics_interval = 0);
+the test samples with the times it chooses, so rates are exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import BrokerThread, start_broker
+from httphelp import Api
+from pikahelp import barrier, connect, uniq
+from prometheus_client.parser import text_string_to_metric_families
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerThread]:
+    b = start_broker(tmp_path / "data", collect_statistics_interval=0)
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def test_message_stats_and_rates_of_queues_exchanges_channels_vhosts(
+    broker: BrokerThread,
+) -> None:
+    api = Api(broker.http_port)
+    conn = connect(broker)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    q = uniq()
+    ch.queue_declare(q)
+    broker.call(lambda: broker.broker.sample_stats(0.0))
+    for _ in range(10):
+        ch.basic_publish("", q, b"m")
+    ch.basic_get(q, auto_ack=True)
+    barrier(ch)
+    broker.call(lambda: broker.broker.sample_stats(5.0))
+
+    stats = api.get(f"/api/queues/%2F/{q}")["message_stats"]
+    assert stats["publish"] == 10 and stats["publish_details"] == {"rate": 2.0}
+    assert stats["get_no_ack"] == 1 and stats["deliver_get"] == 1
+    exchange = api.get("/api/exchanges/%2F/amq.default")["message_stats"]
+    assert exchange["publish_in"] == 10 and exchange["publish_out"] == 10
+    [channel] = api.get("/api/channels")
+    assert channel["message_stats"]["confirm"] == 10
+    assert channel["message_stats"]["confirm_details"] == {"rate": 2.0}
+    vhost = api.get("/api/vhosts/%2F")["message_stats"]
+    assert vhost["publish"] == 10 and vhost["publish_details"] == {"rate": 2.0}
+    overview = api.get("/api/overview")
+    assert overview["rates_mode"] == "basic"
+    assert overview["message_stats"]["publish_details"] == {"rate": 2.0}
+    conn.close()
+
+
+def test_metrics_endpoints(broker: BrokerThread) -> None:
+    api = Api(broker.http_port).anonymous()  # as RabbitMQ's prometheus endpoint: no auth
+    conn = connect(broker)
+    ch = conn.channel()
+    q = uniq()
+    ch.queue_declare(q)
+    ch.basic_publish("", q, b"12345")
+    barrier(ch)
+    for path, per_object in (("/metrics", False), ("/metrics/per-object", True)):
+        reply = api.request("GET", path)
+        assert reply.status == 200
+        assert reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(reply.body.decode())
+            for s in family.samples
+        }
+        assert samples[("rabbitmq_connections", ())] == 1
+        assert samples[("rabbitmq_channel_messages_published_total", ())] == 1
+        ready = ("rabbitmq_queue_messages_ready", (("queue", q), ("vhost", "/")))
+        if per_object:
+            assert samples[ready] == 1
+        else:
+            assert samples[("rabbitmq_queue_messages_ready", ())] == 1
+    conn.close()
