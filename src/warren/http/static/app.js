@@ -74,7 +74,7 @@ function showLogin(message) {
   stopSampler();
   document.getElementById("nav").hidden = true;
   document.getElementById("session").hidden = true;
-  const user = h("input", { name: "username", autocomplete: "username", required: true, autofocus: true });
+  const user = h("input", { name: "username", autocomplete: "username", required: true });
   const password = h("input", { name: "password", type: "password", autocomplete: "current-password" });
   const error = h("p", { class: "error", role: "alert" }, message || "");
   const form = h(
@@ -178,11 +178,8 @@ async function route() {
     if (ctx.alive() && node) replace(main, node);
   } catch (e) {
     if (!ctx.alive()) return;
-    if (e.status === 404) {
-      replace(main, h("h1", null, "Not found"), h("p", null, e.message));
-    } else {
-      ctx.fail(e);
-    }
+    if (e.status === 401) return; // the login form is already shown
+    replace(main, h("h1", null, e.status === 404 ? "Not found" : "Error"), h("p", { class: "error" }, e.message));
   }
 }
 
