@@ -53,14 +53,19 @@ export async function login(user, password) {
   return me;
 }
 
-async function reasonOf(resp) {
+/** An error answer's {error, reason}. */
+async function errorOf(resp) {
   const text = await resp.text();
   try {
     const body = JSON.parse(text);
-    return body.reason || body.error || text;
+    return { error: body.error, reason: body.reason || body.error || text };
   } catch {
-    return text || `${resp.status} ${resp.statusText}`;
+    return { error: undefined, reason: text || `${resp.status} ${resp.statusText}` };
   }
+}
+
+async function reasonOf(resp) {
+  return (await errorOf(resp)).reason;
 }
 
 /**
@@ -85,6 +90,10 @@ export async function api(method, path, body, headers = {}) {
   }
   const resp = await fetch(`/api${path}`, init);
   if (resp.status === 401) {
+    const { error, reason } = await errorOf(resp);
+    // RabbitMQ (and Warren) answer 401 "not_authorised" to a user whose
+    // credentials are fine but whose tags do not allow this: not a logout.
+    if (error === "not_authorised") throw new ApiError(403, reason);
     logout();
     window.dispatchEvent(new Event("warren:unauthorized"));
     throw new ApiError(401, "Not logged in.");
