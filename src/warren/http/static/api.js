@@ -3,6 +3,7 @@
 
 const AUTH_KEY = "warren.auth";
 const USER_KEY = "warren.user";
+const TAGS_KEY = "warren.tags";
 
 export class ApiError extends Error {
   constructor(status, reason) {
@@ -26,9 +27,15 @@ export function currentUser() {
   return sessionStorage.getItem(USER_KEY) || "";
 }
 
+/** The logged-in user's tags (whoami), e.g. ["administrator"]. */
+export function currentTags() {
+  return (sessionStorage.getItem(TAGS_KEY) || "").split(",").filter(Boolean);
+}
+
 export function logout() {
   sessionStorage.removeItem(AUTH_KEY);
   sessionStorage.removeItem(USER_KEY);
+  sessionStorage.removeItem(TAGS_KEY);
 }
 
 /** Checks the credentials against /api/whoami and keeps them when they work. */
@@ -50,6 +57,8 @@ export async function login(user, password) {
   const me = await resp.json();
   sessionStorage.setItem(AUTH_KEY, auth);
   sessionStorage.setItem(USER_KEY, me.name || user);
+  const tags = Array.isArray(me.tags) ? me.tags : String(me.tags || "").split(",");
+  sessionStorage.setItem(TAGS_KEY, tags.map((x) => x.trim()).filter(Boolean).join(","));
   return me;
 }
 
