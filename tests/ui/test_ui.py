@@ -237,7 +237,9 @@ def test_user_without_admin_rights(page: Page, ui_server: UIServer, console: Con
         form.locator("button[type=submit]").click()
         expect(page.locator("main h1")).to_have_text("Overview")
         expect(page.locator("#whoami")).to_have_text(user)
-        page.locator("#nav a[href='#/users']").click()
+        for admin_page in ("users", "permissions", "policies", "definitions"):
+            expect(page.locator(f"#nav a[href='#/{admin_page}']")).to_be_hidden()
+        page.goto(f"{ui_server.url}/#/users")
         expect(page.locator("main .error")).to_have_text("Not administrator user")
         expect(page.locator("#nav")).to_be_visible()
         page.locator("#nav a[href='#/queues']").click()
