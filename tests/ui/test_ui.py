@@ -214,3 +214,37 @@ def test_unauthorized_returns_to_login(page: Page, ui_server: UIServer, console:
     page.locator("#login-form button[type=submit]").click()
     expect(page.locator("main h1")).to_have_text("Queues")
     assert [e for e in console.errors if "401" not in e] == []
+
+
+def test_user_without_admin_rights(page: Page, ui_server: UIServer, console: Console) -> None:
+    """A management user sees the overview, and is told, not logged out, on admin pages."""
+    user = f"ui-mgmt-{uuid.uuid4().hex[:8]}"
+    nobody = f"ui-notags-{uuid.uuid4().hex[:8]}"
+    ui_server.api("PUT", f"/users/{user}", {"password": "pw", "tags": "management"})
+    ui_server.api("PUT", f"/users/{nobody}", {"password": "pw", "tags": ""})
+    ui_server.api(
+        "PUT", f"/permissions/%2F/{user}", {"configure": ".*", "write": ".*", "read": ".*"}
+    )
+    try:
+        page.goto(f"{ui_server.url}/")
+        form = page.locator("#login-form")
+        form.locator("input[name=username]").fill(nobody)
+        form.locator("input[name=password]").fill("pw")
+        form.locator("button[type=submit]").click()
+        expect(form.locator("[role=alert]")).to_have_text("Login failed: Not management user")
+
+        form.locator("input[name=username]").fill(user)
+        form.locator("button[type=submit]").click()
+        expect(page.locator("main h1")).to_have_text("Overview")
+        expect(page.locator("#whoami")).to_have_text(user)
+        for admin_page in ("users", "permissions", "policies", "definitions"):
+            expect(page.locator(f"#nav a[href='#/{admin_page}']")).to_be_hidden()
+        page.goto(f"{ui_server.url}/#/users")
+        expect(page.locator("main .error")).to_have_text("Not administrator user")
+        expect(page.locator("#nav")).to_be_visible()
+        page.locator("#nav a[href='#/queues']").click()
+        expect(page.locator("main h1")).to_have_text("Queues")
+    finally:
+        ui_server.api("DELETE", f"/users/{user}")
+        ui_server.api("DELETE", f"/users/{nobody}")
+    assert [e for e in console.errors if "401" not in e] == []

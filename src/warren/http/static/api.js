@@ -3,6 +3,7 @@
 
 const AUTH_KEY = "warren.auth";
 const USER_KEY = "warren.user";
+const TAGS_KEY = "warren.tags";
 
 export class ApiError extends Error {
   constructor(status, reason) {
@@ -26,9 +27,15 @@ export function currentUser() {
   return sessionStorage.getItem(USER_KEY) || "";
 }
 
+/** The logged-in user's tags (whoami), e.g. ["administrator"]. */
+export function currentTags() {
+  return (sessionStorage.getItem(TAGS_KEY) || "").split(",").filter(Boolean);
+}
+
 export function logout() {
   sessionStorage.removeItem(AUTH_KEY);
   sessionStorage.removeItem(USER_KEY);
+  sessionStorage.removeItem(TAGS_KEY);
 }
 
 /** Checks the credentials against /api/whoami and keeps them when they work. */
@@ -50,17 +57,24 @@ export async function login(user, password) {
   const me = await resp.json();
   sessionStorage.setItem(AUTH_KEY, auth);
   sessionStorage.setItem(USER_KEY, me.name || user);
+  const tags = Array.isArray(me.tags) ? me.tags : String(me.tags || "").split(",");
+  sessionStorage.setItem(TAGS_KEY, tags.map((x) => x.trim()).filter(Boolean).join(","));
   return me;
 }
 
-async function reasonOf(resp) {
+/** An error answer's {error, reason}. */
+async function errorOf(resp) {
   const text = await resp.text();
   try {
     const body = JSON.parse(text);
-    return body.reason || body.error || text;
+    return { error: body.error, reason: body.reason || body.error || text };
   } catch {
-    return text || `${resp.status} ${resp.statusText}`;
+    return { error: undefined, reason: text || `${resp.status} ${resp.statusText}` };
   }
+}
+
+async function reasonOf(resp) {
+  return (await errorOf(resp)).reason;
 }
 
 /**
@@ -85,6 +99,10 @@ export async function api(method, path, body, headers = {}) {
   }
   const resp = await fetch(`/api${path}`, init);
   if (resp.status === 401) {
+    const { error, reason } = await errorOf(resp);
+    // RabbitMQ (and Warren) answer 401 "not_authorised" to a user whose
+    // credentials are fine but whose tags do not allow this: not a logout.
+    if (error === "not_authorised") throw new ApiError(403, reason);
     logout();
     window.dispatchEvent(new Event("warren:unauthorized"));
     throw new ApiError(401, "Not logged in.");

@@ -1,5 +1,5 @@
 // Warren management UI: hash routing, login, polling, the page modules.
-import { api, currentUser, login, loggedIn, logout } from "./api.js";
+import { currentTags, currentUser, login, loggedIn, logout } from "./api.js";
 import { h, replace } from "./dom.js";
 import * as admin from "./pages/admin.js";
 import * as conns from "./pages/connections.js";
@@ -62,10 +62,23 @@ function match(parts) {
   return [null, null];
 }
 
+// Pages RabbitMQ keeps to some tags; their links are hidden from other users
+// (the pages themselves would only show the API's refusal).
+const NAV_TAGS = {
+  "#/users": ["administrator"],
+  "#/permissions": ["administrator"],
+  "#/definitions": ["administrator"],
+  "#/policies": ["administrator", "policymaker"],
+};
+
 function setNav(parts) {
   const here = `#/${parts[0] || ""}`;
+  const tags = currentTags();
   for (const a of document.querySelectorAll("#nav a")) {
-    a.classList.toggle("active", a.getAttribute("href") === here);
+    const href = a.getAttribute("href");
+    a.classList.toggle("active", href === here);
+    const needs = NAV_TAGS[href];
+    a.hidden = Boolean(needs) && !needs.some((t) => tags.includes(t));
   }
 }
 
@@ -74,7 +87,7 @@ function showLogin(message) {
   stopSampler();
   document.getElementById("nav").hidden = true;
   document.getElementById("session").hidden = true;
-  const user = h("input", { name: "username", autocomplete: "username", required: true, autofocus: true });
+  const user = h("input", { name: "username", autocomplete: "username", required: true });
   const password = h("input", { name: "password", type: "password", autocomplete: "current-password" });
   const error = h("p", { class: "error", role: "alert" }, message || "");
   const form = h(
@@ -178,11 +191,8 @@ async function route() {
     if (ctx.alive() && node) replace(main, node);
   } catch (e) {
     if (!ctx.alive()) return;
-    if (e.status === 404) {
-      replace(main, h("h1", null, "Not found"), h("p", null, e.message));
-    } else {
-      ctx.fail(e);
-    }
+    if (e.status === 401) return; // the login form is already shown
+    replace(main, h("h1", null, e.status === 404 ? "Not found" : "Error"), h("p", { class: "error" }, e.message));
   }
 }
 
