@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from warren import __version__, build_description
 from warren.config import Config
 from warren.core.errors import NotFound
-from warren.core.stats import MessageStats, RateSampler
+from warren.core.stats import MessageStats, OctetStats, RateSampler
 from warren.core.store import MessageStore
 from warren.core.stream import StreamLog
 from warren.core.vhost import VHost
@@ -378,7 +378,7 @@ class Broker:
         for conn in self.connections:
             for vhost_name, stats in conn.channel_stats():
                 channels.setdefault(vhost_name, []).append(stats)
-        every: list[MessageStats] = []
+        every: list[MessageStats | OctetStats] = [conn.octets for conn in self.connections]
         for vhost in self.vhosts.values():
             live = channels[vhost.name]
             vhost.stats.set_sum([vhost.base_stats, *live])

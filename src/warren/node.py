@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from warren.config import Config
-    from warren.core.stats import MessageStats
+    from warren.core.stats import MessageStats, OctetStats
     from warren.core.users import UserStore
     from warren.core.vhost import VHost
     from warren.store.sync import GroupSync
@@ -57,6 +57,9 @@ class ClientConnection(Protocol):
 
     def force_close(self, reason: str) -> None:
         """Close it on an operator's request (AMQP: 320 CONNECTION_FORCED with ``reason``)."""
+
+    #: Bytes and socket reads/writes, with rates (sampled by the broker).
+    octets: OctetStats
 
     def channel_stats(self) -> list[tuple[str, MessageStats]]:
         """(vhost name, counters) of each open channel (or MQTT session, ...)."""

@@ -53,6 +53,10 @@ def test_message_stats_and_rates_of_queues_exchanges_channels_vhosts(
     assert channel["message_stats"]["confirm_details"] == {"rate": 2.0}
     vhost = api.get("/api/vhosts/%2F")["message_stats"]
     assert vhost["publish"] == 10 and vhost["publish_details"] == {"rate": 2.0}
+    [connection] = api.get("/api/connections")
+    assert connection["recv_oct"] > 10 * len(q) and connection["recv_cnt"] >= 1
+    assert connection["send_oct"] > 0 and connection["send_cnt"] >= 1
+    assert connection["recv_oct_details"]["rate"] > 0
     overview = api.get("/api/overview")
     assert overview["rates_mode"] == "basic"
     assert overview["message_stats"]["publish_details"] == {"rate": 2.0}

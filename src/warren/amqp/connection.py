@@ -43,9 +43,9 @@ from warren.core.errors import (
     UnexpectedFrame,
     clip_reply_text,
 )
+from warren.core.stats import MessageStats, OctetStats
 
 if TYPE_CHECKING:
-    from warren.core.stats import MessageStats
     from warren.core.users import User
     from warren.core.vhost import VHost
     from warren.node import Node
@@ -147,6 +147,8 @@ class AMQPConnection:
         # Milliseconds since the epoch, set by the transport before each feed(): the
         # timestamp of the messages that read carries (0: Message reads the clock).
         self.now_ms = 0
+        #: Bytes in and out (the asyncio layer counts them), for the management API.
+        self.octets = OctetStats()
         self.state = State.HEADER
         self.channels: dict[int, Channel] = {}
         self.channel_max = self.config.channel_max

@@ -67,6 +67,7 @@ def connection_info(conn: AMQPConnection) -> dict[str, Any]:
         "user": user,
         "user_who_performed_action": user,
         "vhost": conn.vhost.name,
+        **conn.octets.as_dict(),
     }
 
 

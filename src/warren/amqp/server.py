@@ -55,6 +55,9 @@ class AMQPProtocol(asyncio.Protocol):
         conn = self.conn
         assert conn is not None
         conn.now_ms = int(time.time() * 1000)  # one clock read per socket read
+        octets = conn.octets
+        octets.recv_oct += len(data)
+        octets.recv_cnt += 1
         conn.feed(data)
         if (conn.backlog or len(data) >= YIELD_AFTER_BYTES) and not self._yielding:
             # At most one large read, or FRAME_BUDGET frames, per connection and loop
@@ -86,7 +89,11 @@ class AMQPProtocol(asyncio.Protocol):
             return
         out = conn.take_output()
         if out:
-            transport.write(b"".join(out))
+            data = b"".join(out)
+            octets = conn.octets
+            octets.send_oct += len(data)
+            octets.send_cnt += 1
+            transport.write(data)
 
     def _end_yield(self) -> None:
         conn = self.conn

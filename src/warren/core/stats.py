@@ -19,7 +19,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-__all__ = ["COUNTERS", "MessageStats", "RateSampler", "count_delivery", "count_get"]
+__all__ = [
+    "COUNTERS",
+    "MessageStats",
+    "OctetStats",
+    "RateSampler",
+    "count_delivery",
+    "count_get",
+]
 
 #: Every counter, in the order message_stats lists them.
 COUNTERS: Final = (
@@ -140,6 +147,38 @@ class MessageStats:
         return out
 
 
+class OctetStats:
+    """A connection's bytes and socket reads/writes, and their last sampled rates."""
+
+    __slots__ = ("recv_oct", "recv_cnt", "send_oct", "send_cnt", "_last", "_rates")
+
+    def __init__(self) -> None:
+        self.recv_oct = 0
+        self.recv_cnt = 0
+        self.send_oct = 0
+        self.send_cnt = 0
+        self._last: tuple[int, int] | None = None
+        self._rates = (0.0, 0.0)
+
+    def sample(self, interval_s: float) -> None:
+        now = (self.recv_oct, self.send_oct)
+        last = self._last
+        if last is not None and interval_s > 0:
+            self._rates = ((now[0] - last[0]) / interval_s, (now[1] - last[1]) / interval_s)
+        self._last = now
+
+    def as_dict(self) -> dict[str, object]:
+        """The fields RabbitMQ's management API gives a connection."""
+        return {
+            "recv_oct": self.recv_oct,
+            "recv_oct_details": {"rate": round(self._rates[0], 1)},
+            "recv_cnt": self.recv_cnt,
+            "send_oct": self.send_oct,
+            "send_oct_details": {"rate": round(self._rates[1], 1)},
+            "send_cnt": self.send_cnt,
+        }
+
+
 class RateSampler:
     """Samples every live object's counters (RabbitMQ samples every 5 s).
 
@@ -149,7 +188,7 @@ class RateSampler:
     def __init__(self) -> None:
         self._last_s: float | None = None
 
-    def sample(self, stats: Iterable[MessageStats], now_s: float) -> int:
+    def sample(self, stats: Iterable[MessageStats | OctetStats], now_s: float) -> int:
         """Sample each, over the time since the previous call; returns how many."""
         elapsed = 0.0 if self._last_s is None else now_s - self._last_s
         self._last_s = now_s
