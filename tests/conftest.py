@@ -115,6 +115,17 @@ def broker(tmp_path: Path) -> Iterator[BrokerThread]:
 
 
 @pytest.fixture
+def hand_sampled_broker(tmp_path: Path) -> Iterator[BrokerThread]:
+    """A broker whose message rates are sampled only when the test calls
+    ``broker.sample_stats(t)`` (collect_statistics_interval = 0): exact rates."""
+    b = start_broker(tmp_path / "data", collect_statistics_interval=0)
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture
 def broker_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerThread]]:
     """Start brokers with custom settings; all are stopped at the end."""
     started: list[BrokerThread] = []

@@ -7,25 +7,19 @@ so the rates are exact and nothing waits for the wall clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pika
 import pytest
-from conftest import BrokerThread, start_broker
+from conftest import BrokerThread
 from pikahelp import barrier, connect, uniq, wait_until
 
 from warren.core.stats import COUNTERS, MessageStats
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerThread]:
-    b = start_broker(tmp_path / "data", collect_statistics_interval=0)
-    try:
-        yield b
-    finally:
-        b.stop()
+def broker(hand_sampled_broker: BrokerThread) -> BrokerThread:
+    return hand_sampled_broker
 
 
 def counters(stats: MessageStats) -> dict[str, int]:

@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-from conftest import BrokerThread, start_broker
+from conftest import BrokerThread
 from pikahelp import barrier, connect, uniq, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from warren.metrics import SLICE, render, snapshot
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerThread]:
-    b = start_broker(tmp_path / "data")
-    try:
-        yield b
-    finally:
-        b.stop()
 
 
 def scrape(

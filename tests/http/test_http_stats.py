@@ -6,11 +6,8 @@ the test samples with the times it chooses, so rates are exact.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-from conftest import BrokerThread, start_broker
+from conftest import BrokerThread
 from httphelp import Api
 from pikahelp import barrier, connect, uniq
 from prometheus_client.parser import text_string_to_metric_families
@@ -19,12 +16,8 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerThread]:
-    b = start_broker(tmp_path / "data", collect_statistics_interval=0)
-    try:
-        yield b
-    finally:
-        b.stop()
+def broker(hand_sampled_broker: BrokerThread) -> BrokerThread:
+    return hand_sampled_broker
 
 
 def test_message_stats_and_rates_of_queues_exchanges_channels_vhosts(
