@@ -59,13 +59,22 @@ def test_aggregated_metrics_follow_the_traffic(broker: BrokerThread) -> None:
     assert value(m, "rabbitmq_channel_messages_delivered_total") == 3
     assert value(m, "rabbitmq_queue_messages_published_total") == 6
     assert value(m, "rabbitmq_connections_opened_total") == 1
+    assert value(m, "rabbitmq_channels_opened_total") == 1
+    assert value(m, "rabbitmq_queues_declared_total") == 2
+    assert value(m, "rabbitmq_queues_created_total") == 2
+    assert value(m, "rabbitmq_process_max_fds") > 0
     [(identity, one)] = m["rabbitmq_identity_info"]
     assert one == 1 and identity["rabbitmq_node"] == broker.broker.cluster_name
+    ch.queue_declare(queues[0], passive=True)  # passive: not counted as a declaration
+    ch.queue_delete(queues[0])
     conn.close()
     wait_until([], lambda: broker.call(lambda: not broker.broker.connections))
     m = scrape(broker)
     assert value(m, "rabbitmq_connections") == 0
     assert value(m, "rabbitmq_connections_closed_total") == 1
+    assert value(m, "rabbitmq_channels_closed_total") == 1
+    assert value(m, "rabbitmq_queues_declared_total") == 2
+    assert value(m, "rabbitmq_queues_deleted_total") == 1
     # Counters never go backwards when a channel closes (RabbitMQ's would).
     assert value(m, "rabbitmq_channel_messages_published_total") == 6
 

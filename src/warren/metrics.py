@@ -51,6 +51,15 @@ _CHANNEL_COUNTERS = (
     ("rabbitmq_channel_messages_redelivered", "Total number of messages redelivered to consumers", "redeliver"),
 )  # fmt: skip
 
+#: VHost churn counters -> (family without _total, help).
+_CHURN = {
+    "channels_opened": "Total number of channels opened",
+    "channels_closed": "Total number of channels closed",
+    "queues_declared": "Total number of queues declared",
+    "queues_created": "Total number of queues created",
+    "queues_deleted": "Total number of queues deleted",
+}
+
 _QUEUE_GAUGES = (
     ("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers"),
     ("rabbitmq_queue_messages_unacked", "Messages delivered to consumers but not yet acknowledged"),
@@ -69,6 +78,8 @@ class Snapshot:
     channels: int = 0
     connections_opened: int = 0
     connections_closed: int = 0
+    #: Churn summed over vhosts: channels opened/closed, queues declared/created/deleted.
+    churn: dict[str, int] = field(default_factory=dict)
     exchanges: int = 0
     consumers: int = 0
     disk_alarm: bool = False
@@ -89,6 +100,8 @@ async def snapshot(node: Node) -> Snapshot:
     snap.connections_closed = node.connections_closed
     snap.disk_alarm = node.disk_alarm
     snap.disk_limit = node.config.free_disk_min
+    for key in _CHURN:
+        snap.churn[key] = sum(getattr(v, key) for v in node.vhosts.values())
     totals = MessageStats()
     totals.set_sum(
         [v.base_stats for v in node.vhosts.values()]
@@ -164,6 +177,9 @@ def _families(snap: Snapshot, per_object: bool) -> Iterator[Metric]:
         "rabbitmq_process_resident_memory_bytes", "Memory used in bytes", _resident_bytes()
     )
     yield GaugeMetricFamily("rabbitmq_process_open_fds", "Open file descriptors", _open_fds())
+    for key, help_text in _CHURN.items():
+        yield CounterMetricFamily(f"rabbitmq_{key}", help_text, snap.churn.get(key, 0))
+    yield GaugeMetricFamily("rabbitmq_process_max_fds", "Open file descriptors limit", _max_fds())
     values = dict(zip(COUNTERS, snap.totals, strict=True))
     for name, help_text, counter in _CHANNEL_COUNTERS:
         yield CounterMetricFamily(name, help_text, values[counter])
@@ -209,6 +225,11 @@ def _resident_bytes() -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _max_fds() -> int:
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 0
 
 
 def _open_fds() -> int:

@@ -85,6 +85,7 @@ class Channel:
         self.id = channel_id
         self.vhost = connection.vhost
         assert self.vhost is not None
+        self.vhost.channels_opened += 1
         self.closing = False
         self.flow_active = True
         self.consumers: dict[str, AMQPConsumer] = {}
@@ -307,11 +308,12 @@ class Channel:
 
     def release(self) -> None:
         """Give back everything the channel holds: consumers, unacked messages."""
-        self.closed = True
         vhost = self.vhost
-        if vhost is not None:
+        if vhost is not None and not self.closed:  # once, however often released
             vhost.base_stats.add(self.stats)
-            self.stats = MessageStats()  # a second release adds nothing twice
+            self.stats = MessageStats()
+            vhost.channels_closed += 1
+        self.closed = True
         for consumer in list(self.consumers.values()):
             if consumer.queue is not None:
                 consumer.queue.remove_consumer(consumer)

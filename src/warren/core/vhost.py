@@ -146,6 +146,14 @@ class VHost(VHostParameters):
         #: With the live channels' they make the vhost's message_stats, which never
         #: go backwards.
         self.base_stats = MessageStats()
+        #: Churn, as RabbitMQ's metrics count it: declarations (new or not), queues
+        #: created and deleted (by any means) since the start.
+        self.queues_declared = 0
+        self.queues_created = 0
+        self.queues_deleted = 0
+        #: Channels (AMQP channels, later MQTT sessions) opened and closed in it.
+        self.channels_opened = 0
+        self.channels_closed = 0
         #: Those plus the live channels', summed when the broker samples rates.
         self.stats = MessageStats()
         self.default_exchange = DefaultExchange(name, "", durable=True)
@@ -296,6 +304,7 @@ class VHost(VHostParameters):
     ) -> Queue:
         if passive:
             return self.get_queue(name, owner)
+        self.queues_declared += 1
         if not name:
             if is_stream(arguments or {}):
                 raise PreconditionFailed(
@@ -335,6 +344,7 @@ class VHost(VHostParameters):
                 arguments=arguments,
             )
         self.queues[name] = q
+        self.queues_created += 1
         self.attach_queue_policies(q)
         if persistent and self.definitions is not None:
             self.definitions.put(queue_key(name), queue_record(q))
@@ -397,6 +407,7 @@ class VHost(VHostParameters):
             raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' not empty")
         count = 0 if stream else q.message_count
         self.queues.pop(name, None)
+        self.queues_deleted += 1
         if q.persistent and self.definitions is not None:
             self.definitions.delete(queue_key(name))
         for binding in list(self._inbound.get(id(q), {}).values()):
