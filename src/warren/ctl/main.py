@@ -15,8 +15,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, TextIO
 
-from warren.ctl import commands
+from warren.ctl import parsers
 from warren.ctl.client import EXIT_OK, EXIT_USAGE, Client, CtlError
+from warren.ctl.context import Context, LocalUsageError
 
 __all__ = ["build_parser", "main"]
 
@@ -145,7 +146,7 @@ def build_parser(prog: str = "warren ctl") -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     _add_globals(common, top=False)
     resources = parser.add_subparsers(dest="resource", metavar="COMMAND", parser_class=_Parser)
-    commands.register(resources, common)
+    parsers.register(resources, common)
     return parser
 
 
@@ -200,10 +201,10 @@ def main(
         client.password = _first(
             args.password, client.url_password, os.environ.get("WARREN_PASSWORD"), "guest"
         )
-        ctx = commands.Context(client, args, out, err, inp)
+        ctx = Context(client, args, out, err, inp)
         status: int = handler(ctx)
         return status
-    except commands.LocalUsageError as exc:
+    except LocalUsageError as exc:
         err.write(f"{prog}: error: {exc}\n")
         return EXIT_USAGE
     except CtlError as exc:
