@@ -266,8 +266,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--warren-http-port",
         type=int,
         default=None,
-        help="management API port (default 0: a free one; -1 disables it). "
-        "ini: warren_http_port",
+        help="management API port (default 0: a free one; -1 disables it). ini: warren_http_port",
     )
     group.addoption(
         "--warren-data-dir",
@@ -376,9 +375,9 @@ def warren_http_url(warren_broker: WarrenBroker) -> str | None:
 
 
 @pytest.fixture
-def warren_vhost(warren_broker: WarrenBroker, request: pytest.FixtureRequest) -> Iterator[
-    WarrenVhost
-]:
+def warren_vhost(
+    warren_broker: WarrenBroker, request: pytest.FixtureRequest
+) -> Iterator[WarrenVhost]:
     """A fresh vhost for this test only; deleted (connections closed) afterwards."""
     name = f"test-{next(_vhost_counter)}-{uuid.uuid4().hex[:8]}"
     vhost = WarrenVhost(warren_broker, name)
