@@ -122,6 +122,17 @@ def test_options_fixed_port_kept_data_dir_and_session_end(
         s.connect(("127.0.0.1", port))
 
 
+def test_port_in_use_fails_the_tests_with_a_clear_message(pytester: pytest.Pytester) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        pytester.makepyfile("def test_x(warren_url): pass\n")
+        result = run(pytester, f"--warren-port={port}")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*warren_broker: cannot start Warren*"])
+
+
 def test_temporary_data_dir_is_removed_at_session_end(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:

@@ -325,7 +325,7 @@ def _settings(lines: list[str]) -> dict[str, Any]:
     return settings
 
 
-def _worker_index(config: pytest.Config) -> int:
+def _worker_index() -> int:
     """pytest-xdist's worker number (gw3 -> 3); 0 outside xdist."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
@@ -335,7 +335,7 @@ def _worker_index(config: pytest.Config) -> int:
 def warren_broker(pytestconfig: pytest.Config) -> Iterator[WarrenBroker]:
     """A Warren broker for the whole session (per xdist worker), stopped at the end."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    index = _worker_index(pytestconfig)
+    index = _worker_index()
     port = int(_option(pytestconfig, "port") or 0)
     http_port = int(_option(pytestconfig, "http_port") or 0)
     if port > 0:
