@@ -178,12 +178,16 @@ def test_ini_settings_and_config_file(pytester: pytest.Pytester) -> None:
     run(pytester).assert_outcomes(passed=1)
 
 
-def test_bad_settings_line_is_a_usage_error(pytester: pytest.Pytester) -> None:
+def test_bad_settings_are_reported(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nwarren_settings = no_such_field = 1\n")
     pytester.makepyfile("def test_x(warren_broker): pass\n")
     result = run(pytester)
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*warren_settings*no_such_field*"])
+    pytester.makeini("[pytest]\nwarren_settings = frame_max = 100\n")
+    result = run(pytester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*warren_broker: cannot start Warren*frame_max*"])
 
 
 def test_pytest_asyncio_with_aio_pika(pytester: pytest.Pytester) -> None:
@@ -268,3 +272,24 @@ def test_entry_point_autoloads_and_opts_out(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:warren")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*fixture 'warren_url' not found*"])
+
+
+def test_start_broker_outside_pytest() -> None:
+    """The fixture's broker as a context manager, for scripts and other runners."""
+    import pika
+
+    from warren.pytest_plugin import start_broker
+
+    with pytest.raises(TypeError, match="nope"):
+        start_broker(nope=1)
+    with start_broker(http_port=-1, channel_max=5) as broker:
+        data_dir = Path(broker.data_dir)
+        url = broker.add_vhost("scratch")
+        conn = pika.BlockingConnection(pika.URLParameters(url))
+        assert conn._impl.params.channel_max == 5
+        conn.channel().queue_declare("q")
+        conn.close()
+        assert broker.queues("scratch") == ["q"]
+        assert broker.http_url is None
+    assert not data_dir.exists()
+    broker.stop()  # idempotent

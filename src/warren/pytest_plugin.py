@@ -29,6 +29,7 @@ a fixture first needs it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import os
 import shutil
@@ -239,6 +240,9 @@ def start_broker(
     from warren.config import Config
 
     config = Config()
+    unknown = set(settings) - {f.name for f in dataclasses.fields(config)}
+    if unknown:
+        raise TypeError(f"start_broker: not Config fields: {', '.join(sorted(unknown))}")
     if config_file:
         config.apply_ini(config_file)
     temporary = data_dir is None
@@ -248,7 +252,12 @@ def start_broker(
     config.sync = settings.pop("sync", False)  # tests need no fdatasync per message
     for key, value in settings.items():
         setattr(config, key, value)
-    config.validate()
+    try:
+        config.validate()
+    except BaseException:
+        if temporary:
+            shutil.rmtree(config.data_dir, ignore_errors=True)
+        raise
     return WarrenBroker(config, remove_data_dir=temporary).start()
 
 
@@ -354,7 +363,7 @@ def warren_broker(pytestconfig: pytest.Config) -> Iterator[WarrenBroker]:
             config_file=_option(pytestconfig, "config"),
             **settings,
         )
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ConfigError is a ValueError
         pytest.fail(f"warren_broker: cannot start Warren: {exc}", pytrace=False)
     try:
         yield broker
