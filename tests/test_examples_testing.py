@@ -24,7 +24,9 @@ CLIENTS = ("pika", "aio_pika", "kombu", "celery")
 def test_examples_pass() -> None:
     env = dict(
         os.environ,
-        PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+        PYTHONPATH=os.pathsep.join(
+            p for p in [str(REPO / "src"), os.environ.get("PYTHONPATH")] if p
+        ),
     )
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
