@@ -85,3 +85,46 @@ def test_port_in_use_exits_with_clear_message(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(15)
+
+
+def test_ephemeral_keeps_data_in_a_temporary_dir_removed_at_exit(tmp_path: Path) -> None:
+    """--ephemeral: the broker works as usual (durable queues included), its data
+    lives in a fresh temporary directory, and that directory is gone after exit;
+    a --data-dir given too is left untouched."""
+    import re
+
+    given = tmp_path / "data"
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "warren", "--ephemeral", "-D", str(given)]
+        + ["--amqp-port", "0", "--http-port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        data_dir = port = None
+        for line in proc.stdout:
+            if m := re.search(r"ephemeral: data in (\S+),", line):
+                data_dir = Path(m.group(1))
+            if m := re.search(r"listening on AMQP [^:]+:(\d+)", line):
+                port = int(m.group(1))
+                break
+        assert data_dir is not None and port is not None
+        assert data_dir.is_dir() and data_dir != given
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+        ch = conn.channel()
+        ch.queue_declare("kept-until-exit", durable=True)
+        ch.basic_publish("", "kept-until-exit", b"x", pika.BasicProperties(delivery_mode=2))
+        conn.close()
+        assert any(data_dir.iterdir())
+        proc.terminate()
+        assert proc.wait(15) == 0
+        assert not data_dir.exists()
+        assert not given.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -16,6 +16,7 @@ import errno
 import logging
 import signal
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -167,6 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="import a RabbitMQ definitions export (JSON file or directory) at start "
         "([main] load_definitions)",
     )
+    p.add_argument(
+        "--ephemeral",
+        action="store_true",
+        help="keep the data in a temporary directory removed at exit, for scripts and CI "
+        "jobs (replaces --data-dir; implies --no-sync: nothing outlives the process)",
+    )
     p.add_argument("--version", action="version", version=f"warren {_version()}")
     return p
 
@@ -186,6 +193,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
         if problem is not None:
             raise ConfigError(f"{flag} {getattr(args, field)!r}: {problem}")
         setattr(config, field, value)
+    if getattr(args, "ephemeral", False):
+        # The directory itself is made (and removed) by main(); nothing is synced
+        # to a disk that is thrown away at exit.
+        config.sync = False
     config.validate()
     return config
 
@@ -226,13 +237,16 @@ def main(argv: list[str] | None = None) -> int:
     root.setLevel(logging.INFO)
     try:
         try:
-            config = build_config(argv)
+            parsed = build_parser().parse_args(argv)
+            config = config_from_args(parsed)
         except ConfigError as exc:
             print(f"warren: {exc}", file=sys.stderr)
             return 2
         except SystemExit as exc:  # --help, --version or an argparse usage error
             return _exit_status(exc.code)
         root.setLevel(config.logging_level)
+        if parsed.ephemeral:
+            return _run_ephemeral(config)
         return _run(config)
     finally:
         # Leave the process's logging as we found it (matters when main() is
@@ -258,6 +272,14 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     except ImportError:
         return None
     return uvloop.new_event_loop
+
+
+def _run_ephemeral(config: Config) -> int:
+    """Run with the data in a fresh temporary directory, removed however the run ends."""
+    with tempfile.TemporaryDirectory(prefix="warren-ephemeral-") as data_dir:
+        config.data_dir = data_dir
+        log.info("ephemeral: data in %s, removed at exit", data_dir)
+        return _run(config)
 
 
 def _run(config: Config) -> int:
