@@ -17,7 +17,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "warren"
 #: Packages that speak a protocol to the outside world.
-PROTOCOL_PACKAGES = ("amqp", "http")
+PROTOCOL_PACKAGES = ("amqp", "http", "mqtt")
 
 
 def imported_modules(path: Path) -> set[str]:
