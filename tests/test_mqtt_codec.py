@@ -268,3 +268,28 @@ def test_properties_match_paho() -> None:
     [got] = Decoder(5).feed(packet)
     assert got == Publish("a", b"hi", properties=ours)
     assert encode(got, 5) == packet
+
+
+def test_topic_helpers() -> None:
+    from warren.mqtt.topics import (
+        amqp_to_mqtt,
+        is_valid_topic_filter,
+        is_valid_topic_name,
+        mqtt_to_amqp,
+        parse_shared,
+    )
+
+    assert is_valid_topic_name("a/b") and is_valid_topic_name("/")
+    assert not is_valid_topic_name("a/+") and not is_valid_topic_name("#")
+    assert not is_valid_topic_name("") and not is_valid_topic_name("a\x00")
+    for good in ["#", "+", "a/#", "+/+/c", "a//b", "/#", "$share/g/a/+", "$share/g/#"]:
+        assert is_valid_topic_filter(good), good
+    for bad in ["a#", "a/#/b", "a+", "a/b+/c", "", "$share/g", "$share//a", "$share/g+/a"]:
+        assert not is_valid_topic_filter(bad), bad
+    assert parse_shared("$share/grp/a/b") == ("grp", "a/b")
+    assert parse_shared("a/b") == (None, "a/b")
+    with pytest.raises(ValueError):
+        parse_shared("$share/grp/")
+    assert mqtt_to_amqp("a/+/c/#") == "a.*.c.#"
+    assert amqp_to_mqtt("a.b.c") == "a/b/c"
+    assert amqp_to_mqtt(mqtt_to_amqp("home/+/temp")) == "home/+/temp"
