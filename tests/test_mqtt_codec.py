@@ -1,6 +1,7 @@
 """The sans-IO MQTT codec (src/warren/mqtt): round trips, split feeding, malformed input.
 
-paho-mqtt's own MQTT 5 property encoder is the oracle for the property wire format.
+paho-mqtt is the oracle: its MQTT 5 property encoder, and a real paho Client talking over
+TCP to a fake peer that decodes what paho writes and answers with Warren-encoded packets.
 """
 
 from __future__ import annotations
@@ -293,3 +294,119 @@ def test_topic_helpers() -> None:
     assert mqtt_to_amqp("a/+/c/#") == "a.*.c.#"
     assert amqp_to_mqtt("a.b.c") == "a/b/c"
     assert amqp_to_mqtt(mqtt_to_amqp("home/+/temp")) == "home/+/temp"
+
+
+def _paho_session(protocol: int) -> None:
+    import socket
+
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    level = 5 if protocol == mqtt.MQTTv5 else 4
+    seen: dict[str, object] = {}
+    server = socket.create_server(("127.0.0.1", 0))
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="cid", protocol=protocol)
+    client.username_pw_set("user", "pw")
+    client.will_set("w/t", b"bye", qos=1, retain=True)
+    client.on_connect = lambda c, u, f, rc, p: seen.__setitem__(
+        "connect", (f.session_present, rc.value)
+    )
+    client.on_subscribe = lambda c, u, mid, rcs, p: seen.__setitem__(
+        "subscribe", [r.value for r in rcs]
+    )
+    client.on_message = lambda c, u, m: seen.__setitem__("message", m)
+    conn_props = None
+    if level == 5:
+        conn_props = Properties(PacketTypes.CONNECT)
+        conn_props.SessionExpiryInterval = 60
+        conn_props.UserProperty = [("a", "1"), ("a", "2")]
+    client.connect("127.0.0.1", server.getsockname()[1], keepalive=30, properties=conn_props)
+    peer, _ = server.accept()
+    peer.settimeout(2)
+    decoder = Decoder()
+
+    def read_one() -> object:
+        while True:
+            got = decoder.feed(peer.recv(65536))
+            if got:
+                assert len(got) == 1
+                return got[0]
+
+    try:
+        connect = read_one()
+        assert isinstance(connect, Connect)
+        assert (connect.client_id, connect.protocol_level, connect.keep_alive) == ("cid", level, 30)
+        assert (connect.username, connect.password) == ("user", b"pw")
+        assert connect.will == Will("w/t", b"bye", 1, True)
+        if level == 5:
+            assert connect.properties == {
+                P.SESSION_EXPIRY_INTERVAL: 60,
+                P.USER_PROPERTY: [("a", "1"), ("a", "2")],
+            }
+        peer.sendall(encode(ConnAck(True, 0), level))
+        client.loop(0.5)
+        assert seen["connect"] == (True, 0)
+
+        client.subscribe([("s/+", 1), ("s/#", 2)])
+        sub = read_one()
+        assert isinstance(sub, Subscribe)
+        assert [(s.topic_filter, s.qos) for s in sub.subscriptions] == [("s/+", 1), ("s/#", 2)]
+        peer.sendall(encode(SubAck(sub.packet_id, [1, 0x80]), level))
+        client.loop(0.5)
+        assert seen["subscribe"] == [1, 0x80]
+
+        pub_props = None
+        if level == 5:
+            pub_props = Properties(PacketTypes.PUBLISH)
+            pub_props.ContentType = "text/plain"
+            pub_props.CorrelationData = b"corr"
+        for qos in (0, 1, 2):
+            client.publish("p/t", b"payload%d" % qos, qos=qos, properties=pub_props)
+            pub = read_one()
+            assert isinstance(pub, Publish)
+            assert (pub.topic, pub.payload, pub.qos) == ("p/t", b"payload%d" % qos, qos)
+            if level == 5:
+                assert pub.properties == {P.CONTENT_TYPE: "text/plain", P.CORRELATION_DATA: b"corr"}
+            if qos == 2:
+                assert pub.packet_id is not None
+                peer.sendall(encode(PubRec(pub.packet_id), level))
+                client.loop(0.5)
+                assert read_one() == PubRel(pub.packet_id)
+
+        props = (
+            {P.USER_PROPERTY: [("k", "v")], P.SUBSCRIPTION_IDENTIFIER: [3]} if level == 5 else {}
+        )
+        peer.sendall(encode(Publish("s/x", b"hello", 0, properties=props), level))
+        client.loop(0.5)
+        message = seen["message"]
+        assert message.topic == "s/x" and message.payload == b"hello"  # type: ignore[attr-defined]
+        if level == 5:
+            assert message.properties.UserProperty == [("k", "v")]  # type: ignore[attr-defined]
+            assert message.properties.SubscriptionIdentifier == [3]  # type: ignore[attr-defined]
+
+        client.unsubscribe("s/+")
+        unsub = read_one()
+        assert isinstance(unsub, Unsubscribe) and unsub.topic_filters == ["s/+"]
+        client._send_pingreq()
+        assert read_one() == PingReq()
+        client.disconnect()
+        assert read_one() == Disconnect()
+    finally:
+        peer.close()
+        server.close()
+        sock = client.socket()
+        if sock is not None:
+            sock.close()
+
+
+def test_paho_client_v311() -> None:
+    import paho.mqtt.client as mqtt
+
+    _paho_session(mqtt.MQTTv311)
+
+
+def test_paho_client_v5() -> None:
+    import paho.mqtt.client as mqtt
+
+    _paho_session(mqtt.MQTTv5)
