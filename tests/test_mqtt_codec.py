@@ -410,3 +410,18 @@ def test_paho_client_v5() -> None:
     import paho.mqtt.client as mqtt
 
     _paho_session(mqtt.MQTTv5)
+
+
+@pytest.mark.parametrize("level", [4, 5])
+def test_fuzz_mutated_valid_packets(level: int) -> None:
+    @settings(max_examples=200, deadline=None)
+    @given(packets(level), st.data())
+    def check(packet: object, data: st.DataObject) -> None:
+        wire = bytearray(encode(packet, level))  # type: ignore[arg-type]
+        for _ in range(data.draw(st.integers(1, 3))):
+            i = data.draw(st.integers(0, len(wire) - 1))
+            wire[i] = data.draw(st.integers(0, 255))
+        with contextlib.suppress(MQTTCodecError):
+            Decoder(level).feed(bytes(wire))
+
+    check()
