@@ -10,8 +10,10 @@ this module, never broker.py or another protocol.
 
 from __future__ import annotations
 
+import asyncio
 import socket
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from warren.config import Config
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
     from warren.core.vhost import VHost
     from warren.store.sync import GroupSync
 
-__all__ = ["ClientConnection", "Listener", "Node", "node_name"]
+__all__ = ["ClientConnection", "Listener", "Node", "WebSocketEndpoint", "node_name"]
 
 
 def node_name() -> str:
@@ -117,3 +119,20 @@ class Listener(Protocol):
     async def stop(self) -> None:
         """Stop accepting, close every client as the protocol does at shutdown, and
         wait for them (a few seconds at most)."""
+
+
+class WebSocketEndpoint(NamedTuple):
+    """A byte-stream protocol the HTTP listener also serves over WebSocket.
+
+    The HTTP listener accepts a WebSocket upgrade on ``path`` (or on any path
+    when the client offers one of ``subprotocols`` that no other endpoint's path
+    claims), answers with the first of the client's subprotocols it knows, and
+    drives a fresh ``new_protocol()`` through a transport whose ``write`` sends
+    binary messages and whose reads are the binary messages received, so the
+    protocol (AMQP's, MQTT's) runs unchanged. Given by the composition root
+    (warren.app), so http/ never imports another protocol package.
+    """
+
+    path: str
+    subprotocols: tuple[str, ...]
+    new_protocol: Callable[[], asyncio.Protocol]
