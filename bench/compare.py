@@ -305,6 +305,8 @@ class Warren:
             str(self.port),
             "--http-port",
             "-1",  # no management listener: RabbitMQ's may hold 15672
+            "--mqtt-port",
+            "-1",
             "-D",
             str(data),
             "--log-level",

@@ -150,6 +150,8 @@ def warren_broker() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
                 str(port),
                 "--http-port",
                 "-1",
+                "--mqtt-port",
+                "-1",
                 "-D",
                 data,
                 "--log-level",

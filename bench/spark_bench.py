@@ -69,6 +69,8 @@ def warren_broker() -> Iterator[str]:
             str(port),
             "--http-port",
             "-1",
+            "--mqtt-port",
+            "-1",
             "-D",
             f"{tmp}/data",
             "--log-level",

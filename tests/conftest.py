@@ -100,6 +100,7 @@ class BrokerThread:
 def start_broker(data_dir: Path, **settings: Any) -> BrokerThread:
     # Ephemeral ports for both listeners, so brokers started in parallel never collide.
     settings.setdefault("http_port", 0)
+    settings.setdefault("mqtt_port", 0)
     config = Config(data_dir=str(data_dir), amqp_port=0, **settings)
     return BrokerThread(config).start()
 

@@ -15,7 +15,7 @@ def start_warren(data_dir: Path, *args: str) -> tuple[subprocess.Popen[str], int
     """Start the server on an ephemeral port; returns the process and the bound port."""
     env = dict(os.environ, PYTHONPATH=str(SRC))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "warren", "--amqp-port", "0", "--http-port", "0", "-D", str(data_dir)]
+        [sys.executable, "-m", "warren", "--amqp-port", "0", "--http-port", "0", "--mqtt-port", "0", "-D", str(data_dir)]
         + list(args),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -163,7 +163,7 @@ def warren_subprocess(log: IO[str]) -> Iterator[int]:
     """
     with tempfile.TemporaryDirectory(prefix="warren-kombu-") as data_dir:
         env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
-        args = ["--amqp-port", "0", "--http-port", "-1", "--data-dir", data_dir]
+        args = ["--amqp-port", "0", "--http-port", "-1", "--mqtt-port", "-1", "--data-dir", data_dir]
         proc = subprocess.Popen(
             [sys.executable, "-m", "warren", *args],
             stdout=subprocess.PIPE,

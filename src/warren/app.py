@@ -13,15 +13,20 @@ from warren.amqp.server import AMQPListener
 from warren.broker import Broker as CoreBroker
 from warren.config import Config
 from warren.http.server import HTTPListener
+from warren.mqtt.server import MQTTListener
 from warren.node import Listener
 
 __all__ = ["Broker", "default_listeners"]
 
 
 def default_listeners(config: Config) -> list[Listener]:
-    """The listeners the configuration asks for: AMQP on ``bind:amqp_port``, and the
-    HTTP management API on ``http_bind:http_port`` unless that port is -1."""
-    listeners: list[Listener] = [AMQPListener(config.bind, config.amqp_port)]
+    """The listeners the configuration asks for: AMQP on ``bind:amqp_port``, MQTT on
+    ``mqtt_bind:mqtt_port`` (and ``mqtt_tls_port``), and the HTTP management API on
+    ``http_bind:http_port`` unless that port is -1."""
+    listeners: list[Listener] = [
+        AMQPListener(config.bind, config.amqp_port),
+        MQTTListener(config.mqtt_bind, config.mqtt_port, config.mqtt_tls_port),
+    ]
     if config.http_port >= 0:
         listeners.append(HTTPListener(config.http_bind, config.http_port))
     return listeners

@@ -35,6 +35,11 @@ _OVERRIDES: tuple[tuple[str, str], ...] = (
     ("amqp_port", "--amqp-port"),
     ("http_bind", "--http-bind"),
     ("http_port", "--http-port"),
+    ("mqtt_bind", "--mqtt-bind"),
+    ("mqtt_port", "--mqtt-port"),
+    ("mqtt_tls_port", "--mqtt-tls-port"),
+    ("tls_cert", "--tls-cert"),
+    ("tls_key", "--tls-key"),
     ("log_level", "--log-level"),
     ("heartbeat", "--heartbeat"),
     ("frame_max", "--frame-max"),
@@ -102,6 +107,27 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"HTTP management API port, 0 picks a free one, -1 disables it "
         f"(default: {d.http_port}; [mgmt] port)",
     )
+    p.add_argument(
+        "--mqtt-bind",
+        metavar="ADDR",
+        help=f"address of the MQTT listener (default: {d.mqtt_bind}; [mqtt] bind)",
+    )
+    p.add_argument(
+        "--mqtt-port",
+        type=int,
+        metavar="PORT",
+        help=f"MQTT TCP port, 0 picks a free one, -1 disables it "
+        f"(default: {d.mqtt_port}; [mqtt] port)",
+    )
+    p.add_argument(
+        "--mqtt-tls-port",
+        type=int,
+        metavar="PORT",
+        help="MQTT over TLS port (needs --tls-cert and --tls-key), -1: none "
+        "(default: -1; [mqtt] tls_port)",
+    )
+    p.add_argument("--tls-cert", metavar="PEM", help="TLS certificate chain ([main] tls_cert)")
+    p.add_argument("--tls-key", metavar="PEM", help="TLS private key ([main] tls_key)")
     p.add_argument(
         "--log-level",
         metavar="LEVEL",
@@ -372,6 +398,8 @@ def _start_error_message(config: Config, exc: OSError) -> str:
     where = f"warren: cannot listen on AMQP {config.bind}:{config.amqp_port}"
     if getattr(exc, "listener", None) == "http":
         where = f"warren: cannot listen on HTTP {config.http_bind}:{config.http_port}"
+    elif getattr(exc, "listener", None) == "mqtt":
+        where = f"warren: cannot listen on MQTT {config.mqtt_bind}:{config.mqtt_port}"
     if exc.errno == errno.EADDRINUSE:
         return f"{where}: address already in use (is another broker running?)"
     if exc.errno == errno.EADDRNOTAVAIL:

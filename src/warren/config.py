@@ -88,6 +88,33 @@ class Config:
     #: metrics report (RabbitMQ's collect_statistics_interval); 0: never sampled
     #: (counters still count, rates stay 0).
     collect_statistics_interval: int = 5000
+    #: MQTT 3.1.1/5 (warren.mqtt, docs/mqtt.md): address and port; -1 disables the
+    #: TCP listener (MQTT over WebSocket on the HTTP port stays).
+    mqtt_bind: str = "127.0.0.1"
+    mqtt_port: int = 1883
+    #: MQTT over TLS (LavinMQ's [mqtt] tls_port); -1: none. Needs tls_cert/tls_key.
+    mqtt_tls_port: int = -1
+    #: PEM certificate chain and private key for the TLS listeners ([main] tls_cert,
+    #: tls_key as LavinMQ names them).
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: The exchange MQTT publishes to and subscribes on (RabbitMQ's mqtt.exchange).
+    mqtt_exchange: str = "amq.topic"
+    #: The vhost of MQTT clients whose user name does not say ``vhost:user``.
+    mqtt_vhost: str = "/"
+    #: Let clients without a user name in as default_user (RabbitMQ's allow_anonymous).
+    mqtt_allow_anonymous: bool = True
+    #: Unacknowledged QoS 1/2 deliveries per MQTT session (RabbitMQ's mqtt.prefetch);
+    #: an MQTT 5 client's smaller Receive Maximum wins.
+    mqtt_prefetch: int = 100
+    #: Seconds: the longest MQTT 5 Session Expiry Interval granted (RabbitMQ 3.13's
+    #: max_session_expiry_interval_seconds); 3.1.1 persistent sessions never expire.
+    mqtt_max_session_expiry: int = 86400
+    #: Seconds: keep alives above this are lowered with MQTT 5's Server Keep Alive;
+    #: 0 accepts any.
+    mqtt_max_keepalive: int = 0
+    #: Topic aliases a client may set per connection (MQTT 5 Topic Alias Maximum).
+    mqtt_topic_alias_maximum: int = 16
     #: A RabbitMQ definitions export (JSON file, or a directory of them) imported
     #: at every start, as RabbitMQ's ``load_definitions``. None: nothing to load.
     load_definitions: str | None = None
@@ -232,6 +259,18 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("amqp", "frame_max"): ("frame_max", _parse_int),
     ("amqp", "channel_max"): ("channel_max", _parse_int),
     ("amqp", "max_message_size"): ("max_message_size", _parse_int),
+    ("main", "tls_cert"): ("tls_cert", _parse_optional_path),
+    ("main", "tls_key"): ("tls_key", _parse_optional_path),
+    ("mqtt", "bind"): ("mqtt_bind", _parse_str),
+    ("mqtt", "port"): ("mqtt_port", _parse_int),
+    ("mqtt", "tls_port"): ("mqtt_tls_port", _parse_int),
+    ("mqtt", "exchange"): ("mqtt_exchange", _parse_str),
+    ("mqtt", "default_vhost"): ("mqtt_vhost", _parse_str),
+    ("mqtt", "allow_anonymous"): ("mqtt_allow_anonymous", _parse_bool),
+    ("mqtt", "prefetch"): ("mqtt_prefetch", _parse_int),
+    ("mqtt", "max_session_expiry_interval"): ("mqtt_max_session_expiry", _parse_int),
+    ("mqtt", "max_keepalive"): ("mqtt_max_keepalive", _parse_int),
+    ("mqtt", "topic_alias_maximum"): ("mqtt_topic_alias_maximum", _parse_int),
     # LavinMQ's section for its management HTTP server.
     ("mgmt", "bind"): ("http_bind", _parse_str),
     ("mgmt", "port"): ("http_port", _parse_int),
@@ -312,6 +351,18 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "consumer_timeout": _int_in(0, 2**63 - 1),
     "collect_statistics_interval": _int_in(0, 86_400_000),
     "load_definitions": _optional_path,
+    "mqtt_bind": _non_empty_str,
+    "mqtt_port": _int_in(-1, 65535),
+    "mqtt_tls_port": _int_in(-1, 65535),
+    "tls_cert": _optional_path,
+    "tls_key": _optional_path,
+    "mqtt_exchange": _non_empty_str,
+    "mqtt_vhost": _non_empty_str,
+    "mqtt_allow_anonymous": _bool,
+    "mqtt_prefetch": _int_in(1, 65535),
+    "mqtt_max_session_expiry": _int_in(0, 0xFFFFFFFF),
+    "mqtt_max_keepalive": _int_in(0, 65535),
+    "mqtt_topic_alias_maximum": _int_in(0, 65535),
 }
 
 

@@ -140,6 +140,19 @@ class WarrenBroker:
     management_url = http_url
 
     @property
+    def mqtt_port(self) -> int:
+        """The MQTT port; 0 when the MQTT TCP listener is disabled (``mqtt_port = -1``)."""
+        listener = self.broker.listener("mqtt")
+        return listener.port if listener is not None else 0
+
+    @property
+    def mqtt_url(self) -> str | None:
+        """``mqtt://host:port`` of the MQTT listener, None when disabled."""
+        if not self.mqtt_port:
+            return None
+        return f"mqtt://{self.config.mqtt_bind}:{self.mqtt_port}"
+
+    @property
     def data_dir(self) -> str:
         return str(self.broker.data_dir)
 
@@ -226,14 +239,15 @@ def start_broker(
     *,
     port: int = 0,
     http_port: int = 0,
+    mqtt_port: int = 0,
     data_dir: str | None = None,
     config_file: str | None = None,
     **settings: Any,
 ) -> WarrenBroker:
     """Start a broker in a background thread, outside pytest too.
 
-    ``port=0`` and ``http_port=0`` pick free ports (``http_port=-1`` disables the
-    management API). Without ``data_dir`` the data lives in a temporary directory
+    ``port=0``, ``http_port=0`` and ``mqtt_port=0`` pick free ports (-1 disables the
+    management API or MQTT). Without ``data_dir`` the data lives in a temporary directory
     removed by :meth:`WarrenBroker.stop`. ``config_file`` (LavinMQ INI, as
     ``warren -c``) is applied first; ``settings`` are Config fields and win.
     """
@@ -249,6 +263,7 @@ def start_broker(
     config.data_dir = data_dir or tempfile.mkdtemp(prefix="warren-pytest-")
     config.amqp_port = port
     config.http_port = http_port
+    config.mqtt_port = mqtt_port
     config.sync = settings.pop("sync", False)  # tests need no fdatasync per message
     for key, value in settings.items():
         setattr(config, key, value)
@@ -375,6 +390,12 @@ def warren_broker(pytestconfig: pytest.Config) -> Iterator[WarrenBroker]:
 def warren_url(warren_broker: WarrenBroker) -> str:
     """The session broker's AMQP URL (vhost ``/``, user guest)."""
     return warren_broker.url
+
+
+@pytest.fixture(scope="session")
+def warren_mqtt_url(warren_broker: WarrenBroker) -> str | None:
+    """The session broker's MQTT URL, ``mqtt://host:port`` (None when disabled)."""
+    return warren_broker.mqtt_url
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,423 @@
+"""Messages from core queues to an MQTT client: PUBLISH out, PUBACK/PUBREC/PUBCOMP in.
+
+A session consumes its own queue (every non-shared subscription is a binding
+of it) and the queue of each ``$share`` group it belongs to, through one
+`MQTTConsumer` per queue. Deliveries at QoS 1 and 2 are in flight under a
+packet id until the client settles them, at most ``window`` at a time (the
+client's Receive Maximum, capped by ``mqtt_prefetch``); the queue message is
+acknowledged on PUBACK, or on PUBREC for QoS 2 (then the PUBREL/PUBCOMP
+exchange is the session's). When the connection ends, messages still in
+flight go back to their queue in their original order, and the session
+remembers their packet ids so a resumed session re-sends them with the same
+id and DUP set.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import TYPE_CHECKING, Any
+
+from warren.core.consumer import Consumer
+from warren.core.message import Message
+from warren.core.stats import count_delivery
+from warren.mqtt import properties as P
+from warren.mqtt.codec import _e_props, _e_vbi, encode
+from warren.mqtt.mapping import from_message
+from warren.mqtt.packets import MQTT_5, PubRel
+from warren.mqtt.retained import RetainedMessage, filter_matches
+from warren.mqtt.session import Session, SubscriptionOptions
+from warren.mqtt.topics import amqp_to_mqtt
+
+if TYPE_CHECKING:
+    from warren.core.queue import Queue
+    from warren.core.stats import MessageStats
+    from warren.core.vhost import VHost
+    from warren.mqtt.state import MQTTState
+
+__all__ = ["Delivery", "MQTTConsumer"]
+
+log = logging.getLogger("warren.mqtt")
+
+_U16 = struct.Struct("!H").pack
+_TOPIC_CACHE_LIMIT = 4096
+
+
+class MQTTConsumer(Consumer):
+    """The session's subscription to one queue (its own, or a share group's)."""
+
+    __slots__ = ("conn", "shared")
+
+    def __init__(self, conn: Delivery, queue: Queue, shared: SubscriptionOptions | None) -> None:
+        super().__init__(f"mqtt-{conn.client_id}", queue, no_ack=False)
+        self.conn = conn
+        #: For a share group's queue: that subscription's options.
+        self.shared = shared
+
+    def can_take(self) -> bool:
+        conn = self.conn
+        return (
+            conn.writable and not conn.closed and (self.no_ack or len(conn.inflight) < conn.window)
+        )
+
+    def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
+        self.conn.deliver(self, seq, msg, redelivered)
+
+    def cancelled(self) -> None:
+        """The queue was deleted under the session (by an operator): it goes on
+        without it; a later SUBSCRIBE declares it again."""
+        self.conn.consumers.pop(self.queue.name, None)
+
+
+class Delivery:
+    """The outgoing half of an MQTT connection (MQTTConnection builds on it)."""
+
+    state: MQTTState
+    stats: MessageStats
+    now_ms: int
+
+    def __init__(self) -> None:
+        self.pending: list[bytes] = []
+        self.vhost: VHost | None = None
+        self.session: Session | None = None
+        self.client_id = ""
+        self.level = 4
+        self.closed = False
+        self.writable = True
+        #: Unsettled QoS 1/2 deliveries at most (the client's Receive Maximum).
+        self.window = 100
+        self.client_max_packet = 0
+        self.alias_max_out = 0
+        self._aliases_out: dict[str, int] = {}
+        #: packet id -> (queue or None for a retained message, queue seq, message).
+        self.inflight: dict[int, tuple[Queue | None, int, Message | None]] = {}
+        self.consumers: dict[str, MQTTConsumer] = {}
+        self.no_local_subscriptions = False
+        self._own: list[SubscriptionOptions] = []
+        self._next_pid = 0
+        self._acks: dict[int, tuple[Queue, list[int]]] = {}
+        self._topics: dict[str, bytes] = {}
+        self._detached = False
+        self._problem_information = True
+
+    # -- consumers ------------------------------------------------------------------------
+    def attach_consumers(self) -> None:
+        """Consume the session's queues (on CONNECT of a resumed session)."""
+        session, vhost = self.session, self.vhost
+        assert session is not None and vhost is not None
+        self.subscriptions_changed()
+        if not session.subscriptions:
+            return
+        if session.queue in vhost.queues:
+            self.ensure_consumer(vhost.queues[session.queue])
+        else:
+            # The queue went away while the session was stored: bind a new one.
+            for tf, opts in list(session.subscriptions.items()):
+                if opts.group is None:
+                    self.add_subscription(tf, opts)
+                    break
+            queue = vhost.queues.get(session.queue)
+            exchange = vhost.exchanges.get(self.state_exchange())
+            if queue is not None and exchange is not None:
+                for opts in session.subscriptions.values():
+                    if opts.group is None:
+                        vhost.bind(exchange, queue, opts.binding_key)
+        for opts in session.subscriptions.values():
+            if opts.group is not None:
+                self.subscription_queue(opts)
+
+    def state_exchange(self) -> str:
+        return self.state.config.mqtt_exchange
+
+    def ensure_consumer(self, queue: Queue) -> None:
+        if queue.name in self.consumers:
+            return
+        session = self.session
+        assert session is not None
+        shared = None
+        if queue.name != session.queue:
+            shared = next(
+                (
+                    o
+                    for o in session.subscriptions.values()
+                    if o.group is not None
+                    and queue.name == f"mqtt-shared-{o.group}-{o.binding_key}"
+                ),
+                None,
+            )
+        consumer = MQTTConsumer(self, queue, shared)
+        self.consumers[queue.name] = consumer
+        self._update_no_ack(consumer)
+        queue.add_consumer(consumer)
+
+    def drop_shared_consumer(self, opts: SubscriptionOptions) -> None:
+        name = f"mqtt-shared-{opts.group}-{opts.binding_key}"
+        consumer = self.consumers.pop(name, None)
+        if consumer is not None:
+            self._return_inflight(consumer.queue)
+            consumer.queue.remove_consumer(consumer)
+
+    def subscriptions_changed(self) -> None:
+        session = self.session
+        assert session is not None
+        subs = session.subscriptions.values()
+        self._own = [o for o in subs if o.group is None]
+        self.no_local_subscriptions = any(o.no_local for o in subs)
+        for consumer in self.consumers.values():
+            self._update_no_ack(consumer)
+
+    def _update_no_ack(self, consumer: MQTTConsumer) -> None:
+        """Only QoS 0 subscriptions: nothing is ever acknowledged, so the queue may
+        forget a message as it hands it over (and skip storing it)."""
+        if consumer.shared is not None:
+            consumer.no_ack = consumer.shared.qos == 0
+        else:
+            consumer.no_ack = bool(self._own) and all(o.qos == 0 for o in self._own)
+
+    def has_shared(self, group: str, binding_key: str) -> bool:
+        session = self.session
+        return session is not None and any(
+            o.group == group and o.binding_key == binding_key
+            for o in session.subscriptions.values()
+        )
+
+    def detach_consumers(self) -> None:
+        """Stop consuming; whatever is in flight goes back to its queue, in order."""
+        session = self.session
+        for consumer in list(self.consumers.values()):
+            self._return_inflight(consumer.queue)
+            consumer.queue.remove_consumer(consumer)
+        self.consumers.clear()
+        if session is not None:
+            self.inflight.clear()
+
+    def _return_inflight(self, queue: Queue) -> None:
+        session = self.session
+        assert session is not None
+        back = sorted(
+            (seq, pid, msg)
+            for pid, (q, seq, msg) in self.inflight.items()
+            if q is queue and msg is not None
+        )
+        for seq, pid, msg in back:
+            del self.inflight[pid]
+            session.redeliver[seq] = pid
+            assert msg is not None
+            queue.reject(seq, msg, True)
+
+    def set_writable(self, writable: bool) -> None:
+        self.writable = writable
+        if writable:
+            for consumer in self.consumers.values():
+                consumer.queue.schedule_delivery()
+
+    # -- acknowledgements from the client ----------------------------------------------------
+    def settle(self, pid: int) -> None:
+        """PUBACK: the client has the QoS 1 message."""
+        entry = self.inflight.pop(pid, None)
+        if entry is None:
+            log.debug("%s: PUBACK for unknown packet id %d", self, pid)
+            return
+        queue, seq, _ = entry
+        if queue is not None:
+            self._ack(queue, seq)
+
+    def received(self, pid: int, reason_code: int) -> None:
+        """PUBREC: the client has the QoS 2 message; release it (PUBREL)."""
+        entry = self.inflight.pop(pid, None)
+        session = self.session
+        assert session is not None
+        if entry is not None and entry[0] is not None:
+            self._ack(entry[0], entry[1])
+        if reason_code >= 0x80:
+            return  # refused: the exchange ends here
+        if entry is None and pid not in session.released:
+            self.send(encode(PubRel(pid, P.PACKET_IDENTIFIER_NOT_FOUND), self.level))
+            return
+        session.released.add(pid)
+        if session.persistent and self.vhost is not None:
+            self.state.sessions(self.vhost.name).save(session)
+        self.send(encode(PubRel(pid), self.level))
+
+    def completed(self, pid: int) -> None:
+        """PUBCOMP: the QoS 2 exchange is over."""
+        session = self.session
+        assert session is not None
+        if pid in session.released:
+            session.released.discard(pid)
+            if session.persistent and self.vhost is not None:
+                self.state.sessions(self.vhost.name).save(session)
+            self._window_opened()
+
+    def _ack(self, queue: Queue, seq: int) -> None:
+        entry = self._acks.get(id(queue))
+        if entry is None:
+            if not self._acks and self.vhost is not None:
+                self.vhost.call_soon(self.apply_acks)
+            self._acks[id(queue)] = (queue, [seq])
+        else:
+            entry[1].append(seq)
+
+    def apply_acks(self) -> None:
+        """Acknowledge what the client settled, one call per queue, then let the
+        queues deliver into the space that opened."""
+        if not self._acks:
+            return
+        acks, self._acks = self._acks, {}
+        for queue, seqs in acks.values():
+            queue.ack_many(seqs)
+            queue.stats.ack += len(seqs)
+            self.stats.ack += len(seqs)
+        self._window_opened()
+
+    def _window_opened(self) -> None:
+        for consumer in self.consumers.values():
+            consumer.queue.schedule_delivery()
+
+    # -- what MQTTConnection provides ------------------------------------------------------
+    def send(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def add_subscription(self, topic_filter: str, opts: SubscriptionOptions) -> bool:
+        raise NotImplementedError
+
+    def subscription_queue(self, opts: SubscriptionOptions) -> Queue:
+        raise NotImplementedError
+
+    # -- PUBLISH to the client ---------------------------------------------------------------
+    def _pid(self) -> int:
+        inflight, released = self.inflight, self.session.released if self.session else ()
+        pid = self._next_pid
+        for _ in range(65536):
+            pid = pid % 65535 + 1
+            if pid not in inflight and pid not in released:
+                self._next_pid = pid
+                return pid
+        raise RuntimeError("no free packet identifier")
+
+    def deliver(self, consumer: MQTTConsumer, seq: int, msg: Message, redelivered: bool) -> None:
+        out = from_message(msg)
+        shared = consumer.shared
+        subs = [shared] if shared is not None else self._own
+        now = self.now_ms
+        drop = False
+        if len(subs) == 1:
+            sub = subs[0]
+            qos = min(out.qos, sub.qos)
+            retain = out.retain and sub.retain_as_published
+            ids = [sub.identifier] if sub.identifier else None
+            if sub.no_local and out.client_id == self.client_id:
+                drop = True
+        else:
+            topic = amqp_to_mqtt(msg.routing_key)
+            matching = [o for o in subs if _matches(o, topic)] or subs
+            qos = min(out.qos, max(o.qos for o in matching))
+            retain = out.retain and any(o.retain_as_published for o in matching)
+            ids = [o.identifier for o in matching if o.identifier] or None
+            if out.client_id == self.client_id and all(o.no_local for o in matching):
+                drop = True
+        if not drop and out.expires_at is not None and now and out.expires_at <= now:
+            drop = True  # expired on the way (the queue's TTL usually sees it first)
+        queue = consumer.queue
+        count_delivery(self.stats, queue.stats, consumer.no_ack, redelivered)
+        if drop:
+            if not consumer.no_ack:
+                self._ack(queue, seq)
+            return
+        pid = 0
+        if qos:
+            session = self.session
+            assert session is not None
+            if redelivered and seq in session.redeliver:
+                pid = session.redeliver.pop(seq)
+                if pid in self.inflight:
+                    pid = self._pid()
+            else:
+                pid = self._pid()
+        packet = self._publish_packet(
+            msg.routing_key, msg.body, qos, redelivered and qos > 0, retain, out, ids, pid
+        )
+        if packet is None:
+            if not consumer.no_ack:
+                self._ack(queue, seq)
+            return
+        if qos:
+            self.inflight[pid] = (queue, seq, msg)
+        elif not consumer.no_ack:
+            self._ack(queue, seq)
+        self.send(packet)
+
+    def send_retained(self, msg: RetainedMessage, opts: SubscriptionOptions, now: int) -> None:
+        """A retained message on SUBSCRIBE: retain flag set, QoS at most the subscription's."""
+        out = from_message(Message("", "", msg.properties, msg.payload, msg.timestamp))
+        qos = min(msg.qos, opts.qos)
+        pid = self._pid() if qos else 0
+        ids = [opts.identifier] if opts.identifier else None
+        packet = self._publish_packet(
+            "", msg.payload, qos, False, True, out, ids, pid, topic=msg.topic, now=now
+        )
+        if packet is None:
+            return
+        if qos:
+            self.inflight[pid] = (None, 0, None)
+        self.send(packet)
+
+    def _publish_packet(
+        self,
+        routing_key: str,
+        payload: bytes,
+        qos: int,
+        dup: bool,
+        retain: bool,
+        out: Any,
+        ids: list[int] | None,
+        pid: int,
+        topic: str | None = None,
+        now: int = 0,
+    ) -> bytes | None:
+        """PUBLISH bytes built by hand (the codec's dataclasses are for the rare packets);
+        None when the client's Maximum Packet Size is too small for it."""
+        if topic is None:
+            raw_topic = self._topics.get(routing_key)
+            if raw_topic is None:
+                if len(self._topics) > _TOPIC_CACHE_LIMIT:
+                    self._topics.clear()
+                t = amqp_to_mqtt(routing_key).encode("utf-8", "surrogateescape")
+                raw_topic = self._topics[routing_key] = _U16(len(t)) + t
+        else:
+            t = topic.encode("utf-8", "surrogateescape")
+            raw_topic = _U16(len(t)) + t
+        body = [raw_topic]
+        if qos:
+            body.append(_U16(pid))
+        if self.level == MQTT_5:
+            props: P.Properties = {}
+            if out.properties:
+                props.update(out.properties)
+            if out.expires_at is not None:
+                left = out.expires_at - (now or self.now_ms)
+                props[P.MESSAGE_EXPIRY_INTERVAL] = max((left + 999) // 1000, 0)
+            if ids:
+                props[P.SUBSCRIPTION_IDENTIFIER] = ids
+            if self.alias_max_out:
+                name = amqp_to_mqtt(routing_key) if topic is None else topic
+                alias = self._aliases_out.get(name)
+                if alias is not None:
+                    body[0] = b"\x00\x00"
+                    props[P.TOPIC_ALIAS] = alias
+                elif len(self._aliases_out) < self.alias_max_out:
+                    alias = self._aliases_out[name] = len(self._aliases_out) + 1
+                    props[P.TOPIC_ALIAS] = alias
+            body.append(_e_props(props) if props else b"\x00")
+        body.append(payload)
+        size = sum(len(b) for b in body)
+        first = 0x30 | (qos << 1) | (8 if dup else 0) | (1 if retain else 0)
+        head = bytes((first,)) + _e_vbi(size)
+        if self.client_max_packet and len(head) + size > self.client_max_packet:
+            log.debug("%s: message over the client's maximum packet size dropped", self)
+            return None
+        return head + b"".join(body)
+
+
+def _matches(opts: SubscriptionOptions, topic: str) -> bool:
+    return filter_matches(opts.binding_key.replace(".", "/").replace("*", "+"), topic)

@@ -1,0 +1,281 @@
+"""The asyncio layer for MQTT: sockets (TCP, TLS, WebSocket) to the sans-IO connection.
+
+`MQTTListener` is the broker's Listener for MQTT: one `MQTTState` shared by a
+TCP server (``mqtt_port``, -1 for none), a TLS server (``mqtt_tls_port``) and
+whatever other transport asks `new_protocol` for a protocol (the HTTP
+listener's WebSocket endpoint ``/mqtt``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from typing import TYPE_CHECKING, cast
+
+from warren.mqtt.connection import MQTTConnection
+from warren.mqtt.state import MQTTState
+
+if TYPE_CHECKING:
+    from warren.node import Node
+
+log = logging.getLogger("warren.mqtt")
+
+#: Seconds a client has to send CONNECT.
+CONNECT_TIMEOUT = 10.0
+#: Reads at least this large end the connection's reading for this loop turn.
+YIELD_AFTER_BYTES = 16 * 1024
+
+
+class MQTTProtocol(asyncio.Protocol):
+    """One client. Output gathered during a loop turn is written once."""
+
+    __slots__ = (
+        "listener",
+        "loop",
+        "transport",
+        "conn",
+        "_flush_scheduled",
+        "_timer",
+        "_yielding",
+        "_blocked",
+        "closed",
+        "transport_name",
+    )
+
+    def __init__(self, listener: MQTTListener, transport_name: str = "MQTT") -> None:
+        self.listener = listener
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.conn: MQTTConnection | None = None
+        self._flush_scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._yielding = False
+        self._blocked = False
+        self.closed: asyncio.Future[None] | None = None
+        self.transport_name = transport_name
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        local = transport.get_extra_info("sockname")
+        name = self.transport_name
+        if name == "MQTT" and transport.get_extra_info("ssl_object") is not None:
+            name = "MQTT/TLS"
+        self.conn = MQTTConnection(
+            self.listener.state,
+            (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None,
+            (str(local[0]), int(local[1])) if isinstance(local, tuple) else None,
+            self._request_flush,
+            self._request_close,
+            name,
+        )
+        self.conn.reading_control = self._set_reading
+        self.listener.protocols.add(self)
+        self._timer = self.loop.call_later(CONNECT_TIMEOUT, self._connect_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        now = int(time.time() * 1000)
+        conn.now_ms = now
+        octets = conn.octets
+        octets.recv_oct += len(data)
+        octets.recv_cnt += 1
+        was_connected = conn.vhost is not None
+        conn.feed(data)
+        if not was_connected and conn.vhost is not None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if conn.keepalive:
+                self._arm_keepalive(conn.keepalive * 1500)
+        if len(data) >= YIELD_AFTER_BYTES and not self._yielding:
+            transport = self.transport
+            if transport is not None and not transport.is_closing():
+                self._yielding = True
+                transport.pause_reading()
+                self.loop.call_soon(self._end_yield)
+
+    def _end_yield(self) -> None:
+        self._yielding = False
+        transport = self.transport
+        if transport is not None and not transport.is_closing() and not self._blocked:
+            transport.resume_reading()
+
+    def _set_reading(self, reading: bool) -> None:
+        self._blocked = not reading
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if not reading:
+            transport.pause_reading()
+        elif not self._yielding:
+            transport.resume_reading()
+
+    def _arm_keepalive(self, delay_ms: int) -> None:
+        self._timer = self.loop.call_later(delay_ms / 1000, self._check_keepalive)
+
+    def _check_keepalive(self) -> None:
+        self._timer = None
+        conn = self.conn
+        if conn is None:
+            return
+        due = conn.tick(int(time.time() * 1000))
+        if due:
+            self._arm_keepalive(due + 1)
+
+    def _connect_timeout(self) -> None:
+        self._timer = None
+        conn = self.conn
+        if conn is not None and conn.vhost is None:
+            log.warning("%s: no CONNECT within %.0f s, closing", conn.name, CONNECT_TIMEOUT)
+            if self.transport is not None:
+                self.transport.abort()
+
+    def _request_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        transport, conn = self.transport, self.conn
+        if transport is None or conn is None or transport.is_closing():
+            return
+        out = conn.take_output()
+        if out:
+            data = b"".join(out) if len(out) > 1 else out[0]
+            octets = conn.octets
+            octets.send_oct += len(data)
+            octets.send_cnt += 1
+            transport.write(data)
+
+    def _request_close(self) -> None:
+        self.loop.call_soon(self._close_now)
+
+    def _close_now(self) -> None:
+        self._flush()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def pause_writing(self) -> None:
+        if self.conn is not None:
+            self.conn.set_writable(False)
+
+    def resume_writing(self) -> None:
+        if self.conn is not None:
+            self.conn.set_writable(True)
+
+    def close(self) -> None:
+        """Broker shutdown: MQTT 5 clients hear 0x8B Server shutting down."""
+        if self.conn is not None:
+            self.conn.disconnect(0x8B, "server shutting down")
+            self._flush()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.conn is not None:
+            try:
+                self.conn.connection_lost()
+            except Exception:
+                log.exception("%s: cleaning up the MQTT session failed", self.conn.name)
+        self.transport = None
+        self.listener.protocols.discard(self)
+        if self.closed is not None and not self.closed.done():
+            self.closed.set_result(None)
+
+
+def tls_context(cert: str, key: str) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+class MQTTListener:
+    """MQTT 3.1.1/5 on TCP and TLS, and the protocol factory for WebSocket."""
+
+    name = "mqtt"
+
+    def __init__(self, bind: str, port: int, tls_port: int = -1) -> None:
+        self.bind = bind
+        self.requested_port = port
+        self.requested_tls_port = tls_port
+        self.protocols: set[MQTTProtocol] = set()
+        self._state: MQTTState | None = None
+        self._servers: list[asyncio.base_events.Server] = []
+        self._port = 0
+        self.tls_port = 0
+
+    @property
+    def state(self) -> MQTTState:
+        assert self._state is not None, "the MQTT listener is not started"
+        return self._state
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    def new_protocol(self) -> MQTTProtocol:
+        """A protocol for a client arriving over another transport (WebSocket)."""
+        return MQTTProtocol(self, "MQTT/WebSocket")
+
+    async def start(self, node: Node) -> None:
+        self._state = MQTTState(node)
+        self._state.start()
+        loop = asyncio.get_running_loop()
+        config = node.config
+        try:
+            if self.requested_port >= 0:
+                server = await loop.create_server(
+                    lambda: MQTTProtocol(self),
+                    host=self.bind,
+                    port=self.requested_port,
+                    reuse_address=True,
+                    backlog=4096,
+                )
+                self._servers.append(server)
+                self._port = server.sockets[0].getsockname()[1]
+                log.info("listening on MQTT %s:%s", self.bind, self._port)
+            if self.requested_tls_port >= 0:
+                if not config.tls_cert or not config.tls_key:
+                    raise OSError("the MQTT TLS port needs tls_cert and tls_key")
+                server = await loop.create_server(
+                    lambda: MQTTProtocol(self, "MQTT/TLS"),
+                    host=self.bind,
+                    port=self.requested_tls_port,
+                    reuse_address=True,
+                    backlog=4096,
+                    ssl=tls_context(config.tls_cert, config.tls_key),
+                )
+                self._servers.append(server)
+                self.tls_port = server.sockets[0].getsockname()[1]
+                log.info("listening on MQTT/TLS %s:%s", self.bind, self.tls_port)
+        except OSError as exc:
+            exc.listener = "mqtt"  # type: ignore[attr-defined]
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        for server in self._servers:
+            server.close()
+        protocols = list(self.protocols)
+        loop = asyncio.get_running_loop()
+        for proto in protocols:
+            proto.closed = loop.create_future()
+            proto.close()
+        waiting = [p.closed for p in protocols if p.closed is not None]
+        if waiting:
+            await asyncio.wait(waiting, timeout=5)
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()
+        if self._state is not None:
+            self._state.close()

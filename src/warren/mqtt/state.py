@@ -1,0 +1,322 @@
+"""What the MQTT side of the broker keeps between connections.
+
+One `MQTTState` per broker, shared by the TCP, TLS and WebSocket transports:
+the connected sessions by (vhost, client id) for takeover, each vhost's
+persistent sessions and retained messages (on disk under
+``<data_dir>/mqtt/<sha1(vhost)>/``), wills waiting out their delay, and the
+timers that end expired sessions. Time comes from the injected ``clock``
+(milliseconds), timers from the vhost's ``call_later``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from warren.core.errors import BrokerError
+from warren.core.message import Message
+from warren.core.users import WRITE, User
+from warren.mqtt import properties as P
+from warren.mqtt.mapping import to_properties
+from warren.mqtt.packets import Will
+from warren.mqtt.retained import RetainedMessage, RetainedStore
+from warren.mqtt.session import (
+    NEVER_EXPIRES,
+    Session,
+    SessionStore,
+    queue_name,
+    shared_queue_name,
+)
+from warren.mqtt.topics import mqtt_to_amqp
+
+if TYPE_CHECKING:
+    from warren.core.vhost import TimerHandle, VHost
+    from warren.mqtt.connection import MQTTConnection
+    from warren.node import Node
+
+__all__ = ["MQTTState", "is_loopback"]
+
+log = logging.getLogger("warren.mqtt")
+
+Key = tuple[str, str]
+
+
+def is_loopback(host: str | None) -> bool:
+    if host is None:
+        return True  # unix sockets and in-process transports
+    return host.startswith("127.") or host in ("::1", "localhost") or host.startswith("::ffff:127.")
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class MQTTState:
+    def __init__(self, node: Node, clock: Callable[[], int] = wall_clock_ms) -> None:
+        self.node = node
+        self.config = node.config
+        self.clock = clock
+        self.live: dict[Key, MQTTConnection] = {}
+        self._retained: dict[str, RetainedStore] = {}
+        self._sessions: dict[str, SessionStore] = {}
+        self._wills: dict[Key, TimerHandle] = {}
+        self._expiries: dict[Key, TimerHandle] = {}
+        self._pending_wills: dict[Key, tuple[Will, User, str]] = {}
+        self._root: Path | None = Path(node.config.data_dir) / "mqtt"
+
+    # -- per-vhost stores ---------------------------------------------------------------
+    def _dir(self, vhost: str) -> Path | None:
+        if self._root is None:
+            return None
+        return self._root / hashlib.sha1(vhost.encode("utf-8", "surrogateescape")).hexdigest()
+
+    def retained(self, vhost: str) -> RetainedStore:
+        store = self._retained.get(vhost)
+        if store is None:
+            d = self._dir(vhost)
+            store = self._retained[vhost] = RetainedStore(
+                d / "retained.log" if d is not None else None
+            )
+        return store
+
+    def sessions(self, vhost: str) -> SessionStore:
+        store = self._sessions.get(vhost)
+        if store is None:
+            d = self._dir(vhost)
+            store = self._sessions[vhost] = SessionStore(
+                vhost, d / "sessions.log" if d is not None else None
+            )
+            if d is not None:
+                (d / "vhost").write_text(vhost, encoding="utf-8", errors="surrogateescape")
+        return store
+
+    def start(self) -> None:
+        """Load the stored sessions of every vhost and arm their expiry timers."""
+        for name in list(self.node.vhosts):
+            d = self._dir(name)
+            if d is not None and (d / "sessions.log").exists():
+                for session in list(self.sessions(name).sessions.values()):
+                    self._arm_expiry(session)
+
+    def close(self) -> None:
+        for timer in [*self._wills.values(), *self._expiries.values()]:
+            timer.cancel()
+        self._wills.clear()
+        self._expiries.clear()
+        for store in self._retained.values():
+            store.close()
+        for sstore in self._sessions.values():
+            sstore.close()
+        self._retained.clear()
+        self._sessions.clear()
+
+    # -- authentication -------------------------------------------------------------------
+    def authenticate(
+        self, username: str | None, password: bytes | None, peer_host: str | None
+    ) -> tuple[User, str] | int:
+        """(user, vhost name), or the MQTT 5 reason code refusing the CONNECT."""
+        config = self.config
+        vhost = config.mqtt_vhost
+        if username is None:
+            if not config.mqtt_allow_anonymous:
+                log.warning("MQTT login refused: no user name and anonymous logins disabled")
+                return P.BAD_USER_NAME_OR_PASSWORD
+            name, secret = config.default_user, config.default_password
+        else:
+            name = username
+            if ":" in username:
+                vhost, name = username.split(":", 1)
+            try:
+                secret = (password or b"").decode("utf-8")
+            except UnicodeDecodeError:
+                return P.BAD_USER_NAME_OR_PASSWORD
+        user = self.node.users.authenticate(name, secret)
+        if user is None:
+            log.warning("MQTT login refused for user '%s': invalid credentials", name)
+            return P.BAD_USER_NAME_OR_PASSWORD
+        if user.name in config.loopback_users and not is_loopback(peer_host):
+            log.warning("MQTT login refused: user '%s' can only connect via localhost", name)
+            return P.NOT_AUTHORIZED
+        if vhost not in self.node.vhosts:
+            log.warning("MQTT login refused for user '%s': no vhost '%s'", name, vhost)
+            return P.NOT_AUTHORIZED
+        if vhost not in user.permissions:
+            log.warning("MQTT login refused: user '%s' has no access to vhost '%s'", name, vhost)
+            return P.NOT_AUTHORIZED
+        return user, vhost
+
+    # -- sessions -------------------------------------------------------------------------
+    def take_over(self, vhost: str, client_id: str, conn: MQTTConnection) -> None:
+        """Register ``conn`` as the client id's connection; an earlier one is closed
+        first (MQTT 5: DISCONNECT 0x8E), its session detached."""
+        key = (vhost, client_id)
+        old = self.live.get(key)
+        if old is not None and old is not conn:
+            old.taken_over()
+        self.live[key] = conn
+        self.cancel_will(key)
+        timer = self._expiries.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+
+    def released(self, conn: MQTTConnection, vhost: str, client_id: str) -> None:
+        key = (vhost, client_id)
+        if self.live.get(key) is conn:
+            del self.live[key]
+
+    def stored_session(self, vhost: str, client_id: str) -> Session | None:
+        return self.sessions(vhost).sessions.get(client_id)
+
+    def discard_session(self, vhost: VHost, client_id: str) -> None:
+        """End a stored session: forget it, delete its queue, drop its shared
+        subscriptions' queues if nobody else subscribes to them."""
+        store = self.sessions(vhost.name)
+        session = store.sessions.get(client_id)
+        store.forget(client_id)
+        try:
+            vhost.delete_queue(queue_name(client_id))
+        except BrokerError as exc:
+            log.warning("MQTT session '%s': deleting its queue failed: %s", client_id, exc)
+        if session is not None:
+            for opts in session.subscriptions.values():
+                if opts.group is not None:
+                    self.release_shared(vhost, opts.group, opts.binding_key, client_id)
+
+    def session_ended(self, vhost: VHost, session: Session) -> None:
+        """A persistent session's connection is gone: store it, arm its expiry."""
+        session.disconnected_at = self.clock()
+        self.sessions(vhost.name).save(session)
+        self._arm_expiry(session)
+
+    def _arm_expiry(self, session: Session) -> None:
+        if session.expiry == NEVER_EXPIRES or session.disconnected_at is None:
+            return
+        key = (session.vhost, session.client_id)
+        if key in self.live:
+            return
+        vhost = self.node.vhosts.get(session.vhost)
+        if vhost is None:
+            return
+        left = session.disconnected_at + session.expiry * 1000 - self.clock()
+        old = self._expiries.pop(key, None)
+        if old is not None:
+            old.cancel()
+        self._expiries[key] = vhost.call_later(
+            max(left, 0) / 1000, lambda: self._expire(key, session)
+        )
+
+    def _expire(self, key: Key, session: Session) -> None:
+        self._expiries.pop(key, None)
+        if key in self.live:
+            return
+        vhost = self.node.vhosts.get(key[0])
+        if vhost is None:
+            return
+        log.info("MQTT session '%s' in vhost '%s' expired", key[1], key[0])
+        # A will delayed beyond the session's end is published now (MQTT-3.1.3-9).
+        timer = self._wills.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+            will = self._pending_wills.pop(key, None)
+            if will is not None:
+                self.publish_will(vhost, *will)
+        self.discard_session(vhost, session.client_id)
+
+    def shared_members(self, vhost: str, group: str, binding_key: str) -> int:
+        """Sessions (connected or stored) subscribed to the shared queue."""
+        n = 0
+        seen: set[str] = set()
+        for (vh, cid), conn in self.live.items():
+            if vh == vhost and conn.has_shared(group, binding_key):
+                n += 1
+                seen.add(cid)
+        for cid, session in self.sessions(vhost).sessions.items():
+            if cid in seen:
+                continue
+            if any(
+                o.group == group and o.binding_key == binding_key
+                for o in session.subscriptions.values()
+            ):
+                n += 1
+        return n
+
+    def release_shared(self, vhost: VHost, group: str, binding_key: str, leaving: str) -> None:
+        """``leaving`` no longer subscribes to the shared queue: delete it when no one does."""
+        members = self.shared_members(vhost.name, group, binding_key)
+        conn = self.live.get((vhost.name, leaving))
+        if conn is not None and conn.has_shared(group, binding_key):
+            members -= 1
+        if members <= 0:
+            vhost.delete_queue(shared_queue_name(group, binding_key))
+
+    # -- wills ------------------------------------------------------------------------------
+    def schedule_will(
+        self, vhost: VHost, client_id: str, will: Will, user: User, session_expiry: int
+    ) -> None:
+        """Publish the will now, or after its MQTT 5 Will Delay Interval (cut short by
+        the session's end) unless the client id reconnects first."""
+        delay = will.properties.get(P.WILL_DELAY_INTERVAL, 0)
+        assert isinstance(delay, int)
+        delay = min(delay, session_expiry)
+        if delay <= 0:
+            self.publish_will(vhost, will, user, client_id)
+            return
+        key = (vhost.name, client_id)
+        self.cancel_will(key)
+        self._pending_wills[key] = (will, user, client_id)
+
+        def fire() -> None:
+            self._wills.pop(key, None)
+            pending = self._pending_wills.pop(key, None)
+            if pending is not None:
+                self.publish_will(vhost, *pending)
+
+        self._wills[key] = vhost.call_later(delay, fire)
+
+    def cancel_will(self, key: Key) -> None:
+        timer = self._wills.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        self._pending_wills.pop(key, None)
+
+    def publish_will(self, vhost: VHost, will: Will, user: User, client_id: str) -> None:
+        try:
+            self.node.users.check(user, vhost.name, WRITE, "exchange", self.config.mqtt_exchange)
+            self.publish(vhost, will.topic, will.payload, will.qos, will.retain, will.properties)
+        except BrokerError as exc:
+            log.warning(
+                "MQTT client '%s': will on '%s' not published: %s", client_id, will.topic, exc
+            )
+
+    def publish(
+        self,
+        vhost: VHost,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        props: dict[int, Any],
+    ) -> int:
+        """Route one message from MQTT (a will, or a publish made for a client)."""
+        exchange = vhost.get_exchange(self.config.mqtt_exchange)
+        now = self.clock()
+        amqp_props = to_properties(qos, False, retain, props)
+        if retain:
+            expiry = props.get(P.MESSAGE_EXPIRY_INTERVAL)
+            self.retained(vhost.name).put(
+                RetainedMessage(
+                    topic,
+                    payload,
+                    qos,
+                    amqp_props,
+                    now,
+                    now + expiry * 1000 if isinstance(expiry, int) else None,
+                )
+            )
+        return vhost.publish(
+            exchange, Message(exchange.name, mqtt_to_amqp(topic), amqp_props, payload, now)
+        )
