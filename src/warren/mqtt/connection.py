@@ -637,7 +637,7 @@ class MQTTConnection(Delivery):
                 queue = vhost.declare_queue(name, durable=True)
             else:
                 queue = vhost.declare_queue(name, durable=False, exclusive=True, owner=self)
-        self.ensure_consumer(queue)
+        self.ensure_consumer(queue, opts if opts.group is not None else None)
         return queue
 
     def _unsubscribe(self, pkt: Unsubscribe) -> None:

@@ -129,22 +129,10 @@ class Delivery:
     def state_exchange(self) -> str:
         return self.state.config.mqtt_exchange
 
-    def ensure_consumer(self, queue: Queue) -> None:
+    def ensure_consumer(self, queue: Queue, shared: SubscriptionOptions | None = None) -> None:
+        """Consume ``queue`` (a share group's when ``shared`` gives its subscription)."""
         if queue.name in self.consumers:
             return
-        session = self.session
-        assert session is not None
-        shared = None
-        if queue.name != session.queue:
-            shared = next(
-                (
-                    o
-                    for o in session.subscriptions.values()
-                    if o.group is not None
-                    and queue.name == f"mqtt-shared-{o.group}-{o.binding_key}"
-                ),
-                None,
-            )
         consumer = MQTTConsumer(self, queue, shared)
         self.consumers[queue.name] = consumer
         self._update_no_ack(consumer)
@@ -299,9 +287,8 @@ class Delivery:
         out = from_message(msg)
         shared = consumer.shared
         subs = [shared] if shared is not None else self._own
-        now = self.now_ms
         drop = False
-        if len(subs) == 1:
+        if len(subs) == 1 and msg.routing_key[:1] != "$":
             sub = subs[0]
             qos = min(out.qos, sub.qos)
             retain = out.retain and sub.retain_as_published
@@ -310,13 +297,19 @@ class Delivery:
                 drop = True
         else:
             topic = amqp_to_mqtt(msg.routing_key)
-            matching = [o for o in subs if _matches(o, topic)] or subs
-            qos = min(out.qos, max(o.qos for o in matching))
+            matching = [o for o in subs if _matches(o, topic)]
+            if not matching:
+                # A wildcard first level does not match a $ topic (MQTT-4.7.2-1),
+                # though the AMQP binding it became does; other routes still count.
+                if topic[:1] == "$":
+                    drop = True
+                matching = subs
+            qos = min(out.qos, max((o.qos for o in matching), default=0))
             retain = out.retain and any(o.retain_as_published for o in matching)
             ids = [o.identifier for o in matching if o.identifier] or None
             if out.client_id == self.client_id and all(o.no_local for o in matching):
                 drop = True
-        if not drop and out.expires_at is not None and now and out.expires_at <= now:
+        if not drop and out.expires_at is not None and out.expires_at <= self.state.clock():
             drop = True  # expired on the way (the queue's TTL usually sees it first)
         queue = consumer.queue
         count_delivery(self.stats, queue.stats, consumer.no_ack, redelivered)
@@ -395,7 +388,7 @@ class Delivery:
             if out.properties:
                 props.update(out.properties)
             if out.expires_at is not None:
-                left = out.expires_at - (now or self.now_ms)
+                left = out.expires_at - (now or self.state.clock())
                 props[P.MESSAGE_EXPIRY_INTERVAL] = max((left + 999) // 1000, 0)
             if ids:
                 props[P.SUBSCRIPTION_IDENTIFIER] = ids

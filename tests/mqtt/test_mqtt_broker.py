@@ -1,0 +1,438 @@
+"""MQTT 3.1.1 and 5 against the embedded broker with paho-mqtt: QoS, retained messages,
+subscriptions and the MQTT 5 features, and the bridge to AMQP both ways."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from base64 import b64encode
+from collections.abc import Iterator
+from pathlib import Path
+
+import pika
+import pytest
+from mqttclient import V5, V311, Client, props
+from paho.mqtt.packettypes import PacketTypes
+
+from conftest import BrokerThread, start_broker
+
+BOTH = pytest.mark.parametrize("protocol", [V311, V5], ids=["3.1.1", "5"])
+
+
+@pytest.fixture
+def mq(tmp_path: Path) -> Iterator[BrokerThread]:
+    b = start_broker(tmp_path / "data", sync=False)
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def mqtt_port(b: BrokerThread) -> int:
+    listener = b.broker.listener("mqtt")
+    assert listener is not None
+    return listener.port
+
+
+@pytest.fixture
+def clients(mq: BrokerThread) -> Iterator[list[Client]]:
+    made: list[Client] = []
+    yield made
+    for c in made:
+        c.close()
+
+
+def client(mq: BrokerThread, made: list[Client], **kw: object) -> Client:
+    c = Client(mqtt_port(mq), **kw)  # type: ignore[arg-type]
+    made.append(c)
+    return c
+
+
+@BOTH
+@pytest.mark.parametrize("qos", [0, 1, 2])
+def test_publish_subscribe_each_qos(
+    mq: BrokerThread, clients: list[Client], protocol: int, qos: int
+) -> None:
+    sub = client(mq, clients, client_id="sub", protocol=protocol)
+    sub.connect()
+    assert sub.subscribe("sensors/+/temp", qos=2) == [_granted(qos=2, protocol=protocol)]
+    pub = client(mq, clients, client_id="pub", protocol=protocol)
+    pub.connect()
+    for i in range(20):
+        pub.publish(f"sensors/{i}/temp", f"{i}".encode(), qos=qos)
+    got = [sub.next() for _ in range(20)]
+    assert [m.payload for m in got] == [f"{i}".encode() for i in range(20)]
+    assert {m.qos for m in got} == {qos}
+    assert got[3].topic == "sensors/3/temp"
+    assert not any(m.retain or m.dup for m in got)
+
+
+def _granted(qos: int, protocol: int) -> object:
+    from paho.mqtt.reasoncodes import ReasonCode
+
+    return ReasonCode(PacketTypes.SUBACK, identifier=qos) if protocol == V5 else qos
+
+
+@BOTH
+def test_delivered_qos_is_the_lower_of_publish_and_subscription(
+    mq: BrokerThread, clients: list[Client], protocol: int
+) -> None:
+    sub = client(mq, clients, protocol=protocol)
+    sub.connect()
+    sub.subscribe("a/b", qos=1)
+    pub = client(mq, clients, protocol=protocol)
+    pub.connect()
+    pub.publish("a/b", b"2", qos=2)
+    pub.publish("a/b", b"0", qos=0)
+    assert [(m.payload, m.qos) for m in (sub.next(), sub.next())] == [(b"2", 1), (b"0", 0)]
+
+
+def test_wildcards_and_dollar_topics(mq: BrokerThread, clients: list[Client]) -> None:
+    sub = client(mq, clients)
+    sub.connect()
+    sub.subscribe("#", qos=1)
+    sub.subscribe("x/+/z", qos=1)
+    pub = client(mq, clients)
+    pub.connect()
+    pub.publish("$SYS/x", b"hidden", qos=1)  # MQTT-4.7.2-1: '#' does not match $ topics
+    pub.publish("x/y/z", b"one copy", qos=1)  # two matching filters, one queue: once
+    pub.publish("deep/er/topic/levels", b"deep", qos=1)
+    assert [m.payload for m in (sub.next(), sub.next())] == [b"one copy", b"deep"]
+    assert sub.nothing_more()
+
+
+@BOTH
+def test_retained_messages(mq: BrokerThread, clients: list[Client], protocol: int) -> None:
+    pub = client(mq, clients, protocol=protocol)
+    pub.connect()
+    pub.publish("home/kitchen/temp", b"21", qos=1, retain=True)
+    pub.publish("home/kitchen/temp", b"22", qos=1, retain=True)  # replaces
+    pub.publish("home/hall/temp", b"19", qos=0, retain=True)
+    pub.publish("home/attic/temp", b"5", qos=1, retain=True)
+    pub.publish("home/attic/temp", b"", qos=1, retain=True)  # clears
+    sub = client(mq, clients, protocol=protocol)
+    sub.connect()
+    sub.subscribe("home/+/temp", qos=1)
+    got = sorted((m.topic, m.payload, m.retain, m.qos) for m in (sub.next(), sub.next()))
+    assert got == [
+        ("home/hall/temp", b"19", True, 0),
+        ("home/kitchen/temp", b"22", True, 1),
+    ]
+    assert sub.nothing_more()
+    # A live publish of a retained message reaches existing subscribers without the flag.
+    pub.publish("home/hall/temp", b"20", qos=1, retain=True)
+    live = sub.next()
+    assert (live.payload, live.retain) == (b"20", False)
+
+
+def test_retain_as_published_and_retain_handling(mq: BrokerThread, clients: list[Client]) -> None:
+    pub = client(mq, clients, protocol=V5)
+    pub.connect()
+    pub.publish("r/a", b"kept", qos=1, retain=True)
+    sub = client(mq, clients, protocol=V5)
+    sub.connect()
+    sub.subscribe("r/#", qos=1, retain_as_published=True, retain_handling=2)  # none sent
+    pub.publish("r/a", b"live", qos=1, retain=True)
+    live = sub.next()
+    assert (live.payload, live.retain) == (b"live", True)  # retain as published
+    sub.subscribe("r/a", qos=1, retain_handling=1)  # new subscription: sent
+    assert sub.next().payload == b"live"
+    sub.subscribe("r/a", qos=1, retain_handling=1)  # exists already: not sent
+    pub.publish("r/b", b"marker", qos=1)
+    assert sub.next().payload == b"marker"
+
+
+def test_no_local(mq: BrokerThread, clients: list[Client]) -> None:
+    me = client(mq, clients, client_id="me", protocol=V5)
+    me.connect()
+    me.subscribe("chat", qos=1, no_local=True)
+    other = client(mq, clients, client_id="other", protocol=V5)
+    other.connect()
+    other.subscribe("chat", qos=1)
+    me.publish("chat", b"from me", qos=1)
+    other.publish("chat", b"from other", qos=1)
+    assert other.next().payload == b"from me"
+    assert other.next().payload == b"from other"
+    assert me.next().payload == b"from other"
+    assert me.nothing_more()
+
+
+def test_subscription_identifiers(mq: BrokerThread, clients: list[Client]) -> None:
+    sub = client(mq, clients, protocol=V5)
+    sub.connect()
+    sub.subscribe("s/+", qos=1, properties=props(PacketTypes.SUBSCRIBE, SubscriptionIdentifier=7))
+    sub.subscribe("s/x", qos=1, properties=props(PacketTypes.SUBSCRIBE, SubscriptionIdentifier=9))
+    pub = client(mq, clients, protocol=V5)
+    pub.connect()
+    pub.publish("s/x", b"both", qos=1)
+    pub.publish("s/y", b"one", qos=1)
+    both, one = sub.next(), sub.next()
+    assert sorted(both.properties.SubscriptionIdentifier) == [7, 9]
+    assert one.properties.SubscriptionIdentifier == [7]
+
+
+def test_shared_subscriptions_split_the_messages(mq: BrokerThread, clients: list[Client]) -> None:
+    a = client(mq, clients, client_id="a", protocol=V5)
+    b = client(mq, clients, client_id="b", protocol=V5)
+    for c in (a, b):
+        c.connect()
+        c.subscribe("$share/workers/jobs/#", qos=1)
+    pub = client(mq, clients, protocol=V5)
+    pub.connect()
+    for i in range(10):
+        pub.publish(f"jobs/{i}", str(i).encode(), qos=1)
+    got: list[bytes] = []
+    while len(got) < 10:
+        for c in (a, b):
+            if not c.messages.empty():
+                got.append(c.next().payload)
+    assert sorted(got) == sorted(str(i).encode() for i in range(10))
+    assert a.messages.empty() and b.messages.empty()
+    q = mq.broker.vhosts["/"].queues["mqtt-shared-workers-jobs.#"]
+    assert len(q.consumers) == 2
+
+
+def test_mqtt5_properties_round_trip(mq: BrokerThread, clients: list[Client]) -> None:
+    sub = client(mq, clients, protocol=V5)
+    sub.connect()
+    sub.subscribe("req", qos=1)
+    pub = client(mq, clients, protocol=V5)
+    pub.connect()
+    sent = props(
+        ContentType="application/json",
+        ResponseTopic="replies/42",
+        CorrelationData=b"\x00\x01corr",
+        UserProperty=[("tenant", "acme"), ("tag", "a"), ("tag", "b")],
+        PayloadFormatIndicator=1,
+        MessageExpiryInterval=3600,
+    )
+    pub.publish("req", b"{}", qos=1, properties=sent)
+    got = sub.next().properties
+    assert got.ContentType == "application/json"
+    assert got.ResponseTopic == "replies/42"
+    assert got.CorrelationData == b"\x00\x01corr"
+    assert got.UserProperty == [("tenant", "acme"), ("tag", "a"), ("tag", "b")]
+    assert got.PayloadFormatIndicator == 1
+    assert 3590 <= got.MessageExpiryInterval <= 3600
+
+
+def test_topic_aliases_both_ways(mq: BrokerThread, clients: list[Client]) -> None:
+    sub = client(mq, clients, protocol=V5)
+    sub.connect(properties=props(PacketTypes.CONNECT, TopicAliasMaximum=4))
+    sub.subscribe("alias/#", qos=1)
+    pub = client(mq, clients, protocol=V5)
+    _, _, connack = pub.connect()
+    assert connack.TopicAliasMaximum >= 1
+    pub.publish("alias/topic", b"1", qos=1, properties=props(TopicAlias=1))
+    pub.publish("", b"2", qos=1, properties=props(TopicAlias=1))  # the alias alone
+    got = [sub.next(), sub.next()]
+    # The server aliases too: the topic once, then the alias alone (paho hands the
+    # application the packet as it came).
+    assert [(m.topic, m.payload, m.properties.TopicAlias) for m in got] == [
+        ("alias/topic", b"1", 1),
+        ("", b"2", 1),
+    ]
+
+
+def test_server_assigned_client_id_and_connack_properties(
+    mq: BrokerThread, clients: list[Client]
+) -> None:
+    c = client(mq, clients, protocol=V5)
+    _, rc, connack = c.connect()
+    assert rc == 0
+    assert connack.AssignedClientIdentifier.startswith("warren-")
+    assert connack.MaximumPacketSize > 128 * 1024 * 1024
+
+
+def test_v311_empty_client_id_needs_clean_session(mq: BrokerThread) -> None:
+    """paho refuses to send this CONNECT, so it goes over a plain socket."""
+    import socket
+
+    from warren.mqtt.codec import Decoder, encode
+    from warren.mqtt.packets import ConnAck, Connect
+
+    with socket.create_connection(("127.0.0.1", mqtt_port(mq)), timeout=5) as s:
+        s.sendall(encode(Connect("", 4, clean_start=False)))
+        answer = Decoder(level=4).feed(s.recv(100))
+        assert answer == [ConnAck(False, 2)]  # identifier rejected
+        assert s.recv(100) == b""  # and closed
+
+
+def test_receive_maximum_bounds_messages_in_flight(mq: BrokerThread, clients: list[Client]) -> None:
+    """A client that accepts 2 unacknowledged messages never has more than 2."""
+    import socket
+
+    from warren.mqtt.codec import Decoder, encode
+    from warren.mqtt.packets import (
+        ConnAck,
+        Connect,
+        PubAck,
+        Publish,
+        SubAck,
+        Subscribe,
+        Subscription,
+    )
+
+    s = socket.create_connection(("127.0.0.1", mqtt_port(mq)))
+    s.settimeout(5)
+    dec = Decoder(level=5)
+
+    def read(n: int) -> list[object]:
+        out: list[object] = []
+        while len(out) < n:
+            out += dec.feed(s.recv(65536))
+        return out
+
+    s.sendall(encode(Connect("rm", 5, properties={0x21: 2}), 5))
+    assert isinstance(read(1)[0], ConnAck)
+    s.sendall(encode(Subscribe(1, [Subscription("rm/t", 1)]), 5))
+    assert isinstance(read(1)[0], SubAck)
+    pub = client(mq, clients, protocol=V5)
+    pub.connect()
+    for i in range(5):
+        pub.publish("rm/t", str(i).encode(), qos=1)
+    first = read(2)
+    assert [p.payload for p in first] == [b"0", b"1"]  # type: ignore[attr-defined]
+    queue = mq.broker.vhosts["/"].queues["mqtt-subscription-rmqos1"]
+    assert mq.call(lambda: queue.message_count) == 3
+    s.sendall(encode(PubAck(first[0].packet_id), 5))  # type: ignore[attr-defined]
+    nxt = read(1)
+    assert isinstance(nxt[0], Publish) and nxt[0].payload == b"2"
+    s.close()
+
+
+@BOTH
+def test_mqtt_to_amqp(mq: BrokerThread, clients: list[Client], protocol: int) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{mq.port}/"))
+    ch = conn.channel()
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind(q, "amq.topic", "plant.*.status")
+    pub = client(mq, clients, protocol=protocol)
+    pub.connect()
+    pub.publish("plant/7/status", b"ok", qos=1)
+    pub.publish("plant/8/status", b"idle", qos=0)
+    m1 = ch.basic_get(q, auto_ack=True)
+    m2 = ch.basic_get(q, auto_ack=True)
+    assert m1[0] is not None and m2[0] is not None
+    assert (m1[0].routing_key, m1[2], m1[1].delivery_mode) == ("plant.7.status", b"ok", 2)
+    assert m1[1].headers["x-mqtt-publish-qos"] == 1
+    assert (m2[0].routing_key, m2[2], m2[1].delivery_mode) == ("plant.8.status", b"idle", 1)
+    conn.close()
+
+
+def test_mqtt5_properties_to_amqp_and_back(mq: BrokerThread, clients: list[Client]) -> None:
+    """An MQTT 5 request reaches an AMQP server, whose reply reaches the requester."""
+    conn = pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{mq.port}/"))
+    ch = conn.channel()
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind(q, "amq.topic", "rpc.requests")
+    requester = client(mq, clients, protocol=V5)
+    requester.connect()
+    requester.subscribe("rpc/replies/me", qos=1)
+    requester.publish(
+        "rpc/requests",
+        b"2+2",
+        qos=1,
+        properties=props(
+            ResponseTopic="rpc/replies/me",
+            CorrelationData=b"req-1",
+            ContentType="text/plain",
+            UserProperty=[("lang", "en")],
+        ),
+    )
+    method, p, body = ch.basic_get(q, auto_ack=True)
+    assert method is not None and body == b"2+2"
+    assert p.reply_to == "rpc.replies.me"
+    assert p.correlation_id == "req-1"
+    assert p.content_type == "text/plain"
+    assert p.headers["lang"] == "en"
+    ch.basic_publish(
+        "amq.topic",
+        p.reply_to,
+        b"4",
+        pika.BasicProperties(correlation_id=p.correlation_id, headers={"n": 4}, delivery_mode=2),
+    )
+    reply = requester.next()
+    assert (reply.topic, reply.payload, reply.qos) == ("rpc/replies/me", b"4", 1)
+    assert reply.properties.CorrelationData == b"req-1"
+    assert reply.properties.UserProperty == [("n", "4")]
+    conn.close()
+
+
+@BOTH
+def test_amqp_to_mqtt(mq: BrokerThread, clients: list[Client], protocol: int) -> None:
+    sub = client(mq, clients, protocol=protocol)
+    sub.connect()
+    sub.subscribe("orders/#", qos=1)
+    conn = pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{mq.port}/"))
+    ch = conn.channel()
+    ch.basic_publish(
+        "amq.topic", "orders.eu.new", b"persistent", pika.BasicProperties(delivery_mode=2)
+    )
+    ch.basic_publish("amq.topic", "orders.us.new", b"transient")
+    a, b = sub.next(), sub.next()
+    assert (a.topic, a.payload, a.qos) == ("orders/eu/new", b"persistent", 1)
+    assert (b.topic, b.payload, b.qos) == ("orders/us/new", b"transient", 0)
+    conn.close()
+
+
+def test_mqtt_into_a_stream_read_back_by_offset(mq: BrokerThread, clients: list[Client]) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{mq.port}/"))
+    ch = conn.channel()
+    ch.queue_declare("telemetry", durable=True, arguments={"x-queue-type": "stream"})
+    ch.queue_bind("telemetry", "amq.topic", "telemetry.#")
+    pub = client(mq, clients, protocol=V5)
+    pub.connect()
+    for i in range(10):
+        pub.publish(f"telemetry/dev{i}", f"r{i}".encode(), qos=1)
+    ch.basic_qos(prefetch_count=100)
+    got: list[tuple[str, bytes, int]] = []
+    for method, p, body in ch.consume(
+        "telemetry", arguments={"x-stream-offset": 4}, inactivity_timeout=5
+    ):
+        assert method is not None
+        got.append((method.routing_key, body, p.headers["x-stream-offset"]))
+        ch.basic_ack(method.delivery_tag)
+        if len(got) == 6:
+            break
+    assert got == [(f"telemetry.dev{i}", f"r{i}".encode(), i) for i in range(4, 10)]
+    conn.close()
+
+
+def test_connections_listed_by_the_management_api(mq: BrokerThread, clients: list[Client]) -> None:
+    c = client(mq, clients, client_id="listed", protocol=V5)
+    c.connect()
+    c.subscribe("x/#", qos=1)
+    http = mq.broker.listener("http")
+    assert http is not None
+    req = urllib.request.Request(f"http://127.0.0.1:{http.port}/api/connections")
+    req.add_header("Authorization", "Basic " + b64encode(b"guest:guest").decode())
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        listed = json.load(resp)
+    (conn,) = [x for x in listed if x["protocol"].startswith("MQTT")]
+    assert conn["protocol"] == "MQTT 5-0"
+    assert conn["client_properties"]["client_id"] == "listed"
+    assert conn["user"] == "guest" and conn["vhost"] == "/"
+
+
+def test_unsubscribe_stops_delivery(mq: BrokerThread, clients: list[Client]) -> None:
+    sub = client(mq, clients, protocol=V5)
+    sub.connect()
+    sub.subscribe("u/1", qos=1)
+    sub.subscribe("u/2", qos=1)
+    sub.unsubscribe("u/1")
+    pub = client(mq, clients, protocol=V5)
+    pub.connect()
+    pub.publish("u/1", b"gone", qos=1)
+    pub.publish("u/2", b"kept", qos=1)
+    assert sub.next().payload == b"kept"
+    assert sub.nothing_more()
+
+
+def test_no_matching_subscribers_reason_code(mq: BrokerThread, clients: list[Client]) -> None:
+    pub = client(mq, clients, protocol=V5)
+    pub.connect()
+    codes: list[int] = []
+    pub.paho.on_publish = lambda c, u, mid, rc, p: codes.append(rc.value)
+    pub.publish("nobody/listens", b"x", qos=1)
+    assert codes == [0x10]
