@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pika
 import pytest
+from conftest import BrokerThread, start_broker
 from mqttclient import V5, V311, Client, props
 from paho.mqtt.packettypes import PacketTypes
-
-from conftest import BrokerThread, start_broker
 
 BOTH = pytest.mark.parametrize("protocol", [V311, V5], ids=["3.1.1", "5"])
 
