@@ -13,17 +13,21 @@ from warren.amqp.server import AMQPListener
 from warren.broker import Broker as CoreBroker
 from warren.config import Config
 from warren.http.server import HTTPListener
-from warren.node import Listener
+from warren.node import Listener, WebSocketEndpoint
 
 __all__ = ["Broker", "default_listeners"]
 
 
 def default_listeners(config: Config) -> list[Listener]:
     """The listeners the configuration asks for: AMQP on ``bind:amqp_port``, and the
-    HTTP management API on ``http_bind:http_port`` unless that port is -1."""
-    listeners: list[Listener] = [AMQPListener(config.bind, config.amqp_port)]
+    HTTP management API on ``http_bind:http_port`` unless that port is -1, which also
+    serves AMQP over WebSocket (docs/http-api.md). HTTP comes after AMQP: the broker
+    starts listeners in order, and a WebSocket client needs the AMQP listener started."""
+    amqp = AMQPListener(config.bind, config.amqp_port)
+    listeners: list[Listener] = [amqp]
     if config.http_port >= 0:
-        listeners.append(HTTPListener(config.http_bind, config.http_port))
+        websockets = [WebSocketEndpoint("/ws/amqp", ("amqp", "amqpws"), amqp.new_protocol)]
+        listeners.append(HTTPListener(config.http_bind, config.http_port, websockets))
     return listeners
 
 
