@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
@@ -33,6 +33,9 @@ log = logging.getLogger("warren.http.websocket")
 
 #: Pause the protocol's writing above this many queued bytes (asyncio's default too).
 HIGH_WATER = 64 * 1024
+#: Largest message sent: writes are joined up to it and a larger write is cut, so a
+#: client's message limit (1 MiB in Python's websockets) never meets a burst.
+MAX_SEND = 256 * 1024
 #: How long a closing handshake may take before the socket is cut.
 CLOSE_TIMEOUT = 3.0
 #: Largest message accepted from a client (aiohttp closes with 1009 above it).
@@ -150,8 +153,8 @@ class WebSocketTransport(asyncio.Transport):
     """An ``asyncio.Transport`` over an aiohttp WebSocket, for a byte-stream protocol.
 
     Each ``write`` queues bytes; one writer task sends what is queued, joined
-    into one binary message, so a protocol's burst of writes in one loop turn
-    costs one message. Queued bytes above the high-water mark pause the
+    into one binary message (up to MAX_SEND bytes), so a protocol's burst of
+    writes in one loop turn costs one message. Queued bytes above the high-water mark pause the
     protocol's writing, as a socket's full buffer does. While reading is paused
     no message is taken from the socket: aiohttp's queue fills and stops reading
     the TCP socket, so the client is pushed back as over TCP.
@@ -243,18 +246,37 @@ class WebSocketTransport(asyncio.Transport):
                         self._write_waiter = None
                     continue
                 chunks, self._buffer = self._buffer, []
-                data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                await ws.send_bytes(data)
-                self._size -= len(data)
-                if self._writing_paused and self._size <= self._low:
-                    self._writing_paused = False
-                    self._call_protocol(self._protocol.resume_writing)
+                batch: list[bytes] = []
+                batch_size = 0
+                for chunk in chunks:
+                    if batch and batch_size + len(chunk) > MAX_SEND:
+                        await self._send(batch[0] if len(batch) == 1 else b"".join(batch))
+                        batch, batch_size = [], 0
+                    if len(chunk) > MAX_SEND:
+                        view = memoryview(chunk)
+                        for start in range(0, len(chunk), MAX_SEND):
+                            await self._send(view[start : start + MAX_SEND])
+                    else:
+                        batch.append(chunk)
+                        batch_size += len(chunk)
+                if batch:
+                    await self._send(batch[0] if len(batch) == 1 else b"".join(batch))
         except Exception as exc:
             # The socket went while sending (reset, drain timeout): cut it, so that
             # the reader sees its end too.
             if not ws.closed:
                 log.info("%s: websocket send failed: %s", self._peer(), exc)
             self._cut()
+
+    async def _send(self, data: bytes | memoryview) -> None:
+        """One binary message; its bytes leave the write buffer once the socket took them."""
+        # aiohttp takes any bytes-like object (its annotation says bytes): a slice of a
+        # large write goes out uncopied.
+        await self._ws.send_bytes(cast(bytes, data))
+        self._size -= len(data)
+        if self._writing_paused and self._size <= self._low:
+            self._writing_paused = False
+            self._call_protocol(self._protocol.resume_writing)
 
     async def _finish_writer(self) -> None:
         """Let the flush and closing handshake of a close() end (bounded); a writer
