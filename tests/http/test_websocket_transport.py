@@ -59,6 +59,8 @@ class Scripted(asyncio.Protocol):
         elif data == b"abort":
             transport.write(b"never sent")
             transport.abort()
+        elif data == b"raise":
+            raise RuntimeError("protocol bug")
         elif data == b"pause":
             transport.pause_reading()
             transport.write(b"paused")
@@ -197,6 +199,15 @@ async def test_abort_cuts_the_connection(server: Server, session: aiohttp.Client
     msg = await ws.receive(timeout=TIMEOUT)
     assert msg.type in (WSMsgType.CLOSED, WSMsgType.ERROR), msg
     assert len(await lost(server.protocols[0])) == 1
+
+
+async def test_a_failing_protocol_is_cut(server: Server, session: aiohttp.ClientSession) -> None:
+    ws = await open_ws(server, session)
+    await ws.send_bytes(b"raise")
+    msg = await ws.receive(timeout=TIMEOUT)
+    assert msg.type in (WSMsgType.CLOSED, WSMsgType.ERROR), msg
+    reasons = await lost(server.protocols[0])
+    assert len(reasons) == 1 and isinstance(reasons[0], RuntimeError)
 
 
 async def test_a_text_message_closes_with_1003(

@@ -140,8 +140,11 @@ async def serve(
         # deflating them would cost the loop more than it saves.
         compress=False,
     )
+    # Made before the upgrade is answered: if it cannot be (its listener is not
+    # started), the client gets a 500, not a 101 and a dropped connection.
+    protocol = endpoint.new_protocol()
     await ws.prepare(request)
-    transport = WebSocketTransport(ws, request, endpoint.new_protocol())
+    transport = WebSocketTransport(ws, request, protocol)
     if connections is not None:
         connections.transports.add(transport)
         transport.done.add_done_callback(lambda _: connections.transports.discard(transport))
@@ -154,10 +157,12 @@ class WebSocketTransport(asyncio.Transport):
 
     Each ``write`` queues bytes; one writer task sends what is queued, joined
     into one binary message (up to MAX_SEND bytes), so a protocol's burst of
-    writes in one loop turn costs one message. Queued bytes above the high-water mark pause the
-    protocol's writing, as a socket's full buffer does. While reading is paused
-    no message is taken from the socket: aiohttp's queue fills and stops reading
-    the TCP socket, so the client is pushed back as over TCP.
+    writes in one loop turn costs one message. Queued bytes above the high-water
+    mark pause the protocol's writing, as a socket's full buffer does. While
+    reading is paused no message is taken from the socket: aiohttp's queue fills
+    and stops reading the TCP socket, so the client is pushed back as over TCP
+    (and, as over TCP, a client that vanishes meanwhile is noticed when reading
+    resumes, a write fails or the protocol's own heartbeat gives up).
     """
 
     def __init__(
@@ -179,6 +184,8 @@ class WebSocketTransport(asyncio.Transport):
         self._write_waiter: asyncio.Future[None] | None = None
         self._read_waiter: asyncio.Future[None] | None = None
         self._writer: asyncio.Task[None] | None = None
+        #: Nothing more is sent (abort, a text message, the end): writes are dropped.
+        self._aborted = False
         self._lost = False
         #: Resolved once the protocol has had its connection_lost.
         self.done: asyncio.Future[None] = self._loop.create_future()
@@ -196,8 +203,10 @@ class WebSocketTransport(asyncio.Transport):
             exc = ConnectionAbortedError("the HTTP listener stopped")
             raise
         except Exception as error:
+            # The protocol failed (data_received raised): cut, as asyncio's transports do.
             log.exception("%s: websocket connection failed", self._peer())
             exc = error
+            self.abort()
         finally:
             await self._finish_writer()
             self._connection_lost(exc)
@@ -293,7 +302,7 @@ class WebSocketTransport(asyncio.Transport):
         if self._lost:
             return
         self._lost = True
-        self._closing = True
+        self._closing = self._aborted = True
         self._buffer.clear()
         self._size = 0
         try:
@@ -316,7 +325,7 @@ class WebSocketTransport(asyncio.Transport):
 
     # -- asyncio.WriteTransport ----------------------------------------------------------
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if self._lost or not data:
+        if self._aborted or not data:
             return
         chunk = data if isinstance(data, bytes) else bytes(data)
         self._buffer.append(chunk)
@@ -378,6 +387,7 @@ class WebSocketTransport(asyncio.Transport):
 
     def _stop_writing(self) -> None:
         self._closing = True
+        self._aborted = True
         self._buffer.clear()
         self._size = 0
         writer = self._writer
