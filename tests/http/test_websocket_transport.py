@@ -215,7 +215,7 @@ async def test_a_text_message_closes_with_1003(
 ) -> None:
     ws = await open_ws(server, session)
     other = await open_ws(server, session)
-    await ws.send_str("text")
+    await ws.send_frame(b"\xff not UTF-8", WSMsgType.TEXT)  # refused as text, not as bad UTF-8
     msg = await ws.receive(timeout=TIMEOUT)
     assert (msg.type, msg.data) == (WSMsgType.CLOSE, aiohttp.WSCloseCode.UNSUPPORTED_DATA)
     reasons = await lost(server.protocols[0])

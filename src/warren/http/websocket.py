@@ -139,6 +139,8 @@ async def serve(
         # The payloads are protocol frames, often already compressed message bodies:
         # deflating them would cost the loop more than it saves.
         compress=False,
+        # A text message is refused (1003) whatever it holds: never decode it.
+        decode_text=False,
     )
     # Made before the upgrade is answered: if it cannot be (its listener is not
     # started), the client gets a 500, not a 101 and a dropped connection.
