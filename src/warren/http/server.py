@@ -221,6 +221,12 @@ class HTTPListener:
         sockets = getattr(server, "sockets", None) or []
         self._port = sockets[0].getsockname()[1] if sockets else self.requested_port
         log.info("listening on HTTP (management API) %s:%s", self.bind, self._port)
+        for endpoint in self.websockets:
+            log.info(
+                "serving WebSocket at %s (subprotocols %s) on the HTTP port",
+                endpoint.path,
+                ", ".join(endpoint.subprotocols),
+            )
 
     async def stop(self) -> None:
         """Stop accepting and finish (or cut, after 2 s) the requests under way.
