@@ -15,11 +15,12 @@ from warren.http.websocket import (
     MAX_SEND,
     WebSocketConnections,
     WebSocketTransport,
+    select_endpoint,
     websocket_middleware,
 )
 from warren.node import WebSocketEndpoint
 
-pytestmark = [pytest.mark.timeout(30), pytest.mark.asyncio]
+pytestmark = pytest.mark.timeout(30)
 
 TIMEOUT = 5.0
 FLOOD = 4 * 1024 * 1024
@@ -145,6 +146,7 @@ async def lost(protocol: Scripted) -> list[Exception | None]:
     return protocol.lost
 
 
+@pytest.mark.asyncio
 async def test_echo_and_extra_info(server: Server, session: aiohttp.ClientSession) -> None:
     ws = await open_ws(server, session)
     assert ws.protocol == "echo"
@@ -163,6 +165,7 @@ async def test_echo_and_extra_info(server: Server, session: aiohttp.ClientSessio
     assert await lost(server.protocols[0]) == [None]
 
 
+@pytest.mark.asyncio
 async def test_writes_of_one_turn_are_one_message(
     server: Server, session: aiohttp.ClientSession
 ) -> None:
@@ -180,6 +183,7 @@ async def test_writes_of_one_turn_are_one_message(
     await ws.close()
 
 
+@pytest.mark.asyncio
 async def test_close_sends_what_is_queued_then_1000(
     server: Server, session: aiohttp.ClientSession
 ) -> None:
@@ -193,6 +197,7 @@ async def test_close_sends_what_is_queued_then_1000(
     assert server.protocols[0].transport.is_closing()
 
 
+@pytest.mark.asyncio
 async def test_abort_cuts_the_connection(server: Server, session: aiohttp.ClientSession) -> None:
     ws = await open_ws(server, session)
     await ws.send_bytes(b"abort")
@@ -201,6 +206,7 @@ async def test_abort_cuts_the_connection(server: Server, session: aiohttp.Client
     assert len(await lost(server.protocols[0])) == 1
 
 
+@pytest.mark.asyncio
 async def test_a_failing_protocol_is_cut(server: Server, session: aiohttp.ClientSession) -> None:
     ws = await open_ws(server, session)
     await ws.send_bytes(b"raise")
@@ -210,6 +216,7 @@ async def test_a_failing_protocol_is_cut(server: Server, session: aiohttp.Client
     assert len(reasons) == 1 and isinstance(reasons[0], RuntimeError)
 
 
+@pytest.mark.asyncio
 async def test_a_text_message_closes_with_1003(
     server: Server, session: aiohttp.ClientSession
 ) -> None:
@@ -226,6 +233,7 @@ async def test_a_text_message_closes_with_1003(
     await other.close()
 
 
+@pytest.mark.asyncio
 async def test_writing_pauses_above_the_high_water_mark(
     server: Server, session: aiohttp.ClientSession
 ) -> None:
@@ -246,6 +254,7 @@ async def test_writing_pauses_above_the_high_water_mark(
     await ws.close()
 
 
+@pytest.mark.asyncio
 async def test_write_buffer_limits(server: Server, session: aiohttp.ClientSession) -> None:
     ws = await open_ws(server, session)
     await ws.send_bytes(b"x")
@@ -264,6 +273,7 @@ async def test_write_buffer_limits(server: Server, session: aiohttp.ClientSessio
     await ws.close()
 
 
+@pytest.mark.asyncio
 async def test_no_message_is_taken_while_reading_is_paused(
     server: Server, session: aiohttp.ClientSession
 ) -> None:
@@ -287,6 +297,7 @@ async def test_no_message_is_taken_while_reading_is_paused(
     await control.close()
 
 
+@pytest.mark.asyncio
 async def test_closing_every_connection(server: Server, session: aiohttp.ClientSession) -> None:
     sockets = [await open_ws(server, session) for _ in range(3)]
     for ws in sockets:
@@ -300,6 +311,7 @@ async def test_closing_every_connection(server: Server, session: aiohttp.ClientS
     assert not server.connections.transports
 
 
+@pytest.mark.asyncio
 async def test_other_requests_are_routed_as_usual(
     server: Server, session: aiohttp.ClientSession
 ) -> None:
@@ -312,3 +324,18 @@ async def test_other_requests_are_routed_as_usual(
     ws = await session.ws_connect(base + "/other", protocols=("chat", "echo"))
     assert ws.protocol == "echo"
     await ws.close()
+
+
+def test_select_endpoint_with_two_protocols() -> None:
+    """A second endpoint (MQTT's, say) just works: path first, then endpoint order."""
+    amqp = WebSocketEndpoint("/ws/amqp", ("amqp", "amqpws"), asyncio.Protocol)
+    mqtt = WebSocketEndpoint("/mqtt", ("mqtt", "mqttv3.1"), asyncio.Protocol)
+    endpoints = [amqp, mqtt]
+    assert select_endpoint(endpoints, "/mqtt", ["mqtt"]) == (mqtt, "mqtt")
+    assert select_endpoint(endpoints, "/mqtt", []) == (mqtt, None)
+    assert select_endpoint(endpoints, "/mqtt", ["amqp"]) == (mqtt, None)  # the path decides
+    assert select_endpoint(endpoints, "/", ["mqttv3.1"]) == (mqtt, "mqttv3.1")
+    assert select_endpoint(endpoints, "/", ["x", "mqtt", "amqpws"]) == (amqp, "amqpws")
+    assert select_endpoint(endpoints, "/ws/amqp", ["amqpws", "amqp"]) == (amqp, "amqpws")
+    assert select_endpoint(endpoints, "/", ["x"]) is None
+    assert select_endpoint(endpoints, "/", []) is None
