@@ -14,21 +14,27 @@ from warren.broker import Broker as CoreBroker
 from warren.config import Config
 from warren.http.server import HTTPListener
 from warren.mqtt.server import MQTTListener
-from warren.node import Listener
+from warren.node import Listener, WebSocketEndpoint
 
 __all__ = ["Broker", "default_listeners"]
 
 
 def default_listeners(config: Config) -> list[Listener]:
     """The listeners the configuration asks for: AMQP on ``bind:amqp_port``, MQTT on
-    ``mqtt_bind:mqtt_port`` (and ``mqtt_tls_port``), and the HTTP management API on
-    ``http_bind:http_port`` unless that port is -1."""
-    listeners: list[Listener] = [
-        AMQPListener(config.bind, config.amqp_port),
-        MQTTListener(config.mqtt_bind, config.mqtt_port, config.mqtt_tls_port),
-    ]
+    ``mqtt_bind:mqtt_port`` (and ``mqtt_tls_port``; -1 disables either), and the HTTP
+    management API on ``http_bind:http_port`` unless that port is -1, which also
+    serves AMQP (``/ws/amqp``) and MQTT (``/mqtt``) over WebSocket (docs/http-api.md).
+    HTTP comes last: the broker starts listeners in order, and a WebSocket client
+    needs the AMQP or MQTT listener started."""
+    amqp = AMQPListener(config.bind, config.amqp_port)
+    mqtt = MQTTListener(config.mqtt_bind, config.mqtt_port, config.mqtt_tls_port)
+    listeners: list[Listener] = [amqp, mqtt]
     if config.http_port >= 0:
-        listeners.append(HTTPListener(config.http_bind, config.http_port))
+        websockets = [
+            WebSocketEndpoint("/ws/amqp", ("amqp", "amqpws"), amqp.new_protocol),
+            WebSocketEndpoint("/mqtt", ("mqtt", "mqttv3.1"), mqtt.new_protocol),
+        ]
+        listeners.append(HTTPListener(config.http_bind, config.http_port, websockets))
     return listeners
 
 

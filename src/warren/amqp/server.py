@@ -203,11 +203,16 @@ class AMQPListener:
     def port(self) -> int:
         return self._port
 
+    def new_protocol(self) -> AMQPProtocol:
+        """A protocol for a client arriving by another transport (WebSocket, through
+        the HTTP listener): tracked, listed and closed at stop like this socket's."""
+        return AMQPProtocol(self)
+
     async def start(self, node: Node) -> None:
         self._node = node
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: AMQPProtocol(self),
+            self.new_protocol,
             host=self.bind,
             port=self.requested_port,
             reuse_address=True,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import mimetypes
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,9 +39,10 @@ from warren.http.common import (
     not_found,
 )
 from warren.http.state import ApiState, Router
+from warren.http.websocket import WebSocketConnections, websocket_middleware
 
 if TYPE_CHECKING:
-    from warren.node import Node
+    from warren.node import Node, WebSocketEndpoint
 
 log = logging.getLogger("warren.http")
 
@@ -68,13 +69,27 @@ def _is_loopback(host: str | None) -> bool:
 class ManagementApp:
     """The request handling: route, authenticate, run the handler, map errors."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(
+        self,
+        node: Node,
+        websockets: Sequence[WebSocketEndpoint] = (),
+        connections: WebSocketConnections | None = None,
+    ) -> None:
         self.node = node
         self.state = ApiState.load(Path(node.config.data_dir) / STATE_FILE)
         self.router = build_router()
+        self.websockets = tuple(websockets)
+        self.websocket_connections = connections or WebSocketConnections()
 
     def application(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY)
+        # WebSocket upgrades an endpoint claims are taken before routing (on any path,
+        # by subprotocol) and before authentication; with no endpoint, no middleware.
+        middlewares = (
+            [websocket_middleware(self.websockets, self.websocket_connections)]
+            if self.websockets
+            else []
+        )
+        app = web.Application(client_max_size=MAX_BODY, middlewares=middlewares)
         app.router.add_route("*", "/api", self.api)
         app.router.add_route("*", "/api/{tail:.*}", self.api)
         app.router.add_get("/metrics", self.metrics)
@@ -169,13 +184,18 @@ def _allow(handlers: Mapping[str, object]) -> str:
 
 
 class HTTPListener:
-    """The ``http`` listener (warren.node.Listener): the management API on bind:port."""
+    """The ``http`` listener (warren.node.Listener): the management API on bind:port,
+    and the byte-stream protocols of ``websockets`` over WebSocket (http/websocket.py)."""
 
     name = "http"
 
-    def __init__(self, bind: str, port: int) -> None:
+    def __init__(
+        self, bind: str, port: int, websockets: Sequence[WebSocketEndpoint] = ()
+    ) -> None:
         self.bind = bind
         self.requested_port = port
+        self.websockets = tuple(websockets)
+        self.websocket_connections = WebSocketConnections()
         self._runner: web.AppRunner | None = None
         self._port = 0
         self.app: ManagementApp | None = None
@@ -185,7 +205,7 @@ class HTTPListener:
         return self._port
 
     async def start(self, node: Node) -> None:
-        self.app = ManagementApp(node)
+        self.app = ManagementApp(node, self.websockets, self.websocket_connections)
         runner = web.AppRunner(self.app.application(), access_log=None, shutdown_timeout=2.0)
         await runner.setup()
         site = web.TCPSite(runner, self.bind, self.requested_port, reuse_address=True)
@@ -201,10 +221,21 @@ class HTTPListener:
         sockets = getattr(server, "sockets", None) or []
         self._port = sockets[0].getsockname()[1] if sockets else self.requested_port
         log.info("listening on HTTP (management API) %s:%s", self.bind, self._port)
+        for endpoint in self.websockets:
+            log.info(
+                "serving WebSocket at %s (subprotocols %s) on the HTTP port",
+                endpoint.path,
+                ", ".join(endpoint.subprotocols),
+            )
 
     async def stop(self) -> None:
-        """Stop accepting and finish (or cut, after 2 s) the requests under way."""
+        """Stop accepting and finish (or cut, after 2 s) the requests under way.
+        WebSocket connections are closed first (1001 Going Away): their handlers
+        would otherwise hold the shutdown for its whole timeout."""
         if self._runner is None:
             return
         runner, self._runner = self._runner, None
+        for site in list(runner.sites):
+            await site.stop()
+        await self.websocket_connections.close_all()
         await runner.cleanup()
