@@ -10,7 +10,7 @@ import aiomqtt
 import pytest
 import trustme
 from conftest import start_broker
-from mqttclient import V5, Client
+from mqttclient import V5, V311, Client
 
 
 def test_aiomqtt_round_trip(tmp_path: Path) -> None:
@@ -87,5 +87,31 @@ def test_mqtt_listener_disabled(tmp_path: Path) -> None:
     try:
         listener = b.broker.listener("mqtt")
         assert listener is not None and listener.port == 0
+    finally:
+        b.stop()
+
+
+@pytest.mark.parametrize("protocol", [V311, V5], ids=["3.1.1", "5"])
+def test_mqtt_over_websocket_meets_tcp_clients(tmp_path: Path, protocol: int) -> None:
+    b = start_broker(tmp_path / "data", sync=False)
+    try:
+        http = b.broker.listener("http")
+        mqtt_listener = b.broker.listener("mqtt")
+        assert http is not None and mqtt_listener is not None
+        ws = Client(http.port, protocol=protocol, transport="websockets")
+        ws.paho.ws_set_options(path="/mqtt")
+        ws.connect()
+        ws.subscribe("ws/#", qos=1)
+        tcp = Client(mqtt_listener.port, protocol=protocol)
+        tcp.connect()
+        tcp.subscribe("tcp/#", qos=1)
+        tcp.publish("ws/in", b"tcp -> ws", qos=1)
+        ws.publish("tcp/in", b"ws -> tcp", qos=1)
+        assert (ws.next().payload, tcp.next().payload) == (b"tcp -> ws", b"ws -> tcp")
+        conns = b.call(lambda: [c.info() for c in b.broker.connections])
+        transports = sorted(c["client_properties"]["transport"] for c in conns)
+        assert transports == ["MQTT", "MQTT/WebSocket"]
+        ws.close()
+        tcp.close()
     finally:
         b.stop()
