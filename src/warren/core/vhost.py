@@ -478,7 +478,11 @@ class VHost(VHostParameters):
             return [q] if q is not None else []
         dests = exchange.match(msg)
         if dests:
-            if all(d.destination_kind == QUEUE for d in dests):
+            if len(dests) == 1:
+                for only in dests:
+                    if only.destination_kind == QUEUE:
+                        return [only]  # type: ignore[list-item]
+            elif all(d.destination_kind == QUEUE for d in dests):
                 # Common case, no exchange-to-exchange hop: keep order, drop duplicates.
                 return list(dict.fromkeys(dests))  # type: ignore[arg-type]
         elif exchange.alternate_exchange is None:

@@ -176,10 +176,17 @@ class Decoder:
         self._buf = b""
 
     def feed(self, data: bytes) -> list[Packet]:
+        buf, frames = self.frames(data)
+        return [self._decode(first, buf, start, end) for first, start, end in frames]
+
+    def frames(self, data: bytes) -> tuple[bytes, list[tuple[int, int, int]]]:
+        """Split off every complete packet without decoding it: the buffer and, per
+        packet, (first byte, body start, body end). The broker's hot path parses
+        PUBLISH bodies itself and hands the rest to `decode`."""
         buf = self._buf + data if self._buf else bytes(data)
         n = len(buf)
         pos = 0
-        out: list[Packet] = []
+        out: list[tuple[int, int, int]] = []
         while n - pos >= 2:
             # Remaining length: at most 4 bytes.
             rl = 0
@@ -205,10 +212,14 @@ class Decoder:
                 )
             if i + rl > n:
                 break
-            out.append(self._decode(buf[pos], buf, i, i + rl))
+            out.append((buf[pos], i, i + rl))
             pos = i + rl
-        self._buf = buf[pos:]
-        return out
+        self._buf = buf[pos:] if pos < n else b""
+        return buf, out
+
+    def decode(self, first: int, buf: bytes, pos: int, end: int) -> Packet:
+        """One packet split off by `frames`."""
+        return self._decode(first, buf, pos, end)
 
     def _decode(self, first: int, buf: bytes, pos: int, end: int) -> Packet:
         ptype = first >> 4

@@ -23,9 +23,10 @@ from warren.core.stats import MessageStats, OctetStats
 from warren.core.users import CONFIGURE, READ, WRITE, User
 from warren.mqtt import properties as P
 from warren.mqtt.codec import Decoder, encode
+from warren.mqtt.codec import _publish as decode_publish
 from warren.mqtt.delivery import Delivery
 from warren.mqtt.errors import MQTTCodecError, UnsupportedProtocolVersion
-from warren.mqtt.mapping import to_properties
+from warren.mqtt.mapping import plain_properties, to_properties
 from warren.mqtt.packets import (
     MQTT_5,
     ConnAck,
@@ -61,6 +62,8 @@ log = logging.getLogger("warren.mqtt")
 MAX_UNAUTHENTICATED_PACKET = 65536
 #: Room for a PUBLISH's topic and properties above max_message_size.
 PACKET_OVERHEAD = 65536 + 16
+#: Distinct topics whose validated name and routing key a connection keeps.
+TOPIC_CACHE_LIMIT = 4096
 #: Longest client id: the session queue's name must fit an AMQP shortstr.
 MAX_CLIENT_ID_BYTES = 255 - len(queue_name(""))
 
@@ -109,6 +112,7 @@ class MQTTConnection(Delivery):
         self._can_publish: bool | None = None
         self._exchange: Exchange | None = None
         self._aliases_in: dict[int, str] = {}
+        self._topics_in: dict[bytes, tuple[str, str]] = {}
         self._alias_max_in = 0
         # Publish acknowledgements waiting for a disk sync, in arrival order.
         self._sync_batch: list[bytes] | None = None
@@ -133,27 +137,37 @@ class MQTTConnection(Delivery):
         return out
 
     def feed(self, data: bytes) -> None:
+        """Act on every complete packet in ``data``: one framing pass, PUBLISH bodies
+        parsed here without building packet objects, the rest decoded by the codec."""
         if self.closed:
             return
         self.last_rx_ms = self.now_ms
+        decoder = self.decoder
         try:
-            packets = self.decoder.feed(data)
+            buf, frames = decoder.frames(data)
         except MQTTCodecError as exc:
             self._codec_error(exc)
             return
-        for pkt in packets:
+        connected = self.vhost is not None
+        for first, start, end in frames:
             if self.closed:
                 break
             try:
-                kind = type(pkt)
-                if kind is Publish:
-                    self._publish(pkt)  # type: ignore[arg-type]
-                elif kind is PubAck:
-                    self.settle(pkt.packet_id)  # type: ignore[union-attr,arg-type]
-                elif self.vhost is None:
+                kind = first >> 4
+                if kind == 3 and connected:
+                    self._publish_raw(first, buf, start, end)
+                    continue
+                pkt = decoder.decode(first, buf, start, end)
+                if type(pkt) is PubAck:
+                    self.settle(pkt.packet_id)
+                elif not connected:
                     self._before_connect(pkt)
+                    connected = self.vhost is not None
                 else:
                     self._control(pkt)
+            except MQTTCodecError as exc:
+                self._codec_error(exc)
+                break
             except ProtocolViolation as exc:
                 self.disconnect(exc.reason_code, str(exc))
             except BrokerError as exc:
@@ -402,6 +416,43 @@ class MQTTConnection(Delivery):
         self.close()
 
     # -- PUBLISH from the client -------------------------------------------------------------
+    def _publish_raw(self, first: int, buf: bytes, pos: int, end: int) -> None:
+        """A PUBLISH straight from the read buffer: topic bytes looked up in a cache
+        (validated and mapped once per topic), no packet object; packets with MQTT 5
+        properties or an empty topic take the codec's full path."""
+        qos = (first >> 1) & 3
+        if qos == 3 or (first & 8 and not qos) or end - pos < 2:
+            self._publish(decode_publish(first, buf, pos, end, self.level == MQTT_5))
+            return
+        tstop = pos + 2 + (buf[pos] << 8 | buf[pos + 1])
+        if tstop > end:
+            self._publish(decode_publish(first, buf, pos, end, self.level == MQTT_5))
+            return
+        raw_topic = buf[pos + 2 : tstop]
+        names = self._topics_in.get(raw_topic)
+        p = tstop
+        pid = None
+        if qos:
+            if p + 2 > end:
+                self._publish(decode_publish(first, buf, pos, end, self.level == MQTT_5))
+                return
+            pid = buf[p] << 8 | buf[p + 1]
+            p += 2
+        if names is None or not pid and qos or (self.level == MQTT_5 and (p >= end or buf[p])):
+            # New topic, packet id 0, or MQTT 5 properties: the codec decodes and checks.
+            pkt = decode_publish(first, buf, pos, end, self.level == MQTT_5)
+            if names is None and pkt.topic and not pkt.properties:
+                if len(self._topics_in) >= TOPIC_CACHE_LIMIT:
+                    self._topics_in.clear()
+                self._topics_in[raw_topic] = (pkt.topic, mqtt_to_amqp(pkt.topic))
+            self._publish(pkt)
+            return
+        if self.level == MQTT_5:
+            p += 1  # the property length, 0
+        self._route_publish(
+            names[0], names[1], buf[p:end], qos, bool(first & 8), bool(first & 1), pid, None
+        )
+
     def _publish(self, pkt: Publish) -> None:
         vhost = self.vhost
         if vhost is None:
@@ -424,10 +475,32 @@ class MQTTConnection(Delivery):
                         raise ProtocolViolation(P.PROTOCOL_ERROR, f"unknown topic alias {alias}")
                     topic = known
                 props = {k: v for k, v in props.items() if k != P.TOPIC_ALIAS}
-        qos = pkt.qos
+        self._route_publish(
+            topic,
+            mqtt_to_amqp(topic),
+            pkt.payload,
+            pkt.qos,
+            pkt.dup,
+            pkt.retain,
+            pkt.packet_id,
+            props or None,
+        )
+
+    def _route_publish(
+        self,
+        topic: str,
+        routing_key: str,
+        payload: bytes,
+        qos: int,
+        dup: bool,
+        retain: bool,
+        pid: int | None,
+        props: P.Properties | None,
+    ) -> None:
+        vhost = self.vhost
+        assert vhost is not None
         session = self.session
         assert session is not None
-        pid = pkt.packet_id
         if qos == 2 and pid in session.awaiting_release:
             # A resent QoS 2 PUBLISH we already have: acknowledge again, route nothing.
             self.send(encode(PubRec(pid), self.level))
@@ -442,24 +515,27 @@ class MQTTConnection(Delivery):
             except BrokerError:
                 self._can_publish = False
         if not self._can_publish or exchange is None:
-            self._refuse_publish(pkt, topic, P.NOT_AUTHORIZED)
+            self._refuse_publish(qos, pid, topic, P.NOT_AUTHORIZED)
             return
         if self.node.disk_alarm:
             self.set_blocked(True)
         now = self.now_ms or int(time.time() * 1000)
-        amqp_props = to_properties(
-            qos, pkt.dup, pkt.retain, props, self.client_id if self.no_local_subscriptions else None
-        )
-        msg = Message(exchange.name, mqtt_to_amqp(topic), amqp_props, pkt.payload, now)
+        if props is None and not self.no_local_subscriptions:
+            amqp_props = plain_properties(qos, dup, retain)
+        else:
+            amqp_props = to_properties(
+                qos, dup, retain, props or {}, self.client_id if self.no_local_subscriptions else None
+            )
+        msg = Message(exchange.name, routing_key, amqp_props, payload, now)
         self.stats.publish += 1
         durable: list[Any] | None = [] if qos else None
-        if pkt.retain:
+        if retain:
             expiry = props.get(P.MESSAGE_EXPIRY_INTERVAL) if props else None
             retained = self.state.retained(vhost.name)
             retained.put(
                 RetainedMessage(
                     topic,
-                    pkt.payload,
+                    payload,
                     qos,
                     amqp_props,
                     now,
@@ -498,7 +574,7 @@ class MQTTConnection(Delivery):
         else:
             self.send(ack)
 
-    def _refuse_publish(self, pkt: Publish, topic: str, code: int) -> None:
+    def _refuse_publish(self, qos: int, pid: int | None, topic: str, code: int) -> None:
         log.warning(
             "%s: MQTT client '%s' may not publish to '%s' (exchange '%s')",
             self.name,
@@ -508,10 +584,10 @@ class MQTTConnection(Delivery):
         )
         if self.level != MQTT_5:
             self.close()  # 3.1.1 has no way to say no (RabbitMQ closes too)
-        elif pkt.qos == 1:
-            self.send(encode(PubAck(pkt.packet_id or 0, code), MQTT_5))
-        elif pkt.qos == 2:
-            self.send(encode(PubRec(pkt.packet_id or 0, code), MQTT_5))
+        elif qos == 1:
+            self.send(encode(PubAck(pid or 0, code), MQTT_5))
+        elif qos == 2:
+            self.send(encode(PubRec(pid or 0, code), MQTT_5))
 
     def _ack_after_sync(self, ack: bytes, stores: list[Any], syncer: Any) -> None:
         round_id = syncer.next_round

@@ -380,10 +380,24 @@ class Delivery:
         else:
             t = topic.encode("utf-8", "surrogateescape")
             raw_topic = _U16(len(t)) + t
+        v5 = self.level == MQTT_5
+        if not v5 or (
+            not out.properties and out.expires_at is None and not ids and not self.alias_max_out
+        ):
+            # The common case: no properties to send, one join.
+            size = len(raw_topic) + len(payload) + (2 if qos else 0) + (1 if v5 else 0)
+            first = 0x30 | (qos << 1) | (8 if dup else 0) | (1 if retain else 0)
+            head = bytes((first,)) + _e_vbi(size) + raw_topic
+            if self.client_max_packet and len(head) - len(raw_topic) + size > self.client_max_packet:
+                log.debug("%s: message over the client's maximum packet size dropped", self)
+                return None
+            if qos:
+                head += _U16(pid)
+            return head + (b"\x00" if v5 else b"") + payload
         body = [raw_topic]
         if qos:
             body.append(_U16(pid))
-        if self.level == MQTT_5:
+        if v5:
             props: P.Properties = {}
             if out.properties:
                 props.update(out.properties)
