@@ -44,7 +44,7 @@ from warren.core.properties import (
 from warren.core.queue import Queue
 from warren.core.stats import MessageStats, count_get
 from warren.core.store import MessageStore
-from warren.core.users import CONFIGURE, READ, WRITE, UserStore
+from warren.core.users import CONFIGURE, READ, WRITE, User, UserStore
 from warren.core.vhost import REPLY_TO, REPLY_TO_PREFIX
 
 _PUBLISH_IDS = b"\x00\x3c\x00\x28"  # basic.publish: class 60, method 40
@@ -85,6 +85,11 @@ class Channel:
         self.id = channel_id
         self.vhost = connection.vhost
         assert self.vhost is not None
+        user = connection.user
+        assert user is not None
+        self.user: User = user
+        # RabbitMQ's topic permission variables for AMQP 0-9-1 (client_id is MQTT's).
+        self._topic_variables = {"username": user.name, "vhost": self.vhost.name}
         self.vhost.channels_opened += 1
         self.closing = False
         self.flow_active = True
@@ -344,6 +349,16 @@ class Channel:
         if refused is not None:
             raise AccessRefused(refused.text)
 
+    def _check_topic(self, ex: Exchange | None, key: str, kind: str) -> None:
+        """RabbitMQ's topic permission check: topic exchanges only. Callers on the
+        publish path test ``self.user.topic_permissions`` first (empty for most
+        users), so that a user without topic permissions pays nothing more."""
+        if ex is not None and ex.type == "topic" and self.user.topic_permissions:
+            assert self.vhost is not None
+            UserStore.check_topic(
+                self.user, self.vhost.name, ex.name, key, kind, self._topic_variables
+            )
+
     def _queue_name(self, name: str) -> str:
         if name:
             return name
@@ -440,6 +455,7 @@ class Channel:
         if "" in (method.destination, method.source):
             raise AccessRefused("operation not permitted on the default exchange")
         self._check(READ, "exchange", method.source)
+        self._check_topic(self.vhost.exchanges.get(method.source), method.routing_key, READ)
         # As RabbitMQ: when both are missing, the source is the one named.
         src = self.vhost.get_exchange(method.source)
         dest = self.vhost.get_exchange(method.destination)
@@ -456,6 +472,7 @@ class Channel:
         src = self.vhost.exchanges.get(method.source)
         if self.vhost.default_exchange in (src, dest):
             raise AccessRefused("operation not permitted on the default exchange")
+        self._check_topic(src, method.routing_key, READ)
         if dest is not None and src is not None:
             self.vhost.unbind(src, dest, method.routing_key, method.arguments)
         if not method.nowait:
@@ -504,6 +521,8 @@ class Channel:
         if not method.exchange:
             raise AccessRefused("operation not permitted on the default exchange")
         self._check(READ, "exchange", method.exchange)
+        # Before the queue's existence, as RabbitMQ (a missing exchange: 404 below).
+        self._check_topic(self.vhost.exchanges.get(method.exchange), routing_key, READ)
         # RabbitMQ's order: the exchange, then the queue must exist; then the binding
         # must be valid; only then is the queue's exclusivity checked.
         ex = self.vhost.get_exchange(method.exchange)
@@ -528,6 +547,7 @@ class Channel:
         ex = self.vhost.exchanges.get(method.exchange)
         if ex is self.vhost.default_exchange:
             raise AccessRefused("operation not permitted on the default exchange")
+        self._check_topic(ex, routing_key, READ)
         q = self.vhost.queues.get(qname)
         # An exclusive queue of another connection is refused (405) only when the
         # binding exists: removing a missing one succeeds, as in RabbitMQ.
@@ -660,6 +680,8 @@ class Channel:
             raise AccessRefused(
                 f"cannot publish to internal exchange '{ex.name}' in vhost '{ex.vhost_name}'"
             )
+        if self.user.topic_permissions:  # a dict's truth: the whole cost without any
+            self._check_topic(ex, method.routing_key, WRITE)
         plain = props in _PLAIN_PROPERTIES
         if not plain:
             self._validate_properties(props)
