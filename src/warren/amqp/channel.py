@@ -44,7 +44,7 @@ from warren.core.properties import (
 from warren.core.queue import Queue
 from warren.core.stats import MessageStats, count_get
 from warren.core.store import MessageStore
-from warren.core.users import CONFIGURE, READ, WRITE, User, UserStore
+from warren.core.users import CONFIGURE, READ, WRITE, User, UserStore, topic_refused
 from warren.core.vhost import REPLY_TO, REPLY_TO_PREFIX
 
 _PUBLISH_IDS = b"\x00\x3c\x00\x28"  # basic.publish: class 60, method 40
@@ -88,6 +88,7 @@ class Channel:
         user = connection.user
         assert user is not None
         self.user: User = user
+        self._vhost_name = self.vhost.name
         # RabbitMQ's topic permission variables for AMQP 0-9-1 (client_id is MQTT's).
         self._topic_variables = {"username": user.name, "vhost": self.vhost.name}
         self.vhost.channels_opened += 1
@@ -350,13 +351,10 @@ class Channel:
             raise AccessRefused(refused.text)
 
     def _check_topic(self, ex: Exchange | None, key: str, kind: str) -> None:
-        """RabbitMQ's topic permission check: topic exchanges only. Callers on the
-        publish path test ``self.user.topic_permissions`` first (empty for most
-        users), so that a user without topic permissions pays nothing more."""
+        """RabbitMQ's topic permission check (binds): topic exchanges only."""
         if ex is not None and ex.type == "topic" and self.user.topic_permissions:
-            assert self.vhost is not None
             UserStore.check_topic(
-                self.user, self.vhost.name, ex.name, key, kind, self._topic_variables
+                self.user, self._vhost_name, ex.name, key, kind, self._topic_variables
             )
 
     def _queue_name(self, name: str) -> str:
@@ -680,8 +678,17 @@ class Channel:
             raise AccessRefused(
                 f"cannot publish to internal exchange '{ex.name}' in vhost '{ex.vhost_name}'"
             )
-        if self.user.topic_permissions:  # a dict's truth: the whole cost without any
-            self._check_topic(ex, method.routing_key, WRITE)
+        topic_perms = self.user.topic_permissions
+        if topic_perms:  # empty for most users: this truth test is all they pay
+            # UserStore.check_topic inlined: this runs for every message.
+            table = topic_perms.get(self._vhost_name)
+            perm = None if table is None else table.get(ex.name)
+            if (
+                perm is not None
+                and ex.type == "topic"
+                and not perm.allows(WRITE, method.routing_key, self._topic_variables)
+            ):
+                raise topic_refused(self.user, self._vhost_name, ex.name, method.routing_key)
         plain = props in _PLAIN_PROPERTIES
         if not plain:
             self._validate_properties(props)

@@ -57,27 +57,28 @@ class TopicPermission:
 
     write: str = ".*"
     read: str = ".*"
-    _compiled: dict[str, re.Pattern[str]] = field(default_factory=dict, repr=False)
+    _compiled: dict[str, re.Pattern[str]] = field(default_factory=dict, repr=False, compare=False)
 
     def allows(self, kind: str, key: str, variables: Mapping[str, str] | None = None) -> bool:
         """rabbit_auth_backend_internal:check_topic_access/4: an empty pattern is
         ``^$``; ``{name}`` is replaced by ``variables[name]`` (plain text, not
         escaped); the match is unanchored (``re:run``), unlike resource permissions."""
+        compiled = self._compiled.get(kind)
+        if compiled is not None:  # a pattern without placeholders, compiled once
+            return compiled.search(key) is not None
         pattern = getattr(self, kind) or "^$"
-        if variables and "{" in pattern:
-            for name, value in variables.items():
+        if "{" in pattern:
+            for name, value in (variables or {}).items():
                 pattern = pattern.replace("{" + name + "}", value)
             try:
                 # re's own bounded cache: expanded patterns vary per user and client id.
                 return re.search(pattern, key) is not None
             except re.error:  # a variable's value broke the regex: nothing matches
                 return False
-        compiled = self._compiled.get(kind)
-        if compiled is None:
-            try:
-                compiled = self._compiled[kind] = re.compile(pattern)
-            except re.error:  # set without validation (the API and imports validate)
-                return False
+        try:
+            compiled = self._compiled[kind] = re.compile(pattern)
+        except re.error:  # set without validation (the API and imports validate)
+            return False
         return compiled.search(key) is not None
 
 
@@ -173,7 +174,12 @@ class UserStore:
         table = user.topic_permissions.get(vhost)
         perm = None if table is None else table.get(exchange)
         if perm is not None and not perm.allows(kind, routing_key, variables):
-            raise AccessRefused(
-                f"access to topic '{routing_key}' in exchange '{exchange}' in vhost "
-                f"'{vhost}' refused for user '{user.name}'"
-            )
+            raise topic_refused(user, vhost, exchange, routing_key)
+
+
+def topic_refused(user: User, vhost: str, exchange: str, routing_key: str) -> AccessRefused:
+    """RabbitMQ's refusal of a routing or binding key by a topic permission."""
+    return AccessRefused(
+        f"access to topic '{routing_key}' in exchange '{exchange}' in vhost '{vhost}' "
+        f"refused for user '{user.name}'"
+    )
