@@ -57,29 +57,46 @@ class TopicPermission:
 
     write: str = ".*"
     read: str = ".*"
+    #: kind -> the compiled pattern, for patterns without placeholders.
     _compiled: dict[str, re.Pattern[str]] = field(default_factory=dict, repr=False, compare=False)
+    #: (kind, variables) -> the expanded pattern compiled (None: not a valid regex).
+    _expanded: dict[tuple[str, tuple[tuple[str, str], ...]], re.Pattern[str] | None] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def allows(self, kind: str, key: str, variables: Mapping[str, str] | None = None) -> bool:
         """rabbit_auth_backend_internal:check_topic_access/4: an empty pattern is
         ``^$``; ``{name}`` is replaced by ``variables[name]`` (plain text, not
         escaped); the match is unanchored (``re:run``), unlike resource permissions."""
         compiled = self._compiled.get(kind)
-        if compiled is not None:  # a pattern without placeholders, compiled once
-            return compiled.search(key) is not None
-        pattern = getattr(self, kind) or "^$"
-        if "{" in pattern:
-            for name, value in (variables or {}).items():
-                pattern = pattern.replace("{" + name + "}", value)
-            try:
-                # re's own bounded cache: expanded patterns vary per user and client id.
-                return re.search(pattern, key) is not None
-            except re.error:  # a variable's value broke the regex: nothing matches
+        if compiled is None:
+            compiled = self._pattern(kind, variables)
+            if compiled is None:  # not a valid regex (once expanded): nothing matches
                 return False
-        try:
-            compiled = self._compiled[kind] = re.compile(pattern)
-        except re.error:  # set without validation (the API and imports validate)
-            return False
         return compiled.search(key) is not None
+
+    def _pattern(self, kind: str, variables: Mapping[str, str] | None) -> re.Pattern[str] | None:
+        """The pattern compiled, cached: this runs for every message published."""
+        pattern = getattr(self, kind) or "^$"
+        if "{" not in pattern:
+            try:
+                compiled = self._compiled[kind] = re.compile(pattern)
+            except re.error:  # set without validation (the API and imports validate)
+                return None
+            return compiled
+        cache_key = (kind, tuple(variables.items()) if variables else ())
+        if cache_key in self._expanded:
+            return self._expanded[cache_key]
+        for name, value in (variables or {}).items():
+            pattern = pattern.replace("{" + name + "}", value)
+        try:
+            expanded: re.Pattern[str] | None = re.compile(pattern)
+        except re.error:  # a variable's value broke the regex
+            expanded = None
+        if len(self._expanded) >= 256:  # one entry per user and client id: bounded
+            self._expanded.clear()
+        self._expanded[cache_key] = expanded
+        return expanded
 
 
 @dataclass
