@@ -312,6 +312,7 @@ def test_import_details(broker: BrokerThread, caplog: pytest.LogCaptureFixture) 
             "amq.skip" in v.exchanges,
             binding.arguments,
             v.queues["q1"].operator_policy and v.queues["q1"].operator_policy.name,
+            [(x, p.write, p.read) for x, p in carol.topic_permissions["v2"].items()],
         )
 
     assert broker.call(state) == (
@@ -323,9 +324,9 @@ def test_import_details(broker: BrokerThread, caplog: pytest.LogCaptureFixture) 
         False,
         {"x-match": "any", "k": "v"},
         "op",
+        [("amq.topic", ".*", ".*")],
     )
     logged = caplog.text
-    assert "topic permission(s) ignored" in logged
     assert "global parameter 'cluster_name' skipped" in logged
     assert "parameter component 'federation-upstream' is not supported" in logged
     assert "queue 'amq.skip' skipped" in logged
@@ -588,9 +589,9 @@ def test_export_of_the_rabbitmq_export_gives_it_back(broker_factory: Any) -> Non
         "exchanges",
         "bindings",
         "parameters",
+        "topic_permissions",
     ):
         assert ours[key] == theirs[key], key
-    assert ours["topic_permissions"] == []  # not kept by Warren
     assert [(v["name"], v["limits"]) for v in exported["vhosts"]] == [
         ("/", []),
         ("demo", [["max-connections", 10], ["max-queues", 20]]),

@@ -252,8 +252,15 @@ def _user_update(entry: _Entry, version: Any) -> Callable[[Node], None]:
 def _permission(entry: _Entry, rec: Any) -> Permission:
     if not isinstance(rec, dict):
         raise entry.error("permissions must be JSON objects")
+    configure, write, read = _regexes(entry, ("configure", "write", "read"), rec)
+    return Permission(configure, write, read)
+
+
+def _regexes(entry: _Entry, keys: tuple[str, ...], rec: Any = None) -> list[str]:
+    """The permission regexes ``keys`` of ``rec`` (default: the entry), each checked."""
+    rec = entry.rec if rec is None else rec
     values: list[str] = []
-    for key in ("configure", "write", "read"):
+    for key in keys:
         value = rec.get(key)
         if not isinstance(value, str):
             raise entry.error(f"permission '{key}' must be a string")
@@ -264,7 +271,7 @@ def _permission(entry: _Entry, rec: Any) -> Permission:
                 f"permission '{key}' is not a valid regular expression: {exc}"
             ) from None
         values.append(value)
-    return Permission(values[0], values[1], values[2])
+    return values
 
 
 def _add_vhost(broker: Node, name: str) -> None:
@@ -273,6 +280,12 @@ def _add_vhost(broker: Node, name: str) -> None:
 
 def _set_permission(broker: Node, user: str, vhost: str, perm: Permission) -> None:
     broker.users.users[user].permissions[vhost] = perm
+
+
+def _set_topic_permission(
+    broker: Node, user: str, vhost: str, exchange: str, write: str, read: str
+) -> None:
+    broker.users.set_topic_permission(user, vhost, exchange, write, read)
 
 
 def _set_limits(broker: Node, vhost: str, limits: dict[str, int]) -> None:
@@ -311,13 +324,12 @@ def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
         if user not in user_names:
             raise entry.error(f"user '{user}' does not exist")
         steps.append(partial(_set_permission, broker, user, vhost, perm))
-    topic_permissions = _entries(data, "topic_permissions")
-    if topic_permissions:
-        log.warning(
-            "definitions: %d topic permission(s) ignored: Warren does not enforce "
-            "topic permissions",
-            len(topic_permissions),
-        )
+    for entry in _entries(data, "topic_permissions"):
+        user, vhost = entry.text("user"), need_vhost(entry)
+        exchange, (write, read) = entry.text("exchange"), _regexes(entry, ("write", "read"))
+        if user not in user_names:
+            raise entry.error(f"user '{user}' does not exist")
+        steps.append(partial(_set_topic_permission, broker, user, vhost, exchange, write, read))
 
     # exchanges
     exchange_names = {(v.name, x) for v in broker.vhosts.values() for x in v.exchanges}
@@ -524,7 +536,7 @@ def import_steps(broker: Node, data: dict[str, Any]) -> Iterator[None]:
             step()
             yield
     finally:
-        if data.get("users") or data.get("permissions"):
+        if data.get("users") or data.get("permissions") or data.get("topic_permissions"):
             broker.save_users()
     counts = ", ".join(
         f"{len(data[c])} {c}" for c in CATEGORIES if isinstance(data.get(c), list) and data[c]
@@ -580,6 +592,12 @@ def export_definitions(broker: Node) -> dict[str, Any]:
         {"user": u.name, "vhost": vhost, "configure": p.configure, "write": p.write, "read": p.read}
         for u in sorted(broker.users.users.values(), key=lambda u: u.name)
         for vhost, p in sorted(u.permissions.items())
+    ]
+    topic_permissions = [
+        {"user": u.name, "vhost": vhost, "exchange": x, "write": p.write, "read": p.read}
+        for u in sorted(broker.users.users.values(), key=lambda u: u.name)
+        for vhost, table in sorted(u.topic_permissions.items())
+        for x, p in sorted(table.items())
     ]
     vhosts: list[dict[str, Any]] = []
     parameters: list[dict[str, Any]] = []
@@ -656,7 +674,7 @@ def export_definitions(broker: Node) -> dict[str, Any]:
         "users": users,
         "vhosts": vhosts,
         "permissions": permissions,
-        "topic_permissions": [],
+        "topic_permissions": topic_permissions,
         "parameters": parameters,
         "global_parameters": [],
         "policies": policies,

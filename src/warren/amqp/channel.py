@@ -44,7 +44,7 @@ from warren.core.properties import (
 from warren.core.queue import Queue
 from warren.core.stats import MessageStats, count_get
 from warren.core.store import MessageStore
-from warren.core.users import CONFIGURE, READ, WRITE, UserStore
+from warren.core.users import CONFIGURE, READ, WRITE, User, UserStore, topic_refused
 from warren.core.vhost import REPLY_TO, REPLY_TO_PREFIX
 
 _PUBLISH_IDS = b"\x00\x3c\x00\x28"  # basic.publish: class 60, method 40
@@ -85,6 +85,12 @@ class Channel:
         self.id = channel_id
         self.vhost = connection.vhost
         assert self.vhost is not None
+        user = connection.user
+        assert user is not None
+        self.user: User = user
+        self._vhost_name = self.vhost.name
+        # RabbitMQ's topic permission variables for AMQP 0-9-1 (client_id is MQTT's).
+        self._topic_variables = {"username": user.name, "vhost": self.vhost.name}
         self.vhost.channels_opened += 1
         self.closing = False
         self.flow_active = True
@@ -344,6 +350,13 @@ class Channel:
         if refused is not None:
             raise AccessRefused(refused.text)
 
+    def _check_topic(self, ex: Exchange | None, key: str, kind: str) -> None:
+        """RabbitMQ's topic permission check (binds): topic exchanges only."""
+        if ex is not None and ex.type == "topic" and self.user.topic_permissions:
+            UserStore.check_topic(
+                self.user, self._vhost_name, ex.name, key, kind, self._topic_variables
+            )
+
     def _queue_name(self, name: str) -> str:
         if name:
             return name
@@ -440,6 +453,7 @@ class Channel:
         if "" in (method.destination, method.source):
             raise AccessRefused("operation not permitted on the default exchange")
         self._check(READ, "exchange", method.source)
+        self._check_topic(self.vhost.exchanges.get(method.source), method.routing_key, READ)
         # As RabbitMQ: when both are missing, the source is the one named.
         src = self.vhost.get_exchange(method.source)
         dest = self.vhost.get_exchange(method.destination)
@@ -456,6 +470,7 @@ class Channel:
         src = self.vhost.exchanges.get(method.source)
         if self.vhost.default_exchange in (src, dest):
             raise AccessRefused("operation not permitted on the default exchange")
+        self._check_topic(src, method.routing_key, READ)
         if dest is not None and src is not None:
             self.vhost.unbind(src, dest, method.routing_key, method.arguments)
         if not method.nowait:
@@ -504,6 +519,8 @@ class Channel:
         if not method.exchange:
             raise AccessRefused("operation not permitted on the default exchange")
         self._check(READ, "exchange", method.exchange)
+        # Before the queue's existence, as RabbitMQ (a missing exchange: 404 below).
+        self._check_topic(self.vhost.exchanges.get(method.exchange), routing_key, READ)
         # RabbitMQ's order: the exchange, then the queue must exist; then the binding
         # must be valid; only then is the queue's exclusivity checked.
         ex = self.vhost.get_exchange(method.exchange)
@@ -528,6 +545,7 @@ class Channel:
         ex = self.vhost.exchanges.get(method.exchange)
         if ex is self.vhost.default_exchange:
             raise AccessRefused("operation not permitted on the default exchange")
+        self._check_topic(ex, routing_key, READ)
         q = self.vhost.queues.get(qname)
         # An exclusive queue of another connection is refused (405) only when the
         # binding exists: removing a missing one succeeds, as in RabbitMQ.
@@ -660,6 +678,17 @@ class Channel:
             raise AccessRefused(
                 f"cannot publish to internal exchange '{ex.name}' in vhost '{ex.vhost_name}'"
             )
+        topic_perms = self.user.topic_permissions
+        if topic_perms:  # empty for most users: this truth test is all they pay
+            # UserStore.check_topic inlined: this runs for every message.
+            table = topic_perms.get(self._vhost_name)
+            perm = None if table is None else table.get(ex.name)
+            if (
+                perm is not None
+                and ex.type == "topic"
+                and not perm.allows(WRITE, method.routing_key, self._topic_variables)
+            ):
+                raise topic_refused(self.user, self._vhost_name, ex.name, method.routing_key)
         plain = props in _PLAIN_PROPERTIES
         if not plain:
             self._validate_properties(props)

@@ -1,4 +1,5 @@
-"""Users, password hashes and per-vhost permissions, checked as RabbitMQ does.
+"""Users, password hashes, per-vhost permissions and topic permissions, checked as
+RabbitMQ does.
 
 Password hashes use RabbitMQ's default scheme (salted SHA-256, base64 of
 salt + digest), so definitions exported from RabbitMQ import unchanged.
@@ -11,6 +12,7 @@ import hashlib
 import hmac
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from warren.core.errors import AccessRefused
@@ -49,11 +51,63 @@ class Permission:
 
 
 @dataclass
+class TopicPermission:
+    """Regexes a routing key (write: publish) or binding key (read: bind) must match
+    on one topic exchange (``rabbitmqctl set_topic_permissions``)."""
+
+    write: str = ".*"
+    read: str = ".*"
+    #: kind -> the compiled pattern, for patterns without placeholders.
+    _compiled: dict[str, re.Pattern[str]] = field(default_factory=dict, repr=False, compare=False)
+    #: (kind, variables) -> the expanded pattern compiled (None: not a valid regex).
+    _expanded: dict[tuple[str, tuple[tuple[str, str], ...]], re.Pattern[str] | None] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def allows(self, kind: str, key: str, variables: Mapping[str, str] | None = None) -> bool:
+        """rabbit_auth_backend_internal:check_topic_access/4: an empty pattern is
+        ``^$``; ``{name}`` is replaced by ``variables[name]`` (plain text, not
+        escaped); the match is unanchored (``re:run``), unlike resource permissions."""
+        compiled = self._compiled.get(kind)
+        if compiled is None:
+            compiled = self._pattern(kind, variables)
+            if compiled is None:  # not a valid regex (once expanded): nothing matches
+                return False
+        return compiled.search(key) is not None
+
+    def _pattern(self, kind: str, variables: Mapping[str, str] | None) -> re.Pattern[str] | None:
+        """The pattern compiled, cached: this runs for every message published."""
+        pattern = getattr(self, kind) or "^$"
+        if "{" not in pattern:
+            try:
+                compiled = self._compiled[kind] = re.compile(pattern)
+            except re.error:  # set without validation (the API and imports validate)
+                return None
+            return compiled
+        cache_key = (kind, tuple(variables.items()) if variables else ())
+        if cache_key in self._expanded:
+            return self._expanded[cache_key]
+        for name, value in (variables or {}).items():
+            pattern = pattern.replace("{" + name + "}", value)
+        try:
+            expanded: re.Pattern[str] | None = re.compile(pattern)
+        except re.error:  # a variable's value broke the regex
+            expanded = None
+        if len(self._expanded) >= 256:  # one entry per user and client id: bounded
+            self._expanded.clear()
+        self._expanded[cache_key] = expanded
+        return expanded
+
+
+@dataclass
 class User:
     name: str
     password_hash: str
     tags: list[str] = field(default_factory=list)
     permissions: dict[str, Permission] = field(default_factory=dict)
+    #: vhost -> exchange -> TopicPermission; empty for most users, which is what
+    #: lets a publish skip the check at the cost of one truth test.
+    topic_permissions: dict[str, dict[str, TopicPermission]] = field(default_factory=dict)
 
 
 class UserStore:
@@ -70,6 +124,40 @@ class UserStore:
     ) -> None:
         self.users[user].permissions[vhost] = Permission(configure, write, read)
 
+    def set_topic_permission(
+        self, user: str, vhost: str, exchange: str, write: str = ".*", read: str = ".*"
+    ) -> bool:
+        """Set (replace) ``user``'s topic permission on ``exchange``; True if one existed."""
+        table = self.users[user].topic_permissions.setdefault(vhost, {})
+        existed = exchange in table
+        table[exchange] = TopicPermission(write, read)
+        return existed
+
+    def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None) -> bool:
+        """Drop ``user``'s topic permissions in ``vhost`` (all, or only ``exchange``'s,
+        as ``rabbitmqctl clear_topic_permissions``); False when there was none."""
+        perms = self.users[user].topic_permissions
+        table = perms.get(vhost)
+        if table is None or (exchange is not None and exchange not in table):
+            return False
+        if exchange is not None:
+            del table[exchange]
+        if exchange is None or not table:
+            # No empty tables left behind: an empty dict keeps publishes check-free.
+            del perms[vhost]
+        return True
+
+    def delete_user(self, name: str) -> bool:
+        """Remove the user, with its permissions and topic permissions."""
+        return self.users.pop(name, None) is not None
+
+    def forget_vhost(self, vhost: str) -> None:
+        """Drop every permission and topic permission on a deleted vhost, so a vhost
+        created again under that name starts with none (as in RabbitMQ)."""
+        for user in self.users.values():
+            user.permissions.pop(vhost, None)
+            user.topic_permissions.pop(vhost, None)
+
     def authenticate(self, name: str, password: str) -> User | None:
         user = self.users.get(name)
         if user is None or not check_password(password, user.password_hash):
@@ -85,3 +173,30 @@ class UserStore:
                 f"access to {resource_type} '{name}' in vhost '{vhost}' "
                 f"refused for user '{user.name}'"
             )
+
+    @staticmethod
+    def check_topic(
+        user: User,
+        vhost: str,
+        exchange: str,
+        routing_key: str,
+        kind: str,
+        variables: Mapping[str, str] | None = None,
+    ) -> None:
+        """Raise 403 unless ``user`` may ``kind`` (write: publish with, read: bind with)
+        ``routing_key`` on the topic exchange ``exchange``; no topic permission for the
+        exchange allows everything. ``variables`` fills RabbitMQ's ``{username}``,
+        ``{vhost}`` and ``{client_id}`` (MQTT) placeholders. The caller makes sure the
+        exchange is a topic exchange: RabbitMQ checks no other type."""
+        table = user.topic_permissions.get(vhost)
+        perm = None if table is None else table.get(exchange)
+        if perm is not None and not perm.allows(kind, routing_key, variables):
+            raise topic_refused(user, vhost, exchange, routing_key)
+
+
+def topic_refused(user: User, vhost: str, exchange: str, routing_key: str) -> AccessRefused:
+    """RabbitMQ's refusal of a routing or binding key by a topic permission."""
+    return AccessRefused(
+        f"access to topic '{routing_key}' in exchange '{exchange}' in vhost '{vhost}' "
+        f"refused for user '{user.name}'"
+    )

@@ -268,9 +268,10 @@ async def delete_vhost(ctx: Ctx) -> web.StreamResponse:
     if name not in ctx.node.vhosts:
         raise not_found()
     ctx.node.delete_vhost(name)
+    # The node drops the vhost's permissions; topic permissions on it go too.
+    ctx.node.users.forget_vhost(name)
+    ctx.node.save_users()
     ctx.state.vhost_metadata.pop(name, None)
-    for key in [k for k in ctx.state.topic_permissions if k[1] == name]:
-        del ctx.state.topic_permissions[key]
     ctx.state.save()
     return web.Response(status=NO_CONTENT)
 
@@ -303,7 +304,7 @@ async def bulk_delete_users(ctx: Ctx) -> web.StreamResponse:
     if not isinstance(names, list):
         raise bad_request("users must be a list of names")
     for name in names:
-        ctx.node.users.users.pop(str(name), None)
+        ctx.node.users.delete_user(str(name))
     ctx.node.save_users()
     return web.Response(status=NO_CONTENT)
 
@@ -357,10 +358,8 @@ async def delete_user(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
     name = ctx.params[0]
     _user(ctx, name)
-    del ctx.node.users.users[name]
+    ctx.node.users.delete_user(name)  # with its permissions and topic permissions
     ctx.state.user_limits.pop(name, None)
-    for key in [k for k in ctx.state.topic_permissions if k[0] == name]:
-        del ctx.state.topic_permissions[key]
     ctx.state.save()
     ctx.node.save_users()
     return web.Response(status=NO_CONTENT)
@@ -443,11 +442,15 @@ async def delete_permission(ctx: Ctx) -> web.StreamResponse:
 def topic_permissions(
     ctx: Ctx, user: str | None = None, vhost: str | None = None
 ) -> list[dict[str, Any]]:
+    """The core's topic permissions as RabbitMQ lists them, optionally of one user
+    and/or vhost."""
     return [
-        {"user": u, "vhost": v, "exchange": exchange, **perm}
-        for (u, v), per_exchange in ctx.state.topic_permissions.items()
-        if (user is None or u == user) and (vhost is None or v == vhost)
-        for exchange, perm in per_exchange.items()
+        {"user": u.name, "vhost": v, "exchange": exchange, "write": p.write, "read": p.read}
+        for u in ctx.node.users.users.values()
+        if user is None or u.name == user
+        for v, per_exchange in u.topic_permissions.items()
+        if vhost is None or v == vhost
+        for exchange, p in per_exchange.items()
     ]
 
 
@@ -479,7 +482,7 @@ async def get_topic_permission(ctx: Ctx) -> web.StreamResponse:
 
 
 async def put_topic_permission(ctx: Ctx) -> web.StreamResponse:
-    """Stored and listed (and exported nowhere yet); Warren does not enforce them."""
+    """Set one exchange's topic permission, enforced from the next publish or bind."""
     ctx.require(ADMIN)
     vhost, name = ctx.params
     _user(ctx, name)
@@ -490,19 +493,18 @@ async def put_topic_permission(ctx: Ctx) -> web.StreamResponse:
     if not isinstance(exchange, str):
         raise bad_request("[{key_missing,exchange}]")
     write, read = _regexes(body, ("write", "read"))
-    table = ctx.state.topic_permissions.setdefault((name, vhost), {})
-    existed = exchange in table
-    table[exchange] = {"write": write, "read": read}
-    ctx.state.save()
+    existed = ctx.node.users.set_topic_permission(name, vhost, exchange, write, read)
+    ctx.node.save_users()
     return _created(existed)
 
 
 async def delete_topic_permission(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
     vhost, name = ctx.params
-    if ctx.state.topic_permissions.pop((name, vhost), None) is None:
+    _user(ctx, name)
+    if not ctx.node.users.clear_topic_permissions(name, vhost):
         raise not_found()
-    ctx.state.save()
+    ctx.node.save_users()
     return web.Response(status=NO_CONTENT)
 
 

@@ -1,7 +1,7 @@
 """/api/definitions: RabbitMQ's definitions export and import, node-wide or per vhost.
 
-The core's part is definitions_json.py; this adds what only the API keeps
-(vhost metadata, user limits, topic permissions, global parameters, in
+The core's part is definitions_json.py (topic permissions included); this adds
+what only the API keeps (vhost metadata, user limits, global parameters, in
 mgmt.json) and applies an import step by step, giving the loop back every
 SLICE objects.
 """
@@ -16,7 +16,6 @@ from aiohttp import web
 from aiohttp.web_request import FileField
 
 from warren.definitions_json import DefinitionsError, export_definitions, import_steps
-from warren.http.api_broker import topic_permissions
 from warren.http.common import ADMIN, SLICE, ApiError, Ctx, bad_request, json_response, parse_tags
 from warren.http.state import Router
 
@@ -52,7 +51,6 @@ async def get_definitions(ctx: Ctx) -> web.StreamResponse:
             v["metadata"] = {"description": meta["description"], "tags": list(meta["tags"])}
     for u in data["users"]:
         u["limits"] = dict(state.user_limits.get(u["name"], {}))
-    data["topic_permissions"] = topic_permissions(ctx)
     data["global_parameters"] = [
         {"name": k, "value": v} for k, v in sorted(state.global_parameters.items())
     ]
@@ -102,8 +100,8 @@ async def post_definitions(ctx: Ctx) -> web.StreamResponse:
 
 def _import_api_state(ctx: Ctx, data: dict[str, Any]) -> None:
     """The parts of a definitions file the core skips and the API keeps: vhost
-    metadata, user limits, topic permissions, global parameters (checked loosely:
-    the core import has accepted the document)."""
+    metadata, user limits, global parameters (checked loosely: the core import has
+    accepted the document)."""
     state = ctx.state
     for v in _records(data, "vhosts"):
         meta: dict[str, Any] = v["metadata"] if isinstance(v.get("metadata"), dict) else v
@@ -119,10 +117,6 @@ def _import_api_state(ctx: Ctx, data: dict[str, Any]) -> None:
             state.user_limits[str(u.get("name"))] = {
                 k: n for k, n in limits.items() if isinstance(n, int)
             }
-    for t in _records(data, "topic_permissions"):
-        if all(isinstance(t.get(k), str) for k in ("user", "vhost", "exchange", "write", "read")):
-            table = state.topic_permissions.setdefault((t["user"], t["vhost"]), {})
-            table[t["exchange"]] = {"write": t["write"], "read": t["read"]}
     for g in _records(data, "global_parameters"):
         name = g.get("name")
         if name == "cluster_name" and isinstance(g.get("value"), str) and g["value"]:

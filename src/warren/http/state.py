@@ -77,16 +77,14 @@ class Router:
 @dataclass
 class ApiState:
     """Settings the management API accepts that the core has no place for, kept in
-    ``<data_dir>/mgmt.json`` (a few entries: written whole at every change)."""
+    ``<data_dir>/mgmt.json`` (a few entries: written whole at every change). Topic
+    permissions were kept here too; the core has them now, in users.json, and moves
+    old entries there when it loads its users (store/users_file.py)."""
 
     #: vhost -> {"description": ..., "tags": [...]}.
     vhost_metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: user -> {"max-connections": n, "max-channels": n}: stored and listed, not enforced.
     user_limits: dict[str, dict[str, int]] = field(default_factory=dict)
-    #: (user, vhost) -> {exchange: {"write": re, "read": re}}: stored, not enforced.
-    topic_permissions: dict[tuple[str, str], dict[str, dict[str, str]]] = field(
-        default_factory=dict
-    )
     #: name -> value (cluster_name lives on the node).
     global_parameters: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
@@ -100,12 +98,6 @@ class ApiState:
             state.vhost_metadata = dict(data.get("vhost_metadata", {}))
             state.user_limits = dict(data.get("user_limits", {}))
             state.global_parameters = dict(data.get("global_parameters", {}))
-            for rec in data.get("topic_permissions", []):
-                key = (rec["user"], rec["vhost"])
-                state.topic_permissions.setdefault(key, {})[rec["exchange"]] = {
-                    "write": rec["write"],
-                    "read": rec["read"],
-                }
         except FileNotFoundError:
             pass
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -115,15 +107,9 @@ class ApiState:
     def save(self) -> None:
         if self.path is None:
             return
-        topic = [
-            {"user": u, "vhost": v, "exchange": x, **perm}
-            for (u, v), table in self.topic_permissions.items()
-            for x, perm in table.items()
-        ]
         data = {
             "vhost_metadata": self.vhost_metadata,
             "user_limits": self.user_limits,
-            "topic_permissions": topic,
             "global_parameters": self.global_parameters,
         }
         try:
