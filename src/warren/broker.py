@@ -153,8 +153,7 @@ class Broker:
         vhost.close()
         del self.vhosts[name]
         self.layout.save_vhosts(list(self.vhosts))
-        for user in self.users.users.values():
-            user.permissions.pop(name, None)
+        self.users.forget_vhost(name)
         self.save_users()
         doomed = self.layout.detach_vhost_dirs(name)
         if doomed and self._loop is not None:

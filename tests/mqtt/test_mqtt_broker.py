@@ -435,3 +435,35 @@ def test_no_matching_subscribers_reason_code(mq: BrokerThread, clients: list[Cli
     pub.paho.on_publish = lambda c, u, mid, rc, p: codes.append(rc.value)
     pub.publish("nobody/listens", b"x", qos=1)
     assert codes == [0x10]
+
+
+def test_topic_permissions(mq: BrokerThread, clients: list[Client]) -> None:
+    """RabbitMQ's topic permissions on amq.topic: write on the routing key a client
+    publishes with, read on the binding key a subscription makes; {client_id} and
+    {username} filled in."""
+
+    def setup() -> None:
+        users = mq.broker.users
+        users.add_user("dev", "secret")
+        users.set_permissions("dev", "/")
+        users.set_topic_permission(
+            "dev",
+            "/",
+            "amq.topic",
+            write="^sensors\\.{client_id}\\.",
+            read="^(sensors|{username})\\.",
+        )
+
+    mq.call(setup)
+    dev = client(mq, clients, client_id="dev1", protocol=V5, username="dev", password="secret")
+    dev.connect()
+    assert [c.value for c in dev.subscribe("alerts/#", qos=1)] == [0x87]
+    assert [c.value for c in dev.subscribe("sensors/#", qos=1)] == [1]
+    assert [c.value for c in dev.subscribe("dev/inbox", qos=1)] == [1]
+    codes: list[int] = []
+    dev.paho.on_publish = lambda c, u, mid, rc, p: codes.append(rc.value)
+    dev.publish("sensors/dev1/temp", b"mine", qos=1)
+    dev.publish("sensors/dev2/temp", b"not mine", qos=1)
+    assert codes == [0, 0x87]
+    assert dev.next().payload == b"mine"
+    assert dev.nothing_more()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from warren.core.errors import BrokerError
 from warren.core.message import Message
 from warren.core.stats import MessageStats, OctetStats
-from warren.core.users import CONFIGURE, READ, WRITE, User
+from warren.core.users import CONFIGURE, READ, WRITE, User, UserStore
 from warren.mqtt import properties as P
 from warren.mqtt.codec import Decoder, encode
 from warren.mqtt.codec import _publish as decode_publish
@@ -373,6 +373,11 @@ class MQTTConnection(Delivery):
         self.attach_consumers()
         return 0
 
+    def _variables(self) -> dict[str, str]:
+        """RabbitMQ's topic permission variables for this client."""
+        assert self.user is not None and self.vhost is not None
+        return {"username": self.user.name, "vhost": self.vhost.name, "client_id": self.client_id}
+
     def _allowed(self, user: User, vhost: str, kind: str, resource: str) -> bool:
         name = self.state.config.mqtt_exchange if resource == "exchange" else resource
         try:
@@ -517,6 +522,15 @@ class MQTTConnection(Delivery):
         if not self._can_publish or exchange is None:
             self._refuse_publish(qos, pid, topic, P.NOT_AUTHORIZED)
             return
+        user = self.user
+        if user is not None and user.topic_permissions and exchange.type == "topic":
+            try:
+                UserStore.check_topic(
+                    user, vhost.name, exchange.name, routing_key, WRITE, self._variables()
+                )
+            except BrokerError:
+                self._refuse_publish(qos, pid, topic, P.NOT_AUTHORIZED)
+                return
         if self.node.disk_alarm:
             self.set_blocked(True)
         now = self.now_ms or int(time.time() * 1000)
@@ -524,7 +538,11 @@ class MQTTConnection(Delivery):
             amqp_props = plain_properties(qos, dup, retain)
         else:
             amqp_props = to_properties(
-                qos, dup, retain, props or {}, self.client_id if self.no_local_subscriptions else None
+                qos,
+                dup,
+                retain,
+                props or {},
+                self.client_id if self.no_local_subscriptions else None,
             )
         msg = Message(exchange.name, routing_key, amqp_props, payload, now)
         self.stats.publish += 1
@@ -690,6 +708,10 @@ class MQTTConnection(Delivery):
         queue = self.subscription_queue(opts)
         users.check(user, vhost.name, WRITE, "queue", queue.name)
         users.check(user, vhost.name, READ, "exchange", exchange_name)
+        if user.topic_permissions and exchange.type == "topic":
+            UserStore.check_topic(
+                user, vhost.name, exchange_name, opts.binding_key, READ, self._variables()
+            )
         existed = topic_filter in session.subscriptions
         vhost.bind(exchange, queue, opts.binding_key)
         session.subscriptions[topic_filter] = opts

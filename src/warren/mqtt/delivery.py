@@ -388,7 +388,10 @@ class Delivery:
             size = len(raw_topic) + len(payload) + (2 if qos else 0) + (1 if v5 else 0)
             first = 0x30 | (qos << 1) | (8 if dup else 0) | (1 if retain else 0)
             head = bytes((first,)) + _e_vbi(size) + raw_topic
-            if self.client_max_packet and len(head) - len(raw_topic) + size > self.client_max_packet:
+            if (
+                self.client_max_packet
+                and len(head) - len(raw_topic) + size > self.client_max_packet
+            ):
                 log.debug("%s: message over the client's maximum packet size dropped", self)
                 return None
             if qos:
