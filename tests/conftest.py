@@ -66,6 +66,12 @@ class BrokerThread:
         return listener.port if listener is not None else 0
 
     @property
+    def mqtt_port(self) -> int:
+        """The MQTT port (0 when the MQTT TCP listener is disabled)."""
+        listener = self.broker.listener("mqtt")
+        return listener.port if listener is not None else 0
+
+    @property
     def url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/"
 

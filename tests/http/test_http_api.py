@@ -82,7 +82,7 @@ def test_overview_counts_objects(api: Api, broker: BrokerThread) -> None:
     assert overview["object_totals"]["queues"] == 1
     assert overview["object_totals"]["exchanges"] == 7  # the default and six amq.*
     ports = {(lst["protocol"], lst["port"]) for lst in overview["listeners"]}
-    assert ports == {("amqp", broker.port), ("http", broker.http_port)}
+    assert ports == {("amqp", broker.port), ("mqtt", broker.mqtt_port), ("http", broker.http_port)}
     assert {"name": "direct", "description": overview["exchange_types"][0]["description"],
             "enabled": True} in overview["exchange_types"]
 
@@ -581,10 +581,11 @@ def test_health_checks(api: Api, broker: BrokerThread) -> None:
     reply = api.request("GET", "/api/health/checks/port-listener/1")
     assert reply.status == 503
     assert reply.json() == {"status": "failed", "reason": "No active listener", "missing": 1,
-                            "ports": [broker.port, broker.http_port]}
+                            "ports": [broker.port, broker.mqtt_port, broker.http_port]}
     assert api.get("/api/health/checks/protocol-listener/amqp") == {"status": "ok", "protocol": "amqp"}
-    reply = api.request("GET", "/api/health/checks/protocol-listener/mqtt")
-    assert reply.status == 503 and reply.json()["protocols"] == ["amqp", "http"]
+    assert api.get("/api/health/checks/protocol-listener/mqtt") == {"status": "ok", "protocol": "mqtt"}
+    reply = api.request("GET", "/api/health/checks/protocol-listener/stomp")
+    assert reply.status == 503 and reply.json()["protocols"] == ["amqp", "mqtt", "http"]
     assert api.get("/api/aliveness-test/%2F") == {"status": "ok"}
     assert api.request("GET", "/api/aliveness-test/nosuch").status == 404
 
