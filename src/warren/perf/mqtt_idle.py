@@ -1,9 +1,11 @@
 """``warren perf mqtt-idle``: hold many idle MQTT connections, see what the broker pays.
 
-One process opens ``--connections`` non-blocking sockets, at most
-``--concurrency`` handshakes at a time (connect, CONNECT, CONNACK) on one
-epoll, then holds them: keep-alive 0 by default, so the broker expects no
-PINGREQ (with ``--keepalive`` the holder sends one every half interval).
+Holder processes open ``--connections`` non-blocking sockets, at most
+``--concurrency`` handshakes at a time each (connect, CONNECT, CONNACK) on one
+epoll, then hold them: keep-alive 0 by default, so the broker expects no
+PINGREQ (with ``--keepalive`` the holders send one every half interval).
+There is one holder process per open-file limit's worth of connections: one
+when the limit allows them all.
 
 Limits that matter at 100,000 connections on one machine:
 
@@ -13,9 +15,11 @@ Limits that matter at 100,000 connections on one machine:
   to 127.0.0.1, 127.0.0.2, ... (all of 127/8 is loopback on Linux) with
   ``IP_BIND_ADDRESS_NO_PORT``, so the port is only chosen at connect time;
 * every connection is a file descriptor here and another in the broker: the
-  soft RLIMIT_NOFILE is raised to what is needed, and as root the hard limit
-  too, up to ``/proc/sys/fs/nr_open`` (the broker needs the same: start it
-  with a high enough limit, as bench/mqtt_idle.py does).
+  soft RLIMIT_NOFILE is raised to what is needed, and with CAP_SYS_RESOURCE
+  (root, usually) the hard limit too, up to ``/proc/sys/fs/nr_open``. Where
+  even root lacks that capability (some containers), the connections are
+  split over holder processes; the broker, one process, stays bound by the
+  hard limit it was started with.
 
 With ``--ready`` a line ``READY <connected> <failed>`` goes to stdout once all
 handshakes are over, so a script can measure the broker's RSS and then stop
@@ -25,9 +29,11 @@ the holder with SIGINT or SIGTERM (or let ``--hold`` run out).
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import ipaddress
 import math
+import multiprocessing
 import resource
 import select
 import signal
@@ -35,6 +41,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Any, TextIO
 
@@ -116,8 +123,10 @@ def source_addresses(host: str, connections: int, sources: int = 0) -> list[str 
 
 
 class _Holder:
-    def __init__(self, p: IdleParams) -> None:
+    def __init__(self, p: IdleParams, offset: int = 0, count: int | None = None) -> None:
         self.p = p
+        self.offset = offset
+        self.count = p.connections if count is None else count
         self.socks: list[socket.socket] = []
         self.failures: collections.Counter[str] = collections.Counter()
         self.mqtt = MQTTParams(
@@ -139,12 +148,12 @@ class _Holder:
         n_sources = len(sources)
         last_progress = time.monotonic()
         try:
-            while nxt < p.connections or pending:
-                while nxt < p.connections and len(pending) < p.concurrency:
+            while nxt < self.count or pending:
+                while nxt < self.count and len(pending) < p.concurrency:
                     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                     s.setblocking(False)
                     try:
-                        src = sources[nxt % n_sources]
+                        src = sources[(self.offset + nxt) % n_sources]
                         if src is not None:
                             s.setsockopt(socket.SOL_IP, IP_BIND_ADDRESS_NO_PORT, 1)
                             s.bind((src, 0))
@@ -157,7 +166,7 @@ class _Holder:
                         s.close()
                         continue
                     fd = s.fileno()
-                    pending[fd] = [s, False, b"", nxt - 1]
+                    pending[fd] = [s, False, b"", self.offset + nxt - 1]
                     ep.register(fd, select.EPOLLOUT)
                 events = ep.poll(1.0)
                 now = time.monotonic()
@@ -252,24 +261,15 @@ class _Holder:
         self.socks.clear()
 
 
-def _hold(seconds: float, ping_every: float, holder: _Holder) -> bool:
+def _hold(seconds: float) -> bool:
     """Wait ``seconds`` (0: forever) or until SIGINT/SIGTERM; True when a signal ended it."""
     sigs = {signal.SIGINT, signal.SIGTERM}
     old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
     try:
-        end = time.monotonic() + seconds if seconds else math.inf
-        while True:
-            left = end - time.monotonic()
-            if left <= 0:
-                return False
-            step = min(left, ping_every) if ping_every else left
-            if step == math.inf:
-                signal.sigwait(sigs)
-                return True
-            if signal.sigtimedwait(sigs, step) is not None:
-                return True
-            if ping_every:
-                holder.ping_all()
+        if not seconds:
+            signal.sigwait(sigs)
+            return True
+        return signal.sigtimedwait(sigs, seconds) is not None
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
@@ -278,88 +278,138 @@ def _sigterm(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def _child_main(
+    p: IdleParams, offset: int, count: int, sources: list[str | None], conn: Connection
+) -> None:
+    """A holder process: open its share, report, hold (pinging if asked) until "stop"."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent coordinates the stop
+    raise_nofile(count + 64)
+    holder = _Holder(p, offset, count)
+    try:
+        holder.open_all(sources)
+    except OSError as exc:
+        holder.failures[f"{type(exc).__name__}: {exc}"] += count - len(holder.socks)
+    conn.send(("ready", len(holder.socks), dict(holder.failures)))
+    ping = p.keepalive / 2 if p.keepalive else None
+    try:
+        while not conn.poll(ping):
+            holder.ping_all()
+        conn.recv()
+    except (EOFError, OSError):
+        pass
+    alive = holder.alive()
+    holder.close_all()
+    with contextlib.suppress(OSError):
+        conn.send(("done", alive))
+
+
 def run(p: IdleParams, as_json: bool = False, out: TextIO | None = None) -> int:
+    """Open and hold the connections in holder processes of at most the open-file limit
+    each (one process when it allows them all); prints the report. Returns the exit status."""
     out = out if out is not None else sys.stdout
     text = None if as_json else out
-    limit = raise_nofile(p.connections + 64)
-    if p.connections + 16 > limit:
-        print(
-            f"warren perf mqtt-idle: {p.connections} connections need more than the open-file "
-            f"limit of {limit} (as root the hard limit can be raised up to "
-            "/proc/sys/fs/nr_open; otherwise ulimit -n)",
-            file=sys.stderr,
-        )
+    capacity = raise_nofile(p.connections + 64) - 64
+    if capacity < 1:
+        print("warren perf mqtt-idle: no file descriptors to spare", file=sys.stderr)
         return 2
+    shares = [min(capacity, p.connections - i) for i in range(0, p.connections, capacity)]
     sources = source_addresses(p.host, p.connections, p.sources)
-    previous = signal.signal(signal.SIGTERM, _sigterm)
-    holder = _Holder(p)
-    status = 0
-    interrupted = False
     note = pid_note(p.pid)
+    previous = signal.signal(signal.SIGTERM, _sigterm)
+    ctx = multiprocessing.get_context("spawn")
+    children: list[tuple[multiprocessing.process.BaseProcess, Connection]] = []
+    failures: collections.Counter[str] = collections.Counter()
+    connected = failed = alive = 0
     rss_before = read_rss(p.pid) if p.pid is not None else None
     rss = None
-    alive = 0
+    status = 0
+    open_s = 0.0
     start = time.perf_counter()
     try:
         try:
-            holder.open_all(sources)
-        except KeyboardInterrupt:
-            interrupted = True
-            status = 130
-        open_s = time.perf_counter() - start
-        connected = len(holder.socks)
-        failed = sum(holder.failures.values())
-        if text:
-            print(
-                f"connected {format_count(connected)} of {format_count(p.connections)} in "
-                f"{open_s:.2f} s ({connected / open_s if open_s else 0:,.0f}/s) from "
-                f"{len(sources)} source address(es)"
-                + (f"; {format_count(failed)} failed" if failed else ""),
-                file=text,
-                flush=True,
-            )
-            for why, n in holder.failures.most_common(5):
-                print(f"  {format_count(n)} failed: {why}", file=text)
-        if failed and not status:
-            status = 1
-        if not interrupted:
-            try:
-                if p.settle > 0 and p.pid is not None:
-                    time.sleep(p.settle)  # let the broker's memory settle before reading it
-                rss = read_rss(p.pid) if p.pid is not None else None
-                if text and p.pid is not None and not note:
-                    print(rss_line(f"broker pid {p.pid} before", rss_before), file=text)
-                    print(rss_line(f"broker pid {p.pid} with them open", rss), file=text)
-                    if rss_before and rss and connected:
-                        delta = rss.get("VmRSS", 0) - rss_before.get("VmRSS", 0)
-                        print(
-                            f"  delta VmRSS {delta / 1024:+,.1f} MiB, "
-                            f"{delta / connected:,.2f} KiB per connection",
-                            file=text,
-                        )
-                if p.ready:
-                    print(f"READY {connected} {failed}", file=out, flush=True)
-                if text:
+            offset = 0
+            for share in shares:
+                parent_end, child_end = ctx.Pipe(duplex=True)
+                proc = ctx.Process(
+                    target=_child_main,
+                    args=(p, offset, share, sources, child_end),
+                    name=f"warren-perf-mqtt-idle-{offset}",
+                    daemon=True,
+                )
+                proc.start()
+                child_end.close()
+                children.append((proc, parent_end))
+                offset += share
+            for proc, conn in children:
+                try:
+                    _kind, n, why = conn.recv()
+                except EOFError:
+                    n, why = 0, {"holder process died": 1}
+                connected += n
+                failures.update(why)
+            open_s = time.perf_counter() - start
+            failed = sum(failures.values())
+            if text:
+                print(
+                    f"connected {format_count(connected)} of {format_count(p.connections)} in "
+                    f"{open_s:.2f} s ({connected / open_s if open_s else 0:,.0f}/s), "
+                    f"{len(shares)} holder process(es), {len(sources)} source address(es)"
+                    + (f"; {format_count(failed)} failed" if failed else ""),
+                    file=text,
+                    flush=True,
+                )
+                for why_text, n in failures.most_common(5):
+                    print(f"  {format_count(n)} failed: {why_text}", file=text)
+            if failed:
+                status = 1
+            if p.settle > 0 and p.pid is not None:
+                time.sleep(p.settle)  # let the broker's memory settle before reading it
+            rss = read_rss(p.pid) if p.pid is not None else None
+            if text and p.pid is not None and not note:
+                print(rss_line(f"broker pid {p.pid} before", rss_before), file=text)
+                print(rss_line(f"broker pid {p.pid} with them open", rss), file=text)
+                if rss_before and rss and connected:
+                    delta = rss.get("VmRSS", 0) - rss_before.get("VmRSS", 0)
                     print(
-                        f"holding them {f'for {p.hold:g} s' if p.hold else 'until interrupted'}",
+                        f"  delta VmRSS {delta / 1024:+,.1f} MiB, "
+                        f"{delta / connected:,.2f} KiB per connection",
                         file=text,
-                        flush=True,
                     )
-                interrupted = _hold(p.hold, p.keepalive / 2, holder)
-            except KeyboardInterrupt:
-                interrupted = True
-        alive = holder.alive()
+            if p.ready:
+                print(f"READY {connected} {failed}", file=out, flush=True)
+            if text:
+                print(
+                    f"holding them {f'for {p.hold:g} s' if p.hold else 'until interrupted'}",
+                    file=text,
+                    flush=True,
+                )
+            _hold(p.hold)
+        except KeyboardInterrupt:
+            if not open_s:
+                status = 130
+        for _proc, conn in children:
+            with contextlib.suppress(OSError):
+                conn.send(("stop",))
+        for _proc, conn in children:
+            with contextlib.suppress(EOFError, OSError):
+                alive += conn.recv()[1]
     finally:
-        hold_s = time.perf_counter() - start
-        holder.close_all()
+        held_s = time.perf_counter() - start - open_s
+        for proc, conn in children:
+            proc.join(30)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(5)
+            conn.close()
         signal.signal(signal.SIGTERM, previous)
     result: dict[str, Any] = {
         "connections": connected,
         "failed": failed,
-        "failures": dict(holder.failures),
+        "failures": dict(failures),
         "alive_at_end": alive,
         "open_s": round(open_s, 3),
-        "held_s": round(hold_s - open_s, 3),
+        "held_s": round(held_s, 3),
+        "processes": len(shares),
         "sources": [s or "auto" for s in sources],
         "pid": p.pid,
         "rss_kib_before": rss_before,

@@ -1,0 +1,118 @@
+"""Warren's MQTT listener against mosquitto, with `warren perf mqtt`.
+
+    .venv/bin/python bench/mqtt_compare.py                    # 10 s runs, 3 each, both brokers
+    .venv/bin/python bench/mqtt_compare.py --seconds 5 --runs 1 --brokers mosquitto
+
+Each broker is started fresh on a free loopback port (mosquitto: Debian's
+/usr/sbin/mosquitto with a generated config, see bench/mqtt_brokers.py; Warren:
+``python -m warren --mqtt-port <port> --amqp-port 0 --http-port -1 --ephemeral``).
+A broker that does not start is skipped with the reason. For every scenario (1
+publisher, 1 subscriber, 16-byte payloads, MQTT 3.1.1; QoS 0 and QoS 1) the same
+``warren perf mqtt --time N --json`` runs ``--runs`` times per broker, the brokers
+alternating, and the table shows the median received msg/s and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from mqtt_brokers import (  # noqa: E402
+    BrokerUnavailable,
+    broker,
+    parse_brokers,
+    perf_command,
+    perf_env,
+    version,
+)
+
+#: (label, extra `warren perf mqtt` arguments)
+SCENARIOS: list[tuple[str, list[str]]] = [
+    ("QoS 0, 1 publisher, 1 subscriber, 16 B", ["--qos", "0"]),
+    ("QoS 1, 1 publisher, 1 subscriber, 16 B", ["--qos", "1"]),
+]
+
+
+def run_perf(port: int, seconds: float, extra: list[str]) -> dict[str, Any]:
+    cmd = perf_command(
+        "mqtt", "--port", str(port), "--time", str(seconds), "--size", "16", "--json", *extra
+    )
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, env=perf_env(), timeout=seconds + 120
+    )
+    if r.returncode != 0 or not r.stdout.strip():
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-1000:]}")
+    result: dict[str, Any] = json.loads(r.stdout.splitlines()[-1])
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--brokers", default="warren,mosquitto", help="default warren,mosquitto")
+    ap.add_argument("--seconds", type=float, default=10.0, help="per run (default 10)")
+    ap.add_argument("--runs", type=int, default=3, help="runs per scenario and broker (median)")
+    ap.add_argument("--json", action="store_true", help="also print every run as JSON lines")
+    args = ap.parse_args(argv)
+    names = parse_brokers(args.brokers)
+    # results[scenario][broker] = [receive_rate, ...]
+    results: dict[str, dict[str, list[float]]] = {label: {} for label, _ in SCENARIOS}
+    skipped: dict[str, str] = {}
+    for label, extra in SCENARIOS:
+        for run in range(args.runs):
+            order = names if run % 2 == 0 else list(reversed(names))
+            for name in order:
+                if name in skipped:
+                    continue
+                try:
+                    with broker(name) as (_pid, port):
+                        s = run_perf(port, args.seconds, extra)
+                except BrokerUnavailable as exc:
+                    skipped[name] = str(exc)
+                    print(f"skipping {name}: {exc}", file=sys.stderr)
+                    continue
+                rate = float(s["receive_rate"])
+                results[label].setdefault(name, []).append(rate)
+                print(
+                    f"{label} | {name} run {run + 1}: received {rate:,.0f} msg/s "
+                    f"(published {s['publish_rate']:,.0f} msg/s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                if args.json:
+                    print(json.dumps({"scenario": label, "broker": name, "result": s}))
+    shown = [n for n in names if n not in skipped]
+    print()
+    print(
+        f"MQTT 3.1.1, `warren perf mqtt --time {args.seconds:g}`, median of {args.runs} "
+        f"run(s), received msg/s"
+    )
+    print()
+    header = "| Scenario | " + " | ".join(f"{n} {version(n)}" for n in shown)
+    both = "warren" in shown and "mosquitto" in shown
+    print(header + (" | Warren / mosquitto |" if both else " |"))
+    print("|---|" + "---:|" * (len(shown) + (1 if both else 0)))
+    for label, _ in SCENARIOS:
+        med = {n: statistics.median(results[label][n]) for n in shown if results[label].get(n)}
+        cells = [f"{med[n]:,.0f}" if n in med else "-" for n in shown]
+        if both:
+            ratio = (
+                f"{med['warren'] / med['mosquitto']:.2f}×"
+                if med.get("warren") and med.get("mosquitto")
+                else "-"
+            )
+            cells.append(ratio)
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    for name, why in skipped.items():
+        print(f"\n{name}: skipped ({why.splitlines()[0]})")
+    return 0 if shown else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
