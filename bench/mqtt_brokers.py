@@ -89,10 +89,11 @@ def _wait_port(proc: subprocess.Popen[bytes], port: int, log: Path, name: str) -
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
+                last = tail.strip().splitlines()[-1] if tail.strip() else "(empty log)"
                 with contextlib.suppress(OSError):
                     proc.kill()
                 raise BrokerUnavailable(
-                    f"{name} did not start (exit status {proc.poll()}); log:\n{tail}"
+                    f"{name} did not start (exit status {proc.poll()}): {last}\n{tail}"
                 ) from None
             time.sleep(0.05)  # polling a child's listener: there is nothing to wait on
 
