@@ -44,9 +44,7 @@ def run_perf(port: int, seconds: float, extra: list[str]) -> dict[str, Any]:
     cmd = perf_command(
         "mqtt", "--port", str(port), "--time", str(seconds), "--size", "16", "--json", *extra
     )
-    r = subprocess.run(
-        cmd, capture_output=True, text=True, env=perf_env(), timeout=seconds + 120
-    )
+    r = subprocess.run(cmd, capture_output=True, text=True, env=perf_env(), timeout=seconds + 120)
     if r.returncode != 0 or not r.stdout.strip():
         raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-1000:]}")
     result: dict[str, Any] = json.loads(r.stdout.splitlines()[-1])

@@ -148,7 +148,9 @@ def test_cli_refuses_bad_parameters(mosquitto: int) -> None:
 
 
 def test_idle_connections(mosquitto: int) -> None:
-    r = perf("mqtt-idle", "--port", str(mosquitto), "--connections", "200", "--hold", "0.2", "--json")
+    r = perf(
+        "mqtt-idle", "--port", str(mosquitto), "--connections", "200", "--hold", "0.2", "--json"
+    )
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
     assert (s["connections"], s["failed"], s["alive_at_end"]) == (200, 0, 200)

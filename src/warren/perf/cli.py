@@ -231,12 +231,8 @@ def _add_mqtt_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     _add_mqtt_target(m)
     m.add_argument("--qos", type=int, choices=(0, 1, 2), default=0, help="default 0")
-    m.add_argument(
-        "-x", "--publishers", type=_count, default=1, metavar="N", help="default 1"
-    )
-    m.add_argument(
-        "-y", "--subscribers", type=_count, default=1, metavar="N", help="default 1"
-    )
+    m.add_argument("-x", "--publishers", type=_count, default=1, metavar="N", help="default 1")
+    m.add_argument("-y", "--subscribers", type=_count, default=1, metavar="N", help="default 1")
     m.add_argument(
         "-s", "--size", type=_count, default=16, metavar="BYTES", help="payload size, default 16"
     )

@@ -298,8 +298,8 @@ def worker_main(role: str, index: int, params: MQTTParams, conn: Connection) -> 
     """Entry point of a worker process ('pub' or 'sub')."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent coordinates Ctrl-C
     try:
-        worker: _Worker = _Publisher(index, params, conn) if role == "pub" else _Subscriber(
-            index, params, conn
+        worker: _Worker = (
+            _Publisher(index, params, conn) if role == "pub" else _Subscriber(index, params, conn)
         )
         worker.run()
     except _Stop:
@@ -666,7 +666,8 @@ class _Subscriber(_Worker):
                 if count != reported and not poll(0):
                     now = monotonic_ns()
                     if now >= next_idle_report:
-                        next_idle_report = now + IDLE_REPORT_NS  # early news ends --count runs sooner
+                        # Early news when the socket runs dry ends a --count run sooner.
+                        next_idle_report = now + IDLE_REPORT_NS
                         report()
                 if not poll(poll_ms):
                     now = monotonic_ns()
@@ -705,7 +706,9 @@ class _Subscriber(_Worker):
                     if qos or latency:
                         at = vh + 2 + ((buf[vh] << 8) | buf[vh + 1])  # after the topic
                         if qos:
-                            acks.append((b"\x40\x02" if qos == 1 else b"\x50\x02") + buf[at : at + 2])
+                            acks.append(
+                                (b"\x40\x02" if qos == 1 else b"\x50\x02") + buf[at : at + 2]
+                            )
                             at += 2
                         if latency:
                             if v5:
@@ -770,7 +773,9 @@ class _Slot:
 
 def run(p: MQTTParams, out: TextIO | None = None, as_json: bool = False) -> int:
     """Run the load; prints live lines to ``out`` and the summary. Returns the exit status."""
-    summary, status = measure(p, out if out is not None else (sys.stderr if as_json else sys.stdout))
+    summary, status = measure(
+        p, out if out is not None else (sys.stderr if as_json else sys.stdout)
+    )
     if as_json:
         print_json(summary)
     else:

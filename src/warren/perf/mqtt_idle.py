@@ -173,7 +173,7 @@ class _Holder:
                 if events:
                     last_progress = now
                 elif now - last_progress > STALL_S:
-                    for fd, entry in pending.items():
+                    for entry in pending.values():
                         self.failures["handshake timed out"] += 1
                         entry[0].close()
                     pending.clear()
@@ -228,10 +228,8 @@ class _Holder:
 
     def ping_all(self) -> None:
         for s in self.socks:
-            try:
+            with contextlib.suppress(OSError):
                 s.send(b"\xc0\x00")
-            except OSError:
-                pass
 
     def alive(self) -> int:
         """How many connections the broker has not closed (no hang-up or pending EOF)."""
@@ -253,10 +251,8 @@ class _Holder:
 
     def close_all(self) -> None:
         for s in self.socks:
-            try:
+            with contextlib.suppress(OSError):
                 s.send(b"\xe0\x00")  # DISCONNECT: a normal end, no will
-            except OSError:
-                pass
             s.close()
         self.socks.clear()
 
@@ -340,7 +336,7 @@ def run(p: IdleParams, as_json: bool = False, out: TextIO | None = None) -> int:
                 child_end.close()
                 children.append((proc, parent_end))
                 offset += share
-            for proc, conn in children:
+            for _proc, conn in children:
                 try:
                     _kind, n, why = conn.recv()
                 except EOFError:
@@ -395,11 +391,11 @@ def run(p: IdleParams, as_json: bool = False, out: TextIO | None = None) -> int:
                 alive += conn.recv()[1]
     finally:
         held_s = time.perf_counter() - start - open_s
-        for proc, conn in children:
-            proc.join(30)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(5)
+        for child, conn in children:
+            child.join(30)
+            if child.is_alive():
+                child.terminate()
+                child.join(5)
             conn.close()
         signal.signal(signal.SIGTERM, previous)
     result: dict[str, Any] = {
