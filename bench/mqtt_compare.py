@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="also print every run as JSON lines")
     args = ap.parse_args(argv)
     names = parse_brokers(args.brokers)
+    load_start = os.getloadavg()
     # results[scenario][broker] = [receive_rate, ...]
     results: dict[str, dict[str, list[float]]] = {label: {} for label, _ in SCENARIOS}
     skipped: dict[str, str] = {}
@@ -107,6 +109,14 @@ def main(argv: list[str] | None = None) -> int:
             )
             cells.append(ratio)
         print(f"| {label} | " + " | ".join(cells) + " |")
+    load_end = os.getloadavg()
+    print(
+        "\nLoad average (1/5/15 min) at the start: "
+        + " ".join(f"{x:.2f}" for x in load_start)
+        + ", at the end: "
+        + " ".join(f"{x:.2f}" for x in load_end)
+        + f" ({os.cpu_count()} CPUs)"
+    )
     for name, why in skipped.items():
         print(f"\n{name}: skipped ({why.splitlines()[0]})")
     return 0 if shown else 1

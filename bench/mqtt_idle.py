@@ -38,8 +38,27 @@ from mqtt_brokers import (  # noqa: E402
 from warren.perf.report import read_rss  # noqa: E402
 
 
+def open_file_limit(pid: int) -> int | None:
+    """The broker's soft RLIMIT_NOFILE, from /proc/<pid>/limits."""
+    try:
+        for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+            if line.startswith("Max open files"):
+                return int(line.split()[3])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def measure(pid: int, port: int, connections: int, settle: float) -> tuple[int, int, int]:
     """Returns (VmRSS KiB before, VmRSS KiB with the connections, connections held)."""
+    limit = open_file_limit(pid)
+    if limit is not None and limit < connections + 16:
+        print(
+            f"note: the broker's open-file limit is {limit:,} (the hard limit could not be "
+            f"raised: no CAP_SYS_RESOURCE?), so it can hold fewer than {connections:,} "
+            "connections; the rest fail",
+            file=sys.stderr,
+        )
     before = (read_rss(pid) or {}).get("VmRSS", 0)
     holder = subprocess.Popen(
         perf_command(
