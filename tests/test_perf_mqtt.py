@@ -26,15 +26,12 @@ MOSQUITTO = "/usr/sbin/mosquitto"
 SRC = Path(__file__).resolve().parents[1] / "src"
 ENV = dict(os.environ, PYTHONPATH=str(SRC))
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(MOSQUITTO),
-    reason=f"{MOSQUITTO} is not installed (make mosquitto, or apt-get install mosquitto)",
-)
-
 
 @pytest.fixture(scope="module")
 def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """mosquitto on a free port; yields the port once it has said it is running."""
+    if not os.path.exists(MOSQUITTO):
+        pytest.skip(f"{MOSQUITTO} is not installed (make mosquitto, or apt-get install mosquitto)")
     tmp = tmp_path_factory.mktemp("mosquitto")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -200,3 +197,23 @@ def test_parse_uri() -> None:
     assert parse_uri("mqtt://localhost")["port"] == 1883
     with pytest.raises(ValueError):
         parse_uri("amqp://localhost")
+
+
+def test_mqtt_perf_does_not_import_the_broker() -> None:
+    code = (
+        "import sys, warren.perf.cli, warren.perf.mqtt, warren.perf.mqtt_idle; "
+        "print(sorted(m for m in sys.modules if m.startswith('warren.')))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV)
+    assert r.returncode == 0, r.stderr
+    for forbidden in ("warren.broker", "warren.amqp.server", "warren.node", "warren.store"):
+        assert f"'{forbidden}" not in r.stdout
+
+
+def test_cli_help_lists_the_mqtt_commands() -> None:
+    r = perf("--help")
+    assert r.returncode == 0 and "mqtt-idle" in r.stdout and " mqtt " in r.stdout
+    r = perf("mqtt", "--help")
+    assert r.returncode == 0
+    for option in ("--qos", "--inflight", "--persistent", "--latency", "--protocol", "--rate"):
+        assert option in r.stdout
