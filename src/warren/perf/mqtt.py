@@ -18,10 +18,11 @@ The workers keep the client from being the bottleneck:
   PUBACK (QoS 1) or PUBREC (QoS 2) and, with ``--latency``, the timestamp at
   the start of the payload. All acks of one read go out in one ``sendall``.
 
-Packet ids are assigned round-robin (1..65535) in send order. That is only
-safe while the broker acknowledges a connection's messages in order, which the
-spec requires for QoS 1 PUBACKs and which every broker does; the window is
-capped below 65535 so an id is never reused while still in flight.
+Packet ids are assigned round-robin in send order over twice the window (at
+least 1..1024, at most 1..65535). That is only safe while the broker
+acknowledges a connection's messages in order (or nearly: within a window),
+which the spec requires for QoS 1 PUBACKs and which brokers do; so an id is
+never reused while still in flight.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ DEFAULT_PORT = 1883
 DEFAULT_INFLIGHT = 1024
 #: Packet ids are 1..65535; the window stays below so none is reused while in flight.
 MAX_INFLIGHT = 65535
+#: Whole packets are pre-built per packet id only while they take at most this much.
+PREBUILT_BYTES = 32 * 1024 * 1024
 BATCH_BYTES = 64 * 1024
 MAX_BATCH_MESSAGES = 1024
 POLL_NS = 50_000_000
@@ -421,10 +424,16 @@ def _reason(buf: bytes, vh: int, end: int) -> str:
     return f" (reason code 0x{buf[vh]:02x})" if end > vh else ""
 
 
-def publish_pieces(p: MQTTParams) -> tuple[list[bytes], bytes]:
+def packet_ids(window: int) -> int:
+    """How many packet ids a QoS 1/2 publisher cycles through: twice its window (room
+    for a broker that acks slightly out of order), at least 1,024, at most 65,535."""
+    return min(MAX_INFLIGHT, max(2 * window, 1024))
+
+
+def publish_pieces(p: MQTTParams, ids: int = MAX_INFLIGHT) -> tuple[list[bytes], bytes]:
     """The PUBLISH packets split around the timestamp: ``heads[i] + ts + tail`` is the
-    packet with packet id ``i + 1`` (QoS 0: one head, no id). Without --latency the
-    payload is zeros and ``heads[i] + tail`` is the packet."""
+    packet with packet id ``i + 1`` for ``i < ids`` (QoS 0: one head, no id). Without
+    --latency the payload is zeros and ``heads[i] + tail`` is the packet."""
     rest = b"\x00" * (p.size - 8) if p.latency else b"\x00" * p.size
     ts_len = 8 if p.latency else 0
     if p.qos == 0:
@@ -437,7 +446,7 @@ def publish_pieces(p: MQTTParams) -> tuple[list[bytes], bytes]:
     id_at = len(head) - (3 if p.protocol == 5 else 2)
     prefix, suffix = head[:id_at], head[id_at + 2 :]
     pack = _U16.pack
-    for pid in range(1, MAX_INFLIGHT + 1):
+    for pid in range(1, ids + 1):
         heads.append(prefix + pack(pid) + suffix)
     return heads, rest
 
@@ -461,7 +470,7 @@ class _Publisher(_Worker):
                 assert isinstance(max_qos, int)
                 if p.qos > max_qos:
                     raise MQTTError(f"the broker's Maximum QoS is {max_qos}")
-        heads, tail = publish_pieces(p)
+        heads, tail = publish_pieces(p, packet_ids(window))
         self.wait_go()
         self.sent = 0
         self.tracker = _AckTracker(p.protocol == 5)
@@ -506,8 +515,11 @@ class _Publisher(_Worker):
         ids = len(heads)
         # QoS 0: a batch of n is ts.join([head, tail+head, ..., tail]).
         # QoS 1/2: the same with the head of each message's packet id.
-        tail_heads = [tail + h for h in heads]
-        wholes = [h + tail for h in heads]
+        # Per packet id, whole packets (and tail + next head) are pre-built unless that
+        # would take too much memory (large payloads): then batches are joined per message.
+        prebuilt = ids * msg_len <= PREBUILT_BYTES
+        tail_heads = [tail + h for h in heads] if prebuilt else [tail + heads[0]]
+        wholes = [h + tail for h in heads] if prebuilt else [heads[0] + tail]
         parts_cache: dict[int, list[bytes]] = {}
 
         def qos0_parts(n: int) -> list[bytes]:
@@ -577,7 +589,13 @@ class _Publisher(_Worker):
                 if n > room:
                     n = room
                 start = sent % ids
-                if latency:
+                if not prebuilt:
+                    tsb = ts_pack(now) if latency else b""
+                    pieces: list[bytes] = []
+                    for i in range(start, start + n):
+                        pieces += (heads[i % ids], tsb, tail)
+                    sendall(b"".join(pieces))
+                elif latency:
                     pieces = take(tail_heads, start, n)
                     pieces[0] = heads[start]
                     pieces.append(tail)
