@@ -7,6 +7,7 @@ started (mosquitto not installed, Warren without ``--mqtt-port``) raises
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import resource
@@ -53,9 +54,11 @@ def _raise_nofile() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def perf_env() -> dict[str, str]:
+def perf_env(src: Path | None = None) -> dict[str, str]:
+    """The environment for ``python -m warren ...``: ``src`` (default this checkout's)
+    first on PYTHONPATH."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT / "src") + (
+    env["PYTHONPATH"] = str(src or ROOT / "src") + (
         os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
     )
     return env
@@ -98,7 +101,7 @@ def _wait_port(proc: subprocess.Popen[bytes], port: int, log: Path, name: str) -
             time.sleep(0.05)  # polling a child's listener: there is nothing to wait on
 
 
-def version(name: str) -> str:
+def version(name: str, warren_src: Path | None = None) -> str:
     if name == "mosquitto":
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             out = subprocess.run(
@@ -106,15 +109,24 @@ def version(name: str) -> str:
             ).stdout
             return out.splitlines()[0].replace("mosquitto version ", "")
         return "?"
-    sys.path.insert(0, str(ROOT / "src"))
-    from warren import __version__
-
-    return str(__version__)
+    code = "import warren; print(warren.build_description())"
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=perf_env(warren_src),
+        )
+        if out.returncode == 0:
+            return out.stdout.strip()
+    return "?"
 
 
 @contextlib.contextmanager
-def broker(name: str) -> Iterator[tuple[int, int]]:
-    """Run broker ``name`` for the duration of the block; yields (pid, MQTT port)."""
+def broker(name: str, warren_src: Path | None = None) -> Iterator[tuple[int, int]]:
+    """Run broker ``name`` for the duration of the block; yields (pid, MQTT port).
+    ``warren_src``: run Warren from that ``src`` directory (default: this checkout's)."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix=f"mqtt-bench-{name}-") as tmp:
         log = Path(tmp) / "broker.log"
@@ -149,7 +161,7 @@ def broker(name: str) -> Iterator[tuple[int, int]]:
                 stdout=logf,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=perf_env(),
+                env=perf_env(warren_src if name == "warren" else None),
                 preexec_fn=_raise_nofile,  # noqa: PLW1509 (no threads yet)
             )
         try:
@@ -167,6 +179,17 @@ def broker(name: str) -> Iterator[tuple[int, int]]:
 def perf_command(*args: str) -> list[str]:
     """``warren perf ...`` run from this checkout."""
     return [sys.executable, "-m", "warren", "perf", *args]
+
+
+def add_common_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--brokers", default="warren,mosquitto", help="default warren,mosquitto")
+    ap.add_argument(
+        "--warren-src",
+        type=Path,
+        metavar="DIR",
+        help="run Warren from this src directory (e.g. another branch's checkout; "
+        "default: this one's)",
+    )
 
 
 def parse_brokers(text: str) -> list[str]:

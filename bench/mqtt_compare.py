@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from mqtt_brokers import (  # noqa: E402
     BrokerUnavailable,
+    add_common_arguments,
     broker,
     parse_brokers,
     perf_command,
@@ -133,7 +134,7 @@ def run_perf(port: int, seconds: float, extra: list[str]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--brokers", default="warren,mosquitto", help="default warren,mosquitto")
+    add_common_arguments(ap)
     ap.add_argument("--seconds", type=float, default=10.0, help="per run (default 10)")
     ap.add_argument("--runs", type=int, default=3, help="runs per scenario and broker (median)")
     ap.add_argument("--json", action="store_true", help="also print every run as JSON lines")
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                 if name in skipped:
                     continue
                 try:
-                    with broker(name) as (_pid, port):
+                    with broker(name, args.warren_src) as (_pid, port):
                         s = run_perf(port, args.seconds, extra)
                 except BrokerUnavailable as exc:
                     skipped[name] = str(exc)
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         f"run(s), received msg/s"
     )
     print()
-    header = "| Scenario | " + " | ".join(f"{n} {version(n)}" for n in shown)
+    header = "| Scenario | " + " | ".join(f"{n} {version(n, args.warren_src)}" for n in shown)
     both = "warren" in shown and "mosquitto" in shown
     print(header + (" | Warren / mosquitto |" if both else " |"))
     print("|---|" + "---:|" * (len(shown) + (1 if both else 0)))

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from mqtt_brokers import (  # noqa: E402
     BrokerUnavailable,
+    add_common_arguments,
     broker,
     parse_brokers,
     perf_command,
@@ -95,7 +96,7 @@ def measure(pid: int, port: int, connections: int, settle: float) -> tuple[int, 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--brokers", default="warren,mosquitto", help="default warren,mosquitto")
+    add_common_arguments(ap)
     ap.add_argument("--connections", type=int, default=100_000, help="default 100000")
     ap.add_argument("--seconds", type=float, default=2.0, help="settle time before reading RSS")
     ap.add_argument("--runs", type=int, default=1, help="runs per broker (median), default 1")
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         samples: list[tuple[int, int, int]] = []
         for _ in range(args.runs):
             try:
-                with broker(name) as (pid, port):
+                with broker(name, args.warren_src) as (pid, port):
                     samples.append(measure(pid, port, args.connections, args.seconds))
             except BrokerUnavailable as exc:
                 skipped[name] = str(exc)
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         held = min(s[2] for s in samples)
         per = (with_them - before) / held if held else 0.0
         rows.append(
-            f"| {name} {version(name)} | {held:,} | {before / 1024:,.1f} MiB "
+            f"| {name} {version(name, args.warren_src)} | {held:,} | {before / 1024:,.1f} MiB "
             f"| {with_them / 1024:,.1f} MiB | {per:,.2f} KiB |"
         )
     print()
