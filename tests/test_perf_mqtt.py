@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -60,6 +61,48 @@ def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
         proc.wait(10)
 
 
+@pytest.fixture(scope="module")
+def warren_mqtt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """`python -m warren` with its MQTT listener on a free port; yields that port.
+    Skips while this checkout's Warren has no MQTT listener (no --mqtt-port)."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "warren",
+            "--mqtt-port",
+            "0",
+            "--amqp-port",
+            "0",
+            "--http-port",
+            "-1",
+            "--ephemeral",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=ENV,
+    )
+    assert proc.stdout is not None
+    try:
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            m = re.search(r"listening on MQTT [^:]+:(\d+)", line)
+            if m:
+                break
+        else:
+            text = "".join(seen)
+            if "--mqtt-port" in text:
+                pytest.skip("Warren has no MQTT listener in this checkout (no --mqtt-port)")
+            pytest.fail(f"warren exited without an MQTT listener (status {proc.wait()}):\n{text}")
+        threading.Thread(target=proc.stdout.read, daemon=True).start()
+        yield int(m.group(1))
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
 def perf(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "warren", "perf", *args],
@@ -97,6 +140,16 @@ def test_measure_in_process(mosquitto: int, protocol: int, qos: int) -> None:
     if protocol == 5 and qos:
         # mosquitto announces Receive Maximum 20 (its max_inflight_messages): the window obeys.
         assert s["receive_maximum"] == 20 and s["inflight"] == 20
+
+
+@pytest.mark.parametrize("protocol", [4, 5])
+def test_against_warren(warren_mqtt: int, protocol: int) -> None:
+    s, status = measure(MQTTParams(port=warren_mqtt, protocol=protocol, qos=1, count=2000))
+    assert status == 0, s
+    check_summary(s, 1, 2000)
+    r = perf("mqtt-idle", "--port", str(warren_mqtt), "--connections", "100", "--hold", "0.1")
+    assert r.returncode == 0, r.stderr
+    assert "connected 100 of 100" in r.stdout and "100 still connected" in r.stdout
 
 
 def test_cli_json_two_publishers_two_subscribers(mosquitto: int) -> None:
