@@ -109,7 +109,7 @@ def version(name: str, warren_src: Path | None = None) -> str:
             ).stdout
             return out.splitlines()[0].replace("mosquitto version ", "")
         return "?"
-    code = "import warren; print(warren.build_description())"
+    code = "import warren; print(f'{warren.__version__} ({warren.build_description()})')"
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         out = subprocess.run(
             [sys.executable, "-c", code],
