@@ -10,6 +10,8 @@
 #                  (extra args: make test PYTEST_ARGS='-k config')
 #   make browser   install Debian's chromium for tests/ui when it is missing
 #                  (needs root and apt-get; otherwise tests/ui skip)
+#   make mosquitto install Debian's mosquitto for tests/test_perf_mqtt.py and
+#                  bench/mqtt_*.py when it is missing (root and apt-get; else they skip)
 #   make lint      ruff + mypy
 #   make spec      regenerate src/warren/amqp/spec.py
 #   make clean     remove build and cache artefacts (keeps $(VENV) and ./data)
@@ -25,7 +27,7 @@ STAMP = $(VENV)/.installed
 # .ci/run needs them. Empty by default, so interactive runs leave no file.
 PYTEST_STATUS_FILE ?=
 
-.PHONY: install build run test lint spec clean browser
+.PHONY: install build run test lint spec clean browser mosquitto
 
 # Reinstall whenever pyproject.toml or setup.py changes (dependencies, entry
 # points, the compiled modules).
@@ -66,6 +68,15 @@ browser:
 	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; } || \
 	echo "make browser: could not install chromium; tests/ui will skip"
 
+# tests/test_perf_mqtt.py runs `warren perf mqtt` against Debian's mosquitto,
+# which it starts itself on a free port (the package's own service on 1883, if
+# the init system starts one, is not used). Quiet, idempotent, never fatal:
+# without it those tests skip.
+mosquitto:
+	@[ -x /usr/sbin/mosquitto ] || ! command -v apt-get >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >/dev/null 2>&1; } || \
+	echo "make mosquitto: could not install mosquitto; tests/test_perf_mqtt.py will skip"
+
 # The suite runs twice: against the compiled modules, then with
 # WARREN_PURE_PYTHON=1 (every module from its .py, the fallback a machine
 # without a C compiler gets). Some tests run only in the first pass (markers):
@@ -76,7 +87,7 @@ browser:
 # within the 15 minutes.
 # The status recorded is the first failure's; 5 (nothing collected) only when
 # neither run failed otherwise.
-test: $(STAMP) $(SHARED_LIBRARY) browser
+test: $(STAMP) $(SHARED_LIBRARY) browser mosquitto
 	@status=0; pure=0; \
 	echo "== pytest, $$($(PY) -c 'import warren; print(warren.build_description())')"; \
 	$(PY) -m pytest -q $(PYTEST_ARGS) || status=$$?; \

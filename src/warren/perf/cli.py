@@ -55,8 +55,9 @@ def _json_object(text: str) -> dict[str, object]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="warren perf",
-        description="Load tests for AMQP 0-9-1 brokers (Warren, RabbitMQ, ...). Each "
-        "publisher and consumer of `throughput` runs in its own process.",
+        description="Load tests for AMQP 0-9-1 brokers (Warren, RabbitMQ, ...) and MQTT "
+        "brokers (Warren, mosquitto, ...). Each publisher and consumer of `throughput` and "
+        "`mqtt` runs in its own process.",
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -194,7 +195,209 @@ def build_parser() -> argparse.ArgumentParser:
     )
     q.add_argument("--keep", action="store_true", help="do not delete the queues afterwards")
     q.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    _add_mqtt_parsers(sub)
     return p
+
+
+def _add_mqtt_target(a: argparse.ArgumentParser) -> None:
+    """The broker options shared by ``mqtt`` and ``mqtt-idle``."""
+    a.add_argument(
+        "--uri",
+        metavar="URI",
+        help="mqtt://[user:password@]host[:port]; overrides --host/--port/--username/--password",
+    )
+    a.add_argument("--host", default="127.0.0.1", help="broker host (default 127.0.0.1)")
+    a.add_argument("--port", type=_count, default=1883, help="broker port (default 1883)")
+    a.add_argument("--username", metavar="NAME")
+    a.add_argument("--password", metavar="PASSWORD")
+    a.add_argument(
+        "--protocol",
+        type=int,
+        choices=(4, 5),
+        default=4,
+        help="4 = MQTT 3.1.1 (default), 5 = MQTT 5",
+    )
+
+
+def _add_mqtt_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    m = sub.add_parser(
+        "mqtt",
+        help="MQTT publishers and subscribers, report msg/s and latency",
+        description="MQTT load: every subscriber subscribes to --topic, every publisher "
+        "publishes to it, each in its own process. Prints rates once a second and a summary. "
+        "Without --time or --count it runs until Ctrl-C. QoS 1/2 publishers keep at most "
+        "--inflight messages unacknowledged, never more than an MQTT 5 broker's Receive "
+        "Maximum.",
+    )
+    _add_mqtt_target(m)
+    m.add_argument("--qos", type=int, choices=(0, 1, 2), default=0, help="default 0")
+    m.add_argument("-x", "--publishers", type=_count, default=1, metavar="N", help="default 1")
+    m.add_argument("-y", "--subscribers", type=_count, default=1, metavar="N", help="default 1")
+    m.add_argument(
+        "-s", "--size", type=_count, default=16, metavar="BYTES", help="payload size, default 16"
+    )
+    m.add_argument("--topic", default="perf/test", help="topic name (default perf/test)")
+    m.add_argument("-z", "--time", type=_seconds, default=0.0, metavar="SECONDS", help="run time")
+    m.add_argument(
+        "-C",
+        "--count",
+        type=_count,
+        default=0,
+        metavar="N",
+        help="messages per publisher; stop once all are received (or none arrived for 5 s)",
+    )
+    m.add_argument(
+        "-r", "--rate", type=_count, default=0, metavar="N", help="msgs/s per publisher (0 = max)"
+    )
+    m.add_argument(
+        "--inflight",
+        type=_positive,
+        default=1024,
+        metavar="N",
+        help="QoS 1/2: unacknowledged messages per publisher (default 1024; capped by the "
+        "broker's Receive Maximum in MQTT 5)",
+    )
+    session = m.add_mutually_exclusive_group()
+    session.add_argument(
+        "--clean-session",
+        dest="clean_session",
+        action="store_true",
+        default=True,
+        help="clean session / clean start (default)",
+    )
+    session.add_argument(
+        "--persistent",
+        dest="clean_session",
+        action="store_false",
+        help="persistent sessions (MQTT 5: session expiry 1 h); dropped again at the end",
+    )
+    m.add_argument(
+        "--latency",
+        action="store_true",
+        help="send timestamps in the payload (first 8 bytes) and report end-to-end latency",
+    )
+    m.add_argument(
+        "--keepalive", type=_count, default=0, metavar="SECONDS", help="default 0 (none)"
+    )
+    m.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+
+    i = sub.add_parser(
+        "mqtt-idle",
+        help="hold many idle MQTT connections, report the broker's memory",
+        description="Open N MQTT connections (CONNECT/CONNACK, keep-alive 0 by default) "
+        "and hold them. Beyond 25,000 connections to a loopback broker they are spread over "
+        "source addresses 127.0.0.1, 127.0.0.2, ...; the open-file limit is raised as far "
+        "as allowed (as root up to /proc/sys/fs/nr_open).",
+    )
+    _add_mqtt_target(i)
+    i.add_argument(
+        "-n", "--connections", type=_positive, default=1000, metavar="N", help="default 1000"
+    )
+    i.add_argument(
+        "--hold",
+        type=_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="hold them this long (default 0: until SIGINT/SIGTERM)",
+    )
+    i.add_argument(
+        "--keepalive",
+        type=_count,
+        default=0,
+        metavar="SECONDS",
+        help="keep-alive in CONNECT (default 0: none); > 0 sends PINGREQ every half of it",
+    )
+    i.add_argument(
+        "--concurrency",
+        type=_positive,
+        default=500,
+        metavar="N",
+        help="handshakes in progress at once (default 500)",
+    )
+    i.add_argument(
+        "--sources",
+        type=_count,
+        default=0,
+        metavar="N",
+        help="source addresses 127.0.0.1..N (default: one per 25,000 connections)",
+    )
+    i.add_argument("--pid", type=int, metavar="PID", help="the broker's pid, for memory figures")
+    i.add_argument(
+        "--settle", type=_seconds, default=1.0, metavar="SECONDS", help="wait before reading memory"
+    )
+    i.add_argument(
+        "--ready",
+        action="store_true",
+        help="print 'READY <connected> <failed>' on stdout once all handshakes are over",
+    )
+    i.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+def _mqtt_target(args: argparse.Namespace) -> dict[str, object]:
+    target: dict[str, object] = {
+        "host": args.host,
+        "port": args.port,
+        "username": args.username,
+        "password": args.password,
+    }
+    if args.uri:
+        from warren.perf.mqtt import parse_uri
+
+        for key, value in parse_uri(args.uri).items():
+            if value is not None:
+                target[key] = value
+    return target
+
+
+def _main_mqtt(args: argparse.Namespace) -> int:
+    try:
+        target = _mqtt_target(args)
+    except ValueError as exc:
+        print(f"warren perf {args.command}: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "mqtt-idle":
+        from warren.perf.mqtt_idle import IdleParams
+        from warren.perf.mqtt_idle import run as run_idle
+
+        return run_idle(
+            IdleParams(
+                protocol=args.protocol,
+                connections=args.connections,
+                keepalive=args.keepalive,
+                hold=args.hold,
+                concurrency=args.concurrency,
+                sources=args.sources,
+                pid=args.pid,
+                settle=args.settle,
+                ready=args.ready,
+                **target,  # type: ignore[arg-type]
+            ),
+            as_json=args.json,
+        )
+    from warren.perf.mqtt import MQTTParams
+    from warren.perf.mqtt import run as run_mqtt
+
+    params = MQTTParams(
+        protocol=args.protocol,
+        qos=args.qos,
+        publishers=args.publishers,
+        subscribers=args.subscribers,
+        size=args.size,
+        topic=args.topic,
+        time=args.time,
+        count=args.count,
+        rate=args.rate,
+        inflight=args.inflight,
+        clean_session=args.clean_session,
+        latency=args.latency,
+        keepalive=args.keepalive,
+        **target,  # type: ignore[arg-type]
+    )
+    problem = params.check()
+    if problem:
+        print(f"warren perf mqtt: {problem}", file=sys.stderr)
+        return 2
+    return run_mqtt(params, as_json=args.json)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -203,6 +406,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help or a usage error
         return exc.code if isinstance(exc.code, int) else 2
+    if args.command in ("mqtt", "mqtt-idle"):
+        return _main_mqtt(args)
     if args.command == "throughput":
         from warren.perf.throughput import ThroughputParams, run
 
