@@ -56,9 +56,17 @@ def test_broker_url_and_management_url_serve_real_clients(pytester: pytest.Pytes
             with urllib.request.urlopen(req, timeout=10) as resp:
                 overview = json.load(resp)
             assert overview["listeners"]
+
+        def test_mqtt(warren_broker, warren_mqtt_url):
+            import paho.mqtt.publish as publish
+            import paho.mqtt.subscribe as subscribe
+            assert warren_mqtt_url == f"mqtt://127.0.0.1:{warren_broker.mqtt_port}"
+            publish.single("plugin/t", b"kept", qos=1, retain=True, port=warren_broker.mqtt_port)
+            got = subscribe.simple("plugin/#", qos=1, port=warren_broker.mqtt_port)
+            assert (got.topic, got.payload, got.retain) == ("plugin/t", b"kept", True)
         """
     )
-    run(pytester).assert_outcomes(passed=2)
+    run(pytester).assert_outcomes(passed=3)
 
 
 def test_each_test_gets_a_fresh_vhost_deleted_afterwards(pytester: pytest.Pytester) -> None:
