@@ -467,3 +467,20 @@ def test_topic_permissions(mq: BrokerThread, clients: list[Client]) -> None:
     assert codes == [0, 0x87]
     assert dev.next().payload == b"mine"
     assert dev.nothing_more()
+
+
+def test_server_keep_alive_and_session_expiry_cap(tmp_path: Path) -> None:
+    b = start_broker(tmp_path / "data", mqtt_max_keepalive=30, mqtt_max_session_expiry=60)
+    try:
+        c = Client(mqtt_port(b), client_id="ka", protocol=V5)
+        _, rc, connack = c.connect(
+            keepalive=600, properties=props(PacketTypes.CONNECT, SessionExpiryInterval=3600)
+        )
+        assert rc == 0
+        assert connack.ServerKeepAlive == 30
+        assert connack.SessionExpiryInterval == 60
+        conn = b.call(lambda: next(iter(b.broker.connections)))
+        assert conn.keepalive == 30  # type: ignore[attr-defined]
+        c.close()
+    finally:
+        b.stop()
