@@ -20,7 +20,8 @@ BOTH = pytest.mark.parametrize("protocol", [V311, V5], ids=["3.1.1", "5"])
 
 @pytest.fixture
 def mq(tmp_path: Path) -> Iterator[BrokerThread]:
-    b = start_broker(tmp_path / "data", sync=False)
+    """With fdatasync on (the default): QoS 1/2 acknowledgements wait for it."""
+    b = start_broker(tmp_path / "data")
     try:
         yield b
     finally:

@@ -550,18 +550,9 @@ class MQTTConnection(Delivery):
         if retain:
             expiry = props.get(P.MESSAGE_EXPIRY_INTERVAL) if props else None
             retained = self.state.retained(vhost.name)
-            retained.put(
-                RetainedMessage(
-                    topic,
-                    payload,
-                    qos,
-                    amqp_props,
-                    now,
-                    now + expiry * 1000 if isinstance(expiry, int) else None,
-                )
-            )
-            if durable is not None:
-                durable.append(retained)
+            retained.put(RetainedMessage.published(topic, payload, qos, amqp_props, now, expiry))
+            if durable is not None and retained.log is not None:
+                durable.append(retained.log)
         routed = vhost.publish(exchange, msg, durable)
         if not routed:
             self.stats.drop_unroutable += 1
@@ -582,8 +573,8 @@ class MQTTConnection(Delivery):
                 if session.persistent:
                     store = self.state.sessions(vhost.name)
                     store.save(session)
-                    if durable is not None:
-                        durable.append(store)
+                    if durable is not None and store.log is not None:
+                        durable.append(store.log)
         syncer = self.node.syncer
         if durable and syncer is not None and syncer.enabled:
             self._ack_after_sync(ack, durable, syncer)

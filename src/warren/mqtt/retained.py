@@ -3,15 +3,14 @@
 Held in memory (topic -> message) and in a compacted append-only log (the
 definitions log's format, store/definitions.py) so they survive restarts and
 kill -9. Writes are flushed to the OS at once and fsynced with the publish's
-acknowledgement: the store is a ``Syncable`` the group commit
-(store/sync.py) includes before a PUBACK is sent.
+acknowledgement: the log is a ``Syncable`` the group commit (store/sync.py)
+includes before a PUBACK is sent.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,15 @@ class RetainedMessage:
     timestamp: int
     #: When it expires (MQTT 5 message expiry), or None.
     expires_at: int | None = None
+
+    @classmethod
+    def published(
+        cls, topic: str, payload: bytes, qos: int, properties: bytes, now: int, expiry: object
+    ) -> RetainedMessage:
+        """A retained PUBLISH received at ``now`` with its Message Expiry Interval
+        (seconds, or None)."""
+        expires_at = now + expiry * 1000 if isinstance(expiry, int) else None
+        return cls(topic, payload, qos, properties, now, expires_at)
 
 
 def filter_matches(topic_filter: str, topic: str) -> bool:
@@ -107,14 +115,10 @@ class RetainedStore:
                 continue
             yield msg
 
-    # -- Syncable (store/sync.py) ----------------------------------------------------
-    def flush(self) -> None:
-        """Already flushed per write (DefinitionsLog); nothing buffered here."""
-
-    def sync(self) -> None:
-        lg = self._log
-        if lg is not None and lg._file is not None:
-            os.fdatasync(lg._file.fileno())
+    @property
+    def log(self) -> DefinitionsLog | None:
+        """What a publish acknowledgement waits on (group sync); None in memory."""
+        return self._log
 
     def close(self) -> None:
         if self._log is not None:

@@ -14,7 +14,6 @@ change and fsynced before the acknowledgement that depends on it.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,14 +152,14 @@ class SessionStore:
         if self.sessions.pop(client_id, None) is not None and self._log is not None:
             self._log.delete(client_id)
 
-    # -- Syncable (store/sync.py) ----------------------------------------------------
-    def flush(self) -> None:
-        """Every write is flushed as it is made (DefinitionsLog)."""
+    @property
+    def log(self) -> DefinitionsLog | None:
+        """What an acknowledgement depending on the session waits on; None in memory."""
+        return self._log
 
     def sync(self) -> None:
-        lg = self._log
-        if lg is not None and lg._file is not None:
-            os.fdatasync(lg._file.fileno())
+        if self._log is not None:
+            self._log.sync()
 
     def close(self) -> None:
         if self._log is not None:

@@ -308,14 +308,7 @@ class MQTTState:
         if retain:
             expiry = props.get(P.MESSAGE_EXPIRY_INTERVAL)
             self.retained(vhost.name).put(
-                RetainedMessage(
-                    topic,
-                    payload,
-                    qos,
-                    amqp_props,
-                    now,
-                    now + expiry * 1000 if isinstance(expiry, int) else None,
-                )
+                RetainedMessage.published(topic, payload, qos, amqp_props, now, expiry)
             )
         return vhost.publish(
             exchange, Message(exchange.name, mqtt_to_amqp(topic), amqp_props, payload, now)

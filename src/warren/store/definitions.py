@@ -52,7 +52,7 @@ class DefinitionsLog:
 
     def __init__(self, path: Path, sync: bool = True) -> None:
         self.path = path
-        self.sync = sync
+        self.sync_each_write = sync
         self.live: dict[str, dict[str, Any]] = {}
         self._lines = 0
         self._file: Any = None
@@ -93,7 +93,7 @@ class DefinitionsLog:
         self._apply(entry)
         self._file.write(json.dumps(entry, separators=(",", ":")).encode() + b"\n")
         self._file.flush()
-        if self.sync:
+        if self.sync_each_write:
             os.fdatasync(self._file.fileno())
         self._lines += 1
         if self._lines > _COMPACT_MIN_LINES and self._lines > 2 * len(self.live):
@@ -125,6 +125,14 @@ class DefinitionsLog:
             os.close(dir_fd)
         self._lines = len(self.live)
         self._file = self.path.open("ab")
+
+    # -- Syncable (store/sync.py), for logs written with sync=False ---------------------
+    def flush(self) -> None:
+        """Nothing buffered: every write is flushed to the OS as it is made."""
+
+    def sync(self) -> None:
+        if self._file is not None:
+            os.fdatasync(self._file.fileno())
 
     def entries(self, prefix: str) -> Iterator[dict[str, Any]]:
         for key, value in self.live.items():
