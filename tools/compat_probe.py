@@ -4097,6 +4097,8 @@ def s_badprops_cc_mixed_array(host: str, port: int) -> Observation:
 
 STREAM_ARGS: dict[str, Any] = {"x-queue-type": "stream"}
 #: Seconds without a frame after which a stream consumer is taken to have got all it gets.
+#: RabbitMQ's stream readers need the full second; tests/compat lowers it for the
+#: embedded Warren, which answers within milliseconds.
 STREAM_QUIET = 1.0
 #: Seconds to wait for a stream's message_count to settle (RabbitMQ refreshes it every 5 s).
 STREAM_COUNT_SETTLE = 12.0
@@ -4223,8 +4225,11 @@ class StreamSession:
         self.client.method(channel, method)
         return self.wait_for((reply,), channel)
 
-    def settle(self, quiet: float = STREAM_QUIET) -> list[dict[str, Any]]:
-        """The kept frames plus every frame until ``quiet`` seconds pass without one."""
+    def settle(self, quiet: float | None = None) -> list[dict[str, Any]]:
+        """The kept frames plus every frame until ``quiet`` (STREAM_QUIET) seconds pass
+        without one."""
+        if quiet is None:
+            quiet = STREAM_QUIET
         frames, self.backlog = self.backlog, []
         while not self.eof and (frame := self._next(quiet)) is not None:
             frames.append(frame)
