@@ -14,6 +14,7 @@ import ssl
 import time
 from typing import TYPE_CHECKING, cast
 
+from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol
 from warren.mqtt.connection import MQTTConnection
 from warren.mqtt.state import MQTTState
 
@@ -24,35 +25,18 @@ log = logging.getLogger("warren.mqtt")
 
 #: Seconds a client has to send CONNECT.
 CONNECT_TIMEOUT = 10.0
-#: Reads at least this large end the connection's reading for this loop turn.
-YIELD_AFTER_BYTES = 16 * 1024
 
 
-class MQTTProtocol(asyncio.Protocol):
+class MQTTProtocol(BatchedProtocol):
     """One client. Output gathered during a loop turn is written once."""
 
-    __slots__ = (
-        "listener",
-        "loop",
-        "transport",
-        "conn",
-        "_flush_scheduled",
-        "_timer",
-        "_yielding",
-        "_blocked",
-        "closed",
-        "transport_name",
-    )
+    conn: MQTTConnection | None
 
     def __init__(self, listener: MQTTListener, transport_name: str = "MQTT") -> None:
+        super().__init__()
         self.listener = listener
-        self.loop = asyncio.get_running_loop()
-        self.transport: asyncio.Transport | None = None
-        self.conn: MQTTConnection | None = None
-        self._flush_scheduled = False
+        self.conn = None
         self._timer: asyncio.TimerHandle | None = None
-        self._yielding = False
-        self._blocked = False
         self.closed: asyncio.Future[None] | None = None
         self.transport_name = transport_name
 
@@ -67,11 +51,11 @@ class MQTTProtocol(asyncio.Protocol):
             self.listener.state,
             (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None,
             (str(local[0]), int(local[1])) if isinstance(local, tuple) else None,
-            self._request_flush,
-            self._request_close,
+            self.request_flush,
+            self.request_close,
             name,
         )
-        self.conn.reading_control = self._set_reading
+        self.conn.reading_control = self.set_reading
         self.listener.protocols.add(self)
         self._timer = self.loop.call_later(CONNECT_TIMEOUT, self._connect_timeout)
 
@@ -81,9 +65,7 @@ class MQTTProtocol(asyncio.Protocol):
             return
         now = int(time.time() * 1000)
         conn.now_ms = now
-        octets = conn.octets
-        octets.recv_oct += len(data)
-        octets.recv_cnt += 1
+        self.count_read(data)
         was_connected = conn.vhost is not None
         conn.feed(data)
         if not was_connected and conn.vhost is not None:
@@ -92,28 +74,8 @@ class MQTTProtocol(asyncio.Protocol):
                 self._timer = None
             if conn.keepalive:
                 self._arm_keepalive(conn.keepalive * 1500)
-        if len(data) >= YIELD_AFTER_BYTES and not self._yielding:
-            transport = self.transport
-            if transport is not None and not transport.is_closing():
-                self._yielding = True
-                transport.pause_reading()
-                self.loop.call_soon(self._end_yield)
-
-    def _end_yield(self) -> None:
-        self._yielding = False
-        transport = self.transport
-        if transport is not None and not transport.is_closing() and not self._blocked:
-            transport.resume_reading()
-
-    def _set_reading(self, reading: bool) -> None:
-        self._blocked = not reading
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        if not reading:
-            transport.pause_reading()
-        elif not self._yielding:
-            transport.resume_reading()
+        if len(data) >= YIELD_AFTER_BYTES:
+            self.yield_reading()
 
     def _arm_keepalive(self, delay_ms: int) -> None:
         self._timer = self.loop.call_later(delay_ms / 1000, self._check_keepalive)
@@ -135,45 +97,11 @@ class MQTTProtocol(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.abort()
 
-    def _request_flush(self) -> None:
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        transport, conn = self.transport, self.conn
-        if transport is None or conn is None or transport.is_closing():
-            return
-        out = conn.take_output()
-        if out:
-            data = b"".join(out) if len(out) > 1 else out[0]
-            octets = conn.octets
-            octets.send_oct += len(data)
-            octets.send_cnt += 1
-            transport.write(data)
-
-    def _request_close(self) -> None:
-        self.loop.call_soon(self._close_now)
-
-    def _close_now(self) -> None:
-        self._flush()
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.close()
-
-    def pause_writing(self) -> None:
-        if self.conn is not None:
-            self.conn.set_writable(False)
-
-    def resume_writing(self) -> None:
-        if self.conn is not None:
-            self.conn.set_writable(True)
-
     def close(self) -> None:
         """Broker shutdown: MQTT 5 clients hear 0x8B Server shutting down."""
         if self.conn is not None:
             self.conn.disconnect(0x8B, "server shutting down")
-            self._flush()
+            self.flush()
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
 
