@@ -20,6 +20,7 @@ __all__ = [
     "format_count",
     "format_rate",
     "merge_histograms",
+    "merge_into",
     "percentiles_ms",
     "print_json",
     "read_rss",
@@ -56,9 +57,14 @@ def bucket_value_us(key: int) -> float:
 def merge_histograms(histograms: Iterable[Mapping[int, int]]) -> dict[int, int]:
     merged: dict[int, int] = {}
     for hist in histograms:
-        for key, count in hist.items():
-            merged[key] = merged.get(key, 0) + count
+        merge_into(merged, hist)
     return merged
+
+
+def merge_into(target: dict[int, int], source: Mapping[int, int]) -> None:
+    """Add the counts of histogram ``source`` to ``target``."""
+    for key, count in source.items():
+        target[key] = target.get(key, 0) + count
 
 
 def percentiles_ms(
