@@ -43,7 +43,7 @@ from mqtt_brokers import (  # noqa: E402
     version,
 )
 
-from warren.perf.mqtt import packet_end  # noqa: E402
+from warren.perf.mqtt_client import packet_end  # noqa: E402
 
 #: (label, extra `warren perf mqtt` arguments)
 SCENARIOS: list[tuple[str, list[str]]] = [

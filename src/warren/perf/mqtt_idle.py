@@ -45,8 +45,14 @@ from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Any, TextIO
 
-from warren.perf.mqtt import DEFAULT_PORT, MQTTError, MQTTParams, check_connack, connect_packet
-from warren.perf.mqtt import packet_end as _packet_end
+from warren.perf.mqtt import MQTTParams
+from warren.perf.mqtt_client import (
+    DEFAULT_PORT,
+    MQTTError,
+    check_connack,
+    connect_packet,
+    packet_end,
+)
 from warren.perf.report import format_count, pid_note, print_json, read_rss, rss_line
 
 __all__ = ["IdleParams", "raise_nofile", "run", "source_addresses"]
@@ -205,7 +211,7 @@ class _Holder:
                         self._fail(ep, pending, fd, "closed by the broker before CONNACK")
                         continue
                     entry[2] += data
-                    end = _packet_end(entry[2], 0)
+                    end = packet_end(entry[2], 0)
                     if not end:
                         continue
                     try:
