@@ -28,6 +28,7 @@ __all__ = [
     "disconnect",
     "drop_session",
     "packet_end",
+    "packet_span",
     "parse_uri",
     "read_packet",
     "reason",
@@ -178,7 +179,17 @@ def drop_session(p: MQTTParams, client_id: str) -> None:
         disconnect(sock, p.protocol)
 
 
+def packet_span(buf: bytes, pos: int) -> tuple[int, int]:
+    """``(start of the variable header, end)`` of the packet starting at ``pos``;
+    ``(0, 0)`` when it is not all in ``buf``."""
+    end = packet_end(buf, pos)
+    if not end:
+        return 0, 0
+    return end - rl_value(buf, pos), end
+
+
 def rl_value(buf: bytes, pos: int) -> int:
+    """The remaining length of the packet starting at ``pos`` (all of it is in ``buf``)."""
     rl = 0
     shift = 0
     i = pos + 1

@@ -39,7 +39,7 @@ from warren.perf.mqtt_client import (
     connect,
     disconnect,
     drop_session,
-    packet_end,
+    packet_span,
     reason,
     rl_value,
     subscribe,
@@ -123,11 +123,10 @@ class _AckTracker:
                 end = vh + rl
                 if end > n:
                     break
-            else:
-                end = packet_end(buf, pos)
+            else:  # a remaining length of more than one byte
+                vh, end = packet_span(buf, pos)
                 if not end:
                     break
-                vh = end - rl_value(buf, pos)
                 rl = end - vh
             kind = buf[pos] >> 4
             if kind == 4 or kind == 7:  # PUBACK / PUBCOMP
@@ -372,10 +371,9 @@ class _Subscriber(_MQTTWorker):
                     if end > n:
                         break
                 else:
-                    end = packet_end(buf, pos)
+                    vh, end = packet_span(buf, pos)
                     if not end:
                         break
-                    vh = end - rl_value(buf, pos)
                 kind = b0 >> 4
                 if kind == 3:
                     count += 1
