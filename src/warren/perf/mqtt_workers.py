@@ -24,7 +24,6 @@ from __future__ import annotations
 import select
 import socket
 import struct
-import time
 from dataclasses import dataclass
 from functools import partial
 from multiprocessing.connection import Connection
@@ -45,11 +44,9 @@ from warren.perf.mqtt_client import (
     subscribe,
 )
 from warren.perf.workers import (
-    IDLE_REPORT_NS,
-    POLL_NS,
     RECV_SIZE,
-    REPORT_NS,
     Publisher,
+    Receiver,
     Worker,
     WorkerResult,
     record_latency,
@@ -289,7 +286,7 @@ class _Publisher(_MQTTWorker, Publisher):
         )
 
 
-class _Subscriber(_MQTTWorker):
+class _Subscriber(_MQTTWorker, Receiver):
     role = "sub"
 
     def run(self) -> None:
@@ -309,55 +306,15 @@ class _Subscriber(_MQTTWorker):
         p = self.params
         latency = p.latency
         v5 = p.protocol == 5
-        poller = select.poll()
-        poller.register(sock, select.POLLIN)
-        poll = poller.poll
-        poll_ms = POLL_NS // 1_000_000
-        recv = sock.recv
         sendall = sock.sendall
-        monotonic_ns = time.monotonic_ns
         unpack_ts = _TS.unpack_from
         hist: dict[int, int] = {}
         record = partial(record_latency, hist)
 
         count = 0
-        reported = 0
-        counted = 0
         run_ts = -1
         run_n = 0
-        last_ns = self.t0
-        stop_at = self.stop_at
-        next_report = self.t0 + REPORT_NS
-        next_idle_report = 0
-
-        def report() -> None:
-            nonlocal reported
-            self.conn.send(("stats", "sub", self.index, count, 0, hist))  # (pickled here)
-            reported = count
-            hist.clear()
-
-        full = False
-        while True:
-            if not full:
-                if count != reported and not poll(0):
-                    now = monotonic_ns()
-                    if now >= next_idle_report:
-                        # Early news when the socket runs dry ends a --count run sooner.
-                        next_idle_report = now + IDLE_REPORT_NS
-                        report()
-                if not poll(poll_ms):
-                    now = monotonic_ns()
-                    if now >= stop_at or self.stop_requested():
-                        break
-                    if count != reported and now >= next_report:
-                        next_report += REPORT_NS
-                        report()
-                    continue
-            data = recv(RECV_SIZE)
-            if not data:
-                raise EOFError("the broker closed the connection")
-            full = len(data) == RECV_SIZE
-            now = monotonic_ns()
+        for data, now in self.reads(sock, hist):
             buf = buf + data if buf else data
             n = len(buf)
             pos = 0
@@ -415,14 +372,5 @@ class _Subscriber(_MQTTWorker):
                 run_ts = -1
             if acks:
                 sendall(b"".join(acks))
-            if count != counted:
-                counted = count
-                last_ns = now
-            if now >= stop_at:
-                break
-            if now >= next_report:
-                next_report += REPORT_NS
-                if self.stop_requested():
-                    break
-                report()
-        return MQTTResult(count=count, last_ns=last_ns, hist=hist)
+            self.count = count
+        return MQTTResult(count=count, last_ns=self.last_ns, hist=hist)

@@ -23,7 +23,6 @@ import contextlib
 import select
 import socket
 import struct
-import time
 from dataclasses import dataclass
 from functools import partial
 from multiprocessing.connection import Connection
@@ -32,11 +31,9 @@ from typing import TYPE_CHECKING
 from warren.amqp import spec
 from warren.perf.client import AMQPError, Client, message_template
 from warren.perf.workers import (
-    IDLE_REPORT_NS,
-    POLL_NS,
     RECV_SIZE,
-    REPORT_NS,
     Publisher,
+    Receiver,
     Worker,
     WorkerResult,
     record_latency,
@@ -235,8 +232,9 @@ class _Publisher(Publisher):
         )
 
 
-class _Consumer(Worker):
+class _Consumer(Receiver):
     role = "con"
+    closed_message = "server closed the connection"
 
     def __init__(self, index: int, params: ThroughputParams, queue: str, conn: Connection) -> None:
         super().__init__(index, params, conn)
@@ -274,13 +272,9 @@ class _Consumer(Worker):
         p = self.params
         ack_every = p.ack
         timestamps = p.size >= 8
-        poller = select.poll()
-        poller.register(sock, select.POLLIN)
-        monotonic_ns = time.monotonic_ns
         unpack_hdr = _HDR.unpack_from
         unpack_u32 = _U32.unpack_from
         unpack_u64 = _U64.unpack_from
-        recv = sock.recv
         # basic.ack(delivery_tag, multiple=true) on channel 1: 7-byte header, 4 ids, tag, bits, end.
         ack_prefix = _HDR.pack(1, 1, 13) + _U32.pack(_ACK)
         ack_suffix = b"\x01\xce"
@@ -297,8 +291,6 @@ class _Consumer(Worker):
         tag_ts = struct.Struct(">Q")
 
         count = 0
-        counted = 0  # count at the end of the previous read
-        reported = 0
         last_tag = 0
         acked_tag = 0
         unacked = 0
@@ -309,51 +301,12 @@ class _Consumer(Worker):
         header_end = 0
         run_ts = -1  # timestamp shared by run_n messages not yet recorded
         run_n = 0
-        last_ns = self.t0
-        stop_at = self.stop_at
-        next_poll = monotonic_ns() + POLL_NS
-        next_report = self.t0 + REPORT_NS
-        next_idle_report = 0
-        now = 0
-
-        def report() -> None:
-            nonlocal reported
-            self.conn.send(("stats", "con", self.index, count, 0, hist))  # (pickled here)
-            reported = count
-            hist.clear()
-
-        poll = poller.poll
-        poll_ms = POLL_NS // 1_000_000
-        full = False  # the last read filled the buffer: read again without asking
-        while True:
-            if not full:
-                # Before blocking: settle acks and give the parent early news (a -C run
-                # ends sooner), but only when the socket really is dry. Waiting in poll
-                # rather than trying a non-blocking read first saves a syscall and an
-                # exception per wakeup.
-                if (unacked or count != reported) and not poll(0):
-                    if unacked:
-                        sock.sendall(ack_prefix + _U64.pack(last_tag) + ack_suffix)
-                        acked_tag = last_tag
-                        unacked = 0
-                    now = monotonic_ns()
-                    if count != reported and now >= next_idle_report:
-                        next_idle_report = now + IDLE_REPORT_NS  # at most 10 times a second
-                        report()
-                if not poll(poll_ms):
-                    now = monotonic_ns()
-                    if now >= stop_at or self.stop_requested():
-                        break
-                    next_poll = now + POLL_NS
-                    if count != reported and now >= next_report:
-                        next_report += REPORT_NS
-                        report()
-                    continue
-            data = recv(RECV_SIZE)
-            full = len(data) == RECV_SIZE
-            if not data:
-                raise EOFError("server closed the connection")
-            now = monotonic_ns()
+        for data, now in self.reads(sock, hist):
+            if not data:  # the socket ran dry: settle the acks held back
+                sock.sendall(ack_prefix + _U64.pack(last_tag) + ack_suffix)
+                acked_tag = last_tag
+                unacked = self.unsettled = 0
+                continue
             if buf:
                 buf += data
             else:
@@ -456,17 +409,9 @@ class _Consumer(Worker):
                 run_ts = -1
             if acks:
                 sock.sendall(b"".join(acks))
-            if count != counted:
-                counted = count
-                last_ns = now
-            if now >= next_poll:
-                next_poll = now + POLL_NS
-                if now >= stop_at or self.stop_requested():
-                    break
-                if now >= next_report:
-                    next_report += REPORT_NS
-                    report()
+            self.count = count
+            self.unsettled = unacked
         if unacked and last_tag > acked_tag:
             with contextlib.suppress(OSError):
                 sock.sendall(ack_prefix + _U64.pack(last_tag) + ack_suffix)
-        return ThroughputResult(count=count, last_ns=last_ns, hist=hist)
+        return ThroughputResult(count=count, last_ns=self.last_ns, hist=hist)

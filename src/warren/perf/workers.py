@@ -17,7 +17,9 @@ messages) with its reporter thread, and latency recording into a histogram.
 from __future__ import annotations
 
 import contextlib
+import select
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +32,7 @@ from warren.perf.report import SUB_BITS
 __all__ = [
     "NS",
     "Publisher",
+    "Receiver",
     "Stop",
     "Worker",
     "WorkerResult",
@@ -248,6 +251,88 @@ class Publisher(Worker):
                 if self.stop_requested():
                     break
         return sent, last_ns
+
+
+class Receiver(Worker):
+    """Receives and counts messages; drives its reads with :meth:`reads`."""
+
+    #: The EOFError's text when the broker closes the connection.
+    closed_message = "the broker closed the connection"
+    #: Kept up to date by the caller of :meth:`reads`: messages counted so far, and
+    #: whether it holds acks back that should go out before the socket is waited on.
+    count = 0
+    unsettled = 0
+    #: Set by :meth:`reads`: when the count last changed.
+    last_ns = 0
+
+    def reads(self, sock: socket.socket, hist: dict[int, int]) -> Iterator[tuple[bytes, int]]:
+        """Yield ``(data, now)`` for every read from ``sock`` until the deadline or the
+        parent's stop, and ``(b"", now)`` when the socket has run dry while
+        ``self.unsettled``: the caller then sends its acks (and clears ``unsettled``).
+
+        Reports ``self.count`` and the latencies recorded in ``hist`` (which is then
+        cleared) to the parent once a second, and at once (at most ten times a second)
+        when the socket runs dry, so that a count-limited run ends sooner.
+        """
+        self.last_ns = self.t0
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        poll = poller.poll
+        poll_ms = POLL_NS // 1_000_000
+        recv = sock.recv
+        monotonic_ns = time.monotonic_ns
+        stop_at = self.stop_at
+        next_poll = monotonic_ns() + POLL_NS
+        next_report = self.t0 + REPORT_NS
+        next_idle_report = 0
+        reported = counted = 0
+
+        def report() -> None:
+            nonlocal reported
+            reported = self.count
+            self.conn.send(("stats", self.role, self.index, reported, 0, hist))  # (pickled here)
+            hist.clear()
+
+        full = False  # the last read filled the buffer: read again without asking
+        while True:
+            if not full:
+                # Before blocking: settle acks and give the parent early news, but only
+                # when the socket really is dry. Waiting in poll rather than trying a
+                # non-blocking read first saves a syscall and an exception per wakeup.
+                if (self.unsettled or self.count != reported) and not poll(0):
+                    if self.unsettled:
+                        yield b"", monotonic_ns()
+                    now = monotonic_ns()
+                    if self.count != reported and now >= next_idle_report:
+                        next_idle_report = now + IDLE_REPORT_NS
+                        report()
+                if not poll(poll_ms):
+                    now = monotonic_ns()
+                    if now >= stop_at or self.stop_requested():
+                        return
+                    next_poll = now + POLL_NS
+                    if self.count != reported and now >= next_report:
+                        next_report += REPORT_NS
+                        report()
+                    continue
+            data = recv(RECV_SIZE)
+            if not data:
+                raise EOFError(self.closed_message)
+            full = len(data) == RECV_SIZE
+            now = monotonic_ns()
+            yield data, now
+            if self.count != counted:
+                counted = self.count
+                self.last_ns = now
+            if now >= stop_at:
+                return
+            if now >= next_poll:
+                next_poll = now + POLL_NS
+                if self.stop_requested():
+                    return
+                if now >= next_report:
+                    next_report += REPORT_NS
+                    report()
 
 
 def record_latency(hist: dict[int, int], now: int, ts: int, n: int) -> None:
