@@ -21,7 +21,6 @@ never reused while still in flight.
 
 from __future__ import annotations
 
-import select
 import socket
 import struct
 from dataclasses import dataclass
@@ -44,7 +43,6 @@ from warren.perf.mqtt_client import (
     subscribe,
 )
 from warren.perf.workers import (
-    RECV_SIZE,
     Publisher,
     Receiver,
     Worker,
@@ -210,10 +208,6 @@ class _Publisher(_MQTTWorker, Publisher):
         latency = p.latency
         msg_len = len(heads[0]) + len(tail) + (8 if latency else 0)
         tracker = self.tracker
-        poller = select.poll()
-        poller.register(sock, select.POLLIN)
-        poll = poller.poll
-        recv = sock.recv
         sendall = sock.sendall
         ts_pack = _TS.pack
         ids = len(heads)
@@ -263,23 +257,14 @@ class _Publisher(_MQTTWorker, Publisher):
             else:
                 sendall(whole0 * n)
 
-        def read_incoming(block_ms: int) -> None:
-            nonlocal inbuf
-            if not poll(block_ms):
-                return
-            data = recv(RECV_SIZE)
-            if not data:
-                raise EOFError("the broker closed the connection")
-            inbuf = inbuf + data if inbuf else data
+        def feed(buf: bytes) -> int:
             replies: list[bytes] = []
-            used = tracker.feed(inbuf, replies)
-            inbuf = inbuf[used:]
-            if replies:
+            used = tracker.feed(buf, replies)
+            if replies:  # PUBREL for PUBREC
                 sendall(b"".join(replies))
+            return used
 
-        if inbuf:
-            replies: list[bytes] = []
-            inbuf = inbuf[tracker.feed(inbuf, replies) :]
+        read_incoming = self.reader(sock, inbuf, feed)
         sent, last_ns = self.publish(msg_len, p.count, window, send, read_incoming)
         return MQTTResult(
             count=sent, acked=tracker.acked, rejected=tracker.rejected, last_ns=last_ns

@@ -20,7 +20,6 @@ processes of the machine, so latency is measured across processes.
 from __future__ import annotations
 
 import contextlib
-import select
 import socket
 import struct
 from dataclasses import dataclass
@@ -31,7 +30,6 @@ from typing import TYPE_CHECKING
 from warren.amqp import spec
 from warren.perf.client import AMQPError, Client, message_template
 from warren.perf.workers import (
-    RECV_SIZE,
     Publisher,
     Receiver,
     Worker,
@@ -147,6 +145,8 @@ def _raise_close(payload: bytes) -> None:
 
 
 class _Publisher(Publisher):
+    closed_message = "server closed the connection"
+
     def __init__(self, index: int, params: ThroughputParams, plan: Plan, conn: Connection) -> None:
         super().__init__(index, params, conn)
         self.plan = plan
@@ -186,12 +186,8 @@ class _Publisher(Publisher):
         timestamped = p.size >= 8
         msg_len = len(head) + len(tail) + (8 if timestamped else 0)
         tracker = self.tracker
-        poller = select.poll()
-        poller.register(sock, select.POLLIN)
         ts_pack = _TS.pack
-        recv = sock.recv
         sendall = sock.sendall
-        poll = poller.poll
 
         # Pre-built pieces: a batch of n is ts.join(parts[n]) = head ts tail head ts tail ...
         tail_head = tail + head
@@ -213,19 +209,7 @@ class _Publisher(Publisher):
             else:
                 sendall(whole * n)
 
-        def read_incoming(block_ms: int) -> None:
-            nonlocal inbuf
-            if not poll(block_ms):  # (no non-blocking read: an exception costs more)
-                return
-            data = recv(RECV_SIZE)
-            if not data:
-                raise EOFError("server closed the connection")
-            inbuf = inbuf + data if inbuf else data
-            used = tracker.feed(inbuf)
-            inbuf = inbuf[used:]
-
-        if inbuf:
-            inbuf = inbuf[tracker.feed(inbuf) :]
+        read_incoming = self.reader(sock, inbuf, tracker.feed)
         sent, last_ns = self.publish(msg_len, p.pmessages, p.confirm, send, read_incoming)
         return ThroughputResult(
             count=sent, acked=tracker.confirmed, nacked=tracker.nacked, last_ns=last_ns

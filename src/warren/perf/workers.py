@@ -107,6 +107,8 @@ class Worker:
     """A worker process: ``params`` needs a ``time`` attribute (seconds, 0 = no limit)."""
 
     role = ""
+    #: The EOFError's text when the broker closes the connection.
+    closed_message = "the broker closed the connection"
 
     def __init__(self, index: int, params: Any, conn: Connection) -> None:
         self.index = index
@@ -182,6 +184,31 @@ class Publisher(Worker):
             next_report += REPORT_NS
             self.conn.send(("stats", self.role, self.index, self.sent, self.acked(), None))
 
+    def reader(
+        self, sock: socket.socket, inbuf: bytes, feed: Callable[[bytes], int]
+    ) -> Callable[[int], None]:
+        """``read_incoming(block_ms)`` for :meth:`publish`: wait up to ``block_ms`` for
+        bytes from the broker, then hand all not yet used to ``feed``, which returns how
+        many it used (whole frames or packets). ``inbuf``: bytes already received."""
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        poll = poller.poll
+        recv = sock.recv
+        closed = self.closed_message
+        buf = inbuf[feed(inbuf) :] if inbuf else b""
+
+        def read_incoming(block_ms: int) -> None:
+            nonlocal buf
+            if not poll(block_ms):  # (no non-blocking read: an exception costs more)
+                return
+            data = recv(RECV_SIZE)
+            if not data:
+                raise EOFError(closed)
+            buf = buf + data if buf else data
+            buf = buf[feed(buf) :]
+
+        return read_incoming
+
     def publish(
         self,
         msg_len: int,
@@ -256,8 +283,6 @@ class Publisher(Worker):
 class Receiver(Worker):
     """Receives and counts messages; drives its reads with :meth:`reads`."""
 
-    #: The EOFError's text when the broker closes the connection.
-    closed_message = "the broker closed the connection"
     #: Kept up to date by the caller of :meth:`reads`: messages counted so far, and
     #: whether it holds acks back that should go out before the socket is waited on.
     count = 0
