@@ -28,9 +28,9 @@ from warren.perf.coordinator import (
     print_summary as _print_summary,
 )
 from warren.perf.mqtt_client import (
-    DEFAULT_PORT,
     MAX_INFLIGHT,
     MQTTError,
+    MQTTTarget,
     connect,
     parse_uri,
 )
@@ -67,14 +67,9 @@ TERMS = Terms(
 
 
 @dataclass(frozen=True)
-class MQTTParams:
+class MQTTParams(MQTTTarget):
     """Everything a run needs; also what ``--json`` prints as ``params`` (password masked)."""
 
-    host: str = "127.0.0.1"
-    port: int = DEFAULT_PORT
-    username: str | None = None
-    password: str | None = None
-    protocol: int = 4
     qos: int = 0
     publishers: int = 1
     subscribers: int = 1

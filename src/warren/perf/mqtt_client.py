@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
@@ -22,6 +23,7 @@ __all__ = [
     "DEFAULT_PORT",
     "MAX_INFLIGHT",
     "MQTTError",
+    "MQTTTarget",
     "check_connack",
     "connect",
     "connect_packet",
@@ -96,7 +98,19 @@ def packet_end(buf: bytes, pos: int) -> int:
     return 0
 
 
-def connect_packet(p: MQTTParams, client_id: str, clean: bool) -> bytes:
+@dataclass(frozen=True)
+class MQTTTarget:
+    """The broker and how to log in: the first parameters of the MQTT tools."""
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    username: str | None = None
+    password: str | None = None
+    #: 4 = MQTT 3.1.1, 5 = MQTT 5.
+    protocol: int = 4
+
+
+def connect_packet(p: MQTTTarget, client_id: str, clean: bool, keepalive: int) -> bytes:
     props: P.Properties = {}
     if p.protocol == 5 and not clean:
         props[P.SESSION_EXPIRY_INTERVAL] = PERSISTENT_SESSION_EXPIRY
@@ -105,7 +119,7 @@ def connect_packet(p: MQTTParams, client_id: str, clean: bool) -> bytes:
             client_id=client_id,
             protocol_level=p.protocol,
             clean_start=clean,
-            keep_alive=p.keepalive,
+            keep_alive=keepalive,
             username=p.username,
             password=p.password.encode() if p.password is not None else None,
             properties=props,
@@ -136,7 +150,8 @@ def connect(
     sock = socket.create_connection((p.host, p.port), timeout=CONNECT_TIMEOUT)
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.sendall(connect_packet(p, client_id, p.clean_session if clean is None else clean))
+        clean = p.clean_session if clean is None else clean
+        sock.sendall(connect_packet(p, client_id, clean, p.keepalive))
         packet, rest = read_packet(sock, b"")
         ack = check_connack(packet, p.protocol)
         sock.settimeout(None)

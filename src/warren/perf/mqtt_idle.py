@@ -45,10 +45,9 @@ from types import FrameType
 from typing import Any, TextIO
 
 from warren.perf.limits import raise_nofile
-from warren.perf.mqtt import MQTTParams
 from warren.perf.mqtt_client import (
-    DEFAULT_PORT,
     MQTTError,
+    MQTTTarget,
     check_connack,
     connect_packet,
     packet_end,
@@ -66,12 +65,7 @@ IP_BIND_ADDRESS_NO_PORT = 24
 
 
 @dataclass(frozen=True)
-class IdleParams:
-    host: str = "127.0.0.1"
-    port: int = DEFAULT_PORT
-    username: str | None = None
-    password: str | None = None
-    protocol: int = 4
+class IdleParams(MQTTTarget):
     connections: int = 1000
     keepalive: int = 0
     #: Seconds to hold them; 0: until SIGINT/SIGTERM.
@@ -109,14 +103,6 @@ class _Holder:
         self.count = p.connections if count is None else count
         self.socks: list[socket.socket] = []
         self.failures: collections.Counter[str] = collections.Counter()
-        self.mqtt = MQTTParams(
-            host=p.host,
-            port=p.port,
-            username=p.username,
-            password=p.password,
-            protocol=p.protocol,
-            keepalive=p.keepalive,
-        )
 
     def open_all(self, sources: list[str | None]) -> None:
         """Open every connection, ``concurrency`` handshakes at a time."""
@@ -168,7 +154,9 @@ class _Holder:
                             continue
                         entry[1] = True
                         try:
-                            s.send(connect_packet(self.mqtt, f"{p.client_id}-{entry[3]}", True))
+                            s.send(
+                                connect_packet(p, f"{p.client_id}-{entry[3]}", True, p.keepalive)
+                            )
                         except OSError as exc:
                             self._fail(ep, pending, fd, f"send: {exc}")
                             continue
