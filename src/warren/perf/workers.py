@@ -11,7 +11,10 @@ The pipe protocol (the parent's side is :mod:`warren.perf.coordinator`):
 
 Shared here: the entry point's error handling, the start/stop handshake, the
 publishers' pacing loop (batches, ``--rate``, the window of unacknowledged
-messages) with its reporter thread, and latency recording into a histogram.
+messages) with its reporter thread and its reader of the broker's replies, the
+receivers' read loop (polling, reports, the deadline and the parent's stop), and
+latency recording into a histogram. The protocol parsing stays in the protocols'
+worker modules, inline in their hot loops.
 """
 
 from __future__ import annotations
