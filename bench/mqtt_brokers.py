@@ -16,14 +16,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 MOSQUITTO = "/usr/sbin/mosquitto"
 BROKERS = ("warren", "mosquitto")
 #: Open-file limit given to the brokers (raised to /proc/sys/fs/nr_open when lower).
 NOFILE = 1_048_576
+
+
+T = TypeVar("T")
 
 
 class BrokerUnavailable(Exception):
@@ -198,3 +202,25 @@ def parse_brokers(text: str) -> list[str]:
     if unknown:
         raise SystemExit(f"unknown broker(s): {', '.join(unknown)} (known: {', '.join(BROKERS)})")
     return names
+
+
+def on_broker(
+    name: str, warren_src: Path | None, skipped: dict[str, str], fn: Callable[[int, int], T]
+) -> T | None:
+    """``fn(pid, port)`` on a fresh broker ``name``; None when it was skipped before or
+    does not start (then the reason is put in ``skipped`` and said on stderr)."""
+    if name in skipped:
+        return None
+    try:
+        with broker(name, warren_src) as (pid, port):
+            return fn(pid, port)
+    except BrokerUnavailable as exc:
+        skipped[name] = str(exc)
+        print(f"skipping {name}: {exc}", file=sys.stderr)
+        return None
+
+
+def print_skipped(skipped: dict[str, str]) -> None:
+    """After the table: the brokers that were skipped, and why (the first line)."""
+    for name, why in skipped.items():
+        print(f"\n{name}: skipped ({why.splitlines()[0]})")

@@ -33,17 +33,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from mqtt_brokers import (  # noqa: E402
-    BrokerUnavailable,
-    add_common_arguments,
-    broker,
-    parse_brokers,
-    perf_command,
-    perf_env,
-    version,
-)
+import mqtt_brokers as brokers  # noqa: E402
 
-from warren.perf.mqtt import packet_end  # noqa: E402
+from warren.perf.mqtt_client import packet_end  # noqa: E402
 
 #: (label, extra `warren perf mqtt` arguments)
 SCENARIOS: list[tuple[str, list[str]]] = [
@@ -122,10 +114,12 @@ def ceiling(seconds: float) -> list[tuple[str, dict[str, Any]]]:
 
 
 def run_perf(port: int, seconds: float, extra: list[str]) -> dict[str, Any]:
-    cmd = perf_command(
+    cmd = brokers.perf_command(
         "mqtt", "--port", str(port), "--time", str(seconds), "--size", "16", "--json", *extra
     )
-    r = subprocess.run(cmd, capture_output=True, text=True, env=perf_env(), timeout=seconds + 120)
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, env=brokers.perf_env(), timeout=seconds + 120
+    )
     if r.returncode != 0 or not r.stdout.strip():
         raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-1000:]}")
     result: dict[str, Any] = json.loads(r.stdout.splitlines()[-1])
@@ -134,7 +128,7 @@ def run_perf(port: int, seconds: float, extra: list[str]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    add_common_arguments(ap)
+    brokers.add_common_arguments(ap)
     ap.add_argument("--seconds", type=float, default=10.0, help="per run (default 10)")
     ap.add_argument("--runs", type=int, default=3, help="runs per scenario and broker (median)")
     ap.add_argument("--json", action="store_true", help="also print every run as JSON lines")
@@ -144,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also measure the perf client against a stand-in broker that does no work",
     )
     args = ap.parse_args(argv)
-    names = parse_brokers(args.brokers)
+    names = brokers.parse_brokers(args.brokers)
     load_start = os.getloadavg()
     # results[scenario][broker] = [receive_rate, ...]
     results: dict[str, dict[str, list[float]]] = {label: {} for label, _ in SCENARIOS}
@@ -153,14 +147,13 @@ def main(argv: list[str] | None = None) -> int:
         for run in range(args.runs):
             order = names if run % 2 == 0 else list(reversed(names))
             for name in order:
-                if name in skipped:
-                    continue
-                try:
-                    with broker(name, args.warren_src) as (_pid, port):
-                        s = run_perf(port, args.seconds, extra)
-                except BrokerUnavailable as exc:
-                    skipped[name] = str(exc)
-                    print(f"skipping {name}: {exc}", file=sys.stderr)
+                s = brokers.on_broker(
+                    name,
+                    args.warren_src,
+                    skipped,
+                    lambda _pid, port, extra=extra: run_perf(port, args.seconds, extra),
+                )
+                if s is None:
                     continue
                 rate = float(s["receive_rate"])
                 results[label].setdefault(name, []).append(rate)
@@ -179,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         f"run(s), received msg/s"
     )
     print()
-    header = "| Scenario | " + " | ".join(f"{n} {version(n, args.warren_src)}" for n in shown)
+    header = "| Scenario | " + " | ".join(
+        f"{n} {brokers.version(n, args.warren_src)}" for n in shown
+    )
     both = "warren" in shown and "mosquitto" in shown
     print(header + (" | Warren / mosquitto |" if both else " |"))
     print("|---|" + "---:|" * (len(shown) + (1 if both else 0)))
@@ -202,8 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         + " ".join(f"{x:.2f}" for x in load_end)
         + f" ({os.cpu_count()} CPUs)"
     )
-    for name, why in skipped.items():
-        print(f"\n{name}: skipped ({why.splitlines()[0]})")
+    brokers.print_skipped(skipped)
     if args.ceiling:
         print("\n| The client's ceiling (QoS 0, 16 B) | msg/s | client CPU |")
         print("|---|---:|---:|")

@@ -26,15 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from mqtt_brokers import (  # noqa: E402
-    BrokerUnavailable,
-    add_common_arguments,
-    broker,
-    parse_brokers,
-    perf_command,
-    perf_env,
-    version,
-)
+import mqtt_brokers as brokers  # noqa: E402
 
 from warren.perf.report import read_rss  # noqa: E402
 
@@ -62,7 +54,7 @@ def measure(pid: int, port: int, connections: int, settle: float) -> tuple[int, 
         )
     before = (read_rss(pid) or {}).get("VmRSS", 0)
     holder = subprocess.Popen(
-        perf_command(
+        brokers.perf_command(
             "mqtt-idle",
             "--port",
             str(port),
@@ -75,7 +67,7 @@ def measure(pid: int, port: int, connections: int, settle: float) -> tuple[int, 
         ),
         stdout=subprocess.PIPE,
         text=True,
-        env=perf_env(),
+        env=brokers.perf_env(),
     )
     assert holder.stdout is not None
     try:
@@ -96,24 +88,26 @@ def measure(pid: int, port: int, connections: int, settle: float) -> tuple[int, 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    add_common_arguments(ap)
+    brokers.add_common_arguments(ap)
     ap.add_argument("--connections", type=int, default=100_000, help="default 100000")
     ap.add_argument("--seconds", type=float, default=2.0, help="settle time before reading RSS")
     ap.add_argument("--runs", type=int, default=1, help="runs per broker (median), default 1")
     args = ap.parse_args(argv)
     rows: list[str] = []
     skipped: dict[str, str] = {}
-    for name in parse_brokers(args.brokers):
+    for name in brokers.parse_brokers(args.brokers):
         samples: list[tuple[int, int, int]] = []
         for _ in range(args.runs):
-            try:
-                with broker(name, args.warren_src) as (pid, port):
-                    samples.append(measure(pid, port, args.connections, args.seconds))
-            except BrokerUnavailable as exc:
-                skipped[name] = str(exc)
-                print(f"skipping {name}: {exc}", file=sys.stderr)
+            sample = brokers.on_broker(
+                name,
+                args.warren_src,
+                skipped,
+                lambda pid, port: measure(pid, port, args.connections, args.seconds),
+            )
+            if sample is None:
                 break
-            b, w, h = samples[-1]
+            samples.append(sample)
+            b, w, h = sample
             print(
                 f"{name}: VmRSS {b / 1024:,.1f} MiB idle, {w / 1024:,.1f} MiB with {h:,} "
                 "connections",
@@ -127,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         held = min(s[2] for s in samples)
         per = (with_them - before) / held if held else 0.0
         rows.append(
-            f"| {name} {version(name, args.warren_src)} | {held:,} | {before / 1024:,.1f} MiB "
+            f"| {name} {brokers.version(name, args.warren_src)} | {held:,} | {before / 1024:,.1f} MiB "
             f"| {with_them / 1024:,.1f} MiB | {per:,.2f} KiB |"
         )
     print()
@@ -137,8 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|---:|---:|")
     for row in rows:
         print(row)
-    for name, why in skipped.items():
-        print(f"\n{name}: skipped ({why.splitlines()[0]})")
+    brokers.print_skipped(skipped)
     return 0 if rows else 1
 
 

@@ -37,6 +37,25 @@ def perf(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     )
 
 
+def warren_process(*args: str, **popen: Any) -> subprocess.Popen[str]:
+    """``python -m warren ARGS`` from this checkout, its output as text (stdout and
+    stderr pipes unless ``popen`` says otherwise)."""
+    popen.setdefault("stdout", subprocess.PIPE)
+    popen.setdefault("stderr", subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-m", "warren", *args], text=True, env=ENV, **popen)
+
+
+def check_no_broker_imports(modules: str, forbidden: tuple[str, ...]) -> None:
+    """Importing ``modules`` (comma-separated) in a fresh interpreter loads none of ``forbidden``."""
+    code = (
+        f"import sys, {modules}; print(sorted(m for m in sys.modules if m.startswith('warren.')))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV)
+    assert r.returncode == 0, r.stderr
+    for name in forbidden:
+        assert f"'{name}" not in r.stdout
+
+
 def perf_json(*args: str) -> dict[str, Any]:
     r = perf(*args, "--json")
     assert r.returncode == 0, f"status {r.returncode}\n{r.stdout}\n{r.stderr}"
@@ -162,32 +181,23 @@ def test_throughput_publisher_alone_drops_into_an_unbound_exchange(broker: Broke
 
 
 def test_connection_count(broker: BrokerThread) -> None:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "warren",
-            "perf",
-            "connection-count",
-            "--uri",
-            broker.url,
-            "--connections",
-            "20",
-            "--channels",
-            "2",
-            "--consumers",
-            "2",
-            "--pid",
-            str(os.getpid()),  # the embedded broker lives in this process
-            "--settle",
-            "0",
-            "--hold",
-            "60",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
+    proc = warren_process(
+        "perf",
+        "connection-count",
+        "--uri",
+        broker.url,
+        "--connections",
+        "20",
+        "--channels",
+        "2",
+        "--consumers",
+        "2",
+        "--pid",
+        str(os.getpid()),  # the embedded broker lives in this process
+        "--settle",
+        "0",
+        "--hold",
+        "60",
     )
     try:
         assert proc.stdout is not None
@@ -215,6 +225,7 @@ def test_connection_count(broker: BrokerThread) -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
+
     # Closing the connections deletes their exclusive queues: wait on the broker's
     # own per-socket "closed" futures rather than polling.
     async def all_closed() -> None:
@@ -283,21 +294,10 @@ def test_cli_entry_points() -> None:
 
 
 def test_perf_does_not_import_the_broker() -> None:
-    code = (
-        "import sys, warren.perf.cli, warren.perf.throughput, warren.perf.connections, "
-        "warren.perf.queues; "
-        "print(sorted(m for m in sys.modules if m.startswith('warren.')))"
+    check_no_broker_imports(
+        "warren.perf.cli, warren.perf.throughput, warren.perf.connections, warren.perf.queues",
+        ("warren.broker", "warren.amqp.server", "warren.amqp.connection", "warren.store"),
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV)
-    assert r.returncode == 0, r.stderr
-    modules = r.stdout
-    for forbidden in (
-        "warren.broker",
-        "warren.amqp.server",
-        "warren.amqp.connection",
-        "warren.store",
-    ):
-        assert f"'{forbidden}" not in modules
 
 
 # -- pure helpers ----------------------------------------------------------------------------

@@ -13,19 +13,16 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from test_perf import check_no_broker_imports, perf, warren_process
 
 from warren.perf.mqtt import MQTTParams, measure, parse_uri
 
 MOSQUITTO = "/usr/sbin/mosquitto"
-SRC = Path(__file__).resolve().parents[1] / "src"
-ENV = dict(os.environ, PYTHONPATH=str(SRC))
 
 
 @pytest.fixture(scope="module")
@@ -65,23 +62,15 @@ def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 def warren_mqtt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """`python -m warren` with its MQTT listener on a free port; yields that port.
     Skips while this checkout's Warren has no MQTT listener (no --mqtt-port)."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "warren",
-            "--mqtt-port",
-            "0",
-            "--amqp-port",
-            "0",
-            "--http-port",
-            "-1",
-            "--ephemeral",
-        ],
-        stdout=subprocess.PIPE,
+    proc = warren_process(
+        "--mqtt-port",
+        "0",
+        "--amqp-port",
+        "0",
+        "--http-port",
+        "-1",
+        "--ephemeral",
         stderr=subprocess.STDOUT,
-        text=True,
-        env=ENV,
     )
     assert proc.stdout is not None
     try:
@@ -101,16 +90,6 @@ def warren_mqtt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     finally:
         proc.terminate()
         proc.wait(30)
-
-
-def perf(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "warren", "perf", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=ENV,
-    )
 
 
 def check_summary(s: dict[str, Any], qos: int, expected: int) -> None:
@@ -208,26 +187,17 @@ def test_idle_connections(mosquitto: int) -> None:
 
 
 def test_idle_ready_line_then_sigterm(mosquitto: int) -> None:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "warren",
-            "perf",
-            "mqtt-idle",
-            "--port",
-            str(mosquitto),
-            "--connections",
-            "200",
-            "--protocol",
-            "5",
-            "--ready",
-            "--json",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
+    proc = warren_process(
+        "perf",
+        "mqtt-idle",
+        "--port",
+        str(mosquitto),
+        "--connections",
+        "200",
+        "--protocol",
+        "5",
+        "--ready",
+        "--json",
     )
     assert proc.stdout is not None
     try:
@@ -253,14 +223,10 @@ def test_parse_uri() -> None:
 
 
 def test_mqtt_perf_does_not_import_the_broker() -> None:
-    code = (
-        "import sys, warren.perf.cli, warren.perf.mqtt, warren.perf.mqtt_idle; "
-        "print(sorted(m for m in sys.modules if m.startswith('warren.')))"
+    check_no_broker_imports(
+        "warren.perf.cli, warren.perf.mqtt, warren.perf.mqtt_idle",
+        ("warren.broker", "warren.amqp.server", "warren.node", "warren.store"),
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV)
-    assert r.returncode == 0, r.stderr
-    for forbidden in ("warren.broker", "warren.amqp.server", "warren.node", "warren.store"):
-        assert f"'{forbidden}" not in r.stdout
 
 
 def test_cli_help_lists_the_mqtt_commands() -> None:

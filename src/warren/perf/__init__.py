@@ -1,13 +1,24 @@
-"""``warren perf``: load generators for AMQP 0-9-1 brokers (Warren, RabbitMQ, LavinMQ, ...).
+"""``warren perf``: load generators for AMQP 0-9-1 brokers (Warren, RabbitMQ, LavinMQ, ...)
+and MQTT brokers (Warren, mosquitto, ...).
 
 Modules:
 
-* ``cli``          the ``warren perf`` argument parser and dispatch
-* ``client``       a minimal blocking AMQP client on a raw socket (Warren's own codec)
-* ``throughput``   ``warren perf throughput``: publisher/consumer processes, live rates
-* ``connections``  ``warren perf connection-count``: many connections, broker memory
-* ``queues``       ``warren perf queue-count``: many queues, declare time, broker memory
-* ``report``       rates, latency histogram and percentiles, /proc memory, JSON
+* ``cli``                 the ``warren perf`` argument parser and dispatch
+* ``coordinator``         parent side of ``throughput`` and ``mqtt``: worker processes,
+                          live rates, end of a run, summary
+* ``workers``             worker side of ``throughput`` and ``mqtt``: pipe protocol,
+                          publishers' pacing, receivers' read loop, latency recording
+* ``throughput``          ``warren perf throughput``: parameters, plan, setup, summary
+* ``throughput_workers``  its AMQP publisher and consumer processes
+* ``client``              a minimal blocking AMQP client on a raw socket (Warren's own codec)
+* ``connections``         ``warren perf connection-count``: many connections, broker memory
+* ``queues``              ``warren perf queue-count``: many queues, declare time, broker memory
+* ``mqtt``                ``warren perf mqtt``: parameters, run, summary
+* ``mqtt_workers``        its MQTT publisher and subscriber processes
+* ``mqtt_client``         MQTT URIs, connection setup, packet boundaries
+* ``mqtt_idle``           ``warren perf mqtt-idle``: many idle MQTT connections, broker memory
+* ``limits``              the open-file limit
+* ``report``              rates, latency histogram and percentiles, /proc memory, JSON
 
 Nothing here imports the broker: the tools talk to any broker over TCP.
 """

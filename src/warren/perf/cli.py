@@ -6,13 +6,18 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from dataclasses import fields
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = ["build_parser", "main"]
 
 DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/"
 
 _N = TypeVar("_N", int, float)
+_P = TypeVar("_P", bound="DataclassInstance")
 
 
 def _non_negative(text: str, parse: Callable[[str], _N], what: str) -> _N:
@@ -52,6 +57,36 @@ def _json_object(text: str) -> dict[str, object]:
     return value
 
 
+def _add_amqp_uri(a: argparse.ArgumentParser) -> None:
+    a.add_argument("--uri", default=DEFAULT_URI, help=f"broker URI (default: {DEFAULT_URI})")
+
+
+def _add_publishers(a: argparse.ArgumentParser) -> None:
+    a.add_argument("-x", "--publishers", type=_count, default=1, metavar="N", help="default 1")
+
+
+def _add_rate(a: argparse.ArgumentParser) -> None:
+    a.add_argument(
+        "-r", "--rate", type=_count, default=0, metavar="N", help="msgs/s per publisher (0 = max)"
+    )
+
+
+def _add_time(a: argparse.ArgumentParser) -> None:
+    a.add_argument("-z", "--time", type=_seconds, default=0.0, metavar="SECONDS", help="run time")
+
+
+def _add_broker_memory(a: argparse.ArgumentParser) -> None:
+    """``--pid`` and ``--settle`` of the tools that report the broker's memory."""
+    a.add_argument("--pid", type=int, metavar="PID", help="the broker's pid, for memory figures")
+    a.add_argument(
+        "--settle", type=_seconds, default=1.0, metavar="SECONDS", help="wait before reading memory"
+    )
+
+
+def _add_json(a: argparse.ArgumentParser, what: str) -> None:
+    a.add_argument("--json", action="store_true", help=f"print the {what} as one JSON object")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="warren perf",
@@ -69,8 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Latency is measured from a send timestamp in the first 8 bytes of each body "
         "(bodies under 8 bytes: no latency).",
     )
-    t.add_argument("--uri", default=DEFAULT_URI, help=f"broker URI (default: {DEFAULT_URI})")
-    t.add_argument("-x", "--publishers", type=_count, default=1, metavar="N", help="default 1")
+    _add_amqp_uri(t)
+    _add_publishers(t)
     t.add_argument(
         "-y",
         "--consumers",
@@ -136,10 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="fanout: N queues bound to the exchange, -y consumers on each",
     )
-    t.add_argument(
-        "-r", "--rate", type=_count, default=0, metavar="N", help="msgs/s per publisher (0 = max)"
-    )
-    t.add_argument("-z", "--time", type=_seconds, default=0.0, metavar="SECONDS", help="run time")
+    _add_rate(t)
+    _add_time(t)
     t.add_argument(
         "-C",
         "--pmessages",
@@ -151,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--keep", action="store_true", help="do not delete the queues/exchange at the end"
     )
-    t.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    _add_json(t, "summary")
 
     c = sub.add_parser(
         "connection-count",
@@ -160,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         "on its own server-named exclusive queue); report the time taken and the broker's "
         "VmRSS/RssAnon from /proc/PID/status.",
     )
-    c.add_argument("--uri", default=DEFAULT_URI, help=f"broker URI (default: {DEFAULT_URI})")
+    _add_amqp_uri(c)
     c.add_argument(
         "-n", "--connections", type=_positive, default=100, metavar="N", help="default 100"
     )
@@ -170,14 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--consumers", type=_count, default=0, metavar="K", help="per channel, default 0"
     )
-    c.add_argument("--pid", type=int, metavar="PID", help="the broker's pid, for memory figures")
-    c.add_argument(
-        "--settle", type=_seconds, default=1.0, metavar="SECONDS", help="wait before reading memory"
-    )
+    _add_broker_memory(c)
     c.add_argument(
         "--hold", type=_seconds, default=0.0, metavar="SECONDS", help="keep them open this long"
     )
-    c.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    _add_json(c, "result")
 
     q = sub.add_parser(
         "queue-count",
@@ -185,16 +215,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Declare N queues (pipelined), report the time taken and the broker's "
         "VmRSS/RssAnon, then delete them again (unless --keep).",
     )
-    q.add_argument("--uri", default=DEFAULT_URI, help=f"broker URI (default: {DEFAULT_URI})")
+    _add_amqp_uri(q)
     q.add_argument("-n", "--queues", type=_positive, default=1000, metavar="N", help="default 1000")
     q.add_argument("--durable", action="store_true", help="durable queues")
     q.add_argument("--prefix", default="perf-q-", help="queue name prefix (default perf-q-)")
-    q.add_argument("--pid", type=int, metavar="PID", help="the broker's pid, for memory figures")
-    q.add_argument(
-        "--settle", type=_seconds, default=1.0, metavar="SECONDS", help="wait before reading memory"
-    )
+    _add_broker_memory(q)
     q.add_argument("--keep", action="store_true", help="do not delete the queues afterwards")
-    q.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    _add_json(q, "result")
     _add_mqtt_parsers(sub)
     return p
 
@@ -231,13 +258,13 @@ def _add_mqtt_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     _add_mqtt_target(m)
     m.add_argument("--qos", type=int, choices=(0, 1, 2), default=0, help="default 0")
-    m.add_argument("-x", "--publishers", type=_count, default=1, metavar="N", help="default 1")
+    _add_publishers(m)
     m.add_argument("-y", "--subscribers", type=_count, default=1, metavar="N", help="default 1")
     m.add_argument(
         "-s", "--size", type=_count, default=16, metavar="BYTES", help="payload size, default 16"
     )
     m.add_argument("--topic", default="perf/test", help="topic name (default perf/test)")
-    m.add_argument("-z", "--time", type=_seconds, default=0.0, metavar="SECONDS", help="run time")
+    _add_time(m)
     m.add_argument(
         "-C",
         "--count",
@@ -246,9 +273,7 @@ def _add_mqtt_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="N",
         help="messages per publisher; stop once all are received (or none arrived for 5 s)",
     )
-    m.add_argument(
-        "-r", "--rate", type=_count, default=0, metavar="N", help="msgs/s per publisher (0 = max)"
-    )
+    _add_rate(m)
     m.add_argument(
         "--inflight",
         type=_positive,
@@ -279,7 +304,7 @@ def _add_mqtt_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     m.add_argument(
         "--keepalive", type=_count, default=0, metavar="SECONDS", help="default 0 (none)"
     )
-    m.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    _add_json(m, "summary")
 
     i = sub.add_parser(
         "mqtt-idle",
@@ -321,16 +346,13 @@ def _add_mqtt_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="N",
         help="source addresses 127.0.0.1..N (default: one per 25,000 connections)",
     )
-    i.add_argument("--pid", type=int, metavar="PID", help="the broker's pid, for memory figures")
-    i.add_argument(
-        "--settle", type=_seconds, default=1.0, metavar="SECONDS", help="wait before reading memory"
-    )
+    _add_broker_memory(i)
     i.add_argument(
         "--ready",
         action="store_true",
         help="print 'READY <connected> <failed>' on stdout once all handshakes are over",
     )
-    i.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    _add_json(i, "result")
 
 
 def _mqtt_target(args: argparse.Namespace) -> dict[str, object]:
@@ -349,6 +371,14 @@ def _mqtt_target(args: argparse.Namespace) -> dict[str, object]:
     return target
 
 
+def _params(cls: type[_P], args: argparse.Namespace, **given: object) -> _P:
+    """A parameters dataclass with each field from the argument of the same name, unless
+    ``given`` (fields without an argument keep their default)."""
+    values = {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
+    values.update(given)
+    return cls(**values)
+
+
 def _main_mqtt(args: argparse.Namespace) -> int:
     try:
         target = _mqtt_target(args)
@@ -359,40 +389,11 @@ def _main_mqtt(args: argparse.Namespace) -> int:
         from warren.perf.mqtt_idle import IdleParams
         from warren.perf.mqtt_idle import run as run_idle
 
-        return run_idle(
-            IdleParams(
-                protocol=args.protocol,
-                connections=args.connections,
-                keepalive=args.keepalive,
-                hold=args.hold,
-                concurrency=args.concurrency,
-                sources=args.sources,
-                pid=args.pid,
-                settle=args.settle,
-                ready=args.ready,
-                **target,  # type: ignore[arg-type]
-            ),
-            as_json=args.json,
-        )
+        return run_idle(_params(IdleParams, args, **target), as_json=args.json)
     from warren.perf.mqtt import MQTTParams
     from warren.perf.mqtt import run as run_mqtt
 
-    params = MQTTParams(
-        protocol=args.protocol,
-        qos=args.qos,
-        publishers=args.publishers,
-        subscribers=args.subscribers,
-        size=args.size,
-        topic=args.topic,
-        time=args.time,
-        count=args.count,
-        rate=args.rate,
-        inflight=args.inflight,
-        clean_session=args.clean_session,
-        latency=args.latency,
-        keepalive=args.keepalive,
-        **target,  # type: ignore[arg-type]
-    )
+    params = _params(MQTTParams, args, **target)
     problem = params.check()
     if problem:
         print(f"warren perf mqtt: {problem}", file=sys.stderr)
@@ -420,56 +421,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "consumers ack early whenever they run dry",
                 file=sys.stderr,
             )
-        params = ThroughputParams(
-            uri=args.uri,
-            publishers=args.publishers,
-            consumers=args.consumers,
-            size=args.size,
-            confirm=args.confirm,
-            persistent=args.persistent,
-            prefetch=args.prefetch,
-            ack=args.ack,
-            queue=args.queue,
-            queue_args=args.queue_args,
-            durable=args.durable,
-            exchange=args.exchange,
-            exchange_type=args.exchange_type,
-            routing_key=args.routing_key,
-            queues=args.queues,
-            rate=args.rate,
-            time=args.time,
-            pmessages=args.pmessages,
-            keep=args.keep,
-        )
-        return run(params, as_json=args.json)
+        return run(_params(ThroughputParams, args), as_json=args.json)
     if args.command == "connection-count":
         from warren.perf.connections import ConnectionParams
         from warren.perf.connections import run as run_connections
 
-        return run_connections(
-            ConnectionParams(
-                uri=args.uri,
-                connections=args.connections,
-                channels=args.channels,
-                consumers=args.consumers,
-                pid=args.pid,
-                settle=args.settle,
-                hold=args.hold,
-            ),
-            as_json=args.json,
-        )
+        return run_connections(_params(ConnectionParams, args), as_json=args.json)
     from warren.perf.queues import QueueParams
     from warren.perf.queues import run as run_queues
 
-    return run_queues(
-        QueueParams(
-            uri=args.uri,
-            queues=args.queues,
-            durable=args.durable,
-            prefix=args.prefix,
-            pid=args.pid,
-            settle=args.settle,
-            keep=args.keep,
-        ),
-        as_json=args.json,
-    )
+    return run_queues(_params(QueueParams, args), as_json=args.json)

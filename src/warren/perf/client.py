@@ -13,7 +13,6 @@ It imports ``warren.amqp`` (codec and frame builders) and nothing of the broker.
 from __future__ import annotations
 
 import contextlib
-import resource
 import socket
 import struct
 import time
@@ -37,7 +36,6 @@ __all__ = [
     "Client",
     "URI",
     "message_template",
-    "raise_fd_limit",
 ]
 
 M = TypeVar("M", bound=spec.Method)
@@ -94,19 +92,6 @@ class URI:
             password=unquote(parts.password) if parts.password is not None else "guest",
             vhost=unquote(path) if path else "/",
         )
-
-
-def raise_fd_limit() -> int:
-    """Lift the soft open-file limit to the hard one; returns the new soft limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
-    if soft < target:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError):
-            pass
-    return soft
 
 
 def message_template(

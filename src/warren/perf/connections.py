@@ -17,8 +17,9 @@ from typing import Any, TextIO
 
 from warren.amqp import spec
 from warren.amqp.frames import method_frame
-from warren.perf.client import AMQPError, Client, raise_fd_limit
-from warren.perf.report import format_count, pid_note, print_json, read_rss, rss_line
+from warren.perf.client import AMQPError, Client
+from warren.perf.limits import raise_fd_limit
+from warren.perf.report import format_count, pid_note, print_result, print_rss_change, read_rss
 
 __all__ = ["ConnectionParams", "open_connection", "run"]
 
@@ -135,12 +136,7 @@ def run(p: ConnectionParams, as_json: bool = False, out: TextIO | None = None) -
     if error:
         result["error"] = error
         print(f"warren perf connection-count: {error}", file=sys.stderr)
-    if as_json:
-        print_json(result)
-    else:
-        print(f"closed them in {close_s:.2f} s", file=out)
-        if note:
-            print(note, file=out)
+    print_result(result, as_json, out, f"closed them in {close_s:.2f} s", note)
     return status
 
 
@@ -154,12 +150,5 @@ def _print_rss(
 ) -> None:
     if pid is None or note:
         return
-    print(rss_line(f"broker pid {pid} before", before), file=out)
-    print(rss_line(f"broker pid {pid} with them open", after), file=out)
-    if before and after and opened:
-        delta = after.get("VmRSS", 0) - before.get("VmRSS", 0)
-        print(
-            f"  delta VmRSS {delta / 1024:+,.1f} MiB, {delta / opened:,.1f} KiB per connection",
-            file=out,
-        )
+    print_rss_change(out, pid, before, after, opened, "connection", digits=1)
     out.flush()

@@ -34,7 +34,6 @@ import errno
 import ipaddress
 import math
 import multiprocessing
-import resource
 import select
 import signal
 import socket
@@ -45,11 +44,17 @@ from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Any, TextIO
 
-from warren.perf.mqtt import DEFAULT_PORT, MQTTError, MQTTParams, check_connack, connect_packet
-from warren.perf.mqtt import packet_end as _packet_end
-from warren.perf.report import format_count, pid_note, print_json, read_rss, rss_line
+from warren.perf.limits import raise_nofile
+from warren.perf.mqtt_client import (
+    MQTTError,
+    MQTTTarget,
+    check_connack,
+    connect_packet,
+    packet_end,
+)
+from warren.perf.report import format_count, pid_note, print_result, print_rss_change, read_rss
 
-__all__ = ["IdleParams", "raise_nofile", "run", "source_addresses"]
+__all__ = ["IdleParams", "run", "source_addresses"]
 
 #: Connections per source address before the next one is used (one address has ~28k ports).
 PORTS_PER_SOURCE = 25_000
@@ -60,12 +65,7 @@ IP_BIND_ADDRESS_NO_PORT = 24
 
 
 @dataclass(frozen=True)
-class IdleParams:
-    host: str = "127.0.0.1"
-    port: int = DEFAULT_PORT
-    username: str | None = None
-    password: str | None = None
-    protocol: int = 4
+class IdleParams(MQTTTarget):
     connections: int = 1000
     keepalive: int = 0
     #: Seconds to hold them; 0: until SIGINT/SIGTERM.
@@ -77,32 +77,6 @@ class IdleParams:
     settle: float = 1.0
     ready: bool = False
     client_id: str = "warren-idle"
-
-
-def raise_nofile(needed: int) -> int:
-    """Lift RLIMIT_NOFILE to at least ``needed`` if allowed (the hard limit too as root,
-    up to /proc/sys/fs/nr_open); returns the soft limit now in force."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft >= needed:
-        return soft
-    if hard != resource.RLIM_INFINITY and hard < needed:
-        try:
-            with open("/proc/sys/fs/nr_open", encoding="ascii") as f:
-                nr_open = int(f.read())
-        except (OSError, ValueError):
-            nr_open = needed
-        target = min(needed, nr_open)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, target))  # needs root
-            return target
-        except (ValueError, OSError):
-            pass
-    target = hard if hard == resource.RLIM_INFINITY else min(hard, max(needed, soft))
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        return int(target)
-    except (ValueError, OSError):
-        return soft
 
 
 def source_addresses(host: str, connections: int, sources: int = 0) -> list[str | None]:
@@ -129,14 +103,6 @@ class _Holder:
         self.count = p.connections if count is None else count
         self.socks: list[socket.socket] = []
         self.failures: collections.Counter[str] = collections.Counter()
-        self.mqtt = MQTTParams(
-            host=p.host,
-            port=p.port,
-            username=p.username,
-            password=p.password,
-            protocol=p.protocol,
-            keepalive=p.keepalive,
-        )
 
     def open_all(self, sources: list[str | None]) -> None:
         """Open every connection, ``concurrency`` handshakes at a time."""
@@ -188,7 +154,9 @@ class _Holder:
                             continue
                         entry[1] = True
                         try:
-                            s.send(connect_packet(self.mqtt, f"{p.client_id}-{entry[3]}", True))
+                            s.send(
+                                connect_packet(p, f"{p.client_id}-{entry[3]}", True, p.keepalive)
+                            )
                         except OSError as exc:
                             self._fail(ep, pending, fd, f"send: {exc}")
                             continue
@@ -205,7 +173,7 @@ class _Holder:
                         self._fail(ep, pending, fd, "closed by the broker before CONNACK")
                         continue
                     entry[2] += data
-                    end = _packet_end(entry[2], 0)
+                    end = packet_end(entry[2], 0)
                     if not end:
                         continue
                     try:
@@ -362,15 +330,7 @@ def run(p: IdleParams, as_json: bool = False, out: TextIO | None = None) -> int:
                 time.sleep(p.settle)  # let the broker's memory settle before reading it
             rss = read_rss(p.pid) if p.pid is not None else None
             if text and p.pid is not None and not note:
-                print(rss_line(f"broker pid {p.pid} before", rss_before), file=text)
-                print(rss_line(f"broker pid {p.pid} with them open", rss), file=text)
-                if rss_before and rss and connected:
-                    delta = rss.get("VmRSS", 0) - rss_before.get("VmRSS", 0)
-                    print(
-                        f"  delta VmRSS {delta / 1024:+,.1f} MiB, "
-                        f"{delta / connected:,.2f} KiB per connection",
-                        file=text,
-                    )
+                print_rss_change(text, p.pid, rss_before, rss, connected, "connection")
             if p.ready:
                 print(f"READY {connected} {failed}", file=out, flush=True)
             if text:
@@ -418,10 +378,6 @@ def run(p: IdleParams, as_json: bool = False, out: TextIO | None = None) -> int:
             "keepalive": p.keepalive,
         },
     }
-    if as_json:
-        print_json(result)
-    else:
-        print(f"{format_count(alive)} still connected at the end; closed them", file=out)
-        if note:
-            print(note, file=out)
+    last = f"{format_count(alive)} still connected at the end; closed them"
+    print_result(result, as_json, out, last, note)
     return status

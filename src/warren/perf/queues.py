@@ -15,7 +15,7 @@ from typing import Any, TextIO
 from warren.amqp import spec
 from warren.amqp.frames import method_frame
 from warren.perf.client import AMQPError, Client
-from warren.perf.report import format_count, pid_note, print_json, read_rss, rss_line
+from warren.perf.report import format_count, pid_note, print_result, print_rss_change, read_rss
 
 __all__ = ["BATCH", "QueueParams", "run"]
 
@@ -79,15 +79,9 @@ def run(p: QueueParams, as_json: bool = False, out: TextIO | None = None) -> int
         result["rss_kib_before"] = rss_before
         result["rss_kib"] = rss
         if not as_json and p.pid is not None and not note:
-            print(rss_line(f"broker pid {p.pid} before", rss_before), file=out)
-            print(rss_line(f"broker pid {p.pid} with the queues", rss), file=out)
-            if rss_before and rss and names:
-                delta = rss.get("VmRSS", 0) - rss_before.get("VmRSS", 0)
-                print(
-                    f"  delta VmRSS {delta / 1024:+,.1f} MiB, "
-                    f"{delta / len(names):,.2f} KiB per queue",
-                    file=out,
-                )
+            print_rss_change(
+                out, p.pid, rss_before, rss, len(names), "queue", with_them="with the queues"
+            )
         if not p.keep:
             start = time.perf_counter()
             _pipelined(client, [spec.QueueDelete(queue=n) for n in names], spec.QueueDeleteOk)
@@ -109,8 +103,5 @@ def run(p: QueueParams, as_json: bool = False, out: TextIO | None = None) -> int
         "prefix": p.prefix,
         "keep": p.keep,
     }
-    if as_json:
-        print_json(result)
-    elif note:
-        print(note, file=out)
+    print_result(result, as_json, out, None, note)
     return status

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TextIO
 
 __all__ = [
     "SUB_BITS",
@@ -20,8 +20,12 @@ __all__ = [
     "format_count",
     "format_rate",
     "merge_histograms",
+    "merge_into",
     "percentiles_ms",
+    "pid_note",
     "print_json",
+    "print_result",
+    "print_rss_change",
     "read_rss",
     "rss_line",
 ]
@@ -56,9 +60,14 @@ def bucket_value_us(key: int) -> float:
 def merge_histograms(histograms: Iterable[Mapping[int, int]]) -> dict[int, int]:
     merged: dict[int, int] = {}
     for hist in histograms:
-        for key, count in hist.items():
-            merged[key] = merged.get(key, 0) + count
+        merge_into(merged, hist)
     return merged
+
+
+def merge_into(target: dict[int, int], source: Mapping[int, int]) -> None:
+    """Add the counts of histogram ``source`` to ``target``."""
+    for key, count in source.items():
+        target[key] = target.get(key, 0) + count
 
 
 def percentiles_ms(
@@ -115,6 +124,41 @@ def rss_line(label: str, rss: Mapping[str, int] | None) -> str:
     if "RssAnon" in rss:
         parts.append(f"RssAnon {rss['RssAnon'] / 1024:,.1f} MiB")
     return f"{label}: " + ", ".join(parts)
+
+
+def print_rss_change(
+    out: TextIO,
+    pid: int,
+    before: Mapping[str, int] | None,
+    after: Mapping[str, int] | None,
+    n: int,
+    what: str,
+    *,
+    with_them: str = "with them open",
+    digits: int = 2,
+) -> None:
+    """The broker's memory before and after, and the difference per one of ``n`` ``what``s."""
+    print(rss_line(f"broker pid {pid} before", before), file=out)
+    print(rss_line(f"broker pid {pid} {with_them}", after), file=out)
+    if before and after and n:
+        delta = after.get("VmRSS", 0) - before.get("VmRSS", 0)
+        print(
+            f"  delta VmRSS {delta / 1024:+,.1f} MiB, {delta / n:,.{digits}f} KiB per {what}",
+            file=out,
+        )
+
+
+def print_result(
+    result: Any, as_json: bool, out: TextIO, last: str | None, note: str | None
+) -> None:
+    """The result as JSON, or its ``last`` line and the ``note`` (see :func:`pid_note`)."""
+    if as_json:
+        print_json(result)
+        return
+    if last is not None:
+        print(last, file=out)
+    if note:
+        print(note, file=out)
 
 
 def pid_note(pid: int | None) -> str | None:
