@@ -325,17 +325,21 @@ class Delivery:
                 self._ack(queue, seq)
             return
         pid = 0
+        dup = redelivered
         if qos:
             session = self.session
             assert session is not None
-            if redelivered and seq in session.redeliver:
+            # Not gated on ``redelivered``: the queue forgets that flag over a
+            # restart, the session's record of what was in flight does not.
+            if session.redeliver and seq in session.redeliver:
                 pid = session.redeliver.pop(seq)
+                dup = True
                 if pid in self.inflight:
                     pid = self._pid()
             else:
                 pid = self._pid()
         packet = self._publish_packet(
-            msg.routing_key, msg.body, qos, redelivered and qos > 0, retain, out, ids, pid
+            msg.routing_key, msg.body, qos, dup and qos > 0, retain, out, ids, pid
         )
         if packet is None:
             if not consumer.no_ack:
