@@ -111,7 +111,9 @@ class Delivery:
         if session.queue in vhost.queues:
             self.ensure_consumer(vhost.queues[session.queue])
         else:
-            # The queue went away while the session was stored: bind a new one.
+            # The queue went away while the session was stored: bind a new one
+            # (whose messages are numbered afresh).
+            session.redeliver.clear()
             for tf, opts in list(session.subscriptions.items()):
                 if opts.group is None:
                     self.add_subscription(tf, opts)
@@ -199,9 +201,11 @@ class Delivery:
             for pid, (q, seq, msg) in self.inflight.items()
             if q is queue and msg is not None
         )
+        own = queue.name == session.queue
         for seq, pid, msg in back:
             del self.inflight[pid]
-            session.redeliver[seq] = pid
+            if own:  # a share group's message may go to any member: a new id then
+                session.redeliver[seq] = pid
             assert msg is not None
             queue.reject(seq, msg, True)
 
@@ -330,8 +334,9 @@ class Delivery:
             session = self.session
             assert session is not None
             # Not gated on ``redelivered``: the queue forgets that flag over a
-            # restart, the session's record of what was in flight does not.
-            if session.redeliver and seq in session.redeliver:
+            # restart, the session's record of what was in flight does not. Only
+            # the session's own queue is recorded (queues number alike).
+            if session.redeliver and seq in session.redeliver and queue.name == session.queue:
                 pid = session.redeliver.pop(seq)
                 dup = True
                 if pid in self.inflight:
