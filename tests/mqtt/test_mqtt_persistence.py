@@ -568,3 +568,26 @@ def test_session_takeover(broker: BrokerThread, level: int) -> None:
         second.send(PubAck(p.packet_id or 0))
         assert broker.call(lambda: state(broker).live[("/", "twin")] is not None)
         second.disconnect()
+
+
+def test_in_flight_ids_are_per_queue_with_a_shared_subscription(broker_factory: Factory) -> None:
+    """The session's queue and a share group's queue number their messages alike: a
+    message of one must not take the packet id (and DUP) recorded for the other."""
+    b = broker_factory()
+    with RawClient(mqtt_port(b)) as sub:
+        sub.connect("mixed", **persistent(MQTT_5))
+        sub.subscribe("own/#", qos=1, pid=1)
+        sub.subscribe("$share/g/sh/#", qos=1, pid=2)
+        paho_publish(mqtt_port(b), "sh/x", [b"shr"])
+        first = sub.expect(Publish)
+        assert (first.payload, first.dup) == (b"shr", False)
+        sub.disconnect()  # in flight when the connection ended
+    paho_publish(mqtt_port(b), "own/x", [b"own"])  # same size: the same place in its queue
+    b = restart(broker_factory, b)
+    with RawClient(mqtt_port(b)) as sub:
+        assert sub.connect("mixed", **persistent(MQTT_5)).session_present
+        got = {p.payload: p for p in sub.publishes(2)}
+        assert got[b"own"].dup is False, "a new message sent as a duplicate"
+        assert got[b"own"].packet_id != got[b"shr"].packet_id
+        sub.send(*(PubAck(p.packet_id or 0) for p in got.values()))
+        sub.disconnect()

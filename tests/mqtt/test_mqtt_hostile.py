@@ -1,0 +1,501 @@
+"""Hostile and broken MQTT clients: each is closed with the right reason code (MQTT 5:
+DISCONNECT or CONNACK with the code; 3.1.1: a plain close, or a CONNACK return code)
+while a well-behaved paho client on the same broker keeps publishing and receiving
+without loss. Keepalive and CONNECT timeouts, authentication and authorisation.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+from conftest import BrokerThread
+from mqttraw import RawClient, wait_for
+
+import warren.mqtt.server as mqtt_server
+from warren.mqtt import properties as P
+from warren.mqtt.codec import _e_vbi, encode
+from warren.mqtt.packets import (
+    MQTT_5,
+    ConnAck,
+    Connect,
+    Disconnect,
+    PingReq,
+    PingResp,
+    PubAck,
+    Publish,
+    PubRec,
+    Will,
+)
+from warren.mqtt.server import MQTTListener
+
+pytestmark = pytest.mark.timeout(60)
+
+V311 = 4
+
+
+def mqtt_port(b: BrokerThread) -> int:
+    listener = b.broker.listener("mqtt")
+    assert isinstance(listener, MQTTListener)
+    return listener.port
+
+
+def live_ids(b: BrokerThread) -> set[str]:
+    listener = b.broker.listener("mqtt")
+    assert isinstance(listener, MQTTListener)
+    return b.call(lambda: {cid for _vh, cid in listener.state.live})
+
+
+class Bystander:
+    """A paho client that publishes QoS 1 to itself without pause (each message
+    acknowledged before the next) for as long as the test runs."""
+
+    def __init__(self, port: int, level: int = MQTT_5) -> None:
+        self.received: list[int] = []
+        self.disconnects: list[Any] = []
+        self.sent = 0
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        subscribed = threading.Event()
+        self.client = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2,
+            client_id="bystander",
+            protocol=mqtt.MQTTv5 if level == MQTT_5 else mqtt.MQTTv311,
+        )
+        self.client.on_message = lambda _c, _u, msg: self.received.append(int(msg.payload))
+        self.client.on_disconnect = lambda _c, _u, _f, rc, _p: self.disconnects.append(rc)
+        self.client.on_subscribe = lambda *_a: subscribed.set()
+        self.client.connect("127.0.0.1", port, keepalive=30)
+        sock = self.client.socket()
+        assert isinstance(sock, socket.socket)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # paho leaves Nagle on
+        self.client.loop_start()
+        self.client.subscribe("bystander/#", qos=1)
+        assert subscribed.wait(5)
+        self._thread = threading.Thread(target=self._publish, daemon=True)
+        self._thread.start()
+        wait_for(lambda: self.sent >= 5, what="the bystander to publish")
+
+    def _publish(self) -> None:
+        try:
+            while not self._stop.is_set():
+                info = self.client.publish("bystander/n", b"%d" % self.sent, qos=1)
+                info.wait_for_publish(5)
+                if not info.is_published():
+                    raise AssertionError(f"bystander message {self.sent} not acknowledged")
+                self.sent += 1
+        except BaseException as exc:
+            self.errors.append(exc)
+
+    def check(self) -> None:
+        """Everything it published came back, in order, and it was never disconnected."""
+        sent_before = self.sent
+        wait_for(lambda: self.sent >= sent_before + 5 or self.errors, what="more publishes")
+        self._stop.set()
+        self._thread.join(10)
+        assert not self.errors, self.errors
+        wait_for(lambda: len(self.received) >= self.sent, what="the bystander's messages")
+        assert self.received == list(range(self.sent))
+        assert not self.disconnects
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+@pytest.fixture
+def bystander(broker: BrokerThread) -> Iterator[Bystander]:
+    b = Bystander(mqtt_port(broker))
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def publish_raw(topic: bytes, level: int, first: int = 0x30, pid: bytes = b"") -> bytes:
+    body = len(topic).to_bytes(2, "big") + topic + pid + (b"\x00" if level == MQTT_5 else b"")
+    body += b"payload"
+    return bytes((first,)) + _e_vbi(len(body)) + body
+
+
+def connect_raw(level: int, name: bytes = b"MQTT", client_id: bytes = b"old") -> bytes:
+    body = len(name).to_bytes(2, "big") + name + bytes((level, 0x02, 0, 60))
+    body += len(client_id).to_bytes(2, "big") + client_id
+    return bytes((0x10,)) + _e_vbi(len(body)) + body
+
+
+# Sent after a successful CONNECT: (bytes at level 4, bytes at level 5, MQTT 5 reason).
+AFTER_CONNECT: dict[str, tuple[bytes | None, bytes, int]] = {
+    "remaining length over 4 bytes": (
+        b"\x30\xff\xff\xff\xff\x7f",
+        b"\x30\xff\xff\xff\xff\x7f",
+        P.MALFORMED_PACKET,
+    ),
+    "remaining length past the content": (b"\xc0\x01\x00", b"\xc0\x01\x00", P.MALFORMED_PACKET),
+    "publish qos 3": (
+        publish_raw(b"a", V311, 0x36, b"\x00\x01"),
+        publish_raw(b"a", MQTT_5, 0x36, b"\x00\x01"),
+        P.MALFORMED_PACKET,
+    ),
+    "pubrel flags 0": (b"\x60\x02\x00\x01", b"\x60\x02\x00\x01", P.MALFORMED_PACKET),
+    "subscribe flags 0": (
+        b"\x80\x06\x00\x01\x00\x01a\x01",
+        b"\x80\x07\x00\x01\x00\x00\x01a\x01",
+        P.MALFORMED_PACKET,
+    ),
+    "qos 0 with dup": (
+        publish_raw(b"a", V311, 0x38),
+        publish_raw(b"a", MQTT_5, 0x38),
+        P.MALFORMED_PACKET,
+    ),
+    "invalid utf-8 topic": (
+        publish_raw(b"a/\xff\xfe", V311),
+        publish_raw(b"a/\xff\xfe", MQTT_5),
+        P.MALFORMED_PACKET,
+    ),
+    "nul in topic": (
+        publish_raw(b"a\x00b", V311),
+        publish_raw(b"a\x00b", MQTT_5),
+        P.MALFORMED_PACKET,
+    ),
+    "wildcard in publish topic": (
+        encode(Publish("a/+/b", b"x"), V311),
+        encode(Publish("a/#", b"x"), MQTT_5),
+        P.MALFORMED_PACKET,
+    ),
+    "second connect": (
+        encode(Connect("again", V311)),
+        encode(Connect("again", MQTT_5)),
+        P.PROTOCOL_ERROR,
+    ),
+    "reserved packet type 0": (b"\x00\x00", b"\x00\x00", P.MALFORMED_PACKET),
+    "garbage": (
+        b"\xde\xad\xbe\xef" * 8,
+        b"\xde\xad\xbe\xef" * 8,
+        P.MALFORMED_PACKET,
+    ),
+    "auth packet": (b"\xf0\x00", b"\xf0\x02\x19\x00", P.PROTOCOL_ERROR),
+    "unknown topic alias": (
+        None,
+        encode(Publish("", b"x", properties={P.TOPIC_ALIAS: 5}), MQTT_5),
+        P.PROTOCOL_ERROR,
+    ),
+    "topic alias above the maximum": (
+        None,
+        encode(Publish("t", b"x", properties={P.TOPIC_ALIAS: 17}), MQTT_5),
+        P.TOPIC_ALIAS_INVALID,
+    ),
+    "unknown property": (None, b"\x30\x06\x00\x01a\x01\x7f\x00", P.MALFORMED_PACKET),
+}
+
+CASES = [
+    pytest.param(level, name, id=f"{name}-{'5' if level == MQTT_5 else '3.1.1'}")
+    for name, (v4, _v5, _rc) in AFTER_CONNECT.items()
+    for level in (V311, MQTT_5)
+    if level == MQTT_5 or v4 is not None
+]
+
+
+@pytest.mark.parametrize("level,case", CASES)
+def test_malformed_after_connect_closes_only_that_connection(
+    broker: BrokerThread, bystander: Bystander, level: int, case: str
+) -> None:
+    v4, v5, code = AFTER_CONNECT[case]
+    with RawClient(mqtt_port(broker), level) as c:
+        assert c.connect("hostile").reason_code == 0
+        data = v5 if level == MQTT_5 else v4
+        assert data is not None
+        c.send_raw(data)
+        tail = c.wait_closed()
+        if level == MQTT_5:
+            assert [(type(p), getattr(p, "reason_code", None)) for p in tail] == [
+                (Disconnect, code)
+            ]
+        else:
+            assert tail == []
+    wait_for(lambda: "hostile" not in live_ids(broker), what="the session to be released")
+    bystander.check()
+
+
+def test_packet_larger_than_the_advertised_maximum(
+    broker_factory: Any,
+) -> None:
+    b = broker_factory(max_message_size=1024)
+    by = Bystander(mqtt_port(b))
+    try:
+        with RawClient(mqtt_port(b)) as c:
+            ack = c.connect("big")
+            limit = ack.properties[P.MAXIMUM_PACKET_SIZE]
+            assert isinstance(limit, int) and limit > 1024
+            # Exactly at the limit: accepted.
+            head = 1 + len(_e_vbi(limit))
+            fits = encode(Publish("big/ok", b"", 1, packet_id=1), MQTT_5)
+            pad = limit - len(fits) - (len(_e_vbi(limit - head)) - len(_e_vbi(len(fits) - 2)))
+            ok = encode(Publish("big/ok", b"x" * pad, 1, packet_id=1), MQTT_5)
+            assert len(ok) == limit
+            c.send_raw(ok)
+            assert c.expect(PubAck).packet_id == 1
+            # One byte over, announced by the fixed header alone (no body follows).
+            c.send_raw(b"\x30" + _e_vbi(limit - head + 1))
+            assert [(type(p), p.reason_code) for p in c.wait_closed()] == [  # type: ignore[attr-defined]
+                (Disconnect, P.PACKET_TOO_LARGE)
+            ]
+        by.check()
+    finally:
+        by.close()
+
+
+# -- before and at CONNECT ----------------------------------------------------------------
+
+# (bytes, decoder level for the answer, the answer: None for a plain close, else the
+# CONNACK reason / return code)
+AT_CONNECT: dict[str, tuple[bytes, int, int | None]] = {
+    "publish before connect": (encode(Publish("a", b"x"), V311), V311, None),
+    "subscribe before connect": (b"\x82\x06\x00\x01\x00\x01a\x01", V311, None),
+    "pingreq before connect": (b"\xc0\x00", V311, None),
+    "garbage before connect": (b"\x00\x00garbage", V311, None),
+    "http request": (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"x" * 64, V311, None),
+    "protocol level 3": (connect_raw(3), V311, P.V311_UNACCEPTABLE_PROTOCOL_VERSION),
+    "protocol level 6": (connect_raw(6), V311, P.V311_UNACCEPTABLE_PROTOCOL_VERSION),
+    "protocol name MQIsdp": (connect_raw(4, b"MQIsdp"), V311, None),
+    "connect too large": (b"\x10" + _e_vbi(70000), V311, None),
+    "connect reserved flag 5": (
+        encode(Connect("x", MQTT_5)).replace(b"\x05\x02", b"\x05\x03", 1),
+        MQTT_5,
+        P.MALFORMED_PACKET,
+    ),
+    "connect reserved flag 3.1.1": (
+        encode(Connect("x", V311)).replace(b"\x04\x02", b"\x04\x03", 1),
+        V311,
+        None,
+    ),
+    "enhanced auth": (
+        encode(Connect("x", MQTT_5, properties={P.AUTHENTICATION_METHOD: "SCRAM-SHA-1"})),
+        MQTT_5,
+        P.BAD_AUTHENTICATION_METHOD,
+    ),
+    "client id too long 5": (encode(Connect("c" * 300, MQTT_5)), MQTT_5, 0x85),
+    "client id too long 3.1.1": (
+        encode(Connect("c" * 300, V311)),
+        V311,
+        P.V311_IDENTIFIER_REJECTED,
+    ),
+    "empty client id without clean session": (
+        encode(Connect("", V311, clean_start=False)),
+        V311,
+        P.V311_IDENTIFIER_REJECTED,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(AT_CONNECT))
+def test_bad_connect_closes_only_that_connection(
+    broker: BrokerThread, bystander: Bystander, case: str
+) -> None:
+    data, level, code = AT_CONNECT[case]
+    with RawClient(mqtt_port(broker), level) as c:
+        c.send_raw(data)
+        tail = c.wait_closed()
+        if code is None:
+            assert tail == []
+        else:
+            assert len(tail) == 1 and isinstance(tail[0], ConnAck), tail
+            assert (tail[0].session_present, tail[0].reason_code) == (False, code)
+    assert live_ids(broker) == {"bystander"}
+    bystander.check()
+
+
+# -- timeouts ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("level", [V311, MQTT_5])
+def test_keepalive_timeout_closes_and_publishes_the_will(
+    broker: BrokerThread, bystander: Bystander, level: int
+) -> None:
+    port = mqtt_port(broker)
+    with RawClient(port) as watcher, RawClient(port, level) as silent:
+        watcher.connect("ka-watcher")
+        watcher.subscribe("ka/#", qos=0)
+        silent.connect("silent", keep_alive=1, will=Will("ka/will", b"timed out"))
+        last_sent = time.monotonic()
+        tail = silent.wait_closed(5)
+        elapsed = time.monotonic() - last_sent
+        if level == MQTT_5:
+            assert [(type(p), p.reason_code) for p in tail] == [  # type: ignore[attr-defined]
+                (Disconnect, P.KEEP_ALIVE_TIMEOUT)
+            ]
+        else:
+            assert tail == []
+        assert 1.4 <= elapsed <= 2.5, elapsed
+        will = watcher.expect(Publish)
+        assert (will.topic, will.payload) == ("ka/will", b"timed out")
+    bystander.check()
+
+
+def test_keepalive_kept_by_pings(broker: BrokerThread) -> None:
+    with RawClient(mqtt_port(broker)) as c:
+        c.connect("pinger", keep_alive=1)
+        start = time.monotonic()
+        while time.monotonic() - start < 2.5:  # well past 1.5 keep alive periods
+            c.send(PingReq())
+            c.expect(PingResp)
+            # Paced by the broker's answer, a tenth of the period apart.
+            try:
+                c.recv(0.1)
+                raise AssertionError("unexpected packet")
+            except TimeoutError:
+                pass
+        c.disconnect()
+
+
+def test_no_connect_within_the_timeout(
+    broker: BrokerThread, bystander: Bystander, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mqtt_server, "CONNECT_TIMEOUT", 0.5)
+    with RawClient(mqtt_port(broker)) as idle, RawClient(mqtt_port(broker)) as partial:
+        opened = time.monotonic()
+        partial.send_raw(encode(Connect("partial", V311))[:5])  # never completed
+        assert idle.wait_closed(3) == []
+        assert partial.wait_closed(3) == []
+        assert 0.4 <= time.monotonic() - opened <= 2.0
+    bystander.check()
+
+
+# -- authentication and authorisation -------------------------------------------------------
+
+
+@pytest.fixture
+def users(broker: BrokerThread) -> BrokerThread:
+    def setup() -> None:
+        u = broker.broker.users
+        u.add_user("alice", "secret")
+        u.set_permissions("alice", "/")
+        u.add_user("nobody", "secret")  # no permission on any vhost
+        # May bind her own queues, may not publish to amq.topic.
+        u.add_user("reader", "secret")
+        u.set_permissions("reader", "/", ".*", "^mqtt-.*", ".*")
+        # May publish, may not read from amq.topic (so may not subscribe).
+        u.add_user("writer", "secret")
+        u.set_permissions("writer", "/", ".*", ".*", "^mqtt-.*")
+        broker.broker.add_vhost("other")
+
+    broker.call(setup)
+    return broker
+
+
+REFUSED_LOGINS = [
+    # (user name, password, MQTT 5 reason, 3.1.1 return code)
+    pytest.param("alice", b"wrong", P.BAD_USER_NAME_OR_PASSWORD, 4, id="wrong password"),
+    pytest.param("mallory", b"secret", P.BAD_USER_NAME_OR_PASSWORD, 4, id="unknown user"),
+    pytest.param("nohost:alice", b"secret", P.NOT_AUTHORIZED, 5, id="unknown vhost"),
+    pytest.param("nobody", b"secret", P.NOT_AUTHORIZED, 5, id="no permission"),
+    pytest.param("other:alice", b"secret", P.NOT_AUTHORIZED, 5, id="no permission on vhost"),
+    pytest.param("alice", b"\xff\xfe", P.BAD_USER_NAME_OR_PASSWORD, 4, id="binary password"),
+]
+
+
+@pytest.mark.parametrize("level", [V311, MQTT_5], ids=["3.1.1", "5"])
+@pytest.mark.parametrize("username,password,code5,code4", REFUSED_LOGINS)
+def test_login_refused(
+    users: BrokerThread,
+    level: int,
+    username: str,
+    password: bytes,
+    code5: int,
+    code4: int,
+) -> None:
+    with RawClient(mqtt_port(users), level) as c:
+        c.send(Connect("login", level, username=username, password=password))
+        tail = c.wait_closed()
+        assert len(tail) == 1 and isinstance(tail[0], ConnAck), tail
+        assert tail[0].reason_code == (code5 if level == MQTT_5 else code4)
+    assert "login" not in live_ids(users)
+
+
+@pytest.mark.parametrize("level", [V311, MQTT_5], ids=["3.1.1", "5"])
+def test_login_accepted_with_vhost_prefix(users: BrokerThread, level: int) -> None:
+    with RawClient(mqtt_port(users), level) as c:
+        ack = c.connect("login", username="/:alice", password=b"secret")
+        assert ack.reason_code == 0
+        c.disconnect()
+
+
+def test_anonymous_refused_when_disabled(broker_factory: Any) -> None:
+    b = broker_factory(mqtt_allow_anonymous=False)
+    for level, code in ((MQTT_5, P.BAD_USER_NAME_OR_PASSWORD), (V311, 4)):
+        with RawClient(mqtt_port(b), level) as c:
+            c.send(Connect("anon", level))
+            tail = c.wait_closed()
+            assert [(type(p), p.reason_code) for p in tail] == [(ConnAck, code)]  # type: ignore[attr-defined]
+
+
+def test_publish_refused_mqtt5_keeps_the_connection(users: BrokerThread) -> None:
+    port = mqtt_port(users)
+    with RawClient(port) as watcher, RawClient(port) as c:
+        watcher.connect("refused-watcher")
+        watcher.subscribe("deny/#", qos=1)
+        assert c.connect("reader-5", username="reader", password=b"secret").reason_code == 0
+        c.send(Publish("deny/a", b"q1", qos=1, packet_id=1))
+        ack = c.expect(PubAck)
+        assert (ack.packet_id, ack.reason_code) == (1, P.NOT_AUTHORIZED)
+        c.send(Publish("deny/a", b"q2", qos=2, packet_id=2))
+        rec = c.expect(PubRec)
+        assert (rec.packet_id, rec.reason_code) == (2, P.NOT_AUTHORIZED)
+        c.send(Publish("deny/a", b"q0"))
+        # Still connected, and nothing of the three was routed.
+        c.send(PingReq())
+        c.expect(PingResp)
+        ok = RawClient(port)
+        ok.connect("allowed-pub")
+        ok.send(Publish("deny/a", b"allowed", qos=1, packet_id=1))
+        ok.expect(PubAck)
+        ok.disconnect()
+        assert watcher.expect(Publish).payload == b"allowed"
+        c.disconnect()
+
+
+def test_publish_refused_mqtt311_closes(users: BrokerThread, bystander: Bystander) -> None:
+    with RawClient(mqtt_port(users), V311) as c:
+        assert c.connect("reader-4", username="reader", password=b"secret").reason_code == 0
+        c.send(Publish("deny/a", b"q1", qos=1, packet_id=1))
+        assert c.wait_closed() == []
+    bystander.check()
+
+
+@pytest.mark.parametrize(
+    "level,code", [(V311, P.V311_SUBACK_FAILURE), (MQTT_5, P.NOT_AUTHORIZED)], ids=["3.1.1", "5"]
+)
+def test_subscribe_refused(users: BrokerThread, level: int, code: int) -> None:
+    with RawClient(mqtt_port(users), level) as c:
+        assert c.connect("writer-sub", username="writer", password=b"secret").reason_code == 0
+        assert c.subscribe("any/#", qos=1).reason_codes == [code]
+        # Still connected; a publish it may make is not delivered to it.
+        c.send(Publish("any/x", b"x", qos=1, packet_id=5))
+        ack = c.expect(PubAck)
+        assert ack.packet_id == 5
+        c.send(PingReq())
+        c.expect(PingResp)  # no PUBLISH before it: nothing was bound
+        c.disconnect()
+
+
+def test_will_refused_without_write_permission(users: BrokerThread) -> None:
+    for level, code in ((MQTT_5, P.NOT_AUTHORIZED), (V311, 5)):
+        with RawClient(mqtt_port(users), level) as c:
+            c.send(
+                Connect(
+                    "will-reader",
+                    level,
+                    username="reader",
+                    password=b"secret",
+                    will=Will("deny/will", b"x"),
+                )
+            )
+            tail = c.wait_closed()
+            assert [(type(p), p.reason_code) for p in tail] == [(ConnAck, code)]  # type: ignore[attr-defined]
