@@ -312,6 +312,10 @@ class Delivery:
             ids = [sub.identifier] if sub.identifier else None
             if sub.no_local and out.client_id == self.client_id:
                 drop = True
+        elif not subs:
+            # Unsubscribed with messages still queued for the session: they go out
+            # as published (MQTT-3.10.4-5 lets the server deliver what it buffered).
+            qos, retain, ids = out.qos, False, None
         else:
             topic = amqp_to_mqtt(msg.routing_key)
             matching = [o for o in subs if _matches(o, topic)] or subs
