@@ -611,12 +611,24 @@ class MQTTConnection(Delivery):
         users = self.node.users
         exchange_name = self.state.config.mqtt_exchange
         exchange = vhost.get_exchange(exchange_name)
-        queue = self.subscription_queue(opts)
-        users.check(user, vhost.name, WRITE, "queue", queue.name)
+        # Every check before the queue is consumed: a refused subscription must not
+        # leave a consumer on it (a share group's queue may exist already).
+        from warren.mqtt.session import shared_queue_name
+
+        name = (
+            session.queue if opts.group is None else shared_queue_name(opts.group, opts.binding_key)
+        )
+        users.check(user, vhost.name, WRITE, "queue", name)
         users.check(user, vhost.name, READ, "exchange", exchange_name)
+        users.check(user, vhost.name, READ, "queue", name)
+        queue = self.subscription_queue(opts)
         existed = topic_filter in session.subscriptions
         vhost.bind(exchange, queue, opts.binding_key)
         session.subscriptions[topic_filter] = opts
+        if opts.group is not None and queue.name in self.consumers:
+            # Its consumer was made before the subscription was recorded (or with a
+            # replaced subscription's options): it delivers with these.
+            self.consumers[queue.name].shared = opts
         self.subscriptions_changed()
         return existed
 
