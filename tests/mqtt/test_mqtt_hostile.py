@@ -30,6 +30,8 @@ from warren.mqtt.packets import (
     PubAck,
     Publish,
     PubRec,
+    UnsubAck,
+    Unsubscribe,
     Will,
 )
 from warren.mqtt.server import MQTTListener
@@ -499,3 +501,114 @@ def test_will_refused_without_write_permission(users: BrokerThread) -> None:
             )
             tail = c.wait_closed()
             assert [(type(p), p.reason_code) for p in tail] == [(ConnAck, code)]  # type: ignore[attr-defined]
+
+
+# -- one client's subscriptions must not hurt another's publishes ----------------------------
+
+
+@pytest.mark.parametrize("level", [V311, MQTT_5], ids=["3.1.1", "5"])
+def test_first_shared_subscription_delivers_and_spares_the_publisher(
+    broker: BrokerThread, bystander: Bystander, level: int
+) -> None:
+    port = mqtt_port(broker)
+    with RawClient(port, level) as member, RawClient(port, level) as pub:
+        member.connect("member")
+        assert member.subscribe("$share/g/sh/#", qos=1).reason_codes == [1]
+        pub.connect("sh-pub")
+        for i in range(3):
+            pub.send(Publish("sh/x", b"%d" % i, qos=1, packet_id=i + 1))
+            assert pub.expect(PubAck).packet_id == i + 1
+        got = member.publishes(3)
+        assert [(p.topic, p.payload, p.qos) for p in got] == [
+            ("sh/x", b"0", 1),
+            ("sh/x", b"1", 1),
+            ("sh/x", b"2", 1),
+        ]
+        member.send(*(PubAck(p.packet_id or 0) for p in got))
+        # A subscription of its own next to the share: each keeps its options.
+        assert member.subscribe("own/#", qos=0, pid=2).reason_codes == [0]
+        pub.send(Publish("sh/x", b"shared", qos=1, packet_id=9))
+        assert pub.expect(PubAck).packet_id == 9
+        p = member.expect(Publish)
+        assert (p.payload, p.qos) == (b"shared", 1)
+        member.send(PubAck(p.packet_id or 0))
+        # Subscribing again replaces the share's options (here its QoS).
+        assert member.subscribe("$share/g/sh/#", qos=0, pid=3).reason_codes == [0]
+        pub.send(Publish("sh/x", b"at-qos-0", qos=1, packet_id=10))
+        assert pub.expect(PubAck).packet_id == 10
+        p = member.expect(Publish)
+        assert (p.payload, p.qos) == (b"at-qos-0", 0)
+        pub.send(PingReq())
+        pub.expect(PingResp)
+        member.disconnect()
+        pub.disconnect()
+    bystander.check()
+
+
+def test_messages_queued_after_unsubscribe_still_go_out(
+    broker: BrokerThread, bystander: Bystander
+) -> None:
+    """UNSUBSCRIBE with messages still queued for the session (held back by its
+    Receive Maximum): they are delivered, the connection lives on."""
+    port = mqtt_port(broker)
+    with RawClient(port) as sub, RawClient(port) as pub:
+        sub.connect("unsub", properties={P.RECEIVE_MAXIMUM: 1})
+        sub.subscribe("u/#", qos=1)
+        pub.connect("unsub-pub")
+        for i in range(3):
+            pub.send(Publish("u/x", b"%d" % i, qos=1, packet_id=i + 1))
+            assert pub.expect(PubAck).packet_id == i + 1
+        first = sub.expect(Publish)
+        sub.send(Unsubscribe(5, ["u/#"]))
+        assert sub.expect(UnsubAck).reason_codes == [0]
+        payloads = [first.payload]
+        sub.send(PubAck(first.packet_id or 0))
+        for _ in range(2):
+            p = sub.expect(Publish)
+            payloads.append(p.payload)
+            sub.send(PubAck(p.packet_id or 0))
+        assert payloads == [b"0", b"1", b"2"]
+        # Not subscribed any more: a new message is not delivered.
+        pub.send(Publish("u/x", b"late", qos=1, packet_id=9))
+        ack = pub.expect(PubAck)
+        assert (ack.packet_id, ack.reason_code) == (9, P.NO_MATCHING_SUBSCRIBERS)
+        sub.send(PingReq())
+        sub.expect(PingResp)
+        sub.disconnect()
+    bystander.check()
+
+
+@pytest.mark.parametrize(
+    "perms",
+    [
+        pytest.param((".*", "^mqtt-subscription-.*", ".*"), id="no write on the shared queue"),
+        pytest.param((".*", ".*", "^(amq\\.topic|mqtt-subscription-.*)$"), id="no read on it"),
+    ],
+)
+def test_refused_shared_subscription_gets_nothing(
+    users: BrokerThread, perms: tuple[str, str, str]
+) -> None:
+    users.call(lambda: users.broker.users.set_permissions("reader", "/", *perms))
+    port = mqtt_port(users)
+    with RawClient(port) as alice, RawClient(port) as other:
+        alice.connect("alice-share", username="alice", password=b"secret")
+        assert alice.subscribe("$share/g/t/#", qos=1).reason_codes == [1]
+        other.connect("other-share", username="reader", password=b"secret")
+        assert other.subscribe("$share/g/t/#", qos=1).reason_codes == [P.NOT_AUTHORIZED]
+        assert (
+            users.call(lambda: users.broker.vhosts["/"].queues["mqtt-shared-g-t.#"].consumer_count)
+            == 1
+        )
+        for i in range(4):
+            alice.send(Publish("t/x", b"%d" % i, qos=1, packet_id=i + 1))
+        got = []
+        while len(got) < 4:
+            p = alice.recv()
+            if isinstance(p, Publish):
+                got.append(p.payload)
+                alice.send(PubAck(p.packet_id or 0))
+        assert got == [b"0", b"1", b"2", b"3"]
+        other.send(PingReq())
+        other.expect(PingResp)  # and no PUBLISH before it
+        other.disconnect()
+        alice.disconnect()
