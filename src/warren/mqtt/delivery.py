@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
 from typing import TYPE_CHECKING, Any
 
 from warren.core.consumer import Consumer
@@ -303,7 +304,7 @@ class Delivery:
         out = from_message(msg)
         shared = consumer.shared
         subs = [shared] if shared is not None else self._own
-        now = self.now_ms
+        now = 0
         drop = False
         if len(subs) == 1:
             sub = subs[0]
@@ -324,8 +325,12 @@ class Delivery:
             ids = [o.identifier for o in matching if o.identifier] or None
             if out.client_id == self.client_id and all(o.no_local for o in matching):
                 drop = True
-        if not drop and out.expires_at is not None and now and out.expires_at <= now:
-            drop = True  # expired on the way (the queue's TTL usually sees it first)
+        if out.expires_at is not None:
+            # The clock now: the connection's now_ms is when it last read from its
+            # client, long ago for a subscriber that only listens.
+            now = int(time.time() * 1000)
+            if out.expires_at < now:
+                drop = True  # expired on the way (the queue's TTL usually sees it first)
         queue = consumer.queue
         count_delivery(self.stats, queue.stats, consumer.no_ack, redelivered)
         if drop:
@@ -348,7 +353,7 @@ class Delivery:
             else:
                 pid = self._pid()
         packet = self._publish_packet(
-            msg.routing_key, msg.body, qos, dup and qos > 0, retain, out, ids, pid
+            msg.routing_key, msg.body, qos, dup and qos > 0, retain, out, ids, pid, now=now
         )
         if packet is None:
             if not consumer.no_ack:
