@@ -591,3 +591,32 @@ def test_in_flight_ids_are_per_queue_with_a_shared_subscription(broker_factory: 
         assert got[b"own"].packet_id != got[b"shr"].packet_id
         sub.send(*(PubAck(p.packet_id or 0) for p in got.values()))
         sub.disconnect()
+
+
+# -- message expiry ----------------------------------------------------------------------------
+
+
+def test_message_expiry_interval_forwarded_counts_down(broker: BrokerThread) -> None:
+    """MQTT-3.3.2-6: the interval sent on is the received one minus the time waited,
+    for a listening subscriber and for one that comes back for stored messages."""
+    port = mqtt_port(broker)
+    with RawClient(port) as live, RawClient(port) as pub:
+        live.connect("exp-live")
+        live.subscribe("exp/#", qos=1)
+        with RawClient(port) as away:
+            away.connect("exp-away", **persistent(MQTT_5))
+            away.subscribe("exp/#", qos=1)
+            away.disconnect()
+        pub.connect("exp-pub")
+        pub.send(Publish("exp/a", b"x", 1, packet_id=1, properties={P.MESSAGE_EXPIRY_INTERVAL: 30}))
+        pub.expect(PubAck)
+        p = live.expect(Publish)
+        assert p.properties[P.MESSAGE_EXPIRY_INTERVAL] in (29, 30), p
+        live.send(PubAck(p.packet_id or 0))
+        with RawClient(port) as away:
+            away.connect("exp-away", **persistent(MQTT_5))
+            p = away.expect(Publish)
+            assert p.properties[P.MESSAGE_EXPIRY_INTERVAL] in (29, 30), p
+            away.send(PubAck(p.packet_id or 0))
+            away.disconnect(0, {P.SESSION_EXPIRY_INTERVAL: 0})
+        pub.disconnect()
