@@ -612,3 +612,64 @@ def test_refused_shared_subscription_gets_nothing(
         other.expect(PingResp)  # and no PUBLISH before it
         other.disconnect()
         alice.disconnect()
+
+
+def test_a_client_that_never_reads(broker: BrokerThread, bystander: Bystander) -> None:
+    """Its messages wait in its queue, not in the broker's write buffer; the others
+    go on."""
+    port = mqtt_port(broker)
+    listener = broker.broker.listener("mqtt")
+    assert isinstance(listener, MQTTListener)
+    with RawClient(port) as hog, RawClient(port) as pub:
+        hog.connect("hog")
+        hog.subscribe("flood/#", qos=0)
+        pub.connect("flooder")
+        batch = encode(Publish("flood/x", b"x" * 1000), MQTT_5) * 500
+        for _ in range(20):
+            pub.send_raw(batch)
+        pub.send(Publish("flood/x", b"end", 1, packet_id=1))
+        assert pub.expect(PubAck).packet_id == 1
+
+        def backlog() -> tuple[int, int, bool]:
+            proto = next(p for p in listener.protocols if p.conn and p.conn.client_id == "hog")
+            assert proto.transport is not None and proto.conn is not None
+            queue = broker.broker.vhosts["/"].queues["mqtt-subscription-hogqos1"]
+            return (
+                proto.transport.get_write_buffer_size(),
+                queue.message_count,
+                proto.conn.writable,
+            )
+
+        # (The kernel's socket buffers hold a few MB of the 10 MB; the rest waits.)
+        buffered, queued, writable = broker.call(backlog)
+        assert buffered < 4_000_000, buffered
+        assert queued > 0 and not writable, (queued, writable)
+        bystander.check()
+        # Reading again: everything arrives, in order.
+        got = [hog.expect(Publish).payload for _ in range(10001)]
+        assert got[-1] == b"end" and got[:-1] == [b"x" * 1000] * 10000
+        hog.disconnect()
+        pub.disconnect()
+
+
+def test_the_clients_maximum_packet_size_is_respected(
+    broker: BrokerThread, bystander: Bystander
+) -> None:
+    """A message larger than the subscriber's Maximum Packet Size is skipped for it
+    (MQTT-3.1.2-25), not sent and not fatal."""
+    port = mqtt_port(broker)
+    with RawClient(port) as small, RawClient(port) as pub:
+        small.connect("small", properties={P.MAXIMUM_PACKET_SIZE: 200})
+        small.subscribe("size/#", qos=1)
+        pub.connect("sizer")
+        for pid, payload in ((1, b"a" * 100), (2, b"b" * 500), (3, b"c" * 150)):
+            pub.send(Publish("size/x", payload, 1, packet_id=pid))
+            assert pub.expect(PubAck).packet_id == pid
+        got = small.publishes(2)
+        assert [p.payload for p in got] == [b"a" * 100, b"c" * 150]
+        small.send(*(PubAck(p.packet_id or 0) for p in got))
+        small.send(PingReq())
+        small.expect(PingResp)
+        small.disconnect()
+        pub.disconnect()
+    bystander.check()
