@@ -620,3 +620,66 @@ def test_message_expiry_interval_forwarded_counts_down(broker: BrokerThread) -> 
             away.send(PubAck(p.packet_id or 0))
             away.disconnect(0, {P.SESSION_EXPIRY_INTERVAL: 0})
         pub.disconnect()
+
+
+def test_takeover_publishes_the_old_connections_will(broker: BrokerThread) -> None:
+    """The first connection did not DISCONNECT: its will goes out (no delay), while a
+    delayed will is cancelled by the new connection."""
+    port = mqtt_port(broker)
+    with watcher(port) as w:
+        first = RawClient(port)
+        first.connect("twin-will", will=Will("will/tk", b"first gone"))
+        with RawClient(port) as second:
+            second.connect("twin-will")
+            first.wait_closed()
+            first.close()
+            assert next_payload(w) == b"first gone"
+            second.disconnect()
+        props = {P.SESSION_EXPIRY_INTERVAL: 60}
+        first = RawClient(port)
+        first.connect("twin-will", clean=False, properties=props, will=delayed_will(1, b"x"))
+        with RawClient(port) as second:
+            assert second.connect("twin-will", clean=False, properties=props).session_present
+            first.wait_closed()
+            first.close()
+            assert broker.call(lambda: ("/", "twin-will") not in state(broker)._pending_wills)
+            second.disconnect(0, {P.SESSION_EXPIRY_INTERVAL: 0})
+        mark(port, "will/delayed")
+        assert next_payload(w) == b"marker"
+
+
+def test_qos2_inbound_state_survives_kill_9(tmp_path: Path) -> None:
+    """PUBREC is sent only once the packet id is on disk: after kill -9 the resent
+    PUBLISH is still recognised as a duplicate."""
+    data = tmp_path / "data"
+    proc, port = start_warren_mqtt(data)
+    try:
+        with RawClient(port) as w:
+            w.connect("k9-watch", **persistent(MQTT_5))
+            w.subscribe("k9q2/#", qos=1)
+            w.disconnect()
+        with RawClient(port) as pub:
+            pub.connect("k9-q2", **persistent(MQTT_5))
+            pub.send(Publish("k9q2/t", b"once", qos=2, packet_id=5))
+            assert pub.expect(PubRec).packet_id == 5
+            kill_9(proc)
+        proc, port = start_warren_mqtt(data)
+        with RawClient(port) as pub:
+            assert pub.connect("k9-q2", **persistent(MQTT_5)).session_present
+            pub.send(Publish("k9q2/t", b"once", qos=2, dup=True, packet_id=5))
+            assert pub.expect(PubRec).packet_id == 5
+            pub.send(PubRel(5))
+            assert pub.expect(PubComp).packet_id == 5
+            pub.send(Publish("k9q2/t", b"marker", qos=1, packet_id=6))
+            assert pub.expect(PubAck).packet_id == 6
+            pub.disconnect()
+        with RawClient(port) as w:
+            assert w.connect("k9-watch", **persistent(MQTT_5)).session_present
+            got = w.publishes(2)
+            assert [p.payload for p in got] == [b"once", b"marker"]
+            w.send(*(PubAck(p.packet_id or 0) for p in got))
+            w.disconnect()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
