@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -679,6 +680,47 @@ def test_qos2_inbound_state_survives_kill_9(tmp_path: Path) -> None:
             assert [p.payload for p in got] == [b"once", b"marker"]
             w.send(*(PubAck(p.packet_id or 0) for p in got))
             w.disconnect()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def log_lines(proc: subprocess.Popen[str]) -> list[str]:
+    """The process's log from now on, collected by a thread as it is written."""
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def test_session_connected_at_kill_9_still_expires(tmp_path: Path) -> None:
+    """A session whose connection was up when the broker died has no disconnect time
+    on disk: its expiry counts from the restart, it does not live forever."""
+    data = tmp_path / "data"
+    proc, port = start_warren_mqtt(data)
+    try:
+        c = RawClient(port)
+        c.connect("k9-exp", clean=False, properties={P.SESSION_EXPIRY_INTERVAL: 1})
+        c.subscribe("k9exp/#", qos=1)  # the SUBACK comes after the session is synced
+        kill_9(proc)
+        c.close()
+        proc, port = start_warren_mqtt(data)
+        lines = log_lines(proc)
+        wait_for(
+            lambda: any("MQTT session 'k9-exp'" in line and "expired" in line for line in lines),
+            5,
+            "the session to expire",
+        )
+        with RawClient(port) as c:
+            ack = c.connect("k9-exp", clean=False, properties={P.SESSION_EXPIRY_INTERVAL: 1})
+            assert not ack.session_present
+            c.disconnect()
     finally:
         if proc.poll() is None:
             proc.kill()
