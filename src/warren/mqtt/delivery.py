@@ -57,9 +57,14 @@ class MQTTConsumer(Consumer):
 
     def can_take(self) -> bool:
         conn = self.conn
-        return (
-            conn.writable and not conn.closed and (self.no_ack or len(conn.inflight) < conn.window)
-        )
+        if not conn.writable or conn.closed:
+            return False
+        if self.no_ack:
+            return True
+        # The window (Receive Maximum) holds a QoS 2 message until PUBCOMP.
+        session = conn.session
+        released = len(session.released) if session is not None else 0
+        return len(conn.inflight) + released < conn.window
 
     def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
         self.conn.deliver(self, seq, msg, redelivered)
