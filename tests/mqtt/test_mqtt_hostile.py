@@ -28,8 +28,10 @@ from warren.mqtt.packets import (
     PingReq,
     PingResp,
     PubAck,
+    PubComp,
     Publish,
     PubRec,
+    PubRel,
     UnsubAck,
     Unsubscribe,
     Will,
@@ -671,5 +673,40 @@ def test_the_clients_maximum_packet_size_is_respected(
         small.send(PingReq())
         small.expect(PingResp)
         small.disconnect()
+        pub.disconnect()
+    bystander.check()
+
+
+def test_qos2_subscriber_that_never_completes_is_held_to_its_receive_maximum(
+    broker: BrokerThread, bystander: Bystander
+) -> None:
+    """Receive Maximum counts QoS 2 messages until PUBCOMP (MQTT-3.3.4-9): PUBREC
+    alone does not open the window, else the broker's released set (and its
+    packet ids) would grow without bound."""
+    port = mqtt_port(broker)
+    with RawClient(port) as sub, RawClient(port) as pub:
+        sub.connect("never-comp", properties={P.RECEIVE_MAXIMUM: 3})
+        sub.subscribe("rm/#", qos=2)
+        pub.connect("rm-pub")
+        for i in range(6):
+            pub.send(Publish("rm/x", b"%d" % i, qos=2, packet_id=i + 1))
+            assert pub.expect(PubRec).packet_id == i + 1
+            pub.send(PubRel(i + 1))
+            assert pub.expect(PubComp).packet_id == i + 1
+        first = sub.publishes(3)
+        assert all(p.qos == 2 for p in first)
+        assert [p.payload for p in first] == [b"0", b"1", b"2"]
+        for p in first:
+            sub.send(PubRec(p.packet_id or 0))
+            assert sub.expect(PubRel).packet_id == p.packet_id
+        # Three PUBRELs out, no PUBCOMP: the window is still full.
+        sub.send(PingReq())
+        sub.expect(PingResp)  # and no PUBLISH before it
+        sub.send(PubComp(first[0].packet_id or 0))
+        nxt = sub.expect(Publish)
+        assert nxt.payload == b"3"
+        sub.send(PingReq())
+        sub.expect(PingResp)
+        sub.disconnect()
         pub.disconnect()
     bystander.check()
