@@ -63,6 +63,9 @@ MAX_UNAUTHENTICATED_PACKET = 65536
 PACKET_OVERHEAD = 65536 + 16
 #: Longest client id: the session queue's name must fit an AMQP shortstr.
 MAX_CLIENT_ID_BYTES = 255 - len(queue_name(""))
+#: Incoming QoS 2 messages awaiting PUBREL per session at most (MQTT 5 clients are
+#: told so as the server's Receive Maximum): each is in the session's record.
+MAX_AWAITING_RELEASE = 1024
 
 _V3_CONNACK = {
     P.UNSUPPORTED_PROTOCOL_VERSION: P.V311_UNACCEPTABLE_PROTOCOL_VERSION,
@@ -340,6 +343,7 @@ class MQTTConnection(Delivery):
             if self._alias_max_in:
                 connack[P.TOPIC_ALIAS_MAXIMUM] = self._alias_max_in
             connack[P.MAXIMUM_PACKET_SIZE] = self.decoder.max_packet_size
+            connack[P.RECEIVE_MAXIMUM] = MAX_AWAITING_RELEASE
         self.send(encode(ConnAck(stored is not None, 0, connack), self.level))
         self.node.connection_opened(self)
         log.debug(
@@ -432,6 +436,11 @@ class MQTTConnection(Delivery):
             # A resent QoS 2 PUBLISH we already have: acknowledge again, route nothing.
             self.send(encode(PubRec(pid), self.level))
             return
+        if qos == 2 and len(session.awaiting_release) >= MAX_AWAITING_RELEASE:
+            raise ProtocolViolation(
+                P.RECEIVE_MAXIMUM_EXCEEDED,
+                f"more than {MAX_AWAITING_RELEASE} QoS 2 messages awaiting PUBREL",
+            )
         exchange = self._exchange
         if self._can_publish is None:
             self._can_publish = self.user is not None and self._allowed(
