@@ -710,3 +710,47 @@ def test_qos2_subscriber_that_never_completes_is_held_to_its_receive_maximum(
         sub.disconnect()
         pub.disconnect()
     bystander.check()
+
+
+@pytest.mark.parametrize("level", [V311, MQTT_5], ids=["3.1.1", "5"])
+def test_qos2_publisher_that_never_releases_is_stopped(
+    broker: BrokerThread, bystander: Bystander, level: int
+) -> None:
+    """Every QoS 2 message awaiting PUBREL is in the session's record (rewritten on
+    each): their number is capped (MQTT 5: the advertised Receive Maximum, then
+    DISCONNECT 0x93) rather than growing to 65535 with the broker's loop busy
+    rewriting ever larger records."""
+    from warren.mqtt.connection import MAX_AWAITING_RELEASE
+
+    with RawClient(mqtt_port(broker), level) as c:
+        ack = c.connect(
+            "hoarder",
+            **(
+                {"clean": False}
+                if level == V311
+                else {"clean": False, "properties": {P.SESSION_EXPIRY_INTERVAL: 60}}
+            ),
+        )
+        if level == MQTT_5:
+            assert ack.properties[P.RECEIVE_MAXIMUM] == MAX_AWAITING_RELEASE
+        n = MAX_AWAITING_RELEASE
+        c.send_raw(
+            b"".join(
+                encode(Publish("hoard/x", b"x", 2, packet_id=i), level) for i in range(1, n + 1)
+            )
+        )
+        assert [c.expect(PubRec).packet_id for _ in range(n)] == list(range(1, n + 1))
+        # Released ids may be used again; a new one over the cap may not.
+        c.send(PubRel(1))
+        assert c.expect(PubComp).packet_id == 1
+        c.send(Publish("hoard/x", b"x", 2, packet_id=1))
+        assert c.expect(PubRec).packet_id == 1
+        c.send(Publish("hoard/x", b"x", 2, packet_id=n + 1))
+        tail = c.wait_closed()
+        if level == MQTT_5:
+            assert [(type(p), p.reason_code) for p in tail] == [  # type: ignore[attr-defined]
+                (Disconnect, P.RECEIVE_MAXIMUM_EXCEEDED)
+            ]
+        else:
+            assert tail == []
+    bystander.check()
