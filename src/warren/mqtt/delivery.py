@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import struct
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from warren.core.consumer import Consumer
@@ -61,10 +62,8 @@ class MQTTConsumer(Consumer):
             return False
         if self.no_ack:
             return True
-        # The window (Receive Maximum) holds a QoS 2 message until PUBCOMP.
-        session = conn.session
-        released = len(session.released) if session is not None else 0
-        return len(conn.inflight) + released < conn.window
+        # Retained messages for a SUBSCRIBE go first.
+        return not conn.window_full() and not conn._retained_backlog
 
     def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
         self.conn.deliver(self, seq, msg, redelivered)
@@ -104,6 +103,8 @@ class Delivery:
         self._acks: dict[int, tuple[Queue, list[int]]] = {}
         self._topics: dict[str, bytes] = {}
         self._detached = False
+        #: Retained QoS 1/2 messages for a SUBSCRIBE waiting for room in the window.
+        self._retained_backlog: deque[tuple[RetainedMessage, SubscriptionOptions]] = deque()
         self._problem_information = True
 
     # -- consumers ------------------------------------------------------------------------
@@ -231,6 +232,8 @@ class Delivery:
         queue, seq, _ = entry
         if queue is not None:
             self._ack(queue, seq)
+        else:
+            self._window_opened()  # a retained message: no queue ack to do it
 
     def received(self, pid: int, reason_code: int) -> None:
         """PUBREC: the client has the QoS 2 message; release it (PUBREL)."""
@@ -281,6 +284,12 @@ class Delivery:
         self._window_opened()
 
     def _window_opened(self) -> None:
+        backlog = self._retained_backlog
+        if backlog:
+            now = int(time.time() * 1000)
+            while backlog and not self.window_full():
+                msg, opts = backlog.popleft()
+                self.send_retained(msg, opts, now)
         for consumer in self.consumers.values():
             consumer.queue.schedule_delivery()
 
@@ -295,6 +304,13 @@ class Delivery:
         raise NotImplementedError
 
     # -- PUBLISH to the client ---------------------------------------------------------------
+    def window_full(self) -> bool:
+        """No room for another QoS 1/2 PUBLISH: the client's Receive Maximum counts
+        each until PUBACK, or PUBCOMP for QoS 2."""
+        session = self.session
+        released = len(session.released) if session is not None else 0
+        return len(self.inflight) + released >= self.window
+
     def _pid(self) -> int:
         inflight, released = self.inflight, self.session.released if self.session else ()
         pid = self._next_pid
@@ -372,8 +388,12 @@ class Delivery:
 
     def send_retained(self, msg: RetainedMessage, opts: SubscriptionOptions, now: int) -> None:
         """A retained message on SUBSCRIBE: retain flag set, QoS at most the subscription's."""
-        out = from_message(Message("", "", msg.properties, msg.payload, msg.timestamp))
         qos = min(msg.qos, opts.qos)
+        if qos and self.window_full():
+            # Receive Maximum holds for retained messages too (MQTT-3.3.4-9).
+            self._retained_backlog.append((msg, opts))
+            return
+        out = from_message(Message("", "", msg.properties, msg.payload, msg.timestamp))
         pid = self._pid() if qos else 0
         ids = [opts.identifier] if opts.identifier else None
         packet = self._publish_packet(
