@@ -751,3 +751,38 @@ def test_qos2_publisher_that_never_releases_is_stopped(
         else:
             assert tail == []
     bystander.check()
+
+
+def test_receive_maximum_holds_for_retained_messages(
+    broker: BrokerThread, bystander: Bystander
+) -> None:
+    """The retained burst on SUBSCRIBE waits for room in the client's window
+    (MQTT-3.3.4-9) and comes before queued messages; acknowledging a retained
+    message lets the rest (and the queue) go on."""
+    port = mqtt_port(broker)
+    with RawClient(port) as pub:
+        pub.connect("ret-pub")
+        for i in range(5):
+            pub.send(Publish(f"rw/{i}", b"r%d" % i, qos=1, retain=True, packet_id=i + 1))
+            assert pub.expect(PubAck).packet_id == i + 1
+        with RawClient(port) as sub:
+            sub.connect("ret-window", properties={P.RECEIVE_MAXIMUM: 2})
+            sub.subscribe("rw/#", qos=1)
+            pub.send(Publish("rw/live", b"live", qos=1, packet_id=9))
+            assert pub.expect(PubAck).packet_id == 9
+            got: list[Publish] = sub.publishes(2)
+            sub.send(PingReq())
+            sub.expect(PingResp)  # the window is full: nothing else came
+            while len(got) < 6:
+                sub.send(PubAck(got[len(got) - 2].packet_id or 0))
+                got.append(sub.expect(Publish))
+            assert [(p.topic, p.payload, p.retain) for p in got] == [
+                *((f"rw/{i}", b"r%d" % i, True) for i in range(5)),
+                ("rw/live", b"live", False),
+            ]
+            sub.send(*(PubAck(p.packet_id or 0) for p in got[-2:]))
+            sub.send(PingReq())
+            sub.expect(PingResp)
+            sub.disconnect()
+        pub.disconnect()
+    bystander.check()
