@@ -337,7 +337,7 @@ def test_keepalive_timeout_closes_and_publishes_the_will(
             ]
         else:
             assert tail == []
-        assert 1.4 <= elapsed <= 2.5, elapsed
+        assert 1.4 <= elapsed <= 3.0, elapsed
         will = watcher.expect(Publish)
         assert (will.topic, will.payload) == ("ka/will", b"timed out")
     bystander.check()
@@ -624,7 +624,7 @@ def test_a_client_that_never_reads(broker: BrokerThread, bystander: Bystander) -
         hog.subscribe("flood/#", qos=0)
         pub.connect("flooder")
         batch = encode(Publish("flood/x", b"x" * 1000), MQTT_5) * 500
-        for _ in range(20):
+        for _ in range(40):
             pub.send_raw(batch)
         pub.send(Publish("flood/x", b"end", 1, packet_id=1))
         assert pub.expect(PubAck).packet_id == 1
@@ -639,14 +639,14 @@ def test_a_client_that_never_reads(broker: BrokerThread, bystander: Bystander) -
                 proto.conn.writable,
             )
 
-        # (The kernel's socket buffers hold a few MB of the 10 MB; the rest waits.)
+        # (The kernel's socket buffers hold some MB of the 20 MB; the rest waits.)
         buffered, queued, writable = broker.call(backlog)
         assert buffered < 4_000_000, buffered
         assert queued > 0 and not writable, (queued, writable)
         bystander.check()
         # Reading again: everything arrives, in order.
-        got = [hog.expect(Publish).payload for _ in range(10001)]
-        assert got[-1] == b"end" and got[:-1] == [b"x" * 1000] * 10000
+        got = [hog.expect(Publish).payload for _ in range(20001)]
+        assert got[-1] == b"end" and got[:-1] == [b"x" * 1000] * 20000
         hog.disconnect()
         pub.disconnect()
 
