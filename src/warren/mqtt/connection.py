@@ -240,6 +240,9 @@ class MQTTConnection(Delivery):
         if session.persistent:
             self.state.session_ended(vhost, session)
         else:
+            # Made non-persistent by DISCONNECT, it is still stored: no longer a
+            # share group's member when the groups count theirs.
+            self.state.sessions(vhost.name).forget(session.client_id)
             for opts in session.subscriptions.values():
                 if opts.group is not None:
                     self.state.release_shared(
