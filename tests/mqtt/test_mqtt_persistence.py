@@ -31,6 +31,9 @@ from warren.mqtt.packets import (
     Publish,
     PubRec,
     PubRel,
+    SubAck,
+    Subscribe,
+    Subscription,
     Will,
 )
 from warren.mqtt.server import MQTTListener
@@ -725,3 +728,53 @@ def test_session_connected_at_kill_9_still_expires(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("ended_by", ["disconnect", "expiry"])
+def test_subscription_options_and_shares_survive_restart(
+    broker_factory: Factory, ended_by: str
+) -> None:
+    """MQTT 5 subscription options (identifier, QoS, No Local) and a share group
+    membership are part of the stored session."""
+    b = broker_factory()
+    with RawClient(mqtt_port(b)) as c:
+        c.connect("opts", **persistent(MQTT_5))
+        c.send(
+            Subscribe(
+                1,
+                [Subscription("o/q0", 0), Subscription("o/mine", 1, no_local=True)],
+                {P.SUBSCRIPTION_IDENTIFIER: 42},
+            )
+        )
+        assert c.expect(SubAck).reason_codes == [0, 1]
+        assert c.subscribe("$share/grp/s/#", qos=1, pid=2).reason_codes == [1]
+        c.disconnect()
+    paho_publish(mqtt_port(b), "s/x", [b"shared-while-away"])
+    b = restart(broker_factory, b)
+    assert has_queue(b, "mqtt-shared-grp-s.#")
+    with RawClient(mqtt_port(b)) as c:
+        assert c.connect("opts", **persistent(MQTT_5)).session_present
+        p = c.expect(Publish)
+        assert (p.topic, p.payload, p.qos) == ("s/x", b"shared-while-away", 1)
+        c.send(PubAck(p.packet_id or 0))
+        c.send(Publish("o/q0", b"downgraded", qos=1, packet_id=1))
+        # (The delivery may overtake the PUBACK, which waits for the disk.)
+        got = [c.recv(), c.recv()]
+        assert [x.packet_id for x in got if isinstance(x, PubAck)] == [1]
+        p = next(x for x in got if isinstance(x, Publish))
+        assert (p.topic, p.qos, p.properties.get(P.SUBSCRIPTION_IDENTIFIER)) == ("o/q0", 0, [42])
+        # No Local: its own message on o/mine is not sent back; another client's is.
+        c.send(Publish("o/mine", b"own", qos=1, packet_id=2))
+        assert c.expect(PubAck).packet_id == 2
+        paho_publish(mqtt_port(b), "o/mine", [b"theirs"])
+        p = c.expect(Publish)
+        assert (p.topic, p.payload, p.properties.get(P.SUBSCRIPTION_IDENTIFIER)) == (
+            "o/mine",
+            b"theirs",
+            [42],
+        )
+        c.send(PubAck(p.packet_id or 0))
+        c.disconnect(0, {P.SESSION_EXPIRY_INTERVAL: 0 if ended_by == "disconnect" else 1})
+    # The session ended: its queue and (last member gone) the share's queue with it.
+    wait_for(lambda: not has_queue(b, queue_name("opts")), 5, "the session queue to go")
+    assert not has_queue(b, "mqtt-shared-grp-s.#")
