@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from warren.mqtt import properties as P
 from warren.mqtt.codec import Decoder, encode
 from warren.mqtt.packets import (
     MQTT_5,
@@ -98,8 +97,6 @@ class RawClient:
             self.sock.settimeout(left)
             try:
                 data = self.sock.recv(65536)
-            except TimeoutError:
-                raise
             except ConnectionResetError:
                 data = b""
             if not data:
@@ -150,9 +147,6 @@ def wait_for(cond: Callable[[], Any], timeout: float = 5.0, what: str = "conditi
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.01)
-
-
-__all__ = ["MQTT_5", "P", "Closed", "RawClient", "wait_for"]
 
 
 def paho_publish(
