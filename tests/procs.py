@@ -13,6 +13,17 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 def start_warren(data_dir: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
     """Start the server on an ephemeral port; returns the process and the bound port."""
+    return _start(data_dir, "AMQP", args)
+
+
+def start_warren_mqtt(data_dir: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
+    """Like start_warren, but returns the MQTT listener's port."""
+    return _start(data_dir, "MQTT", args)
+
+
+def _start(
+    data_dir: Path, protocol: str, args: tuple[str, ...]
+) -> tuple[subprocess.Popen[str], int]:
     env = dict(os.environ, PYTHONPATH=str(SRC))
     proc = subprocess.Popen(
         [sys.executable, "-m", "warren", "--amqp-port", "0", "--http-port", "0", "--mqtt-port", "0", "-D", str(data_dir)]
@@ -24,8 +35,8 @@ def start_warren(data_dir: Path, *args: str) -> tuple[subprocess.Popen[str], int
     )
     assert proc.stdout is not None
     for line in proc.stdout:
-        m = re.search(r"listening on AMQP [^:]+:(\d+)", line)
+        m = re.search(rf"listening on {protocol} [^:]+:(\d+)", line)
         if m:
             return proc, int(m.group(1))
     proc.wait(5)
-    raise RuntimeError(f"warren exited without listening (status {proc.returncode})")
+    raise RuntimeError(f"warren exited without listening on {protocol} (status {proc.returncode})")

@@ -174,6 +174,12 @@ class Decoder:
         self.level = level
         self.max_packet_size = max_packet_size
         self._buf = b""
+        # An incomplete packet whose size is known is gathered in pieces and joined
+        # once complete: joining on every read would copy a large packet over and
+        # over (quadratic in its size).
+        self._parts: list[bytes] = []
+        self._have = 0
+        self._need = 0
 
     def feed(self, data: bytes) -> list[Packet]:
         buf, frames = self.frames(data)
@@ -183,9 +189,23 @@ class Decoder:
         """Split off every complete packet without decoding it: the buffer and, per
         packet, (first byte, body start, body end). The broker's hot path parses
         PUBLISH bodies itself and hands the rest to `decode`."""
-        buf = self._buf + data if self._buf else bytes(data)
+        if self._need:
+            parts = self._parts
+            if len(parts[-1]) < 65536:  # small pieces are merged (bounded copies)
+                parts[-1] = parts[-1] + data
+            else:
+                parts.append(bytes(data))
+            self._have += len(data)
+            if self._have < self._need:
+                return b"", []
+            buf = b"".join(self._parts)
+            self._parts = []
+            self._need = 0
+        else:
+            buf = self._buf + data if self._buf else bytes(data)
         n = len(buf)
         pos = 0
+        need = 0
         out: list[tuple[int, int, int]] = []
         while n - pos >= 2:
             # Remaining length: at most 4 bytes.
@@ -211,10 +231,18 @@ class Decoder:
                     f"packet of {size} bytes exceeds the maximum of {self.max_packet_size}"
                 )
             if i + rl > n:
+                need = size
                 break
             out.append((buf[pos], i, i + rl))
             pos = i + rl
-        self._buf = buf[pos:] if pos < n else b""
+        if need:
+            tail = buf[pos:]
+            self._parts = [tail]
+            self._have = len(tail)
+            self._need = need
+            self._buf = b""
+        else:
+            self._buf = buf[pos:] if pos < n else b""
         return buf, out
 
     def decode(self, first: int, buf: bytes, pos: int, end: int) -> Packet:

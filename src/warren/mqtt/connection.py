@@ -66,6 +66,9 @@ PACKET_OVERHEAD = 65536 + 16
 TOPIC_CACHE_LIMIT = 4096
 #: Longest client id: the session queue's name must fit an AMQP shortstr.
 MAX_CLIENT_ID_BYTES = 255 - len(queue_name(""))
+#: Incoming QoS 2 messages awaiting PUBREL per session at most (MQTT 5 clients are
+#: told so as the server's Receive Maximum): each is in the session's record.
+MAX_AWAITING_RELEASE = 1024
 
 _V3_CONNACK = {
     P.UNSUPPORTED_PROTOCOL_VERSION: P.V311_UNACCEPTABLE_PROTOCOL_VERSION,
@@ -251,6 +254,9 @@ class MQTTConnection(Delivery):
         if session.persistent:
             self.state.session_ended(vhost, session)
         else:
+            # Made non-persistent by DISCONNECT, it is still stored: no longer a
+            # share group's member when the groups count theirs.
+            self.state.sessions(vhost.name).forget(session.client_id)
             for opts in session.subscriptions.values():
                 if opts.group is not None:
                     self.state.release_shared(
@@ -354,6 +360,7 @@ class MQTTConnection(Delivery):
             if self._alias_max_in:
                 connack[P.TOPIC_ALIAS_MAXIMUM] = self._alias_max_in
             connack[P.MAXIMUM_PACKET_SIZE] = self.decoder.max_packet_size
+            connack[P.RECEIVE_MAXIMUM] = MAX_AWAITING_RELEASE
         self.send(encode(ConnAck(stored is not None, 0, connack), self.level))
         self.node.connection_opened(self)
         log.debug(
@@ -510,6 +517,11 @@ class MQTTConnection(Delivery):
             # A resent QoS 2 PUBLISH we already have: acknowledge again, route nothing.
             self.send(encode(PubRec(pid), self.level))
             return
+        if qos == 2 and len(session.awaiting_release) >= MAX_AWAITING_RELEASE:
+            raise ProtocolViolation(
+                P.RECEIVE_MAXIMUM_EXCEEDED,
+                f"more than {MAX_AWAITING_RELEASE} QoS 2 messages awaiting PUBREL",
+            )
         exchange = self._exchange
         if self._can_publish is None:
             self._can_publish = self.user is not None and self._allowed(
@@ -696,16 +708,28 @@ class MQTTConnection(Delivery):
         users = self.node.users
         exchange_name = self.state.config.mqtt_exchange
         exchange = vhost.get_exchange(exchange_name)
-        queue = self.subscription_queue(opts)
-        users.check(user, vhost.name, WRITE, "queue", queue.name)
+        # Every check before the queue is consumed: a refused subscription must not
+        # leave a consumer on it (a share group's queue may exist already).
+        from warren.mqtt.session import shared_queue_name
+
+        name = (
+            session.queue if opts.group is None else shared_queue_name(opts.group, opts.binding_key)
+        )
+        users.check(user, vhost.name, WRITE, "queue", name)
         users.check(user, vhost.name, READ, "exchange", exchange_name)
+        users.check(user, vhost.name, READ, "queue", name)
         if user.topic_permissions and exchange.type == "topic":
             UserStore.check_topic(
                 user, vhost.name, exchange_name, opts.binding_key, READ, self._variables()
             )
+        queue = self.subscription_queue(opts)
         existed = topic_filter in session.subscriptions
         vhost.bind(exchange, queue, opts.binding_key)
         session.subscriptions[topic_filter] = opts
+        if opts.group is not None and queue.name in self.consumers:
+            # Its consumer was made before the subscription was recorded (or with a
+            # replaced subscription's options): it delivers with these.
+            self.consumers[queue.name].shared = opts
         self.subscriptions_changed()
         return existed
 

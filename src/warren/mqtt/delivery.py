@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from warren.core.consumer import Consumer
@@ -56,9 +58,12 @@ class MQTTConsumer(Consumer):
 
     def can_take(self) -> bool:
         conn = self.conn
-        return (
-            conn.writable and not conn.closed and (self.no_ack or len(conn.inflight) < conn.window)
-        )
+        if not conn.writable or conn.closed:
+            return False
+        if self.no_ack:
+            return True
+        # Retained messages for a SUBSCRIBE go first.
+        return not conn.window_full() and not conn._retained_backlog
 
     def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
         self.conn.deliver(self, seq, msg, redelivered)
@@ -98,6 +103,8 @@ class Delivery:
         self._acks: dict[int, tuple[Queue, list[int]]] = {}
         self._topics: dict[str, bytes] = {}
         self._detached = False
+        #: Retained QoS 1/2 messages for a SUBSCRIBE waiting for room in the window.
+        self._retained_backlog: deque[tuple[RetainedMessage, SubscriptionOptions]] = deque()
         self._problem_information = True
 
     # -- consumers ------------------------------------------------------------------------
@@ -111,7 +118,9 @@ class Delivery:
         if session.queue in vhost.queues:
             self.ensure_consumer(vhost.queues[session.queue])
         else:
-            # The queue went away while the session was stored: bind a new one.
+            # The queue went away while the session was stored: bind a new one
+            # (whose messages are numbered afresh).
+            session.redeliver.clear()
             for tf, opts in list(session.subscriptions.items()):
                 if opts.group is None:
                     self.add_subscription(tf, opts)
@@ -187,9 +196,11 @@ class Delivery:
             for pid, (q, seq, msg) in self.inflight.items()
             if q is queue and msg is not None
         )
+        own = queue.name == session.queue
         for seq, pid, msg in back:
             del self.inflight[pid]
-            session.redeliver[seq] = pid
+            if own:  # a share group's message may go to any member: a new id then
+                session.redeliver[seq] = pid
             assert msg is not None
             queue.reject(seq, msg, True)
 
@@ -209,6 +220,8 @@ class Delivery:
         queue, seq, _ = entry
         if queue is not None:
             self._ack(queue, seq)
+        else:
+            self._window_opened()  # a retained message: no queue ack to do it
 
     def received(self, pid: int, reason_code: int) -> None:
         """PUBREC: the client has the QoS 2 message; release it (PUBREL)."""
@@ -259,6 +272,12 @@ class Delivery:
         self._window_opened()
 
     def _window_opened(self) -> None:
+        backlog = self._retained_backlog
+        if backlog:
+            now = int(time.time() * 1000)
+            while backlog and not self.window_full():
+                msg, opts = backlog.popleft()
+                self.send_retained(msg, opts, now)
         for consumer in self.consumers.values():
             consumer.queue.schedule_delivery()
 
@@ -273,6 +292,13 @@ class Delivery:
         raise NotImplementedError
 
     # -- PUBLISH to the client ---------------------------------------------------------------
+    def window_full(self) -> bool:
+        """No room for another QoS 1/2 PUBLISH: the client's Receive Maximum counts
+        each until PUBACK, or PUBCOMP for QoS 2."""
+        session = self.session
+        released = len(session.released) if session is not None else 0
+        return len(self.inflight) + released >= self.window
+
     def _pid(self) -> int:
         inflight, released = self.inflight, self.session.released if self.session else ()
         pid = self._next_pid
@@ -295,6 +321,10 @@ class Delivery:
             ids = [sub.identifier] if sub.identifier else None
             if sub.no_local and out.client_id == self.client_id:
                 drop = True
+        elif not subs:
+            # Unsubscribed with messages still queued for the session: they go out
+            # as published (MQTT-3.10.4-5 lets the server deliver what it buffered).
+            qos, retain, ids = out.qos, False, None
         else:
             topic = amqp_to_mqtt(msg.routing_key)
             matching = [o for o in subs if _matches(o, topic)]
@@ -318,17 +348,22 @@ class Delivery:
                 self._ack(queue, seq)
             return
         pid = 0
+        dup = redelivered
         if qos:
             session = self.session
             assert session is not None
-            if redelivered and seq in session.redeliver:
+            # Not gated on ``redelivered``: the queue forgets that flag over a
+            # restart, the session's record of what was in flight does not. Only
+            # the session's own queue is recorded (queues number alike).
+            if session.redeliver and seq in session.redeliver and queue.name == session.queue:
                 pid = session.redeliver.pop(seq)
+                dup = True
                 if pid in self.inflight:
                     pid = self._pid()
             else:
                 pid = self._pid()
         packet = self._publish_packet(
-            msg.routing_key, msg.body, qos, redelivered and qos > 0, retain, out, ids, pid
+            msg.routing_key, msg.body, qos, dup and qos > 0, retain, out, ids, pid
         )
         if packet is None:
             if not consumer.no_ack:
@@ -342,8 +377,12 @@ class Delivery:
 
     def send_retained(self, msg: RetainedMessage, opts: SubscriptionOptions, now: int) -> None:
         """A retained message on SUBSCRIBE: retain flag set, QoS at most the subscription's."""
-        out = from_message(Message("", "", msg.properties, msg.payload, msg.timestamp))
         qos = min(msg.qos, opts.qos)
+        if qos and self.window_full():
+            # Receive Maximum holds for retained messages too (MQTT-3.3.4-9).
+            self._retained_backlog.append((msg, opts))
+            return
+        out = from_message(Message("", "", msg.properties, msg.payload, msg.timestamp))
         pid = self._pid() if qos else 0
         ids = [opts.identifier] if opts.identifier else None
         packet = self._publish_packet(

@@ -96,10 +96,14 @@ class MQTTState:
 
     def start(self) -> None:
         """Load the stored sessions of every vhost and arm their expiry timers."""
+        now = self.clock()
         for name in list(self.node.vhosts):
             d = self._dir(name)
             if d is not None and (d / "sessions.log").exists():
                 for session in list(self.sessions(name).sessions.values()):
+                    if session.disconnected_at is None:
+                        # Connected when the broker died: its expiry counts from now.
+                        session.disconnected_at = now
                     self._arm_expiry(session)
 
     def close(self) -> None:

@@ -1,0 +1,176 @@
+"""A raw MQTT client over a real socket, built on Warren's codec: the test decides
+every byte and every acknowledgement (paho would acknowledge on its own)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from warren.mqtt.codec import Decoder, encode
+from warren.mqtt.packets import (
+    MQTT_5,
+    ConnAck,
+    Connect,
+    Disconnect,
+    Packet,
+    Publish,
+    SubAck,
+    Subscribe,
+    Subscription,
+    Will,
+)
+
+T = TypeVar("T")
+
+
+class Closed(Exception):
+    """The broker closed the connection."""
+
+
+class RawClient:
+    def __init__(self, port: int, level: int = MQTT_5, timeout: float = 5.0) -> None:
+        self.level = level
+        self.timeout = timeout
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.decoder = Decoder(level)
+        self.backlog: list[Packet] = []
+        self.eof = False
+
+    # -- sending ---------------------------------------------------------------------
+    def send(self, *packets: Packet) -> None:
+        self.sock.sendall(b"".join(encode(p, self.level) for p in packets))
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def connect(
+        self,
+        client_id: str,
+        clean: bool = True,
+        keep_alive: int = 60,
+        properties: dict[int, Any] | None = None,
+        will: Will | None = None,
+        username: str | None = None,
+        password: bytes | None = None,
+    ) -> ConnAck:
+        self.send(
+            Connect(
+                client_id,
+                self.level,
+                clean,
+                keep_alive,
+                username,
+                password,
+                will,
+                properties or {},
+            )
+        )
+        return self.expect(ConnAck)
+
+    def subscribe(self, topic_filter: str, qos: int = 1, pid: int = 1, **props: Any) -> SubAck:
+        self.send(Subscribe(pid, [Subscription(topic_filter, qos)], dict(props)))
+        ack = self.expect(SubAck)
+        assert ack.packet_id == pid
+        return ack
+
+    def disconnect(self, reason_code: int = 0, properties: dict[int, Any] | None = None) -> None:
+        self.send(Disconnect(reason_code, properties or {}))
+        self.wait_closed()
+
+    def close(self) -> None:
+        """Abrupt: the socket goes away without DISCONNECT."""
+        self.sock.close()
+
+    # -- receiving -------------------------------------------------------------------
+    def recv(self, timeout: float | None = None) -> Packet:
+        """The next packet; Closed at EOF, TimeoutError if none comes in time."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while not self.backlog:
+            if self.eof:
+                raise Closed()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no packet from the broker")
+            self.sock.settimeout(left)
+            try:
+                data = self.sock.recv(65536)
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                self.eof = True
+                continue
+            self.backlog.extend(self.decoder.feed(data))
+        return self.backlog.pop(0)
+
+    def expect(self, cls: type[T], timeout: float | None = None) -> T:
+        pkt = self.recv(timeout)
+        assert isinstance(pkt, cls), f"expected {cls.__name__}, got {pkt!r}"
+        return pkt
+
+    def publishes(self, n: int, timeout: float | None = None) -> list[Publish]:
+        return [self.expect(Publish, timeout) for _ in range(n)]
+
+    def wait_closed(self, timeout: float | None = None) -> list[Packet]:
+        """Every packet up to the broker's close (which must come in time)."""
+        got: list[Packet] = []
+        while True:
+            try:
+                got.append(self.recv(timeout))
+            except Closed:
+                return got
+
+    def nothing_more(self, timeout: float = 0.3) -> None:
+        """Nothing arrives within ``timeout`` (a negative check: the window is the claim)."""
+        try:
+            pkt = self.recv(timeout)
+        except TimeoutError:
+            return
+        raise AssertionError(f"unexpected {pkt!r}")
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
+    """Poll ``cond`` until it is truthy (returned), failing after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def paho_publish(
+    port: int,
+    topic: str,
+    payloads: list[bytes],
+    qos: int = 1,
+    retain: bool = False,
+    level: int = MQTT_5,
+) -> None:
+    """Publish with a real paho client, each message confirmed (PUBACK/PUBCOMP)."""
+    import paho.mqtt.client as mqtt
+
+    client = mqtt.Client(
+        mqtt.CallbackAPIVersion.VERSION2,
+        protocol=mqtt.MQTTv5 if level == MQTT_5 else mqtt.MQTTv311,
+    )
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    try:
+        for payload in payloads:
+            info = client.publish(topic, payload, qos=qos, retain=retain)
+            info.wait_for_publish(5)
+            assert info.is_published(), f"{topic}: {payload!r} not acknowledged"
+    finally:
+        client.disconnect()
+        client.loop_stop()

@@ -1,0 +1,824 @@
+"""Hostile and broken MQTT clients: each is closed with the right reason code (MQTT 5:
+DISCONNECT or CONNACK with the code; 3.1.1: a plain close, or a CONNACK return code)
+while a well-behaved paho client on the same broker keeps publishing and receiving
+without loss. Keepalive and CONNECT timeouts, authentication and authorisation.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+from conftest import BrokerThread
+from mqttraw import RawClient, wait_for
+
+import warren.mqtt.server as mqtt_server
+from warren.mqtt import properties as P
+from warren.mqtt.codec import _e_vbi, encode
+from warren.mqtt.packets import (
+    MQTT_5,
+    ConnAck,
+    Connect,
+    Disconnect,
+    PingReq,
+    PingResp,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    UnsubAck,
+    Unsubscribe,
+    Will,
+)
+from warren.mqtt.server import MQTTListener
+
+pytestmark = pytest.mark.timeout(60)
+
+V311 = 4
+
+
+def mqtt_port(b: BrokerThread) -> int:
+    listener = b.broker.listener("mqtt")
+    assert isinstance(listener, MQTTListener)
+    return listener.port
+
+
+def live_ids(b: BrokerThread) -> set[str]:
+    listener = b.broker.listener("mqtt")
+    assert isinstance(listener, MQTTListener)
+    return b.call(lambda: {cid for _vh, cid in listener.state.live})
+
+
+class Bystander:
+    """A paho client that publishes QoS 1 to itself without pause (each message
+    acknowledged before the next) for as long as the test runs."""
+
+    def __init__(self, port: int, level: int = MQTT_5) -> None:
+        self.received: list[int] = []
+        self.disconnects: list[Any] = []
+        self.sent = 0
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        subscribed = threading.Event()
+        self.client = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2,
+            client_id="bystander",
+            protocol=mqtt.MQTTv5 if level == MQTT_5 else mqtt.MQTTv311,
+        )
+        self.client.on_message = lambda _c, _u, msg: self.received.append(int(msg.payload))
+        self.client.on_disconnect = lambda _c, _u, _f, rc, _p: self.disconnects.append(rc)
+        self.client.on_subscribe = lambda *_a: subscribed.set()
+        self.client.connect("127.0.0.1", port, keepalive=30)
+        sock = self.client.socket()
+        assert isinstance(sock, socket.socket)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # paho leaves Nagle on
+        self.client.loop_start()
+        self.client.subscribe("bystander/#", qos=1)
+        assert subscribed.wait(5)
+        self._thread = threading.Thread(target=self._publish, daemon=True)
+        self._thread.start()
+        wait_for(lambda: self.sent >= 5, what="the bystander to publish")
+
+    def _publish(self) -> None:
+        try:
+            while not self._stop.is_set():
+                info = self.client.publish("bystander/n", b"%d" % self.sent, qos=1)
+                info.wait_for_publish(5)
+                if not info.is_published():
+                    raise AssertionError(f"bystander message {self.sent} not acknowledged")
+                self.sent += 1
+        except BaseException as exc:
+            self.errors.append(exc)
+
+    def check(self) -> None:
+        """Everything it published came back, in order, and it was never disconnected."""
+        sent_before = self.sent
+        wait_for(lambda: self.sent >= sent_before + 5 or self.errors, what="more publishes")
+        self._stop.set()
+        self._thread.join(10)
+        assert not self.errors, self.errors
+        wait_for(lambda: len(self.received) >= self.sent, what="the bystander's messages")
+        assert self.received == list(range(self.sent))
+        assert not self.disconnects
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+@pytest.fixture
+def bystander(broker: BrokerThread) -> Iterator[Bystander]:
+    b = Bystander(mqtt_port(broker))
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def publish_raw(topic: bytes, level: int, first: int = 0x30, pid: bytes = b"") -> bytes:
+    body = len(topic).to_bytes(2, "big") + topic + pid + (b"\x00" if level == MQTT_5 else b"")
+    body += b"payload"
+    return bytes((first,)) + _e_vbi(len(body)) + body
+
+
+def connect_raw(level: int, name: bytes = b"MQTT", client_id: bytes = b"old") -> bytes:
+    body = len(name).to_bytes(2, "big") + name + bytes((level, 0x02, 0, 60))
+    body += len(client_id).to_bytes(2, "big") + client_id
+    return bytes((0x10,)) + _e_vbi(len(body)) + body
+
+
+# Sent after a successful CONNECT: (bytes at level 4, bytes at level 5, MQTT 5 reason).
+AFTER_CONNECT: dict[str, tuple[bytes | None, bytes, int]] = {
+    "remaining length over 4 bytes": (
+        b"\x30\xff\xff\xff\xff\x7f",
+        b"\x30\xff\xff\xff\xff\x7f",
+        P.MALFORMED_PACKET,
+    ),
+    "remaining length past the content": (b"\xc0\x01\x00", b"\xc0\x01\x00", P.MALFORMED_PACKET),
+    "publish qos 3": (
+        publish_raw(b"a", V311, 0x36, b"\x00\x01"),
+        publish_raw(b"a", MQTT_5, 0x36, b"\x00\x01"),
+        P.MALFORMED_PACKET,
+    ),
+    "pubrel flags 0": (b"\x60\x02\x00\x01", b"\x60\x02\x00\x01", P.MALFORMED_PACKET),
+    "subscribe flags 0": (
+        b"\x80\x06\x00\x01\x00\x01a\x01",
+        b"\x80\x07\x00\x01\x00\x00\x01a\x01",
+        P.MALFORMED_PACKET,
+    ),
+    "qos 0 with dup": (
+        publish_raw(b"a", V311, 0x38),
+        publish_raw(b"a", MQTT_5, 0x38),
+        P.MALFORMED_PACKET,
+    ),
+    "invalid utf-8 topic": (
+        publish_raw(b"a/\xff\xfe", V311),
+        publish_raw(b"a/\xff\xfe", MQTT_5),
+        P.MALFORMED_PACKET,
+    ),
+    "nul in topic": (
+        publish_raw(b"a\x00b", V311),
+        publish_raw(b"a\x00b", MQTT_5),
+        P.MALFORMED_PACKET,
+    ),
+    "wildcard in publish topic": (
+        encode(Publish("a/+/b", b"x"), V311),
+        encode(Publish("a/#", b"x"), MQTT_5),
+        P.MALFORMED_PACKET,
+    ),
+    "second connect": (
+        encode(Connect("again", V311)),
+        encode(Connect("again", MQTT_5)),
+        P.PROTOCOL_ERROR,
+    ),
+    "reserved packet type 0": (b"\x00\x00", b"\x00\x00", P.MALFORMED_PACKET),
+    "garbage": (
+        b"\xde\xad\xbe\xef" * 8,
+        b"\xde\xad\xbe\xef" * 8,
+        P.MALFORMED_PACKET,
+    ),
+    "auth packet": (b"\xf0\x00", b"\xf0\x02\x19\x00", P.PROTOCOL_ERROR),
+    "unknown topic alias": (
+        None,
+        encode(Publish("", b"x", properties={P.TOPIC_ALIAS: 5}), MQTT_5),
+        P.PROTOCOL_ERROR,
+    ),
+    "topic alias above the maximum": (
+        None,
+        encode(Publish("t", b"x", properties={P.TOPIC_ALIAS: 17}), MQTT_5),
+        P.TOPIC_ALIAS_INVALID,
+    ),
+    "unknown property": (None, b"\x30\x06\x00\x01a\x01\x7f\x00", P.MALFORMED_PACKET),
+}
+
+CASES = [
+    pytest.param(level, name, id=f"{name}-{'5' if level == MQTT_5 else '3.1.1'}")
+    for name, (v4, _v5, _rc) in AFTER_CONNECT.items()
+    for level in (V311, MQTT_5)
+    if level == MQTT_5 or v4 is not None
+]
+
+
+@pytest.mark.parametrize("level,case", CASES)
+def test_malformed_after_connect_closes_only_that_connection(
+    broker: BrokerThread, bystander: Bystander, level: int, case: str
+) -> None:
+    v4, v5, code = AFTER_CONNECT[case]
+    with RawClient(mqtt_port(broker), level) as c:
+        assert c.connect("hostile").reason_code == 0
+        data = v5 if level == MQTT_5 else v4
+        assert data is not None
+        c.send_raw(data)
+        tail = c.wait_closed()
+        if level == MQTT_5:
+            assert [(type(p), getattr(p, "reason_code", None)) for p in tail] == [
+                (Disconnect, code)
+            ]
+        else:
+            assert tail == []
+    wait_for(lambda: "hostile" not in live_ids(broker), what="the session to be released")
+    bystander.check()
+
+
+def test_packet_larger_than_the_advertised_maximum(
+    broker_factory: Any,
+) -> None:
+    b = broker_factory(max_message_size=1024)
+    by = Bystander(mqtt_port(b))
+    try:
+        with RawClient(mqtt_port(b)) as c:
+            ack = c.connect("big")
+            limit = ack.properties[P.MAXIMUM_PACKET_SIZE]
+            assert isinstance(limit, int) and limit > 1024
+            # Exactly at the limit: accepted.
+            head = 1 + len(_e_vbi(limit))
+            fits = encode(Publish("big/ok", b"", 1, packet_id=1), MQTT_5)
+            pad = limit - len(fits) - (len(_e_vbi(limit - head)) - len(_e_vbi(len(fits) - 2)))
+            ok = encode(Publish("big/ok", b"x" * pad, 1, packet_id=1), MQTT_5)
+            assert len(ok) == limit
+            c.send_raw(ok)
+            assert c.expect(PubAck).packet_id == 1
+            # One byte over, announced by the fixed header alone (no body follows).
+            c.send_raw(b"\x30" + _e_vbi(limit - head + 1))
+            assert [(type(p), p.reason_code) for p in c.wait_closed()] == [  # type: ignore[attr-defined]
+                (Disconnect, P.PACKET_TOO_LARGE)
+            ]
+        by.check()
+    finally:
+        by.close()
+
+
+# -- before and at CONNECT ----------------------------------------------------------------
+
+# (bytes, decoder level for the answer, the answer: None for a plain close, else the
+# CONNACK reason / return code)
+AT_CONNECT: dict[str, tuple[bytes, int, int | None]] = {
+    "publish before connect": (encode(Publish("a", b"x"), V311), V311, None),
+    "subscribe before connect": (b"\x82\x06\x00\x01\x00\x01a\x01", V311, None),
+    "pingreq before connect": (b"\xc0\x00", V311, None),
+    "garbage before connect": (b"\x00\x00garbage", V311, None),
+    "http request": (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"x" * 64, V311, None),
+    "protocol level 3": (connect_raw(3), V311, P.V311_UNACCEPTABLE_PROTOCOL_VERSION),
+    "protocol level 6": (connect_raw(6), V311, P.V311_UNACCEPTABLE_PROTOCOL_VERSION),
+    "protocol name MQIsdp": (connect_raw(4, b"MQIsdp"), V311, None),
+    "connect too large": (b"\x10" + _e_vbi(70000), V311, None),
+    "connect reserved flag 5": (
+        encode(Connect("x", MQTT_5)).replace(b"\x05\x02", b"\x05\x03", 1),
+        MQTT_5,
+        P.MALFORMED_PACKET,
+    ),
+    "connect reserved flag 3.1.1": (
+        encode(Connect("x", V311)).replace(b"\x04\x02", b"\x04\x03", 1),
+        V311,
+        None,
+    ),
+    "enhanced auth": (
+        encode(Connect("x", MQTT_5, properties={P.AUTHENTICATION_METHOD: "SCRAM-SHA-1"})),
+        MQTT_5,
+        P.BAD_AUTHENTICATION_METHOD,
+    ),
+    "client id too long 5": (encode(Connect("c" * 300, MQTT_5)), MQTT_5, 0x85),
+    "client id too long 3.1.1": (
+        encode(Connect("c" * 300, V311)),
+        V311,
+        P.V311_IDENTIFIER_REJECTED,
+    ),
+    "empty client id without clean session": (
+        encode(Connect("", V311, clean_start=False)),
+        V311,
+        P.V311_IDENTIFIER_REJECTED,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(AT_CONNECT))
+def test_bad_connect_closes_only_that_connection(
+    broker: BrokerThread, bystander: Bystander, case: str
+) -> None:
+    data, level, code = AT_CONNECT[case]
+    with RawClient(mqtt_port(broker), level) as c:
+        c.send_raw(data)
+        tail = c.wait_closed()
+        if code is None:
+            assert tail == []
+        else:
+            assert len(tail) == 1 and isinstance(tail[0], ConnAck), tail
+            assert (tail[0].session_present, tail[0].reason_code) == (False, code)
+    assert live_ids(broker) == {"bystander"}
+    bystander.check()
+
+
+# -- timeouts ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("level", [V311, MQTT_5])
+def test_keepalive_timeout_closes_and_publishes_the_will(
+    broker: BrokerThread, bystander: Bystander, level: int
+) -> None:
+    port = mqtt_port(broker)
+    with RawClient(port) as watcher, RawClient(port, level) as silent:
+        watcher.connect("ka-watcher")
+        watcher.subscribe("ka/#", qos=0)
+        silent.connect("silent", keep_alive=1, will=Will("ka/will", b"timed out"))
+        last_sent = time.monotonic()
+        tail = silent.wait_closed(5)
+        elapsed = time.monotonic() - last_sent
+        if level == MQTT_5:
+            assert [(type(p), p.reason_code) for p in tail] == [  # type: ignore[attr-defined]
+                (Disconnect, P.KEEP_ALIVE_TIMEOUT)
+            ]
+        else:
+            assert tail == []
+        assert 1.4 <= elapsed <= 3.0, elapsed
+        will = watcher.expect(Publish)
+        assert (will.topic, will.payload) == ("ka/will", b"timed out")
+    bystander.check()
+
+
+def test_keepalive_kept_by_pings(broker: BrokerThread) -> None:
+    with RawClient(mqtt_port(broker)) as c:
+        c.connect("pinger", keep_alive=1)
+        start = time.monotonic()
+        while time.monotonic() - start < 2.5:  # well past 1.5 keep alive periods
+            c.send(PingReq())
+            c.expect(PingResp)
+            c.nothing_more(0.3)  # the pace, and no DISCONNECT meanwhile
+        c.send(PingReq())
+        c.expect(PingResp)
+        c.disconnect()
+
+
+def test_no_connect_within_the_timeout(
+    broker: BrokerThread, bystander: Bystander, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mqtt_server, "CONNECT_TIMEOUT", 0.5)
+    with RawClient(mqtt_port(broker)) as idle, RawClient(mqtt_port(broker)) as partial:
+        opened = time.monotonic()
+        partial.send_raw(encode(Connect("partial", V311))[:5])  # never completed
+        assert idle.wait_closed(3) == []
+        assert partial.wait_closed(3) == []
+        assert 0.4 <= time.monotonic() - opened <= 2.0
+    bystander.check()
+
+
+# -- authentication and authorisation -------------------------------------------------------
+
+
+@pytest.fixture
+def users(broker: BrokerThread) -> BrokerThread:
+    def setup() -> None:
+        u = broker.broker.users
+        u.add_user("alice", "secret")
+        u.set_permissions("alice", "/")
+        u.add_user("nobody", "secret")  # no permission on any vhost
+        # May bind her own queues, may not publish to amq.topic.
+        u.add_user("reader", "secret")
+        u.set_permissions("reader", "/", ".*", "^mqtt-.*", ".*")
+        # May publish, may not read from amq.topic (so may not subscribe).
+        u.add_user("writer", "secret")
+        u.set_permissions("writer", "/", ".*", ".*", "^mqtt-.*")
+        broker.broker.add_vhost("other")
+
+    broker.call(setup)
+    return broker
+
+
+REFUSED_LOGINS = [
+    # (user name, password, MQTT 5 reason, 3.1.1 return code)
+    pytest.param("alice", b"wrong", P.BAD_USER_NAME_OR_PASSWORD, 4, id="wrong password"),
+    pytest.param("mallory", b"secret", P.BAD_USER_NAME_OR_PASSWORD, 4, id="unknown user"),
+    pytest.param("nohost:alice", b"secret", P.NOT_AUTHORIZED, 5, id="unknown vhost"),
+    pytest.param("nobody", b"secret", P.NOT_AUTHORIZED, 5, id="no permission"),
+    pytest.param("other:alice", b"secret", P.NOT_AUTHORIZED, 5, id="no permission on vhost"),
+    pytest.param("alice", b"\xff\xfe", P.BAD_USER_NAME_OR_PASSWORD, 4, id="binary password"),
+]
+
+
+@pytest.mark.parametrize("level", [V311, MQTT_5], ids=["3.1.1", "5"])
+@pytest.mark.parametrize("username,password,code5,code4", REFUSED_LOGINS)
+def test_login_refused(
+    users: BrokerThread,
+    level: int,
+    username: str,
+    password: bytes,
+    code5: int,
+    code4: int,
+) -> None:
+    with RawClient(mqtt_port(users), level) as c:
+        c.send(Connect("login", level, username=username, password=password))
+        tail = c.wait_closed()
+        assert len(tail) == 1 and isinstance(tail[0], ConnAck), tail
+        assert tail[0].reason_code == (code5 if level == MQTT_5 else code4)
+    assert "login" not in live_ids(users)
+
+
+@pytest.mark.parametrize("level", [V311, MQTT_5], ids=["3.1.1", "5"])
+def test_login_accepted_with_vhost_prefix(users: BrokerThread, level: int) -> None:
+    with RawClient(mqtt_port(users), level) as c:
+        ack = c.connect("login", username="/:alice", password=b"secret")
+        assert ack.reason_code == 0
+        c.disconnect()
+
+
+def test_anonymous_refused_when_disabled(broker_factory: Any) -> None:
+    b = broker_factory(mqtt_allow_anonymous=False)
+    for level, code in ((MQTT_5, P.BAD_USER_NAME_OR_PASSWORD), (V311, 4)):
+        with RawClient(mqtt_port(b), level) as c:
+            c.send(Connect("anon", level))
+            tail = c.wait_closed()
+            assert [(type(p), p.reason_code) for p in tail] == [(ConnAck, code)]  # type: ignore[attr-defined]
+
+
+def test_publish_refused_mqtt5_keeps_the_connection(users: BrokerThread) -> None:
+    port = mqtt_port(users)
+    with RawClient(port) as watcher, RawClient(port) as c:
+        watcher.connect("refused-watcher")
+        watcher.subscribe("deny/#", qos=1)
+        assert c.connect("reader-5", username="reader", password=b"secret").reason_code == 0
+        c.send(Publish("deny/a", b"q1", qos=1, packet_id=1))
+        ack = c.expect(PubAck)
+        assert (ack.packet_id, ack.reason_code) == (1, P.NOT_AUTHORIZED)
+        c.send(Publish("deny/a", b"q2", qos=2, packet_id=2))
+        rec = c.expect(PubRec)
+        assert (rec.packet_id, rec.reason_code) == (2, P.NOT_AUTHORIZED)
+        c.send(Publish("deny/a", b"q0"))
+        # Still connected, and nothing of the three was routed.
+        c.send(PingReq())
+        c.expect(PingResp)
+        ok = RawClient(port)
+        ok.connect("allowed-pub")
+        ok.send(Publish("deny/a", b"allowed", qos=1, packet_id=1))
+        ok.expect(PubAck)
+        ok.disconnect()
+        assert watcher.expect(Publish).payload == b"allowed"
+        c.disconnect()
+
+
+def test_publish_refused_mqtt311_closes(users: BrokerThread, bystander: Bystander) -> None:
+    with RawClient(mqtt_port(users), V311) as c:
+        assert c.connect("reader-4", username="reader", password=b"secret").reason_code == 0
+        c.send(Publish("deny/a", b"q1", qos=1, packet_id=1))
+        assert c.wait_closed() == []
+    bystander.check()
+
+
+@pytest.mark.parametrize(
+    "level,code", [(V311, P.V311_SUBACK_FAILURE), (MQTT_5, P.NOT_AUTHORIZED)], ids=["3.1.1", "5"]
+)
+def test_subscribe_refused(users: BrokerThread, level: int, code: int) -> None:
+    with RawClient(mqtt_port(users), level) as c:
+        assert c.connect("writer-sub", username="writer", password=b"secret").reason_code == 0
+        assert c.subscribe("any/#", qos=1).reason_codes == [code]
+        # Still connected; a publish it may make is not delivered to it.
+        c.send(Publish("any/x", b"x", qos=1, packet_id=5))
+        ack = c.expect(PubAck)
+        assert ack.packet_id == 5
+        c.send(PingReq())
+        c.expect(PingResp)  # no PUBLISH before it: nothing was bound
+        c.disconnect()
+
+
+def test_will_refused_without_write_permission(users: BrokerThread) -> None:
+    for level, code in ((MQTT_5, P.NOT_AUTHORIZED), (V311, 5)):
+        with RawClient(mqtt_port(users), level) as c:
+            c.send(
+                Connect(
+                    "will-reader",
+                    level,
+                    username="reader",
+                    password=b"secret",
+                    will=Will("deny/will", b"x"),
+                )
+            )
+            tail = c.wait_closed()
+            assert [(type(p), p.reason_code) for p in tail] == [(ConnAck, code)]  # type: ignore[attr-defined]
+
+
+# -- one client's subscriptions must not hurt another's publishes ----------------------------
+
+
+@pytest.mark.parametrize("level", [V311, MQTT_5], ids=["3.1.1", "5"])
+def test_first_shared_subscription_delivers_and_spares_the_publisher(
+    broker: BrokerThread, bystander: Bystander, level: int
+) -> None:
+    port = mqtt_port(broker)
+    with RawClient(port, level) as member, RawClient(port, level) as pub:
+        member.connect("member")
+        assert member.subscribe("$share/g/sh/#", qos=1).reason_codes == [1]
+        pub.connect("sh-pub")
+        for i in range(3):
+            pub.send(Publish("sh/x", b"%d" % i, qos=1, packet_id=i + 1))
+            assert pub.expect(PubAck).packet_id == i + 1
+        got = member.publishes(3)
+        assert [(p.topic, p.payload, p.qos) for p in got] == [
+            ("sh/x", b"0", 1),
+            ("sh/x", b"1", 1),
+            ("sh/x", b"2", 1),
+        ]
+        member.send(*(PubAck(p.packet_id or 0) for p in got))
+        # A subscription of its own next to the share: each keeps its options.
+        assert member.subscribe("own/#", qos=0, pid=2).reason_codes == [0]
+        pub.send(Publish("sh/x", b"shared", qos=1, packet_id=9))
+        assert pub.expect(PubAck).packet_id == 9
+        p = member.expect(Publish)
+        assert (p.payload, p.qos) == (b"shared", 1)
+        member.send(PubAck(p.packet_id or 0))
+        # Subscribing again replaces the share's options (here its QoS).
+        assert member.subscribe("$share/g/sh/#", qos=0, pid=3).reason_codes == [0]
+        pub.send(Publish("sh/x", b"at-qos-0", qos=1, packet_id=10))
+        assert pub.expect(PubAck).packet_id == 10
+        p = member.expect(Publish)
+        assert (p.payload, p.qos) == (b"at-qos-0", 0)
+        pub.send(PingReq())
+        pub.expect(PingResp)
+        member.disconnect()
+        pub.disconnect()
+    bystander.check()
+
+
+def test_messages_queued_after_unsubscribe_still_go_out(
+    broker: BrokerThread, bystander: Bystander
+) -> None:
+    """UNSUBSCRIBE with messages still queued for the session (held back by its
+    Receive Maximum): they are delivered, the connection lives on."""
+    port = mqtt_port(broker)
+    with RawClient(port) as sub, RawClient(port) as pub:
+        sub.connect("unsub", properties={P.RECEIVE_MAXIMUM: 1})
+        sub.subscribe("u/#", qos=1)
+        pub.connect("unsub-pub")
+        for i in range(3):
+            pub.send(Publish("u/x", b"%d" % i, qos=1, packet_id=i + 1))
+            assert pub.expect(PubAck).packet_id == i + 1
+        first = sub.expect(Publish)
+        sub.send(Unsubscribe(5, ["u/#"]))
+        assert sub.expect(UnsubAck).reason_codes == [0]
+        payloads = [first.payload]
+        sub.send(PubAck(first.packet_id or 0))
+        for _ in range(2):
+            p = sub.expect(Publish)
+            payloads.append(p.payload)
+            sub.send(PubAck(p.packet_id or 0))
+        assert payloads == [b"0", b"1", b"2"]
+        # Not subscribed any more: a new message is not delivered.
+        pub.send(Publish("u/x", b"late", qos=1, packet_id=9))
+        ack = pub.expect(PubAck)
+        assert (ack.packet_id, ack.reason_code) == (9, P.NO_MATCHING_SUBSCRIBERS)
+        sub.send(PingReq())
+        sub.expect(PingResp)
+        sub.disconnect()
+    bystander.check()
+
+
+@pytest.mark.parametrize(
+    "perms",
+    [
+        pytest.param((".*", "^mqtt-subscription-.*", ".*"), id="no write on the shared queue"),
+        pytest.param((".*", ".*", "^(amq\\.topic|mqtt-subscription-.*)$"), id="no read on it"),
+    ],
+)
+def test_refused_shared_subscription_gets_nothing(
+    users: BrokerThread, perms: tuple[str, str, str]
+) -> None:
+    users.call(lambda: users.broker.users.set_permissions("reader", "/", *perms))
+    port = mqtt_port(users)
+    with RawClient(port) as alice, RawClient(port) as other:
+        alice.connect("alice-share", username="alice", password=b"secret")
+        assert alice.subscribe("$share/g/t/#", qos=1).reason_codes == [1]
+        other.connect("other-share", username="reader", password=b"secret")
+        assert other.subscribe("$share/g/t/#", qos=1).reason_codes == [P.NOT_AUTHORIZED]
+        assert (
+            users.call(lambda: users.broker.vhosts["/"].queues["mqtt-shared-g-t.#"].consumer_count)
+            == 1
+        )
+        for i in range(4):
+            alice.send(Publish("t/x", b"%d" % i, qos=1, packet_id=i + 1))
+        got = []
+        while len(got) < 4:
+            p = alice.recv()
+            if isinstance(p, Publish):
+                got.append(p.payload)
+                alice.send(PubAck(p.packet_id or 0))
+        assert got == [b"0", b"1", b"2", b"3"]
+        other.send(PingReq())
+        other.expect(PingResp)  # and no PUBLISH before it
+        other.disconnect()
+        alice.disconnect()
+
+
+def test_a_client_that_never_reads(broker: BrokerThread, bystander: Bystander) -> None:
+    """Its messages wait in its queue, not in the broker's write buffer; the others
+    go on."""
+    port = mqtt_port(broker)
+    listener = broker.broker.listener("mqtt")
+    assert isinstance(listener, MQTTListener)
+    with RawClient(port) as hog, RawClient(port) as pub:
+        hog.connect("hog")
+        hog.subscribe("flood/#", qos=0)
+        pub.connect("flooder")
+        batch = encode(Publish("flood/x", b"x" * 1000), MQTT_5) * 500
+        for _ in range(40):
+            pub.send_raw(batch)
+        pub.send(Publish("flood/x", b"end", 1, packet_id=1))
+        assert pub.expect(PubAck).packet_id == 1
+
+        def backlog() -> tuple[int, int, bool]:
+            proto = next(p for p in listener.protocols if p.conn and p.conn.client_id == "hog")
+            assert proto.transport is not None and proto.conn is not None
+            queue = broker.broker.vhosts["/"].queues["mqtt-subscription-hogqos1"]
+            return (
+                proto.transport.get_write_buffer_size(),
+                queue.message_count,
+                proto.conn.writable,
+            )
+
+        # (The kernel's socket buffers hold some MB of the 20 MB; the rest waits.)
+        buffered, queued, writable = broker.call(backlog)
+        assert buffered < 4_000_000, buffered
+        assert queued > 0 and not writable, (queued, writable)
+        bystander.check()
+        # Reading again: everything arrives, in order.
+        got = [hog.expect(Publish).payload for _ in range(20001)]
+        assert got[-1] == b"end" and got[:-1] == [b"x" * 1000] * 20000
+        hog.disconnect()
+        pub.disconnect()
+
+
+def test_the_clients_maximum_packet_size_is_respected(
+    broker: BrokerThread, bystander: Bystander
+) -> None:
+    """A message larger than the subscriber's Maximum Packet Size is skipped for it
+    (MQTT-3.1.2-25), not sent and not fatal."""
+    port = mqtt_port(broker)
+    with RawClient(port) as small, RawClient(port) as pub:
+        small.connect("small", properties={P.MAXIMUM_PACKET_SIZE: 200})
+        small.subscribe("size/#", qos=1)
+        pub.connect("sizer")
+        for pid, payload in ((1, b"a" * 100), (2, b"b" * 500), (3, b"c" * 150)):
+            pub.send(Publish("size/x", payload, 1, packet_id=pid))
+            assert pub.expect(PubAck).packet_id == pid
+        got = small.publishes(2)
+        assert [p.payload for p in got] == [b"a" * 100, b"c" * 150]
+        small.send(*(PubAck(p.packet_id or 0) for p in got))
+        small.send(PingReq())
+        small.expect(PingResp)
+        small.disconnect()
+        pub.disconnect()
+    bystander.check()
+
+
+def test_qos2_subscriber_that_never_completes_is_held_to_its_receive_maximum(
+    broker: BrokerThread, bystander: Bystander
+) -> None:
+    """Receive Maximum counts QoS 2 messages until PUBCOMP (MQTT-3.3.4-9): PUBREC
+    alone does not open the window, else the broker's released set (and its
+    packet ids) would grow without bound."""
+    port = mqtt_port(broker)
+    with RawClient(port) as sub, RawClient(port) as pub:
+        sub.connect("never-comp", properties={P.RECEIVE_MAXIMUM: 3})
+        sub.subscribe("rm/#", qos=2)
+        pub.connect("rm-pub")
+        for i in range(6):
+            pub.send(Publish("rm/x", b"%d" % i, qos=2, packet_id=i + 1))
+            assert pub.expect(PubRec).packet_id == i + 1
+            pub.send(PubRel(i + 1))
+            assert pub.expect(PubComp).packet_id == i + 1
+        first = sub.publishes(3)
+        assert all(p.qos == 2 for p in first)
+        assert [p.payload for p in first] == [b"0", b"1", b"2"]
+        for p in first:
+            sub.send(PubRec(p.packet_id or 0))
+            assert sub.expect(PubRel).packet_id == p.packet_id
+        # Three PUBRELs out, no PUBCOMP: the window is still full.
+        sub.send(PingReq())
+        sub.expect(PingResp)  # and no PUBLISH before it
+        sub.send(PubComp(first[0].packet_id or 0))
+        nxt = sub.expect(Publish)
+        assert nxt.payload == b"3"
+        sub.send(PingReq())
+        sub.expect(PingResp)
+        sub.disconnect()
+        pub.disconnect()
+    bystander.check()
+
+
+@pytest.mark.parametrize("level", [V311, MQTT_5], ids=["3.1.1", "5"])
+def test_qos2_publisher_that_never_releases_is_stopped(
+    broker: BrokerThread, bystander: Bystander, level: int
+) -> None:
+    """Every QoS 2 message awaiting PUBREL is in the session's record (rewritten on
+    each): their number is capped (MQTT 5: the advertised Receive Maximum, then
+    DISCONNECT 0x93) rather than growing to 65535 with the broker's loop busy
+    rewriting ever larger records."""
+    from warren.mqtt.connection import MAX_AWAITING_RELEASE
+
+    with RawClient(mqtt_port(broker), level) as c:
+        ack = c.connect(
+            "hoarder",
+            **(
+                {"clean": False}
+                if level == V311
+                else {"clean": False, "properties": {P.SESSION_EXPIRY_INTERVAL: 60}}
+            ),
+        )
+        if level == MQTT_5:
+            assert ack.properties[P.RECEIVE_MAXIMUM] == MAX_AWAITING_RELEASE
+        n = MAX_AWAITING_RELEASE
+        c.send_raw(
+            b"".join(
+                encode(Publish("hoard/x", b"x", 2, packet_id=i), level) for i in range(1, n + 1)
+            )
+        )
+        assert [c.expect(PubRec).packet_id for _ in range(n)] == list(range(1, n + 1))
+        # Released ids may be used again; a new one over the cap may not.
+        c.send(PubRel(1))
+        assert c.expect(PubComp).packet_id == 1
+        c.send(Publish("hoard/x", b"x", 2, packet_id=1))
+        assert c.expect(PubRec).packet_id == 1
+        c.send(Publish("hoard/x", b"x", 2, packet_id=n + 1))
+        tail = c.wait_closed()
+        if level == MQTT_5:
+            assert [(type(p), p.reason_code) for p in tail] == [  # type: ignore[attr-defined]
+                (Disconnect, P.RECEIVE_MAXIMUM_EXCEEDED)
+            ]
+        else:
+            assert tail == []
+    bystander.check()
+
+
+def test_receive_maximum_holds_for_retained_messages(
+    broker: BrokerThread, bystander: Bystander
+) -> None:
+    """The retained burst on SUBSCRIBE waits for room in the client's window
+    (MQTT-3.3.4-9) and comes before queued messages; acknowledging a retained
+    message lets the rest (and the queue) go on."""
+    port = mqtt_port(broker)
+    with RawClient(port) as pub:
+        pub.connect("ret-pub")
+        for i in range(5):
+            pub.send(Publish(f"rw/{i}", b"r%d" % i, qos=1, retain=True, packet_id=i + 1))
+            assert pub.expect(PubAck).packet_id == i + 1
+        with RawClient(port) as sub:
+            sub.connect("ret-window", properties={P.RECEIVE_MAXIMUM: 2})
+            sub.subscribe("rw/#", qos=1)
+            pub.send(Publish("rw/live", b"live", qos=1, packet_id=9))
+            assert pub.expect(PubAck).packet_id == 9
+            got: list[Publish] = sub.publishes(2)
+            sub.send(PingReq())
+            sub.expect(PingResp)  # the window is full: nothing else came
+            while len(got) < 6:
+                sub.send(PubAck(got[len(got) - 2].packet_id or 0))
+                got.append(sub.expect(Publish))
+            assert [(p.topic, p.payload, p.retain) for p in got] == [
+                *((f"rw/{i}", b"r%d" % i, True) for i in range(5)),
+                ("rw/live", b"live", False),
+            ]
+            sub.send(*(PubAck(p.packet_id or 0) for p in got[-2:]))
+            sub.send(PingReq())
+            sub.expect(PingResp)
+            sub.disconnect()
+        pub.disconnect()
+    bystander.check()
+
+
+def test_a_large_packet_arriving_in_pieces_is_gathered_in_linear_time() -> None:
+    """The decoder joined what it had buffered with every read: a large PUBLISH
+    (up to max_message_size, 128 MB by default) coming in 64 KB reads was copied
+    over and over, the broker's loop busy for seconds (32 MB: 2.6 s; 128 MB: ~40 s)."""
+    from warren.mqtt.codec import Decoder
+
+    pkt = encode(Publish("big/t", b"x" * (32 << 20), 1, packet_id=1), MQTT_5)
+    decoder = Decoder(MQTT_5, max_packet_size=1 << 30)
+    start = time.monotonic()
+    out = []
+    for i in range(0, len(pkt), 65536):
+        out += decoder.feed(pkt[i : i + 65536])
+    elapsed = time.monotonic() - start
+    assert len(out) == 1 and isinstance(out[0], Publish) and len(out[0].payload) == 32 << 20
+    assert elapsed < 1.5, f"{elapsed:.2f} s"
+
+
+def test_large_publish_in_pieces(broker: BrokerThread, bystander: Bystander) -> None:
+    port = mqtt_port(broker)
+    payload = bytes(range(256)) * (16 << 12)  # 16 MB
+    with RawClient(port) as sub, RawClient(port) as pub:
+        sub.connect("big-sub")
+        sub.subscribe("big/#", qos=1)
+        pub.connect("big-pub")
+        pkt = encode(Publish("big/x", payload, 1, packet_id=7), MQTT_5)
+        for i in range(0, len(pkt), 65536):
+            pub.send_raw(pkt[i : i + 65536])
+        assert pub.expect(PubAck, 30).packet_id == 7
+        got = sub.expect(Publish, 30)
+        assert got.payload == payload
+        sub.send(PubAck(got.packet_id or 0))
+        sub.disconnect()
+        pub.disconnect()
+    bystander.check()
