@@ -63,6 +63,9 @@ MAX_UNAUTHENTICATED_PACKET = 65536
 PACKET_OVERHEAD = 65536 + 16
 #: Longest client id: the session queue's name must fit an AMQP shortstr.
 MAX_CLIENT_ID_BYTES = 255 - len(queue_name(""))
+#: Longest topic name a client may publish to (or name its will's topic): it
+#: becomes the message's AMQP routing key, a shortstr.
+MAX_TOPIC_BYTES = 255
 #: Incoming QoS 2 messages awaiting PUBREL per session at most (MQTT 5 clients are
 #: told so as the server's Receive Maximum): each is in the session's record.
 MAX_AWAITING_RELEASE = 1024
@@ -295,6 +298,8 @@ class MQTTConnection(Delivery):
         config = self.state.config
         if pkt.will is not None and not self._allowed(user, vhost_name, WRITE, "exchange"):
             return P.NOT_AUTHORIZED
+        if pkt.will is not None and _too_long(pkt.will.topic):
+            return P.TOPIC_NAME_INVALID
         self.user = user
         # Session expiry: 3.1.1's clean session flag, or MQTT 5's interval (capped).
         if v5:
@@ -431,6 +436,10 @@ class MQTTConnection(Delivery):
                         raise ProtocolViolation(P.PROTOCOL_ERROR, f"unknown topic alias {alias}")
                     topic = known
                 props = {k: v for k, v in props.items() if k != P.TOPIC_ALIAS}
+        if _too_long(topic):
+            raise ProtocolViolation(
+                P.TOPIC_NAME_INVALID, f"topic name longer than {MAX_TOPIC_BYTES} bytes"
+            )
         qos = pkt.qos
         session = self.session
         assert session is not None
@@ -723,6 +732,13 @@ class ProtocolViolation(Exception):
     def __init__(self, reason_code: int, message: str) -> None:
         super().__init__(message)
         self.reason_code = reason_code
+
+
+def _too_long(topic: str) -> bool:
+    """Over MAX_TOPIC_BYTES in UTF-8 (at most 4 bytes a character: short ones pass)."""
+    return len(topic) > MAX_TOPIC_BYTES // 4 and (
+        len(topic.encode("utf-8", "surrogateescape")) > MAX_TOPIC_BYTES
+    )
 
 
 def _puback(pid: int) -> bytes:
