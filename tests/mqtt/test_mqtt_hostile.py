@@ -174,6 +174,13 @@ AFTER_CONNECT: dict[str, tuple[bytes | None, bytes, int]] = {
         encode(Publish("a/#", b"x"), MQTT_5),
         P.MALFORMED_PACKET,
     ),
+    # The topic becomes an AMQP routing key (a shortstr): this used to raise in the
+    # publisher's connection (fatal error on transport).
+    "topic over 255 bytes": (
+        encode(Publish("long/" + "x" * 300, b"x", 1, packet_id=1), V311),
+        encode(Publish("long/" + "\u00e9" * 126, b"x"), MQTT_5),
+        P.TOPIC_NAME_INVALID,
+    ),
     "second connect": (
         encode(Connect("again", V311)),
         encode(Connect("again", MQTT_5)),
@@ -284,6 +291,16 @@ AT_CONNECT: dict[str, tuple[bytes, int, int | None]] = {
         encode(Connect("x", MQTT_5, properties={P.AUTHENTICATION_METHOD: "SCRAM-SHA-1"})),
         MQTT_5,
         P.BAD_AUTHENTICATION_METHOD,
+    ),
+    "will topic over 255 bytes 5": (
+        encode(Connect("x", MQTT_5, will=Will("w/" + "x" * 300, b"w"))),
+        MQTT_5,
+        P.TOPIC_NAME_INVALID,
+    ),
+    "will topic over 255 bytes 3.1.1": (
+        encode(Connect("x", V311, will=Will("w/" + "x" * 300, b"w"))),
+        V311,
+        P.V311_NOT_AUTHORIZED,
     ),
     "client id too long 5": (encode(Connect("c" * 300, MQTT_5)), MQTT_5, 0x85),
     "client id too long 3.1.1": (
@@ -822,3 +839,15 @@ def test_large_publish_in_pieces(broker: BrokerThread, bystander: Bystander) -> 
         sub.disconnect()
         pub.disconnect()
     bystander.check()
+
+
+def test_topic_of_255_bytes_is_fine(broker: BrokerThread) -> None:
+    topic = "edge/" + "y" * 250
+    with RawClient(mqtt_port(broker)) as c:
+        c.connect("edge")
+        c.subscribe("edge/#", qos=1)
+        c.send(Publish(topic, b"fits", 1, packet_id=1))
+        got = [c.recv(), c.recv()]  # the delivery may overtake the PUBACK
+        assert [p.packet_id for p in got if isinstance(p, PubAck)] == [1]
+        assert [p.topic for p in got if isinstance(p, Publish)] == [topic]
+        c.disconnect()
