@@ -851,3 +851,30 @@ def test_topic_of_255_bytes_is_fine(broker: BrokerThread) -> None:
         assert [p.packet_id for p in got if isinstance(p, PubAck)] == [1]
         assert [p.topic for p in got if isinstance(p, Publish)] == [topic]
         c.disconnect()
+
+
+def test_user_property_names_amqp_cannot_carry(broker: BrokerThread, bystander: Bystander) -> None:
+    """A user property name over 255 bytes cannot be an AMQP header name: it is
+    dropped (the message and its other properties go on) instead of raising in the
+    publisher's connection; the same in a will."""
+    port = mqtt_port(broker)
+    long_name = "\u00e9" * 200  # 400 bytes
+    props = {P.USER_PROPERTY: [(long_name, "dropped"), ("kept", "yes")]}
+    with RawClient(port) as sub, RawClient(port) as pub:
+        sub.connect("up-sub")
+        sub.subscribe("up/#", qos=1)
+        pub.connect("up-pub")
+        pub.send(Publish("up/x", b"m", 1, packet_id=1, properties=props))
+        got = [sub.expect(Publish), pub.expect(PubAck)]
+        assert got[1].reason_code == 0
+        assert got[0].properties.get(P.USER_PROPERTY) == [("kept", "yes")]
+        sub.send(PubAck(got[0].packet_id or 0))
+        willer = RawClient(port)
+        willer.connect("up-will", will=Will("up/will", b"gone", 1, False, props))
+        willer.close()
+        will = sub.expect(Publish)
+        assert (will.topic, will.properties.get(P.USER_PROPERTY)) == ("up/will", [("kept", "yes")])
+        sub.send(PubAck(will.packet_id or 0))
+        sub.disconnect()
+        pub.disconnect()
+    bystander.check()
