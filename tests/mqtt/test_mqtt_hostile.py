@@ -7,6 +7,7 @@ without loss. Keepalive and CONNECT timeouts, authentication and authorisation.
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +17,8 @@ import paho.mqtt.client as mqtt
 import pytest
 from conftest import BrokerThread
 from mqttraw import RawClient, wait_for
+from pamqp import commands
+from rawamqp import RawAMQP, body_frame, header_frame, raw_frame
 
 import warren.mqtt.server as mqtt_server
 from warren.mqtt import properties as P
@@ -878,3 +881,52 @@ def test_user_property_names_amqp_cannot_carry(broker: BrokerThread, bystander: 
         sub.disconnect()
         pub.disconnect()
     bystander.check()
+
+
+def amqp_publish(b: BrokerThread, routing_keys: list[bytes]) -> None:
+    """Publish to amq.topic over AMQP with exactly these routing key bytes."""
+    with RawAMQP(b.port) as amqp:
+        amqp.handshake()
+        amqp.open_channel(1)
+        amqp.send_method(1, commands.Confirm.Select())
+        amqp.expect_method(commands.Confirm.SelectOk, channel=1)
+        for rk in routing_keys:
+            method = struct.pack(">HHH", 60, 40, 0) + b"\x09amq.topic"
+            method += bytes((len(rk),)) + rk + b"\x00"
+            amqp.send(raw_frame(1, 1, method) + header_frame(1, 2) + body_frame(1, b"xx"))
+        acked = 0
+        while acked < len(routing_keys):  # (one ack may cover several: multiple)
+            acked = amqp.expect_method(commands.Basic.Ack, channel=1).delivery_tag
+
+
+def test_amqp_routing_keys_that_are_no_mqtt_topic(broker: BrokerThread) -> None:
+    """A message published over AMQP whose routing key maps to no valid MQTT topic
+    name ("", a wildcard, U+0000, invalid UTF-8) is not sent to MQTT clients: it
+    was sent as an invalid PUBLISH that a client must treat as malformed, and for a
+    persistent session again on every reconnect. (No bystander: "#" is the only
+    filter "" matches.)"""
+    port = mqtt_port(broker)
+    bad = [b"", b"a.*", b"a.#", b"a+b", b"x\x00y", b"bad.\xff\xfe"]
+    for level in (V311, MQTT_5):
+        keep = {P.SESSION_EXPIRY_INTERVAL: 60} if level == MQTT_5 else {}
+        with RawClient(port, level) as sub:
+            sub.connect("rk-sub", clean=False, properties=keep)
+            sub.subscribe("#", qos=1)
+            sub.disconnect()
+        amqp_publish(broker, [*bad, b"good.away"])
+        for expected in (["good/away", "good/here"], ["good/here"]):
+            with RawClient(port, level) as sub:
+                assert sub.connect("rk-sub", clean=False, properties=keep).session_present
+                amqp_publish(broker, [*bad, b"good.here"])
+                got = []
+                for _ in expected:
+                    p = sub.expect(Publish)
+                    got.append(p.topic)
+                    sub.send(PubAck(p.packet_id or 0))
+                assert got == expected
+                sub.send(PingReq())
+                sub.expect(PingResp)  # nothing else
+                sub.disconnect()
+        with RawClient(port, level) as sub:
+            sub.connect("rk-sub", clean=True)
+            sub.disconnect()
