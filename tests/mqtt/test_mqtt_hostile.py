@@ -201,6 +201,11 @@ AFTER_CONNECT: dict[str, tuple[bytes | None, bytes, int]] = {
         encode(Publish("", b"x", properties={P.TOPIC_ALIAS: 5}), MQTT_5),
         P.PROTOCOL_ERROR,
     ),
+    "session expiry set on disconnect after 0": (
+        None,
+        encode(Disconnect(0, {P.SESSION_EXPIRY_INTERVAL: 60}), MQTT_5),
+        P.PROTOCOL_ERROR,
+    ),
     "topic alias above the maximum": (
         None,
         encode(Publish("t", b"x", properties={P.TOPIC_ALIAS: 17}), MQTT_5),
