@@ -1,7 +1,11 @@
 """Hostile and broken MQTT clients: each is closed with the right reason code (MQTT 5:
 DISCONNECT or CONNACK with the code; 3.1.1: a plain close, or a CONNACK return code)
-while a well-behaved paho client on the same broker keeps publishing and receiving
-without loss. Keepalive and CONNECT timeouts, authentication and authorisation.
+while a well-behaved paho client on the same broker (the `Bystander`) keeps
+publishing and receiving without loss. Keepalive and CONNECT timeouts,
+authentication and authorisation; then clients that are valid but greedy or odd
+(never reading, never releasing QoS 2, tiny Receive Maximum or Maximum Packet Size,
+huge packets, long topics and property names, share groups, AMQP routing keys that
+are no MQTT topic), none of which may hurt another client.
 """
 
 from __future__ import annotations
