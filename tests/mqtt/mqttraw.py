@@ -79,6 +79,7 @@ class RawClient:
     def disconnect(self, reason_code: int = 0, properties: dict[int, Any] | None = None) -> None:
         self.send(Disconnect(reason_code, properties or {}))
         self.wait_closed()
+        self.sock.close()
 
     def close(self) -> None:
         """Abrupt: the socket goes away without DISCONNECT."""

@@ -1,12 +1,17 @@
 """Hostile and broken MQTT clients: each is closed with the right reason code (MQTT 5:
 DISCONNECT or CONNACK with the code; 3.1.1: a plain close, or a CONNACK return code)
-while a well-behaved paho client on the same broker keeps publishing and receiving
-without loss. Keepalive and CONNECT timeouts, authentication and authorisation.
+while a well-behaved paho client on the same broker (the `Bystander`) keeps
+publishing and receiving without loss. Keepalive and CONNECT timeouts,
+authentication and authorisation; then clients that are valid but greedy or odd
+(never reading, never releasing QoS 2, tiny Receive Maximum or Maximum Packet Size,
+huge packets, long topics and property names, share groups, AMQP routing keys that
+are no MQTT topic), none of which may hurt another client.
 """
 
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +21,8 @@ import paho.mqtt.client as mqtt
 import pytest
 from conftest import BrokerThread
 from mqttraw import RawClient, wait_for
+from pamqp import commands
+from rawamqp import RawAMQP, body_frame, header_frame, raw_frame
 
 import warren.mqtt.server as mqtt_server
 from warren.mqtt import properties as P
@@ -174,6 +181,13 @@ AFTER_CONNECT: dict[str, tuple[bytes | None, bytes, int]] = {
         encode(Publish("a/#", b"x"), MQTT_5),
         P.MALFORMED_PACKET,
     ),
+    # The topic becomes an AMQP routing key (a shortstr): this used to raise in the
+    # publisher's connection (fatal error on transport).
+    "topic over 255 bytes": (
+        encode(Publish("long/" + "x" * 300, b"x", 1, packet_id=1), V311),
+        encode(Publish("long/" + "\u00e9" * 126, b"x"), MQTT_5),
+        P.TOPIC_NAME_INVALID,
+    ),
     "second connect": (
         encode(Connect("again", V311)),
         encode(Connect("again", MQTT_5)),
@@ -189,6 +203,11 @@ AFTER_CONNECT: dict[str, tuple[bytes | None, bytes, int]] = {
     "unknown topic alias": (
         None,
         encode(Publish("", b"x", properties={P.TOPIC_ALIAS: 5}), MQTT_5),
+        P.PROTOCOL_ERROR,
+    ),
+    "session expiry set on disconnect after 0": (
+        None,
+        encode(Disconnect(0, {P.SESSION_EXPIRY_INTERVAL: 60}), MQTT_5),
         P.PROTOCOL_ERROR,
     ),
     "topic alias above the maximum": (
@@ -284,6 +303,16 @@ AT_CONNECT: dict[str, tuple[bytes, int, int | None]] = {
         encode(Connect("x", MQTT_5, properties={P.AUTHENTICATION_METHOD: "SCRAM-SHA-1"})),
         MQTT_5,
         P.BAD_AUTHENTICATION_METHOD,
+    ),
+    "will topic over 255 bytes 5": (
+        encode(Connect("x", MQTT_5, will=Will("w/" + "x" * 300, b"w"))),
+        MQTT_5,
+        P.TOPIC_NAME_INVALID,
+    ),
+    "will topic over 255 bytes 3.1.1": (
+        encode(Connect("x", V311, will=Will("w/" + "x" * 300, b"w"))),
+        V311,
+        P.V311_NOT_AUTHORIZED,
     ),
     "client id too long 5": (encode(Connect("c" * 300, MQTT_5)), MQTT_5, 0x85),
     "client id too long 3.1.1": (
@@ -822,3 +851,91 @@ def test_large_publish_in_pieces(broker: BrokerThread, bystander: Bystander) -> 
         sub.disconnect()
         pub.disconnect()
     bystander.check()
+
+
+def test_topic_of_255_bytes_is_fine(broker: BrokerThread) -> None:
+    topic = "edge/" + "y" * 250
+    with RawClient(mqtt_port(broker)) as c:
+        c.connect("edge")
+        c.subscribe("edge/#", qos=1)
+        c.send(Publish(topic, b"fits", 1, packet_id=1))
+        got = [c.recv(), c.recv()]  # the delivery may overtake the PUBACK
+        assert [p.packet_id for p in got if isinstance(p, PubAck)] == [1]
+        assert [p.topic for p in got if isinstance(p, Publish)] == [topic]
+        c.disconnect()
+
+
+def test_user_property_names_amqp_cannot_carry(broker: BrokerThread, bystander: Bystander) -> None:
+    """A user property name over 255 bytes cannot be an AMQP header name: it is
+    dropped (the message and its other properties go on) instead of raising in the
+    publisher's connection; the same in a will."""
+    port = mqtt_port(broker)
+    long_name = "\u00e9" * 200  # 400 bytes
+    props = {P.USER_PROPERTY: [(long_name, "dropped"), ("kept", "yes")]}
+    with RawClient(port) as sub, RawClient(port) as pub:
+        sub.connect("up-sub")
+        sub.subscribe("up/#", qos=1)
+        pub.connect("up-pub")
+        pub.send(Publish("up/x", b"m", 1, packet_id=1, properties=props))
+        got = [sub.expect(Publish), pub.expect(PubAck)]
+        assert got[1].reason_code == 0
+        assert got[0].properties.get(P.USER_PROPERTY) == [("kept", "yes")]
+        sub.send(PubAck(got[0].packet_id or 0))
+        willer = RawClient(port)
+        willer.connect("up-will", will=Will("up/will", b"gone", 1, False, props))
+        willer.close()
+        will = sub.expect(Publish)
+        assert (will.topic, will.properties.get(P.USER_PROPERTY)) == ("up/will", [("kept", "yes")])
+        sub.send(PubAck(will.packet_id or 0))
+        sub.disconnect()
+        pub.disconnect()
+    bystander.check()
+
+
+def amqp_publish(b: BrokerThread, routing_keys: list[bytes]) -> None:
+    """Publish to amq.topic over AMQP with exactly these routing key bytes."""
+    with RawAMQP(b.port) as amqp:
+        amqp.handshake()
+        amqp.open_channel(1)
+        amqp.send_method(1, commands.Confirm.Select())
+        amqp.expect_method(commands.Confirm.SelectOk, channel=1)
+        for rk in routing_keys:
+            method = struct.pack(">HHH", 60, 40, 0) + b"\x09amq.topic"
+            method += bytes((len(rk),)) + rk + b"\x00"
+            amqp.send(raw_frame(1, 1, method) + header_frame(1, 2) + body_frame(1, b"xx"))
+        acked = 0
+        while acked < len(routing_keys):  # (one ack may cover several: multiple)
+            acked = amqp.expect_method(commands.Basic.Ack, channel=1).delivery_tag
+
+
+def test_amqp_routing_keys_that_are_no_mqtt_topic(broker: BrokerThread) -> None:
+    """A message published over AMQP whose routing key maps to no valid MQTT topic
+    name ("", a wildcard, U+0000, invalid UTF-8) is not sent to MQTT clients: it
+    was sent as an invalid PUBLISH that a client must treat as malformed, and for a
+    persistent session again on every reconnect. (No bystander: "#" is the only
+    filter "" matches.)"""
+    port = mqtt_port(broker)
+    bad = [b"", b"a.*", b"a.#", b"a+b", b"x\x00y", b"bad.\xff\xfe"]
+    for level in (V311, MQTT_5):
+        keep = {P.SESSION_EXPIRY_INTERVAL: 60} if level == MQTT_5 else {}
+        with RawClient(port, level) as sub:
+            sub.connect("rk-sub", clean=False, properties=keep)
+            sub.subscribe("#", qos=1)
+            sub.disconnect()
+        amqp_publish(broker, [*bad, b"good.away"])
+        for expected in (["good/away", "good/here"], ["good/here"]):
+            with RawClient(port, level) as sub:
+                assert sub.connect("rk-sub", clean=False, properties=keep).session_present
+                amqp_publish(broker, [*bad, b"good.here"])
+                got = []
+                for _ in expected:
+                    p = sub.expect(Publish)
+                    got.append(p.topic)
+                    sub.send(PubAck(p.packet_id or 0))
+                assert got == expected
+                sub.send(PingReq())
+                sub.expect(PingResp)  # nothing else
+                sub.disconnect()
+        with RawClient(port, level) as sub:
+            sub.connect("rk-sub", clean=True)
+            sub.disconnect()

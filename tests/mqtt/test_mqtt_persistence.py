@@ -310,6 +310,17 @@ def test_retained_messages_survive_restart_and_clear(broker_factory: Factory, le
 def kill_9(proc: subprocess.Popen[str]) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    """The end of a test with a broker process, whatever state it is in."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
 def test_retained_messages_survive_kill_9(tmp_path: Path) -> None:
@@ -328,9 +339,7 @@ def test_retained_messages_survive_kill_9(tmp_path: Path) -> None:
         proc, port = start_warren_mqtt(data)
         assert retained_on(port, "k/#") == {"k/a": b"kept"}
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def test_persistent_session_survives_kill_9(tmp_path: Path) -> None:
@@ -351,9 +360,7 @@ def test_persistent_session_survives_kill_9(tmp_path: Path) -> None:
             sub.send(*(PubAck(p.packet_id or 0) for p in got))
             sub.disconnect()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 # -- clean sessions and session expiry ------------------------------------------------------
@@ -686,9 +693,7 @@ def test_qos2_inbound_state_survives_kill_9(tmp_path: Path) -> None:
             w.send(*(PubAck(p.packet_id or 0) for p in got))
             w.disconnect()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def log_lines(proc: subprocess.Popen[str]) -> list[str]:
@@ -697,8 +702,11 @@ def log_lines(proc: subprocess.Popen[str]) -> list[str]:
 
     def read() -> None:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
+        try:
+            for line in proc.stdout:
+                lines.append(line)
+        except (OSError, ValueError):  # closed under it at the test's end
+            pass
 
     threading.Thread(target=read, daemon=True).start()
     return lines
@@ -727,9 +735,7 @@ def test_session_connected_at_kill_9_still_expires(tmp_path: Path) -> None:
             assert not ack.session_present
             c.disconnect()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 @pytest.mark.parametrize("ended_by", ["disconnect", "expiry"])

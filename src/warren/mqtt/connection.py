@@ -66,6 +66,9 @@ PACKET_OVERHEAD = 65536 + 16
 TOPIC_CACHE_LIMIT = 4096
 #: Longest client id: the session queue's name must fit an AMQP shortstr.
 MAX_CLIENT_ID_BYTES = 255 - len(queue_name(""))
+#: Longest topic name a client may publish to (or name its will's topic): it
+#: becomes the message's AMQP routing key, a shortstr.
+MAX_TOPIC_BYTES = 255
 #: Incoming QoS 2 messages awaiting PUBREL per session at most (MQTT 5 clients are
 #: told so as the server's Receive Maximum): each is in the session's record.
 MAX_AWAITING_RELEASE = 1024
@@ -309,6 +312,8 @@ class MQTTConnection(Delivery):
         config = self.state.config
         if pkt.will is not None and not self._allowed(user, vhost_name, WRITE, "exchange"):
             return P.NOT_AUTHORIZED
+        if pkt.will is not None and _too_long(pkt.will.topic):
+            return P.TOPIC_NAME_INVALID
         self.user = user
         # Session expiry: 3.1.1's clean session flag, or MQTT 5's interval (capped).
         if v5:
@@ -453,7 +458,7 @@ class MQTTConnection(Delivery):
         if names is None or not pid and qos or (self.level == MQTT_5 and (p >= end or buf[p])):
             # New topic, packet id 0, or MQTT 5 properties: the codec decodes and checks.
             pkt = decode_publish(first, buf, pos, end, self.level == MQTT_5)
-            if names is None and pkt.topic and not pkt.properties:
+            if names is None and pkt.topic and not pkt.properties and not _too_long(pkt.topic):
                 if len(self._topics_in) >= TOPIC_CACHE_LIMIT:
                     self._topics_in.clear()
                 self._topics_in[raw_topic] = (pkt.topic, mqtt_to_amqp(pkt.topic))
@@ -487,6 +492,10 @@ class MQTTConnection(Delivery):
                         raise ProtocolViolation(P.PROTOCOL_ERROR, f"unknown topic alias {alias}")
                     topic = known
                 props = {k: v for k, v in props.items() if k != P.TOPIC_ALIAS}
+        if _too_long(topic):
+            raise ProtocolViolation(
+                P.TOPIC_NAME_INVALID, f"topic name longer than {MAX_TOPIC_BYTES} bytes"
+            )
         self._route_publish(
             topic,
             mqtt_to_amqp(topic),
@@ -812,6 +821,13 @@ class ProtocolViolation(Exception):
     def __init__(self, reason_code: int, message: str) -> None:
         super().__init__(message)
         self.reason_code = reason_code
+
+
+def _too_long(topic: str) -> bool:
+    """Over MAX_TOPIC_BYTES in UTF-8 (at most 4 bytes a character: short ones pass)."""
+    return len(topic) > MAX_TOPIC_BYTES // 4 and (
+        len(topic.encode("utf-8", "surrogateescape")) > MAX_TOPIC_BYTES
+    )
 
 
 def _puback(pid: int) -> bytes:

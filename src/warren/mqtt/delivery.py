@@ -29,7 +29,7 @@ from warren.mqtt.mapping import from_message
 from warren.mqtt.packets import MQTT_5, PubRel
 from warren.mqtt.retained import RetainedMessage, filter_matches
 from warren.mqtt.session import Session, SubscriptionOptions
-from warren.mqtt.topics import amqp_to_mqtt
+from warren.mqtt.topics import amqp_to_mqtt, is_valid_topic_name
 
 if TYPE_CHECKING:
     from warren.core.queue import Queue
@@ -414,8 +414,24 @@ class Delivery:
             if raw_topic is None:
                 if len(self._topics) > _TOPIC_CACHE_LIMIT:
                     self._topics.clear()
-                t = amqp_to_mqtt(routing_key).encode("utf-8", "surrogateescape")
-                raw_topic = self._topics[routing_key] = _U16(len(t)) + t
+                name = amqp_to_mqtt(routing_key)
+                if is_valid_topic_name(name):
+                    t = name.encode("utf-8")
+                    raw_topic = _U16(len(t)) + t
+                else:
+                    # Published over AMQP ("", a "*" or "#", U+0000, invalid UTF-8): no
+                    # MQTT client may be sent that, and a persistent session would get
+                    # it again on every reconnect. Not sent (b"": known not to be).
+                    log.warning(
+                        "MQTT client '%s': routing key %r is not a valid MQTT topic name: "
+                        "its messages are not sent to MQTT clients",
+                        self.client_id,
+                        routing_key,
+                    )
+                    raw_topic = b""
+                self._topics[routing_key] = raw_topic
+            if not raw_topic:
+                return None
         else:
             t = topic.encode("utf-8", "surrogateescape")
             raw_topic = _U16(len(t)) + t

@@ -97,6 +97,8 @@ def to_properties(
     for name, value in user_props if isinstance(user_props, list) else ():  # type: ignore[misc]
         if name in _OWN_HEADERS:
             continue
+        if len(name) > 63 and len(name.encode("utf-8", "surrogateescape")) > 255:
+            continue  # an AMQP header name is a shortstr (as content_type, dropped)
         if name in headers:
             prev = headers[name]
             headers[name] = [*prev, value] if isinstance(prev, list) else [prev, value]
