@@ -20,7 +20,7 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import pytest
 from conftest import BrokerThread
-from mqttraw import RawClient, wait_for
+from mqttraw import Closed, RawClient, wait_for
 from pamqp import commands
 from rawamqp import RawAMQP, body_frame, header_frame, raw_frame
 
@@ -288,6 +288,12 @@ AT_CONNECT: dict[str, tuple[bytes, int, int | None]] = {
     "protocol level 3": (connect_raw(3), V311, P.V311_UNACCEPTABLE_PROTOCOL_VERSION),
     "protocol level 6": (connect_raw(6), V311, P.V311_UNACCEPTABLE_PROTOCOL_VERSION),
     "protocol name MQIsdp": (connect_raw(4, b"MQIsdp"), V311, None),
+    # A real MQTT 3.1 client: told its version is not accepted, which it understands.
+    "MQTT 3.1 (MQIsdp, level 3)": (
+        connect_raw(3, b"MQIsdp"),
+        V311,
+        P.V311_UNACCEPTABLE_PROTOCOL_VERSION,
+    ),
     "connect too large": (b"\x10" + _e_vbi(70000), V311, None),
     "connect reserved flag 5": (
         encode(Connect("x", MQTT_5)).replace(b"\x05\x02", b"\x05\x03", 1),
@@ -370,6 +376,33 @@ def test_keepalive_timeout_closes_and_publishes_the_will(
         will = watcher.expect(Publish)
         assert (will.topic, will.payload) == ("ka/will", b"timed out")
     bystander.check()
+
+
+def test_keepalive_not_kept_by_a_trickled_partial_packet(broker: BrokerThread) -> None:
+    """Keep alive counts complete control packets: bytes of a PUBLISH that never
+    completes, one every 0.3 s, do not keep the connection (slow loris)."""
+    with RawClient(mqtt_port(broker)) as c:
+        c.connect("trickle", keep_alive=1)
+        start = time.monotonic()
+        partial = encode(Publish("t", b"x" * 100), MQTT_5)
+        got: list[Any] = []
+        closed = False
+        for byte in partial[:-1]:
+            try:
+                c.send_raw(bytes((byte,)))
+                got.append(c.recv(0.3))
+                break  # the DISCONNECT arrived
+            except TimeoutError:
+                continue
+            except (Closed, OSError):
+                closed = True
+                break
+        if not closed:
+            got += c.wait_closed(3)
+        assert [(type(p), p.reason_code) for p in got] == [  # type: ignore[attr-defined]
+            (Disconnect, P.KEEP_ALIVE_TIMEOUT)
+        ]
+        assert time.monotonic() - start <= 3.0
 
 
 def test_keepalive_kept_by_pings(broker: BrokerThread) -> None:

@@ -349,6 +349,10 @@ class Decoder:
     def _connect(self, buf: bytes, pos: int, end: int) -> Connect:
         name, pos = _str(buf, pos, end)
         level, pos = _u8(buf, pos, end)
+        if name == "MQIsdp" and level == 3:
+            # MQTT 3.1: answered with CONNACK 1 (unacceptable protocol version), which
+            # 3.1 clients understand, rather than a bare close.
+            raise UnsupportedProtocolVersion("MQTT 3.1 (MQIsdp) is not supported")
         if name != "MQTT":
             raise ProtocolError(f"unknown protocol name {name!r}")
         if level not in (MQTT_3_1_1, MQTT_5):

@@ -119,6 +119,7 @@ class MQTTConnection(Delivery):
         self._exchange: Exchange | None = None
         self._aliases_in: dict[int, str] = {}
         self._topics_in: dict[bytes, tuple[str, str]] = {}
+        self._refusals = 0
         self._alias_max_in = 0
         # Publish acknowledgements waiting for a disk sync, in arrival order.
         self._sync_batch: list[bytes] | None = None
@@ -147,13 +148,16 @@ class MQTTConnection(Delivery):
         parsed here without building packet objects, the rest decoded by the codec."""
         if self.closed:
             return
-        self.last_rx_ms = self.now_ms
         decoder = self.decoder
         try:
             buf, frames = decoder.frames(data)
         except MQTTCodecError as exc:
             self._codec_error(exc)
             return
+        if frames:
+            # Keep alive counts control packets (MQTT-3.1.2-24), not bytes: a client
+            # trickling a partial packet is still closed on time.
+            self.last_rx_ms = self.now_ms
         connected = self.vhost is not None
         for first, start, end in frames:
             if self.closed:
@@ -251,9 +255,12 @@ class MQTTConnection(Delivery):
         self.state.released(self, vhost.name, session.client_id)
         self.node.connection_closed(self)
         if self._will is not None and not self._clean_exit and self.user is not None:
-            self.state.schedule_will(
-                vhost, session.client_id, self._will, self.user, session.expiry
-            )
+            try:
+                self.state.schedule_will(
+                    vhost, session.client_id, self._will, self.user, session.expiry
+                )
+            except Exception:  # the session must still be put away below
+                log.exception("%s: publishing the will of '%s' failed", self.name, self.client_id)
         if session.persistent:
             self.state.session_ended(vhost, session)
         else:
@@ -605,7 +612,11 @@ class MQTTConnection(Delivery):
             self.send(ack)
 
     def _refuse_publish(self, qos: int, pid: int | None, topic: str, code: int) -> None:
-        log.warning(
+        # A warning for the first refusal, debug lines after it: a client retrying in
+        # a loop must not flood the log.
+        self._refusals += 1
+        log.log(
+            logging.WARNING if self._refusals == 1 else logging.DEBUG,
             "%s: MQTT client '%s' may not publish to '%s' (exchange '%s')",
             self.name,
             self.client_id,
