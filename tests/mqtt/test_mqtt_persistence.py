@@ -536,6 +536,43 @@ def test_will_delay_published_after_the_delay(broker: BrokerThread) -> None:
         assert time.monotonic() - closed >= 0.9, "published before its delay"
 
 
+def test_delayed_will_survives_a_restart(broker_factory: Factory) -> None:
+    """A will waiting out its delay when the broker stops is published after the
+    restart, when due; one whose client came back first is not."""
+    b = broker_factory()
+    port = mqtt_port(b)
+    with RawClient(port) as w:  # a persistent watcher, so it hears the will later
+        w.connect("will-keeper", clean=False, properties={P.SESSION_EXPIRY_INTERVAL: 600})
+        w.subscribe("will/#", qos=1)
+        w.disconnect()
+    for client_id, payload in (("gone-for-good", b"late"), ("comes-back", b"never")):
+        c = RawClient(port)
+        c.connect(
+            client_id,
+            clean=False,
+            properties={P.SESSION_EXPIRY_INTERVAL: 600},
+            will=delayed_will(2, payload),
+        )
+        c.close()
+        wait_for(lambda cid=client_id: gone(b, cid), what="the connection to end")
+    stopped = time.monotonic()
+    b = restart(broker_factory, b)
+    port = mqtt_port(b)
+    with RawClient(port) as back:  # returns within the delay: its will is cancelled
+        assert back.connect(
+            "comes-back", clean=False, properties={P.SESSION_EXPIRY_INTERVAL: 600}
+        ).session_present
+        with RawClient(port) as w:
+            assert w.connect(
+                "will-keeper", clean=False, properties={P.SESSION_EXPIRY_INTERVAL: 600}
+            ).session_present
+            assert next_payload(w, 5) == b"late"
+            assert time.monotonic() - stopped >= 1.8, "published before its delay"
+            mark(port, "will/marker")
+            assert next_payload(w, 5) == b"marker"  # and no b"never" before it
+        back.disconnect()
+
+
 def test_will_delay_cut_short_by_session_expiry(broker: BrokerThread) -> None:
     """A clean session ends at the disconnect: its will is not delayed (MQTT-3.1.3-9)."""
     port = mqtt_port(broker)

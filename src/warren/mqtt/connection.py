@@ -256,9 +256,7 @@ class MQTTConnection(Delivery):
         self.node.connection_closed(self)
         if self._will is not None and not self._clean_exit and self.user is not None:
             try:
-                self.state.schedule_will(
-                    vhost, session.client_id, self._will, self.user, session.expiry
-                )
+                self.state.schedule_will(vhost, session, self._will, self.user)
             except Exception:  # the session must still be put away below
                 log.exception("%s: publishing the will of '%s' failed", self.name, self.client_id)
         if session.persistent:

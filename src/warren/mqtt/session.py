@@ -90,6 +90,9 @@ class Session:
     redeliver: dict[int, int] = field(default_factory=dict)
     #: Milliseconds since the epoch of the last disconnect (None while connected).
     disconnected_at: int | None = None
+    #: A will waiting out its delay: {"connect": base64 of a CONNECT carrying it,
+    #: "user": who published it, "due": when (ms)}; kept so a restart publishes it.
+    pending_will: dict[str, Any] | None = None
 
     @property
     def persistent(self) -> bool:
@@ -108,6 +111,7 @@ class Session:
             "released": sorted(self.released),
             "redeliver": [[seq, pid] for seq, pid in self.redeliver.items()],
             "disconnected_at": self.disconnected_at,
+            "pending_will": self.pending_will,
         }
 
     @classmethod
@@ -124,6 +128,7 @@ class Session:
             released={int(p) for p in rec.get("released", ())},
             redeliver={int(s): int(p) for s, p in rec.get("redeliver", ())},
             disconnected_at=rec.get("disconnected_at"),
+            pending_will=rec.get("pending_will"),
         )
 
 

@@ -10,6 +10,7 @@ timers that end expired sessions. Time comes from the injected ``clock``
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import logging
 import time
@@ -17,12 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from warren.core.codec_errors import DecodeError
 from warren.core.errors import BrokerError
 from warren.core.message import Message
 from warren.core.users import WRITE, User
 from warren.mqtt import properties as P
+from warren.mqtt.codec import Decoder, encode
 from warren.mqtt.mapping import to_properties
-from warren.mqtt.packets import Will
+from warren.mqtt.packets import Connect, Will
 from warren.mqtt.retained import RetainedMessage, RetainedStore
 from warren.mqtt.session import (
     NEVER_EXPIRES,
@@ -104,6 +107,7 @@ class MQTTState:
                     if session.disconnected_at is None:
                         # Connected when the broker died: its expiry counts from now.
                         session.disconnected_at = now
+                    self._rearm_will(self.node.vhosts[name], session, now)
                     self._arm_expiry(session)
 
     def close(self) -> None:
@@ -258,17 +262,26 @@ class MQTTState:
             vhost.delete_queue(shared_queue_name(group, binding_key))
 
     # -- wills ------------------------------------------------------------------------------
-    def schedule_will(
-        self, vhost: VHost, client_id: str, will: Will, user: User, session_expiry: int
-    ) -> None:
+    def schedule_will(self, vhost: VHost, session: Session, will: Will, user: User) -> None:
         """Publish the will now, or after its MQTT 5 Will Delay Interval (cut short by
-        the session's end) unless the client id reconnects first."""
+        the session's end) unless the client id reconnects first. A delayed will is
+        kept in the (persistent) session's record, so a restart still publishes it."""
         delay = will.properties.get(P.WILL_DELAY_INTERVAL, 0)
         assert isinstance(delay, int)
-        delay = min(delay, session_expiry)
+        delay = min(delay, session.expiry)
         if delay <= 0:
-            self.publish_will(vhost, will, user, client_id)
+            self.publish_will(vhost, will, user, session.client_id)
             return
+        self._arm_will(vhost, session.client_id, will, user, delay)
+        session.pending_will = {
+            "connect": base64.b64encode(
+                encode(Connect(session.client_id, 5, will=will), 5)
+            ).decode(),
+            "user": user.name,
+            "due": self.clock() + delay * 1000,
+        }  # after _arm_will, whose cancel_will clears an older one
+
+    def _arm_will(self, vhost: VHost, client_id: str, will: Will, user: User, delay: float) -> None:
         key = (vhost.name, client_id)
         self.cancel_will(key)
         self._pending_wills[key] = (will, user, client_id)
@@ -278,14 +291,44 @@ class MQTTState:
             pending = self._pending_wills.pop(key, None)
             if pending is not None:
                 self.publish_will(vhost, *pending)
+            stored = self.sessions(vhost.name).sessions.get(client_id)
+            if stored is not None and stored.pending_will is not None:
+                stored.pending_will = None
+                self.sessions(vhost.name).save(stored)
 
         self._wills[key] = vhost.call_later(delay, fire)
+
+    def _rearm_will(self, vhost: VHost, session: Session, now: int) -> None:
+        """After a restart: the stored delayed will, published when it is due."""
+        pending = session.pending_will
+        if pending is None:
+            return
+        user = self.node.users.users.get(str(pending.get("user")))
+        try:
+            raw = base64.b64decode(str(pending["connect"]))
+            connect = Decoder().feed(raw)[0]
+            will = connect.will if isinstance(connect, Connect) else None
+            due = int(pending["due"])
+        except (KeyError, ValueError, TypeError, IndexError, DecodeError) as exc:
+            log.warning(
+                "MQTT session '%s': unreadable delayed will dropped: %s", session.client_id, exc
+            )
+            will = None
+            due = 0
+        if will is None or user is None:
+            session.pending_will = None
+            return
+        self._arm_will(vhost, session.client_id, will, user, max(due - now, 0) / 1000)
+        session.pending_will = pending  # kept over another restart until it fires
 
     def cancel_will(self, key: Key) -> None:
         timer = self._wills.pop(key, None)
         if timer is not None:
             timer.cancel()
         self._pending_wills.pop(key, None)
+        stored = self.sessions(key[0]).sessions.get(key[1]) if key[0] in self._sessions else None
+        if stored is not None:
+            stored.pending_will = None
 
     def publish_will(self, vhost: VHost, will: Will, user: User, client_id: str) -> None:
         try:
