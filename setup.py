@@ -56,6 +56,7 @@ COMPILED_MODULES = [
     "warren.mqtt.connection",
     "warren.mqtt.delivery",
     "warren.mqtt.mapping",
+    "warren.mqtt.subscriptions",
     "warren.store.records",
     "warren.store.segment_log",
     "warren.store.segment_store",

@@ -6,7 +6,7 @@ is to be sent is gathered in ``pending`` and announced once through
 clock of its own: ``now_ms`` is set by the caller per read, and keepalive is
 checked by `tick`. Deliveries (core queue -> PUBLISH) are in delivery.py; the
 state shared between connections (takeover, stored sessions, retained
-messages, wills) in state.py.
+messages, wills) in state.py; SUBSCRIBE and UNSUBSCRIBE in subscriptions.py.
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ from typing import TYPE_CHECKING, Any
 from warren.core.errors import BrokerError
 from warren.core.message import Message
 from warren.core.stats import MessageStats, OctetStats
-from warren.core.users import CONFIGURE, READ, WRITE, User, UserStore
+from warren.core.users import WRITE, User, UserStore
 from warren.mqtt import properties as P
 from warren.mqtt.codec import Decoder, encode
 from warren.mqtt.codec import _publish as decode_publish
-from warren.mqtt.delivery import Delivery
-from warren.mqtt.errors import MQTTCodecError, UnsupportedProtocolVersion
+from warren.mqtt.errors import MQTTCodecError, ProtocolViolation, UnsupportedProtocolVersion
 from warren.mqtt.mapping import plain_properties, to_properties
 from warren.mqtt.packets import (
     MQTT_5,
@@ -38,19 +37,17 @@ from warren.mqtt.packets import (
     Publish,
     PubRec,
     PubRel,
-    SubAck,
     Subscribe,
-    UnsubAck,
     Unsubscribe,
     Will,
 )
 from warren.mqtt.retained import RetainedMessage
-from warren.mqtt.session import NEVER_EXPIRES, Session, SubscriptionOptions, queue_name
-from warren.mqtt.topics import is_valid_topic_filter, mqtt_to_amqp, parse_shared
+from warren.mqtt.session import NEVER_EXPIRES, Session, queue_name
+from warren.mqtt.subscriptions import Subscriptions
+from warren.mqtt.topics import mqtt_to_amqp
 
 if TYPE_CHECKING:
     from warren.core.exchange import Exchange
-    from warren.core.queue import Queue
     from warren.mqtt.state import MQTTState
 
 __all__ = ["MQTTConnection"]
@@ -82,7 +79,7 @@ _V3_CONNACK = {
 }
 
 
-class MQTTConnection(Delivery):
+class MQTTConnection(Subscriptions):
     """One client's connection (any transport). Also a ClientConnection for the broker."""
 
     def __init__(
@@ -390,11 +387,6 @@ class MQTTConnection(Delivery):
         self.attach_consumers()
         return 0
 
-    def _variables(self) -> dict[str, str]:
-        """RabbitMQ's topic permission variables for this client."""
-        assert self.user is not None and self.vhost is not None
-        return {"username": self.user.name, "vhost": self.vhost.name, "client_id": self.client_id}
-
     def _allowed(self, user: User, vhost: str, kind: str, resource: str) -> bool:
         name = self.state.config.mqtt_exchange if resource == "exchange" else resource
         try:
@@ -665,143 +657,6 @@ class MQTTConnection(Delivery):
         else:
             self.send(encode(PubComp(pid, P.PACKET_IDENTIFIER_NOT_FOUND), self.level))
 
-    # -- SUBSCRIBE / UNSUBSCRIBE --------------------------------------------------------------
-    def _subscribe(self, pkt: Subscribe) -> None:
-        vhost, session, user = self.vhost, self.session, self.user
-        assert vhost is not None and session is not None and user is not None
-        v5 = self.level == MQTT_5
-        raw_ident = pkt.properties.get(P.SUBSCRIPTION_IDENTIFIER, 0)
-        ident = 0
-        if isinstance(raw_ident, int):
-            ident = raw_ident
-        elif isinstance(raw_ident, list) and raw_ident and isinstance(raw_ident[0], int):
-            ident = raw_ident[0]
-        codes: list[int] = []
-        fresh: list[tuple[str, SubscriptionOptions, bool]] = []
-        for sub in pkt.subscriptions:
-            tf = sub.topic_filter
-            if not is_valid_topic_filter(tf):
-                log.warning("%s: invalid topic filter %r refused", self.name, tf)
-                codes.append(P.TOPIC_FILTER_INVALID if v5 else P.V311_SUBACK_FAILURE)
-                continue
-            group, inner = parse_shared(tf)
-            if group is not None and sub.no_local:
-                raise ProtocolViolation(P.PROTOCOL_ERROR, "No Local on a shared subscription")
-            opts = SubscriptionOptions(
-                sub.qos,
-                sub.no_local,
-                sub.retain_as_published,
-                sub.retain_handling,
-                ident,
-                mqtt_to_amqp(inner),
-                group,
-            )
-            try:
-                existed = self.add_subscription(tf, opts)
-            except BrokerError as exc:
-                log.warning("%s: subscription to %r refused: %s", self.name, tf, exc)
-                codes.append(P.NOT_AUTHORIZED if v5 else P.V311_SUBACK_FAILURE)
-                continue
-            codes.append(sub.qos)
-            fresh.append((tf, opts, existed))
-        if session.persistent:
-            store = self.state.sessions(vhost.name)
-            store.save(session)
-            store.sync()
-        self.send(encode(SubAck(pkt.packet_id, codes), self.level))
-        # Retained messages after the SUBACK (MQTT-3.3.1-6), not for shared ones.
-        now = self.now_ms or int(time.time() * 1000)
-        for tf, opts, existed in fresh:
-            if opts.group is not None or opts.retain_handling == 2:
-                continue
-            if opts.retain_handling == 1 and existed:
-                continue
-            for retained in self.state.retained(vhost.name).matching(tf, now):
-                self.send_retained(retained, opts, now)
-
-    def add_subscription(self, topic_filter: str, opts: SubscriptionOptions) -> bool:
-        """Bind the session's (or the share group's) queue; True if it existed already."""
-        vhost, session, user = self.vhost, self.session, self.user
-        assert vhost is not None and session is not None and user is not None
-        users = self.node.users
-        exchange_name = self.state.config.mqtt_exchange
-        exchange = vhost.get_exchange(exchange_name)
-        # Every check before the queue is consumed: a refused subscription must not
-        # leave a consumer on it (a share group's queue may exist already).
-        from warren.mqtt.session import shared_queue_name
-
-        name = (
-            session.queue if opts.group is None else shared_queue_name(opts.group, opts.binding_key)
-        )
-        users.check(user, vhost.name, WRITE, "queue", name)
-        users.check(user, vhost.name, READ, "exchange", exchange_name)
-        users.check(user, vhost.name, READ, "queue", name)
-        if user.topic_permissions and exchange.type == "topic":
-            UserStore.check_topic(
-                user, vhost.name, exchange_name, opts.binding_key, READ, self._variables()
-            )
-        queue = self.subscription_queue(opts)
-        existed = topic_filter in session.subscriptions
-        vhost.bind(exchange, queue, opts.binding_key)
-        session.subscriptions[topic_filter] = opts
-        if opts.group is not None and queue.name in self.consumers:
-            # Its consumer was made before the subscription was recorded (or with a
-            # replaced subscription's options): it delivers with these.
-            self.consumers[queue.name].shared = opts
-        self.subscriptions_changed()
-        return existed
-
-    def subscription_queue(self, opts: SubscriptionOptions) -> Queue:
-        """The queue a subscription binds: declared (configure, read) on first use."""
-        vhost, session, user = self.vhost, self.session, self.user
-        assert vhost is not None and session is not None and user is not None
-        from warren.mqtt.session import shared_queue_name
-
-        name = (
-            session.queue if opts.group is None else shared_queue_name(opts.group, opts.binding_key)
-        )
-        queue = vhost.queues.get(name)
-        if queue is None:
-            self.node.users.check(user, vhost.name, CONFIGURE, "queue", name)
-            self.node.users.check(user, vhost.name, READ, "queue", name)
-            if opts.group is not None or session.persistent:
-                queue = vhost.declare_queue(name, durable=True)
-            else:
-                queue = vhost.declare_queue(name, durable=False, exclusive=True, owner=self)
-        self.ensure_consumer(queue, opts if opts.group is not None else None)
-        return queue
-
-    def _unsubscribe(self, pkt: Unsubscribe) -> None:
-        vhost, session = self.vhost, self.session
-        assert vhost is not None and session is not None
-        codes: list[int] = []
-        exchange = vhost.exchanges.get(self.state.config.mqtt_exchange)
-        for tf in pkt.topic_filters:
-            opts = session.subscriptions.pop(tf, None)
-            if opts is None:
-                codes.append(P.NO_SUBSCRIPTION_EXISTED)
-                continue
-            codes.append(0)
-            if opts.group is not None:
-                self.drop_shared_consumer(opts)
-                self.state.release_shared(vhost, opts.group, opts.binding_key, session.client_id)
-                continue
-            still_bound = any(
-                o.binding_key == opts.binding_key and o.group is None
-                for o in session.subscriptions.values()
-            )
-            queue = vhost.queues.get(session.queue)
-            if exchange is not None and queue is not None and not still_bound:
-                vhost.unbind(exchange, queue, opts.binding_key)
-        self.subscriptions_changed()
-        if session.persistent:
-            store = self.state.sessions(vhost.name)
-            store.save(session)
-            store.sync()
-        self.send(
-            encode(UnsubAck(pkt.packet_id, codes if self.level == MQTT_5 else []), self.level)
-        )
-
     # -- ClientConnection (what the broker and the management API use) ------------------------
     def set_blocked(self, blocked: bool) -> None:
         if self.reading_control is not None:
@@ -822,14 +677,6 @@ class MQTTConnection(Delivery):
 
     def channel_stats(self) -> list[tuple[str, MessageStats]]:
         return [(self.vhost.name, self.stats)] if self.vhost is not None else []
-
-
-class ProtocolViolation(Exception):
-    """The client broke a rule: DISCONNECT with ``reason_code`` (MQTT 5) and close."""
-
-    def __init__(self, reason_code: int, message: str) -> None:
-        super().__init__(message)
-        self.reason_code = reason_code
 
 
 def _too_long(topic: str) -> bool:

@@ -11,6 +11,7 @@ from warren.core.codec_errors import DecodeError
 
 __all__ = [
     "MQTTCodecError",
+    "ProtocolViolation",
     "MalformedPacket",
     "PacketTooLarge",
     "ProtocolError",
@@ -53,3 +54,11 @@ class PacketTooLarge(MQTTCodecError):
     """0x95: the packet is larger than the decoder's maximum packet size."""
 
     reason_code = 0x95
+
+
+class ProtocolViolation(Exception):
+    """The client broke a rule: DISCONNECT with ``reason_code`` (MQTT 5) and close."""
+
+    def __init__(self, reason_code: int, message: str) -> None:
+        super().__init__(message)
+        self.reason_code = reason_code
