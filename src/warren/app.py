@@ -26,7 +26,7 @@ def default_listeners(config: Config) -> list[Listener]:
     serves AMQP (``/ws/amqp``) and MQTT (``/mqtt``) over WebSocket (docs/http-api.md).
     HTTP comes last: the broker starts listeners in order, and a WebSocket client
     needs the AMQP or MQTT listener started."""
-    amqp = AMQPListener(config.bind, config.amqp_port)
+    amqp = AMQPListener(config.bind, config.amqp_port, config.amqp_tls_port)
     mqtt = MQTTListener(config.mqtt_bind, config.mqtt_port, config.mqtt_tls_port)
     listeners: list[Listener] = [amqp, mqtt]
     if config.http_port >= 0:
@@ -34,7 +34,9 @@ def default_listeners(config: Config) -> list[Listener]:
             WebSocketEndpoint("/ws/amqp", ("amqp", "amqpws"), amqp.new_protocol),
             WebSocketEndpoint("/mqtt", ("mqtt", "mqttv3.1"), mqtt.new_protocol),
         ]
-        listeners.append(HTTPListener(config.http_bind, config.http_port, websockets))
+        listeners.append(
+            HTTPListener(config.http_bind, config.http_port, websockets, config.http_tls_port)
+        )
     return listeners
 
 

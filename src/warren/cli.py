@@ -38,6 +38,8 @@ _OVERRIDES: tuple[tuple[str, str], ...] = (
     ("mqtt_bind", "--mqtt-bind"),
     ("mqtt_port", "--mqtt-port"),
     ("mqtt_tls_port", "--mqtt-tls-port"),
+    ("amqp_tls_port", "--amqp-tls-port"),
+    ("http_tls_port", "--http-tls-port"),
     ("tls_cert", "--tls-cert"),
     ("tls_key", "--tls-key"),
     ("log_level", "--log-level"),
@@ -125,6 +127,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PORT",
         help="MQTT over TLS port (needs --tls-cert and --tls-key), -1: none "
         "(default: -1; [mqtt] tls_port)",
+    )
+    p.add_argument(
+        "--amqp-tls-port",
+        type=int,
+        metavar="PORT",
+        help="AMQP over TLS (amqps) port, e.g. 5671; needs --tls-cert and --tls-key; -1: none "
+        "(default: -1; [amqp] tls_port)",
+    )
+    p.add_argument(
+        "--http-tls-port",
+        type=int,
+        metavar="PORT",
+        help="management API over HTTPS port, e.g. 15671; -1: none (default: -1; [mgmt] tls_port)",
     )
     p.add_argument("--tls-cert", metavar="PEM", help="TLS certificate chain ([main] tls_cert)")
     p.add_argument("--tls-key", metavar="PEM", help="TLS private key ([main] tls_key)")

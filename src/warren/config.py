@@ -98,6 +98,14 @@ class Config:
     #: tls_key as LavinMQ names them).
     tls_cert: str | None = None
     tls_key: str | None = None
+    #: Oldest TLS version accepted: "1.2" or "1.3" ([main] tls_min_version).
+    tls_min_version: str = "1.2"
+    #: OpenSSL cipher list for TLS 1.2 ([main] tls_ciphers); empty: OpenSSL's defaults.
+    tls_ciphers: str = ""
+    #: AMQP over TLS (amqps, 5671 by convention; LavinMQ's [amqp] tls_port); -1: none.
+    amqp_tls_port: int = -1
+    #: The management API over HTTPS (15671 by convention; [mgmt] tls_port); -1: none.
+    http_tls_port: int = -1
     #: The exchange MQTT publishes to and subscribes on (RabbitMQ's mqtt.exchange).
     mqtt_exchange: str = "amq.topic"
     #: The vhost of MQTT clients whose user name does not say ``vhost:user``.
@@ -263,6 +271,10 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("amqp", "max_message_size"): ("max_message_size", _parse_int),
     ("main", "tls_cert"): ("tls_cert", _parse_optional_path),
     ("main", "tls_key"): ("tls_key", _parse_optional_path),
+    ("main", "tls_min_version"): ("tls_min_version", _parse_str),
+    ("main", "tls_ciphers"): ("tls_ciphers", _parse_str),
+    ("amqp", "tls_port"): ("amqp_tls_port", _parse_int),
+    ("mgmt", "tls_port"): ("http_tls_port", _parse_int),
     ("mqtt", "bind"): ("mqtt_bind", _parse_str),
     ("mqtt", "port"): ("mqtt_port", _parse_int),
     ("mqtt", "tls_port"): ("mqtt_tls_port", _parse_int),
@@ -326,6 +338,10 @@ def _bool(value: Any) -> str | None:
     return None if isinstance(value, bool) else "must be true or false"
 
 
+def _tls_version(value: Any) -> str | None:
+    return None if value in ("1.2", "1.3") else "must be 1.2 or 1.3"
+
+
 def _optional_path(value: Any) -> str | None:
     if value is None:
         return None
@@ -358,6 +374,10 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "mqtt_tls_port": _int_in(-1, 65535),
     "tls_cert": _optional_path,
     "tls_key": _optional_path,
+    "tls_min_version": _tls_version,
+    "tls_ciphers": _any_str,
+    "amqp_tls_port": _int_in(-1, 65535),
+    "http_tls_port": _int_in(-1, 65535),
     "mqtt_exchange": _non_empty_str,
     "mqtt_vhost": _non_empty_str,
     "mqtt_allow_anonymous": _bool,

@@ -133,6 +133,8 @@ class AMQPConnection:
         # The server side of the socket (set by the transport) and when it was accepted
         # (ms since the epoch), for the management API's connection listing.
         self.local: tuple[str, int] | None = None
+        #: The TLS protocol version in use (e.g. "TLSv1.3"), None over plain TCP.
+        self.tls_version: str | None = None
         self.connected_at = int(time.time() * 1000)
         self.auth_mechanism = ""
         # Set by the transport: what to do after a close the operator asked for (a

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, cast
 
 from warren.amqp.connection import AMQPConnection, State
 from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol
+from warren.tls import server_context
 
 if TYPE_CHECKING:
     from warren.node import Node
@@ -44,6 +45,9 @@ class AMQPProtocol(BatchedProtocol):
         local = transport.get_extra_info("sockname")
         if isinstance(local, tuple):
             self.conn.local = (str(local[0]), int(local[1]))
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            self.conn.tls_version = ssl_object.version()
         self.conn.on_forced_close = self._forced_close
         self.listener.protocols.add(self)
         self._timers.append(self.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout))
@@ -126,13 +130,16 @@ class AMQPListener:
 
     name = "amqp"
 
-    def __init__(self, bind: str, port: int) -> None:
+    def __init__(self, bind: str, port: int, tls_port: int = -1) -> None:
         self.bind = bind
         self.requested_port = port
+        self.requested_tls_port = tls_port
         self.protocols: set[AMQPProtocol] = set()
         self._node: Node | None = None
-        self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
         self._port = 0
+        #: The amqps port bound (0: none).
+        self.tls_port = 0
 
     @property
     def node(self) -> Node:
@@ -151,25 +158,44 @@ class AMQPListener:
     async def start(self, node: Node) -> None:
         self._node = node
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self.new_protocol,
-            host=self.bind,
-            port=self.requested_port,
-            reuse_address=True,
-            backlog=1024,
-        )
-        self._port = self._server.sockets[0].getsockname()[1]
-        log.info("listening on AMQP %s:%s", self.bind, self._port)
+        try:
+            server = await loop.create_server(
+                self.new_protocol,
+                host=self.bind,
+                port=self.requested_port,
+                reuse_address=True,
+                backlog=1024,
+            )
+            self._servers.append(server)
+            self._port = server.sockets[0].getsockname()[1]
+            log.info("listening on AMQP %s:%s", self.bind, self._port)
+            if self.requested_tls_port >= 0:
+                server = await loop.create_server(
+                    self.new_protocol,
+                    host=self.bind,
+                    port=self.requested_tls_port,
+                    reuse_address=True,
+                    backlog=1024,
+                    ssl=server_context(node.config, "the AMQP TLS port"),
+                )
+                self._servers.append(server)
+                self.tls_port = server.sockets[0].getsockname()[1]
+                log.info("listening on AMQP/TLS (amqps) %s:%s", self.bind, self.tls_port)
+        except OSError:
+            await self.stop()
+            raise
 
     async def stop(self) -> None:
         """Stop accepting, close every client with 320 CONNECTION_FORCED, then wait."""
-        if self._server is None:
+        if not self._servers:
             return
-        self._server.close()
+        for server in self._servers:
+            server.close()
         protocols = list(self.protocols)
         for proto in protocols:
             proto.close()
         if protocols:
             await asyncio.wait([p.closed for p in protocols], timeout=5)
-        await self._server.wait_closed()
-        self._server = None
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()

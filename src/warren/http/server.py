@@ -40,6 +40,7 @@ from warren.http.common import (
 )
 from warren.http.state import ApiState, Router
 from warren.http.websocket import WebSocketConnections, websocket_middleware
+from warren.tls import server_context
 
 if TYPE_CHECKING:
     from warren.node import Node, WebSocketEndpoint
@@ -190,10 +191,17 @@ class HTTPListener:
     name = "http"
 
     def __init__(
-        self, bind: str, port: int, websockets: Sequence[WebSocketEndpoint] = ()
+        self,
+        bind: str,
+        port: int,
+        websockets: Sequence[WebSocketEndpoint] = (),
+        tls_port: int = -1,
     ) -> None:
         self.bind = bind
         self.requested_port = port
+        self.requested_tls_port = tls_port
+        #: The HTTPS port bound (0: none).
+        self.tls_port = 0
         self.websockets = tuple(websockets)
         self.websocket_connections = WebSocketConnections()
         self._runner: web.AppRunner | None = None
@@ -209,8 +217,18 @@ class HTTPListener:
         runner = web.AppRunner(self.app.application(), access_log=None, shutdown_timeout=2.0)
         await runner.setup()
         site = web.TCPSite(runner, self.bind, self.requested_port, reuse_address=True)
+        tls_site = None
         try:
             await site.start()
+            if self.requested_tls_port >= 0:
+                tls_site = web.TCPSite(
+                    runner,
+                    self.bind,
+                    self.requested_tls_port,
+                    reuse_address=True,
+                    ssl_context=server_context(node.config, "the HTTPS port"),
+                )
+                await tls_site.start()
         except BaseException as exc:
             await runner.cleanup()
             if isinstance(exc, OSError):
@@ -221,6 +239,10 @@ class HTTPListener:
         sockets = getattr(server, "sockets", None) or []
         self._port = sockets[0].getsockname()[1] if sockets else self.requested_port
         log.info("listening on HTTP (management API) %s:%s", self.bind, self._port)
+        if tls_site is not None:
+            tls_sockets = getattr(tls_site._server, "sockets", None) or []
+            self.tls_port = tls_sockets[0].getsockname()[1] if tls_sockets else 0
+            log.info("listening on HTTPS (management API) %s:%s", self.bind, self.tls_port)
         for endpoint in self.websockets:
             log.info(
                 "serving WebSocket at %s (subprotocols %s) on the HTTP port",

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import time
 from typing import TYPE_CHECKING, cast
 
 from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol
 from warren.mqtt.connection import MQTTConnection
 from warren.mqtt.state import MQTTState
+from warren.tls import server_context
 
 if TYPE_CHECKING:
     from warren.node import Node
@@ -120,13 +120,6 @@ class MQTTProtocol(BatchedProtocol):
             self.closed.set_result(None)
 
 
-def tls_context(cert: str, key: str) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(cert, key)
-    return ctx
-
-
 class MQTTListener:
     """MQTT 3.1.1/5 on TCP and TLS, and the protocol factory for WebSocket."""
 
@@ -173,15 +166,14 @@ class MQTTListener:
                 self._port = server.sockets[0].getsockname()[1]
                 log.info("listening on MQTT %s:%s", self.bind, self._port)
             if self.requested_tls_port >= 0:
-                if not config.tls_cert or not config.tls_key:
-                    raise OSError("the MQTT TLS port needs tls_cert and tls_key")
+                ssl_context = server_context(config, "the MQTT TLS port")
                 server = await loop.create_server(
                     lambda: MQTTProtocol(self, "MQTT/TLS"),
                     host=self.bind,
                     port=self.requested_tls_port,
                     reuse_address=True,
                     backlog=4096,
-                    ssl=tls_context(config.tls_cert, config.tls_key),
+                    ssl=ssl_context,
                 )
                 self._servers.append(server)
                 self.tls_port = server.sockets[0].getsockname()[1]
