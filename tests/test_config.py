@@ -149,8 +149,8 @@ def test_unknown_keys_and_sections_warn_and_are_ignored(
     path = write_ini(
         tmp_path,
         "[main]\nstats_interval = 5000\n"
-        "[amqp]\nport = 5680\ntls_port = 5671\n"
-        "[mgmt]\nport = 15673\ntls_port = 15671\n"
+        "[amqp]\nport = 5680\ntls_port = 5671\nunix_path = /tmp/warren.sock\n"
+        "[mgmt]\nport = 15673\ntls_port = 15671\nunix_path = /tmp/mgmt.sock\n"
         "[clustering]\n",
     )
     with caplog.at_level(logging.WARNING, logger="warren.config"):
@@ -161,8 +161,9 @@ def test_unknown_keys_and_sections_warn_and_are_ignored(
     messages = [r.getMessage() for r in records]
     assert all(r.levelno == logging.WARNING for r in records)
     assert any("[main] stats_interval" in m for m in messages)
-    assert any("[amqp] tls_port" in m for m in messages)
-    assert any("[mgmt] tls_port" in m for m in messages)
+    assert (c.amqp_tls_port, c.http_tls_port) == (5671, 15671)  # known since issue 14
+    assert any("[amqp] unix_path" in m for m in messages)
+    assert any("[mgmt] unix_path" in m for m in messages)
     assert any("[clustering]" in m for m in messages)
     assert all(str(path) in m for m in messages)
 
