@@ -419,15 +419,18 @@ BAD = [
         "queues[0] 'q': invalid arg 'x-max-length' for queue 'q' in vhost '/': {value_negative,-1}",
     ),
     (
-        {"users": [_user(hashing_algorithm="rabbit_password_hashing_sha512")]},
-        "users[0] 'u': hashing_algorithm 'rabbit_password_hashing_sha512' is not supported",
-    ),
-    (
-        {"rabbit_version": "3.5.7", "users": [_user()]},
-        "'rabbit_password_hashing_md5' is not supported",
+        {"users": [_user(hashing_algorithm="rabbit_password_hashing_sha3")]},
+        "users[0] 'u': hashing_algorithm 'rabbit_password_hashing_sha3' is not supported",
     ),
     ({"users": [{"name": "u", "password_hash": ""}]}, "users[0] 'u': user has no 'tags'"),
-    ({"users": [_user(password_hash="%%%")]}, "users[0] 'u': 'password_hash' is not base64"),
+    (
+        {"users": [_user(password_hash="%%%")]},
+        "users[0] 'u': 'password_hash' is not a rabbit_password_hashing_sha256 hash",
+    ),
+    (
+        {"rabbit_version": "3.5.7", "users": [_user(password_hash="AAAA")]},
+        "'password_hash' is not a rabbit_password_hashing_md5 hash",
+    ),
     (
         {"exchanges": [{"name": "x", "vhost": "/", "type": "x-bogus-type"}]},
         "exchanges[0] 'x': unknown exchange type 'x-bogus-type'",

@@ -17,8 +17,6 @@ is missing) still stops the import where it occurs.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime
 import decimal
 import json
@@ -35,7 +33,16 @@ from warren.core.exchange import exchange_class
 from warren.core.policies import Policy, validate_policy
 from warren.core.queue_arguments import is_stream, validate_queue_arguments
 from warren.core.runtime_parameters import ValidationFailed, validate_limits
-from warren.core.users import Permission, User, hash_password
+from warren.core.users import (
+    HASHING_ALGORITHMS,
+    MD5,
+    SHA256,
+    Permission,
+    User,
+    hash_password,
+    hashing_algorithm,
+    valid_hash,
+)
 from warren.core.vhost import PREDECLARED
 
 if TYPE_CHECKING:
@@ -53,7 +60,6 @@ __all__ = [
 
 log = logging.getLogger("warren.definitions")
 
-HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
 #: The RabbitMQ release whose export format Warren writes.
 RABBITMQ_FORMAT_VERSION = "3.10.8"
 
@@ -200,19 +206,22 @@ def _tags(entry: _Entry) -> list[str]:
     raise entry.error("'tags' must be a list of strings or a comma-separated string")
 
 
-def _hashing_algorithm_ok(entry: _Entry, version: Any) -> None:
+def _hashing_algorithm(entry: _Entry, version: Any) -> str:
+    """The user's hashing algorithm: RabbitMQ's SHA-256 (the default), SHA-512 and
+    MD5, and bcrypt as LavinMQ exports it."""
     algorithm = entry.rec.get("hashing_algorithm")
     if algorithm is None:
         # rabbit_auth_backend_internal:hashing_algorithm/2: exports before 3.6 used MD5.
         if isinstance(version, str) and re.match(r"3\.[0-5]\.", version):
-            algorithm = "rabbit_password_hashing_md5"
-        else:
-            algorithm = HASHING_ALGORITHM
-    if algorithm != HASHING_ALGORITHM:
+            return MD5
+        return SHA256
+    canonical = hashing_algorithm(algorithm) if isinstance(algorithm, str) else None
+    if canonical is None:
         raise entry.error(
             f"hashing_algorithm '{algorithm}' is not supported (Warren checks "
-            f"passwords with {HASHING_ALGORITHM}, RabbitMQ's default)"
+            f"{', '.join(sorted(HASHING_ALGORITHMS))})"
         )
+    return canonical
 
 
 def _user_update(entry: _Entry, version: Any) -> Callable[[Node], None]:
@@ -221,13 +230,12 @@ def _user_update(entry: _Entry, version: Any) -> Callable[[Node], None]:
     rec = entry.rec
     if "password" in rec and "password_hash" in rec:
         raise entry.error("both password and password_hash are provided")
+    algorithm = SHA256
     if "password_hash" in rec:
-        _hashing_algorithm_ok(entry, version)
+        algorithm = _hashing_algorithm(entry, version)
         password_hash = entry.text("password_hash")
-        try:
-            base64.b64decode(password_hash, validate=True)
-        except (binascii.Error, ValueError):
-            raise entry.error("'password_hash' is not base64") from None
+        if not valid_hash(password_hash, algorithm):
+            raise entry.error(f"'password_hash' is not a {algorithm} hash") from None
     elif "password" in rec:
         password_hash = hash_password(entry.text("password"))
     else:
@@ -245,6 +253,7 @@ def _user_update(entry: _Entry, version: Any) -> Callable[[Node], None]:
         else:
             user.password_hash = password_hash
             user.tags = tags
+        user.hashing_algorithm = algorithm
 
     return apply
 
@@ -582,7 +591,7 @@ def export_definitions(broker: Node) -> dict[str, Any]:
         {
             "name": u.name,
             "password_hash": u.password_hash,
-            "hashing_algorithm": HASHING_ALGORITHM,
+            "hashing_algorithm": u.hashing_algorithm,
             "tags": list(u.tags),
             "limits": {},
         }

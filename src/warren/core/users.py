@@ -20,19 +20,71 @@ from warren.core.errors import AccessRefused
 CONFIGURE, WRITE, READ = "configure", "write", "read"
 
 
-def hash_password(password: str, salt: bytes | None = None) -> str:
+#: RabbitMQ's names of its password hashing algorithms (rabbit_password_hashing_*),
+#: each base64(4-byte salt + digest(salt + UTF-8 password)); SHA-256 is the default.
+SHA256 = "rabbit_password_hashing_sha256"
+SHA512 = "rabbit_password_hashing_sha512"
+MD5 = "rabbit_password_hashing_md5"
+#: bcrypt (``$2a$``/``$2b$``/``$2y$`` hashes), as LavinMQ's definitions carry them.
+BCRYPT = "bcrypt"
+_DIGESTS = {SHA256: hashlib.sha256, SHA512: hashlib.sha512, MD5: hashlib.md5}
+#: Spellings accepted on import (RabbitMQ's module names, LavinMQ's short ones).
+_ALIASES = {
+    SHA256: SHA256,
+    SHA512: SHA512,
+    MD5: MD5,
+    "sha256": SHA256,
+    "sha512": SHA512,
+    "md5": MD5,
+    "bcrypt": BCRYPT,
+}
+HASHING_ALGORITHMS = frozenset(_DIGESTS) | {BCRYPT}
+
+
+def hashing_algorithm(name: str) -> str | None:
+    """The canonical name of a hashing algorithm (None: not supported)."""
+    return _ALIASES.get(name) or _ALIASES.get(name.lower())
+
+
+def hash_password(password: str, salt: bytes | None = None, algorithm: str = SHA256) -> str:
+    if algorithm == BCRYPT:
+        import bcrypt
+
+        return bcrypt.hashpw(password.encode(), bcrypt.gensalt()).decode()
     salt = os.urandom(4) if salt is None else salt
-    digest = hashlib.sha256(salt + password.encode()).digest()
+    digest = _DIGESTS[algorithm](salt + password.encode()).digest()
     return base64.b64encode(salt + digest).decode()
 
 
-def check_password(password: str, password_hash: str) -> bool:
+def valid_hash(password_hash: str, algorithm: str) -> bool:
+    """Whether ``password_hash`` is well-formed for ``algorithm`` (empty: no password)."""
+    if not password_hash:
+        return True
+    if algorithm == BCRYPT:
+        return password_hash.startswith(("$2a$", "$2b$", "$2y$")) and len(password_hash) == 60
+    try:
+        raw = base64.b64decode(password_hash, validate=True)
+    except ValueError:
+        return False
+    return len(raw) == 4 + _DIGESTS[algorithm]().digest_size
+
+
+def check_password(password: str, password_hash: str, algorithm: str = SHA256) -> bool:
+    if not password_hash:
+        return False  # a user without a password cannot log in with one
+    if algorithm == BCRYPT:
+        import bcrypt
+
+        try:
+            return bcrypt.checkpw(password.encode(), password_hash.encode())
+        except ValueError:
+            return False
     try:
         raw = base64.b64decode(password_hash, validate=True)
     except ValueError:
         return False
     salt, digest = raw[:4], raw[4:]
-    return hmac.compare_digest(hashlib.sha256(salt + password.encode()).digest(), digest)
+    return hmac.compare_digest(_DIGESTS[algorithm](salt + password.encode()).digest(), digest)
 
 
 @dataclass
@@ -108,6 +160,8 @@ class User:
     #: vhost -> exchange -> TopicPermission; empty for most users, which is what
     #: lets a publish skip the check at the cost of one truth test.
     topic_permissions: dict[str, dict[str, TopicPermission]] = field(default_factory=dict)
+    #: How ``password_hash`` was made (SHA256, SHA512, MD5 or BCRYPT).
+    hashing_algorithm: str = SHA256
 
 
 class UserStore:
@@ -160,7 +214,7 @@ class UserStore:
 
     def authenticate(self, name: str, password: str) -> User | None:
         user = self.users.get(name)
-        if user is None or not check_password(password, user.password_hash):
+        if user is None or not check_password(password, user.password_hash, user.hashing_algorithm):
             return None
         return user
 

@@ -4,8 +4,6 @@ health checks and the aliveness test (definitions: api_definitions.py)."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import platform
 import re
 import time
@@ -17,7 +15,14 @@ from warren import __version__
 from warren.core.message import Message
 from warren.core.properties import EMPTY_PROPERTIES
 from warren.core.stats import MessageStats
-from warren.core.users import Permission, User, hash_password
+from warren.core.users import (
+    SHA256,
+    Permission,
+    User,
+    hash_password,
+    hashing_algorithm,
+    valid_hash,
+)
 from warren.definitions_json import (
     RABBITMQ_FORMAT_VERSION,
 )
@@ -325,31 +330,34 @@ async def put_user(ctx: Ctx) -> web.StreamResponse:
         raise bad_request("both password and password_hash are provided")
     users = ctx.node.users.users
     existing = users.get(name)
+    algorithm = SHA256
     if "password" in body:
         if not isinstance(body["password"], str):
             raise bad_request("password must be a string")
         password_hash = hash_password(body["password"])
     elif "password_hash" in body:
-        algorithm = body.get("hashing_algorithm", formats.HASHING_ALGORITHM)
-        if algorithm != formats.HASHING_ALGORITHM:
-            raise bad_request(f"hashing algorithm '{algorithm}' is not supported by Warren")
+        raw_algorithm = body.get("hashing_algorithm", SHA256)
+        canonical = hashing_algorithm(raw_algorithm) if isinstance(raw_algorithm, str) else None
+        if canonical is None:
+            raise bad_request(f"hashing algorithm '{raw_algorithm}' is not supported by Warren")
+        algorithm = canonical
         password_hash = body["password_hash"]
         if not isinstance(password_hash, str):
             raise bad_request("password_hash must be a string")
-        if password_hash:
-            try:
-                base64.b64decode(password_hash, validate=True)
-            except (binascii.Error, ValueError):
-                raise bad_request("password_hash is not base64") from None
+        if not valid_hash(password_hash, algorithm):
+            raise bad_request(f"password_hash is not a {algorithm} hash")
     elif existing is not None:
         password_hash = existing.password_hash
+        algorithm = existing.hashing_algorithm
     else:
         raise bad_request("[{key_missing,password_hash}]")
     if existing is None:
-        users[name] = User(name, password_hash, tags)
+        existing_or_new = users[name] = User(name, password_hash, tags)
     else:
+        existing_or_new = existing
         existing.password_hash = password_hash
         existing.tags = tags
+    existing_or_new.hashing_algorithm = algorithm
     ctx.node.save_users()
     return _created(existing is not None)
 

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from warren.core.users import User
     from warren.core.vhost import VHost
 
-HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
 
 #: (name, description) of every exchange type Warren has (/api/overview).
 EXCHANGE_TYPES = (
@@ -187,7 +186,7 @@ def user_info(u: User) -> dict[str, Any]:
     return {
         "name": u.name,
         "password_hash": u.password_hash,
-        "hashing_algorithm": HASHING_ALGORITHM,
+        "hashing_algorithm": u.hashing_algorithm,
         "tags": list(u.tags),
         "limits": {},
     }

@@ -8,12 +8,18 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from warren.core.users import Permission, TopicPermission, User, UserStore
+from warren.core.users import (
+    SHA256,
+    Permission,
+    TopicPermission,
+    User,
+    UserStore,
+    hashing_algorithm,
+)
 from warren.store.layout import write_json_atomically
 
 log = logging.getLogger("warren.store")
 
-HASHING_ALGORITHM = "rabbit_password_hashing_sha256"
 #: The management API's file next to users.json; it kept topic permissions before
 #: the core did (see _migrate_topic_permissions).
 MGMT_FILE = "mgmt.json"
@@ -31,6 +37,7 @@ def load_users(path: Path) -> UserStore:
     for rec in data.get("users", []):
         try:
             user = User(rec["name"], rec["password_hash"], list(rec.get("tags", [])))
+            user.hashing_algorithm = hashing_algorithm(rec.get("hashing_algorithm", SHA256)) or SHA256
             for vhost, perm in rec.get("permissions", {}).items():
                 user.permissions[vhost] = Permission(perm["configure"], perm["write"], perm["read"])
             for vhost, table in rec.get("topic_permissions", {}).items():
@@ -82,7 +89,7 @@ def save_users(store: UserStore, path: Path) -> None:
         {
             "name": u.name,
             "password_hash": u.password_hash,
-            "hashing_algorithm": HASHING_ALGORITHM,
+            "hashing_algorithm": u.hashing_algorithm,
             "tags": u.tags,
             "permissions": {
                 vhost: {"configure": p.configure, "write": p.write, "read": p.read}
