@@ -277,7 +277,7 @@ class Broker:
             log.info("will not seed the default vhost and user: have definitions to load")
         for name in vhosts or ([self.config.default_vhost] if seed else []):
             self.add_vhost(name)
-        if not self.users.users and seed:
+        if not self.users.users and seed and not self.users.from_file:
             self.users.add_user(
                 self.config.default_user, self.config.default_password, ["administrator"]
             )

@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Warren, an AMQP 0-9-1 message broker. Settings come from the "
         "built-in defaults, then the config file (LavinMQ INI format), then these flags.",
         epilog="Load testing: `warren perf --help` (throughput, connection-count, queue-count). "
-        "Management: `warren ctl --help` (queues, users, definitions ... over the HTTP API).",
+        "Management: `warren ctl --help` (queues, users, definitions ... over the HTTP API); "
+        "`warren users --help` (users and permissions, also of a stopped broker).",
     )
     p.add_argument(
         "-c", "--config", metavar="FILE", help="INI config file ([main], [amqp], [mgmt] sections)"
@@ -257,13 +258,18 @@ def main(argv: list[str] | None = None) -> int:
 
     ``warren perf ...`` runs the load-test tools instead (warren.perf, which does
     not import the broker), ``warren ctl ...`` the management command line
-    (warren.ctl, neither); every other argument list is the server's.
+    (warren.ctl, neither), ``warren users ...`` user management on a stopped or
+    running broker (warren.users_cli); every other argument list is the server's.
     """
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "perf":
         from warren.perf import main as perf_main
 
         return perf_main(list(args[1:]))
+    if args and args[0] == "users":
+        from warren.users_cli import main as users_main
+
+        return users_main(list(args[1:]))
     if args and args[0] == "ctl":
         from warren.ctl.main import main as ctl_main
 

@@ -167,6 +167,10 @@ class User:
 class UserStore:
     def __init__(self) -> None:
         self.users: dict[str, User] = {}
+        #: Read from a users file (even one with no users left): the default user
+        #: is seeded only into a new broker, as RabbitMQ does, never again after
+        #: the last user was deleted.
+        self.from_file = False
 
     def add_user(self, name: str, password: str, tags: list[str] | None = None) -> User:
         user = User(name, hash_password(password), tags or [])

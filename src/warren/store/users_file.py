@@ -34,6 +34,7 @@ def load_users(path: Path) -> UserStore:
     except (OSError, ValueError) as exc:
         log.error("%s is unreadable (%s); starting with no users but the default", path, exc)
         return store
+    store.from_file = bool(data)
     for rec in data.get("users", []):
         try:
             user = User(rec["name"], rec["password_hash"], list(rec.get("tags", [])))
