@@ -107,6 +107,10 @@ def start_broker(data_dir: Path, **settings: Any) -> BrokerThread:
     # Ephemeral ports for both listeners, so brokers started in parallel never collide.
     settings.setdefault("http_port", 0)
     settings.setdefault("mqtt_port", 0)
+    # Failed logins are tested on purpose here and there: no delays, no lockout
+    # (tests/test_auth_guard.py turns them on).
+    settings.setdefault("auth_failure_delay", 0)
+    settings.setdefault("auth_failures_per_minute", 0)
     config = Config(data_dir=str(data_dir), amqp_port=0, **settings)
     return BrokerThread(config).start()
 

@@ -13,13 +13,14 @@ import resource
 import shutil
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from warren import __version__, build_description
 from warren.config import Config
+from warren.core.auth_guard import AuthGuard
 from warren.core.errors import NotFound
 from warren.core.stats import MessageStats, OctetStats, RateSampler
 from warren.core.store import MessageStore
@@ -97,10 +98,18 @@ class Broker:
         #: The whole broker's message counters (the overview's message_stats).
         self.stats = MessageStats()
         self.rate_sampler = RateSampler()
+        self.auth_guard = AuthGuard(
+            self.config.auth_failure_delay, self.config.auth_failures_per_minute
+        )
         self._next_sample = 0.0
         self._started = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._disk_timer: asyncio.TimerHandle | None = None
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        """Run ``callback`` on the broker's loop after ``delay`` seconds."""
+        loop = self._loop or asyncio.get_running_loop()
+        return loop.call_later(delay, callback)
 
     def listener(self, name: str) -> Listener | None:
         """The listener of that protocol (``amqp``, ``http``), None when there is none."""

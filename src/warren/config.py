@@ -125,6 +125,12 @@ class Config:
     mqtt_max_keepalive: int = 0
     #: Topic aliases a client may set per connection (MQTT 5 Topic Alias Maximum).
     mqtt_topic_alias_maximum: int = 16
+    #: Milliseconds a refused login is held once its address has failed before in
+    #: the last minute, doubling with each further failure (at most 2 s); 0: never.
+    auth_failure_delay: int = 200
+    #: Failed logins per source address and minute after which its logins are
+    #: refused unchecked until they age out; 0: no limit.
+    auth_failures_per_minute: int = 30
     #: A RabbitMQ definitions export (JSON file, or a directory of them) imported
     #: at every start, as RabbitMQ's ``load_definitions``. None: nothing to load.
     load_definitions: str | None = None
@@ -263,6 +269,8 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "collect_statistics_interval"): ("collect_statistics_interval", _parse_int),
     ("main", "sync"): ("sync", _parse_bool),
     ("main", "load_definitions"): ("load_definitions", _parse_optional_path),
+    ("main", "auth_failure_delay"): ("auth_failure_delay", _parse_int),
+    ("main", "auth_failures_per_minute"): ("auth_failures_per_minute", _parse_int),
     ("amqp", "bind"): ("bind", _parse_str),
     ("amqp", "port"): ("amqp_port", _parse_int),
     ("amqp", "heartbeat"): ("heartbeat", _parse_int),
@@ -369,6 +377,8 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "consumer_timeout": _int_in(0, 2**63 - 1),
     "collect_statistics_interval": _int_in(0, 86_400_000),
     "load_definitions": _optional_path,
+    "auth_failure_delay": _int_in(0, 60_000),
+    "auth_failures_per_minute": _int_in(0, 1_000_000),
     "mqtt_bind": _non_empty_str,
     "mqtt_port": _int_in(-1, 65535),
     "mqtt_tls_port": _int_in(-1, 65535),

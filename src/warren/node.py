@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from warren.config import Config
+    from warren.core.auth_guard import AuthGuard
     from warren.core.stats import MessageStats, OctetStats
     from warren.core.users import UserStore
     from warren.core.vhost import VHost
@@ -86,6 +87,12 @@ class Node(Protocol):
     listeners: list[Listener]
     #: The whole broker's message counters (summed when rates are sampled).
     stats: MessageStats
+    #: Failed logins per address: how long to hold a refusal, whom to refuse unchecked.
+    auth_guard: AuthGuard
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        """Run ``callback`` on the broker's loop after ``delay`` seconds."""
+        ...
 
     def add_vhost(self, name: str) -> VHost: ...
 

@@ -463,6 +463,18 @@ class AMQPConnection:
         creds = parse_credentials(mechanism, bytes(method.response))
         user = None
         username = "?"
+        host = self.peer[0] if self.peer else None
+        guard = self.broker.auth_guard
+        refusal = (
+            f"Login was refused using authentication mechanism {mechanism}. "
+            "For details see the broker logfile."
+        )
+        if guard.blocked(host):
+            log.warning(
+                "%s: login refused unchecked: too many failed logins from %s", self.name, host
+            )
+            self._refuse_login_later(guard.failed(host), refusal)
+            return
         if creds is not None:
             username, password = creds
             user = self.broker.users.authenticate(username, password)
@@ -473,10 +485,7 @@ class AMQPConnection:
                 username,
                 mechanism,
             )
-            self._refuse_login(
-                f"Login was refused using authentication mechanism {mechanism}. "
-                "For details see the broker logfile."
-            )
+            self._refuse_login_later(guard.failed(host), refusal)
             return
         if user.name in self.config.loopback_users and not _is_loopback(
             self.peer[0] if self.peer else None
@@ -494,6 +503,14 @@ class AMQPConnection:
                 heartbeat=self.config.heartbeat,
             ),
         )
+
+    def _refuse_login_later(self, delay: float, text: str) -> None:
+        """Refuse after ``delay`` seconds (core/auth_guard.py): repeated guesses slow down."""
+        if delay <= 0:
+            self._refuse_login(text)
+            return
+        self.state = State.CLOSING  # nothing more is read from this client
+        self.broker.call_later(delay, lambda: self._refuse_login(text))
 
     def _refuse_login(self, text: str, send_close: bool = False) -> None:
         if send_close or self.capabilities.get("authentication_failure_close"):

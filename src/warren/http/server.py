@@ -156,16 +156,27 @@ class ManagementApp:
         handler = route.handlers.get(method)
         if handler is None:
             return web.Response(status=405, headers={"Allow": _allow(route.handlers)})
-        ctx = Ctx(request, self.node, self.state, self._authenticate(request), params)
+        ctx = Ctx(request, self.node, self.state, await self._authenticate(request), params)
         ctx.require(MANAGEMENT)
         return await handler(ctx)
 
-    def _authenticate(self, request: web.Request) -> User:
+    async def _authenticate(self, request: web.Request) -> User:
         creds = basic_credentials(request.headers.get("Authorization"))
         if creds is None:
             raise ApiError(401, "not_authorized", "Login failed", {"WWW-Authenticate": REALM})
-        user = self.node.users.authenticate(*creds)
+        guard = self.node.auth_guard
+        blocked = guard.blocked(request.remote)
+        user = None if blocked else self.node.users.authenticate(*creds)
         if user is None:
+            log.warning(
+                "management API: login refused for user '%s' from %s%s",
+                creds[0],
+                request.remote,
+                ": too many failed logins" if blocked else "",
+            )
+            delay = guard.failed(request.remote)
+            if delay > 0:
+                await asyncio.sleep(delay)  # repeated guesses slow down (core/auth_guard.py)
             raise ApiError(401, "not_authorized", "Login failed", {"WWW-Authenticate": REALM})
         if user.name in self.node.config.loopback_users and not _is_loopback(request.remote):
             raise ApiError(

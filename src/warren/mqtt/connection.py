@@ -76,6 +76,7 @@ _V3_CONNACK = {
     P.BAD_USER_NAME_OR_PASSWORD: P.V311_BAD_USER_NAME_OR_PASSWORD,
     P.NOT_AUTHORIZED: P.V311_NOT_AUTHORIZED,
     P.SERVER_UNAVAILABLE: P.V311_SERVER_UNAVAILABLE,
+    P.CONNECTION_RATE_EXCEEDED: P.V311_SERVER_UNAVAILABLE,
 }
 
 
@@ -117,6 +118,8 @@ class MQTTConnection(Subscriptions):
         self._aliases_in: dict[int, str] = {}
         self._topics_in: dict[bytes, tuple[str, str]] = {}
         self._refusals = 0
+        #: A refused CONNECT waiting out its delay: input is ignored meanwhile.
+        self._refusing = False
         self._alias_max_in = 0
         # Publish acknowledgements waiting for a disk sync, in arrival order.
         self._sync_batch: list[bytes] | None = None
@@ -143,7 +146,7 @@ class MQTTConnection(Subscriptions):
     def feed(self, data: bytes) -> None:
         """Act on every complete packet in ``data``: one framing pass, PUBLISH bodies
         parsed here without building packet objects, the rest decoded by the codec."""
-        if self.closed:
+        if self.closed or self._refusing:
             return
         decoder = self.decoder
         try:
@@ -284,9 +287,23 @@ class MQTTConnection(Subscriptions):
                 code,
             )
             if self.level == MQTT_5:
-                self.send(encode(ConnAck(False, code), MQTT_5))
+                connack = encode(ConnAck(False, code), MQTT_5)
             else:
-                self.send(encode(ConnAck(False, _V3_CONNACK.get(code, P.V311_NOT_AUTHORIZED))))
+                connack = encode(ConnAck(False, _V3_CONNACK.get(code, P.V311_NOT_AUTHORIZED)))
+            delay = 0.0
+            if code in (P.BAD_USER_NAME_OR_PASSWORD, P.NOT_AUTHORIZED, P.CONNECTION_RATE_EXCEEDED):
+                delay = self.node.auth_guard.failed(self.peer[0] if self.peer else None)
+            if delay > 0:
+                # Held (core/auth_guard.py): repeated guesses slow down. Nothing more is
+                # read from this client meanwhile.
+                self._refusing = True
+                self.node.call_later(delay, lambda: self._refuse_connect(connack))
+            else:
+                self._refuse_connect(connack)
+
+    def _refuse_connect(self, connack: bytes) -> None:
+        if not self.closed:
+            self.send(connack)
             self.close()
 
     def _connect(self, pkt: Connect) -> int:

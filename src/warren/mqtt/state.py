@@ -129,6 +129,9 @@ class MQTTState:
         """(user, vhost name), or the MQTT 5 reason code refusing the CONNECT."""
         config = self.config
         vhost = config.mqtt_vhost
+        if self.node.auth_guard.blocked(peer_host):
+            log.warning("MQTT login refused unchecked: too many failed logins from %s", peer_host)
+            return P.CONNECTION_RATE_EXCEEDED
         if username is None:
             if not config.mqtt_allow_anonymous:
                 log.warning("MQTT login refused: no user name and anonymous logins disabled")
