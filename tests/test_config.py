@@ -445,6 +445,9 @@ class FakeBroker:
     async def stop(self) -> None:
         self.stopped = True
 
+    def reload_tls(self) -> None:
+        """SIGHUP's target (tests/test_tls.py runs the real one)."""
+
 
 @pytest.fixture
 def fake_broker(monkeypatch: pytest.MonkeyPatch) -> type[FakeBroker]:

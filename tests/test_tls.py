@@ -163,3 +163,65 @@ def test_tls_settings_from_ini(tmp_path: Path) -> None:
     ini.write_text("[main]\ntls_min_version = 1.1\n")
     with pytest.raises(ConfigError, match="tls_min_version"):
         Config.from_ini(ini)
+
+
+def test_certificate_reload_keeps_open_connections(
+    tmp_path: Path, cert_files: tuple[Path, Path], ca: trustme.CA
+) -> None:
+    """The certificate files replaced and reloaded (what SIGHUP does): new handshakes
+    get the new certificate, a connection made before keeps working; a broken pair
+    is refused and the running certificate stays."""
+    chain, key = cert_files
+    b = start_broker(tmp_path / "data", amqp_tls_port=0, tls_cert=str(chain), tls_key=str(key))
+    try:
+        port = b.amqp_listener.tls_port
+
+        def connect(trust: trustme.CA) -> pika.BlockingConnection:
+            return pika.BlockingConnection(
+                pika.ConnectionParameters(
+                    "127.0.0.1",
+                    port,
+                    ssl_options=pika.SSLOptions(client_context(trust), "127.0.0.1"),
+                    connection_attempts=1,
+                )
+            )
+
+        before = connect(ca)
+        other_ca = trustme.CA()
+        new = other_ca.issue_cert("127.0.0.1")
+        new.private_key_pem.write_to_path(str(key))
+        chain.write_bytes(b"".join(blob.bytes() for blob in new.cert_chain_pems))
+        b.call(b.broker.reload_tls)
+        connect(other_ca).close()  # the new certificate
+        with pytest.raises((pika.exceptions.AMQPConnectionError, ssl.SSLError)):
+            connect(ca)  # the old CA no longer matches
+        before.channel().queue_declare("", exclusive=True)  # the old connection goes on
+        before.close()
+        key.write_text("not a key")
+        b.call(b.broker.reload_tls)  # logged, ignored
+        connect(other_ca).close()
+    finally:
+        b.stop()
+
+
+def test_sighup_reloads_the_certificate(tmp_path: Path, cert_files: tuple[Path, Path]) -> None:
+    """`kill -HUP` on a running `warren`: the reload is logged, the broker stays up."""
+    import signal
+
+    from procs import start_warren
+
+    chain, key = cert_files
+    proc, _ = start_warren(
+        tmp_path / "data", "--amqp-tls-port", "0", "--tls-cert", str(chain), "--tls-key", str(key)
+    )
+    try:
+        assert proc.stdout is not None
+        proc.send_signal(signal.SIGHUP)
+        for line in proc.stdout:
+            if "TLS certificate reloaded" in line:
+                break
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    assert proc.returncode == 0

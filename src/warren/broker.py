@@ -39,6 +39,7 @@ from warren.store.segment_store import SegmentStore
 from warren.store.stream_store import StreamStore
 from warren.store.sync import GroupSync
 from warren.store.users_file import load_users, save_users
+from warren.tls import TLSContexts
 
 if TYPE_CHECKING:
     from warren.core.policies import Policy
@@ -98,6 +99,7 @@ class Broker:
         #: The whole broker's message counters (the overview's message_stats).
         self.stats = MessageStats()
         self.rate_sampler = RateSampler()
+        self.tls = TLSContexts(self.config)
         self.auth_guard = AuthGuard(
             self.config.auth_failure_delay, self.config.auth_failures_per_minute
         )
@@ -105,6 +107,15 @@ class Broker:
         self._started = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._disk_timer: asyncio.TimerHandle | None = None
+
+    def reload_tls(self) -> None:
+        """Read the TLS certificate and key again (SIGHUP): new connections get them,
+        open ones are not disturbed; a bad pair is logged and the old one kept."""
+        try:
+            if self.tls.reload():
+                log.info("TLS certificate reloaded from %s", self.config.tls_cert)
+        except OSError as exc:
+            log.error("TLS certificate not reloaded, the old one stays: %s", exc)
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
         """Run ``callback`` on the broker's loop after ``delay`` seconds."""

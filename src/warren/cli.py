@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import errno
 import logging
 import signal
@@ -345,7 +346,8 @@ def _run(config: Config) -> int:
 
 
 async def _serve(config: Config) -> int:
-    """Start the broker, wait for SIGINT/SIGTERM, stop it gracefully.
+    """Start the broker, wait for SIGINT/SIGTERM, stop it gracefully; SIGHUP reloads
+    the TLS certificate.
 
     A second signal while stopping cancels the shutdown, so a stuck stop()
     can still be interrupted from the terminal.
@@ -373,6 +375,9 @@ async def _serve(config: Config) -> int:
     try:
         try:
             broker = Broker(config)
+            if hasattr(signal, "SIGHUP"):  # before start: a reload asked early is harmless
+                with contextlib.suppress(NotImplementedError):  # loops without signals
+                    loop.add_signal_handler(signal.SIGHUP, broker.reload_tls)
             await broker.start()
         except OSError as exc:
             print(_start_error_message(config, exc), file=sys.stderr)
@@ -386,6 +391,9 @@ async def _serve(config: Config) -> int:
         return 0
     finally:
         restore()
+        if hasattr(signal, "SIGHUP"):
+            with contextlib.suppress(NotImplementedError, ValueError):
+                loop.remove_signal_handler(signal.SIGHUP)
 
 
 def _install_signal_handlers(

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from warren.core.users import UserStore
     from warren.core.vhost import VHost
     from warren.store.sync import GroupSync
+    from warren.tls import TLSContexts
 
 __all__ = ["ClientConnection", "Listener", "Node", "WebSocketEndpoint", "node_name"]
 
@@ -89,6 +90,8 @@ class Node(Protocol):
     stats: MessageStats
     #: Failed logins per address: how long to hold a refusal, whom to refuse unchecked.
     auth_guard: AuthGuard
+    #: The TLS context every TLS listener serves with (reloaded on SIGHUP).
+    tls: TLSContexts
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
         """Run ``callback`` on the broker's loop after ``delay`` seconds."""

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, cast
 
 from warren.amqp.connection import AMQPConnection, State
 from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol
-from warren.tls import server_context
 
 if TYPE_CHECKING:
     from warren.node import Node
@@ -176,7 +175,7 @@ class AMQPListener:
                     port=self.requested_tls_port,
                     reuse_address=True,
                     backlog=1024,
-                    ssl=server_context(node.config, "the AMQP TLS port"),
+                    ssl=node.tls.context("the AMQP TLS port"),
                 )
                 self._servers.append(server)
                 self.tls_port = server.sockets[0].getsockname()[1]

@@ -40,7 +40,6 @@ from warren.http.common import (
 )
 from warren.http.state import ApiState, Router
 from warren.http.websocket import WebSocketConnections, websocket_middleware
-from warren.tls import server_context
 
 if TYPE_CHECKING:
     from warren.node import Node, WebSocketEndpoint
@@ -237,7 +236,7 @@ class HTTPListener:
                     self.bind,
                     self.requested_tls_port,
                     reuse_address=True,
-                    ssl_context=server_context(node.config, "the HTTPS port"),
+                    ssl_context=node.tls.context("the HTTPS port"),
                 )
                 await tls_site.start()
         except BaseException as exc:

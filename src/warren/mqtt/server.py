@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, cast
 from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol
 from warren.mqtt.connection import MQTTConnection
 from warren.mqtt.state import MQTTState
-from warren.tls import server_context
 
 if TYPE_CHECKING:
     from warren.node import Node
@@ -152,7 +151,6 @@ class MQTTListener:
         self._state = MQTTState(node)
         self._state.start()
         loop = asyncio.get_running_loop()
-        config = node.config
         try:
             if self.requested_port >= 0:
                 server = await loop.create_server(
@@ -166,7 +164,7 @@ class MQTTListener:
                 self._port = server.sockets[0].getsockname()[1]
                 log.info("listening on MQTT %s:%s", self.bind, self._port)
             if self.requested_tls_port >= 0:
-                ssl_context = server_context(config, "the MQTT TLS port")
+                ssl_context = node.tls.context("the MQTT TLS port")
                 server = await loop.create_server(
                     lambda: MQTTProtocol(self, "MQTT/TLS"),
                     host=self.bind,
