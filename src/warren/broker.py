@@ -370,6 +370,8 @@ class Broker:
     def connection_opened(self, conn: ClientConnection) -> None:
         self.connections.add(conn)
         self.connections_opened += 1
+        if conn.user is not None:
+            self.users.count_connection(conn.user.name, 1)
         if self.disk_alarm:
             conn.set_blocked(True)
 
@@ -377,6 +379,12 @@ class Broker:
         if conn in self.connections:
             self.connections.discard(conn)
             self.connections_closed += 1
+            if conn.user is not None:
+                self.users.count_connection(conn.user.name, -1)
+
+    def at_connection_max(self) -> bool:
+        cap = self.config.max_connections
+        return bool(cap) and len(self.connections) >= cap
 
     # -- free-disk alarm --------------------------------------------------------------------
     def _check_disk(self) -> None:

@@ -65,6 +65,13 @@ class Config:
     heartbeat: int = 300
     frame_max: int = 131072
     channel_max: int = 2047
+    #: Client connections (every protocol) open at once; beyond it an AMQP socket
+    #: is closed before the handshake (RabbitMQ's connection_max), an MQTT CONNECT
+    #: refused with Quota exceeded. 0: no limit.
+    max_connections: int = 0
+    #: Consumers per AMQP channel; basic.consume beyond it is refused with 530
+    #: (RabbitMQ's consumer_max_per_channel). 0: no limit.
+    max_consumers_per_channel: int = 0
     #: Bytes; largest message body accepted from publishers.
     max_message_size: int = 134217728
     default_user: str = "guest"
@@ -271,11 +278,13 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "load_definitions"): ("load_definitions", _parse_optional_path),
     ("main", "auth_failure_delay"): ("auth_failure_delay", _parse_int),
     ("main", "auth_failures_per_minute"): ("auth_failures_per_minute", _parse_int),
+    ("main", "max_connections"): ("max_connections", _parse_int),
     ("amqp", "bind"): ("bind", _parse_str),
     ("amqp", "port"): ("amqp_port", _parse_int),
     ("amqp", "heartbeat"): ("heartbeat", _parse_int),
     ("amqp", "frame_max"): ("frame_max", _parse_int),
     ("amqp", "channel_max"): ("channel_max", _parse_int),
+    ("amqp", "max_consumers_per_channel"): ("max_consumers_per_channel", _parse_int),
     ("amqp", "max_message_size"): ("max_message_size", _parse_int),
     ("main", "tls_cert"): ("tls_cert", _parse_optional_path),
     ("main", "tls_key"): ("tls_key", _parse_optional_path),
@@ -366,6 +375,8 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "heartbeat": _int_in(0, 65535),
     "frame_max": _int_in(FRAME_MIN_SIZE, FRAME_MAX_LIMIT),
     "channel_max": _int_in(0, 65535),
+    "max_connections": _int_in(0, 2**31 - 1),
+    "max_consumers_per_channel": _int_in(0, 2**31 - 1),
     "max_message_size": _int_in(1, MAX_MESSAGE_SIZE_LIMIT),
     "default_user": _non_empty_str,
     "default_password": _any_str,

@@ -32,11 +32,12 @@ from warren.core.errors import BrokerError
 from warren.core.exchange import exchange_class
 from warren.core.policies import Policy, validate_policy
 from warren.core.queue_arguments import is_stream, validate_queue_arguments
-from warren.core.runtime_parameters import ValidationFailed, validate_limits
+from warren.core.runtime_parameters import ValidationFailed, is_int, validate_limits
 from warren.core.users import (
     HASHING_ALGORITHMS,
     MD5,
     SHA256,
+    USER_LIMIT_KEYS,
     Permission,
     User,
     hash_password,
@@ -242,8 +243,7 @@ def _user_update(entry: _Entry, version: Any) -> Callable[[Node], None]:
         password_hash = ""  # no password login, as RabbitMQ
     preset = entry.table("permissions")
     perms = {vhost: _permission(entry, p) for vhost, p in preset.items()}
-    if rec.get("limits"):
-        log.warning("%s: user limits are not supported by Warren; ignored", entry.where)
+    limits = _user_limits(entry) if "limits" in rec else None
 
     def apply(broker: Node) -> None:
         user = broker.users.users.get(name)
@@ -254,6 +254,8 @@ def _user_update(entry: _Entry, version: Any) -> Callable[[Node], None]:
             user.password_hash = password_hash
             user.tags = tags
         user.hashing_algorithm = algorithm
+        if limits is not None:  # as RabbitMQ's put_user: given limits replace the user's
+            user.limits = dict(limits)
 
     return apply
 
@@ -295,6 +297,20 @@ def _set_topic_permission(
     broker: Node, user: str, vhost: str, exchange: str, write: str, read: str
 ) -> None:
     broker.users.set_topic_permission(user, vhost, exchange, write, read)
+
+
+def _user_limits(entry: _Entry) -> dict[str, int]:
+    """A user's ``limits``: max-connections and max-channels, integers (RabbitMQ's
+    validation texts)."""
+    limits = entry.table("limits")
+    for key, value in limits.items():
+        if key not in USER_LIMIT_KEYS:
+            raise entry.error(f'Validation failed\n\nUnrecognised terms [{{<<"{key}">>,...}}]')
+        if not is_int(value):
+            raise entry.error(
+                f"Validation failed\n\n{key} should be a number, actually was {value}"
+            )
+    return limits
 
 
 def _set_limits(broker: Node, vhost: str, limits: dict[str, int]) -> None:
@@ -593,7 +609,7 @@ def export_definitions(broker: Node) -> dict[str, Any]:
             "password_hash": u.password_hash,
             "hashing_algorithm": u.hashing_algorithm,
             "tags": list(u.tags),
-            "limits": {},
+            "limits": dict(u.limits),
         }
         for u in sorted(broker.users.users.values(), key=lambda u: u.name)
     ]

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from warren.config import Config
     from warren.core.auth_guard import AuthGuard
     from warren.core.stats import MessageStats, OctetStats
-    from warren.core.users import UserStore
+    from warren.core.users import User, UserStore
     from warren.core.vhost import VHost
     from warren.store.sync import GroupSync
     from warren.tls import TLSContexts
@@ -39,6 +39,9 @@ class ClientConnection(Protocol):
     def name(self) -> str:
         """For logs: the peer and the protocol, e.g. ``127.0.0.1:50412 -> 127.0.0.1:5672``."""
         ...
+
+    #: Who logged in (None before): the broker counts connections per user on it.
+    user: User | None
 
     def set_blocked(self, blocked: bool) -> None:
         """The free-disk alarm rose (True) or cleared: stop or resume taking publishes."""
@@ -107,9 +110,14 @@ class Node(Protocol):
 
     def save_users(self) -> None: ...
 
-    def connection_opened(self, conn: ClientConnection) -> None: ...
+    def connection_opened(self, conn: ClientConnection) -> None:
+        """``conn`` logged in and opened a vhost: listed, counted for its user."""
 
     def connection_closed(self, conn: ClientConnection) -> None: ...
+
+    def at_connection_max(self) -> bool:
+        """Whether ``max_connections`` client connections are open: one more is refused."""
+        ...
 
 
 class Listener(Protocol):

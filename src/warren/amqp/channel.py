@@ -92,6 +92,10 @@ class Channel:
         # RabbitMQ's topic permission variables for AMQP 0-9-1 (client_id is MQTT's).
         self._topic_variables = {"username": user.name, "vhost": self.vhost.name}
         self.vhost.channels_opened += 1
+        # Counted per user for max-channels; given back once, in release().
+        self._users: UserStore = connection.broker.users
+        self._users.count_channel(user.name, 1)
+        self._max_consumers = connection.config.max_consumers_per_channel
         self.closing = False
         self.flow_active = True
         self.consumers: dict[str, AMQPConsumer] = {}
@@ -315,6 +319,8 @@ class Channel:
     def release(self) -> None:
         """Give back everything the channel holds: consumers, unacked messages."""
         vhost = self.vhost
+        if not self.closed:
+            self._users.count_channel(self.user.name, -1)
         if vhost is not None and not self.closed:  # once, however often released
             vhost.base_stats.add(self.stats)
             self.stats = MessageStats()
@@ -598,6 +604,9 @@ class Channel:
         if method.queue == REPLY_TO:
             self._consume_reply_to(method, tag)
             return
+        if self._max_consumers and len(self.consumers) >= self._max_consumers:
+            # RabbitMQ's consumer_max_per_channel (rabbit_channel), a connection error.
+            raise NotAllowed(f"reached maximum ({self._max_consumers}) of consumers per channel")
         q = self._queue(method.queue)
         self._check(READ, "queue", q.name)
         args = method.arguments or {}

@@ -341,12 +341,15 @@ class AMQPConnection:
 
     def _check_channel_count(self) -> None:
         # RabbitMQ limits how many channels are open, not the channel number; the
-        # close is sent with class/method 0/0, naming no method.
+        # close is sent with class/method 0/0, naming no method. Then the user's
+        # max-channels, over all of its connections (rabbit_reader's order).
         if self.channel_max and len(self.channels) >= self.channel_max:
             raise NotAllowed(
                 f"number of channels opened ({len(self.channels)}) has reached the "
                 f"negotiated channel_max ({self.channel_max})"
             )
+        if self.user is not None and self.user.limits:
+            self.broker.users.check_channel_limit(self.user)
 
     def _method_on_unopened_channel(self, ch: int, payload: bytes) -> None:
         if len(payload) < 4:
@@ -545,13 +548,23 @@ class AMQPConnection:
         if vhost is None:
             log.warning("%s: vhost '%s' not found", self.name, name)
             raise NotAllowed(f"vhost {name} not found")
-        # RabbitMQ checks the vhost's connection limit before the user's access.
+        # RabbitMQ checks the vhost's connection limit, then the user's, before the
+        # user's access.
         vhost.check_connection_limit(self.user.name)
+        if self.user.limits:
+            self.broker.users.check_connection_limit(self.user)
         if name not in self.user.permissions:
             log.warning(
                 "%s: user '%s' has no access to vhost '%s'", self.name, self.user.name, name
             )
             raise NotAllowed(f"access to vhost '{name}' refused for user '{self.user.name}'")
+        if self.broker.at_connection_max():
+            # Handshakes begun below max_connections may not take it beyond.
+            log.warning(
+                "%s: closing: max_connections (%d) reached", self.name, self.config.max_connections
+            )
+            self._close_transport()
+            return
         self.vhost = vhost
         vhost.connection_opened(self)
         self.state = State.OPEN

@@ -39,6 +39,16 @@ class AMQPProtocol(BatchedProtocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         peer_addr = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
+        if self.broker.at_connection_max():
+            # As RabbitMQ's connection_max (ranch's max_connections): no handshake,
+            # the socket is closed (nothing more is read from it).
+            log.warning(
+                "%s: connection refused: max_connections (%d) reached",
+                f"{peer_addr[0]}:{peer_addr[1]}" if peer_addr else "local",
+                self.broker.config.max_connections,
+            )
+            self.transport.close()
+            return
         self.conn = AMQPConnection(self.broker, peer_addr, self.request_flush, self.request_close)
         self.conn.reading_control = self.set_reading
         local = transport.get_extra_info("sockname")
@@ -53,7 +63,8 @@ class AMQPProtocol(BatchedProtocol):
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn
-        assert conn is not None
+        if conn is None:  # refused at accept (max_connections)
+            return
         conn.now_ms = int(time.time() * 1000)  # one clock read per socket read
         self.count_read(data)
         conn.feed(data)

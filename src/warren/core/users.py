@@ -1,5 +1,5 @@
-"""Users, password hashes, per-vhost permissions and topic permissions, checked as
-RabbitMQ does.
+"""Users, password hashes, per-vhost permissions, topic permissions and user limits,
+checked as RabbitMQ does.
 
 Password hashes use RabbitMQ's default scheme (salted SHA-256, base64 of
 salt + digest), so definitions exported from RabbitMQ import unchanged.
@@ -15,9 +15,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from warren.core.errors import AccessRefused
+from warren.core.errors import AccessRefused, NotAllowed
 
 CONFIGURE, WRITE, READ = "configure", "write", "read"
+
+#: RabbitMQ's user limits (``rabbitmqctl set_user_limits``).
+MAX_CONNECTIONS, MAX_CHANNELS = "max-connections", "max-channels"
+USER_LIMIT_KEYS = (MAX_CONNECTIONS, MAX_CHANNELS)
 
 
 #: RabbitMQ's names of its password hashing algorithms (rabbit_password_hashing_*),
@@ -162,6 +166,14 @@ class User:
     topic_permissions: dict[str, dict[str, TopicPermission]] = field(default_factory=dict)
     #: How ``password_hash`` was made (SHA256, SHA512, MD5 or BCRYPT).
     hashing_algorithm: str = SHA256
+    #: RabbitMQ's user limits: ``max-connections`` and ``max-channels``; 0 allows
+    #: none, a negative value or no entry means no limit.
+    limits: dict[str, int] = field(default_factory=dict)
+
+    def limit(self, key: str) -> int | None:
+        """The limit in force for ``key``; None when there is none."""
+        value = self.limits.get(key)
+        return None if value is None or value < 0 else value
 
 
 class UserStore:
@@ -171,6 +183,10 @@ class UserStore:
         #: is seeded only into a new broker, as RabbitMQ does, never again after
         #: the last user was deleted.
         self.from_file = False
+        #: user name -> open client connections (every protocol) and open AMQP
+        #: channels: counted as they open and close, so a limit check is a lookup.
+        self.connection_counts: dict[str, int] = {}
+        self.channel_counts: dict[str, int] = {}
 
     def add_user(self, name: str, password: str, tags: list[str] | None = None) -> User:
         user = User(name, hash_password(password), tags or [])
@@ -204,6 +220,42 @@ class UserStore:
             # No empty tables left behind: an empty dict keeps publishes check-free.
             del perms[vhost]
         return True
+
+    def set_limit(self, user: str, key: str, value: int) -> None:
+        """Set one of ``user``'s limits; existing connections and channels stay."""
+        self.users[user].limits[key] = value
+
+    def clear_limit(self, user: str, key: str) -> bool:
+        """Drop one of ``user``'s limits; False when it had none."""
+        return self.users[user].limits.pop(key, None) is not None
+
+    def check_connection_limit(self, user: User) -> None:
+        """Refuse one more connection beyond the user's max-connections (530,
+        RabbitMQ 3.10's text)."""
+        cap = user.limit(MAX_CONNECTIONS)
+        if cap is not None and self.connection_counts.get(user.name, 0) >= cap:
+            raise NotAllowed(
+                f"connection refused for user '{user.name}': "
+                f"user connection limit ({cap}) is reached"
+            )
+
+    def check_channel_limit(self, user: User) -> None:
+        """Refuse one more channel beyond the user's max-channels, over all of its
+        connections (530, RabbitMQ 3.10's text)."""
+        cap = user.limit(MAX_CHANNELS)
+        if cap is not None and self.channel_counts.get(user.name, 0) >= cap:
+            raise NotAllowed(
+                f"number of channels opened for user '{user.name}' has reached "
+                f"the maximum allowed user limit of ({cap})"
+            )
+
+    def count_connection(self, name: str, delta: int) -> None:
+        """A connection of user ``name`` opened (+1) or closed (-1)."""
+        _count(self.connection_counts, name, delta)
+
+    def count_channel(self, name: str, delta: int) -> None:
+        """A channel of user ``name`` opened (+1) or closed (-1)."""
+        _count(self.channel_counts, name, delta)
 
     def delete_user(self, name: str) -> bool:
         """Remove the user, with its permissions and topic permissions."""
@@ -250,6 +302,14 @@ class UserStore:
         perm = None if table is None else table.get(exchange)
         if perm is not None and not perm.allows(kind, routing_key, variables):
             raise topic_refused(user, vhost, exchange, routing_key)
+
+
+def _count(counts: dict[str, int], name: str, delta: int) -> None:
+    n = counts.get(name, 0) + delta
+    if n > 0:
+        counts[name] = n
+    else:  # no entries left for users without connections
+        counts.pop(name, None)
 
 
 def topic_refused(user: User, vhost: str, exchange: str, routing_key: str) -> AccessRefused:

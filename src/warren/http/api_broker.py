@@ -366,9 +366,7 @@ async def delete_user(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
     name = ctx.params[0]
     _user(ctx, name)
-    ctx.node.users.delete_user(name)  # with its permissions and topic permissions
-    ctx.state.user_limits.pop(name, None)
-    ctx.state.save()
+    ctx.node.users.delete_user(name)  # with its permissions, topic permissions, limits
     ctx.node.save_users()
     return web.Response(status=NO_CONTENT)
 

@@ -1,7 +1,7 @@
 """/api/definitions: RabbitMQ's definitions export and import, node-wide or per vhost.
 
 The core's part is definitions_json.py (topic permissions included); this adds
-what only the API keeps (vhost metadata, user limits, global parameters, in
+what only the API keeps (vhost metadata, global parameters, in
 mgmt.json) and applies an import step by step, giving the loop back every
 SLICE objects.
 """
@@ -49,8 +49,6 @@ async def get_definitions(ctx: Ctx) -> web.StreamResponse:
         meta = state.vhost_metadata.get(v["name"])
         if meta:
             v["metadata"] = {"description": meta["description"], "tags": list(meta["tags"])}
-    for u in data["users"]:
-        u["limits"] = dict(state.user_limits.get(u["name"], {}))
     data["global_parameters"] = [
         {"name": k, "value": v} for k, v in sorted(state.global_parameters.items())
     ]
@@ -100,7 +98,7 @@ async def post_definitions(ctx: Ctx) -> web.StreamResponse:
 
 def _import_api_state(ctx: Ctx, data: dict[str, Any]) -> None:
     """The parts of a definitions file the core skips and the API keeps: vhost
-    metadata, user limits, global parameters (checked loosely: the core import has
+    metadata, global parameters (checked loosely: the core import has
     accepted the document)."""
     state = ctx.state
     for v in _records(data, "vhosts"):
@@ -110,12 +108,6 @@ def _import_api_state(ctx: Ctx, data: dict[str, Any]) -> None:
             state.vhost_metadata[str(v.get("name"))] = {
                 "description": str(meta.get("description", "")),
                 "tags": parse_tags(tags) if isinstance(tags, str | list) else [],
-            }
-    for u in _records(data, "users"):
-        limits = u.get("limits")
-        if isinstance(limits, dict) and limits:
-            state.user_limits[str(u.get("name"))] = {
-                k: n for k, n in limits.items() if isinstance(n, int)
             }
     for g in _records(data, "global_parameters"):
         name = g.get("name")

@@ -1,9 +1,9 @@
 """Policies, operator policies, vhost and user limits, runtime and global parameters.
 
 Policies and limits are the core's (VHost.set_policy, set_limits: RabbitMQ's
-validation and texts). User limits, and parameters of components Warren
-lacks (shovel, federation), are what RabbitMQ would list without them:
-user limits are stored and listed but not enforced (docs/http-api.md).
+validation and texts; user limits: User.limits, enforced). Parameters of
+components Warren lacks (shovel, federation) are what RabbitMQ would list
+without them.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from warren.core.runtime_parameters import ValidationFailed, is_int, validate_limits
+from warren.core.users import USER_LIMIT_KEYS
 from warren.core.vhost import VHost
 from warren.http import formats
 from warren.http.common import (
@@ -29,7 +30,6 @@ from warren.http.common import (
 )
 from warren.http.state import Router
 
-USER_LIMIT_KEYS = ("max-connections", "max-channels")
 #: The components whose parameters Warren keeps (they are its policies and limits).
 KNOWN_COMPONENTS = ("operator_policy", "vhost-limits")
 
@@ -178,17 +178,18 @@ async def delete_vhost_limit(ctx: Ctx) -> web.StreamResponse:
 
 async def list_user_limits(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
-    limits = ctx.state.user_limits
+    users = ctx.node.users.users
     if ctx.params:
-        if ctx.params[0] not in ctx.node.users.users:
+        if ctx.params[0] not in users:
             raise not_found()
-        limits = {k: v for k, v in limits.items() if k == ctx.params[0]}
-    items = [{"user": user, "value": dict(value)} for user, value in limits.items() if value]
+        users = {ctx.params[0]: users[ctx.params[0]]}
+    items = [{"user": u.name, "value": dict(u.limits)} for u in users.values() if u.limits]
     return await list_response(ctx, items, ("user",))
 
 
 async def put_user_limit(ctx: Ctx) -> web.StreamResponse:
-    """Stored and listed as RabbitMQ does; Warren does not enforce user limits yet."""
+    """Set one limit (the user's others stay), kept in users.json and enforced from
+the next connection or channel on."""
     ctx.require(ADMIN)
     user, name = ctx.params
     if user not in ctx.node.users.users:
@@ -198,20 +199,17 @@ async def put_user_limit(ctx: Ctx) -> web.StreamResponse:
         raise bad_request(f"Validation failed\n\nUnrecognised terms [{{<<\"{name}\">>,...}}]\n")
     if not is_int(value):
         raise bad_request(f"Validation failed\n\n{name} should be a number, actually was {value}\n")
-    ctx.state.user_limits.setdefault(user, {})[name] = value
-    ctx.state.save()
+    ctx.node.users.set_limit(user, name, value)
+    ctx.node.save_users()
     return web.Response(status=204)
 
 
 async def delete_user_limit(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
     user, name = ctx.params
-    if name not in ctx.state.user_limits.get(user, {}):
+    if user not in ctx.node.users.users or not ctx.node.users.clear_limit(user, name):
         raise not_found()
-    del ctx.state.user_limits[user][name]
-    if not ctx.state.user_limits[user]:
-        del ctx.state.user_limits[user]
-    ctx.state.save()
+    ctx.node.save_users()
     return web.Response(status=204)
 
 

@@ -78,13 +78,12 @@ class Router:
 class ApiState:
     """Settings the management API accepts that the core has no place for, kept in
     ``<data_dir>/mgmt.json`` (a few entries: written whole at every change). Topic
-    permissions were kept here too; the core has them now, in users.json, and moves
-    old entries there when it loads its users (store/users_file.py)."""
+    permissions and user limits were kept here too; the core has them now, in
+    users.json, and moves old entries there when it loads its users
+    (store/users_file.py)."""
 
     #: vhost -> {"description": ..., "tags": [...]}.
     vhost_metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: user -> {"max-connections": n, "max-channels": n}: stored and listed, not enforced.
-    user_limits: dict[str, dict[str, int]] = field(default_factory=dict)
     #: name -> value (cluster_name lives on the node).
     global_parameters: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
@@ -96,7 +95,6 @@ class ApiState:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             state.vhost_metadata = dict(data.get("vhost_metadata", {}))
-            state.user_limits = dict(data.get("user_limits", {}))
             state.global_parameters = dict(data.get("global_parameters", {}))
         except FileNotFoundError:
             pass
@@ -109,7 +107,6 @@ class ApiState:
             return
         data = {
             "vhost_metadata": self.vhost_metadata,
-            "user_limits": self.user_limits,
             "global_parameters": self.global_parameters,
         }
         try:

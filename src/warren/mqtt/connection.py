@@ -77,6 +77,7 @@ _V3_CONNACK = {
     P.NOT_AUTHORIZED: P.V311_NOT_AUTHORIZED,
     P.SERVER_UNAVAILABLE: P.V311_SERVER_UNAVAILABLE,
     P.CONNECTION_RATE_EXCEEDED: P.V311_SERVER_UNAVAILABLE,
+    P.QUOTA_EXCEEDED: P.V311_SERVER_UNAVAILABLE,
 }
 
 
@@ -321,6 +322,13 @@ class MQTTConnection(Subscriptions):
             client_id = assigned = "warren-" + secrets.token_hex(8)
         if len(client_id.encode("utf-8", "surrogateescape")) > MAX_CLIENT_ID_BYTES:
             return P.CLIENT_IDENTIFIER_NOT_VALID
+        if self.node.at_connection_max():
+            log.warning(
+                "%s: MQTT connection refused: max_connections (%d) reached",
+                self.name,
+                self.state.config.max_connections,
+            )
+            return P.QUOTA_EXCEEDED
         auth = self.state.authenticate(
             pkt.username, pkt.password, self.peer[0] if self.peer else None
         )

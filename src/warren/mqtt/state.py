@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from warren.core.codec_errors import DecodeError
-from warren.core.errors import BrokerError
+from warren.core.errors import BrokerError, NotAllowed
 from warren.core.message import Message
 from warren.core.users import WRITE, User
 from warren.mqtt import properties as P
@@ -155,6 +155,12 @@ class MQTTState:
         if vhost not in self.node.vhosts:
             log.warning("MQTT login refused for user '%s': no vhost '%s'", name, vhost)
             return P.NOT_AUTHORIZED
+        if user.limits:
+            try:  # before the vhost access check, as RabbitMQ
+                self.node.users.check_connection_limit(user)
+            except NotAllowed as exc:
+                log.warning("MQTT login refused: %s", exc.text)
+                return P.QUOTA_EXCEEDED
         if vhost not in user.permissions:
             log.warning("MQTT login refused: user '%s' has no access to vhost '%s'", name, vhost)
             return P.NOT_AUTHORIZED

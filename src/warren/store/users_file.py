@@ -1,5 +1,5 @@
-"""users.json: users, password hashes, permissions and topic permissions, in
-RabbitMQ's terms."""
+"""users.json: users, password hashes, permissions, topic permissions and user
+limits, in RabbitMQ's terms."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from warren.core.users import (
     SHA256,
+    USER_LIMIT_KEYS,
     Permission,
     TopicPermission,
     User,
@@ -20,8 +21,8 @@ from warren.store.layout import write_json_atomically
 
 log = logging.getLogger("warren.store")
 
-#: The management API's file next to users.json; it kept topic permissions before
-#: the core did (see _migrate_topic_permissions).
+#: The management API's file next to users.json; it kept topic permissions and user
+#: limits before the core did (see _migrate_topic_permissions, _migrate_user_limits).
 MGMT_FILE = "mgmt.json"
 
 
@@ -46,25 +47,56 @@ def load_users(path: Path) -> UserStore:
                     exchange: TopicPermission(perm["write"], perm["read"])
                     for exchange, perm in table.items()
                 }
+            user.limits = _limits(rec.get("limits", {}))
             store.users[user.name] = user
         except (KeyError, TypeError, AttributeError) as exc:
             log.error("%s: skipping malformed user record (%s)", path, exc)
-    _migrate_topic_permissions(store, path)
+    _migrate_from_mgmt(store, path)
     return store
 
 
-def _migrate_topic_permissions(store: UserStore, path: Path) -> None:
-    """Move the topic permissions an older Warren kept in mgmt.json (stored, never
-    enforced) into users.json, once: users.json is written first, so a crash in
-    between only repeats the (idempotent) move at the next start."""
+def _limits(raw: Any) -> dict[str, int]:
+    """The user limits of a record: known keys with integer values only."""
+    if not isinstance(raw, dict):
+        raise TypeError(f"limits must be an object, not {raw!r}")
+    return {
+        k: v
+        for k, v in raw.items()
+        if k in USER_LIMIT_KEYS and isinstance(v, int) and not isinstance(v, bool)
+    }
+
+
+def _migrate_from_mgmt(store: UserStore, path: Path) -> None:
+    """Move what an older Warren kept in mgmt.json (stored, never enforced) into
+    users.json, once: users.json is written first, so a crash in between only
+    repeats the (idempotent) move at the next start."""
     mgmt = path.parent / MGMT_FILE
     try:
         data: Any = json.loads(mgmt.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return  # none, or unreadable: the management API reports that itself
-    if not isinstance(data, dict) or "topic_permissions" not in data:
+    if not isinstance(data, dict) or not ("topic_permissions" in data or "user_limits" in data):
         return
-    records = data.pop("topic_permissions")
+    moved = _migrate_topic_permissions(store, data, mgmt)
+    moved_limits = _migrate_user_limits(store, data, mgmt)
+    try:
+        save_users(store, path)
+        write_json_atomically(mgmt, data)
+    except OSError as exc:
+        log.error("cannot move topic permissions and limits from %s to %s: %s", mgmt, path, exc)
+        return
+    log.info(
+        "moved %d topic permission(s) and the limits of %d user(s) from %s to %s",
+        moved,
+        moved_limits,
+        mgmt,
+        path,
+    )
+
+
+def _migrate_topic_permissions(store: UserStore, data: dict[str, Any], mgmt: Path) -> int:
+    """Take mgmt.json's topic permissions into ``store``; how many were moved."""
+    records = data.pop("topic_permissions", [])
     moved = 0
     for rec in records if isinstance(records, list) else []:
         keys = ("user", "vhost", "exchange", "write", "read")
@@ -76,13 +108,26 @@ def _migrate_topic_permissions(store: UserStore, path: Path) -> None:
             continue
         store.set_topic_permission(*(rec[k] for k in keys))
         moved += 1
-    try:
-        save_users(store, path)
-        write_json_atomically(mgmt, data)
-    except OSError as exc:
-        log.error("cannot move topic permissions from %s to %s: %s", mgmt, path, exc)
-        return
-    log.info("moved %d topic permission(s) from %s to %s", moved, mgmt, path)
+    return moved
+
+
+def _migrate_user_limits(store: UserStore, data: dict[str, Any], mgmt: Path) -> int:
+    """Take mgmt.json's user limits ({user: {key: n}}) into ``store``; how many
+    users' limits were moved."""
+    table = data.pop("user_limits", {})
+    moved = 0
+    for name, limits in table.items() if isinstance(table, dict) else ():
+        user = store.users.get(name)
+        if user is None:
+            log.warning("%s: limits of missing user '%s' dropped", mgmt, name)
+            continue
+        try:
+            user.limits.update(_limits(limits))
+        except TypeError:
+            log.error("%s: skipping malformed limits of user '%s': %r", mgmt, name, limits)
+            continue
+        moved += 1
+    return moved
 
 
 def save_users(store: UserStore, path: Path) -> None:
@@ -100,6 +145,7 @@ def save_users(store: UserStore, path: Path) -> None:
                 vhost: {x: {"write": p.write, "read": p.read} for x, p in table.items()}
                 for vhost, table in u.topic_permissions.items()
             },
+            "limits": dict(u.limits),
         }
         for u in store.users.values()
     ]
