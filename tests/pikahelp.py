@@ -27,6 +27,15 @@ def connect(broker: Any, **kwargs: Any) -> BlockingConnection:
     return pika.BlockingConnection(params(broker, **kwargs))
 
 
+def can_login(broker: Any, user: str, password: str) -> bool:
+    """Whether ``user`` gets a connection to ``broker`` with ``password``."""
+    try:
+        connect(broker, credentials=pika.PlainCredentials(user, password)).close()
+    except (pika.exceptions.ProbableAuthenticationError, pika.exceptions.ProbableAccessDeniedError):
+        return False
+    return True
+
+
 def uniq(prefix: str = "q") -> str:
     """A name no other test uses: ``test-<prefix>-<random hex>``."""
     return f"test-{prefix}-{uuid.uuid4().hex[:10]}"

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import bcrypt
-import pika
 import pytest
 from conftest import BrokerThread, start_broker
+from pikahelp import can_login
 
 from warren.core.users import BCRYPT, MD5, SHA256, SHA512, check_password, hash_password
 from warren.definitions_json import export_definitions, import_definitions
@@ -41,21 +41,6 @@ def test_bcrypt() -> None:
     assert not check_password("s3cret", "", SHA256)  # no password: no password login
 
 
-def _login(b: BrokerThread, user: str, password: str) -> bool:
-    try:
-        pika.BlockingConnection(
-            pika.ConnectionParameters(
-                "127.0.0.1",
-                b.port,
-                credentials=pika.PlainCredentials(user, password),
-                connection_attempts=1,
-            )
-        ).close()
-    except pika.exceptions.ProbableAuthenticationError:
-        return False
-    return True
-
-
 def test_imported_hashes_log_in_and_survive_a_restart(tmp_path: Path) -> None:
     users = [
         ("u256", rabbit_hash("p256", hashlib.sha256), "rabbit_password_hashing_sha256"),
@@ -81,8 +66,8 @@ def test_imported_hashes_log_in_and_survive_a_restart(tmp_path: Path) -> None:
             ("umd5", "pmd5"),
             ("ubc", "pbc"),
         ):
-            assert _login(b, name, password), name
-            assert not _login(b, name, password + "x"), name
+            assert can_login(b, name, password), name
+            assert not can_login(b, name, password + "x"), name
         exported = b.call(lambda: export_definitions(b.broker))
     finally:
         b.stop()
@@ -93,7 +78,7 @@ def test_imported_hashes_log_in_and_survive_a_restart(tmp_path: Path) -> None:
     assert {u["name"]: u["hashing_algorithm"] for u in saved["users"]}["u512"] == SHA512
     b = start_broker(tmp_path / "data")
     try:
-        assert _login(b, "u512", "p512") and _login(b, "ubc", "pbc")
+        assert can_login(b, "u512", "p512") and can_login(b, "ubc", "pbc")
     finally:
         b.stop()
 
@@ -121,7 +106,7 @@ def test_management_api_takes_a_sha512_hash(broker: BrokerThread) -> None:
         )
         with urllib.request.urlopen(req, timeout=10) as resp:
             assert resp.status in (201, 204)
-    assert _login(broker, "api-user", "api512")
+    assert can_login(broker, "api-user", "api512")
     req = urllib.request.Request(
         f"http://127.0.0.1:{http.port}/api/users/api-user", headers={"Authorization": auth}
     )

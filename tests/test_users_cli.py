@@ -5,26 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pika
 import pytest
-from conftest import BrokerThread, start_broker
+from conftest import start_broker
+from pikahelp import can_login
 
 from warren.cli import main as warren_main
-
-
-def can_login(b: BrokerThread, user: str, password: str) -> bool:
-    try:
-        pika.BlockingConnection(
-            pika.ConnectionParameters(
-                "127.0.0.1",
-                b.port,
-                credentials=pika.PlainCredentials(user, password),
-                connection_attempts=1,
-            )
-        ).close()
-    except (pika.exceptions.ProbableAuthenticationError, pika.exceptions.ProbableAccessDeniedError):
-        return False
-    return True
 
 
 def test_first_administrator_before_the_first_start(
