@@ -12,6 +12,7 @@
 #                  (needs root and apt-get; otherwise tests/ui skip)
 #   make mosquitto install Debian's mosquitto for tests/test_perf_mqtt.py and
 #                  bench/mqtt_*.py when it is missing (root and apt-get; else they skip)
+#   make soak      the soak test for 10 minutes (make test runs it for 60 s)
 #   make lint      ruff + mypy
 #   make spec      regenerate src/warren/amqp/spec.py
 #   make clean     remove build and cache artefacts (keeps $(VENV) and ./data)
@@ -27,7 +28,7 @@ STAMP = $(VENV)/.installed
 # .ci/run needs them. Empty by default, so interactive runs leave no file.
 PYTEST_STATUS_FILE ?=
 
-.PHONY: install build run test lint spec clean browser mosquitto
+.PHONY: install build run test lint spec clean browser soak mosquitto
 
 # Reinstall whenever pyproject.toml or setup.py changes (dependencies, entry
 # points, the compiled modules).
@@ -96,6 +97,12 @@ test: $(STAMP) $(SHARED_LIBRARY) browser mosquitto
 	if [ "$$status" = 0 ] || { [ "$$status" = 5 ] && [ "$$pure" != 0 ]; }; then status=$$pure; fi; \
 	if [ -n "$(PYTEST_STATUS_FILE)" ]; then echo "$$status" > "$(PYTEST_STATUS_FILE)"; fi; \
 	exit $$status
+
+# The soak test (tests/test_soak.py) for 10 minutes instead of make test's 60 s:
+# churn and malformed clients against one broker while a confirmed publisher and
+# an acking consumer must lose nothing and never wait more than 1 s.
+soak: $(STAMP) $(SHARED_LIBRARY)
+	WARREN_SOAK_SECONDS=$${WARREN_SOAK_SECONDS:-600} $(PY) -m pytest -q -s tests/test_soak.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests tools bench examples
