@@ -13,6 +13,7 @@
 #   make mosquitto install Debian's mosquitto for tests/test_perf_mqtt.py and
 #                  bench/mqtt_*.py when it is missing (root and apt-get; else they skip)
 #   make soak      the soak test for 10 minutes (make test runs it for 60 s)
+#   make fuzz      atheris on the codecs, FUZZ_SECONDS (300) per target
 #   make lint      ruff + mypy
 #   make spec      regenerate src/warren/amqp/spec.py
 #   make clean     remove build and cache artefacts (keeps $(VENV) and ./data)
@@ -28,7 +29,7 @@ STAMP = $(VENV)/.installed
 # .ci/run needs them. Empty by default, so interactive runs leave no file.
 PYTEST_STATUS_FILE ?=
 
-.PHONY: install build run test lint spec clean browser soak mosquitto
+.PHONY: install build run test lint spec clean browser soak fuzz mosquitto
 
 # Reinstall whenever pyproject.toml or setup.py changes (dependencies, entry
 # points, the compiled modules).
@@ -103,6 +104,16 @@ test: $(STAMP) $(SHARED_LIBRARY) browser mosquitto
 # an acking consumer must lose nothing and never wait more than 1 s.
 soak: $(STAMP) $(SHARED_LIBRARY)
 	WARREN_SOAK_SECONDS=$${WARREN_SOAK_SECONDS:-600} $(PY) -m pytest -q -s tests/test_soak.py
+
+# Coverage-guided fuzzing of the codecs (tools/fuzz.py, atheris from PyPI) for
+# FUZZ_SECONDS per target, pure Python so atheris sees every line.
+FUZZ_SECONDS ?= 300
+fuzz: $(STAMP)
+	@$(PY) -c 'import atheris' 2>/dev/null || $(PY) -m pip install -q atheris
+	@for t in $$($(PY) tools/fuzz.py --list | sed 's/^targets: //; s/,//g'); do \
+		echo "== fuzz $$t ($(FUZZ_SECONDS) s)"; \
+		WARREN_PURE_PYTHON=1 $(PY) tools/fuzz.py $$t -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 || exit 1; \
+	done
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests tools bench examples

@@ -1,0 +1,86 @@
+"""Fuzz targets: Warren's codecs given arbitrary bytes, shared by the bounded
+hypothesis run in `make test` (tests/test_codec_fuzz.py) and the long atheris
+run of `make fuzz` (tools/fuzz.py).
+
+A target may refuse its input only with the codecs' own errors
+(``DecodeError`` and its subclasses, ``UnsafeValue``; for MQTT the
+``MQTTCodecError`` subclasses, also DecodeErrors): anything else escaping is a
+crash, a bug to turn into a regression test. What decodes must also encode
+again, and decode to the same thing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+from warren.amqp import spec
+from warren.amqp.frames import split_header_payload
+from warren.core import properties as props
+from warren.core.codec_errors import DecodeError, UnsafeValue
+from warren.core.table import decode_table, encode_table, validate_table
+from warren.mqtt.codec import Decoder, encode
+
+#: The errors a codec may refuse input with.
+REFUSALS = (DecodeError, UnsafeValue)
+
+
+def amqp_method(data: bytes) -> None:
+    """A method frame's payload (class, method, arguments)."""
+    try:
+        method = spec.decode_method(data)
+    except REFUSALS:
+        return
+    again = spec.decode_method(method.encode())
+    assert again == method, (method, again)
+
+
+def amqp_table(data: bytes) -> None:
+    """A field table (headers, arguments, client properties)."""
+    with contextlib.suppress(*REFUSALS):
+        validate_table(data, 0, len(data))
+    try:
+        table, _ = decode_table(data, 0)
+    except REFUSALS:
+        return
+    try:
+        encoded = encode_table(table)
+    except (ValueError, TypeError):
+        return  # e.g. a decoded value the encoder will not write back (a NaN decimal)
+    assert decode_table(encoded, 0)[0] == table or table != table  # NaN never equals
+
+
+def amqp_content_header(data: bytes) -> None:
+    """A content header frame's payload: class, weight, body size, properties."""
+    try:
+        _, _, raw = split_header_payload(data)
+    except REFUSALS:
+        return
+    try:
+        props.validate_properties(bytes(raw))
+        props.peek_headers(bytes(raw))
+        props.peek_expiration(bytes(raw))
+        props.decode_properties(bytes(raw))
+    except REFUSALS:
+        return
+
+
+def mqtt_stream(data: bytes) -> None:
+    """Bytes from an MQTT client: as the first bytes of a connection, and after a
+    CONNECT at each protocol level."""
+    for level in (None, 4, 5):
+        decoder = Decoder(level=level, max_packet_size=1 << 20)
+        try:
+            packets = decoder.feed(data)
+        except DecodeError:
+            continue
+        for packet in packets:
+            encode(packet, level or 4)
+
+
+TARGETS: dict[str, Callable[[bytes], None]] = {
+    "amqp-method": amqp_method,
+    "amqp-table": amqp_table,
+    "amqp-content-header": amqp_content_header,
+    "mqtt": mqtt_stream,
+}
