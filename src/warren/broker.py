@@ -32,6 +32,7 @@ from warren.definitions_json import (
     import_definitions,
     read_definitions,
 )
+from warren.memory import resident_bytes, total_bytes
 from warren.store.definitions import DefinitionsLog
 from warren.store.layout import DataDir
 from warren.store.priority_store import PriorityStore, level_name
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("warren")
 
 DISK_CHECK_INTERVAL = 1.0
+#: Resource alarms in the order RabbitMQ names them in connection.blocked's reason.
+ALARM_RESOURCES = ("memory", "disk")
 
 
 def _raise_fd_limit() -> None:
@@ -94,7 +97,16 @@ class Broker:
         self.connections_opened = 0
         self.connections_closed = 0
         self.cluster_name = f"warren@{socket.gethostname()}"
+        #: Raised resource alarms ("memory", "disk"); while any is, publishing
+        #: connections are blocked (connection.blocked), as RabbitMQ's are.
+        self.alarms: set[str] = set()
         self.disk_alarm = False
+        self.mem_alarm = False
+        #: The broker's memory use (bytes) as last sampled; tests inject the reader.
+        self.memory_reader: Callable[[], int] = resident_bytes
+        self.total_memory = total_bytes()
+        self.mem_used = 0
+        self.mem_limit = self.memory_limit()
         self.syncer: GroupSync | None = None
         #: The whole broker's message counters (the overview's message_stats).
         self.stats = MessageStats()
@@ -372,7 +384,7 @@ class Broker:
         self.connections_opened += 1
         if conn.user is not None:
             self.users.count_connection(conn.user.name, 1)
-        if self.disk_alarm:
+        if self.alarms:
             conn.set_blocked(True)
 
     def connection_closed(self, conn: ClientConnection) -> None:
@@ -386,10 +398,11 @@ class Broker:
         cap = self.config.max_connections
         return bool(cap) and len(self.connections) >= cap
 
-    # -- free-disk alarm --------------------------------------------------------------------
+    # -- resource alarms (free disk, memory) -------------------------------------------------
     def _check_disk(self) -> None:
         assert self._loop is not None
         self.check_disk()
+        self.check_memory()
         self._disk_timer = self._loop.call_later(DISK_CHECK_INTERVAL, self._check_disk)
         self._check_consumer_timeouts()
         interval = self.config.collect_statistics_interval / 1000
@@ -435,7 +448,6 @@ class Broker:
             return self.disk_alarm
         alarm = bool(limit) and free < limit
         if alarm != self.disk_alarm:
-            self.disk_alarm = alarm
             if alarm:
                 log.warning(
                     "free disk %d bytes is below free_disk_min %d: blocking publishers",
@@ -443,7 +455,64 @@ class Broker:
                     limit,
                 )
             else:
-                log.info("free disk %d bytes is back above free_disk_min: unblocking", free)
-            for conn in list(self.connections):
-                conn.set_blocked(alarm)
+                log.info("free disk %d bytes is back above free_disk_min", free)
+            self.set_alarm("disk", alarm)
         return alarm
+
+    def memory_limit(self) -> int:
+        """Bytes of memory the broker may use before the memory alarm is raised:
+        ``memory_high_watermark_absolute``, else that fraction of the RAM."""
+        absolute = self.config.memory_high_watermark_absolute
+        if absolute:
+            return absolute
+        return int(self.total_memory * self.config.memory_high_watermark)
+
+    def check_memory(self) -> bool:
+        """Sample the broker's memory use; raise the memory alarm above the limit and
+        clear it at or below (RabbitMQ's vm_memory_monitor: no hysteresis). A limit of
+        0 blocks every publisher, as a watermark of 0 does in RabbitMQ."""
+        try:
+            used = self.memory_reader()
+        except OSError:
+            log.exception("cannot read the broker's memory use")
+            return self.mem_alarm
+        limit = self.memory_limit()
+        self.mem_used = used
+        self.mem_limit = limit
+        known = bool(self.total_memory or self.config.memory_high_watermark_absolute)
+        alarm = known and used > limit
+        if alarm != self.mem_alarm:
+            if alarm:
+                log.warning(
+                    "memory use %d bytes is above the memory high watermark %d: "
+                    "blocking publishers",
+                    used,
+                    limit,
+                )
+            else:
+                log.info("memory use %d bytes is back below the memory high watermark", used)
+            self.set_alarm("memory", alarm)
+        return alarm
+
+    def set_alarm(self, resource_name: str, raised: bool) -> None:
+        """Raise or clear one resource alarm; publishers are blocked when the first
+        is raised and unblocked when the last clears."""
+        was_blocking = bool(self.alarms)
+        if raised:
+            self.alarms.add(resource_name)
+        else:
+            self.alarms.discard(resource_name)
+        self.disk_alarm = "disk" in self.alarms
+        self.mem_alarm = "memory" in self.alarms
+        blocking = bool(self.alarms)
+        if blocking != was_blocking:
+            if not blocking:
+                log.info("every resource alarm cleared: unblocking publishers")
+            for conn in list(self.connections):
+                conn.set_blocked(blocking)
+
+    def blocked_reason(self) -> str:
+        """connection.blocked's reason, as RabbitMQ words it: "low on memory",
+        "low on disk", "low on memory & disk"."""
+        raised = [r for r in ALARM_RESOURCES if r in self.alarms]
+        return "low on " + " & ".join(raised)

@@ -87,6 +87,13 @@ class Config:
     sync: bool = True
     #: Bytes of free disk below which publishers are blocked (connection.blocked).
     free_disk_min: int = 50 * 1024 * 1024
+    #: Fraction of the machine's RAM (or of the cgroup limit, when smaller) the
+    #: broker's resident memory may reach before publishers are blocked, as
+    #: RabbitMQ's vm_memory_high_watermark.relative; 0 disables the alarm.
+    memory_high_watermark: float = 0.4
+    #: Bytes; when non-zero, the memory limit instead of the fraction (RabbitMQ's
+    #: vm_memory_high_watermark.absolute).
+    memory_high_watermark_absolute: int = 0
     #: Milliseconds a delivery may stay unacknowledged before its channel is closed
     #: (406), as RabbitMQ's consumer_timeout; 0 disables. x-consumer-timeout on a
     #: queue overrides it.
@@ -232,6 +239,16 @@ def _parse_int(raw: str) -> int:
     return int(text)
 
 
+_FLOAT_RE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)")
+
+
+def _parse_float(raw: str) -> float:
+    text = raw.strip()
+    if not _FLOAT_RE.fullmatch(text):
+        raise ValueError("not a number")
+    return float(text)
+
+
 def _parse_str(raw: str) -> str:
     return raw.strip()
 
@@ -272,6 +289,8 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "loopback_users"): ("loopback_users", _parse_user_list),
     ("main", "segment_size"): ("segment_size", _parse_int),
     ("main", "free_disk_min"): ("free_disk_min", _parse_int),
+    ("main", "memory_high_watermark"): ("memory_high_watermark", _parse_float),
+    ("main", "memory_high_watermark_absolute"): ("memory_high_watermark_absolute", _parse_int),
     ("main", "consumer_timeout"): ("consumer_timeout", _parse_int),
     ("main", "collect_statistics_interval"): ("collect_statistics_interval", _parse_int),
     ("main", "sync"): ("sync", _parse_bool),
@@ -325,6 +344,14 @@ def _int_in(low: int, high: int) -> Callable[[Any], str | None]:
         return None
 
     return check
+
+
+def _fraction(value: Any) -> str | None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "must be a number"
+    if not 0 <= value <= 1:
+        return "must be between 0 and 1"
+    return None
 
 
 def _non_empty_str(value: Any) -> str | None:
@@ -385,6 +412,8 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "segment_size": _int_in(64 * 1024, 2**31 - 1),
     "sync": _bool,
     "free_disk_min": _int_in(0, 2**63 - 1),
+    "memory_high_watermark": _fraction,
+    "memory_high_watermark_absolute": _int_in(0, 2**63 - 1),
     "consumer_timeout": _int_in(0, 2**63 - 1),
     "collect_statistics_interval": _int_in(0, 86_400_000),
     "load_definitions": _optional_path,

@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from warren import __version__
 from warren.core.stats import COUNTERS, MessageStats
+from warren.memory import resident_bytes
 
 if TYPE_CHECKING:
     from warren.node import Node
@@ -85,6 +86,8 @@ class Snapshot:
     disk_alarm: bool = False
     disk_free: int = 0
     disk_limit: int = 0
+    mem_alarm: bool = False
+    mem_limit: int = 0
     #: The broker's message counters (live and closed channels of every vhost).
     totals: tuple[int, ...] = (0,) * len(COUNTERS)
     #: (vhost, queue, ready, unacked, ready bytes, consumers, published)
@@ -100,6 +103,8 @@ async def snapshot(node: Node) -> Snapshot:
     snap.connections_closed = node.connections_closed
     snap.disk_alarm = node.disk_alarm
     snap.disk_limit = node.config.free_disk_min
+    snap.mem_alarm = node.mem_alarm
+    snap.mem_limit = node.mem_limit
     for key in _CHURN:
         snap.churn[key] = sum(getattr(v, key) for v in node.vhosts.values())
     totals = MessageStats()
@@ -174,7 +179,17 @@ def _families(snap: Snapshot, per_object: bool) -> Iterator[Metric]:
         1 if snap.disk_alarm else 0,
     )
     yield GaugeMetricFamily(
-        "rabbitmq_process_resident_memory_bytes", "Memory used in bytes", _resident_bytes()
+        "rabbitmq_alarms_memory_used_watermark",
+        "is 1 if VM memory watermark alarm is in effect",
+        1 if snap.mem_alarm else 0,
+    )
+    yield GaugeMetricFamily(
+        "rabbitmq_resident_memory_limit_bytes",
+        "Memory high watermark in bytes",
+        snap.mem_limit,
+    )
+    yield GaugeMetricFamily(
+        "rabbitmq_process_resident_memory_bytes", "Memory used in bytes", resident_bytes()
     )
     yield GaugeMetricFamily("rabbitmq_process_open_fds", "Open file descriptors", _open_fds())
     for key, help_text in _CHURN.items():
@@ -217,14 +232,6 @@ def _queue_families(snap: Snapshot, per_object: bool) -> Iterable[Metric]:
         )
     out.append(counter)
     return out
-
-
-def _resident_bytes() -> int:
-    try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _max_fds() -> int:

@@ -80,7 +80,13 @@ class Node(Protocol):
     users: UserStore
     vhosts: dict[str, VHost]
     cluster_name: str
+    #: Raised resource alarms ("memory", "disk"): while any is, publishers are blocked.
+    alarms: set[str]
     disk_alarm: bool
+    mem_alarm: bool
+    #: Bytes: the broker's memory use as last sampled, and the memory alarm's limit.
+    mem_used: int
+    mem_limit: int
     syncer: GroupSync | None
     #: Open client connections of every protocol (those that opened a vhost), and
     #: how many opened and closed so far.
@@ -114,6 +120,10 @@ class Node(Protocol):
         """``conn`` logged in and opened a vhost: listed, counted for its user."""
 
     def connection_closed(self, conn: ClientConnection) -> None: ...
+
+    def blocked_reason(self) -> str:
+        """connection.blocked's reason for the raised alarms ("low on memory", ...)."""
+        ...
 
     def at_connection_max(self) -> bool:
         """Whether ``max_connections`` client connections are open: one more is refused."""

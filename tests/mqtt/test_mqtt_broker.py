@@ -485,3 +485,31 @@ def test_server_keep_alive_and_session_expiry_cap(tmp_path: Path) -> None:
         c.close()
     finally:
         b.stop()
+
+
+def test_memory_alarm_pauses_publishers(mq: BrokerThread, clients: list[Client]) -> None:
+    """While the memory alarm is raised MQTT connections are not read: a PUBLISH
+    waits in the socket and is routed once the alarm clears."""
+    reading = [0]
+
+    def set_memory(used: int) -> bool:
+        reading[0] = used
+        mq.broker.memory_reader = lambda: reading[0]
+        return mq.broker.check_memory()
+
+    sub = client(mq, clients, client_id="sub", protocol=V5)
+    sub.connect()
+    sub.subscribe("alarm/#", qos=1)
+    pub = client(mq, clients, client_id="pub", protocol=V5)
+    pub.connect()
+    pub.publish("alarm/a", b"before", qos=1)
+    assert sub.next().payload == b"before"
+    limit = mq.call(mq.broker.memory_limit)
+    assert mq.call(lambda: set_memory(limit + 1)) is True
+    info = pub.paho.publish("alarm/b", b"during", qos=1)
+    assert sub.nothing_more()
+    assert not info.is_published()
+    assert mq.call(lambda: set_memory(limit)) is False
+    assert sub.next().payload == b"during"
+    info.wait_for_publish(10)
+    assert info.is_published()

@@ -161,7 +161,7 @@ class AMQPConnection:
         self.user: User | None = None
         self.vhost: VHost | None = None
         self.writable = True
-        # Free-disk alarm: a publishing connection is blocked (connection.blocked and
+        # Resource alarms (memory, free disk): a publishing connection is blocked (connection.blocked and
         # no more reads) until the alarm clears, as RabbitMQ does.
         self.blocked = False
         self.has_published = False
@@ -672,9 +672,10 @@ class AMQPConnection:
         if self._block_sent:
             return
         self._block_sent = True
-        log.info("%s: blocking publisher: free disk below free_disk_min", self.name)
+        reason = self.broker.blocked_reason()
+        log.info("%s: blocking publisher: %s", self.name, reason)
         if self.capabilities.get("connection.blocked"):
-            self.send_method(0, spec.ConnectionBlocked(reason="low on disk"))
+            self.send_method(0, spec.ConnectionBlocked(reason=reason))
         if self.reading_control is not None:
             self.reading_control(False)
 

@@ -183,7 +183,9 @@ def _node_info(ctx: Ctx) -> dict[str, Any]:
         "os_pid": str(__import__("os").getpid()),
         "disk_free_alarm": alarm,
         "disk_free_limit": ctx.node.config.free_disk_min,
-        "mem_alarm": False,
+        "mem_alarm": ctx.node.mem_alarm,
+        "mem_used": ctx.node.mem_used,
+        "mem_limit": ctx.node.mem_limit,
         "partitions": [],
         "applications": [
             {"name": "warren", "description": "Warren AMQP 0-9-1 broker", "version": __version__}
@@ -522,12 +524,13 @@ async def health_ok(ctx: Ctx) -> web.StreamResponse:
 
 
 async def health_alarms(ctx: Ctx) -> web.StreamResponse:
-    if ctx.node.disk_alarm:
+    if ctx.node.alarms:
+        raised = [r for r in ("memory", "disk") if r in ctx.node.alarms]
         return json_response(
             {
                 "status": "failed",
                 "reason": "resource alarm(s) in effect in the cluster",
-                "alarms": [{"node": node_name(), "resource": "disk"}],
+                "alarms": [{"node": node_name(), "resource": r} for r in raised],
             },
             503,
         )

@@ -574,7 +574,7 @@ class MQTTConnection(Subscriptions):
             except BrokerError:
                 self._refuse_publish(qos, pid, topic, P.NOT_AUTHORIZED)
                 return
-        if self.node.disk_alarm:
+        if self.node.alarms:
             self.set_blocked(True)
         now = self.now_ms or int(time.time() * 1000)
         if props is None and not self.no_local_subscriptions:
