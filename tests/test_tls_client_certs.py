@@ -18,7 +18,7 @@ from conftest import BrokerThread, start_broker
 from mqtt.mqttclient import V5, V311, Client
 
 from warren.config import Config, ConfigError
-from warren.tls import cert_login
+from warren.tls import TLSContexts, cert_login
 
 
 @pytest.fixture
@@ -80,10 +80,10 @@ def params(
     )
 
 
-def start_mechanisms(port: int, ctx: ssl.SSLContext | None) -> bytes:
+def start_mechanisms(port: int, ctx: ssl.SSLContext | None, host: str = "127.0.0.1") -> bytes:
     """The mechanisms field of the broker's connection.start."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
-        sock: socket.socket = ctx.wrap_socket(raw, server_hostname="127.0.0.1") if ctx else raw
+        sock: socket.socket = ctx.wrap_socket(raw, server_hostname=host) if ctx else raw
         sock.sendall(b"AMQP\x00\x00\x09\x01")
         data = b""
         while len(data) < 7 or len(data) < 8 + struct.unpack(">I", data[3:7])[0]:
@@ -239,3 +239,60 @@ def test_client_certificate_settings_checked(tmp_path: Path) -> None:
     config = Config.from_ini(ini)
     assert config.tls_ca_cert == "/etc/ca.pem" and config.tls_fail_if_no_peer_cert
     assert config.tls_verify_peer and config.tls_cert_login_from == "subject_alternative_name"
+
+
+def test_sni_selects_the_certificate_by_host_name(tmp_path: Path, ca: trustme.CA) -> None:
+    sni = tmp_path / "sni"
+    sni.mkdir()
+    _write(sni, "broker.example", ca.issue_cert("broker.example"))
+    _write(sni, "_wildcard.example.net", ca.issue_cert("*.example.net"))
+    (sni / "lonely.example.pem").write_text("no key beside it: ignored")
+    b = _broker(tmp_path, ca, tls_verify_peer=False, tls_sni_certs=str(sni))
+    try:
+
+        def connect(host: str) -> None:
+            ctx = client_context(ca)
+            p = params(b, ctx)
+            p.ssl_options = pika.SSLOptions(ctx, host)
+            pika.BlockingConnection(p).close()
+
+        connect("broker.example")  # its own certificate
+        connect("a.example.net")  # the wildcard one
+        connect("localhost")  # tls_cert (issued for 127.0.0.1 and localhost)
+        with pytest.raises((pika.exceptions.AMQPConnectionError, ssl.SSLError)):
+            connect("other.example")  # tls_cert does not name it
+    finally:
+        b.stop()
+
+
+def test_sni_directory_must_exist(tmp_path: Path, ca: trustme.CA) -> None:
+    with pytest.raises(OSError, match="tls_sni_certs"):
+        _broker(tmp_path, ca, tls_verify_peer=False, tls_sni_certs=str(tmp_path / "nosuch"))
+
+
+def test_sni_certificates_verify_clients_too(tmp_path: Path, ca: trustme.CA) -> None:
+    sni = tmp_path / "sni"
+    sni.mkdir()
+    _write(sni, "broker.example", ca.issue_cert("broker.example"))
+    b = _broker(tmp_path, ca, tls_sni_certs=str(sni))
+    try:
+        port = b.amqp_listener.tls_port
+        ctx = client_context(ca, ca.issue_cert("guest", common_name="guest"))
+        assert start_mechanisms(port, ctx, "broker.example") == b"EXTERNAL AMQPLAIN PLAIN"
+        assert start_mechanisms(port, client_context(ca), "broker.example") == b"AMQPLAIN PLAIN"
+    finally:
+        b.stop()
+
+
+def test_reload_reads_the_sni_directory_again(tmp_path: Path, ca: trustme.CA) -> None:
+    sni = tmp_path / "sni"
+    sni.mkdir()
+    chain, key = _write(tmp_path, "server", ca.issue_cert("127.0.0.1"))
+    contexts = TLSContexts(Config(tls_cert=chain, tls_key=key, tls_sni_certs=str(sni)))
+    ctx = contexts.context("the AMQP TLS port")
+    before = ctx.sni_callback
+    _write(sni, "new.example", ca.issue_cert("new.example"))
+    assert contexts.reload() and ctx.sni_callback is not before
+    (sni / "new.example.key").write_text("not a key")
+    with pytest.raises(OSError, match="new.example.pem/new.example.key in tls_sni_certs"):
+        contexts.reload()

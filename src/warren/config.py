@@ -118,6 +118,9 @@ class Config:
     #: The user a verified client certificate logs in as (AMQP EXTERNAL, MQTT):
     #: "common_name" or "subject_alternative_name" (the first DNS or email SAN).
     tls_cert_login_from: str = "common_name"
+    #: SNI ([main] tls_sni_certs): a directory of <hostname>.pem/<hostname>.key pairs
+    #: served to clients naming that host; others get tls_cert. None: no SNI.
+    tls_sni_certs: str | None = None
     #: AMQP over TLS (amqps, 5671 by convention; LavinMQ's [amqp] tls_port); -1: none.
     amqp_tls_port: int = -1
     #: The management API over HTTPS (15671 by convention; [mgmt] tls_port); -1: none.
@@ -307,6 +310,7 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "tls_verify_peer"): ("tls_verify_peer", _parse_bool),
     ("main", "tls_fail_if_no_peer_cert"): ("tls_fail_if_no_peer_cert", _parse_bool),
     ("main", "tls_cert_login_from"): ("tls_cert_login_from", _parse_str),
+    ("main", "tls_sni_certs"): ("tls_sni_certs", _parse_optional_path),
     ("amqp", "tls_port"): ("amqp_tls_port", _parse_int),
     ("mgmt", "tls_port"): ("http_tls_port", _parse_int),
     ("mqtt", "bind"): ("mqtt_bind", _parse_str),
@@ -424,6 +428,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "tls_verify_peer": _bool,
     "tls_fail_if_no_peer_cert": _bool,
     "tls_cert_login_from": _cert_login_from,
+    "tls_sni_certs": _optional_path,
     "amqp_tls_port": _int_in(-1, 65535),
     "http_tls_port": _int_in(-1, 65535),
     "mqtt_exchange": _non_empty_str,
