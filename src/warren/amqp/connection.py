@@ -493,10 +493,11 @@ class AMQPConnection:
             user = self.broker.users.authenticate(username, password)
         if user is None:
             log.warning(
-                "%s: login refused for user '%s' with %s: invalid credentials",
+                "%s: login refused for user '%s' with %s: %s",
                 self.name,
                 username,
                 mechanism,
+                "no such user (client certificate)" if external else "invalid credentials",
             )
             self._refuse_login_later(guard.failed(host), refusal)
             return
