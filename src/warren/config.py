@@ -116,6 +116,18 @@ class Config:
     tls_min_version: str = "1.2"
     #: OpenSSL cipher list for TLS 1.2 ([main] tls_ciphers); empty: OpenSSL's defaults.
     tls_ciphers: str = ""
+    #: Client certificates ([main] tls_ca_cert: the PEM CA bundle they are verified
+    #: against; tls_verify_peer: ask clients for one; tls_fail_if_no_peer_cert: require
+    #: it), as RabbitMQ's ssl_options cacertfile, verify and fail_if_no_peer_cert.
+    tls_ca_cert: str | None = None
+    tls_verify_peer: bool = False
+    tls_fail_if_no_peer_cert: bool = False
+    #: The user a verified client certificate logs in as (AMQP EXTERNAL, MQTT):
+    #: "common_name" or "subject_alternative_name" (the first DNS or email SAN).
+    tls_cert_login_from: str = "common_name"
+    #: SNI ([main] tls_sni_certs): a directory of <hostname>.pem/<hostname>.key pairs
+    #: served to clients naming that host; others get tls_cert. None: no SNI.
+    tls_sni_certs: str | None = None
     #: AMQP over TLS (amqps, 5671 by convention; LavinMQ's [amqp] tls_port); -1: none.
     amqp_tls_port: int = -1
     #: The management API over HTTPS (15671 by convention; [mgmt] tls_port); -1: none.
@@ -219,6 +231,10 @@ class Config:
             problem = check_field(f.name, value)
             if problem is not None:
                 raise ConfigError(f"invalid {f.name} {value!r}: {problem}")
+        if self.tls_verify_peer and not self.tls_ca_cert:
+            raise ConfigError("tls_verify_peer needs tls_ca_cert (the CA bundle to verify with)")
+        if self.tls_fail_if_no_peer_cert and not self.tls_verify_peer:
+            raise ConfigError("tls_fail_if_no_peer_cert needs tls_verify_peer = true")
 
     @property
     def logging_level(self) -> int:
@@ -309,6 +325,11 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "tls_key"): ("tls_key", _parse_optional_path),
     ("main", "tls_min_version"): ("tls_min_version", _parse_str),
     ("main", "tls_ciphers"): ("tls_ciphers", _parse_str),
+    ("main", "tls_ca_cert"): ("tls_ca_cert", _parse_optional_path),
+    ("main", "tls_verify_peer"): ("tls_verify_peer", _parse_bool),
+    ("main", "tls_fail_if_no_peer_cert"): ("tls_fail_if_no_peer_cert", _parse_bool),
+    ("main", "tls_cert_login_from"): ("tls_cert_login_from", _parse_str),
+    ("main", "tls_sni_certs"): ("tls_sni_certs", _parse_optional_path),
     ("amqp", "tls_port"): ("amqp_tls_port", _parse_int),
     ("mgmt", "tls_port"): ("http_tls_port", _parse_int),
     ("mqtt", "bind"): ("mqtt_bind", _parse_str),
@@ -386,6 +407,12 @@ def _tls_version(value: Any) -> str | None:
     return None if value in ("1.2", "1.3") else "must be 1.2 or 1.3"
 
 
+def _cert_login_from(value: Any) -> str | None:
+    if value in ("common_name", "subject_alternative_name"):
+        return None
+    return "must be common_name or subject_alternative_name"
+
+
 def _optional_path(value: Any) -> str | None:
     if value is None:
         return None
@@ -426,6 +453,11 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "tls_key": _optional_path,
     "tls_min_version": _tls_version,
     "tls_ciphers": _any_str,
+    "tls_ca_cert": _optional_path,
+    "tls_verify_peer": _bool,
+    "tls_fail_if_no_peer_cert": _bool,
+    "tls_cert_login_from": _cert_login_from,
+    "tls_sni_certs": _optional_path,
     "amqp_tls_port": _int_in(-1, 65535),
     "http_tls_port": _int_in(-1, 65535),
     "mqtt_exchange": _non_empty_str,

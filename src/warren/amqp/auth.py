@@ -9,6 +9,10 @@ from warren.core.table import decode_table
 
 # In RabbitMQ's order: clients that pick the first mechanism they know pick the same.
 MECHANISMS = b"AMQPLAIN PLAIN"
+#: Offered on TLS connections whose client presented a verified certificate, as
+#: RabbitMQ's rabbitmq_auth_mechanism_ssl (whose should_offer checks for a peer
+#: certificate): the certificate names the user, no password.
+MECHANISMS_WITH_EXTERNAL = b"EXTERNAL AMQPLAIN PLAIN"
 
 
 def parse_credentials(mechanism: str, response: bytes) -> tuple[str, str] | None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from warren import __version__
 from warren.amqp import management, spec
-from warren.amqp.auth import MECHANISMS, parse_credentials
+from warren.amqp.auth import MECHANISMS, MECHANISMS_WITH_EXTERNAL, parse_credentials
 from warren.amqp.channel import Channel
 from warren.amqp.frames import (
     FRAME_BODY,
@@ -135,6 +135,10 @@ class AMQPConnection:
         self.local: tuple[str, int] | None = None
         #: The TLS protocol version in use (e.g. "TLSv1.3"), None over plain TCP.
         self.tls_version: str | None = None
+        #: The user a verified client certificate names (set by the transport from
+        #: the TLS connection, warren.tls.cert_login): None without one, "" when the
+        #: certificate has no usable name. Not None: EXTERNAL is offered.
+        self.cert_login: str | None = None
         self.connected_at = int(time.time() * 1000)
         self.auth_mechanism = ""
         # Set by the transport: what to do after a close the operator asked for (a
@@ -446,7 +450,7 @@ class AMQPConnection:
                 version_major=0,
                 version_minor=9,
                 server_properties=props,
-                mechanisms=MECHANISMS,
+                mechanisms=MECHANISMS if self.cert_login is None else MECHANISMS_WITH_EXTERNAL,
                 locales=b"en_US",
             ),
         )
@@ -457,13 +461,14 @@ class AMQPConnection:
         self.capabilities = caps if isinstance(caps, dict) else {}
         mechanism = method.mechanism
         self.auth_mechanism = mechanism
-        if mechanism not in ("PLAIN", "AMQPLAIN"):
+        external = mechanism == "EXTERNAL" and self.cert_login is not None
+        if mechanism not in ("PLAIN", "AMQPLAIN") and not external:
             log.warning("%s: unsupported auth mechanism %r", self.name, mechanism)
             self._refuse_login(
                 f"unsupported authentication mechanism '{mechanism}'", send_close=True
             )
             return
-        creds = parse_credentials(mechanism, bytes(method.response))
+        creds = None if external else parse_credentials(mechanism, bytes(method.response))
         user = None
         username = "?"
         host = self.peer[0] if self.peer else None
@@ -478,15 +483,21 @@ class AMQPConnection:
             )
             self._refuse_login_later(guard.failed(host), refusal)
             return
-        if creds is not None:
+        if external:
+            # No password: the verified certificate vouches for the user (RabbitMQ's
+            # EXTERNAL ignores the start-ok response).
+            username = self.cert_login or "?"
+            user = self.broker.users.users.get(self.cert_login) if self.cert_login else None
+        elif creds is not None:
             username, password = creds
             user = self.broker.users.authenticate(username, password)
         if user is None:
             log.warning(
-                "%s: login refused for user '%s' with %s: invalid credentials",
+                "%s: login refused for user '%s' with %s: %s",
                 self.name,
                 username,
                 mechanism,
+                "no such user (client certificate)" if external else "invalid credentials",
             )
             self._refuse_login_later(guard.failed(host), refusal)
             return

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, cast
 
 from warren.amqp.connection import AMQPConnection, State
 from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol
+from warren.tls import cert_login
 
 if TYPE_CHECKING:
     from warren.node import Node
@@ -57,6 +58,9 @@ class AMQPProtocol(BatchedProtocol):
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is not None:
             self.conn.tls_version = ssl_object.version()
+            self.conn.cert_login = cert_login(
+                ssl_object.getpeercert(), self.broker.config.tls_cert_login_from
+            )
         self.conn.on_forced_close = self._forced_close
         self.listener.protocols.add(self)
         self._timers.append(self.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout))

@@ -103,6 +103,9 @@ class MQTTConnection(Subscriptions):
         #: Pause/resume reading from the socket (the free-disk alarm).
         self.reading_control: Callable[[bool], None] | None = None
         self.transport_name = transport_name
+        #: The user a verified TLS client certificate names (set by the transport,
+        #: warren.tls.cert_login): None without one, "" when it has no usable name.
+        self.cert_login: str | None = None
         self.decoder = Decoder(max_packet_size=MAX_UNAUTHENTICATED_PACKET)
         self.octets = OctetStats()
         self.stats = MessageStats()
@@ -330,7 +333,7 @@ class MQTTConnection(Subscriptions):
             )
             return P.QUOTA_EXCEEDED
         auth = self.state.authenticate(
-            pkt.username, pkt.password, self.peer[0] if self.peer else None
+            pkt.username, pkt.password, self.peer[0] if self.peer else None, self.cert_login
         )
         if isinstance(auth, int):
             return auth

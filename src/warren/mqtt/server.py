@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, cast
 from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol
 from warren.mqtt.connection import MQTTConnection
 from warren.mqtt.state import MQTTState
+from warren.tls import cert_login
 
 if TYPE_CHECKING:
     from warren.node import Node
@@ -44,7 +45,8 @@ class MQTTProtocol(BatchedProtocol):
         peer = transport.get_extra_info("peername")
         local = transport.get_extra_info("sockname")
         name = self.transport_name
-        if name == "MQTT" and transport.get_extra_info("ssl_object") is not None:
+        ssl_object = transport.get_extra_info("ssl_object")
+        if name == "MQTT" and ssl_object is not None:
             name = "MQTT/TLS"
         self.conn = MQTTConnection(
             self.listener.state,
@@ -55,6 +57,10 @@ class MQTTProtocol(BatchedProtocol):
             name,
         )
         self.conn.reading_control = self.set_reading
+        if ssl_object is not None:
+            self.conn.cert_login = cert_login(
+                ssl_object.getpeercert(), self.listener.state.config.tls_cert_login_from
+            )
         self.listener.protocols.add(self)
         self._timer = self.loop.call_later(CONNECT_TIMEOUT, self._connect_timeout)
 

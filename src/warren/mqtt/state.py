@@ -124,14 +124,29 @@ class MQTTState:
 
     # -- authentication -------------------------------------------------------------------
     def authenticate(
-        self, username: str | None, password: bytes | None, peer_host: str | None
+        self,
+        username: str | None,
+        password: bytes | None,
+        peer_host: str | None,
+        cert_login: str | None = None,
     ) -> tuple[User, str] | int:
-        """(user, vhost name), or the MQTT 5 reason code refusing the CONNECT."""
+        """(user, vhost name), or the MQTT 5 reason code refusing the CONNECT.
+
+        ``cert_login``: the user a verified TLS client certificate names
+        (warren.tls.cert_login); a CONNECT without a user name logs in as that user,
+        without a password (RabbitMQ's mqtt.ssl_cert_login)."""
         config = self.config
         vhost = config.mqtt_vhost
         if self.node.auth_guard.blocked(peer_host):
             log.warning("MQTT login refused unchecked: too many failed logins from %s", peer_host)
             return P.CONNECTION_RATE_EXCEEDED
+        if username is None and cert_login is not None:
+            name = cert_login
+            cert_user = self.node.users.users.get(name) if name else None
+            if cert_user is None:
+                log.warning("MQTT login refused for certificate user '%s': no such user", name)
+                return P.BAD_USER_NAME_OR_PASSWORD
+            return self._admit(cert_user, vhost, peer_host)
         if username is None:
             if not config.mqtt_allow_anonymous:
                 log.warning("MQTT login refused: no user name and anonymous logins disabled")
@@ -149,6 +164,12 @@ class MQTTState:
         if user is None:
             log.warning("MQTT login refused for user '%s': invalid credentials", name)
             return P.BAD_USER_NAME_OR_PASSWORD
+        return self._admit(user, vhost, peer_host)
+
+    def _admit(self, user: User, vhost: str, peer_host: str | None) -> tuple[User, str] | int:
+        """The checks after authentication: loopback users, the vhost, limits, access."""
+        config = self.config
+        name = user.name
         if user.name in config.loopback_users and not is_loopback(peer_host):
             log.warning("MQTT login refused: user '%s' can only connect via localhost", name)
             return P.NOT_AUTHORIZED
