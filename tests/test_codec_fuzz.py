@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from fuzz_targets import TARGETS
 from hypothesis import HealthCheck, given, settings
@@ -46,10 +48,15 @@ def mutated(draw: st.DrawFn, target: str) -> bytes:
     return bytes(data)
 
 
+#: The pure-Python pass of `make test` runs a third (as tests/test_header_fuzz.py):
+#: the compiled pass has just run them all on the same source.
+EXAMPLES = 500 if os.environ.get("WARREN_PURE_PYTHON") == "1" else 1500
+
+
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_no_crash(target: str) -> None:
     @settings(
-        max_examples=1500,
+        max_examples=EXAMPLES,
         deadline=None,
         derandomize=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
