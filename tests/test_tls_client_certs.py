@@ -108,6 +108,21 @@ def test_external_offered_only_with_a_verified_certificate(
     assert start_mechanisms(b.amqp_listener.port, None) == b"AMQPLAIN PLAIN"
 
 
+def test_management_api_lists_external_as_enabled(optional_broker: BrokerThread) -> None:
+    import json
+    import urllib.request
+    from base64 import b64encode
+
+    http = optional_broker.broker.listener("http")
+    assert http is not None
+    req = urllib.request.Request(f"http://127.0.0.1:{http.port}/api/nodes")
+    req.add_header("Authorization", "Basic " + b64encode(b"guest:guest").decode())
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        (node,) = json.load(resp)
+    mechanisms = {m["name"]: m["enabled"] for m in node["auth_mechanisms"]}
+    assert mechanisms == {"PLAIN": True, "AMQPLAIN": True, "EXTERNAL": True}
+
+
 def test_optional_certificate_missing_plain_still_works(
     optional_broker: BrokerThread, ca: trustme.CA
 ) -> None:

@@ -196,6 +196,13 @@ def _node_info(ctx: Ctx) -> dict[str, Any]:
         "auth_mechanisms": [
             {"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": True},
             {"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": True},
+            {
+                # Offered on TLS connections with a verified client certificate
+                # (docs/security.md), as rabbitmq_auth_mechanism_ssl does.
+                "name": "EXTERNAL",
+                "description": "RabbitMQ SASL EXTERNAL authentication mechanism",
+                "enabled": bool(ctx.node.config.tls_verify_peer and ctx.node.config.tls_ca_cert),
+            },
         ],
         "enabled_plugins": ["rabbitmq_management"],
         "listeners": _listeners(ctx),
