@@ -24,7 +24,23 @@ if TYPE_CHECKING:
     from warren.store.sync import GroupSync
     from warren.tls import TLSContexts
 
-__all__ = ["ClientConnection", "Listener", "Node", "WebSocketEndpoint", "node_name"]
+__all__ = [
+    "ClientConnection",
+    "Listener",
+    "Node",
+    "WebSocketEndpoint",
+    "is_loopback",
+    "node_name",
+]
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether a peer address is this machine's (no address: a unix socket or an
+    in-process transport). Users in ``loopback_users`` may only log in from here,
+    whatever the protocol."""
+    if not host:
+        return True
+    return host.startswith("127.") or host in ("::1", "localhost") or host.startswith("::ffff:127.")
 
 
 def node_name() -> str:

@@ -3,7 +3,10 @@ subscriptions and the MQTT 5 features, and the bridge to AMQP both ways."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import queue
+import time
 import urllib.request
 from base64 import b64encode
 from collections.abc import Iterator
@@ -182,10 +185,12 @@ def test_shared_subscriptions_split_the_messages(mq: BrokerThread, clients: list
     for i in range(10):
         pub.publish(f"jobs/{i}", str(i).encode(), qos=1)
     got: list[bytes] = []
+    deadline = time.monotonic() + 10
     while len(got) < 10:
+        assert time.monotonic() < deadline, f"only {len(got)} of 10 arrived"
         for c in (a, b):
-            if not c.messages.empty():
-                got.append(c.next().payload)
+            with contextlib.suppress(queue.Empty):
+                got.append(c.messages.get(timeout=0.05).payload)
     assert sorted(got) == sorted(str(i).encode() for i in range(10))
     assert a.messages.empty() and b.messages.empty()
     q = mq.broker.vhosts["/"].queues["mqtt-shared-workers-jobs.#"]

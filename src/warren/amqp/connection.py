@@ -44,6 +44,7 @@ from warren.core.errors import (
     clip_reply_text,
 )
 from warren.core.stats import MessageStats, OctetStats
+from warren.node import is_loopback
 
 if TYPE_CHECKING:
     from warren.core.users import User
@@ -112,10 +113,6 @@ def _unexpected_frame(ftype: int, payload: bytes) -> UnexpectedFrame:
     return _UnexpectedFrame(frame_octets(ftype, bytes(payload)))
 
 
-def _is_loopback(host: str | None) -> bool:
-    if host is None:
-        return True  # unix sockets and in-process transports
-    return host.startswith("127.") or host in ("::1", "localhost") or host.startswith("::ffff:127.")
 
 
 class AMQPConnection:
@@ -501,7 +498,7 @@ class AMQPConnection:
             )
             self._refuse_login_later(guard.failed(host), refusal)
             return
-        if user.name in self.config.loopback_users and not _is_loopback(
+        if user.name in self.config.loopback_users and not is_loopback(
             self.peer[0] if self.peer else None
         ):
             log.warning("%s: user '%s' can only connect via localhost", self.name, user.name)

@@ -40,6 +40,7 @@ from warren.http.common import (
 )
 from warren.http.state import ApiState, Router
 from warren.http.websocket import WebSocketConnections, websocket_middleware
+from warren.node import is_loopback
 
 if TYPE_CHECKING:
     from warren.node import Node, WebSocketEndpoint
@@ -60,10 +61,6 @@ def build_router() -> Router:
     return router
 
 
-def _is_loopback(host: str | None) -> bool:
-    if not host:
-        return True
-    return host.startswith("127.") or host in ("::1", "localhost") or host.startswith("::ffff:127.")
 
 
 class ManagementApp:
@@ -177,7 +174,7 @@ class ManagementApp:
             if delay > 0:
                 await asyncio.sleep(delay)  # repeated guesses slow down (core/auth_guard.py)
             raise ApiError(401, "not_authorized", "Login failed", {"WWW-Authenticate": REALM})
-        if user.name in self.node.config.loopback_users and not _is_loopback(request.remote):
+        if user.name in self.node.config.loopback_users and not is_loopback(request.remote):
             raise ApiError(
                 401,
                 "not_authorized",

@@ -35,23 +35,20 @@ from warren.mqtt.session import (
     shared_queue_name,
 )
 from warren.mqtt.topics import mqtt_to_amqp
+from warren.node import is_loopback
 
 if TYPE_CHECKING:
     from warren.core.vhost import TimerHandle, VHost
     from warren.mqtt.connection import MQTTConnection
     from warren.node import Node
 
-__all__ = ["MQTTState", "is_loopback"]
+__all__ = ["MQTTState"]
 
 log = logging.getLogger("warren.mqtt")
 
 Key = tuple[str, str]
 
 
-def is_loopback(host: str | None) -> bool:
-    if host is None:
-        return True  # unix sockets and in-process transports
-    return host.startswith("127.") or host in ("::1", "localhost") or host.startswith("::ffff:127.")
 
 
 def wall_clock_ms() -> int:
