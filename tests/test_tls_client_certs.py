@@ -18,7 +18,7 @@ from conftest import BrokerThread, start_broker
 from mqtt.mqttclient import V5, V311, Client
 
 from warren.config import Config, ConfigError
-from warren.tls import TLSContexts, cert_login
+from warren.tls import TLSContexts, cert_login, distinguished_name
 
 
 @pytest.fixture
@@ -150,6 +150,41 @@ def test_external_logs_in_as_the_common_name(optional_broker: BrokerThread, ca: 
     conn.close()
 
 
+def test_external_logs_in_as_the_distinguished_name(tmp_path: Path, ca: trustme.CA) -> None:
+    """RabbitMQ's default ssl_cert_login_from: the whole subject, RFC 4514 order
+    (cryptography's rfc4514_string is the oracle for these plain attributes)."""
+    from cryptography import x509
+
+    leaf = ca.issue_cert(
+        "bob.example", common_name="bob", organization_name="Example", organization_unit_name="Ops"
+    )
+    dn = x509.load_pem_x509_certificate(leaf.cert_chain_pems[0].bytes()).subject.rfc4514_string()
+    assert dn == "CN=bob,OU=Ops,O=Example"
+    b = _broker(tmp_path, ca, tls_cert_login_from="distinguished_name")
+    try:
+
+        def add_user() -> None:
+            b.broker.users.add_user(dn, "unused-password")
+            b.broker.users.set_permissions(dn, "/")
+
+        b.call(add_user)
+        ctx = client_context(ca, leaf)
+        conn = pika.BlockingConnection(params(b, ctx, pika.credentials.ExternalCredentials()))
+        conn.channel().queue_declare("", exclusive=True)
+        (info,) = b.call(lambda: [c.info() for c in b.broker.connections])
+        assert info["user"] == dn and info["auth_mechanism"] == "EXTERNAL"
+        conn.close()
+        listener = b.broker.listener("mqtt")
+        mqtt = Client(listener.tls_port, protocol=V5)  # type: ignore[union-attr]
+        mqtt.paho.tls_set_context(ctx)
+        mqtt.connect()
+        users = b.call(lambda: [c.info()["user"] for c in b.broker.connections])
+        assert users == [dn]
+        mqtt.close()
+    finally:
+        b.stop()
+
+
 def test_external_with_an_unknown_user_is_refused(
     optional_broker: BrokerThread, ca: trustme.CA
 ) -> None:
@@ -235,8 +270,31 @@ def test_cert_login_names() -> None:
     }
     assert cert_login(cert) == "alice"
     assert cert_login(cert, "subject_alternative_name") == "a@example.com"
+    assert cert_login(cert, "distinguished_name") == "CN=alice,O=x"
     assert cert_login({"subject": ()}) == ""
     assert cert_login(None) is None and cert_login({}) is None
+
+
+def test_distinguished_name_escaping_and_attribute_names() -> None:
+    """RFC 4514 escaping as RabbitMQ's rabbit_ssl does it, multi-valued RDNs with
+    "+", RabbitMQ's names for e-mail and domain components."""
+    subject = (
+        (("domainComponent", "com"),),
+        (("domainComponent", "example"),),
+        (("organizationName", "Smith, Jones & Co"), ("organizationalUnitName", "R+D")),
+        (("emailAddress", "a@b.c"),),
+        (("commonName", " #lead;trail "),),
+        (("localityName", "Zürich~"),),
+        (("1.2.3.4", "x<y>z\\\"q\n"),),
+    )
+    assert distinguished_name(subject) == (
+        "1.2.3.4=x\\<y\\>z\\\\\\\"q\\0A,"
+        "L=Z\\C3\\BCrich\\7E,"
+        "CN=\\ #lead\\;trail\\ ,"
+        "EMAILADDRESS=a@b.c,"
+        "O=Smith\\, Jones & Co+OU=R\\+D,"
+        "DC=example,DC=com"
+    )
 
 
 def test_client_certificate_settings_checked(tmp_path: Path) -> None:

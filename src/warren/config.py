@@ -123,7 +123,8 @@ class Config:
     tls_verify_peer: bool = False
     tls_fail_if_no_peer_cert: bool = False
     #: The user a verified client certificate logs in as (AMQP EXTERNAL, MQTT):
-    #: "common_name" or "subject_alternative_name" (the first DNS or email SAN).
+    #: "common_name", "distinguished_name" (the whole subject, RFC 4514, RabbitMQ's
+    #: default) or "subject_alternative_name" (the first DNS or email SAN).
     tls_cert_login_from: str = "common_name"
     #: SNI ([main] tls_sni_certs): a directory of <hostname>.pem/<hostname>.key pairs
     #: served to clients naming that host; others get tls_cert. None: no SNI.
@@ -408,9 +409,9 @@ def _tls_version(value: Any) -> str | None:
 
 
 def _cert_login_from(value: Any) -> str | None:
-    if value in ("common_name", "subject_alternative_name"):
+    if value in ("common_name", "distinguished_name", "subject_alternative_name"):
         return None
-    return "must be common_name or subject_alternative_name"
+    return "must be common_name, distinguished_name or subject_alternative_name"
 
 
 def _optional_path(value: Any) -> str | None:

@@ -24,11 +24,24 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from warren.config import Config
 
-__all__ = ["CERT_LOGIN_FROM", "TLS_VERSIONS", "TLSContexts", "cert_login", "server_context"]
+__all__ = [
+    "CERT_LOGIN_FROM", "TLS_VERSIONS", "TLSContexts", "cert_login", "distinguished_name",
+    "server_context",
+]  # fmt: skip
 
 TLS_VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
 #: ``tls_cert_login_from`` values (RabbitMQ's ssl_cert_login_from).
-CERT_LOGIN_FROM = ("common_name", "subject_alternative_name")
+CERT_LOGIN_FROM = ("common_name", "distinguished_name", "subject_alternative_name")
+#: Attribute names in a distinguished name, as RabbitMQ writes them; keyed by the
+#: (OpenSSL long) names ``getpeercert()`` gives. Others keep OpenSSL's name.
+_DN_NAMES = {
+    "surname": "SN", "givenName": "GIVENNAME", "initials": "INITIALS",
+    "generationQualifier": "GENERATIONQUALIFIER", "commonName": "CN", "localityName": "L",
+    "stateOrProvinceName": "ST", "organizationName": "O", "organizationalUnitName": "OU",
+    "title": "TITLE", "countryName": "C", "serialNumber": "SERIALNUMBER",
+    "pseudonym": "PSEUDONYM", "domainComponent": "DC", "emailAddress": "EMAILADDRESS",
+    "streetAddress": "STREET", "userId": "UID",
+}  # fmt: skip
 
 
 def cert_login(cert: dict[str, Any] | None, login_from: str = "common_name") -> str | None:
@@ -37,9 +50,13 @@ def cert_login(cert: dict[str, Any] | None, login_from: str = "common_name") -> 
     ``cert`` is ``SSLObject.getpeercert()``: None (or empty) when the client sent
     no certificate or it was not verified, and None is returned; "" when the
     certificate carries no usable name (its login is refused). ``login_from``:
-    the subject's common name, or the first DNS or email subject alternative name."""
+    the subject's common name, its whole distinguished name (RFC 4514, as
+    RabbitMQ's default ``distinguished_name`` gives it: ``CN=alice,O=Example,C=SE``),
+    or the first DNS or email subject alternative name."""
     if not cert:
         return None
+    if login_from == "distinguished_name":
+        return distinguished_name(cert.get("subject", ()))
     if login_from == "subject_alternative_name":
         for kind, value in cert.get("subjectAltName", ()):
             if kind in ("DNS", "email") and isinstance(value, str):
@@ -50,6 +67,35 @@ def cert_login(cert: dict[str, Any] | None, login_from: str = "common_name") -> 
             if key == "commonName" and isinstance(value, str):
                 return value
     return ""
+
+
+def distinguished_name(subject: Any) -> str:
+    """``getpeercert()``'s subject as an RFC 4514 string: last RDN first, a
+    multi-valued RDN joined with "+", RabbitMQ's attribute names and escaping
+    (its rabbit_ssl formats the name a certificate logs in as this way)."""
+    rdns = []
+    for rdn in reversed(tuple(subject)):
+        rdns.append(
+            "+".join(f"{_DN_NAMES.get(key, key)}={_escape_dn_value(str(value))}" for key, value in rdn)
+        )
+    return ",".join(rdns)
+
+
+def _escape_dn_value(value: str) -> str:
+    """RFC 4514 escaping: a leading space or "#", a trailing space and
+    ``"+,;<>\\`` get a backslash; control characters and every byte of a
+    character from "~" on are written as ``\\XX`` (hex of its UTF-8 bytes)."""
+    out = []
+    last = len(value) - 1
+    for i, ch in enumerate(value):
+        code = ord(ch)
+        if (i == 0 and ch in " #") or (i == last and ch == " ") or ch in '"+,;<>\\':
+            out.append("\\" + ch)
+        elif code < 32 or code >= 126:
+            out.append("".join(f"\\{b:02X}" for b in ch.encode()))
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 def _load(ctx: ssl.SSLContext, config: Config, what: str) -> None:
