@@ -1,25 +1,31 @@
-"""Warren against RabbitMQ on this machine, with `warren perf`; writes docs/benchmarks.md.
+"""Warren against RabbitMQ and LavinMQ with `warren perf`; writes docs/benchmarks.md.
 
     .venv/bin/python bench/compare.py                      # 15 s per scenario and broker
     .venv/bin/python bench/compare.py --duration 10 --only ack100 --only fanout10
-    .venv/bin/python bench/compare.py --skip-rabbitmq      # Warren alone
+    .venv/bin/python bench/compare.py --skip-rabbitmq --skip-lavinmq   # Warren alone
+    .venv/bin/python bench/compare.py --lavinmq /path/to/lavinmq
 
-What it does:
+What it does (the brokers are in bench/amqp_brokers.py):
 
 1. RabbitMQ: installs Debian's rabbitmq-server if it is missing (apt-get), starts
    it on its default port 5672 with ``rabbitmq-server -detached`` unless it is
    already running, and stops it again at the end if it started it.
 2. Warren: starts ``python -m warren --amqp-port 5673 -D <tmp dir>`` as a child.
-3. Measures the perf client's own ceiling against a stand-in broker in this
-   process that completes the handshake and then only discards (publisher) or
-   only emits pre-built deliveries (consumer), so no real broker limits it.
+3. LavinMQ, when a binary is found (``--lavinmq PATH``, else $LAVINMQ, else
+   ``lavinmq`` on PATH; otherwise it is skipped and the log says why): starts
+   ``lavinmq --amqp-port 5674 --data-dir <tmp dir>`` on 127.0.0.1 as a child.
 4. Memory scenarios first, on freshly started brokers: 1,000 idle connections
    (``warren perf connection-count``) and 10,000 queues (``warren perf queue-count``),
-   reading the broker's VmRSS/RssAnon from /proc (RabbitMQ: the beam.smp pid).
-5. Throughput scenarios with ``warren perf throughput --json``, each for
-   ``--duration`` seconds on one broker and then the other, the order swapped
+   reading the broker's VmRSS/RssAnon from /proc (RabbitMQ: the beam.smp pid);
+   then the queue-length test (bench/queue_memory.py).
+5. Measures the perf client's own ceiling against a stand-in broker in this
+   process that completes the handshake and then only discards (publisher) or
+   only emits pre-built deliveries (consumer), so no real broker limits it.
+6. Throughput scenarios with ``warren perf throughput --json``, each for
+   ``--duration`` seconds on one broker after the other, the order rotated
    from one scenario to the next; the broker's RSS is sampled during each run.
-6. Writes the report (``--output``, default docs/benchmarks.md).
+7. Writes the report (``--output``, default docs/benchmarks.md), with the
+   ratios Warren / RabbitMQ and Warren / LavinMQ.
 """
 
 from __future__ import annotations
@@ -30,15 +36,11 @@ import datetime
 import json
 import os
 import platform
-import pwd
 import resource
-import shlex
-import shutil
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -50,15 +52,24 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from amqp_brokers import (  # noqa: E402  bench/amqp_brokers.py, beside this script
+    LAVINMQ_PORT,
+    WARREN_PORT,
+    Broker,
+    LavinMQ,
+    RabbitMQ,
+    Warren,
+    display,
+    find_lavinmq,
+    log,
+    perf_env,
+    sh,
+)
+
 from warren import __version__ as WARREN_VERSION  # noqa: E402
 from warren.amqp import spec  # noqa: E402
 from warren.amqp.frames import PROTOCOL_HEADER, method_frame  # noqa: E402
 from warren.perf.client import message_template  # noqa: E402
-
-WARREN_PORT = 5673
-RABBITMQ_PORT = 5672
-#: Open-file limit for RabbitMQ started here (what Debian's systemd unit sets).
-NOFILE = 65536
 
 
 @dataclass(frozen=True)
@@ -105,24 +116,6 @@ ALL_KEYS = (CEILING, *MEMORY, QUEUE_LENGTH, *(s.key for s in THROUGHPUT))
 # =====================================================================================
 
 
-def log(msg: str) -> None:
-    print(f"[compare {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def sh(
-    cmd: list[str], timeout: float = 120, check: bool = False
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=timeout, check=check, stdin=subprocess.DEVNULL
-    )
-
-
-def port_open(port: int, host: str = "127.0.0.1") -> bool:
-    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
-        return True
-    return False
-
-
 def read_status(pid: int) -> dict[str, int]:
     out: dict[str, int] = {}
     with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as f:
@@ -143,214 +136,6 @@ def uri(port: int) -> str:
 
 def perf_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "warren", "perf", *args]
-
-
-def perf_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
-def display(cmd: list[str]) -> str:
-    """A command as the report shows it: `warren perf ...` instead of the interpreter path."""
-    if cmd[:3] == [sys.executable, "-m", "warren"]:
-        cmd = ["warren", *cmd[3:]]
-    return shlex.join(cmd)
-
-
-# =====================================================================================
-# Brokers
-# =====================================================================================
-
-
-class RabbitMQ:
-    name = "RabbitMQ"
-
-    def __init__(self, port: int = RABBITMQ_PORT) -> None:
-        self.port = port
-        self.started_here = False
-        self.pid: int | None = None
-
-    def running(self) -> bool:
-        if shutil.which("rabbitmqctl") is None:
-            return False
-        return sh(["rabbitmqctl", "-q", "status"], timeout=60).returncode == 0
-
-    def install(self) -> None:
-        if shutil.which("rabbitmq-server") is not None:
-            return
-        log("installing rabbitmq-server with apt-get")
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        cmd = ["apt-get", "install", "-y", "rabbitmq-server"]
-        if subprocess.run(cmd, env=env).returncode != 0:
-            log("apt-get install failed; running apt-get update and trying again")
-            subprocess.run(["apt-get", "update"], env=env, check=True)
-            subprocess.run(cmd, env=env, check=True)
-
-    def start(self) -> None:
-        self.install()
-        if self.running():
-            log("RabbitMQ is already running; it will be left running")
-        else:
-            log("starting RabbitMQ (rabbitmq-server -detached)")
-            subprocess.run(
-                ["rabbitmq-server", "-detached"], check=True, capture_output=True, **self._as_user()
-            )
-            self.started_here = True
-            deadline = time.monotonic() + 120
-            while True:
-                r = sh(["rabbitmqctl", "await_startup", "--timeout", "30"], timeout=60)
-                if r.returncode == 0:
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"RabbitMQ did not start: {r.stderr.strip()}")
-                time.sleep(1)
-        self.pid = self._find_pid()
-        deadline = time.monotonic() + 30
-        while not port_open(self.port):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"RabbitMQ is not listening on {self.port}")
-            time.sleep(0.5)
-        log(f"RabbitMQ up, beam.smp pid {self.pid}")
-
-    def _as_user(self) -> dict[str, Any]:
-        """Run as the rabbitmq user with 65,536 file descriptors, like Debian's systemd unit.
-
-        Started by root, Debian's wrapper script `su`s to rabbitmq, and pam_limits
-        then leaves the node 1,024 descriptors: RabbitMQ refuses connections after
-        about 830. The packaged systemd unit sets LimitNOFILE=65536; this does the
-        same (the wrapper, run as rabbitmq, starts the node directly).
-        """
-        if os.geteuid() != 0:
-            return {}
-        try:
-            pw = pwd.getpwnam("rabbitmq")
-        except KeyError:
-            return {}
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))  # inherited
-        return {
-            "user": pw.pw_uid,
-            "group": pw.pw_gid,
-            "extra_groups": [],
-            "cwd": pw.pw_dir,
-            "env": dict(os.environ, HOME=pw.pw_dir),
-        }
-
-    def fd_limit(self) -> str:
-        if self.pid is None:
-            return "unknown"
-        with contextlib.suppress(OSError), open(f"/proc/{self.pid}/limits") as f:
-            for line in f:
-                if line.startswith("Max open files"):
-                    return line.split()[3]
-        return "unknown"
-
-    def _find_pid(self) -> int | None:
-        r = sh(["rabbitmqctl", "eval", "os:getpid()."], timeout=60)
-        text = r.stdout.strip().strip('"')
-        if r.returncode == 0 and text.isdigit():
-            return int(text)
-        r = sh(["pidof", "beam.smp"])
-        pids = r.stdout.split()
-        return int(pids[0]) if len(pids) == 1 else None
-
-    def stop(self) -> None:
-        if self.started_here:
-            log("stopping RabbitMQ (it was started by this script)")
-            # shutdown waits until the Erlang VM has exited; stop is the fallback
-            if sh(["rabbitmqctl", "shutdown"], timeout=180).returncode != 0:
-                sh(["rabbitmqctl", "stop"], timeout=180)
-            self.started_here = False
-
-    def versions(self) -> dict[str, str]:
-        def ev(expr: str) -> str:
-            r = sh(["rabbitmqctl", "eval", expr], timeout=60)
-            return r.stdout.strip().strip('"') if r.returncode == 0 else "unknown"
-
-        r = sh(["rabbitmqctl", "version"], timeout=60)
-        rabbit = r.stdout.strip() if r.returncode == 0 else "unknown"
-        pkg = sh(["dpkg-query", "-W", "-f", "${Version}", "rabbitmq-server"]).stdout.strip()
-        return {
-            "RabbitMQ": rabbit + (f" (Debian package {pkg})" if pkg else ""),
-            "Erlang/OTP": f"{ev('erlang:system_info(otp_release).')} "
-            f"(ERTS {ev('erlang:system_info(version).')})",
-        }
-
-
-class Warren:
-    name = "Warren"
-
-    def __init__(self, port: int = WARREN_PORT) -> None:
-        self.port = port
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.tmp: tempfile.TemporaryDirectory[str] | None = None
-        self.cmd: list[str] = []
-        self.data_dir = Path()
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
-
-    def start(self) -> None:
-        if port_open(self.port):
-            raise RuntimeError(f"port {self.port} is already in use")
-        self.tmp = tempfile.TemporaryDirectory(prefix="warren-bench-")
-        data = self.data_dir = Path(self.tmp.name) / "data"
-        self.cmd = [
-            sys.executable,
-            "-m",
-            "warren",
-            "--amqp-port",
-            str(self.port),
-            "--http-port",
-            "-1",  # no management listener: RabbitMQ's may hold 15672
-            "--mqtt-port",
-            "-1",
-            "-D",
-            str(data),
-            "--log-level",
-            "warning",
-        ]
-        logf = open(Path(self.tmp.name) / "warren.log", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            self.cmd,
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-            env=perf_env(),
-            stdin=subprocess.DEVNULL,
-        )
-        logf.close()
-        deadline = time.monotonic() + 30
-        while not port_open(self.port):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"Warren did not start; log: {self.log_tail()}")
-            time.sleep(0.2)
-        log(f"Warren up, pid {self.proc.pid}, data dir {data}")
-
-    def log_tail(self) -> str:
-        if self.tmp is None:
-            return ""
-        with contextlib.suppress(OSError):
-            return (Path(self.tmp.name) / "warren.log").read_text()[-2000:]
-        return ""
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
-        if self.tmp is not None:
-            self.tmp.cleanup()
-            self.tmp = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
 
 
 # =====================================================================================
@@ -673,6 +458,11 @@ def fmt_ms(x: float | None) -> str:
     return f"{x:,.2f}" if x < 100 else f"{x:,.0f}"
 
 
+def _and(names: list[str]) -> str:
+    """'A', 'A and B', 'A, B and C'."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def ratio(a: float | None, b: float | None) -> str:
     if not a or not b:
         return "n/a"
@@ -699,7 +489,14 @@ class Report:
     machine: dict[str, str]
     versions: dict[str, str]
     started: str
-    skip_rabbitmq: bool
+    #: The brokers measured, Warren first; ratios are Warren / each of the others.
+    names: list[str] = field(default_factory=lambda: ["Warren"])
+    cpu_notes: list[str] = field(default_factory=list)
+    #: How each broker other than Warren was treated before the memory scenarios.
+    memory_notes: list[str] = field(default_factory=list)
+    qlen_note: str = ""
+    #: Facts found while measuring memory (e.g. a limit that made a run fail).
+    memory_notes_after: list[str] = field(default_factory=list)
     broker_commands: dict[str, str] = field(default_factory=dict)
     ceiling: dict[str, Run] = field(default_factory=dict)
     memory: dict[str, dict[str, Run]] = field(default_factory=dict)
@@ -709,18 +506,24 @@ class Report:
     order: dict[str, list[str]] = field(default_factory=dict)
 
     def brokers(self) -> list[str]:
-        return ["Warren"] if self.skip_rabbitmq else ["Warren", "RabbitMQ"]
+        return self.names
+
+    @property
+    def others(self) -> list[str]:
+        """The brokers Warren is compared with."""
+        return self.names[1:]
 
     def render(self) -> str:
         out: list[str] = []
         w = out.append
-        w("# Benchmarks: Warren and RabbitMQ on the same machine")
+        where = "on the same machine" if self.others else "on this machine"
+        w(f"# Benchmarks: {_and(self.names)} {where}")
         w("")
         w(
             f"Generated by `bench/compare.py` on {self.started} ({self.duration:g} s per "
             "throughput scenario and broker). Every number below comes from `warren perf`, "
-            "run against both brokers one after the other on the same machine; the broker "
-            "order alternates from one scenario to the next. These are the starting point "
+            "run against each broker one after the other on the same machine; the broker "
+            "order rotates from one scenario to the next. These are the starting point "
             "for optimisation, not a verdict: where Warren is behind, the tables say so."
         )
         w("")
@@ -729,6 +532,11 @@ class Report:
         w("```sh")
         w(f".venv/bin/python bench/compare.py --duration {self.duration:g}")
         w("```")
+        w("")
+        w(
+            "LavinMQ is measured when the script finds a binary (`--lavinmq PATH`, "
+            "`$LAVINMQ`, or `lavinmq` on `PATH`); see bench/README.md."
+        )
         w("")
         w("## Machine and versions")
         w("")
@@ -739,10 +547,9 @@ class Report:
         w("")
         w(
             "Brokers, perf publishers and perf consumers all share these CPUs: each perf "
-            "publisher and consumer is its own process, Warren is one Python process, "
-            "RabbitMQ's Erlang VM uses as many schedulers as there are CPUs. With few CPUs "
-            "the client processes take CPU time that a broker could otherwise use; both "
-            "brokers run under the same conditions."
+            f"publisher and consumer is its own process, {', '.join(self.cpu_notes)}. With "
+            "few CPUs the client processes take CPU time that a broker could otherwise use; "
+            "every broker runs under the same conditions."
         )
         w("")
         w("Brokers as started for the runs:")
@@ -771,11 +578,13 @@ class Report:
             "consumer's read of the message; percentiles come from a log-linear histogram "
             "(about 1.6 % resolution)."
         )
-        w(
-            "- The ratio is Warren / RabbitMQ. For the consume rate (end-to-end "
-            "throughput) above 1 means Warren is faster; for latency above 1 means "
-            "Warren's latency is higher."
-        )
+        if self.others:
+            w(
+                "- A ratio is Warren / the other broker ("
+                + ", ".join(f"Warren / {b}" for b in self.others)
+                + "). For the consume rate (end-to-end throughput) above 1 means Warren is "
+                "faster; for latency above 1 means Warren's latency is higher."
+            )
         w(
             "- Each figure is one run. Runs in which a backlog builds (see Observations) "
             "depend on timing, the split of the CPUs between broker and clients included, "
@@ -794,26 +603,33 @@ class Report:
             return
         w("## Summary")
         w("")
-        if self.skip_rabbitmq:
+        if not self.others:
             w("| Scenario | Warren consumed msg/s | p50 ms | p99 ms |")
             w("|---|---:|---:|---:|")
         else:
-            w("| Scenario | Warren msg/s | RabbitMQ msg/s | Warren / RabbitMQ |")
-            w("|---|---:|---:|---:|")
+            w(
+                "| Scenario | "
+                + " | ".join(f"{b} msg/s" for b in self.names)
+                + " | "
+                + " | ".join(f"Warren / {b}" for b in self.others)
+                + " |"
+            )
+            w("|---|" + "---:|" * (len(self.names) + len(self.others)))
         for sc in THROUGHPUT:
             runs = self.throughput.get(sc.key)
             if not runs:
                 continue
             wr = runs.get("Warren")
-            if self.skip_rabbitmq:
+            if not self.others:
                 w(
                     f"| {sc.title} | {fmt_rate(_rate(wr, 'consume_rate'))} | "
                     f"{fmt_ms(_lat(wr, 'p50'))} | {fmt_ms(_lat(wr, 'p99'))} |"
                 )
             else:
-                rr = runs.get("RabbitMQ")
-                a, b = _rate(wr, "consume_rate"), _rate(rr, "consume_rate")
-                w(f"| {sc.title} | {fmt_rate(a)} | {fmt_rate(b)} | {ratio(a, b)} |")
+                rates = {b: _rate(runs.get(b), "consume_rate") for b in self.names}
+                cells = [fmt_rate(rates[b]) for b in self.names]
+                cells += [ratio(rates["Warren"], rates[b]) for b in self.others]
+                w(f"| {sc.title} | " + " | ".join(cells) + " |")
         w("")
         if not self.memory:
             return
@@ -898,19 +714,19 @@ class Report:
         if not self.throughput:
             return
         lines: list[str] = []
-        if not self.skip_rabbitmq:
+        for other in self.others:
             ahead: list[str] = []
             behind: list[str] = []
             for sc in THROUGHPUT:
                 runs = self.throughput.get(sc.key) or {}
                 a = _rate(runs.get("Warren"), "consume_rate")
-                b = _rate(runs.get("RabbitMQ"), "consume_rate")
+                b = _rate(runs.get(other), "consume_rate")
                 if a and b:
                     (ahead if a >= b else behind).append(f"{sc.title} ({ratio(a, b)})")
             if ahead:
-                lines.append("Warren delivers faster than RabbitMQ in: " + "; ".join(ahead) + ".")
+                lines.append(f"Warren delivers faster than {other} in: " + "; ".join(ahead) + ".")
             if behind:
-                lines.append("Warren is behind RabbitMQ in: " + "; ".join(behind) + ".")
+                lines.append(f"Warren is behind {other} in: " + "; ".join(behind) + ".")
         for sc in THROUGHPUT:
             for name, run in (self.throughput.get(sc.key) or {}).items():
                 r = run.result
@@ -942,8 +758,8 @@ class Report:
             "`bench/queue_memory.py`: one raw connection publishes persistent 16-byte "
             "messages into one durable queue with no consumer, in large pre-encoded batches, "
             "until the queue holds them all; RssAnon is the broker's anonymous memory "
-            "(file-backed pages of mapped segments are page cache and do not count). Warren "
-            "runs in its own fresh process; RabbitMQ is the instance used above."
+            "(file-backed pages of mapped segments are page cache and do not count). "
+            f"{self.qlen_note}"
         )
         w("")
         w("| Broker | messages | RssAnon empty | RssAnon full | growth | publish msg/s |")
@@ -965,9 +781,9 @@ class Report:
         w("## Memory")
         w("")
         w(
-            "Measured before anything else, so on fresh brokers: Warren is restarted before "
-            "each memory scenario; RabbitMQ runs throughout (the queue test follows the "
-            "connection test). *Before* is the broker's idle footprint just before the "
+            "Measured before anything else, so on fresh brokers: "
+            + "; ".join(self.memory_notes)
+            + ". *Before* is the broker's idle footprint just before the "
             "perf command, *with* is while the connections are open / after the queues "
             "were declared (after a 1 s settle)."
         )
@@ -1018,6 +834,10 @@ class Report:
                     w(display(run.command))
             w("```")
             w("")
+        for note in self.memory_notes_after:
+            w(f"- {note}")
+        if self.memory_notes_after:
+            w("")
 
     def _render_throughput(self, w: Callable[[str], None]) -> None:
         if not self.throughput:
@@ -1061,10 +881,11 @@ class Report:
                     f"{fmt_ms(_lat(run, 'p99'))} | {mib(run.rss_peak_kib)} / "
                     f"{mib(run.rss_end_kib)} | {cpu_s} |"
                 )
-            if not self.skip_rabbitmq:
-                wr, rr = runs.get("Warren"), runs.get("RabbitMQ")
+            wr = runs.get("Warren")
+            for other in self.others:
+                rr = runs.get(other)
                 w(
-                    f"| **Warren / RabbitMQ** | {ratio(_rate(wr, 'publish_rate'), _rate(rr, 'publish_rate'))} "
+                    f"| **Warren / {other}** | {ratio(_rate(wr, 'publish_rate'), _rate(rr, 'publish_rate'))} "
                     f"| **{ratio(_rate(wr, 'consume_rate'), _rate(rr, 'consume_rate'))}** | "
                     f"{ratio(_lat(wr, 'p50'), _lat(rr, 'p50'))} | "
                     f"{ratio(_lat(wr, 'p95'), _lat(rr, 'p95'))} | "
@@ -1102,8 +923,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"run only this scenario (repeatable): {', '.join(ALL_KEYS)}",
     )
     p.add_argument("--output", default=str(ROOT / "docs" / "benchmarks.md"), help="report file")
-    p.add_argument("--skip-rabbitmq", action="store_true", help="measure Warren only")
+    p.add_argument("--skip-rabbitmq", action="store_true", help="do not measure RabbitMQ")
+    p.add_argument(
+        "--lavinmq",
+        metavar="PATH",
+        help="LavinMQ binary (default: $LAVINMQ, else lavinmq on PATH); "
+        "LavinMQ is skipped when there is none",
+    )
+    p.add_argument("--skip-lavinmq", action="store_true", help="do not measure LavinMQ")
     p.add_argument("--warren-port", type=int, default=WARREN_PORT)
+    p.add_argument("--lavinmq-port", type=int, default=LAVINMQ_PORT)
     p.add_argument("--pause", type=float, default=2.0, help="idle seconds between runs")
     p.add_argument(
         "--qlen-warren", type=int, default=10_000_000, help="messages for Warren's queue-length run"
@@ -1114,22 +943,47 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=1_000_000,
         help="messages for RabbitMQ's queue-length run (it holds them in RAM)",
     )
+    p.add_argument(
+        "--qlen-lavinmq",
+        type=int,
+        default=10_000_000,
+        help="messages for LavinMQ's queue-length run",
+    )
     return p.parse_args(argv)
 
 
 @contextlib.contextmanager
-def brokers(skip_rabbitmq: bool, warren_port: int) -> Iterator[tuple[Warren, RabbitMQ | None]]:
-    rabbit = None if skip_rabbitmq else RabbitMQ()
-    warren = Warren(warren_port)
+def started(args: argparse.Namespace) -> Iterator[list[Broker]]:
+    """Warren, then RabbitMQ and LavinMQ unless skipped or absent; all stopped afterwards."""
+    chosen: list[Broker] = [Warren(args.warren_port)]
+    if args.skip_rabbitmq:
+        log("skipping RabbitMQ: --skip-rabbitmq")
+    else:
+        chosen.append(RabbitMQ())
+    if args.skip_lavinmq:
+        log("skipping LavinMQ: --skip-lavinmq")
+    else:
+        binary, why = find_lavinmq(args.lavinmq)
+        if binary is None:
+            log(f"skipping LavinMQ: {why}")
+        else:
+            log(f"LavinMQ: {binary} ({why})")
+            chosen.append(LavinMQ(binary, args.lavinmq_port))
+    up: list[Broker] = []
     try:
-        if rabbit is not None:
-            rabbit.start()
-        warren.start()
-        yield warren, rabbit
+        for broker in chosen:
+            broker.start()
+            up.append(broker)
+        yield up
     finally:
-        warren.stop()
-        if rabbit is not None:
-            rabbit.stop()
+        for broker in reversed(up):
+            broker.stop()
+
+
+def rotated(names: list[str], n: int) -> list[str]:
+    """The broker order for the n-th scenario: each broker goes first in turn."""
+    k = n % len(names)
+    return names[k:] + names[:k]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1138,49 +992,58 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.suppress(ValueError, OSError):
         _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     report = Report(
         duration=args.duration,
         machine=machine_info(),
         versions=warren_versions(),
-        started=started,
-        skip_rabbitmq=args.skip_rabbitmq,
+        started=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     )
     timeout = args.duration + 180
-    with brokers(args.skip_rabbitmq, args.warren_port) as (warren, rabbit):
-        report.broker_commands["Warren"] = (
-            f"`{display(warren.cmd).replace(str(warren.data_dir), '<tmp dir>')}` "
-            "(default configuration otherwise, uvloop when installed)"
-        )
-        if rabbit is not None:
-            report.versions.update(rabbit.versions())
-            report.broker_commands["RabbitMQ"] = (
-                "`rabbitmq-server -detached` as the rabbitmq user, Debian's default "
-                f"configuration, open-file limit {rabbit.fd_limit()} (Debian's systemd unit "
-                f"asks for {NOFILE:,}; this machine's hard limit may be lower)"
-                if rabbit.started_here
-                else "already running when the script started (left as it was); "
-                f"open-file limit {rabbit.fd_limit()}"
+    qlen = {
+        "Warren": args.qlen_warren,
+        "RabbitMQ": args.qlen_rabbitmq,
+        "LavinMQ": args.qlen_lavinmq,
+    }
+    with started(args) as measured:
+        by_name = {b.name: b for b in measured}
+        report.names = list(by_name)
+        report.cpu_notes = [b.cpu_note for b in measured]
+        fresh = [b.name for b in measured if b.fresh]
+        kept = [b.name for b in measured if not b.fresh]
+        report.memory_notes = [
+            f"{_and(fresh)} {'is' if len(fresh) == 1 else 'are'} restarted before each "
+            "memory scenario"
+        ]
+        if kept:
+            report.memory_notes.append(
+                f"{_and(kept)} {'runs' if len(kept) == 1 else 'run'} throughout (the queue "
+                "test follows the connection test)"
             )
-        targets: dict[str, tuple[int, Callable[[], int | None]]] = {
-            "Warren": (warren.port, lambda: warren.pid)
-        }
-        if rabbit is not None:
-            targets["RabbitMQ"] = (rabbit.port, lambda: rabbit.pid)
+        report.qlen_note = " ".join(
+            "Warren runs in its own fresh process (`queue_memory.run_warren`)."
+            if b.name == "Warren"
+            else f"{b.name} is restarted first."
+            if b.fresh
+            else f"{b.name} is the instance used above."
+            for b in measured
+        )
+        for b in measured:
+            report.versions.update(b.versions())
+            report.broker_commands[b.name] = b.describe()
 
         for key in MEMORY:
             if key not in selected:
                 continue
             report.memory[key] = {}
-            for name, (port, pid) in targets.items():
-                if name == "Warren":
-                    warren.restart()  # a fresh process: idle footprint, not a post-benchmark heap
+            for b in measured:
+                if b.fresh:
+                    b.restart()  # a fresh process: idle footprint, not a post-benchmark heap
                     time.sleep(args.pause)
                 if key == "connections1000":
                     cmd = perf_cmd(
                         "connection-count",
                         "--uri",
-                        uri(port),
+                        uri(b.port),
                         "--connections",
                         "1000",
                         "--channels",
@@ -1188,29 +1051,47 @@ def main(argv: list[str] | None = None) -> int:
                         "--consumers",
                         "0",
                         "--pid",
-                        str(pid()),
+                        str(b.pid),
                         "--json",
                     )
                 else:
                     cmd = perf_cmd(
                         "queue-count",
                         "--uri",
-                        uri(port),
+                        uri(b.port),
                         "--queues",
                         "10000",
                         "--pid",
-                        str(pid()),
+                        str(b.pid),
                         "--json",
                     )
-                report.memory[key][name] = run_perf(name, cmd, pid(), timeout)
+                run = report.memory[key][b.name] = run_perf(b.name, cmd, b.pid, timeout)
+                if key == "queues10000" and run.error and b.files_per_queue:
+                    limit, need = b.fd_limit(), 10_000 * b.files_per_queue
+                    if limit.isdigit() and int(limit) < need + 1024:
+                        report.memory_notes_after.append(
+                            f"{b.name} keeps {b.files_per_queue} files open per queue: 10,000 "
+                            f"queues need {need:,} descriptors besides its others, and its "
+                            f"open-file limit here is {int(limit):,} (this script raises the "
+                            "limit only as far as its own hard limit allows)."
+                        )
                 time.sleep(args.pause)
         if QUEUE_LENGTH in selected:
             import queue_memory  # bench/queue_memory.py, beside this script
 
-            report.queue_length["Warren"] = queue_memory.run_warren(args.qlen_warren, 16)
-            if rabbit is not None:
-                report.queue_length["RabbitMQ"] = queue_memory.run_rabbitmq(
-                    args.qlen_rabbitmq, 16, port=rabbit.port, pid=rabbit.pid
+            for b in measured:
+                log(f"{b.name}: queue length, {qlen[b.name]:,} messages")
+                if b.name == "Warren":
+                    report.queue_length[b.name] = queue_memory.run_warren(qlen[b.name], 16)
+                    continue
+                if b.fresh:
+                    b.restart()
+                    time.sleep(args.pause)
+                if b.pid is None:
+                    log(f"{b.name}: no pid to read memory from; queue length skipped")
+                    continue
+                report.queue_length[b.name] = queue_memory.run_running(
+                    qlen[b.name], 16, port=b.port, pid=b.pid
                 )
         if CEILING in selected:
             standin = StandIn()
@@ -1231,13 +1112,13 @@ def main(argv: list[str] | None = None) -> int:
                 )
             finally:
                 standin.close()
-            for name, (port, pid) in targets.items():
-                report.ceiling[f"publisher → {name}, exchange without bindings"] = run_perf(
-                    name,
+            for b in measured:
+                report.ceiling[f"publisher → {b.name}, exchange without bindings"] = run_perf(
+                    b.name,
                     perf_cmd(
                         "throughput",
                         "--uri",
-                        uri(port),
+                        uri(b.port),
                         "-y",
                         "0",
                         "-e",
@@ -1248,29 +1129,35 @@ def main(argv: list[str] | None = None) -> int:
                         f"{min(args.duration, 10):g}",
                         "--json",
                     ),
-                    pid(),
+                    b.pid,
                     timeout,
                 )
                 time.sleep(args.pause)
 
         if any(s.key in selected for s in THROUGHPUT):
-            warren.restart()
-        flip = False
+            for b in measured:
+                if b.fresh:
+                    b.restart()
+        n = 0
         for sc in THROUGHPUT:
             if sc.key not in selected:
                 continue
-            names = list(targets)
-            if flip:
-                names.reverse()
-            flip = not flip
+            names = rotated(report.names, n)
+            n += 1
             report.order[sc.key] = names
             report.throughput[sc.key] = {}
             for name in names:
-                port, pid = targets[name]
+                b = by_name[name]
                 cmd = perf_cmd(
-                    "throughput", "--uri", uri(port), *sc.args, "-z", f"{args.duration:g}", "--json"
+                    "throughput",
+                    "--uri",
+                    uri(b.port),
+                    *sc.args,
+                    "-z",
+                    f"{args.duration:g}",
+                    "--json",
                 )
-                report.throughput[sc.key][name] = run_perf(name, cmd, pid(), timeout)
+                report.throughput[sc.key][name] = run_perf(name, cmd, b.pid, timeout)
                 time.sleep(args.pause)
     text = report.render()
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)

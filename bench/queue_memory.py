@@ -193,6 +193,12 @@ def run_rabbitmq(
 ) -> dict[str, float]:
     if pid is None:
         pid = int(subprocess.check_output(["pidof", "beam.smp"]).split()[0])
+    return run_running(count, size, port, pid)
+
+
+def run_running(count: int, size: int, port: int, pid: int) -> dict[str, float]:
+    """Measure a broker that is already running (RabbitMQ, LavinMQ): ``pid`` is the
+    process whose memory is read; the queue is deleted before and after."""
     client = RawClient(port)
     client.send(1, spec.QueueDelete(queue=QUEUE))
     client.expect(spec.QueueDeleteOk)
