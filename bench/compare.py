@@ -134,6 +134,34 @@ def uri(port: int) -> str:
     return f"amqp://guest:guest@127.0.0.1:{port}/"
 
 
+def _sections(text: str) -> list[tuple[str, str]]:
+    """(``## `` heading, the text up to the next one); the first has heading ""."""
+    parts: list[tuple[str, str]] = []
+    heading, lines = "", []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("## "):
+            parts.append((heading, "".join(lines)))
+            heading, lines = line.strip(), []
+        lines.append(line)
+    parts.append((heading, "".join(lines)))
+    return parts
+
+
+def keep_other_sections(generated: str, previous: str) -> str:
+    """The generated report plus the sections of the previous file it does not
+    write itself (MQTT, streams, Spark, the hot-path profile: other scripts' or
+    hand-written), inserted before "## Observations" in their old order."""
+    ours = {h for h, _ in _sections(generated)}
+    kept = [body for h, body in _sections(previous) if h and h not in ours]
+    if not kept:
+        return generated
+    extra = "".join(body if body.endswith("\n\n") else body.rstrip("\n") + "\n\n" for body in kept)
+    at = generated.find("\n## Observations")
+    if at < 0:
+        return generated.rstrip("\n") + "\n\n" + extra.rstrip("\n")
+    return generated[: at + 1] + extra + generated[at + 1 :]
+
+
 def perf_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "warren", "perf", *args]
 
@@ -1160,8 +1188,11 @@ def main(argv: list[str] | None = None) -> int:
                 report.throughput[sc.key][name] = run_perf(name, cmd, b.pid, timeout)
                 time.sleep(args.pause)
     text = report.render()
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(text + "\n")
+    out = Path(args.output)
+    if out.exists():
+        text = keep_other_sections(text, out.read_text())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
     log(f"wrote {args.output}")
     return 0
 
