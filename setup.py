@@ -1,4 +1,5 @@
-"""Optional compiled build: mypyc compiles Warren's hot modules when it can.
+"""Optional compiled build: mypyc compiles Warren's hot modules when it can,
+and a small C extension (warren._fastpath) takes the hot path's byte work.
 
 Metadata, dependencies and entry points live in pyproject.toml; this file only
 adds the extension modules. The .py files stay the only source: mypyc compiles
@@ -73,6 +74,21 @@ GROUP = "_warren_compiled"
 EXTRA_COMPILE_ARGS = ["-g0"] if os.name == "posix" else []
 
 
+# Hand-written C for the byte work of the hot path (src/warren/_fastpath.c):
+# scanning a socket read for runs of alike publishes. Its Python twin
+# (warren/amqp/publish_run.py) is the reference and the fallback; the C is used
+# when it was built (see warren.native_module). Built with the mypyc modules,
+# all or nothing.
+NATIVE = [("warren._fastpath", "src/warren/_fastpath.c")]
+
+
+def _native() -> list[Extension]:
+    return [
+        Extension(name, [path], extra_compile_args=["-O3", *EXTRA_COMPILE_ARGS])
+        for name, path in NATIVE
+    ]
+
+
 def _source(module: str) -> str:
     return os.path.join("src", *module.split(".")) + ".py"
 
@@ -104,7 +120,7 @@ class OptionalBuildExt(build_ext):
                 # Type-checks the modules and writes their C under build/mypyc
                 # (a file only when its content changes). Before setuptools
                 # finalizes the extension list, which it prepares for building.
-                self.distribution.ext_modules = _mypycify()
+                self.distribution.ext_modules = _mypycify() + _native()
             except (Exception, SystemExit) as exc:  # mypyc reports errors by exiting
                 self._skipped = f"mypyc: {type(exc).__name__}: {exc}"
         super().finalize_options()
@@ -163,6 +179,6 @@ class OptionalBuildExt(build_ext):
 setup(
     # Placeholders, so that setuptools runs build_ext (and builds a platform
     # wheel); OptionalBuildExt replaces them with mypyc's extensions.
-    ext_modules=[Extension(name, [_source(name)]) for name in COMPILED_MODULES],
+    ext_modules=[Extension(name, [_source(name)]) for name in COMPILED_MODULES] + _native(),
     cmdclass={"build_ext": OptionalBuildExt},
 )

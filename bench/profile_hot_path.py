@@ -52,8 +52,8 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("deliver (consumer pick, basic.deliver encode)", ("deliver", "Consumer", "consumer", "message_frames", "_run_delivery")),
     ("queue", ("Queue", "queue___")),
     ("route (exchange, bindings)", ("VHost.publish", "VHost.route", "_route", "exchange", "Exchange")),
-    ("publish checks, Message object", ("_publish_message", "_handle_publish", "_check", "Message", "message___")),
-    ("frame parse (split, decode)", ("feed", "on_method_frame", "on_header_frame", "on_body_frame", "split_header_payload", "BasicPublish", "decode")),
+    ("publish checks, Message object", ("_publish_message", "_handle_publish", "Channel___publish_run", "Channel.publish_run", "_check", "Message", "message___")),
+    ("frame parse (split, decode)", ("scan_publishes", "publish_run___", "PublishRun", "feed", "on_method_frame", "on_header_frame", "on_body_frame", "split_header_payload", "BasicPublish", "decode")),
 )  # fmt: skip
 OTHER = "event loop, other"
 

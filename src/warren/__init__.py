@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.machinery
 import importlib.util
 import logging
 import os
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -149,11 +151,43 @@ def compiled_modules() -> list[str]:
     return sorted(found)
 
 
+def native_module(name: str) -> ModuleType | None:
+    """Warren's hand-written C extension ``warren.<name>`` (setup.py's NATIVE), or
+    None: with WARREN_PURE_PYTHON, when it was not built, or, in a source
+    checkout, when its .c is newer than the build (warned once, as for mypyc's)."""
+    if PURE_PYTHON:
+        return None
+    path = _extension_path(_PACKAGE_DIR, name)
+    if path is None:
+        return None
+    source = os.path.join(_PACKAGE_DIR, name + ".c")
+    stale = _SOURCE_CHECKOUT and os.path.exists(source)
+    if stale and os.path.getmtime(source) > os.path.getmtime(path):
+        if name not in _stale_native_warned:
+            _stale_native_warned.add(name)
+            logging.getLogger("warren").warning(
+                "not using warren.%s (%s.c is newer than its build): `make build` rebuilds it",
+                name,
+                name,
+            )
+        return None
+    try:
+        return importlib.import_module(f"warren.{name}")
+    except ImportError:
+        return None
+
+
+_stale_native_warned: set[str] = set()
+
+
 def build_description() -> str:
     """For --version and the startup log: "compiled: N modules" or "pure Python"."""
     count = len(compiled_modules())
+    native = " + C fast path" if native_module("_fastpath") is not None else ""
     if count:
-        return f"compiled: {count} modules"
+        return f"compiled: {count} modules{native}"
+    if native:
+        return "compiled: C fast path"
     return "pure Python, WARREN_PURE_PYTHON=1" if PURE_PYTHON else "pure Python"
 
 

@@ -16,6 +16,7 @@ from warren.amqp import spec
 from warren.amqp.ack_timeout import AckDeadlines
 from warren.amqp.consumer import AMQPConsumer
 from warren.amqp.frames import message_frames, method_frame, split_header_payload
+from warren.amqp.publish_run import PLAIN_PROPERTIES, PublishRun
 from warren.core.codec_errors import DecodeError, UnsafeValue
 from warren.core.dead_letter import check_routing_headers
 from warren.core.erlang_format import string_p
@@ -67,7 +68,7 @@ _CHECKED_FLAGS = 0x11
 # The headers bit in the first byte.
 _HEADERS_FLAG = 0x20
 # Property lists that need no validation: none, or only delivery-mode 1 or 2.
-_PLAIN_PROPERTIES = frozenset((b"\x00\x00", b"\x10\x00\x01", b"\x10\x00\x02"))
+_PLAIN_PROPERTIES = PLAIN_PROPERTIES
 
 # RabbitMQ's texts for frames out of a publish's method/header/body order.
 _EXPECTED_METHOD = "expected method frame, got non method frame instead"
@@ -155,16 +156,7 @@ class Channel:
             # delivery of the message will carry.
             # A publisher mostly repeats one exchange and routing key: the last
             # payload's decoded method is reused (it is only ever read).
-            if payload == self._last_publish_payload:
-                self._publish = self._last_publish
-            else:
-                try:
-                    self._publish = spec.BasicPublish.decode(payload)
-                except DecodeError:
-                    conn._decode(payload)  # raises the connection error RabbitMQ sends
-                    raise
-                self._last_publish_payload = payload
-                self._last_publish = self._publish
+            self._publish = self._publish_method(payload)
             self._publish_ex_rk = payload[6:-1]
             return
         method = conn._decode(payload)
@@ -185,6 +177,73 @@ class Channel:
                 conn.connection_error(exc, method.CLASS_ID, method.METHOD_ID)
             else:
                 self.channel_error(exc, method.CLASS_ID, method.METHOD_ID)
+
+    def _publish_method(self, payload: bytes) -> spec.BasicPublish:
+        """basic.publish decoded; the last payload's method is reused (it is only
+        ever read)."""
+        if payload == self._last_publish_payload:
+            method = self._last_publish
+            assert method is not None
+            return method
+        try:
+            method = spec.BasicPublish.decode(payload)
+        except DecodeError:
+            self.connection._decode(payload)  # raises the connection error RabbitMQ sends
+            raise
+        self._last_publish_payload = payload
+        self._last_publish = method
+        return method
+
+    def takes_publish_run(self) -> bool:
+        """Whether a run of publishes (amqp/publish_run.py) may start here: no
+        message half received, the channel not closing."""
+        return self._publish is None and not self.closing
+
+    def publish_run(self, run: PublishRun) -> None:
+        """Every message of a run: one exchange and routing key, delivery-mode at
+        most, each body in one frame. What ``_publish_message`` does per message
+        is done once (exchange lookup, permissions, the route), then each message
+        is enqueued and confirmed as it would be alone. An error stops the run
+        where a message-by-message publish would have stopped (the channel or
+        connection closes, and the rest of its frames are ignored)."""
+        try:
+            method = self._publish_method(run.method)
+            ex = self._checked_exchange(method)
+            conn = self.connection
+            conn.has_published = True
+            if conn.blocked:
+                conn.block_now()
+            now = conn.now_ms or None
+            ex_name = ex.name
+            rk = method.routing_key
+            ex_rk = run.method[6:-1]
+            mandatory = method.mandatory
+            msg = Message(ex_name, rk, run.properties(0), run.body(0), now)
+            msg._ex_rk = ex_rk
+            if self.tx:
+                for i in range(len(run)):
+                    if i:
+                        msg = Message(ex_name, rk, run.properties(i), run.body(i), now)
+                        msg._ex_rk = ex_rk
+                    self.stats.publish += 1
+                    self._tx_publishes.append((ex, msg, mandatory))
+                return
+            assert self.vhost is not None
+            queues = self.vhost.route_run(ex, msg)
+            confirm = self.confirm
+            for i in range(len(run)):
+                if i:
+                    msg = Message(ex_name, rk, run.properties(i), run.body(i), now)
+                    msg._ex_rk = ex_rk
+                self.stats.publish += 1
+                if confirm:
+                    self.publish_seq += 1
+                self._route(ex, msg, mandatory, None, queues)
+        except BrokerError as exc:
+            if exc.hard:
+                self.connection.connection_error(exc, 60, 40)
+            else:
+                self.channel_error(exc, 60, 40)
 
     def on_header_frame(self, payload: bytes) -> None:
         if self.closing:
@@ -678,7 +737,9 @@ class Channel:
             self._reply(spec.BasicCancel(consumer_tag=consumer.tag, nowait=True))
 
     # -- basic class: publishing --------------------------------------------------------
-    def _publish_message(self, method: spec.BasicPublish, props: bytes, body: bytes) -> None:
+    def _checked_exchange(self, method: spec.BasicPublish) -> Exchange:
+        """The exchange a publish goes to, once RabbitMQ's checks passed: immediate,
+        write permission, internal, topic permission."""
         if method.immediate:
             raise NotImplemented_("immediate=true")
         ex = self._exchange(method.exchange)
@@ -698,6 +759,10 @@ class Channel:
                 and not perm.allows(WRITE, method.routing_key, self._topic_variables)
             ):
                 raise topic_refused(self.user, self._vhost_name, ex.name, method.routing_key)
+        return ex
+
+    def _publish_message(self, method: spec.BasicPublish, props: bytes, body: bytes) -> None:
+        ex = self._checked_exchange(method)
         plain = props in _PLAIN_PROPERTIES
         if not plain:
             self._validate_properties(props)
@@ -723,13 +788,18 @@ class Channel:
         msg: Message,
         mandatory: bool,
         durable: list[MessageStore] | None = None,
+        queues: list[Queue] | None = None,
     ) -> None:
-        """Route one message; ``durable`` collects stores a tx.commit must sync."""
+        """Route one message; ``durable`` collects stores a tx.commit must sync.
+        ``queues``: already routed (a run's `VHost.route_run`)."""
         assert self.vhost is not None
         confirm = self.confirm
         if confirm and durable is None:
             durable = []
-        routed = self.vhost.publish(ex, msg, durable)
+        if queues is None:
+            routed = self.vhost.publish(ex, msg, durable)
+        else:
+            routed = self.vhost.enqueue(ex, queues, msg, durable)
         if not routed:
             if mandatory:
                 self.stats.return_unroutable += 1

@@ -30,6 +30,7 @@ from warren.amqp.frames import (
     method_frame,
     unpack_frame_header,
 )
+from warren.amqp.publish_run import scan as scan_publishes
 from warren.core.codec_errors import DecodeError, UnknownMethod
 from warren.core.erlang_format import binary_w, frame_octets, last_column, tagged_tuple_p
 from warren.core.errors import (
@@ -93,6 +94,7 @@ class State(enum.IntEnum):
 # Module globals: an identity test against them is cheaper than State.X per frame.
 _OPEN = State.OPEN
 _CLOSED = State.CLOSED
+_PUBLISH_IDS = b"\x00\x3c\x00\x28"  # basic.publish: class 60, method 40
 
 
 class _UnknownFrame(FrameError):
@@ -244,6 +246,7 @@ class AMQPConnection:
                     self.backlog = True
                     break
                 budget -= 1
+                start = pos
                 ftype, ch, size = unpack_frame_header(data, pos)
                 end = pos + 7 + size
                 # RabbitMQ lets a payload reach frame_max itself (8 octets over the
@@ -274,6 +277,24 @@ class AMQPConnection:
                             channel.on_body_frame(payload)
                             continue
                         if ftype == FRAME_METHOD:
+                            if payload[:4] == _PUBLISH_IDS and channel.takes_publish_run():
+                                # Whole messages with one exchange and routing key
+                                # at once (amqp/publish_run.py); None: one by one.
+                                run = scan_publishes(
+                                    data,
+                                    start,
+                                    self.frame_max,
+                                    self.config.max_message_size,
+                                    budget // 3 + 1,
+                                )
+                                if run is not None:
+                                    channel.publish_run(run)
+                                    pos = run.end
+                                    budget = max(0, budget - 3 * len(run) + 1)
+                                    if self.state is _CLOSED:
+                                        pos = n
+                                        break
+                                    continue
                             channel.on_method_frame(payload)
                             if self.state is _CLOSED:
                                 pos = n

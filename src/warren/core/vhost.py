@@ -24,7 +24,16 @@ from warren.core.errors import (
     PreconditionFailed,
     ResourceLocked,
 )
-from warren.core.exchange import Binding, DefaultExchange, Exchange, exchange_class
+from warren.core.exchange import (
+    Binding,
+    DefaultExchange,
+    DirectExchange,
+    Exchange,
+    FanoutExchange,
+    HeadersExchange,
+    TopicExchange,
+    exchange_class,
+)
 from warren.core.message import Message
 from warren.core.properties import edit_properties
 from warren.core.queue import REJECTED, STORED, Queue
@@ -63,6 +72,12 @@ REPLY_TO = "amq.rabbitmq.reply-to"
 REJECTED_BY_QUEUE = -1
 
 REPLY_TO_PREFIX = REPLY_TO + "."
+
+#: Exchange types whose route depends on the routing key alone for a message
+#: without headers (VHost.route_run): exact types, so no plugin subclass.
+_ROUTE_ONCE = frozenset(
+    (DefaultExchange, DirectExchange, FanoutExchange, TopicExchange, HeadersExchange)
+)
 
 PREDECLARED = (
     ("amq.direct", "direct", False),
@@ -546,6 +561,16 @@ class VHost(VHostParameters):
             queues, msg = self._route_cc(exchange, msg)
         else:
             queues = self.route(exchange, msg)
+        return self.enqueue(exchange, queues, msg, durable_out)
+
+    def enqueue(
+        self,
+        exchange: Exchange,
+        queues: list[Queue],
+        msg: Message,
+        durable_out: list[MessageStore] | None = None,
+    ) -> int:
+        """Hand a routed message to its queues; what `publish` returns."""
         n = 0
         rejected = False
         persistent: bool | None = None
@@ -566,6 +591,26 @@ class VHost(VHostParameters):
                     rejected = True
         exchange.stats.count_publish(n)
         return REJECTED_BY_QUEUE if rejected else n
+
+    def route_run(self, exchange: Exchange, msg: Message) -> list[Queue] | None:
+        """The queues of every message in a run of publishes with this message's
+        exchange and routing key and no properties beyond delivery-mode (see
+        amqp/publish_run.py), when they depend on nothing else: the built-in
+        exchange types straight to queues, no deduplication, no direct reply-to.
+        None: each message must go through `publish` on its own."""
+        if exchange.deduplicator is not None or type(exchange) not in _ROUTE_ONCE:
+            return None
+        if exchange is self.default_exchange:
+            if msg.routing_key.startswith(REPLY_TO_PREFIX):
+                return None
+            q = self.queues.get(msg.routing_key)
+            return [q] if q is not None else []
+        dests = exchange.match(msg)
+        if not dests:
+            return [] if exchange.alternate_exchange is None else None
+        if all(d.destination_kind == QUEUE for d in dests):
+            return list(dict.fromkeys(dests))  # type: ignore[arg-type]
+        return None
 
     def route_keys(self, exchange: Exchange, msg: Message, keys: list[str]) -> list[Queue]:
         """Queues for a message routed once per key (CC/BCC, dead-lettering), each once."""

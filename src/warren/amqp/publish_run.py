@@ -1,0 +1,165 @@
+"""Runs of identical basic.publish messages, found in a socket read's bytes.
+
+A publisher mostly sends message after message to the same exchange with the
+same routing key. ``scan_publishes`` walks the frames of one socket read from a
+basic.publish method frame and returns, as one `PublishRun`, every complete
+message that follows on the same channel with the very same method payload
+(exchange, routing key, mandatory) and a plain property list: the connection
+then checks, routes and counts them once per run instead of once per message
+(amqp/channel.py, ``Channel.publish_run``). Anything else ends the run and is
+handled frame by frame as before: another channel or method, a content header
+that is not a plain class-60 header of weight 0, a body over the limit, a
+message not complete in the buffer, a malformed frame (so that the slow path
+reports it exactly as it always has).
+
+This module is the reference and the fallback; ``warren._fastpath`` (C, built
+by setup.py when a compiler is there) implements the same `scan_publishes` and
+`PublishRun` without a Python object per message, and is used when present.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+import warren
+
+__all__ = ["PLAIN_PROPERTIES", "PublishRun", "scan", "scan_publishes"]
+
+#: Property lists a run may carry: none, or only delivery-mode 1 or 2. Messages
+#: with any other property go the slow way, where each one is validated.
+PLAIN_PROPERTIES = frozenset((b"\x00\x00", b"\x10\x00\x01", b"\x10\x00\x02"))
+
+_FRAME = struct.Struct(">BHI")
+_CONTENT_HEADER = struct.Struct(">HHQ")
+_PUBLISH_IDS = b"\x00\x3c\x00\x28"
+_IMMEDIATE = 2  # basic.publish's bits: mandatory 1, immediate 2
+
+
+class PublishRun:
+    """Messages ``0 .. len(run) - 1`` of one run: byte ranges into ``data``.
+
+    ``method`` is the publish payload they share; ``end`` is the offset just past
+    the run's last frame."""
+
+    __slots__ = ("data", "channel", "method", "end", "_spans")
+
+    def __init__(self, data: bytes, channel: int, method: bytes, end: int, spans: list[int]) -> None:
+        self.data = data
+        self.channel = channel
+        self.method = method
+        self.end = end
+        self._spans = spans  # per message: properties start, end, body start, end
+
+    def __len__(self) -> int:
+        return len(self._spans) >> 2
+
+    def properties(self, i: int) -> bytes:
+        s = self._spans
+        return self.data[s[4 * i] : s[4 * i + 1]]
+
+    def body(self, i: int) -> bytes:
+        s = self._spans
+        return self.data[s[4 * i + 2] : s[4 * i + 3]]
+
+    def body_size(self, i: int) -> int:
+        s = self._spans
+        return s[4 * i + 3] - s[4 * i + 2]
+
+
+def scan_publishes(
+    data: bytes, pos: int, frame_max: int, max_body: int, limit: int
+) -> PublishRun | None:
+    """The run that starts with the basic.publish method frame at ``data[pos]``,
+    at most ``limit`` messages; None when not even its first message is a
+    complete, plain one (the caller then takes the frame the slow way)."""
+    n = len(data)
+    if n - pos < 7:
+        return None
+    ftype, channel, size = _FRAME.unpack_from(data, pos)
+    if ftype != 1 or not channel or size < 7 or (frame_max and size > frame_max):
+        return None
+    method = data[pos + 7 : pos + 7 + size]
+    if method[:4] != _PUBLISH_IDS or method[-1] & _IMMEDIATE or not _method_ok(method):
+        return None
+    spans: list[int] = []
+    end = pos
+    while len(spans) < 4 * limit:
+        msg = _message(data, end, channel, method, frame_max, max_body)
+        if msg is None:
+            break
+        props_start, props_end, body_start, body_end, end = msg
+        spans += (props_start, props_end, body_start, body_end)
+    if not spans:
+        return None
+    return PublishRun(data, channel, method, end, spans)
+
+
+def _method_ok(method: bytes) -> bool:
+    """basic.publish's reserved short, two shortstrs and the bits octet, exactly."""
+    if len(method) < 9:
+        return False
+    ex_len = method[6]
+    at = 7 + ex_len
+    if at >= len(method):
+        return False
+    rk_len = method[at]
+    return at + 1 + rk_len + 1 == len(method)
+
+
+def _message(
+    data: bytes, pos: int, channel: int, method: bytes, frame_max: int, max_body: int
+) -> tuple[int, int, int, int, int] | None:
+    """One complete message at ``pos`` with publish payload ``method``:
+    (properties start, end, body start, end, offset after it), or None."""
+    n = len(data)
+    # The method frame.
+    size = len(method)
+    end = pos + 7 + size
+    if end >= n or data[pos] != 1 or data[end] != 0xCE:
+        return None
+    if _FRAME.unpack_from(data, pos)[1:] != (channel, size) or data[pos + 7 : end] != method:
+        return None
+    pos = end + 1
+    # The content header frame.
+    if n - pos < 7:
+        return None
+    ftype, ch, size = _FRAME.unpack_from(data, pos)
+    end = pos + 7 + size
+    if ftype != 2 or ch != channel or size < 14 or end >= n or data[end] != 0xCE:
+        return None
+    if frame_max and size > frame_max:
+        return None
+    class_id, weight, body_size = _CONTENT_HEADER.unpack_from(data, pos + 7)
+    if class_id != 60 or weight or body_size > max_body:
+        return None
+    props_start, props_end = pos + 19, end
+    if data[props_start:props_end] not in PLAIN_PROPERTIES:
+        return None
+    pos = end + 1
+    if not body_size:
+        return props_start, props_end, pos, pos, pos
+    # One body frame carrying the whole body (a body in several frames goes the slow way).
+    if n - pos < 7:
+        return None
+    ftype, ch, size = _FRAME.unpack_from(data, pos)
+    end = pos + 7 + size
+    if ftype != 3 or ch != channel or size != body_size or end >= n or data[end] != 0xCE:
+        return None
+    if frame_max and size > frame_max:
+        return None
+    return props_start, props_end, pos + 7, end, end + 1
+
+
+ScanPublishes = Callable[[bytes, int, int, int, int], "PublishRun | None"]
+
+
+def _scanner() -> ScanPublishes:
+    native = warren.native_module("_fastpath")
+    return scan_publishes if native is None else native.scan_publishes
+
+
+#: The scanner the connection uses: the C one when built (and not
+#: WARREN_PURE_PYTHON), else `scan_publishes` above. Both return objects with
+#: PublishRun's interface.
+scan: ScanPublishes = _scanner()

@@ -1,0 +1,343 @@
+"""Runs of identical publishes (amqp/publish_run.py, the C version in
+warren._fastpath when built): the scanner against frames marshalled by pamqp,
+and what a client sees when a run is cut short, mixed with other frames or
+broken in the middle, through a real broker."""
+
+from __future__ import annotations
+
+import importlib
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from conftest import BrokerThread, start_broker
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pamqp import commands
+from rawamqp import RawAMQP, body_frame, header_frame, method_frame, publish_frames, raw_frame
+
+from warren.amqp import publish_run
+
+Scanner = Callable[..., Any]
+
+
+def _scanners() -> list[Any]:
+    scanners = [pytest.param(publish_run.scan_publishes, id="python")]
+    try:
+        fast = importlib.import_module("warren._fastpath")
+    except ImportError:
+        pass
+    else:
+        scanners.append(pytest.param(fast.scan_publishes, id="c"))
+    return scanners
+
+
+SCANNERS = _scanners()
+PERSISTENT = commands.Basic.Properties(delivery_mode=2)
+
+
+def publish(
+    body: bytes,
+    rk: str = "q",
+    channel: int = 1,
+    exchange: str = "",
+    properties: commands.Basic.Properties | None = None,
+    mandatory: bool = False,
+    immediate: bool = False,
+) -> bytes:
+    out = method_frame(
+        channel,
+        commands.Basic.Publish(
+            exchange=exchange, routing_key=rk, mandatory=mandatory, immediate=immediate
+        ),
+    )
+    out += header_frame(channel, len(body), properties)
+    if body:
+        out += body_frame(channel, body)
+    return out
+
+
+def messages(run: Any) -> list[tuple[bytes, bytes]]:
+    return [(bytes(run.properties(i)), bytes(run.body(i))) for i in range(len(run))]
+
+
+@pytest.mark.parametrize("scan", SCANNERS)
+def test_a_run_ends_where_the_routing_or_the_properties_change(scan: Scanner) -> None:
+    data = (
+        publish(b"a")
+        + publish(b"", properties=PERSISTENT)
+        + publish(b"c" * 300)
+        + publish(b"d", rk="other")
+        + publish(b"e")
+    )
+    run = scan(data, 0, 131072, 1 << 27, 100)
+    assert run.channel == 1 and len(run) == 3
+    assert messages(run) == [
+        (b"\x00\x00", b"a"),
+        (b"\x10\x00\x02", b""),
+        (b"\x00\x00", b"c" * 300),
+    ]
+    assert bytes(run.method)[:4] == b"\x00\x3c\x00\x28"
+    assert data[run.end :].startswith(publish(b"d", rk="other"))
+    run2 = scan(data, run.end, 131072, 1 << 27, 100)
+    assert len(run2) == 1 and messages(run2) == [(b"\x00\x00", b"d")]
+    assert run2.end == len(data) - len(publish(b"e"))
+
+
+@pytest.mark.parametrize("scan", SCANNERS)
+@pytest.mark.parametrize(
+    "tail",
+    [
+        pytest.param(publish(b"x", properties=commands.Basic.Properties(content_type="t")), id="props"),
+        pytest.param(publish(b"x", channel=2), id="other-channel"),
+        pytest.param(publish(b"x", mandatory=True), id="other-bits"),
+        pytest.param(method_frame(1, commands.Basic.Ack(delivery_tag=1)), id="other-method"),
+        pytest.param(raw_frame(8, 0, b""), id="heartbeat"),
+        pytest.param(publish(b"xy")[:-1], id="incomplete"),
+        pytest.param(
+            method_frame(1, commands.Basic.Publish(routing_key="q"))
+            + header_frame(1, 4)
+            + body_frame(1, b"ab")
+            + body_frame(1, b"cd"),
+            id="two-body-frames",
+        ),
+        pytest.param(publish(b"x")[:-1] + b"\x00", id="bad-frame-end"),
+        pytest.param(publish(b"x" * 2000), id="over-max-body"),
+    ],
+)
+def test_anything_else_ends_the_run(scan: Scanner, tail: bytes) -> None:
+    data = publish(b"first") + tail
+    run = scan(data, 0, 131072, 1000, 100)
+    assert len(run) == 1 and run.end == len(publish(b"first"))
+
+
+@pytest.mark.parametrize("scan", SCANNERS)
+def test_no_run_when_the_first_message_is_not_one(scan: Scanner) -> None:
+    cases = [
+        publish(b"x", immediate=True),
+        publish(b"x", properties=commands.Basic.Properties(headers={"a": 1})),
+        publish(b"x")[:10],
+        publish(b"x", channel=0),
+        method_frame(1, commands.Basic.Ack(delivery_tag=1)),
+        raw_frame(2, 1, b"\x00\x3c\x00\x00" + bytes(8) + b"\x00\x00"),
+        # A content header whose weight is not zero is no content header to RabbitMQ.
+        method_frame(1, commands.Basic.Publish(routing_key="q"))
+        + raw_frame(2, 1, b"\x00\x3c\x00\x01" + (1).to_bytes(8, "big") + b"\x00\x00")
+        + body_frame(1, b"x"),
+        # A frame larger than frame_max is an error the slow path reports.
+        publish(b"x" * 5000),
+        # A basic.publish payload with bytes after the bits octet.
+        raw_frame(1, 1, b"\x00\x3c\x00\x28\x00\x00\x00\x01q\x00\xff") + header_frame(1, 0),
+    ]
+    for data in cases:
+        assert scan(data, 0, 4096, 1 << 27, 100) is None, data
+
+
+@pytest.mark.parametrize("scan", SCANNERS)
+def test_the_limit_and_the_start_offset(scan: Scanner) -> None:
+    one = publish(b"m")
+    data = b"junk" + one * 10
+    run = scan(data, 4, 131072, 1 << 27, 3)
+    assert len(run) == 3 and run.end == 4 + 3 * len(one)
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    """A stream of publishes (some alike, some not) and the run expected at 0."""
+    rk = draw(st.sampled_from(["q", "", "k" * 254, "ключ"]))
+    plain = st.sampled_from([None, commands.Basic.Properties(delivery_mode=1), PERSISTENT])
+    bodies = st.binary(max_size=600) | st.integers(0, 70_000).map(lambda n: b"z" * n)
+    expected: list[tuple[bytes, bytes]] = []
+    out = b""
+    ended = False
+    for i in range(draw(st.integers(1, 12))):
+        # The run starts with the first publish, whatever it is: make it one of "same".
+        kind = "same" if not i else draw(st.sampled_from(["same", "same", "rk", "props", "channel"]))
+        body = draw(bodies)
+        if kind == "same":
+            props = draw(plain)
+            frames = publish(body, rk=rk, properties=props)
+            if not ended:
+                raw = header_frame(1, len(body), props)[7 + 12 : -1]
+                expected.append((raw, body))
+        elif kind == "rk":
+            frames = publish(body, rk=rk + "x")
+            ended = True
+        elif kind == "props":
+            frames = publish(body, rk=rk, properties=commands.Basic.Properties(message_id="m"))
+            ended = True
+        else:
+            frames = publish(body, rk=rk, channel=3)
+            ended = True
+        out += frames
+    cut = draw(st.integers(0, 40))
+    if cut:
+        # A read that ends inside a message: that message is not part of the run.
+        out = out[: max(0, len(out) - cut)]
+        expected = _complete_prefix(out, rk, expected)
+    return out, expected
+
+
+def _complete_prefix(
+    data: bytes, rk: str, candidates: list[tuple[bytes, bytes]]
+) -> list[tuple[bytes, bytes]]:
+    """Those of the expected messages whose frames lie wholly within ``data``."""
+    pos = 0
+    kept = []
+    method = method_frame(1, commands.Basic.Publish(routing_key=rk))
+    for props, body in candidates:
+        size = len(method) + 7 + 12 + len(props) + 1 + (len(body) + 8 if body else 0)
+        if pos + size > len(data):
+            break
+        kept.append((props, body))
+        pos += size
+    return kept
+
+
+@pytest.mark.parametrize("scan", SCANNERS)
+@settings(max_examples=200, deadline=None)
+@given(case=streams())
+def test_the_run_is_the_complete_alike_prefix(
+    scan: Scanner, case: tuple[bytes, list[tuple[bytes, bytes]]]
+) -> None:
+    data, expected = case
+    run = scan(data, 0, 131072, 1 << 27, 1000)
+    if not expected:
+        assert run is None
+    else:
+        assert run is not None and messages(run) == expected
+
+
+# -- through the broker ---------------------------------------------------------------
+
+
+@pytest.fixture
+def broker(tmp_path: Any) -> Iterator[BrokerThread]:
+    b = start_broker(tmp_path / "data", sync=False)
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def _client(b: BrokerThread) -> RawAMQP:
+    c = RawAMQP(b.port)
+    c.handshake()
+    c.open_channel(1)
+    return c
+
+
+def _declare(c: RawAMQP, name: str) -> None:
+    c.send_method(1, commands.Queue.Declare(queue=name))
+    c.expect_method(commands.Queue.DeclareOk)
+
+
+def _get_all(c: RawAMQP, queue: str) -> list[bytes]:
+    got = []
+    while True:
+        c.send_method(1, commands.Basic.Get(queue=queue, no_ack=True))
+        _, method = c.read_frame()
+        if isinstance(method, commands.Basic.GetEmpty):
+            return got
+        assert isinstance(method, commands.Basic.GetOk)
+        _header, body = c.expect_content()
+        got.append(body)
+
+
+def test_one_write_with_runs_cut_by_other_frames_keeps_every_message_in_order(
+    broker: BrokerThread,
+) -> None:
+    c = _client(broker)
+    _declare(c, "a")
+    _declare(c, "b")
+    c.send_method(1, commands.Confirm.Select())
+    c.expect_method(commands.Confirm.SelectOk)
+    data = b""
+    expected: dict[str, list[bytes]] = {"a": [], "b": []}
+    n = 0
+    for i in range(60):
+        q = "a" if i % 7 < 5 else "b"
+        props = None
+        if i % 11 == 0:
+            props = commands.Basic.Properties(message_id=f"m{i}", headers={"i": i})
+        elif i % 3 == 0:
+            props = PERSISTENT
+        data += publish_frames(1, f"{q}{i}".encode(), q, properties=props)
+        expected[q].append(f"{q}{i}".encode())
+        n += 1
+        if i % 13 == 0:
+            data += raw_frame(8, 0, b"")
+    c.send(data)
+    acked: set[int] = set()
+    while len(acked) < n:
+        _, method = c.read_frame()
+        assert isinstance(method, commands.Basic.Ack)
+        if method.multiple:
+            acked.update(range(1, method.delivery_tag + 1))
+        else:
+            acked.add(method.delivery_tag)
+    assert acked == set(range(1, n + 1))
+    assert _get_all(c, "a") == expected["a"]
+    assert _get_all(c, "b") == expected["b"]
+    c.close()
+
+
+def test_unroutable_mandatory_messages_of_a_run_each_come_back(broker: BrokerThread) -> None:
+    c = _client(broker)
+    data = b"".join(publish(f"m{i}".encode(), rk="nowhere", mandatory=True) for i in range(5))
+    c.send(data)
+    for i in range(5):
+        method = c.expect_method(commands.Basic.Return)
+        assert (method.reply_code, method.reply_text) == (312, "NO_ROUTE")
+        _header, body = c.expect_content()
+        assert body == f"m{i}".encode()
+    c.close()
+
+
+def test_a_run_to_a_missing_exchange_closes_the_channel_once(broker: BrokerThread) -> None:
+    c = _client(broker)
+    _declare(c, "after")
+    data = b"".join(publish(b"x", exchange="missing", rk="k") for _ in range(20))
+    c.send(data)
+    assert c.expect_channel_close(1) == (
+        404,
+        "NOT_FOUND - no exchange 'missing' in vhost '/'",
+        60,
+        40,
+    )
+    c.send_method(1, commands.Channel.CloseOk())
+    # The connection goes on: a new channel publishes (a run again) normally.
+    c.send_method(2, commands.Channel.Open())
+    c.expect_method(commands.Channel.OpenOk)
+    c.send(b"".join(publish(b"y", channel=2, rk="after") for _ in range(3)))
+    c.send_method(2, commands.Queue.Declare(queue="after", passive=True))
+    assert c.expect_method(commands.Queue.DeclareOk, channel=2).message_count == 3
+    c.close()
+
+
+def test_a_run_in_a_transaction_is_held_until_commit(broker: BrokerThread) -> None:
+    c = _client(broker)
+    _declare(c, "t")
+    c.send_method(1, commands.Tx.Select())
+    c.expect_method(commands.Tx.SelectOk)
+    c.send(b"".join(publish(f"t{i}".encode(), rk="t") for i in range(10)))
+    c.send_method(1, commands.Queue.Declare(queue="t", passive=True))
+    assert c.expect_method(commands.Queue.DeclareOk).message_count == 0
+    c.send_method(1, commands.Tx.Commit())
+    c.expect_method(commands.Tx.CommitOk)
+    assert _get_all(c, "t") == [f"t{i}".encode() for i in range(10)]
+    c.close()
+
+
+def test_a_run_split_across_reads(broker: BrokerThread) -> None:
+    c = _client(broker)
+    _declare(c, "s")
+    data = b"".join(publish(f"s{i}".encode() * 50, rk="s") for i in range(200))
+    sock: socket.socket = c.sock
+    for at in range(0, len(data), 997):  # cuts land inside frames
+        sock.sendall(data[at : at + 997])
+    c.send_method(1, commands.Queue.Declare(queue="s", passive=True))
+    assert c.expect_method(commands.Queue.DeclareOk).message_count == 200
+    assert _get_all(c, "s") == [f"s{i}".encode() * 50 for i in range(200)]
+    c.close()
