@@ -222,7 +222,11 @@ def pytest_command(
     pytest_args: Sequence[str] = (),
 ) -> list[str]:
     """pytest over ``targets`` with the suite's own configuration file, rooted at the
-    suite; ``plugins`` are ``-p`` arguments (``no:xyz`` blocks one)."""
+    suite; ``plugins`` are ``-p`` arguments (``no:xyz`` blocks one). When
+    ``pytest_args`` name test files or node ids inside a target (``tests/x.py::t``),
+    they replace the targets, so that only those run."""
+    if any(arg.startswith(t) for arg in pytest_args for t in targets):
+        targets = ()
     cmd = [sys.executable, "-m", "pytest", *targets]
     if config_file is not None:
         cmd += ["-c", str(config_file)]
