@@ -39,37 +39,29 @@ embedded Warren as part of Warren's own tests.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
-import importlib.util
-import os
-import re
-import shutil
-import subprocess
 import sys
-import tarfile
 import tempfile
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CACHE_DIR = REPO / ".cache" / "kombu-sdist"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import client_suites as cs  # noqa: E402 - tools/ is not a package
+
+REPO = cs.REPO
+DEFAULT_CACHE_DIR = cs.CACHE / "kombu-sdist"
 #: The suite inside the extracted sdist.
 SUITE_FILE = PurePosixPath("t/integration/test_py_amqp.py")
 #: What is extracted from the sdist: the tests and the file with pytest's settings.
-EXTRACTED = (PurePosixPath("t"), PurePosixPath("setup.cfg"))
+EXTRACTED = ("t", "setup.cfg")
 #: Exit status when the sdist can neither be found in the cache nor downloaded.
-EXIT_SDIST_UNAVAILABLE = 6
-
-
-class SdistUnavailable(RuntimeError):
-    """The kombu sdist could not be downloaded (no network, or no such version)."""
+EXIT_SDIST_UNAVAILABLE = cs.EXIT_UNAVAILABLE
+SdistUnavailable = cs.SuiteUnavailable
 
 
 def installed_kombu_version() -> str:
-    return importlib.metadata.version("kombu")
+    return cs.installed_version("kombu")
 
 
 def fetch_suite(version: str, cache_dir: Path = DEFAULT_CACHE_DIR) -> Path:
@@ -81,61 +73,20 @@ def fetch_suite(version: str, cache_dir: Path = DEFAULT_CACHE_DIR) -> Path:
     suite = cache_dir / f"kombu-{version}"
     if (suite / SUITE_FILE).is_file() and (suite / "setup.cfg").is_file():
         return suite
-    tarball = cache_dir / f"kombu-{version}.tar.gz"
-    if not tarball.is_file():
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(
-            [
-                sys.executable, "-m", "pip", "download", "--quiet",
-                "--disable-pip-version-check", "--retries", "1",
-                "--no-deps", "--no-binary", ":all:", f"kombu=={version}",
-                "--dest", str(cache_dir),
-            ],
-            capture_output=True,
-            text=True,
-        )  # fmt: skip
-        if proc.returncode != 0 or not tarball.is_file():
-            detail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            raise SdistUnavailable(
-                f"pip download kombu=={version} failed (status {proc.returncode}): "
-                + " / ".join(detail)
-            )
-    _extract(tarball, suite)
+    tarball = cs.download_sdist("kombu", version, cache_dir, no_binary=":all:")
+    cs.extract(tarball, suite, EXTRACTED, required=(str(SUITE_FILE),))
     return suite
-
-
-def _extract(tarball: Path, dest: Path) -> None:
-    """Extract the ``EXTRACTED`` paths of the sdist's top directory into ``dest``."""
-    top = dest.name  # kombu-<version>, the sdist's single top-level directory
-    with tarfile.open(tarball) as tar:
-        members = []
-        for member in tar.getmembers():
-            parts = PurePosixPath(member.name).parts
-            if len(parts) < 2 or parts[0] != top or ".." in parts:
-                continue
-            rel = PurePosixPath(*parts[1:])
-            if any(rel == p or p in rel.parents for p in EXTRACTED):
-                members.append(member)
-        with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-            tar.extractall(tmp, members=members, filter="data")
-            if not (Path(tmp) / top / SUITE_FILE).is_file():
-                raise SdistUnavailable(f"{tarball.name} has no {SUITE_FILE}")
-            shutil.rmtree(dest, ignore_errors=True)
-            (Path(tmp) / top).rename(dest)
 
 
 def pytest_command(
     suite: Path, pytest_args: Sequence[str] = (), test_timeout: float = 30
 ) -> list[str]:
-    cmd = [
-        sys.executable, "-m", "pytest", str(suite / SUITE_FILE),
-        "-c", str(suite / "setup.cfg"), "--rootdir", str(suite), "--confcutdir", str(suite),
-        "-p", "no:cacheprovider", "-p", "no:rerunfailures",
-        "-W", "ignore::pytest.PytestUnknownMarkWarning",
-    ]  # fmt: skip
-    if test_timeout > 0 and importlib.util.find_spec("pytest_timeout") is not None:
-        cmd.append(f"--timeout={test_timeout:g}")
-    return [*cmd, *pytest_args]
+    return cs.pytest_command(
+        [str(suite / SUITE_FILE)], suite, suite / "setup.cfg",
+        plugins=("no:rerunfailures",),
+        options=("-W", "ignore::pytest.PytestUnknownMarkWarning"),
+        test_timeout=test_timeout, pytest_args=pytest_args,
+    )  # fmt: skip
 
 
 def run_suite(
@@ -148,11 +99,10 @@ def run_suite(
     timeout: float | None = None,
 ) -> int:
     """Run the suite against ``host:port``; returns pytest's exit status."""
-    if (suite / "kombu").exists():  # would shadow the installed kombu (see the docstring)
-        raise RuntimeError(f"{suite / 'kombu'} must not exist")
-    env = dict(os.environ, RABBITMQ_HOST=host, RABBITMQ_5672_TCP=str(port))
+    cs.refuse_shadowing(suite, "kombu")  # would shadow the installed kombu (see the docstring)
+    env = {"RABBITMQ_HOST": host, "RABBITMQ_5672_TCP": str(port)}
     cmd = pytest_command(suite, pytest_args, test_timeout)
-    return subprocess.run(cmd, cwd=suite, env=env, timeout=timeout).returncode
+    return cs.run_pytest(cmd, suite, env=env, timeout=timeout)
 
 
 @contextmanager
@@ -161,44 +111,12 @@ def warren_subprocess(log: IO[str]) -> Iterator[int]:
 
     Its log goes to ``log``; it is stopped with SIGTERM at the end.
     """
-    with tempfile.TemporaryDirectory(prefix="warren-kombu-") as data_dir:
-        env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
-        args = ["--amqp-port", "0", "--http-port", "-1", "--mqtt-port", "-1", "--data-dir", data_dir]
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "warren", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-        )
-        assert proc.stdout is not None
-        stdout = proc.stdout
-        # Reads the rest of the log, so that a full pipe never blocks the broker.
-        drain = threading.Thread(target=lambda: log.writelines(stdout), daemon=True)
-        try:
-            port = None
-            for line in stdout:
-                log.write(line)
-                m = re.search(r"listening on AMQP \S+:(\d+),", line)
-                if m:
-                    port = int(m.group(1))
-                    break
-            if port is None:
-                raise RuntimeError(f"warren exited without listening (status {proc.wait(10)})")
-            drain.start()
-            yield port
-        finally:
-            proc.terminate()
-            proc.wait(30)
-            if drain.is_alive():
-                drain.join(10)
+    with cs.warren_subprocess(log) as ports:
+        yield ports.amqp
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    ours, pytest_args = argv, []
-    if "--" in argv:
-        ours, pytest_args = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+    ours, pytest_args = cs.split_argv(argv)
     parser = argparse.ArgumentParser(
         description="Run kombu's t/integration/test_py_amqp.py (from the sdist of the "
         "installed kombu) against an AMQP broker. Arguments after -- go to pytest.",
@@ -245,9 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 suite, "127.0.0.1", port, pytest_args, test_timeout=opts.test_timeout
             )
         if status != 0:
-            log.seek(0)
-            print("-- the end of Warren's log --", file=sys.stderr)
-            sys.stderr.writelines(log.readlines()[-40:])
+            cs.print_log_tail(log)
     return status
 
 
