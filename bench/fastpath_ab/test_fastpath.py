@@ -10,7 +10,6 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from variants import load
 
 KERNELS = load(require_all=os.environ.get("FASTPATH_REQUIRE_ALL") == "1")
@@ -45,10 +44,7 @@ def chunking(draw: st.DrawFn, size: int, limit: int) -> list[int]:
     chunks: list[int] = []
     left = size
     while left:
-        if draw(st.booleans()):
-            take = min(left, limit)
-        else:
-            take = draw(st.integers(1, min(left, limit)))
+        take = min(left, limit) if draw(st.booleans()) else draw(st.integers(1, min(left, limit)))
         chunks.append(take)
         left -= take
     return chunks
@@ -75,7 +71,6 @@ def streams(draw: st.DrawFn) -> tuple[bytes, int, int, bytes, int, int, tuple[in
     pos = len(prefix)
     expected: list[bytes] = []
     ends = [pos]  # where each consumed message ends, for a truncated stream
-    expected_parts: list[list[bytes]] = [[]]
     stopped = False
     for _ in range(draw(st.integers(0, 6))):
         kind = draw(st.sampled_from(["msg"] * 14 + ["mandatory", "channel", "weight", "oversize", "badend",

@@ -6,7 +6,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.environ.get("FASTPATH_BUILD", os.path.join(HERE, "build"))
