@@ -2,8 +2,8 @@
 
     python bench/fastpath_ab/measure.py [--runs 7] [--seconds 0.15] [--json FILE]
 
-Inputs: reads of 64 KiB and 1 MiB (whole messages only) of publishes with
-16-byte and 4 KiB bodies, as a publisher sends them (exchange "", a 15-byte
+Inputs: reads of one message (the per-call cost) and of 64 KiB and 1 MiB
+(whole messages only) of publishes with 16-byte and 4 KiB bodies, as a publisher sends them (exchange "", a 15-byte
 routing key, delivery-mode property); frame_max 131072. Each run calls a
 variant on one input for about --seconds and gives ns per message; the runs
 rotate the variants' order, and the table shows the median of the runs and
@@ -43,6 +43,7 @@ def read_of(body_size: int, read_size: int) -> tuple[bytes, int]:
 
 
 CASES = {
+    "16 B body, 1 message per read": (16, len(message(16))),
     "16 B bodies, 64 KiB read": (16, 64 * 1024),
     "4 KiB bodies, 64 KiB read": (4096, 64 * 1024),
     "16 B bodies, 1 MiB read": (16, 1024 * 1024),
