@@ -1,0 +1,298 @@
+/* warren._fastpath: the hot path's byte work in C.
+ *
+ * scan_publishes() is warren/amqp/publish_run.py's scan_publishes without a
+ * Python object per message: it walks the frames of one socket read and
+ * records, in a C array inside one PublishRun object, where each message's
+ * property list and body lie. publish_run.py is the reference (and the
+ * fallback without a compiler); tests/test_publish_run.py checks both alike.
+ *
+ * setup.py builds this module when a C compiler is there; when it cannot,
+ * Warren runs publish_run.py instead. WARREN_PURE_PYTHON=1 makes Warren ignore
+ * it (publish_run.py decides).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static PyObject *plain_props[3]; /* b"\x00\x00", b"\x10\x00\x01", b"\x10\x00\x02" */
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view;       /* the socket read's bytes, held while the run lives */
+    PyObject *method;     /* the basic.publish payload every message shares */
+    Py_ssize_t channel;
+    Py_ssize_t end;       /* offset just past the run's last frame */
+    Py_ssize_t count;
+    Py_ssize_t *spans;    /* per message: props start, props end, body start, body end */
+} PublishRun;
+
+static inline uint16_t be16(const unsigned char *p) { return (uint16_t)((p[0] << 8) | p[1]); }
+static inline uint32_t be32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static inline uint64_t be64(const unsigned char *p) {
+    return ((uint64_t)be32(p) << 32) | be32(p + 4);
+}
+
+/* Index into plain_props of a plain property list, or -1. */
+static int plain_index(const unsigned char *p, Py_ssize_t len) {
+    if (len == 2 && p[0] == 0 && p[1] == 0) return 0;
+    if (len == 3 && p[0] == 0x10 && p[1] == 0 && (p[2] == 1 || p[2] == 2)) return p[2];
+    return -1;
+}
+
+/* basic.publish's payload: reserved short, two shortstrs, the bits octet, exactly. */
+static int method_ok(const unsigned char *m, Py_ssize_t len) {
+    if (len < 9 || m[0] != 0 || m[1] != 0x3c || m[2] != 0 || m[3] != 0x28) return 0;
+    Py_ssize_t at = 7 + m[6];
+    if (at >= len) return 0;
+    return at + 1 + m[at] + 1 == len;
+}
+
+/* One complete message at pos whose method payload is m[0:mlen]: fills
+ * spans[0..3] and *next, or returns 0. */
+static int one_message(const unsigned char *d, Py_ssize_t n, Py_ssize_t pos, uint16_t channel,
+                       const unsigned char *m, Py_ssize_t mlen, uint32_t frame_max,
+                       uint64_t max_body, Py_ssize_t *spans, Py_ssize_t *next) {
+    /* The method frame, byte for byte the run's first. */
+    Py_ssize_t end = pos + 7 + mlen;
+    if (end >= n || d[pos] != 1 || be16(d + pos + 1) != channel ||
+        be32(d + pos + 3) != (uint32_t)mlen || d[end] != 0xCE ||
+        memcmp(d + pos + 7, m, (size_t)mlen) != 0)
+        return 0;
+    pos = end + 1;
+    /* The content header frame. */
+    if (n - pos < 7) return 0;
+    uint32_t size = be32(d + pos + 3);
+    if (d[pos] != 2 || be16(d + pos + 1) != channel || size < 14) return 0;
+    if (frame_max && size > frame_max) return 0;
+    if ((Py_ssize_t)size >= n - pos - 7) return 0; /* end octet not in the buffer */
+    end = pos + 7 + (Py_ssize_t)size;
+    if (d[end] != 0xCE) return 0;
+    const unsigned char *h = d + pos + 7;
+    if (be16(h) != 60 || be16(h + 2) != 0) return 0;
+    uint64_t body_size = be64(h + 4);
+    if (body_size > max_body) return 0;
+    Py_ssize_t props_start = pos + 19;
+    if (plain_index(d + props_start, end - props_start) < 0) return 0;
+    spans[0] = props_start;
+    spans[1] = end;
+    pos = end + 1;
+    if (body_size == 0) {
+        spans[2] = spans[3] = pos;
+        *next = pos;
+        return 1;
+    }
+    /* One body frame carrying the whole body. */
+    if (n - pos < 7) return 0;
+    size = be32(d + pos + 3);
+    if (d[pos] != 3 || be16(d + pos + 1) != channel || (uint64_t)size != body_size) return 0;
+    if (frame_max && size > frame_max) return 0;
+    if ((Py_ssize_t)size >= n - pos - 7) return 0;
+    end = pos + 7 + (Py_ssize_t)size;
+    if (d[end] != 0xCE) return 0;
+    spans[2] = pos + 7;
+    spans[3] = end;
+    *next = end + 1;
+    return 1;
+}
+
+static PyTypeObject PublishRunType;
+
+static PyObject *scan_publishes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "scan_publishes(data, pos, frame_max, max_body, limit)");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    unsigned long long frame_max = PyLong_AsUnsignedLongLong(args[2]);
+    unsigned long long max_body = PyLong_AsUnsignedLongLong(args[3]);
+    Py_ssize_t limit = PyLong_AsSsize_t(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    if (frame_max > UINT32_MAX) frame_max = 0; /* no limit a frame could exceed */
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *d = (const unsigned char *)view.buf;
+    Py_ssize_t n = view.len;
+    if (pos < 0 || n - pos < 7 || limit < 1) goto none;
+    uint16_t channel = be16(d + pos + 1);
+    uint32_t size = be32(d + pos + 3);
+    if (d[pos] != 1 || channel == 0 || size < 7) goto none;
+    if (frame_max && size > frame_max) goto none;
+    if ((Py_ssize_t)size > n - pos - 7) goto none;
+    const unsigned char *m = d + pos + 7;
+    Py_ssize_t mlen = (Py_ssize_t)size;
+    if (!method_ok(m, mlen) || (m[mlen - 1] & 2)) goto none; /* 2: immediate */
+
+    Py_ssize_t cap = limit < 64 ? limit : 64;
+    Py_ssize_t *spans = PyMem_Malloc((size_t)cap * 4 * sizeof(Py_ssize_t));
+    if (spans == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t count = 0, at = pos, next = pos;
+    while (count < limit) {
+        if (count == cap) {
+            Py_ssize_t grown = cap * 4 < limit ? cap * 4 : limit;
+            Py_ssize_t *more = PyMem_Realloc(spans, (size_t)grown * 4 * sizeof(Py_ssize_t));
+            if (more == NULL) {
+                PyMem_Free(spans);
+                PyBuffer_Release(&view);
+                return PyErr_NoMemory();
+            }
+            spans = more;
+            cap = grown;
+        }
+        if (!one_message(d, n, at, channel, m, mlen, (uint32_t)frame_max, max_body,
+                         spans + 4 * count, &next))
+            break;
+        at = next;
+        count++;
+    }
+    if (count == 0) {
+        PyMem_Free(spans);
+        goto none;
+    }
+    PublishRun *run = PyObject_New(PublishRun, &PublishRunType);
+    if (run == NULL) {
+        PyMem_Free(spans);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    run->method = PyBytes_FromStringAndSize((const char *)m, mlen);
+    if (run->method == NULL) {
+        run->spans = NULL;
+        run->view = view;
+        Py_DECREF(run);
+        PyMem_Free(spans);
+        return NULL;
+    }
+    run->view = view; /* the run now holds the buffer */
+    run->channel = channel;
+    run->end = at;
+    run->count = count;
+    run->spans = spans;
+    return (PyObject *)run;
+
+none:
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+static void run_dealloc(PublishRun *run) {
+    PyBuffer_Release(&run->view);
+    Py_XDECREF(run->method);
+    PyMem_Free(run->spans);
+    PyObject_Free(run);
+}
+
+static Py_ssize_t run_len(PublishRun *run) { return run->count; }
+
+static int index_ok(PublishRun *run, PyObject *arg, Py_ssize_t *i) {
+    *i = PyLong_AsSsize_t(arg);
+    if (*i == -1 && PyErr_Occurred()) return 0;
+    if (*i < 0 || *i >= run->count) {
+        PyErr_SetString(PyExc_IndexError, "message index out of range");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *run_properties(PublishRun *run, PyObject *arg) {
+    Py_ssize_t i;
+    if (!index_ok(run, arg, &i)) return NULL;
+    const unsigned char *p = (const unsigned char *)run->view.buf + run->spans[4 * i];
+    int k = plain_index(p, run->spans[4 * i + 1] - run->spans[4 * i]);
+    PyObject *props = plain_props[k]; /* every run message's list is plain */
+    Py_INCREF(props);
+    return props;
+}
+
+static PyObject *run_body(PublishRun *run, PyObject *arg) {
+    Py_ssize_t i;
+    if (!index_ok(run, arg, &i)) return NULL;
+    const char *b = (const char *)run->view.buf + run->spans[4 * i + 2];
+    return PyBytes_FromStringAndSize(b, run->spans[4 * i + 3] - run->spans[4 * i + 2]);
+}
+
+static PyObject *run_body_size(PublishRun *run, PyObject *arg) {
+    Py_ssize_t i;
+    if (!index_ok(run, arg, &i)) return NULL;
+    return PyLong_FromSsize_t(run->spans[4 * i + 3] - run->spans[4 * i + 2]);
+}
+
+static PyObject *run_get_data(PublishRun *run, void *closure) {
+    PyObject *obj = run->view.obj;
+    Py_INCREF(obj);
+    return obj;
+}
+static PyObject *run_get_method(PublishRun *run, void *closure) {
+    Py_INCREF(run->method);
+    return run->method;
+}
+static PyObject *run_get_channel(PublishRun *run, void *closure) {
+    return PyLong_FromSsize_t(run->channel);
+}
+static PyObject *run_get_end(PublishRun *run, void *closure) { return PyLong_FromSsize_t(run->end); }
+
+static PyMethodDef run_methods[] = {
+    {"properties", (PyCFunction)run_properties, METH_O, "message i's property list (bytes)"},
+    {"body", (PyCFunction)run_body, METH_O, "message i's body (bytes)"},
+    {"body_size", (PyCFunction)run_body_size, METH_O, "message i's body size"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef run_getset[] = {
+    {"data", (getter)run_get_data, NULL, "the scanned bytes", NULL},
+    {"method", (getter)run_get_method, NULL, "the shared basic.publish payload", NULL},
+    {"channel", (getter)run_get_channel, NULL, "the channel number", NULL},
+    {"end", (getter)run_get_end, NULL, "offset just past the run", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods run_as_sequence = {.sq_length = (lenfunc)run_len};
+
+static PyTypeObject PublishRunType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "warren._fastpath.PublishRun",
+    .tp_basicsize = sizeof(PublishRun),
+    .tp_dealloc = (destructor)run_dealloc,
+    .tp_as_sequence = &run_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Complete, alike basic.publish messages of one socket read (see publish_run.py).",
+    .tp_methods = run_methods,
+    .tp_getset = run_getset,
+};
+
+static PyMethodDef module_methods[] = {
+    {"scan_publishes", (PyCFunction)(void (*)(void))scan_publishes, METH_FASTCALL,
+     "scan_publishes(data, pos, frame_max, max_body, limit) -> PublishRun | None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "warren._fastpath",
+    "The hot path's byte work in C (see warren/amqp/publish_run.py).", -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__fastpath(void) {
+    static const char *plain[3] = {"\x00\x00", "\x10\x00\x01", "\x10\x00\x02"};
+    static const Py_ssize_t plain_len[3] = {2, 3, 3};
+    for (int i = 0; i < 3; i++) {
+        if (plain_props[i] == NULL) {
+            plain_props[i] = PyBytes_FromStringAndSize(plain[i], plain_len[i]);
+            if (plain_props[i] == NULL) return NULL;
+        }
+    }
+    if (PyType_Ready(&PublishRunType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL) return NULL;
+    Py_INCREF(&PublishRunType);
+    if (PyModule_AddObject(m, "PublishRun", (PyObject *)&PublishRunType) < 0) {
+        Py_DECREF(&PublishRunType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
