@@ -341,3 +341,100 @@ def test_a_run_split_across_reads(broker: BrokerThread) -> None:
     assert c.expect_method(commands.Queue.DeclareOk).message_count == 200
     assert _get_all(c, "s") == [f"s{i}".encode() * 50 for i in range(200)]
     c.close()
+
+
+# -- the C encoder of a run's deliveries -----------------------------------------------
+
+_fast = importlib.import_module("warren._fastpath") if len(SCANNERS) > 1 else None
+needs_c = pytest.mark.skipif(_fast is None, reason="warren._fastpath not built")
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(
+    bodies=st.lists(st.binary(max_size=300) | st.integers(0, 20_000).map(b"b".__mul__), min_size=1, max_size=8),
+    rk=st.sampled_from(["q", "", "r" * 200]),
+    exchange=st.sampled_from(["", "amq.direct", "x" * 100]),
+    tag=st.sampled_from(["ctag", "", "amq.ctag-" + "z" * 200]),
+    channel=st.integers(1, 65535),
+    first=st.integers(1, 2**64 - 100),
+    frame_max=st.sampled_from([4096, 131072, 0]),
+    slice_=st.tuples(st.integers(0, 8), st.integers(0, 8)),
+)
+def test_deliver_frames_agrees_with_message_frames(
+    bodies: list[bytes],
+    rk: str,
+    exchange: str,
+    tag: str,
+    channel: int,
+    first: int,
+    frame_max: int,
+    slice_: tuple[int, int],
+) -> None:
+    from warren.amqp.frames import message_frames
+
+    assert _fast is not None
+    props = [b"\x00\x00", b"\x10\x00\x01", b"\x10\x00\x02"]
+    data = b"".join(
+        publish(body, rk=rk, exchange=exchange, properties=[None, commands.Basic.Properties(delivery_mode=1), PERSISTENT][i % 3])
+        for i, body in enumerate(bodies)
+    )
+    run = _fast.scan_publishes(data, 0, 0, 1 << 27, 100)
+    assert run is not None and len(run) == len(bodies)
+    start, stop = sorted(min(x, len(bodies)) for x in slice_)
+    raw_tag = tag.encode()
+    head = b"\x00\x3c\x00\x3c" + bytes([len(raw_tag)]) + raw_tag
+    got = _fast.deliver_frames(run, start, stop, channel, head, first, frame_max)
+    ex_rk = bytes([len(exchange)]) + exchange.encode() + bytes([len(rk.encode())]) + rk.encode()
+    expected = b"".join(
+        b"".join(
+            message_frames(
+                channel,
+                head + (first + i - start).to_bytes(8, "big") + b"\x00" + ex_rk,
+                props[i % 3],
+                bodies[i],
+                frame_max or 1 << 40,
+            )
+        )
+        for i in range(start, stop)
+    )
+    assert got == expected
+
+
+@needs_c
+def test_deliver_frames_refuses_bad_arguments() -> None:
+    assert _fast is not None
+    run = _fast.scan_publishes(publish(b"x"), 0, 0, 1 << 27, 10)
+    with pytest.raises(ValueError):
+        _fast.deliver_frames(run, 0, 2, 1, b"\x00\x3c\x00\x3c\x00", 1, 4096)
+    with pytest.raises(TypeError):
+        _fast.deliver_frames(object(), 0, 1, 1, b"", 1, 4096)
+    with pytest.raises(ValueError):
+        _fast.deliver_frames(run, 0, 1, 70000, b"", 1, 4096)
+
+
+def test_a_run_to_a_no_ack_consumer_arrives_whole_and_counted(broker: BrokerThread) -> None:
+    """Published in one write, delivered at once (deliver_frames when built): tags
+    in order, exchange, routing key, properties and bodies as sent, and the
+    queue's and channel's counters as if one by one."""
+    c = _client(broker)
+    _declare(c, "n")
+    c.send_method(1, commands.Basic.Consume(queue="n", consumer_tag="ct", no_ack=True))
+    c.expect_method(commands.Basic.ConsumeOk)
+    bodies = [f"n{i}".encode() * (i + 1) for i in range(50)]
+    props = [None, PERSISTENT]
+    c.send(b"".join(publish(b, rk="n", properties=props[i % 2]) for i, b in enumerate(bodies)))
+    for i, body in enumerate(bodies):
+        deliver = c.expect_method(commands.Basic.Deliver)
+        assert (deliver.consumer_tag, deliver.delivery_tag, deliver.redelivered) == ("ct", i + 1, False)
+        assert (deliver.exchange, deliver.routing_key) == ("", "n")
+        header, got = c.expect_content()
+        assert got == body
+        assert header.properties.delivery_mode == (2 if i % 2 else None)
+
+    def counters() -> tuple[int, int, int]:
+        (q,) = [q for q in broker.broker.vhosts["/"].queues.values() if q.name == "n"]
+        return q.stats.publish, q.stats.deliver_no_ack, broker.broker.vhosts["/"].default_exchange.stats.publish_in
+
+    assert broker.call(counters) == (50, 50, 50)
+    c.close()

@@ -6,6 +6,10 @@
  * property list and body lie. publish_run.py is the reference (and the
  * fallback without a compiler); tests/test_publish_run.py checks both alike.
  *
+ * deliver_frames() writes what a no-ack consumer gets for a run's messages
+ * (amqp/consumer.py's AMQPConsumer.deliver_run), straight from the
+ * publisher's bytes; amqp/frames.py's message_frames is its reference.
+ *
  * setup.py builds this module when a C compiler is there; when it cannot,
  * Warren runs publish_run.py instead. WARREN_PURE_PYTHON=1 makes Warren ignore
  * it (publish_run.py decides).
@@ -33,6 +37,25 @@ static inline uint32_t be32(const unsigned char *p) {
 }
 static inline uint64_t be64(const unsigned char *p) {
     return ((uint64_t)be32(p) << 32) | be32(p + 4);
+}
+
+static inline unsigned char *put_be32(unsigned char *o, uint32_t v) {
+    o[0] = (unsigned char)(v >> 24);
+    o[1] = (unsigned char)(v >> 16);
+    o[2] = (unsigned char)(v >> 8);
+    o[3] = (unsigned char)v;
+    return o + 4;
+}
+static inline unsigned char *put_be64(unsigned char *o, uint64_t v) {
+    return put_be32(put_be32(o, (uint32_t)(v >> 32)), (uint32_t)v);
+}
+/* A frame's type, channel and payload size. */
+static inline unsigned char *put_frame_head(unsigned char *o, unsigned char type, uint16_t channel,
+                                            uint32_t size) {
+    o[0] = type;
+    o[1] = (unsigned char)(channel >> 8);
+    o[2] = (unsigned char)channel;
+    return put_be32(o + 3, size);
 }
 
 /* Index into plain_props of a plain property list, or -1. */
@@ -265,9 +288,99 @@ static PyTypeObject PublishRunType = {
     .tp_getset = run_getset,
 };
 
+/* deliver_frames(run, start, stop, channel, deliver_head, first_tag, frame_max) -> bytes
+ *
+ * What a no-ack consumer gets for messages start..stop-1 of a run, as one
+ * bytes object: per message a basic.deliver method frame (deliver_head: class,
+ * method and the consumer tag as a shortstr; then the delivery tag, counting
+ * up from first_tag, redelivered 0, and the run's exchange and routing key),
+ * the content header with the properties as received, and the body in frames
+ * of at most frame_max - 8 octets. amqp/frames.py's message_frames, batched. */
+static PyObject *deliver_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "deliver_frames(run, start, stop, channel, deliver_head, first_tag, frame_max)");
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(args[0], &PublishRunType)) {
+        PyErr_SetString(PyExc_TypeError, "deliver_frames: run must be a warren._fastpath.PublishRun");
+        return NULL;
+    }
+    PublishRun *run = (PublishRun *)args[0];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t channel = PyLong_AsSsize_t(args[3]);
+    unsigned long long first_tag = PyLong_AsUnsignedLongLong(args[5]);
+    Py_ssize_t frame_max = PyLong_AsSsize_t(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    if (!PyBytes_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "deliver_frames: deliver_head must be bytes");
+        return NULL;
+    }
+    if (start < 0 || stop > run->count || start > stop || channel < 0 || channel > 0xFFFF) {
+        PyErr_SetString(PyExc_ValueError, "deliver_frames: bad range or channel");
+        return NULL;
+    }
+    const unsigned char *head = (const unsigned char *)PyBytes_AS_STRING(args[4]);
+    Py_ssize_t head_len = PyBytes_GET_SIZE(args[4]);
+    const unsigned char *m = (const unsigned char *)PyBytes_AS_STRING(run->method);
+    const unsigned char *ex_rk = m + 6;                      /* exchange, routing key */
+    Py_ssize_t ex_rk_len = PyBytes_GET_SIZE(run->method) - 7; /* without the bits octet */
+    Py_ssize_t chunk = frame_max > 8 ? frame_max - 8 : PY_SSIZE_T_MAX;
+    const unsigned char *d = (const unsigned char *)run->view.buf;
+    Py_ssize_t method_size = head_len + 9 + ex_rk_len;
+
+    /* Sizes first: one allocation. */
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        Py_ssize_t *s = run->spans + 4 * i;
+        Py_ssize_t body = s[3] - s[2];
+        total += 8 + method_size + 8 + 12 + (s[1] - s[0]);
+        if (body) total += body + 8 * ((body - 1) / chunk + 1);
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) return NULL;
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+    uint64_t tag = first_tag;
+    for (Py_ssize_t i = start; i < stop; i++, tag++) {
+        Py_ssize_t *s = run->spans + 4 * i;
+        Py_ssize_t plen = s[1] - s[0];
+        Py_ssize_t body = s[3] - s[2];
+        o = put_frame_head(o, 1, (uint16_t)channel, (uint32_t)method_size);
+        memcpy(o, head, (size_t)head_len);
+        o += head_len;
+        o = put_be64(o, tag);
+        *o++ = 0; /* redelivered */
+        memcpy(o, ex_rk, (size_t)ex_rk_len);
+        o += ex_rk_len;
+        *o++ = 0xCE;
+        o = put_frame_head(o, 2, (uint16_t)channel, (uint32_t)(12 + plen));
+        *o++ = 0; *o++ = 60; *o++ = 0; *o++ = 0; /* class 60, weight 0 */
+        o = put_be64(o, (uint64_t)body);
+        memcpy(o, d + s[0], (size_t)plen);
+        o += plen;
+        *o++ = 0xCE;
+        for (Py_ssize_t at = 0; at < body; at += chunk) {
+            Py_ssize_t part = body - at < chunk ? body - at : chunk;
+            o = put_frame_head(o, 3, (uint16_t)channel, (uint32_t)part);
+            memcpy(o, d + s[2] + at, (size_t)part);
+            o += part;
+            *o++ = 0xCE;
+        }
+    }
+    if (o != (unsigned char *)PyBytes_AS_STRING(out) + total) { /* sizes and writes disagree */
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_SystemError, "deliver_frames: size mismatch");
+        return NULL;
+    }
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"scan_publishes", (PyCFunction)(void (*)(void))scan_publishes, METH_FASTCALL,
      "scan_publishes(data, pos, frame_max, max_body, limit) -> PublishRun | None"},
+    {"deliver_frames", (PyCFunction)(void (*)(void))deliver_frames, METH_FASTCALL,
+     "deliver_frames(run, start, stop, channel, deliver_head, first_tag, frame_max) -> bytes"},
     {NULL, NULL, 0, NULL},
 };
 

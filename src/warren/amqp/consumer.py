@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import warren
 from warren.amqp.frames import message_frames
 from warren.core.consumer import Consumer
-from warren.core.message import Message
+from warren.core.message import Message, MessageRun
 from warren.core.stats import count_delivery
 
 _pack_tag = struct.Struct(">QB").pack
+
+_native = warren.native_module("_fastpath")
+#: The C encoder of a run's deliveries, and the run type it reads (None: not built).
+_deliver_frames: Callable[..., bytes] | None = None if _native is None else _native.deliver_frames
+_NativeRun: type | None = None if _native is None else _native.PublishRun
 
 if TYPE_CHECKING:
     from warren.amqp.channel import Channel
@@ -76,6 +83,21 @@ class AMQPConsumer(Consumer):
         # consumer, exchange and routing key once per message (fanout reuses them).
         payload = self._deliver_head + _pack_tag(tag, redelivered) + msg.exchange_and_key()
         conn.send_many(message_frames(ch.id, payload, msg.properties, body, conn.frame_max))
+
+    def deliver_run(self, run: MessageRun, start: int, stop: int) -> None:
+        """A run's messages as one bytes object of basic.deliver, header and body
+        frames, built in C from the publisher's bytes (no Message per message)."""
+        raw = run.raw
+        if _deliver_frames is None or type(raw) is not _NativeRun:
+            super().deliver_run(run, start, stop)
+            return
+        ch = self.channel
+        n = stop - start
+        ch.stats.deliver_no_ack += n
+        self.queue.stats.deliver_no_ack += n
+        first = ch.next_delivery_tags(n)
+        conn = ch.connection
+        conn.send(_deliver_frames(raw, start, stop, ch.id, self._deliver_head, first, conn.frame_max))
 
     def cancelled(self) -> None:
         self.channel.consumer_cancelled_by_server(self)

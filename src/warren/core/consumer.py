@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from warren.core.message import Message
+    from warren.core.message import Message, MessageRun
     from warren.core.queue import Queue
 
 
@@ -46,6 +46,13 @@ class Consumer(ABC):
     @abstractmethod
     def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
         """Hand over one message; with no_ack the queue has already forgotten it."""
+
+    def deliver_run(self, run: MessageRun, start: int, stop: int) -> None:
+        """Messages ``start .. stop - 1`` of a run, in order, to this no-ack
+        consumer, which the queue found able to take them (Queue.publish_run).
+        One by one here; a protocol adapter may write them all at once."""
+        for i in range(start, stop):
+            self.deliver(0, run.message(i), False)
 
     @abstractmethod
     def cancelled(self) -> None:

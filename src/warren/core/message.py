@@ -8,7 +8,7 @@ would be wasted work. Routing by headers and the store peek into them lazily.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from warren.core import properties as props
 
@@ -67,3 +67,41 @@ class Message:
 
     def __repr__(self) -> str:
         return f"Message({self.exchange!r}, {self.routing_key!r}, {len(self.body)} bytes)"
+
+
+class RawRun(Protocol):
+    """A protocol's run of received messages: their property lists and bodies."""
+
+    def __len__(self) -> int: ...
+
+    def properties(self, i: int) -> bytes: ...
+
+    def body(self, i: int) -> bytes: ...
+
+
+class MessageRun:
+    """Messages published one after the other to one exchange with one routing
+    key and no properties beyond delivery-mode (AMQP's publish runs,
+    amqp/publish_run.py): a queue may take several at once (`Queue.publish_run`)
+    and a consumer deliver them at once (`Consumer.deliver_run`). ``raw`` holds
+    the bytes; a `Message` is made only for a message that needs one."""
+
+    __slots__ = ("exchange", "routing_key", "ex_rk", "raw", "timestamp")
+
+    def __init__(
+        self, exchange: str, routing_key: str, ex_rk: bytes, raw: RawRun, timestamp: int | None
+    ) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.ex_rk = ex_rk  # exchange and routing key as two shortstrs
+        self.raw = raw
+        self.timestamp = timestamp
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    def message(self, i: int) -> Message:
+        raw = self.raw
+        msg = Message(self.exchange, self.routing_key, raw.properties(i), raw.body(i), self.timestamp)
+        msg._ex_rk = self.ex_rk
+        return msg

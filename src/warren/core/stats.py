@@ -91,6 +91,11 @@ class MessageStats:
         self.publish_in += 1
         self.publish_out += routed
 
+    def count_publishes(self, messages: int, routed: int) -> None:
+        """``messages`` publishes, each routed to ``routed`` queues (a run)."""
+        self.publish_in += messages
+        self.publish_out += messages * routed
+
     def set_sum(self, parts: Iterable[MessageStats]) -> None:
         """Make the counters the sum of ``parts`` (a vhost's: its channels')."""
         totals = [0] * len(COUNTERS)
