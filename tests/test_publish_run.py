@@ -360,6 +360,7 @@ needs_c = pytest.mark.skipif(_fast is None, reason="warren._fastpath not built")
     first=st.integers(1, 2**64 - 100),
     frame_max=st.sampled_from([4096, 131072, 0]),
     slice_=st.tuples(st.integers(0, 8), st.integers(0, 8)),
+    step=st.integers(1, 4),
 )
 def test_deliver_frames_agrees_with_message_frames(
     bodies: list[bytes],
@@ -370,6 +371,7 @@ def test_deliver_frames_agrees_with_message_frames(
     first: int,
     frame_max: int,
     slice_: tuple[int, int],
+    step: int,
 ) -> None:
     from warren.amqp.frames import message_frames
 
@@ -384,19 +386,19 @@ def test_deliver_frames_agrees_with_message_frames(
     start, stop = sorted(min(x, len(bodies)) for x in slice_)
     raw_tag = tag.encode()
     head = b"\x00\x3c\x00\x3c" + bytes([len(raw_tag)]) + raw_tag
-    got = _fast.deliver_frames(run, start, stop, channel, head, first, frame_max)
+    got = _fast.deliver_frames(run, start, stop, step, channel, head, first, frame_max)
     ex_rk = bytes([len(exchange)]) + exchange.encode() + bytes([len(rk.encode())]) + rk.encode()
     expected = b"".join(
         b"".join(
             message_frames(
                 channel,
-                head + (first + i - start).to_bytes(8, "big") + b"\x00" + ex_rk,
+                head + (first + (i - start) // step).to_bytes(8, "big") + b"\x00" + ex_rk,
                 props[i % 3],
                 bodies[i],
                 frame_max or 1 << 40,
             )
         )
-        for i in range(start, stop)
+        for i in range(start, stop, step)
     )
     assert got == expected
 
@@ -406,11 +408,13 @@ def test_deliver_frames_refuses_bad_arguments() -> None:
     assert _fast is not None
     run = _fast.scan_publishes(publish(b"x"), 0, 0, 1 << 27, 10)
     with pytest.raises(ValueError):
-        _fast.deliver_frames(run, 0, 2, 1, b"\x00\x3c\x00\x3c\x00", 1, 4096)
+        _fast.deliver_frames(run, 0, 2, 1, 1, b"\x00\x3c\x00\x3c\x00", 1, 4096)
     with pytest.raises(TypeError):
-        _fast.deliver_frames(object(), 0, 1, 1, b"", 1, 4096)
+        _fast.deliver_frames(object(), 0, 1, 1, 1, b"", 1, 4096)
     with pytest.raises(ValueError):
-        _fast.deliver_frames(run, 0, 1, 70000, b"", 1, 4096)
+        _fast.deliver_frames(run, 0, 1, 1, 70000, b"", 1, 4096)
+    with pytest.raises(ValueError):
+        _fast.deliver_frames(run, 0, 1, 0, 1, b"", 1, 4096)
 
 
 def test_a_run_to_a_no_ack_consumer_arrives_whole_and_counted(broker: BrokerThread) -> None:
@@ -437,4 +441,100 @@ def test_a_run_to_a_no_ack_consumer_arrives_whole_and_counted(broker: BrokerThre
         return q.stats.publish, q.stats.deliver_no_ack, broker.broker.vhosts["/"].default_exchange.stats.publish_in
 
     assert broker.call(counters) == (50, 50, 50)
+    c.close()
+
+
+def test_a_run_is_shared_round_robin_among_no_ack_consumers(broker: BrokerThread) -> None:
+    """Three no-ack consumers, each on its own channel: each gets every third
+    message, in order, as one by one round-robin would hand them out; two of
+    them on one channel keep the one-by-one interleaving."""
+    c = _client(broker)
+    _declare(c, "rr")
+    for ch in (2, 3):
+        c.send_method(ch, commands.Channel.Open())
+        c.expect_method(commands.Channel.OpenOk, channel=ch)
+    for ch in (1, 2, 3):
+        c.send_method(ch, commands.Basic.Consume(queue="rr", consumer_tag=f"c{ch}", no_ack=True))
+        c.expect_method(commands.Basic.ConsumeOk, channel=ch)
+    c.send(b"".join(publish(f"r{i}".encode(), rk="rr") for i in range(30)))
+    got: dict[int, list[bytes]] = {1: [], 2: [], 3: []}
+    tags: dict[int, list[int]] = {1: [], 2: [], 3: []}
+    for _ in range(30):
+        ch, deliver = c.read_frame()
+        assert isinstance(deliver, commands.Basic.Deliver)
+        _header, body = c.expect_content()
+        got[ch].append(body)
+        tags[ch].append(deliver.delivery_tag)
+    firsts = sorted((int(v[0][1:]), k) for k, v in got.items())
+    assert [f for f, _ in firsts] == [0, 1, 2]
+    for first, ch in firsts:
+        assert got[ch] == [f"r{i}".encode() for i in range(first, 30, 3)]
+        assert tags[ch] == list(range(1, 11))
+    # The next message goes to the consumer whose turn it is.
+    c.send(publish(b"next", rk="rr"))
+    ch, deliver = c.read_frame()
+    assert ch == firsts[0][1]
+    c.expect_content()
+    c.close()
+
+
+def test_consumers_sharing_a_channel_interleave_as_one_by_one(broker: BrokerThread) -> None:
+    c = _client(broker)
+    _declare(c, "sh")
+    for tag in ("a", "b"):
+        c.send_method(1, commands.Basic.Consume(queue="sh", consumer_tag=tag, no_ack=True))
+        c.expect_method(commands.Basic.ConsumeOk)
+    c.send(b"".join(publish(f"s{i}".encode(), rk="sh") for i in range(10)))
+    order = []
+    for i in range(10):
+        deliver = c.expect_method(commands.Basic.Deliver)
+        _header, body = c.expect_content()
+        assert body == f"s{i}".encode() and deliver.delivery_tag == i + 1
+        order.append(deliver.consumer_tag)
+    assert order in (["a", "b"] * 5, ["b", "a"] * 5)
+    c.close()
+
+
+def test_a_run_through_fanout_reaches_every_queue_whichever_way(broker: BrokerThread) -> None:
+    """Three queues bound to a fanout exchange: one with a no-ack consumer (the
+    run at once), one with an acking consumer and one with none (message by
+    message). Each gets every message in order; the exchange counts each
+    message once in and three times out."""
+    c = _client(broker)
+    c.send_method(1, commands.Exchange.Declare(exchange="fan", exchange_type="fanout"))
+    c.expect_method(commands.Exchange.DeclareOk)
+    for q in ("f1", "f2", "f3"):
+        _declare(c, q)
+        c.send_method(1, commands.Queue.Bind(queue=q, exchange="fan"))
+        c.expect_method(commands.Queue.BindOk)
+    c.send_method(1, commands.Basic.Consume(queue="f1", consumer_tag="noack", no_ack=True))
+    c.expect_method(commands.Basic.ConsumeOk)
+    c.send_method(2, commands.Channel.Open())
+    c.expect_method(commands.Channel.OpenOk, channel=2)
+    c.send_method(2, commands.Basic.Consume(queue="f2", consumer_tag="acks"))
+    c.expect_method(commands.Basic.ConsumeOk, channel=2)
+    c.send_method(3, commands.Channel.Open())
+    c.expect_method(commands.Channel.OpenOk, channel=3)
+    c.send_method(3, commands.Confirm.Select())
+    c.expect_method(commands.Confirm.SelectOk, channel=3)
+    bodies = [f"f{i}".encode() for i in range(40)]
+    c.send(b"".join(publish(b, exchange="fan", rk="", channel=3, mandatory=True) for b in bodies))
+    got: dict[str, list[bytes]] = {"noack": [], "acks": []}
+    acked = 0
+    while len(got["noack"]) + len(got["acks"]) < 80 or acked < 40:
+        ch, frame = c.read_frame()
+        if isinstance(frame, commands.Basic.Ack):
+            acked = max(acked, frame.delivery_tag)
+            continue
+        assert isinstance(frame, commands.Basic.Deliver), frame
+        _header, body = c.expect_content()
+        got[frame.consumer_tag].append(body)
+    assert got == {"noack": bodies, "acks": bodies}
+    assert _get_all(c, "f3") == bodies
+
+    def exchange_counts() -> tuple[int, int]:
+        stats = broker.broker.vhosts["/"].exchanges["fan"].stats
+        return stats.publish_in, stats.publish_out
+
+    assert broker.call(exchange_counts) == (40, 120)
     c.close()

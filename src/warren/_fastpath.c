@@ -288,18 +288,19 @@ static PyTypeObject PublishRunType = {
     .tp_getset = run_getset,
 };
 
-/* deliver_frames(run, start, stop, channel, deliver_head, first_tag, frame_max) -> bytes
+/* deliver_frames(run, start, stop, step, channel, deliver_head, first_tag, frame_max) -> bytes
  *
- * What a no-ack consumer gets for messages start..stop-1 of a run, as one
+ * What a no-ack consumer gets for messages start, start + step, ... < stop of
+ * a run (step > 1: its share of a round-robin among step consumers), as one
  * bytes object: per message a basic.deliver method frame (deliver_head: class,
  * method and the consumer tag as a shortstr; then the delivery tag, counting
  * up from first_tag, redelivered 0, and the run's exchange and routing key),
  * the content header with the properties as received, and the body in frames
  * of at most frame_max - 8 octets. amqp/frames.py's message_frames, batched. */
 static PyObject *deliver_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError,
-                        "deliver_frames(run, start, stop, channel, deliver_head, first_tag, frame_max)");
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "deliver_frames(run, start, stop, step, channel, "
+                                         "deliver_head, first_tag, frame_max)");
         return NULL;
     }
     if (!PyObject_TypeCheck(args[0], &PublishRunType)) {
@@ -309,20 +310,22 @@ static PyObject *deliver_frames(PyObject *self, PyObject *const *args, Py_ssize_
     PublishRun *run = (PublishRun *)args[0];
     Py_ssize_t start = PyLong_AsSsize_t(args[1]);
     Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
-    Py_ssize_t channel = PyLong_AsSsize_t(args[3]);
-    unsigned long long first_tag = PyLong_AsUnsignedLongLong(args[5]);
-    Py_ssize_t frame_max = PyLong_AsSsize_t(args[6]);
+    Py_ssize_t step = PyLong_AsSsize_t(args[3]);
+    Py_ssize_t channel = PyLong_AsSsize_t(args[4]);
+    unsigned long long first_tag = PyLong_AsUnsignedLongLong(args[6]);
+    Py_ssize_t frame_max = PyLong_AsSsize_t(args[7]);
     if (PyErr_Occurred()) return NULL;
-    if (!PyBytes_Check(args[4])) {
+    if (!PyBytes_Check(args[5])) {
         PyErr_SetString(PyExc_TypeError, "deliver_frames: deliver_head must be bytes");
         return NULL;
     }
-    if (start < 0 || stop > run->count || start > stop || channel < 0 || channel > 0xFFFF) {
+    if (start < 0 || stop > run->count || start > stop || step < 1 || channel < 0 ||
+        channel > 0xFFFF) {
         PyErr_SetString(PyExc_ValueError, "deliver_frames: bad range or channel");
         return NULL;
     }
-    const unsigned char *head = (const unsigned char *)PyBytes_AS_STRING(args[4]);
-    Py_ssize_t head_len = PyBytes_GET_SIZE(args[4]);
+    const unsigned char *head = (const unsigned char *)PyBytes_AS_STRING(args[5]);
+    Py_ssize_t head_len = PyBytes_GET_SIZE(args[5]);
     const unsigned char *m = (const unsigned char *)PyBytes_AS_STRING(run->method);
     const unsigned char *ex_rk = m + 6;                      /* exchange, routing key */
     Py_ssize_t ex_rk_len = PyBytes_GET_SIZE(run->method) - 7; /* without the bits octet */
@@ -332,7 +335,7 @@ static PyObject *deliver_frames(PyObject *self, PyObject *const *args, Py_ssize_
 
     /* Sizes first: one allocation. */
     Py_ssize_t total = 0;
-    for (Py_ssize_t i = start; i < stop; i++) {
+    for (Py_ssize_t i = start; i < stop; i += step) {
         Py_ssize_t *s = run->spans + 4 * i;
         Py_ssize_t body = s[3] - s[2];
         total += 8 + method_size + 8 + 12 + (s[1] - s[0]);
@@ -342,7 +345,7 @@ static PyObject *deliver_frames(PyObject *self, PyObject *const *args, Py_ssize_
     if (out == NULL) return NULL;
     unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
     uint64_t tag = first_tag;
-    for (Py_ssize_t i = start; i < stop; i++, tag++) {
+    for (Py_ssize_t i = start; i < stop; i += step, tag++) {
         Py_ssize_t *s = run->spans + 4 * i;
         Py_ssize_t plen = s[1] - s[0];
         Py_ssize_t body = s[3] - s[2];
@@ -380,7 +383,7 @@ static PyMethodDef module_methods[] = {
     {"scan_publishes", (PyCFunction)(void (*)(void))scan_publishes, METH_FASTCALL,
      "scan_publishes(data, pos, frame_max, max_body, limit) -> PublishRun | None"},
     {"deliver_frames", (PyCFunction)(void (*)(void))deliver_frames, METH_FASTCALL,
-     "deliver_frames(run, start, stop, channel, deliver_head, first_tag, frame_max) -> bytes"},
+     "deliver_frames(run, start, stop, step, channel, deliver_head, first_tag, frame_max) -> bytes"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -232,16 +232,25 @@ class Channel:
             queues = self.vhost.route_run(ex, msg)
             confirm = self.confirm
             start = 0
-            if queues is not None and len(queues) == 1:
-                # A queue whose only consumer takes them all as they come.
-                start = queues[0].publish_run(MessageRun(ex_name, rk, ex_rk, run, now), 0)
-                if start:
-                    ex.stats.count_publishes(start, 1)
-                    self.stats.publish += start
+            if queues:
+                # Queues whose consumers take the whole run as it comes take it at
+                # once (each all or nothing); the others get it message by message.
+                n = len(run)
+                mrun = MessageRun(ex_name, rk, ex_rk, run, now)
+                rest = [q for q in queues if not q.publish_run(mrun, 0)]
+                took = len(queues) - len(rest)
+                if took and not rest:
+                    ex.stats.count_publishes(n, took)
+                    self.stats.publish += n
                     if confirm:
-                        for _ in range(start):
+                        for _ in range(n):
                             self.publish_seq += 1
                             self._confirm(self.publish_seq, True)
+                    start = n
+                elif took:
+                    ex.stats.publish_out += n * took  # the rest count themselves below
+                    queues = rest
+                    mandatory = False  # routed, whatever the rest do
             for i in range(start, len(run)):
                 if i:
                     msg = Message(ex_name, rk, run.properties(i), run.body(i), now)

@@ -84,20 +84,26 @@ class AMQPConsumer(Consumer):
         payload = self._deliver_head + _pack_tag(tag, redelivered) + msg.exchange_and_key()
         conn.send_many(message_frames(ch.id, payload, msg.properties, body, conn.frame_max))
 
-    def deliver_run(self, run: MessageRun, start: int, stop: int) -> None:
+    def deliver_run(self, run: MessageRun, start: int, stop: int, step: int = 1) -> None:
         """A run's messages as one bytes object of basic.deliver, header and body
         frames, built in C from the publisher's bytes (no Message per message)."""
         raw = run.raw
         if _deliver_frames is None or type(raw) is not _NativeRun:
-            super().deliver_run(run, start, stop)
+            super().deliver_run(run, start, stop, step)
             return
         ch = self.channel
-        n = stop - start
+        n = (stop - start + step - 1) // step
         ch.stats.deliver_no_ack += n
         self.queue.stats.deliver_no_ack += n
         first = ch.next_delivery_tags(n)
         conn = ch.connection
-        conn.send(_deliver_frames(raw, start, stop, ch.id, self._deliver_head, first, conn.frame_max))
+        frames = _deliver_frames(
+            raw, start, stop, step, ch.id, self._deliver_head, first, conn.frame_max
+        )
+        conn.send(frames)
+
+    def delivery_stream(self) -> object:
+        return self.channel
 
     def cancelled(self) -> None:
         self.channel.consumer_cancelled_by_server(self)

@@ -47,12 +47,18 @@ class Consumer(ABC):
     def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
         """Hand over one message; with no_ack the queue has already forgotten it."""
 
-    def deliver_run(self, run: MessageRun, start: int, stop: int) -> None:
-        """Messages ``start .. stop - 1`` of a run, in order, to this no-ack
-        consumer, which the queue found able to take them (Queue.publish_run).
-        One by one here; a protocol adapter may write them all at once."""
-        for i in range(start, stop):
+    def deliver_run(self, run: MessageRun, start: int, stop: int, step: int = 1) -> None:
+        """Messages ``start, start + step, ... < stop`` of a run, in order, to this
+        no-ack consumer, which the queue found able to take them
+        (Queue.publish_run; step > 1: its share of a round-robin). One by one
+        here; a protocol adapter may write them all at once."""
+        for i in range(start, stop, step):
             self.deliver(0, run.message(i), False)
+
+    def delivery_stream(self) -> object:
+        """What orders this consumer's deliveries on the wire (AMQP: its channel):
+        a run is shared out among consumers only if each has its own."""
+        return self
 
     @abstractmethod
     def cancelled(self) -> None:

@@ -225,15 +225,36 @@ class Queue:
         consumer, when `publish` would hand each of them straight to it: a plain
         queue with nothing waiting and one no-ack consumer that can take them.
         How many it took (all or 0; 0: publish them one by one)."""
-        if not self._plain or self.store.ready_count or len(self.consumers) != 1:
-            return 0
-        consumer = self.consumers[0]
-        if not consumer.no_ack or not consumer.can_take():
+        consumers = self.consumers
+        if not self._plain or self.store.ready_count or not consumers:
             return 0
         stop = len(run)
-        self.stats.publish += stop - start
-        consumer.deliver_run(run, start, stop)
-        return stop - start
+        n = stop - start
+        if len(consumers) == 1 or self._single_active:
+            consumer = consumers[0] if len(consumers) == 1 else self.active_consumer
+            if consumer is None or not consumer.no_ack or not consumer.can_take():
+                return 0
+            self.stats.publish += n
+            consumer.deliver_run(run, start, stop)
+            return n
+        # Round-robin within the highest priority, as _next_consumer would go,
+        # when every consumer there takes whatever comes (no-ack, not blocked)
+        # and each has its own stream (the interleaving on one channel stays).
+        prio, group = self._groups[0]
+        k = len(group)
+        streams = set()
+        for c in group:
+            if not c.no_ack or not c.can_take():
+                return 0
+            streams.add(id(c.delivery_stream()))
+        if len(streams) != k:
+            return 0
+        first = self._rr.get(prio, 0) % k
+        self._rr[prio] = first + n
+        self.stats.publish += n
+        for j in range(min(k, n)):
+            group[(first + j) % k].deliver_run(run, start + j, stop, k)
+        return n
 
     def _deliver_stored(self, consumer: Consumer, msg: Message) -> int:
         """Hand a message to an ack-mode consumer while nothing else is ready.
