@@ -93,6 +93,11 @@ _CLOSE_OK_THEN_EOF = {
 #: refuses a feature it lists as unsupported. Warren's own observation is checked
 #: instead (:data:`WARREN_EXPECTED`).
 DELIBERATE_DIFFERENCES: dict[str, str] = {
+    "exchange_declare_unknown_type": (
+        "RabbitMQ 3.10 closes the connection with 503 COMMAND_INVALID; 3.12.x/3.13 and "
+        "later (rabbitmq-server PR 11214), LavinMQ and Warren close only the channel with "
+        "406 PRECONDITION_FAILED, and pika's own suite now expects that"
+    ),
     "channel_flow_inactive": (
         "RabbitMQ closes the connection with 540 'NOT_IMPLEMENTED - active=false'; "
         "Warren pauses deliveries and answers channel.flow-ok"
@@ -273,6 +278,11 @@ DELIBERATE_DIFFERENCES.update(STREAM_DIFFERENCES)
 
 #: Warren's own observation for each deliberate difference.
 WARREN_EXPECTED: dict[str, Observation] = {
+    "exchange_declare_unknown_type": {
+        "closed": "channel",
+        "reply_code": 406,
+        "reply_text": "PRECONDITION_FAILED - unknown exchange type 'compat-bogus'",
+    },
     "channel_flow_inactive": {
         "received": [{"active": False, "channel": 1, "frame": "Channel.FlowOk"}],
         "socket": "open",

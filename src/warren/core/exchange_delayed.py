@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
-from warren.core.errors import CommandInvalid, PreconditionFailed
+from warren.core.errors import PreconditionFailed
 from warren.core.exchange import Binding, Exchange, exchange_class
 from warren.core.message import Message
 from warren.core.properties import set_header
@@ -118,8 +118,8 @@ class DelayedMessageExchange(Exchange):
                 "Invalid argument, 'x-delayed-message' can't be used for 'x-delayed-type'"
             )
         cls = exchange_class(delayed_type)
-        if cls is None:
-            raise CommandInvalid(f"unknown exchange type '{delayed_type}'")
+        if cls is None:  # rabbit_exchange:check_type's error, 406 since RabbitMQ 3.12.x
+            raise PreconditionFailed(f"unknown exchange type '{delayed_type}'")
         inner_args = {k: v for k, v in self.arguments.items() if k != "x-message-deduplication"}
         #: Routes for this exchange: bindings are indexed by it, its match() is ours.
         self.inner = cls(

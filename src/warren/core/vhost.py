@@ -19,7 +19,6 @@ from warren.core.destination import QUEUE
 from warren.core.erlang_format import field_type
 from warren.core.errors import (
     AccessRefused,
-    CommandInvalid,
     NotFound,
     PreconditionFailed,
     ResourceLocked,
@@ -202,10 +201,12 @@ class VHost(VHostParameters):
             if name == "":  # refused even when passive, as RabbitMQ does
                 raise AccessRefused("operation not permitted on the default exchange")
             return self.get_exchange(name)
-        # RabbitMQ checks the type first, then the name.
+        # RabbitMQ checks the type first, then the name. An unknown type is a
+        # channel error (406) as in RabbitMQ 3.12.x/3.13 and later (its PR 11214)
+        # and LavinMQ; 3.10 closed the whole connection with 503 COMMAND_INVALID.
         cls = exchange_class(type_)
         if cls is None:
-            raise CommandInvalid(f"unknown exchange type '{type_}'")
+            raise PreconditionFailed(f"unknown exchange type '{type_}'")
         if name == "":
             raise AccessRefused("operation not permitted on the default exchange")
         arguments = arguments or {}
