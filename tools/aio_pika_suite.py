@@ -49,7 +49,6 @@ docs/testing.md records the results against Warren and RabbitMQ.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -140,31 +139,14 @@ def run_suite(
 
 def main(argv: Sequence[str] | None = None) -> int:
     ours, pytest_args = cs.split_argv(argv)
-    parser = argparse.ArgumentParser(
-        description="Run aio-pika's test suite (from the sdist of the installed aio-pika), "
-        "plain and over TLS, against Warren's pytest fixture, or an AMQP broker at "
-        "--host/--port/--tls-port. Arguments after -- go to pytest.",
-        allow_abbrev=False,
-    )
-    parser.add_argument("--host", help="test this broker instead of Warren's fixture")
-    parser.add_argument("--port", type=int, default=5672, help="with --host (default: %(default)s)")
-    parser.add_argument(
-        "--tls-port",
-        type=int,
-        default=None,
-        help="with --host: its amqps port; without it tests/test_amqps.py is skipped",
-    )
-    parser.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=DEFAULT_CACHE_DIR,
-        help="where the sdist and the test dependencies go (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--test-timeout",
-        type=float,
-        default=60,
-        help="seconds each test may take, with pytest-timeout; 0 disables (default: %(default)s)",
+    parser = cs.suite_parser(
+        "Run aio-pika's test suite (from the sdist of the installed aio-pika), plain and "
+        "over TLS, against Warren's pytest fixture, or an AMQP broker at "
+        "--host/--port/--tls-port.",
+        DEFAULT_CACHE_DIR,
+        host_help="test this broker instead of Warren's fixture",
+        tls_port=None,
+        tls_port_help="with --host: its amqps port; without it tests/test_amqps.py is skipped",
     )
     opts = parser.parse_args(ours)
     version = installed_version()

@@ -40,7 +40,6 @@ port, as the Docker image does. docs/testing.md records the results.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -81,21 +80,12 @@ def warren_config(suite: Path, cache_dir: Path = DEFAULT_CACHE_DIR) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ours, pytest_args = cs.split_argv(argv)
-    parser = argparse.ArgumentParser(
-        description="Run aiormq's test suite (from the sdist of the installed aiormq), "
-        "plain and over TLS, against Warren's pytest fixture, or an AMQP broker at "
-        "--host/--port/--tls-port. Arguments after -- go to pytest.",
-        allow_abbrev=False,
+    parser = cs.suite_parser(
+        "Run aiormq's test suite (from the sdist of the installed aiormq), plain and over "
+        "TLS, against Warren's pytest fixture, or an AMQP broker at --host/--port/--tls-port.",
+        DEFAULT_CACHE_DIR,
+        host_help="test this broker instead of Warren's fixture",
     )
-    parser.add_argument("--host", help="test this broker instead of Warren's fixture")
-    parser.add_argument("--port", type=int, default=5672, help="with --host (default: %(default)s)")
-    parser.add_argument(
-        "--tls-port", type=int, default=5671, help="with --host (default: %(default)s)"
-    )
-    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
-                        help="where the sdist and the test dependencies go (default: %(default)s)")  # fmt: skip
-    parser.add_argument("--test-timeout", type=float, default=60,
-                        help="seconds per test, with pytest-timeout; 0 disables (default: %(default)s)")  # fmt: skip
     opts = parser.parse_args(ours)
     version = cs.installed_version("aiormq")
     try:

@@ -24,6 +24,7 @@ suite or its dependencies cannot be had.
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import importlib.util
 import os
@@ -55,6 +56,31 @@ class SuiteUnavailable(RuntimeError):
 
 def installed_version(dist: str) -> str:
     return importlib.metadata.version(dist)
+
+
+def suite_parser(
+    description: str,
+    cache_dir: Path,
+    *,
+    host_help: str = "test this broker instead of Warren",
+    port_help: str = "with --host (default: %(default)s)",
+    tls_port: int | None = 5671,
+    tls_port_help: str = "with --host (default: %(default)s)",
+    test_timeout: float = 60,
+) -> argparse.ArgumentParser:
+    """The options every runner takes: --host, --port, --tls-port, --cache-dir,
+    --test-timeout (a runner adds its own)."""
+    parser = argparse.ArgumentParser(
+        description=description + " Arguments after -- go to pytest.", allow_abbrev=False
+    )
+    parser.add_argument("--host", help=host_help)
+    parser.add_argument("--port", type=int, default=5672, help=port_help)
+    parser.add_argument("--tls-port", type=int, default=tls_port, help=tls_port_help)
+    parser.add_argument("--cache-dir", type=Path, default=cache_dir,
+                        help="where the suite and its test dependencies go (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--test-timeout", type=float, default=test_timeout,
+                        help="seconds per test, with pytest-timeout; 0 disables (default: %(default)s)")  # fmt: skip
+    return parser
 
 
 def split_argv(argv: Sequence[str] | None) -> tuple[list[str], list[str]]:

@@ -44,7 +44,6 @@ docs/testing.md records the results.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import ipaddress
 import socket
@@ -148,23 +147,19 @@ def is_loopback(host: str) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ours, pytest_args = cs.split_argv(argv)
-    parser = argparse.ArgumentParser(
-        description="Run pika's tests/acceptance (from the repository at the installed "
-        "version's tag), plain and with --use-tls, against a fresh Warren subprocess on "
-        "5672/5671. Arguments after -- go to pytest.",
-        allow_abbrev=False,
+    parser = cs.suite_parser(
+        "Run pika's tests/acceptance (from the repository at the installed version's tag), "
+        "plain and with --use-tls, against a fresh Warren subprocess on 5672/5671.",
+        DEFAULT_CACHE_DIR,
+        host_help="test the broker already listening on this (loopback) host's 5672/5671 "
+        "instead of starting Warren",
+        port_help="with --host; must be 5672",
+        tls_port=TLS_PORT,
+        tls_port_help="with --host; must be 5671",
     )
     parser.add_argument("--source", type=Path,
                         help="a pika checkout (or tag tarball) instead of downloading it")  # fmt: skip
     parser.add_argument("--variant", choices=("plain", "tls", "both"), default="both")
-    parser.add_argument("--host", help="test the broker already listening on this (loopback) "
-                        "host's 5672/5671 instead of starting Warren")  # fmt: skip
-    parser.add_argument("--port", type=int, default=PORT, help="with --host; must be 5672")
-    parser.add_argument("--tls-port", type=int, default=TLS_PORT, help="with --host; must be 5671")
-    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
-                        help="where the sources and test dependencies go (default: %(default)s)")  # fmt: skip
-    parser.add_argument("--test-timeout", type=float, default=60,
-                        help="seconds per test, with pytest-timeout; 0 disables (default: %(default)s)")  # fmt: skip
     opts = parser.parse_args(ours)
     if opts.host and (not is_loopback(opts.host) or (opts.port, opts.tls_port) != (PORT, TLS_PORT)):
         parser.error(

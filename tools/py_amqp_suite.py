@@ -48,7 +48,6 @@ they are) and require client certificates. docs/testing.md records the results.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -116,21 +115,14 @@ def run_suite(
 
 def main(argv: Sequence[str] | None = None) -> int:
     ours, pytest_args = cs.split_argv(argv)
-    parser = argparse.ArgumentParser(
-        description="Run py-amqp's t/integration suite (from the sdist of the installed "
-        "amqp), plain and over TLS, against a fresh Warren subprocess, or an AMQP broker "
-        "at --host/--port/--tls-port. Arguments after -- go to pytest.",
-        allow_abbrev=False,
+    parser = cs.suite_parser(
+        "Run py-amqp's t/integration suite (from the sdist of the installed amqp), plain "
+        "and over TLS, against a fresh Warren subprocess, or an AMQP broker at "
+        "--host/--port/--tls-port.",
+        DEFAULT_CACHE_DIR,
+        host_help="test this broker instead of a Warren subprocess",
+        test_timeout=30,
     )
-    parser.add_argument("--host", help="test this broker instead of a Warren subprocess")
-    parser.add_argument("--port", type=int, default=5672, help="with --host (default: %(default)s)")
-    parser.add_argument(
-        "--tls-port", type=int, default=5671, help="with --host (default: %(default)s)"
-    )
-    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
-                        help="where the sdist is downloaded and extracted (default: %(default)s)")  # fmt: skip
-    parser.add_argument("--test-timeout", type=float, default=30,
-                        help="seconds per test, with pytest-timeout; 0 disables (default: %(default)s)")  # fmt: skip
     opts = parser.parse_args(ours)
     version = cs.installed_version("amqp")
     try:
