@@ -77,6 +77,17 @@ def wait_until(conns: Connections, predicate: Callable[[], bool], timeout: float
             c.process_data_events(time_limit=0.01)
 
 
+def record_blocking(conn: BlockingConnection) -> list[tuple[str, str]]:
+    """A list the connection's connection.blocked (name, reason) and
+    connection.unblocked (name, "") notifications are appended to."""
+    events: list[tuple[str, str]] = []
+    conn.add_on_connection_blocked_callback(
+        lambda _c, m: events.append((m.method.NAME, m.method.reason))
+    )
+    conn.add_on_connection_unblocked_callback(lambda _c, m: events.append((m.method.NAME, "")))
+    return events
+
+
 def settle(conns: Connections, seconds: float = 0.2) -> None:
     """Keep processing I/O for a while, to show that nothing more arrives."""
     conns = _as_list(conns)

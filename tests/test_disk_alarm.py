@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pika
 from conftest import BrokerThread
+from pikahelp import wait_until
 
 
-def wait_for(
-    conn: pika.BlockingConnection, predicate: Callable[[], bool], timeout: float = 10
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        conn.process_data_events(time_limit=0.1)
+def wait_for(conn: pika.BlockingConnection, predicate: Callable[[], bool]) -> None:
+    wait_until(conn, predicate, timeout=10)
 
 
 def test_publisher_blocked_below_free_disk_min_and_unblocked_after(

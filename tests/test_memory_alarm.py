@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -15,6 +14,7 @@ from typing import Any
 import pika
 import pytest
 from conftest import BrokerThread
+from pikahelp import record_blocking, wait_until
 from test_metrics import scrape, value
 
 from warren.config import Config, ConfigError
@@ -23,13 +23,8 @@ from warren.config import Config, ConfigError
 LIMIT = 2**40
 
 
-def wait_for(
-    conn: pika.BlockingConnection, predicate: Callable[[], bool], timeout: float = 10
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        conn.process_data_events(time_limit=0.05)
+def wait_for(conn: pika.BlockingConnection, predicate: Callable[[], bool]) -> None:
+    wait_until(conn, predicate, timeout=10)
 
 
 def get(b: BrokerThread, path: str) -> tuple[int, Any]:
@@ -76,11 +71,7 @@ def test_memory_alarm_blocks_publisher_consumer_drains_then_unblocked(
     b = mem_broker
     publisher = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
     consumer = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
-    events: list[tuple[str, str]] = []
-    publisher.add_on_connection_blocked_callback(
-        lambda _c, m: events.append((m.method.NAME, m.method.reason))
-    )
-    publisher.add_on_connection_unblocked_callback(lambda _c, m: events.append((m.method.NAME, "")))
+    events = record_blocking(publisher)
     try:
         ch = publisher.channel()
         ch.queue_declare("mem")
@@ -120,11 +111,7 @@ def test_memory_alarm_blocks_publisher_consumer_drains_then_unblocked(
 def test_both_alarms_unblock_only_when_both_clear(mem_broker: BrokerThread) -> None:
     b = mem_broker
     publisher = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
-    events: list[tuple[str, str]] = []
-    publisher.add_on_connection_blocked_callback(
-        lambda _c, m: events.append((m.method.NAME, m.method.reason))
-    )
-    publisher.add_on_connection_unblocked_callback(lambda _c, m: events.append((m.method.NAME, "")))
+    events = record_blocking(publisher)
     try:
         ch = publisher.channel()
         ch.queue_declare("both")

@@ -68,7 +68,6 @@ _CHECKED_FLAGS = 0x11
 # The headers bit in the first byte.
 _HEADERS_FLAG = 0x20
 # Property lists that need no validation: none, or only delivery-mode 1 or 2.
-_PLAIN_PROPERTIES = PLAIN_PROPERTIES
 
 # RabbitMQ's texts for frames out of a publish's method/header/body order.
 _EXPECTED_METHOD = "expected method frame, got non method frame instead"
@@ -213,31 +212,25 @@ class Channel:
             conn.has_published = True
             if conn.blocked:
                 conn.block_now()
-            now = conn.now_ms or None
-            ex_name = ex.name
-            rk = method.routing_key
-            ex_rk = run.method[6:-1]
+            mrun = MessageRun(
+                ex.name, method.routing_key, run.method[6:-1], run, conn.now_ms or None
+            )
             mandatory = method.mandatory
-            msg = Message(ex_name, rk, run.properties(0), run.body(0), now)
-            msg._ex_rk = ex_rk
+            n = len(run)
             if self.tx:
-                for i in range(len(run)):
-                    if i:
-                        msg = Message(ex_name, rk, run.properties(i), run.body(i), now)
-                        msg._ex_rk = ex_rk
+                for i in range(n):
                     self.stats.publish += 1
-                    self._tx_publishes.append((ex, msg, mandatory))
+                    self._tx_publishes.append((ex, mrun.message(i), mandatory))
                 return
             assert self.vhost is not None
+            msg = mrun.message(0)
             queues = self.vhost.route_run(ex, msg)
             confirm = self.confirm
             start = 0
             if queues:
                 # Queues whose consumers take the whole run as it comes take it at
                 # once (each all or nothing); the others get it message by message.
-                n = len(run)
-                mrun = MessageRun(ex_name, rk, ex_rk, run, now)
-                rest = [q for q in queues if not q.publish_run(mrun, 0)]
+                rest = [q for q in queues if not q.publish_run(mrun)]
                 took = len(queues) - len(rest)
                 if took and not rest:
                     ex.stats.count_publishes(n, took)
@@ -251,10 +244,9 @@ class Channel:
                     ex.stats.publish_out += n * took  # the rest count themselves below
                     queues = rest
                     mandatory = False  # routed, whatever the rest do
-            for i in range(start, len(run)):
+            for i in range(start, n):
                 if i:
-                    msg = Message(ex_name, rk, run.properties(i), run.body(i), now)
-                    msg._ex_rk = ex_rk
+                    msg = mrun.message(i)
                 self.stats.publish += 1
                 if confirm:
                     self.publish_seq += 1
@@ -789,7 +781,7 @@ class Channel:
 
     def _publish_message(self, method: spec.BasicPublish, props: bytes, body: bytes) -> None:
         ex = self._checked_exchange(method)
-        plain = props in _PLAIN_PROPERTIES
+        plain = props in PLAIN_PROPERTIES
         if not plain:
             self._validate_properties(props)
         conn = self.connection

@@ -220,23 +220,23 @@ class Queue:
             self._call_soon(self._run_delivery)
         return STORED
 
-    def publish_run(self, run: MessageRun, start: int) -> int:
-        """Messages ``start ..`` of a run handed at once to this queue's only
-        consumer, when `publish` would hand each of them straight to it: a plain
-        queue with nothing waiting and one no-ack consumer that can take them.
-        How many it took (all or 0; 0: publish them one by one)."""
+    def publish_run(self, run: MessageRun) -> bool:
+        """A whole run handed at once to this queue's consumers, when `publish`
+        would hand each message straight to one: a plain queue with nothing
+        waiting whose consumers are no-ack and can take them (the only one, the
+        active one, or a round-robin among the highest priority's). False:
+        publish them one by one."""
         consumers = self.consumers
         if not self._plain or self.store.ready_count or not consumers:
-            return 0
-        stop = len(run)
-        n = stop - start
+            return False
+        n = len(run)
         if len(consumers) == 1 or self._single_active:
             consumer = consumers[0] if len(consumers) == 1 else self.active_consumer
             if consumer is None or not consumer.no_ack or not consumer.can_take():
-                return 0
+                return False
             self.stats.publish += n
-            consumer.deliver_run(run, start, stop)
-            return n
+            consumer.deliver_run(run, 0, n)
+            return True
         # Round-robin within the highest priority, as _next_consumer would go,
         # when every consumer there takes whatever comes (no-ack, not blocked)
         # and each has its own stream (the interleaving on one channel stays).
@@ -245,16 +245,16 @@ class Queue:
         streams = set()
         for c in group:
             if not c.no_ack or not c.can_take():
-                return 0
+                return False
             streams.add(id(c.delivery_stream()))
         if len(streams) != k:
-            return 0
+            return False
         first = self._rr.get(prio, 0) % k
         self._rr[prio] = first + n
         self.stats.publish += n
         for j in range(min(k, n)):
-            group[(first + j) % k].deliver_run(run, start + j, stop, k)
-        return n
+            group[(first + j) % k].deliver_run(run, j, n, k)
+        return True
 
     def _deliver_stored(self, consumer: Consumer, msg: Message) -> int:
         """Hand a message to an ack-mode consumer while nothing else is ready.
