@@ -44,6 +44,7 @@ COMPILED_MODULES = [
     "warren.amqp.connection",
     "warren.amqp.consumer",
     "warren.amqp.frames",
+    "warren.amqp.unacked",
     "warren.core.consumer",
     "warren.core.message",
     "warren.core.properties",

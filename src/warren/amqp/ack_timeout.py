@@ -4,15 +4,15 @@ Once a second the broker's check records a mark: (highest delivery tag so far,
 time). A delivery with tag T happened no later than the first mark whose tag is
 at least T, so ``now - that mark's time`` is a lower bound of its age: a channel
 is closed only for deliveries certainly older than the timeout, at most one
-check late. Delivery tags grow with time, so ages only fall along the unacked
-dict's order and the scan stops at the first delivery young enough.
+check late. Delivery tags grow with time, so ages only fall in tag
+order and the scan stops at the first delivery young enough.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from warren.core.queue import Queue
@@ -26,7 +26,7 @@ class AckDeadlines:
 
     def overdue(
         self,
-        unacked: Mapping[int, tuple[Queue | None, Any, Any, Any]],
+        unacked: Iterable[tuple[int, Queue | None]],
         last_tag: int,
         now: int,
         default: int,
@@ -39,17 +39,16 @@ class AckDeadlines:
         scan can stop early.
         """
         marks = self._marks
-        if not unacked:
-            marks.clear()
-            return None
-        if not marks or marks[-1][0] < last_tag:
-            marks.append((last_tag, now))
-        oldest = next(iter(unacked))
-        while marks and marks[0][0] < oldest:
-            marks.popleft()
-        i = 0
-        n = len(marks)
-        for tag, entry in unacked.items():
+        first = True
+        i = n = 0
+        for tag, queue in unacked:
+            if first:
+                first = False
+                if not marks or marks[-1][0] < last_tag:
+                    marks.append((last_tag, now))
+                while marks and marks[0][0] < tag:  # tag: the oldest delivery's
+                    marks.popleft()
+                n = len(marks)
             while i < n and marks[i][0] < tag:
                 i += 1
             if i == n:
@@ -57,10 +56,11 @@ class AckDeadlines:
             age = now - marks[i][1]
             if age < floor:
                 return None
-            queue = entry[0]
             timeout = default
             if queue is not None and queue.consumer_timeout is not None:
                 timeout = queue.consumer_timeout
             if timeout and age >= timeout:
                 return timeout
+        if first:  # nothing unacked
+            marks.clear()
         return None

@@ -17,6 +17,7 @@ from warren.amqp.ack_timeout import AckDeadlines
 from warren.amqp.consumer import AMQPConsumer
 from warren.amqp.frames import message_frames, method_frame, split_header_payload
 from warren.amqp.publish_run import PLAIN_PROPERTIES, PublishRun
+from warren.amqp.unacked import Unacked, UnackedDeliveries, UnackedRun
 from warren.core.codec_errors import DecodeError, UnsafeValue
 from warren.core.dead_letter import check_routing_headers
 from warren.core.erlang_format import string_p
@@ -44,7 +45,7 @@ from warren.core.properties import (
 )
 from warren.core.queue import Queue
 from warren.core.stats import MessageStats, count_get
-from warren.core.store import MessageStore
+from warren.core.store import MessageStore, StoredRun
 from warren.core.users import CONFIGURE, READ, WRITE, User, UserStore, topic_refused
 from warren.core.vhost import REPLY_TO, REPLY_TO_PREFIX
 
@@ -55,10 +56,6 @@ if TYPE_CHECKING:
     from warren.store.sync import GroupSync
 
 log = logging.getLogger("warren.amqp")
-
-# An unacked delivery: the queue it came from (None for direct reply-to), the
-# store's sequence number, the message, and the consumer (None for basic.get).
-Unacked = tuple[Queue, int, Message, AMQPConsumer | None]
 
 
 # The user_id property's bit in the second byte of the property flags word.
@@ -99,7 +96,7 @@ class Channel:
         self.closing = False
         self.flow_active = True
         self.consumers: dict[str, AMQPConsumer] = {}
-        self.unacked: dict[int, Unacked] = {}
+        self.unacked = UnackedDeliveries()
         self.unacked_bytes = 0
         # Unacked consumer deliveries: what global prefetch limits (basic.get's are not
         # counted, as in RabbitMQ).
@@ -227,30 +224,31 @@ class Channel:
             queues = self.vhost.route_run(ex, msg)
             confirm = self.confirm
             start = 0
+            taken: list[int] = []
+            durable: list[MessageStore] = []
             if queues:
-                # Queues whose consumers take the whole run as it comes take it at
-                # once (each all or nothing); the others get it message by message.
-                rest = [q for q in queues if not q.publish_run(mrun)]
-                took = len(queues) - len(rest)
-                if took and not rest:
-                    ex.stats.count_publishes(n, took)
-                    self.stats.publish += n
+                # Queues whose consumers take the run's first messages as they come
+                # take them at once; the rest go message by message.
+                taken = [q.publish_run(mrun, durable) for q in queues]
+                start = min(taken)
+                if start:
+                    ex.stats.count_publishes(start, len(queues))
+                    self.stats.publish += start
                     if confirm:
-                        for _ in range(n):
-                            self.publish_seq += 1
-                            self._confirm(self.publish_seq, True)
-                    start = n
-                elif took:
-                    ex.stats.publish_out += n * took  # the rest count themselves below
-                    queues = rest
-                    mandatory = False  # routed, whatever the rest do
+                        self._confirm_run(start, durable)
+            most = max(taken, default=0)
             for i in range(start, n):
                 if i:
                     msg = mrun.message(i)
                 self.stats.publish += 1
                 if confirm:
                     self.publish_seq += 1
-                self._route(ex, msg, mandatory, None, queues)
+                if queues and i < most:  # some queues took this one with the run
+                    rest = [q for q, t in zip(queues, taken, strict=True) if t <= i]
+                    ex.stats.publish_out += len(taken) - len(rest)
+                    self._route(ex, msg, False, list(durable), rest)
+                else:
+                    self._route(ex, msg, mandatory, None, queues)
         except BrokerError as exc:
             if exc.hard:
                 self.connection.connection_error(exc, 60, 40)
@@ -367,7 +365,7 @@ class Channel:
             self._ack_deadlines = None
             return
         timeouts = [c.queue.consumer_timeout for c in self.consumers.values()]
-        oldest_queue = next(iter(self.unacked.values()))[0]
+        oldest_queue = next(self.unacked.by_age())[1]
         if oldest_queue is not None:
             timeouts.append(oldest_queue.consumer_timeout)
         floor = min([t for t in timeouts if t] + ([default] if default else []), default=0)
@@ -375,7 +373,9 @@ class Channel:
             return
         if self._ack_deadlines is None:
             self._ack_deadlines = AckDeadlines()
-        timeout = self._ack_deadlines.overdue(self.unacked, self._delivery_tag, now, default, floor)
+        timeout = self._ack_deadlines.overdue(
+            self.unacked.by_age(), self._delivery_tag, now, default, floor
+        )
         if timeout is not None:
             self.channel_error(
                 PreconditionFailed(
@@ -404,12 +404,12 @@ class Channel:
         if self.reply_token is not None and vhost is not None:
             vhost.reply_targets.pop(self.reply_token, None)
             self.reply_token = None
-        unacked = list(self.unacked.values()) + [entry for _, entry, _, _ in self._tx_acks]
+        unacked = [e for _, e in self.unacked.entries()] + [e for _, e, _, _ in self._tx_acks]
         self.unacked.clear()
         self.consumer_unacked = 0
         self._tx_acks.clear()
         unacked.sort(key=lambda e: e[1])
-        for queue, seq, msg, _ in unacked:
+        for queue, seq, msg, _, _ in unacked:
             queue.reject(seq, msg, True)
 
     # -- helpers ----------------------------------------------------------------------
@@ -469,10 +469,21 @@ class Channel:
     def track_unacked(
         self, tag: int, queue: Queue, seq: int, msg: Message, consumer: AMQPConsumer | None
     ) -> None:
-        self.unacked[tag] = (queue, seq, msg, consumer)
-        self.unacked_bytes += len(msg.body)
+        size = len(msg.body)
+        self.unacked.add(tag, (queue, seq, msg, consumer, size))
+        self.unacked_bytes += size
         if consumer is not None:
             self.consumer_unacked += 1
+
+    def track_unacked_run(
+        self, first: int, queue: Queue, stored: StoredRun, consumer: AMQPConsumer, size: int
+    ) -> None:
+        """A run's deliveries, tags ``first ..``, ``size`` body bytes in all."""
+        self.unacked.add_run(
+            UnackedRun(first, queue, consumer, stored.segment, stored.offsets, stored.sizes)
+        )
+        self.unacked_bytes += size
+        self.consumer_unacked += len(stored)
 
     def has_global_capacity(self) -> bool:
         if self.global_prefetch_count and self.consumer_unacked >= self.global_prefetch_count:
@@ -839,6 +850,19 @@ class Channel:
             else:
                 self._confirm(self.publish_seq, True)
 
+    def _confirm_run(self, n: int, durable: list[MessageStore]) -> None:
+        """Confirms for the next ``n`` publishes, taken with a run: once ``durable``
+        is synced, when it holds anything."""
+        syncer = self.connection.broker.syncer
+        if durable and syncer is not None and syncer.enabled:
+            for _ in range(n):
+                self.publish_seq += 1
+                self._confirm_after_sync(self.publish_seq, durable, syncer)
+        else:
+            for _ in range(n):
+                self.publish_seq += 1
+                self._confirm(self.publish_seq, True)
+
     def _confirm_after_sync(self, seq: int, stores: list[MessageStore], syncer: GroupSync) -> None:
         """Confirm once the stores are synced; one callback per channel per sync round."""
         self._unconfirmed[seq] = None
@@ -991,59 +1015,67 @@ class Channel:
 
     def _take_unacked(
         self, tag: int, multiple: bool, credit: bool = True
-    ) -> list[tuple[int, Unacked]]:
-        unacked = self.unacked
-        if multiple:
-            if tag == 0:
-                taken = list(unacked.items())
-            else:
-                taken = []
-                for t in unacked:
-                    if t > tag:
-                        break
-                    taken.append((t, unacked[t]))
-                if not taken and tag not in unacked:
-                    raise PreconditionFailed(f"unknown delivery tag {tag}")
-            for t, _ in taken:
-                del unacked[t]
-        else:
-            entry = unacked.pop(tag, None)
-            if entry is None:
-                raise PreconditionFailed(f"unknown delivery tag {tag}")
-            taken = [(tag, entry)]
+    ) -> tuple[list[tuple[int, Unacked]], list[UnackedRun]]:
+        taken, runs = self.unacked.take(tag, multiple)
         if credit:
-            self._credit(taken)
-        return taken
+            self._credit(taken, runs)
+        return taken, runs
 
-    def _credit(self, taken: list[tuple[int, Unacked]]) -> None:
+    def _credit(self, taken: list[tuple[int, Unacked]], runs: list[UnackedRun]) -> None:
         """Give the prefetch capacity these deliveries held back to their consumers."""
         for _, entry in taken:
-            self.unacked_bytes -= len(entry[2].body)
+            size = entry[4]
+            self.unacked_bytes -= size
             consumer = entry[3]
             if consumer is not None:
                 self.consumer_unacked -= 1
                 consumer.unacked_count -= 1
-                consumer.unacked_bytes -= len(entry[2].body)
+                consumer.unacked_bytes -= size
+        for run in runs:
+            n = len(run)
+            size = sum(run.sizes)
+            self.unacked_bytes -= size
+            consumer = run.consumer
+            if consumer is not None:
+                self.consumer_unacked -= n
+                consumer.unacked_count -= n
+                consumer.unacked_bytes -= size
 
-    def _settle(self, taken: list[tuple[int, Unacked]], requeue: bool | None) -> None:
+    def _settle(
+        self, taken: list[tuple[int, Unacked]], runs: list[UnackedRun], requeue: bool | None
+    ) -> None:
         """Ack (requeue None) or reject the taken deliveries, then refill consumers."""
         queues: dict[int, Queue] = {}
         if requeue is None:
-            # One store call and one flush registration per queue, not per message.
+            # One store call and one flush registration per queue (or run), not
+            # per message.
             seqs: dict[int, list[int]] = {}
-            for _, (queue, seq, _msg, _consumer) in taken:
+            for _, (queue, seq, _msg, _consumer, _size) in taken:
                 key = id(queue)
                 if key in queues:
                     seqs[key].append(seq)
                 else:
                     queues[key] = queue
                     seqs[key] = [seq]
-            self.stats.ack += len(taken)
+            acked = len(taken)
             for key, queue in queues.items():
                 queue.stats.ack += len(seqs[key])
                 queue.ack_many(seqs[key])
+            for run in runs:
+                queue = run.queue
+                n = len(run)
+                acked += n
+                queue.stats.ack += n
+                queue.ack_run(run.segment, run.offsets)
+                queues[id(queue)] = queue
+            self.stats.ack += acked
         else:
-            for _, (queue, seq, msg, _consumer) in taken:
+            if runs:
+                taken = sorted(
+                    [*taken, *(item for run in runs for item in run.entries())],
+                    key=lambda item: item[0],
+                )
+            for _, (queue, seq, msg, _consumer, _size) in taken:
                 queue.reject(seq, msg, requeue)
                 queues[id(queue)] = queue
         if self.global_prefetch_count or self.global_prefetch_size:
@@ -1057,24 +1089,32 @@ class Channel:
             self._check_reject(tag, multiple)
         # In a transaction the deliveries keep their prefetch slots until commit,
         # as in RabbitMQ.
-        taken = self._take_unacked(tag, multiple, credit=not self.tx)
+        taken, runs = self._take_unacked(tag, multiple, credit=not self.tx)
         if self.tx:
             kind = "ack" if requeue is None else "reject"
+            for run in runs:
+                taken.extend(run.entries())
+            taken.sort(key=lambda item: item[0])
             for t, entry in taken:
                 self._tx_acks.append((t, entry, kind, bool(requeue)))
             return
-        self._settle(taken, requeue)
+        self._settle(taken, runs, requeue)
 
     def _check_reject(self, tag: int, multiple: bool) -> None:
         """Let the queues of the deliveries a nack or reject names refuse it (streams
         do, with 540) before anything is settled."""
+        unacked = self.unacked
         if multiple:
-            entries = [e for t, e in self.unacked.items() if tag == 0 or t <= tag]
+            queues = [e[0] for t, e in unacked.singles.items() if tag == 0 or t <= tag]
+            queues += [r.queue for r in unacked.runs if tag == 0 or r.first <= tag]
         else:
-            entry = self.unacked.get(tag)
-            entries = [entry] if entry is not None else []
+            entry = unacked.singles.get(tag)
+            if entry is not None:
+                queues = [entry[0]]
+            else:
+                queues = [r.queue for r in unacked.runs if r.first <= tag <= r.last]
         checked: set[int] = set()
-        for queue, _seq, _msg, _consumer in entries:
+        for queue in queues:
             if id(queue) not in checked:
                 checked.add(id(queue))
                 queue.check_reject()
@@ -1100,8 +1140,8 @@ class Channel:
         # unacked message, so it may reach another consumer.
         if not requeue:
             raise NotImplemented_("requeue=false")
-        taken = self._take_unacked(0, True)
-        self._settle(taken, True)
+        taken, runs = self._take_unacked(0, True)
+        self._settle(taken, runs, True)
 
     # -- tx class -----------------------------------------------------------------------
     def _tx_select(self, method: spec.TxSelect) -> None:
@@ -1118,9 +1158,9 @@ class Channel:
         durable: list[MessageStore] = []
         for ex, msg, mandatory in publishes:
             self._route(ex, msg, mandatory, durable)
-        self._credit([(tag, entry) for tag, entry, _kind, _requeue in acks])
+        self._credit([(tag, entry) for tag, entry, _kind, _requeue in acks], [])
         for tag, entry, kind, requeue in acks:
-            self._settle([(tag, entry)], None if kind == "ack" else requeue)
+            self._settle([(tag, entry)], [], None if kind == "ack" else requeue)
         syncer = self.connection.broker.syncer
         if durable and syncer is not None and syncer.enabled:
             # commit-ok promises the messages are on disk, as a confirm does.
@@ -1146,10 +1186,7 @@ class Channel:
         if acks:
             # Rolled-back acks make those deliveries unacked again, in tag order.
             # Their prefetch slots were never given back (see _ack_like).
-            merged = dict(self.unacked)
-            for tag, entry, _kind, _requeue in acks:
-                merged[tag] = entry
-            self.unacked = dict(sorted(merged.items()))
+            self.unacked.restore([(tag, entry) for tag, entry, _kind, _requeue in acks])
         self._reply(spec.TxRollbackOk())
 
 

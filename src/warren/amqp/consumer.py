@@ -11,6 +11,7 @@ from warren.amqp.frames import message_frames
 from warren.core.consumer import Consumer
 from warren.core.message import Message, MessageRun
 from warren.core.stats import count_delivery
+from warren.core.store import StoredRun
 
 _pack_tag = struct.Struct(">QB").pack
 
@@ -101,6 +102,47 @@ class AMQPConsumer(Consumer):
             raw, start, stop, step, ch.id, self._deliver_head, first, conn.frame_max
         )
         conn.send(frames)
+
+    def run_credit(self, n: int) -> int:
+        """Up to the prefetch counts (consumer and channel), when only counts
+        limit it: a prefetch size would need the sizes one by one."""
+        ch = self.channel
+        if self.prefetch_size or ch.global_prefetch_size:
+            return 0
+        if self.prefetch_count:
+            n = min(n, self.prefetch_count - self.unacked_count)
+        if ch.global_prefetch_count:
+            n = min(n, ch.global_prefetch_count - ch.consumer_unacked)
+        return n
+
+    def deliver_stored_run(self, run: MessageRun, start: int, stop: int, stored: StoredRun) -> None:
+        """A run's messages the queue stored (one write) as one bytes object of
+        basic.deliver, header and body frames, and one unacked entry."""
+        ch = self.channel
+        n = stop - start
+        ch.stats.deliver += n
+        self.queue.stats.deliver += n
+        first = ch.next_delivery_tags(n)
+        size = sum(stored.sizes)
+        ch.track_unacked_run(first, self.queue, stored, self, size)
+        self.unacked_count += n
+        self.unacked_bytes += size
+        conn = ch.connection
+        raw = run.raw
+        if _deliver_frames is not None and type(raw) is _NativeRun:
+            conn.send(
+                _deliver_frames(
+                    raw, start, stop, 1, ch.id, self._deliver_head, first, conn.frame_max
+                )
+            )
+            return
+        frames: list[bytes] = []
+        head = self._deliver_head
+        ex_rk = run.ex_rk
+        for i in range(start, stop):
+            payload = head + _pack_tag(first + i - start, False) + ex_rk
+            frames += message_frames(ch.id, payload, raw.properties(i), raw.body(i), conn.frame_max)
+        conn.send_many(frames)
 
     def delivery_stream(self) -> object:
         return self.channel

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from warren.core.message import Message, MessageRun
     from warren.core.queue import Queue
+    from warren.core.store import StoredRun
 
 
 class Consumer(ABC):
@@ -54,6 +55,19 @@ class Consumer(ABC):
         here; a protocol adapter may write them all at once."""
         for i in range(start, stop, step):
             self.deliver(0, run.message(i), False)
+
+    def run_credit(self, n: int) -> int:
+        """How many of a run's next ``n`` messages this acknowledging consumer
+        takes at once (Queue.publish_run stores them in one write, then calls
+        deliver_stored_run); 0, as here: one by one."""
+        return 0
+
+    def deliver_stored_run(self, run: MessageRun, start: int, stop: int, stored: StoredRun) -> None:
+        """Messages ``start .. stop - 1`` of a run to this acknowledging consumer,
+        which the queue stored as ``stored`` (message ``start + i`` has sequence
+        number ``stored.seq(i)``). One by one here."""
+        for i in range(start, stop):
+            self.deliver(stored.seq(i - start), run.message(i), False)
 
     def delivery_stream(self) -> object:
         """What orders this consumer's deliveries on the wire (AMQP: its channel):

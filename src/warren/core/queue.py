@@ -13,6 +13,7 @@ import heapq
 import logging
 import struct
 import time
+from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -220,23 +221,28 @@ class Queue:
             self._call_soon(self._run_delivery)
         return STORED
 
-    def publish_run(self, run: MessageRun) -> bool:
-        """A whole run handed at once to this queue's consumers, when `publish`
-        would hand each message straight to one: a plain queue with nothing
-        waiting whose consumers are no-ack and can take them (the only one, the
-        active one, or a round-robin among the highest priority's). False:
-        publish them one by one."""
+    def publish_run(self, run: MessageRun, durable_out: list[MessageStore] | None = None) -> int:
+        """How many of a run's first messages this queue hands at once to its
+        consumers, where `publish` would hand each straight to one: a plain
+        queue with nothing waiting, whose consumer (the only one, the active
+        one) takes them: all of them when it is no-ack, as many as its prefetch
+        allows otherwise (stored in one write, then delivered), or a
+        round-robin of all among the highest priority's no-ack consumers. 0:
+        publish them one by one. ``durable_out`` gets the store when what it
+        took must be synced before a confirm (as VHost.enqueue's)."""
         consumers = self.consumers
         if not self._plain or self.store.ready_count or not consumers:
-            return False
+            return 0
         n = len(run)
         if len(consumers) == 1 or self._single_active:
             consumer = consumers[0] if len(consumers) == 1 else self.active_consumer
-            if consumer is None or not consumer.no_ack or not consumer.can_take():
-                return False
-            self.stats.publish += n
-            consumer.deliver_run(run, 0, n)
-            return True
+            if consumer is None or not consumer.can_take():
+                return 0
+            if consumer.no_ack:
+                self.stats.publish += n
+                consumer.deliver_run(run, 0, n)
+                return n
+            return self._deliver_stored_run(consumer, run, durable_out)
         # Round-robin within the highest priority, as _next_consumer would go,
         # when every consumer there takes whatever comes (no-ack, not blocked)
         # and each has its own stream (the interleaving on one channel stays).
@@ -245,16 +251,36 @@ class Queue:
         streams = set()
         for c in group:
             if not c.no_ack or not c.can_take():
-                return False
+                return 0
             streams.add(id(c.delivery_stream()))
         if len(streams) != k:
-            return False
+            return 0
         first = self._rr.get(prio, 0) % k
         self._rr[prio] = first + n
         self.stats.publish += n
         for j in range(min(k, n)):
             group[(first + j) % k].deliver_run(run, j, n, k)
-        return True
+        return n
+
+    def _deliver_stored_run(
+        self, consumer: Consumer, run: MessageRun, durable_out: list[MessageStore] | None
+    ) -> int:
+        """_deliver_stored for as many of a run's first messages as the consumer
+        has credit for: one store write, one delivery write."""
+        m = consumer.run_credit(len(run))
+        if m < 1:
+            return 0
+        store = self.store
+        stored = store.append_run(run, 0, m)
+        if stored is None:
+            return 0
+        self.vhost.store_written(store)
+        self.unacked += m
+        self.stats.publish += m
+        if durable_out is not None and self.persistent and stored.persistent:
+            durable_out.append(store)
+        consumer.deliver_stored_run(run, 0, m, stored)
+        return m
 
     def _deliver_stored(self, consumer: Consumer, msg: Message) -> int:
         """Hand a message to an ack-mode consumer while nothing else is ready.
@@ -720,12 +746,40 @@ class Queue:
                 self._delivery_counts.pop(seq, None)
         self.vhost.store_written(store)
 
-    def reject(self, seq: int, msg: Message, requeue: bool) -> None:
-        """A consumer gave a message back: requeued (to its old place), or dropped
-        and dead-lettered (rejected; expired or over the delivery limit when it
-        could not go back)."""
+    def ack_run(self, segment: int, offsets: array[int]) -> None:
+        """ack_many for deliveries of a run (StoredRun's segment and offsets)."""
         if self.deleted:
             return
+        self.unacked -= len(offsets)
+        store = self.store
+        store.ack_run(segment, offsets)
+        if self._delivery_counts:
+            for offset in offsets:
+                self._delivery_counts.pop((segment << 32) | offset, None)
+        self.vhost.store_written(store)
+
+    def reject(self, seq: int, msg: Message | None, requeue: bool) -> None:
+        """A consumer gave a message back: requeued (to its old place), or dropped
+        and dead-lettered (rejected; expired or over the delivery limit when it
+        could not go back). ``msg`` None: a delivery of a run, read back from
+        the store."""
+        if self.deleted:
+            return
+        if msg is None:
+            try:
+                msg = self.store.read(seq)
+            except (KeyError, ValueError) as exc:
+                self.unacked -= 1
+                log.error(
+                    "queue '%s' in vhost '%s': a returned message (seq %d) does not read "
+                    "back from the store (%s); it is dropped",
+                    self.name,
+                    self.vhost.name,
+                    seq,
+                    exc,
+                )
+                self.store.ack(seq)
+                return
         self.unacked -= 1
         now = 0
         reason = dl.REJECTED

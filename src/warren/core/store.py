@@ -9,11 +9,36 @@ logic do not change when messages move to disk.
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections import deque
 from collections.abc import Iterator
 from typing import Protocol
 
-from warren.core.message import Message
+from warren.core.message import Message, MessageRun
+
+
+class StoredRun:
+    """Where a store put the messages of a run that it handed to a consumer at
+    once (`MessageStore.append_run`): message ``i`` of them has the sequence
+    number ``(segment << 32) | offsets[i]`` and a body of ``sizes[i]`` bytes;
+    ``persistent`` of them have delivery-mode 2. Arrays rather than a number
+    and a Message per message: a run's acknowledgement settles them in bulk."""
+
+    __slots__ = ("segment", "offsets", "sizes", "persistent")
+
+    def __init__(
+        self, segment: int, offsets: array[int], sizes: array[int], persistent: int
+    ) -> None:
+        self.segment = segment
+        self.offsets = offsets
+        self.sizes = sizes
+        self.persistent = persistent
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def seq(self, i: int) -> int:
+        return (self.segment << 32) | self.offsets[i]
 
 
 class MessageStore(Protocol):
@@ -32,6 +57,21 @@ class MessageStore(Protocol):
     def append_shifted(self, msg: Message) -> int:
         """Append a message that goes to a consumer at once, as if appended and then
         shifted; only valid while nothing is ready."""
+        ...
+
+    def append_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
+        """Messages ``start .. stop - 1`` of a run, appended and handed to a
+        consumer at once (append_shifted for many, in one write); only valid
+        while nothing is ready. None: this store takes them one by one."""
+        ...
+
+    def ack_run(self, segment: int, offsets: array[int]) -> None:
+        """ack() for the messages (segment << 32) | offset, from append_run."""
+        ...
+
+    def read(self, seq: int) -> Message:
+        """An unacked message from append_run, read back (to requeue or
+        dead-letter it). KeyError when the store has no such message."""
         ...
 
     def shift(self) -> tuple[int, Message, bool] | None:
@@ -124,6 +164,18 @@ class MemoryStore:
         seq = self._next_seq
         self._next_seq = seq + 1
         return seq
+
+    def append_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
+        return None  # one by one: RAM holds no record a run could share
+
+    def ack_run(self, segment: int, offsets: array[int]) -> None:
+        for offset in offsets:
+            self.ack((segment << 32) | offset)
+
+    def read(self, seq: int) -> Message:
+        # Shifted messages are not kept here (the consumer's delivery holds them),
+        # and append_run hands out none, so no caller can name one.
+        raise KeyError(seq)
 
     def shift(self) -> tuple[int, Message, bool] | None:
         msgs = self._msgs

@@ -18,13 +18,14 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+from array import array
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from warren.core.codec_errors import DecodeError
-from warren.core.message import Message
+from warren.core.message import Message, MessageRun
 from warren.core.properties import peek_priority
-from warren.core.store import MessageStore
+from warren.core.store import MessageStore, StoredRun
 from warren.store.segment_store import SEQ_BITS, SegmentStore
 
 __all__ = ["LEVEL_SHIFT", "MAX_PRIORITY", "PriorityStore", "level_name"]
@@ -199,6 +200,19 @@ class PriorityStore:
                 base = level << LEVEL_SHIFT
                 for seq, timestamp, properties in store.scan_ready():
                     yield base | seq, timestamp, properties
+
+    def append_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
+        return None  # each message goes to its own priority's level
+
+    def ack_run(self, segment: int, offsets: array[int]) -> None:
+        for offset in offsets:
+            self.ack((segment << 32) | offset)
+
+    def read(self, seq: int) -> Message:
+        store = self._level(seq)
+        if store is None:
+            raise KeyError(seq)
+        return store.read(seq & _INNER_MASK)
 
     def ack(self, seq: int) -> None:
         store = self._level(seq)

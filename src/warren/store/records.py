@@ -22,8 +22,11 @@ from __future__ import annotations
 import mmap
 import struct
 import zlib
+from array import array
+from collections.abc import Callable
 
-from warren.core.message import Message
+import warren
+from warren.core.message import Message, RawRun
 
 __all__ = [
     "FILE_HEADER",
@@ -37,6 +40,7 @@ __all__ = [
     "decode_record",
     "encode_message",
     "encode_record",
+    "encode_run",
     "inspect_record",
 ]
 
@@ -152,9 +156,7 @@ def encode_message_record(msg: Message) -> bytes:
     length = RECORD_OVERHEAD - 2 + len(ex_rk) + p_len + b_len
     if b_len > 2048 or length > MAX_RECORD_SIZE:
         ex_len = ex_rk[0]
-        return encode_record(
-            ex_rk[1 : 1 + ex_len], ex_rk[2 + ex_len :], props, body, msg.timestamp
-        )
+        return encode_record(ex_rk[1 : 1 + ex_len], ex_rk[2 + ex_len :], props, body, msg.timestamp)
     rec = b"".join(
         (
             _HEAD_NO_EX.pack(length, msg.timestamp),
@@ -166,6 +168,52 @@ def encode_message_record(msg: Message) -> bytes:
         )
     )
     return rec + _U32.pack(zlib.crc32(rec))
+
+
+_native = warren.native_module("_fastpath")
+#: The C encoder of a run's records, and the run type it reads (None: not built).
+_encode_records: Callable[..., tuple[bytes, bytes, bytes, int]] | None = (
+    None if _native is None else _native.encode_records
+)
+_NativeRun: type | None = None if _native is None else _native.PublishRun
+_PERSISTENT_PROPS = b"\x10\x00\x02"
+
+
+def encode_run(
+    raw: RawRun, start: int, stop: int, ex_rk: bytes, timestamp: int, base: int
+) -> tuple[bytes, array[int], array[int], int]:
+    """The records of messages ``start .. stop - 1`` of a run of publishes
+    (core.message.MessageRun), back to back for one write, all with the run's
+    exchange and routing key (``ex_rk``, two shortstrs) and ``timestamp``; with
+    each record's offset (``base`` + its position in the bytes), each body's
+    size, and how many are persistent. In C for the C run type
+    (warren._fastpath.encode_records), this loop otherwise."""
+    if _encode_records is not None and type(raw) is _NativeRun:
+        recs, offs, sizes, persistent = _encode_records(raw, start, stop, ex_rk, timestamp, base)
+        offsets = array("I")
+        offsets.frombytes(offs)
+        body_sizes = array("I")
+        body_sizes.frombytes(sizes)
+        return recs, offsets, body_sizes, persistent
+    ex_len = ex_rk[0]
+    exchange = ex_rk[1 : 1 + ex_len]
+    routing_key = ex_rk[2 + ex_len :]
+    parts: list[bytes] = []
+    offsets = array("I")
+    body_sizes = array("I")
+    persistent = 0
+    at = base
+    for i in range(start, stop):
+        props = raw.properties(i)
+        body = raw.body(i)
+        rec = encode_record(exchange, routing_key, props, body, timestamp)
+        parts.append(rec)
+        offsets.append(at)
+        body_sizes.append(len(body))
+        at += len(rec)
+        if props == _PERSISTENT_PROPS:
+            persistent += 1
+    return b"".join(parts), offsets, body_sizes, persistent
 
 
 def encode_message(msg: Message) -> bytes:

@@ -26,19 +26,22 @@ import os
 import re
 import struct
 import sys
+import time
 from array import array
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
-from warren.core.message import Message
+from warren.core.message import Message, MessageRun
 from warren.core.properties import peek_delivery_mode
+from warren.core.store import StoredRun
 from warren.store.records import (
     FILE_HEADER_SIZE,
     MIN_RECORD_SIZE,
     CorruptRecord,
     decode_record,
     encode_message_record,
+    encode_run,
 )
 from warren.store.segment_log import MSGS_NAME, OFFSET_MASK, SEQ_BITS, SegmentLog, sync_files
 
@@ -92,7 +95,7 @@ class _Segment:
         self.has_acks = False
 
 
-def _offsets_to_bytes(offsets: list[int]) -> bytes:
+def _offsets_to_bytes(offsets: list[int] | array[int]) -> bytes:
     arr = array("I", offsets)
     if not _BIG_ENDIAN:
         arr.byteswap()
@@ -163,8 +166,8 @@ class SegmentStore:
         self._ready_count = 0
         self._ready_bytes = 0
         # Shared with sync() in a worker thread: deque.append/popleft are atomic, the
-        # rest is guarded by _lock.
-        self._acks: deque[int] = deque()
+        # rest is guarded by _lock. A seq, or (segment id, offsets) for ack_run.
+        self._acks: deque[int | tuple[int, array[int]]] = deque()
         self._lock = self._log.lock
         self._dirty = False
         self._unsynced_acks: set[int] = set()
@@ -240,6 +243,49 @@ class SegmentStore:
         self._ready_count -= 1
         self._ready_bytes -= b
         return seq
+
+    def append_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
+        """Messages ``start .. stop - 1`` of a run, handed to a consumer at once:
+        append_shifted for all of them, encoded together (in C for the C run
+        type) and written in one piece, so they share one segment."""
+        if self._ready_count:
+            raise ValueError("append_run needs an empty backlog")
+        log = self._log
+        timestamp = run.timestamp
+        if timestamp is None:
+            timestamp = int(time.time() * 1000)
+        base = log.write_pos
+        recs, offsets, sizes, persistent = encode_run(
+            run.raw, start, stop, run.ex_rk, timestamp, base
+        )
+        seq = log.append(recs)
+        sid = seq >> 32
+        pos = seq & _OFFSET_MASK
+        if pos != base:  # the records started a new segment
+            shift = pos - base
+            offsets = array("I", [o + shift for o in offsets])
+        seg = self._wseg
+        if seg is None or seg.id != sid:
+            seg = self._start_segment(sid)
+        seg.records += stop - start
+        if self._rseg is not seg:
+            self._enter(seg)
+        self._rpos = log.write_pos
+        self._dirty = True
+        return StoredRun(sid, offsets, sizes, persistent)
+
+    def ack_run(self, segment: int, offsets: array[int]) -> None:
+        seg = self._segs.get(segment)
+        if seg is None or not offsets:
+            return
+        self._acks.append((segment, offsets))
+        self._dirty = True
+        seg.dead += len(offsets)
+        if seg.dead >= seg.records and seg is not self._wseg:
+            self._drop_segment(seg)
+        elif len(self._acks) >= _ACK_BATCH:
+            with self._lock:
+                self._write_acks_locked()
 
     def shift(self) -> tuple[int, Message, bool] | None:
         requeued = self._requeued
@@ -618,14 +664,21 @@ class SegmentStore:
         n = len(acks)
         if not n or self._log.closed:
             return
-        groups: dict[int, list[int]] = {}
+        groups: dict[int, array[int]] = {}
         for _ in range(n):
-            seq = acks.popleft()
-            sid = seq >> 32
-            if sid in groups:
-                groups[sid].append(seq & _OFFSET_MASK)
+            item = acks.popleft()
+            if isinstance(item, int):
+                sid = item >> 32
+                offsets = groups.get(sid)
+                if offsets is None:
+                    offsets = groups[sid] = array("I")
+                offsets.append(item & _OFFSET_MASK)
             else:
-                groups[sid] = [seq & _OFFSET_MASK]
+                sid, run_offsets = item
+                offsets = groups.get(sid)
+                if offsets is None:
+                    offsets = groups[sid] = array("I")
+                offsets.extend(run_offsets)
         items = list(groups.items())
         for i, (sid, offsets) in enumerate(items):
             seg = self._segs.get(sid)
