@@ -24,7 +24,9 @@ What it does (the brokers are in bench/amqp_brokers.py):
 6. Throughput scenarios with ``warren perf throughput --json``, each for
    ``--duration`` seconds on one broker after the other, the order rotated
    from one scenario to the next; the broker's RSS is sampled during each run.
-7. Writes the report (``--output``, default docs/benchmarks.md), with the
+7. Latency at an equal rate (``--only latency``, bench/equal_rate.py): the
+   same fixed publish rates with confirms against every broker, p50/p99.
+8. Writes the report (``--output``, default docs/benchmarks.md), with the
    ratios Warren / RabbitMQ and Warren / LavinMQ.
 """
 
@@ -52,6 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import equal_rate  # noqa: E402  bench/equal_rate.py
 from amqp_brokers import (  # noqa: E402  bench/amqp_brokers.py, beside this script
     LAVINMQ_PORT,
     WARREN_PORT,
@@ -108,7 +111,7 @@ THROUGHPUT: tuple[Scenario, ...] = (
 MEMORY = ("connections1000", "queues10000")
 CEILING = "ceiling"
 QUEUE_LENGTH = "queuelength"
-ALL_KEYS = (CEILING, *MEMORY, QUEUE_LENGTH, *(s.key for s in THROUGHPUT))
+ALL_KEYS = (CEILING, *MEMORY, QUEUE_LENGTH, *(s.key for s in THROUGHPUT), equal_rate.KEY)
 
 
 # =====================================================================================
@@ -532,6 +535,9 @@ class Report:
     throughput: dict[str, dict[str, Run]] = field(default_factory=dict)
     queue_length: dict[str, dict[str, float]] = field(default_factory=dict)
     order: dict[str, list[str]] = field(default_factory=dict)
+    #: equal_rate.CASES key -> broker -> run (`--only latency`).
+    latency: dict[str, dict[str, Run]] = field(default_factory=dict)
+    latency_seconds: float = 8.0
 
     def brokers(self) -> list[str]:
         return self.names
@@ -589,6 +595,7 @@ class Report:
         self._render_ceiling(w)
         self._render_memory(w)
         self._render_queue_length(w)
+        equal_rate.render(w, self.latency, self.names, self.latency_seconds)
         self._render_observations(w)
         self._render_throughput(w)
         w("## How to read the numbers")
@@ -1187,6 +1194,18 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 report.throughput[sc.key][name] = run_perf(name, cmd, b.pid, timeout)
                 time.sleep(args.pause)
+        if equal_rate.KEY in selected:
+            seconds = report.latency_seconds = min(args.duration, 8.0)
+            for case in equal_rate.CASES:
+                report.latency[case.key] = {}
+                for name in rotated(report.names, n):
+                    b = by_name[name]
+                    cmd = perf_cmd(
+                        "throughput", "--uri", uri(b.port), *case.args, "-z", f"{seconds:g}", "--json"
+                    )
+                    report.latency[case.key][name] = run_perf(name, cmd, b.pid, timeout)
+                    time.sleep(args.pause)
+                n += 1
     text = report.render()
     out = Path(args.output)
     if out.exists():
