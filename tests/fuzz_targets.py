@@ -18,7 +18,8 @@ from warren.amqp import spec
 from warren.amqp.frames import split_header_payload
 from warren.core import properties as props
 from warren.core.codec_errors import DecodeError, UnsafeValue
-from warren.core.table import decode_table, encode_table, validate_table
+from warren.core.table import decode_table, validate_table
+from warren.core.table_encode import encode_table
 from warren.mqtt.codec import Decoder, encode
 
 #: The errors a codec may refuse input with.

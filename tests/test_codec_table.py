@@ -16,14 +16,8 @@ from pamqp import decode as pdecode
 from pamqp import encode as pencode
 
 from warren.core.codec_errors import DecodeError
-from warren.core.table import (
-    decode_field_array,
-    decode_field_value,
-    decode_table,
-    encode_field_array,
-    encode_field_value,
-    encode_table,
-)
+from warren.core.table import decode_field_array, decode_field_value, decode_table
+from warren.core.table_encode import encode_field_array, encode_field_value, encode_table
 
 UTC = datetime.UTC
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=UTC)

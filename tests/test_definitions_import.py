@@ -26,7 +26,7 @@ from pikahelp import channel_error, connect
 from warren.cli import build_config
 from warren.config import Config
 from warren.core.policies import effective_queue_settings
-from warren.definitions_json import DefinitionsError
+from warren.definitions_document import DefinitionsError
 
 pytestmark = pytest.mark.timeout(60)
 

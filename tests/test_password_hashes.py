@@ -15,7 +15,8 @@ from conftest import BrokerThread, start_broker
 from pikahelp import can_login
 
 from warren.core.users import BCRYPT, MD5, SHA256, SHA512, check_password, hash_password
-from warren.definitions_json import export_definitions, import_definitions
+from warren.definitions_export import export_definitions
+from warren.definitions_import import import_definitions
 
 
 def rabbit_hash(password: str, digest: Any, salt: bytes = b"\x01\x02\x03\x04") -> str:

@@ -19,7 +19,7 @@ from pikahelp import channel_error, connect
 
 from warren.core.errors import AccessRefused
 from warren.core.users import TopicPermission, User, UserStore
-from warren.definitions_json import DefinitionsError
+from warren.definitions_document import DefinitionsError
 
 sys.path.insert(0, str(Path(__file__).parent / "http"))
 from httphelp import Api  # noqa: E402 - tests/http's helper, not a package

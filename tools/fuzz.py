@@ -37,6 +37,8 @@ def main() -> int:
         import warren.amqp.spec  # noqa: F401  - instrumented for coverage guidance
         import warren.core.properties  # noqa: F401
         import warren.core.table  # noqa: F401
+        import warren.core.table_edit  # noqa: F401
+        import warren.core.table_encode  # noqa: F401
         import warren.mqtt.codec  # noqa: F401
     atheris.Setup([sys.argv[0], *sys.argv[2:]], target)
     atheris.Fuzz()

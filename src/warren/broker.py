@@ -26,12 +26,9 @@ from warren.core.stats import MessageStats, OctetStats, RateSampler
 from warren.core.store import MessageStore
 from warren.core.stream import StreamLog
 from warren.core.vhost import VHost
-from warren.definitions_json import (
-    DefinitionsError,
-    export_definitions,
-    import_definitions,
-    read_definitions,
-)
+from warren.definitions_document import DefinitionsError, read_definitions
+from warren.definitions_export import export_definitions
+from warren.definitions_import import import_definitions
 from warren.memory import resident_bytes, total_bytes
 from warren.store.definitions import DefinitionsLog
 from warren.store.layout import DataDir

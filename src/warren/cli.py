@@ -353,7 +353,7 @@ async def _serve(config: Config) -> int:
     can still be interrupted from the terminal.
     """
     from warren.app import Broker  # deferred: see module docstring
-    from warren.definitions_json import DefinitionsError
+    from warren.definitions_document import DefinitionsError
 
     loop = asyncio.get_running_loop()
     stop_event = asyncio.Event()

@@ -779,7 +779,7 @@ def test_qos2_publisher_that_never_releases_is_stopped(
     each): their number is capped (MQTT 5: the advertised Receive Maximum, then
     DISCONNECT 0x93) rather than growing to 65535 with the broker's loop busy
     rewriting ever larger records."""
-    from warren.mqtt.connection import MAX_AWAITING_RELEASE
+    from warren.mqtt.session import MAX_AWAITING_RELEASE
 
     with RawClient(mqtt_port(broker), level) as c:
         ack = c.connect(

@@ -18,7 +18,7 @@ import pytest
 from warren.amqp import spec
 from warren.amqp.frames import HEARTBEAT_FRAME, message_frames, method_frame
 from warren.core.properties import BasicProperties
-from warren.core.table import encode_field_value
+from warren.core.table_encode import encode_field_value
 from warren.spark.columns import COLUMNS, arrow_schema, to_batch
 from warren.spark.connection import DataLossError, SourceError
 from warren.spark.options import OptionError

@@ -13,7 +13,8 @@ import struct
 from typing import Any, ClassVar, Self
 
 from warren.core.codec_errors import DecodeError, UnknownMethod
-from warren.core.table import decode_table, encode_table
+from warren.core.table import decode_table
+from warren.core.table_encode import encode_table
 
 PROTOCOL_VERSION = (0, 9, 1)
 DEFAULT_PORT = 5672

@@ -20,13 +20,9 @@ from warren.core import properties as props
 from warren.core.erlang_format import field_type
 from warren.core.errors import PreconditionFailed
 from warren.core.message import Message
-from warren.core.table import (
-    array_items,
-    decode_field_value,
-    edit_table,
-    encode_field_value,
-    table_entries,
-)
+from warren.core.table import decode_field_value
+from warren.core.table_edit import array_items, edit_table, table_entries
+from warren.core.table_encode import encode_field_value
 
 log = logging.getLogger("warren.dead_letter")
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from warren.core.erlang_format import binary_p, field_type
 from warren.core.errors import PreconditionFailed
 from warren.core.exchange import Binding, Exchange
-from warren.core.table import encode_field_value
+from warren.core.table_encode import encode_field_value
 
 if TYPE_CHECKING:
     from warren.core.message import Message

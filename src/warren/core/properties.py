@@ -13,14 +13,9 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from warren.core.codec_errors import DecodeError, UnsafeValue
-from warren.core.table import (
-    MAX_TIMESTAMP,
-    check_table,
-    decode_table,
-    edit_table,
-    encode_field_value,
-    encode_table,
-)
+from warren.core.table import MAX_TIMESTAMP, check_table, decode_table
+from warren.core.table_edit import edit_table
+from warren.core.table_encode import encode_field_value, encode_table
 
 __all__ = [
     "EMPTY_PROPERTIES",

@@ -1,10 +1,13 @@
-"""AMQP field tables and arrays, in the dialect RabbitMQ sends and accepts.
+"""AMQP field tables and arrays, in the dialect RabbitMQ sends and accepts: reading them.
+
+Decoding, and the validation every publish with headers runs; this module is
+compiled with mypyc (setup.py). Encoding is in table_encode.py; walking and
+editing a table's top level without decoding it, in table_edit.py.
 
 Type tags follow RabbitMQ's errata rather than the original 0-9-1 grammar
 (e.g. 's' is a signed 16-bit int, not a short string; 'x' is a byte array;
 'L' is signed, like 'l'). Decoding only ever raises DecodeError so hostile
-input cannot escape the connection's error handling; encoding raises
-ValueError/TypeError because those are programming errors on our side.
+input cannot escape the connection's error handling.
 
 Nothing here recurses on the peer's nesting depth: decoding and validation
 keep an explicit stack, and refuse tables and arrays nested deeper than
@@ -17,25 +20,19 @@ import datetime
 import decimal
 import math
 import struct
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from warren.core.codec_errors import DecodeError, UnsafeValue
 
 __all__ = [
+    "FIXED_SIZES",
     "MAX_DEPTH",
     "MAX_TIMESTAMP",
-    "array_items",
     "check_table",
     "decode_field_array",
     "decode_field_value",
     "decode_table",
-    "edit_table",
-    "encode_field_array",
-    "encode_field_value",
-    "encode_table",
-    "skip_field_value",
-    "table_entries",
     "validate_table",
 ]
 
@@ -50,12 +47,9 @@ MAX_DEPTH = 128
 #: and so pika and py-amqp, can represent.
 MAX_TIMESTAMP = 253_402_300_799
 
-_UTC = datetime.UTC
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=_UTC)
-_ONE_SECOND = datetime.timedelta(seconds=1)
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _Decimal = decimal.Decimal
 
-_U8 = struct.Struct(">B")
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _U16 = struct.Struct(">H")
@@ -66,12 +60,6 @@ _U64 = struct.Struct(">Q")
 _F32 = struct.Struct(">f")
 _F64 = struct.Struct(">d")
 _DEC = struct.Struct(">Bi")
-
-_EMPTY_TABLE = b"\x00\x00\x00\x00"
-
-_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-_UINT64_MAX = (1 << 64) - 1
 
 _Buffer = bytes | bytearray | memoryview
 _Decoder = Callable[[Any, int], tuple[Any, int]]
@@ -309,7 +297,9 @@ def decode_field_value(data: _Buffer, offset: int = 0) -> tuple[Any, int]:
 # Validation of a table a client sent for others to read (message headers).
 # --------------------------------------------------------------------------
 
-_FIXED_SIZES: dict[int, int] = {
+#: The size of each fixed-size value after its type tag (floats and timestamps,
+#: which validation reads, are not among them).
+FIXED_SIZES: dict[int, int] = {
     ord("t"): 1,
     ord("b"): 1,
     ord("B"): 1,
@@ -325,7 +315,7 @@ _FIXED_SIZES: dict[int, int] = {
 # What validation does per type tag: skip a fixed size (>= 0), or one of these.
 _SIZED, _NESTED, _FLOAT32, _FLOAT64, _TIME, _UNKNOWN = -1, -2, -3, -4, -5, -6
 _ACTIONS: list[int] = [_UNKNOWN] * 256
-for _tag, _size in _FIXED_SIZES.items():
+for _tag, _size in FIXED_SIZES.items():
     _ACTIONS[_tag] = _size
 for _letter, _action in (
     ("S", _SIZED),
@@ -441,266 +431,3 @@ def _where(data: bytes, key_at: int) -> str:
 
 def _tag_name(tag: int) -> str:
     return f"'{chr(tag)}'" if 0x21 <= tag < 0x7F else f"{tag:#04x}"
-
-
-# --------------------------------------------------------------------------
-# Walking a table's top level without decoding its values: for editing a
-# few headers while every other byte stays as the publisher sent it.
-# --------------------------------------------------------------------------
-
-_PREFIXED = (ord("S"), ord("x"), _TABLE, _ARRAY)
-_SKIP_SIZES: dict[int, int] = {**_FIXED_SIZES, ord("f"): 4, ord("d"): 8, ord("T"): 8}
-
-
-def skip_field_value(data: _Buffer, offset: int) -> int:
-    """The offset after the tagged value at ``offset``; nested containers are
-    skipped by their length prefix, never entered."""
-    tag = data[offset]
-    size = _SKIP_SIZES.get(tag)
-    if size is not None:
-        return offset + 1 + size
-    if tag in _PREFIXED:
-        return offset + 5 + _U32.unpack_from(data, offset + 1)[0]
-    raise DecodeError(f"unknown field type tag {tag:#04x}")
-
-
-def table_entries(data: _Buffer, offset: int) -> tuple[list[tuple[str, int, int]], int]:
-    """The top-level entries of the table at ``offset`` as (key, start, end) byte
-    ranges (each an encoded key and tagged value), and the table's end."""
-    try:
-        (length,) = _U32.unpack_from(data, offset)
-        offset += 4
-        end = offset + length
-        entries: list[tuple[str, int, int]] = []
-        while offset < end:
-            start = offset
-            key_end = offset + 1 + data[offset]
-            key = str(data[offset + 1 : key_end], "utf-8", "surrogateescape")
-            offset = skip_field_value(data, key_end)
-            entries.append((key, start, offset))
-    except (struct.error, IndexError):
-        raise DecodeError("truncated field table") from None
-    if offset != end or end > len(data):
-        raise DecodeError("field table contents overrun its declared length")
-    return entries, end
-
-
-def edit_table(
-    data: _Buffer,
-    offset: int | None,
-    set_entries: Mapping[str, bytes],
-    remove: Collection[str] = (),
-) -> bytes:
-    """The table at ``offset`` (None: an empty one) with entries set and removed,
-    length-prefixed; every other entry is copied as bytes. ``set_entries`` maps
-    keys to tagged, encoded values: replaced where the key is (its first
-    occurrence; later duplicates go), else appended in order."""
-    entries = table_entries(data, offset)[0] if offset is not None else []
-    parts: list[bytes] = []
-    done: set[str] = set()
-    for key, start, end in entries:
-        if key in remove or key in done:
-            continue
-        encoded = set_entries.get(key)
-        if encoded is None:
-            parts.append(bytes(data[start:end]))
-        else:
-            parts.append(_entry_key(key) + encoded)
-            done.add(key)
-    for key, encoded in set_entries.items():
-        if key not in done:
-            parts.append(_entry_key(key) + encoded)
-    body = b"".join(parts)
-    return _U32.pack(len(body)) + body
-
-
-def _entry_key(key: str) -> bytes:
-    raw = key.encode("utf-8", "surrogateescape")
-    return _U8.pack(len(raw)) + raw
-
-
-def array_items(data: _Buffer, offset: int) -> list[tuple[int, int]]:
-    """The (start, end) byte ranges of the tagged values of the array at ``offset``."""
-    try:
-        (length,) = _U32.unpack_from(data, offset)
-        offset += 4
-        end = offset + length
-        items: list[tuple[int, int]] = []
-        while offset < end:
-            start = offset
-            offset = skip_field_value(data, offset)
-            items.append((start, offset))
-    except (struct.error, IndexError):
-        raise DecodeError("truncated field array") from None
-    if offset != end or end > len(data):
-        raise DecodeError("field array contents overrun its declared length")
-    return items
-
-
-# --------------------------------------------------------------------------
-# Encoding.  Encoders append to a list of parts; the caller joins once.
-# --------------------------------------------------------------------------
-
-
-def _enc_int(value: int, out: list[bytes], depth: int) -> None:
-    if _INT32_MIN <= value <= _INT32_MAX:
-        out.append(b"I" + _I32.pack(value))
-    elif _INT64_MIN <= value <= _INT64_MAX:
-        out.append(b"l" + _I64.pack(value))
-    else:
-        raise ValueError(f"integer {value} does not fit any AMQP field type")
-
-
-def _enc_bool(value: bool, out: list[bytes], depth: int) -> None:
-    out.append(b"t\x01" if value else b"t\x00")
-
-
-def _enc_float(value: float, out: list[bytes], depth: int) -> None:
-    out.append(b"d" + _F64.pack(value))
-
-
-def _enc_decimal(value: decimal.Decimal, out: list[bytes], depth: int) -> None:
-    sign, digits, exponent = value.as_tuple()
-    if not isinstance(exponent, int):
-        raise ValueError(f"cannot encode non-finite decimal {value}")
-    unscaled = 0
-    for digit in digits:
-        unscaled = unscaled * 10 + digit
-    if exponent > 0:
-        unscaled *= 10**exponent
-        scale = 0
-    else:
-        scale = -exponent
-    if sign:
-        unscaled = -unscaled
-    if scale > 255 or not _INT32_MIN <= unscaled <= _INT32_MAX:
-        raise ValueError(f"decimal {value} does not fit AMQP decimal (scale octet, int32)")
-    out.append(b"D" + _DEC.pack(scale, unscaled))
-
-
-def _enc_str(value: str, out: list[bytes], depth: int) -> None:
-    raw = value.encode("utf-8", "surrogateescape")
-    out.append(b"S" + _U32.pack(len(raw)))
-    out.append(raw)
-
-
-def _enc_bytes(value: bytes | bytearray | memoryview, out: list[bytes], depth: int) -> None:
-    raw = bytes(value)
-    out.append(b"x" + _U32.pack(len(raw)))
-    out.append(raw)
-
-
-def _enc_list(value: list[Any] | tuple[Any, ...], out: list[bytes], depth: int) -> None:
-    out.append(b"A")
-    out.append(_encode_array(value, depth + 1))
-
-
-def _enc_dict(value: Mapping[str, Any], out: list[bytes], depth: int) -> None:
-    out.append(b"F")
-    out.append(_encode_table(value, depth + 1))
-
-
-def _enc_datetime(value: datetime.datetime, out: list[bytes], depth: int) -> None:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=_UTC)  # naive datetimes are taken as UTC
-    seconds = (value - _EPOCH) // _ONE_SECOND
-    if not 0 <= seconds <= _UINT64_MAX:
-        raise ValueError(f"timestamp {value} is before the Unix epoch")
-    out.append(b"T" + _U64.pack(seconds))
-
-
-def _enc_none(value: None, out: list[bytes], depth: int) -> None:
-    out.append(b"V")
-
-
-_ENCODERS: dict[type, Callable[[Any, list[bytes], int], None]] = {
-    bool: _enc_bool,
-    int: _enc_int,
-    float: _enc_float,
-    decimal.Decimal: _enc_decimal,
-    str: _enc_str,
-    bytes: _enc_bytes,
-    bytearray: _enc_bytes,
-    memoryview: _enc_bytes,
-    list: _enc_list,
-    tuple: _enc_list,
-    dict: _enc_dict,
-    datetime.datetime: _enc_datetime,
-    type(None): _enc_none,
-}
-
-# Order matters: bool before int (bool is an int subclass).
-_ENCODERS_BY_BASE: tuple[
-    tuple[type | tuple[type, ...], Callable[[Any, list[bytes], int], None]], ...
-] = (
-    (bool, _enc_bool),
-    (int, _enc_int),
-    (float, _enc_float),
-    (decimal.Decimal, _enc_decimal),
-    (str, _enc_str),
-    ((bytes, bytearray, memoryview), _enc_bytes),
-    ((list, tuple), _enc_list),
-    (Mapping, _enc_dict),
-    (datetime.datetime, _enc_datetime),
-)
-
-
-def _enc_value(value: Any, out: list[bytes], depth: int) -> None:
-    encoder = _ENCODERS.get(type(value))
-    if encoder is None:
-        for base, candidate in _ENCODERS_BY_BASE:
-            if isinstance(value, base):
-                encoder = candidate
-                break
-        else:
-            raise TypeError(f"cannot encode {type(value).__name__} in an AMQP field table")
-    encoder(value, out, depth)
-
-
-def encode_field_value(value: Any) -> bytes:
-    """Encode one value with its type tag."""
-    out: list[bytes] = []
-    _enc_value(value, out, 0)
-    return b"".join(out)
-
-
-def encode_field_array(values: list[Any] | tuple[Any, ...]) -> bytes:
-    """Encode a field array with its 4-byte length prefix."""
-    return _encode_array(values, 1)
-
-
-def encode_table(table: Mapping[str, Any] | None) -> bytes:
-    """Encode a field table with its 4-byte length prefix; None means empty."""
-    return _encode_table(table, 1)
-
-
-def _check_depth(depth: int) -> None:
-    # The same bound decoding has, so that recursion here stays shallow too.
-    if depth > MAX_DEPTH:
-        raise ValueError(f"field tables and arrays nested deeper than {MAX_DEPTH} levels")
-
-
-def _encode_array(values: list[Any] | tuple[Any, ...], depth: int) -> bytes:
-    _check_depth(depth)
-    out: list[bytes] = []
-    for value in values:
-        _enc_value(value, out, depth)
-    body = b"".join(out)
-    return _U32.pack(len(body)) + body
-
-
-def _encode_table(table: Mapping[str, Any] | None, depth: int) -> bytes:
-    if not table:
-        return _EMPTY_TABLE
-    _check_depth(depth)
-    out: list[bytes] = []
-    for key, value in table.items():
-        if not isinstance(key, str):
-            raise TypeError(f"field table keys must be str, not {type(key).__name__}")
-        raw_key = key.encode("utf-8", "surrogateescape")
-        if len(raw_key) > 255:
-            raise ValueError(f"field table key longer than 255 bytes: {key[:40]!r}...")
-        out.append(_U8.pack(len(raw_key)) + raw_key)
-        _enc_value(value, out, depth)
-    body = b"".join(out)
-    return _U32.pack(len(body)) + body

@@ -1,7 +1,9 @@
 """A virtual host: its exchanges, queues and the bindings between them.
 
 All declaration, binding and routing rules that RabbitMQ applies per vhost live
-here, so every protocol adapter gets the same answers and the same errors.
+here and in VHost's mixins, so every protocol adapter gets the same answers and
+the same errors: routing and publishing in vhost_routing.py, policies and
+limits in vhost_parameters.py; the durable objects' records in vhost_records.py.
 """
 
 from __future__ import annotations
@@ -13,9 +15,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from warren.core import dead_letter as dl
 from warren.core.consumer import Consumer
-from warren.core.destination import QUEUE
 from warren.core.erlang_format import field_type
 from warren.core.errors import (
     AccessRefused,
@@ -23,19 +23,8 @@ from warren.core.errors import (
     PreconditionFailed,
     ResourceLocked,
 )
-from warren.core.exchange import (
-    Binding,
-    DefaultExchange,
-    DirectExchange,
-    Exchange,
-    FanoutExchange,
-    HeadersExchange,
-    TopicExchange,
-    exchange_class,
-)
-from warren.core.message import Message
-from warren.core.properties import edit_properties
-from warren.core.queue import REJECTED, STORED, Queue
+from warren.core.exchange import Binding, DefaultExchange, Exchange, exchange_class
+from warren.core.queue import Queue
 from warren.core.queue_arguments import (
     CLASSIC_QUEUE_ARGUMENTS,
     EXCHANGE_ARGUMENTS,
@@ -51,32 +40,35 @@ from warren.core.store import MemoryStore, MessageStore
 from warren.core.stream import StreamLog
 from warren.core.stream_queue import StreamQueue
 from warren.core.vhost_parameters import VHostParameters
-from warren.store.definitions import (
-    binding_key,
-    decode_arguments,
-    encode_arguments,
-    exchange_key,
-    queue_key,
+from warren.core.vhost_records import (
+    binding_is_durable,
+    binding_record,
+    exchange_record,
+    queue_record,
 )
+from warren.core.vhost_routing import REPLY_TO, REPLY_TO_PREFIX, ReplyTarget, VHostRouting
+from warren.store.definitions import decode_arguments, exchange_key, queue_key
 from warren.store.priority_store import PriorityStore
 
 if TYPE_CHECKING:
     from warren.store.definitions import DefinitionsLog
 
+__all__ = [
+    "PREDECLARED",
+    # Direct reply-to's names are routing's (vhost_routing.py); amqp/channel.py
+    # imports them from here.
+    "REPLY_TO",
+    "REPLY_TO_PREFIX",
+    "CallLater",
+    "ExchangeStoreFactory",
+    "StoreFactory",
+    "StreamStoreFactory",
+    "TimerHandle",
+    "VHost",
+    "server_named",
+]
+
 log = logging.getLogger("warren.vhost")
-
-REPLY_TO = "amq.rabbitmq.reply-to"
-
-#: VHost.publish's answer when a queue refused the message (reject-publish).
-REJECTED_BY_QUEUE = -1
-
-REPLY_TO_PREFIX = REPLY_TO + "."
-
-#: Exchange types whose route depends on the routing key alone for a message
-#: without headers (VHost.route_run): exact types, so no plugin subclass.
-_ROUTE_ONCE = frozenset(
-    (DefaultExchange, DirectExchange, FanoutExchange, TopicExchange, HeadersExchange)
-)
 
 PREDECLARED = (
     ("amq.direct", "direct", False),
@@ -86,12 +78,6 @@ PREDECLARED = (
     ("amq.match", "headers", False),
     ("amq.rabbitmq.trace", "topic", True),
 )
-
-
-class ReplyTarget(Protocol):
-    """A direct reply-to consumer: replies go straight to it, bypassing queues."""
-
-    def deliver_reply(self, msg: Message) -> bool: ...
 
 
 # (vhost, queue name, persistent, x-max-priority or 0): persistent stores survive a
@@ -129,7 +115,11 @@ def server_named(prefix: str = "amq.gen-") -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
 
-class VHost(VHostParameters):
+class VHost(VHostRouting, VHostParameters):
+    """A vhost's exchanges, queues and bindings, with RabbitMQ's rules for declaring,
+    deleting and binding them; routing comes from VHostRouting, policies and limits
+    from VHostParameters."""
+
     def __init__(
         self,
         name: str,
@@ -454,7 +444,7 @@ class VHost(VHostParameters):
             return existing
         source.bind(binding)
         self._inbound.setdefault(id(destination), {})[(id(source), binding.key)] = binding
-        if self.definitions is not None and _binding_is_durable(binding):
+        if self.definitions is not None and binding_is_durable(binding):
             key, record = binding_record(binding)
             self.definitions.put(key, record)
         return binding
@@ -477,219 +467,13 @@ class VHost(VHostParameters):
     def _drop_binding(self, binding: Binding, cascade: bool = True) -> None:
         source = binding.source
         source.unbind(binding.key)
-        if self.definitions is not None and _binding_is_durable(binding):
+        if self.definitions is not None and binding_is_durable(binding):
             self.definitions.delete(binding_record(binding)[0])
         inbound = self._inbound.get(id(binding.destination))
         if inbound is not None:
             inbound.pop((id(source), binding.key), None)
         if cascade and source.auto_delete and not source.bindings and not source.deleted:
             self._remove_exchange(source)
-
-    # -- routing ----------------------------------------------------------------------
-    def route(self, exchange: Exchange, msg: Message) -> list[Queue]:
-        """Queues the message goes to, through exchange-to-exchange bindings and
-        alternate exchanges, each queue once."""
-        if exchange is self.default_exchange:
-            q = self.queues.get(msg.routing_key)
-            return [q] if q is not None else []
-        dests = exchange.match(msg)
-        if dests:
-            if len(dests) == 1:
-                for only in dests:
-                    if only.destination_kind == QUEUE:
-                        return [only]  # type: ignore[list-item]
-            elif all(d.destination_kind == QUEUE for d in dests):
-                # Common case, no exchange-to-exchange hop: keep order, drop duplicates.
-                return list(dict.fromkeys(dests))  # type: ignore[arg-type]
-        elif exchange.alternate_exchange is None:
-            return []
-        return self._route_through(exchange, msg)
-
-    def _route_through(self, exchange: Exchange, msg: Message) -> list[Queue]:
-        """Follow exchange-to-exchange bindings and alternate exchanges, depth first,
-        each exchange once; an explicit stack, however long a chain a client built."""
-        queues: dict[int, Queue] = {}
-        visited: set[int] = set()
-        stack: list[Exchange] = [exchange]
-        while stack:
-            ex = stack.pop()
-            if id(ex) in visited:
-                continue
-            visited.add(id(ex))
-            found = False
-            onward: list[Exchange] = []
-            for dest in ex.match(msg):
-                found = True
-                if dest.destination_kind == QUEUE:
-                    queues[id(dest)] = dest  # type: ignore[assignment]
-                elif id(dest) not in visited:
-                    onward.append(dest)  # type: ignore[arg-type]
-            if not found and ex.alternate_exchange is not None:
-                ae = self.exchanges.get(ex.alternate_exchange)
-                if ae is None:
-                    log.warning(
-                        "alternate exchange '%s' of exchange '%s' in vhost '%s' does not exist",
-                        ex.alternate_exchange,
-                        ex.name,
-                        self.name,
-                    )
-                elif id(ae) not in visited:
-                    onward.append(ae)
-            stack.extend(reversed(onward))
-        return list(queues.values())
-
-    def publish(
-        self, exchange: Exchange, msg: Message, durable_out: list[MessageStore] | None = None
-    ) -> int:
-        """Route and enqueue; returns how many queues (or reply consumers) took it,
-        or REJECTED_BY_QUEUE when a queue refused it (x-overflow reject-publish):
-        routed, but the publisher is owed a nack.
-
-        Stores that took a persistent message into a durable queue are appended to
-        ``durable_out``: a publisher confirm for the message must wait for them.
-        """
-        if exchange is self.default_exchange and msg.routing_key.startswith(REPLY_TO_PREFIX):
-            target = self.reply_targets.get(msg.routing_key[len(REPLY_TO_PREFIX) :])
-            n = 1 if target is not None and target.deliver_reply(msg) else 0
-            exchange.stats.count_publish(n)
-            return n
-        dedup = exchange.deduplicator
-        if dedup is not None and dedup.seen(msg):
-            exchange.stats.count_publish(0)
-            return 0  # a duplicate is dropped, as if unroutable (LavinMQ, the plugin)
-        props = msg.properties
-        if props and props[0] & 0x20 and b"CC" in props:  # 0x20: headers present
-            queues, msg = self._route_cc(exchange, msg)
-        else:
-            queues = self.route(exchange, msg)
-        return self.enqueue(exchange, queues, msg, durable_out)
-
-    def enqueue(
-        self,
-        exchange: Exchange,
-        queues: list[Queue],
-        msg: Message,
-        durable_out: list[MessageStore] | None = None,
-    ) -> int:
-        """Hand a routed message to its queues; what `publish` returns."""
-        n = 0
-        rejected = False
-        persistent: bool | None = None
-        for q in queues:
-            taken = q.publish(msg)
-            if taken:
-                n += 1
-                if taken == STORED:
-                    if durable_out is not None and q.persistent:
-                        if q.keeps_every_message:
-                            durable_out.append(q.store)  # a stream: whatever delivery-mode says
-                        else:
-                            if persistent is None:
-                                persistent = msg.persistent
-                            if persistent:
-                                durable_out.append(q.store)
-                elif taken == REJECTED:
-                    rejected = True
-        exchange.stats.count_publish(n)
-        return REJECTED_BY_QUEUE if rejected else n
-
-    def route_run(self, exchange: Exchange, msg: Message) -> list[Queue] | None:
-        """The queues of every message in a run of publishes with this message's
-        exchange and routing key and no properties beyond delivery-mode (see
-        amqp/publish_run.py), when they depend on nothing else: the built-in
-        exchange types straight to queues, no deduplication, no direct reply-to.
-        None: each message must go through `publish` on its own."""
-        if exchange.deduplicator is not None or type(exchange) not in _ROUTE_ONCE:
-            return None
-        if exchange is self.default_exchange:
-            if msg.routing_key.startswith(REPLY_TO_PREFIX):
-                return None
-            q = self.queues.get(msg.routing_key)
-            return [q] if q is not None else []
-        dests = exchange.match(msg)
-        if not dests:
-            return [] if exchange.alternate_exchange is None else None
-        if all(d.destination_kind == QUEUE for d in dests):
-            return list(dict.fromkeys(dests))  # type: ignore[arg-type]
-        return None
-
-    def route_keys(self, exchange: Exchange, msg: Message, keys: list[str]) -> list[Queue]:
-        """Queues for a message routed once per key (CC/BCC, dead-lettering), each once."""
-        queues: dict[int, Queue] = {}
-        for key in dict.fromkeys(keys):
-            probe = (
-                msg
-                if key == msg.routing_key
-                else Message(msg.exchange, key, msg.properties, msg.body, msg.timestamp)
-            )
-            for q in self.route(exchange, probe):
-                queues[id(q)] = q
-        return list(queues.values())
-
-    def _route_cc(self, exchange: Exchange, msg: Message) -> tuple[list[Queue], Message]:
-        """Sender-selected distribution: the CC and BCC headers name more routing keys;
-        BCC is removed from what the queues get, as RabbitMQ does."""
-        headers = msg.headers
-        if not headers or ("CC" not in headers and "BCC" not in headers):
-            return self.route(exchange, msg), msg
-        keys = [msg.routing_key, *dl.header_keys(headers.get("CC"))]
-        if "BCC" in headers:
-            keys.extend(dl.header_keys(headers["BCC"]))
-            stripped = Message(
-                msg.exchange,
-                msg.routing_key,
-                edit_properties(msg.properties, remove_headers=("BCC",)),
-                msg.body,
-                msg.timestamp,
-            )
-            stripped._ex_rk = msg._ex_rk
-            msg = stripped
-        return self.route_keys(exchange, msg, keys), msg
-
-    def dead_letter(self, queue: Queue, msg: Message, reason: str, now: int) -> None:
-        """Republish a message a queue let go of to the queue's dead-letter exchange.
-
-        Raises when the copy cannot be made or routed (the queue then keeps the
-        original); a target queue's own failure is logged and does not."""
-        dlx_name = queue.dead_letter_exchange
-        if dlx_name is None:
-            return
-        dlx = self.exchanges.get(dlx_name)
-        if dlx is None:
-            log.debug(
-                "vhost '%s': dead-letter exchange '%s' of queue '%s' does not exist; dropped",
-                self.name,
-                dlx_name,
-                queue.name,
-            )
-            return
-        copy, keys = dl.dead_letter(
-            msg, queue.name, reason, dlx_name, queue.dead_letter_routing_key, now
-        )
-        for target in self.route_keys(dlx, copy, keys):
-            if dl.is_cycle(target.name, copy.headers):
-                log.warning(
-                    "vhost '%s': message dead-lettered from queue '%s' (%s) would cycle "
-                    "back to queue '%s' with no rejection on the way; dropped",
-                    self.name,
-                    queue.name,
-                    reason,
-                    target.name,
-                )
-                continue
-            # At most once, as RabbitMQ's classic queues: no confirm waits for it.
-            # The copy exists now, so the original goes whatever befalls one target.
-            try:
-                target.publish(copy)
-            except Exception:
-                log.exception(
-                    "vhost '%s': queue '%s' failed to take a message dead-lettered from "
-                    "queue '%s' (%s)",
-                    self.name,
-                    target.name,
-                    queue.name,
-                    reason,
-                )
 
     # -- services for exchanges that hold messages ---------------------------------------
     def exchange_store(self, exchange: str, persistent: bool) -> MessageStore:
@@ -797,43 +581,3 @@ class VHost(VHostParameters):
 def _notify_cancelled(consumers: list[Consumer]) -> None:
     for consumer in consumers:
         consumer.cancelled()
-
-
-def _binding_is_durable(binding: Binding) -> bool:
-    dest = binding.destination
-    if isinstance(dest, Exchange):
-        return binding.source.durable and dest.durable
-    return binding.source.durable and dest.persistent
-
-
-def exchange_record(ex: Exchange) -> dict[str, Any]:
-    return {
-        "name": ex.name,
-        "type": ex.type,
-        "auto_delete": ex.auto_delete,
-        "internal": ex.internal,
-        "arguments": encode_arguments(ex.arguments),
-    }
-
-
-def queue_record(q: Queue) -> dict[str, Any]:
-    return {
-        "name": q.name,
-        "auto_delete": q.auto_delete,
-        "arguments": encode_arguments(q.arguments),
-    }
-
-
-def binding_record(binding: Binding) -> tuple[str, dict[str, Any]]:
-    args = encode_arguments(binding.arguments)
-    kind = binding.destination_kind
-    key = binding_key(
-        binding.source.name, kind, binding.destination.name, binding.routing_key, args
-    )
-    return key, {
-        "source": binding.source.name,
-        "destination": binding.destination.name,
-        "destination_type": kind,
-        "routing_key": binding.routing_key,
-        "arguments": args,
-    }

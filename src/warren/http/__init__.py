@@ -12,6 +12,7 @@
     api_parameters.py  policies, operator policies, limits, parameters
     static/            the web UI (served at / and /ui/)
 
-Imports core/, store/, node.py, config.py and definitions_json.py; never
-another protocol package, the broker or warren.app (tests/test_layering.py).
+Imports core/, store/, node.py, config.py, json_tables.py and the definitions_*
+modules; never another protocol package, the broker or warren.app
+(tests/test_layering.py).
 """

@@ -23,9 +23,7 @@ from warren.core.users import (
     hashing_algorithm,
     valid_hash,
 )
-from warren.definitions_json import (
-    RABBITMQ_FORMAT_VERSION,
-)
+from warren.definitions_export import RABBITMQ_FORMAT_VERSION
 from warren.http import formats
 from warren.http.common import (
     ADMIN,

@@ -1,9 +1,9 @@
 """/api/definitions: RabbitMQ's definitions export and import, node-wide or per vhost.
 
-The core's part is definitions_json.py (topic permissions included); this adds
-what only the API keeps (vhost metadata, global parameters, in
-mgmt.json) and applies an import step by step, giving the loop back every
-SLICE objects.
+The core's part is definitions_import.py and definitions_export.py (topic
+permissions included); this adds what only the API keeps (vhost metadata,
+global parameters, in mgmt.json) and applies an import step by step, giving
+the loop back every SLICE objects.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_request import FileField
 
-from warren.definitions_json import DefinitionsError, export_definitions, import_steps
+from warren.definitions_document import DefinitionsError
+from warren.definitions_export import export_definitions
+from warren.definitions_import import import_steps
 from warren.http.common import ADMIN, SLICE, ApiError, Ctx, bad_request, json_response, parse_tags
 from warren.http.state import Router
 

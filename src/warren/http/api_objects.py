@@ -24,7 +24,6 @@ from warren.core.queue import Queue
 from warren.core.stats import count_get
 from warren.core.users import CONFIGURE, READ, WRITE
 from warren.core.vhost import VHost
-from warren.definitions_json import from_json_table, to_json_table
 from warren.http import formats
 from warren.http.common import (
     ApiError,
@@ -39,6 +38,7 @@ from warren.http.common import (
     require_keys,
 )
 from warren.http.state import Router
+from warren.json_tables import from_json_table, to_json_table
 
 DEFAULT_EXCHANGE = "amq.default"
 _PROPERTY_NAMES = tuple(name for name, _ in BASIC_PROPERTIES)

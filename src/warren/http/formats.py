@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
 from warren.core.stream_queue import StreamQueue
-from warren.definitions_json import to_json_table
+from warren.json_tables import to_json_table
 from warren.node import node_name
 
 if TYPE_CHECKING:

@@ -4,15 +4,15 @@
 is to be sent is gathered in ``pending`` and announced once through
 ``on_output`` (the asyncio layer writes it all in one call). No socket, no
 clock of its own: ``now_ms`` is set by the caller per read, and keepalive is
-checked by `tick`. Deliveries (core queue -> PUBLISH) are in delivery.py; the
-state shared between connections (takeover, stored sessions, retained
-messages, wills) in state.py; SUBSCRIBE and UNSUBSCRIBE in subscriptions.py.
+checked by `tick`. CONNECT is handled in connect.py; deliveries (core queue ->
+PUBLISH) are in delivery.py; the state shared between connections (takeover,
+stored sessions, retained messages, wills) in state.py; SUBSCRIBE and
+UNSUBSCRIBE in subscriptions.py.
 """
 
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,7 @@ from warren.core.users import WRITE, User, UserStore
 from warren.mqtt import properties as P
 from warren.mqtt.codec import Decoder, encode
 from warren.mqtt.codec import _publish as decode_publish
+from warren.mqtt.connect import MAX_UNAUTHENTICATED_PACKET, before_connect
 from warren.mqtt.errors import MQTTCodecError, ProtocolViolation, UnsupportedProtocolVersion
 from warren.mqtt.mapping import plain_properties, to_properties
 from warren.mqtt.packets import (
@@ -42,9 +43,9 @@ from warren.mqtt.packets import (
     Will,
 )
 from warren.mqtt.retained import RetainedMessage
-from warren.mqtt.session import NEVER_EXPIRES, Session, queue_name
+from warren.mqtt.session import MAX_AWAITING_RELEASE
 from warren.mqtt.subscriptions import Subscriptions
-from warren.mqtt.topics import mqtt_to_amqp
+from warren.mqtt.topics import MAX_TOPIC_BYTES, mqtt_to_amqp, too_long
 
 if TYPE_CHECKING:
     from warren.core.exchange import Exchange
@@ -54,31 +55,8 @@ __all__ = ["MQTTConnection"]
 
 log = logging.getLogger("warren.mqtt")
 
-#: Largest CONNECT accepted before the client is authenticated (RabbitMQ's
-#: max_packet_size_unauthenticated).
-MAX_UNAUTHENTICATED_PACKET = 65536
-#: Room for a PUBLISH's topic and properties above max_message_size.
-PACKET_OVERHEAD = 65536 + 16
 #: Distinct topics whose validated name and routing key a connection keeps.
 TOPIC_CACHE_LIMIT = 4096
-#: Longest client id: the session queue's name must fit an AMQP shortstr.
-MAX_CLIENT_ID_BYTES = 255 - len(queue_name(""))
-#: Longest topic name a client may publish to (or name its will's topic): it
-#: becomes the message's AMQP routing key, a shortstr.
-MAX_TOPIC_BYTES = 255
-#: Incoming QoS 2 messages awaiting PUBREL per session at most (MQTT 5 clients are
-#: told so as the server's Receive Maximum): each is in the session's record.
-MAX_AWAITING_RELEASE = 1024
-
-_V3_CONNACK = {
-    P.UNSUPPORTED_PROTOCOL_VERSION: P.V311_UNACCEPTABLE_PROTOCOL_VERSION,
-    P.CLIENT_IDENTIFIER_NOT_VALID: P.V311_IDENTIFIER_REJECTED,
-    P.BAD_USER_NAME_OR_PASSWORD: P.V311_BAD_USER_NAME_OR_PASSWORD,
-    P.NOT_AUTHORIZED: P.V311_NOT_AUTHORIZED,
-    P.SERVER_UNAVAILABLE: P.V311_SERVER_UNAVAILABLE,
-    P.CONNECTION_RATE_EXCEEDED: P.V311_SERVER_UNAVAILABLE,
-    P.QUOTA_EXCEEDED: P.V311_SERVER_UNAVAILABLE,
-}
 
 
 class MQTTConnection(Subscriptions):
@@ -115,7 +93,7 @@ class MQTTConnection(Subscriptions):
         self.closed = False
         self.keepalive = 0
         self.user: User | None = None
-        self._will: Will | None = None
+        self.will: Will | None = None
         self._clean_exit = False
         self._can_publish: bool | None = None
         self._exchange: Exchange | None = None
@@ -123,8 +101,8 @@ class MQTTConnection(Subscriptions):
         self._topics_in: dict[bytes, tuple[str, str]] = {}
         self._refusals = 0
         #: A refused CONNECT waiting out its delay: input is ignored meanwhile.
-        self._refusing = False
-        self._alias_max_in = 0
+        self.refusing = False
+        self.alias_max_in = 0
         # Publish acknowledgements waiting for a disk sync, in arrival order.
         self._sync_batch: list[bytes] | None = None
         self._sync_round = -1
@@ -150,7 +128,7 @@ class MQTTConnection(Subscriptions):
     def feed(self, data: bytes) -> None:
         """Act on every complete packet in ``data``: one framing pass, PUBLISH bodies
         parsed here without building packet objects, the rest decoded by the codec."""
-        if self.closed or self._refusing:
+        if self.closed or self.refusing:
             return
         decoder = self.decoder
         try:
@@ -175,7 +153,7 @@ class MQTTConnection(Subscriptions):
                 if type(pkt) is PubAck:
                     self.settle(pkt.packet_id)
                 elif not connected:
-                    self._before_connect(pkt)
+                    before_connect(self, pkt)
                     connected = self.vhost is not None
                 else:
                     self._control(pkt)
@@ -226,7 +204,7 @@ class MQTTConnection(Subscriptions):
             return
         if self.level == MQTT_5 and self.vhost is not None:
             props: P.Properties = {}
-            if reason and self._problem_information:
+            if reason and self.problem_information:
                 props[P.REASON_STRING] = reason[:200]
             self.send(encode(Disconnect(reason_code, props), MQTT_5))
         self.close()
@@ -258,9 +236,9 @@ class MQTTConnection(Subscriptions):
         self.detach_consumers()
         self.state.released(self, vhost.name, session.client_id)
         self.node.connection_closed(self)
-        if self._will is not None and not self._clean_exit and self.user is not None:
+        if self.will is not None and not self._clean_exit and self.user is not None:
             try:
-                self.state.schedule_will(vhost, session, self._will, self.user)
+                self.state.schedule_will(vhost, session, self.will, self.user)
             except Exception:  # the session must still be put away below
                 log.exception("%s: publishing the will of '%s' failed", self.name, self.client_id)
         if session.persistent:
@@ -277,145 +255,10 @@ class MQTTConnection(Subscriptions):
             session.subscriptions.clear()
             self.state.discard_session(vhost, session.client_id)
 
-    # -- CONNECT --------------------------------------------------------------------------
-    def _before_connect(self, pkt: object) -> None:
-        if not isinstance(pkt, Connect):
-            raise ProtocolViolation(P.PROTOCOL_ERROR, "the first packet must be CONNECT")
-        self.level = pkt.protocol_level
-        code = self._connect(pkt)
-        if code:
-            log.warning(
-                "%s: MQTT CONNECT of client '%s' refused (reason 0x%02x)",
-                self.name,
-                pkt.client_id,
-                code,
-            )
-            if self.level == MQTT_5:
-                connack = encode(ConnAck(False, code), MQTT_5)
-            else:
-                connack = encode(ConnAck(False, _V3_CONNACK.get(code, P.V311_NOT_AUTHORIZED)))
-            delay = 0.0
-            if code in (P.BAD_USER_NAME_OR_PASSWORD, P.NOT_AUTHORIZED, P.CONNECTION_RATE_EXCEEDED):
-                delay = self.node.auth_guard.failed(self.peer[0] if self.peer else None)
-            if delay > 0:
-                # Held (core/auth_guard.py): repeated guesses slow down. Nothing more is
-                # read from this client meanwhile.
-                self._refusing = True
-                self.node.call_later(delay, lambda: self._refuse_connect(connack))
-            else:
-                self._refuse_connect(connack)
-
-    def _refuse_connect(self, connack: bytes) -> None:
-        if not self.closed:
-            self.send(connack)
-            self.close()
-
-    def _connect(self, pkt: Connect) -> int:
-        """Act on CONNECT; a non-zero MQTT 5 reason code refuses it."""
-        v5 = self.level == MQTT_5
-        props = pkt.properties
-        self._problem_information = props.get(P.REQUEST_PROBLEM_INFORMATION, 1) == 1
-        if P.AUTHENTICATION_METHOD in props:
-            return P.BAD_AUTHENTICATION_METHOD
-        client_id = pkt.client_id
-        assigned = None
-        if not client_id:
-            if not pkt.clean_start and not v5:
-                return P.CLIENT_IDENTIFIER_NOT_VALID
-            client_id = assigned = "warren-" + secrets.token_hex(8)
-        if len(client_id.encode("utf-8", "surrogateescape")) > MAX_CLIENT_ID_BYTES:
-            return P.CLIENT_IDENTIFIER_NOT_VALID
-        if self.node.at_connection_max():
-            log.warning(
-                "%s: MQTT connection refused: max_connections (%d) reached",
-                self.name,
-                self.state.config.max_connections,
-            )
-            return P.QUOTA_EXCEEDED
-        auth = self.state.authenticate(
-            pkt.username, pkt.password, self.peer[0] if self.peer else None, self.cert_login
-        )
-        if isinstance(auth, int):
-            return auth
-        user, vhost_name = auth
-        vhost = self.node.vhosts[vhost_name]
-        config = self.state.config
-        if pkt.will is not None and not self._allowed(user, vhost_name, WRITE, "exchange"):
-            return P.NOT_AUTHORIZED
-        if pkt.will is not None and _too_long(pkt.will.topic):
-            return P.TOPIC_NAME_INVALID
-        self.user = user
-        # Session expiry: 3.1.1's clean session flag, or MQTT 5's interval (capped).
-        if v5:
-            asked = props.get(P.SESSION_EXPIRY_INTERVAL, 0)
-            assert isinstance(asked, int)
-            expiry = min(asked, config.mqtt_max_session_expiry) if asked else 0
-        else:
-            asked = expiry = 0 if pkt.clean_start else NEVER_EXPIRES
-        self.state.take_over(vhost_name, client_id, self)
-        self.vhost = vhost
-        self.client_id = client_id
-        stored = None if pkt.clean_start else self.state.stored_session(vhost_name, client_id)
-        if stored is None:
-            # A clean start ends whatever was kept (queue, subscriptions, QoS 2 state).
-            if self.state.stored_session(vhost_name, client_id) is not None or pkt.clean_start:
-                self.state.discard_session(vhost, client_id)
-            session = Session(client_id, vhost_name, expiry)
-        else:
-            session = stored
-            session.expiry = expiry
-            session.disconnected_at = None
-        self.session = session
-        if not session.persistent:
-            self.state.sessions(vhost_name).forget(client_id)
-        # Keep alive, receive maximum, sizes, aliases.
-        self.keepalive = pkt.keep_alive
-        connack: P.Properties = {}
-        if config.mqtt_max_keepalive and (
-            not self.keepalive or self.keepalive > config.mqtt_max_keepalive
-        ):
-            self.keepalive = config.mqtt_max_keepalive
-            if v5:
-                connack[P.SERVER_KEEP_ALIVE] = self.keepalive
-        receive_max = props.get(P.RECEIVE_MAXIMUM, 65535)
-        assert isinstance(receive_max, int)
-        self.window = min(receive_max, config.mqtt_prefetch)
-        client_max = props.get(P.MAXIMUM_PACKET_SIZE)
-        self.client_max_packet = client_max if isinstance(client_max, int) else 0
-        alias_max = props.get(P.TOPIC_ALIAS_MAXIMUM, 0)
-        self.alias_max_out = alias_max if isinstance(alias_max, int) else 0
-        self._alias_max_in = config.mqtt_topic_alias_maximum if v5 else 0
-        self.decoder.max_packet_size = config.max_message_size + PACKET_OVERHEAD
-        self._will = pkt.will
-        if v5:
-            if assigned is not None:
-                connack[P.ASSIGNED_CLIENT_IDENTIFIER] = assigned
-            if asked != expiry:
-                connack[P.SESSION_EXPIRY_INTERVAL] = expiry
-            if self._alias_max_in:
-                connack[P.TOPIC_ALIAS_MAXIMUM] = self._alias_max_in
-            connack[P.MAXIMUM_PACKET_SIZE] = self.decoder.max_packet_size
-            connack[P.RECEIVE_MAXIMUM] = MAX_AWAITING_RELEASE
-        self.send(encode(ConnAck(stored is not None, 0, connack), self.level))
-        self.node.connection_opened(self)
-        log.debug(
-            "%s: MQTT %s client '%s' connected as '%s' to vhost '%s' (session %s)",
-            self.name,
-            "5" if v5 else "3.1.1",
-            client_id,
-            user.name,
-            vhost_name,
-            "resumed" if stored is not None else "new",
-        )
-        if session.persistent:
-            self.state.sessions(vhost_name).save(session)
-        # Resume: outgoing QoS 2 releases first, then the queued messages.
-        for pid in sorted(session.released):
-            self.send(encode(PubRel(pid), self.level))
-        self.attach_consumers()
-        return 0
-
-    def _allowed(self, user: User, vhost: str, kind: str, resource: str) -> bool:
+    # -- permissions ------------------------------------------------------------------------
+    def allowed(self, user: User, vhost: str, kind: str, resource: str) -> bool:
+        """Whether ``user`` has ``kind`` permission on ``resource`` in ``vhost`` (the
+        MQTT exchange when ``resource`` is "exchange"): for the will and PUBLISH."""
         name = self.state.config.mqtt_exchange if resource == "exchange" else resource
         try:
             self.node.users.check(user, vhost, kind, resource, name)
@@ -483,7 +326,7 @@ class MQTTConnection(Subscriptions):
         if names is None or not pid and qos or (self.level == MQTT_5 and (p >= end or buf[p])):
             # New topic, packet id 0, or MQTT 5 properties: the codec decodes and checks.
             pkt = decode_publish(first, buf, pos, end, self.level == MQTT_5)
-            if names is None and pkt.topic and not pkt.properties and not _too_long(pkt.topic):
+            if names is None and pkt.topic and not pkt.properties and not too_long(pkt.topic):
                 if len(self._topics_in) >= TOPIC_CACHE_LIMIT:
                     self._topics_in.clear()
                 self._topics_in[raw_topic] = (pkt.topic, mqtt_to_amqp(pkt.topic))
@@ -505,7 +348,7 @@ class MQTTConnection(Subscriptions):
             alias = props.get(P.TOPIC_ALIAS)
             if alias is not None:
                 assert isinstance(alias, int)
-                if alias > self._alias_max_in:
+                if alias > self.alias_max_in:
                     raise ProtocolViolation(
                         P.TOPIC_ALIAS_INVALID, f"topic alias {alias} out of range"
                     )
@@ -517,7 +360,7 @@ class MQTTConnection(Subscriptions):
                         raise ProtocolViolation(P.PROTOCOL_ERROR, f"unknown topic alias {alias}")
                     topic = known
                 props = {k: v for k, v in props.items() if k != P.TOPIC_ALIAS}
-        if _too_long(topic):
+        if too_long(topic):
             raise ProtocolViolation(
                 P.TOPIC_NAME_INVALID, f"topic name longer than {MAX_TOPIC_BYTES} bytes"
             )
@@ -558,7 +401,7 @@ class MQTTConnection(Subscriptions):
             )
         exchange = self._exchange
         if self._can_publish is None:
-            self._can_publish = self.user is not None and self._allowed(
+            self._can_publish = self.user is not None and self.allowed(
                 self.user, vhost.name, WRITE, "exchange"
             )
             try:
@@ -705,13 +548,6 @@ class MQTTConnection(Subscriptions):
 
     def channel_stats(self) -> list[tuple[str, MessageStats]]:
         return [(self.vhost.name, self.stats)] if self.vhost is not None else []
-
-
-def _too_long(topic: str) -> bool:
-    """Over MAX_TOPIC_BYTES in UTF-8 (at most 4 bytes a character: short ones pass)."""
-    return len(topic) > MAX_TOPIC_BYTES // 4 and (
-        len(topic.encode("utf-8", "surrogateescape")) > MAX_TOPIC_BYTES
-    )
 
 
 def _puback(pid: int) -> bytes:

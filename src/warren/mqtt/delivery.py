@@ -105,7 +105,7 @@ class Delivery:
         self._detached = False
         #: Retained QoS 1/2 messages for a SUBSCRIBE waiting for room in the window.
         self._retained_backlog: deque[tuple[RetainedMessage, SubscriptionOptions]] = deque()
-        self._problem_information = True
+        self.problem_information = True
 
     # -- consumers ------------------------------------------------------------------------
     def attach_consumers(self) -> None:

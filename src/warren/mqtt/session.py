@@ -20,12 +20,22 @@ from typing import Any
 
 from warren.store.definitions import DefinitionsLog
 
-__all__ = ["NEVER_EXPIRES", "Session", "SessionStore", "SubscriptionOptions", "queue_name"]
+__all__ = [
+    "MAX_AWAITING_RELEASE",
+    "NEVER_EXPIRES",
+    "Session",
+    "SessionStore",
+    "SubscriptionOptions",
+    "queue_name",
+]
 
 log = logging.getLogger("warren.mqtt")
 
 #: Session Expiry Interval meaning "never" (MQTT 5), and 3.1.1's clean session 0.
 NEVER_EXPIRES = 0xFFFFFFFF
+#: Incoming QoS 2 messages awaiting PUBREL per session at most (MQTT 5 clients are
+#: told so as the server's Receive Maximum): each is in the session's record.
+MAX_AWAITING_RELEASE = 1024
 
 
 def queue_name(client_id: str) -> str:

@@ -7,14 +7,19 @@ LavinMQ: MQTT ``/`` <-> AMQP ``.``, MQTT ``+`` <-> AMQP ``*``, ``#`` unchanged.
 from __future__ import annotations
 
 __all__ = [
+    "MAX_TOPIC_BYTES",
     "amqp_to_mqtt",
     "is_valid_topic_filter",
     "is_valid_topic_name",
     "mqtt_to_amqp",
     "parse_shared",
+    "too_long",
 ]
 
 _MAX_BYTES = 0xFFFF
+#: Longest topic name a client may publish to (or name its will's topic): it
+#: becomes the message's AMQP routing key, a shortstr.
+MAX_TOPIC_BYTES = 255
 
 
 def _encodable(text: str) -> bool:
@@ -83,3 +88,10 @@ def mqtt_to_amqp(topic: str) -> str:
 def amqp_to_mqtt(routing_key: str) -> str:
     """AMQP routing key -> MQTT topic (for delivery to MQTT subscribers)."""
     return routing_key.replace("*", "+").replace(".", "/")
+
+
+def too_long(topic: str) -> bool:
+    """Over MAX_TOPIC_BYTES in UTF-8 (at most 4 bytes a character: short ones pass)."""
+    return len(topic) > MAX_TOPIC_BYTES // 4 and (
+        len(topic.encode("utf-8", "surrogateescape")) > MAX_TOPIC_BYTES
+    )

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from warren.amqp import spec
-from warren.core.table import encode_field_value
+from warren.core.table_encode import encode_field_value
 from warren.perf.client import AMQPError, Client
 from warren.spark.options import OptionError, SinkOptions, redact
 from warren.spark.stream import connect

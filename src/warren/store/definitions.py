@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from warren.core.codec_errors import DecodeError
-from warren.core.table import decode_table, encode_table
+from warren.core.table import decode_table
+from warren.core.table_encode import encode_table
 
 log = logging.getLogger("warren.store")
 

@@ -1,4 +1,4 @@
-"""Definitions in RabbitMQ's JSON format: import (``load_definitions``) and export.
+"""Importing definitions in RabbitMQ's JSON format (``load_definitions``).
 
 The format is what ``rabbitmqctl export_definitions`` and the management API's
 ``/api/definitions`` produce: top-level lists of ``users``, ``vhosts``,
@@ -12,27 +12,22 @@ are set again; existing queues and exchanges are left as they are; names
 starting with ``amq.`` are skipped). Unlike RabbitMQ it checks the whole
 document before changing anything, so a malformed entry is reported without a
 half-applied import; what only applying can reveal (say, a binding whose queue
-is missing) still stops the import where it occurs.
+is missing) still stops the import where it occurs. Reading the document is
+in definitions_document.py, the export in definitions_export.py.
 """
 
 from __future__ import annotations
 
-import datetime
-import decimal
-import json
 import logging
 import re
 from collections.abc import Callable, Iterator
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from warren import __version__
-from warren.core.errors import BrokerError
 from warren.core.exchange import exchange_class
 from warren.core.policies import Policy, validate_policy
 from warren.core.queue_arguments import is_stream, validate_queue_arguments
-from warren.core.runtime_parameters import ValidationFailed, is_int, validate_limits
+from warren.core.runtime_parameters import is_int, validate_limits
 from warren.core.users import (
     HASHING_ALGORITHMS,
     MD5,
@@ -45,24 +40,17 @@ from warren.core.users import (
     valid_hash,
 )
 from warren.core.vhost import PREDECLARED
+from warren.definitions_document import DefinitionsError, Entry, entries, wrap_errors
+from warren.json_tables import from_json_table
 
 if TYPE_CHECKING:
     from warren.core.exchange import Exchange
     from warren.core.queue import Queue
     from warren.node import Node
 
-__all__ = [
-    "DefinitionsError",
-    "export_definitions",
-    "import_definitions",
-    "import_steps",
-    "read_definitions",
-]
+__all__ = ["CATEGORIES", "import_definitions", "import_steps"]
 
 log = logging.getLogger("warren.definitions")
-
-#: The RabbitMQ release whose export format Warren writes.
-RABBITMQ_FORMAT_VERSION = "3.10.8"
 
 _VERSION_KEYS = ("rabbit_version", "rabbitmq_version", "product_name", "product_version")
 
@@ -80,102 +68,6 @@ CATEGORIES = (
 )
 
 
-class DefinitionsError(ValueError):
-    """Definitions that cannot be imported; the message names the entry and the problem."""
-
-
-# -- reading ------------------------------------------------------------------------------
-
-
-def read_definitions(path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
-    """The definitions in a JSON file, or in every ``*.json`` file of a directory
-    (name order), as RabbitMQ's ``load_definitions`` reads them."""
-    path = Path(path)
-    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
-    out = []
-    for file in files:
-        try:
-            text = file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise DefinitionsError(
-                f"definitions file {file}: cannot read it: {exc.strerror or exc}"
-            ) from None
-        except UnicodeDecodeError as exc:
-            raise DefinitionsError(f"definitions file {file}: not UTF-8 text: {exc}") from None
-        try:
-            data = json.loads(text) if text.strip() else {}
-        except ValueError as exc:
-            raise DefinitionsError(f"definitions file {file}: not valid JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise DefinitionsError(f"definitions file {file}: definitions must be a JSON object")
-        out.append((file, data))
-    return out
-
-
-# -- helpers ------------------------------------------------------------------------------
-
-
-class _Entry:
-    """One entry of a category, for reading fields with errors that name it."""
-
-    def __init__(self, category: str, index: int, rec: Any) -> None:
-        self.where = f"{category}[{index}]"
-        if not isinstance(rec, dict):
-            raise DefinitionsError(f"{self.where}: must be a JSON object, not {_kind(rec)}")
-        self.rec = rec
-        name = rec.get("name")
-        if isinstance(name, str):
-            self.where += f" '{name}'"
-
-    def error(self, text: str) -> DefinitionsError:
-        return DefinitionsError(f"{self.where}: {text}")
-
-    def text(self, key: str, default: str | None = None) -> str:
-        value = self.rec.get(key, default)
-        if not isinstance(value, str):
-            raise self.error(f"'{key}' must be a string" + ("" if key in self.rec else ", missing"))
-        return value
-
-    def flag(self, key: str, default: bool) -> bool:
-        value = self.rec.get(key, default)
-        if not isinstance(value, bool):
-            raise self.error(f"'{key}' must be true or false, not {json.dumps(value)}")
-        return value
-
-    def table(self, key: str) -> dict[str, Any]:
-        value = self.rec.get(key)
-        if value is None or value == []:
-            return {}
-        if not isinstance(value, dict):
-            raise self.error(f"'{key}' must be a JSON object")
-        return value
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "an array"
-    return json.dumps(value)
-
-
-def _entries(data: dict[str, Any], category: str) -> list[_Entry]:
-    value = data.get(category)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise DefinitionsError(f"'{category}' must be a JSON array")
-    return [_Entry(category, i, rec) for i, rec in enumerate(value)]
-
-
-def _wrap(entry: _Entry, action: Callable[[], Any]) -> Any:
-    try:
-        return action()
-    except (BrokerError, ValidationFailed) as exc:
-        text = exc.text if isinstance(exc, BrokerError) else "; ".join(exc.errors)
-        raise entry.error(text) from None
-
-
 def _proplist_to_dict(value: Any) -> Any:
     """RabbitMQ 3.10 exports an operator policy's definition as ``[[key, value], ...]``
     (and then cannot import it); Warren reads that form as the object it means."""
@@ -188,10 +80,10 @@ def _proplist_to_dict(value: Any) -> Any:
     return value
 
 
-# -- import -------------------------------------------------------------------------------
+# -- users and permissions -----------------------------------------------------------------
 
 
-def _tags(entry: _Entry) -> list[str]:
+def _tags(entry: Entry) -> list[str]:
     """rabbit_auth_backend_internal:tag_list_from/1: a list, or a comma-separated string."""
     rec = entry.rec
     tags = rec.get("tags")
@@ -207,7 +99,7 @@ def _tags(entry: _Entry) -> list[str]:
     raise entry.error("'tags' must be a list of strings or a comma-separated string")
 
 
-def _hashing_algorithm(entry: _Entry, version: Any) -> str:
+def _hashing_algorithm(entry: Entry, version: Any) -> str:
     """The user's hashing algorithm: RabbitMQ's SHA-256 (the default), SHA-512 and
     MD5, and bcrypt as LavinMQ exports it."""
     algorithm = entry.rec.get("hashing_algorithm")
@@ -225,7 +117,7 @@ def _hashing_algorithm(entry: _Entry, version: Any) -> str:
     return canonical
 
 
-def _user_update(entry: _Entry, version: Any) -> Callable[[Node], None]:
+def _user_update(entry: Entry, version: Any) -> Callable[[Node], None]:
     name = entry.text("name")
     tags = _tags(entry)
     rec = entry.rec
@@ -260,14 +152,14 @@ def _user_update(entry: _Entry, version: Any) -> Callable[[Node], None]:
     return apply
 
 
-def _permission(entry: _Entry, rec: Any) -> Permission:
+def _permission(entry: Entry, rec: Any) -> Permission:
     if not isinstance(rec, dict):
         raise entry.error("permissions must be JSON objects")
     configure, write, read = _regexes(entry, ("configure", "write", "read"), rec)
     return Permission(configure, write, read)
 
 
-def _regexes(entry: _Entry, keys: tuple[str, ...], rec: Any = None) -> list[str]:
+def _regexes(entry: Entry, keys: tuple[str, ...], rec: Any = None) -> list[str]:
     """The permission regexes ``keys`` of ``rec`` (default: the entry), each checked."""
     rec = entry.rec if rec is None else rec
     values: list[str] = []
@@ -299,7 +191,7 @@ def _set_topic_permission(
     broker.users.set_topic_permission(user, vhost, exchange, write, read)
 
 
-def _user_limits(entry: _Entry) -> dict[str, int]:
+def _user_limits(entry: Entry) -> dict[str, int]:
     """A user's ``limits``: max-connections and max-channels, integers (RabbitMQ's
     validation texts)."""
     limits = entry.table("limits")
@@ -317,6 +209,9 @@ def _set_limits(broker: Node, vhost: str, limits: dict[str, int]) -> None:
     broker.vhosts[vhost].set_limits(limits)
 
 
+# -- the plan ------------------------------------------------------------------------------
+
+
 def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
     """Check the whole document; the steps that apply it, in RabbitMQ's order."""
     for key in data:
@@ -327,16 +222,16 @@ def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
 
     # users, vhosts
     user_names = set(broker.users.users)
-    for entry in _entries(data, "users"):
+    for entry in entries(data, "users"):
         steps.append(partial(_user_update(entry, version), broker))
         user_names.add(entry.text("name"))
     vhost_names = set(broker.vhosts)
-    for entry in _entries(data, "vhosts"):
+    for entry in entries(data, "vhosts"):
         name = entry.text("name")
         vhost_names.add(name)
         steps.append(partial(_add_vhost, broker, name))
 
-    def need_vhost(entry: _Entry) -> str:
+    def need_vhost(entry: Entry) -> str:
         vhost = entry.text("vhost")
         if vhost not in vhost_names:
             raise entry.error(f"virtual host '{vhost}' does not exist")
@@ -344,12 +239,12 @@ def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
 
     # queue limits (rabbit_definitions:validate_limits/1), permissions
     _check_queue_limits(broker, data)
-    for entry in _entries(data, "permissions"):
+    for entry in entries(data, "permissions"):
         user, vhost, perm = entry.text("user"), need_vhost(entry), _permission(entry, entry.rec)
         if user not in user_names:
             raise entry.error(f"user '{user}' does not exist")
         steps.append(partial(_set_permission, broker, user, vhost, perm))
-    for entry in _entries(data, "topic_permissions"):
+    for entry in entries(data, "topic_permissions"):
         user, vhost = entry.text("user"), need_vhost(entry)
         exchange, (write, read) = entry.text("exchange"), _regexes(entry, ("write", "read"))
         if user not in user_names:
@@ -360,22 +255,22 @@ def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
     exchange_names = {(v.name, x) for v in broker.vhosts.values() for x in v.exchanges}
     for vhost in vhost_names - set(broker.vhosts):
         exchange_names.update((vhost, x) for x in ["", *(p[0] for p in PREDECLARED)])
-    for entry in _entries(data, "exchanges"):
+    for entry in entries(data, "exchanges"):
         vhost = need_vhost(entry)
         exchange_names.add((vhost, entry.text("name")))
         steps.extend(_exchange_steps(broker, entry, vhost))
 
     # global parameters, policies, parameters
-    for entry in _entries(data, "global_parameters"):
+    for entry in entries(data, "global_parameters"):
         log.info(
             "definitions: global parameter %r skipped (not used by Warren)",
             entry.rec.get("name"),
         )
-    for entry in _entries(data, "policies"):
+    for entry in entries(data, "policies"):
         vhost = need_vhost(entry)
         steps.append(partial(_set_policy, broker, vhost, _policy(entry, entry.rec, False)))
     limit_steps: list[Callable[[], None]] = []
-    for entry in _entries(data, "parameters"):
+    for entry in entries(data, "parameters"):
         component = entry.text("component")
         vhost = need_vhost(entry)
         value = entry.rec.get("value")
@@ -386,7 +281,7 @@ def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
         elif component == "vhost-limits":
             if entry.rec.get("name") != "limits":
                 raise entry.error("vhost-limits must be named 'limits'")
-            limits = _wrap(entry, partial(validate_limits, value))
+            limits = wrap_errors(entry, partial(validate_limits, value))
             # Set after the queues: RabbitMQ checks an import's queues against
             # the limits in force before it (above), never against the file's own.
             limit_steps.append(partial(_set_limits, broker, vhost, limits))
@@ -401,22 +296,22 @@ def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
 
     # queues, bindings
     queue_names = {(v.name, q) for v in broker.vhosts.values() for q in v.queues}
-    for entry in _entries(data, "queues"):
+    for entry in entries(data, "queues"):
         vhost = need_vhost(entry)
         queue_names.add((vhost, entry.text("name")))
         steps.extend(_queue_steps(broker, entry, vhost))
-    for entry in _entries(data, "bindings"):
+    for entry in entries(data, "bindings"):
         steps.append(_binding_step(broker, entry, need_vhost(entry), queue_names, exchange_names))
     steps.extend(limit_steps)
     return steps
 
 
-def _policy(entry: _Entry, rec: dict[str, Any], operator: bool) -> Policy:
+def _policy(entry: Entry, rec: dict[str, Any], operator: bool) -> Policy:
     name = entry.text("name")
     definition = rec.get("definition")
     if operator:
         definition = _proplist_to_dict(definition)
-    return _wrap(
+    return wrap_errors(
         entry,
         lambda: validate_policy(
             name,
@@ -440,7 +335,7 @@ def _set_policy(broker: Node, vhost: str, policy: Policy) -> None:
 
 def _check_queue_limits(broker: Node, data: dict[str, Any]) -> None:
     new: dict[str, int] = {}
-    for entry in _entries(data, "queues"):
+    for entry in entries(data, "queues"):
         vhost, name = entry.text("vhost"), entry.text("name")
         v = broker.vhosts.get(vhost)
         if v is None or name not in v.queues:
@@ -458,7 +353,7 @@ def _check_queue_limits(broker: Node, data: dict[str, Any]) -> None:
             )
 
 
-def _exchange_steps(broker: Node, entry: _Entry, vhost: str) -> list[Callable[[], None]]:
+def _exchange_steps(broker: Node, entry: Entry, vhost: str) -> list[Callable[[], None]]:
     name = entry.text("name")
     if name == "" or name.startswith("amq."):
         log.warning("definitions: %s: exchange '%s' skipped (reserved name)", entry.where, name)
@@ -474,7 +369,7 @@ def _exchange_steps(broker: Node, entry: _Entry, vhost: str) -> list[Callable[[]
     def declare() -> None:
         v = broker.vhosts[vhost]
         if name not in v.exchanges:
-            _wrap(
+            wrap_errors(
                 entry,
                 lambda: v.declare_exchange(name, type_, durable, auto_delete, internal, arguments),
             )
@@ -482,7 +377,7 @@ def _exchange_steps(broker: Node, entry: _Entry, vhost: str) -> list[Callable[[]
     return [declare]
 
 
-def _queue_steps(broker: Node, entry: _Entry, vhost: str) -> list[Callable[[], None]]:
+def _queue_steps(broker: Node, entry: Entry, vhost: str) -> list[Callable[[], None]]:
     name = entry.text("name")
     if name.startswith("amq."):
         log.warning("definitions: %s: queue '%s' skipped (reserved name)", entry.where, name)
@@ -491,12 +386,12 @@ def _queue_steps(broker: Node, entry: _Entry, vhost: str) -> list[Callable[[], N
     auto_delete = entry.flag("auto_delete", False)
     arguments = from_json_table(entry.table("arguments"))
     if not is_stream(arguments):  # a stream's arguments are checked when it is declared
-        _wrap(entry, lambda: validate_queue_arguments(name, vhost, arguments))
+        wrap_errors(entry, lambda: validate_queue_arguments(name, vhost, arguments))
 
     def declare() -> None:
         v = broker.vhosts[vhost]
         if name not in v.queues:
-            _wrap(
+            wrap_errors(
                 entry,
                 lambda: v.declare_queue(
                     name, durable=durable, auto_delete=auto_delete, arguments=arguments
@@ -508,7 +403,7 @@ def _queue_steps(broker: Node, entry: _Entry, vhost: str) -> list[Callable[[], N
 
 def _binding_step(
     broker: Node,
-    entry: _Entry,
+    entry: Entry,
     vhost: str,
     queues: set[tuple[str, str]],
     exchanges: set[tuple[str, str]],
@@ -534,7 +429,7 @@ def _binding_step(
         if src is None or dest is None:
             missing = source if src is None else destination
             raise entry.error(f"'{missing}' in vhost '{vhost}' does not exist")
-        _wrap(entry, lambda: v.bind(src, dest, routing_key, arguments))
+        wrap_errors(entry, lambda: v.bind(src, dest, routing_key, arguments))
 
     return bind
 
@@ -567,143 +462,3 @@ def import_steps(broker: Node, data: dict[str, Any]) -> Iterator[None]:
         f"{len(data[c])} {c}" for c in CATEGORIES if isinstance(data.get(c), list) and data[c]
     )
     log.info("definitions imported: %s", counts or "nothing")
-
-
-# -- export -------------------------------------------------------------------------------
-
-
-def _json_value(value: Any) -> Any:
-    """An AMQP field value as RabbitMQ writes it in JSON (rabbit_misc:amqp_table/1)."""
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).decode("utf-8", "replace")
-    if isinstance(value, dict):
-        return {k: _json_value(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_value(v) for v in value]
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    if isinstance(value, datetime.datetime):
-        return int(value.timestamp())
-    return value
-
-
-def to_json_table(table: dict[str, Any]) -> dict[str, Any]:
-    return {k: _json_value(v) for k, v in table.items()}
-
-
-def from_json_table(table: dict[str, Any]) -> dict[str, Any]:
-    """JSON arguments as the AMQP table a client would have sent (strings stay str)."""
-    return dict(table)
-
-
-def export_definitions(broker: Node) -> dict[str, Any]:
-    """The broker's definitions in RabbitMQ's export format.
-
-    As the management API exports them: exclusive queues, the default
-    exchange and ``amq.*`` exchanges are left out; exchanges carry
-    ``internal``; bindings to exclusive queues are left out.
-    """
-    users = [
-        {
-            "name": u.name,
-            "password_hash": u.password_hash,
-            "hashing_algorithm": u.hashing_algorithm,
-            "tags": list(u.tags),
-            "limits": dict(u.limits),
-        }
-        for u in sorted(broker.users.users.values(), key=lambda u: u.name)
-    ]
-    permissions = [
-        {"user": u.name, "vhost": vhost, "configure": p.configure, "write": p.write, "read": p.read}
-        for u in sorted(broker.users.users.values(), key=lambda u: u.name)
-        for vhost, p in sorted(u.permissions.items())
-    ]
-    topic_permissions = [
-        {"user": u.name, "vhost": vhost, "exchange": x, "write": p.write, "read": p.read}
-        for u in sorted(broker.users.users.values(), key=lambda u: u.name)
-        for vhost, table in sorted(u.topic_permissions.items())
-        for x, p in sorted(table.items())
-    ]
-    vhosts: list[dict[str, Any]] = []
-    parameters: list[dict[str, Any]] = []
-    policies: list[dict[str, Any]] = []
-    queues: list[dict[str, Any]] = []
-    exchanges: list[dict[str, Any]] = []
-    bindings: list[dict[str, Any]] = []
-    for name in sorted(broker.vhosts):
-        v = broker.vhosts[name]
-        limits = v.limits
-        vhosts.append(
-            {
-                "name": name,
-                "limits": [[k, n] for k, n in limits.items()],
-                "metadata": {"description": "", "tags": []},
-            }
-        )
-        if v.has_limits:
-            parameters.append(
-                {"vhost": name, "component": "vhost-limits", "name": "limits", "value": limits}
-            )
-        for p in v.operator_policies:
-            value = p.as_json()
-            del value["name"]
-            parameters.append(
-                {"vhost": name, "component": "operator_policy", "name": p.name, "value": value}
-            )
-        policies.extend({"vhost": name, **p.as_json()} for p in v.policies)
-        for q in v.queues.values():
-            if q.exclusive:
-                continue
-            queues.append(
-                {
-                    "name": q.name,
-                    "vhost": name,
-                    "durable": q.durable,
-                    "auto_delete": q.auto_delete,
-                    "arguments": to_json_table(q.arguments),
-                    "type": "stream" if is_stream(q.arguments) else "classic",
-                }
-            )
-        for ex in v.exchanges.values():
-            if ex.name and not ex.name.startswith("amq."):
-                exchanges.append(
-                    {
-                        "name": ex.name,
-                        "vhost": name,
-                        "type": ex.type,
-                        "durable": ex.durable,
-                        "auto_delete": ex.auto_delete,
-                        "internal": ex.internal,
-                        "arguments": to_json_table(ex.arguments),
-                    }
-                )
-            for b in ex.bindings.values():
-                dest = b.destination
-                if getattr(dest, "exclusive", False):
-                    continue
-                bindings.append(
-                    {
-                        "source": ex.name,
-                        "vhost": name,
-                        "destination": dest.name,
-                        "destination_type": b.destination_kind,
-                        "routing_key": b.routing_key,
-                        "arguments": to_json_table(b.arguments),
-                    }
-                )
-    return {
-        "rabbit_version": RABBITMQ_FORMAT_VERSION,
-        "rabbitmq_version": RABBITMQ_FORMAT_VERSION,
-        "product_name": "Warren",
-        "product_version": __version__,
-        "users": users,
-        "vhosts": vhosts,
-        "permissions": permissions,
-        "topic_permissions": topic_permissions,
-        "parameters": parameters,
-        "global_parameters": [],
-        "policies": policies,
-        "queues": queues,
-        "exchanges": exchanges,
-        "bindings": bindings,
-    }

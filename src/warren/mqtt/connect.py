@@ -1,0 +1,187 @@
+"""An MQTT CONNECT: authentication, the session taken over or resumed, CONNACK.
+
+The first packet of every connection, so never on the per-message path:
+MQTTConnection (connection.py) hands it here and carries on with the packets
+after it. A refusal is answered with RabbitMQ's reason codes (3.1.1's return
+codes for 3.1.1 clients) and, after failed logins, held back (core/auth_guard.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import TYPE_CHECKING
+
+from warren.core.users import WRITE
+from warren.mqtt import properties as P
+from warren.mqtt.codec import encode
+from warren.mqtt.errors import ProtocolViolation
+from warren.mqtt.packets import MQTT_5, ConnAck, Connect, PubRel
+from warren.mqtt.session import MAX_AWAITING_RELEASE, NEVER_EXPIRES, Session, queue_name
+from warren.mqtt.topics import too_long
+
+if TYPE_CHECKING:
+    from warren.mqtt.connection import MQTTConnection
+
+__all__ = ["MAX_UNAUTHENTICATED_PACKET", "before_connect"]
+
+log = logging.getLogger("warren.mqtt")
+
+#: Largest CONNECT accepted before the client is authenticated (RabbitMQ's
+#: max_packet_size_unauthenticated).
+MAX_UNAUTHENTICATED_PACKET = 65536
+#: Room for a PUBLISH's topic and properties above max_message_size.
+PACKET_OVERHEAD = 65536 + 16
+#: Longest client id: the session queue's name must fit an AMQP shortstr.
+MAX_CLIENT_ID_BYTES = 255 - len(queue_name(""))
+
+_V3_CONNACK = {
+    P.UNSUPPORTED_PROTOCOL_VERSION: P.V311_UNACCEPTABLE_PROTOCOL_VERSION,
+    P.CLIENT_IDENTIFIER_NOT_VALID: P.V311_IDENTIFIER_REJECTED,
+    P.BAD_USER_NAME_OR_PASSWORD: P.V311_BAD_USER_NAME_OR_PASSWORD,
+    P.NOT_AUTHORIZED: P.V311_NOT_AUTHORIZED,
+    P.SERVER_UNAVAILABLE: P.V311_SERVER_UNAVAILABLE,
+    P.CONNECTION_RATE_EXCEEDED: P.V311_SERVER_UNAVAILABLE,
+    P.QUOTA_EXCEEDED: P.V311_SERVER_UNAVAILABLE,
+}
+
+
+def before_connect(conn: MQTTConnection, pkt: object) -> None:
+    """The packet before the session exists: a CONNECT, accepted or refused."""
+    if not isinstance(pkt, Connect):
+        raise ProtocolViolation(P.PROTOCOL_ERROR, "the first packet must be CONNECT")
+    conn.level = pkt.protocol_level
+    code = _connect(conn, pkt)
+    if code:
+        log.warning(
+            "%s: MQTT CONNECT of client '%s' refused (reason 0x%02x)",
+            conn.name,
+            pkt.client_id,
+            code,
+        )
+        if conn.level == MQTT_5:
+            connack = encode(ConnAck(False, code), MQTT_5)
+        else:
+            connack = encode(ConnAck(False, _V3_CONNACK.get(code, P.V311_NOT_AUTHORIZED)))
+        delay = 0.0
+        if code in (P.BAD_USER_NAME_OR_PASSWORD, P.NOT_AUTHORIZED, P.CONNECTION_RATE_EXCEEDED):
+            delay = conn.node.auth_guard.failed(conn.peer[0] if conn.peer else None)
+        if delay > 0:
+            # Held (core/auth_guard.py): repeated guesses slow down. Nothing more is
+            # read from this client meanwhile.
+            conn.refusing = True
+            conn.node.call_later(delay, lambda: _refuse(conn, connack))
+        else:
+            _refuse(conn, connack)
+
+
+def _refuse(conn: MQTTConnection, connack: bytes) -> None:
+    if not conn.closed:
+        conn.send(connack)
+        conn.close()
+
+
+def _connect(conn: MQTTConnection, pkt: Connect) -> int:
+    """Act on CONNECT; a non-zero MQTT 5 reason code refuses it."""
+    v5 = conn.level == MQTT_5
+    props = pkt.properties
+    conn.problem_information = props.get(P.REQUEST_PROBLEM_INFORMATION, 1) == 1
+    if P.AUTHENTICATION_METHOD in props:
+        return P.BAD_AUTHENTICATION_METHOD
+    client_id = pkt.client_id
+    assigned = None
+    if not client_id:
+        if not pkt.clean_start and not v5:
+            return P.CLIENT_IDENTIFIER_NOT_VALID
+        client_id = assigned = "warren-" + secrets.token_hex(8)
+    if len(client_id.encode("utf-8", "surrogateescape")) > MAX_CLIENT_ID_BYTES:
+        return P.CLIENT_IDENTIFIER_NOT_VALID
+    if conn.node.at_connection_max():
+        log.warning(
+            "%s: MQTT connection refused: max_connections (%d) reached",
+            conn.name,
+            conn.state.config.max_connections,
+        )
+        return P.QUOTA_EXCEEDED
+    auth = conn.state.authenticate(
+        pkt.username, pkt.password, conn.peer[0] if conn.peer else None, conn.cert_login
+    )
+    if isinstance(auth, int):
+        return auth
+    user, vhost_name = auth
+    vhost = conn.node.vhosts[vhost_name]
+    config = conn.state.config
+    if pkt.will is not None and not conn.allowed(user, vhost_name, WRITE, "exchange"):
+        return P.NOT_AUTHORIZED
+    if pkt.will is not None and too_long(pkt.will.topic):
+        return P.TOPIC_NAME_INVALID
+    conn.user = user
+    # Session expiry: 3.1.1's clean session flag, or MQTT 5's interval (capped).
+    if v5:
+        asked = props.get(P.SESSION_EXPIRY_INTERVAL, 0)
+        assert isinstance(asked, int)
+        expiry = min(asked, config.mqtt_max_session_expiry) if asked else 0
+    else:
+        asked = expiry = 0 if pkt.clean_start else NEVER_EXPIRES
+    conn.state.take_over(vhost_name, client_id, conn)
+    conn.vhost = vhost
+    conn.client_id = client_id
+    stored = None if pkt.clean_start else conn.state.stored_session(vhost_name, client_id)
+    if stored is None:
+        # A clean start ends whatever was kept (queue, subscriptions, QoS 2 state).
+        if conn.state.stored_session(vhost_name, client_id) is not None or pkt.clean_start:
+            conn.state.discard_session(vhost, client_id)
+        session = Session(client_id, vhost_name, expiry)
+    else:
+        session = stored
+        session.expiry = expiry
+        session.disconnected_at = None
+    conn.session = session
+    if not session.persistent:
+        conn.state.sessions(vhost_name).forget(client_id)
+    # Keep alive, receive maximum, sizes, aliases.
+    conn.keepalive = pkt.keep_alive
+    connack: P.Properties = {}
+    if config.mqtt_max_keepalive and (
+        not conn.keepalive or conn.keepalive > config.mqtt_max_keepalive
+    ):
+        conn.keepalive = config.mqtt_max_keepalive
+        if v5:
+            connack[P.SERVER_KEEP_ALIVE] = conn.keepalive
+    receive_max = props.get(P.RECEIVE_MAXIMUM, 65535)
+    assert isinstance(receive_max, int)
+    conn.window = min(receive_max, config.mqtt_prefetch)
+    client_max = props.get(P.MAXIMUM_PACKET_SIZE)
+    conn.client_max_packet = client_max if isinstance(client_max, int) else 0
+    alias_max = props.get(P.TOPIC_ALIAS_MAXIMUM, 0)
+    conn.alias_max_out = alias_max if isinstance(alias_max, int) else 0
+    conn.alias_max_in = config.mqtt_topic_alias_maximum if v5 else 0
+    conn.decoder.max_packet_size = config.max_message_size + PACKET_OVERHEAD
+    conn.will = pkt.will
+    if v5:
+        if assigned is not None:
+            connack[P.ASSIGNED_CLIENT_IDENTIFIER] = assigned
+        if asked != expiry:
+            connack[P.SESSION_EXPIRY_INTERVAL] = expiry
+        if conn.alias_max_in:
+            connack[P.TOPIC_ALIAS_MAXIMUM] = conn.alias_max_in
+        connack[P.MAXIMUM_PACKET_SIZE] = conn.decoder.max_packet_size
+        connack[P.RECEIVE_MAXIMUM] = MAX_AWAITING_RELEASE
+    conn.send(encode(ConnAck(stored is not None, 0, connack), conn.level))
+    conn.node.connection_opened(conn)
+    log.debug(
+        "%s: MQTT %s client '%s' connected as '%s' to vhost '%s' (session %s)",
+        conn.name,
+        "5" if v5 else "3.1.1",
+        client_id,
+        user.name,
+        vhost_name,
+        "resumed" if stored is not None else "new",
+    )
+    if session.persistent:
+        conn.state.sessions(vhost_name).save(session)
+    # Resume: outgoing QoS 2 releases first, then the queued messages.
+    for pid in sorted(session.released):
+        conn.send(encode(PubRel(pid), conn.level))
+    conn.attach_consumers()
+    return 0
