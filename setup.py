@@ -33,12 +33,13 @@ from setuptools.command.build_ext import build_ext
 # interpreter's specialized attribute access; mypyc uses the annotations.)
 #
 # Never compile modules that recurse over client-built structures, such as
-# core/vhost.py (dead-letter chains: a queue's dead-letter copy can overflow the
+# core/vhost_routing.py (dead-letter chains: a queue's dead-letter copy can overflow the
 # next queue, whose copy overflows the next...): calls between compiled functions
 # skip the interpreter's recursion limit, so a deep enough nesting overflows the
 # C stack and kills the broker where Python raises RecursionError (which becomes
 # a protocol error). core/table.py qualifies: its decoding and validation keep an
-# explicit stack, and its encoding stops at MAX_DEPTH levels.
+# explicit stack, and its encoding (core/table_encode.py) stops at MAX_DEPTH
+# levels; core/table_edit.py only walks a table's top level.
 COMPILED_MODULES = [
     "warren.amqp.channel",
     "warren.amqp.connection",
@@ -54,6 +55,8 @@ COMPILED_MODULES = [
     "warren.core.stream",
     "warren.core.stream_queue",
     "warren.core.table",
+    "warren.core.table_edit",
+    "warren.core.table_encode",
     "warren.mqtt.codec",
     "warren.mqtt.connection",
     "warren.mqtt.delivery",

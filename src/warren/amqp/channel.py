@@ -47,7 +47,7 @@ from warren.core.queue import Queue
 from warren.core.stats import MessageStats, count_get
 from warren.core.store import MessageStore, StoredRun
 from warren.core.users import CONFIGURE, READ, WRITE, User, UserStore, topic_refused
-from warren.core.vhost import REPLY_TO, REPLY_TO_PREFIX
+from warren.core.vhost_routing import REPLY_TO, REPLY_TO_PREFIX
 
 _PUBLISH_IDS = b"\x00\x3c\x00\x28"  # basic.publish: class 60, method 40
 

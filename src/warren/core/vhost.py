@@ -46,7 +46,7 @@ from warren.core.vhost_records import (
     exchange_record,
     queue_record,
 )
-from warren.core.vhost_routing import REPLY_TO, REPLY_TO_PREFIX, ReplyTarget, VHostRouting
+from warren.core.vhost_routing import ReplyTarget, VHostRouting
 from warren.store.definitions import decode_arguments, exchange_key, queue_key
 from warren.store.priority_store import PriorityStore
 
@@ -55,10 +55,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PREDECLARED",
-    # Direct reply-to's names are routing's (vhost_routing.py); amqp/channel.py
-    # imports them from here.
-    "REPLY_TO",
-    "REPLY_TO_PREFIX",
     "CallLater",
     "ExchangeStoreFactory",
     "StoreFactory",
