@@ -42,6 +42,8 @@ typedef struct {
     Py_ssize_t end;       /* offset just past the run's last frame */
     Py_ssize_t count;
     Py_ssize_t *spans;    /* per message: props start, props end, body start, body end */
+    Py_ssize_t *methods;  /* keyed runs: per message, its publish payload's start and size;
+                             NULL when every message has the run's method */
 } PublishRun;
 
 static inline uint16_t be16(const unsigned char *p) { return (uint16_t)((p[0] << 8) | p[1]); }
@@ -89,14 +91,33 @@ static int method_ok(const unsigned char *m, Py_ssize_t len) {
 /* One complete message at pos whose method payload is m[0:mlen]: fills
  * spans[0..3] and *next, or returns 0. */
 static int one_message(const unsigned char *d, Py_ssize_t n, Py_ssize_t pos, uint16_t channel,
-                       const unsigned char *m, Py_ssize_t mlen, uint32_t frame_max,
-                       uint64_t max_body, Py_ssize_t *spans, Py_ssize_t *next) {
-    /* The method frame, byte for byte the run's first. */
-    Py_ssize_t end = pos + 7 + mlen;
-    if (end >= n || d[pos] != 1 || be16(d + pos + 1) != channel ||
-        be32(d + pos + 3) != (uint32_t)mlen || d[end] != 0xCE ||
-        memcmp(d + pos + 7, m, (size_t)mlen) != 0)
-        return 0;
+                       const unsigned char *m, Py_ssize_t mlen, int keyed, uint32_t frame_max,
+                       uint64_t max_body, Py_ssize_t *spans, Py_ssize_t *method_span,
+                       Py_ssize_t *next) {
+    Py_ssize_t end;
+    if (!keyed) {
+        /* The method frame, byte for byte the run's first. */
+        end = pos + 7 + mlen;
+        if (end >= n || d[pos] != 1 || be16(d + pos + 1) != channel ||
+            be32(d + pos + 3) != (uint32_t)mlen || d[end] != 0xCE ||
+            memcmp(d + pos + 7, m, (size_t)mlen) != 0)
+            return 0;
+    } else {
+        /* A publish to the run's exchange with its bits; any routing key. */
+        if (n - pos < 7 || d[pos] != 1 || be16(d + pos + 1) != channel) return 0;
+        uint32_t size = be32(d + pos + 3);
+        if (frame_max && size > frame_max) return 0;
+        if ((Py_ssize_t)size >= n - pos - 7) return 0;
+        end = pos + 7 + (Py_ssize_t)size;
+        const unsigned char *p = d + pos + 7;
+        Py_ssize_t plen = (Py_ssize_t)size;
+        Py_ssize_t ex_end = 7 + m[6]; /* reserved short, ids and the exchange shortstr */
+        if (d[end] != 0xCE || !method_ok(p, plen) || p[6] != m[6] ||
+            memcmp(p, m, (size_t)ex_end) != 0 || p[plen - 1] != m[mlen - 1])
+            return 0;
+        method_span[0] = pos + 7;
+        method_span[1] = plen;
+    }
     pos = end + 1;
     /* The content header frame. */
     if (n - pos < 7) return 0;
@@ -137,10 +158,13 @@ static int one_message(const unsigned char *d, Py_ssize_t n, Py_ssize_t pos, uin
 static PyTypeObject PublishRunType;
 
 static PyObject *scan_publishes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "scan_publishes(data, pos, frame_max, max_body, limit)");
+    if (nargs != 5 && nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "scan_publishes(data, pos, frame_max, max_body, limit, keyed=False)");
         return NULL;
     }
+    int keyed = nargs == 6 ? PyObject_IsTrue(args[5]) : 0;
+    if (keyed < 0) return NULL;
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
     unsigned long long frame_max = PyLong_AsUnsignedLongLong(args[2]);
     unsigned long long max_body = PyLong_AsUnsignedLongLong(args[3]);
@@ -160,48 +184,70 @@ static PyObject *scan_publishes(PyObject *self, PyObject *const *args, Py_ssize_
     const unsigned char *m = d + pos + 7;
     Py_ssize_t mlen = (Py_ssize_t)size;
     if (!method_ok(m, mlen) || (m[mlen - 1] & 2)) goto none; /* 2: immediate */
+    if (m[mlen - 1] & 1) keyed = 0; /* mandatory: returns come back in publish order */
 
     Py_ssize_t cap = limit < 64 ? limit : 64;
     Py_ssize_t *spans = PyMem_Malloc((size_t)cap * 4 * sizeof(Py_ssize_t));
-    if (spans == NULL) {
+    Py_ssize_t *methods = keyed ? PyMem_Malloc((size_t)cap * 2 * sizeof(Py_ssize_t)) : NULL;
+    if (spans == NULL || (keyed && methods == NULL)) {
+        PyMem_Free(spans);
+        PyMem_Free(methods);
         PyBuffer_Release(&view);
         return PyErr_NoMemory();
     }
     Py_ssize_t count = 0, at = pos, next = pos;
+    int uniform = 1;
     while (count < limit) {
         if (count == cap) {
             Py_ssize_t grown = cap * 4 < limit ? cap * 4 : limit;
             Py_ssize_t *more = PyMem_Realloc(spans, (size_t)grown * 4 * sizeof(Py_ssize_t));
-            if (more == NULL) {
+            if (more != NULL) spans = more;
+            Py_ssize_t *more_m = NULL;
+            if (more != NULL && keyed) {
+                more_m = PyMem_Realloc(methods, (size_t)grown * 2 * sizeof(Py_ssize_t));
+                if (more_m != NULL) methods = more_m;
+            }
+            if (more == NULL || (keyed && more_m == NULL)) {
                 PyMem_Free(spans);
+                PyMem_Free(methods);
                 PyBuffer_Release(&view);
                 return PyErr_NoMemory();
             }
-            spans = more;
             cap = grown;
         }
-        if (!one_message(d, n, at, channel, m, mlen, (uint32_t)frame_max, max_body,
-                         spans + 4 * count, &next))
+        if (!one_message(d, n, at, channel, m, mlen, keyed, (uint32_t)frame_max, max_body,
+                         spans + 4 * count, keyed ? methods + 2 * count : NULL, &next))
             break;
+        if (keyed && (methods[2 * count + 1] != mlen ||
+                      memcmp(d + methods[2 * count], m, (size_t)mlen) != 0))
+            uniform = 0;
         at = next;
         count++;
     }
     if (count == 0) {
         PyMem_Free(spans);
+        PyMem_Free(methods);
         goto none;
+    }
+    if (uniform) { /* every routing key alike: a plain run */
+        PyMem_Free(methods);
+        methods = NULL;
     }
     PublishRun *run = PyObject_New(PublishRun, &PublishRunType);
     if (run == NULL) {
         PyMem_Free(spans);
+        PyMem_Free(methods);
         PyBuffer_Release(&view);
         return NULL;
     }
+    run->spans = NULL;
+    run->methods = NULL;
     run->method = PyBytes_FromStringAndSize((const char *)m, mlen);
     if (run->method == NULL) {
-        run->spans = NULL;
         run->view = view;
         Py_DECREF(run);
         PyMem_Free(spans);
+        PyMem_Free(methods);
         return NULL;
     }
     run->view = view; /* the run now holds the buffer */
@@ -209,6 +255,7 @@ static PyObject *scan_publishes(PyObject *self, PyObject *const *args, Py_ssize_
     run->end = at;
     run->count = count;
     run->spans = spans;
+    run->methods = methods;
     return (PyObject *)run;
 
 none:
@@ -220,7 +267,145 @@ static void run_dealloc(PublishRun *run) {
     PyBuffer_Release(&run->view);
     Py_XDECREF(run->method);
     PyMem_Free(run->spans);
+    PyMem_Free(run->methods);
     PyObject_Free(run);
+}
+
+/* A run of the messages idx[0..k-1] of a keyed run, which all share the method
+ * payload `method` (a new reference is taken): the same bytes, its own spans. */
+static PyObject *sub_run(PublishRun *run, PyObject *method, const Py_ssize_t *idx, Py_ssize_t k) {
+    PublishRun *sub = PyObject_New(PublishRun, &PublishRunType);
+    if (sub == NULL) return NULL;
+    sub->spans = PyMem_Malloc((size_t)k * 4 * sizeof(Py_ssize_t));
+    sub->methods = NULL;
+    sub->method = NULL;
+    if (sub->spans == NULL || PyObject_GetBuffer(run->view.obj, &sub->view, PyBUF_SIMPLE) < 0) {
+        PyMem_Free(sub->spans);
+        PyObject_Free(sub);
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t j = 0; j < k; j++)
+        memcpy(sub->spans + 4 * j, run->spans + 4 * idx[j], 4 * sizeof(Py_ssize_t));
+    Py_INCREF(method);
+    sub->method = method;
+    sub->channel = run->channel;
+    sub->end = run->end;
+    sub->count = k;
+    return (PyObject *)sub;
+}
+
+/* run.groups(ordered) -> [(run, indexes)]: a keyed run's messages as plain runs
+ * of one routing key each, with their indexes in this run. ordered: only
+ * consecutive messages group (publish order kept across keys); otherwise all
+ * of a key's messages, in order, whatever lies between them. */
+static PyObject *run_groups(PublishRun *run, PyObject *arg) {
+    int ordered = PyObject_IsTrue(arg);
+    if (ordered < 0) return NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    Py_ssize_t n = run->count;
+    if (run->methods == NULL) { /* uniform: itself, all of it */
+        PyObject *indexes = PyList_New(n);
+        if (indexes == NULL) goto fail;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = PyLong_FromSsize_t(i);
+            if (v == NULL) {
+                Py_DECREF(indexes);
+                goto fail;
+            }
+            PyList_SET_ITEM(indexes, i, v);
+        }
+        PyObject *pair = Py_BuildValue("(ON)", (PyObject *)run, indexes);
+        if (pair == NULL || PyList_Append(out, pair) < 0) {
+            Py_XDECREF(pair);
+            goto fail;
+        }
+        Py_DECREF(pair);
+        return out;
+    }
+    /* Each message's method payload -> the indexes that have it, first seen first
+     * (ordered: a new group whenever the payload changes). */
+    const unsigned char *d = (const unsigned char *)run->view.buf;
+    PyObject *keys = PyDict_New();  /* payload -> position in `order` (unordered only) */
+    PyObject *order = PyList_New(0); /* [payload, [indexes]] */
+    Py_ssize_t *idx = PyMem_Malloc((size_t)n * sizeof(Py_ssize_t));
+    if (keys == NULL || order == NULL || idx == NULL) {
+        if (idx == NULL) PyErr_NoMemory();
+        goto fail_groups;
+    }
+    PyObject *last = NULL; /* ordered: the current group's [payload, indexes] */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *mi = d + run->methods[2 * i];
+        Py_ssize_t li = run->methods[2 * i + 1];
+        PyObject *group = NULL;
+        if (ordered) {
+            if (last != NULL) {
+                PyObject *lm = PyList_GET_ITEM(last, 0);
+                if (PyBytes_GET_SIZE(lm) == li && memcmp(PyBytes_AS_STRING(lm), mi, (size_t)li) == 0)
+                    group = last;
+            }
+        }
+        PyObject *method = NULL;
+        if (group == NULL) {
+            method = PyBytes_FromStringAndSize((const char *)mi, li);
+            if (method == NULL) goto fail_groups;
+            if (!ordered) group = PyDict_GetItemWithError(keys, method);
+            if (group == NULL && PyErr_Occurred()) {
+                Py_DECREF(method);
+                goto fail_groups;
+            }
+        }
+        if (group == NULL) {
+            group = Py_BuildValue("[O[]]", method);
+            if (group == NULL || PyList_Append(order, group) < 0 ||
+                (!ordered && PyDict_SetItem(keys, method, group) < 0)) {
+                Py_XDECREF(group);
+                Py_DECREF(method);
+                goto fail_groups;
+            }
+            Py_DECREF(group); /* order (and keys) hold it */
+            last = group;
+        }
+        Py_XDECREF(method);
+        PyObject *v = PyLong_FromSsize_t(i);
+        if (v == NULL || PyList_Append(PyList_GET_ITEM(group, 1), v) < 0) {
+            Py_XDECREF(v);
+            goto fail_groups;
+        }
+        Py_DECREF(v);
+    }
+    for (Py_ssize_t g = 0; g < PyList_GET_SIZE(order); g++) {
+        PyObject *group = PyList_GET_ITEM(order, g);
+        PyObject *indexes = PyList_GET_ITEM(group, 1);
+        Py_ssize_t k = PyList_GET_SIZE(indexes);
+        for (Py_ssize_t j = 0; j < k; j++) idx[j] = PyLong_AsSsize_t(PyList_GET_ITEM(indexes, j));
+        PyObject *sub = sub_run(run, PyList_GET_ITEM(group, 0), idx, k);
+        if (sub == NULL) goto fail_groups;
+        PyObject *pair = PyTuple_Pack(2, sub, indexes);
+        Py_DECREF(sub);
+        if (pair == NULL || PyList_Append(out, pair) < 0) {
+            Py_XDECREF(pair);
+            goto fail_groups;
+        }
+        Py_DECREF(pair);
+    }
+    Py_DECREF(keys);
+    Py_DECREF(order);
+    PyMem_Free(idx);
+    return out;
+
+fail_groups:
+    Py_XDECREF(keys);
+    Py_XDECREF(order);
+    PyMem_Free(idx);
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *run_get_uniform(PublishRun *run, void *closure) {
+    return PyBool_FromLong(run->methods == NULL);
 }
 
 static Py_ssize_t run_len(PublishRun *run) { return run->count; }
@@ -276,6 +461,8 @@ static PyMethodDef run_methods[] = {
     {"properties", (PyCFunction)run_properties, METH_O, "message i's property list (bytes)"},
     {"body", (PyCFunction)run_body, METH_O, "message i's body (bytes)"},
     {"body_size", (PyCFunction)run_body_size, METH_O, "message i's body size"},
+    {"groups", (PyCFunction)run_groups, METH_O,
+     "groups(ordered) -> [(run, indexes)]: a keyed run as plain runs of one routing key"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -284,6 +471,7 @@ static PyGetSetDef run_getset[] = {
     {"method", (getter)run_get_method, NULL, "the shared basic.publish payload", NULL},
     {"channel", (getter)run_get_channel, NULL, "the channel number", NULL},
     {"end", (getter)run_get_end, NULL, "offset just past the run", NULL},
+    {"uniform", (getter)run_get_uniform, NULL, "whether every message has the run's method", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -648,7 +836,7 @@ done:
 
 static PyMethodDef module_methods[] = {
     {"scan_publishes", (PyCFunction)(void (*)(void))scan_publishes, METH_FASTCALL,
-     "scan_publishes(data, pos, frame_max, max_body, limit) -> PublishRun | None"},
+     "scan_publishes(data, pos, frame_max, max_body, limit, keyed=False) -> PublishRun | None"},
     {"deliver_frames", (PyCFunction)(void (*)(void))deliver_frames, METH_FASTCALL,
      "deliver_frames(run, start, stop, step, channel, deliver_head, first_tag, frame_max) -> bytes"},
     {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,

@@ -112,6 +112,9 @@ class Channel:
         # Confirms still waiting for a disk sync, in publish order (a dict as an
         # ordered set): a multiple ack must never cover one of them.
         self._unconfirmed: dict[int, None] = {}
+        # Whether _unconfirmed's order is publish order (its first key the oldest):
+        # a keyed run's routing keys may add their numbers out of order.
+        self._unconfirmed_in_order = True
         self._sync_batch: list[int] | None = None
         self._sync_round = 0
         self.closed = False
@@ -196,64 +199,82 @@ class Channel:
         return self._publish is None and not self.closing
 
     def publish_run(self, run: PublishRun) -> None:
-        """Every message of a run: one exchange and routing key, delivery-mode at
-        most, each body in one frame. What ``_publish_message`` does per message
-        is done once (exchange lookup, permissions, the route), then each message
-        is enqueued and confirmed as it would be alone. An error stops the run
-        where a message-by-message publish would have stopped (the channel or
+        """Every message of a run: one exchange, delivery-mode at most, each body
+        in one frame. What ``_publish_message`` does per message is done once per
+        routing key (exchange lookup, permissions, the route), then each message
+        is enqueued and confirmed as it would be alone. A keyed run (several
+        routing keys) goes one routing key at a time, each key's messages in
+        order (in publish order across keys for a topic exchange, whose topic
+        permissions may refuse one key). An error stops the run where a
+        message-by-message publish would have stopped (the channel or
         connection closes, and the rest of its frames are ignored)."""
         try:
-            method = self._publish_method(run.method)
-            ex = self._checked_exchange(method)
-            conn = self.connection
-            conn.has_published = True
-            if conn.blocked:
-                conn.block_now()
-            mrun = MessageRun(
-                ex.name, method.routing_key, run.method[6:-1], run, conn.now_ms or None
-            )
-            mandatory = method.mandatory
-            n = len(run)
-            if self.tx:
-                for i in range(n):
-                    self.stats.publish += 1
-                    self._tx_publishes.append((ex, mrun.message(i), mandatory))
+            if run.uniform:
+                self._publish_uniform(run, None, self.publish_seq)
                 return
-            assert self.vhost is not None
-            msg = mrun.message(0)
-            queues = self.vhost.route_run(ex, msg)
-            confirm = self.confirm
-            start = 0
-            taken: list[int] = []
-            durable: list[MessageStore] = []
-            if queues:
-                # Queues whose consumers take the run's first messages as they come
-                # take them at once; the rest go message by message.
-                taken = [q.publish_run(mrun, durable) for q in queues]
-                start = min(taken)
-                if start:
-                    ex.stats.count_publishes(start, len(queues))
-                    self.stats.publish += start
-                    if confirm:
-                        self._confirm_run(start, durable)
-            most = max(taken, default=0)
-            for i in range(start, n):
-                if i:
-                    msg = mrun.message(i)
-                self.stats.publish += 1
-                if confirm:
-                    self.publish_seq += 1
-                if queues and i < most:  # some queues took this one with the run
-                    rest = [q for q, t in zip(queues, taken, strict=True) if t <= i]
-                    ex.stats.publish_out += len(taken) - len(rest)
-                    self._route(ex, msg, False, list(durable), rest)
-                else:
-                    self._route(ex, msg, mandatory, None, queues)
+            base = self.publish_seq
+            ex = self._checked_exchange(self._publish_method(run.method))
+            for sub, indexes in run.groups(ex.type == "topic"):
+                self._publish_uniform(sub, indexes, base)
+            if self.confirm:
+                self.publish_seq = base + len(run)
+                if self._unconfirmed:
+                    self._unconfirmed_in_order = False
         except BrokerError as exc:
             if exc.hard:
                 self.connection.connection_error(exc, 60, 40)
             else:
                 self.channel_error(exc, 60, 40)
+
+    def _publish_uniform(self, run: PublishRun, indexes: list[int] | None, base: int) -> None:
+        """A run with one routing key; message ``i`` is the publish numbered
+        ``base + 1 + (indexes[i] if indexes else i)`` for confirms."""
+        method = self._publish_method(run.method)
+        ex = self._checked_exchange(method)
+        conn = self.connection
+        conn.has_published = True
+        if conn.blocked:
+            conn.block_now()
+        mrun = MessageRun(ex.name, method.routing_key, run.method[6:-1], run, conn.now_ms or None)
+        mandatory = method.mandatory
+        n = len(run)
+        if self.tx:
+            for i in range(n):
+                self.stats.publish += 1
+                self._tx_publishes.append((ex, mrun.message(i), mandatory))
+            return
+        assert self.vhost is not None
+        msg = mrun.message(0)
+        queues = self.vhost.route_run(ex, msg)
+        confirm = self.confirm
+        start = 0
+        taken: list[int] = []
+        durable: list[MessageStore] = []
+        if queues:
+            # Queues whose consumers take the run's first messages as they come
+            # take them at once; the rest go message by message.
+            taken = [q.publish_run(mrun, durable) for q in queues]
+            start = min(taken)
+            if start:
+                ex.stats.count_publishes(start, len(queues))
+                self.stats.publish += start
+                if confirm:
+                    self._confirm_run(base, indexes, start, durable)
+        most = max(taken, default=0)
+        for i in range(start, n):
+            if i:
+                msg = mrun.message(i)
+            self.stats.publish += 1
+            if confirm:
+                self.publish_seq = base + 1 + (indexes[i] if indexes is not None else i)
+            if queues and i < most:  # some queues took this one with the run
+                rest = [q for q, t in zip(queues, taken, strict=True) if t <= i]
+                ex.stats.publish_out += len(taken) - len(rest)
+                self._route(ex, msg, False, list(durable), rest)
+            else:
+                self._route(ex, msg, mandatory, None, queues)
+        if confirm and indexes is None:
+            self.publish_seq = base + n
 
     def on_header_frame(self, payload: bytes) -> None:
         if self.closing:
@@ -850,18 +871,21 @@ class Channel:
             else:
                 self._confirm(self.publish_seq, True)
 
-    def _confirm_run(self, n: int, durable: list[MessageStore]) -> None:
-        """Confirms for the next ``n`` publishes, taken with a run: once ``durable``
-        is synced, when it holds anything."""
+    def _confirm_run(
+        self, base: int, indexes: list[int] | None, n: int, durable: list[MessageStore]
+    ) -> None:
+        """Confirms for a run's first ``n`` messages (publish numbers as in
+        _publish_uniform), taken at once: after ``durable`` is synced, when it
+        holds anything."""
         syncer = self.connection.broker.syncer
-        if durable and syncer is not None and syncer.enabled:
-            for _ in range(n):
-                self.publish_seq += 1
-                self._confirm_after_sync(self.publish_seq, durable, syncer)
-        else:
-            for _ in range(n):
-                self.publish_seq += 1
-                self._confirm(self.publish_seq, True)
+        wait = bool(durable) and syncer is not None and syncer.enabled
+        for i in range(n):
+            seq = base + 1 + (indexes[i] if indexes is not None else i)
+            if wait:
+                assert syncer is not None
+                self._confirm_after_sync(seq, durable, syncer)
+            else:
+                self._confirm(seq, True)
 
     def _confirm_after_sync(self, seq: int, stores: list[MessageStore], syncer: GroupSync) -> None:
         """Confirm once the stores are synced; one callback per channel per sync round."""
@@ -967,7 +991,13 @@ class Channel:
         results, self._confirms = self._confirms, []
         if self.closing or self.closed:
             return
-        floor = next(iter(self._unconfirmed), None)
+        unconfirmed = self._unconfirmed
+        if self._unconfirmed_in_order:
+            floor = next(iter(unconfirmed), None)
+        else:
+            floor = min(unconfirmed, default=None)
+            if floor is None:
+                self._unconfirmed_in_order = True
         out: list[bytes] = []
         below: list[int] = []
         for seq, ok in results:

@@ -115,8 +115,6 @@ def _unexpected_frame(ftype: int, payload: bytes) -> UnexpectedFrame:
     return _UnexpectedFrame(frame_octets(ftype, bytes(payload)))
 
 
-
-
 class AMQPConnection:
     def __init__(
         self,
@@ -278,14 +276,16 @@ class AMQPConnection:
                             continue
                         if ftype == FRAME_METHOD:
                             if payload[:4] == _PUBLISH_IDS and channel.takes_publish_run():
-                                # Whole messages with one exchange and routing key
-                                # at once (amqp/publish_run.py); None: one by one.
+                                # Whole messages to one exchange at once (one routing
+                                # key, or several outside a transaction:
+                                # amqp/publish_run.py); None: one by one.
                                 run = scan_publishes(
                                     data,
                                     start,
                                     self.frame_max,
                                     self.config.max_message_size,
                                     budget // 3 + 1,
+                                    not channel.tx,
                                 )
                                 if run is not None:
                                     channel.publish_run(run)

@@ -12,6 +12,13 @@ that is not a plain class-60 header of weight 0, a body over the limit, a
 message not complete in the buffer, a malformed frame (so that the slow path
 reports it exactly as it always has).
 
+A *keyed* scan (``keyed=True``, for a channel outside a transaction) also
+takes messages to the same exchange with other routing keys (same mandatory
+bit; not with mandatory set, whose returns must come back in publish order):
+a publisher spreading messages over many queues. Such a run is not
+``uniform``; ``groups()`` cuts it into uniform runs, one per routing key, each
+with its messages' indexes in the run.
+
 This module is the reference and the fallback; ``warren._fastpath`` (C, built
 by setup.py when a compiler is there) implements the same `scan_publishes` and
 `PublishRun` without a Python object per message, and is used when present.
@@ -33,7 +40,8 @@ PLAIN_PROPERTIES = frozenset((b"\x00\x00", b"\x10\x00\x01", b"\x10\x00\x02"))
 _FRAME = struct.Struct(">BHI")
 _CONTENT_HEADER = struct.Struct(">HHQ")
 _PUBLISH_IDS = b"\x00\x3c\x00\x28"
-_IMMEDIATE = 2  # basic.publish's bits: mandatory 1, immediate 2
+_MANDATORY = 1  # basic.publish's bits
+_IMMEDIATE = 2
 
 
 class PublishRun:
@@ -42,14 +50,58 @@ class PublishRun:
     ``method`` is the publish payload they share; ``end`` is the offset just past
     the run's last frame."""
 
-    __slots__ = ("data", "channel", "method", "end", "_spans")
+    __slots__ = ("data", "channel", "method", "end", "_spans", "_methods")
 
-    def __init__(self, data: bytes, channel: int, method: bytes, end: int, spans: list[int]) -> None:
+    def __init__(
+        self,
+        data: bytes,
+        channel: int,
+        method: bytes,
+        end: int,
+        spans: list[int],
+        methods: list[bytes] | None = None,
+    ) -> None:
         self.data = data
         self.channel = channel
         self.method = method
         self.end = end
         self._spans = spans  # per message: properties start, end, body start, end
+        # A keyed run's publish payload per message; None when all are `method`.
+        self._methods = methods
+
+    @property
+    def uniform(self) -> bool:
+        """Whether every message has the run's method payload (routing key)."""
+        return self._methods is None
+
+    def groups(self, ordered: bool) -> list[tuple[PublishRun, list[int]]]:
+        """The run as uniform runs, one per method payload, with each message's
+        index here: in order of first appearance, all of a payload's messages
+        together; ``ordered``: only consecutive ones (a new group at every
+        change of routing key)."""
+        methods = self._methods
+        if methods is None:
+            return [(self, list(range(len(self))))]
+        found: dict[bytes, list[int]] = {}
+        order: list[tuple[bytes, list[int]]] = []
+        for i, m in enumerate(methods):
+            indexes = None
+            if ordered:
+                if order and order[-1][0] == m:
+                    indexes = order[-1][1]
+            else:
+                indexes = found.get(m)
+            if indexes is None:
+                indexes = []
+                order.append((m, indexes))
+                found[m] = indexes
+            indexes.append(i)
+        s = self._spans
+        out = []
+        for m, indexes in order:
+            spans = [v for i in indexes for v in s[4 * i : 4 * i + 4]]
+            out.append((PublishRun(self.data, self.channel, m, self.end, spans), indexes))
+        return out
 
     def __len__(self) -> int:
         return len(self._spans) >> 2
@@ -68,11 +120,13 @@ class PublishRun:
 
 
 def scan_publishes(
-    data: bytes, pos: int, frame_max: int, max_body: int, limit: int
+    data: bytes, pos: int, frame_max: int, max_body: int, limit: int, keyed: bool = False
 ) -> PublishRun | None:
     """The run that starts with the basic.publish method frame at ``data[pos]``,
     at most ``limit`` messages; None when not even its first message is a
-    complete, plain one (the caller then takes the frame the slow way)."""
+    complete, plain one (the caller then takes the frame the slow way).
+    ``keyed``: other routing keys to the same exchange may follow (not with
+    mandatory set)."""
     n = len(data)
     if n - pos < 7:
         return None
@@ -82,17 +136,43 @@ def scan_publishes(
     method = data[pos + 7 : pos + 7 + size]
     if method[:4] != _PUBLISH_IDS or method[-1] & _IMMEDIATE or not _method_ok(method):
         return None
+    if method[-1] & _MANDATORY:
+        keyed = False
     spans: list[int] = []
+    methods: list[bytes] = []
+    uniform = True
     end = pos
     while len(spans) < 4 * limit:
-        msg = _message(data, end, channel, method, frame_max, max_body)
+        this = _method_at(data, end, channel, method, frame_max) if keyed else method
+        if this is None:
+            break
+        msg = _message(data, end, channel, this, frame_max, max_body)
         if msg is None:
             break
         props_start, props_end, body_start, body_end, end = msg
         spans += (props_start, props_end, body_start, body_end)
+        methods.append(this)
+        uniform = uniform and this == method
     if not spans:
         return None
-    return PublishRun(data, channel, method, end, spans)
+    return PublishRun(data, channel, method, end, spans, None if uniform else methods)
+
+
+def _method_at(data: bytes, pos: int, channel: int, method: bytes, frame_max: int) -> bytes | None:
+    """The publish payload at ``pos`` when it goes to ``method``'s exchange with
+    its bits (any routing key), else None."""
+    if len(data) - pos < 7:
+        return None
+    ftype, ch, size = _FRAME.unpack_from(data, pos)
+    if ftype != 1 or ch != channel or (frame_max and size > frame_max):
+        return None
+    payload = data[pos + 7 : pos + 7 + size]
+    ex_end = 7 + method[6]
+    if len(payload) != size or not _method_ok(payload) or payload[:ex_end] != method[:ex_end]:
+        return None
+    if payload[-1] != method[-1]:
+        return None
+    return payload
 
 
 def _method_ok(method: bytes) -> bool:
@@ -151,7 +231,7 @@ def _message(
     return props_start, props_end, pos + 7, end, end + 1
 
 
-ScanPublishes = Callable[[bytes, int, int, int, int], "PublishRun | None"]
+ScanPublishes = Callable[[bytes, int, int, int, int, bool], "PublishRun | None"]
 
 
 def _scanner() -> ScanPublishes:
