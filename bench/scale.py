@@ -442,8 +442,10 @@ def main(argv: list[str] | None = None) -> int:
         w(
             f"{args.duration:g} s per point after 1 s of warm-up. CPU is seconds per second "
             "over the measured span: where the client's is near 1.0 the client, not the "
-            "broker, sets the rate. Consecutive publishes to one queue reach the broker's "
-            "run fast path; round-robin over several queues does not."
+            "broker, sets the rate. A socket read's publishes become runs, one per "
+            'routing key (docs/architecture.md, "Publish runs"): round-robin over N '
+            "queues makes runs of about 800 / N messages, so the per-message cost "
+            "returns as N grows."
         )
         w("")
         w(f"| {curve} | msg/s | broker CPU | client CPU | broker VmRSS after |")
