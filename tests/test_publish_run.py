@@ -89,7 +89,9 @@ def test_a_run_ends_where_the_routing_or_the_properties_change(scan: Scanner) ->
 @pytest.mark.parametrize(
     "tail",
     [
-        pytest.param(publish(b"x", properties=commands.Basic.Properties(content_type="t")), id="props"),
+        pytest.param(
+            publish(b"x", properties=commands.Basic.Properties(headers={"h": 1})), id="props"
+        ),
         pytest.param(publish(b"x", channel=2), id="other-channel"),
         pytest.param(publish(b"x", mandatory=True), id="other-bits"),
         pytest.param(method_frame(1, commands.Basic.Ack(delivery_tag=1)), id="other-method"),
@@ -153,7 +155,9 @@ def streams(draw: st.DrawFn) -> tuple[bytes, list[tuple[bytes, bytes]]]:
     ended = False
     for i in range(draw(st.integers(1, 12))):
         # The run starts with the first publish, whatever it is: make it one of "same".
-        kind = "same" if not i else draw(st.sampled_from(["same", "same", "rk", "props", "channel"]))
+        kind = (
+            "same" if not i else draw(st.sampled_from(["same", "same", "rk", "props", "channel"]))
+        )
         body = draw(bodies)
         if kind == "same":
             props = draw(plain)
@@ -165,7 +169,7 @@ def streams(draw: st.DrawFn) -> tuple[bytes, list[tuple[bytes, bytes]]]:
             frames = publish(body, rk=rk + "x")
             ended = True
         elif kind == "props":
-            frames = publish(body, rk=rk, properties=commands.Basic.Properties(message_id="m"))
+            frames = publish(body, rk=rk, properties=commands.Basic.Properties(reply_to="m"))
             ended = True
         else:
             frames = publish(body, rk=rk, channel=3)
@@ -352,7 +356,9 @@ needs_c = pytest.mark.skipif(_fast is None, reason="warren._fastpath not built")
 @needs_c
 @settings(max_examples=200, deadline=None)
 @given(
-    bodies=st.lists(st.binary(max_size=300) | st.integers(0, 20_000).map(b"b".__mul__), min_size=1, max_size=8),
+    bodies=st.lists(
+        st.binary(max_size=300) | st.integers(0, 20_000).map(b"b".__mul__), min_size=1, max_size=8
+    ),
     rk=st.sampled_from(["q", "", "r" * 200]),
     exchange=st.sampled_from(["", "amq.direct", "x" * 100]),
     tag=st.sampled_from(["ctag", "", "amq.ctag-" + "z" * 200]),
@@ -378,7 +384,12 @@ def test_deliver_frames_agrees_with_message_frames(
     assert _fast is not None
     props = [b"\x00\x00", b"\x10\x00\x01", b"\x10\x00\x02"]
     data = b"".join(
-        publish(body, rk=rk, exchange=exchange, properties=[None, commands.Basic.Properties(delivery_mode=1), PERSISTENT][i % 3])
+        publish(
+            body,
+            rk=rk,
+            exchange=exchange,
+            properties=[None, commands.Basic.Properties(delivery_mode=1), PERSISTENT][i % 3],
+        )
         for i, body in enumerate(bodies)
     )
     run = _fast.scan_publishes(data, 0, 0, 1 << 27, 100)
@@ -430,7 +441,11 @@ def test_a_run_to_a_no_ack_consumer_arrives_whole_and_counted(broker: BrokerThre
     c.send(b"".join(publish(b, rk="n", properties=props[i % 2]) for i, b in enumerate(bodies)))
     for i, body in enumerate(bodies):
         deliver = c.expect_method(commands.Basic.Deliver)
-        assert (deliver.consumer_tag, deliver.delivery_tag, deliver.redelivered) == ("ct", i + 1, False)
+        assert (deliver.consumer_tag, deliver.delivery_tag, deliver.redelivered) == (
+            "ct",
+            i + 1,
+            False,
+        )
         assert (deliver.exchange, deliver.routing_key) == ("", "n")
         header, got = c.expect_content()
         assert got == body
@@ -438,7 +453,11 @@ def test_a_run_to_a_no_ack_consumer_arrives_whole_and_counted(broker: BrokerThre
 
     def counters() -> tuple[int, int, int]:
         (q,) = [q for q in broker.broker.vhosts["/"].queues.values() if q.name == "n"]
-        return q.stats.publish, q.stats.deliver_no_ack, broker.broker.vhosts["/"].default_exchange.stats.publish_in
+        return (
+            q.stats.publish,
+            q.stats.deliver_no_ack,
+            broker.broker.vhosts["/"].default_exchange.stats.publish_in,
+        )
 
     assert broker.call(counters) == (50, 50, 50)
     c.close()
