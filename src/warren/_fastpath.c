@@ -80,6 +80,53 @@ static int plain_index(const unsigned char *p, Py_ssize_t len) {
     return -1;
 }
 
+/* The property flags a run may carry beyond delivery-mode: content-type,
+ * content-encoding, priority, correlation-id (first byte), message-id,
+ * timestamp, type, app-id (second byte). Not headers (a table: CC/BCC, the
+ * headers exchange), reply-to (direct reply-to's rewrite), expiration (TTL),
+ * user-id (checked against the login), cluster-id, a continued flag word. */
+#define SIMPLE_FLAGS_0 (0x80 | 0x40 | 0x10 | 0x08 | 0x04)
+#define SIMPLE_FLAGS_1 (0x80 | 0x40 | 0x20 | 0x08)
+#define MAX_TIMESTAMP 253402300799ull /* the year 9999, as core/table.py */
+
+/* Whether p[0:len] is a property list made only of those, well formed and
+ * what channel.py's checks would pass without a word (ASCII short strings,
+ * delivery-mode 1 or 2, a timestamp before the year 10000); *mode gets its
+ * delivery-mode (0: none). Anything else goes the slow way. */
+static int simple_props(const unsigned char *p, Py_ssize_t len, int *mode) {
+    *mode = 0;
+    if (len < 2 || (p[0] & ~SIMPLE_FLAGS_0) || (p[1] & ~SIMPLE_FLAGS_1)) return 0;
+    unsigned flags = (unsigned)p[0] << 8 | p[1];
+    Py_ssize_t at = 2;
+    for (int bit = 15; bit >= 1; bit--) {
+        if (!(flags & (1u << bit))) continue;
+        switch (bit) {
+        case 12: /* delivery-mode */
+        case 11: /* priority */
+            if (at >= len) return 0;
+            if (bit == 12) {
+                if (p[at] != 1 && p[at] != 2) return 0;
+                *mode = p[at];
+            }
+            at += 1;
+            break;
+        case 6: /* timestamp */
+            if (len - at < 8 || be64(p + at) > MAX_TIMESTAMP) return 0;
+            at += 8;
+            break;
+        default: { /* a short string */
+            if (at >= len) return 0;
+            Py_ssize_t end = at + 1 + p[at];
+            if (end > len) return 0;
+            for (Py_ssize_t i = at + 1; i < end; i++)
+                if (p[i] & 0x80) return 0;
+            at = end;
+        }
+        }
+    }
+    return at == len;
+}
+
 /* basic.publish's payload: reserved short, two shortstrs, the bits octet, exactly. */
 static int method_ok(const unsigned char *m, Py_ssize_t len) {
     if (len < 9 || m[0] != 0 || m[1] != 0x3c || m[2] != 0 || m[3] != 0x28) return 0;
@@ -132,7 +179,10 @@ static int one_message(const unsigned char *d, Py_ssize_t n, Py_ssize_t pos, uin
     uint64_t body_size = be64(h + 4);
     if (body_size > max_body) return 0;
     Py_ssize_t props_start = pos + 19;
-    if (plain_index(d + props_start, end - props_start) < 0) return 0;
+    int mode;
+    if (plain_index(d + props_start, end - props_start) < 0 &&
+        !simple_props(d + props_start, end - props_start, &mode))
+        return 0;
     spans[0] = props_start;
     spans[1] = end;
     pos = end + 1;
@@ -424,8 +474,10 @@ static PyObject *run_properties(PublishRun *run, PyObject *arg) {
     Py_ssize_t i;
     if (!index_ok(run, arg, &i)) return NULL;
     const unsigned char *p = (const unsigned char *)run->view.buf + run->spans[4 * i];
-    int k = plain_index(p, run->spans[4 * i + 1] - run->spans[4 * i]);
-    PyObject *props = plain_props[k]; /* every run message's list is plain */
+    Py_ssize_t len = run->spans[4 * i + 1] - run->spans[4 * i];
+    int k = plain_index(p, len);
+    if (k < 0) return PyBytes_FromStringAndSize((const char *)p, len);
+    PyObject *props = plain_props[k]; /* the common lists: shared objects */
     Py_INCREF(props);
     return props;
 }
@@ -674,7 +726,9 @@ static PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_
         unsigned char *rec = o;
         *off_out++ = (uint32_t)(base + (unsigned long long)(o - first));
         *size_out++ = (uint32_t)body;
-        if (plain_index(d + s[0], plen) == 2) persistent++;
+        int mode;
+        if (plain_index(d + s[0], plen) == 2 || (simple_props(d + s[0], plen, &mode) && mode == 2))
+            persistent++;
         o = put_be32(o, (uint32_t)length);
         o = put_be64(o, timestamp);
         memcpy(o, ex_rk, (size_t)ex_rk_len);

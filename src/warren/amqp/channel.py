@@ -199,7 +199,7 @@ class Channel:
         return self._publish is None and not self.closing
 
     def publish_run(self, run: PublishRun) -> None:
-        """Every message of a run: one exchange, delivery-mode at most, each body
+        """Every message of a run: one exchange, simple properties, each body
         in one frame. What ``_publish_message`` does per message is done once per
         routing key (exchange lookup, permissions, the route), then each message
         is enqueued and confirmed as it would be alone. A keyed run (several

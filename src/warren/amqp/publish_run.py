@@ -4,11 +4,13 @@ A publisher mostly sends message after message to the same exchange with the
 same routing key. ``scan_publishes`` walks the frames of one socket read from a
 basic.publish method frame and returns, as one `PublishRun`, every complete
 message that follows on the same channel with the very same method payload
-(exchange, routing key, mandatory) and a plain property list: the connection
+(exchange, routing key, mandatory) and a simple property list (see
+`simple_delivery_mode`: content-type, message-id and the like, nothing a
+check could refuse): the connection
 then checks, routes and counts them once per run instead of once per message
 (amqp/channel.py, ``Channel.publish_run``). Anything else ends the run and is
 handled frame by frame as before: another channel or method, a content header
-that is not a plain class-60 header of weight 0, a body over the limit, a
+that is not a simple class-60 header of weight 0, a body over the limit, a
 message not complete in the buffer, a malformed frame (so that the slow path
 reports it exactly as it always has).
 
@@ -31,10 +33,10 @@ from collections.abc import Callable
 
 import warren
 
-__all__ = ["PLAIN_PROPERTIES", "PublishRun", "scan", "scan_publishes"]
+__all__ = ["PLAIN_PROPERTIES", "PublishRun", "scan", "scan_publishes", "simple_delivery_mode"]
 
-#: Property lists a run may carry: none, or only delivery-mode 1 or 2. Messages
-#: with any other property go the slow way, where each one is validated.
+#: The commonest property lists a run carries (none, or only delivery-mode 1 or
+#: 2): the C run hands out shared objects for them.
 PLAIN_PROPERTIES = frozenset((b"\x00\x00", b"\x10\x00\x01", b"\x10\x00\x02"))
 
 _FRAME = struct.Struct(">BHI")
@@ -175,6 +177,56 @@ def _method_at(data: bytes, pos: int, channel: int, method: bytes, frame_max: in
     return payload
 
 
+#: Property flags a run may carry beyond delivery-mode: content-type,
+#: content-encoding, priority, correlation-id, message-id, timestamp, type,
+#: app-id. Not headers (CC/BCC, the headers exchange), reply-to (direct
+#: reply-to's rewrite), expiration (TTL), user-id (checked against the login),
+#: cluster-id, a continued flag word.
+_SIMPLE_FLAGS = 0x8000 | 0x4000 | 0x1000 | 0x0800 | 0x0400 | 0x0080 | 0x0040 | 0x0020 | 0x0008
+_OCTETS = 0x1000 | 0x0800  # delivery-mode, priority
+_TIMESTAMP = 0x0040
+_MAX_TIMESTAMP = 253_402_300_799  # the year 9999, as core/table.py
+
+
+def simple_delivery_mode(props: bytes) -> int | None:
+    """For a property list a run may carry (see _SIMPLE_FLAGS), well formed and
+    passing channel.py's checks without a word (ASCII short strings,
+    delivery-mode 1 or 2, a timestamp before the year 10000): its
+    delivery-mode (0: none). None for any other list, which goes the slow way."""
+    n = len(props)
+    if n < 2:
+        return None
+    flags = props[0] << 8 | props[1]
+    if flags & ~_SIMPLE_FLAGS:
+        return None
+    at = 2
+    mode = 0
+    for bit in range(15, 0, -1):
+        flag = 1 << bit
+        if not flags & flag:
+            continue
+        if flag & _OCTETS:
+            if at >= n:
+                return None
+            if flag == 0x1000:
+                mode = props[at]
+                if mode not in (1, 2):
+                    return None
+            at += 1
+        elif flag == _TIMESTAMP:
+            if n - at < 8 or int.from_bytes(props[at : at + 8], "big") > _MAX_TIMESTAMP:
+                return None
+            at += 8
+        else:
+            if at >= n:
+                return None
+            end = at + 1 + props[at]
+            if end > n or not props[at + 1 : end].isascii():
+                return None
+            at = end
+    return mode if at == n else None
+
+
 def _method_ok(method: bytes) -> bool:
     """basic.publish's reserved short, two shortstrs and the bits octet, exactly."""
     if len(method) < 9:
@@ -214,7 +266,8 @@ def _message(
     if class_id != 60 or weight or body_size > max_body:
         return None
     props_start, props_end = pos + 19, end
-    if data[props_start:props_end] not in PLAIN_PROPERTIES:
+    props = data[props_start:props_end]
+    if props not in PLAIN_PROPERTIES and simple_delivery_mode(props) is None:
         return None
     pos = end + 1
     if not body_size:

@@ -174,7 +174,7 @@ class VHostRouting:
 
     def route_run(self, exchange: Exchange, msg: Message) -> list[Queue] | None:
         """The queues of every message in a run of publishes with this message's
-        exchange and routing key and no properties beyond delivery-mode (see
+        exchange and routing key and no headers among its properties (see
         amqp/publish_run.py), when they depend on nothing else: the built-in
         exchange types straight to queues, no deduplication, no direct reply-to.
         None: each message must go through `publish` on its own."""

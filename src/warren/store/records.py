@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 import warren
 from warren.core.message import Message, RawRun
+from warren.core.properties import peek_delivery_mode
 
 __all__ = [
     "FILE_HEADER",
@@ -211,7 +212,7 @@ def encode_run(
         offsets.append(at)
         body_sizes.append(len(body))
         at += len(rec)
-        if props == _PERSISTENT_PROPS:
+        if props == _PERSISTENT_PROPS or peek_delivery_mode(props) == 2:
             persistent += 1
     return b"".join(parts), offsets, body_sizes, persistent
 
