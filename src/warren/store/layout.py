@@ -57,6 +57,7 @@ def write_json_atomically(path: Path, data: Any) -> None:
 class DataDir:
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._vhost_dirs: dict[str, Path] = {}  # vhost_dir's, made and not deleted since
         self._lock: IO[bytes] | None = None
 
     @property
@@ -93,16 +94,23 @@ class DataDir:
             self._lock = None
 
     def vhost_dir(self, vhost: str) -> Path:
+        # Known to exist: every durable queue's and exchange's directory asks
+        # (100,000 stat calls at the start of a broker with 100,000 queues).
+        path = self._vhost_dirs.get(vhost)
+        if path is not None:
+            return path
         path = self.root / "vhosts" / _hashed(vhost)
         if not path.exists():
             path.mkdir(parents=True)
             (path / "name").write_text(vhost, encoding="utf-8", errors="surrogateescape")
+        self._vhost_dirs[vhost] = path
         return path
 
     def detach_vhost_dirs(self, vhost: str) -> list[Path]:
         """Rename a deleted vhost's directories out of the way (a new vhost of the
         same name starts empty); the caller removes the returned paths later."""
         moved = []
+        self._vhost_dirs.pop(vhost, None)
         for path in (self.root / "vhosts" / _hashed(vhost), self.transient_root / _hashed(vhost)):
             if path.exists():
                 target = path.with_name(f".deleted-{path.name}-{os.urandom(4).hex()}")
