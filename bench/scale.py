@@ -610,6 +610,28 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _parts(section: str) -> list[tuple[str, str]]:
+    """(``### `` heading, its text) of a section; the first has heading ""."""
+    parts: list[tuple[str, str]] = []
+    heading, lines = "", []
+    for line in section.splitlines(keepends=True):
+        if line.startswith("### "):
+            parts.append((heading, "".join(lines)))
+            heading, lines = line.strip(), []
+        lines.append(line)
+    parts.append((heading, "".join(lines)))
+    return parts
+
+
+def _merge_parts(old: str, new: str) -> str:
+    """The new section, keeping the old one's subsections that this run (a
+    partial ``--only``) did not measure, in the old order."""
+    fresh = dict(_parts(new))
+    merged = [fresh.get(h, body) if h else fresh[""] for h, body in _parts(old)]
+    merged += [body for h, body in _parts(new) if h and h not in dict(_parts(old))]
+    return "".join(b if b.endswith("\n") else b + "\n" for b in merged).rstrip("\n") + "\n"
+
+
 def write(out: Path, section: str) -> None:
     """Replace this section in ``out`` if there, else insert it before "## Observations"
     (or append); the other sections are left as they were."""
@@ -619,6 +641,8 @@ def write(out: Path, section: str) -> None:
     previous = out.read_text()
     parts = _sections(previous)
     if any(h == HEADING for h, _ in parts):
+        old = next(body for h, body in parts if h == HEADING)
+        section = _merge_parts(old, section)
         text = "".join(section + "\n" if h == HEADING else body for h, body in parts)
     else:
         text = keep_other_sections(previous, section)
