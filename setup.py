@@ -45,6 +45,7 @@ COMPILED_MODULES = [
     "warren.amqp.connection",
     "warren.amqp.consumer",
     "warren.amqp.frames",
+    "warren.amqp.publish_checks",
     "warren.amqp.unacked",
     "warren.core.consumer",
     "warren.core.message",

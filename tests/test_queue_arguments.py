@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from warren.amqp.channel import _expiration_error
+from warren.amqp.publish_checks import expiration_error
 from warren.core.erlang_format import (
     binary_p,
     binary_w,
@@ -203,4 +203,4 @@ def test_erlang_terms_of_field_values() -> None:
     ],
 )
 def test_expiration_property_parsing(expiration: str, error: str | None) -> None:
-    assert _expiration_error(expiration) == error
+    assert expiration_error(expiration) == error

@@ -16,11 +16,10 @@ from warren.amqp import spec
 from warren.amqp.ack_timeout import AckDeadlines
 from warren.amqp.consumer import AMQPConsumer
 from warren.amqp.frames import message_frames, method_frame, split_header_payload
+from warren.amqp.publish_checks import check_message, validate_publish_properties
 from warren.amqp.publish_run import PLAIN_PROPERTIES, PublishRun
 from warren.amqp.unacked import Unacked, UnackedDeliveries, UnackedRun
-from warren.core.codec_errors import DecodeError, UnsafeValue
-from warren.core.dead_letter import check_routing_headers
-from warren.core.erlang_format import string_p
+from warren.core.codec_errors import DecodeError
 from warren.core.errors import (
     AccessRefused,
     BrokerError,
@@ -37,12 +36,6 @@ from warren.core.errors import (
 )
 from warren.core.exchange import Exchange
 from warren.core.message import Message, MessageRun
-from warren.core.properties import (
-    edit_properties,
-    peek_delivery_mode,
-    peek_expiration,
-    validate_properties,
-)
 from warren.core.queue import Queue
 from warren.core.stats import MessageStats, count_get
 from warren.core.store import MessageStore, StoredRun
@@ -57,14 +50,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warren.amqp")
 
-
-# The user_id property's bit in the second byte of the property flags word.
-_USER_ID_FLAG = 0x10
-# delivery-mode and expiration bits in the first byte: properties RabbitMQ validates.
-_CHECKED_FLAGS = 0x11
-# The headers bit in the first byte.
-_HEADERS_FLAG = 0x20
-# Property lists that need no validation: none, or only delivery-mode 1 or 2.
 
 # RabbitMQ's texts for frames out of a publish's method/header/body order.
 _EXPECTED_METHOD = "expected method frame, got non method frame instead"
@@ -815,7 +800,7 @@ class Channel:
         ex = self._checked_exchange(method)
         plain = props in PLAIN_PROPERTIES
         if not plain:
-            self._validate_properties(props)
+            validate_publish_properties(props)
         conn = self.connection
         msg = Message(ex.name, method.routing_key, props, body, conn.now_ms or None)
         msg._ex_rk = self._publish_ex_rk
@@ -823,7 +808,7 @@ class Channel:
         if conn.blocked:
             conn.block_now()
         if not plain:
-            msg = self._check_message(msg)
+            msg = check_message(msg, self.connection.user, self.reply_token)
         self.stats.publish += 1
         if self.confirm:
             self.publish_seq += 1
@@ -905,63 +890,6 @@ class Channel:
             self._sync_batch = None
         for seq in seqs:
             self._confirm(seq, ok)
-
-    def _validate_properties(self, props: bytes) -> None:
-        """Refuse, before anything is routed or confirmed, a property list that a
-        later path or a consumer could not decode (core/properties.py). RabbitMQ
-        crashes the connection with 541 on the malformed ones; Warren says why."""
-        try:
-            validate_properties(props)
-        except DecodeError as exc:
-            raise FrameError(f"cannot decode the message's properties: {exc}") from None
-        except UnsafeValue as exc:
-            raise PreconditionFailed(f"invalid message: {exc}") from None
-
-    def _check_message(self, msg: Message) -> Message:
-        """RabbitMQ's checks of a publish's properties (user-id, expiration,
-        delivery-mode, CC/BCC types) and the direct reply-to rewrite, for a
-        message with more properties than delivery-mode."""
-        props = msg.properties
-        if props[1] & _USER_ID_FLAG:
-            self._check_user_id(msg)
-        if props[0] & _CHECKED_FLAGS:
-            self._check_properties(props)
-        if props[0] & _HEADERS_FLAG and b"CC" in props:  # CC or BCC, maybe
-            check_routing_headers(msg.headers)
-        if b"amq.rabbitmq.reply-to" in props:
-            msg = self._rewrite_reply_to(msg)
-        return msg
-
-    def _check_user_id(self, msg: Message) -> None:
-        """RabbitMQ's validated user-id: it must name the authenticated user."""
-        claimed = msg.decoded_properties().user_id
-        user = self.connection.user
-        assert user is not None
-        if claimed != user.name and "impersonator" not in user.tags:
-            raise PreconditionFailed(
-                f"user_id property set to '{claimed}' but authenticated user was '{user.name}'"
-            )
-
-    def _check_properties(self, props: bytes) -> None:
-        """RabbitMQ refuses a publish whose expiration or delivery-mode it cannot use."""
-        expiration = peek_expiration(props)
-        mode = peek_delivery_mode(props)
-        if expiration is not None:
-            error = _expiration_error(expiration)
-            if error is not None:
-                raise PreconditionFailed(f"invalid expiration '{expiration}': {error}")
-        if mode is not None and mode not in (1, 2):
-            raise PreconditionFailed(f"invalid message: {{delivery_mode_unknown,{mode}}}")
-
-    def _rewrite_reply_to(self, msg: Message) -> Message:
-        if msg.decoded_properties().reply_to != REPLY_TO:
-            return msg
-        if self.reply_token is None:
-            raise PreconditionFailed("fast reply consumer does not exist")
-        raw = edit_properties(
-            msg.properties, set_properties={"reply_to": REPLY_TO_PREFIX + self.reply_token}
-        )
-        return Message(msg.exchange, msg.routing_key, raw, msg.body, msg.timestamp)
 
     # -- confirms -----------------------------------------------------------------------
     def _confirm_select(self, method: spec.ConfirmSelect) -> None:
@@ -1218,32 +1146,6 @@ class Channel:
             # Their prefetch slots were never given back (see _ack_like).
             self.unacked.restore([(tag, entry) for tag, entry, _kind, _requeue in acks])
         self._reply(spec.TxRollbackOk())
-
-
-# Per-message TTLs above ten years are refused, as RabbitMQ does.
-_MAX_EXPIRY = 315_360_000_000
-
-
-def _expiration_error(expiration: str) -> str | None:
-    """Why RabbitMQ cannot take ``expiration`` as a TTL (its Erlang term), or None.
-
-    Like Erlang's string:to_integer: an optional sign and digits, nothing else.
-    """
-    digits = expiration[1:] if expiration[:1] in ("+", "-") else expiration
-    count = 0
-    while count < len(digits) and "0" <= digits[count] <= "9":
-        count += 1
-    if count == 0:
-        return "no_integer"
-    rest = digits[count:]
-    if rest:
-        return f"{{leftover_string,{string_p(rest)}}}"
-    value = int(expiration)
-    if value < 0:
-        return f"{{value_negative,{value}}}"
-    if value > _MAX_EXPIRY:
-        return f"{{value_too_large,{value}}}"
-    return None
 
 
 _HANDLERS: dict[type[spec.Method], Callable[[Channel, Any], None]] = {
