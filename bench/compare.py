@@ -137,12 +137,12 @@ def uri(port: int) -> str:
     return f"amqp://guest:guest@127.0.0.1:{port}/"
 
 
-def _sections(text: str) -> list[tuple[str, str]]:
-    """(``## `` heading, the text up to the next one); the first has heading ""."""
+def _sections(text: str, marker: str = "## ") -> list[tuple[str, str]]:
+    """(``marker`` heading, the text up to the next one); the first has heading ""."""
     parts: list[tuple[str, str]] = []
     heading, lines = "", []
     for line in text.splitlines(keepends=True):
-        if line.startswith("## "):
+        if line.startswith(marker):
             parts.append((heading, "".join(lines)))
             heading, lines = line.strip(), []
         lines.append(line)
@@ -1201,7 +1201,13 @@ def main(argv: list[str] | None = None) -> int:
                 for name in rotated(report.names, n):
                     b = by_name[name]
                     cmd = perf_cmd(
-                        "throughput", "--uri", uri(b.port), *case.args, "-z", f"{seconds:g}", "--json"
+                        "throughput",
+                        "--uri",
+                        uri(b.port),
+                        *case.args,
+                        "-z",
+                        f"{seconds:g}",
+                        "--json",
                     )
                     report.latency[case.key][name] = run_perf(name, cmd, b.pid, timeout)
                     time.sleep(args.pause)

@@ -610,25 +610,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _parts(section: str) -> list[tuple[str, str]]:
-    """(``### `` heading, its text) of a section; the first has heading ""."""
-    parts: list[tuple[str, str]] = []
-    heading, lines = "", []
-    for line in section.splitlines(keepends=True):
-        if line.startswith("### "):
-            parts.append((heading, "".join(lines)))
-            heading, lines = line.strip(), []
-        lines.append(line)
-    parts.append((heading, "".join(lines)))
-    return parts
-
-
 def _merge_parts(old: str, new: str) -> str:
     """The new section, keeping the old one's subsections that this run (a
     partial ``--only``) did not measure, in the old order."""
-    fresh = dict(_parts(new))
-    merged = [fresh.get(h, body) if h else fresh[""] for h, body in _parts(old)]
-    merged += [body for h, body in _parts(new) if h and h not in dict(_parts(old))]
+    old_parts = _sections(old, "### ")
+    new_parts = _sections(new, "### ")
+    fresh = dict(new_parts)
+    merged = [fresh.get(h, body) if h else fresh[""] for h, body in old_parts]
+    merged += [body for h, body in new_parts if h and h not in dict(old_parts)]
     return "".join(b if b.endswith("\n") else b + "\n" for b in merged).rstrip("\n") + "\n"
 
 

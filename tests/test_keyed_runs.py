@@ -6,7 +6,6 @@ durable, statistics count every message."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,24 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
 from rawamqp import RawAMQP, body_frame, header_frame, method_frame
-
-from warren.amqp import publish_run
+from test_publish_run import SCANNERS
 
 Scanner = Callable[..., Any]
 PERSISTENT = commands.Basic.Properties(delivery_mode=2)
-
-
-def _scanners() -> list[Any]:
-    scanners = [pytest.param(publish_run.scan_publishes, id="python")]
-    try:
-        fast = importlib.import_module("warren._fastpath")
-    except ImportError:
-        return scanners
-    scanners.append(pytest.param(fast.scan_publishes, id="c"))
-    return scanners
-
-
-SCANNERS = _scanners()
 
 
 def publish(

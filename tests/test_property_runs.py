@@ -7,7 +7,6 @@ delivered byte for byte, stored and recovered."""
 from __future__ import annotations
 
 import datetime
-import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
 from rawamqp import RawAMQP, body_frame, header_frame, method_frame
+from test_publish_run import SCANNERS
 
-from warren.amqp import publish_run
 from warren.amqp.publish_run import simple_delivery_mode
 from warren.core.codec_errors import DecodeError
 from warren.core.properties import decode_properties
@@ -27,17 +26,6 @@ from warren.core.properties import decode_properties
 Scanner = Callable[..., Any]
 
 
-def _scanners() -> list[Any]:
-    scanners = [pytest.param(publish_run.scan_publishes, id="python")]
-    try:
-        fast = importlib.import_module("warren._fastpath")
-    except ImportError:
-        return scanners
-    scanners.append(pytest.param(fast.scan_publishes, id="c"))
-    return scanners
-
-
-SCANNERS = _scanners()
 SIMPLE = ("content_type", "content_encoding", "priority", "correlation_id", "message_id",
           "timestamp", "message_type", "app_id", "delivery_mode")  # fmt: skip
 
