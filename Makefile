@@ -54,7 +54,7 @@ SHARED_LIBRARY := src/_warren_compiled__mypyc$(EXT_SUFFIX)
 # `make run` (Warren itself would ignore the whole build and run the .py files).
 # A build that cannot compile leaves everything pure Python (setup.py only
 # warns); make then retries on each run.
-$(SHARED_LIBRARY): $(COMPILED_SOURCES) src/warren/_fastpath.c | $(STAMP)
+$(SHARED_LIBRARY): $(COMPILED_SOURCES) src/warren/_fastpath.c src/warren/_syncworker.c | $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
 
 build: $(STAMP)

@@ -84,7 +84,12 @@ EXTRA_COMPILE_ARGS = ["-g0"] if os.name == "posix" else []
 # (warren/amqp/publish_run.py) is the reference and the fallback; the C is used
 # when it was built (see warren.native_module). Built with the mypyc modules,
 # all or nothing.
-NATIVE = [("warren._fastpath", "src/warren/_fastpath.c")]
+# src/warren/_syncworker.c is the group commit's sync thread without the GIL
+# (store/sync.py runs a ThreadPoolExecutor without it).
+NATIVE = [
+    ("warren._fastpath", "src/warren/_fastpath.c"),
+    ("warren._syncworker", "src/warren/_syncworker.c"),
+]
 
 
 def _native() -> list[Extension]:

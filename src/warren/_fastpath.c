@@ -11,8 +11,6 @@
  * straight from the publisher's bytes; amqp/frames.py's message_frames is its
  * reference.
  *
- * sync_files() is store/segment_log.py's sync_files without the GIL.
- *
  * encode_records() writes the segment-store records of a run's messages (for
  * an acknowledging consumer, stored before they are delivered), with their
  * CRC-32; store/records.py's encode_run is its reference.
@@ -23,14 +21,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
-#include <unistd.h>
-#ifdef __APPLE__
-#define fdatasync fsync /* macOS has no fdatasync */
-#endif
 
 static PyObject *plain_props[3]; /* b"\x00\x00", b"\x10\x00\x01", b"\x10\x00\x02" */
 
@@ -770,124 +762,6 @@ static PyObject *fp_crc32(PyObject *self, PyObject *const *args, Py_ssize_t narg
     return PyLong_FromUnsignedLong(crc);
 }
 
-/* sync_files(fds, paths, directory) -> None
- *
- * store/segment_log.py's sync_files in one call that holds no GIL: fdatasync
- * each descriptor, then each file by path (a file gone meanwhile is skipped),
- * then fsync the directory (None: not); the descriptors are closed whatever
- * happens, and the first failure raises OSError. The Python version releases
- * and takes back the GIL around every open, fdatasync and close, and a sync
- * thread that waits for the GIL behind a busy event loop delays every
- * confirm of the round. paths and directory are bytes (os.fsencode). */
-static PyObject *fp_sync_files(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyList_Check(args[0]) || !PyList_Check(args[1]) ||
-        (args[2] != Py_None && !PyBytes_Check(args[2]))) {
-        PyErr_SetString(PyExc_TypeError,
-                        "sync_files(fds: list[int], paths: list[bytes], directory: bytes | None)");
-        return NULL;
-    }
-    Py_ssize_t nfds = PyList_GET_SIZE(args[0]), npaths = PyList_GET_SIZE(args[1]);
-    int *fds = PyMem_Malloc(sizeof(int) * (size_t)(nfds + 1));
-    char **paths = PyMem_Calloc((size_t)(npaths + 2), sizeof(char *));
-    char *directory = NULL;
-    PyObject *result = NULL;
-    if (fds == NULL || paths == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    Py_ssize_t filled = 0;
-    for (; filled < nfds; filled++) {
-        long fd = PyLong_AsLong(PyList_GET_ITEM(args[0], filled));
-        if (fd == -1 && PyErr_Occurred()) {
-            nfds = filled; /* those before it are still closed below */
-            goto done;
-        }
-        fds[filled] = (int)fd;
-    }
-    for (Py_ssize_t i = 0; i < npaths; i++) {
-        PyObject *p = PyList_GET_ITEM(args[1], i);
-        if (!PyBytes_Check(p)) {
-            PyErr_SetString(PyExc_TypeError, "sync_files: paths must be bytes");
-            goto done;
-        }
-        size_t len = (size_t)PyBytes_GET_SIZE(p);
-        paths[i] = PyMem_Malloc(len + 1);
-        if (paths[i] == NULL) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        memcpy(paths[i], PyBytes_AS_STRING(p), len + 1);
-    }
-    if (args[2] != Py_None) {
-        size_t len = (size_t)PyBytes_GET_SIZE(args[2]);
-        directory = PyMem_Malloc(len + 1);
-        if (directory == NULL) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        memcpy(directory, PyBytes_AS_STRING(args[2]), len + 1);
-    }
-    int err = 0;
-    const char *failed = NULL;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < nfds && !err; i++)
-        if (fdatasync(fds[i]) != 0) err = errno;
-    for (Py_ssize_t i = 0; i < npaths && !err; i++) {
-        int fd = open(paths[i], O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-            if (errno != ENOENT) {
-                err = errno;
-                failed = paths[i];
-            }
-            continue;
-        }
-        if (fdatasync(fd) != 0) {
-            err = errno;
-            failed = paths[i];
-        }
-        close(fd);
-    }
-    if (!err && directory != NULL) {
-        int fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0) {
-            if (errno != ENOENT) {
-                err = errno;
-                failed = directory;
-            }
-        } else {
-            if (fsync(fd) != 0) {
-                err = errno;
-                failed = directory;
-            }
-            close(fd);
-        }
-    }
-    for (Py_ssize_t i = 0; i < nfds; i++) close(fds[i]);
-    nfds = 0; /* closed: not again below */
-    Py_END_ALLOW_THREADS
-    if (err) {
-        errno = err;
-        if (failed != NULL)
-            PyErr_SetFromErrnoWithFilename(PyExc_OSError, failed);
-        else
-            PyErr_SetFromErrno(PyExc_OSError);
-        goto done;
-    }
-    result = Py_None;
-    Py_INCREF(result);
-
-done:
-    if (result == NULL && fds != NULL) /* an argument error: the descriptors still close */
-        for (Py_ssize_t i = 0; i < nfds; i++) close(fds[i]);
-    if (paths != NULL) {
-        for (Py_ssize_t i = 0; i < npaths; i++) PyMem_Free(paths[i]);
-        PyMem_Free(paths);
-    }
-    PyMem_Free(directory);
-    PyMem_Free(fds);
-    return result;
-}
-
 static PyMethodDef module_methods[] = {
     {"scan_publishes", (PyCFunction)(void (*)(void))scan_publishes, METH_FASTCALL,
      "scan_publishes(data, pos, frame_max, max_body, limit, keyed=False) -> PublishRun | None"},
@@ -896,8 +770,6 @@ static PyMethodDef module_methods[] = {
     {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,
      "encode_records(run, start, stop, ex_rk, timestamp, base) -> (records, offsets, sizes, persistent)"},
     {"crc32", (PyCFunction)(void (*)(void))fp_crc32, METH_FASTCALL, "crc32(data, value=0) -> int"},
-    {"sync_files", (PyCFunction)(void (*)(void))fp_sync_files, METH_FASTCALL,
-     "sync_files(fds, paths, directory) -> None: fdatasync without the GIL"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -12,6 +12,7 @@ import heapq
 from array import array
 from collections import deque
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Protocol
 
 from warren.core.message import Message, MessageRun
@@ -118,7 +119,19 @@ class MessageStore(Protocol):
         ...
 
     def sync(self) -> None:
-        """Make everything written so far durable (fdatasync); may run in a worker thread."""
+        """Make every append so far durable (fdatasync); may run in a worker thread.
+        Acks may only be handed to the OS: sync_acks makes them durable."""
+        ...
+
+    def sync_acks(self) -> None:
+        """Make the acks written so far durable (off the confirm path: a lost ack
+        means a redelivery after a power cut, never a lost message)."""
+        ...
+
+    def collect_sync(self, fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
+        """sync()'s first half, on the owning thread (store/sync.py's Syncable):
+        write buffers out, add the duplicate descriptors and the paths to
+        fdatasync and the directories to fsync."""
         ...
 
     def delete(self) -> None:
@@ -250,6 +263,12 @@ class MemoryStore:
         pass
 
     def sync(self) -> None:
+        pass
+
+    def sync_acks(self) -> None:
+        pass
+
+    def collect_sync(self, fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
         pass
 
     def delete(self) -> None:

@@ -135,6 +135,11 @@ class DefinitionsLog:
         if self._file is not None:
             os.fdatasync(self._file.fileno())
 
+    def collect_sync(self, fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
+        """sync()'s first half: nothing to write out, the descriptor to fdatasync."""
+        if self._file is not None:
+            fds.append(os.dup(self._file.fileno()))
+
     def entries(self, prefix: str) -> Iterator[dict[str, Any]]:
         for key, value in self.live.items():
             if key.startswith(prefix):

@@ -244,6 +244,14 @@ class PriorityStore:
         """Sync every level (safe from a worker thread, as each level's sync is)."""
         self._each(lambda s: s.sync())
 
+    def sync_acks(self) -> None:
+        """Sync every level's ack files (segment_store.SegmentStore.sync_acks)."""
+        self._each(lambda s: s.sync_acks())
+
+    def collect_sync(self, fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
+        """Every level's first half of a sync."""
+        self._each(lambda s: s.collect_sync(fds, paths, dirs))
+
     def close(self, sync: bool = True) -> None:
         """Close every level; with ``sync`` False, segment levels only flush."""
         self._closed = True

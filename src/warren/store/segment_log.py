@@ -56,45 +56,40 @@ SEQ_BITS = MAX_SEGMENT_ID.bit_length() + 32
 _WRITE_BUFFER = 32 * 1024
 
 
-_native = warren.native_module("_fastpath")
+_native = warren.native_module("_syncworker")
 #: The C version of sync_files below (None: not built).
-_native_sync: Callable[[list[int], list[bytes], bytes | None], None] | None = (
+_native_sync: Callable[[list[int], list[bytes], list[bytes]], None] | None = (
     None if _native is None else _native.sync_files
 )
 
 
-def sync_files(fds: list[int], paths: list[Path], directory: Path | None) -> None:
+def sync_files(fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
     """fdatasync the descriptors (closing them) and the files, then fsync the
-    directory when given: the slow half of a sync, run outside the lock. In C
-    when built: one call that never takes the GIL back in between (a sync
-    thread waiting for the GIL behind a busy event loop delays the round)."""
+    directories: the slow half of a sync, run outside the lock. In C when
+    built: one call that never takes the GIL back in between (a sync thread
+    waiting for the GIL behind a busy event loop delays the round)."""
     if _native_sync is not None:
-        _native_sync(
-            fds,
-            [os.fsencode(p) for p in paths],
-            None if directory is None else os.fsencode(directory),
-        )
+        _native_sync(fds, [os.fsencode(p) for p in paths], [os.fsencode(d) for d in dirs])
     else:
-        sync_files_python(fds, paths, directory)
+        sync_files_python(fds, paths, dirs)
 
 
-def sync_files_python(fds: list[int], paths: list[Path], directory: Path | None) -> None:
+def sync_files_python(fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
     """sync_files without the C extension (and its reference)."""
     try:
         for fd in fds:
             os.fdatasync(fd)
         for path in paths:
             _fdatasync_path(path)
-        if directory is not None:
+        for directory in dirs:
             try:
                 dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
             except FileNotFoundError:  # deleted meanwhile
-                pass
-            else:
-                try:
-                    os.fsync(dfd)
-                finally:
-                    os.close(dfd)
+                continue
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
     finally:
         for fd in fds:
             with contextlib.suppress(OSError):  # one bad descriptor must not leak the rest

@@ -589,6 +589,7 @@ class SegmentStore:
         try:
             if sync:
                 self.sync()
+                self.sync_acks()
             else:
                 self.flush()
         finally:
@@ -620,7 +621,13 @@ class SegmentStore:
             self._write_acks_locked()
 
     def sync(self) -> None:
-        """Make everything appended, acked or purged before this call durable.
+        """Make everything appended before this call durable; acks go to the OS only.
+
+        This is what a publisher confirm waits for. Ack and purge records are
+        written (they survive a killed broker) but their fdatasync is left to
+        sync_acks(), which the group commit runs about once a second off the
+        confirm path: an ack lost to a power cut means a redelivery, never a
+        lost message, and recovery prunes an ack that outlived its data.
 
         Safe to call from a worker thread while the owning thread keeps appending:
         the buffers are flushed and the descriptors captured under the lock, the
@@ -631,25 +638,46 @@ class SegmentStore:
         """
         fds: list[int] = []
         paths: list[Path] = []
+        dirs: list[Path] = []
+        try:
+            self.collect_sync(fds, paths, dirs)
+        finally:  # what was collected (descriptors included) is synced either way
+            try:
+                sync_files(fds, paths, dirs)
+            except BaseException:
+                self._dirty = True
+                raise
+
+    def collect_sync(self, fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
+        """sync()'s first half (store/sync.py's Syncable): write the buffered appends
+        and acks to the OS and add what the slow half must fdatasync. What was
+        added stays added when this raises (the caller syncs and closes it)."""
         with self._lock:
             if self._log.closed:
                 return
             self._dirty = False  # before flushing: a concurrent append sets it again
+            if self._log.dir_dirty:
+                self._log.dir_dirty = False
+                dirs.append(self._dir)
             try:
                 self._log.collect_sync_locked(fds, paths)
                 self._write_acks_locked()
-                paths.extend(self._acks_path(i) for i in self._unsynced_acks)
-                self._unsynced_acks.clear()
-                dir_dirty, self._log.dir_dirty = self._log.dir_dirty, False
             except BaseException:
                 self._dirty = True
-                for fd in fds:
-                    os.close(fd)
                 raise
+
+    def sync_acks(self) -> None:
+        """fdatasync the ack files that sync() or flush() wrote since the last call."""
+        with self._lock:
+            if self._log.closed or not self._unsynced_acks:
+                return
+            ids = self._unsynced_acks
+            self._unsynced_acks = set()
         try:
-            sync_files(fds, paths, self._dir if dir_dirty else None)
+            sync_files([], [self._acks_path(i) for i in ids], [])
         except BaseException:
-            self._dirty = True
+            with self._lock:
+                self._unsynced_acks |= ids
             raise
 
     # -- writing --------------------------------------------------------------------------

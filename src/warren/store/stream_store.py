@@ -351,6 +351,19 @@ class StreamStore:
         """Make everything appended before this call durable (see SegmentLog)."""
         fds: list[int] = []
         paths: list[Path] = []
+        dirs: list[Path] = []
+        try:
+            self.collect_sync(fds, paths, dirs)
+        finally:  # what was collected (descriptors included) is synced either way
+            try:
+                sync_files(fds, paths, dirs)
+            except BaseException:
+                self._dirty = True
+                raise
+
+    def collect_sync(self, fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
+        """sync()'s first half (store/sync.py's Syncable): write the buffered appends
+        and tracked offsets to the OS and add what the slow half must fdatasync."""
         with self._log.lock:
             if self._log.closed:
                 return
@@ -360,17 +373,13 @@ class StreamStore:
                 if self._tracked_dirty:
                     self._write_tracking()
                     paths.append(self._dir / _TRACKING_FILE)
-                dir_dirty, self._log.dir_dirty = self._log.dir_dirty, False
             except BaseException:
                 self._dirty = True
-                for fd in fds:
-                    os.close(fd)
                 raise
-        try:
-            sync_files(fds, paths, self._dir if dir_dirty else None)
-        except BaseException:
-            self._dirty = True
-            raise
+            finally:
+                if self._log.dir_dirty:
+                    self._log.dir_dirty = False
+                    dirs.append(self._dir)
 
     def close(self, sync: bool = True) -> None:
         if self._log.closed:

@@ -2,40 +2,95 @@
 
 Publisher confirms (and tx.commit-ok) for persistent messages in durable queues
 are sent only once the data is on disk. Syncing per message would cap
-throughput at the disk's flush rate, so waiters gather while a sync runs on a
-worker thread, and the next round covers all of them at once.
+throughput at the disk's flush rate, so waiters gather while a round syncs,
+and the next round covers all of them at once.
+
+A round has two halves. On the event loop, each store flushes its buffers and
+names what needs an fdatasync (``collect_sync``: duplicate descriptors, paths,
+directories); that is cheap and needs the store's own thread. The slow half,
+the fdatasync calls, runs on a thread: in C (``warren._syncworker``) a thread
+that never takes the GIL and wakes the loop through a pipe; without the C
+extension a ThreadPoolExecutor, whose thread has to take the GIL back from a
+busy loop before the round can end.
+
+A round syncs what confirms promise: the appended messages. Ack records are
+written to the OS in the round (a killed broker keeps them) and made durable
+by a lazy ack sync about once a second (ACK_SYNC_INTERVAL) on the executor:
+an ack lost to a power cut means a redelivery, never a lost message, and it
+would otherwise cost every round a second fdatasync.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
+
+import warren
+from warren.store.segment_log import sync_files_python
 
 log = logging.getLogger("warren.store")
 
 
 class Syncable(Protocol):
-    def sync(self) -> None: ...
+    def sync(self) -> None:
+        """Both halves at once, on the calling thread."""
+        ...
 
     def flush(self) -> None: ...
+
+    def collect_sync(self, fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
+        """The first half of sync(): flush, and add what needs an fdatasync (the
+        descriptors are duplicates the syncer closes) and the directories to fsync."""
+        ...
 
 
 Callback = Callable[[bool], None]
 
+#: Seconds between the lazy syncs of the ack files written by the rounds.
+ACK_SYNC_INTERVAL = 1.0
+
+_native = warren.native_module("_syncworker")
+
 
 class GroupSync:
-    def __init__(self, loop: asyncio.AbstractEventLoop, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        enabled: bool = True,
+        *,
+        ack_sync_interval: float = ACK_SYNC_INTERVAL,
+        native: bool = True,
+    ) -> None:
+        """``native`` False runs the rounds on the executor even when the C worker
+        is built (the tests run both)."""
         self._loop = loop
         self.enabled = enabled
+        self.ack_sync_interval = ack_sync_interval
         self._stores: dict[int, Syncable] = {}
         self._callbacks: list[Callback] = []
         self._running = False
         self._scheduled = False
+        # The round being synced: its callbacks and stores, and whether its first
+        # half went well.
+        self._inflight: tuple[list[Callback], list[Syncable], bool] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="warren-sync")
+        self._worker: Any = None
+        if enabled and native and _native is not None:
+            self._worker = _native.SyncWorker()
+            loop.add_reader(self._worker.fileno(), self._on_worker)
         self.rounds = 0
+        self.ack_rounds = 0  # lazy ack syncs handed to the executor
+        self.last_ack_sync: Future[None] | None = None  # the latest of them
+        # Stores a round covered whose acks may still wait for an fdatasync, by
+        # id: their sync_acks methods (stores without acks have none).
+        self._ack_syncs: dict[int, Callable[[], None]] = {}
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._closed = False
 
     @property
     def next_round(self) -> int:
@@ -74,40 +129,101 @@ class GroupSync:
 
     def _start(self) -> None:
         self._scheduled = False
-        if self._running or not self._callbacks:
+        if self._running or not self._callbacks or self._closed:
             return
         stores = list(self._stores.values())
         callbacks = self._callbacks
         self._stores = {}
         self._callbacks = []
+        fds: list[int] = []
+        paths: list[Path] = []
+        dirs: list[Path] = []
+        ok = True
+        for store in stores:
+            try:
+                store.collect_sync(fds, paths, dirs)
+            except Exception:
+                log.exception("writing out a queue store failed; publishes will be nacked")
+                ok = False
         self._running = True
         self.rounds += 1
-        future = self._executor.submit(_sync_all, stores)
-        future.add_done_callback(
-            lambda f: self._loop.call_soon_threadsafe(self._done, f, callbacks)
-        )
+        self._inflight = (callbacks, stores, ok)
+        if self._worker is not None:
+            self._worker.submit(
+                self.rounds,
+                fds,
+                [os.fsencode(p) for p in paths],
+                [os.fsencode(d) for d in dirs],
+            )
+        else:
+            future = self._executor.submit(sync_files_python, fds, paths, dirs)
+            future.add_done_callback(
+                lambda f: self._loop.call_soon_threadsafe(self._executor_done, f)
+            )
 
-    def _done(self, future: Future[bool], callbacks: list[Callback]) -> None:
+    def _on_worker(self) -> None:
+        for _job, error in self._worker.collect():
+            if error is not None:
+                log.error("fdatasync of a queue store failed; publishes will be nacked: %s", error)
+            self._done(error is None)
+
+    def _executor_done(self, future: Future[None]) -> None:
+        try:
+            future.result()
+        except Exception:
+            log.exception("fdatasync of a queue store failed; publishes will be nacked")
+            self._done(False)
+        else:
+            self._done(True)
+
+    def _done(self, synced: bool) -> None:
+        inflight, self._inflight = self._inflight, None
         self._running = False
-        ok = future.result()
+        if inflight is None:  # closed meanwhile
+            return
+        callbacks, stores, ok = inflight
+        ok = ok and synced
         for callback in callbacks:
             try:
                 callback(ok)
             except Exception:
                 log.exception("confirm callback failed")
+        ack_syncs = self._ack_syncs
+        for store in stores:
+            sync_acks = getattr(store, "sync_acks", None)
+            if sync_acks is not None:
+                ack_syncs[id(store)] = sync_acks
+        if ack_syncs and self._ack_timer is None and not self._closed:
+            self._ack_timer = self._loop.call_later(self.ack_sync_interval, self._sync_acks)
         if self._callbacks:
             self._start()
 
+    def _sync_acks(self) -> None:
+        """Hand the pending ack syncs to the executor thread."""
+        self._ack_timer = None
+        if self._closed:
+            return
+        ack_syncs = list(self._ack_syncs.values())
+        self._ack_syncs = {}
+        self.ack_rounds += 1
+        self.last_ack_sync = self._executor.submit(_sync_acks_all, ack_syncs)
+
     def close(self) -> None:
+        """Finish the round in flight and stop the threads (the stores sync their
+        acks when they close)."""
+        self._closed = True
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
+        if self._worker is not None:
+            self._loop.remove_reader(self._worker.fileno())
+            self._worker.close()
         self._executor.shutdown(wait=True)
 
 
-def _sync_all(stores: list[Syncable]) -> bool:
-    ok = True
-    for store in stores:
+def _sync_acks_all(ack_syncs: list[Callable[[], None]]) -> None:
+    for sync_acks in ack_syncs:
         try:
-            store.sync()
+            sync_acks()
         except Exception:
-            log.exception("fdatasync of a queue store failed; publishes will be nacked")
-            ok = False
-    return ok
+            log.exception("fdatasync of an ack file failed; those acks may be redelivered")
