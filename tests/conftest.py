@@ -151,3 +151,17 @@ def broker_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerThread]]:
     yield factory
     for b in started:
         b.stop()
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[Any]:
+    """A real etcd (Debian's etcd-server) on free ports (tests/cluster/etcd_proc.py)."""
+    from cluster.etcd_proc import ETCD, EtcdProcess
+
+    if ETCD is None:
+        pytest.skip("etcd is not installed (make etcd installs Debian's etcd-server)")
+    proc = EtcdProcess(tmp_path / "etcd")
+    try:
+        yield proc
+    finally:
+        proc.stop()

@@ -36,7 +36,7 @@ from warren.store.layout import DataDir
 from warren.store.priority_store import PriorityStore, level_name
 from warren.store.segment_store import SegmentStore
 from warren.store.stream_store import StreamStore
-from warren.store.sync import GroupSync
+from warren.store.sync import GroupSync, Replication
 from warren.store.users_file import load_users, save_users
 from warren.tls import TLSContexts
 
@@ -106,6 +106,9 @@ class Broker:
         self.mem_used = 0
         self.mem_limit = self.memory_limit()
         self.syncer: GroupSync | None = None
+        #: Clustering's replication (cluster/leader.py's Replicator), set before
+        #: start(): confirms then also wait for the in-sync followers.
+        self.replication: Replication | None = None
         #: The whole broker's message counters (the overview's message_stats).
         self.stats = MessageStats()
         self.rate_sampler = RateSampler()
@@ -298,7 +301,7 @@ class Broker:
         self._loop = loop = asyncio.get_running_loop()
         _raise_fd_limit()
         self.layout.prepare()
-        self.syncer = GroupSync(loop, self.config.sync)
+        self.syncer = GroupSync(loop, self.config.sync, replication=self.replication)
         vhosts = self.layout.load_vhosts()
         definitions = self.config.load_definitions
         # As RabbitMQ: a new node with definitions to load gets no default vhost and user.

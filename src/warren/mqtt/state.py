@@ -36,6 +36,7 @@ from warren.mqtt.session import (
 )
 from warren.mqtt.topics import mqtt_to_amqp
 from warren.node import is_loopback
+from warren.store.layout import write_file
 
 if TYPE_CHECKING:
     from warren.core.vhost import TimerHandle, VHost
@@ -91,7 +92,7 @@ class MQTTState:
                 vhost, d / "sessions.log" if d is not None else None
             )
             if d is not None:
-                (d / "vhost").write_text(vhost, encoding="utf-8", errors="surrogateescape")
+                write_file(d / "vhost", vhost.encode("utf-8", "surrogateescape"))
         return store
 
     def start(self) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 from warren.core.codec_errors import DecodeError
 from warren.core.table import decode_table
 from warren.core.table_encode import encode_table
+from warren.store.mirror import mirror_for
 
 log = logging.getLogger("warren.store")
 
@@ -57,6 +58,8 @@ class DefinitionsLog:
         self.live: dict[str, dict[str, Any]] = {}
         self._lines = 0
         self._file: Any = None
+        #: Clustering's replication (store/mirror.py), told of every write.
+        self.mirror = mirror_for(path)
         self._load()
 
     def _load(self) -> None:
@@ -92,7 +95,10 @@ class DefinitionsLog:
 
     def _write(self, entry: dict[str, Any]) -> None:
         self._apply(entry)
-        self._file.write(json.dumps(entry, separators=(",", ":")).encode() + b"\n")
+        line = json.dumps(entry, separators=(",", ":")).encode() + b"\n"
+        if self.mirror is not None:
+            self.mirror.appended(self.path, self._file.tell(), line)
+        self._file.write(line)
         self._file.flush()
         if self.sync_each_write:
             os.fdatasync(self._file.fileno())
@@ -111,10 +117,13 @@ class DefinitionsLog:
 
     def compact(self) -> None:
         tmp = self.path.with_suffix(".tmp")
+        content = b"".join(
+            json.dumps({"op": "add", "key": key, "value": value}, separators=(",", ":")).encode()
+            + b"\n"
+            for key, value in self.live.items()
+        )
         with tmp.open("wb") as f:
-            for key, value in self.live.items():
-                line = {"op": "add", "key": key, "value": value}
-                f.write(json.dumps(line, separators=(",", ":")).encode() + b"\n")
+            f.write(content)
             f.flush()
             os.fsync(f.fileno())
         self._file.close()
@@ -126,6 +135,8 @@ class DefinitionsLog:
             os.close(dir_fd)
         self._lines = len(self.live)
         self._file = self.path.open("ab")
+        if self.mirror is not None:
+            self.mirror.replaced(self.path, content)
 
     # -- Syncable (store/sync.py), for logs written with sync=False ---------------------
     def flush(self) -> None:

@@ -31,6 +31,8 @@ import shutil
 from pathlib import Path
 from typing import IO, Any
 
+from warren.store.mirror import mirror_for
+
 log = logging.getLogger("warren.store")
 
 
@@ -41,9 +43,9 @@ def _hashed(name: str) -> str:
 def write_json_atomically(path: Path, data: Any) -> None:
     """Write to a temporary file, fsync, rename: readers see the old or the new file."""
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
+    content = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    with tmp.open("wb") as f:
+        f.write(content)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -52,6 +54,18 @@ def write_json_atomically(path: Path, data: Any) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+    mirror = mirror_for(path)
+    if mirror is not None:
+        mirror.replaced(path, content)
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """Write a small file outright (a name kept for people reading the tree) and
+    report it to the directory's mirror."""
+    path.write_bytes(data)
+    mirror = mirror_for(path)
+    if mirror is not None:
+        mirror.replaced(path, data)
 
 
 class DataDir:
@@ -102,7 +116,7 @@ class DataDir:
         path = self.root / "vhosts" / _hashed(vhost)
         if not path.exists():
             path.mkdir(parents=True)
-            (path / "name").write_text(vhost, encoding="utf-8", errors="surrogateescape")
+            write_file(path / "name", vhost.encode("utf-8", "surrogateescape"))
         self._vhost_dirs[vhost] = path
         return path
 
@@ -116,6 +130,9 @@ class DataDir:
                 target = path.with_name(f".deleted-{path.name}-{os.urandom(4).hex()}")
                 path.rename(target)
                 moved.append(target)
+                mirror = mirror_for(path)
+                if mirror is not None:
+                    mirror.deleted(path)
         return moved
 
     def definitions_file(self, vhost: str) -> Path:
@@ -153,6 +170,9 @@ class DataDir:
                     "vhost '%s': removing orphaned %s directory %s", vhost, kind[:-1], entry
                 )
                 shutil.rmtree(entry, ignore_errors=True)
+                mirror = mirror_for(entry)
+                if mirror is not None:
+                    mirror.deleted(entry)
 
     def load_vhosts(self) -> list[str]:
         try:

@@ -26,6 +26,7 @@ from warren.core.codec_errors import DecodeError
 from warren.core.message import Message, MessageRun
 from warren.core.properties import peek_priority
 from warren.core.store import MessageStore, StoredRun
+from warren.store.mirror import mirror_for
 from warren.store.segment_store import SEQ_BITS, SegmentStore
 
 __all__ = ["LEVEL_SHIFT", "MAX_PRIORITY", "PriorityStore", "level_name"]
@@ -273,6 +274,9 @@ class PriorityStore:
         self._ready_count = self._ready_bytes = self._ready_mask = 0
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
+            mirror = mirror_for(self._dir)
+            if mirror is not None:
+                mirror.deleted(self._dir)
 
     def _each(self, fn: Callable[[MessageStore], None]) -> None:
         """Apply ``fn`` to every level; the first error is raised once all were tried."""

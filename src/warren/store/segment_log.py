@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import warren
+from warren.store.mirror import mirror_for
 from warren.store.records import (
     FILE_HEADER,
     FILE_HEADER_SIZE,
@@ -134,6 +135,9 @@ class SegmentLog:
         self._unsynced: set[int] = set()  # retired segments not yet synced
         self.dir_dirty = False  # files created or deleted since the last sync
         self.directory.mkdir(parents=True, exist_ok=True)
+        #: Clustering's replication (store/mirror.py), told what reaches the files.
+        self.mirror = mirror_for(self.directory)
+        self._mirrored = (0, 0)  # (write segment id, position) reported so far
 
     def __repr__(self) -> str:
         return f"<SegmentLog {str(self.directory)!r}>"
@@ -202,6 +206,9 @@ class SegmentLog:
         sid = self.write_id
         if not sid:
             return
+        if self.mirror is not None and self._wfile is not None:
+            self._wfile.flush()
+            self._mirror_locked()
         # Never append to this file again, even if the final flush fails (disk full):
         # the lost buffer would misalign every later offset.
         self.write_id = 0
@@ -216,12 +223,15 @@ class SegmentLog:
         self.write_id = segment_id
         self.write_pos = size
         self._synced_at = (segment_id, size)
+        self._mirrored = (segment_id, size)
 
     # -- reading --------------------------------------------------------------------------
     def flush_writes(self, segment_id: int) -> None:
         """Push buffered appends of ``segment_id`` to the file before reading it."""
         if segment_id == self.write_id and self._wfile is not None:
             self._wfile.flush()
+            if self.mirror is not None:
+                self._mirror_locked()
 
     def map(self, segment_id: int) -> mmap.mmap | None:
         """A read-only map of the whole segment file (None when it is empty).
@@ -277,18 +287,44 @@ class SegmentLog:
         self.unlink(self.msgs_path(segment_id))
 
     def unlink(self, path: Path) -> None:
+        """Delete a file of this log's directory (and tell the mirror)."""
         try:
             path.unlink()
         except FileNotFoundError:
-            pass
+            return
         except OSError as exc:
             log.warning("%s: cannot delete %s: %s", self.directory, path.name, exc)
+            return
+        if self.mirror is not None:
+            self.mirror.deleted(path)
 
     # -- durability -----------------------------------------------------------------------
     def flush_locked(self) -> None:
         """Hand buffered appends to the OS (caller holds ``lock``)."""
         if not self.closed and self._wfile is not None:
             self._wfile.flush()
+            if self.mirror is not None:
+                self._mirror_locked()
+
+    def _mirror_locked(self) -> None:
+        """Report the write segment's bytes flushed since the last report."""
+        sid = self.write_id
+        wfile = self._wfile
+        if not sid or wfile is None or self.mirror is None:
+            return
+        msid, start = self._mirrored
+        if msid != sid:
+            start = 0  # a new segment: from its header on
+        end = self.write_pos
+        if end > start:
+            path = self.msgs_path(sid)
+            fd = os.open(path, os.O_RDONLY)  # the write file is write-only
+            try:
+                data = os.pread(fd, end - start, start)
+            finally:
+                os.close(fd)
+            self.mirror.appended(path, start, data)
+        self._mirrored = (sid, end)
 
     def collect_sync_locked(self, fds: list[int], paths: list[Path]) -> None:
         """First half of a sync (caller holds ``lock``): flush the write buffer and add
@@ -300,6 +336,8 @@ class SegmentLog:
             # still be buffered and must not count as synced.
             mark = (sid, self.write_pos)
             self._wfile.flush()
+            if self.mirror is not None:
+                self._mirror_locked()
             if mark != self._synced_at:
                 fds.append(os.dup(self._wfile.fileno()))
                 self._synced_at = mark
@@ -311,6 +349,9 @@ class SegmentLog:
         self.closed = True
         if self._wfile is not None:
             try:
+                if self.mirror is not None:
+                    self._wfile.flush()
+                    self._mirror_locked()
                 self._wfile.close()
             finally:
                 self._wfile = None
@@ -325,6 +366,8 @@ class SegmentLog:
                 wfile.close()
         self.write_id = 0
         shutil.rmtree(self.directory, ignore_errors=True)
+        if self.mirror is not None:
+            self.mirror.deleted(self.directory)
 
     # -- recovery -------------------------------------------------------------------------
     def reserve_ids(self, highest: int) -> None:

@@ -715,7 +715,11 @@ class SegmentStore:
             try:
                 fd = os.open(self._acks_path(sid), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 try:
-                    _write_all(fd, _offsets_to_bytes(offsets))
+                    data = _offsets_to_bytes(offsets)
+                    _write_all(fd, data)
+                    if self._log.mirror is not None:  # clustering: at the offset it got
+                        end = os.lseek(fd, 0, os.SEEK_CUR)
+                        self._log.mirror.appended(self._acks_path(sid), end - len(data), data)
                 finally:
                     os.close(fd)
             except BaseException:
@@ -1056,9 +1060,12 @@ class SegmentStore:
             self._log.unlink(path)
             return
         tmp = path.with_name(path.name + ".tmp")
+        content = _offsets_to_bytes(offsets)
         with open(tmp, "wb") as f:
-            f.write(_offsets_to_bytes(offsets))
+            f.write(content)
         os.replace(tmp, path)
+        if self._log.mirror is not None:
+            self._log.mirror.replaced(path, content)
 
     def _unlink_pair(self, sid: int) -> None:
         # Messages first: a crash in between leaves an orphan ack file (removed on

@@ -317,10 +317,13 @@ class StreamStore:
             parts.append(bytes((len(raw),)) + raw + _I64.pack(offset))
         path = self._dir / _TRACKING_FILE
         tmp = path.with_name(_TRACKING_FILE + ".tmp")
+        content = b"".join(parts)
         with open(tmp, "wb") as f:
-            f.write(b"".join(parts))
+            f.write(content)
         os.replace(tmp, path)
         self._log.dir_dirty = True
+        if self._log.mirror is not None:
+            self._log.mirror.replaced(path, content)
 
     def _read_tracking(self) -> None:
         path = self._dir / _TRACKING_FILE

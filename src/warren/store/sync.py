@@ -51,6 +51,17 @@ class Syncable(Protocol):
 
 Callback = Callable[[bool], None]
 
+
+class Replication(Protocol):
+    """Clustering's side of a confirm (cluster/leader.py's Replicator): every
+    change to the data directory is an action numbered ``position``."""
+
+    position: int
+
+    def when_replicated(self, position: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the in-sync followers hold ``position`` on disk."""
+        ...
+
 #: Seconds between the lazy syncs of the ack files written by the rounds.
 ACK_SYNC_INTERVAL = 1.0
 
@@ -65,19 +76,24 @@ class GroupSync:
         *,
         ack_sync_interval: float = ACK_SYNC_INTERVAL,
         native: bool = True,
+        replication: Replication | None = None,
     ) -> None:
         """``native`` False runs the rounds on the executor even when the C worker
-        is built (the tests run both)."""
+        is built (the tests run both). With ``replication`` a round's waiters are
+        called once the followers have the round's writes too: the round's
+        flush reports them (store/mirror.py), and the position after it is what
+        they must acknowledge."""
         self._loop = loop
         self.enabled = enabled
+        self.replication = replication
         self.ack_sync_interval = ack_sync_interval
         self._stores: dict[int, Syncable] = {}
         self._callbacks: list[Callback] = []
         self._running = False
         self._scheduled = False
-        # The round being synced: its callbacks and stores, and whether its first
-        # half went well.
-        self._inflight: tuple[list[Callback], list[Syncable], bool] | None = None
+        # The round being synced: its callbacks and stores, whether its first half
+        # went well, and the replication position its writes end at.
+        self._inflight: tuple[list[Callback], list[Syncable], bool, int] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="warren-sync")
         self._worker: Any = None
         if enabled and native and _native is not None:
@@ -116,7 +132,12 @@ class GroupSync:
                 except OSError:
                     log.exception("flushing a queue store failed")
                     ok = False
-            callback(ok)
+            if self.replication is not None and ok:
+                self.replication.when_replicated(
+                    self.replication.position, lambda: callback(True)
+                )
+            else:
+                callback(ok)
             return
         for store in stores:
             self._stores[id(store)] = store
@@ -147,7 +168,8 @@ class GroupSync:
                 ok = False
         self._running = True
         self.rounds += 1
-        self._inflight = (callbacks, stores, ok)
+        position = self.replication.position if self.replication is not None else 0
+        self._inflight = (callbacks, stores, ok, position)
         if self._worker is not None:
             self._worker.submit(
                 self.rounds,
@@ -181,13 +203,13 @@ class GroupSync:
         self._running = False
         if inflight is None:  # closed meanwhile
             return
-        callbacks, stores, ok = inflight
+        callbacks, stores, ok, position = inflight
         ok = ok and synced
-        for callback in callbacks:
-            try:
-                callback(ok)
-            except Exception:
-                log.exception("confirm callback failed")
+        if ok and self.replication is not None:
+            # The next round need not wait: its own position is later.
+            self.replication.when_replicated(position, lambda: _call(callbacks, True))
+        else:
+            _call(callbacks, ok)
         ack_syncs = self._ack_syncs
         for store in stores:
             sync_acks = getattr(store, "sync_acks", None)
@@ -219,6 +241,14 @@ class GroupSync:
             self._loop.remove_reader(self._worker.fileno())
             self._worker.close()
         self._executor.shutdown(wait=True)
+
+
+def _call(callbacks: list[Callback], ok: bool) -> None:
+    for callback in callbacks:
+        try:
+            callback(ok)
+        except Exception:
+            log.exception("confirm callback failed")
 
 
 def _sync_acks_all(ack_syncs: list[Callable[[], None]]) -> None:

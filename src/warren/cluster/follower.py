@@ -1,0 +1,224 @@
+"""The follower's side of replication: keep a data directory a copy of the leader's.
+
+A follower runs no broker. It connects to the leader's clustering port, takes
+the leader's file index, asks for every file it lacks or holds differently,
+deletes what the leader does not have, fdatasyncs, and acknowledges the
+index's position. Then it applies the leader's actions as they come (appends
+at their offsets, whole-file replaces, deletes), and after each batch read
+from the socket fdatasyncs the files it touched and acknowledges the position
+reached: the leader's confirms wait for that acknowledgement. When it is
+elected leader, a broker starts on the directory as after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+from collections import OrderedDict
+from pathlib import Path
+
+from warren.cluster import codec as c
+from warren.cluster.framing import FrameReader
+from warren.cluster.leader import LOCAL_ONLY, file_digest, index_files
+from warren.store.segment_log import sync_files
+
+log = logging.getLogger("warren.cluster")
+
+#: Files kept open for appends between batches.
+_OPEN_FILES = 128
+
+
+class Follower:
+    def __init__(self, root: Path, node_id: str, secret: str) -> None:
+        self.root = Path(root)
+        self.node_id = node_id
+        self.secret = secret
+        #: The leader's position this directory holds on disk (-1: not synced).
+        self.position = -1
+        self.synced = asyncio.Event()
+        self._progress = asyncio.Event()  # set (and cleared again) at every ack
+        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._touched: set[str] = set()
+        self._dirs: set[Path] = set()
+
+    async def run(self, host: str, port: int) -> None:
+        """Follow the leader at ``host:port`` until the connection ends (raises)."""
+        reader, writer = await asyncio.open_connection(host, port)
+        frames = FrameReader(reader)
+        self.synced.clear()
+        try:
+            writer.write(c.encode(c.Hello(self.secret, self.node_id)))
+            await self._full_sync(frames, writer)
+            self.synced.set()
+            self._progress.set()
+            self._progress.clear()
+            while True:
+                batch = await frames.batch()
+                for frame in batch:
+                    if isinstance(frame, c.Append | c.Replace | c.Delete):
+                        self._apply(frame)
+                        self.position += 1
+                    elif isinstance(frame, c.Refused):
+                        raise ConnectionError(f"the leader refused: {frame.reason}")
+                    elif not isinstance(frame, c.Heartbeat):
+                        raise c.ProtocolError(f"unexpected {type(frame).__name__}")
+                await self._sync()
+                writer.write(c.encode(c.Ack(self.position)))
+                self._progress.set()
+                self._progress.clear()
+        finally:
+            writer.close()
+            self.close_files()
+
+    async def wait_position(self, position: int) -> None:
+        """Return once this directory holds the leader's ``position`` on disk."""
+        while self.position < position:
+            await self._progress.wait()
+
+    # -- full sync --------------------------------------------------------------------
+    async def _full_sync(self, frames: FrameReader, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        index: set[str] = set()
+        while True:
+            frame = await frames.next()
+            if isinstance(frame, c.Refused):
+                raise ConnectionError(f"the leader refused: {frame.reason}")
+            if isinstance(frame, c.IndexEnd):
+                start = frame.position
+                break
+            if not isinstance(frame, c.IndexEntry):
+                raise c.ProtocolError(f"expected IndexEntry, got {type(frame).__name__}")
+            index.add(frame.path)
+            local = await loop.run_in_executor(None, file_digest, self.root / frame.path)
+            if local != (frame.size, frame.sha1) or not (self.root / frame.path).exists():
+                writer.write(c.encode(c.Request(frame.path)))
+        writer.write(c.encode(c.RequestsEnd()))
+        fetched = 0
+        while True:
+            frame = await frames.next()
+            if isinstance(frame, c.SyncDone):
+                break
+            if not isinstance(frame, c.FileData):
+                raise c.ProtocolError(f"expected FileData, got {type(frame).__name__}")
+            if frame.offset == 0:
+                self._forget(frame.path)
+                fetched += 1
+            fd = self._open(frame.path, truncate=frame.offset == 0)
+            os.pwrite(fd, frame.data, frame.offset)
+            self._touched.add(frame.path)
+        stale = [
+            name
+            for name in await loop.run_in_executor(None, index_files, self.root)
+            if name not in index
+        ]
+        for name in stale:
+            self._delete(name)
+        self._remove_empty_dirs()
+        await self._sync()
+        self.position = start
+        writer.write(c.encode(c.Ack(self.position)))
+        log.info(
+            "synced with the leader: %d files in its index, %d fetched, %d stale removed",
+            len(index),
+            fetched,
+            len(stale),
+        )
+
+    # -- applying actions -------------------------------------------------------------
+    def _apply(self, frame: c.Append | c.Replace | c.Delete) -> None:
+        if isinstance(frame, c.Append):
+            os.pwrite(self._open(frame.path), frame.data, frame.offset)
+            self._touched.add(frame.path)
+        elif isinstance(frame, c.Replace):
+            self._forget(frame.path)
+            path = self.root / frame.path
+            self._mkdirs(path.parent)
+            tmp = path.with_name(path.name + ".tmp")
+            with open(tmp, "wb") as f:
+                f.write(frame.data)
+                f.flush()
+                os.fdatasync(f.fileno())
+            os.replace(tmp, path)
+            self._dirs.add(path.parent)
+        else:
+            self._delete(frame.path)
+
+    def _open(self, rel: str, truncate: bool = False) -> int:
+        fd = self._fds.get(rel)
+        if fd is not None and not truncate:
+            self._fds.move_to_end(rel)
+            return fd
+        if fd is not None:
+            os.close(self._fds.pop(rel))
+        path = self.root / rel
+        self._mkdirs(path.parent)
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else 0)
+        existed = path.exists()
+        fd = os.open(path, flags, 0o644)
+        if not existed:
+            self._dirs.add(path.parent)
+        self._fds[rel] = fd
+        while len(self._fds) > _OPEN_FILES:
+            old_rel, old_fd = self._fds.popitem(last=False)
+            if old_rel in self._touched:  # keep it durable before letting it go
+                os.fdatasync(old_fd)
+                self._touched.discard(old_rel)
+            os.close(old_fd)
+        return fd
+
+    def _mkdirs(self, directory: Path) -> None:
+        if not directory.is_dir():
+            missing = directory
+            while not missing.parent.exists():
+                missing = missing.parent
+            directory.mkdir(parents=True, exist_ok=True)
+            self._dirs.add(missing.parent)
+            self._dirs.add(directory)
+
+    def _forget(self, rel: str) -> None:
+        """Close cached descriptors of ``rel`` or of anything under it."""
+        for name in [n for n in self._fds if n == rel or n.startswith(rel + "/")]:
+            os.close(self._fds.pop(name))
+            self._touched.discard(name)
+
+    def _delete(self, rel: str) -> None:
+        self._forget(rel)
+        path = self.root / rel
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                return
+        self._dirs.add(path.parent)
+
+    def _remove_empty_dirs(self) -> None:
+        for dirpath, _dirnames, _filenames in sorted(
+            os.walk(self.root), key=lambda entry: -len(entry[0])
+        ):
+            path = Path(dirpath)
+            if path == self.root or path.relative_to(self.root).parts[0] in LOCAL_ONLY:
+                continue
+            try:
+                path.rmdir()  # only if empty
+                self._dirs.add(path.parent)
+            except OSError:
+                pass
+
+    async def _sync(self) -> None:
+        """fdatasync what the applied actions touched, and the directories they changed."""
+        fds = [os.dup(self._fds[rel]) for rel in self._touched if rel in self._fds]
+        dirs = [d for d in self._dirs if d.is_dir()]
+        self._touched.clear()
+        self._dirs.clear()
+        if fds or dirs:
+            await asyncio.get_running_loop().run_in_executor(None, sync_files, fds, [], dirs)
+
+    def close_files(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        self._touched.clear()

@@ -1,0 +1,72 @@
+"""A real etcd (Debian's etcd-server) on free ports in a temporary directory."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+ETCD = shutil.which("etcd")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class EtcdProcess:
+    """One etcd member; ``url`` is its client endpoint."""
+
+    def __init__(self, data_dir: Path) -> None:
+        assert ETCD is not None
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        self.url = f"http://127.0.0.1:{self.client_port}"
+        self.proc = subprocess.Popen(
+            [
+                ETCD,
+                "--name",
+                "test",
+                "--data-dir",
+                str(data_dir),
+                "--listen-client-urls",
+                self.url,
+                "--advertise-client-urls",
+                self.url,
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{self.peer_port}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{self.peer_port}",
+                "--initial-cluster",
+                f"test=http://127.0.0.1:{self.peer_port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stderr is not None
+        self.log: list[str] = []
+        for line in self.proc.stderr:
+            self.log.append(line)
+            if "ready to serve client requests" in line:
+                break
+        else:
+            raise RuntimeError("etcd exited before serving:\n" + "".join(self.log[-20:]))
+        # Keep draining its log so etcd never blocks on a full pipe.
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.log.append(line)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)

@@ -1,0 +1,136 @@
+"""Replication in one process over real sockets: a broker leads with a
+Replicator as its data directory's mirror, a Follower keeps another directory
+a copy; confirms wait for the follower's fsync, and a broker started on the
+follower's directory serves what the leader had."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+from conftest import BrokerThread, new_event_loop
+
+from warren import Config
+from warren.cluster.follower import Follower
+from warren.cluster.leader import Replicator, index_files
+from warren.store import mirror
+
+PERSISTENT = pika.BasicProperties(delivery_mode=2)
+
+
+class Leader:
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.replicator = Replicator(data_dir, "s3cret")
+        mirror.attach(data_dir, self.replicator)
+        config = Config(
+            data_dir=str(data_dir), amqp_port=0, http_port=-1, mqtt_port=-1, auth_failure_delay=0
+        )
+        self.thread = BrokerThread(config)
+        self.thread.broker.replication = self.replicator
+        self.thread.start()
+        server = self.thread.run(asyncio.start_server(self.replicator.serve, "127.0.0.1", 0))
+        self.server = server
+        self.port = server.sockets[0].getsockname()[1]
+
+    def stop(self) -> None:
+        try:
+            self.thread.stop()
+        finally:
+            mirror.detach(self.data_dir)
+
+
+class FollowerThread:
+    def __init__(self, data_dir: Path, node_id: str, port: int, secret: str = "s3cret") -> None:
+        self.loop = new_event_loop()
+        self.follower = Follower(data_dir, node_id, secret)
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.task = asyncio.run_coroutine_threadsafe(
+            self.follower.run("127.0.0.1", port), self.loop
+        )
+
+    def run(self, coro: Any, timeout: float = 30) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.task.cancel)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+
+@pytest.fixture
+def leader(tmp_path: Path) -> Iterator[Leader]:
+    lead = Leader(tmp_path / "leader")
+    try:
+        yield lead
+    finally:
+        lead.stop()
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {name: (root / name).read_bytes() for name in index_files(root)}
+
+
+def _publish(port: int, queue: str, count: int, start: int = 0) -> None:
+    with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port)) as conn:
+        ch = conn.channel()
+        ch.queue_declare(queue, durable=True)
+        ch.confirm_delivery()
+        for i in range(start, start + count):
+            ch.basic_publish("", queue, b"m%d" % i, PERSISTENT)
+
+
+def test_a_follower_copies_the_directory_and_confirms_wait_for_it(
+    leader: Leader, tmp_path: Path
+) -> None:
+    _publish(leader.thread.port, "q", 100)  # before any follower: confirmed at once
+    follower = FollowerThread(tmp_path / "follower", "f1", leader.port)
+    try:
+        follower.run(follower.follower.synced.wait())
+        # Once synced and acked, it joins the ISR: confirms now wait for it.
+        _publish(leader.thread.port, "q", 100, start=100)
+        assert leader.thread.call(lambda: leader.replicator.isr) == frozenset({"f1"})
+        # Every confirmed publish is on the follower's disk.
+        position = leader.thread.call(lambda: leader.replicator.position)
+        with pika.BlockingConnection(
+            pika.ConnectionParameters("127.0.0.1", leader.thread.port)
+        ) as conn:
+            ch = conn.channel()
+            for _ in range(50):
+                method, _props, _body = ch.basic_get("q")
+                assert method is not None
+                ch.basic_ack(method.delivery_tag)
+        leader.thread.stop()  # a clean stop writes the acks out: they replicate too
+        position = leader.replicator.position
+        follower.run(follower.follower.wait_position(position))
+        assert _files(tmp_path / "follower") == _files(tmp_path / "leader")
+    finally:
+        follower.stop()
+
+    # The follower's directory, as a broker's: 200 published, 50 acked.
+    promoted = BrokerThread(
+        Config(data_dir=str(tmp_path / "follower"), amqp_port=0, http_port=-1, mqtt_port=-1)
+    ).start()
+    try:
+        with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", promoted.port)) as conn:
+            ch = conn.channel()
+            assert ch.queue_declare("q", passive=True).method.message_count == 150
+            method, _props, body = ch.basic_get("q", auto_ack=True)
+            assert body == b"m50"
+    finally:
+        promoted.stop()
+
+
+def test_a_wrong_secret_is_refused(leader: Leader, tmp_path: Path) -> None:
+    follower = FollowerThread(tmp_path / "follower", "f1", leader.port, secret="wrong")
+    try:
+        with pytest.raises(ConnectionError, match="wrong clustering secret"):
+            follower.task.result(30)
+    finally:
+        follower.stop()
