@@ -42,10 +42,13 @@ from setuptools.command.build_ext import build_ext
 # levels; core/table_edit.py only walks a table's top level.
 COMPILED_MODULES = [
     "warren.amqp.channel",
+    "warren.amqp.confirms",
     "warren.amqp.connection",
     "warren.amqp.consumer",
+    "warren.amqp.declarations",
     "warren.amqp.frames",
     "warren.amqp.publish_checks",
+    "warren.amqp.publishing",
     "warren.amqp.unacked",
     "warren.core.consumer",
     "warren.core.message",

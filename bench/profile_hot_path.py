@@ -48,11 +48,11 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("read (event loop, syscalls)", ("uv__read", "uv__stream_io", "data_received", "stream_on_read")),
     ("store (segment append, read back, sync)", ("segment", "Segment", "store", "Store", "GroupSync", "fsync", "fdatasync")),
     ("ack settlement", ("basic_ack", "_ack", "settle", "Unacked", "unacked")),
-    ("confirms", ("_confirm", "after_sync")),
+    ("confirms", ("_confirm", "after_sync", "PublisherConfirms")),
     ("deliver (consumer pick, basic.deliver encode)", ("deliver", "Consumer", "consumer", "message_frames", "_run_delivery")),
     ("queue", ("Queue", "queue___")),
     ("route (exchange, bindings)", ("VHost.publish", "VHost.route", "_route", "exchange", "Exchange")),
-    ("publish checks, Message object", ("_publish_message", "_handle_publish", "Channel___publish_run", "Channel.publish_run", "_check", "Message", "message___")),
+    ("publish checks, Message object", ("_publish_message", "_handle_publish", "Publishing___publish_run", "Publishing.publish_run", "_check", "Channel.check", "Message", "message___")),
     ("frame parse (split, decode)", ("scan_publishes", "publish_run___", "PublishRun", "feed", "on_method_frame", "on_header_frame", "on_body_frame", "split_header_payload", "BasicPublish", "decode")),
 )  # fmt: skip
 OTHER = "event loop, other"

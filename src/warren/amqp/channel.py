@@ -1,7 +1,9 @@
 """One AMQP channel: method handlers that turn AMQP commands into core calls.
 
-Publishes are assembled here from method, header and body frames; deliveries,
-acknowledgements, prefetch, confirms and transactions are tracked per channel.
+Deliveries, acknowledgements, prefetch and transactions are tracked here, per
+channel. Publishes are the channel's publishing half (amqp/publishing.py, its
+base class), confirms its PublisherConfirms (amqp/confirms.py), and the
+exchange and queue class methods are amqp/declarations.py's.
 """
 
 from __future__ import annotations
@@ -12,20 +14,18 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from warren.amqp import spec
+from warren.amqp import declarations, spec
 from warren.amqp.ack_timeout import AckDeadlines
+from warren.amqp.confirms import PublisherConfirms
 from warren.amqp.consumer import AMQPConsumer
-from warren.amqp.frames import message_frames, method_frame, split_header_payload
-from warren.amqp.publish_checks import check_message, validate_publish_properties
-from warren.amqp.publish_run import PLAIN_PROPERTIES, PublishRun
+from warren.amqp.frames import message_frames
+from warren.amqp.publishing import EXPECTED_BODY, EXPECTED_HEADER, Publishing
 from warren.amqp.unacked import Unacked, UnackedDeliveries, UnackedRun
-from warren.core.codec_errors import DecodeError
 from warren.core.errors import (
     AccessRefused,
     BrokerError,
     ChannelError,
     CommandInvalid,
-    FrameError,
     InternalError,
     NotAllowed,
     NotFound,
@@ -35,34 +35,28 @@ from warren.core.errors import (
     clip_reply_text,
 )
 from warren.core.exchange import Exchange
-from warren.core.message import Message, MessageRun
+from warren.core.message import Message
 from warren.core.queue import Queue
 from warren.core.stats import MessageStats, count_get
 from warren.core.store import MessageStore, StoredRun
-from warren.core.users import CONFIGURE, READ, WRITE, User, UserStore, topic_refused
-from warren.core.vhost_routing import REPLY_TO, REPLY_TO_PREFIX
+from warren.core.users import READ, User, UserStore
+from warren.core.vhost_routing import REPLY_TO
 
 _PUBLISH_IDS = b"\x00\x3c\x00\x28"  # basic.publish: class 60, method 40
 
 if TYPE_CHECKING:
     from warren.amqp.connection import AMQPConnection
-    from warren.store.sync import GroupSync
 
 log = logging.getLogger("warren.amqp")
-
-
-# RabbitMQ's texts for frames out of a publish's method/header/body order.
-_EXPECTED_METHOD = "expected method frame, got non method frame instead"
-_EXPECTED_HEADER = "expected content header for class 60, got non content header frame instead"
-_EXPECTED_BODY = "expected content body, got non content body frame instead"
 
 
 def _random_tag(prefix: str) -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
 
-class Channel:
+class Channel(Publishing):
     def __init__(self, connection: AMQPConnection, channel_id: int) -> None:
+        super().__init__()
         self.connection = connection
         self.id = channel_id
         self.vhost = connection.vhost
@@ -91,37 +85,16 @@ class Channel:
         self.consumer_prefetch_size = 0
         self.global_prefetch_count = 0
         self.global_prefetch_size = 0
-        self.confirm = False
-        self.publish_seq = 0
-        self._confirms: list[tuple[int, bool]] = []
-        # Confirms still waiting for a disk sync, in publish order (a dict as an
-        # ordered set): a multiple ack must never cover one of them.
-        self._unconfirmed: dict[int, None] = {}
-        # Whether _unconfirmed's order is publish order (its first key the oldest):
-        # a keyed run's routing keys may add their numbers out of order.
-        self._unconfirmed_in_order = True
-        self._sync_batch: list[int] | None = None
-        self._sync_round = 0
+        self.confirms = PublisherConfirms(self)
         self.closed = False
         self._ack_deadlines: AckDeadlines | None = None
         self.tx = False
-        self._tx_publishes: list[tuple[Exchange, Message, bool]] = []
         self._tx_acks: list[tuple[int, Unacked, str, bool]] = []
         self.last_queue = ""
         self.reply_token: str | None = None
         self.reply_consumer_tag: str | None = None
         #: Message counters (management API, metrics); folded into the vhost's at close.
         self.stats = MessageStats()
-        # Content assembly for the publish in progress.
-        self._publish: spec.BasicPublish | None = None
-        self._last_publish: spec.BasicPublish | None = None
-        self._last_publish_payload = b""
-        self._publish_ex_rk = b""
-        self._props: bytes | None = None
-        self._body_size = 0
-        self._body: list[bytes] = []
-        self._received = 0
-        self._exchange_cache: dict[str, Exchange] = {}
 
     def __repr__(self) -> str:
         return f"<Channel {self.id} of {self.connection.name}>"
@@ -131,7 +104,7 @@ class Channel:
         conn = self.connection
         if self._publish is not None:
             # RabbitMQ's texts; the close names basic.publish, whose content was cut short.
-            text = _EXPECTED_HEADER if self._props is None else _EXPECTED_BODY
+            text = EXPECTED_HEADER if self._props is None else EXPECTED_BODY
             conn.connection_error(UnexpectedFrame(text), 60, 40)
             return
         if payload[:4] == _PUBLISH_IDS and not self.closing:
@@ -161,183 +134,6 @@ class Channel:
                 conn.connection_error(exc, method.CLASS_ID, method.METHOD_ID)
             else:
                 self.channel_error(exc, method.CLASS_ID, method.METHOD_ID)
-
-    def _publish_method(self, payload: bytes) -> spec.BasicPublish:
-        """basic.publish decoded; the last payload's method is reused (it is only
-        ever read)."""
-        if payload == self._last_publish_payload:
-            method = self._last_publish
-            assert method is not None
-            return method
-        try:
-            method = spec.BasicPublish.decode(payload)
-        except DecodeError:
-            self.connection._decode(payload)  # raises the connection error RabbitMQ sends
-            raise
-        self._last_publish_payload = payload
-        self._last_publish = method
-        return method
-
-    def takes_publish_run(self) -> bool:
-        """Whether a run of publishes (amqp/publish_run.py) may start here: no
-        message half received, the channel not closing."""
-        return self._publish is None and not self.closing
-
-    def publish_run(self, run: PublishRun) -> None:
-        """Every message of a run: one exchange, simple properties, each body
-        in one frame. What ``_publish_message`` does per message is done once per
-        routing key (exchange lookup, permissions, the route), then each message
-        is enqueued and confirmed as it would be alone. A keyed run (several
-        routing keys) goes one routing key at a time, each key's messages in
-        order (in publish order across keys for a topic exchange, whose topic
-        permissions may refuse one key). An error stops the run where a
-        message-by-message publish would have stopped (the channel or
-        connection closes, and the rest of its frames are ignored)."""
-        try:
-            if run.uniform:
-                self._publish_uniform(run, None, self.publish_seq)
-                return
-            base = self.publish_seq
-            ex = self._checked_exchange(self._publish_method(run.method))
-            for sub, indexes in run.groups(ex.type == "topic"):
-                self._publish_uniform(sub, indexes, base)
-            if self.confirm:
-                self.publish_seq = base + len(run)
-                if self._unconfirmed:
-                    self._unconfirmed_in_order = False
-        except BrokerError as exc:
-            if exc.hard:
-                self.connection.connection_error(exc, 60, 40)
-            else:
-                self.channel_error(exc, 60, 40)
-
-    def _publish_uniform(self, run: PublishRun, indexes: list[int] | None, base: int) -> None:
-        """A run with one routing key; message ``i`` is the publish numbered
-        ``base + 1 + (indexes[i] if indexes else i)`` for confirms."""
-        method = self._publish_method(run.method)
-        ex = self._checked_exchange(method)
-        conn = self.connection
-        conn.has_published = True
-        if conn.blocked:
-            conn.block_now()
-        mrun = MessageRun(ex.name, method.routing_key, run.method[6:-1], run, conn.now_ms or None)
-        mandatory = method.mandatory
-        n = len(run)
-        if self.tx:
-            for i in range(n):
-                self.stats.publish += 1
-                self._tx_publishes.append((ex, mrun.message(i), mandatory))
-            return
-        assert self.vhost is not None
-        msg = mrun.message(0)
-        queues = self.vhost.route_run(ex, msg)
-        confirm = self.confirm
-        start = 0
-        taken: list[int] = []
-        durable: list[MessageStore] = []
-        if queues:
-            # Queues whose consumers take the run's first messages as they come
-            # take them at once; the rest go message by message.
-            taken = [q.publish_run(mrun, durable) for q in queues]
-            start = min(taken)
-            if start:
-                ex.stats.count_publishes(start, len(queues))
-                self.stats.publish += start
-                if confirm:
-                    self._confirm_run(base, indexes, start, durable)
-        most = max(taken, default=0)
-        for i in range(start, n):
-            if i:
-                msg = mrun.message(i)
-            self.stats.publish += 1
-            if confirm:
-                self.publish_seq = base + 1 + (indexes[i] if indexes is not None else i)
-            if queues and i < most:  # some queues took this one with the run
-                rest = [q for q, t in zip(queues, taken, strict=True) if t <= i]
-                ex.stats.publish_out += len(taken) - len(rest)
-                self._route(ex, msg, False, list(durable), rest)
-            else:
-                self._route(ex, msg, mandatory, None, queues)
-        if confirm and indexes is None:
-            self.publish_seq = base + n
-
-    def on_header_frame(self, payload: bytes) -> None:
-        if self.closing:
-            return
-        method = self._publish
-        if method is None:
-            raise UnexpectedFrame(_EXPECTED_METHOD)
-        if self._props is not None:
-            self.connection.connection_error(UnexpectedFrame(_EXPECTED_BODY), 60, 40)
-            return
-        if payload[2:4] != b"\x00\x00":
-            # RabbitMQ only takes a header whose weight is zero as a content header.
-            self.connection.connection_error(UnexpectedFrame(_EXPECTED_HEADER), 60, 40)
-            return
-        try:
-            class_id, body_size, props = split_header_payload(payload)
-        except DecodeError as exc:
-            raise FrameError(f"malformed content header on channel {self.id}: {exc}") from None
-        if class_id != 60:
-            text = f"expected content header for class 60, got one for class {class_id} instead"
-            self.connection.connection_error(UnexpectedFrame(text), 60, 40)
-            return
-        max_size = self.connection.config.max_message_size
-        if body_size > max_size:
-            self._publish = None
-            self.channel_error(
-                PreconditionFailed(
-                    f"message size {body_size} is larger than configured max size {max_size}"
-                ),
-                60,
-                40,
-            )
-            return
-        if body_size == 0:
-            self._publish = None
-            self._handle_publish(method, props, b"")
-            return
-        self._props = props
-        self._body_size = body_size
-        self._received = 0
-
-    def on_body_frame(self, payload: bytes) -> None:
-        if self.closing:
-            return
-        method = self._publish
-        if method is None:
-            raise UnexpectedFrame(_EXPECTED_METHOD)
-        if self._props is None:
-            self.connection.connection_error(UnexpectedFrame(_EXPECTED_HEADER), 60, 40)
-            return
-        received = self._received + len(payload)
-        if received > self._body_size:
-            # RabbitMQ notices only when the next frame is not more body, and then
-            # says it expected more body; a client sees the same close either way.
-            self.connection.connection_error(UnexpectedFrame(_EXPECTED_BODY), 60, 40)
-            return
-        if received == self._body_size:
-            if self._body:
-                self._body.append(payload)
-                body = b"".join(self._body)
-                self._body = []
-            else:
-                body = payload
-            props = self._props
-            self._publish = self._props = None
-            self._handle_publish(method, props, body)
-        else:
-            self._body.append(payload)
-            self._received = received
-
-    def _handle_publish(self, method: spec.BasicPublish, props: bytes, body: bytes) -> None:
-        try:
-            self._publish_message(method, props, body)
-        except BrokerError as exc:
-            if exc.hard:
-                self.connection.connection_error(exc, 60, 40)
-            else:
-                self.channel_error(exc, 60, 40)
 
     # -- errors and closing -----------------------------------------------------------
     def channel_error(self, exc: BrokerError, class_id: int, method_id: int) -> None:
@@ -419,7 +215,7 @@ class Channel:
             queue.reject(seq, msg, True)
 
     # -- helpers ----------------------------------------------------------------------
-    def _check(self, kind: str, resource_type: str, name: str) -> None:
+    def check(self, kind: str, resource_type: str, name: str) -> None:
         conn = self.connection
         key = (kind, resource_type, name)
         if key not in conn.permission_cache:
@@ -433,33 +229,25 @@ class Channel:
         if refused is not None:
             raise AccessRefused(refused.text)
 
-    def _check_topic(self, ex: Exchange | None, key: str, kind: str) -> None:
+    def check_topic(self, ex: Exchange | None, key: str, kind: str) -> None:
         """RabbitMQ's topic permission check (binds): topic exchanges only."""
         if ex is not None and ex.type == "topic" and self.user.topic_permissions:
             UserStore.check_topic(
                 self.user, self._vhost_name, ex.name, key, kind, self._topic_variables
             )
 
-    def _queue_name(self, name: str) -> str:
+    def queue_name(self, name: str) -> str:
         if name:
             return name
         if not self.last_queue:
             raise NotFound("no previously declared queue")
         return self.last_queue
 
-    def _queue(self, name: str) -> Queue:
+    def get_queue(self, name: str) -> Queue:
         assert self.vhost is not None
-        return self.vhost.get_queue(self._queue_name(name), self.connection)
+        return self.vhost.get_queue(self.queue_name(name), self.connection)
 
-    def _exchange(self, name: str) -> Exchange:
-        ex = self._exchange_cache.get(name)
-        if ex is None or ex.deleted:
-            assert self.vhost is not None
-            ex = self.vhost.get_exchange(name)
-            self._exchange_cache[name] = ex
-        return ex
-
-    def _reply(self, method: spec.Method) -> None:
+    def reply(self, method: spec.Method) -> None:
         self.connection.send_method(self.id, method)
 
     def next_delivery_tag(self) -> int:
@@ -507,11 +295,11 @@ class Channel:
     def _channel_close(self, method: spec.ChannelClose) -> None:
         self.release()
         self.connection.channels.pop(self.id, None)
-        self._reply(spec.ChannelCloseOk())
+        self.reply(spec.ChannelCloseOk())
 
     def _channel_flow(self, method: spec.ChannelFlow) -> None:
         self.flow_active = method.active
-        self._reply(spec.ChannelFlowOk(active=method.active))
+        self.reply(spec.ChannelFlowOk(active=method.active))
         if method.active:
             self.resume_delivery()
 
@@ -520,160 +308,7 @@ class Channel:
 
     def _access_request(self, method: spec.AccessRequest) -> None:
         # Deprecated in 0-9-1 but still sent by old clients; RabbitMQ grants ticket 1.
-        self._reply(spec.AccessRequestOk(ticket=1))
-
-    # -- exchange class ---------------------------------------------------------------
-    def _exchange_declare(self, method: spec.ExchangeDeclare) -> None:
-        assert self.vhost is not None
-        if not method.passive:
-            self._check(CONFIGURE, "exchange", method.exchange)
-        self.vhost.declare_exchange(
-            method.exchange,
-            method.type,
-            durable=method.durable,
-            auto_delete=method.auto_delete,
-            internal=method.internal,
-            arguments=method.arguments,
-            passive=method.passive,
-        )
-        if not method.nowait:
-            self._reply(spec.ExchangeDeclareOk())
-
-    def _exchange_delete(self, method: spec.ExchangeDelete) -> None:
-        assert self.vhost is not None
-        self._check(CONFIGURE, "exchange", method.exchange)
-        self.vhost.delete_exchange(method.exchange, if_unused=method.if_unused)
-        self._exchange_cache.pop(method.exchange, None)
-        if not method.nowait:
-            self._reply(spec.ExchangeDeleteOk())
-
-    def _exchange_bind(self, method: spec.ExchangeBind) -> None:
-        assert self.vhost is not None
-        self._check(WRITE, "exchange", method.destination)
-        if "" in (method.destination, method.source):
-            raise AccessRefused("operation not permitted on the default exchange")
-        self._check(READ, "exchange", method.source)
-        self._check_topic(self.vhost.exchanges.get(method.source), method.routing_key, READ)
-        # As RabbitMQ: when both are missing, the source is the one named.
-        src = self.vhost.get_exchange(method.source)
-        dest = self.vhost.get_exchange(method.destination)
-        self.vhost.bind(src, dest, method.routing_key, method.arguments)
-        if not method.nowait:
-            self._reply(spec.ExchangeBindOk())
-
-    def _exchange_unbind(self, method: spec.ExchangeUnbind) -> None:
-        assert self.vhost is not None
-        self._check(WRITE, "exchange", method.destination)
-        self._check(READ, "exchange", method.source)
-        # Like RabbitMQ, unbinding from or to a missing exchange succeeds.
-        dest = self.vhost.exchanges.get(method.destination)
-        src = self.vhost.exchanges.get(method.source)
-        if self.vhost.default_exchange in (src, dest):
-            raise AccessRefused("operation not permitted on the default exchange")
-        self._check_topic(src, method.routing_key, READ)
-        if dest is not None and src is not None:
-            self.vhost.unbind(src, dest, method.routing_key, method.arguments)
-        if not method.nowait:
-            self._reply(spec.ExchangeUnbindOk())
-
-    # -- queue class ------------------------------------------------------------------
-    def _queue_declare(self, method: spec.QueueDeclare) -> None:
-        assert self.vhost is not None
-        name = method.queue
-        if name.startswith(REPLY_TO):
-            # As RabbitMQ: the pseudo-queue (passive or not) and the address of a live
-            # reply consumer "exist" with one consumer; other such names do not.
-            token = name[len(REPLY_TO_PREFIX) :] if name.startswith(REPLY_TO_PREFIX) else None
-            if name != REPLY_TO and token not in self.vhost.reply_targets:
-                raise NotFound(f"no queue '{name}' in vhost '{self.vhost.name}'")
-            self.last_queue = name
-            if not method.nowait:
-                self._reply(spec.QueueDeclareOk(queue=name, message_count=0, consumer_count=1))
-            return
-        if name and not method.passive:
-            self._check(CONFIGURE, "queue", name)
-        q = self.vhost.declare_queue(
-            name,
-            durable=method.durable,
-            exclusive=method.exclusive,
-            auto_delete=method.auto_delete,
-            arguments=method.arguments,
-            passive=method.passive,
-            owner=self.connection,
-        )
-        self.last_queue = q.name
-        if not method.nowait:
-            self._reply(
-                spec.QueueDeclareOk(
-                    queue=q.name, message_count=q.message_count, consumer_count=q.consumer_count
-                )
-            )
-
-    def _queue_bind(self, method: spec.QueueBind) -> None:
-        assert self.vhost is not None
-        qname = self._queue_name(method.queue)
-        routing_key = method.routing_key
-        if not method.queue and not routing_key:
-            routing_key = qname
-        self._check(WRITE, "queue", qname)
-        if not method.exchange:
-            raise AccessRefused("operation not permitted on the default exchange")
-        self._check(READ, "exchange", method.exchange)
-        # Before the queue's existence, as RabbitMQ (a missing exchange: 404 below).
-        self._check_topic(self.vhost.exchanges.get(method.exchange), routing_key, READ)
-        # RabbitMQ's order: the exchange, then the queue must exist; then the binding
-        # must be valid; only then is the queue's exclusivity checked.
-        ex = self.vhost.get_exchange(method.exchange)
-        if qname not in self.vhost.queues:
-            raise NotFound(f"no queue '{qname}' in vhost '{self.vhost.name}'")
-        ex.validate_binding(routing_key, method.arguments)
-        q = self.vhost.get_queue(qname, self.connection)
-        self.vhost.bind(ex, q, routing_key, method.arguments)
-        if not method.nowait:
-            self._reply(spec.QueueBindOk())
-
-    def _queue_unbind(self, method: spec.QueueUnbind) -> None:
-        assert self.vhost is not None
-        qname = self._queue_name(method.queue)
-        routing_key = method.routing_key
-        if not method.queue and not routing_key:
-            routing_key = qname
-        self._check(WRITE, "queue", qname)
-        self._check(READ, "exchange", method.exchange)
-        # Like RabbitMQ, unbinding a missing queue or exchange succeeds (aio-pika's
-        # RPC.close unbinds its auto-deleted reply queue and relies on this).
-        ex = self.vhost.exchanges.get(method.exchange)
-        if ex is self.vhost.default_exchange:
-            raise AccessRefused("operation not permitted on the default exchange")
-        self._check_topic(ex, routing_key, READ)
-        q = self.vhost.queues.get(qname)
-        # An exclusive queue of another connection is refused (405) only when the
-        # binding exists: removing a missing one succeeds, as in RabbitMQ.
-        if (
-            q is not None
-            and ex is not None
-            and ex.find_binding(q, routing_key, method.arguments) is not None
-        ):
-            self.vhost.get_queue(qname, self.connection)
-            self.vhost.unbind(ex, q, routing_key, method.arguments)
-        self._reply(spec.QueueUnbindOk())
-
-    def _queue_purge(self, method: spec.QueuePurge) -> None:
-        q = self._queue(method.queue)
-        self._check(READ, "queue", q.name)
-        count = q.purge()
-        if not method.nowait:
-            self._reply(spec.QueuePurgeOk(message_count=count))
-
-    def _queue_delete(self, method: spec.QueueDelete) -> None:
-        assert self.vhost is not None
-        name = self._queue_name(method.queue)
-        self._check(CONFIGURE, "queue", name)
-        count = self.vhost.delete_queue(
-            name, if_unused=method.if_unused, if_empty=method.if_empty, owner=self.connection
-        )
-        if not method.nowait:
-            self._reply(spec.QueueDeleteOk(message_count=count))
+        self.reply(spec.AccessRequestOk(ticket=1))
 
     # -- basic class: consumers -------------------------------------------------------
     def _basic_qos(self, method: spec.BasicQos) -> None:
@@ -687,7 +322,7 @@ class Channel:
             self.consumer_prefetch_size = method.prefetch_size
             # As in RabbitMQ, a per-consumer qos lifts the channel's global limit.
             self.global_prefetch_count = self.global_prefetch_size = 0
-        self._reply(spec.BasicQosOk())
+        self.reply(spec.BasicQosOk())
         self.resume_delivery()
 
     def _basic_consume(self, method: spec.BasicConsume) -> None:
@@ -701,8 +336,8 @@ class Channel:
         if self._max_consumers and len(self.consumers) >= self._max_consumers:
             # RabbitMQ's consumer_max_per_channel (rabbit_channel), a connection error.
             raise NotAllowed(f"reached maximum ({self._max_consumers}) of consumers per channel")
-        q = self._queue(method.queue)
-        self._check(READ, "queue", q.name)
+        q = self.get_queue(method.queue)
+        self.check(READ, "queue", q.name)
         args = method.arguments or {}
         priority = args.get("x-priority", 0)
         if isinstance(priority, bool) or not isinstance(priority, int):
@@ -714,7 +349,7 @@ class Channel:
         q.add_consumer(consumer)
         self.consumers[tag] = consumer
         if not method.nowait:
-            self._reply(spec.BasicConsumeOk(consumer_tag=tag))
+            self.reply(spec.BasicConsumeOk(consumer_tag=tag))
 
     def _consume_reply_to(self, method: spec.BasicConsume, tag: str) -> None:
         assert self.vhost is not None
@@ -726,7 +361,7 @@ class Channel:
         self.reply_consumer_tag = tag
         self.vhost.reply_targets[self.reply_token] = self
         if not method.nowait:
-            self._reply(spec.BasicConsumeOk(consumer_tag=tag))
+            self.reply(spec.BasicConsumeOk(consumer_tag=tag))
 
     def deliver_reply(self, msg: Message) -> bool:
         """Direct reply-to: the reply goes straight to this channel's reply consumer."""
@@ -760,7 +395,7 @@ class Channel:
             self.vhost.reply_targets.pop(self.reply_token, None)
             self.reply_token = self.reply_consumer_tag = None
         if not method.nowait:
-            self._reply(spec.BasicCancelOk(consumer_tag=tag))
+            self.reply(spec.BasicCancelOk(consumer_tag=tag))
 
     def consumer_cancelled_by_server(self, consumer: AMQPConsumer) -> None:
         if self.consumers.get(consumer.tag) is not consumer:
@@ -769,193 +404,17 @@ class Channel:
         if self.closing or self.closed:
             return
         if self.connection.capabilities.get("consumer_cancel_notify"):
-            self._reply(spec.BasicCancel(consumer_tag=consumer.tag, nowait=True))
-
-    # -- basic class: publishing --------------------------------------------------------
-    def _checked_exchange(self, method: spec.BasicPublish) -> Exchange:
-        """The exchange a publish goes to, once RabbitMQ's checks passed: immediate,
-        write permission, internal, topic permission."""
-        if method.immediate:
-            raise NotImplemented_("immediate=true")
-        ex = self._exchange(method.exchange)
-        self._check(WRITE, "exchange", ex.name)
-        if ex.internal:
-            raise AccessRefused(
-                f"cannot publish to internal exchange '{ex.name}' in vhost '{ex.vhost_name}'"
-            )
-        topic_perms = self.user.topic_permissions
-        if topic_perms:  # empty for most users: this truth test is all they pay
-            # UserStore.check_topic inlined: this runs for every message.
-            table = topic_perms.get(self._vhost_name)
-            perm = None if table is None else table.get(ex.name)
-            if (
-                perm is not None
-                and ex.type == "topic"
-                and not perm.allows(WRITE, method.routing_key, self._topic_variables)
-            ):
-                raise topic_refused(self.user, self._vhost_name, ex.name, method.routing_key)
-        return ex
-
-    def _publish_message(self, method: spec.BasicPublish, props: bytes, body: bytes) -> None:
-        ex = self._checked_exchange(method)
-        plain = props in PLAIN_PROPERTIES
-        if not plain:
-            validate_publish_properties(props)
-        conn = self.connection
-        msg = Message(ex.name, method.routing_key, props, body, conn.now_ms or None)
-        msg._ex_rk = self._publish_ex_rk
-        conn.has_published = True
-        if conn.blocked:
-            conn.block_now()
-        if not plain:
-            msg = check_message(msg, self.connection.user, self.reply_token)
-        self.stats.publish += 1
-        if self.confirm:
-            self.publish_seq += 1
-        if self.tx:
-            self._tx_publishes.append((ex, msg, method.mandatory))
-            return
-        self._route(ex, msg, method.mandatory)
-
-    def _route(
-        self,
-        ex: Exchange,
-        msg: Message,
-        mandatory: bool,
-        durable: list[MessageStore] | None = None,
-        queues: list[Queue] | None = None,
-    ) -> None:
-        """Route one message; ``durable`` collects stores a tx.commit must sync.
-        ``queues``: already routed (a run's `VHost.route_run`)."""
-        assert self.vhost is not None
-        confirm = self.confirm
-        if confirm and durable is None:
-            durable = []
-        if queues is None:
-            routed = self.vhost.publish(ex, msg, durable)
-        else:
-            routed = self.vhost.enqueue(ex, queues, msg, durable)
-        if not routed:
-            if mandatory:
-                self.stats.return_unroutable += 1
-                returned = spec.BasicReturn(
-                    reply_code=312,
-                    reply_text="NO_ROUTE",
-                    exchange=msg.exchange,
-                    routing_key=msg.routing_key,
-                )
-                self._send_message(returned, msg)
-            else:
-                self.stats.drop_unroutable += 1
-        if confirm:
-            syncer = self.connection.broker.syncer
-            if routed < 0:  # a queue refused it (x-overflow reject-publish)
-                self._confirm(self.publish_seq, False)
-            elif durable and syncer is not None and syncer.enabled:
-                self._confirm_after_sync(self.publish_seq, durable, syncer)
-            else:
-                self._confirm(self.publish_seq, True)
-
-    def _confirm_run(
-        self, base: int, indexes: list[int] | None, n: int, durable: list[MessageStore]
-    ) -> None:
-        """Confirms for a run's first ``n`` messages (publish numbers as in
-        _publish_uniform), taken at once: after ``durable`` is synced, when it
-        holds anything."""
-        syncer = self.connection.broker.syncer
-        wait = bool(durable) and syncer is not None and syncer.enabled
-        for i in range(n):
-            seq = base + 1 + (indexes[i] if indexes is not None else i)
-            if wait:
-                assert syncer is not None
-                self._confirm_after_sync(seq, durable, syncer)
-            else:
-                self._confirm(seq, True)
-
-    def _confirm_after_sync(self, seq: int, stores: list[MessageStore], syncer: GroupSync) -> None:
-        """Confirm once the stores are synced; one callback per channel per sync round."""
-        self._unconfirmed[seq] = None
-        round_id = syncer.next_round
-        if self._sync_batch is None or self._sync_round != round_id:
-            batch: list[int] = []
-            self._sync_batch = batch
-            self._sync_round = round_id
-            syncer.after_sync(stores, lambda ok: self._confirm_batch(batch, ok))
-        else:
-            syncer.add(stores)
-        self._sync_batch.append(seq)
-
-    def _confirm_batch(self, seqs: list[int], ok: bool) -> None:
-        if self._sync_batch is seqs:
-            self._sync_batch = None
-        for seq in seqs:
-            self._confirm(seq, ok)
-
-    # -- confirms -----------------------------------------------------------------------
-    def _confirm_select(self, method: spec.ConfirmSelect) -> None:
-        if self.tx:
-            raise PreconditionFailed("cannot switch from tx to confirm mode")
-        self.confirm = True
-        if not method.nowait:
-            self._reply(spec.ConfirmSelectOk())
-
-    def _confirm(self, seq: int, ok: bool) -> None:
-        if self.closed:
-            return
-        self._unconfirmed.pop(seq, None)
-        if not self._confirms:
-            self.connection.mark_dirty(self)
-        self._confirms.append((seq, ok))
-        if ok:
-            self.stats.confirm += 1
-
-    def flush_confirms(self) -> None:
-        """Send the confirms gathered since the last write, acks coalesced.
-
-        Acks below the oldest confirm still waiting for a sync become one ack with
-        multiple=true (nothing unconfirmed lies below them); acks above it go out
-        one by one, and nacks always individually, before the coalesced ack.
-        """
-        results, self._confirms = self._confirms, []
-        if self.closing or self.closed:
-            return
-        unconfirmed = self._unconfirmed
-        if self._unconfirmed_in_order:
-            floor = next(iter(unconfirmed), None)
-        else:
-            floor = min(unconfirmed, default=None)
-            if floor is None:
-                self._unconfirmed_in_order = True
-        out: list[bytes] = []
-        below: list[int] = []
-        for seq, ok in results:
-            if not ok:
-                out.append(
-                    method_frame(
-                        self.id, spec.BasicNack(delivery_tag=seq, multiple=False, requeue=False)
-                    )
-                )
-            elif floor is None or seq < floor:
-                below.append(seq)
-            else:
-                out.append(method_frame(self.id, spec.BasicAck(delivery_tag=seq, multiple=False)))
-        if below:
-            top = max(below)
-            out.append(
-                method_frame(self.id, spec.BasicAck(delivery_tag=top, multiple=len(below) > 1))
-            )
-        if out:
-            self.connection.send_many(out)
+            self.reply(spec.BasicCancel(consumer_tag=consumer.tag, nowait=True))
 
     # -- basic class: pull, ack, reject -------------------------------------------------
     def _basic_get(self, method: spec.BasicGet) -> None:
-        q = self._queue(method.queue)
-        self._check(READ, "queue", q.name)
+        q = self.get_queue(method.queue)
+        self.check(READ, "queue", q.name)
         item = q.get(method.no_ack)
         if item is None:
             self.stats.get_empty += 1
             q.stats.get_empty += 1
-            self._reply(spec.BasicGetEmpty())
+            self.reply(spec.BasicGetEmpty())
             return
         seq, msg, redelivered = item
         count_get(self.stats, q.stats, method.no_ack, redelivered)
@@ -1088,7 +547,7 @@ class Channel:
 
     def _basic_recover(self, method: spec.BasicRecover) -> None:
         self._recover(method.requeue)
-        self._reply(spec.BasicRecoverOk())
+        self.reply(spec.BasicRecoverOk())
 
     def _basic_recover_async(self, method: spec.BasicRecoverAsync) -> None:
         self._recover(method.requeue)
@@ -1101,12 +560,20 @@ class Channel:
         taken, runs = self._take_unacked(0, True)
         self._settle(taken, runs, True)
 
+    # -- confirm class ------------------------------------------------------------------
+    def _confirm_select(self, method: spec.ConfirmSelect) -> None:
+        if self.tx:
+            raise PreconditionFailed("cannot switch from tx to confirm mode")
+        self.confirm = True
+        if not method.nowait:
+            self.reply(spec.ConfirmSelectOk())
+
     # -- tx class -----------------------------------------------------------------------
     def _tx_select(self, method: spec.TxSelect) -> None:
         if self.confirm:
             raise PreconditionFailed("cannot switch from confirm to tx mode")
         self.tx = True
-        self._reply(spec.TxSelectOk())
+        self.reply(spec.TxSelectOk())
 
     def _tx_commit(self, method: spec.TxCommit) -> None:
         if not self.tx:
@@ -1124,13 +591,13 @@ class Channel:
             # commit-ok promises the messages are on disk, as a confirm does.
             syncer.after_sync(durable, self._commit_synced)
         else:
-            self._reply(spec.TxCommitOk())
+            self.reply(spec.TxCommitOk())
 
     def _commit_synced(self, ok: bool) -> None:
         if self.closed or self.closing:
             return
         if ok:
-            self._reply(spec.TxCommitOk())
+            self.reply(spec.TxCommitOk())
         else:
             self.channel_error(
                 InternalError("could not sync the committed messages to disk"), 90, 20
@@ -1145,7 +612,7 @@ class Channel:
             # Rolled-back acks make those deliveries unacked again, in tag order.
             # Their prefetch slots were never given back (see _ack_like).
             self.unacked.restore([(tag, entry) for tag, entry, _kind, _requeue in acks])
-        self._reply(spec.TxRollbackOk())
+        self.reply(spec.TxRollbackOk())
 
 
 _HANDLERS: dict[type[spec.Method], Callable[[Channel, Any], None]] = {
@@ -1154,15 +621,15 @@ _HANDLERS: dict[type[spec.Method], Callable[[Channel, Any], None]] = {
     spec.ChannelFlow: Channel._channel_flow,
     spec.ChannelFlowOk: Channel._channel_flow_ok,
     spec.AccessRequest: Channel._access_request,
-    spec.ExchangeDeclare: Channel._exchange_declare,
-    spec.ExchangeDelete: Channel._exchange_delete,
-    spec.ExchangeBind: Channel._exchange_bind,
-    spec.ExchangeUnbind: Channel._exchange_unbind,
-    spec.QueueDeclare: Channel._queue_declare,
-    spec.QueueBind: Channel._queue_bind,
-    spec.QueueUnbind: Channel._queue_unbind,
-    spec.QueuePurge: Channel._queue_purge,
-    spec.QueueDelete: Channel._queue_delete,
+    spec.ExchangeDeclare: declarations.exchange_declare,
+    spec.ExchangeDelete: declarations.exchange_delete,
+    spec.ExchangeBind: declarations.exchange_bind,
+    spec.ExchangeUnbind: declarations.exchange_unbind,
+    spec.QueueDeclare: declarations.queue_declare,
+    spec.QueueBind: declarations.queue_bind,
+    spec.QueueUnbind: declarations.queue_unbind,
+    spec.QueuePurge: declarations.queue_purge,
+    spec.QueueDelete: declarations.queue_delete,
     spec.BasicQos: Channel._basic_qos,
     spec.BasicConsume: Channel._basic_consume,
     spec.BasicCancel: Channel._basic_cancel,

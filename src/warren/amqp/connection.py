@@ -204,7 +204,7 @@ class AMQPConnection:
                 self.vhost.flush_written()
             dirty, self.dirty_channels = self.dirty_channels, set()
             for ch in dirty:
-                ch.flush_confirms()
+                ch.confirms.flush()
         out, self.pending = self.pending, []
         if out:
             self._sent = True

@@ -104,7 +104,7 @@ def channel_info(conn: AMQPConnection, ch: Channel) -> dict[str, Any]:
         "global_prefetch_count": ch.global_prefetch_count,
         "messages_unacknowledged": len(ch.unacked),
         "messages_uncommitted": len(ch._tx_publishes),
-        "messages_unconfirmed": len(ch._unconfirmed),
+        "messages_unconfirmed": len(ch.confirms.unconfirmed),
         "name": name,
         "node": node_name(),
         "number": ch.id,

@@ -1,5 +1,5 @@
 """RabbitMQ's checks of a publish's property list, for the message-by-message
-path (`Channel._publish_message`). A run of publishes skips them: the property
+path (`Publishing._publish_message`). A run of publishes skips them: the property
 lists a run takes (publish_run.simple_delivery_mode) pass every one."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ message that follows on the same channel with the very same method payload
 `simple_delivery_mode`: content-type, message-id and the like, nothing a
 check could refuse): the connection
 then checks, routes and counts them once per run instead of once per message
-(amqp/channel.py, ``Channel.publish_run``). Anything else ends the run and is
+(amqp/publishing.py, ``Publishing.publish_run``). Anything else ends the run and is
 handled frame by frame as before: another channel or method, a content header
 that is not a simple class-60 header of weight 0, a body over the limit, a
 message not complete in the buffer, a malformed frame (so that the slow path
@@ -190,7 +190,7 @@ _MAX_TIMESTAMP = 253_402_300_799  # the year 9999, as core/table.py
 
 def simple_delivery_mode(props: bytes) -> int | None:
     """For a property list a run may carry (see _SIMPLE_FLAGS), well formed and
-    passing channel.py's checks without a word (ASCII short strings,
+    passing amqp/publishing.py's checks without a word (ASCII short strings,
     delivery-mode 1 or 2, a timestamp before the year 10000): its
     delivery-mode (0: none). None for any other list, which goes the slow way."""
     n = len(props)
