@@ -372,6 +372,15 @@ async def _serve(config: Config) -> int:
     # Installed before start() so a signal arriving during startup still
     # leads to an orderly stop instead of killing the process mid-start.
     restore = _install_signal_handlers(loop, on_signal)
+    if config.clustering:
+        from warren.cluster.node import ClusterNode
+
+        try:
+            await ClusterNode(config, Broker).run(stop_event)
+        finally:
+            restore()
+        log.info("stopped")
+        return 0
     try:
         try:
             broker = Broker(config)

@@ -133,6 +133,23 @@ class Config:
     amqp_tls_port: int = -1
     #: The management API over HTTPS (15671 by convention; [mgmt] tls_port); -1: none.
     http_tls_port: int = -1
+    #: Clustering (docs/clustering.md; LavinMQ's [clustering] keys): etcd elects the
+    #: leader, which serves clients; followers replicate its data directory.
+    clustering: bool = False
+    #: etcd client URLs (comma-separated in the INI file).
+    clustering_etcd_endpoints: tuple[str, ...] = ("localhost:2379",)
+    #: Prefix of every key this cluster keeps in etcd.
+    clustering_etcd_prefix: str = "warren"
+    #: Where followers connect to replicate (bind address and port).
+    clustering_bind: str = "127.0.0.1"
+    clustering_port: int = 5679
+    #: How other nodes reach this one's replication port, tcp://host:port (empty:
+    #: tcp://<clustering_bind>:<clustering_port>).
+    clustering_advertised_uri: str = ""
+    #: Actions a follower may lag behind before it leaves the in-sync replica set.
+    clustering_max_unsynced_actions: int = 8192
+    #: Seconds of the leader's etcd lease: how long a dead leader holds the cluster.
+    clustering_lease_ttl: int = 5
     #: The exchange MQTT publishes to and subscribes on (RabbitMQ's mqtt.exchange).
     mqtt_exchange: str = "amq.topic"
     #: The vhost of MQTT clients whose user name does not say ``vhost:user``.
@@ -343,6 +360,14 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("mqtt", "max_session_expiry_interval"): ("mqtt_max_session_expiry", _parse_int),
     ("mqtt", "max_keepalive"): ("mqtt_max_keepalive", _parse_int),
     ("mqtt", "topic_alias_maximum"): ("mqtt_topic_alias_maximum", _parse_int),
+    ("clustering", "enabled"): ("clustering", _parse_bool),
+    ("clustering", "etcd_endpoints"): ("clustering_etcd_endpoints", _parse_user_list),
+    ("clustering", "etcd_prefix"): ("clustering_etcd_prefix", _parse_str),
+    ("clustering", "bind"): ("clustering_bind", _parse_str),
+    ("clustering", "port"): ("clustering_port", _parse_int),
+    ("clustering", "advertised_uri"): ("clustering_advertised_uri", _parse_str),
+    ("clustering", "max_unsynced_actions"): ("clustering_max_unsynced_actions", _parse_int),
+    ("clustering", "lease_ttl"): ("clustering_lease_ttl", _parse_int),
     # LavinMQ's section for its management HTTP server.
     ("mgmt", "bind"): ("http_bind", _parse_str),
     ("mgmt", "port"): ("http_port", _parse_int),
@@ -355,6 +380,12 @@ def _ini_error(path: str | os.PathLike[str], section: str, key: str, raw: str, w
 
 
 # --- validation ----------------------------------------------------------------
+
+
+def _endpoint_list(value: Any) -> str | None:
+    if not isinstance(value, tuple) or not value or not all(isinstance(v, str) and v for v in value):
+        return "must be one or more host:port or http:// URLs"
+    return None
 
 
 def _int_in(low: int, high: int) -> Callable[[Any], str | None]:
@@ -468,6 +499,14 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "mqtt_max_session_expiry": _int_in(0, 0xFFFFFFFF),
     "mqtt_max_keepalive": _int_in(0, 65535),
     "mqtt_topic_alias_maximum": _int_in(0, 65535),
+    "clustering": _bool,
+    "clustering_etcd_endpoints": _endpoint_list,
+    "clustering_etcd_prefix": _non_empty_str,
+    "clustering_bind": _non_empty_str,
+    "clustering_port": _int_in(0, 65535),
+    "clustering_advertised_uri": _any_str,
+    "clustering_max_unsynced_actions": _int_in(1, 2**31 - 1),
+    "clustering_lease_ttl": _int_in(2, 3600),
 }
 
 

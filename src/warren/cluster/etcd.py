@@ -84,6 +84,9 @@ class EtcdClient:
         self._current = 0
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
+        #: The store's revision as of the last answer (a watch from revision + 1
+        #: misses nothing that happened after it).
+        self.revision = 0
 
     @property
     def endpoints(self) -> list[str]:
@@ -114,6 +117,9 @@ class EtcdClient:
                     result: dict[str, Any] = json.loads(text)
                     if "error" in result:  # some gateway errors come with status 200
                         raise EtcdError(f"etcd {path}: {result['error']}")
+                    header = result.get("header") or result.get("result", {}).get("header")
+                    if header and "revision" in header:
+                        self.revision = int(header["revision"])
                     return result
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 errors.append(f"{url}: {type(exc).__name__}: {exc}")

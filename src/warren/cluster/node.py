@@ -1,0 +1,265 @@
+"""One node of a cluster: campaign through etcd, lead or follow, switch when told.
+
+The keys under ``clustering_etcd_prefix`` in etcd:
+
+    <prefix>/leader     the leader's id and addresses (JSON), held by its lease
+    <prefix>/isr        the in-sync replica set: node ids, comma-separated
+    <prefix>/secret     the shared secret followers present to the leader
+
+A node campaigns when there is no leader and it may lead: it is in the ISR, or
+there is no ISR yet (a new cluster). Winning is creating the leader key with
+the node's lease (one transaction: only one node can). The leader starts a
+broker on its data directory (recovery as after a restart) with a Replicator
+as the directory's mirror, serves followers on the clustering port, and keeps
+its lease alive; when the lease is lost it stops the broker and starts over as
+a follower. The others follow the leader named in the key and watch it: when
+it goes, they campaign again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from warren.broker import Broker
+from warren.cluster.etcd import EtcdClient, EtcdError
+from warren.cluster.follower import Follower
+from warren.cluster.leader import Replicator
+from warren.cluster.proxy import ClientProxy
+from warren.config import Config
+from warren.store import mirror
+
+log = logging.getLogger("warren.cluster")
+
+BrokerFactory = Callable[[Config], Broker]
+
+
+def node_id_of(data_dir: Path) -> str:
+    """This node's id, kept in the data directory (made on first use)."""
+    path = data_dir / ".node_id"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        node_id = secrets.token_hex(6)
+        path.write_text(node_id + "\n")
+        return node_id
+
+
+class ClusterNode:
+    def __init__(self, config: Config, make_broker: BrokerFactory) -> None:
+        self.config = config
+        self.make_broker = make_broker
+        self.root = Path(config.data_dir).resolve()
+        self.node_id = node_id_of(self.root)
+        self.prefix = config.clustering_etcd_prefix.rstrip("/")
+        self.etcd = EtcdClient(list(config.clustering_etcd_endpoints))
+        self.role = "starting"
+        self.leader_info: dict[str, Any] | None = None
+        #: The broker while this node leads (None otherwise).
+        self.broker: Broker | None = None
+        self.follower: Follower | None = None
+        self._proxy = ClientProxy(config)
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        uri = self.config.clustering_advertised_uri
+        if uri:
+            parsed = urlparse(uri)
+            return parsed.hostname or "127.0.0.1", parsed.port or self.config.clustering_port
+        return self.config.clustering_bind, self.config.clustering_port
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}/{name}"
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Lead or follow until ``stop`` is set."""
+        main = asyncio.ensure_future(self._run())
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if main.done():
+                main.result()  # raises what ended it
+        finally:
+            main.cancel()
+            stopper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await main
+            await self._stop_leading()
+            await self._proxy.stop()
+            await self.etcd.close()
+
+    async def _run(self) -> None:
+        log.info("cluster node %s, etcd %s", self.node_id, ", ".join(self.etcd.endpoints))
+        secret = await self._secret()
+        while True:
+            try:
+                leader = await self.etcd.get(self._key("leader"))
+                if leader is None:
+                    if await self._may_lead():
+                        lease = await self.etcd.grant(self.config.clustering_lease_ttl)
+                        info = self._my_info()
+                        holder = await self.etcd.create(
+                            self._key("leader"), json.dumps(info), lease
+                        )
+                        if holder is None:
+                            await self._lead(lease, secret)
+                            continue
+                        await self.etcd.revoke(lease)
+                    else:
+                        log.info("not in the in-sync replica set: waiting for a leader")
+                    await self._wait_for_change(self.etcd.revision)
+                    continue
+                await self._follow(leader.value, leader.mod_revision, secret)
+            except EtcdError as exc:
+                log.warning("etcd: %s; retrying in 1 s", exc)
+                await asyncio.sleep(1)
+
+    async def _secret(self) -> str:
+        while True:
+            try:
+                holder = await self.etcd.create(self._key("secret"), secrets.token_hex(16))
+                if holder is None:
+                    holder = await self.etcd.get(self._key("secret"))
+                if holder is not None and holder.value:
+                    return holder.value.decode()
+            except EtcdError as exc:
+                log.warning("etcd: %s; retrying in 1 s", exc)
+                await asyncio.sleep(1)
+
+    async def _may_lead(self) -> bool:
+        isr = await self.etcd.get(self._key("isr"))
+        return isr is None or self.node_id in isr.value.decode().split(",")
+
+    def _my_info(self) -> dict[str, Any]:
+        host, port = self.advertised
+        cfg = self.config
+        return {
+            "id": self.node_id,
+            "replication": f"{host}:{port}",
+            "amqp": f"{host}:{cfg.amqp_port}",
+            "mqtt": f"{host}:{cfg.mqtt_port}" if cfg.mqtt_port >= 0 else None,
+            "http": f"{host}:{cfg.http_port}" if cfg.http_port >= 0 else None,
+        }
+
+    # -- leading ----------------------------------------------------------------------
+    async def _lead(self, lease: int, secret: str) -> None:
+        log.info("elected leader (node %s)", self.node_id)
+        self.role = "leader"
+        self.leader_info = self._my_info()
+        replicator = Replicator(
+            self.root,
+            secret,
+            isr_changed=self._store_isr,
+            max_unsynced_actions=self.config.clustering_max_unsynced_actions,
+        )
+        mirror.attach(self.root, replicator)
+        server: asyncio.Server | None = None
+        try:
+            await self._store_isr(frozenset())  # the leader alone until followers catch up
+            self.broker = broker = self.make_broker(self.config)
+            broker.replication = replicator
+            await broker.start()
+            server = await asyncio.start_server(
+                replicator.serve, self.config.clustering_bind, self.config.clustering_port
+            )
+            await self._keep_lease(lease)
+        finally:
+            log.warning("node %s no longer leads", self.node_id)
+            if server is not None:
+                server.close()
+            for link in list(replicator.links):
+                link.close()
+            await self._stop_leading()
+            mirror.detach(self.root)
+            with contextlib.suppress(EtcdError):
+                await self.etcd.revoke(lease)
+            self.role = "starting"
+
+    async def _keep_lease(self, lease: int) -> None:
+        """Refresh the lease until it cannot be: then leadership is over."""
+        ttl = self.config.clustering_lease_ttl
+        loop = asyncio.get_running_loop()
+        last_ok = loop.time()
+        while True:
+            await asyncio.sleep(ttl / 3)
+            try:
+                if await self.etcd.keepalive(lease) <= 0:
+                    log.error("the leader's etcd lease expired")
+                    return
+                last_ok = loop.time()
+            except EtcdError as exc:
+                if loop.time() - last_ok >= ttl:
+                    log.error("cannot refresh the leader's etcd lease for %d s: %s", ttl, exc)
+                    return
+                log.warning("refreshing the etcd lease failed: %s", exc)
+
+    async def _store_isr(self, followers: frozenset[str]) -> bool:
+        value = ",".join(sorted({self.node_id} | followers))
+        current = await self.etcd.get(self._key("isr"))
+        if current is not None and current.value.decode() == value:
+            return True
+        return await self.etcd.replace(
+            self._key("isr"), current.mod_revision if current is not None else 0, value
+        )
+
+    async def _stop_leading(self) -> None:
+        broker, self.broker = self.broker, None
+        if broker is not None:
+            await broker.stop()
+
+    # -- following --------------------------------------------------------------------
+    async def _follow(self, raw: bytes, revision: int, secret: str) -> None:
+        info = json.loads(raw)
+        if info.get("id") == self.node_id:
+            # Our own key from before a restart: let its lease run out.
+            log.info("the leader key names this node from a previous run; waiting for it to expire")
+            await self._wait_for_change(revision)
+            return
+        self.role = "follower"
+        self.leader_info = info
+        host, _, port = info["replication"].rpartition(":")
+        log.info("following leader %s at %s", info["id"], info["replication"])
+        await self._proxy.start(info)
+        follower = self.follower = Follower(self.root, self.node_id, secret)
+        task = asyncio.ensure_future(follower.run(host, int(port)))
+        watch = asyncio.ensure_future(self._wait_for_change(revision))
+        try:
+            await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                log.warning("replication from %s ended: %s", info["id"], task.exception())
+                await asyncio.wait({watch}, timeout=1)  # reconnect soon, unless it changed
+        finally:
+            task.cancel()
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            await self._proxy.stop()
+            self.follower = None
+            self.role = "starting"
+
+    async def _wait_for_change(self, revision: int) -> None:
+        """Return when the leader key changes after ``revision``."""
+        async for _event in self.etcd.watch(self._key("leader"), revision + 1):
+            return
+
+
+def status(node: ClusterNode) -> dict[str, Any]:
+    """What the management API and `warren ctl cluster status` show of this node."""
+    out: dict[str, Any] = {
+        "node": node.node_id,
+        "role": node.role,
+        "leader": node.leader_info,
+        "data_dir": os.fspath(node.root),
+    }
+    if node.follower is not None:
+        out["position"] = node.follower.position
+    return out

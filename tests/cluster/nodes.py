@@ -1,0 +1,115 @@
+"""Warren cluster nodes as real processes (python -m warren with [clustering])."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from etcd_proc import free_port
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+# Notified whenever any node logs a line (wait_any).
+_logged = threading.Condition()
+
+
+class Node:
+    def __init__(self, base: Path, name: str, etcd_url: str, prefix: str = "test") -> None:
+        self.name = name
+        self.data_dir = base / name
+        self.amqp_port = free_port()
+        self.repl_port = free_port()
+        self.config = base / f"{name}.ini"
+        self.config.write_text(
+            "[main]\n"
+            f"data_dir = {self.data_dir}\n"
+            "log_level = info\n"
+            "[amqp]\n"
+            f"port = {self.amqp_port}\n"
+            "[mgmt]\nport = -1\n"
+            "[mqtt]\nport = -1\n"
+            "[clustering]\n"
+            "enabled = true\n"
+            f"etcd_endpoints = {etcd_url}\n"
+            f"etcd_prefix = {prefix}\n"
+            f"port = {self.repl_port}\n"
+            "lease_ttl = 2\n"
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.log: list[str] = []
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> Node:
+        env = dict(os.environ, PYTHONPATH=str(SRC))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "warren", "-c", str(self.config)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
+        return self
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            with _logged:
+                self.log.append(line)
+                _logged.notify_all()
+            self.lines.put(line)
+
+    def wait_for(self, pattern: str, timeout: float = 60) -> str:
+        """Block until the node logs a line matching ``pattern`` (read from its output)."""
+        deadline = time.monotonic() + timeout
+        regex = re.compile(pattern)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(
+                    f"{self.name} did not log {pattern!r}; its log:\n" + "".join(self.log[-40:])
+                )
+            try:
+                line = self.lines.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if regex.search(line):
+                return line
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def wait_any(nodes: list[Node], pattern: str, timeout: float = 60) -> Node:
+    """The first of ``nodes`` to log a line matching ``pattern`` from now on."""
+    regex = re.compile(pattern)
+    marks = {id(node): len(node.log) for node in nodes}
+    deadline = time.monotonic() + timeout
+    with _logged:
+        while True:
+            for node in nodes:
+                for line in node.log[marks[id(node)] :]:
+                    if regex.search(line):
+                        return node
+                marks[id(node)] = len(node.log)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"no node logged {pattern!r}")
+            _logged.wait(remaining)
