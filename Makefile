@@ -10,6 +10,10 @@
 #                  (extra args: make test PYTEST_ARGS='-k config')
 #   make browser   install Debian's chromium for tests/ui when it is missing
 #                  (needs root and apt-get; otherwise tests/ui skip)
+#   make etcd      install Debian's etcd-server for tests/cluster when it is missing
+#                  (root and apt-get; else they skip)
+#   make cluster   etcd and three clustered Warren nodes on this machine (Ctrl-C stops
+#                  them; tools/cluster.py)
 #   make mosquitto install Debian's mosquitto for tests/test_perf_mqtt.py and
 #                  bench/mqtt_*.py when it is missing (root and apt-get; else they skip)
 #   make soak      the soak test for 10 minutes (make test runs it for 60 s)
@@ -29,7 +33,7 @@ STAMP = $(VENV)/.installed
 # .ci/run needs them. Empty by default, so interactive runs leave no file.
 PYTEST_STATUS_FILE ?=
 
-.PHONY: install build run test lint spec clean browser soak fuzz mosquitto
+.PHONY: install build run test lint spec clean browser soak fuzz mosquitto etcd cluster
 
 # Reinstall whenever pyproject.toml or setup.py changes (dependencies, entry
 # points, the compiled modules).
@@ -63,6 +67,9 @@ build: $(STAMP)
 run: $(STAMP) $(SHARED_LIBRARY)
 	$(VENV)/bin/warren --data-dir ./data $(ARGS)
 
+cluster: $(STAMP) $(SHARED_LIBRARY) etcd
+	$(PY) tools/cluster.py --dir ./cluster-data
+
 # tests/ui drive Debian's chromium (playwright cannot fetch its own browser here).
 # Quiet, idempotent, and never fatal: without chromium those tests skip.
 browser:
@@ -79,6 +86,14 @@ mosquitto:
 	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >/dev/null 2>&1; } || \
 	echo "make mosquitto: could not install mosquitto; tests/test_perf_mqtt.py will skip"
 
+# tests/cluster run real etcd members (Debian's etcd-server; the package's own
+# service, if the init system starts one, is not used). Quiet, idempotent, never
+# fatal: without etcd those tests skip.
+etcd:
+	@command -v etcd >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null 2>&1; } || \
+	echo "make etcd: could not install etcd-server; tests/cluster will skip"
+
 # The suite runs twice: against the compiled modules, then with
 # WARREN_PURE_PYTHON=1 (every module from its .py, the fallback a machine
 # without a C compiler gets). Some tests run only in the first pass (markers):
@@ -93,7 +108,7 @@ mosquitto:
 # its own ephemeral ports and temporary directories, so the passes cannot meet.
 # The status recorded is the first failure's; 5 (nothing collected) only when
 # neither run failed otherwise.
-test: $(STAMP) $(SHARED_LIBRARY) browser mosquitto
+test: $(STAMP) $(SHARED_LIBRARY) browser mosquitto etcd
 	@status=0; pure=0; log=$$(mktemp); \
 	( WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -m 'not spark and not ui and not examples and not once' $(PYTEST_ARGS) > "$$log" 2>&1; echo $$? >> "$$log.status" ) & \
 	echo "== pytest, $$($(PY) -c 'import warren; print(warren.build_description())') (the pure-Python pass runs alongside)"; \

@@ -305,9 +305,9 @@ class Replicator:
                 for other in [o for o in self.links if o.node_id == link.node_id]:
                     other.close()  # a reconnect: the old link is dead
             self.links.append(link)
-            await self._full_sync(link, frames)
+            start = await self._full_sync(link, frames)
             link.start_streaming()
-            log.info("follower %s (%s) synced at position %d", link.node_id, peer, link.acked)
+            log.info("follower %s (%s) synced from position %d", link.node_id, peer, start)
             while True:
                 frame = await frames.next()
                 if isinstance(frame, c.Ack):
@@ -319,7 +319,8 @@ class Replicator:
         finally:
             link.close()
 
-    async def _full_sync(self, link: FollowerLink, frames: FrameReader) -> None:
+    async def _full_sync(self, link: FollowerLink, frames: FrameReader) -> int:
+        """Index, requests, files; returns the position the index was taken at."""
         loop = asyncio.get_running_loop()
         # Taken on the loop, between two actions: from here on the actions queue up
         # for this follower, and they apply on top of whatever the files hold when
@@ -346,6 +347,7 @@ class Replicator:
             await self._send_file(link, name)
         link.writer.write(c.encode(c.SyncDone()))
         await link.writer.drain()
+        return start
 
     async def _send_file(self, link: FollowerLink, name: str) -> None:
         loop = asyncio.get_running_loop()

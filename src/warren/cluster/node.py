@@ -103,6 +103,7 @@ class ClusterNode:
         while True:
             try:
                 leader = await self.etcd.get(self._key("leader"))
+                seen = self.etcd.revision
                 if leader is None:
                     if await self._may_lead():
                         lease = await self.etcd.grant(self.config.clustering_lease_ttl)
@@ -113,10 +114,12 @@ class ClusterNode:
                         if holder is None:
                             await self._lead(lease, secret)
                             continue
-                        await self.etcd.revoke(lease)
-                    else:
-                        log.info("not in the in-sync replica set: waiting for a leader")
-                    await self._wait_for_change(self.etcd.revision)
+                        await self.etcd.revoke(lease)  # another node won: follow it
+                        if holder.value:
+                            await self._follow(holder.value, holder.mod_revision, secret)
+                        continue
+                    log.info("not in the in-sync replica set: waiting for a leader")
+                    await self._wait_for_change(seen)
                     continue
                 await self._follow(leader.value, leader.mod_revision, secret)
             except EtcdError as exc:
