@@ -47,6 +47,7 @@ COMPILED_MODULES = [
     "warren.amqp.consumer",
     "warren.amqp.declarations",
     "warren.amqp.frames",
+    "warren.amqp.handshake",
     "warren.amqp.publish_checks",
     "warren.amqp.publishing",
     "warren.amqp.unacked",

@@ -28,7 +28,7 @@ from pika.exceptions import (
 from pikahelp import params
 
 from warren import __version__
-from warren.amqp.connection import RABBITMQ_COMPAT_VERSION, SERVER_CAPABILITIES
+from warren.amqp.handshake import RABBITMQ_COMPAT_VERSION, SERVER_CAPABILITIES
 
 pytestmark = pytest.mark.timeout(30)
 

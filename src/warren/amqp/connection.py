@@ -4,21 +4,18 @@
 the server has to say accumulates in ``pending`` and the transport is asked
 once (``on_output``) to flush it all in a single write. Nothing here touches a
 socket or a clock: the asyncio protocol in server.py supplies bytes and ticks.
+The opening handshake on channel 0 (start, tune, open) is amqp/handshake.py's.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
-import platform
 import struct
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from warren import __version__
-from warren.amqp import management, spec
-from warren.amqp.auth import MECHANISMS, MECHANISMS_WITH_EXTERNAL, parse_credentials
+from warren.amqp import handshake, management, spec
 from warren.amqp.channel import Channel
 from warren.amqp.frames import (
     FRAME_BODY,
@@ -30,6 +27,7 @@ from warren.amqp.frames import (
     method_frame,
     unpack_frame_header,
 )
+from warren.amqp.handshake import State
 from warren.amqp.publish_run import scan as scan_publishes
 from warren.core.codec_errors import DecodeError, UnknownMethod
 from warren.core.erlang_format import binary_w, frame_octets, last_column, tagged_tuple_p
@@ -45,7 +43,6 @@ from warren.core.errors import (
     clip_reply_text,
 )
 from warren.core.stats import MessageStats, OctetStats
-from warren.node import is_loopback
 
 if TYPE_CHECKING:
     from warren.core.users import User
@@ -63,33 +60,8 @@ log = logging.getLogger("warren.amqp")
 FRAME_BUDGET = 512
 _unpack_method_ids = struct.Struct(">HH").unpack_from
 
-RABBITMQ_COMPAT_VERSION = "3.13.7"
-
 # The pre-0-9-1 header of AMQP 0-9 ('AMQP' 1 1 0 9): RabbitMQ treats it as 0-9-1.
 PROTOCOL_HEADER_0_9 = b"AMQP\x01\x01\x00\x09"
-
-SERVER_CAPABILITIES = {
-    "publisher_confirms": True,
-    "exchange_exchange_bindings": True,
-    "basic.nack": True,
-    "consumer_cancel_notify": True,
-    "connection.blocked": True,
-    "consumer_priorities": True,
-    "authentication_failure_close": True,
-    "per_consumer_qos": True,
-    "direct_reply_to": True,
-}
-
-
-class State(enum.IntEnum):
-    HEADER = 0
-    START_OK = 1
-    TUNE_OK = 2
-    OPEN_WAIT = 3
-    OPEN = 4
-    CLOSING = 5  # we sent connection.close and wait for close-ok
-    CLOSED = 6
-
 
 # Module globals: an identity test against them is cheaper than State.X per frame.
 _OPEN = State.OPEN
@@ -227,10 +199,10 @@ class AMQPConnection:
             if data[:8] != PROTOCOL_HEADER and data[:8] != PROTOCOL_HEADER_0_9:
                 log.warning("%s: bad protocol header %r, closing", self.name, bytes(data[:8]))
                 self.send(PROTOCOL_HEADER)
-                self._close_transport()
+                self.close_transport()
                 return
             data = data[8:]
-            self._start()
+            handshake.send_start(self)
         pos = 0
         n = len(data)
         ftype, payload = 0, b""
@@ -410,7 +382,7 @@ class AMQPConnection:
         state = self.state
         if state == State.CLOSING:
             if isinstance(method, spec.ConnectionCloseOk):
-                self._close_transport()
+                self.close_transport()
             elif isinstance(method, spec.ConnectionClose):
                 self.send_method(0, spec.ConnectionCloseOk())
             return
@@ -422,14 +394,14 @@ class AMQPConnection:
                 method.reply_text,
             )
             self.send_method(0, spec.ConnectionCloseOk())
-            self._close_transport()
+            self.close_transport()
             return
         if state == State.START_OK and isinstance(method, spec.ConnectionStartOk):
-            self._start_ok(method)
+            handshake.start_ok(self, method)
         elif state == State.TUNE_OK and isinstance(method, spec.ConnectionTuneOk):
-            self._tune_ok(method)
+            handshake.tune_ok(self, method)
         elif state == State.OPEN_WAIT and isinstance(method, spec.ConnectionOpen):
-            self._open(method)
+            handshake.open_vhost(self, method)
         elif state == State.OPEN and isinstance(method, spec.ConnectionCloseOk):
             raise ChannelError("unexpected method in connection state running")
         elif state == State.OPEN and isinstance(method, spec.ConnectionUpdateSecret):
@@ -444,163 +416,6 @@ class AMQPConnection:
         else:
             raise CommandInvalid(f"unexpected method {method.NAME} on channel 0")
 
-    def _start(self) -> None:
-        self.state = State.START_OK
-        props = {
-            # Clients pick behaviour by product and version: kombu/Celery use
-            # basic.qos(global=true) only for RabbitMQ >= 3.3, whose reinterpreted
-            # qos semantics Warren implements. Announcing anything else makes
-            # Celery's ETA tasks stall a prefetch-1 worker, so Warren identifies as
-            # the RabbitMQ release whose behaviour it matches, and names itself in
-            # the remaining fields.
-            "product": "RabbitMQ",
-            "version": RABBITMQ_COMPAT_VERSION,
-            "platform": f"Warren {__version__} on Python {platform.python_version()}",
-            "copyright": "Warren contributors",
-            "information": f"Warren {__version__}, an AMQP 0-9-1 broker; MIT licence",
-            "warren_version": __version__,
-            "cluster_name": self.broker.cluster_name,
-            "capabilities": SERVER_CAPABILITIES,
-        }
-        self.send_method(
-            0,
-            spec.ConnectionStart(
-                version_major=0,
-                version_minor=9,
-                server_properties=props,
-                mechanisms=MECHANISMS if self.cert_login is None else MECHANISMS_WITH_EXTERNAL,
-                locales=b"en_US",
-            ),
-        )
-
-    def _start_ok(self, method: spec.ConnectionStartOk) -> None:
-        self.client_properties = method.client_properties or {}
-        caps = self.client_properties.get("capabilities")
-        self.capabilities = caps if isinstance(caps, dict) else {}
-        mechanism = method.mechanism
-        self.auth_mechanism = mechanism
-        external = mechanism == "EXTERNAL" and self.cert_login is not None
-        if mechanism not in ("PLAIN", "AMQPLAIN") and not external:
-            log.warning("%s: unsupported auth mechanism %r", self.name, mechanism)
-            self._refuse_login(
-                f"unsupported authentication mechanism '{mechanism}'", send_close=True
-            )
-            return
-        creds = None if external else parse_credentials(mechanism, bytes(method.response))
-        user = None
-        username = "?"
-        host = self.peer[0] if self.peer else None
-        guard = self.broker.auth_guard
-        refusal = (
-            f"Login was refused using authentication mechanism {mechanism}. "
-            "For details see the broker logfile."
-        )
-        if guard.blocked(host):
-            log.warning(
-                "%s: login refused unchecked: too many failed logins from %s", self.name, host
-            )
-            self._refuse_login_later(guard.failed(host), refusal)
-            return
-        if external:
-            # No password: the verified certificate vouches for the user (RabbitMQ's
-            # EXTERNAL ignores the start-ok response).
-            username = self.cert_login or "?"
-            user = self.broker.users.users.get(self.cert_login) if self.cert_login else None
-        elif creds is not None:
-            username, password = creds
-            user = self.broker.users.authenticate(username, password)
-        if user is None:
-            log.warning(
-                "%s: login refused for user '%s' with %s: %s",
-                self.name,
-                username,
-                mechanism,
-                "no such user (client certificate)" if external else "invalid credentials",
-            )
-            self._refuse_login_later(guard.failed(host), refusal)
-            return
-        if user.name in self.config.loopback_users and not is_loopback(
-            self.peer[0] if self.peer else None
-        ):
-            log.warning("%s: user '%s' can only connect via localhost", self.name, user.name)
-            self._refuse_login(f"User '{user.name}' can only connect via localhost")
-            return
-        self.user = user
-        self.state = State.TUNE_OK
-        self.send_method(
-            0,
-            spec.ConnectionTune(
-                channel_max=self.config.channel_max,
-                frame_max=self.config.frame_max,
-                heartbeat=self.config.heartbeat,
-            ),
-        )
-
-    def _refuse_login_later(self, delay: float, text: str) -> None:
-        """Refuse after ``delay`` seconds (core/auth_guard.py): repeated guesses slow down."""
-        if delay <= 0:
-            self._refuse_login(text)
-            return
-        self.state = State.CLOSING  # nothing more is read from this client
-        self.broker.call_later(delay, lambda: self._refuse_login(text))
-
-    def _refuse_login(self, text: str, send_close: bool = False) -> None:
-        if send_close or self.capabilities.get("authentication_failure_close"):
-            self.send_method(
-                0,
-                spec.ConnectionClose(
-                    reply_code=403, reply_text=f"ACCESS_REFUSED - {text}", class_id=0, method_id=0
-                ),
-            )
-        self._close_transport()
-
-    def _tune_ok(self, method: spec.ConnectionTuneOk) -> None:
-        frame_max = method.frame_max
-        if frame_max and frame_max < 4096:
-            raise NotAllowed(f"frame_max={frame_max} < 4096 min size")
-        server_max = self.config.frame_max
-        if server_max and (frame_max == 0 or frame_max > server_max):
-            raise NotAllowed(f"frame_max={frame_max} > {server_max} max size")
-        self.frame_max = frame_max
-        channel_max = method.channel_max
-        server_ch = self.config.channel_max
-        if server_ch and (channel_max == 0 or channel_max > server_ch):
-            raise NotAllowed(f"channel_max={channel_max} > {server_ch} max size")
-        self.channel_max = channel_max
-        self.heartbeat = method.heartbeat
-        self.state = State.OPEN_WAIT
-
-    def _open(self, method: spec.ConnectionOpen) -> None:
-        assert self.user is not None
-        name = method.virtual_host
-        vhost = self.broker.vhosts.get(name)
-        if vhost is None:
-            log.warning("%s: vhost '%s' not found", self.name, name)
-            raise NotAllowed(f"vhost {name} not found")
-        # RabbitMQ checks the vhost's connection limit, then the user's, before the
-        # user's access.
-        vhost.check_connection_limit(self.user.name)
-        if self.user.limits:
-            self.broker.users.check_connection_limit(self.user)
-        if name not in self.user.permissions:
-            log.warning(
-                "%s: user '%s' has no access to vhost '%s'", self.name, self.user.name, name
-            )
-            raise NotAllowed(f"access to vhost '{name}' refused for user '{self.user.name}'")
-        if self.broker.at_connection_max():
-            # Handshakes begun below max_connections may not take it beyond.
-            log.warning(
-                "%s: closing: max_connections (%d) reached", self.name, self.config.max_connections
-            )
-            self._close_transport()
-            return
-        self.vhost = vhost
-        vhost.connection_opened(self)
-        self.state = State.OPEN
-        self.broker.connection_opened(self)
-        self.send_method(0, spec.ConnectionOpenOk())
-        log.info("%s: connection opened, user '%s', vhost '%s'", self.name, self.user.name, name)
-
     # -- errors and closing ---------------------------------------------------------------
     def connection_error(self, exc: BrokerError, class_id: int = 0, method_id: int = 0) -> None:
         if self.state >= State.CLOSING:
@@ -609,7 +424,7 @@ class AMQPConnection:
             exc = CommandInvalid(exc.reply_text)
         log.warning("%s: closing connection: %s %s", self.name, exc.code, exc.reply_text)
         if self.state < State.OPEN_WAIT and self.state != State.TUNE_OK:
-            self._close_transport()
+            self.close_transport()
             return
         self.send_method(
             0,
@@ -631,7 +446,7 @@ class AMQPConnection:
         if self.state >= State.CLOSING:
             return
         if self.state < State.OPEN_WAIT:
-            self._close_transport()
+            self.close_transport()
             return
         self.send_method(
             0, spec.ConnectionClose(reply_code=code, reply_text=text, class_id=0, method_id=0)
@@ -655,7 +470,7 @@ class AMQPConnection:
         self.state = State.CLOSING
         self._release_resources()
 
-    def _close_transport(self) -> None:
+    def close_transport(self) -> None:
         if self.state == State.CLOSED:
             return
         self._release_resources()
@@ -743,7 +558,7 @@ class AMQPConnection:
                 log.warning(
                     "%s: missed heartbeats from client, timeout: %ss", self.name, self.heartbeat
                 )
-                self._close_transport()
+                self.close_transport()
                 return False
         if not self._sent and self.state == State.OPEN:
             self.send(HEARTBEAT_FRAME)

@@ -30,7 +30,7 @@ def connection_name(conn: AMQPConnection) -> str:
 def connection_info(conn: AMQPConnection) -> dict[str, Any]:
     if conn.vhost is None or conn.user is None:
         return {}
-    from warren.amqp.connection import State
+    from warren.amqp.handshake import State
 
     state = "running"
     if conn.state >= State.CLOSING:
@@ -98,9 +98,7 @@ def channel_info(conn: AMQPConnection, ch: Channel) -> dict[str, Any]:
         "confirm": ch.confirm,
         "connection_details": {"name": cname, "peer_host": peer_host, "peer_port": peer_port},
         "consumer_count": len(ch.consumers),
-        "consumer_details": [
-            consumer_info(c, details) for _, c in sorted(ch.consumers.items())
-        ],
+        "consumer_details": [consumer_info(c, details) for _, c in sorted(ch.consumers.items())],
         "global_prefetch_count": ch.global_prefetch_count,
         "messages_unacknowledged": len(ch.unacked),
         "messages_uncommitted": len(ch._tx_publishes),

@@ -7,7 +7,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, cast
 
-from warren.amqp.connection import AMQPConnection, State
+from warren.amqp.connection import AMQPConnection
+from warren.amqp.handshake import State
 from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol
 from warren.tls import cert_login
 
