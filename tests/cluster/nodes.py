@@ -97,10 +97,19 @@ class Node:
                 self.proc.wait(10)
 
 
-def wait_any(nodes: list[Node], pattern: str, timeout: float = 60) -> Node:
-    """The first of ``nodes`` to log a line matching ``pattern`` from now on."""
+def marks(nodes: list[Node]) -> dict[int, int]:
+    """Where each node's log stands now (for wait_any's ``since``)."""
+    with _logged:
+        return {id(node): len(node.log) for node in nodes}
+
+
+def wait_any(
+    nodes: list[Node], pattern: str, timeout: float = 60, since: dict[int, int] | None = None
+) -> Node:
+    """The first of ``nodes`` to log a line matching ``pattern`` after ``since``
+    (marks() taken before the action that should cause it; default: now)."""
     regex = re.compile(pattern)
-    marks = {id(node): len(node.log) for node in nodes}
+    marks = dict(since) if since is not None else {id(node): len(node.log) for node in nodes}
     deadline = time.monotonic() + timeout
     with _logged:
         while True:
@@ -111,5 +120,6 @@ def wait_any(nodes: list[Node], pattern: str, timeout: float = 60) -> Node:
                 marks[id(node)] = len(node.log)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise AssertionError(f"no node logged {pattern!r}")
+                logs = "".join(f"--- {node.name}\n" + "".join(node.log[-25:]) for node in nodes)
+                raise AssertionError(f"no node logged {pattern!r}; their logs:\n{logs}")
             _logged.wait(remaining)

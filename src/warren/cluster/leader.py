@@ -21,7 +21,10 @@ on it):
   it holds everything ever confirmed, and it is added to the ISR;
 - leaving: a follower that disconnects or falls more than
   ``max_unsynced_actions`` behind is removed, and confirms keep waiting for it
-  until the smaller ISR is stored.
+  until the smaller ISR is stored. One that has not acknowledged anything for
+  ``ack_timeout`` seconds while actions wait (stopped, cut off by a partition,
+  a dead disk) is disconnected, which removes it; it full-syncs when it comes
+  back.
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ class FollowerLink:
         self.joining_at: int | None = None
         self.pending: list[bytes] = []
         self.closed = False
+        self.last_ack = 0.0  # loop time of its last progress
 
     def send(self, frame: bytes) -> None:
         if self.closed:
@@ -141,12 +145,16 @@ class Replicator:
         isr_changed: IsrChanged | None = None,
         max_unsynced_actions: int = 8192,
         max_buffer: int = 256 * 1024 * 1024,
+        ack_timeout: float = 5.0,
     ) -> None:
         self.root = os.path.abspath(root) + os.sep
         self.secret = secret
         self.position = 0
         self.max_unsynced_actions = max_unsynced_actions
         self.max_buffer = max_buffer
+        self.ack_timeout = ack_timeout
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._stopping = False
         self._isr_changed = isr_changed
         self.links: list[FollowerLink] = []
         #: Node ids whose acks a confirm waits for (stored in etcd by isr_changed).
@@ -239,6 +247,8 @@ class Replicator:
         )
 
     def _want_isr(self) -> None:
+        if self._stopping:
+            return
         if self._isr_update is None or self._isr_update.done():
             self._isr_update = asyncio.ensure_future(self._update_isr())
 
@@ -271,7 +281,40 @@ class Replicator:
             self._want_isr()
         self._release()
 
+    def _check_acks(self) -> None:
+        """Disconnect followers that keep confirms waiting without acknowledging."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for link in list(self.links):
+            waited_for = link.node_id in self.isr or link.joining_at is not None
+            if waited_for and link.acked < self.position and now - link.last_ack > self.ack_timeout:
+                log.warning(
+                    "follower %s acknowledged nothing for %.1f s (%d actions behind); "
+                    "disconnecting it, out of the ISR",
+                    link.node_id,
+                    now - link.last_ack,
+                    self.position - link.acked,
+                )
+                link.close()
+            elif link.acked >= self.position:
+                link.last_ack = now  # nothing pending: not late
+        self._watchdog = loop.call_later(min(1.0, self.ack_timeout / 2), self._check_acks)
+
+    def stop(self) -> None:
+        """Stop serving the followers (the leader is stepping down). The ISR stays
+        as stored: the followers that disconnect now may be elected."""
+        self._stopping = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        if self._isr_update is not None:
+            self._isr_update.cancel()
+        for link in list(self.links):
+            link.close()
+
     def _ack(self, link: FollowerLink, position: int) -> None:
+        if position > link.acked:
+            link.last_ack = asyncio.get_running_loop().time()
         link.acked = max(link.acked, position)
         if (
             link.node_id not in self.isr
@@ -305,6 +348,9 @@ class Replicator:
                 for other in [o for o in self.links if o.node_id == link.node_id]:
                     other.close()  # a reconnect: the old link is dead
             self.links.append(link)
+            link.last_ack = asyncio.get_running_loop().time()
+            if self._watchdog is None:
+                self._check_acks()
             start = await self._full_sync(link, frames)
             link.start_streaming()
             log.info("follower %s (%s) synced from position %d", link.node_id, peer, start)

@@ -179,9 +179,8 @@ class ClusterNode:
             log.warning("node %s no longer leads", self.node_id)
             if server is not None:
                 server.close()
-            for link in list(replicator.links):
-                link.close()
-            await self._stop_leading()
+            await self._stop_leading()  # its last writes still reach the followers
+            replicator.stop()
             mirror.detach(self.root)
             with contextlib.suppress(EtcdError):
                 await self.etcd.revoke(lease)
