@@ -109,6 +109,8 @@ class Broker:
         #: Clustering's replication (cluster/leader.py's Replicator), set before
         #: start(): confirms then also wait for the in-sync followers.
         self.replication: Replication | None = None
+        #: Set with it: the cluster's state for the management API and /metrics.
+        self.cluster_status: Callable[[], dict[str, Any]] | None = None
         #: The whole broker's message counters (the overview's message_stats).
         self.stats = MessageStats()
         self.rate_sampler = RateSampler()

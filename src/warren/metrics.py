@@ -17,7 +17,7 @@ import resource
 import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
@@ -92,6 +92,8 @@ class Snapshot:
     totals: tuple[int, ...] = (0,) * len(COUNTERS)
     #: (vhost, queue, ready, unacked, ready bytes, consumers, published)
     queues: list[tuple[str, str, int, int, int, int, int]] = field(default_factory=list)
+    #: In a cluster, the cluster's state (ClusterNode.status); None on a single node.
+    cluster: dict[str, Any] | None = None
 
 
 async def snapshot(node: Node) -> Snapshot:
@@ -133,6 +135,8 @@ async def snapshot(node: Node) -> Snapshot:
             n += 1
             if n % SLICE == 0:
                 await asyncio.sleep(0)
+    if node.cluster_status is not None:
+        snap.cluster = node.cluster_status()
     try:
         snap.disk_free = shutil.disk_usage(node.config.data_dir).free
     except OSError:
@@ -199,6 +203,34 @@ def _families(snap: Snapshot, per_object: bool) -> Iterator[Metric]:
     for name, help_text, counter in _CHANNEL_COUNTERS:
         yield CounterMetricFamily(name, help_text, values[counter])
     yield from _queue_families(snap, per_object)
+    if snap.cluster is not None:
+        yield from _cluster_families(snap.cluster)
+
+
+def _cluster_families(cluster: dict[str, Any]) -> Iterator[Metric]:
+    """Warren's own clustering gauges (docs/clustering.md)."""
+    yield GaugeMetricFamily(
+        "warren_cluster_leader", "1 when this node leads the cluster", int(cluster["role"] == "leader")
+    )
+    yield GaugeMetricFamily(
+        "warren_cluster_replication_position",
+        "Actions the leader has replicated so far (on a follower: held on disk)",
+        cluster.get("position", 0),
+    )
+    yield GaugeMetricFamily(
+        "warren_cluster_in_sync_replicas",
+        "Nodes in the in-sync replica set, the leader included",
+        len(cluster.get("in_sync_replicas", [])),
+    )
+    lag = GaugeMetricFamily(
+        "warren_cluster_follower_lag_actions",
+        "Actions a connected follower has not acknowledged yet",
+        labels=["follower"],
+    )
+    for follower in cluster.get("followers", []):
+        if follower.get("lag_actions") is not None:
+            lag.add_metric([follower["node"]], follower["lag_actions"])
+    yield lag
 
 
 def _queue_families(snap: Snapshot, per_object: bool) -> Iterable[Metric]:

@@ -104,6 +104,9 @@ class Node(Protocol):
     mem_used: int
     mem_limit: int
     syncer: GroupSync | None
+    #: In a cluster, the cluster's state as this (leading) node sees it
+    #: (cluster/node.py's ClusterNode.status); None without clustering.
+    cluster_status: Callable[[], dict[str, Any]] | None
     #: Open client connections of every protocol (those that opened a vhost), and
     #: how many opened and closed so far.
     connections: set[ClientConnection]

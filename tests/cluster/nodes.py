@@ -20,11 +20,14 @@ _logged = threading.Condition()
 
 
 class Node:
-    def __init__(self, base: Path, name: str, etcd_url: str, prefix: str = "test") -> None:
+    def __init__(
+        self, base: Path, name: str, etcd_url: str, prefix: str = "test", http: bool = False
+    ) -> None:
         self.name = name
         self.data_dir = base / name
         self.amqp_port = free_port()
         self.repl_port = free_port()
+        self.http_port = free_port() if http else -1
         self.config = base / f"{name}.ini"
         self.config.write_text(
             "[main]\n"
@@ -32,7 +35,7 @@ class Node:
             "log_level = info\n"
             "[amqp]\n"
             f"port = {self.amqp_port}\n"
-            "[mgmt]\nport = -1\n"
+            f"[mgmt]\nport = {self.http_port}\n"
             "[mqtt]\nport = -1\n"
             "[clustering]\n"
             "enabled = true\n"

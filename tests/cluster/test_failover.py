@@ -4,14 +4,20 @@ message; clients reach the leader through any node."""
 
 from __future__ import annotations
 
+import base64
+import json
+import os
 import signal
+import subprocess
+import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pika
 import pytest
 from etcd_proc import EtcdProcess
-from nodes import Node, marks, wait_any
+from nodes import SRC, Node, marks, wait_any
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
@@ -158,3 +164,53 @@ def test_a_rolling_restart_keeps_serving_and_loses_nothing(nodes: list[Node]) ->
         _publish(node.amqp_port, published, 20)
         published += 20
     assert _bodies(leader.amqp_port) == {b"job-%d" % i for i in range(published)}
+
+
+def test_every_node_reports_the_cluster(etcd: EtcdProcess, tmp_path: Path) -> None:
+    nodes = [Node(tmp_path, f"h{i}", etcd.url, http=True) for i in range(3)]
+    try:
+        leader = _cluster(nodes)
+        _publish(leader.amqp_port, 0, 10)
+        auth = "Basic " + base64.b64encode(b"guest:guest").decode()
+        for node in nodes:  # a follower's HTTP port reaches the leader's API
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{node.http_port}/api/cluster", headers={"Authorization": auth}
+            )
+            with urllib.request.urlopen(request, timeout=10) as resp:
+                status = json.load(resp)
+            assert status["enabled"] and status["role"] == "leader"
+            assert len(status["in_sync_replicas"]) == 3
+            assert {f["node"] for f in status["followers"]} == set(status["in_sync_replicas"]) - {
+                status["node"]
+            }
+            assert all(f["state"] == "streaming" and f["in_sync"] for f in status["followers"])
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{nodes[2].http_port}/metrics", headers={"Authorization": auth}
+        )
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            metrics = resp.read().decode()
+        assert "warren_cluster_leader 1.0" in metrics
+        assert "warren_cluster_in_sync_replicas 3.0" in metrics
+        assert "warren_cluster_follower_lag_actions{follower=" in metrics
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "warren",
+                "ctl",
+                "--url",
+                f"http://127.0.0.1:{nodes[1].http_port}",
+                "cluster",
+                "status",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+            env=dict(os.environ, PYTHONPATH=str(SRC)),
+        ).stdout
+        assert "role" in out and "leader" in out and "in-sync replicas" in out
+        assert out.count("streaming") == 2
+    finally:
+        for node in nodes:
+            node.stop()

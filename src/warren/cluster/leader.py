@@ -36,6 +36,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from warren.cluster import codec as c
 from warren.cluster.framing import FrameReader
@@ -327,6 +328,23 @@ class Replicator:
         if (link.node_id in self.isr) != (link.node_id in self._wanted_isr()):
             self._want_isr()
         self._release()
+
+    def followers(self) -> list[dict[str, Any]]:
+        """Each connected follower: id, address, position on disk, lag, ISR state."""
+        out = []
+        for link in self.links:
+            peer = link.writer.get_extra_info("peername")
+            out.append(
+                {
+                    "node": link.node_id,
+                    "address": f"{peer[0]}:{peer[1]}" if peer else None,
+                    "state": "syncing" if link.syncing else "streaming",
+                    "acked_position": link.acked,
+                    "lag_actions": max(self.position - link.acked, 0) if link.acked >= 0 else None,
+                    "in_sync": link.node_id in self.isr,
+                }
+            )
+        return out
 
     # -- serving a follower -----------------------------------------------------------
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import secrets
 from collections.abc import Callable
 from pathlib import Path
@@ -68,6 +67,7 @@ class ClusterNode:
         self.broker: Broker | None = None
         self.follower: Follower | None = None
         self._proxy = ClientProxy(config)
+        self.replicator: Replicator | None = None
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -153,6 +153,26 @@ class ClusterNode:
             "http": f"{host}:{cfg.http_port}" if cfg.http_port >= 0 else None,
         }
 
+    def status(self) -> dict[str, Any]:
+        """What the management API (/api/cluster), /metrics and `warren ctl cluster
+        status` show of the cluster, as this node sees it."""
+        replicator = self.replicator
+        out: dict[str, Any] = {
+            "enabled": True,
+            "node": self.node_id,
+            "role": self.role,
+            "leader": self.leader_info,
+            "etcd_endpoints": self.etcd.endpoints,
+            "etcd_prefix": self.prefix,
+        }
+        if replicator is not None:
+            out["position"] = replicator.position
+            out["in_sync_replicas"] = sorted({self.node_id} | replicator.isr)
+            out["followers"] = replicator.followers()
+        if self.follower is not None:
+            out["position"] = self.follower.position
+        return out
+
     # -- leading ----------------------------------------------------------------------
     async def _lead(self, lease: int, secret: str) -> None:
         log.info("elected leader (node %s)", self.node_id)
@@ -170,6 +190,8 @@ class ClusterNode:
             await self._store_isr(frozenset())  # the leader alone until followers catch up
             self.broker = broker = self.make_broker(self.config)
             broker.replication = replicator
+            self.replicator = replicator
+            broker.cluster_status = self.status
             await broker.start()
             server = await asyncio.start_server(
                 replicator.serve, self.config.clustering_bind, self.config.clustering_port
@@ -182,6 +204,7 @@ class ClusterNode:
             await self._stop_leading()  # its last writes still reach the followers
             replicator.stop()
             mirror.detach(self.root)
+            self.replicator = None
             with contextlib.suppress(EtcdError):
                 await self.etcd.revoke(lease)
             self.role = "starting"
@@ -252,16 +275,3 @@ class ClusterNode:
         """Return when the leader key changes after ``revision``."""
         async for _event in self.etcd.watch(self._key("leader"), revision + 1):
             return
-
-
-def status(node: ClusterNode) -> dict[str, Any]:
-    """What the management API and `warren ctl cluster status` show of this node."""
-    out: dict[str, Any] = {
-        "node": node.node_id,
-        "role": node.role,
-        "leader": node.leader_info,
-        "data_dir": os.fspath(node.root),
-    }
-    if node.follower is not None:
-        out["position"] = node.follower.position
-    return out

@@ -75,6 +75,50 @@ def cmd_status(ctx: Context) -> int:
     return EXIT_OK
 
 
+# -- cluster ---------------------------------------------------------------------------------
+
+
+def cmd_cluster_status(ctx: Context) -> int:
+    status = ctx.client.get(path("cluster"))
+    if ctx.json:
+        ctx.print_json(status)
+        return EXIT_OK
+    if not isinstance(status, dict):
+        raise CtlError(
+            "the API answered /api/cluster with something other than an object", EXIT_SERVER
+        )
+    if not status.get("enabled"):
+        ctx.out.write("clustering is not enabled on this broker\n")
+        return EXIT_OK
+    leader = status.get("leader") or {}
+    pairs: list[tuple[str, Any]] = [
+        ("node", status.get("node")),
+        ("role", status.get("role")),
+        ("leader", leader.get("id")),
+        ("leader amqp", leader.get("amqp")),
+        ("replication position", status.get("position")),
+        ("in-sync replicas", ", ".join(status.get("in_sync_replicas") or [])),
+        ("etcd", ", ".join(status.get("etcd_endpoints") or [])),
+    ]
+    render_pairs(pairs, ctx.out)
+    followers = status.get("followers") or []
+    if followers:
+        ctx.out.write("\nfollowers\n")
+        render_table(
+            followers,
+            [
+                Column("node", "node"),
+                Column("address", "address"),
+                Column("state", "state"),
+                Column("position", "acked_position"),
+                Column("lag", "lag_actions"),
+                Column("in sync", "in_sync"),
+            ],
+            ctx.out,
+        )
+    return EXIT_OK
+
+
 # -- vhosts ----------------------------------------------------------------------------------
 
 VHOST_COLUMNS = [

@@ -103,6 +103,10 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
     )
     p.set_defaults(handler=c.cmd_status)
 
+    # cluster
+    g = resource("cluster", "the cluster (Warren's clustering, GET /api/cluster)")
+    action(g, "status", c.cmd_cluster_status, "leader, in-sync replicas, followers and their lag")
+
     # vhosts
     g = resource("vhosts", "virtual hosts: list, add, delete", c.cmd_vhosts_list, "list vhosts")
     p = action(g, "add", c.cmd_vhosts_add, "create a virtual host")

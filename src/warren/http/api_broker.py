@@ -55,6 +55,7 @@ def register(r: Router) -> None:  # noqa: C901 - one table of routes
     r.route("GET", "/api/nodes")(nodes)
     r.route("GET", "/api/nodes/{node}")(node)
     r.route("GET", "/api/extensions")(extensions)
+    r.route("GET", "/api/cluster")(cluster)
     r.route("GET", "/api/cluster-name")(get_cluster_name)
     r.route("PUT", "/api/cluster-name")(put_cluster_name)
     r.route("GET", "/api/vhosts")(list_vhosts)
@@ -217,6 +218,14 @@ async def node(ctx: Ctx) -> web.StreamResponse:
     if ctx.params[0] != node_name():
         raise not_found()
     return item_response(ctx, _node_info(ctx))
+
+
+async def cluster(ctx: Ctx) -> web.StreamResponse:
+    """Warren's own: the cluster's leader, in-sync replicas and followers with their
+    replication lag (docs/clustering.md); ``{"enabled": false}`` on a single node."""
+    ctx.require(MONITORING)
+    status = ctx.node.cluster_status
+    return json_response(status() if status is not None else {"enabled": False})
 
 
 async def extensions(ctx: Ctx) -> web.StreamResponse:
