@@ -68,7 +68,9 @@ COMPILED_MODULES = [
     "warren.mqtt.mapping",
     "warren.mqtt.subscriptions",
     "warren.store.records",
+    "warren.store.segment_files",
     "warren.store.segment_log",
+    "warren.store.segment_recovery",
     "warren.store.segment_store",
     "warren.store.stream_store",
 ]

@@ -20,8 +20,7 @@ from store_model import STATE_MACHINE_SETTINGS, StoreModel
 from warren.core.message import Message
 from warren.core.properties import BasicProperties
 from warren.core.store import MemoryStore, MessageStore
-from warren.store import records
-from warren.store import segment_store as segment_store_module
+from warren.store import records, segment_recovery
 from warren.store.segment_store import SegmentStore
 
 PERSISTENT = b"\x10\x00\x02"  # flags: delivery-mode present; delivery-mode 2
@@ -124,10 +123,10 @@ def test_large_record_round_trip() -> None:
 )
 def test_persistence_check_matches_the_property_codec(props: BasicProperties) -> None:
     raw = props.encode()
-    assert SegmentStore._is_persistent(raw) == (props.delivery_mode == 2)
+    assert segment_recovery.is_persistent(raw) == (props.delivery_mode == 2)
     # A continuation flag word moves delivery-mode: the fast path must not apply.
     continued = bytes([raw[0], raw[1] | 1]) + b"\x00\x00" + raw[2:]
-    assert SegmentStore._is_persistent(continued) == (props.delivery_mode == 2)
+    assert segment_recovery.is_persistent(continued) == (props.delivery_mode == 2)
 
 
 def test_append_shift_ack_order(tmp_path: Path) -> None:
@@ -492,7 +491,7 @@ def test_unexpected_recovery_error_is_contained(
 
     # An os function, not a warren one such as inspect_record: the compiled build
     # binds calls between its modules at build time, so patching those has no effect.
-    monkeypatch.setattr(segment_store_module.os, "pread", failing_header_read)
+    monkeypatch.setattr(segment_recovery.os, "pread", failing_header_read)
     caplog.set_level(logging.WARNING, logger="warren.store")
     store = SegmentStore(d)
     assert store.ready_count == 0
@@ -503,7 +502,7 @@ def test_unexpected_recovery_error_is_contained(
     store.close()
 
     monkeypatch.undo()
-    monkeypatch.setattr(segment_store_module.os, "listdir", boom)
+    monkeypatch.setattr(segment_recovery.os, "listdir", boom)
     caplog.clear()
     store = SegmentStore(d)
     assert "recovery failed" in caplog.text and str(d) in caplog.text

@@ -6,8 +6,10 @@ the broker keeps no Python object per ready message: RAM stays flat however
 long the queue grows, and the kernel decides what stays cached.
 Acknowledgements are appended as u32 record offsets to ``acks.<id>`` next to
 the log's ``msgs.<id>``; a segment whose records are all acknowledged is
-dropped from the log. docs/storage.md describes the formats, recovery and
-durability in full.
+dropped from the log. The files and their durability are SegmentFiles', the
+base class (store/segment_files.py); what a store finds when it opens is
+store/segment_recovery.py's. docs/storage.md describes the formats, recovery
+and durability in full.
 
 Threading: everything except sync() and flush() belongs to one thread (the event
 loop). sync() may run in a worker thread while that thread keeps appending; the
@@ -22,18 +24,12 @@ import contextlib
 import heapq
 import logging
 import mmap
-import os
-import re
-import struct
-import sys
 import time
 from array import array
-from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
 from warren.core.message import Message, MessageRun
-from warren.core.properties import peek_delivery_mode
 from warren.core.store import StoredRun
 from warren.store.records import (
     FILE_HEADER_SIZE,
@@ -43,86 +39,21 @@ from warren.store.records import (
     encode_message_record,
     encode_run,
 )
-from warren.store.segment_log import MSGS_NAME, OFFSET_MASK, SEQ_BITS, SegmentLog, sync_files
+from warren.store.segment_files import NO_SKIP, SegmentFiles, SegmentState
+from warren.store.segment_log import OFFSET_MASK, SEQ_BITS
+from warren.store.segment_recovery import recover, scan_segment
 
 __all__ = ["SEQ_BITS", "SegmentStore"]
 
 log = logging.getLogger("warren.store")
 
-_ACKS_NAME = re.compile(r"acks\.(\d{10})")
-_TMP_NAME = re.compile(r"acks\.\d{10}\.tmp")
 _OFFSET_MASK = OFFSET_MASK
 # Acks are queued in memory and written to their ack files in batches; this many
 # pending acks force a batch without waiting for flush()/sync().
 _ACK_BATCH = 4096
-_BIG_ENDIAN = sys.byteorder == "big"
-_NO_SKIP: array[int] = array("I")
-# u32 record length, u64 timestamp, u8 exchange length: what scan_ready reads first.
-_SCAN_HEAD = struct.Struct(">IQB")
-_U32 = struct.Struct(">I")
 
 
-class _Segment:
-    """Counters for one segment file; nothing per message except the dead records
-    still ahead of the read cursor (recovery's skip list, remove_ready's set)."""
-
-    __slots__ = (
-        "id",
-        "records",
-        "dead",
-        "unread",
-        "unread_bytes",
-        "skip",
-        "removed",
-        "removed_max",
-        "has_acks",
-    )
-
-    def __init__(self, segment_id: int) -> None:
-        self.id = segment_id
-        self.records = 0  # records in the file
-        self.dead = 0  # acknowledged, purged, dropped as transient or corrupt
-        self.unread = 0  # ready records not yet shifted
-        self.unread_bytes = 0  # their body bytes
-        # Offsets of dead records ahead of the read cursor (only after recovery:
-        # at runtime every ack is for a record behind the cursor). Sorted.
-        self.skip: array[int] | None = None
-        # Offsets of records taken out by remove_ready() ahead of the read cursor
-        # (dead, acked, but still in the cursor's way), and the highest of them ever
-        # added: once the cursor is past it the set is stale and dropped.
-        self.removed: set[int] | None = None
-        self.removed_max = 0
-        self.has_acks = False
-
-
-def _offsets_to_bytes(offsets: list[int] | array[int]) -> bytes:
-    arr = array("I", offsets)
-    if not _BIG_ENDIAN:
-        arr.byteswap()
-    return arr.tobytes()
-
-
-def _offsets_from_bytes(data: bytes) -> array[int]:
-    arr = array("I")
-    arr.frombytes(data[: len(data) - len(data) % 4])
-    if not _BIG_ENDIAN:
-        arr.byteswap()
-    return arr
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    try:
-        while view:
-            # Not `view[os.write(fd, view) :]`: mypyc (2.4) evaluates a call in a
-            # memoryview's slice bound twice, writing the data twice.
-            written = os.write(fd, view)
-            view = view[written:]
-    finally:
-        view.release()
-
-
-class SegmentStore:
+class SegmentStore(SegmentFiles):
     """MessageStore for one queue, kept in segment files under ``directory``.
 
     ``seq`` is ``(segment id << 32) | offset of the record``, so sequence order is
@@ -139,15 +70,12 @@ class SegmentStore:
         segment_size: int = 8 * 1024 * 1024,
         persistent_only_on_recovery: bool = True,
     ) -> None:
-        self._log = SegmentLog(Path(directory), segment_size)
-        self._dir = self._log.directory
-        self._persistent_only = persistent_only_on_recovery
-        self._segs: dict[int, _Segment] = {}  # ascending id (insertion order)
+        super().__init__(directory, segment_size)
         # The segment the log appends to (its counters), None until the first append.
-        self._wseg: _Segment | None = None
+        self._wseg: SegmentState | None = None
         # Reading: a cursor into the oldest segment with unread records. The map is
         # open only while that segment has something left to read.
-        self._rseg: _Segment | None = None
+        self._rseg: SegmentState | None = None
         self._rpos = 0
         self._rmap: mmap.mmap | None = None
         self._rend = 0
@@ -165,20 +93,13 @@ class SegmentStore:
         self._requeued_heap: list[int] = []
         self._ready_count = 0
         self._ready_bytes = 0
-        # Shared with sync() in a worker thread: deque.append/popleft are atomic, the
-        # rest is guarded by _lock. A seq, or (segment id, offsets) for ack_run.
-        self._acks: deque[int | tuple[int, array[int]]] = deque()
-        self._lock = self._log.lock
-        self._dirty = False
-        self._unsynced_acks: set[int] = set()
-        self._recover()
+        self._segs, self._wseg = recover(self._log, persistent_only_on_recovery)
+        for seg in self._segs.values():
+            self._ready_count += seg.unread
+            self._ready_bytes += seg.unread_bytes
 
     def __repr__(self) -> str:
         return f"<SegmentStore {str(self._dir)!r} ready={self._ready_count}>"
-
-    # -- paths ----------------------------------------------------------------------------
-    def _acks_path(self, segment_id: int) -> Path:
-        return self._dir / f"acks.{segment_id:010d}"
 
     # -- MessageStore ---------------------------------------------------------------------
     @property
@@ -213,10 +134,10 @@ class SegmentStore:
         self._dirty = True  # after the write: sync() clears it before flushing
         return seq
 
-    def _start_segment(self, segment_id: int) -> _Segment:
+    def _start_segment(self, segment_id: int) -> SegmentState:
         """The log began a new segment: count it, and let the one before go if done."""
         old = self._wseg
-        seg = self._wseg = _Segment(segment_id)
+        seg = self._wseg = SegmentState(segment_id)
         self._segs[segment_id] = seg
         if old is not None and old.dead >= old.records:
             self._drop_segment(old)
@@ -473,7 +394,7 @@ class SegmentStore:
         self.ack(seq)
         return msg
 
-    def _read_record(self, seg: _Segment, off: int) -> tuple[Message, int] | None:
+    def _read_record(self, seg: SegmentState, off: int) -> tuple[Message, int] | None:
         """Decode the record at ``off`` of ``seg``, CRC included; None if there is none."""
         if seg is self._rseg and self._rmap is not None and off < self._rend:
             with contextlib.suppress(CorruptRecord):
@@ -504,40 +425,7 @@ class SegmentStore:
             if not seg.unread or (rseg is not None and seg.id < rseg.id):
                 continue
             start = self._rpos if seg is rseg else FILE_HEADER_SIZE
-            yield from self._scan_segment(seg, max(start, FILE_HEADER_SIZE))
-
-    def _scan_segment(self, seg: _Segment, pos: int) -> Iterator[tuple[int, int, bytes]]:
-        m = self._log.map(seg.id)
-        if m is None:
-            return
-        size = len(m)
-        try:
-            left = seg.unread
-            base = seg.id << 32
-            head = _SCAN_HEAD.unpack_from
-            u32 = _U32.unpack_from
-            skip = seg.skip if seg.skip is not None else _NO_SKIP
-            removed = seg.removed
-            i = bisect.bisect_left(skip, pos)
-            n = len(skip)
-            check = n > i or removed is not None
-            while left and pos + MIN_RECORD_SIZE <= size:
-                length, timestamp, ex_len = head(m, pos)
-                if length < MIN_RECORD_SIZE:
-                    break  # validated data never has this; stop rather than spin
-                if check:
-                    while i < n and skip[i] < pos:
-                        i += 1
-                    if (i < n and skip[i] == pos) or (removed is not None and pos in removed):
-                        pos += length
-                        continue
-                o = pos + 14 + ex_len + m[pos + 13 + ex_len]
-                p_len = u32(m, o)[0]
-                yield base | pos, timestamp, m[o + 4 : o + 4 + p_len]
-                left -= 1
-                pos += length
-        finally:
-            m.close()
+            yield from scan_segment(self._log, seg, max(start, FILE_HEADER_SIZE))
 
     def purge(self) -> int:
         n = self._ready_count
@@ -611,129 +499,13 @@ class SegmentStore:
         self._wseg = self._rseg = None
         self._ready_count = self._ready_bytes = 0
 
-    # -- durability -----------------------------------------------------------------------
-    def flush(self) -> None:
-        """Hand buffered appends and acks to the OS (no fsync): the sync=false mode."""
-        with self._lock:
-            if self._log.closed:
-                return
-            self._log.flush_locked()
-            self._write_acks_locked()
-
-    def sync(self) -> None:
-        """Make everything appended before this call durable; acks go to the OS only.
-
-        This is what a publisher confirm waits for. Ack and purge records are
-        written (they survive a killed broker) but their fdatasync is left to
-        sync_acks(), which the group commit runs about once a second off the
-        confirm path: an ack lost to a power cut means a redelivery, never a
-        lost message, and recovery prunes an ack that outlived its data.
-
-        Safe to call from a worker thread while the owning thread keeps appending:
-        the buffers are flushed and the descriptors captured under the lock, the
-        slow fdatasync calls run outside it. Writes made after the call started may
-        or may not be covered. If fdatasync fails, the error is raised and dirty is
-        set again, but the kernel may already have dropped the failed pages: treat
-        a failed sync as fatal for the data written since the previous one.
-        """
-        fds: list[int] = []
-        paths: list[Path] = []
-        dirs: list[Path] = []
-        try:
-            self.collect_sync(fds, paths, dirs)
-        finally:  # what was collected (descriptors included) is synced either way
-            try:
-                sync_files(fds, paths, dirs)
-            except BaseException:
-                self._dirty = True
-                raise
-
-    def collect_sync(self, fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
-        """sync()'s first half (store/sync.py's Syncable): write the buffered appends
-        and acks to the OS and add what the slow half must fdatasync. What was
-        added stays added when this raises (the caller syncs and closes it)."""
-        with self._lock:
-            if self._log.closed:
-                return
-            self._dirty = False  # before flushing: a concurrent append sets it again
-            if self._log.dir_dirty:
-                self._log.dir_dirty = False
-                dirs.append(self._dir)
-            try:
-                self._log.collect_sync_locked(fds, paths)
-                self._write_acks_locked()
-            except BaseException:
-                self._dirty = True
-                raise
-
-    def sync_acks(self) -> None:
-        """fdatasync the ack files that sync() or flush() wrote since the last call."""
-        with self._lock:
-            if self._log.closed or not self._unsynced_acks:
-                return
-            ids = self._unsynced_acks
-            self._unsynced_acks = set()
-        try:
-            sync_files([], [self._acks_path(i) for i in ids], [])
-        except BaseException:
-            with self._lock:
-                self._unsynced_acks |= ids
-            raise
-
     # -- writing --------------------------------------------------------------------------
     def _retire_write_segment(self) -> None:
         """Close the write segment; the next append starts a new one."""
         self._log.retire()
         self._wseg = None
 
-    def _write_acks_locked(self) -> None:
-        """Append the queued acks to their segments' ack files (caller holds _lock)."""
-        acks = self._acks
-        n = len(acks)
-        if not n or self._log.closed:
-            return
-        groups: dict[int, array[int]] = {}
-        for _ in range(n):
-            item = acks.popleft()
-            if isinstance(item, int):
-                sid = item >> 32
-                offsets = groups.get(sid)
-                if offsets is None:
-                    offsets = groups[sid] = array("I")
-                offsets.append(item & _OFFSET_MASK)
-            else:
-                sid, run_offsets = item
-                offsets = groups.get(sid)
-                if offsets is None:
-                    offsets = groups[sid] = array("I")
-                offsets.extend(run_offsets)
-        items = list(groups.items())
-        for i, (sid, offsets) in enumerate(items):
-            seg = self._segs.get(sid)
-            if seg is None:  # deleted since: its acks died with it
-                continue
-            try:
-                fd = os.open(self._acks_path(sid), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                try:
-                    data = _offsets_to_bytes(offsets)
-                    _write_all(fd, data)
-                    if self._log.mirror is not None:  # clustering: at the offset it got
-                        end = os.lseek(fd, 0, os.SEEK_CUR)
-                        self._log.mirror.appended(self._acks_path(sid), end - len(data), data)
-                finally:
-                    os.close(fd)
-            except BaseException:
-                # Keep what was not written for the next attempt; a torn entry at the
-                # end of the ack file is pruned on recovery.
-                for sid2, offs in items[i:]:
-                    acks.extend((sid2 << 32) | o for o in offs)
-                raise
-            if not seg.has_acks:
-                seg.has_acks = True
-                self._log.dir_dirty = True
-            self._unsynced_acks.add(sid)
-
-    def _drop_segment(self, seg: _Segment) -> None:
+    def _drop_segment(self, seg: SegmentState) -> None:
         """Delete a fully acknowledged segment (messages first, so acks never go missing)."""
         if seg is self._rseg:
             self._close_map()
@@ -759,7 +531,7 @@ class SegmentStore:
         if m is not None:
             m.close()  # no views into it survive a read: see records.decode_record
 
-    def _map(self, seg: _Segment) -> None:
+    def _map(self, seg: SegmentState) -> None:
         """Map ``seg`` in full (after pushing buffered appends to the file)."""
         self._close_map()
         m = self._log.map(seg.id)
@@ -767,7 +539,7 @@ class SegmentStore:
             self._rmap = m
             self._rend = len(m)
 
-    def _enter(self, seg: _Segment) -> None:
+    def _enter(self, seg: SegmentState) -> None:
         self._close_map()
         old = self._rseg
         if old is not None:
@@ -829,7 +601,7 @@ class SegmentStore:
                 self._detour = False  # callers hold no peeked record
                 return m, self._rpos
             # Step over dead records: recovered ones (skip, sorted) and removed ones.
-            skip = self._skip if self._skip is not None else _NO_SKIP
+            skip = self._skip if self._skip is not None else NO_SKIP
             pos = self._rpos
             end = self._rend
             i = self._skip_i
@@ -854,7 +626,7 @@ class SegmentStore:
             if pos < end:
                 return m, pos
 
-    def _abandon_segment(self, seg: _Segment, reason: str) -> None:
+    def _abandon_segment(self, seg: SegmentState, reason: str) -> None:
         """Give up on the unread rest of a segment that cannot be read (never expected:
         recovery validated it). Its ready messages are lost; the store keeps working."""
         log.error(
@@ -879,7 +651,7 @@ class SegmentStore:
         if seg.dead >= seg.records:
             self._drop_segment(seg)
 
-    def _ack_unread(self, seg: _Segment) -> None:
+    def _ack_unread(self, seg: SegmentState) -> None:
         """Ack every unread record of the read segment (purge with unacked neighbours)."""
         self._map(seg)
         m = self._rmap
@@ -906,169 +678,3 @@ class SegmentStore:
             pos += length
         seg.dead += left  # only if the file disagreed with the counters
         self._close_map()
-
-    # -- recovery -------------------------------------------------------------------------
-    def _recover(self) -> None:
-        """Rebuild counters from the files; never raises (a broken queue starts empty)."""
-        where = "directory listing"
-        try:
-            seg_ids: set[int] = set()
-            ack_ids: set[int] = set()
-            for name in os.listdir(self._dir):
-                if _TMP_NAME.fullmatch(name):
-                    self._log.unlink(self._dir / name)  # an interrupted ack-file rewrite
-                    continue
-                match = MSGS_NAME.fullmatch(name)
-                if match is not None:
-                    seg_ids.add(int(match.group(1)))
-                    continue
-                match = _ACKS_NAME.fullmatch(name)
-                if match is not None:
-                    ack_ids.add(int(match.group(1)))
-            self._log.reserve_ids(max(seg_ids | ack_ids, default=0))
-            last_size = 0
-            for sid in sorted(seg_ids):
-                where = self._log.msgs_path(sid).name
-                try:
-                    found = self._recover_segment(sid, sid in ack_ids)
-                except Exception:
-                    log.exception(
-                        "%s: cannot recover %s; leaving it untouched, its messages are not served",
-                        self._dir,
-                        where,
-                    )
-                    continue
-                if found is not None:
-                    seg, last_size = found
-                    self._segs[sid] = seg
-                    self._ready_count += seg.unread
-                    self._ready_bytes += seg.unread_bytes
-            for sid in ack_ids - seg_ids:  # messages deleted, crash before the acks were
-                self._log.unlink(self._acks_path(sid))
-            if seg_ids and max(seg_ids) in self._segs:
-                # Keep appending to the last segment; opened on the first append.
-                self._wseg = self._segs[max(seg_ids)]
-                self._log.continue_segment(self._wseg.id, last_size)
-        except Exception:
-            log.exception("%s: recovery failed at %s; the queue starts empty", self._dir, where)
-            self._segs.clear()
-            self._acks.clear()
-            self._wseg = None
-            self._log.continue_segment(0, 0)
-            self._ready_count = self._ready_bytes = 0
-
-    def _recover_segment(self, sid: int, has_acks: bool) -> tuple[_Segment, int] | None:
-        """Validate one segment (the log's scan) against its ack file; returns (segment,
-        data size) or None when the segment is gone (fully dead, empty) or left alone
-        (not ours)."""
-        scan = self._log.scan(sid)
-        if scan is None:
-            return None
-        size = scan.size
-        # Acked offsets as a bitmap over the file's bytes (size/8 bytes, freed after
-        # this segment): no Python int per entry, duplicates merge for free.
-        acked = bytearray((size >> 3) + 1) if has_acks else bytearray()
-        ack_entries = 0
-        ack_torn = False
-        if has_acks:
-            data = self._acks_path(sid).read_bytes()
-            ack_torn = len(data) % 4 != 0
-            offsets = _offsets_from_bytes(data)
-            ack_entries = len(offsets)
-            for o in offsets:
-                if o < size:
-                    acked[o >> 3] |= 1 << (o & 7)
-            del offsets, data
-
-        seg = _Segment(sid)
-        skip: array[int] = array("I")
-        valid_acks: list[int] = []
-        dropped: list[int] = []  # transient records: acked now
-        try:
-            m = scan.map
-            for pos, _length, p_off, p_len, b_len in scan:
-                seg.records += 1
-                if acked and acked[pos >> 3] >> (pos & 7) & 1:
-                    seg.dead += 1
-                    skip.append(pos)
-                    valid_acks.append(pos)
-                elif p_off < 0:  # corrupt, stepped over
-                    seg.dead += 1
-                    skip.append(pos)
-                elif (
-                    self._persistent_only
-                    and m is not None
-                    and not self._is_persistent(m[p_off : p_off + p_len])
-                ):
-                    seg.dead += 1
-                    skip.append(pos)
-                    dropped.append(pos)
-                else:
-                    seg.unread += 1
-                    seg.unread_bytes += b_len
-        finally:
-            scan.close()
-        size = scan.size
-
-        if seg.dead >= seg.records:  # nothing left to deliver (or an empty segment)
-            self._unlink_pair(sid)
-            return None
-
-        seg.has_acks = has_acks
-        stale = ack_entries - len(valid_acks)
-        if stale or ack_torn or dropped:
-            if stale or ack_torn:
-                log.warning(
-                    "%s: %s: pruned %d ack entries (past the data, not at a record "
-                    "boundary, or duplicates)%s",
-                    self._dir,
-                    self._acks_path(sid).name,
-                    stale,
-                    " (and a torn last entry)" if ack_torn else "",
-                )
-            if dropped:
-                log.info(
-                    "%s: %s: dropped %d transient messages",
-                    self._dir,
-                    self._log.msgs_path(sid).name,
-                    len(dropped),
-                )
-            self._rewrite_acks(sid, sorted(valid_acks + dropped))
-            seg.has_acks = bool(valid_acks or dropped)
-        seg.skip = skip if skip else None
-        return seg, size
-
-    @staticmethod
-    def _is_persistent(raw_properties: bytes) -> bool:
-        # Fast path: one flags word and delivery-mode is the first property present
-        # (no content-type, content-encoding or headers): it follows the flags word.
-        if (
-            len(raw_properties) >= 3
-            and raw_properties[0] & 0xF0 == 0x10
-            and not raw_properties[1] & 1
-        ):
-            return raw_properties[2] == 2
-        try:
-            return peek_delivery_mode(raw_properties) == 2
-        except Exception:  # unreadable properties: keep the message rather than lose it
-            return True
-
-    def _rewrite_acks(self, sid: int, offsets: list[int]) -> None:
-        """Replace an ack file atomically (temp file + rename)."""
-        path = self._acks_path(sid)
-        if not offsets:
-            self._log.unlink(path)
-            return
-        tmp = path.with_name(path.name + ".tmp")
-        content = _offsets_to_bytes(offsets)
-        with open(tmp, "wb") as f:
-            f.write(content)
-        os.replace(tmp, path)
-        if self._log.mirror is not None:
-            self._log.mirror.replaced(path, content)
-
-    def _unlink_pair(self, sid: int) -> None:
-        # Messages first: a crash in between leaves an orphan ack file (removed on
-        # recovery), never a message file whose acks are gone.
-        self._log.unlink(self._log.msgs_path(sid))
-        self._log.unlink(self._acks_path(sid))
