@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 from warren.amqp.server import AMQPListener
 from warren.broker import Broker as CoreBroker
 from warren.config import Config
 from warren.http.server import HTTPListener
 from warren.mqtt.server import MQTTListener
-from warren.node import Listener, WebSocketEndpoint
+from warren.node import Listener, WebSocketEndpoint, node_name
+from warren.shovel.component import ShovelComponent
 
 __all__ = ["Broker", "default_listeners"]
 
@@ -58,3 +60,18 @@ class Broker(CoreBroker):
         self.listeners = list(
             listeners if listeners is not None else default_listeners(self.config)
         )
+        shovels = ShovelComponent(
+            self._local_amqp_uri, node_name(), lambda v, n: self._drop_parameter(v, "shovel", n)
+        )
+        self.parameter_components[shovels.name] = shovels
+
+    def _local_amqp_uri(self, vhost: str) -> str:
+        """How a shovel reaches this broker: the AMQP port as the default user."""
+        cfg = self.config
+        host = "127.0.0.1" if cfg.bind in ("0.0.0.0", "::", "") else cfg.bind
+        user, password = quote(cfg.default_user, safe=""), quote(cfg.default_password, safe="")
+        return f"amqp://{user}:{password}@{host}:{self.amqp_port}/{quote(vhost, safe='')}"
+
+    def _drop_parameter(self, vhost: str, component: str, name: str) -> None:
+        if vhost in self.vhosts:
+            self.clear_parameter(vhost, component, name)

@@ -23,6 +23,7 @@ from warren import __version__, build_description
 from warren.config import Config
 from warren.core.auth_guard import AuthGuard
 from warren.core.errors import NotFound
+from warren.core.runtime_parameters import ParameterComponent, ValidationFailed
 from warren.core.stats import MessageStats, OctetStats, RateSampler
 from warren.core.store import MessageStore
 from warren.core.stream import StreamLog
@@ -111,6 +112,9 @@ class Broker:
         self.replication: Replication | None = None
         #: Set with it: the cluster's state for the management API and /metrics.
         self.cluster_status: Callable[[], dict[str, Any]] | None = None
+        #: Runtime-parameter components beyond policies and limits, by name
+        #: ("shovel", ...): warren.app registers the standard ones.
+        self.parameter_components: dict[str, ParameterComponent] = {}
         #: The whole broker's message counters (the overview's message_stats).
         self.stats = MessageStats()
         self.rate_sampler = RateSampler()
@@ -173,10 +177,49 @@ class Broker:
             self.layout.save_vhosts(list(self.vhosts))
         return vhost
 
+    # -- runtime parameters of components (shovels, federation upstreams) ---------------
+    def set_parameter(self, vhost_name: str, component: str, name: str, value: Any) -> None:
+        """Validate, store and apply a component's parameter (ValidationFailed with
+        RabbitMQ's texts; an unknown component is refused as RabbitMQ refuses it)."""
+        vhost = self.get_vhost(vhost_name)
+        comp = self.parameter_components.get(component)
+        if comp is None:
+            raise ValidationFailed([f"component {component} not found"])
+        value = comp.validate(vhost_name, name, value)
+        vhost.put_component_parameter(component, name, value)
+        comp.apply(vhost_name, name, value)
+
+    def clear_parameter(self, vhost_name: str, component: str, name: str) -> bool:
+        """Forget a component's parameter (and stop what it runs); whether it existed."""
+        vhost = self.get_vhost(vhost_name)
+        if not vhost.drop_component_parameter(component, name):
+            return False
+        comp = self.parameter_components.get(component)
+        if comp is not None:
+            comp.apply(vhost_name, name, None)
+        return True
+
+    def _apply_stored_parameters(self) -> None:
+        for vhost in self.vhosts.values():
+            for component, name, value in vhost.component_parameters():
+                comp = self.parameter_components.get(component)
+                if comp is None:
+                    log.warning(
+                        "vhost '%s': parameter %s/%s kept but not run: no component '%s'",
+                        vhost.name, component, name, component,
+                    )
+                    continue
+                try:
+                    comp.apply(vhost.name, name, value)
+                except Exception:
+                    log.exception("vhost '%s': cannot start %s '%s'", vhost.name, component, name)
+
     def delete_vhost(self, name: str) -> None:
         """Close the vhost's connections, delete its queues and exchanges, drop every
         permission on it and its files (renamed away now, removed off the loop)."""
         vhost = self.get_vhost(name)
+        for component, param, _value in vhost.component_parameters():
+            self.clear_parameter(name, component, param)
         for conn in list(self.connections):
             if conn.info().get("vhost") == name:
                 conn.force_close(f"vhost '{name}' is deleted")
@@ -349,6 +392,7 @@ class Broker:
             self._close_store()
             self._started = False
             raise
+        self._apply_stored_parameters()  # shovels may connect to the listeners
         log.info(
             "Warren %s (%s) started: %s, data dir %s",
             __version__,
@@ -364,6 +408,11 @@ class Broker:
             return
         self._started = False
         self._stop_timers()
+        for comp in self.parameter_components.values():
+            try:
+                await comp.close()
+            except Exception:
+                log.exception("stopping the %s component failed", comp.name)
         for listener in reversed(self.listeners):
             await listener.stop()
         self._close_store()

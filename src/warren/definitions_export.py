@@ -76,6 +76,10 @@ def export_definitions(broker: Node) -> dict[str, Any]:
             parameters.append(
                 {"vhost": name, "component": "operator_policy", "name": p.name, "value": value}
             )
+        for component, param, value in v.component_parameters():
+            parameters.append(
+                {"vhost": name, "component": component, "name": param, "value": value}
+            )
         policies.extend({"vhost": name, **p.as_json()} for p in v.policies)
         for q in v.queues.values():
             if q.exclusive:

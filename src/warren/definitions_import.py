@@ -287,6 +287,11 @@ def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
             limit_steps.append(partial(_set_limits, broker, vhost, limits))
         elif component == "policy":
             raise entry.error("policies may not be set using this method")
+        elif component in broker.parameter_components:
+            comp = broker.parameter_components[component]
+            name = entry.text("name")
+            value = wrap_errors(entry, partial(comp.validate, vhost, name, value))
+            steps.append(partial(broker.set_parameter, vhost, component, name, value))
         else:
             log.warning(
                 "definitions: %s: parameter component '%s' is not supported; skipped",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 if TYPE_CHECKING:
     from warren.config import Config
     from warren.core.auth_guard import AuthGuard
+    from warren.core.runtime_parameters import ParameterComponent
     from warren.core.stats import MessageStats, OctetStats
     from warren.core.users import User, UserStore
     from warren.core.vhost import VHost
@@ -132,6 +133,17 @@ class Node(Protocol):
         drop every permission on it; NotFound when there is no such vhost."""
 
     def get_vhost(self, name: str) -> VHost: ...
+
+    #: Runtime-parameter components by name (shovel, ...; core/runtime_parameters.py).
+    parameter_components: dict[str, ParameterComponent]
+
+    def set_parameter(self, vhost_name: str, component: str, name: str, value: Any) -> None:
+        """Validate, store and apply a component's parameter (ValidationFailed)."""
+        ...
+
+    def clear_parameter(self, vhost_name: str, component: str, name: str) -> bool:
+        """Forget a component's parameter; whether it existed."""
+        ...
 
     def save_users(self) -> None: ...
 

@@ -25,20 +25,31 @@ import logging
 import secrets
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from warren.broker import Broker
 from warren.cluster.etcd import EtcdClient, EtcdError
 from warren.cluster.follower import Follower
 from warren.cluster.leader import Replicator
 from warren.cluster.proxy import ClientProxy
 from warren.config import Config
 from warren.store import mirror
+from warren.store.sync import Replication
 
 log = logging.getLogger("warren.cluster")
 
-BrokerFactory = Callable[[Config], Broker]
+class LeaderBroker(Protocol):
+    """What a node needs of the broker it runs while it leads (warren.app's Broker)."""
+
+    replication: Replication | None
+    cluster_status: Callable[[], dict[str, Any]] | None
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+BrokerFactory = Callable[[Config], LeaderBroker]
 
 
 def node_id_of(data_dir: Path) -> str:
@@ -64,7 +75,7 @@ class ClusterNode:
         self.role = "starting"
         self.leader_info: dict[str, Any] | None = None
         #: The broker while this node leads (None otherwise).
-        self.broker: Broker | None = None
+        self.broker: LeaderBroker | None = None
         self.follower: Follower | None = None
         self._proxy = ClientProxy(config)
         self.replicator: Replicator | None = None

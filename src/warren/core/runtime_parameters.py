@@ -11,12 +11,13 @@ string, ``null``, ``[{<<"foo">>,1}]``).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from warren.core.erlang_format import term_p
 
 __all__ = [
     "LIMIT_KEYS",
+    "ParameterComponent",
     "ValidationFailed",
     "json_p",
     "limit",
@@ -92,3 +93,32 @@ def limit(limits: dict[str, int], key: str) -> int | None:
     if value is None or value < 0:
         return None
     return value
+
+
+class ParameterComponent(Protocol):
+    """A runtime-parameter component beyond policies and limits (``shovel``,
+    ``federation-upstream``): it checks a value before it is stored and acts on
+    the stored values. The broker keeps them by name (Broker.parameter_components)
+    and the core stores their values in the vhost's definitions log."""
+
+    name: str
+
+    def validate(self, vhost: str, name: str, value: Any) -> Any:
+        """The value to store, or ValidationFailed with RabbitMQ's texts."""
+        ...
+
+    def apply(self, vhost: str, name: str, value: Any | None) -> None:
+        """Act on a stored value (at start, and when set); None: it was cleared."""
+        ...
+
+    def status(self) -> list[dict[str, Any]]:
+        """What the management API reports of what it runs (e.g. /api/shovels)."""
+        ...
+
+    def restart(self, vhost: str, name: str) -> bool:
+        """Restart what runs for that parameter; whether there was one."""
+        ...
+
+    async def close(self) -> None:
+        """Stop everything it runs (the broker is stopping)."""
+        ...

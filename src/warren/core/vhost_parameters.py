@@ -7,7 +7,9 @@ queue and exchange which policy applies to it, and makes the limit decisions
 
 Definitions-log records (beside the exchanges' ``e:``, queues' ``q:`` and the
 bindings' JSON-array keys): ``policy:<name>``, ``operator_policy:<name>``
-(the policy's JSON fields) and ``vhost-limits`` (the limits object).
+(the policy's JSON fields), ``vhost-limits`` (the limits object) and
+``parameter:<component>:<name>`` (a component's parameter: component, name,
+value; the components themselves are the broker's, see runtime_parameters).
 """
 
 from __future__ import annotations
@@ -29,8 +31,12 @@ __all__ = ["LIMITS_KEY", "OPERATOR_POLICY_PREFIX", "POLICY_PREFIX", "VHostParame
 log = logging.getLogger("warren.vhost")
 
 POLICY_PREFIX = "policy:"
+PARAMETER_PREFIX = "parameter:"
 OPERATOR_POLICY_PREFIX = "operator_policy:"
 LIMITS_KEY = "vhost-limits"
+
+
+_MISSING = object()
 
 
 def _sorted(policies: dict[str, Policy]) -> list[Policy]:
@@ -51,6 +57,7 @@ class VHostParameters:
         self._operator_policies: dict[str, Policy] = {}
         self._limits: dict[str, int] | None = None
         self._open_connections: set[object] = set()
+        self._component_params: dict[tuple[str, str], Any] = {}
 
     # -- policies ---------------------------------------------------------------------
     @property
@@ -151,6 +158,32 @@ class VHostParameters:
         for ex in self.exchanges.values():
             self.attach_exchange_policy(ex)
 
+    # -- other components' parameters ---------------------------------------------------
+    def component_parameters(self, component: str | None = None) -> list[tuple[str, str, Any]]:
+        """(component, name, value) of the stored parameters (of one component)."""
+        return [
+            (comp, name, value)
+            for (comp, name), value in sorted(self._component_params.items())
+            if component is None or comp == component
+        ]
+
+    def put_component_parameter(self, component: str, name: str, value: Any) -> None:
+        """Store a parameter its component has validated (Broker.set_parameter)."""
+        self._component_params[(component, name)] = value
+        if self.definitions is not None:
+            self.definitions.put(
+                f"{PARAMETER_PREFIX}{component}:{name}",
+                {"component": component, "name": name, "value": value},
+            )
+
+    def drop_component_parameter(self, component: str, name: str) -> bool:
+        """Forget a parameter; whether there was one."""
+        if self._component_params.pop((component, name), _MISSING) is _MISSING:
+            return False
+        if self.definitions is not None:
+            self.definitions.delete(f"{PARAMETER_PREFIX}{component}:{name}")
+        return True
+
     # -- limits -------------------------------------------------------------------------
     @property
     def limits(self) -> dict[str, int]:
@@ -239,6 +272,11 @@ class VHostParameters:
                     continue
                 table = self._operator_policies if operator else self._policies
                 table[policy.name] = policy
+        for rec in list(defs.entries(PARAMETER_PREFIX)):
+            try:
+                self._component_params[(rec["component"], rec["name"])] = rec["value"]
+            except (KeyError, TypeError) as exc:
+                log.error("vhost '%s': cannot restore parameter %r: %s", self.name, rec, exc)
         for rec in list(defs.entries(LIMITS_KEY)):
             try:
                 self._limits = validate_limits(rec)

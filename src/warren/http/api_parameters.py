@@ -1,9 +1,9 @@
 """Policies, operator policies, vhost and user limits, runtime and global parameters.
 
 Policies and limits are the core's (VHost.set_policy, set_limits: RabbitMQ's
-validation and texts; user limits: User.limits, enforced). Parameters of
-components Warren lacks (shovel, federation) are what RabbitMQ would list
-without them.
+validation and texts; user limits: User.limits, enforced). Other components'
+parameters (shovel, ...) go to the broker's registered components
+(Broker.set_parameter); an unknown component is refused as RabbitMQ refuses it.
 """
 
 from __future__ import annotations
@@ -230,6 +230,8 @@ def _parameters(ctx: Ctx, component: str | None, vhosts: list[VHost]) -> list[di
             out.append(
                 {"value": dict(v.limits), "vhost": v.name, "component": "vhost-limits", "name": "limits"}
             )
+        for comp, name, value in v.component_parameters(component):
+            out.append({"value": value, "vhost": v.name, "component": comp, "name": name})
     return out
 
 
@@ -259,6 +261,7 @@ async def put_parameter(ctx: Ctx) -> web.StreamResponse:
     component, vhost_name, name = ctx.params
     vhost = ctx.vhost(vhost_name)
     value = (await ctx.body()).get("value")
+    created = not any(n == name for _c, n, _v in vhost.component_parameters(component))
     try:
         if component == "vhost-limits" and name == "limits":
             vhost.set_limits(validate_limits(value))
@@ -273,9 +276,10 @@ async def put_parameter(ctx: Ctx) -> web.StreamResponse:
                 value.get("apply-to", "all"),
             )
             return web.Response(status=204)
+        ctx.node.set_parameter(vhost.name, component, name, value)
+        return web.Response(status=201 if created else 204)
     except ValidationFailed as exc:
         raise validation_failed(exc) from None
-    raise validation_failed(ValidationFailed([f"component {component} not found"]))
 
 
 async def delete_parameter(ctx: Ctx) -> web.StreamResponse:
@@ -288,6 +292,8 @@ async def delete_parameter(ctx: Ctx) -> web.StreamResponse:
     if component == "operator_policy" and any(p.name == name for p in vhost.operator_policies):
         ctx.require(ADMIN)
         vhost.clear_operator_policy(name)
+        return web.Response(status=204)
+    if ctx.node.clear_parameter(vhost.name, component, name):
         return web.Response(status=204)
     raise not_found()
 

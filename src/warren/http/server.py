@@ -27,6 +27,7 @@ from warren.http import (
     api_definitions,
     api_objects,
     api_parameters,
+    api_shovels,
 )
 from warren.http.common import (
     MANAGEMENT,
@@ -56,7 +57,14 @@ MAX_BODY = 128 * 1024 * 1024
 
 def build_router() -> Router:
     router = Router()
-    for module in (api_broker, api_definitions, api_objects, api_connections, api_parameters):
+    for module in (
+        api_broker,
+        api_definitions,
+        api_objects,
+        api_connections,
+        api_parameters,
+        api_shovels,
+    ):
         module.register(router)
     return router
 

@@ -1,0 +1,313 @@
+"""One running shovel: consume from the source, publish to the destination, ack.
+
+Ack modes, as RabbitMQ's: ``on-confirm`` acks a message at the source once the
+destination has confirmed it (nothing is lost if either side dies),
+``on-publish`` once it is handed to the destination, ``no-ack`` consumes
+without acks. When a connection fails the shovel reports ``terminated`` with
+the reason, waits (``reconnect-delay``, doubling up to a minute while it keeps
+failing) and starts again; unacked messages go back to the source queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+import aiormq
+from aiormq.abc import DeliveredMessage
+from pamqp.commands import Basic
+
+from warren.shovel.spec import ShovelSpec
+
+log = logging.getLogger("warren.shovel")
+
+MAX_BACKOFF = 60.0
+
+
+def redact(uri: str) -> str:
+    """``uri`` without its password (for status and headers)."""
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    netloc = f"{parts.username}@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+class Finished(Exception):
+    """The shovel moved what src-delete-after allowed: it is done."""
+
+
+class Shovel:
+    def __init__(
+        self,
+        vhost: str,
+        name: str,
+        spec: ShovelSpec,
+        resolve: Callable[[str, str], str],
+        node: str,
+        on_finished: Callable[[Shovel], None],
+    ) -> None:
+        self.vhost = vhost
+        self.name = name
+        self.spec = spec
+        self._resolve = resolve  # (uri, vhost) -> a connectable URI ("amqp://" is local)
+        self.node = node
+        self._on_finished = on_finished
+        self.state = "starting"
+        self.reason: str | None = None
+        self.since = time.time()
+        self.transferred = 0
+        self._remaining: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._ran = False  # the current session got to running
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def status(self) -> dict[str, Any]:
+        spec = self.spec
+        out: dict[str, Any] = {
+            "name": self.name,
+            "vhost": self.vhost,
+            "type": "dynamic",
+            "node": self.node,
+            "state": self.state,
+            "timestamp": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since)),
+            "src_protocol": "amqp091",
+            "dest_protocol": "amqp091",
+            "src_uri": redact(spec.src_uris[0]),
+            "dest_uri": redact(spec.dest_uris[0]),
+            "messages_transferred": self.transferred,
+        }
+        if spec.src_queue is not None:
+            out["src_queue"] = spec.src_queue
+        else:
+            out["src_exchange"] = spec.src_exchange
+            out["src_exchange_key"] = spec.src_exchange_key
+        if spec.dest_queue is not None:
+            out["dest_queue"] = spec.dest_queue
+        elif spec.dest_exchange is not None:
+            out["dest_exchange"] = spec.dest_exchange
+        if self.reason is not None:
+            out["reason"] = self.reason
+        return out
+
+    # -- running ----------------------------------------------------------------------
+    async def _run(self) -> None:
+        delay = self.spec.reconnect_delay
+        limit = self.spec.delete_after
+        self._remaining = limit if isinstance(limit, int) else None
+        while True:
+            self.state = "starting"
+            self._ran = False
+            try:
+                await self._session()
+            except asyncio.CancelledError:
+                raise
+            except Finished:
+                self.state = "terminated"
+                self.reason = "src-delete-after reached"
+                log.info("shovel '%s' in vhost '%s' finished", self.name, self.vhost)
+                self._on_finished(self)
+                return
+            except Exception as exc:
+                self.state = "terminated"
+                self.reason = f"{type(exc).__name__}: {exc}"
+                log.warning(
+                    "shovel '%s' in vhost '%s': %s; restarting in %.1f s",
+                    self.name, self.vhost, self.reason, delay,
+                )  # fmt: skip
+            if self.spec.reconnect_delay == 0:
+                return  # as RabbitMQ: a reconnect-delay of 0 means no restart
+            if self._ran:  # it worked for a while: start the backoff over
+                delay = self.spec.reconnect_delay
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_BACKOFF)
+
+    async def _session(self) -> None:
+        spec = self.spec
+        src = await aiormq.connect(self._resolve(spec.src_uris[0], self.vhost))
+        dest_conn: aiormq.abc.AbstractConnection | None = None
+        http: aiohttp.ClientSession | None = None
+        try:
+            src_ch = await src.channel()
+            if spec.http_destination:
+                http = aiohttp.ClientSession()
+                publish = self._http_publisher(http)
+            else:
+                dest_conn = await aiormq.connect(self._resolve(spec.dest_uris[0], self.vhost))
+                dest_ch = await dest_conn.channel(publisher_confirms=spec.ack_mode == "on-confirm")
+                if spec.dest_queue is not None:
+                    dest_ch = await self._ensure_queue(dest_conn, dest_ch, spec.dest_queue)
+                publish = self._amqp_publisher(dest_ch)
+            queue, src_ch = await self._source_queue(src, src_ch)
+            if spec.delete_after == "queue-length":
+                ok = await src_ch.queue_declare(queue, passive=True)
+                self._remaining = ok.message_count or 0
+            if self._remaining == 0:
+                raise Finished()
+            no_ack = spec.ack_mode == "no-ack"
+            if not no_ack and spec.prefetch_count:
+                await src_ch.basic_qos(prefetch_count=spec.prefetch_count)
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            inflight = 0
+
+            async def on_message(message: DeliveredMessage) -> None:
+                nonlocal inflight
+                if self._remaining is not None:
+                    if self._remaining <= 0:
+                        return  # over the limit: left unacked, back to the queue
+                    self._remaining -= 1
+                inflight += 1
+                try:
+                    await publish(message)
+                    if not no_ack:
+                        await src_ch.basic_ack(message.delivery_tag or 0)
+                    self.transferred += 1
+                except Exception as exc:  # fails the session; it restarts
+                    if not done.done():
+                        done.set_exception(exc)
+                finally:
+                    inflight -= 1
+                # Done once the last allowed message and every one before it is acked.
+                if self._remaining == 0 and not inflight and not done.done():
+                    done.set_exception(Finished())
+
+            await src_ch.basic_consume(queue, on_message, no_ack=no_ack)
+            self.state = "running"
+            self._ran = True
+            self.reason = None
+            self.since = time.time()
+            log.info("shovel '%s' in vhost '%s' running", self.name, self.vhost)
+            closing = [asyncio.ensure_future(asyncio.shield(src.closing))]
+            if dest_conn is not None:
+                closing.append(asyncio.ensure_future(asyncio.shield(dest_conn.closing)))
+            try:
+                await asyncio.wait([done, *closing], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for fut in closing:
+                    fut.cancel()
+            if done.done():
+                done.result()  # raises Finished or the failure
+            raise ConnectionError("a connection of the shovel closed")
+        finally:
+            if http is not None:
+                await http.close()
+            for conn in (src, dest_conn):
+                if conn is not None and not conn.is_closed:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+
+    async def _ensure_queue(
+        self, conn: aiormq.abc.AbstractConnection, ch: aiormq.abc.AbstractChannel, queue: str
+    ) -> aiormq.abc.AbstractChannel:
+        """Use ``queue`` as it is, or declare it durable when it does not exist."""
+        try:
+            await ch.queue_declare(queue, passive=True)
+            return ch
+        except aiormq.exceptions.ChannelNotFoundEntity:
+            confirms = bool(getattr(ch, "publisher_confirms", False))
+            ch = await conn.channel(publisher_confirms=confirms)
+            await ch.queue_declare(queue, durable=True)
+            return ch
+
+    async def _source_queue(
+        self, conn: aiormq.abc.AbstractConnection, ch: aiormq.abc.AbstractChannel
+    ) -> tuple[str, aiormq.abc.AbstractChannel]:
+        """The queue to consume and the channel to use (a failed passive declare
+        closed the first one)."""
+        spec = self.spec
+        if spec.src_queue is not None:
+            return spec.src_queue, await self._ensure_queue(conn, ch, spec.src_queue)
+        ok = await ch.queue_declare("", exclusive=True)
+        assert ok.queue is not None
+        await ch.queue_bind(ok.queue, spec.src_exchange or "", routing_key=spec.src_exchange_key)
+        return ok.queue, ch
+
+    def _properties(self, message: DeliveredMessage) -> Basic.Properties:
+        spec = self.spec
+        props = message.header.properties
+        headers = dict(props.headers or {})
+        if spec.add_forward_headers:
+            record: dict[str, Any] = {
+                "shovelled-by": self.node,
+                "shovel-type": "dynamic",
+                "shovel-name": self.name,
+                "shovel-vhost": self.vhost,
+                "src-uri": redact(spec.src_uris[0]),
+                "dest-uri": redact(spec.dest_uris[0]),
+            }
+            if spec.src_queue is not None:
+                record["src-queue"] = spec.src_queue
+            else:
+                record["src-exchange"] = spec.src_exchange
+                record["src-exchange-key"] = spec.src_exchange_key
+            if spec.dest_queue is not None:
+                record["dest-queue"] = spec.dest_queue
+            elif spec.dest_exchange is not None:
+                record["dest-exchange"] = spec.dest_exchange
+            previous = headers.get("x-shovelled")
+            headers["x-shovelled"] = [*(previous if isinstance(previous, list) else []), record]
+        if spec.add_timestamp_header:
+            headers["x-shovelled-timestamp"] = int(time.time())
+        props.headers = headers or None
+        for key, value in spec.publish_properties.items():
+            setattr(props, key.replace("-", "_"), value)
+        return props
+
+    def _amqp_publisher(self, ch: aiormq.abc.AbstractChannel) -> Callable[[DeliveredMessage], Any]:
+        spec = self.spec
+
+        async def publish(message: DeliveredMessage) -> None:
+            exchange: str
+            key: str
+            if spec.dest_queue is not None:
+                exchange, key = "", spec.dest_queue
+            elif spec.dest_exchange is not None:
+                exchange = spec.dest_exchange
+                key = spec.dest_exchange_key or message.routing_key or ""
+            else:
+                exchange, key = message.exchange or "", message.routing_key or ""
+            confirm = await ch.basic_publish(
+                message.body, exchange=exchange, routing_key=key or "",
+                properties=self._properties(message),
+            )  # fmt: skip
+            if spec.ack_mode == "on-confirm" and not isinstance(confirm, Basic.Ack):
+                raise ConnectionError(f"the destination refused a message ({confirm})")
+
+        return publish
+
+    def _http_publisher(self, http: aiohttp.ClientSession) -> Callable[[DeliveredMessage], Any]:
+        uri = self.spec.dest_uris[0]
+
+        async def publish(message: DeliveredMessage) -> None:
+            props = message.header.properties
+            headers = {"User-Agent": "Warren", "X-Shovel": self.name}
+            if props.content_type:
+                headers["Content-Type"] = props.content_type
+            if props.message_id:
+                headers["X-Message-Id"] = props.message_id
+            for key, value in (props.headers or {}).items():
+                headers[f"X-{key}"] = str(value)
+            target = uri
+            if not urlsplit(uri).path.strip("/") and props.headers and "uri_path" in props.headers:
+                target = uri.rstrip("/") + "/" + str(props.headers["uri_path"]).lstrip("/")
+            async with http.post(target, data=message.body, headers=headers) as resp:
+                if resp.status >= 300:
+                    raise ConnectionError(f"HTTP destination answered {resp.status}")
+
+        return publish
