@@ -33,7 +33,7 @@ STAMP = $(VENV)/.installed
 # .ci/run needs them. Empty by default, so interactive runs leave no file.
 PYTEST_STATUS_FILE ?=
 
-.PHONY: install build run test lint spec clean browser soak fuzz mosquitto etcd cluster
+.PHONY: install build run test lint spec clean browser soak fuzz mosquitto etcd cluster rabbitmq
 
 # Reinstall whenever pyproject.toml or setup.py changes (dependencies, entry
 # points, the compiled modules).
@@ -86,6 +86,14 @@ mosquitto:
 	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >/dev/null 2>&1; } || \
 	echo "make mosquitto: could not install mosquitto; tests/test_perf_mqtt.py will skip"
 
+# tests/http/test_shovels.py (and federation's tests) run a private RabbitMQ of
+# Debian's rabbitmq-server as the other end. Quiet, idempotent, never fatal:
+# without it those tests skip.
+rabbitmq:
+	@[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || ! command -v apt-get >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null 2>&1; } || \
+	echo "make rabbitmq: could not install rabbitmq-server; the tests against it will skip"
+
 # tests/cluster run real etcd members (Debian's etcd-server; the package's own
 # service, if the init system starts one, is not used). Quiet, idempotent, never
 # fatal: without etcd those tests skip.
@@ -108,7 +116,7 @@ etcd:
 # its own ephemeral ports and temporary directories, so the passes cannot meet.
 # The status recorded is the first failure's; 5 (nothing collected) only when
 # neither run failed otherwise.
-test: $(STAMP) $(SHARED_LIBRARY) browser mosquitto etcd
+test: $(STAMP) $(SHARED_LIBRARY) browser mosquitto etcd rabbitmq
 	@status=0; pure=0; log=$$(mktemp); \
 	( WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -m 'not spark and not ui and not examples and not once' $(PYTEST_ARGS) > "$$log" 2>&1; echo $$? >> "$$log.status" ) & \
 	echo "== pytest, $$($(PY) -c 'import warren; print(warren.build_description())') (the pure-Python pass runs alongside)"; \

@@ -165,3 +165,17 @@ def etcd(tmp_path: Path) -> Iterator[Any]:
         yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture
+def rabbitmq(tmp_path: Path) -> Iterator[Any]:
+    """A private real RabbitMQ (Debian's rabbitmq-server) on free ports."""
+    from rabbitmq_proc import AVAILABLE, RabbitMQ
+
+    if not AVAILABLE:
+        pytest.skip("rabbitmq-server is not installed (make rabbitmq installs Debian's)")
+    server = RabbitMQ(tmp_path / "rabbitmq")
+    try:
+        yield server
+    finally:
+        server.stop()

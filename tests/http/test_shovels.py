@@ -321,3 +321,32 @@ def test_an_http_destination_gets_each_message_posted(broker: BrokerThread) -> N
         assert _count(broker.port, "webhooks") == 0
     finally:
         sink.stop()
+
+
+def test_shovels_to_and_from_rabbitmq(broker: BrokerThread, rabbitmq: Any) -> None:
+    api = Api(broker.http_port)
+    # Warren -> RabbitMQ
+    _publish(broker.port, "to-rabbit", 50)
+    value = {
+        "src-uri": "amqp://",
+        "src-queue": "to-rabbit",
+        "dest-uri": rabbitmq.url,
+        "dest-queue": "from-warren",
+        "dest-add-forward-headers": True,
+    }
+    assert api.put("/api/parameters/shovel/%2F/out", {"value": value}).status == 201
+    got = _receive(rabbitmq.port, "from-warren", 50)
+    assert [body for _p, body in got] == [b"msg-%d" % i for i in range(50)]
+    assert got[0][0].headers["x-shovelled"][0]["shovel-name"] == "out"
+    # RabbitMQ -> Warren
+    _publish(rabbitmq.port, "to-warren", 50)
+    value = {
+        "src-uri": rabbitmq.url,
+        "src-queue": "to-warren",
+        "dest-uri": "amqp://",
+        "dest-queue": "from-rabbit",
+    }
+    assert api.put("/api/parameters/shovel/%2F/in", {"value": value}).status == 201
+    got = _receive(broker.port, "from-rabbit", 50)
+    assert [body for _p, body in got] == [b"msg-%d" % i for i in range(50)]
+    assert _count(rabbitmq.port, "to-warren") == 0

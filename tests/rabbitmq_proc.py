@@ -1,0 +1,82 @@
+"""A private RabbitMQ (Debian's rabbitmq-server) for tests that need the real one:
+its own node name, ports, Erlang port mapper and directories, no plugins."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+AVAILABLE = os.path.exists(SERVER)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RabbitMQ:
+    def __init__(self, base: Path) -> None:
+        base.mkdir(parents=True, exist_ok=True)
+        (base / "enabled_plugins").write_text("[].\n")
+        self.port = _free_port()
+        self.epmd_port = _free_port()
+        env = dict(
+            os.environ,
+            HOME=str(base),
+            RABBITMQ_NODENAME=f"warrentest{self.port}@localhost",
+            RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
+            RABBITMQ_NODE_PORT=str(self.port),
+            RABBITMQ_DIST_PORT=str(_free_port()),
+            RABBITMQ_MNESIA_BASE=str(base / "mnesia"),
+            RABBITMQ_LOG_BASE=str(base / "log"),
+            RABBITMQ_ENABLED_PLUGINS_FILE=str(base / "enabled_plugins"),
+            RABBITMQ_LOGS="-",
+            ERL_EPMD_PORT=str(self.epmd_port),
+        )
+        self._env = env
+        self.proc = subprocess.Popen(
+            [SERVER],
+            cwd=base,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # the whole Erlang VM is stopped as one group
+        )
+        assert self.proc.stdout is not None
+        self.log: list[str] = []
+        for line in self.proc.stdout:
+            self.log.append(line)
+            if "Server startup complete" in line:
+                break
+        else:
+            raise RuntimeError("rabbitmq-server exited:\n" + "".join(self.log[-30:]))
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.log.append(line)
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        subprocess.run(
+            ["epmd", "-kill"], env=self._env, capture_output=True, timeout=10, check=False
+        )
