@@ -55,6 +55,7 @@ COMPILED_MODULES = [
     "warren.core.message",
     "warren.core.properties",
     "warren.core.queue",
+    "warren.core.queue_features",
     "warren.core.queue_settings",
     "warren.core.stats",
     "warren.core.stream",

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, cast
 from warren.core.consumer import Consumer
 from warren.core.errors import NotImplemented_, PreconditionFailed
 from warren.core.message import Message
-from warren.core.queue import STORED, Queue, now_ms
+from warren.core.queue import STORED, Queue
+from warren.core.queue_features import now_ms
 from warren.core.stream import (
     FILTER_VALUE_HEADER,
     StartSpec,

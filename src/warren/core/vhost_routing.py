@@ -29,6 +29,7 @@ from warren.core.properties import edit_properties
 from warren.core.queue import REJECTED, STORED, Queue
 
 if TYPE_CHECKING:
+    from warren.core.queue_features import QueueFeatures
     from warren.core.store import MessageStore
 
 __all__ = ["REJECTED_BY_QUEUE", "REPLY_TO", "REPLY_TO_PREFIX", "ReplyTarget", "VHostRouting"]
@@ -225,7 +226,7 @@ class VHostRouting:
             msg = stripped
         return self.route_keys(exchange, msg, keys), msg
 
-    def dead_letter(self, queue: Queue, msg: Message, reason: str, now: int) -> None:
+    def dead_letter(self, queue: QueueFeatures, msg: Message, reason: str, now: int) -> None:
         """Republish a message a queue let go of to the queue's dead-letter exchange.
 
         Raises when the copy cannot be made or routed (the queue then keeps the
