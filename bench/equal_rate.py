@@ -39,7 +39,7 @@ CASES: tuple[RateCase, ...] = (
 
 
 def _p(run: Any, key: str) -> str:
-    """A latency percentile of a compare.Run, in ms, or n/a."""
+    """A latency percentile of a perf_runs.Run, in ms, or n/a."""
     result = getattr(run, "result", None)
     if not result or not result.get("latency_ms"):
         return "n/a"

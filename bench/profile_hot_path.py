@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from compare import THROUGHPUT, Scenario  # noqa: E402
+from compare_scenarios import THROUGHPUT, Scenario  # noqa: E402
 
 #: (stage, patterns): a frame belongs to the first stage with a pattern found in
 #: its function name. Innermost matching frame wins, so "deliver" inside

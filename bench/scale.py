@@ -50,17 +50,14 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from amqp_brokers import Warren, display, log, perf_env, port_open  # noqa: E402
-from compare import (  # noqa: E402
+from compare_report import (  # noqa: E402
     _sections,
     keep_other_sections,
     machine_info,
     mib,
-    perf_cmd,
-    read_status,
-    run_perf,
-    uri,
     warren_versions,
 )
+from perf_runs import perf_cmd, read_status, run_perf, uri  # noqa: E402
 
 from warren.amqp import spec  # noqa: E402
 from warren.amqp.frames import method_frame  # noqa: E402
