@@ -13,6 +13,7 @@ from urllib.parse import quote
 from warren.amqp.server import AMQPListener
 from warren.broker import Broker as CoreBroker
 from warren.config import Config
+from warren.federation.component import Federation
 from warren.http.server import HTTPListener
 from warren.mqtt.server import MQTTListener
 from warren.node import Listener, WebSocketEndpoint, node_name
@@ -64,6 +65,11 @@ class Broker(CoreBroker):
             self._local_amqp_uri, node_name(), lambda v, n: self._drop_parameter(v, "shovel", n)
         )
         self.parameter_components[shovels.name] = shovels
+        federation = Federation(
+            self.vhosts.get, self._local_amqp_uri, lambda: self.cluster_name
+        )
+        for component in (federation.upstream_component, federation.set_component):
+            self.parameter_components[component.name] = component
 
     def _local_amqp_uri(self, vhost: str) -> str:
         """How a shovel reaches this broker: the AMQP port as the default user."""

@@ -107,6 +107,15 @@ _CORE_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "initial-cluster-size": _check(_int_at_least(0), "is not a valid cluster size"),
 }
 
+# rabbit_federation_parameters:validate_policy/1 (the federation plugin's keys).
+_FEDERATION_KEYS = ("federation-upstream-set", "federation-upstream", "federation-upstream-pattern")
+for _key in _FEDERATION_KEYS:
+    _CORE_CHECKS[_key] = (
+        lambda key: lambda v: None
+        if isinstance(v, str)
+        else f"{key} should be binary, actually was {json_p(v)}"
+    )(_key)
+
 _HA_KEYS = (
     "ha-mode",
     "ha-params",
@@ -234,6 +243,11 @@ def _definition_error(definition: Any, operator: bool) -> str | None:
             locator = definition[_QUEUE_MASTER_LOCATOR]
             if locator not in ("min-masters", "client-local", "random"):
                 return f"{json_p(locator)} invalid queue-master-locator value"
+    if not operator and sum(k in definition for k in _FEDERATION_KEYS) > 1:
+        return (
+            "cannot specify federation-upstream, federation-upstream-set or "
+            "federation-upstream-pattern together"
+        )
     unknown = [(k, definition[k]) for k in sorted(definition) if k not in allowed]
     if unknown:
         return f"{json_p(unknown)} are not recognised policy settings"

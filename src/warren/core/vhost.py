@@ -156,6 +156,9 @@ class VHost(VHostRouting, VHostParameters):
         self.channels_closed = 0
         #: Those plus the live channels', summed when the broker samples rates.
         self.stats = MessageStats()
+        #: Called with (vhost, exchange name) when an exchange appears, goes, gets or
+        #: loses a binding or another policy: federation follows them.
+        self.exchange_watchers: list[Callable[[VHost, str], None]] = []
         self.default_exchange = DefaultExchange(name, "", durable=True)
         self.exchanges[""] = self.default_exchange
         for ex_name, ex_type, internal in PREDECLARED:
@@ -277,6 +280,8 @@ class VHost(VHostRouting, VHostParameters):
             self._drop_binding(binding)
         self._inbound.pop(id(ex), None)
         log.debug("exchange deleted vhost=%s name=%s", self.name, ex.name)
+        if self.exchange_watchers:
+            self.exchange_changed(ex.name)
 
     # -- queues -----------------------------------------------------------------------
     def get_queue(self, name: str, owner: object | None = None) -> Queue:
@@ -440,6 +445,8 @@ class VHost(VHostRouting, VHostParameters):
             return existing
         source.bind(binding)
         self._inbound.setdefault(id(destination), {})[(id(source), binding.key)] = binding
+        if self.exchange_watchers:
+            self.exchange_changed(source.name)
         if self.definitions is not None and binding_is_durable(binding):
             key, record = binding_record(binding)
             self.definitions.put(key, record)
@@ -468,8 +475,15 @@ class VHost(VHostRouting, VHostParameters):
         inbound = self._inbound.get(id(binding.destination))
         if inbound is not None:
             inbound.pop((id(source), binding.key), None)
+        if self.exchange_watchers and not source.deleted:
+            self.exchange_changed(source.name)
         if cascade and source.auto_delete and not source.bindings and not source.deleted:
             self._remove_exchange(source)
+
+    def exchange_changed(self, name: str) -> None:
+        """Tell the exchange watchers that exchange ``name`` changed."""
+        for watcher in list(self.exchange_watchers):
+            watcher(self, name)
 
     # -- services for exchanges that hold messages ---------------------------------------
     def exchange_store(self, exchange: str, persistent: bool) -> MessageStore:

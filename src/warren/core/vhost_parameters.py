@@ -15,6 +15,7 @@ value; the components themselves are the broker's, see runtime_parameters).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from warren.core.errors import NotAllowed, NotFound, PreconditionFailed
@@ -51,6 +52,9 @@ class VHostParameters:
     queues: dict[str, Queue]
     exchanges: dict[str, Exchange]
     definitions: DefinitionsLog | None
+    exchange_watchers: list[Callable[[Any, str], None]]
+
+    def exchange_changed(self, name: str) -> None: ...
 
     def _init_parameters(self) -> None:
         self._policies: dict[str, Policy] = {}
@@ -146,7 +150,11 @@ class VHostParameters:
         q.apply_policies(*self.match_policies(q.name))
 
     def attach_exchange_policy(self, ex: Exchange) -> None:
-        ex.policy = best_match(self._policies.values(), "exchange", ex.name)
+        policy = best_match(self._policies.values(), "exchange", ex.name)
+        if policy != ex.policy:
+            ex.policy = policy
+            if self.exchange_watchers:
+                self.exchange_changed(ex.name)
 
     def reapply_policies(self) -> None:
         """Match every queue and exchange again, as rabbit_policy:update_matched_objects

@@ -25,6 +25,7 @@ from warren.http import (
     api_broker,
     api_connections,
     api_definitions,
+    api_federation,
     api_objects,
     api_parameters,
     api_shovels,
@@ -64,6 +65,7 @@ def build_router() -> Router:
         api_connections,
         api_parameters,
         api_shovels,
+        api_federation,
     ):
         module.register(router)
     return router

@@ -1,0 +1,257 @@
+"""One federation link: an exchange here receiving from its upstream exchange.
+
+The link connects to the upstream broker (aiormq), declares the upstream
+exchange (same type) and a durable queue for this link,
+``federation: <upstream exchange> to <cluster name>:<vhost>:<exchange>``,
+binds that queue with every binding the local exchange has (kept in step as
+bindings come and go), and moves what arrives into the local exchange through
+this broker's AMQP port, with the routing key it had. Each message gets an
+``x-received-from`` entry (uri, exchange, redelivered, cluster-name) as the
+federation plugin adds; a message that has already crossed ``max-hops``
+links, or that came from this cluster before (a loop), is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiormq
+from aiormq.abc import DeliveredMessage
+from pamqp.commands import Basic
+
+from warren.federation.upstream import Upstream
+from warren.shovel.runner import redact
+
+log = logging.getLogger("warren.federation")
+
+BindingKey = tuple[str, tuple[tuple[str, Any], ...]]
+
+# What pamqp (aiormq's codec) accepts in a queue name.
+_NOT_NAME = re.compile(r"[^a-zA-Z0-9\-_.:@#,/+ ]")
+
+
+def binding_key(routing_key: str, arguments: dict[str, Any] | None) -> BindingKey:
+    return routing_key, tuple(sorted((arguments or {}).items()))
+
+
+class ExchangeLink:
+    def __init__(
+        self,
+        vhost: str,
+        exchange: str,
+        exchange_type: str,
+        durable: bool,
+        upstream: Upstream,
+        local_uri: str,
+        cluster_name: str,
+        bindings: set[BindingKey],
+    ) -> None:
+        self.vhost = vhost
+        self.exchange = exchange
+        self.exchange_type = exchange_type
+        self.durable = durable
+        self.upstream = upstream
+        self.local_uri = local_uri
+        self.cluster_name = cluster_name
+        self.bindings = set(bindings)
+        self.status = "starting"
+        self.error: str | None = None
+        self.since = time.time()
+        self.received = 0
+        self.dropped = 0
+        self._bound: set[BindingKey] = set()
+        self._channel: aiormq.abc.AbstractChannel | None = None
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def upstream_exchange(self) -> str:
+        return self.upstream.exchange or self.exchange
+
+    @property
+    def queue_name(self) -> str:
+        """The link's queue on the upstream (in the characters AMQP clients accept)."""
+        raw = f"federation: {self.upstream_exchange} to {self.cluster_name}:{self.vhost}:{self.exchange}"
+        return _NOT_NAME.sub("_", raw)[:255]
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def set_bindings(self, bindings: set[BindingKey]) -> None:
+        """The local exchange's bindings now: the upstream queue follows."""
+        if bindings != self.bindings:
+            self.bindings = set(bindings)
+            self._changed.set()
+
+    def info(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "type": "exchange",
+            "vhost": self.vhost,
+            "exchange": self.exchange,
+            "upstream_exchange": self.upstream_exchange,
+            "upstream": self.upstream.name,
+            "id": f"{self.vhost}:{self.exchange}:{self.upstream.name}",
+            "status": self.status,
+            "uri": redact(self.upstream.uris[0]),
+            "timestamp": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since)),
+            "queue": self.queue_name,
+            "messages_received": self.received,
+            "messages_dropped": self.dropped,
+        }
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+    # -- running ----------------------------------------------------------------------
+    async def _run(self) -> None:
+        delay = self.upstream.reconnect_delay
+        while True:
+            self.status = "starting"
+            ran = False
+            try:
+                ran = await self._session()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.status = "error"
+                self.error = f"{type(exc).__name__}: {exc}"
+                log.warning(
+                    "federation link %s:%s <- %s: %s; again in %.1f s",
+                    self.vhost, self.exchange, self.upstream.name, self.error, delay,
+                )  # fmt: skip
+            if ran:
+                delay = self.upstream.reconnect_delay
+            await asyncio.sleep(delay)
+            delay = min(max(delay * 2, 0.1), 60.0)
+
+    async def _session(self) -> bool:
+        up = self.upstream
+        remote = await aiormq.connect(up.uris[0])
+        local: aiormq.abc.AbstractConnection | None = None
+        self._bound = set()
+        try:
+            upstream_cluster = str(remote.server_properties.get("cluster_name", ""))
+            ch = self._channel = await remote.channel()
+            await ch.exchange_declare(
+                self.upstream_exchange, exchange_type=self.exchange_type, durable=self.durable
+            )
+            arguments: dict[str, Any] = {"x-internal-purpose": "federation"}
+            if up.expires is not None:
+                arguments["x-expires"] = up.expires
+            if up.message_ttl is not None:
+                arguments["x-message-ttl"] = up.message_ttl
+            await ch.queue_declare(self.queue_name, durable=True, arguments=arguments)
+            await self._sync_bindings(ch)
+            local = await aiormq.connect(self.local_uri)
+            local_ch = await local.channel(publisher_confirms=up.ack_mode == "on-confirm")
+            no_ack = up.ack_mode == "no-ack"
+            if up.prefetch_count and not no_ack:
+                await ch.basic_qos(prefetch_count=up.prefetch_count)
+            failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            async def on_message(message: DeliveredMessage) -> None:
+                try:
+                    await self._forward(message, local_ch, up, upstream_cluster)
+                    if not no_ack:
+                        await ch.basic_ack(message.delivery_tag or 0)
+                except Exception as exc:
+                    if not failed.done():
+                        failed.set_exception(exc)
+
+            await ch.basic_consume(self.queue_name, on_message, no_ack=no_ack)
+            self.status = "running"
+            self.error = None
+            self.since = time.time()
+            log.info(
+                "federation link %s:%s <- %s (%s) running",
+                self.vhost, self.exchange, up.name, redact(up.uris[0]),
+            )  # fmt: skip
+            while True:
+                waiters = [
+                    asyncio.ensure_future(self._changed.wait()),
+                    asyncio.ensure_future(asyncio.shield(remote.closing)),
+                    asyncio.ensure_future(asyncio.shield(local.closing)),
+                ]
+                try:
+                    await asyncio.wait([failed, *waiters], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for w in waiters:
+                        w.cancel()
+                if failed.done():
+                    failed.result()
+                if remote.is_closed or local.is_closed:
+                    raise ConnectionError("a connection of the link closed")
+                self._changed.clear()
+                await self._sync_bindings(ch)
+        finally:
+            self._channel = None
+            for conn in (remote, local):
+                if conn is not None and not conn.is_closed:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+
+    async def _sync_bindings(self, ch: aiormq.abc.AbstractChannel) -> None:
+        wanted = set(self.bindings)
+        for key in wanted - self._bound:
+            await ch.queue_bind(
+                self.queue_name, self.upstream_exchange, routing_key=key[0], arguments=dict(key[1])
+            )
+        for key in self._bound - wanted:
+            await ch.queue_unbind(
+                self.queue_name, self.upstream_exchange, routing_key=key[0], arguments=dict(key[1])
+            )
+        self._bound = wanted
+
+    async def _forward(
+        self,
+        message: DeliveredMessage,
+        local_ch: aiormq.abc.AbstractChannel,
+        up: Upstream,
+        upstream_cluster: str,
+    ) -> None:
+        props = message.header.properties
+        headers = dict(props.headers or {})
+        hops = headers.get("x-received-from")
+        hops = list(hops) if isinstance(hops, list) else []
+        if len(hops) >= up.max_hops or any(
+            isinstance(h, dict) and h.get("cluster-name") == self.cluster_name for h in hops
+        ):
+            self.dropped += 1
+            return
+        hops.append(
+            {
+                "uri": redact(up.uris[0]),
+                "exchange": self.upstream_exchange,
+                "redelivered": bool(message.redelivered),
+                "cluster-name": upstream_cluster,
+            }
+        )
+        headers["x-received-from"] = hops
+        props.headers = headers
+        if not up.trust_user_id:
+            props.user_id = None
+        confirm = await local_ch.basic_publish(
+            message.body,
+            exchange=self.exchange,
+            routing_key=message.routing_key or "",
+            properties=props,
+        )
+        if up.ack_mode == "on-confirm" and not isinstance(confirm, Basic.Ack):
+            raise ConnectionError(f"the local exchange refused a message ({confirm})")
+        self.received += 1
+
+
+UpstreamsOf = Callable[[str, dict[str, Any]], list[Upstream]]

@@ -1,0 +1,217 @@
+"""Federated exchanges between real brokers: an upstream and a policy make an
+exchange receive what is published to the upstream's exchange of the same
+name, following the downstream's bindings as they change, with the
+x-received-from header, max-hops and loop detection, upstream sets, the
+links' state, and RabbitMQ as the upstream."""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+from conftest import BrokerThread, start_broker
+from httphelp import Api
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[BrokerThread, BrokerThread]]:
+    up = start_broker(tmp_path / "up")
+    down = start_broker(tmp_path / "down")
+    Api(up.http_port).put("/api/cluster-name", {"name": "upstream-cluster"})
+    Api(down.http_port).put("/api/cluster-name", {"name": "downstream-cluster"})
+    try:
+        yield up, down
+    finally:
+        up.stop()
+        down.stop()
+
+
+def _federate(api: Api, upstream_port: int, pattern: str = "^fed\\.", **upstream: Any) -> None:
+    value = {"uri": f"amqp://guest:guest@127.0.0.1:{upstream_port}/%2F", **upstream}
+    assert api.put("/api/parameters/federation-upstream/%2F/origin", {"value": value}).status == 201
+    reply = api.put(
+        "/api/policies/%2F/federate",
+        {
+            "pattern": pattern,
+            "definition": {"federation-upstream-set": "all"},
+            "apply-to": "exchanges",
+        },
+    )
+    assert reply.status in (201, 204), reply
+
+
+def _wait_link(api: Api, exchange: str, timeout: float = 30) -> dict[str, Any]:
+    """Poll the links' state (the API is the only view of it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        links = [link for link in api.get("/api/federation-links") if link["exchange"] == exchange]
+        if links and links[0]["status"] == "running":
+            return links[0]
+        assert time.monotonic() < deadline, f"no running link for {exchange}: {links}"
+        time.sleep(0.05)
+
+
+def _bound_upstream(
+    up: BrokerThread, link: dict[str, Any], count: int, timeout: float = 30
+) -> None:
+    """Wait until the link's upstream queue has ``count`` bindings besides the default."""
+    api = Api(up.http_port)
+    path = "/api/queues/%2F/" + urllib.parse.quote(link["queue"], safe="") + "/bindings"
+    deadline = time.monotonic() + timeout
+    while True:
+        bindings = [b for b in api.get(path) if b["source"]]
+        if len(bindings) == count:
+            return
+        assert time.monotonic() < deadline, bindings
+        time.sleep(0.05)
+
+
+def _consumer(
+    port: int, exchange: str, keys: list[str]
+) -> tuple[pika.BlockingConnection, Any, str]:
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    ch = conn.channel()
+    ch.exchange_declare(exchange, "topic", durable=True)
+    queue = ch.queue_declare("", exclusive=True).method.queue
+    for key in keys:
+        ch.queue_bind(queue, exchange, key)
+    return conn, ch, queue
+
+
+def _publish(port: int, exchange: str, key: str, body: bytes) -> None:
+    with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port)) as conn:
+        ch = conn.channel()
+        ch.exchange_declare(exchange, "topic", durable=True)
+        ch.confirm_delivery()
+        ch.basic_publish(exchange, key, body)
+
+
+def _next(ch: Any, queue: str, timeout: float = 30) -> tuple[Any, bytes] | None:
+    for method, props, body in ch.consume(queue, inactivity_timeout=timeout, auto_ack=True):
+        ch.cancel()
+        return None if method is None else (props, body)
+    return None
+
+
+def test_a_federated_exchange_receives_what_its_bindings_ask_for(
+    pair: tuple[BrokerThread, BrokerThread],
+) -> None:
+    up, down = pair
+    api = Api(down.http_port)
+    _federate(api, up.port)
+    conn, ch, queue = _consumer(down.port, "fed.events", ["order.*"])
+    try:
+        link = _wait_link(api, "fed.events")
+        assert link["upstream"] == "origin" and link["type"] == "exchange"
+        _bound_upstream(up, link, 1)
+        _publish(up.port, "fed.events", "order.created", b"o1")
+        _publish(up.port, "fed.events", "invoice.sent", b"i1")  # no such binding downstream
+        got = _next(ch, queue)
+        assert got is not None
+        props, body = got
+        assert body == b"o1"
+        (hop,) = props.headers["x-received-from"]
+        assert hop["exchange"] == "fed.events" and hop["cluster-name"] == "upstream-cluster"
+        assert "guest:guest" not in hop["uri"]
+        # A new binding downstream is propagated upstream.
+        ch.queue_bind(queue, "fed.events", "invoice.*")
+        _bound_upstream(up, link, 2)
+        _publish(up.port, "fed.events", "invoice.sent", b"i2")
+        got = _next(ch, queue)
+        assert got is not None and got[1] == b"i2"
+        # An exchange the policy does not match is left alone.
+        assert all(link["exchange"] == "fed.events" for link in api.get("/api/federation-links"))
+    finally:
+        conn.close()
+    # Clearing the upstream stops the link.
+    assert api.delete("/api/parameters/federation-upstream/%2F/origin").status == 204
+    assert api.get("/api/federation-links") == []
+
+
+def test_max_hops_stops_messages_going_round_in_a_circle(
+    pair: tuple[BrokerThread, BrokerThread],
+) -> None:
+    a, b = pair
+    _federate(Api(a.http_port), b.port)  # each is the other's upstream
+    _federate(Api(b.http_port), a.port)
+    conn_a, ch_a, qa = _consumer(a.port, "fed.ring", ["#"])
+    conn_b, ch_b, qb = _consumer(b.port, "fed.ring", ["#"])
+    try:
+        _bound_upstream(b, _wait_link(Api(a.http_port), "fed.ring"), 1)
+        _bound_upstream(a, _wait_link(Api(b.http_port), "fed.ring"), 1)
+        _publish(a.port, "fed.ring", "k", b"once")
+        got_b = _next(ch_b, qb)
+        assert got_b is not None and got_b[1] == b"once"
+        got_a = _next(ch_a, qa)  # its own publish
+        assert got_a is not None and got_a[1] == b"once"
+        # It does not come back to a from b (max-hops 1): nothing more on either side.
+        _publish(a.port, "fed.ring", "k", b"marker")
+        for ch, q in ((ch_a, qa), (ch_b, qb)):
+            got = _next(ch, q)
+            assert got is not None and got[1] == b"marker"
+        link = _wait_link(Api(a.http_port), "fed.ring")
+        assert link["messages_dropped"] >= 1
+    finally:
+        conn_a.close()
+        conn_b.close()
+
+
+def test_upstream_sets_and_bad_definitions(pair: tuple[BrokerThread, BrokerThread]) -> None:
+    up, down = pair
+    api = Api(down.http_port)
+    value = {"uri": f"amqp://guest:guest@127.0.0.1:{up.port}/%2F", "max-hops": 2}
+    assert api.put("/api/parameters/federation-upstream/%2F/u1", {"value": value}).status == 201
+    assert (
+        api.put(
+            "/api/parameters/federation-upstream-set/%2F/s1", {"value": [{"upstream": "u1"}]}
+        ).status
+        == 201
+    )
+    assert api.put(
+        "/api/policies/%2F/by-set",
+        {"pattern": "^set\\.", "definition": {"federation-upstream-set": "s1"}},
+    ).status in (201, 204)
+    conn, ch, queue = _consumer(down.port, "set.x", ["#"])
+    try:
+        _bound_upstream(up, _wait_link(api, "set.x"), 1)
+        _publish(up.port, "set.x", "any", b"via-set")
+        got = _next(ch, queue)
+        assert got is not None and got[1] == b"via-set"
+    finally:
+        conn.close()
+    reply = api.put("/api/parameters/federation-upstream/%2F/bad", {"value": {"max-hops": 0}})
+    assert reply.status == 400
+    reason = reply.json()["reason"]
+    assert "uri" in reason and "max-hops" in reason
+    reply = api.put(
+        "/api/policies/%2F/both",
+        {
+            "pattern": "x",
+            "definition": {"federation-upstream-set": "all", "federation-upstream": "u1"},
+        },
+    )
+    assert reply.status == 400 and "together" in reply.json()["reason"]
+
+
+def test_rabbitmq_as_the_upstream(broker: BrokerThread, rabbitmq: Any) -> None:
+    api = Api(broker.http_port)
+    _federate(api, rabbitmq.port)
+    conn, ch, queue = _consumer(broker.port, "fed.rabbit", ["#"])
+    try:
+        _wait_link(api, "fed.rabbit")
+        deadline = time.monotonic() + 30
+        while True:  # the link's queue is bound on RabbitMQ once a publish reaches it
+            _publish(rabbitmq.port, "fed.rabbit", "k", b"from-rabbit")
+            got = _next(ch, queue, timeout=1)
+            if got is not None:
+                break
+            assert time.monotonic() < deadline, "nothing came across from RabbitMQ"
+        assert got[1] == b"from-rabbit"
+        assert got[0].headers["x-received-from"][0]["exchange"] == "fed.rabbit"
+    finally:
+        conn.close()
