@@ -215,3 +215,50 @@ def test_rabbitmq_as_the_upstream(broker: BrokerThread, rabbitmq: Any) -> None:
         assert got[0].headers["x-received-from"][0]["exchange"] == "fed.rabbit"
     finally:
         conn.close()
+
+
+def test_a_federated_queue_fetches_only_while_it_has_consumers(
+    pair: tuple[BrokerThread, BrokerThread],
+) -> None:
+    up, down = pair
+    with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", up.port)) as conn:
+        ch = conn.channel()
+        ch.queue_declare("work", durable=True)
+        ch.confirm_delivery()
+        for i in range(20):
+            ch.basic_publish("", "work", b"job-%d" % i)
+    api = Api(down.http_port)
+    value = {"uri": f"amqp://guest:guest@127.0.0.1:{up.port}/%2F"}
+    assert api.put("/api/parameters/federation-upstream/%2F/origin", {"value": value}).status == 201
+    assert api.put(
+        "/api/policies/%2F/fed-queues",
+        {
+            "pattern": "^work$",
+            "apply-to": "queues",
+            "definition": {"federation-upstream": "origin"},
+        },
+    ).status in (201, 204)
+    with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", down.port)) as conn:
+        ch = conn.channel()
+        ch.queue_declare("work", durable=True)
+        deadline = time.monotonic() + 30
+        while True:  # the link starts (the policy is matched by the next sweep) ...
+            links = [link for link in api.get("/api/federation-links") if link["type"] == "queue"]
+            if links and links[0]["status"] == "running":
+                break
+            assert time.monotonic() < deadline, links
+            time.sleep(0.05)
+        # ... but takes nothing while nobody consumes here.
+        assert not links[0]["consuming"]
+        with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", up.port)) as uc:
+            assert uc.channel().queue_declare("work", passive=True).method.message_count == 20
+        bodies = []
+        for method, props, body in ch.consume("work", inactivity_timeout=30):
+            assert method is not None, f"only {len(bodies)} came across"
+            ch.basic_ack(method.delivery_tag)
+            bodies.append(body)
+            assert props.headers["x-received-from"][0]["queue"] == "work"
+            if len(bodies) == 20:
+                break
+        ch.cancel()
+        assert sorted(bodies) == sorted(b"job-%d" % i for i in range(20))

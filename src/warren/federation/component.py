@@ -16,8 +16,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from warren.core.queue import Queue
 from warren.core.vhost import VHost
 from warren.federation.link import BindingKey, ExchangeLink, binding_key
+from warren.federation.queue_link import QueueLink
 from warren.federation.upstream import Upstream, validate_set, validate_upstream
 
 log = logging.getLogger("warren.federation")
@@ -38,6 +40,8 @@ class Federation:
         self.upstreams: dict[tuple[str, str], Upstream] = {}
         self.sets: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self.links: dict[LinkKey, ExchangeLink] = {}
+        self.queue_links: dict[LinkKey, QueueLink] = {}
+        self._sweep: asyncio.TimerHandle | None = None
         self._watched: set[str] = set()
         self._pending: set[tuple[str, str]] = set()
         self._stopping: set[asyncio.Task[None]] = set()
@@ -64,6 +68,46 @@ class Federation:
             table[(vhost, name)] = validate_set(value)
         self._watch(vhost)
         self.reconcile_vhost(vhost)
+        self.reconcile_queues(vhost)
+        if self._sweep is None and (self.upstreams or self.queue_links):
+            self._sweep = asyncio.get_running_loop().call_later(1.0, self._sweep_queues)
+
+    # -- federated queues -------------------------------------------------------------
+    def _sweep_queues(self) -> None:
+        """Queues come and go, and take policies, without telling anyone: look once
+        a second while there are upstreams."""
+        self._sweep = None
+        for vhost in sorted({v for v, _n in self.upstreams} | {k[0] for k in self.queue_links}):
+            self.reconcile_queues(vhost)
+        if self.upstreams or self.queue_links:
+            self._sweep = asyncio.get_running_loop().call_later(1.0, self._sweep_queues)
+
+    def reconcile_queues(self, vhost_name: str) -> None:
+        vhost = self._get_vhost(vhost_name)
+        wanted: dict[LinkKey, Upstream] = {}
+        if vhost is not None:
+            for queue in vhost.queues.values():
+                if queue.policy is None or queue.exclusive:
+                    continue
+                for upstream in self._upstreams_for(vhost_name, queue.policy.definition):
+                    wanted[(vhost_name, queue.name, upstream.name)] = upstream
+        for key, link in list(self.queue_links.items()):
+            if key[0] == vhost_name and wanted.get(key) != link.upstream:
+                self._stop(self.queue_links.pop(key))
+        for key, upstream in wanted.items():
+            if key in self.queue_links:
+                continue
+            name = key[1]
+            link = QueueLink(
+                vhost_name,
+                name,
+                upstream,
+                self._local_uri(vhost_name),
+                self._cluster_name(),
+                _queue_getter(vhost, name),
+            )
+            self.queue_links[key] = link
+            link.start()
 
     def _watch(self, vhost_name: str) -> None:
         if vhost_name in self._watched:
@@ -152,18 +196,31 @@ class Federation:
             self.links[key] = link
             link.start()
 
-    def _stop(self, link: ExchangeLink) -> None:
+    def _stop(self, link: ExchangeLink | QueueLink) -> None:
         task = asyncio.ensure_future(link.stop())
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
 
     def status(self) -> list[dict[str, Any]]:
-        return [link.info() for _key, link in sorted(self.links.items())]
+        return [link.info() for _key, link in sorted(self.links.items())] + [
+            link.info() for _key, link in sorted(self.queue_links.items())
+        ]
 
     async def close(self) -> None:
-        links = list(self.links.values())
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        links: list[ExchangeLink | QueueLink] = [*self.links.values(), *self.queue_links.values()]
         self.links.clear()
+        self.queue_links.clear()
         await asyncio.gather(*(link.stop() for link in links), *self._stopping)
+
+
+def _queue_getter(vhost: VHost | None, name: str) -> Callable[[], Queue | None]:
+    def get() -> Queue | None:
+        return vhost.queues.get(name) if vhost is not None else None
+
+    return get
 
 
 def _as_value(upstream: Upstream) -> dict[str, Any]:
@@ -177,6 +234,7 @@ def _as_value(upstream: Upstream) -> dict[str, Any]:
     }
     for key, v in (
         ("exchange", upstream.exchange),
+        ("queue", upstream.queue),
         ("expires", upstream.expires),
         ("message-ttl", upstream.message_ttl),
     ):
@@ -203,12 +261,14 @@ class _Component:
 
     def restart(self, vhost: str, name: str) -> bool:
         restarted = False
-        for key in list(self._federation.links):
-            if key[0] == vhost and key[2] == name:
-                self._federation._stop(self._federation.links.pop(key))
-                restarted = True
+        for table in (self._federation.links, self._federation.queue_links):
+            for key in list(table):
+                if key[0] == vhost and key[2] == name:
+                    self._federation._stop(table.pop(key))
+                    restarted = True
         if restarted:
             self._federation.reconcile_vhost(vhost)
+            self._federation.reconcile_queues(vhost)
         return restarted
 
     async def close(self) -> None:

@@ -20,6 +20,7 @@ class Upstream:
     name: str
     uris: tuple[str, ...]
     exchange: str | None = None  # the upstream exchange's name (None: the same)
+    queue: str | None = None  # the upstream queue's name, for a federated queue
     prefetch_count: int = 1000
     reconnect_delay: float = 5.0
     ack_mode: str = "on-confirm"
@@ -76,12 +77,16 @@ def validate_upstream(name: str, value: Any) -> Upstream:
     exchange = value.get("exchange")
     if exchange is not None and not isinstance(exchange, str):
         errors.append(f"exchange should be a string, actually was {json_p(exchange)}")
+    queue = value.get("queue")
+    if queue is not None and not isinstance(queue, str):
+        errors.append(f"queue should be a string, actually was {json_p(queue)}")
     if errors:
         raise ValidationFailed(errors)
     return Upstream(
         name=name,
         uris=tuple(uris),
         exchange=exchange,
+        queue=queue,
         prefetch_count=prefetch,
         reconnect_delay=float(delay),
         ack_mode=ack_mode,

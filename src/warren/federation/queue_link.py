@@ -1,0 +1,203 @@
+"""One federated-queue link: a queue here that fetches from its upstream queue
+while it has consumers and nothing to give them.
+
+Queue federation moves messages to where the consumers are, as RabbitMQ's
+does: the link consumes from the upstream queue of the same name (or the
+upstream's ``queue``) only while the local queue has consumers and no ready
+messages, and stops consuming as soon as it has a backlog or no consumers. What
+it takes is published into the local queue (default exchange) through this
+broker's AMQP port, with an ``x-received-from`` entry, and acknowledged
+upstream once confirmed here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiormq
+from aiormq.abc import DeliveredMessage
+from pamqp.commands import Basic
+
+from warren.core.queue import Queue
+from warren.federation.upstream import Upstream
+from warren.shovel.runner import redact
+
+log = logging.getLogger("warren.federation")
+
+#: Seconds between two looks at the local queue's demand.
+DEMAND_CHECK = 0.05
+
+
+class QueueLink:
+    def __init__(
+        self,
+        vhost: str,
+        queue: str,
+        upstream: Upstream,
+        local_uri: str,
+        cluster_name: str,
+        local_queue: Callable[[], Queue | None],
+    ) -> None:
+        self.vhost = vhost
+        self.queue = queue
+        self.upstream = upstream
+        self.local_uri = local_uri
+        self.cluster_name = cluster_name
+        self._local_queue = local_queue
+        self.status = "starting"
+        self.error: str | None = None
+        self.since = time.time()
+        self.received = 0
+        self.dropped = 0
+        self.consuming = False
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def upstream_queue(self) -> str:
+        return self.upstream.queue or self.queue
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def info(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "type": "queue",
+            "vhost": self.vhost,
+            "queue": self.queue,
+            "upstream_queue": self.upstream_queue,
+            "upstream": self.upstream.name,
+            "id": f"{self.vhost}:queue:{self.queue}:{self.upstream.name}",
+            "status": self.status,
+            "uri": redact(self.upstream.uris[0]),
+            "timestamp": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since)),
+            "consuming": self.consuming,
+            "messages_received": self.received,
+            "messages_dropped": self.dropped,
+        }
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+    def _demand(self) -> bool:
+        queue = self._local_queue()
+        return queue is not None and queue.consumer_count > 0 and queue.message_count == 0
+
+    async def _run(self) -> None:
+        delay = self.upstream.reconnect_delay
+        while True:
+            self.status = "starting"
+            self.consuming = False
+            ran = False
+            try:
+                ran = await self._session()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.status = "error"
+                self.error = f"{type(exc).__name__}: {exc}"
+                log.warning(
+                    "federation link %s:queue %s <- %s: %s; again in %.1f s",
+                    self.vhost, self.queue, self.upstream.name, self.error, delay,
+                )  # fmt: skip
+            if ran:
+                delay = self.upstream.reconnect_delay
+            await asyncio.sleep(delay)
+            delay = min(max(delay * 2, 0.1), 60.0)
+
+    async def _session(self) -> bool:
+        up = self.upstream
+        remote = await aiormq.connect(up.uris[0])
+        local: aiormq.abc.AbstractConnection | None = None
+        try:
+            upstream_cluster = str(remote.server_properties.get("cluster_name", ""))
+            ch = await remote.channel()
+            try:
+                await ch.queue_declare(self.upstream_queue, passive=True)
+            except aiormq.exceptions.ChannelNotFoundEntity:
+                ch = await remote.channel()
+                await ch.queue_declare(self.upstream_queue, durable=True)
+            local = await aiormq.connect(self.local_uri)
+            local_ch = await local.channel(publisher_confirms=True)
+            if up.prefetch_count:
+                await ch.basic_qos(prefetch_count=up.prefetch_count)
+            failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            async def on_message(message: DeliveredMessage) -> None:
+                try:
+                    await self._forward(message, local_ch, up, upstream_cluster)
+                    await ch.basic_ack(message.delivery_tag or 0)
+                except Exception as exc:
+                    if not failed.done():
+                        failed.set_exception(exc)
+
+            self.status = "running"
+            self.error = None
+            self.since = time.time()
+            tag: str | None = None
+            while not failed.done():
+                if remote.is_closed or local.is_closed:
+                    raise ConnectionError("a connection of the link closed")
+                wanted = self._demand()
+                if wanted and tag is None:
+                    ok = await ch.basic_consume(self.upstream_queue, on_message)
+                    tag = ok.consumer_tag
+                    self.consuming = True
+                elif not wanted and tag is not None:
+                    await ch.basic_cancel(tag)
+                    tag = None
+                    self.consuming = False
+                await asyncio.wait([failed], timeout=DEMAND_CHECK)
+            failed.result()
+            return True
+        finally:
+            for conn in (remote, local):
+                if conn is not None and not conn.is_closed:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+
+    async def _forward(
+        self,
+        message: DeliveredMessage,
+        local_ch: aiormq.abc.AbstractChannel,
+        up: Upstream,
+        upstream_cluster: str,
+    ) -> None:
+        props = message.header.properties
+        headers = dict(props.headers or {})
+        hops = headers.get("x-received-from")
+        hops = list(hops) if isinstance(hops, list) else []
+        if len(hops) >= up.max_hops or any(
+            isinstance(h, dict) and h.get("cluster-name") == self.cluster_name for h in hops
+        ):
+            self.dropped += 1
+            return
+        hops.append(
+            {
+                "uri": redact(up.uris[0]),
+                "queue": self.upstream_queue,
+                "redelivered": bool(message.redelivered),
+                "cluster-name": upstream_cluster,
+            }
+        )
+        headers["x-received-from"] = hops
+        props.headers = headers
+        if not up.trust_user_id:
+            props.user_id = None
+        confirm = await local_ch.basic_publish(
+            message.body, exchange="", routing_key=self.queue, properties=props
+        )
+        if not isinstance(confirm, Basic.Ack):
+            raise ConnectionError(f"the local queue refused a message ({confirm})")
+        self.received += 1
