@@ -54,11 +54,15 @@ COMPILED := $(shell sed -n 's/^    "warren\.\(.*\)",$$/\1/p' setup.py | tr . /)
 COMPILED_SOURCES := $(patsubst %,src/warren/%.py,$(COMPILED))
 SHARED_LIBRARY := src/_warren_compiled__mypyc$(EXT_SUFFIX)
 
-# A build older than any of its modules' .py is rebuilt before `make test` and
-# `make run` (Warren itself would ignore the whole build and run the .py files).
+# A build older than any of its modules' .py or of the hand-written C (setup.py's
+# NATIVE: every .c and .h) is rebuilt before `make test` and `make run` (Warren
+# itself would ignore the whole build and run the .py files).
 # A build that cannot compile leaves everything pure Python (setup.py only
 # warns); make then retries on each run.
-$(SHARED_LIBRARY): $(COMPILED_SOURCES) src/warren/_fastpath.c src/warren/_syncworker.c | $(STAMP)
+NATIVE_SOURCES := src/warren/_fastpath.h src/warren/_fastpath.c src/warren/_fastpath_scan.c \
+	src/warren/_fastpath_run.c src/warren/_fastpath_deliver.c src/warren/_fastpath_records.c \
+	src/warren/_syncworker.c
+$(SHARED_LIBRARY): $(COMPILED_SOURCES) $(NATIVE_SOURCES) | $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
 
 build: $(STAMP)

@@ -86,23 +86,36 @@ GROUP = "_warren_compiled"
 EXTRA_COMPILE_ARGS = ["-g0"] if os.name == "posix" else []
 
 
-# Hand-written C for the byte work of the hot path (src/warren/_fastpath.c):
-# scanning a socket read for runs of alike publishes. Its Python twin
-# (warren/amqp/publish_run.py) is the reference and the fallback; the C is used
-# when it was built (see warren.native_module). Built with the mypyc modules,
-# all or nothing.
+# Hand-written C for the byte work of the hot path (src/warren/_fastpath.c and
+# the _fastpath_*.c it is split into, sharing _fastpath.h): scanning a socket
+# read for runs of alike publishes, their delivery frames and store records.
+# Its Python twin (warren/amqp/publish_run.py) is the reference and the
+# fallback; the C is used when it was built (see warren.native_module). Built
+# with the mypyc modules, all or nothing.
 # src/warren/_syncworker.c is the group commit's sync thread without the GIL
 # (store/sync.py runs a ThreadPoolExecutor without it).
+# Entries: (module, its C sources, the headers they include: a header's change
+# rebuilds it too). The Makefile lists the same files for its build rule.
 NATIVE = [
-    ("warren._fastpath", "src/warren/_fastpath.c"),
-    ("warren._syncworker", "src/warren/_syncworker.c"),
+    (
+        "warren._fastpath",
+        [
+            "src/warren/_fastpath.c",
+            "src/warren/_fastpath_scan.c",
+            "src/warren/_fastpath_run.c",
+            "src/warren/_fastpath_deliver.c",
+            "src/warren/_fastpath_records.c",
+        ],
+        ["src/warren/_fastpath.h"],
+    ),
+    ("warren._syncworker", ["src/warren/_syncworker.c"], []),
 ]
 
 
 def _native() -> list[Extension]:
     return [
-        Extension(name, [path], extra_compile_args=["-O3", *EXTRA_COMPILE_ARGS])
-        for name, path in NATIVE
+        Extension(name, sources, depends=headers, extra_compile_args=["-O3", *EXTRA_COMPILE_ARGS])
+        for name, sources, headers in NATIVE
     ]
 
 

@@ -163,3 +163,34 @@ def test_stale_or_incomplete_build_is_skipped_as_a_whole(
     # WARREN_PURE_PYTHON: the .py even when the build is fresh.
     monkeypatch.setattr(warren, "PURE_PYTHON", True)
     assert imported_from(fresh)["a"] == str(fresh / "a.py")
+
+
+def test_an_edit_to_any_c_source_makes_the_native_build_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hand-written extension is built from several files (setup.py's NATIVE):
+    the module's .c, its other <name>_*.c and its .h all count."""
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    sources = [tmp_path / n for n in ("_fake.c", "_fake.h", "_fake_part.c")]
+    for source in sources:
+        source.write_text("")
+        os.utime(source, (1_000_000_000, 1_000_000_000))
+    (tmp_path / f"_fake{suffix}").write_bytes(b"not really an extension")
+    (tmp_path / "_other.c").write_text("")  # another extension's source: not this one's
+    monkeypatch.setattr(warren, "PURE_PYTHON", False)
+    monkeypatch.setattr(warren, "_SOURCE_CHECKOUT", True)
+    monkeypatch.setattr(warren, "_PACKAGE_DIR", str(tmp_path))
+    caplog.set_level(logging.WARNING, logger="warren")
+
+    def stale_file() -> str | None:
+        monkeypatch.setattr(warren, "_stale_native_warned", set())
+        caplog.clear()
+        assert warren.native_module("_fake") is None  # no such module either way
+        messages = [r.getMessage() for r in caplog.records]
+        return messages[0].split("(")[1].split(" is newer")[0] if messages else None
+
+    assert stale_file() is None
+    for source in sources:
+        os.utime(source, (2_000_000_000, 2_000_000_000))
+        assert stale_file() == source.name
+        os.utime(source, (1_000_000_000, 1_000_000_000))

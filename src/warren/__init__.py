@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import importlib
 import importlib.machinery
 import importlib.util
@@ -154,23 +155,29 @@ def compiled_modules() -> list[str]:
 def native_module(name: str) -> ModuleType | None:
     """Warren's hand-written C extension ``warren.<name>`` (setup.py's NATIVE), or
     None: with WARREN_PURE_PYTHON, when it was not built, or, in a source
-    checkout, when its .c is newer than the build (warned once, as for mypyc's)."""
+    checkout, when one of its sources (``<name>*.c``, ``<name>*.h``) is newer
+    than the build (warned once, as for mypyc's)."""
     if PURE_PYTHON:
         return None
     path = _extension_path(_PACKAGE_DIR, name)
     if path is None:
         return None
-    source = os.path.join(_PACKAGE_DIR, name + ".c")
-    stale = _SOURCE_CHECKOUT and os.path.exists(source)
-    if stale and os.path.getmtime(source) > os.path.getmtime(path):
-        if name not in _stale_native_warned:
-            _stale_native_warned.add(name)
-            logging.getLogger("warren").warning(
-                "not using warren.%s (%s.c is newer than its build): `make build` rebuilds it",
-                name,
-                name,
-            )
-        return None
+    if _SOURCE_CHECKOUT:
+        built = os.path.getmtime(path)
+        newer = [
+            source
+            for source in sorted(glob.glob(os.path.join(_PACKAGE_DIR, name + "*.[ch]")))
+            if os.path.getmtime(source) > built
+        ]
+        if newer:
+            if name not in _stale_native_warned:
+                _stale_native_warned.add(name)
+                logging.getLogger("warren").warning(
+                    "not using warren.%s (%s is newer than its build): `make build` rebuilds it",
+                    name,
+                    os.path.basename(newer[0]),
+                )
+            return None
     try:
         return importlib.import_module(f"warren.{name}")
     except ImportError:

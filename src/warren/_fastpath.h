@@ -1,0 +1,128 @@
+/* warren._fastpath's shared declarations (its sources: _fastpath.c, the module;
+ * _fastpath_scan.c, scan_publishes; _fastpath_run.c, the PublishRun type;
+ * _fastpath_deliver.c, deliver_frames; _fastpath_records.c, encode_records and
+ * the CRC-32). The byte helpers and the property-list checks are static inline
+ * here, so each file that loops over messages keeps them inlined.
+ */
+#ifndef WARREN_FASTPATH_H
+#define WARREN_FASTPATH_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view;       /* the socket read's bytes, held while the run lives */
+    PyObject *method;     /* the basic.publish payload every message shares */
+    Py_ssize_t channel;
+    Py_ssize_t end;       /* offset just past the run's last frame */
+    Py_ssize_t count;
+    Py_ssize_t *spans;    /* per message: props start, props end, body start, body end */
+    Py_ssize_t *methods;  /* keyed runs: per message, its publish payload's start and size;
+                             NULL when every message has the run's method */
+} PublishRun;
+
+/* Shared between the files but not exported from the extension: no other
+ * library's symbol of the same name can stand in for one of these. */
+#if defined(__GNUC__) || defined(__clang__)
+#define FP_INTERNAL __attribute__((visibility("hidden")))
+#else
+#define FP_INTERNAL
+#endif
+
+/* The run type (_fastpath_run.c) and the plain property lists it hands out as
+ * shared objects: b"\x00\x00", b"\x10\x00\x01", b"\x10\x00\x02" (_fastpath.c). */
+FP_INTERNAL extern PyTypeObject PublishRunType;
+FP_INTERNAL extern PyObject *plain_props[3];
+
+/* The module's functions (METH_FASTCALL) and what its init needs. */
+FP_INTERNAL PyObject *scan_publishes(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+FP_INTERNAL PyObject *deliver_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+FP_INTERNAL PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+FP_INTERNAL PyObject *fp_crc32(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+FP_INTERNAL void crc_init(void);
+
+static inline uint16_t be16(const unsigned char *p) { return (uint16_t)((p[0] << 8) | p[1]); }
+static inline uint32_t be32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static inline uint64_t be64(const unsigned char *p) {
+    return ((uint64_t)be32(p) << 32) | be32(p + 4);
+}
+
+static inline unsigned char *put_be32(unsigned char *o, uint32_t v) {
+    o[0] = (unsigned char)(v >> 24);
+    o[1] = (unsigned char)(v >> 16);
+    o[2] = (unsigned char)(v >> 8);
+    o[3] = (unsigned char)v;
+    return o + 4;
+}
+static inline unsigned char *put_be64(unsigned char *o, uint64_t v) {
+    return put_be32(put_be32(o, (uint32_t)(v >> 32)), (uint32_t)v);
+}
+/* A frame's type, channel and payload size. */
+static inline unsigned char *put_frame_head(unsigned char *o, unsigned char type, uint16_t channel,
+                                            uint32_t size) {
+    o[0] = type;
+    o[1] = (unsigned char)(channel >> 8);
+    o[2] = (unsigned char)channel;
+    return put_be32(o + 3, size);
+}
+
+/* Index into plain_props of a plain property list, or -1. */
+static inline int plain_index(const unsigned char *p, Py_ssize_t len) {
+    if (len == 2 && p[0] == 0 && p[1] == 0) return 0;
+    if (len == 3 && p[0] == 0x10 && p[1] == 0 && (p[2] == 1 || p[2] == 2)) return p[2];
+    return -1;
+}
+
+/* The property flags a run may carry beyond delivery-mode: content-type,
+ * content-encoding, priority, correlation-id (first byte), message-id,
+ * timestamp, type, app-id (second byte). Not headers (a table: CC/BCC, the
+ * headers exchange), reply-to (direct reply-to's rewrite), expiration (TTL),
+ * user-id (checked against the login), cluster-id, a continued flag word. */
+#define SIMPLE_FLAGS_0 (0x80 | 0x40 | 0x10 | 0x08 | 0x04)
+#define SIMPLE_FLAGS_1 (0x80 | 0x40 | 0x20 | 0x08)
+#define MAX_TIMESTAMP 253402300799ull /* the year 9999, as core/table.py */
+
+/* Whether p[0:len] is a property list made only of those, well formed and
+ * what amqp/publishing.py's checks would pass without a word (ASCII short strings,
+ * delivery-mode 1 or 2, a timestamp before the year 10000); *mode gets its
+ * delivery-mode (0: none). Anything else goes the slow way. */
+static inline int simple_props(const unsigned char *p, Py_ssize_t len, int *mode) {
+    *mode = 0;
+    if (len < 2 || (p[0] & ~SIMPLE_FLAGS_0) || (p[1] & ~SIMPLE_FLAGS_1)) return 0;
+    unsigned flags = (unsigned)p[0] << 8 | p[1];
+    Py_ssize_t at = 2;
+    for (int bit = 15; bit >= 1; bit--) {
+        if (!(flags & (1u << bit))) continue;
+        switch (bit) {
+        case 12: /* delivery-mode */
+        case 11: /* priority */
+            if (at >= len) return 0;
+            if (bit == 12) {
+                if (p[at] != 1 && p[at] != 2) return 0;
+                *mode = p[at];
+            }
+            at += 1;
+            break;
+        case 6: /* timestamp */
+            if (len - at < 8 || be64(p + at) > MAX_TIMESTAMP) return 0;
+            at += 8;
+            break;
+        default: { /* a short string */
+            if (at >= len) return 0;
+            Py_ssize_t end = at + 1 + p[at];
+            if (end > len) return 0;
+            for (Py_ssize_t i = at + 1; i < end; i++)
+                if (p[i] & 0x80) return 0;
+            at = end;
+        }
+        }
+    }
+    return at == len;
+}
+
+#endif /* WARREN_FASTPATH_H */

@@ -1,0 +1,143 @@
+/* warren._fastpath: encode_records, the segment-store records of a run's messages,
+ * with a slicing-by-8 CRC-32 equal to zlib's (store/records.py's encode_run is the
+ * reference).
+ */
+#include "_fastpath.h"
+
+/* CRC-32 as zlib.crc32 computes it (reflected, polynomial 0xEDB88320),
+ * slicing by 8: the segment store's records end with one (store/records.py). */
+static uint32_t crc_table[8][256];
+
+void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
+}
+
+static uint32_t crc32_update(uint32_t crc, const unsigned char *p, Py_ssize_t n) {
+    crc = ~crc;
+    while (n >= 8) {
+        uint32_t a = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                            (uint32_t)p[3] << 24);
+        crc = crc_table[7][a & 0xFF] ^ crc_table[6][(a >> 8) & 0xFF] ^
+              crc_table[5][(a >> 16) & 0xFF] ^ crc_table[4][a >> 24] ^ crc_table[3][p[4]] ^
+              crc_table[2][p[5]] ^ crc_table[1][p[6]] ^ crc_table[0][p[7]];
+        p += 8;
+        n -= 8;
+    }
+    while (n-- > 0) crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+/* encode_records(run, start, stop, ex_rk, timestamp, base)
+ *     -> (records, offsets, sizes, persistent)
+ *
+ * store/records.py's encode_run for a C run: the segment-store records of
+ * messages start .. stop - 1, back to back in one bytes object (the format of
+ * records.encode_record; ex_rk is the exchange and routing key as two
+ * shortstrs). offsets: each record's position, base + where it starts in
+ * records, and sizes: each body's size, both as native u32 (for
+ * array("I").frombytes); persistent: how many have delivery-mode 2. */
+PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "encode_records(run, start, stop, ex_rk, timestamp, base)");
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(args[0], &PublishRunType)) {
+        PyErr_SetString(PyExc_TypeError, "encode_records: run must be a warren._fastpath.PublishRun");
+        return NULL;
+    }
+    PublishRun *run = (PublishRun *)args[0];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
+    unsigned long long timestamp = PyLong_AsUnsignedLongLong(args[4]);
+    unsigned long long base = PyLong_AsUnsignedLongLong(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    if (!PyBytes_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "encode_records: ex_rk must be bytes");
+        return NULL;
+    }
+    if (start < 0 || stop > run->count || start > stop) {
+        PyErr_SetString(PyExc_ValueError, "encode_records: bad range");
+        return NULL;
+    }
+    const unsigned char *ex_rk = (const unsigned char *)PyBytes_AS_STRING(args[3]);
+    Py_ssize_t ex_rk_len = PyBytes_GET_SIZE(args[3]);
+    const unsigned char *d = (const unsigned char *)run->view.buf;
+    Py_ssize_t n = stop - start;
+
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        Py_ssize_t *s = run->spans + 4 * i;
+        total += 28 + ex_rk_len + (s[1] - s[0]) + (s[3] - s[2]);
+    }
+    if ((unsigned long long)total + base > 0xFFFFFFFFull) {
+        PyErr_SetString(PyExc_OverflowError, "encode_records: offsets past 4 GiB");
+        return NULL;
+    }
+    PyObject *recs = PyBytes_FromStringAndSize(NULL, total);
+    PyObject *offs = PyBytes_FromStringAndSize(NULL, n * 4);
+    PyObject *sizes = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (recs == NULL || offs == NULL || sizes == NULL) goto fail;
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(recs);
+    unsigned char *first = o;
+    uint32_t *off_out = (uint32_t *)PyBytes_AS_STRING(offs);
+    uint32_t *size_out = (uint32_t *)PyBytes_AS_STRING(sizes);
+    Py_ssize_t persistent = 0;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        Py_ssize_t *s = run->spans + 4 * i;
+        Py_ssize_t plen = s[1] - s[0];
+        Py_ssize_t body = s[3] - s[2];
+        Py_ssize_t length = 28 + ex_rk_len + plen + body;
+        unsigned char *rec = o;
+        *off_out++ = (uint32_t)(base + (unsigned long long)(o - first));
+        *size_out++ = (uint32_t)body;
+        int mode;
+        if (plain_index(d + s[0], plen) == 2 || (simple_props(d + s[0], plen, &mode) && mode == 2))
+            persistent++;
+        o = put_be32(o, (uint32_t)length);
+        o = put_be64(o, timestamp);
+        memcpy(o, ex_rk, (size_t)ex_rk_len);
+        o += ex_rk_len;
+        o = put_be32(o, (uint32_t)plen);
+        memcpy(o, d + s[0], (size_t)plen);
+        o += plen;
+        o = put_be64(o, (uint64_t)body);
+        memcpy(o, d + s[2], (size_t)body);
+        o += body;
+        o = put_be32(o, crc32_update(0, rec, o - rec));
+    }
+    if (o != first + total) {
+        PyErr_SetString(PyExc_SystemError, "encode_records: size mismatch");
+        goto fail;
+    }
+    PyObject *result = Py_BuildValue("(NNNn)", recs, offs, sizes, persistent);
+    return result;
+
+fail:
+    Py_XDECREF(recs);
+    Py_XDECREF(offs);
+    Py_XDECREF(sizes);
+    return NULL;
+}
+
+/* crc32(data, value=0) -> int: zlib.crc32, for the tests of the above. */
+PyObject *fp_crc32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "crc32(data, value=0)");
+        return NULL;
+    }
+    unsigned long value = nargs == 2 ? PyLong_AsUnsignedLong(args[1]) : 0;
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    uint32_t crc = crc32_update((uint32_t)value, (const unsigned char *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}

@@ -1,0 +1,188 @@
+/* warren._fastpath: scan_publishes, the runs of alike basic.publish messages in
+ * one socket read (amqp/publish_run.py's scan_publishes is the reference).
+ */
+#include "_fastpath.h"
+
+/* basic.publish's payload: reserved short, two shortstrs, the bits octet, exactly. */
+static int method_ok(const unsigned char *m, Py_ssize_t len) {
+    if (len < 9 || m[0] != 0 || m[1] != 0x3c || m[2] != 0 || m[3] != 0x28) return 0;
+    Py_ssize_t at = 7 + m[6];
+    if (at >= len) return 0;
+    return at + 1 + m[at] + 1 == len;
+}
+
+/* One complete message at pos whose method payload is m[0:mlen]: fills
+ * spans[0..3] and *next, or returns 0. */
+static int one_message(const unsigned char *d, Py_ssize_t n, Py_ssize_t pos, uint16_t channel,
+                       const unsigned char *m, Py_ssize_t mlen, int keyed, uint32_t frame_max,
+                       uint64_t max_body, Py_ssize_t *spans, Py_ssize_t *method_span,
+                       Py_ssize_t *next) {
+    Py_ssize_t end;
+    if (!keyed) {
+        /* The method frame, byte for byte the run's first. */
+        end = pos + 7 + mlen;
+        if (end >= n || d[pos] != 1 || be16(d + pos + 1) != channel ||
+            be32(d + pos + 3) != (uint32_t)mlen || d[end] != 0xCE ||
+            memcmp(d + pos + 7, m, (size_t)mlen) != 0)
+            return 0;
+    } else {
+        /* A publish to the run's exchange with its bits; any routing key. */
+        if (n - pos < 7 || d[pos] != 1 || be16(d + pos + 1) != channel) return 0;
+        uint32_t size = be32(d + pos + 3);
+        if (frame_max && size > frame_max) return 0;
+        if ((Py_ssize_t)size >= n - pos - 7) return 0;
+        end = pos + 7 + (Py_ssize_t)size;
+        const unsigned char *p = d + pos + 7;
+        Py_ssize_t plen = (Py_ssize_t)size;
+        Py_ssize_t ex_end = 7 + m[6]; /* reserved short, ids and the exchange shortstr */
+        if (d[end] != 0xCE || !method_ok(p, plen) || p[6] != m[6] ||
+            memcmp(p, m, (size_t)ex_end) != 0 || p[plen - 1] != m[mlen - 1])
+            return 0;
+        method_span[0] = pos + 7;
+        method_span[1] = plen;
+    }
+    pos = end + 1;
+    /* The content header frame. */
+    if (n - pos < 7) return 0;
+    uint32_t size = be32(d + pos + 3);
+    if (d[pos] != 2 || be16(d + pos + 1) != channel || size < 14) return 0;
+    if (frame_max && size > frame_max) return 0;
+    if ((Py_ssize_t)size >= n - pos - 7) return 0; /* end octet not in the buffer */
+    end = pos + 7 + (Py_ssize_t)size;
+    if (d[end] != 0xCE) return 0;
+    const unsigned char *h = d + pos + 7;
+    if (be16(h) != 60 || be16(h + 2) != 0) return 0;
+    uint64_t body_size = be64(h + 4);
+    if (body_size > max_body) return 0;
+    Py_ssize_t props_start = pos + 19;
+    int mode;
+    if (plain_index(d + props_start, end - props_start) < 0 &&
+        !simple_props(d + props_start, end - props_start, &mode))
+        return 0;
+    spans[0] = props_start;
+    spans[1] = end;
+    pos = end + 1;
+    if (body_size == 0) {
+        spans[2] = spans[3] = pos;
+        *next = pos;
+        return 1;
+    }
+    /* One body frame carrying the whole body. */
+    if (n - pos < 7) return 0;
+    size = be32(d + pos + 3);
+    if (d[pos] != 3 || be16(d + pos + 1) != channel || (uint64_t)size != body_size) return 0;
+    if (frame_max && size > frame_max) return 0;
+    if ((Py_ssize_t)size >= n - pos - 7) return 0;
+    end = pos + 7 + (Py_ssize_t)size;
+    if (d[end] != 0xCE) return 0;
+    spans[2] = pos + 7;
+    spans[3] = end;
+    *next = end + 1;
+    return 1;
+}
+
+PyObject *scan_publishes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 && nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "scan_publishes(data, pos, frame_max, max_body, limit, keyed=False)");
+        return NULL;
+    }
+    int keyed = nargs == 6 ? PyObject_IsTrue(args[5]) : 0;
+    if (keyed < 0) return NULL;
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    unsigned long long frame_max = PyLong_AsUnsignedLongLong(args[2]);
+    unsigned long long max_body = PyLong_AsUnsignedLongLong(args[3]);
+    Py_ssize_t limit = PyLong_AsSsize_t(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    if (frame_max > UINT32_MAX) frame_max = 0; /* no limit a frame could exceed */
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *d = (const unsigned char *)view.buf;
+    Py_ssize_t n = view.len;
+    if (pos < 0 || n - pos < 7 || limit < 1) goto none;
+    uint16_t channel = be16(d + pos + 1);
+    uint32_t size = be32(d + pos + 3);
+    if (d[pos] != 1 || channel == 0 || size < 7) goto none;
+    if (frame_max && size > frame_max) goto none;
+    if ((Py_ssize_t)size > n - pos - 7) goto none;
+    const unsigned char *m = d + pos + 7;
+    Py_ssize_t mlen = (Py_ssize_t)size;
+    if (!method_ok(m, mlen) || (m[mlen - 1] & 2)) goto none; /* 2: immediate */
+    if (m[mlen - 1] & 1) keyed = 0; /* mandatory: returns come back in publish order */
+
+    Py_ssize_t cap = limit < 64 ? limit : 64;
+    Py_ssize_t *spans = PyMem_Malloc((size_t)cap * 4 * sizeof(Py_ssize_t));
+    Py_ssize_t *methods = keyed ? PyMem_Malloc((size_t)cap * 2 * sizeof(Py_ssize_t)) : NULL;
+    if (spans == NULL || (keyed && methods == NULL)) {
+        PyMem_Free(spans);
+        PyMem_Free(methods);
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t count = 0, at = pos, next = pos;
+    int uniform = 1;
+    while (count < limit) {
+        if (count == cap) {
+            Py_ssize_t grown = cap * 4 < limit ? cap * 4 : limit;
+            Py_ssize_t *more = PyMem_Realloc(spans, (size_t)grown * 4 * sizeof(Py_ssize_t));
+            if (more != NULL) spans = more;
+            Py_ssize_t *more_m = NULL;
+            if (more != NULL && keyed) {
+                more_m = PyMem_Realloc(methods, (size_t)grown * 2 * sizeof(Py_ssize_t));
+                if (more_m != NULL) methods = more_m;
+            }
+            if (more == NULL || (keyed && more_m == NULL)) {
+                PyMem_Free(spans);
+                PyMem_Free(methods);
+                PyBuffer_Release(&view);
+                return PyErr_NoMemory();
+            }
+            cap = grown;
+        }
+        if (!one_message(d, n, at, channel, m, mlen, keyed, (uint32_t)frame_max, max_body,
+                         spans + 4 * count, keyed ? methods + 2 * count : NULL, &next))
+            break;
+        if (keyed && (methods[2 * count + 1] != mlen ||
+                      memcmp(d + methods[2 * count], m, (size_t)mlen) != 0))
+            uniform = 0;
+        at = next;
+        count++;
+    }
+    if (count == 0) {
+        PyMem_Free(spans);
+        PyMem_Free(methods);
+        goto none;
+    }
+    if (uniform) { /* every routing key alike: a plain run */
+        PyMem_Free(methods);
+        methods = NULL;
+    }
+    PublishRun *run = PyObject_New(PublishRun, &PublishRunType);
+    if (run == NULL) {
+        PyMem_Free(spans);
+        PyMem_Free(methods);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    run->spans = NULL;
+    run->methods = NULL;
+    run->method = PyBytes_FromStringAndSize((const char *)m, mlen);
+    if (run->method == NULL) {
+        run->view = view;
+        Py_DECREF(run);
+        PyMem_Free(spans);
+        PyMem_Free(methods);
+        return NULL;
+    }
+    run->view = view; /* the run now holds the buffer */
+    run->channel = channel;
+    run->end = at;
+    run->count = count;
+    run->spans = spans;
+    run->methods = methods;
+    return (PyObject *)run;
+
+none:
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
