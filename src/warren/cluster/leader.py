@@ -164,7 +164,12 @@ class Replicator:
         self._waiters: list[tuple[int, Callable[[], None]]] = []
 
     # -- FileMirror -------------------------------------------------------------------
+    def wants_data(self) -> bool:
+        return bool(self.links)
+
     def appended(self, path: Path, offset: int, data: bytes) -> None:
+        if not self.links:  # a follower that joins copies the file instead
+            return
         rel = relative(self.root, path)
         if rel is None:
             return
@@ -172,11 +177,15 @@ class Replicator:
             self._emit(c.encode(c.Append(rel, offset + start, data[start : start + c.CHUNK])))
 
     def replaced(self, path: Path, data: bytes) -> None:
+        if not self.links:
+            return
         rel = relative(self.root, path)
         if rel is not None:
             self._emit(c.encode(c.Replace(rel, data)))
 
     def deleted(self, path: Path) -> None:
+        if not self.links:
+            return
         rel = relative(self.root, path)
         if rel is not None:
             self._emit(c.encode(c.Delete(rel)))

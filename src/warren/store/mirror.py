@@ -16,6 +16,12 @@ from typing import Protocol
 
 
 class FileMirror(Protocol):
+    def wants_data(self) -> bool:
+        """Whether anyone would receive an append now (a leader without followers
+        does not: a follower that joins copies the files). Writers may skip
+        reading back what they wrote while it is False."""
+        ...
+
     def appended(self, path: Path, offset: int, data: bytes) -> None:
         """``data`` was written at ``offset`` of ``path`` (created if new)."""
         ...

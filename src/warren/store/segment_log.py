@@ -316,7 +316,7 @@ class SegmentLog:
         if msid != sid:
             start = 0  # a new segment: from its header on
         end = self.write_pos
-        if end > start:
+        if end > start and self.mirror.wants_data():
             path = self.msgs_path(sid)
             fd = os.open(path, os.O_RDONLY)  # the write file is write-only
             try:

@@ -1,0 +1,165 @@
+"""Clustering's cost and failover time, for docs/clustering.md and docs/scaling.md.
+
+    .venv/bin/python bench/cluster.py [--duration 8]
+
+Starts a real etcd (Debian's etcd-server) and real `warren` nodes
+(tests/cluster's launchers) on this machine and measures, against the
+leader, with `warren perf throughput`:
+
+- persistent messages with confirms (window 1,000) and acks, 16-byte and
+  4 KiB bodies, on a single unclustered node and on a cluster with 0, 1 and 2
+  followers in the in-sync set: msg/s and MB/s;
+- confirm latency p50/p99 at a fixed 5,000 msg/s, the same setups;
+- failover: kill -9 of the leader of three nodes until a client's passive
+  queue.declare through a follower's port succeeds again.
+
+Every node, etcd and the perf clients share this machine's CPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "cluster"))
+
+from etcd_proc import EtcdProcess, free_port  # noqa: E402
+from nodes import Node, marks, wait_any  # noqa: E402
+
+PERF = [sys.executable, "-m", "warren", "perf", "throughput"]
+
+
+def perf(port: int, args: list[str], duration: int) -> dict[str, Any]:
+    out = subprocess.run(
+        [*PERF, "--uri", f"amqp://guest:guest@127.0.0.1:{port}/", *args, "-z", str(duration), "--json"],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+def single_node(base: Path) -> tuple[subprocess.Popen[str], int]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "warren", "-D", str(base / "single"), "--amqp-port", str(port),
+         "--http-port", "-1", "--mqtt-port", "-1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "listening on AMQP" in line:
+            break
+    return proc, port
+
+
+def cluster(base: Path, etcd: EtcdProcess, followers: int, prefix: str) -> list[Node]:
+    nodes = [Node(base, f"{prefix}{i}", etcd.url, prefix=prefix) for i in range(1 + followers)]
+    leader = nodes[0].start()
+    leader.wait_for("elected leader")
+    leader.wait_for("listening on AMQP")
+    for node in nodes[1:]:
+        node.start()
+    for node in nodes[1:]:
+        node.wait_for("synced with the leader")
+    if followers:
+        leader.wait_for(r"in-sync replicas: " + ", ".join([r"\w+"] * followers) + "$")
+    return nodes
+
+
+SCENARIOS = {
+    "16 B": ["-x", "1", "-y", "1", "-p", "--durable", "-c", "1000", "-a", "100", "-q", "1000"],
+    "4 KiB": ["-x", "1", "-y", "1", "-p", "--durable", "-c", "1000", "-a", "100", "-q", "1000",
+              "-s", "4096"],
+    "latency at 5,000 msg/s": ["-x", "1", "-y", "1", "-p", "--durable", "-c", "1000", "-a", "100",
+                               "-q", "1000", "-r", "5000"],
+}  # fmt: skip
+
+
+def measure(port: int, duration: int) -> dict[str, dict[str, Any]]:
+    return {name: perf(port, args, duration) for name, args in SCENARIOS.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=int, default=8)
+    args = parser.parse_args()
+    if shutil.which("etcd") is None:
+        print("bench/cluster.py: etcd is not installed (make etcd)", file=sys.stderr)
+        return 1
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory(prefix="warren-cluster-bench-") as tmp:
+        base = Path(tmp)
+        proc, port = single_node(base)
+        try:
+            results["single node (no clustering)"] = measure(port, args.duration)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+        etcd = EtcdProcess(base / "etcd")
+        try:
+            for followers in (0, 1, 2):
+                nodes = cluster(base, etcd, followers, f"f{followers}n")
+                try:
+                    label = f"cluster, {followers} follower{'s' if followers != 1 else ''}"
+                    results[label] = measure(nodes[0].amqp_port, args.duration)
+                finally:
+                    for node in nodes:
+                        node.stop()
+            nodes = cluster(base, etcd, 2, "fo")
+            try:
+                failover = kill_leader(nodes)
+            finally:
+                for node in nodes:
+                    node.stop()
+        finally:
+            etcd.stop()
+    report(results, failover)
+    return 0
+
+
+def kill_leader(nodes: list[Node]) -> float:
+    import pika
+
+    with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", nodes[0].amqp_port)) as c:
+        c.channel().queue_declare("probe", durable=True)
+    before = marks(nodes[1:])
+    start = time.monotonic()
+    nodes[0].kill()
+    wait_any(nodes[1:], "listening on AMQP", timeout=60, since=before)
+    while True:
+        try:
+            with pika.BlockingConnection(
+                pika.ConnectionParameters("127.0.0.1", nodes[1].amqp_port)
+            ) as c:
+                c.channel().queue_declare("probe", passive=True)
+            return time.monotonic() - start
+        except Exception:
+            time.sleep(0.05)
+
+
+def report(results: dict[str, dict[str, dict[str, Any]]], failover: float) -> None:
+    print("| Setup | 16 B msg/s | 4 KiB msg/s (MB/s) | p50 / p99 ms at 5,000 msg/s |")
+    print("|---|---:|---:|---:|")
+    for label, r in results.items():
+        small = r["16 B"]["consume_rate"]
+        big = r["4 KiB"]["consume_rate"]
+        lat = r["latency at 5,000 msg/s"]["latency_ms"]
+        print(
+            f"| {label} | {small:,.0f} | {big:,.0f} ({big * 4096 / 1e6:,.0f}) "
+            f"| {lat['p50']:.3f} / {lat['p99']:.3f} |"
+        )
+    print(f"\nFailover (kill -9 of the leader of three, lease_ttl 2 s): {failover:.2f} s")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
