@@ -1,1 +1,1 @@
-"""Compatibility suite: Warren must look like RabbitMQ to clients (see tools/compat_probe.py)."""
+"""Compatibility suite: Warren must look like RabbitMQ to clients (see tools/compat_probe)."""

@@ -1,9 +1,9 @@
 """Warren must be indistinguishable from RabbitMQ for every probe scenario.
 
-Each scenario of ``tools/compat_probe.py`` is run against an embedded Warren
+Each scenario of ``tools/compat_probe`` is run against an embedded Warren
 and its observation compared with what RabbitMQ produced
 (``rabbitmq_expected.json``, recorded with
-``python tools/compat_probe.py --json tests/compat/rabbitmq_expected.json
+``python tools/compat_probe --json tests/compat/rabbitmq_expected.json
 --meta rabbitmq_version=$(rabbitmqctl version)`` against a local RabbitMQ).
 
 Two lists qualify that: :data:`DELIBERATE_DIFFERENCES`, where RabbitMQ crashes,
@@ -25,18 +25,20 @@ from typing import Any
 
 import pytest
 
-PROBE_PATH = Path(__file__).resolve().parents[2] / "tools" / "compat_probe.py"
+PROBE_DIR = Path(__file__).resolve().parents[2] / "tools" / "compat_probe"
 EXPECTED_PATH = Path(__file__).resolve().with_name("rabbitmq_expected.json")
 
 
 def _load_probe() -> ModuleType:
-    """Import tools/compat_probe.py (tools/ is not a package)."""
+    """Import the tools/compat_probe package (tools/ is not on the path)."""
     name = "compat_probe"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, PROBE_PATH)
+    spec = importlib.util.spec_from_file_location(
+        name, PROBE_DIR / "__init__.py", submodule_search_locations=[str(PROBE_DIR)]
+    )
     if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {PROBE_PATH}")
+        raise ImportError(f"cannot load {PROBE_DIR}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses resolve annotations through sys.modules
     spec.loader.exec_module(module)
@@ -46,7 +48,7 @@ def _load_probe() -> ModuleType:
 probe = _load_probe()
 # Warren on the same loop answers in milliseconds; the full second RabbitMQ's stream
 # readers need made the stream scenarios the slowest part of the suite.
-probe.STREAM_QUIET = 0.4
+importlib.import_module("compat_probe.stream_session").STREAM_QUIET = 0.4
 EXPECTED: dict[str, Any] = json.loads(EXPECTED_PATH.read_text(encoding="utf-8"))
 SCENARIO_NAMES = sorted(probe.SCENARIOS)
 
@@ -437,7 +439,7 @@ def _as_json(value: Any) -> Any:
 def test_expectations_cover_every_scenario() -> None:
     recorded = {name for name in EXPECTED if name != "_meta"}
     assert recorded == set(SCENARIO_NAMES), (
-        "tests/compat/rabbitmq_expected.json is out of date with tools/compat_probe.py; "
+        "tests/compat/rabbitmq_expected.json is out of date with tools/compat_probe; "
         "re-record it against RabbitMQ (add --only NAME --merge for new scenarios)"
     )
 
