@@ -232,7 +232,7 @@ def test_import_details(broker: BrokerThread, caplog: pytest.LogCaptureFixture) 
         "parameters": [
             {
                 "vhost": "v2",
-                "component": "federation-upstream",
+                "component": "mqtt-retainer",  # a plugin Warren does not have
                 "name": "up",
                 "value": {"uri": "amqp://"},
             },
@@ -328,7 +328,7 @@ def test_import_details(broker: BrokerThread, caplog: pytest.LogCaptureFixture) 
     )
     logged = caplog.text
     assert "global parameter 'cluster_name' skipped" in logged
-    assert "parameter component 'federation-upstream' is not supported" in logged
+    assert "parameter component 'mqtt-retainer' is not supported" in logged
     assert "queue 'amq.skip' skipped" in logged
     # carol has an empty password hash: no password lets her in.
     with pytest.raises(ProbableAuthenticationError):

@@ -121,7 +121,9 @@ def test_the_worker_reports_many_jobs_in_order_and_closes_cleanly(tmp_path: Path
     assert list(errors) == [20] and errors[20].errno == errno.EBADF
     assert all(_closed(fd) for i, fd in enumerate(fds) if i != 20)
     os.close(fds[20])  # job 20 was given the bad number instead
+    pipe = worker.fileno()
     worker.close()
+    assert worker.fileno() == -1 and _closed(pipe)  # the pipe goes with close(), not at GC
     with pytest.raises(RuntimeError):
         worker.submit(99, [], [], [])
     worker.close()  # twice is harmless

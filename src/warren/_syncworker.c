@@ -365,6 +365,11 @@ static PyObject *worker_fileno(SyncWorker *w, PyObject *unused) {
 static PyObject *worker_close(SyncWorker *w, PyObject *unused) {
     if (!w->started) w->stopping = 1; /* else worker_stop sets it, under the lock */
     worker_stop(w);
+    /* The pipe goes now, not when the object is collected (a broker's cycles may
+     * keep it for long: every broker in a test process would hold two more fds). */
+    if (w->pipe_r >= 0) close(w->pipe_r);
+    if (w->pipe_w >= 0) close(w->pipe_w);
+    w->pipe_r = w->pipe_w = -1;
     Py_RETURN_NONE;
 }
 
@@ -377,7 +382,8 @@ static PyMethodDef worker_methods[] = {
     {"fileno", (PyCFunction)worker_fileno, METH_NOARGS,
      "fileno() -> int: readable when a job has finished"},
     {"close", (PyCFunction)worker_close, METH_NOARGS,
-     "close(): finish the submitted jobs and stop the thread (collect() still works)"},
+     "close(): finish the submitted jobs, stop the thread, close the pipe (collect() still "
+     "returns what finished)"},
     {NULL, NULL, 0, NULL},
 };
 
