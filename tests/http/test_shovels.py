@@ -289,6 +289,7 @@ class _HttpSink:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
+        self.loop.close()
 
 
 def test_an_http_destination_gets_each_message_posted(broker: BrokerThread) -> None:
