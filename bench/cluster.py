@@ -40,9 +40,11 @@ PERF = [sys.executable, "-m", "warren", "perf", "throughput"]
 def perf(port: int, args: list[str], duration: int) -> dict[str, Any]:
     out = subprocess.run(
         [*PERF, "--uri", f"amqp://guest:guest@127.0.0.1:{port}/", *args, "-z", str(duration), "--json"],
-        capture_output=True, text=True, check=True, cwd=ROOT,
+        capture_output=True, text=True, check=False, cwd=ROOT,
         env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
+    if out.returncode != 0:
+        raise RuntimeError(f"warren perf {' '.join(args)}: {out.stderr.strip()[-2000:]}")
     result: dict[str, Any] = json.loads(out.stdout)
     return result
 
