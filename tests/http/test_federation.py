@@ -184,6 +184,19 @@ def test_upstream_sets_and_bad_definitions(pair: tuple[BrokerThread, BrokerThrea
         assert got is not None and got[1] == b"via-set"
     finally:
         conn.close()
+    # A pattern over upstream names selects them too.
+    assert api.put(
+        "/api/policies/%2F/by-pattern",
+        {"pattern": "^pat\\.", "definition": {"federation-upstream-pattern": "^u"}},
+    ).status in (201, 204)
+    conn, ch, queue = _consumer(down.port, "pat.x", ["#"])
+    try:
+        _bound_upstream(up, _wait_link(api, "pat.x"), 1)
+        _publish(up.port, "pat.x", "any", b"via-pattern")
+        got = _next(ch, queue)
+        assert got is not None and got[1] == b"via-pattern"
+    finally:
+        conn.close()
     reply = api.put("/api/parameters/federation-upstream/%2F/bad", {"value": {"max-hops": 0}})
     assert reply.status == 400
     reason = reply.json()["reason"]

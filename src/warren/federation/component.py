@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -140,6 +141,19 @@ class Federation:
         if "federation-upstream" in definition:
             upstream = self.upstreams.get((vhost, str(definition["federation-upstream"])))
             return [upstream] if upstream is not None else []
+        if "federation-upstream-pattern" in definition:
+            try:
+                pattern = re.compile(str(definition["federation-upstream-pattern"]))
+            except re.error:
+                log.warning(
+                    "federation-upstream-pattern %r is not a regular expression",
+                    definition["federation-upstream-pattern"],
+                )
+                return []
+            return [
+                u for (v, name), u in sorted(self.upstreams.items())
+                if v == vhost and pattern.search(name)
+            ]  # fmt: skip
         set_name = definition.get("federation-upstream-set")
         if set_name is None:
             return []
