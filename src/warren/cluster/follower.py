@@ -4,15 +4,17 @@ A follower runs no broker. It connects to the leader's clustering port, takes
 the leader's file index, asks for every file it lacks or holds differently,
 deletes what the leader does not have, fdatasyncs, and acknowledges the
 index's position. Then it applies the leader's actions as they come (appends
-at their offsets, whole-file replaces, deletes), and after each batch read
-from the socket fdatasyncs the files it touched and acknowledges the position
-reached: the leader's confirms wait for that acknowledgement. When it is
-elected leader, a broker starts on the directory as after a restart.
+at their offsets, whole-file replaces, deletes) while a second task
+fdatasyncs what was applied and acknowledges the position it covered: the
+leader's confirms wait for that acknowledgement, and the batches that arrive
+during one fdatasync are covered by the next. When it is elected leader, a
+broker starts on the directory as after a restart.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -37,6 +39,7 @@ class Follower:
         self.secret = secret
         #: The leader's position this directory holds on disk (-1: not synced).
         self.position = -1
+        self._applied = -1  # applied, maybe not fdatasynced yet
         self.synced = asyncio.Event()
         self._progress = asyncio.Event()  # set (and cleared again) at every ack
         self._fds: OrderedDict[str, int] = OrderedDict()
@@ -54,23 +57,43 @@ class Follower:
             self.synced.set()
             self._progress.set()
             self._progress.clear()
-            while True:
-                batch = await frames.batch()
-                for frame in batch:
-                    if isinstance(frame, c.Append | c.Replace | c.Delete):
-                        self._apply(frame)
-                        self.position += 1
-                    elif isinstance(frame, c.Refused):
-                        raise ConnectionError(f"the leader refused: {frame.reason}")
-                    elif not isinstance(frame, c.Heartbeat):
-                        raise c.ProtocolError(f"unexpected {type(frame).__name__}")
-                await self._sync()
-                writer.write(c.encode(c.Ack(self.position)))
-                self._progress.set()
-                self._progress.clear()
+            self._applied = self.position
+            dirty = asyncio.Event()
+            syncer = asyncio.ensure_future(self._sync_and_ack(writer, dirty))
+            try:
+                while True:
+                    if syncer.done():
+                        syncer.result()  # a failed sync ends the session
+                    batch = await frames.batch()
+                    for frame in batch:
+                        if isinstance(frame, c.Append | c.Replace | c.Delete):
+                            self._apply(frame)
+                            self._applied += 1
+                        elif isinstance(frame, c.Refused):
+                            raise ConnectionError(f"the leader refused: {frame.reason}")
+                        elif not isinstance(frame, c.Heartbeat):
+                            raise c.ProtocolError(f"unexpected {type(frame).__name__}")
+                    dirty.set()
+            finally:
+                syncer.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await syncer
         finally:
             writer.close()
             self.close_files()
+
+    async def _sync_and_ack(self, writer: asyncio.StreamWriter, dirty: asyncio.Event) -> None:
+        """fdatasync what was applied and acknowledge it, while the next batches are
+        applied: a batch that arrives during a sync goes into the next one."""
+        while True:
+            await dirty.wait()
+            dirty.clear()
+            target = self._applied
+            await self._sync()  # everything applied up to target (and maybe more)
+            self.position = target
+            writer.write(c.encode(c.Ack(target)))
+            self._progress.set()
+            self._progress.clear()
 
     async def wait_position(self, position: int) -> None:
         """Return once this directory holds the leader's ``position`` on disk."""
