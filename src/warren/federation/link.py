@@ -25,7 +25,7 @@ import aiormq
 from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
-from warren.federation.upstream import Upstream
+from warren.federation.upstream import Upstream, add_hop
 from warren.shovel.runner import redact
 
 log = logging.getLogger("warren.federation")
@@ -223,26 +223,15 @@ class ExchangeLink:
         upstream_cluster: str,
     ) -> None:
         props = message.header.properties
-        headers = dict(props.headers or {})
-        hops = headers.get("x-received-from")
-        hops = list(hops) if isinstance(hops, list) else []
-        if len(hops) >= up.max_hops or any(
-            isinstance(h, dict) and h.get("cluster-name") == self.cluster_name for h in hops
-        ):
+        hop = {
+            "uri": redact(up.uris[0]),
+            "exchange": self.upstream_exchange,
+            "redelivered": bool(message.redelivered),
+            "cluster-name": upstream_cluster,
+        }
+        if not add_hop(props, up, self.cluster_name, hop):
             self.dropped += 1
             return
-        hops.append(
-            {
-                "uri": redact(up.uris[0]),
-                "exchange": self.upstream_exchange,
-                "redelivered": bool(message.redelivered),
-                "cluster-name": upstream_cluster,
-            }
-        )
-        headers["x-received-from"] = hops
-        props.headers = headers
-        if not up.trust_user_id:
-            props.user_id = None
         confirm = await local_ch.basic_publish(
             message.body,
             exchange=self.exchange,

@@ -24,7 +24,7 @@ from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
 from warren.core.queue import Queue
-from warren.federation.upstream import Upstream
+from warren.federation.upstream import Upstream, add_hop
 from warren.shovel.runner import redact
 
 log = logging.getLogger("warren.federation")
@@ -175,26 +175,15 @@ class QueueLink:
         upstream_cluster: str,
     ) -> None:
         props = message.header.properties
-        headers = dict(props.headers or {})
-        hops = headers.get("x-received-from")
-        hops = list(hops) if isinstance(hops, list) else []
-        if len(hops) >= up.max_hops or any(
-            isinstance(h, dict) and h.get("cluster-name") == self.cluster_name for h in hops
-        ):
+        hop = {
+            "uri": redact(up.uris[0]),
+            "queue": self.upstream_queue,
+            "redelivered": bool(message.redelivered),
+            "cluster-name": upstream_cluster,
+        }
+        if not add_hop(props, up, self.cluster_name, hop):
             self.dropped += 1
             return
-        hops.append(
-            {
-                "uri": redact(up.uris[0]),
-                "queue": self.upstream_queue,
-                "redelivered": bool(message.redelivered),
-                "cluster-name": upstream_cluster,
-            }
-        )
-        headers["x-received-from"] = hops
-        props.headers = headers
-        if not up.trust_user_id:
-            props.user_id = None
         confirm = await local_ch.basic_publish(
             message.body, exchange="", routing_key=self.queue, properties=props
         )

@@ -108,3 +108,22 @@ def validate_set(value: Any) -> list[dict[str, Any]]:
             ]
         )
     return value
+
+
+def add_hop(props: Any, upstream: Upstream, own_cluster: str, hop: dict[str, Any]) -> bool:
+    """Record one more federation hop in the message's ``x-received-from`` header
+    (``hop``: where it came from) and drop a user-id the local broker would
+    refuse; False when the message must not cross: it already crossed
+    ``max-hops`` links, or it came from this cluster before (a loop)."""
+    headers = dict(props.headers or {})
+    hops = headers.get("x-received-from")
+    hops = list(hops) if isinstance(hops, list) else []
+    if len(hops) >= upstream.max_hops or any(
+        isinstance(h, dict) and h.get("cluster-name") == own_cluster for h in hops
+    ):
+        return False
+    headers["x-received-from"] = [*hops, hop]
+    props.headers = headers
+    if not upstream.trust_user_id:
+        props.user_id = None
+    return True

@@ -17,7 +17,7 @@ from array import array
 from collections import deque
 from pathlib import Path
 
-from warren.store.segment_log import OFFSET_MASK, SegmentLog, sync_files
+from warren.store.segment_log import OFFSET_MASK, SegmentLog, sync_collected, sync_files
 
 _OFFSET_MASK = OFFSET_MASK
 _BIG_ENDIAN = sys.byteorder == "big"
@@ -135,17 +135,11 @@ class SegmentFiles:
         set again, but the kernel may already have dropped the failed pages: treat
         a failed sync as fatal for the data written since the previous one.
         """
-        fds: list[int] = []
-        paths: list[Path] = []
-        dirs: list[Path] = []
         try:
-            self.collect_sync(fds, paths, dirs)
-        finally:  # what was collected (descriptors included) is synced either way
-            try:
-                sync_files(fds, paths, dirs)
-            except BaseException:
-                self._dirty = True
-                raise
+            sync_collected(self.collect_sync)
+        except BaseException:
+            self._dirty = True
+            raise
 
     def collect_sync(self, fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
         """sync()'s first half (store/sync.py's Syncable): write the buffered appends

@@ -43,7 +43,15 @@ from warren.store.records import (
     inspect_record,
 )
 
-__all__ = ["MAX_SEGMENT_ID", "OFFSET_MASK", "SEQ_BITS", "RecordScan", "SegmentLog", "sync_files"]
+__all__ = [
+    "MAX_SEGMENT_ID",
+    "OFFSET_MASK",
+    "SEQ_BITS",
+    "RecordScan",
+    "SegmentLog",
+    "sync_collected",
+    "sync_files",
+]
 
 log = logging.getLogger("warren.store")
 
@@ -73,6 +81,19 @@ def sync_files(fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
         _native_sync(fds, [os.fsencode(p) for p in paths], [os.fsencode(d) for d in dirs])
     else:
         sync_files_python(fds, paths, dirs)
+
+
+def sync_collected(collect: Callable[[list[int], list[Path], list[Path]], None]) -> None:
+    """A store's whole sync: ``collect`` (its collect_sync, under its lock) names
+    what to fdatasync, sync_files does it; what was collected is synced (and
+    its descriptors closed) even when ``collect`` raises part way."""
+    fds: list[int] = []
+    paths: list[Path] = []
+    dirs: list[Path] = []
+    try:
+        collect(fds, paths, dirs)
+    finally:
+        sync_files(fds, paths, dirs)
 
 
 def sync_files_python(fds: list[int], paths: list[Path], dirs: list[Path]) -> None:

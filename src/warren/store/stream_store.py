@@ -35,7 +35,7 @@ from warren.store.records import (
     decode_record,
     encode_message_record,
 )
-from warren.store.segment_log import MSGS_NAME, SegmentLog, sync_files
+from warren.store.segment_log import MSGS_NAME, SegmentLog, sync_collected
 
 __all__ = ["StreamCursor", "StreamStore"]
 
@@ -352,17 +352,11 @@ class StreamStore:
 
     def sync(self) -> None:
         """Make everything appended before this call durable (see SegmentLog)."""
-        fds: list[int] = []
-        paths: list[Path] = []
-        dirs: list[Path] = []
         try:
-            self.collect_sync(fds, paths, dirs)
-        finally:  # what was collected (descriptors included) is synced either way
-            try:
-                sync_files(fds, paths, dirs)
-            except BaseException:
-                self._dirty = True
-                raise
+            sync_collected(self.collect_sync)
+        except BaseException:
+            self._dirty = True
+            raise
 
     def collect_sync(self, fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
         """sync()'s first half (store/sync.py's Syncable): write the buffered appends
