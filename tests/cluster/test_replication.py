@@ -6,7 +6,10 @@ follower's directory serves what the leader had."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import threading
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +32,7 @@ class Leader:
         self.replicator = Replicator(data_dir, "s3cret")
         mirror.attach(data_dir, self.replicator)
         config = Config(
-            data_dir=str(data_dir), amqp_port=0, http_port=-1, mqtt_port=-1, auth_failure_delay=0
+            data_dir=str(data_dir), amqp_port=0, http_port=0, mqtt_port=-1, auth_failure_delay=0
         )
         self.thread = BrokerThread(config)
         self.thread.broker.replication = self.replicator
@@ -133,4 +136,72 @@ def test_a_wrong_secret_is_refused(leader: Leader, tmp_path: Path) -> None:
         with pytest.raises(ConnectionError, match="wrong clustering secret"):
             follower.task.result(30)
     finally:
+        follower.stop()
+
+
+def _wait_for(condition: Any, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        threading.Event().wait(0.005)
+
+
+def _http_put_queue(port: int, name: str) -> None:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/queues/%2F/{name}",
+        data=b'{"durable": true}',
+        method="PUT",
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": "Basic " + base64.b64encode(b"guest:guest").decode(),
+        },
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status in (201, 204)
+
+
+def _amqp_declare(port: int, name: str) -> None:
+    with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port)) as conn:
+        ch = conn.channel()
+        ch.queue_declare(name, durable=True)
+        # The same connection goes on working after the held reply.
+        ch.queue_declare(name, passive=True)
+
+
+@pytest.mark.parametrize("via", ["amqp", "http"])
+def test_a_declare_is_answered_once_the_follower_holds_it(
+    leader: Leader, tmp_path: Path, via: str
+) -> None:
+    follower = FollowerThread(tmp_path / "follower", "f1", leader.port)
+    gate = threading.Event()
+    try:
+        follower.run(follower.follower.synced.wait())
+        _publish(leader.thread.port, "warm", 1)  # the follower is in the ISR now
+        assert leader.thread.call(lambda: leader.replicator.isr) == frozenset({"f1"})
+        # The follower's loop stops: it can neither apply nor acknowledge.
+        follower.loop.call_soon_threadsafe(gate.wait, 30)
+        seen: list[bool] = []
+
+        def declare() -> None:
+            if via == "amqp":
+                _amqp_declare(leader.thread.port, "declared")
+            else:
+                _http_put_queue(leader.thread.http_port, "declared")
+            # Read the follower's copy the moment the reply arrived.
+            seen.append(any(b"declared" in data for data in _files(tmp_path / "follower").values()))
+
+        client = threading.Thread(target=declare)
+        client.start()
+        # The leader made the change and waits for the follower to acknowledge it.
+        _wait_for(
+            lambda: bool(leader.thread.call(lambda: leader.replicator._waiters)),
+            "the declare's reply to wait for the follower",
+        )
+        assert client.is_alive() and not seen
+        gate.set()
+        client.join(30)
+        assert seen == [True]
+    finally:
+        gate.set()
         follower.stop()

@@ -127,6 +127,9 @@ class Channel(Publishing):
         handler = _HANDLERS.get(type(method))
         if handler is None:  # e.g. a connection-class or server-to-client method
             raise CommandInvalid("unimplemented method")
+        syncer = conn.broker.syncer if type(method) in _DEFINITION_METHODS else None
+        mark = syncer.change_mark() if syncer is not None else 0
+        output_mark = len(conn.pending)
         try:
             handler(self, method)
         except BrokerError as exc:
@@ -134,6 +137,9 @@ class Channel(Publishing):
                 conn.connection_error(exc, method.CLASS_ID, method.METHOD_ID)
             else:
                 self.channel_error(exc, method.CLASS_ID, method.METHOD_ID)
+        if syncer is not None and syncer.replication is not None:
+            # A durable change: its reply waits for the cluster's followers.
+            conn.hold_replies(syncer, mark, output_mark)
 
     # -- errors and closing -----------------------------------------------------------
     def channel_error(self, exc: BrokerError, class_id: int, method_id: int) -> None:
@@ -614,6 +620,22 @@ class Channel(Publishing):
             self.unacked.restore([(tag, entry) for tag, entry, _kind, _requeue in acks])
         self.reply(spec.TxRollbackOk())
 
+
+#: Methods that change definitions: in a cluster their replies wait until the
+#: in-sync followers hold the change (store/sync.py, GroupSync.after_changes).
+_DEFINITION_METHODS = frozenset(
+    {
+        spec.ExchangeDeclare,
+        spec.ExchangeDelete,
+        spec.ExchangeBind,
+        spec.ExchangeUnbind,
+        spec.QueueDeclare,
+        spec.QueueBind,
+        spec.QueueUnbind,
+        spec.QueuePurge,
+        spec.QueueDelete,
+    }
+)
 
 _HANDLERS: dict[type[spec.Method], Callable[[Channel, Any], None]] = {
     spec.ChannelOpen: Channel._channel_open,

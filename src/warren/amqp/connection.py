@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from warren.core.users import User
     from warren.core.vhost import VHost
     from warren.node import Node
+    from warren.store.sync import GroupSync
 
 log = logging.getLogger("warren.amqp")
 
@@ -140,6 +141,11 @@ class AMQPConnection:
         self.has_published = False
         self._block_sent = False
         self.reading_control: Callable[[bool], None] | None = None
+        #: Set by the transport: process input kept in the buffer (after a hold).
+        self.resume_input: Callable[[], None] | None = None
+        # Replies to a definitions change waiting for the cluster's followers
+        # (hold_replies); no input is processed meanwhile, so replies stay in order.
+        self._held: list[bytes] | None = None
         self._received = True
         self._sent = True
         self._idle_ticks = 0
@@ -190,6 +196,9 @@ class AMQPConnection:
         if self._buf:
             data = self._buf + data
             self._buf = b""
+        if self._held is not None:
+            self._buf = data  # processed once the held replies are out
+            return
         if self.state == State.HEADER:
             if len(data) < 8 and (
                 PROTOCOL_HEADER.startswith(data) or PROTOCOL_HEADER_0_9.startswith(data)
@@ -271,6 +280,8 @@ class AMQPConnection:
                             if self.state is _CLOSED:
                                 pos = n
                                 break
+                            if self._held is not None:
+                                break
                             continue
                         if ftype == FRAME_HEADER and len(payload) >= 12:
                             channel.on_header_frame(payload)
@@ -308,6 +319,8 @@ class AMQPConnection:
                 if self.state == State.CLOSED:
                     pos = n
                     break
+                if self._held is not None:
+                    break
         except BrokerError as exc:
             # Like RabbitMQ, name the method being handled when the error came from one.
             ids = (0, 0)
@@ -322,6 +335,33 @@ class AMQPConnection:
             pos = n
         if pos < n:
             self._buf = data[pos:]
+
+    def hold_replies(self, syncer: GroupSync, mark: int, output_mark: int) -> None:
+        """Hold the output since ``output_mark`` (a definitions change's reply)
+        until the followers have the changes made since ``mark``; reading and
+        processing input stop meanwhile, so later replies cannot overtake it."""
+        if self._held is not None or self.state >= State.CLOSED:
+            return
+        held = self.pending[output_mark:]
+        del self.pending[output_mark:]
+        self._held = held
+        if not syncer.after_changes(mark, self._release_replies):
+            self._held = None
+            self.pending.extend(held)
+            return
+        if self.reading_control is not None:
+            self.reading_control(False)
+
+    def _release_replies(self) -> None:
+        held, self._held = self._held, None
+        if held is None or self.state >= State.CLOSED:
+            return
+        if held:
+            self.send_many(held)
+        if self.reading_control is not None and not self._block_sent:
+            self.reading_control(True)
+        if self._buf and self.resume_input is not None:
+            self.resume_input()
 
     def _content_frame(self, ch: int, ftype: int, payload: bytes) -> Channel:
         if not ch:

@@ -53,6 +53,7 @@ class AMQPProtocol(BatchedProtocol):
             return
         self.conn = AMQPConnection(self.broker, peer_addr, self.request_flush, self.request_close)
         self.conn.reading_control = self.set_reading
+        self.conn.resume_input = self.resume_input
         local = transport.get_extra_info("sockname")
         if isinstance(local, tuple):
             self.conn.local = (str(local[0]), int(local[1]))
@@ -85,6 +86,15 @@ class AMQPProtocol(BatchedProtocol):
         if conn.state == State.CLOSING and not self._closing_timer:
             self._closing_timer = True
             self._timers.append(self.loop.call_later(CLOSE_OK_TIMEOUT, self._abort))
+
+    def resume_input(self) -> None:
+        """Process the input kept while replies were held (hold_replies)."""
+        conn = self.conn
+        if conn is None:
+            return
+        conn.feed(b"")
+        if conn.backlog:
+            self.yield_reading()
 
     def drain_backlog(self) -> bool:
         conn = self.conn

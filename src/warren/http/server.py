@@ -71,8 +71,6 @@ def build_router() -> Router:
     return router
 
 
-
-
 class ManagementApp:
     """The request handling: route, authenticate, run the handler, map errors."""
 
@@ -164,7 +162,15 @@ class ManagementApp:
             return web.Response(status=405, headers={"Allow": _allow(route.handlers)})
         ctx = Ctx(request, self.node, self.state, await self._authenticate(request), params)
         ctx.require(MANAGEMENT)
-        return await handler(ctx)
+        syncer = self.node.syncer
+        if method == "GET" or syncer is None:
+            return await handler(ctx)
+        # A change (a declare, a user, a policy, an import): in a cluster the
+        # answer waits until the in-sync followers hold it, as AMQP replies do.
+        mark = syncer.change_mark()
+        response = await handler(ctx)
+        await syncer.changes_replicated(mark)
+        return response
 
     async def _authenticate(self, request: web.Request) -> User:
         creds = basic_credentials(request.headers.get("Authorization"))

@@ -62,6 +62,7 @@ class Replication(Protocol):
         """Call ``callback`` once the in-sync followers hold ``position`` on disk."""
         ...
 
+
 #: Seconds between the lazy syncs of the ack files written by the rounds.
 ACK_SYNC_INTERVAL = 1.0
 
@@ -113,6 +114,47 @@ class GroupSync:
         """Id of the round that the next after_sync/add joins."""
         return self.rounds + 1
 
+    # -- definitions changes ------------------------------------------------------------
+    # A declare, bind or delete is written (and fdatasynced) by the vhost's
+    # definitions log as it is made; in a cluster its reply must also wait until
+    # the in-sync followers hold it, or a queue declared just before a failover
+    # is missing afterwards. Every protocol's reply to such a change goes through
+    # these two calls.
+    def change_mark(self) -> int:
+        """Where the replicated changes stand now: pass it to after_changes()."""
+        replication = self.replication
+        return replication.position if replication is not None else 0
+
+    def after_changes(self, mark: int, callback: Callable[[], None]) -> bool:
+        """When changes were made since ``mark`` and the followers may not hold
+        them yet, call ``callback`` once they do and return True; otherwise (no
+        cluster, nothing changed) return False and do not call it."""
+        replication = self.replication
+        if replication is None or replication.position == mark:
+            return False
+        position = replication.position
+        called_now = False
+
+        def release() -> None:
+            nonlocal called_now
+            if waiting:
+                callback()
+            else:
+                called_now = True
+
+        waiting = False
+        replication.when_replicated(position, release)
+        if called_now:
+            return False
+        waiting = True
+        return True
+
+    async def changes_replicated(self, mark: int) -> None:
+        """Return once the changes made since ``mark`` are held by the followers."""
+        done = self._loop.create_future()
+        if self.after_changes(mark, lambda: done.done() or done.set_result(None)):
+            await done
+
     def add(self, stores: Iterable[Syncable]) -> None:
         """Include more stores in the round an earlier after_sync is waiting for."""
         for store in stores:
@@ -133,9 +175,7 @@ class GroupSync:
                     log.exception("flushing a queue store failed")
                     ok = False
             if self.replication is not None and ok:
-                self.replication.when_replicated(
-                    self.replication.position, lambda: callback(True)
-                )
+                self.replication.when_replicated(self.replication.position, lambda: callback(True))
             else:
                 callback(ok)
             return
