@@ -76,6 +76,7 @@ def main() -> int:
             "[clustering]\nenabled = true\n"
             f"etcd_endpoints = 127.0.0.1:{ETCD_CLIENT}\n"
             f"port = {5678 + i}\n"
+            f"stream_read_port = {5681 + i}\n"
         )
         proc = subprocess.Popen(
             [sys.executable, "-m", "warren", "-c", str(config)],
@@ -85,7 +86,9 @@ def main() -> int:
         )
         procs.append(proc)
         threading.Thread(target=_prefix, args=(name, proc.stdout), daemon=True).start()
-    print(f"cluster: etcd at {url}; nodes on AMQP 5672-5674, HTTP 15672-15674. Ctrl-C stops.")
+    print(
+        f"cluster: etcd at {url}; nodes on AMQP 5672-5674, HTTP 15672-15674, stream reads (followers) 5682-5684. Ctrl-C stops."
+    )
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())

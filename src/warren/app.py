@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
+from warren.amqp.replica_server import ReplicaReadServer
 from warren.amqp.server import AMQPListener
 from warren.broker import Broker as CoreBroker
 from warren.config import Config
@@ -19,7 +20,7 @@ from warren.mqtt.server import MQTTListener
 from warren.node import Listener, WebSocketEndpoint, node_name
 from warren.shovel.component import ShovelComponent
 
-__all__ = ["Broker", "default_listeners"]
+__all__ = ["Broker", "ReplicaReadServer", "default_listeners"]
 
 
 def default_listeners(config: Config) -> list[Listener]:
@@ -65,9 +66,7 @@ class Broker(CoreBroker):
             self._local_amqp_uri, node_name(), lambda v, n: self._drop_parameter(v, "shovel", n)
         )
         self.parameter_components[shovels.name] = shovels
-        federation = Federation(
-            self.vhosts.get, self._local_amqp_uri, lambda: self.cluster_name
-        )
+        federation = Federation(self.vhosts.get, self._local_amqp_uri, lambda: self.cluster_name)
         for component in (federation.upstream_component, federation.set_component):
             self.parameter_components[component.name] = component
 

@@ -112,6 +112,9 @@ class Broker:
         self.replication: Replication | None = None
         #: Set with it: the cluster's state for the management API and /metrics.
         self.cluster_status: Callable[[], dict[str, Any]] | None = None
+        #: Set with it: host:port of the in-sync followers' read-only stream
+        #: services, which AMQP's connection.start announces to readers.
+        self.stream_replicas: Callable[[], list[str]] | None = None
         #: Runtime-parameter components beyond policies and limits, by name
         #: ("shovel", ...): warren.app registers the standard ones.
         self.parameter_components: dict[str, ParameterComponent] = {}
@@ -206,7 +209,10 @@ class Broker:
                 if comp is None:
                     log.warning(
                         "vhost '%s': parameter %s/%s kept but not run: no component '%s'",
-                        vhost.name, component, name, component,
+                        vhost.name,
+                        component,
+                        name,
+                        component,
                     )
                     continue
                 try:

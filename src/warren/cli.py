@@ -373,10 +373,11 @@ async def _serve(config: Config) -> int:
     # leads to an orderly stop instead of killing the process mid-start.
     restore = _install_signal_handlers(loop, on_signal)
     if config.clustering:
+        from warren.app import ReplicaReadServer
         from warren.cluster.node import ClusterNode
 
         try:
-            await ClusterNode(config, Broker).run(stop_event)
+            await ClusterNode(config, Broker, ReplicaReadServer).run(stop_event)
         finally:
             restore()
         log.info("stopped")

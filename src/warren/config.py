@@ -150,6 +150,10 @@ class Config:
     clustering_max_unsynced_actions: int = 8192
     #: Seconds of the leader's etcd lease: how long a dead leader holds the cluster.
     clustering_lease_ttl: int = 5
+    #: While this node follows: the port (on [amqp] bind) of its read-only stream
+    #: service (amqp/replica.py), advertised to AMQP clients of the leader so
+    #: readers such as Spark's executors spread over the followers; -1: none.
+    clustering_stream_read_port: int = -1
     #: The exchange MQTT publishes to and subscribes on (RabbitMQ's mqtt.exchange).
     mqtt_exchange: str = "amq.topic"
     #: The vhost of MQTT clients whose user name does not say ``vhost:user``.
@@ -368,6 +372,7 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("clustering", "advertised_uri"): ("clustering_advertised_uri", _parse_str),
     ("clustering", "max_unsynced_actions"): ("clustering_max_unsynced_actions", _parse_int),
     ("clustering", "lease_ttl"): ("clustering_lease_ttl", _parse_int),
+    ("clustering", "stream_read_port"): ("clustering_stream_read_port", _parse_int),
     # LavinMQ's section for its management HTTP server.
     ("mgmt", "bind"): ("http_bind", _parse_str),
     ("mgmt", "port"): ("http_port", _parse_int),
@@ -383,7 +388,11 @@ def _ini_error(path: str | os.PathLike[str], section: str, key: str, raw: str, w
 
 
 def _endpoint_list(value: Any) -> str | None:
-    if not isinstance(value, tuple) or not value or not all(isinstance(v, str) and v for v in value):
+    if (
+        not isinstance(value, tuple)
+        or not value
+        or not all(isinstance(v, str) and v for v in value)
+    ):
         return "must be one or more host:port or http:// URLs"
     return None
 
@@ -507,6 +516,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "clustering_advertised_uri": _any_str,
     "clustering_max_unsynced_actions": _int_in(1, 2**31 - 1),
     "clustering_lease_ttl": _int_in(2, 3600),
+    "clustering_stream_read_port": _int_in(-1, 65535),
 }
 
 

@@ -108,6 +108,8 @@ class Node(Protocol):
     #: In a cluster, the cluster's state as this (leading) node sees it
     #: (cluster/node.py's ClusterNode.status); None without clustering.
     cluster_status: Callable[[], dict[str, Any]] | None
+    #: In a cluster, host:port of the followers' stream read services (None without).
+    stream_replicas: Callable[[], list[str]] | None
     #: Open client connections of every protocol (those that opened a vhost), and
     #: how many opened and closed so far.
     connections: set[ClientConnection]

@@ -69,6 +69,10 @@ def send_start(conn: AMQPConnection) -> None:
         "cluster_name": conn.broker.cluster_name,
         "capabilities": SERVER_CAPABILITIES,
     }
+    replicas = conn.broker.stream_replicas
+    if replicas is not None:
+        # Where stream readers (the Spark data source) may read from instead.
+        props["warren_stream_replicas"] = list(replicas())
     conn.send_method(
         0,
         spec.ConnectionStart(

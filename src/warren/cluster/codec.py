@@ -4,7 +4,7 @@ A follower connects to the leader's clustering port and the two exchange
 frames: ``u32 size | u8 type | payload`` (size counts type and payload).
 Strings are ``u16 size | UTF-8``, 64-bit numbers big-endian.
 
-    follower -> leader   Hello(secret, node_id)
+    follower -> leader   Hello(secret, node_id, stream_reads)
     leader -> follower   IndexEntry(path, size, sha1)*, IndexEnd(position)
     follower -> leader   Request(path)*, RequestsEnd
     leader -> follower   FileData(path, offset, data)* per requested file (offset 0
@@ -46,6 +46,8 @@ class ProtocolError(Exception):
 class Hello:
     secret: str
     node_id: str
+    #: host:port of the follower's read-only stream service ("" when it has none).
+    stream_reads: str = ""
     magic: bytes = MAGIC
 
 
@@ -173,7 +175,12 @@ def encode(frame: Frame) -> bytes:
             raise ValueError("sha1 must be 20 bytes")
         body = _str(frame.path) + _U64.pack(frame.size) + frame.sha1
     elif isinstance(frame, Hello):
-        body = _str(frame.magic.decode("ascii")) + _str(frame.secret) + _str(frame.node_id)
+        body = (
+            _str(frame.magic.decode("ascii"))
+            + _str(frame.secret)
+            + _str(frame.node_id)
+            + _str(frame.stream_reads)
+        )
     elif isinstance(frame, Refused):
         body = _str(frame.reason)
     else:  # RequestsEnd, SyncDone, Heartbeat
@@ -255,7 +262,7 @@ def _decode(kind: int, payload: memoryview) -> Frame:
         magic = r.str().encode("ascii", "replace")
         if magic != MAGIC:
             raise ProtocolError("not a Warren replication peer (or another version)")
-        frame = Hello(r.str(), r.str())
+        frame = Hello(r.str(), r.str(), r.str())
     elif kind == 127:
         frame = Refused(r.str())
     elif kind == 5:

@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 
 from warren.cluster import codec as c
@@ -33,10 +34,22 @@ _OPEN_FILES = 128
 
 
 class Follower:
-    def __init__(self, root: Path, node_id: str, secret: str) -> None:
+    def __init__(
+        self,
+        root: Path,
+        node_id: str,
+        secret: str,
+        stream_reads: str = "",
+        on_synced: Callable[[], None] | None = None,
+    ) -> None:
         self.root = Path(root)
         self.node_id = node_id
         self.secret = secret
+        #: host:port of this node's read-only stream service, told to the leader.
+        self.stream_reads = stream_reads
+        #: Called whenever more of the leader's actions are on this disk (the
+        #: stream read service's consumers read on).
+        self.on_synced = on_synced
         #: The leader's position this directory holds on disk (-1: not synced).
         self.position = -1
         self._applied = -1  # applied, maybe not fdatasynced yet
@@ -52,9 +65,10 @@ class Follower:
         frames = FrameReader(reader)
         self.synced.clear()
         try:
-            writer.write(c.encode(c.Hello(self.secret, self.node_id)))
+            writer.write(c.encode(c.Hello(self.secret, self.node_id, self.stream_reads)))
             await self._full_sync(frames, writer)
             self.synced.set()
+            self._tell_synced()
             self._progress.set()
             self._progress.clear()
             self._applied = self.position
@@ -94,6 +108,14 @@ class Follower:
             writer.write(c.encode(c.Ack(target)))
             self._progress.set()
             self._progress.clear()
+            self._tell_synced()
+
+    def _tell_synced(self) -> None:
+        if self.on_synced is not None:
+            try:
+                self.on_synced()
+            except Exception:
+                log.exception("the stream read service failed to take new data")
 
     async def wait_position(self, position: int) -> None:
         """Return once this directory holds the leader's ``position`` on disk."""

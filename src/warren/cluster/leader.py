@@ -97,6 +97,8 @@ class FollowerLink:
         self.replicator = replicator
         self.writer = writer
         self.node_id = ""
+        #: host:port of its read-only stream service ("" when it has none).
+        self.stream_reads = ""
         self.acked = -1  # the position it has on disk (-1: not synced yet)
         self.syncing = True  # in full sync: actions wait in `pending`
         # Set when confirms started waiting for it on its way into the ISR: the
@@ -351,9 +353,19 @@ class Replicator:
                     "acked_position": link.acked,
                     "lag_actions": max(self.position - link.acked, 0) if link.acked >= 0 else None,
                     "in_sync": link.node_id in self.isr,
+                    "stream_reads": link.stream_reads or None,
                 }
             )
         return out
+
+    def stream_replicas(self) -> list[str]:
+        """host:port of the in-sync followers' stream read services, for readers
+        to spread over (AMQP's connection.start announces them)."""
+        return [
+            link.stream_reads
+            for link in self.links
+            if link.stream_reads and not link.closed and link.node_id in self.isr
+        ]
 
     # -- serving a follower -----------------------------------------------------------
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -371,6 +383,7 @@ class Replicator:
                 await writer.drain()
                 return
             link.node_id = hello.node_id
+            link.stream_reads = hello.stream_reads
             if any(other.node_id == link.node_id for other in self.links):
                 for other in [o for o in self.links if o.node_id == link.node_id]:
                     other.close()  # a reconnect: the old link is dead

@@ -38,11 +38,13 @@ from warren.store.sync import Replication
 
 log = logging.getLogger("warren.cluster")
 
+
 class LeaderBroker(Protocol):
     """What a node needs of the broker it runs while it leads (warren.app's Broker)."""
 
     replication: Replication | None
     cluster_status: Callable[[], dict[str, Any]] | None
+    stream_replicas: Callable[[], list[str]] | None
 
     async def start(self) -> None: ...
 
@@ -50,6 +52,22 @@ class LeaderBroker(Protocol):
 
 
 BrokerFactory = Callable[[Config], LeaderBroker]
+
+
+class StreamReads(Protocol):
+    """A follower's read-only stream service (amqp/replica_server.py's)."""
+
+    port: int
+
+    async def start(self) -> None: ...
+
+    def applied(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+#: Makes the service for (config, data directory, "where the leader is").
+StreamReadsFactory = Callable[[Config, Path, Callable[[], str]], StreamReads]
 
 
 def node_id_of(data_dir: Path) -> str:
@@ -65,9 +83,17 @@ def node_id_of(data_dir: Path) -> str:
 
 
 class ClusterNode:
-    def __init__(self, config: Config, make_broker: BrokerFactory) -> None:
+    def __init__(
+        self,
+        config: Config,
+        make_broker: BrokerFactory,
+        make_stream_reads: StreamReadsFactory | None = None,
+    ) -> None:
         self.config = config
         self.make_broker = make_broker
+        self.make_stream_reads = make_stream_reads
+        #: While following with [clustering] stream_read_port set.
+        self.stream_reads: StreamReads | None = None
         self.root = Path(config.data_dir).resolve()
         self.node_id = node_id_of(self.root)
         self.prefix = config.clustering_etcd_prefix.rstrip("/")
@@ -182,6 +208,8 @@ class ClusterNode:
             out["followers"] = replicator.followers()
         if self.follower is not None:
             out["position"] = self.follower.position
+        if self.stream_reads is not None:
+            out["stream_reads"] = f"{self.advertised[0]}:{self.stream_reads.port}"
         return out
 
     # -- leading ----------------------------------------------------------------------
@@ -203,6 +231,7 @@ class ClusterNode:
             broker.replication = replicator
             self.replicator = replicator
             broker.cluster_status = self.status
+            broker.stream_replicas = replicator.stream_replicas
             await broker.start()
             server = await asyncio.start_server(
                 replicator.serve, self.config.clustering_bind, self.config.clustering_port
@@ -265,7 +294,14 @@ class ClusterNode:
         host, _, port = info["replication"].rpartition(":")
         log.info("following leader %s at %s", info["id"], info["replication"])
         await self._proxy.start(info)
-        follower = self.follower = Follower(self.root, self.node_id, secret)
+        reads = await self._start_stream_reads(info)
+        follower = self.follower = Follower(
+            self.root,
+            self.node_id,
+            secret,
+            stream_reads=f"{self.advertised[0]}:{reads.port}" if reads is not None else "",
+            on_synced=reads.applied if reads is not None else None,
+        )
         task = asyncio.ensure_future(follower.run(host, int(port)))
         watch = asyncio.ensure_future(self._wait_for_change(revision))
         try:
@@ -279,8 +315,28 @@ class ClusterNode:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
             await self._proxy.stop()
+            if reads is not None:
+                self.stream_reads = None
+                await reads.stop()
             self.follower = None
             self.role = "starting"
+
+    async def _start_stream_reads(self, leader: dict[str, Any]) -> StreamReads | None:
+        if self.make_stream_reads is None or self.config.clustering_stream_read_port < 0:
+            return None
+        amqp = str(leader.get("amqp") or "?")
+        reads = self.make_stream_reads(self.config, self.root, lambda: f"amqp://{amqp}")
+        try:
+            await reads.start()
+        except OSError as exc:
+            log.error(
+                "cannot serve stream reads on port %d: %s",
+                self.config.clustering_stream_read_port,
+                exc,
+            )
+            return None
+        self.stream_reads = reads
+        return reads
 
     async def _wait_for_change(self, revision: int) -> None:
         """Return when the leader key changes after ``revision``."""

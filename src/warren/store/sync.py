@@ -151,8 +151,13 @@ class GroupSync:
 
     async def changes_replicated(self, mark: int) -> None:
         """Return once the changes made since ``mark`` are held by the followers."""
-        done = self._loop.create_future()
-        if self.after_changes(mark, lambda: done.done() or done.set_result(None)):
+        done: asyncio.Future[None] = self._loop.create_future()
+
+        def release() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        if self.after_changes(mark, release):
             await done
 
     def add(self, stores: Iterable[Syncable]) -> None:

@@ -1,0 +1,151 @@
+"""The asyncio side of a follower's stream read service (amqp/replica.py).
+
+A cluster node that follows starts one ReplicaReadServer on
+``[clustering] stream_read_port``; the follower calls ``applied()`` each time
+the leader's actions it applied are on its disk, and every consumer whose
+stream grew reads on. Output is written once per connection and loop turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from warren.amqp.replica import ReplicaConnection
+from warren.config import Config
+from warren.store.replica_catalog import ReplicaCatalog
+
+__all__ = ["ReplicaReadServer"]
+
+log = logging.getLogger("warren.amqp")
+
+
+class _ReplicaProtocol(asyncio.Protocol):
+    def __init__(self, server: ReplicaReadServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.conn: ReplicaConnection | None = None
+        self._scheduled = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        name = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "local"
+        self.conn = ReplicaConnection(
+            self.server.catalog,
+            name,
+            self.server.leader,
+            lambda: int(time.time() * 1000),
+            heartbeat=self.server.config.heartbeat,
+        )
+        self.server.protocols.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.conn is not None:
+            self.conn.feed(data)
+            self.flush()
+            self.schedule()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.protocols.discard(self)
+        if self.conn is not None:
+            self.conn.close()
+
+    def schedule(self) -> None:
+        """Deliver more on the next loop turn (a consumer had more than a batch)."""
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._pump)
+
+    def _pump(self) -> None:
+        self._scheduled = False
+        conn = self.conn
+        if conn is None or conn.closed:
+            return
+        more = conn.pump()
+        self.flush()
+        transport = self.transport
+        if more and transport is not None and transport.get_write_buffer_size() < 4 << 20:
+            self.schedule()
+
+    def resume_writing(self) -> None:
+        self.schedule()
+
+    def flush(self) -> None:
+        conn, transport = self.conn, self.transport
+        if conn is None or transport is None or transport.is_closing():
+            return
+        out = conn.take_output()
+        if out:
+            transport.write(b"".join(out))
+        if conn.closed:
+            transport.close()
+
+
+class ReplicaReadServer:
+    """Serves stream reads from a follower's data directory."""
+
+    def __init__(self, config: Config, root: Path, leader: Callable[[], str]) -> None:
+        self.config = config
+        self.catalog = ReplicaCatalog(root, config.default_user, config.default_password)
+        self.leader = leader
+        self.protocols: set[_ReplicaProtocol] = set()
+        self._server: asyncio.AbstractServer | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _ReplicaProtocol(self),
+            self.config.bind,
+            self.config.clustering_stream_read_port,
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ticker = asyncio.ensure_future(self._heartbeats())
+        log.info(
+            "stream reads served on %s:%d (read-only, this node follows)",
+            self.config.bind,
+            self.port,
+        )
+
+    def applied(self) -> None:
+        """The follower's disk holds more of the leader's actions: consumers read on."""
+        if not self.protocols:
+            return
+        changed = set(self.catalog.refresh())
+        if not changed:
+            return
+        for protocol in list(self.protocols):
+            conn = protocol.conn
+            if conn is not None and conn.consumers_of(changed):
+                protocol.schedule()
+
+    async def _heartbeats(self) -> None:
+        interval = max(self.config.heartbeat / 2, 1) if self.config.heartbeat else 30
+        while True:
+            await asyncio.sleep(interval)
+            for protocol in list(self.protocols):
+                if protocol.conn is not None:
+                    protocol.conn.tick()
+                    protocol.flush()
+
+    async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        if self._server is not None:
+            self._server.close()
+            for protocol in list(self.protocols):
+                if protocol.transport is not None:
+                    protocol.transport.close()
+            await self._server.wait_closed()
+            self._server = None
+        for store in list(self.catalog.streams.values()):
+            store.close()
+        self.catalog.streams.clear()

@@ -1,0 +1,160 @@
+"""A stream's files read from a follower's copy of the data directory.
+
+A cluster follower holds the leader's stream segments byte for byte
+(cluster/follower.py writes them as the leader appends). ReplicaStreamStore
+reads them as StreamStore does, so StreamCursor serves consumers from it
+unchanged, but never writes: no recovery cuts, no appends, no retention (the
+leader's retention reaches the follower as deleted files). ``refresh()`` picks
+up what the follower applied since the last call: new records at the end of
+the last segment, new segments, and segments removed at the front.
+
+A record the follower has only partly written (an append lands in pieces) is
+not counted until it is whole: the scan stops at the first record that does
+not yet check out and starts there next time.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from pathlib import Path
+
+from warren.core.message import Message
+from warren.core.properties import peek_headers
+from warren.core.stream import OFFSET_HEADER
+from warren.store.records import (
+    FILE_HEADER_SIZE,
+    BadFileHeader,
+    CorruptRecord,
+    check_file_header,
+    inspect_record,
+)
+from warren.store.segment_log import MSGS_NAME
+from warren.store.stream_store import _TS, StreamStore, _StreamSegment
+
+__all__ = ["ReadOnlyStream", "ReplicaStreamStore"]
+
+log = logging.getLogger("warren.store")
+
+
+class ReadOnlyStream(RuntimeError):
+    """A write to a replica's stream: streams are written on the leader only."""
+
+
+class ReplicaStreamStore(StreamStore):
+    """A read-only StreamStore over files another process appends to."""
+
+    def __init__(self, directory: Path) -> None:
+        # Where the scan of the last segment stopped: (segment id, file position).
+        self._scanned: tuple[int, int] = (0, 0)
+        super().__init__(directory)
+
+    def _recover(self) -> None:
+        self._read_tracking()
+        self.refresh()
+
+    def refresh(self) -> bool:
+        """Take in what the files gained or lost since the last call; True when
+        the stream's bounds changed."""
+        before = (self.first_offset, self._next_offset)
+        try:
+            ids = sorted(
+                int(match.group(1))
+                for match in map(MSGS_NAME.fullmatch, os.listdir(self._dir))
+                if match is not None
+            )
+        except FileNotFoundError:
+            ids = []
+        present = set(ids)
+        segs = self._segs
+        while segs and segs[0].id not in present:  # retention on the leader
+            seg = segs.pop(0)
+            self._firsts.pop(0)
+            self._bytes -= seg.bytes
+        last_id, last_pos = self._scanned
+        for sid in ids:
+            if sid < last_id or (segs and sid < segs[-1].id):
+                continue
+            start = last_pos if sid == last_id else FILE_HEADER_SIZE
+            try:
+                self._scan(sid, start)
+            except OSError as exc:
+                log.warning("%s: cannot read segment %d yet: %s", self._dir, sid, exc)
+                break
+            if self._scanned[0] != sid:  # the segment holds no whole record yet
+                break
+        self._read_tracking()
+        return before != (self.first_offset, self._next_offset)
+
+    def _scan(self, sid: int, start: int) -> None:
+        """Count the whole records of segment ``sid`` from ``start``."""
+        path = self._log.msgs_path(sid)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            if size <= start:
+                return
+            if start == FILE_HEADER_SIZE:
+                try:
+                    check_file_header(os.pread(fd, FILE_HEADER_SIZE, 0))
+                except BadFileHeader:
+                    return  # not written yet (or not a segment)
+            m = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        try:
+            segs = self._segs
+            seg = segs[-1] if segs and segs[-1].id == sid else None
+            pos = start
+            while pos < size:
+                try:
+                    length, p_off, p_len, _b_len = inspect_record(m, pos, size)
+                except CorruptRecord:
+                    break  # not whole yet: the next refresh reads it
+                ts = _TS.unpack_from(m, pos + 4)[0]
+                if seg is None:
+                    first = self._next_offset
+                    headers = peek_headers(m[p_off : p_off + p_len]) if p_off >= 0 else None
+                    stored = (headers or {}).get(OFFSET_HEADER)
+                    if isinstance(stored, int) and not isinstance(stored, bool):
+                        first = stored
+                    seg = _StreamSegment(sid, first, ts)
+                    segs.append(seg)
+                    self._firsts.append(first)
+                    self._next_offset = first
+                seg.count += 1
+                seg.bytes += length
+                self._bytes += length
+                if ts > seg.last_ts:
+                    seg.last_ts = ts
+                self._next_offset += 1
+                pos += length
+            if seg is not None:
+                self._scanned = (sid, pos)
+        finally:
+            m.close()
+
+    # -- writes belong to the leader ------------------------------------------------------
+    def append(self, msg: Message) -> int:
+        raise ReadOnlyStream(f"{self._dir}: a replica's stream is read-only")
+
+    def apply_retention(
+        self, max_length: int | None, max_bytes: int | None, max_age_ms: int | None, now_ms: int
+    ) -> int:
+        return 0
+
+    def track(self, name: str, next_offset: int) -> None:
+        raise ReadOnlyStream(f"{self._dir}: offsets are tracked on the leader")
+
+    def flush(self) -> None:
+        """Nothing is written here."""
+
+    def sync(self) -> None:
+        """Nothing is written here."""
+
+    def close(self, sync: bool = True) -> None:
+        self._log.closed = True
+
+    def delete(self) -> None:
+        raise ReadOnlyStream(f"{self._dir}: a replica's stream is deleted by the leader")
