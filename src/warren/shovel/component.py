@@ -75,7 +75,7 @@ class ShovelComponent:
         return True
 
     def status(self) -> list[dict[str, Any]]:
-        return [s.status() for _key, s in sorted(self.shovels.items())]
+        return [s.info() for _key, s in sorted(self.shovels.items())]
 
     async def close(self) -> None:
         shovels = list(self.shovels.values())
