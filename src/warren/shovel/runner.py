@@ -47,8 +47,9 @@ class Shovel(LinkRunner):
         resolve: Callable[[str, str], str],
         node: str,
         on_finished: Callable[[Shovel], None],
+        on_change: Callable[[], None] | None = None,
     ) -> None:
-        super().__init__(spec.reconnect_delay)
+        super().__init__(spec.reconnect_delay, on_change)
         self.vhost = vhost
         self.name = name
         self.spec = spec
