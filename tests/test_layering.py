@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "warren"
-#: Packages that speak a protocol to the outside world.
-PROTOCOL_PACKAGES = ("amqp", "http", "mqtt")
+#: Packages that speak a protocol to the outside world: the listeners', and
+#: shovel/ and federation/ (AMQP clients of other brokers; what they share is
+#: warren/links.py's) and cluster/ (replication between nodes).
+PROTOCOL_PACKAGES = ("amqp", "http", "mqtt", "shovel", "federation", "cluster")
 
 
 def imported_modules(path: Path) -> set[str]:

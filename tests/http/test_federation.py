@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,21 +45,33 @@ def _federate(api: Api, upstream_port: int, pattern: str = "^fed\\.", **upstream
     assert reply.status in (201, 204), reply
 
 
-def _wait_link(api: Api, exchange: str, timeout: float = 30) -> dict[str, Any]:
-    """Poll the links' state (the API is the only view of it)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        links = [link for link in api.get("/api/federation-links") if link["exchange"] == exchange]
-        if links and links[0]["status"] == "running":
-            return links[0]
-        assert time.monotonic() < deadline, f"no running link for {exchange}: {links}"
-        time.sleep(0.05)
+def _wait_running(
+    broker: BrokerThread, wanted: Callable[[dict[str, Any]], bool], timeout: float = 30
+) -> dict[str, Any]:
+    """Wait on the broker's loop until the first link ``wanted`` picks is running
+    (Federation.wait_for: woken as links come, go and change state, no polling);
+    the link as GET /api/federation-links lists it at that change. A TimeoutError
+    lists the links as they were."""
+
+    def running(links: list[dict[str, Any]]) -> dict[str, Any] | None:
+        found = [link for link in links if wanted(link)]
+        return found[0] if found and found[0]["status"] == "running" else None
+
+    component: Any = broker.broker.parameter_components["federation-upstream"]
+    return broker.run(component.wait_for(running, timeout), timeout + 5)
+
+
+def _wait_link(broker: BrokerThread, exchange: str, timeout: float = 30) -> dict[str, Any]:
+    """The running link of ``exchange``."""
+    return _wait_running(broker, lambda link: link.get("exchange") == exchange, timeout)
 
 
 def _bound_upstream(
     up: BrokerThread, link: dict[str, Any], count: int, timeout: float = 30
 ) -> None:
-    """Wait until the link's upstream queue has ``count`` bindings besides the default."""
+    """Wait until the link's upstream queue has ``count`` bindings besides the
+    default, as the upstream's API lists them (what the link asked of another
+    broker: polled, at most ``timeout`` s)."""
     api = Api(up.http_port)
     path = "/api/queues/%2F/" + urllib.parse.quote(link["queue"], safe="") + "/bindings"
     deadline = time.monotonic() + timeout
@@ -67,7 +79,10 @@ def _bound_upstream(
         bindings = [b for b in api.get(path) if b["source"]]
         if len(bindings) == count:
             return
-        assert time.monotonic() < deadline, bindings
+        assert time.monotonic() < deadline, (
+            f"{link['queue']} upstream has {len(bindings)} bindings, not {count}, "
+            f"after {timeout} s: {bindings}"
+        )
         time.sleep(0.05)
 
 
@@ -106,7 +121,7 @@ def test_a_federated_exchange_receives_what_its_bindings_ask_for(
     _federate(api, up.port)
     conn, ch, queue = _consumer(down.port, "fed.events", ["order.*"])
     try:
-        link = _wait_link(api, "fed.events")
+        link = _wait_link(down, "fed.events")
         assert link["upstream"] == "origin" and link["type"] == "exchange"
         _bound_upstream(up, link, 1)
         _publish(up.port, "fed.events", "order.created", b"o1")
@@ -142,8 +157,8 @@ def test_max_hops_stops_messages_going_round_in_a_circle(
     conn_a, ch_a, qa = _consumer(a.port, "fed.ring", ["#"])
     conn_b, ch_b, qb = _consumer(b.port, "fed.ring", ["#"])
     try:
-        _bound_upstream(b, _wait_link(Api(a.http_port), "fed.ring"), 1)
-        _bound_upstream(a, _wait_link(Api(b.http_port), "fed.ring"), 1)
+        _bound_upstream(b, _wait_link(a, "fed.ring"), 1)
+        _bound_upstream(a, _wait_link(b, "fed.ring"), 1)
         _publish(a.port, "fed.ring", "k", b"once")
         got_b = _next(ch_b, qb)
         assert got_b is not None and got_b[1] == b"once"
@@ -154,7 +169,7 @@ def test_max_hops_stops_messages_going_round_in_a_circle(
         for ch, q in ((ch_a, qa), (ch_b, qb)):
             got = _next(ch, q)
             assert got is not None and got[1] == b"marker"
-        link = _wait_link(Api(a.http_port), "fed.ring")
+        link = _wait_link(a, "fed.ring")
         assert link["messages_dropped"] >= 1
     finally:
         conn_a.close()
@@ -178,7 +193,7 @@ def test_upstream_sets_and_bad_definitions(pair: tuple[BrokerThread, BrokerThrea
     ).status in (201, 204)
     conn, ch, queue = _consumer(down.port, "set.x", ["#"])
     try:
-        _bound_upstream(up, _wait_link(api, "set.x"), 1)
+        _bound_upstream(up, _wait_link(down, "set.x"), 1)
         _publish(up.port, "set.x", "any", b"via-set")
         got = _next(ch, queue)
         assert got is not None and got[1] == b"via-set"
@@ -191,7 +206,7 @@ def test_upstream_sets_and_bad_definitions(pair: tuple[BrokerThread, BrokerThrea
     ).status in (201, 204)
     conn, ch, queue = _consumer(down.port, "pat.x", ["#"])
     try:
-        _bound_upstream(up, _wait_link(api, "pat.x"), 1)
+        _bound_upstream(up, _wait_link(down, "pat.x"), 1)
         _publish(up.port, "pat.x", "any", b"via-pattern")
         got = _next(ch, queue)
         assert got is not None and got[1] == b"via-pattern"
@@ -216,7 +231,7 @@ def test_rabbitmq_as_the_upstream(broker: BrokerThread, rabbitmq: Any) -> None:
     _federate(api, rabbitmq.port)
     conn, ch, queue = _consumer(broker.port, "fed.rabbit", ["#"])
     try:
-        _wait_link(api, "fed.rabbit")
+        _wait_link(broker, "fed.rabbit")
         deadline = time.monotonic() + 30
         while True:  # the link's queue is bound on RabbitMQ once a publish reaches it
             _publish(rabbitmq.port, "fed.rabbit", "k", b"from-rabbit")
@@ -254,15 +269,11 @@ def test_a_federated_queue_fetches_only_while_it_has_consumers(
     with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", down.port)) as conn:
         ch = conn.channel()
         ch.queue_declare("work", durable=True)
-        deadline = time.monotonic() + 30
-        while True:  # the link starts (the policy is matched by the next sweep) ...
-            links = [link for link in api.get("/api/federation-links") if link["type"] == "queue"]
-            if links and links[0]["status"] == "running":
-                break
-            assert time.monotonic() < deadline, links
-            time.sleep(0.05)
+        # The link starts (the policy is matched by the next sweep) ...
+        _wait_running(down, lambda link: link["type"] == "queue")
         # ... but takes nothing while nobody consumes here.
-        assert not links[0]["consuming"]
+        links = [link for link in api.get("/api/federation-links") if link["type"] == "queue"]
+        assert links[0]["status"] == "running" and not links[0]["consuming"]
         with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", up.port)) as uc:
             assert uc.channel().queue_declare("work", passive=True).method.message_count == 20
         bodies = []

@@ -20,6 +20,7 @@ from conftest import BrokerThread, start_broker
 from httphelp import Api
 
 from warren import Config
+from warren.shovel.component import ShovelComponent
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2, content_type="text/plain", message_id="m-1")
 
@@ -71,15 +72,22 @@ def _uri(b: BrokerThread) -> str:
     return f"amqp://guest:guest@127.0.0.1:{b.port}/%2F"
 
 
-def _wait_state(api: Api, name: str, state: str, timeout: float = 30) -> dict[str, Any]:
-    """Poll GET /api/shovels (the API is the only view of a shovel's state)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        shovels = [s for s in api.get("/api/shovels") if s["name"] == name]
-        if shovels and shovels[0]["state"] == state:
-            return shovels[0]
-        assert time.monotonic() < deadline, f"shovel {name} never {state}: {shovels}"
-        time.sleep(0.05)
+def _shovels(broker: BrokerThread) -> ShovelComponent:
+    component = broker.broker.parameter_components["shovel"]
+    assert isinstance(component, ShovelComponent)
+    return component
+
+
+def _wait_state(broker: BrokerThread, name: str, state: str, timeout: float = 30) -> dict[str, Any]:
+    """Wait on the broker's loop until the shovel is in ``state`` (woken by each
+    change of it: LinkRunner.wait_for_state, no polling); what GET /api/shovels
+    lists for it at that change. A TimeoutError says the state it was in."""
+
+    async def wait() -> dict[str, Any]:
+        shovel = _shovels(broker).shovels[("/", name)]
+        return await shovel.wait_for_state(lambda s: s == state, timeout)
+
+    return broker.run(wait(), timeout + 5)
 
 
 @pytest.mark.parametrize("ack_mode", ["on-confirm", "on-publish", "no-ack"])
@@ -105,7 +113,9 @@ def test_a_queue_is_moved_to_another_broker(
     got = _receive(b.port, "inbox", 100)
     assert [body for _p, body in got] == [b"msg-%d" % i for i in range(100)]
     assert got[0][0].content_type == "text/plain" and got[0][0].delivery_mode == 2
-    status = _wait_state(api, "move", "running")
+    _wait_state(a, "move", "running")
+    (status,) = [s for s in api.get("/api/shovels") if s["name"] == "move"]
+    assert status["state"] == "running"
     assert status["vhost"] == "/" and status["type"] == "dynamic"
     assert status["src_queue"] == "outbox" and status["dest_queue"] == "inbox"
     assert "guest:guest" not in status["dest_uri"]  # the password is not shown
@@ -140,7 +150,7 @@ def test_an_exchange_shovel_adds_forward_and_timestamp_headers(
         },
     )
     assert reply.status == 201
-    _wait_state(api, "events", "running")
+    _wait_state(a, "events", "running")
     _publish(a.port, "order.created", 3, exchange="events")
     _publish(a.port, "invoice.sent", 2, exchange="events")  # not bound: stays behind
     got = _receive(b.port, "orders", 3)
@@ -168,10 +178,14 @@ def test_src_delete_after_queue_length_moves_the_backlog_and_deletes_the_shovel(
     }
     assert api.put("/api/parameters/shovel/%2F/drain", {"value": value}).status == 201
     assert len(_receive(b.port, "new", 25)) == 25
-    deadline = time.monotonic() + 30
-    while api.request("GET", "/api/parameters/shovel/%2F/drain").status != 404:
-        assert time.monotonic() < deadline, "the finished shovel was not deleted"
-        time.sleep(0.05)
+
+    def gone(shovels: list[dict[str, Any]]) -> bool | None:
+        return True if all(s["name"] != "drain" for s in shovels) else None
+
+    # Woken as shovels come, go and change state; the finished shovel clears its
+    # parameter, which stops it.
+    a.run(_shovels(a).wait_for(gone, 30), 35)
+    assert api.request("GET", "/api/parameters/shovel/%2F/drain").status == 404
     _publish(a.port, "old", 5, start=25)  # after it: they stay
     assert _count(a.port, "old") == 5
 
@@ -190,9 +204,9 @@ def test_a_shovel_restarts_when_its_destination_comes_back(tmp_path: Path) -> No
             "reconnect-delay": 0.2,
         }
         assert api.put("/api/parameters/shovel/%2F/s", {"value": value}).status == 201
-        _wait_state(api, "s", "running")
+        _wait_state(a, "s", "running")
         b.stop()
-        status = _wait_state(api, "s", "terminated")
+        status = _wait_state(a, "s", "terminated")
         assert status["reason"]
         _publish(a.port, "q", 20)  # while the destination is down: they wait at the source
         b = BrokerThread(
@@ -206,7 +220,7 @@ def test_a_shovel_restarts_when_its_destination_comes_back(tmp_path: Path) -> No
         ).start()
         got = _receive(port_b, "q", 20)
         assert sorted(body for _p, body in got) == sorted(b"msg-%d" % i for i in range(20))
-        _wait_state(api, "s", "running")
+        _wait_state(a, "s", "running")
     finally:
         a.stop()
         b.stop()
@@ -231,7 +245,7 @@ def test_shovels_are_definitions_and_survive_a_restart(tmp_path: Path) -> None:
         c = start_broker(tmp_path / "c")
         try:
             assert Api(c.http_port).post("/api/definitions", exported).status in (200, 201, 204)
-            _wait_state(Api(c.http_port), "keep", "running")
+            _wait_state(c, "keep", "running")
         finally:
             c.stop()
     finally:

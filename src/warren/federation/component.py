@@ -15,17 +15,19 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from warren.core.queue import Queue
 from warren.core.vhost import VHost
 from warren.federation.link import BindingKey, ExchangeLink, binding_key
 from warren.federation.queue_link import QueueLink
 from warren.federation.upstream import Upstream, validate_set, validate_upstream
+from warren.links import StateWaiters
 
 log = logging.getLogger("warren.federation")
 
 LinkKey = tuple[str, str, str]  # vhost, exchange, upstream
+T = TypeVar("T")
 
 
 class Federation:
@@ -46,6 +48,8 @@ class Federation:
         self._watched: set[str] = set()
         self._pending: set[tuple[str, str]] = set()
         self._stopping: set[asyncio.Task[None]] = set()
+        # Woken when a link comes, goes or changes state (wait_for).
+        self._link_waiters = StateWaiters()
         self.upstream_component = _Component("federation-upstream", self)
         self.set_component = _Component("federation-upstream-set", self)
 
@@ -106,9 +110,11 @@ class Federation:
                 self._local_uri(vhost_name),
                 self._cluster_name(),
                 _queue_getter(vhost, name),
+                self._link_waiters.notify,
             )
             self.queue_links[key] = link
             link.start()
+            self._link_waiters.notify()
 
     def _watch(self, vhost_name: str) -> None:
         if vhost_name in self._watched:
@@ -206,19 +212,33 @@ class Federation:
                 self._local_uri(vhost_name),
                 self._cluster_name(),
                 bindings,
+                self._link_waiters.notify,
             )
             self.links[key] = link
             link.start()
+            self._link_waiters.notify()
 
     def _stop(self, link: ExchangeLink | QueueLink) -> None:
+        """Stop a link taken out of the tables (in the background: apply is not async)."""
         task = asyncio.ensure_future(link.stop())
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
+        self._link_waiters.notify()
 
     def status(self) -> list[dict[str, Any]]:
         return [link.info() for _key, link in sorted(self.links.items())] + [
             link.info() for _key, link in sorted(self.queue_links.items())
         ]
+
+    async def wait_for(
+        self, check: Callable[[list[dict[str, Any]]], T | None], timeout: float
+    ) -> T:
+        """What ``check(status())`` (the links as the API lists them) returns once
+        it is not None, checked again whenever a link comes, goes or changes
+        state: tests wait for a link with it instead of polling the API."""
+        return await self._link_waiters.wait(
+            lambda: check(self.status()), timeout, lambda: f"the links are {self.status()}"
+        )
 
     async def close(self) -> None:
         if self._sweep is not None:
@@ -272,6 +292,12 @@ class _Component:
 
     def status(self) -> list[dict[str, Any]]:
         return self._federation.status() if self.name == "federation-upstream" else []
+
+    async def wait_for(
+        self, check: Callable[[list[dict[str, Any]]], T | None], timeout: float
+    ) -> T:
+        """Federation.wait_for, for a caller that holds the parameter component."""
+        return await self._federation.wait_for(check, timeout)
 
     def restart(self, vhost: str, name: str) -> bool:
         restarted = False

@@ -8,7 +8,8 @@ bindings come and go), and moves what arrives into the local exchange through
 this broker's AMQP port, with the routing key it had. Each message gets an
 ``x-received-from`` entry (uri, exchange, redelivered, cluster-name) as the
 federation plugin adds; a message that has already crossed ``max-hops``
-links, or that came from this cluster before (a loop), is dropped.
+links, or that came from this cluster before (a loop), is dropped. Its
+reconnect loop and state are warren.links.LinkRunner's.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import asyncio
 import contextlib
 import logging
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,9 +26,7 @@ from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
 from warren.federation.upstream import Upstream, add_hop
-from warren.shovel.runner import redact
-
-log = logging.getLogger("warren.federation")
+from warren.links import LinkRunner, redact
 
 BindingKey = tuple[str, tuple[tuple[str, Any], ...]]
 
@@ -40,7 +38,14 @@ def binding_key(routing_key: str, arguments: dict[str, Any] | None) -> BindingKe
     return routing_key, tuple(sorted((arguments or {}).items()))
 
 
-class ExchangeLink:
+class ExchangeLink(LinkRunner):
+    """One upstream of one federated exchange: ``_session`` keeps the upstream
+    queue bound as the local exchange is and forwards what it receives."""
+
+    FAILED = "error"
+    MIN_BACKOFF = 0.1
+    log = logging.getLogger("warren.federation")
+
     def __init__(
         self,
         vhost: str,
@@ -51,7 +56,9 @@ class ExchangeLink:
         local_uri: str,
         cluster_name: str,
         bindings: set[BindingKey],
+        on_change: Callable[[], None] | None = None,
     ) -> None:
+        super().__init__(upstream.reconnect_delay, on_change)
         self.vhost = vhost
         self.exchange = exchange
         self.exchange_type = exchange_type
@@ -60,15 +67,15 @@ class ExchangeLink:
         self.local_uri = local_uri
         self.cluster_name = cluster_name
         self.bindings = set(bindings)
-        self.status = "starting"
-        self.error: str | None = None
-        self.since = time.time()
         self.received = 0
         self.dropped = 0
         self._bound: set[BindingKey] = set()
         self._channel: aiormq.abc.AbstractChannel | None = None
-        self._changed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._bindings_changed = asyncio.Event()
+
+    @property
+    def label(self) -> str:
+        return f"federation link {self.vhost}:{self.exchange} <- {self.upstream.name}"
 
     @property
     def upstream_exchange(self) -> str:
@@ -80,21 +87,11 @@ class ExchangeLink:
         raw = f"federation: {self.upstream_exchange} to {self.cluster_name}:{self.vhost}:{self.exchange}"
         return _NOT_NAME.sub("_", raw)[:255]
 
-    def start(self) -> None:
-        self._task = asyncio.ensure_future(self._run())
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-
     def set_bindings(self, bindings: set[BindingKey]) -> None:
         """The local exchange's bindings now: the upstream queue follows."""
         if bindings != self.bindings:
             self.bindings = set(bindings)
-            self._changed.set()
+            self._bindings_changed.set()
 
     def info(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -104,40 +101,19 @@ class ExchangeLink:
             "upstream_exchange": self.upstream_exchange,
             "upstream": self.upstream.name,
             "id": f"{self.vhost}:{self.exchange}:{self.upstream.name}",
-            "status": self.status,
+            "status": self.state,
             "uri": redact(self.upstream.uris[0]),
-            "timestamp": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since)),
+            "timestamp": self.timestamp,
             "queue": self.queue_name,
             "messages_received": self.received,
             "messages_dropped": self.dropped,
         }
-        if self.error is not None:
-            out["error"] = self.error
+        if self.reason is not None:
+            out["error"] = self.reason
         return out
 
     # -- running ----------------------------------------------------------------------
-    async def _run(self) -> None:
-        delay = self.upstream.reconnect_delay
-        while True:
-            self.status = "starting"
-            ran = False
-            try:
-                ran = await self._session()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.status = "error"
-                self.error = f"{type(exc).__name__}: {exc}"
-                log.warning(
-                    "federation link %s:%s <- %s: %s; again in %.1f s",
-                    self.vhost, self.exchange, self.upstream.name, self.error, delay,
-                )  # fmt: skip
-            if ran:
-                delay = self.upstream.reconnect_delay
-            await asyncio.sleep(delay)
-            delay = min(max(delay * 2, 0.1), 60.0)
-
-    async def _session(self) -> bool:
+    async def _session(self) -> None:
         up = self.upstream
         remote = await aiormq.connect(up.uris[0])
         local: aiormq.abc.AbstractConnection | None = None
@@ -172,16 +148,10 @@ class ExchangeLink:
                         failed.set_exception(exc)
 
             await ch.basic_consume(self.queue_name, on_message, no_ack=no_ack)
-            self.status = "running"
-            self.error = None
-            self.since = time.time()
-            log.info(
-                "federation link %s:%s <- %s (%s) running",
-                self.vhost, self.exchange, up.name, redact(up.uris[0]),
-            )  # fmt: skip
+            self._set_running()
             while True:
                 waiters = [
-                    asyncio.ensure_future(self._changed.wait()),
+                    asyncio.ensure_future(self._bindings_changed.wait()),
                     asyncio.ensure_future(asyncio.shield(remote.closing)),
                     asyncio.ensure_future(asyncio.shield(local.closing)),
                 ]
@@ -194,7 +164,7 @@ class ExchangeLink:
                     failed.result()
                 if remote.is_closed or local.is_closed:
                     raise ConnectionError("a connection of the link closed")
-                self._changed.clear()
+                self._bindings_changed.clear()
                 await self._sync_bindings(ch)
         finally:
             self._channel = None

@@ -7,7 +7,8 @@ upstream's ``queue``) only while the local queue has consumers and no ready
 messages, and stops consuming as soon as it has a backlog or no consumers. What
 it takes is published into the local queue (default exchange) through this
 broker's AMQP port, with an ``x-received-from`` entry, and acknowledged
-upstream once confirmed here.
+upstream once confirmed here. Its reconnect loop and state are
+warren.links.LinkRunner's.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,15 +25,20 @@ from pamqp.commands import Basic
 
 from warren.core.queue import Queue
 from warren.federation.upstream import Upstream, add_hop
-from warren.shovel.runner import redact
-
-log = logging.getLogger("warren.federation")
+from warren.links import LinkRunner, redact
 
 #: Seconds between two looks at the local queue's demand.
 DEMAND_CHECK = 0.05
 
 
-class QueueLink:
+class QueueLink(LinkRunner):
+    """One upstream of one federated queue: ``_session`` consumes upstream while
+    the local queue has demand and forwards what it receives."""
+
+    FAILED = "error"
+    MIN_BACKOFF = 0.1
+    log = logging.getLogger("warren.federation")
+
     def __init__(
         self,
         vhost: str,
@@ -42,34 +47,26 @@ class QueueLink:
         local_uri: str,
         cluster_name: str,
         local_queue: Callable[[], Queue | None],
+        on_change: Callable[[], None] | None = None,
     ) -> None:
+        super().__init__(upstream.reconnect_delay, on_change)
         self.vhost = vhost
         self.queue = queue
         self.upstream = upstream
         self.local_uri = local_uri
         self.cluster_name = cluster_name
         self._local_queue = local_queue
-        self.status = "starting"
-        self.error: str | None = None
-        self.since = time.time()
         self.received = 0
         self.dropped = 0
         self.consuming = False
-        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"federation link {self.vhost}:queue {self.queue} <- {self.upstream.name}"
 
     @property
     def upstream_queue(self) -> str:
         return self.upstream.queue or self.queue
-
-    def start(self) -> None:
-        self._task = asyncio.ensure_future(self._run())
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
 
     def info(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -79,44 +76,23 @@ class QueueLink:
             "upstream_queue": self.upstream_queue,
             "upstream": self.upstream.name,
             "id": f"{self.vhost}:queue:{self.queue}:{self.upstream.name}",
-            "status": self.status,
+            "status": self.state,
             "uri": redact(self.upstream.uris[0]),
-            "timestamp": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since)),
+            "timestamp": self.timestamp,
             "consuming": self.consuming,
             "messages_received": self.received,
             "messages_dropped": self.dropped,
         }
-        if self.error is not None:
-            out["error"] = self.error
+        if self.reason is not None:
+            out["error"] = self.reason
         return out
 
     def _demand(self) -> bool:
         queue = self._local_queue()
         return queue is not None and queue.consumer_count > 0 and queue.message_count == 0
 
-    async def _run(self) -> None:
-        delay = self.upstream.reconnect_delay
-        while True:
-            self.status = "starting"
-            self.consuming = False
-            ran = False
-            try:
-                ran = await self._session()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.status = "error"
-                self.error = f"{type(exc).__name__}: {exc}"
-                log.warning(
-                    "federation link %s:queue %s <- %s: %s; again in %.1f s",
-                    self.vhost, self.queue, self.upstream.name, self.error, delay,
-                )  # fmt: skip
-            if ran:
-                delay = self.upstream.reconnect_delay
-            await asyncio.sleep(delay)
-            delay = min(max(delay * 2, 0.1), 60.0)
-
-    async def _session(self) -> bool:
+    async def _session(self) -> None:
+        self.consuming = False  # nothing consumed upstream until there is demand
         up = self.upstream
         remote = await aiormq.connect(up.uris[0])
         local: aiormq.abc.AbstractConnection | None = None
@@ -142,9 +118,7 @@ class QueueLink:
                     if not failed.done():
                         failed.set_exception(exc)
 
-            self.status = "running"
-            self.error = None
-            self.since = time.time()
+            self._set_running()
             tag: str | None = None
             while not failed.done():
                 if remote.is_closed or local.is_closed:
@@ -159,8 +133,7 @@ class QueueLink:
                     tag = None
                     self.consuming = False
                 await asyncio.wait([failed], timeout=DEMAND_CHECK)
-            failed.result()
-            return True
+            failed.result()  # raises what failed it
         finally:
             for conn in (remote, local):
                 if conn is not None and not conn.is_closed:

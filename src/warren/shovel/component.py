@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
+from warren.links import StateWaiters
 from warren.shovel.runner import Shovel
-from warren.shovel.spec import validate
+from warren.shovel.spec import ShovelSpec, validate
 
 log = logging.getLogger("warren.shovel")
+T = TypeVar("T")
 
 
 class ShovelComponent:
@@ -31,6 +33,8 @@ class ShovelComponent:
         self._clear = clear
         self.shovels: dict[tuple[str, str], Shovel] = {}
         self._stopping: set[asyncio.Task[None]] = set()
+        # Woken when a shovel comes, goes or changes state (wait_for).
+        self._shovel_waiters = StateWaiters()
 
     def validate(self, vhost: str, name: str, value: Any) -> Any:
         validate(value)  # ValidationFailed when it is not a shovel
@@ -42,10 +46,18 @@ class ShovelComponent:
             self._stop_later(old)
         if value is None:
             log.info("shovel '%s' in vhost '%s' deleted", name, vhost)
+            self._shovel_waiters.notify()
             return
-        shovel = Shovel(vhost, name, validate(value), self._resolve, self._node, self._finished)
+        self._start(vhost, name, validate(value))
+
+    def _start(self, vhost: str, name: str, spec: ShovelSpec) -> None:
+        shovel = Shovel(
+            vhost, name, spec, self._resolve, self._node, self._finished,
+            self._shovel_waiters.notify,
+        )  # fmt: skip
         self.shovels[(vhost, name)] = shovel
         shovel.start()
+        self._shovel_waiters.notify()
 
     def _resolve(self, uri: str, vhost: str) -> str:
         """``amqp://`` and ``amqp:///vhost`` are this broker (the shovel's own vhost
@@ -69,13 +81,21 @@ class ShovelComponent:
         if shovel is None:
             return False
         self._stop_later(shovel)
-        fresh = Shovel(vhost, name, shovel.spec, self._resolve, self._node, self._finished)
-        self.shovels[(vhost, name)] = fresh
-        fresh.start()
+        self._start(vhost, name, shovel.spec)
         return True
 
     def status(self) -> list[dict[str, Any]]:
-        return [s.status() for _key, s in sorted(self.shovels.items())]
+        return [s.info() for _key, s in sorted(self.shovels.items())]
+
+    async def wait_for(
+        self, check: Callable[[list[dict[str, Any]]], T | None], timeout: float
+    ) -> T:
+        """What ``check(status())`` (the shovels as the API lists them) returns once
+        it is not None, checked again whenever a shovel comes, goes or changes
+        state: tests wait with it instead of polling the API."""
+        return await self._shovel_waiters.wait(
+            lambda: check(self.status()), timeout, lambda: f"the shovels are {self.status()}"
+        )
 
     async def close(self) -> None:
         shovels = list(self.shovels.values())

@@ -5,7 +5,8 @@ destination has confirmed it (nothing is lost if either side dies),
 ``on-publish`` once it is handed to the destination, ``no-ack`` consumes
 without acks. When a connection fails the shovel reports ``terminated`` with
 the reason, waits (``reconnect-delay``, doubling up to a minute while it keeps
-failing) and starts again; unacked messages go back to the source queue.
+failing) and starts again (that loop is warren.links.LinkRunner's); unacked
+messages go back to the source queue.
 """
 
 from __future__ import annotations
@@ -16,34 +17,28 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 import aiormq
 from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
+from warren.links import Finished, LinkRunner, redact
 from warren.shovel.spec import ShovelSpec
 
-log = logging.getLogger("warren.shovel")
-
-MAX_BACKOFF = 60.0
-
-
-def redact(uri: str) -> str:
-    """``uri`` without its password (for status and headers)."""
-    parts = urlsplit(uri)
-    if parts.password is None:
-        return uri
-    netloc = f"{parts.username}@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+#: The reason a shovel that moved what src-delete-after allowed reports.
+DELETE_AFTER_REACHED = "src-delete-after reached"
 
 
-class Finished(Exception):
-    """The shovel moved what src-delete-after allowed: it is done."""
+class Shovel(LinkRunner):
+    """One shovel: ``_session`` moves messages until a connection fails or
+    src-delete-after is reached; LinkRunner starts it again."""
 
+    FAILED = "terminated"
+    ZERO_DELAY_STOPS = True  # as RabbitMQ: a reconnect-delay of 0 means no restart
+    log = logging.getLogger("warren.shovel")
 
-class Shovel:
     def __init__(
         self,
         vhost: str,
@@ -52,32 +47,27 @@ class Shovel:
         resolve: Callable[[str, str], str],
         node: str,
         on_finished: Callable[[Shovel], None],
+        on_change: Callable[[], None] | None = None,
     ) -> None:
+        super().__init__(spec.reconnect_delay, on_change)
         self.vhost = vhost
         self.name = name
         self.spec = spec
         self._resolve = resolve  # (uri, vhost) -> a connectable URI ("amqp://" is local)
         self.node = node
         self._on_finished = on_finished
-        self.state = "starting"
-        self.reason: str | None = None
-        self.since = time.time()
         self.transferred = 0
-        self._remaining: int | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._ran = False  # the current session got to running
+        limit = spec.delete_after  # what is left to move, across sessions
+        self._remaining: int | None = limit if isinstance(limit, int) else None
 
-    def start(self) -> None:
-        self._task = asyncio.ensure_future(self._run())
+    @property
+    def label(self) -> str:
+        return f"shovel '{self.name}' in vhost '{self.vhost}'"
 
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+    def _finished(self) -> None:
+        self._on_finished(self)
 
-    def status(self) -> dict[str, Any]:
+    def info(self) -> dict[str, Any]:
         spec = self.spec
         out: dict[str, Any] = {
             "name": self.name,
@@ -85,7 +75,7 @@ class Shovel:
             "type": "dynamic",
             "node": self.node,
             "state": self.state,
-            "timestamp": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since)),
+            "timestamp": self.timestamp,
             "src_protocol": "amqp091",
             "dest_protocol": "amqp091",
             "src_uri": redact(spec.src_uris[0]),
@@ -106,37 +96,6 @@ class Shovel:
         return out
 
     # -- running ----------------------------------------------------------------------
-    async def _run(self) -> None:
-        delay = self.spec.reconnect_delay
-        limit = self.spec.delete_after
-        self._remaining = limit if isinstance(limit, int) else None
-        while True:
-            self.state = "starting"
-            self._ran = False
-            try:
-                await self._session()
-            except asyncio.CancelledError:
-                raise
-            except Finished:
-                self.state = "terminated"
-                self.reason = "src-delete-after reached"
-                log.info("shovel '%s' in vhost '%s' finished", self.name, self.vhost)
-                self._on_finished(self)
-                return
-            except Exception as exc:
-                self.state = "terminated"
-                self.reason = f"{type(exc).__name__}: {exc}"
-                log.warning(
-                    "shovel '%s' in vhost '%s': %s; restarting in %.1f s",
-                    self.name, self.vhost, self.reason, delay,
-                )  # fmt: skip
-            if self.spec.reconnect_delay == 0:
-                return  # as RabbitMQ: a reconnect-delay of 0 means no restart
-            if self._ran:  # it worked for a while: start the backoff over
-                delay = self.spec.reconnect_delay
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, MAX_BACKOFF)
-
     async def _session(self) -> None:
         spec = self.spec
         src = await aiormq.connect(self._resolve(spec.src_uris[0], self.vhost))
@@ -158,7 +117,7 @@ class Shovel:
                 ok = await src_ch.queue_declare(queue, passive=True)
                 self._remaining = ok.message_count or 0
             if self._remaining == 0:
-                raise Finished()
+                raise Finished(DELETE_AFTER_REACHED)
             no_ack = spec.ack_mode == "no-ack"
             if not no_ack and spec.prefetch_count:
                 await src_ch.basic_qos(prefetch_count=spec.prefetch_count)
@@ -185,14 +144,10 @@ class Shovel:
                     inflight -= 1
                 # Done once the last allowed message and every one before it is acked.
                 if self._remaining == 0 and not inflight and not done.done():
-                    done.set_exception(Finished())
+                    done.set_exception(Finished(DELETE_AFTER_REACHED))
 
             await src_ch.basic_consume(queue, on_message, no_ack=no_ack)
-            self.state = "running"
-            self._ran = True
-            self.reason = None
-            self.since = time.time()
-            log.info("shovel '%s' in vhost '%s' running", self.name, self.vhost)
+            self._set_running()
             closing = [asyncio.ensure_future(asyncio.shield(src.closing))]
             if dest_conn is not None:
                 closing.append(asyncio.ensure_future(asyncio.shield(dest_conn.closing)))

@@ -1,0 +1,182 @@
+"""warren.links.LinkRunner, the loop shovels and federation links share, with a
+scripted session instead of a broker: the states the API reports, the backoff
+(doubling, capped, starting over after a session that ran), a reconnect-delay
+of 0, Finished, stop and start, and wait_for_state."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from warren.links import MAX_BACKOFF, Finished, LinkRunner
+
+
+class Scripted(LinkRunner):
+    """Each session runs the next step: "fail", "run-then-fail", "finish" or "hang"."""
+
+    FAILED = "terminated"
+    log = logging.getLogger("tests.links")
+
+    def __init__(self, steps: list[str], delay: float = 1.0, **kw: Any) -> None:
+        super().__init__(delay, **kw)
+        self.steps = iter(steps)
+        self.sessions = 0
+        self.closed = 0
+        self.finished = False
+
+    @property
+    def label(self) -> str:
+        return "scripted link"
+
+    def info(self) -> dict[str, Any]:
+        return {"state": self.state, "reason": self.reason, "sessions": self.sessions}
+
+    def _finished(self) -> None:
+        self.finished = True
+
+    async def _session(self) -> None:
+        self.sessions += 1
+        step = next(self.steps, "hang")
+        try:
+            if step == "finish":
+                raise Finished("all moved")
+            if step == "run-then-fail":
+                self._set_running()
+                await asyncio.sleep(0)
+            if step == "hang":
+                self._set_running()
+                await asyncio.Event().wait()
+            raise ConnectionError(f"session {self.sessions}")
+        finally:
+            self.closed += 1
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
+    """The loop's waits, recorded instead of slept."""
+    real = asyncio.sleep
+    waits: list[float] = []
+
+    async def fake(delay: float, result: Any = None) -> Any:
+        if delay:  # asyncio.sleep(0) is a yield; anything else is the loop's wait
+            waits.append(delay)
+        return await real(0, result)
+
+    monkeypatch.setattr(asyncio, "sleep", fake)
+    yield waits
+
+
+def run(body: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(body(), 10))
+
+
+def test_the_backoff_doubles_up_to_a_minute_and_starts_over_after_a_run(
+    sleeps: list[float],
+) -> None:
+    async def body() -> None:
+        link = Scripted(["fail"] * 8 + ["run-then-fail", "fail"])
+        link.start()
+        # The ninth session runs a moment, the eleventh hangs, running.
+        await link.wait_for_state(lambda s: s == "running" and link.sessions == 11, 5)
+        assert link.closed == 10
+        await link.stop()
+        assert link.closed == 11
+
+    run(body)
+    assert sleeps == [1, 2, 4, 8, 16, 32, MAX_BACKOFF, MAX_BACKOFF, 1, 2]
+
+
+def test_a_failure_is_reported_with_its_reason_and_logged_once(
+    sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    async def body() -> None:
+        link = Scripted(["fail"])
+        link.start()
+        info = await link.wait_for_state(lambda s: s == "terminated", 5)
+        assert info == {
+            "state": "terminated",
+            "reason": "ConnectionError: session 1",
+            "sessions": 1,
+        }
+        running = await link.wait_for_state(lambda s: s == "running", 5)
+        assert running["reason"] is None
+        await link.stop()
+
+    with caplog.at_level(logging.INFO, logger="tests.links"):
+        run(body)
+    failures = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert failures == ["scripted link failed: ConnectionError: session 1; restarting in 1.0 s"]
+
+
+def test_a_zero_delay_either_stops_or_retries_at_once(sleeps: list[float]) -> None:
+    class NoRestart(Scripted):
+        ZERO_DELAY_STOPS = True
+
+    class Federated(Scripted):
+        FAILED = "error"
+        MIN_BACKOFF = 0.1
+
+    async def body() -> None:
+        once = NoRestart(["fail"], delay=0)
+        once.start()
+        assert once._task is not None
+        await once._task  # the loop ended: no restart
+        assert once.state == "terminated" and once.sessions == 1
+        again = Federated(["fail", "fail", "fail"], delay=0)
+        again.start()
+        await again.wait_for_state(lambda s: s == "running", 5)
+        assert again.sessions == 4
+        await again.stop()
+
+    run(body)
+    assert sleeps == [0.1, 0.2]  # the first retry is at once (a sleep of 0)
+
+
+def test_finished_ends_the_loop_with_the_reason(sleeps: list[float]) -> None:
+    async def body() -> None:
+        link = Scripted(["finish"])
+        link.start()
+        info = await link.wait_for_state(lambda s: s != "starting", 5)
+        assert info["state"] == "terminated" and info["reason"] == "all moved"
+        assert link._task is not None
+        await link._task
+        assert link.finished and link.sessions == 1 and not sleeps
+
+    run(body)
+
+
+def test_start_and_stop_are_idempotent_and_stop_waits_for_the_cleanup() -> None:
+    changes: list[str] = []
+
+    async def body() -> None:
+        link: Scripted
+
+        def seen() -> None:
+            changes.append(link.state)
+
+        link = Scripted(["hang"], on_change=seen)
+        link.start()
+        link.start()  # already running: no second loop
+        await link.wait_for_state(lambda s: s == "running", 5)
+        await link.stop()
+        assert link.sessions == 1 and link.closed == 1
+        await link.stop()
+
+    run(body)
+    assert changes == ["starting", "running"]
+
+
+def test_wait_for_state_times_out_saying_where_the_runner_is(sleeps: list[float]) -> None:
+    async def body() -> None:
+        link = Scripted(["hang"])
+        link.start()
+        with pytest.raises(TimeoutError, match=r"not within 0.05 s: scripted link is running"):
+            await link.wait_for_state(lambda s: s == "terminated", 0.05)
+        assert not link._waiters._waiting  # the waiter is gone
+        await link.stop()
+
+    run(body)
