@@ -18,6 +18,7 @@ from pathlib import Path
 from warren.amqp.replica import ReplicaConnection
 from warren.config import Config
 from warren.store.replica_catalog import ReplicaCatalog
+from warren.tls import server_context
 
 __all__ = ["ReplicaReadServer"]
 
@@ -43,6 +44,7 @@ class _ReplicaProtocol(asyncio.Protocol):
             heartbeat=self.server.config.heartbeat,
         )
         self.server.protocols.add(self)
+        self.server.connections_accepted += 1
 
     def data_received(self, data: bytes) -> None:
         if self.conn is not None:
@@ -94,23 +96,29 @@ class ReplicaReadServer:
         self.catalog = ReplicaCatalog(root, config.default_user, config.default_password)
         self.leader = leader
         self.protocols: set[_ReplicaProtocol] = set()
+        #: Connections accepted so far (the management API's and tests' view).
+        self.connections_accepted = 0
         self._server: asyncio.AbstractServer | None = None
         self._ticker: asyncio.Task[None] | None = None
         self.port = 0
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        # With the node's certificate, reads are TLS only, as amqps:// readers expect.
+        tls = server_context(self.config, "the stream read port") if self.config.tls_cert else None
         self._server = await loop.create_server(
             lambda: _ReplicaProtocol(self),
             self.config.bind,
             self.config.clustering_stream_read_port,
+            ssl=tls,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         self._ticker = asyncio.ensure_future(self._heartbeats())
         log.info(
-            "stream reads served on %s:%d (read-only, this node follows)",
+            "stream reads served on %s:%d%s (read-only, this node follows)",
             self.config.bind,
             self.port,
+            " over TLS" if tls is not None else "",
         )
 
     def applied(self) -> None:

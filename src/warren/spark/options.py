@@ -19,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 from warren.perf.client import URI
 
 __all__ = [
+    "replica_url",
     "EARLIEST",
     "LATEST",
     "DEFAULT_DEDUP_HEADER",
@@ -97,6 +98,15 @@ def _non_negative_int(text: str) -> int | None:
         return None
     value = int(text)
     return value if value < 1 << 63 else None
+
+
+def replica_url(url: str, replica: str) -> str:
+    """``url`` with its host and port replaced by ``replica`` (host:port): the same
+    user, password, vhost and query."""
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    netloc = f"{userinfo}@{replica}" if userinfo else replica
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def redact(url: str) -> str:
@@ -205,6 +215,11 @@ class SourceOptions:
     max_records_per_trigger: int | None
     prefetch: int
     poll_timeout_ms: int
+    #: "leader": tasks read from ``url``; "replicas": from the cluster's followers
+    #: (``replicas``, or those the leader announces), the leader as the fallback.
+    read_from: str = "leader"
+    replicas: tuple[str, ...] = ()
+    replica_timeout_ms: int = 5000
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
@@ -253,6 +268,19 @@ class SourceOptions:
         assert prefetch is not None
         poll_timeout = _positive(options, "pollTimeoutMs", 60_000)
         assert poll_timeout is not None
+        read_from = (_get(options, "readFrom") or "leader").strip().lower()
+        if read_from not in ("leader", "replicas"):
+            raise OptionError("readFrom", f"expected leader or replicas, got {read_from!r}")
+        raw_replicas = _get(options, "replicas") or ""
+        replicas = tuple(r.strip() for r in raw_replicas.split(",") if r.strip())
+        for replica in replicas:
+            host, _, port = replica.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise OptionError("replicas", f"expected host:port, got {replica!r}")
+        if replicas and read_from != "replicas":
+            raise OptionError("replicas", "only with readFrom=replicas")
+        replica_timeout = _positive(options, "replicaTimeoutMs", 5000)
+        assert replica_timeout is not None
         return cls(
             url=url,
             queues=queues,
@@ -264,6 +292,9 @@ class SourceOptions:
             max_records_per_trigger=max_per_trigger,
             prefetch=min(prefetch, 65535),
             poll_timeout_ms=poll_timeout,
+            read_from=read_from,
+            replicas=replicas,
+            replica_timeout_ms=replica_timeout,
         )
 
 

@@ -33,11 +33,19 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from warren.spark.columns import COLUMNS, schema_ddl, to_batch
-from warren.spark.connection import DataLossError, data_loss
-from warren.spark.options import EARLIEST, LATEST, OptionError, Position, SourceOptions
+from warren.spark.connection import DataLossError, SourceError, data_loss
+from warren.spark.options import (
+    EARLIEST,
+    LATEST,
+    OptionError,
+    Position,
+    SourceOptions,
+    redact,
+    replica_url,
+)
 from warren.spark.stream import Bounds, Planner, read_range
 
-__all__ = ["WarrenDataSource", "OffsetRange", "split", "allocate"]
+__all__ = ["WarrenDataSource", "OffsetRange", "split", "spread", "allocate"]
 
 log = logging.getLogger("warren.spark")
 
@@ -46,16 +54,41 @@ UNRESOLVED = -1
 
 
 class OffsetRange(InputPartition):
-    """Offsets ``[start, end)`` of one queue: what one task reads."""
+    """Offsets ``[start, end)`` of one queue: what one task reads, and the cluster
+    follower (host:port) it reads them from, None for the ``url``'s node."""
 
-    def __init__(self, queue: str, start: int, end: int) -> None:
-        super().__init__((queue, start, end))
+    def __init__(self, queue: str, start: int, end: int, replica: str | None = None) -> None:
+        super().__init__((queue, start, end, replica))
         self.queue = queue
         self.start = start
         self.end = end
+        self.replica = replica
 
     def __repr__(self) -> str:
-        return f"OffsetRange({self.queue!r}, {self.start}, {self.end})"
+        where = f", {self.replica!r}" if self.replica else ""
+        return f"OffsetRange({self.queue!r}, {self.start}, {self.end}{where})"
+
+
+def spread(parts: list[OffsetRange], replicas: Sequence[str]) -> list[OffsetRange]:
+    """The partitions dealt round-robin over ``replicas`` (unchanged without any)."""
+    if not replicas:
+        return parts
+    return [
+        OffsetRange(p.queue, p.start, p.end, replicas[i % len(replicas)])
+        for i, p in enumerate(parts)
+    ]
+
+
+def _plan(planner: Planner, options: SourceOptions, parts: list[OffsetRange]) -> list[OffsetRange]:
+    if options.read_from != "replicas":
+        return parts
+    replicas = list(options.replicas) or planner.replicas()
+    if not replicas:
+        log.info(
+            "readFrom=replicas: no follower serves stream reads; reading from %s",
+            redact(options.url),
+        )
+    return spread(parts, replicas)
 
 
 def split(
@@ -118,10 +151,40 @@ def _start(
 def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, OffsetRange):  # Spark's placeholder for "no partitions"
         return
+    start = partition.start
+    if partition.replica:
+        # A follower holds what the leader confirmed; one that is down or behind
+        # by more than replicaTimeoutMs leaves the rest of the range to the leader.
+        try:
+            for rows in read_range(
+                replica_url(options.url, partition.replica),
+                partition.queue,
+                start,
+                partition.end,
+                prefetch=options.prefetch,
+                poll_timeout_ms=options.replica_timeout_ms,
+                fail_on_data_loss=options.fail_on_data_loss,
+            ):
+                if len(rows):
+                    start = rows.offsets[-1] + 1
+                yield to_batch(rows, partition.queue)
+            return
+        except DataLossError:
+            raise
+        except (SourceError, OptionError, OSError, EOFError) as exc:
+            log.warning(
+                "reading %s offsets [%d, %d) from follower %s failed (%s); reading them from %s",
+                partition.queue,
+                start,
+                partition.end,
+                partition.replica,
+                exc,
+                redact(options.url),
+            )
     for rows in read_range(
         options.url,
         partition.queue,
-        partition.start,
+        start,
         partition.end,
         prefetch=options.prefetch,
         poll_timeout_ms=options.poll_timeout_ms,
@@ -159,7 +222,7 @@ class BatchReader(DataSourceReader):
                 ending = o.ending[queue]
                 end = bounds.end if ending.kind == LATEST else min(ending.value, bounds.end)
                 ranges.append((queue, start, end))
-        return split(ranges, o.min_partitions, o.max_records_per_partition)
+            return _plan(planner, o, split(ranges, o.min_partitions, o.max_records_per_partition))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)
@@ -253,7 +316,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if lo != UNRESOLVED and first > lo:
                     data_loss(queue, lo, first, o.fail_on_data_loss)
                 ranges.append((queue, max(lo, first), hi))
-        return split(ranges, o.min_partitions, o.max_records_per_partition)
+            return _plan(planner, o, split(ranges, o.min_partitions, o.max_records_per_partition))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)

@@ -88,6 +88,17 @@ class Planner:
     def close(self) -> None:
         self.client.close()
 
+    def replicas(self) -> list[str]:
+        """host:port of the cluster followers that serve stream reads, as the leader
+        announces them in connection.start (none from a single node or RabbitMQ)."""
+        announced = self.client.server_properties.get("warren_stream_replicas") or []
+        out = []
+        for item in announced if isinstance(announced, list) else []:
+            text = item.decode() if isinstance(item, bytes) else item
+            if isinstance(text, str) and text:
+                out.append(text)
+        return out
+
     def __enter__(self) -> Planner:
         return self
 
