@@ -28,6 +28,8 @@ class Node:
         self.amqp_port = free_port()
         self.repl_port = free_port()
         self.http_port = free_port() if http else -1
+        #: Its stream read service's port while it follows.
+        self.stream_read_port = free_port()
         self.config = base / f"{name}.ini"
         self.config.write_text(
             "[main]\n"
@@ -43,6 +45,7 @@ class Node:
             f"etcd_prefix = {prefix}\n"
             f"port = {self.repl_port}\n"
             "lease_ttl = 2\n"
+            f"stream_read_port = {self.stream_read_port}\n"
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.log: list[str] = []

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pika
+import pika.exceptions
 import pytest
 from etcd_proc import EtcdProcess
 from nodes import SRC, Node, marks, wait_any
@@ -184,6 +185,9 @@ def test_every_node_reports_the_cluster(etcd: EtcdProcess, tmp_path: Path) -> No
                 status["node"]
             }
             assert all(f["state"] == "streaming" and f["in_sync"] for f in status["followers"])
+            assert {f["stream_reads"] for f in status["followers"]} == {
+                f"127.0.0.1:{n.stream_read_port}" for n in nodes if n is not leader
+            }
         request = urllib.request.Request(
             f"http://127.0.0.1:{nodes[2].http_port}/metrics", headers={"Authorization": auth}
         )
@@ -214,3 +218,31 @@ def test_every_node_reports_the_cluster(etcd: EtcdProcess, tmp_path: Path) -> No
     finally:
         for node in nodes:
             node.stop()
+
+
+def test_followers_serve_the_streams_the_leader_names(nodes: list[Node]) -> None:
+    leader = _cluster(nodes)
+    conn, ch = _channel(leader.amqp_port)
+    ch.queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
+    ch.confirm_delivery()
+    for i in range(300):
+        ch.basic_publish("", "events", b"e%d" % i)
+    announced = conn._impl.server_properties["warren_stream_replicas"]
+    conn.close()
+    followers = [n for n in nodes if n is not leader]
+    assert sorted(announced) == sorted(f"127.0.0.1:{n.stream_read_port}" for n in followers)
+    for follower in followers:
+        conn, ch = _channel(follower.stream_read_port)
+        ch.basic_qos(prefetch_count=100)
+        got = []
+        for method, props, body in ch.consume("events", arguments={"x-stream-offset": 250}):
+            got.append((props.headers["x-stream-offset"], body))
+            ch.basic_ack(method.delivery_tag)
+            if len(got) == 50:
+                break
+        assert got == [(i, b"e%d" % i) for i in range(250, 300)]
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            ch.queue_delete("events")
+        assert refused.value.reply_code == 403
+        assert f"amqp://127.0.0.1:{leader.amqp_port}" in refused.value.reply_text
+        conn.close()
