@@ -17,6 +17,7 @@ from typing import Any
 import pika
 import pytest
 from conftest import BrokerThread, new_event_loop
+from mqtt.mqttclient import Client as MQTTClient
 
 from warren import Config
 from warren.cluster.follower import Follower
@@ -32,7 +33,7 @@ class Leader:
         self.replicator = Replicator(data_dir, "s3cret")
         mirror.attach(data_dir, self.replicator)
         config = Config(
-            data_dir=str(data_dir), amqp_port=0, http_port=0, mqtt_port=-1, auth_failure_delay=0
+            data_dir=str(data_dir), amqp_port=0, http_port=0, mqtt_port=0, auth_failure_delay=0
         )
         self.thread = BrokerThread(config)
         self.thread.broker.replication = self.replicator
@@ -169,7 +170,17 @@ def _amqp_declare(port: int, name: str) -> None:
         ch.queue_declare(name, passive=True)
 
 
-@pytest.mark.parametrize("via", ["amqp", "http"])
+def _mqtt_subscribe(port: int, name: str) -> None:
+    # A persistent session's QoS 1 subscription: a durable queue and a stored session.
+    client = MQTTClient(port, client_id=name, clean=False)
+    client.connect()
+    try:
+        client.subscribe("t/#", qos=1)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("via", ["amqp", "http", "mqtt"])
 def test_a_declare_is_answered_once_the_follower_holds_it(
     leader: Leader, tmp_path: Path, via: str
 ) -> None:
@@ -186,8 +197,10 @@ def test_a_declare_is_answered_once_the_follower_holds_it(
         def declare() -> None:
             if via == "amqp":
                 _amqp_declare(leader.thread.port, "declared")
-            else:
+            elif via == "http":
                 _http_put_queue(leader.thread.http_port, "declared")
+            else:
+                _mqtt_subscribe(leader.thread.mqtt_port, "declared")
             # Read the follower's copy the moment the reply arrived.
             seen.append(any(b"declared" in data for data in _files(tmp_path / "follower").values()))
 

@@ -50,6 +50,7 @@ from warren.mqtt.topics import MAX_TOPIC_BYTES, mqtt_to_amqp, too_long
 if TYPE_CHECKING:
     from warren.core.exchange import Exchange
     from warren.mqtt.state import MQTTState
+    from warren.store.sync import GroupSync
 
 __all__ = ["MQTTConnection"]
 
@@ -107,6 +108,9 @@ class MQTTConnection(Subscriptions):
         self._sync_batch: list[bytes] | None = None
         self._sync_round = -1
         self._waiting_batches = 0
+        # Replies to a SUBSCRIBE/UNSUBSCRIBE waiting for the cluster's followers,
+        # with the packets read after it (_hold).
+        self._held: tuple[list[bytes], bytes, list[tuple[int, int, int]]] | None = None
 
     # -- the sans-IO surface ----------------------------------------------------------------
     @property
@@ -130,6 +134,20 @@ class MQTTConnection(Subscriptions):
         parsed here without building packet objects, the rest decoded by the codec."""
         if self.closed or self.refusing:
             return
+        if self._held is not None:
+            # Read before the socket paused: after the held packets, in order.
+            output, buf, rest = self._held
+            try:
+                extra_buf, extra = self.decoder.frames(data)
+            except MQTTCodecError as exc:
+                self._codec_error(exc)
+                return
+            if extra:
+                base = len(buf)
+                buf = buf + extra_buf
+                rest = rest + [(f, s + base, e + base) for f, s, e in extra]
+            self._held = (output, buf, rest)
+            return
         decoder = self.decoder
         try:
             buf, frames = decoder.frames(data)
@@ -140,8 +158,12 @@ class MQTTConnection(Subscriptions):
             # Keep alive counts control packets (MQTT-3.1.2-24), not bytes: a client
             # trickling a partial packet is still closed on time.
             self.last_rx_ms = self.now_ms
+        self._packets(buf, frames)
+
+    def _packets(self, buf: bytes, frames: list[tuple[int, int, int]]) -> None:
+        decoder = self.decoder
         connected = self.vhost is not None
-        for first, start, end in frames:
+        for index, (first, start, end) in enumerate(frames):
             if self.closed:
                 break
             try:
@@ -155,6 +177,14 @@ class MQTTConnection(Subscriptions):
                 elif not connected:
                     before_connect(self, pkt)
                     connected = self.vhost is not None
+                elif kind in (8, 10) and self.node.syncer is not None:
+                    # SUBSCRIBE, UNSUBSCRIBE: in a cluster, their ack (and the
+                    # retained messages after it) waits for the followers.
+                    syncer = self.node.syncer
+                    mark, output_mark = syncer.change_mark(), len(self.pending)
+                    self._control(pkt)
+                    if self._hold(syncer, mark, output_mark, buf, frames[index + 1 :]):
+                        break
                 else:
                     self._control(pkt)
             except MQTTCodecError as exc:
@@ -166,6 +196,43 @@ class MQTTConnection(Subscriptions):
                 log.warning("%s: %s", self.name, exc)
                 self.disconnect(P.IMPLEMENTATION_SPECIFIC_ERROR, str(exc))
         self.apply_acks()
+
+    def _hold(
+        self,
+        syncer: GroupSync,
+        mark: int,
+        output_mark: int,
+        buf: bytes,
+        rest: list[tuple[int, int, int]],
+    ) -> bool:
+        """Hold the output since ``output_mark`` until the followers have the changes
+        since ``mark``; the packets after it (``rest``) and the socket wait too.
+        False when nothing needs to wait."""
+        if syncer.replication is None or self.closed:
+            return False
+        held = self.pending[output_mark:]
+        del self.pending[output_mark:]
+        self._held = (held, buf, rest)
+        if not syncer.after_changes(mark, self._release_held):
+            self._held = None
+            self.pending.extend(held)
+            return False
+        if self.reading_control is not None:
+            self.reading_control(False)
+        return True
+
+    def _release_held(self) -> None:
+        held = self._held
+        self._held = None
+        if held is None or self.closed:
+            return
+        output, buf, rest = held
+        for chunk in output:
+            self.send(chunk)
+        if rest:
+            self._packets(buf, rest)
+        if self._held is None and self.reading_control is not None:
+            self.reading_control(not self.node.alarms)
 
     def tick(self, now_ms: int) -> int:
         """Keepalive: close a client silent for 1.5 keep alive periods. Returns the
