@@ -73,6 +73,7 @@ COMPILED_MODULES = [
     "warren.store.segment_log",
     "warren.store.segment_recovery",
     "warren.store.segment_store",
+    "warren.store.stream_replica",
     "warren.store.stream_store",
 ]
 

@@ -231,8 +231,13 @@ class MQTTConnection(Subscriptions):
             self.send(chunk)
         if rest:
             self._packets(buf, rest)
-        if self._held is None and self.reading_control is not None:
+        if not self.holding() and self.reading_control is not None:
             self.reading_control(not self.node.alarms)
+
+    def holding(self) -> bool:
+        """Whether replies are held (a method: mypy, and so mypyc, would take an
+        attribute test after an assignment in the same function as settled)."""
+        return self._held is not None
 
     def tick(self, now_ms: int) -> int:
         """Keepalive: close a client silent for 1.5 keep alive periods. Returns the

@@ -33,13 +33,9 @@ from warren.store.records import (
 from warren.store.segment_log import MSGS_NAME
 from warren.store.stream_store import _TS, StreamStore, _StreamSegment
 
-__all__ = ["ReadOnlyStream", "ReplicaStreamStore"]
+__all__ = ["ReplicaStreamStore"]
 
 log = logging.getLogger("warren.store")
-
-
-class ReadOnlyStream(RuntimeError):
-    """A write to a replica's stream: streams are written on the leader only."""
 
 
 class ReplicaStreamStore(StreamStore):
@@ -135,9 +131,9 @@ class ReplicaStreamStore(StreamStore):
         finally:
             m.close()
 
-    # -- writes belong to the leader ------------------------------------------------------
+    # -- writes belong to the leader (a call is a bug: RuntimeError) ----------------------
     def append(self, msg: Message) -> int:
-        raise ReadOnlyStream(f"{self._dir}: a replica's stream is read-only")
+        raise RuntimeError(f"{self._dir}: a replica's stream is read-only")
 
     def apply_retention(
         self, max_length: int | None, max_bytes: int | None, max_age_ms: int | None, now_ms: int
@@ -145,7 +141,7 @@ class ReplicaStreamStore(StreamStore):
         return 0
 
     def track(self, name: str, next_offset: int) -> None:
-        raise ReadOnlyStream(f"{self._dir}: offsets are tracked on the leader")
+        raise RuntimeError(f"{self._dir}: offsets are tracked on the leader")
 
     def flush(self) -> None:
         """Nothing is written here."""
@@ -157,4 +153,4 @@ class ReplicaStreamStore(StreamStore):
         self._log.closed = True
 
     def delete(self) -> None:
-        raise ReadOnlyStream(f"{self._dir}: a replica's stream is deleted by the leader")
+        raise RuntimeError(f"{self._dir}: a replica's stream is deleted by the leader")
