@@ -6,6 +6,7 @@ import * as conns from "./pages/connections.js";
 import * as exchanges from "./pages/exchanges.js";
 import { overview, startSampler, stopSampler } from "./pages/overview.js";
 import * as queues from "./pages/queues.js";
+import { shovels } from "./pages/shovels.js";
 
 // [pattern segments, page]; ":x" captures a (decoded) segment.
 const ROUTES = [
@@ -23,6 +24,7 @@ const ROUTES = [
   [["permissions"], admin.permissions],
   [["policies"], admin.policies],
   [["definitions"], admin.definitions],
+  [["shovels"], shovels],
 ];
 
 const main = document.getElementById("main");
@@ -69,6 +71,8 @@ const NAV_TAGS = {
   "#/permissions": ["administrator"],
   "#/definitions": ["administrator"],
   "#/policies": ["administrator", "policymaker"],
+  // Status lists are for monitoring users, definitions for policymakers.
+  "#/shovels": ["administrator", "monitoring", "policymaker"],
 };
 
 function setNav(parts) {
