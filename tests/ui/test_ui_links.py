@@ -1,5 +1,7 @@
-"""The UI's shovel pages. Shovels here run between queues of the one embedded
-broker (a shovel's amqp:// is the local broker). Each test cleans up what it
+"""The UI's pages for links between brokers: shovels and federation
+(upstreams, upstream sets, link status). Shovels and federation links here run
+between objects of the one embedded broker (a shovel's amqp:// is the local
+broker; an upstream's URI names its AMQP port). Each test cleans up what it
 made, through the UI where it can."""
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import socket
 import urllib.error
 import uuid
 from collections.abc import Callable, Iterator
+from urllib.parse import quote
 
 import pika
 import pytest
@@ -211,3 +214,115 @@ def test_shovel_with_an_unreachable_source_shows_its_error(
     finally:
         quietly(lambda: ui_server.api("DELETE", f"/parameters/shovel/%2F/{name}"))
     assert console.errors == []
+
+
+def test_federation_upstream_set_link_restart_and_delete(
+    logged_in: Page, ui_server: UIServer, console: Console
+) -> None:
+    needs(ui_server, "/federation-links", "federation plugin")
+    page = logged_in
+    upstream, upstream_set = unique("ui-up"), unique("ui-upset")
+    up_x, down_x, policy = unique("ui-fed-up"), unique("ui-fed-down"), unique("ui-fed-pol")
+    local_q = unique("ui-fed-q")
+    counts = is_warren(ui_server)  # RabbitMQ 3.10 reports no messages_received
+    uri = f"amqp://guest:guest@127.0.0.1:{ui_server.amqp_port}/%2F"
+    ui_server.api("PUT", f"/exchanges/%2F/{down_x}", {"type": "topic", "durable": True})
+    ui_server.api("PUT", f"/queues/%2F/{local_q}", {"durable": False, "auto_delete": False})
+    ui_server.api("POST", f"/bindings/%2F/e/{down_x}/q/{local_q}", {"routing_key": "#"})
+    try:
+        page.locator("#nav a[href='#/federation']").click()
+        expect(page.locator("main h1")).to_have_text("Federation status")
+        page.locator(".subnav").get_by_role("link", name="Upstreams and sets").click()
+        expect(page.locator("main h1")).to_have_text("Federation upstreams")
+
+        form = page.locator("#add-upstream")
+        form.locator("input[name=upstream_name]").fill(upstream)
+        form.locator("input[name=uri]").fill("http://nowhere")
+        form.locator("button[type=submit]").click()
+        expect(page.locator("#flash .error")).to_contain_text(re.compile(r"Validation failed"))
+        expect(page.locator("#flash .error")).to_contain_text("http://nowhere")
+        form.locator("input[name=uri]").fill(uri)
+        form.locator("input[name=exchange]").fill(up_x)
+        form.locator("input[name=max-hops]").fill("2")
+        form.locator("input[name=reconnect-delay]").fill("1")
+        form.locator("button[type=submit]").click()
+        expect_flash(page, f"Upstream {upstream} saved.")
+        value = ui_server.api("GET", f"/parameters/federation-upstream/%2F/{upstream}")["value"]
+        assert value == {
+            "uri": uri,
+            "exchange": up_x,
+            "max-hops": 2,
+            "reconnect-delay": 1,
+            "ack-mode": "on-confirm",
+            "trust-user-id": False,
+        }
+        row = page.locator(f"tr[data-upstream='{upstream}']")
+        expect(row).to_contain_text(f"amqp://guest@127.0.0.1:{ui_server.amqp_port}/%2F")
+        expect(row).to_contain_text("max-hops: 2")
+        assert "guest:guest@" not in page.locator("main").inner_text()
+
+        # An upstream set: names with an override; a refused one's reason unescaped.
+        sets = page.locator("#add-upstream-set")
+        sets.locator("input[name=set_name]").fill(upstream_set)
+        sets.locator("textarea[name=upstreams]").fill('[{"x": 1}]')
+        sets.locator("button[type=submit]").click()
+        # The API sends &lt;&lt;"x"&gt;&gt; (HTML-escaped): the page shows <<"x">>.
+        expect(page.locator("#flash .error")).to_contain_text('<<"x">>')
+        sets.locator("textarea[name=upstreams]").fill(
+            f'[{{"upstream": "{upstream}", "max-hops": 3}}]'
+        )
+        sets.locator("button[type=submit]").click()
+        expect_flash(page, f"Upstream set {upstream_set} saved.")
+        set_row = page.locator(f"tr[data-set='{upstream_set}']")
+        expect(set_row).to_contain_text(f"{upstream} (max-hops: 3)")
+        set_row.get_by_role("button", name="Delete").click()
+        expect_flash(page, f"Upstream set {upstream_set} deleted.")
+        expect(set_row).to_have_count(0)
+
+        # A policy makes down_x federated: its link to up_x shows on the status page.
+        ui_server.api(
+            "PUT",
+            f"/policies/%2F/{policy}",
+            {
+                "pattern": f"^{down_x}$",
+                "apply-to": "exchanges",
+                "definition": {"federation-upstream": upstream},
+            },
+        )
+        page.locator(".subnav").get_by_role("link", name="Status").click()
+        expect(page.locator("main h1")).to_have_text("Federation status")
+        link = page.locator(f"tr[data-upstream='{upstream}']")
+        expect(link.locator("[data-field=state]")).to_have_text("running", timeout=POLLED)
+        expect(link).to_contain_text(f"exchange {up_x}")
+        expect(link.get_by_role("link", name=down_x)).to_be_visible()
+        publish(ui_server, up_x, "ui.test", b"federated")
+        assert receive(ui_server, local_q) == b"federated"
+        if counts:
+            expect(link.locator("[data-field=received]")).to_have_text("1", timeout=POLLED)
+
+        link.get_by_role("button", name="Restart").click()
+        # Warren restarts the upstream's links, RabbitMQ the one link.
+        restarted = re.compile(rf"^Links? from upstream {upstream} restarted\.$")
+        expect(page.locator("#flash")).to_have_text(restarted)
+        if counts:
+            expect(link.locator("[data-field=received]")).to_have_text("0", timeout=POLLED)
+        expect(link.locator("[data-field=state]")).to_have_text("running", timeout=POLLED)
+
+        page.locator(".subnav").get_by_role("link", name="Upstreams and sets").click()
+        row.get_by_role("button", name="Delete").click()
+        expect_flash(page, f"Upstream {upstream} deleted.")
+        expect(row).to_have_count(0)
+        page.locator(".subnav").get_by_role("link", name="Status").click()
+        expect(page.locator("main h1")).to_have_text("Federation status")
+        expect(page.locator(f"tr[data-upstream='{upstream}']")).to_have_count(0)
+    finally:
+        api = ui_server.api
+        quietly(lambda: api("DELETE", f"/parameters/federation-upstream/%2F/{upstream}"))
+        quietly(lambda: api("DELETE", f"/parameters/federation-upstream-set/%2F/{upstream_set}"))
+        quietly(lambda: api("DELETE", f"/policies/%2F/{policy}"))
+        for x in (down_x, up_x):
+            quietly(lambda x=x: api("DELETE", f"/exchanges/%2F/{x}"))
+        for q in api("GET", "/queues/%2F"):
+            if q["name"] == local_q or q["name"].startswith(f"federation: {up_x} "):
+                quietly(lambda q=q: api("DELETE", f"/queues/%2F/{quote(q['name'], safe='')}"))
+    assert refused_put_only(console) == []

@@ -4,6 +4,7 @@ import { h, replace } from "./dom.js";
 import * as admin from "./pages/admin.js";
 import * as conns from "./pages/connections.js";
 import * as exchanges from "./pages/exchanges.js";
+import * as federation from "./pages/federation.js";
 import { overview, startSampler, stopSampler } from "./pages/overview.js";
 import * as queues from "./pages/queues.js";
 import { shovels } from "./pages/shovels.js";
@@ -25,6 +26,8 @@ const ROUTES = [
   [["policies"], admin.policies],
   [["definitions"], admin.definitions],
   [["shovels"], shovels],
+  [["federation"], federation.federationStatus],
+  [["federation", "upstreams"], federation.upstreams],
 ];
 
 const main = document.getElementById("main");
@@ -73,6 +76,7 @@ const NAV_TAGS = {
   "#/policies": ["administrator", "policymaker"],
   // Status lists are for monitoring users, definitions for policymakers.
   "#/shovels": ["administrator", "monitoring", "policymaker"],
+  "#/federation": ["administrator", "monitoring", "policymaker"],
 };
 
 function setNav(parts) {
