@@ -1,8 +1,8 @@
-"""The UI's pages for links between brokers: shovels and federation
-(upstreams, upstream sets, link status). Shovels and federation links here run
-between objects of the one embedded broker (a shovel's amqp:// is the local
-broker; an upstream's URI names its AMQP port). Each test cleans up what it
-made, through the UI where it can."""
+"""The UI's pages for links between brokers and nodes: shovels, federation
+(upstreams, upstream sets, link status) and the cluster. Shovels and
+federation links here run between objects of the one embedded broker (a
+shovel's amqp:// is the local broker; an upstream's URI names its AMQP port).
+Each test cleans up what it made, through the UI where it can."""
 
 from __future__ import annotations
 
@@ -326,3 +326,60 @@ def test_federation_upstream_set_link_restart_and_delete(
             if q["name"] == local_q or q["name"].startswith(f"federation: {up_x} "):
                 quietly(lambda q=q: api("DELETE", f"/queues/%2F/{quote(q['name'], safe='')}"))
     assert refused_put_only(console) == []
+
+
+def test_cluster_page_on_a_single_node(
+    logged_in: Page, ui_server: UIServer, console: Console
+) -> None:
+    needs(ui_server, "/cluster", "GET /api/cluster (Warren's own)")
+    page = logged_in
+    page.locator("#nav a[href='#/cluster']").click()
+    expect(page.locator("main h1")).to_have_text("Cluster")
+    expect(page.locator("#cluster-disabled")).to_contain_text(
+        "Clustering is disabled: this broker runs as a single node."
+    )
+    page.locator("#nav a[href='#/']").click()
+    expect(page.locator("main h1")).to_have_text("Overview")
+    expect(page.locator("[data-total=queues] b")).to_have_text(re.compile(r"^\d[\d,]*$"))
+    summary = page.locator("#cluster-summary")
+    expect(summary).to_have_text("disabled (single node)")
+    summary.click()
+    expect(page.locator("main h1")).to_have_text("Cluster")
+    assert console.errors == []
+
+
+def test_monitoring_user_sees_status_but_no_forms(
+    page: Page, ui_server: UIServer, console: Console
+) -> None:
+    """Status lists are for monitoring users; definitions need policymaker."""
+    needs(ui_server, "/shovels", "shovel plugin")
+    user = unique("ui-monitor")
+    ui_server.api("PUT", f"/users/{user}", {"password": "pw", "tags": "monitoring"})
+    ui_server.api(
+        "PUT", f"/permissions/%2F/{user}", {"configure": ".*", "write": ".*", "read": ".*"}
+    )
+    try:
+        page.goto(f"{ui_server.url}/")
+        form = page.locator("#login-form")
+        form.locator("input[name=username]").fill(user)
+        form.locator("input[name=password]").fill("pw")
+        form.locator("button[type=submit]").click()
+        expect(page.locator("main h1")).to_have_text("Overview")
+        for link in ("shovels", "federation", "cluster"):
+            expect(page.locator(f"#nav a[href='#/{link}']")).to_be_visible()
+        page.locator("#nav a[href='#/shovels']").click()
+        expect(page.locator("main h1")).to_have_text("Shovels")
+        expect(page.locator("#add-shovel")).to_have_count(0)
+        page.locator("#nav a[href='#/federation']").click()
+        expect(page.locator("main h1")).to_have_text("Federation status")
+        page.locator(".subnav").get_by_role("link", name="Upstreams and sets").click()
+        # Warren: "Not policymaker user"; RabbitMQ: "User not authorised to access object".
+        expect(page.locator("main .panel .error").first).to_have_text(
+            re.compile(r"^(Not policymaker user|User not authorised to access object)$")
+        )
+        expect(page.locator("#add-upstream")).to_have_count(0)
+        expect(page.locator("#flash .error")).to_have_count(0)
+    finally:
+        ui_server.api("DELETE", f"/users/{user}")
+    # The refusals are 401 answers, which Chromium logs as failed loads.
+    assert [e for e in console.errors if "401" not in e] == []

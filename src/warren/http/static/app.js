@@ -2,6 +2,7 @@
 import { currentTags, currentUser, login, loggedIn, logout } from "./api.js";
 import { h, replace } from "./dom.js";
 import * as admin from "./pages/admin.js";
+import { cluster } from "./pages/cluster.js";
 import * as conns from "./pages/connections.js";
 import * as exchanges from "./pages/exchanges.js";
 import * as federation from "./pages/federation.js";
@@ -28,6 +29,7 @@ const ROUTES = [
   [["shovels"], shovels],
   [["federation"], federation.federationStatus],
   [["federation", "upstreams"], federation.upstreams],
+  [["cluster"], cluster],
 ];
 
 const main = document.getElementById("main");
@@ -77,6 +79,7 @@ const NAV_TAGS = {
   // Status lists are for monitoring users, definitions for policymakers.
   "#/shovels": ["administrator", "monitoring", "policymaker"],
   "#/federation": ["administrator", "monitoring", "policymaker"],
+  "#/cluster": ["administrator", "monitoring"],
 };
 
 function setNav(parts) {
