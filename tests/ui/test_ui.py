@@ -237,7 +237,15 @@ def test_user_without_admin_rights(page: Page, ui_server: UIServer, console: Con
         form.locator("button[type=submit]").click()
         expect(page.locator("main h1")).to_have_text("Overview")
         expect(page.locator("#whoami")).to_have_text(user)
-        for admin_page in ("users", "permissions", "policies", "definitions"):
+        for admin_page in (
+            "users",
+            "permissions",
+            "policies",
+            "definitions",
+            "shovels",
+            "federation",
+            "cluster",
+        ):
             expect(page.locator(f"#nav a[href='#/{admin_page}']")).to_be_hidden()
         page.goto(f"{ui_server.url}/#/users")
         expect(page.locator("main .error")).to_have_text("Not administrator user")

@@ -62,12 +62,32 @@ export async function login(user, password) {
   return me;
 }
 
+/** The logged-in user has one of these tags. */
+export function hasTag(...wanted) {
+  const tags = currentTags();
+  return wanted.some((t) => tags.includes(t));
+}
+
+const ENTITIES = { "&lt;": "<", "&gt;": ">", "&quot;": '"', "&#39;": "'", "&amp;": "&" };
+
+/**
+ * RabbitMQ (and Warren) HTML-escape a refused parameter's reason
+ * (got &lt;&lt;"x"&gt;&gt;); the UI shows reasons as text, so it unescapes them.
+ */
+function unescapeHtml(text) {
+  return text.replace(/&(lt|gt|quot|#39|amp);/g, (m) => ENTITIES[m]);
+}
+
 /** An error answer's {error, reason}. */
 async function errorOf(resp) {
   const text = await resp.text();
   try {
     const body = JSON.parse(text);
-    return { error: body.error, reason: body.reason || body.error || text };
+    const reason = body.reason || body.error || text;
+    return {
+      error: body.error,
+      reason: typeof reason === "string" ? unescapeHtml(reason) : JSON.stringify(reason),
+    };
   } catch {
     return { error: undefined, reason: text || `${resp.status} ${resp.statusText}` };
   }
@@ -117,3 +137,10 @@ export const seg = (s) => encodeURIComponent(s);
 
 /** The API's name for an exchange ("" is the default exchange, amq.default). */
 export const exchangePath = (vhost, name) => `/exchanges/${seg(vhost)}/${seg(name || "amq.default")}`;
+
+/** A runtime parameter's path: parameterPath("shovel", "/", "s1") -> "/parameters/shovel/%2F/s1". */
+export const parameterPath = (component, vhost, name) => `/parameters/${component}/${seg(vhost)}/${seg(name)}`;
+
+/** Sets a runtime parameter (as RabbitMQ's UI sends it: the value and where it goes). */
+export const putParameter = (component, vhost, name, value) =>
+  api("PUT", parameterPath(component, vhost, name), { vhost, component, name, value });

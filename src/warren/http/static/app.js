@@ -2,10 +2,13 @@
 import { currentTags, currentUser, login, loggedIn, logout } from "./api.js";
 import { h, replace } from "./dom.js";
 import * as admin from "./pages/admin.js";
+import { cluster } from "./pages/cluster.js";
 import * as conns from "./pages/connections.js";
 import * as exchanges from "./pages/exchanges.js";
+import * as federation from "./pages/federation.js";
 import { overview, startSampler, stopSampler } from "./pages/overview.js";
 import * as queues from "./pages/queues.js";
+import { shovels } from "./pages/shovels.js";
 
 // [pattern segments, page]; ":x" captures a (decoded) segment.
 const ROUTES = [
@@ -23,6 +26,10 @@ const ROUTES = [
   [["permissions"], admin.permissions],
   [["policies"], admin.policies],
   [["definitions"], admin.definitions],
+  [["shovels"], shovels],
+  [["federation"], federation.federationStatus],
+  [["federation", "upstreams"], federation.upstreams],
+  [["cluster"], cluster],
 ];
 
 const main = document.getElementById("main");
@@ -69,6 +76,10 @@ const NAV_TAGS = {
   "#/permissions": ["administrator"],
   "#/definitions": ["administrator"],
   "#/policies": ["administrator", "policymaker"],
+  // Status lists are for monitoring users, definitions for policymakers.
+  "#/shovels": ["administrator", "monitoring", "policymaker"],
+  "#/federation": ["administrator", "monitoring", "policymaker"],
+  "#/cluster": ["administrator", "monitoring"],
 };
 
 function setNav(parts) {

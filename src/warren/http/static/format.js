@@ -65,3 +65,17 @@ export function features(o) {
 export function vhostLabel(v) {
   return v === "/" ? "/" : v;
 }
+
+/**
+ * A URI (or a list of them) without its password: "amqp://u:secret@h/v" ->
+ * "amqp://u@h/v". Runtime parameters keep the URIs as given.
+ */
+export function redactUri(uri) {
+  if (Array.isArray(uri)) return uri.map(redactUri).join(", ");
+  if (uri === undefined || uri === null) return "";
+  // The authority's userinfo runs to its last "@" (an "@" in a password is %40).
+  return String(uri).replace(
+    /^([a-z][a-z0-9+.-]*:\/\/)([^/?#]*)@/i,
+    (m, scheme, info) => `${scheme}${info.split(":")[0]}@`,
+  );
+}

@@ -4,7 +4,8 @@ import { field, h, replace, section, select, table } from "../dom.js";
 import { args, num, tags } from "../format.js";
 import { vhostSelect } from "./queues.js";
 
-function deleteButton(ctx, label, question, path, done, reload) {
+/** A button that asks, then DELETEs path, flashes done and reloads. */
+export function deleteButton(ctx, label, question, path, done, reload) {
   return h(
     "button",
     {
@@ -20,7 +21,8 @@ function deleteButton(ctx, label, question, path, done, reload) {
   );
 }
 
-function submitting(form, ctx, fn, ok, after) {
+/** Hooks fn to a form's submit: ok is flashed, after(result) runs on success. */
+export function submitting(form, ctx, fn, ok, after) {
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const r = await ctx.act(fn, ok);

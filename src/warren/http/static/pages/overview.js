@@ -1,10 +1,11 @@
 // Overview: object totals, queued messages and message rates. A sampler polls
 // /api/overview every 5 s from login on, on every page, so the charts have a
 // history (and catch a short burst of traffic) when the overview is opened.
-import { api, loggedIn } from "../api.js";
+import { api, hasTag, loggedIn } from "../api.js";
 import { lineChart } from "../chart.js";
 import { facts, h, replace, section, table } from "../dom.js";
 import { compact, num, rate, statRate } from "../format.js";
+import { clusterSummary } from "./cluster.js";
 
 const SPAN = 10 * 60 * 1000; // the charts show up to the last ten minutes
 const MIN_SPAN = 60 * 1000; // and at least one
@@ -42,7 +43,8 @@ function card(key, label, value) {
   return h("div", { class: "card", "data-total": key }, h("span", null, label), h("b", null, num(value)));
 }
 
-function render(o) {
+/** clustering: the cluster summary line (kept across renders), or null to leave it out. */
+function render(o, clustering) {
   const totals = o.object_totals || {};
   const q = o.queue_totals || {};
   const cards = h(
@@ -77,6 +79,7 @@ function render(o) {
       ["Product", `${o.product_name || "?"} ${o.product_version || ""}`],
       ["Node", o.node || ""],
       ["Cluster", o.cluster_name || ""],
+      clustering ? ["Clustering", clustering] : null,
       o.management_version ? ["Management API", o.management_version] : null,
     ]),
     table(
@@ -133,15 +136,28 @@ export function stopSampler() {
   samples.length = 0;
 }
 
+/**
+ * Warren's GET /api/cluster (monitoring users and administrators) summed up in
+ * the node's facts; not asked of other APIs (a RabbitMQ has no such path).
+ */
+function clusterLine(o, line) {
+  if (o.product_name !== "Warren" || !hasTag("administrator", "monitoring")) return null;
+  api("GET", "/cluster")
+    .then((c) => replace(line, clusterSummary(c)))
+    .catch(() => replace(line, "unknown"));
+  return line;
+}
+
 export async function overview(ctx) {
   const body = h("div", { id: "overview-body" });
   const page = h("div", { class: "page overview" }, h("h1", null, "Overview"), body);
+  const line = h("a", { href: "#/cluster", id: "cluster-summary" });
   const show = (o, error) => {
     if (!ctx.alive()) {
       subscribers.delete(show);
       return;
     }
-    if (o) replace(body, render(o));
+    if (o) replace(body, render(o, clusterLine(o, line)));
     else if (error) ctx.fail(error);
   };
   subscribers.add(show);
