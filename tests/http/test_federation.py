@@ -141,6 +141,19 @@ def test_a_federated_exchange_receives_what_its_bindings_ask_for(
         assert got is not None and got[1] == b"i2"
         # An exchange the policy does not match is left alone.
         assert all(link["exchange"] == "fed.events" for link in api.get("/api/federation-links"))
+        # RabbitMQ's route restarts one link by the id and node the listing gives;
+        # the restarted link comes back with its bindings.
+        (listed,) = api.get("/api/federation-links")
+        restart = "/api/federation-links/vhost/%2F/{}/{}/restart".format(
+            urllib.parse.quote(listed["id"], safe=""), urllib.parse.quote(listed["node"], safe="")
+        )
+        assert api.delete(restart).status == 204
+        assert api.delete(restart.replace("/restart", "x/restart")).status == 404
+        link = _wait_link(down, "fed.events")
+        _bound_upstream(up, link, 2)
+        _publish(up.port, "fed.events", "order.paid", b"o2")
+        got = _next(ch, queue)
+        assert got is not None and got[1] == b"o2"
     finally:
         conn.close()
     # Clearing the upstream stops the link.

@@ -365,3 +365,25 @@ def test_shovels_to_and_from_rabbitmq(broker: BrokerThread, rabbitmq: Any) -> No
     got = _receive(broker.port, "from-rabbit", 50)
     assert [body for _p, body in got] == [b"msg-%d" % i for i in range(50)]
     assert _count(rabbitmq.port, "to-warren") == 0
+
+
+def test_an_exchange_destination_routes_with_its_key(broker: BrokerThread) -> None:
+    api = Api(broker.http_port)
+    with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port)) as conn:
+        ch = conn.channel()
+        ch.exchange_declare("routed", "direct", durable=True)
+        ch.queue_declare("by-key", durable=True)
+        ch.queue_bind("by-key", "routed", "the-key")
+    _publish(broker.port, "to-route", 3)
+    value = {
+        "src-uri": "amqp://",
+        "src-queue": "to-route",
+        "dest-uri": "amqp://",
+        "dest-exchange": "routed",
+        "dest-exchange-key": "the-key",
+    }
+    assert api.put("/api/parameters/shovel/%2F/route", {"value": value}).status == 201
+    status = _wait_state(broker, "route", "running")
+    assert status["dest_exchange"] == "routed" and status["dest_exchange_key"] == "the-key"
+    got = _receive(broker.port, "by-key", 3)
+    assert [body for _p, body in got] == [b"msg-%d" % i for i in range(3)]

@@ -66,5 +66,8 @@ def test_cluster_page_shows_the_leader_and_its_follower(
     expect(row.locator("[data-field=state]")).to_have_text("streaming")
     expect(row.locator("[data-field=in_sync]")).to_have_text("yes")
     expect(row.locator("[data-field=lag]")).to_have_text(re.compile(r"^\d[\d,]*$"))
+    expect(row.locator("[data-field=stream_reads]")).to_have_text(
+        f"127.0.0.1:{follower.stream_read_port}"
+    )
     expect(page.locator("main")).to_contain_text(f"127.0.0.1:{leader.amqp_port}")
     assert console.errors == []

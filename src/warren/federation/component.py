@@ -299,6 +299,17 @@ class _Component:
         """Federation.wait_for, for a caller that holds the parameter component."""
         return await self._federation.wait_for(check, timeout)
 
+    def restart_link(self, vhost: str, link_id: str) -> bool:
+        """Restart the one link whose API ``id`` this is (RabbitMQ's per-link route)."""
+        for table in (self._federation.links, self._federation.queue_links):
+            for key, link in list(table.items()):
+                if key[0] == vhost and link.info()["id"] == link_id:
+                    self._federation._stop(table.pop(key))
+                    self._federation.reconcile_vhost(vhost)
+                    self._federation.reconcile_queues(vhost)
+                    return True
+        return False
+
     def restart(self, vhost: str, name: str) -> bool:
         restarted = False
         for table in (self._federation.links, self._federation.queue_links):

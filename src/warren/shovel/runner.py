@@ -91,6 +91,8 @@ class Shovel(LinkRunner):
             out["dest_queue"] = spec.dest_queue
         elif spec.dest_exchange is not None:
             out["dest_exchange"] = spec.dest_exchange
+            if spec.dest_exchange_key is not None:
+                out["dest_exchange_key"] = spec.dest_exchange_key
         if self.reason is not None:
             out["reason"] = self.reason
         return out
