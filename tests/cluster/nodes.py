@@ -51,6 +51,11 @@ class Node:
         self.log: list[str] = []
         self.proc: subprocess.Popen[str] | None = None
 
+    @property
+    def node_id(self) -> str:
+        """Its cluster id (the node writes it into its data directory on first start)."""
+        return (self.data_dir / ".node_id").read_text().strip()
+
     def start(self) -> Node:
         env = dict(os.environ, PYTHONPATH=str(SRC))
         self.proc = subprocess.Popen(

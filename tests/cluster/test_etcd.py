@@ -119,6 +119,34 @@ def test_replace_is_compare_and_swap(etcd: EtcdProcess) -> None:
     _run(main())
 
 
+def test_replace_held_by_a_lease_fails_once_another_lease_holds_the_key(
+    etcd: EtcdProcess,
+) -> None:
+    """The ISR write is fenced by leadership: a leader whose lease is gone (and whose
+    key a successor now holds) cannot write it, whatever revision it read."""
+
+    async def main() -> None:
+        client = EtcdClient([etcd.url])
+        try:
+            old = await client.grant(10)
+            assert await client.create("leader", b"old", old) is None
+            assert await client.replace("isr", 0, b"old,b,c", held=("leader", old))
+            kv = await client.get("isr")
+            assert kv is not None
+            await client.revoke(old)  # its lease ends: the key goes
+            assert not await client.replace("isr", kv.mod_revision, b"old", held=("leader", old))
+            new = await client.grant(10)
+            assert await client.create("leader", b"new", new) is None
+            assert not await client.replace("isr", kv.mod_revision, b"old", held=("leader", old))
+            assert await client.replace("isr", kv.mod_revision, b"new", held=("leader", new))
+            stored = await client.get("isr")
+            assert stored is not None and stored.value == b"new"
+        finally:
+            await client.close()
+
+    _run(main())
+
+
 def test_a_dead_endpoint_falls_over_to_the_next(etcd: EtcdProcess) -> None:
     async def main() -> None:
         dead = f"http://127.0.0.1:{free_port()}"

@@ -4,12 +4,14 @@ message; clients reach the leader through any node."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,8 @@ import pika.exceptions
 import pytest
 from etcd_proc import EtcdProcess
 from nodes import SRC, Node, marks, wait_any
+
+from warren.cluster.etcd import EtcdClient
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
@@ -246,3 +250,56 @@ def test_followers_serve_the_streams_the_leader_names(nodes: list[Node]) -> None
         assert refused.value.reply_code == 403
         assert f"amqp://127.0.0.1:{leader.amqp_port}" in refused.value.reply_text
         conn.close()
+
+
+def _etcd_isr(etcd: EtcdProcess) -> set[str]:
+    async def read() -> set[str]:
+        client = EtcdClient([etcd.url])
+        try:
+            kv = await client.get("test/isr")
+        finally:
+            await client.close()
+        return set(kv.value.decode().split(",")) if kv is not None else set()
+
+    return asyncio.run(read())
+
+
+def test_a_paused_leader_cannot_shrink_the_isr_or_confirm_after_its_lease(
+    nodes: list[Node], etcd: EtcdProcess
+) -> None:
+    """A leader paused past its lease (a VM freeze, a long GC) wakes up to find
+    its followers gone: it must neither store an ISR of itself alone over the new
+    leader's nor confirm a message the new leader lacks."""
+    leader = _cluster(nodes)
+    _publish(leader.amqp_port, 0, 10)
+    conn, ch = _channel(leader.amqp_port)  # a client of the old leader's own port
+    ch.confirm_delivery()
+    followers = [n for n in nodes if n is not leader]
+    assert leader.proc is not None
+    before = marks(followers)
+    leader.proc.send_signal(signal.SIGSTOP)
+    try:
+        new_leader = wait_any(followers, "elected leader", timeout=30, since=before)
+        new_leader.wait_for(r"in-sync replicas: \w+")  # the other follower joined it
+        confirmed: list[int] = []
+
+        def publish() -> None:
+            try:
+                for i in range(10, 30):
+                    ch.basic_publish("", "jobs", b"job-%d" % i, PERSISTENT)
+                    confirmed.append(i)
+            except pika.exceptions.AMQPError:
+                pass
+
+        publisher = threading.Thread(target=publish)
+        publisher.start()
+    finally:
+        leader.proc.send_signal(signal.SIGCONT)
+    leader.wait_for("no longer leads")
+    publisher.join(30)
+    assert not publisher.is_alive()
+    leader.wait_for(r"following leader")
+    assert _etcd_isr(etcd) == {n.node_id for n in followers}
+    # Whatever the old leader confirmed is on the new one.
+    got = _bodies(new_leader.amqp_port)
+    assert {b"job-%d" % i for i in range(10)} | {b"job-%d" % i for i in confirmed} <= got

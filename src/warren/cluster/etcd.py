@@ -171,16 +171,30 @@ class EtcdClient:
         # Deleted between the compare and the range: report an empty holder.
         return KeyValue(key, b"", 0, 0, 0)
 
-    async def replace(self, key: str, expected_mod_revision: int, value: bytes | str) -> bool:
+    async def replace(
+        self,
+        key: str,
+        expected_mod_revision: int,
+        value: bytes | str,
+        held: tuple[str, int] | None = None,
+    ) -> bool:
         """Put ``key`` only if it was last modified at ``expected_mod_revision``
-        (0: only if it does not exist). Whether it was put."""
+        (0: only if it does not exist) and, with ``held=(other, lease)``, only while
+        the key ``other`` is attached to ``lease`` (a leader's write fenced by its
+        leadership: once its lease is gone, the write fails). Whether it was put."""
         target: dict[str, Any] = {"key": _b64(key), "result": "EQUAL"}
         if expected_mod_revision:
             target.update(target="MOD", mod_revision=str(expected_mod_revision))
         else:
             target.update(target="CREATE", create_revision="0")
+        compare = [target]
+        if held is not None:
+            other, lease = held
+            compare.append(
+                {"key": _b64(other), "result": "EQUAL", "target": "LEASE", "lease": str(lease)}
+            )
         body = {
-            "compare": [target],
+            "compare": compare,
             "success": [{"request_put": {"key": _b64(key), "value": _b64(value)}}],
         }
         result = await self.call("kv/txn", body)

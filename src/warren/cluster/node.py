@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import secrets
@@ -220,13 +221,16 @@ class ClusterNode:
         replicator = Replicator(
             self.root,
             secret,
-            isr_changed=self._store_isr,
+            isr_changed=functools.partial(self._store_isr, lease=lease),
             max_unsynced_actions=self.config.clustering_max_unsynced_actions,
         )
         mirror.attach(self.root, replicator)
         server: asyncio.Server | None = None
         try:
-            await self._store_isr(frozenset())  # the leader alone until followers catch up
+            # The leader alone until followers catch up.
+            if not await self._store_isr(frozenset(), lease):
+                log.error("lost the leader key before storing the in-sync replicas")
+                return
             self.broker = broker = self.make_broker(self.config)
             broker.replication = replicator
             self.replicator = replicator
@@ -267,14 +271,28 @@ class ClusterNode:
                     return
                 log.warning("refreshing the etcd lease failed: %s", exc)
 
-    async def _store_isr(self, followers: frozenset[str]) -> bool:
+    async def _store_isr(self, followers: frozenset[str], lease: int) -> bool:
+        """Store the ISR, only while this node's ``lease`` still holds the leader
+        key: a leader that lost it (paused or cut off past its lease) could
+        otherwise write an ISR of itself alone over its successor's, confirm what
+        only it holds, and later be the only node allowed to lead."""
         value = ",".join(sorted({self.node_id} | followers))
         current = await self.etcd.get(self._key("isr"))
         if current is not None and current.value.decode() == value:
             return True
-        return await self.etcd.replace(
-            self._key("isr"), current.mod_revision if current is not None else 0, value
+        stored = await self.etcd.replace(
+            self._key("isr"),
+            current.mod_revision if current is not None else 0,
+            value,
+            held=(self._key("leader"), lease),
         )
+        if not stored:
+            leader = await self.etcd.get(self._key("leader"))
+            if leader is None or leader.lease != lease:
+                log.warning(
+                    "not storing the in-sync replicas: this node no longer holds the leader key"
+                )
+        return stored
 
     async def _stop_leading(self) -> None:
         broker, self.broker = self.broker, None
