@@ -11,7 +11,12 @@ leader, with `warren perf throughput`:
   followers in the in-sync set: msg/s and MB/s;
 - confirm latency p50/p99 at a fixed 5,000 msg/s, the same setups;
 - failover: kill -9 of the leader of three nodes until a client's passive
-  queue.declare through a follower's port succeeds again.
+  queue.declare through a follower's port succeeds again;
+- failover under load (``--failover-only`` runs just this and the above): two
+  publishers with confirms and two consumers with acks (tests/cluster's
+  FailoverLoad) run through every node's port while the leader is killed:
+  how long publishers saw no confirm, what they had to publish again, what
+  was delivered twice, and that every confirmed message was delivered.
 
 Every node, etcd and the perf clients share this machine's CPUs.
 """
@@ -25,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "cluster"))
 
 from etcd_proc import EtcdProcess, free_port  # noqa: E402
+from failover_load import FailoverLoad  # noqa: E402
 from nodes import Node, marks, wait_any  # noqa: E402
 
 PERF = [sys.executable, "-m", "warren", "perf", "throughput"]
@@ -94,6 +101,7 @@ def measure(port: int, duration: int) -> dict[str, dict[str, Any]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=int, default=8)
+    parser.add_argument("--failover-only", action="store_true", help="skip the throughput runs")
     args = parser.parse_args()
     if shutil.which("etcd") is None:
         print("bench/cluster.py: etcd is not installed (make etcd)", file=sys.stderr)
@@ -101,15 +109,16 @@ def main() -> int:
     results: dict[str, dict[str, dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="warren-cluster-bench-") as tmp:
         base = Path(tmp)
-        proc, port = single_node(base)
-        try:
-            results["single node (no clustering)"] = measure(port, args.duration)
-        finally:
-            proc.terminate()
-            proc.wait(30)
+        if not args.failover_only:
+            proc, port = single_node(base)
+            try:
+                results["single node (no clustering)"] = measure(port, args.duration)
+            finally:
+                proc.terminate()
+                proc.wait(30)
         etcd = EtcdProcess(base / "etcd")
         try:
-            for followers in (0, 1, 2):
+            for followers in () if args.failover_only else (0, 1, 2):
                 nodes = cluster(base, etcd, followers, f"f{followers}n")
                 try:
                     label = f"cluster, {followers} follower{'s' if followers != 1 else ''}"
@@ -123,10 +132,52 @@ def main() -> int:
             finally:
                 for node in nodes:
                     node.stop()
+            nodes = cluster(base, etcd, 2, "fl")
+            try:
+                under_load = kill_leader_under_load(nodes, args.duration)
+            finally:
+                for node in nodes:
+                    node.stop()
         finally:
             etcd.stop()
     report(results, failover)
+    report_load(under_load)
     return 0
+
+
+def kill_leader_under_load(nodes: list[Node], duration: int) -> dict[str, Any]:
+    """FailoverLoad for ``duration`` seconds, kill -9 of the leader, as long again."""
+    load = FailoverLoad([n.amqp_port for n in nodes]).start()
+    try:
+        time.sleep(duration)  # traffic for the run's length (a measurement, not a wait)
+        before = marks(nodes[1:])
+        killed_at = time.monotonic()
+        nodes[0].kill()
+        wait_any(nodes[1:], "elected leader", timeout=60, since=before)
+        elected = time.monotonic() - killed_at
+        time.sleep(duration)
+        load.stop_publishing()
+        load.wait_until(lambda: not load.stats.missing(), 120, "every confirmed message delivered")
+    finally:
+        load.stop()
+    stats = load.stats
+    with stats.lock:
+        times = sorted(stats.confirmed.values())
+    after = [t for t in times if t > killed_at]
+    # The publishers' outage: the longest stretch without a confirm; the new
+    # leader's first confirm ends it.
+    gap, resumed = max(((b - a, b) for a, b in pairwise(times)), default=(0.0, killed_at))
+    result = load.summary()
+    result.update(
+        elected_after_s=elected,
+        first_confirm_after_s=resumed - killed_at,
+        no_confirms_s=gap,
+        confirmed_before=len(times) - len(after),
+        confirmed_after=len(after),
+        lost=len(stats.missing()),
+        duration_s=duration,
+    )
+    return result
 
 
 def kill_leader(nodes: list[Node]) -> float:
@@ -161,6 +212,26 @@ def report(results: dict[str, dict[str, dict[str, Any]]], failover: float) -> No
             f"| {lat['p50']:.3f} / {lat['p99']:.3f} |"
         )
     print(f"\nFailover (kill -9 of the leader of three, lease_ttl 2 s): {failover:.2f} s")
+
+
+def report_load(r: dict[str, Any]) -> None:
+    print(
+        f"\nFailover under load ({r['duration_s']} s of traffic either side of the kill; "
+        "2 publishers with confirms, 2 consumers with acks, through every node's port):"
+    )
+    print("| | |\n|---|---:|")
+    rows = [
+        ("confirmed before the kill / after", f"{r['confirmed_before']:,} / {r['confirmed_after']:,}"),
+        ("new leader elected after", f"{r['elected_after_s']:.2f} s"),
+        ("the new leader's first confirm after the kill", f"{r['first_confirm_after_s']:.2f} s"),
+        ("longest time without a confirm", f"{r['no_confirms_s']:.2f} s"),
+        ("client reconnects", f"{r['reconnects']}"),
+        ("publishes in doubt (connection lost before the confirm), sent again", f"{r['in_doubt']}"),
+        ("messages delivered twice", f"{r['duplicates']}"),
+        ("confirmed but not delivered", f"{r['lost']}"),
+    ]  # fmt: skip
+    for name, value in rows:
+        print(f"| {name} | {value} |")
 
 
 if __name__ == "__main__":

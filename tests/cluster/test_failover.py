@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ import pika
 import pika.exceptions
 import pytest
 from etcd_proc import EtcdProcess
+from failover_load import FailoverLoad
 from nodes import SRC, Node, marks, wait_any
 
 from warren.cluster.etcd import EtcdClient
@@ -92,6 +94,39 @@ def test_kill_9_of_the_leader_loses_no_confirmed_message(nodes: list[Node]) -> N
     first.start()
     first.wait_for("following leader")
     first.wait_for("synced with the leader")
+
+
+def test_kill_9_of_the_leader_under_load_loses_no_confirmed_message(nodes: list[Node]) -> None:
+    """Two publishers with confirms and two consumers with acks run through every
+    node's port while the leader is killed: they reconnect to the new leader and
+    go on, and every message a publisher saw confirmed is delivered afterwards."""
+    leader = _cluster(nodes)
+    load = FailoverLoad([n.amqp_port for n in nodes]).start()
+    try:
+        load.wait_until(
+            lambda: load.summary()["confirmed"] >= 300 and load.summary()["delivered"] >= 100,
+            60,
+            "traffic before the kill",
+        )
+        followers = [n for n in nodes if n is not leader]
+        before = marks(followers)
+        killed_at = time.monotonic()
+        leader.kill()
+        wait_any(followers, "elected leader", timeout=30, since=before)
+        load.wait_until(
+            lambda: load.stats.confirmed_between(killed_at, float("inf")) >= 300,
+            60,
+            "confirms from the new leader",
+        )
+        load.stop_publishing()
+        load.wait_until(lambda: not load.stats.missing(), 60, "every confirmed message delivered")
+    finally:
+        load.stop()
+    summary = load.summary()
+    assert summary["reconnects"] >= 4  # every client lost its connection and came back
+    with load.stats.lock:
+        assert set(load.stats.delivered) <= load.stats.sent  # nothing out of nowhere
+    assert not load.stats.missing()
 
 
 def _cluster(nodes: list[Node]) -> Node:
