@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "tests" / "cluster"))
 
 from etcd_proc import EtcdProcess, free_port  # noqa: E402
 from failover_load import FailoverLoad  # noqa: E402
-from nodes import Node, marks, wait_any  # noqa: E402
+from nodes import Node, marks, start_cluster, wait_any  # noqa: E402
 
 PERF = [sys.executable, "-m", "warren", "perf", "throughput"]
 
@@ -73,15 +73,7 @@ def single_node(base: Path) -> tuple[subprocess.Popen[str], int]:
 
 def cluster(base: Path, etcd: EtcdProcess, followers: int, prefix: str) -> list[Node]:
     nodes = [Node(base, f"{prefix}{i}", etcd.url, prefix=prefix) for i in range(1 + followers)]
-    leader = nodes[0].start()
-    leader.wait_for("elected leader")
-    leader.wait_for("listening on AMQP")
-    for node in nodes[1:]:
-        node.start()
-    for node in nodes[1:]:
-        node.wait_for("synced with the leader")
-    if followers:
-        leader.wait_for(r"in-sync replicas: " + ", ".join([r"\w+"] * followers) + "$")
+    start_cluster(nodes)
     return nodes
 
 
@@ -147,7 +139,7 @@ def main() -> int:
 
 def kill_leader_under_load(nodes: list[Node], duration: int) -> dict[str, Any]:
     """FailoverLoad for ``duration`` seconds, kill -9 of the leader, as long again."""
-    load = FailoverLoad([n.amqp_port for n in nodes]).start()
+    load = FailoverLoad([n.address for n in nodes]).start()
     try:
         time.sleep(duration)  # traffic for the run's length (a measurement, not a wait)
         before = marks(nodes[1:])

@@ -20,11 +20,11 @@ def free_port() -> int:
 class EtcdProcess:
     """One etcd member; ``url`` is its client endpoint."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, host: str = "127.0.0.1") -> None:
         assert ETCD is not None
         self.client_port = free_port()
         self.peer_port = free_port()
-        self.url = f"http://127.0.0.1:{self.client_port}"
+        self.url = f"http://{host}:{self.client_port}"
         self.proc = subprocess.Popen(
             [
                 ETCD,

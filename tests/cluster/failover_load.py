@@ -60,17 +60,21 @@ class LoadStats:
 
 class FailoverLoad:
     """``publishers`` publishers and ``consumers`` consumers on the durable queue
-    ``queue``, connecting through ``ports`` (every node's AMQP port)."""
+    ``queue``, connecting through ``addresses`` (every node's AMQP host and port).
+    ``heartbeat``: the clients' AMQP heartbeat, how soon they notice a peer that
+    went silent (a partition sends no reset)."""
 
     def __init__(
         self,
-        ports: list[int],
+        addresses: list[tuple[str, int]],
         queue: str = "load",
         publishers: int = 2,
         consumers: int = 2,
         prefetch: int = 50,
+        heartbeat: int = 10,
     ) -> None:
-        self.ports = ports
+        self.addresses = addresses
+        self.heartbeat = heartbeat
         self.queue = queue
         self.prefetch = prefetch
         self.stats = LoadStats()
@@ -134,13 +138,18 @@ class FailoverLoad:
 
     # -- clients ----------------------------------------------------------------------
     def _connect(self, turn: int) -> tuple[pika.BlockingConnection, int]:
-        """Connect to the next port that accepts, starting at ``turn``."""
+        """Connect to the next address that accepts, starting at ``turn``."""
         while True:
-            port = self.ports[turn % len(self.ports)]
+            host, port = self.addresses[turn % len(self.addresses)]
             turn += 1
             try:
                 params = pika.ConnectionParameters(
-                    "127.0.0.1", port, connection_attempts=1, socket_timeout=5, heartbeat=10
+                    host,
+                    port,
+                    connection_attempts=1,
+                    socket_timeout=2,
+                    blocked_connection_timeout=30,
+                    heartbeat=self.heartbeat,
                 )
                 conn = pika.BlockingConnection(params)
                 conn.channel().queue_declare(self.queue, durable=True)
@@ -185,7 +194,7 @@ class FailoverLoad:
 
     def _consumer(self, index: int) -> None:
         try:
-            turn = len(self.ports) - 1 - index
+            turn = len(self.addresses) - 1 - index
             first = True
             while self._consuming.is_set():
                 conn, turn = self._connect(turn)

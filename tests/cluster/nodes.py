@@ -11,9 +11,12 @@ import threading
 import time
 from pathlib import Path
 
+import pika
 from etcd_proc import free_port
 
 SRC = Path(__file__).resolve().parents[2] / "src"
+
+PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 # Notified whenever any node logs a line (wait_any).
 _logged = threading.Condition()
@@ -21,9 +24,20 @@ _logged = threading.Condition()
 
 class Node:
     def __init__(
-        self, base: Path, name: str, etcd_url: str, prefix: str = "test", http: bool = False
+        self,
+        base: Path,
+        name: str,
+        etcd_url: str,
+        prefix: str = "test",
+        http: bool = False,
+        host: str = "127.0.0.1",
+        wrap: list[str] | None = None,
     ) -> None:
+        """``host``: the address every port binds to; ``wrap``: a command prefix
+        the node runs under (netns.Network.command: inside a network namespace)."""
         self.name = name
+        self.host = host
+        self.wrap = wrap or []
         self.data_dir = base / name
         self.amqp_port = free_port()
         self.repl_port = free_port()
@@ -35,14 +49,18 @@ class Node:
             "[main]\n"
             f"data_dir = {self.data_dir}\n"
             "log_level = info\n"
+            # guest logs in from the test's clients on other hosts of a netns.Network.
+            f"loopback_users = {'guest' if host == '127.0.0.1' else ''}\n"
             "[amqp]\n"
+            f"bind = {host}\n"
             f"port = {self.amqp_port}\n"
-            f"[mgmt]\nport = {self.http_port}\n"
+            f"[mgmt]\nbind = {host}\nport = {self.http_port}\n"
             "[mqtt]\nport = -1\n"
             "[clustering]\n"
             "enabled = true\n"
             f"etcd_endpoints = {etcd_url}\n"
             f"etcd_prefix = {prefix}\n"
+            f"bind = {host}\n"
             f"port = {self.repl_port}\n"
             "lease_ttl = 2\n"
             f"stream_read_port = {self.stream_read_port}\n"
@@ -59,7 +77,7 @@ class Node:
     def start(self) -> Node:
         env = dict(os.environ, PYTHONPATH=str(SRC))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "warren", "-c", str(self.config)],
+            [*self.wrap, sys.executable, "-m", "warren", "-c", str(self.config)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -92,6 +110,11 @@ class Node:
                 continue
             if regex.search(line):
                 return line
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """Where clients reach its AMQP port."""
+        return self.host, self.amqp_port
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -134,3 +157,47 @@ def wait_any(
                 logs = "".join(f"--- {node.name}\n" + "".join(node.log[-25:]) for node in nodes)
                 raise AssertionError(f"no node logged {pattern!r}; their logs:\n{logs}")
             _logged.wait(remaining)
+
+
+def start_cluster(nodes: list[Node]) -> Node:
+    """Start the nodes, the first as leader; return it once all others are in sync."""
+    first = nodes[0].start()
+    first.wait_for("elected leader")
+    first.wait_for(r"listening on AMQP")
+    for node in nodes[1:]:
+        node.start()
+    for node in nodes[1:]:
+        node.wait_for("synced with the leader")
+    if len(nodes) > 1:
+        first.wait_for(r"in-sync replicas: " + ", ".join([r"\w+"] * (len(nodes) - 1)) + "$")
+    return first
+
+
+def open_channel(
+    address: tuple[str, int],
+) -> tuple[pika.BlockingConnection, pika.adapters.blocking_connection.BlockingChannel]:
+    conn = pika.BlockingConnection(pika.ConnectionParameters(*address))
+    return conn, conn.channel()
+
+
+def publish_jobs(address: tuple[str, int], start: int, count: int) -> None:
+    """Confirmed persistent messages job-<start>... to the durable queue "jobs"."""
+    conn, ch = open_channel(address)
+    ch.queue_declare("jobs", durable=True)
+    ch.confirm_delivery()
+    for i in range(start, start + count):
+        ch.basic_publish("", "jobs", b"job-%d" % i, PERSISTENT)
+    conn.close()
+
+
+def job_bodies(address: tuple[str, int]) -> set[bytes]:
+    """Every message in "jobs", taken."""
+    conn, ch = open_channel(address)
+    bodies = set()
+    while True:
+        method, _props, body = ch.basic_get("jobs", auto_ack=True)
+        if method is None:
+            break
+        bodies.add(body)
+    conn.close()
+    return bodies

@@ -22,11 +22,19 @@ import pika.exceptions
 import pytest
 from etcd_proc import EtcdProcess
 from failover_load import FailoverLoad
-from nodes import SRC, Node, marks, wait_any
+from nodes import (
+    PERSISTENT,
+    SRC,
+    Node,
+    job_bodies,
+    marks,
+    open_channel,
+    publish_jobs,
+    start_cluster,
+    wait_any,
+)
 
 from warren.cluster.etcd import EtcdClient
-
-PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
 @pytest.fixture
@@ -39,13 +47,6 @@ def nodes(etcd: EtcdProcess, tmp_path: Path) -> Iterator[list[Node]]:
             node.stop()
 
 
-def _channel(
-    port: int,
-) -> tuple[pika.BlockingConnection, pika.adapters.blocking_connection.BlockingChannel]:
-    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
-    return conn, conn.channel()
-
-
 def test_kill_9_of_the_leader_loses_no_confirmed_message(nodes: list[Node]) -> None:
     first = nodes[0].start()
     first.wait_for("elected leader")
@@ -56,7 +57,7 @@ def test_kill_9_of_the_leader_loses_no_confirmed_message(nodes: list[Node]) -> N
         node.wait_for("synced with the leader")
     first.wait_for(r"in-sync replicas: .*,")  # at least one follower in the ISR
 
-    conn, ch = _channel(first.amqp_port)
+    conn, ch = open_channel(first.address)
     ch.queue_declare("orders", durable=True)
     ch.confirm_delivery()
     for i in range(300):
@@ -68,7 +69,7 @@ def test_kill_9_of_the_leader_loses_no_confirmed_message(nodes: list[Node]) -> N
     conn.close()
 
     # A client on a follower's port reaches the leader.
-    conn, ch = _channel(nodes[1].amqp_port)
+    conn, ch = open_channel(nodes[1].address)
     assert ch.queue_declare("orders", passive=True).method.message_count == 200
     conn.close()
 
@@ -77,7 +78,7 @@ def test_kill_9_of_the_leader_loses_no_confirmed_message(nodes: list[Node]) -> N
     first.kill()
     new_leader = wait_any(followers, "elected leader", timeout=30, since=before)
     new_leader.wait_for(r"listening on AMQP")
-    conn, ch = _channel(new_leader.amqp_port)
+    conn, ch = open_channel(new_leader.address)
     count = ch.queue_declare("orders", passive=True).method.message_count
     # Every confirmed message is there; acks are at-least-once (a late one may be back).
     assert 200 <= count <= 300
@@ -100,8 +101,8 @@ def test_kill_9_of_the_leader_under_load_loses_no_confirmed_message(nodes: list[
     """Two publishers with confirms and two consumers with acks run through every
     node's port while the leader is killed: they reconnect to the new leader and
     go on, and every message a publisher saw confirmed is delivered afterwards."""
-    leader = _cluster(nodes)
-    load = FailoverLoad([n.amqp_port for n in nodes]).start()
+    leader = start_cluster(nodes)
+    load = FailoverLoad([n.address for n in nodes]).start()
     try:
         load.wait_until(
             lambda: load.summary()["confirmed"] >= 300 and load.summary()["delivered"] >= 100,
@@ -129,66 +130,32 @@ def test_kill_9_of_the_leader_under_load_loses_no_confirmed_message(nodes: list[
     assert not load.stats.missing()
 
 
-def _cluster(nodes: list[Node]) -> Node:
-    """Start the nodes, the first as leader; return it once both others are in sync."""
-    first = nodes[0].start()
-    first.wait_for("elected leader")
-    first.wait_for(r"listening on AMQP")
-    for node in nodes[1:]:
-        node.start()
-    for node in nodes[1:]:
-        node.wait_for("synced with the leader")
-    first.wait_for(r"in-sync replicas: \w+, \w+")
-    return first
-
-
-def _publish(port: int, start: int, count: int) -> None:
-    conn, ch = _channel(port)
-    ch.queue_declare("jobs", durable=True)
-    ch.confirm_delivery()
-    for i in range(start, start + count):
-        ch.basic_publish("", "jobs", b"job-%d" % i, PERSISTENT)
-    conn.close()
-
-
-def _bodies(port: int) -> set[bytes]:
-    conn, ch = _channel(port)
-    bodies = set()
-    while True:
-        method, _props, body = ch.basic_get("jobs", auto_ack=True)
-        if method is None:
-            break
-        bodies.add(body)
-    conn.close()
-    return bodies
-
-
 def test_a_stopped_follower_leaves_the_isr_and_catches_up_after(nodes: list[Node]) -> None:
-    leader = _cluster(nodes)
+    leader = start_cluster(nodes)
     stopped = nodes[2]
     assert stopped.proc is not None
     stopped.proc.send_signal(signal.SIGSTOP)  # as cut off by a partition
     try:
         # Confirms do not hang on it: it is dropped from the ISR after the ack timeout.
-        _publish(leader.amqp_port, 0, 50)
+        publish_jobs(leader.address, 0, 50)
         leader.wait_for("disconnecting it, out of the ISR")
         leader.wait_for(r"in-sync replicas: \w+$")
     finally:
         stopped.proc.send_signal(signal.SIGCONT)
     stopped.wait_for("synced with the leader")
     leader.wait_for(r"in-sync replicas: \w+, \w+")
-    _publish(leader.amqp_port, 50, 50)
+    publish_jobs(leader.address, 50, 50)
     # The one that was stopped can lead now: every confirmed message is there.
     before = marks(nodes[1:])
     leader.kill()
     new_leader = wait_any(nodes[1:], "elected leader", timeout=30, since=before)
     new_leader.wait_for(r"listening on AMQP")
-    assert _bodies(new_leader.amqp_port) == {b"job-%d" % i for i in range(100)}
+    assert job_bodies(new_leader.address) == {b"job-%d" % i for i in range(100)}
 
 
 def test_a_rolling_restart_keeps_serving_and_loses_nothing(nodes: list[Node]) -> None:
-    leader = _cluster(nodes)
-    _publish(leader.amqp_port, 0, 20)
+    leader = start_cluster(nodes)
+    publish_jobs(leader.address, 0, 20)
     published = 20
     # Followers first, then the leader, one at a time, each back in sync before the next.
     for node in [nodes[1], nodes[2], nodes[0]]:
@@ -201,16 +168,16 @@ def test_a_rolling_restart_keeps_serving_and_loses_nothing(nodes: list[Node]) ->
         node.start()
         node.wait_for("synced with the leader")
         # Any node's port reaches the leader.
-        _publish(node.amqp_port, published, 20)
+        publish_jobs(node.address, published, 20)
         published += 20
-    assert _bodies(leader.amqp_port) == {b"job-%d" % i for i in range(published)}
+    assert job_bodies(leader.address) == {b"job-%d" % i for i in range(published)}
 
 
 def test_every_node_reports_the_cluster(etcd: EtcdProcess, tmp_path: Path) -> None:
     nodes = [Node(tmp_path, f"h{i}", etcd.url, http=True) for i in range(3)]
     try:
-        leader = _cluster(nodes)
-        _publish(leader.amqp_port, 0, 10)
+        leader = start_cluster(nodes)
+        publish_jobs(leader.address, 0, 10)
         auth = "Basic " + base64.b64encode(b"guest:guest").decode()
         for node in nodes:  # a follower's HTTP port reaches the leader's API
             request = urllib.request.Request(
@@ -260,8 +227,8 @@ def test_every_node_reports_the_cluster(etcd: EtcdProcess, tmp_path: Path) -> No
 
 
 def test_followers_serve_the_streams_the_leader_names(nodes: list[Node]) -> None:
-    leader = _cluster(nodes)
-    conn, ch = _channel(leader.amqp_port)
+    leader = start_cluster(nodes)
+    conn, ch = open_channel(leader.address)
     ch.queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
     ch.confirm_delivery()
     for i in range(300):
@@ -271,7 +238,7 @@ def test_followers_serve_the_streams_the_leader_names(nodes: list[Node]) -> None
     followers = [n for n in nodes if n is not leader]
     assert sorted(announced) == sorted(f"127.0.0.1:{n.stream_read_port}" for n in followers)
     for follower in followers:
-        conn, ch = _channel(follower.stream_read_port)
+        conn, ch = open_channel((follower.host, follower.stream_read_port))
         ch.basic_qos(prefetch_count=100)
         got = []
         for method, props, body in ch.consume("events", arguments={"x-stream-offset": 250}):
@@ -305,9 +272,9 @@ def test_a_paused_leader_cannot_shrink_the_isr_or_confirm_after_its_lease(
     """A leader paused past its lease (a VM freeze, a long GC) wakes up to find
     its followers gone: it must neither store an ISR of itself alone over the new
     leader's nor confirm a message the new leader lacks."""
-    leader = _cluster(nodes)
-    _publish(leader.amqp_port, 0, 10)
-    conn, ch = _channel(leader.amqp_port)  # a client of the old leader's own port
+    leader = start_cluster(nodes)
+    publish_jobs(leader.address, 0, 10)
+    conn, ch = open_channel(leader.address)  # a client of the old leader's own port
     ch.confirm_delivery()
     followers = [n for n in nodes if n is not leader]
     assert leader.proc is not None
@@ -336,5 +303,5 @@ def test_a_paused_leader_cannot_shrink_the_isr_or_confirm_after_its_lease(
     leader.wait_for(r"following leader")
     assert _etcd_isr(etcd) == {n.node_id for n in followers}
     # Whatever the old leader confirmed is on the new one.
-    got = _bodies(new_leader.amqp_port)
+    got = job_bodies(new_leader.address)
     assert {b"job-%d" % i for i in range(10)} | {b"job-%d" % i for i in confirmed} <= got

@@ -11,6 +11,7 @@ so a cluster of three etcd members survives losing one.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -102,14 +103,26 @@ class EtcdClient:
             await self._session.close()
             self._session = None
 
-    async def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST ``body`` to /v3/``path`` on the first endpoint that answers."""
+    async def call(
+        self, path: str, body: dict[str, Any], timeout: float | None = None
+    ) -> dict[str, Any]:
+        """POST ``body`` to /v3/``path`` on the first endpoint that answers, within
+        ``timeout`` seconds for all of them (default: the client's, per endpoint)."""
         errors: list[str] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout if timeout is not None else None
         for attempt in range(len(self._endpoints)):
             index = (self._current + attempt) % len(self._endpoints)
             url = f"{self._endpoints[index]}/v3/{path}"
+            limit = self._timeout
+            if deadline is not None:
+                left = deadline - loop.time()
+                if left <= 0:
+                    errors.append(f"{url}: not tried, out of time")
+                    break
+                limit = aiohttp.ClientTimeout(total=min(left, self._timeout.total or left))
             try:
-                async with self._http().post(url, json=body, timeout=self._timeout) as resp:
+                async with self._http().post(url, json=body, timeout=limit) as resp:
                     text = await resp.text()
                     if resp.status != 200:
                         raise EtcdError(f"etcd {path}: HTTP {resp.status}: {text.strip()}")
@@ -205,9 +218,9 @@ class EtcdClient:
         result = await self.call("lease/grant", {"TTL": str(ttl)})
         return int(result["ID"])
 
-    async def keepalive(self, lease: int) -> int:
+    async def keepalive(self, lease: int, timeout: float | None = None) -> int:
         """Refresh ``lease`` once; its remaining TTL (0 or less: it has expired)."""
-        result = await self.call("lease/keepalive", {"ID": str(lease)})
+        result = await self.call("lease/keepalive", {"ID": str(lease)}, timeout)
         return int(result.get("result", {}).get("TTL", 0))
 
     async def revoke(self, lease: int) -> None:

@@ -216,6 +216,7 @@ class ClusterNode:
     # -- leading ----------------------------------------------------------------------
     async def _lead(self, lease: int, secret: str) -> None:
         log.info("elected leader (node %s)", self.node_id)
+        await self._proxy.stop()  # the client ports are the broker's now
         self.role = "leader"
         self.leader_info = self._my_info()
         replicator = Replicator(
@@ -254,14 +255,17 @@ class ClusterNode:
             self.role = "starting"
 
     async def _keep_lease(self, lease: int) -> None:
-        """Refresh the lease until it cannot be: then leadership is over."""
+        """Refresh the lease until it cannot be: then leadership is over. A refresh
+        waits no longer than the lease has left, so a leader cut off from etcd
+        steps down about when etcd lets its lease expire, not an HTTP timeout later."""
         ttl = self.config.clustering_lease_ttl
         loop = asyncio.get_running_loop()
         last_ok = loop.time()
         while True:
             await asyncio.sleep(ttl / 3)
+            left = max(ttl - (loop.time() - last_ok), 0.1)
             try:
-                if await self.etcd.keepalive(lease) <= 0:
+                if await self.etcd.keepalive(lease, timeout=left) <= 0:
                     log.error("the leader's etcd lease expired")
                     return
                 last_ok = loop.time()
@@ -322,17 +326,23 @@ class ClusterNode:
         )
         task = asyncio.ensure_future(follower.run(host, int(port)))
         watch = asyncio.ensure_future(self._wait_for_change(revision))
+        leader_changed = False
         try:
             await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
             if task.done() and not task.cancelled() and task.exception() is not None:
                 log.warning("replication from %s ended: %s", info["id"], task.exception())
                 await asyncio.wait({watch}, timeout=1)  # reconnect soon, unless it changed
+            leader_changed = watch.done()
         finally:
             task.cancel()
             watch.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            await self._proxy.stop()
+            if leader_changed:
+                # The leader changed or went (or etcd cannot tell): so do the
+                # relayed clients. After a replication hiccup with the same
+                # leader they stay connected.
+                await self._proxy.stop()
             if reads is not None:
                 self.stream_reads = None
                 await reads.stop()

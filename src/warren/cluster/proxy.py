@@ -3,8 +3,10 @@
 Clients may connect to any node of a cluster: on a follower the AMQP, MQTT and
 HTTP ports accept the connection and copy bytes both ways to the same port of
 the leader named in etcd, so a client's reconnect after a failover needs no
-list of nodes. With no leader known the connection is closed at once, and
-the log says why.
+list of nodes. With no leader known the ports are closed. When the leader
+changes, the connections passed through to the old one are closed too: a
+leader cut off by a partition sends no reset, and its clients would otherwise
+wait for their heartbeat timeout before they reconnect.
 """
 
 from __future__ import annotations
@@ -33,13 +35,25 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
                 writer.write_eof()
 
 
+#: How long a relay waits to reach the leader (one cut off never answers).
+CONNECT_TIMEOUT = 5.0
+
+
 class ClientProxy:
     def __init__(self, config: Config) -> None:
         self.config = config
         self._servers: list[asyncio.Server] = []
+        #: The leader the ports relay to (its addresses from etcd).
+        self._target: dict[str, Any] | None = None
+        #: Both ends of every open relay, to close when the leader changes.
+        self._relays: set[asyncio.StreamWriter] = set()
 
     async def start(self, leader: dict[str, Any]) -> None:
+        """Relay to ``leader``; a no-op when already relaying to it."""
+        if self._servers and leader == self._target:
+            return
         await self.stop()
+        self._target = leader
         cfg = self.config
         ports = [
             ("amqp", cfg.bind, cfg.amqp_port),
@@ -77,29 +91,43 @@ class ClientProxy:
         port: int,
         name: str,
     ) -> None:
+        self._relays.add(writer)
         try:
-            up_reader, up_writer = await asyncio.open_connection(host, port)
-        except OSError as exc:
+            up_reader, up_writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port), CONNECT_TIMEOUT
+            )
+        except (OSError, TimeoutError) as exc:
+            self._relays.discard(writer)
             log.warning(
                 "%s client %s: the leader at %s:%d is unreachable: %s",
                 name,
                 writer.get_extra_info("peername"),
                 host,
                 port,
-                exc,
+                exc or "timed out",
             )
             writer.close()
             return
+        self._relays.add(up_writer)
         try:
             await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
         finally:
+            self._relays.discard(writer)
+            self._relays.discard(up_writer)
             up_writer.close()
             writer.close()
 
     async def stop(self) -> None:
+        """Close the ports and every connection relayed to the leader."""
         servers, self._servers = self._servers, []
+        self._target = None
         for server in servers:
             server.close()
+        relays, self._relays = self._relays, set()
+        if relays:
+            log.info("closing the client connections relayed to the leader")
+        for writer in relays:
+            writer.close()
         for server in servers:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
