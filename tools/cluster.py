@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 ETCD_CLIENT = 2379
@@ -62,6 +63,7 @@ def main() -> int:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            start_new_session=True,
         )
     )
     threading.Thread(target=_prefix, args=("etcd", procs[0].stdout), daemon=True).start()
@@ -83,28 +85,35 @@ def main() -> int:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            # Ctrl-C reaches this script alone, which stops the nodes once each.
+            start_new_session=True,
         )
         procs.append(proc)
         threading.Thread(target=_prefix, args=(name, proc.stdout), daemon=True).start()
     print(
         f"cluster: etcd at {url}; nodes on AMQP 5672-5674, HTTP 15672-15674, stream reads (followers) 5682-5684. Ctrl-C stops."
     )
-    stop = threading.Event()
+    # A flag, not a threading.Event: a handler calling Event.set() while the main
+    # thread waits on that Event deadlocks on the Event's own lock.
+    stopping: list[int] = []
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+        signal.signal(signum, lambda signum, _frame: stopping.append(signum))
     try:
-        while not stop.wait(1):
-            if any(proc.poll() is not None for proc in procs[:1]):
+        while not stopping:
+            if procs[0].poll() is not None:
                 print("cluster: etcd exited", file=sys.stderr)
                 break
+            time.sleep(0.2)  # polls the flag and etcd (nothing else to wait on)
     finally:
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        # The nodes first (they give up their etcd lease as they stop), then etcd.
+        for group in (procs[1:], procs[:1]):
+            for proc in group:
+                proc.terminate()
+            for proc in group:
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
     return 0
 
 
