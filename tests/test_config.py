@@ -302,6 +302,24 @@ def test_validate_accepts_boundaries(changes: dict[str, Any]) -> None:
     dataclasses.replace(Config(), **changes).validate()
 
 
+def test_clustering_tls_settings(tmp_path: Path) -> None:
+    ini = tmp_path / "w.ini"
+    ini.write_text(
+        "[main]\ntls_cert = /c.pem\ntls_key = /c.key\ntls_ca_cert = /ca.pem\n"
+        "[clustering]\ntls = true\netcd_ca_cert = /eca.pem\netcd_cert = /e.pem\n"
+        "etcd_key = /e.key\netcd_endpoints = https://a:2379,b:2379\n"
+    )
+    c = Config.from_ini(ini)
+    assert c.clustering_tls and c.clustering_etcd_ca_cert == "/eca.pem"
+    assert (c.clustering_etcd_cert, c.clustering_etcd_key) == ("/e.pem", "/e.key")
+    assert c.clustering_etcd_endpoints == ("https://a:2379", "b:2379")
+    # Replication over TLS needs this node's certificate and the cluster's CA.
+    with pytest.raises(ConfigError, match=r"\[clustering\] tls needs"):
+        dataclasses.replace(c, tls_ca_cert=None).validate()
+    with pytest.raises(ConfigError, match="etcd_cert and etcd_key go together"):
+        dataclasses.replace(c, clustering_etcd_key=None).validate()
+
+
 # --- CLI: precedence ---------------------------------------------------------
 
 

@@ -154,6 +154,16 @@ class Config:
     #: service (amqp/replica.py), advertised to AMQP clients of the leader so
     #: readers such as Spark's executors spread over the followers; -1: none.
     clustering_stream_read_port: int = -1
+    #: Replication over mutual TLS ([clustering] tls): the leader serves it with
+    #: tls_cert/tls_key and takes only followers whose certificate tls_ca_cert
+    #: verifies; a follower checks the leader's the same way, against its address.
+    clustering_tls: bool = False
+    #: etcd over https:// endpoints: the CA bundle its certificate is verified
+    #: against (empty: the system's) and this node's client certificate and key
+    #: for etcd's --client-cert-auth ([clustering] etcd_ca_cert, etcd_cert, etcd_key).
+    clustering_etcd_ca_cert: str | None = None
+    clustering_etcd_cert: str | None = None
+    clustering_etcd_key: str | None = None
     #: The exchange MQTT publishes to and subscribes on (RabbitMQ's mqtt.exchange).
     mqtt_exchange: str = "amq.topic"
     #: The vhost of MQTT clients whose user name does not say ``vhost:user``.
@@ -257,6 +267,13 @@ class Config:
             raise ConfigError("tls_verify_peer needs tls_ca_cert (the CA bundle to verify with)")
         if self.tls_fail_if_no_peer_cert and not self.tls_verify_peer:
             raise ConfigError("tls_fail_if_no_peer_cert needs tls_verify_peer = true")
+        if self.clustering_tls and not (self.tls_cert and self.tls_key and self.tls_ca_cert):
+            raise ConfigError(
+                "[clustering] tls needs tls_cert, tls_key (this node's certificate) and "
+                "tls_ca_cert (the CA that signs every node's)"
+            )
+        if bool(self.clustering_etcd_cert) != bool(self.clustering_etcd_key):
+            raise ConfigError("[clustering] etcd_cert and etcd_key go together")
 
     @property
     def logging_level(self) -> int:
@@ -373,6 +390,10 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("clustering", "max_unsynced_actions"): ("clustering_max_unsynced_actions", _parse_int),
     ("clustering", "lease_ttl"): ("clustering_lease_ttl", _parse_int),
     ("clustering", "stream_read_port"): ("clustering_stream_read_port", _parse_int),
+    ("clustering", "tls"): ("clustering_tls", _parse_bool),
+    ("clustering", "etcd_ca_cert"): ("clustering_etcd_ca_cert", _parse_optional_path),
+    ("clustering", "etcd_cert"): ("clustering_etcd_cert", _parse_optional_path),
+    ("clustering", "etcd_key"): ("clustering_etcd_key", _parse_optional_path),
     # LavinMQ's section for its management HTTP server.
     ("mgmt", "bind"): ("http_bind", _parse_str),
     ("mgmt", "port"): ("http_port", _parse_int),
@@ -393,7 +414,7 @@ def _endpoint_list(value: Any) -> str | None:
         or not value
         or not all(isinstance(v, str) and v for v in value)
     ):
-        return "must be one or more host:port or http:// URLs"
+        return "must be one or more host:port, http:// or https:// URLs"
     return None
 
 
@@ -517,6 +538,10 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "clustering_max_unsynced_actions": _int_in(1, 2**31 - 1),
     "clustering_lease_ttl": _int_in(2, 3600),
     "clustering_stream_read_port": _int_in(-1, 65535),
+    "clustering_tls": _bool,
+    "clustering_etcd_ca_cert": _optional_path,
+    "clustering_etcd_cert": _optional_path,
+    "clustering_etcd_key": _optional_path,
 }
 
 

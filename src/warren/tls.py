@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CERT_LOGIN_FROM", "TLS_VERSIONS", "TLSContexts", "cert_login", "distinguished_name",
-    "server_context",
+    "etcd_context", "replication_contexts", "server_context",
 ]  # fmt: skip
 
 TLS_VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
@@ -76,7 +76,9 @@ def distinguished_name(subject: Any) -> str:
     rdns = []
     for rdn in reversed(tuple(subject)):
         rdns.append(
-            "+".join(f"{_DN_NAMES.get(key, key)}={_escape_dn_value(str(value))}" for key, value in rdn)
+            "+".join(
+                f"{_DN_NAMES.get(key, key)}={_escape_dn_value(str(value))}" for key, value in rdn
+            )
         )
     return ",".join(rdns)
 
@@ -184,6 +186,40 @@ def _load_ca(ctx: ssl.SSLContext, config: Config, what: str) -> None:
         ctx.load_verify_locations(cafile=config.tls_ca_cert)
     except (OSError, ssl.SSLError) as exc:
         raise OSError(f"cannot load tls_ca_cert for {what}: {exc}") from None
+
+
+def replication_contexts(config: Config) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server, client) contexts for a cluster's replication link ([clustering]
+    tls): mutual TLS with this node's tls_cert/tls_key, both ends verified
+    against tls_ca_cert, and the leader's certificate checked against the
+    address the follower dials (its advertised host). OSError when a file
+    cannot be loaded."""
+    what = "[clustering] tls"
+    assert config.tls_cert and config.tls_key and config.tls_ca_cert
+    server = _context(config, what, config.tls_cert, config.tls_key, "tls_cert/tls_key")
+    server.verify_mode = ssl.CERT_REQUIRED
+    client = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    client.minimum_version = TLS_VERSIONS[config.tls_min_version]
+    _load_ca(client, config, what)
+    _load(client, config, what)
+    return server, client
+
+
+def etcd_context(config: Config) -> ssl.SSLContext | None:
+    """The client context for https:// etcd endpoints: verified against
+    [clustering] etcd_ca_cert (default: the system's CAs), presenting etcd_cert
+    and etcd_key when set. None when no endpoint is https:// and no etcd_* file
+    is set."""
+    wants = any(e.startswith("https://") for e in config.clustering_etcd_endpoints)
+    if not wants and not config.clustering_etcd_ca_cert and not config.clustering_etcd_cert:
+        return None
+    try:
+        ctx = ssl.create_default_context(cafile=config.clustering_etcd_ca_cert)
+        if config.clustering_etcd_cert and config.clustering_etcd_key:
+            ctx.load_cert_chain(config.clustering_etcd_cert, config.clustering_etcd_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise OSError(f"cannot load [clustering] etcd_ca_cert/etcd_cert/etcd_key: {exc}") from None
+    return ctx
 
 
 class TLSContexts:

@@ -20,11 +20,21 @@ def free_port() -> int:
 class EtcdProcess:
     """One etcd member; ``url`` is its client endpoint."""
 
-    def __init__(self, data_dir: Path, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, data_dir: Path, host: str = "127.0.0.1", tls: tuple[Path, Path, Path] | None = None
+    ) -> None:
+        """``tls``: (certificate, key, CA bundle): clients reach it over https and
+        must present a certificate that CA signed (etcd's --client-cert-auth)."""
         assert ETCD is not None
         self.client_port = free_port()
         self.peer_port = free_port()
-        self.url = f"http://{host}:{self.client_port}"
+        scheme = "https" if tls is not None else "http"
+        self.url = f"{scheme}://{host}:{self.client_port}"
+        extra: list[str] = []
+        if tls is not None:
+            cert, key, ca = tls
+            extra = ["--cert-file", str(cert), "--key-file", str(key), "--client-cert-auth",
+                     "--trusted-ca-file", str(ca)]  # fmt: skip
         self.proc = subprocess.Popen(
             [
                 ETCD,
@@ -42,6 +52,7 @@ class EtcdProcess:
                 f"http://127.0.0.1:{self.peer_port}",
                 "--initial-cluster",
                 f"test=http://127.0.0.1:{self.peer_port}",
+                *extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -32,9 +32,11 @@ class Node:
         http: bool = False,
         host: str = "127.0.0.1",
         wrap: list[str] | None = None,
+        settings: dict[str, dict[str, str]] | None = None,
     ) -> None:
         """``host``: the address every port binds to; ``wrap``: a command prefix
-        the node runs under (netns.Network.command: inside a network namespace)."""
+        the node runs under (netns.Network.command: inside a network namespace);
+        ``settings``: more INI keys by section."""
         self.name = name
         self.host = host
         self.wrap = wrap or []
@@ -45,25 +47,33 @@ class Node:
         #: Its stream read service's port while it follows.
         self.stream_read_port = free_port()
         self.config = base / f"{name}.ini"
+        sections: dict[str, dict[str, object]] = {
+            "main": {
+                "data_dir": self.data_dir,
+                "log_level": "info",
+                # guest logs in from the test's clients on other hosts of a netns.Network.
+                "loopback_users": "guest" if host == "127.0.0.1" else "",
+            },
+            "amqp": {"bind": host, "port": self.amqp_port},
+            "mgmt": {"bind": host, "port": self.http_port},
+            "mqtt": {"port": -1},
+            "clustering": {
+                "enabled": "true",
+                "etcd_endpoints": etcd_url,
+                "etcd_prefix": prefix,
+                "bind": host,
+                "port": self.repl_port,
+                "lease_ttl": 2,
+                "stream_read_port": self.stream_read_port,
+            },
+        }
+        for section, keys in (settings or {}).items():
+            sections.setdefault(section, {}).update(keys)
         self.config.write_text(
-            "[main]\n"
-            f"data_dir = {self.data_dir}\n"
-            "log_level = info\n"
-            # guest logs in from the test's clients on other hosts of a netns.Network.
-            f"loopback_users = {'guest' if host == '127.0.0.1' else ''}\n"
-            "[amqp]\n"
-            f"bind = {host}\n"
-            f"port = {self.amqp_port}\n"
-            f"[mgmt]\nbind = {host}\nport = {self.http_port}\n"
-            "[mqtt]\nport = -1\n"
-            "[clustering]\n"
-            "enabled = true\n"
-            f"etcd_endpoints = {etcd_url}\n"
-            f"etcd_prefix = {prefix}\n"
-            f"bind = {host}\n"
-            f"port = {self.repl_port}\n"
-            "lease_ttl = 2\n"
-            f"stream_read_port = {self.stream_read_port}\n"
+            "".join(
+                f"[{section}]\n" + "".join(f"{key} = {value}\n" for key, value in keys.items())
+                for section, keys in sections.items()
+            )
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.log: list[str] = []

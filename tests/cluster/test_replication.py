@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ssl
 import threading
 import time
 import urllib.request
@@ -16,6 +17,7 @@ from typing import Any
 
 import pika
 import pytest
+import trustme
 from conftest import BrokerThread, new_event_loop
 from mqtt.mqttclient import Client as MQTTClient
 
@@ -23,12 +25,13 @@ from warren import Config
 from warren.cluster.follower import Follower
 from warren.cluster.leader import Replicator, index_files
 from warren.store import mirror
+from warren.tls import replication_contexts
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
 class Leader:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, tls: ssl.SSLContext | None = None) -> None:
         self.data_dir = data_dir
         self.replicator = Replicator(data_dir, "s3cret")
         mirror.attach(data_dir, self.replicator)
@@ -38,7 +41,9 @@ class Leader:
         self.thread = BrokerThread(config)
         self.thread.broker.replication = self.replicator
         self.thread.start()
-        server = self.thread.run(asyncio.start_server(self.replicator.serve, "127.0.0.1", 0))
+        server = self.thread.run(
+            asyncio.start_server(self.replicator.serve, "127.0.0.1", 0, ssl=tls)
+        )
         self.server = server
         self.port = server.sockets[0].getsockname()[1]
 
@@ -50,9 +55,16 @@ class Leader:
 
 
 class FollowerThread:
-    def __init__(self, data_dir: Path, node_id: str, port: int, secret: str = "s3cret") -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        node_id: str,
+        port: int,
+        secret: str = "s3cret",
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.loop = new_event_loop()
-        self.follower = Follower(data_dir, node_id, secret)
+        self.follower = Follower(data_dir, node_id, secret, tls=tls)
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
         self.task = asyncio.run_coroutine_threadsafe(
@@ -129,6 +141,61 @@ def test_a_follower_copies_the_directory_and_confirms_wait_for_it(
             assert body == b"m50"
     finally:
         promoted.stop()
+
+
+def _node_tls(tmp_path: Path, ca: trustme.CA, name: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A node's [clustering] tls contexts, with a certificate ``ca`` issued for 127.0.0.1."""
+    cert, key = tmp_path / f"{name}.pem", tmp_path / f"{name}.key"
+    leaf = ca.issue_cert("127.0.0.1")
+    leaf.private_key_pem.write_to_path(str(key))
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    ca_file = tmp_path / f"{name}-ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    config = Config(
+        data_dir=str(tmp_path),
+        tls_cert=str(cert),
+        tls_key=str(key),
+        tls_ca_cert=str(ca_file),
+        clustering_tls=True,
+    )
+    return replication_contexts(config)
+
+
+def test_replication_over_mutual_tls_takes_only_certified_followers(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    server, _ = _node_tls(tmp_path, ca, "leader")
+    _, client = _node_tls(tmp_path, ca, "follower")
+    other_ca = trustme.CA()
+    # Trusts only another CA: refuses the leader. Trusts the leader's CA but has
+    # another CA's certificate, or none: the leader refuses it.
+    _, stranger = _node_tls(tmp_path, other_ca, "stranger")
+    impostor = ssl.create_default_context(cafile=str(tmp_path / "leader-ca.pem"))
+    impostor.load_cert_chain(tmp_path / "stranger.pem", tmp_path / "stranger.key")
+    anonymous = ssl.create_default_context(cafile=str(tmp_path / "leader-ca.pem"))
+    lead = Leader(tmp_path / "leader", tls=server)
+    try:
+        _publish(lead.thread.port, "q", 20)
+        for name, tls in (("stranger", stranger), ("impostor", impostor), ("anon", anonymous)):
+            intruder = FollowerThread(tmp_path / name, name, lead.port, tls=tls)
+            try:
+                with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
+                    intruder.task.result(30)
+            finally:
+                intruder.stop()
+            assert not (tmp_path / name / "vhosts").exists()
+        assert lead.thread.call(lambda: lead.replicator.links) == []
+        follower = FollowerThread(tmp_path / "follower", "f1", lead.port, tls=client)
+        try:
+            follower.run(follower.follower.synced.wait())
+            _publish(lead.thread.port, "q", 20, start=20)  # confirmed once f1 has them
+            assert lead.thread.call(lambda: lead.replicator.isr) == frozenset({"f1"})
+            lead.thread.stop()
+            follower.run(follower.follower.wait_position(lead.replicator.position))
+            assert _files(tmp_path / "follower") == _files(tmp_path / "leader")
+        finally:
+            follower.stop()
+    finally:
+        lead.stop()
 
 
 def test_a_wrong_secret_is_refused(leader: Leader, tmp_path: Path) -> None:

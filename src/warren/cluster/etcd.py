@@ -15,6 +15,7 @@ import asyncio
 import base64
 import json
 import logging
+import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -78,10 +79,15 @@ def _kv(item: dict[str, Any]) -> KeyValue:
 
 
 class EtcdClient:
-    def __init__(self, endpoints: list[str], timeout: float = 5.0) -> None:
+    def __init__(
+        self, endpoints: list[str], timeout: float = 5.0, tls: ssl.SSLContext | None = None
+    ) -> None:
+        """``tls``: the context https:// endpoints are reached with (tls.etcd_context)."""
         if not endpoints:
             raise ValueError("etcd: no endpoints")
-        self._endpoints = [e if "://" in e else f"http://{e}" for e in endpoints]
+        self._tls = tls
+        scheme = "https" if tls is not None else "http"
+        self._endpoints = [e if "://" in e else f"{scheme}://{e}" for e in endpoints]
         self._current = 0
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
@@ -95,7 +101,8 @@ class EtcdClient:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
+            connector = aiohttp.TCPConnector(ssl=self._tls) if self._tls is not None else None
+            self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 
     async def close(self) -> None:
@@ -134,7 +141,7 @@ class EtcdClient:
                     if header and "revision" in header:
                         self.revision = int(header["revision"])
                     return result
-            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            except (TimeoutError, aiohttp.ClientError, OSError, ssl.SSLError) as exc:
                 errors.append(f"{url}: {type(exc).__name__}: {exc}")
         raise EtcdError("no etcd endpoint answered: " + "; ".join(errors))
 

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import shutil
+import ssl
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,9 @@ from warren.cluster.leader import LOCAL_ONLY, file_digest, index_files
 from warren.store.segment_log import sync_files
 
 log = logging.getLogger("warren.cluster")
+
+#: Seconds a replication TLS handshake may take ([clustering] tls).
+HANDSHAKE_TIMEOUT = 10.0
 
 #: Files kept open for appends between batches.
 _OPEN_FILES = 128
@@ -41,8 +45,11 @@ class Follower:
         secret: str,
         stream_reads: str = "",
         on_synced: Callable[[], None] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.root = Path(root)
+        #: The client context of [clustering] tls (None: plain TCP).
+        self.tls = tls
         self.node_id = node_id
         self.secret = secret
         #: host:port of this node's read-only stream service, told to the leader.
@@ -61,7 +68,16 @@ class Follower:
 
     async def run(self, host: str, port: int) -> None:
         """Follow the leader at ``host:port`` until the connection ends (raises)."""
-        reader, writer = await asyncio.open_connection(host, port)
+        if self.tls is None:
+            reader, writer = await asyncio.open_connection(host, port)
+        else:
+            reader, writer = await asyncio.open_connection(
+                host,
+                port,
+                ssl=self.tls,
+                server_hostname=host,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT,
+            )
         frames = FrameReader(reader)
         self.synced.clear()
         try:

@@ -30,12 +30,13 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from warren.cluster.etcd import EtcdClient, EtcdError
-from warren.cluster.follower import Follower
+from warren.cluster.follower import HANDSHAKE_TIMEOUT, Follower
 from warren.cluster.leader import Replicator
 from warren.cluster.proxy import ClientProxy
 from warren.config import Config
 from warren.store import mirror
 from warren.store.sync import Replication
+from warren.tls import etcd_context, replication_contexts
 
 log = logging.getLogger("warren.cluster")
 
@@ -98,7 +99,9 @@ class ClusterNode:
         self.root = Path(config.data_dir).resolve()
         self.node_id = node_id_of(self.root)
         self.prefix = config.clustering_etcd_prefix.rstrip("/")
-        self.etcd = EtcdClient(list(config.clustering_etcd_endpoints))
+        self.etcd = EtcdClient(list(config.clustering_etcd_endpoints), tls=etcd_context(config))
+        #: [clustering] tls: (server, client) contexts of the replication link.
+        self.tls = replication_contexts(config) if config.clustering_tls else None
         self.role = "starting"
         self.leader_info: dict[str, Any] | None = None
         #: The broker while this node leads (None otherwise).
@@ -238,8 +241,15 @@ class ClusterNode:
             broker.cluster_status = self.status
             broker.stream_replicas = replicator.stream_replicas
             await broker.start()
+            # (TLS through the server, not StreamWriter.start_tls in serve():
+            # uvloop's server-side start_tls stalls some handshakes for their
+            # whole timeout.)
             server = await asyncio.start_server(
-                replicator.serve, self.config.clustering_bind, self.config.clustering_port
+                replicator.serve,
+                self.config.clustering_bind,
+                self.config.clustering_port,
+                ssl=self.tls[0] if self.tls is not None else None,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self.tls is not None else None,
             )
             await self._keep_lease(lease)
         finally:
@@ -323,6 +333,7 @@ class ClusterNode:
             secret,
             stream_reads=f"{self.advertised[0]}:{reads.port}" if reads is not None else "",
             on_synced=reads.applied if reads is not None else None,
+            tls=self.tls[1] if self.tls is not None else None,
         )
         task = asyncio.ensure_future(follower.run(host, int(port)))
         watch = asyncio.ensure_future(self._wait_for_change(revision))
