@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -156,7 +157,12 @@ def broker_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerThread]]:
 @pytest.fixture
 def etcd(tmp_path: Path) -> Iterator[Any]:
     """A real etcd (Debian's etcd-server) on free ports (tests/cluster/etcd_proc.py)."""
-    from cluster.etcd_proc import ETCD, EtcdProcess
+    # By the name tests/cluster's modules use (one module object), not as
+    # cluster.etcd_proc: another module named "cluster" may be imported first.
+    cluster_tests = str(Path(__file__).parent / "cluster")
+    if cluster_tests not in sys.path:
+        sys.path.append(cluster_tests)
+    from etcd_proc import ETCD, EtcdProcess
 
     if ETCD is None:
         pytest.skip("etcd is not installed (make etcd installs Debian's etcd-server)")

@@ -21,9 +21,9 @@ import pytest
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "kombu_integration.py"
 
-#: kombu's suite checks behaviour a client can see, the same compiled or not; the
-#: pure-Python pass of `make test` skips it (40 s).
-pytestmark = pytest.mark.once
+#: kombu's suite checks behaviour a client can see, the same compiled or not; only
+#: the pure-Python pass of `make test` runs it (40 s; the compiled pass is longer).
+pytestmark = pytest.mark.once_pure
 
 #: Tests of the suite ("class::test") known to fail against Warren, each with the
 #: reason. They must fail (the test is then xfailed); one that passes must be
