@@ -7,7 +7,8 @@
 #   make build     recompile the hot modules in place after editing their .py
 #   make run       run the broker (extra flags: make run ARGS='--amqp-port 5673')
 #   make test      run pytest twice: compiled modules, then pure Python
-#                  (extra args: make test PYTEST_ARGS='-k config')
+#                  (extra args: make test PYTEST_ARGS='-k config'; PYTEST_WORKERS=0
+#                  for one process per pass)
 #   make browser   install Debian's chromium for tests/ui when it is missing
 #                  (needs root and apt-get; otherwise tests/ui skip)
 #   make etcd      install Debian's etcd-server for tests/cluster when it is missing
@@ -32,6 +33,9 @@ STAMP = $(VENV)/.installed
 # hides pytest's distinctions (1 = tests failed, 5 = nothing collected, ...);
 # .ci/run needs them. Empty by default, so interactive runs leave no file.
 PYTEST_STATUS_FILE ?=
+
+# pytest-xdist workers per pass of `make test` (0: no workers, one process).
+PYTEST_WORKERS ?= 2
 
 .PHONY: install build run test lint spec clean browser soak fuzz mosquitto etcd cluster rabbitmq
 
@@ -114,18 +118,20 @@ etcd:
 # exercises the clients) and once (the 60 s soak test, which measures the
 # build users run); in the pure pass spark (the data source is never compiled;
 # 2 min of Spark) and once_pure (kombu's 40 s integration suite).
-# The two passes run at the same time: most of a test's time is spent waiting
-# on sockets, timers and subprocesses (a serial run keeps one core about a
-# third busy), so together they take about as long as the longer one. The pure
-# pass writes to a file, shown after the compiled pass's output. Each test uses
-# its own ephemeral ports and temporary directories, so the passes cannot meet.
+# The two passes run at the same time, each over PYTEST_WORKERS pytest-xdist
+# workers: most of a test's time is spent waiting on sockets, timers and
+# subprocesses (two serial passes kept the two cores about half busy and took
+# 14 min here; with 2 workers each, 9 min). The pure pass writes to a file,
+# shown after the compiled pass's output. Each test uses its own ephemeral
+# ports and temporary directories, so the passes and workers cannot meet.
+# PYTEST_WORKERS=0 runs each pass in one process.
 # The status recorded is the first failure's; 5 (nothing collected) only when
 # neither run failed otherwise.
 test: $(STAMP) $(SHARED_LIBRARY) browser mosquitto etcd rabbitmq
 	@status=0; pure=0; log=$$(mktemp); \
-	( WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -m 'not ui and not examples and not once' $(PYTEST_ARGS) > "$$log" 2>&1; echo $$? >> "$$log.status" ) & \
+	( WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m 'not ui and not examples and not once' $(PYTEST_ARGS) > "$$log" 2>&1; echo $$? >> "$$log.status" ) & \
 	echo "== pytest, $$($(PY) -c 'import warren; print(warren.build_description())') (the pure-Python pass runs alongside)"; \
-	$(PY) -m pytest -q -m 'not spark and not once_pure' $(PYTEST_ARGS) || status=$$?; \
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) -m 'not spark and not once_pure' $(PYTEST_ARGS) || status=$$?; \
 	wait; \
 	echo "== pytest, pure Python (WARREN_PURE_PYTHON=1)"; \
 	cat "$$log"; pure=$$(cat "$$log.status" 2>/dev/null || echo 1); rm -f "$$log" "$$log.status"; \

@@ -28,6 +28,14 @@ PLUGIN = ("-p", "no:warren", "-p", "warren.pytest_plugin", "-p", "no:cacheprovid
 QUIET = ("-o", "asyncio_default_fixture_loop_scope=function")
 
 
+@pytest.fixture(autouse=True)
+def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sessions pytester runs here are not xdist workers, even when this suite
+    runs under xdist (the plugin would offset their ports by the worker's index)."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_TESTRUNUID", raising=False)
+
+
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest(*PLUGIN, *QUIET, *args)
 
