@@ -35,10 +35,11 @@ STATE_MACHINE_SETTINGS = settings(
 
 
 class StoreModel(RuleBasedStateMachine):
-    """Subclasses say how to open the store on ``self.dir`` and which level a
+    """Subclasses say how to open the store on ``self.dir`` (with the delivered
+    marks a clean close recorded, or None as after a crash) and which level a
     priority property maps to."""
 
-    def open_store(self) -> Any:
+    def open_store(self, marks: dict[Path, int] | None = None) -> Any:
         raise NotImplementedError
 
     def level(self, priority: int | None) -> int:
@@ -170,18 +171,22 @@ class StoreModel(RuleBasedStateMachine):
         expected = [(self.seqs[i], i, self.sent[i].properties) for i in self.order()]
         assert list(self.store.scan_ready()) == expected
 
-    @rule(sync=st.booleans())
-    def reopen(self, sync: bool) -> None:
+    @rule(sync=st.booleans(), clean=st.booleans())
+    def reopen(self, sync: bool, clean: bool) -> None:
+        marks = self.store.delivered_marks() if clean else None
         self.store.close(sync=sync)  # type: ignore[call-arg]
-        self.store = self.open_store()
-        # Unacked messages come back, not flagged; transient ones are dropped.
+        self.store = self.open_store(marks)
+        # Unacked messages come back, flagged redelivered as every message delivered
+        # before (requeued, or flagged by an earlier reopen) is; after a crash
+        # (no marks) every survivor is. Transient ones are dropped.
+        delivered = self.unacked | {i for i, redelivered in self.ready.items() if redelivered}
         survivors = set(self.ready) | self.unacked
         self.unacked.clear()
         self.ready.clear()
         self.gone.clear()
         for i in survivors:
             if self.sent[i].persistent:
-                self.ready[i] = False
+                self.ready[i] = marks is None or i in delivered
         self.scan()
 
     @invariant()

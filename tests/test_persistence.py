@@ -118,6 +118,39 @@ def test_persistent_messages_survive_restart_in_order(
             ch.queue_declare("tq", passive=True)
 
 
+def test_after_a_clean_restart_exactly_the_delivered_messages_are_redelivered(
+    restartable: Callable[..., BrokerThread], tmp_path: Path
+) -> None:
+    """As RabbitMQ 3.10 answers the same script (classic queues, version 1 or 2):
+    the two messages got without an ack when the broker stops come back with
+    redelivered set, the three never delivered without it; the same after a
+    second clean restart in which nothing was read; a priority queue per level."""
+    b = restartable()
+    conn = connect(b)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("q", durable=True)
+    ch.queue_declare("pq", durable=True, arguments={"x-max-priority": 5})
+    for i in range(5):
+        ch.basic_publish("", "q", b"m%d" % i, PERSISTENT)
+    for i, priority in enumerate([1, 5, 1, 5]):
+        props = pika.BasicProperties(delivery_mode=2, priority=priority)
+        ch.basic_publish("", "pq", b"p%d" % i, props)
+    for queue in ("q", "q", "pq"):
+        method, _props, _body = ch.basic_get(queue)
+        assert method is not None and not method.redelivered
+    b = restartable()  # stopped with the three unacked (their connection is closed: 320)
+    assert not (tmp_path / "data" / "delivered.json").exists()  # read and removed
+    b = restartable()  # a second clean restart: nothing read in between
+    with connect(b) as conn:
+        ch = conn.channel()
+        assert drain(ch, "q") == [
+            (b"m0", True), (b"m1", True), (b"m2", False), (b"m3", False), (b"m4", False),
+        ]  # fmt: skip
+        # p1 (priority 5) was delivered; p3 (5) and the priority 1 ones were not.
+        assert drain(ch, "pq") == [(b"p1", True), (b"p3", False), (b"p0", False), (b"p2", False)]
+
+
 def test_definitions_log_is_compacted_under_churn(
     restartable: Callable[..., BrokerThread], tmp_path: Path
 ) -> None:

@@ -31,10 +31,21 @@ def msg(i: int, priority: int | None, persistent: bool = True) -> Message:
     return Message("ex", "rk", props(priority, persistent), b"m%d" % i, 1000 + i)
 
 
-def on_disk(d: Path, max_priority: int = 10, segment_size: int = 8 * 1024 * 1024) -> PriorityStore:
-    return PriorityStore(
-        max_priority, lambda level: SegmentStore(d / level_name(level), segment_size), d
-    )
+def on_disk(
+    d: Path,
+    max_priority: int = 10,
+    segment_size: int = 8 * 1024 * 1024,
+    marks: dict[Path, int] | None = None,
+) -> PriorityStore:
+    """Levels on disk under ``d``, opened with a clean close's delivered marks
+    (None: as after a crash)."""
+
+    def level(p: int) -> SegmentStore:
+        where = d / level_name(p)
+        mark = None if marks is None else marks.get(where, 0)
+        return SegmentStore(where, segment_size, delivered_mark=mark)
+
+    return PriorityStore(max_priority, level, d)
 
 
 def drain(store: MessageStore) -> list[tuple[int, Message, bool]]:
@@ -175,17 +186,20 @@ def test_restart_keeps_priorities_and_removals(tmp_path: Path) -> None:
     store.ack(first[0])
     assert store.remove_ready(seqs[4]) is not None
     assert store.remove_ready(seqs[11]) is not None
+    marks = store.delivered_marks()
     store.close()
 
-    store = on_disk(d, segment_size=256)
+    store = on_disk(d, segment_size=256, marks=marks)
     gone = {3, 4, 11, 7}  # acked, removed twice, transient
     expected = [i for i in EXPECTED if i not in gone]
     assert store.ready_count == len(expected)
     assert [s for s, _, _ in store.scan_ready()] == [seqs[i] for i in expected]
     assert store.remove_ready(seqs[4]) is None
     head = store.peek()
-    assert head is not None and head[0] == seqs[5] and head[2] is False
-    assert ids(drain(store)) == expected
+    assert head is not None and head[0] == seqs[5] and head[2] is True  # unacked at the close
+    items = drain(store)
+    assert ids(items) == expected
+    assert [r for _, _, r in items] == [i == 5 for i in expected]
     store.close()
 
     store = on_disk(d, segment_size=256)
@@ -297,8 +311,8 @@ def test_vhost_asks_for_a_priority_store() -> None:
 
 
 class PriorityStoreModel(StoreModel):
-    def open_store(self) -> PriorityStore:
-        return on_disk(self.dir / "q", max_priority=3, segment_size=512)
+    def open_store(self, marks: dict[Path, int] | None = None) -> PriorityStore:
+        return on_disk(self.dir / "q", max_priority=3, segment_size=512, marks=marks)
 
     def level(self, priority: int | None) -> int:
         return min(priority or 0, 3)

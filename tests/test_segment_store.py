@@ -275,6 +275,11 @@ def test_purge_deletes_whole_segments(tmp_path: Path) -> None:
     store.close()
 
 
+def _mark(marks: dict[Path, int] | None, directory: Path) -> int | None:
+    """A store's mark from a clean close's delivered_marks(); None after a crash."""
+    return None if marks is None else marks.get(directory, 0)
+
+
 def test_reopen_recovers_exactly(tmp_path: Path) -> None:
     d = tmp_path / "q"
     store = SegmentStore(d, segment_size=4096)
@@ -299,8 +304,9 @@ def test_reopen_recovers_exactly(tmp_path: Path) -> None:
     assert store.ready_bytes == sum(len(msg(i, size=i % 90).body) for i in want)
     items = drain(store, ack=False)
     assert bodies(items) == [msg(i, size=i % 90).body for i in want]
-    # Recovered messages cannot be known to have been delivered: redelivered=False.
-    assert not any(r for _, _, r in items)
+    # Opened without a clean close's mark (as after a crash): any recovered message
+    # may have been delivered, so all are redelivered (as RabbitMQ's are).
+    assert all(r for _, _, r in items)
     store.close()
 
     # Transient drops were written to the ack files: they stay gone even when the
@@ -752,18 +758,32 @@ class StoreComparison(RuleBasedStateMachine):
     def purge(self) -> None:
         assert self.store.purge() == self.model.purge()
 
-    @rule(sync=st.booleans())
-    def reopen(self, sync: bool) -> None:
+    @rule(sync=st.booleans(), clean=st.booleans())
+    def reopen(self, sync: bool, clean: bool) -> None:
+        d = self.dir / "q"
+        marks = self.store.delivered_marks() if clean else None
         self.store.close(sync=sync)
-        self.store = SegmentStore(self.dir / "q", segment_size=512)
+        self.store = SegmentStore(d, segment_size=512, delivered_mark=_mark(marks, d))
         survivors = set(self.unacked)
+        delivered = set(self.unacked)
         while (item := self.model.shift()) is not None:
             survivors.add(self.ident(item[1]))
+            if item[2]:
+                delivered.add(self.ident(item[1]))
         self.unacked.clear()
         self.model = MemoryStore()
-        for i in sorted(survivors):
-            if self.sent[i].persistent:
-                self.model.append(self.sent[i])
+        keep = [i for i in sorted(survivors) if self.sent[i].persistent]
+        # Survivors come back redelivered when they were delivered before (all of
+        # them after a crash): those come first in the log, so shifting and
+        # requeueing them flags them in the model without changing the order.
+        flagged = [i for i in keep if marks is None or i in delivered]
+        assert keep[: len(flagged)] == flagged
+        for i in keep:
+            self.model.append(self.sent[i])
+        taken = [self.model.shift() for _ in flagged]
+        for item in taken:
+            assert item is not None
+            self.model.requeue(item[0], item[1])
 
     @invariant()
     def same_counts(self) -> None:
@@ -854,11 +874,69 @@ def test_peek_after_recovery_steps_over_dead_records(tmp_path: Path) -> None:
     seqs = [store.append(msg(i)) for i in range(4)]
     for s in drain(store, ack=False)[:2]:
         store.ack(s[0])
+    marks = store.delivered_marks()
     store.close()
-    store = SegmentStore(d)
+    store = SegmentStore(d, delivered_mark=_mark(marks, d))
     head = store.peek()
-    assert head is not None and head[0] == seqs[2] and head[2] is False
+    assert head is not None and head[0] == seqs[2] and head[2] is True  # unacked at the close
     assert bodies(drain(store)) == [msg(2).body, msg(3).body]
+    store.close()
+
+
+def test_a_clean_close_marks_exactly_what_was_delivered(tmp_path: Path) -> None:
+    """Unacked and requeued messages come back redelivered after a clean close,
+    ready ones never delivered do not; the mark outlives a restart in which nothing
+    was read; messages appended after the reopen are not redelivered."""
+    d = tmp_path / "q"
+    store = SegmentStore(d, segment_size=256)
+    seqs = [store.append(msg(i, size=40)) for i in range(12)]
+    shifted = [store.shift() for _ in range(5)]  # 0-4 delivered
+    assert all(item is not None and not item[2] for item in shifted)
+    store.ack(seqs[1])
+    store.requeue(seqs[3], msg(3, size=40))  # delivered, back in the queue
+    assert store.peek() is not None  # 3 (requeued) is at the head; the cursor stays
+    marks = store.delivered_marks()
+    assert set(marks) == {d}
+    store.close()
+
+    def reopen(marks: dict[Path, int] | None) -> list[tuple[int, bool]]:
+        s = SegmentStore(d, segment_size=256, delivered_mark=_mark(marks, d))
+        out = [(int(m.body[1:].split(b":")[0]), r) for _, m, r in drain(s, ack=False)]
+        s.close()
+        return out
+
+    expected = [(0, True), (2, True), (3, True), (4, True)] + [(i, False) for i in range(5, 12)]
+    assert reopen(marks) == expected
+    # Reopened and closed cleanly without reading anything: the mark stays.
+    store = SegmentStore(d, segment_size=256, delivered_mark=_mark(marks, d))
+    again = store.delivered_marks()
+    store.append(msg(12, size=40))
+    item = store.shift()
+    assert item is not None and item[2]  # 0, delivered two runs ago
+    store.requeue(item[0], item[1])
+    again = store.delivered_marks()
+    store.close()
+    assert reopen(again) == [*expected, (12, False)]
+    # After a crash (no marks) everything recovered counts as delivered.
+    assert reopen(None) == [(i, True) for i in (0, 2, 3, 4, *range(5, 13))]
+    # A store opened after a crash and closed cleanly keeps that.
+    store = SegmentStore(d, segment_size=256)
+    crashed = store.delivered_marks()
+    store.close()
+    assert all(r for _, r in reopen(crashed))
+
+
+def test_an_empty_store_has_no_mark_and_new_messages_are_not_redelivered(
+    tmp_path: Path,
+) -> None:
+    d = tmp_path / "q"
+    store = SegmentStore(d)
+    assert store.delivered_marks() == {}
+    store.close()
+    store = SegmentStore(d, delivered_mark=0)
+    store.append(msg(0))
+    item = store.shift()
+    assert item is not None and item[2] is False
     store.close()
 
 
@@ -1058,8 +1136,9 @@ def test_scan_ready_after_a_restart_skips_acked_and_transient(tmp_path: Path) ->
 
 
 class SegmentStoreModel(StoreModel):
-    def open_store(self) -> SegmentStore:
-        return SegmentStore(self.dir / "q", segment_size=512)
+    def open_store(self, marks: dict[Path, int] | None = None) -> SegmentStore:
+        d = self.dir / "q"
+        return SegmentStore(d, segment_size=512, delivered_mark=_mark(marks, d))
 
     def level(self, priority: int | None) -> int:
         return 0

@@ -89,6 +89,9 @@ class Broker:
             setattr(self.config, key, value)
         self.config.validate()
         self.layout = DataDir(Path(self.config.data_dir).resolve())
+        # While the vhosts are restored: what the last clean shutdown recorded as
+        # delivered, by store directory (None after a crash: everything may have been).
+        self._delivered_marks: dict[Path, int] | None = {}
         self.users = load_users(self.layout.users_file)
         self.vhosts: dict[str, VHost] = {}
         self.listeners: list[Listener] = list(listeners)
@@ -257,10 +260,20 @@ class Broker:
             # One segment store per priority level used, in <queue dir>/p<level>.
             return PriorityStore(
                 max_priority,
-                lambda level: SegmentStore(directory / level_name(level), segment_size),
+                lambda level: SegmentStore(
+                    directory / level_name(level),
+                    segment_size,
+                    delivered_mark=self._delivered_mark(directory / level_name(level)),
+                ),
                 directory,
             )
-        return SegmentStore(directory, segment_size)
+        return SegmentStore(directory, segment_size, delivered_mark=self._delivered_mark(directory))
+
+    def _delivered_mark(self, directory: Path) -> int | None:
+        """What the last clean shutdown recorded as delivered in this store (0: none
+        of it); None after a crash: all it recovers may have been delivered."""
+        marks = self._delivered_marks
+        return None if marks is None else marks.get(directory, 0)
 
     def _new_stream_store(self, vhost: VHost, queue: str, arguments: dict[str, Any]) -> StreamLog:
         """A stream's segment log, in its queue directory; segments of
@@ -353,6 +366,7 @@ class Broker:
         _raise_fd_limit()
         self.layout.prepare()
         self.syncer = GroupSync(loop, self.config.sync, replication=self.replication)
+        self._delivered_marks = self.layout.take_delivered_marks()
         vhosts = self.layout.load_vhosts()
         definitions = self.config.load_definitions
         # As RabbitMQ: a new node with definitions to load gets no default vhost and user.
@@ -372,6 +386,7 @@ class Broker:
             gc.enable()
             gc.collect()
             gc.freeze()
+        self._delivered_marks = {}  # stores made from now on are new: nothing delivered
         if not self.users.users and seed and not self.users.from_file:
             self.users.add_user(
                 self.config.default_user, self.config.default_password, ["administrator"]
@@ -430,8 +445,20 @@ class Broker:
             self._disk_timer = None
 
     def _close_store(self) -> None:
+        marks: dict[Path, int] = {}
+        for vhost in self.vhosts.values():
+            marks.update(vhost.delivered_marks())
         for vhost in self.vhosts.values():
             vhost.close()
+        try:
+            # After every store is written out and synced: a clean shutdown.
+            self.layout.save_delivered_marks(marks)
+        except OSError as exc:
+            log.error(
+                "cannot record what was delivered (%s): the next start counts "
+                "every message as delivered",
+                exc,
+            )
         if self.syncer is not None:
             self.syncer.close()
         self.layout.release()

@@ -88,6 +88,7 @@ def test_kill_9_of_the_leader_loses_no_confirmed_message(nodes: list[Node]) -> N
         if method is None:
             break
         bodies.add(body)
+        assert method.redelivered  # after a crash any of them may have been delivered
     assert {b"order-%d" % i for i in range(100, 300)} <= bodies
     conn.close()
 
@@ -95,6 +96,33 @@ def test_kill_9_of_the_leader_loses_no_confirmed_message(nodes: list[Node]) -> N
     first.start()
     first.wait_for("following leader")
     first.wait_for("synced with the leader")
+
+
+def test_after_a_clean_stop_of_the_leader_exactly_the_delivered_come_back_redelivered(
+    nodes: list[Node],
+) -> None:
+    """The leader's clean stop records what was delivered and its last writes reach
+    the followers: its successor flags exactly the messages delivered before."""
+    leader = start_cluster(nodes)
+    publish_jobs(leader.address, 0, 5)
+    conn, ch = open_channel(leader.address)
+    for _ in range(2):
+        method, _props, _body = ch.basic_get("jobs")
+        assert method is not None and not method.redelivered
+    followers = [n for n in nodes if n is not leader]
+    before = marks(followers)
+    leader.stop()  # SIGTERM: a clean stop, the two still unacked
+    new_leader = wait_any(followers, "elected leader", timeout=30, since=before)
+    new_leader.wait_for(r"listening on AMQP")
+    conn, ch = open_channel(new_leader.address)
+    got = []
+    while True:
+        method, _props, body = ch.basic_get("jobs", auto_ack=True)
+        if method is None:
+            break
+        got.append((body, method.redelivered))
+    conn.close()
+    assert got == [(b"job-%d" % i, i < 2) for i in range(5)]
 
 
 def test_kill_9_of_the_leader_under_load_loses_no_confirmed_message(nodes: list[Node]) -> None:

@@ -122,8 +122,10 @@ def test_a_follower_copies_the_directory_and_confirms_wait_for_it(
                 method, _props, _body = ch.basic_get("q")
                 assert method is not None
                 ch.basic_ack(method.delivery_tag)
-        leader.thread.stop()  # a clean stop writes the acks out: they replicate too
-        position = leader.replicator.position
+        # A clean stop writes the acks and what was delivered out: they replicate
+        # too (the loop runs on until the follower has them).
+        leader.thread.run(leader.thread.broker.stop())
+        position = leader.thread.call(lambda: leader.replicator.position)
         follower.run(follower.follower.wait_position(position))
         assert _files(tmp_path / "follower") == _files(tmp_path / "leader")
     finally:
@@ -189,8 +191,9 @@ def test_replication_over_mutual_tls_takes_only_certified_followers(tmp_path: Pa
             follower.run(follower.follower.synced.wait())
             _publish(lead.thread.port, "q", 20, start=20)  # confirmed once f1 has them
             assert lead.thread.call(lambda: lead.replicator.isr) == frozenset({"f1"})
-            lead.thread.stop()
-            follower.run(follower.follower.wait_position(lead.replicator.position))
+            lead.thread.run(lead.thread.broker.stop())
+            position = lead.thread.call(lambda: lead.replicator.position)
+            follower.run(follower.follower.wait_position(position))
             assert _files(tmp_path / "follower") == _files(tmp_path / "leader")
         finally:
             follower.stop()

@@ -30,6 +30,7 @@ on it):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -311,6 +312,19 @@ class Replicator:
             elif link.acked >= self.position:
                 link.last_ack = now  # nothing pending: not late
         self._watchdog = loop.call_later(min(1.0, self.ack_timeout / 2), self._check_acks)
+
+    async def stop_and_flush(self, timeout: float = 2.0) -> None:
+        """stop(), then wait (at most ``timeout`` seconds) until every follower
+        connection has sent what it holds: a clean stop's last writes (the acks,
+        what was delivered) reach the followers before the leader goes."""
+        writers = [link.writer for link in self.links if not link.closed]
+        self.stop()
+        if writers:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.gather(*(w.wait_closed() for w in writers), return_exceptions=True),
+                    timeout,
+                )
 
     def stop(self) -> None:
         """Stop serving the followers (the leader is stepping down). The ISR stays

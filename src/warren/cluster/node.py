@@ -256,8 +256,16 @@ class ClusterNode:
             log.warning("node %s no longer leads", self.node_id)
             if server is not None:
                 server.close()
-            await self._stop_leading()  # its last writes still reach the followers
-            replicator.stop()
+            # A clean stop keeps the lease while the broker stops (its clients are
+            # closed, the stores written out) and its last writes reach the
+            # followers; only then may one of them be elected. (A lease already
+            # lost stays lost: the first refresh ends this.)
+            keeper = asyncio.ensure_future(self._keep_lease(lease))
+            try:
+                await self._stop_leading()
+                await replicator.stop_and_flush()
+            finally:
+                keeper.cancel()
             mirror.detach(self.root)
             self.replicator = None
             with contextlib.suppress(EtcdError):

@@ -15,6 +15,7 @@ import logging
 import struct
 from array import array
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from mypy_extensions import mypyc_attr
@@ -575,6 +576,11 @@ class Queue(QueueFeatures):
 
     # -- policies ---------------------------------------------------------------------
     # -- lifecycle --------------------------------------------------------------------
+    def delivered_marks(self) -> dict[Path, int]:
+        """The store's marks of what was delivered (MessageStore.delivered_marks),
+        for a clean shutdown to record; none for a queue that does not survive one."""
+        return self.store.delivered_marks() if self.persistent else {}
+
     def mark_deleted(self) -> list[Consumer]:
         """Called by the vhost: stop delivering and hand back consumers to notify."""
         self.deleted = True

@@ -138,6 +138,12 @@ class MessageStore(Protocol):
         """Remove the store and whatever it holds (the queue is being deleted)."""
         ...
 
+    def delivered_marks(self) -> dict[Path, int]:
+        """For each log on disk (its directory): a seq below which every record
+        still held was delivered. A clean shutdown records them, so that the next
+        start reports exactly those messages as redelivered (after a crash, all)."""
+        ...
+
     @property
     def ready_count(self) -> int: ...
 
@@ -273,6 +279,9 @@ class MemoryStore:
 
     def delete(self) -> None:
         self.purge()
+
+    def delivered_marks(self) -> dict[Path, int]:
+        return {}  # nothing outlives the process
 
     @property
     def ready_count(self) -> int:

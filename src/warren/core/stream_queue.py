@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from warren.core.consumer import Consumer
@@ -370,6 +371,9 @@ class StreamQueue(Queue):
         """Streams do not expire (x-expires is refused on declaration)."""
 
     # -- lifecycle ------------------------------------------------------------------------
+    def delivered_marks(self) -> dict[Path, int]:
+        return {}  # a stream redelivers nothing: its readers keep their offsets
+
     def mark_deleted(self) -> list[Consumer]:
         self.deleted = True
         if self._retention_timer is not None:

@@ -13,6 +13,7 @@ import base64
 import logging
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from warren.core.consumer import Consumer
@@ -517,6 +518,13 @@ class VHost(VHostRouting, VHostParameters):
     def delete_exclusive_queues(self, owner: object) -> None:
         for q in [q for q in self.queues.values() if q.exclusive_owner is owner]:
             self.delete_queue(q.name)
+
+    def delivered_marks(self) -> dict[Path, int]:
+        """Every durable queue's delivered marks (Queue.delivered_marks)."""
+        marks: dict[Path, int] = {}
+        for q in self.queues.values():
+            marks.update(q.delivered_marks())
+        return marks
 
     def close(self) -> None:
         for ex in self.exchanges.values():

@@ -6,6 +6,10 @@
       vhosts.json             the vhost names
       mgmt.json               what the HTTP management API keeps that the core does not
                               (vhost descriptions, user limits, topic permissions ...)
+      delivered.json          written by a clean shutdown, read and removed at the next
+                              start: how far each durable queue's messages had been
+                              delivered (without it, after a crash, every recovered
+                              message counts as delivered)
       vhosts/<sha1(vhost)>/
         name                  the vhost's name, for people reading the tree
         definitions.log       durable exchanges, queues, bindings, policies, limits
@@ -173,6 +177,42 @@ class DataDir:
                 mirror = mirror_for(entry)
                 if mirror is not None:
                     mirror.deleted(entry)
+
+    @property
+    def delivered_file(self) -> Path:
+        return self.root / "delivered.json"
+
+    def save_delivered_marks(self, marks: dict[Path, int]) -> None:
+        """Record a clean shutdown's delivered marks (store directory -> seq)."""
+        root = os.path.abspath(self.root)
+        relative = {os.path.relpath(os.path.abspath(d), root): m for d, m in marks.items()}
+        write_json_atomically(self.delivered_file, {"version": 1, "marks": relative})
+
+    def take_delivered_marks(self) -> dict[Path, int] | None:
+        """The marks the last clean shutdown recorded, the file removed (a crash
+        from here on must not find them); None when there are none (the last
+        stop was not clean) or they cannot be read."""
+        path = self.delivered_file
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            marks = {self.root / rel: int(seq) for rel, seq in data["marks"].items()}
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.error(
+                "%s is unreadable (%s): every recovered message counts as delivered", path, exc
+            )
+            marks = None
+        path.unlink(missing_ok=True)
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        mirror = mirror_for(path)
+        if mirror is not None:
+            mirror.deleted(path)
+        return marks
 
     def load_vhosts(self) -> list[str]:
         try:

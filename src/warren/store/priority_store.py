@@ -265,6 +265,13 @@ class PriorityStore:
 
         self._each(close)
 
+    def delivered_marks(self) -> dict[Path, int]:
+        """Every level's (each has its own log and read cursor)."""
+        marks: dict[Path, int] = {}
+        for store in self._stores:
+            marks.update(store.delivered_marks())
+        return marks
+
     def delete(self) -> None:
         """Delete every level, then the directory that held them."""
         self._closed = True

@@ -69,7 +69,12 @@ class SegmentStore(SegmentFiles):
         directory: Path,
         segment_size: int = 8 * 1024 * 1024,
         persistent_only_on_recovery: bool = True,
+        delivered_mark: int | None = None,
     ) -> None:
+        """``delivered_mark``: delivered_mark() as a clean shutdown recorded it (the
+        records below it that are still here were delivered before); None after a
+        crash, when any recovered record may have been: all of them come back
+        redelivered, as RabbitMQ's do."""
         super().__init__(directory, segment_size)
         # The segment the log appends to (its counters), None until the first append.
         self._wseg: SegmentState | None = None
@@ -97,6 +102,14 @@ class SegmentStore(SegmentFiles):
         for seg in self._segs.values():
             self._ready_count += seg.unread
             self._ready_bytes += seg.unread_bytes
+        # Records below this seq were delivered before the store opened: shift()
+        # and peek() say redelivered for them (those appended from now on sit above).
+        # While the cursor may meet such records, shift() leaves its fast path
+        # (_shift_redelivering), which then needs no check of its own.
+        end = self._log_end()
+        self._redelivered_below = end if delivered_mark is None else min(delivered_mark, end)
+        self._redelivering = self._ready_count > 0 and self._redelivered_below > 0
+        self._set_detour()
 
     def __repr__(self) -> str:
         return f"<SegmentStore {str(self._dir)!r} ready={self._ready_count}>"
@@ -225,6 +238,8 @@ class SegmentStore(SegmentFiles):
             if m is None or pos >= self._rend or self._detour:
                 if self._peeked is not None:
                     return self._take_peeked()
+                if self._redelivering:
+                    return self._shift_redelivering()
                 m, pos = self._locate()
                 if m is None:
                     continue  # the segment turned out unreadable; counts were adjusted
@@ -245,6 +260,19 @@ class SegmentStore(SegmentFiles):
                 self._close_map()  # fully read for now: hold no map while idle
             return (seg.id << 32) | pos, msg, False
         return None
+
+    def _shift_redelivering(self) -> tuple[int, Message, bool] | None:
+        """shift() of the next record while records below the delivered mark may be
+        ahead: redelivered for those; once the cursor is past the mark, shift()
+        keeps to its fast path again."""
+        self._redelivering = False
+        self._set_detour()
+        item = self.shift()
+        if item is not None and item[0] < self._redelivered_below:
+            self._redelivering = True
+            self._set_detour()
+            return item[0], item[1], True
+        return item
 
     def ack(self, seq: int) -> None:
         seg = self._segs.get(seq >> 32)
@@ -292,7 +320,7 @@ class SegmentStore(SegmentFiles):
             return heap[0], requeued[heap[0]], True
         peeked = self._peeked
         if peeked is not None:
-            return peeked[0], peeked[1], False
+            return peeked[0], peeked[1], peeked[0] < self._redelivered_below
         while self._ready_count:
             m, pos = self._locate()
             if m is None:
@@ -307,7 +335,7 @@ class SegmentStore(SegmentFiles):
             seq = (seg.id << 32) | pos
             self._peeked = (seq, msg, length)
             self._detour = True
-            return seq, msg, False
+            return seq, msg, seq < self._redelivered_below
         return None
 
     def _take_peeked(self) -> tuple[int, Message, bool]:
@@ -326,7 +354,7 @@ class SegmentStore(SegmentFiles):
         self._set_detour()
         if not seg.unread:
             self._close_map()
-        return seq, msg, False
+        return seq, msg, seq < self._redelivered_below
 
     def remove_ready(self, seq: int) -> Message | None:
         """Take a ready message out wherever it is, acking it (durable like any ack).
@@ -455,6 +483,7 @@ class SegmentStore(SegmentFiles):
         self._ready_bytes = 0
         self._close_map()
         self._skip = None
+        self._redelivering = False  # nothing below the mark is left to read
         self._detour = False
         wseg = self._wseg
         for seg in list(self._segs.values()):
@@ -469,6 +498,38 @@ class SegmentStore(SegmentFiles):
             with self._lock:
                 self._write_acks_locked()
         return n
+
+    def delivered_marks(self) -> dict[Path, int]:
+        """{directory: mark}: every record below the mark that is still here was
+        delivered, in this run (below the read cursor: records go out in log
+        order, and requeued ones sit there too) or before (below the mark the
+        store opened with). Nothing for a store without records."""
+        if not self._segs:
+            return {}
+        return {self._dir: max(self._cursor_seq(), self._redelivered_below)}
+
+    def _cursor_seq(self) -> int:
+        """Where the read cursor stands: the seq of the next record it reads, or
+        the log's end when nothing is left to read."""
+        peeked = self._peeked
+        if peeked is not None:
+            return peeked[0]
+        seg = self._rseg
+        if seg is not None and seg.unread and seg.id in self._segs:
+            return (seg.id << 32) | self._rpos
+        after = seg.id if seg is not None else 0
+        for s in self._segs.values():  # by ascending id
+            if s.unread and s.id > after:
+                return s.id << 32
+        return self._log_end()
+
+    def _log_end(self) -> int:
+        """The seq the next append gets at the earliest: above every record."""
+        log_ = self._log
+        if log_.write_id:
+            return (log_.write_id << 32) | log_.write_pos
+        highest = max(self._segs, default=0)
+        return (highest + 1) << 32
 
     def close(self, sync: bool = True) -> None:
         """Write everything out (and fdatasync it unless ``sync`` is False), release files."""
@@ -495,7 +556,7 @@ class SegmentStore(SegmentFiles):
         self._requeued.clear()
         self._requeued_heap.clear()
         self._peeked = None
-        self._detour = False
+        self._redelivering = self._detour = False
         self._wseg = self._rseg = None
         self._ready_count = self._ready_bytes = 0
 
@@ -512,7 +573,7 @@ class SegmentStore(SegmentFiles):
             self._rseg = None
             self._skip = None
             self._peeked = None
-            self._detour = False
+            self._set_detour()
         with self._lock:
             if self._log.closed or self._segs.pop(seg.id, None) is None:
                 return
@@ -557,6 +618,7 @@ class SegmentStore(SegmentFiles):
             self._peeked is not None
             or self._skip is not None
             or (seg is not None and seg.removed is not None)
+            or self._redelivering
         )
 
     def _locate(self) -> tuple[mmap.mmap | None, int]:
@@ -598,7 +660,7 @@ class SegmentStore(SegmentFiles):
                     return None, 0
             removed = seg.removed
             if self._skip is None and removed is None:
-                self._detour = False  # callers hold no peeked record
+                self._detour = self._redelivering  # callers hold no peeked record
                 return m, self._rpos
             # Step over dead records: recovered ones (skip, sorted) and removed ones.
             skip = self._skip if self._skip is not None else NO_SKIP
