@@ -282,14 +282,29 @@ def test_followers_serve_the_streams_the_leader_names(nodes: list[Node]) -> None
         conn.close()
 
 
-def _etcd_isr(etcd: EtcdProcess) -> set[str]:
-    async def read() -> set[str]:
+def _etcd_isr_history(etcd: EtcdProcess, since: int | None) -> list[tuple[int, set[str]]]:
+    """Every value the ISR key held from revision ``since`` on (None: only the
+    current one), newest first, as (mod_revision, node ids): etcd keeps past
+    revisions until it compacts."""
+
+    async def read() -> list[tuple[int, set[str]]]:
         client = EtcdClient([etcd.url])
+        history: list[tuple[int, set[str]]] = []
         try:
-            kv = await client.get("test/isr")
+            body: dict[str, str] = {"key": base64.b64encode(b"test/isr").decode()}
+            while True:
+                kvs = (await client.call("kv/range", body)).get("kvs") or []
+                if not kvs:
+                    break
+                revision = int(kvs[0]["mod_revision"])
+                value = base64.b64decode(kvs[0].get("value", "")).decode()
+                history.append((revision, set(value.split(",")) if value else set()))
+                if since is None or revision <= since:
+                    break
+                body["revision"] = str(revision - 1)
         finally:
             await client.close()
-        return set(kv.value.decode().split(",")) if kv is not None else set()
+        return history
 
     return asyncio.run(read())
 
@@ -310,7 +325,9 @@ def test_a_paused_leader_cannot_shrink_the_isr_or_confirm_after_its_lease(
     leader.proc.send_signal(signal.SIGSTOP)
     try:
         new_leader = wait_any(followers, "elected leader", timeout=30, since=before)
-        new_leader.wait_for(r"in-sync replicas: \w+")  # the other follower joined it
+        other = next(n for n in followers if n is not new_leader)
+        new_leader.wait_for(f"in-sync replicas: .*{other.node_id}")  # it joined
+        elected_isr = _etcd_isr_history(etcd, since=None)[0][0]
         confirmed: list[int] = []
 
         def publish() -> None:
@@ -329,7 +346,13 @@ def test_a_paused_leader_cannot_shrink_the_isr_or_confirm_after_its_lease(
     publisher.join(30)
     assert not publisher.is_alive()
     leader.wait_for(r"following leader")
-    assert _etcd_isr(etcd) == {n.node_id for n in followers}
+    # From the new leader's first ISR on, every value etcd held names the new
+    # leader (the old one, fenced, never stored itself alone); the old leader may
+    # already have caught up and rejoined.
+    history = _etcd_isr_history(etcd, since=elected_isr)
+    assert history[-1][0] == elected_isr
+    assert all(new_leader.node_id in isr for _, isr in history), history
+    assert {n.node_id for n in followers} <= history[0][1]
     # Whatever the old leader confirmed is on the new one.
     got = job_bodies(new_leader.address)
     assert {b"job-%d" % i for i in range(10)} | {b"job-%d" % i for i in confirmed} <= got
