@@ -104,6 +104,20 @@ class BrokerThread:
             self.loop.close()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report ends with the last lines each broker process it ran
+    logged (tests/cluster/nodes.py keeps them in <tmp_path>/<name>.node.log): a
+    cluster test that fails once in CI is explained by its nodes' logs."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    tmp_path = getattr(item, "funcargs", {}).get("tmp_path")
+    if report.failed and report.when in ("setup", "call") and isinstance(tmp_path, Path):
+        for log in sorted(tmp_path.glob("*.node.log")):
+            tail = log.read_text(errors="replace").splitlines()[-80:]
+            report.sections.append((f"node {log.name.removesuffix('.node.log')}", "\n".join(tail)))
+
+
 def start_broker(data_dir: Path, **settings: Any) -> BrokerThread:
     # Ephemeral ports for both listeners, so brokers started in parallel never collide.
     settings.setdefault("http_port", 0)

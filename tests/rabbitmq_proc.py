@@ -6,34 +6,30 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import threading
 from pathlib import Path
 
+from free_ports import free_port
+
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 AVAILABLE = os.path.exists(SERVER)
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class RabbitMQ:
     def __init__(self, base: Path) -> None:
         base.mkdir(parents=True, exist_ok=True)
         (base / "enabled_plugins").write_text("[].\n")
-        self.port = _free_port()
-        self.epmd_port = _free_port()
+        self.port = free_port()
+        self.epmd_port = free_port()
         env = dict(
             os.environ,
             HOME=str(base),
             RABBITMQ_NODENAME=f"warrentest{self.port}@localhost",
             RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
             RABBITMQ_NODE_PORT=str(self.port),
-            RABBITMQ_DIST_PORT=str(_free_port()),
+            RABBITMQ_DIST_PORT=str(free_port()),
             RABBITMQ_MNESIA_BASE=str(base / "mnesia"),
             RABBITMQ_LOG_BASE=str(base / "log"),
             RABBITMQ_ENABLED_PLUGINS_FILE=str(base / "enabled_plugins"),

@@ -19,6 +19,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from free_ports import free_port
 
 pytest_plugins = ["pytester"]
 
@@ -113,18 +114,13 @@ def test_each_test_gets_a_fresh_vhost_deleted_afterwards(pytester: pytest.Pytest
     run(pytester).assert_outcomes(passed=3)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def test_options_fixed_port_kept_data_dir_and_session_end(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
     """--warren-port and --warren-data-dir are honoured; the broker is stopped at
     session end (its port refuses connections) and a kept data dir stays."""
-    port, data = _free_port(), tmp_path / "kept"
+    port, data = free_port(), tmp_path / "kept"
     pytester.makepyfile(
         f"""
         def test_options(warren_broker):

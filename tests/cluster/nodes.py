@@ -47,6 +47,7 @@ class Node:
         #: Its stream read service's port while it follows.
         self.stream_read_port = free_port()
         self.config = base / f"{name}.ini"
+        self.log_file = base / f"{name}.node.log"
         sections: dict[str, dict[str, object]] = {
             "main": {
                 "data_dir": self.data_dir,
@@ -98,11 +99,16 @@ class Node:
 
     def _read(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            with _logged:
-                self.log.append(line)
-                _logged.notify_all()
-            self.lines.put(line)
+        # Also kept in <base>/<name>.node.log: tests/conftest.py adds the tail of
+        # every such log to a failed test's report.
+        with self.log_file.open("a") as kept:
+            for line in proc.stdout:
+                kept.write(line)
+                kept.flush()
+                with _logged:
+                    self.log.append(line)
+                    _logged.notify_all()
+                self.lines.put(line)
 
     def wait_for(self, pattern: str, timeout: float = 60) -> str:
         """Block until the node logs a line matching ``pattern`` (read from its output)."""

@@ -5,25 +5,18 @@ Also: the source and the sink leave no connection open behind them.
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from free_ports import free_port
 
 from warren.spark.options import SinkOptions, SourceOptions
 
 from .helpers import BrokerInfo, declare_queue, publish
 
 pytestmark = pytest.mark.spark
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def read_error(spark: Any, streaming: bool = False, **options: Any) -> str:
