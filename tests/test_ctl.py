@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from free_ports import free_port
 
 from warren.ctl.client import exit_status_for
 from warren.ctl.main import main
@@ -327,9 +328,7 @@ def test_help_exits_0() -> None:
 
 
 def test_cannot_connect_exits_2() -> None:
-    with socket.socket() as s:  # a port that nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens on it
     r = ctl(None, "status", url=f"http://127.0.0.1:{port}")
     assert r.status == 2
     assert "cannot connect" in r.err and str(port) in r.err

@@ -11,13 +11,13 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from free_ports import free_port
 from test_perf import check_no_broker_imports, perf, warren_process
 
 from warren.perf.mqtt import MQTTParams, measure, parse_uri
@@ -31,9 +31,7 @@ def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     if not os.path.exists(MOSQUITTO):
         pytest.skip(f"{MOSQUITTO} is not installed (make mosquitto, or apt-get install mosquitto)")
     tmp = tmp_path_factory.mktemp("mosquitto")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     conf = tmp / "mosquitto.conf"
     conf.write_text(
         f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"

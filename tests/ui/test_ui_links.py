@@ -7,7 +7,6 @@ Each test cleans up what it made, through the UI where it can."""
 from __future__ import annotations
 
 import re
-import socket
 import urllib.error
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,6 +14,7 @@ from urllib.parse import quote
 
 import pika
 import pytest
+from free_ports import free_port
 from playwright.sync_api import Page, expect
 
 from .conftest import Console, UIServer
@@ -49,13 +49,6 @@ def needs(ui: UIServer, path: str, what: str) -> None:
 
 def is_warren(ui: UIServer) -> bool:
     return ui.api("GET", "/overview").get("product_name") == "Warren"
-
-
-def closed_port() -> int:
-    """A local port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def publish(ui: UIServer, exchange: str, routing_key: str, body: bytes) -> None:
@@ -185,7 +178,7 @@ def test_shovel_with_an_unreachable_source_shows_its_error(
     page = logged_in
     src, dest = queues
     name = unique("ui-shovel-down")
-    port = closed_port()
+    port = free_port()
     try:
         page.locator("#nav a[href='#/shovels']").click()
         form = page.locator("#add-shovel")
