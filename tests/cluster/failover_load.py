@@ -80,10 +80,11 @@ class FailoverLoad:
         self.stats = LoadStats()
         self._publishing = threading.Event()
         self._consuming = threading.Event()
-        self._threads = [
+        self._publishers = [
             threading.Thread(target=self._publisher, args=(i,), daemon=True)
             for i in range(publishers)
-        ] + [
+        ]
+        self._threads = self._publishers + [
             threading.Thread(target=self._consumer, args=(i,), daemon=True)
             for i in range(consumers)
         ]
@@ -98,7 +99,14 @@ class FailoverLoad:
         return self
 
     def stop_publishing(self) -> None:
+        """Stop the publishers and wait for them: a publish under way when this is
+        called may still be confirmed, and must be counted before the caller
+        checks that every confirmed message was delivered."""
         self._publishing.clear()
+        for thread in self._publishers:
+            thread.join(30)
+            if thread.is_alive():
+                raise AssertionError(f"a publisher did not stop: {self.summary()}")
 
     def stop(self) -> None:
         self._publishing.clear()
@@ -137,9 +145,12 @@ class FailoverLoad:
             }
 
     # -- clients ----------------------------------------------------------------------
-    def _connect(self, turn: int) -> tuple[pika.BlockingConnection, int]:
-        """Connect to the next address that accepts, starting at ``turn``."""
-        while True:
+    def _connect(
+        self, turn: int, running: threading.Event
+    ) -> tuple[pika.BlockingConnection | None, int]:
+        """Connect to the next address that accepts, starting at ``turn``; None
+        once ``running`` is cleared."""
+        while running.is_set():
             host, port = self.addresses[turn % len(self.addresses)]
             turn += 1
             try:
@@ -158,6 +169,7 @@ class FailoverLoad:
                 with self.stats.lock:
                     self.stats.errors.append(time.monotonic())
                 time.sleep(BACKOFF)
+        return None, turn
 
     def _publisher(self, index: int) -> None:
         try:
@@ -165,7 +177,9 @@ class FailoverLoad:
             turn = index
             first = True
             while self._publishing.is_set():
-                conn, turn = self._connect(turn)
+                conn, turn = self._connect(turn, self._publishing)
+                if conn is None:
+                    break
                 if not first:
                     with self.stats.lock:
                         self.stats.reconnects += 1
@@ -197,7 +211,9 @@ class FailoverLoad:
             turn = len(self.addresses) - 1 - index
             first = True
             while self._consuming.is_set():
-                conn, turn = self._connect(turn)
+                conn, turn = self._connect(turn, self._consuming)
+                if conn is None:
+                    break
                 if not first:
                     with self.stats.lock:
                         self.stats.reconnects += 1
