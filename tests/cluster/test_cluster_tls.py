@@ -27,10 +27,13 @@ class Certs:
 
 
 def _issue(ca: trustme.CA, where: Path, name: str) -> Certs:
-    """A certificate for 127.0.0.1 (server and client use) and the CA bundle."""
+    """A certificate for 127.0.0.1 (server and client use) and the CA bundle
+    (written once: a running etcd may read it again at any moment, and a file
+    being rewritten read as no CA at all, refusing every client for good)."""
     leaf = ca.issue_cert("127.0.0.1")
     certs = Certs(where / "ca.pem", where / f"{name}.pem", where / f"{name}.key")
-    ca.cert_pem.write_to_path(str(certs.ca))
+    if not certs.ca.exists():
+        ca.cert_pem.write_to_path(str(certs.ca))
     leaf.cert_chain_pems[0].write_to_path(str(certs.cert))
     leaf.private_key_pem.write_to_path(str(certs.key))
     return certs
