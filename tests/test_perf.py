@@ -11,15 +11,17 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import BrokerThread
 
-from warren.perf.client import URI
+from warren.perf.client import URI, Client
 from warren.perf.report import bucket, bucket_value_us, percentiles_ms
 from warren.perf.throughput import ThroughputParams, plan
 
@@ -241,11 +243,30 @@ def test_connection_count(broker: BrokerThread) -> None:
 def test_connection_count_json_and_pid_note(broker: BrokerThread) -> None:
     s = perf_json("connection-count", "--uri", broker.url, "--connections", "10", "--settle", "0")
     assert (s["connections"], s["channels"], s["consumers"]) == (10, 10, 0)
+    assert s["close_unanswered"] == 0  # the broker answered every connection.close
     assert s["open_s"] > 0
     assert s["rss_kib"] is None  # no --pid
     r = perf("connection-count", "--uri", broker.url, "--connections", "5", "--settle", "0")
     assert r.returncode == 0
     assert "--pid" in r.stdout  # the note about memory figures
+
+
+def test_close_waits_no_longer_than_asked_for_a_silent_broker() -> None:
+    """A peer that never answers connection.close costs close_end its timeout,
+    however many reads it would take (connection-count shares one wait among all
+    its connections)."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        client = Client(f"amqp://guest:guest@127.0.0.1:{silent.getsockname()[1]}/")
+        client.sock = socket.create_connection(silent.getsockname())
+        accepted, _ = silent.accept()
+        with accepted:
+            client.close_begin()
+            start = time.monotonic()
+            assert client.close_end(timeout=0.3) is False
+            waited = time.monotonic() - start
+            assert client.sock is None  # dropped
+            assert accepted.recv(1024)[:1] == b"\x01"  # connection.close went out
+    assert 0.3 <= waited < 3
 
 
 def test_queue_count(broker: BrokerThread) -> None:

@@ -198,21 +198,26 @@ class Client:
         except OSError:
             self.abort()
 
-    def close_end(self, timeout: float = 5.0) -> None:
-        """Wait for close-ok (skipping whatever is still in flight), then close the socket."""
+    def close_end(self, timeout: float = 5.0) -> bool:
+        """Wait up to ``timeout`` s for close-ok (skipping whatever is still in
+        flight), then close the socket. False: the broker did not answer in time."""
         if self.sock is None:
-            return
+            return False
+        answered = False
         try:
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
+                self.sock.settimeout(max(deadline - time.monotonic(), 0.001))
                 ftype, ch, payload = self.read_frame()
                 if ftype == FRAME_METHOD and ch == 0 and payload[:4] in (_CLOSE_OK, _CLOSE):
                     if payload[:4] == _CLOSE:
                         self.send_method(0, spec.ConnectionCloseOk())
+                    answered = True
                     break
         except (OSError, AMQPError, EOFError):
             pass
         self.abort()
+        return answered
 
     def abort(self) -> None:
         if self.sock is not None:
