@@ -112,8 +112,6 @@ def test_a_follower_copies_the_directory_and_confirms_wait_for_it(
         # Once synced and acked, it joins the ISR: confirms now wait for it.
         _publish(leader.thread.port, "q", 100, start=100)
         assert leader.thread.call(lambda: leader.replicator.isr) == frozenset({"f1"})
-        # Every confirmed publish is on the follower's disk.
-        position = leader.thread.call(lambda: leader.replicator.position)
         with pika.BlockingConnection(
             pika.ConnectionParameters("127.0.0.1", leader.thread.port)
         ) as conn:
@@ -122,12 +120,7 @@ def test_a_follower_copies_the_directory_and_confirms_wait_for_it(
                 method, _props, _body = ch.basic_get("q")
                 assert method is not None
                 ch.basic_ack(method.delivery_tag)
-        # A clean stop writes the acks and what was delivered out: they replicate
-        # too (the loop runs on until the follower has them).
-        leader.thread.run(leader.thread.broker.stop())
-        position = leader.thread.call(lambda: leader.replicator.position)
-        follower.run(follower.follower.wait_position(position))
-        assert _files(tmp_path / "follower") == _files(tmp_path / "leader")
+        _stop_and_compare(leader, follower, tmp_path)
     finally:
         follower.stop()
 
@@ -143,6 +136,16 @@ def test_a_follower_copies_the_directory_and_confirms_wait_for_it(
             assert body == b"m50"
     finally:
         promoted.stop()
+
+
+def _stop_and_compare(leader: Leader, follower: FollowerThread, tmp_path: Path) -> None:
+    """Stop the leader's broker cleanly, wait for the follower to have all it
+    wrote (a clean stop writes the acks and what was delivered out: they
+    replicate too), then check both directories hold the same bytes."""
+    leader.thread.run(leader.thread.broker.stop())
+    position = leader.thread.call(lambda: leader.replicator.position)
+    follower.run(follower.follower.wait_position(position))
+    assert _files(tmp_path / "follower") == _files(tmp_path / "leader")
 
 
 def _node_tls(tmp_path: Path, ca: trustme.CA, name: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
@@ -191,10 +194,7 @@ def test_replication_over_mutual_tls_takes_only_certified_followers(tmp_path: Pa
             follower.run(follower.follower.synced.wait())
             _publish(lead.thread.port, "q", 20, start=20)  # confirmed once f1 has them
             assert lead.thread.call(lambda: lead.replicator.isr) == frozenset({"f1"})
-            lead.thread.run(lead.thread.broker.stop())
-            position = lead.thread.call(lambda: lead.replicator.position)
-            follower.run(follower.follower.wait_position(position))
-            assert _files(tmp_path / "follower") == _files(tmp_path / "leader")
+            _stop_and_compare(lead, follower, tmp_path)
         finally:
             follower.stop()
     finally:

@@ -53,14 +53,19 @@ def write_json_atomically(path: Path, data: Any) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    fsync_directory(path.parent)
+    mirror = mirror_for(path)
+    if mirror is not None:
+        mirror.replaced(path, content)
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename or removal in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    mirror = mirror_for(path)
-    if mirror is not None:
-        mirror.replaced(path, content)
 
 
 def write_file(path: Path, data: bytes) -> None:
@@ -204,11 +209,7 @@ class DataDir:
             )
             marks = None
         path.unlink(missing_ok=True)
-        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_directory(self.root)
         mirror = mirror_for(path)
         if mirror is not None:
             mirror.deleted(path)
