@@ -53,6 +53,7 @@ _OVERRIDES: tuple[tuple[str, str], ...] = (
     ("consumer_timeout", "--consumer-timeout"),
     ("sync", "--no-sync"),
     ("load_definitions", "--load-definitions"),
+    ("damaged_metadata", "--damaged-metadata"),
 )
 
 
@@ -206,6 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="confirm persistent messages without waiting for fdatasync ([main] sync = false)",
     )
     p.add_argument(
+        "--damaged-metadata",
+        choices=("refuse", "set-aside"),
+        help="a damaged metadata file at start: refuse to start (default), or set it "
+        "aside and start without it ([main] damaged_metadata)",
+    )
+    p.add_argument(
         "--load-definitions",
         metavar="PATH",
         help="import a RabbitMQ definitions export (JSON file or directory) at start "
@@ -354,6 +361,7 @@ async def _serve(config: Config) -> int:
     """
     from warren.app import Broker  # deferred: see module docstring
     from warren.definitions_document import DefinitionsError
+    from warren.store.damage import DamagedFile
 
     loop = asyncio.get_running_loop()
     stop_event = asyncio.Event()
@@ -392,7 +400,7 @@ async def _serve(config: Config) -> int:
         except OSError as exc:
             print(_start_error_message(config, exc), file=sys.stderr)
             return 1
-        except DefinitionsError as exc:
+        except (DefinitionsError, DamagedFile) as exc:
             print(f"warren: cannot start: {exc}", file=sys.stderr)
             return 1
         await stop_event.wait()

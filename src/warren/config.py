@@ -192,6 +192,11 @@ class Config:
     #: A RabbitMQ definitions export (JSON file, or a directory of them) imported
     #: at every start, as RabbitMQ's ``load_definitions``. None: nothing to load.
     load_definitions: str | None = None
+    #: What a damaged metadata file (users.json, vhosts.json, a definitions log,
+    #: MQTT's session and retained logs ...) does at start: "refuse" to start,
+    #: naming the file, or "set-aside": rename it to <name>.damaged-<time> and start
+    #: without what it held (store/damage.py, docs/storage.md "Damage").
+    damaged_metadata: str = "refuse"
 
     @classmethod
     def from_ini(cls, path: str | os.PathLike[str]) -> Config:
@@ -349,6 +354,7 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "consumer_timeout"): ("consumer_timeout", _parse_int),
     ("main", "collect_statistics_interval"): ("collect_statistics_interval", _parse_int),
     ("main", "sync"): ("sync", _parse_bool),
+    ("main", "damaged_metadata"): ("damaged_metadata", _parse_str),
     ("main", "load_definitions"): ("load_definitions", _parse_optional_path),
     ("main", "auth_failure_delay"): ("auth_failure_delay", _parse_int),
     ("main", "auth_failures_per_minute"): ("auth_failures_per_minute", _parse_int),
@@ -475,6 +481,12 @@ def _cert_login_from(value: Any) -> str | None:
     return "must be common_name, distinguished_name or subject_alternative_name"
 
 
+def _damage_policy(value: Any) -> str | None:
+    if value in ("refuse", "set-aside"):
+        return None
+    return "must be refuse or set-aside"
+
+
 def _optional_path(value: Any) -> str | None:
     if value is None:
         return None
@@ -506,6 +518,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "consumer_timeout": _int_in(0, 2**63 - 1),
     "collect_statistics_interval": _int_in(0, 86_400_000),
     "load_definitions": _optional_path,
+    "damaged_metadata": _damage_policy,
     "auth_failure_delay": _int_in(0, 60_000),
     "auth_failures_per_minute": _int_in(0, 1_000_000),
     "mqtt_bind": _non_empty_str,
