@@ -27,13 +27,17 @@ from warren.core.runtime_parameters import ParameterComponent, ValidationFailed
 from warren.core.stats import MessageStats, OctetStats, RateSampler
 from warren.core.store import MessageStore
 from warren.core.stream import StreamLog
+from warren.core.users import UserStore
 from warren.core.vhost import VHost
 from warren.definitions_document import DefinitionsError, read_definitions
 from warren.definitions_export import export_definitions
 from warren.definitions_import import import_definitions
 from warren.memory import resident_bytes, total_bytes
+from warren.store import damage
 from warren.store.definitions import DefinitionsLog
 from warren.store.layout import DataDir
+from warren.store.orphans import report as report_orphans
+from warren.store.orphans import sweep
 from warren.store.priority_store import PriorityStore, level_name
 from warren.store.segment_store import SegmentStore
 from warren.store.stream_store import StreamStore
@@ -92,7 +96,9 @@ class Broker:
         # While the vhosts are restored: what the last clean shutdown recorded as
         # delivered, by store directory (None after a crash: everything may have been).
         self._delivered_marks: dict[Path, int] | None = {}
-        self.users = load_users(self.layout.users_file)
+        self._taken_marks: dict[Path, int] | None = None  # as the last stop left them
+        #: Loaded from the data directory by start().
+        self.users = UserStore()
         self.vhosts: dict[str, VHost] = {}
         self.listeners: list[Listener] = list(listeners)
         self.connections: set[ClientConnection] = set()
@@ -166,7 +172,15 @@ class Broker:
         assert self._loop is not None, "the broker must be started first"
         vhost = self.vhosts.get(name)
         if vhost is None:
-            definitions = DefinitionsLog(self.layout.definitions_file(name), self.config.sync)
+            policy = self.config.damaged_metadata
+            definitions = DefinitionsLog(
+                self.layout.definitions_file(name),
+                self.config.sync,
+                on_damage=policy,
+                object_dirs=True,
+            )
+            if self.syncer is not None and self.syncer.enabled:
+                definitions.on_write = self.syncer.definitions_written
             vhost = VHost(
                 name,
                 self._loop.call_soon,
@@ -176,9 +190,19 @@ class Broker:
                 exchange_store_factory=self._new_exchange_store,
                 stream_store_factory=self._new_stream_store,
             )
-            vhost.restore_definitions()
-            self.layout.remove_orphan_queue_dirs(name, list(vhost.queues))
-            self.layout.remove_orphan_exchange_dirs(name, list(vhost.exchanges))
+            try:
+                problems = vhost.restore_definitions()
+                if problems and policy != damage.SET_ASIDE:
+                    raise damage.refusal(definitions.path, "; ".join(problems))
+                # Set aside: skipped, but left in the log, where they still claim
+                # their queues' directories (each is logged by the vhost).
+                directory = definitions.path.parent
+                orphans = sweep(name, directory, definitions.live, definitions.deleted)
+                if orphans:
+                    report_orphans(definitions.path, orphans, policy)
+            except BaseException:
+                vhost.close()
+                raise
             self.vhosts[name] = vhost
             self.layout.save_vhosts(list(self.vhosts))
         return vhost
@@ -239,10 +263,12 @@ class Broker:
                 vhost.delete_exchange(exchange)
         vhost.close()
         del self.vhosts[name]
+        # Its directories go before vhosts.json forgets it: a start finds a vhost
+        # by its directory too (DataDir.load_vhosts).
+        doomed = self.layout.detach_vhost_dirs(name)
         self.layout.save_vhosts(list(self.vhosts))
         self.users.forget_vhost(name)
         self.save_users()
-        doomed = self.layout.detach_vhost_dirs(name)
         if doomed and self._loop is not None:
             self._loop.run_in_executor(None, _remove_trees, doomed)
         log.info("vhost '%s' deleted", name)
@@ -365,34 +391,12 @@ class Broker:
         self._loop = loop = asyncio.get_running_loop()
         _raise_fd_limit()
         self.layout.prepare()
-        self.syncer = GroupSync(loop, self.config.sync, replication=self.replication)
-        self._delivered_marks = self.layout.take_delivered_marks()
-        vhosts = self.layout.load_vhosts()
-        definitions = self.config.load_definitions
-        # As RabbitMQ: a new node with definitions to load gets no default vhost and user.
-        seed = not (definitions and not vhosts and not self.users.users)
-        if not seed:
-            log.info("will not seed the default vhost and user: have definitions to load")
-        # Restoring builds an object graph of every queue and exchange (hundreds
-        # of thousands of objects for 100,000 queues) that lives as long as the
-        # broker: the cyclic GC would walk it again and again while it grows
-        # (a sixth of a big restore's time), and then at every full collection.
-        # Collect once afterwards and freeze what survives.
-        gc.disable()
         try:
-            for name in vhosts or ([self.config.default_vhost] if seed else []):
-                self.add_vhost(name)
-        finally:
-            gc.enable()
-            gc.collect()
-            gc.freeze()
-        self._delivered_marks = {}  # stores made from now on are new: nothing delivered
-        if not self.users.users and seed and not self.users.from_file:
-            self.users.add_user(
-                self.config.default_user, self.config.default_password, ["administrator"]
-            )
-            self.users.set_permissions(self.config.default_user, self.config.default_vhost)
-            self.save_users()
+            self._restore(loop)
+        except BaseException:
+            self._abort_start()
+            raise
+        definitions = self.config.load_definitions
         if definitions:
             try:
                 self._load_definitions(definitions)
@@ -421,6 +425,68 @@ class Broker:
             ", ".join(f"{lst.name} port {lst.port}" for lst in self.listeners) or "no listeners",
             self.data_dir,
         )
+
+    def _restore(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Read the data directory: users, vhosts, their definitions and stores.
+        Damaged metadata refuses the start or is set aside (store/damage.py); the
+        default user is made only in a new data directory."""
+        policy = self.config.damaged_metadata
+        new = self.layout.is_new
+        self.users = load_users(self.layout.users_file, policy)
+        if not new and not self.layout.users_file.exists():
+            problem = "missing, though the data directory holds vhosts"
+            if policy != damage.SET_ASIDE:
+                raise damage.refusal(self.layout.users_file, problem)
+            log.error("%s is %s: starting with no users", self.layout.users_file, problem)
+            self.users.from_file = True
+        self.syncer = GroupSync(loop, self.config.sync, replication=self.replication)
+        self._delivered_marks = self.layout.take_delivered_marks()
+        self._taken_marks = self._delivered_marks
+        vhosts = self.layout.load_vhosts(policy)
+        definitions = self.config.load_definitions
+        # As RabbitMQ: a new node with definitions to load gets no default vhost and user.
+        seed = not (definitions and not vhosts and not self.users.users)
+        if not seed:
+            log.info("will not seed the default vhost and user: have definitions to load")
+        # Restoring builds an object graph of every queue and exchange (hundreds
+        # of thousands of objects for 100,000 queues) that lives as long as the
+        # broker: the cyclic GC would walk it again and again while it grows
+        # (a sixth of a big restore's time), and then at every full collection.
+        # Collect once afterwards and freeze what survives.
+        gc.disable()
+        try:
+            for name in vhosts or ([self.config.default_vhost] if seed else []):
+                self.add_vhost(name)
+        finally:
+            gc.enable()
+            gc.collect()
+            gc.freeze()
+        self._delivered_marks = {}  # stores made from now on are new: nothing delivered
+        if seed and new and not self.users.users:
+            self.users.add_user(
+                self.config.default_user, self.config.default_password, ["administrator"]
+            )
+            self.users.set_permissions(self.config.default_user, self.config.default_vhost)
+        if not self.layout.users_file.exists():
+            # Written at the first start, even empty: from then on a missing file
+            # is damage, never a reason to make the default user again.
+            self.save_users()
+
+    def _abort_start(self) -> None:
+        """Undo a start that failed while reading the data directory: close what
+        was opened, put back the delivered marks it took, release the lock."""
+        for vhost in self.vhosts.values():
+            vhost.close()
+        self.vhosts = {}
+        if self.syncer is not None:
+            self.syncer.close()
+            self.syncer = None
+        if self._taken_marks is not None:
+            try:
+                self.layout.save_delivered_marks(self._taken_marks)
+            except OSError as exc:
+                log.error("cannot put back what was delivered: %s", exc)
+        self.layout.release()
 
     async def stop(self) -> None:
         """Stop every listener (each closes its clients as its protocol does at

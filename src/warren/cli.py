@@ -267,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     ``warren perf ...`` runs the load-test tools instead (warren.perf, which does
     not import the broker), ``warren ctl ...`` the management command line
     (warren.ctl, neither), ``warren users ...`` user management on a stopped or
-    running broker (warren.users_cli); every other argument list is the server's.
+    running broker (warren.users_cli), ``warren orphans ...`` the data directories
+    no definition claims (warren.orphans_cli); every other argument list is the
+    server's.
     """
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "perf":
@@ -278,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
         from warren.users_cli import main as users_main
 
         return users_main(list(args[1:]))
+    if args and args[0] == "orphans":
+        from warren.orphans_cli import main as orphans_main
+
+        return orphans_main(list(args[1:]))
     if args and args[0] == "ctl":
         from warren.ctl.main import main as ctl_main
 

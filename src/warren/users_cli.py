@@ -22,6 +22,7 @@ from pathlib import Path
 
 from warren.config import Config, ConfigError
 from warren.core.users import Permission, UserStore, hash_password
+from warren.store.damage import DamagedFile
 from warren.store.layout import DataDir
 from warren.store.users_file import load_users, save_users
 
@@ -174,12 +175,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             from warren.ctl.main import main as ctl_main
 
             return ctl_main(_ctl_argv(args, config, password))
-        store = load_users(layout.users_file)
-        if not store.users and not layout.users_file.exists():
+        try:
+            new = layout.is_new
+            store = load_users(layout.users_file, config.damaged_metadata)
+            vhosts = layout.load_vhosts(config.damaged_metadata) or [config.default_vhost]
+        except DamagedFile as exc:
+            print(f"warren users: {exc}", file=sys.stderr)
+            return 1
+        if new:
             # A fresh directory: the broker's first start would add the default user.
             store.add_user(config.default_user, config.default_password, ["administrator"])
             store.set_permissions(config.default_user, config.default_vhost)
-        vhosts = layout.load_vhosts() or [config.default_vhost]
         try:
             message = _edit(args, store, vhosts, password)
         except ValueError as exc:

@@ -128,7 +128,7 @@ class Channel(Publishing):
         if handler is None:  # e.g. a connection-class or server-to-client method
             raise CommandInvalid("unimplemented method")
         syncer = conn.broker.syncer if type(method) in _DEFINITION_METHODS else None
-        mark = syncer.change_mark() if syncer is not None else 0
+        mark = syncer.change_mark() if syncer is not None else (0, 0)
         output_mark = len(conn.pending)
         try:
             handler(self, method)
@@ -137,8 +137,9 @@ class Channel(Publishing):
                 conn.connection_error(exc, method.CLASS_ID, method.METHOD_ID)
             else:
                 self.channel_error(exc, method.CLASS_ID, method.METHOD_ID)
-        if syncer is not None and syncer.replication is not None:
-            # A durable change: its reply waits for the cluster's followers.
+        if syncer is not None:
+            # A durable change: its reply waits until it is on disk (and, in a
+            # cluster, held by the followers).
             conn.hold_replies(syncer, mark, output_mark)
 
     # -- errors and closing -----------------------------------------------------------
@@ -621,8 +622,9 @@ class Channel(Publishing):
         self.reply(spec.TxRollbackOk())
 
 
-#: Methods that change definitions: in a cluster their replies wait until the
-#: in-sync followers hold the change (store/sync.py, GroupSync.after_changes).
+#: Methods that change definitions: their replies wait until the change is on
+#: disk and, in a cluster, held by the in-sync followers (store/sync.py,
+#: GroupSync.after_changes).
 _DEFINITION_METHODS = frozenset(
     {
         spec.ExchangeDeclare,

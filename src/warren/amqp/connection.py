@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from warren.core.users import User
     from warren.core.vhost import VHost
     from warren.node import Node
-    from warren.store.sync import GroupSync
+    from warren.store.sync import ChangeMark, GroupSync
 
 log = logging.getLogger("warren.amqp")
 
@@ -341,10 +341,11 @@ class AMQPConnection:
         mypyc, would take feed()'s early check as true for the rest of it)."""
         return self._held is not None
 
-    def hold_replies(self, syncer: GroupSync, mark: int, output_mark: int) -> None:
+    def hold_replies(self, syncer: GroupSync, mark: ChangeMark, output_mark: int) -> None:
         """Hold the output since ``output_mark`` (a definitions change's reply)
-        until the followers have the changes made since ``mark``; reading and
-        processing input stop meanwhile, so later replies cannot overtake it."""
+        until the changes made since ``mark`` are on disk (and held by the
+        followers); reading and processing input stop meanwhile, so later
+        replies cannot overtake it."""
         if self._held is not None or self.state >= State.CLOSED:
             return
         held = self.pending[output_mark:]

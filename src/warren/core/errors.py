@@ -79,6 +79,15 @@ class UnexpectedFrame(BrokerError):
     hard = True
 
 
+class ResourceError(BrokerError):
+    """The server lacks a resource to carry the method out (a full or failing
+    disk where a definition must be stored)."""
+
+    code = 506
+    name = "RESOURCE_ERROR"
+    hard = True
+
+
 class NotAllowed(BrokerError):
     code = 530
     name = "NOT_ALLOWED"

@@ -14,14 +14,16 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from warren.core.consumer import Consumer
 from warren.core.erlang_format import field_type
 from warren.core.errors import (
     AccessRefused,
+    BrokerError,
     NotFound,
     PreconditionFailed,
+    ResourceError,
     ResourceLocked,
 )
 from warren.core.exchange import Binding, DefaultExchange, Exchange, exchange_class
@@ -66,6 +68,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("warren.vhost")
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 PREDECLARED = (
     ("amq.direct", "direct", False),
@@ -217,11 +222,12 @@ class VHost(VHostRouting, VHostParameters):
                 f"exchange '{name}' in vhost '{self.name}'"
             )
         ex = cls(self.name, name, durable, auto_delete, internal, arguments)
+        if durable and self.definitions is not None:
+            # Stored first: a definition that cannot be stored must not exist.
+            self._store(f"exchange '{name}'", exchange_key(name), self._encoded(ex, exchange_record))
         ex.attach(self)
         self.exchanges[name] = ex
         self.attach_exchange_policy(ex)
-        if durable and self.definitions is not None:
-            self.definitions.put(exchange_key(name), exchange_record(ex))
         log.debug("exchange declared vhost=%s name=%s type=%s", self.name, name, type_)
         return ex
 
@@ -270,11 +276,11 @@ class VHost(VHostRouting, VHostParameters):
         self._remove_exchange(ex)
 
     def _remove_exchange(self, ex: Exchange) -> None:
+        if ex.durable and self.definitions is not None:
+            self._store(f"the deletion of exchange '{ex.name}'", exchange_key(ex.name), None)
         ex.deleted = True
         ex.discard()
         self.exchanges.pop(ex.name, None)
-        if ex.durable and self.definitions is not None:
-            self.definitions.delete(exchange_key(ex.name))
         for binding in list(ex.bindings.values()):
             self._drop_binding(binding, cascade=False)
         for binding in list(self._inbound.get(id(ex), {}).values()):
@@ -334,28 +340,42 @@ class VHost(VHostRouting, VHostParameters):
         # Only a new queue counts against the limit and has its arguments
         # validated (RabbitMQ's order).
         self.check_queue_limit(name)
-        if is_stream(arguments):
+        stream = is_stream(arguments)
+        if stream:
             validate_stream_declaration(name, self.name, durable, exclusive, auto_delete, arguments)
-            q: Queue = self._new_stream(name, arguments)
-            persistent = True
         else:
             validate_queue_arguments(name, self.name, arguments)
-            persistent = durable and not exclusive
-            store = self._store_factory(self, name, persistent, max_priority(arguments))
-            q = Queue(
-                self,
-                name,
-                store,
-                durable=durable,
-                exclusive_owner=owner if exclusive else None,
-                auto_delete=auto_delete,
-                arguments=arguments,
-            )
+        persistent = stream or (durable and not exclusive)
+        try:
+            if stream:
+                q: Queue = self._new_stream(name, arguments)
+            else:
+                store = self._store_factory(self, name, persistent, max_priority(arguments))
+                q = Queue(
+                    self,
+                    name,
+                    store,
+                    durable=durable,
+                    exclusive_owner=owner if exclusive else None,
+                    auto_delete=auto_delete,
+                    arguments=arguments,
+                )
+        except OSError as exc:  # its directory or files could not be made
+            log.error("vhost '%s': cannot create queue '%s': %s", self.name, name, exc)
+            raise ResourceError(
+                f"cannot create queue '{name}' in vhost '{self.name}': {exc.strerror or exc}"
+            ) from None
+        if persistent and self.definitions is not None:
+            # Stored before the queue exists: a definition that cannot be stored
+            # must not exist (its directory stays for the next start to judge).
+            try:
+                self._store(f"queue '{name}'", queue_key(name), self._encoded(q, queue_record))
+            except BrokerError:
+                q.store.close()
+                raise
         self.queues[name] = q
         self.queues_created += 1
         self.attach_queue_policies(q)
-        if persistent and self.definitions is not None:
-            self.definitions.put(queue_key(name), queue_record(q))
         log.debug("queue declared vhost=%s name=%s durable=%s", self.name, name, durable)
         return q
 
@@ -414,10 +434,10 @@ class VHost(VHostRouting, VHostParameters):
         if if_empty and q.message_count and not stream:
             raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' not empty")
         count = 0 if stream else q.message_count
+        if q.persistent and self.definitions is not None:
+            self._store(f"the deletion of queue '{name}'", queue_key(name), None)
         self.queues.pop(name, None)
         self.queues_deleted += 1
-        if q.persistent and self.definitions is not None:
-            self.definitions.delete(queue_key(name))
         for binding in list(self._inbound.get(id(q), {}).values()):
             self._drop_binding(binding)
         self._inbound.pop(id(q), None)
@@ -444,13 +464,13 @@ class VHost(VHostRouting, VHostParameters):
         existing = source.bindings.get(binding.key)
         if existing is not None:
             return existing
+        if self.definitions is not None and binding_is_durable(binding):
+            key, record = self._encoded(binding, binding_record)
+            self._store(f"a binding of exchange '{source.name}'", key, record)
         source.bind(binding)
         self._inbound.setdefault(id(destination), {})[(id(source), binding.key)] = binding
         if self.exchange_watchers:
             self.exchange_changed(source.name)
-        if self.definitions is not None and binding_is_durable(binding):
-            key, record = binding_record(binding)
-            self.definitions.put(key, record)
         return binding
 
     def unbind(
@@ -470,9 +490,10 @@ class VHost(VHostRouting, VHostParameters):
 
     def _drop_binding(self, binding: Binding, cascade: bool = True) -> None:
         source = binding.source
-        source.unbind(binding.key)
         if self.definitions is not None and binding_is_durable(binding):
-            self.definitions.delete(binding_record(binding)[0])
+            key = binding_record(binding)[0]
+            self._store(f"the deletion of a binding of exchange '{source.name}'", key, None)
+        source.unbind(binding.key)
         inbound = self._inbound.get(id(binding.destination))
         if inbound is not None:
             inbound.pop((id(source), binding.key), None)
@@ -480,6 +501,15 @@ class VHost(VHostRouting, VHostParameters):
             self.exchange_changed(source.name)
         if cascade and source.auto_delete and not source.bindings and not source.deleted:
             self._remove_exchange(source)
+
+    # -- the definitions log ----------------------------------------------------------------
+    def _encoded(self, obj: _T, record: Callable[[_T], _R]) -> _R:
+        """``record(obj)``: its definitions-log record; arguments that cannot be
+        encoded (nested too deep for a field table) refuse the declaration."""
+        try:
+            return record(obj)
+        except (ValueError, TypeError) as exc:
+            raise PreconditionFailed(f"cannot store the arguments: {exc}") from None
 
     def exchange_changed(self, name: str) -> None:
         """Tell the exchange watchers that exchange ``name`` changed."""
@@ -535,16 +565,18 @@ class VHost(VHostRouting, VHostParameters):
             self.definitions.close()
 
     # -- recovery ---------------------------------------------------------------------
-    def restore_definitions(self) -> None:
+    def restore_definitions(self) -> list[str]:
         """Recreate durable exchanges, queues and bindings from the definitions log.
 
-        A record that cannot be applied (say, a binding whose queue's files were
-        lost) is logged and skipped, so one damaged definition never stops the start.
+        A record that cannot be applied is skipped and named in the list returned:
+        the broker refuses to start over it, or goes on without it (store/damage.py).
+        Its queue's directory stays: the record still claims it.
         """
         defs = self.definitions
+        problems: list[str] = []
         if defs is None:
-            return
-        self.restore_parameters()  # policies first: objects are matched as they return
+            return problems
+        problems = self.restore_parameters()  # policies first: objects are matched as they return
         for rec in list(defs.entries("e:")):
             try:
                 cls = exchange_class(rec["type"])
@@ -557,6 +589,7 @@ class VHost(VHostRouting, VHostParameters):
                 self.attach_exchange_policy(ex)
             except Exception as exc:
                 log.error("vhost '%s': cannot restore exchange %r: %s", self.name, rec, exc)
+                problems.append(f"cannot restore exchange {rec.get('name', rec)!r:.200}: {exc}")
         for rec in list(defs.entries("q:")):
             try:
                 name = rec["name"]
@@ -579,7 +612,16 @@ class VHost(VHostRouting, VHostParameters):
                     q.rebuild_expiry_index()
             except Exception as exc:
                 log.error("vhost '%s': cannot restore queue %r: %s", self.name, rec, exc)
-        for rec in list(defs.entries('["b"')):
+                problems.append(f"cannot restore queue {rec.get('name', rec)!r:.200}: {exc}")
+        for key, rec in list(defs.live.items()):
+            if not key.startswith('["b"'):
+                continue
+            if self._binding_of_deleted(rec):
+                # A delete's leftover: a crash came between the delete of its
+                # queue or exchange and of its bindings.
+                log.info("vhost '%s': dropping a deleted object's binding %r", self.name, rec)
+                defs.delete(key)
+                continue
             try:
                 source = self.exchanges[rec["source"]]
                 dest: Queue | Exchange = (
@@ -594,6 +636,20 @@ class VHost(VHostRouting, VHostParameters):
                     self._inbound.setdefault(id(dest), {})[(id(source), binding.key)] = binding
             except Exception as exc:
                 log.error("vhost '%s': cannot restore binding %r: %s", self.name, rec, exc)
+                problems.append(f"cannot restore binding {rec!r:.200}: {exc}")
+        return problems
+
+    def _binding_of_deleted(self, rec: dict[str, Any]) -> bool:
+        """Whether a binding record names an end its definitions log shows deleted."""
+        defs = self.definitions
+        assert defs is not None
+        try:
+            dest = (queue_key if rec["destination_type"] == "queue" else exchange_key)(
+                rec["destination"]
+            )
+            return exchange_key(rec["source"]) in defs.deleted or dest in defs.deleted
+        except (KeyError, TypeError):
+            return False
 
 
 def _notify_cancelled(consumers: list[Consumer]) -> None:

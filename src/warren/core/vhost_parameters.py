@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from warren.core.errors import NotAllowed, NotFound, PreconditionFailed
+from warren.core.errors import NotAllowed, NotFound, PreconditionFailed, ResourceError
 from warren.core.policies import Policy, best_match, validate_policy
 from warren.core.runtime_parameters import limit, validate_limits
 
@@ -35,9 +35,6 @@ POLICY_PREFIX = "policy:"
 PARAMETER_PREFIX = "parameter:"
 OPERATOR_POLICY_PREFIX = "operator_policy:"
 LIMITS_KEY = "vhost-limits"
-
-
-_MISSING = object()
 
 
 def _sorted(policies: dict[str, Policy]) -> list[Policy]:
@@ -114,9 +111,9 @@ class VHostParameters:
         )
         if table.get(policy.name) == policy:
             return  # RabbitMQ: setting the same value again changes nothing
-        table[policy.name] = policy
         if self.definitions is not None:
-            self.definitions.put(prefix + policy.name, policy.as_json())
+            self._store(f"policy '{policy.name}'", prefix + policy.name, policy.as_json())
+        table[policy.name] = policy
         log.info(
             "vhost '%s': %s '%s' set: pattern '%s', apply-to %s, priority %s, %s",
             self.name,
@@ -130,10 +127,11 @@ class VHostParameters:
         self.reapply_policies()
 
     def _drop_policy(self, table: dict[str, Policy], prefix: str, name: str) -> None:
-        if table.pop(name, None) is None:
+        if name not in table:
             raise NotFound("Parameter does not exist")
         if self.definitions is not None:
-            self.definitions.delete(prefix + name)
+            self._store(f"the deletion of policy '{name}'", prefix + name, None)
+        del table[name]
         label = "operator policy" if prefix == OPERATOR_POLICY_PREFIX else "policy"
         log.info("vhost '%s': %s '%s' cleared", self.name, label, name)
         self.reapply_policies()
@@ -177,19 +175,22 @@ class VHostParameters:
 
     def put_component_parameter(self, component: str, name: str, value: Any) -> None:
         """Store a parameter its component has validated (Broker.set_parameter)."""
-        self._component_params[(component, name)] = value
         if self.definitions is not None:
-            self.definitions.put(
+            self._store(
+                f"parameter '{name}'",
                 f"{PARAMETER_PREFIX}{component}:{name}",
                 {"component": component, "name": name, "value": value},
             )
+        self._component_params[(component, name)] = value
 
     def drop_component_parameter(self, component: str, name: str) -> bool:
         """Forget a parameter; whether there was one."""
-        if self._component_params.pop((component, name), _MISSING) is _MISSING:
+        if (component, name) not in self._component_params:
             return False
         if self.definitions is not None:
-            self.definitions.delete(f"{PARAMETER_PREFIX}{component}:{name}")
+            key = f"{PARAMETER_PREFIX}{component}:{name}"
+            self._store(f"the deletion of parameter '{name}'", key, None)
+        del self._component_params[(component, name)]
         return True
 
     # -- limits -------------------------------------------------------------------------
@@ -209,9 +210,10 @@ class VHostParameters:
         ``max-connections`` and ``max-queues`` are integers; 0 allows none, a
         negative value means no limit. Existing connections and queues stay.
         """
-        self._limits = validate_limits(limits)
+        validated = validate_limits(limits)
         if self.definitions is not None:
-            self.definitions.put(LIMITS_KEY, dict(self._limits))
+            self._store("the vhost's limits", LIMITS_KEY, dict(validated))
+        self._limits = validated
         log.info("vhost '%s': limits set to %s", self.name, self._limits)
 
     def clear_limits(self, name: str | None = None) -> None:
@@ -221,9 +223,9 @@ class VHostParameters:
         if name is not None:
             self.set_limits({k: v for k, v in self._limits.items() if k != name})
             return
-        self._limits = None
         if self.definitions is not None:
-            self.definitions.delete(LIMITS_KEY)
+            self._store("the deletion of the vhost's limits", LIMITS_KEY, None)
+        self._limits = None
         log.info("vhost '%s': limits cleared", self.name)
 
     def _limit(self, key: str) -> int | None:
@@ -257,13 +259,37 @@ class VHostParameters:
                 f"queue limit in vhost '{self.name}' ({cap}) is reached"
             )
 
-    # -- recovery -------------------------------------------------------------------------
-    def restore_parameters(self) -> None:
-        """Load policies and limits from the definitions log, before the queues and
-        exchanges are restored (they are matched as they are recreated)."""
+    # -- the definitions log ----------------------------------------------------------------
+    def _store(self, what: str, key: str, record: dict[str, Any] | None) -> None:
+        """Write a change (``record`` None: a deletion) to the definitions log, or
+        raise ResourceError having changed nothing (a full or failing disk)."""
         defs = self.definitions
+        assert defs is not None
+        try:
+            if record is None:
+                defs.delete(key)
+            else:
+                defs.put(key, record)
+        except OSError as exc:
+            log.error("vhost '%s': cannot store %s: %s", self.name, what, exc)
+            raise ResourceError(
+                f"cannot store {what} in vhost '{self.name}': {exc.strerror or exc}"
+            ) from None
+
+    # -- recovery -------------------------------------------------------------------------
+    def restore_parameters(self) -> list[str]:
+        """Load policies and limits from the definitions log, before the queues and
+        exchanges are restored (they are matched as they are recreated); what
+        could not be loaded, named (VHost.restore_definitions)."""
+        defs = self.definitions
+        problems: list[str] = []
         if defs is None:
-            return
+            return problems
+
+        def failed(what: str, rec: Any, exc: Exception) -> None:
+            log.error("vhost '%s': cannot restore %s %r: %s", self.name, what, rec, exc)
+            problems.append(f"cannot restore {what} {rec!r:.200}: {exc}")
+
         for prefix, operator in ((POLICY_PREFIX, False), (OPERATOR_POLICY_PREFIX, True)):
             for rec in list(defs.entries(prefix)):
                 try:
@@ -276,7 +302,7 @@ class VHostParameters:
                         operator=operator,
                     )
                 except (KeyError, TypeError, ValueError) as exc:
-                    log.error("vhost '%s': cannot restore policy %r: %s", self.name, rec, exc)
+                    failed("policy", rec, exc)
                     continue
                 table = self._operator_policies if operator else self._policies
                 table[policy.name] = policy
@@ -284,11 +310,12 @@ class VHostParameters:
             try:
                 self._component_params[(rec["component"], rec["name"])] = rec["value"]
             except (KeyError, TypeError) as exc:
-                log.error("vhost '%s': cannot restore parameter %r: %s", self.name, rec, exc)
+                failed("parameter", rec, exc)
         for rec in list(defs.entries(LIMITS_KEY)):
             try:
                 self._limits = validate_limits(rec)
             except ValueError as exc:
-                log.error("vhost '%s': cannot restore limits %r: %s", self.name, rec, exc)
+                failed("limits", rec, exc)
         for ex in self.exchanges.values():
             self.attach_exchange_policy(ex)
+        return problems

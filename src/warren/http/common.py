@@ -86,6 +86,8 @@ def from_broker_error(exc: BrokerError) -> ApiError:
         return not_authorised("Access refused.")
     if exc.code == 540:  # NOT_IMPLEMENTED: RabbitMQ keeps the code in the text
         return bad_request(f"540 {exc.text}")
+    if exc.code == 506:  # RESOURCE_ERROR: the disk could not take the change
+        return ApiError(500, "internal_error", exc.text)
     return bad_request(exc.text)
 
 

@@ -81,7 +81,9 @@ class ManagementApp:
         connections: WebSocketConnections | None = None,
     ) -> None:
         self.node = node
-        self.state = ApiState.load(Path(node.config.data_dir) / STATE_FILE)
+        self.state = ApiState.load(
+            Path(node.config.data_dir) / STATE_FILE, node.config.damaged_metadata
+        )
         self.router = build_router()
         self.websockets = tuple(websockets)
         self.websocket_connections = connections or WebSocketConnections()
@@ -165,11 +167,12 @@ class ManagementApp:
         syncer = self.node.syncer
         if method == "GET" or syncer is None:
             return await handler(ctx)
-        # A change (a declare, a user, a policy, an import): in a cluster the
-        # answer waits until the in-sync followers hold it, as AMQP replies do.
+        # A change (a declare, a user, a policy, an import): the answer waits
+        # until it is on disk and, in a cluster, held by the in-sync followers,
+        # as AMQP replies do.
         mark = syncer.change_mark()
         response = await handler(ctx)
-        await syncer.changes_replicated(mark)
+        await syncer.changes_stored(mark)
         return response
 
     async def _authenticate(self, request: web.Request) -> User:

@@ -17,6 +17,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
+from warren.store import damage
 from warren.store.layout import write_json_atomically
 
 if TYPE_CHECKING:
@@ -89,17 +90,20 @@ class ApiState:
     path: Path | None = None
 
     @classmethod
-    def load(cls, path: Path) -> ApiState:
-        """The state saved in ``path``; empty when there is none or it is unreadable."""
+    def load(cls, path: Path, on_damage: str = damage.REFUSE) -> ApiState:
+        """The state saved in ``path``; empty when there is none. An unreadable file
+        refuses the start, or is set aside and the state starts empty
+        (store/damage.py)."""
         state = cls(path=path)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(path.read_bytes())
             state.vhost_metadata = dict(data.get("vhost_metadata", {}))
             state.global_parameters = dict(data.get("global_parameters", {}))
         except FileNotFoundError:
             pass
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            log.error("%s is unreadable (%s); management settings start empty", path, exc)
+            damage.handle(path, f"unreadable ({exc}); management settings start empty", on_damage)
+            state = cls(path=path)
         return state
 
     def save(self) -> None:

@@ -50,7 +50,7 @@ from warren.mqtt.topics import MAX_TOPIC_BYTES, mqtt_to_amqp, too_long
 if TYPE_CHECKING:
     from warren.core.exchange import Exchange
     from warren.mqtt.state import MQTTState
-    from warren.store.sync import GroupSync
+    from warren.store.sync import ChangeMark, GroupSync
 
 __all__ = ["MQTTConnection"]
 
@@ -178,8 +178,9 @@ class MQTTConnection(Subscriptions):
                     before_connect(self, pkt)
                     connected = self.vhost is not None
                 elif kind in (8, 10) and self.node.syncer is not None:
-                    # SUBSCRIBE, UNSUBSCRIBE: in a cluster, their ack (and the
-                    # retained messages after it) waits for the followers.
+                    # SUBSCRIBE, UNSUBSCRIBE: their ack (and the retained
+                    # messages after it) waits until the queue and bindings they
+                    # made are on disk (and, in a cluster, on the followers).
                     syncer = self.node.syncer
                     mark, output_mark = syncer.change_mark(), len(self.pending)
                     self._control(pkt)
@@ -200,15 +201,15 @@ class MQTTConnection(Subscriptions):
     def _hold(
         self,
         syncer: GroupSync,
-        mark: int,
+        mark: ChangeMark,
         output_mark: int,
         buf: bytes,
         rest: list[tuple[int, int, int]],
     ) -> bool:
-        """Hold the output since ``output_mark`` until the followers have the changes
-        since ``mark``; the packets after it (``rest``) and the socket wait too.
-        False when nothing needs to wait."""
-        if syncer.replication is None or self.closed:
+        """Hold the output since ``output_mark`` until the changes since ``mark``
+        are on disk (and held by the followers); the packets after it (``rest``)
+        and the socket wait too. False when nothing needs to wait."""
+        if self.closed:
             return False
         held = self.pending[output_mark:]
         del self.pending[output_mark:]

@@ -35,13 +35,27 @@ import shutil
 from pathlib import Path
 from typing import IO, Any
 
+from warren.store import damage
+from warren.store.damage import set_aside
 from warren.store.mirror import mirror_for
 
 log = logging.getLogger("warren.store")
 
 
-def _hashed(name: str) -> str:
+def hashed(name: str) -> str:
+    """The directory name of a vhost, queue or exchange named ``name``."""
     return hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+
+def vhost_name(vhost_dir: Path) -> str | None:
+    """The name a vhost directory keeps in its ``name`` file; None when it has none
+    or the name does not hash to the directory."""
+    try:
+        name = (vhost_dir / "name").read_bytes().decode("utf-8", "surrogateescape")
+    except OSError:
+        return None
+    return name if hashed(name) == vhost_dir.name else None
 
 
 def write_json_atomically(path: Path, data: Any) -> None:
@@ -122,7 +136,7 @@ class DataDir:
         path = self._vhost_dirs.get(vhost)
         if path is not None:
             return path
-        path = self.root / "vhosts" / _hashed(vhost)
+        path = self.root / "vhosts" / hashed(vhost)
         if not path.exists():
             path.mkdir(parents=True)
             write_file(path / "name", vhost.encode("utf-8", "surrogateescape"))
@@ -134,7 +148,7 @@ class DataDir:
         same name starts empty); the caller removes the returned paths later."""
         moved = []
         self._vhost_dirs.pop(vhost, None)
-        for path in (self.root / "vhosts" / _hashed(vhost), self.transient_root / _hashed(vhost)):
+        for path in (self.root / "vhosts" / hashed(vhost), self.transient_root / hashed(vhost)):
             if path.exists():
                 target = path.with_name(f".deleted-{path.name}-{os.urandom(4).hex()}")
                 path.rename(target)
@@ -148,40 +162,16 @@ class DataDir:
         return self.vhost_dir(vhost) / "definitions.log"
 
     def queue_dir(self, vhost: str, queue: str) -> Path:
-        return self.vhost_dir(vhost) / "queues" / _hashed(queue)
+        return self.vhost_dir(vhost) / "queues" / hashed(queue)
 
     def transient_queue_dir(self, vhost: str, queue: str) -> Path:
-        return self.transient_root / _hashed(vhost) / _hashed(queue)
+        return self.transient_root / hashed(vhost) / hashed(queue)
 
     def exchange_dir(self, vhost: str, exchange: str) -> Path:
-        return self.vhost_dir(vhost) / "exchanges" / _hashed(exchange)
+        return self.vhost_dir(vhost) / "exchanges" / hashed(exchange)
 
     def transient_exchange_dir(self, vhost: str, exchange: str) -> Path:
-        return self.transient_root / _hashed(vhost) / "exchanges" / _hashed(exchange)
-
-    def remove_orphan_queue_dirs(self, vhost: str, queues: list[str]) -> None:
-        """Queue directories with no durable queue behind them (a crash between the
-        delete of the definition and of the files) are removed."""
-        self._remove_orphans(vhost, "queues", queues)
-
-    def remove_orphan_exchange_dirs(self, vhost: str, exchanges: list[str]) -> None:
-        """Exchange directories with no durable exchange behind them are removed."""
-        self._remove_orphans(vhost, "exchanges", exchanges)
-
-    def _remove_orphans(self, vhost: str, kind: str, owners: list[str]) -> None:
-        parent = self.vhost_dir(vhost) / kind
-        if not parent.is_dir():
-            return
-        keep = {_hashed(name) for name in owners}
-        for entry in parent.iterdir():
-            if entry.name not in keep:
-                log.warning(
-                    "vhost '%s': removing orphaned %s directory %s", vhost, kind[:-1], entry
-                )
-                shutil.rmtree(entry, ignore_errors=True)
-                mirror = mirror_for(entry)
-                if mirror is not None:
-                    mirror.deleted(entry)
+        return self.transient_root / hashed(vhost) / "exchanges" / hashed(exchange)
 
     @property
     def delivered_file(self) -> Path:
@@ -204,10 +194,9 @@ class DataDir:
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            log.error(
-                "%s is unreadable (%s): every recovered message counts as delivered", path, exc
-            )
-            marks = None
+            # Safe to go on: without marks every recovered message is redelivered.
+            set_aside(path, f"unreadable ({exc}): every recovered message counts as delivered")
+            return None
         path.unlink(missing_ok=True)
         fsync_directory(self.root)
         mirror = mirror_for(path)
@@ -215,17 +204,54 @@ class DataDir:
             mirror.deleted(path)
         return marks
 
-    def load_vhosts(self) -> list[str]:
+    def load_vhosts(self, on_damage: str = damage.REFUSE) -> list[str]:
+        """The vhosts: those vhosts.json lists, then any other vhost directory's
+        (a vhost's directory and its ``name`` file are made before vhosts.json
+        lists it, so the directories are the fuller record; a damaged vhosts.json
+        is set aside and rebuilt from them). A directory without a readable name
+        is damage (store/damage.py)."""
+        names: list[str] = []
         try:
-            data = json.loads(self.vhosts_file.read_text(encoding="utf-8"))
+            data = json.loads(self.vhosts_file.read_bytes())
+            if not isinstance(data, dict) or not isinstance(data.get("vhosts"), list):
+                raise ValueError("not a vhosts file")
+            names = [v for v in data["vhosts"] if isinstance(v, str)]
+            if len(names) != len(data["vhosts"]):
+                raise ValueError("a vhost name is not a string")
         except FileNotFoundError:
-            return []
+            pass
         except (OSError, ValueError) as exc:
-            log.error(
-                "%s is unreadable (%s); starting with the default vhost", self.vhosts_file, exc
-            )
-            return []
-        return [str(v) for v in data.get("vhosts", [])]
+            names = []
+            set_aside(self.vhosts_file, f"unreadable ({exc}); rebuilt from the vhost directories")
+        listed = set(names)
+        vhosts = self.root / "vhosts"
+        for vhost_dir in sorted(vhosts.iterdir()) if vhosts.is_dir() else ():
+            if vhost_dir.name.startswith(".") or not vhost_dir.is_dir():
+                continue
+            name = vhost_name(vhost_dir)
+            if name is None:
+                damage.handle(
+                    vhost_dir / "name",
+                    "missing or unreadable: the vhost this directory holds is unknown",
+                    on_damage,
+                )
+                continue
+            if name not in listed:
+                log.warning("vhost '%s' has a directory but was not in %s", name, self.vhosts_file)
+                names.append(name)
+                listed.add(name)
+        return names
+
+    @property
+    def is_new(self) -> bool:
+        """Whether the directory holds no broker's data yet (no users file, no vhost):
+        only then is the default user made."""
+        vhosts = self.root / "vhosts"
+        return not (
+            self.users_file.exists()
+            or self.vhosts_file.exists()
+            or (vhosts.is_dir() and any(vhosts.iterdir()))
+        )
 
     def save_vhosts(self, names: list[str]) -> None:
         write_json_atomically(self.vhosts_file, {"vhosts": names})

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from warren.core.users import UserStore
-from warren.store.definitions import decode_arguments, queue_key
-from warren.store.layout import _hashed
+from warren.store.definitions import decode_arguments, decode_line, queue_key
+from warren.store.layout import hashed
 from warren.store.stream_replica import ReplicaStreamStore
 from warren.store.users_file import load_users
 
@@ -79,7 +79,7 @@ class ReplicaCatalog:
 
     # -- queues ---------------------------------------------------------------------------
     def _vhost_dir(self, vhost: str) -> Path:
-        return self.root / "vhosts" / _hashed(vhost)
+        return self.root / "vhosts" / hashed(vhost)
 
     def queue(self, vhost: str, name: str) -> dict[str, Any] | None:
         """The durable queue's record (arguments decoded), None when there is none."""
@@ -102,7 +102,7 @@ class ReplicaCatalog:
             if not line:
                 continue
             try:
-                entry = json.loads(line)
+                entry = decode_line(line)
                 key = entry["key"]
                 if not key.startswith("q:"):
                     continue
@@ -129,7 +129,7 @@ class ReplicaCatalog:
         store = self.streams.get(key)
         if store is not None:
             return store
-        directory = self._vhost_dir(vhost) / "queues" / _hashed(name)
+        directory = self._vhost_dir(vhost) / "queues" / hashed(name)
         if not directory.is_dir():
             return None
         store = self.streams[key] = ReplicaStreamStore(directory)

@@ -51,6 +51,9 @@ class Syncable(Protocol):
 
 Callback = Callable[[bool], None]
 
+#: (replication position, definitions writes): where change_mark() found things.
+ChangeMark = tuple[int, int]
+
 
 class Replication(Protocol):
     """Clustering's side of a confirm (cluster/leader.py's Replicator): every
@@ -108,6 +111,8 @@ class GroupSync:
         self._ack_syncs: dict[int, Callable[[], None]] = {}
         self._ack_timer: asyncio.TimerHandle | None = None
         self._closed = False
+        #: Changes definitions logs have handed to the OS (definitions_written).
+        self.definition_writes = 0
 
     @property
     def next_round(self) -> int:
@@ -115,22 +120,48 @@ class GroupSync:
         return self.rounds + 1
 
     # -- definitions changes ------------------------------------------------------------
-    # A declare, bind or delete is written (and fdatasynced) by the vhost's
-    # definitions log as it is made; in a cluster its reply must also wait until
-    # the in-sync followers hold it, or a queue declared just before a failover
-    # is missing afterwards. Every protocol's reply to such a change goes through
-    # these two calls.
-    def change_mark(self) -> int:
-        """Where the replicated changes stand now: pass it to after_changes()."""
-        replication = self.replication
-        return replication.position if replication is not None else 0
+    # A declare, bind or delete is handed to the OS by the vhost's definitions log
+    # as it is made (definitions_written); its reply waits until a round has
+    # fdatasynced the log, and in a cluster until the in-sync followers hold it
+    # too, or a queue declared just before a power cut or a failover is missing
+    # afterwards. Every protocol's reply to such a change goes through
+    # change_mark() and after_changes(); no sync runs on the event loop.
+    def definitions_written(self, log: Syncable) -> None:
+        """A definitions log handed a change to the OS: the next round syncs it
+        (started now if nothing else would start it)."""
+        if not self.enabled:
+            return
+        self.definition_writes += 1
+        self._stores[id(log)] = log
+        if not self._running and not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._start)
 
-    def after_changes(self, mark: int, callback: Callable[[], None]) -> bool:
-        """When changes were made since ``mark`` and the followers may not hold
-        them yet, call ``callback`` once they do and return True; otherwise (no
-        cluster, nothing changed) return False and do not call it."""
+    def change_mark(self) -> ChangeMark:
+        """Where the changes stand now: pass it to after_changes()."""
         replication = self.replication
-        if replication is None or replication.position == mark:
+        return (replication.position if replication is not None else 0, self.definition_writes)
+
+    def after_changes(self, mark: ChangeMark, callback: Callable[[], None]) -> bool:
+        """When changes were made since ``mark`` that are not yet on disk (or, in a
+        cluster, not yet held by the followers), call ``callback`` once they are
+        and return True; otherwise return False and do not call it."""
+        position, writes = mark
+        if writes != self.definition_writes:
+            # The next round syncs every log written so far (and then waits for
+            # the followers, as confirms do).
+            def synced(ok: bool) -> None:
+                if not ok:
+                    log.error(
+                        "a definitions change could not be made durable (fdatasync "
+                        "failed); its reply is sent, but it may not survive a power cut"
+                    )
+                callback()
+
+            self.after_sync((), synced)
+            return True
+        replication = self.replication
+        if replication is None or replication.position == position:
             return False
         position = replication.position
         called_now = False
@@ -149,8 +180,9 @@ class GroupSync:
         waiting = True
         return True
 
-    async def changes_replicated(self, mark: int) -> None:
-        """Return once the changes made since ``mark`` are held by the followers."""
+    async def changes_stored(self, mark: ChangeMark) -> None:
+        """Return once the changes made since ``mark`` are on disk (and held by the
+        followers)."""
         done: asyncio.Future[None] = self._loop.create_future()
 
         def release() -> None:
@@ -195,7 +227,7 @@ class GroupSync:
 
     def _start(self) -> None:
         self._scheduled = False
-        if self._running or not self._callbacks or self._closed:
+        if self._running or not (self._callbacks or self._stores) or self._closed:
             return
         stores = list(self._stores.values())
         callbacks = self._callbacks
@@ -262,7 +294,7 @@ class GroupSync:
                 ack_syncs[id(store)] = sync_acks
         if ack_syncs and self._ack_timer is None and not self._closed:
             self._ack_timer = self._loop.call_later(self.ack_sync_interval, self._sync_acks)
-        if self._callbacks:
+        if self._callbacks or self._stores:
             self._start()
 
     def _sync_acks(self) -> None:

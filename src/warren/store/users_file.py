@@ -17,6 +17,7 @@ from warren.core.users import (
     UserStore,
     hashing_algorithm,
 )
+from warren.store import damage
 from warren.store.layout import write_json_atomically
 
 log = logging.getLogger("warren.store")
@@ -26,33 +27,47 @@ log = logging.getLogger("warren.store")
 MGMT_FILE = "mgmt.json"
 
 
-def load_users(path: Path) -> UserStore:
+def load_users(path: Path, on_damage: str = damage.REFUSE) -> UserStore:
+    """The users ``path`` holds (an empty store, ``from_file`` False, when there is
+    no such file). A file that cannot be read whole refuses the start, or is set
+    aside and the store starts empty with ``from_file`` True, so that no
+    default user is made in its place (store/damage.py)."""
     store = UserStore()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_bytes())
+        if not isinstance(data, dict) or not isinstance(data.get("users", []), list):
+            raise ValueError("not a users file")
+        for rec in data.get("users", []):
+            user = _user(rec)
+            store.users[user.name] = user
     except FileNotFoundError:
-        data = {}
-    except (OSError, ValueError) as exc:
-        log.error("%s is unreadable (%s); starting with no users but the default", path, exc)
+        return store
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        damage.handle(path, f"unreadable ({exc})", on_damage)
+        store = UserStore()
+        store.from_file = True
+        log.error("starting with no users: add one with `warren users add`")
         return store
     store.from_file = bool(data)
-    for rec in data.get("users", []):
-        try:
-            user = User(rec["name"], rec["password_hash"], list(rec.get("tags", [])))
-            user.hashing_algorithm = hashing_algorithm(rec.get("hashing_algorithm", SHA256)) or SHA256
-            for vhost, perm in rec.get("permissions", {}).items():
-                user.permissions[vhost] = Permission(perm["configure"], perm["write"], perm["read"])
-            for vhost, table in rec.get("topic_permissions", {}).items():
-                user.topic_permissions[vhost] = {
-                    exchange: TopicPermission(perm["write"], perm["read"])
-                    for exchange, perm in table.items()
-                }
-            user.limits = _limits(rec.get("limits", {}))
-            store.users[user.name] = user
-        except (KeyError, TypeError, AttributeError) as exc:
-            log.error("%s: skipping malformed user record (%s)", path, exc)
     _migrate_from_mgmt(store, path)
     return store
+
+
+def _user(rec: Any) -> User:
+    """A user from its record; KeyError, TypeError or ValueError when malformed."""
+    if not isinstance(rec, dict) or not isinstance(rec.get("name"), str):
+        raise ValueError(f"malformed user record {rec!r:.80}")
+    user = User(rec["name"], rec["password_hash"], list(rec.get("tags", [])))
+    user.hashing_algorithm = hashing_algorithm(rec.get("hashing_algorithm", SHA256)) or SHA256
+    for vhost, perm in rec.get("permissions", {}).items():
+        user.permissions[vhost] = Permission(perm["configure"], perm["write"], perm["read"])
+    for vhost, table in rec.get("topic_permissions", {}).items():
+        user.topic_permissions[vhost] = {
+            exchange: TopicPermission(perm["write"], perm["read"])
+            for exchange, perm in table.items()
+        }
+    user.limits = _limits(rec.get("limits", {}))
+    return user
 
 
 def _limits(raw: Any) -> dict[str, int]:
