@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pika
+import pika.exceptions
 import pytest
 from conftest import BrokerThread, start_broker
 from pikahelp import can_login, connect, drain
@@ -384,3 +386,81 @@ def test_checksummed_lines_round_trip() -> None:
         flipped[i] ^= 0x10
         with pytest.raises(ValueError):
             decode_line(bytes(flipped))
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs of the test's own, to fill up (root only)."""
+    import subprocess
+
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(path: Path) -> None:
+    """Write to ``path`` until the file system is full."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        for size in (65536, 4096, 512, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+
+
+def test_a_declare_that_cannot_be_stored_on_a_full_disk_changes_nothing(small_fs: Path) -> None:
+    import urllib.error
+    import urllib.request
+
+    data = small_fs / "data"
+    b = start_broker(data, free_disk_min=0)
+    try:
+        filler = small_fs / "filler"
+        fill(filler)
+        conn = connect(b)
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+            conn.channel().queue_declare("full", durable=True)
+        assert info.value.reply_code == 506
+        assert "cannot store queue 'full'" in info.value.reply_text
+        assert "No space left on device" in info.value.reply_text
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{b.http_port}/api/queues/%2F/full-http",
+            data=b'{"durable": true}',
+            method="PUT",
+            headers={"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q=", "Content-Type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as http_info:
+            urllib.request.urlopen(req, timeout=10)
+        assert http_info.value.code == 500
+        assert b"No space left on device" in http_info.value.read()
+        conn = connect(b)
+        ch = conn.channel()
+        for name in ("full", "full-http"):  # neither exists
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+                ch.queue_declare(name, passive=True)
+            assert closed.value.reply_code == 404
+            ch = conn.channel()
+        filler.unlink()
+        ch.queue_declare("full", durable=True)
+        conn.close()
+    finally:
+        b.stop()
+    b = start_broker(data, free_disk_min=0)
+    try:
+        assert b.call(lambda: sorted(b.broker.vhosts["/"].queues)) == ["full"]
+    finally:
+        b.stop()

@@ -222,10 +222,21 @@ class VHost(VHostRouting, VHostParameters):
                 f"exchange '{name}' in vhost '{self.name}'"
             )
         ex = cls(self.name, name, durable, auto_delete, internal, arguments)
+        try:
+            ex.attach(self)  # a delayed exchange opens its store (and directory)
+        except OSError as exc:
+            log.error("vhost '%s': cannot create exchange '%s': %s", self.name, name, exc)
+            raise ResourceError(
+                f"cannot create exchange '{name}' in vhost '{self.name}': {exc.strerror or exc}"
+            ) from None
         if durable and self.definitions is not None:
-            # Stored first: a definition that cannot be stored must not exist.
-            self._store(f"exchange '{name}'", exchange_key(name), self._encoded(ex, exchange_record))
-        ex.attach(self)
+            # Stored before it exists: a definition that cannot be stored must not.
+            try:
+                record = self._encoded(ex, exchange_record)
+                self._store(f"exchange '{name}'", exchange_key(name), record)
+            except BrokerError:
+                ex.close()
+                raise
         self.exchanges[name] = ex
         self.attach_exchange_policy(ex)
         log.debug("exchange declared vhost=%s name=%s type=%s", self.name, name, type_)
