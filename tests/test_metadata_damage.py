@@ -464,3 +464,25 @@ def test_a_declare_that_cannot_be_stored_on_a_full_disk_changes_nothing(small_fs
         assert b.call(lambda: sorted(b.broker.vhosts["/"].queues)) == ["full"]
     finally:
         b.stop()
+
+
+def test_a_flipped_letter_in_a_user_name_is_caught_by_the_checksum(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    start_broker(data).stop()
+    users = data / "users.json"
+    raw = users.read_bytes()
+    assert b'"checksum": "crc32:' in raw
+    users.write_bytes(raw.replace(b'"guest"', b'"gtest"', 1))  # still valid JSON
+    exc = refused_start(data)
+    assert "checksum mismatch" in str(exc)
+    # A file an older Warren wrote has no checksum and is read as it is.
+    import json
+
+    legacy = json.loads(raw)
+    del legacy["checksum"]
+    users.write_text(json.dumps(legacy))
+    b = start_broker(data)
+    try:
+        assert can_login(b, "guest", "guest")
+    finally:
+        b.stop()

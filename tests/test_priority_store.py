@@ -366,6 +366,7 @@ def test_priority_queue_survives_a_restart(
     b = broker_factory()  # the same data dir
     queue_dir = b.broker.layout.queue_dir("/", "pq")
     assert sorted(p.name for p in queue_dir.iterdir()) == [
+        "definition.json",  # the queue's definition again (warren orphans)
         "p000",
         "p001",
         "p003",

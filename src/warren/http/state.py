@@ -7,7 +7,6 @@ each segment unquoted afterwards, never on a decoded path.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -18,12 +17,16 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from warren.store import damage
-from warren.store.layout import write_json_atomically
+from warren.store.layout import read_json_checked, write_json_atomically
 
 if TYPE_CHECKING:
     from warren.http.common import Ctx
 
 log = logging.getLogger("warren.http")
+
+#: What mgmt.json holds (topic permissions and user limits only until the users
+#: file takes them in: store/users_file.py).
+_KEYS = ("vhost_metadata", "global_parameters", "topic_permissions", "user_limits")
 
 Handler = Callable[["Ctx"], Awaitable[web.StreamResponse]]
 
@@ -96,7 +99,7 @@ class ApiState:
         (store/damage.py)."""
         state = cls(path=path)
         try:
-            data = json.loads(path.read_bytes())
+            data = read_json_checked(path, _KEYS)
             state.vhost_metadata = dict(data.get("vhost_metadata", {}))
             state.global_parameters = dict(data.get("global_parameters", {}))
         except FileNotFoundError:

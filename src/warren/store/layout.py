@@ -32,6 +32,8 @@ import json
 import logging
 import os
 import shutil
+import zlib
+from collections.abc import Collection
 from pathlib import Path
 from typing import IO, Any
 
@@ -58,10 +60,23 @@ def vhost_name(vhost_dir: Path) -> str | None:
     return name if hashed(name) == vhost_dir.name else None
 
 
-def write_json_atomically(path: Path, data: Any) -> None:
-    """Write to a temporary file, fsync, rename: readers see the old or the new file."""
+#: The key of a JSON file's own CRC-32 (write_json_atomically, read_json_checked).
+CHECKSUM_KEY = "checksum"
+
+
+def _checksum(data: dict[str, Any]) -> str:
+    text = json.dumps(data, indent=2, sort_keys=True).encode("utf-8")
+    return f"crc32:{zlib.crc32(text):08x}"
+
+
+def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
+    """Write to a temporary file, fsync, rename: readers see the old or the new file.
+    The file carries the CRC-32 of the rest of its content, so a flipped byte
+    that still parses is caught by read_json_checked."""
     tmp = path.with_name(path.name + ".tmp")
-    content = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    data = {key: value for key, value in data.items() if key != CHECKSUM_KEY}
+    stamped = {**data, CHECKSUM_KEY: _checksum(data)}
+    content = (json.dumps(stamped, indent=2, sort_keys=True) + "\n").encode("utf-8")
     with tmp.open("wb") as f:
         f.write(content)
         f.flush()
@@ -73,6 +88,23 @@ def write_json_atomically(path: Path, data: Any) -> None:
         mirror.replaced(path, content)
 
 
+def read_json_checked(path: Path, keys: Collection[str]) -> dict[str, Any]:
+    """A file write_json_atomically wrote, its checksum checked (a file an older
+    Warren wrote has none, and is read as it is). Raises FileNotFoundError, or
+    ValueError when it is damaged: not JSON, not an object, a key that is not
+    one of ``keys``, or a checksum that does not match."""
+    data = json.loads(path.read_bytes())
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    stamp = data.pop(CHECKSUM_KEY, None)
+    unknown = set(data) - set(keys)
+    if unknown:
+        raise ValueError(f"unexpected key(s) {', '.join(sorted(unknown))}")
+    if stamp is not None and stamp != _checksum(data):
+        raise ValueError("checksum mismatch")
+    return data
+
+
 def fsync_directory(directory: Path) -> None:
     """Make a rename or removal in ``directory`` durable."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -82,10 +114,19 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def write_file(path: Path, data: bytes) -> None:
-    """Write a small file outright (a name kept for people reading the tree) and
-    report it to the directory's mirror."""
-    path.write_bytes(data)
+def write_file(path: Path, data: bytes, durable: bool = False) -> None:
+    """Write a small file whole (a temporary file renamed over it: a reader never
+    sees half of it) and report it to the directory's mirror. ``durable``: fsync
+    it and its directory first (a vhost's name, which a start cannot do without)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        f.write(data)
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if durable:
+        fsync_directory(path.parent)
     mirror = mirror_for(path)
     if mirror is not None:
         mirror.replaced(path, data)
@@ -139,7 +180,10 @@ class DataDir:
         path = self.root / "vhosts" / hashed(vhost)
         if not path.exists():
             path.mkdir(parents=True)
-            write_file(path / "name", vhost.encode("utf-8", "surrogateescape"))
+            # Durable before anything in it is: a start identifies the vhost by it.
+            write_file(path / "name", vhost.encode("utf-8", "surrogateescape"), durable=True)
+            fsync_directory(path.parent)
+            fsync_directory(self.root)
         self._vhost_dirs[vhost] = path
         return path
 
@@ -189,7 +233,7 @@ class DataDir:
         stop was not clean) or they cannot be read."""
         path = self.delivered_file
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = read_json_checked(path, ("version", "marks"))
             marks = {self.root / rel: int(seq) for rel, seq in data["marks"].items()}
         except FileNotFoundError:
             return None
@@ -212,8 +256,8 @@ class DataDir:
         is damage (store/damage.py)."""
         names: list[str] = []
         try:
-            data = json.loads(self.vhosts_file.read_bytes())
-            if not isinstance(data, dict) or not isinstance(data.get("vhosts"), list):
+            data = read_json_checked(self.vhosts_file, ("vhosts",))
+            if not isinstance(data.get("vhosts"), list):
                 raise ValueError("not a vhosts file")
             names = [v for v in data["vhosts"] if isinstance(v, str)]
             if len(names) != len(data["vhosts"]):

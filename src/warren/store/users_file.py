@@ -3,7 +3,6 @@ limits, in RabbitMQ's terms."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -18,13 +17,14 @@ from warren.core.users import (
     hashing_algorithm,
 )
 from warren.store import damage
-from warren.store.layout import write_json_atomically
+from warren.store.layout import read_json_checked, write_json_atomically
 
 log = logging.getLogger("warren.store")
 
 #: The management API's file next to users.json; it kept topic permissions and user
 #: limits before the core did (see _migrate_topic_permissions, _migrate_user_limits).
 MGMT_FILE = "mgmt.json"
+_MGMT_KEYS = ("vhost_metadata", "global_parameters")
 
 
 def load_users(path: Path, on_damage: str = damage.REFUSE) -> UserStore:
@@ -34,8 +34,8 @@ def load_users(path: Path, on_damage: str = damage.REFUSE) -> UserStore:
     default user is made in its place (store/damage.py)."""
     store = UserStore()
     try:
-        data = json.loads(path.read_bytes())
-        if not isinstance(data, dict) or not isinstance(data.get("users", []), list):
+        data = read_json_checked(path, ("users",))
+        if not isinstance(data.get("users", []), list):
             raise ValueError("not a users file")
         for rec in data.get("users", []):
             user = _user(rec)
@@ -87,7 +87,7 @@ def _migrate_from_mgmt(store: UserStore, path: Path) -> None:
     repeats the (idempotent) move at the next start."""
     mgmt = path.parent / MGMT_FILE
     try:
-        data: Any = json.loads(mgmt.read_text(encoding="utf-8"))
+        data: Any = read_json_checked(mgmt, ("topic_permissions", "user_limits", *_MGMT_KEYS))
     except (OSError, ValueError):
         return  # none, or unreadable: the management API reports that itself
     if not isinstance(data, dict) or not ("topic_permissions" in data or "user_limits" in data):
