@@ -454,6 +454,30 @@ def test_a_declare_that_cannot_be_stored_on_a_full_disk_changes_nothing(small_fs
                 ch.queue_declare(name, passive=True)
             assert closed.value.reply_code == 404
             ch = conn.channel()
+        # Users, vhosts and the management settings: refused, and not made.
+        for path, body in (
+            ("users/bob", b'{"password": "pw", "tags": ""}'),
+            ("vhosts/v3", b'{"description": "third"}'),
+            ("vhosts/%2F", b'{"description": "the root"}'),
+        ):
+            put = urllib.request.Request(
+                f"http://127.0.0.1:{b.http_port}/api/{path}",
+                data=body,
+                method="PUT",
+                headers={
+                    "Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q=",
+                    "Content-Type": "application/json",
+                },
+            )
+            with pytest.raises(urllib.error.HTTPError) as http_info:
+                urllib.request.urlopen(put, timeout=10)
+            assert http_info.value.code == 500, path
+            assert b"No space left on device" in http_info.value.read(), path
+        assert b.call(lambda: ("bob" in b.broker.users.users, sorted(b.broker.vhosts))) == (
+            False,
+            ["/"],
+        )
+        assert not (data / "vhosts" / hashed("v3")).exists()
         filler.unlink()
         ch.queue_declare("full", durable=True)
         conn.close()
@@ -462,6 +486,10 @@ def test_a_declare_that_cannot_be_stored_on_a_full_disk_changes_nothing(small_fs
     b = start_broker(data, free_disk_min=0)
     try:
         assert b.call(lambda: sorted(b.broker.vhosts["/"].queues)) == ["full"]
+        assert b.call(lambda: (sorted(b.broker.users.users), sorted(b.broker.vhosts))) == (
+            ["guest"],
+            ["/"],
+        )
     finally:
         b.stop()
 
@@ -484,5 +512,24 @@ def test_a_flipped_letter_in_a_user_name_is_caught_by_the_checksum(tmp_path: Pat
     b = start_broker(data)
     try:
         assert can_login(b, "guest", "guest")
+    finally:
+        b.stop()
+
+
+def test_a_vhost_delete_cut_short_before_vhosts_json_is_not_undone(tmp_path: Path) -> None:
+    """A crash after a deleted vhost's directory was detached, before vhosts.json
+    was rewritten: the vhost stays deleted (it is not made again, empty)."""
+    data = tmp_path / "data"
+    b = start_broker(data)
+    b.call(lambda: b.broker.add_vhost("doomed"))
+    b.stop()
+    listed = (data / "vhosts.json").read_bytes()
+    b = start_broker(data)
+    b.call(lambda: b.broker.delete_vhost("doomed"))
+    b.stop()
+    (data / "vhosts.json").write_bytes(listed)  # as it was before the delete
+    b = start_broker(data)
+    try:
+        assert b.call(lambda: sorted(b.broker.vhosts)) == ["/"]
     finally:
         b.stop()

@@ -8,6 +8,7 @@ and any other see the broker through warren.node.Node.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import resource
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from warren import __version__, build_description
 from warren.config import Config
 from warren.core.auth_guard import AuthGuard
-from warren.core.errors import NotFound
+from warren.core.errors import NotFound, ResourceError
 from warren.core.runtime_parameters import ParameterComponent, ValidationFailed
 from warren.core.stats import MessageStats, OctetStats, RateSampler
 from warren.core.store import MessageStore
@@ -169,42 +170,61 @@ class Broker:
 
     # -- vhosts and users ---------------------------------------------------------------
     def add_vhost(self, name: str) -> VHost:
+        """The vhost of that name, made (and stored in vhosts.json) if it is new.
+        A new vhost that cannot be stored is not made: ResourceError, nothing left."""
         assert self._loop is not None, "the broker must be started first"
         vhost = self.vhosts.get(name)
-        if vhost is None:
-            policy = self.config.damaged_metadata
-            definitions = DefinitionsLog(
-                self.layout.definitions_file(name),
-                self.config.sync,
-                on_damage=policy,
-                object_dirs=True,
-            )
-            if self.syncer is not None and self.syncer.enabled:
-                definitions.on_write = self.syncer.definitions_written
-            vhost = VHost(
-                name,
-                self._loop.call_soon,
-                self._new_store,
-                definitions,
-                call_later=self._loop.call_later,
-                exchange_store_factory=self._new_exchange_store,
-                stream_store_factory=self._new_stream_store,
-            )
-            try:
-                problems = vhost.restore_definitions()
-                if problems and policy != damage.SET_ASIDE:
-                    raise damage.refusal(definitions.path, "; ".join(problems))
-                # Set aside: skipped, but left in the log, where they still claim
-                # their queues' directories (each is logged by the vhost).
-                directory = definitions.path.parent
-                orphans = sweep(name, directory, definitions.live, definitions.deleted)
-                if orphans:
-                    report_orphans(definitions.path, orphans, policy)
-            except BaseException:
-                vhost.close()
-                raise
+        if vhost is not None:
+            return vhost
+        new = not self.layout.has_vhost_dir(name)
+        try:
+            vhost = self._open_vhost(name)
             self.vhosts[name] = vhost
             self.layout.save_vhosts(list(self.vhosts))
+        except OSError as exc:
+            log.error("cannot store vhost '%s': %s", name, exc)
+            if vhost is not None and self.vhosts.pop(name, None) is not None:
+                vhost.close()
+            if new:  # what was made of it goes: the next start would find it
+                _remove_trees(self.layout.detach_vhost_dirs(name))
+            raise ResourceError(f"cannot store vhost '{name}': {exc.strerror or exc}") from None
+        return vhost
+
+    def _open_vhost(self, name: str) -> VHost:
+        """A vhost with its definitions log, its durable objects restored and its
+        directory swept (store/orphans.py); DamagedFile refuses it."""
+        assert self._loop is not None
+        policy = self.config.damaged_metadata
+        definitions = DefinitionsLog(
+            self.layout.definitions_file(name),
+            self.config.sync,
+            on_damage=policy,
+            object_dirs=True,
+        )
+        if self.syncer is not None and self.syncer.enabled:
+            definitions.on_write = self.syncer.definitions_written
+        vhost = VHost(
+            name,
+            self._loop.call_soon,
+            self._new_store,
+            definitions,
+            call_later=self._loop.call_later,
+            exchange_store_factory=self._new_exchange_store,
+            stream_store_factory=self._new_stream_store,
+        )
+        try:
+            problems = vhost.restore_definitions()
+            if problems and policy != damage.SET_ASIDE:
+                raise damage.refusal(definitions.path, "; ".join(problems))
+            # Set aside: skipped, but left in the log, where they still claim
+            # their queues' directories (each is logged by the vhost).
+            directory = definitions.path.parent
+            orphans = sweep(name, directory, definitions.live, definitions.deleted)
+            if orphans:
+                report_orphans(definitions.path, orphans, policy)
+        except BaseException:
+            vhost.close()
+            raise
         return vhost
 
     # -- runtime parameters of components (shovels, federation upstreams) ---------------
@@ -266,9 +286,13 @@ class Broker:
         # Its directories go before vhosts.json forgets it: a start finds a vhost
         # by its directory too (DataDir.load_vhosts).
         doomed = self.layout.detach_vhost_dirs(name)
-        self.layout.save_vhosts(list(self.vhosts))
+        try:
+            self.layout.save_vhosts(list(self.vhosts))
+        except OSError as exc:  # its directories are gone: the next start knows
+            log.error("cannot write %s: %s", self.layout.vhosts_file, exc)
         self.users.forget_vhost(name)
-        self.save_users()
+        with contextlib.suppress(ResourceError):  # permissions on a gone vhost: harmless
+            self.save_users()
         if doomed and self._loop is not None:
             self._loop.run_in_executor(None, _remove_trees, doomed)
         log.info("vhost '%s' deleted", name)
@@ -318,7 +342,18 @@ class Broker:
         return SegmentStore(directory, self.config.segment_size)
 
     def save_users(self) -> None:
-        save_users(self.users, self.layout.users_file)
+        """Write the users out; when that fails (a full disk) the users in memory
+        go back to what the file holds, and ResourceError says why: a change
+        that cannot be stored does not take effect."""
+        try:
+            save_users(self.users, self.layout.users_file)
+        except OSError as exc:
+            log.error("cannot store the users in %s: %s", self.layout.users_file, exc)
+            try:
+                self.users.users = load_users(self.layout.users_file).users
+            except Exception:
+                log.exception("cannot read back %s", self.layout.users_file)
+            raise ResourceError(f"cannot store the users: {exc.strerror or exc}") from None
 
     # -- policies, limits, definitions (run on the broker's loop) -------------------------
     def get_vhost(self, name: str) -> VHost:
@@ -456,11 +491,15 @@ class Broker:
         gc.disable()
         try:
             for name in vhosts or ([self.config.default_vhost] if seed else []):
-                self.add_vhost(name)
+                self.vhosts[name] = self._open_vhost(name)
         finally:
             gc.enable()
             gc.collect()
             gc.freeze()
+        try:
+            self.layout.save_vhosts(list(self.vhosts))
+        except OSError as exc:  # the vhosts' directories say it as well
+            log.error("cannot write %s: %s", self.layout.vhosts_file, exc)
         self._delivered_marks = {}  # stores made from now on are new: nothing delivered
         if seed and new and not self.users.users:
             self.users.add_user(

@@ -16,6 +16,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
+from warren.core.errors import ResourceError
 from warren.store import damage
 from warren.store.layout import read_json_checked, write_json_atomically
 
@@ -119,4 +120,15 @@ class ApiState:
         try:
             write_json_atomically(self.path, data)
         except OSError as exc:
+            # Not stored, so not changed: back to what the file holds.
             log.error("cannot save %s: %s", self.path, exc)
+            try:
+                saved = ApiState.load(self.path)
+            except damage.DamagedFile:
+                log.error("cannot read %s back: the change stays in memory", self.path)
+            else:
+                self.vhost_metadata = saved.vhost_metadata
+                self.global_parameters = saved.global_parameters
+            raise ResourceError(
+                f"cannot store the management settings: {exc.strerror or exc}"
+            ) from None

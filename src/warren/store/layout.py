@@ -77,10 +77,14 @@ def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
     data = {key: value for key, value in data.items() if key != CHECKSUM_KEY}
     stamped = {**data, CHECKSUM_KEY: _checksum(data)}
     content = (json.dumps(stamped, indent=2, sort_keys=True) + "\n").encode("utf-8")
-    with tmp.open("wb") as f:
-        f.write(content)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with tmp.open("wb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk: the old file stays as it was
+        raise
     os.replace(tmp, path)
     fsync_directory(path.parent)
     mirror = mirror_for(path)
@@ -187,6 +191,9 @@ class DataDir:
         self._vhost_dirs[vhost] = path
         return path
 
+    def has_vhost_dir(self, vhost: str) -> bool:
+        return vhost in self._vhost_dirs or (self.root / "vhosts" / hashed(vhost)).exists()
+
     def detach_vhost_dirs(self, vhost: str) -> list[Path]:
         """Rename a deleted vhost's directories out of the way (a new vhost of the
         same name starts empty); the caller removes the returned paths later."""
@@ -249,41 +256,46 @@ class DataDir:
         return marks
 
     def load_vhosts(self, on_damage: str = damage.REFUSE) -> list[str]:
-        """The vhosts: those vhosts.json lists, then any other vhost directory's
-        (a vhost's directory and its ``name`` file are made before vhosts.json
-        lists it, so the directories are the fuller record; a damaged vhosts.json
-        is set aside and rebuilt from them). A directory without a readable name
-        is damage (store/damage.py)."""
-        names: list[str] = []
+        """The vhosts: one per vhost directory, named by its ``name`` file, in the
+        order vhosts.json lists them. A vhost's directory is made before
+        vhosts.json lists it and detached before vhosts.json forgets it, so the
+        directories are the record and vhosts.json only orders them: a damaged
+        one is set aside, and a name it lists without a directory is a delete cut
+        short. A directory without a readable name is damage (store/damage.py)."""
+        listed: list[str] = []
         try:
             data = read_json_checked(self.vhosts_file, ("vhosts",))
             if not isinstance(data.get("vhosts"), list):
                 raise ValueError("not a vhosts file")
-            names = [v for v in data["vhosts"] if isinstance(v, str)]
-            if len(names) != len(data["vhosts"]):
+            listed = [v for v in data["vhosts"] if isinstance(v, str)]
+            if len(listed) != len(data["vhosts"]):
                 raise ValueError("a vhost name is not a string")
         except FileNotFoundError:
             pass
         except (OSError, ValueError) as exc:
-            names = []
+            listed = []
             set_aside(self.vhosts_file, f"unreadable ({exc}); rebuilt from the vhost directories")
-        listed = set(names)
+        found: list[str] = []
         vhosts = self.root / "vhosts"
         for vhost_dir in sorted(vhosts.iterdir()) if vhosts.is_dir() else ():
             if vhost_dir.name.startswith(".") or not vhost_dir.is_dir():
                 continue
             name = vhost_name(vhost_dir)
             if name is None:
-                damage.handle(
-                    vhost_dir / "name",
-                    "missing or unreadable: the vhost this directory holds is unknown",
-                    on_damage,
-                )
+                problem = "missing or unreadable: the vhost this directory holds is unknown"
+                if on_damage != damage.SET_ASIDE:
+                    raise damage.refusal(vhost_dir / "name", problem)
+                log.error("%s is %s; the directory is left as it is", vhost_dir / "name", problem)
                 continue
-            if name not in listed:
+            found.append(name)
+        names = [name for name in listed if name in found]
+        for name in listed:
+            if name not in found:
+                log.warning("vhost '%s' has no directory: its delete was cut short", name)
+        for name in found:
+            if name not in names:
                 log.warning("vhost '%s' has a directory but was not in %s", name, self.vhosts_file)
                 names.append(name)
-                listed.add(name)
         return names
 
     @property
