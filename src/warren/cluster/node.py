@@ -23,6 +23,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import secrets
 from collections.abc import Callable
 from pathlib import Path
@@ -76,12 +77,17 @@ def node_id_of(data_dir: Path) -> str:
     """This node's id, kept in the data directory (made on first use)."""
     path = data_dir / ".node_id"
     try:
-        return path.read_text().strip()
+        node_id = path.read_text().strip()
     except FileNotFoundError:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        node_id = secrets.token_hex(6)
-        path.write_text(node_id + "\n")
+        node_id = ""
+    if node_id:
         return node_id
+    data_dir.mkdir(parents=True, exist_ok=True)
+    node_id = secrets.token_hex(6)
+    tmp = path.with_name(path.name + ".tmp")  # whole, or not at all (never mirrored)
+    tmp.write_text(node_id + "\n")
+    os.replace(tmp, path)
+    return node_id
 
 
 class ClusterNode:
