@@ -8,6 +8,7 @@ import shutil
 import struct
 import tempfile
 import threading
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from warren.core.message import Message
 from warren.core.properties import BasicProperties
 from warren.core.store import MemoryStore, MessageStore
 from warren.store import records, segment_recovery
+from warren.store.ack_files import encode_acks
 from warren.store.segment_store import SegmentStore
 
 PERSISTENT = b"\x10\x00\x02"  # flags: delivery-mode present; delivery-mode 2
@@ -406,7 +408,7 @@ def test_corrupt_body_in_the_middle_drops_only_that_record(
     store.close()
 
 
-def test_unusable_length_in_the_middle_drops_the_rest_of_that_segment(
+def test_unusable_length_in_the_middle_costs_only_that_record(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     d = tmp_path / "q"
@@ -414,17 +416,18 @@ def test_unusable_length_in_the_middle_drops_the_rest_of_that_segment(
     seqs = [store.append(msg(i, size=100)) for i in range(100)]
     store.close()
     victim = seqs[3]
-    in_first = [i for i, s in enumerate(seqs) if s >> 32 == victim >> 32]
     path = seg_path(d, victim)
+    original = path.read_bytes()[offset(victim) : offset(seqs[4])]
     with open(path, "r+b") as f:
         f.seek(offset(victim))
         f.write(b"\xff\xff\xff\xff")
     caplog.set_level(logging.WARNING, logger="warren.store")
     store = SegmentStore(d, segment_size=4096)
-    lost = [i for i in in_first if i >= 3]
-    assert store.ready_count == 100 - len(lost)
+    assert store.ready_count == 99
     assert path.name in caplog.text and f"offset {offset(victim)}" in caplog.text
-    assert bodies(drain(store)) == [msg(i, size=100).body for i in range(100) if i not in lost]
+    aside = d / f"{path.name}.damaged-{offset(victim):010d}"
+    assert aside.read_bytes() == b"\xff\xff\xff\xff" + original[4:]
+    assert bodies(drain(store)) == [msg(i, size=100).body for i in range(100) if i != 3]
     store.close()
 
 
@@ -436,14 +439,16 @@ def test_stale_ack_entries_are_pruned(tmp_path: Path, caplog: pytest.LogCaptureF
     store.ack(seqs[1])
     store.close()
     acks = d / f"acks.{seqs[0] >> 32:010d}"
-    assert acks.read_bytes() == struct.pack(">I", offset(seqs[1]))
+    assert acks.read_bytes() == encode_acks(array("I", [offset(seqs[1])]))
     with open(acks, "ab") as f:
-        f.write(struct.pack(">III", 1 << 30, offset(seqs[2]) + 1, offset(seqs[1])) + b"\x01\x02")
+        stale = array("I", [1 << 30, offset(seqs[2]) + 1, offset(seqs[1])])
+        f.write(encode_acks(stale) + b"\xac\x00")  # and a torn batch
     caplog.set_level(logging.WARNING, logger="warren.store")
     store = SegmentStore(d)
     assert store.ready_count == 4
     assert "pruned 3 ack entries" in caplog.text and acks.name in caplog.text
-    assert acks.read_bytes() == struct.pack(">I", offset(seqs[1]))
+    assert "torn" in caplog.text
+    assert acks.read_bytes() == encode_acks(array("I", [offset(seqs[1])]))
     assert bodies(drain(store)) == [msg(i).body for i in (0, 2, 3, 4)]
     store.close()
 

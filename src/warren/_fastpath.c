@@ -13,7 +13,9 @@
  *
  * encode_records() writes the segment-store records of a run's messages (for
  * an acknowledging consumer, stored before they are delivered), with their
- * CRC-32; store/records.py's encode_run is its reference.
+ * CRC-32; store/records.py's encode_run is its reference. crc_ok() checks a
+ * record's CRC-32 where it lies (a memory map) on the read path; records.py's
+ * _crc_ok is its reference.
  *
  * The sources: this file (the module and its init), _fastpath.h (what they
  * share), _fastpath_scan.c, _fastpath_run.c (the PublishRun type),
@@ -34,6 +36,8 @@ static PyMethodDef module_methods[] = {
     {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,
      "encode_records(run, start, stop, ex_rk, timestamp, base) -> (records, offsets, sizes, persistent)"},
     {"crc32", (PyCFunction)(void (*)(void))fp_crc32, METH_FASTCALL, "crc32(data, value=0) -> int"},
+    {"crc_ok", (PyCFunction)(void (*)(void))fp_crc_ok, METH_FASTCALL,
+     "crc_ok(buf, start, end) -> bool: the CRC-32 stored at end matches buf[start:end]"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -141,3 +141,27 @@ PyObject *fp_crc32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PyBuffer_Release(&view);
     return PyLong_FromUnsignedLong(crc);
 }
+
+/* crc_ok(buf, start, end) -> bool: whether the u32 big-endian CRC stored at
+ * buf[end:end + 4] is the CRC-32 of buf[start:end]: a record's check on the
+ * read path (store/records.py's _crc_ok is the reference), straight from the
+ * buffer (a memory map: no copy of the record, the buffer released before
+ * returning, so the map can be closed). False when the range is outside it. */
+PyObject *fp_crc_ok(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "crc_ok(buf, start, end)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    int ok = 0;
+    if (start >= 0 && start <= end && end <= view.len - 4) {
+        const unsigned char *p = (const unsigned char *)view.buf;
+        ok = crc32_update(0, p + start, end - start) == be32(p + end);
+    }
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(ok);
+}

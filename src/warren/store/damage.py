@@ -10,7 +10,7 @@ start and names the file (``DamagedFile``); nothing is rewritten. With
 starts without what it held, saying so in the log.
 
 Message data is different: what is intact is always served, and unreadable
-bytes are copied aside (store/segment_recovery.py) rather than refused.
+bytes are copied aside (store/segment_damage.py) rather than refused.
 """
 
 from __future__ import annotations

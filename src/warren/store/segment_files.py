@@ -2,7 +2,8 @@
 
 A store keeps its messages in a segment log (store/segment_log.py) and, next to
 each segment file ``msgs.<id>``, an ack file ``acks.<id>``: the u32 offsets
-(big-endian) of the records acknowledged, appended in batches. SegmentFiles
+of the records acknowledged, appended in checksummed batches
+(store/ack_files.py). SegmentFiles
 holds the log, the segments' counters (SegmentState) and the acks queued for
 their files, and writes them out: flush() to the OS, sync() and sync_acks() to
 the disk for the group commit (store/sync.py). SegmentStore builds on it;
@@ -12,15 +13,14 @@ docs/storage.md has the formats.
 from __future__ import annotations
 
 import os
-import sys
 from array import array
 from collections import deque
 from pathlib import Path
 
+from warren.store.ack_files import encode_acks
 from warren.store.segment_log import OFFSET_MASK, SegmentLog, sync_collected, sync_files
 
 _OFFSET_MASK = OFFSET_MASK
-_BIG_ENDIAN = sys.byteorder == "big"
 #: An empty skip list.
 NO_SKIP: array[int] = array("I")
 
@@ -36,6 +36,7 @@ class SegmentState:
         "unread",
         "unread_bytes",
         "skip",
+        "gaps",
         "removed",
         "removed_max",
         "has_acks",
@@ -50,6 +51,9 @@ class SegmentState:
         # Offsets of dead records ahead of the read cursor (only after recovery:
         # at runtime every ack is for a record behind the cursor). Sorted.
         self.skip: array[int] | None = None
+        # Damaged byte ranges (start -> end) among the skip list's offsets: the
+        # cursor steps to the end, not by a length field it cannot trust.
+        self.gaps: dict[int, int] | None = None
         # Offsets of records taken out by remove_ready() ahead of the read cursor
         # (dead, acked, but still in the cursor's way), and the highest of them ever
         # added: once the cursor is past it the set is stale and dropped.
@@ -61,21 +65,6 @@ class SegmentState:
 def acks_path(directory: Path, segment_id: int) -> Path:
     """The ack file of segment ``segment_id``."""
     return directory / f"acks.{segment_id:010d}"
-
-
-def offsets_to_bytes(offsets: list[int] | array[int]) -> bytes:
-    arr = array("I", offsets)
-    if not _BIG_ENDIAN:
-        arr.byteswap()
-    return arr.tobytes()
-
-
-def offsets_from_bytes(data: bytes) -> array[int]:
-    arr = array("I")
-    arr.frombytes(data[: len(data) - len(data) % 4])
-    if not _BIG_ENDIAN:
-        arr.byteswap()
-    return arr
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -202,7 +191,7 @@ class SegmentFiles:
             try:
                 fd = os.open(self._acks_path(sid), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 try:
-                    data = offsets_to_bytes(offsets)
+                    data = encode_acks(offsets)
                     _write_all(fd, data)
                     if self._log.mirror is not None:  # clustering: at the offset it got
                         end = os.lseek(fd, 0, os.SEEK_CUR)

@@ -38,9 +38,16 @@ from warren.store.records import (
     FILE_HEADER_SIZE,
     MIN_RECORD_SIZE,
     BadFileHeader,
-    CorruptRecord,
     check_file_header,
-    inspect_record,
+)
+from warren.store.segment_damage import (
+    GAP,
+    damage_reason,
+    header_damaged,
+    keep_aside,
+    report,
+    torn_tail,
+    walk,
 )
 
 __all__ = [
@@ -397,24 +404,43 @@ class SegmentLog:
 
     def scan(self, segment_id: int) -> RecordScan | None:
         """One pass over a segment's records, for recovery (see RecordScan); None
-        when the file is not a segment (left untouched) or a torn header (removed)."""
+        when the file is not a segment (left untouched) or a torn header (removed).
+        A damaged header is read past when the first record checks out (the file
+        is ours); a future version's header is left alone."""
         path = self.msgs_path(segment_id)
         fd = os.open(path, os.O_RDONLY)
         try:
             size = os.fstat(fd).st_size
             head = os.pread(fd, FILE_HEADER_SIZE, 0)
-            try:
-                check_file_header(head)
-            except BadFileHeader as exc:
-                if size < FILE_HEADER_SIZE and FILE_HEADER.startswith(head):
-                    log.warning("%s: %s: torn file header; removing it", self.directory, path.name)
-                    self.unlink(path)
-                else:
-                    log.warning("%s: %s: %s; leaving it untouched", self.directory, path.name, exc)
-                return None
             m = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size > FILE_HEADER_SIZE else None
         finally:
             os.close(fd)
+        try:
+            check_file_header(head)
+        except BadFileHeader as exc:
+            if size < FILE_HEADER_SIZE and FILE_HEADER.startswith(head):
+                log.warning("%s: %s: torn file header; removing it", self.directory, path.name)
+                self.unlink(path)
+            elif m is not None and header_damaged(m, head):
+                try:
+                    kept, known = keep_aside(path, 0, head)
+                except BaseException:
+                    m.close()
+                    raise
+                (log.warning if known else log.error)(
+                    "%s: %s: %s, but its records check out: the header is damaged (kept "
+                    "aside as %s); reading the records",
+                    self.directory,
+                    path.name,
+                    exc,
+                    kept.name,
+                )
+                return RecordScan(self, segment_id, m, size)
+            else:
+                log.warning("%s: %s: %s; leaving it untouched", self.directory, path.name, exc)
+            if m is not None:
+                m.close()
+            return None
         return RecordScan(self, segment_id, m, size)
 
 
@@ -422,10 +448,16 @@ class RecordScan:
     """The records of one segment, validated as recovery reads them.
 
     Iterating yields ``(offset, length, properties offset, properties length, body
-    length)`` per record; a corrupt record that a sound record follows yields
-    ``(offset, length, -1, 0, 0)`` (its owner counts it as dead). A torn or corrupt
-    tail ends the iteration and is cut off the file by close(), which then knows
-    the file's valid ``size``. ``map`` holds the file's bytes while it is open.
+    length)`` per intact record (structure and CRC checked). Damaged bytes that
+    intact records follow come as one item ``(offset, length, GAP, 0, 0)``
+    (store/segment_damage.py): they are copied aside first, and reading goes on
+    with the next record that checks out, so damage never costs the records
+    after it. Damaged bytes with nothing intact after them end the iteration:
+    a torn tail (what a crash leaves of the last write) is cut off by close(),
+    any other tail is copied aside, then cut. close() logs what was found and
+    then knows the file's valid ``size``. ``map`` holds the file's bytes while
+    it is open. Raises OSError when damaged bytes cannot be copied aside (the
+    owner then leaves the file as it is).
     """
 
     def __init__(self, segment_log: SegmentLog, segment_id: int, m: mmap.mmap | None, size: int):
@@ -434,62 +466,62 @@ class RecordScan:
         self.map = m
         self.size = size
         self._cut: int | None = None
+        self._good = 0  # intact records so far
+        # Damaged ranges met: (start, end, reason, copy, known already, intact
+        # records before it; -1 for a tail that is cut).
+        self._damage: list[tuple[int, int, str, Path, bool, int]] = []
 
     def __iter__(self) -> Iterator[tuple[int, int, int, int, int]]:
         m, size = self.map, self.size
         if m is None:
             return
-        directory, name = self.log.directory, self.log.msgs_path(self.segment_id).name
-        pos = FILE_HEADER_SIZE
-        while pos < size:
+        directory = self.log.directory
+        path = self.log.msgs_path(self.segment_id)
+        for item in walk(m, FILE_HEADER_SIZE, size):
+            pos = item[0]
             if pos > OFFSET_MASK:
                 self._cut = pos
-                log.warning("%s: %s: data past 4 GiB; truncating at %d", directory, name, pos)
+                log.warning("%s: %s: data past 4 GiB; truncating at %d", directory, path.name, pos)
                 return
-            try:
-                length, p_off, p_len, b_len = inspect_record(m, pos, size)
-            except CorruptRecord as corrupt:
-                nxt = pos + corrupt.length if corrupt.length is not None else size
-                if nxt < size and _plausible(m, nxt, size):
+            kind = item[2]
+            if kind >= 0:
+                self._good += 1
+            elif kind == GAP:
+                end = pos + item[1]
+                kept, known = keep_aside(path, pos, m[pos:end])
+                reason = damage_reason(m, pos, size)
+                self._damage.append((pos, end, reason, kept, known, self._good))
+            else:  # TAIL; cut only once copied (keep_aside raises when it cannot)
+                if torn_tail(m, pos, size):
                     log.warning(
-                        "%s: %s: corrupt record at offset %d (%s); dropped it",
+                        "%s: %s: torn record at offset %d (the last write, cut short: "
+                        "%s); truncating the file there (%d bytes dropped)",
                         directory,
-                        name,
+                        path.name,
                         pos,
-                        corrupt.reason,
+                        damage_reason(m, pos, size),
+                        size - pos,
                     )
-                    yield pos, nxt - pos, -1, 0, 0
-                    pos = nxt
-                    continue
+                else:
+                    kept, known = keep_aside(path, pos, m[pos:size])
+                    reason = damage_reason(m, pos, size)
+                    self._damage.append((pos, size, reason, kept, known, -1))
                 self._cut = pos
-                log.warning(
-                    "%s: %s: torn or corrupt record at offset %d (%s); "
-                    "truncating the file there (%d bytes dropped)",
-                    directory,
-                    name,
-                    pos,
-                    corrupt.reason,
-                    size - pos,
-                )
                 return
-            yield pos, length, p_off, p_len, b_len
-            pos += length
+            yield item
 
     def close(self) -> None:
-        """Release the map and cut off a torn tail met while iterating."""
+        """Release the map, cut off a torn or copied tail met while iterating, and
+        log the damaged ranges with the intact records found after each."""
         if self.map is not None:
             self.map.close()
             self.map = None
+        name = self.log.msgs_path(self.segment_id).name
+        for start, end, reason, kept, known, before in self._damage:
+            after = -1 if before < 0 else self._good - before
+            report(self.log.directory, name, start, end, reason, kept, known, after)
+        self._damage = []
         if self._cut is not None:
             os.truncate(self.log.msgs_path(self.segment_id), self._cut)
             self.size = self._cut
             self._cut = None
-
-
-def _plausible(m: mmap.mmap, pos: int, size: int) -> bool:
-    """Whether a structurally sound record starts at ``pos`` (resynchronisation check)."""
-    try:
-        inspect_record(m, pos, size, verify_crc=False)
-    except CorruptRecord:
-        return False
-    return True

@@ -1,20 +1,24 @@
 """Recovery of a classic queue's store: its segment files against their ack files.
 
 When a store opens, each segment the log's scan validates (store/segment_log.py,
-CRC per record) is matched with its ack file: acked, corrupt and (unless asked
-otherwise) transient records become dead, an ack file with entries past the data
-or torn is pruned and rewritten atomically (temp file + rename), a segment with
-nothing left is deleted, an ack file without its segment too. A segment that
-cannot be read is left untouched and unserved; a failure to list the directory
-starts the queue empty. Also scan_segment, which reads ready records' timestamps
-and properties for the expiry index after a restart. docs/storage.md has the
-rules.
+CRC per record; damaged bytes kept aside and stepped over, never counted) is
+matched with its ack file (store/ack_files.py): acked and (unless asked
+otherwise) transient records become dead, damaged ack batches are kept aside
+and skipped (their messages come back), an ack file with entries past the data,
+at damaged bytes or torn is pruned and rewritten atomically (temp file +
+rename), a segment with nothing left is deleted, an ack file without its
+segment too. A segment that cannot be read is left untouched and unserved; a
+failure to list the directory starts the queue empty. Also step_over_damage,
+what the read path does with a record that stopped checking out, and
+scan_segment, which reads ready records' timestamps and properties for the
+expiry index after a restart. docs/storage.md has the rules.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
+import mmap
 import os
 import re
 import struct
@@ -22,14 +26,10 @@ from array import array
 from collections.abc import Iterator
 
 from warren.core.properties import peek_delivery_mode
+from warren.store.ack_files import AckFile, encode_acks, read_acks
 from warren.store.records import MIN_RECORD_SIZE
-from warren.store.segment_files import (
-    NO_SKIP,
-    SegmentState,
-    acks_path,
-    offsets_from_bytes,
-    offsets_to_bytes,
-)
+from warren.store.segment_damage import damage_reason, keep_aside, report, survey
+from warren.store.segment_files import NO_SKIP, SegmentState, acks_path
 from warren.store.segment_log import MSGS_NAME, SegmentLog
 
 log = logging.getLogger("warren.store")
@@ -110,33 +110,32 @@ def _recover_segment(
     # Acked offsets as a bitmap over the file's bytes (size/8 bytes, freed after
     # this segment): no Python int per entry, duplicates merge for free.
     acked = bytearray((size >> 3) + 1) if has_acks else bytearray()
-    ack_entries = 0
-    ack_torn = False
+    ack_data = b""
+    ack_file = AckFile()
     if has_acks:
-        data = acks_path(seglog.directory, sid).read_bytes()
-        ack_torn = len(data) % 4 != 0
-        offsets = offsets_from_bytes(data)
-        ack_entries = len(offsets)
-        for o in offsets:
+        ack_data = acks_path(seglog.directory, sid).read_bytes()
+        ack_file = read_acks(ack_data)
+        for o in ack_file.offsets:
             if o < size:
                 acked[o >> 3] |= 1 << (o & 7)
-        del offsets, data
 
     seg = SegmentState(sid)
     skip: array[int] = array("I")
+    gaps: dict[int, int] = {}
     valid_acks: list[int] = []
     dropped: list[int] = []  # transient records: acked now
     try:
         m = scan.map
-        for pos, _length, p_off, p_len, b_len in scan:
+        for pos, length, p_off, p_len, b_len in scan:
+            if p_off < 0:  # damaged bytes, kept aside: stepped over, not a record
+                skip.append(pos)
+                gaps[pos] = pos + length
+                continue
             seg.records += 1
             if acked and acked[pos >> 3] >> (pos & 7) & 1:
                 seg.dead += 1
                 skip.append(pos)
                 valid_acks.append(pos)
-            elif p_off < 0:  # corrupt, stepped over
-                seg.dead += 1
-                skip.append(pos)
             elif persistent_only and m is not None and not is_persistent(m[p_off : p_off + p_len]):
                 seg.dead += 1
                 skip.append(pos)
@@ -147,22 +146,36 @@ def _recover_segment(
     finally:
         scan.close()
     size = scan.size
+    del acked
 
     if seg.dead >= seg.records:  # nothing left to deliver (or an empty segment)
         _unlink_pair(seglog, sid)
         return None
 
     seg.has_acks = has_acks
-    stale = ack_entries - len(valid_acks)
-    if stale or ack_torn or dropped:
-        if stale or ack_torn:
+    stale = len(ack_file.offsets) - len(valid_acks)
+    torn = ack_file.torn_at >= 0
+    if stale or torn or ack_file.damaged or ack_file.legacy or dropped:
+        path = acks_path(seglog.directory, sid)
+        for start, end in ack_file.damaged:
+            kept, known = keep_aside(path, start, ack_data[start:end])
+            log.error(
+                "%s: %s: bytes %d-%d do not check out: kept aside as %s; the acks "
+                "they held are lost, so those messages are delivered again",
+                seglog.directory,
+                path.name,
+                start,
+                end,
+                kept.name,
+            )
+        if stale or torn:
             log.warning(
                 "%s: %s: pruned %d ack entries (past the data, not at a record "
                 "boundary, or duplicates)%s",
                 seglog.directory,
-                acks_path(seglog.directory, sid).name,
+                path.name,
                 stale,
-                " (and a torn last entry)" if ack_torn else "",
+                " (and a torn last entry)" if torn else "",
             )
         if dropped:
             log.info(
@@ -174,7 +187,73 @@ def _recover_segment(
         _rewrite_acks(seglog, sid, sorted(valid_acks + dropped))
         seg.has_acks = bool(valid_acks or dropped)
     seg.skip = skip if skip else None
+    seg.gaps = gaps if gaps else None
     return seg, size
+
+
+def step_over_damage(
+    seglog: SegmentLog, seg: SegmentState, m: mmap.mmap, pos: int, end: int, skip: array[int] | None
+) -> tuple[int, int]:
+    """The read path met a record that does not check out at ``pos`` of ``seg``
+    (mapped as ``m``, its data ending at ``end``; ``skip`` the dead offsets the
+    cursor still has to step over): keep the damaged bytes aside, record them as
+    gaps in the skip list, count the records left to read. Returns the ready
+    messages and bytes the damage took."""
+    found = survey(m, pos, end, skip, seg.removed)
+    path = seglog.msgs_path(seg.id)
+    gaps = seg.gaps if seg.gaps is not None else {}
+    for start, stop, before in found.gaps:
+        gaps[start] = stop
+        reason = damage_reason(m, start, end)
+        try:
+            kept, known = keep_aside(path, start, m[start:stop])
+        except OSError as exc:
+            log.error(
+                "%s: %s: bytes %d-%d are damaged (%s) and cannot be kept aside (%s): "
+                "never delivered, and the file is kept until a restart copies them",
+                seglog.directory,
+                path.name,
+                start,
+                stop,
+                reason,
+                exc,
+            )
+            seg.records += 1  # never all dead: the file is not deleted
+            continue
+        report(
+            seglog.directory, path.name, start, stop, reason, kept, known, found.records - before
+        )
+    seg.gaps = gaps
+    lost = seg.unread - found.unread
+    lost_bytes = seg.unread_bytes - found.unread_bytes
+    if lost >= 0:
+        seg.dead += lost  # the records the damage took: gone, as if acked
+    else:
+        seg.records -= lost
+    seg.unread = found.unread
+    seg.unread_bytes = found.unread_bytes
+    seg.skip = found.skip if found.skip else None
+    return lost, lost_bytes
+
+
+def keep_unreadable(seglog: SegmentLog, seq: int, data: bytes, reason: str) -> None:
+    """A record read back at random (SegmentStore.read) does not check out: keep
+    its bytes aside and say so."""
+    path = seglog.msgs_path(seq >> 32)
+    off = seq & 0xFFFFFFFF
+    try:
+        kept, known = keep_aside(path, off, data)
+    except OSError as exc:
+        log.error(
+            "%s: %s: record at offset %d is damaged (%s) and cannot be kept aside: %s",
+            seglog.directory,
+            path.name,
+            off,
+            reason,
+            exc,
+        )
+        return
+    report(seglog.directory, path.name, off, off + len(data), reason, kept, known, 0)
 
 
 def is_persistent(raw_properties: bytes) -> bool:
@@ -196,7 +275,7 @@ def _rewrite_acks(seglog: SegmentLog, sid: int, offsets: list[int]) -> None:
         seglog.unlink(path)
         return
     tmp = path.with_name(path.name + ".tmp")
-    content = offsets_to_bytes(offsets)
+    content = encode_acks(array("I", offsets))
     with open(tmp, "wb") as f:
         f.write(content)
     os.replace(tmp, path)
@@ -227,20 +306,24 @@ def scan_segment(
         head = _SCAN_HEAD.unpack_from
         u32 = _U32.unpack_from
         skip = seg.skip if seg.skip is not None else NO_SKIP
+        gaps = seg.gaps
         removed = seg.removed
         i = bisect.bisect_left(skip, pos)
         n = len(skip)
         check = n > i or removed is not None
         while left and pos + MIN_RECORD_SIZE <= size:
-            length, timestamp, ex_len = head(m, pos)
-            if length < MIN_RECORD_SIZE:
-                break  # validated data never has this; stop rather than spin
             if check:
                 while i < n and skip[i] < pos:
                     i += 1
-                if (i < n and skip[i] == pos) or (removed is not None and pos in removed):
-                    pos += length
+                if i < n and skip[i] == pos and gaps is not None and pos in gaps:
+                    pos = gaps[pos]  # damaged bytes: no length field to trust
                     continue
+            length, timestamp, ex_len = head(m, pos)
+            if length < MIN_RECORD_SIZE:
+                break  # validated data never has this; stop rather than spin
+            if check and ((i < n and skip[i] == pos) or (removed is not None and pos in removed)):
+                pos += length
+                continue
             o = pos + 14 + ex_len + m[pos + 13 + ex_len]
             p_len = u32(m, o)[0]
             yield base | pos, timestamp, m[o + 4 : o + 4 + p_len]

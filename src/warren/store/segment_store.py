@@ -3,9 +3,11 @@
 Messages are appended as records to the queue's segment log
 (warren.store.segment_log) and read back sequentially through a memory map, so
 the broker keeps no Python object per ready message: RAM stays flat however
-long the queue grows, and the kernel decides what stays cached.
-Acknowledgements are appended as u32 record offsets to ``acks.<id>`` next to
-the log's ``msgs.<id>``; a segment whose records are all acknowledged is
+long the queue grows, and the kernel decides what stays cached. Every record's
+CRC is checked as it is read: one damaged on disk is kept aside and stepped
+over, never served (store/segment_damage.py). Acknowledgements are appended
+as u32 record offsets to ``acks.<id>`` next to the log's ``msgs.<id>``, in
+checksummed batches (store/ack_files.py); a segment whose records are all acknowledged is
 dropped from the log. The files and their durability are SegmentFiles', the
 base class (store/segment_files.py); what a store finds when it opens is
 store/segment_recovery.py's. docs/storage.md describes the formats, recovery
@@ -39,9 +41,15 @@ from warren.store.records import (
     encode_message_record,
     encode_run,
 )
+from warren.store.segment_damage import structure_length
 from warren.store.segment_files import NO_SKIP, SegmentFiles, SegmentState
 from warren.store.segment_log import OFFSET_MASK, SEQ_BITS
-from warren.store.segment_recovery import recover, scan_segment
+from warren.store.segment_recovery import (
+    keep_unreadable,
+    recover,
+    scan_segment,
+    step_over_damage,
+)
 
 __all__ = ["SEQ_BITS", "SegmentStore"]
 
@@ -246,9 +254,9 @@ class SegmentStore(SegmentFiles):
             seg = self._rseg
             assert seg is not None
             try:
-                msg, length = decode_record(m, pos, self._rend, False)
-            except CorruptRecord as exc:
-                self._abandon_segment(seg, f"record at offset {pos}: {exc.reason}")
+                msg, length = decode_record(m, pos, self._rend, True)
+            except CorruptRecord:
+                self._damaged(seg, pos)
                 continue
             self._rpos = pos + length
             b = len(msg.body)
@@ -300,7 +308,11 @@ class SegmentStore(SegmentFiles):
         data = self._log.read(seq)
         if data is None:
             raise CorruptRecord("no record there", seq & _OFFSET_MASK, None)
-        msg, _ = decode_record(data, 0, len(data))
+        try:
+            msg, _ = decode_record(data, 0, len(data))
+        except CorruptRecord as exc:
+            keep_unreadable(self._log, seq, data, exc.reason)
+            raise
         return msg
 
     def requeue(self, seq: int, msg: Message) -> None:
@@ -328,9 +340,9 @@ class SegmentStore(SegmentFiles):
             seg = self._rseg
             assert seg is not None
             try:
-                msg, length = decode_record(m, pos, self._rend, False)
-            except CorruptRecord as exc:
-                self._abandon_segment(seg, f"record at offset {pos}: {exc.reason}")
+                msg, length = decode_record(m, pos, self._rend, True)
+            except CorruptRecord:
+                self._damaged(seg, pos)
                 continue
             seq = (seg.id << 32) | pos
             self._peeked = (seq, msg, length)
@@ -605,6 +617,7 @@ class SegmentStore(SegmentFiles):
         old = self._rseg
         if old is not None:
             old.skip = None
+            old.gaps = None
             old.removed = None
         self._rseg = seg
         self._rpos = FILE_HEADER_SIZE
@@ -662,23 +675,34 @@ class SegmentStore(SegmentFiles):
             if self._skip is None and removed is None:
                 self._detour = self._redelivering  # callers hold no peeked record
                 return m, self._rpos
-            # Step over dead records: recovered ones (skip, sorted) and removed ones.
+            # Step over dead records: recovered ones (skip, sorted; damaged ranges
+            # among them end where gaps says) and removed ones.
             skip = self._skip if self._skip is not None else NO_SKIP
+            gaps = seg.gaps
             pos = self._rpos
             end = self._rend
             i = self._skip_i
             n = len(skip)
+            step = 1
             while pos < end:
                 while i < n and skip[i] < pos:
                     i += 1
                 if i < n and skip[i] == pos:
-                    pos += int.from_bytes(m[pos : pos + 4], "big")
+                    step = gaps[pos] - pos if gaps is not None and pos in gaps else 0
+                    if not step:
+                        step = structure_length(m, pos, end)
                 elif removed is not None and pos in removed:
                     removed.discard(pos)
-                    pos += int.from_bytes(m[pos : pos + 4], "big")
+                    step = structure_length(m, pos, end)
                 else:
                     break
+                if not step:  # a dead record damaged since: step over it as over any
+                    break
+                pos += step
             self._rpos = pos
+            if pos < end and not step:
+                self._damaged(seg, pos)
+                continue
             self._skip_i = i
             if i >= n:
                 self._skip = seg.skip = None
@@ -713,6 +737,36 @@ class SegmentStore(SegmentFiles):
         if seg.dead >= seg.records:
             self._drop_segment(seg)
 
+    def _damaged(self, seg: SegmentState, pos: int) -> None:
+        """The record at ``pos``, where the cursor stands, does not check out: it
+        was damaged on disk after it was written or recovered. Its bytes are kept
+        aside and never served, the cursor steps over them to the next record
+        that checks out, and what is left to read is counted again."""
+        self._peeked = None
+        try:
+            self._map(seg)  # the whole file, appends flushed
+        except OSError as exc:
+            self._abandon_segment(seg, f"cannot map: {exc}")
+            return
+        m = self._rmap
+        if m is None or pos >= self._rend:
+            self._abandon_segment(seg, "file shorter than its records")
+            return
+        lost, lost_bytes = step_over_damage(self._log, seg, m, pos, self._rend, self._skip)
+        self._ready_count -= lost
+        self._ready_bytes -= lost_bytes
+        if seg.gaps is None or pos not in seg.gaps:  # never expected: do not loop on it
+            self._abandon_segment(seg, f"record at offset {pos} does not read back")
+            return
+        self._rpos = pos
+        self._skip = seg.skip
+        self._skip_i = 0
+        self._set_detour()
+        if not seg.unread:
+            self._close_map()
+            if seg.dead >= seg.records and seg is not self._wseg:
+                self._drop_segment(seg)
+
     def _ack_unread(self, seg: SegmentState) -> None:
         """Ack every unread record of the read segment (purge with unacked neighbours)."""
         self._map(seg)
@@ -723,9 +777,13 @@ class SegmentStore(SegmentFiles):
             return
         pos = self._rpos
         skip = self._skip
+        gaps = seg.gaps
         removed = seg.removed
         i = self._skip_i
         while left and pos < self._rend:
+            if gaps is not None and pos in gaps:
+                pos = gaps[pos]  # damaged bytes, kept aside: no record to ack
+                continue
             length = int.from_bytes(m[pos : pos + 4], "big")
             if length < MIN_RECORD_SIZE:
                 break  # cannot happen for validated data; stop rather than spin

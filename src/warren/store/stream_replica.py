@@ -131,6 +131,18 @@ class ReplicaStreamStore(StreamStore):
         finally:
             m.close()
 
+    def _set_aside(self, path: Path, start: int, data: bytes, reason: str, after: int) -> None:
+        """A follower's copy is the leader's, file for file: damage met here is
+        stepped over and logged, and nothing is written next to it."""
+        log.error(
+            "%s: %s: bytes %d-%d are damaged (%s): never delivered from this copy",
+            self._dir,
+            path.name,
+            start,
+            start + len(data),
+            reason,
+        )
+
     # -- writes belong to the leader (a call is a bug: RuntimeError) ----------------------
     def append(self, msg: Message) -> int:
         raise RuntimeError(f"{self._dir}: a replica's stream is read-only")

@@ -30,10 +30,17 @@ from warren.core.properties import edit_properties, peek_headers
 from warren.core.stream import OFFSET_HEADER, TIMESTAMP_HEADER
 from warren.store.records import (
     FILE_HEADER_SIZE,
-    MIN_RECORD_SIZE,
     CorruptRecord,
     decode_record,
     encode_message_record,
+    inspect_record,
+)
+from warren.store.segment_damage import (
+    damage_reason,
+    keep_aside,
+    report,
+    resume_after,
+    structure_length,
 )
 from warren.store.segment_log import MSGS_NAME, SegmentLog, sync_collected
 
@@ -103,17 +110,29 @@ def stamp_properties(raw: bytes, offset: int, ts: int) -> bytes:
 
 
 class _StreamSegment:
-    """What a stream knows of one segment: a few ints, nothing per message."""
+    """What a stream knows of one segment: a few ints, nothing per message, and
+    its damaged ranges if it has any."""
 
-    __slots__ = ("id", "first_offset", "count", "bytes", "first_ts", "last_ts")
+    __slots__ = ("id", "first_offset", "count", "bytes", "first_ts", "last_ts", "gaps")
 
     def __init__(self, segment_id: int, first_offset: int, first_ts: int) -> None:
         self.id = segment_id
         self.first_offset = first_offset
-        self.count = 0
+        self.count = 0  # offsets, those of damaged records included
         self.bytes = 0
         self.first_ts = first_ts
         self.last_ts = first_ts
+        # Damaged bytes (kept aside, never served): start -> (end, offsets they held).
+        self.gaps: dict[int, tuple[int, int]] | None = None
+
+
+def _stored_offset(m: mmap.mmap, p_off: int, p_len: int) -> int:
+    """The x-stream-offset a record's properties carry, -1 when they do not."""
+    headers = peek_headers(m[p_off : p_off + p_len]) or {}
+    stored = headers.get(OFFSET_HEADER)
+    if isinstance(stored, int) and not isinstance(stored, bool):
+        return stored
+    return -1
 
 
 class StreamStore:
@@ -231,7 +250,8 @@ class StreamStore:
         return max(0, bisect.bisect_right(self._firsts, offset) - 1)
 
     def _walk(self, seg: _StreamSegment) -> Iterator[tuple[int, int, int]]:
-        """(offset, position, timestamp) of each record of ``seg``, from its start."""
+        """(offset, position, timestamp) of each intact record of ``seg``, from its
+        start, stepping over damaged ranges (found here if need be)."""
         m = self._log.map(seg.id)
         if m is None:
             return
@@ -240,31 +260,92 @@ class StreamStore:
             size = len(m)
             offset = seg.first_offset
             end = seg.first_offset + seg.count
-            while offset < end and pos + MIN_RECORD_SIZE <= size:
-                length = _U32.unpack_from(m, pos)[0]
-                if length < MIN_RECORD_SIZE:
-                    return
+            while offset < end and pos < size:
+                gaps = seg.gaps
+                if gaps is not None and pos in gaps:
+                    pos, lost = gaps[pos]
+                    offset += lost
+                    continue
+                length = structure_length(m, pos, size)
+                if not length:
+                    pos, lost = self.damaged_at(seg, pos, offset)
+                    offset += lost
+                    continue
                 yield offset, pos, _TS.unpack_from(m, pos + 4)[0]
                 offset += 1
                 pos += length
         finally:
             m.close()
 
-    def position_of(self, offset: int) -> tuple[int, int]:
-        """(segment id, file position) of the record with ``offset``, which must be
-        stored: first_offset <= offset < next_offset."""
-        seg = self._segs[self._segment_of(offset)]
-        if offset == seg.first_offset:
-            return seg.id, FILE_HEADER_SIZE
-        for found, pos, _ts in self._walk(seg):
-            if found == offset:
-                return seg.id, pos
-        raise KeyError(offset)
+    def position_of(self, offset: int) -> tuple[int, int, int]:
+        """(segment id, file position, offset) of the first intact record at or
+        after ``offset`` (first_offset <= offset < next_offset): the record with
+        that offset unless damage took it. Segment id 0 when no record is left
+        from there on (the offset is then next_offset)."""
+        i = self._segment_of(offset)
+        while i < len(self._segs):
+            seg = self._segs[i]
+            if offset <= seg.first_offset and not seg.gaps:
+                return seg.id, FILE_HEADER_SIZE, seg.first_offset
+            for found, pos, _ts in self._walk(seg):
+                if found >= offset:
+                    return seg.id, pos, found
+            i += 1
+        return 0, 0, self._next_offset
+
+    def damaged_at(self, seg: _StreamSegment, pos: int, offset: int) -> tuple[int, int]:
+        """A reader met a record that does not check out at ``pos`` of ``seg``,
+        where it expected ``offset``: (where intact records resume, how many
+        offsets the damage took). The damaged bytes are kept aside and never
+        served; every reader steps over them from then on."""
+        gaps = seg.gaps
+        if gaps is not None and pos in gaps:
+            return gaps[pos]
+        remaining = seg.first_offset + seg.count - offset
+        path = self._log.msgs_path(seg.id)
+        m = self._log.map(seg.id)  # a fresh map: appends flushed
+        if m is None:
+            return pos + 1, 0
+        try:
+            size = len(m)
+            nxt = resume_after(m, pos, size)
+            stop, lost = size, remaining
+            if nxt >= 0:
+                stop = nxt
+                _len, p_off, p_len, _b = inspect_record(m, nxt, size)
+                stored = _stored_offset(m, p_off, p_len)
+                lost = stored - offset if offset <= stored <= offset + remaining else 1
+                lost = min(lost, remaining)
+            self._set_aside(path, pos, m[pos:stop], damage_reason(m, pos, size), remaining - lost)
+        finally:
+            m.close()
+        if seg.gaps is None:
+            seg.gaps = {}
+        seg.gaps[pos] = (stop, lost)
+        return stop, lost
 
     def cursor(self, offset: int) -> StreamCursor:
         """A reader starting at ``offset``: the oldest stored offset if retention took
         it, and nothing until the stream gets there if it is in the future."""
         return StreamCursor(self, max(offset, self.first_offset))
+
+    def _set_aside(self, path: Path, start: int, data: bytes, reason: str, after: int) -> None:
+        """Keep damaged bytes met on the read path next to their segment, and say so."""
+        try:
+            kept, known = keep_aside(path, start, data)
+        except OSError as exc:
+            log.error(
+                "%s: %s: bytes %d-%d are damaged (%s) and cannot be kept aside (%s); "
+                "never delivered",
+                self._dir,
+                path.name,
+                start,
+                start + len(data),
+                reason,
+                exc,
+            )
+            return
+        report(self._dir, path.name, start, start + len(data), reason, kept, known, after)
 
     # -- retention ------------------------------------------------------------------------
     def apply_retention(
@@ -441,23 +522,37 @@ class StreamStore:
             self._bytes = 0
 
     def _recover_segment(self, sid: int) -> tuple[_StreamSegment, int] | None:
+        """The log's scan of one segment, counted: offsets from the stored
+        x-stream-offset of its first record (and of the first record after
+        damaged bytes, which tells how many offsets the damage took)."""
         scan = self._log.scan(sid)
         if scan is None:
             return None
         seg: _StreamSegment | None = None
+        gap = (0, 0)  # damaged bytes (start, end) waiting for the record after them
         try:
             m = scan.map
             for pos, length, p_off, p_len, _b_len in scan:
                 assert m is not None
+                if p_off < 0:  # damaged bytes, kept aside
+                    gap = (pos, pos + length)
+                    continue
                 ts = _TS.unpack_from(m, pos + 4)[0]
+                stored = _stored_offset(m, p_off, p_len) if seg is None or gap[1] else -1
                 if seg is None:
-                    first = self._next_offset
-                    if p_off >= 0:
-                        headers = peek_headers(m[p_off : p_off + p_len]) or {}
-                        stored = headers.get(OFFSET_HEADER)
-                        if isinstance(stored, int) and not isinstance(stored, bool):
-                            first = stored
+                    first = stored if stored >= 0 else self._next_offset
+                    if gap[1] and self._segs and self._next_offset <= first:
+                        first = self._next_offset  # the damage took the offsets up to it
                     seg = _StreamSegment(sid, first, ts)
+                if gap[1]:
+                    expected = seg.first_offset + seg.count
+                    lost = stored - expected if stored >= expected else 1
+                    if seg.gaps is None:
+                        seg.gaps = {}
+                    seg.gaps[gap[0]] = (gap[1], lost)
+                    seg.count += lost
+                    seg.bytes += gap[1] - gap[0]
+                    gap = (0, 0)
                 seg.count += 1
                 seg.bytes += length
                 if ts > seg.last_ts:
@@ -486,6 +581,7 @@ class StreamCursor:
         self._seek(offset)
 
     def _seek(self, offset: int) -> None:
+        """Go to ``offset``, or to the first intact record after it."""
         self._close_map()
         self._seg = None
         store = self._store
@@ -493,7 +589,7 @@ class StreamCursor:
         if offset >= store.next_offset or not store._segs:
             self._sid = 0  # caught up: located when a message arrives
             return
-        self._sid, self._pos = store.position_of(offset)
+        self._sid, self._pos, self.offset = store.position_of(offset)
 
     def _close_map(self) -> None:
         m, self._map = self._map, None
@@ -520,15 +616,21 @@ class StreamCursor:
             segs = store._segs
             if not self._sid:
                 self._seek(offset)
+                if not self._sid or self.offset != offset:
+                    continue  # caught up, or damage took that offset: from the next
             seg = self._seg
             if seg is None or not seg.first_offset <= offset < seg.first_offset + seg.count:
                 seg = self._seg = segs[store._segment_of(offset)]
+                if offset >= seg.first_offset + seg.count:
+                    self._seek(offset)  # between segments: damage took those offsets
+                    continue
             if seg.id != self._sid:
                 # The cursor's segment is done (or gone): start the one holding offset.
                 self._close_map()
                 self._sid, self._pos = seg.id, FILE_HEADER_SIZE
                 if offset != seg.first_offset:
                     self._seek(offset)
+                    continue
             m = self._map
             if m is None or self._pos >= len(m):
                 self._close_map()
@@ -544,15 +646,11 @@ class StreamCursor:
                     self._skip_segment(seg)
                     continue
             try:
-                msg, length = decode_record(m, self._pos, len(m), False)
-            except CorruptRecord as exc:
-                length = exc.length or 0
-                if length < MIN_RECORD_SIZE:
-                    log.error("%s: unreadable record at %d: %s", store._dir, self._pos, exc)
-                    self._skip_segment(seg)
-                    continue
-                self._pos += length
-                self.offset = offset + 1
+                msg, length = decode_record(m, self._pos, len(m), True)
+            except CorruptRecord:
+                # Damaged on disk: never served; on with the next record that checks out.
+                self._pos, lost = store.damaged_at(seg, self._pos, offset)
+                self.offset = offset + lost
                 continue
             self._pos += length
             self.offset = offset + 1
