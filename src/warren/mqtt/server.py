@@ -57,6 +57,7 @@ class MQTTProtocol(BatchedProtocol):
             name,
         )
         self.conn.reading_control = self.set_reading
+        self.conn.request_drain = self.yield_reading
         if ssl_object is not None:
             self.conn.cert_login = cert_login(
                 ssl_object.getpeercert(), self.listener.state.config.tls_cert_login_from
@@ -79,8 +80,16 @@ class MQTTProtocol(BatchedProtocol):
                 self._timer = None
             if conn.keepalive:
                 self._arm_keepalive(conn.keepalive * 1500)
-        if len(data) >= YIELD_AFTER_BYTES:
+        if conn.backlog or len(data) >= YIELD_AFTER_BYTES:
             self.yield_reading()
+
+    def drain_backlog(self) -> bool:
+        """Input left by the connection's budget: the next part of it, this turn."""
+        conn = self.conn
+        if conn is not None and conn.backlog:
+            conn.feed(b"")
+            return conn.backlog
+        return False
 
     def _arm_keepalive(self, delay_ms: int) -> None:
         self._timer = self.loop.call_later(delay_ms / 1000, self._check_keepalive)

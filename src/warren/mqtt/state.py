@@ -50,8 +50,6 @@ log = logging.getLogger("warren.mqtt")
 Key = tuple[str, str]
 
 
-
-
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
@@ -273,10 +271,7 @@ class MQTTState:
         for cid, session in self.sessions(vhost).sessions.items():
             if cid in seen:
                 continue
-            if any(
-                o.group == group and o.binding_key == binding_key
-                for o in session.subscriptions.values()
-            ):
+            if session.subscriptions.has_shared(group, binding_key):
                 n += 1
         return n
 
