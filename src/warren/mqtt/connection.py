@@ -113,6 +113,10 @@ class MQTTConnection(Subscriptions):
         self._sync_batch: list[bytes] | None = None
         self._sync_round = -1
         self._waiting_batches = 0
+        #: Bytes of an unfinished packet the decoder holds (state.unfinished counts
+        #: them against the broker's budget), and since when (ms; None: none).
+        self._unfinished = 0
+        self._unfinished_since: int | None = None
         #: Packets read and not yet acted on: (buffer, frames, index of the next).
         self._input: deque[tuple[bytes, list[tuple[int, int, int]], int]] = deque()
         #: Input is left for the next loop turn (the protocol then calls feed(b"")).
@@ -156,6 +160,17 @@ class MQTTConnection(Subscriptions):
                 # client trickling a partial packet is still closed on time.
                 self.last_rx_ms = self.now_ms
                 self._input.append((buf, frames, 0))
+            held = self.decoder.held()
+            if held:
+                if frames or self._unfinished_since is None:
+                    self._unfinished_since = self.now_ms  # a packet started
+            else:
+                self._unfinished_since = None
+            if held != self._unfinished:
+                self._unfinished = held
+                self.state.unfinished.changed(self, held)
+                if self.closed:
+                    return  # over the broker's budget
         self._work()
 
     def _work(self) -> None:
@@ -172,7 +187,7 @@ class MQTTConnection(Subscriptions):
                 buf, frames, index = pending[0]
                 index, budget = self._packets(buf, frames, index, budget)
                 if self.closed:
-                    break
+                    break  # its input is gone with it
                 if index < len(frames):
                     pending[0] = (buf, frames, index)
                 else:
@@ -250,22 +265,60 @@ class MQTTConnection(Subscriptions):
             self.reading_control(not self.node.alarms)
 
     def tick(self, now_ms: int) -> int:
-        """Keepalive: close a client silent for 1.5 keep alive periods. Returns the
-        milliseconds until the next check is due (0: none)."""
-        if self.closed or not self.keepalive:
+        """Keep alive: close a client silent for 1.5 keep alive periods; close one
+        whose unfinished packet is older than [mqtt] packet_timeout (with any keep
+        alive, 0 too). Returns the milliseconds until the next check is due (0:
+        none)."""
+        if self.closed:
             return 0
-        deadline = self.last_rx_ms + self.keepalive * 1500
-        if now_ms >= deadline:
-            log.warning(
-                "%s: MQTT client '%s' silent for %.1f s (keep alive %d s): closing",
-                self.name,
-                self.client_id,
-                (now_ms - self.last_rx_ms) / 1000,
-                self.keepalive,
-            )
-            self.disconnect(P.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
-            return 0
-        return deadline - now_ms
+        due = 0
+        deadline = self.unfinished_deadline()
+        if deadline is not None:
+            if now_ms >= deadline:
+                since = self._unfinished_since
+                assert since is not None
+                log.warning(
+                    "%s: MQTT client '%s' closed: a packet of %d bytes started %.1f s "
+                    "ago is still unfinished (%d bytes arrived; [mqtt] packet_timeout %g s)",
+                    self.name,
+                    self.client_id,
+                    self.decoder.announced(),
+                    (now_ms - since) / 1000,
+                    self._unfinished,
+                    self.state.config.mqtt_packet_timeout,
+                )
+                self.disconnect(P.KEEP_ALIVE_TIMEOUT, "packet not completed in time")
+                return 0
+            due = deadline - now_ms
+        if self.keepalive:
+            deadline = self.last_rx_ms + self.keepalive * 1500
+            if now_ms >= deadline:
+                log.warning(
+                    "%s: MQTT client '%s' silent for %.1f s (keep alive %d s): closing",
+                    self.name,
+                    self.client_id,
+                    (now_ms - self.last_rx_ms) / 1000,
+                    self.keepalive,
+                )
+                self.disconnect(P.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
+                return 0
+            due = min(due, deadline - now_ms) if due else deadline - now_ms
+        return due
+
+    def unfinished_deadline(self) -> int | None:
+        """When the unfinished packet must be complete (ms), None: no such limit."""
+        since = self._unfinished_since
+        timeout = self.state.config.mqtt_packet_timeout
+        if since is None or not timeout:
+            return None
+        return since + int(timeout * 1000)
+
+    # -- what unfinished.py's budget asks -------------------------------------------------
+    def announced(self) -> int:
+        return self.decoder.announced()
+
+    def over_budget(self, reason: str) -> None:
+        self.disconnect(P.QUOTA_EXCEEDED, reason)
 
     # -- errors and closing ---------------------------------------------------------------
     def _codec_error(self, exc: MQTTCodecError) -> None:
@@ -294,7 +347,18 @@ class MQTTConnection(Subscriptions):
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            self._let_go_of_input()
             self.on_close()
+
+    def _let_go_of_input(self) -> None:
+        """A closed connection keeps no unfinished packet (nor its share of the
+        broker's budget) for as long as its transport lingers."""
+        self.decoder.discard()
+        self._input.clear()
+        self._unfinished_since = None
+        if self._unfinished:
+            self._unfinished = 0
+            self.state.unfinished.changed(self, 0)
 
     def taken_over(self) -> None:
         """Another connection CONNECTed with this client id: end this one now."""
@@ -310,6 +374,7 @@ class MQTTConnection(Subscriptions):
         """The transport is gone (or the connection was taken over): detach the
         session, publish the will unless the client disconnected normally."""
         self.closed = True
+        self._let_go_of_input()
         vhost, session = self.vhost, self.session
         if vhost is None or session is None or self._detached:
             return

@@ -37,6 +37,8 @@ class MQTTProtocol(BatchedProtocol):
         self.listener = listener
         self.conn = None
         self._timer: asyncio.TimerHandle | None = None
+        #: When ``_timer`` fires (ms), once connected.
+        self._timer_due = 0
         self.closed: asyncio.Future[None] | None = None
         self.transport_name = transport_name
 
@@ -74,12 +76,17 @@ class MQTTProtocol(BatchedProtocol):
         self.count_read(data)
         was_connected = conn.vhost is not None
         conn.feed(data)
-        if not was_connected and conn.vhost is not None:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            if conn.keepalive:
-                self._arm_keepalive(conn.keepalive * 1500)
+        if conn.vhost is not None:
+            if not was_connected:
+                if self._timer is not None:  # the CONNECT timeout's
+                    self._timer.cancel()
+                    self._timer = None
+                if conn.keepalive:
+                    self._arm(now + conn.keepalive * 1500)
+            # An unfinished packet must be complete by its deadline, keep alive or not.
+            deadline = conn.unfinished_deadline()
+            if deadline is not None and (self._timer is None or deadline < self._timer_due):
+                self._arm(deadline)
         if conn.backlog or len(data) >= YIELD_AFTER_BYTES:
             self.yield_reading()
 
@@ -91,17 +98,23 @@ class MQTTProtocol(BatchedProtocol):
             return conn.backlog
         return False
 
-    def _arm_keepalive(self, delay_ms: int) -> None:
-        self._timer = self.loop.call_later(delay_ms / 1000, self._check_keepalive)
+    def _arm(self, due_ms: int) -> None:
+        """The connection's next check (keep alive, unfinished packet) at ``due_ms``."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_due = due_ms
+        delay = max(due_ms - int(time.time() * 1000), 0) / 1000
+        self._timer = self.loop.call_later(delay, self._check)
 
-    def _check_keepalive(self) -> None:
+    def _check(self) -> None:
         self._timer = None
         conn = self.conn
         if conn is None:
             return
-        due = conn.tick(int(time.time() * 1000))
+        now = int(time.time() * 1000)
+        due = conn.tick(now)
         if due:
-            self._arm_keepalive(due + 1)
+            self._arm(now + due + 1)
 
     def _connect_timeout(self) -> None:
         self._timer = None

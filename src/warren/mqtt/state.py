@@ -35,6 +35,7 @@ from warren.mqtt.session import (
     shared_queue_name,
 )
 from warren.mqtt.topics import mqtt_to_amqp
+from warren.mqtt.unfinished import UnfinishedPackets
 from warren.node import is_loopback
 from warren.store.layout import write_file
 
@@ -66,6 +67,8 @@ class MQTTState:
         self._expiries: dict[Key, TimerHandle] = {}
         self._pending_wills: dict[Key, tuple[Will, User, str]] = {}
         self._root: Path | None = Path(node.config.data_dir) / "mqtt"
+        #: Bytes in unfinished packets, against [mqtt] partial_packet_memory.
+        self.unfinished = UnfinishedPackets(node.config.mqtt_partial_packet_memory)
 
     # -- per-vhost stores ---------------------------------------------------------------
     def _dir(self, vhost: str) -> Path | None:
