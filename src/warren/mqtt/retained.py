@@ -3,7 +3,9 @@
 Held in memory (topic -> message, and a tree of topic levels that a SUBSCRIBE's
 filter walks: its cost is what it matches, not how many messages are retained)
 and in a compacted append-only log (the definitions log's format,
-store/definitions.py) so they survive restarts and kill -9. Writes are flushed to the OS at once and fsynced with the publish's
+store/definitions.py) so they survive restarts and kill -9; a line that does
+not read back as a retained message is damage (store/damage.py), never
+skipped. Writes are flushed to the OS at once and fsynced with the publish's
 acknowledgement: the log is a ``Syncable`` the group commit (store/sync.py)
 includes before a PUBACK is sent.
 """
@@ -11,16 +13,17 @@ includes before a PUBACK is sent.
 from __future__ import annotations
 
 import base64
-import logging
+import binascii
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from warren.core.routing import topic_matches
+from warren.mqtt.topics import is_valid_topic_name
+from warren.store import damage
 from warren.store.definitions import DefinitionsLog
 
 __all__ = ["RetainedMessage", "RetainedStore", "filter_matches"]
-
-log = logging.getLogger("warren.mqtt")
 
 
 @dataclass(slots=True)
@@ -150,29 +153,48 @@ def _order(node: _Level) -> int:
     return node.order
 
 
+def _from_record(topic: str, value: Any) -> RetainedMessage:
+    """A retained.log record; ValueError (its line is a damaged one) for anything
+    put() does not write."""
+    try:
+        qos, timestamp, expires_at = value["qos"], value["timestamp"], value.get("expires_at")
+        if (
+            not is_valid_topic_name(topic)
+            or qos not in (0, 1, 2)
+            or not isinstance(timestamp, int)
+            or not (expires_at is None or isinstance(expires_at, int))
+        ):
+            raise ValueError(f"not a retained message: {topic!r}")
+        return RetainedMessage(
+            topic,
+            base64.b64decode(value["payload"], validate=True),
+            qos,
+            base64.b64decode(value["properties"], validate=True),
+            timestamp,
+            expires_at,
+        )
+    except (KeyError, TypeError, AttributeError, binascii.Error) as exc:
+        raise ValueError(f"not a retained message ({exc!r})") from None
+
+
 class RetainedStore:
     """One vhost's retained messages. ``path`` None: in memory only."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, on_damage: str = damage.REFUSE) -> None:
+        """``on_damage``: what a line that cannot be read does ([main]
+        damaged_metadata): refuse (DamagedFile), or set the file aside and go on
+        with the lines that read (store/damage.py, via the log)."""
         self.messages: dict[str, RetainedMessage] = {}
         self._tree = TopicTree()
         self._log: DefinitionsLog | None = None
         if path is not None:
-            self._log = DefinitionsLog(path, sync=False)
-            for key, value in list(self._log.live.items()):
-                try:
-                    msg = RetainedMessage(
-                        key,
-                        base64.b64decode(value["payload"]),
-                        int(value["qos"]),
-                        base64.b64decode(value["properties"]),
-                        int(value["timestamp"]),
-                        value.get("expires_at"),
-                    )
-                    self.messages[key] = msg
-                    self._tree.put(msg)
-                except (KeyError, ValueError, TypeError) as exc:
-                    log.warning("%s: unreadable retained message %r skipped: %s", path, key, exc)
+            self._log = DefinitionsLog(
+                path, sync=False, on_damage=on_damage, check=_from_record
+            )
+            for key, value in self._log.live.items():
+                msg = _from_record(key, value)
+                self.messages[key] = msg
+                self._tree.put(msg)
 
     def __len__(self) -> int:
         return len(self.messages)

@@ -177,7 +177,11 @@ class MQTTListener:
 
     async def start(self, node: Node) -> None:
         self._state = MQTTState(node)
-        self._state.start()
+        try:
+            self._state.start()
+        except BaseException:
+            self._state.close()  # the files it opened before the damaged one
+            raise
         loop = asyncio.get_running_loop()
         try:
             if self.requested_port >= 0:

@@ -9,7 +9,9 @@ as RabbitMQ names it: durable for a persistent session, exclusive to the
 connection for a clean one. Persistent sessions are recorded in the vhost's
 ``sessions.log`` (store/definitions.py's compacted log), one record for the
 session and one for each subscription, flushed on every change and fsynced
-(by the group sync) before the acknowledgement that depends on it.
+(by the group sync) before the acknowledgement that depends on it. A line that
+does not read back as such a record is damage: the start refuses, or with
+damaged_metadata = set-aside goes on without it (store/damage.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from warren.mqtt.topics import is_valid_topic_filter
+from warren.store import damage
 from warren.store.definitions import DefinitionsLog
 
 __all__ = [
@@ -76,15 +80,20 @@ class SubscriptionOptions:
 
     @classmethod
     def from_record(cls, rec: list[Any]) -> SubscriptionOptions:
-        return cls(
-            int(rec[0]),
-            bool(rec[1]),
-            bool(rec[2]),
-            int(rec[3]),
-            int(rec[4]),
-            str(rec[5]),
-            rec[6] if isinstance(rec[6], str) else None,
-        )
+        """The options as record() wrote them; ValueError for anything else."""
+        if not isinstance(rec, list) or len(rec) != 7:
+            raise ValueError("not a subscription's options")
+        qos, no_local, as_published, handling, identifier, key, group = rec
+        if (
+            qos not in (0, 1, 2)
+            or handling not in (0, 1, 2)
+            or not isinstance(identifier, int)
+            or not 0 <= identifier <= 268_435_455
+            or not isinstance(key, str)
+            or not (group is None or isinstance(group, str))
+        ):
+            raise ValueError(f"not a subscription's options: {rec!r}")
+        return cls(int(qos), bool(no_local), bool(as_published), int(handling), identifier, key, group)
 
 
 class SubscriptionTable:
@@ -212,6 +221,11 @@ class Session:
     def from_record(cls, vhost: str, rec: dict[str, Any]) -> Session:
         """A session from its record; one written before subscriptions had records
         of their own carries them inline."""
+        if not isinstance(rec, dict) or not isinstance(rec.get("client_id"), str):
+            raise ValueError("not a session's record")
+        pending_will = rec.get("pending_will")
+        if not (pending_will is None or isinstance(pending_will, dict)):
+            raise ValueError("not a session's delayed will")
         session = cls(
             client_id=str(rec["client_id"]),
             vhost=vhost,
@@ -220,7 +234,7 @@ class Session:
             released={int(p) for p in rec.get("released", ())},
             redeliver={int(s): int(p) for s, p in rec.get("redeliver", ())},
             disconnected_at=_int_or_none(rec.get("disconnected_at")),
-            pending_will=rec.get("pending_will"),
+            pending_will=pending_will,
         )
         for f, o in dict(rec.get("subscriptions", {})).items():
             session.subscriptions.set(str(f), SubscriptionOptions.from_record(o))
@@ -249,15 +263,31 @@ class SessionStore:
     a SUBSCRIBE costs the same with 10 or 10,000 subscriptions in the session,
     and so does every other change to the session's record (QoS 2 ids)."""
 
-    def __init__(self, vhost: str, path: Path | None) -> None:
+    def __init__(self, vhost: str, path: Path | None, on_damage: str = damage.REFUSE) -> None:
+        """``on_damage``: what a line that cannot be read does ([main]
+        damaged_metadata): refuse (DamagedFile), or set the file aside and go on
+        with the lines that read (store/damage.py, via the log)."""
         self.vhost = vhost
         self.sessions: dict[str, Session] = {}
         self._log: DefinitionsLog | None = None
         # Client id -> the filters with a record in the log.
         self._recorded: dict[str, set[str]] = {}
         if path is not None:
-            self._log = DefinitionsLog(path, sync=False)
+            self._log = DefinitionsLog(path, sync=False, on_damage=on_damage, check=self._check)
             self._load(self._log)
+
+    def _check(self, key: str, value: Any) -> None:
+        """A record as _load reads it; ValueError makes its line a damaged one."""
+        client_id, _, topic_filter = key.partition("\x00")
+        try:
+            if topic_filter:
+                SubscriptionOptions.from_record(value["options"])
+                if not is_valid_topic_filter(topic_filter):
+                    raise ValueError(f"invalid topic filter {topic_filter!r}")
+            elif Session.from_record(self.vhost, value).client_id != client_id:
+                raise ValueError("a session's record under another client id")
+        except (KeyError, TypeError, IndexError, AttributeError) as exc:
+            raise ValueError(f"not a session record ({exc!r})") from None
 
     def _load(self, dlog: DefinitionsLog) -> None:
         older: list[str] = []
@@ -267,15 +297,14 @@ class SessionStore:
             if topic_filter:
                 subscriptions.append((client_id, topic_filter, value))
             elif new_layout:
-                try:
-                    self.sessions[client_id] = Session.from_record(self.vhost, value)
-                except (KeyError, ValueError, TypeError) as exc:
-                    log.warning("%s: unreadable session %r skipped: %s", dlog.path, key, exc)
+                self.sessions[client_id] = Session.from_record(self.vhost, value)
             else:
                 older.append(key)
         for client_id, topic_filter, value in subscriptions:
             session = self.sessions.get(client_id)
             if session is None:
+                # Only left by damage set aside: a session is written before its
+                # subscriptions, and forgotten after them.
                 log.warning(
                     "%s: subscription %r of no session '%s' dropped",
                     dlog.path,
@@ -284,21 +313,12 @@ class SessionStore:
                 )
                 dlog.delete(subscription_key(client_id, topic_filter))
                 continue
-            try:
-                opts = SubscriptionOptions.from_record(value["options"])
-            except (KeyError, ValueError, TypeError, IndexError) as exc:
-                log.warning("%s: unreadable subscription %r skipped: %s", dlog.path, key, exc)
-                continue
-            session.subscriptions.set(topic_filter, opts)
+            session.subscriptions.set(topic_filter, SubscriptionOptions.from_record(value["options"]))
             self._recorded.setdefault(client_id, set()).add(topic_filter)
         for key in older:
             # The older layout: written again in this one (then the old record
             # goes: a crash in between leaves both, and the newer wins).
-            try:
-                session = Session.from_record(self.vhost, dlog.live[key])
-            except (KeyError, ValueError, TypeError, IndexError) as exc:
-                log.warning("%s: unreadable session %r skipped: %s", dlog.path, key, exc)
-                continue
+            session = Session.from_record(self.vhost, dlog.live[key])
             if session.client_id not in self.sessions:
                 self.save(session)
             dlog.delete(key)

@@ -81,7 +81,7 @@ class MQTTState:
         if store is None:
             d = self._dir(vhost)
             store = self._retained[vhost] = RetainedStore(
-                d / "retained.log" if d is not None else None
+                d / "retained.log" if d is not None else None, self.config.damaged_metadata
             )
         return store
 
@@ -90,17 +90,22 @@ class MQTTState:
         if store is None:
             d = self._dir(vhost)
             store = self._sessions[vhost] = SessionStore(
-                vhost, d / "sessions.log" if d is not None else None
+                vhost, d / "sessions.log" if d is not None else None, self.config.damaged_metadata
             )
             if d is not None:
                 write_file(d / "vhost", vhost.encode("utf-8", "surrogateescape"))
         return store
 
     def start(self) -> None:
-        """Load the stored sessions of every vhost and arm their expiry timers."""
+        """Load the stored sessions and retained messages of every vhost and arm the
+        sessions' expiry timers. A damaged file refuses the start here (DamagedFile),
+        not at the first client that needs it; with damaged_metadata = set-aside it
+        is kept aside and what could be read goes on (store/damage.py)."""
         now = self.clock()
         for name in list(self.node.vhosts):
             d = self._dir(name)
+            if d is not None and (d / "retained.log").exists():
+                self.retained(name)
             if d is not None and (d / "sessions.log").exists():
                 for session in list(self.sessions(name).sessions.values()):
                     if session.disconnected_at is None:
