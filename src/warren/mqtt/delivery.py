@@ -337,7 +337,11 @@ class Delivery:
             qos, retain, ids = out.qos, False, None
         else:
             topic = amqp_to_mqtt(msg.routing_key)
-            matching: Collection[SubscriptionOptions] = [o for o in subs if _matches(o, topic)]
+            matching: Collection[SubscriptionOptions] = (
+                session.subscriptions.index.matching(topic)
+                if shared is None
+                else [o for o in subs if _matches(o, topic)]
+            )
             if not matching:
                 # A wildcard first level does not match a $ topic (MQTT-4.7.2-1),
                 # though the AMQP binding it became does; other routes still count.

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from warren.mqtt.filters import FilterIndex
 from warren.mqtt.topics import is_valid_topic_filter
 from warren.store import damage
 from warren.store.definitions import DefinitionsLog
@@ -101,12 +102,14 @@ class SubscriptionTable:
     UNSUBSCRIBE ask of them kept up to date as they change: every change and
     every question is O(1), so the 10,000th filter costs what the first did."""
 
-    __slots__ = ("_by_filter", "own", "_own_keys", "_shared", "no_local", "own_qos")
+    __slots__ = ("_by_filter", "own", "index", "_own_keys", "_shared", "no_local", "own_qos")
 
     def __init__(self) -> None:
         self._by_filter: dict[str, SubscriptionOptions] = {}
         #: The subscriptions of the session's own queue (not ``$share``), by filter.
         self.own: dict[str, SubscriptionOptions] = {}
+        #: The same by what they match: those a delivered topic matches.
+        self.index = FilterIndex()
         # Binding key -> own subscriptions with it ("a/b" and "a.b" share "a.b").
         self._own_keys: dict[str, int] = {}
         # (group, binding key) -> shared subscriptions with it.
@@ -135,16 +138,30 @@ class SubscriptionTable:
         return self._by_filter.values()
 
     def set(self, topic_filter: str, opts: SubscriptionOptions) -> None:
-        """Subscribe (or replace the options of an existing subscription)."""
-        self.pop(topic_filter)
+        """Subscribe (or replace the options of an existing subscription, which
+        keeps its place)."""
+        old = self._by_filter.get(topic_filter)
+        if old is not None:
+            self._count(old, -1)
+            if old.group is None and opts.group is not None:
+                self._drop_own(topic_filter, old)
         self._by_filter[topic_filter] = opts
-        self._count(topic_filter, opts, 1)
+        self._count(opts, 1)
+        if opts.group is None:
+            self.own[topic_filter] = opts
+            self.index.put(topic_filter, opts)
 
     def pop(self, topic_filter: str) -> SubscriptionOptions | None:
         opts = self._by_filter.pop(topic_filter, None)
         if opts is not None:
-            self._count(topic_filter, opts, -1)
+            self._count(opts, -1)
+            if opts.group is None:
+                self._drop_own(topic_filter, opts)
         return opts
+
+    def _drop_own(self, topic_filter: str, opts: SubscriptionOptions) -> None:
+        del self.own[topic_filter]
+        self.index.remove(topic_filter, opts)
 
     def clear(self) -> None:
         for topic_filter in list(self._by_filter):
@@ -157,13 +174,9 @@ class SubscriptionTable:
     def has_shared(self, group: str, binding_key: str) -> bool:
         return (group, binding_key) in self._shared
 
-    def _count(self, topic_filter: str, opts: SubscriptionOptions, n: int) -> None:
+    def _count(self, opts: SubscriptionOptions, n: int) -> None:
         self.no_local += n if opts.no_local else 0
         if opts.group is None:
-            if n > 0:
-                self.own[topic_filter] = opts
-            else:
-                del self.own[topic_filter]
             self.own_qos += n if opts.qos else 0
             _add(self._own_keys, opts.binding_key, n)
         else:
