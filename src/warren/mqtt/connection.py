@@ -1,13 +1,15 @@
 """The sans-IO MQTT 3.1.1 / 5.0 connection: packets in, core calls, packets out.
 
-`MQTTConnection.feed(data)` decodes every complete packet and acts on it; what
+`MQTTConnection.feed(data)` decodes every complete packet and acts on it, a
+budget of work per call (the rest is ``backlog`` for the next loop turn); what
 is to be sent is gathered in ``pending`` and announced once through
 ``on_output`` (the asyncio layer writes it all in one call). No socket, no
-clock of its own: ``now_ms`` is set by the caller per read, and keepalive is
-checked by `tick`. CONNECT is handled in connect.py; deliveries (core queue ->
-PUBLISH) are in delivery.py; the state shared between connections (takeover,
-stored sessions, retained messages, wills) in state.py; SUBSCRIBE and
-UNSUBSCRIBE in subscriptions.py.
+clock of its own: ``now_ms`` is set by the caller per read, and keep alive and
+the unfinished packet's deadline are checked by `tick` (its bytes count
+against the broker's budget, unfinished.py). CONNECT is handled in
+connect.py; deliveries (core queue -> PUBLISH) are in delivery.py; the state
+shared between connections (takeover, stored sessions, retained messages,
+wills) in state.py; SUBSCRIBE and UNSUBSCRIBE in subscriptions.py.
 """
 
 from __future__ import annotations
