@@ -183,6 +183,15 @@ class Config:
     mqtt_max_keepalive: int = 0
     #: Topic aliases a client may set per connection (MQTT 5 Topic Alias Maximum).
     mqtt_topic_alias_maximum: int = 16
+    #: Seconds an MQTT packet may take from its first byte to its last, whatever the
+    #: keep alive (0 too): a client that announces a packet and never completes it
+    #: is closed then (MQTT 5: DISCONNECT 0x8D). 0: no limit.
+    mqtt_packet_timeout: float = 60.0
+    #: Bytes all MQTT connections together may hold in packets not yet complete;
+    #: beyond it the connection with the largest is closed (MQTT 5: DISCONNECT
+    #: 0x97 Quota exceeded). Also the largest packet accepted (the Maximum Packet
+    #: Size MQTT 5 clients are told) when smaller than max_message_size's. 0: no limit.
+    mqtt_partial_packet_memory: int = 256 * 1024 * 1024
     #: Milliseconds a refused login is held once its address has failed before in
     #: the last minute, doubling with each further failure (at most 2 s); 0: never.
     auth_failure_delay: int = 200
@@ -387,6 +396,8 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("mqtt", "max_session_expiry_interval"): ("mqtt_max_session_expiry", _parse_int),
     ("mqtt", "max_keepalive"): ("mqtt_max_keepalive", _parse_int),
     ("mqtt", "topic_alias_maximum"): ("mqtt_topic_alias_maximum", _parse_int),
+    ("mqtt", "packet_timeout"): ("mqtt_packet_timeout", _parse_float),
+    ("mqtt", "partial_packet_memory"): ("mqtt_partial_packet_memory", _parse_int),
     ("clustering", "enabled"): ("clustering", _parse_bool),
     ("clustering", "etcd_endpoints"): ("clustering_etcd_endpoints", _parse_user_list),
     ("clustering", "etcd_prefix"): ("clustering_etcd_prefix", _parse_str),
@@ -440,6 +451,25 @@ def _fraction(value: Any) -> str | None:
         return "must be a number"
     if not 0 <= value <= 1:
         return "must be between 0 and 1"
+    return None
+
+
+def _zero_or_in(low: int, high: int) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return "must be an integer"
+        if value and not low <= value <= high:
+            return f"must be 0 or between {low} and {high}"
+        return None
+
+    return check
+
+
+def _seconds(value: Any) -> str | None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "must be a number"
+    if not 0 <= value <= 86400 * 365:
+        return "must be between 0 and 31536000 (seconds)"
     return None
 
 
@@ -542,6 +572,8 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "mqtt_max_session_expiry": _int_in(0, 0xFFFFFFFF),
     "mqtt_max_keepalive": _int_in(0, 65535),
     "mqtt_topic_alias_maximum": _int_in(0, 65535),
+    "mqtt_packet_timeout": _seconds,
+    "mqtt_partial_packet_memory": _zero_or_in(65536, 1 << 40),
     "clustering": _bool,
     "clustering_etcd_endpoints": _endpoint_list,
     "clustering_etcd_prefix": _non_empty_str,

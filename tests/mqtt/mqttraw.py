@@ -30,10 +30,12 @@ class Closed(Exception):
 
 
 class RawClient:
-    def __init__(self, port: int, level: int = MQTT_5, timeout: float = 5.0) -> None:
+    def __init__(
+        self, port: int, level: int = MQTT_5, timeout: float = 5.0, host: str = "127.0.0.1"
+    ) -> None:
         self.level = level
         self.timeout = timeout
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout)
+        self.sock = socket.create_connection((host, port), timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.decoder = Decoder(level)
         self.backlog: list[Packet] = []

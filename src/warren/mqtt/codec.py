@@ -245,6 +245,22 @@ class Decoder:
             self._buf = buf[pos:] if pos < n else b""
         return buf, out
 
+    def held(self) -> int:
+        """Bytes of an unfinished packet kept since the last complete one (only
+        what arrived: nothing is allocated for the size a header announces)."""
+        return self._have if self._need else len(self._buf)
+
+    def announced(self) -> int:
+        """The size the unfinished packet's header announced (0: not read yet)."""
+        return self._need
+
+    def discard(self) -> None:
+        """Let go of an unfinished packet (the connection is closing)."""
+        self._buf = b""
+        self._parts = []
+        self._have = 0
+        self._need = 0
+
     def decode(self, first: int, buf: bytes, pos: int, end: int) -> Packet:
         """One packet split off by `frames`."""
         return self._decode(first, buf, pos, end)

@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING
 
 from warren.core.users import WRITE
 from warren.mqtt import properties as P
-from warren.mqtt.codec import encode
+from warren.mqtt.codec import MAX_PACKET_SIZE, encode
 from warren.mqtt.errors import ProtocolViolation
 from warren.mqtt.packets import MQTT_5, ConnAck, Connect, PubRel
 from warren.mqtt.session import MAX_AWAITING_RELEASE, NEVER_EXPIRES, Session, queue_name
 from warren.mqtt.topics import too_long
 
 if TYPE_CHECKING:
+    from warren.config import Config
     from warren.mqtt.connection import MQTTConnection
 
 __all__ = ["MAX_UNAUTHENTICATED_PACKET", "before_connect"]
@@ -44,6 +45,17 @@ _V3_CONNACK = {
     P.CONNECTION_RATE_EXCEEDED: P.V311_SERVER_UNAVAILABLE,
     P.QUOTA_EXCEEDED: P.V311_SERVER_UNAVAILABLE,
 }
+
+
+def max_packet_size(config: Config) -> int:
+    """The largest packet accepted after CONNECT, as MQTT 5 clients are told
+    (CONNACK's Maximum Packet Size): a message of max_message_size with its topic
+    and properties, within what unfinished packets may hold in all (unfinished.py)
+    and what the protocol can express."""
+    limit = min(config.max_message_size + PACKET_OVERHEAD, MAX_PACKET_SIZE)
+    if config.mqtt_partial_packet_memory:
+        limit = min(limit, config.mqtt_partial_packet_memory)
+    return limit
 
 
 def before_connect(conn: MQTTConnection, pkt: object) -> None:
@@ -156,7 +168,7 @@ def _connect(conn: MQTTConnection, pkt: Connect) -> int:
     alias_max = props.get(P.TOPIC_ALIAS_MAXIMUM, 0)
     conn.alias_max_out = alias_max if isinstance(alias_max, int) else 0
     conn.alias_max_in = config.mqtt_topic_alias_maximum if v5 else 0
-    conn.decoder.max_packet_size = config.max_message_size + PACKET_OVERHEAD
+    conn.decoder.max_packet_size = max_packet_size(config)
     conn.will = pkt.will
     if v5:
         if assigned is not None:

@@ -1,19 +1,22 @@
 """The sans-IO MQTT 3.1.1 / 5.0 connection: packets in, core calls, packets out.
 
-`MQTTConnection.feed(data)` decodes every complete packet and acts on it; what
+`MQTTConnection.feed(data)` decodes every complete packet and acts on it, a
+budget of work per call (the rest is ``backlog`` for the next loop turn); what
 is to be sent is gathered in ``pending`` and announced once through
 ``on_output`` (the asyncio layer writes it all in one call). No socket, no
-clock of its own: ``now_ms`` is set by the caller per read, and keepalive is
-checked by `tick`. CONNECT is handled in connect.py; deliveries (core queue ->
-PUBLISH) are in delivery.py; the state shared between connections (takeover,
-stored sessions, retained messages, wills) in state.py; SUBSCRIBE and
-UNSUBSCRIBE in subscriptions.py.
+clock of its own: ``now_ms`` is set by the caller per read, and keep alive and
+the unfinished packet's deadline are checked by `tick` (its bytes count
+against the broker's budget, unfinished.py). CONNECT is handled in
+connect.py; deliveries (core queue -> PUBLISH) are in delivery.py; the state
+shared between connections (takeover, stored sessions, retained messages,
+wills) in state.py; SUBSCRIBE and UNSUBSCRIBE in subscriptions.py.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +53,6 @@ from warren.mqtt.topics import MAX_TOPIC_BYTES, mqtt_to_amqp, too_long
 if TYPE_CHECKING:
     from warren.core.exchange import Exchange
     from warren.mqtt.state import MQTTState
-    from warren.store.sync import ChangeMark, GroupSync
 
 __all__ = ["MQTTConnection"]
 
@@ -58,6 +60,11 @@ log = logging.getLogger("warren.mqtt")
 
 #: Distinct topics whose validated name and routing key a connection keeps.
 TOPIC_CACHE_LIMIT = 4096
+#: Work a connection does per loop turn before the rest of its input waits for
+#: the next one (the protocol stops reading meanwhile), so that one client's
+#: burst never stalls the others: a packet costs 1, a SUBSCRIBE's or
+#: UNSUBSCRIBE's topic filter FILTER_COST (subscriptions.py).
+WORK_BUDGET = 512
 
 
 class MQTTConnection(Subscriptions):
@@ -108,9 +115,17 @@ class MQTTConnection(Subscriptions):
         self._sync_batch: list[bytes] | None = None
         self._sync_round = -1
         self._waiting_batches = 0
-        # Replies to a SUBSCRIBE/UNSUBSCRIBE waiting for the cluster's followers,
-        # with the packets read after it (_hold).
-        self._held: tuple[list[bytes], bytes, list[tuple[int, int, int]]] | None = None
+        #: Bytes of an unfinished packet the decoder holds (state.unfinished counts
+        #: them against the broker's budget), and since when (ms; None: none).
+        self._unfinished = 0
+        self._unfinished_since: int | None = None
+        #: Packets read and not yet acted on: (buffer, frames, index of the next).
+        self._input: deque[tuple[bytes, list[tuple[int, int, int]], int]] = deque()
+        #: Input is left for the next loop turn (the protocol then calls feed(b"")).
+        self.backlog = False
+        #: Asks the transport to call feed(b"") on the next loop turns while
+        #: ``backlog`` (after held replies went out).
+        self.request_drain: Callable[[], None] | None = None
 
     # -- the sans-IO surface ----------------------------------------------------------------
     @property
@@ -130,42 +145,76 @@ class MQTTConnection(Subscriptions):
         return out
 
     def feed(self, data: bytes) -> None:
-        """Act on every complete packet in ``data``: one framing pass, PUBLISH bodies
-        parsed here without building packet objects, the rest decoded by the codec."""
+        """Act on the complete packets in ``data`` (after any still waiting from
+        earlier reads), at most WORK_BUDGET's worth: the rest waits for the next
+        loop turn (``backlog``; the protocol calls feed(b"") again). PUBLISH bodies
+        are parsed here without building packet objects, the rest by the codec."""
         if self.closed or self.refusing:
             return
-        if self._held is not None:
-            # Read before the socket paused: after the held packets, in order.
-            output, buf, rest = self._held
+        if data:
             try:
-                extra_buf, extra = self.decoder.frames(data)
+                buf, frames = self.decoder.frames(data)
             except MQTTCodecError as exc:
                 self._codec_error(exc)
                 return
-            if extra:
-                base = len(buf)
-                buf = buf + extra_buf
-                rest = rest + [(f, s + base, e + base) for f, s, e in extra]
-            self._held = (output, buf, rest)
-            return
-        decoder = self.decoder
-        try:
-            buf, frames = decoder.frames(data)
-        except MQTTCodecError as exc:
-            self._codec_error(exc)
-            return
-        if frames:
-            # Keep alive counts control packets (MQTT-3.1.2-24), not bytes: a client
-            # trickling a partial packet is still closed on time.
-            self.last_rx_ms = self.now_ms
-        self._packets(buf, frames)
+            if frames:
+                # Keep alive counts control packets (MQTT-3.1.2-24), not bytes: a
+                # client trickling a partial packet is still closed on time.
+                self.last_rx_ms = self.now_ms
+                self._input.append((buf, frames, 0))
+            held = self.decoder.held()
+            if held:
+                if frames or self._unfinished_since is None:
+                    self._unfinished_since = self.now_ms  # a packet started
+            else:
+                self._unfinished_since = None
+            if held != self._unfinished:
+                self._unfinished = held
+                self.state.unfinished.changed(self, held)
+                if self.closed:
+                    return  # over the broker's budget
+        self._work()
 
-    def _packets(self, buf: bytes, frames: list[tuple[int, int, int]]) -> None:
+    def _work(self) -> None:
+        """Process waiting input until it is done, the budget is spent, or replies
+        are held (subscriptions.py)."""
+        budget = WORK_BUDGET
+        pending = self._input
+        while not self.closed and self._held is None:
+            if self._batch is not None:
+                budget = self._advance(budget)
+                if self._batch is not None:
+                    break  # out of budget, or its reply is held
+            elif pending and budget > 0:
+                buf, frames, index = pending[0]
+                index, budget = self._packets(buf, frames, index, budget)
+                if self.closed:
+                    break  # its input is gone with it
+                if index < len(frames):
+                    pending[0] = (buf, frames, index)
+                else:
+                    pending.popleft()
+            else:
+                break
+        if self.closed:
+            pending.clear()
+            self._batch = None
+        self.backlog = self._held is None and (self._batch is not None or bool(pending))
+        self.apply_acks()
+
+    def _packets(
+        self, buf: bytes, frames: list[tuple[int, int, int]], index: int, budget: int
+    ) -> tuple[int, int]:
+        """Act on frames[index:] until the budget is spent or a SUBSCRIBE or
+        UNSUBSCRIBE starts (its filters take the budget next); the next index and
+        the budget left."""
         decoder = self.decoder
         connected = self.vhost is not None
-        for index, (first, start, end) in enumerate(frames):
-            if self.closed:
-                break
+        n = len(frames)
+        while index < n and budget > 0 and not self.closed:
+            first, start, end = frames[index]
+            index += 1
+            budget -= 1
             try:
                 kind = first >> 4
                 if kind == 3 and connected:
@@ -177,17 +226,10 @@ class MQTTConnection(Subscriptions):
                 elif not connected:
                     before_connect(self, pkt)
                     connected = self.vhost is not None
-                elif kind in (8, 10) and self.node.syncer is not None:
-                    # SUBSCRIBE, UNSUBSCRIBE: their ack (and the retained
-                    # messages after it) waits until the queue and bindings they
-                    # made are on disk (and, in a cluster, on the followers).
-                    syncer = self.node.syncer
-                    mark, output_mark = syncer.change_mark(), len(self.pending)
-                    self._control(pkt)
-                    if self._hold(syncer, mark, output_mark, buf, frames[index + 1 :]):
-                        break
                 else:
                     self._control(pkt)
+                    if self._batch is not None:
+                        break
             except MQTTCodecError as exc:
                 self._codec_error(exc)
                 break
@@ -196,67 +238,89 @@ class MQTTConnection(Subscriptions):
             except BrokerError as exc:
                 log.warning("%s: %s", self.name, exc)
                 self.disconnect(P.IMPLEMENTATION_SPECIFIC_ERROR, str(exc))
-        self.apply_acks()
+        return index, budget
 
-    def _hold(
-        self,
-        syncer: GroupSync,
-        mark: ChangeMark,
-        output_mark: int,
-        buf: bytes,
-        rest: list[tuple[int, int, int]],
-    ) -> bool:
-        """Hold the output since ``output_mark`` until the changes since ``mark``
-        are on disk (and held by the followers); the packets after it (``rest``)
-        and the socket wait too. False when nothing needs to wait."""
-        if self.closed:
-            return False
-        held = self.pending[output_mark:]
-        del self.pending[output_mark:]
-        self._held = (held, buf, rest)
-        if not syncer.after_changes(mark, self._release_held):
-            self._held = None
-            self.pending.extend(held)
-            return False
+    def _advance(self, budget: int) -> int:
+        """Go on with the SUBSCRIBE or UNSUBSCRIBE under way; the budget left."""
+        steps = self._batch
+        assert steps is not None
+        try:
+            while budget > 0 and self._held is None and not self.closed:
+                budget -= next(steps)
+        except StopIteration:
+            self._batch = None
+        except ProtocolViolation as exc:
+            self._batch = None
+            self.disconnect(exc.reason_code, str(exc))
+        except BrokerError as exc:
+            self._batch = None
+            log.warning("%s: %s", self.name, exc)
+            self.disconnect(P.IMPLEMENTATION_SPECIFIC_ERROR, str(exc))
+        return budget
+
+    def resume(self) -> None:
+        """Held replies are out: go on with the input, and reading (subscriptions.py)."""
+        self._work()
+        if self.backlog and self.request_drain is not None:
+            self.request_drain()
         if self.reading_control is not None:
-            self.reading_control(False)
-        return True
-
-    def _release_held(self) -> None:
-        held = self._held
-        self._held = None
-        if held is None or self.closed:
-            return
-        output, buf, rest = held
-        for chunk in output:
-            self.send(chunk)
-        if rest:
-            self._packets(buf, rest)
-        if not self.holding() and self.reading_control is not None:
             self.reading_control(not self.node.alarms)
 
-    def holding(self) -> bool:
-        """Whether replies are held (a method: mypy, and so mypyc, would take an
-        attribute test after an assignment in the same function as settled)."""
-        return self._held is not None
-
     def tick(self, now_ms: int) -> int:
-        """Keepalive: close a client silent for 1.5 keep alive periods. Returns the
-        milliseconds until the next check is due (0: none)."""
-        if self.closed or not self.keepalive:
+        """Keep alive: close a client silent for 1.5 keep alive periods; close one
+        whose unfinished packet is older than [mqtt] packet_timeout (with any keep
+        alive, 0 too). Returns the milliseconds until the next check is due (0:
+        none)."""
+        if self.closed:
             return 0
-        deadline = self.last_rx_ms + self.keepalive * 1500
-        if now_ms >= deadline:
-            log.warning(
-                "%s: MQTT client '%s' silent for %.1f s (keep alive %d s): closing",
-                self.name,
-                self.client_id,
-                (now_ms - self.last_rx_ms) / 1000,
-                self.keepalive,
-            )
-            self.disconnect(P.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
-            return 0
-        return deadline - now_ms
+        due = 0
+        deadline = self.unfinished_deadline()
+        if deadline is not None:
+            if now_ms >= deadline:
+                since = self._unfinished_since
+                assert since is not None
+                log.warning(
+                    "%s: MQTT client '%s' closed: a packet of %d bytes started %.1f s "
+                    "ago is still unfinished (%d bytes arrived; [mqtt] packet_timeout %g s)",
+                    self.name,
+                    self.client_id,
+                    self.decoder.announced(),
+                    (now_ms - since) / 1000,
+                    self._unfinished,
+                    self.state.config.mqtt_packet_timeout,
+                )
+                self.disconnect(P.KEEP_ALIVE_TIMEOUT, "packet not completed in time")
+                return 0
+            due = deadline - now_ms
+        if self.keepalive:
+            deadline = self.last_rx_ms + self.keepalive * 1500
+            if now_ms >= deadline:
+                log.warning(
+                    "%s: MQTT client '%s' silent for %.1f s (keep alive %d s): closing",
+                    self.name,
+                    self.client_id,
+                    (now_ms - self.last_rx_ms) / 1000,
+                    self.keepalive,
+                )
+                self.disconnect(P.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
+                return 0
+            due = min(due, deadline - now_ms) if due else deadline - now_ms
+        return due
+
+    def unfinished_deadline(self) -> int | None:
+        """When the unfinished packet must be complete (ms), None: no such limit."""
+        since = self._unfinished_since
+        timeout = self.state.config.mqtt_packet_timeout
+        if since is None or not timeout:
+            return None
+        return since + int(timeout * 1000)
+
+    # -- what unfinished.py's budget asks -------------------------------------------------
+    def announced(self) -> int:
+        return self.decoder.announced()
+
+    def over_budget(self, reason: str) -> None:
+        self.disconnect(P.QUOTA_EXCEEDED, reason)
 
     # -- errors and closing ---------------------------------------------------------------
     def _codec_error(self, exc: MQTTCodecError) -> None:
@@ -285,7 +349,18 @@ class MQTTConnection(Subscriptions):
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            self._let_go_of_input()
             self.on_close()
+
+    def _let_go_of_input(self) -> None:
+        """A closed connection keeps no unfinished packet (nor its share of the
+        broker's budget) for as long as its transport lingers."""
+        self.decoder.discard()
+        self._input.clear()
+        self._unfinished_since = None
+        if self._unfinished:
+            self._unfinished = 0
+            self.state.unfinished.changed(self, 0)
 
     def taken_over(self) -> None:
         """Another connection CONNECTed with this client id: end this one now."""
@@ -301,6 +376,7 @@ class MQTTConnection(Subscriptions):
         """The transport is gone (or the connection was taken over): detach the
         session, publish the will unless the client disconnected normally."""
         self.closed = True
+        self._let_go_of_input()
         vhost, session = self.vhost, self.session
         if vhost is None or session is None or self._detached:
             return

@@ -18,6 +18,7 @@ import logging
 import struct
 import time
 from collections import deque
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from warren.core.consumer import Consumer
@@ -98,7 +99,6 @@ class Delivery:
         self.inflight: dict[int, tuple[Queue | None, int, Message | None]] = {}
         self.consumers: dict[str, MQTTConsumer] = {}
         self.no_local_subscriptions = False
-        self._own: list[SubscriptionOptions] = []
         self._next_pid = 0
         self._acks: dict[int, tuple[Queue, list[int]]] = {}
         self._topics: dict[str, bytes] = {}
@@ -154,29 +154,35 @@ class Delivery:
             self._return_inflight(consumer.queue)
             consumer.queue.remove_consumer(consumer)
 
-    def subscriptions_changed(self) -> None:
+    def subscriptions_changed(self, queue: str | None = None) -> None:
+        """After a change to the session's subscriptions: what the consumer of
+        ``queue`` (None: every consumer) and publishing need to know. O(1) for one
+        queue (the session's counts are kept as they change)."""
         session = self.session
         assert session is not None
-        subs = session.subscriptions.values()
-        self._own = [o for o in subs if o.group is None]
-        self.no_local_subscriptions = any(o.no_local for o in subs)
-        for consumer in self.consumers.values():
-            self._update_no_ack(consumer)
+        self.no_local_subscriptions = session.subscriptions.no_local > 0
+        if queue is None:
+            for consumer in self.consumers.values():
+                self._update_no_ack(consumer)
+        else:
+            one = self.consumers.get(queue)
+            if one is not None:
+                self._update_no_ack(one)
 
     def _update_no_ack(self, consumer: MQTTConsumer) -> None:
         """Only QoS 0 subscriptions: nothing is ever acknowledged, so the queue may
         forget a message as it hands it over (and skip storing it)."""
         if consumer.shared is not None:
             consumer.no_ack = consumer.shared.qos == 0
-        else:
-            consumer.no_ack = bool(self._own) and all(o.qos == 0 for o in self._own)
+            return
+        session = self.session
+        assert session is not None
+        subs = session.subscriptions
+        consumer.no_ack = bool(subs.own) and subs.own_qos == 0
 
     def has_shared(self, group: str, binding_key: str) -> bool:
         session = self.session
-        return session is not None and any(
-            o.group == group and o.binding_key == binding_key
-            for o in session.subscriptions.values()
-        )
+        return session is not None and session.subscriptions.has_shared(group, binding_key)
 
     def detach_consumers(self) -> None:
         """Stop consuming; whatever is in flight goes back to its queue, in order."""
@@ -312,10 +318,14 @@ class Delivery:
     def deliver(self, consumer: MQTTConsumer, seq: int, msg: Message, redelivered: bool) -> None:
         out = from_message(msg)
         shared = consumer.shared
-        subs = [shared] if shared is not None else self._own
+        session = self.session
+        assert session is not None
+        subs: Collection[SubscriptionOptions] = (
+            (shared,) if shared is not None else session.subscriptions.own.values()
+        )
         drop = False
         if len(subs) == 1 and msg.routing_key[:1] != "$":
-            sub = subs[0]
+            sub = next(iter(subs))
             qos = min(out.qos, sub.qos)
             retain = out.retain and sub.retain_as_published
             ids = [sub.identifier] if sub.identifier else None
@@ -327,7 +337,11 @@ class Delivery:
             qos, retain, ids = out.qos, False, None
         else:
             topic = amqp_to_mqtt(msg.routing_key)
-            matching = [o for o in subs if _matches(o, topic)]
+            matching: Collection[SubscriptionOptions] = (
+                session.subscriptions.index.matching(topic)
+                if shared is None
+                else [o for o in subs if _matches(o, topic)]
+            )
             if not matching:
                 # A wildcard first level does not match a $ topic (MQTT-4.7.2-1),
                 # though the AMQP binding it became does; other routes still count.
@@ -350,8 +364,6 @@ class Delivery:
         pid = 0
         dup = redelivered
         if qos:
-            session = self.session
-            assert session is not None
             # Not gated on ``redelivered``: the queue forgets that flag over a
             # restart, the session's record of what was in flight does not. Only
             # the session's own queue is recorded (queues number alike).

@@ -37,6 +37,8 @@ class MQTTProtocol(BatchedProtocol):
         self.listener = listener
         self.conn = None
         self._timer: asyncio.TimerHandle | None = None
+        #: When ``_timer`` fires (ms), once connected.
+        self._timer_due = 0
         self.closed: asyncio.Future[None] | None = None
         self.transport_name = transport_name
 
@@ -57,6 +59,7 @@ class MQTTProtocol(BatchedProtocol):
             name,
         )
         self.conn.reading_control = self.set_reading
+        self.conn.request_drain = self.yield_reading
         if ssl_object is not None:
             self.conn.cert_login = cert_login(
                 ssl_object.getpeercert(), self.listener.state.config.tls_cert_login_from
@@ -73,26 +76,45 @@ class MQTTProtocol(BatchedProtocol):
         self.count_read(data)
         was_connected = conn.vhost is not None
         conn.feed(data)
-        if not was_connected and conn.vhost is not None:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            if conn.keepalive:
-                self._arm_keepalive(conn.keepalive * 1500)
-        if len(data) >= YIELD_AFTER_BYTES:
+        if conn.vhost is not None:
+            if not was_connected:
+                if self._timer is not None:  # the CONNECT timeout's
+                    self._timer.cancel()
+                    self._timer = None
+                if conn.keepalive:
+                    self._arm(now + conn.keepalive * 1500)
+            # An unfinished packet must be complete by its deadline, keep alive or not.
+            deadline = conn.unfinished_deadline()
+            if deadline is not None and (self._timer is None or deadline < self._timer_due):
+                self._arm(deadline)
+        if conn.backlog or len(data) >= YIELD_AFTER_BYTES:
             self.yield_reading()
 
-    def _arm_keepalive(self, delay_ms: int) -> None:
-        self._timer = self.loop.call_later(delay_ms / 1000, self._check_keepalive)
+    def drain_backlog(self) -> bool:
+        """Input left by the connection's budget: the next part of it, this turn."""
+        conn = self.conn
+        if conn is not None and conn.backlog:
+            conn.feed(b"")
+            return conn.backlog
+        return False
 
-    def _check_keepalive(self) -> None:
+    def _arm(self, due_ms: int) -> None:
+        """The connection's next check (keep alive, unfinished packet) at ``due_ms``."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_due = due_ms
+        delay = max(due_ms - int(time.time() * 1000), 0) / 1000
+        self._timer = self.loop.call_later(delay, self._check)
+
+    def _check(self) -> None:
         self._timer = None
         conn = self.conn
         if conn is None:
             return
-        due = conn.tick(int(time.time() * 1000))
+        now = int(time.time() * 1000)
+        due = conn.tick(now)
         if due:
-            self._arm_keepalive(due + 1)
+            self._arm(now + due + 1)
 
     def _connect_timeout(self) -> None:
         self._timer = None
@@ -155,7 +177,11 @@ class MQTTListener:
 
     async def start(self, node: Node) -> None:
         self._state = MQTTState(node)
-        self._state.start()
+        try:
+            self._state.start()
+        except BaseException:
+            self._state.close()  # the files it opened before the damaged one
+            raise
         loop = asyncio.get_running_loop()
         try:
             if self.requested_port >= 0:

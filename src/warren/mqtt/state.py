@@ -35,6 +35,7 @@ from warren.mqtt.session import (
     shared_queue_name,
 )
 from warren.mqtt.topics import mqtt_to_amqp
+from warren.mqtt.unfinished import UnfinishedPackets
 from warren.node import is_loopback
 from warren.store.layout import write_file
 
@@ -48,8 +49,6 @@ __all__ = ["MQTTState"]
 log = logging.getLogger("warren.mqtt")
 
 Key = tuple[str, str]
-
-
 
 
 def wall_clock_ms() -> int:
@@ -68,6 +67,8 @@ class MQTTState:
         self._expiries: dict[Key, TimerHandle] = {}
         self._pending_wills: dict[Key, tuple[Will, User, str]] = {}
         self._root: Path | None = Path(node.config.data_dir) / "mqtt"
+        #: Bytes in unfinished packets, against [mqtt] partial_packet_memory.
+        self.unfinished = UnfinishedPackets(node.config.mqtt_partial_packet_memory)
 
     # -- per-vhost stores ---------------------------------------------------------------
     def _dir(self, vhost: str) -> Path | None:
@@ -80,7 +81,7 @@ class MQTTState:
         if store is None:
             d = self._dir(vhost)
             store = self._retained[vhost] = RetainedStore(
-                d / "retained.log" if d is not None else None
+                d / "retained.log" if d is not None else None, self.config.damaged_metadata
             )
         return store
 
@@ -89,17 +90,22 @@ class MQTTState:
         if store is None:
             d = self._dir(vhost)
             store = self._sessions[vhost] = SessionStore(
-                vhost, d / "sessions.log" if d is not None else None
+                vhost, d / "sessions.log" if d is not None else None, self.config.damaged_metadata
             )
             if d is not None:
                 write_file(d / "vhost", vhost.encode("utf-8", "surrogateescape"))
         return store
 
     def start(self) -> None:
-        """Load the stored sessions of every vhost and arm their expiry timers."""
+        """Load the stored sessions and retained messages of every vhost and arm the
+        sessions' expiry timers. A damaged file refuses the start here (DamagedFile),
+        not at the first client that needs it; with damaged_metadata = set-aside it
+        is kept aside and what could be read goes on (store/damage.py)."""
         now = self.clock()
         for name in list(self.node.vhosts):
             d = self._dir(name)
+            if d is not None and (d / "retained.log").exists():
+                self.retained(name)
             if d is not None and (d / "sessions.log").exists():
                 for session in list(self.sessions(name).sessions.values()):
                     if session.disconnected_at is None:
@@ -273,10 +279,7 @@ class MQTTState:
         for cid, session in self.sessions(vhost).sessions.items():
             if cid in seen:
                 continue
-            if any(
-                o.group == group and o.binding_key == binding_key
-                for o in session.subscriptions.values()
-            ):
+            if session.subscriptions.has_shared(group, binding_key):
                 n += 1
         return n
 

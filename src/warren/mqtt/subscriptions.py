@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from warren.core.errors import BrokerError
@@ -26,10 +27,17 @@ from warren.mqtt.topics import is_valid_topic_filter, mqtt_to_amqp, parse_shared
 if TYPE_CHECKING:
     from warren.core.queue import Queue
     from warren.node import Node
+    from warren.store.sync import ChangeMark
 
 __all__ = ["Subscriptions"]
 
 log = logging.getLogger("warren.mqtt")
+
+#: What one topic filter of a SUBSCRIBE or UNSUBSCRIBE costs against the
+#: connection's budget per loop turn (connection.py's WORK_BUDGET, where a packet
+#: costs 1), so 32 filters a turn: each is permission checks, a binding (for a
+#: persistent session a line in the definitions log) and a session record.
+FILTER_COST = 16
 
 
 class Subscriptions(Delivery):
@@ -37,6 +45,15 @@ class Subscriptions(Delivery):
 
     node: Node
     user: User | None
+    reading_control: Callable[[bool], None] | None
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: The SUBSCRIBE or UNSUBSCRIBE under way: its steps, each yielding its cost
+        #: (the connection advances it within its budget per loop turn).
+        self._batch: Iterator[int] | None = None
+        #: Its reply (and what followed it) held until what it changed is durable.
+        self._held: list[bytes] | None = None
 
     @property
     def name(self) -> str:
@@ -49,8 +66,14 @@ class Subscriptions(Delivery):
 
     # -- SUBSCRIBE / UNSUBSCRIBE --------------------------------------------------------------
     def _subscribe(self, pkt: Subscribe) -> None:
+        self._batch = self._subscribe_steps(pkt)
+
+    def _subscribe_steps(self, pkt: Subscribe) -> Iterator[int]:
+        """Bind each filter, reply when the session and bindings are durable, then
+        the retained messages: one step per filter and per retained message."""
         vhost, session, user = self.vhost, self.session, self.user
         assert vhost is not None and session is not None and user is not None
+        change_mark = self._change_mark()
         v5 = self.level == MQTT_5
         raw_ident = pkt.properties.get(P.SUBSCRIPTION_IDENTIFIER, 0)
         ident = 0
@@ -61,6 +84,7 @@ class Subscriptions(Delivery):
         codes: list[int] = []
         fresh: list[tuple[str, SubscriptionOptions, bool]] = []
         for sub in pkt.subscriptions:
+            yield FILTER_COST
             tf = sub.topic_filter
             if not is_valid_topic_filter(tf):
                 log.warning("%s: invalid topic filter %r refused", self.name, tf)
@@ -86,20 +110,21 @@ class Subscriptions(Delivery):
                 continue
             codes.append(sub.qos)
             fresh.append((tf, opts, existed))
-        if session.persistent:
-            store = self.state.sessions(vhost.name)
-            store.save(session)
-            store.sync()
+        output_mark = len(self.pending)
         self.send(encode(SubAck(pkt.packet_id, codes), self.level))
+        self._reply_when_durable(output_mark, change_mark)
+        yield 1
         # Retained messages after the SUBACK (MQTT-3.3.1-6), not for shared ones.
-        now = self.now_ms or int(time.time() * 1000)
+        retained = self.state.retained(vhost.name)
         for tf, opts, existed in fresh:
             if opts.group is not None or opts.retain_handling == 2:
                 continue
             if opts.retain_handling == 1 and existed:
                 continue
-            for retained in self.state.retained(vhost.name).matching(tf, now):
-                self.send_retained(retained, opts, now)
+            now = self.now_ms or int(time.time() * 1000)
+            for msg in retained.matching(tf, now):
+                self.send_retained(msg, opts, now)
+                yield 1
 
     def add_subscription(self, topic_filter: str, opts: SubscriptionOptions) -> bool:
         """Bind the session's (or the share group's) queue; True if it existed already."""
@@ -121,15 +146,17 @@ class Subscriptions(Delivery):
                 user, vhost.name, exchange_name, opts.binding_key, READ, self._variables()
             )
         queue = self.subscription_queue(opts)
-        existed = topic_filter in session.subscriptions
+        old = session.subscriptions.get(topic_filter)
         vhost.bind(exchange, queue, opts.binding_key)
-        session.subscriptions[topic_filter] = opts
+        session.subscriptions.set(topic_filter, opts)
+        if session.persistent:
+            self.state.sessions(vhost.name).subscription_changed(session, topic_filter)
         if opts.group is not None and queue.name in self.consumers:
             # Its consumer was made before the subscription was recorded (or with a
             # replaced subscription's options): it delivers with these.
             self.consumers[queue.name].shared = opts
-        self.subscriptions_changed()
-        return existed
+        self.subscriptions_changed(queue.name)
+        return old is not None
 
     def subscription_queue(self, opts: SubscriptionOptions) -> Queue:
         """The queue a subscription binds: declared (configure, read) on first use."""
@@ -150,32 +177,113 @@ class Subscriptions(Delivery):
         return queue
 
     def _unsubscribe(self, pkt: Unsubscribe) -> None:
+        self._batch = self._unsubscribe_steps(pkt)
+
+    def _unsubscribe_steps(self, pkt: Unsubscribe) -> Iterator[int]:
         vhost, session = self.vhost, self.session
         assert vhost is not None and session is not None
+        change_mark = self._change_mark()
         codes: list[int] = []
         exchange = vhost.exchanges.get(self.state.config.mqtt_exchange)
+        sessions = self.state.sessions(vhost.name) if session.persistent else None
         for tf in pkt.topic_filters:
-            opts = session.subscriptions.pop(tf, None)
+            yield FILTER_COST
+            opts = session.subscriptions.pop(tf)
             if opts is None:
                 codes.append(P.NO_SUBSCRIPTION_EXISTED)
                 continue
             codes.append(0)
+            if sessions is not None:
+                sessions.subscription_changed(session, tf)
             if opts.group is not None:
                 self.drop_shared_consumer(opts)
                 self.state.release_shared(vhost, opts.group, opts.binding_key, session.client_id)
                 continue
-            still_bound = any(
-                o.binding_key == opts.binding_key and o.group is None
-                for o in session.subscriptions.values()
-            )
             queue = vhost.queues.get(session.queue)
-            if exchange is not None and queue is not None and not still_bound:
+            if (
+                exchange is not None
+                and queue is not None
+                and not session.subscriptions.binds(opts.binding_key)
+            ):
                 vhost.unbind(exchange, queue, opts.binding_key)
-        self.subscriptions_changed()
-        if session.persistent:
-            store = self.state.sessions(vhost.name)
-            store.save(session)
-            store.sync()
+            self.subscriptions_changed(session.queue)
+        output_mark = len(self.pending)
         self.send(
             encode(UnsubAck(pkt.packet_id, codes if self.level == MQTT_5 else []), self.level)
         )
+        self._reply_when_durable(output_mark, change_mark)
+        yield 1
+
+    # -- replies after what they report is durable ------------------------------------------
+    def _change_mark(self) -> ChangeMark:
+        syncer = self.node.syncer
+        return syncer.change_mark() if syncer is not None else (0, 0)
+
+    def _reply_when_durable(self, output_mark: int, change_mark: ChangeMark) -> None:
+        """Hold the output since ``output_mark`` (a SUBACK or UNSUBACK) and the input
+        after it until the session's records and the bindings and queues made
+        since ``change_mark`` are on disk (the group commit, off the loop) and, in
+        a cluster, held by the followers. Nothing held when nothing needs to wait."""
+        vhost, session = self.vhost, self.session
+        assert vhost is not None and session is not None
+        syncer = self.node.syncer
+        sessions = self.state.sessions(vhost.name) if session.persistent else None
+        if sessions is not None:
+            sessions.save(session)
+        if syncer is None:
+            if sessions is not None:
+                sessions.sync()
+            return
+        waiting = _Waits(self)
+        if sessions is not None and sessions.log is not None:
+            waiting.count += 1
+            syncer.after_sync([sessions.log], waiting.synced)
+        waiting.count += 1
+        if not syncer.after_changes(change_mark, waiting.done):
+            waiting.count -= 1  # nothing to wait for
+        waiting.count -= 1  # this call's own
+        if waiting.count == 0 or self.closed:
+            return
+        waiting.holding = True
+        self._held = self.pending[output_mark:]
+        del self.pending[output_mark:]
+        if self.reading_control is not None:
+            self.reading_control(False)
+
+    def _release_held(self) -> None:
+        held = self._held
+        self._held = None
+        if held is None or self.closed:
+            return
+        for chunk in held:
+            self.send(chunk)
+        self.resume()
+
+    def resume(self) -> None:
+        raise NotImplementedError
+
+    def disconnect(self, reason_code: int, reason: str = "") -> None:
+        raise NotImplementedError
+
+
+class _Waits:
+    """What a held reply waits for: the replies go out when the count is 0."""
+
+    __slots__ = ("conn", "count", "holding")
+
+    def __init__(self, conn: Subscriptions) -> None:
+        self.conn = conn
+        self.count = 1  # the holder's own, dropped once it has asked for the rest
+        self.holding = False
+
+    def done(self) -> None:
+        self.count -= 1
+        if self.count == 0 and self.holding:
+            self.conn._release_held()
+
+    def synced(self, ok: bool) -> None:
+        conn = self.conn
+        if not ok and not conn.closed:
+            log.error("%s: the disk sync behind a subscription failed: closing", conn.name)
+            conn.disconnect(P.UNSPECIFIED_ERROR, "could not sync to disk")
+        self.done()

@@ -106,16 +106,20 @@ class DefinitionsLog:
         *,
         on_damage: str = damage.REFUSE,
         object_dirs: bool = False,
+        check: Callable[[str, Any], object] | None = None,
     ) -> None:
         """``sync``: fdatasync each line as it is written, unless ``on_write`` is set
         (the broker's group commit then syncs it before any reply depends on it).
         ``on_damage``: what an unreadable line does (store/damage.py).
         ``object_dirs``: this is a vhost's log; a durable queue's or exchange's
-        definition is also written to ``definition.json`` in its directory."""
+        definition is also written to ``definition.json`` in its directory.
+        ``check``: called with each added key and value as the log is read; what
+        it raises (ValueError, KeyError, TypeError) makes that line unreadable."""
         self.path = path
         self.sync_each_write = sync
         self.on_damage = on_damage
         self.object_dirs = object_dirs
+        self._check = check
         self.live: dict[str, dict[str, Any]] = {}
         #: Keys deleted (and not added again) since the log was last compacted: a
         #: queue directory whose key is here is a delete's leftover, not an orphan.
@@ -145,7 +149,10 @@ class DefinitionsLog:
         problems: list[str] = []
         for number, raw in enumerate(lines, 1):
             try:
-                self._apply(decode_line(raw))
+                entry = decode_line(raw)
+                if self._check is not None and entry["op"] == "add":
+                    self._check(entry["key"], entry["value"])
+                self._apply(entry)
             except (ValueError, KeyError, TypeError, DecodeError) as exc:
                 problems.append(f"line {number}: {exc}")
             self._lines += 1
