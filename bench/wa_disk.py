@@ -391,7 +391,17 @@ def fs_round(fs: LoopFS, key: str, make: str, sync: str, files: int, size: int) 
 
 
 def fs_model_report(rows: list[dict[str, Any]]) -> str:
-    out = ["#### One sync round on ext4, by how the segment file was made (no broker)", ""]
+    out = [
+        "#### One sync round on ext4, by how the segment file was made (no broker)",
+        "",
+        "Rounds of *bytes* written to each of *files* files, each round then made durable. "
+        "File: *append*, a new file grown with O_APPEND (Warren's segments today); "
+        "*fallocate*, posix_fallocate'd to 8 MiB first and written in place; *zeroed*, "
+        "8 MiB of zeros written and synced first (a recycled segment), written in place. "
+        "Sync: *each*, fdatasync every file; *two-phase*, sync_file_range(WRITE) on every "
+        "file first, then fdatasync each; *syncfs*, one syncfs. Setup is not counted.",
+        "",
+    ]
     out.append("| files × bytes per round | file | sync | written per round | of it journal | "
                "journal commits | flushes | written / data | ms per round |")  # fmt: skip
     out.append("|---|---|---|---:|---:|---:|---:|---:|---:|")

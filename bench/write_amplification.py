@@ -341,7 +341,7 @@ def report(
         d = r.disk
         wb = d.get("write_bytes", 0)
         w(f"| {r.scenario.key} | {r.broker} | {r.published:,} | {mib(r.received)} | {mib(r.body)} | "
-          f"{mib(wb)} | {mib(d.get('journal_blocks', 0) * 4096)} | {d.get('journal_tx', 0):,} | "
+          f"{mib(wb)} | {mib(max(0, d.get('journal_blocks', 0)) * 4096)} | {d.get('journal_tx', 0):,} | "
           f"{mib(r.io.get('write_bytes', 0))} | {d.get('write_ios', 0):,} | {d.get('flushes', 0):,} | "
           f"{fmt_ratio(wb / r.body) if r.body else 'n/a'} |")  # fmt: skip
     return "\n".join(lines) + "\n"
@@ -444,8 +444,11 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(measure_idle(broker, args.seconds))
     shutil.rmtree(root, ignore_errors=True)
     text = report(results, versions, skipped, args.seconds) if results else ""
-    if model:
-        text = fs_model_report(model) + text
+    if model:  # before the details when there are broker results, else alone
+        marker = "#### Details"
+        at = text.find(marker)
+        table = fs_model_report(model)
+        text = text[:at] + table + text[at:] if at >= 0 else table + text
     if args.output:
         Path(args.output).write_text(text)
         log(f"wrote {args.output}")
