@@ -68,6 +68,7 @@ COMPILED_MODULES = [
     "warren.mqtt.delivery",
     "warren.mqtt.mapping",
     "warren.mqtt.subscriptions",
+    "warren.store.disk_budget",
     "warren.store.records",
     "warren.store.segment_files",
     "warren.store.segment_log",

@@ -10,6 +10,7 @@ not grow without bound under declare/delete churn.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ from typing import Any
 from warren.core.codec_errors import DecodeError
 from warren.core.table import decode_table
 from warren.core.table_encode import encode_table
+from warren.store.disk_budget import budget_for
 from warren.store.mirror import mirror_for
 
 log = logging.getLogger("warren.store")
@@ -60,6 +62,8 @@ class DefinitionsLog:
         self._file: Any = None
         #: Clustering's replication (store/mirror.py), told of every write.
         self.mirror = mirror_for(path)
+        #: The data directory's free-disk budget (store/disk_budget.py).
+        self.budget = budget_for(path)
         self._load()
 
     def _load(self) -> None:
@@ -94,17 +98,41 @@ class DefinitionsLog:
             raise ValueError(f"unknown op {op!r}")
 
     def _write(self, entry: dict[str, Any]) -> None:
-        self._apply(entry)
+        """Append one change; on a failed write (a full disk) the file is cut back
+        to where it ended, the change is not made and the OSError is raised."""
         line = json.dumps(entry, separators=(",", ":")).encode() + b"\n"
+        budget = self.budget
+        budget.left -= len(line)
+        if budget.left < 0:
+            budget.spent()
+        end = self._file.tell()
+        try:
+            self._file.write(line)
+            self._file.flush()
+        except OSError as exc:
+            self._undo_write(end)
+            budget.write_failed(exc)
+            raise
         if self.mirror is not None:
-            self.mirror.appended(self.path, self._file.tell(), line)
-        self._file.write(line)
-        self._file.flush()
+            self.mirror.appended(self.path, end, line)
+        self._apply(entry)
         if self.sync_each_write:
             os.fdatasync(self._file.fileno())
         self._lines += 1
         if self._lines > _COMPACT_MIN_LINES and self._lines > 2 * len(self.live):
             self.compact()
+
+    def _undo_write(self, end: int) -> None:
+        """Forget a line that failed part way: reopen the file cut back to ``end``
+        (the buffered writer would otherwise keep the unwritten rest)."""
+        file, self._file = self._file, None
+        try:
+            os.truncate(self.path, end)
+        except OSError as exc:  # recovery cuts the torn line off
+            log.error("%s: cannot cut a failed write back: %s", self.path, exc)
+        with contextlib.suppress(OSError):
+            file.raw.close()  # not file.close(): it would write the buffer again
+        self._file = self.path.open("ab")
 
     def put(self, key: str, value: dict[str, Any]) -> None:
         if self.live.get(key) == value:

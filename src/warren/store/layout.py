@@ -26,6 +26,7 @@ Names are hashed because vhost and queue names may hold any character.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -48,11 +49,16 @@ def write_json_atomically(path: Path, data: Any) -> None:
     """Write to a temporary file, fsync, rename: readers see the old or the new file."""
     tmp = path.with_name(path.name + ".tmp")
     content = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
-    with tmp.open("wb") as f:
-        f.write(content)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("wb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: leave no half-written temporary file behind
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     fsync_directory(path.parent)
     mirror = mirror_for(path)
     if mirror is not None:
