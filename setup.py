@@ -69,6 +69,7 @@ COMPILED_MODULES = [
     "warren.mqtt.mapping",
     "warren.mqtt.subscriptions",
     "warren.store.ack_files",
+    "warren.store.disk_budget",
     "warren.store.records",
     "warren.store.segment_damage",
     "warren.store.segment_files",

@@ -34,8 +34,9 @@ from warren.definitions_document import DefinitionsError, read_definitions
 from warren.definitions_export import export_definitions
 from warren.definitions_import import import_definitions
 from warren.memory import resident_bytes, total_bytes
-from warren.store import damage
+from warren.store import damage, disk_budget
 from warren.store.definitions import DefinitionsLog
+from warren.store.disk_budget import UNLIMITED, DiskBudget
 from warren.store.layout import DataDir
 from warren.store.orphans import report as report_orphans
 from warren.store.orphans import sweep
@@ -111,6 +112,11 @@ class Broker:
         self.alarms: set[str] = set()
         self.disk_alarm = False
         self.mem_alarm = False
+        #: What the writers may still append before the disk is measured again
+        #: (store/disk_budget.py): the free-disk alarm's check before writing.
+        self.disk_budget = DiskBudget(self._disk_budget_spent, self._disk_write_failed)
+        # A write failed (a full disk): the alarm holds until there is room again.
+        self._write_failed = False
         #: The broker's memory use (bytes) as last sampled; tests inject the reader.
         self.memory_reader: Callable[[], int] = resident_bytes
         self.total_memory = total_bytes()
@@ -426,6 +432,7 @@ class Broker:
         self._loop = loop = asyncio.get_running_loop()
         _raise_fd_limit()
         self.layout.prepare()
+        disk_budget.attach(self.layout.root, self.disk_budget)
         try:
             self._restore(loop)
         except BaseException:
@@ -474,7 +481,9 @@ class Broker:
                 raise damage.refusal(self.layout.users_file, problem)
             log.error("%s is %s: starting with no users", self.layout.users_file, problem)
             self.users.from_file = True
-        self.syncer = GroupSync(loop, self.config.sync, replication=self.replication)
+        self.syncer = GroupSync(
+            loop, self.config.sync, replication=self.replication, budget=self.disk_budget
+        )
         self._delivered_marks = self.layout.take_delivered_marks()
         self._taken_marks = self._delivered_marks
         vhosts = self.layout.load_vhosts(policy)
@@ -525,6 +534,7 @@ class Broker:
                 self.layout.save_delivered_marks(self._taken_marks)
             except OSError as exc:
                 log.error("cannot put back what was delivered: %s", exc)
+        disk_budget.detach(self.layout.root)
         self.layout.release()
 
     async def stop(self) -> None:
@@ -540,7 +550,10 @@ class Broker:
             except Exception:
                 log.exception("stopping the %s component failed", comp.name)
         for listener in reversed(self.listeners):
-            await listener.stop()
+            try:
+                await listener.stop()
+            except Exception:  # the stores must still be closed
+                log.exception("stopping the %s listener failed", listener.name)
         self._close_store()
         log.info("Warren stopped")
 
@@ -550,22 +563,38 @@ class Broker:
             self._disk_timer = None
 
     def _close_store(self) -> None:
+        """Write out, sync and close every store, whatever one of them raises (a
+        full disk: what was never confirmed and cannot be written is dropped,
+        logged by the store); then record what was delivered, if that can be
+        written."""
         marks: dict[Path, int] = {}
         for vhost in self.vhosts.values():
             marks.update(vhost.delivered_marks())
+        failed = 0
         for vhost in self.vhosts.values():
-            vhost.close()
-        try:
-            # After every store is written out and synced: a clean shutdown.
-            self.layout.save_delivered_marks(marks)
-        except OSError as exc:
+            failed += vhost.close()
+        if failed:
             log.error(
-                "cannot record what was delivered (%s): the next start counts "
-                "every message as delivered",
-                exc,
+                "%d stores did not close cleanly: what was delivered is not recorded, "
+                "the next start counts every message as delivered",
+                failed,
             )
+        else:
+            try:
+                # After every store is written out and synced: a clean shutdown.
+                self.layout.save_delivered_marks(marks)
+            except OSError as exc:
+                log.error(
+                    "cannot record what was delivered (%s): the next start counts "
+                    "every message as delivered",
+                    exc,
+                )
         if self.syncer is not None:
-            self.syncer.close()
+            try:
+                self.syncer.close()
+            except Exception:
+                log.exception("stopping the disk sync threads failed")
+        disk_budget.detach(self.layout.root)
         self.layout.release()
 
     async def __aenter__(self) -> Broker:
@@ -640,14 +669,19 @@ class Broker:
             conn.check_consumer_timeouts(now, default)
 
     def check_disk(self) -> bool:
-        """Raise or clear the free-disk alarm; True while it is raised."""
+        """Measure the free disk, raise or clear the free-disk alarm and give the
+        writers their budget: the bytes left above free_disk_min (docs/storage.md,
+        "Free-disk alarm"). True while the alarm is raised."""
         limit = self.config.free_disk_min
+        budget = self.disk_budget
         try:
             free = shutil.disk_usage(self.data_dir).free
         except OSError:
             log.exception("cannot read free disk space of %s", self.data_dir)
+            budget.left = UNLIMITED  # measured again at the next check
             return self.disk_alarm
-        alarm = bool(limit) and free < limit
+        # After a failed write the alarm holds until a write can succeed again.
+        alarm = free < limit or (self._write_failed and free < max(limit, 1))
         if alarm != self.disk_alarm:
             if alarm:
                 log.warning(
@@ -657,8 +691,39 @@ class Broker:
                 )
             else:
                 log.info("free disk %d bytes is back above free_disk_min", free)
+                self._write_failed = False
             self.set_alarm("disk", alarm)
+        # While the alarm is raised no publisher is read: no need to count.
+        budget.left = free - limit if limit and not alarm else UNLIMITED
         return alarm
+
+    def _disk_budget_spent(self) -> None:
+        """A writer used up the budget (store/disk_budget.py): write out what this
+        loop turn buffered, so that the file system counts it, and measure again,
+        now; below free_disk_min the alarm blocks every publisher in this turn."""
+        self.disk_budget.left = UNLIMITED  # no second call while this one runs
+        for vhost in self.vhosts.values():
+            vhost.flush_written()
+        self.check_disk()
+
+    def _disk_write_failed(self, exc: BaseException) -> None:
+        """A write failed and was undone (store/disk_budget.py): raise the disk
+        alarm at once (from another thread: on the loop, as soon as it can)."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if not on_loop:
+            loop.call_soon_threadsafe(self._disk_write_failed, exc)
+            return
+        self._write_failed = True
+        self.disk_budget.left = UNLIMITED
+        if "disk" not in self.alarms:
+            log.warning("a write to the data directory failed (%s): blocking publishers", exc)
+            self.set_alarm("disk", True)
 
     def memory_limit(self) -> int:
         """Bytes of memory the broker may use before the memory alarm is raised:

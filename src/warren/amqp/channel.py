@@ -588,15 +588,17 @@ class Channel(Publishing):
         acks, self._tx_acks = self._tx_acks, []
         publishes, self._tx_publishes = self._tx_publishes, []
         durable: list[MessageStore] = []
+        syncer = self.connection.broker.syncer
+        since = syncer.gen if syncer is not None else 0  # the appends' first generation
         for ex, msg, mandatory in publishes:
             self._route(ex, msg, mandatory, durable)
         self._credit([(tag, entry) for tag, entry, _kind, _requeue in acks], [])
         for tag, entry, kind, requeue in acks:
             self._settle([(tag, entry)], [], None if kind == "ack" else requeue)
-        syncer = self.connection.broker.syncer
-        if durable and syncer is not None and syncer.enabled:
-            # commit-ok promises the messages are on disk, as a confirm does.
-            syncer.after_sync(durable, self._commit_synced)
+        if durable and syncer is not None:
+            # commit-ok promises the messages are on disk (sync = false: written
+            # out), as a confirm does.
+            syncer.after_sync(durable, self._commit_synced, since)
         else:
             self.reply(spec.TxCommitOk())
 

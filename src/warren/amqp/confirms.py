@@ -1,10 +1,17 @@
 """Publisher confirms of one channel: the acks and nacks of a loop turn, coalesced.
 
 A confirm is recorded when its publish is routed, or once the stores it went to
-are synced (one GroupSync callback per channel per sync round), and all those
-recorded since the last write go out together before it. Acks below the oldest
-publish still waiting for a sync become one ack with multiple=true; a multiple
-ack must never cover a publish whose sync is still to come.
+are synced, and all those recorded since the last write go out together before
+it. Acks below the oldest publish still waiting for a sync become one ack with
+multiple=true; a multiple ack must never cover a publish whose sync is still to
+come.
+
+Publishes waiting for a sync wait in batches, one GroupSync callback per batch:
+a batch holds the publishes of one write generation (store/disk_budget.py) to
+the same stores, so that when a full disk made a store drop what it had not
+written yet, exactly those publishes are nacked (GroupSync tells each batch).
+With ``sync = false`` a confirm waits only for the stores to be written out at
+the end of the turn (AMQPConnection.take_output), batched the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +27,11 @@ if TYPE_CHECKING:
     from warren.store.sync import GroupSync
 
 
+def _stores_key(stores: list[MessageStore]) -> object:
+    """What tells the store sets of publishes apart, cheaply for the usual one store."""
+    return id(stores[0]) if len(stores) == 1 else tuple(id(s) for s in stores)
+
+
 class PublisherConfirms:
     """A confirm-mode channel's confirms: recorded, waiting for a sync, flushed."""
 
@@ -33,8 +45,12 @@ class PublisherConfirms:
         # Whether unconfirmed's order is publish order (its first key the oldest):
         # a keyed run's routing keys may add their numbers out of order.
         self._in_order = True
-        self._sync_batch: list[int] | None = None
-        self._sync_round = 0
+        # Batches waiting for a sync, of the write generation _sync_gen, by store set.
+        self._sync_batches: dict[object, list[int]] = {}
+        self._sync_gen = 0
+        # sync = false: batches waiting for the end of the turn's write-out, as
+        # (stores, write generation, publish numbers).
+        self._flush_batches: list[tuple[list[MessageStore], int, list[int]]] = []
 
     def routed(self, seq: int, routed: int, durable: list[MessageStore] | None) -> None:
         """The confirm of publish ``seq``, routed to ``routed`` queues (negative: a
@@ -43,8 +59,11 @@ class PublisherConfirms:
         syncer = self.channel.connection.broker.syncer
         if routed < 0:
             self.confirm(seq, False)
-        elif durable and syncer is not None and syncer.enabled:
-            self.after_sync(seq, durable, syncer)
+        elif durable and syncer is not None:
+            if syncer.enabled:
+                self.after_sync(seq, durable, syncer)
+            else:
+                self.after_write(seq, durable, syncer)
         else:
             self.confirm(seq, True)
 
@@ -55,14 +74,14 @@ class PublisherConfirms:
         ``base + 1 + (indexes[i] if indexes else i)``), taken at once: after
         ``durable`` is synced, when it holds anything."""
         syncer = self.channel.connection.broker.syncer
-        wait = bool(durable) and syncer is not None and syncer.enabled
         for i in range(n):
             seq = base + 1 + (indexes[i] if indexes is not None else i)
-            if wait:
-                assert syncer is not None
+            if not durable or syncer is None:
+                self.confirm(seq, True)
+            elif syncer.enabled:
                 self.after_sync(seq, durable, syncer)
             else:
-                self.confirm(seq, True)
+                self.after_write(seq, durable, syncer)
 
     def reordered(self) -> None:
         """A keyed run may have left confirms waiting out of publish order: the
@@ -71,23 +90,56 @@ class PublisherConfirms:
             self._in_order = False
 
     def after_sync(self, seq: int, stores: list[MessageStore], syncer: GroupSync) -> None:
-        """Confirm once the stores are synced; one callback per channel per sync round."""
+        """Confirm once the stores are synced, in a batch of this write generation
+        and these stores: one GroupSync callback per batch."""
         self.unconfirmed[seq] = None
-        round_id = syncer.next_round
-        if self._sync_batch is None or self._sync_round != round_id:
-            batch: list[int] = []
-            self._sync_batch = batch
-            self._sync_round = round_id
-            syncer.after_sync(stores, lambda ok: self._confirm_batch(batch, ok))
+        gen = syncer.gen
+        if gen != self._sync_gen:
+            self._sync_batches = {}
+            self._sync_gen = gen
+        key = _stores_key(stores)
+        batch = self._sync_batches.get(key)
+        if batch is None:
+            new: list[int] = []
+            batch = self._sync_batches[key] = new
+            syncer.after_sync(stores, lambda ok: self._confirm_batch(new, ok))
+        batch.append(seq)
+
+    def after_write(self, seq: int, stores: list[MessageStore], syncer: GroupSync) -> None:
+        """sync = false: confirm once the stores are written out, at the end of the
+        turn (a nack if the write-out failed and dropped the message)."""
+        self.unconfirmed[seq] = None
+        gen = syncer.gen
+        batches = self._flush_batches
+        if batches:
+            last_stores, last_gen, seqs = batches[-1]
+            if last_gen == gen and _stores_key(last_stores) == _stores_key(stores):
+                seqs.append(seq)
+                return
         else:
-            syncer.add(stores)
-        self._sync_batch.append(seq)
+            self.channel.connection.mark_dirty(self.channel)
+        batches.append((list(stores), gen, [seq]))
 
     def _confirm_batch(self, seqs: list[int], ok: bool) -> None:
-        if self._sync_batch is seqs:
-            self._sync_batch = None
         for seq in seqs:
             self.confirm(seq, ok)
+
+    def written(self) -> None:
+        """The stores were written out (take_output): settle the sync = false
+        batches, nacking those whose messages (all of one write generation) a
+        failed write-out dropped."""
+        batches, self._flush_batches = self._flush_batches, []
+        channel = self.channel
+        if channel.closed:
+            return
+        unconfirmed, recorded = self.unconfirmed, self._recorded
+        for stores, batch_gen, seqs in batches:
+            ok = not any(_lost(s, batch_gen, batch_gen) for s in stores)
+            for seq in seqs:
+                unconfirmed.pop(seq, None)
+                recorded.append((seq, ok))
+            if ok:
+                channel.stats.confirm += len(seqs)
 
     def confirm(self, seq: int, ok: bool) -> None:
         """Record an ack (or a nack) of publish ``seq``, sent with the next write."""
@@ -102,12 +154,15 @@ class PublisherConfirms:
             channel.stats.confirm += 1
 
     def flush(self) -> None:
-        """Send the confirms recorded since the last write, acks coalesced.
+        """Send the confirms recorded since the last write, acks coalesced (first
+        settling the sync = false batches: the stores were written out before).
 
         Acks below the oldest confirm still waiting for a sync become one ack with
         multiple=true (nothing unconfirmed lies below them); acks above it go out
         one by one, and nacks always individually, before the coalesced ack.
         """
+        if self._flush_batches:
+            self.written()
         results, self._recorded = self._recorded, []
         channel = self.channel
         if channel.closing or channel.closed:
@@ -142,3 +197,8 @@ class PublisherConfirms:
             )
         if out:
             channel.connection.send_many(out)
+
+
+def _lost(store: MessageStore, first: int, last: int) -> bool:
+    lost_between = getattr(store, "lost_between", None)
+    return lost_between is not None and bool(lost_between(first, last))

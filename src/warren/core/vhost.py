@@ -567,13 +567,24 @@ class VHost(VHostRouting, VHostParameters):
             marks.update(q.delivered_marks())
         return marks
 
-    def close(self) -> None:
-        for ex in self.exchanges.values():
-            ex.close()
-        for q in self.queues.values():
-            q.store.close()
+    def close(self) -> int:
+        """Close every exchange's and queue's store and the definitions log, each
+        whatever the others raise (a full disk, a failed sync: logged); returns
+        how many failed."""
+        failed = 0
+        closing: list[tuple[str, Callable[[], None]]] = [
+            (f"exchange '{ex.name}'", ex.close) for ex in self.exchanges.values()
+        ]
+        closing += [(f"queue '{q.name}'", q.store.close) for q in self.queues.values()]
         if self.definitions is not None:
-            self.definitions.close()
+            closing.append(("the definitions log", self.definitions.close))
+        for what, close in closing:
+            try:
+                close()
+            except Exception:
+                failed += 1
+                log.exception("vhost '%s': closing %s failed", self.name, what)
+        return failed
 
     # -- recovery ---------------------------------------------------------------------
     def restore_definitions(self) -> list[str]:

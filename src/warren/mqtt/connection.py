@@ -111,9 +111,11 @@ class MQTTConnection(Subscriptions):
         #: A refused CONNECT waiting out its delay: input is ignored meanwhile.
         self.refusing = False
         self.alias_max_in = 0
-        # Publish acknowledgements waiting for a disk sync, in arrival order.
+        # Publish acknowledgements waiting for a disk sync, in arrival order: the
+        # newest batch, its write generation and stores (store/disk_budget.py).
         self._sync_batch: list[bytes] | None = None
-        self._sync_round = -1
+        self._sync_gen = -1
+        self._sync_stores: list[Any] = []
         self._waiting_batches = 0
         #: Bytes of an unfinished packet the decoder holds (state.unfinished counts
         #: them against the broker's budget), and since when (ms; None: none).
@@ -238,6 +240,9 @@ class MQTTConnection(Subscriptions):
             except BrokerError as exc:
                 log.warning("%s: %s", self.name, exc)
                 self.disconnect(P.IMPLEMENTATION_SPECIFIC_ERROR, str(exc))
+            except OSError as exc:  # a retained message or session not written: disk full
+                log.warning("%s: cannot write to disk (%s): closing", self.name, exc)
+                self.disconnect(P.QUOTA_EXCEEDED, "could not write to disk")
         return index, budget
 
     def _advance(self, budget: int) -> int:
@@ -641,16 +646,20 @@ class MQTTConnection(Subscriptions):
             self.send(encode(PubRec(pid or 0, code), MQTT_5))
 
     def _ack_after_sync(self, ack: bytes, stores: list[Any], syncer: Any) -> None:
-        round_id = syncer.next_round
-        if self._sync_batch is None or self._sync_round != round_id:
-            batch: list[bytes] = [ack]
-            self._sync_batch = batch
-            self._sync_round = round_id
+        """Send ``ack`` once the stores are synced, after the acks before it: in a
+        batch of one write generation and one set of stores (a failed write-out
+        then refuses exactly the publishes it dropped, amqp/confirms.py's way)."""
+        gen = syncer.gen
+        batch = self._sync_batch
+        if batch is None or self._sync_gen != gen or stores != self._sync_stores:
+            new: list[bytes] = [ack]
+            self._sync_batch = new
+            self._sync_gen = gen
+            self._sync_stores = stores
             self._waiting_batches += 1
-            syncer.after_sync(stores, lambda ok: self._synced(batch, ok))
+            syncer.after_sync(stores, lambda ok: self._synced(new, ok))
         else:
-            syncer.add(stores)
-            self._sync_batch.append(ack)
+            batch.append(ack)
 
     def _synced(self, batch: list[bytes], ok: bool) -> None:
         self._waiting_batches -= 1
@@ -658,12 +667,39 @@ class MQTTConnection(Subscriptions):
             self._sync_batch = None
         if self.closed:
             return
-        if not ok:
-            log.error("%s: the disk sync behind a publish failed: closing", self.name)
-            self.disconnect(P.UNSPECIFIED_ERROR, "could not sync to disk")
-            return
-        for ack in batch:
-            self.send(ack)
+        if ok:
+            for ack in batch:
+                self.send(ack)
+        elif self.level == MQTT_5:
+            log.warning(
+                "%s: %d publishes could not be stored (disk full?): refused (quota exceeded)",
+                self.name,
+                len(batch),
+            )
+            for ack in batch:
+                self.send(self._refused(ack))
+        else:
+            # MQTT 3.1.1 cannot refuse a publish: close, and the client sends its
+            # unacknowledged publishes again when it reconnects.
+            log.warning(
+                "%s: %d publishes could not be stored (disk full?): closing, the "
+                "client sends them again",
+                self.name,
+                len(batch),
+            )
+            self.disconnect(P.UNSPECIFIED_ERROR, "could not store the message")
+
+    def _refused(self, ack: bytes) -> bytes:
+        """The MQTT 5 refusal (quota exceeded) of a PUBACK or PUBREC an ack was."""
+        pid = (ack[2] << 8) | ack[3]
+        if len(ack) > 4 and ack[4] >= 0x80:
+            return ack  # refused already
+        if ack[0] >> 4 == 4:
+            return encode(PubAck(pid, P.QUOTA_EXCEEDED), MQTT_5)
+        session = self.session
+        if session is not None:
+            session.awaiting_release.discard(pid)  # no PUBREL comes for a refusal
+        return encode(PubRec(pid, P.QUOTA_EXCEEDED), MQTT_5)
 
     def _release(self, pid: int) -> None:
         session = self.session

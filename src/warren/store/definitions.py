@@ -30,6 +30,7 @@ from warren.core.codec_errors import DecodeError
 from warren.core.table import decode_table
 from warren.core.table_encode import encode_table
 from warren.store import damage
+from warren.store.disk_budget import budget_for
 from warren.store.layout import fsync_directory, hashed, write_file
 from warren.store.mirror import mirror_for
 
@@ -131,6 +132,8 @@ class DefinitionsLog:
         self._size = 0
         #: Clustering's replication (store/mirror.py), told of every write.
         self.mirror = mirror_for(path)
+        #: The data directory's free-disk budget (store/disk_budget.py).
+        self.budget = budget_for(path)
         self._load()
 
     # -- loading --------------------------------------------------------------------------
@@ -200,15 +203,20 @@ class DefinitionsLog:
         """Hand ``line`` to the OS whole, or not at all: a failed write (a full
         disk) is cut back off, so the log never holds half a line."""
         offset = self._size
+        budget = self.budget  # the free-disk alarm's (store/disk_budget.py)
+        budget.left -= len(line)
+        if budget.left < 0:
+            budget.spent()
         try:
             view = memoryview(line)
             while view:
                 view = view[os.write(self._fd, view) :]
-        except OSError:
+        except OSError as failed:
             try:
                 os.ftruncate(self._fd, offset)
             except OSError as exc:
                 log.error("%s: cannot cut a failed write back off: %s", self.path, exc)
+            budget.write_failed(failed)
             raise
         self._size = offset + len(line)
         if self.mirror is not None:

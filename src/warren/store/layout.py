@@ -26,6 +26,7 @@ Names are hashed because vhost and queue names may hold any character.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -82,10 +83,11 @@ def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
             f.write(content)
             f.flush()
             os.fsync(f.fileno())
-    except OSError:
-        tmp.unlink(missing_ok=True)  # a full disk: the old file stays as it was
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: the old file stays as it was, no temporary one
+        with contextlib.suppress(OSError):
+            tmp.unlink()
         raise
-    os.replace(tmp, path)
     fsync_directory(path.parent)
     mirror = mirror_for(path)
     if mirror is not None:

@@ -73,6 +73,9 @@ class PriorityStore:
         self._ready_mask = 0  # bit p set while level p has ready messages
         self._ready_count = 0
         self._ready_bytes = 0
+        # A level dropped ready messages (a failed write-out): the totals are
+        # counted again from the levels before they are next used.
+        self._lost = False
         self._closed = False
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
@@ -101,6 +104,8 @@ class PriorityStore:
         if self._closed:
             raise ValueError(f"{self!r} is closed")
         store = self._make_level(level)
+        if isinstance(store, SegmentStore):
+            store.on_ready_lost = self._level_lost
         self._levels[level] = store
         self._stores = (*self._stores, store)
         if store.ready_count:
@@ -108,6 +113,26 @@ class PriorityStore:
             self._ready_bytes += store.ready_bytes
             self._ready_mask |= 1 << level
         return store
+
+    def _level_lost(self, count: int, size: int) -> None:
+        self._lost = True
+
+    def _recount(self) -> None:
+        """The running totals and the ready mask again, from the levels."""
+        self._lost = False
+        count = size = mask = 0
+        for level, store in enumerate(self._levels):
+            if store is not None and store.ready_count:
+                count += store.ready_count
+                size += store.ready_bytes
+                mask |= 1 << level
+        self._ready_count, self._ready_bytes, self._ready_mask = count, size, mask
+
+    def lost_between(self, first: int, last: int) -> bool:
+        """Whether any level dropped appends of those write generations (store/sync.py)."""
+        return any(
+            isinstance(s, SegmentStore) and s.lost_between(first, last) for s in self._stores
+        )
 
     def _level_of(self, msg: Message) -> int:
         try:
@@ -125,10 +150,14 @@ class PriorityStore:
     # -- MessageStore ---------------------------------------------------------------------
     @property
     def ready_count(self) -> int:
+        if self._lost:
+            self._recount()
         return self._ready_count
 
     @property
     def ready_bytes(self) -> int:
+        if self._lost:
+            self._recount()
         return self._ready_bytes
 
     @property
@@ -151,13 +180,15 @@ class PriorityStore:
 
     def append_shifted(self, msg: Message) -> int:
         """Valid only while nothing at all is ready (no level has a backlog)."""
-        if self._ready_count:
+        if self.ready_count:
             raise ValueError("append_shifted needs an empty backlog")
         level = self._level_of(msg)
         store = self._levels[level] or self._open(level)
         return (level << LEVEL_SHIFT) | store.append_shifted(msg)
 
     def _take(self, peek: bool) -> tuple[int, Message, bool] | None:
+        if self._lost:
+            self._recount()
         mask = self._ready_mask
         while mask:
             level = mask.bit_length() - 1

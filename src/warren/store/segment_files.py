@@ -12,13 +12,17 @@ docs/storage.md has the formats.
 
 from __future__ import annotations
 
+import logging
 import os
 from array import array
 from collections import deque
 from pathlib import Path
 
 from warren.store.ack_files import encode_acks
+from warren.store.records import CorruptRecord, inspect_record
 from warren.store.segment_log import OFFSET_MASK, SegmentLog, sync_collected, sync_files
+
+log = logging.getLogger("warren.store")
 
 _OFFSET_MASK = OFFSET_MASK
 #: An empty skip list.
@@ -67,14 +71,47 @@ def acks_path(directory: Path, segment_id: int) -> Path:
     return directory / f"acks.{segment_id:010d}"
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def count_lost(
+    data: bytes, start: int, ready_from: int, removed: set[int] | None
+) -> tuple[int, int, int]:
+    """Records a failed write-out dropped (``data``, from offset ``start`` of its
+    segment): how many, and how many of them (and their body bytes) were still
+    ready, at or past ``ready_from`` and not taken out by remove_ready."""
+    records = ready = ready_bytes = 0
+    pos = 0
+    size = len(data)
+    while pos < size:
+        try:
+            length, _p_off, _p_len, b_len = inspect_record(data, pos, size, False)
+        except CorruptRecord:
+            break  # not what this process encoded: cannot happen
+        off = start + pos
+        records += 1
+        if off >= ready_from and (removed is None or off not in removed):
+            ready += 1
+            ready_bytes += b_len
+        pos += length
+    return records, ready, ready_bytes
+
+
+def _append_all(fd: int, data: bytes) -> None:
+    """Append ``data`` to the end of ``fd`` whole, or not at all: a write that fails
+    part way (a full disk) is cut off again, so the next attempt stays aligned."""
     view = memoryview(data)
+    written = 0
     try:
-        while view:
+        while written < len(data):
             # Not `view[os.write(fd, view) :]`: mypyc (2.4) evaluates a call in a
             # memoryview's slice bound twice, writing the data twice.
-            written = os.write(fd, view)
-            view = view[written:]
+            n = os.write(fd, view[written:])
+            written += n
+    except OSError:
+        if written:
+            try:
+                os.ftruncate(fd, os.lseek(fd, 0, os.SEEK_END) - written)
+            except OSError as exc:  # a torn entry at the end is pruned on recovery
+                log.error("cannot cut a failed ack write back: %s", exc)
+        raise
     finally:
         view.release()
 
@@ -96,17 +133,22 @@ class SegmentFiles:
         self._lock = self._log.lock
         self._dirty = False
         self._unsynced_acks: set[int] = set()
+        # Whether the last ack write failed (a full disk): logged once, kept queued.
+        self._acks_failing = False
 
     def _acks_path(self, segment_id: int) -> Path:
         return acks_path(self._dir, segment_id)
 
     def flush(self) -> None:
         """Hand buffered appends and acks to the OS (no fsync): the sync=false mode."""
-        with self._lock:
-            if self._log.closed:
-                return
-            self._log.flush_locked()
-            self._write_acks_locked()
+        try:
+            with self._lock:
+                if self._log.closed:
+                    return
+                self._log.flush_locked()
+                self._write_acks_locked()
+        finally:
+            self._log.report_losses()
 
     def sync(self) -> None:
         """Make everything appended before this call durable; acks go to the OS only.
@@ -134,19 +176,23 @@ class SegmentFiles:
         """sync()'s first half (store/sync.py's Syncable): write the buffered appends
         and acks to the OS and add what the slow half must fdatasync. What was
         added stays added when this raises (the caller syncs and closes it)."""
-        with self._lock:
-            if self._log.closed:
-                return
-            self._dirty = False  # before flushing: a concurrent append sets it again
-            if self._log.dir_dirty:
-                self._log.dir_dirty = False
-                dirs.append(self._dir)
-            try:
-                self._log.collect_sync_locked(fds, paths)
-                self._write_acks_locked()
-            except BaseException:
-                self._dirty = True
-                raise
+        try:
+            with self._lock:
+                if self._log.closed:
+                    return
+                self._dirty = False  # before flushing: a concurrent append sets it again
+                try:
+                    self._log.collect_sync_locked(fds, paths)
+                    self._write_acks_locked()
+                except BaseException:
+                    self._dirty = True
+                    raise
+                finally:
+                    if self._log.dir_dirty:  # after: a failed write-out may delete a file
+                        self._log.dir_dirty = False
+                        dirs.append(self._dir)
+        finally:
+            self._log.report_losses()
 
     def sync_acks(self) -> None:
         """fdatasync the ack files that sync() or flush() wrote since the last call."""
@@ -162,8 +208,17 @@ class SegmentFiles:
                 self._unsynced_acks |= ids
             raise
 
+    def lost_between(self, first: int, last: int) -> bool:
+        """Whether messages appended in those write generations were dropped by a
+        failed write-out (store/disk_budget.py; GroupSync asks before a confirm)."""
+        return self._log.lost_between(first, last)
+
     def _write_acks_locked(self) -> None:
-        """Append the queued acks to their segments' ack files (caller holds _lock)."""
+        """Append the queued acks to their segments' ack files (caller holds _lock).
+
+        Never raises for a full disk: what could not be written stays queued for
+        the next flush (until then a restart would deliver those messages again),
+        the failure is logged once and the disk alarm raised."""
         acks = self._acks
         n = len(acks)
         if not n or self._log.closed:
@@ -184,27 +239,43 @@ class SegmentFiles:
                     offsets = groups[sid] = array("I")
                 offsets.extend(run_offsets)
         items = list(groups.items())
+        budget = self._log.budget
         for i, (sid, offsets) in enumerate(items):
             seg = self._segs.get(sid)
             if seg is None:  # deleted since: its acks died with it
                 continue
+            data = encode_acks(offsets)
+            budget.left -= len(data)  # spent() is the next append's to call: not under a lock
             try:
                 fd = os.open(self._acks_path(sid), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 try:
-                    data = encode_acks(offsets)
-                    _write_all(fd, data)
+                    _append_all(fd, data)
                     if self._log.mirror is not None:  # clustering: at the offset it got
                         end = os.lseek(fd, 0, os.SEEK_CUR)
                         self._log.mirror.appended(self._acks_path(sid), end - len(data), data)
                 finally:
                     os.close(fd)
-            except BaseException:
-                # Keep what was not written for the next attempt; a torn entry at the
-                # end of the ack file is pruned on recovery.
+            except BaseException as exc:
+                # Keep what was not written for the next attempt.
                 for sid2, offs in items[i:]:
                     acks.extend((sid2 << 32) | o for o in offs)
-                raise
+                if not isinstance(exc, OSError):
+                    raise
+                if not self._acks_failing:
+                    self._acks_failing = True
+                    log.error(
+                        "%s: cannot write acks (%s): %d kept in memory until there is "
+                        "room (a restart meanwhile delivers those messages again)",
+                        self._dir,
+                        exc.strerror or exc,
+                        len(acks),
+                    )
+                budget.write_failed(exc)
+                return
             if not seg.has_acks:
                 seg.has_acks = True
                 self._log.dir_dirty = True
             self._unsynced_acks.add(sid)
+        if self._acks_failing:
+            self._acks_failing = False
+            log.info("%s: acks written again", self._dir)

@@ -16,12 +16,19 @@ Threading: appends, reads and drops belong to the owner's thread (the event
 loop). The owner's sync() may run in a worker thread: ``lock`` guards the write
 file and the sync bookkeeping, which the owner shares with its own files (ack
 files) under the same lock.
+
+A full disk (store/disk_budget.py): every append is charged to the data
+directory's budget before it is buffered. A write-out that fails is undone (the
+file is cut back to where it ended) and, on the owner's thread, what it held is
+dropped: the log closes that segment (later records go to a new one, so no
+position is ever reused), remembers the write generations it lost and hands the
+dropped records to the owner's ``on_lost`` (outside the lock), which takes them
+out of its counters; the publishers waiting for them get nacks.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import mmap
 import os
@@ -32,6 +39,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import warren
+from warren.store.disk_budget import budget_for
 from warren.store.mirror import mirror_for
 from warren.store.records import (
     FILE_HEADER,
@@ -67,8 +75,9 @@ OFFSET_MASK = 0xFFFFFFFF
 MAX_SEGMENT_ID = 9_999_999_999  # ten digits in the file name
 #: Every position in a segment log is below ``1 << SEQ_BITS`` (66).
 SEQ_BITS = MAX_SEGMENT_ID.bit_length() + 32
-# Python-side write buffer of the write segment. Small on purpose: an idle queue
-# keeps its write file (and so this buffer) open.
+# Bytes appended to the write segment and kept before they are handed to the OS
+# (at the end of the loop turn, or once this much is waiting). Small on purpose:
+# many queues may be written in one turn.
 _WRITE_BUFFER = 32 * 1024
 
 
@@ -164,11 +173,17 @@ class SegmentLog:
         self.lock = threading.Lock()
         self.closed = False
         self._next_id = 1
-        # The segment appended to (0: none yet), opened lazily on the first append.
+        # The segment appended to (0: none yet); its file is opened on the first write-out.
         self.write_id = 0
-        self._wfile: io.BufferedWriter[io.FileIO] | None = None
-        #: End of the write segment, Python buffer included.
+        #: End of the write segment, the bytes not yet written out included.
         self.write_pos = 0
+        # Appended records not yet handed to the OS, and where the write segment's
+        # file ends (what reached the OS). Its descriptor (-1: not open); _create:
+        # the file is still to be made (creating it at the start failed).
+        self._chunks: list[bytes] = []
+        self._flushed = 0
+        self._fd = -1
+        self._create = False
         self._synced_at = (0, 0)  # (write segment id, position) at the last sync
         self._unsynced: set[int] = set()  # retired segments not yet synced
         self.dir_dirty = False  # files created or deleted since the last sync
@@ -176,6 +191,17 @@ class SegmentLog:
         #: Clustering's replication (store/mirror.py), told what reaches the files.
         self.mirror = mirror_for(self.directory)
         self._mirrored = (0, 0)  # (write segment id, position) reported so far
+        #: The data directory's free-disk budget (store/disk_budget.py).
+        self.budget = budget_for(self.directory)
+        # The write generation since which the kept records were appended, and the
+        # (first, last) generations whose records were dropped.
+        self._flushed_gen = self.budget.gen
+        self._lost: list[tuple[int, int]] = []
+        #: The owner's (segment id, position, records): what a failed write-out
+        #: dropped, records from that position on; returns how many it counted.
+        self.on_lost: Callable[[int, int, bytes], int] | None = None
+        self._losses: list[tuple[int, int, bytes, OSError]] = []  # not yet reported
+        self._owner = threading.get_ident()
 
     def __repr__(self) -> str:
         return f"<SegmentLog {str(self.directory)!r}>"
@@ -185,34 +211,47 @@ class SegmentLog:
 
     # -- writing --------------------------------------------------------------------------
     def append(self, rec: bytes) -> int:
-        """Append one encoded record; its position. Starts a new segment when the
-        record does not fit the current one (an owner notices: a new segment id)."""
-        n = len(rec)
+        """Append one encoded record (or a run of them); its position. Starts a new
+        segment when the record does not fit the current one (an owner notices: a
+        new segment id). Never fails for a full disk: a write-out that fails drops
+        the records appended before this one (see on_lost), never this one."""
+        self.make_room(len(rec))
+        return self.put(rec)
+
+    def make_room(self, n: int) -> None:
+        """append()'s first half: charge ``n`` bytes to the budget (the broker may
+        measure the disk now), write out the buffer if they would overflow it,
+        start a new segment if they do not fit. Everything that may drop buffered
+        records (and so change the owner's counters) happens here, so an owner
+        that writes what it is told into the record (a stream's offset) calls
+        this first and put() after."""
+        budget = self.budget
+        budget.left -= n
+        if budget.left < 0:
+            budget.spent()
         pos = self.write_pos
-        wfile = self._wfile
-        if wfile is None or (pos + n > self.segment_size and pos > FILE_HEADER_SIZE):
-            wfile = self._prepare_write(n)
+        if self._chunks and pos - self._flushed + n > _WRITE_BUFFER:
+            self.write_out()
             pos = self.write_pos
-        wfile.write(rec)
-        self.write_pos = pos + n
+        if not self.write_id or (pos + n > self.segment_size and pos > FILE_HEADER_SIZE):
+            self._new_segment()
+
+    def put(self, rec: bytes) -> int:
+        """append()'s second half, right after make_room(len(rec)): its position."""
+        pos = self.write_pos
+        self._chunks.append(rec)
+        self.write_pos = pos + len(rec)
         return (self.write_id << 32) | pos
 
-    def _prepare_write(self, n: int) -> io.BufferedWriter[io.FileIO]:
-        """Open the write segment, or start a new one when ``n`` more bytes do not fit."""
+    def _new_segment(self) -> None:
+        """Close the write segment (written out) and start the next: a new id, its
+        file created now (or, if that fails, at the first write-out)."""
         if self.closed:
             raise ValueError(f"{self!r} is closed")
         with self.lock:
-            sid = self.write_id
-            if (
-                sid
-                and self._wfile is None
-                and (self.write_pos + n <= self.segment_size or self.write_pos <= FILE_HEADER_SIZE)
-            ):
-                fd = os.open(self.msgs_path(sid), os.O_WRONLY | os.O_APPEND)
-                self._wfile = wfile = io.BufferedWriter(io.FileIO(fd, "w"), _WRITE_BUFFER)
-                return wfile
-            if sid:
+            if self.write_id:
                 self.retire_locked()
+            fd = -1
             while True:
                 sid = self._next_id
                 if sid > MAX_SEGMENT_ID:
@@ -226,50 +265,179 @@ class SegmentLog:
                     )
                 except FileExistsError:  # a file we could not recover: never reuse its id
                     continue
+                except OSError as exc:  # the disk is full: try again when writing out
+                    log.warning("%s: cannot create segment %d yet: %s", self.directory, sid, exc)
                 break
-            wfile = io.BufferedWriter(io.FileIO(fd, "w"), _WRITE_BUFFER)
-            wfile.write(FILE_HEADER)
             self.write_id = sid
-            self._wfile = wfile
+            self._fd = fd
+            self._create = fd < 0
+            self._flushed = 0
+            self._chunks = [FILE_HEADER]
             self.write_pos = FILE_HEADER_SIZE
+            self._flushed_gen = self.budget.gen
+            if fd >= 0:
+                self.dir_dirty = True
+        self.report_losses()
+
+    def write_out(self) -> None:
+        """Hand the buffered appends to the OS (what flush() does for the owner)."""
+        if self._chunks:
+            with self.lock:
+                self._write_out_locked()
+            self.report_losses()
+
+    def _write_out_locked(self) -> None:
+        """Write the buffered records to the write segment (caller holds ``lock``).
+
+        All or nothing: a write that fails part way is cut off again. On the
+        owner's thread the records are then dropped (_drop_unwritten); on another
+        thread (a sync from a worker) they stay buffered and the error is raised.
+        """
+        chunks = self._chunks
+        k = len(chunks)
+        if not k or not self.write_id:
+            return
+        data = chunks[0] if k == 1 else b"".join(chunks[:k])
+        written = 0
+        fd = self._fd
+        try:
+            if fd < 0:
+                fd = self._open_write_file()
+            written = os.write(fd, data)
+            if written < len(data):
+                view = memoryview(data)
+                try:
+                    while written < len(data):
+                        n = os.write(fd, view[written:])
+                        written += n
+                finally:
+                    view.release()
+        except OSError as exc:
+            if written and fd >= 0:
+                try:
+                    os.ftruncate(fd, self._flushed)
+                except OSError as cut:
+                    log.error("%s: cannot cut a failed write back: %s", self.directory, cut)
+            if threading.get_ident() != self._owner:
+                raise
+            self._drop_unwritten(exc)
+            return
+        del chunks[:k]
+        self._flushed += len(data)
+        budget = self.budget
+        budget.gen += 1
+        self._flushed_gen = budget.gen
+        if self.mirror is not None:
+            self._mirror_locked()
+
+    def _open_write_file(self) -> int:
+        path = self.msgs_path(self.write_id)
+        if self._create:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+            self._create = False
             self.dir_dirty = True
-        return wfile
+        else:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        self._fd = fd
+        return fd
+
+    def _drop_unwritten(self, exc: OSError) -> None:
+        """A write-out failed: forget the records not written and close the
+        segment, so that no later record takes their positions. Reported to the
+        owner by report_losses(), once the lock is released."""
+        sid, start = self.write_id, self._flushed
+        data = b"".join(self._chunks)
+        self._chunks = []
+        self._close_write_file()
+        self.write_id = 0
+        self.write_pos = start
+        if start <= FILE_HEADER_SIZE:  # nothing but (part of) a header: no segment at all
+            self._unsynced.discard(sid)
+            if not self._create:
+                self.unlink(self.msgs_path(sid))
+                self.dir_dirty = True
+            self._create = False
+        elif (sid, start) != self._synced_at:
+            self._unsynced.add(sid)
+        budget = self.budget
+        lost = self._lost
+        lost.append((self._flushed_gen, budget.gen))
+        if len(lost) > 64:  # a disk full again and again: one wider span (more nacks)
+            lost[:] = [(lost[0][0], lost[-1][1])]
+        budget.gen += 1
+        self._flushed_gen = budget.gen
+        if start < FILE_HEADER_SIZE:
+            data = data[FILE_HEADER_SIZE - start :]
+            start = FILE_HEADER_SIZE
+        self._losses.append((sid, start, data, exc))
+
+    def report_losses(self) -> None:
+        """Tell the owner (outside the lock) what failed write-outs dropped, log
+        it, and have the disk alarm raised (store/disk_budget.py)."""
+        if not self._losses or threading.get_ident() != self._owner:
+            return
+        while self._losses:
+            sid, pos, data, exc = self._losses.pop(0)
+            counted = self.on_lost(sid, pos, data) if self.on_lost is not None else 0
+            log.error(
+                "%s: %s: cannot write %d bytes (%s): %d messages dropped, never "
+                "confirmed (publishers still waiting for them get nacks)",
+                self.directory,
+                self.msgs_path(sid).name,
+                len(data),
+                exc.strerror or exc,
+                counted,
+            )
+            self.budget.write_failed(exc)
+
+    def lost_between(self, first: int, last: int) -> bool:
+        """Whether records appended in a write generation from ``first`` to
+        ``last`` were dropped by a failed write-out (store/disk_budget.py)."""
+        return any(lo <= last and hi >= first for lo, hi in self._lost)
+
+    def _close_write_file(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError as exc:
+                log.error("%s: closing a segment file: %s", self.directory, exc)
 
     def retire(self) -> None:
         """Close the write segment; the next append starts a new one."""
         with self.lock:
             self.retire_locked()
+        self.report_losses()
 
     def retire_locked(self) -> None:
         sid = self.write_id
         if not sid:
             return
-        if self.mirror is not None and self._wfile is not None:
-            self._wfile.flush()
-            self._mirror_locked()
-        # Never append to this file again, even if the final flush fails (disk full):
-        # the lost buffer would misalign every later offset.
+        self._write_out_locked()
+        if not self.write_id:  # the write-out failed: already closed
+            return
         self.write_id = 0
         if (sid, self.write_pos) != self._synced_at:
             self._unsynced.add(sid)
-        if self._wfile is not None:
-            wfile, self._wfile = self._wfile, None
-            wfile.close()  # flushes
+        self._close_write_file()
 
     def continue_segment(self, segment_id: int, size: int) -> None:
         """After recovery: keep appending to ``segment_id``, whose data ends at ``size``."""
         self.write_id = segment_id
         self.write_pos = size
+        self._flushed = size
+        self._fd = -1
+        self._create = False
+        self._chunks = []
         self._synced_at = (segment_id, size)
         self._mirrored = (segment_id, size)
 
     # -- reading --------------------------------------------------------------------------
     def flush_writes(self, segment_id: int) -> None:
-        """Push buffered appends of ``segment_id`` to the file before reading it."""
-        if segment_id == self.write_id and self._wfile is not None:
-            self._wfile.flush()
-            if self.mirror is not None:
-                self._mirror_locked()
+        """Push buffered appends of ``segment_id`` to the file before reading it
+        (if that fails, the owner has taken the records out before this returns)."""
+        if segment_id == self.write_id and self._chunks:
+            self.write_out()
 
     def map(self, segment_id: int) -> mmap.mmap | None:
         """A read-only map of the whole segment file (None when it is empty).
@@ -319,7 +487,11 @@ class SegmentLog:
     def drop_locked(self, segment_id: int) -> None:
         """Delete a segment file the owner no longer needs (caller holds ``lock``)."""
         if segment_id == self.write_id:
-            self.retire_locked()
+            # Not written out: every record in it is gone anyway.
+            self._chunks = []
+            self._close_write_file()
+            self.write_id = 0
+            self._create = False
         self._unsynced.discard(segment_id)
         self.dir_dirty = True
         self.unlink(self.msgs_path(segment_id))
@@ -338,22 +510,20 @@ class SegmentLog:
 
     # -- durability -----------------------------------------------------------------------
     def flush_locked(self) -> None:
-        """Hand buffered appends to the OS (caller holds ``lock``)."""
-        if not self.closed and self._wfile is not None:
-            self._wfile.flush()
-            if self.mirror is not None:
-                self._mirror_locked()
+        """Hand buffered appends to the OS (caller holds ``lock``; then calls
+        report_losses())."""
+        if not self.closed and self._chunks:
+            self._write_out_locked()
 
     def _mirror_locked(self) -> None:
         """Report the write segment's bytes flushed since the last report."""
         sid = self.write_id
-        wfile = self._wfile
-        if not sid or wfile is None or self.mirror is None:
+        if not sid or self._fd < 0 or self.mirror is None:
             return
         msid, start = self._mirrored
         if msid != sid:
             start = 0  # a new segment: from its header on
-        end = self.write_pos
+        end = self._flushed
         if end > start and self.mirror.wants_data():
             path = self.msgs_path(sid)
             fd = os.open(path, os.O_RDONLY)  # the write file is write-only
@@ -367,41 +537,38 @@ class SegmentLog:
     def collect_sync_locked(self, fds: list[int], paths: list[Path]) -> None:
         """First half of a sync (caller holds ``lock``): flush the write buffer and add
         what needs an fdatasync: a duplicate descriptor of the write segment when it
-        grew since the last sync, and the retired segments not synced yet."""
+        grew since the last sync, and the retired segments not synced yet. A
+        write-out that fails drops its records (the caller calls report_losses())."""
         sid = self.write_id
-        if self._wfile is not None and sid:
-            # Read the position before flushing: bytes appended after this point may
-            # still be buffered and must not count as synced.
+        if sid:
+            # Read the position before writing out: bytes appended after this point
+            # may still be buffered and must not count as synced.
             mark = (sid, self.write_pos)
-            self._wfile.flush()
-            if self.mirror is not None:
-                self._mirror_locked()
-            if mark != self._synced_at:
-                fds.append(os.dup(self._wfile.fileno()))
+            self._write_out_locked()
+            if self.write_id == sid and self._fd >= 0 and mark != self._synced_at:
+                fds.append(os.dup(self._fd))
                 self._synced_at = mark
         paths.extend(self.msgs_path(i) for i in self._unsynced)
         self._unsynced.clear()
 
     def close_locked(self) -> None:
-        """Close the write file (flushing it); caller holds ``lock``."""
-        self.closed = True
-        if self._wfile is not None:
-            try:
-                if self.mirror is not None:
-                    self._wfile.flush()
-                    self._mirror_locked()
-                self._wfile.close()
-            finally:
-                self._wfile = None
+        """Write out and close the write file; caller holds ``lock`` (then calls
+        report_losses(): what could not be written is dropped, never confirmed)."""
+        try:
+            if not self.closed:
+                self._write_out_locked()
+        finally:
+            self.closed = True
+            self.write_id = 0  # appending now raises (a closed log starts no segment)
+            self._chunks = []
+            self._close_write_file()
 
     def delete(self) -> None:
         """Close everything and remove the directory with every file in it."""
         with self.lock:
             self.closed = True
-            wfile, self._wfile = self._wfile, None
-        if wfile is not None:
-            with contextlib.suppress(OSError):  # about to be deleted anyway
-                wfile.close()
+            self._chunks = []
+            self._close_write_file()
         self.write_id = 0
         shutil.rmtree(self.directory, ignore_errors=True)
         if self.mirror is not None:

@@ -28,7 +28,7 @@ import logging
 import mmap
 import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from warren.core.message import Message, MessageRun
@@ -42,7 +42,7 @@ from warren.store.records import (
     encode_run,
 )
 from warren.store.segment_damage import structure_length
-from warren.store.segment_files import NO_SKIP, SegmentFiles, SegmentState
+from warren.store.segment_files import NO_SKIP, SegmentFiles, SegmentState, count_lost
 from warren.store.segment_log import OFFSET_MASK, SEQ_BITS
 from warren.store.segment_recovery import (
     keep_unreadable,
@@ -106,6 +106,13 @@ class SegmentStore(SegmentFiles):
         self._requeued_heap: list[int] = []
         self._ready_count = 0
         self._ready_bytes = 0
+        # Where failed write-outs cut segments off (segment id -> first lost offset):
+        # a message from there on that a consumer gives back is dropped, not requeued.
+        self._lost_from: dict[int, int] = {}
+        #: Told (count, bytes) when ready messages are dropped by a failed write-out
+        #: (a PriorityStore keeps running totals of its levels).
+        self.on_ready_lost: Callable[[int, int], None] | None = None
+        self._log.on_lost = self._records_lost
         self._segs, self._wseg = recover(self._log, persistent_only_on_recovery)
         for seg in self._segs.values():
             self._ready_count += seg.unread
@@ -316,6 +323,12 @@ class SegmentStore(SegmentFiles):
         return msg
 
     def requeue(self, seq: int, msg: Message) -> None:
+        lost = self._lost_from
+        if lost:
+            start = lost.get(seq >> 32)
+            if start is not None and seq & _OFFSET_MASK >= start:
+                self.ack(seq)  # never stored (its publisher got a nack): gone
+                return
         self._requeued[seq] = msg
         heapq.heappush(self._requeued_heap, seq)
         self._ready_count += 1
@@ -497,12 +510,9 @@ class SegmentStore(SegmentFiles):
         self._skip = None
         self._redelivering = False  # nothing below the mark is left to read
         self._detour = False
-        wseg = self._wseg
         for seg in list(self._segs.values()):
             if seg.dead >= seg.records:
-                if seg is wseg:
-                    self._retire_write_segment()
-                self._drop_segment(seg)
+                self._drop_segment(seg)  # the write segment too: dropped unwritten
         self._rseg = self._wseg
         self._rpos = self._log.write_pos if self._wseg is not None else 0
         self._dirty = True
@@ -556,7 +566,15 @@ class SegmentStore(SegmentFiles):
         finally:
             with self._lock:
                 self._log.close_locked()
+            self._log.report_losses()
             self._close_map()
+            if self._acks:
+                log.error(
+                    "%s: %d acks could not be written: those messages will be "
+                    "delivered again after a restart",
+                    self._dir,
+                    len(self._acks),
+                )
 
     def delete(self) -> None:
         """Forget every message and remove the queue's directory."""
@@ -573,6 +591,40 @@ class SegmentStore(SegmentFiles):
         self._ready_count = self._ready_bytes = 0
 
     # -- writing --------------------------------------------------------------------------
+    def _records_lost(self, segment_id: int, start: int, data: bytes) -> int:
+        """The log's on_lost: a write-out failed (a full disk), so the records from
+        ``start`` on in ``segment_id`` (``data``) never reached the file, and the
+        log closed that segment. Those still ready are no longer counted (their
+        publishers get nacks); those a consumer already has (append_shifted,
+        append_run) stay counted until acked (a requeue drops them). Returns how
+        many records there were."""
+        seg = self._segs.get(segment_id)
+        if seg is None:
+            return 0
+        rseg = self._rseg
+        if seg is rseg:
+            ready_from = self._rpos
+        elif rseg is None or rseg.id < seg.id:
+            ready_from = FILE_HEADER_SIZE
+        else:
+            ready_from = OFFSET_MASK + 1  # the cursor is past it: nothing ready there
+        records, ready, ready_bytes = count_lost(data, start, ready_from, seg.removed)
+        if ready > seg.unread:  # a purged or abandoned segment: nothing ready to take out
+            ready, ready_bytes = seg.unread, seg.unread_bytes
+        self._lost_from[segment_id] = start
+        seg.records -= ready
+        seg.unread -= ready
+        seg.unread_bytes -= ready_bytes
+        self._ready_count -= ready
+        self._ready_bytes -= ready_bytes
+        if seg is self._wseg:
+            self._wseg = None
+        if ready and self.on_ready_lost is not None:
+            self.on_ready_lost(ready, ready_bytes)
+        if seg.dead >= seg.records:
+            self._drop_segment(seg)
+        return records
+
     def _retire_write_segment(self) -> None:
         """Close the write segment; the next append starts a new one."""
         self._log.retire()
@@ -596,6 +648,7 @@ class SegmentStore(SegmentFiles):
             # on recovery), never a message file whose acks are gone.
             self._log.drop_locked(seg.id)
             self._log.unlink(self._acks_path(seg.id))
+        self._lost_from.pop(seg.id, None)
 
     # -- reading --------------------------------------------------------------------------
     def _close_map(self) -> None:
@@ -665,11 +718,13 @@ class SegmentStore(SegmentFiles):
                 try:
                     self._map(seg)
                 except OSError as exc:
-                    self._abandon_segment(seg, f"cannot map: {exc}")
+                    if seg is self._rseg and seg.unread:  # not a failed write-out's drop
+                        self._abandon_segment(seg, f"cannot map: {exc}")
                     return None, 0
                 m = self._rmap
                 if m is None or self._rpos >= self._rend:
-                    self._abandon_segment(seg, "file shorter than its records")
+                    if seg is self._rseg and seg.unread:
+                        self._abandon_segment(seg, "file shorter than its records")
                     return None, 0
             removed = seg.removed
             if self._skip is None and removed is None:

@@ -17,6 +17,7 @@ so any number of consumers read independently.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import mmap
 import os
@@ -153,7 +154,9 @@ class StreamStore:
         self._dirty = False
         self._tracked: dict[str, int] = {}
         self._tracked_dirty = False
+        self._tracking_failed = False
         self._recover()
+        self._log.on_lost = self._records_lost
 
     def __repr__(self) -> str:
         return f"<StreamStore {str(self._dir)!r} {self.first_offset}..{self._next_offset}>"
@@ -202,11 +205,14 @@ class StreamStore:
         """Store ``msg`` with the next offset; returns the offset."""
         offset = self._next_offset
         ts = msg.timestamp
-        props = stamp_properties(msg.properties, offset, ts)
-        stored = Message(msg.exchange, msg.routing_key, props, msg.body, ts)
-        stored._ex_rk = msg._ex_rk
-        rec = encode_message_record(stored)
-        seq = self._log.append(rec)
+        rec = self._record(msg, offset, ts)
+        # Room first: a failed write-out there drops the newest records and hands
+        # their offsets out again (_records_lost), so this one's may change.
+        self._log.make_room(len(rec))
+        if self._next_offset != offset:
+            offset = self._next_offset
+            rec = self._record(msg, offset, ts)
+        seq = self._log.put(rec)
         segs = self._segs
         if not segs or segs[-1].id != seq >> 32:
             seg = _StreamSegment(seq >> 32, offset, ts)
@@ -222,6 +228,47 @@ class StreamStore:
         self._next_offset = offset + 1
         self._dirty = True
         return offset
+
+    def _records_lost(self, segment_id: int, start: int, data: bytes) -> int:
+        """The log's on_lost: a write-out failed (a full disk) and the newest
+        records, ``data`` from ``start`` on in the write segment, never reached the
+        file. No reader has seen them (readers read the file), so their offsets
+        are handed out again; the log starts a new segment for them."""
+        segs = self._segs
+        if not segs or segs[-1].id != segment_id:
+            return 0
+        seg = segs[-1]
+        count = pos = 0
+        while pos < len(data):
+            try:
+                length = inspect_record(data, pos, len(data), False)[0]
+            except CorruptRecord:
+                break  # not what this process encoded: cannot happen
+            count += 1
+            pos += length
+        count = min(count, seg.count)
+        seg.count -= count
+        seg.bytes -= pos
+        self._bytes -= pos
+        self._next_offset -= count
+        if not seg.count:
+            segs.pop()
+            self._firsts.pop()
+            with self._log.lock:
+                self._log.drop_locked(segment_id)
+        return count
+
+    def lost_between(self, first: int, last: int) -> bool:
+        """Whether appends of those write generations were dropped (store/sync.py)."""
+        return self._log.lost_between(first, last)
+
+    @staticmethod
+    def _record(msg: Message, offset: int, ts: int) -> bytes:
+        """``msg`` as a record stamped with its offset and timestamp."""
+        props = stamp_properties(msg.properties, offset, ts)
+        stored = Message(msg.exchange, msg.routing_key, props, msg.body, ts)
+        stored._ex_rk = msg._ex_rk
+        return encode_message_record(stored)
 
     # -- finding --------------------------------------------------------------------------
     def offset_at(self, timestamp_ms: int) -> int:
@@ -388,9 +435,11 @@ class StreamStore:
             self._tracked_dirty = True
             self._dirty = True
 
-    def _write_tracking(self) -> None:
+    def _write_tracking(self) -> bool:
+        """Rewrite the tracked offsets file when they changed; whether it was. A
+        full disk keeps them for the next flush (logged once)."""
         if not self._tracked_dirty:
-            return
+            return False
         self._tracked_dirty = False
         parts = []
         for name, offset in sorted(self._tracked.items()):
@@ -399,12 +448,24 @@ class StreamStore:
         path = self._dir / _TRACKING_FILE
         tmp = path.with_name(_TRACKING_FILE + ".tmp")
         content = b"".join(parts)
-        with open(tmp, "wb") as f:
-            f.write(content)
-        os.replace(tmp, path)
+        self._log.budget.left -= len(content)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(content)
+            os.replace(tmp, path)
+        except OSError as exc:
+            self._tracked_dirty = True
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if not self._tracking_failed:
+                self._tracking_failed = True
+                log.error("%s: cannot write tracked offsets (%s): kept for later", self._dir, exc)
+            return False
+        self._tracking_failed = False
         self._log.dir_dirty = True
         if self._log.mirror is not None:
             self._log.mirror.replaced(path, content)
+        return True
 
     def _read_tracking(self) -> None:
         path = self._dir / _TRACKING_FILE
@@ -425,11 +486,14 @@ class StreamStore:
     # -- durability -----------------------------------------------------------------------
     def flush(self) -> None:
         """Hand buffered appends and changed tracked offsets to the OS."""
-        with self._log.lock:
-            if self._log.closed:
-                return
-            self._log.flush_locked()
-            self._write_tracking()
+        try:
+            with self._log.lock:
+                if self._log.closed:
+                    return
+                self._log.flush_locked()
+                self._write_tracking()
+        finally:
+            self._log.report_losses()
 
     def sync(self) -> None:
         """Make everything appended before this call durable (see SegmentLog)."""
@@ -442,22 +506,24 @@ class StreamStore:
     def collect_sync(self, fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
         """sync()'s first half (store/sync.py's Syncable): write the buffered appends
         and tracked offsets to the OS and add what the slow half must fdatasync."""
-        with self._log.lock:
-            if self._log.closed:
-                return
-            self._dirty = False
-            try:
-                self._log.collect_sync_locked(fds, paths)
-                if self._tracked_dirty:
-                    self._write_tracking()
-                    paths.append(self._dir / _TRACKING_FILE)
-            except BaseException:
-                self._dirty = True
-                raise
-            finally:
-                if self._log.dir_dirty:
-                    self._log.dir_dirty = False
-                    dirs.append(self._dir)
+        try:
+            with self._log.lock:
+                if self._log.closed:
+                    return
+                self._dirty = False
+                try:
+                    self._log.collect_sync_locked(fds, paths)
+                    if self._write_tracking():
+                        paths.append(self._dir / _TRACKING_FILE)
+                except BaseException:
+                    self._dirty = True
+                    raise
+                finally:
+                    if self._log.dir_dirty:
+                        self._log.dir_dirty = False
+                        dirs.append(self._dir)
+        finally:
+            self._log.report_losses()
 
     def close(self, sync: bool = True) -> None:
         if self._log.closed:
@@ -470,6 +536,7 @@ class StreamStore:
         finally:
             with self._log.lock:
                 self._log.close_locked()
+            self._log.report_losses()
 
     def delete(self) -> None:
         """Forget every message and remove the stream's directory."""

@@ -18,6 +18,13 @@ written to the OS in the round (a killed broker keeps them) and made durable
 by a lazy ack sync about once a second (ACK_SYNC_INTERVAL) on the executor:
 an ack lost to a power cut means a redelivery, never a lost message, and it
 would otherwise cost every round a second fdatasync.
+
+A waiter is told ``ok`` False (a nack) exactly when its own stores failed: a
+store whose first half raised, a failed fdatasync (which cannot be pinned on a
+store: the whole round), or a store whose log dropped appends of the waiter's
+write generations because a write-out failed (a full disk,
+store/disk_budget.py). So a waiter holds the messages of one write generation
+(``gen``) or a span of them, and its stores.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import warren
+from warren.store.disk_budget import UNMETERED, DiskBudget
 from warren.store.segment_log import sync_files_python
 
 log = logging.getLogger("warren.store")
@@ -50,6 +58,17 @@ class Syncable(Protocol):
 
 
 Callback = Callable[[bool], None]
+# A waiter: its callback, stores, and the first and last write generation of its appends.
+_Waiter = tuple[Callback, tuple[Syncable, ...], int, int]
+
+
+def _lost(stores: tuple[Syncable, ...], first: int, last: int) -> bool:
+    """Whether a store dropped appends of those generations (a failed write-out)."""
+    for store in stores:
+        lost_between = getattr(store, "lost_between", None)
+        if lost_between is not None and lost_between(first, last):
+            return True
+    return False
 
 #: (replication position, definitions writes): where change_mark() found things.
 ChangeMark = tuple[int, int]
@@ -81,23 +100,26 @@ class GroupSync:
         ack_sync_interval: float = ACK_SYNC_INTERVAL,
         native: bool = True,
         replication: Replication | None = None,
+        budget: DiskBudget | None = None,
     ) -> None:
         """``native`` False runs the rounds on the executor even when the C worker
         is built (the tests run both). With ``replication`` a round's waiters are
         called once the followers have the round's writes too: the round's
         flush reports them (store/mirror.py), and the position after it is what
-        they must acknowledge."""
+        they must acknowledge. ``budget`` (the data directory's, store/disk_budget.py)
+        counts the write generations that waiters are grouped by."""
         self._loop = loop
+        self.budget = budget if budget is not None else UNMETERED
         self.enabled = enabled
         self.replication = replication
         self.ack_sync_interval = ack_sync_interval
         self._stores: dict[int, Syncable] = {}
-        self._callbacks: list[Callback] = []
+        self._callbacks: list[_Waiter] = []
         self._running = False
         self._scheduled = False
-        # The round being synced: its callbacks and stores, whether its first half
-        # went well, and the replication position its writes end at.
-        self._inflight: tuple[list[Callback], list[Syncable], bool, int] | None = None
+        # The round being synced: its waiters and stores, the ids of stores whose
+        # first half failed, and the replication position its writes end at.
+        self._inflight: tuple[list[_Waiter], list[Syncable], set[int], int] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="warren-sync")
         self._worker: Any = None
         if enabled and native and _native is not None:
@@ -118,6 +140,13 @@ class GroupSync:
     def next_round(self) -> int:
         """Id of the round that the next after_sync/add joins."""
         return self.rounds + 1
+
+    @property
+    def gen(self) -> int:
+        """The write generation now: appends made while it holds one value are
+        written out (or dropped) together, and a round's start ends it. A waiter
+        groups the messages of one generation (store/disk_budget.py)."""
+        return self.budget.gen
 
     # -- definitions changes ------------------------------------------------------------
     # A declare, bind or delete is handed to the OS by the vhost's definitions log
@@ -197,28 +226,38 @@ class GroupSync:
         for store in stores:
             self._stores[id(store)] = store
 
-    def after_sync(self, stores: Iterable[Syncable], callback: Callback) -> None:
+    def after_sync(
+        self, stores: Iterable[Syncable], callback: Callback, since: int | None = None
+    ) -> None:
         """Call ``callback(ok)`` once everything appended to ``stores`` so far is durable.
 
-        Without sync (``sync = false``) the data is only handed to the OS, which
-        survives a killed broker but not a power cut; the callback runs at once.
+        ``ok`` is False when the stores could not make it durable: among them the
+        appends made since write generation ``since`` (default: the current one,
+        ``gen``) that a failed write-out dropped. Without sync (``sync = false``)
+        the data is only handed to the OS, which survives a killed broker but not
+        a power cut; the callback runs at once.
         """
+        mine = tuple(stores)
+        gen = self.budget.gen
+        first = gen if since is None else since
         if not self.enabled:
             ok = True
-            for store in stores:
+            for store in mine:
                 try:
                     store.flush()
                 except OSError:
                     log.exception("flushing a queue store failed")
                     ok = False
+            if ok and _lost(mine, first, gen):
+                ok = False
             if self.replication is not None and ok:
                 self.replication.when_replicated(self.replication.position, lambda: callback(True))
             else:
                 callback(ok)
             return
-        for store in stores:
+        for store in mine:
             self._stores[id(store)] = store
-        self._callbacks.append(callback)
+        self._callbacks.append((callback, mine, first, gen))
         if not self._running and not self._scheduled:
             # Let the rest of this loop turn (the rest of the socket read, other
             # connections' reads) join the same round.
@@ -233,20 +272,21 @@ class GroupSync:
         callbacks = self._callbacks
         self._stores = {}
         self._callbacks = []
+        self.budget.gen += 1  # what is appended from now on waits for the next round
         fds: list[int] = []
         paths: list[Path] = []
         dirs: list[Path] = []
-        ok = True
+        failed: set[int] = set()
         for store in stores:
             try:
                 store.collect_sync(fds, paths, dirs)
             except Exception:
-                log.exception("writing out a queue store failed; publishes will be nacked")
-                ok = False
+                log.exception("writing out a queue store failed; its publishes will be nacked")
+                failed.add(id(store))
         self._running = True
         self.rounds += 1
         position = self.replication.position if self.replication is not None else 0
-        self._inflight = (callbacks, stores, ok, position)
+        self._inflight = (callbacks, stores, failed, position)
         if self._worker is not None:
             self._worker.submit(
                 self.rounds,
@@ -280,13 +320,24 @@ class GroupSync:
         self._running = False
         if inflight is None:  # closed meanwhile
             return
-        callbacks, stores, ok, position = inflight
-        ok = ok and synced
-        if ok and self.replication is not None:
-            # The next round need not wait: its own position is later.
-            self.replication.when_replicated(position, lambda: _call(callbacks, True))
+        waiters, stores, failed, position = inflight
+        results = [
+            (
+                callback,
+                synced
+                and not (failed and any(id(s) in failed for s in mine))
+                and not _lost(mine, first, last),
+            )
+            for callback, mine, first, last in waiters
+        ]
+        if self.replication is None:
+            _call_each(results)  # in the order they came: MQTT's acks keep theirs
         else:
-            _call(callbacks, ok)
+            _call_each([r for r in results if not r[1]])
+            good = [r for r in results if r[1]]
+            if good:
+                # The next round need not wait: its own position is later.
+                self.replication.when_replicated(position, lambda: _call_each(good))
         ack_syncs = self._ack_syncs
         for store in stores:
             sync_acks = getattr(store, "sync_acks", None)
@@ -320,8 +371,8 @@ class GroupSync:
         self._executor.shutdown(wait=True)
 
 
-def _call(callbacks: list[Callback], ok: bool) -> None:
-    for callback in callbacks:
+def _call_each(results: list[tuple[Callback, bool]]) -> None:
+    for callback, ok in results:
         try:
             callback(ok)
         except Exception:

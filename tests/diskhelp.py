@@ -1,0 +1,211 @@
+"""Full disks for the tests: a small tmpfs as the data directory, a file that fills
+it from outside, and pika publishers with confirms that keep publishing.
+
+tmpfs needs root (CAP_SYS_ADMIN); `small_disk` skips the test, saying why, where
+mounting is not permitted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pika
+import pytest
+
+MiB = 1024 * 1024
+
+
+@contextlib.contextmanager
+def tmpfs(where: Path, size: int) -> Iterator[Path]:
+    """A tmpfs of ``size`` bytes mounted at ``where`` (unmounted at the end)."""
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs for a full-disk test: {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        if subprocess.run(["umount", str(where)], capture_output=True, check=False).returncode:
+            subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
+
+
+def free_bytes(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def fill(path: Path) -> int:
+    """Write zeros to ``path`` until the file system is full; the bytes written."""
+    written = 0
+    chunk = b"\0" * (64 * 1024)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        while True:
+            try:
+                n = os.write(fd, chunk)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                if len(chunk) == 1:
+                    return written
+                chunk = chunk[: len(chunk) // 2]  # fill the last pages too
+                continue
+            written += n
+    finally:
+        os.close(fd)
+
+
+class ConfirmPublisher(threading.Thread):
+    """A publisher that never stops on its own: persistent messages to a durable
+    queue with confirms, at most ``window`` unconfirmed, as fast as the broker
+    takes them (it goes on writing while blocked, as a careless client does).
+
+    Body ``i`` (publish number i, from 1) starts with ``<tag>:<i>:``. ``acked``
+    and ``nacked`` collect publish numbers; ``blocking`` the connection.blocked
+    and unblocked notifications; ``closed`` the broker's close (code, text).
+    """
+
+    def __init__(self, port: int, queue: str, size: int, window: int = 8, tag: str = "") -> None:
+        super().__init__(daemon=True)
+        self.port = port
+        self.queue = queue
+        self.size = size
+        self.window = window
+        self.tag = tag or queue
+        self.acked: set[int] = set()
+        self.nacked: set[int] = set()
+        self.blocking: list[str] = []
+        self.closed: tuple[int, str] | None = None
+        self.published = 0
+        self.error: BaseException | None = None
+        self._pending: set[int] = set()
+        self._stopping = False
+        self._conn: pika.SelectConnection | None = None
+        self._channel: object = None
+        self._padding = b"x" * size
+        self.ready = threading.Event()
+        self.finished = threading.Event()
+
+    # -- the test's side ----------------------------------------------------------------
+    def body(self, i: int) -> bytes:
+        head = f"{self.tag}:{i}:".encode()
+        return head + self._padding[len(head) :]
+
+    @staticmethod
+    def number(body: bytes) -> int:
+        return int(body.split(b":", 2)[1])
+
+    @property
+    def outstanding(self) -> int:
+        return len(self._pending)
+
+    def stop(self, timeout: float = 30) -> None:
+        """Stop publishing, wait for the confirms still due, close the connection."""
+        conn = self._conn
+        if conn is not None and not self.finished.is_set():
+            conn.ioloop.add_callback_threadsafe(self._stop)
+        self.finished.wait(timeout)
+        self.join(timeout)
+
+    # -- pika's side (its ioloop thread) --------------------------------------------------
+    def run(self) -> None:
+        try:
+            params = pika.ConnectionParameters(
+                "127.0.0.1",
+                self.port,
+                credentials=pika.PlainCredentials("guest", "guest"),
+                heartbeat=0,
+                connection_attempts=1,
+            )
+            self._conn = pika.SelectConnection(
+                params,
+                on_open_callback=self._opened,
+                on_open_error_callback=self._open_failed,
+                on_close_callback=self._on_closed,
+            )
+            self._conn.add_on_connection_blocked_callback(
+                lambda _c, m: self.blocking.append(m.method.NAME)
+            )
+            self._conn.add_on_connection_unblocked_callback(
+                lambda _c, m: self.blocking.append(m.method.NAME)
+            )
+            self._conn.ioloop.start()
+        except BaseException as exc:  # reported to the test
+            self.error = exc
+        finally:
+            self.ready.set()
+            self.finished.set()
+
+    def _open_failed(self, _conn: object, exc: BaseException) -> None:
+        self.error = exc
+        assert self._conn is not None
+        self._conn.ioloop.stop()
+
+    def _opened(self, conn: pika.SelectConnection) -> None:
+        conn.channel(on_open_callback=self._channel_open)
+
+    def _channel_open(self, ch: pika.channel.Channel) -> None:
+        self._channel = ch
+        ch.confirm_delivery(self._confirmed)
+        ch.queue_declare(self.queue, durable=True, callback=lambda _f: self._declared())
+
+    def _declared(self) -> None:
+        self.ready.set()
+        self._publish()
+
+    def _publish(self) -> None:
+        ch = self._channel
+        props = pika.BasicProperties(delivery_mode=2)
+        while not self._stopping and len(self._pending) < self.window:
+            i = self.published + 1
+            ch.basic_publish("", self.queue, self.body(i), props)  # type: ignore[attr-defined]
+            self.published = i
+            self._pending.add(i)
+
+    def _confirmed(self, frame: pika.frame.Method) -> None:
+        method = frame.method
+        tag = method.delivery_tag
+        done = {t for t in self._pending if t <= tag} if method.multiple else {tag}
+        self._pending -= done
+        (self.acked if method.NAME == "Basic.Ack" else self.nacked).update(done)
+        if self._stopping:
+            self._maybe_close()
+        else:
+            self._publish()
+
+    def _stop(self) -> None:
+        self._stopping = True
+        self._maybe_close()
+
+    def _maybe_close(self) -> None:
+        conn = self._conn
+        if not self._pending and conn is not None and conn.is_open:
+            conn.close()
+
+    def _on_closed(self, _conn: object, reason: BaseException) -> None:
+        code = getattr(reason, "reply_code", None)
+        if isinstance(code, int) and code != 200:
+            self.closed = (code, str(getattr(reason, "reply_text", "")))
+        assert self._conn is not None
+        self._conn.ioloop.stop()
+
+
+def eventually(predicate: Callable[[], bool], timeout: float = 30, what: str = "") -> None:
+    """Poll ``predicate`` until it holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached in {timeout} s: {what or predicate}")
+        time.sleep(0.01)
