@@ -20,6 +20,7 @@ from typing import Any
 from warren.core.codec_errors import DecodeError
 from warren.core.table import decode_table
 from warren.core.table_encode import encode_table
+from warren.store.layout import fsync_directory, make_dirs
 from warren.store.mirror import mirror_for
 
 log = logging.getLogger("warren.store")
@@ -63,8 +64,9 @@ class DefinitionsLog:
         self._load()
 
     def _load(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists():
+        new_dirs = make_dirs(self.path.parent)
+        created = not self.path.exists()
+        if not created:
             good_bytes = 0
             with self.path.open("rb") as f:
                 for raw in f:
@@ -82,6 +84,12 @@ class DefinitionsLog:
                 with self.path.open("r+b") as f:
                     f.truncate(good_bytes)
         self._file = self.path.open("ab")
+        if created:
+            # The file's entry (and any directory made for it) is durable before the
+            # first fdatasynced line counts as stored: a power cut keeps an entry only
+            # once its directory was fsynced, however synced the file's data was.
+            for directory in [*new_dirs, self.path.parent]:
+                fsync_directory(directory)
 
     def _apply(self, entry: dict[str, Any]) -> None:
         op = entry["op"]

@@ -68,6 +68,28 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def make_dirs(directory: Path) -> list[Path]:
+    """``mkdir -p directory``; returns the directories that got a new entry (the parent
+    of each directory made), which must be fsynced before anything inside counts as
+    durable: a power cut keeps an entry only once its directory was fsynced, even
+    if the file it names was."""
+    made: list[Path] = []
+    path = directory
+    while not path.is_dir():
+        made.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    return [d.parent for d in made]
+
+
+def make_dirs_durably(directory: Path) -> None:
+    """``mkdir -p directory`` and fsync what the new entries went into, now."""
+    for parent in make_dirs(directory):
+        fsync_directory(parent)
+
+
 def write_file(path: Path, data: bytes) -> None:
     """Write a small file outright (a name kept for people reading the tree) and
     report it to the directory's mirror."""
@@ -124,7 +146,9 @@ class DataDir:
             return path
         path = self.root / "vhosts" / _hashed(vhost)
         if not path.exists():
-            path.mkdir(parents=True)
+            # Durable at once: a vhost is made rarely, and its definitions log and
+            # queue directories are only as durable as its own entry.
+            make_dirs_durably(path)
             write_file(path / "name", vhost.encode("utf-8", "surrogateescape"))
         self._vhost_dirs[vhost] = path
         return path

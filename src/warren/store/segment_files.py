@@ -149,9 +149,7 @@ class SegmentFiles:
             if self._log.closed:
                 return
             self._dirty = False  # before flushing: a concurrent append sets it again
-            if self._log.dir_dirty:
-                self._log.dir_dirty = False
-                dirs.append(self._dir)
+            self._log.collect_dirs_locked(dirs)
             try:
                 self._log.collect_sync_locked(fds, paths)
                 self._write_acks_locked()

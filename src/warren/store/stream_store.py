@@ -374,9 +374,7 @@ class StreamStore:
                 self._dirty = True
                 raise
             finally:
-                if self._log.dir_dirty:
-                    self._log.dir_dirty = False
-                    dirs.append(self._dir)
+                self._log.collect_dirs_locked(dirs)
 
     def close(self, sync: bool = True) -> None:
         if self._log.closed:

@@ -1,0 +1,290 @@
+"""Workloads for the power-cut tests: real clients against a real `warren` process.
+
+Each workload publishes with confirms (AMQP) or QoS 1/2 (MQTT) from threads of
+its own, records what the broker confirmed and what its consumers acknowledged,
+and after a power cut and a restart checks what came back: every confirmed
+message that was not acknowledged is there (0 confirmed lost); one that was
+acknowledged may come back, only as a redelivery.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pika
+import pika.exceptions
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+#: What a client sees when the broker dies under it.
+GONE = (pika.exceptions.AMQPError, OSError, AssertionError, ValueError)
+
+
+class WarrenProcess:
+    """`python -m warren` on a data directory; its log kept for a failure's report."""
+
+    def __init__(self, data_dir: Path, *args: str) -> None:
+        env = dict(os.environ, PYTHONPATH=str(SRC))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "warren", "-D", str(data_dir), "--amqp-port", "0",
+             "--mqtt-port", "0", "--http-port", "-1", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        self.lines: list[str] = []
+        self.amqp_port = 0
+        self.mqtt_port = 0
+        self._listening = threading.Event()
+        threading.Thread(target=self._drain, daemon=True).start()
+        if not self._listening.wait(60) or not (self.amqp_port and self.mqtt_port):
+            self.kill()
+            raise RuntimeError("warren did not start:\n" + self.log_tail())
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+            m = re.search(r"listening on (AMQP|MQTT) [^:]+:(\d+)$", line.strip())
+            if m:
+                if m.group(1) == "AMQP":
+                    self.amqp_port = int(m.group(2))
+                else:
+                    self.mqtt_port = int(m.group(2))
+                if self.amqp_port and self.mqtt_port:
+                    self._listening.set()
+        self._listening.set()  # it ended
+
+    def log_tail(self, n: int = 60) -> str:
+        return "\n".join(self.lines[-n:])
+
+    def warnings(self) -> list[str]:
+        return [line for line in self.lines if " WARNING " in line or " ERROR " in line]
+
+    def kill(self) -> None:
+        """kill -9: the power went, nothing of the process outlives it."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        """SIGTERM: a clean stop."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def amqp(self) -> pika.BlockingConnection:
+        return pika.BlockingConnection(
+            pika.ConnectionParameters("127.0.0.1", self.amqp_port, connection_attempts=1)
+        )
+
+
+#: Bodies carry padding so that a few hundred messages fill a 64 KiB segment.
+PADDING = b" " + b"." * 300
+
+
+def body_of(mid: str) -> bytes:
+    return mid.encode() + PADDING
+
+
+def message_id(body: bytes) -> str:
+    return body.split(b" ", 1)[0].decode()
+
+
+class Ledger:
+    """What one destination was sent, confirmed, acknowledged: the truth to check against."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.lock = threading.Lock()
+        self.published: set[str] = set()
+        self.confirmed: set[str] = set()
+        self.acked: set[str] = set()  # a consumer sent basic.ack (it may not have arrived)
+        self.redelivered_after_ack = 0  # acked ones that came back after a cut
+
+    def check(self, got: list[tuple[str, bool]]) -> None:
+        """``got``: (message id, redelivered) of everything the queue holds now."""
+        ids = [m for m, _ in got]
+        assert len(ids) == len(set(ids)), f"{self.name}: a message is stored twice"
+        unknown = set(ids) - self.published
+        assert not unknown, f"{self.name}: messages never published: {sorted(unknown)[:5]}"
+        lost = self.confirmed - self.acked - set(ids)
+        assert not lost, (
+            f"{self.name}: {len(lost)} confirmed messages lost of {len(self.confirmed)}: "
+            f"{sorted(lost)[:10]}"
+        )
+        for mid, redelivered in got:
+            if mid in self.acked:
+                assert redelivered, f"{self.name}: acked {mid} came back, not as a redelivery"
+                self.redelivered_after_ack += 1
+
+
+# -- AMQP --------------------------------------------------------------------------------------
+
+
+class Publisher(threading.Thread):
+    """Publishes persistent messages with confirms until told to stop or the broker dies."""
+
+    def __init__(
+        self,
+        broker: WarrenProcess,
+        ledger: Ledger,
+        exchange: str,
+        routing_key: str,
+        prefix: str,
+        properties: Callable[[int], pika.BasicProperties] | None = None,
+        ids: list[str] | None = None,
+    ) -> None:
+        super().__init__(daemon=True)
+        self.broker = broker
+        self.ledger = ledger
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.prefix = prefix
+        self.properties = properties or (lambda i: pika.BasicProperties(delivery_mode=2))
+        self.ids = ids  # publish these (again) first
+        self.stopping = threading.Event()
+        self.confirms = threading.Event()  # set at the first confirm
+
+    def run(self) -> None:
+        try:
+            conn = self.broker.amqp()
+            ch = conn.channel()
+            ch.confirm_delivery()
+            todo = list(self.ids or [])
+            i = 0
+            while not self.stopping.is_set():
+                if todo:
+                    mid = todo.pop(0)
+                else:
+                    mid = f"{self.prefix}-{i}"
+                    i += 1
+                with self.ledger.lock:
+                    self.ledger.published.add(mid)
+                ch.basic_publish(
+                    self.exchange, self.routing_key, body_of(mid), self.properties(i)
+                )
+                with self.ledger.lock:
+                    self.ledger.confirmed.add(mid)  # returned: the broker confirmed it
+                self.confirms.set()
+            conn.close()
+        except GONE:
+            pass
+
+
+class Consumer(threading.Thread):
+    """Consumes with manual acks (each one sent at once) until stopped or cut off."""
+
+    def __init__(self, broker: WarrenProcess, ledger: Ledger, queue: str) -> None:
+        super().__init__(daemon=True)
+        self.broker = broker
+        self.ledger = ledger
+        self.queue = queue
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        try:
+            conn = self.broker.amqp()
+            ch = conn.channel()
+            ch.basic_qos(prefetch_count=20)
+
+            def on_message(ch: Any, method: Any, props: Any, body: bytes) -> None:
+                with self.ledger.lock:
+                    self.ledger.acked.add(message_id(body))
+                ch.basic_ack(method.delivery_tag)
+
+            ch.basic_consume(self.queue, on_message)
+            while not self.stopping.is_set():
+                conn.process_data_events(time_limit=0.05)
+            conn.close()
+        except GONE:
+            pass
+
+
+def drain(broker: WarrenProcess, queue: str) -> list[tuple[str, bool, int]]:
+    """Everything ready in ``queue``: (id, redelivered, priority), acknowledged."""
+    conn = broker.amqp()
+    try:
+        ch = conn.channel()
+        count = ch.queue_declare(queue, passive=True).method.message_count
+        got = []
+        last = 0
+        for _ in range(count):
+            method, props, body = ch.basic_get(queue)
+            assert method is not None, f"{queue}: fewer messages than its count {count}"
+            got.append((message_id(body), bool(method.redelivered), props.priority or 0))
+            last = method.delivery_tag
+        if last:
+            ch.basic_ack(last, multiple=True)
+        ch.queue_declare(queue, passive=True)  # a round trip: the acks were taken
+        return got
+    finally:
+        conn.close()
+
+
+class ClassicQueues:
+    """Confirmed publishes to a classic durable queue, a priority queue, and a queue a
+    consumer acknowledges from meanwhile; drained (and acked) at every check."""
+
+    name = "classic"
+
+    def __init__(self) -> None:
+        self.queues = {"pc.classic": {}, "pc.priority": {"x-max-priority": 5}, "pc.work": {}}
+        self.ledgers = {q: Ledger(q) for q in self.queues}
+        self.threads: list[threading.Thread] = []
+        self.round = 0
+
+    def setup(self, broker: WarrenProcess) -> None:
+        conn = broker.amqp()
+        ch = conn.channel()
+        for queue, arguments in self.queues.items():
+            ch.queue_declare(queue, durable=True, arguments=arguments)
+        conn.close()
+
+    def start(self, broker: WarrenProcess, rng: random.Random) -> None:
+        self.round += 1
+        seed = rng.random()
+
+        def priority(i: int) -> pika.BasicProperties:
+            return pika.BasicProperties(delivery_mode=2, priority=int((seed * 7919 + i) % 6))
+
+        for queue in self.queues:
+            props = priority if queue == "pc.priority" else None
+            self.threads.append(
+                Publisher(broker, self.ledgers[queue], "", queue, f"r{self.round}", props)
+            )
+        self.threads.append(Consumer(broker, self.ledgers["pc.work"], "pc.work"))
+        for t in self.threads:
+            t.start()
+
+    def stop(self) -> None:
+        for t in self.threads:
+            t.stopping.set()  # type: ignore[attr-defined]
+        for t in self.threads:
+            t.join(30)
+        self.threads = []
+
+    def verify(self, broker: WarrenProcess) -> None:
+        for queue, ledger in self.ledgers.items():
+            got = drain(broker, queue)
+            ledger.check([(m, r) for m, r, _ in got])
+            if queue == "pc.priority":
+                priorities = [p for _, _, p in got]
+                assert priorities == sorted(priorities, reverse=True), "priority order broken"
+            with ledger.lock:
+                ledger.acked.update(m for m, _, _ in got)
+
+    def confirmed(self) -> int:
+        return sum(len(ledger.confirmed) for ledger in self.ledgers.values())
