@@ -35,8 +35,12 @@ commands from stdin and answers on stdout (tests/powercut/powercut_mount.py driv
     arm ops N            freeze before the N-th next mutating operation
     arm fsync GLOB [K]   freeze before the (K+1)-th next fsync of a file whose
                          path matches GLOB (fnmatch, on the path from the mount root, e.g. ``*acks.*``)
+    arm synced GLOB [K]  the same, but let that fsync through and freeze just after it
+    arm hold GLOB        hold the next fsync of a matching file (say ``held``) until
+    release              lets it through; the power goes just after it
     cut                  freeze now
     count GLOB           how many fsyncs of matching files were done
+    await GLOB N         say ``reached`` once N fsyncs of matching files were done
     unmount              unmount; after a cut, rebuild the durable state
 
 It says ``mounted`` once mounted, ``frozen OPS`` when it freezes, ``done`` at the end.
@@ -111,8 +115,12 @@ class PowerCutFS(fuse.Operations):  # type: ignore[misc]
         self.ops = 0
         self.fsyncs: Counter[str] = Counter()  # path -> fsyncs done
         self._arm_ops: int | None = None
-        self._arm_fsync: tuple[str, int] | None = None
+        self._arm_fsync: tuple[str, int, bool] | None = None  # (glob, skip, after it)
         self.on_freeze: Any = None
+        self.on_hold: Any = None
+        self._hold: str | None = None
+        self._released = threading.Event()
+        self._awaited: list[tuple[str, int, Any]] = []  # (glob, count, callback)
         self.root_ino = os.lstat(self.root).st_ino
         os.makedirs(self.store, exist_ok=True)
         self._adopt(self.root)
@@ -188,23 +196,49 @@ class PowerCutFS(fuse.Operations):  # type: ignore[misc]
         with self._mutex:
             self._arm_ops = max(1, n)
 
-    def arm_fsync(self, pattern: str, skip: int) -> None:
+    def arm_fsync(self, pattern: str, skip: int, after: bool = False) -> None:
         with self._mutex:
-            self._arm_fsync = (pattern, skip)
+            self._arm_fsync = (pattern, skip, after)
+
+    def arm_hold(self, pattern: str) -> None:
+        with self._mutex:
+            self._hold = pattern
+            self._released.clear()
+
+    def release_hold(self) -> None:
+        self._released.set()
 
     def count_fsyncs(self, pattern: str) -> int:
         with self._mutex:
             return sum(n for path, n in self.fsyncs.items() if fnmatch.fnmatch(path, pattern))
 
-    def _check_fsync_trigger(self, path: str) -> None:
+    def await_fsyncs(self, pattern: str, n: int, callback: Any) -> None:
+        """Call ``callback`` once ``n`` fsyncs of files matching ``pattern`` were done."""
+        with self._mutex:
+            self._awaited.append((pattern, n, callback))
+            self._check_awaited()
+
+    def _check_awaited(self) -> None:
+        for item in list(self._awaited):
+            pattern, n, callback = item
+            if self.count_fsyncs(pattern) >= n:
+                self._awaited.remove(item)
+                callback()
+
+    def _check_fsync_trigger(self, path: str) -> bool:
+        """Before a file's fsync: freeze now (raises), or say to freeze once it is done."""
         if self._arm_fsync is None:
-            return
-        pattern, skip = self._arm_fsync
-        if fnmatch.fnmatch(path, pattern):
-            if skip <= 0:
-                self.freeze()
-                raise Frozen()
-            self._arm_fsync = (pattern, skip - 1)
+            return False
+        pattern, skip, after = self._arm_fsync
+        if not fnmatch.fnmatch(path, pattern):
+            return False
+        if skip > 0:
+            self._arm_fsync = (pattern, skip - 1, after)
+            return False
+        if not after:
+            self.freeze()
+            raise Frozen()
+        return True
 
     # -- after the power cut --------------------------------------------------------------
     def rebuild(self) -> None:
@@ -369,13 +403,26 @@ class PowerCutFS(fuse.Operations):  # type: ignore[misc]
             if self.frozen:
                 raise Frozen()
             ino, opened_as = self.open_files[fh]
-            self._check_fsync_trigger(opened_as)
+            held = self._hold is not None and fnmatch.fnmatch(opened_as, self._hold)
+            if held:
+                self._hold = None
+                if self.on_hold is not None:
+                    self.on_hold(opened_as)
+        if held:  # outside the lock: every other operation goes on meanwhile
+            self._released.wait()
+        with self._mutex:
+            if self.frozen:
+                raise Frozen()
+            freeze_after = held or self._check_fsync_trigger(opened_as)
             self._mutating()
             state = self.files.get(ino)
             if state is not None:
                 state.durable_size = os.fstat(fh).st_size
                 state.undo.clear()
             self.fsyncs[opened_as] += 1
+            self._check_awaited()
+            if freeze_after:
+                self.freeze()  # this fsync made it, nothing after it does
             return 0
 
     def flush(self, path: str | None, fh: int) -> int:
@@ -523,11 +570,18 @@ class Session:
             if words[:2] == ["arm", "ops"]:
                 fs.arm_ops(int(words[2]))
                 _say("armed")
-            elif words[:2] == ["arm", "fsync"]:
-                fs.arm_fsync(words[2], int(words[3]) if len(words) > 3 else 0)
+            elif words[:2] in (["arm", "fsync"], ["arm", "synced"]):
+                fs.arm_fsync(words[2], int(words[3]) if len(words) > 3 else 0, words[1] == "synced")
                 _say("armed")
+            elif words[:2] == ["arm", "hold"]:
+                fs.arm_hold(words[2])
+                _say("armed")
+            elif words[0] == "release":
+                fs.release_hold()
             elif words[0] == "cut":
                 fs.freeze()
+            elif words[0] == "await":
+                fs.await_fsyncs(words[1], int(words[2]), lambda: _say("reached"))
             elif words[0] == "count":
                 _say(f"count {fs.count_fsyncs(words[1])}")
             elif words[0] == "unmount":
@@ -543,6 +597,7 @@ class Session:
         if not self._ended.acquire(blocking=False):
             self._ended.acquire()  # the other thread is at it, and ends the process
         fs = self.fs
+        fs._released.set()  # a held fsync must not keep its caller in the kernel
         try:
             with fs._mutex:
                 cut = fs.frozen
@@ -580,6 +635,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     fs = PowerCutFS(args.backing, args.store, args.seed, args.torn)
     fs.on_freeze = lambda ops: _say(f"frozen {ops}")
+    fs.on_hold = lambda path: _say(f"held {path}")
     session = Session(fs, args.mountpoint)
 
     def init(path: str) -> None:

@@ -49,6 +49,7 @@ class PowerCutMount:
         self._proc: subprocess.Popen[str] | None = None
         self._lines: queue.Queue[str] = queue.Queue()
         self.frozen = threading.Event()
+        self.held = threading.Event()
         self.frozen_at = 0  # the mutating operations done when the power went
         self.mounts = 0
 
@@ -60,6 +61,7 @@ class PowerCutMount:
         """Mount the backing directory; returns the mount point."""
         assert self._proc is None, "already mounted"
         self.frozen.clear()
+        self.held.clear()
         self._lines = queue.Queue()
         self.mounts += 1
         command = [sys.executable, str(FS), str(self.backing), str(self.mountpoint), str(self.store)]
@@ -69,20 +71,22 @@ class PowerCutMount:
         self._proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
         )
-        threading.Thread(target=self._read, args=(self._proc,), daemon=True).start()
+        threading.Thread(target=self._read, args=(self._proc, self._lines), daemon=True).start()
         self._expect("mounted", 20)
         return self.mountpoint
 
-    def _read(self, proc: subprocess.Popen[str]) -> None:
+    def _read(self, proc: subprocess.Popen[str], lines: queue.Queue[str]) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             line = line.strip()
             if line.startswith("frozen"):
                 self.frozen_at = int(line.split()[1])
                 self.frozen.set()
+            elif line.startswith("held"):
+                self.held.set()
             else:
-                self._lines.put(line)
-        self._lines.put("")  # the process ended
+                lines.put(line)
+        lines.put("")  # the process ended
 
     def _expect(self, prefix: str, timeout: float = 10) -> str:
         line = self._lines.get(timeout=timeout)
@@ -100,11 +104,28 @@ class PowerCutMount:
         self._send(f"arm ops {n}")
         self._expect("armed")
 
-    def arm_fsync(self, pattern: str, skip: int = 0) -> None:
+    def arm_fsync(self, pattern: str, skip: int = 0, after: bool = False) -> None:
         """Cut the power before the (skip+1)-th next fsync of a file matching ``pattern``
-        (fnmatch on its path from the mount root, no leading slash: ``*/acks.*``)."""
-        self._send(f"arm fsync {pattern} {skip}")
+        (fnmatch on its path from the mount root, no leading slash: ``*/acks.*``), or
+        with ``after`` just after it."""
+        self._send(f"arm {'synced' if after else 'fsync'} {pattern} {skip}")
         self._expect("armed")
+
+    def hold_fsync(self, pattern: str) -> None:
+        """Hold the next fsync of a file matching ``pattern`` (``held`` is set when it
+        comes) until release(), which lets it through and cuts the power after it."""
+        self._send(f"arm hold {pattern}")
+        self._expect("armed")
+
+    def release(self) -> None:
+        self._send("release")
+        if not self.frozen.wait(10):
+            raise RuntimeError("power-cut file system did not freeze after the held fsync")
+
+    def await_fsyncs(self, pattern: str, n: int, timeout: float = 30) -> None:
+        """Return once ``n`` fsyncs of files matching ``pattern`` were done."""
+        self._send(f"await {pattern} {n}")
+        self._expect("reached", timeout)
 
     def fsyncs(self, pattern: str) -> int:
         """How many fsyncs of files matching ``pattern`` were done since the mount."""

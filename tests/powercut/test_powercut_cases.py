@@ -155,3 +155,93 @@ def test_a_delayed_exchange_keeps_its_confirmed_messages(cuts: Cuts, power: Powe
     cuts.cut()
     held = [p for p in power.backing.glob("vhosts/*/exchanges/*/msgs.*") if b"held-for-an-hour" in p.read_bytes()]
     assert held, sorted(str(p.relative_to(power.backing)) for p in Path(power.backing).rglob("*"))
+
+
+def ack_all(broker: WarrenProcess, queue: str, n: int) -> list[str]:
+    """basic.get and ack ``n`` messages, then a round trip: the broker took the acks."""
+    conn = broker.amqp()
+    ch = conn.channel()
+    got = []
+    for _ in range(n):
+        method, _props, body = ch.basic_get(queue)
+        assert method is not None
+        got.append(message_id(body))
+        ch.basic_ack(method.delivery_tag)
+    assert ch.queue_declare(queue, passive=True).method.message_count == 0
+    conn.close()
+    return got
+
+
+def test_acks_lost_to_a_power_cut_come_back_as_redeliveries(cuts: Cuts, power: PowerCutMount) -> None:
+    """The ack files are fdatasynced lazily (about a second after a sync round): a
+    power cut before that brings acked messages back, redelivered, never loses one.
+    The cut comes exactly before the lazy ack sync."""
+    broker = cuts.start()
+    declare(broker, "acked")
+    bodies = [b"m%d" % i for i in range(50)]
+    publish(broker, "", "acked", *bodies)
+    assert ack_all(broker, "acked", 50) == [b.decode() for b in bodies]
+    power.arm_fsync("*acks.*")
+    publish(broker, "", "acked", b"after")  # a sync round: the lazy ack sync follows it
+    assert power.frozen.wait(30), "the ack files were never fsynced"
+    cuts.cut()
+    broker = cuts.start()
+    got = drain(broker, "acked")
+    assert sorted(m for m, _, _ in got) == sorted([b.decode() for b in bodies] + ["after"])
+    assert all(redelivered for _, redelivered, _ in got)
+
+
+def test_acks_synced_before_a_power_cut_stay(cuts: Cuts, power: PowerCutMount) -> None:
+    """The converse: once the lazy ack sync ran, the acked messages stay gone."""
+    broker = cuts.start()
+    declare(broker, "acked")
+    publish(broker, "", "acked", *[b"m%d" % i for i in range(50)])
+    ack_all(broker, "acked", 50)
+    power.arm_fsync("*acks.*", after=True)
+    publish(broker, "", "acked", b"after")
+    assert power.frozen.wait(30), "the ack files were never fsynced"
+    cuts.cut()
+    broker = cuts.start()
+    assert [m for m, _, _ in drain(broker, "acked")] == ["after"]
+
+
+def test_an_ack_that_outlived_its_message_never_hides_a_later_one(
+    cuts: Cuts, power: PowerCutMount
+) -> None:
+    """An ack can reach the disk before its message: transient messages appended
+    after the last sync round, consumed and acked before the lazy ack sync. Recovery
+    prunes such acks (they point past the data) and new messages are appended at
+    the same offsets; the pruned ack file was rewritten without an fsync, so after a
+    second cut the stale acks were back and hid the new, confirmed messages."""
+    broker = cuts.start()
+    declare(broker, "mixed")
+    publish(broker, "", "mixed", b"a0")  # a sync round; the lazy ack sync follows it
+    ack_all(broker, "mixed", 1)  # written at once: acks.* is created
+    publish(broker, "", "mixed", b"a1")  # a round: fsyncs the directory with acks.* in it
+    power.await_fsyncs("*acks.*", 1)  # the lazy ack sync of a0's ack
+    power.hold_fsync("*acks.*")
+    publish(broker, "", "mixed", b"a2")  # the last round; the next ack sync is held
+    conn = broker.amqp()
+    ch = conn.channel()
+    for i in range(5):  # transient, no confirms: no sync round
+        ch.basic_publish("", "mixed", b"t%d" % i, pika.BasicProperties(delivery_mode=1))
+    tags = {}
+    for _ in range(7):
+        method, _props, body = ch.basic_get("mixed")
+        tags[message_id(body)] = method.delivery_tag
+    for name in ("t0", "t1", "t2", "t3", "t4"):
+        ch.basic_ack(tags[name])
+    ch.queue_declare("mixed", passive=True)  # the acks were taken (and written out)
+    conn.close()
+    assert power.held.wait(30), "the ack files were never fsynced"
+    power.release()  # the held ack sync takes the transients' acks; then the power goes
+    cuts.broker.kill()  # type: ignore[union-attr]
+    power.unmount()
+
+    broker = cuts.start()
+    assert any("pruned 5 ack entries" in line for line in broker.lines), broker.log_tail()
+    publish(broker, "", "mixed", b"p0", b"p1", b"p2", b"p3", b"p4")  # at their offsets
+    cuts.cut()
+
+    broker = cuts.start()
+    assert sorted(m for m, _, _ in drain(broker, "mixed")) == ["a1", "a2", "p0", "p1", "p2", "p3", "p4"]

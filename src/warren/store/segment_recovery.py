@@ -22,6 +22,7 @@ from array import array
 from collections.abc import Iterator
 
 from warren.core.properties import peek_delivery_mode
+from warren.store.layout import fsync_directory
 from warren.store.records import MIN_RECORD_SIZE
 from warren.store.segment_files import (
     NO_SKIP,
@@ -190,16 +191,22 @@ def is_persistent(raw_properties: bytes) -> bool:
 
 
 def _rewrite_acks(seglog: SegmentLog, sid: int, offsets: list[int]) -> None:
-    """Replace an ack file atomically (temp file + rename)."""
+    """Replace an ack file atomically (temp file + rename), durably before the store
+    appends anything: a pruned entry points past the data, where the next appends
+    go, and if a power cut brought it back it would hide a confirmed message."""
     path = acks_path(seglog.directory, sid)
     if not offsets:
         seglog.unlink(path)
+        fsync_directory(seglog.directory)
         return
     tmp = path.with_name(path.name + ".tmp")
     content = offsets_to_bytes(offsets)
     with open(tmp, "wb") as f:
         f.write(content)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+    fsync_directory(seglog.directory)
     if seglog.mirror is not None:
         seglog.mirror.replaced(path, content)
 
