@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import paho.mqtt.client as mqtt
 import pika
 import pika.exceptions
 
@@ -285,6 +286,142 @@ class ClassicQueues:
                 assert priorities == sorted(priorities, reverse=True), "priority order broken"
             with ledger.lock:
                 ledger.acked.update(m for m, _, _ in got)
+
+    def confirmed(self) -> int:
+        return sum(len(ledger.confirmed) for ledger in self.ledgers.values())
+
+
+# -- MQTT --------------------------------------------------------------------------------------
+
+
+def mqtt_client(broker: WarrenProcess, client_id: str, **callbacks: Any) -> mqtt.Client:
+    """A connected paho client with a persistent session (clean_session False),
+    its network loop on a thread of its own; ``session_present`` set from CONNACK."""
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=False)
+    connected = threading.Event()
+    client.session_present = False  # type: ignore[attr-defined]
+
+    def on_connect(c: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
+        client.session_present = flags.session_present  # type: ignore[attr-defined]
+        connected.set()
+
+    client.on_connect = on_connect
+    for name, fn in callbacks.items():
+        setattr(client, name, fn)
+    client.connect("127.0.0.1", broker.mqtt_port, keepalive=60)
+    client.loop_start()
+    if not connected.wait(10):
+        client.loop_stop()
+        raise RuntimeError(f"MQTT client {client_id} did not connect")
+    return client
+
+
+class MQTTPublisher(threading.Thread):
+    """Publishes at one QoS, one message at a time; confirmed = PUBACK (QoS 1) or
+    PUBCOMP (QoS 2) received. A new client object each round: packet ids restart
+    at 1, as after a restart of the publishing program."""
+
+    def __init__(self, broker: WarrenProcess, ledger: Ledger, qos: int, topic: str, prefix: str) -> None:
+        super().__init__(daemon=True)
+        self.broker, self.ledger, self.qos, self.topic, self.prefix = broker, ledger, qos, topic, prefix
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        try:
+            client = mqtt_client(self.broker, f"pc-pub-{self.qos}")
+        except (OSError, RuntimeError):
+            return
+        try:
+            i = 0
+            while not self.stopping.is_set() and client.is_connected():
+                mid = f"{self.prefix}-{i}"
+                i += 1
+                with self.ledger.lock:
+                    self.ledger.published.add(mid)
+                info = client.publish(self.topic, body_of(mid), qos=self.qos)
+                info.wait_for_publish(5)
+                if not info.is_published():
+                    break
+                with self.ledger.lock:
+                    self.ledger.confirmed.add(mid)
+        except (OSError, RuntimeError, ValueError):
+            pass
+        finally:
+            client.loop_stop()
+
+
+class MQTTSessions:
+    """QoS 1 and QoS 2 publishers, each to a persistent subscriber of that QoS.
+    Every confirmed message reaches its subscriber, before or after the cut
+    (duplicates allowed: an acknowledgement lost to the cut means a resend)."""
+
+    name = "mqtt"
+
+    def __init__(self) -> None:
+        self.ledgers = {qos: Ledger(f"mqtt-qos{qos}") for qos in (1, 2)}
+        self.received: dict[int, set[str]] = {1: set(), 2: set()}
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.subscribers: list[mqtt.Client] = []
+        self.publishers: list[MQTTPublisher] = []
+        self.subscribed = False
+        self.round = 0
+
+    def _on_message(self, qos: int) -> Callable[..., None]:
+        def on_message(client: Any, userdata: Any, msg: Any) -> None:
+            with self.changed:
+                self.received[qos].add(message_id(msg.payload))
+                self.changed.notify_all()
+
+        return on_message
+
+    def _connect_subscribers(self, broker: WarrenProcess) -> None:
+        for qos in (1, 2):
+            client = mqtt_client(broker, f"pc-sub-{qos}", on_message=self._on_message(qos))
+            if self.subscribed:
+                assert client.session_present, f"subscriber {qos}: its session was lost"
+            else:
+                info = threading.Event()
+                client.on_subscribe = lambda *a, e=info: e.set()
+                client.subscribe(f"pc/q{qos}/#", qos=qos)
+                assert info.wait(10), "no SUBACK"
+            self.subscribers.append(client)
+        self.subscribed = True
+
+    def setup(self, broker: WarrenProcess) -> None:
+        if not self.subscribers:
+            self._connect_subscribers(broker)
+
+    def start(self, broker: WarrenProcess, rng: random.Random) -> None:
+        self.round += 1
+        for qos in (1, 2):
+            publisher = MQTTPublisher(broker, self.ledgers[qos], qos, f"pc/q{qos}/x", f"r{self.round}q{qos}")
+            self.publishers.append(publisher)
+            publisher.start()
+
+    def stop(self) -> None:
+        for p in self.publishers:
+            p.stopping.set()
+        for p in self.publishers:
+            p.join(30)
+        self.publishers = []
+        for client in self.subscribers:
+            client.loop_stop()
+            client.disconnect()
+        self.subscribers = []
+
+    def verify(self, broker: WarrenProcess) -> None:
+        self._connect_subscribers(broker)
+        for qos, ledger in self.ledgers.items():
+            with self.changed:
+                done = self.changed.wait_for(lambda q=qos, lg=ledger: lg.confirmed <= self.received[q], 30)
+                missing = ledger.confirmed - self.received[qos]
+            assert done, (
+                f"{ledger.name}: {len(missing)} confirmed messages never delivered of "
+                f"{len(ledger.confirmed)}: {sorted(missing)[:10]}"
+            )
+            unknown = self.received[qos] - ledger.published
+            assert not unknown, f"{ledger.name}: never published: {sorted(unknown)[:5]}"
 
     def confirmed(self) -> int:
         return sum(len(ledger.confirmed) for ledger in self.ledgers.values())

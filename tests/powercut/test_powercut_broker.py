@@ -15,7 +15,7 @@ import random
 from typing import Any
 
 import pytest
-from powercut_load import ClassicQueues, WarrenProcess
+from powercut_load import ClassicQueues, MQTTSessions, WarrenProcess
 from powercut_mount import PowerCutMount
 
 ARGS = ("--segment-size", "65536")
@@ -59,3 +59,8 @@ def run_rounds(power: PowerCutMount, workloads: list[Any], rounds: int, seed: in
 @pytest.mark.parametrize("seed", [1])
 def test_confirmed_publishes_survive_power_cuts(power: PowerCutMount, seed: int) -> None:
     run_rounds(power, [ClassicQueues()], rounds=3, seed=seed)
+
+
+@pytest.mark.parametrize("seed", [2])
+def test_mqtt_qos1_and_qos2_publishes_survive_power_cuts(power: PowerCutMount, seed: int) -> None:
+    run_rounds(power, [MQTTSessions()], rounds=3, seed=seed)

@@ -8,12 +8,14 @@ there. Each one failed before the fix it names in its docstring.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import paho.mqtt.client as mqtt
 import pika
 import pytest
-from powercut_load import WarrenProcess, drain, message_id
+from powercut_load import WarrenProcess, drain, message_id, mqtt_client
 from powercut_mount import PowerCutMount
 
 ARGS = ("--segment-size", "65536")
@@ -245,3 +247,73 @@ def test_an_ack_that_outlived_its_message_never_hides_a_later_one(
 
     broker = cuts.start()
     assert sorted(m for m, _, _ in drain(broker, "mixed")) == ["a1", "a2", "p0", "p1", "p2", "p3", "p4"]
+
+
+def test_a_persistent_mqtt_session_survives_on_a_new_data_dir(cuts: Cuts) -> None:
+    """SUBACK follows the sessions.log fsync, but the log's directory (mqtt/<vhost>)
+    and the log's entry in it were never fsynced: the subscription was gone after
+    the cut, and with it every message queued for the subscriber."""
+    broker = cuts.start()
+    sub = mqtt_client(broker, "keeper")
+    subscribed = threading.Event()
+    sub.on_subscribe = lambda *a: subscribed.set()
+    sub.subscribe("kept/#", qos=1)
+    assert subscribed.wait(10)
+    sub.loop_stop()
+    sub.disconnect()
+    cuts.cut()
+    broker = cuts.start()
+    pub = mqtt_client(broker, "sender")
+    pub.publish("kept/a", b"queued", qos=1).wait_for_publish(10)
+    pub.loop_stop()
+    got: list[bytes] = []
+    arrived = threading.Event()
+
+    def on_message(client: object, userdata: object, msg: mqtt.MQTTMessage) -> None:
+        got.append(msg.payload)
+        arrived.set()
+
+    sub = mqtt_client(broker, "keeper", on_message=on_message)
+    assert sub.session_present  # type: ignore[attr-defined]
+    assert arrived.wait(10) and got == [b"queued"]
+    sub.loop_stop()
+
+
+def test_a_qos2_packet_id_released_before_a_power_cut_is_free_after_it(cuts: Cuts) -> None:
+    """PUBCOMP was sent before the release was synced to sessions.log: after a cut
+    the packet id still awaited its PUBREL, so the publisher's next message with
+    that id (a new client object starts at 1 again) was taken for a resend of the
+    old one and dropped, though its PUBCOMP came."""
+    broker = cuts.start()
+    received: list[bytes] = []
+    arrived = threading.Condition()
+
+    def on_message(client: object, userdata: object, msg: mqtt.MQTTMessage) -> None:
+        with arrived:
+            received.append(msg.payload)
+            arrived.notify_all()
+
+    sub = mqtt_client(broker, "q2-sub", on_message=on_message)
+    subscribed = threading.Event()
+    sub.on_subscribe = lambda *a: subscribed.set()
+    sub.subscribe("q2/#", qos=2)
+    assert subscribed.wait(10)
+    sub.loop_stop()
+    sub.disconnect()
+    pub = mqtt_client(broker, "q2-pub")
+    info = pub.publish("q2/x", b"first", qos=2)  # packet id 1
+    info.wait_for_publish(10)
+    assert info.is_published()  # PUBCOMP received
+    pub.loop_stop()
+    cuts.cut()
+    broker = cuts.start()
+    pub = mqtt_client(broker, "q2-pub")  # its session: packet id 1 is free
+    info = pub.publish("q2/x", b"second", qos=2)  # packet id 1 again
+    info.wait_for_publish(10)
+    assert info.is_published()
+    pub.loop_stop()
+    sub = mqtt_client(broker, "q2-sub", on_message=on_message)
+    with arrived:
+        assert arrived.wait_for(lambda: b"second" in received, 10), received
+    assert received.count(b"first") >= 1
+    sub.loop_stop()
