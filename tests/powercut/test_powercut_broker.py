@@ -15,7 +15,7 @@ import random
 from typing import Any
 
 import pytest
-from powercut_load import ClassicQueues, MQTTSessions, WarrenProcess
+from powercut_load import ClassicQueues, Deduplication, MQTTSessions, Stream, WarrenProcess
 from powercut_mount import PowerCutMount
 
 ARGS = ("--segment-size", "65536")
@@ -42,6 +42,8 @@ def run_rounds(power: PowerCutMount, workloads: list[Any], rounds: int, seed: in
             for w in workloads:
                 w.stop()
             power.unmount()
+            print(f"round {n}: cut after {power.frozen_at} operations;",
+                  ", ".join(f"{w.name} {w.confirmed()} confirmed" for w in workloads))
         for w in workloads:
             assert w.confirmed() > 0, f"{w.name}: nothing was confirmed before the cuts"
         broker.stop()
@@ -64,3 +66,13 @@ def test_confirmed_publishes_survive_power_cuts(power: PowerCutMount, seed: int)
 @pytest.mark.parametrize("seed", [2])
 def test_mqtt_qos1_and_qos2_publishes_survive_power_cuts(power: PowerCutMount, seed: int) -> None:
     run_rounds(power, [MQTTSessions()], rounds=3, seed=seed)
+
+
+@pytest.mark.parametrize("seed", [3])
+def test_stream_publishes_survive_power_cuts(power: PowerCutMount, seed: int) -> None:
+    run_rounds(power, [Stream()], rounds=3, seed=seed)
+
+
+@pytest.mark.parametrize("seed", [4])
+def test_deduplicated_publishes_survive_power_cuts(power: PowerCutMount, seed: int) -> None:
+    run_rounds(power, [Deduplication()], rounds=3, seed=seed)
