@@ -317,3 +317,39 @@ def test_a_qos2_packet_id_released_before_a_power_cut_is_free_after_it(cuts: Cut
         assert arrived.wait_for(lambda: b"second" in received, 10), received
     assert received.count(b"first") >= 1
     sub.loop_stop()
+
+
+def test_a_tracked_stream_position_survives(cuts: Cuts) -> None:
+    """A stream's tracked consumer positions (the ``offsets`` file) are replaced by
+    a rename when a flush writes them; the next sync fsynced the directory (the
+    rename) but not the new file when the flush, not the sync, had written it, so a
+    cut left an empty file: the consumer started again from the first message."""
+    broker = cuts.start()
+    declare(broker, "tracked", **{"x-queue-type": "stream"})
+    publish(broker, "", "tracked", *[b"m%d" % i for i in range(10)])
+    conn = broker.amqp()
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=10)
+    got: list[str] = []
+
+    def on_message(c: object, method: object, props: object, body: bytes) -> None:
+        got.append(message_id(body))
+        ch.basic_ack(method.delivery_tag)  # type: ignore[attr-defined]
+
+    ch.basic_consume("tracked", on_message, consumer_tag="reader", arguments={"x-stream-offset": None})
+    while len(got) < 10:
+        conn.process_data_events(time_limit=1)
+    ch.basic_cancel("reader")  # the position is written out with the stream's files
+    conn.close()
+    publish(broker, "", "tracked", b"m10")  # a sync round after it
+    cuts.cut()
+    broker = cuts.start()
+    conn = broker.amqp()
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=10)
+    again: list[str] = []
+    ch.basic_consume("tracked", lambda c, m, p, b: again.append(message_id(b)), consumer_tag="reader", arguments={"x-stream-offset": None})
+    while not again:
+        conn.process_data_events(time_limit=1)
+    assert again[0] == "m10", again
+    conn.close()

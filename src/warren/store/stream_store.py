@@ -134,6 +134,7 @@ class StreamStore:
         self._dirty = False
         self._tracked: dict[str, int] = {}
         self._tracked_dirty = False
+        self._tracking_unsynced = False  # the offsets file written since the last sync
         self._recover()
 
     def __repr__(self) -> str:
@@ -322,6 +323,7 @@ class StreamStore:
             f.write(content)
         os.replace(tmp, path)
         self._log.dir_dirty = True
+        self._tracking_unsynced = True
         if self._log.mirror is not None:
             self._log.mirror.replaced(path, content)
 
@@ -367,8 +369,11 @@ class StreamStore:
             self._dirty = False
             try:
                 self._log.collect_sync_locked(fds, paths)
-                if self._tracked_dirty:
-                    self._write_tracking()
+                self._write_tracking()
+                if self._tracking_unsynced:
+                    # Also when a flush wrote it: the directory fsync below makes the
+                    # rename durable, and must not find the new file's data missing.
+                    self._tracking_unsynced = False
                     paths.append(self._dir / _TRACKING_FILE)
             except BaseException:
                 self._dirty = True
