@@ -8,6 +8,7 @@ there. Each one failed before the fix it names in its docstring.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -353,3 +354,49 @@ def test_a_tracked_stream_position_survives(cuts: Cuts) -> None:
         conn.process_data_events(time_limit=1)
     assert again[0] == "m10", again
     conn.close()
+
+
+def test_a_qos2_delivery_released_before_a_power_cut_is_released_after_it(
+    cuts: Cuts, power: PowerCutMount
+) -> None:
+    """Outgoing QoS 2: on the subscriber's PUBREC the broker acks the queue message
+    and records the packet id as released (PUBREL sent, resent after a reconnect
+    until PUBCOMP). The ack reached the disk with the lazy ack sync while the
+    release record was only written, not synced: after a cut the message was
+    gone from the queue and the broker had forgotten the release, so a client
+    holding the message until PUBREL (which the cut kept from it) never got it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mqtt"))
+    from mqttraw import RawClient
+
+    from warren.mqtt.packets import MQTT_3_1_1, PubComp, Publish, PubRec, PubRel
+
+    broker = cuts.start()
+    with RawClient(broker.mqtt_port, MQTT_3_1_1) as sub:
+        sub.connect("holder", clean=False)
+        sub.subscribe("out/#", qos=2)
+        pub = mqtt_client(broker, "out-pub")
+        for warm in (b"warm-0", b"warm-1"):  # the queue's ack file, durably in its directory
+            pub.publish("out/x", warm, qos=2).wait_for_publish(10)
+            done = sub.expect(Publish)
+            sub.send(PubRec(done.packet_id))
+            sub.expect(PubRel)
+            sub.send(PubComp(done.packet_id))
+        power.await_fsyncs("*acks.*", 1)  # their lazy ack sync
+        power.arm_fsync("*acks.*", after=True)  # the next one: after the publish's round
+        pub.publish("out/x", b"held-until-pubrel", qos=2).wait_for_publish(10)
+        delivery = sub.expect(Publish)
+        assert delivery.qos == 2 and delivery.payload == b"held-until-pubrel"
+        sub.send(PubRec(delivery.packet_id))  # within the second before the ack sync
+        assert sub.expect(PubRel).packet_id == delivery.packet_id  # lost with the power
+        assert power.frozen.wait(30), "the ack files were never fsynced"
+        pub.loop_stop()
+    cuts.broker.kill()  # type: ignore[union-attr]
+    power.unmount()
+
+    broker = cuts.start()
+    with RawClient(broker.mqtt_port, MQTT_3_1_1) as sub:
+        assert sub.connect("holder", clean=False).session_present
+        again = sub.recv(10)
+        assert (isinstance(again, PubRel) and again.packet_id == delivery.packet_id) or (
+            isinstance(again, Publish) and again.payload == b"held-until-pubrel"
+        ), again
