@@ -239,10 +239,12 @@ class Broker:
                 vhost.delete_exchange(exchange)
         vhost.close()
         del self.vhosts[name]
+        # The files first: a power cut after vhosts.json but before the rename would
+        # leave them for the next vhost of this name.
+        doomed = self.layout.detach_vhost_dirs(name)
         self.layout.save_vhosts(list(self.vhosts))
         self.users.forget_vhost(name)
         self.save_users()
-        doomed = self.layout.detach_vhost_dirs(name)
         if doomed and self._loop is not None:
             self._loop.run_in_executor(None, _remove_trees, doomed)
         log.info("vhost '%s' deleted", name)

@@ -9,6 +9,8 @@ acknowledged may come back, only as a redelivery.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import random
 import re
@@ -16,6 +18,8 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,11 +36,11 @@ GONE = (pika.exceptions.AMQPError, OSError, AssertionError, ValueError)
 class WarrenProcess:
     """`python -m warren` on a data directory; its log kept for a failure's report."""
 
-    def __init__(self, data_dir: Path, *args: str) -> None:
+    def __init__(self, data_dir: Path, *args: str, http: bool = False) -> None:
         env = dict(os.environ, PYTHONPATH=str(SRC))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "warren", "-D", str(data_dir), "--amqp-port", "0",
-             "--mqtt-port", "0", "--http-port", "-1", *args],
+             "--mqtt-port", "0", "--http-port", "0" if http else "-1", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -45,6 +49,8 @@ class WarrenProcess:
         self.lines: list[str] = []
         self.amqp_port = 0
         self.mqtt_port = 0
+        self.http_port = 0
+        self._http = http
         self._listening = threading.Event()
         threading.Thread(target=self._drain, daemon=True).start()
         if not self._listening.wait(60) or not (self.amqp_port and self.mqtt_port):
@@ -55,13 +61,10 @@ class WarrenProcess:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.lines.append(line.rstrip("\n"))
-            m = re.search(r"listening on (AMQP|MQTT) [^:]+:(\d+)$", line.strip())
+            m = re.search(r"listening on (AMQP|MQTT|HTTP) [^:]+:(\d+)$", line.strip())
             if m:
-                if m.group(1) == "AMQP":
-                    self.amqp_port = int(m.group(2))
-                else:
-                    self.mqtt_port = int(m.group(2))
-                if self.amqp_port and self.mqtt_port:
+                setattr(self, f"{m.group(1).lower()}_port", int(m.group(2)))
+                if self.amqp_port and self.mqtt_port and (self.http_port or not self._http):
                     self._listening.set()
         self._listening.set()  # it ended
 
@@ -86,9 +89,24 @@ class WarrenProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
-    def amqp(self) -> pika.BlockingConnection:
+    def api(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """A management API request as guest: the HTTP status and the JSON answer."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.http_port}{path}", data=data, method=method,
+            headers={"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode(),
+                     "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                raw = response.read()
+                return int(response.status), json.loads(raw) if raw else None
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), None
+
+    def amqp(self, vhost: str = "/") -> pika.BlockingConnection:
         return pika.BlockingConnection(
-            pika.ConnectionParameters("127.0.0.1", self.amqp_port, connection_attempts=1)
+            pika.ConnectionParameters("127.0.0.1", self.amqp_port, vhost, connection_attempts=1)
         )
 
 

@@ -400,3 +400,24 @@ def test_a_qos2_delivery_released_before_a_power_cut_is_released_after_it(
         assert (isinstance(again, PubRel) and again.packet_id == delivery.packet_id) or (
             isinstance(again, Publish) and again.payload == b"held-until-pubrel"
         ), again
+
+
+def test_a_deleted_vhost_stays_deleted(cuts: Cuts, power: PowerCutMount) -> None:
+    """Deleting a vhost renames its directory out of the way, without an fsync of
+    vhosts/: after a cut it was back under its name, and a new vhost of that name
+    took over the deleted one's policies (its queues and exchanges had been
+    deleted one by one, durably, first)."""
+    broker = WarrenProcess(power.mount(), *ARGS, http=True)
+    cuts.broker = broker
+    everything = {"configure": ".*", "write": ".*", "read": ".*"}
+    assert broker.api("PUT", "/api/vhosts/v2")[0] in (201, 204)
+    assert broker.api("PUT", "/api/permissions/v2/guest", everything)[0] in (201, 204)
+    policy = {"pattern": "^old", "definition": {"max-length": 5}, "apply-to": "queues"}
+    assert broker.api("PUT", "/api/policies/v2/limit-old", policy)[0] in (201, 204)
+    assert broker.api("DELETE", "/api/vhosts/v2")[0] == 204
+    cuts.cut()
+    broker = WarrenProcess(power.mount(), *ARGS, http=True)
+    cuts.broker = broker
+    assert broker.api("PUT", "/api/vhosts/v2")[0] in (201, 204)
+    status, policies = broker.api("GET", "/api/policies/v2")
+    assert status == 200 and policies == [], policies

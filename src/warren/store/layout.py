@@ -155,14 +155,19 @@ class DataDir:
 
     def detach_vhost_dirs(self, vhost: str) -> list[Path]:
         """Rename a deleted vhost's directories out of the way (a new vhost of the
-        same name starts empty); the caller removes the returned paths later."""
+        same name starts empty), durably: a power cut must not bring the directory
+        back under its name for the next vhost of that name to find. The caller
+        removes the returned paths later."""
         moved = []
         self._vhost_dirs.pop(vhost, None)
-        for path in (self.root / "vhosts" / _hashed(vhost), self.transient_root / _hashed(vhost)):
+        durable = self.root / "vhosts" / _hashed(vhost)
+        for path in (durable, self.transient_root / _hashed(vhost)):
             if path.exists():
                 target = path.with_name(f".deleted-{path.name}-{os.urandom(4).hex()}")
                 path.rename(target)
                 moved.append(target)
+                if path == durable:
+                    fsync_directory(path.parent)
                 mirror = mirror_for(path)
                 if mirror is not None:
                     mirror.deleted(path)
