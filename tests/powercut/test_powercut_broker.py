@@ -63,7 +63,7 @@ def test_confirmed_publishes_survive_power_cuts(power: PowerCutMount, seed: int)
     run_rounds(power, [ClassicQueues()], rounds=3, seed=seed)
 
 
-@pytest.mark.parametrize("seed", [2])
+@pytest.mark.parametrize("seed", [7])
 def test_mqtt_qos1_and_qos2_publishes_survive_power_cuts(power: PowerCutMount, seed: int) -> None:
     run_rounds(power, [MQTTSessions()], rounds=3, seed=seed)
 
@@ -76,3 +76,11 @@ def test_stream_publishes_survive_power_cuts(power: PowerCutMount, seed: int) ->
 @pytest.mark.parametrize("seed", [4])
 def test_deduplicated_publishes_survive_power_cuts(power: PowerCutMount, seed: int) -> None:
     run_rounds(power, [Deduplication()], rounds=3, seed=seed)
+
+
+@pytest.mark.parametrize("seed", [5])
+def test_every_workload_at_once_survives_power_cuts(power: PowerCutMount, seed: int) -> None:
+    """All four together: the cut lands among interleaved group commits, lazy ack
+    syncs, stream and MQTT session writes."""
+    workloads = [ClassicQueues(), MQTTSessions(), Stream(), Deduplication()]
+    run_rounds(power, workloads, rounds=4, seed=seed)
