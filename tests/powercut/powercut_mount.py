@@ -1,6 +1,8 @@
 """Drives tests/powercut/powercut_fs.py: mount a backing directory, cut the power, unmount.
 
-``PowerCutMount(tmp_path)`` owns ``tmp_path/backing`` (the disk), mounts it at
+The ``power`` fixture (import ``power_fixture`` into a test module: a
+conftest.py here would shadow tests/conftest.py for the modules that import
+from it) gives a ``PowerCutMount(tmp_path)``, which owns ``tmp_path/backing`` (the disk), mounts it at
 ``tmp_path/mnt`` with mount(), and after cut() (or an armed trigger) the
 unmount() leaves the backing directory as the power cut would have: the next
 mount() starts from there. The file system runs in a process of its own, so
@@ -16,7 +18,10 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 FS = Path(__file__).with_name("powercut_fs.py")
 
@@ -168,3 +173,20 @@ def force_unmount(mountpoint: Path) -> None:
         mounted = any(line.split()[1] == str(mountpoint) for line in f)
     if mounted:
         subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)
+
+
+@pytest.fixture(name="power")
+def power_fixture(tmp_path: Path) -> Iterator[PowerCutMount]:
+    """A backing directory that can lose power; mount() it, cut() it, unmount() it.
+    Skips, saying why, where FUSE cannot run."""
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(f"power-cut file system unavailable: {reason}")
+    mount = PowerCutMount(tmp_path)
+    try:
+        yield mount
+    finally:
+        try:
+            mount.unmount()
+        finally:
+            force_unmount(mount.mountpoint)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from powercut_load import ClassicQueues, Deduplication, MQTTSessions, Stream, WarrenProcess
-from powercut_mount import PowerCutMount
+from powercut_mount import PowerCutMount, power_fixture  # noqa: F401 (the power fixture)
 
 ARGS = ("--segment-size", "65536")
 

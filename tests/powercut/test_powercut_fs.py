@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from powercut_mount import PowerCutMount
+from powercut_mount import PowerCutMount, power_fixture  # noqa: F401 (the power fixture)
 
 
 def write(path: Path, data: bytes, sync: bool = False) -> None:
