@@ -15,6 +15,8 @@
 #                  (root and apt-get; else they skip)
 #   make cluster   etcd and three clustered Warren nodes on this machine (Ctrl-C stops
 #                  them; tools/cluster.py)
+#   make fuse      install Debian's fuse3 (libfuse3) for tests/powercut's power-cut file
+#                  system when it is missing (root and apt-get; else they skip)
 #   make mosquitto install Debian's mosquitto for tests/test_perf_mqtt.py and
 #                  bench/mqtt_*.py when it is missing (root and apt-get; else they skip)
 #   make soak      the soak test for 10 minutes (make test runs it for 60 s)
@@ -37,7 +39,7 @@ PYTEST_STATUS_FILE ?=
 # pytest-xdist workers per pass of `make test` (0: no workers, one process).
 PYTEST_WORKERS ?= 2
 
-.PHONY: install build run test lint spec clean browser soak fuzz mosquitto etcd cluster rabbitmq
+.PHONY: install build run test lint spec clean browser soak fuzz mosquitto etcd cluster rabbitmq fuse
 
 # Reinstall whenever pyproject.toml or setup.py changes (dependencies, entry
 # points, the compiled modules).
@@ -102,6 +104,15 @@ rabbitmq:
 	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null 2>&1; } || \
 	echo "make rabbitmq: could not install rabbitmq-server; the tests against it will skip"
 
+# tests/powercut run the broker on a FUSE file system that drops every write not
+# fsynced when the test cuts the power (tests/powercut/powercut_fs.py: mfusepy, from
+# the test extra, over Debian's libfuse3). Quiet, idempotent, never fatal: without
+# it those tests skip.
+fuse:
+	@command -v fusermount3 >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 >/dev/null 2>&1; } || \
+	echo "make fuse: could not install fuse3; tests/powercut will skip"
+
 # tests/cluster run real etcd members (Debian's etcd-server; the package's own
 # service, if the init system starts one, is not used). Quiet, idempotent, never
 # fatal: without etcd those tests skip.
@@ -127,7 +138,7 @@ etcd:
 # PYTEST_WORKERS=0 runs each pass in one process.
 # The status recorded is the first failure's; 5 (nothing collected) only when
 # neither run failed otherwise.
-test: $(STAMP) $(SHARED_LIBRARY) browser mosquitto etcd rabbitmq
+test: $(STAMP) $(SHARED_LIBRARY) browser mosquitto etcd rabbitmq fuse
 	@status=0; pure=0; log=$$(mktemp); \
 	( WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m 'not ui and not examples and not once' $(PYTEST_ARGS) > "$$log" 2>&1; echo $$? >> "$$log.status" ) & \
 	echo "== pytest, $$($(PY) -c 'import warren; print(warren.build_description())') (the pure-Python pass runs alongside)"; \

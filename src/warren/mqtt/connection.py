@@ -706,10 +706,22 @@ class MQTTConnection(Subscriptions):
         assert session is not None
         if pid in session.awaiting_release:
             session.awaiting_release.discard(pid)
+            comp = encode(PubComp(pid), self.level)
+            syncer = self.node.syncer
             if session.persistent:
                 assert self.vhost is not None
-                self.state.sessions(self.vhost.name).save(session)
-            self.send(encode(PubComp(pid), self.level))
+                store = self.state.sessions(self.vhost.name)
+                store.save(session)
+                if store.log is not None and syncer is not None and syncer.enabled:
+                    # PUBCOMP frees the packet id for a new message: if the release were
+                    # lost to a power cut, the id would still await release after the
+                    # restart and that new message would be taken for a resend, dropped.
+                    self._ack_after_sync(comp, [store.log], syncer)
+                    return
+            if self._sync_batch is not None:
+                self._sync_batch.append(comp)  # after the acks still waiting: in order
+            else:
+                self.send(comp)
         else:
             self.send(encode(PubComp(pid, P.PACKET_IDENTIFIER_NOT_FOUND), self.level))
 

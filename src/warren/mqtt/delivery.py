@@ -234,17 +234,41 @@ class Delivery:
         entry = self.inflight.pop(pid, None)
         session = self.session
         assert session is not None
+        if reason_code >= 0x80 or (entry is None and pid not in session.released):
+            if entry is not None and entry[0] is not None:
+                self._ack(entry[0], entry[1])
+            if reason_code < 0x80:
+                self.send(encode(PubRel(pid, P.PACKET_IDENTIFIER_NOT_FOUND), self.level))
+            return  # refused (or unknown): the exchange ends here
+        session.released.add(pid)
+        syncer = self.state.node.syncer
+        if session.persistent and self.vhost is not None:
+            store = self.state.sessions(self.vhost.name)
+            store.save(session)
+            if (
+                entry is not None
+                and entry[0] is not None
+                and store.log is not None
+                and syncer is not None
+                and syncer.enabled
+            ):
+                # The queue message goes only once the release is on disk: an ack
+                # that a power cut kept without it loses the message, which the
+                # client holds until a PUBREL the broker would no longer send.
+                queue, seq, msg = entry[0], entry[1], entry[2]
+                syncer.after_sync([store.log], lambda ok: self._released(queue, seq, msg, ok))
+                entry = None
         if entry is not None and entry[0] is not None:
             self._ack(entry[0], entry[1])
-        if reason_code >= 0x80:
-            return  # refused: the exchange ends here
-        if entry is None and pid not in session.released:
-            self.send(encode(PubRel(pid, P.PACKET_IDENTIFIER_NOT_FOUND), self.level))
-            return
-        session.released.add(pid)
-        if session.persistent and self.vhost is not None:
-            self.state.sessions(self.vhost.name).save(session)
         self.send(encode(PubRel(pid), self.level))
+
+    def _released(self, queue: Queue, seq: int, msg: Message | None, synced: bool) -> None:
+        """The release of a QoS 2 delivery is on disk: acknowledge its queue message
+        (if the sync failed, put it back rather: a resend, never a loss)."""
+        if synced or msg is None:
+            self._ack(queue, seq)
+        else:
+            queue.reject(seq, msg, True)
 
     def completed(self, pid: int) -> None:
         """PUBCOMP: the QoS 2 exchange is over."""

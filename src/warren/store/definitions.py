@@ -31,7 +31,7 @@ from warren.core.table import decode_table
 from warren.core.table_encode import encode_table
 from warren.store import damage
 from warren.store.disk_budget import budget_for
-from warren.store.layout import fsync_directory, hashed, write_file
+from warren.store.layout import fsync_directory, hashed, make_dirs, write_file
 from warren.store.mirror import mirror_for
 
 log = logging.getLogger("warren.store")
@@ -138,11 +138,13 @@ class DefinitionsLog:
 
     # -- loading --------------------------------------------------------------------------
     def _load(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        new_dirs = make_dirs(self.path.parent)
+        created = False
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
             data = b""
+            created = True
         lines = data.split(b"\n")[:-1]  # the part after the last newline is torn
         # After a power cut some file systems show a file's unsynced tail as NUL
         # bytes: as torn as a last line without its newline.
@@ -172,6 +174,12 @@ class DefinitionsLog:
                 f.truncate(end)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._size = os.fstat(self._fd).st_size
+        if created:
+            # The file's entry (and any directory made for it) is durable before the
+            # first fdatasynced line counts as stored: a power cut keeps an entry only
+            # once its directory was fsynced, however synced the file's data was.
+            for directory in [*new_dirs, self.path.parent]:
+                fsync_directory(directory)
 
     def _keep_torn_tail(self, tail: bytes) -> None:
         """A last line without its newline: a change cut short by a crash (its reply

@@ -120,6 +120,28 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def make_dirs(directory: Path) -> list[Path]:
+    """``mkdir -p directory``; returns the directories that got a new entry (the parent
+    of each directory made), which must be fsynced before anything inside counts as
+    durable: a power cut keeps an entry only once its directory was fsynced, even
+    if the file it names was."""
+    made: list[Path] = []
+    path = directory
+    while not path.is_dir():
+        made.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    return [d.parent for d in made]
+
+
+def make_dirs_durably(directory: Path) -> None:
+    """``mkdir -p directory`` and fsync what the new entries went into, now."""
+    for parent in make_dirs(directory):
+        fsync_directory(parent)
+
+
 def write_file(path: Path, data: bytes, durable: bool = False) -> None:
     """Write a small file whole (a temporary file renamed over it: a reader never
     sees half of it) and report it to the directory's mirror. ``durable``: fsync
@@ -185,11 +207,11 @@ class DataDir:
             return path
         path = self.root / "vhosts" / hashed(vhost)
         if not path.exists():
-            path.mkdir(parents=True)
-            # Durable before anything in it is: a start identifies the vhost by it.
+            # Durable at once, before anything in it: a vhost is made rarely, its
+            # definitions log and queue directories are only as durable as its own
+            # entry, and a start identifies the vhost by its name file.
+            make_dirs_durably(path)
             write_file(path / "name", vhost.encode("utf-8", "surrogateescape"), durable=True)
-            fsync_directory(path.parent)
-            fsync_directory(self.root)
         self._vhost_dirs[vhost] = path
         return path
 
@@ -198,14 +220,19 @@ class DataDir:
 
     def detach_vhost_dirs(self, vhost: str) -> list[Path]:
         """Rename a deleted vhost's directories out of the way (a new vhost of the
-        same name starts empty); the caller removes the returned paths later."""
+        same name starts empty), durably: a power cut must not bring the directory
+        back under its name for the next vhost of that name to find. The caller
+        removes the returned paths later."""
         moved = []
         self._vhost_dirs.pop(vhost, None)
-        for path in (self.root / "vhosts" / hashed(vhost), self.transient_root / hashed(vhost)):
+        durable = self.root / "vhosts" / hashed(vhost)
+        for path in (durable, self.transient_root / hashed(vhost)):
             if path.exists():
                 target = path.with_name(f".deleted-{path.name}-{os.urandom(4).hex()}")
                 path.rename(target)
                 moved.append(target)
+                if path == durable:
+                    fsync_directory(path.parent)
                 mirror = mirror_for(path)
                 if mirror is not None:
                     mirror.deleted(path)

@@ -26,7 +26,9 @@ from warren.core.codec_errors import DecodeError
 from warren.core.message import Message, MessageRun
 from warren.core.properties import peek_priority
 from warren.core.store import MessageStore, StoredRun
+from warren.store.layout import make_dirs
 from warren.store.mirror import mirror_for
+from warren.store.segment_log import sync_files
 from warren.store.segment_store import SEQ_BITS, SegmentStore
 
 __all__ = ["LEVEL_SHIFT", "MAX_PRIORITY", "PriorityStore", "level_name"]
@@ -77,8 +79,11 @@ class PriorityStore:
         # counted again from the levels before they are next used.
         self._lost = False
         self._closed = False
+        # Directories that got an entry when the queue's directory was made: the
+        # first sync fsyncs them (a level's log fsyncs only its own parent).
+        self._new_dirs: list[Path] = []
         if directory is not None:
-            directory.mkdir(parents=True, exist_ok=True)
+            self._new_dirs = make_dirs(directory)
             for level in sorted(self._levels_on_disk(directory)):
                 self._open(level)
 
@@ -275,6 +280,8 @@ class PriorityStore:
     def sync(self) -> None:
         """Sync every level (safe from a worker thread, as each level's sync is)."""
         self._each(lambda s: s.sync())
+        new_dirs, self._new_dirs = self._new_dirs, []
+        sync_files([], [], new_dirs)
 
     def sync_acks(self) -> None:
         """Sync every level's ack files (segment_store.SegmentStore.sync_acks)."""
@@ -283,6 +290,8 @@ class PriorityStore:
     def collect_sync(self, fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
         """Every level's first half of a sync."""
         self._each(lambda s: s.collect_sync(fds, paths, dirs))
+        new_dirs, self._new_dirs = self._new_dirs, []
+        dirs.extend(new_dirs)
 
     def close(self, sync: bool = True) -> None:
         """Close every level; with ``sync`` False, segment levels only flush."""

@@ -188,9 +188,9 @@ class SegmentFiles:
                     self._dirty = True
                     raise
                 finally:
-                    if self._log.dir_dirty:  # after: a failed write-out may delete a file
-                        self._log.dir_dirty = False
-                        dirs.append(self._dir)
+                    # After: a failed write-out may delete a file. With the log's
+                    # own directory, those its creation added to (power cuts).
+                    self._log.collect_dirs_locked(dirs)
         finally:
             self._log.report_losses()
 

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import warren
 from warren.store.disk_budget import budget_for
+from warren.store.layout import make_dirs
 from warren.store.mirror import mirror_for
 from warren.store.records import (
     FILE_HEADER,
@@ -187,7 +188,9 @@ class SegmentLog:
         self._synced_at = (0, 0)  # (write segment id, position) at the last sync
         self._unsynced: set[int] = set()  # retired segments not yet synced
         self.dir_dirty = False  # files created or deleted since the last sync
-        self.directory.mkdir(parents=True, exist_ok=True)
+        # Directories that got an entry when this log made its own (a new queue's):
+        # fsynced by the first sync, or the whole directory can vanish in a power cut.
+        self._new_dirs = make_dirs(self.directory)
         #: Clustering's replication (store/mirror.py), told what reaches the files.
         self.mirror = mirror_for(self.directory)
         self._mirrored = (0, 0)  # (write segment id, position) reported so far
@@ -550,6 +553,16 @@ class SegmentLog:
                 self._synced_at = mark
         paths.extend(self.msgs_path(i) for i in self._unsynced)
         self._unsynced.clear()
+
+    def collect_dirs_locked(self, dirs: list[Path]) -> None:
+        """Add the directories a sync must fsync (caller holds ``lock``): this log's
+        when a file was created or deleted, and those its creation added to."""
+        if self.dir_dirty:
+            self.dir_dirty = False
+            dirs.append(self.directory)
+        if self._new_dirs:
+            dirs.extend(self._new_dirs)
+            self._new_dirs = []
 
     def close_locked(self) -> None:
         """Write out and close the write file; caller holds ``lock`` (then calls

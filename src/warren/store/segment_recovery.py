@@ -27,6 +27,7 @@ from collections.abc import Iterator
 
 from warren.core.properties import peek_delivery_mode
 from warren.store.ack_files import AckFile, encode_acks, read_acks
+from warren.store.layout import fsync_directory
 from warren.store.records import MIN_RECORD_SIZE
 from warren.store.segment_damage import damage_reason, keep_aside, report, survey
 from warren.store.segment_files import NO_SKIP, SegmentState, acks_path
@@ -269,16 +270,22 @@ def is_persistent(raw_properties: bytes) -> bool:
 
 
 def _rewrite_acks(seglog: SegmentLog, sid: int, offsets: list[int]) -> None:
-    """Replace an ack file atomically (temp file + rename)."""
+    """Replace an ack file atomically (temp file + rename), durably before the store
+    appends anything: a pruned entry points past the data, where the next appends
+    go, and if a power cut brought it back it would hide a confirmed message."""
     path = acks_path(seglog.directory, sid)
     if not offsets:
         seglog.unlink(path)
+        fsync_directory(seglog.directory)
         return
     tmp = path.with_name(path.name + ".tmp")
     content = encode_acks(array("I", offsets))
     with open(tmp, "wb") as f:
         f.write(content)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+    fsync_directory(seglog.directory)
     if seglog.mirror is not None:
         seglog.mirror.replaced(path, content)
 

@@ -155,6 +155,7 @@ class StreamStore:
         self._tracked: dict[str, int] = {}
         self._tracked_dirty = False
         self._tracking_failed = False
+        self._tracking_unsynced = False  # the offsets file written since the last sync
         self._recover()
         self._log.on_lost = self._records_lost
 
@@ -463,6 +464,7 @@ class StreamStore:
             return False
         self._tracking_failed = False
         self._log.dir_dirty = True
+        self._tracking_unsynced = True
         if self._log.mirror is not None:
             self._log.mirror.replaced(path, content)
         return True
@@ -513,15 +515,18 @@ class StreamStore:
                 self._dirty = False
                 try:
                     self._log.collect_sync_locked(fds, paths)
-                    if self._write_tracking():
+                    self._write_tracking()
+                    if self._tracking_unsynced:
+                        # Also when a flush wrote it: the directory fsync below makes
+                        # the rename durable, and must not find the new file's data
+                        # missing.
+                        self._tracking_unsynced = False
                         paths.append(self._dir / _TRACKING_FILE)
                 except BaseException:
                     self._dirty = True
                     raise
                 finally:
-                    if self._log.dir_dirty:
-                        self._log.dir_dirty = False
-                        dirs.append(self._dir)
+                    self._log.collect_dirs_locked(dirs)
         finally:
             self._log.report_losses()
 
