@@ -141,6 +141,8 @@ class Broker:
         self.auth_guard = AuthGuard(
             self.config.auth_failure_delay, self.config.auth_failures_per_minute
         )
+        #: Called with a vhost's name as it is deleted (Node.vhost_deleted).
+        self.vhost_deleted: list[Callable[[str], None]] = []
         self._next_sample = 0.0
         self._started = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -277,6 +279,7 @@ class Broker:
         """Close the vhost's connections, delete its queues and exchanges, drop every
         permission on it and its files (renamed away now, removed off the loop)."""
         vhost = self.get_vhost(name)
+        vhost.deleted = True
         for component, param, _value in vhost.component_parameters():
             self.clear_parameter(name, component, param)
         for conn in list(self.connections):
@@ -287,6 +290,11 @@ class Broker:
         for exchange in list(vhost.exchanges):
             if exchange and not exchange.startswith("amq."):
                 vhost.delete_exchange(exchange)
+        for forget in list(self.vhost_deleted):
+            try:
+                forget(name)
+            except Exception:
+                log.exception("vhost '%s': forgetting it failed", name)
         vhost.close()
         del self.vhosts[name]
         # Its directories go before vhosts.json forgets it: a start finds a vhost

@@ -121,6 +121,9 @@ class Node(Protocol):
     stats: MessageStats
     #: Failed logins per address: how long to hold a refusal, whom to refuse unchecked.
     auth_guard: AuthGuard
+    #: Called with a vhost's name as it is deleted (its connections are closed
+    #: already): protocols forget what they keep of it (MQTT's sessions, retained).
+    vhost_deleted: list[Callable[[str], None]]
     #: The TLS context every TLS listener serves with (reloaded on SIGHUP).
     tls: TLSContexts
 

@@ -133,6 +133,9 @@ class VHost(VHostRouting, VHostParameters):
         stream_store_factory: StreamStoreFactory | None = None,
     ) -> None:
         self.name = name
+        #: Set as the vhost is deleted: what its closing connections would still
+        #: store (an MQTT session) must not outlive it.
+        self.deleted = False
         self.call_soon = call_soon
         self._call_later = call_later
         self._init_parameters()  # policies and limits (vhost_parameters.py)

@@ -9,6 +9,7 @@ listener's WebSocket endpoint ``/mqtt``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, cast
@@ -182,6 +183,7 @@ class MQTTListener:
         except BaseException:
             self._state.close()  # the files it opened before the damaged one
             raise
+        node.vhost_deleted.append(self._state.forget_vhost)
         loop = asyncio.get_running_loop()
         try:
             if self.requested_port >= 0:
@@ -229,3 +231,5 @@ class MQTTListener:
         self._servers.clear()
         if self._state is not None:
             self._state.close()
+            with contextlib.suppress(ValueError):  # a listener stopped before it started
+                self._state.node.vhost_deleted.remove(self._state.forget_vhost)

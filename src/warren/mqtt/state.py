@@ -114,6 +114,22 @@ class MQTTState:
                     self._rearm_will(self.node.vhosts[name], session, now)
                     self._arm_expiry(session)
 
+    def forget_vhost(self, vhost: str) -> None:
+        """The vhost is deleted (its clients are gone): its sessions, wills and
+        retained messages go with it (the broker removes the directory), so a
+        new vhost of the same name starts without them."""
+        for table in (self._wills, self._expiries):
+            for key in [k for k in table if k[0] == vhost]:
+                table.pop(key).cancel()
+        for key in [k for k in self._pending_wills if k[0] == vhost]:
+            del self._pending_wills[key]
+        retained = self._retained.pop(vhost, None)
+        if retained is not None:
+            retained.close()
+        sessions = self._sessions.pop(vhost, None)
+        if sessions is not None:
+            sessions.close()
+
     def close(self) -> None:
         for timer in [*self._wills.values(), *self._expiries.values()]:
             timer.cancel()

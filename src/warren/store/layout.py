@@ -190,7 +190,9 @@ class DataDir:
         self._lock = lock
         shutil.rmtree(self.transient_root, ignore_errors=True)
         self.transient_root.mkdir()
-        for leftover in (self.root / "vhosts").glob(".deleted-*"):
+        leftovers = [*(self.root / "vhosts").glob(".deleted-*")]
+        leftovers += (self.root / "mqtt").glob(".deleted-*")
+        for leftover in leftovers:
             # A deleted vhost's files whose removal a stop or crash cut short.
             shutil.rmtree(leftover, ignore_errors=True)
 
@@ -225,13 +227,13 @@ class DataDir:
         removes the returned paths later."""
         moved = []
         self._vhost_dirs.pop(vhost, None)
-        durable = self.root / "vhosts" / hashed(vhost)
-        for path in (durable, self.transient_root / hashed(vhost)):
+        durable = (self.root / "vhosts" / hashed(vhost), self.root / "mqtt" / hashed(vhost))
+        for path in (*durable, self.transient_root / hashed(vhost)):
             if path.exists():
                 target = path.with_name(f".deleted-{path.name}-{os.urandom(4).hex()}")
                 path.rename(target)
                 moved.append(target)
-                if path == durable:
+                if path in durable:
                     fsync_directory(path.parent)
                 mirror = mirror_for(path)
                 if mirror is not None:
