@@ -23,6 +23,7 @@ from warren import __version__, build_description
 from warren.config import Config
 from warren.core.auth_guard import AuthGuard
 from warren.core.errors import NotFound
+from warren.core.names import warn_undecodable
 from warren.core.runtime_parameters import ParameterComponent, ValidationFailed
 from warren.core.stats import MessageStats, OctetStats, RateSampler
 from warren.core.store import MessageStore
@@ -177,6 +178,7 @@ class Broker:
                 stream_store_factory=self._new_stream_store,
             )
             vhost.restore_definitions()
+            warn_undecodable(vhost)  # names kept from before they were refused
             self.layout.remove_orphan_queue_dirs(name, list(vhost.queues))
             self.layout.remove_orphan_exchange_dirs(name, list(vhost.exchanges))
             self.vhosts[name] = vhost

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from warren.core.errors import BrokerError
+from warren.core.names import name_problem, shown
 from warren.core.runtime_parameters import ValidationFailed
+from warren.json_input import JSONInputError, loads
 
 __all__ = ["DefinitionsError", "Entry", "entries", "read_definitions", "wrap_errors"]
 
@@ -42,9 +44,11 @@ def read_definitions(path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
         except UnicodeDecodeError as exc:
             raise DefinitionsError(f"definitions file {file}: not UTF-8 text: {exc}") from None
         try:
-            data = json.loads(text) if text.strip() else {}
-        except ValueError as exc:
-            raise DefinitionsError(f"definitions file {file}: not valid JSON: {exc}") from None
+            data = loads(text) if text.strip() else {}
+        except JSONInputError as exc:
+            raise DefinitionsError(
+                f"definitions file {file}: not valid JSON: {exc.reason}"
+            ) from None
         if not isinstance(data, dict):
             raise DefinitionsError(f"definitions file {file}: definitions must be a JSON object")
         out.append((file, data))
@@ -64,7 +68,7 @@ class Entry:
         self.rec = rec
         name = rec.get("name")
         if isinstance(name, str):
-            self.where += f" '{name}'"
+            self.where += f" '{shown(name)}'"
 
     def error(self, text: str) -> DefinitionsError:
         return DefinitionsError(f"{self.where}: {text}")
@@ -73,6 +77,14 @@ class Entry:
         value = self.rec.get(key, default)
         if not isinstance(value, str):
             raise self.error(f"'{key}' must be a string" + ("" if key in self.rec else ", missing"))
+        return value
+
+    def name(self, key: str, kind: str, default: str | None = None) -> str:
+        """``text(key)`` that must be a valid name for a ``kind`` (core/names.py)."""
+        value = self.text(key, default)
+        problem = name_problem(kind, value)
+        if problem is not None:
+            raise self.error(problem)
         return value
 
     def flag(self, key: str, default: bool) -> bool:

@@ -118,7 +118,7 @@ def _hashing_algorithm(entry: Entry, version: Any) -> str:
 
 
 def _user_update(entry: Entry, version: Any) -> Callable[[Node], None]:
-    name = entry.text("name")
+    name = entry.name("name", "user")
     tags = _tags(entry)
     rec = entry.rec
     if "password" in rec and "password_hash" in rec:
@@ -227,7 +227,7 @@ def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
         user_names.add(entry.text("name"))
     vhost_names = set(broker.vhosts)
     for entry in entries(data, "vhosts"):
-        name = entry.text("name")
+        name = entry.name("name", "vhost")
         vhost_names.add(name)
         steps.append(partial(_add_vhost, broker, name))
 
@@ -289,7 +289,7 @@ def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
             raise entry.error("policies may not be set using this method")
         elif component in broker.parameter_components:
             comp = broker.parameter_components[component]
-            name = entry.text("name")
+            name = entry.name("name", "parameter")
             value = wrap_errors(entry, partial(comp.validate, vhost, name, value))
             steps.append(partial(broker.set_parameter, vhost, component, name, value))
         else:
@@ -312,7 +312,7 @@ def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
 
 
 def _policy(entry: Entry, rec: dict[str, Any], operator: bool) -> Policy:
-    name = entry.text("name")
+    name = entry.name("name", "policy")
     definition = rec.get("definition")
     if operator:
         definition = _proplist_to_dict(definition)
@@ -359,7 +359,7 @@ def _check_queue_limits(broker: Node, data: dict[str, Any]) -> None:
 
 
 def _exchange_steps(broker: Node, entry: Entry, vhost: str) -> list[Callable[[], None]]:
-    name = entry.text("name")
+    name = entry.name("name", "exchange")
     if name == "" or name.startswith("amq."):
         log.warning("definitions: %s: exchange '%s' skipped (reserved name)", entry.where, name)
         return []
@@ -383,7 +383,7 @@ def _exchange_steps(broker: Node, entry: Entry, vhost: str) -> list[Callable[[],
 
 
 def _queue_steps(broker: Node, entry: Entry, vhost: str) -> list[Callable[[], None]]:
-    name = entry.text("name")
+    name = entry.name("name", "queue")
     if name.startswith("amq."):
         log.warning("definitions: %s: queue '%s' skipped (reserved name)", entry.where, name)
         return []
@@ -418,7 +418,7 @@ def _binding_step(
     kind = entry.text("destination_type")
     if kind not in ("queue", "exchange"):
         raise entry.error(f"'destination_type' must be 'queue' or 'exchange', not '{kind}'")
-    routing_key = entry.text("routing_key", "")
+    routing_key = entry.name("routing_key", "routing_key", "")
     arguments = from_json_table(entry.table("arguments"))
     if (vhost, source) not in exchanges:
         raise entry.error(f"source exchange '{source}' in vhost '{vhost}' does not exist")

@@ -9,7 +9,6 @@ the loop back every SLICE objects.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from aiohttp import web
@@ -20,6 +19,7 @@ from warren.definitions_export import export_definitions
 from warren.definitions_import import import_steps
 from warren.http.common import ADMIN, SLICE, ApiError, Ctx, bad_request, json_response, parse_tags
 from warren.http.state import Router
+from warren.json_input import JSONInputError, loads
 
 NO_CONTENT = 204
 
@@ -66,17 +66,23 @@ async def _definitions_body(ctx: Ctx) -> dict[str, Any]:
         field = form.get("file")
         raw = field.file.read() if isinstance(field, FileField) else field
         try:
-            data = json.loads(raw or "{}")
-        except (ValueError, TypeError):
-            raise bad_request("failed_to_parse_json") from None
+            data = loads(raw or "{}")
+        except JSONInputError as exc:
+            raise _refused(exc.reason) from None
     else:
         try:
             data = await ctx.body()
-        except ApiError:
-            raise bad_request("failed_to_parse_json") from None
+        except ApiError as exc:
+            raise _refused(exc.reason) from None
     if not isinstance(data, dict):
         raise bad_request("failed_to_parse_json")
     return data
+
+
+def _refused(reason: str) -> ApiError:
+    """RabbitMQ's reason for a definitions body that is not JSON; the others (a lone
+    surrogate, too deep) say what is wrong."""
+    return bad_request("failed_to_parse_json" if reason == "not_json" else reason)
 
 
 async def _import(ctx: Ctx, data: dict[str, Any]) -> web.Response:

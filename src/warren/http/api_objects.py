@@ -19,6 +19,7 @@ from aiohttp import web
 from warren.core.codec_errors import DecodeError
 from warren.core.exchange import Binding, Exchange
 from warren.core.message import Message
+from warren.core.names import strip_cr_lf, to_bytes
 from warren.core.properties import BASIC_PROPERTIES, BasicProperties, decode_properties
 from warren.core.queue import Queue
 from warren.core.stats import count_get
@@ -34,6 +35,7 @@ from warren.http.common import (
     item_response,
     json_response,
     list_response,
+    new_name,
     not_found,
     require_keys,
 )
@@ -132,8 +134,9 @@ def _vhost_for_put(ctx: Ctx, name: str) -> VHost:
 
 
 async def put_exchange(ctx: Ctx) -> web.StreamResponse:
-    vhost_name, name = ctx.params
+    vhost_name = ctx.params[0]
     vhost = _vhost_for_put(ctx, vhost_name)
+    name = new_name("exchange", strip_cr_lf(ctx.params[1]))  # as AMQP's exchange.declare
     body = await ctx.body()
     type_ = body.get("type", "direct")
     if not isinstance(type_, str):
@@ -207,7 +210,8 @@ async def publish(ctx: Ctx) -> web.StreamResponse:
         raise bad_request(f"payload_encoding {encoding} is not string or base64")
     if ex.internal:
         raise ApiError(400, "bad_request", f"cannot publish to internal exchange '{ex.name}'")
-    msg = Message(ex.name, str(body["routing_key"]), _properties(body["properties"]), raw)
+    routing_key = new_name("routing_key", str(body["routing_key"]))
+    msg = Message(ex.name, routing_key, _properties(body["properties"]), raw)
     routed = vhost.publish(ex, msg)
     stats = vhost.base_stats  # no channel: counted for the vhost, as RabbitMQ does
     stats.publish += 1
@@ -273,8 +277,9 @@ def _consumers_of(ctx: Ctx, q: Queue) -> list[dict[str, Any]]:
 
 
 async def put_queue(ctx: Ctx) -> web.StreamResponse:
-    vhost_name, name = ctx.params
+    vhost_name = ctx.params[0]
     vhost = _vhost_for_put(ctx, vhost_name)
+    name = new_name("queue", strip_cr_lf(ctx.params[1]))  # as AMQP's queue.declare
     body = await ctx.body()
     ctx.check(vhost_name, CONFIGURE, "queue", name)
     arguments = body.get("arguments") or {}
@@ -461,11 +466,12 @@ async def create_binding(ctx: Ctx) -> web.StreamResponse:
     arguments = body.get("arguments") or {}
     if not isinstance(routing_key, str) or not isinstance(arguments, dict):
         raise bad_request("routing_key must be a string and arguments an object")
+    new_name("routing_key", routing_key)
     ctx.check(vhost.name, WRITE, "queue" if kind == "q" else "exchange", dest.name)
     ctx.check(vhost.name, READ, "exchange", source.name)
     binding = vhost.bind(source, dest, routing_key, from_json_table(arguments))
     props = formats.properties_key(binding.routing_key, binding.arguments)
-    location = f"{quote(dest.name, safe='')}/{quote(props, safe='~')}"
+    location = f"{quote(to_bytes(dest.name), safe='')}/{quote(props, safe='~')}"
     return web.Response(status=201, headers={"Location": location})
 
 

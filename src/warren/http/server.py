@@ -37,9 +37,9 @@ from warren.http.common import (
     Ctx,
     bad_request,
     basic_credentials,
-    from_broker_error,
     not_found,
 )
+from warren.http.replies import from_broker_error
 from warren.http.state import ApiState, Router
 from warren.http.websocket import WebSocketConnections, websocket_middleware
 from warren.node import is_loopback
@@ -96,7 +96,8 @@ class ManagementApp:
         )
         app = web.Application(client_max_size=MAX_BODY, middlewares=middlewares)
         app.router.add_route("*", "/api", self.api)
-        app.router.add_route("*", "/api/{tail:.*}", self.api)
+        # Any character, newlines too: a name may hold one (%0A).
+        app.router.add_route("*", r"/api/{tail:[\s\S]*}", self.api)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/metrics/per-object", self.metrics)
         app.router.add_get("/", self.index)
