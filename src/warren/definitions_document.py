@@ -9,6 +9,7 @@ import with these; DefinitionsError is what any refused import raises.
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,9 @@ from typing import Any
 from warren.core.errors import BrokerError
 from warren.core.names import name_problem, shown
 from warren.core.runtime_parameters import ValidationFailed
+from warren.core.table_encode import encode_table
 from warren.json_input import JSONInputError, loads
+from warren.json_tables import from_json_table
 
 __all__ = ["DefinitionsError", "Entry", "entries", "read_definitions", "wrap_errors"]
 
@@ -100,6 +103,16 @@ class Entry:
         if not isinstance(value, dict):
             raise self.error(f"'{key}' must be a JSON object")
         return value
+
+    def arguments(self, key: str = "arguments") -> dict[str, Any]:
+        """``table(key)`` as the AMQP table it stands for, refused when it could not
+        be stored or sent (nested deeper than AMQP allows, a number no type holds)."""
+        table = from_json_table(self.table(key))
+        try:
+            encode_table(table)
+        except (ValueError, TypeError, struct.error) as exc:
+            raise self.error(f"'{key}' cannot be an AMQP table: {exc}") from None
+        return table
 
 
 def _kind(value: Any) -> str:

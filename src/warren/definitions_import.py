@@ -41,7 +41,6 @@ from warren.core.users import (
 )
 from warren.core.vhost import PREDECLARED
 from warren.definitions_document import DefinitionsError, Entry, entries, wrap_errors
-from warren.json_tables import from_json_table
 
 if TYPE_CHECKING:
     from warren.core.exchange import Exchange
@@ -369,7 +368,7 @@ def _exchange_steps(broker: Node, entry: Entry, vhost: str) -> list[Callable[[],
     durable = entry.flag("durable", True)
     auto_delete = entry.flag("auto_delete", False)
     internal = entry.flag("internal", False)
-    arguments = from_json_table(entry.table("arguments"))
+    arguments = entry.arguments()
 
     def declare() -> None:
         v = broker.vhosts[vhost]
@@ -389,7 +388,7 @@ def _queue_steps(broker: Node, entry: Entry, vhost: str) -> list[Callable[[], No
         return []
     durable = entry.flag("durable", True)
     auto_delete = entry.flag("auto_delete", False)
-    arguments = from_json_table(entry.table("arguments"))
+    arguments = entry.arguments()
     if not is_stream(arguments):  # a stream's arguments are checked when it is declared
         wrap_errors(entry, lambda: validate_queue_arguments(name, vhost, arguments))
 
@@ -419,7 +418,7 @@ def _binding_step(
     if kind not in ("queue", "exchange"):
         raise entry.error(f"'destination_type' must be 'queue' or 'exchange', not '{kind}'")
     routing_key = entry.name("routing_key", "routing_key", "")
-    arguments = from_json_table(entry.table("arguments"))
+    arguments = entry.arguments()
     if (vhost, source) not in exchanges:
         raise entry.error(f"source exchange '{source}' in vhost '{vhost}' does not exist")
     if (vhost, destination) not in (queues if kind == "queue" else exchanges):

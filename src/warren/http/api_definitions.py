@@ -17,9 +17,9 @@ from aiohttp.web_request import FileField
 from warren.definitions_document import DefinitionsError
 from warren.definitions_export import export_definitions
 from warren.definitions_import import import_steps
+from warren.http.bodies import TOO_LARGE, check_announced, parse_json, read_body
 from warren.http.common import ADMIN, SLICE, ApiError, Ctx, bad_request, json_response, parse_tags
 from warren.http.state import Router
-from warren.json_input import JSONInputError, loads
 
 NO_CONTENT = 204
 
@@ -59,30 +59,32 @@ async def get_definitions(ctx: Ctx) -> web.StreamResponse:
 
 
 async def _definitions_body(ctx: Ctx) -> dict[str, Any]:
-    """JSON, or the web UI's form upload (field ``file``)."""
-    ctype = ctx.request.content_type
-    if ctype in ("multipart/form-data", "application/x-www-form-urlencoded"):
-        form = await ctx.request.post()
+    """JSON, or the web UI's form upload (field ``file``), within the body limits."""
+    request = ctx.request
+    if request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
+        # aiohttp reads the form (within client_max_size); the budget holds what it
+        # announces, or all a definitions upload may be when it announces nothing.
+        config = ctx.node.config
+        check_announced(config, ctx.budget, request)
+        length = request.content_length
+        ctx.budget.take(request, config.http_max_definitions_size if length is None else length)
+        try:
+            form = await request.post()
+        except web.HTTPRequestEntityTooLarge:
+            raise bad_request(TOO_LARGE) from None
         field = form.get("file")
         raw = field.file.read() if isinstance(field, FileField) else field
-        try:
-            data = loads(raw or "{}")
-        except JSONInputError as exc:
-            raise _refused(exc.reason) from None
     else:
-        try:
-            data = await ctx.body()
-        except ApiError as exc:
-            raise _refused(exc.reason) from None
+        raw = await read_body(ctx.node.config, ctx.budget, request)
+    try:
+        data = parse_json(raw or b"")
+    except ApiError as exc:
+        if exc.reason != "not_json":
+            raise  # over a limit: the reason says which
+        raise bad_request("failed_to_parse_json") from None  # RabbitMQ's reason here
     if not isinstance(data, dict):
         raise bad_request("failed_to_parse_json")
     return data
-
-
-def _refused(reason: str) -> ApiError:
-    """RabbitMQ's reason for a definitions body that is not JSON; the others (a lone
-    surrogate, too deep) say what is wrong."""
-    return bad_request("failed_to_parse_json" if reason == "not_json" else reason)
 
 
 async def _import(ctx: Ctx, data: dict[str, Any]) -> web.Response:

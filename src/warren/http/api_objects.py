@@ -29,6 +29,7 @@ from warren.http import formats
 from warren.http.common import (
     ApiError,
     Ctx,
+    amqp_table,
     bad_request,
     build,
     flag,
@@ -142,9 +143,7 @@ async def put_exchange(ctx: Ctx) -> web.StreamResponse:
     if not isinstance(type_, str):
         raise bad_request("type must be a string")
     ctx.check(vhost_name, CONFIGURE, "exchange", name)
-    arguments = body.get("arguments") or {}
-    if not isinstance(arguments, dict):
-        raise bad_request("arguments must be a JSON object")
+    arguments = amqp_table(body.get("arguments"))
     existed = name in vhost.exchanges
     vhost.declare_exchange(
         name,
@@ -152,7 +151,7 @@ async def put_exchange(ctx: Ctx) -> web.StreamResponse:
         durable=flag(body.get("durable", True)),
         auto_delete=flag(body.get("auto_delete", False)),
         internal=flag(body.get("internal", False)),
-        arguments=from_json_table(arguments),
+        arguments=arguments,
     )
     return web.Response(status=204 if existed else 201)
 
@@ -282,10 +281,7 @@ async def put_queue(ctx: Ctx) -> web.StreamResponse:
     name = new_name("queue", strip_cr_lf(ctx.params[1]))  # as AMQP's queue.declare
     body = await ctx.body()
     ctx.check(vhost_name, CONFIGURE, "queue", name)
-    arguments = body.get("arguments") or {}
-    if not isinstance(arguments, dict):
-        raise bad_request("arguments must be a JSON object")
-    arguments = from_json_table(arguments)
+    arguments = amqp_table(body.get("arguments"))
     qtype = body.get("type")
     if isinstance(qtype, str) and qtype and "x-queue-type" not in arguments:
         arguments["x-queue-type"] = qtype
@@ -463,13 +459,13 @@ async def create_binding(ctx: Ctx) -> web.StreamResponse:
     vhost, source, dest, kind = _ends(ctx)
     body = await ctx.body()
     routing_key = body.get("routing_key", "")
-    arguments = body.get("arguments") or {}
-    if not isinstance(routing_key, str) or not isinstance(arguments, dict):
+    if not isinstance(routing_key, str):
         raise bad_request("routing_key must be a string and arguments an object")
     new_name("routing_key", routing_key)
+    arguments = amqp_table(body.get("arguments"))
     ctx.check(vhost.name, WRITE, "queue" if kind == "q" else "exchange", dest.name)
     ctx.check(vhost.name, READ, "exchange", source.name)
-    binding = vhost.bind(source, dest, routing_key, from_json_table(arguments))
+    binding = vhost.bind(source, dest, routing_key, arguments)
     props = formats.properties_key(binding.routing_key, binding.arguments)
     location = f"{quote(to_bytes(dest.name), safe='')}/{quote(props, safe='~')}"
     return web.Response(status=201, headers={"Location": location})

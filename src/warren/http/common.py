@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
+import struct
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from warren.core.names import MAX_NAME_BYTES, is_valid_utf8, name_problem, too_long
+from warren.core.table_encode import encode_table
 from warren.core.users import User
+from warren.http.bodies import BodyBudget, parse_json, read_body
 from warren.http.replies import (
     ApiError,
     bad_request,
@@ -26,7 +29,7 @@ from warren.http.replies import (
     not_authorised,
     not_found,
 )
-from warren.json_input import JSONInputError, loads
+from warren.json_tables import from_json_table
 
 if TYPE_CHECKING:
     from warren.http.state import ApiState
@@ -75,10 +78,12 @@ class Ctx:
         state: ApiState,
         user: User,
         params: list[str],
+        budget: BodyBudget,
     ) -> None:
         self.request = request
         self.node = node
         self.state = state
+        self.budget = budget
         self.user = user
         self.params = params
         self.tags = set(user.tags)
@@ -120,15 +125,10 @@ class Ctx:
             raise not_authorised("Access refused.")
 
     async def body(self) -> dict[str, Any]:
-        """The JSON object sent (an empty body is ``{}``), within json_input.py's
-        bounds: RabbitMQ's ``not_json``, or the reason it is refused."""
-        raw = await self.request.read()
-        if not raw.strip():
-            return {}
-        try:
-            data = loads(raw)
-        except JSONInputError as exc:
-            raise bad_request(exc.reason) from None
+        """The JSON object sent (an empty body is ``{}``), read within the body limits
+        (bodies.py)."""
+        raw = await read_body(self.node.config, self.budget, self.request)
+        data = parse_json(raw)
         if not isinstance(data, dict):
             raise bad_request("not_json")
         return data
@@ -144,6 +144,22 @@ def new_name(kind: str, name: str) -> str:
         # RabbitMQ's words for a long queue name end with a newline, so these do.
         raise bad_request(too_long(kind, size) + "\n")
     return name
+
+
+def amqp_table(value: Any, what: str = "arguments") -> dict[str, Any]:
+    """JSON ``arguments`` (or headers) as the AMQP table a client would have sent;
+    400 when they are not an object, or could not be stored or sent (nested deeper
+    than AMQP allows, a number no field type holds, a key over 255 bytes)."""
+    if not value:  # null, [], "" as no arguments (RabbitMQ's empty proplist is [])
+        return {}
+    if not isinstance(value, dict):
+        raise bad_request(f"{what} must be a JSON object")
+    table = from_json_table(value)
+    try:
+        encode_table(table)
+    except (ValueError, TypeError, struct.error) as exc:
+        raise bad_request(f"invalid {what}: {exc}") from None
+    return table
 
 
 def require_keys(body: dict[str, Any], *keys: str) -> None:
