@@ -24,6 +24,7 @@ from warren import __version__, build_description
 from warren.config import Config
 from warren.core.auth_guard import AuthGuard
 from warren.core.errors import NotFound, ResourceError
+from warren.core.names import warn_undecodable
 from warren.core.runtime_parameters import ParameterComponent, ValidationFailed
 from warren.core.stats import MessageStats, OctetStats, RateSampler
 from warren.core.store import MessageStore
@@ -222,6 +223,7 @@ class Broker:
         )
         try:
             problems = vhost.restore_definitions()
+            warn_undecodable(vhost)  # names kept from before they were refused
             if problems and policy != damage.SET_ASIDE:
                 raise damage.refusal(definitions.path, "; ".join(problems))
             # Set aside: skipped, but left in the log, where they still claim

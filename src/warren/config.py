@@ -133,6 +133,15 @@ class Config:
     amqp_tls_port: int = -1
     #: The management API over HTTPS (15671 by convention; [mgmt] tls_port); -1: none.
     http_tls_port: int = -1
+    #: Bytes: the largest request body the management API reads (RabbitMQ's
+    #: management.http.max_body_size and its default); a larger one is refused (400).
+    http_max_body_size: int = 10_000_000
+    #: Bytes: the same for a definitions upload (POST /api/definitions): 20 MB holds
+    #: some 200,000 queues.
+    http_max_definitions_size: int = 20_000_000
+    #: Bytes of request bodies the management API holds at once, every request
+    #: together; a request that would go beyond it is refused (503) until others end.
+    http_body_budget: int = 64 * 1024 * 1024
     #: Clustering (docs/clustering.md; LavinMQ's [clustering] keys): etcd elects the
     #: leader, which serves clients; followers replicate its data directory.
     clustering: bool = False
@@ -286,6 +295,11 @@ class Config:
                 "[clustering] tls needs tls_cert, tls_key (this node's certificate) and "
                 "tls_ca_cert (the CA that signs every node's)"
             )
+        if self.http_body_budget < max(self.http_max_body_size, self.http_max_definitions_size):
+            raise ConfigError(
+                "[mgmt] body_budget must hold the largest body allowed "
+                "(max_body_size, max_definitions_size)"
+            )
         if bool(self.clustering_etcd_cert) != bool(self.clustering_etcd_key):
             raise ConfigError("[clustering] etcd_cert and etcd_key go together")
 
@@ -386,6 +400,9 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "tls_sni_certs"): ("tls_sni_certs", _parse_optional_path),
     ("amqp", "tls_port"): ("amqp_tls_port", _parse_int),
     ("mgmt", "tls_port"): ("http_tls_port", _parse_int),
+    ("mgmt", "max_body_size"): ("http_max_body_size", _parse_int),
+    ("mgmt", "max_definitions_size"): ("http_max_definitions_size", _parse_int),
+    ("mgmt", "body_budget"): ("http_body_budget", _parse_int),
     ("mqtt", "bind"): ("mqtt_bind", _parse_str),
     ("mqtt", "port"): ("mqtt_port", _parse_int),
     ("mqtt", "tls_port"): ("mqtt_tls_port", _parse_int),
@@ -565,6 +582,9 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "tls_sni_certs": _optional_path,
     "amqp_tls_port": _int_in(-1, 65535),
     "http_tls_port": _int_in(-1, 65535),
+    "http_max_body_size": _int_in(1, 2**31 - 1),
+    "http_max_definitions_size": _int_in(1, 2**31 - 1),
+    "http_body_budget": _int_in(1, 2**63 - 1),
     "mqtt_exchange": _non_empty_str,
     "mqtt_vhost": _non_empty_str,
     "mqtt_allow_anonymous": _bool,

@@ -9,12 +9,17 @@ import with these; DefinitionsError is what any refused import raises.
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from warren.core.errors import BrokerError
+from warren.core.names import name_problem, shown
 from warren.core.runtime_parameters import ValidationFailed
+from warren.core.table_encode import encode_table
+from warren.json_input import JSONInputError, loads
+from warren.json_tables import from_json_table
 
 __all__ = ["DefinitionsError", "Entry", "entries", "read_definitions", "wrap_errors"]
 
@@ -42,9 +47,11 @@ def read_definitions(path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
         except UnicodeDecodeError as exc:
             raise DefinitionsError(f"definitions file {file}: not UTF-8 text: {exc}") from None
         try:
-            data = json.loads(text) if text.strip() else {}
-        except ValueError as exc:
-            raise DefinitionsError(f"definitions file {file}: not valid JSON: {exc}") from None
+            data = loads(text) if text.strip() else {}
+        except JSONInputError as exc:
+            raise DefinitionsError(
+                f"definitions file {file}: not valid JSON: {exc.reason}"
+            ) from None
         if not isinstance(data, dict):
             raise DefinitionsError(f"definitions file {file}: definitions must be a JSON object")
         out.append((file, data))
@@ -64,7 +71,7 @@ class Entry:
         self.rec = rec
         name = rec.get("name")
         if isinstance(name, str):
-            self.where += f" '{name}'"
+            self.where += f" '{shown(name)}'"
 
     def error(self, text: str) -> DefinitionsError:
         return DefinitionsError(f"{self.where}: {text}")
@@ -73,6 +80,14 @@ class Entry:
         value = self.rec.get(key, default)
         if not isinstance(value, str):
             raise self.error(f"'{key}' must be a string" + ("" if key in self.rec else ", missing"))
+        return value
+
+    def name(self, key: str, kind: str, default: str | None = None) -> str:
+        """``text(key)`` that must be a valid name for a ``kind`` (core/names.py)."""
+        value = self.text(key, default)
+        problem = name_problem(kind, value)
+        if problem is not None:
+            raise self.error(problem)
         return value
 
     def flag(self, key: str, default: bool) -> bool:
@@ -88,6 +103,16 @@ class Entry:
         if not isinstance(value, dict):
             raise self.error(f"'{key}' must be a JSON object")
         return value
+
+    def arguments(self, key: str = "arguments") -> dict[str, Any]:
+        """``table(key)`` as the AMQP table it stands for, refused when it could not
+        be stored or sent (nested deeper than AMQP allows, a number no type holds)."""
+        table = from_json_table(self.table(key))
+        try:
+            encode_table(table)
+        except (ValueError, TypeError, struct.error) as exc:
+            raise self.error(f"'{key}' cannot be an AMQP table: {exc}") from None
+        return table
 
 
 def _kind(value: Any) -> str:

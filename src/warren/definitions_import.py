@@ -41,7 +41,6 @@ from warren.core.users import (
 )
 from warren.core.vhost import PREDECLARED
 from warren.definitions_document import DefinitionsError, Entry, entries, wrap_errors
-from warren.json_tables import from_json_table
 
 if TYPE_CHECKING:
     from warren.core.exchange import Exchange
@@ -118,7 +117,7 @@ def _hashing_algorithm(entry: Entry, version: Any) -> str:
 
 
 def _user_update(entry: Entry, version: Any) -> Callable[[Node], None]:
-    name = entry.text("name")
+    name = entry.name("name", "user")
     tags = _tags(entry)
     rec = entry.rec
     if "password" in rec and "password_hash" in rec:
@@ -227,7 +226,7 @@ def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
         user_names.add(entry.text("name"))
     vhost_names = set(broker.vhosts)
     for entry in entries(data, "vhosts"):
-        name = entry.text("name")
+        name = entry.name("name", "vhost")
         vhost_names.add(name)
         steps.append(partial(_add_vhost, broker, name))
 
@@ -289,7 +288,7 @@ def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
             raise entry.error("policies may not be set using this method")
         elif component in broker.parameter_components:
             comp = broker.parameter_components[component]
-            name = entry.text("name")
+            name = entry.name("name", "parameter")
             value = wrap_errors(entry, partial(comp.validate, vhost, name, value))
             steps.append(partial(broker.set_parameter, vhost, component, name, value))
         else:
@@ -312,7 +311,7 @@ def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
 
 
 def _policy(entry: Entry, rec: dict[str, Any], operator: bool) -> Policy:
-    name = entry.text("name")
+    name = entry.name("name", "policy")
     definition = rec.get("definition")
     if operator:
         definition = _proplist_to_dict(definition)
@@ -359,7 +358,7 @@ def _check_queue_limits(broker: Node, data: dict[str, Any]) -> None:
 
 
 def _exchange_steps(broker: Node, entry: Entry, vhost: str) -> list[Callable[[], None]]:
-    name = entry.text("name")
+    name = entry.name("name", "exchange")
     if name == "" or name.startswith("amq."):
         log.warning("definitions: %s: exchange '%s' skipped (reserved name)", entry.where, name)
         return []
@@ -369,7 +368,7 @@ def _exchange_steps(broker: Node, entry: Entry, vhost: str) -> list[Callable[[],
     durable = entry.flag("durable", True)
     auto_delete = entry.flag("auto_delete", False)
     internal = entry.flag("internal", False)
-    arguments = from_json_table(entry.table("arguments"))
+    arguments = entry.arguments()
 
     def declare() -> None:
         v = broker.vhosts[vhost]
@@ -383,13 +382,13 @@ def _exchange_steps(broker: Node, entry: Entry, vhost: str) -> list[Callable[[],
 
 
 def _queue_steps(broker: Node, entry: Entry, vhost: str) -> list[Callable[[], None]]:
-    name = entry.text("name")
+    name = entry.name("name", "queue")
     if name.startswith("amq."):
         log.warning("definitions: %s: queue '%s' skipped (reserved name)", entry.where, name)
         return []
     durable = entry.flag("durable", True)
     auto_delete = entry.flag("auto_delete", False)
-    arguments = from_json_table(entry.table("arguments"))
+    arguments = entry.arguments()
     if not is_stream(arguments):  # a stream's arguments are checked when it is declared
         wrap_errors(entry, lambda: validate_queue_arguments(name, vhost, arguments))
 
@@ -418,8 +417,8 @@ def _binding_step(
     kind = entry.text("destination_type")
     if kind not in ("queue", "exchange"):
         raise entry.error(f"'destination_type' must be 'queue' or 'exchange', not '{kind}'")
-    routing_key = entry.text("routing_key", "")
-    arguments = from_json_table(entry.table("arguments"))
+    routing_key = entry.name("routing_key", "routing_key", "")
+    arguments = entry.arguments()
     if (vhost, source) not in exchanges:
         raise entry.error(f"source exchange '{source}' in vhost '{vhost}' does not exist")
     if (vhost, destination) not in (queues if kind == "queue" else exchanges):

@@ -24,6 +24,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from warren import __version__
+from warren.core.names import shown
 from warren.core.stats import COUNTERS, MessageStats
 from warren.memory import resident_bytes
 
@@ -123,8 +124,8 @@ async def snapshot(node: Node) -> Snapshot:
             snap.consumers += consumers
             snap.queues.append(
                 (
-                    vhost.name,
-                    queue.name,
+                    shown(vhost.name),  # labels must be UTF-8 (core/names.py)
+                    shown(queue.name),
                     queue.message_count,
                     queue.unacked,
                     queue.store.ready_bytes,

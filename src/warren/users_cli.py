@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from warren.config import Config, ConfigError
+from warren.core.names import name_problem
 from warren.core.users import Permission, UserStore, hash_password
 from warren.store.damage import DamagedFile
 from warren.store.layout import DataDir
@@ -124,6 +125,9 @@ def _edit(
         ]
         return "\n".join(["name\ttags\tvhosts", *rows])
     if cmd == "add":
+        problem = name_problem("user", args.name)  # as the API's PUT /api/users
+        if problem is not None:
+            raise ValueError(problem)
         tags = [t.strip() for t in args.tags.split(",") if t.strip()]
         existing = users.get(args.name)
         user = store.add_user(args.name, password or "", tags)

@@ -36,6 +36,7 @@ from warren.core.errors import (
 )
 from warren.core.exchange import Exchange
 from warren.core.message import Message
+from warren.core.names import shown
 from warren.core.queue import Queue
 from warren.core.stats import MessageStats, count_get
 from warren.core.store import MessageStore, StoredRun
@@ -149,7 +150,7 @@ class Channel(Publishing):
             self.connection.name,
             self.id,
             exc.code,
-            exc.reply_text,
+            shown(exc.reply_text),  # a name a client sent may hold bytes that are not UTF-8
         )
         self.connection.send_method(
             self.id,

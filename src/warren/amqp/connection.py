@@ -42,6 +42,7 @@ from warren.core.errors import (
     UnexpectedFrame,
     clip_reply_text,
 )
+from warren.core.names import MALFORMED_SHORTSTR, is_valid_utf8, shown
 from warren.core.stats import MessageStats, OctetStats
 
 if TYPE_CHECKING:
@@ -76,6 +77,16 @@ class _UnknownFrame(FrameError):
 
 class _UnexpectedFrame(UnexpectedFrame):
     """A frame-level 505: the close names no method, even for a method frame."""
+
+
+#: The short string fields of each method but basic.publish (whose exchange and
+#: routing key RabbitMQ takes as bytes): the ones checked to be UTF-8.
+_SHORTSTRS: dict[type[spec.Method], tuple[str, ...]] = {
+    cls: names
+    for cls in spec.METHODS.values()
+    if cls is not spec.BasicPublish
+    and (names := tuple(name for name, kind in cls.FIELDS if kind == "shortstr"))
+}
 
 
 def _unknown_frame(ftype: int, payload: bytes) -> FrameError:
@@ -410,7 +421,7 @@ class AMQPConnection:
         if len(payload) < 4:
             raise _unknown_frame(FRAME_METHOD, payload)
         try:
-            return spec.decode_method(payload)
+            method = spec.decode_method(payload)
         except UnknownMethod as exc:
             # RabbitMQ's connection crashes here and drops the socket without a word.
             raise NotImplemented_(
@@ -421,6 +432,15 @@ class AMQPConnection:
             # and the arguments' octets; the reason goes to the log.
             log.info("%s: cannot decode a method frame: %s", self.name, exc)
             raise FrameError(f"cannot decode {binary_w(bytes(payload[4:]))}") from None
+        fields = _SHORTSTRS.get(type(method))
+        if fields is not None:
+            for field in fields:
+                value: str = getattr(method, field)
+                if not value.isascii() and not is_valid_utf8(value):
+                    # As RabbitMQ: every short string but basic.publish's must be UTF-8
+                    # (names, routing keys, tags), or the connection is closed.
+                    raise _UnknownFrame(MALFORMED_SHORTSTR)
+        return method
 
     # -- channel 0: the connection class --------------------------------------------------
     def _channel0(self, payload: bytes) -> None:
@@ -468,7 +488,8 @@ class AMQPConnection:
             return
         if not exc.hard:
             exc = CommandInvalid(exc.reply_text)
-        log.warning("%s: closing connection: %s %s", self.name, exc.code, exc.reply_text)
+        # shown(): a name a client sent may hold bytes that are not UTF-8.
+        log.warning("%s: closing connection: %s %s", self.name, exc.code, shown(exc.reply_text))
         if self.state < State.OPEN_WAIT and self.state != State.TUNE_OK:
             self.close_transport()
             return

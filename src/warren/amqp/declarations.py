@@ -1,7 +1,9 @@
 """A channel's exchange and queue class methods: declare, delete, bind, unbind, purge.
 
 Each checks RabbitMQ's permissions in RabbitMQ's order, then asks the vhost;
-channel.py's dispatch table calls them with the channel.
+channel.py's dispatch table calls them with the channel. As RabbitMQ, they take
+queue and exchange names without CR and LF (queue.purge and the basic class
+keep them); that every short string is UTF-8 the connection has checked.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from warren.amqp import spec
 from warren.core.errors import AccessRefused, NotFound
+from warren.core.names import strip_cr_lf
 from warren.core.users import CONFIGURE, READ, WRITE
 from warren.core.vhost_routing import REPLY_TO, REPLY_TO_PREFIX
 
@@ -20,10 +23,11 @@ if TYPE_CHECKING:
 # -- exchange class -------------------------------------------------------------------
 def exchange_declare(ch: Channel, method: spec.ExchangeDeclare) -> None:
     assert ch.vhost is not None
+    name = strip_cr_lf(method.exchange)
     if not method.passive:
-        ch.check(CONFIGURE, "exchange", method.exchange)
+        ch.check(CONFIGURE, "exchange", name)
     ch.vhost.declare_exchange(
-        method.exchange,
+        name,
         method.type,
         durable=method.durable,
         auto_delete=method.auto_delete,
@@ -37,23 +41,25 @@ def exchange_declare(ch: Channel, method: spec.ExchangeDeclare) -> None:
 
 def exchange_delete(ch: Channel, method: spec.ExchangeDelete) -> None:
     assert ch.vhost is not None
-    ch.check(CONFIGURE, "exchange", method.exchange)
-    ch.vhost.delete_exchange(method.exchange, if_unused=method.if_unused)
-    ch.forget_exchange(method.exchange)
+    name = strip_cr_lf(method.exchange)
+    ch.check(CONFIGURE, "exchange", name)
+    ch.vhost.delete_exchange(name, if_unused=method.if_unused)
+    ch.forget_exchange(name)
     if not method.nowait:
         ch.reply(spec.ExchangeDeleteOk())
 
 
 def exchange_bind(ch: Channel, method: spec.ExchangeBind) -> None:
     assert ch.vhost is not None
-    ch.check(WRITE, "exchange", method.destination)
-    if "" in (method.destination, method.source):
+    source, destination = strip_cr_lf(method.source), strip_cr_lf(method.destination)
+    ch.check(WRITE, "exchange", destination)
+    if "" in (destination, source):
         raise AccessRefused("operation not permitted on the default exchange")
-    ch.check(READ, "exchange", method.source)
-    ch.check_topic(ch.vhost.exchanges.get(method.source), method.routing_key, READ)
+    ch.check(READ, "exchange", source)
+    ch.check_topic(ch.vhost.exchanges.get(source), method.routing_key, READ)
     # As RabbitMQ: when both are missing, the source is the one named.
-    src = ch.vhost.get_exchange(method.source)
-    dest = ch.vhost.get_exchange(method.destination)
+    src = ch.vhost.get_exchange(source)
+    dest = ch.vhost.get_exchange(destination)
     ch.vhost.bind(src, dest, method.routing_key, method.arguments)
     if not method.nowait:
         ch.reply(spec.ExchangeBindOk())
@@ -61,11 +67,12 @@ def exchange_bind(ch: Channel, method: spec.ExchangeBind) -> None:
 
 def exchange_unbind(ch: Channel, method: spec.ExchangeUnbind) -> None:
     assert ch.vhost is not None
-    ch.check(WRITE, "exchange", method.destination)
-    ch.check(READ, "exchange", method.source)
+    source, destination = strip_cr_lf(method.source), strip_cr_lf(method.destination)
+    ch.check(WRITE, "exchange", destination)
+    ch.check(READ, "exchange", source)
     # Like RabbitMQ, unbinding from or to a missing exchange succeeds.
-    dest = ch.vhost.exchanges.get(method.destination)
-    src = ch.vhost.exchanges.get(method.source)
+    dest = ch.vhost.exchanges.get(destination)
+    src = ch.vhost.exchanges.get(source)
     if ch.vhost.default_exchange in (src, dest):
         raise AccessRefused("operation not permitted on the default exchange")
     ch.check_topic(src, method.routing_key, READ)
@@ -78,7 +85,7 @@ def exchange_unbind(ch: Channel, method: spec.ExchangeUnbind) -> None:
 # -- queue class ----------------------------------------------------------------------
 def queue_declare(ch: Channel, method: spec.QueueDeclare) -> None:
     assert ch.vhost is not None
-    name = method.queue
+    name = strip_cr_lf(method.queue)
     if name.startswith(REPLY_TO):
         # As RabbitMQ: the pseudo-queue (passive or not) and the address of a live
         # reply consumer "exist" with one consumer; other such names do not.
@@ -111,19 +118,20 @@ def queue_declare(ch: Channel, method: spec.QueueDeclare) -> None:
 
 def queue_bind(ch: Channel, method: spec.QueueBind) -> None:
     assert ch.vhost is not None
-    qname = ch.queue_name(method.queue)
+    queue, exchange = strip_cr_lf(method.queue), strip_cr_lf(method.exchange)
+    qname = ch.queue_name(queue)
     routing_key = method.routing_key
-    if not method.queue and not routing_key:
+    if not queue and not routing_key:
         routing_key = qname
     ch.check(WRITE, "queue", qname)
-    if not method.exchange:
+    if not exchange:
         raise AccessRefused("operation not permitted on the default exchange")
-    ch.check(READ, "exchange", method.exchange)
+    ch.check(READ, "exchange", exchange)
     # Before the queue's existence, as RabbitMQ (a missing exchange: 404 below).
-    ch.check_topic(ch.vhost.exchanges.get(method.exchange), routing_key, READ)
+    ch.check_topic(ch.vhost.exchanges.get(exchange), routing_key, READ)
     # RabbitMQ's order: the exchange, then the queue must exist; then the binding
     # must be valid; only then is the queue's exclusivity checked.
-    ex = ch.vhost.get_exchange(method.exchange)
+    ex = ch.vhost.get_exchange(exchange)
     if qname not in ch.vhost.queues:
         raise NotFound(f"no queue '{qname}' in vhost '{ch.vhost.name}'")
     ex.validate_binding(routing_key, method.arguments)
@@ -135,15 +143,16 @@ def queue_bind(ch: Channel, method: spec.QueueBind) -> None:
 
 def queue_unbind(ch: Channel, method: spec.QueueUnbind) -> None:
     assert ch.vhost is not None
-    qname = ch.queue_name(method.queue)
+    queue, exchange = strip_cr_lf(method.queue), strip_cr_lf(method.exchange)
+    qname = ch.queue_name(queue)
     routing_key = method.routing_key
-    if not method.queue and not routing_key:
+    if not queue and not routing_key:
         routing_key = qname
     ch.check(WRITE, "queue", qname)
-    ch.check(READ, "exchange", method.exchange)
+    ch.check(READ, "exchange", exchange)
     # Like RabbitMQ, unbinding a missing queue or exchange succeeds (aio-pika's
     # RPC.close unbinds its auto-deleted reply queue and relies on this).
-    ex = ch.vhost.exchanges.get(method.exchange)
+    ex = ch.vhost.exchanges.get(exchange)
     if ex is ch.vhost.default_exchange:
         raise AccessRefused("operation not permitted on the default exchange")
     ch.check_topic(ex, routing_key, READ)
@@ -170,7 +179,7 @@ def queue_purge(ch: Channel, method: spec.QueuePurge) -> None:
 
 def queue_delete(ch: Channel, method: spec.QueueDelete) -> None:
     assert ch.vhost is not None
-    name = ch.queue_name(method.queue)
+    name = ch.queue_name(strip_cr_lf(method.queue))
     ch.check(CONFIGURE, "queue", name)
     count = ch.vhost.delete_queue(
         name, if_unused=method.if_unused, if_empty=method.if_empty, owner=ch.connection

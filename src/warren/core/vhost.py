@@ -27,6 +27,7 @@ from warren.core.errors import (
     ResourceLocked,
 )
 from warren.core.exchange import Binding, DefaultExchange, Exchange, exchange_class
+from warren.core.names import check_name
 from warren.core.queue import Queue
 from warren.core.queue_arguments import (
     CLASSIC_QUEUE_ARGUMENTS,
@@ -199,6 +200,7 @@ class VHost(VHostRouting, VHostParameters):
             if name == "":  # refused even when passive, as RabbitMQ does
                 raise AccessRefused("operation not permitted on the default exchange")
             return self.get_exchange(name)
+        check_name("exchange", name)  # other doors than AMQP's (HTTP, definitions, MQTT)
         # RabbitMQ checks the type first, then the name. An unknown type is a
         # channel error (406) as in RabbitMQ 3.12.x/3.13 and later (its PR 11214)
         # and LavinMQ; 3.10 closed the whole connection with 503 COMMAND_INVALID.
@@ -332,6 +334,7 @@ class VHost(VHostRouting, VHostParameters):
     ) -> Queue:
         if passive:
             return self.get_queue(name, owner)
+        check_name("queue", name)  # other doors than AMQP's (HTTP, definitions, MQTT)
         self.queues_declared += 1
         if not name:
             if is_stream(arguments or {}):

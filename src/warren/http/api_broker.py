@@ -34,6 +34,7 @@ from warren.http.common import (
     item_response,
     json_response,
     list_response,
+    new_name,
     not_found,
     parse_tags,
     require_keys,
@@ -265,7 +266,7 @@ async def get_vhost(ctx: Ctx) -> web.StreamResponse:
 
 async def put_vhost(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
-    name = ctx.params[0]
+    name = new_name("vhost", ctx.params[0])
     body = await ctx.body()
     existed = name in ctx.node.vhosts
     meta = ctx.state.vhost_metadata.get(name, {"description": "", "tags": []})
@@ -337,7 +338,7 @@ async def get_user(ctx: Ctx) -> web.StreamResponse:
 
 async def put_user(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
-    name = ctx.params[0]
+    name = new_name("user", ctx.params[0])
     body = await ctx.body()
     if "tags" not in body:
         raise bad_request("tags_not_present")

@@ -9,7 +9,6 @@ the loop back every SLICE objects.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from aiohttp import web
@@ -18,6 +17,7 @@ from aiohttp.web_request import FileField
 from warren.definitions_document import DefinitionsError
 from warren.definitions_export import export_definitions
 from warren.definitions_import import import_steps
+from warren.http.bodies import TOO_LARGE, check_announced, parse_json, read_body
 from warren.http.common import ADMIN, SLICE, ApiError, Ctx, bad_request, json_response, parse_tags
 from warren.http.state import Router
 
@@ -59,21 +59,29 @@ async def get_definitions(ctx: Ctx) -> web.StreamResponse:
 
 
 async def _definitions_body(ctx: Ctx) -> dict[str, Any]:
-    """JSON, or the web UI's form upload (field ``file``)."""
-    ctype = ctx.request.content_type
-    if ctype in ("multipart/form-data", "application/x-www-form-urlencoded"):
-        form = await ctx.request.post()
+    """JSON, or the web UI's form upload (field ``file``), within the body limits."""
+    request = ctx.request
+    if request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded"):
+        # aiohttp reads the form (within client_max_size); the budget holds what it
+        # announces, or all a definitions upload may be when it announces nothing.
+        config = ctx.node.config
+        check_announced(config, ctx.budget, request)
+        length = request.content_length
+        ctx.budget.take(request, config.http_max_definitions_size if length is None else length)
+        try:
+            form = await request.post()
+        except web.HTTPRequestEntityTooLarge:
+            raise bad_request(TOO_LARGE) from None
         field = form.get("file")
         raw = field.file.read() if isinstance(field, FileField) else field
-        try:
-            data = json.loads(raw or "{}")
-        except (ValueError, TypeError):
-            raise bad_request("failed_to_parse_json") from None
     else:
-        try:
-            data = await ctx.body()
-        except ApiError:
-            raise bad_request("failed_to_parse_json") from None
+        raw = await read_body(ctx.node.config, ctx.budget, request)
+    try:
+        data = parse_json(raw or b"")
+    except ApiError as exc:
+        if exc.reason != "not_json":
+            raise  # over a limit: the reason says which
+        raise bad_request("failed_to_parse_json") from None  # RabbitMQ's reason here
     if not isinstance(data, dict):
         raise bad_request("failed_to_parse_json")
     return data

@@ -19,6 +19,7 @@ from aiohttp import web
 from warren.core.codec_errors import DecodeError
 from warren.core.exchange import Binding, Exchange
 from warren.core.message import Message
+from warren.core.names import strip_cr_lf, to_bytes
 from warren.core.properties import BASIC_PROPERTIES, BasicProperties, decode_properties
 from warren.core.queue import Queue
 from warren.core.stats import count_get
@@ -28,12 +29,14 @@ from warren.http import formats
 from warren.http.common import (
     ApiError,
     Ctx,
+    amqp_table,
     bad_request,
     build,
     flag,
     item_response,
     json_response,
     list_response,
+    new_name,
     not_found,
     require_keys,
 )
@@ -132,16 +135,15 @@ def _vhost_for_put(ctx: Ctx, name: str) -> VHost:
 
 
 async def put_exchange(ctx: Ctx) -> web.StreamResponse:
-    vhost_name, name = ctx.params
+    vhost_name = ctx.params[0]
     vhost = _vhost_for_put(ctx, vhost_name)
+    name = new_name("exchange", strip_cr_lf(ctx.params[1]))  # as AMQP's exchange.declare
     body = await ctx.body()
     type_ = body.get("type", "direct")
     if not isinstance(type_, str):
         raise bad_request("type must be a string")
     ctx.check(vhost_name, CONFIGURE, "exchange", name)
-    arguments = body.get("arguments") or {}
-    if not isinstance(arguments, dict):
-        raise bad_request("arguments must be a JSON object")
+    arguments = amqp_table(body.get("arguments"))
     existed = name in vhost.exchanges
     vhost.declare_exchange(
         name,
@@ -149,7 +151,7 @@ async def put_exchange(ctx: Ctx) -> web.StreamResponse:
         durable=flag(body.get("durable", True)),
         auto_delete=flag(body.get("auto_delete", False)),
         internal=flag(body.get("internal", False)),
-        arguments=from_json_table(arguments),
+        arguments=arguments,
     )
     return web.Response(status=204 if existed else 201)
 
@@ -207,7 +209,8 @@ async def publish(ctx: Ctx) -> web.StreamResponse:
         raise bad_request(f"payload_encoding {encoding} is not string or base64")
     if ex.internal:
         raise ApiError(400, "bad_request", f"cannot publish to internal exchange '{ex.name}'")
-    msg = Message(ex.name, str(body["routing_key"]), _properties(body["properties"]), raw)
+    routing_key = new_name("routing_key", str(body["routing_key"]))
+    msg = Message(ex.name, routing_key, _properties(body["properties"]), raw)
     routed = vhost.publish(ex, msg)
     stats = vhost.base_stats  # no channel: counted for the vhost, as RabbitMQ does
     stats.publish += 1
@@ -273,14 +276,12 @@ def _consumers_of(ctx: Ctx, q: Queue) -> list[dict[str, Any]]:
 
 
 async def put_queue(ctx: Ctx) -> web.StreamResponse:
-    vhost_name, name = ctx.params
+    vhost_name = ctx.params[0]
     vhost = _vhost_for_put(ctx, vhost_name)
+    name = new_name("queue", strip_cr_lf(ctx.params[1]))  # as AMQP's queue.declare
     body = await ctx.body()
     ctx.check(vhost_name, CONFIGURE, "queue", name)
-    arguments = body.get("arguments") or {}
-    if not isinstance(arguments, dict):
-        raise bad_request("arguments must be a JSON object")
-    arguments = from_json_table(arguments)
+    arguments = amqp_table(body.get("arguments"))
     qtype = body.get("type")
     if isinstance(qtype, str) and qtype and "x-queue-type" not in arguments:
         arguments["x-queue-type"] = qtype
@@ -458,14 +459,15 @@ async def create_binding(ctx: Ctx) -> web.StreamResponse:
     vhost, source, dest, kind = _ends(ctx)
     body = await ctx.body()
     routing_key = body.get("routing_key", "")
-    arguments = body.get("arguments") or {}
-    if not isinstance(routing_key, str) or not isinstance(arguments, dict):
+    if not isinstance(routing_key, str):
         raise bad_request("routing_key must be a string and arguments an object")
+    new_name("routing_key", routing_key)
+    arguments = amqp_table(body.get("arguments"))
     ctx.check(vhost.name, WRITE, "queue" if kind == "q" else "exchange", dest.name)
     ctx.check(vhost.name, READ, "exchange", source.name)
-    binding = vhost.bind(source, dest, routing_key, from_json_table(arguments))
+    binding = vhost.bind(source, dest, routing_key, arguments)
     props = formats.properties_key(binding.routing_key, binding.arguments)
-    location = f"{quote(dest.name, safe='')}/{quote(props, safe='~')}"
+    location = f"{quote(to_bytes(dest.name), safe='')}/{quote(props, safe='~')}"
     return web.Response(status=201, headers={"Location": location})
 
 

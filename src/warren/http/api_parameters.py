@@ -25,6 +25,7 @@ from warren.http.common import (
     item_response,
     json_response,
     list_response,
+    new_name,
     not_found,
     require_keys,
 )
@@ -107,7 +108,7 @@ async def get_policy(ctx: Ctx) -> web.StreamResponse:
 async def put_policy(ctx: Ctx) -> web.StreamResponse:
     _policy_access(ctx)
     vhost = ctx.vhost(ctx.params[0])
-    name = ctx.params[1]
+    name = new_name("policy", ctx.params[1])
     body = await ctx.body()
     require_keys(body, "pattern", "definition")
     operator = _operator(ctx)
@@ -260,6 +261,7 @@ async def put_parameter(ctx: Ctx) -> web.StreamResponse:
     ctx.require(POLICYMAKER)
     component, vhost_name, name = ctx.params
     vhost = ctx.vhost(vhost_name)
+    new_name("parameter", name)
     value = (await ctx.body()).get("value")
     created = not any(n == name for _c, n, _v in vhost.component_parameters(component))
     try:
@@ -321,7 +323,7 @@ async def get_global(ctx: Ctx) -> web.StreamResponse:
 
 async def put_global(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
-    name = ctx.params[0]
+    name = new_name("parameter", ctx.params[0])
     body = await ctx.body()
     if "value" not in body:
         raise bad_request("[{key_missing,value}]")

@@ -9,17 +9,27 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import datetime
-import decimal
-import json
 import re
+import struct
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from warren.core.errors import BrokerError
+from warren.core.names import MAX_NAME_BYTES, is_valid_utf8, name_problem, too_long
+from warren.core.table_encode import encode_table
 from warren.core.users import User
+from warren.http.bodies import BodyBudget, parse_json, read_body
+from warren.http.replies import (
+    ApiError,
+    bad_request,
+    dumps,
+    encode,
+    json_response,
+    not_authorised,
+    not_found,
+)
+from warren.json_tables import from_json_table
 
 if TYPE_CHECKING:
     from warren.http.state import ApiState
@@ -44,72 +54,6 @@ _LEVEL_REFUSAL = {
 REALM = 'Basic realm="RabbitMQ Management"'
 
 
-class ApiError(Exception):
-    """An error answer: status and RabbitMQ's ``{"error": ..., "reason": ...}`` body."""
-
-    def __init__(
-        self, status: int, error: str, reason: Any, headers: dict[str, str] | None = None
-    ) -> None:
-        super().__init__(f"{status} {error}: {reason}")
-        self.status = status
-        self.error = error
-        self.reason = reason
-        self.headers = headers or {}
-
-    def response(self) -> web.Response:
-        return web.Response(
-            status=self.status,
-            body=json.dumps({"error": self.error, "reason": self.reason}).encode(),
-            content_type="application/json",
-            headers=self.headers,
-        )
-
-
-def not_found() -> ApiError:
-    return ApiError(404, "Object Not Found", "Not Found")
-
-
-def bad_request(reason: Any) -> ApiError:
-    return ApiError(400, "bad_request", reason)
-
-
-def not_authorised(reason: str) -> ApiError:
-    """RabbitMQ 3.10 answers an authenticated user it refuses with 401 too (no realm)."""
-    return ApiError(401, "not_authorised", reason)
-
-
-def from_broker_error(exc: BrokerError) -> ApiError:
-    """A core refusal as RabbitMQ's management API reports it."""
-    if exc.code == 404:
-        return ApiError(404, "not_found", exc.text)
-    if exc.code == 403:
-        return not_authorised("Access refused.")
-    if exc.code == 540:  # NOT_IMPLEMENTED: RabbitMQ keeps the code in the text
-        return bad_request(f"540 {exc.text}")
-    if exc.code == 506:  # RESOURCE_ERROR: the disk could not take the change
-        return ApiError(500, "internal_error", exc.text)
-    return bad_request(exc.text)
-
-
-# -- JSON -----------------------------------------------------------------------------------
-
-
-def _default(value: Any) -> Any:
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).decode("utf-8", "replace")
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    if isinstance(value, datetime.datetime):
-        return int(value.timestamp())
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    return str(value)
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, default=_default, ensure_ascii=False, separators=(",", ":"))
-
-
 async def dumps_list(items: list[Any]) -> str:
     """A long list encoded in slices, yielding in between."""
     if len(items) <= SLICE:
@@ -121,12 +65,6 @@ async def dumps_list(items: list[Any]) -> str:
     return "[" + ",".join(parts) + "]"
 
 
-def json_response(value: Any, status: int = 200) -> web.Response:
-    return web.Response(
-        status=status, text=dumps(value), content_type="application/json", charset="utf-8"
-    )
-
-
 # -- the request context ----------------------------------------------------------------------
 
 
@@ -134,11 +72,18 @@ class Ctx:
     """One authenticated request: the user, the node, the path's parameters."""
 
     def __init__(
-        self, request: web.Request, node: Node, state: ApiState, user: User, params: list[str]
+        self,
+        request: web.Request,
+        node: Node,
+        state: ApiState,
+        user: User,
+        params: list[str],
+        budget: BodyBudget,
     ) -> None:
         self.request = request
         self.node = node
         self.state = state
+        self.budget = budget
         self.user = user
         self.params = params
         self.tags = set(user.tags)
@@ -180,17 +125,41 @@ class Ctx:
             raise not_authorised("Access refused.")
 
     async def body(self) -> dict[str, Any]:
-        """The JSON object sent (an empty body is ``{}``)."""
-        raw = await self.request.read()
-        if not raw.strip():
-            return {}
-        try:
-            data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            raise bad_request("not_json") from None
+        """The JSON object sent (an empty body is ``{}``), read within the body limits
+        (bodies.py)."""
+        raw = await read_body(self.node.config, self.budget, self.request)
+        data = parse_json(raw)
         if not isinstance(data, dict):
             raise bad_request("not_json")
         return data
+
+
+def new_name(kind: str, name: str) -> str:
+    """``name`` for a new ``kind`` (queue, exchange, vhost, user, policy, parameter,
+    routing_key); 400 when it is not UTF-8 or is over 255 bytes (core/names.py)."""
+    if not is_valid_utf8(name):
+        raise bad_request(name_problem(kind, name))
+    size = len(name.encode("utf-8"))
+    if size > MAX_NAME_BYTES:
+        # RabbitMQ's words for a long queue name end with a newline, so these do.
+        raise bad_request(too_long(kind, size) + "\n")
+    return name
+
+
+def amqp_table(value: Any, what: str = "arguments") -> dict[str, Any]:
+    """JSON ``arguments`` (or headers) as the AMQP table a client would have sent;
+    400 when they are not an object, or could not be stored or sent (nested deeper
+    than AMQP allows, a number no field type holds, a key over 255 bytes)."""
+    if not value:  # null, [], "" as no arguments (RabbitMQ's empty proplist is [])
+        return {}
+    if not isinstance(value, dict):
+        raise bad_request(f"{what} must be a JSON object")
+    table = from_json_table(value)
+    try:
+        encode_table(table)
+    except (ValueError, TypeError, struct.error) as exc:
+        raise bad_request(f"invalid {what}: {exc}") from None
+    return table
 
 
 def require_keys(body: dict[str, Any], *keys: str) -> None:
@@ -354,7 +323,7 @@ async def list_response(
                 "total_count": total,
             }
         )
-    return web.Response(text=await dumps_list(items), content_type="application/json")
+    return web.Response(body=encode(await dumps_list(items)), content_type="application/json")
 
 
 def item_response(ctx: Ctx, item: dict[str, Any]) -> web.Response:

@@ -13,6 +13,7 @@ import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
+from warren.core.names import to_bytes
 from warren.core.stream_queue import StreamQueue
 from warren.json_tables import to_json_table
 from warren.node import node_name
@@ -125,7 +126,7 @@ def properties_key(routing_key: str, arguments: dict[str, Any]) -> str:
     ``~`` for an empty key, and ``~`` plus a hash of the arguments when there are any.
     RabbitMQ hashes the Erlang term (phash2); Warren hashes the JSON, so the
     identifier has the same shape but another value: clients take it from a listing."""
-    key = quote_plus(routing_key).replace("~", "%7E")
+    key = quote_plus(to_bytes(routing_key)).replace("~", "%7E")  # bytes: as they came
     if not arguments:
         return key or "~"
     canonical = json.dumps(to_json_table(arguments), sort_keys=True, default=str).encode()

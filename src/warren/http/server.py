@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from warren import metrics
 from warren.core.errors import BrokerError
@@ -30,6 +30,7 @@ from warren.http import (
     api_parameters,
     api_shovels,
 )
+from warren.http.bodies import BodyBudget, check_announced
 from warren.http.common import (
     MANAGEMENT,
     REALM,
@@ -37,9 +38,9 @@ from warren.http.common import (
     Ctx,
     bad_request,
     basic_credentials,
-    from_broker_error,
     not_found,
 )
+from warren.http.replies import from_broker_error
 from warren.http.state import ApiState, Router
 from warren.http.websocket import WebSocketConnections, websocket_middleware
 from warren.node import is_loopback
@@ -52,8 +53,6 @@ log = logging.getLogger("warren.http")
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 #: In the data directory: what the API keeps that the core does not (state.py).
 STATE_FILE = "mgmt.json"
-#: Largest request body (a definitions import of many thousands of objects fits).
-MAX_BODY = 128 * 1024 * 1024
 
 
 def build_router() -> Router:
@@ -84,6 +83,8 @@ class ManagementApp:
         self.state = ApiState.load(
             Path(node.config.data_dir) / STATE_FILE, node.config.damaged_metadata
         )
+        #: Bytes of request bodies held at once (bodies.py).
+        self.budget = BodyBudget(node.config.http_body_budget)
         self.router = build_router()
         self.websockets = tuple(websockets)
         self.websocket_connections = connections or WebSocketConnections()
@@ -96,9 +97,14 @@ class ManagementApp:
             if self.websockets
             else []
         )
-        app = web.Application(client_max_size=MAX_BODY, middlewares=middlewares)
-        app.router.add_route("*", "/api", self.api)
-        app.router.add_route("*", "/api/{tail:.*}", self.api)
+        # Bodies are read by bodies.py within their limits; aiohttp's own limit only
+        # bounds a form upload (request.post()) of definitions.
+        config = self.node.config
+        max_size = max(config.http_max_body_size, config.http_max_definitions_size)
+        app = web.Application(client_max_size=max_size, middlewares=middlewares)
+        app.router.add_route("*", "/api", self.api, expect_handler=self.expect)
+        # Any character, newlines too: a name may hold one (%0A).
+        app.router.add_route("*", r"/api/{tail:[\s\S]*}", self.api, expect_handler=self.expect)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/metrics/per-object", self.metrics)
         app.router.add_get("/", self.index)
@@ -134,6 +140,22 @@ class ManagementApp:
         # FileResponse sends with the loop's sendfile/executor: no blocking read here.
         return web.FileResponse(path, headers={"Content-Type": ctype})
 
+    async def expect(self, request: web.Request) -> web.StreamResponse | None:
+        """``Expect: 100-continue``: a body that would be refused is refused before
+        the client sends it (aiohttp's default handler says 100 Continue to all)."""
+        expect = request.headers.get("Expect", "")
+        if request.version != HttpVersion11:
+            return None
+        if expect.lower() != "100-continue":
+            raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
+        try:
+            check_announced(self.node.config, self.budget, request)
+        except ApiError as exc:
+            return exc.response()
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the response's own bytes come after
+        return None
+
     async def api(self, request: web.Request) -> web.StreamResponse:
         try:
             return await self._api(request)
@@ -150,6 +172,8 @@ class ManagementApp:
         except Exception:
             log.exception("management API: %s %s failed", request.method, request.path)
             return ApiError(500, "internal_error", "internal error").response()
+        finally:
+            self.budget.release(request)
 
     async def _api(self, request: web.Request) -> web.StreamResponse:
         resolved = self.router.resolve(request.raw_path)
@@ -162,7 +186,8 @@ class ManagementApp:
         handler = route.handlers.get(method)
         if handler is None:
             return web.Response(status=405, headers={"Allow": _allow(route.handlers)})
-        ctx = Ctx(request, self.node, self.state, await self._authenticate(request), params)
+        user = await self._authenticate(request)
+        ctx = Ctx(request, self.node, self.state, user, params, self.budget)
         ctx.require(MANAGEMENT)
         syncer = self.node.syncer
         if method == "GET" or syncer is None:

@@ -69,7 +69,12 @@ class Router:
         return register
 
     def resolve(self, raw_path: str) -> tuple[Route, list[str]] | None:
-        segments = [unquote(s) for s in raw_path.split("?", 1)[0].strip("/").split("/")]
+        # %FF stays the byte it names (as AMQP's decoding keeps it), so a name made
+        # before such names were refused can still be addressed (core/names.py).
+        segments = [
+            unquote(s, errors="surrogateescape")
+            for s in raw_path.split("?", 1)[0].strip("/").split("/")
+        ]
         # Literal segments win over parameters (/api/queues/{vhost} vs /api/queues/detailed).
         best: tuple[int, Route, list[str]] | None = None
         for route in self.routes.values():
