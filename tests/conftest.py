@@ -93,11 +93,11 @@ class BrokerThread:
         self.loop.call_soon_threadsafe(runner)
         return fut.result(timeout)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 30) -> None:
         if self.loop.is_closed():
             return
         try:
-            self.run(self.broker.stop())
+            self.run(self.broker.stop(), timeout)
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(10)

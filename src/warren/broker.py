@@ -44,7 +44,7 @@ from warren.store.orphans import sweep
 from warren.store.priority_store import PriorityStore, level_name
 from warren.store.segment_store import SegmentStore
 from warren.store.stream_store import StreamStore
-from warren.store.sync import GroupSync, Replication
+from warren.store.sync import GroupSync, Replication, sync_all
 from warren.store.users_file import load_users, save_users
 from warren.tls import TLSContexts
 
@@ -581,6 +581,12 @@ class Broker:
         for vhost in self.vhosts.values():
             marks.update(vhost.delivered_marks())
         failed = 0
+        # All at once (store/sync.py sync_all): each store's close then finds
+        # nothing left to sync.
+        try:
+            sync_all([s for vhost in self.vhosts.values() for s in vhost.stores()])
+        except OSError as exc:
+            log.error("syncing the stores at the stop failed: %s", exc)
         for vhost in self.vhosts.values():
             failed += vhost.close()
         if failed:

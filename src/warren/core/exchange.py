@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from warren.core.message import Message
     from warren.core.policies import Policy
     from warren.core.queue import Queue
+    from warren.core.store import MessageStore
     from warren.core.vhost import VHost
 
 
@@ -115,6 +116,10 @@ class Exchange(ABC):
 
     def discard(self) -> None:  # noqa: B027
         """Called when the exchange is deleted: drop whatever it holds."""
+
+    def stores(self) -> list[MessageStore]:
+        """The stores it keeps messages in (a delayed exchange's), to sync at a stop."""
+        return []
 
     def close(self) -> None:  # noqa: B027
         """Called when the broker stops: write out whatever it holds."""

@@ -189,6 +189,9 @@ class DelayedMessageExchange(Exchange):
             self._held.store.delete()
             self._held = None
 
+    def stores(self) -> list[MessageStore]:
+        return [] if self._held is None else [self._held.store]
+
     def close(self) -> None:
         self._cancel_timer()
         if self._held is not None:

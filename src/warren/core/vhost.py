@@ -573,6 +573,13 @@ class VHost(VHostRouting, VHostParameters):
             marks.update(q.delivered_marks())
         return marks
 
+    def stores(self) -> list[MessageStore]:
+        """Every store of its queues and exchanges (a clean stop syncs them at once)."""
+        found: list[MessageStore] = [q.store for q in self.queues.values()]
+        for ex in self.exchanges.values():
+            found.extend(ex.stores())
+        return found
+
     def close(self) -> int:
         """Close every exchange's and queue's store and the definitions log, each
         whatever the others raise (a full disk, a failed sync: logged); returns

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 import warren
 from warren.store.disk_budget import UNMETERED, DiskBudget
-from warren.store.segment_log import sync_files_python
+from warren.store.segment_log import sync_files, sync_files_python
 
 log = logging.getLogger("warren.store")
 
@@ -385,3 +385,40 @@ def _sync_acks_all(ack_syncs: list[Callable[[], None]]) -> None:
             sync_acks()
         except Exception:
             log.exception("fdatasync of an ack file failed; those acks may be redelivered")
+
+
+#: Stores sync_all collects at a time: each lends a duplicate descriptor, and
+#: 10,000 queues' at once would pass the open-file limit.
+SYNC_ALL_BATCH = 1000
+
+
+def sync_all(stores: Iterable[Syncable]) -> None:
+    """Every store's sync in batches, as a clean stop needs it: each store's first
+    half, then one sync_files per batch (every file's writeback started before
+    any is waited on), and each directory fsynced once at the end. Closing
+    10,000 queues one sync each took 10,000 fdatasyncs and 20,000 directory
+    fsyncs; the stores' own close then finds nothing left to sync. Raises
+    OSError when a sync fails; a store whose first half failed is logged here
+    and still closed (and says so) by its own close."""
+    batch: list[Syncable] = []
+    dirs: list[Path] = []
+    for store in stores:
+        batch.append(store)
+        if len(batch) >= SYNC_ALL_BATCH:
+            _sync_batch(batch, dirs)
+            batch = []
+    _sync_batch(batch, dirs)
+    sync_files([], [], list(dict.fromkeys(dirs)))
+
+
+def _sync_batch(stores: list[Syncable], dirs: list[Path]) -> None:
+    fds: list[int] = []
+    paths: list[Path] = []
+    try:
+        for store in stores:
+            try:
+                store.collect_sync(fds, paths, dirs)
+            except OSError:
+                log.exception("writing out a store at the stop failed")
+    finally:
+        sync_files(fds, paths, [])
