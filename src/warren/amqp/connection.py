@@ -166,11 +166,19 @@ class AMQPConnection:
 
     # -- output -------------------------------------------------------------------------
     def send(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:  # behind a held reply: nothing may overtake it
+            held.append(data)
+            return
         if not self.pending and not self.dirty_channels:
             self._on_output()
         self.pending.append(data)
 
     def send_many(self, chunks: list[bytes]) -> None:
+        held = self._held
+        if held is not None:
+            held.extend(chunks)
+            return
         if not self.pending and not self.dirty_channels:
             self._on_output()
         self.pending.extend(chunks)
@@ -355,8 +363,9 @@ class AMQPConnection:
     def hold_replies(self, syncer: GroupSync, mark: ChangeMark, output_mark: int) -> None:
         """Hold the output since ``output_mark`` (a definitions change's reply)
         until the changes made since ``mark`` are on disk (and held by the
-        followers); reading and processing input stop meanwhile, so later
-        replies cannot overtake it."""
+        followers); reading and processing input stop meanwhile, and whatever
+        is sent in between (a consumer's basic.cancel after a queue.delete-ok,
+        deliveries) queues behind it: nothing overtakes the reply."""
         if self._held is not None or self.state >= State.CLOSED:
             return
         held = self.pending[output_mark:]
