@@ -1,4 +1,4 @@
-"""store/segment_log.py's sync_files: the C version (warren._syncworker, one
+"""store/sync_files.py's sync_files: the C version (warren._syncworker, one
 call without the GIL) behaves as the Python one: descriptors synced and always
 closed, files gone meanwhile skipped, the first real failure raised as the same
 OSError. And the C SyncWorker thread that store/sync.py's rounds run on: the
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from warren.store.segment_log import sync_files_python
+from warren.store.sync_files import sync_files_python
 
 SyncFiles = Callable[[list[int], list[Path], list[Path]], None]
 

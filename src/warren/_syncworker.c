@@ -1,6 +1,6 @@
 /* warren._syncworker: the group commit's fdatasync calls, off the GIL.
  *
- * sync_files(fds, paths, directories) is store/segment_log.py's sync_files in
+ * sync_files(fds, paths, directories) is store/sync_files.py's sync_files in
  * one call that releases the GIL once (the Python version releases and takes
  * it back around every open, fdatasync and close).
  *

@@ -26,7 +26,7 @@ from pathlib import Path
 from warren.cluster import codec as c
 from warren.cluster.framing import FrameReader
 from warren.cluster.leader import LOCAL_ONLY, file_digest, index_files
-from warren.store.segment_log import sync_files
+from warren.store.sync_files import sync_files
 
 log = logging.getLogger("warren.cluster")
 

@@ -28,8 +28,8 @@ from warren.core.properties import peek_priority
 from warren.core.store import MessageStore, StoredRun
 from warren.store.layout import make_dirs
 from warren.store.mirror import mirror_for
-from warren.store.segment_log import sync_files
 from warren.store.segment_store import SEQ_BITS, SegmentStore
+from warren.store.sync_files import sync_files
 
 __all__ = ["LEVEL_SHIFT", "MAX_PRIORITY", "PriorityStore", "level_name"]
 

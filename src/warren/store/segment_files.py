@@ -20,7 +20,8 @@ from pathlib import Path
 
 from warren.store.ack_files import encode_acks
 from warren.store.records import CorruptRecord, inspect_record
-from warren.store.segment_log import OFFSET_MASK, SegmentLog, sync_collected, sync_files
+from warren.store.segment_log import OFFSET_MASK, SegmentLog
+from warren.store.sync_files import sync_collected, sync_files
 
 log = logging.getLogger("warren.store")
 

@@ -28,7 +28,6 @@ out of its counters; the publishers waiting for them get nacks.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import mmap
 import os
@@ -38,7 +37,6 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import warren
 from warren.store.disk_budget import budget_for
 from warren.store.layout import make_dirs
 from warren.store.mirror import mirror_for
@@ -65,8 +63,6 @@ __all__ = [
     "SEQ_BITS",
     "RecordScan",
     "SegmentLog",
-    "sync_collected",
-    "sync_files",
 ]
 
 log = logging.getLogger("warren.store")
@@ -80,81 +76,6 @@ SEQ_BITS = MAX_SEGMENT_ID.bit_length() + 32
 # (at the end of the loop turn, or once this much is waiting). Small on purpose:
 # many queues may be written in one turn.
 _WRITE_BUFFER = 32 * 1024
-
-
-_native = warren.native_module("_syncworker")
-#: The C version of sync_files below (None: not built).
-_native_sync: Callable[[list[int], list[bytes], list[bytes]], None] | None = (
-    None if _native is None else _native.sync_files
-)
-
-
-def sync_files(fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
-    """fdatasync the descriptors (closing them) and the files, then fsync the
-    directories: the slow half of a sync, run outside the lock. In C when
-    built: one call that never takes the GIL back in between (a sync thread
-    waiting for the GIL behind a busy event loop delays the round)."""
-    if _native_sync is not None:
-        _native_sync(fds, [os.fsencode(p) for p in paths], [os.fsencode(d) for d in dirs])
-    else:
-        sync_files_python(fds, paths, dirs)
-
-
-def sync_collected(collect: Callable[[list[int], list[Path], list[Path]], None]) -> None:
-    """A store's whole sync: ``collect`` (its collect_sync, under its lock) names
-    what to fdatasync, sync_files does it; what was collected is synced (and
-    its descriptors closed) even when ``collect`` raises part way."""
-    fds: list[int] = []
-    paths: list[Path] = []
-    dirs: list[Path] = []
-    try:
-        collect(fds, paths, dirs)
-    finally:
-        sync_files(fds, paths, dirs)
-
-
-_sync_file_range = getattr(os, "sync_file_range", None)  # Linux only
-_SYNC_FILE_RANGE_WRITE = getattr(os, "SYNC_FILE_RANGE_WRITE", 2)
-
-
-def sync_files_python(fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
-    """sync_files without the C extension (and its reference)."""
-    try:
-        if len(fds) > 1 and _sync_file_range is not None:
-            # Every file's writeback started before any is waited on: one
-            # journal commit per round, not one per file (see _syncworker.c).
-            for fd in fds:
-                with contextlib.suppress(OSError):
-                    _sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
-        for fd in fds:
-            os.fdatasync(fd)
-        for path in paths:
-            _fdatasync_path(path)
-        for directory in dirs:
-            try:
-                dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-            except FileNotFoundError:  # deleted meanwhile
-                continue
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-    finally:
-        for fd in fds:
-            with contextlib.suppress(OSError):  # one bad descriptor must not leak the rest
-                os.close(fd)
-
-
-def _fdatasync_path(path: Path) -> None:
-    """fdatasync through a fresh descriptor: it flushes the inode, whoever wrote it."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:  # deleted since (no longer needed): nothing to keep
-        return
-    try:
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
 
 
 class SegmentLog:

@@ -43,7 +43,8 @@ from warren.store.segment_damage import (
     resume_after,
     structure_length,
 )
-from warren.store.segment_log import MSGS_NAME, SegmentLog, sync_collected
+from warren.store.segment_log import MSGS_NAME, SegmentLog
+from warren.store.sync_files import sync_collected
 
 __all__ = ["StreamCursor", "StreamStore"]
 

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 import warren
 from warren.store.disk_budget import UNMETERED, DiskBudget
-from warren.store.segment_log import sync_files, sync_files_python
+from warren.store.sync_files import sync_files, sync_files_python
 
 log = logging.getLogger("warren.store")
 
