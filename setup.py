@@ -78,6 +78,7 @@ COMPILED_MODULES = [
     "warren.store.segment_store",
     "warren.store.stream_replica",
     "warren.store.stream_store",
+    "warren.store.stream_tracking",
     "warren.store.sync_files",
 ]
 

@@ -47,7 +47,7 @@ class ReplicaStreamStore(StreamStore):
         super().__init__(directory)
 
     def _recover(self) -> None:
-        self._read_tracking()
+        self._tracking.read()
         self.refresh()
 
     def refresh(self) -> bool:
@@ -80,7 +80,7 @@ class ReplicaStreamStore(StreamStore):
                 break
             if self._scanned[0] != sid:  # the segment holds no whole record yet
                 break
-        self._read_tracking()
+        self._tracking.read()
         return before != (self.first_offset, self._next_offset)
 
     def _scan(self, sid: int, start: int) -> None:

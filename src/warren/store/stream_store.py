@@ -17,7 +17,6 @@ so any number of consumers read independently.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import logging
 import mmap
 import os
@@ -44,6 +43,7 @@ from warren.store.segment_damage import (
     structure_length,
 )
 from warren.store.segment_log import MSGS_NAME, SegmentLog
+from warren.store.stream_tracking import TrackedOffsets
 from warren.store.sync_files import sync_collected
 
 __all__ = ["StreamCursor", "StreamStore"]
@@ -53,7 +53,6 @@ log = logging.getLogger("warren.store")
 _I64: Final = struct.Struct(">q")
 _U32: Final = struct.Struct(">I")
 _TS = struct.Struct(">Q")  # a record's timestamp, after its u32 length
-_TRACKING_FILE = "offsets"
 
 _OFFSET_KEY: Final = bytes([len(OFFSET_HEADER)]) + OFFSET_HEADER.encode() + b"l"
 _TIMESTAMP_KEY: Final = bytes([len(TIMESTAMP_HEADER)]) + TIMESTAMP_HEADER.encode() + b"l"
@@ -142,7 +141,8 @@ class StreamStore:
 
     Durability as for any segment log: appends reach the OS on flush() and the
     disk on sync(); confirms wait for sync(). Tracked consumer offsets live in
-    the file ``offsets`` next to the segments, rewritten on flush when changed.
+    the file ``offsets`` next to the segments (store/stream_tracking.py),
+    written and synced with them.
     """
 
     def __init__(self, directory: Path, segment_size: int = 8 * 1024 * 1024) -> None:
@@ -153,10 +153,7 @@ class StreamStore:
         self._next_offset = 0
         self._bytes = 0
         self._dirty = False
-        self._tracked: dict[str, int] = {}
-        self._tracked_dirty = False
-        self._tracking_failed = False
-        self._tracking_unsynced = False  # the offsets file written since the last sync
+        self._tracking = TrackedOffsets(self._log)
         self._recover()
         self._log.on_lost = self._records_lost
 
@@ -425,66 +422,15 @@ class StreamStore:
             log.debug("%s: retention dropped %d messages", self._dir, dropped)
         return dropped
 
-    # -- tracked consumer offsets ---------------------------------------------------------
+    # -- tracked consumer offsets (store/stream_tracking.py) ------------------------------
     def tracked(self, name: str) -> int | None:
         """The stored offset of the consumer ``name``: the next one it should read."""
-        return self._tracked.get(name)
+        return self._tracking.get(name)
 
     def track(self, name: str, next_offset: int) -> None:
         """Remember where consumer ``name`` resumes (written on the next flush)."""
-        if self._tracked.get(name) != next_offset:
-            self._tracked[name] = next_offset
-            self._tracked_dirty = True
+        if self._tracking.set(name, next_offset):
             self._dirty = True
-
-    def _write_tracking(self) -> bool:
-        """Rewrite the tracked offsets file when they changed; whether it was. A
-        full disk keeps them for the next flush (logged once)."""
-        if not self._tracked_dirty:
-            return False
-        self._tracked_dirty = False
-        parts = []
-        for name, offset in sorted(self._tracked.items()):
-            raw = name.encode("utf-8", "surrogateescape")
-            parts.append(bytes((len(raw),)) + raw + _I64.pack(offset))
-        path = self._dir / _TRACKING_FILE
-        tmp = path.with_name(_TRACKING_FILE + ".tmp")
-        content = b"".join(parts)
-        self._log.budget.left -= len(content)
-        try:
-            with open(tmp, "wb") as f:
-                f.write(content)
-            os.replace(tmp, path)
-        except OSError as exc:
-            self._tracked_dirty = True
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            if not self._tracking_failed:
-                self._tracking_failed = True
-                log.error("%s: cannot write tracked offsets (%s): kept for later", self._dir, exc)
-            return False
-        self._tracking_failed = False
-        self._log.dir_dirty = True
-        self._tracking_unsynced = True
-        if self._log.mirror is not None:
-            self._log.mirror.replaced(path, content)
-        return True
-
-    def _read_tracking(self) -> None:
-        path = self._dir / _TRACKING_FILE
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return
-        pos = 0
-        while pos < len(data):
-            n = data[pos]
-            if pos + 1 + n + 8 > len(data):
-                log.warning("%s: torn entry in %s; ignoring the rest", self._dir, path.name)
-                break
-            name = data[pos + 1 : pos + 1 + n].decode("utf-8", "surrogateescape")
-            self._tracked[name] = _I64.unpack_from(data, pos + 1 + n)[0]
-            pos += 1 + n + 8
 
     # -- durability -----------------------------------------------------------------------
     def flush(self) -> None:
@@ -494,7 +440,7 @@ class StreamStore:
                 if self._log.closed:
                     return
                 self._log.flush_locked()
-                self._write_tracking()
+                self._tracking.write()
         finally:
             self._log.report_losses()
 
@@ -516,13 +462,8 @@ class StreamStore:
                 self._dirty = False
                 try:
                     self._log.collect_sync_locked(fds, paths)
-                    self._write_tracking()
-                    if self._tracking_unsynced:
-                        # Also when a flush wrote it: the directory fsync below makes
-                        # the rename durable, and must not find the new file's data
-                        # missing.
-                        self._tracking_unsynced = False
-                        paths.append(self._dir / _TRACKING_FILE)
+                    self._tracking.write()
+                    self._tracking.collect_sync(paths)
                 except BaseException:
                     self._dirty = True
                     raise
@@ -562,7 +503,7 @@ class StreamStore:
                 if match is not None
             )
             self._log.reserve_ids(ids[-1] if ids else 0)
-            self._read_tracking()
+            self._tracking.read()
             last_size = 0
             for sid in ids:
                 try:
