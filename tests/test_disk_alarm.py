@@ -41,7 +41,7 @@ def test_publisher_blocked_below_free_disk_min_and_unblocked_after(
 
         def clear() -> Any:
             b.broker.config.free_disk_min = 0
-            return b.broker.check_disk()
+            return b.broker.resource_alarms.check_disk()
 
         assert b.call(clear) is False
         wait_for(publisher, lambda: events == ["Connection.Blocked", "Connection.Unblocked"])

@@ -107,7 +107,7 @@ def test_fast_publishers_are_blocked_a_bounded_amount_past_free_disk_min(
 
         def lower() -> bool:
             b.broker.config.free_disk_min = 2 * MiB
-            return b.broker.check_disk()
+            return b.broker.resource_alarms.check_disk()
 
         assert b.call(lower) is False
         assert health_alarms(b)[0] == 200
@@ -151,7 +151,7 @@ def test_disk_filled_from_outside_nacks_blocks_and_recovers(
         ]
         acked = [len(p.acked) for p in pubs]
         filler.unlink()
-        assert b.call(b.broker.check_disk) is False
+        assert b.call(b.broker.resource_alarms.check_disk) is False
         eventually(
             lambda: all(len(p.acked) > n for p, n in zip(pubs, acked, strict=True)),
             60,
@@ -199,7 +199,7 @@ def test_mqtt_5_publishes_that_could_not_be_stored_are_refused(
         eventually(lambda: 0x97 in codes.values(), 30, "a refusal (quota exceeded)")
         assert b.call(lambda: "disk" in b.broker.alarms)
         filler.unlink()
-        assert b.call(b.broker.check_disk) is False
+        assert b.call(b.broker.resource_alarms.check_disk) is False
         eventually(lambda: len(codes) == 80, 60, "every publish answered")
         assert lost == []
     finally:

@@ -45,8 +45,8 @@ def mem_broker(broker_factory: Callable[..., BrokerThread]) -> Iterator[BrokerTh
     b.reading = reading  # type: ignore[attr-defined]
 
     def inject() -> None:
-        b.broker.memory_reader = lambda: reading[0]
-        b.broker.check_memory()
+        b.broker.resource_alarms.memory_reader = lambda: reading[0]
+        b.broker.resource_alarms.check_memory()
 
     b.call(inject)
     yield b
@@ -54,13 +54,13 @@ def mem_broker(broker_factory: Callable[..., BrokerThread]) -> Iterator[BrokerTh
 
 def set_memory(b: BrokerThread, used: int) -> bool:
     b.reading[0] = used  # type: ignore[attr-defined]
-    return b.call(b.broker.check_memory)
+    return b.call(b.broker.resource_alarms.check_memory)
 
 
 def set_disk_alarm(b: BrokerThread, raised: bool) -> bool:
     def change() -> bool:
         b.broker.config.free_disk_min = 2**62 if raised else 0
-        return b.broker.check_disk()
+        return b.broker.resource_alarms.check_disk()
 
     return b.call(change)
 
@@ -182,16 +182,16 @@ def test_limit_is_a_fraction_of_ram_unless_absolute(
     broker_factory: Callable[..., BrokerThread],
 ) -> None:
     b = broker_factory(memory_high_watermark=0.5)
-    total = b.call(lambda: b.broker.total_memory)
+    total = b.call(lambda: b.broker.resource_alarms.total_memory)
     assert total > 0
-    assert b.call(b.broker.memory_limit) == int(total * 0.5)
+    assert b.call(b.broker.resource_alarms.memory_limit) == int(total * 0.5)
     # The real sample: a test process is far below half the RAM.
-    assert b.call(b.broker.check_memory) is False
+    assert b.call(b.broker.resource_alarms.check_memory) is False
     assert b.call(lambda: b.broker.mem_used) > 0
 
     def absolute() -> int:
         b.broker.config.memory_high_watermark_absolute = 12345
-        return b.broker.memory_limit()
+        return b.broker.resource_alarms.memory_limit()
 
     assert b.call(absolute) == 12345
 

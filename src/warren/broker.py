@@ -21,31 +21,26 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from warren import __version__, build_description
+from warren.alarms import ResourceAlarms
 from warren.config import Config
 from warren.core.auth_guard import AuthGuard
 from warren.core.errors import NotFound, ResourceError
 from warren.core.names import warn_undecodable
 from warren.core.runtime_parameters import ParameterComponent, ValidationFailed
 from warren.core.stats import MessageStats, OctetStats, RateSampler
-from warren.core.store import MessageStore
-from warren.core.stream import StreamLog
 from warren.core.users import UserStore
 from warren.core.vhost import VHost
 from warren.definitions_document import DefinitionsError, read_definitions
 from warren.definitions_export import export_definitions
 from warren.definitions_import import import_definitions
-from warren.memory import resident_bytes, total_bytes
 from warren.store import damage, disk_budget
 from warren.store.definitions import DefinitionsLog
-from warren.store.disk_budget import UNLIMITED, DiskBudget
 from warren.store.layout import DataDir
 from warren.store.orphans import report as report_orphans
 from warren.store.orphans import sweep
-from warren.store.priority_store import PriorityStore, level_name
-from warren.store.segment_store import SegmentStore
-from warren.store.stream_store import StreamStore
 from warren.store.sync import GroupSync, Replication, sync_all
 from warren.store.users_file import load_users, save_users
+from warren.store_factory import StoreFactory
 from warren.tls import TLSContexts
 
 if TYPE_CHECKING:
@@ -55,8 +50,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("warren")
 
 DISK_CHECK_INTERVAL = 1.0
-#: Resource alarms in the order RabbitMQ names them in connection.blocked's reason.
-ALARM_RESOURCES = ("memory", "disk")
 
 
 def _raise_fd_limit() -> None:
@@ -96,9 +89,8 @@ class Broker:
             setattr(self.config, key, value)
         self.config.validate()
         self.layout = DataDir(Path(self.config.data_dir).resolve())
-        # While the vhosts are restored: what the last clean shutdown recorded as
-        # delivered, by store directory (None after a crash: everything may have been).
-        self._delivered_marks: dict[Path, int] | None = {}
+        #: The stores the vhosts get (and the delivered marks they start with).
+        self.stores = StoreFactory(self.layout, self.config)
         self._taken_marks: dict[Path, int] | None = None  # as the last stop left them
         #: Loaded from the data directory by start().
         self.users = UserStore()
@@ -108,21 +100,13 @@ class Broker:
         self.connections_opened = 0
         self.connections_closed = 0
         self.cluster_name = f"warren@{socket.gethostname()}"
+        #: The free-disk and memory alarms, and the writers' disk budget.
+        self.resource_alarms = ResourceAlarms(
+            self.config, self.layout.root, self._block_publishers, self._flush_written
+        )
         #: Raised resource alarms ("memory", "disk"); while any is, publishing
         #: connections are blocked (connection.blocked), as RabbitMQ's are.
-        self.alarms: set[str] = set()
-        self.disk_alarm = False
-        self.mem_alarm = False
-        #: What the writers may still append before the disk is measured again
-        #: (store/disk_budget.py): the free-disk alarm's check before writing.
-        self.disk_budget = DiskBudget(self._disk_budget_spent, self._disk_write_failed)
-        # A write failed (a full disk): the alarm holds until there is room again.
-        self._write_failed = False
-        #: The broker's memory use (bytes) as last sampled; tests inject the reader.
-        self.memory_reader: Callable[[], int] = resident_bytes
-        self.total_memory = total_bytes()
-        self.mem_used = 0
-        self.mem_limit = self.memory_limit()
+        self.alarms: set[str] = self.resource_alarms.raised
         self.syncer: GroupSync | None = None
         #: Clustering's replication (cluster/leader.py's Replicator), set before
         #: start(): confirms then also wait for the in-sync followers.
@@ -215,11 +199,11 @@ class Broker:
         vhost = VHost(
             name,
             self._loop.call_soon,
-            self._new_store,
+            self.stores.queue_store,
             definitions,
             call_later=self._loop.call_later,
-            exchange_store_factory=self._new_exchange_store,
-            stream_store_factory=self._new_stream_store,
+            exchange_store_factory=self.stores.exchange_store,
+            stream_store_factory=self.stores.stream_store,
         )
         try:
             problems = vhost.restore_definitions()
@@ -313,50 +297,6 @@ class Broker:
             self._loop.run_in_executor(None, _remove_trees, doomed)
         log.info("vhost '%s' deleted", name)
 
-    def _new_store(
-        self, vhost: VHost, queue: str, persistent: bool, max_priority: int
-    ) -> MessageStore:
-        directory = (
-            self.layout.queue_dir(vhost.name, queue)
-            if persistent
-            else self.layout.transient_queue_dir(vhost.name, queue)
-        )
-        segment_size = self.config.segment_size
-        if max_priority:
-            # One segment store per priority level used, in <queue dir>/p<level>.
-            return PriorityStore(
-                max_priority,
-                lambda level: SegmentStore(
-                    directory / level_name(level),
-                    segment_size,
-                    delivered_mark=self._delivered_mark(directory / level_name(level)),
-                ),
-                directory,
-            )
-        return SegmentStore(directory, segment_size, delivered_mark=self._delivered_mark(directory))
-
-    def _delivered_mark(self, directory: Path) -> int | None:
-        """What the last clean shutdown recorded as delivered in this store (0: none
-        of it); None after a crash: all it recovers may have been delivered."""
-        marks = self._delivered_marks
-        return None if marks is None else marks.get(directory, 0)
-
-    def _new_stream_store(self, vhost: VHost, queue: str, arguments: dict[str, Any]) -> StreamLog:
-        """A stream's segment log, in its queue directory; segments of
-        x-stream-max-segment-size-bytes when given, else [main] segment_size."""
-        size = arguments.get("x-stream-max-segment-size-bytes")
-        if not isinstance(size, int) or isinstance(size, bool) or size <= 64:
-            size = self.config.segment_size
-        return StreamStore(self.layout.queue_dir(vhost.name, queue), min(size, 0xFFFFFFFF))
-
-    def _new_exchange_store(self, vhost: VHost, exchange: str, persistent: bool) -> MessageStore:
-        directory = (
-            self.layout.exchange_dir(vhost.name, exchange)
-            if persistent
-            else self.layout.transient_exchange_dir(vhost.name, exchange)
-        )
-        return SegmentStore(directory, self.config.segment_size)
-
     def save_users(self) -> None:
         """Write the users out; when that fails (a full disk) the users in memory
         go back to what the file holds, and ResourceError says why: a change
@@ -440,9 +380,10 @@ class Broker:
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
         self._loop = loop = asyncio.get_running_loop()
+        self.resource_alarms.loop = loop
         _raise_fd_limit()
         self.layout.prepare()
-        disk_budget.attach(self.layout.root, self.disk_budget)
+        disk_budget.attach(self.layout.root, self.resource_alarms.budget)
         try:
             self._restore(loop)
         except BaseException:
@@ -492,10 +433,9 @@ class Broker:
             log.error("%s is %s: starting with no users", self.layout.users_file, problem)
             self.users.from_file = True
         self.syncer = GroupSync(
-            loop, self.config.sync, replication=self.replication, budget=self.disk_budget
+            loop, self.config.sync, replication=self.replication, budget=self.resource_alarms.budget
         )
-        self._delivered_marks = self.layout.take_delivered_marks()
-        self._taken_marks = self._delivered_marks
+        self._taken_marks = self.stores.delivered_marks = self.layout.take_delivered_marks()
         vhosts = self.layout.load_vhosts(policy)
         definitions = self.config.load_definitions
         # As RabbitMQ: a new node with definitions to load gets no default vhost and user.
@@ -519,7 +459,7 @@ class Broker:
             self.layout.save_vhosts(list(self.vhosts))
         except OSError as exc:  # the vhosts' directories say it as well
             log.error("cannot write %s: %s", self.layout.vhosts_file, exc)
-        self._delivered_marks = {}  # stores made from now on are new: nothing delivered
+        self.stores.delivered_marks = {}  # stores made from now on are new: nothing delivered
         if seed and new and not self.users.users:
             self.users.add_user(
                 self.config.default_user, self.config.default_password, ["administrator"]
@@ -644,11 +584,11 @@ class Broker:
         cap = self.config.max_connections
         return bool(cap) and len(self.connections) >= cap
 
-    # -- resource alarms (free disk, memory) -------------------------------------------------
+    # -- once a second: resource alarms, consumer timeouts, rates -------------------------
     def _check_disk(self) -> None:
         assert self._loop is not None
-        self.check_disk()
-        self.check_memory()
+        self.resource_alarms.check_disk()
+        self.resource_alarms.check_memory()
         self._disk_timer = self._loop.call_later(DISK_CHECK_INTERVAL, self._check_disk)
         self._check_consumer_timeouts()
         interval = self.config.collect_statistics_interval / 1000
@@ -684,117 +624,30 @@ class Broker:
         for conn in list(self.connections):
             conn.check_consumer_timeouts(now, default)
 
-    def check_disk(self) -> bool:
-        """Measure the free disk, raise or clear the free-disk alarm and give the
-        writers their budget: the bytes left above free_disk_min (docs/storage.md,
-        "Free-disk alarm"). True while the alarm is raised."""
-        limit = self.config.free_disk_min
-        budget = self.disk_budget
-        try:
-            free = shutil.disk_usage(self.data_dir).free
-        except OSError:
-            log.exception("cannot read free disk space of %s", self.data_dir)
-            budget.left = UNLIMITED  # measured again at the next check
-            return self.disk_alarm
-        # After a failed write the alarm holds until a write can succeed again.
-        alarm = free < limit or (self._write_failed and free < max(limit, 1))
-        if alarm != self.disk_alarm:
-            if alarm:
-                log.warning(
-                    "free disk %d bytes is below free_disk_min %d: blocking publishers",
-                    free,
-                    limit,
-                )
-            else:
-                log.info("free disk %d bytes is back above free_disk_min", free)
-                self._write_failed = False
-            self.set_alarm("disk", alarm)
-        # While the alarm is raised no publisher is read: no need to count.
-        budget.left = free - limit if limit and not alarm else UNLIMITED
-        return alarm
+    def _block_publishers(self, blocked: bool) -> None:
+        for conn in list(self.connections):
+            conn.set_blocked(blocked)
 
-    def _disk_budget_spent(self) -> None:
-        """A writer used up the budget (store/disk_budget.py): write out what this
-        loop turn buffered, so that the file system counts it, and measure again,
-        now; below free_disk_min the alarm blocks every publisher in this turn."""
-        self.disk_budget.left = UNLIMITED  # no second call while this one runs
+    def _flush_written(self) -> None:
         for vhost in self.vhosts.values():
             vhost.flush_written()
-        self.check_disk()
 
-    def _disk_write_failed(self, exc: BaseException) -> None:
-        """A write failed and was undone (store/disk_budget.py): raise the disk
-        alarm at once (from another thread: on the loop, as soon as it can)."""
-        loop = self._loop
-        if loop is None:
-            return
-        try:
-            on_loop = asyncio.get_running_loop() is loop
-        except RuntimeError:
-            on_loop = False
-        if not on_loop:
-            loop.call_soon_threadsafe(self._disk_write_failed, exc)
-            return
-        self._write_failed = True
-        self.disk_budget.left = UNLIMITED
-        if "disk" not in self.alarms:
-            log.warning("a write to the data directory failed (%s): blocking publishers", exc)
-            self.set_alarm("disk", True)
+    # -- what Node shows of the alarms (warren/alarms.py) ---------------------------------
+    @property
+    def disk_alarm(self) -> bool:
+        return self.resource_alarms.disk
 
-    def memory_limit(self) -> int:
-        """Bytes of memory the broker may use before the memory alarm is raised:
-        ``memory_high_watermark_absolute``, else that fraction of the RAM."""
-        absolute = self.config.memory_high_watermark_absolute
-        if absolute:
-            return absolute
-        return int(self.total_memory * self.config.memory_high_watermark)
+    @property
+    def mem_alarm(self) -> bool:
+        return self.resource_alarms.memory
 
-    def check_memory(self) -> bool:
-        """Sample the broker's memory use; raise the memory alarm above the limit and
-        clear it at or below (RabbitMQ's vm_memory_monitor: no hysteresis). A limit of
-        0 blocks every publisher, as a watermark of 0 does in RabbitMQ."""
-        try:
-            used = self.memory_reader()
-        except OSError:
-            log.exception("cannot read the broker's memory use")
-            return self.mem_alarm
-        limit = self.memory_limit()
-        self.mem_used = used
-        self.mem_limit = limit
-        known = bool(self.total_memory or self.config.memory_high_watermark_absolute)
-        alarm = known and used > limit
-        if alarm != self.mem_alarm:
-            if alarm:
-                log.warning(
-                    "memory use %d bytes is above the memory high watermark %d: "
-                    "blocking publishers",
-                    used,
-                    limit,
-                )
-            else:
-                log.info("memory use %d bytes is back below the memory high watermark", used)
-            self.set_alarm("memory", alarm)
-        return alarm
+    @property
+    def mem_used(self) -> int:
+        return self.resource_alarms.mem_used
 
-    def set_alarm(self, resource_name: str, raised: bool) -> None:
-        """Raise or clear one resource alarm; publishers are blocked when the first
-        is raised and unblocked when the last clears."""
-        was_blocking = bool(self.alarms)
-        if raised:
-            self.alarms.add(resource_name)
-        else:
-            self.alarms.discard(resource_name)
-        self.disk_alarm = "disk" in self.alarms
-        self.mem_alarm = "memory" in self.alarms
-        blocking = bool(self.alarms)
-        if blocking != was_blocking:
-            if not blocking:
-                log.info("every resource alarm cleared: unblocking publishers")
-            for conn in list(self.connections):
-                conn.set_blocked(blocking)
+    @property
+    def mem_limit(self) -> int:
+        return self.resource_alarms.mem_limit
 
     def blocked_reason(self) -> str:
-        """connection.blocked's reason, as RabbitMQ words it: "low on memory",
-        "low on disk", "low on memory & disk"."""
-        raised = [r for r in ALARM_RESOURCES if r in self.alarms]
-        return "low on " + " & ".join(raised)
+        return self.resource_alarms.blocked_reason()

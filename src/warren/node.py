@@ -99,11 +99,23 @@ class Node(Protocol):
     cluster_name: str
     #: Raised resource alarms ("memory", "disk"): while any is, publishers are blocked.
     alarms: set[str]
-    disk_alarm: bool
-    mem_alarm: bool
-    #: Bytes: the broker's memory use as last sampled, and the memory alarm's limit.
-    mem_used: int
-    mem_limit: int
+
+    @property
+    def disk_alarm(self) -> bool: ...
+
+    @property
+    def mem_alarm(self) -> bool: ...
+
+    @property
+    def mem_used(self) -> int:
+        """Bytes: the broker's memory use as last sampled."""
+        ...
+
+    @property
+    def mem_limit(self) -> int:
+        """Bytes: the memory alarm's limit."""
+        ...
+
     syncer: GroupSync | None
     #: In a cluster, the cluster's state as this (leading) node sees it
     #: (cluster/node.py's ClusterNode.status); None without clustering.

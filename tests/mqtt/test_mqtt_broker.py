@@ -499,8 +499,8 @@ def test_memory_alarm_pauses_publishers(mq: BrokerThread, clients: list[Client])
 
     def set_memory(used: int) -> bool:
         reading[0] = used
-        mq.broker.memory_reader = lambda: reading[0]
-        return mq.broker.check_memory()
+        mq.broker.resource_alarms.memory_reader = lambda: reading[0]
+        return mq.broker.resource_alarms.check_memory()
 
     sub = client(mq, clients, client_id="sub", protocol=V5)
     sub.connect()
@@ -509,7 +509,7 @@ def test_memory_alarm_pauses_publishers(mq: BrokerThread, clients: list[Client])
     pub.connect()
     pub.publish("alarm/a", b"before", qos=1)
     assert sub.next().payload == b"before"
-    limit = mq.call(mq.broker.memory_limit)
+    limit = mq.call(mq.broker.resource_alarms.memory_limit)
     assert mq.call(lambda: set_memory(limit + 1)) is True
     info = pub.paho.publish("alarm/b", b"during", qos=1)
     assert sub.nothing_more()
