@@ -68,6 +68,7 @@ COMPILED_MODULES = [
     "warren.mqtt.delivery",
     "warren.mqtt.mapping",
     "warren.mqtt.subscriptions",
+    "warren.mqtt.sync_acks",
     "warren.store.ack_files",
     "warren.store.disk_budget",
     "warren.store.records",

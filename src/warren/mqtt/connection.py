@@ -9,7 +9,8 @@ the unfinished packet's deadline are checked by `tick` (its bytes count
 against the broker's budget, unfinished.py). CONNECT is handled in
 connect.py; deliveries (core queue -> PUBLISH) are in delivery.py; the state
 shared between connections (takeover, stored sessions, retained messages,
-wills) in state.py; SUBSCRIBE and UNSUBSCRIBE in subscriptions.py.
+wills) in state.py; SUBSCRIBE and UNSUBSCRIBE in subscriptions.py; the
+acknowledgements that wait for the disk sync in sync_acks.py.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from warren.mqtt.packets import (
 from warren.mqtt.retained import RetainedMessage
 from warren.mqtt.session import MAX_AWAITING_RELEASE
 from warren.mqtt.subscriptions import Subscriptions
+from warren.mqtt.sync_acks import SyncedAcks
 from warren.mqtt.topics import MAX_TOPIC_BYTES, mqtt_to_amqp, too_long
 
 if TYPE_CHECKING:
@@ -111,12 +113,8 @@ class MQTTConnection(Subscriptions):
         #: A refused CONNECT waiting out its delay: input is ignored meanwhile.
         self.refusing = False
         self.alias_max_in = 0
-        # Publish acknowledgements waiting for a disk sync, in arrival order: the
-        # newest batch, its write generation and stores (store/disk_budget.py).
-        self._sync_batch: list[bytes] | None = None
-        self._sync_gen = -1
-        self._sync_stores: list[Any] = []
-        self._waiting_batches = 0
+        #: Publish acknowledgements waiting for a disk sync (sync_acks.py).
+        self.synced_acks = SyncedAcks(self)
         #: Bytes of an unfinished packet the decoder holds (state.unfinished counts
         #: them against the broker's budget), and since when (ms; None: none).
         self._unfinished = 0
@@ -622,11 +620,9 @@ class MQTTConnection(Subscriptions):
                         durable.append(store.log)
         syncer = self.node.syncer
         if durable and syncer is not None and syncer.enabled:
-            self._ack_after_sync(ack, durable, syncer)
-        elif self._sync_batch is not None:
-            self._sync_batch.append(ack)  # after those still waiting: acks keep their order
+            self.synced_acks.after_sync(ack, durable, syncer)
         else:
-            self.send(ack)
+            self.synced_acks.send(ack)
 
     def _refuse_publish(self, qos: int, pid: int | None, topic: str, code: int) -> None:
         # A warning for the first refusal, debug lines after it: a client retrying in
@@ -647,62 +643,6 @@ class MQTTConnection(Subscriptions):
         elif qos == 2:
             self.send(encode(PubRec(pid or 0, code), MQTT_5))
 
-    def _ack_after_sync(self, ack: bytes, stores: list[Any], syncer: Any) -> None:
-        """Send ``ack`` once the stores are synced, after the acks before it: in a
-        batch of one write generation and one set of stores (a failed write-out
-        then refuses exactly the publishes it dropped, amqp/confirms.py's way)."""
-        gen = syncer.gen
-        batch = self._sync_batch
-        if batch is None or self._sync_gen != gen or stores != self._sync_stores:
-            new: list[bytes] = [ack]
-            self._sync_batch = new
-            self._sync_gen = gen
-            self._sync_stores = stores
-            self._waiting_batches += 1
-            syncer.after_sync(stores, lambda ok: self._synced(new, ok))
-        else:
-            batch.append(ack)
-
-    def _synced(self, batch: list[bytes], ok: bool) -> None:
-        self._waiting_batches -= 1
-        if self._sync_batch is batch:
-            self._sync_batch = None
-        if self.closed:
-            return
-        if ok:
-            for ack in batch:
-                self.send(ack)
-        elif self.level == MQTT_5:
-            log.warning(
-                "%s: %d publishes could not be stored (disk full?): refused (quota exceeded)",
-                self.name,
-                len(batch),
-            )
-            for ack in batch:
-                self.send(self._refused(ack))
-        else:
-            # MQTT 3.1.1 cannot refuse a publish: close, and the client sends its
-            # unacknowledged publishes again when it reconnects.
-            log.warning(
-                "%s: %d publishes could not be stored (disk full?): closing, the "
-                "client sends them again",
-                self.name,
-                len(batch),
-            )
-            self.disconnect(P.UNSPECIFIED_ERROR, "could not store the message")
-
-    def _refused(self, ack: bytes) -> bytes:
-        """The MQTT 5 refusal (quota exceeded) of a PUBACK or PUBREC an ack was."""
-        pid = (ack[2] << 8) | ack[3]
-        if len(ack) > 4 and ack[4] >= 0x80:
-            return ack  # refused already
-        if ack[0] >> 4 == 4:
-            return encode(PubAck(pid, P.QUOTA_EXCEEDED), MQTT_5)
-        session = self.session
-        if session is not None:
-            session.awaiting_release.discard(pid)  # no PUBREL comes for a refusal
-        return encode(PubRec(pid, P.QUOTA_EXCEEDED), MQTT_5)
-
     def _release(self, pid: int) -> None:
         session = self.session
         assert session is not None
@@ -718,12 +658,9 @@ class MQTTConnection(Subscriptions):
                     # PUBCOMP frees the packet id for a new message: if the release were
                     # lost to a power cut, the id would still await release after the
                     # restart and that new message would be taken for a resend, dropped.
-                    self._ack_after_sync(comp, [store.log], syncer)
+                    self.synced_acks.after_sync(comp, [store.log], syncer)
                     return
-            if self._sync_batch is not None:
-                self._sync_batch.append(comp)  # after the acks still waiting: in order
-            else:
-                self.send(comp)
+            self.synced_acks.send(comp)
         else:
             self.send(encode(PubComp(pid, P.PACKET_IDENTIFIER_NOT_FOUND), self.level))
 
