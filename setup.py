@@ -72,6 +72,8 @@ COMPILED_MODULES = [
     "warren.store.ack_files",
     "warren.store.disk_budget",
     "warren.store.records",
+    "warren.store.requeued",
+    "warren.store.segment_cursor",
     "warren.store.segment_damage",
     "warren.store.segment_files",
     "warren.store.segment_log",

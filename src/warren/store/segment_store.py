@@ -1,15 +1,17 @@
 """A classic queue's view of a segment log: one read cursor, acks and requeues.
 
 Messages are appended as records to the queue's segment log
-(warren.store.segment_log) and read back sequentially through a memory map, so
-the broker keeps no Python object per ready message: RAM stays flat however
-long the queue grows, and the kernel decides what stays cached. Every record's
-CRC is checked as it is read: one damaged on disk is kept aside and stepped
-over, never served (store/segment_damage.py). Acknowledgements are appended
-as u32 record offsets to ``acks.<id>`` next to the log's ``msgs.<id>``, in
-checksummed batches (store/ack_files.py); a segment whose records are all acknowledged is
-dropped from the log. The files and their durability are SegmentFiles', the
-base class (store/segment_files.py); what a store finds when it opens is
+(warren.store.segment_log) and read back sequentially through a memory map by
+one cursor (store/segment_cursor.py), so the broker keeps no Python object per
+ready message: RAM stays flat however long the queue grows, and the kernel
+decides what stays cached. Every record's CRC is checked as it is read: one
+damaged on disk is kept aside and stepped over, never served
+(store/segment_damage.py). Messages that consumers give back wait in memory
+(store/requeued.py). Acknowledgements are appended as u32 record offsets to
+``acks.<id>`` next to the log's ``msgs.<id>``, in checksummed batches
+(store/ack_files.py); a segment whose records are all acknowledged is dropped
+from the log. The files and their durability are SegmentFiles', the base class
+(store/segment_files.py); what a store finds when it opens is
 store/segment_recovery.py's. docs/storage.md describes the formats, recovery
 and durability in full.
 
@@ -21,9 +23,6 @@ bookkeeping), so the per-message append/shift/ack paths take no lock.
 
 from __future__ import annotations
 
-import bisect
-import contextlib
-import heapq
 import logging
 import mmap
 import time
@@ -35,14 +34,14 @@ from warren.core.message import Message, MessageRun
 from warren.core.store import StoredRun
 from warren.store.records import (
     FILE_HEADER_SIZE,
-    MIN_RECORD_SIZE,
     CorruptRecord,
     decode_record,
     encode_message_record,
     encode_run,
 )
-from warren.store.segment_damage import structure_length
-from warren.store.segment_files import NO_SKIP, SegmentFiles, SegmentState, count_lost
+from warren.store.requeued import RequeuedMessages
+from warren.store.segment_cursor import SegmentCursor, log_end
+from warren.store.segment_files import SegmentFiles, SegmentState, count_lost
 from warren.store.segment_log import OFFSET_MASK, SEQ_BITS
 from warren.store.segment_recovery import (
     keep_unreadable,
@@ -86,24 +85,16 @@ class SegmentStore(SegmentFiles):
         super().__init__(directory, segment_size)
         # The segment the log appends to (its counters), None until the first append.
         self._wseg: SegmentState | None = None
-        # Reading: a cursor into the oldest segment with unread records. The map is
-        # open only while that segment has something left to read.
-        self._rseg: SegmentState | None = None
-        self._rpos = 0
-        self._rmap: mmap.mmap | None = None
-        self._rend = 0
-        self._skip: array[int] | None = None
-        self._skip_i = 0
+        # Reading: a cursor into the oldest segment with unread records.
+        self._cursor = SegmentCursor(self._log)
         # A record peek() decoded at the cursor, for the next shift(): (seq, message,
         # record length).
         self._peeked: tuple[int, Message, int] | None = None
         # shift() must leave its fast path: a skip list, removed records or a peeked
         # record in the cursor's segment (kept by _set_detour()).
         self._detour = False
-        # Requeued messages by seq, and their seqs as a heap (bounded by prefetch). A
-        # seq taken out by remove_ready() stays in the heap until it reaches the top.
-        self._requeued: dict[int, Message] = {}
-        self._requeued_heap: list[int] = []
+        # Messages given back by consumers, ready again ahead of the log's.
+        self._requeued = RequeuedMessages()
         self._ready_count = 0
         self._ready_bytes = 0
         # Where failed write-outs cut segments off (segment id -> first lost offset):
@@ -121,7 +112,7 @@ class SegmentStore(SegmentFiles):
         # and peek() say redelivered for them (those appended from now on sit above).
         # While the cursor may meet such records, shift() leaves its fast path
         # (_shift_redelivering), which then needs no check of its own.
-        end = self._log_end()
+        end = log_end(self._log, self._segs)
         self._redelivered_below = end if delivered_mark is None else min(delivered_mark, end)
         self._redelivering = self._ready_count > 0 and self._redelivered_below > 0
         self._set_detour()
@@ -183,9 +174,10 @@ class SegmentStore(SegmentFiles):
         seq = self.append(msg)
         seg = self._wseg
         assert seg is not None
-        if self._rseg is not seg:
+        cursor = self._cursor
+        if cursor.seg is not seg:
             self._enter(seg)
-        self._rpos = self._log.write_pos
+        cursor.pos = self._log.write_pos
         b = len(msg.body)
         seg.unread -= 1
         seg.unread_bytes -= b
@@ -217,9 +209,10 @@ class SegmentStore(SegmentFiles):
         if seg is None or seg.id != sid:
             seg = self._start_segment(sid)
         seg.records += stop - start
-        if self._rseg is not seg:
+        cursor = self._cursor
+        if cursor.seg is not seg:
             self._enter(seg)
-        self._rpos = log.write_pos
+        cursor.pos = log.write_pos
         self._dirty = True
         return StoredRun(sid, offsets, sizes, persistent)
 
@@ -238,19 +231,16 @@ class SegmentStore(SegmentFiles):
 
     def shift(self) -> tuple[int, Message, bool] | None:
         requeued = self._requeued
-        if requeued:
-            heap = self._requeued_heap
-            seq = heapq.heappop(heap)
-            while seq not in requeued:  # taken out by remove_ready
-                seq = heapq.heappop(heap)
-            msg = requeued.pop(seq)
+        if requeued.by_seq:
+            seq, msg = requeued.pop()
             self._ready_count -= 1
             self._ready_bytes -= len(msg.body)
             return seq, msg, True
+        cursor = self._cursor
         while self._ready_count:
-            m = self._rmap
-            pos = self._rpos
-            if m is None or pos >= self._rend or self._detour:
+            m = cursor.map
+            pos = cursor.pos
+            if m is None or pos >= cursor.end or self._detour:
                 if self._peeked is not None:
                     return self._take_peeked()
                 if self._redelivering:
@@ -258,21 +248,21 @@ class SegmentStore(SegmentFiles):
                 m, pos = self._locate()
                 if m is None:
                     continue  # the segment turned out unreadable; counts were adjusted
-            seg = self._rseg
+            seg = cursor.seg
             assert seg is not None
             try:
-                msg, length = decode_record(m, pos, self._rend, True)
+                msg, length = decode_record(m, pos, cursor.end, True)
             except CorruptRecord:
                 self._damaged(seg, pos)
                 continue
-            self._rpos = pos + length
+            cursor.pos = pos + length
             b = len(msg.body)
             seg.unread -= 1
             seg.unread_bytes -= b
             self._ready_count -= 1
             self._ready_bytes -= b
             if not seg.unread:
-                self._close_map()  # fully read for now: hold no map while idle
+                cursor.close_map()  # fully read for now: hold no map while idle
             return (seg.id << 32) | pos, msg, False
         return None
 
@@ -329,8 +319,7 @@ class SegmentStore(SegmentFiles):
             if start is not None and seq & _OFFSET_MASK >= start:
                 self.ack(seq)  # never stored (its publisher got a nack): gone
                 return
-        self._requeued[seq] = msg
-        heapq.heappush(self._requeued_heap, seq)
+        self._requeued.add(seq, msg)
         self._ready_count += 1
         self._ready_bytes += len(msg.body)
 
@@ -338,11 +327,9 @@ class SegmentStore(SegmentFiles):
         """The message shift() returns next, left in place. A record read from the
         file is kept for that shift(), which then does not decode it again."""
         requeued = self._requeued
-        if requeued:
-            heap = self._requeued_heap
-            while heap[0] not in requeued:  # taken out by remove_ready
-                heapq.heappop(heap)
-            return heap[0], requeued[heap[0]], True
+        if requeued.by_seq:
+            seq, msg = requeued.first()
+            return seq, msg, True
         peeked = self._peeked
         if peeked is not None:
             return peeked[0], peeked[1], peeked[0] < self._redelivered_below
@@ -350,10 +337,10 @@ class SegmentStore(SegmentFiles):
             m, pos = self._locate()
             if m is None:
                 continue
-            seg = self._rseg
+            seg = self._cursor.seg
             assert seg is not None
             try:
-                msg, length = decode_record(m, pos, self._rend, True)
+                msg, length = decode_record(m, pos, self._cursor.end, True)
             except CorruptRecord:
                 self._damaged(seg, pos)
                 continue
@@ -366,11 +353,12 @@ class SegmentStore(SegmentFiles):
     def _take_peeked(self) -> tuple[int, Message, bool]:
         """shift() of the record peek() decoded: it sits at the cursor."""
         peeked = self._peeked
-        seg = self._rseg
+        cursor = self._cursor
+        seg = cursor.seg
         assert peeked is not None and seg is not None
         seq, msg, length = peeked
         self._peeked = None
-        self._rpos = (seq & _OFFSET_MASK) + length
+        cursor.pos = (seq & _OFFSET_MASK) + length
         b = len(msg.body)
         seg.unread -= 1
         seg.unread_bytes -= b
@@ -378,7 +366,7 @@ class SegmentStore(SegmentFiles):
         self._ready_bytes -= b
         self._set_detour()
         if not seg.unread:
-            self._close_map()
+            cursor.close_map()
         return seq, msg, seq < self._redelivered_below
 
     def remove_ready(self, seq: int) -> Message | None:
@@ -389,12 +377,9 @@ class SegmentStore(SegmentFiles):
         until the cursor steps over it. O(1) apart from reading the record (from the
         read map when it covers it, else one pread). None when ``seq`` is not ready.
         """
-        requeued = self._requeued
-        if requeued:
-            msg = requeued.pop(seq, None)
+        if self._requeued.by_seq:
+            msg = self._requeued.take(seq)
             if msg is not None:
-                if not requeued:
-                    self._requeued_heap.clear()
                 self._ready_count -= 1
                 self._ready_bytes -= len(msg.body)
                 self.ack(seq)
@@ -403,42 +388,28 @@ class SegmentStore(SegmentFiles):
         off = seq & _OFFSET_MASK
         if seg is None or not seg.unread or off < FILE_HEADER_SIZE:
             return None
-        rseg = self._rseg
-        if rseg is not None and (seg.id < rseg.id or (seg is rseg and off < self._rpos)):
-            return None  # behind the cursor: shifted (acked or not), or purged
-        removed = seg.removed
-        if removed is not None and off in removed:
+        cursor = self._cursor
+        if cursor.passed(seg, off):
+            return None  # shifted (acked or not), or purged
+        if cursor.is_dead(seg, off):
             return None
-        skip = seg.skip
-        if skip is not None:
-            i = bisect.bisect_left(skip, off)
-            if i < len(skip) and skip[i] == off:
-                return None  # dead since before the last restart
         peeked = self._peeked
         if peeked is not None and peeked[0] == seq:
             self._peeked = None
-            msg, length = peeked[1], peeked[2]
-            self._rpos = off + length
+            msg = peeked[1]
+            cursor.pos = off + peeked[2]
         else:
-            found = self._read_record(seg, off)
+            found = cursor.read_at(seg, off)
             if found is None:
                 return None
             msg, length = found
-            if seg is rseg and off == self._rpos:
-                self._rpos = off + length
-            else:
-                if removed is None:
-                    removed = seg.removed = set()
-                    seg.removed_max = 0
-                removed.add(off)
-                if off > seg.removed_max:
-                    seg.removed_max = off
+            cursor.take_out(seg, off, length)
         b = len(msg.body)
         seg.unread -= 1
         seg.unread_bytes -= b
         self._ready_count -= 1
         self._ready_bytes -= b
-        if seg is rseg:
+        if seg is cursor.seg:
             self._set_detour()
         elif not seg.unread and seg is not self._wseg:
             # Nothing left to read there and nothing will be appended: the cursor
@@ -446,19 +417,6 @@ class SegmentStore(SegmentFiles):
             seg.removed = None
         self.ack(seq)
         return msg
-
-    def _read_record(self, seg: SegmentState, off: int) -> tuple[Message, int] | None:
-        """Decode the record at ``off`` of ``seg``, CRC included; None if there is none."""
-        if seg is self._rseg and self._rmap is not None and off < self._rend:
-            with contextlib.suppress(CorruptRecord):
-                return decode_record(self._rmap, off, self._rend, True)
-        data = self._log.read((seg.id << 32) | off)
-        if data is None:
-            return None
-        try:
-            return decode_record(data, 0, len(data), True)
-        except CorruptRecord:
-            return None
 
     def scan_ready(self) -> Iterator[tuple[int, int, bytes]]:
         """(seq, timestamp, raw properties) of each ready message, in shift order.
@@ -468,30 +426,25 @@ class SegmentStore(SegmentFiles):
         building Message objects or checking CRCs (recovery did). Do not change the
         store while iterating.
         """
-        if self._requeued:
-            requeued = self._requeued
-            for seq in sorted(requeued):
-                msg = requeued[seq]
-                yield seq, msg.timestamp, msg.properties
-        rseg = self._rseg
+        for seq, msg in self._requeued.in_order():
+            yield seq, msg.timestamp, msg.properties
+        cursor = self._cursor
         for seg in list(self._segs.values()):
-            if not seg.unread or (rseg is not None and seg.id < rseg.id):
-                continue
-            start = self._rpos if seg is rseg else FILE_HEADER_SIZE
-            yield from scan_segment(self._log, seg, max(start, FILE_HEADER_SIZE))
+            start = cursor.ready_from(seg)
+            if seg.unread and start <= OFFSET_MASK:  # not behind the cursor
+                yield from scan_segment(self._log, seg, max(start, FILE_HEADER_SIZE))
 
     def purge(self) -> int:
         n = self._ready_count
         if not n:
             return 0
-        requeued, self._requeued = self._requeued, {}
-        self._requeued_heap = []
-        for seq, msg in requeued.items():
+        for seq, msg in self._requeued.clear().items():
             self._ready_count -= 1
             self._ready_bytes -= len(msg.body)
             self.ack(seq)
         self._peeked = None
-        rseg = self._rseg
+        cursor = self._cursor
+        rseg = cursor.seg
         for seg in list(self._segs.values()):
             if seg.unread:
                 if seg is rseg and seg.records - seg.dead - seg.unread > 0:
@@ -506,15 +459,14 @@ class SegmentStore(SegmentFiles):
             seg.removed = None
         self._ready_count = 0
         self._ready_bytes = 0
-        self._close_map()
-        self._skip = None
+        cursor.close_map()
+        cursor.skip = None
         self._redelivering = False  # nothing below the mark is left to read
         self._detour = False
         for seg in list(self._segs.values()):
             if seg.dead >= seg.records:
                 self._drop_segment(seg)  # the write segment too: dropped unwritten
-        self._rseg = self._wseg
-        self._rpos = self._log.write_pos if self._wseg is not None else 0
+        cursor.reset(self._wseg, self._log.write_pos if self._wseg is not None else 0)
         self._dirty = True
         if len(self._acks) >= _ACK_BATCH:
             with self._lock:
@@ -528,30 +480,9 @@ class SegmentStore(SegmentFiles):
         store opened with). Nothing for a store without records."""
         if not self._segs:
             return {}
-        return {self._dir: max(self._cursor_seq(), self._redelivered_below)}
-
-    def _cursor_seq(self) -> int:
-        """Where the read cursor stands: the seq of the next record it reads, or
-        the log's end when nothing is left to read."""
-        peeked = self._peeked
-        if peeked is not None:
-            return peeked[0]
-        seg = self._rseg
-        if seg is not None and seg.unread and seg.id in self._segs:
-            return (seg.id << 32) | self._rpos
-        after = seg.id if seg is not None else 0
-        for s in self._segs.values():  # by ascending id
-            if s.unread and s.id > after:
-                return s.id << 32
-        return self._log_end()
-
-    def _log_end(self) -> int:
-        """The seq the next append gets at the earliest: above every record."""
-        log_ = self._log
-        if log_.write_id:
-            return (log_.write_id << 32) | log_.write_pos
-        highest = max(self._segs, default=0)
-        return (highest + 1) << 32
+        peeked = self._peeked  # a peeked record is where the cursor stands
+        cursor_seq = peeked[0] if peeked is not None else self._cursor.next_seq(self._segs)
+        return {self._dir: max(cursor_seq, self._redelivered_below)}
 
     def close(self, sync: bool = True) -> None:
         """Write everything out (and fdatasync it unless ``sync`` is False), release files."""
@@ -567,7 +498,7 @@ class SegmentStore(SegmentFiles):
             with self._lock:
                 self._log.close_locked()
             self._log.report_losses()
-            self._close_map()
+            self._cursor.close_map()
             if self._acks:
                 log.error(
                     "%s: %d acks could not be written: those messages will be "
@@ -581,13 +512,12 @@ class SegmentStore(SegmentFiles):
         with self._lock:
             self._acks.clear()
         self._log.delete()
-        self._close_map()
+        self._cursor.leave()
         self._segs.clear()
         self._requeued.clear()
-        self._requeued_heap.clear()
         self._peeked = None
         self._redelivering = self._detour = False
-        self._wseg = self._rseg = None
+        self._wseg = None
         self._ready_count = self._ready_bytes = 0
 
     # -- writing --------------------------------------------------------------------------
@@ -601,13 +531,7 @@ class SegmentStore(SegmentFiles):
         seg = self._segs.get(segment_id)
         if seg is None:
             return 0
-        rseg = self._rseg
-        if seg is rseg:
-            ready_from = self._rpos
-        elif rseg is None or rseg.id < seg.id:
-            ready_from = FILE_HEADER_SIZE
-        else:
-            ready_from = OFFSET_MASK + 1  # the cursor is past it: nothing ready there
+        ready_from = self._cursor.ready_from(seg)
         records, ready, ready_bytes = count_lost(data, start, ready_from, seg.removed)
         if ready > seg.unread:  # a purged or abandoned segment: nothing ready to take out
             ready, ready_bytes = seg.unread, seg.unread_bytes
@@ -632,10 +556,8 @@ class SegmentStore(SegmentFiles):
 
     def _drop_segment(self, seg: SegmentState) -> None:
         """Delete a fully acknowledged segment (messages first, so acks never go missing)."""
-        if seg is self._rseg:
-            self._close_map()
-            self._rseg = None
-            self._skip = None
+        if seg is self._cursor.seg:
+            self._cursor.leave()
             self._peeked = None
             self._set_detour()
         with self._lock:
@@ -650,39 +572,17 @@ class SegmentStore(SegmentFiles):
             self._log.unlink(self._acks_path(seg.id))
         self._lost_from.pop(seg.id, None)
 
-    # -- reading --------------------------------------------------------------------------
-    def _close_map(self) -> None:
-        m, self._rmap = self._rmap, None
-        self._rend = 0
-        if m is not None:
-            m.close()  # no views into it survive a read: see records.decode_record
-
-    def _map(self, seg: SegmentState) -> None:
-        """Map ``seg`` in full (after pushing buffered appends to the file)."""
-        self._close_map()
-        m = self._log.map(seg.id)
-        if m is not None:
-            self._rmap = m
-            self._rend = len(m)
-
+    # -- reading (the cursor: store/segment_cursor.py) ------------------------------------
     def _enter(self, seg: SegmentState) -> None:
-        self._close_map()
-        old = self._rseg
-        if old is not None:
-            old.skip = None
-            old.gaps = None
-            old.removed = None
-        self._rseg = seg
-        self._rpos = FILE_HEADER_SIZE
-        self._skip = seg.skip
-        self._skip_i = 0
+        self._cursor.enter(seg)
         self._set_detour()
 
     def _set_detour(self) -> None:
-        seg = self._rseg
+        cursor = self._cursor
+        seg = cursor.seg
         self._detour = (
             self._peeked is not None
-            or self._skip is not None
+            or cursor.skip is not None
             or (seg is not None and seg.removed is not None)
             or self._redelivering
         )
@@ -695,8 +595,9 @@ class SegmentStore(SegmentFiles):
         """
         if self._log.closed:
             raise ValueError(f"{self!r} is closed")
+        cursor = self._cursor
         while True:
-            seg = self._rseg
+            seg = cursor.seg
             if seg is None or not seg.unread or seg.id not in self._segs:
                 nxt = None
                 for s in self._segs.values():
@@ -708,64 +609,33 @@ class SegmentStore(SegmentFiles):
                     log.error(
                         "%s: ready count %d but nothing to read", self._dir, self._ready_count
                     )
-                    self._ready_count = len(self._requeued)
-                    self._ready_bytes = sum(len(m.body) for m in self._requeued.values())
+                    self._ready_count = len(self._requeued.by_seq)
+                    self._ready_bytes = self._requeued.body_bytes()
                     return None, 0
                 self._enter(nxt)
                 seg = nxt
-            m = self._rmap
-            if m is None or self._rpos >= self._rend:
+            m = cursor.map
+            if m is None or cursor.pos >= cursor.end:
                 try:
-                    self._map(seg)
+                    cursor.map_segment(seg)
                 except OSError as exc:
-                    if seg is self._rseg and seg.unread:  # not a failed write-out's drop
+                    if seg is cursor.seg and seg.unread:  # not a failed write-out's drop
                         self._abandon_segment(seg, f"cannot map: {exc}")
                     return None, 0
-                m = self._rmap
-                if m is None or self._rpos >= self._rend:
-                    if seg is self._rseg and seg.unread:
+                m = cursor.map
+                if m is None or cursor.pos >= cursor.end:
+                    if seg is cursor.seg and seg.unread:
                         self._abandon_segment(seg, "file shorter than its records")
                     return None, 0
-            removed = seg.removed
-            if self._skip is None and removed is None:
+            if cursor.skip is None and seg.removed is None:
                 self._detour = self._redelivering  # callers hold no peeked record
-                return m, self._rpos
-            # Step over dead records: recovered ones (skip, sorted; damaged ranges
-            # among them end where gaps says) and removed ones.
-            skip = self._skip if self._skip is not None else NO_SKIP
-            gaps = seg.gaps
-            pos = self._rpos
-            end = self._rend
-            i = self._skip_i
-            n = len(skip)
-            step = 1
-            while pos < end:
-                while i < n and skip[i] < pos:
-                    i += 1
-                if i < n and skip[i] == pos:
-                    step = gaps[pos] - pos if gaps is not None and pos in gaps else 0
-                    if not step:
-                        step = structure_length(m, pos, end)
-                elif removed is not None and pos in removed:
-                    removed.discard(pos)
-                    step = structure_length(m, pos, end)
-                else:
-                    break
-                if not step:  # a dead record damaged since: step over it as over any
-                    break
-                pos += step
-            self._rpos = pos
-            if pos < end and not step:
-                self._damaged(seg, pos)
+                return m, cursor.pos
+            if not cursor.step_over_dead():
+                self._damaged(seg, cursor.pos)
                 continue
-            self._skip_i = i
-            if i >= n:
-                self._skip = seg.skip = None
-            if removed is not None and (not removed or pos > seg.removed_max):
-                seg.removed = None  # every removed record is behind the cursor now
             self._set_detour()
-            if pos < end:
-                return m, pos
+            if cursor.pos < cursor.end:
+                return m, cursor.pos
 
     def _abandon_segment(self, seg: SegmentState, reason: str) -> None:
         """Give up on the unread rest of a segment that cannot be read (never expected:
@@ -783,10 +653,10 @@ class SegmentStore(SegmentFiles):
         seg.unread = 0
         seg.unread_bytes = 0
         seg.removed = None
-        if seg is self._rseg:
+        if seg is self._cursor.seg:
             self._peeked = None
             self._set_detour()
-        self._close_map()
+        self._cursor.close_map()
         if seg is self._wseg:
             self._retire_write_segment()  # do not append after damage
         if seg.dead >= seg.records:
@@ -798,58 +668,33 @@ class SegmentStore(SegmentFiles):
         aside and never served, the cursor steps over them to the next record
         that checks out, and what is left to read is counted again."""
         self._peeked = None
+        cursor = self._cursor
         try:
-            self._map(seg)  # the whole file, appends flushed
+            cursor.map_segment(seg)  # the whole file, appends flushed
         except OSError as exc:
             self._abandon_segment(seg, f"cannot map: {exc}")
             return
-        m = self._rmap
-        if m is None or pos >= self._rend:
+        m = cursor.map
+        if m is None or pos >= cursor.end:
             self._abandon_segment(seg, "file shorter than its records")
             return
-        lost, lost_bytes = step_over_damage(self._log, seg, m, pos, self._rend, self._skip)
+        lost, lost_bytes = step_over_damage(self._log, seg, m, pos, cursor.end, cursor.skip)
         self._ready_count -= lost
         self._ready_bytes -= lost_bytes
         if seg.gaps is None or pos not in seg.gaps:  # never expected: do not loop on it
             self._abandon_segment(seg, f"record at offset {pos} does not read back")
             return
-        self._rpos = pos
-        self._skip = seg.skip
-        self._skip_i = 0
+        cursor.restart_at(pos)
         self._set_detour()
         if not seg.unread:
-            self._close_map()
+            cursor.close_map()
             if seg.dead >= seg.records and seg is not self._wseg:
                 self._drop_segment(seg)
 
     def _ack_unread(self, seg: SegmentState) -> None:
         """Ack every unread record of the read segment (purge with unacked neighbours)."""
-        self._map(seg)
-        m = self._rmap
-        left = seg.unread
-        if m is None:
-            seg.dead += left
-            return
-        pos = self._rpos
-        skip = self._skip
-        gaps = seg.gaps
-        removed = seg.removed
-        i = self._skip_i
-        while left and pos < self._rend:
-            if gaps is not None and pos in gaps:
-                pos = gaps[pos]  # damaged bytes, kept aside: no record to ack
-                continue
-            length = int.from_bytes(m[pos : pos + 4], "big")
-            if length < MIN_RECORD_SIZE:
-                break  # cannot happen for validated data; stop rather than spin
-            while skip is not None and i < len(skip) and skip[i] < pos:
-                i += 1
-            if (skip is None or i >= len(skip) or skip[i] != pos) and (
-                removed is None or pos not in removed
-            ):
-                self._acks.append((seg.id << 32) | pos)
-                seg.dead += 1
-                left -= 1
-            pos += length
-        seg.dead += left  # only if the file disagreed with the counters
-        self._close_map()
+        base = seg.id << 32
+        acks = self._acks
+        for off in self._cursor.live_ahead(seg.unread):
+            acks.append(base | off)
+        seg.dead += seg.unread  # the file disagreeing with the counters included
