@@ -20,6 +20,7 @@ import pytest
 
 from warren import Broker, Config
 from warren.amqp.server import AMQPListener
+from warren.store.damage import DamagedFile
 
 T = TypeVar("T")
 
@@ -128,6 +129,30 @@ def start_broker(data_dir: Path, **settings: Any) -> BrokerThread:
     settings.setdefault("auth_failures_per_minute", 0)
     config = Config(data_dir=str(data_dir), amqp_port=0, **settings)
     return BrokerThread(config).start()
+
+
+def refused_start(data_dir: Path, **settings: Any) -> DamagedFile:
+    """Start a broker on a damaged data dir that must refuse: the DamagedFile it
+    raised (store/damage.py)."""
+    settings.setdefault("http_port", 0)
+    settings.setdefault("mqtt_port", 0)
+    b = BrokerThread(Config(data_dir=str(data_dir), amqp_port=0, **settings))
+    try:
+        with pytest.raises(DamagedFile) as info:
+            b.start()
+    finally:
+        b.stop()
+    return info.value
+
+
+def data_tree(root: Path) -> dict[str, bytes]:
+    """Every file under a data directory but its lock, with its content: what a
+    refused start must leave exactly as it was."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
 
 
 @pytest.fixture

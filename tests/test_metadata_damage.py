@@ -18,38 +18,15 @@ from typing import Any
 import pika
 import pika.exceptions
 import pytest
-from conftest import BrokerThread, start_broker
+from conftest import BrokerThread, data_tree, refused_start, start_broker
+from diskhelp import fill, tmpfs
 from pikahelp import can_login, connect, drain
 
-from warren import Config
 from warren.cli import main as warren_main
-from warren.store.damage import DamagedFile
 from warren.store.definitions import decode_line, encode_line
 from warren.store.layout import hashed
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
-
-
-def refused_start(data_dir: Path, **settings: Any) -> DamagedFile:
-    """Start a broker that must refuse: the DamagedFile it raised."""
-    settings.setdefault("http_port", 0)
-    settings.setdefault("mqtt_port", 0)
-    b = BrokerThread(Config(data_dir=str(data_dir), amqp_port=0, **settings))
-    try:
-        with pytest.raises(DamagedFile) as info:
-            b.start()
-    finally:
-        b.stop()
-    return info.value
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    """Every file under ``root`` but the lock, with its content."""
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != ".lock"
-    }
 
 
 def fill_queues(b: BrokerThread, queues: list[str], count: int = 5) -> None:
@@ -109,13 +86,13 @@ def test_a_flipped_byte_in_the_definitions_log_refuses_the_start_and_deletes_not
     assert damaged != lines[number]
     lines[number] = damaged
     defs_path(data).write_bytes(b"\n".join(lines) + b"\n")
-    before = tree(data)
+    before = data_tree(data)
 
     exc = refused_start(data)
     assert exc.path == defs_path(data)
     assert f"line {number + 1}: checksum mismatch" in str(exc)
     assert "damaged_metadata = set-aside" in str(exc)
-    assert tree(data) == before  # not a byte changed, not a file deleted
+    assert data_tree(data) == before  # not a byte changed, not a file deleted
 
     b = start_broker(data, damaged_metadata="set-aside")
     try:
@@ -249,11 +226,11 @@ def test_a_truncated_users_file_never_brings_back_the_default_user(tmp_path: Pat
     users = data / "users.json"
     raw = users.read_bytes()
     users.write_bytes(raw[: len(raw) // 2])
-    before = tree(data)
+    before = data_tree(data)
 
     exc = refused_start(data)
     assert exc.path == users
-    assert tree(data) == before  # not rewritten
+    assert data_tree(data) == before  # not rewritten
 
     b = start_broker(data, damaged_metadata="set-aside")
     try:
@@ -391,35 +368,8 @@ def test_checksummed_lines_round_trip() -> None:
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A 4 MiB tmpfs of the test's own, to fill up (root only)."""
-    import subprocess
-
-    mount = tmp_path / "fs"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "fs", 4 * 1024 * 1024) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def fill(path: Path) -> None:
-    """Write to ``path`` until the file system is full."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    try:
-        for size in (65536, 4096, 512, 1):
-            try:
-                while True:
-                    os.write(fd, b"\0" * size)
-            except OSError:
-                pass
-    finally:
-        os.close(fd)
 
 
 def test_a_declare_that_cannot_be_stored_on_a_full_disk_changes_nothing(small_fs: Path) -> None:

@@ -14,13 +14,12 @@ them again, or deletes them once they are known to be unwanted:
 from __future__ import annotations
 
 import argparse
-import fcntl
 import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from warren.config import Config, ConfigError
+from warren.offline import add_location_arguments, config_from, data_dir_lock
 from warren.store import orphans as orphans_mod
 from warren.store.damage import DamagedFile
 from warren.store.definitions import DefinitionsLog
@@ -35,8 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="List, restore or delete the queue and exchange directories of a "
         "stopped broker's data directory that no definition claims.",
     )
-    p.add_argument("-c", "--config", metavar="FILE", help="the broker's INI file")
-    p.add_argument("-D", "--data-dir", metavar="DIR", help="the data directory ([main] data_dir)")
+    add_location_arguments(p)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("list", help="list them: vhost, kind, name, bytes, directory")
     for name, what in (
@@ -79,22 +77,15 @@ def _restore(orphan: Orphan) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """0: done; 1: refused (a running broker, damage, nothing to act on); 2: usage."""
     args = build_parser().parse_args(argv)
-    try:
-        config = Config.from_ini(args.config) if args.config else Config()
-        if args.data_dir:
-            config.data_dir = args.data_dir
-        config.validate()
-    except ConfigError as exc:
-        print(f"warren orphans: {exc}", file=sys.stderr)
+    config = config_from(args, "warren orphans")
+    if config is None:
         return 2
     root = Path(config.data_dir).resolve()
     if not root.is_dir():
         print(f"warren orphans: {root} is not a data directory", file=sys.stderr)
         return 1
-    with (root / ".lock").open("ab") as lock:
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+    with data_dir_lock(root) as locked:
+        if not locked:
             print(f"warren orphans: a broker runs on {root}: stop it first", file=sys.stderr)
             return 1
         found = orphans_mod.find(root)

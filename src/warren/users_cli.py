@@ -14,15 +14,15 @@ created before the broker ever runs:
 from __future__ import annotations
 
 import argparse
-import fcntl
 import getpass
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from warren.config import Config, ConfigError
+from warren.config import Config
 from warren.core.names import name_problem
 from warren.core.users import Permission, UserStore, hash_password
+from warren.offline import add_location_arguments, config_from, data_dir_lock
 from warren.store.damage import DamagedFile
 from warren.store.layout import DataDir
 from warren.store.users_file import load_users, save_users
@@ -36,8 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Add users, change passwords and set permissions, on a stopped broker "
         "(users.json in the data directory) or a running one (through its management API).",
     )
-    p.add_argument("-c", "--config", metavar="FILE", help="the broker's INI file")
-    p.add_argument("-D", "--data-dir", metavar="DIR", help="the data directory ([main] data_dir)")
+    add_location_arguments(p)
     p.add_argument(
         "-u", "--user", default="guest", help="for a running broker: the API user (default guest)"
     )
@@ -160,21 +159,14 @@ def _edit(
 def main(argv: Sequence[str] | None = None) -> int:
     """0: done; 1: refused (no such user or vhost, API error); 2: usage or config error."""
     args = build_parser().parse_args(argv)
-    try:
-        config = Config.from_ini(args.config) if args.config else Config()
-        if args.data_dir:
-            config.data_dir = args.data_dir
-        config.validate()
-    except ConfigError as exc:
-        print(f"warren users: {exc}", file=sys.stderr)
+    config = config_from(args, "warren users")
+    if config is None:
         return 2
     password = _new_password(args) if args.command in ("add", "change-password") else None
     layout = DataDir(Path(config.data_dir).resolve())
     layout.root.mkdir(parents=True, exist_ok=True)
-    with (layout.root / ".lock").open("ab") as lock:
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+    with data_dir_lock(layout.root) as locked:
+        if not locked:
             # A broker runs on this directory: make the change through it.
             from warren.ctl.main import main as ctl_main
 

@@ -17,15 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BrokerThread
+from conftest import BrokerThread, data_tree, refused_start
 from mqttraw import RawClient, paho_publish
 from procs import SRC
 
-from warren import Config
 from warren.mqtt import properties as P
 from warren.mqtt.packets import MQTT_5, PubAck, PubComp, Publish, PubRel, UnsubAck, Unsubscribe
 from warren.mqtt.server import MQTTListener
-from warren.store.damage import DamagedFile
 from warren.store.definitions import encode_line
 
 pytestmark = pytest.mark.timeout(60)
@@ -125,26 +123,6 @@ def test_a_sessions_log_of_the_older_layout_is_read_and_rewritten(
 # -- damage ---------------------------------------------------------------------------------
 
 
-def refused_start(data: Path, **settings: Any) -> DamagedFile:
-    """Start a broker that must refuse: the DamagedFile it raised."""
-    b = BrokerThread(Config(data_dir=str(data), amqp_port=0, http_port=0, mqtt_port=0, **settings))
-    try:
-        with pytest.raises(DamagedFile) as info:
-            b.start()
-    finally:
-        b.stop()
-    return info.value
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    """Every file under ``root`` but the lock, with its content."""
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != ".lock"
-    }
-
-
 def lines_of(path: Path) -> list[bytes]:
     return path.read_bytes().split(b"\n")[:-1]
 
@@ -185,13 +163,13 @@ def test_a_flipped_byte_in_the_sessions_log_refuses_the_start(
     # checksum tells.
     lines[number] = lines[number].replace(b'"options":[1,', b'"options":[2,')
     path.write_bytes(b"\n".join(lines) + b"\n")
-    before = tree(data)
+    before = data_tree(data)
 
     exc = refused_start(data)
     assert exc.path == path
     assert f"line {number + 1}: checksum mismatch" in str(exc)
     assert "damaged_metadata = set-aside" in str(exc)
-    assert tree(data) == before  # not a byte changed, not a file deleted
+    assert data_tree(data) == before  # not a byte changed, not a file deleted
 
     b = broker_factory(damaged_metadata="set-aside")
     aside = list(path.parent.glob("sessions.log.damaged-*"))
@@ -217,11 +195,11 @@ def test_a_flipped_byte_in_the_retained_log_refuses_the_start(
     number = next(i for i, line in enumerate(lines) if b'"key":"r/b"' in line)
     lines[number] = lines[number].replace(b'"qos":1', b'"qos":0')
     path.write_bytes(b"\n".join(lines) + b"\n")
-    before = tree(data)
+    before = data_tree(data)
 
     exc = refused_start(data)
     assert exc.path == path and f"line {number + 1}: checksum mismatch" in str(exc)
-    assert tree(data) == before
+    assert data_tree(data) == before
 
     b = broker_factory(damaged_metadata="set-aside")
     assert len(list(path.parent.glob("retained.log.damaged-*"))) == 1

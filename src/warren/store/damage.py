@@ -20,6 +20,8 @@ import os
 import time
 from pathlib import Path
 
+from warren.store.sync_files import fsync_directory
+
 log = logging.getLogger("warren.store")
 
 #: [main] damaged_metadata: what a damaged metadata file makes the broker do.
@@ -64,11 +66,7 @@ def set_aside(path: Path, problem: str) -> Path:
         n += 1
         target = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
     os.replace(path, target)
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_directory(path.parent)
     log.error("%s is damaged (%s): kept aside as %s; going on without it", path, problem, target)
     return target
 

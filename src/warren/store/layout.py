@@ -41,6 +41,7 @@ from typing import IO, Any
 from warren.store import damage
 from warren.store.damage import set_aside
 from warren.store.mirror import mirror_for
+from warren.store.sync_files import fsync_directory
 
 log = logging.getLogger("warren.store")
 
@@ -109,15 +110,6 @@ def read_json_checked(path: Path, keys: Collection[str]) -> dict[str, Any]:
     if stamp is not None and stamp != _checksum(data):
         raise ValueError("checksum mismatch")
     return data
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a rename or removal in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def make_dirs(directory: Path) -> list[Path]:

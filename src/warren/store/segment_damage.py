@@ -31,6 +31,7 @@ from warren.store.records import (
     CorruptRecord,
     inspect_record,
 )
+from warren.store.sync_files import fsync_directory
 
 __all__ = [
     "GAP",
@@ -273,11 +274,7 @@ def keep_aside(path: Path, start: int, data: bytes) -> tuple[Path, bool]:
     finally:
         os.close(fd)
     os.replace(tmp, target)
-    dfd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    fsync_directory(target.parent)
     return target, False
 
 

@@ -93,3 +93,12 @@ def _fdatasync_path(path: Path) -> None:
         os.fdatasync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a create, rename or removal in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
