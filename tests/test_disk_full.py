@@ -217,6 +217,50 @@ def test_mqtt_5_publishes_that_could_not_be_stored_are_refused(
     assert got == stored
 
 
+def test_mqtt_3_1_1_publishes_that_could_not_be_stored_close_the_connection(
+    small_disk: Path, broker_factory: Callable[..., BrokerThread], caplog: pytest.LogCaptureFixture
+) -> None:
+    """MQTT 3.1.1 has no way to refuse a PUBLISH: the connection is closed
+    instead, and no message that was acknowledged is missing."""
+    b = broker_factory(data_dir=small_disk / "data", free_disk_min=MiB)
+    amqp = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
+    ch = amqp.channel()
+    ch.queue_declare("mq3", durable=True)
+    ch.queue_bind("mq3", "amq.topic", "t3.#")
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="pub3", protocol=mqtt.MQTTv311)
+    acked: set[int] = set()
+    lost = threading.Event()
+    client.on_publish = lambda _c, _u, mid, _rc, _p: acked.add(mid)
+    client.on_disconnect = lambda _c, _u, _f, _rc, _p: lost.set()
+    client.reconnect_delay_set(60, 60)  # no reconnect while the test looks
+    client.connect("127.0.0.1", b.mqtt_port)
+    client.loop_start()
+    numbers: dict[int, int] = {}
+    try:
+        for i in range(10):
+            numbers[client.publish("t3/x", f"mq3:{i}:".encode().ljust(32 * 1024, b"x"), 1).mid] = i
+        eventually(lambda: len(acked) == 10, 30, "first acks")
+        fill(small_disk / "filler")
+        for i in range(10, 80):
+            body = f"mq3:{i}:".encode().ljust(32 * 1024, b"x")
+            numbers[client.publish("t3/x", body, qos=1).mid] = i
+        assert lost.wait(30), "the connection was not closed"
+    finally:
+        client.loop_stop()
+    (small_disk / "filler").unlink()
+    assert b.call(b.broker.resource_alarms.check_disk) is False
+    got = []
+    while True:
+        method, _props, body = ch.basic_get("mq3", auto_ack=True)
+        if method is None:
+            break
+        got.append(int(body.split(b":")[1]))
+    amqp.close()
+    assert "could not be stored (disk full?): closing" in caplog.text
+    assert {numbers[mid] for mid in acked} <= set(got)  # nothing acknowledged is lost
+    assert got == sorted(got) and set(got) <= set(numbers.values())
+
+
 def test_sigterm_on_a_full_disk_exits_0_and_keeps_every_confirmed_message(
     small_disk: Path, tmp_path: Path
 ) -> None:
