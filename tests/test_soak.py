@@ -7,7 +7,7 @@ time, connection churn (connect, open channels, drop the socket), queue churn
 (declare, bind, publish, delete), and malformed clients (garbage, truncated
 frames, bad MQTT packets, never-finished handshakes). Afterwards every
 confirmed message must have been consumed exactly once, and no gap between two
-deliveries may exceed 1 s.
+deliveries may exceed MAX_GAP_S.
 
 `make test` runs it for WARREN_SOAK_SECONDS (60 by default) in the compiled
 pass; `make soak` for 10 minutes.
@@ -34,7 +34,12 @@ SECONDS = float(os.environ.get("WARREN_SOAK_SECONDS", "60"))
 #: not a flood: the point is loss and latency under abuse, not throughput; each
 #: publish also waits for its confirm, which waits for the disk).
 RATE = 2000
-MAX_GAP_S = 1.0
+#: A stall is a blocked event loop or a starved queue: seconds at least, usually
+#: a timeout's worth. Plain CPU starvation on a busy 2-core machine (four busy
+#: loops beside the broker and its abusers) stretched gaps to 0.9 s, and a CI run
+#: sharing the machine with another test worker to 1.7 s, so the bound leaves room
+#: for the scheduler and not for a stall.
+MAX_GAP_S = 5.0
 
 
 def _connection_churn(port: int, until: float) -> int:
@@ -61,8 +66,11 @@ def _queue_churn(port: int, until: float) -> int:
     n = 0
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
     ch = conn.channel()
+    # Names of this process's own: another process deleting the queue between
+    # this one's declare and bind would end the churn with a 404.
+    prefix = f"churn-{os.getpid()}"
     while time.monotonic() < until:
-        q = f"churn-{n % 50}"
+        q = f"{prefix}-{n % 50}"
         ch.queue_declare(q, durable=bool(n % 2), arguments={"x-max-length": 100})
         ch.queue_bind(q, "amq.topic", f"churn.{n % 7}")
         ch.basic_publish("amq.topic", f"churn.{n % 7}", b"x" * random.randint(0, 2000))
