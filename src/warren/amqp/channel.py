@@ -21,12 +21,12 @@ from warren.amqp.consumer import AMQPConsumer
 from warren.amqp.frames import message_frames
 from warren.amqp.publishing import EXPECTED_BODY, EXPECTED_HEADER, Publishing
 from warren.amqp.unacked import Unacked, UnackedDeliveries, UnackedRun
+from warren.core.commit import NOT_STORED, Commit, NotStored
 from warren.core.errors import (
     AccessRefused,
     BrokerError,
     ChannelError,
     CommandInvalid,
-    InternalError,
     NotAllowed,
     NotFound,
     NotImplemented_,
@@ -39,7 +39,7 @@ from warren.core.message import Message
 from warren.core.names import shown
 from warren.core.queue import Queue
 from warren.core.stats import MessageStats, count_get
-from warren.core.store import MessageStore, StoredRun
+from warren.core.store import StoredRun
 from warren.core.users import READ, User, UserStore
 from warren.core.vhost_routing import REPLY_TO
 
@@ -588,29 +588,47 @@ class Channel(Publishing):
             raise PreconditionFailed("channel is not transactional")
         acks, self._tx_acks = self._tx_acks, []
         publishes, self._tx_publishes = self._tx_publishes, []
-        durable: list[MessageStore] = []
-        syncer = self.connection.broker.syncer
-        since = syncer.gen if syncer is not None else 0  # the appends' first generation
+        if not publishes:
+            self._commit_acks(acks)
+            self.reply(spec.TxCommitOk())
+            return
+        # All or nothing (core/commit.py): the messages are appended with their
+        # deliveries held back and written out now; a store that could not write
+        # its part (a full disk) fails the whole commit, its messages taken back
+        # out of every queue and its acks not applied.
+        assert self.vhost is not None
+        conn = self.connection
+        commit = Commit(self.vhost, conn.broker.syncer, f"{conn.name} channel {self.id}: tx.commit")
         for ex, msg, mandatory in publishes:
-            self._route(ex, msg, mandatory, durable)
+            self._route(ex, msg, mandatory, None, None, commit)
+        if not commit.write_out():
+            self._tx_acks = acks  # given back as unacked by the channel's close
+            self.channel_error(
+                NotStored(
+                    f"tx.commit failed: {NOT_STORED}; nothing of the transaction was committed"
+                ),
+                90,
+                20,
+            )
+            return
+        self._commit_acks(acks)
+        # commit-ok promises the messages are on disk (sync = false: written
+        # out), as a confirm does.
+        commit.after_sync(self._commit_stored)
+
+    def _commit_acks(self, acks: list[tuple[int, Unacked, str, bool]]) -> None:
         self._credit([(tag, entry) for tag, entry, _kind, _requeue in acks], [])
         for tag, entry, kind, requeue in acks:
             self._settle([(tag, entry)], [], None if kind == "ack" else requeue)
-        if durable and syncer is not None:
-            # commit-ok promises the messages are on disk (sync = false: written
-            # out), as a confirm does.
-            syncer.after_sync(durable, self._commit_synced, since)
-        else:
-            self.reply(spec.TxCommitOk())
 
-    def _commit_synced(self, ok: bool) -> None:
+    def _commit_stored(self, ok: bool) -> None:
         if self.closed or self.closing:
             return
         if ok:
             self.reply(spec.TxCommitOk())
         else:
             self.channel_error(
-                InternalError("could not sync the committed messages to disk"), 90, 20
+                NotStored(f"tx.commit failed: {NOT_STORED}; its messages were taken back"), 90, 20
             )
 
     def _tx_rollback(self, method: spec.TxRollback) -> None:

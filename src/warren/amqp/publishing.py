@@ -35,6 +35,7 @@ from warren.core.users import WRITE, User, topic_refused
 if TYPE_CHECKING:
     from warren.amqp.confirms import PublisherConfirms
     from warren.amqp.connection import AMQPConnection
+    from warren.core.commit import Commit
     from warren.core.vhost import VHost
 
 # RabbitMQ's texts for frames out of a publish's method/header/body order.
@@ -313,14 +314,17 @@ class Publishing:
         mandatory: bool,
         durable: list[MessageStore] | None = None,
         queues: list[Queue] | None = None,
+        commit: Commit | None = None,
     ) -> None:
-        """Route one message; ``durable`` collects stores a tx.commit must sync.
-        ``queues``: already routed (a run's `VHost.route_run`)."""
+        """Route one message. ``queues``: already routed (a run's
+        `VHost.route_run`); ``commit``: a tx.commit's unit (core/commit.py)."""
         assert self.vhost is not None
         confirm = self.confirm
         if confirm and durable is None:
             durable = []
-        if queues is None:
+        if commit is not None:
+            routed = commit.publish(ex, msg)
+        elif queues is None:
             routed = self.vhost.publish(ex, msg, durable)
         else:
             routed = self.vhost.enqueue(ex, queues, msg, durable)

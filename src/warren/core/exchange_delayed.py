@@ -101,6 +101,9 @@ class _HeldMessages(Queue):
         self.exchange.hold(msg)
         return STORED
 
+    def publish_held(self, msg: Message, held: list[tuple[Queue, int]]) -> int:
+        return self.publish(msg)  # not taken back: it is released on its own schedule
+
 
 class DelayedMessageExchange(Exchange):
     type = "x-delayed-message"

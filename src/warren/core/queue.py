@@ -196,6 +196,33 @@ class Queue(QueueFeatures):
             self._call_soon(self._run_delivery)
         return STORED
 
+    def publish_held(self, msg: Message, held: list[tuple[Queue, int]]) -> int:
+        """publish() for a unit stored all-or-nothing (core/commit.py): never handed
+        straight to a consumer, only appended, so that it can be taken back
+        (``held`` gets this queue and the message's sequence number) until its
+        store has written it; a delivery pass in a later loop turn delivers it.
+        A queue whose messages cannot be taken back (a stream, a delayed
+        exchange's) takes it with publish() and adds nothing to ``held``."""
+        self.stats.publish += 1
+        props = msg.properties
+        if not self._plain or (props and props[0] & 1):
+            return self._publish_featured(msg, held)
+        store = self.store
+        held.append((self, store.append(msg)))
+        self.vhost.store_written(store)
+        if self.consumers and not self._scheduled:
+            self._scheduled = True
+            self._call_soon(self._run_delivery)
+        return STORED
+
+    def take_back(self, seq: int) -> bool:
+        """Take a held message (publish_held) out again while it is still ready:
+        its unit could not be stored. False when it is not ready any more."""
+        if self.store.remove_ready(seq) is None:
+            return False
+        self.vhost.store_written(self.store)
+        return True
+
     def publish_run(self, run: MessageRun, durable_out: list[MessageStore] | None = None) -> int:
         """How many of a run's first messages this queue hands at once to its
         consumers, where `publish` would hand each straight to one: a plain
@@ -269,7 +296,7 @@ class Queue(QueueFeatures):
         consumer.deliver(seq, msg, False)
         return STORED
 
-    def _publish_featured(self, msg: Message) -> int:
+    def _publish_featured(self, msg: Message, held: list[tuple[Queue, int]] | None = None) -> int:
         if self._dedup is not None and self._dedup.seen(msg):
             return DELIVERED  # a duplicate: accepted and dropped, as the plugin does
         store = self.store
@@ -282,7 +309,7 @@ class Queue(QueueFeatures):
         if own_ttl is not None and not self._has_expiring:
             self._has_expiring = True
             self._plain = False
-        if self.consumers and not store.ready_count:
+        if held is None and self.consumers and not store.ready_count:
             consumer = self._next_consumer()
             if consumer is not None:
                 if consumer.no_ack:
@@ -296,6 +323,8 @@ class Queue(QueueFeatures):
             # publisher keeps it: a nack, not a confirm.
             return DELIVERED if self._dead_letter(-1, msg, dl.EXPIRED, now) else REJECTED
         seq = store.append(msg)
+        if held is not None:
+            held.append((self, seq))
         self.vhost.store_written(store)
         if deadline is not None:
             if own_ttl is not None:

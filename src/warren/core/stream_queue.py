@@ -201,6 +201,10 @@ class StreamQueue(Queue):
             self.schedule_delivery()
         return STORED
 
+    def publish_held(self, msg: Message, held: list[tuple[Queue, int]]) -> int:
+        """A stream is only ever appended to: nothing it took can be taken back."""
+        return self.publish(msg)
+
     # -- consumers ------------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
         """A new reader, starting where its arguments say (RabbitMQ's checks and texts;

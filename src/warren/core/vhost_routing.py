@@ -119,7 +119,11 @@ class VHostRouting:
         return list(queues.values())
 
     def publish(
-        self, exchange: Exchange, msg: Message, durable_out: list[MessageStore] | None = None
+        self,
+        exchange: Exchange,
+        msg: Message,
+        durable_out: list[MessageStore] | None = None,
+        held: list[tuple[Queue, int]] | None = None,
     ) -> int:
         """Route and enqueue; returns how many queues (or reply consumers) took it,
         or REJECTED_BY_QUEUE when a queue refused it (x-overflow reject-publish):
@@ -127,6 +131,8 @@ class VHostRouting:
 
         Stores that took a persistent message into a durable queue are appended to
         ``durable_out``: a publisher confirm for the message must wait for them.
+        With ``held`` the queues only append it, to be taken back if its unit
+        cannot be stored (Queue.publish_held, core/commit.py).
         """
         if exchange is self.default_exchange and msg.routing_key.startswith(REPLY_TO_PREFIX):
             target = self.reply_targets.get(msg.routing_key[len(REPLY_TO_PREFIX) :])
@@ -142,7 +148,7 @@ class VHostRouting:
             queues, msg = self._route_cc(exchange, msg)
         else:
             queues = self.route(exchange, msg)
-        return self.enqueue(exchange, queues, msg, durable_out)
+        return self.enqueue(exchange, queues, msg, durable_out, held)
 
     def enqueue(
         self,
@@ -150,13 +156,14 @@ class VHostRouting:
         queues: list[Queue],
         msg: Message,
         durable_out: list[MessageStore] | None = None,
+        held: list[tuple[Queue, int]] | None = None,
     ) -> int:
         """Hand a routed message to its queues; what `publish` returns."""
         n = 0
         rejected = False
         persistent: bool | None = None
         for q in queues:
-            taken = q.publish(msg)
+            taken = q.publish(msg) if held is None else q.publish_held(msg, held)
             if taken:
                 n += 1
                 if taken == STORED:
