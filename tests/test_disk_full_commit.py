@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import aiohttp
 import pika
 import pytest
 from conftest import BrokerThread
@@ -124,3 +125,55 @@ def test_tx_commit_on_a_full_disk_fails_the_channel_and_keeps_nothing(
     b = broker_factory(data_dir=data, free_disk_min=0)
     assert drain(b.port, "tx1") == ["again"]
     assert drain(b.port, "tx2") == []
+
+
+@pytest.mark.asyncio
+async def test_http_publish_on_a_full_disk_is_an_error_and_keeps_nothing(
+    small_disk: Path,
+    broker_factory: Callable[..., BrokerThread],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    b = broker_factory(data_dir=small_disk / "data", free_disk_min=0)
+    with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port)) as conn:
+        ch = conn.channel()
+        for q in ("h1", "h2"):
+            ch.queue_declare(q, durable=True)
+            ch.queue_bind(q, "amq.fanout")
+    url = f"http://127.0.0.1:{b.http_port}/api/exchanges/%2F/amq.fanout/publish"
+    auth = {"Authorization": aiohttp.encode_basic_auth("guest", "guest")}
+
+    async def publish(tag: str) -> tuple[int, object]:
+        body = {
+            "routing_key": "",
+            "payload": f"{tag}:".ljust(16_000, "."),
+            "payload_encoding": "string",
+            "properties": {"delivery_mode": 2},
+        }
+        async with aiohttp.ClientSession(headers=auth) as s, s.post(url, json=body) as reply:
+            return reply.status, await reply.json()
+
+    assert await publish("kept") == (200, {"routed": True})
+    # Room for about one copy of the message: the first queue's write may
+    # succeed, the second's fails; neither keeps it.
+    filler = small_disk / "filler"
+    fill(filler)
+    os.truncate(filler, filler.stat().st_size - 24 * 1024)
+    with caplog.at_level(logging.ERROR, "warren.commit"):
+        status, answer = await publish("lost")
+    assert status == 400, answer
+    assert answer == {
+        "error": "bad_request",
+        "reason": "rejected Unable to publish message: the messages could not be stored "
+        "(the disk is full or failing).",
+    }
+    taken = re.search(
+        r"publish by user .guest.: 1 published messages could not .* (\d+) taken back", caplog.text
+    )
+    # The first queue's copy fitted and was taken back out; the second's failed.
+    assert taken is not None and taken.group(1) == "1", caplog.text
+    filler.unlink()
+    assert b.call(b.broker.resource_alarms.check_disk) is False
+    assert drain(b.port, "h1") == ["kept"]
+    assert drain(b.port, "h2") == ["kept"]
+    assert await publish("again") == (200, {"routed": True})
+    assert drain(b.port, "h1") == ["again"]

@@ -421,3 +421,18 @@ def test_a_deleted_vhost_stays_deleted(cuts: Cuts, power: PowerCutMount) -> None
     assert broker.api("PUT", "/api/vhosts/v2")[0] in (201, 204)
     status, policies = broker.api("GET", "/api/policies/v2")
     assert status == 200 and policies == [], policies
+
+
+def test_a_message_the_http_api_said_was_routed_survives(cuts: Cuts, power: PowerCutMount) -> None:
+    """The management API's publish answered {"routed": true} before the message was
+    synced (no sync round covered it): a cut right after the answer lost it."""
+    broker = WarrenProcess(power.mount(), *ARGS, http=True)
+    cuts.broker = broker
+    declare(broker, "api")
+    body = {"routing_key": "api", "payload": "h1 x", "payload_encoding": "string",
+            "properties": {"delivery_mode": 2}}
+    assert broker.api("POST", "/api/exchanges/%2F/amq.default/publish", body) == (
+        200, {"routed": True})
+    cuts.cut()
+    broker = cuts.start()
+    assert [m for m, _, _ in drain(broker, "api")] == ["h1"]

@@ -1,6 +1,7 @@
 """Publishes stored all-or-nothing, answered once they are durable.
 
-An AMQP tx.commit and the HTTP API's publish promise what a publisher confirm
+An AMQP tx.commit and the HTTP API's publish (which RabbitMQ's management
+plugin answers with its publish's confirm) promise what a publisher confirm
 promises: once answered, the messages are in their queues and, when persistent
 and routed to durable queues, on disk. When a store cannot write its part (a
 full disk: the write fails and the store drops what it could not write,

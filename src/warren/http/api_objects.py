@@ -17,6 +17,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from warren.core.codec_errors import DecodeError
+from warren.core.commit import NOT_STORED, Commit, NotStored
 from warren.core.exchange import Binding, Exchange
 from warren.core.message import Message
 from warren.core.names import strip_cr_lf, to_bytes
@@ -25,6 +26,7 @@ from warren.core.queue import Queue
 from warren.core.stats import count_get
 from warren.core.users import CONFIGURE, READ, WRITE
 from warren.core.vhost import VHost
+from warren.core.vhost_routing import REJECTED_BY_QUEUE
 from warren.http import formats
 from warren.http.common import (
     ApiError,
@@ -211,11 +213,22 @@ async def publish(ctx: Ctx) -> web.StreamResponse:
         raise ApiError(400, "bad_request", f"cannot publish to internal exchange '{ex.name}'")
     routing_key = new_name("routing_key", str(body["routing_key"]))
     msg = Message(ex.name, routing_key, _properties(body["properties"]), raw)
-    routed = vhost.publish(ex, msg)
+    # What RabbitMQ's management plugin does: publish in confirm mode and answer
+    # with the confirm. So "routed" promises what a confirm does: a persistent
+    # message in a durable queue is on disk (core/commit.py); one that could
+    # not be stored, or that a queue refused, is an error and kept nowhere.
+    commit = Commit(vhost, ctx.node.syncer, f"management API publish by user '{ctx.user.name}'")
+    routed = commit.publish(ex, msg)
     stats = vhost.base_stats  # no channel: counted for the vhost, as RabbitMQ does
     stats.publish += 1
     if not routed:
         stats.drop_unroutable += 1
+    try:
+        await commit.stored()
+    except NotStored:
+        raise bad_request(f"rejected Unable to publish message: {NOT_STORED}.") from None
+    if routed == REJECTED_BY_QUEUE:  # x-overflow reject-publish: RabbitMQ's nack answer
+        raise bad_request("rejected Unable to publish message. Check queue limits.")
     return json_response({"routed": routed != 0})
 
 
