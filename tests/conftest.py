@@ -127,7 +127,8 @@ def start_broker(data_dir: Path, **settings: Any) -> BrokerThread:
     # (tests/test_auth_guard.py turns them on).
     settings.setdefault("auth_failure_delay", 0)
     settings.setdefault("auth_failures_per_minute", 0)
-    config = Config(data_dir=str(data_dir), amqp_port=0, **settings)
+    settings.setdefault("amqp_port", 0)
+    config = Config(data_dir=str(data_dir), **settings)
     return BrokerThread(config).start()
 
 

@@ -105,7 +105,7 @@ def test_errors_through_spark(
 ) -> None:
     url = spark_broker.url
     refused = f"amqp://guest:secret@127.0.0.1:{free_port()}/"
-    message = read_error(spark, url=refused, queue="q")
+    message = read_error(spark, url=refused, queue="q", maxRetries=0)
     assert "option 'url': cannot connect to amqp://guest:***@127.0.0.1" in message
     assert "secret" not in message
     wrong_password = url.replace("guest:guest@", "guest:wrong@")

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import struct
 import time
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from warren.amqp import spec
 from warren.amqp.frames import (
@@ -42,6 +43,8 @@ M = TypeVar("M", bound=spec.Method)
 
 _FRAME_HEADER = struct.Struct(">BHI")
 DEFAULT_FRAME_MAX = 131072
+#: amqps:// without a port (IANA's, as every client).
+DEFAULT_TLS_PORT = 5671
 CLIENT_PROPERTIES: dict[str, Any] = {
     "product": "warren-perf",
     "platform": "Python",
@@ -63,35 +66,160 @@ class AMQPError(Exception):
         self.reply_code = reply_code
 
 
+#: The query parameters of an AMQP URI this client understands (RabbitMQ's URI
+#: query parameters, as its Erlang client reads them).
+URI_PARAMETERS = (
+    "auth_mechanism",
+    "cacertfile",
+    "certfile",
+    "keyfile",
+    "password",
+    "verify",
+    "server_name_indication",
+    "heartbeat",
+    "connection_timeout",
+)
+
+
+@dataclass(frozen=True)
+class TLS:
+    """How to speak TLS to the server: RabbitMQ's URI parameters ``cacertfile``,
+    ``certfile``, ``keyfile``, ``password`` (the key's), ``verify`` and
+    ``server_name_indication``.
+
+    Unlike the Erlang client's default, the server's certificate is verified
+    (``verify_peer``) and its name checked against the host unless the URI says
+    ``verify=verify_none`` or ``server_name_indication=disable``.
+    """
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    key_password: str | None = None
+    verify: bool = True
+    #: The name sent (SNI) and checked in the certificate; None: the URI's host;
+    #: "" : none sent or checked (the chain is still verified).
+    server_name: str | None = None
+
+    def context(self) -> ssl.SSLContext:
+        """A client context; raises ssl.SSLError or OSError for unreadable files."""
+        ctx = ssl.create_default_context(cafile=self.ca_file)
+        if not self.verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        elif self.server_name == "":
+            ctx.check_hostname = False
+        if self.cert_file:
+            ctx.load_cert_chain(self.cert_file, self.key_file, self.key_password)
+        return ctx
+
+
 @dataclass(frozen=True)
 class URI:
-    """The parts of an ``amqp://user:pass@host:port/vhost`` URI that the perf tools use."""
+    """The parts of an ``amqp://user:pass@host:port/vhost`` (or ``amqps://``) URI
+    that the perf tools and the Spark data source use."""
 
     host: str = "127.0.0.1"
     port: int = spec.DEFAULT_PORT
     user: str = "guest"
     password: str = "guest"
     vhost: str = "/"
+    #: None: plain TCP (amqp://); amqps:// sets it.
+    tls: TLS | None = None
+    #: "PLAIN" or "EXTERNAL" (the client certificate names the user).
+    mechanism: str = "PLAIN"
+    heartbeat: int | None = None
+    connect_timeout_s: float | None = None
 
     @classmethod
     def parse(cls, uri: str) -> URI:
         """Parse an AMQP URI. An empty path or a bare ``/`` means the default vhost ``/``;
-        other vhosts are percent-encoded (``%2F`` for a slash)."""
+        other vhosts are percent-encoded (``%2F`` for a slash). Query parameters as
+        RabbitMQ's (URI_PARAMETERS); others are refused (ValueError)."""
         parts = urlsplit(uri)
-        if parts.scheme != "amqp":
-            raise ValueError(f"unsupported URI scheme {parts.scheme!r} (only amqp://)")
+        if parts.scheme not in ("amqp", "amqps"):
+            raise ValueError(f"unsupported URI scheme {parts.scheme!r} (amqp:// or amqps://)")
+        secure = parts.scheme == "amqps"
         try:
-            port = parts.port or spec.DEFAULT_PORT
+            port = parts.port or (DEFAULT_TLS_PORT if secure else spec.DEFAULT_PORT)
         except ValueError as exc:
             raise ValueError(f"bad port in {uri!r}: {exc}") from None
         path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        query = _query(parts.query)
+        tls_keys = (
+            "cacertfile",
+            "certfile",
+            "keyfile",
+            "password",
+            "verify",
+            "server_name_indication",
+        )
+        if not secure and any(k in query for k in tls_keys):
+            given = ", ".join(k for k in tls_keys if k in query)
+            raise ValueError(f"TLS parameters ({given}) need an amqps:// URI")
+        tls = None
+        if secure:
+            verify = query.get("verify", "verify_peer")
+            if verify not in ("verify_peer", "verify_none"):
+                raise ValueError(f"verify: expected verify_peer or verify_none, got {verify!r}")
+            sni = query.get("server_name_indication")
+            tls = TLS(
+                ca_file=query.get("cacertfile"),
+                cert_file=query.get("certfile"),
+                key_file=query.get("keyfile"),
+                key_password=query.get("password"),
+                verify=verify == "verify_peer",
+                server_name="" if sni == "disable" else sni,
+            )
+            if tls.key_file and not tls.cert_file:
+                raise ValueError("keyfile needs certfile")
+        mechanism = query.get("auth_mechanism", "plain").upper()
+        if mechanism not in ("PLAIN", "EXTERNAL"):
+            raise ValueError(
+                f"auth_mechanism: expected plain or external, got {mechanism.lower()!r}"
+            )
+        if mechanism == "EXTERNAL" and (tls is None or not tls.cert_file):
+            raise ValueError(
+                "auth_mechanism=external needs amqps:// with a client certificate (certfile)"
+            )
         return cls(
             host=parts.hostname or "127.0.0.1",
             port=port,
             user=unquote(parts.username) if parts.username is not None else "guest",
             password=unquote(parts.password) if parts.password is not None else "guest",
             vhost=unquote(path) if path else "/",
+            tls=tls,
+            mechanism=mechanism,
+            heartbeat=_int_parameter(query, "heartbeat"),
+            connect_timeout_s=(
+                ms / 1000 if (ms := _int_parameter(query, "connection_timeout")) else None
+            ),
         )
+
+
+def _query(text: str) -> dict[str, str]:
+    """A URI's query parameters, each once; unknown ones refused."""
+    try:
+        pairs = parse_qs(text, keep_blank_values=True, strict_parsing=bool(text))
+    except ValueError:
+        raise ValueError(f"malformed query {text!r}") from None
+    out: dict[str, str] = {}
+    for key, values in pairs.items():
+        if key not in URI_PARAMETERS:
+            raise ValueError(f"unknown URI parameter {key!r} (known: {', '.join(URI_PARAMETERS)})")
+        if len(values) > 1:
+            raise ValueError(f"URI parameter {key!r} given {len(values)} times")
+        out[key] = values[0]
+    return out
+
+
+def _int_parameter(query: dict[str, str], key: str) -> int | None:
+    raw = query.get(key)
+    if raw is None:
+        return None
+    if not raw.isdigit():
+        raise ValueError(f"{key}: expected a non-negative integer, got {raw!r}")
+    return int(raw)
 
 
 def message_template(
@@ -137,7 +265,7 @@ class Client:
     ) -> None:
         self.uri = URI.parse(uri) if isinstance(uri, str) else uri
         self.timeout = timeout
-        self.want_heartbeat = heartbeat
+        self.want_heartbeat = heartbeat if self.uri.heartbeat is None else self.uri.heartbeat
         self.want_frame_max = frame_max
         self.name = name
         self.sock: socket.socket | None = None
@@ -151,19 +279,43 @@ class Client:
 
     # -- connection ---------------------------------------------------------------------
     def connect(self) -> Client:
-        """Open the TCP connection and run the handshake (PLAIN, tune, open)."""
-        sock = socket.create_connection((self.uri.host, self.uri.port), timeout=self.timeout)
+        """Open the TCP connection (TLS for amqps://) and run the handshake
+        (PLAIN or EXTERNAL, tune, open).
+
+        Raises OSError (ssl.SSLError among them) when the server cannot be reached
+        or its certificate does not check out, AMQPError when it refuses us."""
+        uri = self.uri
+        timeout = uri.connect_timeout_s or self.timeout
+        context = uri.tls.context() if uri.tls is not None else None
+        sock = socket.create_connection((uri.host, uri.port), timeout=timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if context is not None and uri.tls is not None:
+            name = uri.host if uri.tls.server_name is None else uri.tls.server_name
+            try:
+                sock = context.wrap_socket(sock, server_hostname=name or None)
+            except BaseException:
+                sock.close()
+                raise
+        sock.settimeout(self.timeout)
         self.sock = sock
         try:
             sock.sendall(PROTOCOL_HEADER)
             start = self.wait_method(0, spec.ConnectionStart)
-            if b"PLAIN" not in start.mechanisms.split():
-                raise AMQPError(f"server offers no PLAIN mechanism ({start.mechanisms!r})")
+            mechanism = uri.mechanism
+            if mechanism.encode() not in start.mechanisms.split():
+                raise AMQPError(
+                    f"server offers no {mechanism} mechanism ({start.mechanisms.decode(errors='replace')})",
+                    spec.ACCESS_REFUSED,
+                )
             self.server_properties = start.server_properties
-            response = f"\0{self.uri.user}\0{self.uri.password}".encode()
+            response = b"" if mechanism == "EXTERNAL" else f"\0{uri.user}\0{uri.password}".encode()
             props = dict(CLIENT_PROPERTIES, connection_name=self.name)
-            self.send_method(0, spec.ConnectionStartOk(client_properties=props, response=response))
+            self.send_method(
+                0,
+                spec.ConnectionStartOk(
+                    client_properties=props, mechanism=mechanism, response=response
+                ),
+            )
             tune = self.wait_method(0, spec.ConnectionTune)
             self.channel_max = tune.channel_max
             self.frame_max = _negotiate(tune.frame_max, self.want_frame_max)

@@ -7,10 +7,13 @@ from options.py); the others (:class:`SourceError`) say what the broker did.
 from __future__ import annotations
 
 import logging
+import ssl
+import time
+from collections.abc import Callable
 
 from warren.amqp import spec
 from warren.perf.client import AMQPError, Client
-from warren.spark.options import OptionError, redact
+from warren.spark.options import Endpoint, OptionError, redact
 
 __all__ = ["DataLossError", "SourceError", "connect", "data_loss", "queue_error"]
 
@@ -29,15 +32,70 @@ class DataLossError(SourceError):
     """Offsets a query still needed are gone (retention), and failOnDataLoss is true."""
 
 
-def connect(url: str, timeout_s: float, name: str = "warren-spark") -> Client:
-    """An open connection; failures name option 'url' (and never show the password)."""
-    client = Client(url, timeout=timeout_s, name=name, frame_max=FRAME_MAX)
-    try:
-        return client.connect()
-    except AMQPError as exc:
-        raise OptionError("url", f"{redact(url)} refused the connection: {exc}") from None
-    except (OSError, EOFError) as exc:
-        raise OptionError("url", f"cannot connect to {redact(url)}: {exc}") from None
+#: Refusals that no retry changes: wrong credentials or permissions, a missing vhost.
+_FINAL_CODES = (spec.ACCESS_REFUSED, spec.NOT_ALLOWED)
+
+
+def connect(
+    endpoint: Endpoint | str,
+    timeout_s: float,
+    name: str = "warren-spark",
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Client:
+    """An open connection to the first of the endpoint's URLs that answers.
+
+    A round tries every URL in turn; after a round in which none answered, the
+    next starts after a backoff (``retryBackoffMs``, doubled each round up to
+    ``retryMaxBackoffMs``), up to ``maxRetries`` rounds more: a broker that
+    restarts, or a cluster whose leader moves, is waited for rather than
+    failing the query. A refusal no retry can change (credentials,
+    permissions, a missing vhost, a certificate that does not check out) fails
+    at once. Failures name option 'url' and never show a password."""
+    if isinstance(endpoint, str):
+        endpoint = Endpoint(urls=(endpoint,), max_retries=0)
+    backoff = endpoint.retry_backoff_ms / 1000
+    failures: list[str] = []
+    for attempt in range(endpoint.max_retries + 1):
+        if attempt:
+            log.warning(
+                "%s: no broker answered (%s); retry %d of %d in %.1f s",
+                name,
+                "; ".join(failures),
+                attempt,
+                endpoint.max_retries,
+                backoff,
+            )
+            sleep(backoff)
+            backoff = min(backoff * 2, endpoint.retry_max_backoff_ms / 1000)
+        failures = []
+        for index, url in enumerate(endpoint.urls):
+            try:
+                uri = endpoint.uri(index)
+            except ValueError as exc:
+                raise OptionError("url", f"{exc} ({redact(url)})") from None
+            client = Client(uri, timeout=timeout_s, name=name, frame_max=FRAME_MAX)
+            try:
+                return client.connect()
+            except AMQPError as exc:
+                if exc.reply_code in _FINAL_CODES or not exc.reply_code:
+                    raise OptionError(
+                        "url", f"{redact(url)} refused the connection: {exc}"
+                    ) from None
+                failures.append(f"{redact(url)}: {exc}")
+            except ssl.SSLCertVerificationError as exc:
+                raise OptionError(
+                    "url",
+                    f"{redact(url)}: TLS: certificate verify failed: {exc.verify_message or exc}",
+                ) from None
+            except ssl.SSLError as exc:
+                raise OptionError("url", f"{redact(url)}: TLS: {exc}") from None
+            except (OSError, EOFError) as exc:
+                failures.append(f"{redact(url)}: {exc or type(exc).__name__}")
+    after = f" (after {endpoint.max_retries} retries)" if endpoint.max_retries else ""
+    if len(failures) == 1:
+        raise OptionError("url", f"cannot connect to {failures[0]}{after}")
+    raise OptionError("url", f"cannot connect to any of {'; '.join(failures)}{after}")
 
 
 def queue_error(exc: AMQPError, queue: str, vhost: str) -> Exception:

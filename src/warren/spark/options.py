@@ -12,15 +12,17 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from warren.perf.client import URI
+from warren.perf.client import TLS, URI
 
 __all__ = [
     "replica_url",
+    "ENDPOINT_OPTIONS",
     "EARLIEST",
+    "Endpoint",
     "LATEST",
     "DEFAULT_DEDUP_HEADER",
     "OptionError",
@@ -136,18 +138,199 @@ def _get(options: Mapping[str, str], name: str) -> str | None:
     return None
 
 
-def _url(options: Mapping[str, str]) -> str:
-    url = _get(options, "url")
-    if url is None or not url.strip():
+def _urls(options: Mapping[str, str]) -> tuple[str, ...]:
+    raw = _get(options, "url")
+    if raw is None or not raw.strip():
         raise OptionError(
             "url", "required: the broker's AMQP URL, e.g. amqp://guest:guest@host:5672/"
         )
-    url = url.strip()
+    urls = tuple(u.strip() for u in raw.split(","))
+    for url in urls:
+        if not url:
+            raise OptionError("url", f"an empty URL in the list {redact(raw)!r}")
+        try:
+            URI.parse(url)
+        except ValueError as exc:
+            raise OptionError("url", f"{exc} in {redact(url)!r}") from None
+    return urls
+
+
+#: The options every read and write takes for reaching the broker (Endpoint).
+ENDPOINT_OPTIONS = (
+    "url",
+    "username",
+    "password",
+    "token",
+    "tokenFile",
+    "authMechanism",
+    "tls.caFile",
+    "tls.certFile",
+    "tls.keyFile",
+    "tls.keyPassword",
+    "tls.verify",
+    "tls.serverName",
+    "maxRetries",
+    "retryBackoffMs",
+    "retryMaxBackoffMs",
+    # Kafka's names for the planner's retries, taken as aliases.
+    "fetchOffset.numRetries",
+    "fetchOffset.retryIntervalMs",
+)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """How to reach the broker: the URLs to try in turn (any node of a cluster),
+    the login and TLS settings that override what the URLs say, and how long to
+    keep trying. Credentials can come from options rather than the URL, so that
+    Spark's redaction (``spark.redaction.regex`` matches ``password`` and
+    ``token``) hides them; a token file is read again at every connection (a
+    rotated token is picked up)."""
+
+    urls: tuple[str, ...]
+    username: str | None = None
+    password: str | None = None
+    token: str | None = None
+    token_file: str | None = None
+    mechanism: str | None = None
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    key_password: str | None = None
+    verify: bool | None = None
+    server_name: str | None = None
+    max_retries: int = 10
+    retry_backoff_ms: int = 500
+    retry_max_backoff_ms: int = 10_000
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> Endpoint:
+        urls = _urls(options)
+        token = _get(options, "token")
+        token_file = _get(options, "tokenFile")
+        if token is not None and token_file is not None:
+            raise OptionError("tokenFile", "give token or tokenFile, not both")
+        if (token is not None or token_file is not None) and _get(options, "password") is not None:
+            raise OptionError("token", "give a token or a password, not both")
+        mechanism = _get(options, "authMechanism")
+        if mechanism is not None:
+            mechanism = mechanism.strip().upper()
+            if mechanism not in ("PLAIN", "EXTERNAL"):
+                raise OptionError("authMechanism", f"expected PLAIN or EXTERNAL, got {mechanism!r}")
+        retries = _get(options, "maxRetries") or _get(options, "fetchOffset.numRetries")
+        backoff = _get(options, "retryBackoffMs") or _get(options, "fetchOffset.retryIntervalMs")
+        verify = _get(options, "tls.verify")
+        endpoint = cls(
+            urls=urls,
+            username=_get(options, "username"),
+            password=_get(options, "password"),
+            token=token,
+            token_file=token_file,
+            mechanism=mechanism,
+            ca_file=_get(options, "tls.caFile"),
+            cert_file=_get(options, "tls.certFile"),
+            key_file=_get(options, "tls.keyFile"),
+            key_password=_get(options, "tls.keyPassword"),
+            verify=None if verify is None else _bool(options, "tls.verify", True),
+            server_name=_get(options, "tls.serverName"),
+            max_retries=_count("maxRetries", retries, 10),
+            retry_backoff_ms=_count("retryBackoffMs", backoff, 500),
+            retry_max_backoff_ms=_count(
+                "retryMaxBackoffMs", _get(options, "retryMaxBackoffMs"), 10_000
+            ),
+        )
+        for i in range(len(urls)):
+            try:
+                uri = endpoint.uri(i, check_files=True)
+            except ValueError as exc:
+                raise OptionError("url", f"{exc} ({redact(urls[i])})") from None
+            if uri.mechanism == "EXTERNAL" and (uri.tls is None or not uri.tls.cert_file):
+                raise OptionError(
+                    "authMechanism",
+                    "EXTERNAL needs amqps:// and a client certificate (option tls.certFile)",
+                )
+        return endpoint
+
+    def uri(self, index: int = 0, *, check_files: bool = False) -> URI:
+        """URL ``index`` with the options' overrides applied."""
+        uri = URI.parse(self.urls[index])
+        tls_given = any(
+            v is not None
+            for v in (
+                self.ca_file,
+                self.cert_file,
+                self.key_file,
+                self.key_password,
+                self.verify,
+                self.server_name,
+            )
+        )
+        if tls_given and uri.tls is None:
+            raise ValueError("TLS options (tls.*) need an amqps:// URL")
+        tls = uri.tls
+        if tls is not None:
+            tls = TLS(
+                ca_file=self.ca_file or tls.ca_file,
+                cert_file=self.cert_file or tls.cert_file,
+                key_file=self.key_file or tls.key_file,
+                key_password=self.key_password or tls.key_password,
+                verify=tls.verify if self.verify is None else self.verify,
+                server_name=tls.server_name if self.server_name is None else self.server_name,
+            )
+            if check_files:
+                for path in (tls.ca_file, tls.cert_file, tls.key_file):
+                    if path and not os.path.isfile(path):
+                        raise ValueError(f"no such file: {path}")
+        user, password = uri.user, uri.password
+        if self.username is not None:
+            user = self.username
+        if self.password is not None:
+            password = self.password
+        if self.token is not None or self.token_file is not None:
+            # OAuth 2.0 as RabbitMQ takes it: the access token as the password
+            # (the user name is not checked).
+            password = self.token if self.token is not None else _read_token(self.token_file)
+            if self.username is None and "@" not in self.urls[index]:
+                user = ""
+        mechanism = self.mechanism or uri.mechanism
+        return URI(
+            host=uri.host,
+            port=uri.port,
+            user=user,
+            password=password,
+            vhost=uri.vhost,
+            tls=tls,
+            mechanism=mechanism,
+            heartbeat=uri.heartbeat,
+            connect_timeout_s=uri.connect_timeout_s,
+        )
+
+    def describe(self) -> str:
+        """The URLs without passwords, for messages."""
+        return ", ".join(redact(u) for u in self.urls)
+
+    def at(self, replica: str) -> Endpoint:
+        """The same endpoint with the first URL's host and port replaced by
+        ``replica`` (host:port) and no other URL: a follower to read from."""
+        return replace(self, urls=(replica_url(self.urls[0], replica),), max_retries=0)
+
+
+def _count(option: str, raw: str | None, default: int) -> int:
+    if raw is None:
+        return default
+    value = _non_negative_int(raw)
+    if value is None:
+        raise OptionError(option, f"expected an integer >= 0, got {raw!r}")
+    return value
+
+
+def _read_token(path: str | None) -> str:
+    assert path is not None
     try:
-        URI.parse(url)
-    except ValueError as exc:
-        raise OptionError("url", f"{exc} in {redact(url)!r}") from None
-    return url
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError as exc:
+        raise OptionError("tokenFile", f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
@@ -206,6 +389,7 @@ class SourceOptions:
     """Everything the reader needs, batch or streaming."""
 
     url: str
+    endpoint: Endpoint
     queues: tuple[str, ...]
     starting: dict[str, Position]
     ending: dict[str, Position]
@@ -223,7 +407,8 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
-        url = _url(options)
+        endpoint = Endpoint.parse(options)
+        url = endpoint.urls[0]
         raw_queues = _get(options, "queue")
         if raw_queues is None or not raw_queues.strip():
             raise OptionError(
@@ -283,6 +468,7 @@ class SourceOptions:
         assert replica_timeout is not None
         return cls(
             url=url,
+            endpoint=endpoint,
             queues=queues,
             starting=starting,
             ending=ending,
@@ -303,6 +489,7 @@ class SinkOptions:
     """Where and how the sink publishes."""
 
     url: str
+    endpoint: Endpoint
     exchange: str
     routing_key: str
     routing_key_column: str | None
@@ -312,7 +499,8 @@ class SinkOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
-        url = _url(options)
+        endpoint = Endpoint.parse(options)
+        url = endpoint.urls[0]
         exchange = _get(options, "exchange") or ""
         routing_key = _get(options, "routingKey")
         column = _get(options, "routingKeyColumn")
@@ -336,6 +524,7 @@ class SinkOptions:
         assert max_unconfirmed is not None
         return cls(
             url=url,
+            endpoint=endpoint,
             exchange=exchange,
             routing_key=routing_key or "",
             routing_key_column=column.strip() if column is not None else None,

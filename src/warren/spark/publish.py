@@ -137,7 +137,9 @@ class SinkPlan:
 
 def check_exchange(options: SinkOptions) -> None:
     """Fail on the driver, naming the option, when the exchange does not exist."""
-    with contextlib.closing(connect(options.url, 30.0, name="warren-spark sink check")) as client:
+    with contextlib.closing(
+        connect(options.endpoint, 30.0, name="warren-spark sink check")
+    ) as client:
         if options.exchange == "":
             return
         client.channel_open(1)
@@ -304,7 +306,7 @@ class Publisher:
         return self.acked_upto + len(self.singles)
 
     def open(self) -> Publisher:
-        client = connect(self.options.url, self.timeout_s, name="warren-spark sink")
+        client = connect(self.options.endpoint, self.timeout_s, name="warren-spark sink")
         self.client = client
         client.channel_open(1)
         client.confirm_select(1)

@@ -13,9 +13,10 @@ empty stream records until the stream has messages.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -32,6 +33,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from warren.perf.client import AMQPError
 from warren.spark.columns import COLUMNS, schema_ddl, to_batch
 from warren.spark.connection import DataLossError, SourceError, data_loss
 from warren.spark.options import (
@@ -41,9 +43,10 @@ from warren.spark.options import (
     Position,
     SourceOptions,
     redact,
-    replica_url,
 )
 from warren.spark.stream import Bounds, Planner, read_range
+
+T = TypeVar("T")
 
 __all__ = ["WarrenDataSource", "OffsetRange", "split", "spread", "allocate"]
 
@@ -157,7 +160,7 @@ def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.Reco
         # by more than replicaTimeoutMs leaves the rest of the range to the leader.
         try:
             for rows in read_range(
-                replica_url(options.url, partition.replica),
+                options.endpoint.at(partition.replica),
                 partition.queue,
                 start,
                 partition.end,
@@ -181,16 +184,49 @@ def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.Reco
                 exc,
                 redact(options.url),
             )
-    for rows in read_range(
-        options.url,
-        partition.queue,
-        start,
-        partition.end,
-        prefetch=options.prefetch,
-        poll_timeout_ms=options.poll_timeout_ms,
-        fail_on_data_loss=options.fail_on_data_loss,
-    ):
-        yield to_batch(rows, partition.queue)
+    yield from _read_resuming(options, partition.queue, start, partition.end)
+
+
+def _read_resuming(
+    options: SourceOptions, queue: str, start: int, end: int
+) -> Iterator[pa.RecordBatch]:
+    """Offsets ``[start, end)`` from the leader; a lost connection or a stall is
+    resumed after the last offset read, on a new connection (connect() waits
+    for the broker as the retry options say), at most ``maxRetries`` times in
+    a row without progress: a broker restart under a running task costs no
+    row and repeats none."""
+    retries = 0
+    while True:
+        try:
+            for rows in read_range(
+                options.endpoint,
+                queue,
+                start,
+                end,
+                prefetch=options.prefetch,
+                poll_timeout_ms=options.poll_timeout_ms,
+                fail_on_data_loss=options.fail_on_data_loss,
+            ):
+                if len(rows):
+                    start = rows.offsets[-1] + 1
+                    retries = 0
+                yield to_batch(rows, queue)
+            return
+        except (DataLossError, OptionError):
+            raise
+        except (SourceError, OSError, EOFError) as exc:
+            retries += 1
+            if retries > options.endpoint.max_retries:
+                raise
+            log.warning(
+                "reading %s offsets [%d, %d) from %s stopped (%s); resuming at %d",
+                queue,
+                start,
+                end,
+                options.endpoint.describe(),
+                exc,
+                start,
+            )
 
 
 def _check_schema(schema: StructType) -> None:
@@ -212,7 +248,7 @@ class BatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         o = self.options
         ranges = []
-        with Planner(o.url, o.poll_timeout_ms) as planner:
+        with Planner(o.endpoint, o.poll_timeout_ms) as planner:
             for queue in o.queues:
                 bounds = planner.bounds(queue)
                 start = _start(planner, o, queue, o.starting[queue], bounds)
@@ -235,24 +271,67 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         #: Set by trigger(availableNow=True): the ends to stop at.
         self.target: dict[str, int] | None = None
+        #: One planning connection for the query's life (Spark asks for the
+        #: latest offsets many times a second when the query is idle).
+        self._planner: Planner | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled to the executors without the planner's connection."""
+        state = self.__dict__.copy()
+        state["_planner"] = None
+        return state
+
+    def _planning(self, work: Callable[[Planner], T]) -> T:
+        """``work`` with the query's planner, connected on first use; a planner
+        that lost its connection (a broker restart, a leader that moved) is
+        replaced and the work done again, once, on a new connection (connect()
+        itself waits for a broker as the retry options say)."""
+        for attempt in (1, 2):
+            planner = self._planner
+            if planner is None:
+                o = self.options
+                planner = self._planner = Planner(o.endpoint, o.poll_timeout_ms)
+            try:
+                return work(planner)
+            except (DataLossError, OptionError):
+                raise
+            except (SourceError, AMQPError, OSError, EOFError) as exc:
+                self._close_planner()
+                if attempt == 2:
+                    raise
+                log.warning("planning lost the broker (%s); connecting again", exc)
+        raise AssertionError("unreachable")
+
+    def _close_planner(self) -> None:
+        planner, self._planner = self._planner, None
+        if planner is not None:
+            with contextlib.suppress(Exception):
+                planner.client.abort()
+
+    def stop(self) -> None:
+        planner, self._planner = self._planner, None
+        if planner is not None:
+            planner.close()
 
     def initialOffset(self) -> dict[str, int]:
         o = self.options
-        offsets = {}
-        with Planner(o.url, o.poll_timeout_ms) as planner:
+
+        def work(planner: Planner) -> dict[str, int]:
+            offsets = {}
             for queue in o.queues:
                 start = _start(planner, o, queue, o.starting[queue], planner.bounds(queue))
                 offsets[queue] = UNRESOLVED if start is None else start
-        return offsets
+            return offsets
+
+        return self._planning(work)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_records_per_trigger
         return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        o = self.options
-        with Planner(o.url, o.poll_timeout_ms) as planner:
-            self.target = {q: self._end(planner.bounds(q)) for q in o.queues}
+        queues = self.options.queues
+        self.target = self._planning(lambda p: {q: self._end(p.bounds(q)) for q in queues})
 
     @staticmethod
     def _end(bounds: Bounds) -> int:
@@ -263,27 +342,27 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ends: dict[str, int] = {}
         available: dict[str, int] = {}
         firsts: dict[str, int] = {}
-        with Planner(o.url, o.poll_timeout_ms) as planner:
-            for queue in o.queues:
-                at = int(start.get(queue, UNRESOLVED))
-                ends[queue] = at
-                bounds = planner.bounds(queue)
-                end = self._end(bounds)
-                if self.target is not None:
-                    target = self.target.get(queue, UNRESOLVED)
-                    end = target if target == UNRESOLVED else min(end, target)
-                if end == UNRESOLVED:
-                    continue
-                assert bounds.first is not None
-                lo = bounds.first if at == UNRESOLVED else at
-                if lo < bounds.first:
-                    data_loss(queue, lo, bounds.first, o.fail_on_data_loss)
-                    lo = bounds.first
-                if end < lo:
-                    self._went_back(queue, lo, end)
-                    continue
-                firsts[queue] = lo
-                available[queue] = end - lo
+        bounds_of = self._planning(lambda p: {q: p.bounds(q) for q in o.queues})
+        for queue in o.queues:
+            at = int(start.get(queue, UNRESOLVED))
+            ends[queue] = at
+            bounds = bounds_of[queue]
+            end = self._end(bounds)
+            if self.target is not None:
+                target = self.target.get(queue, UNRESOLVED)
+                end = target if target == UNRESOLVED else min(end, target)
+            if end == UNRESOLVED:
+                continue
+            assert bounds.first is not None
+            lo = bounds.first if at == UNRESOLVED else at
+            if lo < bounds.first:
+                data_loss(queue, lo, bounds.first, o.fail_on_data_loss)
+                lo = bounds.first
+            if end < lo:
+                self._went_back(queue, lo, end)
+                continue
+            firsts[queue] = lo
+            available[queue] = end - lo
         take = allocate(available, limit.max_rows) if isinstance(limit, ReadMaxRows) else available
         for queue, n in take.items():
             if n > 0:
@@ -307,7 +386,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         todo = {q: int(hi) for q, hi in end.items() if int(hi) != UNRESOLVED}
         if not todo:
             return []
-        with Planner(o.url, o.poll_timeout_ms) as planner:
+
+        def work(planner: Planner) -> list[OffsetRange]:
             for queue, hi in todo.items():
                 lo = int(start.get(queue, UNRESOLVED))
                 first = planner.first(queue)
@@ -317,6 +397,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     data_loss(queue, lo, first, o.fail_on_data_loss)
                 ranges.append((queue, max(lo, first), hi))
             return _plan(planner, o, split(ranges, o.min_partitions, o.max_records_per_partition))
+
+        return self._planning(work)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.options, partition)

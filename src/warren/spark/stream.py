@@ -31,7 +31,7 @@ from warren.amqp import spec
 from warren.core.properties import decode_properties
 from warren.perf.client import AMQPError, Client
 from warren.spark.connection import SourceError, connect, queue_error
-from warren.spark.options import OptionError
+from warren.spark.options import Endpoint, OptionError
 from warren.spark.scan import OFFSET_HEADER, TIMESTAMP_HEADER, Rows, Scanner
 
 __all__ = ["Bounds", "Planner", "read_range"]
@@ -77,10 +77,9 @@ def _offset_and_stamp(raw: bytes) -> tuple[int | None, int | None]:
 class Planner:
     """One connection for the planning of a batch or micro-batch: bounds, times."""
 
-    def __init__(self, url: str, timeout_ms: int) -> None:
-        self.url = url
+    def __init__(self, endpoint: Endpoint | str, timeout_ms: int) -> None:
         self.timeout_s = timeout_ms / 1000
-        self.client = connect(url, self.timeout_s, name="warren-spark planner")
+        self.client = connect(endpoint, self.timeout_s, name="warren-spark planner")
         #: Warren keeps the stream contract exactly; RabbitMQ's "last" is a chunk.
         self.exact = "warren_version" in self.client.server_properties
         self._next_channel = 1
@@ -276,7 +275,7 @@ class Planner:
 
 
 def read_range(
-    url: str,
+    endpoint: Endpoint | str,
     queue: str,
     start: int,
     end: int,
@@ -292,7 +291,7 @@ def read_range(
     if start >= end:
         return
     timeout_s = poll_timeout_ms / 1000
-    client = connect(url, timeout_s, name=f"warren-spark {queue}[{start}:{end}]")
+    client = connect(endpoint, timeout_s, name=f"warren-spark {queue}[{start}:{end}]")
     try:
         client.channel_open(1)
         client.qos(1, prefetch)
@@ -306,7 +305,7 @@ def read_range(
             raise queue_error(exc, queue, client.uri.vhost) from None
 
         def first_retained() -> int | None:
-            with Planner(url, poll_timeout_ms) as planner:
+            with Planner(endpoint, poll_timeout_ms) as planner:
                 return planner.first(queue)
 
         scanner = Scanner(
