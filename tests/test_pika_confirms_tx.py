@@ -291,6 +291,20 @@ def test_tx_commit_without_select_is_406(s: Session) -> None:
     assert text == "PRECONDITION_FAILED - channel is not transactional"
 
 
+def test_a_commit_with_a_message_a_queue_refused_is_partial(s: Session) -> None:
+    # RabbitMQ 3.10, asked with the same client script: the channel is closed
+    # with 406 "partial tx completion" and what the queue did take stays.
+    name = uniq()
+    s.ch.queue_declare(name, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    s.queues.append(name)
+    s.ch.tx_select()
+    s.ch.basic_publish("", name, b"1")
+    s.ch.basic_publish("", name, b"2")
+    text = channel_error(406, s.ch.tx_commit)
+    assert text == "PRECONDITION_FAILED - partial tx completion"
+    assert s.ready(name) == 1
+
+
 def test_tx_rollback_without_select_is_406(s: Session) -> None:
     text = channel_error(406, s.ch.tx_rollback)
     assert text == "PRECONDITION_FAILED - channel is not transactional"

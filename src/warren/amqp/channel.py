@@ -41,7 +41,7 @@ from warren.core.queue import Queue
 from warren.core.stats import MessageStats, count_get
 from warren.core.store import StoredRun
 from warren.core.users import READ, User, UserStore
-from warren.core.vhost_routing import REPLY_TO
+from warren.core.vhost_routing import REJECTED_BY_QUEUE, REPLY_TO
 
 _PUBLISH_IDS = b"\x00\x3c\x00\x28"  # basic.publish: class 60, method 40
 
@@ -599,8 +599,10 @@ class Channel(Publishing):
         assert self.vhost is not None
         conn = self.connection
         commit = Commit(self.vhost, conn.broker.syncer, f"{conn.name} channel {self.id}: tx.commit")
+        rejected = False
         for ex, msg, mandatory in publishes:
-            self._route(ex, msg, mandatory, None, None, commit)
+            if self._route(ex, msg, mandatory, None, None, commit) == REJECTED_BY_QUEUE:
+                rejected = True
         if not commit.write_out():
             self._tx_acks = acks  # given back as unacked by the channel's close
             self.channel_error(
@@ -613,8 +615,10 @@ class Channel(Publishing):
             return
         self._commit_acks(acks)
         # commit-ok promises the messages are on disk (sync = false: written
-        # out), as a confirm does.
-        commit.after_sync(self._commit_stored)
+        # out), as a confirm does. A message a queue refused (x-overflow
+        # reject-publish) makes it a partial commit: as RabbitMQ, what the other
+        # queues took stays and the channel is closed with 406.
+        commit.after_sync(self._commit_partial if rejected else self._commit_stored)
 
     def _commit_acks(self, acks: list[tuple[int, Unacked, str, bool]]) -> None:
         self._credit([(tag, entry) for tag, entry, _kind, _requeue in acks], [])
@@ -630,6 +634,12 @@ class Channel(Publishing):
             self.channel_error(
                 NotStored(f"tx.commit failed: {NOT_STORED}; its messages were taken back"), 90, 20
             )
+
+    def _commit_partial(self, ok: bool) -> None:
+        if not ok:
+            self._commit_stored(ok)
+        elif not (self.closed or self.closing):
+            self.channel_error(PreconditionFailed("partial tx completion"), 90, 20)
 
     def _tx_rollback(self, method: spec.TxRollback) -> None:
         if not self.tx:

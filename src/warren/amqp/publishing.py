@@ -315,9 +315,10 @@ class Publishing:
         durable: list[MessageStore] | None = None,
         queues: list[Queue] | None = None,
         commit: Commit | None = None,
-    ) -> None:
+    ) -> int:
         """Route one message. ``queues``: already routed (a run's
-        `VHost.route_run`); ``commit``: a tx.commit's unit (core/commit.py)."""
+        `VHost.route_run`); ``commit``: a tx.commit's unit (core/commit.py).
+        Returns what VHost.publish does (REJECTED_BY_QUEUE: a queue refused it)."""
         assert self.vhost is not None
         confirm = self.confirm
         if confirm and durable is None:
@@ -342,6 +343,7 @@ class Publishing:
                 self.stats.drop_unroutable += 1
         if confirm:
             self.confirms.routed(self.publish_seq, routed, durable)
+        return routed
 
     def _exchange(self, name: str) -> Exchange:
         ex = self._exchange_cache.get(name)
