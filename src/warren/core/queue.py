@@ -38,7 +38,7 @@ from warren.core.stats import MessageStats
 from warren.core.store import MessageStore
 
 if TYPE_CHECKING:
-    from warren.core.dedup import Deduplicator
+    from warren.core.dedup import Deduplicator, KeyEntry, KeyLog
     from warren.core.policies import Policy
     from warren.core.vhost import VHost
 
@@ -103,13 +103,45 @@ class Queue(QueueFeatures):
             timeout if isinstance(timeout, int) and not isinstance(timeout, bool) else None
         )
         self._dedup: Deduplicator | None = None
+        self._key_log: KeyLog | None = None
         if self.arguments.get("x-message-deduplication") is True:
-            from warren.core.dedup import Deduplicator
-
-            self._dedup = Deduplicator.from_arguments(
-                self.arguments, f"queue '{name}' in vhost '{vhost.name}'"
-            )
+            self._start_dedup()
         self._configure(argument_settings(self.arguments))
+
+    def _start_dedup(self) -> None:
+        """Build the deduplication cache; a durable queue's (a stream's) is durable:
+        rebuilt from its surviving records and its key journal (docs/storage.md)."""
+        from warren.core.dedup import Deduplicator
+
+        vhost = self.vhost
+        what = f"queue '{self.name}' in vhost '{vhost.name}'"
+        durable = self.persistent and vhost.key_logs is not None
+        if not durable:
+            self._dedup = Deduplicator.from_arguments(self.arguments, what)
+            return
+        dedup = Deduplicator.from_arguments(self.arguments, what, vhost.dedup_clock)
+        if dedup is None:
+            return
+        self._dedup = dedup
+        entries = self._recovered_keys(dedup)
+        if not self.keeps_every_message:
+            make = vhost.key_logs
+            assert make is not None
+            log_ = make(self, dedup)
+            self._key_log = log_
+            entries = log_.load() + entries
+        dedup.restore(entries)
+
+    def _recovered_keys(self, dedup: Deduplicator) -> list[KeyEntry]:
+        """The keys of the messages the store recovered (all durable)."""
+        from warren.core.properties import peek_headers
+
+        out: list[KeyEntry] = []
+        for _seq, timestamp, raw in self.store.scan_ready():
+            entry = dedup.entry_of(peek_headers(raw), float(timestamp))
+            if entry is not None:
+                out.append(entry)
+        return out
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in {self.vhost.name!r}>"
@@ -270,8 +302,21 @@ class Queue(QueueFeatures):
         return STORED
 
     def _publish_featured(self, msg: Message) -> int:
-        if self._dedup is not None and self._dedup.seen(msg):
-            return DELIVERED  # a duplicate: accepted and dropped, as the plugin does
+        dedup = self._dedup
+        if dedup is not None:
+            if dedup.seen(msg):
+                return DELIVERED  # a duplicate: accepted and dropped, as the plugin does
+            new = dedup.last_new
+            if new is not None:
+                taken = self._publish_unique(msg)
+                if taken == REJECTED:
+                    dedup.forget_key(new[0])  # nacked: the retry must get in
+                elif taken == STORED and self._key_log is not None and msg.persistent:
+                    self._key_log.recorded(new, self.store)
+                return taken
+        return self._publish_unique(msg)
+
+    def _publish_unique(self, msg: Message) -> int:
         store = self.store
         now = now_ms()
         if self._over_limit(len(msg.body)) and self._overflow != DROP_HEAD:
@@ -591,6 +636,8 @@ class Queue(QueueFeatures):
             if timer is not None:
                 timer.cancel()
         self._timer = self._expires_timer = None
+        if self._key_log is not None:
+            self._key_log.close()
         self.store.delete()
         return consumers
 
