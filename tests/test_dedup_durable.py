@@ -190,3 +190,24 @@ def test_journal_entries_round_trip_and_a_torn_tail_is_cut(tmp_path: Path) -> No
     journal = DedupJournal(path, Deduplicator(10), lambda: None)
     assert journal.load() == entries
     assert path.read_bytes() == data  # cut back to the last intact entry
+
+
+def test_a_stream_deduplicates_and_keeps_its_keys_through_kill_9(proc: Proc) -> None:
+    """A stream accepts x-message-deduplication (RabbitMQ refuses it: its streams
+    deduplicate by publisher id in the stream protocol); its keys are rebuilt
+    from its records after kill -9."""
+    proc.start()
+    conn, ch = proc.channel()
+    args = {"x-queue-type": "stream", **ARGS}
+    ch.queue_declare("ds", durable=True, arguments=args)
+    publish(ch, "ds", range(50))
+    publish(ch, "ds", range(50))
+    assert depth(ch, "ds") == 50
+    conn.close()
+    proc.kill()
+
+    proc.start()
+    conn, ch = proc.channel()
+    publish(ch, "ds", range(60))
+    assert depth(ch, "ds") == 60
+    conn.close()
