@@ -177,3 +177,44 @@ async def test_http_publish_on_a_full_disk_is_an_error_and_keeps_nothing(
     assert drain(b.port, "h2") == ["kept"]
     assert await publish("again") == (200, {"routed": True})
     assert drain(b.port, "h1") == ["again"]
+
+
+def test_a_failed_commit_leaves_no_deduplication_key_behind(
+    small_disk: Path, broker_factory: Callable[..., BrokerThread]
+) -> None:
+    # A deduplicating queue and a deduplicating exchange: a transaction that
+    # could not be stored is taken back, and so are its keys, or its retry
+    # would be dropped as a duplicate of messages that were never kept.
+    b = broker_factory(data_dir=small_disk / "data", free_disk_min=0)
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
+    try:
+        ch = conn.channel()
+        dedup = {"x-message-deduplication": True}
+        ch.exchange_declare("dx", "fanout", durable=True, arguments=dedup)
+        ch.queue_declare("dq", durable=True, arguments=dedup)
+        ch.queue_bind("dq", "dx")
+
+        def publish_all(channel: pika.adapters.blocking_connection.BlockingChannel) -> None:
+            for i in range(40):
+                props = pika.BasicProperties(
+                    delivery_mode=2, headers={"x-deduplication-header": f"k{i}"}
+                )
+                channel.basic_publish("dx", "", f"m{i}:".encode().ljust(20_000, b"."), props)
+
+        ch.tx_select()
+        filler = small_disk / "filler"
+        fill(filler)
+        os.truncate(filler, filler.stat().st_size - 64 * 1024)
+        publish_all(ch)
+        with pytest.raises(ChannelClosedByBroker) as closed:
+            ch.tx_commit()
+        assert closed.value.reply_code == 406
+        filler.unlink()
+        assert b.call(b.broker.resource_alarms.check_disk) is False
+        retry = conn.channel()
+        retry.tx_select()
+        publish_all(retry)
+        retry.tx_commit()
+        assert sorted(drain(b.port, "dq")) == sorted(f"m{i}" for i in range(40))
+    finally:
+        conn.close()

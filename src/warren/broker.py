@@ -24,6 +24,7 @@ from warren import __version__, build_description
 from warren.alarms import ResourceAlarms
 from warren.config import Config
 from warren.core.auth_guard import AuthGuard
+from warren.core.dedup import epoch_ms
 from warren.core.errors import NotFound, ResourceError
 from warren.core.names import warn_undecodable
 from warren.core.runtime_parameters import ParameterComponent, ValidationFailed
@@ -34,6 +35,7 @@ from warren.definitions_document import DefinitionsError, read_definitions
 from warren.definitions_export import export_definitions
 from warren.definitions_import import import_definitions
 from warren.store import damage, disk_budget
+from warren.store.dedup_journal import journal_factory
 from warren.store.definitions import DefinitionsLog
 from warren.store.layout import DataDir
 from warren.store.orphans import report as report_orphans
@@ -108,6 +110,9 @@ class Broker:
         #: connections are blocked (connection.blocked), as RabbitMQ's are.
         self.alarms: set[str] = self.resource_alarms.raised
         self.syncer: GroupSync | None = None
+        #: The clock of durable deduplication caches (ms since the epoch); set
+        #: before start() to inject another (tests).
+        self.dedup_clock: Callable[[], float] = epoch_ms
         #: Clustering's replication (cluster/leader.py's Replicator), set before
         #: start(): confirms then also wait for the in-sync followers.
         self.replication: Replication | None = None
@@ -205,6 +210,8 @@ class Broker:
             exchange_store_factory=self.stores.exchange_store,
             stream_store_factory=self.stores.stream_store,
         )
+        vhost.key_logs = journal_factory(self.layout.queue_dir, lambda: self.syncer)
+        vhost.dedup_clock = self.dedup_clock
         try:
             problems = vhost.restore_definitions()
             warn_undecodable(vhost)  # names kept from before they were refused

@@ -40,7 +40,7 @@ from warren.core.errors import PreconditionFailed
 if TYPE_CHECKING:
     from warren.core.exchange import Exchange
     from warren.core.message import Message
-    from warren.core.queue import Queue
+    from warren.core.queue import Held
     from warren.core.store import MessageStore
     from warren.core.vhost import VHost
 
@@ -86,21 +86,29 @@ class Commit:
         #: Stores a durable message went to: the answer waits for their sync.
         self.durable: list[MessageStore] = []
         # (queue, sequence number) of every message appended, to take back.
-        self._held: list[tuple[Queue, int]] = []
+        self._held: list[Held] = []
         self._since = syncer.gen if syncer is not None else 0
         self.count = 0
+        # Messages a deduplicating exchange let in: their keys go if taken back.
+        self._dedup_seen: list[tuple[Exchange, Message]] = []
 
     def publish(self, exchange: Exchange, msg: Message) -> int:
         """VHost.publish with deliveries held back; returns what it returns."""
         self.count += 1
-        return self.vhost.publish(exchange, msg, self.durable, self._held)
+        routed = self.vhost.publish(exchange, msg, self.durable, self._held)
+        dedup = exchange.deduplicator
+        if dedup is not None:
+            new, entry = dedup.last_new, dedup.entry_of(msg.headers, 0)
+            if new is not None and entry is not None and new[0] == entry[0]:
+                self._dedup_seen.append((exchange, msg))  # let in: not a duplicate
+        return routed
 
     def write_out(self) -> bool:
         """Have every store the unit touched write out now. False when one could
         not write all of the unit: every message of it still in a queue has been
         taken back, and the failure logged."""
         stores: dict[int, Any] = {id(s): s for s in self.durable}
-        for q, _seq in self._held:
+        for q, _seq, _key in self._held:
             stores.setdefault(id(q.store), q.store)
         failed = False
         for store in stores.values():
@@ -152,7 +160,12 @@ class Commit:
 
     def _take_back(self, why: str) -> None:
         held, self._held = self._held, []
-        taken = sum(1 for q, seq in held if q.take_back(seq))
+        taken = sum(1 for q, seq, key in held if q.take_back(seq, key))
+        seen, self._dedup_seen = self._dedup_seen, []
+        for exchange, msg in seen:
+            dedup = exchange.deduplicator
+            if dedup is not None:
+                dedup.forget_message(msg)
         log.error(
             "%s: %d published messages %s (disk full?): refused, %d taken back out of "
             "their queues, nothing of them is kept",

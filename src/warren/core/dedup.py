@@ -12,7 +12,11 @@ plugin's names), for an exchange or a queue:
 
 A message's own ``x-cache-ttl`` header (an integer, milliseconds) overrides the
 default TTL for its key. A message without the key header is never a duplicate.
-The cache lives in memory only: a restart forgets it, as in LavinMQ.
+An exchange's cache lives in memory only: a restart forgets it, as in LavinMQ. A
+durable queue's or a stream's cache is durable (docs/storage.md, "Deduplication
+keys"): it is rebuilt at start from the keys of the records that survived plus a
+journal of keys whose messages were durable (:class:`KeyLog`), so it needs a
+clock that survives a restart: milliseconds since the epoch, as records carry.
 
 Usage (an exchange or a queue holds one, built when it is declared)::
 
@@ -25,8 +29,8 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from warren.core.erlang_format import field_type
 from warren.core.errors import PreconditionFailed
@@ -39,6 +43,10 @@ __all__ = [
     "DEFAULT_HEADER",
     "DEDUP_ARGUMENTS",
     "Deduplicator",
+    "KeyEntry",
+    "KeyLog",
+    "epoch_ms",
+    "key_of",
     "monotonic_ms",
 ]
 
@@ -55,11 +63,40 @@ DEDUP_ARGUMENTS = (
 )
 
 Clock = Callable[[], float]
+#: A remembered key: (key, first seen in ms, expiry in ms or None: never).
+KeyEntry = tuple[Hashable, float, float | None]
 
 
 def monotonic_ms() -> float:
     """The default clock: milliseconds that never go backwards."""
     return time.monotonic() * 1000.0
+
+
+def epoch_ms() -> float:
+    """The clock of a durable cache: milliseconds since the epoch (a restart keeps
+    it, as it keeps the records' timestamps)."""
+    return time.time() * 1000.0
+
+
+class KeyLog(Protocol):
+    """Where a durable cache keeps the keys whose messages are durable
+    (store/dedup_journal.py); the queue tells it each new key of a stored
+    persistent message, and it writes the key once that message is durable."""
+
+    def load(self) -> list[KeyEntry]:
+        """The keys written before this start, oldest first."""
+        ...
+
+    def recorded(self, entry: KeyEntry, store: Any) -> None:
+        """A new key whose message was just appended to ``store``."""
+        ...
+
+    def withdraw(self, key: Hashable) -> None:
+        """A recorded key whose message was taken back out before it was durable
+        (a transaction that could not be stored): never write it."""
+        ...
+
+    def close(self) -> None: ...
 
 
 def _is_int(value: Any) -> bool:
@@ -80,7 +117,7 @@ def _positive_int(value: Any) -> int | None:
     return None
 
 
-def _key(value: Any) -> Hashable:
+def key_of(value: Any) -> Hashable:
     """A dict key for a header value of any AMQP type (tables and arrays included)."""
     if isinstance(value, bool):
         return ("bool", value)  # True must not equal the integer 1
@@ -98,7 +135,7 @@ class Deduplicator:
     Expired keys are dropped lazily, when met again or evicted.
     """
 
-    __slots__ = ("size", "ttl", "header", "_clock", "_entries")
+    __slots__ = ("size", "ttl", "header", "_clock", "_entries", "last_new")
 
     def __init__(
         self,
@@ -113,8 +150,11 @@ class Deduplicator:
         self.ttl = ttl
         self.header = header
         self._clock = clock
-        # key -> expiry time in ms (None: never), least recently seen first.
-        self._entries: OrderedDict[Hashable, float | None] = OrderedDict()
+        # key -> (first seen, expiry time in ms or None: never, durable), least
+        # recently seen first. ``durable``: written to a KeyLog (or rebuilt from one).
+        self._entries: OrderedDict[Hashable, tuple[float, float | None, bool]] = OrderedDict()
+        #: The entry the last check() recorded, None if it found a duplicate.
+        self.last_new: KeyEntry | None = None
 
     def __repr__(self) -> str:
         return (
@@ -184,28 +224,92 @@ class Deduplicator:
             ttl = None
         return self.check(value, ttl)
 
+    def entry_of(self, headers: dict[str, Any] | None, seen: float) -> KeyEntry | None:
+        """The entry a message with these headers, first seen at ``seen`` (its
+        record's timestamp), leaves in the cache; None without a key."""
+        if not headers:
+            return None
+        value = headers.get(self.header)
+        if value is None:
+            return None
+        ttl = headers.get(TTL_HEADER)
+        if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 0:
+            ttl = self.ttl
+        return (key_of(value), seen, None if ttl is None else seen + ttl)
+
     def check(self, value: Any, ttl: int | None = None) -> bool:
         """Whether ``value`` is a key seen within its lifetime; if not, record it for
         ``ttl`` ms (None: the default TTL). The building block of :meth:`seen`."""
         if ttl is None:
             ttl = self.ttl
-        key = _key(value)
+        key = key_of(value)
         entries = self._entries
         now = self._clock()
         if key in entries:
-            expires = entries[key]
+            expires = entries[key][1]
             if expires is None or expires > now:
                 entries.move_to_end(key)
+                self.last_new = None
                 return True
             del entries[key]
         while len(entries) >= self.size:
             entries.popitem(last=False)
-        entries[key] = None if ttl is None else now + ttl
+        expiry = None if ttl is None else now + ttl
+        entries[key] = (now, expiry, False)
+        self.last_new = (key, now, expiry)
         return False
+
+    def forget_key(self, key: Hashable) -> None:
+        """Drop a key as check() recorded it (its message was refused after all)."""
+        self._entries.pop(key, None)
+
+    def forget_message(self, msg: Message) -> Hashable | None:
+        """Drop the key of a message check() let in that was not kept after all
+        (taken back out of its queues); returns the key, None without one."""
+        entry = self.entry_of(msg.headers, 0)
+        if entry is None:
+            return None
+        self._entries.pop(entry[0], None)
+        return entry[0]
+
+    def mark_durable(self, key: Hashable, seen: float) -> None:
+        """The key recorded at ``seen`` is now in the KeyLog."""
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] == seen:
+            self._entries[key] = (seen, entry[1], True)
+
+    def restore(self, entries: Iterable[KeyEntry]) -> None:
+        """Take back durable keys at start: those not expired by now, the most
+        recently first seen ones when there are more than ``size``."""
+        now = self._clock()
+        best: dict[Hashable, KeyEntry] = {}
+        for entry in entries:
+            expires = entry[2]
+            if expires is not None and expires <= now:
+                continue
+            old = best.get(entry[0])
+            if old is None or old[1] <= entry[1]:
+                best[entry[0]] = entry
+        ordered = sorted(best.values(), key=lambda e: e[1])[-self.size :]
+        table = self._entries
+        for key, seen, expires in ordered:
+            table.pop(key, None)
+            table[key] = (seen, expires, True)
+        while len(table) > self.size:
+            table.popitem(last=False)
+
+    def durable_entries(self) -> list[KeyEntry]:
+        """The remembered durable keys, not expired, least recently seen first."""
+        now = self._clock()
+        return [
+            (key, seen, expires)
+            for key, (seen, expires, durable) in self._entries.items()
+            if durable and (expires is None or expires > now)
+        ]
 
     def forget(self, value: Any) -> None:
         """Drop a key (e.g. a queue removing a message it dropped after all)."""
-        self._entries.pop(_key(value), None)
+        self._entries.pop(key_of(value), None)
 
     def clear(self) -> None:
         self._entries.clear()

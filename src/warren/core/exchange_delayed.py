@@ -44,6 +44,7 @@ from warren.core.properties import set_header
 from warren.core.queue import STORED, Queue
 
 if TYPE_CHECKING:
+    from warren.core.queue import Held
     from warren.core.store import MessageStore
     from warren.core.vhost import TimerHandle, VHost
 
@@ -101,7 +102,7 @@ class _HeldMessages(Queue):
         self.exchange.hold(msg)
         return STORED
 
-    def publish_held(self, msg: Message, held: list[tuple[Queue, int]]) -> int:
+    def publish_held(self, msg: Message, held: list[Held]) -> int:
         return self.publish(msg)  # not taken back: it is released on its own schedule
 
 

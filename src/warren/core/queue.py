@@ -14,7 +14,7 @@ import heapq
 import logging
 import struct
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -38,9 +38,12 @@ from warren.core.stats import MessageStats
 from warren.core.store import MessageStore
 
 if TYPE_CHECKING:
-    from warren.core.dedup import Deduplicator
+    from warren.core.dedup import Deduplicator, KeyEntry, KeyLog
     from warren.core.policies import Policy
     from warren.core.vhost import VHost
+    #: A message of a unit stored all-or-nothing (core/commit.py): its queue,
+    #: sequence number and the deduplication key it added (None: none).
+    Held = tuple["Queue", int, Hashable | None]
 
 log = logging.getLogger("warren.queue")
 
@@ -103,13 +106,45 @@ class Queue(QueueFeatures):
             timeout if isinstance(timeout, int) and not isinstance(timeout, bool) else None
         )
         self._dedup: Deduplicator | None = None
+        self._key_log: KeyLog | None = None
         if self.arguments.get("x-message-deduplication") is True:
-            from warren.core.dedup import Deduplicator
-
-            self._dedup = Deduplicator.from_arguments(
-                self.arguments, f"queue '{name}' in vhost '{vhost.name}'"
-            )
+            self._start_dedup()
         self._configure(argument_settings(self.arguments))
+
+    def _start_dedup(self) -> None:
+        """Build the deduplication cache; a durable queue's (a stream's) is durable:
+        rebuilt from its surviving records and its key journal (docs/storage.md)."""
+        from warren.core.dedup import Deduplicator
+
+        vhost = self.vhost
+        what = f"queue '{self.name}' in vhost '{vhost.name}'"
+        durable = self.persistent and vhost.key_logs is not None
+        if not durable:
+            self._dedup = Deduplicator.from_arguments(self.arguments, what)
+            return
+        dedup = Deduplicator.from_arguments(self.arguments, what, vhost.dedup_clock)
+        if dedup is None:
+            return
+        self._dedup = dedup
+        entries = self._recovered_keys(dedup)
+        if not self.keeps_every_message:
+            make = vhost.key_logs
+            assert make is not None
+            log_ = make(self, dedup)
+            self._key_log = log_
+            entries = log_.load() + entries
+        dedup.restore(entries)
+
+    def _recovered_keys(self, dedup: Deduplicator) -> list[KeyEntry]:
+        """The keys of the messages the store recovered (all durable)."""
+        from warren.core.properties import peek_headers
+
+        out: list[KeyEntry] = []
+        for _seq, timestamp, raw in self.store.scan_ready():
+            entry = dedup.entry_of(peek_headers(raw), float(timestamp))
+            if entry is not None:
+                out.append(entry)
+        return out
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in {self.vhost.name!r}>"
@@ -196,10 +231,11 @@ class Queue(QueueFeatures):
             self._call_soon(self._run_delivery)
         return STORED
 
-    def publish_held(self, msg: Message, held: list[tuple[Queue, int]]) -> int:
+    def publish_held(self, msg: Message, held: list[Held]) -> int:
         """publish() for a unit stored all-or-nothing (core/commit.py): never handed
         straight to a consumer, only appended, so that it can be taken back
-        (``held`` gets this queue and the message's sequence number) until its
+        (``held`` gets this queue, the message's sequence number and, in a
+        deduplicating queue, the key the message added) until its
         store has written it; a delivery pass in a later loop turn delivers it.
         A queue whose messages cannot be taken back (a stream, a delayed
         exchange's) takes it with publish() and adds nothing to ``held``."""
@@ -208,16 +244,23 @@ class Queue(QueueFeatures):
         if not self._plain or (props and props[0] & 1):
             return self._publish_featured(msg, held)
         store = self.store
-        held.append((self, store.append(msg)))
+        held.append((self, store.append(msg), None))
         self.vhost.store_written(store)
         if self.consumers and not self._scheduled:
             self._scheduled = True
             self._call_soon(self._run_delivery)
         return STORED
 
-    def take_back(self, seq: int) -> bool:
+    def take_back(self, seq: int, key: Hashable | None = None) -> bool:
         """Take a held message (publish_held) out again while it is still ready:
-        its unit could not be stored. False when it is not ready any more."""
+        its unit could not be stored. False when it is not ready any more (a
+        store that could not write it dropped it itself). ``key``: the
+        deduplication key it added, forgotten either way, so that a retry of
+        it gets in."""
+        if key is not None and self._dedup is not None:
+            self._dedup.forget_key(key)
+            if self._key_log is not None:
+                self._key_log.withdraw(key)
         if self.store.remove_ready(seq) is None:
             return False
         self.vhost.store_written(self.store)
@@ -296,9 +339,27 @@ class Queue(QueueFeatures):
         consumer.deliver(seq, msg, False)
         return STORED
 
-    def _publish_featured(self, msg: Message, held: list[tuple[Queue, int]] | None = None) -> int:
-        if self._dedup is not None and self._dedup.seen(msg):
-            return DELIVERED  # a duplicate: accepted and dropped, as the plugin does
+    def _publish_featured(self, msg: Message, held: list[Held] | None = None) -> int:
+        dedup = self._dedup
+        if dedup is not None:
+            if dedup.seen(msg):
+                return DELIVERED  # a duplicate: accepted and dropped, as the plugin does
+            new = dedup.last_new
+            if new is not None:
+                taken = self._publish_unique(msg, held)
+                if taken == REJECTED:
+                    dedup.forget_key(new[0])  # nacked: the retry must get in
+                elif taken == STORED:
+                    if held:
+                        q, seq, _none = held[-1]
+                        if q is self:  # to forget should the unit be taken back
+                            held[-1] = (self, seq, new[0])
+                    if self._key_log is not None and msg.persistent:
+                        self._key_log.recorded(new, self.store)
+                return taken
+        return self._publish_unique(msg, held)
+
+    def _publish_unique(self, msg: Message, held: list[Held] | None = None) -> int:
         store = self.store
         now = now_ms()
         if self._over_limit(len(msg.body)) and self._overflow != DROP_HEAD:
@@ -324,7 +385,7 @@ class Queue(QueueFeatures):
             return DELIVERED if self._dead_letter(-1, msg, dl.EXPIRED, now) else REJECTED
         seq = store.append(msg)
         if held is not None:
-            held.append((self, seq))
+            held.append((self, seq, None))
         self.vhost.store_written(store)
         if deadline is not None:
             if own_ttl is not None:
@@ -620,6 +681,8 @@ class Queue(QueueFeatures):
             if timer is not None:
                 timer.cancel()
         self._timer = self._expires_timer = None
+        if self._key_log is not None:
+            self._key_log.close()
         self.store.delete()
         return consumers
 

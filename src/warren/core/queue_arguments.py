@@ -328,7 +328,6 @@ _NOT_FOR_STREAMS = frozenset(
         "x-max-in-memory-length",
         "x-max-in-memory-bytes",
         "x-quorum-initial-group-size",
-        "x-message-deduplication",
         "x-consumer-timeout",
     }
 )
@@ -359,6 +358,11 @@ def validate_stream_declaration(
             raise PreconditionFailed(
                 f"invalid arg '{key}' for {what} of queue type rabbit_stream_queue"
             )
+    if "x-message-deduplication" in arguments:
+        # Warren's header-keyed deduplication (docs/storage.md, "Deduplication keys").
+        from warren.core.dedup import Deduplicator
+
+        Deduplicator.from_arguments(arguments, what)
     if auto_delete:
         raise PreconditionFailed(f"invalid property 'auto-delete' for {what}")
     if exclusive:

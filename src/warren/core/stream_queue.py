@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 from warren.core.consumer import Consumer
 from warren.core.errors import NotImplemented_, PreconditionFailed
 from warren.core.message import Message
-from warren.core.queue import STORED, Queue
+from warren.core.queue import DELIVERED, STORED, Queue
 from warren.core.queue_features import now_ms
 from warren.core.stream import (
     FILTER_VALUE_HEADER,
@@ -41,7 +41,9 @@ from warren.core.stream import (
 )
 
 if TYPE_CHECKING:
+    from warren.core.dedup import Deduplicator, KeyEntry
     from warren.core.policies import Policy
+    from warren.core.queue import Held
     from warren.core.store import MessageStore
     from warren.core.vhost import VHost
 
@@ -193,6 +195,8 @@ class StreamQueue(Queue):
     # -- publishing -----------------------------------------------------------------------
     def publish(self, msg: Message) -> int:
         self.stats.publish += 1
+        if self._dedup is not None and self._dedup.seen(msg):
+            return DELIVERED  # a duplicate: accepted and dropped, as a queue does
         self.stream.append(msg)
         self.vhost.store_written(self.store)
         if self._max_length is not None or self._max_bytes is not None or self._max_age_ms:
@@ -201,9 +205,32 @@ class StreamQueue(Queue):
             self.schedule_delivery()
         return STORED
 
-    def publish_held(self, msg: Message, held: list[tuple[Queue, int]]) -> int:
+    def publish_held(self, msg: Message, held: list[Held]) -> int:
         """A stream is only ever appended to: nothing it took can be taken back."""
         return self.publish(msg)
+
+    def _recovered_keys(self, dedup: Deduplicator) -> list[KeyEntry]:
+        """A stream's keys come from its records, from x-cache-ttl ago to the end."""
+        from warren.core.properties import peek_headers
+
+        stream = self.stream
+        start = stream.first_offset
+        if dedup.ttl is not None:
+            start = max(start, stream.offset_at(int(self.vhost.dedup_clock()) - dedup.ttl))
+        out: list[KeyEntry] = []
+        cursor = stream.cursor(start)
+        try:
+            while True:
+                item = cursor.next()
+                if item is None:
+                    break
+                msg = item[1]
+                entry = dedup.entry_of(peek_headers(msg.properties), float(msg.timestamp))
+                if entry is not None:
+                    out.append(entry)
+        finally:
+            cursor.close()
+        return out
 
     # -- consumers ------------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:

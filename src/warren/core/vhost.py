@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from warren.core.consumer import Consumer
+from warren.core.dedup import epoch_ms
 from warren.core.erlang_format import field_type
 from warren.core.errors import (
     AccessRefused,
@@ -145,6 +146,11 @@ class VHost(VHostRouting, VHostParameters):
         self._stream_store_factory = stream_store_factory
         # Durable exchanges, queues and bindings are recorded here as they change.
         self.definitions = definitions
+        #: Makes a durable deduplicating queue's key journal (KeyLog), given the queue
+        #: and its cache: set by the broker; None keeps every cache in memory.
+        self.key_logs: Callable[[Any, Any], Any] | None = None
+        #: The clock of durable deduplication caches (ms since the epoch): injected.
+        self.dedup_clock: Callable[[], float] = epoch_ms
         self._written: dict[int, MessageStore] = {}
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}

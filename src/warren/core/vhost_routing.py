@@ -29,6 +29,7 @@ from warren.core.properties import edit_properties
 from warren.core.queue import REJECTED, STORED, Queue
 
 if TYPE_CHECKING:
+    from warren.core.queue import Held
     from warren.core.queue_features import QueueFeatures
     from warren.core.store import MessageStore
 
@@ -123,7 +124,7 @@ class VHostRouting:
         exchange: Exchange,
         msg: Message,
         durable_out: list[MessageStore] | None = None,
-        held: list[tuple[Queue, int]] | None = None,
+        held: list[Held] | None = None,
     ) -> int:
         """Route and enqueue; returns how many queues (or reply consumers) took it,
         or REJECTED_BY_QUEUE when a queue refused it (x-overflow reject-publish):
@@ -156,7 +157,7 @@ class VHostRouting:
         queues: list[Queue],
         msg: Message,
         durable_out: list[MessageStore] | None = None,
-        held: list[tuple[Queue, int]] | None = None,
+        held: list[Held] | None = None,
     ) -> int:
         """Hand a routed message to its queues; what `publish` returns."""
         n = 0

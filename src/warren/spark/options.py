@@ -491,29 +491,30 @@ class SinkOptions:
     url: str
     endpoint: Endpoint
     exchange: str
-    routing_key: str
+    routing_key: str | None
     routing_key_column: str | None
     dedup_header: str
     persistent: bool
     max_unconfirmed: int
+    #: Publish mandatory and fail the task on a basic.return (Kafka-style name:
+    #: as ``failOnDataLoss``); false drops rows no queue takes.
+    fail_on_unroutable: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         endpoint = Endpoint.parse(options)
         url = endpoint.urls[0]
-        exchange = _get(options, "exchange") or ""
+        exchange = _get(options, "exchange")
+        topic = _get(options, "topic")
+        if exchange is not None and topic is not None:
+            raise OptionError("topic", "give exchange or topic (Kafka's name for it), not both")
+        exchange = (exchange if exchange is not None else topic) or ""
         routing_key = _get(options, "routingKey")
         column = _get(options, "routingKeyColumn")
         if routing_key is not None and column is not None:
             raise OptionError("routingKeyColumn", "give routingKey or routingKeyColumn, not both")
         if column is not None and not column.strip():
             raise OptionError("routingKeyColumn", "empty column name")
-        if exchange == "" and routing_key is None and column is None:
-            raise OptionError(
-                "routingKey",
-                "required with the default exchange (it routes by queue name): "
-                "set routingKey or routingKeyColumn, or option 'exchange'",
-            )
         for name, value in (("exchange", exchange), ("routingKey", routing_key or "")):
             if len(value.encode()) > 255:
                 raise OptionError(name, "longer than 255 bytes")
@@ -526,9 +527,10 @@ class SinkOptions:
             url=url,
             endpoint=endpoint,
             exchange=exchange,
-            routing_key=routing_key or "",
+            routing_key=routing_key,
             routing_key_column=column.strip() if column is not None else None,
             dedup_header=header,
             persistent=_bool(options, "persistent", True),
             max_unconfirmed=max_unconfirmed,
+            fail_on_unroutable=_bool(options, "failOnUnroutable", True),
         )

@@ -37,6 +37,7 @@ _U64 = struct.Struct(">Q")
 _CONTENT_HEADER = struct.Struct(">BHIHHQ")
 _ACK = spec.BasicAck.INDEX
 _NACK = spec.BasicNack.INDEX
+_RETURN = spec.BasicReturn.INDEX
 _CLOSES = (spec.ConnectionClose.INDEX, spec.ChannelClose.INDEX)
 _PUBLISH_ID = struct.pack(">HHH", 60, 40, 0)  # class, method, reserved-1
 #: Rows encoded per sendall.
@@ -86,29 +87,69 @@ def _shortstr(text: str, what: str) -> bytes:
 
 @dataclass(frozen=True)
 class SinkPlan:
-    """Which columns the sink reads, decided on the driver from the DataFrame's schema."""
+    """Which columns the sink reads, decided on the driver from the DataFrame's schema.
+
+    Kafka's sink columns work as Kafka users expect: ``value`` is the body,
+    ``key`` the routing key, ``topic`` the exchange (each row's; null: the
+    options'). Warren's own ``body`` and ``routingKeyColumn`` work as before.
+    """
 
     options: SinkOptions
     #: Property columns present, in flag-bit order.
     properties: tuple[str, ...]
     headers: bool
     body_is_string: bool
+    #: The column holding the body: ``body`` or Kafka's ``value``.
+    body_column: str = "body"
+    #: The column holding each row's routing key (routingKeyColumn or ``key``).
+    key_column: str | None = None
+    #: Kafka's ``topic`` column: each row's exchange.
+    topic_column: str | None = None
 
     @classmethod
     def from_schema(cls, options: SinkOptions, fields: Sequence[tuple[str, str]]) -> SinkPlan:
         """``fields`` are (name, Spark simpleString type); raises OptionError for a
         missing body or routing-key column, or a column of the wrong type."""
         types = dict(fields)
-        body = types.get("body")
+        if "body" in types and "value" in types:
+            raise OptionError("body", "give a 'body' column or Kafka's 'value' column, not both")
+        body_column = "value" if "value" in types else "body"
+        body = types.get(body_column)
         if body not in ("binary", "string"):
             problem = "missing" if body is None else f"of type {body}"
             raise OptionError(
-                "body", f"the sink needs a 'body' column of type binary or string ({problem})"
+                "body",
+                "the sink needs a 'body' (or Kafka's 'value') column of type binary or "
+                f"string ({problem})",
             )
         column = options.routing_key_column
         if column is not None and types.get(column) != "string":
             problem = "missing" if column not in types else f"of type {types[column]}"
             raise OptionError("routingKeyColumn", f"column {column!r} must be a string ({problem})")
+        if column is None and "key" in types:
+            if types["key"] not in ("string", "binary"):
+                raise OptionError(
+                    "key", f"the 'key' column must be string or binary, not {types['key']}"
+                )
+            column = "key"
+        topic = None
+        if "topic" in types:
+            if types["topic"] != "string":
+                raise OptionError(
+                    "topic", f"the 'topic' column must be a string, not {types['topic']}"
+                )
+            topic = "topic"
+        if (
+            options.exchange == ""
+            and topic is None
+            and options.routing_key is None
+            and column is None
+        ):
+            raise OptionError(
+                "routingKey",
+                "required with the default exchange (it routes by queue name): "
+                "set routingKey or routingKeyColumn, give a 'key' column, or set 'exchange'",
+            )
         headers = types.get("headers")
         if headers is not None and not headers.startswith("map<string,"):
             raise OptionError(
@@ -132,6 +173,9 @@ class SinkPlan:
             properties=tuple(n for n in PROPERTY_FLAGS if n in types),
             headers=headers is not None,
             body_is_string=body == "string",
+            body_column=body_column,
+            key_column=column,
+            topic_column=topic,
         )
 
 
@@ -168,13 +212,37 @@ class Encoder:
         self.chunk = frame_max - 8
         self.exchange = _shortstr(o.exchange, "exchange")
         self.method_prefix = _PUBLISH_ID + self.exchange
-        fixed = o.routing_key_column is None
-        self.fixed_method = self._method(_shortstr(o.routing_key, "routingKey")) if fixed else b""
+        # mandatory: a row no queue takes comes back (basic.return) and fails the task.
+        self.bits = b"\x01" if o.fail_on_unroutable else b"\x00"
+        self.routing_key = (
+            _shortstr(o.routing_key, "routingKey") if o.routing_key is not None else None
+        )
+        fixed = plan.key_column is None and plan.topic_column is None
+        self.fixed_method = self._method(self.routing_key or b"\x00") if fixed else b""
         self.dedup_entry = _shortstr(o.dedup_header, "deduplicationHeader") + b"S"
 
-    def _method(self, routing_key: bytes) -> bytes:
-        payload = self.method_prefix + routing_key + b"\x00"
+    def _method(self, routing_key: bytes, prefix: bytes | None = None) -> bytes:
+        payload = (prefix or self.method_prefix) + routing_key + self.bits
         return _HDR.pack(1, 1, len(payload)) + payload + b"\xce"
+
+    def _row_method(self, row: int, key: Any, topic: Any) -> bytes:
+        """A row's basic.publish: its ``key`` (else routingKey), its ``topic`` (else
+        the exchange option)."""
+        if key is None:
+            if self.routing_key is None:
+                raise SinkError(
+                    f"row {row} has a null routing key (column {self.plan.key_column!r}) "
+                    "and no routingKey option to fall back on"
+                )
+            rk = self.routing_key
+        elif isinstance(key, bytes):
+            if len(key) > 255:
+                raise SinkError(f"routing key is longer than 255 bytes: {key[:40]!r}...")
+            rk = bytes((len(key),)) + key
+        else:
+            rk = _shortstr(key, "routing key")
+        prefix = None if topic is None else _PUBLISH_ID + _shortstr(topic, "topic (exchange)")
+        return self._method(rk, prefix)
 
     def encode(self, batch: pa.RecordBatch, first_row: int) -> list[tuple[bytes, int]]:
         """The batch as (frames, message count) slices, keys numbered from ``first_row``."""
@@ -183,14 +251,17 @@ class Encoder:
         if n == 0:
             return []
         names = batch.schema.names
-        body_col = batch.column(names.index("body"))
+        body_col = batch.column(names.index(plan.body_column))
         if plan.body_is_string:
             body_col = body_col.cast(pa.binary())
         bodies: list[bytes | None] = body_col.to_pylist()
         keys: list[Any] | None = None
-        column = plan.options.routing_key_column
+        column = plan.key_column
         if column is not None:
             keys = batch.column(names.index(column)).to_pylist()
+        topics: list[Any] | None = None
+        if plan.topic_column is not None:
+            topics = batch.column(names.index(plan.topic_column)).to_pylist()
         headers: list[Any] | None = None
         if plan.headers:
             headers = batch.column(names.index("headers")).to_pylist()
@@ -204,13 +275,14 @@ class Encoder:
                 body = bodies[i]
                 if body is None:
                     raise SinkError(f"row {first_row + i} of this partition has a null body")
-                if keys is not None:
-                    rk = keys[i]
-                    if rk is None:
-                        raise SinkError(
-                            f"row {first_row + i} has a null routing key (column {column!r})"
+                if keys is not None or topics is not None:
+                    parts.append(
+                        self._row_method(
+                            first_row + i,
+                            keys[i] if keys is not None else None,
+                            topics[i] if topics is not None else None,
                         )
-                    parts.append(self._method(_shortstr(rk, "routing key")))
+                    )
                 else:
                     parts.append(self.fixed_method)
                 key = self.key_prefix + str(first_row + i).encode()
@@ -391,6 +463,18 @@ class Publisher:
                             "the task fails so that Spark can retry it"
                         )
                     self._confirm(tag, buf[pos + 19] & 1)
+                elif idx == _RETURN:
+                    ret = spec.decode_method(buf[pos + 7 : end - 1])
+                    got = {
+                        k: getattr(ret, k, "")
+                        for k in ("exchange", "routing_key", "reply_code", "reply_text")
+                    }
+                    raise SinkError(
+                        f"a row was unroutable: no queue took the message published to "
+                        f"exchange {got['exchange']!r} with routing key {got['routing_key']!r} "
+                        f"({got['reply_code']} {got['reply_text']}); bind a queue for it, or set "
+                        "option failOnUnroutable=false to drop such rows"
+                    )
                 elif idx in _CLOSES:
                     method = spec.decode_method(buf[pos + 7 : end - 1])
                     code = getattr(method, "reply_code", 0)

@@ -1,0 +1,119 @@
+"""The sink's Kafka-style columns, unroutable rows, and exactly-once through a
+broker kill -9 (a real broker process, restarted on its data dir and port)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .helpers import BrokerInfo, channel, declare_queue, drain, message_count
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from procs import start_warren  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+
+def writer(df: Any, url: str, **options: Any) -> Any:
+    w = df.write.format("warren").option("url", url).mode("append")
+    for key, value in options.items():
+        w = w.option(key, str(value))
+    return w
+
+
+def test_kafka_columns_and_unroutable_rows(
+    spark: Any, spark_broker: BrokerInfo, names: Callable[[str], str]
+) -> None:
+    """value = body, key = routing key, topic = exchange; a row no queue takes fails
+    the write naming its routing key, unless failOnUnroutable=false drops it."""
+    url = spark_broker.url
+    red, blue = names("red"), names("blue")
+    with channel(url) as c:
+        for queue in (red, blue):
+            c.queue_declare(1, queue, durable=True)
+            c.queue_bind(1, queue, "amq.direct", queue)
+    rows = [(red if i % 2 else blue, f"v{i}".encode(), "amq.direct") for i in range(20)]
+    df = spark.createDataFrame(rows, "key string, value binary, topic string").coalesce(1)
+    writer(df, url).save()
+    assert sorted(b for _, b in drain(url, red)) == sorted(v for k, v, _ in rows if k == red)
+    assert message_count(url, blue) == 10
+
+    lost = names("nobody")
+    df = spark.createDataFrame([(lost, b"x"), (red, b"y")], "key string, value binary")
+    with pytest.raises(Exception, match=f"unroutable.*routing key '{lost}'"):
+        writer(df.coalesce(1), url, exchange="amq.direct").save()
+    writer(df.coalesce(1), url, exchange="amq.direct", failOnUnroutable="false").save()
+    assert message_count(url, red) == 2  # drained; the failed write had sent "y" too
+
+
+def start(data: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
+    """A broker process whose log is read on (a full pipe would stall it)."""
+    proc, port = start_warren(data, *args)
+    out = proc.stdout
+    assert out is not None
+    threading.Thread(target=lambda: [None for _ in out], daemon=True).start()
+    return proc, port
+
+
+def test_exactly_once_through_a_broker_kill_9(
+    spark: Any, tmp_path: Path, warren_only: None
+) -> None:
+    """A streaming write into a deduplicating queue; the broker is killed with
+    SIGKILL while tasks publish, restarted on the same data dir and port, and the
+    query restarted from its checkpoint: the queue holds each row exactly once."""
+    data = tmp_path / "data"
+    proc, port = start(data)
+    url = f"amqp://guest:guest@127.0.0.1:{port}/"
+    queue = "exactly-once"
+    declare_queue(url, queue, {"x-message-deduplication": True, "x-cache-size": 1_000_000})
+    checkpoint = str(tmp_path / "ck")
+    rows = 4000
+
+    def query(trigger: dict[str, Any]) -> Any:
+        return (
+            spark.readStream.format("rate-micro-batch")
+            .option("rowsPerBatch", rows)
+            .option("numPartitions", 2)
+            .load()
+            .selectExpr("cast(value as string) as body")
+            .writeStream.format("warren")
+            .option("url", url)
+            .option("routingKey", queue)
+            .option("checkpointLocation", checkpoint)
+            .trigger(**trigger)
+            .start()
+        )
+
+    try:
+        q = query({"processingTime": "0 seconds"})
+        deadline = time.monotonic() + 60
+        while message_count(url, queue) < rows + 1:  # into the second batch
+            assert time.monotonic() < deadline, "the query published nothing"
+            assert q.isActive, q.exception()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        with pytest.raises(Exception, match="Writing job failed"):
+            q.awaitTermination(60)  # the failed query raises its exception here
+        assert not q.isActive
+
+        proc, _ = start(data, "--amqp-port", str(port))
+        before = message_count(url, queue)
+        q = query({"availableNow": True})
+        q.awaitTermination(90)
+        assert not q.isActive and q.exception() is None
+        bodies = [int(b) for _, b in drain(url, queue)]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    assert before >= rows  # the kill came mid-write: at least a batch was there
+    assert len(bodies) == len(set(bodies)), f"{len(bodies) - len(set(bodies))} duplicates"
+    assert sorted(bodies) == list(range(len(bodies)))  # no row missing
+    assert len(bodies) % rows == 0 and len(bodies) > before - rows
