@@ -34,10 +34,10 @@ static PyMethodDef module_methods[] = {
     {"deliver_frames", (PyCFunction)(void (*)(void))deliver_frames, METH_FASTCALL,
      "deliver_frames(run, start, stop, step, channel, deliver_head, first_tag, frame_max) -> bytes"},
     {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,
-     "encode_records(run, start, stop, ex_rk, timestamp, base) -> (records, offsets, sizes, persistent)"},
+     "encode_records(run, start, stop, ex_rk, timestamp, base, seed=0) -> (records, offsets, sizes, persistent)"},
     {"crc32", (PyCFunction)(void (*)(void))fp_crc32, METH_FASTCALL, "crc32(data, value=0) -> int"},
     {"crc_ok", (PyCFunction)(void (*)(void))fp_crc_ok, METH_FASTCALL,
-     "crc_ok(buf, start, end) -> bool: the CRC-32 stored at end matches buf[start:end]"},
+     "crc_ok(buf, start, end, seed=0) -> bool: the CRC-32 stored at end matches buf[start:end]"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -34,19 +34,20 @@ static uint32_t crc32_update(uint32_t crc, const unsigned char *p, Py_ssize_t n)
     return ~crc;
 }
 
-/* encode_records(run, start, stop, ex_rk, timestamp, base)
+/* encode_records(run, start, stop, ex_rk, timestamp, base, seed=0)
  *     -> (records, offsets, sizes, persistent)
  *
  * store/records.py's encode_run for a C run: the segment-store records of
  * messages start .. stop - 1, back to back in one bytes object (the format of
  * records.encode_record; ex_rk is the exchange and routing key as two
- * shortstrs). offsets: each record's position, base + where it starts in
- * records, and sizes: each body's size, both as native u32 (for
- * array("I").frombytes); persistent: how many have delivery-mode 2. */
+ * shortstrs; each CRC seeded with seed, the segment's salt). offsets: each
+ * record's position, base + where it starts in records, and sizes: each
+ * body's size, both as native u32 (for array("I").frombytes); persistent: how
+ * many have delivery-mode 2. */
 PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
+    if (nargs != 6 && nargs != 7) {
         PyErr_SetString(PyExc_TypeError,
-                        "encode_records(run, start, stop, ex_rk, timestamp, base)");
+                        "encode_records(run, start, stop, ex_rk, timestamp, base, seed=0)");
         return NULL;
     }
     if (!PyObject_TypeCheck(args[0], &PublishRunType)) {
@@ -58,7 +59,12 @@ PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
     unsigned long long timestamp = PyLong_AsUnsignedLongLong(args[4]);
     unsigned long long base = PyLong_AsUnsignedLongLong(args[5]);
+    unsigned long seed = nargs == 7 ? PyLong_AsUnsignedLong(args[6]) : 0;
     if (PyErr_Occurred()) return NULL;
+    if (seed > 0xFFFFFFFFul) {
+        PyErr_SetString(PyExc_OverflowError, "encode_records: seed must be a u32");
+        return NULL;
+    }
     if (!PyBytes_Check(args[3])) {
         PyErr_SetString(PyExc_TypeError, "encode_records: ex_rk must be bytes");
         return NULL;
@@ -111,7 +117,7 @@ PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         o = put_be64(o, (uint64_t)body);
         memcpy(o, d + s[2], (size_t)body);
         o += body;
-        o = put_be32(o, crc32_update(0, rec, o - rec));
+        o = put_be32(o, crc32_update((uint32_t)seed, rec, o - rec));
     }
     if (o != first + total) {
         PyErr_SetString(PyExc_SystemError, "encode_records: size mismatch");
@@ -142,25 +148,32 @@ PyObject *fp_crc32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return PyLong_FromUnsignedLong(crc);
 }
 
-/* crc_ok(buf, start, end) -> bool: whether the u32 big-endian CRC stored at
- * buf[end:end + 4] is the CRC-32 of buf[start:end]: a record's check on the
- * read path (store/records.py's _crc_ok is the reference), straight from the
- * buffer (a memory map: no copy of the record, the buffer released before
- * returning, so the map can be closed). False when the range is outside it. */
+/* crc_ok(buf, start, end, seed=0) -> bool: whether the u32 big-endian CRC
+ * stored at buf[end:end + 4] is the CRC-32 of buf[start:end] seeded with seed
+ * (zlib.crc32(data, seed): a version-2 segment's salt, 0 for version 1): a
+ * record's check on the read path (store/records.py's _crc_ok is the
+ * reference), straight from the buffer (a memory map: no copy of the record,
+ * the buffer released before returning, so the map can be closed). False when
+ * the range is outside it. */
 PyObject *fp_crc_ok(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "crc_ok(buf, start, end)");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "crc_ok(buf, start, end, seed=0)");
         return NULL;
     }
     Py_ssize_t start = PyLong_AsSsize_t(args[1]);
     Py_ssize_t end = PyLong_AsSsize_t(args[2]);
+    unsigned long seed = nargs == 4 ? PyLong_AsUnsignedLong(args[3]) : 0;
     if (PyErr_Occurred()) return NULL;
+    if (seed > 0xFFFFFFFFul) {
+        PyErr_SetString(PyExc_OverflowError, "crc_ok: seed must be a u32");
+        return NULL;
+    }
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     int ok = 0;
     if (start >= 0 && start <= end && end <= view.len - 4) {
         const unsigned char *p = (const unsigned char *)view.buf;
-        ok = crc32_update(0, p + start, end - start) == be32(p + end);
+        ok = crc32_update((uint32_t)seed, p + start, end - start) == be32(p + end);
     }
     PyBuffer_Release(&view);
     return PyBool_FromLong(ok);
