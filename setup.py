@@ -76,6 +76,7 @@ COMPILED_MODULES = [
     "warren.store.segment_cursor",
     "warren.store.segment_damage",
     "warren.store.segment_files",
+    "warren.store.segment_format",
     "warren.store.segment_log",
     "warren.store.segment_recovery",
     "warren.store.segment_store",

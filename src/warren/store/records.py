@@ -14,8 +14,9 @@ One record per message, all integers big-endian::
 The leading length lets a reader step over a record without parsing it, and the
 inner lengths must add up to it, so most corruption of a length field is caught
 before the CRC is even computed. Every segment file starts with a file header,
-b"WSEG" plus a u32 format version, so a foreign or future file is never parsed
-as records.
+b"WSEG" plus a u32 format version (store/segment_format.py: version 2 adds the
+salt that seeds the CRCs), so a foreign or future file is never parsed as
+records. FILE_HEADER and check_file_header here are version 1's.
 """
 
 from __future__ import annotations
