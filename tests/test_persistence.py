@@ -11,6 +11,7 @@ import pika
 import pika.exceptions
 import pytest
 from conftest import BrokerThread
+from damage_helpers import data_end
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 TRANSIENT = pika.BasicProperties(delivery_mode=1)
@@ -230,7 +231,7 @@ def test_damaged_queue_file_does_not_stop_the_broker(
     bad_dir = vhost_dir / "queues" / hashlib.sha1(b"bad").hexdigest()
     (seg,) = bad_dir.glob("msgs.*")
     data = bytearray(seg.read_bytes())
-    data[-3] ^= 0xFF  # corrupt the last record's CRC
+    data[data_end(seg) - 3] ^= 0xFF  # corrupt the last record's CRC
     seg.write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING, logger="warren.store"):
         b = restartable()
