@@ -189,6 +189,41 @@ def test_a_clean_close_lets_the_next_start_append_after_it(tmp_path: Path) -> No
     store.close()
 
 
+def test_a_close_mark_with_this_lifes_writes_after_it_is_no_clean_end(tmp_path: Path) -> None:
+    """A power cut after a restart that appended past a close mark can keep the
+    page that holds the close mark as it was and later pages as written: records
+    of this life lie past the close mark then. The next start must not append
+    after it (new records would end where those begin, and a later search past
+    damage could take one): a new segment, and those records are never read."""
+    d = tmp_path / "q"
+    store = SegmentStore(d)
+    first = [store.append(msg(i)) for i in range(3)]
+    store.close()
+    (path,) = segments(d)
+    end = (first[-1] & 0xFFFFFFFF) + len(encode_message_record(msg(2)))
+    closed = path.read_bytes()[end : end + 8]
+    store = SegmentStore(d)
+    later = [store.append(msg(i, size=3000)) for i in range(3, 6)]
+    assert {s >> 32 for s in later} == {first[0] >> 32}  # after the close mark
+    store.flush()  # handed to the OS, never synced: then the power goes
+    with open(path, "r+b") as f:  # the close mark's page as it was on the disk
+        f.seek(end)
+        f.write(closed + bytes(4096 - end % 4096 - 8))
+    store = SegmentStore(d)
+    again = store.append(msg(6))
+    assert again >> 32 > first[0] >> 32  # not after that close mark: a new segment
+    store.close()
+    # Had it gone after that mark, its own mark damaged later would let the
+    # search past the damage take those older records (3 is cut, 4 and 5 whole).
+    at = (again & 0xFFFFFFFF) + len(encode_message_record(msg(6)))
+    with open(d / f"msgs.{again >> 32:010d}", "r+b") as f:
+        f.seek(at + 5)
+        f.write(b"\xa5")
+    store = SegmentStore(d)
+    assert numbers(store) == [0, 1, 2, 6]
+    store.close()
+
+
 def test_after_a_crash_new_messages_go_to_a_new_segment(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -314,17 +349,19 @@ def test_a_damaged_salt_is_recovered_from_the_records(
     store.close()
 
 
-def test_a_file_whose_header_names_another_segment_holds_none_of_its_records(
+def test_a_file_whose_header_names_another_segment_is_left_untouched(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A file renamed for reuse whose new header never reached the disk still
-    holds its earlier life, under its new name: none of it is this segment's."""
+    """An intact header that names another segment (a file renamed by hand) is
+    not this segment's: not read as it, not written, not deleted, its id never
+    reused."""
     d = tmp_path / "q"
     store = SegmentStore(d)
     seqs = [store.append(msg(i)) for i in range(10)]
     store.close()
     (path,) = segments(d)
-    path.rename(d / f"msgs.{(seqs[0] >> 32) + 5:010d}")
+    renamed = path.rename(d / f"msgs.{(seqs[0] >> 32) + 5:010d}")
+    before = renamed.read_bytes()
     caplog.set_level(logging.INFO, logger="warren.store")
     store = SegmentStore(d)
     assert store.ready_count == 0
@@ -332,6 +369,7 @@ def test_a_file_whose_header_names_another_segment_holds_none_of_its_records(
     assert store.append(msg(10)) >> 32 > (seqs[0] >> 32) + 5  # its id is not reused
     assert numbers(store) == [10]
     store.close()
+    assert renamed.read_bytes() == before
 
 
 def test_a_version_1_data_dir_still_opens(tmp_path: Path) -> None:

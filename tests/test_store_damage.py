@@ -201,6 +201,44 @@ def test_a_damaged_file_header_does_not_hide_the_records(
     assert path.read_bytes() == before
 
 
+def test_a_zeroed_header_costs_no_record_and_removes_only_files_never_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A header of zeros is what a file allocated and never written holds, but
+    also what a block zeroed on the disk leaves: the records after it are read
+    (the salt worked out from them), the bytes of a file that holds anything
+    else are left as they are; only a file of zeros, or one shorter than its
+    header, goes."""
+    caplog.set_level(logging.WARNING, logger="warren.store")
+    d = tmp_path / "q"
+    seqs = filled(d, 10)
+    path = d / f"msgs.{seqs[0] >> 32:010d}"
+    overwrite(path, 0, bytes(24))
+    store = SegmentStore(d, 4096)
+    assert numbers(drain(store, ack=False)) == list(range(10))
+    assert "header is damaged" in caplog.text
+    store.close()
+    # Not records after it either: not ours to read, and never deleted.
+    other = tmp_path / "other"
+    seqs = filled(other, 10)
+    path = other / f"msgs.{seqs[0] >> 32:010d}"
+    overwrite(path, 0, bytes(64))
+    before = path.read_bytes()
+    store = SegmentStore(other, 4096)
+    assert store.ready_count == 0
+    store.close()
+    assert path.read_bytes() == before
+    # Zeros throughout, or cut inside its header: it never held a record.
+    for name, content in (("zeros", bytes(65536)), ("cut", path.read_bytes()[:16])):
+        empty = tmp_path / name
+        empty.mkdir()
+        (empty / "msgs.0000000001").write_bytes(content)
+        store = SegmentStore(empty, 4096)
+        assert store.ready_count == 0
+        store.close()
+        assert not (empty / "msgs.0000000001").exists(), name
+
+
 # -- ack files ------------------------------------------------------------------------
 
 

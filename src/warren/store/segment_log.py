@@ -539,8 +539,8 @@ class SegmentLog:
 
     def map(self, segment_id: int) -> mmap.mmap | None:
         """A read-only map of a segment file up to the end of its data (None when
-        there is none): no reader ever sees what lies past it (zeros, or what a
-        recycled file held before). Raises OSError when the file cannot be
+        there is none): no reader ever sees what lies past it (zeros, or writes a
+        crash cut short). Raises OSError when the file cannot be
         opened or mapped."""
         self.flush_writes(segment_id)
         end = self.end_of(segment_id)
@@ -597,13 +597,6 @@ class SegmentLog:
             self.write_id = 0
             self._create = False
         self._unsynced.discard(segment_id)
-        self._files.pop(segment_id, None)
-        self.dir_dirty = True
-        self.unlink(self.msgs_path(segment_id))
-
-    def forsake(self, segment_id: int) -> None:
-        """A file named as a segment holds none of its records (recovery found
-        another segment's life in it): it goes."""
         self._files.pop(segment_id, None)
         self.dir_dirty = True
         self.unlink(self.msgs_path(segment_id))
@@ -706,6 +699,6 @@ class SegmentLog:
 
     def scan(self, segment_id: int) -> RecordScan | None:
         """One pass over a segment's records, for recovery (store/segment_scan.py):
-        None when the file is not a segment, was never written or holds another
-        segment's life. Closing the scan tells the log where the data ends."""
+        None when the file is not a segment, was never written or its header
+        names another segment. Closing the scan tells the log where the data ends."""
         return scan_segment(self, segment_id)

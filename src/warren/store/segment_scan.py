@@ -1,10 +1,10 @@
 """Recovery's validating pass over one segment file (store/segment_log.py's scan).
 
 A version-1 file (appended) ends where the file does: a torn tail is cut off,
-any other damaged tail copied aside, then cut. A version-2 file (preallocated,
-written in place, maybe recycled: store/segment_format.py) ends at its end
-mark; past it lie zeros or what the file held in its previous life, which is
-neither damage nor data: never read, never copied, never cut. Damaged bytes
+any other damaged tail copied aside, then cut. A version-2 file (allocated
+ahead, written in place: store/segment_format.py) ends at its end mark; past
+it lie zeros (or writes a crash cut short), which are neither damage nor
+data: never read, never copied, never cut. Damaged bytes
 in the middle of either are copied aside and stepped over to the next record
 that checks out (store/segment_damage.py); in version 2 only a record of this
 life (its CRC seeded with the salt) or this life's end mark is such a record.
@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,12 +29,14 @@ from warren.store.segment_damage import (
     damage_reason,
     header_damaged,
     keep_aside,
+    next_record,
     report,
     torn_tail,
     walk,
 )
 from warren.store.segment_format import (
     FILE_MAGIC,
+    MARK_SIZE,
     V1,
     V1_HEADER_SIZE,
     V2,
@@ -53,14 +56,15 @@ log = logging.getLogger("warren.store")
 
 _OFFSET_MASK = 0xFFFFFFFF
 _V1_HEADER = FILE_MAGIC + V1.to_bytes(4, "big")
+_V2_HEADER = FILE_MAGIC + V2.to_bytes(4, "big")
+_NONZERO = re.compile(b"[^\x00]")
 
 
 def scan(seglog: SegmentLog, segment_id: int) -> RecordScan | None:
     """One pass over a segment's records, for recovery (see RecordScan); None
     when the file is not a segment (left untouched), was never written (a torn
-    version-1 header, a version-2 header of zeros: removed), or holds another
-    segment's life (a recycled file whose new header never reached the disk:
-    nothing in it is this segment's; given back to the log). A damaged header
+    header, a file of zeros: removed), or its intact
+    header names another segment (not read, left untouched). A damaged header
     is read past when records check out after it (the file is ours); another
     version's header is left alone."""
     path = seglog.msgs_path(segment_id)
@@ -76,29 +80,36 @@ def scan(seglog: SegmentLog, segment_id: int) -> RecordScan | None:
         if header.version == V2 and header.segment_id != segment_id:
             if m is not None:
                 m.close()
-            log.info(
-                "%s: %s holds segment %d's old content (a recycled file whose new header "
-                "never reached the disk): nothing in it is this segment's",
+            log.warning(
+                "%s: %s holds segment %d by its header (a file renamed by hand?): "
+                "not read as this segment; leaving it untouched",
                 seglog.directory,
                 path.name,
                 header.segment_id,
             )
-            seglog.forsake(segment_id)
             return None
         return RecordScan(seglog, segment_id, m, size, header)
-    if size < V1_HEADER_SIZE and _V1_HEADER.startswith(head) or (m is not None and not any(head)):
-        if m is not None:
-            m.close()
-        log.warning("%s: %s: never written (torn header); removing it", seglog.directory, path.name)
-        seglog.unlink(path)
-        return None
-    found = None if m is None else _read_past(m, head, header, segment_id)
+    # Shorter than its header, and what is there is the start of one: no record.
+    torn = size < V2_HEADER_SIZE and (
+        _V1_HEADER.startswith(head[:V1_HEADER_SIZE]) or _V2_HEADER.startswith(head[:V1_HEADER_SIZE])
+    )
+    found = None if m is None or torn else _read_past(m, head, header, segment_id)
     if found is None:
+        # Never written: a version-1 header torn at its creation, or a file
+        # allocated whose first write never reached the disk (zeros throughout).
+        # Anything else is left as it is: it may be ours, damaged.
+        unused = torn or (m is not None and _NONZERO.search(m) is None)
         if m is not None:
             m.close()
-        log.warning(
-            "%s: %s: %s; leaving it untouched", seglog.directory, path.name, header.problem
-        )
+        if unused:
+            log.warning(
+                "%s: %s: never written (torn header); removing it", seglog.directory, path.name
+            )
+            seglog.unlink(path)
+        else:
+            log.warning(
+                "%s: %s: %s; leaving it untouched", seglog.directory, path.name, header.problem
+            )
         return None
     assert m is not None
     try:
@@ -230,7 +241,14 @@ class RecordScan:
                 self._damage.append((pos, end, reason, kept, known, self._good))
             elif marks:  # a mark, or TAIL: where this life's data ends
                 self.end = pos
-                self.clean = kind == CLOSED and not self.damaged_header
+                # A close mark ends the data cleanly only with nothing of this life
+                # after it: a power cut after a restart appended past it can keep
+                # its page as it was and later pages as written.
+                self.clean = (
+                    kind == CLOSED
+                    and not self.damaged_header
+                    and next_record(m, pos + MARK_SIZE, size, seed, True) < 0
+                )
                 if kind == TAIL:
                     self._open_end = pos
                 return

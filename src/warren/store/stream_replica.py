@@ -11,8 +11,8 @@ the last segment, new segments, and segments removed at the front.
 A record the follower has only partly written (an append lands in pieces) is
 not counted until it is whole: the scan stops at the first record that does
 not yet check out and starts there next time. That is also where a
-version-2 file's data ends (its end mark, or what a recycled file held
-before: no record of an earlier life checks out with this one's salt), and
+version-2 file's data ends (its end mark, or the zeros allocated ahead),
+and
 the log is told so: readers map and read only up to there.
 """
 
