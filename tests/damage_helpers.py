@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from warren.core.message import Message
 from warren.store import records
 from warren.store.priority_store import PriorityStore
+from warren.store.segment_format import MARK_SIZE, V2, V2_HEADER_SIZE, mark_at, parse_header
 from warren.store.segment_store import SegmentStore
 
 PERSISTENT = b"\x10\x00\x02"
@@ -29,15 +30,25 @@ def msg(i: int, size: int = 100) -> Message:
 
 
 def layout(path: Path) -> list[tuple[int, int]]:
-    """(offset, length) of each record of an undamaged segment file."""
+    """(offset, length) of each record of an undamaged segment file (version 1:
+    up to its end; version 2: up to its end mark)."""
     data = path.read_bytes()
+    header = parse_header(data[:V2_HEADER_SIZE])
     out = []
-    pos = records.FILE_HEADER_SIZE
+    pos = header.start
     while pos < len(data):
-        length = records.inspect_record(data, pos, len(data))[0]
+        if header.version == V2 and mark_at(data, pos, len(data), header.seed):
+            break
+        length = records.inspect_record(data, pos, len(data), True, header.seed)[0]
         out.append((pos, length))
         pos += length
     return out
+
+
+def data_end(path: Path) -> int:
+    """Where an undamaged segment file's data ends."""
+    recs = layout(path)
+    return recs[-1][0] + recs[-1][1] if recs else parse_header(path.read_bytes()[:24]).start
 
 
 def overwrite(path: Path, at: int, data: bytes) -> None:
@@ -91,9 +102,10 @@ def ack_batch(offsets: list[int]) -> bytes:
     return batch + struct.pack(">I", zlib.crc32(batch))
 
 
-def filled(d: Path, n: int = 100, segment_size: int = 4096) -> list[int]:
-    """A closed store under ``d`` with messages 0 .. n-1; their seqs."""
-    store = SegmentStore(d, segment_size)
+def filled(d: Path, n: int = 100, segment_size: int = 4096, version: int = V2) -> list[int]:
+    """A closed store under ``d`` with messages 0 .. n-1 (in segment files of
+    format ``version``); their seqs."""
+    store = SegmentStore(d, segment_size, format_version=version)
     seqs = [store.append(msg(i)) for i in range(n)]
     store.close()
     return seqs
@@ -131,8 +143,12 @@ class Written:
 
 
 def damage(data: st.DataObject, path: Path, bits_only: bool = False) -> tuple[str, int]:
-    """Flip a bit or cut the file at a byte of its last KB: (kind, byte)."""
+    """Flip a bit or cut the file at a byte of its last KB: (kind, byte). For a
+    segment of version 2 (allocated ahead: its size is not the end of its data),
+    the last KB of its data and the end mark after it."""
     size = path.stat().st_size
+    if path.name.startswith("msgs.") and parse_header(path.read_bytes()[:24]).version == V2:
+        size = min(size, data_end(path) + MARK_SIZE)
     at = data.draw(st.integers(max(0, size - KB), size - 1), label="byte")
     kind = "flip" if bits_only else data.draw(st.sampled_from(["flip", "cut"]), label="kind")
     if kind == "flip":

@@ -123,9 +123,15 @@ def _runs(data: bytes) -> list[Any]:
     rk=st.text(max_size=20),
     base=st.integers(8, 1 << 20),
     cut=st.data(),
+    seed=st.sampled_from([0, 1, 0xFFFFFFFF, 0x5A17C0DE]),
 )
 def test_a_runs_records_decode_back_and_agree_in_c_and_python(
-    bodies: list[bytes], modes: list[int | None], rk: str, base: int, cut: st.DataObject
+    bodies: list[bytes],
+    modes: list[int | None],
+    rk: str,
+    base: int,
+    cut: st.DataObject,
+    seed: int,
 ) -> None:
     data = b"".join(
         publish(
@@ -141,7 +147,7 @@ def test_a_runs_records_decode_back_and_agree_in_c_and_python(
     stop = cut.draw(st.integers(start, len(bodies)))
     raw_rk = rk.encode()
     ex_rk = b"\x00" + bytes((len(raw_rk),)) + raw_rk
-    results = [encode_run(run, start, stop, ex_rk, 1234567, base) for run in _runs(data)]
+    results = [encode_run(run, start, stop, ex_rk, 1234567, base, seed) for run in _runs(data)]
     assert all(r == results[0] for r in results)
     recs, offsets, sizes, persistent = results[0]
     assert list(sizes) == [len(b) for b in bodies[start:stop]]
@@ -149,7 +155,7 @@ def test_a_runs_records_decode_back_and_agree_in_c_and_python(
     pos = 0
     for i in range(start, stop):
         assert offsets[i - start] == base + pos
-        msg, length = decode_record(recs, pos, len(recs))
+        msg, length = decode_record(recs, pos, len(recs), True, seed)
         assert (msg.exchange, msg.routing_key, msg.body, msg.timestamp) == (
             "",
             rk,
@@ -157,7 +163,7 @@ def test_a_runs_records_decode_back_and_agree_in_c_and_python(
             1234567,
         )
         assert msg.persistent == (modes[i] == 2)
-        assert zlib.crc32(recs[pos : pos + length - 4]) == int.from_bytes(
+        assert zlib.crc32(recs[pos : pos + length - 4], seed) == int.from_bytes(
             recs[pos + length - 4 : pos + length], "big"
         )
         pos += length

@@ -85,12 +85,13 @@ def test_a_message_a_consumer_holds_is_dropped_when_given_back(disk: Path) -> No
     first = store.shift()
     assert first is not None
     fill(disk / "filler")
-    # Handed to a consumer at once (nothing else ready), then its write fails.
-    seqs = [store.append_shifted(msg(i, size=20_000)) for i in range(1, 3)]
+    # Handed to a consumer at once (nothing else ready), then its write fails:
+    # larger than the space the segment file allocated ahead (64 KiB).
+    seqs = [store.append_shifted(msg(i, size=70_000)) for i in range(1, 3)]
     store.flush()
     assert store.ready_count == 0
     store.requeue(first[0], first[1])  # stored: back in the queue
-    store.requeue(seqs[0], msg(1, size=20_000))  # never stored: not requeued
+    store.requeue(seqs[0], msg(1, size=70_000))  # never stored: not requeued
     store.ack(seqs[1])
     assert store.ready_count == 1
     (disk / "filler").unlink()
@@ -115,11 +116,11 @@ def test_priority_store_totals_follow_its_levels(disk: Path) -> None:
         store.append(msg(i, props=prio(i % 3)))
     store.flush()
     fill(disk / "filler")
-    for i in range(10, 40):
+    for i in range(10, 100):  # past the 64 KiB each level's file allocated ahead
         store.append(msg(i, props=prio(i % 3)))
     store.flush()
     kept = store.ready_count
-    assert 10 <= kept < 40
+    assert 10 <= kept < 100
     got = drain(store)
     assert len(got) == kept and store.ready_count == 0 and store.ready_bytes == 0
     assert set(range(10)) <= set(got)

@@ -11,6 +11,7 @@ import pika
 import pika.exceptions
 import pytest
 from conftest import BrokerThread
+from damage_helpers import data_end
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 TRANSIENT = pika.BasicProperties(delivery_mode=1)
@@ -230,7 +231,7 @@ def test_damaged_queue_file_does_not_stop_the_broker(
     bad_dir = vhost_dir / "queues" / hashlib.sha1(b"bad").hexdigest()
     (seg,) = bad_dir.glob("msgs.*")
     data = bytearray(seg.read_bytes())
-    data[-3] ^= 0xFF  # corrupt the last record's CRC
+    data[data_end(seg) - 3] ^= 0xFF  # corrupt the last record's CRC
     seg.write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING, logger="warren.store"):
         b = restartable()
@@ -280,3 +281,25 @@ def test_ten_thousand_durable_queues_restart_within_fd_limits(
         return sum(vhost.queues[f"many-{i}"].message_count for i in range(n))
 
     assert b.call(count) == n
+
+
+def test_only_durable_queues_allocate_segment_space_ahead(
+    restartable: Callable[..., BrokerThread], tmp_path: Path
+) -> None:
+    """A durable queue's segment file is allocated ahead of its data (its syncs
+    then change no file size: docs/storage.md, "Writing"); a transient queue's,
+    never synced, grows as it is written."""
+    b = restartable()
+    with connect(b) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("durable-q", durable=True)
+        ch.queue_declare("transient-q", durable=False)
+        for queue in ("durable-q", "transient-q"):
+            ch.basic_publish("", queue, b"x" * 100, PERSISTENT)
+    data = tmp_path / "data"
+    durable = [p for p in data.glob("vhosts/**/msgs.*") if p.stat().st_size]
+    transient = list(data.glob("transient/**/msgs.*"))
+    assert len(durable) == 1 and len(transient) == 1
+    assert durable[0].stat().st_size >= 64 * 1024
+    assert transient[0].stat().st_size < 1024

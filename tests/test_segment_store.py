@@ -23,6 +23,7 @@ from warren.core.properties import BasicProperties
 from warren.core.store import MemoryStore, MessageStore
 from warren.store import records, segment_recovery
 from warren.store.ack_files import encode_acks
+from warren.store.segment_format import V2_HEADER_SIZE
 from warren.store.segment_store import SegmentStore
 
 PERSISTENT = b"\x10\x00\x02"  # flags: delivery-mode present; delivery-mode 2
@@ -232,7 +233,7 @@ def test_message_larger_than_segment_gets_its_own_segment(tmp_path: Path) -> Non
     a = store.append(msg(0))
     big = store.append(msg(1, size=10_000))
     c = store.append(msg(2))
-    assert offset(big) == records.FILE_HEADER_SIZE
+    assert offset(big) == V2_HEADER_SIZE
     assert len({a >> 32, big >> 32, c >> 32}) == 3
     assert bodies(drain(store)) == [msg(i, size=10_000 if i == 1 else 0).body for i in range(3)]
     store.close()
@@ -335,7 +336,9 @@ def test_transient_kept_when_not_persistent_only(tmp_path: Path) -> None:
 
 
 def _torn_store(d: Path) -> list[int]:
-    store = SegmentStore(d)
+    """A store in version-1 files (appended: the file's size is the end of its
+    data, which a crash can tear; version 2: test_segment_format.py)."""
+    store = SegmentStore(d, format_version=1)
     seqs = [store.append(msg(i, size=40)) for i in range(5)]
     store.close()
     return seqs

@@ -48,6 +48,7 @@ from pikahelp import connect
 from warren.core.message import Message
 from warren.store import records
 from warren.store.priority_store import PriorityStore, level_name
+from warren.store.segment_format import parse_header
 from warren.store.segment_store import SegmentStore
 
 # -- recovery -------------------------------------------------------------------------
@@ -136,8 +137,9 @@ def test_garbage_over_several_records_costs_only_those(tmp_path: Path) -> None:
 def test_a_damaged_last_record_is_kept_aside_before_the_cut(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Version 1: the file's size is the end of its data."""
     d = tmp_path / "q"
-    seqs = filled(d, 10)
+    seqs = filled(d, 10, version=1)
     path = d / f"msgs.{seqs[-1] >> 32:010d}"
     size = path.stat().st_size
     last = seqs[-1] & 0xFFFFFFFF
@@ -162,8 +164,9 @@ def test_a_damaged_last_record_is_kept_aside_before_the_cut(
 def test_a_torn_last_write_is_cut_without_a_copy(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Version 1: the file's size is the end of its data."""
     d = tmp_path / "q"
-    seqs = filled(d, 10)
+    seqs = filled(d, 10, version=1)
     path = d / f"msgs.{seqs[-1] >> 32:010d}"
     os.truncate(path, path.stat().st_size - 30)
     caplog.set_level(logging.WARNING, logger="warren.store")
@@ -190,12 +193,50 @@ def test_a_damaged_file_header_does_not_hide_the_records(
     future = tmp_path / "future"
     seqs = filled(future, 10)
     path = future / f"msgs.{seqs[0] >> 32:010d}"
-    overwrite(path, 4, struct.pack(">I", 2))
+    overwrite(path, 4, struct.pack(">I", 7))  # two bits from both 1 and 2
     before = path.read_bytes()
     store = SegmentStore(future, 4096)
     assert store.ready_count == 0
     store.close()
     assert path.read_bytes() == before
+
+
+def test_a_zeroed_header_costs_no_record_and_removes_only_files_never_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A header of zeros is what a file allocated and never written holds, but
+    also what a block zeroed on the disk leaves: the records after it are read
+    (the salt worked out from them), the bytes of a file that holds anything
+    else are left as they are; only a file of zeros, or one shorter than its
+    header, goes."""
+    caplog.set_level(logging.WARNING, logger="warren.store")
+    d = tmp_path / "q"
+    seqs = filled(d, 10)
+    path = d / f"msgs.{seqs[0] >> 32:010d}"
+    overwrite(path, 0, bytes(24))
+    store = SegmentStore(d, 4096)
+    assert numbers(drain(store, ack=False)) == list(range(10))
+    assert "header is damaged" in caplog.text
+    store.close()
+    # Not records after it either: not ours to read, and never deleted.
+    other = tmp_path / "other"
+    seqs = filled(other, 10)
+    path = other / f"msgs.{seqs[0] >> 32:010d}"
+    overwrite(path, 0, bytes(64))
+    before = path.read_bytes()
+    store = SegmentStore(other, 4096)
+    assert store.ready_count == 0
+    store.close()
+    assert path.read_bytes() == before
+    # Zeros throughout, or cut inside its header: it never held a record.
+    for name, content in (("zeros", bytes(65536)), ("cut", path.read_bytes()[:16])):
+        empty = tmp_path / name
+        empty.mkdir()
+        (empty / "msgs.0000000001").write_bytes(content)
+        store = SegmentStore(empty, 4096)
+        assert store.ready_count == 0
+        store.close()
+        assert not (empty / "msgs.0000000001").exists(), name
 
 
 # -- ack files ------------------------------------------------------------------------
@@ -387,9 +428,9 @@ def uniform(i: int) -> Message:
     return msg(i, size=91)
 
 
-def write_queue(directory: Path, make: Callable[[int], Message]) -> Written:
+def write_queue(directory: Path, make: Callable[[int], Message], version: int = 2) -> Written:
     w = Written(directory)
-    store = SegmentStore(w.directory, 2048)
+    store = SegmentStore(w.directory, 2048, format_version=version)
     seqs = [store.append(make(i)) for i in range(60)]
     while (item := store.shift()) is not None:
         i = item[1].timestamp - 1000
@@ -406,14 +447,16 @@ def write_queue(directory: Path, make: Callable[[int], Message]) -> Written:
     return w
 
 
-@pytest.fixture(scope="module")
-def written_queue(tmp_path_factory: pytest.TempPathFactory) -> Written:
-    return write_queue(tmp_path_factory.mktemp("damage") / "q", varied)
+@pytest.fixture(scope="module", params=[1, 2], ids=["version-1", "version-2"])
+def written_queue(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Written:
+    return write_queue(tmp_path_factory.mktemp("damage") / "q", varied, request.param)
 
 
-@pytest.fixture(scope="module")
-def written_uniform(tmp_path_factory: pytest.TempPathFactory) -> Written:
-    return write_queue(tmp_path_factory.mktemp("damage") / "q", uniform)
+@pytest.fixture(scope="module", params=[1, 2], ids=["version-1", "version-2"])
+def written_uniform(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Written:
+    return write_queue(tmp_path_factory.mktemp("damage") / "q", uniform, request.param)
 
 
 @DAMAGE_SETTINGS
@@ -497,7 +540,8 @@ def test_a_damaged_record_through_the_broker_costs_only_itself(
     recs = layout(path)
     victim, length = recs[len(recs) // 2]
     record = path.read_bytes()[victim : victim + length]
-    damaged_body = records.decode_record(record, 0, len(record))[0].body
+    seed = parse_header(path.read_bytes()[:24]).seed
+    damaged_body = records.decode_record(record, 0, len(record), True, seed)[0].body
     overwrite(path, victim, b"\x7f\x00\x00\x01")
 
     caplog.set_level(logging.WARNING, logger="warren.store")

@@ -146,10 +146,12 @@ def test_a_damaged_offsets_file_costs_no_stream_record(tmp_path: Path) -> None:
 # -- every flip and cut in the last KB ------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def written_stream(tmp_path_factory: pytest.TempPathFactory) -> Written:
+@pytest.fixture(scope="module", params=[1, 2], ids=["version-1", "version-2"])
+def written_stream(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Written:
     w = Written(tmp_path_factory.mktemp("damage") / "s")
-    store = StreamStore(w.directory, 2048)
+    store = StreamStore(w.directory, 2048, format_version=request.param)
     for i in range(60):
         store.append(varied(i))
     store.flush()

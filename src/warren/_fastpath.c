@@ -15,7 +15,8 @@
  * an acknowledging consumer, stored before they are delivered), with their
  * CRC-32; store/records.py's encode_run is its reference. crc_ok() checks a
  * record's CRC-32 where it lies (a memory map) on the read path; records.py's
- * _crc_ok is its reference.
+ * _crc_ok is its reference. find_record() finds where intact records resume
+ * after damaged bytes; store/segment_damage.py's next_record is its reference.
  *
  * The sources: this file (the module and its init), _fastpath.h (what they
  * share), _fastpath_scan.c, _fastpath_run.c (the PublishRun type),
@@ -34,10 +35,12 @@ static PyMethodDef module_methods[] = {
     {"deliver_frames", (PyCFunction)(void (*)(void))deliver_frames, METH_FASTCALL,
      "deliver_frames(run, start, stop, step, channel, deliver_head, first_tag, frame_max) -> bytes"},
     {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,
-     "encode_records(run, start, stop, ex_rk, timestamp, base) -> (records, offsets, sizes, persistent)"},
+     "encode_records(run, start, stop, ex_rk, timestamp, base, seed=0) -> (records, offsets, sizes, persistent)"},
     {"crc32", (PyCFunction)(void (*)(void))fp_crc32, METH_FASTCALL, "crc32(data, value=0) -> int"},
     {"crc_ok", (PyCFunction)(void (*)(void))fp_crc_ok, METH_FASTCALL,
-     "crc_ok(buf, start, end) -> bool: the CRC-32 stored at end matches buf[start:end]"},
+     "crc_ok(buf, start, end, seed=0) -> bool: the CRC-32 stored at end matches buf[start:end]"},
+    {"find_record", (PyCFunction)(void (*)(void))fp_find_record, METH_FASTCALL,
+     "find_record(buf, start, limit, seed=0, marks=False) -> int: where a record checks out next"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -43,6 +43,7 @@ FP_INTERNAL PyObject *deliver_frames(PyObject *self, PyObject *const *args, Py_s
 FP_INTERNAL PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *fp_crc32(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *fp_crc_ok(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+FP_INTERNAL PyObject *fp_find_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL void crc_init(void);
 
 static inline uint16_t be16(const unsigned char *p) { return (uint16_t)((p[0] << 8) | p[1]); }

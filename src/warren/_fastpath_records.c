@@ -34,19 +34,20 @@ static uint32_t crc32_update(uint32_t crc, const unsigned char *p, Py_ssize_t n)
     return ~crc;
 }
 
-/* encode_records(run, start, stop, ex_rk, timestamp, base)
+/* encode_records(run, start, stop, ex_rk, timestamp, base, seed=0)
  *     -> (records, offsets, sizes, persistent)
  *
  * store/records.py's encode_run for a C run: the segment-store records of
  * messages start .. stop - 1, back to back in one bytes object (the format of
  * records.encode_record; ex_rk is the exchange and routing key as two
- * shortstrs). offsets: each record's position, base + where it starts in
- * records, and sizes: each body's size, both as native u32 (for
- * array("I").frombytes); persistent: how many have delivery-mode 2. */
+ * shortstrs; each CRC seeded with seed, the segment's salt). offsets: each
+ * record's position, base + where it starts in records, and sizes: each
+ * body's size, both as native u32 (for array("I").frombytes); persistent: how
+ * many have delivery-mode 2. */
 PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
+    if (nargs != 6 && nargs != 7) {
         PyErr_SetString(PyExc_TypeError,
-                        "encode_records(run, start, stop, ex_rk, timestamp, base)");
+                        "encode_records(run, start, stop, ex_rk, timestamp, base, seed=0)");
         return NULL;
     }
     if (!PyObject_TypeCheck(args[0], &PublishRunType)) {
@@ -58,7 +59,12 @@ PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
     unsigned long long timestamp = PyLong_AsUnsignedLongLong(args[4]);
     unsigned long long base = PyLong_AsUnsignedLongLong(args[5]);
+    unsigned long seed = nargs == 7 ? PyLong_AsUnsignedLong(args[6]) : 0;
     if (PyErr_Occurred()) return NULL;
+    if (seed > 0xFFFFFFFFul) {
+        PyErr_SetString(PyExc_OverflowError, "encode_records: seed must be a u32");
+        return NULL;
+    }
     if (!PyBytes_Check(args[3])) {
         PyErr_SetString(PyExc_TypeError, "encode_records: ex_rk must be bytes");
         return NULL;
@@ -111,7 +117,7 @@ PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         o = put_be64(o, (uint64_t)body);
         memcpy(o, d + s[2], (size_t)body);
         o += body;
-        o = put_be32(o, crc32_update(0, rec, o - rec));
+        o = put_be32(o, crc32_update((uint32_t)seed, rec, o - rec));
     }
     if (o != first + total) {
         PyErr_SetString(PyExc_SystemError, "encode_records: size mismatch");
@@ -142,26 +148,117 @@ PyObject *fp_crc32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return PyLong_FromUnsignedLong(crc);
 }
 
-/* crc_ok(buf, start, end) -> bool: whether the u32 big-endian CRC stored at
- * buf[end:end + 4] is the CRC-32 of buf[start:end]: a record's check on the
- * read path (store/records.py's _crc_ok is the reference), straight from the
- * buffer (a memory map: no copy of the record, the buffer released before
- * returning, so the map can be closed). False when the range is outside it. */
+/* crc_ok(buf, start, end, seed=0) -> bool: whether the u32 big-endian CRC
+ * stored at buf[end:end + 4] is the CRC-32 of buf[start:end] seeded with seed
+ * (zlib.crc32(data, seed): a version-2 segment's salt, 0 for version 1): a
+ * record's check on the read path (store/records.py's _crc_ok is the
+ * reference), straight from the buffer (a memory map: no copy of the record,
+ * the buffer released before returning, so the map can be closed). False when
+ * the range is outside it. */
 PyObject *fp_crc_ok(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "crc_ok(buf, start, end)");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "crc_ok(buf, start, end, seed=0)");
         return NULL;
     }
     Py_ssize_t start = PyLong_AsSsize_t(args[1]);
     Py_ssize_t end = PyLong_AsSsize_t(args[2]);
+    unsigned long seed = nargs == 4 ? PyLong_AsUnsignedLong(args[3]) : 0;
     if (PyErr_Occurred()) return NULL;
+    if (seed > 0xFFFFFFFFul) {
+        PyErr_SetString(PyExc_OverflowError, "crc_ok: seed must be a u32");
+        return NULL;
+    }
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     int ok = 0;
     if (start >= 0 && start <= end && end <= view.len - 4) {
         const unsigned char *p = (const unsigned char *)view.buf;
-        ok = crc32_update(0, p + start, end - start) == be32(p + end);
+        ok = crc32_update((uint32_t)seed, p + start, end - start) == be32(p + end);
     }
     PyBuffer_Release(&view);
     return PyBool_FromLong(ok);
+}
+
+/* Whether a whole record starts at p[q] within limit: its length in bounds,
+ * its inner lengths adding up, its CRC-32 (seeded) right: store/records.py's
+ * inspect_record is the reference. */
+static int record_checks_out(const unsigned char *p, Py_ssize_t q, Py_ssize_t limit,
+                             uint32_t seed) {
+    if (limit - q < 30) return 0;
+    uint64_t length = be32(p + q);
+    if (length < 30 || length > (uint64_t)(limit - q)) return 0;
+    Py_ssize_t end = q + (Py_ssize_t)length - 4;
+    Py_ssize_t o = q + 13;
+    o += p[o - 1] + 1; /* the exchange, then the routing key's length byte */
+    if (o > end) return 0;
+    o += p[o - 1] + 4; /* the routing key, then the properties' length */
+    if (o > end) return 0;
+    o += (Py_ssize_t)be32(p + o - 4) + 8;
+    if (o > end) return 0;
+    uint64_t body = be64(p + o - 8);
+    if (body != (uint64_t)(end - o)) return 0;
+    return crc32_update(seed, p + q, end - q) == be32(p + end);
+}
+
+/* Whether one of this life's marks lies at p[q]: a u32 0, then the CRC-32 of
+ * the offset q (u32, big-endian) and the mark's kind (a byte: 0 end, 1 close)
+ * seeded with the salt, its lowest bit set (never 0: zeros are no mark)
+ * (store/segment_format.py's mark_at is the reference). */
+static int end_mark_at(const unsigned char *p, Py_ssize_t q, Py_ssize_t limit, uint32_t seed) {
+    if (limit - q < 8 || be32(p + q) != 0) return 0;
+    uint32_t check = be32(p + q + 4);
+    if (!check) return 0;
+    unsigned char at[5];
+    put_be32(at, (uint32_t)q);
+    for (unsigned char kind = 0; kind < 2; kind++) {
+        at[4] = kind;
+        if ((crc32_update(seed, at, 5) | 1u) == check) return 1;
+    }
+    return 0;
+}
+
+/* find_record(buf, start, limit, seed=0, marks=False) -> int: the first offset
+ * from start on where a whole record checks out (structure and CRC seeded with
+ * seed) or, with marks, this life's end mark lies; -1 when there is none before
+ * limit. How damaged bytes are stepped over (store/segment_damage.py's
+ * next_record is the reference): every byte is a candidate, and with a salt no
+ * record copied from another file is one. */
+PyObject *fp_find_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 3 || nargs > 5) {
+        PyErr_SetString(PyExc_TypeError, "find_record(buf, start, limit, seed=0, marks=False)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
+    unsigned long seed = nargs >= 4 ? PyLong_AsUnsignedLong(args[3]) : 0;
+    int marks = nargs == 5 ? PyObject_IsTrue(args[4]) : 0;
+    if (PyErr_Occurred() || marks < 0) return NULL;
+    if (seed > 0xFFFFFFFFul) {
+        PyErr_SetString(PyExc_OverflowError, "find_record: seed must be a u32");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *p = (const unsigned char *)view.buf;
+    if (limit > view.len) limit = view.len;
+    Py_ssize_t found = -1;
+    if (start < 0) start = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t q = start; q + 8 <= limit; q++) {
+        uint32_t length = be32(p + q);
+        if (length == 0) {
+            if (marks && end_mark_at(p, q, limit, (uint32_t)seed)) {
+                found = q;
+                break;
+            }
+            continue;
+        }
+        if (length >= 30 && record_checks_out(p, q, limit, (uint32_t)seed)) {
+            found = q;
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(found);
 }

@@ -56,10 +56,18 @@ class StoreFactory:
                     directory / level_name(level),
                     segment_size,
                     delivered_mark=self._delivered_mark(directory / level_name(level)),
+                    preallocate=persistent,
                 ),
                 directory,
             )
-        return SegmentStore(directory, segment_size, delivered_mark=self._delivered_mark(directory))
+        # A transient queue's files are never synced: nothing to allocate ahead for
+        # (docs/storage.md, "Writing").
+        return SegmentStore(
+            directory,
+            segment_size,
+            delivered_mark=self._delivered_mark(directory),
+            preallocate=persistent,
+        )
 
     def _delivered_mark(self, directory: Path) -> int | None:
         """What the last clean shutdown recorded as delivered in this store (0: none
@@ -82,4 +90,4 @@ class StoreFactory:
             if persistent
             else self.layout.transient_exchange_dir(vhost.name, exchange)
         )
-        return SegmentStore(directory, self.config.segment_size)
+        return SegmentStore(directory, self.config.segment_size, preallocate=persistent)

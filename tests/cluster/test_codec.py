@@ -29,6 +29,7 @@ frames = st.one_of(
     st.builds(c.FileData, paths, u64, data),
     st.just(c.SyncDone()),
     st.builds(c.Append, paths, u64, data),
+    st.builds(c.Allocate, paths, u64),
     st.builds(c.Replace, paths, data),
     st.builds(c.Delete, paths),
     st.builds(c.Ack, u64),

@@ -17,8 +17,11 @@ the directory is also needed"), the least a program may count on. ext4 in its
 default data=ordered mode keeps more (a file's fsync commits the journal, with
 every earlier create and rename in it); a program correct under this model is
 correct there too. Optionally (``torn``) a power cut keeps a random part of
-each file's unsynced appended tail, as writeback that happened before the cut
-would, so recovery also meets torn records.
+each file's unsynced appended tail, and a random set of the 4 KiB pages its
+unsynced writes changed in place (each page either as written or as it was),
+as writeback that happened before the cut would, so recovery also meets torn
+records. fallocate (mode 0) allocates ahead: the size it adds is durable only
+once the file is fsynced, like any growth.
 
 To keep an inode that a durable entry still names after it was unlinked or
 replaced, every regular file is hard-linked into ``store`` (``store/<ino>``)
@@ -66,6 +69,9 @@ from typing import Any
 import mfusepy as fuse
 
 log = logging.getLogger("powercut")
+
+#: The unit in which (torn) writeback reaches the disk.
+PAGE = 4096
 
 _STAT_KEYS = ("st_mode", "st_nlink", "st_size", "st_uid", "st_gid", "st_ino", "st_blocks")
 
@@ -272,15 +278,23 @@ class PowerCutFS(fuse.Operations):  # type: ignore[misc]
         state = self.files[ino]
         size = os.lstat(path).st_size
         keep = state.durable_size
-        if self.torn and not state.undo and size > keep:
+        if self.torn and size > keep:
             # Writeback may have reached part of the unsynced tail before the cut.
             keep = self.random.randint(keep, size)
         os.truncate(path, keep)
         if state.undo:
+            # Pages written in place since the last fsync: each as it was, or (torn)
+            # as written, as writeback before the cut may have left it.
+            pages = {p for o, d in state.undo for p in range(o // PAGE, (o + len(d) - 1) // PAGE + 1)}
+            lost = {p for p in pages if not self.torn or self.random.random() < 0.5}
             fd = os.open(path, os.O_WRONLY)
             try:
                 for offset, data in reversed(state.undo):
-                    os.pwrite(fd, data, offset)
+                    for page in range(offset // PAGE, (offset + len(data) - 1) // PAGE + 1):
+                        if page in lost:
+                            start = max(offset, page * PAGE)
+                            end = min(offset + len(data), (page + 1) * PAGE)
+                            os.pwrite(fd, data[start - offset : end - offset], start)
             finally:
                 os.close(fd)
 
@@ -378,6 +392,14 @@ class PowerCutFS(fuse.Operations):  # type: ignore[misc]
             if state is not None:
                 self._save_original(state, fh, offset, offset + len(data))
             return os.pwrite(fh, data, offset)
+
+    def fallocate(self, path: str | None, mode: int, offset: int, size: int, fh: int) -> int:
+        with self._mutex:
+            if mode:
+                raise fuse.FuseOSError(errno.EOPNOTSUPP)
+            self._mutating()
+            os.posix_fallocate(fh, offset, size)
+            return 0
 
     def truncate(self, path: str | None, length: int, fh: int | None = None) -> int:
         with self._mutex:

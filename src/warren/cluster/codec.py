@@ -9,8 +9,9 @@ Strings are ``u16 size | UTF-8``, 64-bit numbers big-endian.
     follower -> leader   Request(path)*, RequestsEnd
     leader -> follower   FileData(path, offset, data)* per requested file (offset 0
                          creates or truncates it), SyncDone
-    leader -> follower   Append(path, offset, data) | Replace(path, data) | Delete(path),
-                         from then on, each one action of the stream
+    leader -> follower   Append(path, offset, data) | Allocate(path, size) |
+                         Replace(path, data) | Delete(path), from then on, each one
+                         action of the stream
     follower -> leader   Ack(position): every action up to ``position`` is written
                          and fdatasynced on the follower
     either way           Heartbeat; Refused(reason) before the leader closes
@@ -28,7 +29,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-MAGIC = b"WARREN-REPLICATION-1"
+MAGIC = b"WARREN-REPLICATION-2"
 #: Frames larger than this are refused (a file travels in chunks of CHUNK).
 MAX_FRAME = 64 * 1024 * 1024
 CHUNK = 1024 * 1024
@@ -93,6 +94,14 @@ class Append:
 
 
 @dataclass(frozen=True)
+class Allocate:
+    """Space allocated ahead of a file's data (a preallocated segment)."""
+
+    path: str
+    size: int
+
+
+@dataclass(frozen=True)
 class Replace:
     path: str
     data: bytes
@@ -127,6 +136,7 @@ Frame = (
     | FileData
     | SyncDone
     | Append
+    | Allocate
     | Replace
     | Delete
     | Ack
@@ -134,7 +144,7 @@ Frame = (
     | Refused
 )
 #: The frames that are actions of the replicated stream (each advances the position).
-Action = Append | Replace | Delete
+Action = Append | Allocate | Replace | Delete
 
 _TYPES: dict[type, int] = {
     Hello: 1,
@@ -147,6 +157,7 @@ _TYPES: dict[type, int] = {
     Append: 16,
     Replace: 17,
     Delete: 18,
+    Allocate: 19,
     Ack: 32,
     Heartbeat: 48,
     Refused: 127,
@@ -166,6 +177,8 @@ def encode(frame: Frame) -> bytes:
         body = _str(frame.path) + _U64.pack(frame.offset) + frame.data
     elif isinstance(frame, Replace):
         body = _str(frame.path) + frame.data
+    elif isinstance(frame, Allocate):
+        body = _str(frame.path) + _U64.pack(frame.size)
     elif isinstance(frame, Delete | Request):
         body = _str(frame.path)
     elif isinstance(frame, Ack | IndexEnd):
@@ -250,6 +263,8 @@ def _decode(kind: int, payload: memoryview) -> Frame:
         frame = Replace(_path(r), r.rest())
     elif kind == 18:
         frame = Delete(_path(r))
+    elif kind == 19:
+        frame = Allocate(_path(r), r.u64())
     elif kind == 4:
         frame = Request(_path(r))
     elif kind == 32:

@@ -4,7 +4,7 @@ A follower runs no broker. It connects to the leader's clustering port, takes
 the leader's file index, asks for every file it lacks or holds differently,
 deletes what the leader does not have, fdatasyncs, and acknowledges the
 index's position. Then it applies the leader's actions as they come (appends
-at their offsets, whole-file replaces, deletes) while a second task
+at their offsets, allocations ahead, whole-file replaces, deletes) while a second task
 fdatasyncs what was applied and acknowledges the position it covered: the
 leader's confirms wait for that acknowledgement, and the batches that arrive
 during one fdatasync are covered by the next. When it is elected leader, a
@@ -96,7 +96,7 @@ class Follower:
                         syncer.result()  # a failed sync ends the session
                     batch = await frames.batch()
                     for frame in batch:
-                        if isinstance(frame, c.Append | c.Replace | c.Delete):
+                        if isinstance(frame, c.Append | c.Allocate | c.Replace | c.Delete):
                             self._apply(frame)
                             self._applied += 1
                         elif isinstance(frame, c.Refused):
@@ -188,9 +188,16 @@ class Follower:
         )
 
     # -- applying actions -------------------------------------------------------------
-    def _apply(self, frame: c.Append | c.Replace | c.Delete) -> None:
+    def _apply(self, frame: c.Append | c.Allocate | c.Replace | c.Delete) -> None:
         if isinstance(frame, c.Append):
             os.pwrite(self._open(frame.path), frame.data, frame.offset)
+            self._touched.add(frame.path)
+        elif isinstance(frame, c.Allocate):
+            fd = self._open(frame.path)
+            try:
+                os.posix_fallocate(fd, 0, frame.size)
+            except OSError as exc:  # the copy grows as it is written, as on the leader
+                log.warning("cannot allocate %s ahead: %s", frame.path, exc)
             self._touched.add(frame.path)
         elif isinstance(frame, c.Replace):
             self._forget(frame.path)

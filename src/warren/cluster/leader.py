@@ -2,7 +2,7 @@
 every follower, and a confirm waits until the in-sync followers have it on disk.
 
 Replicator is the data directory's FileMirror (store/mirror.py): each append,
-replace and delete becomes one numbered action. A follower that connects gets
+allocation, replace and delete becomes one numbered action. A follower that connects gets
 a full sync first (the file index with sizes and SHA-1s, then the files it
 lacks or has different), while the actions from the moment the index was
 taken wait in its queue; then the actions stream as they happen. The
@@ -178,6 +178,13 @@ class Replicator:
             return
         for start in range(0, max(len(data), 1), c.CHUNK):
             self._emit(c.encode(c.Append(rel, offset + start, data[start : start + c.CHUNK])))
+
+    def allocated(self, path: Path, size: int) -> None:
+        if not self.links:
+            return
+        rel = relative(self.root, path)
+        if rel is not None:
+            self._emit(c.encode(c.Allocate(rel, size)))
 
     def replaced(self, path: Path, data: bytes) -> None:
         if not self.links:

@@ -3,8 +3,8 @@
 Clustering replicates a leader's data directory to its followers byte for
 byte (docs/clustering.md). Rather than watch the file system, the code that
 writes reports each change as it hands it to the OS: bytes appended at an
-offset, a file's whole new content (a rewrite or an atomic replace), a file
-or directory deleted. A store looks up its directory's mirror once, when it is
+offset, space allocated ahead of a file's data, a file's whole new content (a
+rewrite or an atomic replace), a file or directory deleted. A store looks up its directory's mirror once, when it is
 made; without clustering there is none and the writers skip the reports.
 """
 
@@ -24,6 +24,11 @@ class FileMirror(Protocol):
 
     def appended(self, path: Path, offset: int, data: bytes) -> None:
         """``data`` was written at ``offset`` of ``path`` (created if new)."""
+        ...
+
+    def allocated(self, path: Path, size: int) -> None:
+        """``path`` (created if new) has ``size`` bytes allocated ahead of its
+        data (posix_fallocate: zeros, the file at least that long)."""
         ...
 
     def replaced(self, path: Path, data: bytes) -> None:

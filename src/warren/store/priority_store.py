@@ -283,6 +283,10 @@ class PriorityStore:
         new_dirs, self._new_dirs = self._new_dirs, []
         sync_files([], [], new_dirs)
 
+    def seal(self) -> None:
+        """Every segment level's close mark (a clean stop: SegmentFiles.seal)."""
+        self._each(lambda s: s.seal() if isinstance(s, SegmentStore) else None)
+
     def sync_acks(self) -> None:
         """Sync every level's ack files (segment_store.SegmentStore.sync_acks)."""
         self._each(lambda s: s.sync_acks())

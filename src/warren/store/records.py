@@ -8,13 +8,15 @@ One record per message, all integers big-endian::
     u8   routing key length   + routing key (UTF-8)
     u32  properties length    + raw basic properties exactly as published
     u64  body length          + body
-    u32  CRC32                zlib.crc32 of every byte of the record before it
+    u32  CRC32                zlib.crc32 of every byte of the record before it,
+                              seeded with the segment's salt (0 in version 1)
 
 The leading length lets a reader step over a record without parsing it, and the
 inner lengths must add up to it, so most corruption of a length field is caught
 before the CRC is even computed. Every segment file starts with a file header,
-b"WSEG" plus a u32 format version, so a foreign or future file is never parsed
-as records.
+b"WSEG" plus a u32 format version (store/segment_format.py: version 2 adds the
+salt that seeds the CRCs), so a foreign or future file is never parsed as
+records. FILE_HEADER and check_file_header here are version 1's.
 """
 
 from __future__ import annotations
@@ -101,9 +103,15 @@ def check_file_header(buf: _Buffer) -> None:
 
 
 def encode_record(
-    exchange: bytes, routing_key: bytes, properties: bytes, body: bytes, timestamp: int
+    exchange: bytes,
+    routing_key: bytes,
+    properties: bytes,
+    body: bytes,
+    timestamp: int,
+    seed: int = 0,
 ) -> bytes:
-    """One complete record, ready for a single write."""
+    """One complete record, ready for a single write; its CRC seeded with
+    ``seed`` (zlib.crc32(data, seed): a version-2 segment's salt)."""
     ex_len = len(exchange)
     rk_len = len(routing_key)
     if ex_len > 255 or rk_len > 255:
@@ -127,7 +135,7 @@ def encode_record(
                 body,
             )
         )
-        return rec + _U32.pack(zlib.crc32(rec))
+        return rec + _U32.pack(zlib.crc32(rec, seed))
     # Large bodies are copied exactly once: CRC the prefix and the body separately.
     prefix = b"".join(
         (
@@ -140,13 +148,13 @@ def encode_record(
             _U64.pack(b_len),
         )
     )
-    return b"".join((prefix, body, _U32.pack(zlib.crc32(body, zlib.crc32(prefix)))))
+    return b"".join((prefix, body, _U32.pack(zlib.crc32(body, zlib.crc32(prefix, seed)))))
 
 
 _HEAD_NO_EX = struct.Struct(">IQ")
 
 
-def encode_message_record(msg: Message) -> bytes:
+def encode_message_record(msg: Message, seed: int = 0) -> bytes:
     """encode_record for a message, reusing its encoded exchange and routing key
     (the record stores them exactly as the two AMQP shortstrs a delivery carries)."""
     ex_rk = msg.exchange_and_key()
@@ -157,7 +165,9 @@ def encode_message_record(msg: Message) -> bytes:
     length = RECORD_OVERHEAD - 2 + len(ex_rk) + p_len + b_len
     if b_len > 2048 or length > MAX_RECORD_SIZE:
         ex_len = ex_rk[0]
-        return encode_record(ex_rk[1 : 1 + ex_len], ex_rk[2 + ex_len :], props, body, msg.timestamp)
+        return encode_record(
+            ex_rk[1 : 1 + ex_len], ex_rk[2 + ex_len :], props, body, msg.timestamp, seed
+        )
     rec = b"".join(
         (
             _HEAD_NO_EX.pack(length, msg.timestamp),
@@ -168,7 +178,7 @@ def encode_message_record(msg: Message) -> bytes:
             body,
         )
     )
-    return rec + _U32.pack(zlib.crc32(rec))
+    return rec + _U32.pack(zlib.crc32(rec, seed))
 
 
 _native = warren.native_module("_fastpath")
@@ -179,22 +189,24 @@ _encode_records: Callable[..., tuple[bytes, bytes, bytes, int]] | None = (
 _NativeRun: type | None = None if _native is None else _native.PublishRun
 _PERSISTENT_PROPS = b"\x10\x00\x02"
 #: The C check of a record's CRC where it lies (None: not built).
-_native_crc_ok: Callable[[_Buffer, int, int], bool] | None = (
+_native_crc_ok: Callable[[_Buffer, int, int, int], bool] | None = (
     None if _native is None else _native.crc_ok
 )
 
 
 def encode_run(
-    raw: RawRun, start: int, stop: int, ex_rk: bytes, timestamp: int, base: int
+    raw: RawRun, start: int, stop: int, ex_rk: bytes, timestamp: int, base: int, seed: int = 0
 ) -> tuple[bytes, array[int], array[int], int]:
     """The records of messages ``start .. stop - 1`` of a run of publishes
     (core.message.MessageRun), back to back for one write, all with the run's
     exchange and routing key (``ex_rk``, two shortstrs) and ``timestamp``; with
     each record's offset (``base`` + its position in the bytes), each body's
-    size, and how many are persistent. In C for the C run type
+    size, and how many are persistent; CRCs seeded with ``seed``. In C for the C run type
     (warren._fastpath.encode_records), this loop otherwise."""
     if _encode_records is not None and type(raw) is _NativeRun:
-        recs, offs, sizes, persistent = _encode_records(raw, start, stop, ex_rk, timestamp, base)
+        recs, offs, sizes, persistent = _encode_records(
+            raw, start, stop, ex_rk, timestamp, base, seed
+        )
         offsets = array("I")
         offsets.frombytes(offs)
         body_sizes = array("I")
@@ -211,7 +223,7 @@ def encode_run(
     for i in range(start, stop):
         props = raw.properties(i)
         body = raw.body(i)
-        rec = encode_record(exchange, routing_key, props, body, timestamp)
+        rec = encode_record(exchange, routing_key, props, body, timestamp, seed)
         parts.append(rec)
         offsets.append(at)
         body_sizes.append(len(body))
@@ -221,7 +233,7 @@ def encode_run(
     return b"".join(parts), offsets, body_sizes, persistent
 
 
-def encode_message(msg: Message) -> bytes:
+def encode_message(msg: Message, seed: int = 0) -> bytes:
     """The record for a message (strings as the AMQP codec decodes them)."""
     return encode_record(
         msg.exchange.encode("utf-8", "surrogateescape"),
@@ -229,11 +241,14 @@ def encode_message(msg: Message) -> bytes:
         msg.properties,
         msg.body,
         msg.timestamp,
+        seed,
     )
 
 
-def _crc_ok(buf: _Buffer, start: int, end: int) -> bool:
-    """Check the CRC stored at ``end`` against the bytes from ``start``.
+def _crc_ok(buf: _Buffer, start: int, end: int, seed: int) -> bool:
+    """Check the CRC stored at ``end`` against the bytes from ``start`` (seeded
+    with ``seed``, the segment's salt: a record of the file's previous life,
+    written with another salt, does not check out).
 
     This is on the read path (every shift): with the C extension, records up to
     64 KiB are checked in place, without a copy (warren._fastpath.crc_ok).
@@ -243,19 +258,20 @@ def _crc_ok(buf: _Buffer, start: int, end: int) -> bool:
     """
     n = end - start
     if _native_crc_ok is not None and n <= 65536:
-        return _native_crc_ok(buf, start, end)
+        return _native_crc_ok(buf, start, end, seed)
     if n <= 4096:
-        computed = zlib.crc32(buf[start:end])
+        computed = zlib.crc32(buf[start:end], seed)
     else:
         with memoryview(buf) as view, view[start:end] as part:
-            computed = zlib.crc32(part)
+            computed = zlib.crc32(part, seed)
     return computed == _U32.unpack_from(buf, end)[0]
 
 
 def inspect_record(
-    buf: _Buffer, offset: int, limit: int, verify_crc: bool = True
+    buf: _Buffer, offset: int, limit: int, verify_crc: bool = True, seed: int = 0
 ) -> tuple[int, int, int, int]:
-    """Validate the record at ``offset`` (data ends at ``limit``) without building a Message.
+    """Validate the record at ``offset`` (data ends at ``limit``; CRC seeded with
+    ``seed``) without building a Message.
 
     Returns (record length, properties offset, properties length, body length).
     Raises CorruptRecord on a torn or damaged record.
@@ -284,13 +300,13 @@ def inspect_record(
     (b_len,) = _U64.unpack_from(buf, o - 8)
     if o + b_len != end:
         raise CorruptRecord("field lengths do not add up to the record length", offset, length)
-    if verify_crc and not _crc_ok(buf, offset, end):
+    if verify_crc and not _crc_ok(buf, offset, end, seed):
         raise CorruptRecord("CRC mismatch", offset, length)
     return length, p_off, p_len, b_len
 
 
 def decode_record(
-    buf: bytes | mmap.mmap, offset: int, limit: int, verify_crc: bool = True
+    buf: bytes | mmap.mmap, offset: int, limit: int, verify_crc: bool = True, seed: int = 0
 ) -> tuple[Message, int]:
     """The message stored at ``offset`` and the record's length. Raises CorruptRecord.
 
@@ -298,7 +314,8 @@ def decode_record(
     Message is its own bytes object, so no view into a memory map outlives the call
     and the map can be closed at any time. This is the shift() hot path: the
     structure (length bounds, inner lengths adding up) is always checked, the CRC
-    unless ``verify_crc`` is False (shift checks it: nothing damaged is served).
+    unless ``verify_crc`` is False (shift checks it: nothing damaged is served),
+    seeded with ``seed`` (the segment's salt).
     """
     try:
         length, timestamp, ex_len = _HEAD.unpack_from(buf, offset)
@@ -322,7 +339,7 @@ def decode_record(
         raise CorruptRecord(f"torn record: {exc}", offset, None) from exc
     if o + b_len != end:
         raise CorruptRecord("field lengths do not add up to the record length", offset, length)
-    if verify_crc and not _crc_ok(buf, offset, end):
+    if verify_crc and not _crc_ok(buf, offset, end, seed):
         raise CorruptRecord("CRC mismatch", offset, length)
     exchange = _EXCHANGE_NAMES.get(ex_raw)
     if exchange is None:

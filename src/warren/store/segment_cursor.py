@@ -21,7 +21,7 @@ import mmap
 from array import array
 
 from warren.core.message import Message
-from warren.store.records import FILE_HEADER_SIZE, MIN_RECORD_SIZE, CorruptRecord, decode_record
+from warren.store.records import MIN_RECORD_SIZE, CorruptRecord, decode_record
 from warren.store.segment_damage import structure_length
 from warren.store.segment_files import NO_SKIP, SegmentState
 from warren.store.segment_log import OFFSET_MASK, SegmentLog
@@ -44,11 +44,13 @@ class SegmentCursor:
     def __init__(self, seglog: SegmentLog) -> None:
         self.log = seglog
         #: The segment read (None: none yet), the position of its next record,
-        #: the map of its file and the map's length (0 while none is open).
+        #: the map of its file up to its end of data and that end (0 while none
+        #: is open), and the CRC seed of its records.
         self.seg: SegmentState | None = None
         self.pos = 0
         self.map: mmap.mmap | None = None
         self.end = 0
+        self.seed = 0
         #: The segment's skip list while dead recovered records lie ahead, and
         #: the index in it of the first one not behind the cursor.
         self.skip: array[int] | None = None
@@ -65,6 +67,7 @@ class SegmentCursor:
         Raises OSError when its file cannot be opened or mapped."""
         self.close_map()
         m = self.log.map(seg.id)
+        self.seed = self.log.file(seg.id).seed
         if m is not None:
             self.map = m
             self.end = len(m)
@@ -79,7 +82,7 @@ class SegmentCursor:
             old.gaps = None
             old.removed = None
         self.seg = seg
-        self.pos = FILE_HEADER_SIZE
+        self.pos = self.log.data_start(seg.id)
         self.skip = seg.skip
         self.skip_i = 0
 
@@ -117,7 +120,7 @@ class SegmentCursor:
         if seg is cseg:
             return self.pos
         if cseg is None or cseg.id < seg.id:
-            return FILE_HEADER_SIZE
+            return self.log.data_start(seg.id)
         return OFFSET_MASK + 1
 
     def restart_at(self, pos: int) -> None:
@@ -229,12 +232,12 @@ class SegmentCursor:
         m = self.map
         if seg is self.seg and m is not None and off < self.end:
             with contextlib.suppress(CorruptRecord):
-                return decode_record(m, off, self.end, True)
+                return decode_record(m, off, self.end, True, self.seed)
         data = self.log.read((seg.id << 32) | off)
         if data is None:
             return None
         try:
-            return decode_record(data, 0, len(data), True)
+            return decode_record(data, 0, len(data), True, self.log.file(seg.id).seed)
         except CorruptRecord:
             return None
 

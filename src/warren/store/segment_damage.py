@@ -9,6 +9,11 @@ between are never served, never deleted unseen: they are copied next to the
 segment as ``msgs.<id>.damaged-<offset>`` (written, fsynced, renamed) before
 anything may remove them. Only a torn tail, what a crash leaves of the last
 write (a prefix of a record, or zeros), is cut off without a copy.
+
+In a version-2 segment (store/segment_format.py) the CRC is seeded with the
+file's salt and the data ends at an end mark: the search for the next record
+takes only records of this life (and this life's end mark, where the data
+ends), so it never steps into a record copied from another file.
 docs/storage.md, "Damage", has the rules.
 """
 
@@ -18,11 +23,13 @@ import bisect
 import logging
 import mmap
 import os
+import re
 import struct
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import warren
 from warren.store.records import (
     FILE_HEADER_SIZE,
     FILE_MAGIC,
@@ -31,9 +38,12 @@ from warren.store.records import (
     CorruptRecord,
     inspect_record,
 )
+from warren.store.segment_format import CLOSE_MARK, MARK_SIZE, V2, mark_at
 from warren.store.sync_files import fsync_directory
 
 __all__ = [
+    "CLOSED",
+    "END",
     "GAP",
     "TAIL",
     "Survey",
@@ -42,6 +52,7 @@ __all__ = [
     "header_damaged",
     "keep_aside",
     "next_record",
+    "next_record_python",
     "report",
     "resume_after",
     "structure_length",
@@ -54,54 +65,86 @@ log = logging.getLogger("warren.store")
 
 #: walk()'s properties offset for damaged bytes that intact records follow.
 GAP = -1
-#: walk()'s properties offset for damaged bytes that run to the end of the data.
+#: walk()'s properties offset for damaged bytes that run to the end of the data
+#: (version 2: where the data ends without an end mark, length 0 or more).
 TAIL = -2
+#: walk()'s properties offset for this life's end mark (version 2): the data ends.
+END = -3
+#: The same for its close mark: the data ends, and was closed cleanly.
+CLOSED = -4
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 
 _Buffer = bytes | mmap.mmap
 
+_native = warren.native_module("_fastpath")
+#: The C search of next_record (None: not built).
+_find_record: Callable[[_Buffer, int, int, int, bool], int] | None = (
+    None if _native is None else _native.find_record
+)
+# A byte that is not zero: where a run of zeros ends (no record and no end mark
+# lies wholly in zeros).
+_NONZERO = re.compile(b"[^\x00]")
 
-def _checks_out(buf: _Buffer, pos: int, limit: int) -> bool:
-    """Whether a whole record, structure and CRC, starts at ``pos``."""
+
+def _checks_out(buf: _Buffer, pos: int, limit: int, seed: int = 0) -> bool:
+    """Whether a whole record, structure and CRC (seeded), starts at ``pos``."""
     if pos + MIN_RECORD_SIZE > limit:
         return False
     length = _U32.unpack_from(buf, pos)[0]
     if length < MIN_RECORD_SIZE or length > limit - pos:
         return False
     try:
-        inspect_record(buf, pos, limit)
+        inspect_record(buf, pos, limit, True, seed)
     except CorruptRecord:
         return False
     return True
 
 
+def _record_or_mark(buf: _Buffer, pos: int, limit: int, seed: int, marks: bool) -> bool:
+    """Whether a record that checks out, or (``marks``) this life's end mark, is at ``pos``."""
+    return _checks_out(buf, pos, limit, seed) or (marks and mark_at(buf, pos, limit, seed) > 0)
+
+
 def header_damaged(buf: _Buffer, head: bytes) -> bool:
-    """Whether a segment whose file header ``head`` is not this format's is one
-    of ours with a damaged header: the first record checks out (structure and
-    CRC), and the header is not that of a later version (b"WSEG" and another
-    number), which this code must leave alone, unless one flipped bit made it
-    so."""
-    if len(head) == FILE_HEADER_SIZE and head[:4] == FILE_MAGIC:
+    """Whether a segment whose file header ``head`` is not a version-1 header is
+    one of ours in version 1 with a damaged header: its first record checks out
+    (structure and CRC), and the header is not that of another version (b"WSEG"
+    and another number), which this check must leave alone, unless one flipped
+    bit made it so."""
+    if len(head) >= FILE_HEADER_SIZE and head[:4] == FILE_MAGIC:
         version = _U32.unpack_from(head, 4)[0]
-        if (version ^ FORMAT_VERSION).bit_count() > 1:
+        if (version ^ FORMAT_VERSION).bit_count() > 1 or version == V2:
             return False
     return _checks_out(buf, FILE_HEADER_SIZE, len(buf))
 
 
-def next_record(buf: _Buffer, start: int, limit: int) -> int:
-    """The first offset from ``start`` on where a whole record checks out, or -1.
+def next_record(buf: _Buffer, start: int, limit: int, seed: int = 0, marks: bool = False) -> int:
+    """The first offset from ``start`` on where a whole record checks out (CRC
+    seeded with ``seed``) or, with ``marks``, this life's end mark lies; -1 when
+    there is none.
 
-    Every byte is a candidate; a candidate's length field must fit in the bytes
-    left, so when they are few its leading bytes are zeros, and find() jumps to
-    the next place that has them (most of a damaged record's body is skipped at
-    C speed)."""
-    last = limit - MIN_RECORD_SIZE
+    Every byte is a candidate (in C when built: warren._fastpath.find_record).
+    Here, a candidate's length field must fit in the bytes left, so when they
+    are few its leading bytes are zeros, and find() jumps to the next place that
+    has them (most of a damaged record's body is skipped at C speed); a run of
+    eight zero bytes or more, which holds neither a record nor an end mark, is
+    skipped to its end."""
+    if _find_record is not None:
+        return _find_record(buf, start, limit, seed, marks)
+    return next_record_python(buf, start, limit, seed, marks)
+
+
+def next_record_python(
+    buf: _Buffer, start: int, limit: int, seed: int = 0, marks: bool = False
+) -> int:
+    """next_record without the C extension (and the C version's reference)."""
+    last = limit - (MARK_SIZE if marks else MIN_RECORD_SIZE)
     if start > last:
         return -1
     span = limit - start
-    zeros = 4 - (span.bit_length() + 7) // 8
+    zeros = 4 - (span.bit_length() + 7) // 8  # an end mark starts with four
     prefix = b"\x00" * zeros
     q = start
     while q <= last:
@@ -109,32 +152,39 @@ def next_record(buf: _Buffer, start: int, limit: int) -> int:
             q = buf.find(prefix, q, last + zeros)
             if q < 0:
                 return -1
-        if _checks_out(buf, q, limit):
+        if _record_or_mark(buf, q, limit, seed, marks):
             return q
+        if marks and not any(buf[q : q + MARK_SIZE]):
+            found = _NONZERO.search(buf, q, limit)
+            if found is None:
+                return -1
+            q = max(q + 1, found.start() - (MARK_SIZE - 1))
+            continue
         q += 1
     return -1
 
 
-def resume_after(buf: _Buffer, pos: int, limit: int) -> int:
+def resume_after(buf: _Buffer, pos: int, limit: int, seed: int = 0, marks: bool = False) -> int:
     """Where intact records resume after the damaged record at ``pos``: right
     after it when its structure holds (only its CRC failed) and a record checks
-    out there, otherwise the next offset where one does; -1 when none does."""
+    out there (or, with ``marks``, the data ends there at this life's end
+    mark), otherwise the next offset where one does; -1 when none does."""
     start = pos + 1
     try:
         length = inspect_record(buf, pos, limit, False)[0]
     except CorruptRecord:
         pass
     else:
-        if _checks_out(buf, pos + length, limit):
+        if _record_or_mark(buf, pos + length, limit, seed, marks):
             return pos + length
         start = pos + length  # the structure delimits it: what follows is damaged too
-    return next_record(buf, start, limit)
+    return next_record(buf, start, limit, seed, marks)
 
 
-def damage_reason(buf: _Buffer, pos: int, limit: int) -> str:
+def damage_reason(buf: _Buffer, pos: int, limit: int, seed: int = 0) -> str:
     """Why the record at ``pos`` does not check out (for the log)."""
     try:
-        inspect_record(buf, pos, limit)
+        inspect_record(buf, pos, limit, True, seed)
     except CorruptRecord as exc:
         return exc.reason
     return "unreadable"
@@ -168,26 +218,45 @@ def torn_tail(buf: _Buffer, pos: int, limit: int) -> bool:
     return o - pos + _U64.unpack_from(buf, o - 8)[0] + 4 == length
 
 
-def walk(buf: _Buffer, start: int, limit: int) -> Iterator[tuple[int, int, int, int, int]]:
+def walk(
+    buf: _Buffer, start: int, limit: int, seed: int = 0, marks: bool = False
+) -> Iterator[tuple[int, int, int, int, int]]:
     """``(offset, length, properties offset, properties length, body length)`` of
-    each record from ``start`` to ``limit``, checked (structure and CRC). Damaged
-    bytes come as one item ``(offset, length, GAP, 0, 0)`` when intact records
-    follow (iteration goes on with them), ``(offset, length, TAIL, 0, 0)`` when
-    none does (the last item)."""
+    each record from ``start`` to ``limit``, checked (structure and CRC seeded
+    with ``seed``). Damaged bytes come as one item ``(offset, length, GAP, 0,
+    0)`` when intact records follow (iteration goes on with them), ``(offset,
+    length, TAIL, 0, 0)`` when none does (the last item).
+
+    With ``marks`` (version 2), this life's end mark ends the data: ``(offset,
+    0, END, 0, 0)`` is the last item (CLOSED for its close mark), and damaged
+    bytes before one are a GAP.
+    Where nothing checks out any more (no record of this life, no end mark), a
+    TAIL item ends it, at ``limit`` too if the bytes simply run out."""
     pos = start
     while pos < limit:
+        # Nothing is yielded inside the except clause: a generator suspended in
+        # one keeps that exception as the one being handled (compiled, it is
+        # then chained to every later exception).
         try:
-            length, p_off, p_len, b_len = inspect_record(buf, pos, limit)
+            length, p_off, p_len, b_len = inspect_record(buf, pos, limit, True, seed)
         except CorruptRecord:
-            nxt = resume_after(buf, pos, limit)
-            if nxt < 0:
-                yield pos, limit - pos, TAIL, 0, 0
-                return
-            yield pos, nxt - pos, GAP, 0, 0
-            pos = nxt
+            length = -1
+        if length >= 0:
+            yield pos, length, p_off, p_len, b_len
+            pos += length
             continue
-        yield pos, length, p_off, p_len, b_len
-        pos += length
+        found = mark_at(buf, pos, limit, seed) if marks else 0
+        if found:
+            yield pos, 0, CLOSED if found == CLOSE_MARK else END, 0, 0
+            return
+        nxt = resume_after(buf, pos, limit, seed, marks)
+        if nxt < 0:
+            yield pos, limit - pos, TAIL, 0, 0
+            return
+        yield pos, nxt - pos, GAP, 0, 0
+        pos = nxt
+    if marks:
+        yield pos, 0, TAIL, 0, 0
 
 
 def structure_length(buf: _Buffer, pos: int, limit: int) -> int:
@@ -215,15 +284,21 @@ class Survey:
 
 
 def survey(
-    buf: _Buffer, start: int, limit: int, dead: array[int] | None, removed: set[int] | None
+    buf: _Buffer,
+    start: int,
+    limit: int,
+    dead: array[int] | None,
+    removed: set[int] | None,
+    seed: int = 0,
 ) -> Survey:
     """Walk a segment from ``start`` (where a record failed its check on the read
-    path) to ``limit``, with ``dead`` (sorted) and ``removed`` the offsets the
-    reader steps over: what is left to read once the damage is stepped over."""
+    path) to ``limit`` (its end of data), with ``dead`` (sorted) and ``removed``
+    the offsets the reader steps over: what is left to read once the damage is
+    stepped over."""
     found = Survey()
     d = bisect.bisect_left(dead, start) if dead is not None else 0
     nd = len(dead) if dead is not None else 0
-    for pos, length, p_off, _p_len, b_len in walk(buf, start, limit):
+    for pos, length, p_off, _p_len, b_len in walk(buf, start, limit, seed):
         if p_off < 0:
             found.gaps.append((pos, pos + length, found.records))
             found.skip.append(pos)

@@ -124,8 +124,10 @@ class SegmentFiles:
     thread keeps appending and acking; the log's lock guards what the two share.
     """
 
-    def __init__(self, directory: Path, segment_size: int) -> None:
-        self._log = SegmentLog(Path(directory), segment_size)
+    def __init__(
+        self, directory: Path, segment_size: int, preallocate: bool = True, format_version: int = 2
+    ) -> None:
+        self._log = SegmentLog(Path(directory), segment_size, preallocate, format_version)
         self._dir = self._log.directory
         self._segs: dict[int, SegmentState] = {}  # ascending id (insertion order)
         # Shared with sync() in a worker thread: deque.append/popleft are atomic, the
@@ -150,6 +152,11 @@ class SegmentFiles:
                 self._write_acks_locked()
         finally:
             self._log.report_losses()
+
+    def seal(self) -> None:
+        """A clean close is coming: end the write segment's data with a close mark
+        (store/segment_log.py), so that the next start appends after it."""
+        self._log.seal()
 
     def sync(self) -> None:
         """Make everything appended before this call durable; acks go to the OS only.

@@ -1,10 +1,16 @@
-"""The segment log: Warren's one storage primitive, append-only segment files.
+"""The segment log: Warren's one storage primitive, segment files of records.
 
-Records (warren.store.records) are appended to ``msgs.<id>`` files of at most
+Records (warren.store.records) are written to ``msgs.<id>`` files of at most
 ``segment_size`` bytes each (a record larger than that gets a file of its own),
-written through a small buffer and read back through memory maps or pread, so
-the page cache is the only cache and RAM does not grow with the log. A record's
-position is ``(segment id << 32) | offset``: position order is append order.
+through a small buffer, and read back through memory maps or pread, so the page
+cache is the only cache and RAM does not grow with the log. A record's position
+is ``(segment id << 32) | offset``: position order is append order.
+
+Files are written in place, in format version 2 (store/segment_format.py):
+allocated ahead of their data (store/segment_alloc.py), every write-out ended
+by an end mark, records' CRCs seeded with the file's salt. The file's size is
+not where its data ends: the log keeps each segment's end, and readers map
+and read only up to it. Version-1 files (appended) are read, never written.
 
 The log knows nothing of consumers. Its owners add what they need on top: the
 classic queue's single cursor, acks and requeues (segment_store.SegmentStore),
@@ -17,13 +23,14 @@ loop). The owner's sync() may run in a worker thread: ``lock`` guards the write
 file and the sync bookkeeping, which the owner shares with its own files (ack
 files) under the same lock.
 
-A full disk (store/disk_budget.py): every append is charged to the data
-directory's budget before it is buffered. A write-out that fails is undone (the
-file is cut back to where it ended) and, on the owner's thread, what it held is
-dropped: the log closes that segment (later records go to a new one, so no
-position is ever reused), remembers the write generations it lost and hands the
-dropped records to the owner's ``on_lost`` (outside the lock), which takes them
-out of its counters; the publishers waiting for them get nacks.
+A full disk (store/disk_budget.py): the disk space a segment takes is charged
+to the data directory's budget when it is allocated, before anything is
+written into it. A write-out that fails is undone (the data ends where it
+ended before) and, on the owner's thread, what it held is dropped: the log
+closes that segment (later records go to a new one, so no position is ever
+reused), remembers the write generations it lost and hands the dropped records
+to the owner's ``on_lost`` (outside the lock), which takes them out of its
+counters; the publishers waiting for them get nacks.
 """
 
 from __future__ import annotations
@@ -34,34 +41,35 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from warren.store.disk_budget import budget_for
 from warren.store.layout import make_dirs
 from warren.store.mirror import mirror_for
-from warren.store.records import (
-    FILE_HEADER,
-    FILE_HEADER_SIZE,
-    MIN_RECORD_SIZE,
-    BadFileHeader,
-    check_file_header,
+from warren.store.records import MIN_RECORD_SIZE
+from warren.store.segment_alloc import fallocate, target_size
+from warren.store.segment_format import (
+    MARK_SIZE,
+    V1,
+    V1_HEADER_SIZE,
+    V2,
+    V2_HEADER_SIZE,
+    SegmentFile,
+    encode_header,
+    mark,
+    new_salt,
+    parse_header,
 )
-from warren.store.segment_damage import (
-    GAP,
-    damage_reason,
-    header_damaged,
-    keep_aside,
-    report,
-    torn_tail,
-    walk,
-)
+from warren.store.segment_scan import RecordScan
+from warren.store.segment_scan import scan as scan_segment
 
 __all__ = [
     "MAX_SEGMENT_ID",
     "OFFSET_MASK",
     "SEQ_BITS",
     "RecordScan",
+    "SegmentFile",
     "SegmentLog",
 ]
 
@@ -76,6 +84,7 @@ SEQ_BITS = MAX_SEGMENT_ID.bit_length() + 32
 # (at the end of the loop turn, or once this much is waiting). Small on purpose:
 # many queues may be written in one turn.
 _WRITE_BUFFER = 32 * 1024
+_V1_HEADER = b"WSEG" + V1.to_bytes(4, "big")
 
 
 class SegmentLog:
@@ -83,30 +92,54 @@ class SegmentLog:
 
     Durability: appends reach the OS on flush (and whenever the write buffer
     fills); sync additionally fdatasyncs them. A log reopened after a crash
-    finds exactly what reached the disk (scan() cuts torn tails).
+    finds exactly what reached the disk (scan() finds where each file's data
+    ends). ``preallocate`` False: files grow as they are written (transient
+    stores, which are never synced, need no allocation ahead).
+    ``format_version`` 1 writes the old format: only for tests of reading it.
     """
 
-    def __init__(self, directory: Path, segment_size: int = 8 * 1024 * 1024) -> None:
-        if not FILE_HEADER_SIZE < segment_size <= OFFSET_MASK:
-            raise ValueError(f"segment_size must be in ({FILE_HEADER_SIZE}, 2**32)")
+    def __init__(
+        self,
+        directory: Path,
+        segment_size: int = 8 * 1024 * 1024,
+        preallocate: bool = True,
+        format_version: int = V2,
+    ) -> None:
+        if not V2_HEADER_SIZE + MARK_SIZE < segment_size <= OFFSET_MASK:
+            raise ValueError(f"segment_size must be in ({V2_HEADER_SIZE + MARK_SIZE}, 2**32)")
+        if format_version not in (V1, V2):
+            raise ValueError(f"cannot write segment format version {format_version}")
         self.directory = Path(directory)
         self.segment_size = segment_size
+        self.preallocate = preallocate and format_version == V2
+        self.version = format_version
         #: Guards the write file and the sync bookkeeping (shared with the owner's files).
         self.lock = threading.Lock()
         self.closed = False
         self._next_id = 1
+        # What the log knows of each segment file (created, recovered or adopted).
+        self._files: dict[int, SegmentFile] = {}
         # The segment appended to (0: none yet); its file is opened on the first write-out.
         self.write_id = 0
         #: End of the write segment, the bytes not yet written out included.
         self.write_pos = 0
+        #: The write segment's CRC seed (its salt), and where its records start.
+        self.seed = 0
+        self._start = 0
+        self._wfile = SegmentFile(0, 0, 0)
+        # Bytes the write segment's file has allocated (the budget is charged for
+        # more before anything is written past them).
+        self._allocated = 0
         # Appended records not yet handed to the OS, and where the write segment's
-        # file ends (what reached the OS). Its descriptor (-1: not open); _create:
-        # the file is still to be made (creating it at the start failed).
+        # data ends in the file (what reached the OS). Its descriptor (-1: not
+        # open); _create: the file is still to be made (creating it at the start
+        # failed).
         self._chunks: list[bytes] = []
         self._flushed = 0
         self._fd = -1
         self._create = False
         self._synced_at = (0, 0)  # (write segment id, position) at the last sync
+        self._sealed_at = (0, 0)  # (write segment id, position) of its close mark
         self._unsynced: set[int] = set()  # retired segments not yet synced
         self.dir_dirty = False  # files created or deleted since the last sync
         # Directories that got an entry when this log made its own (a new queue's):
@@ -133,32 +166,88 @@ class SegmentLog:
     def msgs_path(self, segment_id: int) -> Path:
         return self.directory / f"msgs.{segment_id:010d}"
 
+    # -- what the log knows of its files --------------------------------------------------
+    def file(self, segment_id: int) -> SegmentFile:
+        """The seed, first record and end of data of a segment (read from its
+        header, with the file's size as its end, if the log has not met it:
+        a replica's file another process writes). Raises OSError."""
+        known = self._files.get(segment_id)
+        if known is not None:
+            return known
+        with open(self.msgs_path(segment_id), "rb") as f:
+            header = parse_header(f.read(V2_HEADER_SIZE))
+            size = os.fstat(f.fileno()).st_size
+        start = header.start or V1_HEADER_SIZE
+        return SegmentFile(header.seed, start, size)
+
+    def data_start(self, segment_id: int) -> int:
+        """Where the records of a segment start (its header's size)."""
+        known = self._files.get(segment_id)
+        return known.start if known is not None else self.file(segment_id).start
+
+    def adopt(self, segment_id: int, seed: int, start: int, end: int) -> None:
+        """The log now knows a segment's seed, first record and end of data
+        (recovery's scan, a replica's reading of its copy)."""
+        self._files[segment_id] = SegmentFile(seed, start, end)
+
+    def forget(self, segment_id: int) -> None:
+        """A segment file another process removed (a replica's copy)."""
+        self._files.pop(segment_id, None)
+
     # -- writing --------------------------------------------------------------------------
     def append(self, rec: bytes) -> int:
-        """Append one encoded record (or a run of them); its position. Starts a new
-        segment when the record does not fit the current one (an owner notices: a
-        new segment id). Never fails for a full disk: a write-out that fails drops
-        the records appended before this one (see on_lost), never this one."""
+        """Append one encoded record (or a run of them) whose CRC is seeded with
+        ``self.seed``; its position. The caller encodes again (make_room and put)
+        when a new segment begins with another seed. Never fails for a full disk:
+        a write-out that fails drops the records appended before this one (see
+        on_lost), never this one."""
         self.make_room(len(rec))
         return self.put(rec)
 
-    def make_room(self, n: int) -> None:
-        """append()'s first half: charge ``n`` bytes to the budget (the broker may
-        measure the disk now), write out the buffer if they would overflow it,
-        start a new segment if they do not fit. Everything that may drop buffered
-        records (and so change the owner's counters) happens here, so an owner
-        that writes what it is told into the record (a stream's offset) calls
-        this first and put() after."""
-        budget = self.budget
-        budget.left -= n
-        if budget.left < 0:
-            budget.spent()
+    def make_room(self, n: int) -> bool:
+        """append()'s first half: charge the budget for the space ``n`` more bytes
+        need (a new segment's first allocation, or the next one of the write
+        segment; nothing when they fit what it has: the broker may measure the
+        disk now), write out the buffer if they would overflow it, start a new
+        segment if they do not fit the current one. Returns True when a new
+        segment began: its seed is another, so the caller encodes the record
+        again. Everything that may drop buffered records (and so change the
+        owner's counters) happens here, so an owner that writes what it is told
+        into the record (a stream's offset) calls this first and put() after."""
         pos = self.write_pos
+        tail = MARK_SIZE if self.version == V2 else 0
+        new = not self.write_id or (pos + n + tail > self.segment_size and pos > self._start)
+        have = 0 if new else self._allocated
+        needed = V2_HEADER_SIZE + n + tail if new else pos + n + tail
+        target = target_size(self, needed, have)
+        if target > have:
+            budget = self.budget
+            budget.left -= target - have
+            if budget.left < 0:
+                budget.spent()
+            pos = self.write_pos
         if self._chunks and pos - self._flushed + n > _WRITE_BUFFER:
             self.write_out()
             pos = self.write_pos
-        if not self.write_id or (pos + n > self.segment_size and pos > FILE_HEADER_SIZE):
-            self._new_segment()
+        if (
+            new
+            or not self.write_id
+            or (pos + n + tail > self.segment_size and pos > self._start)
+        ):
+            self._new_segment(n, target if new else 0)
+            return True
+        if pos + n + tail > self._allocated:
+            self._allocate(max(target, pos + n + tail), pos + n + tail)
+        return False
+
+    def _allocate(self, target: int, needed: int) -> None:
+        """Allocate the write segment's file up to ``target`` (no file yet: at its
+        creation), ahead of the ``needed`` bytes. A file system that cannot
+        allocate ahead (or a full disk: the write-out will say) grows the file
+        as it is written."""
+        if self.preallocate and target > needed and self._fd >= 0:
+            fallocate(self, self._fd, self._allocated, target)
+        self._allocated = target
 
     def put(self, rec: bytes) -> int:
         """append()'s second half, right after make_room(len(rec)): its position."""
@@ -167,14 +256,18 @@ class SegmentLog:
         self.write_pos = pos + len(rec)
         return (self.write_id << 32) | pos
 
-    def _new_segment(self) -> None:
-        """Close the write segment (written out) and start the next: a new id, its
-        file created now (or, if that fails, at the first write-out)."""
+    def _new_segment(self, n: int, target: int) -> None:
+        """Close the write segment (written out) and start the next for a record
+        of ``n`` bytes: a new id, a new salt, its file created and allocated (to
+        ``target``, as charged; 0: as _target says) now, or, if that fails, at the
+        first write-out."""
         if self.closed:
             raise ValueError(f"{self!r} is closed")
         with self.lock:
             if self.write_id:
                 self.retire_locked()
+            v2 = self.version == V2
+            start = V2_HEADER_SIZE if v2 else V1_HEADER_SIZE
             fd = -1
             while True:
                 sid = self._next_id
@@ -182,25 +275,28 @@ class SegmentLog:
                     raise OverflowError(f"{self.directory}: segment ids exhausted")
                 self._next_id = sid + 1
                 try:
-                    fd = os.open(
-                        self.msgs_path(sid),
-                        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND,
-                        0o644,
-                    )
+                    fd = os.open(self.msgs_path(sid), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
                 except FileExistsError:  # a file we could not recover: never reuse its id
                     continue
                 except OSError as exc:  # the disk is full: try again when writing out
                     log.warning("%s: cannot create segment %d yet: %s", self.directory, sid, exc)
                 break
+            salt = new_salt() if v2 else 0
             self.write_id = sid
+            self.seed = salt
+            self._start = start
+            self._wfile = self._files[sid] = SegmentFile(salt, start, 0)
             self._fd = fd
             self._create = fd < 0
             self._flushed = 0
-            self._chunks = [FILE_HEADER]
-            self.write_pos = FILE_HEADER_SIZE
+            self._allocated = 0
+            self._chunks = [encode_header(sid, salt) if v2 else _V1_HEADER]
+            self.write_pos = start
             self._flushed_gen = self.budget.gen
             if fd >= 0:
                 self.dir_dirty = True
+            needed = start + n + (MARK_SIZE if v2 else 0)
+            self._allocate(max(target or target_size(self, needed, 0), needed), needed)
         self.report_losses()
 
     def write_out(self) -> None:
@@ -211,58 +307,76 @@ class SegmentLog:
             self.report_losses()
 
     def _write_out_locked(self) -> None:
-        """Write the buffered records to the write segment (caller holds ``lock``).
+        """Write the buffered records to the write segment where its data ends,
+        and (version 2) the end mark after them (caller holds ``lock``).
 
-        All or nothing: a write that fails part way is cut off again. On the
-        owner's thread the records are then dropped (_drop_unwritten); on another
-        thread (a sync from a worker) they stay buffered and the error is raised.
+        All or nothing: a write that fails part way is undone (the old end mark
+        written again, the file cut after it). On the owner's thread the records
+        are then dropped (_drop_unwritten); on another thread (a sync from a
+        worker) they stay buffered and the error is raised.
         """
         chunks = self._chunks
         k = len(chunks)
         if not k or not self.write_id:
             return
         data = chunks[0] if k == 1 else b"".join(chunks[:k])
+        at = self._flushed
+        v2 = self.version == V2
+        parts = [data, mark(at + len(data), self.seed)] if v2 else [data]
+        total = len(data) + (MARK_SIZE if v2 else 0)
         written = 0
         fd = self._fd
         try:
             if fd < 0:
                 fd = self._open_write_file()
-            written = os.write(fd, data)
-            if written < len(data):
-                view = memoryview(data)
-                try:
-                    while written < len(data):
-                        n = os.write(fd, view[written:])
-                        written += n
-                finally:
-                    view.release()
+            written = os.pwritev(fd, parts, at)
+            if written < total:
+                whole = b"".join(parts)
+                while written < total:
+                    written += os.pwrite(fd, whole[written:], at + written)
         except OSError as exc:
             if written and fd >= 0:
-                try:
-                    os.ftruncate(fd, self._flushed)
-                except OSError as cut:
-                    log.error("%s: cannot cut a failed write back: %s", self.directory, cut)
+                self._undo_write(fd, at)
             if threading.get_ident() != self._owner:
                 raise
             self._drop_unwritten(exc)
             return
         del chunks[:k]
-        self._flushed += len(data)
+        self._flushed = at + len(data)
+        self._wfile.end = self._flushed
         budget = self.budget
         budget.gen += 1
         self._flushed_gen = budget.gen
         if self.mirror is not None:
             self._mirror_locked()
 
+    def _undo_write(self, fd: int, at: int) -> None:
+        """A write at ``at`` failed part way: the data ends at ``at`` again (its
+        end mark written back, nothing of the failed write left after it)."""
+        try:
+            if self.version == V2:
+                os.pwrite(fd, mark(at, self.seed), at)
+                os.ftruncate(fd, at + MARK_SIZE)
+            else:
+                os.ftruncate(fd, at)
+        except OSError:
+            try:
+                os.ftruncate(fd, at)
+            except OSError as cut:
+                log.error("%s: cannot cut a failed write back: %s", self.directory, cut)
+
     def _open_write_file(self) -> int:
         path = self.msgs_path(self.write_id)
         if self._create:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             self._create = False
             self.dir_dirty = True
+            self._fd = fd
+            if self.preallocate and self._allocated > self.write_pos:
+                fallocate(self, fd, 0, self._allocated)
         else:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-        self._fd = fd
+            fd = os.open(path, os.O_WRONLY)
+            self._fd = fd
         return fd
 
     def _drop_unwritten(self, exc: OSError) -> None:
@@ -275,7 +389,8 @@ class SegmentLog:
         self._close_write_file()
         self.write_id = 0
         self.write_pos = start
-        if start <= FILE_HEADER_SIZE:  # nothing but (part of) a header: no segment at all
+        header = self._start
+        if start <= header:  # nothing but (part of) a header: no segment at all
             self._unsynced.discard(sid)
             if not self._create:
                 self.unlink(self.msgs_path(sid))
@@ -290,9 +405,9 @@ class SegmentLog:
             lost[:] = [(lost[0][0], lost[-1][1])]
         budget.gen += 1
         self._flushed_gen = budget.gen
-        if start < FILE_HEADER_SIZE:
-            data = data[FILE_HEADER_SIZE - start :]
-            start = FILE_HEADER_SIZE
+        if start < header:
+            data = data[header - start :]
+            start = header
         self._losses.append((sid, start, data, exc))
 
     def report_losses(self) -> None:
@@ -345,16 +460,69 @@ class SegmentLog:
             self._unsynced.add(sid)
         self._close_write_file()
 
-    def continue_segment(self, segment_id: int, size: int) -> None:
-        """After recovery: keep appending to ``segment_id``, whose data ends at ``size``."""
+    def seal(self) -> None:
+        """A clean close is coming: the write segment's data ends with a close mark
+        (written to the OS now, made durable by the close's sync), so the next
+        start appends after it. Nothing to do when nothing was written since the
+        segment was opened or sealed."""
+        with self.lock:
+            if self.closed or self.version != V2 or not self.write_id:
+                return
+            self._write_out_locked()
+            sid, at = self.write_id, self._flushed
+            if not sid or self._sealed_at == (sid, at):
+                return
+            fd = self._fd
+            if fd < 0:
+                return  # its file could not be made: nothing in it to seal
+            closing = mark(at, self.seed, closed=True)
+            try:
+                os.pwrite(fd, closing, at)
+            except OSError as exc:  # the next start begins a new segment: nothing lost
+                log.warning("%s: cannot mark %s closed: %s", self.directory, sid, exc)
+                return
+            self._sealed_at = (sid, at)
+            self._synced_at = (0, 0)  # the next sync covers the mark
+            if self.mirror is not None and self.mirror.wants_data():
+                self.mirror.appended(self.msgs_path(sid), at, closing)
+        self.report_losses()
+
+    def mark_end(self, segment_id: int, end: int, seed: int) -> None:
+        """Write an end mark at ``end`` of a segment recovery found ending there
+        without one (best effort: without it, the next start finds the same)."""
+        path = self.msgs_path(segment_id)
+        data = mark(end, seed)
+        try:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.pwrite(fd, data, end)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            log.warning("%s: cannot mark the end of %s: %s", self.directory, path.name, exc)
+            return
+        if self.mirror is not None and self.mirror.wants_data():
+            self.mirror.appended(path, end, data)
+
+    def continue_segment(self, segment_id: int, end: int, allocated: int) -> None:
+        """After recovery: keep appending to ``segment_id`` (version 2, its data
+        ending at the close mark a clean close left at ``end``; its file
+        ``allocated`` bytes)."""
         self.write_id = segment_id
-        self.write_pos = size
-        self._flushed = size
+        self.write_pos = end
+        self._flushed = end
         self._fd = -1
         self._create = False
         self._chunks = []
-        self._synced_at = (segment_id, size)
-        self._mirrored = (segment_id, size)
+        self._synced_at = (segment_id, end)
+        self._mirrored = (segment_id, end)
+        self._sealed_at = (segment_id, end)
+        if segment_id:
+            known = self._files[segment_id]
+            self._wfile = known
+            self.seed = known.seed
+            self._start = known.start
+            self._allocated = allocated
 
     # -- reading --------------------------------------------------------------------------
     def flush_writes(self, segment_id: int) -> None:
@@ -363,16 +531,25 @@ class SegmentLog:
         if segment_id == self.write_id and self._chunks:
             self.write_out()
 
+    def end_of(self, segment_id: int) -> int:
+        """Where the data of a segment ends (what reached the file of the write
+        segment). Raises OSError for a file the log has not met and cannot read."""
+        known = self._files.get(segment_id)
+        return known.end if known is not None else self.file(segment_id).end
+
     def map(self, segment_id: int) -> mmap.mmap | None:
-        """A read-only map of the whole segment file (None when it is empty).
-        Raises OSError when the file cannot be opened or mapped."""
+        """A read-only map of a segment file up to the end of its data (None when
+        there is none): no reader ever sees what lies past it (zeros, or writes a
+        crash cut short). Raises OSError when the file cannot be
+        opened or mapped."""
         self.flush_writes(segment_id)
+        end = self.end_of(segment_id)
         fd = os.open(self.msgs_path(segment_id), os.O_RDONLY)
         try:
-            size = os.fstat(fd).st_size
-            if not size:
+            end = min(end, os.fstat(fd).st_size)
+            if end <= 0:
                 return None
-            m = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+            m = mmap.mmap(fd, end, access=mmap.ACCESS_READ)
         finally:
             os.close(fd)  # the map keeps its own reference
         if segment_id != self.write_id and hasattr(mmap, "MADV_SEQUENTIAL"):
@@ -387,19 +564,22 @@ class SegmentLog:
             return None
         self.flush_writes(sid)
         try:
+            end = self.end_of(sid)
+            if off >= end:
+                return None
             fd = os.open(self.msgs_path(sid), os.O_RDONLY)
         except OSError:
             return None
         try:
-            data = os.pread(fd, 4096, off)
+            data = os.pread(fd, min(4096, end - off), off)
             if len(data) < 4:
                 return None
             length = int.from_bytes(data[:4], "big")
             if length < MIN_RECORD_SIZE:
                 return data[:4]
             if length > len(data):
-                if off + length > os.fstat(fd).st_size:
-                    return None  # not a record: its length runs past the file
+                if off + length > end:
+                    return None  # not a record: its length runs past the data
                 data = os.pread(fd, length, off)
             return data[:length]
         except OSError:
@@ -417,6 +597,7 @@ class SegmentLog:
             self.write_id = 0
             self._create = False
         self._unsynced.discard(segment_id)
+        self._files.pop(segment_id, None)
         self.dir_dirty = True
         self.unlink(self.msgs_path(segment_id))
 
@@ -440,7 +621,8 @@ class SegmentLog:
             self._write_out_locked()
 
     def _mirror_locked(self) -> None:
-        """Report the write segment's bytes flushed since the last report."""
+        """Report the write segment's bytes flushed since the last report, with
+        the end mark after them (a follower's copy ends as the file does)."""
         sid = self.write_id
         if not sid or self._fd < 0 or self.mirror is None:
             return
@@ -450,9 +632,10 @@ class SegmentLog:
         end = self._flushed
         if end > start and self.mirror.wants_data():
             path = self.msgs_path(sid)
+            tail = MARK_SIZE if self.version == V2 else 0
             fd = os.open(path, os.O_RDONLY)  # the write file is write-only
             try:
-                data = os.pread(fd, end - start, start)
+                data = os.pread(fd, end + tail - start, start)
             finally:
                 os.close(fd)
             self.mirror.appended(path, start, data)
@@ -504,6 +687,7 @@ class SegmentLog:
             self._chunks = []
             self._close_write_file()
         self.write_id = 0
+        self._files.clear()
         shutil.rmtree(self.directory, ignore_errors=True)
         if self.mirror is not None:
             self.mirror.deleted(self.directory)
@@ -514,125 +698,7 @@ class SegmentLog:
         self._next_id = max(self._next_id, highest + 1)
 
     def scan(self, segment_id: int) -> RecordScan | None:
-        """One pass over a segment's records, for recovery (see RecordScan); None
-        when the file is not a segment (left untouched) or a torn header (removed).
-        A damaged header is read past when the first record checks out (the file
-        is ours); a future version's header is left alone."""
-        path = self.msgs_path(segment_id)
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            size = os.fstat(fd).st_size
-            head = os.pread(fd, FILE_HEADER_SIZE, 0)
-            m = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size > FILE_HEADER_SIZE else None
-        finally:
-            os.close(fd)
-        try:
-            check_file_header(head)
-        except BadFileHeader as exc:
-            if size < FILE_HEADER_SIZE and FILE_HEADER.startswith(head):
-                log.warning("%s: %s: torn file header; removing it", self.directory, path.name)
-                self.unlink(path)
-            elif m is not None and header_damaged(m, head):
-                try:
-                    kept, known = keep_aside(path, 0, head)
-                except BaseException:
-                    m.close()
-                    raise
-                (log.warning if known else log.error)(
-                    "%s: %s: %s, but its records check out: the header is damaged (kept "
-                    "aside as %s); reading the records",
-                    self.directory,
-                    path.name,
-                    exc,
-                    kept.name,
-                )
-                return RecordScan(self, segment_id, m, size)
-            else:
-                log.warning("%s: %s: %s; leaving it untouched", self.directory, path.name, exc)
-            if m is not None:
-                m.close()
-            return None
-        return RecordScan(self, segment_id, m, size)
-
-
-class RecordScan:
-    """The records of one segment, validated as recovery reads them.
-
-    Iterating yields ``(offset, length, properties offset, properties length, body
-    length)`` per intact record (structure and CRC checked). Damaged bytes that
-    intact records follow come as one item ``(offset, length, GAP, 0, 0)``
-    (store/segment_damage.py): they are copied aside first, and reading goes on
-    with the next record that checks out, so damage never costs the records
-    after it. Damaged bytes with nothing intact after them end the iteration:
-    a torn tail (what a crash leaves of the last write) is cut off by close(),
-    any other tail is copied aside, then cut. close() logs what was found and
-    then knows the file's valid ``size``. ``map`` holds the file's bytes while
-    it is open. Raises OSError when damaged bytes cannot be copied aside (the
-    owner then leaves the file as it is).
-    """
-
-    def __init__(self, segment_log: SegmentLog, segment_id: int, m: mmap.mmap | None, size: int):
-        self.log = segment_log
-        self.segment_id = segment_id
-        self.map = m
-        self.size = size
-        self._cut: int | None = None
-        self._good = 0  # intact records so far
-        # Damaged ranges met: (start, end, reason, copy, known already, intact
-        # records before it; -1 for a tail that is cut).
-        self._damage: list[tuple[int, int, str, Path, bool, int]] = []
-
-    def __iter__(self) -> Iterator[tuple[int, int, int, int, int]]:
-        m, size = self.map, self.size
-        if m is None:
-            return
-        directory = self.log.directory
-        path = self.log.msgs_path(self.segment_id)
-        for item in walk(m, FILE_HEADER_SIZE, size):
-            pos = item[0]
-            if pos > OFFSET_MASK:
-                self._cut = pos
-                log.warning("%s: %s: data past 4 GiB; truncating at %d", directory, path.name, pos)
-                return
-            kind = item[2]
-            if kind >= 0:
-                self._good += 1
-            elif kind == GAP:
-                end = pos + item[1]
-                kept, known = keep_aside(path, pos, m[pos:end])
-                reason = damage_reason(m, pos, size)
-                self._damage.append((pos, end, reason, kept, known, self._good))
-            else:  # TAIL; cut only once copied (keep_aside raises when it cannot)
-                if torn_tail(m, pos, size):
-                    log.warning(
-                        "%s: %s: torn record at offset %d (the last write, cut short: "
-                        "%s); truncating the file there (%d bytes dropped)",
-                        directory,
-                        path.name,
-                        pos,
-                        damage_reason(m, pos, size),
-                        size - pos,
-                    )
-                else:
-                    kept, known = keep_aside(path, pos, m[pos:size])
-                    reason = damage_reason(m, pos, size)
-                    self._damage.append((pos, size, reason, kept, known, -1))
-                self._cut = pos
-                return
-            yield item
-
-    def close(self) -> None:
-        """Release the map, cut off a torn or copied tail met while iterating, and
-        log the damaged ranges with the intact records found after each."""
-        if self.map is not None:
-            self.map.close()
-            self.map = None
-        name = self.log.msgs_path(self.segment_id).name
-        for start, end, reason, kept, known, before in self._damage:
-            after = -1 if before < 0 else self._good - before
-            report(self.log.directory, name, start, end, reason, kept, known, after)
-        self._damage = []
-        if self._cut is not None:
-            os.truncate(self.log.msgs_path(self.segment_id), self._cut)
-            self.size = self._cut
-            self._cut = None
+        """One pass over a segment's records, for recovery (store/segment_scan.py):
+        None when the file is not a segment, was never written or its header
+        names another segment. Closing the scan tells the log where the data ends."""
+        return scan_segment(self, segment_id)

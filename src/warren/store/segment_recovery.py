@@ -31,7 +31,7 @@ from warren.store.layout import fsync_directory
 from warren.store.records import MIN_RECORD_SIZE
 from warren.store.segment_damage import damage_reason, keep_aside, report, survey
 from warren.store.segment_files import NO_SKIP, SegmentState, acks_path
-from warren.store.segment_log import MSGS_NAME, SegmentLog
+from warren.store.segment_log import MSGS_NAME, RecordScan, SegmentLog
 
 log = logging.getLogger("warren.store")
 
@@ -69,7 +69,7 @@ def recover(
             if match is not None:
                 ack_ids.add(int(match.group(1)))
         seglog.reserve_ids(max(seg_ids | ack_ids, default=0))
-        last_size = 0
+        last: RecordScan | None = None
         for sid in sorted(seg_ids):
             where = seglog.msgs_path(sid).name
             try:
@@ -82,28 +82,30 @@ def recover(
                 )
                 continue
             if found is not None:
-                seg, last_size = found
+                seg, last = found
                 segs[sid] = seg
         for sid in ack_ids - seg_ids:  # messages deleted, crash before the acks were
             seglog.unlink(acks_path(directory, sid))
-        if seg_ids and max(seg_ids) in segs:
-            # Keep appending to the last segment; opened on the first append.
+        if seg_ids and max(seg_ids) in segs and last is not None and last.clean:
+            # Keep appending to the last segment, after its end mark (a file whose
+            # data did not end cleanly, or of version 1, is never written again);
+            # opened on the first append.
             wseg = segs[max(seg_ids)]
-            seglog.continue_segment(wseg.id, last_size)
+            seglog.continue_segment(wseg.id, last.end, last.size)
             return segs, wseg
         return segs, None
     except Exception:
         log.exception("%s: recovery failed at %s; the queue starts empty", directory, where)
-        seglog.continue_segment(0, 0)
+        seglog.continue_segment(0, 0, 0)
         return {}, None
 
 
 def _recover_segment(
     seglog: SegmentLog, sid: int, has_acks: bool, persistent_only: bool
-) -> tuple[SegmentState, int] | None:
+) -> tuple[SegmentState, RecordScan] | None:
     """Validate one segment (the log's scan) against its ack file; returns (segment,
-    data size) or None when the segment is gone (fully dead, empty) or left alone
-    (not ours)."""
+    the closed scan: where its data ends) or None when the segment is gone (fully
+    dead, empty) or left alone (not ours)."""
     scan = seglog.scan(sid)
     if scan is None:
         return None
@@ -146,7 +148,6 @@ def _recover_segment(
                 seg.unread_bytes += b_len
     finally:
         scan.close()
-    size = scan.size
     del acked
 
     if seg.dead >= seg.records:  # nothing left to deliver (or an empty segment)
@@ -189,7 +190,7 @@ def _recover_segment(
         seg.has_acks = bool(valid_acks or dropped)
     seg.skip = skip if skip else None
     seg.gaps = gaps if gaps else None
-    return seg, size
+    return seg, scan
 
 
 def step_over_damage(
@@ -200,12 +201,13 @@ def step_over_damage(
     cursor still has to step over): keep the damaged bytes aside, record them as
     gaps in the skip list, count the records left to read. Returns the ready
     messages and bytes the damage took."""
-    found = survey(m, pos, end, skip, seg.removed)
+    seed = seglog.file(seg.id).seed
+    found = survey(m, pos, end, skip, seg.removed, seed)
     path = seglog.msgs_path(seg.id)
     gaps = seg.gaps if seg.gaps is not None else {}
     for start, stop, before in found.gaps:
         gaps[start] = stop
-        reason = damage_reason(m, start, end)
+        reason = damage_reason(m, start, end, seed)
         try:
             kept, known = keep_aside(path, start, m[start:stop])
         except OSError as exc:

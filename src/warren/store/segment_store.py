@@ -33,7 +33,6 @@ from pathlib import Path
 from warren.core.message import Message, MessageRun
 from warren.core.store import StoredRun
 from warren.store.records import (
-    FILE_HEADER_SIZE,
     CorruptRecord,
     decode_record,
     encode_message_record,
@@ -77,12 +76,15 @@ class SegmentStore(SegmentFiles):
         segment_size: int = 8 * 1024 * 1024,
         persistent_only_on_recovery: bool = True,
         delivered_mark: int | None = None,
+        preallocate: bool = True,
+        format_version: int = 2,
     ) -> None:
         """``delivered_mark``: delivered_mark() as a clean shutdown recorded it (the
         records below it that are still here were delivered before); None after a
         crash, when any recovered record may have been: all of them come back
-        redelivered, as RabbitMQ's do."""
-        super().__init__(directory, segment_size)
+        redelivered, as RabbitMQ's do. ``preallocate`` and ``format_version``:
+        the segment log's (store/segment_log.py)."""
+        super().__init__(directory, segment_size, preallocate, format_version)
         # The segment the log appends to (its counters), None until the first append.
         self._wseg: SegmentState | None = None
         # Reading: a cursor into the oldest segment with unread records.
@@ -140,7 +142,11 @@ class SegmentStore(SegmentFiles):
 
     def append(self, msg: Message) -> int:
         body = msg.body
-        seq = self._log.append(encode_message_record(msg))
+        log = self._log
+        rec = encode_message_record(msg, log.seed)
+        if log.make_room(len(rec)):  # a new segment: another salt
+            rec = encode_message_record(msg, log.seed)
+        seq = log.put(rec)
         seg = self._wseg
         if seg is None or seg.id != seq >> 32:
             seg = self._start_segment(seq >> 32)
@@ -195,16 +201,15 @@ class SegmentStore(SegmentFiles):
         timestamp = run.timestamp
         if timestamp is None:
             timestamp = int(time.time() * 1000)
-        base = log.write_pos
         recs, offsets, sizes, persistent = encode_run(
-            run.raw, start, stop, run.ex_rk, timestamp, base
+            run.raw, start, stop, run.ex_rk, timestamp, log.write_pos, log.seed
         )
-        seq = log.append(recs)
+        if log.make_room(len(recs)):  # a new segment: another salt, other offsets
+            recs, offsets, sizes, persistent = encode_run(
+                run.raw, start, stop, run.ex_rk, timestamp, log.write_pos, log.seed
+            )
+        seq = log.put(recs)
         sid = seq >> 32
-        pos = seq & _OFFSET_MASK
-        if pos != base:  # the records started a new segment
-            shift = pos - base
-            offsets = array("I", [o + shift for o in offsets])
         seg = self._wseg
         if seg is None or seg.id != sid:
             seg = self._start_segment(sid)
@@ -251,7 +256,7 @@ class SegmentStore(SegmentFiles):
             seg = cursor.seg
             assert seg is not None
             try:
-                msg, length = decode_record(m, pos, cursor.end, True)
+                msg, length = decode_record(m, pos, cursor.end, True, cursor.seed)
             except CorruptRecord:
                 self._damaged(seg, pos)
                 continue
@@ -306,7 +311,7 @@ class SegmentStore(SegmentFiles):
         if data is None:
             raise CorruptRecord("no record there", seq & _OFFSET_MASK, None)
         try:
-            msg, _ = decode_record(data, 0, len(data))
+            msg, _ = decode_record(data, 0, len(data), True, self._log.file(seq >> 32).seed)
         except CorruptRecord as exc:
             keep_unreadable(self._log, seq, data, exc.reason)
             raise
@@ -340,7 +345,7 @@ class SegmentStore(SegmentFiles):
             seg = self._cursor.seg
             assert seg is not None
             try:
-                msg, length = decode_record(m, pos, self._cursor.end, True)
+                msg, length = decode_record(m, pos, self._cursor.end, True, self._cursor.seed)
             except CorruptRecord:
                 self._damaged(seg, pos)
                 continue
@@ -386,7 +391,7 @@ class SegmentStore(SegmentFiles):
                 return msg
         seg = self._segs.get(seq >> 32)
         off = seq & _OFFSET_MASK
-        if seg is None or not seg.unread or off < FILE_HEADER_SIZE:
+        if seg is None or not seg.unread or off < self._log.data_start(seg.id):
             return None
         cursor = self._cursor
         if cursor.passed(seg, off):
@@ -432,7 +437,7 @@ class SegmentStore(SegmentFiles):
         for seg in list(self._segs.values()):
             start = cursor.ready_from(seg)
             if seg.unread and start <= OFFSET_MASK:  # not behind the cursor
-                yield from scan_segment(self._log, seg, max(start, FILE_HEADER_SIZE))
+                yield from scan_segment(self._log, seg, max(start, self._log.data_start(seg.id)))
 
     def purge(self) -> int:
         n = self._ready_count
@@ -485,10 +490,12 @@ class SegmentStore(SegmentFiles):
         return {self._dir: max(cursor_seq, self._redelivered_below)}
 
     def close(self, sync: bool = True) -> None:
-        """Write everything out (and fdatasync it unless ``sync`` is False), release files."""
+        """Write everything out, the write segment's data ended by a close mark (and
+        fdatasync it unless ``sync`` is False), release files."""
         if self._log.closed:
             return
         try:
+            self._log.seal()
             if sync:
                 self.sync()
                 self.sync_acks()

@@ -10,7 +10,10 @@ the last segment, new segments, and segments removed at the front.
 
 A record the follower has only partly written (an append lands in pieces) is
 not counted until it is whole: the scan stops at the first record that does
-not yet check out and starts there next time.
+not yet check out and starts there next time. That is also where a
+version-2 file's data ends (its end mark, or the zeros allocated ahead),
+and
+the log is told so: readers map and read only up to there.
 """
 
 from __future__ import annotations
@@ -23,13 +26,8 @@ from pathlib import Path
 from warren.core.message import Message
 from warren.core.properties import peek_headers
 from warren.core.stream import OFFSET_HEADER
-from warren.store.records import (
-    FILE_HEADER_SIZE,
-    BadFileHeader,
-    CorruptRecord,
-    check_file_header,
-    inspect_record,
-)
+from warren.store.records import CorruptRecord, inspect_record
+from warren.store.segment_format import V2_HEADER_SIZE, parse_header
 from warren.store.segment_log import MSGS_NAME
 from warren.store.stream_store import _TS, StreamStore, _StreamSegment
 
@@ -68,11 +66,12 @@ class ReplicaStreamStore(StreamStore):
             seg = segs.pop(0)
             self._firsts.pop(0)
             self._bytes -= seg.bytes
+            self._log.forget(seg.id)
         last_id, last_pos = self._scanned
         for sid in ids:
             if sid < last_id or (segs and sid < segs[-1].id):
                 continue
-            start = last_pos if sid == last_id else FILE_HEADER_SIZE
+            start = last_pos if sid == last_id else 0  # 0: from its header on
             try:
                 self._scan(sid, start)
             except OSError as exc:
@@ -84,18 +83,20 @@ class ReplicaStreamStore(StreamStore):
         return before != (self.first_offset, self._next_offset)
 
     def _scan(self, sid: int, start: int) -> None:
-        """Count the whole records of segment ``sid`` from ``start``."""
+        """Count the whole records of segment ``sid`` from ``start`` (0: its first)."""
         path = self._log.msgs_path(sid)
         fd = os.open(path, os.O_RDONLY)
         try:
             size = os.fstat(fd).st_size
             if size <= start:
                 return
-            if start == FILE_HEADER_SIZE:
-                try:
-                    check_file_header(os.pread(fd, FILE_HEADER_SIZE, 0))
-                except BadFileHeader:
+            if not start:
+                header = parse_header(os.pread(fd, V2_HEADER_SIZE, 0))
+                if header.problem or (header.segment_id and header.segment_id != sid):
                     return  # not written yet (or not a segment)
+                self._log.adopt(sid, header.seed, header.start, header.start)
+                start = header.start
+            seed = self._log.file(sid).seed
             m = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
         finally:
             os.close(fd)
@@ -105,9 +106,9 @@ class ReplicaStreamStore(StreamStore):
             pos = start
             while pos < size:
                 try:
-                    length, p_off, p_len, _b_len = inspect_record(m, pos, size)
+                    length, p_off, p_len, _b_len = inspect_record(m, pos, size, True, seed)
                 except CorruptRecord:
-                    break  # not whole yet: the next refresh reads it
+                    break  # not whole yet (or the end of the data): the next refresh reads it
                 ts = _TS.unpack_from(m, pos + 4)[0]
                 if seg is None:
                     first = self._next_offset
@@ -128,6 +129,7 @@ class ReplicaStreamStore(StreamStore):
                 pos += length
             if seg is not None:
                 self._scanned = (sid, pos)
+                self._log.file(sid).end = pos  # readers read up to here
         finally:
             m.close()
 
@@ -159,6 +161,9 @@ class ReplicaStreamStore(StreamStore):
         """Nothing is written here."""
 
     def sync(self) -> None:
+        """Nothing is written here."""
+
+    def seal(self) -> None:
         """Nothing is written here."""
 
     def close(self, sync: bool = True) -> None:

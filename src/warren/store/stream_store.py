@@ -29,7 +29,6 @@ from warren.core.message import Message
 from warren.core.properties import edit_properties, peek_headers
 from warren.core.stream import OFFSET_HEADER, TIMESTAMP_HEADER
 from warren.store.records import (
-    FILE_HEADER_SIZE,
     CorruptRecord,
     decode_record,
     encode_message_record,
@@ -42,7 +41,7 @@ from warren.store.segment_damage import (
     resume_after,
     structure_length,
 )
-from warren.store.segment_log import MSGS_NAME, SegmentLog
+from warren.store.segment_log import MSGS_NAME, RecordScan, SegmentLog
 from warren.store.stream_tracking import TrackedOffsets
 from warren.store.sync_files import sync_collected
 
@@ -145,8 +144,10 @@ class StreamStore:
     written and synced with them.
     """
 
-    def __init__(self, directory: Path, segment_size: int = 8 * 1024 * 1024) -> None:
-        self._log = SegmentLog(Path(directory), segment_size)
+    def __init__(
+        self, directory: Path, segment_size: int = 8 * 1024 * 1024, format_version: int = 2
+    ) -> None:
+        self._log = SegmentLog(Path(directory), segment_size, True, format_version)
         self._dir = self._log.directory
         self._segs: list[_StreamSegment] = []
         self._firsts: list[int] = []  # first offsets of _segs, for bisect
@@ -204,14 +205,15 @@ class StreamStore:
         """Store ``msg`` with the next offset; returns the offset."""
         offset = self._next_offset
         ts = msg.timestamp
-        rec = self._record(msg, offset, ts)
+        log = self._log
+        rec = self._record(msg, offset, ts, log.seed)
         # Room first: a failed write-out there drops the newest records and hands
-        # their offsets out again (_records_lost), so this one's may change.
-        self._log.make_room(len(rec))
-        if self._next_offset != offset:
+        # their offsets out again (_records_lost), so this one's may change; a
+        # new segment has another salt.
+        if log.make_room(len(rec)) or self._next_offset != offset:
             offset = self._next_offset
-            rec = self._record(msg, offset, ts)
-        seq = self._log.put(rec)
+            rec = self._record(msg, offset, ts, log.seed)
+        seq = log.put(rec)
         segs = self._segs
         if not segs or segs[-1].id != seq >> 32:
             seg = _StreamSegment(seq >> 32, offset, ts)
@@ -262,12 +264,13 @@ class StreamStore:
         return self._log.lost_between(first, last)
 
     @staticmethod
-    def _record(msg: Message, offset: int, ts: int) -> bytes:
-        """``msg`` as a record stamped with its offset and timestamp."""
+    def _record(msg: Message, offset: int, ts: int, seed: int) -> bytes:
+        """``msg`` as a record stamped with its offset and timestamp (its CRC
+        seeded with ``seed``, the write segment's salt)."""
         props = stamp_properties(msg.properties, offset, ts)
         stored = Message(msg.exchange, msg.routing_key, props, msg.body, ts)
         stored._ex_rk = msg._ex_rk
-        return encode_message_record(stored)
+        return encode_message_record(stored, seed)
 
     # -- finding --------------------------------------------------------------------------
     def offset_at(self, timestamp_ms: int) -> int:
@@ -302,7 +305,7 @@ class StreamStore:
         if m is None:
             return
         try:
-            pos = FILE_HEADER_SIZE
+            pos = self._log.data_start(seg.id)
             size = len(m)
             offset = seg.first_offset
             end = seg.first_offset + seg.count
@@ -332,7 +335,7 @@ class StreamStore:
         while i < len(self._segs):
             seg = self._segs[i]
             if offset <= seg.first_offset and not seg.gaps:
-                return seg.id, FILE_HEADER_SIZE, seg.first_offset
+                return seg.id, self._log.data_start(seg.id), seg.first_offset
             for found, pos, _ts in self._walk(seg):
                 if found >= offset:
                     return seg.id, pos, found
@@ -349,20 +352,22 @@ class StreamStore:
             return gaps[pos]
         remaining = seg.first_offset + seg.count - offset
         path = self._log.msgs_path(seg.id)
-        m = self._log.map(seg.id)  # a fresh map: appends flushed
+        m = self._log.map(seg.id)  # a fresh map up to the end of data: appends flushed
         if m is None:
             return pos + 1, 0
         try:
             size = len(m)
-            nxt = resume_after(m, pos, size)
+            seed = self._log.file(seg.id).seed
+            nxt = resume_after(m, pos, size, seed)
             stop, lost = size, remaining
             if nxt >= 0:
                 stop = nxt
-                _len, p_off, p_len, _b = inspect_record(m, nxt, size)
+                _len, p_off, p_len, _b = inspect_record(m, nxt, size, True, seed)
                 stored = _stored_offset(m, p_off, p_len)
                 lost = stored - offset if offset <= stored <= offset + remaining else 1
                 lost = min(lost, remaining)
-            self._set_aside(path, pos, m[pos:stop], damage_reason(m, pos, size), remaining - lost)
+            reason = damage_reason(m, pos, size, seed)
+            self._set_aside(path, pos, m[pos:stop], reason, remaining - lost)
         finally:
             m.close()
         if seg.gaps is None:
@@ -472,10 +477,16 @@ class StreamStore:
         finally:
             self._log.report_losses()
 
+    def seal(self) -> None:
+        """A clean close is coming: end the write segment's data with a close mark
+        (store/segment_log.py), so that the next start appends after it."""
+        self._log.seal()
+
     def close(self, sync: bool = True) -> None:
         if self._log.closed:
             return
         try:
+            self._log.seal()
             if sync:
                 self.sync()
             else:
@@ -504,7 +515,7 @@ class StreamStore:
             )
             self._log.reserve_ids(ids[-1] if ids else 0)
             self._tracking.read()
-            last_size = 0
+            last: RecordScan | None = None
             for sid in ids:
                 try:
                     found = self._recover_segment(sid)
@@ -513,7 +524,7 @@ class StreamStore:
                     continue
                 if found is None:
                     continue
-                seg, last_size = found
+                seg, last = found
                 if self._segs and seg.first_offset < self._next_offset:
                     log.warning(
                         "%s: segment %d starts at offset %d, before %d; skipped",
@@ -527,15 +538,17 @@ class StreamStore:
                 self._firsts.append(seg.first_offset)
                 self._bytes += seg.bytes
                 self._next_offset = seg.first_offset + seg.count
-            if self._segs and ids and self._segs[-1].id == ids[-1]:
-                self._log.continue_segment(ids[-1], last_size)
+            if self._segs and ids and self._segs[-1].id == ids[-1] and last and last.clean:
+                # Appends go on after the last segment's end mark (a file whose
+                # data did not end cleanly, or of version 1, is never written again).
+                self._log.continue_segment(ids[-1], last.end, last.size)
         except Exception:
             log.exception("%s: stream recovery failed; it starts empty", self._dir)
             self._segs.clear()
             self._firsts.clear()
             self._bytes = 0
 
-    def _recover_segment(self, sid: int) -> tuple[_StreamSegment, int] | None:
+    def _recover_segment(self, sid: int) -> tuple[_StreamSegment, RecordScan] | None:
         """The log's scan of one segment, counted: offsets from the stored
         x-stream-offset of its first record (and of the first record after
         damaged bytes, which tells how many offsets the damage took)."""
@@ -577,7 +590,7 @@ class StreamStore:
             with self._log.lock:
                 self._log.drop_locked(sid)
             return None
-        return seg, scan.size
+        return seg, scan
 
 
 class StreamCursor:
@@ -590,7 +603,8 @@ class StreamCursor:
         self.offset = offset
         self._sid = 0
         self._pos = 0
-        self._map: mmap.mmap | None = None
+        self._map: mmap.mmap | None = None  # up to the segment's end of data
+        self._seed = 0  # the CRC seed of its records
         self._seg: _StreamSegment | None = None  # the segment holding ``offset``
         self._seek(offset)
 
@@ -641,7 +655,7 @@ class StreamCursor:
             if seg.id != self._sid:
                 # The cursor's segment is done (or gone): start the one holding offset.
                 self._close_map()
-                self._sid, self._pos = seg.id, FILE_HEADER_SIZE
+                self._sid, self._pos = seg.id, store._log.data_start(seg.id)
                 if offset != seg.first_offset:
                     self._seek(offset)
                     continue
@@ -655,12 +669,13 @@ class StreamCursor:
                     self._skip_segment(seg)
                     continue
                 self._map = m
+                self._seed = store._log.file(self._sid).seed
                 if m is None or self._pos >= len(m):
                     log.error("%s: segment %d shorter than its records", store._dir, self._sid)
                     self._skip_segment(seg)
                     continue
             try:
-                msg, length = decode_record(m, self._pos, len(m), True)
+                msg, length = decode_record(m, self._pos, len(m), True, self._seed)
             except CorruptRecord:
                 # Damaged on disk: never served; on with the next record that checks out.
                 self._pos, lost = store.damaged_at(seg, self._pos, offset)

@@ -1,0 +1,68 @@
+"""How far ahead of its data a segment file is allocated (store/segment_log.py).
+
+An fdatasync after a write that grows a file commits the file system's journal
+(ext4: 12-20 KiB a round, docs/benchmarks.md, "Write amplification"); after a
+write into space already allocated it does not. So a version-2 segment file is
+allocated ahead (posix_fallocate): 64 KiB at its creation, then, whenever its
+data would pass what it has, at least double that, at most the segment size
+(a queue that holds a few messages does not hold a whole segment). Space
+allocated counts against the free-disk budget (store/disk_budget.py) when it
+is allocated; near the limit only what the records need is.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from warren.store.segment_log import SegmentLog
+
+__all__ = ["FIRST_ALLOCATION", "fallocate", "target_size"]
+
+log = logging.getLogger("warren.store")
+
+#: A new file's first allocation; each further one doubles what it has.
+FIRST_ALLOCATION = 64 * 1024
+
+
+def target_size(seglog: SegmentLog, needed: int, have: int) -> int:
+    """What a file with ``have`` bytes allocated allocates to hold ``needed``:
+    ahead of the data, 64 KiB at first, then at least double what it has, at
+    most the segment size (unless a record needs more); only what it needs
+    when the log's files grow as they are written, or when the disk is nearly
+    full (what is allocated ahead counts as used: it must not raise the alarm)."""
+    if needed <= have:
+        return have
+    if not seglog.preallocate:
+        return needed
+    want = max(needed, min(seglog.segment_size, max(FIRST_ALLOCATION, 2 * have)))
+    if want - have > seglog.budget.left:
+        return needed
+    return want
+
+
+def fallocate(seglog: SegmentLog, fd: int, start: int, size: int) -> None:
+    """Allocate bytes ``start`` to ``size`` of the write segment's file (and tell
+    the mirror). A full disk is the budget's and the write-out's to report; a
+    file system that cannot allocate ahead makes the log stop trying (logged
+    once): its files grow as they are written."""
+    try:
+        os.posix_fallocate(fd, start, size - start)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return
+        seglog.preallocate = False
+        log.warning(
+            "%s: %s: cannot allocate %d bytes ahead (%s): its files grow as they are written",
+            seglog.directory,
+            seglog.msgs_path(seglog.write_id).name,
+            size - start,
+            exc.strerror or exc,
+        )
+        return
+    mirror = seglog.mirror
+    if mirror is not None and mirror.wants_data():
+        mirror.allocated(seglog.msgs_path(seglog.write_id), size)
