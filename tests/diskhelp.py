@@ -41,6 +41,33 @@ def tmpfs(where: Path, size: int) -> Iterator[Path]:
             subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
 
 
+@contextlib.contextmanager
+def ext4(where: Path, size: int) -> Iterator[Path]:
+    """An ext4 file system of ``size`` bytes (an image file beside ``where``,
+    loop-mounted, no blocks reserved for root) mounted at ``where``: unlike a
+    tmpfs, it keeps what a failed fallocate got."""
+    where.mkdir(parents=True, exist_ok=True)
+    image = where.with_suffix(".img")
+    with open(image, "wb") as f:
+        f.truncate(size)
+    made = subprocess.run(
+        ["mkfs.ext4", "-q", "-F", "-m", "0", str(image)], capture_output=True, text=True, check=False
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot make an ext4 file system: {made.stderr.strip()}")
+    done = subprocess.run(
+        ["mount", "-o", "loop", str(image), str(where)], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount an ext4 image for a full-disk test: {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        if subprocess.run(["umount", str(where)], capture_output=True, check=False).returncode:
+            subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
+        image.unlink()
+
+
 def free_bytes(path: Path) -> int:
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize

@@ -145,7 +145,9 @@ async def test_http_publish_on_a_full_disk_is_an_error_and_keeps_nothing(
     async def publish(tag: str) -> tuple[int, object]:
         body = {
             "routing_key": "",
-            "payload": f"{tag}:".ljust(16_000, "."),
+            # Larger than what a segment allocates ahead (64 KiB at first): each
+            # copy needs space of its own when it is written.
+            "payload": f"{tag}:".ljust(200_000, "."),
             "payload_encoding": "string",
             "properties": {"delivery_mode": 2},
         }
@@ -157,7 +159,7 @@ async def test_http_publish_on_a_full_disk_is_an_error_and_keeps_nothing(
     # succeed, the second's fails; neither keeps it.
     filler = small_disk / "filler"
     fill(filler)
-    os.truncate(filler, filler.stat().st_size - 24 * 1024)
+    os.truncate(filler, filler.stat().st_size - 300 * 1024)
     with caplog.at_level(logging.ERROR, "warren.commit"):
         status, answer = await publish("lost")
     assert status == 400, answer

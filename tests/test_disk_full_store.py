@@ -6,11 +6,12 @@ store/disk_budget.py)."""
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from diskhelp import MiB, fill, tmpfs
+from diskhelp import MiB, ext4, fill, tmpfs
 
 from warren.core.message import Message
 from warren.store.definitions import DefinitionsLog
@@ -211,3 +212,33 @@ def test_definitions_log_changes_nothing_it_could_not_write(disk: Path) -> None:
     defs.put("q:b", {"name": "b"})
     defs.close()
     assert set(DefinitionsLog(path).live) == {"q:a", "q:b"}
+
+
+def test_an_allocation_ahead_that_does_not_fit_leaves_room_for_the_records(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # ext4 keeps what a posix_fallocate that ran out of space got: one segment's
+    # allocation ahead (double what it had) took the last free blocks, and
+    # another queue's records, which needed less, could not be written. The
+    # allocation is now given back and only what the records need allocated.
+    with ext4(tmp_path / "disk", 16 * MiB) as disk:
+        a, b = SegmentStore(disk / "a"), SegmentStore(disk / "b")
+        for store in (a, b):
+            for i in range(20):  # 60 KB: within the first 64 KiB allocated
+                store.append(msg(i))
+            store.flush()
+        filler = disk / "filler"
+        fill(filler)
+        os.truncate(filler, filler.stat().st_size - 48 * 1024)
+        with caplog.at_level(logging.WARNING, "warren.store"):
+            for i in range(20, 30):  # 30 KB more: a's next allocation ahead is 64 KiB
+                a.append(msg(i))
+            for i in range(20, 23):  # 9 KB more for b
+                b.append(msg(i))
+            a.flush()
+            b.flush()
+        assert "cannot write" not in caplog.text, caplog.text
+        assert drain(a) == list(range(30))
+        assert drain(b) == list(range(23))
+        a.close()
+        b.close()

@@ -351,8 +351,9 @@ def test_uri_and_plan_defaults() -> None:
     )
     assert URI.parse("amqp://localhost/").vhost == "/"
     assert URI.parse("amqp://localhost").port == 5672
+    assert URI.parse("amqps://localhost/").port == 5671  # tests/test_client_tls.py
     with pytest.raises(ValueError):
-        URI.parse("amqps://localhost/")
+        URI.parse("http://localhost/")
 
     p = plan(ThroughputParams())
     assert (p.exchange, p.routing_key, p.queue_names, p.bind) == (

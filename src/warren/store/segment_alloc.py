@@ -44,25 +44,46 @@ def target_size(seglog: SegmentLog, needed: int, have: int) -> int:
     return want
 
 
-def fallocate(seglog: SegmentLog, fd: int, start: int, size: int) -> None:
+def fallocate(seglog: SegmentLog, fd: int, start: int, size: int, needed: int) -> int:
     """Allocate bytes ``start`` to ``size`` of the write segment's file (and tell
-    the mirror). A full disk is the budget's and the write-out's to report; a
-    file system that cannot allocate ahead makes the log stop trying (logged
-    once): its files grow as they are written."""
+    the mirror); returns where the file's allocation ends now. On a full disk
+    only the ``needed`` bytes are tried: an allocation ahead that failed halfway
+    would otherwise hold the very space the records need (ext4 keeps what it
+    got), so it is given back first; when even that fails the file is left at
+    ``start`` and the write-out reports the full disk. A file system that cannot
+    allocate ahead makes the log stop trying (logged once): its files grow as
+    they are written."""
     try:
         os.posix_fallocate(fd, start, size - start)
     except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return
-        seglog.preallocate = False
-        log.warning(
-            "%s: %s: cannot allocate %d bytes ahead (%s): its files grow as they are written",
-            seglog.directory,
-            seglog.msgs_path(seglog.write_id).name,
-            size - start,
-            exc.strerror or exc,
-        )
-        return
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            seglog.preallocate = False
+            log.warning(
+                "%s: %s: cannot allocate %d bytes ahead (%s): its files grow as they are written",
+                seglog.directory,
+                seglog.msgs_path(seglog.write_id).name,
+                size - start,
+                exc.strerror or exc,
+            )
+            return start
+        _give_back(fd, start)
+        if not start < needed < size:
+            return start
+        try:
+            os.posix_fallocate(fd, start, needed - start)
+        except OSError:
+            _give_back(fd, start)
+            return start
+        size = needed
     mirror = seglog.mirror
     if mirror is not None and mirror.wants_data():
         mirror.allocated(seglog.msgs_path(seglog.write_id), size)
+    return size
+
+
+def _give_back(fd: int, start: int) -> None:
+    """Cut what a failed allocation got past ``start`` (no data lies there)."""
+    try:
+        os.ftruncate(fd, start)
+    except OSError as exc:
+        log.error("cannot give back a failed allocation: %s", exc.strerror or exc)

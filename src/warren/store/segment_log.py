@@ -246,7 +246,7 @@ class SegmentLog:
         allocate ahead (or a full disk: the write-out will say) grows the file
         as it is written."""
         if self.preallocate and target > needed and self._fd >= 0:
-            fallocate(self, self._fd, self._allocated, target)
+            target = fallocate(self, self._fd, self._allocated, target, needed)
         self._allocated = target
 
     def put(self, rec: bytes) -> int:
@@ -373,7 +373,8 @@ class SegmentLog:
             self.dir_dirty = True
             self._fd = fd
             if self.preallocate and self._allocated > self.write_pos:
-                fallocate(self, fd, 0, self._allocated)
+                tail = MARK_SIZE if self.version == V2 else 0
+                self._allocated = fallocate(self, fd, 0, self._allocated, self.write_pos + tail)
         else:
             fd = os.open(path, os.O_WRONLY)
             self._fd = fd
