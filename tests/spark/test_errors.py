@@ -86,7 +86,6 @@ def test_streaming_option_errors(options: dict[str, str], expected: str) -> None
 @pytest.mark.parametrize(
     ("options", "expected"),
     [
-        ({"url": "amqp://x/"}, "option 'routingKey': required with the default exchange"),
         ({"url": "amqp://x/", "routingKey": "a", "routingKeyColumn": "b"}, "not both"),
         ({"url": "amqp://x/", "routingKey": "a", "persistent": "yes"}, "option 'persistent'"),
         (
@@ -138,8 +137,14 @@ def test_sink_errors_through_spark(spark: Any, spark_broker: BrokerInfo) -> None
         df.write.format("warren").option("url", url).option("routingKey", "q").mode(
             "overwrite"
         ).save()
-    with pytest.raises(Exception, match="needs a 'body' column"):
+    with pytest.raises(Exception, match="needs a 'body' \\(or Kafka's 'value'\\) column"):
         df.write.format("warren").option("url", url).option("routingKey", "q").mode("append").save()
+    # With the default exchange something must name the queue (checked with the
+    # columns: a 'key' column would do).
+    with pytest.raises(Exception, match="option 'routingKey': required with the default exchange"):
+        spark.range(3).selectExpr("cast(id as string) as body").write.format("warren").option(
+            "url", url
+        ).mode("append").save()
     bodies = spark.range(3).selectExpr("cast(id as string) as body", "id as rk")
     with pytest.raises(Exception, match="column 'rk' must be a string"):
         bodies.write.format("warren").option("url", url).option("routingKeyColumn", "rk").mode(

@@ -77,7 +77,7 @@ def test_exactly_once_through_a_broker_kill_9(
     checkpoint = str(tmp_path / "ck")
     rows = 4000
 
-    def query(trigger: dict[str, Any]) -> Any:
+    def query(trigger: dict[str, Any], retries: int) -> Any:
         return (
             spark.readStream.format("rate-micro-batch")
             .option("rowsPerBatch", rows)
@@ -87,13 +87,16 @@ def test_exactly_once_through_a_broker_kill_9(
             .writeStream.format("warren")
             .option("url", url)
             .option("routingKey", queue)
+            .option("maxRetries", retries)
             .option("checkpointLocation", checkpoint)
             .trigger(**trigger)
             .start()
         )
 
     try:
-        q = query({"processingTime": "0 seconds"})
+        # No retries: the kill fails the query (the sink's default waits for the
+        # broker instead: the next test).
+        q = query({"processingTime": "0 seconds"}, 0)
         deadline = time.monotonic() + 60
         while message_count(url, queue) < rows + 1:  # into the second batch
             assert time.monotonic() < deadline, "the query published nothing"
@@ -106,7 +109,7 @@ def test_exactly_once_through_a_broker_kill_9(
 
         proc, _ = start(data, "--amqp-port", str(port))
         before = message_count(url, queue)
-        q = query({"availableNow": True})
+        q = query({"availableNow": True}, 10)
         q.awaitTermination(90)
         assert not q.isActive and q.exception() is None
         bodies = [int(b) for _, b in drain(url, queue)]
@@ -117,3 +120,62 @@ def test_exactly_once_through_a_broker_kill_9(
     assert len(bodies) == len(set(bodies)), f"{len(bodies) - len(set(bodies))} duplicates"
     assert sorted(bodies) == list(range(len(bodies)))  # no row missing
     assert len(bodies) % rows == 0 and len(bodies) > before - rows
+
+
+def test_a_running_write_rides_out_a_broker_kill_9(
+    spark: Any, tmp_path: Path, warren_only: None
+) -> None:
+    """The broker is killed with SIGKILL while tasks publish and started again on
+    the same data dir and port: the query is not restarted; its tasks connect
+    again and publish what was unconfirmed again, and the deduplicating queue
+    (its keys on disk) holds each row exactly once."""
+    data = tmp_path / "data"
+    proc, port = start(data)
+    url = f"amqp://guest:guest@127.0.0.1:{port}/"
+    queue = "rides-out"
+    declare_queue(url, queue, {"x-message-deduplication": True, "x-cache-size": 1_000_000})
+    rows = 4000
+
+    def query(trigger: dict[str, Any]) -> Any:
+        return (
+            spark.readStream.format("rate-micro-batch")
+            .option("rowsPerBatch", rows)
+            .option("numPartitions", 2)
+            .load()
+            .selectExpr("cast(value as string) as body")
+            .writeStream.format("warren")
+            .option("url", url)
+            .option("routingKey", queue)
+            .option("retryBackoffMs", 100)
+            .option("retryMaxBackoffMs", 500)
+            .option("maxRetries", 60)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(**trigger)
+            .start()
+        )
+
+    try:
+        q = query({"processingTime": "0 seconds"})
+        deadline = time.monotonic() + 60
+        while message_count(url, queue) < rows + 1:  # into the second batch
+            assert time.monotonic() < deadline, "the query published nothing"
+            assert q.isActive, q.exception()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        proc, _ = start(data, "--amqp-port", str(port))
+        deadline = time.monotonic() + 90
+        while message_count(url, queue) < 4 * rows:  # batches past the restart
+            assert time.monotonic() < deadline, "the query did not go on"
+            assert q.isActive, q.exception()
+        assert q.isActive and q.exception() is None
+        q.stop()  # possibly mid-batch: the next query finishes that batch
+        q = query({"availableNow": True})
+        q.awaitTermination(90)
+        assert not q.isActive and q.exception() is None
+        bodies = [int(b) for _, b in drain(url, queue)]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    assert len(bodies) == len(set(bodies)), f"{len(bodies) - len(set(bodies))} duplicates"
+    assert sorted(bodies) == list(range(len(bodies)))  # no row missing
+    assert len(bodies) % rows == 0 and len(bodies) >= 4 * rows

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 import select
 import struct
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +41,8 @@ _ACK = spec.BasicAck.INDEX
 _NACK = spec.BasicNack.INDEX
 _RETURN = spec.BasicReturn.INDEX
 _CLOSES = (spec.ConnectionClose.INDEX, spec.ChannelClose.INDEX)
+
+log = logging.getLogger("warren.spark")
 _PUBLISH_ID = struct.pack(">HHH", 60, 40, 0)  # class, method, reserved-1
 #: Rows encoded per sendall.
 SLICE_ROWS = 512
@@ -76,6 +80,11 @@ _OCTET = ("delivery_mode", "priority")
 
 class SinkError(RuntimeError):
     """The broker refused a message or went away before confirming it."""
+
+
+class ConnectionLost(SinkError):
+    """The connection went away (a broker restart, a leader that moved): what was
+    not confirmed can be published again on a new one."""
 
 
 def _shortstr(text: str, what: str) -> bytes:
@@ -362,7 +371,15 @@ def _encode_properties(
 
 
 class Publisher:
-    """One confirm-mode channel; :meth:`send` keeps at most ``max_unconfirmed`` in flight."""
+    """One confirm-mode channel; :meth:`send` keeps at most ``max_unconfirmed`` in flight.
+
+    What is sent and not yet confirmed is kept (at most ``max_unconfirmed``
+    messages' frames). When the connection is lost, a new one is made (connect()
+    waits for a broker as the retry options say) and those messages are
+    published again, in order, with the same deduplication keys: into a
+    deduplicating queue each row still lands once; elsewhere a message the
+    broker had stored without confirming it comes twice (at least once, as a
+    retried task would give)."""
 
     def __init__(self, options: SinkOptions, timeout_s: float = 60.0) -> None:
         self.options = options
@@ -372,6 +389,9 @@ class Publisher:
         self.acked_upto = 0
         self.singles: set[int] = set()
         self.buf = b""
+        #: (last delivery tag, frames, count) of each send not yet wholly confirmed.
+        self.unconfirmed: deque[tuple[int, bytes, int]] = deque()
+        self.reconnects = 0
 
     @property
     def confirmed(self) -> int:
@@ -403,22 +423,59 @@ class Publisher:
             self.client = None
 
     def send(self, frames: bytes, count: int) -> None:
-        client = self.client
-        assert client is not None and client.sock is not None
         limit = self.options.max_unconfirmed
         while self.published - self.confirmed + count > limit and self.published > self.confirmed:
-            self._read(block=True)
-        try:
-            client.sock.sendall(frames)
-        except OSError as exc:
-            raise SinkError(f"lost the connection to {redact(self.options.url)}: {exc}") from None
-        self.published += count
-        self._read(block=False)
+            self._read_resuming()
+        self._resuming(lambda: self._send(frames, count))
+        self._resuming(lambda: self._read(block=False))
 
     def flush(self) -> None:
         """Wait until every message sent is confirmed."""
         while self.confirmed < self.published:
-            self._read(block=True)
+            self._read_resuming()
+
+    def _send(self, frames: bytes, count: int) -> None:
+        client = self.client
+        assert client is not None and client.sock is not None
+        try:
+            client.sock.sendall(frames)
+        except OSError as exc:
+            raise ConnectionLost(
+                f"lost the connection to {redact(self.options.url)}: {exc}"
+            ) from None
+        self.published += count
+        self.unconfirmed.append((self.published, frames, count))
+
+    def _read_resuming(self) -> None:
+        self._resuming(lambda: self._read(block=True))
+
+    def _resuming(self, step: Callable[[], None]) -> None:
+        """``step``; a lost connection is replaced and the unconfirmed sent again
+        (at most ``maxRetries`` times in a row without a confirm in between)."""
+        while True:
+            try:
+                step()
+                return
+            except ConnectionLost as exc:
+                self.reconnects += 1
+                if self.reconnects > self.options.endpoint.max_retries:
+                    raise
+                log.warning(
+                    "%s; connecting again to publish %d unconfirmed messages again",
+                    exc,
+                    self.published - self.confirmed,
+                )
+                self._republish()
+
+    def _republish(self) -> None:
+        self.abort()
+        pending = list(self.unconfirmed)
+        self.unconfirmed.clear()
+        self.published = self.acked_upto = 0
+        self.singles = set()
+        self.open()
+        for _last, frames, count in pending:
+            self._send(frames, count)
 
     def _read(self, block: bool) -> None:
         client = self.client
@@ -431,19 +488,27 @@ class Publisher:
         try:
             data = sock.recv(65536)
         except TimeoutError:
-            raise SinkError(
+            raise ConnectionLost(
                 f"no confirm from the broker for {self.timeout_s:g} s "
                 f"({self.published - self.confirmed} messages unconfirmed)"
             ) from None
         except OSError as exc:
-            raise SinkError(f"lost the connection to {redact(self.options.url)}: {exc}") from None
+            raise ConnectionLost(
+                f"lost the connection to {redact(self.options.url)}: {exc}"
+            ) from None
         if not data:
-            raise SinkError(
+            raise ConnectionLost(
                 f"the broker closed the connection with {self.published - self.confirmed} "
                 "messages unconfirmed"
             )
         buf = self.buf + data if self.buf else data
         self.buf = buf[self._feed(buf) :]
+        unconfirmed = self.unconfirmed
+        before = len(unconfirmed)
+        while unconfirmed and unconfirmed[0][0] <= self.acked_upto:
+            unconfirmed.popleft()
+        if len(unconfirmed) < before:
+            self.reconnects = 0  # progress
 
     def _feed(self, buf: bytes) -> int:
         pos = 0
@@ -479,7 +544,9 @@ class Publisher:
                     method = spec.decode_method(buf[pos + 7 : end - 1])
                     code = getattr(method, "reply_code", 0)
                     text = getattr(method, "reply_text", "")
-                    raise SinkError(
+                    # A broker shutting down (320) may be back soon: connect again.
+                    forced = idx == spec.ConnectionClose.INDEX and code == spec.CONNECTION_FORCED
+                    raise (ConnectionLost if forced else SinkError)(
                         f"the broker closed the {method.NAME.split('.')[0]}: {code} {text}"
                     )
             pos = end
