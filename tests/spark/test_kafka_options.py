@@ -350,3 +350,17 @@ def test_warren_message_comes_first(spark: Any, spark_broker: BrokerInfo) -> Non
         query.stop()
     first = str(info.value).strip().splitlines()[0]
     assert "option 'queue': queue 'no-such-stream-kafkaopts' not found" in first, first
+
+
+def test_format_warren_works_without_register(
+    spark: Any, spark_broker: BrokerInfo, stream: Callable[..., str]
+) -> None:
+    """pyspark finds the source by its short name through the pyspark_warren package:
+    the tests' SparkSession (conftest.py) never calls register()."""
+    import pyspark_warren
+    from warren.spark.source import WarrenDataSource
+
+    assert pyspark_warren.DefaultSource is WarrenDataSource
+    queue = stream()
+    publish(spark_broker.url, queue, [b"m"] * 3)
+    assert reader(spark, spark_broker.url, queue).count() == 3
