@@ -61,8 +61,8 @@ def spark() -> Iterator[Any]:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    from warren.spark import register
-
+    # No warren.spark.register(session): pyspark finds format("warren") by itself
+    # (pyspark_warren; test_kafka_options.py).
     session = (
         SparkSession.builder.master("local[2]")
         .appName("warren-spark-tests")
@@ -76,7 +76,6 @@ def spark() -> Iterator[Any]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
-    register(session)
     try:
         yield session
     finally:

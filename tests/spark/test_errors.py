@@ -58,7 +58,7 @@ def read_error(spark: Any, streaming: bool = False, **options: Any) -> str:
         ),
         (
             {"url": "amqp://x/", "queue": "q", "startingOffsets": '{"other": 1}'},
-            "not in option 'queue'",
+            "names queues not subscribed to: other",
         ),
         ({"url": "amqp://x/", "queue": "q", "maxRecordsPerTrigger": "10"}, "only for streaming"),
         ({"url": "amqp://x/", "queue": "q", "failOnDataLoss": "maybe"}, "option 'failOnDataLoss'"),

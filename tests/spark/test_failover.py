@@ -22,9 +22,7 @@ if _CLUSTER_TESTS not in sys.path:  # the same module objects as tests/cluster u
 from nodes import Node, marks, start_cluster, wait_any  # noqa: E402
 
 
-def test_a_streaming_query_follows_the_new_leader(
-    spark: Any, etcd: Any, tmp_path: Path
-) -> None:
+def test_a_streaming_query_follows_the_new_leader(spark: Any, etcd: Any, tmp_path: Path) -> None:
     nodes = [Node(tmp_path, f"n{i}", etcd.url) for i in range(3)]
     try:
         leader = start_cluster(nodes)

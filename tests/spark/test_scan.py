@@ -19,7 +19,7 @@ from warren.amqp import spec
 from warren.amqp.frames import HEARTBEAT_FRAME, message_frames, method_frame
 from warren.core.properties import BasicProperties
 from warren.core.table_encode import encode_field_value
-from warren.spark.columns import COLUMNS, arrow_schema, to_batch
+from warren.spark.columns import COLUMNS, KAFKA_HEADERS, arrow_schema, columns, to_batch
 from warren.spark.connection import DataLossError, SourceError
 from warren.spark.options import OptionError
 from warren.spark.scan import Rows, Scanner
@@ -224,24 +224,27 @@ def test_what_ends_a_read() -> None:
         Scanner(QUEUE, 0, 10).feed(classic)
 
 
-def test_the_arrow_schema_is_the_one_spark_expects() -> None:
+@pytest.mark.parametrize("include_headers", [None, True, False])
+def test_the_arrow_schema_is_the_one_spark_expects(include_headers: bool | None) -> None:
+    """For each value of includeHeaders (not given, true, false)."""
     from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import StructType
-
-    from warren.spark.source import _check_schema
-
-    ddl_types = {"string", "bigint", "int", "binary", "timestamp", "map<string,string>"}
-    assert {kind for _, kind in COLUMNS} == ddl_types
     from pyspark.sql.types import (
+        ArrayType,
         BinaryType,
         IntegerType,
         LongType,
         MapType,
         StringType,
         StructField,
+        StructType,
         TimestampType,
     )
 
+    from warren.spark.options import SourceOptions
+    from warren.spark.source import _check_schema
+
+    kinds = columns(include_headers)
+    assert kinds[: len(COLUMNS)] == COLUMNS or include_headers is not None
     spark_types = {
         "string": StringType(),
         "bigint": LongType(),
@@ -249,10 +252,17 @@ def test_the_arrow_schema_is_the_one_spark_expects() -> None:
         "binary": BinaryType(),
         "timestamp": TimestampType(),
         "map<string,string>": MapType(StringType(), StringType()),
+        KAFKA_HEADERS: ArrayType(
+            StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+        ),
     }
-    schema = StructType([StructField(name, spark_types[kind]) for name, kind in COLUMNS])
-    _check_schema(schema)  # the schema Spark derives from schema_ddl() is accepted
-    assert to_arrow_schema(schema, timezone="UTC").equals(arrow_schema())
+    assert {kind for _, kind in kinds} <= set(spark_types)
+    schema = StructType([StructField(name, spark_types[kind]) for name, kind in kinds])
+    given = {} if include_headers is None else {"includeHeaders": str(include_headers).lower()}
+    options = SourceOptions.parse({"url": "amqp://x/", "queue": QUEUE, **given}, streaming=False)
+    _check_schema(schema, options)  # the schema Spark derives from schema_ddl() is accepted
+    assert to_arrow_schema(schema, timezone="UTC").equals(arrow_schema(include_headers))
     empty = Rows()
-    assert to_batch(empty, QUEUE).schema.equals(arrow_schema())
-    assert isinstance(to_batch(empty, QUEUE), pa.RecordBatch)
+    batch = to_batch(empty, QUEUE, include_headers)
+    assert batch.schema.equals(arrow_schema(include_headers))
+    assert isinstance(batch, pa.RecordBatch)

@@ -1,8 +1,9 @@
 """``warren``: a PySpark data source for stream queues, and a sink (docs/spark.md).
 
-    from warren.spark import register
-    register(spark)
     df = spark.read.format("warren").option("url", url).option("queue", "events").load()
+
+pyspark finds the source by its name through the ``pyspark_warren`` package;
+where its lookup cannot (another Python on the driver), ``register(spark)``.
 
 Needs the ``spark`` extra (pyspark >= 4.2, pyarrow). Nothing in the broker
 imports this package.

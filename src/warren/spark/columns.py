@@ -16,7 +16,15 @@ import pyarrow as pa
 
 from warren.spark.scan import Rows
 
-__all__ = ["COLUMNS", "PROPERTY_COLUMNS", "arrow_schema", "schema_ddl", "to_batch"]
+__all__ = [
+    "COLUMNS",
+    "KAFKA_HEADERS",
+    "PROPERTY_COLUMNS",
+    "arrow_schema",
+    "columns",
+    "schema_ddl",
+    "to_batch",
+]
 
 #: The AMQP properties that become columns, in flag-bit order after headers
 #: (``timestamp`` is the ``timestamp`` column; cluster-id is deprecated).
@@ -34,21 +42,41 @@ PROPERTY_COLUMNS: tuple[tuple[str, str], ...] = (
     ("app_id", "string"),
 )
 
-COLUMNS: tuple[tuple[str, str], ...] = (
-    ("queue", "string"),
-    ("offset", "bigint"),
-    ("timestamp", "timestamp"),
-    ("exchange", "string"),
-    ("routing_key", "string"),
-    ("body", "binary"),
-    ("headers", "map<string,string>"),
-    *PROPERTY_COLUMNS,
-)
+#: includeHeaders=true: Kafka's lossless headers column.
+KAFKA_HEADERS = "array<struct<key:string,value:binary>>"
+#: Kafka's timestampType: 0 CreateTime (set by the publisher: the AMQP timestamp
+#: property), 1 LogAppendTime (set by the broker: x-stream-timestamp).
+CREATE_TIME, LOG_APPEND_TIME = 0, 1
 
 
-def schema_ddl() -> str:
+def columns(include_headers: bool | None = None) -> tuple[tuple[str, str], ...]:
+    """The columns for option includeHeaders: not given, the ``headers`` map; true,
+    Kafka's array of (key, binary value); false, no ``headers`` column."""
+    headers: tuple[tuple[str, str], ...] = (
+        (("headers", "map<string,string>"),)
+        if include_headers is None
+        else ((("headers", KAFKA_HEADERS),) if include_headers else ())
+    )
+    return (
+        ("queue", "string"),
+        ("offset", "bigint"),
+        ("timestamp", "timestamp"),
+        ("timestampType", "int"),
+        ("exchange", "string"),
+        ("routing_key", "string"),
+        ("body", "binary"),
+        *headers,
+        *PROPERTY_COLUMNS,
+        ("amqp_timestamp", "timestamp"),
+    )
+
+
+COLUMNS = columns()
+
+
+def schema_ddl(include_headers: bool | None = None) -> str:
     """The schema as Spark DDL (names quoted: ``offset`` and ``type`` are keywords)."""
-    return ", ".join(f"`{name}` {kind}" for name, kind in COLUMNS)
+    return ", ".join(f"`{name}` {kind}" for name, kind in columns(include_headers))
 
 
 _ARROW_TYPES: dict[str, pa.DataType] = {
@@ -58,17 +86,24 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
     "binary": pa.binary(),
     "timestamp": pa.timestamp("us", tz="UTC"),
     "map<string,string>": pa.map_(pa.field("key", pa.string(), nullable=False), pa.string()),
+    KAFKA_HEADERS: pa.list_(
+        pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    ),
 }
 
 
-def arrow_schema() -> pa.Schema:
-    """What Spark expects from a Python data source for COLUMNS (pyspark's
+def arrow_schema(include_headers: bool | None = None) -> pa.Schema:
+    """What Spark expects from a Python data source for these columns (pyspark's
     ``to_arrow_schema(schema, timezone="UTC")``; tests hold the two equal)."""
-    return pa.schema([pa.field(name, _ARROW_TYPES[kind]) for name, kind in COLUMNS])
+    kinds = columns(include_headers)
+    return pa.schema([pa.field(name, _ARROW_TYPES[kind]) for name, kind in kinds])
 
 
-_SCHEMA = arrow_schema()
+_SCHEMAS = {h: arrow_schema(h) for h in (None, True, False)}
 _MAP_TYPE = _ARROW_TYPES["map<string,string>"]
+_LIST_TYPE = _ARROW_TYPES[KAFKA_HEADERS]
+_BINARY = pa.binary()
+_TIMESTAMP = _ARROW_TYPES["timestamp"]
 _STRING = pa.string()
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
@@ -133,10 +168,26 @@ def _strings(raw: list[bytes]) -> pa.Array:
     return pa.array(raw, pa.binary()).cast(_STRING)
 
 
-def to_batch(rows: Rows, queue: str) -> pa.RecordBatch:
-    """One Arrow batch with the source's schema."""
+def _headers(rows: Rows, n: int, include_headers: bool | None) -> pa.Array:
+    counts = [0, *accumulate(rows.header_counts)] if rows.header_keys else [0] * (n + 1)
+    offsets = pa.array(counts, pa.int32())
+    keys = pa.array(rows.header_keys, _STRING)
+    if include_headers is None:
+        values = pa.array(rows.header_values, _STRING)
+        return pa.MapArray.from_arrays(offsets, keys, values, type=_MAP_TYPE)
+    entries = pa.StructArray.from_arrays(
+        [keys, pa.array(rows.header_values, _BINARY)], names=["key", "value"]
+    )
+    return pa.ListArray.from_arrays(offsets, entries, type=_LIST_TYPE)
+
+
+def to_batch(rows: Rows, queue: str, include_headers: bool | None = None) -> pa.RecordBatch:
+    """One Arrow batch with the source's schema for option includeHeaders (the scanner
+    gathered header values as bytes when it is true)."""
     n = len(rows)
     stamps = rows.stamps
+    kinds: list[int | None] = [None if s is None else LOG_APPEND_TIME for s in stamps]
+    published: list[int | None] | None = None
     prop_columns: list[list[Any] | None] = [None] * len(PROPERTY_COLUMNS)
     decoded: dict[bytes, tuple[list[Any], int | None]] = {}
     for row, raw in rows.extra:
@@ -150,36 +201,30 @@ def to_batch(rows: Rows, queue: str) -> pa.RecordBatch:
                 if column is None:
                     column = prop_columns[i] = [None] * n
                 column[row] = value
-        if stamps[row] is None and seconds is not None:
-            stamps[row] = seconds * 1000
-    counts = rows.header_counts
-    if rows.header_keys:
-        offsets = [0, *accumulate(counts)]
-        headers = pa.MapArray.from_arrays(
-            pa.array(offsets, pa.int32()),
-            pa.array(rows.header_keys, _STRING),
-            pa.array(rows.header_values, _STRING),
-            type=_MAP_TYPE,
-        )
-    else:
-        headers = pa.MapArray.from_arrays(
-            pa.array([0] * (n + 1), pa.int32()),
-            pa.array([], _STRING),
-            pa.array([], _STRING),
-            type=_MAP_TYPE,
-        )
+        if seconds is not None:
+            if published is None:
+                published = [None] * n
+            published[row] = seconds * 1000
+            if stamps[row] is None:
+                stamps[row] = seconds * 1000
+                kinds[row] = CREATE_TIME
     arrays: list[pa.Array] = [
         pa.repeat(pa.scalar(queue, _STRING), n),
         pa.array(rows.offsets, pa.int64()),
-        pa.array(stamps, pa.int64())
-        .cast(pa.timestamp("ms", tz="UTC"))
-        .cast(pa.timestamp("us", tz="UTC")),
+        _times(stamps),
+        pa.array(kinds, pa.int32()),
         _strings(rows.exchanges),
         _strings(rows.keys),
         pa.array(rows.bodies, pa.binary()),
-        headers,
     ]
+    if include_headers is not False:
+        arrays.append(_headers(rows, n, include_headers))
     for (_, kind), column in zip(PROPERTY_COLUMNS, prop_columns, strict=True):
         arrow_type = _ARROW_TYPES[kind]
         arrays.append(pa.nulls(n, arrow_type) if column is None else pa.array(column, arrow_type))
-    return pa.RecordBatch.from_arrays(arrays, schema=_SCHEMA)
+    arrays.append(pa.nulls(n, _TIMESTAMP) if published is None else _times(published))
+    return pa.RecordBatch.from_arrays(arrays, schema=_SCHEMAS[include_headers])
+
+
+def _times(ms: list[int | None]) -> pa.Array:
+    return pa.array(ms, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(_TIMESTAMP)

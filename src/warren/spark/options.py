@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,8 +26,12 @@ __all__ = [
     "Endpoint",
     "LATEST",
     "DEFAULT_DEDUP_HEADER",
+    "KAFKA_INSTEAD",
     "OptionError",
     "Position",
+    "Positions",
+    "SOURCE_OPTIONS",
+    "include_headers",
     "SinkOptions",
     "SourceOptions",
     "redact",
@@ -66,7 +71,9 @@ class Position:
         expected = _expected(allowed)
         if isinstance(raw, bool):
             raise OptionError(option, f"expected {expected}, got {raw!r}")
-        if isinstance(raw, int):
+        if isinstance(raw, int) and raw in (-2, -1):  # Kafka's JSON: -2 earliest, -1 latest
+            text = EARLIEST if raw == -2 else LATEST
+        elif isinstance(raw, int):
             text = str(raw)
         elif isinstance(raw, str):
             text = raw.strip()
@@ -353,35 +360,144 @@ def _positive(options: Mapping[str, str], name: str, default: int | None) -> int
     return value
 
 
+class Positions(dict[str, Position]):
+    """Positions by queue name; a queue not named (one a pattern finds later) takes
+    ``default``."""
+
+    def __init__(self, default: Position, by_queue: Mapping[str, Position] | None = None) -> None:
+        super().__init__(by_queue or {})
+        self.default = default
+
+    def __missing__(self, queue: str) -> Position:
+        return self.default
+
+
+def _by_queue(name: str, text: str, known: Any) -> dict[str, Any]:
+    """A JSON object by queue name; Kafka's ``{"topic": {"0": x}}`` form is taken too (a
+    stream is one partition). ``known(queue)`` says whether a queue may be named."""
+    try:
+        by_queue = json.loads(text)
+    except ValueError as exc:
+        raise OptionError(name, f"invalid JSON: {exc}") from None
+    if not isinstance(by_queue, dict):
+        raise OptionError(name, "expected a JSON object of positions by queue name")
+    unknown = sorted(q for q in by_queue if not known(q))
+    if unknown:
+        raise OptionError(name, f"names queues not subscribed to: {', '.join(unknown)}")
+    out = {}
+    for queue, value in by_queue.items():
+        if isinstance(value, dict):
+            if set(value) != {"0"}:
+                raise OptionError(name, f'a stream is one partition, "0": got {value!r}')
+            value = value["0"]
+        out[queue] = value
+    return out
+
+
 def _positions(
     options: Mapping[str, str],
-    name: str,
-    queues: tuple[str, ...],
+    names: tuple[str, str, str],
+    known: Any,
     default: str,
     allowed: tuple[str, ...],
-) -> dict[str, Position]:
-    """A position per queue: one value for all, or a JSON object by queue name."""
+) -> Positions:
+    """Kafka's three ways to give a position per queue, the first given wins: one time for
+    all (``startingTimestamp``), times by queue (``startingOffsetsByTimestamp``), offsets
+    (one for all, or a JSON object by queue, which may hold ``timestamp:`` values)."""
+    fallback = Position.parse(names[2], default, allowed)
+    ts_name, by_ts_name, name = names
+    raw_ts = _get(options, ts_name)
+    if raw_ts is not None:
+        ms = _non_negative_int(raw_ts)
+        if ms is None:
+            raise OptionError(ts_name, f"expected epoch milliseconds, got {raw_ts!r}")
+        return Positions(Position("timestamp", ms))
+    raw_by_ts = _get(options, by_ts_name)
+    if raw_by_ts is not None:
+        by_queue = {}
+        for queue, value in _by_queue(by_ts_name, raw_by_ts, known).items():
+            ms = value if isinstance(value, int) and not isinstance(value, bool) else -1
+            if ms < 0:
+                raise OptionError(by_ts_name, f"expected epoch milliseconds, got {value!r}")
+            by_queue[queue] = Position("timestamp", ms)
+        return Positions(fallback, by_queue)
+    raw = _get(options, name)
+    text = (raw if raw is not None else default).strip()
+    if text.startswith("{"):
+        by_queue = {
+            q: Position.parse(name, v, allowed) for q, v in _by_queue(name, text, known).items()
+        }
+        return Positions(fallback, by_queue)
+    return Positions(Position.parse(name, text, allowed))
+
+
+def _either(options: Mapping[str, str], *names: str) -> tuple[str, str | None]:
+    """The one of ``names`` (aliases) that is given, and its value."""
+    given = [(n, v) for n in names if (v := _get(options, n)) is not None]
+    if len(given) > 1:
+        raise OptionError(given[1][0], f"give option '{given[0][0]}' or '{given[1][0]}', not both")
+    return given[0] if given else (names[0], None)
+
+
+_DURATION = re.compile(r"\s*(\d+)\s*(ms|s|m|min|h|d)?\s*", re.IGNORECASE)
+_UNIT_MS = {"": 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(options: Mapping[str, str], name: str, default: int) -> int:
+    """A duration as Spark writes them: ``15m``, ``30s``, ``500ms``, or milliseconds."""
     raw = _get(options, name)
     if raw is None:
-        raw = default
-    text = raw.strip()
-    if text.startswith("{"):
-        try:
-            by_queue = json.loads(text)
-        except ValueError as exc:
-            raise OptionError(name, f"invalid JSON: {exc}") from None
-        if not isinstance(by_queue, dict):
-            raise OptionError(name, "expected a JSON object of positions by queue name")
-        unknown = sorted(set(by_queue) - set(queues))
-        if unknown:
-            raise OptionError(name, f"names queues not in option 'queue': {', '.join(unknown)}")
-        fallback = Position.parse(name, default, allowed)
-        return {
-            q: Position.parse(name, by_queue[q], allowed) if q in by_queue else fallback
-            for q in queues
-        }
-    position = Position.parse(name, text, allowed)
-    return dict.fromkeys(queues, position)
+        return default
+    match = _DURATION.fullmatch(raw)
+    if match is None:
+        raise OptionError(name, f"expected a duration such as 15m, 30s or 500ms, got {raw!r}")
+    return int(match[1]) * _UNIT_MS[(match[2] or "").lower()]
+
+
+#: Every option the source reads (Spark matches names in any case).
+SOURCE_OPTIONS = ENDPOINT_OPTIONS + (
+    "queue", "subscribe", "subscribePattern", "managementUrl",
+    "startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy", "endingOffsets", "endingTimestamp",
+    "endingOffsetsByTimestamp", "maxRecordsPerTrigger", "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger", "maxTriggerDelay", "failOnDataLoss", "includeHeaders",
+    "minPartitions", "maxRecordsPerPartition", "prefetch", "pollTimeoutMs",
+    "kafkaConsumer.pollTimeoutMs", "readFrom", "replicas", "replicaTimeoutMs",
+)  # fmt: skip
+#: What Spark itself may pass to any data source (``load(path)``).
+SPARK_OPTIONS = ("path", "paths")
+_NO_GROUP = "Warren's source uses no consumer group: a query's offsets live in its checkpoint"
+#: Kafka options that have no meaning here, and what to use instead.
+KAFKA_INSTEAD = {
+    "kafka.bootstrap.servers": "use option 'url' (amqp://user:password@host:port/vhost)",
+    "assign": "use option 'subscribe' (or 'queue'): a stream is one partition, nothing to assign",
+    "topic": "a sink option; to read, use option 'subscribe' (or 'queue')",
+    "groupidprefix": _NO_GROUP,
+    "kafka.group.id": _NO_GROUP,
+}
+
+
+def _refuse_unknown(options: Mapping[str, str], known: tuple[str, ...]) -> None:
+    """An option nobody reads is a typo or a Kafka habit: say so rather than ignore it."""
+    names = {n.lower() for n in known + SPARK_OPTIONS}
+    for key in options:
+        lower = key.lower()
+        if lower in names:
+            continue
+        hint = KAFKA_INSTEAD.get(lower)
+        if hint is None and lower.startswith("kafka."):
+            hint = "Kafka client settings have no Warren equivalent; the broker and vhost are in "
+            hint += "option 'url', TLS and logins in 'tls.*', 'username', 'password', 'token'"
+        raise OptionError(
+            key, f"unknown option{'; ' + hint if hint else ''} (known: {', '.join(known)})"
+        )
+
+
+def include_headers(options: Mapping[str, str]) -> bool | None:
+    """Option includeHeaders (it shapes the schema): None when not given."""
+    if _get(options, "includeHeaders") is None:
+        return None
+    return _bool(options, "includeHeaders", False)
 
 
 @dataclass(frozen=True)
@@ -390,6 +506,7 @@ class SourceOptions:
 
     url: str
     endpoint: Endpoint
+    #: The streams named (``queue`` or ``subscribe``); empty with a ``pattern``.
     queues: tuple[str, ...]
     starting: dict[str, Position]
     ending: dict[str, Position]
@@ -404,54 +521,63 @@ class SourceOptions:
     read_from: str = "leader"
     replicas: tuple[str, ...] = ()
     replica_timeout_ms: int = 5000
+    #: subscribePattern: the streams of the vhost whose whole name matches, listed at
+    #: every planning through the management API at ``management_url``.
+    pattern: str | None = None
+    management_url: str | None = None
+    min_records_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000
+    #: None: the ``headers`` map column; True: Kafka's array of (key, binary value);
+    #: False: no ``headers`` column.
+    include_headers: bool | None = None
+    #: A start time after a stream's last message: "latest" (its end) or "error".
+    timestamp_strategy: str = "latest"
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
+        _refuse_unknown(options, SOURCE_OPTIONS)
         endpoint = Endpoint.parse(options)
         url = endpoint.urls[0]
-        raw_queues = _get(options, "queue")
-        if raw_queues is None or not raw_queues.strip():
-            raise OptionError(
-                "queue", "required: the stream queue to read (or a comma-separated list)"
-            )
-        queues = tuple(q.strip() for q in raw_queues.split(","))
-        if any(not q for q in queues):
-            raise OptionError("queue", f"empty queue name in {raw_queues!r}")
-        if len(set(queues)) != len(queues):
-            raise OptionError("queue", f"a queue is listed twice in {raw_queues!r}")
+        queues, pattern = _subscription(options)
+
+        def known(queue: str) -> bool:
+            return queue in queues if pattern is None else pattern.fullmatch(queue) is not None
+
         # Kafka's defaults: a streaming query starts at the end, a batch read at the start.
         starting = _positions(
             options,
-            "startingOffsets",
-            queues,
+            ("startingTimestamp", "startingOffsetsByTimestamp", "startingOffsets"),
+            known,
             LATEST if streaming else EARLIEST,
             (EARLIEST, LATEST, "timestamp"),
         )
+        ending_names = ("endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets")
         if streaming:
-            if _get(options, "endingOffsets") is not None:
-                raise OptionError("endingOffsets", "only for batch reads (a stream has no end)")
-            ending: dict[str, Position] = {}
+            for name in ending_names:
+                if _get(options, name) is not None:
+                    raise OptionError(name, "only for batch reads (a stream has no end)")
+            ending = Positions(Position(LATEST))
         else:
-            ending = _positions(options, "endingOffsets", queues, LATEST, (LATEST,))
-            for q in queues:
-                s, e = starting[q], ending[q]
-                if s.kind == "offset" and e.kind == "offset" and s.value > e.value:
-                    raise OptionError(
-                        "endingOffsets",
-                        f"ending offset {e.value} of queue {q!r} is before startingOffsets {s.value}",
-                    )
-                if s.kind == LATEST and e.kind == "offset":
-                    raise OptionError(
-                        "startingOffsets", "latest cannot start a batch read with an ending offset"
-                    )
-        max_per_trigger = _positive(options, "maxRecordsPerTrigger", None)
-        if max_per_trigger is not None and not streaming:
-            raise OptionError("maxRecordsPerTrigger", "only for streaming reads")
+            ending = _positions(options, ending_names, known, LATEST, (LATEST, "timestamp"))
+            _check_range(starting, ending, queues)
+        strategy = (_get(options, "startingOffsetsByTimestampStrategy") or "latest").lower()
+        if strategy not in ("latest", "error"):
+            raise OptionError(
+                "startingOffsetsByTimestampStrategy", f"expected latest or error, got {strategy!r}"
+            )
+        limit_name, _ = _either(options, "maxRecordsPerTrigger", "maxOffsetsPerTrigger")
+        max_per_trigger = _positive(options, limit_name, None)
+        min_per_trigger = _positive(options, "minOffsetsPerTrigger", None)
+        if not streaming:
+            for name in (limit_name, "minOffsetsPerTrigger", "maxTriggerDelay"):
+                if _get(options, name) is not None:
+                    raise OptionError(name, "only for streaming reads")
         min_partitions = _positive(options, "minPartitions", os.cpu_count() or 1)
         assert min_partitions is not None
         prefetch = _positive(options, "prefetch", 2000)
         assert prefetch is not None
-        poll_timeout = _positive(options, "pollTimeoutMs", 60_000)
+        poll_name, _ = _either(options, "pollTimeoutMs", "kafkaConsumer.pollTimeoutMs")
+        poll_timeout = _positive(options, poll_name, 60_000)
         assert poll_timeout is not None
         read_from = (_get(options, "readFrom") or "leader").strip().lower()
         if read_from not in ("leader", "replicas"):
@@ -466,6 +592,11 @@ class SourceOptions:
             raise OptionError("replicas", "only with readFrom=replicas")
         replica_timeout = _positive(options, "replicaTimeoutMs", 5000)
         assert replica_timeout is not None
+        management = _get(options, "managementUrl")
+        if management is not None and pattern is None:
+            raise OptionError("managementUrl", "only with subscribePattern")
+        if management is not None and urlsplit(management).scheme not in ("http", "https"):
+            raise OptionError("managementUrl", f"expected an http(s):// URL, got {management!r}")
         return cls(
             url=url,
             endpoint=endpoint,
@@ -481,7 +612,53 @@ class SourceOptions:
             read_from=read_from,
             replicas=replicas,
             replica_timeout_ms=replica_timeout,
+            pattern=None if pattern is None else pattern.pattern,
+            management_url=management,
+            min_records_per_trigger=min_per_trigger,
+            max_trigger_delay_ms=_duration_ms(options, "maxTriggerDelay", 15 * 60_000),
+            include_headers=include_headers(options),
+            timestamp_strategy=strategy,
         )
+
+
+def _subscription(options: Mapping[str, str]) -> tuple[tuple[str, ...], re.Pattern[str] | None]:
+    """The streams to read: a list (``queue``, or Kafka's ``subscribe``), or a pattern."""
+    name, raw = _either(options, "queue", "subscribe", "subscribePattern")
+    if raw is None or not raw.strip():
+        raise OptionError(
+            "queue",
+            "required: the stream queue to read, or a comma-separated list "
+            "(or option 'subscribe', or 'subscribePattern', a regular expression)",
+        )
+    if name == "subscribePattern":
+        try:
+            return (), re.compile(raw)
+        except re.error as exc:
+            raise OptionError(name, f"not a regular expression: {exc}") from None
+    queues = tuple(q.strip() for q in raw.split(","))
+    if any(not q for q in queues):
+        raise OptionError(name, f"empty queue name in {raw!r}")
+    if len(set(queues)) != len(queues):
+        raise OptionError(name, f"a queue is listed twice in {raw!r}")
+    return queues, None
+
+
+def _check_range(starting: Positions, ending: Positions, queues: tuple[str, ...]) -> None:
+    for q in {*queues, *starting, *ending}:
+        s, e = starting[q], ending[q]
+        if s.kind == "offset" and e.kind == "offset" and s.value > e.value:
+            raise OptionError(
+                "endingOffsets",
+                f"ending offset {e.value} of queue {q!r} is before startingOffsets {s.value}",
+            )
+        if s.kind == "timestamp" and e.kind == "timestamp" and s.value > e.value:
+            raise OptionError(
+                "endingTimestamp", f"ending time {e.value} of queue {q!r} is before the start"
+            )
+        if s.kind == LATEST and e.kind == "offset":
+            raise OptionError(
+                "startingOffsets", "latest cannot start a batch read with an ending offset"
+            )
 
 
 @dataclass(frozen=True)

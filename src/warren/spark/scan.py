@@ -30,7 +30,7 @@ from warren.amqp import spec
 from warren.core.table import decode_field_value
 from warren.spark.connection import SourceError, data_loss
 
-__all__ = ["Rows", "Scanner", "header_text", "OFFSET_HEADER", "TIMESTAMP_HEADER"]
+__all__ = ["Rows", "Scanner", "header_bytes", "header_text", "OFFSET_HEADER", "TIMESTAMP_HEADER"]
 
 OFFSET_HEADER = "x-stream-offset"
 TIMESTAMP_HEADER = "x-stream-timestamp"
@@ -80,7 +80,8 @@ class Rows:
         self.bodies: list[bytes] = []
         self.header_counts: list[int] = []
         self.header_keys: list[str] = []
-        self.header_values: list[str | None] = []
+        #: str, or bytes when the scanner keeps header values raw (includeHeaders).
+        self.header_values: list[Any] = []
         self.extra: list[tuple[int, bytes]] = []
         self.size = 0  # body bytes
 
@@ -102,6 +103,18 @@ def header_text(value: Any) -> str | None:
     if isinstance(value, list | dict):
         return json.dumps(value, default=str, ensure_ascii=False)
     return str(value)
+
+
+def header_bytes(value: Any) -> bytes | None:
+    """A header value as the ``value`` of includeHeaders' (key, binary value) column:
+    byte arrays and strings exactly as they came (a long string's raw bytes), anything
+    else as the UTF-8 of its text in the ``headers`` map column."""
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray):
+        return bytes(value)
+    text = header_text(value)
+    return None if text is None else text.encode()
 
 
 class _Template:
@@ -156,7 +169,7 @@ class _Template:
         exchange: bytes,
         key: bytes,
         header_keys: list[str],
-        header_values: list[str | None],
+        header_values: list[Any],
         extra: bytes | None,
     ) -> None:
         holes = sorted([(at, 8) for at, _ in ints] + [(at, size) for at, size, _ in texts])
@@ -210,8 +223,11 @@ class Scanner:
         batch_rows: int = 16384,
         batch_bytes: int = 16 << 20,
         first_retained: Callable[[], int | None] | None = None,
+        raw_headers: bool = False,
     ) -> None:
         self.queue = queue
+        #: Header values as bytes (includeHeaders=true) rather than text.
+        self.raw_headers = raw_headers
         #: Asked when the first delivery comes after ``start``: the stream's first offset.
         #: Offsets can have no message (RabbitMQ gives one to each segment's tracking
         #: chunk), so a later first delivery is data loss only if retention is past start.
@@ -253,6 +269,7 @@ class Scanner:
         rows = self.rows
         startswith = buf.startswith
         t = self.template
+        raw = self.raw_headers
         count = 0
         hits = 0
         while n - pos >= 7 and not self.done:
@@ -287,8 +304,12 @@ class Scanner:
                     base = len(values)
                     values.extend(t.header_values)
                     rows.header_keys.extend(t.header_keys)
-                    for a, b, i in t.texts:
-                        values[base + i] = buf[pos + a : pos + b].decode("utf-8", "replace")
+                    if raw:
+                        for a, b, i in t.texts:
+                            values[base + i] = buf[pos + a : pos + b]
+                    else:
+                        for a, b, i in t.texts:
+                            values[base + i] = buf[pos + a : pos + b].decode("utf-8", "replace")
                 if t.extra is not None:
                     rows.extra.append((len(rows.offsets) - 1, t.extra))
                 rows.size += t.body_end - t.body_at
@@ -446,7 +467,9 @@ class Scanner:
                 key = buf[t + 1 : v].decode("utf-8", "replace")
                 if buf[v] == 0x53:  # 'S', a long string: the common case, inline
                     t = v + 5 + _U32.unpack_from(buf, v + 1)[0]
-                    text: str | None = buf[v + 5 : t].decode("utf-8", "replace")
+                    text: Any = buf[v + 5 : t]
+                    if not self.raw_headers:
+                        text = text.decode("utf-8", "replace")
                     texts.append((v + 5, t - v - 5, hcount))
                 else:
                     value, t = decode_field_value(buf, v)
@@ -461,7 +484,7 @@ class Scanner:
                         elif isinstance(value, int):
                             stamp = value
                         continue
-                    text = header_text(value)
+                    text = header_bytes(value) if self.raw_headers else header_text(value)
                 rows.header_keys.append(key)
                 rows.header_values.append(text)
                 hcount += 1

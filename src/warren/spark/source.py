@@ -14,7 +14,10 @@ empty stream records until the stream has messages.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -29,19 +32,22 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
 
 from warren.perf.client import AMQPError
-from warren.spark.columns import COLUMNS, schema_ddl, to_batch
+from warren.spark.columns import columns, schema_ddl, to_batch
 from warren.spark.connection import DataLossError, SourceError, data_loss
+from warren.spark.listing import matching_streams
 from warren.spark.options import (
     EARLIEST,
     LATEST,
     OptionError,
     Position,
     SourceOptions,
+    include_headers,
     redact,
 )
 from warren.spark.stream import Bounds, Planner, read_range
@@ -54,6 +60,48 @@ log = logging.getLogger("warren.spark")
 
 #: In a streaming offset: the stream was empty, start at its first offset.
 UNRESOLVED = -1
+
+
+@contextlib.contextmanager
+def _message_first() -> Iterator[None]:
+    """Let Warren's own errors reach the user message first.
+
+    Spark puts a failing Python data source's traceback before its message, so
+    the line a user sees first is ``Traceback (most recent call last):``. An
+    OptionError or SourceError says all there is to fix, so for those the
+    worker is asked (pyspark's SPARK_HIDE_TRACEBACK, what the session setting
+    ``spark.sql.execution.pyspark.udf.hideTraceback.enabled`` sets) to send
+    ``<type>: <message>`` alone. pyspark ends a worker process after an error,
+    so the setting dies with it. Other errors keep their traceback.
+    """
+    try:
+        yield
+    except (OptionError, SourceError):
+        os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+        raise
+
+
+def _plain(method: Callable[..., T]) -> Callable[..., T]:
+    """``_message_first`` around a method that returns (not a generator)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        with _message_first():
+            return method(*args, **kwargs)
+
+    return wrapper
+
+
+def _streams(options: SourceOptions) -> list[str]:
+    """The streams to read now: those named, or those subscribePattern matches."""
+    if options.pattern is None:
+        return list(options.queues)
+    return matching_streams(
+        options.endpoint.uri(),
+        options.management_url,
+        options.pattern,
+        options.poll_timeout_ms / 1000,
+    )
 
 
 class OffsetRange(InputPartition):
@@ -144,7 +192,14 @@ def _start(
     if position.kind == LATEST:
         return bounds.end
     if position.kind == "timestamp":
-        return planner.offset_at(queue, position.value, bounds)
+        offset = planner.offset_at(queue, position.value, bounds)
+        if offset == bounds.end and options.timestamp_strategy == "error":
+            raise OptionError(
+                "startingOffsetsByTimestampStrategy",
+                f"no message of queue {queue!r} was published at or after {position.value} "
+                "(epoch ms); set it to latest to start at the end",
+            )
+        return offset
     if position.value < bounds.first:
         data_loss(queue, position.value, bounds.first, options.fail_on_data_loss)
         return bounds.first
@@ -152,8 +207,14 @@ def _start(
 
 
 def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    with _message_first():
+        yield from _batches(options, partition)
+
+
+def _batches(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, OffsetRange):  # Spark's placeholder for "no partitions"
         return
+    raw_headers = options.include_headers is True
     start = partition.start
     if partition.replica:
         # A follower holds what the leader confirmed; one that is down or behind
@@ -167,10 +228,11 @@ def _read(options: SourceOptions, partition: InputPartition) -> Iterator[pa.Reco
                 prefetch=options.prefetch,
                 poll_timeout_ms=options.replica_timeout_ms,
                 fail_on_data_loss=options.fail_on_data_loss,
+                raw_headers=raw_headers,
             ):
                 if len(rows):
                     start = rows.offsets[-1] + 1
-                yield to_batch(rows, partition.queue)
+                yield to_batch(rows, partition.queue, options.include_headers)
             return
         except DataLossError:
             raise
@@ -206,11 +268,12 @@ def _read_resuming(
                 prefetch=options.prefetch,
                 poll_timeout_ms=options.poll_timeout_ms,
                 fail_on_data_loss=options.fail_on_data_loss,
+                raw_headers=options.include_headers is True,
             ):
                 if len(rows):
                     start = rows.offsets[-1] + 1
                     retries = 0
-                yield to_batch(rows, queue)
+                yield to_batch(rows, queue, options.include_headers)
             return
         except (DataLossError, OptionError):
             raise
@@ -229,9 +292,9 @@ def _read_resuming(
             )
 
 
-def _check_schema(schema: StructType) -> None:
+def _check_schema(schema: StructType, options: SourceOptions) -> None:
     got = [(f.name, f.dataType.simpleString()) for f in schema.fields]
-    if got != list(COLUMNS):
+    if got != list(columns(options.include_headers)):
         raise OptionError(
             "schema",
             "the warren source's columns are fixed; do not set a schema "
@@ -245,18 +308,25 @@ class BatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
 
+    @_plain
     def partitions(self) -> Sequence[InputPartition]:
         o = self.options
         ranges = []
         with Planner(o.endpoint, o.poll_timeout_ms) as planner:
-            for queue in o.queues:
+            for queue in _streams(o):
                 bounds = planner.bounds(queue)
                 start = _start(planner, o, queue, o.starting[queue], bounds)
                 if start is None:
                     continue
                 assert bounds.end is not None
                 ending = o.ending[queue]
-                end = bounds.end if ending.kind == LATEST else min(ending.value, bounds.end)
+                if ending.kind == LATEST:
+                    end = bounds.end
+                elif ending.kind == "timestamp":
+                    at = planner.offset_at(queue, ending.value, bounds)
+                    end = bounds.end if at is None else at
+                else:
+                    end = min(ending.value, bounds.end)
                 ranges.append((queue, start, end))
             return _plan(planner, o, split(ranges, o.min_partitions, o.max_records_per_partition))
 
@@ -265,15 +335,21 @@ class BatchReader(DataSourceReader):
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """``spark.readStream.format("warren")``: micro-batches of new offsets."""
+    """``spark.readStream.format("warren")``: micro-batches of new offsets.
 
-    def __init__(self, options: SourceOptions) -> None:
+    Spark keeps one reader per query in its planner process: ``last_trigger``
+    (for minOffsetsPerTrigger) lives as long as the query runs, as Kafka's does.
+    """
+
+    def __init__(self, options: SourceOptions, clock: Callable[[], float] = time.monotonic) -> None:
         self.options = options
         #: Set by trigger(availableNow=True): the ends to stop at.
         self.target: dict[str, int] | None = None
         #: One planning connection for the query's life (Spark asks for the
         #: latest offsets many times a second when the query is idle).
         self._planner: Planner | None = None
+        self.clock = clock
+        self.last_trigger: float | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled to the executors without the planner's connection."""
@@ -313,12 +389,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if planner is not None:
             planner.close()
 
+    @_plain
     def initialOffset(self) -> dict[str, int]:
         o = self.options
 
         def work(planner: Planner) -> dict[str, int]:
             offsets = {}
-            for queue in o.queues:
+            for queue in _streams(o):
                 start = _start(planner, o, queue, o.starting[queue], planner.bounds(queue))
                 offsets[queue] = UNRESOLVED if start is None else start
             return offsets
@@ -326,24 +403,38 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._planning(work)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        limit = self.options.max_records_per_trigger
-        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+        """maxRecordsPerTrigger as ReadMaxRows; minOffsetsPerTrigger alone as ReadMinRows
+        (with both, latestOffset takes the minimum from the options): any limit but
+        ReadAllAvailable (Trigger.Once) makes latestOffset apply both."""
+        o = self.options
+        if o.max_records_per_trigger is not None:
+            return ReadMaxRows(o.max_records_per_trigger)
+        if o.min_records_per_trigger is not None:
+            return ReadMinRows(o.min_records_per_trigger)
+        return ReadAllAvailable()
 
+    @_plain
     def prepareForTriggerAvailableNow(self) -> None:
-        queues = self.options.queues
-        self.target = self._planning(lambda p: {q: self._end(p.bounds(q)) for q in queues})
+        self.target = self._planning(
+            lambda p: {q: self._end(p.bounds(q)) for q in _streams(self.options)}
+        )
 
     @staticmethod
     def _end(bounds: Bounds) -> int:
         return UNRESOLVED if bounds.end is None else bounds.end
 
+    @_plain
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
         o = self.options
         ends: dict[str, int] = {}
         available: dict[str, int] = {}
         firsts: dict[str, int] = {}
-        bounds_of = self._planning(lambda p: {q: p.bounds(q) for q in o.queues})
-        for queue in o.queues:
+        queues = _streams(o)
+        for queue in sorted(set(start) - set(queues)):
+            self._gone(queue)
+        bounds_of = self._planning(lambda p: {q: p.bounds(q) for q in queues})
+        for queue in queues:
+            # A stream subscribePattern finds after the start: from its first offset.
             at = int(start.get(queue, UNRESOLVED))
             ends[queue] = at
             bounds = bounds_of[queue]
@@ -360,40 +451,79 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 lo = bounds.first
             if end < lo:
                 self._went_back(queue, lo, end)
-                continue
+                lo = bounds.first
             firsts[queue] = lo
             available[queue] = end - lo
-        take = allocate(available, limit.max_rows) if isinstance(limit, ReadMaxRows) else available
+        if isinstance(limit, ReadAllAvailable):
+            take = available
+        else:
+            if self._delay(sum(available.values())):
+                return {q: int(v) for q, v in start.items()}
+            take = (
+                allocate(available, limit.max_rows) if isinstance(limit, ReadMaxRows) else available
+            )
         for queue, n in take.items():
             if n > 0:
                 ends[queue] = firsts[queue] + n
         return ends
 
+    def _delay(self, available: int) -> bool:
+        """minOffsetsPerTrigger: hold the batch back while fewer offsets wait, unless
+        maxTriggerDelay has passed since the last one (Kafka's rule; not under
+        trigger(availableNow=True), which must end)."""
+        least = self.options.min_records_per_trigger
+        if least is None or self.target is not None or available == 0:
+            return False
+        now = self.clock()
+        if self.last_trigger is None:
+            self.last_trigger = now
+        if (
+            available >= least
+            or (now - self.last_trigger) * 1000 >= self.options.max_trigger_delay_ms
+        ):
+            self.last_trigger = now
+            return False
+        return True
+
     def _went_back(self, queue: str, at: int, end: int) -> None:
         what = (
             f"queue {queue!r} ends at offset {end}, before offset {at} this query has read up "
-            "to (was the stream deleted and declared again?)"
+            "to: the stream was deleted and declared again"
         )
         if self.options.fail_on_data_loss:
-            raise DataLossError(f"{what}; set failOnDataLoss to false to wait for offset {at}")
-        log.warning("%s; waiting until it reaches offset %d (failOnDataLoss=false)", what, at)
+            raise DataLossError(
+                f"{what}; set failOnDataLoss to false to read the new stream from its start"
+            )
+        log.warning("%s; reading it from its first offset (failOnDataLoss=false)", what)
 
+    def _gone(self, queue: str) -> None:
+        what = f"stream {queue!r}, which subscribePattern matched, is gone (deleted)"
+        if self.options.fail_on_data_loss:
+            raise DataLossError(
+                f"{what}: what it held beyond this query's offsets is lost; set "
+                "failOnDataLoss to false to go on without it"
+            )
+        log.warning("%s; going on without it (failOnDataLoss=false)", what)
+
+    @_plain
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """The micro-batch's ranges, from the oldest offset kept where retention went past
-        the start."""
+        the start, from the first where the stream was declared again."""
         o = self.options
-        ranges = []
         todo = {q: int(hi) for q, hi in end.items() if int(hi) != UNRESOLVED}
         if not todo:
             return []
 
         def work(planner: Planner) -> list[OffsetRange]:
+            ranges = []  # afresh when _planning does the work again on a new connection
             for queue, hi in todo.items():
                 lo = int(start.get(queue, UNRESOLVED))
                 first = planner.first(queue)
                 if first is None:
                     continue
-                if lo != UNRESOLVED and first > lo:
+                if hi < lo:  # declared again (latestOffset warned): the new stream's start
+                    lo = first
+                elif lo != UNRESOLVED and first > lo:
                     data_loss(queue, lo, first, o.fail_on_data_loss)
                 ranges.append((queue, max(lo, first), hi))
             return _plan(planner, o, split(ranges, o.min_partitions, o.max_records_per_partition))
@@ -407,6 +537,37 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to do: a stream keeps its messages whoever has read them."""
 
 
+class _RefusedStreamReader(DataSourceStreamReader):
+    """A streaming read whose options were refused.
+
+    pyspark's streaming runner loses an error raised while it creates the
+    reader (its cleanup then fails on the reader it never got, and that error
+    is the one reported), so the refusal is raised from the first call instead.
+    """
+
+    def __init__(self, error: OptionError) -> None:
+        self.error = error
+
+    @_plain
+    def getDefaultReadLimit(self) -> ReadLimit:
+        raise self.error
+
+    @_plain
+    def initialOffset(self) -> dict[str, int]:
+        raise self.error
+
+    @_plain
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
+        raise self.error
+
+    @_plain
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        raise self.error
+
+
 class WarrenDataSource(DataSource):
     """``format("warren")``: stream queues of Warren (or RabbitMQ) as a table, and a sink."""
 
@@ -414,16 +575,23 @@ class WarrenDataSource(DataSource):
     def name(cls) -> str:
         return "warren"
 
+    @_plain
     def schema(self) -> str:
-        return schema_ddl()
+        return schema_ddl(include_headers(self.options))
 
+    @_plain
     def reader(self, schema: StructType) -> DataSourceReader:
-        _check_schema(schema)
-        return BatchReader(SourceOptions.parse(self.options, streaming=False))
+        options = SourceOptions.parse(self.options, streaming=False)
+        _check_schema(schema, options)
+        return BatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        _check_schema(schema)
-        return StreamReader(SourceOptions.parse(self.options, streaming=True))
+        try:
+            options = SourceOptions.parse(self.options, streaming=True)
+            _check_schema(schema, options)
+        except OptionError as exc:
+            return _RefusedStreamReader(exc)
+        return StreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         from warren.spark.sink import batch_writer

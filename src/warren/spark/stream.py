@@ -285,6 +285,7 @@ def read_range(
     fail_on_data_loss: bool,
     batch_rows: int = 16384,
     batch_bytes: int = 16 << 20,
+    raw_headers: bool = False,
 ) -> Iterator[Rows]:
     """Offsets ``[start, end)`` of ``queue``, in batches; the connection is closed when the
     range is read or the caller stops iterating."""
@@ -316,6 +317,7 @@ def read_range(
             batch_rows=batch_rows,
             batch_bytes=batch_bytes,
             first_retained=first_retained,
+            raw_headers=raw_headers,
         )
         yield from _receive(client, scanner, prefetch, timeout_s, (start, end))
     finally:
