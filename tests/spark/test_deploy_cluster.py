@@ -57,6 +57,7 @@ def test_a_two_worker_cluster_reads_and_writes_with_the_wheel_in_py_files(
                     "spark.executor.cores": "1",
                     "spark.cores.max": "2",
                     "spark.executor.memory": "512m",
+                    "spark.local.dir": str(tmp_path),
                     # The first job waits for both executors (Spark's own wait).
                     "spark.scheduler.minRegisteredResourcesRatio": "1.0",
                     "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",

@@ -42,6 +42,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             {
                 "spark.connect.grpc.binding.port": str(port),
                 "spark.connect.grpc.binding.address": "127.0.0.1",
+                "spark.local.dir": str(root),  # not /tmp: the server is killed at the end
                 **deploy.LOCAL_CONF,
             },
             *("--class", "org.apache.spark.sql.connect.service.SparkConnectServer"),
