@@ -82,7 +82,7 @@ def test_a_two_worker_cluster_reads_and_writes_with_the_wheel_in_py_files(
     assert all(r[3] == f"{r[2]}/warren.zip/warren/__init__.py" for r in read), read[:3]
     # The batch read: every offset once, with its body, read on both workers.
     assert sorted((r[0], r[1]) for r in read) == [(i, f"m{i}") for i in range(MESSAGES)]
-    ran_on = {w for r in read for w in cluster.work_dirs if r[2].startswith(str(w))}
+    ran_on = {w for r in read for w in cluster.work_dirs if r[2].startswith(f"{w}/")}
     assert ran_on == set(cluster.work_dirs), {r[2] for r in read}
 
     # The streaming read: 60 + 60 + 30 rows, then nothing on the same checkpoint.
