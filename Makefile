@@ -2,8 +2,9 @@
 #
 #   make install   create $(VENV) and install Warren editable with test + fast extras
 #                  (compiles the hot modules with mypyc when a C compiler is there;
-#                  test pulls in the spark extra, pyspark + pyarrow, ~450 MB, for
-#                  tests/spark, which also need Java 17+ and skip without it)
+#                  test pulls in the spark extra, pyspark + pyarrow, ~450 MB, and
+#                  Spark Connect's client (grpcio, pandas, ...) for tests/spark,
+#                  which also need Java 17+ and skip without it)
 #   make build     recompile the hot modules in place after editing their .py
 #   make run       run the broker (extra flags: make run ARGS='--amqp-port 5673')
 #   make test      run pytest twice: compiled modules, then pure Python
