@@ -180,3 +180,33 @@ def test_a_broker_certificate_the_ca_did_not_sign_fails_at_once(
     with pytest.raises(Exception, match="certificate verify failed") as info:
         df.count()
     assert "option 'url'" in str(info.value)
+
+
+def test_an_idle_query_plans_on_one_connection(spark: Any, tmp_path: Path, spark_broker: Any) -> None:
+    """An idle query asks for the latest offsets all the time; it used to open a
+    connection each time (about 80 a second, two log lines each)."""
+    if spark_broker.embedded is None:
+        pytest.skip("counts the embedded Warren's connections")
+    b = spark_broker.embedded
+    url = spark_broker.url
+    declare_stream(url, "idle")
+    opened = lambda: b.call(lambda: b.broker.connections_opened)  # noqa: E731
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "50ms")
+    query = (
+        stream_reader(spark, url, "idle", startingOffsets="earliest")
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    try:
+        before = None
+        while len(query.recentProgress) < 30:  # each an idle trigger that planned
+            assert query.isActive, query.exception()
+            if before is None and query.recentProgress:
+                before = opened()  # the planner is connected by now
+            query.awaitTermination(0.05)
+        assert before is not None
+        assert opened() - before <= 1, "a connection per trigger"
+    finally:
+        query.stop()
+        spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")
