@@ -23,17 +23,13 @@ MiB = 1024 * 1024
 
 
 @contextlib.contextmanager
-def tmpfs(where: Path, size: int) -> Iterator[Path]:
-    """A tmpfs of ``size`` bytes mounted at ``where`` (unmounted at the end)."""
+def _mounted(command: list[str], where: Path, what: str) -> Iterator[Path]:
+    """``where`` with ``command`` (a mount) run on it, unmounted at the end; the
+    test is skipped when it cannot be mounted."""
     where.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = subprocess.run(command + [str(where)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs for a full-disk test: {done.stderr.strip()}")
+        pytest.skip(f"cannot mount {what} for a full-disk test: {done.stderr.strip()}")
     try:
         yield where
     finally:
@@ -42,11 +38,17 @@ def tmpfs(where: Path, size: int) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
+def tmpfs(where: Path, size: int) -> Iterator[Path]:
+    """A tmpfs of ``size`` bytes mounted at ``where`` (unmounted at the end)."""
+    with _mounted(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs"], where, "a tmpfs"):
+        yield where
+
+
+@contextlib.contextmanager
 def ext4(where: Path, size: int) -> Iterator[Path]:
     """An ext4 file system of ``size`` bytes (an image file beside ``where``,
     loop-mounted, no blocks reserved for root) mounted at ``where``: unlike a
     tmpfs, it keeps what a failed fallocate got."""
-    where.mkdir(parents=True, exist_ok=True)
     image = where.with_suffix(".img")
     with open(image, "wb") as f:
         f.truncate(size)
@@ -55,16 +57,10 @@ def ext4(where: Path, size: int) -> Iterator[Path]:
     )
     if made.returncode != 0:
         pytest.skip(f"cannot make an ext4 file system: {made.stderr.strip()}")
-    done = subprocess.run(
-        ["mount", "-o", "loop", str(image), str(where)], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount an ext4 image for a full-disk test: {done.stderr.strip()}")
     try:
-        yield where
+        with _mounted(["mount", "-o", "loop", str(image)], where, "an ext4 image"):
+            yield where
     finally:
-        if subprocess.run(["umount", str(where)], capture_output=True, check=False).returncode:
-            subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
         image.unlink()
 
 

@@ -9,57 +9,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import trustme
 from conftest import BrokerThread, start_broker
+from tlshelp import tls_broker as make_tls_broker
+from tlshelp import write_pki
 
 from warren.amqp import spec
 from warren.perf.client import URI, AMQPError, Client
 
 
 @pytest.fixture(scope="module")
-def ca() -> trustme.CA:
-    return trustme.CA()
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory, ca: trustme.CA) -> dict[str, str]:
-    d = tmp_path_factory.mktemp("pki")
-    out: dict[str, str] = {}
-    ca.cert_pem.write_to_path(str(d / "ca.pem"))
-    out["ca"] = str(d / "ca.pem")
-    for name, leaf in (
-        ("server", ca.issue_cert("127.0.0.1", "localhost")),
-        ("alice", ca.issue_cert("alice.example", common_name="alice")),
-    ):
-        leaf.private_key_pem.write_to_path(str(d / f"{name}.key"))
-        (d / f"{name}.pem").write_bytes(b"".join(b.bytes() for b in leaf.cert_chain_pems))
-        out[name] = str(d / f"{name}.pem")
-        out[f"{name}.key"] = str(d / f"{name}.key")
-    other = trustme.CA()
-    other.cert_pem.write_to_path(str(d / "other-ca.pem"))
-    out["other-ca"] = str(d / "other-ca.pem")
-    return out
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return write_pki(tmp_path_factory.mktemp("pki"), users=("alice",))
 
 
 @pytest.fixture(scope="module")
 def tls_broker(
     tmp_path_factory: pytest.TempPathFactory, pki: dict[str, str]
 ) -> Iterator[BrokerThread]:
-    b = start_broker(
-        tmp_path_factory.mktemp("tls") / "data",
-        sync=False,
-        amqp_tls_port=0,
-        tls_cert=pki["server"],
-        tls_key=pki["server.key"],
-        tls_ca_cert=pki["ca"],
-        tls_verify_peer=True,
-    )
-
-    def add_alice() -> None:
-        b.broker.users.add_user("alice", "unused-password")
-        b.broker.users.set_permissions("alice", "/")
-
-    b.call(add_alice)
+    b = make_tls_broker(tmp_path_factory.mktemp("tls") / "data", pki, users=("alice",))
     try:
         yield b
     finally:

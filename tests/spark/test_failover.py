@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from .helpers import declare_stream, publish
+from .test_resilience import to_parquet, written
 from .test_source import stream_reader
 
 pytestmark = pytest.mark.spark
@@ -40,13 +41,7 @@ def test_a_streaming_query_follows_the_new_leader(spark: Any, etcd: Any, tmp_pat
             retryBackoffMs="100",
             retryMaxBackoffMs="500",
         )
-        query = (
-            df.select("offset", "body")
-            .writeStream.format("parquet")
-            .option("path", str(tmp_path / "out"))
-            .option("checkpointLocation", str(tmp_path / "ck"))
-            .start()
-        )
+        query = to_parquet(df, tmp_path)
         try:
             query.processAllAvailable()
             followers = [n for n in nodes if n is not leader]
@@ -59,9 +54,8 @@ def test_a_streaming_query_follows_the_new_leader(spark: Any, etcd: Any, tmp_pat
             assert query.isActive and query.exception() is None
         finally:
             query.stop()
-        rows = spark.read.parquet(str(tmp_path / "out")).collect()
-        assert sorted(r.offset for r in rows) == list(range(600))
-        bodies = {r.offset: r.body for r in rows}
+        bodies = written(spark, tmp_path)
+        assert sorted(bodies) == list(range(600))
         assert bodies[299] == b"a-299" and bodies[300] == b"b-0"
     finally:
         for node in nodes:

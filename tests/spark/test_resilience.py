@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trustme
-from conftest import BrokerThread, start_broker
 from procs import start_warren
+from tlshelp import tls_broker, write_pki
 
 from .helpers import declare_queue, declare_stream, drain, publish
 from .test_source import reader, stream_reader
@@ -46,6 +45,25 @@ class Restartable:
             self.proc.kill()
 
 
+def to_parquet(df: Any, where: Path) -> Any:
+    """Start a streaming query writing each message's offset and body under ``where``."""
+    return (
+        df.select("offset", "body")
+        .writeStream.format("parquet")
+        .option("path", str(where / "out"))
+        .option("checkpointLocation", str(where / "ck"))
+        .start()
+    )
+
+
+def written(spark: Any, where: Path) -> dict[int, bytes]:
+    """What to_parquet wrote, by offset; no offset twice."""
+    rows = spark.read.parquet(str(where / "out")).collect()
+    out = {r.offset: r.body for r in rows}
+    assert len(out) == len(rows), "an offset written twice"
+    return out
+
+
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Restartable]:
     b = Restartable(tmp_path / "data")
@@ -62,13 +80,7 @@ def test_a_streaming_query_rides_out_a_broker_kill(
     declare_stream(url, "events")
     publish(url, "events", [b"a-%d" % i for i in range(500)])
     df = stream_reader(spark, url, "events", startingOffsets="earliest", **RETRIES)
-    query = (
-        df.select("offset", "body")
-        .writeStream.format("parquet")
-        .option("path", str(tmp_path / "out"))
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .start()
-    )
+    query = to_parquet(df, tmp_path)
     try:
         query.processAllAvailable()
         # The query plans without pause (no trigger interval), so it meets the
@@ -79,9 +91,8 @@ def test_a_streaming_query_rides_out_a_broker_kill(
         assert query.isActive and query.exception() is None
     finally:
         query.stop()
-    rows = spark.read.parquet(str(tmp_path / "out")).collect()
-    assert sorted(r.offset for r in rows) == list(range(1000))
-    bodies = {r.offset: r.body for r in rows}
+    bodies = written(spark, tmp_path)
+    assert sorted(bodies) == list(range(1000))
     assert bodies[499] == b"a-499" and bodies[500] == b"b-0"
 
 
@@ -112,32 +123,8 @@ def test_a_read_task_resumes_after_the_last_offset_it_read(spark: Any, broker: R
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     d = tmp_path_factory.mktemp("spark-tls")
-    ca = trustme.CA()
-    ca.cert_pem.write_to_path(str(d / "ca.pem"))
-    files: dict[str, Any] = {"ca": str(d / "ca.pem")}
-    for name, leaf in (
-        ("server", ca.issue_cert("127.0.0.1", "localhost")),
-        ("client", ca.issue_cert("etl.example", common_name="etl")),
-    ):
-        leaf.private_key_pem.write_to_path(str(d / f"{name}.key"))
-        (d / f"{name}.pem").write_bytes(b"".join(b.bytes() for b in leaf.cert_chain_pems))
-        files[name] = str(d / f"{name}.pem")
-        files[f"{name}.key"] = str(d / f"{name}.key")
-    b: BrokerThread = start_broker(
-        d / "data",
-        sync=False,
-        amqp_tls_port=0,
-        tls_cert=files["server"],
-        tls_key=files["server.key"],
-        tls_ca_cert=files["ca"],
-        tls_verify_peer=True,
-    )
-
-    def add_etl() -> None:
-        b.broker.users.add_user("etl", "unused-password")
-        b.broker.users.set_permissions("etl", "/")
-
-    b.call(add_etl)
+    files: dict[str, Any] = dict(write_pki(d, users=("etl",)))
+    b = tls_broker(d / "data", files, users=("etl",))
     files["port"] = b.amqp_listener.tls_port
     files["plain_url"] = b.url
     try:
@@ -149,8 +136,8 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 def _tls_options(tls: dict[str, Any]) -> dict[str, str]:
     return {
         "tls.caFile": tls["ca"],
-        "tls.certFile": tls["client"],
-        "tls.keyFile": tls["client.key"],
+        "tls.certFile": tls["etl"],
+        "tls.keyFile": tls["etl.key"],
         "authMechanism": "EXTERNAL",
     }
 
@@ -171,11 +158,9 @@ def test_read_and_write_over_tls_with_a_client_certificate(spark: Any, tls: dict
 
 
 def test_a_broker_certificate_the_ca_did_not_sign_fails_at_once(
-    spark: Any, tls: dict[str, Any], tmp_path: Path
+    spark: Any, tls: dict[str, Any]
 ) -> None:
-    other = trustme.CA()
-    other.cert_pem.write_to_path(str(tmp_path / "other.pem"))
-    options = dict(_tls_options(tls), **{"tls.caFile": str(tmp_path / "other.pem")})
+    options = dict(_tls_options(tls), **{"tls.caFile": tls["other-ca"]})
     df = reader(spark, f"amqps://127.0.0.1:{tls['port']}/", "tls-in", **options)
     with pytest.raises(Exception, match="certificate verify failed") as info:
         df.count()

@@ -63,6 +63,30 @@ def start(data: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
     return proc, port
 
 
+ROWS = 4000
+
+
+def rate_to_queue(
+    spark: Any, url: str, queue: str, checkpoint: Path, trigger: dict[str, Any], **options: Any
+) -> Any:
+    """A streaming write of rate-micro-batch rows (ROWS a batch, 2 partitions,
+    the value as the body) into ``queue``."""
+    writer = (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", ROWS)
+        .option("numPartitions", 2)
+        .load()
+        .selectExpr("cast(value as string) as body")
+        .writeStream.format("warren")
+        .option("url", url)
+        .option("routingKey", queue)
+        .option("checkpointLocation", str(checkpoint))
+    )
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    return writer.trigger(**trigger).start()
+
+
 def test_exactly_once_through_a_broker_kill_9(
     spark: Any, tmp_path: Path, warren_only: None
 ) -> None:
@@ -74,24 +98,10 @@ def test_exactly_once_through_a_broker_kill_9(
     url = f"amqp://guest:guest@127.0.0.1:{port}/"
     queue = "exactly-once"
     declare_queue(url, queue, {"x-message-deduplication": True, "x-cache-size": 1_000_000})
-    checkpoint = str(tmp_path / "ck")
-    rows = 4000
+    rows = ROWS
 
     def query(trigger: dict[str, Any], retries: int) -> Any:
-        return (
-            spark.readStream.format("rate-micro-batch")
-            .option("rowsPerBatch", rows)
-            .option("numPartitions", 2)
-            .load()
-            .selectExpr("cast(value as string) as body")
-            .writeStream.format("warren")
-            .option("url", url)
-            .option("routingKey", queue)
-            .option("maxRetries", retries)
-            .option("checkpointLocation", checkpoint)
-            .trigger(**trigger)
-            .start()
-        )
+        return rate_to_queue(spark, url, queue, tmp_path / "ck", trigger, maxRetries=retries)
 
     try:
         # No retries: the kill fails the query (the sink's default waits for the
@@ -134,25 +144,11 @@ def test_a_running_write_rides_out_a_broker_kill_9(
     url = f"amqp://guest:guest@127.0.0.1:{port}/"
     queue = "rides-out"
     declare_queue(url, queue, {"x-message-deduplication": True, "x-cache-size": 1_000_000})
-    rows = 4000
+    rows = ROWS
 
     def query(trigger: dict[str, Any]) -> Any:
-        return (
-            spark.readStream.format("rate-micro-batch")
-            .option("rowsPerBatch", rows)
-            .option("numPartitions", 2)
-            .load()
-            .selectExpr("cast(value as string) as body")
-            .writeStream.format("warren")
-            .option("url", url)
-            .option("routingKey", queue)
-            .option("retryBackoffMs", 100)
-            .option("retryMaxBackoffMs", 500)
-            .option("maxRetries", 60)
-            .option("checkpointLocation", str(tmp_path / "ck"))
-            .trigger(**trigger)
-            .start()
-        )
+        retries = {"retryBackoffMs": 100, "retryMaxBackoffMs": 500, "maxRetries": 60}
+        return rate_to_queue(spark, url, queue, tmp_path / "ck", trigger, **retries)
 
     try:
         q = query({"processingTime": "0 seconds"})

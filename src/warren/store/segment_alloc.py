@@ -53,6 +53,11 @@ def fallocate(seglog: SegmentLog, fd: int, start: int, size: int, needed: int) -
     ``start`` and the write-out reports the full disk. A file system that cannot
     allocate ahead makes the log stop trying (logged once): its files grow as
     they are written."""
+    # The file may already reach past ``start``: written to after an earlier
+    # allocation failed. Nothing before its end is ever given back.
+    start = max(start, os.fstat(fd).st_size)
+    if size <= start:
+        return start
     try:
         os.posix_fallocate(fd, start, size - start)
     except OSError as exc:
