@@ -66,19 +66,18 @@ class AMQPError(Exception):
         self.reply_code = reply_code
 
 
-#: The query parameters of an AMQP URI this client understands (RabbitMQ's URI
-#: query parameters, as its Erlang client reads them).
-URI_PARAMETERS = (
-    "auth_mechanism",
+#: The query parameters only an amqps:// URI takes.
+TLS_PARAMETERS = (
     "cacertfile",
     "certfile",
     "keyfile",
     "password",
     "verify",
     "server_name_indication",
-    "heartbeat",
-    "connection_timeout",
 )
+#: The query parameters of an AMQP URI this client understands (RabbitMQ's URI
+#: query parameters, as its Erlang client reads them).
+URI_PARAMETERS = ("auth_mechanism", *TLS_PARAMETERS, "heartbeat", "connection_timeout")
 
 
 @dataclass(frozen=True)
@@ -146,16 +145,8 @@ class URI:
             raise ValueError(f"bad port in {uri!r}: {exc}") from None
         path = parts.path[1:] if parts.path.startswith("/") else parts.path
         query = _query(parts.query)
-        tls_keys = (
-            "cacertfile",
-            "certfile",
-            "keyfile",
-            "password",
-            "verify",
-            "server_name_indication",
-        )
-        if not secure and any(k in query for k in tls_keys):
-            given = ", ".join(k for k in tls_keys if k in query)
+        if not secure and any(k in query for k in TLS_PARAMETERS):
+            given = ", ".join(k for k in TLS_PARAMETERS if k in query)
             raise ValueError(f"TLS parameters ({given}) need an amqps:// URI")
         tls = None
         if secure:
