@@ -106,7 +106,7 @@ def test_fast_publishers_are_blocked_a_bounded_amount_past_free_disk_min(
             p.stop(0)
 
         def lower() -> bool:
-            b.broker.config.free_disk_min = 2 * MiB
+            b.broker.config.free_disk_min = MiB // 2
             return b.broker.resource_alarms.check_disk()
 
         assert b.call(lower) is False

@@ -4,8 +4,11 @@ An fdatasync after a write that grows a file commits the file system's journal
 (ext4: 12-20 KiB a round, docs/benchmarks.md, "Write amplification"); after a
 write into space already allocated it does not. So a version-2 segment file is
 allocated ahead (posix_fallocate): 64 KiB at its creation, then, whenever its
-data would pass what it has, at least double that, at most the segment size
-(a queue that holds a few messages does not hold a whole segment). Space
+data would pass what it has, double that but at most 1 MiB past the data, and
+never past the segment size: a queue that holds a few messages does not hold a
+whole segment, and space allocated and not yet used counts as used for the
+free-disk alarm, so many queues must not each hold megabytes of it (an
+allocation per MiB costs one journal commit per MiB written: under 2%). Space
 allocated counts against the free-disk budget (store/disk_budget.py) when it
 is allocated; near the limit only what the records need is.
 """
@@ -24,21 +27,25 @@ __all__ = ["FIRST_ALLOCATION", "fallocate", "target_size"]
 
 log = logging.getLogger("warren.store")
 
-#: A new file's first allocation; each further one doubles what it has.
+#: A new file's first allocation; each further one doubles what it has...
 FIRST_ALLOCATION = 64 * 1024
+#: ...but goes at most this far past the data it must hold.
+MAX_AHEAD = 1024 * 1024
 
 
 def target_size(seglog: SegmentLog, needed: int, have: int) -> int:
     """What a file with ``have`` bytes allocated allocates to hold ``needed``:
-    ahead of the data, 64 KiB at first, then at least double what it has, at
-    most the segment size (unless a record needs more); only what it needs
+    ahead of the data, 64 KiB at first, then double what it has but at most
+    MAX_AHEAD past ``needed``, and at most the segment size (unless a record
+    needs more); only what it needs
     when the log's files grow as they are written, or when the disk is nearly
     full (what is allocated ahead counts as used: it must not raise the alarm)."""
     if needed <= have:
         return have
     if not seglog.preallocate:
         return needed
-    want = max(needed, min(seglog.segment_size, max(FIRST_ALLOCATION, 2 * have)))
+    ahead = min(max(FIRST_ALLOCATION, 2 * have), needed + MAX_AHEAD)
+    want = max(needed, min(seglog.segment_size, ahead))
     if want - have > seglog.budget.left:
         return needed
     return want
