@@ -200,7 +200,9 @@ class Spares:
         cut short): a spare again, under its spare name, or deleted."""
         seglog = self.log
         path = seglog.msgs_path(segment_id)
-        log.warning("%s: %s is a spare segment file (it holds no data)", seglog.directory, path.name)
+        log.warning(
+            "%s: %s is a spare segment file (it holds no data)", seglog.directory, path.name
+        )
         spare = self.path(segment_id)
         if seglog.recycle and not os.path.lexists(spare):
             try:
