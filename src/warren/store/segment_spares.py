@@ -43,6 +43,7 @@ ahead, so there is nothing to keep. docs/storage.md, "Writing" and "Recovery".
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -157,10 +158,15 @@ class Spares:
             if seglog.mirror is not None:
                 seglog.mirror.renamed(spare, target)
             try:
-                return os.open(target, os.O_WRONLY), size
+                fd = os.open(target, os.O_WRONLY)
             except OSError as exc:  # the next write-out creates it: O_EXCL fails there
                 log.warning("%s: cannot open %s: %s", seglog.directory, target.name, exc)
                 return -1, 0
+            # Writes that cover part of a page read it first when it is not cached
+            # (written blocks are not known zeros): read the file ahead, off the loop.
+            with contextlib.suppress(OSError, AttributeError):
+                os.posix_fadvise(fd, 0, size, os.POSIX_FADV_WILLNEED)
+            return fd, size
         return -1, 0
 
     def _release(self, size: int) -> None:
