@@ -179,6 +179,9 @@ def test_every_state_a_crash_leaves_opens_to_the_same_messages(
     store = SegmentStore(d, segment_size=SEGMENT)
     assert store.ready_count == 13
     assert [p.stat().st_ino for p in spares(d)] == [inode]
+    # Its header says spare again: a reuse whose new header a power cut loses
+    # leaves a spare, never a file whose header names another segment.
+    assert header_id(spares(d)[0]) == SPARE_ID
     assert not old_acks.exists()
     assert budget.spare_bytes == SEGMENT
     store.sync()

@@ -188,18 +188,35 @@ class Spares:
 
     # -- recovery ---------------------------------------------------------------------
     def found(self, name_id: int) -> None:
-        """Recovery met ``spare.<name_id>``: keep it (pending: what a crash left of
-        its header is not known to be durable) or, over the bounds, delete it."""
+        """Recovery met ``spare.<name_id>``: keep it or, over the bounds (or when
+        its header cannot be written), delete it. Kept, it gets the spare header
+        again (a crash may have left its old header, or a new life's whose
+        rename was lost: reused with either, and that header's rename durable
+        before the new one, it would read as another segment) and is pending
+        until a sync round makes that durable."""
+        seglog = self.log
         spare = self.path(name_id)
         try:
             size = os.stat(spare).st_size
         except OSError:
             return
-        if self.log.recycle and self._room(size):
-            self._hold(name_id, size)
-            self.log.dir_dirty = True
-        else:
-            self.log.unlink(spare)
+        if seglog.recycle and self._room(size):
+            header = encode_header(SPARE_ID, new_salt())
+            try:
+                fd = os.open(spare, os.O_WRONLY)
+                try:
+                    os.pwrite(fd, header, 0)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                log.warning("%s: cannot keep %s: %s", seglog.directory, spare.name, exc)
+            else:
+                if seglog.mirror is not None and seglog.mirror.wants_data():
+                    seglog.mirror.appended(spare, 0, header)
+                self._hold(name_id, size)
+                seglog.dir_dirty = True
+                return
+        seglog.unlink(spare)
 
     def adopt(self, segment_id: int) -> None:
         """``msgs.<segment_id>`` has the spare header (a retire or a reuse a crash
