@@ -237,6 +237,22 @@ def test_no_spare_is_kept_beyond_the_data_directorys_budget(
     store.close()
 
 
+def test_spares_are_deleted_when_the_disk_runs_short(tmp_path: Path, budget: DiskBudget) -> None:
+    """A spare is disk space the free-disk alarm would count: once the budget has
+    less room than the spares hold, the next sync round deletes them."""
+    d = tmp_path / "q"
+    store = SegmentStore(d, segment_size=SEGMENT)
+    for i in range(30):
+        store.append(msg(i))
+    assert drain(store) == list(range(30))
+    store.sync()
+    assert len(spares(d)) == 2
+    budget.left = SEGMENT
+    store.sync()
+    assert not spares(d) and budget.spare_bytes == 0
+    store.close()
+
+
 def test_a_purged_queue_keeps_its_files_as_spares(tmp_path: Path, budget: DiskBudget) -> None:
     d = tmp_path / "q"
     store = SegmentStore(d, segment_size=SEGMENT)

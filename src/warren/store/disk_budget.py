@@ -28,7 +28,8 @@ sync round it can ask whether its messages were among them (store/sync.py).
 (store/segment_spares.py) stay on the disk, so the free space the broker
 measures already counts them; ``spare_bytes`` is what the data directory's
 stores hold as spares, at most ``spare_limit``, and a store keeps one only
-while ``left`` has room for it (near the limit they are deleted instead).
+while ``left`` has room for it (near the limit they are deleted instead, and
+a store deletes those it holds at its next sync).
 
 One budget per data directory, found by path as the clustering mirror is
 (``budget_for``); without a broker (a store opened alone, tests) the writers

@@ -36,7 +36,8 @@ What a crash or power cut can leave, and what the next start makes of it:
 **Bounds.** At most MAX_SPARES per store, at most the data directory's
 ``DiskBudget.spare_limit`` bytes together (disk_budget.py), none larger than
 the segment size, and only while the free-disk budget has room for the file
-(near ``free_disk_min`` a retired file is deleted). Streams delete what their
+(near ``free_disk_min`` a retired file is deleted, and the next sync round
+deletes the spares held). Streams delete what their
 retention drops (readers may still map it); transient stores allocate nothing
 ahead, so there is nothing to keep. docs/storage.md, "Writing" and "Recovery".
 """
@@ -177,7 +178,21 @@ class Spares:
     def collect_locked(self, paths: list[Path]) -> None:
         """A sync round begins (caller holds the log's lock): spares the previous
         round synced are ready; pending ones are added to this round's files
-        (the caller's directory fsync covers their renames)."""
+        (the caller's directory fsync covers their renames). Near the free-disk
+        limit (the budget has less room than the spares hold) they are deleted:
+        spares never keep the disk alarm up."""
+        seglog = self.log
+        if self._held and seglog.budget.left < self._held:
+            for name_id, _size in self._pending + self._syncing + self._ready:
+                seglog.unlink(self.path(name_id))
+            log.info(
+                "%s: disk space is short: %d spare segment files deleted",
+                seglog.directory,
+                len(self),
+            )
+            self.release()
+            seglog.dir_dirty = True
+            return
         if self._syncing:
             self._ready.extend(self._syncing)
             self._syncing = []
