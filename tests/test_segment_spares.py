@@ -19,6 +19,7 @@ from warren.store.priority_store import PriorityStore
 from warren.store.segment_format import SPARE_ID, V2_HEADER_SIZE, encode_header, parse_header
 from warren.store.segment_spares import MAX_SPARES
 from warren.store.segment_store import SegmentStore
+from warren.store.stream_store import StreamStore
 
 SEGMENT = 8192  # about seven 1 KiB messages a segment
 
@@ -300,3 +301,18 @@ def test_a_transient_store_keeps_no_spares(tmp_path: Path, budget: DiskBudget) -
     store.flush()
     assert not spares(d) and os.listdir(d)
     store.close()
+
+
+def test_a_streams_retention_deletes_what_it_drops(tmp_path: Path, budget: DiskBudget) -> None:
+    """Streams keep no spares: their readers may still map a segment that
+    retention drops, and a reused file would change under them."""
+    d = tmp_path / "s"
+    stream = StreamStore(d, segment_size=SEGMENT)
+    for i in range(40):
+        stream.append(msg(i))
+    stream.sync()
+    before = len(segments(d))
+    assert stream.apply_retention(None, 2 * SEGMENT, None, 0) > 0
+    stream.sync()
+    assert len(segments(d)) < before and not spares(d) and budget.spare_bytes == 0
+    stream.close()
