@@ -162,7 +162,7 @@ def test_a_cut_during_a_reuse_loses_nothing(broker: Broker, power: PowerCutMount
     assert power.fsyncs("*spare.*") == 2
     before = broker.files()
     power.arm_ops(ops)
-    threading.Thread(target=broker.publish, args=(40,), daemon=True).start()
+    threading.Thread(target=broker.publish, args=(400,), daemon=True).start()
     assert power.frozen.wait(60), "the load never reached the cut"
     broker.cut_and_restart()
     broker.verify()
