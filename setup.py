@@ -81,6 +81,7 @@ COMPILED_MODULES = [
     "warren.store.segment_log",
     "warren.store.segment_recovery",
     "warren.store.segment_scan",
+    "warren.store.segment_spares",
     "warren.store.segment_store",
     "warren.store.stream_replica",
     "warren.store.stream_store",

@@ -74,6 +74,9 @@ class Scenario:
     queues: int = 1
     ack: int = 0  # 0: no consumer; 1: basic.ack per delivery; N: multiple=true every N
     stream: bool = False
+    #: Seconds of uncounted load first (window 100, the consumer acking): segments
+    #: filled and acknowledged, so the queue holds spare files when counting starts.
+    warmup: float = 0.0
 
     @property
     def label(self) -> str:
@@ -94,6 +97,8 @@ class Scenario:
             what += ", consumer acks each"
         elif self.ack:
             what += f", consumer acks multiple every {self.ack}"
+        if self.warmup:
+            what += f", after {self.warmup:g} s of warm-up"
         return f"{conf}; {what}"
 
 
@@ -116,6 +121,12 @@ def scenarios() -> list[Scenario]:
     for size in (16, 1024):
         for key, pubs, window in MODES[:3]:
             out.append(Scenario(f"stream-{key}-{size}", "stream", pubs, window, size, stream=True))
+    for size in (1024, 16384):
+        for key, pubs, window in MODES[:2]:
+            out.append(Scenario(f"ack{size}-{key}", "reuse", pubs, window, size, ack=1))
+            out.append(
+                Scenario(f"reuse{size}-{key}", "reuse", pubs, window, size, ack=1, warmup=3.0)
+            )
     return out
 
 
@@ -124,6 +135,8 @@ GROUPS = {
     "queues": "Many durable queues (1 KiB, the publishers round-robin over the queues)",
     "consumers": "With a consumer acknowledging (1 KiB, one durable queue, prefetch 1,000)",
     "stream": "A stream queue (no consumer)",
+    "reuse": "A consumer acknowledging each message, from a fresh queue and after a warm-up "
+    "(segments retired as spares and reused)",
 }
 
 
@@ -167,10 +180,16 @@ def measure(broker: DiskBroker, sc: Scenario, seconds: float) -> Result:
     except (OSError, wa_load.Closed) as e:
         res.error = f"declare: {e}"
         return res
+    ctx = mp.get_context("fork")
+    if sc.warmup:
+        try:
+            _warm_up(ctx, broker.port, names, sc)
+        except Exception as e:  # noqa: BLE001 (reported; the scenario is not measured)
+            res.error = f"warm-up: {e}"
+            return res
     time.sleep(0.5)
     broker.fs.syncfs()
     dev0, io0 = broker.fs.counters(), proc_io(broker.pid)
-    ctx = mp.get_context("fork")
     results = ctx.Queue()
     expected = ctx.Value("q", -1)
     procs = []
@@ -210,6 +229,34 @@ def measure(broker: DiskBroker, sc: Scenario, seconds: float) -> Result:
     with contextlib.suppress(OSError, wa_load.Closed):
         wa_load.delete(broker.port, names)
     return res
+
+
+def _warm_up(ctx: Any, port: int, names: list[str], sc: Scenario) -> None:
+    """Uncounted load before a scenario: a publisher with window 100 and a consumer
+    acking each message, until the queue is empty again."""
+    results = ctx.Queue()
+    expected = ctx.Value("q", -1)
+    consumer = ctx.Process(
+        target=_child,
+        args=(wa_load.consumer, (port, names, 1, 1000, False, expected, sc.warmup), results),
+    )
+    consumer.start()
+    time.sleep(0.3)
+    publisher = ctx.Process(
+        target=_child, args=(wa_load.publisher, (port, names, sc.size, 100, sc.warmup), results)
+    )
+    publisher.start()
+    outs: list[dict[str, Any]] = []
+    while len(outs) < 2:
+        r = results.get(timeout=sc.warmup + 180)
+        outs.append(r)
+        if "published" in r:
+            expected.value = r["published"]  # the consumer stops once it has them all
+    for p in (consumer, publisher):
+        p.join(30)
+    errors = [o["error"] for o in outs if "error" in o]
+    if errors:
+        raise RuntimeError(errors[0])
 
 
 def measure_idle(broker: DiskBroker, seconds: float) -> Result:
@@ -365,7 +412,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=float, default=6.0, help="load per scenario and broker")
     p.add_argument("--only", action="append", default=[],
-                   help="scenario keys or groups (confirms, queues, consumers, stream, perf, idle, "
+                   help="scenario keys or groups (confirms, queues, consumers, stream, reuse, perf, idle, "
                    "fsmodel), "
                    "or a prefix of a key; repeatable")  # fmt: skip
     p.add_argument("--skip-rabbitmq", action="store_true")

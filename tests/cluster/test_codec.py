@@ -32,6 +32,7 @@ frames = st.one_of(
     st.builds(c.Allocate, paths, u64),
     st.builds(c.Replace, paths, data),
     st.builds(c.Delete, paths),
+    st.builds(c.Rename, paths, paths),
     st.builds(c.Ack, u64),
     st.just(c.Heartbeat()),
     st.builds(c.Refused, st.text(max_size=50)),

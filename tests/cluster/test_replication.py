@@ -31,12 +31,19 @@ PERSISTENT = pika.BasicProperties(delivery_mode=2)
 
 
 class Leader:
-    def __init__(self, data_dir: Path, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, tls: ssl.SSLContext | None = None, **settings: Any
+    ) -> None:
         self.data_dir = data_dir
         self.replicator = Replicator(data_dir, "s3cret")
         mirror.attach(data_dir, self.replicator)
         config = Config(
-            data_dir=str(data_dir), amqp_port=0, http_port=0, mqtt_port=0, auth_failure_delay=0
+            data_dir=str(data_dir),
+            amqp_port=0,
+            http_port=0,
+            mqtt_port=0,
+            auth_failure_delay=0,
+            **settings,
         )
         self.thread = BrokerThread(config)
         self.thread.broker.replication = self.replicator
@@ -288,3 +295,46 @@ def test_a_declare_is_answered_once_the_follower_holds_it(
     finally:
         gate.set()
         follower.stop()
+
+
+def test_a_followers_copy_reuses_spare_segment_files_as_the_leader_does(tmp_path: Path) -> None:
+    """A fully acknowledged segment kept as a spare and reused (renamed) on the
+    leader is renamed on the follower too: the follower's copy reuses its own
+    file (its blocks written), and both directories hold the same files."""
+    data_dir = tmp_path / "leader"
+    lead = Leader(data_dir, segment_size=65536)
+    follower = FollowerThread(tmp_path / "follower", "f1", lead.port)
+    body = b"x" * 8000
+    try:
+        follower.run(follower.follower.synced.wait())
+        _publish_bodies(lead.thread.port, "q", [body] * 40)
+        with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", lead.thread.port)) as conn:
+            ch = conn.channel()
+            for _ in range(20):
+                method, _props, _body = ch.basic_get("q")
+                assert method is not None
+                ch.basic_ack(method.delivery_tag)
+            ch.queue_declare("q", passive=True)  # the acks were taken
+        _publish_bodies(lead.thread.port, "q", [body])  # a sync round: the spares' own
+        position = lead.thread.call(lambda: lead.replicator.position)
+        follower.run(follower.follower.wait_position(position))
+        spares = {p.name: p.stat().st_ino for p in (tmp_path / "follower").rglob("spare.*")}
+        assert len(spares) == 2
+        _publish_bodies(lead.thread.port, "q", [body] * 40)  # into the spares
+        position = lead.thread.call(lambda: lead.replicator.position)
+        follower.run(follower.follower.wait_position(position))
+        reused = {p.stat().st_ino for p in (tmp_path / "follower").rglob("msgs.*")}
+        assert set(spares.values()) <= reused
+        _stop_and_compare(lead, follower, tmp_path)
+    finally:
+        follower.stop()
+        lead.stop()
+
+
+def _publish_bodies(port: int, queue: str, bodies: list[bytes]) -> None:
+    with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port)) as conn:
+        ch = conn.channel()
+        ch.queue_declare(queue, durable=True)
+        ch.confirm_delivery()
+        for b in bodies:
+            ch.basic_publish("", queue, b, PERSISTENT)

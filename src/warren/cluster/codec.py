@@ -10,8 +10,8 @@ Strings are ``u16 size | UTF-8``, 64-bit numbers big-endian.
     leader -> follower   FileData(path, offset, data)* per requested file (offset 0
                          creates or truncates it), SyncDone
     leader -> follower   Append(path, offset, data) | Allocate(path, size) |
-                         Replace(path, data) | Delete(path), from then on, each one
-                         action of the stream
+                         Replace(path, data) | Delete(path) | Rename(path, to),
+                         from then on, each one action of the stream
     follower -> leader   Ack(position): every action up to ``position`` is written
                          and fdatasynced on the follower
     either way           Heartbeat; Refused(reason) before the leader closes
@@ -29,7 +29,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-MAGIC = b"WARREN-REPLICATION-2"
+MAGIC = b"WARREN-REPLICATION-3"
 #: Frames larger than this are refused (a file travels in chunks of CHUNK).
 MAX_FRAME = 64 * 1024 * 1024
 CHUNK = 1024 * 1024
@@ -102,6 +102,14 @@ class Allocate:
 
 
 @dataclass(frozen=True)
+class Rename:
+    """A file renamed (a segment file kept as a spare, a spare reused)."""
+
+    path: str
+    to: str
+
+
+@dataclass(frozen=True)
 class Replace:
     path: str
     data: bytes
@@ -139,12 +147,13 @@ Frame = (
     | Allocate
     | Replace
     | Delete
+    | Rename
     | Ack
     | Heartbeat
     | Refused
 )
 #: The frames that are actions of the replicated stream (each advances the position).
-Action = Append | Allocate | Replace | Delete
+Action = Append | Allocate | Replace | Delete | Rename
 
 _TYPES: dict[type, int] = {
     Hello: 1,
@@ -158,6 +167,7 @@ _TYPES: dict[type, int] = {
     Replace: 17,
     Delete: 18,
     Allocate: 19,
+    Rename: 20,
     Ack: 32,
     Heartbeat: 48,
     Refused: 127,
@@ -179,6 +189,8 @@ def encode(frame: Frame) -> bytes:
         body = _str(frame.path) + frame.data
     elif isinstance(frame, Allocate):
         body = _str(frame.path) + _U64.pack(frame.size)
+    elif isinstance(frame, Rename):
+        body = _str(frame.path) + _str(frame.to)
     elif isinstance(frame, Delete | Request):
         body = _str(frame.path)
     elif isinstance(frame, Ack | IndexEnd):
@@ -265,6 +277,8 @@ def _decode(kind: int, payload: memoryview) -> Frame:
         frame = Delete(_path(r))
     elif kind == 19:
         frame = Allocate(_path(r), r.u64())
+    elif kind == 20:
+        frame = Rename(_path(r), _path(r))
     elif kind == 4:
         frame = Request(_path(r))
     elif kind == 32:

@@ -96,7 +96,7 @@ class Follower:
                         syncer.result()  # a failed sync ends the session
                     batch = await frames.batch()
                     for frame in batch:
-                        if isinstance(frame, c.Append | c.Allocate | c.Replace | c.Delete):
+                        if isinstance(frame, c.Append | c.Allocate | c.Replace | c.Delete | c.Rename):
                             self._apply(frame)
                             self._applied += 1
                         elif isinstance(frame, c.Refused):
@@ -188,7 +188,7 @@ class Follower:
         )
 
     # -- applying actions -------------------------------------------------------------
-    def _apply(self, frame: c.Append | c.Allocate | c.Replace | c.Delete) -> None:
+    def _apply(self, frame: c.Append | c.Allocate | c.Replace | c.Delete | c.Rename) -> None:
         if isinstance(frame, c.Append):
             os.pwrite(self._open(frame.path), frame.data, frame.offset)
             self._touched.add(frame.path)
@@ -199,6 +199,8 @@ class Follower:
             except OSError as exc:  # the copy grows as it is written, as on the leader
                 log.warning("cannot allocate %s ahead: %s", frame.path, exc)
             self._touched.add(frame.path)
+        elif isinstance(frame, c.Rename):
+            self._rename(frame.path, frame.to)
         elif isinstance(frame, c.Replace):
             self._forget(frame.path)
             path = self.root / frame.path
@@ -250,6 +252,25 @@ class Follower:
         for name in [n for n in self._fds if n == rel or n.startswith(rel + "/")]:
             os.close(self._fds.pop(name))
             self._touched.discard(name)
+
+    def _rename(self, rel: str, to: str) -> None:
+        """The leader renamed a file (a segment kept as a spare, a spare reused):
+        the copy follows, its open descriptor and unsynced writes with it."""
+        self._forget(to)
+        path, target = self.root / rel, self.root / to
+        try:
+            os.rename(path, target)
+        except FileNotFoundError:  # never copied here: what follows creates it
+            log.warning("cannot rename %s: it is not here", rel)
+            return
+        fd = self._fds.pop(rel, None)
+        if fd is not None:
+            self._fds[to] = fd
+        if rel in self._touched:
+            self._touched.discard(rel)
+            self._touched.add(to)
+        self._dirs.add(path.parent)
+        self._dirs.add(target.parent)
 
     def _delete(self, rel: str) -> None:
         self._forget(rel)

@@ -186,6 +186,13 @@ class Replicator:
         if rel is not None:
             self._emit(c.encode(c.Allocate(rel, size)))
 
+    def renamed(self, path: Path, to: Path) -> None:
+        if not self.links:
+            return
+        rel, rel_to = relative(self.root, path), relative(self.root, to)
+        if rel is not None and rel_to is not None:
+            self._emit(c.encode(c.Rename(rel, rel_to)))
+
     def replaced(self, path: Path, data: bytes) -> None:
         if not self.links:
             return

@@ -24,6 +24,13 @@ the generations it lost (``SegmentLog.lost_between``), and a confirm waits in
 batches of one generation and one set of stores (amqp/confirms.py), so after the
 sync round it can ask whether its messages were among them (store/sync.py).
 
+**Spares.** Fully acknowledged segment files kept for reuse
+(store/segment_spares.py) stay on the disk, so the free space the broker
+measures already counts them; ``spare_bytes`` is what the data directory's
+stores hold as spares, at most ``spare_limit``, and a store keeps one only
+while ``left`` has room for it (near the limit they are deleted instead, and
+a store deletes those it holds at its next sync).
+
 One budget per data directory, found by path as the clustering mirror is
 (``budget_for``); without a broker (a store opened alone, tests) the writers
 share ``UNMETERED``, which never runs out.
@@ -35,10 +42,12 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["UNLIMITED", "UNMETERED", "DiskBudget", "attach", "budget_for", "detach"]
+__all__ = ["SPARE_LIMIT", "UNLIMITED", "UNMETERED", "DiskBudget", "attach", "budget_for", "detach"]
 
 #: A budget that cannot run out in practice (and stays a short int when compiled).
 UNLIMITED = 1 << 60
+#: What a data directory's stores may hold as spare segment files, together.
+SPARE_LIMIT = 256 * 1024 * 1024
 
 
 class DiskBudget:
@@ -53,6 +62,9 @@ class DiskBudget:
         self.left = UNLIMITED
         #: Write generation (see the module's docstring).
         self.gen = 1
+        #: Bytes of spare segment files the stores hold, and how many they may.
+        self.spare_bytes = 0
+        self.spare_limit = SPARE_LIMIT
         self._on_spent = on_spent
         self._on_failed = on_failed
 

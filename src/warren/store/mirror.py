@@ -4,8 +4,9 @@ Clustering replicates a leader's data directory to its followers byte for
 byte (docs/clustering.md). Rather than watch the file system, the code that
 writes reports each change as it hands it to the OS: bytes appended at an
 offset, space allocated ahead of a file's data, a file's whole new content (a
-rewrite or an atomic replace), a file or directory deleted. A store looks up its directory's mirror once, when it is
-made; without clustering there is none and the writers skip the reports.
+rewrite or an atomic replace), a file renamed, a file or directory deleted. A
+store looks up its directory's mirror once, when it is made; without
+clustering there is none and the writers skip the reports.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ class FileMirror(Protocol):
     def allocated(self, path: Path, size: int) -> None:
         """``path`` (created if new) has ``size`` bytes allocated ahead of its
         data (posix_fallocate: zeros, the file at least that long)."""
+        ...
+
+    def renamed(self, path: Path, to: Path) -> None:
+        """``path`` was renamed to ``to`` (in the same directory; ``to`` did not
+        exist): a segment file kept as a spare, or a spare reused."""
         ...
 
     def replaced(self, path: Path, data: bytes) -> None:

@@ -29,6 +29,7 @@ from warren.store import damage
 from warren.store.definitions import DEFINITION_FILE, decode_line
 from warren.store.layout import hashed, vhost_name
 from warren.store.mirror import mirror_for
+from warren.store.segment_spares import SPARE_NAME
 
 log = logging.getLogger("warren.store")
 
@@ -74,11 +75,14 @@ def read_definition_file(directory: Path) -> dict[str, Any] | None:
 
 
 def data_bytes(directory: Path) -> int:
-    """Bytes of every file under ``directory`` but its definition.json."""
+    """Bytes of every file under ``directory`` but its definition.json and spare
+    segment files (store/segment_spares.py: they hold no data)."""
     total = 0
     for dirpath, _dirs, files in os.walk(directory):
         for name in files:
             if name == DEFINITION_FILE and dirpath == str(directory):
+                continue
+            if SPARE_NAME.fullmatch(name):
                 continue
             with contextlib.suppress(OSError):
                 total += os.stat(os.path.join(dirpath, name)).st_size

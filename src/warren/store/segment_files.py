@@ -127,7 +127,11 @@ class SegmentFiles:
     def __init__(
         self, directory: Path, segment_size: int, preallocate: bool = True, format_version: int = 2
     ) -> None:
-        self._log = SegmentLog(Path(directory), segment_size, preallocate, format_version)
+        # A classic queue's fully acknowledged segment files are kept for reuse
+        # (store/segment_spares.py).
+        self._log = SegmentLog(
+            Path(directory), segment_size, preallocate, format_version, recycle=True
+        )
         self._dir = self._log.directory
         self._segs: dict[int, SegmentState] = {}  # ascending id (insertion order)
         # Shared with sync() in a worker thread: deque.append/popleft are atomic, the

@@ -21,6 +21,8 @@ the salt, its lowest bit set (so eight zero bytes are never a mark). Data ends
 at the first mark after the last record. Every record's CRC is seeded with the
 salt too, so a record copied from another file (or left there by an earlier
 life of the file, should files ever be reused) never checks out in this one.
+A file kept for reuse (a *spare*, store/segment_spares.py) has a header
+naming segment id 0 (no segment has it): it holds no data, whatever its name.
 A clean close writes a *close mark* (kind 1) instead: the next start may
 append after it, where after a crash (an end mark, kind 0) writes that never
 reached the disk whole could have left records of this life further on, so a
@@ -39,6 +41,7 @@ __all__ = [
     "END_MARK",
     "FILE_MAGIC",
     "MARK_SIZE",
+    "SPARE_ID",
     "V1",
     "V1_HEADER_SIZE",
     "V2",
@@ -59,6 +62,8 @@ V2 = 2
 V1_HEADER_SIZE = 8
 V2_HEADER_SIZE = 24
 MARK_SIZE = 8
+#: The segment id in a spare's header: the file holds no data (ids start at 1).
+SPARE_ID = 0
 #: mark_at()'s answers: an end mark, a close mark (0: no mark).
 END_MARK = 1
 CLOSE_MARK = 2

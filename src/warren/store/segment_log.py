@@ -16,7 +16,8 @@ The log knows nothing of consumers. Its owners add what they need on top: the
 classic queue's single cursor, acks and requeues (segment_store.SegmentStore),
 a stream's offsets and independent readers, a replica's copy. An owner drops
 whole segments when it no longer needs them (fully acknowledged, or past a
-stream's retention).
+stream's retention). A classic queue's log keeps dropped files as spares and
+starts new segments in them (``recycle``: store/segment_spares.py).
 
 Threading: appends, reads and drops belong to the owner's thread (the event
 loop). The owner's sync() may run in a worker thread: ``lock`` guards the write
@@ -63,6 +64,7 @@ from warren.store.segment_format import (
 )
 from warren.store.segment_scan import RecordScan
 from warren.store.segment_scan import scan as scan_segment
+from warren.store.segment_spares import Spares
 
 __all__ = [
     "MAX_SEGMENT_ID",
@@ -96,6 +98,7 @@ class SegmentLog:
     ends). ``preallocate`` False: files grow as they are written (transient
     stores, which are never synced, need no allocation ahead).
     ``format_version`` 1 writes the old format: only for tests of reading it.
+    ``recycle``: dropped segment files are kept as spares and reused.
     """
 
     def __init__(
@@ -104,6 +107,7 @@ class SegmentLog:
         segment_size: int = 8 * 1024 * 1024,
         preallocate: bool = True,
         format_version: int = V2,
+        recycle: bool = False,
     ) -> None:
         if not V2_HEADER_SIZE + MARK_SIZE < segment_size <= OFFSET_MASK:
             raise ValueError(f"segment_size must be in ({V2_HEADER_SIZE + MARK_SIZE}, 2**32)")
@@ -113,6 +117,7 @@ class SegmentLog:
         self.segment_size = segment_size
         self.preallocate = preallocate and format_version == V2
         self.version = format_version
+        self.recycle = recycle and self.preallocate
         #: Guards the write file and the sync bookkeeping (shared with the owner's files).
         self.lock = threading.Lock()
         self.closed = False
@@ -159,6 +164,8 @@ class SegmentLog:
         self.on_lost: Callable[[int, int, bytes], int] | None = None
         self._losses: list[tuple[int, int, bytes, OSError]] = []  # not yet reported
         self._owner = threading.get_ident()
+        #: Dropped segment files kept for reuse (store/segment_spares.py).
+        self.spares = Spares(self)
 
     def __repr__(self) -> str:
         return f"<SegmentLog {str(self.directory)!r}>"
@@ -217,7 +224,7 @@ class SegmentLog:
         pos = self.write_pos
         tail = MARK_SIZE if self.version == V2 else 0
         new = not self.write_id or (pos + n + tail > self.segment_size and pos > self._start)
-        have = 0 if new else self._allocated
+        have = (self.spares.ready_size() if self.recycle else 0) if new else self._allocated
         needed = V2_HEADER_SIZE + n + tail if new else pos + n + tail
         target = target_size(self, needed, have)
         if target > have:
@@ -245,9 +252,9 @@ class SegmentLog:
         creation), ahead of the ``needed`` bytes. A file system that cannot
         allocate ahead (or a full disk: the write-out will say) grows the file
         as it is written."""
-        if self.preallocate and target > needed and self._fd >= 0:
+        if self.preallocate and target > needed and target > self._allocated and self._fd >= 0:
             target = fallocate(self, self._fd, self._allocated, target, needed)
-        self._allocated = target
+        self._allocated = max(self._allocated, target)
 
     def put(self, rec: bytes) -> int:
         """append()'s second half, right after make_room(len(rec)): its position."""
@@ -260,7 +267,7 @@ class SegmentLog:
         """Close the write segment (written out) and start the next for a record
         of ``n`` bytes: a new id, a new salt, its file created and allocated (to
         ``target``, as charged; 0: as _target says) now, or, if that fails, at the
-        first write-out."""
+        first write-out. A ready spare is taken instead when there is one."""
         if self.closed:
             raise ValueError(f"{self!r} is closed")
         with self.lock:
@@ -269,11 +276,18 @@ class SegmentLog:
             v2 = self.version == V2
             start = V2_HEADER_SIZE if v2 else V1_HEADER_SIZE
             fd = -1
+            allocated = 0
             while True:
                 sid = self._next_id
                 if sid > MAX_SEGMENT_ID:
                     raise OverflowError(f"{self.directory}: segment ids exhausted")
                 self._next_id = sid + 1
+                if self.recycle and self.spares.ready_size():
+                    if os.path.lexists(self.msgs_path(sid)):
+                        continue  # a file we could not recover: never reuse its id
+                    fd, allocated = self.spares.take(sid)
+                    if fd >= 0:
+                        break
                 try:
                     fd = os.open(self.msgs_path(sid), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
                 except FileExistsError:  # a file we could not recover: never reuse its id
@@ -289,7 +303,7 @@ class SegmentLog:
             self._fd = fd
             self._create = fd < 0
             self._flushed = 0
-            self._allocated = 0
+            self._allocated = allocated
             self._chunks = [encode_header(sid, salt) if v2 else _V1_HEADER]
             self.write_pos = start
             self._flushed_gen = self.budget.gen
@@ -488,23 +502,6 @@ class SegmentLog:
                 self.mirror.appended(self.msgs_path(sid), at, closing)
         self.report_losses()
 
-    def mark_end(self, segment_id: int, end: int, seed: int) -> None:
-        """Write an end mark at ``end`` of a segment recovery found ending there
-        without one (best effort: without it, the next start finds the same)."""
-        path = self.msgs_path(segment_id)
-        data = mark(end, seed)
-        try:
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                os.pwrite(fd, data, end)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            log.warning("%s: cannot mark the end of %s: %s", self.directory, path.name, exc)
-            return
-        if self.mirror is not None and self.mirror.wants_data():
-            self.mirror.appended(path, end, data)
-
     def continue_segment(self, segment_id: int, end: int, allocated: int) -> None:
         """After recovery: keep appending to ``segment_id`` (version 2, its data
         ending at the close mark a clean close left at ``end``; its file
@@ -590,7 +587,8 @@ class SegmentLog:
 
     # -- dropping -------------------------------------------------------------------------
     def drop_locked(self, segment_id: int) -> None:
-        """Delete a segment file the owner no longer needs (caller holds ``lock``)."""
+        """Delete a segment file the owner no longer needs, or keep it as a spare
+        (caller holds ``lock``)."""
         if segment_id == self.write_id:
             # Not written out: every record in it is gone anyway.
             self._chunks = []
@@ -599,8 +597,13 @@ class SegmentLog:
             self._create = False
         self._unsynced.discard(segment_id)
         self._files.pop(segment_id, None)
+        self.retire_file(segment_id)
+
+    def retire_file(self, segment_id: int) -> None:
+        """A segment file with nothing left in it: a spare, or deleted."""
         self.dir_dirty = True
-        self.unlink(self.msgs_path(segment_id))
+        if not (self.recycle and self.spares.keep(segment_id)):
+            self.unlink(self.msgs_path(segment_id))
 
     def unlink(self, path: Path) -> None:
         """Delete a file of this log's directory (and tell the mirror)."""
@@ -658,6 +661,7 @@ class SegmentLog:
                 self._synced_at = mark
         paths.extend(self.msgs_path(i) for i in self._unsynced)
         self._unsynced.clear()
+        self.spares.collect_locked(paths)
 
     def collect_dirs_locked(self, dirs: list[Path]) -> None:
         """Add the directories a sync must fsync (caller holds ``lock``): this log's
@@ -680,6 +684,7 @@ class SegmentLog:
             self.write_id = 0  # appending now raises (a closed log starts no segment)
             self._chunks = []
             self._close_write_file()
+            self.spares.release()
 
     def delete(self) -> None:
         """Close everything and remove the directory with every file in it."""
@@ -687,6 +692,7 @@ class SegmentLog:
             self.closed = True
             self._chunks = []
             self._close_write_file()
+            self.spares.release()
         self.write_id = 0
         self._files.clear()
         shutil.rmtree(self.directory, ignore_errors=True)

@@ -6,8 +6,9 @@ matched with its ack file (store/ack_files.py): acked and (unless asked
 otherwise) transient records become dead, damaged ack batches are kept aside
 and skipped (their messages come back), an ack file with entries past the data,
 at damaged bytes or torn is pruned and rewritten atomically (temp file +
-rename), a segment with nothing left is deleted, an ack file without its
-segment too. A segment that cannot be read is left untouched and unserved; a
+rename), a segment with nothing left is kept as a spare or deleted
+(store/segment_spares.py: so is a file whose header says spare, and spare files
+are counted), an ack file without its segment is deleted. A segment that cannot be read is left untouched and unserved; a
 failure to list the directory starts the queue empty. Also step_over_damage,
 what the read path does with a record that stopped checking out, and
 scan_segment, which reads ready records' timestamps and properties for the
@@ -32,6 +33,7 @@ from warren.store.records import MIN_RECORD_SIZE
 from warren.store.segment_damage import damage_reason, keep_aside, report, survey
 from warren.store.segment_files import NO_SKIP, SegmentState, acks_path
 from warren.store.segment_log import MSGS_NAME, RecordScan, SegmentLog
+from warren.store.segment_spares import SPARE_NAME
 
 log = logging.getLogger("warren.store")
 
@@ -57,6 +59,7 @@ def recover(
     try:
         seg_ids: set[int] = set()
         ack_ids: set[int] = set()
+        spare_ids: list[int] = []
         for name in os.listdir(directory):
             if _TMP_NAME.fullmatch(name):
                 seglog.unlink(directory / name)  # an interrupted ack-file rewrite
@@ -68,7 +71,13 @@ def recover(
             match = _ACKS_NAME.fullmatch(name)
             if match is not None:
                 ack_ids.add(int(match.group(1)))
-        seglog.reserve_ids(max(seg_ids | ack_ids, default=0))
+                continue
+            match = SPARE_NAME.fullmatch(name)
+            if match is not None:
+                spare_ids.append(int(match.group(1)))
+        seglog.reserve_ids(max(seg_ids | ack_ids | set(spare_ids), default=0))
+        for sid in sorted(spare_ids):
+            seglog.spares.found(sid)
         last: RecordScan | None = None
         for sid in sorted(seg_ids):
             where = seglog.msgs_path(sid).name
@@ -86,6 +95,9 @@ def recover(
                 segs[sid] = seg
         for sid in ack_ids - seg_ids:  # messages deleted, crash before the acks were
             seglog.unlink(acks_path(directory, sid))
+        for sid in ack_ids & seg_ids:  # a spare (by its header) or never written: no data
+            if sid not in segs and not os.path.lexists(seglog.msgs_path(sid)):
+                seglog.unlink(acks_path(directory, sid))
         if seg_ids and max(seg_ids) in segs and last is not None and last.clean:
             # Keep appending to the last segment, after its end mark (a file whose
             # data did not end cleanly, or of version 1, is never written again);
@@ -293,9 +305,9 @@ def _rewrite_acks(seglog: SegmentLog, sid: int, offsets: list[int]) -> None:
 
 
 def _unlink_pair(seglog: SegmentLog, sid: int) -> None:
-    # Messages first: a crash in between leaves an orphan ack file (removed on
-    # recovery), never a message file whose acks are gone.
-    seglog.unlink(seglog.msgs_path(sid))
+    # Messages first (kept as a spare, or deleted): a crash in between leaves an
+    # orphan ack file (removed on recovery), never a message file whose acks are gone.
+    seglog.retire_file(sid)
     seglog.unlink(acks_path(seglog.directory, sid))
 
 

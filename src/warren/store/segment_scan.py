@@ -37,11 +37,13 @@ from warren.store.segment_damage import (
 from warren.store.segment_format import (
     FILE_MAGIC,
     MARK_SIZE,
+    SPARE_ID,
     V1,
     V1_HEADER_SIZE,
     V2,
     V2_HEADER_SIZE,
     Header,
+    mark,
     mark_at,
     parse_header,
     recover_seed,
@@ -62,7 +64,8 @@ _NONZERO = re.compile(b"[^\x00]")
 
 def scan(seglog: SegmentLog, segment_id: int) -> RecordScan | None:
     """One pass over a segment's records, for recovery (see RecordScan); None
-    when the file is not a segment (left untouched), was never written (a torn
+    when the file is not a segment (left untouched), is a spare (its header
+    says so: store/segment_spares.py), was never written (a torn
     header, a file of zeros: removed), or its intact
     header names another segment (not read, left untouched). A damaged header
     is read past when records check out after it (the file is ours); another
@@ -77,6 +80,11 @@ def scan(seglog: SegmentLog, segment_id: int) -> RecordScan | None:
         os.close(fd)
     header = parse_header(head)
     if not header.problem:
+        if header.version == V2 and header.segment_id == SPARE_ID:
+            if m is not None:
+                m.close()
+            seglog.spares.adopt(segment_id)  # no data: a retire or reuse cut short
+            return None
         if header.version == V2 and header.segment_id != segment_id:
             if m is not None:
                 m.close()
@@ -293,10 +301,28 @@ class RecordScan:
             )
             # Mark the end found, so that later starts find it as usual (nothing
             # after it checks out: no record of this life is covered).
-            self.log.mark_end(self.segment_id, self._open_end, self.header.seed)
+            mark_end(self.log, self.segment_id, self._open_end, self.header.seed)
             self._open_end = -1
         if self._cut is not None:
             os.truncate(self.log.msgs_path(self.segment_id), self._cut)
             self.size = self.end = self._cut
             self._cut = None
         self.log.adopt(self.segment_id, self.header.seed, self.header.start, self.end)
+
+
+def mark_end(seglog: SegmentLog, segment_id: int, end: int, seed: int) -> None:
+    """Write an end mark at ``end`` of a segment recovery found ending there
+    without one (best effort: without it, the next start finds the same)."""
+    path = seglog.msgs_path(segment_id)
+    data = mark(end, seed)
+    try:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, data, end)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        log.warning("%s: cannot mark the end of %s: %s", seglog.directory, path.name, exc)
+        return
+    if seglog.mirror is not None and seglog.mirror.wants_data():
+        seglog.mirror.appended(path, end, data)
