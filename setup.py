@@ -117,6 +117,7 @@ NATIVE = [
             "src/warren/_fastpath_run.c",
             "src/warren/_fastpath_deliver.c",
             "src/warren/_fastpath_records.c",
+            "src/warren/_fastpath_spark.c",
         ],
         ["src/warren/_fastpath.h"],
     ),

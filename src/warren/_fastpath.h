@@ -1,7 +1,7 @@
 /* warren._fastpath's shared declarations (its sources: _fastpath.c, the module;
  * _fastpath_scan.c, scan_publishes; _fastpath_run.c, the PublishRun type;
  * _fastpath_deliver.c, deliver_frames; _fastpath_records.c, encode_records and
- * the CRC-32). The byte helpers and the property-list checks are static inline
+ * the CRC-32; _fastpath_spark.c, the Spark source's read loop). The byte helpers and the property-list checks are static inline
  * here, so each file that loops over messages keeps them inlined.
  */
 #ifndef WARREN_FASTPATH_H
@@ -43,6 +43,7 @@ FP_INTERNAL PyObject *deliver_frames(PyObject *self, PyObject *const *args, Py_s
 FP_INTERNAL PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *fp_crc32(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *fp_crc_ok(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+FP_INTERNAL PyObject *scan_stream_deliveries(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *fp_find_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL void crc_init(void);
 
