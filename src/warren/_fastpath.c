@@ -22,10 +22,15 @@
  * stream deliveries of the common shape: their values go to column buffers
  * that become Arrow arrays without a Python object per row.
  *
+ * deliver_records() frames a stream consumer's deliveries straight from the
+ * segment store's records in a memory map (core/stream_queue.py's backlog
+ * path); the per-message path (StreamCursor.next, AMQPConsumer.deliver) is
+ * its reference.
+ *
  * The sources: this file (the module and its init), _fastpath.h (what they
  * share), _fastpath_scan.c, _fastpath_run.c (the PublishRun type),
- * _fastpath_deliver.c, _fastpath_records.c and _fastpath_spark.c, compiled into
- * one extension.
+ * _fastpath_deliver.c, _fastpath_records.c, _fastpath_spark.c and _fastpath_stream.c,
+ * compiled into one extension.
  * setup.py builds it when a C compiler is there; when it cannot, Warren runs
  * publish_run.py instead. WARREN_PURE_PYTHON=1 makes Warren ignore it
  * (publish_run.py decides).
@@ -49,6 +54,9 @@ static PyMethodDef module_methods[] = {
     {"scan_stream_deliveries", (PyCFunction)(void (*)(void))scan_stream_deliveries, METH_FASTCALL,
      "scan_stream_deliveries(buf, pos, start, last, first_seen, max_rows, max_bytes, columns) "
      "-> (pos, deliveries, tag, status, offset)"},
+    {"deliver_records", (PyCFunction)(void (*)(void))deliver_records, METH_FASTCALL,
+     "deliver_records(buf, pos, limit, seed, max_n, channel, deliver_head, first_tag, "
+     "frame_max) -> (frames, n, end, sizes)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -130,6 +130,7 @@ def test_the_c_loop_takes_the_common_shape_in_whole_batches() -> None:
         batches += scanner.take()
     assert [len(b.buffers) for b in batches] == [4096, 4096, 1808]
     assert not any(b.offsets for b in batches)
+    assert [b.last_offset for b in batches] == [4095, 8191, n - 1]  # where a retry resumes
     assert scanner.tag == n and scanner.unacked == n
     got = [r for b in batches for r in to_batch(b, QUEUE).to_pylist()]
     assert [r["offset"] for r in got] == list(range(n))

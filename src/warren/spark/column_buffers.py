@@ -12,6 +12,7 @@ length. spark/scan.py's Python loop is the reference and the fallback
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,7 @@ native_scan: Callable[..., tuple[int, int, int, int, int]] | None = (
 )
 
 _INT64 = pa.int64()
+_I64 = struct.Struct("=q")  # native order, as the C loop writes
 _BINARY = pa.binary()
 _STRING = pa.string()
 
@@ -52,6 +54,12 @@ class ColumnBuffers:
 
     def __len__(self) -> int:
         return len(self.columns[0]) // 8
+
+    @property
+    def last_offset(self) -> int:
+        """The last row's offset (there is one)."""
+        last: int = _I64.unpack_from(self.columns[0], len(self.columns[0]) - 8)[0]
+        return last
 
     @property
     def size(self) -> int:

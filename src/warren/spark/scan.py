@@ -94,6 +94,11 @@ class Rows:
     def __len__(self) -> int:
         return len(self.offsets) + len(self.buffers)
 
+    @property
+    def last_offset(self) -> int:
+        """The offset of the batch's last row (it has one)."""
+        return self.buffers.last_offset if len(self.buffers) else self.offsets[-1]
+
 
 def header_text(value: Any) -> str | None:
     """A header value as the string the ``headers`` map column holds: strings as they
