@@ -20,7 +20,8 @@
  *
  * scan_stream_deliveries() is the Spark source's read loop (spark/scan.py) for
  * stream deliveries of the common shape: their values go to column buffers
- * that become Arrow arrays without a Python object per row.
+ * that become Arrow arrays without a Python object per row; encode_publishes()
+ * is the sink's (spark/publish.py): a body column's rows to publish frames.
  *
  * deliver_records() frames a stream consumer's deliveries straight from the
  * segment store's records in a memory map (core/stream_queue.py's backlog
@@ -54,6 +55,9 @@ static PyMethodDef module_methods[] = {
     {"scan_stream_deliveries", (PyCFunction)(void (*)(void))scan_stream_deliveries, METH_FASTCALL,
      "scan_stream_deliveries(buf, pos, start, last, first_seen, max_rows, max_bytes, columns) "
      "-> (pos, deliveries, tag, status, offset)"},
+    {"encode_publishes", (PyCFunction)(void (*)(void))encode_publishes, METH_FASTCALL,
+     "encode_publishes(data, ends, at, lo, hi, method, prefix, first_row, entry, persistent, "
+     "frame_max) -> bytes"},
     {"deliver_records", (PyCFunction)(void (*)(void))deliver_records, METH_FASTCALL,
      "deliver_records(buf, pos, limit, seed, max_n, channel, deliver_head, first_tag, "
      "frame_max) -> (frames, n, end, sizes)"},

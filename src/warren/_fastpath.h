@@ -46,6 +46,7 @@ FP_INTERNAL PyObject *fp_crc32(PyObject *self, PyObject *const *args, Py_ssize_t
 FP_INTERNAL PyObject *fp_crc_ok(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *scan_stream_deliveries(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *fp_find_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+FP_INTERNAL PyObject *encode_publishes(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *deliver_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL void crc_init(void);
 /* Whether a whole segment-store record starts at p[q] within limit, its CRC
