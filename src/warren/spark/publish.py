@@ -398,12 +398,30 @@ class Publisher:
         return self.acked_upto + len(self.singles)
 
     def open(self) -> Publisher:
-        client = connect(self.options.endpoint, self.timeout_s, name="warren-spark sink")
-        self.client = client
-        client.channel_open(1)
-        client.confirm_select(1)
-        self.buf = client.unread()
-        return self
+        """Connect (connect() waits for a broker as the retry options say) and open
+        the confirm-mode channel; a connection lost while opening the channel (a
+        broker that is just stopping or starting) is tried again, counted
+        against ``maxRetries``."""
+        while True:
+            client = connect(self.options.endpoint, self.timeout_s, name="warren-spark sink")
+            try:
+                client.channel_open(1)
+                client.confirm_select(1)
+            except (OSError, EOFError, AMQPError) as exc:
+                client.abort()
+                if isinstance(exc, AMQPError) and exc.reply_code not in (0, spec.CONNECTION_FORCED):
+                    raise SinkError(f"the broker refused the sink's channel: {exc}") from None
+                self.reconnects += 1
+                if self.reconnects > self.options.endpoint.max_retries:
+                    raise ConnectionLost(
+                        f"lost the connection to {redact(self.options.url)} while opening "
+                        f"a channel: {exc or type(exc).__name__}"
+                    ) from None
+                log.warning("the sink's connection was lost while opening (%s); again", exc)
+                continue
+            self.client = client
+            self.buf = client.unread()
+            return self
 
     @property
     def frame_max(self) -> int:
@@ -468,14 +486,22 @@ class Publisher:
                 self._republish()
 
     def _republish(self) -> None:
-        self.abort()
         pending = list(self.unconfirmed)
-        self.unconfirmed.clear()
-        self.published = self.acked_upto = 0
-        self.singles = set()
-        self.open()
-        for _last, frames, count in pending:
-            self._send(frames, count)
+        while True:
+            self.abort()
+            self.unconfirmed.clear()
+            self.published = self.acked_upto = 0
+            self.singles = set()
+            self.open()
+            try:
+                for _last, frames, count in pending:
+                    self._send(frames, count)
+                return
+            except ConnectionLost as exc:
+                self.reconnects += 1
+                if self.reconnects > self.options.endpoint.max_retries:
+                    raise
+                log.warning("%s; connecting again", exc)
 
     def _read(self, block: bool) -> None:
         client = self.client
