@@ -15,18 +15,12 @@ from typing import Any
 import pytest
 
 from .helpers import BrokerInfo, channel, declare_queue, drain, message_count
+from .test_sink import writer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from procs import start_warren  # noqa: E402
 
 pytestmark = pytest.mark.spark
-
-
-def writer(df: Any, url: str, **options: Any) -> Any:
-    w = df.write.format("warren").option("url", url).mode("append")
-    for key, value in options.items():
-        w = w.option(key, str(value))
-    return w
 
 
 def test_kafka_columns_and_unroutable_rows(

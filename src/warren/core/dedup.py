@@ -211,29 +211,32 @@ class Deduplicator:
             header = name
         return cls(size, ttl, header, clock)
 
-    def seen(self, msg: Message) -> bool:
-        """Whether the message is a duplicate; if it is not, its key is recorded."""
-        headers = msg.headers
+    def _key_and_ttl(self, headers: dict[str, Any] | None) -> tuple[Any, int | None] | None:
+        """The key header's value and the message's own TTL (None: the default);
+        None without a key."""
         if not headers:
-            return False
+            return None
         value = headers.get(self.header)
         if value is None:
-            return False
+            return None
         ttl = headers.get(TTL_HEADER)
         if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 0:
             ttl = None
-        return self.check(value, ttl)
+        return value, ttl
+
+    def seen(self, msg: Message) -> bool:
+        """Whether the message is a duplicate; if it is not, its key is recorded."""
+        found = self._key_and_ttl(msg.headers)
+        return False if found is None else self.check(*found)
 
     def entry_of(self, headers: dict[str, Any] | None, seen: float) -> KeyEntry | None:
         """The entry a message with these headers, first seen at ``seen`` (its
         record's timestamp), leaves in the cache; None without a key."""
-        if not headers:
+        found = self._key_and_ttl(headers)
+        if found is None:
             return None
-        value = headers.get(self.header)
-        if value is None:
-            return None
-        ttl = headers.get(TTL_HEADER)
-        if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 0:
+        value, ttl = found
+        if ttl is None:
             ttl = self.ttl
         return (key_of(value), seen, None if ttl is None else seen + ttl)
 
