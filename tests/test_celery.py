@@ -6,6 +6,7 @@ broker over TCP exactly as a separate worker process would.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -82,6 +83,11 @@ class Tasks:
 def running_worker(url: str, **conf: Any) -> Iterator[Tasks]:
     t = Tasks(url)
     t.app.conf.update(conf)
+    # Celery's embedded worker sets up logging for the whole process: the root
+    # logger's level goes to ERROR, so later tests in this process would see no
+    # warnings in caplog. Put the root logger back as it was.
+    root = logging.getLogger()
+    saved_level, saved_handlers = root.level, list(root.handlers)
     try:
         with start_worker(
             t.app, pool="solo", concurrency=1, perform_ping_check=False, shutdown_timeout=15
@@ -96,6 +102,8 @@ def running_worker(url: str, **conf: Any) -> Iterator[Tasks]:
         t.app.pool.force_close_all()
         kombu.pools.reset()  # the producer pools are global, keyed by broker URL
         t.app.close()
+        root.setLevel(saved_level)
+        root.handlers[:] = saved_handlers
 
 
 @pytest.fixture

@@ -77,13 +77,22 @@ def health_alarms(b: BrokerThread) -> tuple[int, dict[str, object]]:
 
 
 def test_fast_publishers_are_blocked_a_bounded_amount_past_free_disk_min(
-    small_disk: Path, broker_factory: Callable[..., BrokerThread]
+    tmp_path: Path, broker_factory: Callable[..., BrokerThread]
 ) -> None:
     # Four publishers of 1 MiB messages and one of 64 KiB ones, as fast as they can:
     # the broker must block them all before free space falls far below the limit
     # (docs/storage.md: one socket read and the message it completes per
     # publishing connection), and close none of them.
-    limit = 24 * MiB
+    # The limit leaves room for what is in flight when they are unblocked (up to
+    # 4 x 4 MiB + 2 MiB, on top of the overshoot): else they are blocked again.
+    limit = 56 * MiB
+    with tmpfs(tmp_path / "disk", 96 * MiB) as small_disk:
+        fast_publishers_blocked(small_disk, limit, broker_factory)
+
+
+def fast_publishers_blocked(
+    small_disk: Path, limit: int, broker_factory: Callable[..., BrokerThread]
+) -> None:
     b = broker_factory(data_dir=small_disk / "data", free_disk_min=limit)
     pubs = [ConfirmPublisher(b.port, f"big{i}", MiB, window=4) for i in range(4)]
     pubs.append(ConfirmPublisher(b.port, "small", 64 * 1024, window=32))
