@@ -9,12 +9,16 @@ Spark runs local[2], as in the tests. Measured, each the best of --repeat runs:
 * read: ``spark.read.format("warren")`` of N messages (--size bytes each, no
   properties, published beforehand by a raw publisher) into Spark's ``noop``
   sink, end to end: planning, the reads in the executors, Spark's own work;
-* write: ``df.write.format("warren")`` of N cached rows (a string ``body`` of
-  --size bytes) into a fresh stream, until the broker confirmed every message;
+  and the same for each minPartitions of --partitions (the scaling curve);
+* write: ``df.write.format("warren")`` of --write-messages cached rows (a
+  string ``body`` of --size bytes) into a fresh stream, until the broker
+  confirmed every message;
 * the ceilings on the same machine: Spark's ``rate-micro-batch`` source into
   ``noop`` (Spark alone), a Python data source that yields the warren
   schema's Arrow batches from memory (Spark plus the Python data source
-  path, no broker), and a Python sink that only counts its rows;
+  path, no broker), a Python sink that only counts its rows, and
+  ``spark.range(N)`` with the same body written as Parquet (Spark's own
+  reader and writer, no Python);
 * the reader without Spark: the executors' read loop in two processes.
 
 Broker, Spark and the Python workers share the machine's CPUs.
@@ -263,10 +267,17 @@ def reader_alone(url: str, queue: str, first: int, end: int, parts: int = 2) -> 
 # -- the run ----------------------------------------------------------------------------------
 
 
-def run(url: str, count: int, size: int, repeat: int) -> dict[str, Any]:
+def run(
+    url: str, count: int, size: int, repeat: int, write_count: int, partitions: list[int]
+) -> dict[str, Any]:
     from warren.spark.stream import Planner
 
-    results: dict[str, Any] = {"messages": count, "body_bytes": size}
+    results: dict[str, Any] = {
+        "messages": count,
+        "body_bytes": size,
+        "write_messages": write_count,
+        "load_average_start": os.getloadavg(),
+    }
     with Client(url) as probe:
         props = probe.server_properties
     results["broker"] = (
@@ -316,12 +327,25 @@ def run(url: str, count: int, size: int, repeat: int) -> dict[str, Any]:
     )
     results["python_source_ceiling"] = count / t
 
+    log("ceiling: spark.range(...).write.parquet")
+    with tempfile.TemporaryDirectory(prefix="warren-spark-bench-parquet-") as tmp:
+        t, _ = best(
+            repeat,
+            lambda: (
+                spark.range(count)
+                .selectExpr("id as offset", f"unhex(repeat('00', {size})) as body")
+                .write.mode("overwrite")
+                .parquet(f"{tmp}/out")
+            ),
+        )
+    results["parquet_ceiling"] = count / t
+
     log("ceiling: a Python sink that only counts")
     spark.dataSource.register(counting_sink())
-    rows = spark.range(count).selectExpr(f"repeat('x', {size}) as body").cache()
+    rows = spark.range(write_count).selectExpr(f"repeat('x', {size}) as body").cache()
     rows.count()
     t, _ = best(repeat, lambda: rows.write.format("warren_bench_counting").mode("append").save())
-    results["python_sink_ceiling"] = count / t
+    results["python_sink_ceiling"] = write_count / t
 
     log("read: spark.read.format('warren') into noop")
     df = spark.read.format("warren").option("url", url).option("queue", "spark-bench-read")
@@ -330,6 +354,15 @@ def run(url: str, count: int, size: int, repeat: int) -> dict[str, Any]:
     t, times = best(repeat, lambda: df.load().write.format("noop").mode("overwrite").save())
     results["read"] = count / t
     results["read_times_s"] = [round(x, 2) for x in times]
+    curve = {}
+    for p in partitions:
+        log(f"read with minPartitions {p}")
+        part = df.option("minPartitions", p)
+        t, _ = best(
+            repeat, lambda part=part: part.load().write.format("noop").mode("overwrite").save()
+        )
+        curve[str(p)] = count / t
+    results["read_by_partitions"] = curve
 
     log("write: df.write.format('warren') into a fresh stream")
     writes = 0
@@ -343,13 +376,14 @@ def run(url: str, count: int, size: int, repeat: int) -> dict[str, Any]:
         ).mode("append").save()
 
     t, times = best(repeat, write)
-    results["write"] = count / t
+    results["write"] = write_count / t
     results["write_times_s"] = [round(x, 2) for x in times]
     with Planner(url, 60_000) as planner:
         written = planner.bounds("spark-bench-write")
     if written.first is not None and written.end is not None:
         results["written_offsets"] = written.end - written.first
     spark.stop()
+    results["load_average_end"] = os.getloadavg()
     return results
 
 
@@ -378,6 +412,10 @@ ROWS: tuple[tuple[str, Callable[[dict[str, Any]], float]], ...] = (
         lambda r: r["python_source_ceiling"],
     ),
     ("ceiling: a Python sink that only counts its rows", lambda r: r["python_sink_ceiling"]),
+    (
+        "ceiling: `spark.range(...)` with the body, `write.parquet`",
+        lambda r: r.get("parquet_ceiling", float("nan")),
+    ),
     ("the read loop without Spark, 2 processes", lambda r: r["reader_alone"]["rows_per_s"]),
     ("(setup) a raw publisher filling the stream, confirms", lambda r: r["publish_raw"]),
 )
@@ -403,6 +441,14 @@ def markdown(runs: list[dict[str, Any]]) -> str:
         f"| rows/s | {head} |",
         "|---|" + "---:|" * len(runs),
         *(f"| {name} | " + " | ".join(f"{get(r):,.0f}" for r in runs) + " |" for name, get in ROWS),
+        *(
+            f"| read with minPartitions {p} | "
+            + " | ".join(
+                f"{r.get('read_by_partitions', {}).get(p, float('nan')):,.0f}" for r in runs
+            )
+            + " |"
+            for p in first.get("read_by_partitions", {})
+        ),
         "| CPU per row of the read loop without Spark | "
         + " | ".join(f"{r['reader_alone']['cpu_us_per_row']:.2f} µs" for r in runs)
         + " |",
@@ -418,6 +464,14 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--write-messages", type=int, help="rows the write measures (default: --messages)"
+    )
+    parser.add_argument(
+        "--partitions",
+        default="1,2,4,8",
+        help="minPartitions values of the read's scaling curve (comma-separated; '' for none)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument(
         "--markdown",
@@ -431,7 +485,15 @@ def main() -> None:
         return
     with contextlib.ExitStack() as stack:
         url = args.url or stack.enter_context(warren_broker())
-        results = run(url, args.messages, args.size, args.repeat)
+        partitions = [int(p) for p in args.partitions.split(",") if p]
+        results = run(
+            url,
+            args.messages,
+            args.size,
+            args.repeat,
+            args.write_messages or args.messages,
+            partitions,
+        )
     results["label"] = args.label or results["broker"]
     results["command"] = " ".join(["bench/spark_bench.py", *sys.argv[1:]])
     results["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

@@ -18,9 +18,20 @@
  * _crc_ok is its reference. find_record() finds where intact records resume
  * after damaged bytes; store/segment_damage.py's next_record is its reference.
  *
+ * scan_stream_deliveries() is the Spark source's read loop (spark/scan.py) for
+ * stream deliveries of the common shape: their values go to column buffers
+ * that become Arrow arrays without a Python object per row; encode_publishes()
+ * is the sink's (spark/publish.py): a body column's rows to publish frames.
+ *
+ * deliver_records() frames a stream consumer's deliveries straight from the
+ * segment store's records in a memory map (core/stream_queue.py's backlog
+ * path); the per-message path (StreamCursor.next, AMQPConsumer.deliver) is
+ * its reference.
+ *
  * The sources: this file (the module and its init), _fastpath.h (what they
  * share), _fastpath_scan.c, _fastpath_run.c (the PublishRun type),
- * _fastpath_deliver.c and _fastpath_records.c, compiled into one extension.
+ * _fastpath_deliver.c, _fastpath_records.c, _fastpath_spark.c and _fastpath_stream.c,
+ * compiled into one extension.
  * setup.py builds it when a C compiler is there; when it cannot, Warren runs
  * publish_run.py instead. WARREN_PURE_PYTHON=1 makes Warren ignore it
  * (publish_run.py decides).
@@ -41,6 +52,15 @@ static PyMethodDef module_methods[] = {
      "crc_ok(buf, start, end, seed=0) -> bool: the CRC-32 stored at end matches buf[start:end]"},
     {"find_record", (PyCFunction)(void (*)(void))fp_find_record, METH_FASTCALL,
      "find_record(buf, start, limit, seed=0, marks=False) -> int: where a record checks out next"},
+    {"scan_stream_deliveries", (PyCFunction)(void (*)(void))scan_stream_deliveries, METH_FASTCALL,
+     "scan_stream_deliveries(buf, pos, start, last, first_seen, max_rows, max_bytes, columns) "
+     "-> (pos, deliveries, tag, status, offset)"},
+    {"encode_publishes", (PyCFunction)(void (*)(void))encode_publishes, METH_FASTCALL,
+     "encode_publishes(data, ends, at, lo, hi, method, prefix, first_row, entry, persistent, "
+     "frame_max) -> bytes"},
+    {"deliver_records", (PyCFunction)(void (*)(void))deliver_records, METH_FASTCALL,
+     "deliver_records(buf, pos, limit, seed, max_n, channel, deliver_head, first_tag, "
+     "frame_max) -> (frames, n, end, sizes)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,7 +1,8 @@
 /* warren._fastpath's shared declarations (its sources: _fastpath.c, the module;
  * _fastpath_scan.c, scan_publishes; _fastpath_run.c, the PublishRun type;
  * _fastpath_deliver.c, deliver_frames; _fastpath_records.c, encode_records and
- * the CRC-32). The byte helpers and the property-list checks are static inline
+ * the CRC-32; _fastpath_spark.c, the Spark source's read loop;
+ * _fastpath_stream.c, deliver_records: a stream's records to deliveries). The byte helpers and the property-list checks are static inline
  * here, so each file that loops over messages keeps them inlined.
  */
 #ifndef WARREN_FASTPATH_H
@@ -43,8 +44,15 @@ FP_INTERNAL PyObject *deliver_frames(PyObject *self, PyObject *const *args, Py_s
 FP_INTERNAL PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *fp_crc32(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *fp_crc_ok(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+FP_INTERNAL PyObject *scan_stream_deliveries(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *fp_find_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+FP_INTERNAL PyObject *encode_publishes(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+FP_INTERNAL PyObject *deliver_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL void crc_init(void);
+/* Whether a whole segment-store record starts at p[q] within limit, its CRC
+ * seeded with seed (_fastpath_records.c). */
+FP_INTERNAL int record_checks_out(const unsigned char *p, Py_ssize_t q, Py_ssize_t limit,
+                                  uint32_t seed);
 
 static inline uint16_t be16(const unsigned char *p) { return (uint16_t)((p[0] << 8) | p[1]); }
 static inline uint32_t be32(const unsigned char *p) {

@@ -182,8 +182,7 @@ PyObject *fp_crc_ok(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 /* Whether a whole record starts at p[q] within limit: its length in bounds,
  * its inner lengths adding up, its CRC-32 (seeded) right: store/records.py's
  * inspect_record is the reference. */
-static int record_checks_out(const unsigned char *p, Py_ssize_t q, Py_ssize_t limit,
-                             uint32_t seed) {
+int record_checks_out(const unsigned char *p, Py_ssize_t q, Py_ssize_t limit, uint32_t seed) {
     if (limit - q < 30) return 0;
     uint64_t length = be32(p + q);
     if (length < 30 || length > (uint64_t)(limit - q)) return 0;

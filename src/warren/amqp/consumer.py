@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,10 @@ _native = warren.native_module("_fastpath")
 #: The C encoder of a run's deliveries, and the run type it reads (None: not built).
 _deliver_frames: Callable[..., bytes] | None = None if _native is None else _native.deliver_frames
 _NativeRun: type | None = None if _native is None else _native.PublishRun
+#: The C framer of a stream's records (core/stream_queue.py's backlog path), or None.
+_deliver_records: Callable[..., tuple[bytes, int, int, bytes]] | None = (
+    None if _native is None else getattr(_native, "deliver_records", None)
+)
 
 if TYPE_CHECKING:
     from warren.amqp.channel import Channel
@@ -143,6 +148,34 @@ class AMQPConsumer(Consumer):
             payload = head + _pack_tag(first + i - start, False) + ex_rk
             frames += message_frames(ch.id, payload, raw.properties(i), raw.body(i), conn.frame_max)
         conn.send_many(frames)
+
+    def deliver_records(
+        self, buf: Any, pos: int, limit: int, seed: int, max_n: int, segment: int
+    ) -> tuple[int, int]:
+        """A stream's next records as one bytes object of deliveries, framed in C from
+        the segment's map, and one unacked run (see Consumer.deliver_records)."""
+        if _deliver_records is None or self.no_ack:
+            return 0, pos
+        ch = self.channel
+        conn = ch.connection
+        first = ch.next_delivery_tags(0)
+        frames, n, end, raw_sizes = _deliver_records(
+            buf, pos, limit, seed, max_n, ch.id, self._deliver_head, first, conn.frame_max
+        )
+        if not n:
+            return 0, pos
+        ch.next_delivery_tags(n)
+        ch.stats.deliver += n
+        self.queue.stats.deliver += n
+        sizes = array("I")
+        sizes.frombytes(raw_sizes)
+        size = sum(sizes)
+        stored = StoredRun(segment, array("I", range(n)), sizes, 0)
+        ch.track_unacked_run(first, self.queue, stored, self, size)
+        self.unacked_count += n
+        self.unacked_bytes += size
+        conn.send(frames)
+        return n, end
 
     def delivery_stream(self) -> object:
         return self.channel

@@ -69,6 +69,16 @@ class Consumer(ABC):
         for i in range(start, stop):
             self.deliver(stored.seq(i - start), run.message(i), False)
 
+    def deliver_records(
+        self, buf: Any, pos: int, limit: int, seed: int, max_n: int, segment: int
+    ) -> tuple[int, int]:
+        """The next stored records of a stream, at most ``max_n`` from ``buf[pos:limit]``
+        (a segment's memory map, CRCs seeded with ``seed``), to this acknowledging
+        consumer in one go: delivery ``i`` has sequence number ``(segment << 32) | i``.
+        Returns how many were delivered and where the next record starts; (0, pos),
+        as here, when they go one by one (StreamCursor.next and deliver)."""
+        return 0, pos
+
     def delivery_stream(self) -> object:
         """What orders this consumer's deliveries on the wire (AMQP: its channel):
         a run is shared out among consumers only if each has its own."""

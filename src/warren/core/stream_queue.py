@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from array import array
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -109,6 +110,18 @@ class _Reader:
         return isinstance(value, str) and value in self.filters
 
 
+class _Span:
+    """Deliveries a consumer got at once from consecutive records (the backlog path):
+    sequence numbers ``(-id << 32) | i`` for offsets ``first + i``, ``left`` not acked."""
+
+    __slots__ = ("reader", "first", "left")
+
+    def __init__(self, reader: _Reader, first: int, left: int) -> None:
+        self.reader = reader
+        self.first = first
+        self.left = left
+
+
 class StreamQueue(Queue):
     """A durable, append-only queue read by offset; see the module docstring."""
 
@@ -125,6 +138,8 @@ class StreamQueue(Queue):
         self._readers: dict[int, _Reader] = {}
         self._deliveries: dict[int, tuple[_Reader, int]] = {}
         self._next_delivery = 1
+        self._spans: dict[int, _Span] = {}
+        self._next_span = 1
         self._turn = 0
         self._retention_timer: Any = None
         self._max_age_ms: int | None = None
@@ -328,6 +343,14 @@ class StreamQueue(Queue):
                 if not consumer.can_take():
                     continue
                 cursor = reader.cursor
+                if reader.filters is None:
+                    n = self._deliver_span(reader, budget)
+                    if n:
+                        budget -= n
+                        still.append(reader)
+                        if not budget:
+                            return True
+                        continue
                 item = cursor.next()
                 if reader.filters is not None:
                     while item is not None and not reader.wants(item[1]):
@@ -348,7 +371,54 @@ class StreamQueue(Queue):
             active = still
         return False
 
+    def _deliver_span(self, reader: _Reader, budget: int) -> int:
+        """As many of the reader's next records as its consumer's credit allows, framed
+        in one pass (Consumer.deliver_records) when it can; how many (0: go one by one)."""
+        consumer = reader.consumer
+        credit = consumer.run_credit(budget)
+        if credit < 2:
+            return 0
+        span = reader.cursor.span()
+        if span is None:
+            return 0
+        buf, pos, seed, left = span
+        sid = self._next_span
+        n, end = consumer.deliver_records(buf, pos, len(buf), seed, min(credit, left), -sid)
+        if not n:
+            return 0
+        first = int(reader.cursor.offset)
+        reader.cursor.skip(n, end)
+        self._next_span = sid + 1
+        self._spans[sid] = _Span(reader, first, n)
+        if reader.tracking is not None:
+            in_flight = reader.in_flight
+            for offset in range(first, first + n):
+                in_flight[offset] = None
+        self.unacked += n
+        return n
+
     # -- acks -----------------------------------------------------------------------------
+    def ack_run(self, segment: int, offsets: array[int]) -> None:
+        """Acks of a span's deliveries (segment: minus its id; offsets: indexes in it)."""
+        if self.deleted:
+            return
+        span = self._spans.get(-segment)
+        if span is None:
+            return
+        n = len(offsets)
+        span.left -= n
+        self.unacked -= n
+        if span.left <= 0:
+            del self._spans[-segment]
+        reader = span.reader
+        if reader.tracking is not None:
+            first = span.first
+            for i in offsets:
+                reader.in_flight.pop(first + i, None)
+            if id(reader.consumer) in self._readers:
+                self.stream.track(reader.tracking, reader.resume_offset())
+                self.vhost.store_written(self.store)
+
     def ack_many(self, seqs: list[int]) -> None:
         """An ack returns credit, and moves a tracking consumer's stored offset."""
         self._settle(seqs, False)
@@ -365,7 +435,8 @@ class StreamQueue(Queue):
             return
         touched: dict[int, _Reader] = {}
         for seq in seqs:
-            found = self._deliveries.pop(seq, None)
+            # A span's (negative), or one delivered alone.
+            found = self._span_delivery(seq) if seq < 0 else self._deliveries.pop(seq, None)
             if found is None:
                 continue
             reader, offset = found
@@ -382,6 +453,17 @@ class StreamQueue(Queue):
             self.stream.track(reader.tracking, reader.resume_offset())
         if touched:
             self.vhost.store_written(self.store)
+
+    def _span_delivery(self, seq: int) -> tuple[_Reader, int] | None:
+        """The reader and offset of one of a span's deliveries, settled."""
+        sid = -(seq >> 32)
+        span = self._spans.get(sid)
+        if span is None:
+            return None
+        span.left -= 1
+        if span.left <= 0:
+            del self._spans[sid]
+        return span.reader, span.first + (seq & 0xFFFFFFFF)
 
     # -- what a stream refuses (540, RabbitMQ's texts) ------------------------------------
     def get(self, no_ack: bool) -> tuple[int, Message, bool] | None:
@@ -414,6 +496,7 @@ class StreamQueue(Queue):
             reader.cursor.close()
         self._readers.clear()
         self._deliveries.clear()
+        self._spans.clear()
         consumers, self.consumers = self.consumers, []
         self.stream.delete()
         return consumers

@@ -184,6 +184,8 @@ def _headers(rows: Rows, n: int, include_headers: bool | None) -> pa.Array:
 def to_batch(rows: Rows, queue: str, include_headers: bool | None = None) -> pa.RecordBatch:
     """One Arrow batch with the source's schema for option includeHeaders (the scanner
     gathered header values as bytes when it is true)."""
+    if len(rows.buffers):
+        return _from_buffers(rows, queue, include_headers)
     n = len(rows)
     stamps = rows.stamps
     kinds: list[int | None] = [None if s is None else LOG_APPEND_TIME for s in stamps]
@@ -226,5 +228,37 @@ def to_batch(rows: Rows, queue: str, include_headers: bool | None = None) -> pa.
     return pa.RecordBatch.from_arrays(arrays, schema=_SCHEMAS[include_headers])
 
 
-def _times(ms: list[int | None]) -> pa.Array:
+def _times(ms: list[int | None] | pa.Array) -> pa.Array:
     return pa.array(ms, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(_TIMESTAMP)
+
+
+def _from_buffers(rows: Rows, queue: str, include_headers: bool | None) -> pa.RecordBatch:
+    """A batch the C loop read: its columns are the buffers as they are; the rows have
+    no header but the stream's own and no other property (what it takes)."""
+    n = len(rows.buffers)
+    got = rows.buffers.arrays()
+    arrays: list[pa.Array] = [
+        pa.repeat(pa.scalar(queue, _STRING), n),
+        got["offsets"],
+        _times(got["stamps"]),
+        pa.repeat(pa.scalar(LOG_APPEND_TIME, pa.int32()), n),
+        got["exchanges"],
+        got["keys"],
+        got["bodies"],
+    ]
+    if include_headers is not False:
+        offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(bytes(4 * (n + 1)))])
+        keys = pa.array([], _STRING)
+        if include_headers is None:
+            arrays.append(
+                pa.MapArray.from_arrays(offsets, keys, pa.array([], _STRING), type=_MAP_TYPE)
+            )
+        else:
+            entries = pa.StructArray.from_arrays(
+                [keys, pa.array([], _BINARY)], names=["key", "value"]
+            )
+            arrays.append(pa.ListArray.from_arrays(offsets, entries, type=_LIST_TYPE))
+    for _, kind in PROPERTY_COLUMNS:
+        arrays.append(pa.nulls(n, _ARROW_TYPES[kind]))
+    arrays.append(pa.nulls(n, _TIMESTAMP))
+    return pa.RecordBatch.from_arrays(arrays, schema=_SCHEMAS[include_headers])

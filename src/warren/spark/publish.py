@@ -1,7 +1,8 @@
 """The sink's AMQP side: Arrow rows to pre-encoded publishes, with publisher confirms.
 
 A task encodes a slice of rows into one ``bytes`` (basic.publish, content
-header, body frames per row), writes it with one ``sendall``, and counts the
+header, body frames per row; in C when the rows are a body and nothing
+else), writes it with one ``sendall``, and counts the
 basic.ack/nack frames the broker sends back, as ``warren perf``'s publishers
 do. At most ``max_unconfirmed`` messages are unconfirmed; a nack, a closed
 channel or a lost connection raises :class:`SinkError`, which fails the task.
@@ -25,6 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
+import warren
 from warren.amqp import spec
 from warren.core.table_encode import encode_field_value
 from warren.perf.client import AMQPError, Client
@@ -43,6 +45,10 @@ _RETURN = spec.BasicReturn.INDEX
 _CLOSES = (spec.ConnectionClose.INDEX, spec.ChannelClose.INDEX)
 
 log = logging.getLogger("warren.spark")
+_native = warren.native_module("_fastpath")
+_encode_publishes: Callable[..., bytes] | None = (
+    None if _native is None else getattr(_native, "encode_publishes", None)
+)
 _PUBLISH_ID = struct.pack(">HHH", 60, 40, 0)  # class, method, reserved-1
 #: Rows encoded per sendall.
 SLICE_ROWS = 512
@@ -214,7 +220,9 @@ def check_exchange(options: SinkOptions) -> None:
 class Encoder:
     """Turns rows of Arrow batches into publish frames; one per task."""
 
-    def __init__(self, plan: SinkPlan, key_prefix: str, frame_max: int) -> None:
+    def __init__(
+        self, plan: SinkPlan, key_prefix: str, frame_max: int, native: bool = True
+    ) -> None:
         o = plan.options
         self.plan = plan
         self.key_prefix = key_prefix.encode()
@@ -229,6 +237,36 @@ class Encoder:
         fixed = plan.key_column is None and plan.topic_column is None
         self.fixed_method = self._method(self.routing_key or b"\x00") if fixed else b""
         self.dedup_entry = _shortstr(o.dedup_header, "deduplicationHeader") + b"S"
+        #: The C encoder when rows are a body and nothing else (no key, topic, headers or
+        #: property column); the Python loop of encode() is its reference and fallback.
+        plain = fixed and not plan.headers and not plan.properties
+        self.native = _encode_publishes if plain and native else None
+
+    def _encode_native(self, body_col: pa.Array, first_row: int) -> list[tuple[bytes, int]]:
+        """encode() in C, for a body column and nothing else (see __init__)."""
+        assert self.native is not None
+        _, ends, data = body_col.buffers()
+        n = len(body_col)
+        persistent = self.plan.options.persistent
+        return [
+            (
+                self.native(
+                    data if data is not None else b"",
+                    ends,
+                    body_col.offset,
+                    lo,
+                    min(n, lo + SLICE_ROWS),
+                    self.fixed_method,
+                    self.key_prefix,
+                    first_row,
+                    self.dedup_entry,
+                    persistent,
+                    self.chunk + 8,
+                ),
+                min(n, lo + SLICE_ROWS) - lo,
+            )
+            for lo in range(0, n, SLICE_ROWS)
+        ]
 
     def _method(self, routing_key: bytes, prefix: bytes | None = None) -> bytes:
         payload = (prefix or self.method_prefix) + routing_key + self.bits
@@ -263,6 +301,8 @@ class Encoder:
         body_col = batch.column(names.index(plan.body_column))
         if plan.body_is_string:
             body_col = body_col.cast(pa.binary())
+        if self.native is not None and body_col.null_count == 0:
+            return self._encode_native(body_col, first_row)
         bodies: list[bytes | None] = body_col.to_pylist()
         keys: list[Any] | None = None
         column = plan.key_column

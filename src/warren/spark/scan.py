@@ -28,6 +28,7 @@ from typing import Any
 
 from warren.amqp import spec
 from warren.core.table import decode_field_value
+from warren.spark.column_buffers import ColumnBuffers, native_scan
 from warren.spark.connection import SourceError, data_loss
 
 __all__ = ["Rows", "Scanner", "header_bytes", "header_text", "OFFSET_HEADER", "TIMESTAMP_HEADER"]
@@ -57,6 +58,9 @@ class Rows:
     than headers: the flag word and those properties' bytes, without the
     headers table, so that equal ones (say delivery-mode 2 everywhere) are
     decoded once per batch.
+
+    A batch's rows are in the lists (the Python paths) or in ``buffers`` (the
+    C loop), never in both.
     """
 
     __slots__ = (
@@ -70,6 +74,7 @@ class Rows:
         "header_values",
         "extra",
         "size",
+        "buffers",
     )
 
     def __init__(self) -> None:
@@ -84,9 +89,15 @@ class Rows:
         self.header_values: list[Any] = []
         self.extra: list[tuple[int, bytes]] = []
         self.size = 0  # body bytes
+        self.buffers = ColumnBuffers()
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return len(self.offsets) + len(self.buffers)
+
+    @property
+    def last_offset(self) -> int:
+        """The offset of the batch's last row (it has one)."""
+        return self.buffers.last_offset if len(self.buffers) else self.offsets[-1]
 
 
 def header_text(value: Any) -> str | None:
@@ -224,8 +235,11 @@ class Scanner:
         batch_bytes: int = 16 << 20,
         first_retained: Callable[[], int | None] | None = None,
         raw_headers: bool = False,
+        native: bool = True,
     ) -> None:
         self.queue = queue
+        #: The C loop for deliveries of the common shape (None: Python only).
+        self.native = native_scan if native else None
         #: Header values as bytes (includeHeaders=true) rather than text.
         self.raw_headers = raw_headers
         #: Asked when the first delivery comes after ``start``: the stream's first offset.
@@ -252,7 +266,7 @@ class Scanner:
 
     def take(self) -> list[Rows]:
         """Full batches, and at the end the last partial one."""
-        if self.done and self.rows.offsets:
+        if self.done and len(self.rows):
             self.ready.append(self.rows)
             self.rows = Rows()
         ready, self.ready = self.ready, []
@@ -272,7 +286,37 @@ class Scanner:
         raw = self.raw_headers
         count = 0
         hits = 0
+        native = self.native
         while n - pos >= 7 and not self.done:
+            if native is not None and not rows.offsets:
+                pos, got, tag, status, offset = native(
+                    buf,
+                    pos,
+                    start,
+                    last,
+                    self.first_seen >= 0,
+                    self.batch_rows,
+                    self.batch_bytes,
+                    rows.buffers.columns,
+                )
+                if got:
+                    count += got
+                    self.tag = tag
+                if status == 1:
+                    self.done = True
+                    break
+                if status == 2:  # the first delivery: was data lost?
+                    self._first(offset)
+                    continue
+                if status == 4:  # incomplete: the general path says how many bytes it needs
+                    pass
+                elif status == 3 or len(rows.buffers):  # full, or a Python path's row next
+                    self.ready.append(rows)
+                    rows = self.rows = Rows()
+                    if status == 3:
+                        continue
+                if n - pos < 7:
+                    break
             if (
                 t is not None
                 and n - pos >= t.length
@@ -343,13 +387,17 @@ class Scanner:
         """The rarely taken checks: the first delivery (was data lost?), offsets before the
         range (a chunk's start), the end of the range."""
         if self.first_seen < 0:
-            self.first_seen = offset
-            if offset > self.start:
-                self._data_loss(offset)
+            self._first(offset)
         if offset > self.last:
             self.done = True
             return False
         return offset >= self.start
+
+    def _first(self, offset: int) -> None:
+        """The first delivery: was data lost before it?"""
+        self.first_seen = offset
+        if offset > self.start:
+            self._data_loss(offset)
 
     def _data_loss(self, first: int) -> None:
         if self.first_retained is not None:

@@ -231,7 +231,7 @@ def _batches(options: SourceOptions, partition: InputPartition) -> Iterator[pa.R
                 raw_headers=raw_headers,
             ):
                 if len(rows):
-                    start = rows.offsets[-1] + 1
+                    start = rows.last_offset + 1
                 yield to_batch(rows, partition.queue, options.include_headers)
             return
         except DataLossError:
@@ -271,7 +271,7 @@ def _read_resuming(
                 raw_headers=options.include_headers is True,
             ):
                 if len(rows):
-                    start = rows.offsets[-1] + 1
+                    start = rows.last_offset + 1
                     retries = 0
                 yield to_batch(rows, queue, options.include_headers)
             return
