@@ -104,6 +104,7 @@ def _reuse_round(data: Path, ledger: _Ledger) -> bool:
     params = pika.ConnectionParameters("127.0.0.1", port, connection_attempts=1)
     start = max(ledger.published, default=-1) + 1
     enough = threading.Event()
+    consumed = threading.Event()  # 100 acked this round: whole segments retired
     done = threading.Event()
 
     def publish() -> None:
@@ -131,6 +132,7 @@ def _reuse_round(data: Path, ledger: _Ledger) -> bool:
             conn = pika.BlockingConnection(params)
             ch = conn.channel()
             ch.queue_declare("reuse", durable=True)
+            acked = 0
             while not done.is_set():
                 method, _props, body = ch.basic_get("reuse")
                 if method is None:
@@ -138,15 +140,21 @@ def _reuse_round(data: Path, ledger: _Ledger) -> bool:
                     continue
                 ledger.acked.add(int(body.split(b" ")[0]))
                 ch.basic_ack(method.delivery_tag)
+                acked += 1
+                if acked == 100:
+                    consumed.set()
         except (pika.exceptions.AMQPError, OSError):
             pass
+        finally:
+            consumed.set()
 
     try:
         publisher = threading.Thread(target=publish, daemon=True)
         publisher.start()
         consumer = threading.Thread(target=consume, daemon=True)
         consumer.start()
-        assert enough.wait(120)
+        # Both, however busy the machine: the consumer may start late.
+        assert enough.wait(120) and consumed.wait(120)
         queue_dir = next(data.rglob("msgs.*")).parent
         spares = {p.stat().st_ino for p in queue_dir.glob("spare.*")}
         proc.send_signal(signal.SIGKILL)
