@@ -1,5 +1,7 @@
 """A private RabbitMQ (Debian's rabbitmq-server) for tests that need the real one:
-its own node name, ports, Erlang port mapper and directories, no plugins."""
+its own node name, ports, Erlang port mapper and directories; no plugins unless
+asked for (``plugins=["rabbitmq_management", "rabbitmq_prometheus"]``: each
+gets a free port of its own, ``http_port`` and ``prometheus_port``)."""
 
 from __future__ import annotations
 
@@ -18,11 +20,22 @@ AVAILABLE = os.path.exists(SERVER)
 
 
 class RabbitMQ:
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, plugins: list[str] | None = None) -> None:
         base.mkdir(parents=True, exist_ok=True)
-        (base / "enabled_plugins").write_text("[].\n")
+        plugins = plugins or []
+        (base / "enabled_plugins").write_text("[" + ",".join(plugins) + "].\n")
         self.port = free_port()
         self.epmd_port = free_port()
+        self.http_port = free_port()
+        self.prometheus_port = free_port()
+        (base / "rabbitmq.conf").write_text(
+            "management.tcp.ip = 127.0.0.1\n"
+            f"management.tcp.port = {self.http_port}\n"
+            "prometheus.tcp.ip = 127.0.0.1\n"
+            f"prometheus.tcp.port = {self.prometheus_port}\n"
+            if plugins
+            else ""
+        )
         env = dict(
             os.environ,
             HOME=str(base),
@@ -33,6 +46,7 @@ class RabbitMQ:
             RABBITMQ_MNESIA_BASE=str(base / "mnesia"),
             RABBITMQ_LOG_BASE=str(base / "log"),
             RABBITMQ_ENABLED_PLUGINS_FILE=str(base / "enabled_plugins"),
+            RABBITMQ_CONFIG_FILE=str(base / "rabbitmq.conf"),
             RABBITMQ_LOGS="-",
             ERL_EPMD_PORT=str(self.epmd_port),
         )
