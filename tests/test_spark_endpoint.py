@@ -1,4 +1,4 @@
-"""How the Spark data source reaches the broker (warren.spark.options.Endpoint and
+"""How the Spark data source reaches the broker (warren.spark.endpoint.Endpoint and
 warren.spark.connection.connect): a list of URLs tried in turn, retries with
 backoff while no broker answers, refusals that fail at once, credentials and
 tokens from options. No SparkSession needed: these run on the driver and in
@@ -13,7 +13,8 @@ import pytest
 from conftest import BrokerThread, start_broker
 
 from warren.spark.connection import connect
-from warren.spark.options import Endpoint, OptionError, SourceOptions
+from warren.spark.endpoint import Endpoint
+from warren.spark.options import OptionError, SourceOptions
 
 
 def _closed_port() -> int:

@@ -13,7 +13,8 @@ from collections.abc import Callable
 
 from warren.amqp import spec
 from warren.perf.client import AMQPError, Client
-from warren.spark.options import Endpoint, OptionError, redact
+from warren.spark.endpoint import Endpoint, redact
+from warren.spark.option_values import OptionError
 
 __all__ = ["DataLossError", "SourceError", "connect", "data_loss", "queue_error"]
 

@@ -17,7 +17,8 @@ import urllib.request
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from warren.perf.client import URI
-from warren.spark.options import OptionError, redact
+from warren.spark.endpoint import redact
+from warren.spark.option_values import OptionError
 
 __all__ = ["management_url", "matching_streams"]
 

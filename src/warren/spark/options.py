@@ -13,11 +13,14 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
-from warren.perf.client import TLS, URI
+from warren.spark.endpoint import ENDPOINT_OPTIONS, Endpoint, redact, replica_url
+from warren.spark.option_values import OptionError, non_negative_int
+from warren.spark.option_values import boolean as _bool
+from warren.spark.option_values import get as _get
 
 __all__ = [
     "replica_url",
@@ -43,14 +46,6 @@ LATEST = "latest"
 #: The header Warren's deduplication reads unless a queue names another one
 #: (``x-deduplication-header``, as core/dedup.py's DEFAULT_HEADER).
 DEFAULT_DEDUP_HEADER = "x-deduplication-header"
-
-
-class OptionError(ValueError):
-    """An option is missing, malformed, or names something the broker does not have."""
-
-    def __init__(self, option: str, problem: str) -> None:
-        super().__init__(f"warren data source: option '{option}': {problem}")
-        self.option = option
 
 
 @dataclass(frozen=True)
@@ -83,11 +78,11 @@ class Position:
         if lower in (EARLIEST, LATEST) and lower in allowed:
             return cls(lower)
         if lower.startswith("timestamp:") and "timestamp" in allowed:
-            ms = _non_negative_int(text[len("timestamp:") :])
+            ms = non_negative_int(text[len("timestamp:") :])
             if ms is None:
                 raise OptionError(option, f"expected timestamp:<epoch milliseconds>, got {text!r}")
             return cls("timestamp", ms)
-        offset = _non_negative_int(text)
+        offset = non_negative_int(text)
         if offset is not None:
             return cls("offset", offset)
         raise OptionError(option, f"expected {expected}, got {text!r}")
@@ -101,260 +96,11 @@ def _expected(allowed: tuple[str, ...]) -> str:
     return ", ".join(words)
 
 
-def _non_negative_int(text: str) -> int | None:
-    text = text.strip()
-    if not text.isdigit():
-        return None
-    value = int(text)
-    return value if value < 1 << 63 else None
-
-
-def replica_url(url: str, replica: str) -> str:
-    """``url`` with its host and port replaced by ``replica`` (host:port): the same
-    user, password, vhost and query."""
-    parts = urlsplit(url)
-    userinfo = parts.netloc.rpartition("@")[0]
-    netloc = f"{userinfo}@{replica}" if userinfo else replica
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for error messages and logs."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        netloc = parts.hostname or ""
-        if parts.username is not None:
-            netloc = f"{parts.username}:***@{netloc}"
-        if parts.port is not None:
-            netloc = f"{netloc}:{parts.port}"
-        return urlunsplit(parts._replace(netloc=netloc))
-    except ValueError:
-        return "<unparsable url>"
-
-
-def _get(options: Mapping[str, str], name: str) -> str | None:
-    """Options are case-insensitive in Spark; accept any case here too (for direct use)."""
-    if name in options:
-        return options[name]
-    lower = name.lower()
-    for key, value in options.items():
-        if key.lower() == lower:
-            return value
-    return None
-
-
-def _urls(options: Mapping[str, str]) -> tuple[str, ...]:
-    raw = _get(options, "url")
-    if raw is None or not raw.strip():
-        raise OptionError(
-            "url", "required: the broker's AMQP URL, e.g. amqp://guest:guest@host:5672/"
-        )
-    urls = tuple(u.strip() for u in raw.split(","))
-    for url in urls:
-        if not url:
-            raise OptionError("url", f"an empty URL in the list {redact(raw)!r}")
-        try:
-            URI.parse(url)
-        except ValueError as exc:
-            raise OptionError("url", f"{exc} in {redact(url)!r}") from None
-    return urls
-
-
-#: The options every read and write takes for reaching the broker (Endpoint).
-ENDPOINT_OPTIONS = (
-    "url",
-    "username",
-    "password",
-    "token",
-    "tokenFile",
-    "authMechanism",
-    "tls.caFile",
-    "tls.certFile",
-    "tls.keyFile",
-    "tls.keyPassword",
-    "tls.verify",
-    "tls.serverName",
-    "maxRetries",
-    "retryBackoffMs",
-    "retryMaxBackoffMs",
-    # Kafka's names for the planner's retries, taken as aliases.
-    "fetchOffset.numRetries",
-    "fetchOffset.retryIntervalMs",
-)
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """How to reach the broker: the URLs to try in turn (any node of a cluster),
-    the login and TLS settings that override what the URLs say, and how long to
-    keep trying. Credentials can come from options rather than the URL, so that
-    Spark's redaction (``spark.redaction.regex`` matches ``password`` and
-    ``token``) hides them; a token file is read again at every connection (a
-    rotated token is picked up)."""
-
-    urls: tuple[str, ...]
-    username: str | None = None
-    password: str | None = None
-    token: str | None = None
-    token_file: str | None = None
-    mechanism: str | None = None
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    key_password: str | None = None
-    verify: bool | None = None
-    server_name: str | None = None
-    max_retries: int = 10
-    retry_backoff_ms: int = 500
-    retry_max_backoff_ms: int = 10_000
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> Endpoint:
-        urls = _urls(options)
-        token = _get(options, "token")
-        token_file = _get(options, "tokenFile")
-        if token is not None and token_file is not None:
-            raise OptionError("tokenFile", "give token or tokenFile, not both")
-        if (token is not None or token_file is not None) and _get(options, "password") is not None:
-            raise OptionError("token", "give a token or a password, not both")
-        mechanism = _get(options, "authMechanism")
-        if mechanism is not None:
-            mechanism = mechanism.strip().upper()
-            if mechanism not in ("PLAIN", "EXTERNAL"):
-                raise OptionError("authMechanism", f"expected PLAIN or EXTERNAL, got {mechanism!r}")
-        retries = _get(options, "maxRetries") or _get(options, "fetchOffset.numRetries")
-        backoff = _get(options, "retryBackoffMs") or _get(options, "fetchOffset.retryIntervalMs")
-        verify = _get(options, "tls.verify")
-        endpoint = cls(
-            urls=urls,
-            username=_get(options, "username"),
-            password=_get(options, "password"),
-            token=token,
-            token_file=token_file,
-            mechanism=mechanism,
-            ca_file=_get(options, "tls.caFile"),
-            cert_file=_get(options, "tls.certFile"),
-            key_file=_get(options, "tls.keyFile"),
-            key_password=_get(options, "tls.keyPassword"),
-            verify=None if verify is None else _bool(options, "tls.verify", True),
-            server_name=_get(options, "tls.serverName"),
-            max_retries=_count("maxRetries", retries, 10),
-            retry_backoff_ms=_count("retryBackoffMs", backoff, 500),
-            retry_max_backoff_ms=_count(
-                "retryMaxBackoffMs", _get(options, "retryMaxBackoffMs"), 10_000
-            ),
-        )
-        for i in range(len(urls)):
-            try:
-                uri = endpoint.uri(i, check_files=True)
-            except ValueError as exc:
-                raise OptionError("url", f"{exc} ({redact(urls[i])})") from None
-            if uri.mechanism == "EXTERNAL" and (uri.tls is None or not uri.tls.cert_file):
-                raise OptionError(
-                    "authMechanism",
-                    "EXTERNAL needs amqps:// and a client certificate (option tls.certFile)",
-                )
-        return endpoint
-
-    def uri(self, index: int = 0, *, check_files: bool = False) -> URI:
-        """URL ``index`` with the options' overrides applied."""
-        uri = URI.parse(self.urls[index])
-        tls_given = any(
-            v is not None
-            for v in (
-                self.ca_file,
-                self.cert_file,
-                self.key_file,
-                self.key_password,
-                self.verify,
-                self.server_name,
-            )
-        )
-        if tls_given and uri.tls is None:
-            raise ValueError("TLS options (tls.*) need an amqps:// URL")
-        tls = uri.tls
-        if tls is not None:
-            tls = TLS(
-                ca_file=self.ca_file or tls.ca_file,
-                cert_file=self.cert_file or tls.cert_file,
-                key_file=self.key_file or tls.key_file,
-                key_password=self.key_password or tls.key_password,
-                verify=tls.verify if self.verify is None else self.verify,
-                server_name=tls.server_name if self.server_name is None else self.server_name,
-            )
-            if check_files:
-                for path in (tls.ca_file, tls.cert_file, tls.key_file):
-                    if path and not os.path.isfile(path):
-                        raise ValueError(f"no such file: {path}")
-        user, password = uri.user, uri.password
-        if self.username is not None:
-            user = self.username
-        if self.password is not None:
-            password = self.password
-        if self.token is not None or self.token_file is not None:
-            # OAuth 2.0 as RabbitMQ takes it: the access token as the password
-            # (the user name is not checked).
-            password = self.token if self.token is not None else _read_token(self.token_file)
-            if self.username is None and "@" not in self.urls[index]:
-                user = ""
-        mechanism = self.mechanism or uri.mechanism
-        return URI(
-            host=uri.host,
-            port=uri.port,
-            user=user,
-            password=password,
-            vhost=uri.vhost,
-            tls=tls,
-            mechanism=mechanism,
-            heartbeat=uri.heartbeat,
-            connect_timeout_s=uri.connect_timeout_s,
-        )
-
-    def describe(self) -> str:
-        """The URLs without passwords, for messages."""
-        return ", ".join(redact(u) for u in self.urls)
-
-    def at(self, replica: str) -> Endpoint:
-        """The same endpoint with the first URL's host and port replaced by
-        ``replica`` (host:port) and no other URL: a follower to read from."""
-        return replace(self, urls=(replica_url(self.urls[0], replica),), max_retries=0)
-
-
-def _count(option: str, raw: str | None, default: int) -> int:
-    if raw is None:
-        return default
-    value = _non_negative_int(raw)
-    if value is None:
-        raise OptionError(option, f"expected an integer >= 0, got {raw!r}")
-    return value
-
-
-def _read_token(path: str | None) -> str:
-    assert path is not None
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().strip()
-    except OSError as exc:
-        raise OptionError("tokenFile", f"cannot read {path}: {exc.strerror or exc}") from None
-
-
-def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = _get(options, name)
-    if raw is None:
-        return default
-    lower = raw.strip().lower()
-    if lower in ("true", "false"):
-        return lower == "true"
-    raise OptionError(name, f"expected true or false, got {raw!r}")
-
-
 def _positive(options: Mapping[str, str], name: str, default: int | None) -> int | None:
     raw = _get(options, name)
     if raw is None:
         return default
-    value = _non_negative_int(raw)
+    value = non_negative_int(raw)
     if value is None or value == 0:
         raise OptionError(name, f"expected a positive integer, got {raw!r}")
     return value
@@ -408,7 +154,7 @@ def _positions(
     ts_name, by_ts_name, name = names
     raw_ts = _get(options, ts_name)
     if raw_ts is not None:
-        ms = _non_negative_int(raw_ts)
+        ms = non_negative_int(raw_ts)
         if ms is None:
             raise OptionError(ts_name, f"expected epoch milliseconds, got {raw_ts!r}")
         return Positions(Position("timestamp", ms))

@@ -31,7 +31,8 @@ from warren.amqp import spec
 from warren.core.properties import decode_properties
 from warren.perf.client import AMQPError, Client
 from warren.spark.connection import SourceError, connect, queue_error
-from warren.spark.options import Endpoint, OptionError
+from warren.spark.endpoint import Endpoint
+from warren.spark.option_values import OptionError
 from warren.spark.scan import OFFSET_HEADER, TIMESTAMP_HEADER, Rows, Scanner
 
 __all__ = ["Bounds", "Planner", "read_range"]
