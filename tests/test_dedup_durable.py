@@ -211,3 +211,88 @@ def test_a_stream_deduplicates_and_keeps_its_keys_through_kill_9(proc: Proc) -> 
     publish(ch, "ds", range(60))
     assert depth(ch, "ds") == 60
     conn.close()
+
+
+def publish_to(ch: Any, exchange: str, keys: range, persistent: bool = True) -> None:
+    for i in keys:
+        ch.basic_publish(exchange, "", f"m{i}".encode(), keyed(f"k{i}", persistent))
+
+
+@pytest.mark.parametrize(
+    ("exchange_type", "arguments"),
+    [
+        ("fanout", ARGS),  # LavinMQ's way: any exchange with x-message-deduplication
+        ("x-message-deduplication", {"x-cache-size": 100_000}),  # the plugin's type
+    ],
+    ids=["argument", "plugin-type"],
+)
+def test_a_durable_exchange_keeps_its_keys_through_kill_9(
+    proc: Proc, exchange_type: str, arguments: dict[str, Any]
+) -> None:
+    """Keys of confirmed messages a durable exchange routed into durable queues
+    survive kill -9, also once those messages were consumed; a transient
+    message's key does not (its message is gone after the restart)."""
+    proc.start()
+    conn, ch = proc.channel()
+    ch.exchange_declare("dx", exchange_type, durable=True, arguments=arguments)
+    ch.queue_declare("dxq", durable=True)
+    ch.queue_bind("dxq", "dx")
+    publish_to(ch, "dx", range(100))
+    publish_to(ch, "dx", range(100, 105), persistent=False)
+    for _ in range(50):
+        method, _props, _body = ch.basic_get("dxq")
+        assert method is not None
+        ch.basic_ack(method.delivery_tag)
+    assert depth(ch, "dxq") == 55
+    conn.close()
+    proc.kill()
+
+    proc.start()
+    conn, ch = proc.channel()
+    assert depth(ch, "dxq") == 50  # the transient five are gone
+    publish_to(ch, "dx", range(110))  # every retry: only the transient keys and new ones
+    assert depth(ch, "dxq") == 60
+    conn.close()
+
+
+def test_memory_persistence_and_transient_exchanges_keep_no_keys(proc: Proc) -> None:
+    """The plugin type with x-cache-persistence "memory", and a transient exchange,
+    forget their keys at a restart (and write no journal)."""
+    proc.start()
+    conn, ch = proc.channel()
+    memory = {"x-cache-size": 10, "x-cache-persistence": "memory"}
+    ch.exchange_declare("mx", "x-message-deduplication", durable=True, arguments=memory)
+    ch.exchange_declare("tx", "fanout", durable=False, arguments=ARGS)
+    ch.queue_declare("mq", durable=True)
+    ch.queue_bind("mq", "mx")
+    publish_to(ch, "mx", range(3))
+    publish_to(ch, "mx", range(3))
+    assert depth(ch, "mq") == 3
+    conn.close()
+    assert not list(proc.data.rglob(f"exchanges/*/{FILE_NAME}"))
+    proc.kill()
+
+    proc.start()
+    conn, ch = proc.channel()
+    publish_to(ch, "mx", range(3))
+    assert depth(ch, "mq") == 6
+    conn.close()
+
+
+def test_deleting_a_deduplicating_exchange_removes_its_journal(proc: Proc) -> None:
+    proc.start()
+    conn, ch = proc.channel()
+    ch.exchange_declare("gone", "fanout", durable=True, arguments=ARGS)
+    ch.queue_declare("gq", durable=True)
+    ch.queue_bind("gq", "gone")
+    publish_to(ch, "gone", range(3))
+    journals = list(proc.data.rglob(f"exchanges/*/{FILE_NAME}"))
+    assert len(journals) == 1 and decode_entries(journals[0].read_bytes())[0]
+    ch.exchange_delete("gone")
+    assert not journals[0].parent.exists()
+    # Declared again, it starts with an empty cache.
+    ch.exchange_declare("gone", "fanout", durable=True, arguments=ARGS)
+    ch.queue_bind("gq", "gone")
+    publish_to(ch, "gone", range(3))
+    assert depth(ch, "gq") == 6
+    conn.close()

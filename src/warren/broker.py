@@ -35,7 +35,7 @@ from warren.definitions_document import DefinitionsError, read_definitions
 from warren.definitions_export import export_definitions
 from warren.definitions_import import import_definitions
 from warren.store import damage, disk_budget
-from warren.store.dedup_journal import journal_factory
+from warren.store.dedup_journal import exchange_journal_factory, journal_factory
 from warren.store.definitions import DefinitionsLog
 from warren.store.layout import DataDir
 from warren.store.orphans import report as report_orphans
@@ -211,6 +211,9 @@ class Broker:
             stream_store_factory=self.stores.stream_store,
         )
         vhost.key_logs = journal_factory(self.layout.queue_dir, lambda: self.syncer)
+        vhost.exchange_key_logs = exchange_journal_factory(
+            self.layout.exchange_dir, lambda: self.syncer
+        )
         vhost.dedup_clock = self.dedup_clock
         try:
             problems = vhost.restore_definitions()

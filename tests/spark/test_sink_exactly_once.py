@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from warren.amqp import spec
+
 from .helpers import BrokerInfo, channel, declare_queue, drain, message_count
 from .test_sink import writer
 
@@ -81,21 +83,39 @@ def rate_to_queue(
     return writer.trigger(**trigger).start()
 
 
+@pytest.mark.parametrize("deduplicating", ["queue", "exchange"])
 def test_exactly_once_through_a_broker_kill_9(
-    spark: Any, tmp_path: Path, warren_only: None
+    spark: Any, tmp_path: Path, warren_only: None, deduplicating: str
 ) -> None:
-    """A streaming write into a deduplicating queue; the broker is killed with
-    SIGKILL while tasks publish, restarted on the same data dir and port, and the
-    query restarted from its checkpoint: the queue holds each row exactly once."""
+    """A streaming write into a deduplicating queue, or through a deduplicating
+    exchange into a plain queue; the broker is killed with SIGKILL while tasks
+    publish, restarted on the same data dir and port, and the query restarted
+    from its checkpoint: the queue holds each row exactly once."""
     data = tmp_path / "data"
     proc, port = start(data)
     url = f"amqp://guest:guest@127.0.0.1:{port}/"
     queue = "exactly-once"
-    declare_queue(url, queue, {"x-message-deduplication": True, "x-cache-size": 1_000_000})
+    dedup = {"x-message-deduplication": True, "x-cache-size": 1_000_000}
+    target: dict[str, Any] = {}
+    if deduplicating == "queue":
+        declare_queue(url, queue, dedup)
+    else:
+        declare_queue(url, queue)
+        with channel(url) as c:
+            declare = spec.ExchangeDeclare(
+                exchange="exactly-once-x", type="fanout", durable=True, arguments=dedup
+            )
+            c.rpc(1, declare, spec.ExchangeDeclareOk)
+            c.queue_bind(1, queue, "exactly-once-x", "")
+        # A duplicate is unroutable at an exchange: the replay's returns must not
+        # fail the write (docs/spark.md).
+        target.update(exchange="exactly-once-x", failOnUnroutable="false")
     rows = ROWS
 
     def query(trigger: dict[str, Any], retries: int) -> Any:
-        return rate_to_queue(spark, url, queue, tmp_path / "ck", trigger, maxRetries=retries)
+        return rate_to_queue(
+            spark, url, queue, tmp_path / "ck", trigger, maxRetries=retries, **target
+        )
 
     try:
         # No retries: the kill fails the query (the sink's default waits for the

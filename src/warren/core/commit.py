@@ -165,7 +165,9 @@ class Commit:
         for exchange, msg in seen:
             dedup = exchange.deduplicator
             if dedup is not None:
-                dedup.forget_message(msg)
+                key = dedup.forget_message(msg)
+                if key is not None and exchange.key_log is not None:
+                    exchange.key_log.withdraw(key)
         log.error(
             "%s: %d published messages %s (disk full?): refused, %d taken back out of "
             "their queues, nothing of them is kept",

@@ -12,9 +12,10 @@ plugin's names), for an exchange or a queue:
 
 A message's own ``x-cache-ttl`` header (an integer, milliseconds) overrides the
 default TTL for its key. A message without the key header is never a duplicate.
-An exchange's cache lives in memory only: a restart forgets it, as in LavinMQ. A
-durable queue's or a stream's cache is durable (docs/storage.md, "Deduplication
-keys"): it is rebuilt at start from the keys of the records that survived plus a
+A transient exchange's or queue's cache lives in memory only: a restart
+forgets it (LavinMQ forgets every exchange's). A durable queue's, stream's or
+exchange's cache is durable (docs/storage.md, "Deduplication keys"): it is
+rebuilt at start from the keys of the records that survived (a queue's) plus a
 journal of keys whose messages were durable (:class:`KeyLog`), so it needs a
 clock that survives a restart: milliseconds since the epoch, as records carry.
 
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from warren.core.erlang_format import field_type
@@ -87,8 +88,8 @@ class KeyLog(Protocol):
         """The keys written before this start, oldest first."""
         ...
 
-    def recorded(self, entry: KeyEntry, store: Any) -> None:
-        """A new key whose message was just appended to ``store``."""
+    def recorded(self, entry: KeyEntry, stores: Sequence[Any]) -> None:
+        """A new key whose message was just appended to ``stores``."""
         ...
 
     def withdraw(self, key: Hashable) -> None:
@@ -97,6 +98,10 @@ class KeyLog(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    def delete(self) -> None:
+        """Its exchange or queue is deleted: remove what it wrote."""
+        ...
 
 
 def _is_int(value: Any) -> bool:

@@ -13,7 +13,9 @@ The plugin types RabbitMQ and LavinMQ ship live in their own modules, and
 
 Any exchange may also deduplicate messages, LavinMQ's way: the argument
 ``x-message-deduplication: true`` gives it a Deduplicator (dedup.py) that
-VHost.publish consults before routing.
+VHost.publish consults before routing. A durable exchange's cache is durable
+(its ``key_log``, store/dedup_journal.py), unless the plugin type's
+``x-cache-persistence`` says ``memory``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from warren.core.dedup import Deduplicator
+from warren.core.dedup import Deduplicator, KeyEntry, KeyLog
 from warren.core.destination import EXCHANGE
 from warren.core.routing import HeadersMatcher, TopicMatcher, validate_x_match
 from warren.core.stats import MessageStats
@@ -92,6 +94,9 @@ class Exchange(ABC):
         self.deduplicator = Deduplicator.from_arguments(
             self.arguments, f"exchange '{name}' in vhost '{vhost_name}'"
         )
+        #: Where a durable cache's keys go (attach() makes it); None: in memory only.
+        self.key_log: KeyLog | None = None
+        self._journal: list[KeyEntry] = []  # what key_log had at start
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} in {self.vhost_name!r}>"
@@ -110,19 +115,58 @@ class Exchange(ABC):
             ae = ae.decode("utf-8", "replace")
         return ae if isinstance(ae, str) and ae else None
 
-    # Lifecycle hooks for types that hold state beyond their bindings (x-delayed-message).
-    def attach(self, vhost: VHost) -> None:  # noqa: B027
-        """Called once the exchange belongs to ``vhost`` (declared, or restored at start)."""
+    # Lifecycle hooks for what an exchange holds beyond its bindings: a durable
+    # deduplication cache's keys here, held messages in x-delayed-message (whose
+    # overrides call these).
+    def attach(self, vhost: VHost) -> None:
+        """Called once the exchange belongs to ``vhost`` (declared, or restored at
+        start): a durable deduplicating exchange gets its cache back."""
+        dedup = self.deduplicator
+        make = vhost.exchange_key_logs
+        if dedup is None or not self.durable or make is None or not self.durable_cache():
+            return
+        # A durable cache's times must survive a restart: the epoch clock.
+        dedup = Deduplicator(dedup.size, dedup.ttl, dedup.header, vhost.dedup_clock)
+        key_log = make(self, dedup)
+        self._journal = key_log.load()
+        dedup.restore(self._journal)
+        self.deduplicator, self.key_log = dedup, key_log
 
-    def discard(self) -> None:  # noqa: B027
+    def restore_routed_keys(self, queues: Collection[Queue]) -> None:
+        """At start, once the queues are back: the keys of the messages this exchange
+        routed into them that are still there join the journal's. They are durable
+        (recovered), but their keys may not be in the journal yet: a kill -9
+        before their sync round completed leaves the messages (handed to the OS)
+        and no journal entry, and their publishers, never confirmed, send them
+        again (docs/storage.md, "Deduplication keys")."""
+        dedup = self.deduplicator
+        if dedup is None:
+            return
+        entries = list(self._journal)
+        self._journal = []
+        for q in queues:
+            entries.extend(q.routed_keys(self.name, dedup))
+        dedup.restore(entries)
+
+    def durable_cache(self) -> bool:
+        """Whether a durable exchange's cache is kept on disk (the plugin type's
+        ``x-cache-persistence: memory`` says no)."""
+        return True
+
+    def discard(self) -> None:
         """Called when the exchange is deleted: drop whatever it holds."""
+        if self.key_log is not None:
+            self.key_log.delete()
+            self.key_log = None
 
     def stores(self) -> list[MessageStore]:
         """The stores it keeps messages in (a delayed exchange's), to sync at a stop."""
         return []
 
-    def close(self) -> None:  # noqa: B027
+    def close(self) -> None:
         """Called when the broker stops: write out whatever it holds."""
+        if self.key_log is not None:
+            self.key_log.close()
 
     # Binding management; subclasses index bindings for their routing function.
     def validate_binding(self, routing_key: str, arguments: dict[str, Any] | None) -> None:  # noqa: B027

@@ -4,8 +4,11 @@ A fanout exchange that drops a message whose ``x-deduplication-header``
 header value it has seen before (the plugin's fixed header name). Arguments:
 ``x-cache-size`` (required, the most keys remembered), ``x-cache-ttl``
 (optional, ms a key is remembered), ``x-cache-persistence`` ("memory" or
-"disk"; accepted, but the cache is always in memory). A message's own
-``x-cache-ttl`` header overrides the TTL for its key.
+"disk"). A durable exchange's cache is on disk (core/exchange.py) unless
+``x-cache-persistence`` is given as "memory" (the plugin's default is
+memory; keeping the keys is the safer default for a broker that keeps
+confirmed messages). A message's own ``x-cache-ttl`` header overrides the
+TTL for its key.
 
 Any other exchange type deduplicates the LavinMQ way, with the argument
 ``x-message-deduplication: true`` (see dedup.py); both drop a duplicate as
@@ -61,3 +64,7 @@ class DeduplicationExchange(FanoutExchange):
                 "Invalid argument, 'x-cache-persistence' must be either 'disk' or 'memory'"
             )
         self.deduplicator = Deduplicator(size, ttl, DEFAULT_HEADER)
+        self._persistence = arguments.get("x-cache-persistence")
+
+    def durable_cache(self) -> bool:
+        return self._persistence not in ("memory", b"memory")

@@ -167,6 +167,7 @@ class DelayedMessageExchange(Exchange):
 
     # -- lifecycle ----------------------------------------------------------------------
     def attach(self, vhost: VHost) -> None:
+        super().attach(vhost)
         store = vhost.exchange_store(self.name, self.durable)
         self._vhost = vhost
         self._held = _HeldMessages(self, vhost, store)
@@ -192,11 +193,13 @@ class DelayedMessageExchange(Exchange):
         if self._held is not None:
             self._held.store.delete()
             self._held = None
+        super().discard()
 
     def stores(self) -> list[MessageStore]:
         return [] if self._held is None else [self._held.store]
 
     def close(self) -> None:
+        super().close()
         self._cancel_timer()
         if self._held is not None:
             self._held.store.close()

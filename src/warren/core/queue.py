@@ -137,10 +137,15 @@ class Queue(QueueFeatures):
 
     def _recovered_keys(self, dedup: Deduplicator) -> list[KeyEntry]:
         """The keys of the messages the store recovered (all durable)."""
+        return self.routed_keys(None, dedup)
+
+    def routed_keys(self, exchange: str | None, dedup: Deduplicator) -> list[KeyEntry]:
+        """``dedup``'s keys of the ready messages published to ``exchange`` (None:
+        all): what a deduplicating queue or exchange rebuilds its cache from."""
         from warren.core.properties import peek_headers
 
         out: list[KeyEntry] = []
-        for _seq, timestamp, raw in self.store.scan_ready():
+        for _seq, timestamp, raw in self.store.scan_ready(exchange):
             entry = dedup.entry_of(peek_headers(raw), float(timestamp))
             if entry is not None:
                 out.append(entry)
@@ -355,7 +360,7 @@ class Queue(QueueFeatures):
                         if q is self:  # to forget should the unit be taken back
                             held[-1] = (self, seq, new[0])
                     if self._key_log is not None and msg.persistent:
-                        self._key_log.recorded(new, self.store)
+                        self._key_log.recorded(new, (self.store,))
                 return taken
         return self._publish_unique(msg, held)
 

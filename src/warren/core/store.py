@@ -95,9 +95,10 @@ class MessageStore(Protocol):
         handed out (append, append_shifted, shift, peek or scan_ready)."""
         ...
 
-    def scan_ready(self) -> Iterator[tuple[int, int, bytes]]:
+    def scan_ready(self, exchange: str | None = None) -> Iterator[tuple[int, int, bytes]]:
         """(seq, timestamp in ms, raw properties) of every ready message, in shift
-        order, without taking any; the store must not change while this runs."""
+        order, without taking any; the store must not change while this runs.
+        ``exchange``: only the messages published to that exchange."""
         ...
 
     def ack(self, seq: int) -> None:
@@ -239,11 +240,11 @@ class MemoryStore:
                 self._requeued.clear()
         return msg
 
-    def scan_ready(self) -> Iterator[tuple[int, int, bytes]]:
+    def scan_ready(self, exchange: str | None = None) -> Iterator[tuple[int, int, bytes]]:
         msgs = self._msgs
         for seq in (*sorted(self._requeued), *self._order):
             msg = msgs.get(seq)
-            if msg is not None:
+            if msg is not None and (exchange is None or msg.exchange == exchange):
                 yield seq, msg.timestamp, msg.properties
 
     def ack(self, seq: int) -> None:

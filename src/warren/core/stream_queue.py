@@ -226,6 +226,11 @@ class StreamQueue(Queue):
 
     def _recovered_keys(self, dedup: Deduplicator) -> list[KeyEntry]:
         """A stream's keys come from its records, from x-cache-ttl ago to the end."""
+        return self.routed_keys(None, dedup)
+
+    def routed_keys(self, exchange: str | None, dedup: Deduplicator) -> list[KeyEntry]:
+        """``dedup``'s keys of the records published to ``exchange`` (None: all),
+        from ``dedup``'s x-cache-ttl ago to the end."""
         from warren.core.properties import peek_headers
 
         stream = self.stream
@@ -240,6 +245,8 @@ class StreamQueue(Queue):
                 if item is None:
                     break
                 msg = item[1]
+                if exchange is not None and msg.exchange != exchange:
+                    continue
                 entry = dedup.entry_of(peek_headers(msg.properties), float(msg.timestamp))
                 if entry is not None:
                     out.append(entry)

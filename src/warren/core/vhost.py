@@ -149,6 +149,8 @@ class VHost(VHostRouting, VHostParameters):
         #: Makes a durable deduplicating queue's key journal (KeyLog), given the queue
         #: and its cache: set by the broker; None keeps every cache in memory.
         self.key_logs: Callable[[Any, Any], Any] | None = None
+        #: The same for a durable deduplicating exchange, given the exchange.
+        self.exchange_key_logs: Callable[[Any, Any], Any] | None = None
         #: The clock of durable deduplication caches (ms since the epoch): injected.
         self.dedup_clock: Callable[[], float] = epoch_ms
         self._written: dict[int, MessageStore] = {}
@@ -678,6 +680,10 @@ class VHost(VHostRouting, VHostParameters):
             except Exception as exc:
                 log.error("vhost '%s': cannot restore binding %r: %s", self.name, rec, exc)
                 problems.append(f"cannot restore binding {rec!r:.200}: {exc}")
+        queues = [q for q in self.queues.values() if q.persistent]
+        for ex in self.exchanges.values():
+            if ex.key_log is not None:
+                ex.restore_routed_keys(queues)
         return problems
 
     def _binding_of_deleted(self, rec: dict[str, Any]) -> bool:

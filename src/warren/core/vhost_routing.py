@@ -141,15 +141,33 @@ class VHostRouting:
             exchange.stats.count_publish(n)
             return n
         dedup = exchange.deduplicator
-        if dedup is not None and dedup.seen(msg):
-            exchange.stats.count_publish(0)
-            return 0  # a duplicate is dropped, as if unroutable (LavinMQ, the plugin)
+        new = None
+        if dedup is not None:
+            if dedup.seen(msg):
+                exchange.stats.count_publish(0)
+                return 0  # a duplicate is dropped, as if unroutable (LavinMQ, the plugin)
+            new = dedup.last_new
         props = msg.properties
         if props and props[0] & 0x20 and b"CC" in props:  # 0x20: headers present
             queues, msg = self._route_cc(exchange, msg)
         else:
             queues = self.route(exchange, msg)
-        return self.enqueue(exchange, queues, msg, durable_out, held)
+        if new is None:
+            return self.enqueue(exchange, queues, msg, durable_out, held)
+        assert dedup is not None
+        key_log = exchange.key_log
+        # A durable cache: the key is written once the stores the message went to
+        # are synced; a message no durable store kept leaves its key in memory.
+        mine: list[MessageStore] | None = durable_out if key_log is None else []
+        taken = self.enqueue(exchange, queues, msg, mine, held)
+        if taken == REJECTED_BY_QUEUE:
+            dedup.forget_key(new[0])  # nacked: the retry must get in
+        if key_log is not None and mine:
+            if durable_out is not None:
+                durable_out.extend(mine)
+            if taken != REJECTED_BY_QUEUE:
+                key_log.recorded(new, mine)
+        return taken
 
     def enqueue(
         self,

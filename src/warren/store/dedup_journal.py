@@ -1,16 +1,19 @@
-"""The deduplication keys of a durable queue, on disk (docs/storage.md, "Deduplication keys").
+"""The deduplication keys of a durable queue or exchange, on disk (docs/storage.md,
+"Deduplication keys").
 
 A durable deduplicating queue rebuilds its cache at start from two sources:
 the keys in the records that survived (those messages are durable by
 definition), and this journal, ``dedup.keys`` in the queue's directory, of keys
 whose messages were durable when the key was written, so that a key outlives
 its message once the message is consumed, for as long as the cache's TTL and
-size allow.
+size allow. A durable deduplicating exchange keeps only the journal, in the
+exchange's directory: the keys of messages it routed into durable queues.
 
 A key is written only after the group commit round that made its message
-durable has completed (``GroupSync.after_sync``), so a key is never durable
-while its message is not; it is handed to the OS in the same loop turn as the
-confirm, before any later ack can be, and fdatasynced by the next round.
+durable in every store it went to has completed (``GroupSync.after_sync``),
+so a key is never durable while its message is not; it is handed to the OS in
+the same loop turn as the confirm, before any later ack can be, and
+fdatasynced by the next round.
 
 One entry per key, integers big-endian::
 
@@ -32,16 +35,25 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import struct
 import zlib
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
 from warren.core.dedup import Deduplicator, KeyEntry
+from warren.store.layout import make_dirs_durably
 from warren.store.mirror import FileMirror, mirror_for
 
-__all__ = ["FILE_NAME", "DedupJournal", "decode_entries", "encode_entry"]
+__all__ = [
+    "FILE_NAME",
+    "DedupJournal",
+    "decode_entries",
+    "encode_entry",
+    "exchange_journal_factory",
+    "journal_factory",
+]
 
 log = logging.getLogger("warren.store")
 
@@ -122,9 +134,9 @@ def decode_entries(data: bytes) -> tuple[list[KeyEntry], int]:
 
 
 class DedupJournal:
-    """One queue's key journal (a KeyLog); also a Syncable, so that a group commit
-    round fdatasyncs what it wrote. ``syncer`` returns the broker's GroupSync, looked
-    up at each use (None: keys are written at once)."""
+    """One queue's or exchange's key journal (a KeyLog); also a Syncable, so that a
+    group commit round fdatasyncs what it wrote. ``syncer`` returns the broker's
+    GroupSync, looked up at each use (None: keys are written at once)."""
 
     def __init__(self, path: Path, dedup: Deduplicator, syncer: Callable[[], Any | None]) -> None:
         self.path = path
@@ -132,8 +144,12 @@ class DedupJournal:
         self._syncer = syncer
         self._mirror: FileMirror | None = mirror_for(path)
         # Keys whose messages were appended but whose round has not completed:
-        # (write generation when recorded, entry).
+        # (serial number, entry); the round under way covers serials up to
+        # ``_covered``, and ``_waiting`` holds the stores of the keys after it.
         self._pending: list[tuple[int, KeyEntry]] = []
+        self._serial = 0
+        self._covered = 0
+        self._waiting: dict[int, Any] = {}
         self._armed = False
         self._entries_on_disk = 0
         self._size = 0
@@ -165,39 +181,53 @@ class DedupJournal:
     def syncer(self) -> Any | None:
         return self._syncer()
 
-    def recorded(self, entry: KeyEntry, store: Any) -> None:
+    def recorded(self, entry: KeyEntry, stores: Sequence[Any]) -> None:
         syncer = self.syncer
         if syncer is None:
             self._write([entry])
             return
-        self._pending.append((syncer.gen, entry))
+        self._serial += 1
+        self._pending.append((self._serial, entry))
+        for store in stores:
+            self._waiting[id(store)] = store
         if not self._armed:
-            self._arm(store)
+            self._arm()
 
     def withdraw(self, key: Hashable) -> None:
-        self._pending = [(g, e) for g, e in self._pending if e[0] != key]
+        self._pending = [(n, e) for n, e in self._pending if e[0] != key]
 
     def close(self) -> None:
         self.closed = True
         self._pending = []
 
+    def delete(self) -> None:
+        """Its exchange is deleted (after the definitions log said so): remove the
+        exchange's directory, the journal and the definition.json with it."""
+        self.close()
+        directory = self.path.parent
+        shutil.rmtree(directory, ignore_errors=True)
+        if self._mirror is not None:
+            self._mirror.deleted(directory)
+
     # -- rounds ---------------------------------------------------------------------------
-    def _arm(self, store: Any) -> None:
+    def _arm(self) -> None:
+        """Wait for the round that makes every store of the keys recorded so far durable."""
         syncer = self.syncer
         if syncer is None:
             return
         self._armed = True
-        gen = syncer.gen
-        syncer.after_sync([store], lambda ok: self._round_done(ok, gen, store))
+        covered = self._covered = self._serial
+        stores, self._waiting = list(self._waiting.values()), {}
+        syncer.after_sync(stores, lambda ok: self._round_done(ok, covered))
 
-    def _round_done(self, ok: bool, gen: int, store: Any) -> None:
-        """The round covering every key recorded up to ``gen`` is over."""
+    def _round_done(self, ok: bool, covered: int) -> None:
+        """The round covering every key recorded up to serial ``covered`` is over."""
         self._armed = False
         if self.closed:
             return
         pending = self._pending
-        done = [e for g, e in pending if g <= gen]
-        self._pending = [(g, e) for g, e in pending if g > gen]
+        done = [e for n, e in pending if n <= covered]
+        self._pending = [(n, e) for n, e in pending if n > covered]
         if done:
             if ok:
                 self._write(done)
@@ -206,7 +236,7 @@ class DedupJournal:
                 for key, _seen, _exp in done:
                     self.dedup.forget_key(key)
         if self._pending:
-            self._arm(store)
+            self._arm()
 
     def _write(self, entries: list[KeyEntry]) -> None:
         data = b"".join(encode_entry(e) for e in entries)
@@ -303,5 +333,19 @@ def journal_factory(
 
     def make(queue: Any, dedup: Deduplicator) -> DedupJournal:
         return DedupJournal(queue_dir(queue.vhost.name, queue.name) / FILE_NAME, dedup, syncer)
+
+    return make
+
+
+def exchange_journal_factory(
+    exchange_dir: Callable[[str, str], Path], syncer: Callable[[], Any | None]
+) -> Callable[[Any, Deduplicator], DedupJournal]:
+    """VHost's ``exchange_key_logs``: a journal in the exchange's directory, made
+    (durably) when the exchange is, so that its definition.json lands there too."""
+
+    def make(exchange: Any, dedup: Deduplicator) -> DedupJournal:
+        directory = exchange_dir(exchange.vhost_name, exchange.name)
+        make_dirs_durably(directory)  # a follower makes it with the first append
+        return DedupJournal(directory / FILE_NAME, dedup, syncer)
 
     return make

@@ -229,13 +229,13 @@ class PriorityStore:
             self._ready_mask &= ~(1 << (seq >> LEVEL_SHIFT))
         return msg
 
-    def scan_ready(self) -> Iterator[tuple[int, int, bytes]]:
+    def scan_ready(self, exchange: str | None = None) -> Iterator[tuple[int, int, bytes]]:
         """Every ready message in shift order: level by level, highest first."""
         for level in range(MAX_PRIORITY, -1, -1):
             store = self._levels[level]
             if store is not None and store.ready_count:
                 base = level << LEVEL_SHIFT
-                for seq, timestamp, properties in store.scan_ready():
+                for seq, timestamp, properties in store.scan_ready(exchange):
                     yield base | seq, timestamp, properties
 
     def append_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:

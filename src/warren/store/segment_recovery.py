@@ -312,11 +312,12 @@ def _unlink_pair(seglog: SegmentLog, sid: int) -> None:
 
 
 def scan_segment(
-    seglog: SegmentLog, seg: SegmentState, pos: int
+    seglog: SegmentLog, seg: SegmentState, pos: int, exchange: bytes | None = None
 ) -> Iterator[tuple[int, int, bytes]]:
-    """(seq, timestamp, raw properties) of ``seg``'s ready records from ``pos`` on,
-    through a map of its own, no Message built and no CRC checked (recovery did):
-    what a queue rebuilds its expiry index from after a restart (scan_ready)."""
+    """(seq, timestamp, raw properties) of ``seg``'s ready records from ``pos`` on
+    (only those published to ``exchange`` when given), through a map of its own,
+    no Message built and no CRC checked (recovery did): what a queue rebuilds its
+    expiry index and deduplication keys from after a restart (scan_ready)."""
     m = seglog.map(seg.id)
     if m is None:
         return
@@ -345,10 +346,13 @@ def scan_segment(
             if check and ((i < n and skip[i] == pos) or (removed is not None and pos in removed)):
                 pos += length
                 continue
+            left -= 1
+            if exchange is not None and m[pos + 13 : pos + 13 + ex_len] != exchange:
+                pos += length
+                continue
             o = pos + 14 + ex_len + m[pos + 13 + ex_len]
             p_len = u32(m, o)[0]
             yield base | pos, timestamp, m[o + 4 : o + 4 + p_len]
-            left -= 1
             pos += length
     finally:
         m.close()

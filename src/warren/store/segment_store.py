@@ -423,8 +423,9 @@ class SegmentStore(SegmentFiles):
         self.ack(seq)
         return msg
 
-    def scan_ready(self) -> Iterator[tuple[int, int, bytes]]:
-        """(seq, timestamp, raw properties) of each ready message, in shift order.
+    def scan_ready(self, exchange: str | None = None) -> Iterator[tuple[int, int, bytes]]:
+        """(seq, timestamp, raw properties) of each ready message, in shift order
+        (only those published to ``exchange`` when it is given).
 
         Requeued messages first, then the records from the cursor on, read through
         maps of its own (the read cursor and its map are not touched) and without
@@ -432,12 +433,15 @@ class SegmentStore(SegmentFiles):
         store while iterating.
         """
         for seq, msg in self._requeued.in_order():
-            yield seq, msg.timestamp, msg.properties
+            if exchange is None or msg.exchange == exchange:
+                yield seq, msg.timestamp, msg.properties
         cursor = self._cursor
+        name = None if exchange is None else exchange.encode("utf-8", "surrogateescape")
         for seg in list(self._segs.values()):
             start = cursor.ready_from(seg)
             if seg.unread and start <= OFFSET_MASK:  # not behind the cursor
-                yield from scan_segment(self._log, seg, max(start, self._log.data_start(seg.id)))
+                first = max(start, self._log.data_start(seg.id))
+                yield from scan_segment(self._log, seg, first, name)
 
     def purge(self) -> int:
         n = self._ready_count
