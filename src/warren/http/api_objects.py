@@ -40,6 +40,7 @@ from warren.http.common import (
     list_response,
     new_name,
     not_found,
+    parse_bool,
     require_keys,
 )
 from warren.http.state import Router
@@ -147,12 +148,13 @@ async def put_exchange(ctx: Ctx) -> web.StreamResponse:
     ctx.check(vhost_name, CONFIGURE, "exchange", name)
     arguments = amqp_table(body.get("arguments"))
     existed = name in vhost.exchanges
+    # RabbitMQ's defaults are exchange.declare's: not durable.
     vhost.declare_exchange(
         name,
         type_,
-        durable=flag(body.get("durable", True)),
-        auto_delete=flag(body.get("auto_delete", False)),
-        internal=flag(body.get("internal", False)),
+        durable=parse_bool(body, "durable", False),
+        auto_delete=parse_bool(body, "auto_delete", False),
+        internal=parse_bool(body, "internal", False),
         arguments=arguments,
     )
     return web.Response(status=204 if existed else 201)
@@ -192,7 +194,7 @@ async def publish(ctx: Ctx) -> web.StreamResponse:
     vhost_name, name = ctx.params
     vhost = ctx.vhost(vhost_name)
     body = await ctx.body()
-    require_keys(body, "properties", "routing_key", "payload", "payload_encoding")
+    require_keys(body, "routing_key", "properties", "payload", "payload_encoding")
     ex = vhost.exchanges.get(_exchange_name(name))
     if ex is None:  # as RabbitMQ: the AMQP error, as a 400
         raise bad_request(f"404 NOT_FOUND - no exchange '{name}' in vhost '{vhost_name}'")
@@ -208,7 +210,7 @@ async def publish(ctx: Ctx) -> web.StreamResponse:
         except (binascii.Error, ValueError):
             raise bad_request("not_base64") from None
     else:
-        raise bad_request(f"payload_encoding {encoding} is not string or base64")
+        raise bad_request(["unsupported_encoding", encoding])
     if ex.internal:
         raise ApiError(400, "bad_request", f"cannot publish to internal exchange '{ex.name}'")
     routing_key = new_name("routing_key", str(body["routing_key"]))
@@ -302,10 +304,11 @@ async def put_queue(ctx: Ctx) -> web.StreamResponse:
         # RabbitMQ's default type, not an argument a classic queue keeps.
         arguments.pop("x-queue-type")
     existed = name in vhost.queues
+    # RabbitMQ's defaults are queue.declare's: no body makes a transient queue.
     vhost.declare_queue(
         name,
-        durable=flag(body.get("durable", True)),
-        auto_delete=flag(body.get("auto_delete", False)),
+        durable=parse_bool(body, "durable", False),
+        auto_delete=parse_bool(body, "auto_delete", False),
         arguments=arguments,
     )
     return web.Response(status=204 if existed else 201)
@@ -365,13 +368,13 @@ async def get_messages(ctx: Ctx) -> web.StreamResponse:
     vhost = ctx.vhost(vhost_name)
     q = _queue(vhost, name)
     body = await ctx.body()
-    require_keys(body, "count", "ackmode", "encoding")
+    require_keys(body, "ackmode", "count", "encoding")
     ctx.check(vhost_name, READ, "queue", name)
     ackmode, encoding = body["ackmode"], body["encoding"]
     if ackmode not in _ACKMODES:
         raise bad_request(f"Invalid ackmode: {ackmode}")
     if encoding not in ("auto", "base64"):
-        raise bad_request(f"Unsupported encoding: {encoding}")
+        raise bad_request("Unsupported encoding. Please use auto or base64.")
     try:
         count = int(body["count"])
         truncate = int(body["truncate"]) if body.get("truncate") not in (None, "") else None

@@ -26,6 +26,7 @@ from warren.http import (
     api_connections,
     api_definitions,
     api_federation,
+    api_health,
     api_objects,
     api_parameters,
     api_shovels,
@@ -60,6 +61,7 @@ def build_router() -> Router:
     for module in (
         api_broker,
         api_definitions,
+        api_health,
         api_objects,
         api_connections,
         api_parameters,

@@ -1,0 +1,341 @@
+"""The management API's changes, refusals and health checks, asked of a broker.
+
+Every case is one request (with the requests that set it up, which are not
+recorded, and GETs after it, which are: a refused request must change
+nothing). Run against a private RabbitMQ (tests/rabbitmq_proc.py) it records
+RabbitMQ's answers; tests/http/test_mgmt_compat.py runs the same cases against
+Warren and compares:
+
+    PYTHONPATH=src python tools/mgmt_compat.py --json tests/http/rabbitmq_mgmt_answers.json
+    python tools/mgmt_compat.py --url http://127.0.0.1:15672   # any broker, printed
+
+Everything happens in the vhost ``compat`` (made first, deleted last) and to the
+users ``compat-*``, so a broker's other objects are left alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+V = "compat"
+Q = f"/api/queues/{V}"
+E = f"/api/exchanges/{V}"
+B = f"/api/bindings/{V}"
+NOTHING = object()  # no body at all (not even "{}")
+
+
+@dataclass
+class Req:
+    method: str
+    path: str
+    body: Any = NOTHING  # a JSON value, raw ``bytes``, or NOTHING
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Case:
+    """``req`` after ``setup``; ``then``: GETs whose answers show what it changed.
+    ``compare``: ``exact`` (status and body), ``keys`` (status, and the body's keys
+    and ``status``/``reason`` values: for bodies naming ports or nodes), ``status``."""
+
+    req: Req
+    setup: list[Req] = field(default_factory=list)
+    then: list[str] = field(default_factory=list)
+    compare: str = "exact"
+
+
+def _put(path: str, body: Any = NOTHING) -> Req:
+    return Req("PUT", path, body)
+
+
+def _cases() -> dict[str, Case]:  # noqa: PLR0915 - one table
+    c: dict[str, Case] = {}
+    cols = "?columns=durable,auto_delete,internal,type,arguments"
+    # -- queues: defaults and booleans (RabbitMQ's parse_bool: true/false/"true"/"false")
+    c["queue.put.no-body"] = Case(_put(f"{Q}/nobody"), then=[f"{Q}/nobody{cols}"])
+    c["queue.put.empty-object"] = Case(_put(f"{Q}/empty", {}), then=[f"{Q}/empty{cols}"])
+    c["queue.put.durable-string-true"] = Case(
+        _put(f"{Q}/strtrue", {"durable": "true", "auto_delete": "false"}),
+        then=[f"{Q}/strtrue{cols}"],
+    )
+    for label, value in (("yes", "yes"), ("null", None), ("zero", 0), ("True", "True")):
+        c[f"queue.put.durable-{label}"] = Case(
+            _put(f"{Q}/d{label}", {"durable": value}), then=[f"{Q}/d{label}"]
+        )
+    c["queue.put.auto_delete-one"] = Case(
+        _put(f"{Q}/ad1", {"auto_delete": 1}), then=[f"{Q}/ad1"]
+    )
+    c["queue.put.not-json"] = Case(_put(f"{Q}/nj", b"notjson"), then=[f"{Q}/nj"])
+    c["queue.put.array"] = Case(_put(f"{Q}/arr", [1]), then=[f"{Q}/arr"])
+    c["queue.put.arg-type"] = Case(
+        _put(f"{Q}/argt", {"arguments": {"x-max-length": "a"}}), then=[f"{Q}/argt"]
+    )
+    c["queue.put.arg-negative"] = Case(
+        _put(f"{Q}/argn", {"arguments": {"x-max-length": -1}}), then=[f"{Q}/argn"]
+    )
+    c["queue.put.unknown-key"] = Case(_put(f"{Q}/uk", {"foo": 1}), then=[f"{Q}/uk{cols}"])
+    c["queue.put.inequivalent"] = Case(
+        _put(f"{Q}/ineq", {"durable": True}),
+        setup=[_put(f"{Q}/ineq", {"durable": False})],
+        then=[f"{Q}/ineq{cols}"],
+    )
+    c["queue.put.again"] = Case(
+        _put(f"{Q}/again", {"durable": True}), setup=[_put(f"{Q}/again", {"durable": True})]
+    )
+    c["queue.put.no-vhost"] = Case(_put("/api/queues/compat-none/q", {}))
+    c["queue.put.long-name"] = Case(_put(f"{Q}/{'x' * 256}", {}))
+    c["queue.put.amq-name"] = Case(_put(f"{Q}/amq.q", {}), then=[f"{Q}/amq.q"])
+    c["queue.get.missing"] = Case(Req("GET", f"{Q}/none"))
+    c["queue.delete.missing"] = Case(Req("DELETE", f"{Q}/none"))
+    c["queue.delete.if-empty"] = Case(
+        Req("DELETE", f"{Q}/full?if-empty=true"),
+        setup=[
+            _put(f"{Q}/full", {}),
+            Req(
+                "POST",
+                f"{E}/amq.default/publish",
+                {"properties": {}, "routing_key": "full", "payload": "x", "payload_encoding": "string"},
+            ),
+        ],
+        then=[f"{Q}/full?columns=name,messages"],
+        compare="status",
+    )
+    c["queue.purge.missing"] = Case(Req("DELETE", f"{Q}/none/contents"))
+    get_q = [_put(f"{Q}/getq", {})]
+    get_body = {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto"}
+    c["queue.get.missing-keys"] = Case(Req("POST", f"{Q}/getq/get", {}), setup=get_q)
+    c["queue.get.bad-ackmode"] = Case(
+        Req("POST", f"{Q}/getq/get", {**get_body, "ackmode": "bogus"}), setup=get_q
+    )
+    c["queue.get.bad-encoding"] = Case(
+        Req("POST", f"{Q}/getq/get", {**get_body, "encoding": "bogus"}), setup=get_q
+    )
+    c["queue.get.empty"] = Case(Req("POST", f"{Q}/getq/get", get_body), setup=get_q)
+    # -- exchanges
+    c["exchange.put.no-body"] = Case(_put(f"{E}/nobody"), then=[f"{E}/nobody{cols}"])
+    c["exchange.put.bad-type"] = Case(_put(f"{E}/bt", {"type": "bogus"}), then=[f"{E}/bt"])
+    c["exchange.put.durable-yes"] = Case(
+        _put(f"{E}/dy", {"type": "fanout", "durable": "yes"}), then=[f"{E}/dy"]
+    )
+    c["exchange.put.internal-x"] = Case(
+        _put(f"{E}/ix", {"type": "fanout", "internal": "x"}), then=[f"{E}/ix"]
+    )
+    c["exchange.put.amq-prefix"] = Case(_put(f"{E}/amq.foo", {"type": "direct"}))
+    c["exchange.put.inequivalent"] = Case(
+        _put(f"{E}/eq", {"type": "topic"}),
+        setup=[_put(f"{E}/eq", {"type": "fanout"})],
+        then=[f"{E}/eq?columns=type"],
+    )
+    c["exchange.delete.amq-direct"] = Case(Req("DELETE", f"{E}/amq.direct"))
+    c["exchange.delete.missing"] = Case(Req("DELETE", f"{E}/none"))
+    pub = {"properties": {}, "routing_key": "k", "payload": "x", "payload_encoding": "string"}
+    c["exchange.publish.missing-keys"] = Case(Req("POST", f"{E}/amq.direct/publish", {}))
+    c["exchange.publish.bad-encoding"] = Case(
+        Req("POST", f"{E}/amq.direct/publish", {**pub, "payload_encoding": "hex"})
+    )
+    c["exchange.publish.no-exchange"] = Case(Req("POST", f"{E}/none/publish", pub))
+    c["exchange.publish.unroutable"] = Case(Req("POST", f"{E}/amq.direct/publish", pub))
+    # -- bindings
+    c["binding.post.no-queue"] = Case(Req("POST", f"{B}/e/amq.direct/q/none", {}))
+    c["binding.post.no-exchange"] = Case(
+        Req("POST", f"{B}/e/none/q/bq", {}), setup=[_put(f"{Q}/bq", {})]
+    )
+    c["binding.delete.missing"] = Case(
+        Req("DELETE", f"{B}/e/amq.direct/q/bq/nokey"), setup=[_put(f"{Q}/bq", {})]
+    )
+    # -- vhosts, users, permissions
+    c["vhost.delete.missing"] = Case(Req("DELETE", "/api/vhosts/compat-none"))
+    c["user.put.no-password"] = Case(_put("/api/users/compat-u1", {}), then=["/api/users/compat-u1"])
+    c["user.put.password-int"] = Case(
+        _put("/api/users/compat-u2", {"password": 1}), then=["/api/users/compat-u2"]
+    )
+    c["user.put.hash-no-tags"] = Case(
+        _put("/api/users/compat-u3", {"password_hash": "abc"}), then=["/api/users/compat-u3"]
+    )
+    c["user.delete.missing"] = Case(Req("DELETE", "/api/users/compat-none"))
+    c["permission.put.missing-keys"] = Case(
+        _put(f"/api/permissions/{V}/guest", {"configure": ".*"}),
+    )
+    c["permission.put.no-user"] = Case(
+        _put(f"/api/permissions/{V}/compat-none", {"configure": ".*", "write": ".*", "read": ".*"})
+    )
+    c["permission.put.no-vhost"] = Case(
+        _put("/api/permissions/compat-none/guest", {"configure": ".*", "write": ".*", "read": ".*"})
+    )
+    c["permission.delete.missing"] = Case(Req("DELETE", "/api/permissions/compat-none/guest"))
+    # -- policies
+    pol = f"/api/policies/{V}/p1"
+    c["policy.put.missing-keys"] = Case(_put(pol, {"pattern": ".*"}), then=[f"/api/policies/{V}"])
+    c["policy.put.unknown-key"] = Case(
+        _put(pol, {"pattern": ".*", "definition": {"bogus": 1}}), then=[f"/api/policies/{V}"]
+    )
+    c["policy.put.bad-value"] = Case(
+        _put(pol, {"pattern": ".*", "definition": {"max-length": "x"}}),
+        then=[f"/api/policies/{V}"],
+    )
+    c["policy.put.bad-apply-to"] = Case(
+        _put(pol, {"pattern": ".*", "definition": {"max-length": 1}, "apply-to": "bogus"}),
+        then=[f"/api/policies/{V}"],
+    )
+    c["policy.delete.missing"] = Case(Req("DELETE", f"/api/policies/{V}/none"))
+    # -- limits
+    vl = f"/api/vhost-limits/{V}"
+    c["vhost-limit.put.string"] = Case(_put(f"{vl}/max-connections", {"value": "x"}), then=[vl])
+    c["vhost-limit.put.unknown"] = Case(_put(f"{vl}/max-bogus", {"value": 1}), then=[vl])
+    c["vhost-limit.put.no-value"] = Case(_put(f"{vl}/max-queues", {}), then=[vl])
+    c["vhost-limit.put.float"] = Case(_put(f"{vl}/max-queues", {"value": 1.5}), then=[vl])
+    c["vhost-limit.put.no-vhost"] = Case(_put("/api/vhost-limits/compat-none/max-queues", {"value": 1}))
+    c["vhost-limit.put.ok"] = Case(_put(f"{vl}/max-queues", {"value": 2}), then=[vl])
+    c["vhost-limit.queue-refused"] = Case(
+        _put(f"{Q}/lim3", {}),
+        setup=[_put(f"{vl}/max-queues", {"value": 2}), _put(f"{Q}/lim1", {}), _put(f"{Q}/lim2", {})],
+        then=[f"{Q}/lim3"],
+    )
+    c["vhost-limit.delete.absent"] = Case(Req("DELETE", f"{vl}/max-channels"))
+    ul = "/api/user-limits/compat-lu"
+    lu = [_put("/api/users/compat-lu", {"password": "x", "tags": ""})]
+    c["user-limit.put.string"] = Case(_put(f"{ul}/max-connections", {"value": "x"}), setup=lu, then=[ul])
+    c["user-limit.put.unknown"] = Case(_put(f"{ul}/max-queues", {"value": 1}), setup=lu, then=[ul])
+    c["user-limit.put.no-value"] = Case(_put(f"{ul}/max-channels", {}), setup=lu, then=[ul])
+    c["user-limit.put.no-user"] = Case(_put("/api/user-limits/compat-none/max-channels", {"value": 1}))
+    c["user-limit.put.ok"] = Case(_put(f"{ul}/max-channels", {"value": 3}), setup=lu, then=[ul])
+    c["user-limit.delete.absent"] = Case(Req("DELETE", f"{ul}/max-connections"), setup=lu)
+    # -- parameters
+    c["parameter.put.unknown-component"] = Case(
+        _put(f"/api/parameters/bogus/{V}/p", {"value": 1}), then=[f"/api/parameters/bogus/{V}"]
+    )
+    # -- paths and methods
+    c["path.unknown"] = Case(Req("GET", "/api/nope"))
+    c["path.vhost-missing"] = Case(Req("GET", "/api/queues/compat-none"))
+    c["method.post-overview"] = Case(Req("POST", "/api/overview", {}))
+    c["method.delete-overview"] = Case(Req("DELETE", "/api/overview"))
+    c["method.post-queue"] = Case(Req("POST", f"{Q}/nobody", {}))
+    c["connection.delete.missing"] = Case(Req("DELETE", "/api/connections/nope"))
+    # -- health checks (3.10 and 3.13 serve the same set)
+    h = "/api/health/checks"
+    for name in ("alarms", "local-alarms", "virtual-hosts", "node-is-quorum-critical",
+                 "node-is-mirror-sync-critical"):
+        c[f"health.{name}"] = Case(Req("GET", f"{h}/{name}"))
+    c["health.certificate-expiration.weeks"] = Case(Req("GET", f"{h}/certificate-expiration/1/weeks"))
+    c["health.certificate-expiration.bad-unit"] = Case(
+        Req("GET", f"{h}/certificate-expiration/1/fortnights")
+    )
+    c["health.certificate-expiration.bad-value"] = Case(
+        Req("GET", f"{h}/certificate-expiration/x/days")
+    )
+    c["health.port-listener.missing"] = Case(Req("GET", f"{h}/port-listener/1"), compare="keys")
+    c["health.port-listener.bad"] = Case(Req("GET", f"{h}/port-listener/abc"))
+    for proto in ("amqp", "amqp091", "AMQP", "http"):
+        c[f"health.protocol-listener.{proto}"] = Case(Req("GET", f"{h}/protocol-listener/{proto}"))
+    c["health.protocol-listener.missing"] = Case(
+        Req("GET", f"{h}/protocol-listener/bogus"), compare="keys"
+    )
+    c["health.unknown"] = Case(Req("GET", f"{h}/bogus"))
+    c["health.aliveness"] = Case(Req("GET", f"/api/aliveness-test/{V}"))
+    return c
+
+
+CASES = _cases()
+
+
+class Client:
+    """Blocking requests to one management API (urllib: no dependencies)."""
+
+    def __init__(self, url: str, user: str = "guest", password: str = "guest") -> None:
+        self.url = url.rstrip("/")
+        self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+    def send(self, req: Req) -> tuple[int, Any]:
+        data: bytes | None
+        if req.body is NOTHING:
+            data = None
+        elif isinstance(req.body, bytes):
+            data = req.body
+        else:
+            data = json.dumps(req.body).encode()
+        request = urllib.request.Request(self.url + req.path, data=data, method=req.method)
+        request.add_header("Authorization", self.auth)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        for key, value in req.headers.items():
+            request.add_header(key, value)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            status, raw = exc.code, exc.read()
+        try:
+            return status, json.loads(raw) if raw else None
+        except ValueError:
+            return status, raw.decode("utf-8", "replace")
+
+
+def _fresh(client: Client) -> None:
+    client.send(Req("DELETE", f"/api/vhosts/{V}"))
+    for user in ("compat-u1", "compat-u2", "compat-u3", "compat-lu"):
+        client.send(Req("DELETE", f"/api/users/{user}"))
+    client.send(_put(f"/api/vhosts/{V}", {}))
+    client.send(_put(f"/api/permissions/{V}/guest", {"configure": ".*", "write": ".*", "read": ".*"}))
+
+
+def run_case(client: Client, case: Case) -> dict[str, Any]:
+    """One case on a fresh ``compat`` vhost: its answer and the ``then`` answers."""
+    _fresh(client)
+    for req in case.setup:
+        client.send(req)
+    status, body = client.send(case.req)
+    out: dict[str, Any] = {"status": status, "body": body}
+    if case.then:
+        out["then"] = [list(client.send(Req("GET", path))) for path in case.then]
+    return out
+
+
+def run(url: str, names: list[str] | None = None) -> dict[str, Any]:
+    client = Client(url)
+    try:
+        return {name: run_case(client, CASES[name]) for name in names or CASES}
+    finally:
+        _fresh(client)
+        client.send(Req("DELETE", f"/api/vhosts/{V}"))
+
+
+def _record(path: Path | None, url: str | None) -> None:
+    if url is not None:
+        answers = run(url)
+    else:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from rabbitmq_proc import RabbitMQ  # noqa: PLC0415 - tests/ is not a package here
+
+        with tempfile.TemporaryDirectory() as tmp:
+            server = RabbitMQ(Path(tmp), plugins=["rabbitmq_management"])
+            try:
+                answers = run(f"http://127.0.0.1:{server.http_port}")
+            finally:
+                server.stop()
+    text = json.dumps(answers, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    if path is None:
+        sys.stdout.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", type=Path, help="write the answers here (default: stdout)")
+    parser.add_argument("--url", help="a running broker's management API (default: a private RabbitMQ)")
+    args = parser.parse_args()
+    _record(args.json, args.url)
+
+
+if __name__ == "__main__":
+    main()
