@@ -2,12 +2,13 @@
 
 Every case is one request (with the requests that set it up, which are not
 recorded, and GETs after it, which are: a refused request must change
-nothing). Run against a private RabbitMQ (tests/rabbitmq_proc.py) it records
+nothing), and what AMQP clients get when vhost and user limits are reached
+(limit_refusals). Run against a private RabbitMQ (tests/rabbitmq_proc.py) it records
 RabbitMQ's answers; tests/http/test_mgmt_compat.py runs the same cases against
 Warren and compares:
 
     PYTHONPATH=src python tools/mgmt_compat.py --json tests/http/rabbitmq_mgmt_answers.json
-    python tools/mgmt_compat.py --url http://127.0.0.1:15672   # any broker, printed
+    python tools/mgmt_compat.py --url http://127.0.0.1:15672 --amqp-port 5672  # printed
 
 Everything happens in the vhost ``compat`` (made first, deleted last) and to the
 users ``compat-*``, so a broker's other objects are left alone.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import re
 import sys
 import tempfile
 import urllib.error
@@ -247,6 +249,69 @@ def _cases() -> dict[str, Case]:  # noqa: PLR0915 - one table
 
 CASES = _cases()
 
+#: The recording's key for what AMQP clients see of the limits (limit_refusals).
+LIMITS_KEY = "amqp-limits"
+
+
+def _refusal(fn: Any) -> Any:
+    """``"ok"``, or the [code, text] of the close that refused ``fn``."""
+    import pika.exceptions  # noqa: PLC0415 - only this part needs a client library
+
+    try:
+        fn()
+    except (pika.exceptions.ConnectionClosedByBroker, pika.exceptions.ChannelClosedByBroker) as e:
+        return [e.reply_code, e.reply_text]
+    except pika.exceptions.ProbableAccessDeniedError as e:
+        found = re.search(r"\((\d+)\) [\"'](.*)[\"']", str(e.args[0]))
+        return [int(found.group(1)), found.group(2)] if found else str(e)
+    return "ok"
+
+
+def limit_refusals(url: str, amqp_port: int) -> dict[str, Any]:
+    """What AMQP clients (pika) get when vhost and user limits are reached."""
+    import pika  # noqa: PLC0415
+
+    client = Client(url)
+    out: dict[str, Any] = {}
+    _fresh(client)
+    client.send(_put("/api/users/compat-lu", {"password": "pw", "tags": ""}))
+    client.send(_put(f"/api/permissions/{V}/compat-lu", {"configure": ".*", "write": ".*", "read": ".*"}))
+
+    def conn(user: str = "guest", password: str = "guest") -> Any:
+        return pika.BlockingConnection(
+            pika.URLParameters(f"amqp://{user}:{password}@127.0.0.1:{amqp_port}/{V}")
+        )
+
+    vl, ul = f"/api/vhost-limits/{V}", "/api/user-limits/compat-lu"
+    for value in (1, 0):
+        client.send(_put(f"{vl}/max-connections", {"value": value}))
+        first = conn() if value else None
+        out[f"vhost max-connections {value}"] = _refusal(conn)
+        if first is not None:
+            first.close()
+    client.send(Req("DELETE", f"{vl}/max-connections"))
+    client.send(_put(f"{vl}/max-queues", {"value": 1}))
+    c = conn()
+    ch = c.channel()
+    ch.queue_declare("a")
+    out["vhost max-queues"] = _refusal(lambda: ch.queue_declare("b"))
+    out["vhost max-queues, the connection after"] = _refusal(lambda: c.channel().queue_declare("a"))
+    c.close()
+    client.send(Req("DELETE", f"{vl}/max-queues"))
+    client.send(_put(f"{ul}/max-connections", {"value": 1}))
+    first = conn("compat-lu", "pw")
+    out["user max-connections"] = _refusal(lambda: conn("compat-lu", "pw"))
+    first.close()
+    client.send(Req("DELETE", f"{ul}/max-connections"))
+    client.send(_put(f"{ul}/max-channels", {"value": 1}))
+    c = conn("compat-lu", "pw")
+    c.channel()
+    out["user max-channels"] = _refusal(c.channel)
+    if c.is_open:
+        c.close()
+    _fresh(client)
+    return out
+
 
 class Client:
     """Blocking requests to one management API (urllib: no dependencies)."""
@@ -300,18 +365,21 @@ def run_case(client: Client, case: Case) -> dict[str, Any]:
     return out
 
 
-def run(url: str, names: list[str] | None = None) -> dict[str, Any]:
+def run(url: str, amqp_port: int) -> dict[str, Any]:
     client = Client(url)
     try:
-        return {name: run_case(client, CASES[name]) for name in names or CASES}
+        answers = {name: run_case(client, case) for name, case in CASES.items()}
+        answers[LIMITS_KEY] = limit_refusals(url, amqp_port)
+        return answers
     finally:
         _fresh(client)
         client.send(Req("DELETE", f"/api/vhosts/{V}"))
+        client.send(Req("DELETE", "/api/users/compat-lu"))
 
 
-def _record(path: Path | None, url: str | None) -> None:
+def _record(path: Path | None, url: str | None, amqp_port: int) -> None:
     if url is not None:
-        answers = run(url)
+        answers = run(url, amqp_port)
     else:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
         from rabbitmq_proc import RabbitMQ  # noqa: PLC0415 - tests/ is not a package here
@@ -319,7 +387,7 @@ def _record(path: Path | None, url: str | None) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             server = RabbitMQ(Path(tmp), plugins=["rabbitmq_management"])
             try:
-                answers = run(f"http://127.0.0.1:{server.http_port}")
+                answers = run(f"http://127.0.0.1:{server.http_port}", server.port)
             finally:
                 server.stop()
     text = json.dumps(answers, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
@@ -333,8 +401,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, help="write the answers here (default: stdout)")
     parser.add_argument("--url", help="a running broker's management API (default: a private RabbitMQ)")
+    parser.add_argument("--amqp-port", type=int, default=5672, help="with --url: its AMQP port")
     args = parser.parse_args()
-    _record(args.json, args.url)
+    _record(args.json, args.url, args.amqp_port)
 
 
 if __name__ == "__main__":

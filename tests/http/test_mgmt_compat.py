@@ -78,7 +78,14 @@ def _comparable(answer: dict[str, Any], compare: str) -> dict[str, Any]:
 
 
 def test_recording_covers_every_case() -> None:
-    assert sorted(EXPECTED) == sorted(tool.CASES)
+    assert sorted(EXPECTED) == sorted([*tool.CASES, tool.LIMITS_KEY])
+
+
+def test_limits_refuse_amqp_clients_as_rabbitmq(warren: BrokerThread) -> None:
+    """vhost max-connections and max-queues, user max-connections and max-channels:
+    the same codes and texts as RabbitMQ's, through pika."""
+    got = tool.limit_refusals(f"http://127.0.0.1:{warren.http_port}", warren.port)
+    assert got == EXPECTED[tool.LIMITS_KEY]
 
 
 @pytest.mark.parametrize("name", sorted(tool.CASES))
