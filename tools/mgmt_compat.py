@@ -365,11 +365,67 @@ def run_case(client: Client, case: Case) -> dict[str, Any]:
     return out
 
 
+#: The recording's key for the definitions exports (definitions_export).
+DEFINITIONS_KEY = "definitions"
+
+
+def populate(client: Client) -> None:
+    """One object of every kind the definitions hold, in the ``compat`` vhost."""
+    _fresh(client)
+    for req in (
+        _put("/api/users/compat-du", {"password": "pw", "tags": "management"}),
+        _put(f"/api/permissions/{V}/compat-du", {"configure": ".*", "write": "w", "read": "r"}),
+        _put(f"/api/topic-permissions/{V}/compat-du", {"exchange": "amq.topic", "write": ".*", "read": "r"}),
+        _put(f"{Q}/dq", {"durable": True, "arguments": {"x-max-length": 10}}),
+        _put(f"{E}/dx", {"type": "topic", "durable": True}),
+        Req("POST", f"{B}/e/dx/q/dq", {"routing_key": "k", "arguments": {"a": 1}}),
+        _put(f"/api/policies/{V}/pol", {"pattern": "^d", "definition": {"max-length": 5}, "priority": 1, "apply-to": "queues"}),
+        _put(f"/api/operator-policies/{V}/opol", {"pattern": "^d", "definition": {"max-length": 7}, "priority": 0, "apply-to": "queues"}),
+        _put(f"/api/vhost-limits/{V}/max-queues", {"value": 10}),
+        _put("/api/user-limits/compat-du/max-channels", {"value": 3}),
+    ):
+        status, body = client.send(req)
+        assert status in (201, 204), (req, status, body)
+
+
+def _mine(data: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a full export about ``compat`` and ``compat-du`` (password hashes
+    are salted: replaced), key order kept."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if not isinstance(value, list):
+            out[key] = "<" + type(value).__name__ + ">"
+            continue
+        out[key] = [
+            {k: "<hash>" if k == "password_hash" else v for k, v in item.items()}
+            for item in value
+            if V in (item.get("vhost"), item.get("name")) or item.get("name") == "compat-du"
+            or item.get("user") == "compat-du"
+        ]
+    return out
+
+
+def definitions(url: str) -> dict[str, str]:
+    """``GET /api/definitions/compat`` as sent, and the compat parts of ``GET
+    /api/definitions``, as JSON text (key order is what is compared)."""
+    client = Client(url)
+    populate(client)
+    request = urllib.request.Request(f"{client.url}/api/definitions/{V}")
+    request.add_header("Authorization", client.auth)
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        per_vhost = resp.read().decode()
+    _, full = client.send(Req("GET", "/api/definitions"))
+    _fresh(client)
+    client.send(Req("DELETE", "/api/users/compat-du"))
+    return {"vhost": per_vhost, "full": json.dumps(_mine(full), separators=(",", ":"))}
+
+
 def run(url: str, amqp_port: int) -> dict[str, Any]:
     client = Client(url)
     try:
         answers = {name: run_case(client, case) for name, case in CASES.items()}
         answers[LIMITS_KEY] = limit_refusals(url, amqp_port)
+        answers[DEFINITIONS_KEY] = definitions(url)
         return answers
     finally:
         _fresh(client)

@@ -488,7 +488,7 @@ def test_vhost_definitions(api: Api, second: Api) -> None:
     assert set(defs) == {"rabbit_version", "parameters", "policies", "queues", "exchanges", "bindings"}
     # No body: a transient queue, as RabbitMQ's PUT (queue.declare's defaults).
     assert defs["queues"] == [{"name": "q", "durable": False, "auto_delete": False,
-                               "arguments": {}, "type": "classic"}]
+                               "arguments": {}}]  # RabbitMQ exports no type
     second.put("/api/vhosts/other")
     assert second.post("/api/definitions/other", defs).status == 204
     assert [q["name"] for q in second.get("/api/queues/other")] == ["q"]

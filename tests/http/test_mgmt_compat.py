@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,7 +79,37 @@ def _comparable(answer: dict[str, Any], compare: str) -> dict[str, Any]:
 
 
 def test_recording_covers_every_case() -> None:
-    assert sorted(EXPECTED) == sorted([*tool.CASES, tool.LIMITS_KEY])
+    assert sorted(EXPECTED) == sorted([*tool.CASES, tool.LIMITS_KEY, tool.DEFINITIONS_KEY])
+
+
+def ordered(text: str) -> Any:
+    """A JSON text with its objects' key order kept (as tuples of pairs) and lists of
+    objects sorted: RabbitMQ lists parameters in its tables' hash order."""
+
+    def obj(pairs: list[tuple[str, Any]]) -> tuple[Any, ...]:
+        return ("{", *(
+            (k, sorted(v, key=repr) if isinstance(v, list) and v and isinstance(v[0], tuple) else v)
+            for k, v in pairs
+        ))
+
+    return json.loads(text, object_pairs_hook=obj)
+
+
+#: RabbitMQ 3.10's /api/definitions writes a vhost as its name alone; Warren writes
+#: 3.13's fields so a vhost's description and tags survive an export and import.
+VHOST_313 = {"name": "compat", "description": "", "tags": [],
+             "metadata": {"description": "", "tags": []}}
+
+
+def test_definitions_exports_as_rabbitmq(warren: BrokerThread) -> None:
+    """The same objects exported by Warren and RabbitMQ 3.10.8: the per-vhost export
+    the same JSON (keys in RabbitMQ's order), the node-wide one the same entries."""
+    got = tool.definitions(f"http://127.0.0.1:{warren.http_port}")
+    expected = EXPECTED[tool.DEFINITIONS_KEY]
+    assert ordered(got["vhost"]) == ordered(expected["vhost"])
+    full = json.loads(expected["full"])
+    full["vhosts"] = [VHOST_313]
+    assert ordered(got["full"]) == ordered(json.dumps(full))
 
 
 def test_limits_refuse_amqp_clients_as_rabbitmq(warren: BrokerThread) -> None:
@@ -96,3 +127,13 @@ def test_answers_as_rabbitmq(warren: BrokerThread, name: str) -> None:
     if name in DIFFERENCES:
         expected.update(DIFFERENCES[name][1])
     assert _comparable(got, case.compare) == _comparable(expected, case.compare)
+
+
+def test_a_refused_change_is_logged(
+    warren: BrokerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="warren.http"):
+        tool.run_case(tool.Client(f"http://127.0.0.1:{warren.http_port}"),
+                      tool.CASES["queue.put.durable-yes"])
+    assert "PUT /api/queues/compat/dyes from 127.0.0.1 refused: 400 ['not_boolean', 'yes']" in (
+        caplog.text)
