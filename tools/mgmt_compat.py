@@ -123,6 +123,25 @@ def _cases() -> dict[str, Case]:  # noqa: PLR0915 - one table
         Req("POST", f"{Q}/getq/get", {**get_body, "encoding": "bogus"}), setup=get_q
     )
     c["queue.get.empty"] = Case(Req("POST", f"{Q}/getq/get", get_body), setup=get_q)
+    c["queue.put.body-type-bogus"] = Case(
+        _put(f"{Q}/tb", {"type": "bogus"}), then=[f"{Q}/tb?columns=type,arguments"]
+    )
+    c["queue.put.arg-type-bogus"] = Case(
+        _put(f"{Q}/ab", {"arguments": {"x-queue-type": "bogus"}}), then=[f"{Q}/ab"]
+    )
+    c["queue.put.stream-no-durable"] = Case(
+        _put(f"{Q}/snd", {"arguments": {"x-queue-type": "stream"}}), then=[f"{Q}/snd"]
+    )
+    c["queue.put.stream-durable"] = Case(
+        _put(f"{Q}/sd", {"durable": True, "arguments": {"x-queue-type": "stream"}}),
+        then=[f"{Q}/sd?columns=type,durable,arguments"],
+    )
+    c["queue.get.count-string"] = Case(
+        Req("POST", f"{Q}/getq/get", {**get_body, "count": "x"}), setup=get_q
+    )
+    c["queue.get.truncate-string"] = Case(
+        Req("POST", f"{Q}/getq/get", {**get_body, "truncate": "x"}), setup=get_q
+    )
     # -- exchanges
     c["exchange.put.no-body"] = Case(_put(f"{E}/nobody"), then=[f"{E}/nobody{cols}"])
     c["exchange.put.bad-type"] = Case(_put(f"{E}/bt", {"type": "bogus"}), then=[f"{E}/bt"])
@@ -147,10 +166,30 @@ def _cases() -> dict[str, Case]:  # noqa: PLR0915 - one table
     )
     c["exchange.publish.no-exchange"] = Case(Req("POST", f"{E}/none/publish", pub))
     c["exchange.publish.unroutable"] = Case(Req("POST", f"{E}/amq.direct/publish", pub))
+    for label, change in (
+        ("delivery_mode-string", {"properties": {"delivery_mode": "x"}}),
+        ("priority-string", {"properties": {"priority": "x"}}),
+        ("unknown-property", {"properties": {"bogus": 1}}),
+        ("headers-empty-list", {"properties": {"headers": []}}),
+        ("payload-int", {"payload": 1}),
+        ("bad-base64", {"payload": "!!", "payload_encoding": "base64"}),
+    ):
+        c[f"exchange.publish.{label}"] = Case(Req("POST", f"{E}/amq.direct/publish", {**pub, **change}))
+    c["exchange.put.delayed-without-plugin"] = Case(_put(f"{E}/dl", {"type": "x-delayed-message"}))
+    c["exchange.delete.if-unused"] = Case(
+        Req("DELETE", f"{E}/used?if-unused=true"),
+        setup=[_put(f"{E}/used", {"type": "direct"}), _put(f"{Q}/uq", {}),
+               Req("POST", f"{B}/e/used/q/uq", {"routing_key": "k"})],
+        then=[f"{E}/used?columns=name"],
+    )
     # -- bindings
     c["binding.post.no-queue"] = Case(Req("POST", f"{B}/e/amq.direct/q/none", {}))
     c["binding.post.no-exchange"] = Case(
         Req("POST", f"{B}/e/none/q/bq", {}), setup=[_put(f"{Q}/bq", {})]
+    )
+    c["binding.post.empty-arguments-list"] = Case(
+        Req("POST", f"{B}/e/amq.direct/q/bq", {"arguments": []}), setup=[_put(f"{Q}/bq", {})],
+        then=[f"{B}/e/amq.direct/q/bq"],
     )
     c["binding.delete.missing"] = Case(
         Req("DELETE", f"{B}/e/amq.direct/q/bq/nokey"), setup=[_put(f"{Q}/bq", {})]

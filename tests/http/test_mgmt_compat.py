@@ -39,10 +39,6 @@ tool = _load_tool()
 EXPECTED: dict[str, Any] = json.loads(RECORDED.read_text(encoding="utf-8"))
 
 
-def _500() -> dict[str, Any]:
-    return {"status": 400}
-
-
 #: case -> (why Warren differs, the parts of Warren's answer that differ).
 DIFFERENCES: dict[str, tuple[str, dict[str, Any]]] = {
     "queue.get.bad-ackmode": (
@@ -53,6 +49,29 @@ DIFFERENCES: dict[str, tuple[str, dict[str, Any]]] = {
         "RabbitMQ says 'unknown exchange type' the first time a name is used and "
         "'invalid exchange type' once the name is an Erlang atom; Warren always says 'unknown'",
         {"body": {"error": "bad_request", "reason": "unknown exchange type 'bogus'"}},
+    ),
+    "queue.put.body-type-bogus": (
+        "RabbitMQ ignores a body's 'type' (not a queue.declare field); Warren takes it as "
+        "x-queue-type, as its clients send it, so a type that does not exist is refused",
+        {
+            "status": 400,
+            "body": {
+                "error": "bad_request",
+                "reason": "invalid arg 'x-queue-type' for queue 'tb' in vhost 'compat': "
+                "\"unsupported queue type 'bogus'\"",
+            },
+            "then": [[404, {"error": "Object Not Found", "reason": "Not Found"}]],
+        },
+    ),
+    "exchange.put.delayed-without-plugin": (
+        "Warren has the delayed-message exchange built in (RabbitMQ needs its plugin): "
+        "what it refuses is the missing x-delayed-type, in the plugin's words",
+        {
+            "body": {
+                "error": "bad_request",
+                "reason": "Invalid argument, 'x-delayed-type' must be an existing exchange type",
+            }
+        },
     ),
 }
 

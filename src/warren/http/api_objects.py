@@ -170,20 +170,22 @@ async def delete_exchange(ctx: Ctx) -> web.StreamResponse:
 
 
 def _properties(props: Any) -> bytes:
+    """The basic properties of a published message, as RabbitMQ reads them: keys it
+    does not know are ignored, an empty list is no headers, integers must be
+    integers (its ``["not_int", key]``)."""
     if not isinstance(props, dict):
         raise bad_request("properties must be a JSON object")
-    fields = dict(props)
+    fields = {k: v for k, v in props.items() if k in _PROPERTY_NAMES}
     headers = fields.get("headers")
-    if headers is not None:
+    if headers == []:  # RabbitMQ's empty proplist
+        del fields["headers"]
+    elif headers is not None:
         if not isinstance(headers, dict):
             raise bad_request("headers must be a JSON object")
         fields["headers"] = from_json_table(headers)
-    unknown = set(fields) - set(_PROPERTY_NAMES)
-    if unknown:
-        raise bad_request(f"unknown properties: {', '.join(sorted(unknown))}")
     for key in ("delivery_mode", "priority", "timestamp"):
-        if key in fields and not isinstance(fields[key], int):
-            raise bad_request(f"{key} must be an integer")
+        if key in fields and (not isinstance(fields[key], int) or isinstance(fields[key], bool)):
+            raise bad_request(["not_int", key])
     try:
         return BasicProperties(**fields).encode()
     except (ValueError, TypeError, AttributeError) as exc:
@@ -201,14 +203,14 @@ async def publish(ctx: Ctx) -> web.StreamResponse:
     ctx.check(vhost_name, WRITE, "exchange", ex.name)
     payload, encoding = body["payload"], body["payload_encoding"]
     if not isinstance(payload, str):
-        raise bad_request("payload must be a string")
+        raise bad_request("payload_not_string")
     if encoding == "string":
         raw = payload.encode("utf-8")
     elif encoding == "base64":
         try:
             raw = base64.b64decode(payload, validate=True)
         except (binascii.Error, ValueError):
-            raise bad_request("not_base64") from None
+            raise bad_request(["not_base64", payload]) from None
     else:
         raise bad_request(["unsupported_encoding", encoding])
     if ex.internal:
@@ -361,6 +363,17 @@ def _properties_json(raw: bytes) -> dict[str, Any]:
     return out
 
 
+def _integer(value: Any) -> int:
+    """An integer or a string of one, as RabbitMQ takes ``count`` and ``truncate``;
+    else its 400 ``["not_integer", value]``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    try:
+        return int(value) if isinstance(value, str) else int("!")
+    except ValueError:
+        raise bad_request(["not_integer", value]) from None
+
+
 async def get_messages(ctx: Ctx) -> web.StreamResponse:
     """Take up to ``count`` messages; requeued ones go back after all are taken,
     so one request never returns the same message twice (as RabbitMQ)."""
@@ -375,11 +388,8 @@ async def get_messages(ctx: Ctx) -> web.StreamResponse:
         raise bad_request(f"Invalid ackmode: {ackmode}")
     if encoding not in ("auto", "base64"):
         raise bad_request("Unsupported encoding. Please use auto or base64.")
-    try:
-        count = int(body["count"])
-        truncate = int(body["truncate"]) if body.get("truncate") not in (None, "") else None
-    except (TypeError, ValueError):
-        raise bad_request("count and truncate must be integers") from None
+    count = _integer(body["count"])
+    truncate = _integer(body["truncate"]) if body.get("truncate") not in (None, "") else None
     requeue = ackmode.endswith("requeue_true")
     no_ack = ackmode == "ack_requeue_false"
     taken: list[tuple[int, Message, bool]] = []
