@@ -203,6 +203,45 @@ def _cases() -> dict[str, Case]:  # noqa: PLR0915 - one table
     c["user.put.hash-no-tags"] = Case(
         _put("/api/users/compat-u3", {"password_hash": "abc"}), then=["/api/users/compat-u3"]
     )
+    c["vhost.put.description-int"] = Case(
+        _put("/api/vhosts/compat-v1", {"description": 1}), then=["/api/vhosts/compat-v1?columns=name,description,tags"]
+    )
+    c["vhost.put.tags-list"] = Case(
+        _put("/api/vhosts/compat-v2", {"tags": ["a", "b"]}), then=["/api/vhosts/compat-v2?columns=name,tags"]
+    )
+    c["vhost.put.tags-string"] = Case(
+        _put("/api/vhosts/compat-v3", {"tags": "a, b"}), then=["/api/vhosts/compat-v3?columns=name,tags"]
+    )
+    c["vhost.put.again"] = Case(_put(f"/api/vhosts/{V}", {}))
+    c["vhost.put.long-name"] = Case(_put(f"/api/vhosts/{'v' * 256}", {}))
+    c["user.put.tags-list"] = Case(
+        _put("/api/users/compat-u1", {"password": "x", "tags": ["management", "monitoring"]}),
+        then=["/api/users/compat-u1?columns=name,tags"],
+    )
+    c["user.put.tags-empty"] = Case(
+        _put("/api/users/compat-u2", {"password": "x", "tags": ""}), then=["/api/users/compat-u2?columns=name,tags"]
+    )
+    c["user.put.bad-algorithm"] = Case(
+        _put("/api/users/compat-u3", {"password_hash": "abc", "hashing_algorithm": "md5", "tags": ""}),
+        then=["/api/users/compat-u3?columns=name"],
+    )
+    c["user.put.bad-hash"] = Case(
+        _put("/api/users/compat-u3", {"password_hash": "!!!", "tags": ""}),
+        then=["/api/users/compat-u3?columns=name"],
+    )
+    c["user.bulk-delete.missing-key"] = Case(Req("POST", "/api/users/bulk-delete", {}))
+    c["topic-permission.put.missing-keys"] = Case(
+        _put(f"/api/topic-permissions/{V}/guest", {"exchange": "amq.topic"}),
+        then=[f"/api/topic-permissions/{V}/guest"],
+    )
+    c["topic-permission.put.bad-regex"] = Case(
+        _put(f"/api/topic-permissions/{V}/guest", {"exchange": "amq.topic", "write": "(", "read": ".*"}),
+        then=[f"/api/topic-permissions/{V}/guest"],
+    )
+    c["permission.put.bad-regex"] = Case(
+        _put(f"/api/permissions/{V}/guest", {"configure": "(", "write": ".*", "read": ".*"}),
+        then=[f"/api/permissions/{V}/guest"],
+    )
     c["user.delete.missing"] = Case(Req("DELETE", "/api/users/compat-none"))
     c["permission.put.missing-keys"] = Case(
         _put(f"/api/permissions/{V}/guest", {"configure": ".*"}),
@@ -228,6 +267,29 @@ def _cases() -> dict[str, Case]:  # noqa: PLR0915 - one table
         _put(pol, {"pattern": ".*", "definition": {"max-length": 1}, "apply-to": "bogus"}),
         then=[f"/api/policies/{V}"],
     )
+    c["policy.put.priority-string"] = Case(
+        _put(pol, {"pattern": ".*", "definition": {"max-length": 1}, "priority": "x"}),
+        then=[f"/api/policies/{V}"],
+    )
+    c["policy.put.bad-pattern"] = Case(
+        _put(pol, {"pattern": "(", "definition": {"max-length": 1}}), then=[f"/api/policies/{V}"]
+    )
+    c["policy.put.definition-list"] = Case(
+        _put(pol, {"pattern": ".*", "definition": []}), then=[f"/api/policies/{V}"]
+    )
+    c["policy.put.ok"] = Case(
+        _put(pol, {"pattern": ".*", "definition": {"max-length": 1}}),
+        then=[f"/api/policies/{V}/p1"],
+    )
+    c["operator-policy.put.unknown-key"] = Case(
+        _put(f"/api/operator-policies/{V}/op", {"pattern": ".*", "definition": {"ha-mode": "all"}}),
+        then=[f"/api/operator-policies/{V}"],
+    )
+    c["global-parameter.put.no-value"] = Case(
+        _put("/api/global-parameters/compat-g", {}), then=["/api/global-parameters/compat-g"]
+    )
+    c["cluster-name.put.missing"] = Case(_put("/api/cluster-name", {}))
+    c["cluster-name.put.int"] = Case(_put("/api/cluster-name", {"name": 1}))
     c["policy.delete.missing"] = Case(Req("DELETE", f"/api/policies/{V}/none"))
     # -- limits
     vl = f"/api/vhost-limits/{V}"
@@ -388,6 +450,8 @@ def _fresh(client: Client) -> None:
     client.send(Req("DELETE", f"/api/vhosts/{V}"))
     for user in ("compat-u1", "compat-u2", "compat-u3", "compat-lu"):
         client.send(Req("DELETE", f"/api/users/{user}"))
+    for vhost in ("compat-v1", "compat-v2", "compat-v3"):
+        client.send(Req("DELETE", f"/api/vhosts/{vhost}"))
     client.send(_put(f"/api/vhosts/{V}", {}))
     client.send(_put(f"/api/permissions/{V}/guest", {"configure": ".*", "write": ".*", "read": ".*"}))
 

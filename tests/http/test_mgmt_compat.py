@@ -63,6 +63,41 @@ DIFFERENCES: dict[str, tuple[str, dict[str, Any]]] = {
             "then": [[404, {"error": "Object Not Found", "reason": "Not Found"}]],
         },
     ),
+    "cluster-name.put.int": (
+        "RabbitMQ crashes (500) on a name that is not a string; Warren refuses it",
+        {"status": 400, "body": {"error": "bad_request", "reason": "name must be a non-empty string"}},
+    ),
+    "policy.put.definition-list": (
+        "RabbitMQ crashes (500) on a definition that is a list; Warren refuses it",
+        {"status": 400, "body": {"error": "bad_request", "reason": "Validation failed\n\nno policy provided\n"}},
+    ),
+    "permission.put.bad-regex": (
+        "RabbitMQ answers PCRE's error as Erlang terms (the regex and message as lists of "
+        "character codes); Warren names the field and gives its regex engine's words",
+        {"body": {"error": "bad_request", "reason": "configure: invalid regular expression: "
+                  "missing ), unterminated subpattern at position 0"}},
+    ),
+    "topic-permission.put.bad-regex": (
+        "as permission.put.bad-regex",
+        {"body": {"error": "bad_request", "reason": "write: invalid regular expression: "
+                  "missing ), unterminated subpattern at position 0"}},
+    ),
+    "policy.put.bad-pattern": (
+        "the regex engine's words and position (PCRE counts from 1, Python from 0)",
+        {"body": {"error": "bad_request", "reason": "Validation failed\n\npattern should be "
+                  "regular expression but is invalid: {\"missing ), unterminated subpattern\",0}\n"}},
+    ),
+    "vhost.put.description-int": (
+        "RabbitMQ keeps a description that is not a string as it came (1); Warren keeps "
+        "descriptions as strings ('1'), as every client reads them",
+        {"then": [[200, {"name": "compat-v1", "description": "1", "tags": []}]]},
+    ),
+    "vhost.put.long-name": (
+        "RabbitMQ 3.10 takes a vhost name of any length, which AMQP clients cannot then "
+        "name in connection.open (a short string); Warren refuses it (docs/http-api.md, Names)",
+        {"status": 400, "body": {"error": "bad_request",
+                                 "reason": "vhost should be less than 255 bytes, actually was 256\n"}},
+    ),
     "exchange.put.delayed-without-plugin": (
         "Warren has the delayed-message exchange built in (RabbitMQ needs its plugin): "
         "what it refuses is the missing x-delayed-type, in the plugin's words",

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import platform
 import re
 import time
@@ -229,7 +231,9 @@ async def get_cluster_name(ctx: Ctx) -> web.StreamResponse:
 
 async def put_cluster_name(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
-    name = (await ctx.body()).get("name")
+    body = await ctx.body()
+    require_keys(body, "name")
+    name = body["name"]
     if not isinstance(name, str) or not name:
         raise bad_request("name must be a non-empty string")
     ctx.node.cluster_name = name
@@ -312,7 +316,9 @@ async def users_without_permissions(ctx: Ctx) -> web.StreamResponse:
 
 async def bulk_delete_users(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
-    names = (await ctx.body()).get("users")
+    body = await ctx.body()
+    require_keys(body, "users")
+    names = body["users"]
     if not isinstance(names, list):
         raise bad_request("users must be a list of names")
     for name in names:
@@ -324,6 +330,14 @@ async def bulk_delete_users(ctx: Ctx) -> web.StreamResponse:
 async def get_user(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
     return item_response(ctx, formats.user_info(_user(ctx, ctx.params[0])))
+
+
+def _is_base64(text: str) -> bool:
+    try:
+        base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
 
 
 async def put_user(ctx: Ctx) -> web.StreamResponse:
@@ -351,6 +365,8 @@ async def put_user(ctx: Ctx) -> web.StreamResponse:
         password_hash = body["password_hash"]
         if not isinstance(password_hash, str):
             raise bad_request("password_hash must be a string")
+        if not _is_base64(password_hash):
+            raise bad_request(["not_base64", password_hash])
         if not valid_hash(password_hash, algorithm):
             raise bad_request(f"password_hash is not a {algorithm} hash")
     elif existing is not None:

@@ -129,7 +129,8 @@ async def put_policy(ctx: Ctx) -> web.StreamResponse:
             body.get("apply-to", "all"),
         )
     except ValidationFailed as exc:
-        raise validation_failed(exc) from None
+        # RabbitMQ HTML-escapes a policy's refusal but not an operator policy's.
+        raise (bad_request(str(exc) + "\n") if operator else validation_failed(exc)) from None
     return web.Response(status=204 if existed else 201)
 
 
