@@ -317,6 +317,18 @@ def _cases() -> dict[str, Case]:  # noqa: PLR0915 - one table
     c["parameter.put.unknown-component"] = Case(
         _put(f"/api/parameters/bogus/{V}/p", {"value": 1}), then=[f"/api/parameters/bogus/{V}"]
     )
+    # -- definitions import (into the compat vhost only, so nothing else changes)
+    d = f"/api/definitions/{V}"
+    c["definitions.post.not-json"] = Case(Req("POST", d, b"notjson"))
+    c["definitions.post.array"] = Case(Req("POST", d, []))
+    c["definitions.post.bad-queue"] = Case(
+        Req("POST", d, {"queues": [{"name": "dq", "durable": "yes"}]}), then=[f"{Q}/dq"]
+    )
+    c["definitions.post.ok"] = Case(
+        Req("POST", d, {"queues": [{"name": "dq", "durable": True, "auto_delete": False,
+                                    "arguments": {}}]}),
+        then=[f"{Q}/dq?columns=name,durable"],
+    )
     # -- paths and methods
     c["path.unknown"] = Case(Req("GET", "/api/nope"))
     c["path.vhost-missing"] = Case(Req("GET", "/api/queues/compat-none"))
@@ -344,6 +356,8 @@ def _cases() -> dict[str, Case]:  # noqa: PLR0915 - one table
         Req("GET", f"{h}/protocol-listener/bogus"), compare="keys"
     )
     c["health.unknown"] = Case(Req("GET", f"{h}/bogus"))
+    c["health.old-node"] = Case(Req("GET", "/api/healthchecks/node"))
+    c["health.old-node.other"] = Case(Req("GET", "/api/healthchecks/node/compat@nohost"))
     c["health.aliveness"] = Case(Req("GET", f"/api/aliveness-test/{V}"))
     return c
 

@@ -101,3 +101,9 @@ def test_connection_limit_checks(broker_factory: Factory) -> None:
         conn.close()
     assert api.get(f"{H}/below-node-connection-limit") == {"status": "ok"}
 
+
+
+def test_the_older_node_health_check_names_this_node(broker: BrokerThread) -> None:
+    api = Api(broker.http_port)
+    node = api.get("/api/overview")["node"]
+    assert api.get(f"/api/healthchecks/node/{node}") == {"status": "ok"}

@@ -98,6 +98,12 @@ DIFFERENCES: dict[str, tuple[str, dict[str, Any]]] = {
         {"status": 400, "body": {"error": "bad_request",
                                  "reason": "vhost should be less than 255 bytes, actually was 256\n"}},
     ),
+    "definitions.post.bad-queue": (
+        "RabbitMQ's import answers a wrong type with the Erlang crash it caused "
+        "('function_clause'); Warren names the entry and the problem",
+        {"body": {"error": "bad_request",
+                  "reason": "queues[0] 'dq': 'durable' must be true or false, not \"yes\""}},
+    ),
     "exchange.put.delayed-without-plugin": (
         "Warren has the delayed-message exchange built in (RabbitMQ needs its plugin): "
         "what it refuses is the missing x-delayed-type, in the plugin's words",

@@ -3,7 +3,8 @@
 RabbitMQ 3.10 and 3.13 serve the same family (alarms, local-alarms,
 certificate-expiration, port-listener, protocol-listener, virtual-hosts,
 node-is-quorum-critical, node-is-mirror-sync-critical); 4.x adds is-in-service,
-below-node-connection-limit and ready-to-serve-clients, served here too. A check
+below-node-connection-limit and ready-to-serve-clients, served here too, as is
+the older ``/api/healthchecks/node``. A check
 that passes is 200 ``{"status": "ok", ...}``; one that fails is 503
 ``{"status": "failed", "reason": ..., ...}`` with RabbitMQ's words, so load
 balancers and Kubernetes probes written for RabbitMQ read Warren the same way.
@@ -21,7 +22,7 @@ from aiohttp import web
 
 from warren.core.message import Message
 from warren.core.properties import EMPTY_PROPERTIES
-from warren.http.common import Ctx, bad_request, json_response
+from warren.http.common import Ctx, bad_request, json_response, not_found
 from warren.http.state import Router
 from warren.node import node_name
 
@@ -57,6 +58,8 @@ def register(r: Router) -> None:
     r.route("GET", f"{HEALTH}/below-node-connection-limit")(below_node_connection_limit)
     r.route("GET", f"{HEALTH}/ready-to-serve-clients")(ready_to_serve_clients)
     r.route("GET", "/api/aliveness-test/{vhost}")(aliveness)
+    r.route("GET", "/api/healthchecks/node")(node_health)
+    r.route("GET", "/api/healthchecks/node/{node}")(node_health)
 
 
 def _ok(**extra: Any) -> web.Response:
@@ -248,6 +251,14 @@ async def ready_to_serve_clients(ctx: Ctx) -> web.StreamResponse:
         return failed(
             ctx, "node connection limit is reached", connections=len(ctx.node.connections)
         )
+    return _ok()
+
+
+async def node_health(ctx: Ctx) -> web.StreamResponse:
+    """RabbitMQ's older, deprecated check (3.10 to 3.13): ok while the node runs;
+    another node's name is a 404, as RabbitMQ answers a node it does not know."""
+    if ctx.params and ctx.params[0] != node_name():
+        raise not_found()
     return _ok()
 
 
