@@ -23,6 +23,7 @@ from aiohttp import web
 from warren.core.message import Message
 from warren.core.properties import EMPTY_PROPERTIES
 from warren.http.common import Ctx, bad_request, json_response, not_found
+from warren.http.formats import queue_type
 from warren.http.state import Router
 from warren.node import node_name
 
@@ -221,11 +222,28 @@ async def virtual_hosts(ctx: Ctx) -> web.StreamResponse:
 
 
 async def node_is_quorum_critical(ctx: Ctx) -> web.StreamResponse:
-    """Also node-is-mirror-sync-critical. In a Warren cluster the followers hold
-    every change the leader confirmed, so stopping one node loses no queue."""
-    if ctx.node.cluster_status is None:
+    """Also node-is-mirror-sync-critical. In a Warren cluster every queue is
+    replicated to the in-sync followers and one of them takes over: the node the
+    API answers for (the leader; followers pass requests to it) is critical when
+    no other node is in sync, for then stopping it leaves no node holding every
+    confirmed message, and its durable queues are unavailable until it is back."""
+    status = ctx.node.cluster_status
+    if status is None:
         return _ok(reason="single node cluster")
-    return _ok()
+    info = status()
+    if info.get("role") != "leader" or len(info.get("in_sync_replicas", [])) > 1:
+        return _ok()
+    queues = [
+        {"name": q.name, "virtual_host": v.name, "type": queue_type(q)}
+        for v in ctx.node.vhosts.values()
+        for q in v.queues.values()
+        if q.durable
+    ]
+    return failed(
+        ctx,
+        "There are quorum queues that would lose their quorum if the target node is shut down",
+        queues=sorted(queues, key=lambda q: (q["virtual_host"], q["name"])),
+    )
 
 
 async def is_in_service(ctx: Ctx) -> web.StreamResponse:
