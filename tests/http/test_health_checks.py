@@ -78,6 +78,11 @@ def test_listener_checks_know_the_tls_ports(tmp_path: Path, broker_factory: Fact
     for name, protocol in (("amqps", "amqp/ssl"), ("AMQP091", "amqp"), ("https", "https"),
                            ("management", "http")):
         assert api.get(f"{H}/protocol-listener/{name}") == {"status": "ok", "protocol": protocol}
+    # RabbitMQ 4.x's form: several protocols, comma-separated.
+    both = api.get(f"{H}/protocol-listener/amqps,http")
+    assert both["status"] == "ok" and {"amqp/ssl", "http"} <= set(both["protocols"])
+    reply = api.request("GET", f"{H}/protocol-listener/amqp,stomp,mqtts")
+    assert reply.status == 503 and reply.json()["missing"] == ["stomp", "mqtt/ssl"]
     reply = api.request("GET", f"{H}/protocol-listener/mqtts")
     assert reply.status == 503
     assert reply.json()["missing"] == "mqtt/ssl"

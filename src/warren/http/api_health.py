@@ -204,10 +204,22 @@ async def port_listener(ctx: Ctx) -> web.StreamResponse:
     return failed(ctx, "No active listener", missing=port, ports=ports)
 
 
+def _protocol(name: str) -> str:
+    name = name.lower()
+    return _PROTOCOL_ALIASES.get(name, name)
+
+
 async def protocol_listener(ctx: Ctx) -> web.StreamResponse:
-    protocol = ctx.params[0].lower()
-    protocol = _PROTOCOL_ALIASES.get(protocol, protocol)
+    """One protocol (3.10 to 3.13's answer), or several, comma-separated (4.x's
+    answer: ``protocols`` listed, ``missing`` a list)."""
     protocols = [name for name, _ in _bound(ctx)]
+    if "," in ctx.params[0]:
+        wanted = [_protocol(p) for p in ctx.params[0].split(",")]
+        missing = [p for p in dict.fromkeys(wanted) if p not in protocols]
+        if missing:
+            return failed(ctx, "No active listener", missing=missing, protocols=protocols)
+        return _ok(protocols=protocols)
+    protocol = _protocol(ctx.params[0])
     if protocol in protocols:
         return _ok(protocol=protocol)
     return failed(ctx, "No active listener", missing=protocol, protocols=protocols)
