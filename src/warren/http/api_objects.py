@@ -368,10 +368,12 @@ def _integer(value: Any) -> int:
     else its 400 ``["not_integer", value]``."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    try:
-        return int(value) if isinstance(value, str) else int("!")
-    except ValueError:
-        raise bad_request(["not_integer", value]) from None
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    raise bad_request(["not_integer", value])
 
 
 async def get_messages(ctx: Ctx) -> web.StreamResponse:
