@@ -156,7 +156,7 @@ def test_disk_filled_from_outside_nacks_blocks_and_recovers(
         eventually(lambda: sum(len(p.nacked) for p in pubs) > 0, 30, "nacks")
         status, body = health_alarms(b)
         assert status == 503 and body["alarms"] == [  # type: ignore[comparison-overlap]
-            {"node": body["alarms"][0]["node"], "resource": "disk"}  # type: ignore[index]
+            {"node": body["alarms"][0]["node"], "resource": "disk space"}  # type: ignore[index]
         ]
         acked = [len(p.acked) for p in pubs]
         filler.unlink()

@@ -79,9 +79,10 @@ def test_user_max_connections_across_protocols(broker: BrokerThread) -> None:
     first = connect(broker)
     try:
         assert conn_refused(1) in refused_connection(broker)
-        # MQTT counts against the same limit: 5: Quota exceeded, 3.1.1: 3 server unavailable.
+        # MQTT counts against the same limit: 5: Quota exceeded, 3.1.1: 5 not authorized
+        # (RabbitMQ 3.10 answered 5; 3.13 maps quota exceeded to it).
         assert mqtt_connack(broker, V5).value == 0x97
-        assert mqtt_connack(broker, V311).getName() == "Server unavailable"
+        assert mqtt_connack(broker, V311).getName() == "Not authorized"
     finally:
         first.close()
     assert connections_of(broker) == 0  # freed by the close (close-ok came after it)
@@ -108,7 +109,7 @@ def test_zero_allows_none_negative_and_cleared_mean_no_limit(broker: BrokerThrea
     assert Api(broker.http_port).delete("/api/user-limits/guest/max-connections").status == 204
     with connect(broker) as c:
         assert c.is_open
-    assert Api(broker.http_port).delete("/api/user-limits/guest/max-connections").status == 404
+    assert Api(broker.http_port).delete("/api/user-limits/guest/max-connections").status == 204  # unset: 204, as RabbitMQ
 
 
 def test_user_max_channels_over_all_connections(broker: BrokerThread) -> None:
@@ -217,7 +218,7 @@ def test_broker_max_connections(broker_factory: Factory) -> None:
         with pytest.raises(AMQPConnectionError):
             connect(b)
         assert mqtt_connack(b, V5).value == 0x97
-        assert mqtt_connack(b, V311).getName() == "Server unavailable"
+        assert mqtt_connack(b, V311).getName() == "Not authorized"  # as for the limits
     finally:
         first.close()
     with connect(b) as again:
@@ -236,3 +237,23 @@ def test_max_consumers_per_channel(broker_factory: Factory) -> None:
         other.basic_consume(q, lambda *a: None)  # per channel
         text = connection_error(530, ch.basic_consume, q, lambda *a: None)
         assert text == "NOT_ALLOWED - reached maximum (1) of consumers per channel"
+
+
+def test_vhost_max_connections_counts_mqtt_connections(broker: BrokerThread) -> None:
+    """A vhost's max-connections counts MQTT clients with AMQP ones and refuses
+    them as RabbitMQ does (3.1.1: 5 not authorized, as 3.10 answered; 5: 0x97)."""
+    api = Api(broker.http_port)
+    assert api.put("/api/vhost-limits/%2F/max-connections", {"value": 1}).status == 204
+    client = Client(broker.mqtt_port, protocol=V5, username="guest", password="guest")
+    assert client.connect()[1] == 0
+    try:
+        assert "connection limit (1) is reached" in refused_connection(broker)
+        assert mqtt_connack(broker, V5).value == 0x97
+        assert mqtt_connack(broker, V311).getName() == "Not authorized"
+    finally:
+        client.paho.loop_stop()
+        client.paho.disconnect()
+    # The MQTT connection gone, its place is free again.
+    wait_for(lambda: api.get("/api/connections") == [], what="the MQTT connection to go")
+    with connect(broker) as conn:
+        assert conn.is_open

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -356,3 +357,43 @@ def test_a_paused_leader_cannot_shrink_the_isr_or_confirm_after_its_lease(
     # Whatever the old leader confirmed is on the new one.
     got = job_bodies(new_leader.address)
     assert {b"job-%d" % i for i in range(10)} | {b"job-%d" % i for i in confirmed} <= got
+
+
+def test_the_leader_is_quorum_critical_while_no_follower_is_in_sync(
+    etcd: EtcdProcess, tmp_path: Path
+) -> None:
+    """/api/health/checks/node-is-quorum-critical in a cluster: ok while a follower
+    is in sync; 503 naming the durable queues once none is (stopping the leader
+    then would leave no node with every confirmed message)."""
+    nodes = [Node(tmp_path, f"q{i}", etcd.url, http=True) for i in range(2)]
+    auth = "Basic " + base64.b64encode(b"guest:guest").decode()
+
+    def check() -> tuple[int, dict[str, object]]:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{nodes[0].http_port}/api/health/checks/node-is-quorum-critical",
+            headers={"Authorization": auth},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as resp:
+                return resp.status, json.load(resp)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.load(exc)
+
+    try:
+        leader = start_cluster(nodes)
+        assert leader is nodes[0]
+        publish_jobs(leader.address, 0, 1)  # declares the durable queue "jobs"
+        assert check() == (200, {"status": "ok"})
+        nodes[1].stop()
+        deadline = time.monotonic() + 30
+        while (answer := check())[0] != 503 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert answer == (503, {
+            "status": "failed",
+            "reason": "There are quorum queues that would lose their quorum if the target "
+            "node is shut down",
+            "queues": [{"name": "jobs", "virtual_host": "/", "type": "classic"}],
+        })
+    finally:
+        for node in nodes:
+            node.stop()

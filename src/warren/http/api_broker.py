@@ -1,9 +1,11 @@
-"""Node-wide endpoints: overview, whoami, nodes, vhosts, users, permissions,
-health checks and the aliveness test (definitions: api_definitions.py)."""
+"""Node-wide endpoints: overview, whoami, nodes, vhosts, users, permissions
+(definitions: api_definitions.py; health checks: api_health.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import platform
 import re
 import time
@@ -12,8 +14,6 @@ from typing import Any
 from aiohttp import web
 
 from warren import __version__
-from warren.core.message import Message
-from warren.core.properties import EMPTY_PROPERTIES
 from warren.core.stats import MessageStats
 from warren.core.users import (
     SHA256,
@@ -81,14 +81,6 @@ def register(r: Router) -> None:  # noqa: C901 - one table of routes
     r.route("GET", "/api/topic-permissions/{vhost}/{user}")(get_topic_permission)
     r.route("PUT", "/api/topic-permissions/{vhost}/{user}")(put_topic_permission)
     r.route("DELETE", "/api/topic-permissions/{vhost}/{user}")(delete_topic_permission)
-    r.route("GET", "/api/health/checks/alarms")(health_alarms)
-    r.route("GET", "/api/health/checks/local-alarms")(health_alarms)
-    r.route("GET", "/api/health/checks/virtual-hosts")(health_vhosts)
-    r.route("GET", "/api/health/checks/node-is-quorum-critical")(health_ok)
-    r.route("GET", "/api/health/checks/node-is-mirror-sync-critical")(health_ok)
-    r.route("GET", "/api/health/checks/port-listener/{port}")(health_port)
-    r.route("GET", "/api/health/checks/protocol-listener/{protocol}")(health_protocol)
-    r.route("GET", "/api/aliveness-test/{vhost}")(aliveness)
 
 
 # -- overview, whoami, nodes ------------------------------------------------------------------
@@ -239,7 +231,9 @@ async def get_cluster_name(ctx: Ctx) -> web.StreamResponse:
 
 async def put_cluster_name(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
-    name = (await ctx.body()).get("name")
+    body = await ctx.body()
+    require_keys(body, "name")
+    name = body["name"]
     if not isinstance(name, str) or not name:
         raise bad_request("name must be a non-empty string")
     ctx.node.cluster_name = name
@@ -322,7 +316,9 @@ async def users_without_permissions(ctx: Ctx) -> web.StreamResponse:
 
 async def bulk_delete_users(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
-    names = (await ctx.body()).get("users")
+    body = await ctx.body()
+    require_keys(body, "users")
+    names = body["users"]
     if not isinstance(names, list):
         raise bad_request("users must be a list of names")
     for name in names:
@@ -334,6 +330,14 @@ async def bulk_delete_users(ctx: Ctx) -> web.StreamResponse:
 async def get_user(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
     return item_response(ctx, formats.user_info(_user(ctx, ctx.params[0])))
+
+
+def _is_base64(text: str) -> bool:
+    try:
+        base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
 
 
 async def put_user(ctx: Ctx) -> web.StreamResponse:
@@ -361,6 +365,8 @@ async def put_user(ctx: Ctx) -> web.StreamResponse:
         password_hash = body["password_hash"]
         if not isinstance(password_hash, str):
             raise bad_request("password_hash must be a string")
+        if not _is_base64(password_hash):
+            raise bad_request(["not_base64", password_hash])
         if not valid_hash(password_hash, algorithm):
             raise bad_request(f"password_hash is not a {algorithm} hash")
     elif existing is not None:
@@ -442,10 +448,10 @@ def _regexes(body: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
 async def put_permission(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
     vhost, name = ctx.params
-    user = _user(ctx, name)
-    if vhost not in ctx.node.vhosts:
-        raise not_found()
     configure, write, read = _regexes(await ctx.body(), ("configure", "write", "read"))
+    user = ctx.node.users.users.get(name)
+    if user is None or vhost not in ctx.node.vhosts:
+        raise bad_request("vhost_or_user_not_found")  # RabbitMQ's 400, not a 404
     existed = vhost in user.permissions
     user.permissions[vhost] = Permission(configure, write, read)
     ctx.node.save_users()
@@ -529,71 +535,3 @@ async def delete_topic_permission(ctx: Ctx) -> web.StreamResponse:
         raise not_found()
     ctx.node.save_users()
     return web.Response(status=NO_CONTENT)
-
-
-# -- health checks -------------------------------------------------------------------------
-
-
-async def health_ok(ctx: Ctx) -> web.StreamResponse:
-    return json_response({"status": "ok"})
-
-
-async def health_alarms(ctx: Ctx) -> web.StreamResponse:
-    if ctx.node.alarms:
-        raised = [r for r in ("memory", "disk") if r in ctx.node.alarms]
-        return json_response(
-            {
-                "status": "failed",
-                "reason": "resource alarm(s) in effect in the cluster",
-                "alarms": [{"node": node_name(), "resource": r} for r in raised],
-            },
-            503,
-        )
-    return json_response({"status": "ok"})
-
-
-async def health_vhosts(ctx: Ctx) -> web.StreamResponse:
-    return json_response({"status": "ok"})
-
-
-async def health_port(ctx: Ctx) -> web.StreamResponse:
-    try:
-        port = int(ctx.params[0])
-    except ValueError:
-        raise bad_request(f"Invalid port: {ctx.params[0]}") from None
-    ports = [lst.port for lst in ctx.node.listeners if lst.port]
-    if port in ports:
-        return json_response({"status": "ok", "port": port})
-    return json_response(
-        {"status": "failed", "reason": "No active listener", "missing": port, "ports": ports}, 503
-    )
-
-
-async def health_protocol(ctx: Ctx) -> web.StreamResponse:
-    protocol = ctx.params[0].lower()
-    protocols = [lst.name for lst in ctx.node.listeners if lst.port]
-    if protocol in protocols or (protocol == "amqp091" and "amqp" in protocols):
-        return json_response({"status": "ok", "protocol": protocol})
-    return json_response(
-        {
-            "status": "failed",
-            "reason": "No active listener",
-            "missing": protocol,
-            "protocols": protocols,
-        },
-        503,
-    )
-
-
-async def aliveness(ctx: Ctx) -> web.StreamResponse:
-    """Declare ``aliveness-test``, publish to it and get the message back, as RabbitMQ."""
-    vhost = ctx.vhost(ctx.params[0])
-    q = vhost.declare_queue("aliveness-test", durable=False)
-    vhost.publish(
-        vhost.default_exchange,
-        Message("", "aliveness-test", EMPTY_PROPERTIES, b"test_message"),
-    )
-    item = q.get(no_ack=True)
-    if item is None or item[1].body != b"test_message":
-        return json_response({"status": "failed", "reason": "no message"}, 503)
-    return json_response({"status": "ok"})

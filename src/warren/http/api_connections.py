@@ -8,6 +8,7 @@ own connections; monitoring users and administrators see everyone's.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from aiohttp import web
@@ -16,6 +17,8 @@ from warren.http.common import SLICE, Ctx, item_response, list_response, not_aut
 from warren.http.state import Router
 from warren.node import ClientConnection
 
+log = logging.getLogger("warren.http")
+
 DEFAULT_REASON = "Closed via management plugin"
 
 
@@ -23,6 +26,8 @@ def register(r: Router) -> None:
     r.route("GET", "/api/connections")(list_connections)
     r.route("GET", "/api/connections/{name}")(get_connection)
     r.route("DELETE", "/api/connections/{name}")(close_connection)
+    r.route("GET", "/api/connections/username/{user}")(user_connections)
+    r.route("DELETE", "/api/connections/username/{user}")(close_user_connections)
     r.route("GET", "/api/connections/{name}/channels")(connection_channels)
     r.route("GET", "/api/vhosts/{vhost}/connections")(vhost_connections)
     r.route("GET", "/api/vhosts/{vhost}/channels")(vhost_channels)
@@ -83,13 +88,51 @@ async def get_connection(ctx: Ctx) -> web.StreamResponse:
     return item_response(ctx, (await _find(ctx, ctx.params[0]))[1])
 
 
+def _force_close(ctx: Ctx, conn: ClientConnection, info: dict[str, Any]) -> None:
+    """Close it as RabbitMQ does (AMQP: 320 CONNECTION_FORCED with the ``X-Reason``
+    header's text; MQTT 5: DISCONNECT 0x98) and answer at once: the connection
+    goes when its client answers, or at the protocol's close timeout."""
+    reason = ctx.request.headers.get("X-Reason", DEFAULT_REASON)
+    log.info(
+        "management API: user '%s' closes connection %s: %s", ctx.user.name, info["name"], reason
+    )
+    conn.force_close(reason)
+
+
 async def close_connection(ctx: Ctx) -> web.StreamResponse:
-    """Close it as RabbitMQ does: 320 CONNECTION_FORCED with the ``X-Reason`` header's
-    text. A user may close their own connections; closing others' needs administrator."""
+    """A user may close their own connections; closing others' needs administrator."""
     conn, info = await _find(ctx, ctx.params[0])
     if info.get("user") != ctx.user.name and not ctx.is_admin():
         raise not_authorised("Not administrator user")
-    conn.force_close(ctx.request.headers.get("X-Reason", DEFAULT_REASON))
+    _force_close(ctx, conn, info)
+    return web.Response(status=204)
+
+
+def _own_or_admin(ctx: Ctx, user: str) -> None:
+    """RabbitMQ's is_authorized_user: the user themselves, or an administrator."""
+    if user != ctx.user.name and not ctx.is_admin():
+        raise not_authorised("Not administrator user")
+
+
+async def user_connections(ctx: Ctx) -> web.StreamResponse:
+    """RabbitMQ's tracked connections of one user (any vhost): name, vhost, user, node."""
+    user = ctx.params[0]
+    _own_or_admin(ctx, user)
+    items = [
+        {"name": info["name"], "vhost": info.get("vhost"), "user": user, "node": info.get("node")}
+        for _, info in await _visible(ctx)
+        if info.get("user") == user
+    ]
+    return await list_response(ctx, items, ("name",))
+
+
+async def close_user_connections(ctx: Ctx) -> web.StreamResponse:
+    """Close every connection of one user (204 when there are none, as RabbitMQ)."""
+    user = ctx.params[0]
+    _own_or_admin(ctx, user)
+    for conn, info in await _visible(ctx):
+        if info.get("user") == user:
+            _force_close(ctx, conn, info)
     return web.Response(status=204)
 
 

@@ -19,7 +19,7 @@ from warren.definitions_export import export_definitions
 from warren.definitions_import import import_steps
 from warren.http.bodies import TOO_LARGE, check_announced, parse_json, read_body
 from warren.http.common import ADMIN, SLICE, ApiError, Ctx, bad_request, json_response, parse_tags
-from warren.http.state import Router
+from warren.http.state import ApiState, Router
 
 NO_CONTENT = 204
 
@@ -42,15 +42,45 @@ def _attachment(ctx: Ctx, response: web.Response) -> web.Response:
     return response
 
 
+_POLICY_VALUE_KEYS = ("pattern", "definition", "priority", "apply-to")
+
+
+def management_format(data: dict[str, Any], state: ApiState) -> dict[str, Any]:
+    """The core's export (``rabbitmqctl export_definitions``'s format) as the
+    management plugin writes it: parameters with RabbitMQ's key order (``value``
+    first; an operator policy's value ``pattern``, ``definition``, ``priority``,
+    ``apply-to``), queues without ``type``, vhosts with RabbitMQ 3.13's ``name``,
+    ``description``, ``tags``, ``metadata`` (from the API's state; their limits are
+    the vhost-limits parameters)."""
+    vhosts = []
+    for v in data["vhosts"]:
+        meta = state.vhost_metadata.get(v["name"]) or {"description": "", "tags": []}
+        description, tags = meta["description"], list(meta["tags"])
+        vhosts.append(
+            {
+                "name": v["name"],
+                "description": description,
+                "tags": tags,
+                "metadata": {"description": description, "tags": list(tags)},
+            }
+        )
+    parameters = []
+    for p in data["parameters"]:
+        value = p["value"]
+        if p["component"] == "operator_policy" and isinstance(value, dict):
+            value = {k: value[k] for k in _POLICY_VALUE_KEYS if k in value}
+        parameters.append(
+            {"value": value, "vhost": p["vhost"], "component": p["component"], "name": p["name"]}
+        )
+    queues = [{k: v for k, v in q.items() if k != "type"} for q in data["queues"]]
+    return {**data, "vhosts": vhosts, "parameters": parameters, "queues": queues}
+
+
 async def get_definitions(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
-    data = export_definitions(ctx.node)
     # What the core does not keep comes from the API's own state.
     state = ctx.state
-    for v in data["vhosts"]:
-        meta = state.vhost_metadata.get(v["name"])
-        if meta:
-            v["metadata"] = {"description": meta["description"], "tags": list(meta["tags"])}
+    data = management_format(export_definitions(ctx.node), state)
     data["global_parameters"] = [
         {"name": k, "value": v} for k, v in sorted(state.global_parameters.items())
     ]
@@ -140,7 +170,7 @@ async def get_vhost_definitions(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
     vhost = ctx.params[0]
     ctx.vhost(vhost)
-    full = export_definitions(ctx.node)
+    full = management_format(export_definitions(ctx.node), ctx.state)
     data: dict[str, Any] = {"rabbit_version": full["rabbit_version"]}
     for category in _VHOST_CATEGORIES:
         items = [dict(i) for i in full[category] if i.get("vhost") == vhost]

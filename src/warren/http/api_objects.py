@@ -40,6 +40,7 @@ from warren.http.common import (
     list_response,
     new_name,
     not_found,
+    parse_bool,
     require_keys,
 )
 from warren.http.state import Router
@@ -147,12 +148,13 @@ async def put_exchange(ctx: Ctx) -> web.StreamResponse:
     ctx.check(vhost_name, CONFIGURE, "exchange", name)
     arguments = amqp_table(body.get("arguments"))
     existed = name in vhost.exchanges
+    # RabbitMQ's defaults are exchange.declare's: not durable.
     vhost.declare_exchange(
         name,
         type_,
-        durable=flag(body.get("durable", True)),
-        auto_delete=flag(body.get("auto_delete", False)),
-        internal=flag(body.get("internal", False)),
+        durable=parse_bool(body, "durable", False),
+        auto_delete=parse_bool(body, "auto_delete", False),
+        internal=parse_bool(body, "internal", False),
         arguments=arguments,
     )
     return web.Response(status=204 if existed else 201)
@@ -168,20 +170,22 @@ async def delete_exchange(ctx: Ctx) -> web.StreamResponse:
 
 
 def _properties(props: Any) -> bytes:
+    """The basic properties of a published message, as RabbitMQ reads them: keys it
+    does not know are ignored, an empty list is no headers, integers must be
+    integers (its ``["not_int", key]``)."""
     if not isinstance(props, dict):
         raise bad_request("properties must be a JSON object")
-    fields = dict(props)
+    fields = {k: v for k, v in props.items() if k in _PROPERTY_NAMES}
     headers = fields.get("headers")
-    if headers is not None:
+    if headers == []:  # RabbitMQ's empty proplist
+        del fields["headers"]
+    elif headers is not None:
         if not isinstance(headers, dict):
             raise bad_request("headers must be a JSON object")
         fields["headers"] = from_json_table(headers)
-    unknown = set(fields) - set(_PROPERTY_NAMES)
-    if unknown:
-        raise bad_request(f"unknown properties: {', '.join(sorted(unknown))}")
     for key in ("delivery_mode", "priority", "timestamp"):
-        if key in fields and not isinstance(fields[key], int):
-            raise bad_request(f"{key} must be an integer")
+        if key in fields and (not isinstance(fields[key], int) or isinstance(fields[key], bool)):
+            raise bad_request(["not_int", key])
     try:
         return BasicProperties(**fields).encode()
     except (ValueError, TypeError, AttributeError) as exc:
@@ -192,23 +196,23 @@ async def publish(ctx: Ctx) -> web.StreamResponse:
     vhost_name, name = ctx.params
     vhost = ctx.vhost(vhost_name)
     body = await ctx.body()
-    require_keys(body, "properties", "routing_key", "payload", "payload_encoding")
+    require_keys(body, "routing_key", "properties", "payload", "payload_encoding")
     ex = vhost.exchanges.get(_exchange_name(name))
     if ex is None:  # as RabbitMQ: the AMQP error, as a 400
         raise bad_request(f"404 NOT_FOUND - no exchange '{name}' in vhost '{vhost_name}'")
     ctx.check(vhost_name, WRITE, "exchange", ex.name)
     payload, encoding = body["payload"], body["payload_encoding"]
     if not isinstance(payload, str):
-        raise bad_request("payload must be a string")
+        raise bad_request("payload_not_string")
     if encoding == "string":
         raw = payload.encode("utf-8")
     elif encoding == "base64":
         try:
             raw = base64.b64decode(payload, validate=True)
         except (binascii.Error, ValueError):
-            raise bad_request("not_base64") from None
+            raise bad_request(["not_base64", payload]) from None
     else:
-        raise bad_request(f"payload_encoding {encoding} is not string or base64")
+        raise bad_request(["unsupported_encoding", encoding])
     if ex.internal:
         raise ApiError(400, "bad_request", f"cannot publish to internal exchange '{ex.name}'")
     routing_key = new_name("routing_key", str(body["routing_key"]))
@@ -302,10 +306,11 @@ async def put_queue(ctx: Ctx) -> web.StreamResponse:
         # RabbitMQ's default type, not an argument a classic queue keeps.
         arguments.pop("x-queue-type")
     existed = name in vhost.queues
+    # RabbitMQ's defaults are queue.declare's: no body makes a transient queue.
     vhost.declare_queue(
         name,
-        durable=flag(body.get("durable", True)),
-        auto_delete=flag(body.get("auto_delete", False)),
+        durable=parse_bool(body, "durable", False),
+        auto_delete=parse_bool(body, "auto_delete", False),
         arguments=arguments,
     )
     return web.Response(status=204 if existed else 201)
@@ -358,6 +363,19 @@ def _properties_json(raw: bytes) -> dict[str, Any]:
     return out
 
 
+def _integer(value: Any) -> int:
+    """An integer or a string of one, as RabbitMQ takes ``count`` and ``truncate``;
+    else its 400 ``["not_integer", value]``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    raise bad_request(["not_integer", value])
+
+
 async def get_messages(ctx: Ctx) -> web.StreamResponse:
     """Take up to ``count`` messages; requeued ones go back after all are taken,
     so one request never returns the same message twice (as RabbitMQ)."""
@@ -365,18 +383,15 @@ async def get_messages(ctx: Ctx) -> web.StreamResponse:
     vhost = ctx.vhost(vhost_name)
     q = _queue(vhost, name)
     body = await ctx.body()
-    require_keys(body, "count", "ackmode", "encoding")
+    require_keys(body, "ackmode", "count", "encoding")
     ctx.check(vhost_name, READ, "queue", name)
     ackmode, encoding = body["ackmode"], body["encoding"]
     if ackmode not in _ACKMODES:
         raise bad_request(f"Invalid ackmode: {ackmode}")
     if encoding not in ("auto", "base64"):
-        raise bad_request(f"Unsupported encoding: {encoding}")
-    try:
-        count = int(body["count"])
-        truncate = int(body["truncate"]) if body.get("truncate") not in (None, "") else None
-    except (TypeError, ValueError):
-        raise bad_request("count and truncate must be integers") from None
+        raise bad_request("Unsupported encoding. Please use auto or base64.")
+    count = _integer(body["count"])
+    truncate = _integer(body["truncate"]) if body.get("truncate") not in (None, "") else None
     requeue = ackmode.endswith("requeue_true")
     no_ack = ackmode == "ack_requeue_false"
     taken: list[tuple[int, Message, bool]] = []

@@ -12,7 +12,13 @@ from typing import Any
 
 from aiohttp import web
 
-from warren.core.runtime_parameters import ValidationFailed, is_int, validate_limits
+from warren.core.runtime_parameters import (
+    ValidationFailed,
+    is_int,
+    json_p,
+    unrecognised,
+    validate_limits,
+)
 from warren.core.users import USER_LIMIT_KEYS
 from warren.core.vhost import VHost
 from warren.http import formats
@@ -123,7 +129,8 @@ async def put_policy(ctx: Ctx) -> web.StreamResponse:
             body.get("apply-to", "all"),
         )
     except ValidationFailed as exc:
-        raise validation_failed(exc) from None
+        # RabbitMQ HTML-escapes a policy's refusal but not an operator policy's.
+        raise (bad_request(str(exc) + "\n") if operator else validation_failed(exc)) from None
     return web.Response(status=204 if existed else 201)
 
 
@@ -154,26 +161,29 @@ async def list_vhost_limits(ctx: Ctx) -> web.StreamResponse:
 
 
 async def put_vhost_limit(ctx: Ctx) -> web.StreamResponse:
+    """RabbitMQ answers 204 even for a new limit, and its refusal texts here are
+    not HTML-escaped (a policy's are)."""
     ctx.require(ADMIN)
+    if ctx.params[0] not in ctx.node.vhosts:
+        raise ApiError(404, "not_found", "vhost_not_found")
     vhost = ctx.vhost(ctx.params[0])
     body = await ctx.body()
-    if "value" not in body:
-        raise bad_request("[{key_missing,value}]")
+    require_keys(body, "value")
     limits = dict(vhost.limits)
     limits[ctx.params[1]] = body["value"]
     try:
         vhost.set_limits(validate_limits(limits))
     except ValidationFailed as exc:
-        raise validation_failed(exc) from None
+        raise bad_request(str(exc) + "\n") from None
     return web.Response(status=204)
 
 
 async def delete_vhost_limit(ctx: Ctx) -> web.StreamResponse:
+    """As RabbitMQ: 204 whether or not the limit was set."""
     ctx.require(ADMIN)
     vhost = ctx.vhost(ctx.params[0])
-    if ctx.params[1] not in vhost.limits:
-        raise not_found()
-    vhost.clear_limits(ctx.params[1])
+    if ctx.params[1] in vhost.limits:
+        vhost.clear_limits(ctx.params[1])
     return web.Response(status=204)
 
 
@@ -193,13 +203,16 @@ async def put_user_limit(ctx: Ctx) -> web.StreamResponse:
 the next connection or channel on."""
     ctx.require(ADMIN)
     user, name = ctx.params
+    body = await ctx.body()
+    require_keys(body, "value")
     if user not in ctx.node.users.users:
-        raise not_found()
-    value: Any = (await ctx.body()).get("value")
+        raise bad_request(["no_such_user", user])
+    value: Any = body["value"]
+    # RabbitMQ's texts, without the "Validation failed" its vhost limits have.
     if name not in USER_LIMIT_KEYS:
-        raise bad_request(f"Validation failed\n\nUnrecognised terms [{{<<\"{name}\">>,...}}]\n")
+        raise bad_request(unrecognised([(name, value)], "user-limits"))
     if not is_int(value):
-        raise bad_request(f"Validation failed\n\n{name} should be a number, actually was {value}\n")
+        raise bad_request(f"{name} should be a number, actually was {json_p(value)}")
     ctx.node.users.set_limit(user, name, value)
     ctx.node.save_users()
     return web.Response(status=204)
@@ -208,9 +221,10 @@ the next connection or channel on."""
 async def delete_user_limit(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
     user, name = ctx.params
-    if user not in ctx.node.users.users or not ctx.node.users.clear_limit(user, name):
+    if user not in ctx.node.users.users:
         raise not_found()
-    ctx.node.save_users()
+    if ctx.node.users.clear_limit(user, name):  # as RabbitMQ: 204 when it was not set
+        ctx.node.save_users()
     return web.Response(status=204)
 
 

@@ -164,9 +164,22 @@ def amqp_table(value: Any, what: str = "arguments") -> dict[str, Any]:
 
 def require_keys(body: dict[str, Any], *keys: str) -> None:
     """RabbitMQ's 400 for missing keys: ``[{key_missing,write},{key_missing,read}]``."""
-    missing = [k for k in keys if k not in body]
+    missing = [f"{{key_missing,{k}}}" for k in keys if k not in body]
     if missing:
-        raise bad_request("[" + ",".join(f"{{key_missing,{k}}}" for k in missing) + "]")
+        # Erlang's ~p: one line when it fits in 80 columns, else one term a line.
+        line = "[" + ",".join(missing) + "]"
+        raise bad_request(line if len(line) <= 80 else "[" + ",\n ".join(missing) + "]")
+
+
+def parse_bool(body: dict[str, Any], key: str, default: bool) -> bool:
+    """A body's boolean as RabbitMQ takes it: ``true``/``false`` or the strings
+    ``"true"``/``"false"``; anything else is its 400 ``["not_boolean", value]``."""
+    value = body.get(key, default)
+    if value is True or value == "true":
+        return True
+    if value is False or value == "false":
+        return False
+    raise bad_request(["not_boolean", value])
 
 
 def parse_tags(value: Any) -> list[str]:

@@ -26,6 +26,7 @@ from warren.http import (
     api_connections,
     api_definitions,
     api_federation,
+    api_health,
     api_objects,
     api_parameters,
     api_shovels,
@@ -60,6 +61,7 @@ def build_router() -> Router:
     for module in (
         api_broker,
         api_definitions,
+        api_health,
         api_objects,
         api_connections,
         api_parameters,
@@ -160,11 +162,11 @@ class ManagementApp:
         try:
             return await self._api(request)
         except ApiError as exc:
-            return exc.response()
+            return _refused(request, exc).response()
         except BrokerError as exc:
-            return from_broker_error(exc).response()
+            return _refused(request, from_broker_error(exc)).response()
         except ValidationFailed as exc:
-            return bad_request(str(exc)).response()
+            return _refused(request, bad_request(str(exc))).response()
         except web.HTTPException:
             raise
         except asyncio.CancelledError:
@@ -226,6 +228,20 @@ class ManagementApp:
                 {"WWW-Authenticate": REALM},
             )
         return user
+
+
+def _refused(request: web.Request, exc: ApiError) -> ApiError:
+    """A refused change (PUT, POST, DELETE) leaves a log line with its reason."""
+    if request.method not in ("GET", "HEAD", "OPTIONS") and exc.status != 401:
+        log.warning(
+            "management API: %s %s from %s refused: %d %s",
+            request.method,
+            request.path,
+            request.remote,
+            exc.status,
+            exc.reason,
+        )
+    return exc
 
 
 def _allow(handlers: Mapping[str, object]) -> str:

@@ -43,7 +43,7 @@ _V3_CONNACK = {
     P.NOT_AUTHORIZED: P.V311_NOT_AUTHORIZED,
     P.SERVER_UNAVAILABLE: P.V311_SERVER_UNAVAILABLE,
     P.CONNECTION_RATE_EXCEEDED: P.V311_SERVER_UNAVAILABLE,
-    P.QUOTA_EXCEEDED: P.V311_SERVER_UNAVAILABLE,
+    P.QUOTA_EXCEEDED: P.V311_NOT_AUTHORIZED,  # RabbitMQ's mapping (limits reached)
 }
 
 
@@ -181,6 +181,7 @@ def _connect(conn: MQTTConnection, pkt: Connect) -> int:
         connack[P.RECEIVE_MAXIMUM] = MAX_AWAITING_RELEASE
     conn.send(encode(ConnAck(stored is not None, 0, connack), conn.level))
     conn.node.connection_opened(conn)
+    vhost.connection_opened(conn)  # counted against the vhost's max-connections
     log.debug(
         "%s: MQTT %s client '%s' connected as '%s' to vhost '%s' (session %s)",
         conn.name,

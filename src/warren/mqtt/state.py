@@ -196,6 +196,11 @@ class MQTTState:
         if vhost not in self.node.vhosts:
             log.warning("MQTT login refused for user '%s': no vhost '%s'", name, vhost)
             return P.NOT_AUTHORIZED
+        try:  # the vhost's max-connections, then the user's, as RabbitMQ 3.13
+            self.node.vhosts[vhost].check_connection_limit(name)
+        except NotAllowed as exc:
+            log.warning("MQTT login refused: %s", exc.text)
+            return P.QUOTA_EXCEEDED
         if user.limits:
             try:  # before the vhost access check, as RabbitMQ
                 self.node.users.check_connection_limit(user)
