@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import platform
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 
 from warren.core.stats import COUNTERS
 from warren.metrics.exposition import Text, labels
@@ -21,7 +21,7 @@ from warren.metrics.families import (
     GLOBAL_STREAM_ERRORS,
     TOTALS,
 )
-from warren.metrics.snapshot import QUEUE_COUNTERS, QUEUE_TYPES, QueueRow, Snapshot
+from warren.metrics.snapshot import QUEUE_COUNTERS, QUEUE_TYPES, QueueColumns, Snapshot
 
 __all__ = ["render", "render_detailed"]
 
@@ -112,55 +112,67 @@ def _core(
     per_object: bool,
     vhosts: set[str] | None,
 ) -> None:
-    queues = snap.queues
-    if vhosts is not None:
-        queues = [q for q in queues if q.vhost in vhosts]
-    queue_labels = [labels(vhost=q.vhost, queue=q.name) for q in queues] if per_object else []
+    queues = snap.queues if vhosts is None else snap.queues.select(vhosts)
+    queue_labels = (
+        [labels(vhost=v, queue=q) for v, q in zip(queues.vhost, queues.name, strict=True)]
+        if per_object
+        else []
+    )
     for group in groups:
         for name, mtype, help_text in CORE_GROUPS[group]:
-            if group.startswith("queue_") or group == "channel_queue_exchange_metrics":
-                samples = _queue_samples(name, queues, queue_labels, per_object)
-            else:
+            if not (group.startswith("queue_") or group == "channel_queue_exchange_metrics"):
                 samples = _node_samples(snap, group, name, per_object)
-            out.family(prefix + name, mtype, help_text, samples)
+                out.family(prefix + name, mtype, help_text, samples)
+            elif per_object:
+                out.series(
+                    prefix + name, mtype, help_text, *_queue_series(name, queues, queue_labels)
+                )
+            else:
+                out.family(prefix + name, mtype, help_text, _queue_total(name, queues))
 
 
-def _queue_value(name: str, q: QueueRow) -> float | None:
+def _queue_column(name: str, q: QueueColumns) -> Sequence[float | None]:
+    """A queue family's value for every queue (None: no sample). The families not
+    named (messages in RAM or paged out, unacked bytes, disk reads and writes)
+    are not kept apart by Warren's stores and read 0."""
     if name == "queue_messages_ready":
         return q.ready
     if name == "queue_messages_unacked":
         return q.unacked
     if name == "queue_messages":
-        return q.ready + q.unacked
+        return [r + u for r, u in zip(q.ready, q.unacked, strict=True)]
     if name == "queue_consumers":
         return q.consumers
     if name in ("queue_consumer_capacity", "queue_consumer_utilisation"):
-        return 1.0 if q.consumers else 0.0
+        return [1.0 if c else 0.0 for c in q.consumers]
     if name in ("queue_messages_bytes", "queue_messages_ready_bytes"):
         return q.ready_bytes
     if name == "queue_messages_persistent":
-        return q.ready if q.persistent else 0
+        return [r if p else 0 for r, p in zip(q.ready, q.persistent, strict=True)]
     if name == "queue_messages_persistent_bytes":
-        return q.ready_bytes if q.persistent else 0
+        return [b if p else 0 for b, p in zip(q.ready_bytes, q.persistent, strict=True)]
     if name == "queue_head_message_timestamp":
-        return None  # not kept (RabbitMQ has it only for some queues)
+        return [None] * len(q)  # not kept
     if name == "stream_segments":
         return q.segments
     if name == "queue_messages_published_total":
         return q.published
-    # messages in RAM, paged out, unacked bytes, disk reads/writes: not kept apart.
-    return 0
+    return [0] * len(q)
 
 
-def _queue_samples(
-    name: str, queues: list[QueueRow], queue_labels: list[str], per_object: bool
-) -> list[tuple[str, float]]:
-    if name == "queue_messages_published_total" and per_object:
-        return [(labels(queue_vhost=q.vhost, queue=q.name), q.published) for q in queues]
-    values = [_queue_value(name, q) for q in queues]
-    if per_object:
-        return [(lt, v) for lt, v in zip(queue_labels, values, strict=True) if v is not None]
-    present = [v for v in values if v is not None]
+def _queue_series(
+    name: str, queues: QueueColumns, queue_labels: list[str]
+) -> tuple[list[str], Sequence[float | None]]:
+    """Label texts and values, one each per queue (a sample per queue)."""
+    if name == "queue_messages_published_total":
+        return [
+            labels(queue_vhost=v, queue=q) for v, q in zip(queues.vhost, queues.name, strict=True)
+        ], queues.published
+    return queue_labels, _queue_column(name, queues)
+
+
+def _queue_total(name: str, queues: QueueColumns) -> list[tuple[str, float]]:
+    present = [v for v in _queue_column(name, queues) if v is not None]
     if name in ("queue_head_message_timestamp", "stream_segments") and not present:
         return []
     return [("", sum(present))]

@@ -15,8 +15,8 @@ import os
 import resource
 import shutil
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from warren import __version__
 from warren.core.names import shown
@@ -27,7 +27,7 @@ from warren.metrics.history import CHURN, merge_stats, protocol_label
 if TYPE_CHECKING:
     from warren.node import Node
 
-__all__ = ["SLICE", "Snapshot", "queue_type_label", "snapshot"]
+__all__ = ["SLICE", "QueueColumns", "Snapshot", "queue_type_label", "snapshot"]
 
 #: Queues (or channels) read per loop turn while taking a snapshot.
 SLICE = 500
@@ -49,22 +49,39 @@ def queue_type_label(class_name: str) -> str:
 
 
 @dataclass
-class QueueRow:
-    """One queue's gauges and counters."""
+class QueueColumns:
+    """Every queue's gauges and counters, a list per column (index i: one queue).
 
-    vhost: str
-    name: str
-    ready: int
-    unacked: int
-    ready_bytes: int
-    consumers: int
-    persistent: bool
-    published: int
-    segments: int | None  # stream queues only
+    Columns, not a row object per queue: appending to lists of strings and ints
+    creates no object the garbage collector tracks, so reading 10,000 queues
+    does not set off collections (each of which, under that many queues, can
+    stall the loop for tens of milliseconds, a full one for half a second)."""
+
+    vhost: list[str] = field(default_factory=list)
+    name: list[str] = field(default_factory=list)
+    ready: list[int] = field(default_factory=list)
+    unacked: list[int] = field(default_factory=list)
+    ready_bytes: list[int] = field(default_factory=list)
+    consumers: list[int] = field(default_factory=list)
+    persistent: list[bool] = field(default_factory=list)
+    published: list[int] = field(default_factory=list)
+    #: Stream queues' segment files (None: not a stream, or not known).
+    segments: list[int | None] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.name)
+
+    def select(self, vhosts: set[str]) -> QueueColumns:
+        """The queues of those vhosts only."""
+        keep = [i for i, vhost in enumerate(self.vhost) if vhost in vhosts]
+        out = QueueColumns()
+        for column in fields(self):
+            values = getattr(self, column.name)
+            setattr(out, column.name, [values[i] for i in keep])
+        return out
 
 
-@dataclass
-class ChannelRow:
+class ChannelRow(NamedTuple):
     """One channel (an AMQP channel, an MQTT session) as channels_info() has it."""
 
     name: str
@@ -82,8 +99,7 @@ class ChannelRow:
     stats: tuple[int, ...]
 
 
-@dataclass
-class ConnectionRow:
+class ConnectionRow(NamedTuple):
     name: str
     protocol: str
     recv_oct: int
@@ -106,7 +122,7 @@ class Snapshot:
     churn: dict[str, int] = field(default_factory=dict)
     connections_opened: int = 0
     connections_closed: int = 0
-    queues: list[QueueRow] = field(default_factory=list)
+    queues: QueueColumns = field(default_factory=QueueColumns)
     channels: list[ChannelRow] = field(default_factory=list)
     connections: list[ConnectionRow] = field(default_factory=list)
     #: (vhost, name, type, bindings from it) of every exchange but the default
@@ -159,6 +175,7 @@ async def snapshot(node: Node) -> Snapshot:
     queue_stats: dict[str, MessageStats] = {}
     merge_stats(queue_stats, retired.queue_stats.items())
     seen = 0  # queues and channels read: the loop is given back every SLICE
+    cols = snap.queues
     for vhost in list(node.vhosts.values()):
         for key in CHURN:
             snap.churn[key] += getattr(vhost, key)
@@ -172,24 +189,21 @@ async def snapshot(node: Node) -> Snapshot:
                 snap.exchanges.append(
                     (shown(vhost.name), shown(ex.name), ex.type, len(getattr(ex, "bindings", ())))
                 )
+        vhost_name = shown(vhost.name)  # labels must be UTF-8 (core/names.py)
         for queue in list(vhost.queues.values()):
             qtype = type(queue).__name__
             if queue_type_label(qtype) != "rabbit_classic_queue":
                 merge_stats(queue_stats, [(qtype, queue.stats)])
             segments = getattr(getattr(queue, "log", None), "segment_count", None)
-            snap.queues.append(
-                QueueRow(
-                    shown(vhost.name),  # labels must be UTF-8 (core/names.py)
-                    shown(queue.name),
-                    queue.message_count,
-                    max(0, queue.unacked),
-                    queue.store.ready_bytes,
-                    queue.consumer_count,
-                    queue.persistent,
-                    queue.stats.publish,
-                    segments if isinstance(segments, int) else None,
-                )
-            )
+            cols.vhost.append(vhost_name)
+            cols.name.append(shown(queue.name))
+            cols.ready.append(queue.message_count)
+            cols.unacked.append(max(0, queue.unacked))
+            cols.ready_bytes.append(queue.store.ready_bytes)
+            cols.consumers.append(queue.consumer_count)
+            cols.persistent.append(queue.persistent)
+            cols.published.append(queue.stats.publish)
+            cols.segments.append(segments if isinstance(segments, int) else None)
             seen += 1
             if seen % SLICE == 0:
                 await asyncio.sleep(0)
