@@ -81,6 +81,12 @@ def render(snap: Snapshot, per_object: bool = False) -> bytes:
         "Number of peers in the cluster the current node cannot reach.",
         [("", snap.unreachable_peers)],
     )
+    out.family(
+        "rabbitmq_federation_links",
+        "gauge",
+        "Current number of federation links.",
+        [(labels(status=s), n) for s, n in sorted(snap.federation_links.items())],
+    )
     if snap.cluster_status is not None:
         _warren_cluster(out, snap)
     return out.bytes()

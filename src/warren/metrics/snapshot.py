@@ -152,6 +152,8 @@ class Snapshot:
     #: /proc/self/io: read syscalls, bytes read, write syscalls, bytes written.
     io: tuple[int, int, int, int] = (0, 0, 0, 0)
     unreachable_peers: int = 0
+    #: Federation links by status (running, starting, error, ...).
+    federation_links: dict[str, int] = field(default_factory=dict)
     #: In a cluster, the cluster's state (ClusterNode.status); None on a single node.
     cluster_status: dict[str, Any] | None = None
     taken_at: float = 0.0
@@ -276,6 +278,11 @@ async def snapshot(node: Node) -> Snapshot:
     snap.fd_alarm = bool(snap.max_fds) and snap.open_fds >= snap.max_fds
     snap.max_sockets = config.max_connections or snap.max_fds
     snap.io = _proc_io()
+    federation = node.parameter_components.get("federation-upstream")
+    if federation is not None:
+        for link in federation.status():
+            status = str(link.get("status", ""))
+            snap.federation_links[status] = snap.federation_links.get(status, 0) + 1
     if node.cluster_status is not None:
         snap.cluster_status = node.cluster_status()
         followers = snap.cluster_status.get("followers", [])
