@@ -136,6 +136,8 @@ def test_counters_outlive_deleted_queues_and_vhosts(broker: BrokerThread) -> Non
     )
     wait_until(conn, lambda: len(got) == 4)
     stream = {"protocol": "amqp091", "queue_type": "rabbit_stream_queue"}
+    per_object = scrape(broker, "/metrics/per-object")
+    assert value(per_object, "rabbitmq_stream_segments_total", vhost="gone", queue="s") == 1
     before = scrape(broker)
     assert (
         value(before, "rabbitmq_global_messages_delivered_consume_manual_ack_total", **stream) == 4
@@ -150,6 +152,31 @@ def test_counters_outlive_deleted_queues_and_vhosts(broker: BrokerThread) -> Non
     assert value(after, "rabbitmq_global_messages_received_total", protocol="amqp091") == 4
     assert value(after, "rabbitmq_queues_deleted_total") == 1
     assert value(after, "rabbitmq_channels_closed_total") == 1
+
+
+def test_dead_lettered_messages_are_counted_by_reason(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    ch = conn.channel()
+    ch.queue_declare("dead")
+    dlx = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"}
+    ch.queue_declare("work", arguments=dlx)
+    ch.queue_declare("short", arguments={**dlx, "x-max-length": 1})
+    ch.basic_publish("", "work", b"bad")
+    method, _, _ = ch.basic_get("work", auto_ack=False)
+    ch.basic_reject(method.delivery_tag, requeue=False)
+    for body in (b"1", b"2", b"3"):  # drop-head: two over the limit
+        ch.basic_publish("", "short", body)
+    barrier(ch)
+    wait_until(
+        conn,
+        lambda: broker.call(lambda: broker.broker.vhosts["/"].queues["dead"].message_count == 3),
+    )
+    m = scrape(broker)
+    classic = {"queue_type": "rabbit_classic_queue", "dead_letter_strategy": "at_most_once"}
+    assert value(m, "rabbitmq_global_messages_dead_lettered_rejected_total", **classic) == 1
+    assert value(m, "rabbitmq_global_messages_dead_lettered_maxlen_total", **classic) == 2
+    assert value(m, "rabbitmq_global_messages_dead_lettered_expired_total", **classic) == 0
+    conn.close()
 
 
 def test_failed_logins_are_counted(broker: BrokerThread) -> None:

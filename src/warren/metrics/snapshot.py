@@ -196,7 +196,7 @@ async def snapshot(node: Node) -> Snapshot:
             qtype = type(queue).__name__
             if queue_type_label(qtype) != "rabbit_classic_queue":
                 merge_stats(queue_stats, [(qtype, queue.stats)])
-            segments = getattr(getattr(queue, "log", None), "segment_count", None)
+            segments = getattr(getattr(queue, "stream", None), "segment_count", None)
             cols.vhost.append(vhost_name)
             cols.name.append(shown(queue.name))
             cols.ready.append(queue.message_count)
