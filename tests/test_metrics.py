@@ -310,10 +310,17 @@ def test_families_are_rabbitmqs(broker: BrokerThread, endpoint: str) -> None:
             ), (name, labels, theirs["labels"])
 
 
-def test_prometheus_listener_config(broker_factory: object) -> None:
-    """-1 disables the listener; the management port serves the same endpoints."""
+def test_prometheus_listener_config(broker_factory: object, tmp_path: Path) -> None:
+    """-1 disables the listener; the management port serves the same endpoints;
+    return_per_object_metrics makes /metrics per object, as RabbitMQ's setting."""
     b = broker_factory(prometheus_port=-1)  # type: ignore[operator]
     assert b.broker.listener("http/prometheus") is None
     url = f"http://127.0.0.1:{b.http_port}/metrics/detailed?family=vhost_status"
     with urllib.request.urlopen(url, timeout=10) as resp:
         assert b'rabbitmq_cluster_vhost_status{vhost="/"} 1' in resp.read()
+    b = broker_factory(  # type: ignore[operator]
+        data_dir=tmp_path / "second", prometheus_return_per_object_metrics=True
+    )
+    b.call(lambda: b.broker.vhosts["/"].declare_queue("one"))
+    m = scrape(b)
+    assert m["rabbitmq_queue_messages_ready"] == [({"vhost": "/", "queue": "one"}, 0)]

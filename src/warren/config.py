@@ -69,6 +69,9 @@ class Config:
     #: The same over HTTPS (RabbitMQ's prometheus.ssl.port, 15691 by convention);
     #: -1: none. Needs tls_cert/tls_key.
     prometheus_tls_port: int = -1
+    #: /metrics gives one sample per object, as /metrics/per-object (RabbitMQ's
+    #: prometheus.return_per_object_metrics).
+    prometheus_return_per_object_metrics: bool = False
     #: Seconds; what the server proposes in connection.tune. 0 disables heartbeats.
     heartbeat: int = 300
     frame_max: int = 131072
@@ -442,6 +445,10 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("prometheus", "bind"): ("prometheus_bind", _parse_str),
     ("prometheus", "port"): ("prometheus_port", _parse_int),
     ("prometheus", "tls_port"): ("prometheus_tls_port", _parse_int),
+    ("prometheus", "return_per_object_metrics"): (
+        "prometheus_return_per_object_metrics",
+        _parse_bool,
+    ),
 }
 _INI_SECTIONS = frozenset(section for section, _ in _INI_KEYS)
 
@@ -561,6 +568,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "prometheus_bind": _non_empty_str,
     "prometheus_port": _int_in(-1, 65535),
     "prometheus_tls_port": _int_in(-1, 65535),
+    "prometheus_return_per_object_metrics": _bool,
     "heartbeat": _int_in(0, 65535),
     "frame_max": _int_in(FRAME_MIN_SIZE, FRAME_MAX_LIMIT),
     "channel_max": _int_in(0, 65535),

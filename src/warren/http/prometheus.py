@@ -38,8 +38,10 @@ class MetricsEndpoints:
         app.router.add_get("/metrics/detailed", self.detailed)
 
     async def aggregated(self, request: web.Request) -> web.StreamResponse:
+        """Summed, unless [prometheus] return_per_object_metrics says otherwise."""
         snap = await metrics.snapshot(self.node)
-        return await _respond(metrics.render, snap, False)
+        per_object = self.node.config.prometheus_return_per_object_metrics
+        return await _respond(metrics.render, snap, per_object)
 
     async def per_object(self, request: web.Request) -> web.StreamResponse:
         snap = await metrics.snapshot(self.node)
