@@ -14,6 +14,8 @@
 #                  (needs root and apt-get; otherwise tests/ui skip)
 #   make etcd      install Debian's etcd-server for tests/cluster when it is missing
 #                  (root and apt-get; else they skip)
+#   make prometheus install Debian's prometheus for tests/test_prometheus_server.py
+#                  when it is missing (root and apt-get; else it skips)
 #   make cluster   etcd and three clustered Warren nodes on this machine (Ctrl-C stops
 #                  them; tools/cluster.py)
 #   make fuse      install Debian's fuse3 (libfuse3) for tests/powercut's power-cut file
@@ -40,7 +42,7 @@ PYTEST_STATUS_FILE ?=
 # pytest-xdist workers per pass of `make test` (0: no workers, one process).
 PYTEST_WORKERS ?= 2
 
-.PHONY: install build run test lint spec clean browser soak fuzz mosquitto etcd cluster rabbitmq fuse
+.PHONY: install build run test lint spec clean browser soak fuzz mosquitto etcd cluster rabbitmq fuse prometheus
 
 # Reinstall whenever pyproject.toml or setup.py changes (dependencies, entry
 # points, the compiled modules).
@@ -123,6 +125,14 @@ etcd:
 	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null 2>&1; } || \
 	echo "make etcd: could not install etcd-server; tests/cluster will skip"
 
+# tests/test_prometheus_server.py runs Debian's prometheus (its own service, if the
+# init system starts one, is not used) against RabbitMQ's Grafana dashboards.
+# Quiet, idempotent, never fatal: without it that test skips.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null 2>&1; } || \
+	echo "make prometheus: could not install prometheus; tests/test_prometheus_server.py will skip"
+
 # The suite runs twice: against the compiled modules, then with
 # WARREN_PURE_PYTHON=1 (every module from its .py, the fallback a machine
 # without a C compiler gets). Tests whose subject is the same either way run in
@@ -140,7 +150,7 @@ etcd:
 # PYTEST_WORKERS=0 runs each pass in one process.
 # The status recorded is the first failure's; 5 (nothing collected) only when
 # neither run failed otherwise.
-test: $(STAMP) $(SHARED_LIBRARY) browser mosquitto etcd rabbitmq fuse
+test: $(STAMP) $(SHARED_LIBRARY) browser mosquitto etcd rabbitmq fuse prometheus
 	@status=0; pure=0; log=$$(mktemp); \
 	( WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m 'not ui and not examples and not once' $(PYTEST_ARGS) > "$$log" 2>&1; echo $$? >> "$$log.status" ) & \
 	echo "== pytest, $$($(PY) -c 'import warren; print(warren.build_description())') (the pure-Python pass runs alongside)"; \

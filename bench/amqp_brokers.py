@@ -206,6 +206,8 @@ class Warren(ChildBroker):
             "-1",  # no management listener: RabbitMQ's may hold 15672
             "--mqtt-port",
             "-1",
+            "--prometheus-port",
+            "-1",
             "-D",
             str(self.data_dir),
             "--log-level",

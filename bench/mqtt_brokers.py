@@ -149,6 +149,8 @@ def broker(name: str, warren_src: Path | None = None) -> Iterator[tuple[int, int
                 "warren",
                 "--mqtt-port",
                 str(port),
+                "--prometheus-port",
+                "-1",
                 "--amqp-port",
                 "0",
                 "--http-port",

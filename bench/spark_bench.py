@@ -75,6 +75,8 @@ def warren_broker() -> Iterator[str]:
             "-1",
             "--mqtt-port",
             "-1",
+            "--prometheus-port",
+            "-1",
             "-D",
             f"{tmp}/data",
             "--log-level",

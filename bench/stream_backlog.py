@@ -195,7 +195,7 @@ def warren(pure: bool) -> Iterator[tuple[int, int]]:
         if pure:
             env["WARREN_PURE_PYTHON"] = "1"
         cmd = [sys.executable, "-m", "warren", "--amqp-port", str(port), "--http-port", "-1",
-               "--mqtt-port", "-1", "-D", f"{tmp}/data", "--log-level", "warning"]  # fmt: skip
+               "--mqtt-port", "-1", "--prometheus-port", "-1", "-D", f"{tmp}/data", "--log-level", "warning"]  # fmt: skip
         proc = subprocess.Popen(cmd, env=env)
         try:
             deadline = time.monotonic() + 30

@@ -123,6 +123,7 @@ def start_broker(data_dir: Path, **settings: Any) -> BrokerThread:
     # Ephemeral ports for both listeners, so brokers started in parallel never collide.
     settings.setdefault("http_port", 0)
     settings.setdefault("mqtt_port", 0)
+    settings.setdefault("prometheus_port", 0)
     # Failed logins are tested on purpose here and there: no delays, no lockout
     # (tests/test_auth_guard.py turns them on).
     settings.setdefault("auth_failure_delay", 0)
@@ -137,6 +138,7 @@ def refused_start(data_dir: Path, **settings: Any) -> DamagedFile:
     raised (store/damage.py)."""
     settings.setdefault("http_port", 0)
     settings.setdefault("mqtt_port", 0)
+    settings.setdefault("prometheus_port", 0)
     b = BrokerThread(Config(data_dir=str(data_dir), amqp_port=0, **settings))
     try:
         with pytest.raises(DamagedFile) as info:

@@ -26,7 +26,7 @@ def _start(
 ) -> tuple[subprocess.Popen[str], int]:
     env = dict(os.environ, PYTHONPATH=str(SRC))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "warren", "--amqp-port", "0", "--http-port", "0", "--mqtt-port", "0", "-D", str(data_dir)]
+        [sys.executable, "-m", "warren", "--amqp-port", "0", "--http-port", "0", "--mqtt-port", "0", "--prometheus-port", "0", "-D", str(data_dir)]
         + list(args),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -29,6 +29,9 @@ ALL_FLAGS = (
     "--amqp-port",
     "--http-port",
     "--http-bind",
+    "--prometheus-bind",
+    "--prometheus-port",
+    "--prometheus-tls-port",
     "--log-level",
     "--config",
     "-c",
@@ -494,6 +497,28 @@ def test_main_port_in_use_returns_1(
     err = capsys.readouterr().err
     assert err.startswith("warren: ")
     assert "127.0.0.1:5999" in err and "already in use" in err
+
+
+def test_prometheus_listener_settings(tmp_path: Path) -> None:
+    """[prometheus] as RabbitMQ's prometheus.tcp.*: port 15692 unless told, flags win."""
+    assert (Config().prometheus_port, Config().prometheus_tls_port) == (15692, -1)
+    path = write_ini(tmp_path, "[prometheus]\nbind = 0.0.0.0\nport = 9419\ntls_port = 15691\n")
+    c = Config.from_ini(path)
+    assert (c.prometheus_bind, c.prometheus_port, c.prometheus_tls_port) == ("0.0.0.0", 9419, 15691)
+    assert build_config(["-c", str(path), "--prometheus-port", "-1"]).prometheus_port == -1
+    with pytest.raises(ConfigError, match="prometheus"):
+        build_config(["--prometheus-port", "70000"])
+
+
+def test_main_prometheus_port_in_use_names_it(
+    fake_broker: type[FakeBroker], capsys: pytest.CaptureFixture[str]
+) -> None:
+    error = OSError(errno.EADDRINUSE, "Address already in use")
+    error.listener = "prometheus"  # type: ignore[attr-defined]  # as PrometheusListener sets
+    fake_broker.start_error = error
+    assert main(["--prometheus-port", "15999"]) == 1
+    err = capsys.readouterr().err
+    assert "Prometheus 127.0.0.1:15999" in err and "already in use" in err
 
 
 def test_loop_factory_uses_uvloop_when_installed() -> None:

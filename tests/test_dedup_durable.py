@@ -128,7 +128,7 @@ def broker_with_clock(data: Path, clock: Clock) -> BrokerThread:
         data_dir=str(data),
         amqp_port=0,
         http_port=0,
-        mqtt_port=0,
+        mqtt_port=0, prometheus_port=0,
         auth_failure_delay=0,
         auth_failures_per_minute=0,
     )

@@ -474,7 +474,7 @@ def test_bad_definitions_stop_the_start(tmp_path: Path, content: Any, problem: s
         content = {"vhosts": [{"name": "/"}], **content}
     path = write(tmp_path, content)
     config = Config(
-        data_dir=str(tmp_path / "data"), amqp_port=0, http_port=0, mqtt_port=0, load_definitions=path
+        data_dir=str(tmp_path / "data"), amqp_port=0, http_port=0, mqtt_port=0, prometheus_port=0, load_definitions=path
     )
     thread = BrokerThread(config)
     try:
@@ -521,6 +521,8 @@ def test_warren_command_refuses_to_start_on_bad_definitions(tmp_path: Path) -> N
             "--http-port",
             "0",
             "--mqtt-port",
+            "0",
+            "--prometheus-port",
             "0",
             "-D",
             str(tmp_path / "d"),

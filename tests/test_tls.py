@@ -43,6 +43,7 @@ def tls_broker(tmp_path: Path, cert_files: tuple[Path, Path]) -> Iterator[Broker
         tmp_path / "data",
         amqp_tls_port=0,
         http_tls_port=0,
+        prometheus_tls_port=0,
         tls_cert=str(chain),
         tls_key=str(key),
     )
@@ -100,6 +101,17 @@ def test_untrusted_client_cannot_complete_the_handshake(tls_broker: BrokerThread
         pika.BlockingConnection(params)
     conn = pika.BlockingConnection(pika.URLParameters(tls_broker.url))
     conn.close()
+
+
+def test_prometheus_metrics_over_https(tls_broker: BrokerThread, ca: trustme.CA) -> None:
+    """[prometheus] tls_port (RabbitMQ's prometheus.ssl.port) next to the plain port."""
+    prometheus = tls_broker.broker.listener("http/prometheus")
+    assert prometheus is not None and prometheus.tls_port  # type: ignore[attr-defined]
+    url = f"https://127.0.0.1:{prometheus.tls_port}/metrics"  # type: ignore[attr-defined]
+    with urllib.request.urlopen(url, timeout=10, context=client_context(ca)) as resp:
+        assert b"rabbitmq_identity_info{" in resp.read()
+    with urllib.request.urlopen(f"http://127.0.0.1:{prometheus.port}/metrics", timeout=10) as resp:
+        assert resp.status == 200
 
 
 def test_https_management_api(tls_broker: BrokerThread, ca: trustme.CA) -> None:

@@ -75,6 +75,7 @@ def main() -> int:
             f"[amqp]\nport = {5671 + i}\n"
             f"[mgmt]\nport = {15671 + i}\n"
             f"[mqtt]\nport = {1882 + i}\n"
+            f"[prometheus]\nport = {15692 + i}\n"
             "[clustering]\nenabled = true\n"
             f"etcd_endpoints = 127.0.0.1:{ETCD_CLIENT}\n"
             f"port = {5678 + i}\n"

@@ -15,6 +15,7 @@ from warren.amqp.server import AMQPListener
 from warren.broker import Broker as CoreBroker
 from warren.config import Config
 from warren.federation.component import Federation
+from warren.http.prometheus import PrometheusListener
 from warren.http.server import HTTPListener
 from warren.mqtt.server import MQTTListener
 from warren.node import Listener, WebSocketEndpoint, node_name
@@ -27,7 +28,8 @@ def default_listeners(config: Config) -> list[Listener]:
     """The listeners the configuration asks for: AMQP on ``bind:amqp_port``, MQTT on
     ``mqtt_bind:mqtt_port`` (and ``mqtt_tls_port``; -1 disables either), and the HTTP
     management API on ``http_bind:http_port`` unless that port is -1, which also
-    serves AMQP (``/ws/amqp``) and MQTT (``/mqtt``) over WebSocket (docs/http-api.md).
+    serves AMQP (``/ws/amqp``) and MQTT (``/mqtt``) over WebSocket (docs/http-api.md),
+    and the Prometheus metrics on ``prometheus_bind:prometheus_port`` unless -1.
     HTTP comes last: the broker starts listeners in order, and a WebSocket client
     needs the AMQP or MQTT listener started."""
     amqp = AMQPListener(config.bind, config.amqp_port, config.amqp_tls_port)
@@ -40,6 +42,12 @@ def default_listeners(config: Config) -> list[Listener]:
         ]
         listeners.append(
             HTTPListener(config.http_bind, config.http_port, websockets, config.http_tls_port)
+        )
+    if config.prometheus_port >= 0:
+        listeners.append(
+            PrometheusListener(
+                config.prometheus_bind, config.prometheus_port, config.prometheus_tls_port
+            )
         )
     return listeners
 

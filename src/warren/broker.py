@@ -34,6 +34,7 @@ from warren.core.vhost import VHost
 from warren.definitions_document import DefinitionsError, read_definitions
 from warren.definitions_export import export_definitions
 from warren.definitions_import import import_definitions
+from warren.metrics.history import AuthAttempts, Retired, protocol_label
 from warren.store import damage, disk_budget
 from warren.store.dedup_journal import exchange_journal_factory, journal_factory
 from warren.store.definitions import DefinitionsLog
@@ -101,6 +102,10 @@ class Broker:
         self.connections: set[ClientConnection] = set()
         self.connections_opened = 0
         self.connections_closed = 0
+        #: What closed connections and deleted vhosts counted, and login attempts
+        #: (the Prometheus metrics' counters only grow: warren/metrics).
+        self.retired = Retired()
+        self.auth_attempts = AuthAttempts()
         self.cluster_name = f"warren@{socket.gethostname()}"
         #: The free-disk and memory alarms, and the writers' disk budget.
         self.resource_alarms = ResourceAlarms(
@@ -292,6 +297,7 @@ class Broker:
             except Exception:
                 log.exception("vhost '%s': forgetting it failed", name)
         vhost.close()
+        self.retired.vhost_deleted(vhost)
         del self.vhosts[name]
         # Its directories go before vhosts.json forgets it: a start finds a vhost
         # by its directory too (DataDir.load_vhosts).
@@ -597,6 +603,7 @@ class Broker:
         if conn in self.connections:
             self.connections.discard(conn)
             self.connections_closed += 1
+            self.retired.connection_closed(conn, protocol_label(conn.info().get("protocol", "")))
             if conn.user is not None:
                 self.users.count_connection(conn.user.name, -1)
 

@@ -41,6 +41,9 @@ _OVERRIDES: tuple[tuple[str, str], ...] = (
     ("mqtt_tls_port", "--mqtt-tls-port"),
     ("amqp_tls_port", "--amqp-tls-port"),
     ("http_tls_port", "--http-tls-port"),
+    ("prometheus_bind", "--prometheus-bind"),
+    ("prometheus_port", "--prometheus-port"),
+    ("prometheus_tls_port", "--prometheus-tls-port"),
     ("tls_cert", "--tls-cert"),
     ("tls_key", "--tls-key"),
     ("log_level", "--log-level"),
@@ -143,6 +146,26 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="PORT",
         help="management API over HTTPS port, e.g. 15671; -1: none (default: -1; [mgmt] tls_port)",
+    )
+    p.add_argument(
+        "--prometheus-bind",
+        metavar="ADDR",
+        help=f"address of the Prometheus metrics listener (default: {d.prometheus_bind}; "
+        "[prometheus] bind)",
+    )
+    p.add_argument(
+        "--prometheus-port",
+        type=int,
+        metavar="PORT",
+        help=f"Prometheus metrics port, 0 picks a free one, -1 disables it "
+        f"(default: {d.prometheus_port}; [prometheus] port)",
+    )
+    p.add_argument(
+        "--prometheus-tls-port",
+        type=int,
+        metavar="PORT",
+        help="Prometheus metrics over HTTPS port, e.g. 15691; -1: none "
+        "(default: -1; [prometheus] tls_port)",
     )
     p.add_argument("--tls-cert", metavar="PEM", help="TLS certificate chain ([main] tls_cert)")
     p.add_argument("--tls-key", metavar="PEM", help="TLS private key ([main] tls_key)")
@@ -451,6 +474,11 @@ def _start_error_message(config: Config, exc: OSError) -> str:
     where = f"warren: cannot listen on AMQP {config.bind}:{config.amqp_port}"
     if getattr(exc, "listener", None) == "http":
         where = f"warren: cannot listen on HTTP {config.http_bind}:{config.http_port}"
+    elif getattr(exc, "listener", None) == "prometheus":
+        where = (
+            f"warren: cannot listen on Prometheus {config.prometheus_bind}:"
+            f"{config.prometheus_port}"
+        )
     elif getattr(exc, "listener", None) == "mqtt":
         where = f"warren: cannot listen on MQTT {config.mqtt_bind}:{config.mqtt_port}"
     if exc.errno == errno.EADDRINUSE:

@@ -61,6 +61,17 @@ class Config:
     #: picks a free one, -1 disables the listener.
     http_bind: str = "127.0.0.1"
     http_port: int = 15672
+    #: The Prometheus metrics on their own listener (RabbitMQ's prometheus.tcp.ip /
+    #: prometheus.tcp.port, default 15692): /metrics, /metrics/per-object,
+    #: /metrics/detailed; 0 picks a free port, -1 disables it ([prometheus]).
+    prometheus_bind: str = "127.0.0.1"
+    prometheus_port: int = 15692
+    #: The same over HTTPS (RabbitMQ's prometheus.ssl.port, 15691 by convention);
+    #: -1: none. Needs tls_cert/tls_key.
+    prometheus_tls_port: int = -1
+    #: /metrics gives one sample per object, as /metrics/per-object (RabbitMQ's
+    #: prometheus.return_per_object_metrics).
+    prometheus_return_per_object_metrics: bool = False
     #: Seconds; what the server proposes in connection.tune. 0 disables heartbeats.
     heartbeat: int = 300
     frame_max: int = 131072
@@ -431,6 +442,13 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     # LavinMQ's section for its management HTTP server.
     ("mgmt", "bind"): ("http_bind", _parse_str),
     ("mgmt", "port"): ("http_port", _parse_int),
+    ("prometheus", "bind"): ("prometheus_bind", _parse_str),
+    ("prometheus", "port"): ("prometheus_port", _parse_int),
+    ("prometheus", "tls_port"): ("prometheus_tls_port", _parse_int),
+    ("prometheus", "return_per_object_metrics"): (
+        "prometheus_return_per_object_metrics",
+        _parse_bool,
+    ),
 }
 _INI_SECTIONS = frozenset(section for section, _ in _INI_KEYS)
 
@@ -547,6 +565,10 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "amqp_port": _int_in(0, 65535),
     "http_bind": _non_empty_str,
     "http_port": _int_in(-1, 65535),
+    "prometheus_bind": _non_empty_str,
+    "prometheus_port": _int_in(-1, 65535),
+    "prometheus_tls_port": _int_in(-1, 65535),
+    "prometheus_return_per_object_metrics": _bool,
     "heartbeat": _int_in(0, 65535),
     "frame_max": _int_in(FRAME_MIN_SIZE, FRAME_MAX_LIMIT),
     "channel_max": _int_in(0, 65535),

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from warren.core.stats import MessageStats, OctetStats
     from warren.core.users import User, UserStore
     from warren.core.vhost import VHost
+    from warren.metrics.history import AuthAttempts, Retired
     from warren.store.sync import GroupSync
     from warren.tls import TLSContexts
 
@@ -131,6 +132,10 @@ class Node(Protocol):
     listeners: list[Listener]
     #: The whole broker's message counters (summed when rates are sampled).
     stats: MessageStats
+    #: What closed connections and deleted vhosts counted (metrics/history.py).
+    retired: Retired
+    #: Logins tried, per protocol (rabbitmq_auth_attempts_*).
+    auth_attempts: AuthAttempts
     #: Failed logins per address: how long to hold a refusal, whom to refuse unchecked.
     auth_guard: AuthGuard
     #: Called with a vhost's name as it is deleted (its connections are closed

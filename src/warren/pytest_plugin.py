@@ -240,16 +240,18 @@ def start_broker(
     port: int = 0,
     http_port: int = 0,
     mqtt_port: int = 0,
+    prometheus_port: int = 0,
     data_dir: str | None = None,
     config_file: str | None = None,
     **settings: Any,
 ) -> WarrenBroker:
     """Start a broker in a background thread, outside pytest too.
 
-    ``port=0``, ``http_port=0`` and ``mqtt_port=0`` pick free ports (-1 disables the
-    management API or MQTT). Without ``data_dir`` the data lives in a temporary directory
-    removed by :meth:`WarrenBroker.stop`. ``config_file`` (LavinMQ INI, as
-    ``warren -c``) is applied first; ``settings`` are Config fields and win.
+    ``port=0``, ``http_port=0``, ``mqtt_port=0`` and ``prometheus_port=0`` pick free
+    ports (-1 disables the management API, MQTT or the Prometheus listener). Without
+    ``data_dir`` the data lives in a temporary directory removed by
+    :meth:`WarrenBroker.stop`. ``config_file`` (LavinMQ INI, as ``warren -c``) is
+    applied first; ``settings`` are Config fields and win.
     """
     from warren.config import Config
 
@@ -264,6 +266,7 @@ def start_broker(
     config.amqp_port = port
     config.http_port = http_port
     config.mqtt_port = mqtt_port
+    config.prometheus_port = prometheus_port
     config.sync = settings.pop("sync", False)  # tests need no fdatasync per message
     for key, value in settings.items():
         setattr(config, key, value)

@@ -228,8 +228,8 @@ def test_every_node_reports_the_cluster(etcd: EtcdProcess, tmp_path: Path) -> No
         )
         with urllib.request.urlopen(request, timeout=10) as resp:
             metrics = resp.read().decode()
-        assert "warren_cluster_leader 1.0" in metrics
-        assert "warren_cluster_in_sync_replicas 3.0" in metrics
+        assert "warren_cluster_leader 1\n" in metrics
+        assert "warren_cluster_in_sync_replicas 3\n" in metrics
         assert "warren_cluster_follower_lag_actions{follower=" in metrics
         out = subprocess.run(
             [

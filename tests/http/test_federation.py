@@ -123,6 +123,8 @@ def test_a_federated_exchange_receives_what_its_bindings_ask_for(
     try:
         link = _wait_link(down, "fed.events")
         assert link["upstream"] == "origin" and link["type"] == "exchange"
+        metrics = Api(down.http_port).anonymous().request("GET", "/metrics").body.decode()
+        assert 'rabbitmq_federation_links{status="running"} 1\n' in metrics  # RabbitMQ 3.13's
         _bound_upstream(up, link, 1)
         _publish(up.port, "fed.events", "order.created", b"o1")
         _publish(up.port, "fed.events", "invoice.sent", b"i1")  # no such binding downstream

@@ -82,7 +82,14 @@ def test_overview_counts_objects(api: Api, broker: BrokerThread) -> None:
     assert overview["object_totals"]["queues"] == 1
     assert overview["object_totals"]["exchanges"] == 7  # the default and six amq.*
     ports = {(lst["protocol"], lst["port"]) for lst in overview["listeners"]}
-    assert ports == {("amqp", broker.port), ("mqtt", broker.mqtt_port), ("http", broker.http_port)}
+    prometheus = broker.broker.listener("http/prometheus")
+    assert prometheus is not None
+    assert ports == {
+        ("amqp", broker.port),
+        ("mqtt", broker.mqtt_port),
+        ("http", broker.http_port),
+        ("http/prometheus", prometheus.port),  # RabbitMQ's name for port 15692's listener
+    }
     assert {"name": "direct", "description": overview["exchange_types"][0]["description"],
             "enabled": True} in overview["exchange_types"]
 
@@ -581,12 +588,16 @@ def test_health_checks(api: Api, broker: BrokerThread) -> None:
         "status": "ok", "port": broker.port}
     reply = api.request("GET", "/api/health/checks/port-listener/1")
     assert reply.status == 503
+    prometheus = broker.broker.listener("http/prometheus")  # RabbitMQ lists its port too
+    assert prometheus is not None
     assert reply.json() == {"status": "failed", "reason": "No active listener", "missing": 1,
-                            "ports": [broker.port, broker.mqtt_port, broker.http_port]}
+                            "ports": [broker.port, broker.mqtt_port, broker.http_port,
+                                      prometheus.port]}
     assert api.get("/api/health/checks/protocol-listener/amqp") == {"status": "ok", "protocol": "amqp"}
     assert api.get("/api/health/checks/protocol-listener/mqtt") == {"status": "ok", "protocol": "mqtt"}
     reply = api.request("GET", "/api/health/checks/protocol-listener/stomp")
-    assert reply.status == 503 and reply.json()["protocols"] == ["amqp", "mqtt", "http"]
+    assert reply.status == 503
+    assert reply.json()["protocols"] == ["amqp", "mqtt", "http", "http/prometheus"]
     assert api.get("/api/aliveness-test/%2F") == {"status": "ok"}
     assert api.request("GET", "/api/aliveness-test/nosuch").status == 404
 

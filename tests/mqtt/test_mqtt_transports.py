@@ -83,7 +83,7 @@ def test_tls_port_without_certificate_fails_to_start(tmp_path: Path) -> None:
 
 
 def test_mqtt_listener_disabled(tmp_path: Path) -> None:
-    b = start_broker(tmp_path / "data", mqtt_port=-1)
+    b = start_broker(tmp_path / "data", mqtt_port=-1, prometheus_port=-1)
     try:
         listener = b.broker.listener("mqtt")
         assert listener is not None and listener.port == 0

@@ -204,6 +204,8 @@ class Channel(Publishing):
             self._users.count_channel(self.user.name, -1)
         if vhost is not None and not self.closed:  # once, however often released
             vhost.base_stats.add(self.stats)
+            if self.confirm:  # messages received expecting confirmations (metrics)
+                vhost.received_confirm += self.stats.publish
             self.stats = MessageStats()
             vhost.channels_closed += 1
         self.closed = True

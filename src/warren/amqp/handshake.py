@@ -107,6 +107,7 @@ def start_ok(conn: AMQPConnection, method: spec.ConnectionStartOk) -> None:
         "For details see the broker logfile."
     )
     if guard.blocked(host):
+        conn.broker.auth_attempts.record("amqp091", False)
         log.warning("%s: login refused unchecked: too many failed logins from %s", conn.name, host)
         _refuse_login_later(conn, guard.failed(host), refusal)
         return
@@ -118,6 +119,7 @@ def start_ok(conn: AMQPConnection, method: spec.ConnectionStartOk) -> None:
     elif creds is not None:
         username, password = creds
         user = conn.broker.users.authenticate(username, password)
+    conn.broker.auth_attempts.record("amqp091", user is not None)
     if user is None:
         log.warning(
             "%s: login refused for user '%s' with %s: %s",

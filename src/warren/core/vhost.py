@@ -172,6 +172,14 @@ class VHost(VHostRouting, VHostParameters):
         #: Channels (AMQP channels, later MQTT sessions) opened and closed in it.
         self.channels_opened = 0
         self.channels_closed = 0
+        #: For the Prometheus metrics (warren/metrics), counted once per object or
+        #: per dead-lettered message, never per publish or delivery: the counters
+        #: of deleted queues by queue class name, messages published on channels
+        #: in confirm mode (folded in as such a channel closes), messages
+        #: dead-lettered by (queue class name, strategy, reason).
+        self.deleted_queue_stats: dict[str, MessageStats] = {}
+        self.received_confirm = 0
+        self.dead_lettered: dict[tuple[str, str, str], int] = {}
         #: Those plus the live channels', summed when the broker samples rates.
         self.stats = MessageStats()
         #: Called with (vhost, exchange name) when an exchange appears, goes, gets or
@@ -463,6 +471,10 @@ class VHost(VHostRouting, VHostParameters):
             self._store(f"the deletion of queue '{name}'", queue_key(name), None)
         self.queues.pop(name, None)
         self.queues_deleted += 1
+        gone = self.deleted_queue_stats.get(type(q).__name__)
+        if gone is None:
+            gone = self.deleted_queue_stats[type(q).__name__] = MessageStats()
+        gone.add(q.stats)
         for binding in list(self._inbound.get(id(q), {}).values()):
             self._drop_binding(binding)
         self._inbound.pop(id(q), None)

@@ -66,6 +66,7 @@ class VHostRouting:
     queues: dict[str, Queue]
     default_exchange: DefaultExchange
     reply_targets: dict[str, ReplyTarget]
+    dead_lettered: dict[tuple[str, str, str], int]
 
     def route(self, exchange: Exchange, msg: Message) -> list[Queue]:
         """Queues the message goes to, through exchange-to-exchange bindings and
@@ -272,6 +273,10 @@ class VHostRouting:
         copy, keys = dl.dead_letter(
             msg, queue.name, reason, dlx_name, queue.dead_letter_routing_key, now
         )
+        # Counted per dead-lettered message (a copy is made anyway), for
+        # rabbitmq_global_messages_dead_lettered_*_total.
+        counted = (type(queue).__name__, "at_most_once", reason)
+        self.dead_lettered[counted] = self.dead_lettered.get(counted, 0) + 1
         for target in self.route_keys(dlx, copy, keys):
             if dl.is_cycle(target.name, copy.headers):
                 log.warning(

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from aiohttp import HttpVersion11, web
 
-from warren import metrics
 from warren.core.errors import BrokerError
 from warren.core.runtime_parameters import ValidationFailed
 from warren.core.users import User
@@ -41,6 +40,7 @@ from warren.http.common import (
     basic_credentials,
     not_found,
 )
+from warren.http.prometheus import MetricsEndpoints
 from warren.http.replies import from_broker_error
 from warren.http.state import ApiState, Router
 from warren.http.websocket import WebSocketConnections, websocket_middleware
@@ -107,21 +107,10 @@ class ManagementApp:
         app.router.add_route("*", "/api", self.api, expect_handler=self.expect)
         # Any character, newlines too: a name may hold one (%0A).
         app.router.add_route("*", r"/api/{tail:[\s\S]*}", self.api, expect_handler=self.expect)
-        app.router.add_get("/metrics", self.metrics)
-        app.router.add_get("/metrics/per-object", self.metrics)
+        MetricsEndpoints(self.node).add_routes(app)  # as on the [prometheus] listener
         app.router.add_get("/", self.index)
         app.router.add_get("/ui/{path:.*}", self.static)
         return app
-
-    async def metrics(self, request: web.Request) -> web.StreamResponse:
-        """Prometheus metrics (docs/metrics.md); no authentication, as RabbitMQ's
-        prometheus endpoint. The broker is read in slices, the text rendered in a thread."""
-        per_object = request.path.endswith("/per-object")
-        snap = await metrics.snapshot(self.node)
-        body = await asyncio.get_running_loop().run_in_executor(
-            None, metrics.render, snap, per_object
-        )
-        return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
 
     async def index(self, request: web.Request) -> web.StreamResponse:
         return self._file(STATIC_DIR / "index.html")
@@ -209,6 +198,7 @@ class ManagementApp:
         guard = self.node.auth_guard
         blocked = guard.blocked(request.remote)
         user = None if blocked else self.node.users.authenticate(*creds)
+        self.node.auth_attempts.record("http", user is not None)
         if user is None:
             log.warning(
                 "management API: login refused for user '%s' from %s%s",

@@ -118,6 +118,9 @@ def _connect(conn: MQTTConnection, pkt: Connect) -> int:
     auth = conn.state.authenticate(
         pkt.username, pkt.password, conn.peer[0] if conn.peer else None, conn.cert_login
     )
+    conn.node.auth_attempts.record(
+        "mqtt50" if conn.level == MQTT_5 else "mqtt311", not isinstance(auth, int)
+    )
     if isinstance(auth, int):
         return auth
     user, vhost_name = auth

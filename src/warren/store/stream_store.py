@@ -179,6 +179,11 @@ class StreamStore:
         return self._bytes
 
     @property
+    def segment_count(self) -> int:
+        """Segment files held (the metrics' rabbitmq_stream_segments)."""
+        return len(self._segs)
+
+    @property
     def first_timestamp(self) -> int | None:
         """Publish time (ms) of the oldest stored message, None when empty."""
         return self._segs[0].first_ts if self._segs else None

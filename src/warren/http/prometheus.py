@@ -1,0 +1,124 @@
+"""The Prometheus endpoints, and their own listener ([prometheus], port 15692).
+
+RabbitMQ's ``rabbitmq_prometheus`` plugin serves ``/metrics``,
+``/metrics/per-object`` and ``/metrics/detailed`` on a port of its own
+(``prometheus.tcp.port``), without authentication; Warren serves them there
+and on the management port. The broker is read on its loop in slices and
+the text written in a thread (warren/metrics).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from warren import metrics
+
+if TYPE_CHECKING:
+    from warren.node import Node
+
+__all__ = ["MetricsEndpoints", "PrometheusListener"]
+
+log = logging.getLogger("warren.http")
+
+
+class MetricsEndpoints:
+    """The three metrics routes of one aiohttp application."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_get("/metrics", self.aggregated)
+        app.router.add_get("/metrics/per-object", self.per_object)
+        app.router.add_get("/metrics/detailed", self.detailed)
+
+    async def aggregated(self, request: web.Request) -> web.StreamResponse:
+        """Summed, unless [prometheus] return_per_object_metrics says otherwise."""
+        snap = await metrics.snapshot(self.node)
+        per_object = self.node.config.prometheus_return_per_object_metrics
+        return await _respond(metrics.render, snap, per_object)
+
+    async def per_object(self, request: web.Request) -> web.StreamResponse:
+        snap = await metrics.snapshot(self.node)
+        return await _respond(metrics.render, snap, True)
+
+    async def detailed(self, request: web.Request) -> web.StreamResponse:
+        """``family`` and ``vhost`` may each be given several times (RabbitMQ's
+        query); unknown families are ignored, as RabbitMQ does."""
+        families = set(request.query.getall("family", []))
+        vhosts = request.query.getall("vhost", []) or None
+        snap = await metrics.snapshot(self.node)
+        return await _respond(metrics.render_detailed, snap, families, vhosts)
+
+
+async def _respond(render: Callable[..., bytes], *args: object) -> web.StreamResponse:
+    body: bytes = await asyncio.get_running_loop().run_in_executor(None, render, *args)
+    return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
+
+
+class PrometheusListener:
+    """The ``http/prometheus`` listener (warren.node.Listener): the metrics endpoints
+    on bind:port (and tls_port over HTTPS), nothing else."""
+
+    name = "http/prometheus"
+
+    def __init__(self, bind: str, port: int, tls_port: int = -1) -> None:
+        self.bind = bind
+        self.requested_port = port
+        self.requested_tls_port = tls_port
+        #: The HTTPS port bound (0: none).
+        self.tls_port = 0
+        self._port = 0
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    async def start(self, node: Node) -> None:
+        app = web.Application()
+        MetricsEndpoints(node).add_routes(app)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+        await runner.setup()
+        sites = [web.TCPSite(runner, self.bind, self.requested_port, reuse_address=True)]
+        try:
+            await sites[0].start()
+            if self.requested_tls_port >= 0:
+                tls = node.tls.context("the Prometheus HTTPS port")
+                sites.append(
+                    web.TCPSite(
+                        runner,
+                        self.bind,
+                        self.requested_tls_port,
+                        reuse_address=True,
+                        ssl_context=tls,
+                    )
+                )
+                await sites[1].start()
+        except BaseException as exc:
+            await runner.cleanup()
+            if isinstance(exc, OSError):
+                exc.listener = "prometheus"  # type: ignore[attr-defined]  # for the CLI
+            raise
+        self._runner = runner
+        self._port = _bound_port(sites[0], self.requested_port)
+        log.info("listening on HTTP (Prometheus metrics) %s:%s", self.bind, self._port)
+        if len(sites) > 1:
+            self.tls_port = _bound_port(sites[1], self.requested_tls_port)
+            log.info("listening on HTTPS (Prometheus metrics) %s:%s", self.bind, self.tls_port)
+
+    async def stop(self) -> None:
+        if self._runner is None:
+            return
+        runner, self._runner = self._runner, None
+        await runner.cleanup()
+
+
+def _bound_port(site: web.TCPSite, requested: int) -> int:
+    sockets = getattr(site._server, "sockets", None) or []
+    return int(sockets[0].getsockname()[1]) if sockets else requested
