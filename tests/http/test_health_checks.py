@@ -86,7 +86,14 @@ def test_listener_checks_know_the_tls_ports(tmp_path: Path, broker_factory: Fact
     reply = api.request("GET", f"{H}/protocol-listener/mqtts")
     assert reply.status == 503
     assert reply.json()["missing"] == "mqtt/ssl"
-    assert set(reply.json()["protocols"]) == {"amqp", "amqp/ssl", "mqtt", "http", "https"}
+    assert set(reply.json()["protocols"]) == {
+        "amqp",
+        "amqp/ssl",
+        "mqtt",
+        "http",
+        "https",
+        "http/prometheus",
+    }
 
 
 def test_connection_limit_checks(broker_factory: Factory) -> None:
