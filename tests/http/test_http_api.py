@@ -78,6 +78,9 @@ def test_overview_counts_objects(api: Api, broker: BrokerThread) -> None:
         "messages": 1,
         "messages_ready": 1,
         "messages_unacknowledged": 0,
+        "messages_details": {"rate": 0.0},  # nothing sampled yet
+        "messages_ready_details": {"rate": 0.0},
+        "messages_unacknowledged_details": {"rate": 0.0},
     }
     assert overview["object_totals"]["queues"] == 1
     assert overview["object_totals"]["exchanges"] == 7  # the default and six amq.*

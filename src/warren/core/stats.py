@@ -12,21 +12,43 @@ deliver, deliver_no_ack, get, get_no_ack, get_empty, ack, redeliver;
 exchanges publish_in and publish_out; channels publish, confirm,
 return_unroutable, drop_unroutable, deliver, deliver_no_ack, get,
 get_no_ack, get_empty, ack, redeliver. ``deliver_get`` is derived.
+As RabbitMQ, an object lists a whole group of counters once any of them moved
+(:data:`QUEUE_GROUPS`, :data:`CHANNEL_GROUPS`, ...), zeros included.
+
+Gauges (a queue's lengths, the node's memory and descriptors) are
+:class:`GaugeStats`: values set by the sampler, with the same rates. Each
+sampled object keeps a short :class:`History` of its values (kept only when
+they changed), from which ``*_details`` gets RabbitMQ's ``samples``, ``avg``
+and ``avg_rate`` when a request asks for an age (``msg_rates_age``, ...).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 __all__ = [
+    "CHANNEL_GROUPS",
     "COUNTERS",
+    "EXCHANGE_GROUPS",
+    "HISTORY_SAMPLES",
+    "QUEUE_GROUPS",
+    "VHOST_GROUPS",
+    "Ages",
+    "GaugeStats",
+    "History",
     "MessageStats",
     "OctetStats",
     "RateSampler",
     "count_delivery",
     "count_get",
+    "details",
 ]
+
+#: Changes kept per object: a minute of history at the default 5 s interval, what
+#: the management UI asks for by default; older samples repeat the oldest kept.
+HISTORY_SAMPLES: Final = 13
 
 #: Every counter, in the order message_stats lists them.
 COUNTERS: Final = (
@@ -46,10 +68,108 @@ COUNTERS: Final = (
 )
 
 
+_DELIVER_GROUP: Final = (
+    "ack",
+    "deliver",
+    "deliver_no_ack",
+    "get",
+    "get_empty",
+    "get_no_ack",
+    "redeliver",
+)
+#: The counter groups RabbitMQ lists for each kind of object (all of a group, or none).
+QUEUE_GROUPS: Final = (("publish",), _DELIVER_GROUP)
+EXCHANGE_GROUPS: Final = (("publish_in",), ("publish_out",))
+CHANNEL_GROUPS: Final = (
+    ("confirm", "drop_unroutable", "publish", "return_unroutable"),
+    _DELIVER_GROUP,
+)
+#: A vhost's and the overview's: every channel counter, always.
+VHOST_GROUPS: Final = (CHANNEL_GROUPS[0] + _DELIVER_GROUP,)
+_GET_PARTS: Final = ("deliver", "deliver_no_ack", "get", "get_no_ack")
+
+
+class Ages:
+    """What a request asked of the history: RabbitMQ's ``msg_rates_age`` and
+    ``msg_rates_incr`` (message_stats), ``lengths_age`` and ``lengths_incr``
+    (queue lengths), in seconds; 0 when not asked."""
+
+    __slots__ = ("msg_age", "msg_incr", "len_age", "len_incr")
+
+    def __init__(
+        self, msg_age: int = 0, msg_incr: int = 0, len_age: int = 0, len_incr: int = 0
+    ) -> None:
+        self.msg_age = msg_age
+        self.msg_incr = msg_incr
+        self.len_age = len_age
+        self.len_incr = len_incr
+
+
+NO_AGES: Final = Ages()
+
+
+class History:
+    """The values of one object at its last samples: a sample is kept only when
+    something changed, so an idle object costs one entry."""
+
+    __slots__ = ("_entries", "last_s", "_trimmed")
+
+    def __init__(self) -> None:
+        self._entries: deque[tuple[float, tuple[int, ...]]] = deque(maxlen=HISTORY_SAMPLES)
+        #: When the object was last sampled (the end of every history answer).
+        self.last_s = 0.0
+        self._trimmed = False
+
+    def add(self, now_s: float, values: tuple[int, ...]) -> None:
+        entries = self._entries
+        self.last_s = now_s
+        if entries and entries[-1][1] == values:
+            return
+        if len(entries) == HISTORY_SAMPLES:
+            self._trimmed = True
+        entries.append((now_s, values))
+
+    def at(self, t_s: float, index: int) -> int:
+        """The value at ``t_s``: the last sample taken then or before; before the
+        first, 0 (the object was new), or the oldest kept once some were dropped."""
+        found: tuple[int, ...] | None = None
+        for when, values in self._entries:
+            if when > t_s:
+                break
+            found = values
+        if found is None:
+            if not self._trimmed or not self._entries:
+                return 0
+            found = self._entries[0][1]
+        return found[index]
+
+
+def details(
+    rate: float, history: History | None, index: int, age: int, incr: int
+) -> dict[str, object]:
+    """RabbitMQ's ``<name>_details``: ``rate``, and for an ``age`` (seconds, with
+    samples every ``incr``) ``samples`` newest first at multiples of ``incr``,
+    their mean ``avg`` and ``avg_rate``, the change across the age per second."""
+    out: dict[str, object] = {"rate": round(rate, 1)}
+    if age <= 0 or incr <= 0 or history is None:
+        return out
+    step_ms = incr * 1000
+    newest = int(history.last_s * 1000) // step_ms * step_ms
+    samples: list[dict[str, int]] = []
+    for i in range(age // incr + 1):
+        t = newest - i * step_ms
+        samples.append({"sample": history.at(t / 1000, index), "timestamp": t})
+    values = [s["sample"] for s in samples]
+    out["samples"] = samples
+    out["avg"] = sum(values) / len(values)
+    out["avg_rate"] = (values[0] - values[-1]) / age
+    return out
+
+
 class MessageStats:
     """Cumulative message counters of one object, and their last sampled rates."""
 
-    __slots__ = (*COUNTERS, "_last", "_rates")
+    __slots__ = (*COUNTERS, "_last", "_rates", "history")
 
     def __init__(self) -> None:
         self.publish = 0
@@ -67,6 +187,7 @@ class MessageStats:
         self.redeliver = 0
         self._last: tuple[int, ...] | None = None
         self._rates: tuple[float, ...] = (0.0,) * len(COUNTERS)
+        self.history = History()
 
     def values(self) -> tuple[int, ...]:
         return (
@@ -123,33 +244,79 @@ class MessageStats:
         for name in COUNTERS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
-    def sample(self, interval_s: float) -> None:
+    def sample(self, interval_s: float, now_s: float = 0.0) -> None:
         """Rates since the previous sample, ``interval_s`` seconds ago."""
         now = self.values()
         last = self._last
         if last is not None and interval_s > 0:
             self._rates = tuple((n - p) / interval_s for n, p in zip(now, last, strict=True))
         self._last = now
+        self.history.add(now_s, now)
 
     def rate(self, name: str) -> float:
         return self._rates[COUNTERS.index(name)]
 
-    def as_dict(self, names: Iterable[str] = COUNTERS) -> dict[str, object]:
-        """RabbitMQ's ``message_stats``: each counter that ever moved, with its
-        ``_details.rate``; ``deliver_get`` sums deliveries and gets."""
+    def as_dict(
+        self,
+        groups: Sequence[Sequence[str]] = VHOST_GROUPS,
+        ages: Ages = NO_AGES,
+    ) -> dict[str, object]:
+        """RabbitMQ's ``message_stats``: every counter of each group in which one
+        ever moved, with its ``_details``; ``deliver_get`` (deliveries and gets)
+        with the group that has ``deliver``."""
         out: dict[str, object] = {}
-        values = dict(zip(COUNTERS, self.values(), strict=True))
-        rates = dict(zip(COUNTERS, self._rates, strict=True))
-        for name in names:
-            if values[name] or rates[name]:
-                out[name] = values[name]
-                out[f"{name}_details"] = {"rate": round(rates[name], 1)}
-        parts = ("deliver", "deliver_no_ack", "get", "get_no_ack")
-        total = sum(values[p] for p in parts)
-        if total or any(rates[p] for p in parts):
-            out["deliver_get"] = total
-            out["deliver_get_details"] = {"rate": round(sum(rates[p] for p in parts), 1)}
-        return out
+        values = self.values()
+        rates = self._rates
+        history = self.history if ages.msg_age else None
+        index = COUNTERS.index
+        for group in groups:
+            at = [index(name) for name in group]
+            if not any(values[i] or rates[i] for i in at):
+                continue
+            for name, i in zip(group, at, strict=True):
+                out[name] = values[i]
+                out[f"{name}_details"] = details(rates[i], history, i, ages.msg_age, ages.msg_incr)
+            if "deliver" in group:
+                out["deliver_get"] = sum(values[index(p)] for p in _GET_PARTS)
+                out["deliver_get_details"] = self._deliver_get_details(ages)
+        return dict(sorted(out.items()))
+
+    def _deliver_get_details(self, ages: Ages) -> dict[str, object]:
+        parts = [COUNTERS.index(p) for p in _GET_PARTS]
+        rate = sum(self._rates[i] for i in parts)
+        history = History()
+        if ages.msg_age:  # the history of the sum, from the parts'
+            for when, values in self.history._entries:
+                history.add(when, (sum(values[i] for i in parts),))
+            history.last_s = self.history.last_s
+            history._trimmed = self.history._trimmed
+        return details(rate, history if ages.msg_age else None, 0, ages.msg_age, ages.msg_incr)
+
+
+class GaugeStats:
+    """Values the sampler sets (a queue's lengths, the node's memory), with the
+    rate of change since the previous sample and a history, as RabbitMQ's
+    ``messages_details``."""
+
+    __slots__ = ("values", "_last", "_rates", "history")
+
+    def __init__(self, size: int) -> None:
+        self.values: tuple[int, ...] = (0,) * size
+        self._last: tuple[int, ...] | None = None
+        self._rates: tuple[float, ...] = (0.0,) * size
+        self.history = History()
+
+    def sample(self, interval_s: float, now_s: float = 0.0) -> None:
+        now = self.values
+        last = self._last
+        if last is not None and interval_s > 0:
+            self._rates = tuple((n - p) / interval_s for n, p in zip(now, last, strict=True))
+        self._last = now
+        self.history.add(now_s, now)
+
+    def details(self, index: int, age: int = 0, incr: int = 0) -> dict[str, object]:
+        history = self.history if age else None
+        return details(self._rates[index], history, index, age, incr)
 
 
 class OctetStats:
@@ -165,7 +332,7 @@ class OctetStats:
         self._last: tuple[int, int] | None = None
         self._rates = (0.0, 0.0)
 
-    def sample(self, interval_s: float) -> None:
+    def sample(self, interval_s: float, now_s: float = 0.0) -> None:
         now = (self.recv_oct, self.send_oct)
         last = self._last
         if last is not None and interval_s > 0:
@@ -193,13 +360,14 @@ class RateSampler:
     def __init__(self) -> None:
         self._last_s: float | None = None
 
-    def sample(self, stats: Iterable[MessageStats | OctetStats], now_s: float) -> int:
-        """Sample each, over the time since the previous call; returns how many."""
+    def sample(self, stats: Iterable[MessageStats | OctetStats | GaugeStats], now_s: float) -> int:
+        """Sample each, over the time since the previous call; returns how many.
+        ``now_s`` is the time since the epoch (the samples' timestamps)."""
         elapsed = 0.0 if self._last_s is None else now_s - self._last_s
         self._last_s = now_s
         n = 0
         for s in stats:
-            s.sample(elapsed)
+            s.sample(elapsed, now_s)
             n += 1
         return n
 

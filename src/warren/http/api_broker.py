@@ -4,6 +4,7 @@ health checks and the aliveness test (definitions: api_definitions.py)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import platform
 import re
 import time
@@ -11,10 +12,10 @@ from typing import Any
 
 from aiohttp import web
 
-from warren import __version__
+from warren import __version__, node_stats
 from warren.core.message import Message
 from warren.core.properties import EMPTY_PROPERTIES
-from warren.core.stats import MessageStats
+from warren.core.stats import HISTORY_SAMPLES, VHOST_GROUPS, Ages, MessageStats
 from warren.core.users import (
     SHA256,
     Permission,
@@ -31,6 +32,7 @@ from warren.http.common import (
     Ctx,
     bad_request,
     build,
+    flag,
     item_response,
     json_response,
     list_response,
@@ -41,6 +43,7 @@ from warren.http.common import (
 )
 from warren.http.state import Router
 from warren.node import node_name
+from warren.node_stats import NODE_GAUGES
 
 NO_CONTENT = 204
 _STARTED = time.time()
@@ -125,9 +128,19 @@ async def overview(ctx: Ctx) -> web.StreamResponse:
     conns = await build(list(ctx.node.connections), lambda c: c.info() or None)
     conns = [c for c in conns if ctx.sees_all() or c.get("user") == ctx.user.name]
     channels = sum(c.get("channels", 0) for c in conns)
+    ages, stats = ctx.ages(), ctx.stats_enabled()
+    totals: dict[str, Any] = {}
+    for i, (key, value) in enumerate(zip(_LENGTHS, (ready + unacked, ready, unacked), strict=True)):
+        totals[key] = value
+        if ctx.sees_all():
+            totals[f"{key}_details"] = ctx.node.queue_totals.details(i, ages.len_age, ages.len_incr)
+        else:  # the vhosts this user sees: their rates summed
+            rate = sum(ctx.node.vhosts[n].lengths.details(i)["rate"] for n in names)  # type: ignore[misc]
+            totals[f"{key}_details"] = {"rate": round(rate, 1)}
     body: dict[str, Any] = {
         "management_version": RABBITMQ_FORMAT_VERSION,
         "rates_mode": "basic",
+        "sample_retention_policies": _retention(ctx),
         "exchange_types": [
             {"name": n, "description": d, "enabled": True} for n, d in formats.EXCHANGE_TYPES
         ],
@@ -138,13 +151,10 @@ async def overview(ctx: Ctx) -> web.StreamResponse:
         "erlang_version": f"Python {platform.python_version()}",
         "erlang_full_version": f"Python {platform.python_version()} ({platform.platform()})",
         "release_series_support_status": "supported",
-        "disable_stats": False,
-        "enable_queue_totals": True,
-        "queue_totals": {
-            "messages": ready + unacked,
-            "messages_ready": ready,
-            "messages_unacknowledged": unacked,
-        },
+        "disable_stats": not stats,
+        "enable_queue_totals": flag(ctx.query.get("enable_queue_totals", "false")),
+        "churn_rates": _churn(ctx, ages),
+        "queue_totals": totals,
         "object_totals": {
             "channels": channels,
             "connections": len(conns),
@@ -158,14 +168,59 @@ async def overview(ctx: Ctx) -> web.StreamResponse:
             ctx.node.stats
             if ctx.sees_all()
             else MessageStats.combined(ctx.node.vhosts[n].stats for n in names)
-        ).as_dict(),
+        ).as_dict(VHOST_GROUPS, ages),
     }
     if ctx.sees_all():
         body["listeners"] = _listeners(ctx)
-        body["contexts"] = [
-            {"node": node_name(), "description": "RabbitMQ Management", "path": "/"}
-        ]
+        body["contexts"] = [{"node": node_name(), **_context(ctx)}]
+    if not stats:  # as RabbitMQ 3.10: counts of objects only, no rates or listeners
+        for key in (
+            "message_stats",
+            "churn_rates",
+            "queue_totals",
+            "listeners",
+            "contexts",
+            "statistics_db_event_queue",
+        ):
+            body.pop(key, None)
+        for key in ("channels", "consumers"):
+            body["object_totals"].pop(key)
     return item_response(ctx, body)
+
+
+_LENGTHS = ("messages", "messages_ready", "messages_unacknowledged")
+
+
+def _retention(ctx: Ctx) -> dict[str, list[int]]:
+    """How far back rate samples go, in seconds (RabbitMQ's policies keep hours;
+    Warren keeps HISTORY_SAMPLES samples, docs/http-api.md)."""
+    seconds = HISTORY_SAMPLES * max(1, ctx.node.config.collect_statistics_interval // 1000)
+    return {"global": [seconds], "basic": [seconds], "detailed": [seconds]}
+
+
+def _churn(ctx: Ctx, ages: Ages) -> dict[str, Any]:
+    """The churn counters with their rates (node_stats.py), as RabbitMQ's overview."""
+    figures = ctx.node.node_figures
+    values = node_stats.read_values(ctx.node)
+    out: dict[str, Any] = {}
+    for name in sorted(node_stats.CHURN):
+        i = NODE_GAUGES.index(name)
+        out[name] = values[i]
+        out[f"{name}_details"] = figures.details(i, ages.msg_age, ages.msg_incr)
+    return out
+
+
+def _context(ctx: Ctx) -> dict[str, Any]:
+    """The management listener, as RabbitMQ's ``contexts`` entry describes it."""
+    http = next((lst for lst in ctx.node.listeners if lst.name == "http"), None)
+    return {
+        "description": "RabbitMQ Management",
+        "path": "/",
+        "cowboy_opts": "[]",
+        "ip": getattr(http, "bind", ""),
+        "port": str(http.port if http is not None else ""),
+        "ssl_opts": [],
+    }
 
 
 async def whoami(ctx: Ctx) -> web.StreamResponse:
@@ -173,20 +228,45 @@ async def whoami(ctx: Ctx) -> web.StreamResponse:
 
 
 def _node_info(ctx: Ctx) -> dict[str, Any]:
+    """The node as RabbitMQ's /api/nodes lists it, with the process's analogues of
+    the Erlang VM's figures (node_stats.py), sampled with the rates."""
     alarm = ctx.node.disk_alarm
-    return {
+    ages = ctx.ages()
+    figures = ctx.node.node_figures
+    values = figures.values
+    fds = node_stats.fd_total()
+    info: dict[str, Any] = {
         "name": node_name(),
         "type": "disc",
         "running": True,
         "being_drained": False,
         "uptime": int((time.time() - _STARTED) * 1000),
-        "os_pid": str(__import__("os").getpid()),
+        "os_pid": str(os.getpid()),
+        "processors": os.cpu_count() or 1,
+        "rates_mode": "basic",
+        "mem_calculation_strategy": "rss",
         "disk_free_alarm": alarm,
         "disk_free_limit": ctx.node.config.free_disk_min,
         "mem_alarm": ctx.node.mem_alarm,
-        "mem_used": ctx.node.mem_used,
         "mem_limit": ctx.node.mem_limit,
+        "fd_total": fds,
+        "sockets_total": fds * 9 // 10,
+        "proc_total": node_stats.PROC_TOTAL,
+        "run_queue": node_stats.run_queue(),
+        "io_read_avg_time": 0.0,
+        "io_read_avg_time_details": {"rate": 0.0},
+        "io_write_avg_time": 0.0,
+        "io_write_avg_time_details": {"rate": 0.0},
+        "mnesia_disk_tx_count": 0,
+        "mnesia_disk_tx_count_details": {"rate": 0.0},
+        "mnesia_ram_tx_count": 0,
+        "mnesia_ram_tx_count_details": {"rate": 0.0},
         "partitions": [],
+        "cluster_links": [],
+        "config_files": [],
+        "log_files": ["<stdout>"],
+        "db_dir": str(ctx.node.config.data_dir),
+        "contexts": [{k: v for k, v in _context(ctx).items() if k != "ssl_opts"}],
         "applications": [
             {"name": "warren", "description": "Warren AMQP 0-9-1 broker", "version": __version__}
         ],
@@ -194,7 +274,11 @@ def _node_info(ctx: Ctx) -> dict[str, Any]:
             {"name": n, "description": d, "enabled": True} for n, d in formats.EXCHANGE_TYPES
         ],
         "auth_mechanisms": [
-            {"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": True},
+            {
+                "name": "PLAIN",
+                "description": "SASL PLAIN authentication mechanism",
+                "enabled": True,
+            },
             {"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": True},
             {
                 # Offered on TLS connections with a verified client certificate
@@ -207,6 +291,12 @@ def _node_info(ctx: Ctx) -> dict[str, Any]:
         "enabled_plugins": ["rabbitmq_management"],
         "listeners": _listeners(ctx),
     }
+    for i, name in enumerate(NODE_GAUGES):
+        info[name] = values[i]
+        info[f"{name}_details"] = figures.details(i, ages.msg_age, ages.msg_incr)
+    if not values[0]:  # not sampled yet (collect_statistics_interval = 0): read now
+        info["mem_used"] = ctx.node.mem_used
+    return info
 
 
 async def nodes(ctx: Ctx) -> web.StreamResponse:
@@ -250,7 +340,7 @@ async def put_cluster_name(ctx: Ctx) -> web.StreamResponse:
 
 
 def _vhost_item(ctx: Ctx, name: str) -> dict[str, Any]:
-    return formats.vhost_info(ctx.node.vhosts[name], ctx.state.vhost_metadata.get(name))
+    return formats.vhost_info(ctx.node.vhosts[name], ctx.state.vhost_metadata.get(name), ctx.ages())
 
 
 async def list_vhosts(ctx: Ctx) -> web.StreamResponse:

@@ -79,8 +79,24 @@ async def vhost_connections(ctx: Ctx) -> web.StreamResponse:
     return await list_response(ctx, [i for _, i in await _visible(ctx, ctx.params[0])], ("name",))
 
 
+#: What RabbitMQ lists as null but shows as "" for one connection without TLS.
+_TLS_KEYS = (
+    "peer_cert_issuer",
+    "peer_cert_subject",
+    "peer_cert_validity",
+    "ssl_cipher",
+    "ssl_hash",
+    "ssl_key_exchange",
+    "ssl_protocol",
+)
+
+
 async def get_connection(ctx: Ctx) -> web.StreamResponse:
-    return item_response(ctx, (await _find(ctx, ctx.params[0]))[1])
+    info = dict((await _find(ctx, ctx.params[0]))[1])
+    for key in _TLS_KEYS:
+        if key in info and info[key] is None:
+            info[key] = ""
+    return item_response(ctx, info)
 
 
 async def close_connection(ctx: Ctx) -> web.StreamResponse:
@@ -112,7 +128,9 @@ async def get_channel(ctx: Ctx) -> web.StreamResponse:
     for conn, _ in await _visible(ctx):
         for ch in conn.channels_info():
             if ch.get("name") == name:
-                return item_response(ctx, ch)
+                # Per-exchange and per-queue counts (RabbitMQ's detailed rates mode):
+                # Warren keeps none, as RabbitMQ in its default basic mode.
+                return item_response(ctx, {**ch, "deliveries": [], "publishes": []})
     raise not_found()
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from warren.core.names import MAX_NAME_BYTES, is_valid_utf8, name_problem, too_long
+from warren.core.stats import Ages
 from warren.core.table_encode import encode_table
 from warren.core.users import User
 from warren.http.bodies import BodyBudget, parse_json, read_body
@@ -91,6 +92,31 @@ class Ctx:
     @property
     def query(self) -> Any:
         return self.request.query
+
+    def ages(self) -> Ages:
+        """The history the request asks for (``msg_rates_age``, ``msg_rates_incr``,
+        ``lengths_age``, ``lengths_incr``, in seconds; an increment defaults to
+        the age); unreadable values are ignored."""
+        q = self.query
+
+        def seconds(key: str, default: int = 0) -> int:
+            try:
+                value = int(q.get(key, default))
+            except ValueError:
+                return 0
+            return max(0, value)
+
+        msg_age, len_age = seconds("msg_rates_age"), seconds("lengths_age")
+        return Ages(
+            msg_age,
+            seconds("msg_rates_incr", msg_age),
+            len_age,
+            seconds("lengths_incr", len_age),
+        )
+
+    def stats_enabled(self) -> bool:
+        """False for ``disable_stats=true``: objects without their statistics."""
+        return not flag(self.query.get("disable_stats", "false"))
 
     def is_admin(self) -> bool:
         return "administrator" in self.tags
@@ -223,25 +249,44 @@ def _sort_key(value: Any) -> tuple[int, Any]:
     return (3, dumps(value))
 
 
+def _pagination(query: Any) -> tuple[int, int]:
+    """``page`` and ``page_size`` (100 unless given), or RabbitMQ's 400s: a number
+    it cannot read, or one out of range (``page size undefined`` when none was
+    given)."""
+    size_arg = query.get("page_size")
+    try:
+        page = int(query["page"])
+        page_size = int(size_arg) if size_arg is not None else 100
+    except ValueError:
+        raise bad_request("Pagination parameters are invalid") from None
+    if page < 1 or page_size < 1 or page_size > MAX_PAGE_SIZE:
+        shown = page_size if size_arg is not None else "undefined"
+        raise ApiError(
+            400,
+            "invalid_pagination_parameters",
+            f"Invalid pagination parameters: page number {page}, page size {shown}",
+        )
+    return page, page_size
+
+
 def _columns(item: dict[str, Any], paths: list[list[str]]) -> dict[str, Any]:
+    """The dotted ``paths`` of ``item``; as RabbitMQ, an object on the way is kept
+    (``arguments: {}``) even when the key asked for is not in it."""
     out: dict[str, Any] = {}
     for path in paths:
-        value = _get_path(item, path)
-        if value is None and not _has_path(item, path):
-            continue
+        source: Any = item
         target = out
-        for key in path[:-1]:
-            target = target.setdefault(key, {})
-        target[path[-1]] = value
+        for depth, key in enumerate(path):
+            if not isinstance(source, dict) or key not in source:
+                break
+            source = source[key]
+            if depth == len(path) - 1:
+                target[key] = source
+            else:
+                if not isinstance(source, dict):
+                    break
+                target = target.setdefault(key, {})
     return out
-
-
-def _has_path(item: Any, path: list[str]) -> bool:
-    for key in path:
-        if not isinstance(item, dict) or key not in item:
-            return False
-        item = item[key]
-    return True
 
 
 async def build(items: Iterable[Any], make: Callable[[Any], dict[str, Any] | None]) -> list[Any]:
@@ -266,24 +311,14 @@ async def list_response(
     total = len(items)
     page_arg = query.get("page")
     if page_arg is not None:
-        try:
-            page = int(page_arg)
-            page_size = int(query.get("page_size", "100"))
-        except ValueError:
-            raise bad_request("Pagination parameters are invalid") from None
-        if page < 1 or page_size < 1 or page_size > MAX_PAGE_SIZE:
-            raise ApiError(
-                400,
-                "invalid_pagination_parameters",
-                f"Invalid pagination parameters: page number {page}, page size {page_size}",
-            )
+        page, page_size = _pagination(query)
         name = query.get("name", "")
         if name:
             if flag(query.get("use_regex", "false")):
                 try:
                     pattern = re.compile(name)
-                except re.error:
-                    raise bad_request("invalid regular expression") from None
+                except re.error:  # RabbitMQ's words for any unusable parameter
+                    raise bad_request("Pagination parameters are invalid") from None
                 items = [i for i in items if pattern.search(str(i.get("name", "")))]
             else:
                 lowered = name.lower()
