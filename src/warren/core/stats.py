@@ -24,7 +24,6 @@ and ``avg_rate`` when a request asks for an age (``msg_rates_age``, ...).
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Final
 
@@ -87,6 +86,7 @@ CHANNEL_GROUPS: Final = (
 #: A vhost's and the overview's: every channel counter, always.
 VHOST_GROUPS: Final = (CHANNEL_GROUPS[0] + _DELIVER_GROUP,)
 _GET_PARTS: Final = ("deliver", "deliver_no_ack", "get", "get_no_ack")
+_ZERO_RATES: Final = (0.0,) * len(COUNTERS)
 
 
 class Ages:
@@ -110,37 +110,49 @@ NO_AGES: Final = Ages()
 
 class History:
     """The values of one object at its last samples: a sample is kept only when
-    something changed, so an idle object costs one entry."""
+    something changed, so an idle object costs one entry (a short list, not a
+    deque: 10,000 queues each hold two)."""
 
-    __slots__ = ("_entries", "last_s", "_trimmed")
+    __slots__ = ("entries", "last_s", "trimmed")
 
     def __init__(self) -> None:
-        self._entries: deque[tuple[float, tuple[int, ...]]] = deque(maxlen=HISTORY_SAMPLES)
+        #: (time, values), oldest first, at most HISTORY_SAMPLES.
+        self.entries: list[tuple[float, tuple[int, ...]]] = []
         #: When the object was last sampled (the end of every history answer).
         self.last_s = 0.0
-        self._trimmed = False
+        #: Whether older entries were dropped (before the first: unknown, not 0).
+        self.trimmed = False
 
     def add(self, now_s: float, values: tuple[int, ...]) -> None:
-        entries = self._entries
+        entries = self.entries
         self.last_s = now_s
         if entries and entries[-1][1] == values:
             return
-        if len(entries) == HISTORY_SAMPLES:
-            self._trimmed = True
+        if len(entries) >= HISTORY_SAMPLES:
+            del entries[0]
+            self.trimmed = True
         entries.append((now_s, values))
+
+    def summed(self, indices: Sequence[int]) -> History:
+        """The history of the sum of some of the values (deliver_get's)."""
+        out = History()
+        out.entries = [(when, (sum(values[i] for i in indices),)) for when, values in self.entries]
+        out.last_s = self.last_s
+        out.trimmed = self.trimmed
+        return out
 
     def at(self, t_s: float, index: int) -> int:
         """The value at ``t_s``: the last sample taken then or before; before the
         first, 0 (the object was new), or the oldest kept once some were dropped."""
         found: tuple[int, ...] | None = None
-        for when, values in self._entries:
+        for when, values in self.entries:
             if when > t_s:
                 break
             found = values
         if found is None:
-            if not self._trimmed or not self._entries:
+            if not self.trimmed or not self.entries:
                 return 0
-            found = self._entries[0][1]
+            found = self.entries[0][1]
         return found[index]
 
 
@@ -249,7 +261,10 @@ class MessageStats:
         now = self.values()
         last = self._last
         if last is not None and interval_s > 0:
-            self._rates = tuple((n - p) / interval_s for n, p in zip(now, last, strict=True))
+            if now == last:  # idle (most objects): no arithmetic, no new entry
+                self._rates = _ZERO_RATES
+            else:
+                self._rates = tuple((n - p) / interval_s for n, p in zip(now, last, strict=True))
         self._last = now
         self.history.add(now_s, now)
 
@@ -284,13 +299,8 @@ class MessageStats:
     def _deliver_get_details(self, ages: Ages) -> dict[str, object]:
         parts = [COUNTERS.index(p) for p in _GET_PARTS]
         rate = sum(self._rates[i] for i in parts)
-        history = History()
-        if ages.msg_age:  # the history of the sum, from the parts'
-            for when, values in self.history._entries:
-                history.add(when, (sum(values[i] for i in parts),))
-            history.last_s = self.history.last_s
-            history._trimmed = self.history._trimmed
-        return details(rate, history if ages.msg_age else None, 0, ages.msg_age, ages.msg_incr)
+        history = self.history.summed(parts) if ages.msg_age else None
+        return details(rate, history, 0, ages.msg_age, ages.msg_incr)
 
 
 class GaugeStats:
@@ -310,7 +320,10 @@ class GaugeStats:
         now = self.values
         last = self._last
         if last is not None and interval_s > 0:
-            self._rates = tuple((n - p) / interval_s for n, p in zip(now, last, strict=True))
+            if now == last:
+                self._rates = (0.0,) * len(now)
+            else:
+                self._rates = tuple((n - p) / interval_s for n, p in zip(now, last, strict=True))
         self._last = now
         self.history.add(now_s, now)
 
