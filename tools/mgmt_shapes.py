@@ -134,6 +134,8 @@ def endpoints(names: dict[str, str]) -> list[str]:
         "/api/whoami",
         "/api/nodes",
         f"/api/nodes/{node}",
+        f"/api/nodes/{node}/memory",
+        f"/api/nodes/{node}/memory/relative",
         "/api/extensions",
         "/api/cluster-name",
         "/api/connections",

@@ -168,6 +168,35 @@ CONNECTION = [
     ("client_properties", dict),
 ]
 
+#: Telegraf reads it for every node, and drops the node's metrics when it cannot.
+MEMORY = [
+    *[
+        (f"memory.{key}", INT)
+        for key in (
+            "connection_readers",
+            "connection_writers",
+            "connection_channels",
+            "connection_other",
+            "queue_procs",
+            "queue_slave_procs",
+            "plugins",
+            "other_proc",
+            "metrics",
+            "mgmt_db",
+            "mnesia",
+            "other_ets",
+            "binary",
+            "msg_index",
+            "code",
+            "atom",
+            "other_system",
+            "allocated_unused",
+            "reserved_unallocated",
+        )
+    ],
+    ("memory.total.rss", INT),
+]
+
 #: What agents read that Warren does not serve, and why.
 ABSENT = {
     "memory": "a queue's Erlang process heap (Telegraf and Datadog read 0 when absent)",
@@ -235,6 +264,8 @@ def test_every_field_monitoring_agents_read_is_there_with_its_type(
     problems = _check("overview", api.get("/api/overview"), OVERVIEW)
     [node] = api.get("/api/nodes")
     problems += _check("node", node, NODE)
+    memory = api.get(f"/api/nodes/{node['name']}/memory")
+    problems += _check("memory", memory, MEMORY)
     queue = api.get("/api/queues/%2F/agents.q")
     problems += _check("queue", queue, [f for f in QUEUE if f[0] not in ABSENT])
     [listed] = [q for q in api.get("/api/queues") if q["name"] == "agents.q"]
@@ -244,5 +275,6 @@ def test_every_field_monitoring_agents_read_is_there_with_its_type(
     [connection] = api.get("/api/connections")
     problems += _check("connection", connection, CONNECTION)
     assert not problems, "\n".join(problems)
+    assert memory["memory"]["total"]["rss"] == memory["memory"]["other_system"] > 0
     assert all(key not in queue for key in ABSENT)  # still absent: the list stays honest
     conn.close()

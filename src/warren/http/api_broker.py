@@ -58,6 +58,8 @@ def register(r: Router) -> None:  # noqa: C901 - one table of routes
     r.route("GET", "/api/whoami")(whoami)
     r.route("GET", "/api/nodes")(nodes)
     r.route("GET", "/api/nodes/{node}")(node)
+    r.route("GET", "/api/nodes/{node}/memory")(node_memory)
+    r.route("GET", "/api/nodes/{node}/memory/relative")(node_memory_relative)
     r.route("GET", "/api/extensions")(extensions)
     r.route("GET", "/api/cluster")(cluster)
     r.route("GET", "/api/cluster-name")(get_cluster_name)
@@ -309,6 +311,63 @@ async def node(ctx: Ctx) -> web.StreamResponse:
     if ctx.params[0] != node_name():
         raise not_found()
     return item_response(ctx, _node_info(ctx))
+
+
+#: RabbitMQ's memory breakdown categories (the Erlang VM's); Warren's whole resident
+#: memory is reported as other_system, the rest are 0 (docs/http-api.md).
+_MEMORY_CATEGORIES = (
+    "connection_readers",
+    "connection_writers",
+    "connection_channels",
+    "connection_other",
+    "queue_procs",
+    "queue_slave_procs",
+    "quorum_queue_procs",
+    "quorum_queue_dlx_procs",
+    "stream_queue_procs",
+    "stream_queue_replica_reader_procs",
+    "stream_queue_coordinator_procs",
+    "plugins",
+    "other_proc",
+    "metrics",
+    "mgmt_db",
+    "mnesia",
+    "quorum_ets",
+    "other_ets",
+    "binary",
+    "msg_index",
+    "code",
+    "atom",
+    "other_system",
+    "allocated_unused",
+    "reserved_unallocated",
+)
+
+
+def _memory(ctx: Ctx) -> int:
+    ctx.require(MONITORING)
+    if ctx.params[0] != node_name():
+        raise not_found()
+    return int(ctx.node.mem_used)
+
+
+async def node_memory(ctx: Ctx) -> web.StreamResponse:
+    """RabbitMQ's memory breakdown: what Telegraf reads with every node (and drops
+    the node's metrics when it cannot). The total is the resident memory."""
+    used = _memory(ctx)
+    breakdown: dict[str, Any] = dict.fromkeys(_MEMORY_CATEGORIES, 0)
+    breakdown["other_system"] = used
+    breakdown["strategy"] = "rss"
+    breakdown["total"] = {"erlang": used, "rss": used, "allocated": used}
+    return json_response({"memory": breakdown})
+
+
+async def node_memory_relative(ctx: Ctx) -> web.StreamResponse:
+    """The same in whole percentages of the total."""
+    used = _memory(ctx)
+    breakdown: dict[str, Any] = {"total": 100, **dict.fromkeys(_MEMORY_CATEGORIES, 0)}
+    breakdown["other_system"] = 100 if used else 0
+    return json_response({"memory": breakdown})
 
 
 async def cluster(ctx: Ctx) -> web.StreamResponse:
