@@ -168,6 +168,17 @@ CONNECTION = [
     ("client_properties", dict),
 ]
 
+#: kbudde/rabbitmq_exporter's channel_status labels.
+CHANNEL = [
+    ("vhost", STR),
+    ("node", STR),
+    ("name", STR),
+    ("user", STR),
+    ("state", STR),
+    ("confirm", BOOL),
+    ("transactional", BOOL),
+]
+
 #: Telegraf reads it for every node, and drops the node's metrics when it cannot.
 MEMORY = [
     *[
@@ -274,6 +285,8 @@ def test_every_field_monitoring_agents_read_is_there_with_its_type(
     problems += _check("exchange", exchange, EXCHANGE)
     [connection] = api.get("/api/connections")
     problems += _check("connection", connection, CONNECTION)
+    [channel] = api.get("/api/channels")
+    problems += _check("channel", channel, CHANNEL)
     assert not problems, "\n".join(problems)
     assert memory["memory"]["total"]["rss"] == memory["memory"]["other_system"] > 0
     assert all(key not in queue for key in ABSENT)  # still absent: the list stays honest
