@@ -205,6 +205,16 @@ def endpoints(names: dict[str, str]) -> list[str]:
         f"/api/queues/{vh}?page=abc",
         f"/api/queues/{vh}?page=1&page_size=0",
         f"/api/queues/{vh}?page=1&name=(&use_regex=true",
+        # History ranges: both halves needed, each positive, at most 500 samples.
+        f"/api/queues/{vh}/{Q_READY}?lengths_age=60",
+        f"/api/queues/{vh}/{Q_READY}?lengths_age=0&lengths_incr=5",
+        f"/api/queues/{vh}/{Q_READY}?msg_rates_age=60&msg_rates_incr=0",
+        f"/api/queues/{vh}/{Q_READY}?lengths_age=1000&lengths_incr=1",
+        f"/api/queues/{vh}/{Q_READY}?lengths_age=abc&lengths_incr=5",
+        "/api/overview?msg_rates_age=-5&msg_rates_incr=5",
+        f"/api/nodes/{node}?node_stats_age=60&node_stats_incr=5",
+        f"/api/vhosts/{vh}?data_rates_age=60&data_rates_incr=5",
+        f"/api/connections/{conn}?data_rates_age=60&data_rates_incr=5",
     ]
 
 

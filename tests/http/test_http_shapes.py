@@ -65,7 +65,7 @@ DELIBERATE_DIFFERENCES: list[tuple[str, str]] = [
         "no Erlang cluster identity to keep",
     ),
     ("/api/nodes* node.being_drained: extra", "RabbitMQ 3.13's key (maintenance mode)"),
-    ("/api/nodes/{node}.being_drained: extra", "RabbitMQ 3.13's key (maintenance mode)"),
+    ("/api/nodes/{node}*.being_drained: extra", "RabbitMQ 3.13's key (maintenance mode)"),
     ("/api/nodes*.listeners: extra", "Warren's nodes list their listeners too"),
     (
         "/api/nodes*.io_*: missing",

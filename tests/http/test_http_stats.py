@@ -110,14 +110,14 @@ def test_length_rates_and_history_as_rabbitmq_builds_them(broker: BrokerThread) 
     assert info["messages_ready_details"] == {"rate": -0.8}  # 10 -> 6 in 5 s
     assert info["messages_unacknowledged_details"] == {"rate": 0.8}
 
-    aged = api.get(f"/api/queues/%2F/{q}?lengths_age=15&lengths_incr=5&msg_rates_age=10")
+    aged = api.get(f"/api/queues/%2F/{q}?lengths_age=15&lengths_incr=5&msg_rates_age=10&msg_rates_incr=10")
     ready = aged["messages_ready_details"]
     stamps = [int((t0 + 10 - 5 * i) * 1000) for i in range(4)]
     assert ready["samples"] == [
         {"sample": v, "timestamp": t} for v, t in zip((6, 10, 0, 0), stamps, strict=True)
     ]
     assert ready["avg"] == 4.0 and ready["avg_rate"] == 0.4  # (6 - 0) / 15
-    publish = aged["message_stats"]["publish_details"]  # msg_rates_incr: the age itself
+    publish = aged["message_stats"]["publish_details"]
     assert [s["sample"] for s in publish["samples"]] == [10, 0]
     assert publish["avg_rate"] == 1.0 and publish["rate"] == 0.0
     overview = api.get("/api/overview?lengths_age=5&lengths_incr=5")
@@ -128,4 +128,13 @@ def test_length_rates_and_history_as_rabbitmq_builds_them(broker: BrokerThread) 
     assert isinstance(overview["churn_rates"]["queue_declared_details"]["rate"], float)
     [node] = api.get("/api/nodes")
     assert node["disk_free"] > 0 and node["fd_used"] > 0 and node["sockets_used"] == 1
+    # RabbitMQ's 400 for a range that is not positive or has over 500 samples;
+    # an age without its increment asks for no history.
+    for query, age, incr in (("lengths_age=0&lengths_incr=5", 0, 5), ("msg_rates_age=501&msg_rates_incr=1", 501, 1)):
+        reply = api.request("GET", f"/api/queues/%2F/{q}?{query}")
+        assert (reply.status, reply.json()) == (
+            400,
+            {"error": "bad_request", "reason": f"Invalid range parameters: age {age}, incr {incr}"},
+        )
+    assert "samples" not in api.get(f"/api/queues/%2F/{q}?lengths_age=60")["messages_details"]
     conn.close()

@@ -90,19 +90,41 @@ _ZERO_RATES: Final = (0.0,) * len(COUNTERS)
 
 
 class Ages:
-    """What a request asked of the history: RabbitMQ's ``msg_rates_age`` and
-    ``msg_rates_incr`` (message_stats), ``lengths_age`` and ``lengths_incr``
-    (queue lengths), in seconds; 0 when not asked."""
+    """The history a request asked for, in seconds (0: none): RabbitMQ's
+    ``msg_rates_age``/``_incr`` (message_stats, churn), ``lengths_age``/``_incr``
+    (queue lengths), ``data_rates_age``/``_incr`` (bytes received and sent) and
+    ``node_stats_age``/``_incr`` (the node's figures)."""
 
-    __slots__ = ("msg_age", "msg_incr", "len_age", "len_incr")
+    __slots__ = (
+        "msg_age",
+        "msg_incr",
+        "len_age",
+        "len_incr",
+        "data_age",
+        "data_incr",
+        "node_age",
+        "node_incr",
+    )
 
     def __init__(
-        self, msg_age: int = 0, msg_incr: int = 0, len_age: int = 0, len_incr: int = 0
+        self,
+        msg_age: int = 0,
+        msg_incr: int = 0,
+        len_age: int = 0,
+        len_incr: int = 0,
+        data_age: int = 0,
+        data_incr: int = 0,
+        node_age: int = 0,
+        node_incr: int = 0,
     ) -> None:
         self.msg_age = msg_age
         self.msg_incr = msg_incr
         self.len_age = len_age
         self.len_incr = len_incr
+        self.data_age = data_age
+        self.data_incr = data_incr
+        self.node_age = node_age
+        self.node_incr = node_incr
 
 
 NO_AGES: Final = Ages()
@@ -335,7 +357,7 @@ class GaugeStats:
 class OctetStats:
     """A connection's bytes and socket reads/writes, and their last sampled rates."""
 
-    __slots__ = ("recv_oct", "recv_cnt", "send_oct", "send_cnt", "_last", "_rates")
+    __slots__ = ("recv_oct", "recv_cnt", "send_oct", "send_cnt", "_last", "_rates", "history")
 
     def __init__(self) -> None:
         self.recv_oct = 0
@@ -344,6 +366,7 @@ class OctetStats:
         self.send_cnt = 0
         self._last: tuple[int, int] | None = None
         self._rates = (0.0, 0.0)
+        self.history = History()
 
     def sample(self, interval_s: float, now_s: float = 0.0) -> None:
         now = (self.recv_oct, self.send_oct)
@@ -351,6 +374,11 @@ class OctetStats:
         if last is not None and interval_s > 0:
             self._rates = ((now[0] - last[0]) / interval_s, (now[1] - last[1]) / interval_s)
         self._last = now
+        self.history.add(now_s, now)
+
+    def details(self, index: int, age: int = 0, incr: int = 0) -> dict[str, object]:
+        """``recv_oct_details`` (0) or ``send_oct_details`` (1), with history for an age."""
+        return details(self._rates[index], self.history if age else None, index, age, incr)
 
     def as_dict(self) -> dict[str, object]:
         """The fields RabbitMQ's management API gives a connection."""

@@ -15,7 +15,14 @@ from aiohttp import web
 from warren import __version__, node_stats
 from warren.core.message import Message
 from warren.core.properties import EMPTY_PROPERTIES
-from warren.core.stats import HISTORY_SAMPLES, VHOST_GROUPS, Ages, MessageStats
+from warren.core.stats import (
+    HISTORY_SAMPLES,
+    VHOST_GROUPS,
+    Ages,
+    History,
+    MessageStats,
+    details,
+)
 from warren.core.users import (
     SHA256,
     Permission,
@@ -237,6 +244,13 @@ def _node_info(ctx: Ctx) -> dict[str, Any]:
     figures = ctx.node.node_figures
     values = figures.values
     fds = node_stats.fd_total()
+    unmeasured = details(0.0, History(), 0, ages.node_age, ages.node_incr)
+    unmeasured_time = dict(unmeasured)  # times are floats, in samples too
+    if "samples" in unmeasured_time:
+        unmeasured_time["samples"] = [
+            {**sample, "sample": 0.0}
+            for sample in unmeasured_time["samples"]  # type: ignore[attr-defined]
+        ]
     info: dict[str, Any] = {
         "name": node_name(),
         "type": "disc",
@@ -255,14 +269,16 @@ def _node_info(ctx: Ctx) -> dict[str, Any]:
         "sockets_total": fds * 9 // 10,
         "proc_total": node_stats.PROC_TOTAL,
         "run_queue": node_stats.run_queue(),
+        # Not measured (no per-call timing) or not there (no Mnesia): 0, for the
+        # agents that read them (Telegraf).
         "io_read_avg_time": 0.0,
-        "io_read_avg_time_details": {"rate": 0.0},
+        "io_read_avg_time_details": unmeasured_time,
         "io_write_avg_time": 0.0,
-        "io_write_avg_time_details": {"rate": 0.0},
+        "io_write_avg_time_details": unmeasured_time,
         "mnesia_disk_tx_count": 0,
-        "mnesia_disk_tx_count_details": {"rate": 0.0},
+        "mnesia_disk_tx_count_details": unmeasured,
         "mnesia_ram_tx_count": 0,
-        "mnesia_ram_tx_count_details": {"rate": 0.0},
+        "mnesia_ram_tx_count_details": unmeasured,
         "partitions": [],
         "cluster_links": [],
         "config_files": [],
@@ -295,7 +311,7 @@ def _node_info(ctx: Ctx) -> dict[str, Any]:
     }
     for i, name in enumerate(NODE_GAUGES):
         info[name] = values[i]
-        info[f"{name}_details"] = figures.details(i, ages.msg_age, ages.msg_incr)
+        info[f"{name}_details"] = figures.details(i, ages.node_age, ages.node_incr)
     if not values[0]:  # not sampled yet (collect_statistics_interval = 0): read now
         info["mem_used"] = ctx.node.mem_used
     return info

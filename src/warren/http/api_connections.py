@@ -70,13 +70,28 @@ async def _channels(ctx: Ctx, conns: list[tuple[ClientConnection, dict[str, Any]
     return out
 
 
+def _with_history(ctx: Ctx, conn: ClientConnection, info: dict[str, Any]) -> dict[str, Any]:
+    """``info`` with its byte rates' history when ``data_rates_age`` asks for it."""
+    ages = ctx.ages()
+    if not ages.data_age or "recv_oct_details" not in info:
+        return info
+    octets = conn.octets
+    return {
+        **info,
+        "recv_oct_details": octets.details(0, ages.data_age, ages.data_incr),
+        "send_oct_details": octets.details(1, ages.data_age, ages.data_incr),
+    }
+
+
 async def list_connections(ctx: Ctx) -> web.StreamResponse:
-    return await list_response(ctx, [info for _, info in await _visible(ctx)], ("name",))
+    items = [_with_history(ctx, c, info) for c, info in await _visible(ctx)]
+    return await list_response(ctx, items, ("name",))
 
 
 async def vhost_connections(ctx: Ctx) -> web.StreamResponse:
     ctx.vhost(ctx.params[0])
-    return await list_response(ctx, [i for _, i in await _visible(ctx, ctx.params[0])], ("name",))
+    items = [_with_history(ctx, c, info) for c, info in await _visible(ctx, ctx.params[0])]
+    return await list_response(ctx, items, ("name",))
 
 
 #: What RabbitMQ lists as null but shows as "" for one connection without TLS.
@@ -92,7 +107,8 @@ _TLS_KEYS = (
 
 
 async def get_connection(ctx: Ctx) -> web.StreamResponse:
-    info = dict((await _find(ctx, ctx.params[0]))[1])
+    conn, found = await _find(ctx, ctx.params[0])
+    info = _with_history(ctx, conn, dict(found))
     for key in _TLS_KEYS:
         if key in info and info[key] is None:
             info[key] = ""

@@ -94,24 +94,23 @@ class Ctx:
         return self.request.query
 
     def ages(self) -> Ages:
-        """The history the request asks for (``msg_rates_age``, ``msg_rates_incr``,
-        ``lengths_age``, ``lengths_incr``, in seconds; an increment defaults to
-        the age); unreadable values are ignored."""
-        q = self.query
-
-        def seconds(key: str, default: int = 0) -> int:
-            try:
-                value = int(q.get(key, default))
-            except ValueError:
-                return 0
-            return max(0, value)
-
-        msg_age, len_age = seconds("msg_rates_age"), seconds("lengths_age")
+        """The history the request asks for: each of RabbitMQ's four ranges
+        (``lengths``, ``msg_rates``, ``data_rates``, ``node_stats``) needs both its
+        ``_age`` and ``_incr`` as integers (seconds), or it is not asked for; a
+        range that is not positive or has over 500 samples is RabbitMQ's 400
+        ``Invalid range parameters: age 0, incr 5``."""
+        ranges: dict[str, tuple[int, int]] = {}
+        for prefix in ("lengths", "msg_rates", "data_rates", "node_stats"):  # RabbitMQ's order
+            age = _integer(self.query.get(f"{prefix}_age"))
+            incr = _integer(self.query.get(f"{prefix}_incr"))
+            if age is None or incr is None:
+                ranges[prefix] = (0, 0)
+                continue
+            if age <= 0 or incr <= 0 or age // incr > MAX_RANGE:
+                raise bad_request(f"Invalid range parameters: age {age}, incr {incr}")
+            ranges[prefix] = (age, incr)
         return Ages(
-            msg_age,
-            seconds("msg_rates_incr", msg_age),
-            len_age,
-            seconds("lengths_incr", len_age),
+            *ranges["msg_rates"], *ranges["lengths"], *ranges["data_rates"], *ranges["node_stats"]
         )
 
     def stats_enabled(self) -> bool:
@@ -227,6 +226,16 @@ def basic_credentials(header: str | None) -> tuple[str, str] | None:
 # -- list options: filtering, sorting, columns, pagination ---------------------------------
 
 MAX_PAGE_SIZE = 500
+#: The most samples one history answer may ask for (RabbitMQ's ?MAX_RANGE).
+MAX_RANGE = 500
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def _integer(value: str | None) -> int | None:
+    """A query integer as Erlang's list_to_integer reads it (None otherwise)."""
+    if value is None or not _INTEGER.fullmatch(value):
+        return None
+    return int(value)
 
 
 def _get_path(item: Any, path: list[str]) -> Any:

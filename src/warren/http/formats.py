@@ -248,7 +248,7 @@ def vhost_info(v: VHost, metadata: dict[str, Any] | None, ages: Ages = NO_AGES) 
     if lengths.values[3] or lengths.values[4]:
         for i, key in ((3, "recv_oct"), (4, "send_oct")):
             info[key] = lengths.values[i]
-            info[f"{key}_details"] = lengths.details(i)
+            info[f"{key}_details"] = lengths.details(i, ages.data_age, ages.data_incr)
     stats = v.stats.as_dict(VHOST_GROUPS, ages)
     if stats:
         info["message_stats"] = stats
