@@ -242,7 +242,7 @@ def _node_info(ctx: Ctx) -> dict[str, Any]:
     alarm = ctx.node.disk_alarm
     ages = ctx.ages()
     figures = ctx.node.node_figures
-    values = figures.values
+    values = node_stats.read_values(ctx.node)  # now; their rates are the sampled ones
     fds = node_stats.fd_total()
     unmeasured = details(0.0, History(), 0, ages.node_age, ages.node_incr)
     unmeasured_time = dict(unmeasured)  # times are floats, in samples too
@@ -312,8 +312,6 @@ def _node_info(ctx: Ctx) -> dict[str, Any]:
     for i, name in enumerate(NODE_GAUGES):
         info[name] = values[i]
         info[f"{name}_details"] = figures.details(i, ages.node_age, ages.node_incr)
-    if not values[0]:  # not sampled yet (collect_statistics_interval = 0): read now
-        info["mem_used"] = ctx.node.mem_used
     return info
 
 
