@@ -41,6 +41,7 @@ import pika
 VHOST = "shapes"
 USER, PASSWORD = "shapes-user", "shapes-pw"
 Q_READY, Q_UNACKED, Q_CONSUMED, Q_GOT = "q.ready", "q.unacked", "q.consumed", "q.got"
+Q_EXCLUSIVE = "q.exclusive"
 X_DIRECT, X_TOPIC, X_FANOUT = "shapes.direct", "shapes.topic", "shapes.fanout"
 PERSISTENT, TRANSIENT = pika.BasicProperties(delivery_mode=2), pika.BasicProperties(delivery_mode=1)
 BODY_P, BODY_T = b"p" * 10, b"t" * 20  # persistent and transient bodies: bytes tell them apart
@@ -159,6 +160,7 @@ def endpoints(names: dict[str, str]) -> list[str]:
         f"/api/queues/{vh}/{Q_READY}",
         f"/api/queues/{vh}/{Q_UNACKED}",
         f"/api/queues/{vh}/{Q_CONSUMED}",
+        f"/api/queues/{vh}/{Q_EXCLUSIVE}",
         f"/api/queues/{vh}/{Q_READY}?{AGES}",
         f"/api/queues/{vh}?{AGES}",
         f"/api/queues/{vh}?disable_stats=true&enable_queue_totals=true",
@@ -182,6 +184,10 @@ def endpoints(names: dict[str, str]) -> list[str]:
         "/api/topic-permissions",
         "/api/policies",
         f"/api/policies/{vh}",
+        f"/api/policies/{vh}/shapes-policy",
+        f"/api/vhost-limits/{vh}",
+        f"/api/user-limits/{USER}",
+        f"/api/topic-permissions/{vh}/{USER}",
         "/api/operator-policies",
         "/api/vhost-limits",
         "/api/user-limits",
@@ -278,6 +284,17 @@ class Scenario:
         every = {"configure": ".*", "write": ".*", "read": ".*"}
         http.ok("PUT", f"/api/permissions/{vh}/{USER}", every)
         http.ok("PUT", f"/api/permissions/{vh}/guest", every)
+        topic = {"exchange": X_TOPIC, "write": "^a\\.", "read": ".*"}
+        http.ok("PUT", f"/api/topic-permissions/{vh}/{USER}", topic)
+        policy = {
+            "pattern": "^q\\.ready$",
+            "definition": {"max-length": 1000, "message-ttl": 3600000},
+            "apply-to": "queues",
+            "priority": 1,
+        }
+        http.ok("PUT", f"/api/policies/{vh}/shapes-policy", policy)
+        http.ok("PUT", f"/api/vhost-limits/{vh}/max-queues", {"value": 100})
+        http.ok("PUT", f"/api/user-limits/{USER}/max-connections", {"value": 10})
         pub = self._connect("shapes-publisher").channel()
         pub.confirm_delivery()
         pub.exchange_declare(X_DIRECT, "direct", durable=True)
@@ -301,6 +318,7 @@ class Scenario:
         con.basic_qos(prefetch_count=2)
         con.basic_consume(Q_UNACKED, lambda *a: None, consumer_tag="ctag.unacked")
         con.basic_consume(Q_CONSUMED, lambda *a: None, auto_ack=True, consumer_tag="ctag.auto")
+        con.queue_declare(Q_EXCLUSIVE, exclusive=True)
         for _ in range(4):
             pub.basic_publish("", Q_CONSUMED, BODY_T, TRANSIENT)
         method, _, _ = con.basic_get(Q_GOT, auto_ack=False)

@@ -280,6 +280,15 @@ async def get_queue(ctx: Ctx) -> web.StreamResponse:
     vhost = ctx.vhost(ctx.params[0])
     q = _queue(vhost, ctx.params[1])
     info = formats.queue_info(q, ctx.ages())
+    owner = q.exclusive_owner
+    if owner is not None and hasattr(owner, "info"):  # the connection, as RabbitMQ names it
+        held = owner.info()
+        if held:
+            info["owner_pid_details"] = {
+                "name": held["name"],
+                "peer_host": held["peer_host"],
+                "peer_port": held["peer_port"],
+            }
     info["consumer_details"] = [c for c in _consumers_of(ctx, q)]
     info["incoming"] = []
     info["deliveries"] = []

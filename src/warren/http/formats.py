@@ -139,7 +139,10 @@ def queue_info(q: Queue, ages: Ages = NO_AGES, stats: bool = True) -> dict[str, 
         info["members"] = [node_name()]
         info["leader"] = node_name()
     if not stats:
-        return {k: v for k, v in info.items() if k in _BASIC_QUEUE_KEYS}
+        basic = {k: v for k, v in info.items() if k in _BASIC_QUEUE_KEYS}
+        if info["policy"] is not None:  # as RabbitMQ: there when there is one
+            basic["policy"] = info["policy"]
+        return basic
     message_stats = q.stats.as_dict(QUEUE_GROUPS, ages)
     if message_stats:
         info["message_stats"] = message_stats
@@ -261,7 +264,7 @@ def user_info(u: User) -> dict[str, Any]:
         "password_hash": u.password_hash,
         "hashing_algorithm": u.hashing_algorithm,
         "tags": list(u.tags),
-        "limits": {},
+        "limits": dict(u.limits),
     }
 
 
