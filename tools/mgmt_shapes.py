@@ -41,7 +41,7 @@ import pika
 VHOST = "shapes"
 USER, PASSWORD = "shapes-user", "shapes-pw"
 Q_READY, Q_UNACKED, Q_CONSUMED, Q_GOT = "q.ready", "q.unacked", "q.consumed", "q.got"
-Q_EXCLUSIVE = "q.exclusive"
+Q_EXCLUSIVE, Q_STREAM = "q.exclusive", "q.stream"
 X_DIRECT, X_TOPIC, X_FANOUT = "shapes.direct", "shapes.topic", "shapes.fanout"
 PERSISTENT, TRANSIENT = pika.BasicProperties(delivery_mode=2), pika.BasicProperties(delivery_mode=1)
 BODY_P, BODY_T = b"p" * 10, b"t" * 20  # persistent and transient bodies: bytes tell them apart
@@ -161,6 +161,7 @@ def endpoints(names: dict[str, str]) -> list[str]:
         f"/api/queues/{vh}/{Q_UNACKED}",
         f"/api/queues/{vh}/{Q_CONSUMED}",
         f"/api/queues/{vh}/{Q_EXCLUSIVE}",
+        f"/api/queues/{vh}/{Q_STREAM}",
         f"/api/queues/{vh}/{Q_READY}?{AGES}",
         f"/api/queues/{vh}?{AGES}",
         f"/api/queues/{vh}?disable_stats=true&enable_queue_totals=true",
@@ -304,6 +305,7 @@ class Scenario:
         pub.queue_declare(Q_UNACKED, durable=True)
         pub.queue_declare(Q_CONSUMED, durable=False)
         pub.queue_declare(Q_GOT, durable=True)
+        pub.queue_declare(Q_STREAM, durable=True, arguments={"x-queue-type": "stream"})
         pub.queue_bind(Q_READY, X_DIRECT, "rk.ready")
         pub.queue_bind(Q_READY, X_TOPIC, "a.#")
         pub.exchange_bind(X_TOPIC, X_DIRECT, "e2e")
@@ -314,6 +316,7 @@ class Scenario:
             pub.basic_publish(X_FANOUT, "", body, props)
         for props, body in ((PERSISTENT, BODY_P), (TRANSIENT, BODY_T)):
             pub.basic_publish("", Q_GOT, body, props)
+            pub.basic_publish("", Q_STREAM, body, props)
         con = self._connect("shapes-consumer").channel()
         con.basic_qos(prefetch_count=2)
         con.basic_consume(Q_UNACKED, lambda *a: None, consumer_tag="ctag.unacked")

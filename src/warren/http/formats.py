@@ -70,6 +70,26 @@ _BASIC_QUEUE_KEYS = frozenset(
     }
 )
 _LENGTHS = ("messages", "messages_ready", "messages_unacknowledged")
+_NOT_FOR_STREAMS = (
+    "consumer_capacity",
+    "consumer_utilisation",
+    "exclusive_consumer_tag",
+    "head_message_timestamp",
+    "idle_since",
+    "message_bytes",
+    "message_bytes_paged_out",
+    "message_bytes_persistent",
+    "message_bytes_ram",
+    "message_bytes_ready",
+    "message_bytes_unacknowledged",
+    "messages_paged_out",
+    "messages_persistent",
+    "messages_ram",
+    "messages_ready_ram",
+    "messages_unacknowledged_ram",
+    "recoverable_slaves",
+    "single_active_consumer_tag",
+)
 
 
 def timestamp(ms: int) -> str:
@@ -137,7 +157,12 @@ def queue_info(q: Queue, ages: Ages = NO_AGES, stats: bool = True) -> dict[str, 
         info[f"{key}_details"] = q.lengths.details(i, ages.len_age, ages.len_incr)
     if isinstance(q, StreamQueue):
         info["members"] = [node_name()]
-        info["leader"] = node_name()
+        info["leader"] = node_name()  # RabbitMQ 3.10's API leaves it out; 3.13 lists it
+        # A stream has no classic queue's byte, RAM and consumer figures.
+        for key in _NOT_FOR_STREAMS:
+            del info[key]
+        info["online"] = [node_name()]
+        info["readers"] = {node_name(): len(q.consumers)}
     if not stats:
         basic = {k: v for k, v in info.items() if k in _BASIC_QUEUE_KEYS}
         if info["policy"] is not None:  # as RabbitMQ: there when there is one
