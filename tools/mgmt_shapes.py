@@ -40,6 +40,8 @@ import pika
 
 VHOST = "shapes"
 USER, PASSWORD = "shapes-user", "shapes-pw"
+#: A user tagged management only: what such a user is shown differs.
+MGMT_USER = "shapes-mgmt"
 Q_READY, Q_UNACKED, Q_CONSUMED, Q_GOT = "q.ready", "q.unacked", "q.consumed", "q.got"
 Q_EXCLUSIVE, Q_STREAM = "q.exclusive", "q.stream"
 X_DIRECT, X_TOPIC, X_FANOUT = "shapes.direct", "shapes.topic", "shapes.fanout"
@@ -225,6 +227,19 @@ def endpoints(names: dict[str, str]) -> list[str]:
     ]
 
 
+#: What a management-only user reads (its own vhosts, no node figures).
+MGMT_ENDPOINTS = [
+    "/api/overview",
+    "/api/whoami",
+    f"/api/queues/{VHOST}",
+    "/api/vhosts",
+    "/api/connections",
+    "/api/channels",
+    "/api/exchanges",
+    "/api/nodes",
+]
+
+
 # -- talking to a broker ----------------------------------------------------------------------
 
 
@@ -285,6 +300,8 @@ class Scenario:
         every = {"configure": ".*", "write": ".*", "read": ".*"}
         http.ok("PUT", f"/api/permissions/{vh}/{USER}", every)
         http.ok("PUT", f"/api/permissions/{vh}/guest", every)
+        http.ok("PUT", f"/api/users/{MGMT_USER}", {"password": PASSWORD, "tags": "management"})
+        http.ok("PUT", f"/api/permissions/{vh}/{MGMT_USER}", every)
         topic = {"exchange": X_TOPIC, "write": "^a\\.", "read": ".*"}
         http.ok("PUT", f"/api/topic-permissions/{vh}/{USER}", topic)
         policy = {
@@ -481,9 +498,12 @@ def record(
         settle(scenario.http)
         names = scenario.names()
         out: dict[str, Any] = {}
-        for path in endpoints(names):
-            status, answer = scenario.http.call("GET", path)
-            key = path
+        as_mgmt = Http(http_port, MGMT_USER, PASSWORD)
+        paths = [(scenario.http, p, "") for p in endpoints(names)]
+        paths += [(as_mgmt, p, f"[{MGMT_USER}] ") for p in MGMT_ENDPOINTS]
+        for http, path, prefix in paths:
+            status, answer = http.call("GET", path)
+            key = prefix + path
             for label_, real in names.items():
                 key = key.replace(quote(real, safe=""), "{" + label_ + "}")
             out[key] = describe(status, answer, names)

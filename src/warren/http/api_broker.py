@@ -182,6 +182,9 @@ async def overview(ctx: Ctx) -> web.StreamResponse:
     if ctx.sees_all():
         body["listeners"] = _listeners(ctx)
         body["contexts"] = [{"node": node_name(), **_context(ctx)}]
+    else:  # as RabbitMQ: a management user is not shown the node, nor consumers
+        del body["node"]
+        del body["object_totals"]["consumers"]
     if not stats:  # as RabbitMQ 3.10: counts of objects only, no rates or listeners
         for key in (
             "message_stats",
@@ -192,8 +195,10 @@ async def overview(ctx: Ctx) -> web.StreamResponse:
             "statistics_db_event_queue",
         ):
             body.pop(key, None)
-        for key in ("channels", "consumers"):
-            body["object_totals"].pop(key)
+        body["node"] = node_name()  # shown to every user then
+        gone = ("channels", "consumers") if ctx.sees_all() else ("channels", "consumers", "connections")
+        for key in gone:
+            body["object_totals"].pop(key, None)
     return item_response(ctx, body)
 
 
