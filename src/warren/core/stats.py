@@ -87,6 +87,7 @@ CHANNEL_GROUPS: Final = (
 VHOST_GROUPS: Final = (CHANNEL_GROUPS[0] + _DELIVER_GROUP,)
 _GET_PARTS: Final = ("deliver", "deliver_no_ack", "get", "get_no_ack")
 _ZERO_RATES: Final = (0.0,) * len(COUNTERS)
+_INDEX: Final = {name: i for i, name in enumerate(COUNTERS)}
 
 
 class Ages:
@@ -220,7 +221,7 @@ class MessageStats:
         self.ack = 0
         self.redeliver = 0
         self._last: tuple[int, ...] | None = None
-        self._rates: tuple[float, ...] = (0.0,) * len(COUNTERS)
+        self._rates: tuple[float, ...] = _ZERO_RATES
         self.history = History()
 
     def values(self) -> tuple[int, ...]:
@@ -301,11 +302,13 @@ class MessageStats:
         """RabbitMQ's ``message_stats``: every counter of each group in which one
         ever moved, with its ``_details``; ``deliver_get`` (deliveries and gets)
         with the group that has ``deliver``."""
-        out: dict[str, object] = {}
         values = self.values()
         rates = self._rates
+        if not any(values) and not any(rates):  # never moved: most objects
+            return {}
+        out: dict[str, object] = {}
         history = self.history if ages.msg_age else None
-        index = COUNTERS.index
+        index = _INDEX.__getitem__
         for group in groups:
             at = [index(name) for name in group]
             if not any(values[i] or rates[i] for i in at):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import functools
 import hashlib
 import json
 from typing import TYPE_CHECKING, Any
@@ -94,8 +95,13 @@ _NOT_FOR_STREAMS = (
 
 def timestamp(ms: int) -> str:
     """RabbitMQ 3.10's ``idle_since``: ``2026-11-28T19:39:16.765+00:00``."""
-    when = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
-    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}+00:00"
+    return f"{_second(ms // 1000)}.{ms % 1000:03d}+00:00"
+
+
+@functools.lru_cache(maxsize=1024)
+def _second(seconds: int) -> str:
+    """A second's date and time (many queues share one: a listing formats each once)."""
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def unacked_bytes(q: Queue) -> int:
