@@ -1,9 +1,12 @@
 """Record what the management API's GET endpoints answer, as shapes and facts.
 
-One scenario (a vhost, queues with ready, unacknowledged, persistent and
-transient messages, consumers, exchanges, bindings, two connections, a
-monitoring user with permissions) is set up over AMQP (pika) and HTTP, then
-every GET endpoint Warren serves is read and reduced to:
+One scenario (a vhost; queues with ready, unacknowledged, persistent and
+transient messages, an exclusive queue and a stream; consumers; exchanges and
+bindings, one with arguments; two named connections; a monitoring user and a
+management user with permissions, a topic permission, a user limit; a policy
+and a vhost limit) is set up over AMQP (pika) and HTTP, then every GET
+endpoint Warren serves is read (with list options, history ranges and their
+refusals; some as the management user) and reduced to:
 
 - its status, and for an error its JSON body;
 - its *shape*: key sets and value types, recursively (``int``, ``float``,
