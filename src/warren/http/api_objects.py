@@ -285,9 +285,7 @@ async def get_queue(ctx: Ctx) -> web.StreamResponse:
         held = owner.info()
         if held:
             info["owner_pid_details"] = {
-                "name": held["name"],
-                "peer_host": held["peer_host"],
-                "peer_port": held["peer_port"],
+                key: held.get(key) for key in ("name", "peer_host", "peer_port")
             }
     info["consumer_details"] = [c for c in _consumers_of(ctx, q)]
     info["incoming"] = []
