@@ -138,3 +138,19 @@ def test_length_rates_and_history_as_rabbitmq_builds_them(broker: BrokerThread) 
         )
     assert "samples" not in api.get(f"/api/queues/%2F/{q}?lengths_age=60")["messages_details"]
     conn.close()
+
+
+def test_history_of_an_object_new_since_the_last_sample(broker: BrokerThread) -> None:
+    """A queue declared after the broker last sampled has no samples of its own:
+    its history ends where the broker's does, all zeros (not at the epoch)."""
+    api = Api(broker.http_port)
+    t0 = 1_795_000_000.0
+    broker.call(lambda: broker.broker.sample_stats(t0))
+    q = uniq()
+    conn = connect(broker)
+    conn.channel().queue_declare(q)
+    details = api.get(f"/api/queues/%2F/{q}?lengths_age=10&lengths_incr=5")["messages_details"]
+    stamps = [int(t0 * 1000) - 5000 * i for i in range(3)]
+    assert details["samples"] == [{"sample": 0, "timestamp": t} for t in stamps]
+    assert details["avg"] == 0 and details["avg_rate"] == 0
+    conn.close()

@@ -105,6 +105,7 @@ class Ages:
         "data_incr",
         "node_age",
         "node_incr",
+        "end_s",
     )
 
     def __init__(
@@ -117,6 +118,7 @@ class Ages:
         data_incr: int = 0,
         node_age: int = 0,
         node_incr: int = 0,
+        end_s: float = 0.0,
     ) -> None:
         self.msg_age = msg_age
         self.msg_incr = msg_incr
@@ -126,6 +128,9 @@ class Ages:
         self.data_incr = data_incr
         self.node_age = node_age
         self.node_incr = node_incr
+        #: When the broker last sampled: where the history of an object that was
+        #: never sampled (new since) ends.
+        self.end_s = end_s
 
 
 NO_AGES: Final = Ages()
@@ -180,7 +185,7 @@ class History:
 
 
 def details(
-    rate: float, history: History | None, index: int, age: int, incr: int
+    rate: float, history: History | None, index: int, age: int, incr: int, end_s: float = 0.0
 ) -> dict[str, object]:
     """RabbitMQ's ``<name>_details``: ``rate``, and for an ``age`` (seconds, with
     samples every ``incr``) ``samples`` newest first at multiples of ``incr``,
@@ -189,7 +194,7 @@ def details(
     if age <= 0 or incr <= 0 or history is None:
         return out
     step_ms = incr * 1000
-    newest = int(history.last_s * 1000) // step_ms * step_ms
+    newest = int((history.last_s or end_s) * 1000) // step_ms * step_ms
     samples: list[dict[str, int]] = []
     for i in range(age // incr + 1):
         t = newest - i * step_ms
@@ -315,7 +320,9 @@ class MessageStats:
                 continue
             for name, i in zip(group, at, strict=True):
                 out[name] = values[i]
-                out[f"{name}_details"] = details(rates[i], history, i, ages.msg_age, ages.msg_incr)
+                out[f"{name}_details"] = details(
+                    rates[i], history, i, ages.msg_age, ages.msg_incr, ages.end_s
+                )
             if "deliver" in group:
                 out["deliver_get"] = sum(values[index(p)] for p in _GET_PARTS)
                 out["deliver_get_details"] = self._deliver_get_details(ages)
@@ -325,7 +332,7 @@ class MessageStats:
         parts = [COUNTERS.index(p) for p in _GET_PARTS]
         rate = sum(self._rates[i] for i in parts)
         history = self.history.summed(parts) if ages.msg_age else None
-        return details(rate, history, 0, ages.msg_age, ages.msg_incr)
+        return details(rate, history, 0, ages.msg_age, ages.msg_incr, ages.end_s)
 
 
 class GaugeStats:
@@ -352,9 +359,11 @@ class GaugeStats:
         self._last = now
         self.history.add(now_s, now)
 
-    def details(self, index: int, age: int = 0, incr: int = 0) -> dict[str, object]:
+    def details(
+        self, index: int, age: int = 0, incr: int = 0, end_s: float = 0.0
+    ) -> dict[str, object]:
         history = self.history if age else None
-        return details(self._rates[index], history, index, age, incr)
+        return details(self._rates[index], history, index, age, incr, end_s)
 
 
 class OctetStats:
@@ -379,9 +388,12 @@ class OctetStats:
         self._last = now
         self.history.add(now_s, now)
 
-    def details(self, index: int, age: int = 0, incr: int = 0) -> dict[str, object]:
+    def details(
+        self, index: int, age: int = 0, incr: int = 0, end_s: float = 0.0
+    ) -> dict[str, object]:
         """``recv_oct_details`` (0) or ``send_oct_details`` (1), with history for an age."""
-        return details(self._rates[index], self.history if age else None, index, age, incr)
+        history = self.history if age else None
+        return details(self._rates[index], history, index, age, incr, end_s)
 
     def as_dict(self) -> dict[str, object]:
         """The fields RabbitMQ's management API gives a connection."""

@@ -78,8 +78,8 @@ def _with_history(ctx: Ctx, conn: ClientConnection, info: dict[str, Any]) -> dic
     octets = conn.octets
     return {
         **info,
-        "recv_oct_details": octets.details(0, ages.data_age, ages.data_incr),
-        "send_oct_details": octets.details(1, ages.data_age, ages.data_incr),
+        "recv_oct_details": octets.details(0, ages.data_age, ages.data_incr, ages.end_s),
+        "send_oct_details": octets.details(1, ages.data_age, ages.data_incr, ages.end_s),
     }
 
 

@@ -87,7 +87,7 @@ async def overview(ctx: Ctx) -> web.StreamResponse:
     for i, (key, value) in enumerate(zip(_LENGTHS, (ready + unacked, ready, unacked), strict=True)):
         totals[key] = value
         if ctx.sees_all():
-            totals[f"{key}_details"] = ctx.node.queue_totals.details(i, ages.len_age, ages.len_incr)
+            totals[f"{key}_details"] = ctx.node.queue_totals.details(i, ages.len_age, ages.len_incr, ages.end_s)
         else:  # the vhosts this user sees: their rates summed
             rate = sum(ctx.node.vhosts[n].lengths.details(i)["rate"] for n in names)  # type: ignore[misc]
             totals[f"{key}_details"] = {"rate": round(rate, 1)}
@@ -165,7 +165,7 @@ def _churn(ctx: Ctx, ages: Ages) -> dict[str, Any]:
     for name in sorted(node_stats.CHURN):
         i = NODE_GAUGES.index(name)
         out[name] = values[i]
-        out[f"{name}_details"] = figures.details(i, ages.msg_age, ages.msg_incr)
+        out[f"{name}_details"] = figures.details(i, ages.msg_age, ages.msg_incr, ages.end_s)
     return out
 
 
@@ -194,7 +194,7 @@ def _node_info(ctx: Ctx) -> dict[str, Any]:
     figures = ctx.node.node_figures
     values = node_stats.read_values(ctx.node)  # now; their rates are the sampled ones
     fds = node_stats.fd_total()
-    unmeasured = details(0.0, History(), 0, ages.node_age, ages.node_incr)
+    unmeasured = details(0.0, History(), 0, ages.node_age, ages.node_incr, ages.end_s)
     unmeasured_time = dict(unmeasured)  # times are floats, in samples too
     if "samples" in unmeasured_time:
         unmeasured_time["samples"] = [
@@ -261,7 +261,7 @@ def _node_info(ctx: Ctx) -> dict[str, Any]:
     }
     for i, name in enumerate(NODE_GAUGES):
         info[name] = values[i]
-        info[f"{name}_details"] = figures.details(i, ages.node_age, ages.node_incr)
+        info[f"{name}_details"] = figures.details(i, ages.node_age, ages.node_incr, ages.end_s)
     return info
 
 

@@ -110,7 +110,11 @@ class Ctx:
                 raise bad_request(f"Invalid range parameters: age {age}, incr {incr}")
             ranges[prefix] = (age, incr)
         return Ages(
-            *ranges["msg_rates"], *ranges["lengths"], *ranges["data_rates"], *ranges["node_stats"]
+            *ranges["msg_rates"],
+            *ranges["lengths"],
+            *ranges["data_rates"],
+            *ranges["node_stats"],
+            self.node.stats.history.last_s,  # sampled every round
         )
 
     def stats_enabled(self) -> bool:

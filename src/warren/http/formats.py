@@ -160,7 +160,7 @@ def queue_info(q: Queue, ages: Ages = NO_AGES, stats: bool = True) -> dict[str, 
         "vhost": q.vhost.name,
     }
     for i, key in enumerate(_LENGTHS):
-        info[f"{key}_details"] = q.lengths.details(i, ages.len_age, ages.len_incr)
+        info[f"{key}_details"] = q.lengths.details(i, ages.len_age, ages.len_incr, ages.end_s)
     if isinstance(q, StreamQueue):
         info["members"] = [node_name()]
         info["leader"] = node_name()  # RabbitMQ 3.10's API leaves it out; 3.13 lists it
@@ -278,11 +278,11 @@ def vhost_info(v: VHost, metadata: dict[str, Any] | None, ages: Ages = NO_AGES) 
             zip(_LENGTHS, (ready + unacked, ready, unacked), strict=True)
         ):
             info[key] = value
-            info[f"{key}_details"] = lengths.details(i, ages.len_age, ages.len_incr)
+            info[f"{key}_details"] = lengths.details(i, ages.len_age, ages.len_incr, ages.end_s)
     if lengths.values[3] or lengths.values[4]:
         for i, key in ((3, "recv_oct"), (4, "send_oct")):
             info[key] = lengths.values[i]
-            info[f"{key}_details"] = lengths.details(i, ages.data_age, ages.data_incr)
+            info[f"{key}_details"] = lengths.details(i, ages.data_age, ages.data_incr, ages.end_s)
     stats = v.stats.as_dict(VHOST_GROUPS, ages)
     if stats:
         info["message_stats"] = stats
