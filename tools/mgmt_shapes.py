@@ -46,7 +46,7 @@ USER, PASSWORD = "shapes-user", "shapes-pw"
 #: A user tagged management only: what such a user is shown differs.
 MGMT_USER = "shapes-mgmt"
 Q_READY, Q_UNACKED, Q_CONSUMED, Q_GOT = "q.ready", "q.unacked", "q.consumed", "q.got"
-Q_EXCLUSIVE, Q_STREAM = "q.exclusive", "q.stream"
+Q_EXCLUSIVE, Q_STREAM, Q_SAC = "q.exclusive", "q.stream", "q.sac"
 X_DIRECT, X_TOPIC, X_FANOUT = "shapes.direct", "shapes.topic", "shapes.fanout"
 PERSISTENT, TRANSIENT = pika.BasicProperties(delivery_mode=2), pika.BasicProperties(delivery_mode=1)
 BODY_P, BODY_T = b"p" * 10, b"t" * 20  # persistent and transient bodies: bytes tell them apart
@@ -91,6 +91,10 @@ FACT_KEYS = frozenset(
         "prefetch_count",
         "ack_required",
         "consumer_tag",
+        "active",
+        "activity_status",
+        "single_active_consumer_tag",
+        "exclusive_consumer_tag",
         "channels",
         "connections",
         "queues",
@@ -167,6 +171,7 @@ def endpoints(names: dict[str, str]) -> list[str]:
         f"/api/queues/{vh}/{Q_CONSUMED}",
         f"/api/queues/{vh}/{Q_EXCLUSIVE}",
         f"/api/queues/{vh}/{Q_STREAM}",
+        f"/api/queues/{vh}/{Q_SAC}",
         f"/api/queues/{vh}/{Q_READY}?{AGES}",
         f"/api/queues/{vh}?{AGES}",
         f"/api/queues/{vh}?disable_stats=true&enable_queue_totals=true",
@@ -208,8 +213,11 @@ def endpoints(names: dict[str, str]) -> list[str]:
         "/api/exchanges?page=1&page_size=5&name=shapes",
         f"/api/queues/{vh}?columns=name,messages,message_stats.publish,arguments.x-max-length",
         f"/api/queues/{vh}/{Q_READY}?columns=name,messages_details.rate,message_stats",
-        f"/api/queues/{vh}?sort=messages&sort_reverse=true&columns=name,messages",
-        f"/api/queues/{vh}?sort=message_stats.publish&columns=name",
+        # Sorting, on keys that differ (RabbitMQ orders ties by Erlang term order).
+        f"/api/queues/{vh}?page=1&name=%5Eq%5C.(ready%7Cunacked%7Cgot%7Cstream)%24"
+        "&use_regex=true&sort=messages&sort_reverse=true&columns=name,messages",
+        f"/api/queues/{vh}?page=1&name=%5Eq%5C.(ready%7Cunacked%7Cgot%7Cconsumed)%24"
+        "&use_regex=true&sort=message_stats.publish&columns=name",
         "/api/vhosts?columns=name,messages",
         f"/api/queues/{vh}?page=0",
         f"/api/queues/{vh}?page=9&page_size=2",
@@ -326,6 +334,7 @@ class Scenario:
         pub.queue_declare(Q_CONSUMED, durable=False)
         pub.queue_declare(Q_GOT, durable=True)
         pub.queue_declare(Q_STREAM, durable=True, arguments={"x-queue-type": "stream"})
+        pub.queue_declare(Q_SAC, durable=True, arguments={"x-single-active-consumer": True})
         pub.queue_bind(Q_READY, X_DIRECT, "rk.ready")
         pub.queue_bind(Q_READY, X_TOPIC, "a.#")
         pub.exchange_bind(X_TOPIC, X_DIRECT, "e2e")
@@ -342,6 +351,8 @@ class Scenario:
         con.basic_consume(Q_UNACKED, lambda *a: None, consumer_tag="ctag.unacked")
         con.basic_consume(Q_CONSUMED, lambda *a: None, auto_ack=True, consumer_tag="ctag.auto")
         con.queue_declare(Q_EXCLUSIVE, exclusive=True)
+        for tag in ("ctag.sac1", "ctag.sac2"):  # one active, one waiting
+            con.basic_consume(Q_SAC, lambda *a: None, consumer_tag=tag, arguments={"x-priority": 5})
         for _ in range(4):
             pub.basic_publish("", Q_CONSUMED, BODY_T, TRANSIENT)
         method, _, _ = con.basic_get(Q_GOT, auto_ack=False)
@@ -481,7 +492,8 @@ def describe(status: int, answer: Any, names: dict[str, str]) -> dict[str, Any]:
         order = [label(i, names) for i in items]
         # Connections (and their channels) are sorted by name, which holds a port
         # number picked by the OS: their order says nothing.
-        if not any(o.startswith(("connection ", "channel ")) for o in order):
+        # RabbitMQ lists consumers in no order of their own.
+        if not any(o.startswith(("connection ", "channel ", "consumer ")) for o in order):
             out["order"] = order
         out["items"] = {label(i, names): {"shape": shape(i), "facts": facts(i)} for i in items}
     else:

@@ -84,10 +84,6 @@ DELIBERATE_DIFFERENCES: list[tuple[str, str]] = [
     ("*/api/queues* shapes/q.stream.leader: extra", "RabbitMQ 3.13 lists a stream's leader"),
     ("/api/queues/shapes/q.stream.leader: extra", "RabbitMQ 3.13 lists a stream's leader"),
     (
-        "/api/queues/shapes?columns=* q.stream.arguments*",
-        "RabbitMQ 3.10 gives a stream's whole arguments for a column inside them",
-    ),
-    (
         "/api/queues/shapes?disable_stats=true* shapes/q.stream.*",
         "RabbitMQ 3.10 answers a stream there with null placeholders (exclusive, totals, "
         "type_specific) and no counts; Warren gives a stream what it gives other queues",

@@ -284,9 +284,14 @@ def _pagination(query: Any) -> tuple[int, int]:
 
 def _columns(item: dict[str, Any], paths: list[list[str]]) -> dict[str, Any]:
     """The dotted ``paths`` of ``item``; as RabbitMQ, an object on the way is kept
-    (``arguments: {}``) even when the key asked for is not in it."""
+    (``arguments: {}``) even when the key asked for is not in it, and a column
+    inside ``arguments`` (an AMQP table, which RabbitMQ does not look into) gives
+    the whole table."""
     out: dict[str, Any] = {}
     for path in paths:
+        if len(path) > 1 and path[0] == "arguments" and "arguments" in item:
+            out["arguments"] = item["arguments"]
+            continue
         source: Any = item
         target = out
         for depth, key in enumerate(path):
