@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from warren import __version__, build_description
+from warren import __version__, build_description, node_stats
 from warren.alarms import ResourceAlarms
 from warren.config import Config
 from warren.core.auth_guard import AuthGuard
@@ -28,13 +28,14 @@ from warren.core.dedup import epoch_ms
 from warren.core.errors import NotFound, ResourceError
 from warren.core.names import warn_undecodable
 from warren.core.runtime_parameters import ParameterComponent, ValidationFailed
-from warren.core.stats import MessageStats, OctetStats, RateSampler
+from warren.core.stats import GaugeStats, MessageStats, OctetStats, RateSampler
 from warren.core.users import UserStore
 from warren.core.vhost import VHost
 from warren.definitions_document import DefinitionsError, read_definitions
 from warren.definitions_export import export_definitions
 from warren.definitions_import import import_definitions
 from warren.metrics.history import AuthAttempts, Retired, protocol_label
+from warren.node_stats import NODE_GAUGES
 from warren.store import damage, disk_budget
 from warren.store.dedup_journal import exchange_journal_factory, journal_factory
 from warren.store.definitions import DefinitionsLog
@@ -131,6 +132,12 @@ class Broker:
         self.parameter_components: dict[str, ParameterComponent] = {}
         #: The whole broker's message counters (the overview's message_stats).
         self.stats = MessageStats()
+        #: Every queue's lengths summed (the overview's queue_totals), and the
+        #: node's figures (node_stats.py), set and sampled with the rates.
+        self.queue_totals = GaugeStats(3)
+        self.node_figures = GaugeStats(len(NODE_GAUGES))
+        #: The clock of rate samples (seconds since the epoch: their timestamps).
+        self.stats_clock: Callable[[], float] = time.time
         self.rate_sampler = RateSampler()
         self.tls = TLSContexts(self.config)
         self.auth_guard = AuthGuard(
@@ -622,25 +629,51 @@ class Broker:
         now = self._loop.time()
         if interval and now >= self._next_sample:
             self._next_sample = now + interval
-            self.sample_stats(now)
+            self.sample_stats(self.stats_clock())
 
     def sample_stats(self, now_s: float) -> int:
-        """Sum each vhost's channel counters and sample the rates of every queue,
-        exchange, channel, vhost and the broker; returns how many were sampled."""
+        """Sum each vhost's channel counters, set the queues' and the node's
+        figures, and sample the rates of every queue, exchange, channel, vhost
+        and the broker at ``now_s`` (seconds since the epoch); returns how many
+        were sampled."""
         channels: dict[str, list[MessageStats]] = {name: [] for name in self.vhosts}
+        octets: dict[str, list[int]] = {name: [0, 0] for name in self.vhosts}
         for conn in self.connections:
             for vhost_name, stats in conn.channel_stats():
                 channels.setdefault(vhost_name, []).append(stats)
-        every: list[MessageStats | OctetStats] = [conn.octets for conn in self.connections]
+            # The vhost a connection opened (AMQP's and MQTT's keep it as .vhost).
+            info_vhost = getattr(getattr(conn, "vhost", None), "name", None)
+            if isinstance(info_vhost, str) and info_vhost in octets:
+                octets[info_vhost][0] += conn.octets.recv_oct
+                octets[info_vhost][1] += conn.octets.send_oct
+        every: list[MessageStats | OctetStats | GaugeStats] = [
+            conn.octets for conn in self.connections
+        ]
+        totals = [0, 0, 0]
         for vhost in self.vhosts.values():
             live = channels[vhost.name]
             vhost.stats.set_sum([vhost.base_stats, *live])
             every.extend(live)
             every.append(vhost.stats)
-            every.extend(q.stats for q in vhost.queues.values())
+            ready = unacked = 0
+            for q in vhost.queues.values():
+                r, u = q.message_count, max(0, q.unacked)
+                q.lengths.values = (r + u, r, u)
+                ready += r
+                unacked += u
+                every.append(q.stats)
+                every.append(q.lengths)
+            vhost.lengths.values = (ready + unacked, ready, unacked, *octets[vhost.name])
+            every.append(vhost.lengths)
+            totals[1] += ready
+            totals[2] += unacked
             every.extend(e.stats for e in vhost.exchanges.values())
         self.stats.set_sum(v.stats for v in self.vhosts.values())
         every.append(self.stats)
+        self.queue_totals.values = (totals[1] + totals[2], totals[1], totals[2])
+        every.append(self.queue_totals)
+        self.node_figures.values = node_stats.read_values(self)
+        every.append(self.node_figures)
         return self.rate_sampler.sample(every, now_s)
 
     def _check_consumer_timeouts(self) -> None:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from warren.config import Config
     from warren.core.auth_guard import AuthGuard
     from warren.core.runtime_parameters import ParameterComponent
-    from warren.core.stats import MessageStats, OctetStats
+    from warren.core.stats import GaugeStats, MessageStats, OctetStats
     from warren.core.users import User, UserStore
     from warren.core.vhost import VHost
     from warren.metrics.history import AuthAttempts, Retired
@@ -136,6 +136,9 @@ class Node(Protocol):
     retired: Retired
     #: Logins tried, per protocol (rabbitmq_auth_attempts_*).
     auth_attempts: AuthAttempts
+    #: Every queue's lengths summed, and the node's figures (node_stats.py), sampled.
+    queue_totals: GaugeStats
+    node_figures: GaugeStats
     #: Failed logins per address: how long to hold a refusal, whom to refuse unchecked.
     auth_guard: AuthGuard
     #: Called with a vhost's name as it is deleted (its connections are closed

@@ -78,6 +78,9 @@ def test_overview_counts_objects(api: Api, broker: BrokerThread) -> None:
         "messages": 1,
         "messages_ready": 1,
         "messages_unacknowledged": 0,
+        "messages_details": {"rate": 0.0},  # nothing sampled yet
+        "messages_ready_details": {"rate": 0.0},
+        "messages_unacknowledged_details": {"rate": 0.0},
     }
     assert overview["object_totals"]["queues"] == 1
     assert overview["object_totals"]["exchanges"] == 7  # the default and six amq.*
@@ -623,3 +626,16 @@ def test_head_options_and_columns_on_one_object(api: Api) -> None:
     assert set(options.headers["Allow"].split(", ")) == {"DELETE", "GET", "HEAD", "OPTIONS", "PUT"}
     one = api.get("/api/queues/%2F/q?columns=name,arguments.x-max-length,nosuch")
     assert one == {"name": "q", "arguments": {"x-max-length": 3}}
+
+
+def test_overview_for_a_management_user_without_stats(api: Api) -> None:
+    """RabbitMQ's disable_stats overview for a user who is not a monitor: the node,
+    and only the queues and exchanges of its vhosts counted."""
+    assert api.put("/api/users/plain", {"password": "pw", "tags": "management"}).status == 201
+    every = {"configure": ".*", "write": ".*", "read": ".*"}
+    assert api.put("/api/permissions/%2F/plain", every).status == 201
+    plain = api.as_user("plain", "pw")
+    overview = plain.get("/api/overview?disable_stats=true")
+    assert overview["disable_stats"] is True and "node" in overview
+    assert set(overview["object_totals"]) == {"queues", "exchanges"}
+    assert "node" not in plain.get("/api/overview")

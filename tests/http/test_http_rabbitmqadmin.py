@@ -106,3 +106,30 @@ def test_connections_channels_consumers_and_close(broker: BrokerThread) -> None:
     finally:
         if conn.is_open:
             conn.close()
+
+
+def test_rates_and_node_figures_in_its_tables(hand_sampled_broker: BrokerThread) -> None:
+    """rabbitmqadmin asks for dotted columns (``?columns=``) and prints them flat:
+    the rate objects and the node's figures come out as RabbitMQ's would."""
+    broker = hand_sampled_broker
+    conn = connect(broker)
+    try:
+        ch = conn.channel()
+        ch.queue_declare("rated")
+        broker.call(lambda: broker.broker.sample_stats(1_795_000_000.0))
+        for _ in range(10):
+            ch.basic_publish("", "rated", b"x")
+        ch.exchange_declare("amq.direct", passive=True)  # a round trip: all routed
+        broker.call(lambda: broker.broker.sample_stats(1_795_000_005.0))
+        rows = admin(
+            broker, "-f", "tsv", "list", "queues", "name", "messages",
+            "messages_details.rate", "message_stats.publish", "message_stats.publish_details.rate",
+        ).splitlines()
+        assert rows[1].split("\t") == ["rated", "10", "2.0", "10", "2.0"]
+        [node] = json.loads(admin(broker, "-f", "raw_json", "list", "nodes"))
+        assert node["mem_used"] > 0 and node["disk_free"] > 0 and node["fd_used"] > 0
+        overview = admin(broker, "-f", "tsv", "show", "overview", "queue_totals.messages",
+                         "queue_totals.messages_details.rate", "churn_rates.queue_declared")
+        assert overview.splitlines()[1].split("\t") == ["10", "2.0", "1"]
+    finally:
+        conn.close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import BrokerThread
-from httphelp import Api
+from httphelp import Api, wait_for
 from pikahelp import barrier, connect, uniq
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -85,4 +85,77 @@ def test_metrics_endpoints(broker: BrokerThread) -> None:
         else:
             assert samples[("rabbitmq_channel_messages_published_total", ())] == 1
             assert samples[("rabbitmq_queue_messages_ready", ())] == 1
+    conn.close()
+
+
+def test_length_rates_and_history_as_rabbitmq_builds_them(broker: BrokerThread) -> None:
+    """messages_details and message_stats' *_details with ages: samples every
+    ``incr`` seconds, newest first, at multiples of it; avg and avg_rate over them.
+    Unacknowledged bytes are counted while the consumer holds the messages."""
+    api = Api(broker.http_port)
+    conn = connect(broker)
+    ch = conn.channel()
+    q = uniq()
+    ch.queue_declare(q)
+    t0 = 1_795_000_000.0  # a multiple of 5 s: samples land on the timestamps
+    broker.call(lambda: broker.broker.sample_stats(t0))
+    for _ in range(10):
+        ch.basic_publish("", q, b"0123456789")
+    barrier(ch)
+    broker.call(lambda: broker.broker.sample_stats(t0 + 5))
+    ch.basic_qos(prefetch_count=4)
+    ch.basic_consume(q, lambda *a: None)
+    wait_for(lambda: api.get(f"/api/queues/%2F/{q}")["messages_unacknowledged"] == 4)
+    broker.call(lambda: broker.broker.sample_stats(t0 + 10))
+
+    info = api.get(f"/api/queues/%2F/{q}")
+    assert info["message_bytes_unacknowledged"] == 40 and info["message_bytes_ready"] == 60
+    assert info["message_bytes"] == 100
+    assert info["messages_details"] == {"rate": 0.0}
+    assert info["messages_ready_details"] == {"rate": -0.8}  # 10 -> 6 in 5 s
+    assert info["messages_unacknowledged_details"] == {"rate": 0.8}
+
+    aged = api.get(f"/api/queues/%2F/{q}?lengths_age=15&lengths_incr=5&msg_rates_age=10&msg_rates_incr=10")
+    ready = aged["messages_ready_details"]
+    stamps = [int((t0 + 10 - 5 * i) * 1000) for i in range(4)]
+    assert ready["samples"] == [
+        {"sample": v, "timestamp": t} for v, t in zip((6, 10, 0, 0), stamps, strict=True)
+    ]
+    assert ready["avg"] == 4.0 and ready["avg_rate"] == 0.4  # (6 - 0) / 15
+    publish = aged["message_stats"]["publish_details"]
+    assert [s["sample"] for s in publish["samples"]] == [10, 0]
+    assert publish["avg_rate"] == 1.0 and publish["rate"] == 0.0
+    overview = api.get("/api/overview?lengths_age=5&lengths_incr=5")
+    assert overview["queue_totals"]["messages_unacknowledged_details"]["samples"] == [
+        {"sample": 4, "timestamp": stamps[0]},
+        {"sample": 0, "timestamp": stamps[1]},
+    ]
+    assert isinstance(overview["churn_rates"]["queue_declared_details"]["rate"], float)
+    [node] = api.get("/api/nodes")
+    assert node["disk_free"] > 0 and node["fd_used"] > 0 and node["sockets_used"] == 1
+    # RabbitMQ's 400 for a range that is not positive or has over 500 samples;
+    # an age without its increment asks for no history.
+    for query, age, incr in (("lengths_age=0&lengths_incr=5", 0, 5), ("msg_rates_age=501&msg_rates_incr=1", 501, 1)):
+        reply = api.request("GET", f"/api/queues/%2F/{q}?{query}")
+        assert (reply.status, reply.json()) == (
+            400,
+            {"error": "bad_request", "reason": f"Invalid range parameters: age {age}, incr {incr}"},
+        )
+    assert "samples" not in api.get(f"/api/queues/%2F/{q}?lengths_age=60")["messages_details"]
+    conn.close()
+
+
+def test_history_of_an_object_new_since_the_last_sample(broker: BrokerThread) -> None:
+    """A queue declared after the broker last sampled has no samples of its own:
+    its history ends where the broker's does, all zeros (not at the epoch)."""
+    api = Api(broker.http_port)
+    t0 = 1_795_000_000.0
+    broker.call(lambda: broker.broker.sample_stats(t0))
+    q = uniq()
+    conn = connect(broker)
+    conn.channel().queue_declare(q)
+    details = api.get(f"/api/queues/%2F/{q}?lengths_age=10&lengths_incr=5")["messages_details"]
+    stamps = [int(t0 * 1000) - 5000 * i for i in range(3)]
+    assert details["samples"] == [{"sample": 0, "timestamp": t} for t in stamps]
+    assert details["avg"] == 0 and details["avg_rate"] == 0
     conn.close()

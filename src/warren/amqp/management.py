@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from warren.core.stats import CHANNEL_GROUPS
 from warren.node import node_name
 
 if TYPE_CHECKING:
@@ -38,7 +39,9 @@ def connection_info(conn: AMQPConnection) -> dict[str, Any]:
     elif conn.blocked and conn.has_published:
         state = "blocked"
     user = conn.user.name
+    named = conn.client_properties.get("connection_name")
     return {
+        **({"user_provided_name": named} if isinstance(named, str) else {}),
         "auth_mechanism": conn.auth_mechanism,
         "channel_max": conn.channel_max,
         "channels": len(conn.channels),
@@ -113,7 +116,7 @@ def channel_info(conn: AMQPConnection, ch: Channel) -> dict[str, Any]:
         "user": user,
         "user_who_performed_action": user,
         "vhost": ch.vhost.name if ch.vhost is not None else "",
-        "message_stats": ch.stats.as_dict(),
+        "message_stats": ch.stats.as_dict(CHANNEL_GROUPS),
     }
 
 

@@ -34,7 +34,7 @@ from warren.core.queue_settings import (
     argument_settings,
     message_ttl,
 )
-from warren.core.stats import MessageStats
+from warren.core.stats import GaugeStats, MessageStats
 from warren.core.store import MessageStore
 
 if TYPE_CHECKING:
@@ -81,6 +81,8 @@ class Queue(QueueFeatures):
         self.store = store
         #: Message counters (publish, deliver, get, ack, ...) for management and metrics.
         self.stats = MessageStats()
+        #: Its lengths (messages, ready, unacknowledged) at the last samples.
+        self.lengths = GaugeStats(3)
         self.durable = durable
         self.exclusive_owner = exclusive_owner
         self.auto_delete = auto_delete

@@ -267,6 +267,11 @@ class QueueFeatures:
             self._stuck.add(self.store.append(msg))
 
     # -- queue expiry (x-expires) -------------------------------------------------------
+    @property
+    def last_used_ms(self) -> int:
+        """When the queue was last used (ms since the epoch): its ``idle_since``."""
+        return self._last_used
+
     def touch(self) -> None:
         """The queue was used (declared, consumed from, read): x-expires starts over."""
         self._last_used = now_ms()

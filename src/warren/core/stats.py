@@ -12,21 +12,42 @@ deliver, deliver_no_ack, get, get_no_ack, get_empty, ack, redeliver;
 exchanges publish_in and publish_out; channels publish, confirm,
 return_unroutable, drop_unroutable, deliver, deliver_no_ack, get,
 get_no_ack, get_empty, ack, redeliver. ``deliver_get`` is derived.
+As RabbitMQ, an object lists a whole group of counters once any of them moved
+(:data:`QUEUE_GROUPS`, :data:`CHANNEL_GROUPS`, ...), zeros included.
+
+Gauges (a queue's lengths, the node's memory and descriptors) are
+:class:`GaugeStats`: values set by the sampler, with the same rates. Each
+sampled object keeps a short :class:`History` of its values (kept only when
+they changed), from which ``*_details`` gets RabbitMQ's ``samples``, ``avg``
+and ``avg_rate`` when a request asks for an age (``msg_rates_age``, ...).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 __all__ = [
+    "CHANNEL_GROUPS",
     "COUNTERS",
+    "EXCHANGE_GROUPS",
+    "HISTORY_SAMPLES",
+    "QUEUE_GROUPS",
+    "VHOST_GROUPS",
+    "Ages",
+    "GaugeStats",
+    "History",
     "MessageStats",
     "OctetStats",
     "RateSampler",
     "count_delivery",
     "count_get",
+    "details",
 ]
+
+#: Changes kept per object: a minute of history at the default 5 s interval, what
+#: the management UI asks for by default; older samples repeat the oldest kept.
+HISTORY_SAMPLES: Final = 13
 
 #: Every counter, in the order message_stats lists them.
 COUNTERS: Final = (
@@ -46,10 +67,149 @@ COUNTERS: Final = (
 )
 
 
+_DELIVER_GROUP: Final = (
+    "ack",
+    "deliver",
+    "deliver_no_ack",
+    "get",
+    "get_empty",
+    "get_no_ack",
+    "redeliver",
+)
+#: The counter groups RabbitMQ lists for each kind of object (all of a group, or none).
+QUEUE_GROUPS: Final = (("publish",), _DELIVER_GROUP)
+EXCHANGE_GROUPS: Final = (("publish_in",), ("publish_out",))
+CHANNEL_GROUPS: Final = (
+    ("confirm", "drop_unroutable", "publish", "return_unroutable"),
+    _DELIVER_GROUP,
+)
+#: A vhost's and the overview's: every channel counter, always.
+VHOST_GROUPS: Final = (CHANNEL_GROUPS[0] + _DELIVER_GROUP,)
+_GET_PARTS: Final = ("deliver", "deliver_no_ack", "get", "get_no_ack")
+_ZERO_RATES: Final = (0.0,) * len(COUNTERS)
+_INDEX: Final = {name: i for i, name in enumerate(COUNTERS)}
+
+
+class Ages:
+    """The history a request asked for, in seconds (0: none): RabbitMQ's
+    ``msg_rates_age``/``_incr`` (message_stats, churn), ``lengths_age``/``_incr``
+    (queue lengths), ``data_rates_age``/``_incr`` (bytes received and sent) and
+    ``node_stats_age``/``_incr`` (the node's figures)."""
+
+    __slots__ = (
+        "msg_age",
+        "msg_incr",
+        "len_age",
+        "len_incr",
+        "data_age",
+        "data_incr",
+        "node_age",
+        "node_incr",
+        "end_s",
+    )
+
+    def __init__(
+        self,
+        msg_age: int = 0,
+        msg_incr: int = 0,
+        len_age: int = 0,
+        len_incr: int = 0,
+        data_age: int = 0,
+        data_incr: int = 0,
+        node_age: int = 0,
+        node_incr: int = 0,
+        end_s: float = 0.0,
+    ) -> None:
+        self.msg_age = msg_age
+        self.msg_incr = msg_incr
+        self.len_age = len_age
+        self.len_incr = len_incr
+        self.data_age = data_age
+        self.data_incr = data_incr
+        self.node_age = node_age
+        self.node_incr = node_incr
+        #: When the broker last sampled: where the history of an object that was
+        #: never sampled (new since) ends.
+        self.end_s = end_s
+
+
+NO_AGES: Final = Ages()
+
+
+class History:
+    """The values of one object at its last samples: a sample is kept only when
+    something changed, so an idle object costs one entry (a short list, not a
+    deque: 10,000 queues each hold two)."""
+
+    __slots__ = ("entries", "last_s", "trimmed")
+
+    def __init__(self) -> None:
+        #: (time, values), oldest first, at most HISTORY_SAMPLES.
+        self.entries: list[tuple[float, tuple[int, ...]]] = []
+        #: When the object was last sampled (the end of every history answer).
+        self.last_s = 0.0
+        #: Whether older entries were dropped (before the first: unknown, not 0).
+        self.trimmed = False
+
+    def add(self, now_s: float, values: tuple[int, ...]) -> None:
+        entries = self.entries
+        self.last_s = now_s
+        if entries and entries[-1][1] == values:
+            return
+        if len(entries) >= HISTORY_SAMPLES:
+            del entries[0]
+            self.trimmed = True
+        entries.append((now_s, values))
+
+    def summed(self, indices: Sequence[int]) -> History:
+        """The history of the sum of some of the values (deliver_get's)."""
+        out = History()
+        out.entries = [(when, (sum(values[i] for i in indices),)) for when, values in self.entries]
+        out.last_s = self.last_s
+        out.trimmed = self.trimmed
+        return out
+
+    def at(self, t_s: float, index: int) -> int:
+        """The value at ``t_s``: the last sample taken then or before; before the
+        first, 0 (the object was new), or the oldest kept once some were dropped."""
+        found: tuple[int, ...] | None = None
+        for when, values in self.entries:
+            if when > t_s:
+                break
+            found = values
+        if found is None:
+            if not self.trimmed or not self.entries:
+                return 0
+            found = self.entries[0][1]
+        return found[index]
+
+
+def details(
+    rate: float, history: History | None, index: int, age: int, incr: int, end_s: float = 0.0
+) -> dict[str, object]:
+    """RabbitMQ's ``<name>_details``: ``rate``, and for an ``age`` (seconds, with
+    samples every ``incr``) ``samples`` newest first at multiples of ``incr``,
+    their mean ``avg`` and ``avg_rate``, the change across the age per second."""
+    out: dict[str, object] = {"rate": round(rate, 1)}
+    if age <= 0 or incr <= 0 or history is None:
+        return out
+    step_ms = incr * 1000
+    newest = int((history.last_s or end_s) * 1000) // step_ms * step_ms
+    samples: list[dict[str, int]] = []
+    for i in range(age // incr + 1):
+        t = newest - i * step_ms
+        samples.append({"sample": history.at(t / 1000, index), "timestamp": t})
+    values = [s["sample"] for s in samples]
+    out["samples"] = samples
+    out["avg"] = sum(values) / len(values)
+    out["avg_rate"] = (values[0] - values[-1]) / age
+    return out
+
+
 class MessageStats:
     """Cumulative message counters of one object, and their last sampled rates."""
 
-    __slots__ = (*COUNTERS, "_last", "_rates")
+    __slots__ = (*COUNTERS, "_last", "_rates", "history")
 
     def __init__(self) -> None:
         self.publish = 0
@@ -66,7 +226,8 @@ class MessageStats:
         self.ack = 0
         self.redeliver = 0
         self._last: tuple[int, ...] | None = None
-        self._rates: tuple[float, ...] = (0.0,) * len(COUNTERS)
+        self._rates: tuple[float, ...] = _ZERO_RATES
+        self.history = History()
 
     def values(self) -> tuple[int, ...]:
         return (
@@ -123,39 +284,92 @@ class MessageStats:
         for name in COUNTERS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
-    def sample(self, interval_s: float) -> None:
+    def sample(self, interval_s: float, now_s: float = 0.0) -> None:
         """Rates since the previous sample, ``interval_s`` seconds ago."""
         now = self.values()
         last = self._last
         if last is not None and interval_s > 0:
-            self._rates = tuple((n - p) / interval_s for n, p in zip(now, last, strict=True))
+            if now == last:  # idle (most objects): no arithmetic, no new entry
+                self._rates = _ZERO_RATES
+            else:
+                self._rates = tuple((n - p) / interval_s for n, p in zip(now, last, strict=True))
         self._last = now
+        self.history.add(now_s, now)
 
     def rate(self, name: str) -> float:
         return self._rates[COUNTERS.index(name)]
 
-    def as_dict(self, names: Iterable[str] = COUNTERS) -> dict[str, object]:
-        """RabbitMQ's ``message_stats``: each counter that ever moved, with its
-        ``_details.rate``; ``deliver_get`` sums deliveries and gets."""
+    def as_dict(
+        self,
+        groups: Sequence[Sequence[str]] = VHOST_GROUPS,
+        ages: Ages = NO_AGES,
+    ) -> dict[str, object]:
+        """RabbitMQ's ``message_stats``: every counter of each group in which one
+        ever moved, with its ``_details``; ``deliver_get`` (deliveries and gets)
+        with the group that has ``deliver``."""
+        values = self.values()
+        rates = self._rates
+        if not any(values) and not any(rates):  # never moved: most objects
+            return {}
         out: dict[str, object] = {}
-        values = dict(zip(COUNTERS, self.values(), strict=True))
-        rates = dict(zip(COUNTERS, self._rates, strict=True))
-        for name in names:
-            if values[name] or rates[name]:
-                out[name] = values[name]
-                out[f"{name}_details"] = {"rate": round(rates[name], 1)}
-        parts = ("deliver", "deliver_no_ack", "get", "get_no_ack")
-        total = sum(values[p] for p in parts)
-        if total or any(rates[p] for p in parts):
-            out["deliver_get"] = total
-            out["deliver_get_details"] = {"rate": round(sum(rates[p] for p in parts), 1)}
-        return out
+        history = self.history if ages.msg_age else None
+        index = _INDEX.__getitem__
+        for group in groups:
+            at = [index(name) for name in group]
+            if not any(values[i] or rates[i] for i in at):
+                continue
+            for name, i in zip(group, at, strict=True):
+                out[name] = values[i]
+                out[f"{name}_details"] = details(
+                    rates[i], history, i, ages.msg_age, ages.msg_incr, ages.end_s
+                )
+            if "deliver" in group:
+                out["deliver_get"] = sum(values[index(p)] for p in _GET_PARTS)
+                out["deliver_get_details"] = self._deliver_get_details(ages)
+        return dict(sorted(out.items()))
+
+    def _deliver_get_details(self, ages: Ages) -> dict[str, object]:
+        parts = [COUNTERS.index(p) for p in _GET_PARTS]
+        rate = sum(self._rates[i] for i in parts)
+        history = self.history.summed(parts) if ages.msg_age else None
+        return details(rate, history, 0, ages.msg_age, ages.msg_incr, ages.end_s)
+
+
+class GaugeStats:
+    """Values the sampler sets (a queue's lengths, the node's memory), with the
+    rate of change since the previous sample and a history, as RabbitMQ's
+    ``messages_details``."""
+
+    __slots__ = ("values", "_last", "_rates", "history")
+
+    def __init__(self, size: int) -> None:
+        self.values: tuple[int, ...] = (0,) * size
+        self._last: tuple[int, ...] | None = None
+        self._rates: tuple[float, ...] = (0.0,) * size
+        self.history = History()
+
+    def sample(self, interval_s: float, now_s: float = 0.0) -> None:
+        now = self.values
+        last = self._last
+        if last is not None and interval_s > 0:
+            if now == last:
+                self._rates = (0.0,) * len(now)
+            else:
+                self._rates = tuple((n - p) / interval_s for n, p in zip(now, last, strict=True))
+        self._last = now
+        self.history.add(now_s, now)
+
+    def details(
+        self, index: int, age: int = 0, incr: int = 0, end_s: float = 0.0
+    ) -> dict[str, object]:
+        history = self.history if age else None
+        return details(self._rates[index], history, index, age, incr, end_s)
 
 
 class OctetStats:
     """A connection's bytes and socket reads/writes, and their last sampled rates."""
 
-    __slots__ = ("recv_oct", "recv_cnt", "send_oct", "send_cnt", "_last", "_rates")
+    __slots__ = ("recv_oct", "recv_cnt", "send_oct", "send_cnt", "_last", "_rates", "history")
 
     def __init__(self) -> None:
         self.recv_oct = 0
@@ -164,13 +378,22 @@ class OctetStats:
         self.send_cnt = 0
         self._last: tuple[int, int] | None = None
         self._rates = (0.0, 0.0)
+        self.history = History()
 
-    def sample(self, interval_s: float) -> None:
+    def sample(self, interval_s: float, now_s: float = 0.0) -> None:
         now = (self.recv_oct, self.send_oct)
         last = self._last
         if last is not None and interval_s > 0:
             self._rates = ((now[0] - last[0]) / interval_s, (now[1] - last[1]) / interval_s)
         self._last = now
+        self.history.add(now_s, now)
+
+    def details(
+        self, index: int, age: int = 0, incr: int = 0, end_s: float = 0.0
+    ) -> dict[str, object]:
+        """``recv_oct_details`` (0) or ``send_oct_details`` (1), with history for an age."""
+        history = self.history if age else None
+        return details(self._rates[index], history, index, age, incr, end_s)
 
     def as_dict(self) -> dict[str, object]:
         """The fields RabbitMQ's management API gives a connection."""
@@ -193,13 +416,14 @@ class RateSampler:
     def __init__(self) -> None:
         self._last_s: float | None = None
 
-    def sample(self, stats: Iterable[MessageStats | OctetStats], now_s: float) -> int:
-        """Sample each, over the time since the previous call; returns how many."""
+    def sample(self, stats: Iterable[MessageStats | OctetStats | GaugeStats], now_s: float) -> int:
+        """Sample each, over the time since the previous call; returns how many.
+        ``now_s`` is the time since the epoch (the samples' timestamps)."""
         elapsed = 0.0 if self._last_s is None else now_s - self._last_s
         self._last_s = now_s
         n = 0
         for s in stats:
-            s.sample(elapsed)
+            s.sample(elapsed, now_s)
             n += 1
         return n
 

@@ -40,7 +40,7 @@ from warren.core.queue_arguments import (
     validate_queue_arguments,
     validate_stream_declaration,
 )
-from warren.core.stats import MessageStats
+from warren.core.stats import GaugeStats, MessageStats
 from warren.core.store import MemoryStore, MessageStore
 from warren.core.stream import StreamLog
 from warren.core.stream_queue import StreamQueue
@@ -182,6 +182,9 @@ class VHost(VHostRouting, VHostParameters):
         self.dead_lettered: dict[tuple[str, str, str], int] = {}
         #: Those plus the live channels', summed when the broker samples rates.
         self.stats = MessageStats()
+        #: Its queues' lengths (messages, ready, unacknowledged) and its connections'
+        #: bytes (received, sent), set and sampled with the rates.
+        self.lengths = GaugeStats(5)
         #: Called with (vhost, exchange name) when an exchange appears, goes, gets or
         #: loses a binding or another policy: federation follows them.
         self.exchange_watchers: list[Callable[[VHost, str], None]] = []

@@ -4,15 +4,15 @@
     state.py           the route table; settings the core has no place for
     common.py          errors, auth levels, request bodies, list options (paging, sort)
     formats.py         core objects in RabbitMQ's JSON shapes
-    api_broker.py      overview, whoami, nodes, vhosts, users, permissions,
-                       health checks, aliveness test
+    api_overview.py    overview, whoami, nodes (figures from node_stats.py)
+    api_broker.py      vhosts, users, permissions, health checks, aliveness test
     api_definitions.py /api/definitions: export and import
     api_objects.py     exchanges, queues, bindings, publish, get
     api_connections.py connections, channels, consumers (through ClientConnection)
     api_parameters.py  policies, operator policies, limits, parameters
     static/            the web UI (served at / and /ui/)
 
-Imports core/, store/, node.py, config.py, json_tables.py and the definitions_*
-modules; never another protocol package, the broker or warren.app
+Imports core/, store/, node.py, node_stats.py, config.py, json_tables.py and the
+definitions_* modules; never another protocol package, the broker or warren.app
 (tests/test_layering.py).
 """

@@ -1,20 +1,16 @@
-"""Node-wide endpoints: overview, whoami, nodes, vhosts, users, permissions
-(definitions: api_definitions.py; health checks: api_health.py)."""
+"""Node-wide endpoints: vhosts, users, permissions (overview, whoami and nodes:
+api_overview.py; health checks and the aliveness test: api_health.py;
+definitions: api_definitions.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
-import platform
 import re
-import time
 from typing import Any
 
 from aiohttp import web
 
-from warren import __version__
-from warren.core.stats import MessageStats
 from warren.core.users import (
     SHA256,
     Permission,
@@ -23,8 +19,7 @@ from warren.core.users import (
     hashing_algorithm,
     valid_hash,
 )
-from warren.definitions_export import RABBITMQ_FORMAT_VERSION
-from warren.http import formats
+from warren.http import api_overview, formats
 from warren.http.common import (
     ADMIN,
     MONITORING,
@@ -40,10 +35,8 @@ from warren.http.common import (
     require_keys,
 )
 from warren.http.state import Router
-from warren.node import node_name
 
 NO_CONTENT = 204
-_STARTED = time.time()
 
 
 def _created(existed: bool) -> web.Response:
@@ -51,10 +44,7 @@ def _created(existed: bool) -> web.Response:
 
 
 def register(r: Router) -> None:  # noqa: C901 - one table of routes
-    r.route("GET", "/api/overview")(overview)
-    r.route("GET", "/api/whoami")(whoami)
-    r.route("GET", "/api/nodes")(nodes)
-    r.route("GET", "/api/nodes/{node}")(node)
+    api_overview.register(r)
     r.route("GET", "/api/extensions")(extensions)
     r.route("GET", "/api/cluster")(cluster)
     r.route("GET", "/api/cluster-name")(get_cluster_name)
@@ -81,136 +71,6 @@ def register(r: Router) -> None:  # noqa: C901 - one table of routes
     r.route("GET", "/api/topic-permissions/{vhost}/{user}")(get_topic_permission)
     r.route("PUT", "/api/topic-permissions/{vhost}/{user}")(put_topic_permission)
     r.route("DELETE", "/api/topic-permissions/{vhost}/{user}")(delete_topic_permission)
-
-
-# -- overview, whoami, nodes ------------------------------------------------------------------
-
-
-def _listeners(ctx: Ctx) -> list[dict[str, Any]]:
-    return [
-        {
-            "node": node_name(),
-            "protocol": lst.name,
-            "ip_address": getattr(lst, "bind", ""),
-            "port": lst.port,
-            "socket_opts": {},
-        }
-        for lst in ctx.node.listeners
-        if lst.port
-    ]
-
-
-async def overview(ctx: Ctx) -> web.StreamResponse:
-    names = ctx.vhost_names()
-    ready = unacked = queues = exchanges = consumers = 0
-    for i, name in enumerate(names):
-        v = ctx.node.vhosts[name]
-        queues += len(v.queues)
-        exchanges += len(v.exchanges)
-        for q in v.queues.values():
-            r, u = formats.queue_counts(q)
-            ready += r
-            unacked += u
-            consumers += len(q.consumers)
-        if i % 16 == 15:
-            await asyncio.sleep(0)
-    conns = await build(list(ctx.node.connections), lambda c: c.info() or None)
-    conns = [c for c in conns if ctx.sees_all() or c.get("user") == ctx.user.name]
-    channels = sum(c.get("channels", 0) for c in conns)
-    body: dict[str, Any] = {
-        "management_version": RABBITMQ_FORMAT_VERSION,
-        "rates_mode": "basic",
-        "exchange_types": [
-            {"name": n, "description": d, "enabled": True} for n, d in formats.EXCHANGE_TYPES
-        ],
-        "product_version": __version__,
-        "product_name": "Warren",
-        "rabbitmq_version": RABBITMQ_FORMAT_VERSION,
-        "cluster_name": ctx.node.cluster_name,
-        "erlang_version": f"Python {platform.python_version()}",
-        "erlang_full_version": f"Python {platform.python_version()} ({platform.platform()})",
-        "release_series_support_status": "supported",
-        "disable_stats": False,
-        "enable_queue_totals": True,
-        "queue_totals": {
-            "messages": ready + unacked,
-            "messages_ready": ready,
-            "messages_unacknowledged": unacked,
-        },
-        "object_totals": {
-            "channels": channels,
-            "connections": len(conns),
-            "consumers": consumers,
-            "exchanges": exchanges,
-            "queues": queues,
-        },
-        "statistics_db_event_queue": 0,
-        "node": node_name(),
-        "message_stats": (
-            ctx.node.stats
-            if ctx.sees_all()
-            else MessageStats.combined(ctx.node.vhosts[n].stats for n in names)
-        ).as_dict(),
-    }
-    if ctx.sees_all():
-        body["listeners"] = _listeners(ctx)
-        body["contexts"] = [
-            {"node": node_name(), "description": "RabbitMQ Management", "path": "/"}
-        ]
-    return item_response(ctx, body)
-
-
-async def whoami(ctx: Ctx) -> web.StreamResponse:
-    return json_response({"name": ctx.user.name, "tags": list(ctx.user.tags)})
-
-
-def _node_info(ctx: Ctx) -> dict[str, Any]:
-    alarm = ctx.node.disk_alarm
-    return {
-        "name": node_name(),
-        "type": "disc",
-        "running": True,
-        "being_drained": False,
-        "uptime": int((time.time() - _STARTED) * 1000),
-        "os_pid": str(__import__("os").getpid()),
-        "disk_free_alarm": alarm,
-        "disk_free_limit": ctx.node.config.free_disk_min,
-        "mem_alarm": ctx.node.mem_alarm,
-        "mem_used": ctx.node.mem_used,
-        "mem_limit": ctx.node.mem_limit,
-        "partitions": [],
-        "applications": [
-            {"name": "warren", "description": "Warren AMQP 0-9-1 broker", "version": __version__}
-        ],
-        "exchange_types": [
-            {"name": n, "description": d, "enabled": True} for n, d in formats.EXCHANGE_TYPES
-        ],
-        "auth_mechanisms": [
-            {"name": "PLAIN", "description": "SASL PLAIN authentication mechanism", "enabled": True},
-            {"name": "AMQPLAIN", "description": "QPid AMQPLAIN mechanism", "enabled": True},
-            {
-                # Offered on TLS connections with a verified client certificate
-                # (docs/security.md), as rabbitmq_auth_mechanism_ssl does.
-                "name": "EXTERNAL",
-                "description": "RabbitMQ SASL EXTERNAL authentication mechanism",
-                "enabled": bool(ctx.node.config.tls_verify_peer and ctx.node.config.tls_ca_cert),
-            },
-        ],
-        "enabled_plugins": ["rabbitmq_management"],
-        "listeners": _listeners(ctx),
-    }
-
-
-async def nodes(ctx: Ctx) -> web.StreamResponse:
-    ctx.require(MONITORING)
-    return await list_response(ctx, [_node_info(ctx)], ())
-
-
-async def node(ctx: Ctx) -> web.StreamResponse:
-    ctx.require(MONITORING)
-    if ctx.params[0] != node_name():
-        raise not_found()
-    return item_response(ctx, _node_info(ctx))
 
 
 async def cluster(ctx: Ctx) -> web.StreamResponse:
@@ -244,7 +104,7 @@ async def put_cluster_name(ctx: Ctx) -> web.StreamResponse:
 
 
 def _vhost_item(ctx: Ctx, name: str) -> dict[str, Any]:
-    return formats.vhost_info(ctx.node.vhosts[name], ctx.state.vhost_metadata.get(name))
+    return formats.vhost_info(ctx.node.vhosts[name], ctx.state.vhost_metadata.get(name), ctx.ages())
 
 
 async def list_vhosts(ctx: Ctx) -> web.StreamResponse:

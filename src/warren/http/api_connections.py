@@ -75,17 +75,49 @@ async def _channels(ctx: Ctx, conns: list[tuple[ClientConnection, dict[str, Any]
     return out
 
 
+def _with_history(ctx: Ctx, conn: ClientConnection, info: dict[str, Any]) -> dict[str, Any]:
+    """``info`` with its byte rates' history when ``data_rates_age`` asks for it."""
+    ages = ctx.ages()
+    if not ages.data_age or "recv_oct_details" not in info:
+        return info
+    octets = conn.octets
+    return {
+        **info,
+        "recv_oct_details": octets.details(0, ages.data_age, ages.data_incr, ages.end_s),
+        "send_oct_details": octets.details(1, ages.data_age, ages.data_incr, ages.end_s),
+    }
+
+
 async def list_connections(ctx: Ctx) -> web.StreamResponse:
-    return await list_response(ctx, [info for _, info in await _visible(ctx)], ("name",))
+    items = [_with_history(ctx, c, info) for c, info in await _visible(ctx)]
+    return await list_response(ctx, items, ("name",))
 
 
 async def vhost_connections(ctx: Ctx) -> web.StreamResponse:
     ctx.vhost(ctx.params[0])
-    return await list_response(ctx, [i for _, i in await _visible(ctx, ctx.params[0])], ("name",))
+    items = [_with_history(ctx, c, info) for c, info in await _visible(ctx, ctx.params[0])]
+    return await list_response(ctx, items, ("name",))
+
+
+#: What RabbitMQ lists as null but shows as "" for one connection without TLS.
+_TLS_KEYS = (
+    "peer_cert_issuer",
+    "peer_cert_subject",
+    "peer_cert_validity",
+    "ssl_cipher",
+    "ssl_hash",
+    "ssl_key_exchange",
+    "ssl_protocol",
+)
 
 
 async def get_connection(ctx: Ctx) -> web.StreamResponse:
-    return item_response(ctx, (await _find(ctx, ctx.params[0]))[1])
+    conn, found = await _find(ctx, ctx.params[0])
+    info = _with_history(ctx, conn, dict(found))
+    for key in _TLS_KEYS:
+        if key in info and info[key] is None:
+            info[key] = ""
+    return item_response(ctx, info)
 
 
 def _force_close(ctx: Ctx, conn: ClientConnection, info: dict[str, Any]) -> None:
@@ -155,7 +187,9 @@ async def get_channel(ctx: Ctx) -> web.StreamResponse:
     for conn, _ in await _visible(ctx):
         for ch in conn.channels_info():
             if ch.get("name") == name:
-                return item_response(ctx, ch)
+                # Per-exchange and per-queue counts (RabbitMQ's detailed rates mode):
+                # Warren keeps none, as RabbitMQ in its default basic mode.
+                return item_response(ctx, {**ch, "deliveries": [], "publishes": []})
     raise not_found()
 
 

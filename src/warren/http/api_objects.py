@@ -116,14 +116,22 @@ def _exchange_items(ctx: Ctx) -> Iterator[Exchange]:
 
 
 async def list_exchanges(ctx: Ctx) -> web.StreamResponse:
-    items = await build(list(_exchange_items(ctx)), formats.exchange_info)
+    ages, stats = ctx.ages(), ctx.stats_enabled()
+
+    def info(ex: Exchange) -> dict[str, Any]:
+        made = formats.exchange_info(ex, ages)
+        if not stats:
+            made.pop("message_stats", None)
+        return made
+
+    items = await build(list(_exchange_items(ctx)), info)
     return await list_response(ctx, items)
 
 
 async def get_exchange(ctx: Ctx) -> web.StreamResponse:
     vhost = ctx.vhost(ctx.params[0])
     ex = _exchange(vhost, ctx.params[1])
-    info = formats.exchange_info(ex)
+    info = formats.exchange_info(ex, ctx.ages())
     info["incoming"] = []
     info["outgoing"] = []
     return item_response(ctx, info)
@@ -266,14 +274,23 @@ async def exchange_bindings_destination(ctx: Ctx) -> web.StreamResponse:
 
 async def list_queues(ctx: Ctx) -> web.StreamResponse:
     queues = [q for v in _vhosts(ctx) for q in v.queues.values()]
-    items = await build(queues, formats.queue_info)
+    items = await build(
+        queues, partial(formats.queue_info, ages=ctx.ages(), stats=ctx.stats_enabled())
+    )
     return await list_response(ctx, items)
 
 
 async def get_queue(ctx: Ctx) -> web.StreamResponse:
     vhost = ctx.vhost(ctx.params[0])
     q = _queue(vhost, ctx.params[1])
-    info = formats.queue_info(q)
+    info = formats.queue_info(q, ctx.ages())
+    owner = q.exclusive_owner
+    if owner is not None and hasattr(owner, "info"):  # the connection, as RabbitMQ names it
+        held = owner.info()
+        if held:
+            info["owner_pid_details"] = {
+                key: held.get(key) for key in ("name", "peer_host", "peer_port")
+            }
     info["consumer_details"] = [c for c in _consumers_of(ctx, q)]
     info["incoming"] = []
     info["deliveries"] = []
@@ -452,7 +469,8 @@ async def list_bindings(ctx: Ctx) -> web.StreamResponse:
         items.extend(await build(v.queues.values(), formats.default_binding_info))
         bindings = [b for ex in v.exchanges.values() for b in ex.bindings.values()]
         items.extend(await build(bindings, partial(_binding_info, v.name)))
-    return await list_response(ctx, items, ())
+    # RabbitMQ's order: by vhost, source (the default exchange's first), destination, key.
+    return await list_response(ctx, items, ("vhost", "source", "destination", "routing_key"))
 
 
 def _ends(ctx: Ctx) -> tuple[VHost, Exchange, Queue | Exchange, str]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from warren.core.names import MAX_NAME_BYTES, is_valid_utf8, name_problem, too_long
+from warren.core.stats import Ages
 from warren.core.table_encode import encode_table
 from warren.core.users import User
 from warren.http.bodies import BodyBudget, parse_json, read_body
@@ -91,6 +92,34 @@ class Ctx:
     @property
     def query(self) -> Any:
         return self.request.query
+
+    def ages(self) -> Ages:
+        """The history the request asks for: each of RabbitMQ's four ranges
+        (``lengths``, ``msg_rates``, ``data_rates``, ``node_stats``) needs both its
+        ``_age`` and ``_incr`` as integers (seconds), or it is not asked for; a
+        range that is not positive or has over 500 samples is RabbitMQ's 400
+        ``Invalid range parameters: age 0, incr 5``."""
+        ranges: dict[str, tuple[int, int]] = {}
+        for prefix in ("lengths", "msg_rates", "data_rates", "node_stats"):  # RabbitMQ's order
+            age = _integer(self.query.get(f"{prefix}_age"))
+            incr = _integer(self.query.get(f"{prefix}_incr"))
+            if age is None or incr is None:
+                ranges[prefix] = (0, 0)
+                continue
+            if age <= 0 or incr <= 0 or age // incr > MAX_RANGE:
+                raise bad_request(f"Invalid range parameters: age {age}, incr {incr}")
+            ranges[prefix] = (age, incr)
+        return Ages(
+            *ranges["msg_rates"],
+            *ranges["lengths"],
+            *ranges["data_rates"],
+            *ranges["node_stats"],
+            self.node.stats.history.last_s,  # sampled every round
+        )
+
+    def stats_enabled(self) -> bool:
+        """False for ``disable_stats=true``: objects without their statistics."""
+        return not flag(self.query.get("disable_stats", "false"))
 
     def is_admin(self) -> bool:
         return "administrator" in self.tags
@@ -214,6 +243,16 @@ def basic_credentials(header: str | None) -> tuple[str, str] | None:
 # -- list options: filtering, sorting, columns, pagination ---------------------------------
 
 MAX_PAGE_SIZE = 500
+#: The most samples one history answer may ask for (RabbitMQ's ?MAX_RANGE).
+MAX_RANGE = 500
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def _integer(value: str | None) -> int | None:
+    """A query integer as Erlang's list_to_integer reads it (None otherwise)."""
+    if value is None or not _INTEGER.fullmatch(value):
+        return None
+    return int(value)
 
 
 def _get_path(item: Any, path: list[str]) -> Any:
@@ -236,25 +275,49 @@ def _sort_key(value: Any) -> tuple[int, Any]:
     return (3, dumps(value))
 
 
+def _pagination(query: Any) -> tuple[int, int]:
+    """``page`` and ``page_size`` (100 unless given), or RabbitMQ's 400s: a number
+    it cannot read, or one out of range (``page size undefined`` when none was
+    given)."""
+    size_arg = query.get("page_size")
+    try:
+        page = int(query["page"])
+        page_size = int(size_arg) if size_arg is not None else 100
+    except ValueError:
+        raise bad_request("Pagination parameters are invalid") from None
+    if page < 1 or page_size < 1 or page_size > MAX_PAGE_SIZE:
+        shown = page_size if size_arg is not None else "undefined"
+        raise ApiError(
+            400,
+            "invalid_pagination_parameters",
+            f"Invalid pagination parameters: page number {page}, page size {shown}",
+        )
+    return page, page_size
+
+
 def _columns(item: dict[str, Any], paths: list[list[str]]) -> dict[str, Any]:
+    """The dotted ``paths`` of ``item``; as RabbitMQ, an object on the way is kept
+    (``arguments: {}``) even when the key asked for is not in it, and a column
+    inside ``arguments`` (an AMQP table, which RabbitMQ does not look into) gives
+    the whole table."""
     out: dict[str, Any] = {}
     for path in paths:
-        value = _get_path(item, path)
-        if value is None and not _has_path(item, path):
+        if len(path) > 1 and path[0] == "arguments" and "arguments" in item:
+            out["arguments"] = item["arguments"]
             continue
+        source: Any = item
         target = out
-        for key in path[:-1]:
-            target = target.setdefault(key, {})
-        target[path[-1]] = value
+        for depth, key in enumerate(path):
+            if not isinstance(source, dict) or key not in source:
+                break
+            source = source[key]
+            if depth == len(path) - 1:
+                target[key] = source
+            else:
+                if not isinstance(source, dict):
+                    break
+                target = target.setdefault(key, {})
     return out
-
-
-def _has_path(item: Any, path: list[str]) -> bool:
-    for key in path:
-        if not isinstance(item, dict) or key not in item:
-            return False
-        item = item[key]
-    return True
 
 
 async def build(items: Iterable[Any], make: Callable[[Any], dict[str, Any] | None]) -> list[Any]:
@@ -279,24 +342,14 @@ async def list_response(
     total = len(items)
     page_arg = query.get("page")
     if page_arg is not None:
-        try:
-            page = int(page_arg)
-            page_size = int(query.get("page_size", "100"))
-        except ValueError:
-            raise bad_request("Pagination parameters are invalid") from None
-        if page < 1 or page_size < 1 or page_size > MAX_PAGE_SIZE:
-            raise ApiError(
-                400,
-                "invalid_pagination_parameters",
-                f"Invalid pagination parameters: page number {page}, page size {page_size}",
-            )
+        page, page_size = _pagination(query)
         name = query.get("name", "")
         if name:
             if flag(query.get("use_regex", "false")):
                 try:
                     pattern = re.compile(name)
-                except re.error:
-                    raise bad_request("invalid regular expression") from None
+                except re.error:  # RabbitMQ's words for any unusable parameter
+                    raise bad_request("Pagination parameters are invalid") from None
                 items = [i for i in items if pattern.search(str(i.get("name", "")))]
             else:
                 lowered = name.lower()

@@ -8,12 +8,15 @@ messages_unacknowledged, consumers, message_bytes_*); rate statistics
 from __future__ import annotations
 
 import base64
+import datetime
+import functools
 import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
 from warren.core.names import to_bytes
+from warren.core.stats import EXCHANGE_GROUPS, NO_AGES, QUEUE_GROUPS, VHOST_GROUPS, Ages
 from warren.core.stream_queue import StreamQueue
 from warren.json_tables import to_json_table
 from warren.node import node_name
@@ -47,12 +50,79 @@ def queue_counts(q: Queue) -> tuple[int, int]:
     return q.message_count, max(0, q.unacked)
 
 
-def queue_info(q: Queue) -> dict[str, Any]:
+#: What a queue shows with ``disable_stats=true``, as RabbitMQ 3.10.
+_BASIC_QUEUE_KEYS = frozenset(
+    {
+        "arguments",
+        "auto_delete",
+        "durable",
+        "exclusive",
+        "messages",
+        "messages_ready",
+        "messages_unacknowledged",
+        "name",
+        "node",
+        "state",
+        "type",
+        "vhost",
+        "leader",
+        "members",
+        "online",
+    }
+)
+_LENGTHS = ("messages", "messages_ready", "messages_unacknowledged")
+_NOT_FOR_STREAMS = (
+    "consumer_capacity",
+    "consumer_utilisation",
+    "exclusive_consumer_tag",
+    "head_message_timestamp",
+    "idle_since",
+    "message_bytes",
+    "message_bytes_paged_out",
+    "message_bytes_persistent",
+    "message_bytes_ram",
+    "message_bytes_ready",
+    "message_bytes_unacknowledged",
+    "messages_paged_out",
+    "messages_persistent",
+    "messages_ram",
+    "messages_ready_ram",
+    "messages_unacknowledged_ram",
+    "recoverable_slaves",
+    "single_active_consumer_tag",
+)
+
+
+def timestamp(ms: int) -> str:
+    """RabbitMQ 3.10's ``idle_since``: ``2026-11-28T19:39:16.765+00:00``."""
+    return f"{_second(ms // 1000)}.{ms % 1000:03d}+00:00"
+
+
+@functools.lru_cache(maxsize=1024)
+def _second(seconds: int) -> str:
+    """A second's date and time (many queues share one: a listing formats each once)."""
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def unacked_bytes(q: Queue) -> int:
+    """Bytes of the messages its consumers hold unacknowledged (basic.get's are
+    not counted: they belong to no consumer)."""
+    return sum(getattr(c, "unacked_bytes", 0) for c in q.consumers)
+
+
+def queue_info(q: Queue, ages: Ages = NO_AGES, stats: bool = True) -> dict[str, Any]:
+    """A queue as RabbitMQ lists it; ``stats`` False: ``disable_stats=true``'s
+    few keys."""
     ready, unacked = queue_counts(q)
     ready_bytes = q.store.ready_bytes
+    held_bytes = unacked_bytes(q)
     active = q.active_consumer
     single = q.arguments.get("x-single-active-consumer") is True
     exclusive_tag = next((c.tag for c in q.consumers if c.exclusive), None)
+    # Ready messages of a disk-backed queue are in its segment files, not the
+    # process's memory; delivered ones are held until acknowledged.
+    on_disk = hasattr(q.store, "directory")
+    ready_ram, ready_ram_bytes = (0, 0) if on_disk else (ready, ready_bytes)
     info: dict[str, Any] = {
         "arguments": to_json_table(q.arguments),
         "auto_delete": q.auto_delete,
@@ -64,29 +134,49 @@ def queue_info(q: Queue) -> dict[str, Any]:
         "exclusive": q.exclusive,
         "exclusive_consumer_tag": exclusive_tag,
         "head_message_timestamp": None,
-        "message_bytes": ready_bytes,
-        "message_bytes_persistent": ready_bytes if q.persistent else 0,
+        "idle_since": timestamp(q.last_used_ms),
+        "message_bytes": ready_bytes + held_bytes,
+        "message_bytes_paged_out": ready_bytes - ready_ram_bytes,
+        "message_bytes_persistent": (ready_bytes + held_bytes) if q.persistent else 0,
+        "message_bytes_ram": ready_ram_bytes + held_bytes,
         "message_bytes_ready": ready_bytes,
-        "message_bytes_unacknowledged": 0,
+        "message_bytes_unacknowledged": held_bytes,
         "messages": ready + unacked,
-        "messages_persistent": ready if q.persistent else 0,
+        "messages_paged_out": ready - ready_ram,
+        "messages_persistent": (ready + unacked) if q.persistent else 0,
+        "messages_ram": ready_ram + unacked,
         "messages_ready": ready,
+        "messages_ready_ram": ready_ram,
         "messages_unacknowledged": unacked,
+        "messages_unacknowledged_ram": unacked,
         "name": q.name,
         "node": node_name(),
         "operator_policy": q.operator_policy.name if q.operator_policy else None,
         "policy": q.policy.name if q.policy else None,
+        "recoverable_slaves": None,
         "single_active_consumer_tag": active.tag if single and active is not None else None,
         "state": "running",
         "type": queue_type(q),
         "vhost": q.vhost.name,
     }
+    for i, key in enumerate(_LENGTHS):
+        info[f"{key}_details"] = q.lengths.details(i, ages.len_age, ages.len_incr, ages.end_s)
     if isinstance(q, StreamQueue):
         info["members"] = [node_name()]
-        info["leader"] = node_name()
-    stats = q.stats.as_dict()
-    if stats:
-        info["message_stats"] = stats
+        info["leader"] = node_name()  # RabbitMQ 3.10's API leaves it out; 3.13 lists it
+        # A stream has no classic queue's byte, RAM and consumer figures.
+        for key in _NOT_FOR_STREAMS:
+            del info[key]
+        info["online"] = [node_name()]
+        info["readers"] = {node_name(): len(q.consumers)}
+    if not stats:
+        basic = {k: v for k, v in info.items() if k in _BASIC_QUEUE_KEYS}
+        if info["policy"] is not None:  # as RabbitMQ: there when there is one
+            basic["policy"] = info["policy"]
+        return basic
+    message_stats = q.stats.as_dict(QUEUE_GROUPS, ages)
+    if message_stats:
+        info["message_stats"] = message_stats
     return info
 
 
@@ -98,11 +188,13 @@ def _effective(q: Queue) -> dict[str, Any]:
     if q.operator_policy is not None:
         for key, value in q.operator_policy.definition.items():
             mine = out.get(key)
-            out[key] = min(mine, value) if isinstance(mine, int) and isinstance(value, int) else value
+            out[key] = (
+                min(mine, value) if isinstance(mine, int) and isinstance(value, int) else value
+            )
     return out
 
 
-def exchange_info(ex: Exchange) -> dict[str, Any]:
+def exchange_info(ex: Exchange, ages: Ages = NO_AGES) -> dict[str, Any]:
     info: dict[str, Any] = {
         "arguments": to_json_table(ex.arguments),
         "auto_delete": ex.auto_delete,
@@ -115,7 +207,7 @@ def exchange_info(ex: Exchange) -> dict[str, Any]:
     }
     if ex.policy is not None:
         info["policy"] = ex.policy.name
-    stats = ex.stats.as_dict(("publish_in", "publish_out"))
+    stats = ex.stats.as_dict(EXCHANGE_GROUPS, ages)
     if stats:
         info["message_stats"] = stats
     return info
@@ -159,16 +251,14 @@ def default_binding_info(q: Queue) -> dict[str, Any]:
     }
 
 
-def vhost_info(v: VHost, metadata: dict[str, Any] | None) -> dict[str, Any]:
-    ready = unacked = 0
-    for q in v.queues.values():
-        r, u = queue_counts(q)
-        ready += r
-        unacked += u
+def vhost_info(v: VHost, metadata: dict[str, Any] | None, ages: Ages = NO_AGES) -> dict[str, Any]:
+    """A vhost as RabbitMQ lists it: message counts (with rates) once it has
+    queues, bytes (with rates) once it had connections, message_stats once any
+    moved."""
     meta = metadata or {"description": "", "tags": []}
     if v.name == "/" and metadata is None:
         meta = {"description": "Default virtual host", "tags": []}
-    return {
+    info: dict[str, Any] = {
         "name": v.name,
         "description": meta["description"],
         "tags": list(meta["tags"]),
@@ -176,11 +266,27 @@ def vhost_info(v: VHost, metadata: dict[str, Any] | None) -> dict[str, Any]:
         "metadata": {"description": meta["description"], "tags": list(meta["tags"])},
         "tracing": False,
         "cluster_state": {node_name(): "running"},
-        "messages": ready + unacked,
-        "messages_ready": ready,
-        "messages_unacknowledged": unacked,
-        **({"message_stats": stats} if (stats := v.stats.as_dict()) else {}),
     }
+    lengths = v.lengths
+    if v.queues:
+        ready = unacked = 0
+        for q in v.queues.values():
+            r, u = queue_counts(q)
+            ready += r
+            unacked += u
+        for i, (key, value) in enumerate(
+            zip(_LENGTHS, (ready + unacked, ready, unacked), strict=True)
+        ):
+            info[key] = value
+            info[f"{key}_details"] = lengths.details(i, ages.len_age, ages.len_incr, ages.end_s)
+    if lengths.values[3] or lengths.values[4]:
+        for i, key in ((3, "recv_oct"), (4, "send_oct")):
+            info[key] = lengths.values[i]
+            info[f"{key}_details"] = lengths.details(i, ages.data_age, ages.data_incr, ages.end_s)
+    stats = v.stats.as_dict(VHOST_GROUPS, ages)
+    if stats:
+        info["message_stats"] = stats
+    return info
 
 
 def user_info(u: User) -> dict[str, Any]:
@@ -189,7 +295,7 @@ def user_info(u: User) -> dict[str, Any]:
         "password_hash": u.password_hash,
         "hashing_algorithm": u.hashing_algorithm,
         "tags": list(u.tags),
-        "limits": {},
+        "limits": dict(u.limits),
     }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from warren.core.stats import CHANNEL_GROUPS
 from warren.mqtt.packets import MQTT_5
 from warren.node import node_name
 
@@ -100,6 +101,6 @@ def channels_info(conn: MQTTConnection) -> list[dict[str, Any]]:
             "user": conn.user.name,
             "user_who_performed_action": conn.user.name,
             "vhost": conn.vhost.name,
-            "message_stats": conn.stats.as_dict(),
+            "message_stats": conn.stats.as_dict(CHANNEL_GROUPS),
         }
     ]
