@@ -144,9 +144,7 @@ static const unsigned char TIMESTAMP_KEY[] = "\x12x-stream-timestampl";
 
 static int contains(const unsigned char *p, Py_ssize_t n, const unsigned char *what,
                     Py_ssize_t k) {
-    for (Py_ssize_t i = 0; i + k <= n; i++)
-        if (p[i] == what[0] && memcmp(p + i, what, (size_t)k) == 0) return 1;
-    return 0;
+    return n >= k && memmem(p, (size_t)n, what, (size_t)k) != NULL;
 }
 
 /* Where a run message's headers table goes (after content-type and
