@@ -18,11 +18,15 @@ from typing import Any
 
 import pytest
 from conftest import BrokerThread, start_broker
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pamqp import commands
 from rawamqp import RawAMQP, body_frame, method_frame, raw_frame
 
 from warren.amqp import publish_run
+from warren.core.dedup import Deduplicator
 from warren.core.message import Message, MessageRun
+from warren.core.properties import peek_headers
 from warren.store.stream_store import StreamStore
 
 
@@ -274,3 +278,43 @@ def test_a_run_into_a_stream_and_a_classic_queue_reaches_both(broker: BrokerThre
     c.close()
     assert got == [body for _, body in sent]
     assert _read_stream(broker, "fan-s", 50) == [(i, b"m%d" % i, f"k{i}") for i in range(50)]
+
+
+# -- a run's deduplication keys, read from the property list --------------------------
+
+_VALUES = st.sampled_from(
+    [
+        b"S" + longstr(b"key-1"),
+        b"S" + longstr("ключ".encode()),
+        b"S" + longstr(b"\xff\xfe"),
+        b"x" + longstr(b"bin"),
+        b"I\x00\x00\x00\x07",
+        b"l" + (-5).to_bytes(8, "big", signed=True),
+        b"t\x01",
+        b"V",
+        b"T" + (1_700_000_000).to_bytes(8, "big"),
+        b"d" + struct.pack(">d", 1.5),
+        b"A" + longstr(b"I\x00\x00\x00\x01"),
+        b"F" + headers((b"n", b"V")),
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    entries=st.lists(
+        st.tuples(st.sampled_from([b"x-deduplication-header", b"x-cache-ttl", b"k", b""]), _VALUES),
+        max_size=6,
+    ),
+    before=st.sampled_from([b"", b"\x04json"]),
+)
+def test_the_key_read_in_place_is_the_decoded_one(
+    entries: list[tuple[bytes, bytes]], before: bytes
+) -> None:
+    props = (b"\xa0\x00" if before else b"\x20\x00") + before + headers(*entries)
+    dedup = Deduplicator(100, 1000, "x-deduplication-header", lambda: 0.0)
+    assert dedup._raw_key_and_ttl(props) == dedup._key_and_ttl(peek_headers(props))
+    other = Deduplicator(100, 1000, "x-deduplication-header", lambda: 0.0)
+    assert dedup.seen_properties(props) == other.seen(Message("", "s", props, b"", 0)) is False
+    assert dedup.seen_properties(props) == other.seen(Message("", "s", props, b"", 0))
+    assert dedup._raw_key_and_ttl(b"\x00\x00") is None

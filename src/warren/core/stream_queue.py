@@ -223,7 +223,7 @@ class StreamQueue(Queue):
     def publish_run(self, run: MessageRun, durable_out: list[MessageStore] | None = None) -> int:
         """All of a run of publishes at once (amqp/publishing.py's publish runs):
         each message is checked against the deduplication cache as `publish`
-        does, the others are appended with consecutive offsets in one piece
+        does (its key read from the property list: no Message), the others are appended with consecutive offsets in one piece
         (StreamStore.append_run: stamped and encoded together), and retention
         and delivery are looked at once. ``durable_out`` gets the stream: the
         run's confirms wait for its sync, as each message's would."""
@@ -235,8 +235,9 @@ class StreamQueue(Queue):
             stream.append_run(run, 0, n)
         else:
             lo = 0
+            raw = run.raw
             for i in range(n):
-                if dedup.seen(run.message(i)):  # a duplicate: dropped, as publish does
+                if dedup.seen_properties(raw.properties(i)):  # a duplicate, dropped
                     if lo < i:
                         stream.append_run(run, lo, i)
                     lo = i + 1
