@@ -27,6 +27,7 @@ from warren.amqp import publish_run
 from warren.core.dedup import Deduplicator
 from warren.core.message import Message, MessageRun
 from warren.core.properties import peek_headers
+from warren.store.stream_replica import ReplicaStreamStore
 from warren.store.stream_store import StreamStore
 
 
@@ -318,3 +319,16 @@ def test_the_key_read_in_place_is_the_decoded_one(
     assert dedup.seen_properties(props) == other.seen(Message("", "s", props, b"", 0)) is False
     assert dedup.seen_properties(props) == other.seen(Message("", "s", props, b"", 0))
     assert dedup._raw_key_and_ttl(b"\x00\x00") is None
+
+
+def test_a_replica_copy_refuses_a_run_as_it_refuses_a_message(tmp_path: Path) -> None:
+    store = StreamStore(tmp_path / "s", 4096)
+    store.append(Message("", "s", b"\x00\x00", b"m", 1))
+    store.close()
+    replica = ReplicaStreamStore(tmp_path / "s")
+    data = frames([(b"\x00\x00", b"r")])
+    run = publish_run.scan_publishes(data, 0, 131072, 1 << 27, 10)
+    with pytest.raises(RuntimeError, match="read-only"):
+        replica.append_run(MessageRun("", "s", run.method[6:-1], run, 2), 0, 1)
+    assert [r[4] for r in records(replica)] == [b"m"]
+    replica.close()
