@@ -332,3 +332,29 @@ def test_a_replica_copy_refuses_a_run_as_it_refuses_a_message(tmp_path: Path) ->
         replica.append_run(MessageRun("", "s", run.method[6:-1], run, 2), 0, 1)
     assert [r[4] for r in records(replica)] == [b"m"]
     replica.close()
+
+
+def test_a_waiting_consumer_gets_a_whole_run_in_order(broker: BrokerThread) -> None:
+    reader = _client(broker)
+    _declare_stream(reader, "live", **{"x-max-length": 150})
+    reader.send_method(1, commands.Basic.Qos(prefetch_count=1000))
+    reader.expect_method(commands.Basic.QosOk)
+    reader.send_method(1, commands.Basic.Consume(queue="live"))  # from the next message
+    reader.expect_method(commands.Basic.ConsumeOk)
+    c = _client(broker)
+    c.send_method(1, commands.Confirm.Select())
+    c.expect_method(commands.Confirm.SelectOk)
+    sent = [(dedup_props(b"k%d" % i), b"live-%d" % i) for i in range(200)]
+    _publish_confirmed(c, frames(sent, rk="live"), len(sent))
+    got = []
+    while len(got) < len(sent):
+        _, method = reader.read_frame()
+        assert isinstance(method, commands.Basic.Deliver), method
+        header, body = reader.expect_content()
+        got.append((header.properties.headers["x-stream-offset"], body))
+    assert got == [(i, b"live-%d" % i) for i in range(200)]
+    c.send_method(1, commands.Queue.Declare(queue="live", passive=True))
+    ok = c.expect_method(commands.Queue.DeclareOk)
+    assert 150 <= ok.message_count <= 200  # whole segments go; the write segment stays
+    reader.close()
+    c.close()
