@@ -21,6 +21,9 @@ Spark runs local[2], as in the tests. Measured, each the best of --repeat runs:
   reader and writer, no Python);
 * the reader without Spark: the executors' read loop in two processes.
 
+``--write-only`` measures the write and the Parquet and counting-sink
+ceilings alone.
+
 Broker, Spark and the Python workers share the machine's CPUs.
 """
 
@@ -270,7 +273,13 @@ def reader_alone(url: str, queue: str, first: int, end: int, parts: int = 2) -> 
 
 
 def run(
-    url: str, count: int, size: int, repeat: int, write_count: int, partitions: list[int]
+    url: str,
+    count: int,
+    size: int,
+    repeat: int,
+    write_count: int,
+    partitions: list[int],
+    write_only: bool = False,
 ) -> dict[str, Any]:
     from warren.spark.stream import Planner
 
@@ -287,6 +296,8 @@ def run(
         if "warren_version" in props
         else f"{props.get('product')} {props.get('version')}"
     )
+    if write_only:
+        return _write_part(url, size, repeat, write_count, count, results)
     log(f"publishing {count:,} messages of {size} bytes")
     fresh_stream(url, "spark-bench-read")
     results["publish_raw"] = publish_plain(url, "spark-bench-read", count, size)
@@ -329,6 +340,40 @@ def run(
     )
     results["python_source_ceiling"] = count / t
 
+    log("read: spark.read.format('warren') into noop")
+    df = spark.read.format("warren").option("url", url).option("queue", "spark-bench-read")
+    got = df.load().count()
+    assert got == count, f"read {got} rows, published {count}"
+    t, times = best(repeat, lambda: df.load().write.format("noop").mode("overwrite").save())
+    results["read"] = count / t
+    results["read_times_s"] = [round(x, 2) for x in times]
+    curve = {}
+    for p in partitions:
+        log(f"read with minPartitions {p}")
+        part = df.option("minPartitions", p)
+        t, _ = best(
+            repeat, lambda part=part: part.load().write.format("noop").mode("overwrite").save()
+        )
+        curve[str(p)] = count / t
+    results["read_by_partitions"] = curve
+    return _write_part(url, size, repeat, write_count, count, results, spark)
+
+
+def _write_part(
+    url: str,
+    size: int,
+    repeat: int,
+    write_count: int,
+    count: int,
+    results: dict[str, Any],
+    spark: Any = None,
+) -> dict[str, Any]:
+    """The Parquet and counting-sink ceilings and the sink's write (all that
+    ``--write-only`` measures)."""
+    from warren.spark.stream import Planner
+
+    if spark is None:
+        spark = spark_session()
     log("ceiling: spark.range(...).write.parquet")
     with tempfile.TemporaryDirectory(prefix="warren-spark-bench-parquet-") as tmp:
         t, _ = best(
@@ -348,23 +393,6 @@ def run(
     rows.count()
     t, _ = best(repeat, lambda: rows.write.format("warren_bench_counting").mode("append").save())
     results["python_sink_ceiling"] = write_count / t
-
-    log("read: spark.read.format('warren') into noop")
-    df = spark.read.format("warren").option("url", url).option("queue", "spark-bench-read")
-    got = df.load().count()
-    assert got == count, f"read {got} rows, published {count}"
-    t, times = best(repeat, lambda: df.load().write.format("noop").mode("overwrite").save())
-    results["read"] = count / t
-    results["read_times_s"] = [round(x, 2) for x in times]
-    curve = {}
-    for p in partitions:
-        log(f"read with minPartitions {p}")
-        part = df.option("minPartitions", p)
-        t, _ = best(
-            repeat, lambda part=part: part.load().write.format("noop").mode("overwrite").save()
-        )
-        curve[str(p)] = count / t
-    results["read_by_partitions"] = curve
 
     log("write: df.write.format('warren') into a fresh stream")
     writes = 0
@@ -474,6 +502,11 @@ def main() -> None:
         default="1,2,4,8",
         help="minPartitions values of the read's scaling curve (comma-separated; '' for none)",
     )
+    parser.add_argument(
+        "--write-only",
+        action="store_true",
+        help="only the sink's write and the Parquet and counting-sink ceilings (--messages rows)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument(
         "--markdown",
@@ -495,6 +528,7 @@ def main() -> None:
             args.repeat,
             args.write_messages or args.messages,
             partitions,
+            args.write_only,
         )
     results["label"] = args.label or results["broker"]
     results["command"] = " ".join(["bench/spark_bench.py", *sys.argv[1:]])
@@ -504,7 +538,8 @@ def main() -> None:
         print(json.dumps(results, indent=2))
     else:
         for name, get in ROWS:
-            print(f"{get(results):>12,.0f}  {name}")
+            with contextlib.suppress(KeyError, TypeError):
+                print(f"{get(results):>12,.0f}  {name}")
 
 
 if __name__ == "__main__":

@@ -100,8 +100,19 @@ class ConfirmPublisher(threading.Thread):
     and unblocked notifications; ``closed`` the broker's close (code, text).
     """
 
-    def __init__(self, port: int, queue: str, size: int, window: int = 8, tag: str = "") -> None:
+    def __init__(
+        self,
+        port: int,
+        queue: str,
+        size: int,
+        window: int = 8,
+        tag: str = "",
+        arguments: dict[str, object] | None = None,
+        keyed: bool = False,
+    ) -> None:
         super().__init__(daemon=True)
+        self.arguments = arguments  # the queue's (x-queue-type: stream)
+        self.keyed = keyed  # each message with a deduplication key header
         self.port = port
         self.queue = queue
         self.size = size
@@ -182,7 +193,9 @@ class ConfirmPublisher(threading.Thread):
     def _channel_open(self, ch: pika.channel.Channel) -> None:
         self._channel = ch
         ch.confirm_delivery(self._confirmed)
-        ch.queue_declare(self.queue, durable=True, callback=lambda _f: self._declared())
+        ch.queue_declare(
+            self.queue, durable=True, arguments=self.arguments, callback=lambda _f: self._declared()
+        )
 
     def _declared(self) -> None:
         self.ready.set()
@@ -193,6 +206,9 @@ class ConfirmPublisher(threading.Thread):
         props = pika.BasicProperties(delivery_mode=2)
         while not self._stopping and len(self._pending) < self.window:
             i = self.published + 1
+            if self.keyed:
+                headers = {"x-deduplication-header": f"{self.tag}:{i}"}
+                props = pika.BasicProperties(delivery_mode=2, headers=headers)
             ch.basic_publish("", self.queue, self.body(i), props)  # type: ignore[attr-defined]
             self.published = i
             self._pending.add(i)

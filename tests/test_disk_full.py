@@ -270,6 +270,69 @@ def test_mqtt_3_1_1_publishes_that_could_not_be_stored_close_the_connection(
     assert got == sorted(got) and set(got) <= set(numbers.values())
 
 
+def stream_numbers(port: int, queue: str) -> list[int]:
+    """The publish numbers of every message in the stream ``queue``, in order."""
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    try:
+        ch = conn.channel()
+        count = ch.queue_declare(queue, passive=True).method.message_count
+        ch.basic_qos(prefetch_count=max(1, count))
+        got: list[int] = []
+        ch.basic_consume(
+            queue,
+            lambda _c, _m, _p, body: got.append(ConfirmPublisher.number(body)),
+            arguments={"x-stream-offset": "first"},
+        )
+        while len(got) < count:
+            conn.process_data_events(time_limit=1)
+        return got
+    finally:
+        conn.close()
+
+
+def test_a_stream_filled_from_outside_nacks_what_it_could_not_store(
+    small_disk: Path, broker_factory: Callable[..., BrokerThread]
+) -> None:
+    # Streams take a publisher's messages in runs (StreamQueue.publish_run): the
+    # messages of a run the full disk lost are nacked, and exactly the confirmed
+    # ones are in the stream, in order, also after a restart.
+    data = small_disk / "data"
+    b = broker_factory(data_dir=data, free_disk_min=MiB)
+    stream = {"x-queue-type": "stream", "x-message-deduplication": True}
+    pubs = [
+        ConfirmPublisher(b.port, f"s{i}", 32 * 1024, window=64, arguments=stream, keyed=True)
+        for i in range(2)
+    ]
+    start_all(pubs)
+    filler = small_disk / "filler"
+    try:
+        eventually(lambda: all(len(p.acked) >= 4 for p in pubs), 30, "first confirms")
+        fill(filler)
+        eventually(
+            lambda: all("Connection.Blocked" in p.blocking or p.closed for p in pubs),
+            30,
+            "every publisher blocked",
+        )
+        eventually(lambda: sum(len(p.nacked) for p in pubs) > 0, 30, "nacks")
+        acked = [len(p.acked) for p in pubs]
+        filler.unlink()
+        assert b.call(b.broker.resource_alarms.check_disk) is False
+        eventually(
+            lambda: all(len(p.acked) > n for p, n in zip(pubs, acked, strict=True)),
+            60,
+            "publishing resumed",
+        )
+    finally:
+        stop_all(pubs)
+    assert [p.closed for p in pubs] == [None] * len(pubs)
+    for p in pubs:
+        assert stream_numbers(b.port, p.queue) == sorted(p.acked), p.queue
+    b.stop()
+    b = broker_factory(data_dir=data, free_disk_min=MiB)
+    for p in pubs:
+        assert stream_numbers(b.port, p.queue) == sorted(p.acked), p.queue
+
+
 def test_sigterm_on_a_full_disk_exits_0_and_keeps_every_confirmed_message(
     small_disk: Path, tmp_path: Path
 ) -> None:

@@ -117,7 +117,7 @@ def test_what_a_keyed_run_does_not_take(scan: Scanner) -> None:
     assert len(scan(both_mandatory, 0, 131072, 1 << 27, 100, True)) == 1
     same_mandatory = publish(b"1", "a", mandatory=True) + publish(b"2", "a", mandatory=True)
     assert len(scan(same_mandatory, 0, 131072, 1 << 27, 100, True)) == 2
-    props = commands.Basic.Properties(headers={"h": "v"})
+    props = commands.Basic.Properties(headers={"h": {"nested": "v"}})
     assert (
         len(
             scan(

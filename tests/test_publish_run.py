@@ -90,7 +90,7 @@ def test_a_run_ends_where_the_routing_or_the_properties_change(scan: Scanner) ->
     "tail",
     [
         pytest.param(
-            publish(b"x", properties=commands.Basic.Properties(headers={"h": 1})), id="props"
+            publish(b"x", properties=commands.Basic.Properties(headers={"h": [1]})), id="props"
         ),
         pytest.param(publish(b"x", channel=2), id="other-channel"),
         pytest.param(publish(b"x", mandatory=True), id="other-bits"),
@@ -118,7 +118,9 @@ def test_anything_else_ends_the_run(scan: Scanner, tail: bytes) -> None:
 def test_no_run_when_the_first_message_is_not_one(scan: Scanner) -> None:
     cases = [
         publish(b"x", immediate=True),
-        publish(b"x", properties=commands.Basic.Properties(headers={"a": 1})),
+        # Headers a check reads (CC), or nested (tests/test_publish_run_headers.py).
+        publish(b"x", properties=commands.Basic.Properties(headers={"CC": ["k"]})),
+        publish(b"x", properties=commands.Basic.Properties(headers={"a": {"b": 1}})),
         publish(b"x")[:10],
         publish(b"x", channel=0),
         method_frame(1, commands.Basic.Ack(delivery_tag=1)),

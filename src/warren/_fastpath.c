@@ -13,7 +13,9 @@
  *
  * encode_records() writes the segment-store records of a run's messages (for
  * an acknowledging consumer, stored before they are delivered), with their
- * CRC-32; store/records.py's encode_run is its reference. crc_ok() checks a
+ * CRC-32; store/records.py's encode_run is its reference. encode_stream_records()
+ * writes a stream's records for a run, stamped with their offsets
+ * (store/stream_store.py's StreamStore.append_run). crc_ok() checks a
  * record's CRC-32 where it lies (a memory map) on the read path; records.py's
  * _crc_ok is its reference. find_record() finds where intact records resume
  * after damaged bytes; store/segment_damage.py's next_record is its reference.
@@ -47,6 +49,9 @@ static PyMethodDef module_methods[] = {
      "deliver_frames(run, start, stop, step, channel, deliver_head, first_tag, frame_max) -> bytes"},
     {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,
      "encode_records(run, start, stop, ex_rk, timestamp, base, seed=0) -> (records, offsets, sizes, persistent)"},
+    {"encode_stream_records", (PyCFunction)(void (*)(void))encode_stream_records, METH_FASTCALL,
+     "encode_stream_records(run, start, stop, ex_rk, timestamp, first_offset, seed) "
+     "-> (records, ends) | None"},
     {"crc32", (PyCFunction)(void (*)(void))fp_crc32, METH_FASTCALL, "crc32(data, value=0) -> int"},
     {"crc_ok", (PyCFunction)(void (*)(void))fp_crc_ok, METH_FASTCALL,
      "crc_ok(buf, start, end, seed=0) -> bool: the CRC-32 stored at end matches buf[start:end]"},

@@ -42,6 +42,8 @@ FP_INTERNAL extern PyObject *plain_props[3];
 FP_INTERNAL PyObject *scan_publishes(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *deliver_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+FP_INTERNAL PyObject *encode_stream_records(PyObject *self, PyObject *const *args,
+                                            Py_ssize_t nargs);
 FP_INTERNAL PyObject *fp_crc32(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *fp_crc_ok(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *scan_stream_deliveries(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
@@ -89,22 +91,70 @@ static inline int plain_index(const unsigned char *p, Py_ssize_t len) {
 }
 
 /* The property flags a run may carry beyond delivery-mode: content-type,
- * content-encoding, priority, correlation-id (first byte), message-id,
- * timestamp, type, app-id (second byte). Not headers (a table: CC/BCC, the
- * headers exchange), reply-to (direct reply-to's rewrite), expiration (TTL),
- * user-id (checked against the login), cluster-id, a continued flag word. */
-#define SIMPLE_FLAGS_0 (0x80 | 0x40 | 0x10 | 0x08 | 0x04)
+ * content-encoding, headers (a simple table: simple_table), priority,
+ * correlation-id (first byte), message-id, timestamp, type, app-id (second
+ * byte). Not reply-to (direct reply-to's rewrite), expiration (TTL), user-id
+ * (checked against the login), cluster-id, a continued flag word. */
+#define SIMPLE_FLAGS_0 (0x80 | 0x40 | 0x20 | 0x10 | 0x08 | 0x04)
 #define SIMPLE_FLAGS_1 (0x80 | 0x40 | 0x20 | 0x08)
 #define MAX_TIMESTAMP 253402300799ull /* the year 9999, as core/table.py */
 
+/* The end of the headers table at p[at] when it is flat and plain: ASCII keys,
+ * values of fixed size (not floats), u32-sized strings ('S', 'x') or
+ * timestamps before the year 10000, lengths that add up; -1 otherwise (nested
+ * tables and arrays, floats, anything malformed go the slow way).
+ * publish_run.py's _simple_table is the reference. */
+static inline Py_ssize_t simple_table(const unsigned char *p, Py_ssize_t at, Py_ssize_t len) {
+    if (len - at < 4) return -1;
+    Py_ssize_t end = at + 4 + (Py_ssize_t)be32(p + at);
+    if (end > len || end < at) return -1;
+    at += 4;
+    while (at < end) {
+        Py_ssize_t key_end = at + 1 + p[at];
+        if (key_end >= end) return -1;
+        for (Py_ssize_t i = at + 1; i < key_end; i++)
+            if (p[i] & 0x80) return -1;
+        unsigned char tag = p[key_end];
+        at = key_end + 1;
+        switch (tag) {
+        case 't': case 'b': case 'B': at += 1; break;
+        case 's': case 'u': at += 2; break;
+        case 'I': case 'i': at += 4; break;
+        case 'l': case 'L': at += 8; break;
+        case 'D': at += 5; break;
+        case 'V': break;
+        case 'S': case 'x':
+            if (end - at < 4) return -1;
+            at += 4 + (Py_ssize_t)be32(p + at);
+            break;
+        case 'T':
+            if (end - at < 8 || be64(p + at) > MAX_TIMESTAMP) return -1;
+            at += 8;
+            break;
+        default: return -1;
+        }
+    }
+    return at == end ? end : -1;
+}
+
+/* Whether the bytes "CC" occur in p[0:len] (check_message's and routing's test
+ * for CC/BCC headers). */
+static inline int has_cc(const unsigned char *p, Py_ssize_t len) {
+    for (Py_ssize_t i = 0; i + 1 < len; i++)
+        if (p[i] == 'C' && p[i + 1] == 'C') return 1;
+    return 0;
+}
+
 /* Whether p[0:len] is a property list made only of those, well formed and
  * what amqp/publishing.py's checks would pass without a word (ASCII short strings,
- * delivery-mode 1 or 2, a timestamp before the year 10000); *mode gets its
- * delivery-mode (0: none). Anything else goes the slow way. */
+ * delivery-mode 1 or 2, a timestamp before the year 10000, a simple headers
+ * table without the bytes "CC"); *mode gets its delivery-mode (0: none).
+ * Anything else goes the slow way. */
 static inline int simple_props(const unsigned char *p, Py_ssize_t len, int *mode) {
     *mode = 0;
     if (len < 2 || (p[0] & ~SIMPLE_FLAGS_0) || (p[1] & ~SIMPLE_FLAGS_1)) return 0;
     unsigned flags = (unsigned)p[0] << 8 | p[1];
+    if ((flags & 0x2000) && has_cc(p, len)) return 0;
     Py_ssize_t at = 2;
     for (int bit = 15; bit >= 1; bit--) {
         if (!(flags & (1u << bit))) continue;
@@ -121,6 +171,10 @@ static inline int simple_props(const unsigned char *p, Py_ssize_t len, int *mode
         case 6: /* timestamp */
             if (len - at < 8 || be64(p + at) > MAX_TIMESTAMP) return 0;
             at += 8;
+            break;
+        case 13: /* headers */
+            at = simple_table(p, at, len);
+            if (at < 0) return 0;
             break;
         default: { /* a short string */
             if (at >= len) return 0;

@@ -133,6 +133,171 @@ fail:
     return NULL;
 }
 
+/* The two headers a stream stamps on each record (store/stream_store.py's
+ * stamp_properties): their keys as a table entry starts (shortstr and the
+ * long's tag 'l'), and their size in a table with their two values. */
+static const unsigned char OFFSET_KEY[] = "\x0fx-stream-offsetl";
+static const unsigned char TIMESTAMP_KEY[] = "\x12x-stream-timestampl";
+#define OFFSET_KEY_LEN 17
+#define TIMESTAMP_KEY_LEN 20
+#define STAMP_SIZE (OFFSET_KEY_LEN + TIMESTAMP_KEY_LEN + 16)
+
+static int contains(const unsigned char *p, Py_ssize_t n, const unsigned char *what,
+                    Py_ssize_t k) {
+    return n >= k && memmem(p, (size_t)n, what, (size_t)k) != NULL;
+}
+
+/* Where a run message's headers table goes (after content-type and
+ * content-encoding), and the table's bounds if it has one (*tstart: its u32
+ * length; -1: none). 0 when the stamp cannot be spliced in (the table already
+ * names x-stream-offset or x-stream-timestamp, or the list is not a run's). */
+static int stamp_place(const unsigned char *p, Py_ssize_t len, Py_ssize_t *pos,
+                       Py_ssize_t *tstart, Py_ssize_t *tend) {
+    if (len < 2 || (p[1] & 1)) return 0;
+    unsigned flags = (unsigned)p[0] << 8 | p[1];
+    Py_ssize_t at = 2;
+    if (flags & 0x8000) {
+        if (at >= len) return 0;
+        at += 1 + p[at];
+    }
+    if (flags & 0x4000) {
+        if (at >= len) return 0;
+        at += 1 + p[at];
+    }
+    if (at > len) return 0;
+    *pos = at;
+    *tstart = *tend = -1;
+    if (!(flags & 0x2000)) return 1;
+    if (len - at < 4) return 0;
+    Py_ssize_t end = at + 4 + (Py_ssize_t)be32(p + at);
+    if (end > len) return 0;
+    if (contains(p + at + 4, end - at - 4, OFFSET_KEY, OFFSET_KEY_LEN - 1) ||
+        contains(p + at + 4, end - at - 4, TIMESTAMP_KEY, TIMESTAMP_KEY_LEN - 1))
+        return 0;
+    *tstart = at;
+    *tend = end;
+    return 1;
+}
+
+/* encode_stream_records(run, start, stop, ex_rk, timestamp, first_offset, seed)
+ *     -> (records, ends) | None
+ *
+ * A stream's records for messages start .. stop - 1 of a run: each message's
+ * properties stamped with x-stream-offset (first_offset, first_offset + 1, ...)
+ * and x-stream-timestamp (timestamp) as store/stream_store.py's
+ * stamp_properties splices them in, then the record as records.encode_record
+ * writes it (CRC seeded with seed), back to back. ends: where each record
+ * ends in records, as native u32. None when a message's headers already name
+ * one of the two (the Python path edits those). store/stream_store.py's
+ * _run_records is the reference. */
+PyObject *encode_stream_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "encode_stream_records(run, start, stop, ex_rk, "
+                                         "timestamp, first_offset, seed)");
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(args[0], &PublishRunType)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "encode_stream_records: run must be a warren._fastpath.PublishRun");
+        return NULL;
+    }
+    PublishRun *run = (PublishRun *)args[0];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
+    unsigned long long timestamp = PyLong_AsUnsignedLongLong(args[4]);
+    long long first_offset = PyLong_AsLongLong(args[5]);
+    unsigned long seed = PyLong_AsUnsignedLong(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    if (seed > 0xFFFFFFFFul) {
+        PyErr_SetString(PyExc_OverflowError, "encode_stream_records: seed must be a u32");
+        return NULL;
+    }
+    if (!PyBytes_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "encode_stream_records: ex_rk must be bytes");
+        return NULL;
+    }
+    if (start < 0 || stop > run->count || start > stop) {
+        PyErr_SetString(PyExc_ValueError, "encode_stream_records: bad range");
+        return NULL;
+    }
+    const unsigned char *ex_rk = (const unsigned char *)PyBytes_AS_STRING(args[3]);
+    Py_ssize_t ex_rk_len = PyBytes_GET_SIZE(args[3]);
+    const unsigned char *d = (const unsigned char *)run->view.buf;
+    Py_ssize_t n = stop - start;
+
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = start; i < stop; i++) {
+        Py_ssize_t *s = run->spans + 4 * i;
+        Py_ssize_t pos, ts, te;
+        if (!stamp_place(d + s[0], s[1] - s[0], &pos, &ts, &te)) Py_RETURN_NONE;
+        Py_ssize_t plen = s[1] - s[0] + STAMP_SIZE + (ts < 0 ? 4 : 0);
+        Py_ssize_t length = 28 + ex_rk_len + plen + (s[3] - s[2]);
+        if (length > 0xFFFFFFFFll) Py_RETURN_NONE;
+        total += length;
+    }
+    PyObject *recs = PyBytes_FromStringAndSize(NULL, total);
+    PyObject *ends = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (recs == NULL || ends == NULL) {
+        Py_XDECREF(recs);
+        Py_XDECREF(ends);
+        return NULL;
+    }
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(recs);
+    unsigned char *first = o;
+    uint32_t *end_out = (uint32_t *)PyBytes_AS_STRING(ends);
+    long long offset = first_offset;
+    for (Py_ssize_t i = start; i < stop; i++, offset++) {
+        Py_ssize_t *s = run->spans + 4 * i;
+        const unsigned char *p = d + s[0];
+        Py_ssize_t old = s[1] - s[0];
+        Py_ssize_t pos, ts, te;
+        stamp_place(p, old, &pos, &ts, &te);
+        Py_ssize_t plen = old + STAMP_SIZE + (ts < 0 ? 4 : 0);
+        Py_ssize_t body = s[3] - s[2];
+        Py_ssize_t length = 28 + ex_rk_len + plen + body;
+        unsigned char *rec = o;
+        o = put_be32(o, (uint32_t)length);
+        o = put_be64(o, timestamp);
+        memcpy(o, ex_rk, (size_t)ex_rk_len);
+        o += ex_rk_len;
+        o = put_be32(o, (uint32_t)plen);
+        /* The properties: flags (with headers), those before the table, the
+         * table with the two entries at its end, the rest. */
+        o[0] = p[0] | 0x20;
+        o[1] = p[1];
+        memcpy(o + 2, p + 2, (size_t)(pos - 2));
+        o += pos;
+        Py_ssize_t rest;
+        if (ts < 0) {
+            o = put_be32(o, STAMP_SIZE);
+            rest = pos;
+        } else {
+            o = put_be32(o, be32(p + ts) + STAMP_SIZE);
+            memcpy(o, p + ts + 4, (size_t)(te - ts - 4));
+            o += te - ts - 4;
+            rest = te;
+        }
+        memcpy(o, OFFSET_KEY, OFFSET_KEY_LEN);
+        o = put_be64(o + OFFSET_KEY_LEN, (uint64_t)offset);
+        memcpy(o, TIMESTAMP_KEY, TIMESTAMP_KEY_LEN);
+        o = put_be64(o + TIMESTAMP_KEY_LEN, timestamp);
+        memcpy(o, p + rest, (size_t)(old - rest));
+        o += old - rest;
+        o = put_be64(o, (uint64_t)body);
+        memcpy(o, d + s[2], (size_t)body);
+        o += body;
+        o = put_be32(o, crc32_update((uint32_t)seed, rec, o - rec));
+        *end_out++ = (uint32_t)(o - first);
+    }
+    if (o != first + total) {
+        Py_DECREF(recs);
+        Py_DECREF(ends);
+        PyErr_SetString(PyExc_SystemError, "encode_stream_records: size mismatch");
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", recs, ends);
+}
+
 /* crc32(data, value=0) -> int: zlib.crc32, for the tests of the above. */
 PyObject *fp_crc32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs < 1 || nargs > 2) {

@@ -37,8 +37,9 @@ class PublisherConfirms:
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
-        # Recorded since the last write: (publish number, ack or nack).
-        self._recorded: list[tuple[int, bool]] = []
+        # Recorded since the last write: the publish number of an ack, minus
+        # that of a nack (no tuple per confirm: a run's confirms are many).
+        self._recorded: list[int] = []
         # Confirms still waiting for a disk sync, in publish order (a dict as an
         # ordered set): a multiple ack must never cover one of them.
         self.unconfirmed: dict[int, None] = {}
@@ -72,8 +73,17 @@ class PublisherConfirms:
     ) -> None:
         """Confirms for a run's first ``n`` messages (message ``i`` is publish
         ``base + 1 + (indexes[i] if indexes else i)``), taken at once: after
-        ``durable`` is synced, when it holds anything."""
+        ``durable`` is synced, when it holds anything (one batch entry for
+        them all)."""
         syncer = self.channel.connection.broker.syncer
+        if durable and syncer is not None and syncer.enabled:
+            seqs = (
+                range(base + 1, base + 1 + n)
+                if indexes is None
+                else [base + 1 + indexes[i] for i in range(n)]
+            )
+            self.after_sync_many(seqs, durable, syncer)
+            return
         for i in range(n):
             seq = base + 1 + (indexes[i] if indexes is not None else i)
             if not durable or syncer is None:
@@ -93,6 +103,17 @@ class PublisherConfirms:
         """Confirm once the stores are synced, in a batch of this write generation
         and these stores: one GroupSync callback per batch."""
         self.unconfirmed[seq] = None
+        self._sync_batch(stores, syncer).append(seq)
+
+    def after_sync_many(
+        self, seqs: range | list[int], stores: list[MessageStore], syncer: GroupSync
+    ) -> None:
+        """after_sync for several publishes at once (a run's)."""
+        self.unconfirmed.update(dict.fromkeys(seqs))
+        self._sync_batch(stores, syncer).extend(seqs)
+
+    def _sync_batch(self, stores: list[MessageStore], syncer: GroupSync) -> list[int]:
+        """The batch of this write generation and these stores."""
         gen = syncer.gen
         if gen != self._sync_gen:
             self._sync_batches = {}
@@ -103,7 +124,7 @@ class PublisherConfirms:
             new: list[int] = []
             batch = self._sync_batches[key] = new
             syncer.after_sync(stores, lambda ok: self._confirm_batch(new, ok))
-        batch.append(seq)
+        return batch
 
     def after_write(self, seq: int, stores: list[MessageStore], syncer: GroupSync) -> None:
         """sync = false: confirm once the stores are written out, at the end of the
@@ -121,8 +142,20 @@ class PublisherConfirms:
         batches.append((list(stores), gen, [seq]))
 
     def _confirm_batch(self, seqs: list[int], ok: bool) -> None:
+        """confirm() for every publish of a synced batch."""
+        channel = self.channel
+        if channel.closed:
+            return
+        unconfirmed = self.unconfirmed
         for seq in seqs:
-            self.confirm(seq, ok)
+            unconfirmed.pop(seq, None)
+        if not self._recorded:
+            channel.connection.mark_dirty(channel)
+        if ok:
+            self._recorded.extend(seqs)
+            channel.stats.confirm += len(seqs)
+        else:
+            self._recorded.extend([-seq for seq in seqs])
 
     def written(self) -> None:
         """The stores were written out (take_output): settle the sync = false
@@ -137,7 +170,7 @@ class PublisherConfirms:
             ok = not any(_lost(s, batch_gen, batch_gen) for s in stores)
             for seq in seqs:
                 unconfirmed.pop(seq, None)
-                recorded.append((seq, ok))
+                recorded.append(seq if ok else -seq)
             if ok:
                 channel.stats.confirm += len(seqs)
 
@@ -149,7 +182,7 @@ class PublisherConfirms:
         self.unconfirmed.pop(seq, None)
         if not self._recorded:
             channel.connection.mark_dirty(channel)
-        self._recorded.append((seq, ok))
+        self._recorded.append(seq if ok else -seq)
         if ok:
             channel.stats.confirm += 1
 
@@ -176,24 +209,26 @@ class PublisherConfirms:
                 self._in_order = True
         channel_id = channel.id
         out: list[bytes] = []
-        below: list[int] = []
-        for seq, ok in results:
-            if not ok:
+        top = below = 0  # the highest ack below the floor, and how many there are
+        for seq in results:
+            if seq < 0:
                 out.append(
                     method_frame(
-                        channel_id, spec.BasicNack(delivery_tag=seq, multiple=False, requeue=False)
+                        channel_id,
+                        spec.BasicNack(delivery_tag=-seq, multiple=False, requeue=False),
                     )
                 )
             elif floor is None or seq < floor:
-                below.append(seq)
+                below += 1
+                if seq > top:
+                    top = seq
             else:
                 out.append(
                     method_frame(channel_id, spec.BasicAck(delivery_tag=seq, multiple=False))
                 )
         if below:
-            top = max(below)
             out.append(
-                method_frame(channel_id, spec.BasicAck(delivery_tag=top, multiple=len(below) > 1))
+                method_frame(channel_id, spec.BasicAck(delivery_tag=top, multiple=below > 1))
             )
         if out:
             channel.connection.send_many(out)

@@ -5,8 +5,8 @@ same routing key. ``scan_publishes`` walks the frames of one socket read from a
 basic.publish method frame and returns, as one `PublishRun`, every complete
 message that follows on the same channel with the very same method payload
 (exchange, routing key, mandatory) and a simple property list (see
-`simple_delivery_mode`: content-type, message-id and the like, nothing a
-check could refuse): the connection
+`simple_delivery_mode`: content-type, message-id and the like, a flat headers
+table without CC/BCC, nothing a check could refuse): the connection
 then checks, routes and counts them once per run instead of once per message
 (amqp/publishing.py, ``Publishing.publish_run``). Anything else ends the run and is
 handled frame by frame as before: another channel or method, a content header
@@ -178,26 +178,48 @@ def _method_at(data: bytes, pos: int, channel: int, method: bytes, frame_max: in
 
 
 #: Property flags a run may carry beyond delivery-mode: content-type,
-#: content-encoding, priority, correlation-id, message-id, timestamp, type,
-#: app-id. Not headers (CC/BCC, the headers exchange), reply-to (direct
+#: content-encoding, headers (a simple table, see `_simple_table`), priority,
+#: correlation-id, message-id, timestamp, type, app-id. Not reply-to (direct
 #: reply-to's rewrite), expiration (TTL), user-id (checked against the login),
 #: cluster-id, a continued flag word.
-_SIMPLE_FLAGS = 0x8000 | 0x4000 | 0x1000 | 0x0800 | 0x0400 | 0x0080 | 0x0040 | 0x0020 | 0x0008
+_SIMPLE_FLAGS = (
+    0x8000 | 0x4000 | 0x2000 | 0x1000 | 0x0800 | 0x0400 | 0x0080 | 0x0040 | 0x0020 | 0x0008
+)
 _OCTETS = 0x1000 | 0x0800  # delivery-mode, priority
+_HEADERS = 0x2000
 _TIMESTAMP = 0x0040
 _MAX_TIMESTAMP = 253_402_300_799  # the year 9999, as core/table.py
+#: Field types a run's headers may hold, by tag: the fixed sizes (not floats:
+#: a NaN is refused, core/table.py), -1 for a u32-sized string, -2 for a
+#: timestamp (checked against the year 10000). Not nested tables or arrays.
+_FIELD_SIZES: dict[int, int] = {
+    **{ord(t): 1 for t in "tbB"},
+    **{ord(t): 2 for t in "su"},
+    **{ord(t): 4 for t in "Ii"},
+    **{ord(t): 8 for t in "lL"},
+    ord("D"): 5,
+    ord("V"): 0,
+    ord("S"): -1,
+    ord("x"): -1,
+    ord("T"): -2,
+}
 
 
 def simple_delivery_mode(props: bytes) -> int | None:
     """For a property list a run may carry (see _SIMPLE_FLAGS), well formed and
     passing amqp/publishing.py's checks without a word (ASCII short strings,
-    delivery-mode 1 or 2, a timestamp before the year 10000): its
-    delivery-mode (0: none). None for any other list, which goes the slow way."""
+    delivery-mode 1 or 2, a timestamp before the year 10000, a headers table
+    that `_simple_table` takes): its delivery-mode (0: none). None for any
+    other list, which goes the slow way."""
     n = len(props)
     if n < 2:
         return None
     flags = props[0] << 8 | props[1]
     if flags & ~_SIMPLE_FLAGS:
+        return None
+    if flags & _HEADERS and b"CC" in props:
+        # check_message and VHost.publish look for CC/BCC wherever these bytes
+        # are: the slow way decides.
         return None
     at = 2
     mode = 0
@@ -217,6 +239,11 @@ def simple_delivery_mode(props: bytes) -> int | None:
             if n - at < 8 or int.from_bytes(props[at : at + 8], "big") > _MAX_TIMESTAMP:
                 return None
             at += 8
+        elif flag == _HEADERS:
+            end = _simple_table(props, at, n)
+            if end is None:
+                return None
+            at = end
         else:
             if at >= n:
                 return None
@@ -225,6 +252,40 @@ def simple_delivery_mode(props: bytes) -> int | None:
                 return None
             at = end
     return mode if at == n else None
+
+
+def _simple_table(props: bytes, at: int, n: int) -> int | None:
+    """The end of the headers table at ``props[at]`` when it is flat and plain:
+    ASCII keys, values of the types of `_FIELD_SIZES`, lengths that add up
+    (core/table.py's validation passes it without a word). None otherwise:
+    nested tables and arrays, floats, anything malformed go the slow way,
+    which says what is wrong."""
+    if n - at < 4:
+        return None
+    end = at + 4 + int.from_bytes(props[at : at + 4], "big")
+    if end > n:
+        return None
+    at += 4
+    sizes = _FIELD_SIZES
+    while at < end:
+        key_end = at + 1 + props[at]
+        if key_end >= end or not props[at + 1 : key_end].isascii():
+            return None
+        size = sizes.get(props[key_end])
+        at = key_end + 1
+        if size is None:
+            return None
+        if size >= 0:
+            at += size
+        elif end - at < (4 if size == -1 else 8):
+            return None
+        elif size == -1:
+            at += 4 + int.from_bytes(props[at : at + 4], "big")
+        else:
+            if int.from_bytes(props[at : at + 8], "big") > _MAX_TIMESTAMP:
+                return None
+            at += 8
+    return end if at == end else None
 
 
 def _method_ok(method: bytes) -> bool:

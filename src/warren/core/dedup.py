@@ -28,13 +28,17 @@ Usage (an exchange or a queue holds one, built when it is declared)::
 
 from __future__ import annotations
 
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from warren.core.codec_errors import DecodeError
 from warren.core.erlang_format import field_type
 from warren.core.errors import PreconditionFailed
+from warren.core.properties import headers_offset, peek_headers
+from warren.core.table import FIXED_SIZES, decode_field_value
 
 if TYPE_CHECKING:
     from warren.core.message import Message
@@ -55,6 +59,9 @@ DEFAULT_CACHE_SIZE = 128
 DEFAULT_HEADER = "x-deduplication-header"
 #: The per-message header that overrides the cache TTL for that message's key.
 TTL_HEADER = "x-cache-ttl"
+_TTL_NAME = TTL_HEADER.encode()
+_U32 = struct.Struct(">I")
+_LONGSTR, _BYTES = ord("S"), ord("x")
 #: Every argument the deduplicator reads, e.g. for equivalence checks.
 DEDUP_ARGUMENTS = (
     "x-message-deduplication",
@@ -233,6 +240,54 @@ class Deduplicator:
         """Whether the message is a duplicate; if it is not, its key is recorded."""
         found = self._key_and_ttl(msg.headers)
         return False if found is None else self.check(*found)
+
+    def seen_properties(self, props: bytes) -> bool:
+        """seen() for a message with this property list, without a Message or
+        the headers as a dict: only the key's and the TTL's entries are
+        decoded (a publish run's messages, StreamQueue.publish_run)."""
+        try:
+            found = self._raw_key_and_ttl(props)
+        except (DecodeError, IndexError, struct.error):
+            found = self._key_and_ttl(peek_headers(props))  # says what is wrong
+        return False if found is None else self.check(*found)
+
+    def _raw_key_and_ttl(self, props: bytes) -> tuple[Any, int | None] | None:
+        """_key_and_ttl of the headers in ``props``, read where they lie: each
+        top-level entry's key compared as bytes, values skipped by their size
+        (the last entry of a name counts, as in the decoded dict)."""
+        at = headers_offset(props)
+        if at is None:
+            return None
+        end = at + 4 + _U32.unpack_from(props, at)[0]
+        at += 4
+        name = self.header.encode("utf-8", "surrogateescape")
+        value: Any = None
+        ttl: Any = None
+        while at < end:
+            key_end = at + 1 + props[at]
+            key = props[at + 1 : key_end]
+            tag = props[key_end]
+            if key in (name, _TTL_NAME):
+                found, at = decode_field_value(props, key_end)
+                if key == name:
+                    value = found
+                else:
+                    ttl = found
+                continue
+            size = FIXED_SIZES.get(tag)
+            if size is not None:
+                at = key_end + 1 + size
+            elif tag in (_LONGSTR, _BYTES):
+                at = key_end + 5 + _U32.unpack_from(props, key_end + 1)[0]
+            else:
+                at = decode_field_value(props, key_end)[1]
+        if at != end:
+            raise DecodeError("the headers table does not end where it says")
+        if value is None:
+            return None
+        if not isinstance(ttl, int) or isinstance(ttl, bool) or ttl < 0:
+            ttl = None
+        return value, ttl
 
     def entry_of(self, headers: dict[str, Any] | None, seen: float) -> KeyEntry | None:
         """The entry a message with these headers, first seen at ``seen`` (its

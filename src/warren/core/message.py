@@ -81,8 +81,9 @@ class RawRun(Protocol):
 
 class MessageRun:
     """Messages published one after the other to one exchange with one routing
-    key and simple properties, no headers, expiration or reply-to (AMQP's publish runs,
-    amqp/publish_run.py): a queue may take several at once (`Queue.publish_run`)
+    key and simple properties, no expiration or reply-to, headers only as a flat
+    table without CC/BCC (AMQP's publish runs, amqp/publish_run.py): a queue may
+    take several at once (`Queue.publish_run`, a stream's `StreamQueue.publish_run`)
     and a consumer deliver them at once (`Consumer.deliver_run`). ``raw`` holds
     the bytes; a `Message` is made only for a message that needs one."""
 

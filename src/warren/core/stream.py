@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from warren.core.erlang_format import field_type, term_p
 from warren.core.errors import PreconditionFailed
-from warren.core.message import Message
+from warren.core.message import Message, MessageRun
 
 __all__ = [
     "StartSpec",
@@ -73,6 +73,8 @@ class StreamLog(Protocol):
     def directory(self) -> Path: ...
 
     def append(self, msg: Message) -> int: ...
+
+    def append_run(self, run: MessageRun, start: int, stop: int) -> int: ...
 
     def offset_at(self, timestamp_ms: int) -> int: ...
 

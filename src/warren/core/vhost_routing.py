@@ -44,8 +44,9 @@ REJECTED_BY_QUEUE = -1
 
 REPLY_TO_PREFIX = REPLY_TO + "."
 
-#: Exchange types whose route depends on the routing key alone for a message
-#: without headers (VHost.route_run): exact types, so no plugin subclass.
+#: Exchange types whose route depends on the routing key alone (the headers
+#: exchange's: for a message without headers) (VHost.route_run): exact types,
+#: so no plugin subclass.
 _ROUTE_ONCE = frozenset(
     (DefaultExchange, DirectExchange, FanoutExchange, TopicExchange, HeadersExchange)
 )
@@ -202,11 +203,15 @@ class VHostRouting:
 
     def route_run(self, exchange: Exchange, msg: Message) -> list[Queue] | None:
         """The queues of every message in a run of publishes with this message's
-        exchange and routing key and no headers among its properties (see
+        exchange and routing key and simple properties (see
         amqp/publish_run.py), when they depend on nothing else: the built-in
-        exchange types straight to queues, no deduplication, no direct reply-to.
+        exchange types straight to queues (not the headers exchange when the
+        run's messages carry headers), no deduplication, no direct reply-to.
         None: each message must go through `publish` on its own."""
-        if exchange.deduplicator is not None or type(exchange) not in _ROUTE_ONCE:
+        kind = type(exchange)
+        if exchange.deduplicator is not None or kind not in _ROUTE_ONCE:
+            return None
+        if kind is HeadersExchange and msg.properties[0] & 0x20:  # 0x20: headers present
             return None
         if exchange is self.default_exchange:
             if msg.routing_key.startswith(REPLY_TO_PREFIX):

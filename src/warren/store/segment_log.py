@@ -256,6 +256,16 @@ class SegmentLog:
             target = fallocate(self, self._fd, self._allocated, target, needed)
         self._allocated = max(self._allocated, target)
 
+    def room(self) -> int:
+        """How many bytes of records the write segment still takes before
+        make_room starts a new one (a segment not begun yet, or empty: its
+        whole size; any one record fits an empty segment)."""
+        tail = MARK_SIZE if self.version == V2 else 0
+        if not self.write_id or self.write_pos <= self._start:
+            start = V2_HEADER_SIZE if self.version == V2 else V1_HEADER_SIZE
+            return max(0, self.segment_size - start - tail)
+        return max(0, self.segment_size - self.write_pos - tail)
+
     def put(self, rec: bytes) -> int:
         """append()'s second half, right after make_room(len(rec)): its position."""
         pos = self.write_pos

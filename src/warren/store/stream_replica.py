@@ -23,7 +23,7 @@ import mmap
 import os
 from pathlib import Path
 
-from warren.core.message import Message
+from warren.core.message import Message, MessageRun
 from warren.core.properties import peek_headers
 from warren.core.stream import OFFSET_HEADER
 from warren.store.records import CorruptRecord, inspect_record
@@ -147,6 +147,9 @@ class ReplicaStreamStore(StreamStore):
 
     # -- writes belong to the leader (a call is a bug: RuntimeError) ----------------------
     def append(self, msg: Message) -> int:
+        raise RuntimeError(f"{self._dir}: a replica's stream is read-only")
+
+    def append_run(self, run: MessageRun, start: int, stop: int) -> int:
         raise RuntimeError(f"{self._dir}: a replica's stream is read-only")
 
     def apply_retention(

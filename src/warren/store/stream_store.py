@@ -21,16 +21,20 @@ import logging
 import mmap
 import os
 import struct
-from collections.abc import Iterator
+import time
+from array import array
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
-from warren.core.message import Message
+import warren
+from warren.core.message import Message, MessageRun
 from warren.core.properties import edit_properties, peek_headers
 from warren.core.stream import OFFSET_HEADER, TIMESTAMP_HEADER
 from warren.store.records import (
     CorruptRecord,
     encode_message_record,
+    encode_record,
     inspect_record,
 )
 from warren.store.segment_damage import (
@@ -61,6 +65,12 @@ _TIMESTAMP_NAME: Final = _TIMESTAMP_KEY[:-1]
 _ENTRIES_SIZE: Final = len(_OFFSET_KEY) + len(_TIMESTAMP_KEY) + 16
 _HEADERS_BIT: Final = 0x2000
 _CONTINUED_BIT: Final = 0x0001
+
+_native = warren.native_module("_fastpath")
+_encode_stream_records: Callable[..., tuple[bytes, bytes] | None] | None = (
+    None if _native is None else getattr(_native, "encode_stream_records", None)
+)
+_NativeRun: type | None = None if _native is None else _native.PublishRun
 
 
 def stamp_properties(raw: bytes, offset: int, ts: int) -> bytes:
@@ -230,6 +240,79 @@ class StreamStore:
         self._next_offset = offset + 1
         self._dirty = True
         return offset
+
+    def append_run(self, run: MessageRun, start: int, stop: int) -> int:
+        """Store messages ``start .. stop - 1`` of a run of publishes with the next
+        offsets, as ``append`` would one by one (the same records, byte for
+        byte, with the run's one timestamp), encoded together (in C for the C
+        run type) and written in as few pieces as segments they fill; returns
+        the first offset."""
+        ts = run.timestamp
+        if ts is None:
+            ts = int(time.time() * 1000)
+        first = self._next_offset
+        log = self._log
+        while start < stop:
+            offset = self._next_offset
+            recs, ends = self._run_records(run, start, stop, offset, ts, log.seed)
+            # What fits the write segment goes there, the rest into the next
+            # ones, as one message after the other would go (at least one
+            # record: it begins a new segment when it does not fit).
+            room = log.room()
+            if len(recs) > room:
+                k = max(1, bisect.bisect_right(ends, room))
+                recs, ends = recs[: ends[k - 1]], ends[:k]
+            count = len(ends)
+            if log.make_room(len(recs)) or self._next_offset != offset:
+                offset = self._next_offset  # a new segment, or records lost: again
+                recs, ends = self._run_records(run, start, start + count, offset, ts, log.seed)
+            seq = log.put(recs)
+            segs = self._segs
+            if not segs or segs[-1].id != seq >> 32:
+                seg = _StreamSegment(seq >> 32, offset, ts)
+                segs.append(seg)
+                self._firsts.append(offset)
+            else:
+                seg = segs[-1]
+            seg.count += count
+            seg.bytes += len(recs)
+            if ts > seg.last_ts:
+                seg.last_ts = ts
+            self._bytes += len(recs)
+            self._next_offset = offset + count
+            self._dirty = True
+            start += count
+        return first
+
+    @staticmethod
+    def _run_records(
+        run: MessageRun, start: int, stop: int, offset: int, ts: int, seed: int
+    ) -> tuple[bytes, array[int]]:
+        """The records of a run's messages ``start .. stop - 1`` stamped with
+        offsets from ``offset`` on (as _record stamps one), back to back, and
+        where each ends. In C for the C run type (warren._fastpath's
+        encode_stream_records), this loop otherwise (and for properties whose
+        headers already name x-stream-offset or x-stream-timestamp)."""
+        raw = run.raw
+        ends = array("I")
+        if _encode_stream_records is not None and type(raw) is _NativeRun:
+            done = _encode_stream_records(raw, start, stop, run.ex_rk, ts, offset, seed)
+            if done is not None:
+                ends.frombytes(done[1])
+                return done[0], ends
+        ex_rk = run.ex_rk
+        ex_len = ex_rk[0]
+        exchange = ex_rk[1 : 1 + ex_len]
+        routing_key = ex_rk[2 + ex_len :]
+        parts: list[bytes] = []
+        at = 0
+        for i in range(start, stop):
+            props = stamp_properties(raw.properties(i), offset + i - start, ts)
+            rec = encode_record(exchange, routing_key, props, raw.body(i), ts, seed)
+            parts.append(rec)
+            at += len(rec)
+            ends.append(at)
+        return b"".join(parts), ends
 
     def _records_lost(self, segment_id: int, start: int, data: bytes) -> int:
         """The log's on_lost: a write-out failed (a full disk) and the newest
