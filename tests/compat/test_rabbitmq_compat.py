@@ -77,14 +77,6 @@ _LOGIN_REFUSED = (
     "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. "
     "For details see the broker logfile."
 )
-_QUORUM_REFUSED = {
-    "closed": "channel",
-    "reply_code": 406,
-    "reply_text": (
-        "PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue 'compat-q-quorum' in "
-        "vhost '/': queue type 'quorum' is not supported by Warren"
-    ),
-}
 _CLOSE_OK_THEN_EOF = {
     "received": [{"channel": 0, "frame": "Connection.CloseOk"}],
     "socket": "closed",
@@ -143,12 +135,6 @@ DELIBERATE_DIFFERENCES: dict[str, str] = {
     "method_unknown_method": (
         "RabbitMQ's connection crashes (socket dropped, no close); Warren sends 540"
     ),
-    "queue_declare_quorum_durable": (
-        "Warren has no quorum queues and refuses x-queue-type=quorum with a clear 406 "
-        "instead of declaring a classic queue in its place"
-    ),
-    "queue_declare_quorum_non_durable": "Warren has no quorum queues: the same clear 406",
-    "queue_declare_quorum_exclusive": "Warren has no quorum queues: the same clear 406",
     "tune_channel_max_above_server": (
         "RabbitMQ drops the socket silently 3 s later; Warren sends 530 at once"
     ),
@@ -318,9 +304,6 @@ WARREN_EXPECTED: dict[str, Observation] = {
     "method_unknown_method": _connection_close(
         540, "NOT_IMPLEMENTED - unknown method class 60 method 99", 60, 99
     ),
-    "queue_declare_quorum_durable": _QUORUM_REFUSED,
-    "queue_declare_quorum_non_durable": _QUORUM_REFUSED,
-    "queue_declare_quorum_exclusive": _QUORUM_REFUSED,
     "tune_channel_max_above_server": _connection_close(
         530, "NOT_ALLOWED - channel_max=65535 > 2047 max size", 10, 31
     ),

@@ -346,6 +346,10 @@ class Channel(Publishing):
             raise NotAllowed(f"reached maximum ({self._max_consumers}) of consumers per channel")
         q = self.get_queue(method.queue)
         self.check(READ, "queue", q.name)
+        if self.global_prefetch_count and q.queue_type == "quorum":  # as RabbitMQ 3.10-4.x
+            raise NotImplemented_(
+                f"queue '{q.name}' in vhost '{self.vhost.name}' does not support global qos"
+            )
         args = method.arguments or {}
         priority = args.get("x-priority", 0)
         if isinstance(priority, bool) or not isinstance(priority, int):

@@ -64,6 +64,9 @@ class Queue(QueueFeatures):
     #: Whether every message is stored durably, whatever its delivery-mode (streams):
     #: a publisher confirm then always waits for the sync.
     keeps_every_message: ClassVar[bool] = False
+    #: The management API's type, and RabbitMQ's module of that type (in its texts).
+    queue_type: ClassVar[str] = "classic"
+    queue_module: ClassVar[str] = "rabbit_classic_queue"
 
     def __init__(
         self,
@@ -401,7 +404,7 @@ class Queue(QueueFeatures):
         if "x-stream-offset" in consumer.arguments:
             raise PreconditionFailed(
                 f"invalid arg 'x-stream-offset' for queue '{self.name}' in vhost "
-                f"'{self.vhost.name}' of queue type rabbit_classic_queue"
+                f"'{self.vhost.name}' of queue type {self.queue_module}"
             )
         if self.consumers and (consumer.exclusive or any(c.exclusive for c in self.consumers)):
             raise AccessRefused(

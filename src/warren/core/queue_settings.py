@@ -41,7 +41,7 @@ def argument_settings(arguments: dict[str, Any]) -> dict[str, Any]:
         value = _int(arguments.get("x-" + key))
         if value is not None:
             settings[key] = value
-    for key in ("overflow", "dead-letter-exchange", "dead-letter-routing-key"):
+    for key in ("overflow", "dead-letter-exchange", "dead-letter-routing-key", "dead-letter-strategy"):
         text = _text(arguments.get("x-" + key))
         if text is not None:
             settings[key] = text

@@ -126,6 +126,8 @@ class StreamQueue(Queue):
     """A durable, append-only queue read by offset; see the module docstring."""
 
     keeps_every_message = True
+    queue_type = "stream"
+    queue_module = "rabbit_stream_queue"
 
     def __init__(
         self,

@@ -262,14 +262,15 @@ async def exchange_bindings_destination(ctx: Ctx) -> web.StreamResponse:
 
 async def list_queues(ctx: Ctx) -> web.StreamResponse:
     queues = [q for v in _vhosts(ctx) for q in v.queues.values()]
-    items = await build(queues, formats.queue_info)
+    members = formats.replicas(ctx.node.cluster_status)
+    items = await build(queues, lambda q: formats.queue_info(q, members))
     return await list_response(ctx, items)
 
 
 async def get_queue(ctx: Ctx) -> web.StreamResponse:
     vhost = ctx.vhost(ctx.params[0])
     q = _queue(vhost, ctx.params[1])
-    info = formats.queue_info(q)
+    info = formats.queue_info(q, formats.replicas(ctx.node.cluster_status))
     info["consumer_details"] = [c for c in _consumers_of(ctx, q)]
     info["incoming"] = []
     info["deliveries"] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
@@ -39,7 +40,24 @@ EXCHANGE_TYPES = (
 
 
 def queue_type(q: Queue) -> str:
-    return "stream" if isinstance(q, StreamQueue) else "classic"
+    return q.queue_type
+
+
+def replicas(cluster: Callable[[], dict[str, Any]] | None) -> dict[str, Any]:
+    """A replicated queue's leader, members and online members: this node alone,
+    or in a cluster the leader and its followers (all of them hold every durable
+    queue), online being the in-sync ones (docs/clustering.md)."""
+    status = cluster() if cluster is not None else None
+    if not status or not status.get("enabled"):
+        me = node_name()
+        return {"leader": me, "members": [me], "online": [me]}
+    leader = status.get("node")
+    followers = [f.get("node") for f in status.get("followers", ())]
+    return {
+        "leader": leader,
+        "members": sorted({leader, *followers} - {None}),
+        "online": list(status.get("in_sync_replicas") or [leader]),
+    }
 
 
 def queue_counts(q: Queue) -> tuple[int, int]:
@@ -47,7 +65,9 @@ def queue_counts(q: Queue) -> tuple[int, int]:
     return q.message_count, max(0, q.unacked)
 
 
-def queue_info(q: Queue) -> dict[str, Any]:
+def queue_info(q: Queue, replica_info: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A queue's JSON; ``replica_info``: what :func:`replicas` says of the node
+    (a quorum queue's leader and members; None: a single node's)."""
     ready, unacked = queue_counts(q)
     ready_bytes = q.store.ready_bytes
     active = q.active_consumer
@@ -84,6 +104,8 @@ def queue_info(q: Queue) -> dict[str, Any]:
     if isinstance(q, StreamQueue):
         info["members"] = [node_name()]
         info["leader"] = node_name()
+    elif q.queue_type == "quorum":
+        info.update(replica_info or replicas(None))
     stats = q.stats.as_dict()
     if stats:
         info["message_stats"] = stats
