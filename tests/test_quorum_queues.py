@@ -449,3 +449,27 @@ def test_management_api_shows_type_leader_members_online(broker: BrokerThread) -
     assert (info["leader"], info["members"], info["online"]) == (node, [node], [node])
     assert info["arguments"] == {"x-queue-type": "quorum"}
     assert (info["durable"], info["exclusive"], info["auto_delete"]) == (True, False, False)
+
+
+def test_definitions_export_and_import_keep_the_type(tmp_path: Path) -> None:
+    first = start_broker(tmp_path / "one")
+    try:
+        conn = connect(first)
+        quorum(conn.channel(), "orders", **{"x-delivery-limit": 4})
+        conn.close()
+        exported = first.call(lambda: first.broker.export_definitions())
+    finally:
+        first.stop()
+    (entry,) = [q for q in exported["queues"] if q["name"] == "orders"]
+    assert entry["type"] == "quorum"
+    assert entry["arguments"] == {"x-queue-type": "quorum", "x-delivery-limit": 4}
+    # RabbitMQ's exports may carry the type without the argument: both are read.
+    entry = {**entry, "arguments": {"x-delivery-limit": 4}}
+    second = start_broker(tmp_path / "two")
+    try:
+        second.call(lambda: second.broker.import_definitions({"queues": [entry]}))
+        queue = second.broker.vhosts["/"].queues["orders"]
+        assert queue.queue_type == "quorum"
+        assert queue.arguments == {"x-queue-type": "quorum", "x-delivery-limit": 4}
+    finally:
+        second.stop()

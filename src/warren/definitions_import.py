@@ -389,6 +389,9 @@ def _queue_steps(broker: Node, entry: Entry, vhost: str) -> list[Callable[[], No
     durable = entry.flag("durable", True)
     auto_delete = entry.flag("auto_delete", False)
     arguments = entry.arguments()
+    qtype = entry.rec.get("type")
+    if qtype in ("quorum", "stream") and "x-queue-type" not in arguments:
+        arguments["x-queue-type"] = qtype  # the export's type field, as RabbitMQ reads it
     # A stream's or quorum queue's arguments are checked when it is declared.
     if not (is_stream(arguments) or is_quorum(arguments)):
         wrap_errors(entry, lambda: validate_queue_arguments(name, vhost, arguments))
