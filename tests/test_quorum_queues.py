@@ -192,6 +192,30 @@ def test_default_delivery_limit_is_twenty_then_dead_lettered(broker: BrokerThrea
     conn.close()
 
 
+def test_header_counts_nacks_the_limit_counts_every_return(broker: BrokerThread) -> None:
+    """RabbitMQ 4.x: x-delivery-count counts basic.nack/reject returns; a channel
+    closed with the message unacked counts towards the limit only."""
+    conn = connect(broker)
+    q = uniq()
+    quorum(conn.channel(), q, **{"x-delivery-limit": 3})
+    conn.channel().basic_publish("", q, b"m")
+    seen = []
+    for explicit in (False, True, False, True):
+        ch = conn.channel()
+        method, props, _body = ch.basic_get(q)
+        assert method is not None
+        seen.append((props.headers or {}).get("x-delivery-count"))
+        if explicit:
+            ch.basic_nack(method.delivery_tag, requeue=True)
+            barrier(ch)
+        ch.close()  # returns what is still unacked
+    # Returns so far: none, close, close+nack, close+nack+close; the fourth return
+    # (a nack) is one over the limit of 3.
+    assert seen == [None, None, 1, 1]
+    assert count(conn.channel(), q) == 0
+    conn.close()
+
+
 def test_poison_message_without_dead_letter_exchange_is_dropped(broker: BrokerThread) -> None:
     conn = connect(broker)
     ch = conn.channel()

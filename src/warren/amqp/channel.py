@@ -471,7 +471,11 @@ class Channel(Publishing):
                 consumer.unacked_bytes -= size
 
     def _settle(
-        self, taken: list[tuple[int, Unacked]], runs: list[UnackedRun], requeue: bool | None
+        self,
+        taken: list[tuple[int, Unacked]],
+        runs: list[UnackedRun],
+        requeue: bool | None,
+        explicit: bool = True,
     ) -> None:
         """Ack (requeue None) or reject the taken deliveries, then refill consumers."""
         queues: dict[int, Queue] = {}
@@ -505,7 +509,7 @@ class Channel(Publishing):
                     key=lambda item: item[0],
                 )
             for _, (queue, seq, msg, _consumer, _size) in taken:
-                queue.reject(seq, msg, requeue)
+                queue.reject(seq, msg, requeue, explicit)
                 queues[id(queue)] = queue
         if self.global_prefetch_count or self.global_prefetch_size:
             self.resume_delivery()
@@ -570,7 +574,7 @@ class Channel(Publishing):
         if not requeue:
             raise NotImplemented_("requeue=false")
         taken, runs = self._take_unacked(0, True)
-        self._settle(taken, runs, True)
+        self._settle(taken, runs, True, explicit=False)
 
     # -- confirm class ------------------------------------------------------------------
     def _confirm_select(self, method: spec.ConfirmSelect) -> None:

@@ -54,6 +54,7 @@ class QuorumQueue(Queue):
     keeps_every_message: ClassVar[bool] = True
     queue_type: ClassVar[str] = "quorum"
     queue_module: ClassVar[str] = "rabbit_quorum_queue"
+    count_explicit_returns: ClassVar[bool] = True
 
     def __init__(
         self, vhost: VHost, name: str, store: MessageStore, arguments: dict[str, Any]
