@@ -216,6 +216,23 @@ def test_header_counts_nacks_the_limit_counts_every_return(broker: BrokerThread)
     conn.close()
 
 
+def test_counts_survive_a_policy_change(broker: BrokerThread) -> None:
+    """A queue with only a delivery limit takes the plain path until a message
+    comes back; a policy applied after that keeps the counts in force."""
+    conn = connect(broker)
+    ch = conn.channel()
+    q = uniq()
+    quorum(ch, q, **{"x-delivery-limit": 2})
+    for body in (b"a", b"b"):
+        ch.basic_publish("", q, body)
+    assert returns(ch, q, 1) == [None]
+    broker.call(lambda: _set_policy(broker, "qq-expires", f"^{q}$", {"expires": 600_000}))
+    assert returns(ch, q, 2) == [1, 2]  # "a" again: its third return is one too many
+    method, props, body = ch.basic_get(q, auto_ack=True)
+    assert (body, props.headers) == (b"b", None)
+    conn.close()
+
+
 def test_poison_message_without_dead_letter_exchange_is_dropped(broker: BrokerThread) -> None:
     conn = connect(broker)
     ch = conn.channel()

@@ -1,9 +1,9 @@
 """A queue: ordered messages behind a store, and the consumers it delivers to.
 
-A queue with none of the optional behaviours (TTL, length limits, dead-letter
-exchange, delivery limit, single active consumer, deduplication) takes the
-plain path: publish appends or hands the message to a free consumer, nothing
-else. The features live in the ``_featured`` methods, so that the common case
+A queue with none of the optional behaviours (TTL, length limits, single
+active consumer, deduplication; a delivery limit once a message has come back)
+takes the plain path: publish appends or hands the message to a free
+consumer, nothing else. The features live in the ``_featured`` methods, so that the common case
 pays one flag test for them; limits, TTL, dead-lettering and x-expires are the
 base class's (core/queue_features.py).
 """
@@ -200,7 +200,7 @@ class Queue(QueueFeatures):
             self._ttl is not None
             or self._max_length is not None
             or self._max_bytes is not None
-            or self._delivery_limit is not None
+            or bool(self._delivery_counts)  # a delivery limit alone: until a return
             or self._single_active
             or self._dedup is not None
             or self._has_expiring
@@ -638,7 +638,7 @@ class Queue(QueueFeatures):
         reason = dl.REJECTED
         if requeue:
             refusal = None
-            if not self._plain:
+            if not self._plain or self._delivery_limit is not None:
                 now = now_ms()
                 refusal = self._requeue_refusal(seq, msg, now, explicit)
             if refusal is None:
@@ -669,6 +669,7 @@ class Queue(QueueFeatures):
             if (packed & _RETURNS) + 1 > limit:
                 return dl.DELIVERY_LIMIT
             self._delivery_counts[seq] = packed + (_EXPLICIT_RETURN + 1 if explicit else 1)
+            self._plain = False  # redeliveries carry their count (_take)
         return None
 
     def purge(self) -> int:
