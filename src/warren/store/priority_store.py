@@ -346,6 +346,8 @@ class PriorityStore:
 QUORUM_HIGH = 1
 #: Priorities above this are high in a quorum queue; none and 0..4 are normal.
 QUORUM_NORMAL_MAX = 4
+# The priority property's bit (1 << 11 of the flags) in their first byte.
+_PRIORITY_FLAG_BYTE = 0x08
 #: High-priority messages delivered for each normal one while both wait.
 QUORUM_HIGH_PER_NORMAL = 2
 
@@ -368,8 +370,11 @@ class QuorumPriorityStore(PriorityStore):
         self._high_streak = 0
 
     def _level_of(self, msg: Message) -> int:
+        props = msg.properties
+        if not props or not props[0] & _PRIORITY_FLAG_BYTE:
+            return 0  # no priority property: normal, without parsing the flags
         try:
-            priority = peek_priority(msg.properties)
+            priority = peek_priority(props)
         except DecodeError:
             return 0
         return QUORUM_HIGH if priority is not None and priority > QUORUM_NORMAL_MAX else 0
