@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -472,6 +473,37 @@ def test_transient_messages_survive_a_restart(restartable: Callable[[], BrokerTh
         "received none but current is the value '7' of type 'signedint'"
     )
     conn.close()
+
+
+def _api(broker: BrokerThread, method: str, path: str) -> tuple[int, Any]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{broker.http_port}/api/{path}",
+        method=method,
+        headers={"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()},
+    )
+    try:
+        with urllib.request.urlopen(request) as response:
+            body = response.read()
+            return response.status, json.loads(body) if body else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_management_api_delete_if_unused_has_rabbitmqs_answer(broker: BrokerThread) -> None:
+    conn = connect(broker)
+    q = uniq()
+    quorum(conn.channel(), q)
+    conn.close()
+    for flag in ("if-unused", "if-empty"):
+        assert _api(broker, "DELETE", f"queues/%2F/{q}?{flag}=true") == (
+            400,
+            {
+                "error": "bad_request",
+                "reason": f"cannot delete queue '{q}' in vhost '/'. queue.delete operations "
+                f"with {flag} flag set are not supported by quorum queues",
+            },
+        )
+    assert _api(broker, "DELETE", f"queues/%2F/{q}") == (204, None)
 
 
 def test_management_api_shows_type_leader_members_online(broker: BrokerThread) -> None:

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from warren.core.codec_errors import DecodeError
 from warren.core.commit import NOT_STORED, Commit, NotStored
+from warren.core.errors import NotImplemented_
 from warren.core.exchange import Binding, Exchange
 from warren.core.message import Message
 from warren.core.names import strip_cr_lf, to_bytes
@@ -317,9 +318,14 @@ async def delete_queue(ctx: Ctx) -> web.StreamResponse:
     vhost = ctx.vhost(vhost_name)
     _queue(vhost, name)
     ctx.check(vhost_name, CONFIGURE, "queue", name)
-    vhost.delete_queue(
-        name, if_unused=flag(ctx.query.get("if-unused")), if_empty=flag(ctx.query.get("if-empty"))
-    )
+    try:
+        vhost.delete_queue(
+            name,
+            if_unused=flag(ctx.query.get("if-unused")),
+            if_empty=flag(ctx.query.get("if-empty")),
+        )
+    except NotImplemented_ as exc:  # a quorum queue's if-unused: RabbitMQ's text alone
+        raise bad_request(exc.text) from None
     return web.Response(status=204)
 
 
