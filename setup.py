@@ -57,6 +57,7 @@ COMPILED_MODULES = [
     "warren.core.queue",
     "warren.core.queue_features",
     "warren.core.queue_settings",
+    "warren.core.quorum_queue",
     "warren.core.stats",
     "warren.core.stream",
     "warren.core.stream_queue",

@@ -88,10 +88,6 @@ def refusal(arguments: dict[str, Any]) -> str:
             {"x-max-in-memory-length": 5},
             f"invalid arg 'x-max-in-memory-length' for {Q} of queue type rabbit_classic_queue",
         ),
-        (
-            {"x-queue-type": "quorum"},
-            f"invalid arg 'x-queue-type' for {Q}: queue type 'quorum' is not supported by Warren",
-        ),
         # RabbitMQ runs its checks in a fixed order, not in the table's.
         (
             {"x-max-length": -1, "x-expires": 0},

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from warren import __version__
-from warren.core.queue_arguments import is_stream
 from warren.json_tables import to_json_table
 
 if TYPE_CHECKING:
@@ -91,7 +90,7 @@ def export_definitions(broker: Node) -> dict[str, Any]:
                     "durable": q.durable,
                     "auto_delete": q.auto_delete,
                     "arguments": to_json_table(q.arguments),
-                    "type": "stream" if is_stream(q.arguments) else "classic",
+                    "type": q.queue_type,
                 }
             )
         for ex in v.exchanges.values():

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from warren.core.exchange import exchange_class
 from warren.core.policies import Policy, validate_policy
-from warren.core.queue_arguments import is_stream, validate_queue_arguments
+from warren.core.queue_arguments import is_quorum, is_stream, validate_queue_arguments
 from warren.core.runtime_parameters import is_int, validate_limits
 from warren.core.users import (
     HASHING_ALGORITHMS,
@@ -389,7 +389,11 @@ def _queue_steps(broker: Node, entry: Entry, vhost: str) -> list[Callable[[], No
     durable = entry.flag("durable", True)
     auto_delete = entry.flag("auto_delete", False)
     arguments = entry.arguments()
-    if not is_stream(arguments):  # a stream's arguments are checked when it is declared
+    qtype = entry.rec.get("type")
+    if qtype in ("quorum", "stream") and "x-queue-type" not in arguments:
+        arguments["x-queue-type"] = qtype  # the export's type field, as RabbitMQ reads it
+    # A stream's or quorum queue's arguments are checked when it is declared.
+    if not (is_stream(arguments) or is_quorum(arguments)):
         wrap_errors(entry, lambda: validate_queue_arguments(name, vhost, arguments))
 
     def declare() -> None:

@@ -17,9 +17,9 @@ from typing import Any
 from warren.config import Config
 from warren.core.store import MessageStore
 from warren.core.stream import StreamLog
-from warren.core.vhost import VHost
+from warren.core.vhost import QUORUM, VHost
 from warren.store.layout import DataDir
-from warren.store.priority_store import PriorityStore, level_name
+from warren.store.priority_store import PriorityStore, QuorumPriorityStore, level_name
 from warren.store.segment_store import SegmentStore
 from warren.store.stream_store import StreamStore
 
@@ -40,7 +40,9 @@ class StoreFactory:
     def queue_store(
         self, vhost: VHost, queue: str, persistent: bool, max_priority: int
     ) -> MessageStore:
-        """A queue's store (VHost's store_factory)."""
+        """A queue's store (VHost's store_factory; max_priority QUORUM: a quorum
+        queue's, whose every message survives a restart, whatever its
+        delivery-mode, in two priority levels)."""
         layout = self.layout
         directory = (
             layout.queue_dir(vhost.name, queue)
@@ -48,6 +50,16 @@ class StoreFactory:
             else layout.transient_queue_dir(vhost.name, queue)
         )
         segment_size = self.config.segment_size
+        if max_priority == QUORUM:
+            return QuorumPriorityStore(
+                lambda level: SegmentStore(
+                    directory / level_name(level),
+                    segment_size,
+                    persistent_only_on_recovery=False,
+                    delivered_mark=self._delivered_mark(directory / level_name(level)),
+                ),
+                directory,
+            )
         if max_priority:
             # One segment store per priority level used, in <queue dir>/p<level>.
             return PriorityStore(

@@ -77,14 +77,6 @@ _LOGIN_REFUSED = (
     "ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN. "
     "For details see the broker logfile."
 )
-_QUORUM_REFUSED = {
-    "closed": "channel",
-    "reply_code": 406,
-    "reply_text": (
-        "PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue 'compat-q-quorum' in "
-        "vhost '/': queue type 'quorum' is not supported by Warren"
-    ),
-}
 _CLOSE_OK_THEN_EOF = {
     "received": [{"channel": 0, "frame": "Connection.CloseOk"}],
     "socket": "closed",
@@ -143,12 +135,6 @@ DELIBERATE_DIFFERENCES: dict[str, str] = {
     "method_unknown_method": (
         "RabbitMQ's connection crashes (socket dropped, no close); Warren sends 540"
     ),
-    "queue_declare_quorum_durable": (
-        "Warren has no quorum queues and refuses x-queue-type=quorum with a clear 406 "
-        "instead of declaring a classic queue in its place"
-    ),
-    "queue_declare_quorum_non_durable": "Warren has no quorum queues: the same clear 406",
-    "queue_declare_quorum_exclusive": "Warren has no quorum queues: the same clear 406",
     "tune_channel_max_above_server": (
         "RabbitMQ drops the socket silently 3 s later; Warren sends 530 at once"
     ),
@@ -278,6 +264,33 @@ STREAM_DIFFERENCES: dict[str, str] = {
 }
 DELIBERATE_DIFFERENCES.update(STREAM_DIFFERENCES)
 
+
+def _without_first_delivery_count(observation: Observation, key: str) -> Observation:
+    """A recorded quorum queue get, less the x-delivery-count: 0 of a first delivery."""
+    copy: Observation = json.loads(json.dumps(observation))
+    props = copy[key]["properties"]
+    del props["headers"]["x-delivery-count"]
+    if not props["headers"]:
+        del props["headers"]
+    return copy
+
+
+#: Quorum queue scenarios where Warren follows RabbitMQ 4.x, which changed what
+#: 3.10 (the recording) does (docs/quorum-queues.md).
+QUORUM_DIFFERENCES: dict[str, str] = {
+    "quorum_delivery_limit": (
+        "RabbitMQ 4.x puts x-delivery-count only on redeliveries; 3.10 also sets it to 0 "
+        "on the first delivery"
+    ),
+    "quorum_transient_message": "4.x: no x-delivery-count on a first delivery (3.10: 0)",
+    "quorum_message_expired": "4.x: no x-delivery-count on a first delivery (3.10: 0)",
+    "quorum_priorities": (
+        "RabbitMQ 4.x's quorum queues have two priorities (above 4: high), served two high "
+        "for one normal; 3.10's deliver in publication order"
+    ),
+}
+DELIBERATE_DIFFERENCES.update(QUORUM_DIFFERENCES)
+
 #: Warren's own observation for each deliberate difference.
 WARREN_EXPECTED: dict[str, Observation] = {
     "exchange_declare_unknown_type": {
@@ -318,9 +331,6 @@ WARREN_EXPECTED: dict[str, Observation] = {
     "method_unknown_method": _connection_close(
         540, "NOT_IMPLEMENTED - unknown method class 60 method 99", 60, 99
     ),
-    "queue_declare_quorum_durable": _QUORUM_REFUSED,
-    "queue_declare_quorum_non_durable": _QUORUM_REFUSED,
-    "queue_declare_quorum_exclusive": _QUORUM_REFUSED,
     "tune_channel_max_above_server": _connection_close(
         530, "NOT_ALLOWED - channel_max=65535 > 2047 max size", 10, 31
     ),
@@ -374,6 +384,17 @@ WARREN_EXPECTED: dict[str, Observation] = {
     **json.loads(
         EXPECTED_PATH.with_name("warren_expected_streams.json").read_text(encoding="utf-8")
     ),
+    "quorum_delivery_limit": {
+        **EXPECTED["quorum_delivery_limit"],
+        "deliveries": [[False, None], [True, 1], [True, 2]],
+    },
+    "quorum_transient_message": _without_first_delivery_count(
+        EXPECTED["quorum_transient_message"], "get"
+    ),
+    "quorum_message_expired": _without_first_delivery_count(
+        EXPECTED["quorum_message_expired"], "get"
+    ),
+    "quorum_priorities": {"order": ["p9", "p7", "none", "p2"]},
 }
 
 #: Queue features Warren has not built yet: these scenarios are expected to differ

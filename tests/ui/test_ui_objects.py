@@ -264,6 +264,31 @@ def test_add_stream_queue(logged_in: Page, ui_server: UIServer, console: Console
     assert console.errors == []
 
 
+def test_add_quorum_queue_and_see_its_members(
+    logged_in: Page, ui_server: UIServer, console: Console
+) -> None:
+    page = logged_in
+    name = unique("ui-quorum")
+    page.locator("#nav a[href='#/queues']").click()
+    form = page.locator("#add-queue")
+    form.locator("select[name=queue_type]").select_option("quorum")
+    expect(form.locator("select[name=durable]")).to_be_disabled()
+    form.locator("input[name=name]").fill(name)
+    form.locator("button[type=submit]").click()
+    try:
+        expect_flash(page, f"Queue {name} added.")
+        row = page.locator(f"tr[data-queue='{name}']")
+        expect(row).to_contain_text("quorum")
+        queue = ui_server.api("GET", f"/queues/%2F/{name}")
+        assert queue["arguments"]["x-queue-type"] == "quorum"
+        page.goto(f"{ui_server.url}/#/queues/%2F/{name}")
+        expect(page.locator("main")).to_contain_text("Leader")
+        expect(page.locator("main")).to_contain_text(queue["leader"])
+    finally:
+        ui_server.api("DELETE", f"/queues/%2F/{name}")
+    assert console.errors == []
+
+
 def test_missing_object_page(logged_in: Page, ui_server: UIServer, console: Console) -> None:
     page = logged_in
     page.goto(f"{ui_server.url}/#/queues/%2F/{unique('ui-absent')}")

@@ -60,6 +60,7 @@ AREAS = (
     "stream_declare",
     "stream_consume",
     "stream_ops",
+    "quorum",
 )
 for _area in AREAS:
     importlib.import_module(f"{__name__}.{_area}")

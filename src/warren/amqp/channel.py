@@ -348,6 +348,10 @@ class Channel(Publishing):
             raise NotAllowed(f"reached maximum ({self._max_consumers}) of consumers per channel")
         q = self.get_queue(method.queue)
         self.check(READ, "queue", q.name)
+        if self.global_prefetch_count and q.queue_type == "quorum":  # as RabbitMQ 3.10-4.x
+            raise NotImplemented_(
+                f"queue '{q.name}' in vhost '{self.vhost.name}' does not support global qos"
+            )
         args = method.arguments or {}
         priority = args.get("x-priority", 0)
         if isinstance(priority, bool) or not isinstance(priority, int):
@@ -469,7 +473,11 @@ class Channel(Publishing):
                 consumer.unacked_bytes -= size
 
     def _settle(
-        self, taken: list[tuple[int, Unacked]], runs: list[UnackedRun], requeue: bool | None
+        self,
+        taken: list[tuple[int, Unacked]],
+        runs: list[UnackedRun],
+        requeue: bool | None,
+        explicit: bool = True,
     ) -> None:
         """Ack (requeue None) or reject the taken deliveries, then refill consumers."""
         queues: dict[int, Queue] = {}
@@ -503,7 +511,7 @@ class Channel(Publishing):
                     key=lambda item: item[0],
                 )
             for _, (queue, seq, msg, _consumer, _size) in taken:
-                queue.reject(seq, msg, requeue)
+                queue.reject(seq, msg, requeue, explicit)
                 queues[id(queue)] = queue
         if self.global_prefetch_count or self.global_prefetch_size:
             self.resume_delivery()
@@ -568,7 +576,7 @@ class Channel(Publishing):
         if not requeue:
             raise NotImplemented_("requeue=false")
         taken, runs = self._take_unacked(0, True)
-        self._settle(taken, runs, True)
+        self._settle(taken, runs, True, explicit=False)
 
     # -- confirm class ------------------------------------------------------------------
     def _confirm_select(self, method: spec.ConfirmSelect) -> None:

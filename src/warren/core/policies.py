@@ -28,6 +28,7 @@ __all__ = [
     "OPERATOR_POLICY_KEYS",
     "POLICY_KEYS",
     "QUEUE_SETTING_KEYS",
+    "QUORUM_UNSUPPORTED_KEYS",
     "Policy",
     "best_match",
     "effective_definition",
@@ -95,7 +96,8 @@ _CORE_CHECKS: dict[str, Callable[[Any], str | None]] = {
         _one_of("drop-head", "reject-publish", "reject-publish-dlx"),
         "is not a valid overflow value",
     ),
-    "delivery-limit": _check(_int_at_least(0), "is not a valid delivery limit"),
+    # RabbitMQ 4.x: a negative limit lifts a quorum queue's default one.
+    "delivery-limit": _check(is_int, "is not a valid delivery limit"),
     "max-age": _check(_valid_max_age, "is not a valid max age"),
     "stream-max-segment-size-bytes": _check(
         lambda v: is_int(v) and 0 <= v <= _MAX_SEGMENT_SIZE, "is not a valid segment size"
@@ -158,6 +160,20 @@ CLASSIC_UNSUPPORTED_KEYS = frozenset(
         "queue-leader-locator",
         "initial-cluster-size",
         "dead-letter-strategy",
+    }
+)
+
+#: A policy setting any of these applies to no quorum queue
+#: (rabbit_quorum_queue:capabilities/0, unsupported_policies).
+QUORUM_UNSUPPORTED_KEYS = frozenset(
+    {
+        "max-priority",
+        "queue-mode",
+        *_HA_KEYS,
+        _QUEUE_MASTER_LOCATOR,
+        "max-age",
+        "stream-max-segment-size-bytes",
+        "initial-cluster-size",
     }
 )
 
@@ -287,17 +303,22 @@ class Policy:
     def get(self, key: str, default: Any = None) -> Any:
         return self.definition.get(key, default)
 
-    def matches(self, kind: str, name: str) -> bool:
+    def matches(self, kind: str, name: str, queue_type: str = "classic") -> bool:
         """Whether this policy applies to the ``kind`` ("queue" or "exchange") named ``name``.
 
         The pattern is searched for anywhere in the name (``re:run``), and a
-        policy setting a key classic queues do not support applies to no
-        queue at all: Warren's queues are classic queues.
+        policy setting a key the queue's type does not support applies to no
+        queue of that type (quorum queues: QUORUM_UNSUPPORTED_KEYS; the others
+        are classic queues here).
         """
         if self.apply_to != "all" and self.apply_to != kind + "s":
             return False
-        if kind == "queue" and not CLASSIC_UNSUPPORTED_KEYS.isdisjoint(self.definition):
-            return False
+        if kind == "queue":
+            unsupported = (
+                QUORUM_UNSUPPORTED_KEYS if queue_type == "quorum" else CLASSIC_UNSUPPORTED_KEYS
+            )
+            if not unsupported.isdisjoint(self.definition):
+                return False
         return self.regex.search(name) is not None
 
     def as_json(self) -> dict[str, Any]:
@@ -354,7 +375,9 @@ def validate_policy(
     )
 
 
-def best_match(policies: Iterable[Policy], kind: str, name: str) -> Policy | None:
+def best_match(
+    policies: Iterable[Policy], kind: str, name: str, queue_type: str = "classic"
+) -> Policy | None:
     """The matching policy of highest priority.
 
     RabbitMQ breaks a tie between equal priorities by its table's hash order
@@ -363,7 +386,7 @@ def best_match(policies: Iterable[Policy], kind: str, name: str) -> Policy | Non
     """
     best: Policy | None = None
     for p in policies:
-        if not p.matches(kind, name):
+        if not p.matches(kind, name, queue_type):
             continue
         if (
             best is None
@@ -409,6 +432,17 @@ def _resolve_min(policy_value: Any, arg_value: Any) -> Any:
     return min(policy_value, arg_value)
 
 
+def _resolve_delivery_limit(policy_value: Any, arg_value: Any) -> Any:
+    """RabbitMQ 4.x's quorum queues (resolve_delivery_limit): when either is
+    negative (no limit) the higher wins, so a limit set on one side beats -1 on
+    the other; otherwise the lower. An argument that is not an integer is ignored."""
+    if not is_int(arg_value):
+        return policy_value
+    if policy_value < 0 or arg_value < 0:
+        return max(policy_value, arg_value)
+    return min(policy_value, arg_value)
+
+
 def _resolve_arg(policy_value: Any, arg_value: Any) -> Any:
     return arg_value
 
@@ -430,7 +464,9 @@ def _resolve_policy(policy_value: Any, arg_value: Any) -> Any:
 #: dead-letter-exchange        argument        (res_arg)
 #: dead-letter-routing-key     argument        (res_arg)
 #: overflow                    argument        (res_arg)
-#: delivery-limit              lower value     rabbit_quorum_queue (fun min/2)
+#: delivery-limit              lower value     rabbit_quorum_queue (4.x: the higher
+#:                                             when one is negative, no limit)
+#: dead-letter-strategy        argument        rabbit_quorum_queue
 #: max-age                     policy          rabbit_stream_queue (policy_precedence)
 #: ==========================  ==============  ==========================================
 _RESOLVE: dict[str, Callable[[Any, Any], Any]] = {
@@ -441,7 +477,8 @@ _RESOLVE: dict[str, Callable[[Any, Any], Any]] = {
     "max-length": _resolve_min,
     "max-length-bytes": _resolve_min,
     "overflow": _resolve_arg,
-    "delivery-limit": _resolve_min,
+    "delivery-limit": _resolve_delivery_limit,
+    "dead-letter-strategy": _resolve_arg,
     "max-age": _resolve_policy,
 }
 

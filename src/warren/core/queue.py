@@ -1,9 +1,9 @@
 """A queue: ordered messages behind a store, and the consumers it delivers to.
 
-A queue with none of the optional behaviours (TTL, length limits, dead-letter
-exchange, delivery limit, single active consumer, deduplication) takes the
-plain path: publish appends or hands the message to a free consumer, nothing
-else. The features live in the ``_featured`` methods, so that the common case
+A queue with none of the optional behaviours (TTL, length limits, single
+active consumer, deduplication; a delivery limit once a message has come back)
+takes the plain path: publish appends or hands the message to a free
+consumer, nothing else. The features live in the ``_featured`` methods, so that the common case
 pays one flag test for them; limits, TTL, dead-lettering and x-expires are the
 base class's (core/queue_features.py).
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import struct
 from array import array
 from collections.abc import Callable, Hashable
 from pathlib import Path
@@ -26,13 +25,13 @@ from warren.core.consumer import Consumer
 from warren.core.destination import QUEUE
 from warren.core.errors import AccessRefused, PreconditionFailed
 from warren.core.message import Message, MessageRun
-from warren.core.properties import edit_properties
 from warren.core.queue_features import RETRY_MS, QueueFeatures, now_ms
 from warren.core.queue_settings import (
     DROP_HEAD,
     REJECT_PUBLISH_DLX,
     argument_settings,
     message_ttl,
+    with_delivery_count,
 )
 from warren.core.stats import GaugeStats, MessageStats
 from warren.core.store import MessageStore
@@ -47,7 +46,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warren.queue")
 
-_I64 = struct.Struct(">q")
+# A message's returns (_delivery_counts): all of them, and above, the explicit ones.
+_RETURNS, _EXPLICIT_RETURN = 0xFFFFFFFF, 1 << 32
 
 # What Queue.publish did with a message. REJECTED: refused by x-overflow
 # reject-publish(-dlx); it counts as routed, but the publisher gets a nack.
@@ -64,6 +64,12 @@ class Queue(QueueFeatures):
     #: Whether every message is stored durably, whatever its delivery-mode (streams):
     #: a publisher confirm then always waits for the sync.
     keeps_every_message: ClassVar[bool] = False
+    #: The management API's type, and RabbitMQ's module of that type (in its texts).
+    queue_type: ClassVar[str] = "classic"
+    queue_module: ClassVar[str] = "rabbit_classic_queue"
+    #: Whether x-delivery-count counts only basic.nack/reject returns (RabbitMQ 4.x's
+    #: quorum queues) rather than every return; the delivery limit counts them all.
+    count_explicit_returns: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -201,7 +207,7 @@ class Queue(QueueFeatures):
             self._ttl is not None
             or self._max_length is not None
             or self._max_bytes is not None
-            or self._delivery_limit is not None
+            or bool(self._delivery_counts)  # a delivery limit alone: until a return
             or self._single_active
             or self._dedup is not None
             or self._has_expiring
@@ -408,7 +414,7 @@ class Queue(QueueFeatures):
         if "x-stream-offset" in consumer.arguments:
             raise PreconditionFailed(
                 f"invalid arg 'x-stream-offset' for queue '{self.name}' in vhost "
-                f"'{self.vhost.name}' of queue type rabbit_classic_queue"
+                f"'{self.vhost.name}' of queue type {self.queue_module}"
             )
         if self.consumers and (consumer.exclusive or any(c.exclusive for c in self.consumers)):
             raise AccessRefused(
@@ -549,10 +555,13 @@ class Queue(QueueFeatures):
                     self.vhost.store_written(store)
                     self._let_go(seq, msg, dl.EXPIRED, now)
                     continue
-            count = self._delivery_counts.get(seq) if self._delivery_counts else None
+            count = 0
+            if self._delivery_counts:  # the returns shown: all, or explicit ones (quorum)
+                packed = self._delivery_counts.get(seq, 0)
+                count = packed >> 32 if self.count_explicit_returns else packed & _RETURNS
             if count:
                 try:
-                    msg = _with_delivery_count(msg, count)
+                    msg = with_delivery_count(msg, count)
                 except DecodeError:
                     # Properties stored before publish validated them: delivered as
                     # they are rather than failing whoever asked for the message.
@@ -606,11 +615,14 @@ class Queue(QueueFeatures):
                 self._delivery_counts.pop((segment << 32) | offset, None)
         self.vhost.store_written(store)
 
-    def reject(self, seq: int, msg: Message | None, requeue: bool) -> None:
+    def reject(
+        self, seq: int, msg: Message | None, requeue: bool, explicit: bool = False
+    ) -> None:
         """A consumer gave a message back: requeued (to its old place), or dropped
         and dead-lettered (rejected; expired or over the delivery limit when it
         could not go back). ``msg`` None: a delivery of a run, read back from
-        the store."""
+        the store. ``explicit``: by basic.nack or basic.reject (not a channel's
+        close or basic.recover)."""
         if self.deleted:
             return
         if msg is None:
@@ -633,9 +645,9 @@ class Queue(QueueFeatures):
         reason = dl.REJECTED
         if requeue:
             refusal = None
-            if not self._plain:
+            if not self._plain or self._delivery_limit is not None:
                 now = now_ms()
-                refusal = self._requeue_refusal(seq, msg, now)
+                refusal = self._requeue_refusal(seq, msg, now, explicit)
             if refusal is None:
                 self.store.requeue(seq, msg)
                 self.schedule_delivery()
@@ -651,18 +663,20 @@ class Queue(QueueFeatures):
         self._delivery_counts.pop(seq, None)
         self.vhost.store_written(self.store)
 
-    def _requeue_refusal(self, seq: int, msg: Message, now: int) -> str | None:
+    def _requeue_refusal(self, seq: int, msg: Message, now: int, explicit: bool) -> str | None:
         """Why a returned message may not go back (its time is up, or it is past the
-        delivery limit), or None; counts the delivery attempt."""
+        delivery limit), or None; counts the delivery attempt: every return in the
+        low 32 bits, the explicit ones above."""
         deadline = self._deadline(msg)
         if deadline is not None and deadline <= now:
             return dl.EXPIRED
         limit = self._delivery_limit
         if limit is not None:
-            count = self._delivery_counts.get(seq, 0) + 1
-            if count > limit:
+            packed = self._delivery_counts.get(seq, 0)
+            if (packed & _RETURNS) + 1 > limit:
                 return dl.DELIVERY_LIMIT
-            self._delivery_counts[seq] = count
+            self._delivery_counts[seq] = packed + (_EXPLICIT_RETURN + 1 if explicit else 1)
+            self._plain = False  # redeliveries carry their count (_take)
         return None
 
     def purge(self) -> int:
@@ -693,12 +707,3 @@ class Queue(QueueFeatures):
         self.store.delete()
         return consumers
 
-
-def _with_delivery_count(msg: Message, count: int) -> Message:
-    """The message as redelivered by a queue with a delivery limit: its headers
-    carry x-delivery-count (a long, as RabbitMQ writes it), the number of
-    earlier delivery attempts."""
-    raw = edit_properties(msg.properties, set_headers={"x-delivery-count": b"l" + _I64.pack(count)})
-    copy = Message(msg.exchange, msg.routing_key, raw, msg.body, msg.timestamp)
-    copy._ex_rk = msg._ex_rk
-    return copy

@@ -7,12 +7,15 @@ either; a message's ``expiration`` property is its own TTL.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from warren.core.message import Message
-from warren.core.properties import peek_expiration
+from warren.core.properties import edit_properties, peek_expiration
 
 DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX = "drop-head", "reject-publish", "reject-publish-dlx"
+
+_I64 = struct.Struct(">q")
 
 # The expiration property's bit in the first byte of the property flags.
 _EXPIRATION_FLAG = 0x01
@@ -41,7 +44,7 @@ def argument_settings(arguments: dict[str, Any]) -> dict[str, Any]:
         value = _int(arguments.get("x-" + key))
         if value is not None:
             settings[key] = value
-    for key in ("overflow", "dead-letter-exchange", "dead-letter-routing-key"):
+    for key in ("overflow", "dead-letter-exchange", "dead-letter-routing-key", "dead-letter-strategy"):
         text = _text(arguments.get("x-" + key))
         if text is not None:
             settings[key] = text
@@ -62,3 +65,13 @@ def properties_ttl(props: bytes) -> int | None:
         return None if value is None else max(0, int(value))
     except ValueError:  # validated on publish; a damaged record is left alone
         return None
+
+
+def with_delivery_count(msg: Message, count: int) -> Message:
+    """The message as redelivered by a queue with a delivery limit: its headers
+    carry x-delivery-count (a long, as RabbitMQ writes it), the number of
+    earlier delivery attempts."""
+    raw = edit_properties(msg.properties, set_headers={"x-delivery-count": b"l" + _I64.pack(count)})
+    copy = Message(msg.exchange, msg.routing_key, raw, msg.body, msg.timestamp)
+    copy._ex_rk = msg._ex_rk
+    return copy

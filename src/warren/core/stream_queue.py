@@ -126,6 +126,8 @@ class StreamQueue(Queue):
     """A durable, append-only queue read by offset; see the module docstring."""
 
     keeps_every_message = True
+    queue_type = "stream"
+    queue_module = "rabbit_stream_queue"
 
     def __init__(
         self,
@@ -462,7 +464,9 @@ class StreamQueue(Queue):
         """An ack returns credit, and moves a tracking consumer's stored offset."""
         self._settle(seqs, False)
 
-    def reject(self, seq: int, msg: Message | None, requeue: bool) -> None:
+    def reject(
+        self, seq: int, msg: Message | None, requeue: bool, explicit: bool = False
+    ) -> None:
         """A delivery given back by a closing channel or basic.recover (a client's
         nack or reject is refused: check_reject): the credit returns, the message
         counts as not processed, so a tracking consumer's stored offset stays

@@ -23,6 +23,7 @@ from warren.core.errors import (
     AccessRefused,
     BrokerError,
     NotFound,
+    NotImplemented_,
     PreconditionFailed,
     ResourceError,
     ResourceLocked,
@@ -33,13 +34,17 @@ from warren.core.queue import Queue
 from warren.core.queue_arguments import (
     CLASSIC_QUEUE_ARGUMENTS,
     EXCHANGE_ARGUMENTS,
+    QUORUM_QUEUE_ARGUMENTS,
     STREAM_QUEUE_ARGUMENTS,
     assert_args_equivalent,
+    is_quorum,
     is_stream,
     max_priority,
     validate_queue_arguments,
+    validate_quorum_declaration,
     validate_stream_declaration,
 )
+from warren.core.quorum_queue import QuorumQueue
 from warren.core.stats import GaugeStats, MessageStats
 from warren.core.store import MemoryStore, MessageStore
 from warren.core.stream import StreamLog
@@ -53,7 +58,7 @@ from warren.core.vhost_records import (
 )
 from warren.core.vhost_routing import ReplyTarget, VHostRouting
 from warren.store.definitions import decode_arguments, exchange_key, queue_key
-from warren.store.priority_store import PriorityStore
+from warren.store.priority_store import PriorityStore, QuorumPriorityStore
 
 if TYPE_CHECKING:
     from warren.store.definitions import DefinitionsLog
@@ -84,8 +89,11 @@ PREDECLARED = (
 )
 
 
-# (vhost, queue name, persistent, x-max-priority or 0): persistent stores survive a
-# restart; a max priority above 0 asks for a priority store.
+# (vhost, queue name, persistent, x-max-priority or 0, or QUORUM): persistent stores
+# survive a restart; a max priority above 0 asks for a priority store, QUORUM for a
+# quorum queue's (two fair priority levels, every message kept whatever its
+# delivery-mode).
+QUORUM = -1
 StoreFactory = Callable[["VHost", str, bool, int], MessageStore]
 # (vhost, exchange name, persistent): for exchanges that hold messages (x-delayed-message).
 ExchangeStoreFactory = Callable[["VHost", str, bool], MessageStore]
@@ -106,9 +114,15 @@ def _memory_exchange_store(vhost: VHost, name: str, persistent: bool) -> Message
 
 
 def _memory_store(vhost: VHost, name: str, persistent: bool, priorities: int) -> MessageStore:
+    if priorities == QUORUM:
+        return QuorumPriorityStore(lambda level: MemoryStore())
     if priorities:
         return PriorityStore(priorities, lambda level: MemoryStore())
     return MemoryStore()
+
+
+#: The arguments compared on redeclaration, by queue type (classic: the rest).
+_EQUIVALENCE_KEYS = {"stream": STREAM_QUEUE_ARGUMENTS, "quorum": QUORUM_QUEUE_ARGUMENTS}
 
 
 def _flag(value: bool) -> str:
@@ -356,10 +370,11 @@ class VHost(VHostRouting, VHostParameters):
         check_name("queue", name)  # other doors than AMQP's (HTTP, definitions, MQTT)
         self.queues_declared += 1
         if not name:
-            if is_stream(arguments or {}):
-                raise PreconditionFailed(
-                    "Cannot declare a server-named queue for type rabbit_stream_queue"
-                )
+            for kind, module in ((is_stream, "stream"), (is_quorum, "quorum")):
+                if kind(arguments or {}):
+                    raise PreconditionFailed(
+                        f"Cannot declare a server-named queue for type rabbit_{module}_queue"
+                    )
             name = server_named()
         elif name.startswith("amq."):
             raise AccessRefused(f"queue name '{name}' contains reserved prefix 'amq.*'")
@@ -377,14 +392,19 @@ class VHost(VHostRouting, VHostParameters):
         # validated (RabbitMQ's order).
         self.check_queue_limit(name)
         stream = is_stream(arguments)
+        quorum = not stream and is_quorum(arguments)
         if stream:
             validate_stream_declaration(name, self.name, durable, exclusive, auto_delete, arguments)
+        elif quorum:
+            validate_quorum_declaration(name, self.name, durable, exclusive, auto_delete, arguments)
         else:
             validate_queue_arguments(name, self.name, arguments)
         persistent = stream or (durable and not exclusive)
         try:
             if stream:
                 q: Queue = self._new_stream(name, arguments)
+            elif quorum:
+                q = self._new_quorum(name, arguments)
             else:
                 store = self._store_factory(self, name, persistent, max_priority(arguments))
                 q = Queue(
@@ -423,6 +443,9 @@ class VHost(VHostRouting, VHostParameters):
             )
         return StreamQueue(self, name, self._stream_store_factory(self, name, arguments), arguments)
 
+    def _new_quorum(self, name: str, arguments: dict[str, Any]) -> QuorumQueue:
+        return QuorumQueue(self, name, self._store_factory(self, name, True, QUORUM), arguments)
+
     def _check_queue_equivalent(
         self,
         q: Queue,
@@ -447,7 +470,7 @@ class VHost(VHostRouting, VHostParameters):
             f"queue '{q.name}' in vhost '{self.name}'",
             q.arguments,
             arguments,
-            STREAM_QUEUE_ARGUMENTS if isinstance(q, StreamQueue) else CLASSIC_QUEUE_ARGUMENTS,
+            _EQUIVALENCE_KEYS.get(q.queue_type, CLASSIC_QUEUE_ARGUMENTS),
         )
 
     def delete_queue(
@@ -462,6 +485,12 @@ class VHost(VHostRouting, VHostParameters):
             return 0  # deleting a missing queue succeeds, as in RabbitMQ
         if q.exclusive_owner is not None and owner is not None and q.exclusive_owner is not owner:
             raise self._locked(name)
+        if (if_unused or if_empty) and q.queue_type == "quorum":
+            raise NotImplemented_(
+                f"cannot delete queue '{name}' in vhost '{self.name}'. queue.delete operations "
+                f"with {'if-unused' if if_unused else 'if-empty'} flag set are not supported "
+                "by quorum queues"
+            )
         stream = isinstance(q, StreamQueue)
         # RabbitMQ deletes a stream whatever if-unused and if-empty say, and counts
         # none of its messages in delete-ok.
@@ -655,6 +684,8 @@ class VHost(VHostRouting, VHostParameters):
                 q: Queue
                 if is_stream(args):
                     q = self._new_stream(name, args)
+                elif is_quorum(args):
+                    q = self._new_quorum(name, args)
                 else:
                     q = Queue(
                         self,

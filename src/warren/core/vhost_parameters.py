@@ -136,16 +136,18 @@ class VHostParameters:
         log.info("vhost '%s': %s '%s' cleared", self.name, label, name)
         self.reapply_policies()
 
-    def match_policies(self, queue_name: str) -> tuple[Policy | None, Policy | None]:
+    def match_policies(
+        self, queue_name: str, queue_type: str = "classic"
+    ) -> tuple[Policy | None, Policy | None]:
         """The policy and operator policy that apply to the queue named ``queue_name``."""
         return (
-            best_match(self._policies.values(), "queue", queue_name),
-            best_match(self._operator_policies.values(), "queue", queue_name),
+            best_match(self._policies.values(), "queue", queue_name, queue_type),
+            best_match(self._operator_policies.values(), "queue", queue_name, queue_type),
         )
 
     def attach_queue_policies(self, q: Queue) -> None:
         """Give a new (declared or restored) queue its policies; always called once."""
-        q.apply_policies(*self.match_policies(q.name))
+        q.apply_policies(*self.match_policies(q.name, q.queue_type))
 
     def attach_exchange_policy(self, ex: Exchange) -> None:
         policy = best_match(self._policies.values(), "exchange", ex.name)
@@ -158,7 +160,7 @@ class VHostParameters:
         """Match every queue and exchange again, as rabbit_policy:update_matched_objects
         does: a queue whose policies changed is told through ``apply_policies``."""
         for q in list(self.queues.values()):
-            policy, op = self.match_policies(q.name)
+            policy, op = self.match_policies(q.name, q.queue_type)
             if policy != q.policy or op != q.operator_policy:
                 q.apply_policies(policy, op)
         for ex in self.exchanges.values():

@@ -258,14 +258,16 @@ class VHostRouting:
             msg = stripped
         return self.route_keys(exchange, msg, keys), msg
 
-    def dead_letter(self, queue: QueueFeatures, msg: Message, reason: str, now: int) -> None:
+    def dead_letter(self, queue: QueueFeatures, msg: Message, reason: str, now: int) -> bool:
         """Republish a message a queue let go of to the queue's dead-letter exchange.
 
         Raises when the copy cannot be made or routed (the queue then keeps the
-        original); a target queue's own failure is logged and does not."""
+        original); a target queue's own failure is logged and does not. Returns
+        whether the copy reached at least one queue and every queue took it (a
+        quorum queue's at-least-once dead-lettering keeps the original otherwise)."""
         dlx_name = queue.dead_letter_exchange
         if dlx_name is None:
-            return
+            return True
         dlx = self.exchanges.get(dlx_name)
         if dlx is None:
             log.debug(
@@ -274,7 +276,7 @@ class VHostRouting:
                 dlx_name,
                 queue.name,
             )
-            return
+            return False
         copy, keys = dl.dead_letter(
             msg, queue.name, reason, dlx_name, queue.dead_letter_routing_key, now
         )
@@ -282,6 +284,7 @@ class VHostRouting:
         # rabbitmq_global_messages_dead_lettered_*_total.
         counted = (type(queue).__name__, "at_most_once", reason)
         self.dead_lettered[counted] = self.dead_lettered.get(counted, 0) + 1
+        taken, complete = 0, True
         for target in self.route_keys(dlx, copy, keys):
             if dl.is_cycle(target.name, copy.headers):
                 log.warning(
@@ -296,7 +299,10 @@ class VHostRouting:
             # At most once, as RabbitMQ's classic queues: no confirm waits for it.
             # The copy exists now, so the original goes whatever befalls one target.
             try:
-                target.publish(copy)
+                if target.publish(copy) == REJECTED:
+                    complete = False
+                else:
+                    taken += 1
             except Exception:
                 log.exception(
                     "vhost '%s': queue '%s' failed to take a message dead-lettered from "
@@ -306,3 +312,5 @@ class VHostRouting:
                     queue.name,
                     reason,
                 )
+                complete = False
+        return complete and taken > 0

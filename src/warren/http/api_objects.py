@@ -18,6 +18,7 @@ from aiohttp import web
 
 from warren.core.codec_errors import DecodeError
 from warren.core.commit import NOT_STORED, Commit, NotStored
+from warren.core.errors import NotImplemented_
 from warren.core.exchange import Binding, Exchange
 from warren.core.message import Message
 from warren.core.names import strip_cr_lf, to_bytes
@@ -274,8 +275,12 @@ async def exchange_bindings_destination(ctx: Ctx) -> web.StreamResponse:
 
 async def list_queues(ctx: Ctx) -> web.StreamResponse:
     queues = [q for v in _vhosts(ctx) for q in v.queues.values()]
+    members = formats.replicas(ctx.node.cluster_status)
     items = await build(
-        queues, partial(formats.queue_info, ages=ctx.ages(), stats=ctx.stats_enabled())
+        queues,
+        partial(
+            formats.queue_info, ages=ctx.ages(), stats=ctx.stats_enabled(), replica_info=members
+        ),
     )
     return await list_response(ctx, items)
 
@@ -283,7 +288,9 @@ async def list_queues(ctx: Ctx) -> web.StreamResponse:
 async def get_queue(ctx: Ctx) -> web.StreamResponse:
     vhost = ctx.vhost(ctx.params[0])
     q = _queue(vhost, ctx.params[1])
-    info = formats.queue_info(q, ctx.ages())
+    info = formats.queue_info(
+        q, ctx.ages(), replica_info=formats.replicas(ctx.node.cluster_status)
+    )
     owner = q.exclusive_owner
     if owner is not None and hasattr(owner, "info"):  # the connection, as RabbitMQ names it
         held = owner.info()
@@ -338,9 +345,14 @@ async def delete_queue(ctx: Ctx) -> web.StreamResponse:
     vhost = ctx.vhost(vhost_name)
     _queue(vhost, name)
     ctx.check(vhost_name, CONFIGURE, "queue", name)
-    vhost.delete_queue(
-        name, if_unused=flag(ctx.query.get("if-unused")), if_empty=flag(ctx.query.get("if-empty"))
-    )
+    try:
+        vhost.delete_queue(
+            name,
+            if_unused=flag(ctx.query.get("if-unused")),
+            if_empty=flag(ctx.query.get("if-empty")),
+        )
+    except NotImplemented_ as exc:  # a quorum queue's if-unused: RabbitMQ's text alone
+        raise bad_request(exc.text) from None
     return web.Response(status=204)
 
 

@@ -12,6 +12,7 @@ import datetime
 import functools
 import hashlib
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote_plus
 
@@ -42,7 +43,24 @@ EXCHANGE_TYPES = (
 
 
 def queue_type(q: Queue) -> str:
-    return "stream" if isinstance(q, StreamQueue) else "classic"
+    return q.queue_type
+
+
+def replicas(cluster: Callable[[], dict[str, Any]] | None) -> dict[str, Any]:
+    """A replicated queue's leader, members and online members: this node alone,
+    or in a cluster the leader and its followers (all of them hold every durable
+    queue), online being the in-sync ones (docs/clustering.md)."""
+    status = cluster() if cluster is not None else None
+    if not status or not status.get("enabled"):
+        me = node_name()
+        return {"leader": me, "members": [me], "online": [me]}
+    leader = status.get("node")
+    followers = [f.get("node") for f in status.get("followers", ())]
+    return {
+        "leader": leader,
+        "members": sorted({leader, *followers} - {None}),
+        "online": list(status.get("in_sync_replicas") or [leader]),
+    }
 
 
 def queue_counts(q: Queue) -> tuple[int, int]:
@@ -110,9 +128,15 @@ def unacked_bytes(q: Queue) -> int:
     return sum(getattr(c, "unacked_bytes", 0) for c in q.consumers)
 
 
-def queue_info(q: Queue, ages: Ages = NO_AGES, stats: bool = True) -> dict[str, Any]:
+def queue_info(
+    q: Queue,
+    ages: Ages = NO_AGES,
+    stats: bool = True,
+    replica_info: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A queue as RabbitMQ lists it; ``stats`` False: ``disable_stats=true``'s
-    few keys."""
+    few keys; ``replica_info``: what :func:`replicas` says of the node (a quorum
+    queue's leader and members; None: a single node's)."""
     ready, unacked = queue_counts(q)
     ready_bytes = q.store.ready_bytes
     held_bytes = unacked_bytes(q)
@@ -169,6 +193,8 @@ def queue_info(q: Queue, ages: Ages = NO_AGES, stats: bool = True) -> dict[str, 
             del info[key]
         info["online"] = [node_name()]
         info["readers"] = {node_name(): len(q.consumers)}
+    elif q.queue_type == "quorum":
+        info.update(replica_info or replicas(None))
     if not stats:
         basic = {k: v for k, v in info.items() if k in _BASIC_QUEUE_KEYS}
         if info["policy"] is not None:  # as RabbitMQ: there when there is one

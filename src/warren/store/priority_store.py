@@ -31,7 +31,7 @@ from warren.store.mirror import mirror_for
 from warren.store.segment_store import SEQ_BITS, SegmentStore
 from warren.store.sync_files import sync_files
 
-__all__ = ["LEVEL_SHIFT", "MAX_PRIORITY", "PriorityStore", "level_name"]
+__all__ = ["LEVEL_SHIFT", "MAX_PRIORITY", "PriorityStore", "QuorumPriorityStore", "level_name"]
 
 log = logging.getLogger("warren.store")
 
@@ -340,3 +340,62 @@ class PriorityStore:
                     error = exc
         if error is not None:
             raise error
+
+
+#: A quorum queue's message priority levels (RabbitMQ 4.x): 0 normal, 1 high.
+QUORUM_HIGH = 1
+#: Priorities above this are high in a quorum queue; none and 0..4 are normal.
+QUORUM_NORMAL_MAX = 4
+# The priority property's bit (1 << 11 of the flags) in their first byte.
+_PRIORITY_FLAG_BYTE = 0x08
+#: High-priority messages delivered for each normal one while both wait.
+QUORUM_HIGH_PER_NORMAL = 2
+
+
+class QuorumPriorityStore(PriorityStore):
+    """A quorum queue's messages: RabbitMQ 4.x's two priorities, served fairly.
+
+    Priorities 0-4 (or none) are normal, 5 and above high. While both levels
+    have messages, two high ones go for each normal one, so normal messages
+    always progress (RabbitMQ's "fair share", not a classic queue's strict
+    order). No x-max-priority is needed: every quorum queue has the two levels,
+    the high one made on first use.
+    """
+
+    def __init__(
+        self, make_level: Callable[[int], MessageStore], directory: Path | None = None
+    ) -> None:
+        super().__init__(QUORUM_HIGH, make_level, directory)
+        # High-priority messages shifted since the last normal one.
+        self._high_streak = 0
+
+    def _level_of(self, msg: Message) -> int:
+        props = msg.properties
+        if not props or not props[0] & _PRIORITY_FLAG_BYTE:
+            return 0  # no priority property: normal, without parsing the flags
+        try:
+            priority = peek_priority(props)
+        except DecodeError:
+            return 0
+        return QUORUM_HIGH if priority is not None and priority > QUORUM_NORMAL_MAX else 0
+
+    def _take(self, peek: bool) -> tuple[int, Message, bool] | None:
+        if self._lost:
+            self._recount()
+        order = (1, 0) if self._high_streak < QUORUM_HIGH_PER_NORMAL else (0, 1)
+        for level in order:
+            if not self._ready_mask & (1 << level):
+                continue
+            store = self._levels[level]
+            assert store is not None
+            count, size = store.ready_count, store.ready_bytes
+            item = store.peek() if peek else store.shift()
+            self._ready_count += store.ready_count - count
+            self._ready_bytes += store.ready_bytes - size
+            if not store.ready_count:
+                self._ready_mask &= ~(1 << level)
+            if item is not None:
+                if not peek:
+                    self._high_streak = self._high_streak + 1 if level else 0
+                return (level << LEVEL_SHIFT) | item[0], item[1], item[2]
+        return None

@@ -64,6 +64,7 @@ async function addQueueForm(ctx, reload) {
   const vhost = await vhostSelect();
   const type = select("queue_type", [
     ["classic", "Classic"],
+    ["quorum", "Quorum"],
     ["stream", "Stream"],
   ]);
   const name = h("input", { name: "name", required: true });
@@ -74,8 +75,8 @@ async function addQueueForm(ctx, reload) {
   const autoDelete = h("input", { type: "checkbox", name: "auto_delete" });
   const qargs = argsEditor("queue arguments");
   type.addEventListener("change", () => {
-    // A stream is always durable and never auto-deleted.
-    const stream = type.value === "stream";
+    // A stream or quorum queue is always durable and never auto-deleted.
+    const stream = type.value === "stream" || type.value === "quorum";
     if (stream) {
       durable.value = "true";
       autoDelete.checked = false;
@@ -99,7 +100,7 @@ async function addQueueForm(ctx, reload) {
     const queueName = name.value;
     const r = await ctx.act(() => {
       const a = qargs.value();
-      if (type.value === "stream") a["x-queue-type"] = "stream";
+      if (type.value !== "classic") a["x-queue-type"] = type.value;
       return api("PUT", qPath(vhost.value, queueName), {
         durable: durable.value === "true",
         auto_delete: autoDelete.checked,
@@ -200,6 +201,13 @@ export async function queueDetail(ctx) {
       facts([
         ["Virtual host", q.vhost],
         ["Type", q.type || "classic"],
+        ...(q.type === "quorum"
+          ? [
+              ["Leader", q.leader || ""],
+              ["Members", (q.members || []).join(", ")],
+              ["Online", (q.online || []).join(", ")],
+            ]
+          : []),
         ["Features", features(q)],
         ["State", q.state || ""],
         ["Arguments", args(q.arguments)],

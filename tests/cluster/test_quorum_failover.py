@@ -1,0 +1,86 @@
+"""Quorum queues in a cluster of three real nodes and a real etcd: every durable
+queue is replicated and a confirm waits for the in-sync followers, so a quorum
+queue's confirmed messages (transient ones too: a quorum queue keeps every
+message) are all on the follower that takes over when the leader is killed
+with SIGKILL; the management API names the leader and members."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+from etcd_proc import EtcdProcess
+from nodes import Node, marks, open_channel, start_cluster, wait_any
+
+QUORUM = {"x-queue-type": "quorum", "x-delivery-limit": 5}
+
+
+@pytest.fixture
+def nodes(etcd: EtcdProcess, tmp_path: Path) -> Iterator[list[Node]]:
+    started = [Node(tmp_path, f"n{i}", etcd.url, http=True) for i in range(3)]
+    try:
+        yield started
+    finally:
+        for node in started:
+            node.stop()
+
+
+def queue_json(node: Node, name: str) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{node.http_port}/api/queues/%2F/{name}",
+        headers={"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        info: dict[str, Any] = json.load(response)
+        return info
+
+
+def test_confirmed_quorum_messages_survive_kill_9_of_the_leader(nodes: list[Node]) -> None:
+    leader = start_cluster(nodes)
+    conn, ch = open_channel(leader.address)
+    ch.queue_declare("orders", durable=True, arguments=QUORUM)
+    ch.confirm_delivery()
+    for i in range(200):
+        mode = 1 if i % 2 else 2  # half of them transient: kept all the same
+        ch.basic_publish("", "orders", b"order-%d" % i, pika.BasicProperties(delivery_mode=mode))
+    for _ in range(50):
+        method, _props, _body = ch.basic_get("orders")
+        assert method is not None
+        ch.basic_ack(method.delivery_tag)
+    conn.close()
+
+    info = queue_json(leader, "orders")
+    ids = sorted(n.node_id for n in nodes)
+    assert info["type"] == "quorum"
+    assert info["leader"] == leader.node_id
+    assert info["members"] == ids
+    assert sorted(info["online"]) == ids
+
+    followers = [n for n in nodes if n is not leader]
+    before = marks(followers)
+    leader.kill()
+    new_leader = wait_any(followers, "elected leader", timeout=30, since=before)
+    new_leader.wait_for(r"listening on AMQP")
+    conn, ch = open_channel(new_leader.address)
+    # Still a quorum queue with its arguments: a classic redeclaration is refused.
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker, match="x-queue-type"):
+        conn.channel().queue_declare("orders", durable=True)
+    bodies = set()
+    while True:
+        method, props, body = ch.basic_get("orders", auto_ack=True)
+        if method is None:
+            break
+        bodies.add(body)
+    conn.close()
+    # Every confirmed message is there (an ack may come back: at least once).
+    assert {b"order-%d" % i for i in range(50, 200)} <= bodies
+    assert bodies <= {b"order-%d" % i for i in range(200)}
+    info = queue_json(new_leader, "orders")
+    assert info["type"] == "quorum"
+    assert info["leader"] == new_leader.node_id
