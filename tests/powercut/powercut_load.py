@@ -61,7 +61,9 @@ class WarrenProcess:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.lines.append(line.rstrip("\n"))
-            m = re.search(r"listening on (AMQP|MQTT|HTTP) [^:]+:(\d+)$", line.strip())
+            # The management listener, not the [prometheus] one ("HTTP (Prometheus
+            # metrics)"), is the HTTP port.
+            m = re.search(r"listening on (AMQP|MQTT|HTTP) [^:(]*(?:\(management API\) )?[^:(]+:(\d+)$", line.strip())
             if m:
                 setattr(self, f"{m.group(1).lower()}_port", int(m.group(2)))
                 if self.amqp_port and self.mqtt_port and (self.http_port or not self._http):
