@@ -519,13 +519,13 @@ def death_counts(draw: st.DrawFn) -> bytes | None:
 def count_after(count: bytes | None) -> int | None:
     """The count a matching x-death entry must have after one more death: the old
     integer plus one (None when that does not fit a long: not specified), and 1 when
-    the entry had no integer count."""
-    if count is None or chr(count[0]) not in _INT_TAGS:
+    the entry had no integer count. A boolean is not one (clients decode it as
+    true/false; RabbitMQ 3.x fails adding 1 to it): it starts again at 1, as core/
+    dead_letter.py does."""
+    if count is None or count[:1] == b"t" or chr(count[0]) not in _INT_TAGS:
         return 1
     fmt, _ = _INT_TAGS[chr(count[0])]
     (old,) = struct.unpack_from(fmt, count, 1)
-    if count[:1] == b"t":
-        old = int(old != 0)
     return old + 1 if old + 1 < 2**63 else None
 
 
@@ -926,6 +926,9 @@ LAST_COUNT = PriorDeaths((), True, b"l" + struct.pack(">q", 2**63 - 1), b"", ())
 #: now only its count is rewritten.
 GROWING_ENTRY = PriorDeaths((), True, None, entry(b"pad", b"A" + table(b"b\x01" * 30_000)), ())
 RETYPED_ENTRY = PriorDeaths((), True, None, entry(b"s", b"S" + table(b"\xed\xa0\x80")), ())
+#: 4. An x-death count that is a boolean: not an integer, so it starts again at 1
+#: (the oracle counted true as 1 and wanted 2; RabbitMQ 3.x fails on it).
+BOOLEAN_COUNT = PriorDeaths((), True, b"t\x01", b"", ())
 
 
 # ---------------------------------------------------------------------------------------
@@ -1086,6 +1089,7 @@ def _return(admin: Wire, d: Delivery, mode: str) -> None:
 # frame_max, and a non-UTF-8 long string became a byte array.
 @example(raw=EMPTY_TABLE, mode="reject", ttl=0, prior=GROWING_ENTRY)
 @example(raw=EMPTY_TABLE, mode="reject", ttl=0, prior=RETYPED_ENTRY)
+@example(raw=EMPTY_TABLE, mode="reject", ttl=0, prior=BOOLEAN_COUNT)
 @given(
     raw=header_tables(outer_mutation=False),
     mode=st.sampled_from(DL_MODES),
