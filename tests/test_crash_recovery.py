@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 from pathlib import Path
 
 import pika
 import pika.exceptions
+from diskhelp import eventually
 from procs import start_warren
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
@@ -156,7 +158,17 @@ def _reuse_round(data: Path, ledger: _Ledger) -> bool:
         # Both, however busy the machine: the consumer may start late.
         assert enough.wait(120) and consumed.wait(120)
         queue_dir = next(data.rglob("msgs.*")).parent
-        spares = {p.stat().st_ino for p in queue_dir.glob("spare.*")}
+        # Retired segments become spares once their acks are in: on a busy
+        # machine that may take a while after the consumer's 100th ack.
+        spares: set[int] = set()
+
+        def spares_seen() -> bool:
+            for p in queue_dir.glob("spare.*"):
+                with contextlib.suppress(FileNotFoundError):  # reused meanwhile
+                    spares.add(p.stat().st_ino)
+            return bool(spares)
+
+        eventually(spares_seen, 60, "a spare segment file")
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         assert done.wait(30)
