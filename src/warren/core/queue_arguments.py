@@ -275,7 +275,19 @@ def validate_queue_arguments(name: str, vhost: str, arguments: dict[str, Any]) -
                 what,
                 f"queue type '{_text(qtype)}' is not supported by Warren",
             )
-    for key, check in _VALIDATORS:
+    _check_values(arguments, what, _VALIDATORS, _OTHER_TYPES_ONLY, "rabbit_classic_queue")
+
+
+def _check_values(
+    arguments: dict[str, Any],
+    what: str,
+    validators: tuple[tuple[str, _Check], ...],
+    refused: frozenset[str],
+    queue_type: str,
+) -> None:
+    """The arguments' values (406 with RabbitMQ's texts, in its order), then
+    the arguments ``queue_type`` does not take."""
+    for key, check in validators:
         if key in arguments:
             error = check(arguments[key], arguments)
             if error is not None:
@@ -285,10 +297,8 @@ def validate_queue_arguments(name: str, vhost: str, arguments: dict[str, Any]) -
 
         Deduplicator.from_arguments(arguments, what)
     for key in arguments:
-        if key in _OTHER_TYPES_ONLY:
-            raise PreconditionFailed(
-                f"invalid arg '{key}' for {what} of queue type rabbit_classic_queue"
-            )
+        if key in refused:
+            raise PreconditionFailed(f"invalid arg '{key}' for {what} of queue type {queue_type}")
 
 
 # -- streams ----------------------------------------------------------------------------
@@ -459,20 +469,7 @@ def validate_quorum_declaration(
         raise PreconditionFailed(
             f"invalid type '{field_type(dlx)}' for arg 'x-dead-letter-exchange' in {what}"
         )
-    for key, check in _QUORUM_VALIDATORS:
-        if key in arguments:
-            error = check(arguments[key], arguments)
-            if error is not None:
-                raise _invalid(key, what, error)
-    if "x-message-deduplication" in arguments:
-        from warren.core.dedup import Deduplicator
-
-        Deduplicator.from_arguments(arguments, what)
-    for key in arguments:
-        if key in _NOT_FOR_QUORUM:
-            raise PreconditionFailed(
-                f"invalid arg '{key}' for {what} of queue type rabbit_quorum_queue"
-            )
+    _check_values(arguments, what, _QUORUM_VALIDATORS, _NOT_FOR_QUORUM, "rabbit_quorum_queue")
     if auto_delete:
         raise PreconditionFailed(f"invalid property 'auto-delete' for {what}")
     if exclusive:

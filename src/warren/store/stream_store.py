@@ -224,7 +224,12 @@ class StreamStore:
         if log.make_room(len(rec)) or self._next_offset != offset:
             offset = self._next_offset
             rec = self._record(msg, offset, ts, log.seed)
-        seq = log.put(rec)
+        self._written(log.put(rec), offset, ts, 1, len(rec))
+        return offset
+
+    def _written(self, seq: int, offset: int, ts: int, count: int, size: int) -> None:
+        """Count ``count`` records of ``size`` bytes from ``offset`` on, just put at
+        ``seq``: in the write segment, or a new one when the log began one."""
         segs = self._segs
         if not segs or segs[-1].id != seq >> 32:
             seg = _StreamSegment(seq >> 32, offset, ts)
@@ -232,14 +237,13 @@ class StreamStore:
             self._firsts.append(offset)
         else:
             seg = segs[-1]
-        seg.count += 1
-        seg.bytes += len(rec)
+        seg.count += count
+        seg.bytes += size
         if ts > seg.last_ts:
             seg.last_ts = ts
-        self._bytes += len(rec)
-        self._next_offset = offset + 1
+        self._bytes += size
+        self._next_offset = offset + count
         self._dirty = True
-        return offset
 
     def append_run(self, run: MessageRun, start: int, stop: int) -> int:
         """Store messages ``start .. stop - 1`` of a run of publishes with the next
@@ -266,21 +270,7 @@ class StreamStore:
             if log.make_room(len(recs)) or self._next_offset != offset:
                 offset = self._next_offset  # a new segment, or records lost: again
                 recs, ends = self._run_records(run, start, start + count, offset, ts, log.seed)
-            seq = log.put(recs)
-            segs = self._segs
-            if not segs or segs[-1].id != seq >> 32:
-                seg = _StreamSegment(seq >> 32, offset, ts)
-                segs.append(seg)
-                self._firsts.append(offset)
-            else:
-                seg = segs[-1]
-            seg.count += count
-            seg.bytes += len(recs)
-            if ts > seg.last_ts:
-                seg.last_ts = ts
-            self._bytes += len(recs)
-            self._next_offset = offset + count
-            self._dirty = True
+            self._written(log.put(recs), offset, ts, count, len(recs))
             start += count
         return first
 
