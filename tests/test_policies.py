@@ -87,11 +87,27 @@ def test_validation_failed_reads_as_rabbitmqctl_prints_it() -> None:
     assert isinstance(info.value, ValueError)
 
 
-@pytest.mark.parametrize("apply_to", ["foo", "classic_queues"])
-def test_apply_to_must_be_one_of_3_10s_three(apply_to: str) -> None:
-    assert refusal(policy, {"max-length": 1}, apply_to=apply_to) == [
-        f"apply-to '{apply_to}' unrecognised; should be 'queues', 'exchanges' or 'all'"
+def test_apply_to_is_one_of_4_xs_values() -> None:
+    # RabbitMQ 4.x's values and text (3.10 knew only queues, exchanges and all).
+    assert refusal(policy, {"max-length": 1}, apply_to="foo") == [
+        "apply-to 'foo' unrecognised; should be one of: 'queues', 'classic_queues',  "
+        "'quorum_queues', 'streams', 'exchanges', or 'all'"
     ]
+    for value in ("classic_queues", "quorum_queues", "streams"):
+        assert policy({"max-length": 1}, apply_to=value).apply_to == value
+
+
+def test_a_queue_type_apply_to_matches_only_that_type() -> None:
+    for value, kind in (
+        ("classic_queues", "classic"),
+        ("quorum_queues", "quorum"),
+        ("streams", "stream"),
+    ):
+        p = policy({"max-length-bytes": 10}, apply_to=value)
+        assert [t for t in ("classic", "quorum", "stream") if p.matches("queue", "q", t)] == [
+            kind
+        ]
+        assert not p.matches("exchange", "q")
 
 
 def test_invalid_pattern_and_priority() -> None:

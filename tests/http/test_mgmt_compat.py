@@ -67,6 +67,18 @@ DIFFERENCES: dict[str, tuple[str, dict[str, Any]]] = {
         "RabbitMQ crashes (500) on a name that is not a string; Warren refuses it",
         {"status": 400, "body": {"error": "bad_request", "reason": "name must be a non-empty string"}},
     ),
+    "policy.put.bad-apply-to": (
+        "RabbitMQ 4.x's apply-to values (classic_queues, quorum_queues, streams, as "
+        "quorum queues follow 4.x) and its text",
+        {
+            "body": {
+                "error": "bad_request",
+                "reason": "Validation failed\n\napply-to 'bogus' unrecognised; should be one "
+                "of: 'queues', 'classic_queues',  'quorum_queues', 'streams', 'exchanges', "
+                "or 'all'\n",
+            }
+        },
+    ),
     "policy.put.definition-list": (
         "RabbitMQ crashes (500) on a definition that is a list; Warren refuses it",
         {"status": 400, "body": {"error": "bad_request", "reason": "Validation failed\n\nno policy provided\n"}},

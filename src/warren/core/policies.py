@@ -37,8 +37,11 @@ __all__ = [
     "validate_policy",
 ]
 
-#: RabbitMQ 3.10's apply-to values (rabbit_policy:apply_to_validation/2).
-APPLY_TO = ("all", "exchanges", "queues")
+#: The apply-to values: RabbitMQ 3.10's three, and the queue types' names that
+#: 3.12 and 4.x take too (rabbit_policy:apply_to_validation/2).
+APPLY_TO = ("all", "exchanges", "queues", "classic_queues", "quorum_queues", "streams")
+#: A queue type's own apply-to value (its policy_apply_to_name/0 in RabbitMQ).
+_TYPE_APPLY_TO = {"classic": "classic_queues", "quorum": "quorum_queues", "stream": "streams"}
 
 _MAX_SEGMENT_SIZE = 3_000_000_000  # ?MAX_STREAM_MAX_SEGMENT_SIZE in rabbit.hrl
 _MAX_AGE = re.compile(r"([0-9]*)(.*)", re.DOTALL)
@@ -311,7 +314,10 @@ class Policy:
         queue of that type (quorum queues: QUORUM_UNSUPPORTED_KEYS; the others
         are classic queues here).
         """
-        if self.apply_to != "all" and self.apply_to != kind + "s":
+        apply_to = self.apply_to
+        if apply_to not in ("all", kind + "s") and (
+            kind != "queue" or apply_to != _TYPE_APPLY_TO.get(queue_type)
+        ):
             return False
         if kind == "queue":
             unsupported = (
@@ -354,9 +360,10 @@ def validate_policy(
         errors.insert(0, error)
     if apply_to not in APPLY_TO:
         shown = apply_to if isinstance(apply_to, str) else json_p(apply_to)
-        errors.insert(
+        errors.insert(  # 4.x's text (3.10: "should be 'queues', 'exchanges' or 'all'")
             0,
-            f"apply-to '{shown}' unrecognised; should be 'queues', 'exchanges' or 'all'",
+            f"apply-to '{shown}' unrecognised; should be one of: 'queues', "
+            "'classic_queues',  'quorum_queues', 'streams', 'exchanges', or 'all'",
         )
     error = _definition_error(definition, operator)
     if error is not None:
