@@ -207,6 +207,9 @@ export async function policies(ctx) {
     ["all", "Exchanges and queues"],
     ["queues", "Queues"],
     ["exchanges", "Exchanges"],
+    ["classic_queues", "Classic queues"],
+    ["quorum_queues", "Quorum queues"],
+    ["streams", "Streams"],
   ]);
   const priority = h("input", { name: "priority", type: "number", value: "0" });
   const definition = h("textarea", { name: "definition", rows: 3, cols: 50, placeholder: '{"max-length": 1000}' });
