@@ -34,6 +34,45 @@ static uint32_t crc32_update(uint32_t crc, const unsigned char *p, Py_ssize_t n)
     return ~crc;
 }
 
+/* The arguments both run encoders share, checked: (run, start, stop, ex_rk,
+ * timestamp, _, seed); ``seed`` may be NULL (0). Returns 0 with an exception
+ * set when one is wrong; ``name`` names the function in the message. */
+typedef struct {
+    PublishRun *run;
+    Py_ssize_t start, stop, ex_rk_len;
+    const unsigned char *ex_rk;
+    unsigned long long timestamp;
+    unsigned long seed;
+} RunArgs;
+
+static int run_args(RunArgs *a, const char *name, PyObject *const *args, PyObject *seed) {
+    if (!PyObject_TypeCheck(args[0], &PublishRunType)) {
+        PyErr_Format(PyExc_TypeError, "%s: run must be a warren._fastpath.PublishRun", name);
+        return 0;
+    }
+    a->run = (PublishRun *)args[0];
+    a->start = PyLong_AsSsize_t(args[1]);
+    a->stop = PyLong_AsSsize_t(args[2]);
+    a->timestamp = PyLong_AsUnsignedLongLong(args[4]);
+    a->seed = seed != NULL ? PyLong_AsUnsignedLong(seed) : 0;
+    if (PyErr_Occurred()) return 0;
+    if (a->seed > 0xFFFFFFFFul) {
+        PyErr_Format(PyExc_OverflowError, "%s: seed must be a u32", name);
+        return 0;
+    }
+    if (!PyBytes_Check(args[3])) {
+        PyErr_Format(PyExc_TypeError, "%s: ex_rk must be bytes", name);
+        return 0;
+    }
+    if (a->start < 0 || a->stop > a->run->count || a->start > a->stop) {
+        PyErr_Format(PyExc_ValueError, "%s: bad range", name);
+        return 0;
+    }
+    a->ex_rk = (const unsigned char *)PyBytes_AS_STRING(args[3]);
+    a->ex_rk_len = PyBytes_GET_SIZE(args[3]);
+    return 1;
+}
+
 /* encode_records(run, start, stop, ex_rk, timestamp, base, seed=0)
  *     -> (records, offsets, sizes, persistent)
  *
@@ -50,31 +89,16 @@ PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs
                         "encode_records(run, start, stop, ex_rk, timestamp, base, seed=0)");
         return NULL;
     }
-    if (!PyObject_TypeCheck(args[0], &PublishRunType)) {
-        PyErr_SetString(PyExc_TypeError, "encode_records: run must be a warren._fastpath.PublishRun");
-        return NULL;
-    }
-    PublishRun *run = (PublishRun *)args[0];
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
-    Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
-    unsigned long long timestamp = PyLong_AsUnsignedLongLong(args[4]);
+    RunArgs a;
+    if (!run_args(&a, "encode_records", args, nargs == 7 ? args[6] : NULL)) return NULL;
     unsigned long long base = PyLong_AsUnsignedLongLong(args[5]);
-    unsigned long seed = nargs == 7 ? PyLong_AsUnsignedLong(args[6]) : 0;
     if (PyErr_Occurred()) return NULL;
-    if (seed > 0xFFFFFFFFul) {
-        PyErr_SetString(PyExc_OverflowError, "encode_records: seed must be a u32");
-        return NULL;
-    }
-    if (!PyBytes_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "encode_records: ex_rk must be bytes");
-        return NULL;
-    }
-    if (start < 0 || stop > run->count || start > stop) {
-        PyErr_SetString(PyExc_ValueError, "encode_records: bad range");
-        return NULL;
-    }
-    const unsigned char *ex_rk = (const unsigned char *)PyBytes_AS_STRING(args[3]);
-    Py_ssize_t ex_rk_len = PyBytes_GET_SIZE(args[3]);
+    PublishRun *run = a.run;
+    Py_ssize_t start = a.start, stop = a.stop;
+    unsigned long long timestamp = a.timestamp;
+    unsigned long seed = a.seed;
+    const unsigned char *ex_rk = a.ex_rk;
+    Py_ssize_t ex_rk_len = a.ex_rk_len;
     const unsigned char *d = (const unsigned char *)run->view.buf;
     Py_ssize_t n = stop - start;
 
@@ -196,32 +220,16 @@ PyObject *encode_stream_records(PyObject *self, PyObject *const *args, Py_ssize_
                                          "timestamp, first_offset, seed)");
         return NULL;
     }
-    if (!PyObject_TypeCheck(args[0], &PublishRunType)) {
-        PyErr_SetString(PyExc_TypeError,
-                        "encode_stream_records: run must be a warren._fastpath.PublishRun");
-        return NULL;
-    }
-    PublishRun *run = (PublishRun *)args[0];
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
-    Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
-    unsigned long long timestamp = PyLong_AsUnsignedLongLong(args[4]);
+    RunArgs a;
+    if (!run_args(&a, "encode_stream_records", args, args[6])) return NULL;
     long long first_offset = PyLong_AsLongLong(args[5]);
-    unsigned long seed = PyLong_AsUnsignedLong(args[6]);
     if (PyErr_Occurred()) return NULL;
-    if (seed > 0xFFFFFFFFul) {
-        PyErr_SetString(PyExc_OverflowError, "encode_stream_records: seed must be a u32");
-        return NULL;
-    }
-    if (!PyBytes_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "encode_stream_records: ex_rk must be bytes");
-        return NULL;
-    }
-    if (start < 0 || stop > run->count || start > stop) {
-        PyErr_SetString(PyExc_ValueError, "encode_stream_records: bad range");
-        return NULL;
-    }
-    const unsigned char *ex_rk = (const unsigned char *)PyBytes_AS_STRING(args[3]);
-    Py_ssize_t ex_rk_len = PyBytes_GET_SIZE(args[3]);
+    PublishRun *run = a.run;
+    Py_ssize_t start = a.start, stop = a.stop;
+    unsigned long long timestamp = a.timestamp;
+    unsigned long seed = a.seed;
+    const unsigned char *ex_rk = a.ex_rk;
+    Py_ssize_t ex_rk_len = a.ex_rk_len;
     const unsigned char *d = (const unsigned char *)run->view.buf;
     Py_ssize_t n = stop - start;
 

@@ -64,9 +64,6 @@ class Queue(QueueFeatures):
     #: Whether every message is stored durably, whatever its delivery-mode (streams):
     #: a publisher confirm then always waits for the sync.
     keeps_every_message: ClassVar[bool] = False
-    #: The management API's type, and RabbitMQ's module of that type (in its texts).
-    queue_type: ClassVar[str] = "classic"
-    queue_module: ClassVar[str] = "rabbit_classic_queue"
     #: Whether x-delivery-count counts only basic.nack/reject returns (RabbitMQ 4.x's
     #: quorum queues) rather than every return; the delivery limit counts them all.
     count_explicit_returns: ClassVar[bool] = False

@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from mypy_extensions import mypyc_attr
 
@@ -45,6 +45,10 @@ def now_ms() -> int:
 class QueueFeatures:
     """The limits, TTL, dead-lettering and x-expires state and work of a Queue."""
 
+    #: The management API's type, and RabbitMQ's module of that type (in its texts,
+    #: and the queue_type label of its metrics).
+    queue_type: ClassVar[str] = "classic"
+    queue_module: ClassVar[str] = "rabbit_classic_queue"
     vhost: VHost
     name: str
     store: MessageStore

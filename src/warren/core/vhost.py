@@ -188,9 +188,9 @@ class VHost(VHostRouting, VHostParameters):
         self.channels_closed = 0
         #: For the Prometheus metrics (warren/metrics), counted once per object or
         #: per dead-lettered message, never per publish or delivery: the counters
-        #: of deleted queues by queue class name, messages published on channels
-        #: in confirm mode (folded in as such a channel closes), messages
-        #: dead-lettered by (queue class name, strategy, reason).
+        #: of deleted queues by queue type (its queue_module, RabbitMQ's label),
+        #: messages published on channels in confirm mode (folded in as such a
+        #: channel closes), messages dead-lettered by (queue type, strategy, reason).
         self.deleted_queue_stats: dict[str, MessageStats] = {}
         self.received_confirm = 0
         self.dead_lettered: dict[tuple[str, str, str], int] = {}
@@ -503,9 +503,9 @@ class VHost(VHostRouting, VHostParameters):
             self._store(f"the deletion of queue '{name}'", queue_key(name), None)
         self.queues.pop(name, None)
         self.queues_deleted += 1
-        gone = self.deleted_queue_stats.get(type(q).__name__)
+        gone = self.deleted_queue_stats.get(q.queue_module)
         if gone is None:
-            gone = self.deleted_queue_stats[type(q).__name__] = MessageStats()
+            gone = self.deleted_queue_stats[q.queue_module] = MessageStats()
         gone.add(q.stats)
         for binding in list(self._inbound.get(id(q), {}).values()):
             self._drop_binding(binding)

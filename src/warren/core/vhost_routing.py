@@ -282,7 +282,7 @@ class VHostRouting:
         )
         # Counted per dead-lettered message (a copy is made anyway), for
         # rabbitmq_global_messages_dead_lettered_*_total.
-        counted = (type(queue).__name__, "at_most_once", reason)
+        counted = (queue.queue_module, "at_most_once", reason)
         self.dead_lettered[counted] = self.dead_lettered.get(counted, 0) + 1
         taken, complete = 0, True
         for target in self.route_keys(dlx, copy, keys):

@@ -377,7 +377,7 @@ def _global(out: Text, snap: Snapshot) -> None:
                     value = sum(
                         n
                         for (cls, strat, why), n in snap.dead_lettered.items()
-                        if why == reason and strat == strategy and _qtype(cls) == qtype
+                        if why == reason and strat == strategy and cls == qtype
                     )
                     samples.append((labels(queue_type=qtype, dead_letter_strategy=strategy), value))
         out.family(f"rabbitmq_global_{name}", mtype, help_text, samples)
@@ -385,12 +385,6 @@ def _global(out: Text, snap: Snapshot) -> None:
         out.family(
             f"rabbitmq_global_{name}", "counter", help_text, [(labels(protocol="stream"), 0)]
         )
-
-
-def _qtype(class_name: str) -> str:
-    from warren.metrics.snapshot import queue_type_label
-
-    return queue_type_label(class_name)
 
 
 def _by_queue_type(snap: Snapshot, protocol: str) -> dict[str, tuple[int, ...]]:

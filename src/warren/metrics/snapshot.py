@@ -27,7 +27,7 @@ from warren.metrics.history import CHURN, merge_stats, protocol_label
 if TYPE_CHECKING:
     from warren.node import Node
 
-__all__ = ["SLICE", "QueueColumns", "Snapshot", "queue_type_label", "snapshot"]
+__all__ = ["SLICE", "QueueColumns", "Snapshot", "snapshot"]
 
 #: Queues (or channels) read per loop turn while taking a snapshot.
 SLICE = 500
@@ -37,15 +37,6 @@ QUEUE_COUNTERS = ("deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty",
 _QUEUE_INDEX = tuple(COUNTERS.index(name) for name in QUEUE_COUNTERS)
 
 QUEUE_TYPES = ("rabbit_classic_queue", "rabbit_quorum_queue", "rabbit_stream_queue")
-
-
-def queue_type_label(class_name: str) -> str:
-    """RabbitMQ's queue_type label for a Warren queue class."""
-    if "Stream" in class_name:
-        return "rabbit_stream_queue"
-    if "Quorum" in class_name:
-        return "rabbit_quorum_queue"
-    return "rabbit_classic_queue"
 
 
 @dataclass
@@ -193,8 +184,8 @@ async def snapshot(node: Node) -> Snapshot:
                 )
         vhost_name = shown(vhost.name)  # labels must be UTF-8 (core/names.py)
         for queue in list(vhost.queues.values()):
-            qtype = type(queue).__name__
-            if queue_type_label(qtype) != "rabbit_classic_queue":
+            qtype = queue.queue_module  # RabbitMQ's queue_type label
+            if qtype != "rabbit_classic_queue":
                 merge_stats(queue_stats, [(qtype, queue.stats)])
             segments = getattr(getattr(queue, "stream", None), "segment_count", None)
             cols.vhost.append(vhost_name)
@@ -258,8 +249,7 @@ async def snapshot(node: Node) -> Snapshot:
                 await asyncio.sleep(0)
     snap.by_protocol = {label: stats.values() for label, stats in by_protocol.items()}
     snap.received_confirm = received_confirm
-    for qtype, stats in queue_stats.items():
-        label = queue_type_label(qtype)
+    for label, stats in queue_stats.items():
         values = stats.values()
         mine = tuple(values[i] for i in _QUEUE_INDEX)
         prior = snap.by_queue_type.get(label, (0,) * len(QUEUE_COUNTERS))
