@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from . import rabbitmq_www
 from .devserver import DevServer
 
 pytest.importorskip("playwright", reason="playwright is not installed (the test extra)")
@@ -116,6 +117,27 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UIServer]:
                 dev.stop()
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_ui(ui_server: UIServer) -> Iterator[UIServer]:
+    """RabbitMQ's own management UI, read from the installed rabbitmq-server
+    package, its /api calls answered by the same management API as ui_server's."""
+    www = rabbitmq_www.find()
+    if www is None:
+        pytest.skip(
+            "RabbitMQ's management UI is not installed (no rabbitmq_management plugin under "
+            f"{rabbitmq_www.PLUGINS_GLOB}; `make rabbitmq` installs Debian's rabbitmq-server)"
+        )
+    dev = DevServer(ui_server.url, rabbitmq_www=www).start()
+    try:
+        yield UIServer(
+            dev.url,
+            f"RabbitMQ {www.version}'s UI over {ui_server.api_description}",
+            ui_server.amqp_port,
+        )
+    finally:
+        dev.stop()
 
 
 @pytest.fixture(scope="session")
