@@ -58,7 +58,7 @@ DELIBERATE_DIFFERENCES: list[tuple[str, str]] = [
     ("*.message_bytes_persistent: * != *", _PERSISTENT),
     ("*channel *.idle_since: missing", "channels do not record when they were last used"),
     ("/api/channels/*.idle_since: missing", "channels do not record when they were last used"),
-    ("/api/extensions ?: missing", "no management UI extensions (RabbitMQ's dispatcher.js)"),
+    ("/api/extensions: order *", "federation's and shovel's UI scripts too (api_ui.py)"),
     ("/api/global-parameters cluster_name: extra", "Warren lists the node's cluster_name"),
     (
         "/api/global-parameters internal_cluster_id: missing",

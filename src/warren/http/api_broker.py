@@ -45,7 +45,6 @@ def _created(existed: bool) -> web.Response:
 
 def register(r: Router) -> None:  # noqa: C901 - one table of routes
     api_overview.register(r)
-    r.route("GET", "/api/extensions")(extensions)
     r.route("GET", "/api/cluster")(cluster)
     r.route("GET", "/api/cluster-name")(get_cluster_name)
     r.route("PUT", "/api/cluster-name")(put_cluster_name)
@@ -79,10 +78,6 @@ async def cluster(ctx: Ctx) -> web.StreamResponse:
     ctx.require(MONITORING)
     status = ctx.node.cluster_status
     return json_response(status() if status is not None else {"enabled": False})
-
-
-async def extensions(ctx: Ctx) -> web.StreamResponse:
-    return json_response([])
 
 
 async def get_cluster_name(ctx: Ctx) -> web.StreamResponse:

@@ -29,6 +29,7 @@ from warren.http import (
     api_objects,
     api_parameters,
     api_shovels,
+    api_ui,
 )
 from warren.http.bodies import BodyBudget, check_announced
 from warren.http.common import (
@@ -67,6 +68,7 @@ def build_router() -> Router:
         api_parameters,
         api_shovels,
         api_federation,
+        api_ui,
     ):
         module.register(router)
     return router
@@ -105,6 +107,8 @@ class ManagementApp:
         max_size = max(config.http_max_body_size, config.http_max_definitions_size)
         app = web.Application(client_max_size=max_size, middlewares=middlewares)
         app.router.add_route("*", "/api", self.api, expect_handler=self.expect)
+        # Read by RabbitMQ's UI before its login form, so answered without credentials.
+        app.router.add_get("/api/auth", api_ui.auth_settings)
         # Any character, newlines too: a name may hold one (%0A).
         app.router.add_route("*", r"/api/{tail:[\s\S]*}", self.api, expect_handler=self.expect)
         MetricsEndpoints(self.node).add_routes(app)  # as on the [prometheus] listener
