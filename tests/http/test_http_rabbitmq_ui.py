@@ -6,11 +6,17 @@ rabbitmq_management, rabbitmq_federation_management, rabbitmq_shovel_management)
 
 from __future__ import annotations
 
+import time
+from urllib.parse import quote
+
 import pytest
 from conftest import BrokerThread
 from httphelp import Api
+from pikahelp import barrier, connect, uniq
 
 pytestmark = pytest.mark.timeout(60)
+
+RANGES = "msg_rates_age=60&msg_rates_incr=5&data_rates_age=60&data_rates_incr=5"
 
 
 def test_auth_settings_are_read_without_credentials(broker: BrokerThread) -> None:
@@ -68,3 +74,36 @@ def test_feature_flags(broker: BrokerThread) -> None:
         assert (reply.status, reply.json()) == (
             401, {"error": "not_authorised", "reason": "Not administrator user"}
         )
+
+
+def test_a_channel_gives_its_rates_history_when_asked(hand_sampled_broker: BrokerThread) -> None:
+    """The channel page asks for msg_rates_age: each message_stats ``*_details``
+    needs ``samples`` then, or its chart throws (``samples.length``)."""
+    broker = hand_sampled_broker
+    api = Api(broker.http_port)
+    conn = connect(broker)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    q = uniq()
+    ch.queue_declare(q)
+    start = float((int(time.time()) // 5 + 1) * 5)  # samples fall on multiples of 5 s
+    broker.call(lambda: broker.broker.sample_stats(start))
+    for _ in range(10):
+        ch.basic_publish("", q, b"m")
+    ch.basic_get(q, auto_ack=True)
+    barrier(ch)
+    broker.call(lambda: broker.broker.sample_stats(start + 5))
+
+    [listed] = api.get(f"/api/channels?{RANGES}")
+    one = api.get(f"/api/channels/{quote(listed['name'], safe='')}?{RANGES}")
+    for channel in (listed, one):
+        stats = channel["message_stats"]
+        details = {k: v for k, v in stats.items() if k.endswith("_details")}
+        assert {"publish_details", "confirm_details", "get_no_ack_details"} <= set(details)
+        for key, value in details.items():
+            assert "samples" in value and "avg_rate" in value, (key, value)
+        assert stats["publish_details"]["samples"][0]["sample"] == 10
+        assert stats["publish_details"]["rate"] == 2.0
+    plain = api.get(f"/api/channels/{quote(listed['name'], safe='')}")["message_stats"]
+    assert plain["publish_details"] == {"rate": 2.0}  # no history unless asked
+    conn.close()

@@ -43,7 +43,7 @@ from warren.core.errors import (
     clip_reply_text,
 )
 from warren.core.names import MALFORMED_SHORTSTR, is_valid_utf8, shown
-from warren.core.stats import MessageStats, OctetStats
+from warren.core.stats import Ages, MessageStats, OctetStats
 
 if TYPE_CHECKING:
     from warren.core.users import User
@@ -533,8 +533,8 @@ class AMQPConnection:
     def info(self) -> dict[str, Any]:
         return management.connection_info(self)
 
-    def channels_info(self) -> list[dict[str, Any]]:
-        return management.channels_info(self)
+    def channels_info(self, ages: Ages | None = None) -> list[dict[str, Any]]:
+        return management.channels_info(self, ages)
 
     def force_close(self, reason: str) -> None:
         """320 CONNECTION_FORCED with the operator's reason, as RabbitMQ's management."""
