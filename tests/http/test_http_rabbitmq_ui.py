@@ -107,3 +107,46 @@ def test_a_channel_gives_its_rates_history_when_asked(hand_sampled_broker: Broke
     plain = api.get(f"/api/channels/{quote(listed['name'], safe='')}")["message_stats"]
     assert plain["publish_details"] == {"rate": 2.0}  # no history unless asked
     conn.close()
+
+
+def test_idle_since_only_while_the_queue_is_idle(hand_sampled_broker: BrokerThread) -> None:
+    """RabbitMQ gives ``idle_since`` once a queue has stopped working and none
+    while it works; the UI shows a queue with one as "idle"."""
+    broker = hand_sampled_broker
+    api = Api(broker.http_port)
+    conn = connect(broker)
+    ch = conn.channel()
+    q = uniq()
+    ch.queue_declare(q)
+    barrier(ch)
+    start = float(int(time.time()) + 1)  # after the declaration (its last use)
+    broker.call(lambda: broker.broker.sample_stats(start))
+    ch.basic_publish("", q, b"m")
+    ch.basic_get(q, auto_ack=True)
+    barrier(ch)
+    broker.call(lambda: broker.broker.sample_stats(start + 5))
+    busy = api.get(f"/api/queues/%2F/{q}")
+    assert busy["state"] == "running" and "idle_since" not in busy
+    listed = next(x for x in api.get("/api/queues/%2F") if x["name"] == q)
+    assert "idle_since" not in listed
+
+    broker.call(lambda: broker.broker.sample_stats(start + 10))  # nothing moved since
+    idle = api.get(f"/api/queues/%2F/{q}")
+    when = time.gmtime(start + 5)
+    assert idle["idle_since"] == time.strftime("%Y-%m-%dT%H:%M:%S.000+00:00", when)
+    conn.close()
+
+
+def test_a_quorum_queue_has_the_dead_letter_counts_its_page_shows(
+    hand_sampled_broker: BrokerThread,
+) -> None:
+    broker = hand_sampled_broker
+    api = Api(broker.http_port)
+    q = uniq()
+    assert api.put(f"/api/queues/%2F/{q}", {"durable": True, "arguments": {"x-queue-type": "quorum"}}).status == 201
+    queue = api.get(f"/api/queues/%2F/{q}")
+    assert (queue["messages_dlx"], queue["message_bytes_dlx"]) == (0, 0)
+    assert "idle_since" not in queue  # RabbitMQ 3.10's quorum queues have none
+    for x in api.get("/api/queues/%2F"):
+        if x["name"] == q:
+            assert (x["messages_dlx"], x["message_bytes_dlx"]) == (0, 0)

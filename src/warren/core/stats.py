@@ -161,6 +161,10 @@ class History:
             self.trimmed = True
         entries.append((now_s, values))
 
+    def changed_s(self) -> float:
+        """When the values last changed (the newest entry's sample; 0: none yet)."""
+        return self.entries[-1][0] if self.entries else 0.0
+
     def summed(self, indices: Sequence[int]) -> History:
         """The history of the sum of some of the values (deliver_get's)."""
         out = History()
