@@ -150,3 +150,18 @@ def test_a_quorum_queue_has_the_dead_letter_counts_its_page_shows(
     for x in api.get("/api/queues/%2F"):
         if x["name"] == q:
             assert (x["messages_dlx"], x["message_bytes_dlx"]) == (0, 0)
+
+
+def test_node_memory_and_binary_breakdowns_when_asked(broker: BrokerThread) -> None:
+    """The node page's "Memory details" and "Binary references" buttons read
+    /api/nodes/{node}?memory=true and ?binary=true."""
+    api = Api(broker.http_port)
+    name = api.get("/api/overview")["node"]
+    node = api.get(f"/api/nodes/{name}")
+    assert "memory" not in node and "binary" not in node
+    memory = api.get(f"/api/nodes/{name}?memory=true")["memory"]
+    assert memory["strategy"] == "rss" and memory["total"]["rss"] > 0
+    assert memory == {**api.get(f"/api/nodes/{name}/memory")["memory"], "total": memory["total"],
+                      "other_system": memory["other_system"]}
+    # No Erlang binary heap: what RabbitMQ answers when it cannot tell.
+    assert api.get(f"/api/nodes/{name}?binary=true")["binary"] == "not_available"

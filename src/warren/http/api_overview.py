@@ -274,7 +274,14 @@ async def node(ctx: Ctx) -> web.StreamResponse:
     ctx.require(MONITORING)
     if ctx.params[0] != node_name():
         raise not_found()
-    return item_response(ctx, _node_info(ctx))
+    info = _node_info(ctx)
+    # The node page's "Memory details" and "Binary references" ask for these; Warren
+    # has no Erlang binary heap to break down (the UI says: not available).
+    if flag(ctx.query.get("memory", "false")):
+        info["memory"] = _memory_breakdown(ctx)
+    if flag(ctx.query.get("binary", "false")):
+        info["binary"] = "not_available"
+    return item_response(ctx, info)
 
 
 #: RabbitMQ's memory breakdown categories (the Erlang VM's); Warren's whole resident
@@ -318,12 +325,16 @@ def _memory(ctx: Ctx) -> int:
 async def node_memory(ctx: Ctx) -> web.StreamResponse:
     """RabbitMQ's memory breakdown: what Telegraf reads with every node (and drops
     the node's metrics when it cannot). The total is the resident memory."""
+    return json_response({"memory": _memory_breakdown(ctx)})
+
+
+def _memory_breakdown(ctx: Ctx) -> dict[str, Any]:
     used = _memory(ctx)
     breakdown: dict[str, Any] = dict.fromkeys(_MEMORY_CATEGORIES, 0)
     breakdown["other_system"] = used
     breakdown["strategy"] = "rss"
     breakdown["total"] = {"erlang": used, "rss": used, "allocated": used}
-    return json_response({"memory": breakdown})
+    return breakdown
 
 
 async def node_memory_relative(ctx: Ctx) -> web.StreamResponse:
