@@ -196,7 +196,7 @@ class ManagementApp:
         return response
 
     async def _authenticate(self, request: web.Request) -> User:
-        creds = basic_credentials(request.headers.get("Authorization"))
+        creds = basic_credentials(_authorization(request))
         if creds is None:
             raise ApiError(401, "not_authorized", "Login failed", {"WWW-Authenticate": REALM})
         guard = self.node.auth_guard
@@ -222,6 +222,18 @@ class ManagementApp:
                 {"WWW-Authenticate": REALM},
             )
         return user
+
+
+def _authorization(request: web.Request) -> str | None:
+    """The Authorization header; without one, on /api/definitions[/{vhost}] only
+    (as RabbitMQ), the ``auth`` query parameter (base64 ``user:password``) that
+    RabbitMQ's UI puts in its definitions download link."""
+    header = request.headers.get("Authorization")
+    if header is None and "auth" in request.query:
+        path = request.raw_path.split("?", 1)[0].strip("/").split("/")
+        if path[:2] == ["api", "definitions"] and len(path) <= 3:
+            return f"Basic {request.query['auth']}"
+    return header
 
 
 def _refused(request: web.Request, exc: ApiError) -> ApiError:
