@@ -180,6 +180,20 @@ def test_definitions_download_link_carries_its_credentials(broker: BrokerThread)
     assert (reply.status, reply.json()["reason"]) == (401, "Login failed")
 
 
+def test_a_dynamic_shovel_is_deleted_by_its_status_path(broker: BrokerThread) -> None:
+    """The UI's "Delete this shovel" is DELETE /api/shovels/vhost/{vhost}/{name}."""
+    api = Api(broker.http_port)
+    value = {"src-uri": "amqp://", "src-queue": uniq("src"), "dest-uri": "amqp://",
+             "dest-queue": uniq("dest")}
+    assert api.put("/api/parameters/shovel/%2F/ui-delete", {"value": value}).status == 201
+    assert api.request("DELETE", "/api/shovels/vhost/%2F/ui-delete").status == 204
+    assert api.request("GET", "/api/parameters/shovel/%2F/ui-delete").status == 404
+    assert all(s["name"] != "ui-delete" for s in api.get("/api/shovels"))
+    for path in ("/api/shovels/vhost/%2F/ui-delete", "/api/shovels/vhost/no-such-vhost/x"):
+        reply = api.request("DELETE", path)
+        assert (reply.status, reply.json()["error"]) == (404, "Object Not Found")
+
+
 def test_node_memory_and_binary_breakdowns_when_asked(broker: BrokerThread) -> None:
     """The node page's "Memory details" and "Binary references" buttons read
     /api/nodes/{node}?memory=true and ?binary=true."""
