@@ -20,7 +20,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -30,6 +30,9 @@ from .devserver import DevServer
 pytest.importorskip("playwright", reason="playwright is not installed (the test extra)")
 
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright  # noqa: E402
+
+if TYPE_CHECKING:
+    from .rabbitui import Live, RabbitUI
 
 API_URL_ENV = "WARREN_UI_API_URL"
 CHROMIUM = os.environ.get("WARREN_UI_CHROMIUM", "/usr/bin/chromium")
@@ -197,3 +200,25 @@ def shot(request: pytest.FixtureRequest, page: Page):
         return path
 
     return take
+
+
+# -- RabbitMQ's own UI (test_rabbitmq_ui*.py; rabbitui.py imports this module) ---------------
+
+
+@pytest.fixture(scope="module")
+def live(rabbitmq_ui: UIServer) -> Iterator[Live]:
+    """Objects of every kind and a small load on them, for a module's tests."""
+    from .rabbitui import running_load
+
+    with running_load(rabbitmq_ui) as live:
+        yield live
+
+
+@pytest.fixture
+def rui(page: Page, rabbitmq_ui: UIServer, console: Console, live: Live) -> RabbitUI:
+    """RabbitMQ's UI, logged in as guest."""
+    from .rabbitui import RabbitUI
+
+    ui = RabbitUI(page, rabbitmq_ui, console)
+    ui.log_in()
+    return ui
