@@ -91,6 +91,9 @@ class Queue(QueueFeatures):
         self.auto_delete = auto_delete
         self.arguments: dict[str, Any] = arguments or {}
         self.consumers: list[Consumer] = []
+        # The returns of messages that came back so far (a quorum queue's survive
+        # a restart: its store keeps them).
+        self._delivery_counts = self._recovered_counts()
         # Consumers grouped by priority, highest first; within a group, round-robin.
         self._groups: list[tuple[int, list[Consumer]]] = []
         self._rr: dict[int, int] = {}
@@ -158,6 +161,10 @@ class Queue(QueueFeatures):
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in {self.vhost.name!r}>"
+
+    def _recovered_counts(self) -> dict[int, int]:
+        """The delivery counts (seq -> returns) the store kept from before: none."""
+        return {}
 
     @property
     def persistent(self) -> bool:

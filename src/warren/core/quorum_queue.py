@@ -14,6 +14,8 @@ top, not another storage engine:
   reason ``delivery_limit``, or dropped without a dead-letter exchange;
 - two message priorities, served two high for one normal (store/priority_store.py's
   QuorumPriorityStore);
+- the delivery counts survive a restart and a failover: the store keeps them
+  next to the messages (store/delivery_counts.py), as RabbitMQ's Raft log does;
 - ``x-overflow: reject-publish-dlx`` is not supported: RabbitMQ logs a warning
   and falls back to ``drop-head``, and so does Warren;
 - ``x-dead-letter-strategy: at-least-once`` (with ``reject-publish`` and a
@@ -35,6 +37,7 @@ from warren.core.properties import edit_properties
 from warren.core.queue import Queue
 from warren.core.queue_settings import DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX
 from warren.core.store import MessageStore
+from warren.store.priority_store import QuorumPriorityStore
 
 if TYPE_CHECKING:
     from warren.core.vhost import VHost
@@ -99,6 +102,24 @@ class QuorumQueue(Queue):
                 strategy = AT_LEAST_ONCE
         self.dead_letter_strategy = strategy
         super()._configure(settings)
+
+    def _recovered_counts(self) -> dict[int, int]:
+        """The counts the store kept (its DeliveryCounts'), the queue's own from now on."""
+        store = self.store
+        if isinstance(store, QuorumPriorityStore) and store.delivery_counts is not None:
+            return store.delivery_counts.counts
+        return {}
+
+    def _requeue_refusal(self, seq: int, msg: Message, now: int, explicit: bool) -> str | None:
+        """Queue's, and a return it counted goes to the store's journal, written out
+        at the end of this loop turn."""
+        refusal = super()._requeue_refusal(seq, msg, now, explicit)
+        if refusal is None and self._delivery_limit is not None:
+            store = self.store
+            if isinstance(store, QuorumPriorityStore) and store.delivery_counts is not None:
+                store.delivery_counts.recorded(seq)
+                self.vhost.store_written(store)
+        return refusal
 
     def _warn_once(self, key: str, text: str) -> None:
         if key not in self._warned:

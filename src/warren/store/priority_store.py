@@ -26,6 +26,8 @@ from warren.core.codec_errors import DecodeError
 from warren.core.message import Message, MessageRun
 from warren.core.properties import peek_priority
 from warren.core.store import MessageStore, StoredRun
+from warren.store.delivery_counts import FILE_NAME as COUNTS_FILE
+from warren.store.delivery_counts import DeliveryCounts
 from warren.store.layout import make_dirs
 from warren.store.mirror import mirror_for
 from warren.store.segment_store import SEQ_BITS, SegmentStore
@@ -368,6 +370,46 @@ class QuorumPriorityStore(PriorityStore):
         super().__init__(QUORUM_HIGH, make_level, directory)
         # High-priority messages shifted since the last normal one.
         self._high_streak = 0
+        #: The queue's delivery counts, kept next to its levels (None in RAM).
+        self.delivery_counts: DeliveryCounts | None = None
+        if directory is not None:
+            self.delivery_counts = DeliveryCounts(directory / COUNTS_FILE, self.is_ready)
+
+    def is_ready(self, seq: int) -> bool:
+        """Whether ``seq`` names a ready message (SegmentStore.is_ready)."""
+        store = self._level(seq)
+        return isinstance(store, SegmentStore) and store.is_ready(seq & _INNER_MASK)
+
+    def flush(self) -> None:
+        super().flush()
+        if self.delivery_counts is not None:
+            self.delivery_counts.flush()
+
+    def sync_acks(self) -> None:
+        """The levels' ack files and the delivery counts: both lazily durable."""
+        super().sync_acks()
+        if self.delivery_counts is not None:
+            self.delivery_counts.sync()
+
+    def collect_sync(self, fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
+        super().collect_sync(fds, paths, dirs)
+        counts = self.delivery_counts
+        if counts is not None:
+            counts.flush()
+            counts.collect_dirs(dirs)
+
+    def close(self, sync: bool = True) -> None:
+        counts = self.delivery_counts
+        if counts is not None:
+            counts.flush()
+            if sync:
+                counts.sync()
+        super().close(sync)
+
+    def delete(self) -> None:
+        """The counts go with the directory (nothing more is written there)."""
+        self.delivery_counts = None
+        super().delete()
 
     def _level_of(self, msg: Message) -> int:
         props = msg.properties
