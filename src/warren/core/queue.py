@@ -82,6 +82,7 @@ class Queue(QueueFeatures):
         self.vhost = vhost
         self.name = name
         self.store = store
+        self._last_used = vhost.expires_clock()
         #: Message counters (publish, deliver, get, ack, ...) for management and metrics.
         self.stats = MessageStats()
         #: Its lengths (messages, ready, unacknowledged) at the last samples.

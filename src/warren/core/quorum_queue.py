@@ -58,6 +58,7 @@ class QuorumQueue(Queue):
     queue_type: ClassVar[str] = "quorum"
     queue_module: ClassVar[str] = "rabbit_quorum_queue"
     count_explicit_returns: ClassVar[bool] = True
+    declare_renews: ClassVar[bool] = False
 
     def __init__(
         self, vhost: VHost, name: str, store: MessageStore, arguments: dict[str, Any]
