@@ -12,7 +12,7 @@ top, not another storage engine:
   ``delivery-limit`` policy, 20 when neither sets one (RabbitMQ 4.0+), none
   when it is negative; a message returned more often is dead-lettered with
   reason ``delivery_limit``, or dropped without a dead-letter exchange;
-- two message priorities, served two high for one normal (store/priority_store.py's
+- two message priorities, served two high for one normal (store/quorum_store.py's
   QuorumPriorityStore);
 - the delivery counts survive a restart and a failover: the store keeps them
   next to the messages (store/delivery_counts.py), as RabbitMQ's Raft log does;
@@ -37,7 +37,7 @@ from warren.core.properties import edit_properties
 from warren.core.queue import Queue
 from warren.core.queue_settings import DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX
 from warren.core.store import MessageStore
-from warren.store.priority_store import QuorumPriorityStore
+from warren.store.quorum_store import QuorumPriorityStore
 
 if TYPE_CHECKING:
     from warren.core.vhost import VHost

@@ -59,7 +59,8 @@ from warren.core.vhost_records import (
 )
 from warren.core.vhost_routing import ReplyTarget, VHostRouting
 from warren.store.definitions import decode_arguments, exchange_key, queue_key
-from warren.store.priority_store import PriorityStore, QuorumPriorityStore
+from warren.store.priority_store import PriorityStore
+from warren.store.quorum_store import QuorumPriorityStore
 
 if TYPE_CHECKING:
     from warren.store.definitions import DefinitionsLog
