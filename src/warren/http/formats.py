@@ -21,6 +21,7 @@ from warren.core.stats import EXCHANGE_GROUPS, NO_AGES, QUEUE_GROUPS, VHOST_GROU
 from warren.core.stream_queue import StreamQueue
 from warren.json_tables import to_json_table
 from warren.node import node_name
+from warren.store.quorum_store import QuorumPriorityStore
 
 if TYPE_CHECKING:
     from warren.core.exchange import Binding, Exchange
@@ -195,6 +196,11 @@ def queue_info(
         info["readers"] = {node_name(): len(q.consumers)}
     elif q.queue_type == "quorum":
         info.update(replica_info or replicas(None))
+        store = q.store
+        if isinstance(store, QuorumPriorityStore):  # at-least-once's held copies
+            info["messages_dlx"] = store.held_count
+            info["message_bytes_dlx"] = store.held_bytes
+            info["messages"] += store.held_count
     if not stats:
         basic = {k: v for k, v in info.items() if k in _BASIC_QUEUE_KEYS}
         if info["policy"] is not None:  # as RabbitMQ: there when there is one

@@ -1,16 +1,21 @@
 """A quorum queue's store: RabbitMQ 4.x's two message priorities over a
-PriorityStore, and the queue's delivery counts next to them.
+PriorityStore, the messages held for at-least-once dead-lettering, and the
+queue's delivery counts.
 
 Priorities 0-4 (or none) are normal (level ``p000``), 5 and above high
 (``p001``); while both levels have messages, two high ones go for each normal
-one (RabbitMQ's "fair share"). Every message survives a restart whatever its
-delivery-mode (the levels recover transient messages too, store_factory.py).
-The delivery counts are store/delivery_counts.py's ``delivery-counts``.
+one (RabbitMQ's "fair share"). A third level, ``p002``, holds the dead-letter
+copies that at-least-once dead-lettering could not hand to a target yet
+(RabbitMQ's "discards"): never served to consumers, not counted as ready,
+retried by the queue (core/quorum_queue.py). Every message survives a restart
+whatever its delivery-mode (the levels recover transient messages too,
+store_factory.py). The delivery counts are store/delivery_counts.py's
+``delivery-counts``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from warren.core.codec_errors import DecodeError
@@ -22,7 +27,7 @@ from warren.store.delivery_counts import DeliveryCounts
 from warren.store.priority_store import INNER_MASK, LEVEL_SHIFT, PriorityStore
 from warren.store.segment_store import SegmentStore
 
-__all__ = ["QUORUM_HIGH", "QuorumPriorityStore"]
+__all__ = ["HELD", "QUORUM_HIGH", "QuorumPriorityStore"]
 
 #: A quorum queue's message priority levels (RabbitMQ 4.x): 0 normal, 1 high.
 QUORUM_HIGH = 1
@@ -32,6 +37,8 @@ QUORUM_NORMAL_MAX = 4
 _PRIORITY_FLAG_BYTE = 0x08
 #: High-priority messages delivered for each normal one while both wait.
 QUORUM_HIGH_PER_NORMAL = 2
+#: The level of the dead-letter copies held for at-least-once dead-lettering.
+HELD = 2
 
 
 class QuorumPriorityStore(PriorityStore):
@@ -54,6 +61,81 @@ class QuorumPriorityStore(PriorityStore):
         self.delivery_counts: DeliveryCounts | None = None
         if directory is not None:
             self.delivery_counts = DeliveryCounts(directory / COUNTS_FILE, self.is_ready)
+
+    # -- held dead-letters --------------------------------------------------------------
+    @property
+    def held_count(self) -> int:
+        """Dead-letter copies held (RabbitMQ's messages_dlx)."""
+        held = self._levels[HELD]
+        return held.ready_count if held is not None else 0
+
+    @property
+    def held_bytes(self) -> int:
+        held = self._levels[HELD]
+        return held.ready_bytes if held is not None else 0
+
+    def hold(self, msg: Message) -> int:
+        """Keep a dead-letter copy no target took yet; written before anything
+        else of the store (the original's ack) at the next flush."""
+        store = self._levels[HELD] or self._open(HELD)
+        return (HELD << LEVEL_SHIFT) | store.append(msg)
+
+    def next_held(self) -> tuple[int, Message] | None:
+        """The oldest held copy, taken out until release_held or keep_held."""
+        store = self._levels[HELD]
+        item = store.shift() if store is not None else None
+        return None if item is None else ((HELD << LEVEL_SHIFT) | item[0], item[1])
+
+    def release_held(self, seq: int) -> None:
+        """A target took the copy (or it is given up): gone for good."""
+        store = self._levels[HELD]
+        if store is not None:
+            store.ack(seq & INNER_MASK)
+
+    def keep_held(self, seq: int, msg: Message) -> None:
+        """Not taken this time: held again, at its place."""
+        store = self._levels[HELD]
+        if store is not None:
+            store.requeue(seq & INNER_MASK, msg)
+
+    def _open(self, level: int) -> MessageStore:
+        store = super()._open(level)
+        if level == HELD:
+            # Not ready for consumers: out of the totals; first in every pass over
+            # the levels, so that a held copy reaches the OS before the original's ack.
+            self._uncount_held()
+            self._stores = (store, *(s for s in self._stores if s is not store))
+        return store
+
+    def _recount(self) -> None:
+        super()._recount()
+        self._uncount_held()
+
+    def _uncount_held(self) -> None:
+        held = self._levels[HELD]
+        if held is not None and self._ready_mask & (1 << HELD):
+            self._ready_count -= held.ready_count
+            self._ready_bytes -= held.ready_bytes
+            self._ready_mask &= ~(1 << HELD)
+
+    def purge(self) -> int:
+        """The ready messages of both priorities; held copies stay."""
+        n = 0
+        for level in (0, QUORUM_HIGH):
+            store = self._levels[level]
+            if store is not None:
+                n += store.purge()
+        self._ready_count = self._ready_bytes = self._ready_mask = 0
+        return n
+
+    def scan_ready(self, exchange: str | None = None) -> Iterator[tuple[int, int, bytes]]:
+        """Every ready message, high then normal (held copies are not ready)."""
+        for level in (QUORUM_HIGH, 0):
+            store = self._levels[level]
+            if store is not None and store.ready_count:
+                base = level << LEVEL_SHIFT
+                for seq, timestamp, properties in store.scan_ready(exchange):
+                    yield base | seq, timestamp, properties
 
     def is_ready(self, seq: int) -> bool:
         """Whether ``seq`` names a ready message (SegmentStore.is_ready)."""
