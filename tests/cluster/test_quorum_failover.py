@@ -59,8 +59,17 @@ def test_confirmed_quorum_messages_survive_kill_9_of_the_leader(nodes: list[Node
     ids = sorted(n.node_id for n in nodes)
     assert info["type"] == "quorum"
     assert info["leader"] == leader.node_id
-    assert info["members"] == ids
+    assert info["members"] == ids  # RabbitMQ's default group size, 3
     assert sorted(info["online"]) == ids
+    # min(x-quorum-initial-group-size, cluster size) members, the leader among them.
+    conn, ch = open_channel(leader.address)
+    for name, size in (("pair", 2), ("single", 1), ("wide", 7)):
+        ch.queue_declare(name, durable=True, arguments={**QUORUM, "x-quorum-initial-group-size": size})
+        info = queue_json(leader, name)
+        assert len(info["members"]) == min(size, 3)
+        assert leader.node_id in info["members"]
+        assert sorted(info["online"]) == info["members"]
+    conn.close()
 
     followers = [n for n in nodes if n is not leader]
     before = marks(followers)

@@ -64,6 +64,29 @@ def replicas(cluster: Callable[[], dict[str, Any]] | None) -> dict[str, Any]:
     }
 
 
+#: RabbitMQ's quorum_cluster_size: a quorum queue's members without
+#: x-quorum-initial-group-size.
+DEFAULT_QUORUM_GROUP_SIZE = 3
+
+
+def quorum_members(q: Queue, replica_info: dict[str, Any]) -> dict[str, Any]:
+    """A quorum queue's leader, members and online members: min(its group size,
+    the cluster's size) of the nodes (x-quorum-initial-group-size, else 3, as
+    RabbitMQ places them), the leader first, then in-sync followers, then the
+    others. Every node holds every durable queue all the same (docs/quorum-queues.md)."""
+    size = q.arguments.get("x-quorum-initial-group-size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        size = DEFAULT_QUORUM_GROUP_SIZE
+    members = replica_info["members"]
+    if len(members) <= size:
+        return replica_info
+    leader, online = replica_info["leader"], replica_info["online"]
+    others = [m for m in members if m != leader]
+    others.sort(key=lambda m: m not in online)  # in-sync first; stable: sorted names
+    chosen = sorted([leader, *others[: size - 1]])
+    return {"leader": leader, "members": chosen, "online": [m for m in online if m in chosen]}
+
+
 def queue_counts(q: Queue) -> tuple[int, int]:
     """(ready, unacknowledged) messages."""
     return q.message_count, max(0, q.unacked)
@@ -195,7 +218,7 @@ def queue_info(
         info["online"] = [node_name()]
         info["readers"] = {node_name(): len(q.consumers)}
     elif q.queue_type == "quorum":
-        info.update(replica_info or replicas(None))
+        info.update(quorum_members(q, replica_info or replicas(None)))
         store = q.store
         if isinstance(store, QuorumPriorityStore):  # at-least-once's held copies
             info["messages_dlx"] = store.held_count
