@@ -19,7 +19,8 @@ from warren.core.store import MessageStore
 from warren.core.stream import StreamLog
 from warren.core.vhost import QUORUM, VHost
 from warren.store.layout import DataDir
-from warren.store.priority_store import PriorityStore, QuorumPriorityStore, level_name
+from warren.store.priority_store import PriorityStore, level_name
+from warren.store.quorum_store import QuorumPriorityStore
 from warren.store.segment_store import SegmentStore
 from warren.store.stream_store import StreamStore
 

@@ -324,7 +324,10 @@ class Channel(Publishing):
     def _basic_qos(self, method: spec.BasicQos) -> None:
         if method.prefetch_size:  # RabbitMQ refuses byte limits outright
             raise NotImplemented_(f"prefetch_size!=0 ({method.prefetch_size})")
-        if method.global_:
+        glob = method.global_
+        if glob:
+            glob = self._global_qos_permitted()
+        if glob:
             self.global_prefetch_count = method.prefetch_count
             self.global_prefetch_size = method.prefetch_size
         else:
@@ -334,6 +337,32 @@ class Channel(Publishing):
             self.global_prefetch_count = self.global_prefetch_size = 0
         self.reply(spec.BasicQosOk())
         self.resume_delivery()
+
+    def _global_qos_permitted(self) -> bool:
+        """RabbitMQ 4.x's deprecated feature global_qos: permitted, global=true keeps
+        its meaning; not, it is taken as per-consumer (rabbit_channel's answer).
+        Either way its use is logged, once per connection."""
+        conn = self.connection
+        permitted = conn.config.permit_global_qos
+        if not conn.global_qos_logged:
+            conn.global_qos_logged = True
+            if permitted:
+                log.warning(
+                    "%s: channel %d uses global QoS (basic.qos global=true), a deprecated "
+                    "feature (RabbitMQ 4.x's global_qos): use per-consumer prefetch; "
+                    "[deprecated_features] permit.global_qos = false tries Warren without it",
+                    conn.name,
+                    self.id,
+                )
+            else:
+                log.error(
+                    "%s: channel %d asked for global QoS (basic.qos global=true), a "
+                    "deprecated feature not permitted here ([deprecated_features] "
+                    "permit.global_qos = false): its prefetch applies per consumer",
+                    conn.name,
+                    self.id,
+                )
+        return permitted
 
     def _basic_consume(self, method: spec.BasicConsume) -> None:
         assert self.vhost is not None

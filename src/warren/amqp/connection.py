@@ -157,6 +157,9 @@ class AMQPConnection:
         # Replies to a definitions change waiting for the cluster's followers
         # (hold_replies); no input is processed meanwhile, so replies stay in order.
         self._held: list[bytes] | None = None
+        #: Whether this connection's use of global QoS, a deprecated feature, was
+        #: logged (once per connection; RabbitMQ logs it once a day).
+        self.global_qos_logged = False
         self._received = True
         self._sent = True
         self._idle_ticks = 0

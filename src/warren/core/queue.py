@@ -82,6 +82,7 @@ class Queue(QueueFeatures):
         self.vhost = vhost
         self.name = name
         self.store = store
+        self._last_used = vhost.expires_clock()
         #: Message counters (publish, deliver, get, ack, ...) for management and metrics.
         self.stats = MessageStats()
         #: Its lengths (messages, ready, unacknowledged) at the last samples.
@@ -91,6 +92,9 @@ class Queue(QueueFeatures):
         self.auto_delete = auto_delete
         self.arguments: dict[str, Any] = arguments or {}
         self.consumers: list[Consumer] = []
+        # The returns of messages that came back so far (a quorum queue's survive
+        # a restart: its store keeps them).
+        self._delivery_counts = self._recovered_counts()
         # Consumers grouped by priority, highest first; within a group, round-robin.
         self._groups: list[tuple[int, list[Consumer]]] = []
         self._rr: dict[int, int] = {}
@@ -158,6 +162,10 @@ class Queue(QueueFeatures):
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in {self.vhost.name!r}>"
+
+    def _recovered_counts(self) -> dict[int, int]:
+        """The delivery counts (seq -> returns) the store kept from before: none."""
+        return {}
 
     @property
     def persistent(self) -> bool:

@@ -282,8 +282,19 @@ class VHostRouting:
         )
         # Counted per dead-lettered message (a copy is made anyway), for
         # rabbitmq_global_messages_dead_lettered_*_total.
-        counted = (queue.queue_module, "at_most_once", reason)
+        self.count_dead_letter(queue, "at_most_once", reason)
+        return self.route_dead_letter(queue, dlx, copy, keys, reason)
+
+    def count_dead_letter(self, queue: QueueFeatures, strategy: str, what: str) -> None:
+        """One more for rabbitmq_global_messages_dead_lettered_<what>_total."""
+        counted = (queue.queue_module, strategy, what)
         self.dead_lettered[counted] = self.dead_lettered.get(counted, 0) + 1
+
+    def route_dead_letter(
+        self, queue: QueueFeatures, dlx: Exchange, copy: Message, keys: list[str], reason: str
+    ) -> bool:
+        """Route a dead-letter copy through ``dlx`` with ``keys``: whether it
+        reached at least one queue and every queue took it."""
         taken, complete = 0, True
         for target in self.route_keys(dlx, copy, keys):
             if dl.is_cycle(target.name, copy.headers):

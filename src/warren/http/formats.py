@@ -21,6 +21,7 @@ from warren.core.stats import EXCHANGE_GROUPS, NO_AGES, QUEUE_GROUPS, VHOST_GROU
 from warren.core.stream_queue import StreamQueue
 from warren.json_tables import to_json_table
 from warren.node import node_name
+from warren.store.quorum_store import QuorumPriorityStore
 
 if TYPE_CHECKING:
     from warren.core.exchange import Binding, Exchange
@@ -61,6 +62,29 @@ def replicas(cluster: Callable[[], dict[str, Any]] | None) -> dict[str, Any]:
         "members": sorted({leader, *followers} - {None}),
         "online": list(status.get("in_sync_replicas") or [leader]),
     }
+
+
+#: RabbitMQ's quorum_cluster_size: a quorum queue's members without
+#: x-quorum-initial-group-size.
+DEFAULT_QUORUM_GROUP_SIZE = 3
+
+
+def quorum_members(q: Queue, replica_info: dict[str, Any]) -> dict[str, Any]:
+    """A quorum queue's leader, members and online members: min(its group size,
+    the cluster's size) of the nodes (x-quorum-initial-group-size, else 3, as
+    RabbitMQ places them), the leader first, then in-sync followers, then the
+    others. Every node holds every durable queue all the same (docs/quorum-queues.md)."""
+    size = q.arguments.get("x-quorum-initial-group-size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        size = DEFAULT_QUORUM_GROUP_SIZE
+    members = replica_info["members"]
+    if len(members) <= size:
+        return replica_info
+    leader, online = replica_info["leader"], replica_info["online"]
+    others = [m for m in members if m != leader]
+    others.sort(key=lambda m: m not in online)  # in-sync first; stable: sorted names
+    chosen = sorted([leader, *others[: size - 1]])
+    return {"leader": leader, "members": chosen, "online": [m for m in online if m in chosen]}
 
 
 def queue_counts(q: Queue) -> tuple[int, int]:
@@ -194,7 +218,12 @@ def queue_info(
         info["online"] = [node_name()]
         info["readers"] = {node_name(): len(q.consumers)}
     elif q.queue_type == "quorum":
-        info.update(replica_info or replicas(None))
+        info.update(quorum_members(q, replica_info or replicas(None)))
+        store = q.store
+        if isinstance(store, QuorumPriorityStore):  # at-least-once's held copies
+            info["messages_dlx"] = store.held_count
+            info["message_bytes_dlx"] = store.held_bytes
+            info["messages"] += store.held_count
     if not stats:
         basic = {k: v for k, v in info.items() if k in _BASIC_QUEUE_KEYS}
         if info["policy"] is not None:  # as RabbitMQ: there when there is one

@@ -423,6 +423,24 @@ class SegmentStore(SegmentFiles):
         self.ack(seq)
         return msg
 
+    def is_ready(self, seq: int) -> bool:
+        """Whether ``seq``, a number kept from before (a quorum queue's delivery
+        counts, store/delivery_counts.py), names a ready message of this store: a
+        requeued one, or a live record ahead of the cursor that checks out
+        (structure and CRC with its segment's salt), so that a number from an
+        earlier life of a segment id never matches. Reads one record; changes
+        nothing."""
+        if seq in self._requeued.by_seq:
+            return True
+        seg = self._segs.get(seq >> 32)
+        off = seq & _OFFSET_MASK
+        if seg is None or not seg.unread or off < self._log.data_start(seg.id):
+            return False
+        cursor = self._cursor
+        if cursor.passed(seg, off) or cursor.is_dead(seg, off):
+            return False
+        return cursor.read_at(seg, off) is not None
+
     def scan_ready(self, exchange: str | None = None) -> Iterator[tuple[int, int, bytes]]:
         """(seq, timestamp, raw properties) of each ready message, in shift order
         (only those published to ``exchange`` when it is given).
