@@ -100,6 +100,14 @@ class QuorumQueue(Queue):
         self.dead_letter_strategy = strategy
         super()._configure(settings)
 
+    def persistent_counts(self) -> tuple[int, int] | None:
+        """Every message of a quorum queue is kept whatever its delivery-mode,
+        and RabbitMQ counts every one as persistent."""
+        return (
+            max(0, self.store.ready_count + self.unacked),
+            max(0, self.store.ready_bytes + self.unacked_bytes),
+        )
+
     def _warn_once(self, key: str, text: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
