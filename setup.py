@@ -77,6 +77,7 @@ COMPILED_MODULES = [
     "warren.store.segment_alloc",
     "warren.store.segment_cursor",
     "warren.store.segment_damage",
+    "warren.store.segment_faults",
     "warren.store.segment_files",
     "warren.store.segment_format",
     "warren.store.segment_log",
@@ -89,6 +90,7 @@ COMPILED_MODULES = [
     "warren.store.stream_store",
     "warren.store.stream_tracking",
     "warren.store.sync_files",
+    "warren.store.transient_counts",
 ]
 
 # The shared extension module: GROUP + "__mypyc" (mypyc's suffix), a fixed name

@@ -221,8 +221,8 @@ class Channel(Publishing):
         self.consumer_unacked = 0
         self._tx_acks.clear()
         unacked.sort(key=lambda e: e[1])
-        for queue, seq, msg, _, _ in unacked:
-            queue.reject(seq, msg, True)
+        for queue, seq, msg, _, size in unacked:
+            queue.reject(seq, msg, True, False, size)
 
     # -- helpers ----------------------------------------------------------------------
     def check(self, kind: str, resource_type: str, name: str) -> None:
@@ -514,23 +514,26 @@ class Channel(Publishing):
             # One store call and one flush registration per queue (or run), not
             # per message.
             seqs: dict[int, list[int]] = {}
-            for _, (queue, seq, _msg, _consumer, _size) in taken:
+            sizes: dict[int, int] = {}
+            for _, (queue, seq, _msg, _consumer, size) in taken:
                 key = id(queue)
                 if key in queues:
                     seqs[key].append(seq)
+                    sizes[key] += size
                 else:
                     queues[key] = queue
                     seqs[key] = [seq]
+                    sizes[key] = size
             acked = len(taken)
             for key, queue in queues.items():
                 queue.stats.ack += len(seqs[key])
-                queue.ack_many(seqs[key])
+                queue.ack_many(seqs[key], sizes[key])
             for run in runs:
                 queue = run.queue
                 n = len(run)
                 acked += n
                 queue.stats.ack += n
-                queue.ack_run(run.segment, run.offsets)
+                queue.ack_run(run.segment, run.offsets, sum(run.sizes))
                 queues[id(queue)] = queue
             self.stats.ack += acked
         else:
@@ -539,8 +542,8 @@ class Channel(Publishing):
                     [*taken, *(item for run in runs for item in run.entries())],
                     key=lambda item: item[0],
                 )
-            for _, (queue, seq, msg, _consumer, _size) in taken:
-                queue.reject(seq, msg, requeue, explicit)
+            for _, (queue, seq, msg, _consumer, size) in taken:
+                queue.reject(seq, msg, requeue, explicit, size)
                 queues[id(queue)] = queue
         if self.global_prefetch_count or self.global_prefetch_size:
             self.resume_delivery()

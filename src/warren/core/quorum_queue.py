@@ -135,6 +135,14 @@ class QuorumQueue(Queue):
                 self.vhost.store_written(store)
         return refusal
 
+    def persistent_counts(self) -> tuple[int, int] | None:
+        """Every message of a quorum queue is kept whatever its delivery-mode,
+        and RabbitMQ counts every one as persistent."""
+        return (
+            max(0, self.store.ready_count + self.unacked),
+            max(0, self.store.ready_bytes + self.unacked_bytes),
+        )
+
     def _warn_once(self, key: str, text: str) -> None:
         if key not in self._warned:
             self._warned.add(key)

@@ -146,12 +146,6 @@ def _second(seconds: int) -> str:
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def unacked_bytes(q: Queue) -> int:
-    """Bytes of the messages its consumers hold unacknowledged (basic.get's are
-    not counted: they belong to no consumer)."""
-    return sum(getattr(c, "unacked_bytes", 0) for c in q.consumers)
-
-
 def queue_info(
     q: Queue,
     ages: Ages = NO_AGES,
@@ -163,7 +157,8 @@ def queue_info(
     queue's leader and members; None: a single node's)."""
     ready, unacked = queue_counts(q)
     ready_bytes = q.store.ready_bytes
-    held_bytes = unacked_bytes(q)
+    held_bytes = max(0, q.unacked_bytes)
+    persistent, persistent_bytes = q.persistent_counts() or (0, 0)
     active = q.active_consumer
     single = q.arguments.get("x-single-active-consumer") is True
     exclusive_tag = next((c.tag for c in q.consumers if c.exclusive), None)
@@ -185,13 +180,13 @@ def queue_info(
         "idle_since": timestamp(q.last_used_ms),
         "message_bytes": ready_bytes + held_bytes,
         "message_bytes_paged_out": ready_bytes - ready_ram_bytes,
-        "message_bytes_persistent": (ready_bytes + held_bytes) if q.persistent else 0,
+        "message_bytes_persistent": persistent_bytes,
         "message_bytes_ram": ready_ram_bytes + held_bytes,
         "message_bytes_ready": ready_bytes,
         "message_bytes_unacknowledged": held_bytes,
         "messages": ready + unacked,
         "messages_paged_out": ready - ready_ram,
-        "messages_persistent": (ready + unacked) if q.persistent else 0,
+        "messages_persistent": persistent,
         "messages_ram": ready_ram + unacked,
         "messages_ready": ready,
         "messages_ready_ram": ready_ram,

@@ -139,8 +139,8 @@ def _core(
 
 def _queue_column(name: str, q: QueueColumns) -> Sequence[float | None]:
     """A queue family's value for every queue (None: no sample). The families not
-    named (messages in RAM or paged out, unacked bytes, disk reads and writes)
-    are not kept apart by Warren's stores and read 0."""
+    named (messages in RAM or paged out, disk reads and writes) are not kept
+    apart by Warren's stores and read 0."""
     if name == "queue_messages_ready":
         return q.ready
     if name == "queue_messages_unacked":
@@ -151,12 +151,19 @@ def _queue_column(name: str, q: QueueColumns) -> Sequence[float | None]:
         return q.consumers
     if name in ("queue_consumer_capacity", "queue_consumer_utilisation"):
         return [1.0 if c else 0.0 for c in q.consumers]
-    if name in ("queue_messages_bytes", "queue_messages_ready_bytes"):
+    if name == "queue_messages_bytes":
+        return [
+            None if r is None or u is None else r + u
+            for r, u in zip(q.ready_bytes, q.unacked_bytes, strict=True)
+        ]
+    if name == "queue_messages_ready_bytes":
         return q.ready_bytes
+    if name == "queue_messages_unacked_bytes":
+        return q.unacked_bytes
     if name == "queue_messages_persistent":
-        return [r if p else 0 for r, p in zip(q.ready, q.persistent, strict=True)]
+        return q.persistent
     if name == "queue_messages_persistent_bytes":
-        return [b if p else 0 for b, p in zip(q.ready_bytes, q.persistent, strict=True)]
+        return q.persistent_bytes
     if name == "queue_head_message_timestamp":
         return [None] * len(q)  # not kept
     if name == "stream_segments":

@@ -52,9 +52,13 @@ class QueueColumns:
     name: list[str] = field(default_factory=list)
     ready: list[int] = field(default_factory=list)
     unacked: list[int] = field(default_factory=list)
-    ready_bytes: list[int] = field(default_factory=list)
+    #: Body bytes ready and unacked (None: a stream's, which has no byte figures).
+    ready_bytes: list[int | None] = field(default_factory=list)
+    unacked_bytes: list[int | None] = field(default_factory=list)
     consumers: list[int] = field(default_factory=list)
-    persistent: list[bool] = field(default_factory=list)
+    #: messages_persistent and message_bytes_persistent (None: a stream's).
+    persistent: list[int | None] = field(default_factory=list)
+    persistent_bytes: list[int | None] = field(default_factory=list)
     published: list[int] = field(default_factory=list)
     #: Stream queues' segment files (None: not a stream, or not known).
     segments: list[int | None] = field(default_factory=list)
@@ -192,9 +196,18 @@ async def snapshot(node: Node) -> Snapshot:
             cols.name.append(shown(queue.name))
             cols.ready.append(queue.message_count)
             cols.unacked.append(max(0, queue.unacked))
-            cols.ready_bytes.append(queue.store.ready_bytes)
+            persistent = queue.persistent_counts()  # None: a stream, as RabbitMQ's
+            if persistent is None:
+                cols.ready_bytes.append(None)
+                cols.unacked_bytes.append(None)
+                cols.persistent.append(None)
+                cols.persistent_bytes.append(None)
+            else:
+                cols.ready_bytes.append(queue.store.ready_bytes)
+                cols.unacked_bytes.append(max(0, queue.unacked_bytes))
+                cols.persistent.append(persistent[0])
+                cols.persistent_bytes.append(persistent[1])
             cols.consumers.append(queue.consumer_count)
-            cols.persistent.append(queue.persistent)
             cols.published.append(queue.stats.publish)
             cols.segments.append(segments if isinstance(segments, int) else None)
             seen += 1

@@ -273,6 +273,16 @@ class PriorityStore:
         self._ready_count = self._ready_bytes = self._ready_mask = 0
         return n
 
+    def transient(self) -> tuple[int, int]:
+        """The levels' transient messages and bytes, summed (read by the API and
+        metrics only: no running total)."""
+        count = size = 0
+        for store in self._stores:
+            c, b = store.transient()
+            count += c
+            size += b
+        return count, size
+
     # -- files ----------------------------------------------------------------------------
     def flush(self) -> None:
         self._each(lambda s: s.flush())
