@@ -33,7 +33,25 @@ _Q = {name: i for i, name in enumerate(QUEUE_COUNTERS)}
 #: auth attempts only per object).
 _DEFAULT_GROUPS = [g for g in CORE_GROUPS if g != "queue_consumer_count"]
 
-#: Channel counter families -> MessageStats counter.
+#: Channel counter families -> their index in a channel's counts by exchange
+#: (Snapshot.channel_exchanges) or by queue (Snapshot.channel_queues).
+_BY_EXCHANGE = {
+    "channel_messages_published_total": 0,
+    "channel_messages_confirmed_total": 1,
+    "channel_messages_unroutable_returned_total": 2,
+    "channel_messages_unroutable_dropped_total": 3,
+}
+_BY_QUEUE = {
+    "channel_get_ack_total": 0,
+    "channel_get_total": 1,
+    "channel_messages_delivered_ack_total": 2,
+    "channel_messages_delivered_total": 3,
+    "channel_messages_redelivered_total": 4,
+    "channel_messages_acked_total": 5,
+    "channel_get_empty_total": 6,
+}
+
+#: Channel counter families -> MessageStats counter (the aggregated sums).
 _CHANNEL_COUNTER = {
     "channel_messages_published_total": "publish",
     "channel_messages_confirmed_total": "confirm",
@@ -126,15 +144,26 @@ def _core(
     )
     for group in groups:
         for name, mtype, help_text in CORE_GROUPS[group]:
-            if not (group.startswith("queue_") or group == "channel_queue_exchange_metrics"):
+            if group == "channel_queue_exchange_metrics" and per_object:
+                # Per channel, queue and exchange; RabbitMQ filters no vhost here.
+                out.family(prefix + name, mtype, help_text, _routed(snap))
+            elif not group.startswith("queue_") and group != "channel_queue_exchange_metrics":
                 samples = _node_samples(snap, group, name, per_object)
                 out.family(prefix + name, mtype, help_text, samples)
             elif per_object:
                 out.series(
-                    prefix + name, mtype, help_text, *_queue_series(name, queues, queue_labels)
+                    prefix + name, mtype, help_text, queue_labels, _queue_column(name, queues)
                 )
             else:
                 out.family(prefix + name, mtype, help_text, _queue_total(name, queues))
+
+
+def _routed(snap: Snapshot) -> list[tuple[str, float]]:
+    """``queue_messages_published_total`` per channel, queue and exchange."""
+    return [
+        (labels(channel=ch, queue_vhost=v, queue=q, exchange_vhost=v, exchange=ex), n)
+        for ch, v, q, ex, n in snap.channel_routed
+    ]
 
 
 def _queue_column(name: str, q: QueueColumns) -> Sequence[float | None]:
@@ -164,17 +193,6 @@ def _queue_column(name: str, q: QueueColumns) -> Sequence[float | None]:
     if name == "queue_messages_published_total":
         return q.published
     return [0] * len(q)
-
-
-def _queue_series(
-    name: str, queues: QueueColumns, queue_labels: list[str]
-) -> tuple[list[str], Sequence[float | None]]:
-    """Label texts and values, one each per queue (a sample per queue)."""
-    if name == "queue_messages_published_total":
-        return [
-            labels(queue_vhost=v, queue=q) for v, q in zip(queues.vhost, queues.name, strict=True)
-        ], queues.published
-    return queue_labels, _queue_column(name, queues)
 
 
 def _queue_total(name: str, queues: QueueColumns) -> list[tuple[str, float]]:
@@ -242,9 +260,19 @@ def _channel_samples(snap: Snapshot, name: str, per_object: bool) -> list[tuple[
         if per_object:
             return [(labels(channel=ch.name), getattr(ch, gauge)) for ch in snap.channels]
         return [("", sum(getattr(ch, gauge) for ch in snap.channels))]
-    index = _C[_CHANNEL_COUNTER[name]]
     if per_object:
-        return [(labels(channel=ch.name, vhost=ch.vhost), ch.stats[index]) for ch in snap.channels]
+        if name in _BY_EXCHANGE:
+            i = _BY_EXCHANGE[name]
+            return [
+                (labels(channel=ch, vhost=vhost, exchange=ex), values[i])
+                for ch, vhost, ex, values in snap.channel_exchanges
+            ]
+        i = _BY_QUEUE[name]
+        return [
+            (labels(channel=ch, vhost=vhost, queue=q), values[i])
+            for ch, vhost, q, values in snap.channel_queues
+        ]
+    index = _C[_CHANNEL_COUNTER[name]]
     # Closed channels included: the counter never goes back (RabbitMQ's does).
     return [("", sum(v[index] for v in snap.by_protocol.values()))]
 

@@ -115,6 +115,14 @@ class Snapshot:
     connections_closed: int = 0
     queues: QueueColumns = field(default_factory=QueueColumns)
     channels: list[ChannelRow] = field(default_factory=list)
+    #: AMQP channels' counts by exchange: (channel, vhost, exchange, (publish,
+    #: confirm, return_unroutable, drop_unroutable)).
+    channel_exchanges: list[tuple[str, str, str, tuple[int, ...]]] = field(default_factory=list)
+    #: By queue: (channel, vhost, queue, (get, get_no_ack, deliver,
+    #: deliver_no_ack, redeliver, ack, get_empty)).
+    channel_queues: list[tuple[str, str, str, tuple[int, ...]]] = field(default_factory=list)
+    #: Publishes by queue and exchange: (channel, vhost, queue, exchange, n).
+    channel_routed: list[tuple[str, str, str, str, int]] = field(default_factory=list)
     connections: list[ConnectionRow] = field(default_factory=list)
     #: (vhost, name, type, bindings from it) of every exchange but the default
     #: and the internal ones.
@@ -221,6 +229,18 @@ async def snapshot(node: Node) -> Snapshot:
             )
         )
         totals = by_protocol.setdefault(label, MessageStats())
+        for ch_name, vhost_name, counts in conn.channel_counts():
+            ch_name, vhost_name = shown(ch_name), shown(vhost_name)
+            by_exchange, by_queue, routed = counts.rows()
+            snap.channel_exchanges += [
+                (ch_name, vhost_name, shown(ex), values) for ex, values in by_exchange
+            ]
+            snap.channel_queues += [
+                (ch_name, vhost_name, shown(q), values) for q, values in by_queue
+            ]
+            snap.channel_routed += [
+                (ch_name, vhost_name, shown(q), shown(ex), n) for q, ex, n in routed
+            ]
         for ch in conn.channels_info():
             shown_stats: dict[str, Any] = ch.get("message_stats") or {}
             values = tuple(int(shown_stats.get(c, 0)) for c in COUNTERS)
