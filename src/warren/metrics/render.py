@@ -1,19 +1,24 @@
-"""The three endpoints' families, rendered from a Snapshot (off the loop).
+"""The three endpoints' families, rendered from a Snapshot in chunks.
 
 - ``/metrics``: RabbitMQ's aggregated endpoint: every family, values summed;
 - ``/metrics/per-object``: one sample per queue, channel, connection;
 - ``/metrics/detailed?family=...&vhost=...``: only the groups asked for
   (families.py), per object, prefixed ``rabbitmq_detailed_`` (``rabbitmq_cluster_``
   for the cluster-wide groups), queue groups limited to the vhosts asked for.
+
+Each endpoint is a generator of text chunks (up to CHUNK queues' samples of
+one family, or the small families between them): the endpoint sends each as
+it comes and gives the loop back in between (http/prometheus.py), so that no
+client waits for a whole scrape.
 """
 
 from __future__ import annotations
 
 import platform
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 from warren.core.stats import COUNTERS
-from warren.metrics.exposition import Text, labels
+from warren.metrics.exposition import LabelCache, Text, labels
 from warren.metrics.families import (
     CLUSTER_GROUPS,
     CORE_GROUPS,
@@ -23,7 +28,15 @@ from warren.metrics.families import (
 )
 from warren.metrics.snapshot import QUEUE_COUNTERS, QUEUE_TYPES, QueueColumns, Snapshot
 
-__all__ = ["render", "render_detailed"]
+__all__ = ["CHUNK", "detailed_chunks", "render", "render_chunks", "render_detailed"]
+
+#: Queues whose samples of one family make a chunk at most (a millisecond or so).
+CHUNK = 5000
+#: Queues whose label texts are looked up (or made, the first time) per chunk.
+LABELS = 1000
+
+#: Every queue's label text, kept between scrapes.
+_QUEUE_LABELS = LabelCache()
 
 _C = {name: i for i, name in enumerate(COUNTERS)}
 _Q = {name: i for i, name in enumerate(QUEUE_COUNTERS)}
@@ -81,14 +94,26 @@ _DEAD_LETTER_ROWS = (
 
 
 def render(snap: Snapshot, per_object: bool = False) -> bytes:
-    """``/metrics`` (aggregated) or ``/metrics/per-object``."""
+    """``/metrics`` (aggregated) or ``/metrics/per-object``, whole."""
+    return "".join(render_chunks(snap, per_object)).encode("utf-8")
+
+
+def render_detailed(
+    snap: Snapshot, families: Collection[str], vhosts: Collection[str] | None
+) -> bytes:
+    """``/metrics/detailed``, whole."""
+    return "".join(detailed_chunks(snap, families, vhosts)).encode("utf-8")
+
+
+def render_chunks(snap: Snapshot, per_object: bool = False) -> Iterator[str]:
+    """``/metrics`` (aggregated) or ``/metrics/per-object``, in chunks."""
     out = Text()
     groups = (
         _DEFAULT_GROUPS
         if per_object
         else [g for g in _DEFAULT_GROUPS if g != "auth_attempt_detailed_metrics"]
     )
-    _core(out, snap, "rabbitmq_", groups, per_object, None)
+    yield from _core(out, snap, "rabbitmq_", groups, per_object, None)
     _totals(out, snap)
     _identity(out, snap)
     _alarms(out, snap)
@@ -107,41 +132,52 @@ def render(snap: Snapshot, per_object: bool = False) -> bytes:
     )
     if snap.cluster_status is not None:
         _warren_cluster(out, snap)
-    return out.bytes()
+    yield out.take()
 
 
-def render_detailed(
+def detailed_chunks(
     snap: Snapshot, families: Collection[str], vhosts: Collection[str] | None
-) -> bytes:
+) -> Iterator[str]:
     """``/metrics/detailed``: the groups named in ``families`` (others ignored, as
-    RabbitMQ does), queue groups limited to ``vhosts`` when given."""
+    RabbitMQ does), queue groups limited to ``vhosts`` when given; in chunks."""
     out = Text()
     core = [g for g in CORE_GROUPS if g in families]
     if "queue_metrics" in core and "queue_consumer_count" in core:
         core.remove("queue_consumer_count")
-    _core(out, snap, "rabbitmq_detailed_", core, True, set(vhosts) if vhosts else None)
+    yield from _core(out, snap, "rabbitmq_detailed_", core, True, set(vhosts) if vhosts else None)
     for group, fams in CLUSTER_GROUPS.items():
         if group in families:
             for name, mtype, help_text in fams:
                 out.family(f"rabbitmq_cluster_{name}", mtype, help_text, _cluster(snap, name))
     _identity(out, snap)
-    return out.bytes()
+    yield out.take()
 
 
 def _core(
     out: Text,
     snap: Snapshot,
     prefix: str,
-    groups: Iterable[str],
+    groups: list[str],
     per_object: bool,
     vhosts: set[str] | None,
-) -> None:
-    queues = snap.queues if vhosts is None else snap.queues.select(vhosts)
-    queue_labels = (
-        [labels(vhost=v, queue=q) for v, q in zip(queues.vhost, queues.name, strict=True)]
-        if per_object
-        else []
-    )
+) -> Iterator[str]:
+    """The core collector's groups, a chunk per CHUNK queues' samples of a family."""
+    queues = snap.queues
+    prefixes: list[str] = []
+    if per_object and any(g.startswith("queue_") for g in groups):
+        # Every queue's label text (cached; made for new queues at LABELS a
+        # turn); then those asked for.
+        for lo in range(0, len(queues), LABELS):
+            hi = lo + LABELS
+            prefixes += _QUEUE_LABELS.queues(queues.vhost[lo:hi], queues.name[lo:hi])
+            yield out.take()
+        _QUEUE_LABELS.done()
+        if vhosts is not None:
+            keep = queues.indexes(vhosts)
+            queues = queues.select(keep)
+            prefixes = [prefixes[i] for i in keep]
+    elif vhosts is not None:
+        queues = queues.select(queues.indexes(vhosts))
     for group in groups:
         for name, mtype, help_text in CORE_GROUPS[group]:
             if group == "channel_queue_exchange_metrics" and per_object:
@@ -151,11 +187,17 @@ def _core(
                 samples = _node_samples(snap, group, name, per_object)
                 out.family(prefix + name, mtype, help_text, samples)
             elif per_object:
-                out.series(
-                    prefix + name, mtype, help_text, queue_labels, _queue_column(name, queues)
-                )
+                out.head(prefix + name, mtype, help_text)
+                values = _queue_column(name, queues)
+                for lo in range(0, len(values), CHUNK):
+                    out.series(prefix + name, prefixes[lo : lo + CHUNK], values[lo : lo + CHUNK])
+                    yield out.take()
             else:
                 out.family(prefix + name, mtype, help_text, _queue_total(name, queues))
+                if len(queues) >= LABELS:  # a sum over many queues: the loop's turn
+                    yield out.take()
+            if out.pending >= CHUNK:  # many channels or connections
+                yield out.take()
 
 
 def _routed(snap: Snapshot) -> list[tuple[str, float]]:

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SLICE", "QueueColumns", "Snapshot", "snapshot"]
 
-#: Queues (or channels) read per loop turn while taking a snapshot.
+#: Queues (or channels) read per loop turn while taking a snapshot (a
+#: millisecond or so).
 SLICE = 500
 
 #: Queue counters split by queue type in the rabbitmq_global_* families.
@@ -62,9 +63,12 @@ class QueueColumns:
     def __len__(self) -> int:
         return len(self.name)
 
-    def select(self, vhosts: set[str]) -> QueueColumns:
-        """The queues of those vhosts only."""
-        keep = [i for i, vhost in enumerate(self.vhost) if vhost in vhosts]
+    def indexes(self, vhosts: set[str]) -> list[int]:
+        """The indexes of the queues of those vhosts."""
+        return [i for i, vhost in enumerate(self.vhost) if vhost in vhosts]
+
+    def select(self, keep: list[int]) -> QueueColumns:
+        """The queues at those indexes only."""
         out = QueueColumns()
         for column in fields(self):
             values = getattr(self, column.name)
