@@ -115,7 +115,7 @@ def render_chunks(snap: Snapshot, per_object: bool = False) -> Iterator[str]:
     )
     yield from _core(out, snap, "rabbitmq_", groups, per_object, None)
     _totals(out, snap)
-    _identity(out, snap)
+    _identity(out, snap, "per-object" if per_object else "aggregated")
     _alarms(out, snap)
     _global(out, snap)
     out.family(
@@ -149,7 +149,7 @@ def detailed_chunks(
         if group in families:
             for name, mtype, help_text in fams:
                 out.family(f"rabbitmq_cluster_{name}", mtype, help_text, _cluster(snap, name))
-    _identity(out, snap)
+    _identity(out, snap, "detailed")
     yield out.take()
 
 
@@ -278,6 +278,7 @@ def _node_value(snap: Snapshot, name: str) -> float:
         "process_max_tcp_sockets": snap.max_sockets,
         "resident_memory_limit_bytes": snap.mem_limit,
         "disk_space_available_limit_bytes": snap.disk_limit,
+        "erlang_uptime_seconds": snap.uptime,
         "io_read_ops_total": io_reads,
         "io_read_bytes_total": io_read_bytes,
         "io_write_ops_total": io_writes,
@@ -359,7 +360,10 @@ def _totals(out: Text, snap: Snapshot) -> None:
         out.family(f"rabbitmq_{name}", mtype, help_text, [("", values[name])])
 
 
-def _identity(out: Text, snap: Snapshot) -> None:
+def _identity(out: Text, snap: Snapshot, endpoint: str) -> None:
+    """build_info and identity_info; ``endpoint`` is RabbitMQ 4.1's
+    ``rabbitmq_endpoint`` label (aggregated, per-object, detailed), which its
+    dashboards select on."""
     out.family(
         "rabbitmq_build_info",
         "untyped",
@@ -388,6 +392,7 @@ def _identity(out: Text, snap: Snapshot) -> None:
                     rabbitmq_node=snap.node,
                     rabbitmq_cluster=snap.cluster,
                     rabbitmq_cluster_permanent_id=snap.cluster_id,
+                    rabbitmq_endpoint=endpoint,
                 ),
                 1,
             )

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 __all__ = ["SLICE", "QueueColumns", "Snapshot", "snapshot"]
 
+#: When this process started (what /api/nodes's uptime counts from too).
+STARTED = time.time()
+
 #: Queues (or channels) read per loop turn while taking a snapshot (a
 #: millisecond or so).
 SLICE = 500
@@ -160,12 +163,15 @@ class Snapshot:
     #: In a cluster, the cluster's state (ClusterNode.status); None on a single node.
     cluster_status: dict[str, Any] | None = None
     taken_at: float = 0.0
+    #: Seconds since the process started.
+    uptime: float = 0.0
 
 
 async def snapshot(node: Node) -> Snapshot:
     """Copy what the metrics need, yielding to the loop every SLICE queues."""
     snap = Snapshot(node=_node_name(), cluster=node.cluster_name, cluster_id=_cluster_id(node))
     snap.taken_at = time.time()
+    snap.uptime = round(snap.taken_at - STARTED, 3)
     retired = node.retired
     snap.connections_opened = node.connections_opened
     snap.connections_closed = node.connections_closed
