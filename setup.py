@@ -51,6 +51,7 @@ COMPILED_MODULES = [
     "warren.amqp.publish_checks",
     "warren.amqp.publishing",
     "warren.amqp.unacked",
+    "warren.core.channel_counts",
     "warren.core.consumer",
     "warren.core.message",
     "warren.core.properties",

@@ -454,13 +454,21 @@ class Channel(Publishing):
         q = self.get_queue(method.queue)
         self.check(READ, "queue", q.name)
         item = q.get(method.no_ack)
+        counts = self.counts.queue(q)
         if item is None:
             self.stats.get_empty += 1
             q.stats.get_empty += 1
+            counts.get_empty += 1
             self.reply(spec.BasicGetEmpty())
             return
         seq, msg, redelivered = item
         count_get(self.stats, q.stats, method.no_ack, redelivered)
+        if method.no_ack:
+            counts.get_no_ack += 1
+        else:
+            counts.get += 1
+        if redelivered:
+            counts.redeliver += 1
         tag = self.next_delivery_tag()
         if not method.no_ack:
             self.track_unacked(tag, q, seq, msg, None)
@@ -525,14 +533,18 @@ class Channel(Publishing):
                     seqs[key] = [seq]
                     sizes[key] = size
             acked = len(taken)
+            counts = self.counts
             for key, queue in queues.items():
-                queue.stats.ack += len(seqs[key])
+                n = len(seqs[key])
+                queue.stats.ack += n
+                counts.queue(queue).ack += n
                 queue.ack_many(seqs[key], sizes[key])
             for run in runs:
                 queue = run.queue
                 n = len(run)
                 acked += n
                 queue.stats.ack += n
+                counts.queue(queue).ack += n
                 queue.ack_run(run.segment, run.offsets, sum(run.sizes))
                 queues[id(queue)] = queue
             self.stats.ack += acked

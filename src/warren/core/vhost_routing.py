@@ -127,10 +127,12 @@ class VHostRouting:
         msg: Message,
         durable_out: list[MessageStore] | None = None,
         held: list[Held] | None = None,
+        routed_to: list[Queue] | None = None,
     ) -> int:
         """Route and enqueue; returns how many queues (or reply consumers) took it,
         or REJECTED_BY_QUEUE when a queue refused it (x-overflow reject-publish):
-        routed, but the publisher is owed a nack.
+        routed, but the publisher is owed a nack. ``routed_to`` gets the queues
+        it was routed to (a channel's counts by queue, core/channel_counts.py).
 
         Stores that took a persistent message into a durable queue are appended to
         ``durable_out``: a publisher confirm for the message must wait for them.
@@ -154,6 +156,8 @@ class VHostRouting:
             queues, msg = self._route_cc(exchange, msg)
         else:
             queues = self.route(exchange, msg)
+        if routed_to is not None:
+            routed_to += queues
         if new is None:
             return self.enqueue(exchange, queues, msg, durable_out, held)
         assert dedup is not None
