@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from warren.core.message import Message, MessageRun
+from warren.core.properties import is_transient
 
 
 class StoredRun:
@@ -145,6 +146,12 @@ class MessageStore(Protocol):
         start reports exactly those messages as redelivered (after a crash, all)."""
         ...
 
+    def transient(self) -> tuple[int, int]:
+        """How many of the messages held (ready and unacked) are transient
+        (delivery-mode not 2), and their body bytes: what a durable queue's
+        messages_persistent leaves out. (0, 0) from a store that does not count."""
+        ...
+
     @property
     def ready_count(self) -> int: ...
 
@@ -155,7 +162,7 @@ class MessageStore(Protocol):
 class MemoryStore:
     """Messages held in RAM (tests, and a VHost created without a store factory)."""
 
-    __slots__ = ("_msgs", "_order", "_requeued", "_next_seq", "_bytes")
+    __slots__ = ("_msgs", "_order", "_requeued", "_next_seq", "_bytes", "_transient", "_t_bytes")
 
     def __init__(self) -> None:
         # Every ready message by seq. _order and _requeued say in which order they
@@ -169,6 +176,18 @@ class MemoryStore:
         self._requeued: list[int] = []
         self._next_seq = 1
         self._bytes = 0
+        # The transient messages held, ready or unacked: seq -> body size.
+        self._transient: dict[int, int] = {}
+        self._t_bytes = 0
+
+    def _took(self, seq: int, msg: Message) -> None:
+        if is_transient(msg.properties):
+            self._transient[seq] = len(msg.body)
+            self._t_bytes += len(msg.body)
+
+    def _gone(self, seq: int) -> None:
+        if self._transient:
+            self._t_bytes -= self._transient.pop(seq, 0)
 
     def append(self, msg: Message) -> int:
         seq = self._next_seq
@@ -176,6 +195,7 @@ class MemoryStore:
         self._msgs[seq] = msg
         self._order.append(seq)
         self._bytes += len(msg.body)
+        self._took(seq, msg)
         return seq
 
     def append_shifted(self, msg: Message) -> int:
@@ -183,6 +203,7 @@ class MemoryStore:
             raise ValueError("append_shifted needs an empty backlog")
         seq = self._next_seq
         self._next_seq = seq + 1
+        self._took(seq, msg)
         return seq
 
     def append_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
@@ -235,6 +256,7 @@ class MemoryStore:
         msg = self._msgs.pop(seq, None)
         if msg is not None:
             self._bytes -= len(msg.body)
+            self._gone(seq)
             if not self._msgs:
                 self._order.clear()
                 self._requeued.clear()
@@ -248,7 +270,7 @@ class MemoryStore:
                 yield seq, msg.timestamp, msg.properties
 
     def ack(self, seq: int) -> None:
-        pass
+        self._gone(seq)
 
     def requeue(self, seq: int, msg: Message) -> None:
         self._msgs[seq] = msg
@@ -257,6 +279,9 @@ class MemoryStore:
 
     def purge(self) -> int:
         n = len(self._msgs)
+        if self._transient:
+            for seq in self._msgs:
+                self._gone(seq)
         self._msgs.clear()
         self._order.clear()
         self._requeued.clear()
@@ -283,6 +308,9 @@ class MemoryStore:
 
     def delivered_marks(self) -> dict[Path, int]:
         return {}  # nothing outlives the process
+
+    def transient(self) -> tuple[int, int]:
+        return len(self._transient), self._t_bytes
 
     @property
     def ready_count(self) -> int:
