@@ -36,7 +36,7 @@ from warren.definitions_export import export_definitions
 from warren.definitions_import import import_definitions
 from warren.metrics.history import AuthAttempts, Retired, protocol_label
 from warren.node_stats import NODE_GAUGES
-from warren.store import damage, disk_budget
+from warren.store import cluster_id, damage, disk_budget
 from warren.store.dedup_journal import exchange_journal_factory, journal_factory
 from warren.store.definitions import DefinitionsLog
 from warren.store.layout import DataDir
@@ -108,6 +108,8 @@ class Broker:
         self.retired = Retired()
         self.auth_attempts = AuthAttempts()
         self.cluster_name = f"warren@{socket.gethostname()}"
+        #: The cluster's permanent id (store/cluster_id.py), read or made at start.
+        self.cluster_id = ""
         #: The free-disk and memory alarms, and the writers' disk budget.
         self.resource_alarms = ResourceAlarms(
             self.config, self.layout.root, self._block_publishers, self._flush_written
@@ -449,6 +451,7 @@ class Broker:
         policy = self.config.damaged_metadata
         new = self.layout.is_new
         self.users = load_users(self.layout.users_file, policy)
+        self.cluster_id = cluster_id.load_or_create(self.layout.cluster_id_file, policy)
         if not new and not self.layout.users_file.exists():
             problem = "missing, though the data directory holds vhosts"
             if policy != damage.SET_ASIDE:

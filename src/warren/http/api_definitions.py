@@ -81,9 +81,9 @@ async def get_definitions(ctx: Ctx) -> web.StreamResponse:
     # What the core does not keep comes from the API's own state.
     state = ctx.state
     data = management_format(export_definitions(ctx.node), state)
-    data["global_parameters"] = [
-        {"name": k, "value": v} for k, v in sorted(state.global_parameters.items())
-    ]
+    # RabbitMQ exports its internal_cluster_id too; an import leaves Warren's as it is.
+    values = {**state.global_parameters, "internal_cluster_id": ctx.node.cluster_id}
+    data["global_parameters"] = [{"name": k, "value": v} for k, v in sorted(values.items())]
     await asyncio.sleep(0)
     return _attachment(ctx, json_response(data))
 
