@@ -184,6 +184,10 @@ class Config:
     clustering_etcd_ca_cert: str | None = None
     clustering_etcd_cert: str | None = None
     clustering_etcd_key: str | None = None
+    #: How many nodes the cluster is meant to have (RabbitMQ's
+    #: cluster_formation.target_cluster_size_hint): the reached-target-cluster-size
+    #: health check fails while fewer are members.
+    clustering_target_cluster_size_hint: int = 1
     #: The exchange MQTT publishes to and subscribes on (RabbitMQ's mqtt.exchange).
     mqtt_exchange: str = "amq.topic"
     #: The vhost of MQTT clients whose user name does not say ``vhost:user``.
@@ -439,6 +443,10 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("clustering", "etcd_ca_cert"): ("clustering_etcd_ca_cert", _parse_optional_path),
     ("clustering", "etcd_cert"): ("clustering_etcd_cert", _parse_optional_path),
     ("clustering", "etcd_key"): ("clustering_etcd_key", _parse_optional_path),
+    ("clustering", "target_cluster_size_hint"): (
+        "clustering_target_cluster_size_hint",
+        _parse_int,
+    ),
     # LavinMQ's section for its management HTTP server.
     ("mgmt", "bind"): ("http_bind", _parse_str),
     ("mgmt", "port"): ("http_port", _parse_int),
@@ -629,6 +637,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "clustering_etcd_ca_cert": _optional_path,
     "clustering_etcd_cert": _optional_path,
     "clustering_etcd_key": _optional_path,
+    "clustering_target_cluster_size_hint": _int_in(1, 1000),
 }
 
 
