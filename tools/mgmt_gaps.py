@@ -131,7 +131,7 @@ class MqttClient:
 
         self.subacks: list[list[int]] = []
         self.messages: list[str] = []
-        self.connack: tuple[int, bool] | None = None
+        self.connack: list[Any] | None = None  # [code, session present]
         self.closed = threading.Event()
         kwargs: dict[str, Any] = {} if v5 else {"clean_session": clean}
         self.client = mqtt.Client(
@@ -159,7 +159,7 @@ class MqttClient:
         _wait(lambda: self.connack is not None or self.closed.is_set(), 10)
 
     def _on_connect(self, _c: Any, _u: Any, flags: Any, code: Any, _props: Any) -> None:
-        self.connack = (int(code.value), bool(flags.session_present))
+        self.connack = [int(code.value), bool(flags.session_present)]
 
     def _on_subscribe(self, _c: Any, _u: Any, _mid: int, codes: list[Any], _props: Any) -> None:
         self.subacks.append([int(c.value) for c in codes])

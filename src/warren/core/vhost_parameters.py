@@ -18,7 +18,12 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from warren.core.errors import NotAllowed, NotFound, PreconditionFailed, ResourceError
+from warren.core.errors import (
+    NotAllowed,
+    NotFound,
+    QueueLimitReached,
+    ResourceError,
+)
 from warren.core.policies import Policy, best_match, validate_policy
 from warren.core.runtime_parameters import limit, validate_limits
 
@@ -256,7 +261,7 @@ class VHostParameters:
         """Refuse a new queue beyond max-queues (406, RabbitMQ's text)."""
         cap = self._limit("max-queues")
         if cap is not None and len(self.queues) + 1 > cap:
-            raise PreconditionFailed(
+            raise QueueLimitReached(
                 f"cannot declare queue '{queue_name}': "
                 f"queue limit in vhost '{self.name}' ({cap}) is reached"
             )
