@@ -92,8 +92,9 @@ def retention(client: Client, amqp_port: int) -> dict[str, Any]:
     ch.basic_publish("", "rq", b"x")
     conn.close()
     q = f"/api/queues/{V}/rq"
-    # RabbitMQ samples every 5 s: wait for the queue's rates to be there.
+    # RabbitMQ samples every 5 s: wait for the queue's and the overview's rates.
     _wait(lambda: "message_stats" in client.send(Req("GET", q))[1])
+    _wait(lambda: "publish" in client.send(Req("GET", "/api/overview"))[1]["message_stats"])
     out: dict[str, Any] = {}
     _, overview = client.send(Req("GET", "/api/overview"))
     out["sample_retention_policies"] = overview["sample_retention_policies"]
