@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from warren.core.stats_history import DEFAULT_POLICIES, Retention
+
 __all__ = ["Config", "ConfigError", "LOG_LEVELS", "check_field", "normalize_log_level"]
 
 log = logging.getLogger("warren.config")
@@ -153,6 +155,15 @@ class Config:
     #: Bytes of request bodies the management API holds at once, every request
     #: together; a request that would go beyond it is refused (503) until others end.
     http_body_budget: int = 64 * 1024 * 1024
+    #: How long the rates and lengths history of each kind of object is kept
+    #: (RabbitMQ's management.sample_retention_policies and their defaults): (max
+    #: age, interval) pairs in seconds, by max age. ``global``: vhosts, the overview
+    #: and the node; ``basic``: queues, exchanges, channels and connections;
+    #: ``detailed``: RabbitMQ's per channel and queue figures, which Warren does not
+    #: keep (the overview lists it). [mgmt] sample_retention_policies.<policy>.<age>.
+    sample_retention_global: Retention = DEFAULT_POLICIES["global"]
+    sample_retention_basic: Retention = DEFAULT_POLICIES["basic"]
+    sample_retention_detailed: Retention = DEFAULT_POLICIES["detailed"]
     #: Clustering (docs/clustering.md; LavinMQ's [clustering] keys): etcd elects the
     #: leader, which serves clients; followers replicate its data directory.
     clustering: bool = False
@@ -184,6 +195,10 @@ class Config:
     clustering_etcd_ca_cert: str | None = None
     clustering_etcd_cert: str | None = None
     clustering_etcd_key: str | None = None
+    #: How many nodes the cluster is meant to have (RabbitMQ's
+    #: cluster_formation.target_cluster_size_hint): the reached-target-cluster-size
+    #: health check fails while fewer are members.
+    clustering_target_cluster_size_hint: int = 1
     #: The exchange MQTT publishes to and subscribes on (RabbitMQ's mqtt.exchange).
     mqtt_exchange: str = "amq.topic"
     #: The vhost of MQTT clients whose user name does not say ``vhost:user``.
@@ -265,12 +280,20 @@ class Config:
             raise ConfigError(f"{os.fspath(path)}: malformed config file: {exc}") from exc
 
         updates: dict[str, Any] = {}
+        retention: dict[str, list[tuple[int, int]]] = {}
         for section in parser.sections():
             keys = parser.options(section)
             if not keys and section not in _INI_SECTIONS:
                 log.warning("%s: ignoring unknown section [%s]", os.fspath(path), section)
             for key in keys:
                 raw = parser.get(section, key)
+                if section == "mgmt" and key.startswith(_RETENTION_PREFIX):
+                    try:
+                        policy, pair = _parse_retention(key, raw)
+                    except ValueError as exc:
+                        raise ConfigError(_ini_error(path, section, key, raw, str(exc))) from None
+                    retention.setdefault(policy, []).append(pair)
+                    continue
                 spec = _INI_KEYS.get((section, key))
                 if spec is None:
                     log.warning(
@@ -289,6 +312,14 @@ class Config:
                 if problem is not None:
                     raise ConfigError(_ini_error(path, section, key, raw, problem))
                 updates[field] = value
+        for policy, pairs in retention.items():
+            # The policies set replace their defaults; the others keep theirs.
+            field = f"sample_retention_{policy}"
+            value = tuple(sorted(pairs))
+            problem = check_field(field, value)
+            if problem is not None:
+                raise ConfigError(f"{os.fspath(path)}: [mgmt] {_RETENTION_PREFIX}{policy}: {problem}")
+            updates[field] = value
         for field, value in updates.items():
             setattr(self, field, value)
 
@@ -445,6 +476,10 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("clustering", "etcd_ca_cert"): ("clustering_etcd_ca_cert", _parse_optional_path),
     ("clustering", "etcd_cert"): ("clustering_etcd_cert", _parse_optional_path),
     ("clustering", "etcd_key"): ("clustering_etcd_key", _parse_optional_path),
+    ("clustering", "target_cluster_size_hint"): (
+        "clustering_target_cluster_size_hint",
+        _parse_int,
+    ),
     # LavinMQ's section for its management HTTP server.
     ("mgmt", "bind"): ("http_bind", _parse_str),
     ("mgmt", "port"): ("http_port", _parse_int),
@@ -459,6 +494,25 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("deprecated_features", "permit.global_qos"): ("permit_global_qos", _parse_bool),
 }
 _INI_SECTIONS = frozenset(section for section, _ in _INI_KEYS)
+
+#: [mgmt] sample_retention_policies.<global|basic|detailed>.<max age> = <interval>,
+#: as RabbitMQ's keys (the age in seconds, or minute, hour, day).
+_RETENTION_PREFIX = "sample_retention_policies."
+_RETENTION_AGES = {"minute": 60, "hour": 3600, "day": 86400}
+
+
+def _parse_retention(key: str, raw: str) -> tuple[str, tuple[int, int]]:
+    """(policy, (max age, interval)) of one retention key."""
+    parts = key[len(_RETENTION_PREFIX) :].split(".")
+    if len(parts) != 2 or parts[0] not in ("global", "basic", "detailed"):
+        raise ValueError("the key must be sample_retention_policies.<global|basic|detailed>.<age>")
+    age_text = parts[1].strip()
+    age = _RETENTION_AGES.get(age_text)
+    if age is None:
+        if not _INT_RE.fullmatch(age_text):
+            raise ValueError("the age must be seconds, minute, hour or day")
+        age = int(age_text)
+    return parts[0], (age, _parse_int(raw))
 
 
 def _ini_error(path: str | os.PathLike[str], section: str, key: str, raw: str, why: str) -> str:
@@ -566,6 +620,28 @@ def _optional_path(value: Any) -> str | None:
     return _non_empty_str(value)
 
 
+def _retention(value: Any) -> str | None:
+    if (
+        not isinstance(value, tuple)
+        or not value
+        or not all(
+            isinstance(p, tuple)
+            and len(p) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in p)
+            for p in value
+        )
+    ):
+        return "must be one or more (max age, interval) pairs of seconds"
+    if len(value) > 8:
+        return "must have at most 8 (max age, interval) pairs"
+    for age, interval in value:
+        if not 0 < interval <= age <= 10 * 365 * 86400:
+            return f"{age}: {interval}: the interval must be positive and at most the age"
+    if [age for age, _ in value] != sorted({age for age, _ in value}):
+        return "the max ages must be different, in ascending order"
+    return None
+
+
 _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "data_dir": _non_empty_str,
     "log_level": _log_level,
@@ -616,6 +692,9 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "http_max_body_size": _int_in(1, 2**31 - 1),
     "http_max_definitions_size": _int_in(1, 2**31 - 1),
     "http_body_budget": _int_in(1, 2**63 - 1),
+    "sample_retention_global": _retention,
+    "sample_retention_basic": _retention,
+    "sample_retention_detailed": _retention,
     "mqtt_exchange": _non_empty_str,
     "mqtt_vhost": _non_empty_str,
     "mqtt_allow_anonymous": _bool,
@@ -638,6 +717,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "clustering_etcd_ca_cert": _optional_path,
     "clustering_etcd_cert": _optional_path,
     "clustering_etcd_key": _optional_path,
+    "clustering_target_cluster_size_hint": _int_in(1, 1000),
 }
 
 

@@ -105,6 +105,8 @@ class Node(Protocol):
     users: UserStore
     vhosts: dict[str, VHost]
     cluster_name: str
+    #: The cluster's permanent id (RabbitMQ's internal_cluster_id; store/cluster_id.py).
+    cluster_id: str
     #: Raised resource alarms ("memory", "disk"): while any is, publishers are blocked.
     alarms: set[str]
 

@@ -433,6 +433,10 @@ def _topology(api: Api) -> dict[str, object]:
     keys = ("vhosts", "permissions", "policies", "queues", "exchanges", "bindings", "parameters",
             "topic_permissions", "global_parameters")
     users = [{k: u[k] for k in ("name", "tags", "password_hash", "limits")} for u in data["users"]]
+    # Each broker keeps its own cluster id (an import leaves it: tests/test_cluster_id.py).
+    data["global_parameters"] = [
+        g for g in data["global_parameters"] if g["name"] != "internal_cluster_id"
+    ]
     return {"users": users, **{k: data[k] for k in keys}}
 
 

@@ -334,8 +334,9 @@ def vhost_info(v: VHost, metadata: dict[str, Any] | None, ages: Ages = NO_AGES) 
         "name": v.name,
         "description": meta["description"],
         "tags": list(meta["tags"]),
-        "default_queue_type": "undefined",
-        "metadata": {"description": meta["description"], "tags": list(meta["tags"])},
+        # RabbitMQ 3.13: "undefined" when not set; in the metadata only when set.
+        "default_queue_type": v.default_queue_type or "undefined",
+        "metadata": vhost_metadata(v, meta),
         "tracing": False,
         "cluster_state": {node_name(): "running"},
     }
@@ -359,6 +360,17 @@ def vhost_info(v: VHost, metadata: dict[str, Any] | None, ages: Ages = NO_AGES) 
     if stats:
         info["message_stats"] = stats
     return info
+
+
+def vhost_metadata(v: VHost, meta: dict[str, Any]) -> dict[str, Any]:
+    """A vhost's ``metadata`` as RabbitMQ 3.13 writes it (an Erlang map: its keys
+    sorted), ``default_queue_type`` only when set."""
+    out: dict[str, Any] = {}
+    if v.default_queue_type is not None:
+        out["default_queue_type"] = v.default_queue_type
+    out["description"] = meta["description"]
+    out["tags"] = list(meta["tags"])
+    return out
 
 
 def user_info(u: User) -> dict[str, Any]:

@@ -55,6 +55,8 @@ log = logging.getLogger("warren.http")
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 #: In the data directory: what the API keeps that the core does not (state.py).
 STATE_FILE = "mgmt.json"
+#: Who a public route's request is (no tags: it may do nothing else).
+ANONYMOUS = User("", "")
 
 
 def build_router() -> Router:
@@ -181,6 +183,8 @@ class ManagementApp:
         handler = route.handlers.get(method)
         if handler is None:
             return web.Response(status=405, headers={"Allow": _allow(route.handlers)})
+        if method in route.public:
+            return await handler(Ctx(request, self.node, self.state, ANONYMOUS, params, self.budget))
         user = await self._authenticate(request)
         ctx = Ctx(request, self.node, self.state, user, params, self.budget)
         ctx.require(MANAGEMENT)
