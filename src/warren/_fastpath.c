@@ -25,10 +25,10 @@
  * that become Arrow arrays without a Python object per row; encode_publishes()
  * is the sink's (spark/publish.py): a body column's rows to publish frames.
  *
- * deliver_records() frames a stream consumer's deliveries straight from the
- * segment store's records in a memory map (core/stream_queue.py's backlog
- * path); the per-message path (StreamCursor.next, AMQPConsumer.deliver) is
- * its reference.
+ * deliver_records() frames a consumer's deliveries straight from the segment
+ * store's records in a memory map (a stream's backlog, core/stream_queue.py,
+ * and a classic queue's, core/queue.py); amqp/record_deliveries.py's
+ * deliver_records_python is its reference.
  *
  * The sources: this file (the module and its init), _fastpath.h (what they
  * share), _fastpath_scan.c, _fastpath_run.c (the PublishRun type),
@@ -65,7 +65,8 @@ static PyMethodDef module_methods[] = {
      "frame_max) -> bytes"},
     {"deliver_records", (PyCFunction)(void (*)(void))deliver_records, METH_FASTCALL,
      "deliver_records(buf, pos, limit, seed, max_n, channel, deliver_head, first_tag, "
-     "frame_max) -> (frames, n, end, sizes)"},
+     "frame_max, redelivered=0, expired_at=-1, own_expiry=0, max_bytes=0) "
+     "-> (frames, n, end, sizes, offsets)"},
     {NULL, NULL, 0, NULL},
 };
 

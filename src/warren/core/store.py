@@ -13,7 +13,7 @@ from array import array
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from warren.core.message import Message, MessageRun
 
@@ -40,6 +40,39 @@ class StoredRun:
 
     def seq(self, i: int) -> int:
         return (self.segment << 32) | self.offsets[i]
+
+
+class StoreSpan:
+    """Ready records that lie one after the other in one segment's memory map
+    (`MessageStore.span`): from ``buf[pos]`` up to ``limit`` at most ``left`` of
+    them, their CRCs seeded with ``seed``, record ``r`` at offset ``o`` having
+    the sequence number ``(segment << 32) | o``; ``redelivered`` for all of
+    them. A consumer frames as many as it takes in one pass and says where the
+    next starts (``end``); the store then counts them as shifted (`take_span`).
+    No record is read into a Message, and nothing is kept per record: a backlog
+    goes out in runs, as publish runs do."""
+
+    __slots__ = ("buf", "pos", "limit", "seed", "segment", "left", "redelivered", "end")
+
+    def __init__(
+        self,
+        buf: Any,
+        pos: int,
+        limit: int,
+        seed: int,
+        segment: int,
+        left: int,
+        redelivered: bool,
+    ) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.limit = limit
+        self.seed = seed
+        self.segment = segment
+        self.left = left
+        self.redelivered = redelivered
+        #: Where the record after the last one taken starts (set by the consumer).
+        self.end = pos
 
 
 class MessageStore(Protocol):
@@ -71,8 +104,21 @@ class MessageStore(Protocol):
         ...
 
     def read(self, seq: int) -> Message:
-        """An unacked message from append_run, read back (to requeue or
+        """An unacked message from append_run or span, read back (to requeue or
         dead-letter it). KeyError when the store has no such message."""
+        ...
+
+    def span(self) -> StoreSpan | None:
+        """The next ready messages, when they are records side by side in a
+        segment that a consumer can frame in one pass: shift() for many. None:
+        take them one by one (messages given back come first, dead records in
+        the way, a store that keeps no records)."""
+        ...
+
+    def take_span(self, span: StoreSpan, n: int, body_bytes: int) -> None:
+        """The first ``n`` records of ``span`` (the last of this store's spans,
+        nothing changed since), ``body_bytes`` of bodies in all, up to
+        ``span.end``, were delivered: unacked now, as if shifted."""
         ...
 
     def shift(self) -> tuple[int, Message, bool] | None:
@@ -191,6 +237,12 @@ class MemoryStore:
     def ack_run(self, segment: int, offsets: array[int]) -> None:
         for offset in offsets:
             self.ack((segment << 32) | offset)
+
+    def span(self) -> StoreSpan | None:
+        return None  # no records: one by one
+
+    def take_span(self, span: StoreSpan, n: int, body_bytes: int) -> None:
+        raise ValueError("a MemoryStore hands out no spans")
 
     def read(self, seq: int) -> Message:
         # Shifted messages are not kept here (the consumer's delivery holds them),

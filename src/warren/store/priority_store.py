@@ -25,7 +25,7 @@ from pathlib import Path
 from warren.core.codec_errors import DecodeError
 from warren.core.message import Message, MessageRun
 from warren.core.properties import peek_priority
-from warren.core.store import MessageStore, StoredRun
+from warren.core.store import MessageStore, StoredRun, StoreSpan
 from warren.store.layout import make_dirs
 from warren.store.mirror import mirror_for
 from warren.store.segment_store import SEQ_BITS, SegmentStore
@@ -41,6 +41,9 @@ MAX_PRIORITY = 255
 #: a SegmentStore's do (SEQ_BITS), a MemoryStore's counter never gets there.
 LEVEL_SHIFT = SEQ_BITS
 _INNER_MASK = (1 << LEVEL_SHIFT) - 1
+# A span's and a run's segment (seq >> 32) holds the level above this many bits.
+_SEGMENT_LEVEL_SHIFT = LEVEL_SHIFT - 32
+_INNER_SEGMENT_MASK = (1 << _SEGMENT_LEVEL_SHIFT) - 1
 _LEVEL_DIR = re.compile(r"p(\d{3})")
 
 
@@ -242,8 +245,44 @@ class PriorityStore:
         return None  # each message goes to its own priority's level
 
     def ack_run(self, segment: int, offsets: array[int]) -> None:
-        for offset in offsets:
-            self.ack((segment << 32) | offset)
+        """A run's or a span's acks (its segment carries the level): one call to
+        the level's store."""
+        level = segment >> _SEGMENT_LEVEL_SHIFT
+        store = self._levels[level] if 0 <= level <= MAX_PRIORITY else None
+        if store is not None:
+            store.ack_run(segment & _INNER_SEGMENT_MASK, offsets)
+
+    def span(self) -> StoreSpan | None:
+        """The highest ready level's span (its segment carrying the level)."""
+        if self._lost:
+            self._recount()
+        mask = self._ready_mask
+        if not mask:
+            return None
+        level = mask.bit_length() - 1
+        return self._level_span(level)
+
+    def _level_span(self, level: int) -> StoreSpan | None:
+        store = self._levels[level]
+        assert store is not None
+        span = store.span()
+        if span is not None:
+            span.segment |= level << _SEGMENT_LEVEL_SHIFT
+        return span
+
+    def take_span(self, span: StoreSpan, n: int, body_bytes: int) -> None:
+        level = span.segment >> _SEGMENT_LEVEL_SHIFT
+        store = self._levels[level]
+        assert store is not None
+        span.segment &= _INNER_SEGMENT_MASK
+        try:
+            store.take_span(span, n, body_bytes)
+        finally:
+            span.segment |= level << _SEGMENT_LEVEL_SHIFT
+        self._ready_count -= n
+        self._ready_bytes -= body_bytes
+        if not store.ready_count:
+            self._ready_mask &= ~(1 << level)
 
     def read(self, seq: int) -> Message:
         store = self._level(seq)
@@ -378,6 +417,21 @@ class QuorumPriorityStore(PriorityStore):
         except DecodeError:
             return 0
         return QUORUM_HIGH if priority is not None and priority > QUORUM_NORMAL_MAX else 0
+
+    def span(self) -> StoreSpan | None:
+        """A span only while one level alone has messages: with both, two high
+        go for each normal one, message by message."""
+        if self._lost:
+            self._recount()
+        mask = self._ready_mask
+        if mask not in (1, 1 << QUORUM_HIGH):
+            return None
+        return self._level_span(mask.bit_length() - 1)
+
+    def take_span(self, span: StoreSpan, n: int, body_bytes: int) -> None:
+        super().take_span(span, n, body_bytes)
+        high = span.segment >> _SEGMENT_LEVEL_SHIFT
+        self._high_streak = self._high_streak + n if high else 0
 
     def _take(self, peek: bool) -> tuple[int, Message, bool] | None:
         if self._lost:

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from warren.core.message import Message, MessageRun
-from warren.core.store import StoredRun
+from warren.core.store import StoredRun, StoreSpan
 from warren.store.records import (
     CorruptRecord,
     decode_record,
@@ -270,6 +270,55 @@ class SegmentStore(SegmentFiles):
                 cursor.close_map()  # fully read for now: hold no map while idle
             return (seg.id << 32) | pos, msg, False
         return None
+
+    def span(self) -> StoreSpan | None:
+        """The ready records from the cursor on, in its segment's map, up to the
+        next dead record the cursor would step over (recovery's skip list) and,
+        while records delivered before the store opened lie ahead, up to the
+        delivered mark (those are redelivered, the rest not). None while
+        messages given back wait (they go first), a peeked record sits at the
+        cursor or records taken out ahead are in the way: shift() then."""
+        if self._requeued.by_seq or self._peeked is not None or not self._ready_count:
+            return None
+        cursor = self._cursor
+        m = cursor.map
+        if m is None or cursor.pos >= cursor.end or self._detour:
+            m, _pos = self._locate()
+            if m is None:
+                return None
+        seg = cursor.seg
+        assert seg is not None
+        if seg.removed is not None:
+            return None
+        pos = cursor.pos
+        limit = cursor.end
+        skip = cursor.skip
+        if skip is not None and cursor.skip_i < len(skip):
+            limit = min(limit, skip[cursor.skip_i])
+        redelivered = False
+        if self._redelivering:
+            mark = self._redelivered_below
+            if (seg.id << 32) | pos < mark:
+                redelivered = True
+                if mark >> 32 == seg.id:
+                    limit = min(limit, mark & _OFFSET_MASK)
+            else:
+                self._redelivering = False  # past the mark: nothing below it is left
+                self._set_detour()
+        return StoreSpan(m, pos, limit, cursor.seed, seg.id, seg.unread, redelivered)
+
+    def take_span(self, span: StoreSpan, n: int, body_bytes: int) -> None:
+        cursor = self._cursor
+        seg = cursor.seg
+        if seg is None or span.segment != seg.id or span.pos != cursor.pos or n > seg.unread:
+            raise ValueError(f"{self!r}: a span taken after the store changed")
+        cursor.pos = span.end
+        seg.unread -= n
+        seg.unread_bytes -= body_bytes
+        self._ready_count -= n
+        self._ready_bytes -= body_bytes
+        if not seg.unread:
+            cursor.close_map()  # fully read for now: hold no map while idle
 
     def _shift_redelivering(self) -> tuple[int, Message, bool] | None:
         """shift() of the next record while records below the delivered mark may be
