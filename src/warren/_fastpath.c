@@ -6,6 +6,9 @@
  * property list and body lie. publish_run.py is the reference (and the
  * fallback without a compiler); tests/test_publish_run.py checks both alike.
  *
+ * scan_acks() finds the run of single basic.ack frames with consecutive tags
+ * that starts where the read loop stands (amqp/ack_scan.py is its reference).
+ *
  * deliver_frames() writes what a consumer gets for a run's messages
  * (amqp/consumer.py's AMQPConsumer.deliver_run and deliver_stored_run),
  * straight from the publisher's bytes; amqp/frames.py's message_frames is its
@@ -45,6 +48,8 @@ PyObject *plain_props[3];
 static PyMethodDef module_methods[] = {
     {"scan_publishes", (PyCFunction)(void (*)(void))scan_publishes, METH_FASTCALL,
      "scan_publishes(data, pos, frame_max, max_body, limit, keyed=False) -> PublishRun | None"},
+    {"scan_acks", (PyCFunction)(void (*)(void))scan_acks, METH_FASTCALL,
+     "scan_acks(data, pos, max_n) -> (n, first_tag, end): a run of single basic.acks"},
     {"deliver_frames", (PyCFunction)(void (*)(void))deliver_frames, METH_FASTCALL,
      "deliver_frames(run, start, stop, step, channel, deliver_head, first_tag, frame_max) -> bytes"},
     {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,

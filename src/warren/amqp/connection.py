@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from warren.amqp import handshake, management, spec
+from warren.amqp.ack_scan import ACK_FRAME_SIZE, scan_acks
 from warren.amqp.channel import Channel
 from warren.amqp.frames import (
     FRAME_BODY,
@@ -69,6 +70,10 @@ PROTOCOL_HEADER_0_9 = b"AMQP\x01\x01\x00\x09"
 _OPEN = State.OPEN
 _CLOSED = State.CLOSED
 _PUBLISH_IDS = b"\x00\x3c\x00\x28"  # basic.publish: class 60, method 40
+_ACK_IDS = b"\x00\x3c\x00\x50"  # basic.ack: class 60, method 80
+# Single acks a run (amqp/ack_scan.py) may take per frame of the budget, and how
+# many of them count as one frame against it: settling them is one call.
+_ACKS_PER_FRAME = 8
 
 
 class _UnknownFrame(FrameError):
@@ -291,6 +296,23 @@ class AMQPConnection:
                                     channel.publish_run(run)
                                     pos = run.end
                                     budget = max(0, budget - 3 * len(run) + 1)
+                                    if self.state is _CLOSED:
+                                        pos = n
+                                        break
+                                    continue
+                            if (
+                                payload[:4] == _ACK_IDS
+                                and size == ACK_FRAME_SIZE - 8
+                                and channel.takes_ack_run()
+                            ):
+                                # Single acks with consecutive tags, settled at once.
+                                count, first, run_end = scan_acks(
+                                    data, start, budget * _ACKS_PER_FRAME + 1
+                                )
+                                if count > 1:
+                                    channel.ack_range(first, count)
+                                    pos = run_end
+                                    budget = max(0, budget - count // _ACKS_PER_FRAME)
                                     if self.state is _CLOSED:
                                         pos = n
                                         break

@@ -150,6 +150,34 @@ class UnackedDeliveries:
                 return [], [one]
         raise PreconditionFailed(f"unknown delivery tag {tag}")
 
+    def take_range(
+        self, first: int, last: int
+    ) -> tuple[list[tuple[int, Unacked]], list[UnackedRun]] | None:
+        """Remove tags ``first .. last`` as take() would one by one, when one run
+        holds all of them (cut out of it) or single deliveries do; None, and
+        nothing removed, otherwise (a tag missing, or singles and runs mixed)."""
+        runs = self.runs
+        for i, run in enumerate(runs):
+            if run.first > first:
+                break
+            if first <= run.last:
+                if last > run.last:
+                    return None
+                k = first - run.first
+                if k:
+                    runs.insert(i, run.split(k))  # the part before stays unacked
+                    i += 1
+                taken = run.split(last - first + 1)
+                if not run.offsets:
+                    del runs[i]
+                return [], [taken]
+        singles = self.singles
+        tags = range(first, last + 1)
+        for tag in tags:
+            if tag not in singles:
+                return None
+        return [(tag, singles.pop(tag)) for tag in tags], []
+
     def __contains__(self, tag: object) -> bool:
         if tag in self.singles:
             return True
