@@ -253,3 +253,48 @@ def test_priority_spans_go_highest_level_first(tmp_path: Path, framer: Any) -> N
     assert [body for _, body, _ in got] == [f"m{i}".encode() for _, i in sorted(want)]
     assert store.ready_count == 0
     store.close()
+
+
+# -- publish runs into a backlog ------------------------------------------------------
+
+
+def test_a_publish_run_into_a_backlog_is_stored_whole_and_comes_out_after_it(
+    tmp_path: Path,
+) -> None:
+    """A plain queue with messages waiting takes a whole publish run in one
+    write (ready, behind them; the store to sync for its persistent ones); a
+    queue with a length limit or priorities leaves it to go one by one."""
+    from pamqp import commands
+    from test_ack_runs import _runs, publish
+
+    from warren.core.message import MessageRun
+    from warren.core.vhost import VHost
+
+    def store(vhost: Any, name: str, persistent: bool, max_priority: int) -> Any:
+        if max_priority:
+            return PriorityStore(max_priority, lambda p: SegmentStore(tmp_path / name / str(p)))
+        return SegmentStore(tmp_path / name, segment_size=4096)
+
+    vhost = VHost("/", lambda fn: None, store_factory=store)
+    plain = vhost.declare_queue("plain")
+    limited = vhost.declare_queue("limited", arguments={"x-max-length": 1000})
+    prio = vhost.declare_queue("prio", arguments={"x-max-priority": 3})
+    persistent = commands.Basic.Properties(delivery_mode=2)
+    bodies = [f"run{i}".encode() * 30 for i in range(40)]
+    data = b"".join(publish(b, "plain", properties=persistent) for b in bodies)
+    for run in _runs(data):
+        for q in (plain, limited, prio):
+            q.publish(message(0))
+        mrun = MessageRun("", "plain", run.method[6:-1], run, 5000)
+        durable: list[Any] = []
+        assert plain.publish_run(mrun, durable) == 40
+        assert durable == [plain.store]
+        assert limited.publish_run(mrun, []) == 0
+        assert prio.publish_run(mrun, []) == 0
+        assert plain.message_count == 41 and plain.stats.publish == 41
+        got = drain_by_shift(plain.store)
+        assert [body for _, body, _ in got] == [message(0).body, *bodies]
+        assert len({seq >> 32 for seq, _, _ in got[1:]}) == 1  # one write, one segment
+        for q in (limited, prio):
+            drain_by_shift(q.store)
+        plain.stats.publish = 0

@@ -277,22 +277,26 @@ class Queue(QueueFeatures):
         return True
 
     def publish_run(self, run: MessageRun, durable_out: list[MessageStore] | None = None) -> int:
-        """How many of a run's first messages this queue hands at once to its
-        consumers, where `publish` would hand each straight to one: a plain
+        """How many of a run's first messages this queue takes at once: a plain
         queue with nothing waiting, whose consumer (the only one, the active
-        one) takes them: all of them when it is no-ack, as many as its prefetch
+        one) takes them, hands them over where `publish` would hand each
+        straight to one: all of them when it is no-ack, as many as its prefetch
         allows otherwise (stored in one write, then delivered), or a
-        round-robin of all among the highest priority's no-ack consumers. 0:
-        publish them one by one. ``durable_out`` gets the store when what it
+        round-robin of all among the highest priority's no-ack consumers; one
+        with a backlog, or whose consumer cannot take any, stores them all in
+        one write, ready, as `publish` would one by one. 0: publish them one
+        by one. ``durable_out`` gets the store when what it
         took must be synced before a confirm (as VHost.enqueue's)."""
         consumers = self.consumers
-        if not self._plain or self.store.ready_count or not consumers:
+        if not self._plain:
             return 0
+        if self.store.ready_count or not consumers:
+            return self._store_run(run, durable_out)
         n = len(run)
         if len(consumers) == 1 or self._single_active:
             consumer = consumers[0] if len(consumers) == 1 else self.active_consumer
             if consumer is None or not consumer.can_take():
-                return 0
+                return self._store_run(run, durable_out)
             if consumer.no_ack:
                 self.stats.publish += n
                 consumer.deliver_run(run, 0, n)
@@ -315,6 +319,22 @@ class Queue(QueueFeatures):
         self.stats.publish += n
         for j in range(min(k, n)):
             group[(first + j) % k].deliver_run(run, j, n, k)
+        return n
+
+    def _store_run(self, run: MessageRun, durable_out: list[MessageStore] | None) -> int:
+        """The whole run appended, ready (the delivery pass takes it from there)."""
+        store = self.store
+        stored = store.append_ready_run(run, 0, len(run))
+        if stored is None:
+            return 0
+        n = len(stored)
+        self.vhost.store_written(store)
+        self.stats.publish += n
+        if durable_out is not None and self.persistent and stored.persistent:
+            durable_out.append(store)
+        if self.consumers and not self._scheduled:
+            self._scheduled = True
+            self._call_soon(self._run_delivery)
         return n
 
     def _deliver_stored_run(

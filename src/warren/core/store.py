@@ -99,8 +99,14 @@ class MessageStore(Protocol):
         while nothing is ready. None: this store takes them one by one."""
         ...
 
+    def append_ready_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
+        """Messages ``start .. stop - 1`` of a run appended as append() would one
+        by one (ready, after everything else), in one write. None: this store
+        takes them one by one."""
+        ...
+
     def ack_run(self, segment: int, offsets: array[int]) -> None:
-        """ack() for the messages (segment << 32) | offset, from append_run."""
+        """ack() for the messages (segment << 32) | offset, from append_run or span."""
         ...
 
     def read(self, seq: int) -> Message:
@@ -233,6 +239,9 @@ class MemoryStore:
 
     def append_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
         return None  # one by one: RAM holds no record a run could share
+
+    def append_ready_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
+        return None
 
     def ack_run(self, segment: int, offsets: array[int]) -> None:
         for offset in offsets:

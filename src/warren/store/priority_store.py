@@ -244,6 +244,9 @@ class PriorityStore:
     def append_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
         return None  # each message goes to its own priority's level
 
+    def append_ready_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
+        return None
+
     def ack_run(self, segment: int, offsets: array[int]) -> None:
         """A run's or a span's acks (its segment carries the level): one call to
         the level's store."""

@@ -197,6 +197,30 @@ class SegmentStore(SegmentFiles):
         type) and written in one piece, so they share one segment."""
         if self._ready_count:
             raise ValueError("append_run needs an empty backlog")
+        seg, stored = self._put_run(run, start, stop)
+        cursor = self._cursor
+        if cursor.seg is not seg:
+            self._enter(seg)
+        cursor.pos = self._log.write_pos
+        return stored
+
+    def append_ready_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
+        """Messages ``start .. stop - 1`` of a run appended as append() would one by
+        one (ready, behind whatever waits), in one write."""
+        seg, stored = self._put_run(run, start, stop)
+        n = stop - start
+        size = sum(stored.sizes)
+        seg.unread += n
+        seg.unread_bytes += size
+        self._ready_count += n
+        self._ready_bytes += size
+        return stored
+
+    def _put_run(
+        self, run: MessageRun, start: int, stop: int
+    ) -> tuple[SegmentState, StoredRun]:
+        """The records of a run's messages, encoded together and written in one
+        piece (one segment), counted in their segment."""
         log = self._log
         timestamp = run.timestamp
         if timestamp is None:
@@ -214,12 +238,8 @@ class SegmentStore(SegmentFiles):
         if seg is None or seg.id != sid:
             seg = self._start_segment(sid)
         seg.records += stop - start
-        cursor = self._cursor
-        if cursor.seg is not seg:
-            self._enter(seg)
-        cursor.pos = log.write_pos
         self._dirty = True
-        return StoredRun(sid, offsets, sizes, persistent)
+        return seg, StoredRun(sid, offsets, sizes, persistent)
 
     def ack_run(self, segment: int, offsets: array[int]) -> None:
         seg = self._segs.get(segment)
