@@ -12,6 +12,7 @@ import os
 import random
 import signal
 import struct
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ from test_ack_runs import _client, _consume, _declare, _queue_state, _receive, p
 
 import warren
 from warren.amqp.ack_scan import scan_acks_python
+from warren.amqp.unacked import UnackedDeliveries, UnackedRun
+from warren.core.vhost import VHost
 
 _native = warren.native_module("_fastpath")
 PERSISTENT = commands.Basic.Properties(delivery_mode=2)
@@ -98,6 +101,51 @@ def test_c_and_python_find_the_same_runs_of_single_acks(data: bytes, pos: int, m
     assert got == ((n, first, at) if n else (0, 0, pos))
     if _native is not None:
         assert _native.scan_acks(data, pos, max_n) == got
+
+
+# -- ranges of tags out of the unacked bookkeeping ----------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    layout=st.lists(st.tuples(st.sampled_from(["single", "run"]), st.integers(1, 6)), max_size=8),
+    takes=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 12)), max_size=6),
+)
+def test_a_range_of_tags_comes_out_as_single_acks_would(
+    layout: list[tuple[str, int]], takes: list[tuple[int, int]]
+) -> None:
+    """Runs side by side, singles, ranges cut from the middle and across runs:
+    take_range removes exactly the tags first .. last when runs or singles
+    alone hold them all, with their seqs; else nothing at all."""
+    unacked = UnackedDeliveries()
+    queue = VHost("/", lambda fn: None).declare_queue("q")
+    model: dict[int, tuple[str, int]] = {}  # tag -> (kind, seq)
+    tag = 1
+    for kind, n in layout:
+        if kind == "single":
+            unacked.add(tag, (queue, 5000 + tag, None, None, 1))
+            model[tag] = ("single", 5000 + tag)
+            tag += 1
+        else:
+            offsets = array("I", [7000 + tag + i for i in range(n)])
+            unacked.add_run(UnackedRun(tag, queue, None, 3, offsets, array("I", [2] * n)))
+            model.update({tag + i: ("run", (3 << 32) | (7000 + tag + i)) for i in range(n)})
+            tag += n
+    for first, length in takes:
+        last = first + length
+        tags = range(first, last + 1)
+        whole = all(t in model for t in tags)
+        kinds = {model[t][0] for t in tags} if whole else set()
+        before = unacked.entries()
+        got = unacked.take_range(first, last)
+        if not whole or len(kinds) != 1:
+            assert got is None and unacked.entries() == before
+            continue
+        assert got is not None
+        singles, runs = got
+        out = [(t, e[1]) for t, e in singles] + [(t, e[1]) for r in runs for t, e in r.entries()]
+        assert out == [(t, model.pop(t)[1]) for t in tags]
+        assert [(t, e[1]) for t, e in unacked.entries()] == [(t, v[1]) for t, v in sorted(model.items())]
 
 
 # -- through a broker -----------------------------------------------------------------

@@ -153,24 +153,33 @@ class UnackedDeliveries:
     def take_range(
         self, first: int, last: int
     ) -> tuple[list[tuple[int, Unacked]], list[UnackedRun]] | None:
-        """Remove tags ``first .. last`` as take() would one by one, when one run
-        holds all of them (cut out of it) or single deliveries do; None, and
-        nothing removed, otherwise (a tag missing, or singles and runs mixed)."""
+        """Remove tags ``first .. last`` as take() would one by one, when runs
+        side by side hold all of them (cut out of the first and the last) or
+        single deliveries do; None, and nothing removed, otherwise (a tag
+        missing, or singles and runs mixed)."""
         runs = self.runs
-        for i, run in enumerate(runs):
-            if run.first > first:
-                break
-            if first <= run.last:
-                if last > run.last:
+        n = len(runs)
+        i = 0
+        while i < n and runs[i].last < first:
+            i += 1
+        if i < n and runs[i].first <= first:
+            j = i
+            while runs[j].last < last:
+                if j + 1 == n or runs[j + 1].first != runs[j].last + 1:
                     return None
-                k = first - run.first
-                if k:
-                    runs.insert(i, run.split(k))  # the part before stays unacked
-                    i += 1
-                taken = run.split(last - first + 1)
-                if not run.offsets:
-                    del runs[i]
-                return [], [taken]
+                j += 1
+            k = first - runs[i].first
+            if k:
+                runs.insert(i, runs[i].split(k))  # the part before stays unacked
+                i += 1
+                j += 1
+            end = runs[j]
+            taken = runs[i:j]
+            taken.append(end.split(last - end.first + 1))
+            del runs[i:j]
+            if not end.offsets:
+                del runs[i]
+            return [], taken
         singles = self.singles
         tags = range(first, last + 1)
         for tag in tags:
