@@ -133,7 +133,10 @@ class AMQPConnection:
         self._on_output = on_output
         self._on_close = on_close
         self.pending: list[bytes] = []
+        # Input not handled yet: _buf from _buf_at on (a read is kept whole while
+        # FRAME_BUDGET splits it over loop turns, not copied again at each turn).
         self._buf = b""
+        self._buf_at = 0
         # True when feed() stopped at FRAME_BUDGET with complete frames left over.
         self.backlog = False
         # Milliseconds since the epoch, set by the transport before each feed(): the
@@ -217,11 +220,18 @@ class AMQPConnection:
         if self.state >= State.CLOSED:
             return
         self._received = True
+        pos = 0
         if self._buf:
-            data = self._buf + data
+            if not data:  # the rest of an earlier read (drain_backlog): no copy
+                data, pos = self._buf, self._buf_at
+            elif self._buf_at:
+                data = self._buf[self._buf_at :] + data
+            else:
+                data = self._buf + data
             self._buf = b""
+            self._buf_at = 0
         if self._held is not None:
-            self._buf = data  # processed once the held replies are out
+            self._buf, self._buf_at = data, pos  # processed once the held replies are out
             return
         if self.state == State.HEADER:
             if len(data) < 8 and (
@@ -236,7 +246,6 @@ class AMQPConnection:
                 return
             data = data[8:]
             handshake.send_start(self)
-        pos = 0
         n = len(data)
         ftype, payload = 0, b""
         budget = FRAME_BUDGET
@@ -375,7 +384,7 @@ class AMQPConnection:
             self.connection_error(InternalError("internal error"))
             pos = n
         if pos < n:
-            self._buf = data[pos:]
+            self._buf, self._buf_at = data, pos
 
     def holding(self) -> bool:
         """Whether replies are held (a method, not an attribute test: mypy, and so
