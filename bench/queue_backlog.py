@@ -20,7 +20,8 @@ Raw for the handshake): a consumer counts deliveries by their method frames'
 bytes (every delivery has the same size here) and acks by tag, which the broker
 numbers from 1 on the fresh channel, so a pattern of Warren's own client cannot
 flatter the numbers, nor can the client's own parsing limit them. Per run:
-msg/s and the broker's CPU per message (from /proc, for a broker started here).
+msg/s, the broker's CPU per message and its anonymous RAM after the fill and
+after the drain (from /proc, for a broker started here).
 """
 
 from __future__ import annotations
@@ -114,15 +115,10 @@ def consume(host: str, port: int, count: int, prefetch: int, mode: str) -> tuple
     size = 4 + 1 + len(ctag) + 8 + 1 + 1 + 1 + len(QUEUE)  # basic.deliver's payload
     marker = FRAME.pack(1, 1, size) + b"\x00\x3c\x00\x3c"
     sock = raw.sock
-    got = acked = 0
+    acked = 0
     tail = raw.buf[-10:]
-    got = raw.buf.count(marker)
-    while got < count:
-        data = sock.recv(1 << 22)
-        if not data:
-            raise EOFError("the broker closed the connection")
-        got += data.count(marker) + (tail + data[:10]).count(marker)
-        tail = data[-10:]
+    got = raw.buf.count(marker)  # deliveries read with the consume-ok
+    while True:
         if mode == "single":
             if got > acked:
                 sock.sendall(acks(acked + 1, got))
@@ -130,6 +126,13 @@ def consume(host: str, port: int, count: int, prefetch: int, mode: str) -> tuple
         elif mode == "multi" and got - acked >= 100:
             acked = got - got % 100
             sock.sendall(ack_multiple(acked))
+        if got >= count:
+            break
+        data = sock.recv(1 << 22)
+        if not data:
+            raise EOFError("the broker closed the connection")
+        got += data.count(marker) + (tail + data[:10]).count(marker)
+        tail = data[-10:]
     ended = time.perf_counter()
     if got != count:
         raise RuntimeError(f"{got} deliveries, expected {count}")
@@ -203,10 +206,18 @@ def warren(src: Path, pure: bool) -> Iterator[tuple[int, int]]:
             proc.wait(30)
 
 
+def rss_anon_kb(pid: int) -> int:
+    """The broker's anonymous resident memory (mapped segment files do not count)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+    return 0
+
+
 def run(host: str, port: int, pid: int | None, args: argparse.Namespace) -> dict[str, object]:
     results: dict[str, object] = {}
     for key in args.only or SCENARIOS:
-        rates, cpus, fills = [], [], []
+        rates, cpus, fills, rss = [], [], [], []
         for _ in range(args.repeat):
             raw = Raw(host, port)
             fresh_queue(raw)
@@ -216,10 +227,13 @@ def run(host: str, port: int, pid: int | None, args: argparse.Namespace) -> dict
                 rate = ahead(host, port, args.messages, args.size, args.prefetch, mode)
             else:
                 fills.append(fill(raw, args.messages, args.size))
+                if pid:
+                    rss.append(rss_anon_kb(pid))
                 before = cpu_seconds(pid) if pid else 0.0
                 rate = drain(host, port, args.messages, args.prefetch, key)
             if pid:
                 cpus.append((cpu_seconds(pid) - before) / args.messages * 1e6)
+                rss.append(rss_anon_kb(pid))
             rates.append(rate)
             raw.sock.close()
         results[key] = {
@@ -227,6 +241,7 @@ def run(host: str, port: int, pid: int | None, args: argparse.Namespace) -> dict
             "median": round(statistics.median(rates)),
             "broker_cpu_us_per_msg": [round(c, 3) for c in cpus],
             **({"fill_msg_per_s": [round(f) for f in fills]} if fills else {}),
+            "rss_anon_kb": rss,  # (after the fill and) after the drain, per run
         }
     return results
 
