@@ -51,6 +51,7 @@ COMPILED_MODULES = [
     "warren.amqp.publish_checks",
     "warren.amqp.publishing",
     "warren.amqp.unacked",
+    "warren.core.channel_counts",
     "warren.core.consumer",
     "warren.core.message",
     "warren.core.properties",
@@ -77,6 +78,7 @@ COMPILED_MODULES = [
     "warren.store.segment_alloc",
     "warren.store.segment_cursor",
     "warren.store.segment_damage",
+    "warren.store.segment_faults",
     "warren.store.segment_files",
     "warren.store.segment_format",
     "warren.store.segment_log",
@@ -89,6 +91,7 @@ COMPILED_MODULES = [
     "warren.store.stream_store",
     "warren.store.stream_tracking",
     "warren.store.sync_files",
+    "warren.store.transient_counts",
 ]
 
 # The shared extension module: GROUP + "__mypyc" (mypyc's suffix), a fixed name

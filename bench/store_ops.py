@@ -1,8 +1,10 @@
 """Per-message cost of the segment store's hot path, and the speed of scan_ready().
 
-Hot path: --count messages (16-byte bodies, persistent) through one SegmentStore,
-best of --repeat runs, in CPU time (process_time: less sensitive than wall time
-to other load on the machine) and wall time:
+Hot path: --count messages (16-byte bodies, persistent; --mode transient or
+mixed: delivery-mode 1, or every other one, what a durable queue's transient
+counts cost) through one SegmentStore, best of --repeat runs, in CPU time
+(process_time: less sensitive than wall time to other load on the machine) and
+wall time:
 
 - interleaved: append, shift, ack one message at a time (the reader always catches
   up with the writer, so every shift maps the write segment afresh)
@@ -14,6 +16,7 @@ scan: --scan-count messages appended, the store closed and reopened (recovery),
 then one full scan_ready() timed; the store's files stay in the page cache.
 
     PYTHONPATH=src .venv/bin/python bench/store_ops.py [--count 200000] [--scan-count 1000000]
+        [--mode persistent|transient|mixed]
 """
 
 from __future__ import annotations
@@ -30,6 +33,12 @@ from warren.core.message import Message
 from warren.store.segment_store import SegmentStore
 
 PERSISTENT = b"\x10\x00\x02"
+TRANSIENT = b"\x10\x00\x01"
+MODES = {
+    "persistent": (PERSISTENT,),
+    "transient": (TRANSIENT,),
+    "mixed": (PERSISTENT, TRANSIENT),
+}
 
 
 def _interleaved(store: SegmentStore, msgs: list[Message]) -> None:
@@ -77,14 +86,15 @@ VARIANTS: dict[str, Callable[[SegmentStore, list[Message]], None]] = {
 }
 
 
-def hot(name: str, count: int, repeat: int) -> None:
+def hot(name: str, count: int, repeat: int, mode: str = "persistent") -> None:
     fn = VARIANTS[name]
+    props = MODES[mode]
     cpu: list[float] = []
     wall: list[float] = []
     for _ in range(repeat):
         d = Path(tempfile.mkdtemp(prefix="warren-bench-"))
         store = SegmentStore(d / "q")
-        msgs = [Message("ex", "rk", PERSISTENT, b"x" * 16, 1) for _ in range(count)]
+        msgs = [Message("ex", "rk", props[i % len(props)], b"x" * 16, 1) for i in range(count)]
         gc.collect()
         gc.disable()
         c0, w0 = time.process_time(), time.perf_counter()
@@ -133,10 +143,11 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--scan-count", type=int, default=1_000_000, help="0 skips the scan")
+    parser.add_argument("--mode", choices=sorted(MODES), default="persistent")
     parser.add_argument("variants", nargs="*", default=list(VARIANTS))
     args = parser.parse_args()
     for name in args.variants:
-        hot(name, args.count, args.repeat)
+        hot(name, args.count, args.repeat, args.mode)
     if args.scan_count and hasattr(SegmentStore, "scan_ready"):
         scan(args.scan_count)
 

@@ -18,9 +18,9 @@ SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 AVAILABLE = os.path.exists(SERVER)
 
 
-
 class RabbitMQ:
-    def __init__(self, base: Path, plugins: list[str] | None = None) -> None:
+    def __init__(self, base: Path, plugins: list[str] | None = None, config: str = "") -> None:
+        """``config``: more rabbitmq.conf lines (with plugins only)."""
         base.mkdir(parents=True, exist_ok=True)
         plugins = plugins or []
         (base / "enabled_plugins").write_text("[" + ",".join(plugins) + "].\n")
@@ -32,7 +32,7 @@ class RabbitMQ:
             "management.tcp.ip = 127.0.0.1\n"
             f"management.tcp.port = {self.http_port}\n"
             "prometheus.tcp.ip = 127.0.0.1\n"
-            f"prometheus.tcp.port = {self.prometheus_port}\n"
+            f"prometheus.tcp.port = {self.prometheus_port}\n" + config
             if plugins
             else ""
         )
@@ -51,17 +51,21 @@ class RabbitMQ:
             ERL_EPMD_PORT=str(self.epmd_port),
         )
         self._env = env
+        self._base = base
+        self.log: list[str] = []
+        self._start()
+
+    def _start(self) -> None:
         self.proc = subprocess.Popen(
             [SERVER],
-            cwd=base,
-            env=env,
+            cwd=self._base,
+            env=self._env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,  # the whole Erlang VM is stopped as one group
         )
         assert self.proc.stdout is not None
-        self.log: list[str] = []
         for line in self.proc.stdout:
             self.log.append(line)
             if "Server startup complete" in line:
@@ -78,6 +82,12 @@ class RabbitMQ:
     @property
     def url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+
+    def restart(self) -> None:
+        """Stop the node (as a clean shutdown) and start it again on the same
+        data, node name and ports."""
+        self.stop()
+        self._start()
 
     def stop(self) -> None:
         try:

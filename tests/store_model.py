@@ -1,6 +1,7 @@
 """A model-based test of MessageStores on disk, shared by test_segment_store.py and
 test_priority_store.py: random append/append_shifted/peek/shift/ack/requeue/
-remove_ready/purge/scan_ready/reopen against a plain in-memory model.
+remove_ready/purge/scan_ready/reopen against a plain in-memory model (counts,
+transient counts included).
 
 The model keeps, per message, its priority level and whether it is ready (and
 redelivered), unacked or gone. The next message is the ready one with the highest
@@ -193,3 +194,10 @@ class StoreModel(RuleBasedStateMachine):
     def same_counts(self) -> None:
         assert self.store.ready_count == len(self.ready)
         assert self.store.ready_bytes == sum(len(self.sent[i].body) for i in self.ready)
+
+    @invariant()
+    def same_transient_counts(self) -> None:
+        """The transient messages held, ready or unacked, and their bytes: what
+        a durable queue's persistent counts leave out."""
+        live = [i for i in (*self.ready, *self.unacked) if not self.sent[i].persistent]
+        assert self.store.transient() == (len(live), sum(len(self.sent[i].body) for i in live))

@@ -476,3 +476,57 @@ def test_a_priority_queue_with_ttl_drains_its_backlog_in_order(broker: BrokerThr
     assert sorted(late + dead) == sorted(f"t{i}".encode() for i in range(400))
     assert len(set(late)) == len(late)
     conn.close()
+
+
+def test_a_quorum_backlog_after_a_restart_shows_its_delivery_counts(tmp_path: Path) -> None:
+    """Returned messages of a quorum queue keep their counts over a restart
+    (store/delivery_counts.py); a consumer draining the backlog afterwards gets
+    them in their old places, each with its x-delivery-count, the others in
+    runs without one."""
+    data = tmp_path / "data"
+    b = start_broker(data)
+    q = uniq()
+    try:
+        conn = connect(b)
+        ch = conn.channel()
+        ch.queue_declare(q, durable=True, arguments={"x-queue-type": "quorum"})
+        ch.confirm_delivery()
+        for i in range(300):
+            ch.basic_publish("", q, f"m{i}".encode())
+        for _ in range(2):  # m0 comes back twice
+            method, _props, body = ch.basic_get(q)
+            assert body == b"m0"
+            ch.basic_nack(method.delivery_tag, requeue=True)
+        got: list[Any] = []
+        ch.basic_qos(prefetch_count=10)
+        ctag = ch.basic_consume(q, lambda c, m, p, body: got.append((m.delivery_tag, body)))
+        wait_until(conn, lambda: len(got) == 10)
+        ch.basic_cancel(ctag)  # returns below are not redelivered
+        for tag, body in got:
+            if body in (b"m0", b"m5"):
+                ch.basic_nack(tag, requeue=True)  # m0 a third time, m5 once
+            else:
+                ch.basic_ack(tag)
+        conn.close()
+    finally:
+        b.stop()
+    b = start_broker(data)
+    try:
+        conn = connect(b)
+        ch = conn.channel()
+        ch.basic_qos(prefetch_count=100)
+        seen: list[tuple[bytes, Any]] = []
+
+        def take(c: Any, m: Any, p: Any, body: bytes) -> None:
+            seen.append((body, (p.headers or {}).get("x-delivery-count")))
+            c.basic_ack(m.delivery_tag)
+
+        ch.basic_consume(q, take)
+        wait_until(conn, lambda: len(seen) == 292)
+        want = [b"m0", b"m5", *(f"m{i}".encode() for i in range(10, 300))]
+        assert [body for body, _ in seen] == want
+        counts = {body: n for body, n in seen if n is not None}
+        assert counts == {b"m0": 3, b"m5": 1}
+        conn.close()
+    finally:
+        b.stop()

@@ -21,7 +21,7 @@ import warren
 from warren.amqp.frames import message_frames
 from warren.amqp.record_deliveries import deliver_records_python
 from warren.core.message import Message
-from warren.core.store import StoreSpan
+from warren.core.store import StoredRun, StoreSpan
 from warren.store.priority_store import PriorityStore
 from warren.store.records import CorruptRecord, decode_record, encode_record
 from warren.store.segment_store import SegmentStore
@@ -176,9 +176,12 @@ def drain_by_spans(store: Any, rng: random.Random, framer: Any) -> list[tuple[in
             )  # fmt: skip
             if n:
                 span.end = end
-                sizes = array("I", raw_sizes)
-                store.take_span(span, n, sum(sizes))
-                for off in array("I", raw_offsets):
+                sizes = array("I")
+                sizes.frombytes(raw_sizes)
+                offsets = array("I")
+                offsets.frombytes(raw_offsets)
+                store.take_span(span, StoredRun(span.segment, offsets, sizes, 0), False)
+                for off in offsets:
                     seq = (span.segment << 32) | off
                     out.append((seq, store.read(seq).body, span.redelivered))
                 continue
@@ -298,3 +301,59 @@ def test_a_publish_run_into_a_backlog_is_stored_whole_and_comes_out_after_it(
         for q in (limited, prio):
             drain_by_shift(q.store)
         plain.stats.publish = 0
+
+
+@pytest.mark.parametrize("framer", framers(), ids=lambda f: f.__module__)
+@pytest.mark.parametrize("mix", ["all-transient", "mixed", "all-persistent"])
+def test_spans_keep_the_transient_counts_exact(tmp_path: Path, framer: Any, mix: str) -> None:
+    """A durable queue's store counts its live transient messages (the
+    persistent counts): spans taken by an acknowledging consumer hold theirs
+    until acked, a no-ack consumer's go at once; the counts match the
+    messages' delivery modes at every step."""
+    store = SegmentStore(tmp_path / "q", segment_size=4096)
+    modes = {"all-transient": [1], "mixed": [1, 2, 2, 1, 2], "all-persistent": [2]}[mix]
+    live: dict[int, tuple[int, int]] = {}  # seq -> (delivery mode, body size)
+    for i in range(200):
+        mode = modes[i % len(modes)]
+        props = b"\x10\x00" + bytes((mode,))
+        body = f"t{i}".encode() * (i % 5 + 1)
+        live[store.append(Message("", "k", props, body, 1000 + i))] = (mode, len(body))
+
+    def expected() -> tuple[int, int]:
+        t = [size for mode, size in live.values() if mode != 2]
+        return len(t), sum(t)
+
+    rng = random.Random(mix)
+    held: list[StoredRun] = []
+    while store.ready_count:
+        assert store.transient() == expected()
+        span = store.span()
+        assert span is not None
+        acked = rng.random() < 0.3
+        frames, n, end, raw_sizes, raw_offsets = framer(
+            span.buf, span.pos, span.limit, span.seed, min(span.left, rng.choice((1, 7, 40))),
+            1, HEAD, 1, 131072,
+        )  # fmt: skip
+        assert n
+        span.end = end
+        sizes, offsets = array("I"), array("I")
+        sizes.frombytes(raw_sizes)
+        offsets.frombytes(raw_offsets)
+        taken = StoredRun(span.segment, offsets, sizes, 0)
+        store.take_span(span, taken, acked)
+        if acked:
+            store.ack_run(taken.segment, taken.offsets)
+            for off in offsets:
+                del live[(taken.segment << 32) | off]
+        else:
+            held.append(taken)
+        if held and rng.random() < 0.4:
+            run = held.pop(rng.randrange(len(held)))
+            store.ack_run(run.segment, run.offsets)
+            for off in run.offsets:
+                del live[(run.segment << 32) | off]
+    assert store.transient() == expected()
+    for run in held:
+        store.ack_run(run.segment, run.offsets)
+    assert store.transient() == (0, 0)
+    store.close()

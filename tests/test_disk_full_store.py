@@ -21,6 +21,7 @@ from warren.store.segment_store import SegmentStore
 from warren.store.stream_store import StreamStore
 
 PERSISTENT = b"\x10\x00\x02"
+TRANSIENT = b"\x10\x00\x01"
 
 
 @pytest.fixture
@@ -35,6 +36,14 @@ def msg(i: int, size: int = 3000, props: bytes = PERSISTENT) -> Message:
 
 def number(m: Message) -> int:
     return int(m.body[1:].split(b":")[0])
+
+
+def drain_messages(store: SegmentStore) -> list[Message]:
+    out = []
+    while (item := store.shift()) is not None:
+        out.append(item[1])
+        store.ack(item[0])
+    return out
 
 
 def drain(store: SegmentStore | PriorityStore) -> list[int]:
@@ -101,6 +110,58 @@ def test_a_message_a_consumer_holds_is_dropped_when_given_back(disk: Path) -> No
     reopened = SegmentStore(d)
     assert drain(reopened) == [0, 3]
     reopened.close()
+
+
+def test_transient_counts_follow_what_a_failed_write_out_dropped(
+    disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Transient messages among those a failed write-out dropped: the ready ones
+    are counted out at once, those a consumer holds when they are acked (as
+    they would be had they been written); the rest as ever."""
+    d = disk / "q"
+    store = SegmentStore(d, segment_size=256 * 1024)
+
+    def mixed(i: int) -> Message:
+        return msg(i, size=3000 + i, props=TRANSIENT if i % 3 == 1 else PERSISTENT)
+
+    def transient(ids: list[int]) -> tuple[int, int]:
+        hit = [i for i in ids if i % 3 == 1]
+        return len(hit), sum(len(mixed(i).body) for i in hit)
+
+    def count(*groups: list[int]) -> tuple[int, int]:
+        return transient([i for g in groups for i in g])
+
+    for i in range(20):
+        store.append(mixed(i))
+    store.flush()
+    unacked = [store.shift() for _ in range(20)]
+    fill(disk / "filler")
+    held = {i: store.append_shifted(mixed(i)) for i in range(20, 30)}  # a consumer has them
+    with caplog.at_level(logging.ERROR, "warren.store"):
+        for i in range(30, 60):  # past the 32 KiB buffer: write-outs fail as it goes
+            store.append(mixed(i))
+        store.flush()
+    kept = store.ready_count  # a prefix of the ready ones may have fitted
+    assert kept < 30
+    dropped = sum(
+        int(r.args[4])  # type: ignore[index]
+        for r in caplog.records
+        if "messages dropped" in r.msg
+    )
+    assert dropped > 30 - kept  # held ones too
+    ready = list(range(30, 30 + kept))
+    assert store.transient() == count(list(range(30)), ready)
+    for i, seq in held.items():
+        store.ack(seq)
+        assert store.transient() == count(list(range(20)), list(range(i + 1, 30)), ready)
+    for item in unacked:
+        assert item is not None
+        store.ack(item[0])
+    assert store.transient() == count(ready)
+    (disk / "filler").unlink()
+    assert [number(m) for m, _ in zip(drain_messages(store), ready, strict=True)] == ready
+    assert store.transient() == (0, 0)
+    store.close()
 
 
 def test_priority_store_totals_follow_its_levels(disk: Path) -> None:

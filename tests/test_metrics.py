@@ -195,6 +195,23 @@ def test_failed_logins_are_counted(broker: BrokerThread) -> None:
     assert value(m, "rabbitmq_auth_attempts_failed_total", protocol="http") == 1
 
 
+def test_identity_names_the_endpoint_and_the_node_uptime_is_there(broker: BrokerThread) -> None:
+    """RabbitMQ 4.1's identity_info says which endpoint served it (its
+    dashboards select on rabbitmq_endpoint); the node's uptime, the one
+    erlang_* family Warren has, is in node_metrics."""
+    for path, endpoint in (
+        ("/metrics", "aggregated"),
+        ("/metrics/per-object", "per-object"),
+        ("/metrics/detailed?family=node_metrics", "detailed"),
+    ):
+        m = scrape(broker, path)
+        [(identity, _)] = m["rabbitmq_identity_info"]
+        assert identity["rabbitmq_endpoint"] == endpoint, path
+        prefix = "rabbitmq_detailed_" if endpoint == "detailed" else "rabbitmq_"
+        [(labels, uptime)] = m[prefix + "erlang_uptime_seconds"]
+        assert labels == {} and uptime > 0
+
+
 def test_per_object_metrics_label_every_queue_and_channel(broker: BrokerThread) -> None:
     conn = connect(broker)
     ch = conn.channel()
@@ -214,7 +231,7 @@ def test_per_object_metrics_label_every_queue_and_channel(broker: BrokerThread) 
     published = {labels["queue"]: v for labels, v in m["rabbitmq_queue_messages_published_total"]}
     assert published[names[4]] == 4
     [(labels, count)] = m["rabbitmq_channel_messages_published_total"]
-    assert count == 10 and labels["vhost"] == "/" and labels["channel"].endswith("(1)")
+    assert count == 10 and labels["exchange"] == "" and labels["channel"].endswith("(1)")
     [(labels, _)] = m["rabbitmq_connection_incoming_bytes_total"]
     assert set(labels) == {"channel"}  # RabbitMQ's label for a connection, too
     conn.close()
@@ -266,11 +283,9 @@ LEFT_OUT = (
     "rabbitmq_raft_",  # Raft internals
     "rabbitmq_detailed_raft_",
 )
-#: build_info's labels of RabbitMQ 3.13 (set when the product is named).
-LABELS_313 = {"product_name", "product_version"}
-#: Labels Warren cannot give: its channel counters are per channel, not per
-#: channel and queue or exchange; a queue's published counter is per queue.
-LABELS_LEFT_OUT = {"queue", "exchange", "exchange_vhost"}
+#: Labels newer RabbitMQs add: build_info's in 3.13 (set when the product is
+#: named), identity_info's rabbitmq_endpoint in 4.1 (its dashboards select on it).
+LABELS_NEWER = {"product_name", "product_version", "rabbitmq_endpoint"}
 
 
 @pytest.mark.parametrize("endpoint", sorted(RECORDED["endpoints"]))
@@ -292,7 +307,8 @@ def test_families_are_rabbitmqs(broker: BrokerThread, endpoint: str) -> None:
         ours[name] = (fam.type, fam.documentation, {k for s in fam.samples for k in s.labels})
     conn.close()
     for name, theirs in RECORDED["endpoints"][endpoint].items():
-        if not name.startswith("rabbitmq_") or name.startswith(LEFT_OUT):
+        kept = name.endswith("_erlang_uptime_seconds")  # the node's uptime
+        if not name.startswith("rabbitmq_") or (name.startswith(LEFT_OUT) and not kept):
             continue
         if "process_reductions" in name or "process_memory" in name:  # Erlang processes
             continue
@@ -303,11 +319,7 @@ def test_families_are_rabbitmqs(broker: BrokerThread, endpoint: str) -> None:
         expected = theirs["help"].replace("authorization attempts", "authentication attempts")
         assert help_text == expected, name
         if theirs["labels"] and labels:
-            left_out = LABELS_LEFT_OUT if "_channel_" in name else set()
-            assert labels - LABELS_313 == set(theirs["labels"]) - left_out or (
-                name.endswith("queue_messages_published_total")
-                and labels == {"queue_vhost", "queue"}
-            ), (name, labels, theirs["labels"])
+            assert labels - LABELS_NEWER == set(theirs["labels"]), (name, labels, theirs["labels"])
 
 
 def test_prometheus_listener_config(broker_factory: object, tmp_path: Path) -> None:

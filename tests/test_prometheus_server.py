@@ -5,16 +5,18 @@ configuration that scrapes Warren's [prometheus] listener every second, with
 the ``namespace`` label a Kubernetes scrape would add. Under a small AMQP load
 (publishers with confirms, manual- and auto-ack consumers, basic.get, a stream
 queue, unroutable messages, queue and channel churn), every PromQL expression
-of RabbitMQ's RabbitMQ-Overview and RabbitMQ-Stream dashboards
-(tests/data/rabbitmq_grafana_promql.json: only the expressions and variables,
-MPL 2.0, source named there) is evaluated through Prometheus's HTTP API with
-the dashboards' variables filled in as Grafana fills them, and must return
-series with the labels the panel shows.
+of RabbitMQ's RabbitMQ-Overview and RabbitMQ-Stream dashboards, 3.13's and
+4.3's (tests/data/rabbitmq_grafana_promql.json: only the expressions and
+variables, MPL 2.0, source named there, recorded by
+tests/record_grafana_promql.py) is evaluated through Prometheus's HTTP API
+with the dashboards' variables filled in as Grafana fills them, and must
+return series with the labels the panel shows.
 
-No panel is allowed to come back empty: all of them read families Warren
-always exports, alarms included (value 0 while no alarm is raised), and the
-Stream dashboard's protocol="stream" series, which Warren exports as zeros
-(it has no RabbitMQ Stream protocol listener: docs/metrics.md).
+No panel is allowed to come back empty but the 4.x Overview's message size
+panels (NO_DATA): all of them read families Warren always exports, alarms
+included (value 0 while no alarm is raised), and the Stream dashboard's
+protocol="stream" series, which Warren exports as zeros (it has no RabbitMQ
+Stream protocol listener: docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ DASHBOARDS = json.loads(
     (Path(__file__).parent / "data" / "rabbitmq_grafana_promql.json").read_text()
 )["dashboards"]
 NAMESPACE = "warren-test"
+#: Families of RabbitMQ's dashboards Warren does not export (docs/metrics.md):
+#: their panels come back empty. rabbitmq_message_size_bytes is RabbitMQ 4.1's
+#: histogram of every published message's size (work per message).
+NO_DATA = ("rabbitmq_message_size_bytes",)
 
 pytestmark = pytest.mark.skipif(
     PROMETHEUS is None, reason="Debian's prometheus is not installed (make prometheus)"
@@ -162,7 +168,8 @@ def load(broker: BrokerThread) -> None:
 def fill(expr: str, variables: dict[str, str]) -> str:
     for name, value in variables.items():
         expr = expr.replace(f"${name}", value).replace(f"${{{name}}}", value)
-    return expr.replace("$__rate_interval", "60s").replace("$__interval", "15s")
+    expr = expr.replace("$__rate_interval", "60s").replace("$__interval", "15s")
+    return expr.replace("$__range", "5m")
 
 
 def panel_labels(target: dict[str, str]) -> set[str]:
@@ -187,20 +194,35 @@ def test_rabbitmq_dashboards_read_warren(broker: BrokerThread, prometheus: Prome
         .read()
         .decode()
     )
-    checked = 0
+    checked = empty = 0
     for dashboard, spec in DASHBOARDS.items():
-        # The variables, resolved as Grafana does (label_values(metric{...}, label)).
+        # The variables, resolved as Grafana does (label_values(metric{...}, label)),
+        # each once those it names are.
         variables: dict[str, str] = {}
-        for name, query in spec["variables"].items():
-            metric, label = re.fullmatch(r"label_values\((.*), (\w+)\)", query).groups()  # type: ignore[union-attr]
+        pending = dict(spec["variables"])
+        while pending:
+            name, query = next(
+                (n, q)
+                for n, q in pending.items()
+                if not any(f"${other}" in q for other in pending if other != n)
+            )
+            del pending[name]
+            metric, label = re.fullmatch(r"label_values\((.*), ?(\w+)\)", query).groups()  # type: ignore[union-attr]
             values = prometheus.api(f"label/{label}/values", **{"match[]": fill(metric, variables)})
             assert len(values) == 1, (dashboard, name, values)
             variables[name] = values[0]
-        assert variables == {"namespace": NAMESPACE, "rabbitmq_cluster": broker.broker.cluster_name}
+        expected = {"namespace": NAMESPACE, "rabbitmq_cluster": broker.broker.cluster_name}
+        if "endpoint" in variables:  # 4.1's: rabbitmq_identity_info's rabbitmq_endpoint
+            expected["endpoint"] = "aggregated"
+        assert variables == expected, dashboard
         for target in spec["targets"]:
             expr = fill(target["expr"], variables)
+            if any(family in expr for family in NO_DATA):
+                assert not prometheus.query(expr), (dashboard, target["title"])
+                empty += 1
+                continue
             # Metric names (not the label names in matchers, by() and group_left()).
-            for metric in set(re.findall(r"\b(rabbitmq_\w+)\b(?!\s*[=,)])", expr)):
+            for metric in set(re.findall(r"\b(rabbitmq_\w+)\b(?!\s*[=,)!~])", expr)):
                 assert f"\n{metric}" in exported, (dashboard, target["title"], metric)
             result = prometheus.query(expr)
             assert result, (dashboard, target["title"], expr)
@@ -208,4 +230,5 @@ def test_rabbitmq_dashboards_read_warren(broker: BrokerThread, prometheus: Prome
             for series in result:
                 assert wanted <= set(series["metric"]), (dashboard, target["title"], series)
             checked += 1
-    assert checked == sum(len(spec["targets"]) for spec in DASHBOARDS.values()) == 69
+    assert checked + empty == sum(len(spec["targets"]) for spec in DASHBOARDS.values())
+    assert (checked, empty) == (137, 10)

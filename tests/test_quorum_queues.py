@@ -282,40 +282,6 @@ def _set_policy(broker: BrokerThread, name: str, pattern: str, definition: dict[
     broker.broker.vhosts["/"].set_policy(name, pattern, definition, apply_to="queues")
 
 
-# -- dead-letter strategies --------------------------------------------------------------
-
-
-def test_at_least_once_keeps_what_no_queue_took(broker: BrokerThread) -> None:
-    conn = connect(broker)
-    ch = conn.channel()
-    strict, loose, fallback = uniq("alo"), uniq("amo"), uniq("fb")
-    dlx = {"x-dead-letter-exchange": "amq.direct", "x-dead-letter-routing-key": "nowhere"}
-    quorum(
-        ch,
-        strict,
-        **dlx,
-        **{"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"},
-    )
-    quorum(ch, loose, **dlx)
-    # at-least-once without reject-publish falls back to at-most-once (RabbitMQ's rule).
-    quorum(ch, fallback, **dlx, **{"x-dead-letter-strategy": "at-least-once"})
-    for q in (strict, loose, fallback):
-        ch.basic_publish("", q, b"m")
-        method, _props, _body = ch.basic_get(q)
-        ch.basic_reject(method.delivery_tag, requeue=False)
-    barrier(ch)
-    assert (count(ch, strict), count(ch, loose), count(ch, fallback)) == (1, 0, 0)
-    # Once the copy has somewhere to go, the next attempt moves it.
-    target = uniq("target")
-    ch.queue_declare(target)
-    ch.queue_bind(target, "amq.direct", "nowhere")
-    method, _props, _body = ch.basic_get(strict)
-    ch.basic_reject(method.delivery_tag, requeue=False)
-    assert count(ch, strict) == 0
-    assert count(ch, target) == 1
-    conn.close()
-
-
 # -- limits, TTL, priorities -------------------------------------------------------------
 
 

@@ -283,6 +283,41 @@ def _mark(marks: dict[Path, int] | None, directory: Path) -> int | None:
     return None if marks is None else marks.get(directory, 0)
 
 
+def test_transient_counts_are_rebuilt_by_recovery(tmp_path: Path) -> None:
+    """A store that keeps transient messages over a restart (persistent_only off)
+    counts them again from what its scan reads: acked ones not, unacked ones
+    (back to ready) yes; one that drops them counts none; one told not to count,
+    none either."""
+    d = tmp_path / "q"
+    store = SegmentStore(d, segment_size=512, persistent_only_on_recovery=False)
+    for i in range(30):
+        store.append(msg(i, persistent=i % 4 != 1, size=40 + i))
+    items = drain(store, ack=False)[:12]
+    for seq, _m, _r in items[:6]:
+        store.ack(seq)
+    store.close()
+    live = [i for i in range(6, 30) if i % 4 == 1]
+    expected = (len(live), sum(len(msg(i, size=40 + i).body) for i in live))
+    store = SegmentStore(d, segment_size=512, persistent_only_on_recovery=False)
+    assert store.transient() == expected
+    assert [m.body for _, m, _ in drain(store)][:2] == [msg(6, size=46).body, msg(7, size=47).body]
+    assert store.transient() == (0, 0)
+    store.close()
+    for persistent_only, count in ((True, True), (False, False)):
+
+        def opened(keep: bool = not persistent_only, counting: bool = count) -> SegmentStore:
+            return SegmentStore(
+                d, segment_size=512, persistent_only_on_recovery=not keep, count_transient=counting
+            )
+
+        store = opened()
+        store.append(msg(100, persistent=False))
+        store.close()
+        store = opened()
+        assert store.transient() == (0, 0)
+        store.close()
+
+
 def test_reopen_recovers_exactly(tmp_path: Path) -> None:
     d = tmp_path / "q"
     store = SegmentStore(d, segment_size=4096)
@@ -797,6 +832,7 @@ class StoreComparison(RuleBasedStateMachine):
     def same_counts(self) -> None:
         assert self.store.ready_count == self.model.ready_count
         assert self.store.ready_bytes == self.model.ready_bytes
+        assert self.store.transient() == self.model.transient()
 
     @invariant()
     def bounded_files(self) -> None:

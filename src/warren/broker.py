@@ -27,6 +27,7 @@ from warren.core.auth_guard import AuthGuard
 from warren.core.dedup import epoch_ms
 from warren.core.errors import NotFound, ResourceError
 from warren.core.names import warn_undecodable
+from warren.core.queue_features import now_ms
 from warren.core.runtime_parameters import ParameterComponent, ValidationFailed
 from warren.core.stats import GaugeStats, MessageStats, OctetStats, RateSampler
 from warren.core.users import UserStore
@@ -119,6 +120,9 @@ class Broker:
         #: The clock of durable deduplication caches (ms since the epoch); set
         #: before start() to inject another (tests).
         self.dedup_clock: Callable[[], float] = epoch_ms
+        #: The clock of x-expires (ms since the epoch), given to every vhost; set
+        #: before start() to inject another (tests).
+        self.expires_clock: Callable[[], int] = now_ms
         #: Clustering's replication (cluster/leader.py's Replicator), set before
         #: start(): confirms then also wait for the in-sync followers.
         self.replication: Replication | None = None
@@ -227,6 +231,7 @@ class Broker:
             self.layout.exchange_dir, lambda: self.syncer
         )
         vhost.dedup_clock = self.dedup_clock
+        vhost.expires_clock = self.expires_clock
         try:
             problems = vhost.restore_definitions()
             warn_undecodable(vhost)  # names kept from before they were refused

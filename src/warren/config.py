@@ -226,6 +226,12 @@ class Config:
     #: naming the file, or "set-aside": rename it to <name>.damaged-<time> and start
     #: without what it held (store/damage.py, docs/storage.md "Damage").
     damaged_metadata: str = "refuse"
+    #: RabbitMQ 4.x's deprecated feature ``deprecated_features.permit.global_qos``
+    #: ([deprecated_features] permit.global_qos): True, as RabbitMQ 4.0-4.2 permit
+    #: it by default, keeps 3.x's global prefetch (basic.qos global=true; a quorum
+    #: queue refuses such a consumer, 540); False, RabbitMQ 4.3's default, takes
+    #: global=true as per-consumer, as if global QoS were gone.
+    permit_global_qos: bool = True
 
     @classmethod
     def from_ini(cls, path: str | os.PathLike[str]) -> Config:
@@ -449,6 +455,8 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
         "prometheus_return_per_object_metrics",
         _parse_bool,
     ),
+    # RabbitMQ's deprecated_features.permit.<feature> keys.
+    ("deprecated_features", "permit.global_qos"): ("permit_global_qos", _parse_bool),
 }
 _INI_SECTIONS = frozenset(section for section, _ in _INI_KEYS)
 
@@ -588,6 +596,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "collect_statistics_interval": _int_in(0, 86_400_000),
     "load_definitions": _optional_path,
     "damaged_metadata": _damage_policy,
+    "permit_global_qos": _bool,
     "auth_failure_delay": _int_in(0, 60_000),
     "auth_failures_per_minute": _int_in(0, 1_000_000),
     "mqtt_bind": _non_empty_str,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 if TYPE_CHECKING:
     from warren.config import Config
     from warren.core.auth_guard import AuthGuard
+    from warren.core.channel_counts import ChannelCounts
     from warren.core.runtime_parameters import ParameterComponent
     from warren.core.stats import GaugeStats, MessageStats, OctetStats
     from warren.core.users import User, UserStore
@@ -88,6 +89,11 @@ class ClientConnection(Protocol):
 
     def channel_stats(self) -> list[tuple[str, MessageStats]]:
         """(vhost name, counters) of each open channel (or MQTT session, ...)."""
+        ...
+
+    def channel_counts(self) -> list[tuple[str, str, ChannelCounts]]:
+        """(name, vhost name, counts by exchange and queue) of each open AMQP
+        channel; none for MQTT sessions (RabbitMQ 3.13's MQTT has no channels)."""
         ...
 
 

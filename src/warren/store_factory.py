@@ -19,7 +19,8 @@ from warren.core.store import MessageStore
 from warren.core.stream import StreamLog
 from warren.core.vhost import QUORUM, VHost
 from warren.store.layout import DataDir
-from warren.store.priority_store import PriorityStore, QuorumPriorityStore, level_name
+from warren.store.priority_store import PriorityStore, level_name
+from warren.store.quorum_store import QuorumPriorityStore
 from warren.store.segment_store import SegmentStore
 from warren.store.stream_store import StreamStore
 
@@ -57,6 +58,7 @@ class StoreFactory:
                     segment_size,
                     persistent_only_on_recovery=False,
                     delivered_mark=self._delivered_mark(directory / level_name(level)),
+                    count_transient=False,  # every message of a quorum queue counts
                 ),
                 directory,
             )
@@ -69,16 +71,19 @@ class StoreFactory:
                     segment_size,
                     delivered_mark=self._delivered_mark(directory / level_name(level)),
                     preallocate=persistent,
+                    count_transient=persistent,
                 ),
                 directory,
             )
         # A transient queue's files are never synced: nothing to allocate ahead for
         # (docs/storage.md, "Writing").
+        # Only a durable queue reports persistent counts (a transient one: 0).
         return SegmentStore(
             directory,
             segment_size,
             delivered_mark=self._delivered_mark(directory),
             preallocate=persistent,
+            count_transient=persistent,
         )
 
     def _delivered_mark(self, directory: Path) -> int | None:
@@ -102,4 +107,6 @@ class StoreFactory:
             if persistent
             else self.layout.transient_exchange_dir(vhost.name, exchange)
         )
-        return SegmentStore(directory, self.config.segment_size, preallocate=persistent)
+        return SegmentStore(
+            directory, self.config.segment_size, preallocate=persistent, count_transient=False
+        )

@@ -59,8 +59,17 @@ def test_confirmed_quorum_messages_survive_kill_9_of_the_leader(nodes: list[Node
     ids = sorted(n.node_id for n in nodes)
     assert info["type"] == "quorum"
     assert info["leader"] == leader.node_id
-    assert info["members"] == ids
+    assert info["members"] == ids  # RabbitMQ's default group size, 3
     assert sorted(info["online"]) == ids
+    # min(x-quorum-initial-group-size, cluster size) members, the leader among them.
+    conn, ch = open_channel(leader.address)
+    for name, size in (("pair", 2), ("single", 1), ("wide", 7)):
+        ch.queue_declare(name, durable=True, arguments={**QUORUM, "x-quorum-initial-group-size": size})
+        info = queue_json(leader, name)
+        assert len(info["members"]) == min(size, 3)
+        assert leader.node_id in info["members"]
+        assert sorted(info["online"]) == info["members"]
+    conn.close()
 
     followers = [n for n in nodes if n is not leader]
     before = marks(followers)
@@ -84,3 +93,50 @@ def test_confirmed_quorum_messages_survive_kill_9_of_the_leader(nodes: list[Node
     info = queue_json(new_leader, "orders")
     assert info["type"] == "quorum"
     assert info["leader"] == new_leader.node_id
+
+
+def test_delivery_counts_survive_a_failover(nodes: list[Node]) -> None:
+    """The counts are in the queue's directory, which the followers copy: the
+    new leader goes on counting where the old one stopped, and dead-letters the
+    poison message at the limit (QUORUM's 5)."""
+    leader = start_cluster(nodes)
+    conn, ch = open_channel(leader.address)
+    ch.queue_declare("poison-dlq", durable=True)
+    ch.queue_declare(
+        "jobs",
+        durable=True,
+        arguments={
+            **QUORUM,
+            "x-dead-letter-exchange": "",
+            "x-dead-letter-routing-key": "poison-dlq",
+        },
+    )
+    ch.confirm_delivery()
+    ch.basic_publish("", "jobs", b"poison")
+    seen = []
+    for _ in range(3):
+        method, props, _body = ch.basic_get("jobs")
+        seen.append((props.headers or {}).get("x-delivery-count"))
+        ch.basic_nack(method.delivery_tag, requeue=True)
+    assert seen == [None, 1, 2]
+    # A confirm waits until the in-sync followers have everything before it
+    # (replication is one ordered stream), the counts included.
+    ch.basic_publish("", "poison-dlq", b"barrier", pika.BasicProperties(delivery_mode=2))
+    conn.close()
+
+    followers = [n for n in nodes if n is not leader]
+    before = marks(followers)
+    leader.kill()
+    new_leader = wait_any(followers, "elected leader", timeout=30, since=before)
+    new_leader.wait_for(r"listening on AMQP")
+    conn, ch = open_channel(new_leader.address)
+    seen = []
+    for _ in range(3):
+        method, props, _body = ch.basic_get("jobs")
+        seen.append((props.headers or {}).get("x-delivery-count"))
+        ch.basic_nack(method.delivery_tag, requeue=True)
+    assert seen == [3, 4, 5]
+    assert ch.queue_declare("jobs", passive=True).method.message_count == 0
+    bodies = [ch.basic_get("poison-dlq", auto_ack=True)[2] for _ in range(2)]
+    assert sorted(bodies) == [b"barrier", b"poison"]
+    conn.close()

@@ -39,10 +39,6 @@ _RAM = (
     "cache), not the process's memory: *_ram counts what the process holds "
     "(messages delivered and not yet acknowledged), paged_out what is on disk"
 )
-_PERSISTENT = (
-    "a durable queue's messages_persistent counts its transient messages too: "
-    "the stores do not count delivery modes (docs/http-api.md)"
-)
 
 #: (pattern of a difference line, reason). Patterns are fnmatch's.
 DELIBERATE_DIFFERENCES: list[tuple[str, str]] = [
@@ -54,8 +50,6 @@ DELIBERATE_DIFFERENCES: list[tuple[str, str]] = [
     ("*.message_bytes_ram: * != *", _RAM),
     ("*.messages_ram: * != *", _RAM),
     ("*.messages_ready_ram: * != *", _RAM),
-    ("*.messages_persistent: * != *", _PERSISTENT),
-    ("*.message_bytes_persistent: * != *", _PERSISTENT),
     ("*channel *.idle_since: missing", "channels do not record when they were last used"),
     ("/api/channels/*.idle_since: missing", "channels do not record when they were last used"),
     ("/api/extensions ?: missing", "no management UI extensions (RabbitMQ's dispatcher.js)"),

@@ -7,6 +7,7 @@ dead-lettered copy, which RabbitMQ moves after the reject's reply.
 
 from __future__ import annotations
 
+import decimal
 import time
 from typing import Any
 
@@ -86,6 +87,68 @@ def s_quorum_declare_bad_dead_letter_strategy(host: str, port: int) -> Observati
 def s_quorum_declare_initial_group_size_zero(host: str, port: int) -> Observation:
     """x-quorum-initial-group-size=0."""
     return _declare(host, port, {"x-quorum-initial-group-size": 0})
+
+
+@scenario(queues=[Q])
+def s_quorum_declare_initial_group_size_negative(host: str, port: int) -> Observation:
+    """x-quorum-initial-group-size=-1."""
+    return _declare(host, port, {"x-quorum-initial-group-size": -1})
+
+
+@scenario(queues=[Q])
+def s_quorum_declare_initial_group_size_string(host: str, port: int) -> Observation:
+    """x-quorum-initial-group-size as a string."""
+    return _declare(host, port, {"x-quorum-initial-group-size": "3"})
+
+
+@scenario(queues=[Q])
+def s_quorum_declare_initial_group_size_decimal(host: str, port: int) -> Observation:
+    """x-quorum-initial-group-size as a decimal."""
+    return _declare(host, port, {"x-quorum-initial-group-size": decimal.Decimal("2.5")})
+
+
+@scenario(queues=[Q])
+def s_quorum_declare_initial_group_size_bool(host: str, port: int) -> Observation:
+    """x-quorum-initial-group-size as a boolean."""
+    return _declare(host, port, {"x-quorum-initial-group-size": True})
+
+
+@scenario(queues=[Q])
+def s_quorum_declare_initial_group_size_above_cluster(host: str, port: int) -> Observation:
+    """x-quorum-initial-group-size larger than the cluster: taken (members: all nodes)."""
+    return _declare(host, port, {"x-quorum-initial-group-size": 7})
+
+
+@scenario(queues=[Q])
+def s_quorum_declare_target_group_size_zero(host: str, port: int) -> Observation:
+    """x-quorum-target-group-size=0: not a declaration argument RabbitMQ checks."""
+    return _declare(host, port, {"x-quorum-target-group-size": 0})
+
+
+@scenario(queues=[Q])
+def s_quorum_declare_target_group_size_string(host: str, port: int) -> Observation:
+    """x-quorum-target-group-size as a string."""
+    return _declare(host, port, {"x-quorum-target-group-size": "five"})
+
+
+@scenario(queues=[Q])
+def s_classic_declare_initial_group_size(host: str, port: int) -> Observation:
+    """x-quorum-initial-group-size on a classic queue."""
+    with connection(host, port) as conn:
+        ch = conn.channel()
+        return attempt(
+            lambda: ch.queue_declare(Q, durable=True, arguments={"x-quorum-initial-group-size": 3})
+        )
+
+
+@scenario(queues=[Q])
+def s_classic_declare_target_group_size(host: str, port: int) -> Observation:
+    """x-quorum-target-group-size on a classic queue."""
+    with connection(host, port) as conn:
+        ch = conn.channel()
+        return attempt(
+            lambda: ch.queue_declare(Q, durable=True, arguments={"x-quorum-target-group-size": 3})
+        )
 
 
 @scenario(queues=[Q])

@@ -222,8 +222,8 @@ class Channel(Publishing):
         self.consumer_unacked = 0
         self._tx_acks.clear()
         unacked.sort(key=lambda e: e[1])
-        for queue, seq, msg, _, _ in unacked:
-            queue.reject(seq, msg, True)
+        for queue, seq, msg, _, size in unacked:
+            queue.reject(seq, msg, True, False, size)
 
     # -- helpers ----------------------------------------------------------------------
     def check(self, kind: str, resource_type: str, name: str) -> None:
@@ -325,7 +325,10 @@ class Channel(Publishing):
     def _basic_qos(self, method: spec.BasicQos) -> None:
         if method.prefetch_size:  # RabbitMQ refuses byte limits outright
             raise NotImplemented_(f"prefetch_size!=0 ({method.prefetch_size})")
-        if method.global_:
+        glob = method.global_
+        if glob:
+            glob = self._global_qos_permitted()
+        if glob:
             self.global_prefetch_count = method.prefetch_count
             self.global_prefetch_size = method.prefetch_size
         else:
@@ -335,6 +338,32 @@ class Channel(Publishing):
             self.global_prefetch_count = self.global_prefetch_size = 0
         self.reply(spec.BasicQosOk())
         self.resume_delivery()
+
+    def _global_qos_permitted(self) -> bool:
+        """RabbitMQ 4.x's deprecated feature global_qos: permitted, global=true keeps
+        its meaning; not, it is taken as per-consumer (rabbit_channel's answer).
+        Either way its use is logged, once per connection."""
+        conn = self.connection
+        permitted = conn.config.permit_global_qos
+        if not conn.global_qos_logged:
+            conn.global_qos_logged = True
+            if permitted:
+                log.warning(
+                    "%s: channel %d uses global QoS (basic.qos global=true), a deprecated "
+                    "feature (RabbitMQ 4.x's global_qos): use per-consumer prefetch; "
+                    "[deprecated_features] permit.global_qos = false tries Warren without it",
+                    conn.name,
+                    self.id,
+                )
+            else:
+                log.error(
+                    "%s: channel %d asked for global QoS (basic.qos global=true), a "
+                    "deprecated feature not permitted here ([deprecated_features] "
+                    "permit.global_qos = false): its prefetch applies per consumer",
+                    conn.name,
+                    self.id,
+                )
+        return permitted
 
     def _basic_consume(self, method: spec.BasicConsume) -> None:
         assert self.vhost is not None
@@ -426,13 +455,21 @@ class Channel(Publishing):
         q = self.get_queue(method.queue)
         self.check(READ, "queue", q.name)
         item = q.get(method.no_ack)
+        counts = self.counts.queue(q)
         if item is None:
             self.stats.get_empty += 1
             q.stats.get_empty += 1
+            counts.get_empty += 1
             self.reply(spec.BasicGetEmpty())
             return
         seq, msg, redelivered = item
         count_get(self.stats, q.stats, method.no_ack, redelivered)
+        if method.no_ack:
+            counts.get_no_ack += 1
+        else:
+            counts.get += 1
+        if redelivered:
+            counts.redeliver += 1
         tag = self.next_delivery_tag()
         if not method.no_ack:
             self.track_unacked(tag, q, seq, msg, None)
@@ -486,23 +523,30 @@ class Channel(Publishing):
             # One store call and one flush registration per queue (or run), not
             # per message.
             seqs: dict[int, list[int]] = {}
-            for _, (queue, seq, _msg, _consumer, _size) in taken:
+            sizes: dict[int, int] = {}
+            for _, (queue, seq, _msg, _consumer, size) in taken:
                 key = id(queue)
                 if key in queues:
                     seqs[key].append(seq)
+                    sizes[key] += size
                 else:
                     queues[key] = queue
                     seqs[key] = [seq]
+                    sizes[key] = size
             acked = len(taken)
+            counts = self.counts
             for key, queue in queues.items():
-                queue.stats.ack += len(seqs[key])
-                queue.ack_many(seqs[key])
+                n = len(seqs[key])
+                queue.stats.ack += n
+                counts.queue(queue).ack += n
+                queue.ack_many(seqs[key], sizes[key])
             for run in runs:
                 queue = run.queue
                 n = len(run)
                 acked += n
                 queue.stats.ack += n
-                queue.ack_run(run.segment, run.offsets)
+                counts.queue(queue).ack += n
+                queue.ack_run(run.segment, run.offsets, sum(run.sizes))
                 queues[id(queue)] = queue
             self.stats.ack += acked
         else:
@@ -511,8 +555,8 @@ class Channel(Publishing):
                     [*taken, *(item for run in runs for item in run.entries())],
                     key=lambda item: item[0],
                 )
-            for _, (queue, seq, msg, _consumer, _size) in taken:
-                queue.reject(seq, msg, requeue, explicit)
+            for _, (queue, seq, msg, _consumer, size) in taken:
+                queue.reject(seq, msg, requeue, explicit, size)
                 queues[id(queue)] = queue
         if self.global_prefetch_count or self.global_prefetch_size:
             self.resume_delivery()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from warren.amqp import spec
 from warren.amqp.frames import method_frame
+from warren.core.channel_counts import ConfirmMarks
 from warren.core.store import MessageStore
 
 if TYPE_CHECKING:
@@ -52,6 +53,8 @@ class PublisherConfirms:
         # sync = false: batches waiting for the end of the turn's write-out, as
         # (stores, write generation, publish numbers).
         self._flush_batches: list[tuple[list[MessageStore], int, list[int]]] = []
+        #: The exchanges the publishes went to, for the confirms by exchange.
+        self.marks = ConfirmMarks()
 
     def routed(self, seq: int, routed: int, durable: list[MessageStore] | None) -> None:
         """The confirm of publish ``seq``, routed to ``routed`` queues (negative: a
@@ -154,6 +157,7 @@ class PublisherConfirms:
         if ok:
             self._recorded.extend(seqs)
             channel.stats.confirm += len(seqs)
+            self.marks.confirmed(seqs)
         else:
             self._recorded.extend([-seq for seq in seqs])
 
@@ -173,6 +177,7 @@ class PublisherConfirms:
                 recorded.append(seq if ok else -seq)
             if ok:
                 channel.stats.confirm += len(seqs)
+                self.marks.confirmed(seqs)
 
     def confirm(self, seq: int, ok: bool) -> None:
         """Record an ack (or a nack) of publish ``seq``, sent with the next write."""
@@ -185,6 +190,7 @@ class PublisherConfirms:
         self._recorded.append(seq if ok else -seq)
         if ok:
             channel.stats.confirm += 1
+            self.marks.confirmed_one(seq)
 
     def flush(self) -> None:
         """Send the confirms recorded since the last write, acks coalesced (first
@@ -207,6 +213,7 @@ class PublisherConfirms:
             floor = min(unconfirmed, default=None)
             if floor is None:
                 self._in_order = True
+        self.marks.settled_below(floor)
         channel_id = channel.id
         out: list[bytes] = []
         top = below = 0  # the highest ack below the floor, and how many there are

@@ -47,6 +47,7 @@ from warren.core.names import MALFORMED_SHORTSTR, is_valid_utf8, shown
 from warren.core.stats import MessageStats, OctetStats
 
 if TYPE_CHECKING:
+    from warren.core.channel_counts import ChannelCounts
     from warren.core.users import User
     from warren.core.vhost import VHost
     from warren.node import Node
@@ -165,6 +166,9 @@ class AMQPConnection:
         # Replies to a definitions change waiting for the cluster's followers
         # (hold_replies); no input is processed meanwhile, so replies stay in order.
         self._held: list[bytes] | None = None
+        #: Whether this connection's use of global QoS, a deprecated feature, was
+        #: logged (once per connection; RabbitMQ logs it once a day).
+        self.global_qos_logged = False
         self._received = True
         self._sent = True
         self._idle_ticks = 0
@@ -566,6 +570,11 @@ class AMQPConnection:
 
     def channels_info(self) -> list[dict[str, Any]]:
         return management.channels_info(self)
+
+    def channel_counts(self) -> list[tuple[str, str, ChannelCounts]]:
+        """Each open channel's name, vhost and counts by exchange and queue (the
+        metrics' per-channel series)."""
+        return management.channel_counts(self)
 
     def force_close(self, reason: str) -> None:
         """320 CONNECTION_FORCED with the operator's reason, as RabbitMQ's management."""

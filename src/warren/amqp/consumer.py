@@ -42,6 +42,7 @@ class AMQPConsumer(Consumer):
         "prefetch_size",
         "unacked_count",
         "unacked_bytes",
+        "counts",
         "_deliver_head",
     )
 
@@ -62,6 +63,8 @@ class AMQPConsumer(Consumer):
         self.prefetch_size = channel.consumer_prefetch_size
         self.unacked_count = 0
         self.unacked_bytes = 0
+        #: The channel's counts for this queue (core/channel_counts.py).
+        self.counts = channel.counts.queue(queue)
         raw_tag = tag.encode("utf-8", "surrogateescape")
         self._deliver_head = b"\x00\x3c\x00\x3c" + bytes((len(raw_tag),)) + raw_tag
 
@@ -83,6 +86,13 @@ class AMQPConsumer(Consumer):
     def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
         ch = self.channel
         count_delivery(ch.stats, self.queue.stats, self.no_ack, redelivered)
+        counts = self.counts
+        if self.no_ack:
+            counts.deliver_no_ack += 1
+        else:
+            counts.deliver += 1
+        if redelivered:
+            counts.redeliver += 1
         tag = ch.next_delivery_tag()
         body = msg.body
         if not self.no_ack:
@@ -106,6 +116,7 @@ class AMQPConsumer(Consumer):
         n = (stop - start + step - 1) // step
         ch.stats.deliver_no_ack += n
         self.queue.stats.deliver_no_ack += n
+        self.counts.deliver_no_ack += n
         first = ch.next_delivery_tags(n)
         conn = ch.connection
         frames = _deliver_frames(
@@ -132,6 +143,7 @@ class AMQPConsumer(Consumer):
         n = stop - start
         ch.stats.deliver += n
         self.queue.stats.deliver += n
+        self.counts.deliver += n
         first = ch.next_delivery_tags(n)
         size = sum(stored.sizes)
         ch.track_unacked_run(first, self.queue, stored, self, size)
@@ -172,6 +184,7 @@ class AMQPConsumer(Consumer):
         ch.next_delivery_tags(n)
         ch.stats.deliver += n
         self.queue.stats.deliver += n
+        self.counts.deliver += n
         sizes = array("I")
         sizes.frombytes(raw_sizes)
         size = sum(sizes)
@@ -218,12 +231,15 @@ class AMQPConsumer(Consumer):
         offsets.frombytes(raw_offsets)
         stored = StoredRun(span.segment, offsets, sizes, 0)
         queue_stats = self.queue.stats
+        counts = self.counts
         if self.no_ack:
             ch.stats.deliver_no_ack += n
             queue_stats.deliver_no_ack += n
+            counts.deliver_no_ack += n
         else:
             ch.stats.deliver += n
             queue_stats.deliver += n
+            counts.deliver += n
             size = sum(sizes)
             ch.track_unacked_run(first, self.queue, stored, self, size)
             self.unacked_count += n
@@ -231,6 +247,7 @@ class AMQPConsumer(Consumer):
         if span.redelivered:
             ch.stats.redeliver += n
             queue_stats.redeliver += n
+            counts.redeliver += n
         conn.send(frames)
         return stored
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from warren.amqp.channel import Channel
     from warren.amqp.connection import AMQPConnection
     from warren.amqp.consumer import AMQPConsumer
+    from warren.core.channel_counts import ChannelCounts
 
 PROTOCOL = "AMQP 0-9-1"
 
@@ -78,6 +79,17 @@ def channels_info(conn: AMQPConnection) -> list[dict[str, Any]]:
     if conn.vhost is None or conn.user is None:
         return []
     return [channel_info(conn, ch) for _, ch in sorted(conn.channels.items())]
+
+
+def channel_counts(conn: AMQPConnection) -> list[tuple[str, str, ChannelCounts]]:
+    if conn.vhost is None or conn.user is None:
+        return []
+    cname = connection_name(conn)
+    return [
+        (f"{cname} ({ch.id})", ch.vhost.name, ch.counts)
+        for _, ch in sorted(conn.channels.items())
+        if ch.vhost is not None and not ch.closed
+    ]
 
 
 def channel_info(conn: AMQPConnection, ch: Channel) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from warren.amqp import spec
 from warren.amqp.frames import split_header_payload
 from warren.amqp.publish_checks import check_message, validate_publish_properties
 from warren.amqp.publish_run import PLAIN_PROPERTIES, PublishRun
+from warren.core.channel_counts import ChannelCounts
 from warren.core.codec_errors import DecodeError
 from warren.core.errors import (
     AccessRefused,
@@ -73,6 +74,8 @@ class Publishing:
         self._body: list[bytes] = []
         self._received = 0
         self._exchange_cache: dict[str, Exchange] = {}
+        #: Counts by exchange and queue (core/channel_counts.py; the metrics').
+        self.counts = ChannelCounts()
 
     # Channel's, overridden there.
     def channel_error(self, exc: BrokerError, class_id: int, method_id: int) -> None:
@@ -154,6 +157,9 @@ class Publishing:
         msg = mrun.message(0)
         queues = self.vhost.route_run(ex, msg)
         confirm = self.confirm
+        counts = self.counts.exchange(ex)
+        if confirm:
+            self.confirms.marks.mark(base + 1, counts)
         start = 0
         taken: list[int] = []
         durable: list[MessageStore] = []
@@ -180,6 +186,8 @@ class Publishing:
                 self._route(ex, msg, False, list(durable), rest)
             else:
                 self._route(ex, msg, mandatory, None, queues)
+        if queues is not None:  # else _route counted each message
+            self.counts.published(counts, queues, n)
         if confirm and indexes is None:
             self.publish_seq = base + n
 
@@ -317,20 +325,26 @@ class Publishing:
         commit: Commit | None = None,
     ) -> int:
         """Route one message. ``queues``: already routed (a run's
-        `VHost.route_run`); ``commit``: a tx.commit's unit (core/commit.py).
-        Returns what VHost.publish does (REJECTED_BY_QUEUE: a queue refused it)."""
+        `VHost.route_run`, which counts them for the run); ``commit``: a
+        tx.commit's unit (core/commit.py). Returns what VHost.publish does
+        (REJECTED_BY_QUEUE: a queue refused it)."""
         assert self.vhost is not None
         confirm = self.confirm
         if confirm and durable is None:
             durable = []
-        if commit is not None:
-            routed = commit.publish(ex, msg)
-        elif queues is None:
-            routed = self.vhost.publish(ex, msg, durable)
+        counts = self.counts.exchange(ex)
+        if queues is None:
+            routed_to: list[Queue] = []
+            if commit is not None:
+                routed = commit.publish(ex, msg, routed_to)
+            else:
+                routed = self.vhost.publish(ex, msg, durable, None, routed_to)
+            self.counts.published(counts, routed_to, 1)
         else:
             routed = self.vhost.enqueue(ex, queues, msg, durable)
         if not routed:
             if mandatory:
+                counts.return_unroutable += 1
                 self.stats.return_unroutable += 1
                 returned = spec.BasicReturn(
                     reply_code=312,
@@ -340,8 +354,10 @@ class Publishing:
                 )
                 self._send_message(returned, msg)
             else:
+                counts.drop_unroutable += 1
                 self.stats.drop_unroutable += 1
         if confirm:
+            self.confirms.marks.mark(self.publish_seq, counts)
             self.confirms.routed(self.publish_seq, routed, durable)
         return routed
 

@@ -40,7 +40,7 @@ from warren.core.errors import PreconditionFailed
 if TYPE_CHECKING:
     from warren.core.exchange import Exchange
     from warren.core.message import Message
-    from warren.core.queue import Held
+    from warren.core.queue import Held, Queue
     from warren.core.store import MessageStore
     from warren.core.vhost import VHost
 
@@ -92,10 +92,12 @@ class Commit:
         # Messages a deduplicating exchange let in: their keys go if taken back.
         self._dedup_seen: list[tuple[Exchange, Message]] = []
 
-    def publish(self, exchange: Exchange, msg: Message) -> int:
+    def publish(
+        self, exchange: Exchange, msg: Message, routed_to: list[Queue] | None = None
+    ) -> int:
         """VHost.publish with deliveries held back; returns what it returns."""
         self.count += 1
-        routed = self.vhost.publish(exchange, msg, self.durable, self._held)
+        routed = self.vhost.publish(exchange, msg, self.durable, self._held, routed_to)
         dedup = exchange.deduplicator
         if dedup is not None:
             new, entry = dedup.last_new, dedup.entry_of(msg.headers, 0)

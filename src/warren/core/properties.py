@@ -337,6 +337,29 @@ def peek_delivery_mode(raw: _Buffer) -> int | None:
     return _peek_octet(raw, _F_DELIVERY_MODE)
 
 
+#: The commonest persistent property list: delivery-mode 2 and nothing else.
+PERSISTENT_PROPERTIES = b"\x10\x00\x02"
+
+
+def is_persistent(raw: bytes) -> bool:
+    """Whether properties say delivery-mode 2, as the stores take them:
+    unreadable ones count as persistent (recovery keeps such a message rather
+    than lose it, and the transient counts agree)."""
+    # Fast path: one flags word and delivery-mode is the first property present
+    # (no content-type, content-encoding or headers): it follows the flags word.
+    if len(raw) >= 3 and raw[0] & 0xF0 == 0x10 and not raw[1] & 1:
+        return raw[2] == 2
+    try:
+        return peek_delivery_mode(raw) == 2
+    except Exception:  # unreadable properties: keep the message rather than lose it
+        return True
+
+
+def is_transient(raw: bytes) -> bool:
+    """not is_persistent, the commonest persistent properties first."""
+    return raw != PERSISTENT_PROPERTIES and not is_persistent(raw)
+
+
 def peek_priority(raw: _Buffer) -> int | None:
     """Return the priority property without decoding the headers table."""
     return _peek_octet(raw, _F_PRIORITY)

@@ -34,7 +34,7 @@ from warren.core.queue_settings import (
     with_delivery_count,
 )
 from warren.core.stats import GaugeStats, MessageStats
-from warren.core.store import MessageStore
+from warren.core.store import MessageStore, StoreSpan
 
 if TYPE_CHECKING:
     from warren.core.dedup import Deduplicator, KeyEntry, KeyLog
@@ -82,6 +82,7 @@ class Queue(QueueFeatures):
         self.vhost = vhost
         self.name = name
         self.store = store
+        self._last_used = vhost.expires_clock()
         #: Message counters (publish, deliver, get, ack, ...) for management and metrics.
         self.stats = MessageStats()
         #: Its lengths (messages, ready, unacknowledged) at the last samples.
@@ -91,10 +92,15 @@ class Queue(QueueFeatures):
         self.auto_delete = auto_delete
         self.arguments: dict[str, Any] = arguments or {}
         self.consumers: list[Consumer] = []
+        # The returns of messages that came back so far (a quorum queue's survive
+        # a restart: its store keeps them).
+        self._delivery_counts = self._recovered_counts()
         # Consumers grouped by priority, highest first; within a group, round-robin.
         self._groups: list[tuple[int, list[Consumer]]] = []
         self._rr: dict[int, int] = {}
         self.unacked = 0
+        #: The body bytes of the unacked messages (basic.get's too).
+        self.unacked_bytes = 0
         self.deleted = False
         self._had_consumer = False
         self._scheduled = False
@@ -158,6 +164,10 @@ class Queue(QueueFeatures):
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in {self.vhost.name!r}>"
+
+    def _recovered_counts(self) -> dict[int, int]:
+        """The delivery counts (seq -> returns) the store kept from before: none."""
+        return {}
 
     @property
     def persistent(self) -> bool:
@@ -351,6 +361,7 @@ class Queue(QueueFeatures):
             return 0
         self.vhost.store_written(store)
         self.unacked += m
+        self.unacked_bytes += sum(stored.sizes)
         self.stats.publish += m
         if durable_out is not None and self.persistent and stored.persistent:
             durable_out.append(store)
@@ -366,6 +377,7 @@ class Queue(QueueFeatures):
         seq = store.append_shifted(msg)
         self.vhost.store_written(store)
         self.unacked += 1
+        self.unacked_bytes += len(msg.body)
         consumer.deliver(seq, msg, False)
         return STORED
 
@@ -535,6 +547,7 @@ class Queue(QueueFeatures):
                 self.vhost.store_written(store)
             else:
                 self.unacked += 1
+                self.unacked_bytes += len(msg.body)
             consumer.deliver(seq, msg, redelivered)
             budget -= 1
         self.schedule_delivery()
@@ -568,6 +581,7 @@ class Queue(QueueFeatures):
                 self.vhost.store_written(store)
             else:
                 self.unacked += 1
+                self.unacked_bytes += len(msg.body)
             consumer.deliver(seq, msg, redelivered)
             budget -= 1
         self.schedule_delivery()
@@ -577,8 +591,8 @@ class Queue(QueueFeatures):
         the budget; with several consumers, their share of what is ready), framed
         in one pass from the store's map and written at once: a run per
         consumer turn. How many (0: one by one, as the store or consumer wants).
-        Records ahead of the read position were never delivered, so none has
-        a delivery count to show."""
+        A record with a delivery count to show (a quorum queue's, kept over a
+        restart) ends the span: _take adds the header."""
         if not consumer.takes_spans():
             return 0
         credit = budget if consumer.no_ack else consumer.run_credit(budget)
@@ -591,17 +605,28 @@ class Queue(QueueFeatures):
         span = store.span()
         if span is None:
             return 0
+        if self._delivery_counts:
+            self._stop_at_counted(span)
         stored = consumer.deliver_span(span, min(credit, span.left), expired_at, own_expiry)
         if stored is None:
             return 0
         n = len(stored)
-        store.take_span(span, n, sum(stored.sizes))
-        if consumer.no_ack:
+        no_ack = consumer.no_ack
+        store.take_span(span, stored, no_ack)
+        if no_ack:
             store.ack_run(stored.segment, stored.offsets)
             self.vhost.store_written(store)
         else:
             self.unacked += n
+            self.unacked_bytes += sum(stored.sizes)
         return n
+
+    def _stop_at_counted(self, span: StoreSpan) -> None:
+        """End ``span`` before its first record that has a delivery count."""
+        base = span.segment << 32
+        first, end = base | span.pos, base | span.limit
+        cut = min((seq for seq in self._delivery_counts if first <= seq < end), default=end)
+        span.limit = cut - base
 
     def _take(self, now: int) -> tuple[int, Message, bool] | None:
         """Shift the next live message: expired ones met on the way are dead-lettered,
@@ -650,15 +675,18 @@ class Queue(QueueFeatures):
             self.vhost.store_written(self.store)
         else:
             self.unacked += 1
+            self.unacked_bytes += len(item[1].body)
         return item
 
     def check_reject(self) -> None:
         """Raise when this kind of queue refuses basic.nack and basic.reject (streams)."""
 
-    def ack_many(self, seqs: list[int]) -> None:
+    def ack_many(self, seqs: list[int], size: int) -> None:
+        """Acknowledge unacked messages: ``seqs``, of ``size`` body bytes in all."""
         if self.deleted:
             return
         self.unacked -= len(seqs)
+        self.unacked_bytes -= size
         store = self.store
         ack = store.ack
         for seq in seqs:
@@ -668,11 +696,12 @@ class Queue(QueueFeatures):
                 self._delivery_counts.pop(seq, None)
         self.vhost.store_written(store)
 
-    def ack_run(self, segment: int, offsets: array[int]) -> None:
+    def ack_run(self, segment: int, offsets: array[int], size: int) -> None:
         """ack_many for deliveries of a run (StoredRun's segment and offsets)."""
         if self.deleted:
             return
         self.unacked -= len(offsets)
+        self.unacked_bytes -= size
         store = self.store
         store.ack_run(segment, offsets)
         if self._delivery_counts:
@@ -681,13 +710,13 @@ class Queue(QueueFeatures):
         self.vhost.store_written(store)
 
     def reject(
-        self, seq: int, msg: Message | None, requeue: bool, explicit: bool = False
+        self, seq: int, msg: Message | None, requeue: bool, explicit: bool = False, size: int = 0
     ) -> None:
         """A consumer gave a message back: requeued (to its old place), or dropped
         and dead-lettered (rejected; expired or over the delivery limit when it
         could not go back). ``msg`` None: a delivery of a run, read back from
-        the store. ``explicit``: by basic.nack or basic.reject (not a channel's
-        close or basic.recover)."""
+        the store (``size``: its body bytes). ``explicit``: by basic.nack or
+        basic.reject (not a channel's close or basic.recover)."""
         if self.deleted:
             return
         if msg is None:
@@ -695,6 +724,7 @@ class Queue(QueueFeatures):
                 msg = self.store.read(seq)
             except (KeyError, ValueError) as exc:
                 self.unacked -= 1
+                self.unacked_bytes -= size
                 log.error(
                     "queue '%s' in vhost '%s': a returned message (seq %d) does not read "
                     "back from the store (%s); it is dropped",
@@ -706,6 +736,7 @@ class Queue(QueueFeatures):
                 self.store.ack(seq)
                 return
         self.unacked -= 1
+        self.unacked_bytes -= len(msg.body)
         now = 0
         reason = dl.REJECTED
         if requeue:
@@ -743,6 +774,19 @@ class Queue(QueueFeatures):
             self._delivery_counts[seq] = packed + (_EXPLICIT_RETURN + 1 if explicit else 1)
             self._plain = False  # redeliveries carry their count (_take)
         return None
+
+    def persistent_counts(self) -> tuple[int, int] | None:
+        """messages_persistent and message_bytes_persistent as RabbitMQ counts
+        them: the persistent (delivery-mode 2) messages ready and unacked, and
+        their body bytes, in a durable queue; none in a transient or exclusive
+        one. None where there are no such figures (a stream)."""
+        if not self.persistent:
+            return 0, 0
+        transient, transient_bytes = self.store.transient()
+        return (
+            max(0, self.store.ready_count + self.unacked - transient),
+            max(0, self.store.ready_bytes + self.unacked_bytes - transient_bytes),
+        )
 
     def purge(self) -> int:
         count = self.store.purge()

@@ -49,6 +49,10 @@ class QueueFeatures:
     #: and the queue_type label of its metrics).
     queue_type: ClassVar[str] = "classic"
     queue_module: ClassVar[str] = "rabbit_classic_queue"
+    #: Whether queue.declare of the queue, passive or not, counts as use for
+    #: x-expires: a classic queue's does, a quorum queue's not (RabbitMQ 3.10's
+    #: answers, tests/data/rabbitmq_expires_renewal.json; basic.get does for both).
+    declare_renews: ClassVar[bool] = True
     vhost: VHost
     name: str
     store: MessageStore
@@ -69,7 +73,7 @@ class QueueFeatures:
         self._delivery_counts: dict[int, int] = {}
         self._expires: int | None = None
         self._expires_timer: Any = None
-        self._last_used = now_ms()
+        self._last_used = 0  # set by Queue, from its vhost's expires_clock
         # Messages kept after their dead-letter copy could not be made (_let_go):
         # they no longer expire or get dropped.
         self._stuck: set[int] = set()
@@ -278,7 +282,7 @@ class QueueFeatures:
 
     def touch(self) -> None:
         """The queue was used (declared, consumed from, read): x-expires starts over."""
-        self._last_used = now_ms()
+        self._last_used = self.vhost.expires_clock()
         if self._expires is not None and self._expires_timer is None and not self.consumers:
             self._arm_expires()
 
@@ -290,10 +294,15 @@ class QueueFeatures:
             return
         due = self._last_used + self._expires
         self._expires_timer = self.vhost.call_later(
-            max(0.0, (due - now_ms()) / 1000), self._on_expires
+            max(0.0, (due - self.vhost.expires_clock()) / 1000), self.check_expires
         )
 
-    def _on_expires(self) -> None:
+    def check_expires(self) -> None:
+        """The x-expires timer: delete the queue if unused for its time by the
+        vhost's expires_clock, else wait again (with an injected clock, a test
+        calls this instead of waiting)."""
+        if self._expires_timer is not None:  # called early: the check is now
+            self._expires_timer.cancel()
         self._expires_timer = None
         if self.deleted or self.consumers or self._expires is None:
             return
@@ -306,7 +315,7 @@ class QueueFeatures:
 
     def _expire_queue(self) -> None:
         assert self._expires is not None
-        if now_ms() < self._last_used + self._expires:
+        if self.vhost.expires_clock() < self._last_used + self._expires:
             self._arm_expires()
             return
         log.info("queue '%s' in vhost '%s' expired (unused)", self.name, self.vhost.name)

@@ -12,14 +12,19 @@ top, not another storage engine:
   ``delivery-limit`` policy, 20 when neither sets one (RabbitMQ 4.0+), none
   when it is negative; a message returned more often is dead-lettered with
   reason ``delivery_limit``, or dropped without a dead-letter exchange;
-- two message priorities, served two high for one normal (store/priority_store.py's
+- two message priorities, served two high for one normal (store/quorum_store.py's
   QuorumPriorityStore);
+- the delivery counts survive a restart and a failover: the store keeps them
+  next to the messages (store/delivery_counts.py), as RabbitMQ's Raft log does;
 - ``x-overflow: reject-publish-dlx`` is not supported: RabbitMQ logs a warning
   and falls back to ``drop-head``, and so does Warren;
 - ``x-dead-letter-strategy: at-least-once`` (with ``reject-publish`` and a
   dead-letter exchange; otherwise it falls back to at-most-once, with a
-  warning): a message whose dead-letter copy no queue took, or some target
-  refused, is kept in the queue rather than dropped;
+  warning): a message leaving the queue (expired, rejected, over the delivery
+  limit) whose dead-letter copy no queue took, or some target refused, is held
+  apart as RabbitMQ's "discards" (the store's held level): never delivered,
+  not ready, counted against the length limits, and tried again until every
+  target takes it (retry_dead_letters);
 - consuming with a global prefetch (basic.qos global=true) is refused (540), as
   RabbitMQ refuses it; the declaration rules are core/queue_arguments.py's.
 """
@@ -29,12 +34,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from warren.core import dead_letter as dl
 from warren.core.codec_errors import DecodeError
 from warren.core.message import Message
 from warren.core.properties import edit_properties
 from warren.core.queue import Queue
 from warren.core.queue_settings import DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX
 from warren.core.store import MessageStore
+from warren.store.quorum_store import QuorumPriorityStore
 
 if TYPE_CHECKING:
     from warren.core.vhost import VHost
@@ -46,6 +53,12 @@ log = logging.getLogger("warren.queue")
 #: RabbitMQ 4.0's delivery limit for a quorum queue that sets none.
 DEFAULT_DELIVERY_LIMIT = 20
 AT_MOST_ONCE, AT_LEAST_ONCE = "at-most-once", "at-least-once"
+#: Seconds between tries to hand held dead-letter copies on (RabbitMQ's worker
+#: tries every dead_letter_worker_publisher_confirm_timeout, 3 minutes; Warren
+#: sooner, and at once when the queue's settings change, as RabbitMQ does).
+HELD_RETRY_S = 5.0
+#: Held copies tried per pass; a pass stops at the first one still not taken.
+HELD_BATCH = 256
 
 
 class QuorumQueue(Queue):
@@ -55,6 +68,7 @@ class QuorumQueue(Queue):
     queue_type: ClassVar[str] = "quorum"
     queue_module: ClassVar[str] = "rabbit_quorum_queue"
     count_explicit_returns: ClassVar[bool] = True
+    declare_renews: ClassVar[bool] = False
 
     def __init__(
         self, vhost: VHost, name: str, store: MessageStore, arguments: dict[str, Any]
@@ -63,6 +77,8 @@ class QuorumQueue(Queue):
         #: and a dead-letter exchange).
         self.dead_letter_strategy = AT_MOST_ONCE
         self._warned: set[str] = set()
+        # The timer of retry_dead_letters while copies are held.
+        self._held_timer: Any = None
         limit = arguments.get("x-delivery-limit")
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
             # RabbitMQ 3.10 takes it and ignores it; the default limit applies.
@@ -99,6 +115,33 @@ class QuorumQueue(Queue):
                 strategy = AT_LEAST_ONCE
         self.dead_letter_strategy = strategy
         super()._configure(settings)
+        self._retry_soon(0.0)  # held copies: new settings (and a start) try them now
+
+    def _recovered_counts(self) -> dict[int, int]:
+        """The counts the store kept (its DeliveryCounts'), the queue's own from now on."""
+        store = self.store
+        if isinstance(store, QuorumPriorityStore) and store.delivery_counts is not None:
+            return store.delivery_counts.counts
+        return {}
+
+    def _requeue_refusal(self, seq: int, msg: Message, now: int, explicit: bool) -> str | None:
+        """Queue's, and a return it counted goes to the store's journal, written out
+        at the end of this loop turn."""
+        refusal = super()._requeue_refusal(seq, msg, now, explicit)
+        if refusal is None and self._delivery_limit is not None:
+            store = self.store
+            if isinstance(store, QuorumPriorityStore) and store.delivery_counts is not None:
+                store.delivery_counts.recorded(seq)
+                self.vhost.store_written(store)
+        return refusal
+
+    def persistent_counts(self) -> tuple[int, int] | None:
+        """Every message of a quorum queue is kept whatever its delivery-mode,
+        and RabbitMQ counts every one as persistent."""
+        return (
+            max(0, self.store.ready_count + self.unacked),
+            max(0, self.store.ready_bytes + self.unacked_bytes),
+        )
 
     def _warn_once(self, key: str, text: str) -> None:
         if key not in self._warned:
@@ -109,37 +152,135 @@ class QuorumQueue(Queue):
         """reject-publish as rabbit_fifo applies it: only once the queue is over its
         limit, so a full queue takes one message more than a classic queue would."""
         store = self.store
+        held = held_bytes = 0
+        if isinstance(store, QuorumPriorityStore):  # held copies count, as rabbit_fifo's
+            held, held_bytes = store.held_count, store.held_bytes
         max_length = self._max_length
-        if max_length is not None and store.ready_count > max_length:
+        if max_length is not None and store.ready_count + held > max_length:
             return True
         max_bytes = self._max_bytes
-        return max_bytes is not None and store.ready_bytes > max_bytes
+        return max_bytes is not None and store.ready_bytes + held_bytes > max_bytes
 
     def _dead_letter(self, seq: int, msg: Message, reason: str, now: int) -> bool:
         """The copy leaves without the x-delivery-count its deliveries carried (as
-        RabbitMQ's); at-least-once: the original stays unless every queue the
-        copy was routed to (at least one) took it."""
-        if self.dead_letter_exchange is not None and self._delivery_counts.get(seq):
+        RabbitMQ's); at-least-once: a copy not every target (at least one) took
+        is held (the original may go), and tried again until it is."""
+        dlx_name = self.dead_letter_exchange
+        if dlx_name is not None and self._delivery_counts.get(seq):
             msg = _without_delivery_count(msg)
-        if self.dead_letter_strategy != AT_LEAST_ONCE:
+        store = self.store
+        if self.dead_letter_strategy != AT_LEAST_ONCE or not isinstance(
+            store, QuorumPriorityStore
+        ):
             return super()._dead_letter(seq, msg, reason, now)
+        assert dlx_name is not None  # at-least-once needs one (_configure)
         try:
-            if self.vhost.dead_letter(self, msg, reason, now):
+            copy, keys = dl.dead_letter(
+                msg, self.name, reason, dlx_name, self.dead_letter_routing_key, now
+            )
+        except Exception:  # a record stored before publish validated its properties
+            return super()._dead_letter(seq, msg, reason, now)
+        vhost = self.vhost
+        vhost.count_dead_letter(self, "at_least_once", reason)
+        try:
+            if self._route(copy, keys, reason):
+                vhost.count_dead_letter(self, "at_least_once", "confirmed")
                 return True
-            problem = "no queue took its copy"
-        except Exception as exc:
-            problem = f"its copy could not be made ({exc})"
-        if seq < 0 or seq not in self._stuck:
+        except Exception:
+            log.exception(
+                "queue '%s' in vhost '%s': dead-lettering a message (%s) failed; its copy "
+                "is held and tried again",
+                self.name,
+                vhost.name,
+                reason,
+            )
+        if not store.held_count:
             log.warning(
-                "queue '%s' in vhost '%s': a message dead-lettered (%s) at least once to "
-                "exchange '%s' stays in the queue: %s",
+                "queue '%s' in vhost '%s': a message dead-lettered (%s) at least once "
+                "reached no queue of exchange '%s', or not all of them took it: held "
+                "until they do (messages_dlx)",
+                self.name,
+                vhost.name,
+                reason,
+                dlx_name,
+            )
+        store.hold(copy)
+        vhost.store_written(store)
+        self._retry_soon(HELD_RETRY_S)
+        return True
+
+    def _route(self, copy: Message, keys: list[str], reason: str) -> bool:
+        """Hand a dead-letter copy to the dead-letter exchange in force: whether
+        every queue it reached (at least one) took it."""
+        dlx_name = self.dead_letter_exchange
+        if dlx_name is None:
+            return True  # none any more: nothing to hand it to
+        dlx = self.vhost.exchanges.get(dlx_name)
+        if dlx is None:
+            return False
+        if copy.exchange != dlx_name:  # the queue's settings changed since it was held
+            copy = Message(dlx_name, copy.routing_key, copy.properties, copy.body, copy.timestamp)
+        return self.vhost.route_dead_letter(self, dlx, copy, keys, reason)
+
+    def _retry_soon(self, delay: float) -> None:
+        store = self.store
+        if self.deleted or not isinstance(store, QuorumPriorityStore) or not store.held_count:
+            return
+        if self._held_timer is not None:
+            if delay:
+                return  # one is set already
+            self._held_timer.cancel()
+        self._held_timer = self.vhost.call_later(delay, self.retry_dead_letters)
+
+    def retry_dead_letters(self) -> None:
+        """The held copies' timer: hand them to the dead-letter exchange again,
+        oldest first, stopping at the first one still not taken. Under
+        at-most-once now (a policy changed it), or without a dead-letter exchange,
+        each goes once, taken or not. (With an injected clock, a test calls this
+        rather than wait.)"""
+        if self._held_timer is not None:
+            self._held_timer.cancel()
+            self._held_timer = None
+        store = self.store
+        if self.deleted or not isinstance(store, QuorumPriorityStore) or not store.held_count:
+            return
+        strict = self.dead_letter_strategy == AT_LEAST_ONCE
+        try:
+            for _ in range(HELD_BATCH):
+                item = store.next_held()
+                if item is None:
+                    break
+                seq, copy = item
+                headers = copy.headers or {}
+                reason = str(headers.get("x-last-death-reason", ""))
+                keys = [copy.routing_key, *dl.header_keys(headers.get("CC"))]
+                try:
+                    taken = self._route(copy, keys, reason)
+                except Exception:
+                    log.exception(
+                        "queue '%s' in vhost '%s': a held dead-letter copy could not be "
+                        "handed on; tried again later",
+                        self.name,
+                        self.vhost.name,
+                    )
+                    taken = False
+                if taken or not strict:
+                    store.release_held(seq)
+                    if taken and strict:
+                        self.vhost.count_dead_letter(self, "at_least_once", "confirmed")
+                else:
+                    store.keep_held(seq, copy)
+                    break
+        finally:
+            self.vhost.store_written(store)
+        if store.held_count:
+            self._retry_soon(HELD_RETRY_S)
+        else:
+            log.info(
+                "queue '%s' in vhost '%s': every held dead-letter copy was handed on",
                 self.name,
                 self.vhost.name,
-                reason,
-                self.dead_letter_exchange,
-                problem,
             )
-        return False
 
 
 def _without_delivery_count(msg: Message) -> Message:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from warren.core.message import Message, MessageRun
+from warren.core.properties import is_transient
 
 
 class StoredRun:
@@ -121,10 +122,11 @@ class MessageStore(Protocol):
         the way, a store that keeps no records)."""
         ...
 
-    def take_span(self, span: StoreSpan, n: int, body_bytes: int) -> None:
-        """The first ``n`` records of ``span`` (the last of this store's spans,
-        nothing changed since), ``body_bytes`` of bodies in all, up to
-        ``span.end``, were delivered: unacked now, as if shifted."""
+    def take_span(self, span: StoreSpan, taken: StoredRun, acked: bool) -> None:
+        """The first records of ``span`` (the last of this store's spans, nothing
+        changed since), ``taken`` (their offsets and body sizes), up to
+        ``span.end``, were delivered: unacked now, as if shifted; ``acked``: to
+        a no-ack consumer, acked (ack_run) right after."""
         ...
 
     def shift(self) -> tuple[int, Message, bool] | None:
@@ -197,6 +199,12 @@ class MessageStore(Protocol):
         start reports exactly those messages as redelivered (after a crash, all)."""
         ...
 
+    def transient(self) -> tuple[int, int]:
+        """How many of the messages held (ready and unacked) are transient
+        (delivery-mode not 2), and their body bytes: what a durable queue's
+        messages_persistent leaves out. (0, 0) from a store that does not count."""
+        ...
+
     @property
     def ready_count(self) -> int: ...
 
@@ -207,7 +215,7 @@ class MessageStore(Protocol):
 class MemoryStore:
     """Messages held in RAM (tests, and a VHost created without a store factory)."""
 
-    __slots__ = ("_msgs", "_order", "_requeued", "_next_seq", "_bytes")
+    __slots__ = ("_msgs", "_order", "_requeued", "_next_seq", "_bytes", "_transient", "_t_bytes")
 
     def __init__(self) -> None:
         # Every ready message by seq. _order and _requeued say in which order they
@@ -221,6 +229,18 @@ class MemoryStore:
         self._requeued: list[int] = []
         self._next_seq = 1
         self._bytes = 0
+        # The transient messages held, ready or unacked: seq -> body size.
+        self._transient: dict[int, int] = {}
+        self._t_bytes = 0
+
+    def _took(self, seq: int, msg: Message) -> None:
+        if is_transient(msg.properties):
+            self._transient[seq] = len(msg.body)
+            self._t_bytes += len(msg.body)
+
+    def _gone(self, seq: int) -> None:
+        if self._transient:
+            self._t_bytes -= self._transient.pop(seq, 0)
 
     def append(self, msg: Message) -> int:
         seq = self._next_seq
@@ -228,6 +248,7 @@ class MemoryStore:
         self._msgs[seq] = msg
         self._order.append(seq)
         self._bytes += len(msg.body)
+        self._took(seq, msg)
         return seq
 
     def append_shifted(self, msg: Message) -> int:
@@ -235,6 +256,7 @@ class MemoryStore:
             raise ValueError("append_shifted needs an empty backlog")
         seq = self._next_seq
         self._next_seq = seq + 1
+        self._took(seq, msg)
         return seq
 
     def append_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
@@ -250,7 +272,7 @@ class MemoryStore:
     def span(self) -> StoreSpan | None:
         return None  # no records: one by one
 
-    def take_span(self, span: StoreSpan, n: int, body_bytes: int) -> None:
+    def take_span(self, span: StoreSpan, taken: StoredRun, acked: bool) -> None:
         raise ValueError("a MemoryStore hands out no spans")
 
     def read(self, seq: int) -> Message:
@@ -296,6 +318,7 @@ class MemoryStore:
         msg = self._msgs.pop(seq, None)
         if msg is not None:
             self._bytes -= len(msg.body)
+            self._gone(seq)
             if not self._msgs:
                 self._order.clear()
                 self._requeued.clear()
@@ -309,7 +332,7 @@ class MemoryStore:
                 yield seq, msg.timestamp, msg.properties
 
     def ack(self, seq: int) -> None:
-        pass
+        self._gone(seq)
 
     def requeue(self, seq: int, msg: Message) -> None:
         self._msgs[seq] = msg
@@ -318,6 +341,9 @@ class MemoryStore:
 
     def purge(self) -> int:
         n = len(self._msgs)
+        if self._transient:
+            for seq in self._msgs:
+                self._gone(seq)
         self._msgs.clear()
         self._order.clear()
         self._requeued.clear()
@@ -344,6 +370,9 @@ class MemoryStore:
 
     def delivered_marks(self) -> dict[Path, int]:
         return {}  # nothing outlives the process
+
+    def transient(self) -> tuple[int, int]:
+        return len(self._transient), self._t_bytes
 
     @property
     def ready_count(self) -> int:

@@ -439,7 +439,7 @@ class StreamQueue(Queue):
         return n
 
     # -- acks -----------------------------------------------------------------------------
-    def ack_run(self, segment: int, offsets: array[int]) -> None:
+    def ack_run(self, segment: int, offsets: array[int], size: int) -> None:
         """Acks of a span's deliveries (segment: minus its id; offsets: indexes in it)."""
         if self.deleted:
             return
@@ -460,12 +460,12 @@ class StreamQueue(Queue):
                 self.stream.track(reader.tracking, reader.resume_offset())
                 self.vhost.store_written(self.store)
 
-    def ack_many(self, seqs: list[int]) -> None:
+    def ack_many(self, seqs: list[int], size: int) -> None:
         """An ack returns credit, and moves a tracking consumer's stored offset."""
         self._settle(seqs, False)
 
     def reject(
-        self, seq: int, msg: Message | None, requeue: bool, explicit: bool = False
+        self, seq: int, msg: Message | None, requeue: bool, explicit: bool = False, size: int = 0
     ) -> None:
         """A delivery given back by a closing channel or basic.recover (a client's
         nack or reject is refused: check_reject): the credit returns, the message
@@ -507,6 +507,10 @@ class StreamQueue(Queue):
         if span.left <= 0:
             del self._spans[sid]
         return span.reader, span.first + (seq & 0xFFFFFFFF)
+
+    def persistent_counts(self) -> tuple[int, int] | None:
+        """A stream has no such figures (RabbitMQ's API and metrics leave them out)."""
+        return None
 
     # -- what a stream refuses (540, RabbitMQ's texts) ------------------------------------
     def get(self, no_ack: bool) -> tuple[int, Message, bool] | None:

@@ -44,6 +44,7 @@ from warren.core.queue_arguments import (
     validate_quorum_declaration,
     validate_stream_declaration,
 )
+from warren.core.queue_features import now_ms
 from warren.core.quorum_queue import QuorumQueue
 from warren.core.stats import GaugeStats, MessageStats
 from warren.core.store import MemoryStore, MessageStore
@@ -58,7 +59,8 @@ from warren.core.vhost_records import (
 )
 from warren.core.vhost_routing import ReplyTarget, VHostRouting
 from warren.store.definitions import decode_arguments, exchange_key, queue_key
-from warren.store.priority_store import PriorityStore, QuorumPriorityStore
+from warren.store.priority_store import PriorityStore
+from warren.store.quorum_store import QuorumPriorityStore
 
 if TYPE_CHECKING:
     from warren.store.definitions import DefinitionsLog
@@ -167,6 +169,9 @@ class VHost(VHostRouting, VHostParameters):
         self.exchange_key_logs: Callable[[Any, Any], Any] | None = None
         #: The clock of durable deduplication caches (ms since the epoch): injected.
         self.dedup_clock: Callable[[], float] = epoch_ms
+        #: The clock of x-expires (ms since the epoch): when a queue was last used,
+        #: whether it has been unused long enough; injected by tests.
+        self.expires_clock: Callable[[], int] = now_ms
         self._written: dict[int, MessageStore] = {}
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
@@ -366,7 +371,10 @@ class VHost(VHostRouting, VHostParameters):
         owner: object | None = None,
     ) -> Queue:
         if passive:
-            return self.get_queue(name, owner)
+            found = self.get_queue(name, owner)
+            if found.declare_renews:
+                found.touch()
+            return found
         check_name("queue", name)  # other doors than AMQP's (HTTP, definitions, MQTT)
         self.queues_declared += 1
         if not name:
@@ -386,7 +394,8 @@ class VHost(VHostRouting, VHostParameters):
             if existing.exclusive_owner is not (owner if exclusive else None):
                 raise self._locked(name)
             self._check_queue_equivalent(existing, durable, exclusive, auto_delete, arguments)
-            existing.touch()
+            if existing.declare_renews:
+                existing.touch()
             return existing
         # Only a new queue counts against the limit and has its arguments
         # validated (RabbitMQ's order).

@@ -127,10 +127,12 @@ class VHostRouting:
         msg: Message,
         durable_out: list[MessageStore] | None = None,
         held: list[Held] | None = None,
+        routed_to: list[Queue] | None = None,
     ) -> int:
         """Route and enqueue; returns how many queues (or reply consumers) took it,
         or REJECTED_BY_QUEUE when a queue refused it (x-overflow reject-publish):
-        routed, but the publisher is owed a nack.
+        routed, but the publisher is owed a nack. ``routed_to`` gets the queues
+        it was routed to (a channel's counts by queue, core/channel_counts.py).
 
         Stores that took a persistent message into a durable queue are appended to
         ``durable_out``: a publisher confirm for the message must wait for them.
@@ -154,6 +156,8 @@ class VHostRouting:
             queues, msg = self._route_cc(exchange, msg)
         else:
             queues = self.route(exchange, msg)
+        if routed_to is not None:
+            routed_to += queues
         if new is None:
             return self.enqueue(exchange, queues, msg, durable_out, held)
         assert dedup is not None
@@ -282,8 +286,19 @@ class VHostRouting:
         )
         # Counted per dead-lettered message (a copy is made anyway), for
         # rabbitmq_global_messages_dead_lettered_*_total.
-        counted = (queue.queue_module, "at_most_once", reason)
+        self.count_dead_letter(queue, "at_most_once", reason)
+        return self.route_dead_letter(queue, dlx, copy, keys, reason)
+
+    def count_dead_letter(self, queue: QueueFeatures, strategy: str, what: str) -> None:
+        """One more for rabbitmq_global_messages_dead_lettered_<what>_total."""
+        counted = (queue.queue_module, strategy, what)
         self.dead_lettered[counted] = self.dead_lettered.get(counted, 0) + 1
+
+    def route_dead_letter(
+        self, queue: QueueFeatures, dlx: Exchange, copy: Message, keys: list[str], reason: str
+    ) -> bool:
+        """Route a dead-letter copy through ``dlx`` with ``keys``: whether it
+        reached at least one queue and every queue took it."""
         taken, complete = 0, True
         for target in self.route_keys(dlx, copy, keys):
             if dl.is_cycle(target.name, copy.headers):

@@ -21,6 +21,7 @@ from warren.core.stats import EXCHANGE_GROUPS, NO_AGES, QUEUE_GROUPS, VHOST_GROU
 from warren.core.stream_queue import StreamQueue
 from warren.json_tables import to_json_table
 from warren.node import node_name
+from warren.store.quorum_store import QuorumPriorityStore
 
 if TYPE_CHECKING:
     from warren.core.exchange import Binding, Exchange
@@ -61,6 +62,29 @@ def replicas(cluster: Callable[[], dict[str, Any]] | None) -> dict[str, Any]:
         "members": sorted({leader, *followers} - {None}),
         "online": list(status.get("in_sync_replicas") or [leader]),
     }
+
+
+#: RabbitMQ's quorum_cluster_size: a quorum queue's members without
+#: x-quorum-initial-group-size.
+DEFAULT_QUORUM_GROUP_SIZE = 3
+
+
+def quorum_members(q: Queue, replica_info: dict[str, Any]) -> dict[str, Any]:
+    """A quorum queue's leader, members and online members: min(its group size,
+    the cluster's size) of the nodes (x-quorum-initial-group-size, else 3, as
+    RabbitMQ places them), the leader first, then in-sync followers, then the
+    others. Every node holds every durable queue all the same (docs/quorum-queues.md)."""
+    size = q.arguments.get("x-quorum-initial-group-size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        size = DEFAULT_QUORUM_GROUP_SIZE
+    members = replica_info["members"]
+    if len(members) <= size:
+        return replica_info
+    leader, online = replica_info["leader"], replica_info["online"]
+    others = [m for m in members if m != leader]
+    others.sort(key=lambda m: m not in online)  # in-sync first; stable: sorted names
+    chosen = sorted([leader, *others[: size - 1]])
+    return {"leader": leader, "members": chosen, "online": [m for m in online if m in chosen]}
 
 
 def queue_counts(q: Queue) -> tuple[int, int]:
@@ -122,12 +146,6 @@ def _second(seconds: int) -> str:
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def unacked_bytes(q: Queue) -> int:
-    """Bytes of the messages its consumers hold unacknowledged (basic.get's are
-    not counted: they belong to no consumer)."""
-    return sum(getattr(c, "unacked_bytes", 0) for c in q.consumers)
-
-
 def queue_info(
     q: Queue,
     ages: Ages = NO_AGES,
@@ -139,7 +157,8 @@ def queue_info(
     queue's leader and members; None: a single node's)."""
     ready, unacked = queue_counts(q)
     ready_bytes = q.store.ready_bytes
-    held_bytes = unacked_bytes(q)
+    held_bytes = max(0, q.unacked_bytes)
+    persistent, persistent_bytes = q.persistent_counts() or (0, 0)
     active = q.active_consumer
     single = q.arguments.get("x-single-active-consumer") is True
     exclusive_tag = next((c.tag for c in q.consumers if c.exclusive), None)
@@ -161,13 +180,13 @@ def queue_info(
         "idle_since": timestamp(q.last_used_ms),
         "message_bytes": ready_bytes + held_bytes,
         "message_bytes_paged_out": ready_bytes - ready_ram_bytes,
-        "message_bytes_persistent": (ready_bytes + held_bytes) if q.persistent else 0,
+        "message_bytes_persistent": persistent_bytes,
         "message_bytes_ram": ready_ram_bytes + held_bytes,
         "message_bytes_ready": ready_bytes,
         "message_bytes_unacknowledged": held_bytes,
         "messages": ready + unacked,
         "messages_paged_out": ready - ready_ram,
-        "messages_persistent": (ready + unacked) if q.persistent else 0,
+        "messages_persistent": persistent,
         "messages_ram": ready_ram + unacked,
         "messages_ready": ready,
         "messages_ready_ram": ready_ram,
@@ -194,7 +213,12 @@ def queue_info(
         info["online"] = [node_name()]
         info["readers"] = {node_name(): len(q.consumers)}
     elif q.queue_type == "quorum":
-        info.update(replica_info or replicas(None))
+        info.update(quorum_members(q, replica_info or replicas(None)))
+        store = q.store
+        if isinstance(store, QuorumPriorityStore):  # at-least-once's held copies
+            info["messages_dlx"] = store.held_count
+            info["message_bytes_dlx"] = store.held_bytes
+            info["messages"] += store.held_count
     if not stats:
         basic = {k: v for k, v in info.items() if k in _BASIC_QUEUE_KEYS}
         if info["policy"] is not None:  # as RabbitMQ: there when there is one

@@ -4,14 +4,16 @@ RabbitMQ's ``rabbitmq_prometheus`` plugin serves ``/metrics``,
 ``/metrics/per-object`` and ``/metrics/detailed`` on a port of its own
 (``prometheus.tcp.port``), without authentication; Warren serves them there
 and on the management port. The broker is read on its loop in slices and
-the text written in a thread (warren/metrics).
+the text written and sent in chunks, the loop given back after each
+(warren/metrics): a scrape of 10,000 queues never holds clients up for more
+than a few milliseconds (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -41,11 +43,11 @@ class MetricsEndpoints:
         """Summed, unless [prometheus] return_per_object_metrics says otherwise."""
         snap = await metrics.snapshot(self.node)
         per_object = self.node.config.prometheus_return_per_object_metrics
-        return await _respond(metrics.render, snap, per_object)
+        return await _respond(request, metrics.render_chunks(snap, per_object))
 
     async def per_object(self, request: web.Request) -> web.StreamResponse:
         snap = await metrics.snapshot(self.node)
-        return await _respond(metrics.render, snap, True)
+        return await _respond(request, metrics.render_chunks(snap, True))
 
     async def detailed(self, request: web.Request) -> web.StreamResponse:
         """``family`` and ``vhost`` may each be given several times (RabbitMQ's
@@ -53,12 +55,22 @@ class MetricsEndpoints:
         families = set(request.query.getall("family", []))
         vhosts = request.query.getall("vhost", []) or None
         snap = await metrics.snapshot(self.node)
-        return await _respond(metrics.render_detailed, snap, families, vhosts)
+        return await _respond(request, metrics.detailed_chunks(snap, families, vhosts))
 
 
-async def _respond(render: Callable[..., bytes], *args: object) -> web.StreamResponse:
-    body: bytes = await asyncio.get_running_loop().run_in_executor(None, render, *args)
-    return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
+async def _respond(request: web.Request, chunks: Iterator[str]) -> web.StreamResponse:
+    """Send the chunks as they are made (chunked transfer encoding), giving the
+    loop back after each: rendering on the loop in steps of a millisecond or
+    so, rather than in a thread that would take the GIL from it for its
+    switch interval at a time."""
+    response = web.StreamResponse(headers={"Content-Type": metrics.CONTENT_TYPE})
+    await response.prepare(request)
+    for chunk in chunks:
+        if chunk:
+            await response.write(chunk.encode("utf-8"))
+        await asyncio.sleep(0)
+    await response.write_eof()
+    return response
 
 
 class PrometheusListener:

@@ -3,7 +3,7 @@
 Grouped as RabbitMQ's ``rabbitmq_prometheus`` plugin groups them (3.13): the
 core collector's groups are the ``family`` names ``/metrics/detailed`` takes
 (``queue_coarse_metrics``, ``channel_metrics``, ...). Families about the Erlang
-runtime (``erlang_*``, ``*_process_reductions_total``,
+runtime (``erlang_*`` but the node's uptime, ``*_process_reductions_total``,
 ``queue_process_memory_bytes``) and Raft internals (``ra_metrics``) have no
 Warren counterpart and are left out (docs/metrics.md).
 """
@@ -46,6 +46,9 @@ CORE_GROUPS: Final[dict[str, tuple[Family, ...]]] = {
         ("process_max_tcp_sockets", "gauge", "Open TCP sockets limit"),
         ("resident_memory_limit_bytes", "gauge", "Memory high watermark in bytes"),
         ("disk_space_available_limit_bytes", "gauge", "Free disk space low watermark in bytes"),
+        # The one erlang_* family kept: the node's uptime (RabbitMQ 4.1's
+        # RabbitMQ-Overview shows it in its node table).
+        ("erlang_uptime_seconds", "gauge", "Node uptime"),
     ),
     "node_persister_metrics": (
         ("io_read_ops_total", "counter", "Total number of I/O read operations"),

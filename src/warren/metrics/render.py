@@ -1,19 +1,24 @@
-"""The three endpoints' families, rendered from a Snapshot (off the loop).
+"""The three endpoints' families, rendered from a Snapshot in chunks.
 
 - ``/metrics``: RabbitMQ's aggregated endpoint: every family, values summed;
 - ``/metrics/per-object``: one sample per queue, channel, connection;
 - ``/metrics/detailed?family=...&vhost=...``: only the groups asked for
   (families.py), per object, prefixed ``rabbitmq_detailed_`` (``rabbitmq_cluster_``
   for the cluster-wide groups), queue groups limited to the vhosts asked for.
+
+Each endpoint is a generator of text chunks (up to CHUNK queues' samples of
+one family, or the small families between them): the endpoint sends each as
+it comes and gives the loop back in between (http/prometheus.py), so that no
+client waits for a whole scrape.
 """
 
 from __future__ import annotations
 
 import platform
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 from warren.core.stats import COUNTERS
-from warren.metrics.exposition import Text, labels
+from warren.metrics.exposition import LabelCache, Text, labels
 from warren.metrics.families import (
     CLUSTER_GROUPS,
     CORE_GROUPS,
@@ -23,7 +28,15 @@ from warren.metrics.families import (
 )
 from warren.metrics.snapshot import QUEUE_COUNTERS, QUEUE_TYPES, QueueColumns, Snapshot
 
-__all__ = ["render", "render_detailed"]
+__all__ = ["CHUNK", "detailed_chunks", "render", "render_chunks", "render_detailed"]
+
+#: Queues whose samples of one family make a chunk at most (a millisecond or so).
+CHUNK = 5000
+#: Queues whose label texts are looked up (or made, the first time) per chunk.
+LABELS = 1000
+
+#: Every queue's label text, kept between scrapes.
+_QUEUE_LABELS = LabelCache()
 
 _C = {name: i for i, name in enumerate(COUNTERS)}
 _Q = {name: i for i, name in enumerate(QUEUE_COUNTERS)}
@@ -33,7 +46,25 @@ _Q = {name: i for i, name in enumerate(QUEUE_COUNTERS)}
 #: auth attempts only per object).
 _DEFAULT_GROUPS = [g for g in CORE_GROUPS if g != "queue_consumer_count"]
 
-#: Channel counter families -> MessageStats counter.
+#: Channel counter families -> their index in a channel's counts by exchange
+#: (Snapshot.channel_exchanges) or by queue (Snapshot.channel_queues).
+_BY_EXCHANGE = {
+    "channel_messages_published_total": 0,
+    "channel_messages_confirmed_total": 1,
+    "channel_messages_unroutable_returned_total": 2,
+    "channel_messages_unroutable_dropped_total": 3,
+}
+_BY_QUEUE = {
+    "channel_get_ack_total": 0,
+    "channel_get_total": 1,
+    "channel_messages_delivered_ack_total": 2,
+    "channel_messages_delivered_total": 3,
+    "channel_messages_redelivered_total": 4,
+    "channel_messages_acked_total": 5,
+    "channel_get_empty_total": 6,
+}
+
+#: Channel counter families -> MessageStats counter (the aggregated sums).
 _CHANNEL_COUNTER = {
     "channel_messages_published_total": "publish",
     "channel_messages_confirmed_total": "confirm",
@@ -63,16 +94,28 @@ _DEAD_LETTER_ROWS = (
 
 
 def render(snap: Snapshot, per_object: bool = False) -> bytes:
-    """``/metrics`` (aggregated) or ``/metrics/per-object``."""
+    """``/metrics`` (aggregated) or ``/metrics/per-object``, whole."""
+    return "".join(render_chunks(snap, per_object)).encode("utf-8")
+
+
+def render_detailed(
+    snap: Snapshot, families: Collection[str], vhosts: Collection[str] | None
+) -> bytes:
+    """``/metrics/detailed``, whole."""
+    return "".join(detailed_chunks(snap, families, vhosts)).encode("utf-8")
+
+
+def render_chunks(snap: Snapshot, per_object: bool = False) -> Iterator[str]:
+    """``/metrics`` (aggregated) or ``/metrics/per-object``, in chunks."""
     out = Text()
     groups = (
         _DEFAULT_GROUPS
         if per_object
         else [g for g in _DEFAULT_GROUPS if g != "auth_attempt_detailed_metrics"]
     )
-    _core(out, snap, "rabbitmq_", groups, per_object, None)
+    yield from _core(out, snap, "rabbitmq_", groups, per_object, None)
     _totals(out, snap)
-    _identity(out, snap)
+    _identity(out, snap, "per-object" if per_object else "aggregated")
     _alarms(out, snap)
     _global(out, snap)
     out.family(
@@ -89,58 +132,86 @@ def render(snap: Snapshot, per_object: bool = False) -> bytes:
     )
     if snap.cluster_status is not None:
         _warren_cluster(out, snap)
-    return out.bytes()
+    yield out.take()
 
 
-def render_detailed(
+def detailed_chunks(
     snap: Snapshot, families: Collection[str], vhosts: Collection[str] | None
-) -> bytes:
+) -> Iterator[str]:
     """``/metrics/detailed``: the groups named in ``families`` (others ignored, as
-    RabbitMQ does), queue groups limited to ``vhosts`` when given."""
+    RabbitMQ does), queue groups limited to ``vhosts`` when given; in chunks."""
     out = Text()
     core = [g for g in CORE_GROUPS if g in families]
     if "queue_metrics" in core and "queue_consumer_count" in core:
         core.remove("queue_consumer_count")
-    _core(out, snap, "rabbitmq_detailed_", core, True, set(vhosts) if vhosts else None)
+    yield from _core(out, snap, "rabbitmq_detailed_", core, True, set(vhosts) if vhosts else None)
     for group, fams in CLUSTER_GROUPS.items():
         if group in families:
             for name, mtype, help_text in fams:
                 out.family(f"rabbitmq_cluster_{name}", mtype, help_text, _cluster(snap, name))
-    _identity(out, snap)
-    return out.bytes()
+    _identity(out, snap, "detailed")
+    yield out.take()
 
 
 def _core(
     out: Text,
     snap: Snapshot,
     prefix: str,
-    groups: Iterable[str],
+    groups: list[str],
     per_object: bool,
     vhosts: set[str] | None,
-) -> None:
-    queues = snap.queues if vhosts is None else snap.queues.select(vhosts)
-    queue_labels = (
-        [labels(vhost=v, queue=q) for v, q in zip(queues.vhost, queues.name, strict=True)]
-        if per_object
-        else []
-    )
+) -> Iterator[str]:
+    """The core collector's groups, a chunk per CHUNK queues' samples of a family."""
+    queues = snap.queues
+    prefixes: list[str] = []
+    if per_object and any(g.startswith("queue_") for g in groups):
+        # Every queue's label text (cached; made for new queues at LABELS a
+        # turn); then those asked for.
+        for lo in range(0, len(queues), LABELS):
+            hi = lo + LABELS
+            prefixes += _QUEUE_LABELS.queues(queues.vhost[lo:hi], queues.name[lo:hi])
+            yield out.take()
+        _QUEUE_LABELS.done()
+        if vhosts is not None:
+            keep = queues.indexes(vhosts)
+            queues = queues.select(keep)
+            prefixes = [prefixes[i] for i in keep]
+    elif vhosts is not None:
+        queues = queues.select(queues.indexes(vhosts))
     for group in groups:
         for name, mtype, help_text in CORE_GROUPS[group]:
-            if not (group.startswith("queue_") or group == "channel_queue_exchange_metrics"):
+            if group == "channel_queue_exchange_metrics" and per_object:
+                # Per channel, queue and exchange; RabbitMQ filters no vhost here.
+                out.family(prefix + name, mtype, help_text, _routed(snap))
+            elif not group.startswith("queue_") and group != "channel_queue_exchange_metrics":
                 samples = _node_samples(snap, group, name, per_object)
                 out.family(prefix + name, mtype, help_text, samples)
             elif per_object:
-                out.series(
-                    prefix + name, mtype, help_text, *_queue_series(name, queues, queue_labels)
-                )
+                out.head(prefix + name, mtype, help_text)
+                values = _queue_column(name, queues)
+                for lo in range(0, len(values), CHUNK):
+                    out.series(prefix + name, prefixes[lo : lo + CHUNK], values[lo : lo + CHUNK])
+                    yield out.take()
             else:
                 out.family(prefix + name, mtype, help_text, _queue_total(name, queues))
+                if len(queues) >= LABELS:  # a sum over many queues: the loop's turn
+                    yield out.take()
+            if out.pending >= CHUNK:  # many channels or connections
+                yield out.take()
+
+
+def _routed(snap: Snapshot) -> list[tuple[str, float]]:
+    """``queue_messages_published_total`` per channel, queue and exchange."""
+    return [
+        (labels(channel=ch, queue_vhost=v, queue=q, exchange_vhost=v, exchange=ex), n)
+        for ch, v, q, ex, n in snap.channel_routed
+    ]
 
 
 def _queue_column(name: str, q: QueueColumns) -> Sequence[float | None]:
     """A queue family's value for every queue (None: no sample). The families not
-    named (messages in RAM or paged out, unacked bytes, disk reads and writes)
-    are not kept apart by Warren's stores and read 0."""
+    named (messages in RAM or paged out, disk reads and writes) are not kept
+    apart by Warren's stores and read 0."""
     if name == "queue_messages_ready":
         return q.ready
     if name == "queue_messages_unacked":
@@ -151,12 +222,19 @@ def _queue_column(name: str, q: QueueColumns) -> Sequence[float | None]:
         return q.consumers
     if name in ("queue_consumer_capacity", "queue_consumer_utilisation"):
         return [1.0 if c else 0.0 for c in q.consumers]
-    if name in ("queue_messages_bytes", "queue_messages_ready_bytes"):
+    if name == "queue_messages_bytes":
+        return [
+            None if r is None or u is None else r + u
+            for r, u in zip(q.ready_bytes, q.unacked_bytes, strict=True)
+        ]
+    if name == "queue_messages_ready_bytes":
         return q.ready_bytes
+    if name == "queue_messages_unacked_bytes":
+        return q.unacked_bytes
     if name == "queue_messages_persistent":
-        return [r if p else 0 for r, p in zip(q.ready, q.persistent, strict=True)]
+        return q.persistent
     if name == "queue_messages_persistent_bytes":
-        return [b if p else 0 for b, p in zip(q.ready_bytes, q.persistent, strict=True)]
+        return q.persistent_bytes
     if name == "queue_head_message_timestamp":
         return [None] * len(q)  # not kept
     if name == "stream_segments":
@@ -164,17 +242,6 @@ def _queue_column(name: str, q: QueueColumns) -> Sequence[float | None]:
     if name == "queue_messages_published_total":
         return q.published
     return [0] * len(q)
-
-
-def _queue_series(
-    name: str, queues: QueueColumns, queue_labels: list[str]
-) -> tuple[list[str], Sequence[float | None]]:
-    """Label texts and values, one each per queue (a sample per queue)."""
-    if name == "queue_messages_published_total":
-        return [
-            labels(queue_vhost=v, queue=q) for v, q in zip(queues.vhost, queues.name, strict=True)
-        ], queues.published
-    return queue_labels, _queue_column(name, queues)
 
 
 def _queue_total(name: str, queues: QueueColumns) -> list[tuple[str, float]]:
@@ -218,6 +285,7 @@ def _node_value(snap: Snapshot, name: str) -> float:
         "process_max_tcp_sockets": snap.max_sockets,
         "resident_memory_limit_bytes": snap.mem_limit,
         "disk_space_available_limit_bytes": snap.disk_limit,
+        "erlang_uptime_seconds": snap.uptime,
         "io_read_ops_total": io_reads,
         "io_read_bytes_total": io_read_bytes,
         "io_write_ops_total": io_writes,
@@ -242,9 +310,19 @@ def _channel_samples(snap: Snapshot, name: str, per_object: bool) -> list[tuple[
         if per_object:
             return [(labels(channel=ch.name), getattr(ch, gauge)) for ch in snap.channels]
         return [("", sum(getattr(ch, gauge) for ch in snap.channels))]
-    index = _C[_CHANNEL_COUNTER[name]]
     if per_object:
-        return [(labels(channel=ch.name, vhost=ch.vhost), ch.stats[index]) for ch in snap.channels]
+        if name in _BY_EXCHANGE:
+            i = _BY_EXCHANGE[name]
+            return [
+                (labels(channel=ch, vhost=vhost, exchange=ex), values[i])
+                for ch, vhost, ex, values in snap.channel_exchanges
+            ]
+        i = _BY_QUEUE[name]
+        return [
+            (labels(channel=ch, vhost=vhost, queue=q), values[i])
+            for ch, vhost, q, values in snap.channel_queues
+        ]
+    index = _C[_CHANNEL_COUNTER[name]]
     # Closed channels included: the counter never goes back (RabbitMQ's does).
     return [("", sum(v[index] for v in snap.by_protocol.values()))]
 
@@ -289,7 +367,10 @@ def _totals(out: Text, snap: Snapshot) -> None:
         out.family(f"rabbitmq_{name}", mtype, help_text, [("", values[name])])
 
 
-def _identity(out: Text, snap: Snapshot) -> None:
+def _identity(out: Text, snap: Snapshot, endpoint: str) -> None:
+    """build_info and identity_info; ``endpoint`` is RabbitMQ 4.1's
+    ``rabbitmq_endpoint`` label (aggregated, per-object, detailed), which its
+    dashboards select on."""
     out.family(
         "rabbitmq_build_info",
         "untyped",
@@ -318,6 +399,7 @@ def _identity(out: Text, snap: Snapshot) -> None:
                     rabbitmq_node=snap.node,
                     rabbitmq_cluster=snap.cluster,
                     rabbitmq_cluster_permanent_id=snap.cluster_id,
+                    rabbitmq_endpoint=endpoint,
                 ),
                 1,
             )

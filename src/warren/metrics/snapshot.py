@@ -29,7 +29,11 @@ if TYPE_CHECKING:
 
 __all__ = ["SLICE", "QueueColumns", "Snapshot", "snapshot"]
 
-#: Queues (or channels) read per loop turn while taking a snapshot.
+#: When this process started (what /api/nodes's uptime counts from too).
+STARTED = time.time()
+
+#: Queues (or channels) read per loop turn while taking a snapshot (a
+#: millisecond or so).
 SLICE = 500
 
 #: Queue counters split by queue type in the rabbitmq_global_* families.
@@ -52,9 +56,13 @@ class QueueColumns:
     name: list[str] = field(default_factory=list)
     ready: list[int] = field(default_factory=list)
     unacked: list[int] = field(default_factory=list)
-    ready_bytes: list[int] = field(default_factory=list)
+    #: Body bytes ready and unacked (None: a stream's, which has no byte figures).
+    ready_bytes: list[int | None] = field(default_factory=list)
+    unacked_bytes: list[int | None] = field(default_factory=list)
     consumers: list[int] = field(default_factory=list)
-    persistent: list[bool] = field(default_factory=list)
+    #: messages_persistent and message_bytes_persistent (None: a stream's).
+    persistent: list[int | None] = field(default_factory=list)
+    persistent_bytes: list[int | None] = field(default_factory=list)
     published: list[int] = field(default_factory=list)
     #: Stream queues' segment files (None: not a stream, or not known).
     segments: list[int | None] = field(default_factory=list)
@@ -62,9 +70,12 @@ class QueueColumns:
     def __len__(self) -> int:
         return len(self.name)
 
-    def select(self, vhosts: set[str]) -> QueueColumns:
-        """The queues of those vhosts only."""
-        keep = [i for i, vhost in enumerate(self.vhost) if vhost in vhosts]
+    def indexes(self, vhosts: set[str]) -> list[int]:
+        """The indexes of the queues of those vhosts."""
+        return [i for i, vhost in enumerate(self.vhost) if vhost in vhosts]
+
+    def select(self, keep: list[int]) -> QueueColumns:
+        """The queues at those indexes only."""
         out = QueueColumns()
         for column in fields(self):
             values = getattr(self, column.name)
@@ -115,6 +126,14 @@ class Snapshot:
     connections_closed: int = 0
     queues: QueueColumns = field(default_factory=QueueColumns)
     channels: list[ChannelRow] = field(default_factory=list)
+    #: AMQP channels' counts by exchange: (channel, vhost, exchange, (publish,
+    #: confirm, return_unroutable, drop_unroutable)).
+    channel_exchanges: list[tuple[str, str, str, tuple[int, ...]]] = field(default_factory=list)
+    #: By queue: (channel, vhost, queue, (get, get_no_ack, deliver,
+    #: deliver_no_ack, redeliver, ack, get_empty)).
+    channel_queues: list[tuple[str, str, str, tuple[int, ...]]] = field(default_factory=list)
+    #: Publishes by queue and exchange: (channel, vhost, queue, exchange, n).
+    channel_routed: list[tuple[str, str, str, str, int]] = field(default_factory=list)
     connections: list[ConnectionRow] = field(default_factory=list)
     #: (vhost, name, type, bindings from it) of every exchange but the default
     #: and the internal ones.
@@ -148,12 +167,15 @@ class Snapshot:
     #: In a cluster, the cluster's state (ClusterNode.status); None on a single node.
     cluster_status: dict[str, Any] | None = None
     taken_at: float = 0.0
+    #: Seconds since the process started.
+    uptime: float = 0.0
 
 
 async def snapshot(node: Node) -> Snapshot:
     """Copy what the metrics need, yielding to the loop every SLICE queues."""
     snap = Snapshot(node=_node_name(), cluster=node.cluster_name, cluster_id=_cluster_id(node))
     snap.taken_at = time.time()
+    snap.uptime = round(snap.taken_at - STARTED, 3)
     retired = node.retired
     snap.connections_opened = node.connections_opened
     snap.connections_closed = node.connections_closed
@@ -192,9 +214,18 @@ async def snapshot(node: Node) -> Snapshot:
             cols.name.append(shown(queue.name))
             cols.ready.append(queue.message_count)
             cols.unacked.append(max(0, queue.unacked))
-            cols.ready_bytes.append(queue.store.ready_bytes)
+            persistent = queue.persistent_counts()  # None: a stream, as RabbitMQ's
+            if persistent is None:
+                cols.ready_bytes.append(None)
+                cols.unacked_bytes.append(None)
+                cols.persistent.append(None)
+                cols.persistent_bytes.append(None)
+            else:
+                cols.ready_bytes.append(queue.store.ready_bytes)
+                cols.unacked_bytes.append(max(0, queue.unacked_bytes))
+                cols.persistent.append(persistent[0])
+                cols.persistent_bytes.append(persistent[1])
             cols.consumers.append(queue.consumer_count)
-            cols.persistent.append(queue.persistent)
             cols.published.append(queue.stats.publish)
             cols.segments.append(segments if isinstance(segments, int) else None)
             seen += 1
@@ -221,6 +252,18 @@ async def snapshot(node: Node) -> Snapshot:
             )
         )
         totals = by_protocol.setdefault(label, MessageStats())
+        for ch_name, vhost_name, counts in conn.channel_counts():
+            ch_name, vhost_name = shown(ch_name), shown(vhost_name)
+            by_exchange, by_queue, routed = counts.rows()
+            snap.channel_exchanges += [
+                (ch_name, vhost_name, shown(ex), values) for ex, values in by_exchange
+            ]
+            snap.channel_queues += [
+                (ch_name, vhost_name, shown(q), values) for q, values in by_queue
+            ]
+            snap.channel_routed += [
+                (ch_name, vhost_name, shown(q), shown(ex), n) for q, ex, n in routed
+            ]
         for ch in conn.channels_info():
             shown_stats: dict[str, Any] = ch.get("message_stats") or {}
             values = tuple(int(shown_stats.get(c, 0)) for c in COUNTERS)

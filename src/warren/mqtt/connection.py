@@ -53,6 +53,7 @@ from warren.mqtt.sync_acks import SyncedAcks
 from warren.mqtt.topics import MAX_TOPIC_BYTES, mqtt_to_amqp, too_long
 
 if TYPE_CHECKING:
+    from warren.core.channel_counts import ChannelCounts
     from warren.core.exchange import Exchange
     from warren.mqtt.state import MQTTState
 
@@ -685,6 +686,9 @@ class MQTTConnection(Subscriptions):
 
     def channel_stats(self) -> list[tuple[str, MessageStats]]:
         return [(self.vhost.name, self.stats)] if self.vhost is not None else []
+
+    def channel_counts(self) -> list[tuple[str, str, ChannelCounts]]:
+        return []  # RabbitMQ 3.13's MQTT keeps no channel_* series either
 
 
 def _puback(pid: int) -> bytes:

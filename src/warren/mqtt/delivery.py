@@ -46,6 +46,11 @@ _U16 = struct.Struct("!H").pack
 _TOPIC_CACHE_LIMIT = 4096
 
 
+def _size(msg: Message | None) -> int:
+    """A delivery's body bytes (none for a retained message's, which has no queue)."""
+    return len(msg.body) if msg is not None else 0
+
+
 class MQTTConsumer(Consumer):
     """The session's subscription to one queue (its own, or a share group's)."""
 
@@ -100,7 +105,9 @@ class Delivery:
         self.consumers: dict[str, MQTTConsumer] = {}
         self.no_local_subscriptions = False
         self._next_pid = 0
-        self._acks: dict[int, tuple[Queue, list[int]]] = {}
+        # Acks to apply at the end of the loop turn, per queue: the queue, the
+        # seqs and their body bytes in all.
+        self._acks: dict[int, tuple[Queue, list[int], list[int]]] = {}
         self._topics: dict[str, bytes] = {}
         self._detached = False
         #: Retained QoS 1/2 messages for a SUBSCRIBE waiting for room in the window.
@@ -223,9 +230,9 @@ class Delivery:
         if entry is None:
             log.debug("%s: PUBACK for unknown packet id %d", self, pid)
             return
-        queue, seq, _ = entry
+        queue, seq, msg = entry
         if queue is not None:
-            self._ack(queue, seq)
+            self._ack(queue, seq, _size(msg))
         else:
             self._window_opened()  # a retained message: no queue ack to do it
 
@@ -236,7 +243,7 @@ class Delivery:
         assert session is not None
         if reason_code >= 0x80 or (entry is None and pid not in session.released):
             if entry is not None and entry[0] is not None:
-                self._ack(entry[0], entry[1])
+                self._ack(entry[0], entry[1], _size(entry[2]))
             if reason_code < 0x80:
                 self.send(encode(PubRel(pid, P.PACKET_IDENTIFIER_NOT_FOUND), self.level))
             return  # refused (or unknown): the exchange ends here
@@ -259,14 +266,14 @@ class Delivery:
                 syncer.after_sync([store.log], lambda ok: self._released(queue, seq, msg, ok))
                 entry = None
         if entry is not None and entry[0] is not None:
-            self._ack(entry[0], entry[1])
+            self._ack(entry[0], entry[1], _size(entry[2]))
         self.send(encode(PubRel(pid), self.level))
 
     def _released(self, queue: Queue, seq: int, msg: Message | None, synced: bool) -> None:
         """The release of a QoS 2 delivery is on disk: acknowledge its queue message
         (if the sync failed, put it back rather: a resend, never a loss)."""
         if synced or msg is None:
-            self._ack(queue, seq)
+            self._ack(queue, seq, _size(msg))
         else:
             queue.reject(seq, msg, True)
 
@@ -280,14 +287,15 @@ class Delivery:
                 self.state.sessions(self.vhost.name).save(session)
             self._window_opened()
 
-    def _ack(self, queue: Queue, seq: int) -> None:
+    def _ack(self, queue: Queue, seq: int, size: int) -> None:
         entry = self._acks.get(id(queue))
         if entry is None:
             if not self._acks and self.vhost is not None:
                 self.vhost.call_soon(self.apply_acks)
-            self._acks[id(queue)] = (queue, [seq])
+            self._acks[id(queue)] = (queue, [seq], [size])
         else:
             entry[1].append(seq)
+            entry[2][0] += size
 
     def apply_acks(self) -> None:
         """Acknowledge what the client settled, one call per queue, then let the
@@ -295,8 +303,8 @@ class Delivery:
         if not self._acks:
             return
         acks, self._acks = self._acks, {}
-        for queue, seqs in acks.values():
-            queue.ack_many(seqs)
+        for queue, seqs, size in acks.values():
+            queue.ack_many(seqs, size[0])
             queue.stats.ack += len(seqs)
             self.stats.ack += len(seqs)
         self._window_opened()
@@ -383,7 +391,7 @@ class Delivery:
         count_delivery(self.stats, queue.stats, consumer.no_ack, redelivered)
         if drop:
             if not consumer.no_ack:
-                self._ack(queue, seq)
+                self._ack(queue, seq, len(msg.body))
             return
         pid = 0
         dup = redelivered
@@ -403,12 +411,12 @@ class Delivery:
         )
         if packet is None:
             if not consumer.no_ack:
-                self._ack(queue, seq)
+                self._ack(queue, seq, len(msg.body))
             return
         if qos:
             self.inflight[pid] = (queue, seq, msg)
         elif not consumer.no_ack:
-            self._ack(queue, seq)
+            self._ack(queue, seq, len(msg.body))
         self.send(packet)
 
     def send_retained(self, msg: RetainedMessage, opts: SubscriptionOptions, now: int) -> None:

@@ -31,7 +31,14 @@ from warren.store.mirror import mirror_for
 from warren.store.segment_store import SEQ_BITS, SegmentStore
 from warren.store.sync_files import sync_files
 
-__all__ = ["LEVEL_SHIFT", "MAX_PRIORITY", "PriorityStore", "QuorumPriorityStore", "level_name"]
+__all__ = [
+    "INNER_MASK",
+    "LEVEL_SHIFT",
+    "MAX_PRIORITY",
+    "SEGMENT_LEVEL_SHIFT",
+    "PriorityStore",
+    "level_name",
+]
 
 log = logging.getLogger("warren.store")
 
@@ -40,10 +47,10 @@ MAX_PRIORITY = 255
 #: seq = level << LEVEL_SHIFT | inner seq. Inner seqs must stay below 2**LEVEL_SHIFT:
 #: a SegmentStore's do (SEQ_BITS), a MemoryStore's counter never gets there.
 LEVEL_SHIFT = SEQ_BITS
-_INNER_MASK = (1 << LEVEL_SHIFT) - 1
-# A span's and a run's segment (seq >> 32) holds the level above this many bits.
-_SEGMENT_LEVEL_SHIFT = LEVEL_SHIFT - 32
-_INNER_SEGMENT_MASK = (1 << _SEGMENT_LEVEL_SHIFT) - 1
+INNER_MASK = (1 << LEVEL_SHIFT) - 1
+#: A span's and a run's segment (seq >> 32) holds the level above this many bits.
+SEGMENT_LEVEL_SHIFT = LEVEL_SHIFT - 32
+_INNER_SEGMENT_MASK = (1 << SEGMENT_LEVEL_SHIFT) - 1
 _LEVEL_DIR = re.compile(r"p(\d{3})")
 
 
@@ -225,7 +232,7 @@ class PriorityStore:
         if store is None:
             return None
         count, size = store.ready_count, store.ready_bytes
-        msg = store.remove_ready(seq & _INNER_MASK)
+        msg = store.remove_ready(seq & INNER_MASK)
         self._ready_count += store.ready_count - count
         self._ready_bytes += store.ready_bytes - size
         if not store.ready_count:
@@ -250,7 +257,7 @@ class PriorityStore:
     def ack_run(self, segment: int, offsets: array[int]) -> None:
         """A run's or a span's acks (its segment carries the level): one call to
         the level's store."""
-        level = segment >> _SEGMENT_LEVEL_SHIFT
+        level = segment >> SEGMENT_LEVEL_SHIFT
         store = self._levels[level] if 0 <= level <= MAX_PRIORITY else None
         if store is not None:
             store.ack_run(segment & _INNER_SEGMENT_MASK, offsets)
@@ -270,20 +277,20 @@ class PriorityStore:
         assert store is not None
         span = store.span()
         if span is not None:
-            span.segment |= level << _SEGMENT_LEVEL_SHIFT
+            span.segment |= level << SEGMENT_LEVEL_SHIFT
         return span
 
-    def take_span(self, span: StoreSpan, n: int, body_bytes: int) -> None:
-        level = span.segment >> _SEGMENT_LEVEL_SHIFT
+    def take_span(self, span: StoreSpan, taken: StoredRun, acked: bool) -> None:
+        level = span.segment >> SEGMENT_LEVEL_SHIFT
         store = self._levels[level]
         assert store is not None
         span.segment &= _INNER_SEGMENT_MASK
         try:
-            store.take_span(span, n, body_bytes)
+            store.take_span(span, taken, acked)
         finally:
-            span.segment |= level << _SEGMENT_LEVEL_SHIFT
-        self._ready_count -= n
-        self._ready_bytes -= body_bytes
+            span.segment |= level << SEGMENT_LEVEL_SHIFT
+        self._ready_count -= len(taken)
+        self._ready_bytes -= sum(taken.sizes)
         if not store.ready_count:
             self._ready_mask &= ~(1 << level)
 
@@ -291,19 +298,19 @@ class PriorityStore:
         store = self._level(seq)
         if store is None:
             raise KeyError(seq)
-        return store.read(seq & _INNER_MASK)
+        return store.read(seq & INNER_MASK)
 
     def ack(self, seq: int) -> None:
         store = self._level(seq)
         if store is not None:
-            store.ack(seq & _INNER_MASK)
+            store.ack(seq & INNER_MASK)
 
     def requeue(self, seq: int, msg: Message) -> None:
         level = seq >> LEVEL_SHIFT
         store = self._level(seq)
         if store is None:
             raise ValueError(f"requeue of seq {seq}: no priority level {level} in {self!r}")
-        store.requeue(seq & _INNER_MASK, msg)
+        store.requeue(seq & INNER_MASK, msg)
         self._ready_count += 1
         self._ready_bytes += len(msg.body)
         self._ready_mask |= 1 << level
@@ -314,6 +321,16 @@ class PriorityStore:
             n += store.purge()
         self._ready_count = self._ready_bytes = self._ready_mask = 0
         return n
+
+    def transient(self) -> tuple[int, int]:
+        """The levels' transient messages and bytes, summed (read by the API and
+        metrics only: no running total)."""
+        count = size = 0
+        for store in self._stores:
+            c, b = store.transient()
+            count += c
+            size += b
+        return count, size
 
     # -- files ----------------------------------------------------------------------------
     def flush(self) -> None:
@@ -382,77 +399,3 @@ class PriorityStore:
                     error = exc
         if error is not None:
             raise error
-
-
-#: A quorum queue's message priority levels (RabbitMQ 4.x): 0 normal, 1 high.
-QUORUM_HIGH = 1
-#: Priorities above this are high in a quorum queue; none and 0..4 are normal.
-QUORUM_NORMAL_MAX = 4
-# The priority property's bit (1 << 11 of the flags) in their first byte.
-_PRIORITY_FLAG_BYTE = 0x08
-#: High-priority messages delivered for each normal one while both wait.
-QUORUM_HIGH_PER_NORMAL = 2
-
-
-class QuorumPriorityStore(PriorityStore):
-    """A quorum queue's messages: RabbitMQ 4.x's two priorities, served fairly.
-
-    Priorities 0-4 (or none) are normal, 5 and above high. While both levels
-    have messages, two high ones go for each normal one, so normal messages
-    always progress (RabbitMQ's "fair share", not a classic queue's strict
-    order). No x-max-priority is needed: every quorum queue has the two levels,
-    the high one made on first use.
-    """
-
-    def __init__(
-        self, make_level: Callable[[int], MessageStore], directory: Path | None = None
-    ) -> None:
-        super().__init__(QUORUM_HIGH, make_level, directory)
-        # High-priority messages shifted since the last normal one.
-        self._high_streak = 0
-
-    def _level_of(self, msg: Message) -> int:
-        props = msg.properties
-        if not props or not props[0] & _PRIORITY_FLAG_BYTE:
-            return 0  # no priority property: normal, without parsing the flags
-        try:
-            priority = peek_priority(props)
-        except DecodeError:
-            return 0
-        return QUORUM_HIGH if priority is not None and priority > QUORUM_NORMAL_MAX else 0
-
-    def span(self) -> StoreSpan | None:
-        """A span only while one level alone has messages: with both, two high
-        go for each normal one, message by message."""
-        if self._lost:
-            self._recount()
-        mask = self._ready_mask
-        if mask not in (1, 1 << QUORUM_HIGH):
-            return None
-        return self._level_span(mask.bit_length() - 1)
-
-    def take_span(self, span: StoreSpan, n: int, body_bytes: int) -> None:
-        super().take_span(span, n, body_bytes)
-        high = span.segment >> _SEGMENT_LEVEL_SHIFT
-        self._high_streak = self._high_streak + n if high else 0
-
-    def _take(self, peek: bool) -> tuple[int, Message, bool] | None:
-        if self._lost:
-            self._recount()
-        order = (1, 0) if self._high_streak < QUORUM_HIGH_PER_NORMAL else (0, 1)
-        for level in order:
-            if not self._ready_mask & (1 << level):
-                continue
-            store = self._levels[level]
-            assert store is not None
-            count, size = store.ready_count, store.ready_bytes
-            item = store.peek() if peek else store.shift()
-            self._ready_count += store.ready_count - count
-            self._ready_bytes += store.ready_bytes - size
-            if not store.ready_count:
-                self._ready_mask &= ~(1 << level)
-            if item is not None:
-                if not peek:
-                    self._high_streak = self._high_streak + 1 if level else 0
-                return (level << LEVEL_SHIFT) | item[0], item[1], item[2]
-        return None

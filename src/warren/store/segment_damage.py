@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import warren
+from warren.core.properties import is_persistent
 from warren.store.records import (
     FILE_HEADER_SIZE,
     FILE_MAGIC,
@@ -273,7 +274,7 @@ class Survey:
     ranges (start, end, intact records before it), the dead offsets to step
     over (damaged starts included), and the intact records still to read."""
 
-    __slots__ = ("gaps", "skip", "records", "unread", "unread_bytes")
+    __slots__ = ("gaps", "skip", "records", "unread", "unread_bytes", "transient", "transient_bytes")
 
     def __init__(self) -> None:
         self.gaps: list[tuple[int, int, int]] = []
@@ -281,6 +282,9 @@ class Survey:
         self.records = 0
         self.unread = 0
         self.unread_bytes = 0
+        # The transient records among the unread ones, and their body bytes.
+        self.transient = 0
+        self.transient_bytes = 0
 
 
 def survey(
@@ -298,7 +302,7 @@ def survey(
     found = Survey()
     d = bisect.bisect_left(dead, start) if dead is not None else 0
     nd = len(dead) if dead is not None else 0
-    for pos, length, p_off, _p_len, b_len in walk(buf, start, limit, seed):
+    for pos, length, p_off, p_len, b_len in walk(buf, start, limit, seed):
         if p_off < 0:
             found.gaps.append((pos, pos + length, found.records))
             found.skip.append(pos)
@@ -314,6 +318,9 @@ def survey(
             continue
         found.unread += 1
         found.unread_bytes += b_len
+        if not is_persistent(buf[p_off : p_off + p_len]):
+            found.transient += 1
+            found.transient_bytes += b_len
     return found
 
 

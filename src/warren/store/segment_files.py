@@ -19,7 +19,6 @@ from collections import deque
 from pathlib import Path
 
 from warren.store.ack_files import encode_acks
-from warren.store.records import CorruptRecord, inspect_record
 from warren.store.segment_log import OFFSET_MASK, SegmentLog
 from warren.store.sync_files import sync_collected, sync_files
 
@@ -45,6 +44,8 @@ class SegmentState:
         "removed",
         "removed_max",
         "has_acks",
+        "transient_unread",
+        "transient_unread_bytes",
     )
 
     def __init__(self, segment_id: int) -> None:
@@ -65,34 +66,15 @@ class SegmentState:
         self.removed: set[int] | None = None
         self.removed_max = 0
         self.has_acks = False
+        # The transient records among the unread ones and their body bytes, when
+        # the store counts them (store/transient_counts.py).
+        self.transient_unread = 0
+        self.transient_unread_bytes = 0
 
 
 def acks_path(directory: Path, segment_id: int) -> Path:
     """The ack file of segment ``segment_id``."""
     return directory / f"acks.{segment_id:010d}"
-
-
-def count_lost(
-    data: bytes, start: int, ready_from: int, removed: set[int] | None
-) -> tuple[int, int, int]:
-    """Records a failed write-out dropped (``data``, from offset ``start`` of its
-    segment): how many, and how many of them (and their body bytes) were still
-    ready, at or past ``ready_from`` and not taken out by remove_ready."""
-    records = ready = ready_bytes = 0
-    pos = 0
-    size = len(data)
-    while pos < size:
-        try:
-            length, _p_off, _p_len, b_len = inspect_record(data, pos, size, False)
-        except CorruptRecord:
-            break  # not what this process encoded: cannot happen
-        off = start + pos
-        records += 1
-        if off >= ready_from and (removed is None or off not in removed):
-            ready += 1
-            ready_bytes += b_len
-        pos += length
-    return records, ready, ready_bytes
 
 
 def _append_all(fd: int, data: bytes) -> None:

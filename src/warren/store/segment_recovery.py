@@ -26,7 +26,7 @@ import struct
 from array import array
 from collections.abc import Iterator
 
-from warren.core.properties import peek_delivery_mode
+from warren.core.properties import is_persistent
 from warren.store.ack_files import AckFile, encode_acks, read_acks
 from warren.store.layout import fsync_directory
 from warren.store.records import MIN_RECORD_SIZE
@@ -45,13 +45,15 @@ _U32 = struct.Struct(">I")
 
 
 def recover(
-    seglog: SegmentLog, persistent_only: bool
+    seglog: SegmentLog, persistent_only: bool, count_transient: bool = False
 ) -> tuple[dict[int, SegmentState], SegmentState | None]:
     """Rebuild counters from the files; never raises (a broken queue starts empty).
 
     Returns the segments with records left, by ascending id, and the one to keep
     appending to (None: the next append starts a new segment). With
-    ``persistent_only`` transient messages are dropped (acked in the ack file).
+    ``persistent_only`` transient messages are dropped (acked in the ack file);
+    otherwise, with ``count_transient``, those kept are counted
+    (SegmentState.transient, store/transient_counts.py).
     """
     directory = seglog.directory
     segs: dict[int, SegmentState] = {}
@@ -82,7 +84,9 @@ def recover(
         for sid in sorted(seg_ids):
             where = seglog.msgs_path(sid).name
             try:
-                found = _recover_segment(seglog, sid, sid in ack_ids, persistent_only)
+                found = _recover_segment(
+                    seglog, sid, sid in ack_ids, persistent_only, count_transient
+                )
             except Exception:
                 log.exception(
                     "%s: cannot recover %s; leaving it untouched, its messages are not served",
@@ -113,7 +117,7 @@ def recover(
 
 
 def _recover_segment(
-    seglog: SegmentLog, sid: int, has_acks: bool, persistent_only: bool
+    seglog: SegmentLog, sid: int, has_acks: bool, persistent_only: bool, count: bool
 ) -> tuple[SegmentState, RecordScan] | None:
     """Validate one segment (the log's scan) against its ack file; returns (segment,
     the closed scan: where its data ends) or None when the segment is gone (fully
@@ -158,6 +162,14 @@ def _recover_segment(
             else:
                 seg.unread += 1
                 seg.unread_bytes += b_len
+                if (
+                    count
+                    and not persistent_only
+                    and m is not None
+                    and not is_persistent(m[p_off : p_off + p_len])
+                ):
+                    seg.transient_unread += 1
+                    seg.transient_unread_bytes += b_len
     finally:
         scan.close()
     del acked
@@ -207,12 +219,13 @@ def _recover_segment(
 
 def step_over_damage(
     seglog: SegmentLog, seg: SegmentState, m: mmap.mmap, pos: int, end: int, skip: array[int] | None
-) -> tuple[int, int]:
+) -> tuple[tuple[int, int], tuple[int, int]]:
     """The read path met a record that does not check out at ``pos`` of ``seg``
     (mapped as ``m``, its data ending at ``end``; ``skip`` the dead offsets the
     cursor still has to step over): keep the damaged bytes aside, record them as
     gaps in the skip list, count the records left to read. Returns the ready
-    messages and bytes the damage took."""
+    messages and bytes the damage took, and the transient records (and their
+    bytes) left to read."""
     seed = seglog.file(seg.id).seed
     found = survey(m, pos, end, skip, seg.removed, seed)
     path = seglog.msgs_path(seg.id)
@@ -248,7 +261,7 @@ def step_over_damage(
     seg.unread = found.unread
     seg.unread_bytes = found.unread_bytes
     seg.skip = found.skip if found.skip else None
-    return lost, lost_bytes
+    return (lost, lost_bytes), (found.transient, found.transient_bytes)
 
 
 def keep_unreadable(seglog: SegmentLog, seq: int, data: bytes, reason: str) -> None:
@@ -269,18 +282,6 @@ def keep_unreadable(seglog: SegmentLog, seq: int, data: bytes, reason: str) -> N
         )
         return
     report(seglog.directory, path.name, off, off + len(data), reason, kept, known, 0)
-
-
-def is_persistent(raw_properties: bytes) -> bool:
-    """Whether a record's properties say delivery-mode 2 (unreadable ones: yes)."""
-    # Fast path: one flags word and delivery-mode is the first property present
-    # (no content-type, content-encoding or headers): it follows the flags word.
-    if len(raw_properties) >= 3 and raw_properties[0] & 0xF0 == 0x10 and not raw_properties[1] & 1:
-        return raw_properties[2] == 2
-    try:
-        return peek_delivery_mode(raw_properties) == 2
-    except Exception:  # unreadable properties: keep the message rather than lose it
-        return True
 
 
 def _rewrite_acks(seglog: SegmentLog, sid: int, offsets: list[int]) -> None:

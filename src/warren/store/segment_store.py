@@ -10,10 +10,13 @@ damaged on disk is kept aside and stepped over, never served
 (store/requeued.py). Acknowledgements are appended as u32 record offsets to
 ``acks.<id>`` next to the log's ``msgs.<id>``, in checksummed batches
 (store/ack_files.py); a segment whose records are all acknowledged is dropped
-from the log. The files and their durability are SegmentFiles', the base class
-(store/segment_files.py); what a store finds when it opens is
-store/segment_recovery.py's. docs/storage.md describes the formats, recovery
-and durability in full.
+from the log. The files and their durability are SegmentFiles'
+(store/segment_files.py); the counters, the cursor and what failed writes and
+damage do to them SegmentFaults', the base class (store/segment_faults.py);
+what a store finds when it opens is store/segment_recovery.py's. A durable
+queue's store also counts its live transient messages, for the persistent
+counts (store/transient_counts.py). docs/storage.md describes the formats,
+recovery and durability in full.
 
 Threading: everything except sync() and flush() belongs to one thread (the event
 loop). sync() may run in a worker thread while that thread keeps appending; the
@@ -27,7 +30,7 @@ import logging
 import mmap
 import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from warren.core.message import Message, MessageRun
@@ -38,16 +41,12 @@ from warren.store.records import (
     encode_message_record,
     encode_run,
 )
-from warren.store.requeued import RequeuedMessages
-from warren.store.segment_cursor import SegmentCursor, log_end
-from warren.store.segment_files import SegmentFiles, SegmentState, count_lost
+from warren.store.segment_cursor import log_end
+from warren.store.segment_faults import SegmentFaults
+from warren.store.segment_files import SegmentState
 from warren.store.segment_log import OFFSET_MASK, SEQ_BITS
-from warren.store.segment_recovery import (
-    keep_unreadable,
-    recover,
-    scan_segment,
-    step_over_damage,
-)
+from warren.store.segment_recovery import keep_unreadable, recover, scan_segment
+from warren.store.transient_counts import PERSISTENT_PROPERTIES, is_persistent, is_transient
 
 __all__ = ["SEQ_BITS", "SegmentStore"]
 
@@ -59,7 +58,7 @@ _OFFSET_MASK = OFFSET_MASK
 _ACK_BATCH = 4096
 
 
-class SegmentStore(SegmentFiles):
+class SegmentStore(SegmentFaults):
     """MessageStore for one queue, kept in segment files under ``directory``.
 
     ``seq`` is ``(segment id << 32) | offset of the record``, so sequence order is
@@ -78,38 +77,21 @@ class SegmentStore(SegmentFiles):
         delivered_mark: int | None = None,
         preallocate: bool = True,
         format_version: int = 2,
+        count_transient: bool = True,
     ) -> None:
         """``delivered_mark``: delivered_mark() as a clean shutdown recorded it (the
         records below it that are still here were delivered before); None after a
         crash, when any recovered record may have been: all of them come back
         redelivered, as RabbitMQ's do. ``preallocate`` and ``format_version``:
-        the segment log's (store/segment_log.py)."""
-        super().__init__(directory, segment_size, preallocate, format_version)
-        # The segment the log appends to (its counters), None until the first append.
-        self._wseg: SegmentState | None = None
-        # Reading: a cursor into the oldest segment with unread records.
-        self._cursor = SegmentCursor(self._log)
-        # A record peek() decoded at the cursor, for the next shift(): (seq, message,
-        # record length).
-        self._peeked: tuple[int, Message, int] | None = None
-        # shift() must leave its fast path: a skip list, removed records or a peeked
-        # record in the cursor's segment (kept by _set_detour()).
-        self._detour = False
-        # Messages given back by consumers, ready again ahead of the log's.
-        self._requeued = RequeuedMessages()
-        self._ready_count = 0
-        self._ready_bytes = 0
-        # Where failed write-outs cut segments off (segment id -> first lost offset):
-        # a message from there on that a consumer gives back is dropped, not requeued.
-        self._lost_from: dict[int, int] = {}
-        #: Told (count, bytes) when ready messages are dropped by a failed write-out
-        #: (a PriorityStore keeps running totals of its levels).
-        self.on_ready_lost: Callable[[int, int], None] | None = None
-        self._log.on_lost = self._records_lost
-        self._segs, self._wseg = recover(self._log, persistent_only_on_recovery)
+        the segment log's (store/segment_log.py). ``count_transient``: count the
+        live transient messages (``transient()``; store/transient_counts.py),
+        for a durable queue's persistent counts."""
+        super().__init__(directory, segment_size, preallocate, format_version, count_transient)
+        self._segs, self._wseg = recover(self._log, persistent_only_on_recovery, count_transient)
         for seg in self._segs.values():
             self._ready_count += seg.unread
             self._ready_bytes += seg.unread_bytes
+            self._transient.recovered(seg)
         # Records below this seq were delivered before the store opened: shift()
         # and peek() say redelivered for them (those appended from now on sit above).
         # While the cursor may meet such records, shift() leaves its fast path
@@ -136,6 +118,11 @@ class SegmentStore(SegmentFiles):
         """Whether anything was appended, acked or purged since the last sync()."""
         return self._dirty
 
+    def transient(self) -> tuple[int, int]:
+        """Live transient messages (ready and unacknowledged) and their body bytes;
+        (0, 0) when the store does not count them."""
+        return self._transient.total()
+
     @property
     def directory(self) -> Path:
         return self._dir
@@ -156,6 +143,10 @@ class SegmentStore(SegmentFiles):
         seg.unread_bytes += b
         self._ready_count += 1
         self._ready_bytes += b
+        if self._count:
+            props = msg.properties
+            if props != PERSISTENT_PROPERTIES and not is_persistent(props):
+                self._transient.appended(seg, b)
         self._dirty = True  # after the write: sync() clears it before flushing
         return seq
 
@@ -189,6 +180,10 @@ class SegmentStore(SegmentFiles):
         seg.unread_bytes -= b
         self._ready_count -= 1
         self._ready_bytes -= b
+        if seg.transient_unread:  # this message (nothing else was ready): transient
+            t = self._transient
+            t.unread_gone(seg)
+            t.handed_out(seq, b)
         return seq
 
     def append_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
@@ -198,6 +193,11 @@ class SegmentStore(SegmentFiles):
         if self._ready_count:
             raise ValueError("append_run needs an empty backlog")
         seg, stored = self._put_run(run, start, stop)
+        if self._count and stored.persistent != stop - start:  # transient: held from now on
+            t = self._transient
+            base = stored.segment << 32
+            for k in _transient_in_run(run, start, stored):
+                t.handed_out(base | stored.offsets[k], stored.sizes[k])
         cursor = self._cursor
         if cursor.seg is not seg:
             self._enter(seg)
@@ -214,6 +214,9 @@ class SegmentStore(SegmentFiles):
         seg.unread_bytes += size
         self._ready_count += n
         self._ready_bytes += size
+        if self._count and stored.persistent != n:  # transient: unread in the segment
+            for k in _transient_in_run(run, start, stored):
+                self._transient.appended(seg, stored.sizes[k])
         return stored
 
     def _put_run(
@@ -245,6 +248,11 @@ class SegmentStore(SegmentFiles):
         seg = self._segs.get(segment)
         if seg is None or not offsets:
             return
+        t = self._transient
+        if t.held:
+            base = segment << 32
+            for off in offsets:
+                t.dead(base | off)
         self._acks.append((segment, offsets))
         self._dirty = True
         seg.dead += len(offsets)
@@ -286,9 +294,12 @@ class SegmentStore(SegmentFiles):
             seg.unread_bytes -= b
             self._ready_count -= 1
             self._ready_bytes -= b
+            seq = (seg.id << 32) | pos
+            if seg.transient_unread:
+                self._transient.read(seg, seq, msg.properties, b, True)
             if not seg.unread:
                 cursor.close_map()  # fully read for now: hold no map while idle
-            return (seg.id << 32) | pos, msg, False
+            return seq, msg, False
         return None
 
     def span(self) -> StoreSpan | None:
@@ -327,18 +338,53 @@ class SegmentStore(SegmentFiles):
                 self._set_detour()
         return StoreSpan(m, pos, limit, cursor.seed, seg.id, seg.unread, redelivered)
 
-    def take_span(self, span: StoreSpan, n: int, body_bytes: int) -> None:
+    def take_span(self, span: StoreSpan, taken: StoredRun, acked: bool) -> None:
         cursor = self._cursor
         seg = cursor.seg
+        n = len(taken)
         if seg is None or span.segment != seg.id or span.pos != cursor.pos or n > seg.unread:
             raise ValueError(f"{self!r}: a span taken after the store changed")
+        body_bytes = sum(taken.sizes)
         cursor.pos = span.end
         seg.unread -= n
         seg.unread_bytes -= body_bytes
         self._ready_count -= n
         self._ready_bytes -= body_bytes
+        if seg.transient_unread:
+            self._transient_taken(seg, span, taken, body_bytes, acked)
         if not seg.unread:
             cursor.close_map()  # fully read for now: hold no map while idle
+
+    def _transient_taken(
+        self, seg: SegmentState, span: StoreSpan, taken: StoredRun, body_bytes: int, acked: bool
+    ) -> None:
+        """take_span's part of the transient counts (store/transient_counts.py): the
+        span's transient records are no longer unread, and held until acked
+        (none when ``acked``: a no-ack consumer's, acked at once)."""
+        t = self._transient
+        n = len(taken)
+        offsets, sizes = taken.offsets, taken.sizes
+        if seg.transient_unread >= seg.unread + n:  # every unread record was transient
+            which: range | list[int] = range(n)
+            t.read_many(seg, n, body_bytes)
+        else:
+            m = span.buf
+            which = []
+            count = size = 0
+            for k in range(n):
+                off = offsets[k]
+                pl = off + 14 + m[off + 12]
+                pl += m[pl - 1]
+                p_len = int.from_bytes(m[pl : pl + 4], "big")
+                if is_transient(m[pl + 4 : pl + 4 + p_len]):
+                    which.append(k)
+                    count += 1
+                    size += sizes[k]
+            t.read_many(seg, count, size)
+        if not acked:
+            base = seg.id << 32
+            for k in which:
+                t.handed_out(base | offsets[k], sizes[k])
 
     def _shift_redelivering(self) -> tuple[int, Message, bool] | None:
         """shift() of the next record while records below the delivered mark may be
@@ -357,6 +403,9 @@ class SegmentStore(SegmentFiles):
         seg = self._segs.get(seq >> 32)
         if seg is None:
             return
+        t = self._transient
+        if t.held:
+            t.dead(seq)
         self._acks.append(seq)
         self._dirty = True
         seg.dead += 1
@@ -438,6 +487,8 @@ class SegmentStore(SegmentFiles):
         seg.unread_bytes -= b
         self._ready_count -= 1
         self._ready_bytes -= b
+        if seg.transient_unread:
+            self._transient.read(seg, seq, msg.properties, b, True)
         self._set_detour()
         if not seg.unread:
             cursor.close_map()
@@ -483,6 +534,8 @@ class SegmentStore(SegmentFiles):
         seg.unread_bytes -= b
         self._ready_count -= 1
         self._ready_bytes -= b
+        if seg.transient_unread:
+            self._transient.read(seg, seq, msg.properties, b, False)
         if seg is cursor.seg:
             self._set_detour()
         elif not seg.unread and seg is not self._wseg:
@@ -491,6 +544,24 @@ class SegmentStore(SegmentFiles):
             seg.removed = None
         self.ack(seq)
         return msg
+
+    def is_ready(self, seq: int) -> bool:
+        """Whether ``seq``, a number kept from before (a quorum queue's delivery
+        counts, store/delivery_counts.py), names a ready message of this store: a
+        requeued one, or a live record ahead of the cursor that checks out
+        (structure and CRC with its segment's salt), so that a number from an
+        earlier life of a segment id never matches. Reads one record; changes
+        nothing."""
+        if seq in self._requeued.by_seq:
+            return True
+        seg = self._segs.get(seq >> 32)
+        off = seq & _OFFSET_MASK
+        if seg is None or not seg.unread or off < self._log.data_start(seg.id):
+            return False
+        cursor = self._cursor
+        if cursor.passed(seg, off) or cursor.is_dead(seg, off):
+            return False
+        return cursor.read_at(seg, off) is not None
 
     def scan_ready(self, exchange: str | None = None) -> Iterator[tuple[int, int, bytes]]:
         """(seq, timestamp, raw properties) of each ready message, in shift order
@@ -533,6 +604,8 @@ class SegmentStore(SegmentFiles):
                     seg.dead += seg.unread
                 seg.unread = 0
                 seg.unread_bytes = 0
+                if seg.transient_unread:
+                    self._transient.unread_gone(seg)
             seg.skip = None
             seg.removed = None
         self._ready_count = 0
@@ -599,74 +672,9 @@ class SegmentStore(SegmentFiles):
         self._redelivering = self._detour = False
         self._wseg = None
         self._ready_count = self._ready_bytes = 0
-
-    # -- writing --------------------------------------------------------------------------
-    def _records_lost(self, segment_id: int, start: int, data: bytes) -> int:
-        """The log's on_lost: a write-out failed (a full disk), so the records from
-        ``start`` on in ``segment_id`` (``data``) never reached the file, and the
-        log closed that segment. Those still ready are no longer counted (their
-        publishers get nacks); those a consumer already has (append_shifted,
-        append_run) stay counted until acked (a requeue drops them). Returns how
-        many records there were."""
-        seg = self._segs.get(segment_id)
-        if seg is None:
-            return 0
-        ready_from = self._cursor.ready_from(seg)
-        records, ready, ready_bytes = count_lost(data, start, ready_from, seg.removed)
-        if ready > seg.unread:  # a purged or abandoned segment: nothing ready to take out
-            ready, ready_bytes = seg.unread, seg.unread_bytes
-        self._lost_from[segment_id] = start
-        seg.records -= ready
-        seg.unread -= ready
-        seg.unread_bytes -= ready_bytes
-        self._ready_count -= ready
-        self._ready_bytes -= ready_bytes
-        if seg is self._wseg:
-            self._wseg = None
-        if ready and self.on_ready_lost is not None:
-            self.on_ready_lost(ready, ready_bytes)
-        if seg.dead >= seg.records:
-            self._drop_segment(seg)
-        return records
-
-    def _retire_write_segment(self) -> None:
-        """Close the write segment; the next append starts a new one."""
-        self._log.retire()
-        self._wseg = None
-
-    def _drop_segment(self, seg: SegmentState) -> None:
-        """Delete a fully acknowledged segment (messages first, so acks never go missing)."""
-        if seg is self._cursor.seg:
-            self._cursor.leave()
-            self._peeked = None
-            self._set_detour()
-        with self._lock:
-            if self._log.closed or self._segs.pop(seg.id, None) is None:
-                return
-            if seg is self._wseg:
-                self._wseg = None
-            self._unsynced_acks.discard(seg.id)
-            # Messages first: a crash in between leaves an orphan ack file (removed
-            # on recovery), never a message file whose acks are gone.
-            self._log.drop_locked(seg.id)
-            self._log.unlink(self._acks_path(seg.id))
-        self._lost_from.pop(seg.id, None)
+        self._transient.reset()
 
     # -- reading (the cursor: store/segment_cursor.py) ------------------------------------
-    def _enter(self, seg: SegmentState) -> None:
-        self._cursor.enter(seg)
-        self._set_detour()
-
-    def _set_detour(self) -> None:
-        cursor = self._cursor
-        seg = cursor.seg
-        self._detour = (
-            self._peeked is not None
-            or cursor.skip is not None
-            or (seg is not None and seg.removed is not None)
-            or self._redelivering
-        )
-
     def _locate(self) -> tuple[mmap.mmap | None, int]:
         """Map the next unread record, moving through segments and past dead records.
 
@@ -691,6 +699,8 @@ class SegmentStore(SegmentFiles):
                     )
                     self._ready_count = len(self._requeued.by_seq)
                     self._ready_bytes = self._requeued.body_bytes()
+                    for s in self._segs.values():  # nothing unread: none transient
+                        self._transient.unread_gone(s)
                     return None, 0
                 self._enter(nxt)
                 seg = nxt
@@ -717,60 +727,6 @@ class SegmentStore(SegmentFiles):
             if cursor.pos < cursor.end:
                 return m, cursor.pos
 
-    def _abandon_segment(self, seg: SegmentState, reason: str) -> None:
-        """Give up on the unread rest of a segment that cannot be read (never expected:
-        recovery validated it). Its ready messages are lost; the store keeps working."""
-        log.error(
-            "%s: %s unreadable (%s): dropping its %d unread messages",
-            self._dir,
-            self._log.msgs_path(seg.id).name,
-            reason,
-            seg.unread,
-        )
-        self._ready_count -= seg.unread
-        self._ready_bytes -= seg.unread_bytes
-        seg.dead += seg.unread
-        seg.unread = 0
-        seg.unread_bytes = 0
-        seg.removed = None
-        if seg is self._cursor.seg:
-            self._peeked = None
-            self._set_detour()
-        self._cursor.close_map()
-        if seg is self._wseg:
-            self._retire_write_segment()  # do not append after damage
-        if seg.dead >= seg.records:
-            self._drop_segment(seg)
-
-    def _damaged(self, seg: SegmentState, pos: int) -> None:
-        """The record at ``pos``, where the cursor stands, does not check out: it
-        was damaged on disk after it was written or recovered. Its bytes are kept
-        aside and never served, the cursor steps over them to the next record
-        that checks out, and what is left to read is counted again."""
-        self._peeked = None
-        cursor = self._cursor
-        try:
-            cursor.map_segment(seg)  # the whole file, appends flushed
-        except OSError as exc:
-            self._abandon_segment(seg, f"cannot map: {exc}")
-            return
-        m = cursor.map
-        if m is None or pos >= cursor.end:
-            self._abandon_segment(seg, "file shorter than its records")
-            return
-        lost, lost_bytes = step_over_damage(self._log, seg, m, pos, cursor.end, cursor.skip)
-        self._ready_count -= lost
-        self._ready_bytes -= lost_bytes
-        if seg.gaps is None or pos not in seg.gaps:  # never expected: do not loop on it
-            self._abandon_segment(seg, f"record at offset {pos} does not read back")
-            return
-        cursor.restart_at(pos)
-        self._set_detour()
-        if not seg.unread:
-            cursor.close_map()
-            if seg.dead >= seg.records and seg is not self._wseg:
-                self._drop_segment(seg)
-
     def _ack_unread(self, seg: SegmentState) -> None:
         """Ack every unread record of the read segment (purge with unacked neighbours)."""
         base = seg.id << 32
@@ -778,3 +734,12 @@ class SegmentStore(SegmentFiles):
         for off in self._cursor.live_ahead(seg.unread):
             acks.append(base | off)
         seg.dead += seg.unread  # the file disagreeing with the counters included
+
+
+def _transient_in_run(run: MessageRun, start: int, stored: StoredRun) -> list[int]:
+    """The indexes (from ``start``) of a stored run's transient messages."""
+    n = len(stored)
+    if not stored.persistent:
+        return list(range(n))
+    raw = run.raw
+    return [k for k in range(n) if is_transient(raw.properties(start + k))]
