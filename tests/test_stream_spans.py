@@ -62,7 +62,7 @@ def spans(cursor: StreamCursor, tag: int, frame_max: int, sizes: list[int]) -> t
     while (span := cursor.span()) is not None:
         buf, pos, seed, left = span
         want = min(left, rng.choice((1, 2, 7, 100, 10_000)))
-        frames, n, end, raw = _native.deliver_records(
+        frames, n, end, raw, _offsets = _native.deliver_records(
             buf, pos, len(buf), seed, want, CHANNEL, HEAD, tag, frame_max
         )
         assert n <= want

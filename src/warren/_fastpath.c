@@ -6,6 +6,9 @@
  * property list and body lie. publish_run.py is the reference (and the
  * fallback without a compiler); tests/test_publish_run.py checks both alike.
  *
+ * scan_acks() finds the run of single basic.ack frames with consecutive tags
+ * that starts where the read loop stands (amqp/ack_scan.py is its reference).
+ *
  * deliver_frames() writes what a consumer gets for a run's messages
  * (amqp/consumer.py's AMQPConsumer.deliver_run and deliver_stored_run),
  * straight from the publisher's bytes; amqp/frames.py's message_frames is its
@@ -25,10 +28,10 @@
  * that become Arrow arrays without a Python object per row; encode_publishes()
  * is the sink's (spark/publish.py): a body column's rows to publish frames.
  *
- * deliver_records() frames a stream consumer's deliveries straight from the
- * segment store's records in a memory map (core/stream_queue.py's backlog
- * path); the per-message path (StreamCursor.next, AMQPConsumer.deliver) is
- * its reference.
+ * deliver_records() frames a consumer's deliveries straight from the segment
+ * store's records in a memory map (a stream's backlog, core/stream_queue.py,
+ * and a classic queue's, core/queue.py); amqp/record_deliveries.py's
+ * deliver_records_python is its reference.
  *
  * The sources: this file (the module and its init), _fastpath.h (what they
  * share), _fastpath_scan.c, _fastpath_run.c (the PublishRun type),
@@ -45,6 +48,8 @@ PyObject *plain_props[3];
 static PyMethodDef module_methods[] = {
     {"scan_publishes", (PyCFunction)(void (*)(void))scan_publishes, METH_FASTCALL,
      "scan_publishes(data, pos, frame_max, max_body, limit, keyed=False) -> PublishRun | None"},
+    {"scan_acks", (PyCFunction)(void (*)(void))scan_acks, METH_FASTCALL,
+     "scan_acks(data, pos, max_n) -> (n, first_tag, end): a run of single basic.acks"},
     {"deliver_frames", (PyCFunction)(void (*)(void))deliver_frames, METH_FASTCALL,
      "deliver_frames(run, start, stop, step, channel, deliver_head, first_tag, frame_max) -> bytes"},
     {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,
@@ -65,7 +70,8 @@ static PyMethodDef module_methods[] = {
      "frame_max) -> bytes"},
     {"deliver_records", (PyCFunction)(void (*)(void))deliver_records, METH_FASTCALL,
      "deliver_records(buf, pos, limit, seed, max_n, channel, deliver_head, first_tag, "
-     "frame_max) -> (frames, n, end, sizes)"},
+     "frame_max, redelivered=0, expired_at=-1, own_expiry=0, max_bytes=0) "
+     "-> (frames, n, end, sizes, offsets)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,5 +1,5 @@
 /* warren._fastpath's shared declarations (its sources: _fastpath.c, the module;
- * _fastpath_scan.c, scan_publishes; _fastpath_run.c, the PublishRun type;
+ * _fastpath_scan.c, scan_publishes and scan_acks; _fastpath_run.c, the PublishRun type;
  * _fastpath_deliver.c, deliver_frames; _fastpath_records.c, encode_records and
  * the CRC-32; _fastpath_spark.c, the Spark source's read loop;
  * _fastpath_stream.c, deliver_records: a stream's records to deliveries). The byte helpers and the property-list checks are static inline
@@ -40,6 +40,7 @@ FP_INTERNAL extern PyObject *plain_props[3];
 
 /* The module's functions (METH_FASTCALL) and what its init needs. */
 FP_INTERNAL PyObject *scan_publishes(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+FP_INTERNAL PyObject *scan_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *deliver_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *encode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *encode_stream_records(PyObject *self, PyObject *const *args,

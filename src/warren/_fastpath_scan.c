@@ -186,3 +186,49 @@ none:
     PyBuffer_Release(&view);
     Py_RETURN_NONE;
 }
+
+/* scan_acks(data, pos, max_n) -> (n, first_tag, end)
+ *
+ * The run of basic.ack frames that starts at data[pos]: method frames on one
+ * channel (the first's), each exactly a basic.ack with multiple and the
+ * reserved bits clear, their delivery tags counting up by one from the
+ * first's; at most max_n of them, every frame complete with its end octet.
+ * What a client acking delivery after delivery sends, settled together
+ * (amqp/ack_scan.py's scan_acks_python is the reference). n == 0 when not
+ * even the first frame is one: (0, 0, pos). */
+PyObject *scan_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "scan_acks(data, pos, max_n)");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t max_n = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *d = (const unsigned char *)view.buf;
+    Py_ssize_t len = view.len;
+    Py_ssize_t n = 0;
+    Py_ssize_t at = pos < 0 ? len : pos;
+    uint64_t first = 0;
+    uint16_t channel = 0;
+    /* type 1, channel, size 13, class 60, method 80, the tag, the bits, 0xCE: 21 octets */
+    while (n < max_n && len - at >= 21) {
+        const unsigned char *f = d + at;
+        if (f[0] != 1 || be32(f + 3) != 13 || be32(f + 7) != 0x003C0050u || f[19] != 0 ||
+            f[20] != 0xCE)
+            break;
+        uint64_t tag = be64(f + 11);
+        if (n == 0) {
+            channel = be16(f + 1);
+            first = tag;
+        } else if (be16(f + 1) != channel || tag != first + (uint64_t)n) {
+            break;
+        }
+        n++;
+        at += 21;
+    }
+    PyBuffer_Release(&view);
+    if (n == 0) return Py_BuildValue("(nKn)", (Py_ssize_t)0, 0ULL, pos);
+    return Py_BuildValue("(nKn)", n, (unsigned long long)first, at);
+}

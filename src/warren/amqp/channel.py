@@ -44,6 +44,7 @@ from warren.core.users import READ, User, UserStore
 from warren.core.vhost_routing import REJECTED_BY_QUEUE, REPLY_TO
 
 _PUBLISH_IDS = b"\x00\x3c\x00\x28"  # basic.publish: class 60, method 40
+_ACK_IDS = b"\x00\x3c\x00\x50"  # basic.ack: class 60, method 80
 
 if TYPE_CHECKING:
     from warren.amqp.connection import AMQPConnection
@@ -600,6 +601,27 @@ class Channel(Publishing):
 
     def _basic_ack(self, method: spec.BasicAck) -> None:
         self._ack_like(method.delivery_tag, method.multiple, None)
+
+    def takes_ack_run(self) -> bool:
+        """Whether a run of single acks (amqp/ack_scan.py) may be settled at once
+        here: not in a transaction (acks wait for the commit), nothing half
+        received, not closing."""
+        return not (self.closing or self.tx or self._publish is not None)
+
+    def ack_range(self, first: int, n: int) -> None:
+        """basic.ack of tags ``first .. first + n - 1`` (n frames, multiple=false,
+        one after the other in a read): settled together, with one refill of
+        the consumers after them, when one run of deliveries or single
+        deliveries alone hold every tag; else frame by frame, exactly as the
+        frames would have gone (an unknown tag closes the channel there)."""
+        found = self.unacked.take_range(first, first + n - 1)
+        if found is None:
+            for tag in range(first, first + n):
+                self.on_method_frame(_ACK_IDS + tag.to_bytes(8, "big") + b"\x00")
+            return
+        taken, runs = found
+        self._credit(taken, runs)
+        self._settle(taken, runs, None)
 
     def _basic_nack(self, method: spec.BasicNack) -> None:
         self._ack_like(method.delivery_tag, method.multiple, method.requeue)

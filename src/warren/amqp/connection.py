@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from warren.amqp import handshake, management, spec
+from warren.amqp.ack_scan import ACK_FRAME_SIZE, scan_acks
 from warren.amqp.channel import Channel
 from warren.amqp.frames import (
     FRAME_BODY,
@@ -70,6 +71,10 @@ PROTOCOL_HEADER_0_9 = b"AMQP\x01\x01\x00\x09"
 _OPEN = State.OPEN
 _CLOSED = State.CLOSED
 _PUBLISH_IDS = b"\x00\x3c\x00\x28"  # basic.publish: class 60, method 40
+_ACK_IDS = b"\x00\x3c\x00\x50"  # basic.ack: class 60, method 80
+# Single acks a run (amqp/ack_scan.py) may take per frame of the budget, and how
+# many of them count as one frame against it: settling them is one call.
+_ACKS_PER_FRAME = 8
 
 
 class _UnknownFrame(FrameError):
@@ -129,7 +134,10 @@ class AMQPConnection:
         self._on_output = on_output
         self._on_close = on_close
         self.pending: list[bytes] = []
+        # Input not handled yet: _buf from _buf_at on (a read is kept whole while
+        # FRAME_BUDGET splits it over loop turns, not copied again at each turn).
         self._buf = b""
+        self._buf_at = 0
         # True when feed() stopped at FRAME_BUDGET with complete frames left over.
         self.backlog = False
         # Milliseconds since the epoch, set by the transport before each feed(): the
@@ -216,11 +224,18 @@ class AMQPConnection:
         if self.state >= State.CLOSED:
             return
         self._received = True
+        pos = 0
         if self._buf:
-            data = self._buf + data
+            if not data:  # the rest of an earlier read (drain_backlog): no copy
+                data, pos = self._buf, self._buf_at
+            elif self._buf_at:
+                data = self._buf[self._buf_at :] + data
+            else:
+                data = self._buf + data
             self._buf = b""
+            self._buf_at = 0
         if self._held is not None:
-            self._buf = data  # processed once the held replies are out
+            self._buf, self._buf_at = data, pos  # processed once the held replies are out
             return
         if self.state == State.HEADER:
             if len(data) < 8 and (
@@ -235,7 +250,6 @@ class AMQPConnection:
                 return
             data = data[8:]
             handshake.send_start(self)
-        pos = 0
         n = len(data)
         ftype, payload = 0, b""
         budget = FRAME_BUDGET
@@ -299,6 +313,23 @@ class AMQPConnection:
                                         pos = n
                                         break
                                     continue
+                            if (
+                                payload[:4] == _ACK_IDS
+                                and size == ACK_FRAME_SIZE - 8
+                                and channel.takes_ack_run()
+                            ):
+                                # Single acks with consecutive tags, settled at once.
+                                count, first, run_end = scan_acks(
+                                    data, start, budget * _ACKS_PER_FRAME + 1
+                                )
+                                if count > 1:
+                                    channel.ack_range(first, count)
+                                    pos = run_end
+                                    budget = max(0, budget - count // _ACKS_PER_FRAME)
+                                    if self.state is _CLOSED:
+                                        pos = n
+                                        break
+                                    continue
                             channel.on_method_frame(payload)
                             if self.state is _CLOSED:
                                 pos = n
@@ -357,7 +388,7 @@ class AMQPConnection:
             self.connection_error(InternalError("internal error"))
             pos = n
         if pos < n:
-            self._buf = data[pos:]
+            self._buf, self._buf_at = data, pos
 
     def holding(self) -> bool:
         """Whether replies are held (a method, not an attribute test: mypy, and so

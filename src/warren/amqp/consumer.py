@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import warren
 from warren.amqp.frames import message_frames
+from warren.amqp.record_deliveries import deliver_records as _frame_span
 from warren.core.consumer import Consumer
 from warren.core.message import Message, MessageRun
 from warren.core.stats import count_delivery
-from warren.core.store import StoredRun
+from warren.core.store import StoredRun, StoreSpan
 
 _pack_tag = struct.Struct(">QB").pack
 
@@ -21,9 +22,13 @@ _native = warren.native_module("_fastpath")
 _deliver_frames: Callable[..., bytes] | None = None if _native is None else _native.deliver_frames
 _NativeRun: type | None = None if _native is None else _native.PublishRun
 #: The C framer of a stream's records (core/stream_queue.py's backlog path), or None.
-_deliver_records: Callable[..., tuple[bytes, int, int, bytes]] | None = (
+_deliver_records: Callable[..., tuple[bytes, int, int, bytes, bytes]] | None = (
     None if _native is None else getattr(_native, "deliver_records", None)
 )
+
+#: The frames of a span stop before the record that would take them past this
+#: many bytes: one transport write of a backlog's deliveries stays bounded.
+SPAN_BYTES = 1 << 21
 
 if TYPE_CHECKING:
     from warren.amqp.channel import Channel
@@ -171,7 +176,7 @@ class AMQPConsumer(Consumer):
         ch = self.channel
         conn = ch.connection
         first = ch.next_delivery_tags(0)
-        frames, n, end, raw_sizes = _deliver_records(
+        frames, n, end, raw_sizes, _offsets = _deliver_records(
             buf, pos, limit, seed, max_n, ch.id, self._deliver_head, first, conn.frame_max
         )
         if not n:
@@ -189,6 +194,62 @@ class AMQPConsumer(Consumer):
         self.unacked_bytes += size
         conn.send(frames)
         return n, end
+
+    def takes_spans(self) -> bool:
+        return True
+
+    def deliver_span(
+        self, span: StoreSpan, max_n: int, expired_at: int = -1, own_expiry: bool = False
+    ) -> StoredRun | None:
+        """A classic queue's next records as one bytes object of deliveries, framed
+        from the segment's map (C, or its reference), and one unacked run."""
+        ch = self.channel
+        conn = ch.connection
+        first = ch.next_delivery_tags(0)
+        frames, n, end, raw_sizes, raw_offsets = _frame_span(
+            span.buf,
+            span.pos,
+            span.limit,
+            span.seed,
+            max_n,
+            ch.id,
+            self._deliver_head,
+            first,
+            conn.frame_max,
+            span.redelivered,
+            expired_at,
+            own_expiry,
+            SPAN_BYTES,
+        )
+        if not n:
+            return None
+        ch.next_delivery_tags(n)
+        span.end = end
+        sizes = array("I")
+        sizes.frombytes(raw_sizes)
+        offsets = array("I")
+        offsets.frombytes(raw_offsets)
+        stored = StoredRun(span.segment, offsets, sizes, 0)
+        queue_stats = self.queue.stats
+        counts = self.counts
+        if self.no_ack:
+            ch.stats.deliver_no_ack += n
+            queue_stats.deliver_no_ack += n
+            counts.deliver_no_ack += n
+        else:
+            ch.stats.deliver += n
+            queue_stats.deliver += n
+            counts.deliver += n
+            size = sum(sizes)
+            ch.track_unacked_run(first, self.queue, stored, self, size)
+            self.unacked_count += n
+            self.unacked_bytes += size
+        if span.redelivered:
+            ch.stats.redeliver += n
+            queue_stats.redeliver += n
+            counts.redeliver += n
+        conn.send(frames)
+        return stored
 
     def delivery_stream(self) -> object:
         return self.channel

@@ -150,6 +150,43 @@ class UnackedDeliveries:
                 return [], [one]
         raise PreconditionFailed(f"unknown delivery tag {tag}")
 
+    def take_range(
+        self, first: int, last: int
+    ) -> tuple[list[tuple[int, Unacked]], list[UnackedRun]] | None:
+        """Remove tags ``first .. last`` as take() would one by one, when runs
+        side by side hold all of them (cut out of the first and the last) or
+        single deliveries do; None, and nothing removed, otherwise (a tag
+        missing, or singles and runs mixed)."""
+        runs = self.runs
+        n = len(runs)
+        i = 0
+        while i < n and runs[i].last < first:
+            i += 1
+        if i < n and runs[i].first <= first:
+            j = i
+            while runs[j].last < last:
+                if j + 1 == n or runs[j + 1].first != runs[j].last + 1:
+                    return None
+                j += 1
+            k = first - runs[i].first
+            if k:
+                runs.insert(i, runs[i].split(k))  # the part before stays unacked
+                i += 1
+                j += 1
+            end = runs[j]
+            taken = runs[i:j]
+            taken.append(end.split(last - end.first + 1))
+            del runs[i:j]
+            if not end.offsets:
+                del runs[i]
+            return [], taken
+        singles = self.singles
+        tags = range(first, last + 1)
+        for tag in tags:
+            if tag not in singles:
+                return None
+        return [(tag, singles.pop(tag)) for tag in tags], []
+
     def __contains__(self, tag: object) -> bool:
         if tag in self.singles:
             return True

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from warren.core.message import Message, MessageRun
     from warren.core.queue import Queue
-    from warren.core.store import StoredRun
+    from warren.core.store import StoredRun, StoreSpan
 
 
 class Consumer(ABC):
@@ -78,6 +78,24 @@ class Consumer(ABC):
         Returns how many were delivered and where the next record starts; (0, pos),
         as here, when they go one by one (StreamCursor.next and deliver)."""
         return 0, pos
+
+    def takes_spans(self) -> bool:
+        """Whether deliver_span can take records at all (else the queue does not
+        ask its store for spans)."""
+        return False
+
+    def deliver_span(
+        self, span: StoreSpan, max_n: int, expired_at: int = -1, own_expiry: bool = False
+    ) -> StoredRun | None:
+        """A queue's next ready records (``span``), at most ``max_n`` of them, to
+        this consumer in one go, framed straight from the store's map: what the
+        consumer took as a StoredRun (their segment, offsets and body sizes),
+        ``span.end`` set to where the next record starts; the queue then counts
+        them shifted (and, for a no-ack consumer, acked). The records stop
+        before one whose timestamp is at or below ``expired_at`` or, with
+        ``own_expiry``, one with its own expiration: the queue takes those one
+        by one. None, as here: one by one (shift and deliver)."""
+        return None
 
     def delivery_stream(self) -> object:
         """What orders this consumer's deliveries on the wire (AMQP: its channel):

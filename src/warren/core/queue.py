@@ -34,7 +34,7 @@ from warren.core.queue_settings import (
     with_delivery_count,
 )
 from warren.core.stats import GaugeStats, MessageStats
-from warren.core.store import MessageStore
+from warren.core.store import MessageStore, StoreSpan
 
 if TYPE_CHECKING:
     from warren.core.dedup import Deduplicator, KeyEntry, KeyLog
@@ -287,22 +287,26 @@ class Queue(QueueFeatures):
         return True
 
     def publish_run(self, run: MessageRun, durable_out: list[MessageStore] | None = None) -> int:
-        """How many of a run's first messages this queue hands at once to its
-        consumers, where `publish` would hand each straight to one: a plain
+        """How many of a run's first messages this queue takes at once: a plain
         queue with nothing waiting, whose consumer (the only one, the active
-        one) takes them: all of them when it is no-ack, as many as its prefetch
+        one) takes them, hands them over where `publish` would hand each
+        straight to one: all of them when it is no-ack, as many as its prefetch
         allows otherwise (stored in one write, then delivered), or a
-        round-robin of all among the highest priority's no-ack consumers. 0:
-        publish them one by one. ``durable_out`` gets the store when what it
+        round-robin of all among the highest priority's no-ack consumers; one
+        with a backlog, or whose consumer cannot take any, stores them all in
+        one write, ready, as `publish` would one by one. 0: publish them one
+        by one. ``durable_out`` gets the store when what it
         took must be synced before a confirm (as VHost.enqueue's)."""
         consumers = self.consumers
-        if not self._plain or self.store.ready_count or not consumers:
+        if not self._plain:
             return 0
+        if self.store.ready_count or not consumers:
+            return self._store_run(run, durable_out)
         n = len(run)
         if len(consumers) == 1 or self._single_active:
             consumer = consumers[0] if len(consumers) == 1 else self.active_consumer
             if consumer is None or not consumer.can_take():
-                return 0
+                return self._store_run(run, durable_out)
             if consumer.no_ack:
                 self.stats.publish += n
                 consumer.deliver_run(run, 0, n)
@@ -325,6 +329,22 @@ class Queue(QueueFeatures):
         self.stats.publish += n
         for j in range(min(k, n)):
             group[(first + j) % k].deliver_run(run, j, n, k)
+        return n
+
+    def _store_run(self, run: MessageRun, durable_out: list[MessageStore] | None) -> int:
+        """The whole run appended, ready (the delivery pass takes it from there)."""
+        store = self.store
+        stored = store.append_ready_run(run, 0, len(run))
+        if stored is None:
+            return 0
+        n = len(stored)
+        self.vhost.store_written(store)
+        self.stats.publish += n
+        if durable_out is not None and self.persistent and stored.persistent:
+            durable_out.append(store)
+        if self.consumers and not self._scheduled:
+            self._scheduled = True
+            self._call_soon(self._run_delivery)
         return n
 
     def _deliver_stored_run(
@@ -507,12 +527,17 @@ class Queue(QueueFeatures):
 
     def _run_delivery_plain(self) -> None:
         store = self.store
-        for _ in range(_DELIVERY_BATCH):
+        budget = _DELIVERY_BATCH
+        while budget > 0:
             if not store.ready_count:
                 return
             consumer = self._next_consumer()
             if consumer is None:
                 return
+            n = self._span_to(consumer, budget, -1, False)
+            if n:
+                budget -= n
+                continue
             item = store.shift()
             if item is None:
                 return
@@ -524,17 +549,28 @@ class Queue(QueueFeatures):
                 self.unacked += 1
                 self.unacked_bytes += len(msg.body)
             consumer.deliver(seq, msg, redelivered)
+            budget -= 1
         self.schedule_delivery()
 
     def _run_delivery_featured(self) -> None:
         store = self.store
         now = now_ms()
-        for _ in range(_DELIVERY_BATCH):
+        # A span stops before an expired record (queue TTL: timestamp + TTL <= now)
+        # and one with its own expiration: _take deals with those.
+        ttl = self._ttl
+        expired_at = now - ttl if ttl is not None and now >= ttl else -1
+        own_expiry = self._has_expiring
+        budget = _DELIVERY_BATCH
+        while budget > 0:
             if not store.ready_count:
                 return
             consumer = self._next_consumer()
             if consumer is None:
                 return
+            n = self._span_to(consumer, budget, expired_at, own_expiry)
+            if n:
+                budget -= n
+                continue
             item = self._take(now)
             if item is None:
                 return
@@ -547,7 +583,50 @@ class Queue(QueueFeatures):
                 self.unacked += 1
                 self.unacked_bytes += len(msg.body)
             consumer.deliver(seq, msg, redelivered)
+            budget -= 1
         self.schedule_delivery()
+
+    def _span_to(self, consumer: Consumer, budget: int, expired_at: int, own_expiry: bool) -> int:
+        """As many of the next ready records as the consumer's credit allows (and
+        the budget; with several consumers, their share of what is ready), framed
+        in one pass from the store's map and written at once: a run per
+        consumer turn. How many (0: one by one, as the store or consumer wants).
+        A record with a delivery count to show (a quorum queue's, kept over a
+        restart) ends the span: _take adds the header."""
+        if not consumer.takes_spans():
+            return 0
+        credit = budget if consumer.no_ack else consumer.run_credit(budget)
+        store = self.store
+        consumers = len(self.consumers)
+        if consumers > 1 and not self._single_active:
+            credit = min(credit, -(-store.ready_count // consumers))
+        if credit < 1:
+            return 0
+        span = store.span()
+        if span is None:
+            return 0
+        if self._delivery_counts:
+            self._stop_at_counted(span)
+        stored = consumer.deliver_span(span, min(credit, span.left), expired_at, own_expiry)
+        if stored is None:
+            return 0
+        n = len(stored)
+        no_ack = consumer.no_ack
+        store.take_span(span, stored, no_ack)
+        if no_ack:
+            store.ack_run(stored.segment, stored.offsets)
+            self.vhost.store_written(store)
+        else:
+            self.unacked += n
+            self.unacked_bytes += sum(stored.sizes)
+        return n
+
+    def _stop_at_counted(self, span: StoreSpan) -> None:
+        """End ``span`` before its first record that has a delivery count."""
+        base = span.segment << 32
+        first, end = base | span.pos, base | span.limit
+        cut = min((seq for seq in self._delivery_counts if first <= seq < end), default=end)
+        span.limit = cut - base
 
     def _take(self, now: int) -> tuple[int, Message, bool] | None:
         """Shift the next live message: expired ones met on the way are dead-lettered,

@@ -13,7 +13,7 @@ from array import array
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from warren.core.message import Message, MessageRun
 from warren.core.properties import is_transient
@@ -43,6 +43,39 @@ class StoredRun:
         return (self.segment << 32) | self.offsets[i]
 
 
+class StoreSpan:
+    """Ready records that lie one after the other in one segment's memory map
+    (`MessageStore.span`): from ``buf[pos]`` up to ``limit`` at most ``left`` of
+    them, their CRCs seeded with ``seed``, record ``r`` at offset ``o`` having
+    the sequence number ``(segment << 32) | o``; ``redelivered`` for all of
+    them. A consumer frames as many as it takes in one pass and says where the
+    next starts (``end``); the store then counts them as shifted (`take_span`).
+    No record is read into a Message, and nothing is kept per record: a backlog
+    goes out in runs, as publish runs do."""
+
+    __slots__ = ("buf", "pos", "limit", "seed", "segment", "left", "redelivered", "end")
+
+    def __init__(
+        self,
+        buf: Any,
+        pos: int,
+        limit: int,
+        seed: int,
+        segment: int,
+        left: int,
+        redelivered: bool,
+    ) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.limit = limit
+        self.seed = seed
+        self.segment = segment
+        self.left = left
+        self.redelivered = redelivered
+        #: Where the record after the last one taken starts (set by the consumer).
+        self.end = pos
+
+
 class MessageStore(Protocol):
     """Ordered message storage for one queue.
 
@@ -67,13 +100,33 @@ class MessageStore(Protocol):
         while nothing is ready. None: this store takes them one by one."""
         ...
 
+    def append_ready_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
+        """Messages ``start .. stop - 1`` of a run appended as append() would one
+        by one (ready, after everything else), in one write. None: this store
+        takes them one by one."""
+        ...
+
     def ack_run(self, segment: int, offsets: array[int]) -> None:
-        """ack() for the messages (segment << 32) | offset, from append_run."""
+        """ack() for the messages (segment << 32) | offset, from append_run or span."""
         ...
 
     def read(self, seq: int) -> Message:
-        """An unacked message from append_run, read back (to requeue or
+        """An unacked message from append_run or span, read back (to requeue or
         dead-letter it). KeyError when the store has no such message."""
+        ...
+
+    def span(self) -> StoreSpan | None:
+        """The next ready messages, when they are records side by side in a
+        segment that a consumer can frame in one pass: shift() for many. None:
+        take them one by one (messages given back come first, dead records in
+        the way, a store that keeps no records)."""
+        ...
+
+    def take_span(self, span: StoreSpan, taken: StoredRun, acked: bool) -> None:
+        """The first records of ``span`` (the last of this store's spans, nothing
+        changed since), ``taken`` (their offsets and body sizes), up to
+        ``span.end``, were delivered: unacked now, as if shifted; ``acked``: to
+        a no-ack consumer, acked (ack_run) right after."""
         ...
 
     def shift(self) -> tuple[int, Message, bool] | None:
@@ -209,9 +262,18 @@ class MemoryStore:
     def append_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
         return None  # one by one: RAM holds no record a run could share
 
+    def append_ready_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
+        return None
+
     def ack_run(self, segment: int, offsets: array[int]) -> None:
         for offset in offsets:
             self.ack((segment << 32) | offset)
+
+    def span(self) -> StoreSpan | None:
+        return None  # no records: one by one
+
+    def take_span(self, span: StoreSpan, taken: StoredRun, acked: bool) -> None:
+        raise ValueError("a MemoryStore hands out no spans")
 
     def read(self, seq: int) -> Message:
         # Shifted messages are not kept here (the consumer's delivery holds them),

@@ -25,13 +25,20 @@ from pathlib import Path
 from warren.core.codec_errors import DecodeError
 from warren.core.message import Message, MessageRun
 from warren.core.properties import peek_priority
-from warren.core.store import MessageStore, StoredRun
+from warren.core.store import MessageStore, StoredRun, StoreSpan
 from warren.store.layout import make_dirs
 from warren.store.mirror import mirror_for
 from warren.store.segment_store import SEQ_BITS, SegmentStore
 from warren.store.sync_files import sync_files
 
-__all__ = ["INNER_MASK", "LEVEL_SHIFT", "MAX_PRIORITY", "PriorityStore", "level_name"]
+__all__ = [
+    "INNER_MASK",
+    "LEVEL_SHIFT",
+    "MAX_PRIORITY",
+    "SEGMENT_LEVEL_SHIFT",
+    "PriorityStore",
+    "level_name",
+]
 
 log = logging.getLogger("warren.store")
 
@@ -41,6 +48,9 @@ MAX_PRIORITY = 255
 #: a SegmentStore's do (SEQ_BITS), a MemoryStore's counter never gets there.
 LEVEL_SHIFT = SEQ_BITS
 INNER_MASK = (1 << LEVEL_SHIFT) - 1
+#: A span's and a run's segment (seq >> 32) holds the level above this many bits.
+SEGMENT_LEVEL_SHIFT = LEVEL_SHIFT - 32
+_INNER_SEGMENT_MASK = (1 << SEGMENT_LEVEL_SHIFT) - 1
 _LEVEL_DIR = re.compile(r"p(\d{3})")
 
 
@@ -241,9 +251,48 @@ class PriorityStore:
     def append_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
         return None  # each message goes to its own priority's level
 
+    def append_ready_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
+        return None
+
     def ack_run(self, segment: int, offsets: array[int]) -> None:
-        for offset in offsets:
-            self.ack((segment << 32) | offset)
+        """A run's or a span's acks (its segment carries the level): one call to
+        the level's store."""
+        level = segment >> SEGMENT_LEVEL_SHIFT
+        store = self._levels[level] if 0 <= level <= MAX_PRIORITY else None
+        if store is not None:
+            store.ack_run(segment & _INNER_SEGMENT_MASK, offsets)
+
+    def span(self) -> StoreSpan | None:
+        """The highest ready level's span (its segment carrying the level)."""
+        if self._lost:
+            self._recount()
+        mask = self._ready_mask
+        if not mask:
+            return None
+        level = mask.bit_length() - 1
+        return self._level_span(level)
+
+    def _level_span(self, level: int) -> StoreSpan | None:
+        store = self._levels[level]
+        assert store is not None
+        span = store.span()
+        if span is not None:
+            span.segment |= level << SEGMENT_LEVEL_SHIFT
+        return span
+
+    def take_span(self, span: StoreSpan, taken: StoredRun, acked: bool) -> None:
+        level = span.segment >> SEGMENT_LEVEL_SHIFT
+        store = self._levels[level]
+        assert store is not None
+        span.segment &= _INNER_SEGMENT_MASK
+        try:
+            store.take_span(span, taken, acked)
+        finally:
+            span.segment |= level << SEGMENT_LEVEL_SHIFT
+        self._ready_count -= len(taken)
+        self._ready_bytes -= sum(taken.sizes)
+        if not store.ready_count:
+            self._ready_mask &= ~(1 << level)
 
     def read(self, seq: int) -> Message:
         store = self._level(seq)

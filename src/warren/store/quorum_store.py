@@ -21,10 +21,15 @@ from pathlib import Path
 from warren.core.codec_errors import DecodeError
 from warren.core.message import Message
 from warren.core.properties import peek_priority
-from warren.core.store import MessageStore
+from warren.core.store import MessageStore, StoredRun, StoreSpan
 from warren.store.delivery_counts import FILE_NAME as COUNTS_FILE
 from warren.store.delivery_counts import DeliveryCounts
-from warren.store.priority_store import INNER_MASK, LEVEL_SHIFT, PriorityStore
+from warren.store.priority_store import (
+    INNER_MASK,
+    LEVEL_SHIFT,
+    SEGMENT_LEVEL_SHIFT,
+    PriorityStore,
+)
 from warren.store.segment_store import SegmentStore
 
 __all__ = ["HELD", "QUORUM_HIGH", "QuorumPriorityStore"]
@@ -182,6 +187,21 @@ class QuorumPriorityStore(PriorityStore):
         except DecodeError:
             return 0
         return QUORUM_HIGH if priority is not None and priority > QUORUM_NORMAL_MAX else 0
+
+    def span(self) -> StoreSpan | None:
+        """A span only while one level alone has messages: with both, two high
+        go for each normal one, message by message."""
+        if self._lost:
+            self._recount()
+        mask = self._ready_mask
+        if mask not in (1, 1 << QUORUM_HIGH):
+            return None
+        return self._level_span(mask.bit_length() - 1)
+
+    def take_span(self, span: StoreSpan, taken: StoredRun, acked: bool) -> None:
+        super().take_span(span, taken, acked)
+        high = span.segment >> SEGMENT_LEVEL_SHIFT
+        self._high_streak = self._high_streak + len(taken) if high else 0
 
     def _take(self, peek: bool) -> tuple[int, Message, bool] | None:
         if self._lost:

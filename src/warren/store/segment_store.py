@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from warren.core.message import Message, MessageRun
-from warren.core.store import StoredRun
+from warren.core.store import StoredRun, StoreSpan
 from warren.store.records import (
     CorruptRecord,
     decode_record,
@@ -192,6 +192,38 @@ class SegmentStore(SegmentFaults):
         type) and written in one piece, so they share one segment."""
         if self._ready_count:
             raise ValueError("append_run needs an empty backlog")
+        seg, stored = self._put_run(run, start, stop)
+        if self._count and stored.persistent != stop - start:  # transient: held from now on
+            t = self._transient
+            base = stored.segment << 32
+            for k in _transient_in_run(run, start, stored):
+                t.handed_out(base | stored.offsets[k], stored.sizes[k])
+        cursor = self._cursor
+        if cursor.seg is not seg:
+            self._enter(seg)
+        cursor.pos = self._log.write_pos
+        return stored
+
+    def append_ready_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
+        """Messages ``start .. stop - 1`` of a run appended as append() would one by
+        one (ready, behind whatever waits), in one write."""
+        seg, stored = self._put_run(run, start, stop)
+        n = stop - start
+        size = sum(stored.sizes)
+        seg.unread += n
+        seg.unread_bytes += size
+        self._ready_count += n
+        self._ready_bytes += size
+        if self._count and stored.persistent != n:  # transient: unread in the segment
+            for k in _transient_in_run(run, start, stored):
+                self._transient.appended(seg, stored.sizes[k])
+        return stored
+
+    def _put_run(
+        self, run: MessageRun, start: int, stop: int
+    ) -> tuple[SegmentState, StoredRun]:
+        """The records of a run's messages, encoded together and written in one
+        piece (one segment), counted in their segment."""
         log = self._log
         timestamp = run.timestamp
         if timestamp is None:
@@ -208,20 +240,9 @@ class SegmentStore(SegmentFaults):
         seg = self._wseg
         if seg is None or seg.id != sid:
             seg = self._start_segment(sid)
-        n = stop - start
-        seg.records += n
-        if self._count and persistent != n:  # transient messages: held from now on
-            base = sid << 32
-            raw = run.raw
-            for k in range(n):
-                if not persistent or is_transient(raw.properties(start + k)):
-                    self._transient.handed_out(base | offsets[k], sizes[k])
-        cursor = self._cursor
-        if cursor.seg is not seg:
-            self._enter(seg)
-        cursor.pos = log.write_pos
+        seg.records += stop - start
         self._dirty = True
-        return StoredRun(sid, offsets, sizes, persistent)
+        return seg, StoredRun(sid, offsets, sizes, persistent)
 
     def ack_run(self, segment: int, offsets: array[int]) -> None:
         seg = self._segs.get(segment)
@@ -280,6 +301,90 @@ class SegmentStore(SegmentFaults):
                 cursor.close_map()  # fully read for now: hold no map while idle
             return seq, msg, False
         return None
+
+    def span(self) -> StoreSpan | None:
+        """The ready records from the cursor on, in its segment's map, up to the
+        next dead record the cursor would step over (recovery's skip list) and,
+        while records delivered before the store opened lie ahead, up to the
+        delivered mark (those are redelivered, the rest not). None while
+        messages given back wait (they go first), a peeked record sits at the
+        cursor or records taken out ahead are in the way: shift() then."""
+        if self._requeued.by_seq or self._peeked is not None or not self._ready_count:
+            return None
+        cursor = self._cursor
+        m = cursor.map
+        if m is None or cursor.pos >= cursor.end or self._detour:
+            m, _pos = self._locate()
+            if m is None:
+                return None
+        seg = cursor.seg
+        assert seg is not None
+        if seg.removed is not None:
+            return None
+        pos = cursor.pos
+        limit = cursor.end
+        skip = cursor.skip
+        if skip is not None and cursor.skip_i < len(skip):
+            limit = min(limit, skip[cursor.skip_i])
+        redelivered = False
+        if self._redelivering:
+            mark = self._redelivered_below
+            if (seg.id << 32) | pos < mark:
+                redelivered = True
+                if mark >> 32 == seg.id:
+                    limit = min(limit, mark & _OFFSET_MASK)
+            else:
+                self._redelivering = False  # past the mark: nothing below it is left
+                self._set_detour()
+        return StoreSpan(m, pos, limit, cursor.seed, seg.id, seg.unread, redelivered)
+
+    def take_span(self, span: StoreSpan, taken: StoredRun, acked: bool) -> None:
+        cursor = self._cursor
+        seg = cursor.seg
+        n = len(taken)
+        if seg is None or span.segment != seg.id or span.pos != cursor.pos or n > seg.unread:
+            raise ValueError(f"{self!r}: a span taken after the store changed")
+        body_bytes = sum(taken.sizes)
+        cursor.pos = span.end
+        seg.unread -= n
+        seg.unread_bytes -= body_bytes
+        self._ready_count -= n
+        self._ready_bytes -= body_bytes
+        if seg.transient_unread:
+            self._transient_taken(seg, span, taken, body_bytes, acked)
+        if not seg.unread:
+            cursor.close_map()  # fully read for now: hold no map while idle
+
+    def _transient_taken(
+        self, seg: SegmentState, span: StoreSpan, taken: StoredRun, body_bytes: int, acked: bool
+    ) -> None:
+        """take_span's part of the transient counts (store/transient_counts.py): the
+        span's transient records are no longer unread, and held until acked
+        (none when ``acked``: a no-ack consumer's, acked at once)."""
+        t = self._transient
+        n = len(taken)
+        offsets, sizes = taken.offsets, taken.sizes
+        if seg.transient_unread >= seg.unread + n:  # every unread record was transient
+            which: range | list[int] = range(n)
+            t.read_many(seg, n, body_bytes)
+        else:
+            m = span.buf
+            which = []
+            count = size = 0
+            for k in range(n):
+                off = offsets[k]
+                pl = off + 14 + m[off + 12]
+                pl += m[pl - 1]
+                p_len = int.from_bytes(m[pl : pl + 4], "big")
+                if is_transient(m[pl + 4 : pl + 4 + p_len]):
+                    which.append(k)
+                    count += 1
+                    size += sizes[k]
+            t.read_many(seg, count, size)
+        if not acked:
+            base = seg.id << 32
+            for k in which:
+                t.handed_out(base | offsets[k], sizes[k])
 
     def _shift_redelivering(self) -> tuple[int, Message, bool] | None:
         """shift() of the next record while records below the delivered mark may be
@@ -629,3 +734,12 @@ class SegmentStore(SegmentFaults):
         for off in self._cursor.live_ahead(seg.unread):
             acks.append(base | off)
         seg.dead += seg.unread  # the file disagreeing with the counters included
+
+
+def _transient_in_run(run: MessageRun, start: int, stored: StoredRun) -> list[int]:
+    """The indexes (from ``start``) of a stored run's transient messages."""
+    n = len(stored)
+    if not stored.persistent:
+        return list(range(n))
+    raw = run.raw
+    return [k for k in range(n) if is_transient(raw.properties(start + k))]

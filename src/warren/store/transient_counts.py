@@ -92,6 +92,15 @@ class TransientCounts:
                 self.held[seq] = b
                 self.held_bytes += b
 
+    def read_many(self, seg: SegmentState, count: int, b: int) -> None:
+        """``count`` transient records of ``seg`` (``b`` body bytes) are no longer
+        unread: a span of records taken at once (SegmentStore.take_span, which
+        hands out the held ones)."""
+        seg.transient_unread -= count
+        seg.transient_unread_bytes -= b
+        self.unread -= count
+        self.unread_bytes -= b
+
     def dead(self, seq: int) -> None:
         """``seq``, held, is acked (or otherwise gone): counted no more if transient."""
         b = self.held.pop(seq, -1)

@@ -1,0 +1,532 @@
+"""A classic queue's backlog through real clients (issue 27): delivered in spans
+(runs framed from the segment's map), held unacked as runs, settled by range
+(single acks in a row as one, amqp/ack_scan.py), and every other way a
+delivery ends (acks out of order, multiple acks across runs and segments,
+nack and reject of part of a run, a cancelled consumer, a closing channel, a
+restart and kill -9), priorities and TTL, several consumers: what the clients
+see is what the one-by-one path gave them."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import struct
+from array import array
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+from conftest import BrokerThread, start_broker
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pamqp import commands
+from pikahelp import connect, uniq, wait_until
+from procs import start_warren
+from rawamqp import RawAMQP
+from test_ack_runs import _client, _consume, _declare, _queue_state, _receive, publish
+
+import warren
+from warren.amqp.ack_scan import scan_acks_python
+from warren.amqp.unacked import UnackedDeliveries, UnackedRun
+from warren.core.vhost import VHost
+
+_native = warren.native_module("_fastpath")
+PERSISTENT = commands.Basic.Properties(delivery_mode=2)
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerThread]:
+    # Small segments: a backlog of a few thousand messages spans several.
+    b = start_broker(tmp_path / "data", segment_size=64 * 1024)
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+# -- the scanner: C against its reference ---------------------------------------------
+
+
+def ack_frame(channel: int, tag: int, bits: int = 0, end: int = 0xCE) -> bytes:
+    return struct.pack(">BHIHHQB", 1, channel, 13, 60, 80, tag, bits) + bytes((end,))
+
+
+@st.composite
+def frame_soups(draw: st.DrawFn) -> bytes:
+    """Acks mostly in rows of consecutive tags, with what ends a row mixed in:
+    another channel, a gap, multiple, a nack, a bad end octet, a torn frame."""
+    out = b""
+    tag = draw(st.integers(0, 2**64 - 50))
+    for _ in range(draw(st.integers(0, 12))):
+        kind = draw(st.sampled_from(["row", "row", "row", "gap", "ch", "multi", "nack", "end"]))
+        if kind == "row":
+            for _ in range(draw(st.integers(1, 6))):
+                out += ack_frame(1, tag)
+                tag += 1
+        elif kind == "gap":
+            tag += draw(st.integers(2, 5))
+        elif kind == "ch":
+            out += ack_frame(2, tag)
+        elif kind == "multi":
+            out += ack_frame(1, tag, 1)
+        elif kind == "nack":
+            out += struct.pack(">BHIHHQB", 1, 1, 13, 60, 120, tag, 0) + b"\xce"
+        else:
+            out += ack_frame(1, tag, 0, 0)
+    cut = draw(st.integers(0, 20))
+    return out[: len(out) - cut] if cut else out
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=frame_soups(), pos=st.integers(0, 30), max_n=st.integers(0, 40))
+def test_c_and_python_find_the_same_runs_of_single_acks(data: bytes, pos: int, max_n: int) -> None:
+    pos = min(pos, len(data))
+    got = scan_acks_python(data, pos, max_n)
+    # The model: frame by frame while each is a single ack on the first's channel
+    # with the next tag.
+    n, first, at = 0, 0, pos
+    while n < max_n and len(data) - at >= 21:
+        ftype, ch, size, cls, mid, tag, bits, end = struct.unpack_from(">BHIHHQBB", data, at)
+        if (ftype, size, cls, mid, bits, end) != (1, 13, 60, 80, 0, 0xCE):
+            break
+        if n == 0:
+            channel, first = ch, tag
+        elif ch != channel or tag != first + n:
+            break
+        n += 1
+        at += 21
+    assert got == ((n, first, at) if n else (0, 0, pos))
+    if _native is not None:
+        assert _native.scan_acks(data, pos, max_n) == got
+
+
+# -- ranges of tags out of the unacked bookkeeping ----------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    layout=st.lists(st.tuples(st.sampled_from(["single", "run"]), st.integers(1, 6)), max_size=8),
+    takes=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 12)), max_size=6),
+)
+def test_a_range_of_tags_comes_out_as_single_acks_would(
+    layout: list[tuple[str, int]], takes: list[tuple[int, int]]
+) -> None:
+    """Runs side by side, singles, ranges cut from the middle and across runs:
+    take_range removes exactly the tags first .. last when runs or singles
+    alone hold them all, with their seqs; else nothing at all."""
+    unacked = UnackedDeliveries()
+    queue = VHost("/", lambda fn: None).declare_queue("q")
+    model: dict[int, tuple[str, int]] = {}  # tag -> (kind, seq)
+    tag = 1
+    for kind, n in layout:
+        if kind == "single":
+            unacked.add(tag, (queue, 5000 + tag, None, None, 1))
+            model[tag] = ("single", 5000 + tag)
+            tag += 1
+        else:
+            offsets = array("I", [7000 + tag + i for i in range(n)])
+            unacked.add_run(UnackedRun(tag, queue, None, 3, offsets, array("I", [2] * n)))
+            model.update({tag + i: ("run", (3 << 32) | (7000 + tag + i)) for i in range(n)})
+            tag += n
+    for first, length in takes:
+        last = first + length
+        tags = range(first, last + 1)
+        whole = all(t in model for t in tags)
+        kinds = {model[t][0] for t in tags} if whole else set()
+        before = unacked.entries()
+        got = unacked.take_range(first, last)
+        if not whole or len(kinds) != 1:
+            assert got is None and unacked.entries() == before
+            continue
+        assert got is not None
+        singles, runs = got
+        out = [(t, e[1]) for t, e in singles] + [(t, e[1]) for r in runs for t, e in r.entries()]
+        assert out == [(t, model.pop(t)[1]) for t in tags]
+        assert [(t, e[1]) for t, e in unacked.entries()] == [(t, v[1]) for t, v in sorted(model.items())]
+
+
+# -- through a broker -----------------------------------------------------------------
+
+
+def _fill(c: RawAMQP, queue: str, bodies: list[bytes], channel: int = 1) -> None:
+    """Publish with confirms on ``channel`` (which must not be the consumer's)."""
+    c.send_method(channel, commands.Confirm.Select())
+    c.expect_method(commands.Confirm.SelectOk)
+    c.send(b"".join(publish(b, queue, channel, properties=PERSISTENT) for b in bodies))
+    confirmed = 0
+    while confirmed < len(bodies):
+        ack = c.expect_method(commands.Basic.Ack)
+        confirmed = ack.delivery_tag if ack.multiple else confirmed + 1
+
+
+def _spans(b: BrokerThread) -> list[int]:
+    """The unacked runs' lengths on every open channel, in tag order."""
+
+    def runs() -> list[int]:
+        return [
+            len(r)
+            for conn in b.broker.connections
+            for ch in getattr(conn, "channels", {}).values()
+            for r in ch.unacked.runs
+        ]
+
+    return b.call(runs)
+
+
+def _segment_files(b: BrokerThread, queue: str) -> int:
+    def count() -> int:
+        store = b.broker.vhosts["/"].queues[queue].store
+        return len(list(store.directory.glob("msgs.*")))
+
+    return b.call(count)
+
+
+def _round_trip(c: RawAMQP, channel: int = 1) -> None:
+    """What was sent before has been handled (channel.flow answers in order)."""
+    c.send_method(channel, commands.Channel.Flow(active=True))
+    c.expect_method(commands.Channel.FlowOk, channel=channel)
+
+
+def test_single_acks_out_of_order_and_in_rows_settle_every_delivery_once(tmp_path: Path) -> None:
+    """3,000 messages waiting, prefetch 1,000: delivered in runs; acked one by
+    one, in rows of consecutive tags (one settlement) and shuffled; an ack of a
+    tag already acked in the middle of a row closes the channel there, the
+    tags before it acked, the ones after not. Every message exactly once, in
+    order; the acks survive a restart."""
+    broker = start_broker(tmp_path / "data", segment_size=64 * 1024)
+    try:
+        _acks_out_of_order(broker)
+    finally:
+        broker.stop()
+    again = start_broker(tmp_path / "data", segment_size=64 * 1024)
+    try:
+        c = _client(again)
+        _consume(c, "out", prefetch=100)
+        back = _receive(c, 50)
+        assert [b for _, _, b, _ in back] == _bodies()[2950:]
+        assert all(r for _, r, _, _ in back)
+        c.send_method(1, commands.Basic.Ack(delivery_tag=0, multiple=True))
+        _round_trip(c)
+        assert _queue_state(again, "out")[:2] == (0, 0)
+        c.close()
+    finally:
+        again.stop()
+
+
+def _bodies() -> list[bytes]:
+    return [f"o{i:04d}".encode() * (i % 9 + 20) for i in range(3000)]
+
+
+def _acks_out_of_order(broker: BrokerThread) -> None:
+    c = _client(broker, channels=2)
+    _declare(c, "out", durable=True)
+    bodies = _bodies()
+    _fill(c, "out", bodies, channel=2)
+    _consume(c, "out", prefetch=1000)
+    rng = random.Random(7)
+    got: list[bytes] = []
+    tags: list[int] = []
+    while len(got) < 2900:
+        batch = _receive(c, 1000 if not got else min(250, 2900 - len(got)))
+        if not tags:
+            assert len(_spans(broker)) >= 2  # runs, cut at segment ends
+        got += [b for _, _, b, _ in batch]
+        assert all(not r for _, r, _, _ in batch)
+        new = [t for t, *_ in batch]
+        tags += new
+        order: list[list[int]] = []
+        for i in range(0, len(new), 50):
+            row = new[i : i + 50]
+            order.append(row if i % 100 == 0 else rng.sample(row, len(row)))
+        rng.shuffle(order)
+        c.send(b"".join(ack_frame(1, t) for row in order for t in row))
+    assert got == bodies[:2900]
+    assert tags == list(range(1, 2901))
+    rest = _receive(c, 100)  # the credit of the last acks
+    assert [b for _, _, b, _ in rest] == bodies[2900:]
+    _round_trip(c)
+    assert _queue_state(broker, "out")[:2] == (0, 100)
+    # A row with a tag acked before: 2,901 .. 2,950 then 10, then 2,951 ...
+    c.send(b"".join(ack_frame(1, t) for t in [*range(2901, 2951), 10, *range(2951, 3001)]))
+    assert c.expect_channel_close(1)[:2] == (406, "PRECONDITION_FAILED - unknown delivery tag 10")
+    c.send_method(1, commands.Channel.CloseOk())
+    _round_trip(c, 2)
+    assert _queue_state(broker, "out")[:2] == (50, 0)  # 2,951 .. 3,000 back
+    c.close()
+
+
+def test_multiple_acks_across_runs_and_segments(broker: BrokerThread) -> None:
+    """A backlog over several segment files, prefetch 1,000: multiple acks that
+    end inside a run, cover several runs and cross segments; the files of fully
+    acknowledged segments go; the rest comes in order, nothing twice."""
+    c = _client(broker, channels=2)
+    _declare(c, "multi", durable=True)
+    bodies = [f"x{i:05d}".encode() * 20 for i in range(2500)]
+    _fill(c, "multi", bodies, channel=2)
+    files = _segment_files(broker, "multi")
+    assert files >= 5
+    _consume(c, "multi", prefetch=1000)
+    first = _receive(c, 1000)
+    assert [b for _, _, b, _ in first] == bodies[:1000]
+    runs = _spans(broker)
+    assert sum(runs) == 1000 and len(runs) >= 3
+    c.send_method(1, commands.Basic.Ack(delivery_tag=runs[0] + 3, multiple=True))  # inside run 2
+    c.send_method(1, commands.Basic.Ack(delivery_tag=999, multiple=True))  # runs 2 .. n
+    more = _receive(c, 999)
+    assert [b for _, _, b, _ in more] == bodies[1000:1999]
+    c.send_method(1, commands.Basic.Ack(delivery_tag=1998, multiple=True))  # tag 1,000 with it
+    rest = _receive(c, 501)
+    assert [b for _, _, b, _ in rest] == bodies[1999:]
+    c.send_method(1, commands.Basic.Ack(delivery_tag=0, multiple=True))
+    _round_trip(c)
+    assert _queue_state(broker, "multi") == (0, 0, 2500, 2500, 2500)
+    assert _segment_files(broker, "multi") <= 1
+    c.close()
+
+
+def test_nack_and_reject_of_part_of_a_run_requeue_in_the_old_order(broker: BrokerThread) -> None:
+    c = _client(broker, channels=2)
+    _declare(c, "nk")
+    bodies = [f"n{i}".encode() for i in range(100)]
+    _fill(c, "nk", bodies, channel=2)
+    _consume(c, "nk", prefetch=100)
+    got = _receive(c, 100)
+    assert [t for t, *_ in got] == list(range(1, 101)) and _spans(broker) == [100]
+    c.send_method(1, commands.Basic.Ack(delivery_tag=9, multiple=True))
+    c.send_method(1, commands.Basic.Reject(delivery_tag=50, requeue=True))
+    assert [(r, b) for _, r, b, _ in _receive(c, 1)] == [(True, bodies[49])]
+    c.send_method(1, commands.Basic.Nack(delivery_tag=19, multiple=True, requeue=True))
+    c.send_method(1, commands.Basic.Nack(delivery_tag=70, requeue=False))  # dropped
+    again = _receive(c, 10)
+    assert [b for _, _, b, _ in again] == bodies[9:19]
+    assert all(r for _, r, _, _ in again)
+    assert _spans(broker) == [30, 19, 30]  # 20 .. 49, 51 .. 69, 71 .. 100
+    c.send_method(1, commands.Basic.Ack(delivery_tag=0, multiple=True))
+    _round_trip(c)
+    assert _queue_state(broker, "nk")[:2] == (0, 0)
+    c.close()
+
+
+def test_a_cancelled_consumer_and_a_closing_channel_give_runs_back_in_place(
+    broker: BrokerThread,
+) -> None:
+    """pika: two consumers on two channels share a backlog in runs; one is
+    cancelled with its runs unacked (its acks still count), then its channel
+    closes: what it held comes back redelivered, ahead of what was behind it,
+    to the other consumer, in the original order."""
+    conn = connect(broker)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    q = uniq()
+    ch.queue_declare(q)
+    bodies = [str(i).encode() for i in range(1200)]
+    for body in bodies:
+        ch.basic_publish("", q, body)
+    got: dict[int, list[Any]] = {1: [], 2: []}
+    chans = {}
+    for k, prefetch in ((1, 300), (2, 200)):
+        c = conn.channel()
+        c.basic_qos(prefetch_count=prefetch)
+        c.basic_consume(q, lambda ch_, m, p, b, k=k: got[k].append((m, b)), consumer_tag=f"c{k}")
+        chans[k] = c
+    wait_until(conn, lambda: len(got[1]) == 300 and len(got[2]) == 200)
+    assert len(_spans(broker)) >= 2
+    first = [b for _, b in got[1]]
+    assert sorted(first + [b for _, b in got[2]], key=int) == bodies[:500]
+    chans[1].basic_cancel("c1")
+    chans[1].basic_ack(got[1][99][0].delivery_tag, multiple=True)  # after the cancel
+    chans[1].close()  # 200 come back, in place
+    held2 = len(got[2])
+    chans[2].basic_ack(got[2][-1][0].delivery_tag, multiple=True)
+    wait_until(conn, lambda: len(got[2]) == held2 + 200)
+    back = got[2][held2:]
+    assert [b for _, b in back] == first[100:]
+    assert all(m.redelivered for m, _ in back)
+    # Then the rest, in order, nothing lost or repeated.
+    while len(got[2]) < 1100:
+        chans[2].basic_ack(got[2][-1][0].delivery_tag, multiple=True)
+        n = len(got[2])
+        wait_until(conn, lambda n=n: len(got[2]) > n)
+    seen = [b for _, b in got[1][:100]] + [b for _, b in got[2]]
+    assert sorted(seen, key=int) == bodies and len(seen) == len(set(seen))
+    conn.close()
+
+
+def _raw_drain(port: int, queue: str, n: int) -> list[tuple[bytes, bool]]:
+    c = RawAMQP(port, timeout=20)
+    c.handshake()
+    c.open_channel(1)
+    _consume(c, queue, prefetch=500)
+    out = []
+    while len(out) < n:
+        for _, r, b, _ in _receive(c, min(500, n - len(out))):
+            out.append((b, r))
+        c.send_method(1, commands.Basic.Ack(delivery_tag=0, multiple=True))
+    c.close()
+    return out
+
+
+def test_runs_unacked_at_a_restart_and_a_kill_9_come_back(tmp_path: Path) -> None:
+    """Runs delivered and partly acked (a multiple ack, a row of single acks),
+    then a clean restart: the unacked ones come back redelivered, in order, the
+    rest after them; then the same with kill -9 of a broker process."""
+    data = tmp_path / "data"
+    b = start_broker(data, segment_size=64 * 1024)
+    bodies = [f"r{i:04d}".encode() * 10 for i in range(2000)]
+    try:
+        c = _client(b, channels=2)
+        _declare(c, "dur", durable=True)
+        _fill(c, "dur", bodies, channel=2)
+        _consume(c, "dur", prefetch=800)
+        _receive(c, 800)
+        assert len(_spans(b)) >= 2
+        c.send_method(1, commands.Basic.Ack(delivery_tag=300, multiple=True))
+        c.send(b"".join(ack_frame(1, t) for t in range(301, 401)))
+        _receive(c, 400)  # the credit brings 400 more
+        _round_trip(c)
+        assert _queue_state(b, "dur")[:2] == (800, 800)
+        c.close_socket()
+    finally:
+        b.stop()
+    b = start_broker(data, segment_size=64 * 1024)
+    try:
+        got = _raw_drain(b.port, "dur", 1600)
+    finally:
+        b.stop()
+    assert [x for x, _ in got] == bodies[400:]
+    assert all(r for _, r in got[:800]) and not any(r for _, r in got[800:])
+    # kill -9: a broker process with a fresh queue, a run half acked.
+    proc, port = start_warren(tmp_path / "killed", "--segment-size", str(64 * 1024))
+    try:
+        c = RawAMQP(port, timeout=20)
+        c.handshake()
+        c.open_channel(1)
+        c.open_channel(2)
+        _declare(c, "k", durable=True)
+        _fill(c, "k", bodies, channel=2)
+        _consume(c, "k", prefetch=1000)
+        _receive(c, 1000)
+        c.send(b"".join(ack_frame(1, t) for t in range(1, 501)))
+        _receive(c, 500)  # the credit brings 500 more
+        for _ in range(2):  # handled, and the loop turn that did it is over
+            _round_trip(c, 2)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(10)
+    proc, port = start_warren(tmp_path / "killed")
+    try:
+        got = _raw_drain(port, "k", 1500)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert [x for x, _ in got] == bodies[500:]
+    assert all(r for _, r in got)  # after a crash every recovered message may have been seen
+
+
+def test_a_priority_queue_with_ttl_drains_its_backlog_in_order(broker: BrokerThread) -> None:
+    """A priority queue with a TTL and a dead-letter exchange, messages with and
+    without their own (long) expiration waiting at every level: all of them in
+    priority order, FIFO within a priority, acked singly and by multiple; then
+    a short TTL: each message either delivered once or dead-lettered once."""
+    conn = connect(broker)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    q, dlq = uniq(), uniq("dlq")
+    ch.queue_declare(dlq)
+    args = {"x-max-priority": 5, "x-message-ttl": 60_000, "x-dead-letter-exchange": ""}
+    ch.queue_declare(q, arguments={**args, "x-dead-letter-routing-key": dlq})
+    want = []
+    for i in range(900):
+        prio = (i * 7) % 6
+        expiration = "50000" if i % 11 == 0 else None
+        ch.basic_publish(
+            "", q, str(i).encode(), pika.BasicProperties(priority=prio, expiration=expiration)
+        )
+        want.append((-prio, i))
+    got: list[tuple[int, bytes]] = []
+    ch.basic_qos(prefetch_count=100)
+    ch.basic_consume(q, lambda c, m, p, b: got.append((m.delivery_tag, b)))
+    acked = 0
+    while len(got) < 900:
+        seen = len(got)
+        wait_until(conn, lambda seen=seen: len(got) > seen)
+        tags = [t for t, _ in got[acked:]]
+        if len(got) % 2:
+            ch.basic_ack(tags[-1], multiple=True)
+        else:
+            for t in tags:
+                ch.basic_ack(t)
+        acked = len(got)
+    assert [int(b) for _, b in got] == [i for _, i in sorted(want)]
+    # A short TTL: whatever the consumer does not get in time is dead-lettered.
+    q2 = uniq()
+    ch.queue_declare(
+        q2, arguments={**args, "x-message-ttl": 30, "x-dead-letter-routing-key": dlq}
+    )
+    for i in range(400):
+        ch.basic_publish("", q2, f"t{i}".encode(), pika.BasicProperties(priority=i % 6))
+    late: list[bytes] = []
+    ch.basic_consume(q2, lambda c, m, p, b: (late.append(b), c.basic_ack(m.delivery_tag)))
+    dead: list[bytes] = []
+    ch.basic_consume(dlq, lambda c, m, p, b: dead.append(b), auto_ack=True)
+    wait_until(conn, lambda: len(late) + len(dead) == 400, timeout=10)
+    assert sorted(late + dead) == sorted(f"t{i}".encode() for i in range(400))
+    assert len(set(late)) == len(late)
+    conn.close()
+
+
+def test_a_quorum_backlog_after_a_restart_shows_its_delivery_counts(tmp_path: Path) -> None:
+    """Returned messages of a quorum queue keep their counts over a restart
+    (store/delivery_counts.py); a consumer draining the backlog afterwards gets
+    them in their old places, each with its x-delivery-count, the others in
+    runs without one."""
+    data = tmp_path / "data"
+    b = start_broker(data)
+    q = uniq()
+    try:
+        conn = connect(b)
+        ch = conn.channel()
+        ch.queue_declare(q, durable=True, arguments={"x-queue-type": "quorum"})
+        ch.confirm_delivery()
+        for i in range(300):
+            ch.basic_publish("", q, f"m{i}".encode())
+        for _ in range(2):  # m0 comes back twice
+            method, _props, body = ch.basic_get(q)
+            assert body == b"m0"
+            ch.basic_nack(method.delivery_tag, requeue=True)
+        got: list[Any] = []
+        ch.basic_qos(prefetch_count=10)
+        ctag = ch.basic_consume(q, lambda c, m, p, body: got.append((m.delivery_tag, body)))
+        wait_until(conn, lambda: len(got) == 10)
+        ch.basic_cancel(ctag)  # returns below are not redelivered
+        for tag, body in got:
+            if body in (b"m0", b"m5"):
+                ch.basic_nack(tag, requeue=True)  # m0 a third time, m5 once
+            else:
+                ch.basic_ack(tag)
+        conn.close()
+    finally:
+        b.stop()
+    b = start_broker(data)
+    try:
+        conn = connect(b)
+        ch = conn.channel()
+        ch.basic_qos(prefetch_count=100)
+        seen: list[tuple[bytes, Any]] = []
+
+        def take(c: Any, m: Any, p: Any, body: bytes) -> None:
+            seen.append((body, (p.headers or {}).get("x-delivery-count")))
+            c.basic_ack(m.delivery_tag)
+
+        ch.basic_consume(q, take)
+        wait_until(conn, lambda: len(seen) == 292)
+        want = [b"m0", b"m5", *(f"m{i}".encode() for i in range(10, 300))]
+        assert [body for body, _ in seen] == want
+        counts = {body: n for body, n in seen if n is not None}
+        assert counts == {b"m0": 3, b"m5": 1}
+        conn.close()
+    finally:
+        b.stop()
