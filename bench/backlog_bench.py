@@ -41,7 +41,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -546,31 +546,45 @@ def selected_cases(selected: set[str]) -> list[Case]:
     return [c for c in CASES if ALL in selected or c.group in selected]
 
 
-def run_series(selected: set[str], brokers: list[Broker], s: Settings, tmp: Path) -> Series:
+def run_series(
+    selected: set[str],
+    brokers: list[Broker],
+    s: Settings,
+    tmp: Path,
+    progress: Callable[[Series], None] = lambda _series: None,
+) -> Series:
     """Every selected case, ``s.runs`` times, on every broker with every generator; the
-    broker order rotates from one run to the next."""
+    broker order rotates from one run to the next. ``progress`` is called after each
+    result (compare.py saves the series so far)."""
     series = Series(s)
     series.load.append(os.getloadavg())
     names = [b.name for b in brokers]
     by_name = {b.name: b for b in brokers}
+    clients = ALL in selected or CLIENTS_GROUP in selected
     n = 0
-    for case in selected_cases(selected):
-        for run in range(s.runs):
+
+    def order() -> list[Broker]:
+        nonlocal n
+        n += 1
+        k = (n - 1) % len(names)
+        return [by_name[x] for x in names[k:] + names[:k]]
+
+    # Runs outermost: a series cut short still has every case.
+    for run in range(s.runs):
+        for case in selected_cases(selected):
             for generator in s.generators:
-                order = names[n % len(names) :] + names[: n % len(names)]
-                n += 1
-                for name in order:
-                    series.results.append(run_case(case, by_name[name], generator, run, s))
+                for broker in order():
+                    series.results.append(run_case(case, broker, generator, run, s))
                     series.load.append(os.getloadavg())
+                    progress(series)
                     time.sleep(s.pause)
-        if s.profile and "Warren" in by_name:
+        for client in CLIENTS if clients else ():
+            for broker in order():
+                series.results.append(run_client(client, broker, run, s))
+                series.load.append(os.getloadavg())
+                progress(series)
+    if s.profile and "Warren" in by_name:
+        for case in selected_cases(selected):
             series.profiles.append(profile_case(case, by_name["Warren"], s, tmp))
-    if ALL in selected or CLIENTS_GROUP in selected:
-        for run in range(s.runs):
-            for client in CLIENTS:
-                order = names[n % len(names) :] + names[: n % len(names)]
-                n += 1
-                for name in order:
-                    series.results.append(run_client(client, by_name[name], run, s))
-                    series.load.append(os.getloadavg())
+            progress(series)
     return series

@@ -76,6 +76,9 @@ class Medians:
                 seen.setdefault(f"{r['broker']} {r['case']} ({r['generator']})", r["error"])
         return [f"{k}: {v}" for k, v in seen.items()]
 
+    def generators(self) -> list[str]:
+        return [g for g in GENERATORS if any(r["generator"] == g for r in self.results)]
+
     def brokers(self) -> list[str]:
         return list(dict.fromkeys(r["broker"] for r in self.results))
 
@@ -114,17 +117,23 @@ def render(
             continue
         w(f"- {k}: {v}")
     w("")
+    drains = any(c.kind == "drain" for c in cases)
     w(
-        f"Backlogs: {s['backlog']:,} messages of 16 bytes for Warren"
-        + (" and LavinMQ" if "LavinMQ" in brokers else "")
-        + (
-            f", {min(s['backlog'], s['backlog_rabbitmq']):,} for RabbitMQ (3.10's classic "
-            "queue holds a backlog in RAM, about 1.7 KiB per message: 10M would need "
-            "17 GiB)"
-            if "RabbitMQ" in brokers
+        (
+            f"Backlogs: {s['backlog']:,} messages of 16 bytes for Warren"
+            + (" and LavinMQ" if "LavinMQ" in brokers else "")
+            + (
+                f", {min(s['backlog'], s['backlog_rabbitmq']):,} for RabbitMQ (3.10's classic "
+                "queue holds a backlog in RAM, about 1.7 KiB per message: 10M would need "
+                "17 GiB)"
+                if "RabbitMQ" in brokers
+                else ""
+            )
+            + ". "
+            if drains
             else ""
         )
-        + f". Publisher-ahead cases start with {s['ahead']:,} messages in the queue "
+        + f"Publisher-ahead cases start with {s['ahead']:,} messages in the queue "
         f"(RabbitMQ: at most its backlog) and run {s['duration']:g} s after a "
         f"{s['warmup']:g} s warm-up."
     )
@@ -167,9 +176,7 @@ def _throughput(
         "consumer got per second, end to end."
     )
     w("")
-    for gen in GENERATORS:
-        if not any(r["generator"] == gen for r in m.results):
-            continue
+    for gen in m.generators():
         head = ["Case", "target"]
         if base:
             head.append("Warren before")
@@ -197,12 +204,12 @@ def _pairs(w: Callable[[str], None], m: Medians, cases: list[Case], brokers: lis
         "msg/s) and the messages left in the queue at the end (medians):"
     )
     w("")
-    head = ["Case"] + [f"{b} ({g})" for g in GENERATORS for b in brokers]
+    head = ["Case"] + [f"{b} ({g})" for g in m.generators() for b in brokers]
     w("| " + " | ".join(head) + " |")
     w("|---|" + "---:|" * (len(head) - 1))
     for c in pairs:
         cells = [c.title]
-        for g in GENERATORS:
+        for g in m.generators():
             for b in brokers:
                 pub = m.get(c.key, b, g, "published_rate")
                 left = m.get(c.key, b, g, "backlog_end")
@@ -228,7 +235,7 @@ def _cpu(
     )
     w("")
     head = ["Case"]
-    for gen in GENERATORS:
+    for gen in m.generators():
         if base:
             head.append(f"Warren before ({gen})")
         head += [f"{b} ({gen})" for b in brokers]
@@ -236,7 +243,7 @@ def _cpu(
     w("|---|" + "---:|" * (len(head) - 1))
     for c in cases:
         cells = [c.title]
-        for gen in GENERATORS:
+        for gen in m.generators():
             cells += _cell_before(base, c.key, gen, "cpu_us")
             cells += [_fmt(m.get(c.key, b, gen, "cpu_us"), 2) for b in brokers]
         w("| " + " | ".join(cells) + " |")

@@ -56,6 +56,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -318,6 +319,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     b.add_argument(
         "--baseline", metavar="JSON", help="an earlier --json-out: Warren before, side by side"
     )
+    b.add_argument(
+        "--from-json",
+        metavar="JSON",
+        help="measure nothing: write the backlog section from a saved --json-out",
+    )
     p.add_argument("--output", default=str(ROOT / "docs" / "benchmarks.md"), help="report file")
     p.add_argument("--skip-rabbitmq", action="store_true", help="do not measure RabbitMQ")
     p.add_argument(
@@ -432,19 +438,8 @@ def run_backlog(
         profile=args.profile,
         pause=args.pause,
     )
-    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    with tempfile.TemporaryDirectory(prefix="backlog-profiles-") as tmp:
-        series = backlog_bench.run_series(keys, measured, settings, Path(tmp))
-    data = series.to_json()
-    data["versions"] = versions
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(data, indent=1) + "\n")
-        log(f"wrote {args.json_out}")
-    baseline = json.loads(Path(args.baseline).read_text()) if args.baseline else None
-    loads = [x[0] for x in series.load]
     meta = {
-        "when": when,
-        "load": f"{min(loads):.1f}-{max(loads):.1f} (1-minute)",
+        "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "Machine": ", ".join(f"{k} {v}" for k, v in machine_info().items()),
         **versions,
     }
@@ -454,8 +449,31 @@ def run_backlog(
         meta["LavinMQ"] = (
             "not measured: no binary here (none on PyPI, Debian 12 or npm; see bench/README.md)"
         )
+
+    def save(series: backlog_bench.Series) -> None:
+        if args.json_out:
+            data = series.to_json() | {"meta": meta}
+            Path(args.json_out).write_text(json.dumps(data, indent=1) + "\n")
+
+    with tempfile.TemporaryDirectory(prefix="backlog-profiles-") as tmp:
+        series = backlog_bench.run_series(keys, measured, settings, Path(tmp), save)
+    save(series)
+    if args.json_out:
+        log(f"wrote {args.json_out}")
+    return render_backlog(series.to_json() | {"meta": meta}, args.baseline)
+
+
+def render_backlog(data: dict[str, Any], baseline_path: str | None) -> str:
+    """The backlog section from a series (as saved by --json-out)."""
+    baseline = json.loads(Path(baseline_path).read_text()) if baseline_path else None
+    meta = dict(data["meta"])
+    loads = [x[0] for x in data["load"]]
+    meta["load"] = f"{min(loads):.1f}-{max(loads):.1f} (1-minute)"
     if baseline:
-        meta["Before"] = f"{args.baseline}: {baseline.get('versions', {}).get('Warren', '?')}"
+        meta["Before"] = (
+            f"`{baseline_path}`: {baseline.get('meta', {}).get('Warren', '?')}, "
+            f"{baseline.get('meta', {}).get('when', '?')}"
+        )
     return backlog_report.render(data, meta, baseline)
 
 
@@ -470,6 +488,12 @@ def main(argv: list[str] | None = None) -> int:
         args.warren_port = 0 if only_backlog else WARREN_PORT
     if args.lavinmq_port is None:
         args.lavinmq_port = 0 if only_backlog else LAVINMQ_PORT
+    if args.from_json:
+        out = Path(args.output)
+        section = render_backlog(json.loads(Path(args.from_json).read_text()), args.baseline)
+        out.write_text(backlog_report.replace_section(out.read_text(), section))
+        log(f"wrote the backlog section of {args.output} from {args.from_json}")
+        return 0
     with contextlib.suppress(ValueError, OSError):
         _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
