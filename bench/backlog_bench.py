@@ -225,7 +225,15 @@ def run_case(case: Case, broker: Broker, generator: str, run: int, s: Settings) 
             _drain(case, broker, generator, s, res)
         else:
             _pair(case, broker, generator, s, res)
-    except (OSError, raw.Closed, TimeoutError, RuntimeError, ValueError) as exc:
+    except (
+        OSError,
+        raw.Closed,
+        TimeoutError,
+        RuntimeError,
+        ValueError,
+        KeyError,
+        subprocess.TimeoutExpired,
+    ) as exc:
         res.error = f"{type(exc).__name__}: {exc}"
     with contextlib.suppress(OSError, raw.Closed):
         c = raw.Conn.open(broker.port)
@@ -264,8 +272,9 @@ def _drain(case: Case, broker: Broker, generator: str, s: Settings, res: Result)
 
 
 def _perf_drain(case: Case, broker: Broker, n: int, res: Result) -> float:
-    """`warren perf throughput` with a consumer only, stopped (SIGINT) once the queue is
-    empty; its consume_rate is counted up to its last delivery."""
+    """`warren perf throughput` with a consumer only, stopped (SIGINT) once its live
+    lines (the messages consumed in each second) add up to the backlog; its
+    consume_rate is counted up to its last delivery."""
     cmd = perf_cmd(
         "throughput",
         "--uri",
@@ -285,22 +294,41 @@ def _perf_drain(case: Case, broker: Broker, n: int, res: Result) -> float:
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=perf_env()
     )
+    assert proc.stdout is not None and proc.stderr is not None
+    consumed = 0
+    done = threading.Event()
+    tail: list[str] = []
+
+    def live(stream: Any) -> None:
+        nonlocal consumed
+        for line in stream:
+            tail[:] = [*tail[-5:], line]
+            words = line.split()
+            if "consumed" in words:
+                consumed += int(words[words.index("consumed") + 1].replace(",", ""))
+                if consumed >= n:
+                    done.set()
+        done.set()  # perf ended
+
+    reader = threading.Thread(target=live, args=(proc.stderr,), daemon=True)
+    reader.start()
     try:
-        c = raw.Conn.open(broker.port)
-        deadline = time.monotonic() + 3600
-        while c.depth(QUEUE) > 0 and proc.poll() is None:
-            if time.monotonic() > deadline:
-                raise TimeoutError("the perf consumer did not empty the queue")
-            time.sleep(0.1)
-        c.close()
-        time.sleep(1.0)  # the last prefetch window: delivered, then acked
+        done.wait(3600)
+        # perf handles SIGINT only while it waits for its workers, not while it prints
+        # a live line (then it dies without a summary): the lines come once a second,
+        # so wait until the parent is back in its wait.
+        time.sleep(0.4)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        try:
+            out, _ = proc.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError("warren perf did not stop within 180 s of SIGINT") from None
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    summary = _perf_json(out, err)
+    reader.join(5)
+    summary = _perf_json(out, "".join(tail))
     if summary["consumed"] < n:
         raise RuntimeError(f"warren perf consumed {summary['consumed']:,} of {n:,}")
     return float(summary["consume_rate"])
@@ -453,7 +481,15 @@ def run_client(client: str, broker: Broker, run: int, s: Settings) -> Result:
         res.published_rate = float(got["client_cpu"])  # the client's CPU share, see the report
         if broker.pid:
             res.cpu_us = cpu / n * 1e6
-    except (OSError, raw.Closed, TimeoutError, RuntimeError, ValueError) as exc:
+    except (
+        OSError,
+        raw.Closed,
+        TimeoutError,
+        RuntimeError,
+        ValueError,
+        KeyError,
+        subprocess.TimeoutExpired,
+    ) as exc:
         res.error = f"{type(exc).__name__}: {exc}"
         log(f"{broker.name}: {client}: error: {res.error}")
     with contextlib.suppress(OSError, raw.Closed):
@@ -585,6 +621,9 @@ def run_series(
                 progress(series)
     if s.profile and "Warren" in by_name:
         for case in selected_cases(selected):
-            series.profiles.append(profile_case(case, by_name["Warren"], s, tmp))
+            try:
+                series.profiles.append(profile_case(case, by_name["Warren"], s, tmp))
+            except (OSError, raw.Closed, TimeoutError, RuntimeError, ValueError) as exc:
+                log(f"Warren: profile of {case.key} failed: {type(exc).__name__}: {exc}")
             progress(series)
     return series

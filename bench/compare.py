@@ -7,9 +7,9 @@
 
 What it does (the brokers are in bench/amqp_brokers.py):
 
-1. RabbitMQ: installs Debian's rabbitmq-server if it is missing (apt-get), starts
-   it on its default port 5672 with ``rabbitmq-server -detached`` unless it is
-   already running, and stops it again at the end if it started it.
+1. RabbitMQ: installs Debian's rabbitmq-server if it is missing (apt-get) and
+   starts a private node of its own (node name, ports, epmd, scratch dirs; see
+   bench/amqp_brokers.py), stopped again at the end.
 2. Warren: starts ``python -m warren --amqp-port 5673 -D <tmp dir>`` as a child.
 3. LavinMQ, when a binary is found (``--lavinmq PATH``, else $LAVINMQ, else
    ``lavinmq`` on PATH; otherwise it is skipped and the log says why): starts
