@@ -292,7 +292,14 @@ def _perf_drain(case: Case, broker: Broker, n: int, res: Result) -> float:
     )
     res.command = display(cmd)
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=perf_env()
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=perf_env(),
+        # A script started in the background by a shell inherits SIGINT ignored, and so
+        # would perf, which then never stops.
+        preexec_fn=_default_sigint,
     )
     assert proc.stdout is not None and proc.stderr is not None
     consumed = 0
@@ -332,6 +339,10 @@ def _perf_drain(case: Case, broker: Broker, n: int, res: Result) -> float:
     if summary["consumed"] < n:
         raise RuntimeError(f"warren perf consumed {summary['consumed']:,} of {n:,}")
     return float(summary["consume_rate"])
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _perf_json(out: str, err: str) -> dict[str, Any]:

@@ -47,6 +47,7 @@ import contextlib
 import datetime
 import json
 import resource
+import signal
 import socket
 import struct
 import subprocess
@@ -479,6 +480,9 @@ def render_backlog(data: dict[str, Any], baseline_path: str | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # Started in the background by a shell, the script inherits SIGINT ignored: take it
+    # back, so Ctrl-C / kill -INT stops it and its brokers cleanly.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.warren_src:
         set_warren_src(args.warren_src)
     selected = set(args.only or ALL_KEYS)
