@@ -124,8 +124,8 @@ def render(
             + (" and LavinMQ" if "LavinMQ" in brokers else "")
             + (
                 f", {min(s['backlog'], s['backlog_rabbitmq']):,} for RabbitMQ (3.10's classic "
-                "queue holds a backlog in RAM, about 1.7 KiB per message: 10M would need "
-                "17 GiB)"
+                "queue holds a backlog in RAM, about 3 KiB per 16-byte message here, see "
+                "the RAM table: 10M would need 30 GiB)"
                 if "RabbitMQ" in brokers
                 else ""
             )
@@ -201,7 +201,9 @@ def _pairs(w: Callable[[str], None], m: Medians, cases: list[Case], brokers: lis
         return
     w(
         "Did the publisher run ahead? Its msg/s in the same runs (`raw` persistent: confirmed "
-        "msg/s) and the messages left in the queue at the end (medians):"
+        'msg/s) and the messages left in the queue at the end (medians). "ran dry": the '
+        "consumer caught up with the publisher, so the end of the run took the empty-queue "
+        "path, not the backlog's (raise `--ahead`):"
     )
     w("")
     head = ["Case"] + [f"{b} ({g})" for g in m.generators() for b in brokers]
@@ -213,7 +215,8 @@ def _pairs(w: Callable[[str], None], m: Medians, cases: list[Case], brokers: lis
             for b in brokers:
                 pub = m.get(c.key, b, g, "published_rate")
                 left = m.get(c.key, b, g, "backlog_end")
-                cells.append(f"{_fmt(pub)}; {_fmt(left)} left")
+                dry = left is not None and left < 0.01 * m.settings["ahead"]
+                cells.append(f"{_fmt(pub)}; {_fmt(left)} left" + (" (ran dry)" if dry else ""))
         w("| " + " | ".join(cells) + " |")
     w("")
 

@@ -304,7 +304,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="RabbitMQ's drains at most this many (3.10 keeps a backlog in RAM)",
     )
     b.add_argument(
-        "--ahead", type=int, default=1_000_000, help="messages in the queue before a timed run"
+        "--ahead", type=int, default=3_000_000, help="messages in the queue before a timed run"
     )
     b.add_argument("--runs", type=int, default=3, help="runs per case, broker and generator")
     b.add_argument(
