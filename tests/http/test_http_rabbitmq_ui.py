@@ -120,7 +120,9 @@ def test_idle_since_only_while_the_queue_is_idle(hand_sampled_broker: BrokerThre
     q = uniq()
     ch.queue_declare(q)
     barrier(ch)
-    start = float(int(time.time()) + 1)  # after the declaration (its last use)
+    # After the declaration (its last use), and not on a whole millisecond: the
+    # sampler's clock is time.time()'s, which the history keeps to the ms.
+    start = time.time() + 1.0004
     broker.call(lambda: broker.broker.sample_stats(start))
     ch.basic_publish("", q, b"m")
     ch.basic_get(q, auto_ack=True)
@@ -133,8 +135,9 @@ def test_idle_since_only_while_the_queue_is_idle(hand_sampled_broker: BrokerThre
 
     broker.call(lambda: broker.broker.sample_stats(start + 10))  # nothing moved since
     idle = api.get(f"/api/queues/%2F/{q}")
-    when = time.gmtime(start + 5)
-    assert idle["idle_since"] == time.strftime("%Y-%m-%dT%H:%M:%S.000+00:00", when)
+    ms = int((start + 5) * 1000)
+    when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000))
+    assert idle["idle_since"] == f"{when}.{ms % 1000:03d}+00:00"
     conn.close()
 
 

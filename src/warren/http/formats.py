@@ -150,11 +150,12 @@ def idle_since_ms(q: Queue) -> int | None:
     """RabbitMQ's ``idle_since`` (ms), given only while the queue is idle: None
     when its counters or lengths changed at the last statistics sample (it moved
     messages in the last interval); else since that change or its last use
-    (declared, consumed from, read), whichever came later."""
+    (declared, consumed from, read), whichever came later. Sample times are
+    compared to the millisecond, as the history keeps them."""
     changed = max(q.stats.history.changed_s(), q.lengths.history.changed_s())
-    if changed and changed >= q.stats.history.last_s:
+    if changed and changed >= q.stats.history.last_s - 0.001:
         return None
-    return max(q.last_used_ms, int(changed * 1000))
+    return max(q.last_used_ms, round(changed * 1000))
 
 
 def queue_info(
