@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from warren.config_checks import LOG_LEVELS, check_field, normalize_log_level
-from warren.core.stats_history import DEFAULT_POLICIES, Retention
+from warren.sample_retention import DEFAULT_POLICIES, Retention
 
 __all__ = ["Config", "ConfigError", "LOG_LEVELS", "check_field", "normalize_log_level"]
 

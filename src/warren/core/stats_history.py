@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from warren.sample_retention import DEFAULT_POLICIES, Retention
+
 __all__ = [
     "BASIC",
     "DEFAULT_POLICIES",
@@ -37,15 +39,6 @@ __all__ = [
     "series",
 ]
 
-#: (max age, interval) pairs in seconds, by max age: one retention policy.
-Retention = tuple[tuple[int, int], ...]
-
-#: RabbitMQ's defaults (rabbitmq_management_agent's sample_retention_policies).
-DEFAULT_POLICIES: Final[dict[str, Retention]] = {
-    "global": ((605, 5), (3660, 60), (29400, 600), (86400, 1800)),
-    "basic": ((605, 5), (3600, 60)),
-    "detailed": ((605, 5),),
-}
 #: Queues, exchanges, channels and connections.
 BASIC: Final = DEFAULT_POLICIES["basic"]
 #: Vhosts, the overview and the node.
