@@ -52,7 +52,8 @@ class PublisherConfirms:
         self._sync_gen = 0
         # sync = false: batches waiting for the end of the turn's write-out, as
         # (stores, write generation, publish numbers).
-        self._flush_batches: list[tuple[list[MessageStore], int, list[int]]] = []
+        # sync = false: (stores, first and last write generation, publishes).
+        self._flush_batches: list[tuple[list[MessageStore], int, int, list[int]]] = []
         #: The exchanges the publishes went to, for the confirms by exchange.
         self.marks = ConfirmMarks()
 
@@ -72,12 +73,21 @@ class PublisherConfirms:
             self.confirm(seq, True)
 
     def run(
-        self, base: int, indexes: list[int] | None, n: int, durable: list[MessageStore]
+        self,
+        base: int,
+        indexes: list[int] | None,
+        n: int,
+        durable: list[MessageStore],
+        since: int,
     ) -> None:
         """Confirms for a run's first ``n`` messages (message ``i`` is publish
         ``base + 1 + (indexes[i] if indexes else i)``), taken at once: after
         ``durable`` is synced, when it holds anything (one batch entry for
-        them all)."""
+        them all). ``since``: the write generation before the run was stored.
+        A store may write a run in several pieces (a stream's, one per segment
+        and per deduplicated stretch), and a write-out between two pieces may
+        drop the earlier ones: their generation is older than the one now, so
+        the lost check spans the run's from ``since`` on."""
         syncer = self.channel.connection.broker.syncer
         if durable and syncer is not None and syncer.enabled:
             seqs = (
@@ -85,16 +95,14 @@ class PublisherConfirms:
                 if indexes is None
                 else [base + 1 + indexes[i] for i in range(n)]
             )
-            self.after_sync_many(seqs, durable, syncer)
+            self.after_sync_many(seqs, durable, syncer, since)
             return
         for i in range(n):
             seq = base + 1 + (indexes[i] if indexes is not None else i)
             if not durable or syncer is None:
                 self.confirm(seq, True)
-            elif syncer.enabled:
-                self.after_sync(seq, durable, syncer)
             else:
-                self.after_write(seq, durable, syncer)
+                self.after_write(seq, durable, syncer, since)
 
     def reordered(self) -> None:
         """A keyed run may have left confirms waiting out of publish order: the
@@ -109,15 +117,27 @@ class PublisherConfirms:
         self._sync_batch(stores, syncer).append(seq)
 
     def after_sync_many(
-        self, seqs: range | list[int], stores: list[MessageStore], syncer: GroupSync
+        self,
+        seqs: range | list[int],
+        stores: list[MessageStore],
+        syncer: GroupSync,
+        since: int | None = None,
     ) -> None:
-        """after_sync for several publishes at once (a run's)."""
+        """after_sync for several publishes at once (a run's, stored since write
+        generation ``since``: see run())."""
         self.unconfirmed.update(dict.fromkeys(seqs))
-        self._sync_batch(stores, syncer).extend(seqs)
+        self._sync_batch(stores, syncer, since).extend(seqs)
 
-    def _sync_batch(self, stores: list[MessageStore], syncer: GroupSync) -> list[int]:
-        """The batch of this write generation and these stores."""
+    def _sync_batch(
+        self, stores: list[MessageStore], syncer: GroupSync, since: int | None = None
+    ) -> list[int]:
+        """The batch of this write generation and these stores (a batch of its
+        own for appends that began in an older generation, ``since``)."""
         gen = syncer.gen
+        if since is not None and since != gen:
+            own: list[int] = []
+            syncer.after_sync(stores, lambda ok: self._confirm_batch(own, ok), since)
+            return own
         if gen != self._sync_gen:
             self._sync_batches = {}
             self._sync_gen = gen
@@ -129,20 +149,32 @@ class PublisherConfirms:
             syncer.after_sync(stores, lambda ok: self._confirm_batch(new, ok))
         return batch
 
-    def after_write(self, seq: int, stores: list[MessageStore], syncer: GroupSync) -> None:
+    def after_write(
+        self,
+        seq: int,
+        stores: list[MessageStore],
+        syncer: GroupSync,
+        since: int | None = None,
+    ) -> None:
         """sync = false: confirm once the stores are written out, at the end of the
-        turn (a nack if the write-out failed and dropped the message)."""
+        turn (a nack if the write-out failed and dropped the message; appended
+        since write generation ``since``, default the current one)."""
         self.unconfirmed[seq] = None
         gen = syncer.gen
+        first = gen if since is None else since
         batches = self._flush_batches
         if batches:
-            last_stores, last_gen, seqs = batches[-1]
-            if last_gen == gen and _stores_key(last_stores) == _stores_key(stores):
+            last_stores, last_first, last_gen, seqs = batches[-1]
+            if (
+                last_gen == gen
+                and last_first == first
+                and _stores_key(last_stores) == _stores_key(stores)
+            ):
                 seqs.append(seq)
                 return
         else:
             self.channel.connection.mark_dirty(self.channel)
-        batches.append((list(stores), gen, [seq]))
+        batches.append((list(stores), first, gen, [seq]))
 
     def _confirm_batch(self, seqs: list[int], ok: bool) -> None:
         """confirm() for every publish of a synced batch."""
@@ -170,8 +202,8 @@ class PublisherConfirms:
         if channel.closed:
             return
         unconfirmed, recorded = self.unconfirmed, self._recorded
-        for stores, batch_gen, seqs in batches:
-            ok = not any(_lost(s, batch_gen, batch_gen) for s in stores)
+        for stores, first, last, seqs in batches:
+            ok = not any(_lost(s, first, last) for s in stores)
             for seq in seqs:
                 unconfirmed.pop(seq, None)
                 recorded.append(seq if ok else -seq)

@@ -165,14 +165,18 @@ class Publishing:
         durable: list[MessageStore] = []
         if queues:
             # Queues whose consumers take the run's first messages as they come
-            # take them at once; the rest go message by message.
+            # take them at once; the rest go message by message. A store may
+            # write a run in pieces: its confirms check from the generation
+            # before the first (Confirms.run).
+            syncer = conn.broker.syncer
+            since = syncer.gen if syncer is not None else 0
             taken = [q.publish_run(mrun, durable) for q in queues]
             start = min(taken)
             if start:
                 ex.stats.count_publishes(start, len(queues))
                 self.stats.publish += start
                 if confirm:
-                    self.confirms.run(base, indexes, start, durable)
+                    self.confirms.run(base, indexes, start, durable, since)
         most = max(taken, default=0)
         for i in range(start, n):
             if i:
