@@ -22,12 +22,14 @@ import sys
 import zlib
 from array import array
 
+from warren.store.batch_file import MAX_BATCH, next_batch, scan_batches
+
 __all__ = ["AckFile", "encode_acks", "read_acks"]
 
 _BIG_ENDIAN = sys.byteorder == "big"
 _U32 = struct.Struct(">I")
 _MARK = 0xAC
-_MAX_BATCH = (1 << 24) - 1
+_MAX_BATCH = MAX_BATCH
 
 
 def _to_bytes(offsets: array[int]) -> bytes:
@@ -60,49 +62,13 @@ class AckFile:
         self.legacy = False
 
 
-def _batch_at(data: bytes, pos: int) -> int:
-    """The end of the batch at ``pos`` when it checks out, else -1."""
-    size = len(data)
-    if pos + 8 > size:
-        return -1
-    head = _U32.unpack_from(data, pos)[0]
-    n = head & _MAX_BATCH
-    if head >> 24 != _MARK or not n:
-        return -1
-    end = pos + 4 + 4 * n
-    if end + 4 > size or zlib.crc32(data[pos:end]) != _U32.unpack_from(data, end)[0]:
-        return -1
-    return end + 4
-
-
-def _next_batch(data: bytes, start: int) -> int:
-    """The first offset from ``start`` where a batch checks out, or -1."""
-    mark = bytes((_MARK,))
-    q = data.find(mark, start)
-    while q >= 0:
-        if _batch_at(data, q) >= 0:
-            return q
-        q = data.find(mark, q + 1)
-    return -1
-
-
-def _torn(data: bytes, pos: int) -> bool:
-    """Whether the bytes from ``pos`` on are the start of one batch cut short."""
-    rest = len(data) - pos
-    if rest < 4:
-        return True
-    head = _U32.unpack_from(data, pos)[0]
-    n = head & _MAX_BATCH
-    return head >> 24 == _MARK and n > 0 and 4 * n + 8 > rest
-
-
 def read_acks(data: bytes) -> AckFile:
     """Parse an ack file's bytes (never raises)."""
     found = AckFile()
     size = len(data)
     if not size:
         return found
-    if data[0] != _MARK and _next_batch(data, 0) < 0:  # the old format: bare u32 offsets
+    if data[0] != _MARK and next_batch(data, 0, _MARK, 4) < 0:  # the old format: bare u32 offsets
         found.legacy = True
         arr = array("I")
         arr.frombytes(data[: size - size % 4])
@@ -112,25 +78,14 @@ def read_acks(data: bytes) -> AckFile:
         if size % 4:
             found.torn_at = size - size % 4
         return found
+    scan = scan_batches(data, _MARK, 4)
     offsets = found.offsets
-    pos = 0
-    while pos < size:
-        end = _batch_at(data, pos)
-        if end >= 0:
-            batch = array("I")
-            batch.frombytes(data[pos + 4 : end - 4])
-            if not _BIG_ENDIAN:
-                batch.byteswap()
-            offsets.extend(batch)
-            pos = end
-            continue
-        nxt = _next_batch(data, pos + 1)
-        if nxt < 0:
-            if _torn(data, pos):
-                found.torn_at = pos
-            else:
-                found.damaged.append((pos, size))
-            break
-        found.damaged.append((pos, nxt))
-        pos = nxt
+    for start, end in scan.payloads:
+        batch = array("I")
+        batch.frombytes(data[start:end])
+        if not _BIG_ENDIAN:
+            batch.byteswap()
+        offsets.extend(batch)
+    found.damaged = scan.damaged
+    found.torn_at = scan.torn_at
     return found

@@ -41,6 +41,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from warren.store.batch_file import MAX_BATCH, scan_batches
 from warren.store.disk_budget import budget_for
 from warren.store.mirror import mirror_for
 from warren.store.segment_damage import keep_aside
@@ -52,7 +53,7 @@ log = logging.getLogger("warren.store")
 
 FILE_NAME = "delivery-counts"
 _MARK = 0xDC
-_MAX_BATCH = (1 << 24) - 1
+_MAX_BATCH = MAX_BATCH
 _U32 = struct.Struct(">I")
 _ENTRY = struct.Struct(">QIII")
 _LOW = 0xFFFFFFFF
@@ -90,60 +91,15 @@ class CountsFile:
         self.torn_at = -1
 
 
-def _batch_at(data: bytes, pos: int) -> int:
-    """The end of the batch at ``pos`` when it checks out, else -1."""
-    if pos + 8 > len(data):
-        return -1
-    head = _U32.unpack_from(data, pos)[0]
-    n = head & _MAX_BATCH
-    if head >> 24 != _MARK or not n:
-        return -1
-    end = pos + 4 + _ENTRY.size * n
-    if end + 4 > len(data) or zlib.crc32(data[pos:end]) != _U32.unpack_from(data, end)[0]:
-        return -1
-    return end + 4
-
-
-def _next_batch(data: bytes, start: int) -> int:
-    mark = bytes((_MARK,))
-    q = data.find(mark, start)
-    while q >= 0:
-        if _batch_at(data, q) >= 0:
-            return q
-        q = data.find(mark, q + 1)
-    return -1
-
-
-def _torn(data: bytes, pos: int) -> bool:
-    """Whether the bytes from ``pos`` on are the start of one batch cut short."""
-    rest = len(data) - pos
-    if rest < 4:
-        return True
-    head = _U32.unpack_from(data, pos)[0]
-    n = head & _MAX_BATCH
-    return head >> 24 == _MARK and n > 0 and _ENTRY.size * n + 8 > rest
-
-
 def read_counts(data: bytes) -> CountsFile:
     """Parse a delivery-counts file's bytes (never raises)."""
     found = CountsFile()
-    pos, size = 0, len(data)
-    while pos < size:
-        end = _batch_at(data, pos)
-        if end >= 0:
-            for high, offset, returns, explicit in _ENTRY.iter_unpack(data[pos + 4 : end - 4]):
-                found.entries.append(((high << 32) | offset, (explicit << 32) | returns))
-            pos = end
-            continue
-        nxt = _next_batch(data, pos + 1)
-        if nxt < 0:
-            if _torn(data, pos):
-                found.torn_at = pos
-            else:
-                found.damaged.append((pos, size))
-            break
-        found.damaged.append((pos, nxt))
-        pos = nxt
+    scan = scan_batches(data, _MARK, _ENTRY.size)
+    for start, end in scan.payloads:
+        for high, offset, returns, explicit in _ENTRY.iter_unpack(data[start:end]):
+            found.entries.append(((high << 32) | offset, (explicit << 32) | returns))
+    found.damaged = scan.damaged
+    found.torn_at = scan.torn_at
     return found
 
 
