@@ -250,9 +250,7 @@ class SegmentStore(SegmentFaults):
             return
         t = self._transient
         if t.held:
-            base = segment << 32
-            for off in offsets:
-                t.dead(base | off)
+            t.dead_run(segment << 32, offsets)
         self._acks.append((segment, offsets))
         self._dirty = True
         seg.dead += len(offsets)
@@ -382,9 +380,7 @@ class SegmentStore(SegmentFaults):
                     size += sizes[k]
             t.read_many(seg, count, size)
         if not acked:
-            base = seg.id << 32
-            for k in which:
-                t.handed_out(base | offsets[k], sizes[k])
+            t.hand_out(seg.id << 32, offsets, sizes, which)
 
     def _shift_redelivering(self) -> tuple[int, Message, bool] | None:
         """shift() of the next record while records below the delivered mark may be

@@ -23,6 +23,7 @@ append and nothing else. docs/storage.md has the rules.
 
 from __future__ import annotations
 
+from array import array
 from typing import TYPE_CHECKING
 
 from warren.core.properties import PERSISTENT_PROPERTIES, is_persistent, is_transient
@@ -100,6 +101,28 @@ class TransientCounts:
         seg.transient_unread_bytes -= b
         self.unread -= count
         self.unread_bytes -= b
+
+    def hand_out(
+        self, base: int, offsets: array[int], sizes: array[int], which: range | list[int]
+    ) -> None:
+        """handed_out for records ``which`` of a span (seqs ``base | offsets[k]``)."""
+        held = self.held
+        b = 0
+        for k in which:
+            size = sizes[k]
+            held[base | offsets[k]] = size
+            b += size
+        self.held_bytes += b
+
+    def dead_run(self, base: int, offsets: array[int]) -> None:
+        """dead() for the seqs ``base | offset`` of a run's acks."""
+        held = self.held
+        b = 0
+        for off in offsets:
+            size = held.pop(base | off, -1)
+            if size >= 0:
+                b += size
+        self.held_bytes -= b
 
     def dead(self, seq: int) -> None:
         """``seq``, held, is acked (or otherwise gone): counted no more if transient."""
