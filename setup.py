@@ -61,6 +61,7 @@ COMPILED_MODULES = [
     "warren.core.queue_settings",
     "warren.core.quorum_queue",
     "warren.core.stats",
+    "warren.core.stats_history",
     "warren.core.stream",
     "warren.core.stream_queue",
     "warren.core.table",

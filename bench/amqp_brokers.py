@@ -4,8 +4,10 @@
   a scratch data dir.
 - :class:`LavinMQ`: a ``lavinmq`` binary, a child process on a scratch data
   dir; measured only when a binary is found (:func:`find_lavinmq`).
-- :class:`RabbitMQ`: Debian's rabbitmq-server on its default port, installed
-  with apt-get when missing and left running if it already was.
+- :class:`RabbitMQ`: Debian's rabbitmq-server (installed with apt-get when
+  missing) as a private node of this script: its own node name, ports, Erlang
+  port mapper and directories, so it never meets another RabbitMQ on the
+  machine (the default node on 5672 included).
 
 Each has a ``name``, a ``port``, the ``pid`` whose memory is read, ``start()``,
 ``stop()``, ``versions()`` (rows for the report) and ``describe()`` (how it was
@@ -18,17 +20,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pwd
 import resource
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,9 +58,34 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
+#: The Warren sources the broker (and `warren perf`) run from: this checkout's
+#: src/ unless a script's --warren-src moved it (set_warren_src).
+_WARREN_SRC = [ROOT / "src"]
+
+
+def set_warren_src(path: str | Path) -> Path:
+    """Run Warren and `warren perf` from another checkout's src/ (e.g. a compiled
+    build of main, or a branch), so before/after runs use the same bench scripts."""
+    src = Path(path).resolve()
+    if not (src / "warren" / "__init__.py").exists():
+        raise SystemExit(f"--warren-src {path}: no warren package there")
+    _WARREN_SRC[0] = src
+    return src
+
+
+def warren_src() -> Path:
+    return _WARREN_SRC[0]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def perf_env() -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(warren_src()) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 
@@ -123,6 +149,8 @@ class ChildBroker(Broker):
 
     def __init__(self, port: int) -> None:
         super().__init__(port)
+        #: Port 0: a free port at each start.
+        self.pick_port = port == 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.tmp: tempfile.TemporaryDirectory[str] | None = None
         self.cmd: list[str] = []
@@ -140,6 +168,8 @@ class ChildBroker(Broker):
         return None
 
     def start(self) -> None:
+        if self.pick_port:
+            self.port = free_port()
         if port_open(self.port):
             raise RuntimeError(f"port {self.port} is already in use")
         self.tmp = tempfile.TemporaryDirectory(prefix=self.tmp_prefix)
@@ -300,25 +330,32 @@ class LavinMQ(ChildBroker):
 
 
 class RabbitMQ(Broker):
+    """A private RabbitMQ node: its own node name, AMQP and distribution ports,
+    Erlang port mapper (ERL_EPMD_PORT), cookie (HOME) and directories under a
+    scratch dir, stopped with its process group. Other engineers' RabbitMQ
+    nodes on the machine (the default one on 5672 included) never see it."""
+
     name = "RabbitMQ"
     cpu_note = "RabbitMQ's Erlang VM uses as many schedulers as there are CPUs"
+    SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 
-    def __init__(self, port: int = RABBITMQ_PORT) -> None:
+    def __init__(self, port: int = 0) -> None:
         super().__init__(port)
-        self.started_here = False
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._env: dict[str, str] = {}
         self._pid: int | None = None
 
     @property
     def pid(self) -> int | None:
         return self._pid
 
-    def running(self) -> bool:
-        if shutil.which("rabbitmqctl") is None:
-            return False
-        return sh(["rabbitmqctl", "-q", "status"], timeout=60).returncode == 0
+    @property
+    def node(self) -> str:
+        return self._env.get("RABBITMQ_NODENAME", "")
 
     def install(self) -> None:
-        if shutil.which("rabbitmq-server") is not None:
+        if os.path.exists(self.SERVER):
             return
         log("installing rabbitmq-server with apt-get")
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
@@ -330,77 +367,98 @@ class RabbitMQ(Broker):
 
     def start(self) -> None:
         self.install()
-        if self.running():
-            log("RabbitMQ is already running; it will be left running")
-        else:
-            log("starting RabbitMQ (rabbitmq-server -detached)")
-            subprocess.run(
-                ["rabbitmq-server", "-detached"], check=True, capture_output=True, **self._as_user()
-            )
-            self.started_here = True
-            deadline = time.monotonic() + 120
-            while True:
-                r = sh(["rabbitmqctl", "await_startup", "--timeout", "30"], timeout=60)
-                if r.returncode == 0:
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"RabbitMQ did not start: {r.stderr.strip()}")
-                time.sleep(1)
-        self._pid = self._find_pid()
-        deadline = time.monotonic() + 30
-        while not port_open(self.port):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"RabbitMQ is not listening on {self.port}")
-            time.sleep(0.5)
-        log(f"RabbitMQ up, beam.smp pid {self._pid}")
-
-    def _as_user(self) -> dict[str, Any]:
-        """Run as the rabbitmq user with 65,536 file descriptors, like Debian's systemd unit.
-
-        Started by root, Debian's wrapper script `su`s to rabbitmq, and pam_limits
-        then leaves the node 1,024 descriptors: RabbitMQ refuses connections after
-        about 830. The packaged systemd unit sets LimitNOFILE=65536; this does the
-        same (the wrapper, run as rabbitmq, starts the node directly).
-        """
-        if os.geteuid() != 0:
-            return {}
-        try:
-            pw = pwd.getpwnam("rabbitmq")
-        except KeyError:
-            return {}
+        self.tmp = tempfile.TemporaryDirectory(prefix="rabbitmq-bench-")
+        base = Path(self.tmp.name)
+        (base / "enabled_plugins").write_text("[].\n")
+        (base / "rabbitmq.conf").write_text("")
+        self.port = self.port or free_port()
+        self._env = dict(
+            os.environ,
+            HOME=str(base),
+            RABBITMQ_NODENAME=f"warrenbench{self.port}@localhost",
+            RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
+            RABBITMQ_NODE_PORT=str(self.port),
+            RABBITMQ_DIST_PORT=str(free_port()),
+            RABBITMQ_MNESIA_BASE=str(base / "mnesia"),
+            RABBITMQ_LOG_BASE=str(base / "log"),
+            RABBITMQ_ENABLED_PLUGINS_FILE=str(base / "enabled_plugins"),
+            RABBITMQ_CONFIG_FILE=str(base / "rabbitmq.conf"),
+            RABBITMQ_LOGS="-",
+            ERL_EPMD_PORT=str(free_port()),
+        )
         with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))  # inherited
-        return {
-            "user": pw.pw_uid,
-            "group": pw.pw_gid,
-            "extra_groups": [],
-            "cwd": pw.pw_dir,
-            "env": dict(os.environ, HOME=pw.pw_dir),
-        }
+            resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))  # inherited, if allowed
+        with open(base / "server.log", "wb") as logf:
+            self.proc = subprocess.Popen(
+                [self.SERVER],
+                cwd=base,
+                env=self._env,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # the whole Erlang VM is stopped as one group
+            )
+        deadline = time.monotonic() + 120
+        while True:
+            text = (base / "server.log").read_text(errors="replace")
+            if "Server startup complete" in text:
+                break
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"RabbitMQ did not start: {text[-2000:]}")
+            time.sleep(0.3)
+        self._pid = self._find_pid()
+        log(f"RabbitMQ up on {self.port}, node {self.node}, beam.smp pid {self._pid}")
 
     def _find_pid(self) -> int | None:
-        r = sh(["rabbitmqctl", "eval", "os:getpid()."], timeout=60)
-        text = r.stdout.strip().strip('"')
-        if r.returncode == 0 and text.isdigit():
-            return int(text)
-        r = sh(["pidof", "beam.smp"])
-        pids = r.stdout.split()
-        return int(pids[0]) if len(pids) == 1 else None
+        """beam.smp in the server's process group (the script starts it as a child)."""
+        assert self.proc is not None
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = (entry / "stat").read_text()
+                comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+                pgid = int(stat.rsplit(")", 1)[1].split()[2])
+                if pgid == self.proc.pid and comm.startswith("beam"):
+                    return int(entry.name)
+        return None
+
+    def ctl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["/usr/lib/rabbitmq/bin/rabbitmqctl", "-n", self.node, *args],
+            env=self._env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
 
     def stop(self) -> None:
-        if self.started_here:
-            log("stopping RabbitMQ (it was started by this script)")
-            # shutdown waits until the Erlang VM has exited; stop is the fallback
-            if sh(["rabbitmqctl", "shutdown"], timeout=180).returncode != 0:
-                sh(["rabbitmqctl", "stop"], timeout=180)
-            self.started_here = False
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+            subprocess.run(
+                ["epmd", "-kill"], env=self._env, capture_output=True, timeout=10, check=False
+            )
+            self.proc = None
+            self._pid = None
+        if self.tmp is not None:
+            self.tmp.cleanup()
+            self.tmp = None
 
     def versions(self) -> dict[str, str]:
         def ev(expr: str) -> str:
-            r = sh(["rabbitmqctl", "eval", expr], timeout=60)
+            r = self.ctl("eval", expr)
             return r.stdout.strip().strip('"') if r.returncode == 0 else "unknown"
 
-        r = sh(["rabbitmqctl", "version"], timeout=60)
+        r = self.ctl("version")
         rabbit = r.stdout.strip() if r.returncode == 0 else "unknown"
         pkg = sh(["dpkg-query", "-W", "-f", "${Version}", "rabbitmq-server"]).stdout.strip()
         return {
@@ -410,13 +468,8 @@ class RabbitMQ(Broker):
         }
 
     def describe(self) -> str:
-        if self.started_here:
-            return (
-                "`rabbitmq-server -detached` as the rabbitmq user, Debian's default "
-                f"configuration, open-file limit {self.fd_limit()} (Debian's systemd unit "
-                f"asks for {NOFILE:,}; this machine's hard limit may be lower)"
-            )
         return (
-            "already running when the script started (left as it was); "
-            f"open-file limit {self.fd_limit()}"
+            "Debian's `rabbitmq-server` as a private node (its own node name, ports, "
+            "epmd and scratch dirs; an empty rabbitmq.conf, no plugins), default "
+            f"configuration otherwise, open-file limit {self.fd_limit()}"
         )

@@ -7,9 +7,9 @@
 
 What it does (the brokers are in bench/amqp_brokers.py):
 
-1. RabbitMQ: installs Debian's rabbitmq-server if it is missing (apt-get), starts
-   it on its default port 5672 with ``rabbitmq-server -detached`` unless it is
-   already running, and stops it again at the end if it started it.
+1. RabbitMQ: installs Debian's rabbitmq-server if it is missing (apt-get) and
+   starts a private node of its own (node name, ports, epmd, scratch dirs; see
+   bench/amqp_brokers.py), stopped again at the end.
 2. Warren: starts ``python -m warren --amqp-port 5673 -D <tmp dir>`` as a child.
 3. LavinMQ, when a binary is found (``--lavinmq PATH``, else $LAVINMQ, else
    ``lavinmq`` on PATH; otherwise it is skipped and the log says why): starts
@@ -31,6 +31,13 @@ What it does (the brokers are in bench/amqp_brokers.py):
 
 The scenarios are in bench/compare_scenarios.py, running perf in
 bench/perf_runs.py, the report in bench/compare_report.py.
+
+Issue 27's backlog scenarios run only when asked for (``--only backlog``, or a
+part: backlog-drain, backlog-ahead, backlog-single, backlog-persistent,
+backlog-clients): bench/backlog_bench.py runs them with two load generators
+(bench/raw_amqp.py and ``warren perf``), bench/backlog_report.py replaces only
+their section of the report. ``--warren-src DIR`` measures another checkout's
+Warren (e.g. /work/main/src compiled, or a branch) with these same scripts.
 """
 
 from __future__ import annotations
@@ -38,19 +45,26 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import json
 import resource
+import signal
 import socket
 import struct
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import backlog_bench  # noqa: E402  bench/backlog_bench.py
+import backlog_report  # noqa: E402  bench/backlog_report.py
 import equal_rate  # noqa: E402  bench/equal_rate.py
 from amqp_brokers import (  # noqa: E402  bench/amqp_brokers.py, beside this script
     LAVINMQ_PORT,
@@ -61,6 +75,10 @@ from amqp_brokers import (  # noqa: E402  bench/amqp_brokers.py, beside this scr
     Warren,
     find_lavinmq,
     log,
+    perf_env,
+    set_warren_src,
+    sh,
+    warren_src,
 )
 from compare_report import (  # noqa: E402
     Report,
@@ -267,9 +285,45 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--only",
         action="append",
-        choices=ALL_KEYS,
+        choices=ALL_KEYS + backlog_bench.KEYS,
         metavar="SCENARIO",
-        help=f"run only this scenario (repeatable): {', '.join(ALL_KEYS)}",
+        help=f"run only this scenario (repeatable): {', '.join(ALL_KEYS)}; "
+        f"and, only when named: {', '.join(backlog_bench.KEYS)}",
+    )
+    p.add_argument(
+        "--warren-src",
+        metavar="DIR",
+        help="run Warren and `warren perf` from this src/ dir (default: this checkout's)",
+    )
+    b = p.add_argument_group("backlog scenarios (issue 27, --only backlog...)")
+    b.add_argument("--backlog", type=int, default=10_000_000, help="messages per drain")
+    b.add_argument(
+        "--backlog-rabbitmq",
+        type=int,
+        default=1_000_000,
+        help="RabbitMQ's drains at most this many (3.10 keeps a backlog in RAM)",
+    )
+    b.add_argument(
+        "--ahead", type=int, default=3_000_000, help="messages in the queue before a timed run"
+    )
+    b.add_argument("--runs", type=int, default=3, help="runs per case, broker and generator")
+    b.add_argument(
+        "--generators",
+        default=",".join(backlog_bench.GENERATORS),
+        help="raw, perf or both (comma-separated)",
+    )
+    b.add_argument(
+        "--client-messages", type=int, default=200_000, help="messages each real client drains"
+    )
+    b.add_argument("--profile", action="store_true", help="py-spy Warren in one extra run per case")
+    b.add_argument("--json-out", metavar="FILE", help="write the series' results as JSON")
+    b.add_argument(
+        "--baseline", metavar="JSON", help="an earlier --json-out: Warren before, side by side"
+    )
+    b.add_argument(
+        "--from-json",
+        metavar="JSON",
+        help="measure nothing: write the backlog section from a saved --json-out",
     )
     p.add_argument("--output", default=str(ROOT / "docs" / "benchmarks.md"), help="report file")
     p.add_argument("--skip-rabbitmq", action="store_true", help="do not measure RabbitMQ")
@@ -280,8 +334,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "LavinMQ is skipped when there is none",
     )
     p.add_argument("--skip-lavinmq", action="store_true", help="do not measure LavinMQ")
-    p.add_argument("--warren-port", type=int, default=WARREN_PORT)
-    p.add_argument("--lavinmq-port", type=int, default=LAVINMQ_PORT)
+    p.add_argument(
+        "--warren-port",
+        type=int,
+        help=f"0: a free port (default {WARREN_PORT}; with only backlog scenarios 0)",
+    )
+    p.add_argument(
+        "--lavinmq-port",
+        type=int,
+        help=f"0: a free port (default {LAVINMQ_PORT}; with only backlog scenarios 0)",
+    )
     p.add_argument("--pause", type=float, default=2.0, help="idle seconds between runs")
     p.add_argument(
         "--qlen-warren", type=int, default=10_000_000, help="messages for Warren's queue-length run"
@@ -335,16 +397,114 @@ def rotated(names: list[str], n: int) -> list[str]:
     return names[k:] + names[:k]
 
 
+def warren_src_version() -> str:
+    """The Warren under test: its version and build as it reports them, and its git commit."""
+    src = warren_src()
+
+    def git(*cmd: str) -> str:
+        return sh(["git", "-C", str(src), *cmd]).stdout.strip()
+
+    version = subprocess.run(
+        [sys.executable, "-m", "warren", "--version"],
+        env=perf_env(),
+        capture_output=True,
+        text=True,
+        cwd="/",
+        check=False,
+    ).stdout.strip()
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return (
+        f"{version or 'unknown'} from `{src}` (git {git('rev-parse', '--short', 'HEAD')} "
+        f"on {git('rev-parse', '--abbrev-ref', 'HEAD')}"
+        + (", with uncommitted changes" if dirty else "")
+        + ")"
+    )
+
+
+def run_backlog(
+    args: argparse.Namespace, keys: set[str], measured: list[Broker], versions: dict[str, str]
+) -> str:
+    """Issue 27's scenarios on fresh brokers; returns their report section."""
+    for b in measured:
+        if b.fresh:
+            b.restart()
+    settings = backlog_bench.Settings(
+        backlog=args.backlog,
+        backlog_rabbitmq=args.backlog_rabbitmq,
+        ahead=args.ahead,
+        duration=args.duration,
+        runs=args.runs,
+        generators=tuple(g for g in args.generators.split(",") if g),
+        client_messages=args.client_messages,
+        profile=args.profile,
+        pause=args.pause,
+    )
+    meta = {
+        "when": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "Machine": ", ".join(f"{k} {v}" for k, v in machine_info().items()),
+        **versions,
+    }
+    for b in measured:
+        meta[f"{b.name} as started"] = b.describe()
+    if not any(b.name == "LavinMQ" for b in measured):
+        meta["LavinMQ"] = (
+            "not measured: no binary here (none on PyPI, Debian 12 or npm; see bench/README.md)"
+        )
+
+    def save(series: backlog_bench.Series) -> None:
+        if args.json_out:
+            data = series.to_json() | {"meta": meta}
+            Path(args.json_out).write_text(json.dumps(data, indent=1) + "\n")
+
+    with tempfile.TemporaryDirectory(prefix="backlog-profiles-") as tmp:
+        series = backlog_bench.run_series(keys, measured, settings, Path(tmp), save)
+    save(series)
+    if args.json_out:
+        log(f"wrote {args.json_out}")
+    return render_backlog(series.to_json() | {"meta": meta}, args.baseline)
+
+
+def render_backlog(data: dict[str, Any], baseline_path: str | None) -> str:
+    """The backlog section from a series (as saved by --json-out)."""
+    baseline = json.loads(Path(baseline_path).read_text()) if baseline_path else None
+    meta = dict(data["meta"])
+    loads = [x[0] for x in data["load"]]
+    meta["load"] = f"{min(loads):.1f}-{max(loads):.1f} (1-minute)"
+    if baseline:
+        meta["Before"] = (
+            f"`{baseline_path}`: {baseline.get('meta', {}).get('Warren', '?')}, "
+            f"{baseline.get('meta', {}).get('when', '?')}"
+        )
+    return backlog_report.render(data, meta, baseline)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # Started in the background by a shell, the script inherits SIGINT ignored: take it
+    # back, so Ctrl-C / kill -INT stops it and its brokers cleanly.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if args.warren_src:
+        set_warren_src(args.warren_src)
     selected = set(args.only or ALL_KEYS)
+    backlog_keys = selected & set(backlog_bench.KEYS)
+    only_backlog = bool(backlog_keys) and not selected - backlog_keys
+    if args.warren_port is None:
+        args.warren_port = 0 if only_backlog else WARREN_PORT
+    if args.lavinmq_port is None:
+        args.lavinmq_port = 0 if only_backlog else LAVINMQ_PORT
+    if args.from_json:
+        out = Path(args.output)
+        section = render_backlog(json.loads(Path(args.from_json).read_text()), args.baseline)
+        out.write_text(backlog_report.replace_section(out.read_text(), section))
+        log(f"wrote the backlog section of {args.output} from {args.from_json}")
+        return 0
     with contextlib.suppress(ValueError, OSError):
         _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     report = Report(
         duration=args.duration,
         machine=machine_info(),
-        versions=warren_versions(),
+        versions=warren_versions() | ({"Warren": warren_src_version()} if args.warren_src else {}),
         started=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     )
     timeout = args.duration + 180
@@ -526,10 +686,20 @@ def main(argv: list[str] | None = None) -> int:
                     report.latency[case.key][name] = run_perf(name, cmd, b.pid, timeout)
                     time.sleep(args.pause)
                 n += 1
-    text = report.render()
+        backlog_section = (
+            run_backlog(args, backlog_keys, measured, report.versions) if backlog_keys else ""
+        )
     out = Path(args.output)
+    if only_backlog:
+        previous = out.read_text() if out.exists() else ""
+        out.write_text(backlog_report.replace_section(previous, backlog_section))
+        log(f"wrote the backlog section of {args.output}")
+        return 0
+    text = report.render()
     if out.exists():
         text = keep_other_sections(text, out.read_text())
+    if backlog_section:
+        text = backlog_report.replace_section(text, backlog_section)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text + "\n")
     log(f"wrote {args.output}")

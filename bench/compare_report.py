@@ -33,7 +33,7 @@ def mib(kib: int | None) -> str:
 def _sections(text: str, marker: str = "## ") -> list[tuple[str, str]]:
     """(``marker`` heading, the text up to the next one); the first has heading ""."""
     parts: list[tuple[str, str]] = []
-    heading, lines = "", []
+    heading, lines = "", list[str]()
     for line in text.splitlines(keepends=True):
         if line.startswith(marker):
             parts.append((heading, "".join(lines)))

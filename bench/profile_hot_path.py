@@ -163,7 +163,7 @@ def table(results: list[dict[str, object]]) -> str:
         cells = []
         for r in results:
             share = r["stages"].get(stage, 0.0)  # type: ignore[attr-defined]
-            cells.append(f"{share * r['us_per_msg']:.2f} ({share:.0%})")  # type: ignore[operator]
+            cells.append(f"{share * r['us_per_msg']:.2f} ({share:.0%})")
         lines.append(f"| {stage} | " + " | ".join(cells) + " |")
     lines.append("| **broker CPU per message, us** | " + " | ".join(f"**{r['us_per_msg']:.2f}**" for r in results) + " |")  # fmt: skip
     lines.append("| consumed msg/s while sampled | " + " | ".join(f"{r['rate']:,.0f}" for r in results) + " |")  # fmt: skip

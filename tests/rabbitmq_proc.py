@@ -1,7 +1,8 @@
 """A private RabbitMQ (Debian's rabbitmq-server) for tests that need the real one:
 its own node name, ports, Erlang port mapper and directories; no plugins unless
 asked for (``plugins=["rabbitmq_management", "rabbitmq_prometheus"]``: each
-gets a free port of its own, ``http_port`` and ``prometheus_port``)."""
+gets a free port of its own, ``http_port`` and ``prometheus_port``; with
+``rabbitmq_mqtt``, ``mqtt_port``)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ class RabbitMQ:
         self.epmd_port = free_port()
         self.http_port = free_port()
         self.prometheus_port = free_port()
-        (base / "rabbitmq.conf").write_text(
+        #: The MQTT port (with rabbitmq_mqtt; 0 without).
+        self.mqtt_port = free_port() if "rabbitmq_mqtt" in plugins else 0
+        conf = (
             "management.tcp.ip = 127.0.0.1\n"
             f"management.tcp.port = {self.http_port}\n"
             "prometheus.tcp.ip = 127.0.0.1\n"
@@ -36,6 +39,9 @@ class RabbitMQ:
             if plugins
             else ""
         )
+        if self.mqtt_port:
+            conf += f"mqtt.listeners.tcp.default = 127.0.0.1:{self.mqtt_port}\n"
+        (base / "rabbitmq.conf").write_text(conf)
         env = dict(
             os.environ,
             HOME=str(base),

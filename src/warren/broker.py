@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from warren import __version__, build_description, node_stats
+from warren import __version__, build_description, sampling
 from warren.alarms import ResourceAlarms
 from warren.config import Config
 from warren.core.auth_guard import AuthGuard
@@ -29,7 +29,7 @@ from warren.core.errors import NotFound, ResourceError
 from warren.core.names import warn_undecodable
 from warren.core.queue_features import now_ms
 from warren.core.runtime_parameters import ParameterComponent, ValidationFailed
-from warren.core.stats import GaugeStats, MessageStats, OctetStats, RateSampler
+from warren.core.stats import GaugeStats, MessageStats, RateSampler
 from warren.core.users import UserStore
 from warren.core.vhost import VHost
 from warren.definitions_document import DefinitionsError, read_definitions
@@ -37,7 +37,7 @@ from warren.definitions_export import export_definitions
 from warren.definitions_import import import_definitions
 from warren.metrics.history import AuthAttempts, Retired, protocol_label
 from warren.node_stats import NODE_GAUGES
-from warren.store import damage, disk_budget
+from warren.store import cluster_id, damage, disk_budget
 from warren.store.dedup_journal import exchange_journal_factory, journal_factory
 from warren.store.definitions import DefinitionsLog
 from warren.store.layout import DataDir
@@ -109,6 +109,8 @@ class Broker:
         self.retired = Retired()
         self.auth_attempts = AuthAttempts()
         self.cluster_name = f"warren@{socket.gethostname()}"
+        #: The cluster's permanent id (store/cluster_id.py), read or made at start.
+        self.cluster_id = ""
         #: The free-disk and memory alarms, and the writers' disk budget.
         self.resource_alarms = ResourceAlarms(
             self.config, self.layout.root, self._block_publishers, self._flush_written
@@ -142,7 +144,9 @@ class Broker:
         self.node_figures = GaugeStats(len(NODE_GAUGES))
         #: The clock of rate samples (seconds since the epoch: their timestamps).
         self.stats_clock: Callable[[], float] = time.time
-        self.rate_sampler = RateSampler()
+        self.rate_sampler = RateSampler(
+            self.config.sample_retention_basic, self.config.sample_retention_global
+        )
         self.tls = TLSContexts(self.config)
         self.auth_guard = AuthGuard(
             self.config.auth_failure_delay, self.config.auth_failures_per_minute
@@ -153,6 +157,8 @@ class Broker:
         self._started = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._disk_timer: asyncio.TimerHandle | None = None
+        #: The round of rate sampling under way (warren/sampling.py).
+        self._sampling: asyncio.Task[int] | None = None
 
     def reload_tls(self) -> None:
         """Read the TLS certificate and key again (SIGHUP): new connections get them,
@@ -454,6 +460,7 @@ class Broker:
         policy = self.config.damaged_metadata
         new = self.layout.is_new
         self.users = load_users(self.layout.users_file, policy)
+        self.cluster_id = cluster_id.load_or_create(self.layout.cluster_id_file, policy)
         if not new and not self.layout.users_file.exists():
             problem = "missing, though the data directory holds vhosts"
             if policy != damage.SET_ASIDE:
@@ -539,6 +546,8 @@ class Broker:
         if self._disk_timer is not None:
             self._disk_timer.cancel()
             self._disk_timer = None
+        if self._sampling is not None:
+            self._sampling.cancel()
 
     def _close_store(self) -> None:
         """Write out, sync and close every store, whatever one of them raises (a
@@ -632,54 +641,22 @@ class Broker:
         self._check_consumer_timeouts()
         interval = self.config.collect_statistics_interval / 1000
         now = self._loop.time()
-        if interval and now >= self._next_sample:
+        if interval and now >= self._next_sample and self._sampling is None:
             self._next_sample = now + interval
-            self.sample_stats(self.stats_clock())
+            task = self._loop.create_task(sampling.sample_in_slices(self, self.stats_clock()))
+            self._sampling = task
+            task.add_done_callback(self._sampled)
 
     def sample_stats(self, now_s: float) -> int:
-        """Sum each vhost's channel counters, set the queues' and the node's
-        figures, and sample the rates of every queue, exchange, channel, vhost
-        and the broker at ``now_s`` (seconds since the epoch); returns how many
-        were sampled."""
-        channels: dict[str, list[MessageStats]] = {name: [] for name in self.vhosts}
-        octets: dict[str, list[int]] = {name: [0, 0] for name in self.vhosts}
-        for conn in self.connections:
-            for vhost_name, stats in conn.channel_stats():
-                channels.setdefault(vhost_name, []).append(stats)
-            # The vhost a connection opened (AMQP's and MQTT's keep it as .vhost).
-            info_vhost = getattr(getattr(conn, "vhost", None), "name", None)
-            if isinstance(info_vhost, str) and info_vhost in octets:
-                octets[info_vhost][0] += conn.octets.recv_oct
-                octets[info_vhost][1] += conn.octets.send_oct
-        every: list[MessageStats | OctetStats | GaugeStats] = [
-            conn.octets for conn in self.connections
-        ]
-        totals = [0, 0, 0]
-        for vhost in self.vhosts.values():
-            live = channels[vhost.name]
-            vhost.stats.set_sum([vhost.base_stats, *live])
-            every.extend(live)
-            every.append(vhost.stats)
-            ready = unacked = 0
-            for q in vhost.queues.values():
-                r, u = q.message_count, max(0, q.unacked)
-                q.lengths.values = (r + u, r, u)
-                ready += r
-                unacked += u
-                every.append(q.stats)
-                every.append(q.lengths)
-            vhost.lengths.values = (ready + unacked, ready, unacked, *octets[vhost.name])
-            every.append(vhost.lengths)
-            totals[1] += ready
-            totals[2] += unacked
-            every.extend(e.stats for e in vhost.exchanges.values())
-        self.stats.set_sum(v.stats for v in self.vhosts.values())
-        every.append(self.stats)
-        self.queue_totals.values = (totals[1] + totals[2], totals[1], totals[2])
-        every.append(self.queue_totals)
-        self.node_figures.values = node_stats.read_values(self)
-        every.append(self.node_figures)
-        return self.rate_sampler.sample(every, now_s)
+        """Sample the rates and history of every queue, exchange, channel,
+        connection, vhost and the broker at ``now_s`` (seconds since the epoch), at
+        once; how many were sampled (warren/sampling.py)."""
+        return sampling.sample_now(self, now_s)
+
+    def _sampled(self, task: asyncio.Task[int]) -> None:
+        self._sampling = None
+        if not task.cancelled() and task.exception() is not None:
+            log.error("sampling the rates failed", exc_info=task.exception())
 
     def _check_consumer_timeouts(self) -> None:
         """Close channels holding a delivery unacknowledged for longer than the

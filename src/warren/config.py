@@ -3,7 +3,8 @@
 The INI layout deliberately reuses LavinMQ's section and key names
 (``[main] data_dir``, ``[amqp] port`` ...) so an existing LavinMQ config file
 works unchanged; settings Warren does not implement are warned about and
-ignored rather than rejected, so such a file still starts the broker.
+ignored rather than rejected, so such a file still starts the broker. What
+each setting accepts is config_checks.py's.
 """
 
 from __future__ import annotations
@@ -17,36 +18,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from warren.config_checks import LOG_LEVELS, check_field, normalize_log_level
+from warren.sample_retention import DEFAULT_POLICIES, Retention
+
 __all__ = ["Config", "ConfigError", "LOG_LEVELS", "check_field", "normalize_log_level"]
 
 log = logging.getLogger("warren.config")
 
-#: Accepted ``log_level`` values mapped to :mod:`logging` levels.
-LOG_LEVELS: dict[str, int] = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-}
-_LOG_LEVEL_ALIASES = {"warn": "warning"}
-
-MAX_MESSAGE_SIZE_LIMIT = 512 * 1024 * 1024
-FRAME_MIN_SIZE = 4096  # AMQP 0-9-1 frame-min-size: peers may not propose less.
-FRAME_MAX_LIMIT = 2**31 - 1
-
 
 class ConfigError(ValueError):
     """Invalid configuration; the message is meant to be shown to the operator as is."""
-
-
-def normalize_log_level(value: str) -> str:
-    """Return the canonical spelling of a log level ('WARN' -> 'warning').
-
-    LavinMQ configs say ``warn``; Python's logging says ``warning``. Unknown
-    values are returned lower-cased so validation can report them.
-    """
-    level = value.strip().lower()
-    return _LOG_LEVEL_ALIASES.get(level, level)
 
 
 @dataclass
@@ -153,6 +134,15 @@ class Config:
     #: Bytes of request bodies the management API holds at once, every request
     #: together; a request that would go beyond it is refused (503) until others end.
     http_body_budget: int = 64 * 1024 * 1024
+    #: How long the rates and lengths history of each kind of object is kept
+    #: (RabbitMQ's management.sample_retention_policies and their defaults): (max
+    #: age, interval) pairs in seconds, by max age. ``global``: vhosts, the overview
+    #: and the node; ``basic``: queues, exchanges, channels and connections;
+    #: ``detailed``: RabbitMQ's per channel and queue figures, which Warren does not
+    #: keep (the overview lists it). [mgmt] sample_retention_policies.<policy>.<age>.
+    sample_retention_global: Retention = DEFAULT_POLICIES["global"]
+    sample_retention_basic: Retention = DEFAULT_POLICIES["basic"]
+    sample_retention_detailed: Retention = DEFAULT_POLICIES["detailed"]
     #: Clustering (docs/clustering.md; LavinMQ's [clustering] keys): etcd elects the
     #: leader, which serves clients; followers replicate its data directory.
     clustering: bool = False
@@ -184,6 +174,10 @@ class Config:
     clustering_etcd_ca_cert: str | None = None
     clustering_etcd_cert: str | None = None
     clustering_etcd_key: str | None = None
+    #: How many nodes the cluster is meant to have (RabbitMQ's
+    #: cluster_formation.target_cluster_size_hint): the reached-target-cluster-size
+    #: health check fails while fewer are members.
+    clustering_target_cluster_size_hint: int = 1
     #: The exchange MQTT publishes to and subscribes on (RabbitMQ's mqtt.exchange).
     mqtt_exchange: str = "amq.topic"
     #: The vhost of MQTT clients whose user name does not say ``vhost:user``.
@@ -265,12 +259,20 @@ class Config:
             raise ConfigError(f"{os.fspath(path)}: malformed config file: {exc}") from exc
 
         updates: dict[str, Any] = {}
+        retention: dict[str, list[tuple[int, int]]] = {}
         for section in parser.sections():
             keys = parser.options(section)
             if not keys and section not in _INI_SECTIONS:
                 log.warning("%s: ignoring unknown section [%s]", os.fspath(path), section)
             for key in keys:
                 raw = parser.get(section, key)
+                if section == "mgmt" and key.startswith(_RETENTION_PREFIX):
+                    try:
+                        policy, pair = _parse_retention(key, raw)
+                    except ValueError as exc:
+                        raise ConfigError(_ini_error(path, section, key, raw, str(exc))) from None
+                    retention.setdefault(policy, []).append(pair)
+                    continue
                 spec = _INI_KEYS.get((section, key))
                 if spec is None:
                     log.warning(
@@ -289,6 +291,14 @@ class Config:
                 if problem is not None:
                     raise ConfigError(_ini_error(path, section, key, raw, problem))
                 updates[field] = value
+        for policy, pairs in retention.items():
+            # The policies set replace their defaults; the others keep theirs.
+            field = f"sample_retention_{policy}"
+            value = tuple(sorted(pairs))
+            problem = check_field(field, value)
+            if problem is not None:
+                raise ConfigError(f"{os.fspath(path)}: [mgmt] {_RETENTION_PREFIX}{policy}: {problem}")
+            updates[field] = value
         for field, value in updates.items():
             setattr(self, field, value)
 
@@ -445,6 +455,10 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("clustering", "etcd_ca_cert"): ("clustering_etcd_ca_cert", _parse_optional_path),
     ("clustering", "etcd_cert"): ("clustering_etcd_cert", _parse_optional_path),
     ("clustering", "etcd_key"): ("clustering_etcd_key", _parse_optional_path),
+    ("clustering", "target_cluster_size_hint"): (
+        "clustering_target_cluster_size_hint",
+        _parse_int,
+    ),
     # LavinMQ's section for its management HTTP server.
     ("mgmt", "bind"): ("http_bind", _parse_str),
     ("mgmt", "port"): ("http_port", _parse_int),
@@ -460,191 +474,25 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
 }
 _INI_SECTIONS = frozenset(section for section, _ in _INI_KEYS)
 
+#: [mgmt] sample_retention_policies.<global|basic|detailed>.<max age> = <interval>,
+#: as RabbitMQ's keys (the age in seconds, or minute, hour, day).
+_RETENTION_PREFIX = "sample_retention_policies."
+_RETENTION_AGES = {"minute": 60, "hour": 3600, "day": 86400}
+
+
+def _parse_retention(key: str, raw: str) -> tuple[str, tuple[int, int]]:
+    """(policy, (max age, interval)) of one retention key."""
+    parts = key[len(_RETENTION_PREFIX) :].split(".")
+    if len(parts) != 2 or parts[0] not in ("global", "basic", "detailed"):
+        raise ValueError("the key must be sample_retention_policies.<global|basic|detailed>.<age>")
+    age_text = parts[1].strip()
+    age = _RETENTION_AGES.get(age_text)
+    if age is None:
+        if not _INT_RE.fullmatch(age_text):
+            raise ValueError("the age must be seconds, minute, hour or day")
+        age = int(age_text)
+    return parts[0], (age, _parse_int(raw))
+
 
 def _ini_error(path: str | os.PathLike[str], section: str, key: str, raw: str, why: str) -> str:
     return f"{os.fspath(path)}: [{section}] {key} = {raw!r}: {why}"
-
-
-# --- validation ----------------------------------------------------------------
-
-
-def _endpoint_list(value: Any) -> str | None:
-    if (
-        not isinstance(value, tuple)
-        or not value
-        or not all(isinstance(v, str) and v for v in value)
-    ):
-        return "must be one or more host:port, http:// or https:// URLs"
-    return None
-
-
-def _int_in(low: int, high: int) -> Callable[[Any], str | None]:
-    def check(value: Any) -> str | None:
-        if not isinstance(value, int) or isinstance(value, bool):
-            return "must be an integer"
-        if not low <= value <= high:
-            return f"must be between {low} and {high}"
-        return None
-
-    return check
-
-
-def _fraction(value: Any) -> str | None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return "must be a number"
-    if not 0 <= value <= 1:
-        return "must be between 0 and 1"
-    return None
-
-
-def _zero_or_in(low: int, high: int) -> Callable[[Any], str | None]:
-    def check(value: Any) -> str | None:
-        if not isinstance(value, int) or isinstance(value, bool):
-            return "must be an integer"
-        if value and not low <= value <= high:
-            return f"must be 0 or between {low} and {high}"
-        return None
-
-    return check
-
-
-def _seconds(value: Any) -> str | None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return "must be a number"
-    if not 0 <= value <= 86400 * 365:
-        return "must be between 0 and 31536000 (seconds)"
-    return None
-
-
-def _non_empty_str(value: Any) -> str | None:
-    if not isinstance(value, str):
-        return "must be a string"
-    if not value.strip():
-        return "must not be empty"
-    return None
-
-
-def _any_str(value: Any) -> str | None:
-    return None if isinstance(value, str) else "must be a string"
-
-
-def _log_level(value: Any) -> str | None:
-    if isinstance(value, str) and normalize_log_level(value) in LOG_LEVELS:
-        return None
-    return "must be one of debug, info, warning (or warn), error"
-
-
-def _user_tuple(value: Any) -> str | None:
-    if not isinstance(value, tuple) or not all(isinstance(u, str) and u for u in value):
-        return "must be a tuple of non-empty user names"
-    return None
-
-
-def _bool(value: Any) -> str | None:
-    return None if isinstance(value, bool) else "must be true or false"
-
-
-def _tls_version(value: Any) -> str | None:
-    return None if value in ("1.2", "1.3") else "must be 1.2 or 1.3"
-
-
-def _cert_login_from(value: Any) -> str | None:
-    if value in ("common_name", "distinguished_name", "subject_alternative_name"):
-        return None
-    return "must be common_name, distinguished_name or subject_alternative_name"
-
-
-def _damage_policy(value: Any) -> str | None:
-    if value in ("refuse", "set-aside"):
-        return None
-    return "must be refuse or set-aside"
-
-
-def _optional_path(value: Any) -> str | None:
-    if value is None:
-        return None
-    return _non_empty_str(value)
-
-
-_CHECKS: dict[str, Callable[[Any], str | None]] = {
-    "data_dir": _non_empty_str,
-    "log_level": _log_level,
-    "bind": _non_empty_str,
-    "amqp_port": _int_in(0, 65535),
-    "http_bind": _non_empty_str,
-    "http_port": _int_in(-1, 65535),
-    "prometheus_bind": _non_empty_str,
-    "prometheus_port": _int_in(-1, 65535),
-    "prometheus_tls_port": _int_in(-1, 65535),
-    "prometheus_return_per_object_metrics": _bool,
-    "heartbeat": _int_in(0, 65535),
-    "frame_max": _int_in(FRAME_MIN_SIZE, FRAME_MAX_LIMIT),
-    "channel_max": _int_in(0, 65535),
-    "max_connections": _int_in(0, 2**31 - 1),
-    "max_consumers_per_channel": _int_in(0, 2**31 - 1),
-    "max_message_size": _int_in(1, MAX_MESSAGE_SIZE_LIMIT),
-    "default_user": _non_empty_str,
-    "default_password": _any_str,
-    "loopback_users": _user_tuple,
-    "default_vhost": _non_empty_str,
-    "segment_size": _int_in(64 * 1024, 2**31 - 1),
-    "sync": _bool,
-    "free_disk_min": _int_in(0, 2**63 - 1),
-    "memory_high_watermark": _fraction,
-    "memory_high_watermark_absolute": _int_in(0, 2**63 - 1),
-    "consumer_timeout": _int_in(0, 2**63 - 1),
-    "collect_statistics_interval": _int_in(0, 86_400_000),
-    "load_definitions": _optional_path,
-    "damaged_metadata": _damage_policy,
-    "permit_global_qos": _bool,
-    "auth_failure_delay": _int_in(0, 60_000),
-    "auth_failures_per_minute": _int_in(0, 1_000_000),
-    "mqtt_bind": _non_empty_str,
-    "mqtt_port": _int_in(-1, 65535),
-    "mqtt_tls_port": _int_in(-1, 65535),
-    "tls_cert": _optional_path,
-    "tls_key": _optional_path,
-    "tls_min_version": _tls_version,
-    "tls_ciphers": _any_str,
-    "tls_ca_cert": _optional_path,
-    "tls_verify_peer": _bool,
-    "tls_fail_if_no_peer_cert": _bool,
-    "tls_cert_login_from": _cert_login_from,
-    "tls_sni_certs": _optional_path,
-    "amqp_tls_port": _int_in(-1, 65535),
-    "http_tls_port": _int_in(-1, 65535),
-    "http_max_body_size": _int_in(1, 2**31 - 1),
-    "http_max_definitions_size": _int_in(1, 2**31 - 1),
-    "http_body_budget": _int_in(1, 2**63 - 1),
-    "mqtt_exchange": _non_empty_str,
-    "mqtt_vhost": _non_empty_str,
-    "mqtt_allow_anonymous": _bool,
-    "mqtt_prefetch": _int_in(1, 65535),
-    "mqtt_max_session_expiry": _int_in(0, 0xFFFFFFFF),
-    "mqtt_max_keepalive": _int_in(0, 65535),
-    "mqtt_topic_alias_maximum": _int_in(0, 65535),
-    "mqtt_packet_timeout": _seconds,
-    "mqtt_partial_packet_memory": _zero_or_in(65536, 1 << 40),
-    "clustering": _bool,
-    "clustering_etcd_endpoints": _endpoint_list,
-    "clustering_etcd_prefix": _non_empty_str,
-    "clustering_bind": _non_empty_str,
-    "clustering_port": _int_in(0, 65535),
-    "clustering_advertised_uri": _any_str,
-    "clustering_max_unsynced_actions": _int_in(1, 2**31 - 1),
-    "clustering_lease_ttl": _int_in(2, 3600),
-    "clustering_stream_read_port": _int_in(-1, 65535),
-    "clustering_tls": _bool,
-    "clustering_etcd_ca_cert": _optional_path,
-    "clustering_etcd_cert": _optional_path,
-    "clustering_etcd_key": _optional_path,
-}
-
-
-def check_field(name: str, value: Any) -> str | None:
-    """Why ``value`` is unacceptable for field ``name``, or None if it is fine.
-
-    Public so callers that merge other sources (CLI flags) can name that
-    source in their error message instead of the field name.
-    """
-    return _CHECKS[name](value)

@@ -58,12 +58,11 @@ def export_definitions(broker: Node) -> dict[str, Any]:
     for name in sorted(broker.vhosts):
         v = broker.vhosts[name]
         limits = v.limits
+        metadata: dict[str, Any] = {"description": "", "tags": []}
+        if v.default_queue_type is not None:
+            metadata = {"default_queue_type": v.default_queue_type, **metadata}
         vhosts.append(
-            {
-                "name": name,
-                "limits": [[k, n] for k, n in limits.items()],
-                "metadata": {"description": "", "tags": []},
-            }
+            {"name": name, "limits": [[k, n] for k, n in limits.items()], "metadata": metadata}
         )
         if v.has_limits:
             parameters.append(

@@ -26,8 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 from warren.core.exchange import exchange_class
 from warren.core.policies import Policy, validate_policy
-from warren.core.queue_arguments import is_quorum, is_stream, validate_queue_arguments
-from warren.core.runtime_parameters import is_int, validate_limits
+from warren.core.queue_arguments import (
+    is_quorum,
+    is_stream,
+    validate_queue_arguments,
+    with_default_type,
+)
+from warren.core.runtime_parameters import is_int, validate_default_queue_type, validate_limits
 from warren.core.users import (
     HASHING_ALGORITHMS,
     MD5,
@@ -176,8 +181,28 @@ def _regexes(entry: Entry, keys: tuple[str, ...], rec: Any = None) -> list[str]:
     return values
 
 
-def _add_vhost(broker: Node, name: str) -> None:
-    broker.add_vhost(name)
+#: A vhost entry that does not say its default queue type: the vhost's stays.
+_UNSAID = "\x00unsaid"
+
+
+def _add_vhost(broker: Node, name: str, default_queue_type: str | None) -> None:
+    vhost = broker.add_vhost(name)
+    if default_queue_type != _UNSAID:
+        vhost.set_default_queue_type(default_queue_type)
+
+
+def _default_queue_type(entry: Entry) -> str | None:
+    """A vhost entry's default queue type: in its ``metadata`` (RabbitMQ 3.13's
+    exports, which 3.13 reads) or beside it (4.x writes both); _UNSAID when neither
+    has one."""
+    metadata = entry.rec.get("metadata")
+    for where in (metadata if isinstance(metadata, dict) else {}, entry.rec):
+        if "default_queue_type" in where:
+            try:
+                return validate_default_queue_type(where["default_queue_type"])
+            except ValueError as exc:
+                raise entry.error(str(exc)) from None
+    return _UNSAID
 
 
 def _set_permission(broker: Node, user: str, vhost: str, perm: Permission) -> None:
@@ -225,10 +250,15 @@ def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
         steps.append(partial(_user_update(entry, version), broker))
         user_names.add(entry.text("name"))
     vhost_names = set(broker.vhosts)
+    #: The default queue type each vhost will have when its queues are declared.
+    default_types = {name: v.default_queue_type for name, v in broker.vhosts.items()}
     for entry in entries(data, "vhosts"):
         name = entry.name("name", "vhost")
         vhost_names.add(name)
-        steps.append(partial(_add_vhost, broker, name))
+        dqt = _default_queue_type(entry)
+        if dqt != _UNSAID:
+            default_types[name] = dqt
+        steps.append(partial(_add_vhost, broker, name, dqt))
 
     def need_vhost(entry: Entry) -> str:
         vhost = entry.text("vhost")
@@ -303,7 +333,7 @@ def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
     for entry in entries(data, "queues"):
         vhost = need_vhost(entry)
         queue_names.add((vhost, entry.text("name")))
-        steps.extend(_queue_steps(broker, entry, vhost))
+        steps.extend(_queue_steps(broker, entry, vhost, default_types.get(vhost)))
     for entry in entries(data, "bindings"):
         steps.append(_binding_step(broker, entry, need_vhost(entry), queue_names, exchange_names))
     steps.extend(limit_steps)
@@ -381,7 +411,9 @@ def _exchange_steps(broker: Node, entry: Entry, vhost: str) -> list[Callable[[],
     return [declare]
 
 
-def _queue_steps(broker: Node, entry: Entry, vhost: str) -> list[Callable[[], None]]:
+def _queue_steps(
+    broker: Node, entry: Entry, vhost: str, default_type: str | None
+) -> list[Callable[[], None]]:
     name = entry.name("name", "queue")
     if name.startswith("amq."):
         log.warning("definitions: %s: queue '%s' skipped (reserved name)", entry.where, name)
@@ -392,6 +424,8 @@ def _queue_steps(broker: Node, entry: Entry, vhost: str) -> list[Callable[[], No
     qtype = entry.rec.get("type")
     if qtype in ("quorum", "stream") and "x-queue-type" not in arguments:
         arguments["x-queue-type"] = qtype  # the export's type field, as RabbitMQ reads it
+    # The vhost's default queue type, as RabbitMQ 3.13's import applies it.
+    arguments = with_default_type(default_type, durable, False, auto_delete, arguments)
     # A stream's or quorum queue's arguments are checked when it is declared.
     if not (is_stream(arguments) or is_quorum(arguments)):
         wrap_errors(entry, lambda: validate_queue_arguments(name, vhost, arguments))

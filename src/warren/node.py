@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from warren.core.auth_guard import AuthGuard
     from warren.core.channel_counts import ChannelCounts
     from warren.core.runtime_parameters import ParameterComponent
-    from warren.core.stats import GaugeStats, MessageStats, OctetStats
+    from warren.core.stats import Ages, GaugeStats, MessageStats, OctetStats
     from warren.core.users import User, UserStore
     from warren.core.vhost import VHost
     from warren.metrics.history import AuthAttempts, Retired
@@ -76,9 +76,10 @@ class ClientConnection(Protocol):
         Empty while the client has not opened a vhost yet (not listed)."""
         ...
 
-    def channels_info(self) -> list[dict[str, Any]]:
+    def channels_info(self, ages: Ages | None = None) -> list[dict[str, Any]]:
         """Its channels as RabbitMQ lists them, each with ``consumer_details``
-        (consumers in /api/consumers' shape)."""
+        (consumers in /api/consumers' shape); ``ages``: the message rates' history
+        a request asks for (``msg_rates_age``)."""
         ...
 
     def force_close(self, reason: str) -> None:
@@ -104,6 +105,8 @@ class Node(Protocol):
     users: UserStore
     vhosts: dict[str, VHost]
     cluster_name: str
+    #: The cluster's permanent id (RabbitMQ's internal_cluster_id; store/cluster_id.py).
+    cluster_id: str
     #: Raised resource alarms ("memory", "disk"): while any is, publishers are blocked.
     alarms: set[str]
 

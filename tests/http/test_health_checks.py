@@ -119,3 +119,97 @@ def test_the_older_node_health_check_names_this_node(broker: BrokerThread) -> No
     api = Api(broker.http_port)
     node = api.get("/api/overview")["node"]
     assert api.get(f"/api/healthchecks/node/{node}") == {"status": "ok"}
+
+
+# -- RabbitMQ 4.x's checks (its source: rabbit_mgmt_wm_health_check_*; 3.10 has none) -----
+
+
+def test_the_metadata_store_checks(
+    broker: BrokerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = Api(broker.http_port)
+    assert api.get(f"{H}/metadata-store/initialized") == {"status": "ok"}
+    assert api.get(f"{H}/metadata-store/initialized/with-data") == {"status": "ok"}
+    assert api.request("DELETE", "/api/vhosts/%2F").status == 204  # the only vhost
+    assert api.get(f"{H}/metadata-store/initialized") == {"status": "ok"}
+    with caplog.at_level(logging.WARNING, logger="warren.http"):
+        reply = api.request("GET", f"{H}/metadata-store/initialized/with-data")
+    assert (reply.status, reply.json()) == (503, {
+        "status": "failed",
+        "reason": "Metadata store has not yet been initialized: it reports to have no "
+        "virtual hosts",
+    })
+    assert "initialized/with-data failed: Metadata store" in caplog.text
+    assert api.anonymous().request("GET", f"{H}/metadata-store/initialized").status == 401
+
+
+def test_quorum_queues_without_an_elected_leader(
+    broker: BrokerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = Api(broker.http_port)
+    assert api.request("PUT", "/api/vhosts/other").status == 201
+    for vhost, name in (("%2F", "qq-orders"), ("%2F", "qq-audit"), ("other", "qq-orders")):
+        body = {"durable": True, "arguments": {"x-queue-type": "quorum"}}
+        assert api.request("PUT", f"/api/queues/{vhost}/{name}", body).status == 201
+    assert api.request("PUT", "/api/queues/%2F/classic-orders", {"durable": True}).status == 201
+    leaders = f"{H}/quorum-queues-without-elected-leaders"
+    paths = (
+        f"{leaders}/all-vhosts/",
+        f"{leaders}/all-vhosts/pattern/orders",
+        f"{leaders}/vhost/%2F/",
+        f"{leaders}/vhost/other/pattern/%5Eqq-",
+        f"{leaders}/vhost/nowhere/",  # as RabbitMQ: no such vhost has no such queues
+    )
+    for path in paths:  # a single node leads every queue it has
+        assert api.get(path) == {"status": "ok"}, path
+
+    # A leader stepping down (its etcd lease lost) while its API still answers: its
+    # cluster state (cluster/node.py's ClusterNode.status) says it no longer leads.
+    def stepping_down() -> dict[str, object]:
+        return {"enabled": True, "role": "candidate", "node": "n1"}
+
+    broker.call(lambda: setattr(broker.broker, "cluster_status", stepping_down))
+
+    def named(path: str) -> list[str]:
+        reply = api.request("GET", path)
+        assert reply.status == 503, reply
+        body = reply.json()
+        assert body["status"] == "failed"
+        assert body["reason"] == "Detected quorum queues without an elected leader"
+        return sorted(f"{q['virtual_host']} {q['name']}" for q in body["queues"])
+
+    with caplog.at_level(logging.WARNING, logger="warren.http"):
+        assert named(f"{leaders}/all-vhosts/") == ["/ qq-audit", "/ qq-orders", "other qq-orders"]
+    assert "Detected quorum queues without an elected leader" in caplog.text
+    assert named(f"{leaders}/all-vhosts/pattern/orders") == ["/ qq-orders", "other qq-orders"]
+    assert named(f"{leaders}/vhost/%2F/") == ["/ qq-audit", "/ qq-orders"]
+    assert named(f"{leaders}/vhost/other/pattern/%5Eqq-") == ["other qq-orders"]
+    assert api.get(f"{leaders}/vhost/nowhere/") == {"status": "ok"}
+    [one] = api.request("GET", f"{leaders}/vhost/other/").json()["queues"]
+    assert one == {
+        "readable_name": "queue 'qq-orders' in vhost 'other'",
+        "name": "qq-orders",
+        "virtual_host": "other",
+        "type": "rabbit_quorum_queue",
+    }
+    reply = api.request("GET", f"{leaders}/all-vhosts/pattern/%28")
+    assert reply.status == 400 and "invalid pattern '('" in reply.json()["reason"]
+
+
+def test_reached_target_cluster_size_asks_for_no_credentials(
+    tmp_path: Path, broker_factory: Factory
+) -> None:
+    api = Api(broker_factory(data_dir=tmp_path / "one").http_port).anonymous()
+    reply = api.request("GET", f"{H}/reached-target-cluster-size")
+    assert (reply.status, reply.json()) == (200, {"status": "ok"})
+    assert reply.headers["Cache-Control"] == "no-cache, no-store, max-age=0, must-revalidate"
+    b = broker_factory(data_dir=tmp_path / "two", clustering_target_cluster_size_hint=3)
+    reply = Api(b.http_port).anonymous().request("GET", f"{H}/reached-target-cluster-size")
+    assert (reply.status, reply.json()) == (503, {
+        "status": "failed",
+        "reason": "target cluster size not reached: 1 of 3 nodes are online",
+        "online": 1,
+        "target": 3,
+    })
+    # Credentials are not needed, and not checked either: other paths still are.
+    assert Api(b.http_port).anonymous().request("GET", f"{H}/alarms").status == 401

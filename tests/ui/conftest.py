@@ -20,15 +20,19 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from . import rabbitmq_www
 from .devserver import DevServer
 
 pytest.importorskip("playwright", reason="playwright is not installed (the test extra)")
 
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright  # noqa: E402
+
+if TYPE_CHECKING:
+    from .rabbitui import Live, RabbitUI
 
 API_URL_ENV = "WARREN_UI_API_URL"
 CHROMIUM = os.environ.get("WARREN_UI_CHROMIUM", "/usr/bin/chromium")
@@ -119,6 +123,27 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UIServer]:
 
 
 @pytest.fixture(scope="session")
+def rabbitmq_ui(ui_server: UIServer) -> Iterator[UIServer]:
+    """RabbitMQ's own management UI, read from the installed rabbitmq-server
+    package, its /api calls answered by the same management API as ui_server's."""
+    www = rabbitmq_www.find()
+    if www is None:
+        pytest.skip(
+            "RabbitMQ's management UI is not installed (no rabbitmq_management plugin under "
+            f"{rabbitmq_www.PLUGINS_GLOB}; `make rabbitmq` installs Debian's rabbitmq-server)"
+        )
+    dev = DevServer(ui_server.url, rabbitmq_www=www).start()
+    try:
+        yield UIServer(
+            dev.url,
+            f"RabbitMQ {www.version}'s UI over {ui_server.api_description}",
+            ui_server.amqp_port,
+        )
+    finally:
+        dev.stop()
+
+
+@pytest.fixture(scope="session")
 def browser() -> Iterator[Browser]:
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"no Chromium at {CHROMIUM} (make browser: apt-get install chromium)")
@@ -175,3 +200,25 @@ def shot(request: pytest.FixtureRequest, page: Page):
         return path
 
     return take
+
+
+# -- RabbitMQ's own UI (test_rabbitmq_ui*.py; rabbitui.py imports this module) ---------------
+
+
+@pytest.fixture(scope="module")
+def live(rabbitmq_ui: UIServer) -> Iterator[Live]:
+    """Objects of every kind and a small load on them, for a module's tests."""
+    from .rabbitui import running_load
+
+    with running_load(rabbitmq_ui) as live:
+        yield live
+
+
+@pytest.fixture
+def rui(page: Page, rabbitmq_ui: UIServer, console: Console, live: Live) -> RabbitUI:
+    """RabbitMQ's UI, logged in as guest."""
+    from .rabbitui import RabbitUI
+
+    ui = RabbitUI(page, rabbitmq_ui, console)
+    ui.log_in()
+    return ui

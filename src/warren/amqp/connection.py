@@ -44,7 +44,7 @@ from warren.core.errors import (
     clip_reply_text,
 )
 from warren.core.names import MALFORMED_SHORTSTR, is_valid_utf8, shown
-from warren.core.stats import MessageStats, OctetStats
+from warren.core.stats import Ages, MessageStats, OctetStats
 
 if TYPE_CHECKING:
     from warren.core.channel_counts import ChannelCounts
@@ -568,8 +568,8 @@ class AMQPConnection:
     def info(self) -> dict[str, Any]:
         return management.connection_info(self)
 
-    def channels_info(self) -> list[dict[str, Any]]:
-        return management.channels_info(self)
+    def channels_info(self, ages: Ages | None = None) -> list[dict[str, Any]]:
+        return management.channels_info(self, ages)
 
     def channel_counts(self) -> list[tuple[str, str, ChannelCounts]]:
         """Each open channel's name, vhost and counts by exchange and queue (the

@@ -98,12 +98,17 @@ def queue_declare(ch: Channel, method: spec.QueueDeclare) -> None:
         return
     if name and not method.passive:
         ch.check(CONFIGURE, "queue", name)
+    arguments = method.arguments
+    if ch.vhost.default_queue_type is not None and not method.passive:
+        arguments = ch.vhost.with_default_type(
+            method.durable, method.exclusive, method.auto_delete, arguments or {}
+        )
     q = ch.vhost.declare_queue(
         name,
         durable=method.durable,
         exclusive=method.exclusive,
         auto_delete=method.auto_delete,
-        arguments=method.arguments,
+        arguments=arguments,
         passive=method.passive,
         owner=ch.connection,
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from warren.core.stats import CHANNEL_GROUPS
+from warren.core.stats import CHANNEL_GROUPS, NO_AGES, Ages
 from warren.node import node_name
 
 if TYPE_CHECKING:
@@ -75,10 +75,10 @@ def connection_info(conn: AMQPConnection) -> dict[str, Any]:
     }
 
 
-def channels_info(conn: AMQPConnection) -> list[dict[str, Any]]:
+def channels_info(conn: AMQPConnection, ages: Ages | None = None) -> list[dict[str, Any]]:
     if conn.vhost is None or conn.user is None:
         return []
-    return [channel_info(conn, ch) for _, ch in sorted(conn.channels.items())]
+    return [channel_info(conn, ch, ages or NO_AGES) for _, ch in sorted(conn.channels.items())]
 
 
 def channel_counts(conn: AMQPConnection) -> list[tuple[str, str, ChannelCounts]]:
@@ -92,7 +92,7 @@ def channel_counts(conn: AMQPConnection) -> list[tuple[str, str, ChannelCounts]]
     ]
 
 
-def channel_info(conn: AMQPConnection, ch: Channel) -> dict[str, Any]:
+def channel_info(conn: AMQPConnection, ch: Channel, ages: Ages = NO_AGES) -> dict[str, Any]:
     cname = connection_name(conn)
     user = conn.user.name if conn.user is not None else ""
     peer_host = conn.peer[0] if conn.peer else None
@@ -128,7 +128,7 @@ def channel_info(conn: AMQPConnection, ch: Channel) -> dict[str, Any]:
         "user": user,
         "user_who_performed_action": user,
         "vhost": ch.vhost.name if ch.vhost is not None else "",
-        "message_stats": ch.stats.as_dict(CHANNEL_GROUPS),
+        "message_stats": ch.stats.as_dict(CHANNEL_GROUPS, ages),
     }
 
 

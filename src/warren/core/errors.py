@@ -55,6 +55,10 @@ class PreconditionFailed(BrokerError):
     name = "PRECONDITION_FAILED"
 
 
+class QueueLimitReached(PreconditionFailed):
+    """A new queue beyond the vhost's max-queues (AMQP: 406; MQTT: a quota)."""
+
+
 class FrameError(BrokerError):
     code = 501
     name = "FRAME_ERROR"

@@ -30,6 +30,7 @@ __all__ = [
     "validate_queue_arguments",
     "validate_quorum_declaration",
     "validate_stream_declaration",
+    "with_default_type",
 ]
 
 #: The arguments of a classic queue, in the order RabbitMQ compares them on redeclaration.
@@ -405,6 +406,24 @@ def validate_stream_declaration(
 
 
 # -- quorum queues ----------------------------------------------------------------------
+
+
+def with_default_type(
+    default: str | None,
+    durable: bool,
+    exclusive: bool,
+    auto_delete: bool,
+    arguments: dict[str, Any],
+) -> dict[str, Any]:
+    """The arguments of a queue.declare in a vhost whose default queue type is
+    ``default``, as RabbitMQ 3.13 and 4.x augment them (rabbit_amqqueue's
+    augment_declare_args): without ``x-queue-type``, it is set to the default
+    when the queue can be of that type (quorum queues and streams: durable, not
+    exclusive, not auto-delete), else to ``classic``."""
+    if default is None or "x-queue-type" in arguments:
+        return arguments
+    compatible = default == "classic" or (durable and not exclusive and not auto_delete)
+    return {**arguments, "x-queue-type": default if compatible else "classic"}
 
 
 def is_quorum(arguments: dict[str, Any]) -> bool:

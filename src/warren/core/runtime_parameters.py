@@ -17,10 +17,12 @@ from warren.core.erlang_format import term_p
 
 __all__ = [
     "LIMIT_KEYS",
+    "QUEUE_TYPES",
     "ParameterComponent",
     "ValidationFailed",
     "json_p",
     "limit",
+    "validate_default_queue_type",
     "validate_limits",
 ]
 
@@ -85,6 +87,25 @@ def validate_limits(limits: Any) -> dict[str, int]:
     if errors:
         raise ValidationFailed(errors)
     return {key: limits[key] for key in LIMIT_KEYS if key in limits}
+
+
+#: The queue types a vhost's default_queue_type may name (RabbitMQ's short aliases).
+QUEUE_TYPES = ("classic", "quorum", "stream")
+
+
+def validate_default_queue_type(value: Any) -> str | None:
+    """A vhost's ``default_queue_type`` (RabbitMQ 3.11+ vhost metadata) as RabbitMQ
+    4.x validates it (rabbit_queue_type:validate_default_queue_type): None when it
+    is not set (``undefined``, null); ValueError with RabbitMQ's text otherwise."""
+    if value is None or value == "undefined":
+        return None
+    if value == "":
+        raise ValueError("default_queue_type must not be an empty string")
+    if isinstance(value, str):
+        if value in QUEUE_TYPES:
+            return value
+        raise ValueError(f"{value} is not a valid queue type")
+    raise ValueError(f"{json_p(value)} is not a valid default_queue_type value")
 
 
 def limit(limits: dict[str, int], key: str) -> int | None:

@@ -17,9 +17,12 @@ As RabbitMQ, an object lists a whole group of counters once any of them moved
 
 Gauges (a queue's lengths, the node's memory and descriptors) are
 :class:`GaugeStats`: values set by the sampler, with the same rates. Each
-sampled object keeps a short :class:`History` of its values (kept only when
-they changed), from which ``*_details`` gets RabbitMQ's ``samples``, ``avg``
-and ``avg_rate`` when a request asks for an age (``msg_rates_age``, ...).
+sampled object keeps a :class:`~warren.core.stats_history.History` of its
+values (kept only when they changed, as long as its retention policy says:
+RabbitMQ's ``basic`` for queues, exchanges, channels and connections,
+``global`` for vhosts, the overview and the node), from which ``*_details``
+gets RabbitMQ's ``samples``, ``avg`` and ``avg_rate`` when a request asks for
+an age (``msg_rates_age``, ...).
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+from warren.core.stats_history import BASIC, GLOBAL, History, Retention, series
+
 __all__ = [
     "CHANNEL_GROUPS",
     "COUNTERS",
     "EXCHANGE_GROUPS",
-    "HISTORY_SAMPLES",
     "QUEUE_GROUPS",
     "VHOST_GROUPS",
     "Ages",
@@ -44,10 +48,6 @@ __all__ = [
     "count_get",
     "details",
 ]
-
-#: Changes kept per object: a minute of history at the default 5 s interval, what
-#: the management UI asks for by default; older samples repeat the oldest kept.
-HISTORY_SAMPLES: Final = 13
 
 #: Every counter, in the order message_stats lists them.
 COUNTERS: Final = (
@@ -136,71 +136,27 @@ class Ages:
 NO_AGES: Final = Ages()
 
 
-class History:
-    """The values of one object at its last samples: a sample is kept only when
-    something changed, so an idle object costs one entry (a short list, not a
-    deque: 10,000 queues each hold two)."""
-
-    __slots__ = ("entries", "last_s", "trimmed")
-
-    def __init__(self) -> None:
-        #: (time, values), oldest first, at most HISTORY_SAMPLES.
-        self.entries: list[tuple[float, tuple[int, ...]]] = []
-        #: When the object was last sampled (the end of every history answer).
-        self.last_s = 0.0
-        #: Whether older entries were dropped (before the first: unknown, not 0).
-        self.trimmed = False
-
-    def add(self, now_s: float, values: tuple[int, ...]) -> None:
-        entries = self.entries
-        self.last_s = now_s
-        if entries and entries[-1][1] == values:
-            return
-        if len(entries) >= HISTORY_SAMPLES:
-            del entries[0]
-            self.trimmed = True
-        entries.append((now_s, values))
-
-    def summed(self, indices: Sequence[int]) -> History:
-        """The history of the sum of some of the values (deliver_get's)."""
-        out = History()
-        out.entries = [(when, (sum(values[i] for i in indices),)) for when, values in self.entries]
-        out.last_s = self.last_s
-        out.trimmed = self.trimmed
-        return out
-
-    def at(self, t_s: float, index: int) -> int:
-        """The value at ``t_s``: the last sample taken then or before; before the
-        first, 0 (the object was new), or the oldest kept once some were dropped."""
-        found: tuple[int, ...] | None = None
-        for when, values in self.entries:
-            if when > t_s:
-                break
-            found = values
-        if found is None:
-            if not self.trimmed or not self.entries:
-                return 0
-            found = self.entries[0][1]
-        return found[index]
-
-
 def details(
-    rate: float, history: History | None, index: int, age: int, incr: int, end_s: float = 0.0
+    rate: float,
+    history: History | None,
+    index: int | Sequence[int],
+    age: int,
+    incr: int,
+    end_s: float = 0.0,
 ) -> dict[str, object]:
     """RabbitMQ's ``<name>_details``: ``rate``, and for an ``age`` (seconds, with
     samples every ``incr``) ``samples`` newest first at multiples of ``incr``,
-    their mean ``avg`` and ``avg_rate``, the change across the age per second."""
+    their mean ``avg`` and ``avg_rate``, the change across the age per second.
+    ``index``: the value's position in the history, or positions to sum."""
     out: dict[str, object] = {"rate": round(rate, 1)}
     if age <= 0 or incr <= 0 or history is None:
         return out
-    step_ms = incr * 1000
-    newest = int((history.last_s or end_s) * 1000) // step_ms * step_ms
-    samples: list[dict[str, int]] = []
-    for i in range(age // incr + 1):
-        t = newest - i * step_ms
-        samples.append({"sample": history.at(t / 1000, index), "timestamp": t})
-    values = [s["sample"] for s in samples]
-    out["samples"] = samples
+    times, rows = series(history, age, incr, end_s)
+    if isinstance(index, int):
+        values = [row[index] if row else 0 for row in rows]
+    else:
+        values = [sum(row[i] for i in index) if row else 0 for row in rows]
+    out["samples"] = [{"sample": v, "timestamp": t} for v, t in zip(values, times, strict=True)]
     out["avg"] = sum(values) / len(values)
     out["avg_rate"] = (values[0] - values[-1]) / age
     return out
@@ -284,17 +240,18 @@ class MessageStats:
         for name in COUNTERS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
-    def sample(self, interval_s: float, now_s: float = 0.0) -> None:
+    def sample(self, interval_s: float, now_s: float = 0.0, policy: Retention = BASIC) -> None:
         """Rates since the previous sample, ``interval_s`` seconds ago."""
         now = self.values()
         last = self._last
         if last is not None and interval_s > 0:
-            if now == last:  # idle (most objects): no arithmetic, no new entry
+            if now == last:  # idle (most objects): no arithmetic, no new record
                 self._rates = _ZERO_RATES
+                now = last
             else:
                 self._rates = tuple((n - p) / interval_s for n, p in zip(now, last, strict=True))
         self._last = now
-        self.history.add(now_s, now)
+        self.history.add(now_s, now, policy)
 
     def rate(self, name: str) -> float:
         return self._rates[COUNTERS.index(name)]
@@ -331,8 +288,8 @@ class MessageStats:
     def _deliver_get_details(self, ages: Ages) -> dict[str, object]:
         parts = [COUNTERS.index(p) for p in _GET_PARTS]
         rate = sum(self._rates[i] for i in parts)
-        history = self.history.summed(parts) if ages.msg_age else None
-        return details(rate, history, 0, ages.msg_age, ages.msg_incr, ages.end_s)
+        history = self.history if ages.msg_age else None
+        return details(rate, history, parts, ages.msg_age, ages.msg_incr, ages.end_s)
 
 
 class GaugeStats:
@@ -348,7 +305,7 @@ class GaugeStats:
         self._rates: tuple[float, ...] = (0.0,) * size
         self.history = History()
 
-    def sample(self, interval_s: float, now_s: float = 0.0) -> None:
+    def sample(self, interval_s: float, now_s: float = 0.0, policy: Retention = BASIC) -> None:
         now = self.values
         last = self._last
         if last is not None and interval_s > 0:
@@ -357,7 +314,7 @@ class GaugeStats:
             else:
                 self._rates = tuple((n - p) / interval_s for n, p in zip(now, last, strict=True))
         self._last = now
-        self.history.add(now_s, now)
+        self.history.add(now_s, now, policy)
 
     def details(
         self, index: int, age: int = 0, incr: int = 0, end_s: float = 0.0
@@ -380,13 +337,13 @@ class OctetStats:
         self._rates = (0.0, 0.0)
         self.history = History()
 
-    def sample(self, interval_s: float, now_s: float = 0.0) -> None:
+    def sample(self, interval_s: float, now_s: float = 0.0, policy: Retention = BASIC) -> None:
         now = (self.recv_oct, self.send_oct)
         last = self._last
         if last is not None and interval_s > 0:
             self._rates = ((now[0] - last[0]) / interval_s, (now[1] - last[1]) / interval_s)
         self._last = now
-        self.history.add(now_s, now)
+        self.history.add(now_s, now, policy)
 
     def details(
         self, index: int, age: int = 0, incr: int = 0, end_s: float = 0.0
@@ -411,19 +368,47 @@ class RateSampler:
     """Samples every live object's counters (RabbitMQ samples every 5 s).
 
     The caller passes the time (its clock), so tests need not wait for it.
+    ``policies``: the retention of the ``basic`` objects (queues, exchanges,
+    channels, connections) and the ``global`` ones (vhosts, the overview, the
+    node), RabbitMQ's ``sample_retention_policies``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, basic: Retention = BASIC, global_: Retention = GLOBAL) -> None:
         self._last_s: float | None = None
+        self.basic = basic
+        self.global_ = global_
 
-    def sample(self, stats: Iterable[MessageStats | OctetStats | GaugeStats], now_s: float) -> int:
-        """Sample each, over the time since the previous call; returns how many.
-        ``now_s`` is the time since the epoch (the samples' timestamps)."""
+    def sample(
+        self,
+        stats: Iterable[MessageStats | OctetStats | GaugeStats],
+        now_s: float,
+        global_stats: Iterable[MessageStats | OctetStats | GaugeStats] = (),
+    ) -> int:
+        """Sample each (``global_stats`` under the global policy), over the time
+        since the previous call; returns how many. ``now_s`` is the time since the
+        epoch (the samples' timestamps)."""
+        elapsed = self.start(now_s)
+        return self.sample_slice(stats, now_s, elapsed, self.basic) + self.sample_slice(
+            global_stats, now_s, elapsed, self.global_
+        )
+
+    def start(self, now_s: float) -> float:
+        """A round at ``now_s``: the seconds since the previous one (0: the first)."""
         elapsed = 0.0 if self._last_s is None else now_s - self._last_s
         self._last_s = now_s
+        return elapsed
+
+    @staticmethod
+    def sample_slice(
+        stats: Iterable[MessageStats | OctetStats | GaugeStats],
+        now_s: float,
+        elapsed: float,
+        policy: Retention,
+    ) -> int:
+        """Sample some of a round's objects; how many."""
         n = 0
         for s in stats:
-            s.sample(elapsed, now_s)
+            s.sample(elapsed, now_s, policy)
             n += 1
         return n
 

@@ -3,7 +3,8 @@
 All declaration, binding and routing rules that RabbitMQ applies per vhost live
 here and in VHost's mixins, so every protocol adapter gets the same answers and
 the same errors: routing and publishing in vhost_routing.py, policies and
-limits in vhost_parameters.py; the durable objects' records in vhost_records.py.
+limits in vhost_parameters.py, restoring at start and closing at stop in
+vhost_lifecycle.py; the durable objects' records in vhost_records.py.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import base64
 import logging
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from warren.core.consumer import Consumer
@@ -50,6 +50,7 @@ from warren.core.stats import GaugeStats, MessageStats
 from warren.core.store import MemoryStore, MessageStore
 from warren.core.stream import StreamLog
 from warren.core.stream_queue import StreamQueue
+from warren.core.vhost_lifecycle import VHostLifecycle
 from warren.core.vhost_parameters import VHostParameters
 from warren.core.vhost_records import (
     binding_is_durable,
@@ -58,7 +59,7 @@ from warren.core.vhost_records import (
     queue_record,
 )
 from warren.core.vhost_routing import ReplyTarget, VHostRouting
-from warren.store.definitions import decode_arguments, exchange_key, queue_key
+from warren.store.definitions import exchange_key, queue_key
 from warren.store.priority_store import PriorityStore
 from warren.store.quorum_store import QuorumPriorityStore
 
@@ -135,10 +136,10 @@ def server_named(prefix: str = "amq.gen-") -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
 
-class VHost(VHostRouting, VHostParameters):
+class VHost(VHostRouting, VHostParameters, VHostLifecycle):
     """A vhost's exchanges, queues and bindings, with RabbitMQ's rules for declaring,
     deleting and binding them; routing comes from VHostRouting, policies and limits
-    from VHostParameters."""
+    from VHostParameters, restoring and closing from VHostLifecycle."""
 
     def __init__(
         self,
@@ -626,132 +627,6 @@ class VHost(VHostRouting, VHostParameters):
     def delete_exclusive_queues(self, owner: object) -> None:
         for q in [q for q in self.queues.values() if q.exclusive_owner is owner]:
             self.delete_queue(q.name)
-
-    def delivered_marks(self) -> dict[Path, int]:
-        """Every durable queue's delivered marks (Queue.delivered_marks)."""
-        marks: dict[Path, int] = {}
-        for q in self.queues.values():
-            marks.update(q.delivered_marks())
-        return marks
-
-    def stores(self) -> list[MessageStore]:
-        """Every store of its queues and exchanges (a clean stop syncs them at once)."""
-        found: list[MessageStore] = [q.store for q in self.queues.values()]
-        for ex in self.exchanges.values():
-            found.extend(ex.stores())
-        return found
-
-    def close(self) -> int:
-        """Close every exchange's and queue's store and the definitions log, each
-        whatever the others raise (a full disk, a failed sync: logged); returns
-        how many failed."""
-        failed = 0
-        closing: list[tuple[str, Callable[[], None]]] = [
-            (f"exchange '{ex.name}'", ex.close) for ex in self.exchanges.values()
-        ]
-        closing += [(f"queue '{q.name}'", q.store.close) for q in self.queues.values()]
-        if self.definitions is not None:
-            closing.append(("the definitions log", self.definitions.close))
-        for what, close in closing:
-            try:
-                close()
-            except Exception:
-                failed += 1
-                log.exception("vhost '%s': closing %s failed", self.name, what)
-        return failed
-
-    # -- recovery ---------------------------------------------------------------------
-    def restore_definitions(self) -> list[str]:
-        """Recreate durable exchanges, queues and bindings from the definitions log.
-
-        A record that cannot be applied is skipped and named in the list returned:
-        the broker refuses to start over it, or goes on without it (store/damage.py).
-        Its queue's directory stays: the record still claims it.
-        """
-        defs = self.definitions
-        problems: list[str] = []
-        if defs is None:
-            return problems
-        problems = self.restore_parameters()  # policies first: objects are matched as they return
-        for rec in list(defs.entries("e:")):
-            try:
-                cls = exchange_class(rec["type"])
-                if cls is None:
-                    raise ValueError(f"unknown exchange type {rec['type']!r}")
-                args = decode_arguments(rec["arguments"])
-                ex = cls(self.name, rec["name"], True, rec["auto_delete"], rec["internal"], args)
-                ex.attach(self)
-                self.exchanges[rec["name"]] = ex
-                self.attach_exchange_policy(ex)
-            except Exception as exc:
-                log.error("vhost '%s': cannot restore exchange %r: %s", self.name, rec, exc)
-                problems.append(f"cannot restore exchange {rec.get('name', rec)!r:.200}: {exc}")
-        for rec in list(defs.entries("q:")):
-            try:
-                name = rec["name"]
-                args = decode_arguments(rec["arguments"])
-                q: Queue
-                if is_stream(args):
-                    q = self._new_stream(name, args)
-                elif is_quorum(args):
-                    q = self._new_quorum(name, args)
-                else:
-                    q = Queue(
-                        self,
-                        name,
-                        self._store_factory(self, name, True, max_priority(args)),
-                        durable=True,
-                        auto_delete=rec["auto_delete"],
-                        arguments=args,
-                    )
-                self.queues[name] = q
-                self.attach_queue_policies(q)
-                if q.message_count:
-                    q.rebuild_expiry_index()
-            except Exception as exc:
-                log.error("vhost '%s': cannot restore queue %r: %s", self.name, rec, exc)
-                problems.append(f"cannot restore queue {rec.get('name', rec)!r:.200}: {exc}")
-        for key, rec in list(defs.live.items()):
-            if not key.startswith('["b"'):
-                continue
-            if self._binding_of_deleted(rec):
-                # A delete's leftover: a crash came between the delete of its
-                # queue or exchange and of its bindings.
-                log.info("vhost '%s': dropping a deleted object's binding %r", self.name, rec)
-                defs.delete(key)
-                continue
-            try:
-                source = self.exchanges[rec["source"]]
-                dest: Queue | Exchange = (
-                    self.queues[rec["destination"]]
-                    if rec["destination_type"] == "queue"
-                    else self.exchanges[rec["destination"]]
-                )
-                binding = Binding(
-                    source, dest, rec["routing_key"], decode_arguments(rec["arguments"])
-                )
-                if source.bind(binding):
-                    self._inbound.setdefault(id(dest), {})[(id(source), binding.key)] = binding
-            except Exception as exc:
-                log.error("vhost '%s': cannot restore binding %r: %s", self.name, rec, exc)
-                problems.append(f"cannot restore binding {rec!r:.200}: {exc}")
-        queues = [q for q in self.queues.values() if q.persistent]
-        for ex in self.exchanges.values():
-            if ex.key_log is not None:
-                ex.restore_routed_keys(queues)
-        return problems
-
-    def _binding_of_deleted(self, rec: dict[str, Any]) -> bool:
-        """Whether a binding record names an end its definitions log shows deleted."""
-        defs = self.definitions
-        assert defs is not None
-        try:
-            dest = (queue_key if rec["destination_type"] == "queue" else exchange_key)(
-                rec["destination"]
-            )
-            return exchange_key(rec["source"]) in defs.deleted or dest in defs.deleted
-        except (KeyError, TypeError):
-            return False
 
 
 def _notify_cancelled(consumers: list[Consumer]) -> None:

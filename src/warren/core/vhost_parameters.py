@@ -7,9 +7,11 @@ queue and exchange which policy applies to it, and makes the limit decisions
 
 Definitions-log records (beside the exchanges' ``e:``, queues' ``q:`` and the
 bindings' JSON-array keys): ``policy:<name>``, ``operator_policy:<name>``
-(the policy's JSON fields), ``vhost-limits`` (the limits object) and
-``parameter:<component>:<name>`` (a component's parameter: component, name,
-value; the components themselves are the broker's, see runtime_parameters).
+(the policy's JSON fields), ``vhost-limits`` (the limits object),
+``vhost-metadata`` (``{"default_queue_type": ...}``, RabbitMQ 3.11+'s vhost
+metadata the core acts on) and ``parameter:<component>:<name>`` (a component's
+parameter: component, name, value; the components themselves are the
+broker's, see runtime_parameters).
 """
 
 from __future__ import annotations
@@ -18,16 +20,28 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from warren.core.errors import NotAllowed, NotFound, PreconditionFailed, ResourceError
+from warren.core.errors import (
+    NotAllowed,
+    NotFound,
+    QueueLimitReached,
+    ResourceError,
+)
 from warren.core.policies import Policy, best_match, validate_policy
-from warren.core.runtime_parameters import limit, validate_limits
+from warren.core.queue_arguments import with_default_type
+from warren.core.runtime_parameters import limit, validate_default_queue_type, validate_limits
 
 if TYPE_CHECKING:
     from warren.core.exchange import Exchange
     from warren.core.queue import Queue
     from warren.store.definitions import DefinitionsLog
 
-__all__ = ["LIMITS_KEY", "OPERATOR_POLICY_PREFIX", "POLICY_PREFIX", "VHostParameters"]
+__all__ = [
+    "LIMITS_KEY",
+    "METADATA_KEY",
+    "OPERATOR_POLICY_PREFIX",
+    "POLICY_PREFIX",
+    "VHostParameters",
+]
 
 log = logging.getLogger("warren.vhost")
 
@@ -35,6 +49,7 @@ POLICY_PREFIX = "policy:"
 PARAMETER_PREFIX = "parameter:"
 OPERATOR_POLICY_PREFIX = "operator_policy:"
 LIMITS_KEY = "vhost-limits"
+METADATA_KEY = "vhost-metadata"
 
 
 def _sorted(policies: dict[str, Policy]) -> list[Policy]:
@@ -59,6 +74,7 @@ class VHostParameters:
         self._limits: dict[str, int] | None = None
         self._open_connections: set[object] = set()
         self._component_params: dict[tuple[str, str], Any] = {}
+        self._default_queue_type: str | None = None
 
     # -- policies ---------------------------------------------------------------------
     @property
@@ -230,6 +246,34 @@ class VHostParameters:
         self._limits = None
         log.info("vhost '%s': limits cleared", self.name)
 
+    # -- the default queue type (RabbitMQ 3.11+'s vhost metadata) -------------------------
+    @property
+    def default_queue_type(self) -> str | None:
+        """The type a queue declared without ``x-queue-type`` gets (None: classic)."""
+        return self._default_queue_type
+
+    def set_default_queue_type(self, value: Any) -> None:
+        """Set (or, with None or ``undefined``, clear) the default queue type;
+        ValueError with RabbitMQ's text for a value it would refuse. Queues that
+        exist keep their type."""
+        dqt = validate_default_queue_type(value)
+        if dqt == self._default_queue_type:
+            return
+        if self.definitions is not None:
+            record = None if dqt is None else {"default_queue_type": dqt}
+            self._store("the vhost's default queue type", METADATA_KEY, record)
+        self._default_queue_type = dqt
+        log.info("vhost '%s': default queue type %s", self.name, dqt or "not set (classic)")
+
+    def with_default_type(
+        self, durable: bool, exclusive: bool, auto_delete: bool, arguments: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A queue.declare's arguments with the vhost's default queue type, as RabbitMQ
+        3.13 augments them (queue_arguments.with_default_type)."""
+        return with_default_type(
+            self._default_queue_type, durable, exclusive, auto_delete, arguments
+        )
+
     def _limit(self, key: str) -> int | None:
         return None if self._limits is None else limit(self._limits, key)
 
@@ -256,7 +300,7 @@ class VHostParameters:
         """Refuse a new queue beyond max-queues (406, RabbitMQ's text)."""
         cap = self._limit("max-queues")
         if cap is not None and len(self.queues) + 1 > cap:
-            raise PreconditionFailed(
+            raise QueueLimitReached(
                 f"cannot declare queue '{queue_name}': "
                 f"queue limit in vhost '{self.name}' ({cap}) is reached"
             )
@@ -318,6 +362,11 @@ class VHostParameters:
                 self._limits = validate_limits(rec)
             except ValueError as exc:
                 failed("limits", rec, exc)
+        for rec in list(defs.entries(METADATA_KEY)):
+            try:
+                self._default_queue_type = validate_default_queue_type(rec["default_queue_type"])
+            except (KeyError, TypeError, ValueError) as exc:
+                failed("vhost metadata", rec, exc)
         for ex in self.exchanges.values():
             self.attach_exchange_policy(ex)
         return problems

@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from warren.core.runtime_parameters import validate_default_queue_type
 from warren.core.users import (
     SHA256,
     Permission,
@@ -45,7 +46,6 @@ def _created(existed: bool) -> web.Response:
 
 def register(r: Router) -> None:  # noqa: C901 - one table of routes
     api_overview.register(r)
-    r.route("GET", "/api/extensions")(extensions)
     r.route("GET", "/api/cluster")(cluster)
     r.route("GET", "/api/cluster-name")(get_cluster_name)
     r.route("PUT", "/api/cluster-name")(put_cluster_name)
@@ -81,10 +81,6 @@ async def cluster(ctx: Ctx) -> web.StreamResponse:
     return json_response(status() if status is not None else {"enabled": False})
 
 
-async def extensions(ctx: Ctx) -> web.StreamResponse:
-    return json_response([])
-
-
 async def get_cluster_name(ctx: Ctx) -> web.StreamResponse:
     return json_response({"name": ctx.node.cluster_name})
 
@@ -118,6 +114,11 @@ async def get_vhost(ctx: Ctx) -> web.StreamResponse:
     return item_response(ctx, _vhost_item(ctx, name))
 
 
+#: The body keys of a vhost's default queue type: RabbitMQ 3.11.0's name first, then
+#: the one 3.11.x settled on, which wins (rabbit_mgmt_wm_vhost).
+_DQT_KEYS = ("defaultqueuetype", "default_queue_type")
+
+
 async def put_vhost(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
     name = new_name("vhost", ctx.params[0])
@@ -128,7 +129,15 @@ async def put_vhost(ctx: Ctx) -> web.StreamResponse:
         meta["description"] = str(body["description"])
     if "tags" in body:
         meta["tags"] = parse_tags(body["tags"])
-    ctx.node.add_vhost(name)
+    dqt_key = next((k for k in reversed(_DQT_KEYS) if k in body), None)
+    if dqt_key is not None:
+        try:  # refused before anything is made, as RabbitMQ 4.x checks it
+            dqt = validate_default_queue_type(body[dqt_key])
+        except ValueError as exc:
+            raise bad_request(str(exc)) from None
+    vhost = ctx.node.add_vhost(name)
+    if dqt_key is not None:
+        vhost.set_default_queue_type(dqt)
     ctx.state.vhost_metadata[name] = meta
     ctx.state.save()
     if not existed:

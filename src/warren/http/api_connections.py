@@ -65,8 +65,9 @@ async def _find(ctx: Ctx, name: str) -> tuple[ClientConnection, dict[str, Any]]:
 
 async def _channels(ctx: Ctx, conns: list[tuple[ClientConnection, dict[str, Any]]]) -> list[Any]:
     out: list[dict[str, Any]] = []
+    ages = ctx.ages()
     for i, (conn, _) in enumerate(conns, 1):
-        for ch in conn.channels_info():
+        for ch in conn.channels_info(ages):
             ch = dict(ch)
             ch.pop("consumer_details", None)
             out.append(ch)
@@ -184,8 +185,9 @@ async def vhost_channels(ctx: Ctx) -> web.StreamResponse:
 
 async def get_channel(ctx: Ctx) -> web.StreamResponse:
     name = ctx.params[0]
+    ages = ctx.ages()  # the page's rate charts ask for msg_rates_age
     for conn, _ in await _visible(ctx):
-        for ch in conn.channels_info():
+        for ch in conn.channels_info(ages):
             if ch.get("name") == name:
                 # Per-exchange and per-queue counts (RabbitMQ's detailed rates mode):
                 # Warren keeps none, as RabbitMQ in its default basic mode.

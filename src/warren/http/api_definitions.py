@@ -50,20 +50,22 @@ def management_format(data: dict[str, Any], state: ApiState) -> dict[str, Any]:
     management plugin writes it: parameters with RabbitMQ's key order (``value``
     first; an operator policy's value ``pattern``, ``definition``, ``priority``,
     ``apply-to``), queues without ``type``, vhosts with RabbitMQ 3.13's ``name``,
-    ``description``, ``tags``, ``metadata`` (from the API's state; their limits are
-    the vhost-limits parameters)."""
+    ``description``, ``tags``, ``default_queue_type`` (when set), ``metadata`` (from
+    the API's state and the core's; their limits are the vhost-limits parameters)."""
     vhosts = []
     for v in data["vhosts"]:
         meta = state.vhost_metadata.get(v["name"]) or {"description": "", "tags": []}
         description, tags = meta["description"], list(meta["tags"])
-        vhosts.append(
-            {
-                "name": v["name"],
-                "description": description,
-                "tags": tags,
-                "metadata": {"description": description, "tags": list(tags)},
-            }
-        )
+        entry: dict[str, Any] = {"name": v["name"], "description": description, "tags": tags}
+        dqt = v["metadata"].get("default_queue_type")
+        if dqt is not None:  # RabbitMQ 3.13 leaves it out when not set
+            entry["default_queue_type"] = dqt
+        entry["metadata"] = {
+            **({"default_queue_type": dqt} if dqt is not None else {}),
+            "description": description,
+            "tags": list(tags),
+        }
+        vhosts.append(entry)
     parameters = []
     for p in data["parameters"]:
         value = p["value"]
@@ -81,9 +83,9 @@ async def get_definitions(ctx: Ctx) -> web.StreamResponse:
     # What the core does not keep comes from the API's own state.
     state = ctx.state
     data = management_format(export_definitions(ctx.node), state)
-    data["global_parameters"] = [
-        {"name": k, "value": v} for k, v in sorted(state.global_parameters.items())
-    ]
+    # RabbitMQ exports its internal_cluster_id too; an import leaves Warren's as it is.
+    values = {**state.global_parameters, "internal_cluster_id": ctx.node.cluster_id}
+    data["global_parameters"] = [{"name": k, "value": v} for k, v in sorted(values.items())]
     await asyncio.sleep(0)
     return _attachment(ctx, json_response(data))
 

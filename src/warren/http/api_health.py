@@ -3,8 +3,11 @@
 RabbitMQ 3.10 and 3.13 serve the same family (alarms, local-alarms,
 certificate-expiration, port-listener, protocol-listener, virtual-hosts,
 node-is-quorum-critical, node-is-mirror-sync-critical); 4.x adds is-in-service,
-below-node-connection-limit and ready-to-serve-clients, served here too, as is
-the older ``/api/healthchecks/node``. A check
+below-node-connection-limit, ready-to-serve-clients, metadata-store/initialized
+(and /with-data), quorum-queues-without-elected-leaders (all vhosts or one, a
+pattern of names) and reached-target-cluster-size (which asks for no
+credentials: it is a startup probe), served here too, as is the older
+``/api/healthchecks/node``. A check
 that passes is 200 ``{"status": "ok", ...}``; one that fails is 503
 ``{"status": "failed", "reason": ..., ...}`` with RabbitMQ's words, so load
 balancers and Kubernetes probes written for RabbitMQ read Warren the same way.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -58,6 +62,16 @@ def register(r: Router) -> None:
     r.route("GET", f"{HEALTH}/is-in-service")(is_in_service)
     r.route("GET", f"{HEALTH}/below-node-connection-limit")(below_node_connection_limit)
     r.route("GET", f"{HEALTH}/ready-to-serve-clients")(ready_to_serve_clients)
+    r.route("GET", f"{HEALTH}/metadata-store/initialized")(metadata_store_initialized)
+    r.route("GET", f"{HEALTH}/metadata-store/initialized/with-data")(metadata_store_with_data)
+    leaders = f"{HEALTH}/quorum-queues-without-elected-leaders"
+    r.route("GET", f"{leaders}/all-vhosts")(leaderless_in_all_vhosts)
+    r.route("GET", f"{leaders}/all-vhosts/pattern/{{pattern}}")(leaderless_in_all_vhosts)
+    r.route("GET", f"{leaders}/vhost/{{vhost}}")(leaderless_in_vhost)
+    r.route("GET", f"{leaders}/vhost/{{vhost}}/pattern/{{pattern}}")(leaderless_in_vhost)
+    r.route("GET", f"{HEALTH}/reached-target-cluster-size", public=True)(
+        reached_target_cluster_size
+    )
     r.route("GET", "/api/aliveness-test/{vhost}")(aliveness)
     r.route("GET", "/api/healthchecks/node")(node_health)
     r.route("GET", "/api/healthchecks/node/{node}")(node_health)
@@ -282,6 +296,94 @@ async def ready_to_serve_clients(ctx: Ctx) -> web.StreamResponse:
             ctx, "node connection limit is reached", connections=len(ctx.node.connections)
         )
     return _ok()
+
+
+async def metadata_store_initialized(ctx: Ctx) -> web.StreamResponse:
+    """The definitions are read (RabbitMQ: its metadata store reported ready): the
+    HTTP listener starts only once the broker has read its data directory."""
+    return _ok()
+
+
+async def metadata_store_with_data(ctx: Ctx) -> web.StreamResponse:
+    """Read, and holding at least one vhost (as RabbitMQ: a cluster without users
+    is possible, one without vhosts is not yet set up)."""
+    if not ctx.node.vhosts:
+        return failed(
+            ctx, "Metadata store has not yet been initialized: it reports to have no virtual hosts"
+        )
+    return _ok()
+
+
+async def leaderless_in_all_vhosts(ctx: Ctx) -> web.StreamResponse:
+    return _leaderless(ctx, None, ctx.params[0] if ctx.params else ".*")
+
+
+async def leaderless_in_vhost(ctx: Ctx) -> web.StreamResponse:
+    """One vhost's (a vhost that does not exist has none: ok, as RabbitMQ)."""
+    return _leaderless(ctx, ctx.params[0], ctx.params[1] if len(ctx.params) > 1 else ".*")
+
+
+def _leaderless(ctx: Ctx, vhost: str | None, pattern: str) -> web.Response:
+    """Quorum queues (of every vhost, or of one; their names matching ``pattern``, a
+    regular expression, unanchored as RabbitMQ's) without an elected leader. A
+    quorum queue's leader is the cluster's (docs/clustering.md): every one has it
+    while this node leads, or runs alone; none has while it is no longer the
+    leader but its broker still answers (stepping down)."""
+    try:
+        regex = re.compile(pattern)
+    except re.error as exc:
+        raise bad_request(f"invalid pattern '{pattern}': {exc}") from None
+    status = ctx.node.cluster_status
+    if status is None or status().get("role") == "leader":
+        return _ok()
+    queues = [
+        {
+            "readable_name": f"queue '{q.name}' in vhost '{v.name}'",
+            "name": q.name,
+            "virtual_host": v.name,
+            "type": "rabbit_quorum_queue",
+        }
+        for v in ctx.node.vhosts.values()
+        if vhost is None or v.name == vhost
+        for q in v.queues.values()
+        if q.queue_type == "quorum" and regex.search(q.name)
+    ]
+    if not queues:
+        return _ok()
+    return failed(ctx, "Detected quorum queues without an elected leader", queues=queues)
+
+
+#: RabbitMQ's answer may not be cached (a probe must see the present).
+_NO_CACHE = {
+    "Cache-Control": "no-cache, no-store, max-age=0, must-revalidate",
+    "Pragma": "no-cache",
+    "Expires": "0",
+}
+
+
+async def reached_target_cluster_size(ctx: Ctx) -> web.StreamResponse:
+    """As many cluster members as ``[clustering] target_cluster_size_hint`` (RabbitMQ's
+    cluster_formation key, 1 unless set): the leader and the followers it knows
+    (connected, or in the in-sync replica set). No credentials, as RabbitMQ 4.x."""
+    target = ctx.node.config.clustering_target_cluster_size_hint
+    status = ctx.node.cluster_status
+    online = members = 1
+    if status is not None:
+        info = status()
+        connected = {f.get("node") for f in info.get("followers", ())} - {None, info.get("node")}
+        online = 1 + len(connected)
+        members = len({info.get("node"), *connected, *info.get("in_sync_replicas", ())})
+    if members >= target:
+        response = _ok()
+    else:
+        response = failed(
+            ctx,
+            f"target cluster size not reached: {online} of {target} nodes are online",
+            online=online,
+            target=target,
+        )
+    response.headers.update(_NO_CACHE)
+    return response
 
 
 async def node_health(ctx: Ctx) -> web.StreamResponse:

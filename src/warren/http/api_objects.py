@@ -326,17 +326,17 @@ async def put_queue(ctx: Ctx) -> web.StreamResponse:
     qtype = body.get("type")
     if isinstance(qtype, str) and qtype and "x-queue-type" not in arguments:
         arguments["x-queue-type"] = qtype
-    if arguments.get("x-queue-type") == "classic":
+    # RabbitMQ's defaults are queue.declare's: no body makes a transient queue.
+    durable = parse_bool(body, "durable", False)
+    auto_delete = parse_bool(body, "auto_delete", False)
+    if vhost.default_queue_type is not None:
+        # RabbitMQ 3.13 declares through a channel, which applies the vhost's default.
+        arguments = vhost.with_default_type(durable, False, auto_delete, arguments)
+    elif arguments.get("x-queue-type") == "classic":
         # RabbitMQ's default type, not an argument a classic queue keeps.
         arguments.pop("x-queue-type")
     existed = name in vhost.queues
-    # RabbitMQ's defaults are queue.declare's: no body makes a transient queue.
-    vhost.declare_queue(
-        name,
-        durable=parse_bool(body, "durable", False),
-        auto_delete=parse_bool(body, "auto_delete", False),
-        arguments=arguments,
-    )
+    vhost.declare_queue(name, durable=durable, auto_delete=auto_delete, arguments=arguments)
     return web.Response(status=204 if existed else 201)
 
 

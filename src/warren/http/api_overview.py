@@ -13,7 +13,6 @@ from aiohttp import web
 
 from warren import __version__, node_stats
 from warren.core.stats import (
-    HISTORY_SAMPLES,
     VHOST_GROUPS,
     Ages,
     History,
@@ -150,11 +149,32 @@ async def overview(ctx: Ctx) -> web.StreamResponse:
 _LENGTHS = ("messages", "messages_ready", "messages_unacknowledged")
 
 
+#: The ranges the management UI offers, each with the max ages that name it
+#: (RabbitMQ's overview: within about 10 %; its defaults are 605 s, 3660 s ...).
+_UI_RANGES = (
+    (0, 66, 60),
+    (540, 660, 600),
+    (3240, 3960, 3600),
+    (25920, 31681, 28800),
+    (77760, 95041, 86400),
+)
+
+
+def _ui_range(max_age: int) -> int:
+    """The UI range a max age stands for (0: none), as RabbitMQ's overview names it."""
+    return next((ui for low, high, ui in _UI_RANGES if low <= max_age <= high), 0)
+
+
 def _retention(ctx: Ctx) -> dict[str, list[int]]:
-    """How far back rate samples go, in seconds (RabbitMQ's policies keep hours;
-    Warren keeps HISTORY_SAMPLES samples, docs/http-api.md)."""
-    seconds = HISTORY_SAMPLES * max(1, ctx.node.config.collect_statistics_interval // 1000)
-    return {"global": [seconds], "basic": [seconds], "detailed": [seconds]}
+    """How far back the history of each kind of object goes, as the UI ranges
+    ([mgmt] sample_retention_policies, RabbitMQ's overview field)."""
+    config = ctx.node.config
+    policies = (
+        ("global", config.sample_retention_global),
+        ("basic", config.sample_retention_basic),
+        ("detailed", config.sample_retention_detailed),
+    )
+    return {name: sorted(_ui_range(age) for age, _ in policy) for name, policy in policies}
 
 
 def _churn(ctx: Ctx, ages: Ages) -> dict[str, Any]:
@@ -274,7 +294,14 @@ async def node(ctx: Ctx) -> web.StreamResponse:
     ctx.require(MONITORING)
     if ctx.params[0] != node_name():
         raise not_found()
-    return item_response(ctx, _node_info(ctx))
+    info = _node_info(ctx)
+    # The node page's "Memory details" and "Binary references" ask for these; Warren
+    # has no Erlang binary heap to break down (the UI says: not available).
+    if flag(ctx.query.get("memory", "false")):
+        info["memory"] = _memory_breakdown(ctx)
+    if flag(ctx.query.get("binary", "false")):
+        info["binary"] = "not_available"
+    return item_response(ctx, info)
 
 
 #: RabbitMQ's memory breakdown categories (the Erlang VM's); Warren's whole resident
@@ -318,12 +345,16 @@ def _memory(ctx: Ctx) -> int:
 async def node_memory(ctx: Ctx) -> web.StreamResponse:
     """RabbitMQ's memory breakdown: what Telegraf reads with every node (and drops
     the node's metrics when it cannot). The total is the resident memory."""
+    return json_response({"memory": _memory_breakdown(ctx)})
+
+
+def _memory_breakdown(ctx: Ctx) -> dict[str, Any]:
     used = _memory(ctx)
     breakdown: dict[str, Any] = dict.fromkeys(_MEMORY_CATEGORIES, 0)
     breakdown["other_system"] = used
     breakdown["strategy"] = "rss"
     breakdown["total"] = {"erlang": used, "rss": used, "allocated": used}
-    return json_response({"memory": breakdown})
+    return breakdown
 
 
 async def node_memory_relative(ctx: Ctx) -> web.StreamResponse:

@@ -317,8 +317,23 @@ async def delete_parameter(ctx: Ctx) -> web.StreamResponse:
 # -- global parameters ----------------------------------------------------------------------
 
 
+#: RabbitMQ's global parameter holding the cluster's permanent id (store/cluster_id.py).
+CLUSTER_ID = "internal_cluster_id"
+
+
 def _globals(ctx: Ctx) -> dict[str, Any]:
-    return {"cluster_name": ctx.node.cluster_name, **ctx.state.global_parameters}
+    return {
+        "cluster_name": ctx.node.cluster_name,
+        CLUSTER_ID: ctx.node.cluster_id,
+        **ctx.state.global_parameters,
+    }
+
+
+def _fixed(name: str) -> None:
+    """The cluster's id is made once and never changes (RabbitMQ would take a new
+    one here; monitoring that joins on it would lose the cluster's history)."""
+    if name == CLUSTER_ID:
+        raise bad_request(f"{CLUSTER_ID} is the cluster's permanent id: it cannot be changed")
 
 
 async def list_global(ctx: Ctx) -> web.StreamResponse:
@@ -341,6 +356,7 @@ async def put_global(ctx: Ctx) -> web.StreamResponse:
     body = await ctx.body()
     if "value" not in body:
         raise bad_request("[{key_missing,value}]")
+    _fixed(name)
     existed = name in _globals(ctx)
     if name == "cluster_name":
         if not isinstance(body["value"], str) or not body["value"]:
@@ -354,6 +370,7 @@ async def put_global(ctx: Ctx) -> web.StreamResponse:
 
 async def delete_global(ctx: Ctx) -> web.StreamResponse:
     ctx.require(ADMIN)
+    _fixed(ctx.params[0])
     if ctx.state.global_parameters.pop(ctx.params[0], None) is None:
         raise not_found()
     ctx.state.save()

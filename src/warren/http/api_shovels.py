@@ -1,4 +1,4 @@
-"""The shovel plugin's management API: shovels' state and restart.
+"""The shovel plugin's management API: shovels' state, restart and deletion.
 
 A shovel's definition is a runtime parameter (``/api/parameters/shovel/...``,
 api_parameters.py); these routes report what the ``shovel`` component runs,
@@ -19,6 +19,7 @@ def register(r: Router) -> None:
     r.route("GET", "/api/shovels")(list_shovels)
     r.route("GET", "/api/shovels/{vhost}")(list_shovels)
     r.route("GET", "/api/shovels/vhost/{vhost}/{name}")(get_shovel)
+    r.route("DELETE", "/api/shovels/vhost/{vhost}/{name}")(delete_shovel)
     r.route("DELETE", "/api/shovels/vhost/{vhost}/{name}/restart")(restart_shovel)
 
 
@@ -46,6 +47,16 @@ async def get_shovel(ctx: Ctx) -> web.StreamResponse:
         if shovel["vhost"] == vhost and shovel["name"] == name:
             return web.json_response(shovel)
     raise not_found()
+
+
+async def delete_shovel(ctx: Ctx) -> web.StreamResponse:
+    """A dynamic shovel's parameter goes, and the shovel with it (the "Delete this
+    shovel" button of RabbitMQ's UI)."""
+    ctx.require(POLICYMAKER)
+    vhost, name = ctx.params
+    if not ctx.node.clear_parameter(ctx.vhost(vhost).name, "shovel", name):
+        raise not_found()
+    return web.Response(status=204)
 
 
 async def restart_shovel(ctx: Ctx) -> web.StreamResponse:

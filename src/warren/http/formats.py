@@ -146,6 +146,18 @@ def _second(seconds: int) -> str:
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
+def idle_since_ms(q: Queue) -> int | None:
+    """RabbitMQ's ``idle_since`` (ms), given only while the queue is idle: None
+    when its counters or lengths changed at the last statistics sample (it moved
+    messages in the last interval); else since that change or its last use
+    (declared, consumed from, read), whichever came later. Sample times are
+    compared to the millisecond, as the history keeps them."""
+    changed = max(q.stats.history.changed_s(), q.lengths.history.changed_s())
+    if changed and changed >= q.stats.history.last_s - 0.001:
+        return None
+    return max(q.last_used_ms, round(changed * 1000))
+
+
 def queue_info(
     q: Queue,
     ages: Ages = NO_AGES,
@@ -177,7 +189,7 @@ def queue_info(
         "exclusive": q.exclusive,
         "exclusive_consumer_tag": exclusive_tag,
         "head_message_timestamp": None,
-        "idle_since": timestamp(q.last_used_ms),
+        "idle_since": "",
         "message_bytes": ready_bytes + held_bytes,
         "message_bytes_paged_out": ready_bytes - ready_ram_bytes,
         "message_bytes_persistent": persistent_bytes,
@@ -204,21 +216,32 @@ def queue_info(
     }
     for i, key in enumerate(_LENGTHS):
         info[f"{key}_details"] = q.lengths.details(i, ages.len_age, ages.len_incr, ages.end_s)
+    idle = idle_since_ms(q)
+    if idle is None:  # as RabbitMQ: no key while the queue works (the UI: "running")
+        del info["idle_since"]
+    else:
+        info["idle_since"] = timestamp(idle)
     if isinstance(q, StreamQueue):
         info["members"] = [node_name()]
         info["leader"] = node_name()  # RabbitMQ 3.10's API leaves it out; 3.13 lists it
         # A stream has no classic queue's byte, RAM and consumer figures.
         for key in _NOT_FOR_STREAMS:
-            del info[key]
+            info.pop(key, None)
         info["online"] = [node_name()]
         info["readers"] = {node_name(): len(q.consumers)}
     elif q.queue_type == "quorum":
         info.update(quorum_members(q, replica_info or replicas(None)))
+        # RabbitMQ's at-least-once dead-letter backlog: the copies held (0 for a
+        # store that holds none, so the UI's "Dead-lettered" column has a number).
         store = q.store
-        if isinstance(store, QuorumPriorityStore):  # at-least-once's held copies
-            info["messages_dlx"] = store.held_count
-            info["message_bytes_dlx"] = store.held_bytes
-            info["messages"] += store.held_count
+        if isinstance(store, QuorumPriorityStore):
+            held, held_dlx_bytes = store.held_count, store.held_bytes
+        else:
+            held, held_dlx_bytes = 0, 0
+        info["messages_dlx"] = held
+        info["message_bytes_dlx"] = held_dlx_bytes
+        info["messages"] += held
+        info.pop("idle_since", None)  # as RabbitMQ 3.10's: a Raft member is never idle
     if not stats:
         basic = {k: v for k, v in info.items() if k in _BASIC_QUEUE_KEYS}
         if info["policy"] is not None:  # as RabbitMQ: there when there is one
@@ -312,8 +335,9 @@ def vhost_info(v: VHost, metadata: dict[str, Any] | None, ages: Ages = NO_AGES) 
         "name": v.name,
         "description": meta["description"],
         "tags": list(meta["tags"]),
-        "default_queue_type": "undefined",
-        "metadata": {"description": meta["description"], "tags": list(meta["tags"])},
+        # RabbitMQ 3.13: "undefined" when not set; in the metadata only when set.
+        "default_queue_type": v.default_queue_type or "undefined",
+        "metadata": vhost_metadata(v, meta),
         "tracing": False,
         "cluster_state": {node_name(): "running"},
     }
@@ -337,6 +361,17 @@ def vhost_info(v: VHost, metadata: dict[str, Any] | None, ages: Ages = NO_AGES) 
     if stats:
         info["message_stats"] = stats
     return info
+
+
+def vhost_metadata(v: VHost, meta: dict[str, Any]) -> dict[str, Any]:
+    """A vhost's ``metadata`` as RabbitMQ 3.13 writes it (an Erlang map: its keys
+    sorted), ``default_queue_type`` only when set."""
+    out: dict[str, Any] = {}
+    if v.default_queue_type is not None:
+        out["default_queue_type"] = v.default_queue_type
+    out["description"] = meta["description"]
+    out["tags"] = list(meta["tags"])
+    return out
 
 
 def user_info(u: User) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from warren.http import (
     api_objects,
     api_parameters,
     api_shovels,
+    api_ui,
 )
 from warren.http.bodies import BodyBudget, check_announced
 from warren.http.common import (
@@ -54,6 +55,8 @@ log = logging.getLogger("warren.http")
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 #: In the data directory: what the API keeps that the core does not (state.py).
 STATE_FILE = "mgmt.json"
+#: Who a public route's request is (no tags: it may do nothing else).
+ANONYMOUS = User("", "")
 
 
 def build_router() -> Router:
@@ -67,6 +70,7 @@ def build_router() -> Router:
         api_parameters,
         api_shovels,
         api_federation,
+        api_ui,
     ):
         module.register(router)
     return router
@@ -105,6 +109,8 @@ class ManagementApp:
         max_size = max(config.http_max_body_size, config.http_max_definitions_size)
         app = web.Application(client_max_size=max_size, middlewares=middlewares)
         app.router.add_route("*", "/api", self.api, expect_handler=self.expect)
+        # Read by RabbitMQ's UI before its login form, so answered without credentials.
+        app.router.add_get("/api/auth", api_ui.auth_settings)
         # Any character, newlines too: a name may hold one (%0A).
         app.router.add_route("*", r"/api/{tail:[\s\S]*}", self.api, expect_handler=self.expect)
         MetricsEndpoints(self.node).add_routes(app)  # as on the [prometheus] listener
@@ -177,6 +183,8 @@ class ManagementApp:
         handler = route.handlers.get(method)
         if handler is None:
             return web.Response(status=405, headers={"Allow": _allow(route.handlers)})
+        if method in route.public:
+            return await handler(Ctx(request, self.node, self.state, ANONYMOUS, params, self.budget))
         user = await self._authenticate(request)
         ctx = Ctx(request, self.node, self.state, user, params, self.budget)
         ctx.require(MANAGEMENT)
@@ -192,7 +200,7 @@ class ManagementApp:
         return response
 
     async def _authenticate(self, request: web.Request) -> User:
-        creds = basic_credentials(request.headers.get("Authorization"))
+        creds = basic_credentials(_authorization(request))
         if creds is None:
             raise ApiError(401, "not_authorized", "Login failed", {"WWW-Authenticate": REALM})
         guard = self.node.auth_guard
@@ -218,6 +226,18 @@ class ManagementApp:
                 {"WWW-Authenticate": REALM},
             )
         return user
+
+
+def _authorization(request: web.Request) -> str | None:
+    """The Authorization header; without one, on /api/definitions[/{vhost}] only
+    (as RabbitMQ), the ``auth`` query parameter (base64 ``user:password``) that
+    RabbitMQ's UI puts in its definitions download link."""
+    header = request.headers.get("Authorization")
+    if header is None and "auth" in request.query:
+        path = request.raw_path.split("?", 1)[0].strip("/").split("/")
+        if path[:2] == ["api", "definitions"] and len(path) <= 3:
+            return f"Basic {request.query['auth']}"
+    return header
 
 
 def _refused(request: web.Request, exc: ApiError) -> ApiError:

@@ -38,6 +38,9 @@ class Route:
 
     pattern: tuple[str | None, ...]
     handlers: dict[str, Handler] = field(default_factory=dict)
+    #: Methods answered without credentials (RabbitMQ 4.x's reached-target-cluster-size,
+    #: a startup probe's).
+    public: set[str] = field(default_factory=set)
 
     def match(self, segments: list[str]) -> list[str] | None:
         if len(segments) != len(self.pattern):
@@ -57,13 +60,16 @@ class Router:
     def __init__(self) -> None:
         self.routes: dict[tuple[str | None, ...], Route] = {}
 
-    def route(self, method: str, path: str) -> Callable[[Handler], Handler]:
+    def route(self, method: str, path: str, public: bool = False) -> Callable[[Handler], Handler]:
         pattern = tuple(
             None if part.startswith("{") else part for part in path.strip("/").split("/")
         )
 
         def register(handler: Handler) -> Handler:
-            self.routes.setdefault(pattern, Route(pattern)).handlers[method] = handler
+            route = self.routes.setdefault(pattern, Route(pattern))
+            route.handlers[method] = handler
+            if public:
+                route.public.add(method)
             return handler
 
         return register

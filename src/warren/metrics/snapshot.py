@@ -173,7 +173,7 @@ class Snapshot:
 
 async def snapshot(node: Node) -> Snapshot:
     """Copy what the metrics need, yielding to the loop every SLICE queues."""
-    snap = Snapshot(node=_node_name(), cluster=node.cluster_name, cluster_id=_cluster_id(node))
+    snap = Snapshot(node=_node_name(), cluster=node.cluster_name, cluster_id=node.cluster_id)
     snap.taken_at = time.time()
     snap.uptime = round(snap.taken_at - STARTED, 3)
     retired = node.retired
@@ -331,15 +331,6 @@ def _node_name() -> str:
     from warren.node import node_name
 
     return node_name()
-
-
-def _cluster_id(node: Node) -> str:
-    """A stable identifier of the broker's data (RabbitMQ: rabbitmq-cluster-id-...)."""
-    try:
-        st = os.stat(node.config.data_dir)
-        return f"warren-cluster-id-{st.st_dev:x}-{st.st_ino:x}"
-    except OSError:
-        return "warren-cluster-id"
 
 
 def _max_fds() -> int:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from warren.core.errors import BrokerError
 from warren.core.message import Message
-from warren.core.stats import MessageStats, OctetStats
+from warren.core.stats import Ages, MessageStats, OctetStats
 from warren.core.users import WRITE, User, UserStore
 from warren.mqtt import properties as P
 from warren.mqtt.codec import Decoder, encode
@@ -679,10 +679,10 @@ class MQTTConnection(Subscriptions):
 
         return connection_info(self)
 
-    def channels_info(self) -> list[dict[str, Any]]:
+    def channels_info(self, ages: Ages | None = None) -> list[dict[str, Any]]:
         from warren.mqtt.management import channels_info
 
-        return channels_info(self)
+        return channels_info(self, ages)
 
     def channel_stats(self) -> list[tuple[str, MessageStats]]:
         return [(self.vhost.name, self.stats)] if self.vhost is not None else []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from warren.core.stats import CHANNEL_GROUPS
+from warren.core.stats import CHANNEL_GROUPS, NO_AGES, Ages
 from warren.mqtt.packets import MQTT_5
 from warren.node import node_name
 
@@ -51,7 +51,7 @@ def connection_info(conn: MQTTConnection) -> dict[str, Any]:
     }
 
 
-def channels_info(conn: MQTTConnection) -> list[dict[str, Any]]:
+def channels_info(conn: MQTTConnection, ages: Ages | None = None) -> list[dict[str, Any]]:
     if conn.vhost is None or conn.user is None:
         return []
     name = f"{conn.name} (1)"
@@ -101,6 +101,6 @@ def channels_info(conn: MQTTConnection) -> list[dict[str, Any]]:
             "user": conn.user.name,
             "user_who_performed_action": conn.user.name,
             "vhost": conn.vhost.name,
-            "message_stats": conn.stats.as_dict(CHANNEL_GROUPS),
+            "message_stats": conn.stats.as_dict(CHANNEL_GROUPS, ages or NO_AGES),
         }
     ]

@@ -5,6 +5,12 @@ for ``$share/<group>/<filter>`` the group's queue, to the MQTT exchange with the
 filter as an AMQP binding key, after RabbitMQ's permission checks (configure
 and read to declare the queue, write on it and read on the exchange to bind it,
 topic permissions on the key). Retained messages follow the SUBACK.
+
+A queue the vhost's ``max-queues`` does not allow refuses its filter and every
+later one of the SUBSCRIBE (MQTT 5: 0x97 Quota exceeded, 3.1.1: 0x80), and the
+connection is closed after the SUBACK, as RabbitMQ 3.13 and 4.x do (3.10
+closes it without a SUBACK); the session's other subscriptions, and other
+connections, go on.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from warren.core.errors import BrokerError
+from warren.core.errors import BrokerError, QueueLimitReached
 from warren.core.users import CONFIGURE, READ, WRITE, User, UserStore
 from warren.mqtt import properties as P
 from warren.mqtt.codec import encode
@@ -54,6 +60,8 @@ class Subscriptions(Delivery):
         self._batch: Iterator[int] | None = None
         #: Its reply (and what followed it) held until what it changed is durable.
         self._held: list[bytes] | None = None
+        #: The connection ends once the held reply is out (a quota refused a filter).
+        self._close_after_held = False
 
     @property
     def name(self) -> str:
@@ -83,9 +91,13 @@ class Subscriptions(Delivery):
             ident = raw_ident[0]
         codes: list[int] = []
         fresh: list[tuple[str, SubscriptionOptions, bool]] = []
+        quota: int | None = None  # once a filter exceeded a quota, the code of the rest
         for sub in pkt.subscriptions:
             yield FILTER_COST
             tf = sub.topic_filter
+            if quota is not None:
+                codes.append(quota)
+                continue
             if not is_valid_topic_filter(tf):
                 log.warning("%s: invalid topic filter %r refused", self.name, tf)
                 codes.append(P.TOPIC_FILTER_INVALID if v5 else P.V311_SUBACK_FAILURE)
@@ -104,6 +116,17 @@ class Subscriptions(Delivery):
             )
             try:
                 existed = self.add_subscription(tf, opts)
+            except QueueLimitReached as exc:
+                log.warning(
+                    "%s: subscription to %r refused: %s; closing the connection after the "
+                    "SUBACK, as RabbitMQ does",
+                    self.name,
+                    tf,
+                    exc,
+                )
+                quota = P.QUOTA_EXCEEDED if v5 else P.V311_SUBACK_FAILURE
+                codes.append(quota)
+                continue
             except BrokerError as exc:
                 log.warning("%s: subscription to %r refused: %s", self.name, tf, exc)
                 codes.append(P.NOT_AUTHORIZED if v5 else P.V311_SUBACK_FAILURE)
@@ -113,6 +136,12 @@ class Subscriptions(Delivery):
         output_mark = len(self.pending)
         self.send(encode(SubAck(pkt.packet_id, codes), self.level))
         self._reply_when_durable(output_mark, change_mark)
+        if quota is not None:
+            if self._held is None:
+                self.close()
+            else:
+                self._close_after_held = True
+            return
         yield 1
         # Retained messages after the SUBACK (MQTT-3.3.1-6), not for shared ones.
         retained = self.state.retained(vhost.name)
@@ -257,12 +286,18 @@ class Subscriptions(Delivery):
             return
         for chunk in held:
             self.send(chunk)
+        if self._close_after_held:
+            self.close()
+            return
         self.resume()
 
     def resume(self) -> None:
         raise NotImplementedError
 
     def disconnect(self, reason_code: int, reason: str = "") -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
         raise NotImplementedError
 
 

@@ -4,6 +4,7 @@
       .lock                   held (flock) while a broker uses the directory
       users.json              users, password hashes, permissions
       vhosts.json             the vhost names
+      cluster_id.json         the cluster's permanent id (store/cluster_id.py)
       mgmt.json               what the HTTP management API keeps that the core does not
                               (vhost descriptions, user limits, topic permissions ...)
       delivered.json          written by a clean shutdown, read and removed at the next
@@ -165,6 +166,10 @@ class DataDir:
     @property
     def vhosts_file(self) -> Path:
         return self.root / "vhosts.json"
+
+    @property
+    def cluster_id_file(self) -> Path:
+        return self.root / "cluster_id.json"
 
     @property
     def transient_root(self) -> Path:

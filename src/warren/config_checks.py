@@ -1,0 +1,247 @@
+"""What each setting of :class:`~warren.config.Config` accepts.
+
+One check per field, by field name: it returns why a value is unacceptable, or
+None. Config runs them on every value an INI file gives (so the error can name
+the file, section and key) and on the merged config (``Config.validate``); the
+command line runs them on its flags (``check_field``). The checks that relate
+several fields stay in ``Config.validate``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["LOG_LEVELS", "check_field", "normalize_log_level"]
+
+#: Accepted ``log_level`` values mapped to :mod:`logging` levels.
+LOG_LEVELS: dict[str, int] = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+_LOG_LEVEL_ALIASES = {"warn": "warning"}
+
+MAX_MESSAGE_SIZE_LIMIT = 512 * 1024 * 1024
+FRAME_MIN_SIZE = 4096  # AMQP 0-9-1 frame-min-size: peers may not propose less.
+FRAME_MAX_LIMIT = 2**31 - 1
+
+
+def normalize_log_level(value: str) -> str:
+    """Return the canonical spelling of a log level ('WARN' -> 'warning').
+
+    LavinMQ configs say ``warn``; Python's logging says ``warning``. Unknown
+    values are returned lower-cased so validation can report them.
+    """
+    level = value.strip().lower()
+    return _LOG_LEVEL_ALIASES.get(level, level)
+
+
+def _endpoint_list(value: Any) -> str | None:
+    if (
+        not isinstance(value, tuple)
+        or not value
+        or not all(isinstance(v, str) and v for v in value)
+    ):
+        return "must be one or more host:port, http:// or https:// URLs"
+    return None
+
+
+def _int_in(low: int, high: int) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return "must be an integer"
+        if not low <= value <= high:
+            return f"must be between {low} and {high}"
+        return None
+
+    return check
+
+
+def _fraction(value: Any) -> str | None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "must be a number"
+    if not 0 <= value <= 1:
+        return "must be between 0 and 1"
+    return None
+
+
+def _zero_or_in(low: int, high: int) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return "must be an integer"
+        if value and not low <= value <= high:
+            return f"must be 0 or between {low} and {high}"
+        return None
+
+    return check
+
+
+def _seconds(value: Any) -> str | None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "must be a number"
+    if not 0 <= value <= 86400 * 365:
+        return "must be between 0 and 31536000 (seconds)"
+    return None
+
+
+def _non_empty_str(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return "must be a string"
+    if not value.strip():
+        return "must not be empty"
+    return None
+
+
+def _any_str(value: Any) -> str | None:
+    return None if isinstance(value, str) else "must be a string"
+
+
+def _log_level(value: Any) -> str | None:
+    if isinstance(value, str) and normalize_log_level(value) in LOG_LEVELS:
+        return None
+    return "must be one of debug, info, warning (or warn), error"
+
+
+def _user_tuple(value: Any) -> str | None:
+    if not isinstance(value, tuple) or not all(isinstance(u, str) and u for u in value):
+        return "must be a tuple of non-empty user names"
+    return None
+
+
+def _bool(value: Any) -> str | None:
+    return None if isinstance(value, bool) else "must be true or false"
+
+
+def _tls_version(value: Any) -> str | None:
+    return None if value in ("1.2", "1.3") else "must be 1.2 or 1.3"
+
+
+def _cert_login_from(value: Any) -> str | None:
+    if value in ("common_name", "distinguished_name", "subject_alternative_name"):
+        return None
+    return "must be common_name, distinguished_name or subject_alternative_name"
+
+
+def _damage_policy(value: Any) -> str | None:
+    if value in ("refuse", "set-aside"):
+        return None
+    return "must be refuse or set-aside"
+
+
+def _optional_path(value: Any) -> str | None:
+    if value is None:
+        return None
+    return _non_empty_str(value)
+
+
+def _retention(value: Any) -> str | None:
+    if (
+        not isinstance(value, tuple)
+        or not value
+        or not all(
+            isinstance(p, tuple)
+            and len(p) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in p)
+            for p in value
+        )
+    ):
+        return "must be one or more (max age, interval) pairs of seconds"
+    if len(value) > 8:
+        return "must have at most 8 (max age, interval) pairs"
+    for age, interval in value:
+        if not 0 < interval <= age <= 10 * 365 * 86400:
+            return f"{age}: {interval}: the interval must be positive and at most the age"
+    if [age for age, _ in value] != sorted({age for age, _ in value}):
+        return "the max ages must be different, in ascending order"
+    return None
+
+
+_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "data_dir": _non_empty_str,
+    "log_level": _log_level,
+    "bind": _non_empty_str,
+    "amqp_port": _int_in(0, 65535),
+    "http_bind": _non_empty_str,
+    "http_port": _int_in(-1, 65535),
+    "prometheus_bind": _non_empty_str,
+    "prometheus_port": _int_in(-1, 65535),
+    "prometheus_tls_port": _int_in(-1, 65535),
+    "prometheus_return_per_object_metrics": _bool,
+    "heartbeat": _int_in(0, 65535),
+    "frame_max": _int_in(FRAME_MIN_SIZE, FRAME_MAX_LIMIT),
+    "channel_max": _int_in(0, 65535),
+    "max_connections": _int_in(0, 2**31 - 1),
+    "max_consumers_per_channel": _int_in(0, 2**31 - 1),
+    "max_message_size": _int_in(1, MAX_MESSAGE_SIZE_LIMIT),
+    "default_user": _non_empty_str,
+    "default_password": _any_str,
+    "loopback_users": _user_tuple,
+    "default_vhost": _non_empty_str,
+    "segment_size": _int_in(64 * 1024, 2**31 - 1),
+    "sync": _bool,
+    "free_disk_min": _int_in(0, 2**63 - 1),
+    "memory_high_watermark": _fraction,
+    "memory_high_watermark_absolute": _int_in(0, 2**63 - 1),
+    "consumer_timeout": _int_in(0, 2**63 - 1),
+    "collect_statistics_interval": _int_in(0, 86_400_000),
+    "load_definitions": _optional_path,
+    "damaged_metadata": _damage_policy,
+    "permit_global_qos": _bool,
+    "auth_failure_delay": _int_in(0, 60_000),
+    "auth_failures_per_minute": _int_in(0, 1_000_000),
+    "mqtt_bind": _non_empty_str,
+    "mqtt_port": _int_in(-1, 65535),
+    "mqtt_tls_port": _int_in(-1, 65535),
+    "tls_cert": _optional_path,
+    "tls_key": _optional_path,
+    "tls_min_version": _tls_version,
+    "tls_ciphers": _any_str,
+    "tls_ca_cert": _optional_path,
+    "tls_verify_peer": _bool,
+    "tls_fail_if_no_peer_cert": _bool,
+    "tls_cert_login_from": _cert_login_from,
+    "tls_sni_certs": _optional_path,
+    "amqp_tls_port": _int_in(-1, 65535),
+    "http_tls_port": _int_in(-1, 65535),
+    "http_max_body_size": _int_in(1, 2**31 - 1),
+    "http_max_definitions_size": _int_in(1, 2**31 - 1),
+    "http_body_budget": _int_in(1, 2**63 - 1),
+    "sample_retention_global": _retention,
+    "sample_retention_basic": _retention,
+    "sample_retention_detailed": _retention,
+    "mqtt_exchange": _non_empty_str,
+    "mqtt_vhost": _non_empty_str,
+    "mqtt_allow_anonymous": _bool,
+    "mqtt_prefetch": _int_in(1, 65535),
+    "mqtt_max_session_expiry": _int_in(0, 0xFFFFFFFF),
+    "mqtt_max_keepalive": _int_in(0, 65535),
+    "mqtt_topic_alias_maximum": _int_in(0, 65535),
+    "mqtt_packet_timeout": _seconds,
+    "mqtt_partial_packet_memory": _zero_or_in(65536, 1 << 40),
+    "clustering": _bool,
+    "clustering_etcd_endpoints": _endpoint_list,
+    "clustering_etcd_prefix": _non_empty_str,
+    "clustering_bind": _non_empty_str,
+    "clustering_port": _int_in(0, 65535),
+    "clustering_advertised_uri": _any_str,
+    "clustering_max_unsynced_actions": _int_in(1, 2**31 - 1),
+    "clustering_lease_ttl": _int_in(2, 3600),
+    "clustering_stream_read_port": _int_in(-1, 65535),
+    "clustering_tls": _bool,
+    "clustering_etcd_ca_cert": _optional_path,
+    "clustering_etcd_cert": _optional_path,
+    "clustering_etcd_key": _optional_path,
+    "clustering_target_cluster_size_hint": _int_in(1, 1000),
+}
+
+
+def check_field(name: str, value: Any) -> str | None:
+    """Why ``value`` is unacceptable for field ``name``, or None if it is fine.
+
+    Public so callers that merge other sources (CLI flags) can name that
+    source in their error message instead of the field name.
+    """
+    return _CHECKS[name](value)
