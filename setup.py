@@ -56,6 +56,7 @@ COMPILED_MODULES = [
     "warren.core.message",
     "warren.core.properties",
     "warren.core.queue",
+    "warren.core.queue_delivery",
     "warren.core.queue_features",
     "warren.core.queue_settings",
     "warren.core.quorum_queue",

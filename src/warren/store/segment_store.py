@@ -250,9 +250,7 @@ class SegmentStore(SegmentFaults):
             return
         t = self._transient
         if t.held:
-            base = segment << 32
-            for off in offsets:
-                t.dead(base | off)
+            t.dead_run(segment << 32, offsets)
         self._acks.append((segment, offsets))
         self._dirty = True
         seg.dead += len(offsets)
@@ -351,40 +349,9 @@ class SegmentStore(SegmentFaults):
         self._ready_count -= n
         self._ready_bytes -= body_bytes
         if seg.transient_unread:
-            self._transient_taken(seg, span, taken, body_bytes, acked)
+            self._transient.span_taken(seg, span.buf, taken, body_bytes, acked)
         if not seg.unread:
             cursor.close_map()  # fully read for now: hold no map while idle
-
-    def _transient_taken(
-        self, seg: SegmentState, span: StoreSpan, taken: StoredRun, body_bytes: int, acked: bool
-    ) -> None:
-        """take_span's part of the transient counts (store/transient_counts.py): the
-        span's transient records are no longer unread, and held until acked
-        (none when ``acked``: a no-ack consumer's, acked at once)."""
-        t = self._transient
-        n = len(taken)
-        offsets, sizes = taken.offsets, taken.sizes
-        if seg.transient_unread >= seg.unread + n:  # every unread record was transient
-            which: range | list[int] = range(n)
-            t.read_many(seg, n, body_bytes)
-        else:
-            m = span.buf
-            which = []
-            count = size = 0
-            for k in range(n):
-                off = offsets[k]
-                pl = off + 14 + m[off + 12]
-                pl += m[pl - 1]
-                p_len = int.from_bytes(m[pl : pl + 4], "big")
-                if is_transient(m[pl + 4 : pl + 4 + p_len]):
-                    which.append(k)
-                    count += 1
-                    size += sizes[k]
-            t.read_many(seg, count, size)
-        if not acked:
-            base = seg.id << 32
-            for k in which:
-                t.handed_out(base | offsets[k], sizes[k])
 
     def _shift_redelivering(self) -> tuple[int, Message, bool] | None:
         """shift() of the next record while records below the delivered mark may be

@@ -23,12 +23,14 @@ append and nothing else. docs/storage.md has the rules.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from array import array
+from typing import TYPE_CHECKING, Any
 
 from warren.core.properties import PERSISTENT_PROPERTIES, is_persistent, is_transient
 from warren.store.records import CorruptRecord, inspect_record
 
 if TYPE_CHECKING:
+    from warren.core.store import StoredRun
     from warren.store.segment_files import SegmentState
 
 __all__ = [
@@ -100,6 +102,57 @@ class TransientCounts:
         seg.transient_unread_bytes -= b
         self.unread -= count
         self.unread_bytes -= b
+
+    def span_taken(
+        self, seg: SegmentState, buf: Any, taken: StoredRun, body_bytes: int, acked: bool
+    ) -> None:
+        """A span's records ``taken`` (SegmentStore.take_span, ``seg.unread`` no
+        longer counting them; ``buf`` their segment's map) while ``seg`` has
+        transient records unread: its transient ones are no longer unread, and
+        held until acked (none when ``acked``: a no-ack consumer's, acked at
+        once). All of them when every unread record was transient; else each
+        record's properties are looked at where it lies."""
+        n = len(taken)
+        offsets, sizes = taken.offsets, taken.sizes
+        if seg.transient_unread >= seg.unread + n:
+            which: range | list[int] = range(n)
+            self.read_many(seg, n, body_bytes)
+        else:
+            which = []
+            b = 0
+            for k in range(n):
+                off = offsets[k]
+                pl = off + 14 + buf[off + 12]  # past the exchange: the routing key's
+                pl += buf[pl - 1]  # past the routing key: the properties' length
+                p_len = int.from_bytes(buf[pl : pl + 4], "big")
+                if is_transient(buf[pl + 4 : pl + 4 + p_len]):
+                    which.append(k)
+                    b += sizes[k]
+            self.read_many(seg, len(which), b)
+        if not acked:
+            self.hand_out(seg.id << 32, offsets, sizes, which)
+
+    def hand_out(
+        self, base: int, offsets: array[int], sizes: array[int], which: range | list[int]
+    ) -> None:
+        """handed_out for records ``which`` of a span (seqs ``base | offsets[k]``)."""
+        held = self.held
+        b = 0
+        for k in which:
+            size = sizes[k]
+            held[base | offsets[k]] = size
+            b += size
+        self.held_bytes += b
+
+    def dead_run(self, base: int, offsets: array[int]) -> None:
+        """dead() for the seqs ``base | offset`` of a run's acks."""
+        held = self.held
+        b = 0
+        for off in offsets:
+            size = held.pop(base | off, -1)
+            if size >= 0:
+                b += size
+        self.held_bytes -= b
 
     def dead(self, seq: int) -> None:
         """``seq``, held, is acked (or otherwise gone): counted no more if transient."""
