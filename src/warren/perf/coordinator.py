@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import signal
+import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +24,16 @@ from typing import Any, TextIO
 from warren.perf.report import format_count, format_rate, merge_into, percentiles_ms
 from warren.perf.workers import NS
 
-__all__ = ["Outcome", "Run", "Slot", "Terms", "coordinate", "print_summary", "summarize"]
+__all__ = [
+    "Interrupts",
+    "Outcome",
+    "Run",
+    "Slot",
+    "Terms",
+    "coordinate",
+    "print_summary",
+    "summarize",
+]
 
 #: Live line k is printed this long after second k (the workers report at second k).
 LINE_LAG_NS = 200_000_000
@@ -112,13 +124,67 @@ class Outcome:
         return status
 
 
+class Interrupts:
+    """SIGINT counted rather than raised while a run and its summary are under way.
+
+    A KeyboardInterrupt can surface at any bytecode, e.g. just after a live line was
+    written, and then unwinds past the code that would stop the workers and print the
+    summary. Here the handler only counts, and a wakeup socket (``signal.set_wakeup_fd``)
+    ends the coordinator's current wait at once. Outside the main thread (where no
+    signal handler can be installed) it stays inactive and ``count`` stays 0.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.sock: socket.socket | None = None
+        self._wake: socket.socket | None = None
+        self._old_handler: Any = None
+        self._old_fd = -1
+
+    def __enter__(self) -> Interrupts:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        self.sock, self._wake = socket.socketpair()
+        self.sock.setblocking(False)
+        self._wake.setblocking(False)
+        self._old_handler = signal.signal(signal.SIGINT, self._handle)
+        self._old_fd = signal.set_wakeup_fd(self._wake.fileno(), warn_on_full_buffer=False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.sock is None or self._wake is None:
+            return
+        signal.set_wakeup_fd(self._old_fd)
+        signal.signal(signal.SIGINT, self._old_handler)
+        self.sock.close()
+        self._wake.close()
+        self.sock = self._wake = None
+
+    def _handle(self, _signum: int, _frame: object) -> None:
+        self.count += 1
+
+    def clear(self) -> None:
+        """Empty the wakeup socket (its bytes only say that a signal came)."""
+        if self.sock is not None:
+            with contextlib.suppress(BlockingIOError):
+                while self.sock.recv(256):
+                    pass
+
+
 def last_ns(slots: list[Slot], t0: int) -> int:
     """When the last of ``slots`` published or received its last message."""
     return max((s.result["last_ns"] for s in slots if s.result), default=t0)
 
 
-def coordinate(run: Run, terms: Terms, live: TextIO | None) -> Outcome:
-    """Start the workers, run them to the end (see :class:`Run`), join them."""
+def coordinate(
+    run: Run, terms: Terms, live: TextIO | None, interrupts: Interrupts | None = None
+) -> Outcome:
+    """Start the workers, run them to the end (see :class:`Run`), join them. Ctrl-C
+    stops the workers (a second one stops waiting for them); ``interrupts``: the
+    caller's, when it holds SIGINT back for longer (through its summary)."""
+    if interrupts is None:
+        with Interrupts() as own:
+            return coordinate(run, terms, live, own)
     ctx = multiprocessing.get_context("spawn")
     slots: list[Slot] = []
     for role, index, args in run.workers:
@@ -165,8 +231,14 @@ def coordinate(run: Run, terms: Terms, live: TextIO | None) -> Outcome:
 
     def pump(timeout: float) -> None:
         by_conn = {id(s.conn): s for s in slots}
-        for c in wait([s.conn for s in slots if not s.done], timeout):
-            handle(by_conn[id(c)])
+        waits: list[Any] = [s.conn for s in slots if not s.done]
+        if interrupts.sock is not None:
+            waits.append(interrupts.sock)
+        for c in wait(waits, timeout):
+            if c is interrupts.sock:
+                interrupts.clear()
+            else:
+                handle(by_conn[id(c)])
 
     def send_all(msg: tuple[Any, ...]) -> None:
         for s in slots:
@@ -179,15 +251,15 @@ def coordinate(run: Run, terms: Terms, live: TextIO | None) -> Outcome:
     stop_sent_ns = 0
     try:
         deadline = time.monotonic() + READY_TIMEOUT
-        try:
-            while not errors and not all(s.ready or s.done for s in slots):
-                if time.monotonic() > deadline:
-                    errors.append("workers did not connect in time")
-                    break
-                pump(0.5)
-        except KeyboardInterrupt:
-            interrupted = True
-            errors.append("interrupted before the start")
+        while not errors and not all(s.ready or s.done for s in slots):
+            if interrupts.count:
+                interrupted = True
+                errors.append("interrupted before the start")
+                break
+            if time.monotonic() > deadline:
+                errors.append("workers did not connect in time")
+                break
+            pump(0.5)
         if errors:
             send_all(("stop",))
             stop_sent_ns = time.monotonic_ns()
@@ -204,11 +276,10 @@ def coordinate(run: Run, terms: Terms, live: TextIO | None) -> Outcome:
         last_received = 0
         while not all(s.done for s in slots):
             now = time.monotonic_ns()
-            try:
-                pump(max(0.0, min(0.2, (next_line - now) / NS)))
-            except KeyboardInterrupt:
-                if interrupted:
-                    break
+            pump(max(0.0, min(0.2, (next_line - now) / NS)))
+            if interrupts.count > 1 and interrupted:
+                break
+            if interrupts.count and not interrupted:
                 interrupted = True
                 send_all(("stop",))
                 stop_sent_ns = time.monotonic_ns()

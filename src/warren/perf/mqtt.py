@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, TextIO
 
 from warren.perf.coordinator import (
+    Interrupts,
     Outcome,
     Run,
     Terms,
@@ -104,17 +105,21 @@ class MQTTParams(MQTTTarget):
 
 def run(p: MQTTParams, out: TextIO | None = None, as_json: bool = False) -> int:
     """Run the load; prints live lines to ``out`` and the summary. Returns the exit status."""
-    summary, status = measure(
-        p, out if out is not None else (sys.stderr if as_json else sys.stdout)
-    )
-    if as_json:
-        print_json(summary)
-    else:
-        print_summary(summary, out if out is not None else sys.stdout)
+    # Ctrl-C stops the run; the summary still follows.
+    with Interrupts() as interrupts:
+        summary, status = measure(
+            p, out if out is not None else (sys.stderr if as_json else sys.stdout), interrupts
+        )
+        if as_json:
+            print_json(summary)
+        else:
+            print_summary(summary, out if out is not None else sys.stdout)
     return status
 
 
-def measure(p: MQTTParams, live: TextIO | None = None) -> tuple[dict[str, Any], int]:
+def measure(
+    p: MQTTParams, live: TextIO | None = None, interrupts: Interrupts | None = None
+) -> tuple[dict[str, Any], int]:
     """Run the load (the in-process API); returns the summary and the exit status."""
     problem = p.check()
     if problem:
@@ -141,6 +146,7 @@ def measure(p: MQTTParams, live: TextIO | None = None) -> tuple[dict[str, Any], 
         ),
         TERMS,
         live,
+        interrupts,
     )
     summary = _summary(p, outcome, expected)
     short = bool(p.qos and p.count and p.subscribers and summary["received"] < expected)

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from warren.perf.client import AMQPError, Client
 from warren.perf.coordinator import (
+    Interrupts,
     Outcome,
     Run,
     Terms,
@@ -166,33 +167,38 @@ def run(p: ThroughputParams, out: TextIO | None = None, as_json: bool = False) -
     except (OSError, AMQPError, EOFError) as exc:
         print(f"warren perf throughput: setup failed: {exc}", file=sys.stderr)
         return 1
-    try:
-        summary, status = _orchestrate(p, pl, live)
-    finally:
-        if not p.keep:
-            try:
-                cleanup(control, pl)
-            except (OSError, AMQPError, EOFError) as exc:
-                print(f"warren perf throughput: cleanup failed: {exc}", file=sys.stderr)
-        control.close()
-    if as_json:
-        print_json(summary)
-    else:
-        print_summary(
-            summary,
-            live,
-            TERMS,
-            (
-                f"{format_count(summary['confirmed']):>14}   nacked {format_count(summary['nacked'])}"
-                if "confirmed" in summary
-                else None
-            ),
-            "n/a (bodies under 8 bytes carry no timestamp, or nothing consumed)",
-        )
+    # From here on Ctrl-C stops the run; the cleanup and the summary still follow.
+    with Interrupts() as interrupts:
+        try:
+            summary, status = _orchestrate(p, pl, live, interrupts)
+        finally:
+            if not p.keep:
+                try:
+                    cleanup(control, pl)
+                except (OSError, AMQPError, EOFError) as exc:
+                    print(f"warren perf throughput: cleanup failed: {exc}", file=sys.stderr)
+            control.close()
+        if as_json:
+            print_json(summary)
+        else:
+            print_summary(
+                summary,
+                live,
+                TERMS,
+                (
+                    f"{format_count(summary['confirmed']):>14}"
+                    f"   nacked {format_count(summary['nacked'])}"
+                    if "confirmed" in summary
+                    else None
+                ),
+                "n/a (bodies under 8 bytes carry no timestamp, or nothing consumed)",
+            )
     return status
 
 
-def _orchestrate(p: ThroughputParams, pl: Plan, live: TextIO) -> tuple[dict[str, Any], int]:
+def _orchestrate(
+    p: ThroughputParams, pl: Plan, live: TextIO, interrupts: Interrupts
+) -> tuple[dict[str, Any], int]:
     expected = p.pmessages * p.publishers * pl.fanout if pl.consumer_queues else 0
     outcome = coordinate(
         Run(
@@ -211,6 +217,7 @@ def _orchestrate(p: ThroughputParams, pl: Plan, live: TextIO) -> tuple[dict[str,
         ),
         TERMS,
         live,
+        interrupts,
     )
     summary = _summary(p, pl, outcome, expected)
     short = bool(p.pmessages and pl.consumer_queues and summary["consumed"] < expected)
