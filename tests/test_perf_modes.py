@@ -9,10 +9,16 @@ holds afterwards, and the acks against the frames that crossed the wire.
 from __future__ import annotations
 
 import signal
+import socket
+import struct
 import subprocess
+import threading
+from typing import Any
 
 from conftest import BrokerThread
-from test_perf import warren_process
+from test_perf import perf, perf_json, warren_process
+
+from warren.amqp import spec
 
 
 def queue_state(broker: BrokerThread, name: str) -> tuple[int, int, int]:
@@ -23,6 +29,72 @@ def queue_state(broker: BrokerThread, name: str) -> tuple[int, int, int]:
         return q.message_count, q.unacked, q.consumer_count
 
     return broker.call(read)
+
+
+class Relay:
+    """A TCP relay in front of the broker that keeps every byte the clients sent, to
+    check the acks as they crossed the wire."""
+
+    def __init__(self, port: int) -> None:
+        self.target = ("127.0.0.1", port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sent: list[bytearray] = []  # per connection, client -> broker
+        self.threads: list[threading.Thread] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            record = bytearray()
+            self.sent.append(record)
+            for args in ((client, upstream, record), (upstream, client, None)):
+                t = threading.Thread(target=self._pump, args=args, daemon=True)
+                t.start()
+                self.threads.append(t)
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket, record: bytearray | None) -> None:
+        try:
+            while data := src.recv(65536):
+                if record is not None:
+                    record += data
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> list[tuple[int, bool]]:
+        """Stop; the (delivery tag, multiple) of every basic.ack the clients sent."""
+        self.listener.close()
+        for t in self.threads:
+            t.join(10)
+        acks: list[tuple[int, bool]] = []
+        for stream in self.sent:
+            pos = 8  # the protocol header
+            while pos + 7 <= len(stream):
+                ftype, _ch, size = struct.unpack_from(">BHI", stream, pos)
+                if ftype == 1 and struct.unpack_from(">I", stream, pos + 7)[0] == ACK:
+                    tag, bits = struct.unpack_from(">QB", stream, pos + 11)
+                    acks.append((tag, bool(bits & 1)))
+                pos += 8 + size
+        return acks
+
+
+ACK = spec.BasicAck.INDEX
 
 
 def summary_count(lines: list[str], label: str) -> int:
@@ -83,3 +155,45 @@ def test_ctrl_c_while_a_live_line_is_printed_still_prints_the_summary(
         ready, unacked, consumers = queue_state(broker, queue)
         assert (unacked, consumers) == (0, 0)
         assert consumed + ready == published, out
+
+
+def run_through_relay(
+    broker: BrokerThread, queue: str, *args: str
+) -> tuple[dict[str, Any], list[tuple[int, bool]]]:
+    relay = Relay(broker.port)
+    try:
+        s = perf_json("throughput", "--uri", relay.url, "--queue", queue, "--keep", *args)
+    finally:
+        acks = relay.close()
+    return s, acks
+
+
+def test_single_acks_ack_every_message_with_multiple_false(broker: BrokerThread) -> None:
+    s, acks = run_through_relay(broker, "perf-single", "-C", "3000", "-q", "100", "--single-ack")
+    assert s["published"] == s["consumed"] == 3000
+    assert s["params"]["single_ack"] is True
+    # One basic.ack per delivery, none of them multiple.
+    assert len(acks) == 3000
+    assert not [a for a in acks if a[1]]
+    assert sorted(tag for tag, _ in acks) == list(range(1, 3001))
+    # The broker settled every one of them.
+    assert queue_state(broker, "perf-single") == (0, 0, 0)
+
+
+def test_multi_ack_every_n_is_perftests_dash_capital_a(broker: BrokerThread) -> None:
+    for flag in ("-A", "--multi-ack-every", "-a"):
+        queue = f"perf-multi{flag}"
+        s, acks = run_through_relay(broker, queue, "-C", "3000", "-q", "500", flag, "100")
+        assert s["consumed"] == 3000
+        assert s["params"]["ack"] == 100 and s["params"]["single_ack"] is False
+        # multiple=true every 100 (and whenever the consumer ran dry), up to the last tag.
+        assert acks and all(multiple for _, multiple in acks)
+        assert 30 <= len(acks) < 3000
+        assert max(tag for tag, _ in acks) == 3000
+        assert queue_state(broker, queue) == (0, 0, 0)
+
+
+def test_single_ack_and_multi_ack_exclude_each_other() -> None:
+    r = perf("throughput", "--single-ack", "-a", "10")
+    assert r.returncode == 2
+    assert "not allowed with argument" in r.stderr

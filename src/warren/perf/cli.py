@@ -130,15 +130,23 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "-q", "--prefetch", type=_count, default=0, metavar="N", help="basic.qos (0 = no limit)"
     )
-    t.add_argument(
+    acks = t.add_mutually_exclusive_group()
+    acks.add_argument(
         "-a",
+        "-A",
         "--ack",
         "--multi-ack",
+        "--multi-ack-every",
         dest="ack",
         type=_count,
         default=0,
         metavar="N",
-        help="manual acks, multiple=true every N messages (0 = no-ack consumers)",
+        help="manual acks, basic.ack multiple=true every N messages (0 = no-ack consumers)",
+    )
+    acks.add_argument(
+        "--single-ack",
+        action="store_true",
+        help="manual acks, one basic.ack multiple=false per message (as most applications)",
     )
     t.add_argument("--queue", metavar="NAME", help="queue name (default perf-test)")
     t.add_argument(

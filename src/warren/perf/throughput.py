@@ -56,6 +56,7 @@ class ThroughputParams:
     persistent: bool = False
     prefetch: int = 0
     ack: int = 0
+    single_ack: bool = False
     queue: str | None = None
     queue_args: dict[str, Any] | None = None
     durable: bool = False
@@ -67,6 +68,11 @@ class ThroughputParams:
     time: float = 0.0
     pmessages: int = 0
     keep: bool = False
+
+    @property
+    def manual_ack(self) -> bool:
+        """Consumers ack (otherwise they consume with no_ack)."""
+        return bool(self.ack or self.single_ack)
 
 
 @dataclass(frozen=True)

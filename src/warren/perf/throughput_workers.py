@@ -11,7 +11,8 @@ The workers are written so that the client is not the bottleneck:
 * consumers scan frame headers in the received bytes; from basic.deliver they
   take only the delivery tag, from the content header the body size and from
   the first body frame the timestamp. Acks (multiple=true) go out every
-  ``--ack`` messages, several per ``sendall`` when they fall in the same read.
+  ``--ack`` messages, or (``--single-ack``) one basic.ack multiple=false per
+  message; several per ``sendall`` when they fall in the same read.
 
 Timestamps are ``time.monotonic_ns()``, which on Linux is one clock for all
 processes of the machine, so latency is measured across processes.
@@ -231,7 +232,7 @@ class _Consumer(Receiver):
         client.channel_open(1)
         if p.prefetch:
             client.qos(1, p.prefetch)
-        client.consume(1, self.queue, no_ack=not p.ack)
+        client.consume(1, self.queue, no_ack=not p.manual_ack)
         sock = client.sock
         assert sock is not None
         sock.settimeout(None)
@@ -254,14 +255,16 @@ class _Consumer(Receiver):
         batch with one timestamp, so latencies are recorded per run of equal stamps.
         """
         p = self.params
-        ack_every = p.ack
+        # --single-ack: every message acks itself (multiple=false), so none is ever held
+        # back for the dry-socket or final multiple acks below.
+        ack_every = 1 if p.single_ack else p.ack
         timestamps = p.size >= 8
         unpack_hdr = _HDR.unpack_from
         unpack_u32 = _U32.unpack_from
         unpack_u64 = _U64.unpack_from
-        # basic.ack(delivery_tag, multiple=true) on channel 1: 7-byte header, 4 ids, tag, bits, end.
+        # basic.ack(delivery_tag, multiple) on channel 1: 7-byte header, 4 ids, tag, bits, end.
         ack_prefix = _HDR.pack(1, 1, 13) + _U32.pack(_ACK)
-        ack_suffix = b"\x01\xce"
+        ack_suffix = b"\x00\xce" if p.single_ack else b"\x01\xce"
         hist: dict[int, int] = {}
         record = partial(record_latency, hist)
 
