@@ -8,6 +8,7 @@ holds afterwards, and the acks against the frames that crossed the wire.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import struct
@@ -16,7 +17,7 @@ import threading
 from typing import Any
 
 from conftest import BrokerThread
-from test_perf import perf, perf_json, warren_process
+from test_perf import perf, perf_json, queue_names, warren_process
 
 from warren.amqp import spec
 
@@ -72,10 +73,8 @@ class Relay:
             pass
         finally:
             for s in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def close(self) -> list[tuple[int, bool]]:
         """Stop; the (delivery tag, multiple) of every basic.ack the clients sent."""
@@ -197,3 +196,80 @@ def test_single_ack_and_multi_ack_exclude_each_other() -> None:
     r = perf("throughput", "--single-ack", "-a", "10")
     assert r.returncode == 2
     assert "not allowed with argument" in r.stderr
+
+
+def fill(broker: BrokerThread, queue: str, n: int) -> dict[str, Any]:
+    """The PerfTest way to a backlog: publishers only, -C messages each, --keep."""
+    s = perf_json(
+        "throughput", "--uri", broker.url, "-x", "1", "-y", "0", "--queue", queue,
+        "-C", str(n), "-c", "1000", "--keep",
+    )  # fmt: skip
+    assert s["published"] == s["confirmed"] == n
+    assert s["consumed"] == 0
+    assert queue_state(broker, queue) == (n, 0, 0)
+    return s
+
+
+def test_fill_then_drain_with_single_acks(broker: BrokerThread) -> None:
+    fill(broker, "perf-backlog", 20_000)
+    s = perf_json(
+        "throughput", "--uri", broker.url, "-x", "0", "-y", "1", "--queue", "perf-backlog",
+        "--drain", "--single-ack", "-q", "1000", "--keep",
+    )  # fmt: skip
+    assert s["published"] == 0
+    assert s["backlog"] == s["expected"] == s["consumed"] == 20_000
+    assert s["consume_rate"] > 0
+    assert s["client_cpu"]["publishers"] == []
+    assert "errors" not in s
+    # Drained and settled: nothing ready, nothing unacked, the consumer gone.
+    assert queue_state(broker, "perf-backlog") == (0, 0, 0)
+
+
+def test_drain_with_two_consumers_and_no_ack_deletes_the_queue(broker: BrokerThread) -> None:
+    fill(broker, "perf-backlog2", 10_000)
+    r = perf(
+        "throughput", "--uri", broker.url, "-x", "0", "-y", "2", "--queue", "perf-backlog2",
+        "--drain",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert summary_count(lines, "consumed") == 10_000
+    assert summary_count(lines, "backlog") == 10_000
+    assert summary_count(lines, "published") == 0
+    assert "perf-backlog2" not in queue_names(broker)
+
+
+def test_drain_of_an_empty_queue_ends_at_once(broker: BrokerThread) -> None:
+    s = perf_json("throughput", "--uri", broker.url, "-x", "0", "--queue", "perf-empty", "--drain")
+    assert s["consumed"] == s["backlog"] == 0
+    assert "errors" not in s
+
+
+def test_consumer_message_count_leaves_the_rest_queued(broker: BrokerThread) -> None:
+    fill(broker, "perf-part", 5000)
+    s = perf_json(
+        "throughput", "--uri", broker.url, "-x", "0", "-y", "2", "--queue", "perf-part",
+        "-D", "1500", "-a", "100", "-q", "300", "--keep",
+    )  # fmt: skip
+    assert s["consumed"] == s["expected"] == 3000
+    assert s["backlog"] == 5000
+    # Each consumer acked exactly its 1,500; what it held beyond went back.
+    assert queue_state(broker, "perf-part") == (2000, 0, 0)
+
+
+def test_consumer_message_count_ends_a_run_with_endless_publishers(broker: BrokerThread) -> None:
+    s = perf_json(
+        "throughput", "--uri", broker.url, "-x", "1", "-y", "1", "--queue", "perf-d",
+        "-D", "4000", "--single-ack", "-q", "100", "-r", "20000", "--keep",
+    )  # fmt: skip
+    assert s["consumed"] == 4000
+    assert s["published"] >= 4000
+    ready, unacked, consumers = queue_state(broker, "perf-d")
+    assert (unacked, consumers) == (0, 0)
+    assert ready == s["published"] - 4000
+
+
+def test_drain_needs_no_publishers() -> None:
+    r = perf("throughput", "-x", "1", "--drain")
+    assert r.returncode == 2
+    assert "--drain needs -x 0" in r.stderr

@@ -100,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
         "throughput",
         help="publish and consume, report msg/s and latency",
         description="Publish and consume as fast as possible (or at --rate); print the rates "
-        "once a second and a summary at the end. Without -z or -C it runs until Ctrl-C. "
+        "once a second and a summary at the end. Without -z, -C, -D or --drain it runs "
+        "until Ctrl-C. "
         "Latency is measured from a send timestamp in the first 8 bytes of each body "
         "(bodies under 8 bytes: no latency).",
     )
@@ -188,6 +189,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         metavar="N",
         help="messages per publisher; stop once all are consumed",
+    )
+    t.add_argument(
+        "-D",
+        "--cmessages",
+        type=_count,
+        default=0,
+        metavar="N",
+        help="messages per consumer: each stops after N (manual acks: the rest stay queued); "
+        "the run ends once all have",
+    )
+    t.add_argument(
+        "--drain",
+        action="store_true",
+        help="with -x 0: consume the messages the queues hold at the start, report the "
+        "drain rate, and stop once they are consumed",
     )
     t.add_argument(
         "--keep", action="store_true", help="do not delete the queues/exchange at the end"
@@ -422,6 +438,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if args.publishers == 0 and args.consumers == 0:
             print("warren perf throughput: nothing to do with -x 0 -y 0", file=sys.stderr)
+            return 2
+        if args.drain and (args.publishers or not args.consumers):
+            print("warren perf throughput: --drain needs -x 0 and consumers", file=sys.stderr)
             return 2
         if args.ack and args.prefetch and args.ack > args.prefetch:
             print(

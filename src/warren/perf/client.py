@@ -504,7 +504,27 @@ class Client:
         arguments: dict[str, Any] | None = None,
     ) -> str:
         """Declare a queue; returns its name (the server's for ``queue=""``)."""
-        ok = self.rpc(
+        return self.queue_declare_ok(
+            channel,
+            queue,
+            durable=durable,
+            exclusive=exclusive,
+            auto_delete=auto_delete,
+            arguments=arguments,
+        ).queue
+
+    def queue_declare_ok(
+        self,
+        channel: int,
+        queue: str = "",
+        *,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> spec.QueueDeclareOk:
+        """Declare a queue; returns the broker's reply (name, message and consumer count)."""
+        ok: spec.QueueDeclareOk = self.rpc(
             channel,
             spec.QueueDeclare(
                 queue=queue,
@@ -515,7 +535,7 @@ class Client:
             ),
             spec.QueueDeclareOk,
         )
-        return ok.queue
+        return ok
 
     def queue_bind(self, channel: int, queue: str, exchange: str, routing_key: str) -> None:
         self.rpc(

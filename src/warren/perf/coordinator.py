@@ -74,7 +74,8 @@ class Run:
     banner: str
     #: Print the acked rate in the live lines.
     show_acked: bool
-    #: Messages per publisher (0: run until the time is up or Ctrl-C).
+    #: Messages per publisher (0: run until the time is up or Ctrl-C, unless
+    #: ``until_expected`` or ``receiver_count``).
     count: int
     #: Seconds to run (0: no limit); the workers stop themselves, this is a safety net.
     seconds: float
@@ -86,6 +87,12 @@ class Run:
     stall_is_error: bool = True
     #: ... counting the progress of publishers too (their last publish).
     stall_counts_publishers: bool = False
+    #: End once the receivers have ``expected`` messages also without a ``count``
+    #: (and without publishers: draining a backlog).
+    until_expected: bool = False
+    #: Messages per receiver: each stops by itself after this many, and the run ends
+    #: once all have (0: no limit).
+    receiver_count: int = 0
 
 
 @dataclass
@@ -320,7 +327,10 @@ def coordinate(
                 send_all(("stop",))
                 stop_sent_ns = now
                 continue
-            if run.count and all(s.done for s in pubs):
+            if run.receiver_count and subs and all(s.done for s in subs):
+                send_all(("stop",))
+                stop_sent_ns = now
+            elif (run.count or run.until_expected) and all(s.done for s in pubs):
                 progress_ns = last_progress_ns
                 if run.stall_counts_publishers:
                     progress_ns = max(progress_ns, last_ns(pubs, t0))
@@ -409,6 +419,8 @@ def print_summary(
         terms.received,
         f"{format_count(s[terms.received]):>14}   {format_rate(s[terms.receive_rate]):>12} msg/s",
     )
+    if s.get("backlog"):
+        w("backlog", f"{format_count(s['backlog']):>14}   in the queues at the start")
     if "expected" in s:
         w("expected", f"{format_count(s['expected']):>14}")
     lat = s["latency_ms"]

@@ -67,6 +67,8 @@ class ThroughputParams:
     rate: int = 0
     time: float = 0.0
     pmessages: int = 0
+    cmessages: int = 0
+    drain: bool = False
     keep: bool = False
 
     @property
@@ -142,14 +144,37 @@ def plan(p: ThroughputParams) -> Plan:
 # =====================================================================================
 
 
-def setup(client: Client, p: ThroughputParams, pl: Plan) -> None:
+def setup(client: Client, p: ThroughputParams, pl: Plan) -> list[int]:
+    """Declare the exchange and the queues; returns the messages each queue held."""
     client.channel_open(1)
     if pl.declare_exchange:
         client.exchange_declare(1, pl.exchange, pl.exchange_type, durable=p.durable)
+    backlog = []
     for name in pl.queue_names:
-        client.queue_declare(1, name, durable=p.durable, arguments=p.queue_args)
+        ok = client.queue_declare_ok(1, name, durable=p.durable, arguments=p.queue_args)
+        backlog.append(ok.message_count)
         if pl.bind:
             client.queue_bind(1, name, pl.exchange, pl.routing_key)
+    return backlog
+
+
+def expected_total(p: ThroughputParams, pl: Plan, backlog: list[int]) -> int:
+    """What the consumers should get in all (0: no end in sight). Per queue the least
+    of what the publishers send it (-C), what its consumers may take (-D) and, with
+    --drain, what it held at the start."""
+    if not pl.consumer_queues or not (p.pmessages or p.cmessages or p.drain):
+        return 0
+    total = 0
+    for held in backlog:
+        limits = []
+        if p.pmessages:
+            limits.append(p.pmessages * p.publishers)
+        if p.cmessages:
+            limits.append(p.cmessages * p.consumers)
+        if p.drain:
+            limits.append(held)
+        total += min(limits)
+    return total
 
 
 def cleanup(client: Client, pl: Plan) -> None:
@@ -169,14 +194,14 @@ def run(p: ThroughputParams, out: TextIO | None = None, as_json: bool = False) -
         return 2
     try:
         control = Client(p.uri, name="warren-perf control").connect()
-        setup(control, p, pl)
+        backlog = setup(control, p, pl)
     except (OSError, AMQPError, EOFError) as exc:
         print(f"warren perf throughput: setup failed: {exc}", file=sys.stderr)
         return 1
     # From here on Ctrl-C stops the run; the cleanup and the summary still follow.
     with Interrupts() as interrupts:
         try:
-            summary, status = _orchestrate(p, pl, live, interrupts)
+            summary, status = _orchestrate(p, pl, backlog, live, interrupts)
         finally:
             if not p.keep:
                 try:
@@ -203,9 +228,9 @@ def run(p: ThroughputParams, out: TextIO | None = None, as_json: bool = False) -
 
 
 def _orchestrate(
-    p: ThroughputParams, pl: Plan, live: TextIO, interrupts: Interrupts
+    p: ThroughputParams, pl: Plan, backlog: list[int], live: TextIO, interrupts: Interrupts
 ) -> tuple[dict[str, Any], int]:
-    expected = p.pmessages * p.publishers * pl.fanout if pl.consumer_queues else 0
+    expected = expected_total(p, pl, backlog)
     outcome = coordinate(
         Run(
             target=worker_main,
@@ -214,19 +239,23 @@ def _orchestrate(
             process_name="warren-perf",
             banner=f"warren perf throughput: {p.publishers} publisher(s), "
             f"{len(pl.consumer_queues)} consumer(s), {p.size} B bodies"
-            + (f", {pl.fanout} queues" if pl.fanout > 1 else ""),
+            + (f", {pl.fanout} queues" if pl.fanout > 1 else "")
+            + (f", backlog {format_count(sum(backlog))}" if any(backlog) else ""),
             show_acked=bool(p.confirm),
             count=p.pmessages,
             seconds=p.time,
             expected=expected,
             stall_ns=STALL_NS,
+            until_expected=p.drain,
+            receiver_count=p.cmessages,
         ),
         TERMS,
         live,
         interrupts,
     )
     summary = _summary(p, pl, outcome, expected)
-    short = bool(p.pmessages and pl.consumer_queues and summary["consumed"] < expected)
+    summary["backlog"] = sum(backlog)
+    short = bool(expected and summary["consumed"] < expected)
     return summary, outcome.status(short)
 
 

@@ -258,6 +258,9 @@ class _Consumer(Receiver):
         # --single-ack: every message acks itself (multiple=false), so none is ever held
         # back for the dry-socket or final multiple acks below.
         ack_every = 1 if p.single_ack else p.ack
+        # -D: stop after this many; deliveries beyond it are neither counted nor acked.
+        limit = p.cmessages or 1 << 62
+        reached = False
         timestamps = p.size >= 8
         unpack_hdr = _HDR.unpack_from
         unpack_u32 = _U32.unpack_from
@@ -288,7 +291,10 @@ class _Consumer(Receiver):
         header_end = 0
         run_ts = -1  # timestamp shared by run_n messages not yet recorded
         run_n = 0
-        for data, now in self.reads(sock, hist):
+        # What arrived with basic.consume-ok (a backlog's first deliveries, perhaps the
+        # whole prefetch window) comes first: nothing more may arrive until it is acked.
+        first, buf = buf, b""
+        for data, now in self.reads(sock, hist, first):
             if not data:  # the socket ran dry: settle the acks held back
                 sock.sendall(ack_prefix + _U64.pack(last_tag) + ack_suffix)
                 acked_tag = last_tag
@@ -331,6 +337,9 @@ class _Consumer(Receiver):
                             acks.append(ack_prefix + _U64.pack(last_tag) + ack_suffix)
                             acked_tag = last_tag
                             unacked = 0
+                    if count == limit:
+                        reached = True
+                        break
                     continue
                 ftype, _ch, size = unpack_hdr(buf, pos)
                 end = pos + 8 + size
@@ -377,6 +386,10 @@ class _Consumer(Receiver):
                             acks.append(ack_prefix + _U64.pack(last_tag) + ack_suffix)
                             acked_tag = last_tag
                             unacked = 0
+                    if count == limit:
+                        pos = end
+                        reached = True
+                        break
                     if not fast_len and msg_start >= 0 and body_frames <= 1:
                         # This delivery is whole in buf: make it the template.
                         body_at = header_end + 7 if body_frames else end
@@ -398,6 +411,9 @@ class _Consumer(Receiver):
                 sock.sendall(b"".join(acks))
             self.count = count
             self.unsettled = unacked
+            if reached:
+                self.last_ns = now  # (reads() sets it only when it gets control back)
+                break
         if unacked and last_tag > acked_tag:
             with contextlib.suppress(OSError):
                 sock.sendall(ack_prefix + _U64.pack(last_tag) + ack_suffix)

@@ -293,10 +293,13 @@ class Receiver(Worker):
     #: Set by :meth:`reads`: when the count last changed.
     last_ns = 0
 
-    def reads(self, sock: socket.socket, hist: dict[int, int]) -> Iterator[tuple[bytes, int]]:
-        """Yield ``(data, now)`` for every read from ``sock`` until the deadline or the
-        parent's stop, and ``(b"", now)`` when the socket has run dry while
-        ``self.unsettled``: the caller then sends its acks (and clears ``unsettled``).
+    def reads(
+        self, sock: socket.socket, hist: dict[int, int], first: bytes = b""
+    ) -> Iterator[tuple[bytes, int]]:
+        """Yield ``(data, now)`` for ``first`` (bytes already read from ``sock``), then for
+        every read from ``sock`` until the deadline or the parent's stop, and ``(b"", now)``
+        when the socket has run dry while ``self.unsettled``: the caller then sends its
+        acks (and clears ``unsettled``).
 
         Reports ``self.count`` and the latencies recorded in ``hist`` (which is then
         cleared) to the parent once a second, and at once (at most ten times a second)
@@ -321,6 +324,12 @@ class Receiver(Worker):
             self.conn.send(("stats", self.role, self.index, reported, 0, hist))  # (pickled here)
             hist.clear()
 
+        if first:
+            now = monotonic_ns()
+            yield first, now
+            if self.count != counted:
+                counted = self.count
+                self.last_ns = now
         full = False  # the last read filled the buffer: read again without asking
         while True:
             if not full:
