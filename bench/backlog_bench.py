@@ -72,8 +72,9 @@ class Case:
         """`warren perf throughput` options for the consumer's side of this case."""
         if self.mode == raw.NOACK:
             return []
-        # perf has no single-ack mode: -a 1 is multiple=true after every message.
-        return ["-a", "1" if self.mode == raw.SINGLE else str(self.every), "-q", str(PREFETCH)]
+        if self.mode == raw.SINGLE:
+            return ["--single-ack", "-q", str(PREFETCH)]
+        return ["-a", str(self.every), "-q", str(PREFETCH)]
 
     def perf_publisher_args(self) -> list[str]:
         out = ["--durable", "-p"] if self.persistent else []
@@ -272,9 +273,8 @@ def _drain(case: Case, broker: Broker, generator: str, s: Settings, res: Result)
 
 
 def _perf_drain(case: Case, broker: Broker, n: int, res: Result) -> float:
-    """`warren perf throughput` with a consumer only, stopped (SIGINT) once its live
-    lines (the messages consumed in each second) add up to the backlog; its
-    consume_rate is counted up to its last delivery."""
+    """`warren perf throughput --drain`: one consumer takes the backlog the queue
+    holds and stops; its consume_rate is counted up to its last delivery."""
     cmd = perf_cmd(
         "throughput",
         "--uri",
@@ -286,63 +286,15 @@ def _perf_drain(case: Case, broker: Broker, n: int, res: Result) -> float:
         "--queue",
         QUEUE,
         *case.perf_consumer_args(),
-        "-z",
-        "3600",
+        "--drain",
         "--json",
     )
     res.command = display(cmd)
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=perf_env(),
-        # A script started in the background by a shell inherits SIGINT ignored, and so
-        # would perf, which then never stops.
-        preexec_fn=_default_sigint,
-    )
-    assert proc.stdout is not None and proc.stderr is not None
-    consumed = 0
-    done = threading.Event()
-    tail: list[str] = []
-
-    def live(stream: Any) -> None:
-        nonlocal consumed
-        for line in stream:
-            tail[:] = [*tail[-5:], line]
-            words = line.split()
-            if "consumed" in words:
-                consumed += int(words[words.index("consumed") + 1].replace(",", ""))
-                if consumed >= n:
-                    done.set()
-        done.set()  # perf ended
-
-    reader = threading.Thread(target=live, args=(proc.stderr,), daemon=True)
-    reader.start()
-    try:
-        done.wait(3600)
-        # perf handles SIGINT only while it waits for its workers, not while it prints
-        # a live line (then it dies without a summary): the lines come once a second,
-        # so wait until the parent is back in its wait.
-        time.sleep(0.4)
-        proc.send_signal(signal.SIGINT)
-        try:
-            out, _ = proc.communicate(timeout=180)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError("warren perf did not stop within 180 s of SIGINT") from None
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    reader.join(5)
-    summary = _perf_json(out, "".join(tail))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=perf_env(), timeout=3600)
+    summary = _perf_json(proc.stdout, proc.stderr[-2000:])
     if summary["consumed"] < n:
         raise RuntimeError(f"warren perf consumed {summary['consumed']:,} of {n:,}")
     return float(summary["consume_rate"])
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _perf_json(out: str, err: str) -> dict[str, Any]:
