@@ -5,6 +5,8 @@ The failover case is in tests/cluster/test_quorum_failover.py."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import logging
 import signal
 from collections.abc import Callable, Iterator
@@ -277,3 +279,33 @@ def test_a_return_by_a_closing_channel_counts_with_or_without_a_restart(
     method, props, body = ch.basic_get(dlq, auto_ack=True)
     assert body == b"poison" and props.headers["x-death"][0]["reason"] == "delivery_limit"
     conn.close()
+
+
+def _tool() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "quorum_counts", Path(__file__).resolve().parents[1] / "tools" / "quorum_counts.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+RECORDED = json.loads(Path(__file__).with_name("rabbitmq_quorum_counts.json").read_text())
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["running", "restarted"])
+def test_counts_as_rabbitmq(restartable: Callable[[], BrokerThread], restart: bool) -> None:
+    """tools/quorum_counts.py's scenario, against RabbitMQ 3.10.8's recorded answers:
+    the same count after each return, with or without a restart. The first
+    delivery differs on purpose: 3.10 sends x-delivery-count 0, 4.x (and Warren)
+    none until a return (docs/quorum-queues.md)."""
+    current = [restartable()]
+
+    def again() -> None:
+        current.append(restartable())
+
+    got = _tool().scenario(lambda: connect(current[-1]), uniq(), again if restart else None)
+    expected = RECORDED["restarted" if restart else "running"]
+    assert expected[0] == 0
+    assert got == [None, *expected[1:]]
