@@ -42,6 +42,7 @@ class Req:
     path: str
     body: Any = NOTHING  # a JSON value, raw ``bytes``, or NOTHING
     headers: dict[str, str] = field(default_factory=dict)
+    anonymous: bool = False  # sent without an Authorization header
 
 
 @dataclass
@@ -359,10 +360,68 @@ def _cases() -> dict[str, Case]:  # noqa: PLR0915 - one table
     c["health.old-node"] = Case(Req("GET", "/api/healthchecks/node"))
     c["health.old-node.other"] = Case(Req("GET", "/api/healthchecks/node/compat@nohost"))
     c["health.aliveness"] = Case(Req("GET", f"/api/aliveness-test/{V}"))
+    _ui_cases(c)
     return c
 
 
+#: A dynamic shovel (the recorder enables rabbitmq_shovel and
+#: rabbitmq_shovel_management) from a broker that is not there (port 1): it never
+#: connects, so it declares nothing that could outlive its case.
+SHOVEL = {"src-uri": "amqp://127.0.0.1:1", "src-queue": "shovel-src",
+          "dest-uri": "amqp://127.0.0.1:1", "dest-queue": "shovel-dest"}
+
+
+def _ui_cases(c: dict[str, Case]) -> None:
+    """What RabbitMQ's own management UI reads besides the objects, and its
+    "Delete this shovel" button."""
+    for label, header in (
+        ("no-header", None),
+        ("wrong-password", "Basic " + base64.b64encode(b"guest:wrong").decode()),
+        ("not-base64", "Basic !!!"),
+        ("not-basic", "Bearer abc"),
+    ):
+        c[f"auth.{label}"] = Case(Req(
+            "GET", "/api/overview", headers={"Authorization": header} if header else {},
+            anonymous=True,
+        ))
+    c["ui.auth"] = Case(Req("GET", "/api/auth"))
+    c["ui.auth.anonymous"] = Case(Req("GET", "/api/auth", anonymous=True))
+    c["ui.auth.bad-credentials"] = Case(
+        Req("GET", "/api/auth", headers={"Authorization": "Basic " + base64.b64encode(
+            b"guest:wrong").decode()}, anonymous=True)
+    )
+    c["ui.extensions"] = Case(Req("GET", "/api/extensions"))
+    c["ui.extensions.anonymous"] = Case(Req("GET", "/api/extensions", anonymous=True))
+    c["ui.feature-flags"] = Case(Req("GET", "/api/feature-flags"))
+    c["ui.feature-flags.anonymous"] = Case(Req("GET", "/api/feature-flags", anonymous=True))
+    c["ui.feature-flags.as-monitoring"] = Case(
+        Req("GET", "/api/feature-flags", headers={"Authorization": "Basic " + base64.b64encode(
+            b"compat-u1:x").decode()}, anonymous=True),
+        setup=[_put("/api/users/compat-u1", {"password": "x", "tags": "monitoring"})],
+    )
+    c["ui.feature-flags.enable"] = Case(_put("/api/feature-flags/quorum_queue/enable", {}))
+    c["ui.feature-flags.enable-unknown"] = Case(_put("/api/feature-flags/compat_none/enable", {}))
+    made = [_put(f"/api/parameters/shovel/{V}/sh", {"value": SHOVEL})]
+    after = [f"/api/parameters/shovel/{V}/sh", f"/api/shovels/{V}"]
+    c["shovel.delete"] = Case(Req("DELETE", f"/api/shovels/vhost/{V}/sh"), setup=made, then=after)
+    c["shovel.delete.missing"] = Case(Req("DELETE", f"/api/shovels/vhost/{V}/none"), then=after)
+    c["shovel.delete.no-vhost"] = Case(Req("DELETE", "/api/shovels/vhost/compat-none/sh"))
+    c["shovel.delete.parameter"] = Case(
+        Req("DELETE", f"/api/parameters/shovel/{V}/sh"), setup=made, then=after
+    )
+    c["shovel.delete.parameter-missing"] = Case(Req("DELETE", f"/api/parameters/shovel/{V}/none"))
+    c["shovel.delete.anonymous"] = Case(
+        Req("DELETE", f"/api/shovels/vhost/{V}/sh", anonymous=True), setup=made,
+        then=[f"/api/parameters/shovel/{V}/sh?columns=name,component,vhost"],
+    )
+
+
 CASES = _cases()
+
+#: The plugins of the recorded RabbitMQ: the UI's extensions are those of the
+#: plugins Warren has built in (federation and shovel, with their UI pages).
+PLUGINS = ["rabbitmq_management", "rabbitmq_prometheus", "rabbitmq_shovel",
+           "rabbitmq_shovel_management", "rabbitmq_federation", "rabbitmq_federation_management"]
 
 #: The recording's key for what AMQP clients see of the limits (limit_refusals).
 LIMITS_KEY = "amqp-limits"
@@ -444,7 +503,8 @@ class Client:
         else:
             data = json.dumps(req.body).encode()
         request = urllib.request.Request(self.url + req.path, data=data, method=req.method)
-        request.add_header("Authorization", self.auth)
+        if not req.anonymous:
+            request.add_header("Authorization", self.auth)
         if data is not None:
             request.add_header("Content-Type", "application/json")
         for key, value in req.headers.items():
@@ -558,7 +618,7 @@ def _record(path: Path | None, url: str | None, amqp_port: int) -> None:
         from rabbitmq_proc import RabbitMQ  # noqa: PLC0415 - tests/ is not a package here
 
         with tempfile.TemporaryDirectory() as tmp:
-            server = RabbitMQ(Path(tmp), plugins=["rabbitmq_management"])
+            server = RabbitMQ(Path(tmp), plugins=PLUGINS)
             try:
                 answers = run(f"http://127.0.0.1:{server.http_port}", server.port)
             finally:

@@ -42,11 +42,19 @@ def test_the_listener_binds_an_ephemeral_port_and_can_be_disabled(tmp_path: Path
 
 
 def test_401_without_or_with_bad_credentials(api: Api) -> None:
-    for client in (api.anonymous(), api.as_user("guest", "wrong"), api.as_user("nobody", "x")):
+    """As RabbitMQ 3.10 (tests/http/rabbitmq_mgmt_answers.json, auth.*): wrong
+    credentials get a JSON reason, no credentials at all an empty 401, a Basic
+    header that is not base64 an empty 400."""
+    for client in (api.as_user("guest", "wrong"), api.as_user("nobody", "x")):
         reply = client.request("GET", "/api/overview")
         assert reply.status == 401
         assert reply.headers["WWW-Authenticate"] == 'Basic realm="RabbitMQ Management"'
         assert reply.json() == {"error": "not_authorized", "reason": "Login failed"}
+    reply = api.anonymous().request("GET", "/api/overview")
+    assert (reply.status, reply.body) == (401, b"")
+    assert reply.headers["WWW-Authenticate"] == 'Basic realm="RabbitMQ Management"'
+    reply = api.anonymous().request("GET", "/api/overview", headers={"Authorization": "Basic !!!"})
+    assert (reply.status, reply.body) == (400, b"")
 
 
 def test_unknown_paths_and_objects_are_404_and_wrong_methods_405(api: Api) -> None:

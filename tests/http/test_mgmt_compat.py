@@ -116,6 +116,15 @@ DIFFERENCES: dict[str, tuple[str, dict[str, Any]]] = {
         {"body": {"error": "bad_request",
                   "reason": "queues[0] 'dq': 'durable' must be true or false, not \"yes\""}},
     ),
+    **{
+        f"ui.auth{variant}": (
+            "RabbitMQ 3.11 and later UIs read oauth_enabled (3.10's enable_uaa): Warren "
+            "answers both, so either UI shows its login form",
+            {"body": {"enable_uaa": False, "uaa_client_id": "", "uaa_location": "",
+                      "oauth_enabled": False}},
+        )
+        for variant in ("", ".anonymous", ".bad-credentials")
+    },
     "exchange.put.delayed-without-plugin": (
         "Warren has the delayed-message exchange built in (RabbitMQ needs its plugin): "
         "what it refuses is the missing x-delayed-type, in the plugin's words",

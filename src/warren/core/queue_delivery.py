@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 from mypy_extensions import mypyc_attr
 
@@ -31,8 +31,10 @@ __all__ = ["RETURNS", "QueueDelivery"]
 
 log = logging.getLogger("warren.queue")
 
-#: A message's returns (_delivery_counts): all of them in these bits, the
-#: explicit ones (basic.nack and basic.reject) above.
+#: A message's returns (_delivery_counts): all of them in these bits (what
+#: x-delivery-count shows and the delivery limit counts), the explicit ones
+#: (basic.nack and basic.reject) above: kept, and journalled by quorum queues,
+#: for RabbitMQ 4.3's counting (docs/quorum-queues.md), not shown.
 RETURNS = 0xFFFFFFFF
 
 # Deliveries per scheduled run: bounds how long one busy queue holds the event loop.
@@ -44,9 +46,6 @@ _DELIVERY_BATCH = 2048
 class QueueDelivery(QueueFeatures):
     """The delivery passes of a Queue (which sets the state declared here)."""
 
-    #: Whether x-delivery-count counts only basic.nack/reject returns (RabbitMQ 4.x's
-    #: quorum queues) rather than every return; the delivery limit counts them all.
-    count_explicit_returns: ClassVar[bool] = False
     # Consumers grouped by priority, highest first; within a group, round-robin.
     _groups: list[tuple[int, list[Consumer]]]
     _rr: dict[int, int]
@@ -220,9 +219,8 @@ class QueueDelivery(QueueFeatures):
                     self._let_go(seq, msg, dl.EXPIRED, now)
                     continue
             count = 0
-            if self._delivery_counts:  # the returns shown: all, or explicit ones (quorum)
-                packed = self._delivery_counts.get(seq, 0)
-                count = packed >> 32 if self.count_explicit_returns else packed & RETURNS
+            if self._delivery_counts:  # every return, as the delivery limit counts them
+                count = self._delivery_counts.get(seq, 0) & RETURNS
             if count:
                 try:
                     msg = with_delivery_count(msg, count)

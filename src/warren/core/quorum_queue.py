@@ -67,7 +67,6 @@ class QuorumQueue(Queue):
     keeps_every_message: ClassVar[bool] = True
     queue_type: ClassVar[str] = "quorum"
     queue_module: ClassVar[str] = "rabbit_quorum_queue"
-    count_explicit_returns: ClassVar[bool] = True
     declare_renews: ClassVar[bool] = False
 
     def __init__(

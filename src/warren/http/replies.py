@@ -21,6 +21,7 @@ from warren.core.errors import BrokerError
 
 __all__ = [
     "ApiError",
+    "BareError",
     "bad_request",
     "dumps",
     "encode",
@@ -58,6 +59,15 @@ class ApiError(Exception):
             content_type="application/json",
             headers=self.headers,
         )
+
+
+class BareError(ApiError):
+    """An error answered with no body, as RabbitMQ's web server answers a request
+    it refuses before the API sees it: no credentials at all (401), or an
+    Authorization header it cannot parse (400)."""
+
+    def response(self) -> web.Response:
+        return web.Response(status=self.status, headers=self.headers)
 
 
 def not_found() -> ApiError:

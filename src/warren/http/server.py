@@ -42,7 +42,7 @@ from warren.http.common import (
     not_found,
 )
 from warren.http.prometheus import MetricsEndpoints
-from warren.http.replies import from_broker_error
+from warren.http.replies import BareError, from_broker_error
 from warren.http.state import ApiState, Router
 from warren.http.websocket import WebSocketConnections, websocket_middleware
 from warren.node import is_loopback
@@ -200,7 +200,12 @@ class ManagementApp:
         return response
 
     async def _authenticate(self, request: web.Request) -> User:
-        creds = basic_credentials(_authorization(request))
+        authorization = _authorization(request)
+        if authorization is None:
+            raise BareError(401, "not_authorized", "no credentials", {"WWW-Authenticate": REALM})
+        creds = basic_credentials(authorization)
+        if creds is None and "Authorization" in request.headers and _is_basic(authorization):
+            raise BareError(400, "bad_request", "malformed Authorization header")
         if creds is None:
             raise ApiError(401, "not_authorized", "Login failed", {"WWW-Authenticate": REALM})
         guard = self.node.auth_guard
@@ -238,6 +243,10 @@ def _authorization(request: web.Request) -> str | None:
         if path[:2] == ["api", "definitions"] and len(path) <= 3:
             return f"Basic {request.query['auth']}"
     return header
+
+
+def _is_basic(authorization: str) -> bool:
+    return authorization.lower().startswith("basic ")
 
 
 def _refused(request: web.Request, exc: ApiError) -> ApiError:

@@ -15,8 +15,8 @@ A series of batches, one per write, integers big-endian::
     u32  0xDC000000 | n   n (1 .. 2**24 - 1) entries follow
     n x  u64  seq >> 32        the message: priority level and segment id
          u32  seq & 0xFFFFFFFF offset of its record in the segment
-         u32  returns          every return (the delivery limit counts these)
-         u32  explicit returns basic.nack/basic.reject ones (x-delivery-count)
+         u32  returns          every return (x-delivery-count; the limit counts these)
+         u32  explicit returns basic.nack/basic.reject ones (kept, not shown)
     u32  CRC32                 zlib.crc32 of the batch's bytes before it
 
 A later entry for a message replaces an earlier one. At open, only entries of
