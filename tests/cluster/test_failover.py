@@ -79,6 +79,12 @@ def test_kill_9_of_the_leader_loses_no_confirmed_message(nodes: list[Node]) -> N
     first.kill()
     new_leader = wait_any(followers, "elected leader", timeout=30, since=before)
     new_leader.wait_for(r"listening on AMQP")
+    # While the dead leader's lease ran out, each follower said once that its
+    # replication ended and retried quietly (not three lines a second).
+    for node in followers:
+        dead_interval = node.log[before[id(node)] :]
+        assert sum(f"replication from {first.node_id} ended" in x for x in dead_interval) == 1
+        assert not any(f"following leader {first.node_id}" in x for x in dead_interval)
     conn, ch = open_channel(new_leader.address)
     count = ch.queue_declare("orders", passive=True).method.message_count
     # Every confirmed message is there; acks are at-least-once (a late one may be back).
