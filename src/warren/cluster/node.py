@@ -74,17 +74,26 @@ class StreamReads(Protocol):
 StreamReadsFactory = Callable[[Config, Path, Callable[[], str]], StreamReads]
 
 
-def node_id_of(data_dir: Path) -> str:
-    """This node's id, kept in the data directory (made on first use)."""
+def node_id_of(data_dir: Path, name: str = "") -> str:
+    """This node's id in the cluster, kept in the data directory: ``name`` (``[clustering]
+    node_name``) when set, else the one kept there, else a new random one. The id is
+    what etcd's in-sync replica set lists: renaming a node makes it a new member,
+    which may lead again once it has synced and rejoined the set."""
     path = data_dir / ".node_id"
     try:
         node_id = path.read_text().strip()
     except FileNotFoundError:
         node_id = ""
-    if node_id:
+    if node_id and (not name or name == node_id):
         return node_id
+    if node_id:
+        log.warning(
+            "this node was %s and is now named %s: it joins the cluster as a new member",
+            node_id,
+            name,
+        )
     data_dir.mkdir(parents=True, exist_ok=True)
-    node_id = secrets.token_hex(6)
+    node_id = name or secrets.token_hex(6)
     tmp = path.with_name(path.name + ".tmp")  # whole, or not at all (never mirrored)
     tmp.write_text(node_id + "\n")
     os.replace(tmp, path)
@@ -107,7 +116,7 @@ class ClusterNode:
         #: While following with [clustering] stream_read_port set.
         self.stream_reads: StreamReads | None = None
         self.root = Path(config.data_dir).resolve()
-        self.node_id = node_id_of(self.root)
+        self.node_id = node_id_of(self.root, config.clustering_node_name)
         self.prefix = config.clustering_etcd_prefix.rstrip("/")
         self.etcd = EtcdClient(list(config.clustering_etcd_endpoints), tls=etcd_context(config))
         #: [clustering] tls: (server, client) contexts of the replication link.
