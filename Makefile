@@ -16,8 +16,11 @@
 #                  (root and apt-get; else they skip)
 #   make prometheus install Debian's prometheus for tests/test_prometheus_server.py
 #                  when it is missing (root and apt-get; else it skips)
-#   make cluster   etcd and three clustered Warren nodes on this machine (Ctrl-C stops
-#                  them; tools/cluster.py)
+#   make cluster   etcd and three clustered Warren nodes, node1-node3, on this machine
+#                  (Ctrl-C stops them; tools/cluster.py). Ports from PORT (20000):
+#                  etcd PORT, PORT+1; node i AMQP PORT+10*i, HTTP +1, MQTT +2,
+#                  Prometheus +3, replication +4, stream reads +5 (a table is printed);
+#                  e.g. make cluster PORT=30000
 #   make fuse      install Debian's fuse3 (libfuse3) for tests/powercut's power-cut file
 #                  system when it is missing (root and apt-get; else they skip)
 #   make mosquitto install Debian's mosquitto for tests/test_perf_mqtt.py and
@@ -41,6 +44,8 @@ PYTEST_STATUS_FILE ?=
 
 # pytest-xdist workers per pass of `make test` (0: no workers, one process).
 PYTEST_WORKERS ?= 2
+# make cluster's base port (tools/cluster.py): clear of make run's 5672, 15672, 1883, 15692.
+PORT ?= 20000
 
 .PHONY: install build run test lint spec clean browser soak fuzz mosquitto etcd cluster rabbitmq fuse prometheus
 
@@ -82,7 +87,7 @@ run: $(STAMP) $(SHARED_LIBRARY)
 	$(VENV)/bin/warren --data-dir ./data $(ARGS)
 
 cluster: $(STAMP) $(SHARED_LIBRARY) etcd
-	$(PY) tools/cluster.py --dir ./cluster-data
+	$(PY) tools/cluster.py --dir ./cluster-data --port $(PORT)
 
 # tests/ui drive Debian's chromium (playwright cannot fetch its own browser here).
 # Quiet, idempotent, and never fatal: without chromium those tests skip.

@@ -178,6 +178,9 @@ class Config:
     #: cluster_formation.target_cluster_size_hint): the reached-target-cluster-size
     #: health check fails while fewer are members.
     clustering_target_cluster_size_hint: int = 1
+    #: This node's name in the cluster (etcd's keys, /api/cluster, the logs); empty:
+    #: the id kept in the data directory (random hex, made on first start).
+    clustering_node_name: str = ""
     #: The exchange MQTT publishes to and subscribes on (RabbitMQ's mqtt.exchange).
     mqtt_exchange: str = "amq.topic"
     #: The vhost of MQTT clients whose user name does not say ``vhost:user``.
@@ -445,6 +448,7 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("clustering", "enabled"): ("clustering", _parse_bool),
     ("clustering", "etcd_endpoints"): ("clustering_etcd_endpoints", _parse_user_list),
     ("clustering", "etcd_prefix"): ("clustering_etcd_prefix", _parse_str),
+    ("clustering", "node_name"): ("clustering_node_name", _parse_str),
     ("clustering", "bind"): ("clustering_bind", _parse_str),
     ("clustering", "port"): ("clustering_port", _parse_int),
     ("clustering", "advertised_uri"): ("clustering_advertised_uri", _parse_str),

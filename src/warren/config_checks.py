@@ -10,6 +10,7 @@ several fields stay in ``Config.validate``.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -97,6 +98,13 @@ def _non_empty_str(value: Any) -> str | None:
 
 def _any_str(value: Any) -> str | None:
     return None if isinstance(value, str) else "must be a string"
+
+
+def _node_name(value: Any) -> str | None:
+    """Empty, or a name that fits etcd's comma-separated in-sync replica list."""
+    if isinstance(value, str) and re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]{0,63})?", value):
+        return None
+    return "must be letters, digits, '.', '_' or '-' (at most 64, starting with a letter or digit)"
 
 
 def _log_level(value: Any) -> str | None:
@@ -235,6 +243,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "clustering_etcd_cert": _optional_path,
     "clustering_etcd_key": _optional_path,
     "clustering_target_cluster_size_hint": _int_in(1, 1000),
+    "clustering_node_name": _node_name,
 }
 
 

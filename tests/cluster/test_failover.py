@@ -8,6 +8,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -79,6 +80,12 @@ def test_kill_9_of_the_leader_loses_no_confirmed_message(nodes: list[Node]) -> N
     first.kill()
     new_leader = wait_any(followers, "elected leader", timeout=30, since=before)
     new_leader.wait_for(r"listening on AMQP")
+    # While the dead leader's lease ran out, each follower said once that its
+    # replication ended and retried quietly (not three lines a second).
+    for node in followers:
+        dead_interval = node.log[before[id(node)] :]
+        assert sum(f"replication from {first.node_id} ended" in x for x in dead_interval) == 1
+        assert not any(f"following leader {first.node_id}" in x for x in dead_interval)
     conn, ch = open_channel(new_leader.address)
     count = ch.queue_declare("orders", passive=True).method.message_count
     # Every confirmed message is there; acks are at-least-once (a late one may be back).
@@ -206,9 +213,17 @@ def test_a_rolling_restart_keeps_serving_and_loses_nothing(nodes: list[Node]) ->
 
 
 def test_every_node_reports_the_cluster(etcd: EtcdProcess, tmp_path: Path) -> None:
-    nodes = [Node(tmp_path, f"h{i}", etcd.url, http=True) for i in range(3)]
+    # Named nodes ([clustering] node_name): every report and log line uses the names.
+    nodes = [
+        Node(tmp_path, f"h{i}", etcd.url, http=True, settings={"clustering": {"node_name": f"node{i}"}})
+        for i in range(3)
+    ]
     try:
         leader = start_cluster(nodes)
+        assert leader is nodes[0]
+        assert any("elected leader (node node0)" in line for line in leader.log)
+        for node in nodes[1:]:
+            assert any("following leader node0 at" in line for line in node.log)
         publish_jobs(leader.address, 0, 10)
         auth = "Basic " + base64.b64encode(b"guest:guest").decode()
         for node in nodes:  # a follower's HTTP port reaches the leader's API
@@ -218,7 +233,8 @@ def test_every_node_reports_the_cluster(etcd: EtcdProcess, tmp_path: Path) -> No
             with urllib.request.urlopen(request, timeout=10) as resp:
                 status = json.load(resp)
             assert status["enabled"] and status["role"] == "leader"
-            assert len(status["in_sync_replicas"]) == 3
+            assert status["node"] == status["leader"]["id"] == "node0"
+            assert status["in_sync_replicas"] == ["node0", "node1", "node2"]
             assert {f["node"] for f in status["followers"]} == set(status["in_sync_replicas"]) - {
                 status["node"]
             }
@@ -233,7 +249,7 @@ def test_every_node_reports_the_cluster(etcd: EtcdProcess, tmp_path: Path) -> No
             metrics = resp.read().decode()
         assert "warren_cluster_leader 1\n" in metrics
         assert "warren_cluster_in_sync_replicas 3\n" in metrics
-        assert "warren_cluster_follower_lag_actions{follower=" in metrics
+        assert 'warren_cluster_follower_lag_actions{follower="node1"}' in metrics
         out = subprocess.run(
             [
                 sys.executable,
@@ -253,6 +269,8 @@ def test_every_node_reports_the_cluster(etcd: EtcdProcess, tmp_path: Path) -> No
         ).stdout
         assert "role" in out and "leader" in out and "in-sync replicas" in out
         assert out.count("streaming") == 2
+        assert "node0, node1, node2" in out
+        assert re.search(r"^node1 ", out, re.M) and re.search(r"^node2 ", out, re.M), out
     finally:
         for node in nodes:
             node.stop()

@@ -34,6 +34,7 @@ from warren.cluster.etcd import EtcdClient, EtcdError
 from warren.cluster.follower import HANDSHAKE_TIMEOUT, Follower
 from warren.cluster.leader import Replicator
 from warren.cluster.proxy import ClientProxy
+from warren.cluster.retry import Backoff, Clock, LoopClock
 from warren.config import Config
 from warren.store import mirror
 from warren.store.sync import Replication
@@ -73,17 +74,26 @@ class StreamReads(Protocol):
 StreamReadsFactory = Callable[[Config, Path, Callable[[], str]], StreamReads]
 
 
-def node_id_of(data_dir: Path) -> str:
-    """This node's id, kept in the data directory (made on first use)."""
+def node_id_of(data_dir: Path, name: str = "") -> str:
+    """This node's id in the cluster, kept in the data directory: ``name`` (``[clustering]
+    node_name``) when set, else the one kept there, else a new random one. The id is
+    what etcd's in-sync replica set lists: renaming a node makes it a new member,
+    which may lead again once it has synced and rejoined the set."""
     path = data_dir / ".node_id"
     try:
         node_id = path.read_text().strip()
     except FileNotFoundError:
         node_id = ""
-    if node_id:
+    if node_id and (not name or name == node_id):
         return node_id
+    if node_id:
+        log.warning(
+            "this node was %s and is now named %s: it joins the cluster as a new member",
+            node_id,
+            name,
+        )
     data_dir.mkdir(parents=True, exist_ok=True)
-    node_id = secrets.token_hex(6)
+    node_id = name or secrets.token_hex(6)
     tmp = path.with_name(path.name + ".tmp")  # whole, or not at all (never mirrored)
     tmp.write_text(node_id + "\n")
     os.replace(tmp, path)
@@ -96,14 +106,17 @@ class ClusterNode:
         config: Config,
         make_broker: BrokerFactory,
         make_stream_reads: StreamReadsFactory | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.config = config
+        #: Every wait and retry delay of the node goes through it (tests drive it).
+        self.clock: Clock = clock if clock is not None else LoopClock()
         self.make_broker = make_broker
         self.make_stream_reads = make_stream_reads
         #: While following with [clustering] stream_read_port set.
         self.stream_reads: StreamReads | None = None
         self.root = Path(config.data_dir).resolve()
-        self.node_id = node_id_of(self.root)
+        self.node_id = node_id_of(self.root, config.clustering_node_name)
         self.prefix = config.clustering_etcd_prefix.rstrip("/")
         self.etcd = EtcdClient(list(config.clustering_etcd_endpoints), tls=etcd_context(config))
         #: [clustering] tls: (server, client) contexts of the replication link.
@@ -147,6 +160,7 @@ class ClusterNode:
     async def _run(self) -> None:
         log.info("cluster node %s, etcd %s", self.node_id, ", ".join(self.etcd.endpoints))
         secret = await self._secret()
+        etcd_down = Backoff()
         while True:
             try:
                 leader = await self.etcd.get(self._key("leader"))
@@ -165,25 +179,40 @@ class ClusterNode:
                         if holder.value:
                             await self._follow(holder.value, holder.mod_revision, secret)
                         continue
+                    self._etcd_back(etcd_down)
                     log.info("not in the in-sync replica set: waiting for a leader")
                     await self._wait_for_change(seen)
                     continue
+                self._etcd_back(etcd_down)
                 await self._follow(leader.value, leader.mod_revision, secret)
             except EtcdError as exc:
-                log.warning("etcd: %s; retrying in 1 s", exc)
-                await asyncio.sleep(1)
+                await self._etcd_retry(etcd_down, exc)
 
     async def _secret(self) -> str:
+        etcd_down = Backoff()
         while True:
             try:
                 holder = await self.etcd.create(self._key("secret"), secrets.token_hex(16))
                 if holder is None:
                     holder = await self.etcd.get(self._key("secret"))
                 if holder is not None and holder.value:
+                    self._etcd_back(etcd_down)
                     return holder.value.decode()
             except EtcdError as exc:
-                log.warning("etcd: %s; retrying in 1 s", exc)
-                await asyncio.sleep(1)
+                await self._etcd_retry(etcd_down, exc)
+
+    async def _etcd_retry(self, backoff: Backoff, exc: EtcdError) -> None:
+        """Wait before the next etcd call; only the first failure in a row is logged."""
+        delay = backoff.next()
+        if backoff.failures == 1:
+            log.warning("etcd: %s; retrying quietly until it answers", exc)
+        await self.clock.sleep(delay)
+
+    @staticmethod
+    def _etcd_back(backoff: Backoff) -> None:
+        if backoff.failures:
+            log.info("etcd answers again (after %d failed attempts)", backoff.failures)
+        backoff.reset()
 
     async def _may_lead(self) -> bool:
         isr = await self.etcd.get(self._key("isr"))
@@ -283,18 +312,18 @@ class ClusterNode:
         waits no longer than the lease has left, so a leader cut off from etcd
         steps down about when etcd lets its lease expire, not an HTTP timeout later."""
         ttl = self.config.clustering_lease_ttl
-        loop = asyncio.get_running_loop()
-        last_ok = loop.time()
+        clock = self.clock
+        last_ok = clock.time()
         while True:
-            await asyncio.sleep(ttl / 3)
-            left = max(ttl - (loop.time() - last_ok), 0.1)
+            await clock.sleep(ttl / 3)
+            left = max(ttl - (clock.time() - last_ok), 0.1)
             try:
                 if await self.etcd.keepalive(lease, timeout=left) <= 0:
                     log.error("the leader's etcd lease expired")
                     return
-                last_ok = loop.time()
+                last_ok = clock.time()
             except EtcdError as exc:
-                if loop.time() - last_ok >= ttl:
+                if clock.time() - last_ok >= ttl:
                     log.error("cannot refresh the leader's etcd lease for %d s: %s", ttl, exc)
                     return
                 log.warning("refreshing the etcd lease failed: %s", exc)
@@ -337,42 +366,74 @@ class ClusterNode:
             return
         self.role = "follower"
         self.leader_info = info
-        host, _, port = info["replication"].rpartition(":")
         log.info("following leader %s at %s", info["id"], info["replication"])
         await self._proxy.start(info)
         reads = await self._start_stream_reads(info)
-        follower = self.follower = Follower(
-            self.root,
-            self.node_id,
-            secret,
-            stream_reads=f"{self.advertised[0]}:{reads.port}" if reads is not None else "",
-            on_synced=reads.applied if reads is not None else None,
-            tls=self.tls[1] if self.tls is not None else None,
-        )
-        task = asyncio.ensure_future(follower.run(host, int(port)))
         watch = asyncio.ensure_future(self._wait_for_change(revision))
-        leader_changed = False
         try:
-            await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                log.warning("replication from %s ended: %s", info["id"], task.exception())
-                await asyncio.wait({watch}, timeout=1)  # reconnect soon, unless it changed
-            leader_changed = watch.done()
+            await self._replicate(info, secret, reads, watch)
+            if not watch.cancelled() and watch.exception() is None:
+                log.info("leader %s is gone or replaced: looking for the next", info["id"])
         finally:
-            task.cancel()
             watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-            if leader_changed:
-                # The leader changed or went (or etcd cannot tell): so do the
-                # relayed clients. After a replication hiccup with the same
-                # leader they stay connected.
-                await self._proxy.stop()
+            # The leader changed or went (or etcd cannot tell): so do the relayed
+            # clients. After a replication hiccup with the same leader they stay
+            # connected (this method goes on retrying it until the key changes).
+            await self._proxy.stop()
             if reads is not None:
                 self.stream_reads = None
                 await reads.stop()
             self.follower = None
             self.role = "starting"
+
+    async def _replicate(
+        self,
+        info: dict[str, Any],
+        secret: str,
+        reads: StreamReads | None,
+        watch: asyncio.Future[None],
+    ) -> None:
+        """Follow the leader ``info`` names until ``watch`` (its etcd key changed)
+        is done. A replication session that ends is retried with a back-off, and
+        only its end is logged (not every failed attempt): a leader killed keeps
+        its key until its lease runs out, and the follower must not log three
+        lines a second meanwhile."""
+        host, _, port = info["replication"].rpartition(":")
+        backoff = Backoff(cap=min(2.0, self.config.clustering_lease_ttl / 2))
+        while not watch.done():
+            follower = self.follower = Follower(
+                self.root,
+                self.node_id,
+                secret,
+                stream_reads=f"{self.advertised[0]}:{reads.port}" if reads is not None else "",
+                on_synced=reads.applied if reads is not None else None,
+                tls=self.tls[1] if self.tls is not None else None,
+            )
+            task = asyncio.ensure_future(follower.run(host, int(port)))
+            try:
+                await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            if watch.done():
+                return
+            if follower.synced.is_set():
+                backoff.reset()  # it was a working session: its end is news
+            delay = backoff.next()
+            if backoff.failures == 1:
+                error = task.exception() if not task.cancelled() else None
+                log.warning(
+                    "replication from %s ended: %s; retrying quietly until it answers "
+                    "or etcd names another leader",
+                    info["id"],
+                    error or "closed",
+                )
+            sleeper = asyncio.ensure_future(self.clock.sleep(delay))
+            try:
+                await asyncio.wait({sleeper, watch}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sleeper.cancel()
 
     async def _start_stream_reads(self, leader: dict[str, Any]) -> StreamReads | None:
         if self.make_stream_reads is None or self.config.clustering_stream_read_port < 0:
