@@ -45,7 +45,9 @@ PYTEST_STATUS_FILE ?=
 # pytest-xdist workers per pass of `make test` (0: no workers, one process).
 PYTEST_WORKERS ?= 2
 # make cluster's base port (tools/cluster.py): clear of make run's 5672, 15672, 1883, 15692.
-PORT ?= 20000
+# Only from make's command line (make cluster PORT=30000): a PORT in the
+# environment (many hosting platforms set one) does not move the cluster.
+CLUSTER_PORT := $(if $(filter command line,$(origin PORT)),$(PORT),20000)
 
 .PHONY: install build run test lint spec clean browser soak fuzz mosquitto etcd cluster rabbitmq fuse prometheus
 
@@ -87,7 +89,7 @@ run: $(STAMP) $(SHARED_LIBRARY)
 	$(VENV)/bin/warren --data-dir ./data $(ARGS)
 
 cluster: $(STAMP) $(SHARED_LIBRARY) etcd
-	$(PY) tools/cluster.py --dir ./cluster-data --port $(PORT)
+	$(PY) tools/cluster.py --dir ./cluster-data --port $(CLUSTER_PORT)
 
 # tests/ui drive Debian's chromium (playwright cannot fetch its own browser here).
 # Quiet, idempotent, and never fatal: without chromium those tests skip.
