@@ -317,4 +317,13 @@ def test_a_nack_gives_its_prefetch_slots_back(
     c.ch.basic_reject(refill[0][0].delivery_tag, requeue=requeue)
     (one,) = c.wait(1)
     assert one[2] == (bodies[0] if requeue else bodies[17])
+    c.ch.close()  # the 10 unacked go back
+    left = 40 if requeue else 40 - 8
+    assert ch.queue_declare(q, passive=True).method.message_count == left
+
+    def unacked() -> tuple[int, int]:
+        queue = broker.broker.vhosts["/"].queues[q]
+        return queue.unacked, queue.unacked_bytes
+
+    assert broker.call(unacked) == (0, 0)
     conn.close()

@@ -16,6 +16,7 @@ from warren.amqp.unacked import Unacked, UnackedRun
 
 if TYPE_CHECKING:
     from warren.amqp.channel import Channel
+    from warren.core.message import Message
     from warren.core.queue import Queue
 
 _ACK_IDS = b"\x00\x3c\x00\x50"  # basic.ack: class 60, method 80
@@ -158,20 +159,51 @@ class Settlement:
                 queue.ack_run(run.segment, run.offsets, sum(run.sizes))
                 queues[id(queue)] = queue
             ch.stats.ack += acked
+        elif not taken:
+            # Runs alone: disjoint, in tag order already; each goes to its queue
+            # whole.
+            for run in runs:
+                queue = run.queue
+                queue.reject_run(run.segment, run.offsets, run.sizes, requeue, explicit)
+                queues[id(queue)] = queue
         else:
             if runs:
                 taken = sorted(
                     [*taken, *(item for run in runs for item in run.entries())],
                     key=lambda item: item[0],
                 )
-            for _, (queue, seq, msg, _consumer, size) in taken:
-                queue.reject(seq, msg, requeue, explicit, size)
-                queues[id(queue)] = queue
+            self._reject_in_spans(taken, requeue, explicit, queues)
         if ch.global_prefetch_count or ch.global_prefetch_size:
             ch.resume_delivery()
         else:
             for q in queues.values():
                 q.schedule_delivery()
+
+    @staticmethod
+    def _reject_in_spans(
+        taken: list[tuple[int, Unacked]], requeue: bool, explicit: bool, queues: dict[int, Queue]
+    ) -> None:
+        """Reject deliveries in tag order, each stretch of one queue's in one call
+        (Queue.reject_many): the queues see them in the order they would one by
+        one, across queues too (their dead-letter copies keep that order)."""
+        i = 0
+        n = len(taken)
+        while i < n:
+            queue = taken[i][1][0]
+            j = i + 1
+            while j < n and taken[j][1][0] is queue:
+                j += 1
+            seqs: list[int] = []
+            msgs: list[Message | None] = []
+            sizes: list[int] = []
+            for k in range(i, j):
+                entry = taken[k][1]
+                seqs.append(entry[1])
+                msgs.append(entry[2])
+                sizes.append(entry[4])
+            queue.reject_many(seqs, msgs, sizes, requeue, explicit)
+            queues[id(queue)] = queue
+            i = j
 
     # -- transactions and closing -------------------------------------------------------
     def commit(self, acks: list[TxAck]) -> None:
