@@ -50,6 +50,7 @@ COMPILED_MODULES = [
     "warren.amqp.handshake",
     "warren.amqp.publish_checks",
     "warren.amqp.publishing",
+    "warren.amqp.settlement",
     "warren.amqp.unacked",
     "warren.core.channel_counts",
     "warren.core.consumer",

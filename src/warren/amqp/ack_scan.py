@@ -6,8 +6,8 @@ basic.ack, each with multiple=false and the next delivery tag. The read loop
 (AMQPConnection.feed) asks ``scan_acks`` for the run that starts at such a
 frame: the frames that are exactly that, on one channel, tags counting up by
 one; the channel then settles the tags ``first .. first + n - 1`` at once
-(Channel.ack_range), which is what the frames would have done one by one. C's
-(warren._fastpath) when built, else ``scan_acks_python``, its reference
+(Settlement.ack_range, amqp/settlement.py), which is what the frames would
+have done one by one. C's (warren._fastpath) when built, else ``scan_acks_python``, its reference
 (tests/test_backlog_acks.py holds them to the same answers).
 """
 

@@ -1,9 +1,11 @@
 """One AMQP channel: method handlers that turn AMQP commands into core calls.
 
-Deliveries, acknowledgements, prefetch and transactions are tracked here, per
-channel. Publishes are the channel's publishing half (amqp/publishing.py, its
-base class), confirms its PublisherConfirms (amqp/confirms.py), and the
-exchange and queue class methods are amqp/declarations.py's.
+Deliveries, prefetch and transactions are tracked here, per channel; how
+acks, nacks, rejects and recover settle the unacked deliveries is its
+Settlement's (amqp/settlement.py). Publishes are the channel's publishing half
+(amqp/publishing.py, its base class), confirms its PublisherConfirms
+(amqp/confirms.py), and the exchange and queue class methods are
+amqp/declarations.py's.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from warren.amqp.confirms import PublisherConfirms
 from warren.amqp.consumer import AMQPConsumer
 from warren.amqp.frames import message_frames
 from warren.amqp.publishing import EXPECTED_BODY, EXPECTED_HEADER, Publishing
-from warren.amqp.unacked import Unacked, UnackedDeliveries, UnackedRun
+from warren.amqp.settlement import Settlement
+from warren.amqp.unacked import UnackedDeliveries, UnackedRun
 from warren.core.commit import NOT_STORED, Commit, NotStored
 from warren.core.errors import (
     AccessRefused,
@@ -44,7 +47,6 @@ from warren.core.users import READ, User, UserStore
 from warren.core.vhost_routing import REJECTED_BY_QUEUE, REPLY_TO
 
 _PUBLISH_IDS = b"\x00\x3c\x00\x28"  # basic.publish: class 60, method 40
-_ACK_IDS = b"\x00\x3c\x00\x50"  # basic.ack: class 60, method 80
 
 if TYPE_CHECKING:
     from warren.amqp.connection import AMQPConnection
@@ -91,7 +93,8 @@ class Channel(Publishing):
         self.closed = False
         self._ack_deadlines: AckDeadlines | None = None
         self.tx = False
-        self._tx_acks: list[tuple[int, Unacked, str, bool]] = []
+        #: How acks, nacks, rejects, recover and tx.commit settle ``unacked``.
+        self.settlement = Settlement(self)
         self.last_queue = ""
         self.reply_token: str | None = None
         self.reply_consumer_tag: str | None = None
@@ -217,13 +220,7 @@ class Channel(Publishing):
         if self.reply_token is not None and vhost is not None:
             vhost.reply_targets.pop(self.reply_token, None)
             self.reply_token = None
-        unacked = [e for _, e in self.unacked.entries()] + [e for _, e, _, _ in self._tx_acks]
-        self.unacked.clear()
-        self.consumer_unacked = 0
-        self._tx_acks.clear()
-        unacked.sort(key=lambda e: e[1])
-        for queue, seq, msg, _, size in unacked:
-            queue.reject(seq, msg, True, False, size)
+        self.settlement.give_back()
 
     # -- helpers ----------------------------------------------------------------------
     def check(self, kind: str, resource_type: str, name: str) -> None:
@@ -482,125 +479,8 @@ class Channel(Publishing):
         )
         self._send_message(get_ok, msg)
 
-    def _take_unacked(
-        self, tag: int, multiple: bool, credit: bool = True
-    ) -> tuple[list[tuple[int, Unacked]], list[UnackedRun]]:
-        taken, runs = self.unacked.take(tag, multiple)
-        if credit:
-            self._credit(taken, runs)
-        return taken, runs
-
-    def _credit(self, taken: list[tuple[int, Unacked]], runs: list[UnackedRun]) -> None:
-        """Give the prefetch capacity these deliveries held back to their consumers."""
-        for _, entry in taken:
-            size = entry[4]
-            self.unacked_bytes -= size
-            consumer = entry[3]
-            if consumer is not None:
-                self.consumer_unacked -= 1
-                consumer.unacked_count -= 1
-                consumer.unacked_bytes -= size
-        for run in runs:
-            n = len(run)
-            size = sum(run.sizes)
-            self.unacked_bytes -= size
-            consumer = run.consumer
-            if consumer is not None:
-                self.consumer_unacked -= n
-                consumer.unacked_count -= n
-                consumer.unacked_bytes -= size
-
-    def _settle(
-        self,
-        taken: list[tuple[int, Unacked]],
-        runs: list[UnackedRun],
-        requeue: bool | None,
-        explicit: bool = True,
-    ) -> None:
-        """Ack (requeue None) or reject the taken deliveries, then refill consumers."""
-        queues: dict[int, Queue] = {}
-        if requeue is None:
-            # One store call and one flush registration per queue (or run), not
-            # per message.
-            seqs: dict[int, list[int]] = {}
-            sizes: dict[int, int] = {}
-            for _, (queue, seq, _msg, _consumer, size) in taken:
-                key = id(queue)
-                if key in queues:
-                    seqs[key].append(seq)
-                    sizes[key] += size
-                else:
-                    queues[key] = queue
-                    seqs[key] = [seq]
-                    sizes[key] = size
-            acked = len(taken)
-            counts = self.counts
-            for key, queue in queues.items():
-                n = len(seqs[key])
-                queue.stats.ack += n
-                counts.queue(queue).ack += n
-                queue.ack_many(seqs[key], sizes[key])
-            for run in runs:
-                queue = run.queue
-                n = len(run)
-                acked += n
-                queue.stats.ack += n
-                counts.queue(queue).ack += n
-                queue.ack_run(run.segment, run.offsets, sum(run.sizes))
-                queues[id(queue)] = queue
-            self.stats.ack += acked
-        else:
-            if runs:
-                taken = sorted(
-                    [*taken, *(item for run in runs for item in run.entries())],
-                    key=lambda item: item[0],
-                )
-            for _, (queue, seq, msg, _consumer, size) in taken:
-                queue.reject(seq, msg, requeue, explicit, size)
-                queues[id(queue)] = queue
-        if self.global_prefetch_count or self.global_prefetch_size:
-            self.resume_delivery()
-        else:
-            for q in queues.values():
-                q.schedule_delivery()
-
-    def _ack_like(self, tag: int, multiple: bool, requeue: bool | None) -> None:
-        if requeue is not None:
-            self._check_reject(tag, multiple)
-        # In a transaction the deliveries keep their prefetch slots until commit,
-        # as in RabbitMQ.
-        taken, runs = self._take_unacked(tag, multiple, credit=not self.tx)
-        if self.tx:
-            kind = "ack" if requeue is None else "reject"
-            for run in runs:
-                taken.extend(run.entries())
-            taken.sort(key=lambda item: item[0])
-            for t, entry in taken:
-                self._tx_acks.append((t, entry, kind, bool(requeue)))
-            return
-        self._settle(taken, runs, requeue)
-
-    def _check_reject(self, tag: int, multiple: bool) -> None:
-        """Let the queues of the deliveries a nack or reject names refuse it (streams
-        do, with 540) before anything is settled."""
-        unacked = self.unacked
-        if multiple:
-            queues = [e[0] for t, e in unacked.singles.items() if tag == 0 or t <= tag]
-            queues += [r.queue for r in unacked.runs if tag == 0 or r.first <= tag]
-        else:
-            entry = unacked.singles.get(tag)
-            if entry is not None:
-                queues = [entry[0]]
-            else:
-                queues = [r.queue for r in unacked.runs if r.first <= tag <= r.last]
-        checked: set[int] = set()
-        for queue in queues:
-            if id(queue) not in checked:
-                checked.add(id(queue))
-                queue.check_reject()
-
     def _basic_ack(self, method: spec.BasicAck) -> None:
-        self._ack_like(method.delivery_tag, method.multiple, None)
+        self.settlement.ack_like(method.delivery_tag, method.multiple, None)
 
     def takes_ack_run(self) -> bool:
         """Whether a run of single acks (amqp/ack_scan.py) may be settled at once
@@ -608,26 +488,11 @@ class Channel(Publishing):
         received, not closing."""
         return not (self.closing or self.tx or self._publish is not None)
 
-    def ack_range(self, first: int, n: int) -> None:
-        """basic.ack of tags ``first .. first + n - 1`` (n frames, multiple=false,
-        one after the other in a read): settled together, with one refill of
-        the consumers after them, when one run of deliveries or single
-        deliveries alone hold every tag; else frame by frame, exactly as the
-        frames would have gone (an unknown tag closes the channel there)."""
-        found = self.unacked.take_range(first, first + n - 1)
-        if found is None:
-            for tag in range(first, first + n):
-                self.on_method_frame(_ACK_IDS + tag.to_bytes(8, "big") + b"\x00")
-            return
-        taken, runs = found
-        self._credit(taken, runs)
-        self._settle(taken, runs, None)
-
     def _basic_nack(self, method: spec.BasicNack) -> None:
-        self._ack_like(method.delivery_tag, method.multiple, method.requeue)
+        self.settlement.ack_like(method.delivery_tag, method.multiple, method.requeue)
 
     def _basic_reject(self, method: spec.BasicReject) -> None:
-        self._ack_like(method.delivery_tag, False, method.requeue)
+        self.settlement.ack_like(method.delivery_tag, False, method.requeue)
 
     def _basic_recover(self, method: spec.BasicRecover) -> None:
         self._recover(method.requeue)
@@ -641,8 +506,7 @@ class Channel(Publishing):
         # unacked message, so it may reach another consumer.
         if not requeue:
             raise NotImplemented_("requeue=false")
-        taken, runs = self._take_unacked(0, True)
-        self._settle(taken, runs, True, explicit=False)
+        self.settlement.recover()
 
     # -- confirm class ------------------------------------------------------------------
     def _confirm_select(self, method: spec.ConfirmSelect) -> None:
@@ -662,10 +526,11 @@ class Channel(Publishing):
     def _tx_commit(self, method: spec.TxCommit) -> None:
         if not self.tx:
             raise PreconditionFailed("channel is not transactional")
-        acks, self._tx_acks = self._tx_acks, []
+        settlement = self.settlement
+        acks, settlement.tx_acks = settlement.tx_acks, []
         publishes, self._tx_publishes = self._tx_publishes, []
         if not publishes:
-            self._commit_acks(acks)
+            settlement.commit(acks)
             self.reply(spec.TxCommitOk())
             return
         # All or nothing (core/commit.py): the messages are appended with their
@@ -680,7 +545,7 @@ class Channel(Publishing):
             if self._route(ex, msg, mandatory, None, None, commit) == REJECTED_BY_QUEUE:
                 rejected = True
         if not commit.write_out():
-            self._tx_acks = acks  # given back as unacked by the channel's close
+            settlement.tx_acks = acks  # given back as unacked by the channel's close
             self.channel_error(
                 NotStored(
                     f"tx.commit failed: {NOT_STORED}; nothing of the transaction was committed"
@@ -689,17 +554,12 @@ class Channel(Publishing):
                 20,
             )
             return
-        self._commit_acks(acks)
+        settlement.commit(acks)
         # commit-ok promises the messages are on disk (sync = false: written
         # out), as a confirm does. A message a queue refused (x-overflow
         # reject-publish) makes it a partial commit: as RabbitMQ, what the other
         # queues took stays and the channel is closed with 406.
         commit.after_sync(self._commit_partial if rejected else self._commit_stored)
-
-    def _commit_acks(self, acks: list[tuple[int, Unacked, str, bool]]) -> None:
-        self._credit([(tag, entry) for tag, entry, _kind, _requeue in acks], [])
-        for tag, entry, kind, requeue in acks:
-            self._settle([(tag, entry)], [], None if kind == "ack" else requeue)
 
     def _commit_stored(self, ok: bool) -> None:
         if self.closed or self.closing:
@@ -721,11 +581,7 @@ class Channel(Publishing):
         if not self.tx:
             raise PreconditionFailed("channel is not transactional")
         self._tx_publishes.clear()
-        acks, self._tx_acks = self._tx_acks, []
-        if acks:
-            # Rolled-back acks make those deliveries unacked again, in tag order.
-            # Their prefetch slots were never given back (see _ack_like).
-            self.unacked.restore([(tag, entry) for tag, entry, _kind, _requeue in acks])
+        self.settlement.rollback()
         self.reply(spec.TxRollbackOk())
 
 

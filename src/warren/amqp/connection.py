@@ -323,7 +323,7 @@ class AMQPConnection:
                                     data, start, budget * _ACKS_PER_FRAME + 1
                                 )
                                 if count > 1:
-                                    channel.ack_range(first, count)
+                                    channel.settlement.ack_range(first, count)
                                     pos = run_end
                                     budget = max(0, budget - count // _ACKS_PER_FRAME)
                                     if self.state is _CLOSED:

@@ -109,7 +109,7 @@ def channel_info(conn: AMQPConnection, ch: Channel, ages: Ages = NO_AGES) -> dic
     }
     state = "closing" if ch.closing else ("flow" if not ch.flow_active else "running")
     return {
-        "acks_uncommitted": len(ch._tx_acks),
+        "acks_uncommitted": len(ch.settlement.tx_acks),
         "confirm": ch.confirm,
         "connection_details": {"name": cname, "peer_host": peer_host, "peer_port": peer_port},
         "consumer_count": len(ch.consumers),

@@ -5,10 +5,11 @@ The deliveries of a run (Queue.publish_run stored them in one write and the
 consumer wrote them in one go) stay one `UnackedRun`: consecutive tags, their
 sequence numbers as an array of offsets into one segment, no Message. An ack
 with multiple=true then settles a whole run, or its front, with one slice and
-one store call instead of a dict entry and a Message per message. The rarer
-paths (nack, reject, recover, a transaction, a closing channel) see every
-delivery as an entry; a run's entries carry no message (None), which the queue
-reads back from its store when it needs one.
+one store call instead of a dict entry and a Message per message; a nack or
+reject hands the queue the run whole (Queue.reject_run). The rarer paths (a
+transaction, a closing channel, singles and runs mixed) see every delivery as
+an entry; a run's entries carry no message (None), which the queue reads back
+from its store when it needs one.
 """
 
 from __future__ import annotations

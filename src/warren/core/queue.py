@@ -531,47 +531,98 @@ class Queue(QueueDelivery):
         could not go back). ``msg`` None: a delivery of a run, read back from
         the store (``size``: its body bytes). ``explicit``: by basic.nack or
         basic.reject (not a channel's close or basic.recover)."""
+        self.reject_many([seq], [msg], [size], requeue, explicit)
+
+    def reject_run(
+        self, segment: int, offsets: array[int], sizes: array[int], requeue: bool, explicit: bool
+    ) -> None:
+        """reject_many of a run's deliveries (StoredRun's segment, offsets and
+        body sizes). Dropped with no dead-letter exchange to copy them to, they
+        are settled as an ack_run is, nothing read back."""
+        if not requeue and self.dead_letter_exchange is None:
+            self.ack_run(segment, offsets, sum(sizes))
+            return
+        base = segment << 32
+        self.reject_many(
+            [base | offset for offset in offsets], [None] * len(offsets), sizes, requeue, explicit
+        )
+
+    def reject_many(
+        self,
+        seqs: list[int],
+        msgs: list[Message | None],
+        sizes: list[int] | array[int],
+        requeue: bool,
+        explicit: bool,
+    ) -> None:
+        """reject() of each message in turn (a nack's span, in delivery order),
+        ``sizes`` their body bytes; the store's flush and the next delivery
+        pass are asked for once, when first needed, as the first reject()
+        would have."""
         if self.deleted:
             return
-        if msg is None:
-            try:
-                msg = self.store.read(seq)
-            except (KeyError, ValueError) as exc:
+        store = self.store
+        if not requeue and self.dead_letter_exchange is None:
+            # Dropped, no copy to make: the messages need not be read back.
+            ack = store.ack
+            counts = self._delivery_counts
+            for i, seq in enumerate(seqs):
+                msg = msgs[i]
                 self.unacked -= 1
-                self.unacked_bytes -= size
-                log.error(
-                    "queue '%s' in vhost '%s': a returned message (seq %d) does not read "
-                    "back from the store (%s); it is dropped",
-                    self.name,
-                    self.vhost.name,
-                    seq,
-                    exc,
-                )
-                self.store.ack(seq)
-                return
-        self.unacked -= 1
-        self.unacked_bytes -= len(msg.body)
-        now = 0
-        reason = dl.REJECTED
-        if requeue:
-            refusal = None
-            if not self._plain or self._delivery_limit is not None:
-                now = now_ms()
-                refusal = self._requeue_refusal(seq, msg, now, explicit)
-            if refusal is None:
-                self.store.requeue(seq, msg)
-                self.schedule_delivery()
-                return
-            reason = refusal
-        if not self._dead_letter(seq, msg, reason, now or now_ms()):
-            # No copy could be made: the message goes back to where it was.
-            self._stuck.add(seq)
-            self.store.requeue(seq, msg)
-            self.schedule_delivery()
+                self.unacked_bytes -= sizes[i] if msg is None else len(msg.body)
+                ack(seq)
+                if counts:
+                    counts.pop(seq, None)
+            self.vhost.store_written(store)
             return
-        self.store.ack(seq)
-        self._delivery_counts.pop(seq, None)
-        self.vhost.store_written(self.store)
+        requeued = written = False
+        for i, seq in enumerate(seqs):
+            msg = msgs[i]
+            if msg is None:
+                try:
+                    msg = store.read(seq)
+                except (KeyError, ValueError) as exc:
+                    self.unacked -= 1
+                    self.unacked_bytes -= sizes[i]
+                    log.error(
+                        "queue '%s' in vhost '%s': a returned message (seq %d) does not read "
+                        "back from the store (%s); it is dropped",
+                        self.name,
+                        self.vhost.name,
+                        seq,
+                        exc,
+                    )
+                    store.ack(seq)
+                    continue
+            self.unacked -= 1
+            self.unacked_bytes -= len(msg.body)
+            now = 0
+            reason = dl.REJECTED
+            if requeue:
+                refusal = None
+                if not self._plain or self._delivery_limit is not None:
+                    now = now_ms()
+                    refusal = self._requeue_refusal(seq, msg, now, explicit)
+                if refusal is None:
+                    store.requeue(seq, msg)
+                    if not requeued:  # later calls would change nothing
+                        requeued = True
+                        self.schedule_delivery()
+                    continue
+                reason = refusal
+            if not self._dead_letter(seq, msg, reason, now or now_ms()):
+                # No copy could be made: the message goes back to where it was.
+                self._stuck.add(seq)
+                store.requeue(seq, msg)
+                if not requeued:
+                    requeued = True
+                    self.schedule_delivery()
+                continue
+            store.ack(seq)
+            self._delivery_counts.pop(seq, None)
+            if not written:
+                written = True
+                self.vhost.store_written(store)
 
     def _requeue_refusal(self, seq: int, msg: Message, now: int, explicit: bool) -> str | None:
         """Why a returned message may not go back (its time is up, or it is past the

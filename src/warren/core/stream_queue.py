@@ -473,6 +473,26 @@ class StreamQueue(Queue):
         before it, and nothing is redelivered."""
         self._settle([seq], True)
 
+    def reject_many(
+        self,
+        seqs: list[int],
+        msgs: list[Message | None],
+        sizes: list[int] | array[int],
+        requeue: bool,
+        explicit: bool,
+    ) -> None:
+        """reject() of each (basic.recover's span)."""
+        for seq in seqs:
+            self._settle([seq], True)
+
+    def reject_run(
+        self, segment: int, offsets: array[int], sizes: array[int], requeue: bool, explicit: bool
+    ) -> None:
+        """reject() of each of a span's deliveries (basic.recover's)."""
+        base = segment << 32
+        for offset in offsets:
+            self._settle([base | offset], True)
+
     def _settle(self, seqs: list[int], returned: bool) -> None:
         if self.deleted:
             return
