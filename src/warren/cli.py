@@ -254,8 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> Config:
     """Apply defaults < config file < given flags, then validate the result."""
     config = Config()
+    origin: dict[str, str] = {}
     if args.config is not None:
-        config.apply_ini(args.config)
+        origin = config.apply_ini(args.config)
     for field, flag in _OVERRIDES:
         value: Any = getattr(args, field)
         if value is None:
@@ -266,11 +267,12 @@ def config_from_args(args: argparse.Namespace) -> Config:
         if problem is not None:
             raise ConfigError(f"{flag} {getattr(args, field)!r}: {problem}")
         setattr(config, field, value)
+        origin[field] = flag
     if getattr(args, "ephemeral", False):
         # The directory itself is made (and removed) by main(); nothing is synced
         # to a disk that is thrown away at exit.
         config.sync = False
-    config.validate()
+    config.validate(origin)
     return config
 
 
