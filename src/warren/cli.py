@@ -15,15 +15,17 @@ import asyncio
 import contextlib
 import errno
 import logging
+import os
 import signal
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from warren.config import Config, ConfigError, check_field, normalize_log_level
 
-__all__ = ["build_config", "build_parser", "config_from_args", "main"]
+__all__ = ["build_config", "build_parser", "config_from_args", "data_dir_problem", "main"]
 
 log = logging.getLogger("warren.cli")
 
@@ -316,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     root = logging.getLogger()
     saved_level = root.level
     # Installed before the config is read so warnings about the config file
-    # (unknown keys) already come out in the final format.
+    # (LavinMQ settings Warren ignores) already come out in the final format.
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     root.addHandler(handler)
@@ -333,12 +335,57 @@ def main(argv: list[str] | None = None) -> int:
         root.setLevel(config.logging_level)
         if parsed.ephemeral:
             return _run_ephemeral(config)
+        problem = data_dir_problem(config.data_dir)
+        if problem is not None:
+            print(f"warren: cannot start: {problem}", file=sys.stderr)
+            return 1
         return _run(config)
     finally:
         # Leave the process's logging as we found it (matters when main() is
         # called from tests or embedded).
         root.removeHandler(handler)
         root.setLevel(saved_level)
+
+
+def data_dir_problem(data_dir: str) -> str | None:
+    """What stops this user from using ``data_dir`` as the data directory, or None.
+
+    Checked before anything starts so the operator reads what is wrong with
+    which path, rather than an errno from somewhere inside the store. Creates
+    nothing: a missing directory is fine when it can be made.
+    """
+    path = Path(data_dir)
+    if path.exists() or path.is_symlink():
+        if path.is_file():
+            return f"data dir {data_dir} exists but is a file, not a directory"
+        if not path.is_dir():
+            return f"data dir {data_dir} exists but is not a directory"
+        if not os.access(path, os.W_OK | os.X_OK):
+            return f"data dir {data_dir} is not writable by {_user()}"
+        if not os.access(path, os.R_OK):
+            return f"data dir {data_dir} is not readable by {_user()}"
+        lock = path / ".lock"
+        if lock.exists() and not os.access(lock, os.R_OK | os.W_OK):
+            return f"data dir {data_dir}: {lock} is not writable by {_user()}"
+        return None
+    ancestor = path.absolute().parent
+    while not (ancestor.exists() or ancestor.is_symlink()) and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"data dir {data_dir} cannot be created: {ancestor} is not a directory"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"data dir {data_dir} cannot be created: {ancestor} is not writable by {_user()}"
+    return None
+
+
+def _user() -> str:
+    """This process's user, for messages about permissions."""
+    try:
+        import pwd
+
+        return f"user {pwd.getpwuid(os.geteuid()).pw_name}"
+    except (ImportError, KeyError):  # no pwd module (Windows), or a uid without an entry
+        return "this user"
 
 
 def _exit_status(code: object) -> int:
@@ -489,4 +536,6 @@ def _start_error_message(config: Config, exc: OSError) -> str:
         return f"{where}: address not available on this host"
     if exc.errno == errno.EACCES and exc.filename is None:
         return f"{where}: permission denied (privileged port?)"
+    if exc.filename is not None and exc.strerror:
+        return f"warren: cannot start: {exc.filename}: {exc.strerror}"
     return f"warren: cannot start: {exc}"
