@@ -315,6 +315,16 @@ def main(argv: list[str] | None = None) -> int:
         from warren.ctl.main import main as ctl_main
 
         return ctl_main(list(args[1:]))
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C while logging is set up or torn down: one line, no traceback.
+        print("warren: interrupted before the broker started", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
+    """The server: configuration, logging, data dir check, then the broker."""
     root = logging.getLogger()
     saved_level = root.level
     # Installed before the config is read so warnings about the config file
@@ -340,6 +350,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"warren: cannot start: {problem}", file=sys.stderr)
             return 1
         return _run(config)
+    except KeyboardInterrupt:
+        # Ctrl-C before the broker's own handler is in place (reading the
+        # config, importing the broker): stop here, quietly, as a shell expects.
+        log.warning("interrupted before the broker started")
+        return 130
     finally:
         # Leave the process's logging as we found it (matters when main() is
         # called from tests or embedded).
@@ -416,14 +431,14 @@ def _run_ephemeral(config: Config) -> int:
 
 
 def _run(config: Config) -> int:
-    factory = _loop_factory()
-    log.debug("event loop: %s", "uvloop" if factory is not None else "asyncio default")
     try:
+        factory = _loop_factory()
+        log.debug("event loop: %s", "uvloop" if factory is not None else "asyncio default")
         with asyncio.Runner(loop_factory=factory) as runner:
             return runner.run(_serve(config))
     except KeyboardInterrupt:
         # SIGINT before our handler was installed (or after it was removed).
-        log.warning("interrupted")
+        log.warning("interrupted before the broker started")
         return 130
     except asyncio.CancelledError:
         log.error("forced exit before the broker stopped cleanly")
@@ -437,10 +452,6 @@ async def _serve(config: Config) -> int:
     A second signal while stopping cancels the shutdown, so a stuck stop()
     can still be interrupted from the terminal.
     """
-    from warren.app import Broker  # deferred: see module docstring
-    from warren.definitions_document import DefinitionsError
-    from warren.store.damage import DamagedFile
-
     loop = asyncio.get_running_loop()
     stop_event = asyncio.Event()
     task = asyncio.current_task()
@@ -455,9 +466,22 @@ async def _serve(config: Config) -> int:
         log.info("received %s, shutting down", name)
         stop_event.set()
 
+    # A Ctrl-C while the broker is imported (a good part of a second) finds
+    # asyncio.Runner's handler, which cancels this task: it ends at the sleep,
+    # before anything is created, and runner.run raises KeyboardInterrupt.
+    from warren.app import Broker  # deferred: see module docstring
+    from warren.definitions_document import DefinitionsError
+    from warren.store.damage import DamagedFile
+
+    await asyncio.sleep(0)
     # Installed before start() so a signal arriving during startup still
     # leads to an orderly stop instead of killing the process mid-start.
     restore = _install_signal_handlers(loop, on_signal)
+    if task.cancelling():  # Runner's handler ran between the sleep and the line above
+        task.uncancel()
+        restore()
+        log.warning("interrupted before the broker started")
+        return 130
     if config.clustering:
         from warren.app import ReplicaReadServer
         from warren.cluster.node import ClusterNode
