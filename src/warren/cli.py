@@ -15,15 +15,17 @@ import asyncio
 import contextlib
 import errno
 import logging
+import os
 import signal
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from warren.config import Config, ConfigError, check_field, normalize_log_level
 
-__all__ = ["build_config", "build_parser", "config_from_args", "main"]
+__all__ = ["build_config", "build_parser", "config_from_args", "data_dir_problem", "main"]
 
 log = logging.getLogger("warren.cli")
 
@@ -254,8 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> Config:
     """Apply defaults < config file < given flags, then validate the result."""
     config = Config()
+    origin: dict[str, str] = {}
     if args.config is not None:
-        config.apply_ini(args.config)
+        origin = config.apply_ini(args.config)
     for field, flag in _OVERRIDES:
         value: Any = getattr(args, field)
         if value is None:
@@ -266,11 +269,12 @@ def config_from_args(args: argparse.Namespace) -> Config:
         if problem is not None:
             raise ConfigError(f"{flag} {getattr(args, field)!r}: {problem}")
         setattr(config, field, value)
+        origin[field] = flag
     if getattr(args, "ephemeral", False):
         # The directory itself is made (and removed) by main(); nothing is synced
         # to a disk that is thrown away at exit.
         config.sync = False
-    config.validate()
+    config.validate(origin)
     return config
 
 
@@ -311,10 +315,20 @@ def main(argv: list[str] | None = None) -> int:
         from warren.ctl.main import main as ctl_main
 
         return ctl_main(list(args[1:]))
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C while logging is set up or torn down: one line, no traceback.
+        print("warren: interrupted before the broker started", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
+    """The server: configuration, logging, data dir check, then the broker."""
     root = logging.getLogger()
     saved_level = root.level
     # Installed before the config is read so warnings about the config file
-    # (unknown keys) already come out in the final format.
+    # (LavinMQ settings Warren ignores) already come out in the final format.
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     root.addHandler(handler)
@@ -331,12 +345,62 @@ def main(argv: list[str] | None = None) -> int:
         root.setLevel(config.logging_level)
         if parsed.ephemeral:
             return _run_ephemeral(config)
+        problem = data_dir_problem(config.data_dir)
+        if problem is not None:
+            print(f"warren: cannot start: {problem}", file=sys.stderr)
+            return 1
         return _run(config)
+    except KeyboardInterrupt:
+        # Ctrl-C before the broker's own handler is in place (reading the
+        # config, importing the broker): stop here, quietly, as a shell expects.
+        log.warning("interrupted before the broker started")
+        return 130
     finally:
         # Leave the process's logging as we found it (matters when main() is
         # called from tests or embedded).
         root.removeHandler(handler)
         root.setLevel(saved_level)
+
+
+def data_dir_problem(data_dir: str) -> str | None:
+    """What stops this user from using ``data_dir`` as the data directory, or None.
+
+    Checked before anything starts so the operator reads what is wrong with
+    which path, rather than an errno from somewhere inside the store. Creates
+    nothing: a missing directory is fine when it can be made.
+    """
+    path = Path(data_dir)
+    if path.exists() or path.is_symlink():
+        if path.is_file():
+            return f"data dir {data_dir} exists but is a file, not a directory"
+        if not path.is_dir():
+            return f"data dir {data_dir} exists but is not a directory"
+        if not os.access(path, os.W_OK | os.X_OK):
+            return f"data dir {data_dir} is not writable by {_user()}"
+        if not os.access(path, os.R_OK):
+            return f"data dir {data_dir} is not readable by {_user()}"
+        lock = path / ".lock"
+        if lock.exists() and not os.access(lock, os.R_OK | os.W_OK):
+            return f"data dir {data_dir}: {lock} is not writable by {_user()}"
+        return None
+    ancestor = path.absolute().parent
+    while not (ancestor.exists() or ancestor.is_symlink()) and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"data dir {data_dir} cannot be created: {ancestor} is not a directory"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"data dir {data_dir} cannot be created: {ancestor} is not writable by {_user()}"
+    return None
+
+
+def _user() -> str:
+    """This process's user, for messages about permissions."""
+    try:
+        import pwd
+
+        return f"user {pwd.getpwuid(os.geteuid()).pw_name}"
+    except (ImportError, KeyError):  # no pwd module (Windows), or a uid without an entry
+        return "this user"
 
 
 def _exit_status(code: object) -> int:
@@ -367,14 +431,14 @@ def _run_ephemeral(config: Config) -> int:
 
 
 def _run(config: Config) -> int:
-    factory = _loop_factory()
-    log.debug("event loop: %s", "uvloop" if factory is not None else "asyncio default")
     try:
+        factory = _loop_factory()
+        log.debug("event loop: %s", "uvloop" if factory is not None else "asyncio default")
         with asyncio.Runner(loop_factory=factory) as runner:
             return runner.run(_serve(config))
     except KeyboardInterrupt:
         # SIGINT before our handler was installed (or after it was removed).
-        log.warning("interrupted")
+        log.warning("interrupted before the broker started")
         return 130
     except asyncio.CancelledError:
         log.error("forced exit before the broker stopped cleanly")
@@ -388,10 +452,6 @@ async def _serve(config: Config) -> int:
     A second signal while stopping cancels the shutdown, so a stuck stop()
     can still be interrupted from the terminal.
     """
-    from warren.app import Broker  # deferred: see module docstring
-    from warren.definitions_document import DefinitionsError
-    from warren.store.damage import DamagedFile
-
     loop = asyncio.get_running_loop()
     stop_event = asyncio.Event()
     task = asyncio.current_task()
@@ -406,9 +466,22 @@ async def _serve(config: Config) -> int:
         log.info("received %s, shutting down", name)
         stop_event.set()
 
+    # A Ctrl-C while the broker is imported (a good part of a second) finds
+    # asyncio.Runner's handler, which cancels this task: it ends at the sleep,
+    # before anything is created, and runner.run raises KeyboardInterrupt.
+    from warren.app import Broker  # deferred: see module docstring
+    from warren.definitions_document import DefinitionsError
+    from warren.store.damage import DamagedFile
+
+    await asyncio.sleep(0)
     # Installed before start() so a signal arriving during startup still
     # leads to an orderly stop instead of killing the process mid-start.
     restore = _install_signal_handlers(loop, on_signal)
+    if task.cancelling():  # Runner's handler ran between the sleep and the line above
+        task.uncancel()
+        restore()
+        log.warning("interrupted before the broker started")
+        return 130
     if config.clustering:
         from warren.app import ReplicaReadServer
         from warren.cluster.node import ClusterNode
@@ -487,4 +560,6 @@ def _start_error_message(config: Config, exc: OSError) -> str:
         return f"{where}: address not available on this host"
     if exc.errno == errno.EACCES and exc.filename is None:
         return f"{where}: permission denied (privileged port?)"
+    if exc.filename is not None and exc.strerror:
+        return f"warren: cannot start: {exc.filename}: {exc.strerror}"
     return f"warren: cannot start: {exc}"

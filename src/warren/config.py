@@ -2,8 +2,10 @@
 
 The INI layout deliberately reuses LavinMQ's section and key names
 (``[main] data_dir``, ``[amqp] port`` ...) so an existing LavinMQ config file
-works unchanged; settings Warren does not implement are warned about and
-ignored rather than rejected, so such a file still starts the broker. What
+works unchanged. An unknown section or key stops the start with the file,
+line and nearest known name (a typo must not leave the broker on defaults);
+LavinMQ settings of features Warren does not have are warned about and
+ignored, so a LavinMQ file still starts the broker (config_names.py). What
 each setting accepts is config_checks.py's.
 """
 
@@ -14,11 +16,18 @@ import dataclasses
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from warren.config_checks import LOG_LEVELS, check_field, normalize_log_level
+from warren.config_names import (
+    RENAMED,
+    UNSUPPORTED_KEYS,
+    line_numbers,
+    suggestion,
+    unsupported_section,
+)
 from warren.sample_retention import DEFAULT_POLICIES, Retention
 
 __all__ = ["Config", "ConfigError", "LOG_LEVELS", "check_field", "normalize_log_level"]
@@ -234,104 +243,152 @@ class Config:
     def from_ini(cls, path: str | os.PathLike[str]) -> Config:
         """Defaults overlaid with the settings of one INI file, validated."""
         config = cls()
-        config.apply_ini(path)
-        config.validate()
+        config.validate(config.apply_ini(path))
         return config
 
-    def apply_ini(self, path: str | os.PathLike[str]) -> None:
+    def apply_ini(self, path: str | os.PathLike[str]) -> dict[str, str]:
         """Overlay the settings found in ``path`` onto this config.
 
         All-or-nothing: on any error nothing is changed, so a caller never
         sees a half-applied file. Each value is range-checked here so the
-        error can name the file, section and key it came from.
+        error can name the file, line, section and key it came from; an
+        unknown section or key is an error too (config_names.py). Returns
+        where each field set came from (``file:line``), for validate().
         """
+        name = os.fspath(path)
         parser = configparser.ConfigParser(
             # A literal [DEFAULT] section would otherwise leak its keys into
             # every section; treat it as just another unknown section.
             default_section="\x00warren-no-default\x00",
             # Passwords and paths may contain '%'.
             interpolation=None,
+            # "port = 5672   ; a comment", as the docs write them; a ';' not
+            # preceded by whitespace stays part of the value.
+            inline_comment_prefixes=(";",),
         )
         try:
             with open(path, encoding="utf-8") as fh:
-                parser.read_file(fh)
+                text = fh.read()
+            parser.read_string(text, source=name)
         except OSError as exc:
             reason = exc.strerror or str(exc)
-            raise ConfigError(f"cannot read config file {os.fspath(path)}: {reason}") from exc
-        except (configparser.Error, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{os.fspath(path)}: malformed config file: {exc}") from exc
+            raise ConfigError(f"cannot read config file {name}: {reason}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{name}: malformed config file: not UTF-8 text ({exc})") from exc
+        except configparser.Error as exc:
+            raise ConfigError(_malformed(name, text, exc)) from exc
+        lines = line_numbers(text)
+
+        def where(section: str, key: str | None = None) -> str:
+            number = lines.get((section, key)) or lines.get((section, None))
+            return f"{name}:{number}" if number else name
 
         updates: dict[str, Any] = {}
+        origin: dict[str, str] = {}
         retention: dict[str, list[tuple[int, int]]] = {}
+        retention_origin: dict[str, str] = {}
         for section in parser.sections():
-            keys = parser.options(section)
-            if not keys and section not in _INI_SECTIONS:
-                log.warning("%s: ignoring unknown section [%s]", os.fspath(path), section)
-            for key in keys:
+            if unsupported_section(section):
+                log.warning(
+                    "%s: LavinMQ's [%s] is not supported by Warren; its settings are ignored",
+                    where(section),
+                    section,
+                )
+                continue
+            if section not in _INI_SECTIONS:
+                raise ConfigError(f"{where(section)}: {_unknown_section(section)}")
+            for key in parser.options(section):
                 raw = parser.get(section, key)
                 if section == "mgmt" and key.startswith(_RETENTION_PREFIX):
                     try:
                         policy, pair = _parse_retention(key, raw)
                     except ValueError as exc:
-                        raise ConfigError(_ini_error(path, section, key, raw, str(exc))) from None
+                        raise ConfigError(
+                            _ini_error(where(section, key), section, key, raw, str(exc))
+                        ) from None
                     retention.setdefault(policy, []).append(pair)
+                    retention_origin.setdefault(policy, where(section, key))
                     continue
                 spec = _INI_KEYS.get((section, key))
                 if spec is None:
-                    log.warning(
-                        "%s: ignoring unknown or unsupported setting [%s] %s",
-                        os.fspath(path),
-                        section,
-                        key,
-                    )
-                    continue
+                    if (section, key) in UNSUPPORTED_KEYS:
+                        log.warning(
+                            "%s: LavinMQ's [%s] %s is not supported by Warren; ignored",
+                            where(section, key),
+                            section,
+                            key,
+                        )
+                        continue
+                    raise ConfigError(f"{where(section, key)}: {_unknown_key(section, key)}")
                 field, convert = spec
                 try:
                     value = convert(raw)
                 except ValueError as exc:
-                    raise ConfigError(_ini_error(path, section, key, raw, str(exc))) from None
+                    raise ConfigError(
+                        _ini_error(where(section, key), section, key, raw, str(exc))
+                    ) from None
                 problem = check_field(field, value)
                 if problem is not None:
-                    raise ConfigError(_ini_error(path, section, key, raw, problem))
+                    raise ConfigError(_ini_error(where(section, key), section, key, raw, problem))
                 updates[field] = value
+                origin[field] = f"{where(section, key)}: [{section}] {key}"
         for policy, pairs in retention.items():
             # The policies set replace their defaults; the others keep theirs.
             field = f"sample_retention_{policy}"
             value = tuple(sorted(pairs))
             problem = check_field(field, value)
             if problem is not None:
-                raise ConfigError(f"{os.fspath(path)}: [mgmt] {_RETENTION_PREFIX}{policy}: {problem}")
+                raise ConfigError(
+                    f"{retention_origin[policy]}: [mgmt] {_RETENTION_PREFIX}{policy}: {problem}"
+                )
             updates[field] = value
+            origin[field] = f"{retention_origin[policy]}: [mgmt] {_RETENTION_PREFIX}{policy}"
         for field, value in updates.items():
             setattr(self, field, value)
+        return origin
 
-    def validate(self) -> None:
+    def validate(self, origin: Mapping[str, str] | None = None) -> None:
         """Raise ConfigError for the first out-of-range setting.
 
         Run after all sources (defaults, file, flags) are merged, so a config
-        built in code gets the same checks as one read from disk.
+        built in code gets the same checks as one read from disk. ``origin``
+        (field -> where it was set, as apply_ini returns) lets a problem between
+        several settings name the line of the one that asked for the others.
         """
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             problem = check_field(f.name, value)
             if problem is not None:
                 raise ConfigError(f"invalid {f.name} {value!r}: {problem}")
+
+        def fail(field: str, message: str) -> ConfigError:
+            source = (origin or {}).get(field)
+            return ConfigError(f"{source}: {message}" if source else message)
+
         if self.tls_verify_peer and not self.tls_ca_cert:
-            raise ConfigError("tls_verify_peer needs tls_ca_cert (the CA bundle to verify with)")
+            raise fail(
+                "tls_verify_peer",
+                "tls_verify_peer needs tls_ca_cert (the CA bundle to verify with)",
+            )
         if self.tls_fail_if_no_peer_cert and not self.tls_verify_peer:
-            raise ConfigError("tls_fail_if_no_peer_cert needs tls_verify_peer = true")
+            raise fail(
+                "tls_fail_if_no_peer_cert", "tls_fail_if_no_peer_cert needs tls_verify_peer = true"
+            )
         if self.clustering_tls and not (self.tls_cert and self.tls_key and self.tls_ca_cert):
-            raise ConfigError(
+            raise fail(
+                "clustering_tls",
                 "[clustering] tls needs tls_cert, tls_key (this node's certificate) and "
-                "tls_ca_cert (the CA that signs every node's)"
+                "tls_ca_cert (the CA that signs every node's)",
             )
         if self.http_body_budget < max(self.http_max_body_size, self.http_max_definitions_size):
-            raise ConfigError(
+            raise fail(
+                "http_body_budget",
                 "[mgmt] body_budget must hold the largest body allowed "
-                "(max_body_size, max_definitions_size)"
+                "(max_body_size, max_definitions_size)",
             )
         if bool(self.clustering_etcd_cert) != bool(self.clustering_etcd_key):
-            raise ConfigError("[clustering] etcd_cert and etcd_key go together")
+            which = "clustering_etcd_cert" if self.clustering_etcd_cert else "clustering_etcd_key"
+            raise fail(which, "[clustering] etcd_cert and etcd_key go together")
 
     @property
     def logging_level(self) -> int:
@@ -498,5 +555,52 @@ def _parse_retention(key: str, raw: str) -> tuple[str, tuple[int, int]]:
     return parts[0], (age, _parse_int(raw))
 
 
-def _ini_error(path: str | os.PathLike[str], section: str, key: str, raw: str, why: str) -> str:
-    return f"{os.fspath(path)}: [{section}] {key} = {raw!r}: {why}"
+def _ini_error(where: str, section: str, key: str, raw: str, why: str) -> str:
+    return f"{where}: [{section}] {key} = {raw!r}: {why}"
+
+
+def _unknown_section(section: str) -> str:
+    hint = RENAMED.get((section, None))
+    if hint is None:
+        near = suggestion(section, _INI_SECTIONS)
+        hint = (
+            f"did you mean [{near}]?"
+            if near
+            else "known sections: " + ", ".join(f"[{s}]" for s in sorted(_INI_SECTIONS))
+        )
+    return f"unknown section [{section}] ({hint})"
+
+
+def _unknown_key(section: str, key: str) -> str:
+    hint = RENAMED.get((section, key))
+    if hint is None:
+        here = [k for s, k in _INI_KEYS if s == section]
+        if section == "mgmt":
+            here.append(_RETENTION_PREFIX + "<policy>.<age>")
+        near = suggestion(key, here)
+        elsewhere = sorted(s for s, k in _INI_KEYS if k == key)
+        if near is not None:
+            hint = f"did you mean {near}?"
+        elif elsewhere:
+            hint = f"did you mean [{elsewhere[0]}] {key}?"
+        else:
+            hint = f"known keys in [{section}]: " + ", ".join(sorted(here))
+    return f"unknown setting [{section}] {key} ({hint})"
+
+
+def _malformed(name: str, text: str, exc: configparser.Error) -> str:
+    """configparser's errors as ``file:line: malformed config file: what``."""
+    if isinstance(exc, configparser.MissingSectionHeaderError):
+        line = exc.line.strip()
+        return f"{name}:{exc.lineno}: malformed config file: {line!r} is before any [section]"
+    if isinstance(exc, configparser.DuplicateOptionError):
+        return (
+            f"{name}:{exc.lineno}: malformed config file: [{exc.section}] {exc.option} is set twice"
+        )
+    if isinstance(exc, configparser.DuplicateSectionError):
+        return f"{name}:{exc.lineno}: malformed config file: [{exc.section}] appears twice"
+    if isinstance(exc, configparser.ParsingError) and exc.errors:
+        lineno = exc.errors[0][0]
+        line = text.splitlines()[lineno - 1].strip()
+        return f"{name}:{lineno}: malformed config file: not a [section] or key = value: {line!r}"
+    return f"{name}: malformed config file: {exc}"
