@@ -196,8 +196,9 @@ def test_sigint_while_the_broker_is_imported_stops_before_anything_is_made(
     assert "Traceback" not in out + err and err == ""
     assert "event loop:" in out.splitlines()[0]
     if status == 130:
-        lines = out.splitlines()
-        assert len(lines) == 2 and "interrupted before the broker started" in lines[1], out
+        # Debug level may log more before the interrupt lands (asyncio's selector line):
+        # the last line is the interrupt's, and nothing was made.
+        assert "interrupted before the broker started" in out.splitlines()[-1], out
         assert tree(tmp_path) == []  # no ./data
     else:  # the import won the race on a slow machine: the normal Ctrl-C path
         assert status == 0 and "received SIGINT, shutting down" in out
