@@ -87,6 +87,7 @@ COMPILED_MODULES = [
     "warren.store.segment_losses",
     "warren.store.segment_recovery",
     "warren.store.segment_scan",
+    "warren.store.segment_settle",
     "warren.store.segment_spares",
     "warren.store.segment_store",
     "warren.store.stream_cursor",
