@@ -556,6 +556,7 @@ class SegmentStore(SegmentSettle):
             if cursor.pos < cursor.end:
                 return m, cursor.pos
 
+
 def _transient_in_run(run: MessageRun, start: int, stored: StoredRun) -> list[int]:
     """The indexes (from ``start``) of a stored run's transient messages."""
     n = len(stored)
