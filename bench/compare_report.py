@@ -326,7 +326,7 @@ class Report:
         w(
             "To make sure the perf client is not what limits the numbers, one perf "
             "publisher and one perf consumer ran against a stand-in broker (in "
-            "`bench/compare.py`) that completes the handshake and then discards "
+            "`bench/amqp_standin.py`) that completes the handshake and then discards "
             "everything it receives without parsing it, or writes pre-built "
             "basic.deliver frames as fast as the consumer reads them. The same 16-byte "
             "bodies as in the main scenarios; also a publisher into a real broker's "

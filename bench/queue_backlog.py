@@ -15,8 +15,8 @@ Scenarios (issue 27), each on a fresh durable queue of --size-byte messages:
   Reported: messages over the time from the first publish to the last
   delivery.
 
-The clients speak AMQP 0-9-1 with socket and struct only (bench/stream_backlog.py's
-Raw for the handshake): a consumer counts deliveries by their method frames'
+The clients speak AMQP 0-9-1 with socket and struct only (bench/raw_amqp.py's
+encoder and connection): a consumer counts deliveries by their method frames'
 bytes (every delivery has the same size here) and acks by tag, which the broker
 numbers from 1 on the fresh channel, so a pattern of Warren's own client cannot
 flatter the numbers, nor can the client's own parsing limit them. Per run:
@@ -31,79 +31,38 @@ import contextlib
 import json
 import multiprocessing
 import os
-import socket
 import statistics
 import struct
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stream_backlog import FRAME, Raw, cpu_seconds, method, shortstr, table  # noqa: E402
+from raw_amqp import (  # noqa: E402  bench/raw_amqp.py: the shared raw-socket client
+    FRAME,
+    Conn,
+    ack_frame,
+    method,
+    publish_bytes,
+    publish_confirmed,
+    shortstr,
+    single_acks,
+    table,
+)
+from stream_backlog import broker, cpu_seconds  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "backlog"
 SCENARIOS = ("noack", "single", "multi", "ahead", "ahead1")
-_ACK_HEAD = FRAME.pack(1, 1, 13) + b"\x00\x3c\x00\x50"  # basic.ack on channel 1
-
-
-def acks(first: int, last: int) -> bytes:
-    """basic.ack frames (multiple=0) for tags first .. last, built without a loop
-    per tag: a template of 21-byte frames whose tag bytes are filled by slices."""
-    n = last - first + 1
-    out = bytearray((_ACK_HEAD + bytes(8) + b"\x00\xce") * n)
-    tags = struct.pack(f">{n}Q", *range(first, last + 1))
-    for j in range(8):
-        out[11 + j :: 21] = tags[j::8]
-    return bytes(out)
-
-
-def ack_multiple(tag: int) -> bytes:
-    return method(1, 60, 80, struct.pack(">QB", tag, 1))
-
-
-def fresh_queue(raw: Raw) -> None:
-    raw.sock.sendall(method(1, 50, 40, b"\x00\x00" + shortstr(QUEUE) + b"\x00"))  # delete
-    raw.expect(50, 41)
-    raw.sock.sendall(method(1, 50, 10, b"\x00\x00" + shortstr(QUEUE) + b"\x02" + table({})))
-    raw.expect(50, 11)
-
-
-def one_publish(size: int) -> bytes:
-    return (
-        method(1, 60, 40, b"\x00\x00" + shortstr("") + shortstr(QUEUE) + b"\x00")
-        + FRAME.pack(2, 1, 14) + struct.pack(">HHQH", 60, 0, size, 0) + b"\xce"
-        + FRAME.pack(3, 1, size) + bytes(size) + b"\xce"
-    )  # fmt: skip
-
-
-def fill(raw: Raw, count: int, size: int) -> float:
-    """Publish ``count`` messages with confirms; msg/s."""
-    raw.sock.sendall(method(1, 85, 10, b"\x00"))
-    raw.expect(85, 11)
-    one = one_publish(size)
-    started = time.perf_counter()
-    confirmed = sent = 0
-    while confirmed < count:
-        if sent < count and sent - confirmed < 20_000:
-            n = min(1000, count - sent)
-            raw.sock.sendall(one * n)
-            sent += n
-            continue
-        ftype, payload = raw.frame()
-        if ftype == 1 and payload[:4] == b"\x00\x3c\x00\x50":
-            tag, multiple = struct.unpack_from(">QB", payload, 4)
-            confirmed = tag if multiple & 1 else confirmed + 1
-    return count / (time.perf_counter() - started)
+def fresh_queue(raw: Conn) -> None:
+    raw.delete(QUEUE)
+    raw.declare(QUEUE, durable=True)
 
 
 def consume(host: str, port: int, count: int, prefetch: int, mode: str) -> tuple[float, float]:
     """Consume ``count`` deliveries (mode: noack, single or multi); returns the
     times of the consume-ok and of the last delivery (perf_counter)."""
-    raw = Raw(host, port)
+    raw = Conn.open(port, host)
     raw.sock.sendall(method(1, 60, 10, struct.pack(">IHB", 0, prefetch, 0)))
     raw.expect(60, 11)
     no_ack = 2 if mode == "noack" else 0
@@ -121,11 +80,11 @@ def consume(host: str, port: int, count: int, prefetch: int, mode: str) -> tuple
     while True:
         if mode == "single":
             if got > acked:
-                sock.sendall(acks(acked + 1, got))
+                sock.sendall(single_acks(acked + 1, got))
                 acked = got
         elif mode == "multi" and got - acked >= 100:
             acked = got - got % 100
-            sock.sendall(ack_multiple(acked))
+            sock.sendall(ack_frame(acked, True))
         if got >= count:
             break
         data = sock.recv(1 << 22)
@@ -137,7 +96,7 @@ def consume(host: str, port: int, count: int, prefetch: int, mode: str) -> tuple
     if got != count:
         raise RuntimeError(f"{got} deliveries, expected {count}")
     if mode != "noack" and acked < got:
-        sock.sendall(ack_multiple(got))
+        sock.sendall(ack_frame(got, True))
     sock.close()  # the consumer and its channel go with the connection
     return started, ended
 
@@ -154,7 +113,7 @@ def ahead(host: str, port: int, count: int, size: int, prefetch: int, mode: str)
     consumer = ctx.Process(target=_consumer_proc, args=(host, port, count, prefetch, mode, send))
     consumer.start()
     # The consumer is subscribed once the queue has a consumer: poll with passive declares.
-    raw = Raw(host, port)
+    raw = Conn.open(port, host)
     while True:
         raw.sock.sendall(method(1, 50, 10, b"\x00\x00" + shortstr(QUEUE) + b"\x01" + table({})))
         args = raw.expect(50, 11)
@@ -163,7 +122,7 @@ def ahead(host: str, port: int, count: int, size: int, prefetch: int, mode: str)
         if consumers:
             break
         time.sleep(0.01)
-    one = one_publish(size)
+    one = publish_bytes(QUEUE, size, False)
     batch = one * 1000
     started = time.perf_counter()
     for _ in range(count // 1000):
@@ -180,32 +139,6 @@ def drain(host: str, port: int, count: int, prefetch: int, mode: str) -> float:
     return count / (ended - started)
 
 
-@contextlib.contextmanager
-def warren(src: Path, pure: bool) -> Iterator[tuple[int, int]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with tempfile.TemporaryDirectory(prefix="warren-qbacklog-") as tmp:
-        env = dict(os.environ, PYTHONPATH=str(src))
-        env.pop("WARREN_PURE_PYTHON", None)
-        if pure:
-            env["WARREN_PURE_PYTHON"] = "1"
-        cmd = [sys.executable, "-m", "warren", "--amqp-port", str(port), "--http-port", "-1",
-               "--mqtt-port", "-1", "--prometheus-port", "-1", "-D", f"{tmp}/data",
-               "--log-level", "warning"]  # fmt: skip
-        proc = subprocess.Popen(cmd, env=env, cwd=tmp)
-        try:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                    break
-                time.sleep(0.1)
-            yield port, proc.pid
-        finally:
-            proc.terminate()
-            proc.wait(30)
-
-
 def rss_anon_kb(pid: int) -> int:
     """The broker's anonymous resident memory (mapped segment files do not count)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -219,14 +152,14 @@ def run(host: str, port: int, pid: int | None, args: argparse.Namespace) -> dict
     for key in args.only or SCENARIOS:
         rates, cpus, fills, rss = [], [], [], []
         for _ in range(args.repeat):
-            raw = Raw(host, port)
+            raw = Conn.open(port, host)
             fresh_queue(raw)
             if key in ("ahead", "ahead1"):
                 before = cpu_seconds(pid) if pid else 0.0
                 mode = "multi" if key == "ahead" else "single"
                 rate = ahead(host, port, args.messages, args.size, args.prefetch, mode)
             else:
-                fills.append(fill(raw, args.messages, args.size))
+                fills.append(publish_confirmed(raw, QUEUE, args.messages, args.size))
                 if pid:
                     rss.append(rss_anon_kb(pid))
                 before = cpu_seconds(pid) if pid else 0.0
@@ -258,12 +191,7 @@ def main() -> None:
     parser.add_argument("--only", action="append", choices=SCENARIOS)
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
-        if args.url:
-            hostport = args.url.rsplit("@", 1)[-1].strip("/")
-            host, port, pid = hostport.split(":")[0], int(hostport.split(":")[1]), None
-        else:
-            port, pid = stack.enter_context(warren(args.src, args.pure))
-            host = "127.0.0.1"
+        host, port, pid = broker(stack, args.url, args.pure, args.src)
         results = run(host, port, pid, args)
     print(json.dumps({"src": str(args.src), "load_average": os.getloadavg(), **results}, indent=1))
 

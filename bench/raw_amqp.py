@@ -1,9 +1,10 @@
 """A raw-socket AMQP 0-9-1 load generator that shares no code with Warren (issue 27).
 
-Plain sockets, ``struct`` and a hand-written encoder, grown from the clients in
-bench/wa_load.py and bench/stream_backlog.py; nothing from ``warren``, so a
-pattern Warren's own client (``warren perf``) happens to produce cannot flatter
-the numbers. What bench/backlog_bench.py needs:
+Plain sockets, ``struct`` and a hand-written encoder; nothing from ``warren``,
+so a pattern Warren's own client (``warren perf``) happens to produce cannot
+flatter the numbers. The other raw-socket clients (bench/wa_load.py,
+bench/stream_backlog.py, bench/queue_backlog.py) take their encoder and
+connection from here. What bench/backlog_bench.py needs:
 
 - :class:`Conn`: one connection with channel 1 open; declare, delete, depth.
 - :func:`fill`: put N messages into a queue (no confirms, large pre-encoded
@@ -33,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-_FRAME = struct.Struct(">BHI")
+FRAME = struct.Struct(">BHI")
 _U64B = struct.Struct(">QB")
 FRAME_END = b"\xce"
 BODY_BYTE = b"x"
@@ -44,7 +45,7 @@ MODES = (NOACK, SINGLE, MULTIPLE)
 
 
 def frame(ftype: int, channel: int, payload: bytes) -> bytes:
-    return _FRAME.pack(ftype, channel, len(payload)) + payload + FRAME_END
+    return FRAME.pack(ftype, channel, len(payload)) + payload + FRAME_END
 
 
 def method(channel: int, cls: int, mid: int, args: bytes = b"") -> bytes:
@@ -92,21 +93,21 @@ def ack_frame(tag: int, multiple: bool) -> bytes:
 
 
 #: basic.ack on channel 1: frame header and class/method ids, then tag and bits.
-_ACK_HEAD = _FRAME.pack(1, 1, 13) + struct.pack(">HH", 60, 80)
+_ACK_HEAD = FRAME.pack(1, 1, 13) + struct.pack(">HH", 60, 80)
 _ACK_ONE = _ACK_HEAD + bytes(9) + FRAME_END
-_TAG = struct.Struct(">Q")
 
 
 def single_acks(first: int, last: int) -> bytes:
-    """basic.ack(multiple=false) for every tag in first..last, as one buffer."""
+    """basic.ack(multiple=false) for every tag in first..last, as one buffer: a
+    template of 21-byte frames whose tag bytes are filled by slices, no loop per tag."""
     n = last - first + 1
     if n <= 0:
         return b""
     buf = bytearray(_ACK_ONE * n)
-    pack = _TAG.pack_into
+    tags = struct.pack(f">{n}Q", *range(first, last + 1))
     size, at = len(_ACK_ONE), len(_ACK_HEAD)
-    for i in range(n):
-        pack(buf, i * size + at, first + i)
+    for j in range(8):
+        buf[at + j :: size] = tags[j::8]
     return bytes(buf)
 
 
@@ -158,7 +159,7 @@ class Conn:
             out: list[tuple[int, int, bytes]] = []
             buf, pos, n = self.buf, 0, len(self.buf)
             while n - pos >= 7:
-                ftype, ch, size = _FRAME.unpack_from(buf, pos)
+                ftype, ch, size = FRAME.unpack_from(buf, pos)
                 if n - pos < size + 8:
                     break
                 out.append((ftype, ch, buf[pos + 7 : pos + 7 + size]))
@@ -239,6 +240,27 @@ def wait_depth(port: int, queue: str, n: int, timeout: float = 600) -> None:
         c.close()
 
 
+def publish_confirmed(c: Conn, queue: str, n: int, size: int, persistent: bool = False) -> float:
+    """Publish ``n`` messages on ``c`` with confirms, at most 20,000 unconfirmed;
+    returns messages/s from the first publish until the last confirm."""
+    c.send(method(1, 85, 10, b"\x00"))
+    c.expect(85, 11)
+    one = publish_bytes(queue, size, persistent, c.frame_max)
+    started = time.perf_counter()
+    confirmed = sent = 0
+    while confirmed < n:
+        if sent < n and sent - confirmed < 20_000:
+            k = min(1000, n - sent)
+            c.send(one * k)
+            sent += k
+            continue
+        for ftype, _ch, payload in c.frames():
+            if ftype == 1 and payload[:4] == b"\x00\x3c\x00\x50":  # basic.ack
+                tag, multiple = struct.unpack_from(">QB", payload, 4)
+                confirmed = tag if multiple & 1 else confirmed + 1
+    return n / (time.perf_counter() - started)
+
+
 def fill(port: int, queue: str, n: int, size: int, persistent: bool) -> float:
     """Publish ``n`` messages (no confirms) and wait until the queue holds them all;
     returns messages/s from the first publish until then."""
@@ -268,7 +290,7 @@ def deliver_marker(ctag: str, queue: str) -> bytes:
     """The first 11 bytes of every basic.deliver frame this consumer gets on channel 1
     (exchange "", routing key ``queue``): type, channel, size, class 60, method 60."""
     args = shortstr(ctag) + bytes(8) + b"\x00" + shortstr("") + shortstr(queue)
-    return _FRAME.pack(1, 1, 4 + len(args)) + struct.pack(">HH", 60, 60)
+    return FRAME.pack(1, 1, 4 + len(args)) + struct.pack(">HH", 60, 60)
 
 
 class Acker:

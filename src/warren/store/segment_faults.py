@@ -1,7 +1,8 @@
 """A classic queue store's counters and read cursor, and what becomes of them when
 its files fail it.
 
-SegmentStore (store/segment_store.py) reads and writes; this, its base class,
+SegmentStore (store/segment_store.py) reads and writes, SegmentSettle
+(store/segment_settle.py) acks, requeues and removes; this, their base class,
 holds what its counters and cursor are and the paths off its hot path that
 change them: records a failed write-out dropped (a full disk), a record
 damaged on disk met by the read path (kept aside and stepped over, store/

@@ -31,7 +31,8 @@ ended before) and, on the owner's thread, what it held is dropped: the log
 closes that segment (later records go to a new one, so no position is ever
 reused), remembers the write generations it lost and hands the dropped records
 to the owner's ``on_lost`` (outside the lock), which takes them out of its
-counters; the publishers waiting for them get nacks.
+counters; the publishers waiting for them get nacks (that bookkeeping is
+store/segment_losses.py's).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from warren.store.segment_format import (
     new_salt,
     parse_header,
 )
+from warren.store.segment_losses import WriteLosses, undo_write
 from warren.store.segment_scan import RecordScan
 from warren.store.segment_scan import scan as scan_segment
 from warren.store.segment_spares import Spares
@@ -155,15 +157,13 @@ class SegmentLog:
         self._mirrored = (0, 0)  # (write segment id, position) reported so far
         #: The data directory's free-disk budget (store/disk_budget.py).
         self.budget = budget_for(self.directory)
-        # The write generation since which the kept records were appended, and the
-        # (first, last) generations whose records were dropped.
+        # The write generation since which the kept records were appended.
         self._flushed_gen = self.budget.gen
-        self._lost: list[tuple[int, int]] = []
         #: The owner's (segment id, position, records): what a failed write-out
         #: dropped, records from that position on; returns how many it counted.
         self.on_lost: Callable[[int, int, bytes], int] | None = None
-        self._losses: list[tuple[int, int, bytes, OSError]] = []  # not yet reported
-        self._owner = threading.get_ident()
+        #: What failed write-outs dropped (store/segment_losses.py).
+        self.losses = WriteLosses()
         #: Dropped segment files kept for reuse (store/segment_spares.py).
         self.spares = Spares(self)
 
@@ -360,8 +360,8 @@ class SegmentLog:
                     written += os.pwrite(fd, whole[written:], at + written)
         except OSError as exc:
             if written and fd >= 0:
-                self._undo_write(fd, at)
-            if threading.get_ident() != self._owner:
+                undo_write(fd, at, v2, self.seed, self.directory)
+            if threading.get_ident() != self.losses.owner:
                 raise
             self._drop_unwritten(exc)
             return
@@ -373,21 +373,6 @@ class SegmentLog:
         self._flushed_gen = budget.gen
         if self.mirror is not None:
             self._mirror_locked()
-
-    def _undo_write(self, fd: int, at: int) -> None:
-        """A write at ``at`` failed part way: the data ends at ``at`` again (its
-        end mark written back, nothing of the failed write left after it)."""
-        try:
-            if self.version == V2:
-                os.pwrite(fd, mark(at, self.seed), at)
-                os.ftruncate(fd, at + MARK_SIZE)
-            else:
-                os.ftruncate(fd, at)
-        except OSError:
-            try:
-                os.ftruncate(fd, at)
-            except OSError as cut:
-                log.error("%s: cannot cut a failed write back: %s", self.directory, cut)
 
     def _open_write_file(self) -> int:
         path = self.msgs_path(self.write_id)
@@ -424,40 +409,25 @@ class SegmentLog:
         elif (sid, start) != self._synced_at:
             self._unsynced.add(sid)
         budget = self.budget
-        lost = self._lost
-        lost.append((self._flushed_gen, budget.gen))
-        if len(lost) > 64:  # a disk full again and again: one wider span (more nacks)
-            lost[:] = [(lost[0][0], lost[-1][1])]
+        first = self._flushed_gen
+        last = budget.gen
         budget.gen += 1
         self._flushed_gen = budget.gen
         if start < header:
             data = data[header - start :]
             start = header
-        self._losses.append((sid, start, data, exc))
+        self.losses.dropped(first, last, sid, start, data, exc)
 
     def report_losses(self) -> None:
-        """Tell the owner (outside the lock) what failed write-outs dropped, log
-        it, and have the disk alarm raised (store/disk_budget.py)."""
-        if not self._losses or threading.get_ident() != self._owner:
-            return
-        while self._losses:
-            sid, pos, data, exc = self._losses.pop(0)
-            counted = self.on_lost(sid, pos, data) if self.on_lost is not None else 0
-            log.error(
-                "%s: %s: cannot write %d bytes (%s): %d messages dropped, never "
-                "confirmed (publishers still waiting for them get nacks)",
-                self.directory,
-                self.msgs_path(sid).name,
-                len(data),
-                exc.strerror or exc,
-                counted,
-            )
-            self.budget.write_failed(exc)
+        """Tell the owner (outside the lock) what failed write-outs dropped
+        (store/segment_losses.py)."""
+        if self.losses.pending:
+            self.losses.report(self)
 
     def lost_between(self, first: int, last: int) -> bool:
         """Whether records appended in a write generation from ``first`` to
         ``last`` were dropped by a failed write-out (store/disk_budget.py)."""
-        return any(lo <= last and hi >= first for lo, hi in self._lost)
+        return self.losses.between(first, last)
 
     def _close_write_file(self) -> None:
         fd, self._fd = self._fd, -1

@@ -12,7 +12,8 @@ damaged on disk is kept aside and stepped over, never served
 (store/ack_files.py); a segment whose records are all acknowledged is dropped
 from the log. The files and their durability are SegmentFiles'
 (store/segment_files.py); the counters, the cursor and what failed writes and
-damage do to them SegmentFaults', the base class (store/segment_faults.py);
+damage do to them SegmentFaults' (store/segment_faults.py); acks, requeues,
+removals and purges SegmentSettle's, the base class (store/segment_settle.py);
 what a store finds when it opens is store/segment_recovery.py's. A durable
 queue's store also counts its live transient messages, for the persistent
 counts (store/transient_counts.py). docs/storage.md describes the formats,
@@ -29,7 +30,6 @@ from __future__ import annotations
 import logging
 import mmap
 import time
-from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,10 +42,10 @@ from warren.store.records import (
     encode_run,
 )
 from warren.store.segment_cursor import log_end
-from warren.store.segment_faults import SegmentFaults
 from warren.store.segment_files import SegmentState
 from warren.store.segment_log import OFFSET_MASK, SEQ_BITS
 from warren.store.segment_recovery import keep_unreadable, recover, scan_segment
+from warren.store.segment_settle import SegmentSettle
 from warren.store.transient_counts import PERSISTENT_PROPERTIES, is_persistent, is_transient
 
 __all__ = ["SEQ_BITS", "SegmentStore"]
@@ -53,12 +53,9 @@ __all__ = ["SEQ_BITS", "SegmentStore"]
 log = logging.getLogger("warren.store")
 
 _OFFSET_MASK = OFFSET_MASK
-# Acks are queued in memory and written to their ack files in batches; this many
-# pending acks force a batch without waiting for flush()/sync().
-_ACK_BATCH = 4096
 
 
-class SegmentStore(SegmentFaults):
+class SegmentStore(SegmentSettle):
     """MessageStore for one queue, kept in segment files under ``directory``.
 
     ``seq`` is ``(segment id << 32) | offset of the record``, so sequence order is
@@ -244,22 +241,6 @@ class SegmentStore(SegmentFaults):
         self._dirty = True
         return seg, StoredRun(sid, offsets, sizes, persistent)
 
-    def ack_run(self, segment: int, offsets: array[int]) -> None:
-        seg = self._segs.get(segment)
-        if seg is None or not offsets:
-            return
-        t = self._transient
-        if t.held:
-            t.dead_run(segment << 32, offsets)
-        self._acks.append((segment, offsets))
-        self._dirty = True
-        seg.dead += len(offsets)
-        if seg.dead >= seg.records and seg is not self._wseg:
-            self._drop_segment(seg)
-        elif len(self._acks) >= _ACK_BATCH:
-            with self._lock:
-                self._write_acks_locked()
-
     def shift(self) -> tuple[int, Message, bool] | None:
         requeued = self._requeued
         if requeued.by_seq:
@@ -366,22 +347,6 @@ class SegmentStore(SegmentFaults):
             return item[0], item[1], True
         return item
 
-    def ack(self, seq: int) -> None:
-        seg = self._segs.get(seq >> 32)
-        if seg is None:
-            return
-        t = self._transient
-        if t.held:
-            t.dead(seq)
-        self._acks.append(seq)
-        self._dirty = True
-        seg.dead += 1
-        if seg.dead >= seg.records and seg is not self._wseg:
-            self._drop_segment(seg)
-        elif len(self._acks) >= _ACK_BATCH:
-            with self._lock:
-                self._write_acks_locked()
-
     def read(self, seq: int) -> Message:
         """The message appended at ``seq``, read from its segment file (random access).
 
@@ -401,17 +366,6 @@ class SegmentStore(SegmentFaults):
             keep_unreadable(self._log, seq, data, exc.reason)
             raise
         return msg
-
-    def requeue(self, seq: int, msg: Message) -> None:
-        lost = self._lost_from
-        if lost:
-            start = lost.get(seq >> 32)
-            if start is not None and seq & _OFFSET_MASK >= start:
-                self.ack(seq)  # never stored (its publisher got a nack): gone
-                return
-        self._requeued.add(seq, msg)
-        self._ready_count += 1
-        self._ready_bytes += len(msg.body)
 
     def peek(self) -> tuple[int, Message, bool] | None:
         """The message shift() returns next, left in place. A record read from the
@@ -461,57 +415,6 @@ class SegmentStore(SegmentFaults):
             cursor.close_map()
         return seq, msg, seq < self._redelivered_below
 
-    def remove_ready(self, seq: int) -> Message | None:
-        """Take a ready message out wherever it is, acking it (durable like any ack).
-
-        A requeued message leaves the requeued set. A record at the cursor moves the
-        cursor past it; one further on is remembered in its segment's ``removed`` set
-        until the cursor steps over it. O(1) apart from reading the record (from the
-        read map when it covers it, else one pread). None when ``seq`` is not ready.
-        """
-        if self._requeued.by_seq:
-            msg = self._requeued.take(seq)
-            if msg is not None:
-                self._ready_count -= 1
-                self._ready_bytes -= len(msg.body)
-                self.ack(seq)
-                return msg
-        seg = self._segs.get(seq >> 32)
-        off = seq & _OFFSET_MASK
-        if seg is None or not seg.unread or off < self._log.data_start(seg.id):
-            return None
-        cursor = self._cursor
-        if cursor.passed(seg, off):
-            return None  # shifted (acked or not), or purged
-        if cursor.is_dead(seg, off):
-            return None
-        peeked = self._peeked
-        if peeked is not None and peeked[0] == seq:
-            self._peeked = None
-            msg = peeked[1]
-            cursor.pos = off + peeked[2]
-        else:
-            found = cursor.read_at(seg, off)
-            if found is None:
-                return None
-            msg, length = found
-            cursor.take_out(seg, off, length)
-        b = len(msg.body)
-        seg.unread -= 1
-        seg.unread_bytes -= b
-        self._ready_count -= 1
-        self._ready_bytes -= b
-        if seg.transient_unread:
-            self._transient.read(seg, seq, msg.properties, b, False)
-        if seg is cursor.seg:
-            self._set_detour()
-        elif not seg.unread and seg is not self._wseg:
-            # Nothing left to read there and nothing will be appended: the cursor
-            # never enters it again.
-            seg.removed = None
-        self.ack(seq)
-        return msg
-
     def is_ready(self, seq: int) -> bool:
         """Whether ``seq``, a number kept from before (a quorum queue's delivery
         counts, store/delivery_counts.py), names a ready message of this store: a
@@ -549,47 +452,6 @@ class SegmentStore(SegmentFaults):
             if seg.unread and start <= OFFSET_MASK:  # not behind the cursor
                 first = max(start, self._log.data_start(seg.id))
                 yield from scan_segment(self._log, seg, first, name)
-
-    def purge(self) -> int:
-        n = self._ready_count
-        if not n:
-            return 0
-        for seq, msg in self._requeued.clear().items():
-            self._ready_count -= 1
-            self._ready_bytes -= len(msg.body)
-            self.ack(seq)
-        self._peeked = None
-        cursor = self._cursor
-        rseg = cursor.seg
-        for seg in list(self._segs.values()):
-            if seg.unread:
-                if seg is rseg and seg.records - seg.dead - seg.unread > 0:
-                    # Unacked messages keep this file alive: the purged records need
-                    # ack entries so that they stay gone after a restart.
-                    self._ack_unread(seg)
-                else:
-                    seg.dead += seg.unread
-                seg.unread = 0
-                seg.unread_bytes = 0
-                if seg.transient_unread:
-                    self._transient.unread_gone(seg)
-            seg.skip = None
-            seg.removed = None
-        self._ready_count = 0
-        self._ready_bytes = 0
-        cursor.close_map()
-        cursor.skip = None
-        self._redelivering = False  # nothing below the mark is left to read
-        self._detour = False
-        for seg in list(self._segs.values()):
-            if seg.dead >= seg.records:
-                self._drop_segment(seg)  # the write segment too: dropped unwritten
-        cursor.reset(self._wseg, self._log.write_pos if self._wseg is not None else 0)
-        self._dirty = True
-        if len(self._acks) >= _ACK_BATCH:
-            with self._lock:
-                self._write_acks_locked()
-        return n
 
     def delivered_marks(self) -> dict[Path, int]:
         """{directory: mark}: every record below the mark that is still here was
@@ -693,14 +555,6 @@ class SegmentStore(SegmentFaults):
             self._set_detour()
             if cursor.pos < cursor.end:
                 return m, cursor.pos
-
-    def _ack_unread(self, seg: SegmentState) -> None:
-        """Ack every unread record of the read segment (purge with unacked neighbours)."""
-        base = seg.id << 32
-        acks = self._acks
-        for off in self._cursor.live_ahead(seg.unread):
-            acks.append(base | off)
-        seg.dead += seg.unread  # the file disagreeing with the counters included
 
 
 def _transient_in_run(run: MessageRun, start: int, stored: StoredRun) -> list[int]:
