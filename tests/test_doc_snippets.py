@@ -10,6 +10,9 @@ names subcommands and options that exist.
 
 from __future__ import annotations
 
+import ast
+import re
+
 import doc_snippets as snippets
 import pytest
 
@@ -90,3 +93,31 @@ def test_page_snippets_run(page: str) -> None:
     failed = [r for r in results if r.get("status", 0) != 0]
     assert not failed, "\n\n".join(f"{r['where']} failed:\n{r['output']}" for r in failed)
     assert len(results) == sum(1 for b in BLOCKS if b.path == page and snippets.to_run(b))
+
+
+def _compiled_module_count() -> int:
+    """len(setup.py's COMPILED_MODULES), read without running setup.py."""
+    tree = ast.parse((snippets.ROOT / "setup.py").read_text())
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and getattr(node.targets[0], "id", "") == "COMPILED_MODULES"
+        ):
+            return len(ast.literal_eval(node.value))
+    raise AssertionError("setup.py has no COMPILED_MODULES list")
+
+
+def test_counts_and_versions_in_docs_come_from_the_code() -> None:
+    """`warren X (compiled: N modules ...)` in a page: X is __version__, N setup.py's count."""
+    from warren import __version__
+
+    shown = [
+        (str(path.relative_to(snippets.ROOT)), m.group(1), int(m.group(2)))
+        for path in snippets.doc_paths()
+        if path.name != "benchmarks.md"  # records of past runs, each with its git commit
+        for m in re.finditer(r"warren (\S+) \(compiled: (\d+) modules", path.read_text())
+    ]
+    assert shown, "README.md shows `warren --version`'s compiled form"
+    count = _compiled_module_count()
+    for where, version, modules in shown:
+        assert (version, modules) == (__version__, count), where
