@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from warren.config import Config, ConfigError, check_field, normalize_log_level
+from warren.config import Config, ConfigError, check_field, ini_sections, normalize_log_level
 
 __all__ = ["build_config", "build_parser", "config_from_args", "main"]
 
@@ -77,17 +77,21 @@ def _version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; defaults shown in --help come from Config itself."""
     d = Config()
+    sections = ", ".join(f"[{name}]" for name in ini_sections())
     p = argparse.ArgumentParser(
         prog="warren",
-        description="Warren, an AMQP 0-9-1 message broker. Settings come from the "
-        "built-in defaults, then the config file (LavinMQ INI format), then these flags.",
-        epilog="Load testing: `warren perf --help` (throughput, connection-count, queue-count). "
-        "Management: `warren ctl --help` (queues, users, definitions ... over the HTTP API); "
-        "`warren users --help` (users and permissions, also of a stopped broker).",
+        description="Warren, an AMQP 0-9-1 and MQTT 3.1.1/5 message broker with RabbitMQ's "
+        "management HTTP API and Prometheus metrics. Settings come from the built-in defaults, "
+        "then the config file (LavinMQ INI format), then these flags. Settings without a "
+        f"flag are in the config file only; its sections: {sections} "
+        "(README.md and docs/*.md list the keys: MQTT in docs/mqtt.md, clustering in "
+        "docs/clustering.md).",
+        epilog="Load testing: `warren perf --help` (throughput, connection-count, queue-count, "
+        "mqtt, mqtt-idle). Management: `warren ctl --help` (queues, users, definitions, cluster "
+        "status ... over the HTTP API); `warren users --help` (users and permissions, also of a "
+        "stopped broker); `warren orphans --help` (queue data no definition claims).",
     )
-    p.add_argument(
-        "-c", "--config", metavar="FILE", help="INI config file ([main], [amqp], [mgmt] sections)"
-    )
+    p.add_argument("-c", "--config", metavar="FILE", help=f"INI config file ({sections})")
     p.add_argument(
         "-D",
         "--data-dir",

@@ -474,6 +474,12 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
 }
 _INI_SECTIONS = frozenset(section for section, _ in _INI_KEYS)
 
+
+def ini_sections() -> list[str]:
+    """The INI file's sections, in the order the key table introduces them (for --help)."""
+    return list(dict.fromkeys(section for section, _ in _INI_KEYS))
+
+
 #: [mgmt] sample_retention_policies.<global|basic|detailed>.<max age> = <interval>,
 #: as RabbitMQ's keys (the age in seconds, or minute, hour, day).
 _RETENTION_PREFIX = "sample_retention_policies."
