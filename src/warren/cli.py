@@ -32,6 +32,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: Flags that override a Config field: (argparse dest == field name, flag spelling).
 _OVERRIDES: tuple[tuple[str, str], ...] = (
     ("data_dir", "--data-dir"),
+    ("rabbitmq_version", "--rabbitmq-version"),
     ("bind", "--bind"),
     ("amqp_port", "--amqp-port"),
     ("http_bind", "--http-bind"),
@@ -250,6 +251,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep the data in a temporary directory removed at exit, for scripts and CI "
         "jobs (replaces --data-dir; implies --no-sync: nothing outlives the process)",
+    )
+    p.add_argument(
+        "--rabbitmq-version",
+        metavar="X.Y.Z",
+        help="the RabbitMQ release announced to clients that check it (AMQP connection.start, "
+        f"the management API; default: {d.rabbitmq_version}; [main] rabbitmq_version)",
     )
     p.add_argument("--version", action="version", version=f"warren {_version()}")
     return p
