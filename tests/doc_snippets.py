@@ -16,10 +16,10 @@ otherwise::
 
 Pages show normal code: the default ports (5672, 15672, 1883, 15692) and
 ``127.0.0.1``/``localhost``. So the runner works in a private network
-namespace (``unshare -rn``, an unprivileged user and network namespace with
-only a loopback interface): there ``warren --ephemeral`` listens on the
-default ports whatever runs on the machine's own, and the snippets run
-verbatim. Working directory: a temporary directory holding links to the
+namespace (``unshare -rnm``, unprivileged user, network and mount namespaces:
+only a loopback interface, and a /tmp of its own): there ``warren
+--ephemeral`` listens on the default ports whatever runs on the machine's
+own, and the snippets run verbatim. Working directory: a temporary directory holding links to the
 checkout's ``src``, ``tools``, ``bench``, ``tests``, ``examples`` and the
 running interpreter's venv as ``.venv``; ``PATH`` starts with that venv's
 ``bin``. Python blocks run in a fresh interpreter each; a block with a
@@ -282,9 +282,19 @@ def run_block(block: Block, work: Path, env: dict[str, str]) -> tuple[int, str]:
     return run_console(block.text, work, env, compare=block.marker("unchecked-output") is None)
 
 
+def _private_tmp() -> None:
+    """A tmpfs of its own on /tmp, so pages that write to /tmp/... (README's
+    embedding example) neither collide with a parallel run nor leave files."""
+    here = (ROOT, Path(sys.prefix).resolve())
+    if any(Path("/tmp") in (p, *p.parents) for p in here):
+        return  # the checkout or the venv lives there: keep it visible
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", "/tmp"], check=True)
+
+
 def run_page(rel: str) -> list[dict[str, object]]:
     """Start Warren on the default ports and run the page's blocks in order."""
     _loopback_up()
+    _private_tmp()
     page = [b for b in blocks(ROOT / rel) if to_run(b)]
     results: list[dict[str, object]] = []
     with _workdir() as work:
@@ -319,13 +329,13 @@ def can_unshare() -> bool:
     exe = shutil.which("unshare")
     if exe is None:
         return False
-    return subprocess.run([exe, "-rn", "true"], capture_output=True).returncode == 0
+    return subprocess.run([exe, "-rnm", "true"], capture_output=True).returncode == 0
 
 
 def run_page_isolated(rel: str) -> list[dict[str, object]]:
-    """run_page in a private user and network namespace."""
+    """run_page in private user, network and mount namespaces."""
     proc = subprocess.run(
-        ["unshare", "-rn", sys.executable, __file__, "--inside", rel],
+        ["unshare", "-rnm", sys.executable, __file__, "--inside", rel],
         capture_output=True,
         timeout=900,
     )

@@ -86,7 +86,7 @@ def test_check_command_finds_drift() -> None:
     assert snippets.check_command("ls -l") is None
 
 
-@pytest.mark.skipif(not snippets.can_unshare(), reason="needs unshare -rn (user namespaces)")
+@pytest.mark.skipif(not snippets.can_unshare(), reason="needs unshare -rnm (user namespaces)")
 @pytest.mark.parametrize("page", PAGES)
 def test_page_snippets_run(page: str) -> None:
     results = snippets.run_page_isolated(page)
