@@ -108,16 +108,17 @@ def _compiled_module_count() -> int:
 
 
 def test_counts_and_versions_in_docs_come_from_the_code() -> None:
-    """`warren X (compiled: N modules ...)` in a page: X is __version__, N setup.py's count."""
+    """`warren X (compiled: N modules ...)` in a page: X is __version__, N setup.py's count
+    (or the letter N: a number written down would need an edit at every module added)."""
     from warren import __version__
 
     shown = [
-        (str(path.relative_to(snippets.ROOT)), m.group(1), int(m.group(2)))
+        (str(path.relative_to(snippets.ROOT)), m.group(1), m.group(2))
         for path in snippets.doc_paths()
         if path.name != "benchmarks.md"  # records of past runs, each with its git commit
-        for m in re.finditer(r"warren (\S+) \(compiled: (\d+) modules", path.read_text())
+        for m in re.finditer(r"warren (\S+) \(compiled: (\d+|N) modules", path.read_text())
     ]
     assert shown, "README.md shows `warren --version`'s compiled form"
-    count = _compiled_module_count()
+    count = str(_compiled_module_count())
     for where, version, modules in shown:
-        assert (version, modules) == (__version__, count), where
+        assert version == __version__ and modules in (count, "N"), where
