@@ -27,8 +27,8 @@ from pika.exceptions import (
 )
 from pikahelp import params
 
-from warren import __version__
-from warren.amqp.handshake import RABBITMQ_COMPAT_VERSION, SERVER_CAPABILITIES
+from warren import Config, __version__
+from warren.amqp.handshake import SERVER_CAPABILITIES
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -323,7 +323,7 @@ def test_server_properties(broker: Any, opened: list[BlockingConnection]) -> Non
     # Clients (kombu) choose qos semantics by product and version, so Warren
     # announces the RabbitMQ release it behaves like and names itself elsewhere.
     assert props["product"] == "RabbitMQ"
-    assert props["version"] == RABBITMQ_COMPAT_VERSION
+    assert props["version"] == Config().rabbitmq_version
     assert props["warren_version"] == __version__
     assert "Warren" in props["platform"]
     assert "Warren" in props["information"]

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from warren.config import Config, ConfigError, check_field, normalize_log_level
+from warren.config import Config, ConfigError, check_field, ini_sections, normalize_log_level
 
 __all__ = ["build_config", "build_parser", "config_from_args", "data_dir_problem", "main"]
 
@@ -34,6 +34,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: Flags that override a Config field: (argparse dest == field name, flag spelling).
 _OVERRIDES: tuple[tuple[str, str], ...] = (
     ("data_dir", "--data-dir"),
+    ("rabbitmq_version", "--rabbitmq-version"),
     ("bind", "--bind"),
     ("amqp_port", "--amqp-port"),
     ("http_bind", "--http-bind"),
@@ -79,17 +80,21 @@ def _version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; defaults shown in --help come from Config itself."""
     d = Config()
+    sections = ", ".join(f"[{name}]" for name in ini_sections())
     p = argparse.ArgumentParser(
         prog="warren",
-        description="Warren, an AMQP 0-9-1 message broker. Settings come from the "
-        "built-in defaults, then the config file (LavinMQ INI format), then these flags.",
-        epilog="Load testing: `warren perf --help` (throughput, connection-count, queue-count). "
-        "Management: `warren ctl --help` (queues, users, definitions ... over the HTTP API); "
-        "`warren users --help` (users and permissions, also of a stopped broker).",
+        description="Warren, an AMQP 0-9-1 and MQTT 3.1.1/5 message broker with RabbitMQ's "
+        "management HTTP API and Prometheus metrics. Settings come from the built-in defaults, "
+        "then the config file (LavinMQ INI format), then these flags. Settings without a "
+        f"flag are in the config file only; its sections: {sections} "
+        "(README.md and docs/*.md list the keys: MQTT in docs/mqtt.md, clustering in "
+        "docs/clustering.md).",
+        epilog="Load testing: `warren perf --help` (throughput, connection-count, queue-count, "
+        "mqtt, mqtt-idle). Management: `warren ctl --help` (queues, users, definitions, cluster "
+        "status ... over the HTTP API); `warren users --help` (users and permissions, also of a "
+        "stopped broker); `warren orphans --help` (queue data no definition claims).",
     )
-    p.add_argument(
-        "-c", "--config", metavar="FILE", help="INI config file ([main], [amqp], [mgmt] sections)"
-    )
+    p.add_argument("-c", "--config", metavar="FILE", help=f"INI config file ({sections})")
     p.add_argument(
         "-D",
         "--data-dir",
@@ -248,6 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep the data in a temporary directory removed at exit, for scripts and CI "
         "jobs (replaces --data-dir; implies --no-sync: nothing outlives the process)",
+    )
+    p.add_argument(
+        "--rabbitmq-version",
+        metavar="X.Y.Z",
+        help="the RabbitMQ release announced to clients that check it (AMQP connection.start, "
+        f"the management API; default: {d.rabbitmq_version}; [main] rabbitmq_version)",
     )
     p.add_argument("--version", action="version", version=f"warren {_version()}")
     return p

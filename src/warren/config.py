@@ -45,6 +45,11 @@ class Config:
 
     data_dir: str = "./data"
     log_level: str = "info"
+    #: The RabbitMQ release Warren announces, for clients and tools that check it: AMQP's
+    #: connection.start ``version``, the management API's ``rabbitmq_version`` and
+    #: ``management_version`` (/api/overview) and the ``rabbit`` application (/api/nodes).
+    #: 3.10.8: the release whose management API answers Warren follows (tests/http).
+    rabbitmq_version: str = "3.10.8"
     bind: str = "127.0.0.1"
     amqp_port: int = 5672
     #: The HTTP management API (RabbitMQ's, warren.http): address and port; port 0
@@ -453,6 +458,7 @@ def _parse_user_list(raw: str) -> tuple[str, ...]:
 _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "data_dir"): ("data_dir", _parse_str),
     ("main", "log_level"): ("log_level", _parse_log_level),
+    ("main", "rabbitmq_version"): ("rabbitmq_version", _parse_str),
     # RabbitMQ-like extras, not LavinMQ keys.
     ("main", "default_user"): ("default_user", _parse_str),
     ("main", "default_password"): ("default_password", _parse_str),
@@ -534,6 +540,12 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("deprecated_features", "permit.global_qos"): ("permit_global_qos", _parse_bool),
 }
 _INI_SECTIONS = frozenset(section for section, _ in _INI_KEYS)
+
+
+def ini_sections() -> list[str]:
+    """The INI file's sections, in the order the key table introduces them (for --help)."""
+    return list(dict.fromkeys(section for section, _ in _INI_KEYS))
+
 
 #: [mgmt] sample_retention_policies.<global|basic|detailed>.<max age> = <interval>,
 #: as RabbitMQ's keys (the age in seconds, or minute, hour, day).

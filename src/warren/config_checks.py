@@ -167,9 +167,20 @@ def _retention(value: Any) -> str | None:
     return None
 
 
+_VERSION_RE = re.compile(r"[0-9]+(\.[0-9]+){1,3}([-+][0-9A-Za-z.-]+)?")
+
+
+def _rabbitmq_version(value: Any) -> str | None:
+    """Clients compare it numerically (kombu: >= 3.3), so it must read as a version."""
+    if not isinstance(value, str) or not _VERSION_RE.fullmatch(value):
+        return "must be a version number such as 3.10.8"
+    return None
+
+
 _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "data_dir": _non_empty_str,
     "log_level": _log_level,
+    "rabbitmq_version": _rabbitmq_version,
     "bind": _non_empty_str,
     "amqp_port": _int_in(0, 65535),
     "http_bind": _non_empty_str,

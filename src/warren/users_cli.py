@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import io
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +23,8 @@ from pathlib import Path
 from warren.config import Config
 from warren.core.names import name_problem
 from warren.core.users import Permission, UserStore, hash_password
+from warren.ctl.context import quoted
+from warren.ctl.output import Column, render_table
 from warren.offline import add_location_arguments, config_from, data_dir_lock
 from warren.store.damage import DamagedFile
 from warren.store.layout import DataDir
@@ -111,18 +114,24 @@ def _ctl_argv(args: argparse.Namespace, config: Config, password: str | None) ->
     return [*head, "--vhost", args.vhost, "permissions", "clear", args.name]
 
 
+def _user_table(store: UserStore) -> str:
+    """The users as ``warren ctl users`` prints a running broker's."""
+    rows = [{"name": u.name, "tags": ",".join(u.tags)} for u in store.users.values()]
+    rows.sort(key=lambda r: r["name"])
+    out = io.StringIO()
+    render_table(rows, [Column("name", "name"), Column("tags", "tags")], out)
+    return out.getvalue().rstrip("\n")
+
+
 def _edit(
     args: argparse.Namespace, store: UserStore, vhosts: list[str], password: str | None
 ) -> str:
-    """Apply the command to ``store``; the message to print. ValueError: refused."""
+    """Apply the command to ``store``; the message to print, in ``warren ctl``'s words
+    (what a running broker's change prints). ValueError: refused."""
     users = store.users
     cmd = args.command
     if cmd == "list":
-        rows = [
-            f"{u.name}\t{','.join(u.tags)}\t{','.join(sorted(u.permissions))}"
-            for u in sorted(users.values(), key=lambda u: u.name)
-        ]
-        return "\n".join(["name\ttags\tvhosts", *rows])
+        return _user_table(store)
     if cmd == "add":
         problem = name_problem("user", args.name)  # as the API's PUT /api/users
         if problem is not None:
@@ -133,27 +142,28 @@ def _edit(
         if existing is not None:
             user.permissions = existing.permissions
             user.topic_permissions = existing.topic_permissions
-        return f"user '{args.name}' {'replaced' if existing else 'added'}"
+        return f"Added user {quoted(args.name)}."
     if args.name not in users:
         raise ValueError(f"no user '{args.name}'")
     user = users[args.name]
     if cmd == "change-password":
         user.password_hash = hash_password(password or "")
         user.hashing_algorithm = "rabbit_password_hashing_sha256"
-        return f"password of '{args.name}' changed"
+        return f"Changed the password of user {quoted(args.name)}."
     if cmd == "set-tags":
-        user.tags = list(args.tags)
-        return f"tags of '{args.name}' set"
+        user.tags = [t.strip() for arg in args.tags for t in arg.split(",") if t.strip()]
+        shown = ", ".join(user.tags) if user.tags else "(none)"
+        return f"Set tags of user {quoted(args.name)} to {shown}."
     if cmd == "delete":
         store.delete_user(args.name)
-        return f"user '{args.name}' deleted"
+        return f"Deleted user {quoted(args.name)}."
     if args.vhost not in vhosts:
         raise ValueError(f"no vhost '{args.vhost}'")
     if cmd == "set-permissions":
         user.permissions[args.vhost] = Permission(args.configure, args.write, args.read)
-        return f"permissions of '{args.name}' in vhost '{args.vhost}' set"
+        return f"Set permissions of user {quoted(args.name)} in vhost {quoted(args.vhost)}."
     user.permissions.pop(args.vhost, None)
-    return f"permissions of '{args.name}' in vhost '{args.vhost}' cleared"
+    return f"Cleared permissions of user {quoted(args.name)} in vhost {quoted(args.vhost)}."
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -170,7 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             # A broker runs on this directory: make the change through it.
             from warren.ctl.main import main as ctl_main
 
-            return ctl_main(_ctl_argv(args, config, password))
+            # Its exit statuses (docs/ctl.md) become this command's: any refusal is 1.
+            return 0 if ctl_main(_ctl_argv(args, config, password)) == 0 else 1
         try:
             new = layout.is_new
             store = load_users(layout.users_file, config.damaged_metadata)

@@ -25,8 +25,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warren.amqp")
 
-RABBITMQ_COMPAT_VERSION = "3.13.7"
-
 SERVER_CAPABILITIES = {
     "publisher_confirms": True,
     "exchange_exchange_bindings": True,
@@ -58,10 +56,10 @@ def send_start(conn: AMQPConnection) -> None:
         # basic.qos(global=true) only for RabbitMQ >= 3.3, whose reinterpreted
         # qos semantics Warren implements. Announcing anything else makes
         # Celery's ETA tasks stall a prefetch-1 worker, so Warren identifies as
-        # the RabbitMQ release whose behaviour it matches, and names itself in
-        # the remaining fields.
+        # the RabbitMQ release of [main] rabbitmq_version (the one the
+        # management API announces too), and names itself in the remaining fields.
         "product": "RabbitMQ",
-        "version": RABBITMQ_COMPAT_VERSION,
+        "version": conn.broker.config.rabbitmq_version,
         "platform": f"Warren {__version__} on Python {platform.python_version()}",
         "copyright": "Warren contributors",
         "information": f"Warren {__version__}, an AMQP 0-9-1 broker; MIT licence",

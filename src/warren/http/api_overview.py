@@ -19,7 +19,6 @@ from warren.core.stats import (
     MessageStats,
     details,
 )
-from warren.definitions_export import RABBITMQ_FORMAT_VERSION
 from warren.http import formats
 from warren.http.common import (
     MONITORING,
@@ -91,7 +90,7 @@ async def overview(ctx: Ctx) -> web.StreamResponse:
             rate = sum(ctx.node.vhosts[n].lengths.details(i)["rate"] for n in names)  # type: ignore[misc]
             totals[f"{key}_details"] = {"rate": round(rate, 1)}
     body: dict[str, Any] = {
-        "management_version": RABBITMQ_FORMAT_VERSION,
+        "management_version": ctx.node.config.rabbitmq_version,
         "rates_mode": "basic",
         "sample_retention_policies": _retention(ctx),
         "exchange_types": [
@@ -99,7 +98,7 @@ async def overview(ctx: Ctx) -> web.StreamResponse:
         ],
         "product_version": __version__,
         "product_name": "Warren",
-        "rabbitmq_version": RABBITMQ_FORMAT_VERSION,
+        "rabbitmq_version": ctx.node.config.rabbitmq_version,
         "cluster_name": ctx.node.cluster_name,
         "erlang_version": f"Python {platform.python_version()}",
         "erlang_full_version": f"Python {platform.python_version()} ({platform.platform()})",
@@ -256,7 +255,12 @@ def _node_info(ctx: Ctx) -> dict[str, Any]:
         "db_dir": str(ctx.node.config.data_dir),
         "contexts": [{k: v for k, v in _context(ctx).items() if k != "ssl_opts"}],
         "applications": [
-            {"name": "warren", "description": "Warren AMQP 0-9-1 broker", "version": __version__}
+            {
+                "name": "rabbit",
+                "description": "RabbitMQ",
+                "version": ctx.node.config.rabbitmq_version,
+            },
+            {"name": "warren", "description": "Warren AMQP 0-9-1 broker", "version": __version__},
         ],
         "exchange_types": [
             {"name": n, "description": d, "enabled": True} for n, d in formats.EXCHANGE_TYPES

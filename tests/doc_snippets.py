@@ -1,0 +1,469 @@
+"""The code blocks of README.md and docs/*.md, and a runner that executes them.
+
+Every fenced block names its language. Blocks in ``python``, ``sh`` and
+``console`` are code a reader may paste, so tests/test_doc_snippets.py runs
+each of them, in the order the page shows them, against a Warren started for
+that page, unless an HTML comment on the lines just above the fence says
+otherwise::
+
+    <!-- snippet: illustrative: REASON -->   not run (a fragment, a benchmark,
+                                            another machine); the reason is required
+    <!-- snippet: needs EXE [EXE ...] -->    run only where these programs are on PATH
+    <!-- snippet: unchecked-output: REASON --> console: run, the exit status
+                                            checked, the output not compared
+    <!-- snippet: no-errexit -->             sh: run without ``set -e`` (the block
+                                            looks at exit statuses itself)
+
+Pages show normal code: the default ports (5672, 15672, 1883, 15692) and
+``127.0.0.1``/``localhost``. So the runner works in a private network
+namespace (``unshare -rnm``, unprivileged user, network and mount namespaces:
+only a loopback interface, and a /tmp of its own): there ``warren
+--ephemeral`` listens on the default ports whatever runs on the machine's
+own, and the snippets run verbatim. Working directory: a temporary directory holding links to the
+checkout's ``src``, ``tools``, ``bench``, ``tests``, ``examples`` and the
+running interpreter's venv as ``.venv``; ``PATH`` starts with that venv's
+``bin``. Python blocks run in a fresh interpreter each; a block with a
+top-level ``await`` / ``async with`` runs as a coroutine. Shell blocks run
+under ``bash -e -o pipefail``. Console blocks (``$ command`` lines, each
+followed by its output) run one command at a time and compare the output with
+the page's, whitespace runs collapsed.
+
+Run by hand: ``python tests/doc_snippets.py docs/ctl.md`` (it re-executes
+itself under ``unshare``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CODE_LANGUAGES = ("python", "sh", "console")
+# Languages of blocks that are not run: data, config and pictures.
+OTHER_LANGUAGES = ("text", "ini", "json", "yaml", "toml", "promql", "c", "http", "diff")
+MARKER_KINDS = ("illustrative", "needs", "unchecked-output", "no-errexit")
+DEFAULT_PORTS = (5672, 15672, 1883, 15692)
+
+_FENCE = re.compile(r"^(\s*)(`{3,})(\S*)\s*$")
+_MARKER = re.compile(r"^\s*<!--\s*snippet:\s*(?P<kind>[a-z-]+)(?P<rest>.*?)\s*-->\s*$")
+
+
+@dataclasses.dataclass
+class Marker:
+    kind: str
+    args: list[str]
+    reason: str
+
+
+@dataclasses.dataclass
+class Block:
+    path: str  # relative to the checkout
+    line: int  # of the opening fence, 1-based
+    language: str
+    text: str
+    markers: list[Marker]
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+    def marker(self, kind: str) -> Marker | None:
+        return next((m for m in self.markers if m.kind == kind), None)
+
+    @property
+    def is_code(self) -> bool:
+        return self.language in CODE_LANGUAGES
+
+
+def doc_paths() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def parse_marker(line: str) -> Marker | None:
+    """A ``<!-- snippet: ... -->`` line, or None; ValueError when malformed."""
+    m = _MARKER.match(line)
+    if m is None:
+        if "snippet:" in line and "<!--" in line:
+            raise ValueError(f"malformed snippet marker: {line.strip()}")
+        return None
+    kind, rest = m.group("kind"), m.group("rest")
+    if kind not in MARKER_KINDS:
+        raise ValueError(f"unknown snippet marker {kind!r} (known: {', '.join(MARKER_KINDS)})")
+    args_part, _, reason = rest.partition(":")
+    args = args_part.split()
+    reason = reason.strip()
+    if kind in ("illustrative", "unchecked-output") and not reason:
+        raise ValueError(f"snippet marker {kind!r} needs a reason: <!-- snippet: {kind}: why -->")
+    if kind == "needs" and not args:
+        raise ValueError("snippet marker 'needs' names the programs: <!-- snippet: needs java -->")
+    return Marker(kind, args, reason)
+
+
+def blocks(path: Path) -> list[Block]:
+    """The fenced blocks of one page; ValueError for a malformed or stray marker."""
+    rel = str(path.relative_to(ROOT))
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found: list[Block] = []
+    pending: list[Marker] = []
+    i = 0
+    while i < len(lines):
+        try:
+            marker = parse_marker(lines[i])
+        except ValueError as e:
+            raise ValueError(f"{rel}:{i + 1}: {e}") from None
+        if marker is not None:
+            pending.append(marker)
+            i += 1
+            continue
+        m = _FENCE.match(lines[i])
+        if m is None:
+            if pending and lines[i].strip():
+                raise ValueError(f"{rel}:{i}: a snippet marker not followed by a code block")
+            i += 1
+            continue
+        indent, fence, language = m.groups()
+        j = i + 1
+        while j < len(lines) and not lines[j].strip().startswith(fence):
+            j += 1
+        body = [ln[len(indent) :] if ln.startswith(indent) else ln for ln in lines[i + 1 : j]]
+        found.append(Block(rel, i + 1, language, "\n".join(body) + "\n", pending))
+        pending = []
+        i = j + 1
+    if pending:
+        raise ValueError(f"{rel}: a snippet marker at the end of the page, with no block")
+    return found
+
+
+def all_blocks() -> list[Block]:
+    return [b for p in doc_paths() for b in blocks(p)]
+
+
+def to_run(block: Block) -> bool:
+    """Whether the runner executes this block (where its ``needs`` are met)."""
+    return block.is_code and block.marker("illustrative") is None
+
+
+def missing_programs(block: Block) -> list[str]:
+    needs = block.marker("needs")
+    return [exe for exe in (needs.args if needs else []) if shutil.which(exe) is None]
+
+
+# --- the runner, inside the namespace ----------------------------------------------------
+
+
+def _loopback_up() -> None:
+    """Bring ``lo`` up in a fresh network namespace (SIOCGIFFLAGS / SIOCSIFFLAGS)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = struct.pack("16sH", b"lo", 0)
+        flags = struct.unpack("16sH", fcntl.ioctl(s, 0x8913, req)[:18])[1]
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", flags | 1))
+
+
+def _wait_ports(ports: tuple[int, ...], proc: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for port in ports:
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"warren did not listen on {port}")
+            time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def _workdir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="warren-doc-") as tmp:
+        work = Path(tmp)
+        for name in ("src", "tools", "bench", "tests", "examples", "docs"):
+            (work / name).symlink_to(ROOT / name)
+        (work / ".venv").symlink_to(Path(sys.prefix))
+        yield work
+
+
+def _env(work: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.prefix) / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT / "src"), env.get("PYTHONPATH", "")) if p
+    )
+    env["HOME"] = str(work)
+    for var in ("WARREN_URL", "WARREN_USER", "WARREN_PASSWORD"):
+        env.pop(var, None)
+    return env
+
+
+def run_python(text: str, work: Path, env: dict[str, str]) -> tuple[int, str]:
+    """A python block in a fresh interpreter; top-level await runs as a coroutine."""
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    code = compile(text, "<snippet>", "exec", flags=flags)
+    script = work / "snippet.py"
+    if code.co_flags & 0x80:  # CO_COROUTINE: the block awaits at top level
+        script.write_text(
+            "import ast, asyncio\n"
+            f"_code = compile({text!r}, '<snippet>', 'exec', flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)\n"
+            "asyncio.run(eval(_code, {'__name__': '__main__'}))\n"
+        )
+    else:
+        script.write_text(text)
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=work, env=env, capture_output=True, timeout=120
+    )
+    return proc.returncode, (proc.stdout + proc.stderr).decode(errors="replace")
+
+
+def run_sh(text: str, work: Path, env: dict[str, str], errexit: bool) -> tuple[int, str]:
+    opts = ["-e", "-o", "pipefail"] if errexit else []
+    proc = subprocess.run(
+        ["bash", *opts, "-c", text], cwd=work, env=env, capture_output=True, timeout=120
+    )
+    return proc.returncode, (proc.stdout + proc.stderr).decode(errors="replace")
+
+
+def console_steps(text: str) -> list[tuple[str, list[str]]]:
+    """``$ command`` lines and the output lines after each."""
+    steps: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        elif steps:
+            steps[-1][1].append(line)
+        elif line.strip():
+            raise ValueError(f"console block: output before the first '$ ' line: {line!r}")
+    return steps
+
+
+def _normal(lines: list[str]) -> list[str]:
+    out = [" ".join(ln.split()) for ln in lines]
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
+def run_console(text: str, work: Path, env: dict[str, str], compare: bool) -> tuple[int, str]:
+    for command, expected in console_steps(text):
+        proc = subprocess.run(
+            ["bash", "-o", "pipefail", "-c", command],
+            cwd=work,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=120,
+        )
+        actual = proc.stdout.decode(errors="replace")
+        if proc.returncode != 0:
+            return proc.returncode, f"$ {command}\n{actual}"
+        if compare and _normal(actual.splitlines()) != _normal(expected):
+            shown = "\n".join(expected)
+            return 1, f"$ {command}\nexpected:\n{shown}\ngot:\n{actual}"
+    return 0, ""
+
+
+def run_block(block: Block, work: Path, env: dict[str, str]) -> tuple[int, str]:
+    if block.language == "python":
+        return run_python(block.text, work, env)
+    if block.language == "sh":
+        return run_sh(block.text, work, env, errexit=block.marker("no-errexit") is None)
+    return run_console(block.text, work, env, compare=block.marker("unchecked-output") is None)
+
+
+def _private_tmp() -> None:
+    """A tmpfs of its own on /tmp, so pages that write to /tmp/... (README's
+    embedding example) neither collide with a parallel run nor leave files."""
+    here = (ROOT, Path(sys.prefix).resolve())
+    if any(Path("/tmp") in (p, *p.parents) for p in here):
+        return  # the checkout or the venv lives there: keep it visible
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", "/tmp"], check=True)
+
+
+def run_page(rel: str) -> list[dict[str, object]]:
+    """Start Warren on the default ports and run the page's blocks in order."""
+    _loopback_up()
+    _private_tmp()
+    page = [b for b in blocks(ROOT / rel) if to_run(b)]
+    results: list[dict[str, object]] = []
+    with _workdir() as work:
+        env = _env(work)
+        broker = subprocess.Popen(
+            [sys.executable, "-m", "warren", "--ephemeral", "--log-level", "warning"],
+            cwd=work,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            _wait_ports(DEFAULT_PORTS, broker, 60)
+            for block in page:
+                missing = missing_programs(block)
+                if missing:
+                    results.append({"where": block.where, "skipped": f"needs {missing}"})
+                    continue
+                status, output = run_block(block, work, env)
+                results.append({"where": block.where, "status": status, "output": output})
+        finally:
+            broker.terminate()
+            try:
+                broker.wait(20)
+            except subprocess.TimeoutExpired:
+                broker.kill()
+                broker.wait()
+    return results
+
+
+def can_unshare() -> bool:
+    exe = shutil.which("unshare")
+    if exe is None:
+        return False
+    return subprocess.run([exe, "-rnm", "true"], capture_output=True).returncode == 0
+
+
+def run_page_isolated(rel: str) -> list[dict[str, object]]:
+    """run_page in private user, network and mount namespaces."""
+    proc = subprocess.run(
+        ["unshare", "-rnm", sys.executable, __file__, "--inside", rel],
+        capture_output=True,
+        timeout=900,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"snippet runner failed ({proc.returncode}):\n"
+            + (proc.stdout + proc.stderr).decode(errors="replace")
+        )
+    return list(json.loads(proc.stdout.decode().splitlines()[-1]))
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--inside"]:
+        print(json.dumps(run_page(argv[1])))
+        return 0
+    failed = 0
+    for rel in argv:
+        for r in run_page_isolated(rel):
+            ok = r.get("status", 0) == 0
+            failed += not ok
+            print(
+                r["where"],
+                "skipped: " + str(r["skipped"])
+                if "skipped" in r
+                else ("ok" if ok else f"FAILED ({r['status']})\n{r['output']}"),
+            )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+
+
+# --- command lines: the subcommands and options a page shows exist ----------------------
+
+_COMMAND = re.compile(r"^(?:\.venv/bin/)?(warren|warrenctl)$")
+
+
+def _parser_for(words: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
+    """The argparse parser of a ``warren``/``warrenctl`` command and its remaining words."""
+    from warren import cli, orphans_cli, users_cli
+    from warren.ctl import main as ctl_main
+    from warren.perf import cli as perf_cli
+
+    if words[0].endswith("warrenctl"):
+        return ctl_main.build_parser(), words[1:]
+    tools = {
+        "ctl": ctl_main.build_parser,
+        "perf": perf_cli.build_parser,
+        "users": users_cli.build_parser,
+        "orphans": orphans_cli.build_parser,
+    }
+    if len(words) > 1 and words[1] in tools:
+        return tools[words[1]](), words[2:]
+    return cli.build_parser(), words[1:]
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def check_command(line: str) -> str | None:
+    """Why a ``warren ...`` command line shown in a page would not parse, or None.
+
+    Walks the subcommands and checks every option name against argparse's
+    parsers; values and positional arguments may be placeholders.
+    """
+    if not line.split() or not _COMMAND.match(line.split()[0]):
+        return None
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError as e:
+        return f"cannot split {line!r}: {e}"
+    for i, word in enumerate(words):
+        if word and set(word) <= set("|;&<>()"):  # the shell's: the command ends
+            words = words[:i]
+            break
+    parser, rest = _parser_for(words)
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        i += 1
+        if word == "..." or word.startswith("<"):
+            continue
+        if word.startswith("-") and word != "-":
+            name = word.split("=", 1)[0]
+            action = parser._option_string_actions.get(name)
+            if action is None:
+                return f"{line!r}: {parser.prog} has no option {name}"
+            if action.nargs != 0 and "=" not in word:
+                i += 1  # its value
+            continue
+        subs = _subparsers(parser)
+        if subs:
+            if word not in subs and not all(w in subs for w in word.split("|")):
+                return f"{line!r}: {parser.prog} has no subcommand {word!r} ({', '.join(subs)})"
+            parser = subs[word.split("|")[0]]
+    return None
+
+
+def command_lines(block: Block) -> list[str]:
+    """The command lines of an sh or console block, continuation lines joined."""
+    text = block.text
+    if block.language == "console":
+        text = "\n".join(c for c, _ in console_steps(text))
+    text = text.replace("\\\n", " ")
+    return [ln.strip() for ln in text.splitlines() if ln.strip()]
+
+
+_INLINE = re.compile(r"`((?:\.venv/bin/)?warren(?:ctl)? [^`]+)`")
+
+
+def inline_commands(path: Path) -> list[tuple[str, str]]:
+    """``warren ...`` commands quoted in a page's text: (where, command)."""
+    rel = str(path.relative_to(ROOT))
+    text = path.read_text(encoding="utf-8")
+    text = re.sub(r"```.*?```", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+    found = []
+    for m in _INLINE.finditer(text.replace("\n", " ")):
+        command = m.group(1)
+        second = command.split()[1]
+        if second.endswith(":") or second[0].isdigit():  # output quoted, not a command
+            continue
+        line = text[: m.start()].count("\n") + 1
+        found.append((f"{rel}:{line}", command))
+    return found
