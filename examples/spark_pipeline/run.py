@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import sys
 import threading
 import time
@@ -32,7 +31,6 @@ DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 
 
 def spark_session() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     from warren.spark import register
