@@ -128,7 +128,18 @@ def _over_threshold(sensor_count: int, start: dt.datetime, rounds: int) -> Any:
                 yield reading
 
 
-def run_live(spark: Any, url: str, out: Path, seconds: float, sensor_count: int) -> None:
+def run_live(
+    spark: Any,
+    url: str,
+    out: Path,
+    seconds: float,
+    sensor_count: int,
+    *,
+    rounds: int | None = None,
+    interval_s: float = 0.5,
+) -> None:
+    """Publish readings of the current time every ``interval_s`` for ``seconds``
+    (or ``rounds`` of them, if that comes first) while the queries run."""
     declare(url)
     stop = threading.Event()
     consumer = threading.Thread(target=alerts.consume, args=(url, stop, alerts.show))
@@ -136,10 +147,12 @@ def run_live(spark: Any, url: str, out: Path, seconds: float, sensor_count: int)
     queries = job.start(spark, url, out)
     now = dt.datetime.now(dt.UTC)
     seed = int(time.time())
-    rounds = sensors.readings(sensor_count, now, dt.timedelta(seconds=0.5), seed=seed)
-    publisher = threading.Thread(target=publish_rounds, args=(url, rounds, stop, 0.5))
+    source = sensors.readings(sensor_count, now, dt.timedelta(seconds=0.5), seed=seed)
+    limited = source if rounds is None else (next(source) for _ in range(rounds))
+    publisher = threading.Thread(target=publish_rounds, args=(url, limited, stop, interval_s))
     publisher.start()
-    print(f"publishing {sensor_count} sensors twice a second for {seconds:.0f} s (Ctrl-C stops)")
+    bound = f"{seconds:.0f} s" if rounds is None else f"{seconds:.0f} s or {rounds} rounds"
+    print(f"publishing {sensor_count} sensors every {interval_s} s for {bound} (Ctrl-C stops)")
     try:
         publisher.join(timeout=seconds)
     except KeyboardInterrupt:
@@ -166,6 +179,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--sensors", type=int, default=8)
     parser.add_argument(
+        "--rounds", type=int, default=None, help="live: stop after this many rounds of readings"
+    )
+    parser.add_argument(
         "--once",
         action="store_true",
         help="a simulated hour of readings, processed with availableNow",
@@ -176,7 +192,7 @@ def main() -> None:
         if args.once:
             run_once(spark, args.url, args.out, sensor_count=args.sensors)
         else:
-            run_live(spark, args.url, args.out, args.seconds, args.sensors)
+            run_live(spark, args.url, args.out, args.seconds, args.sensors, rounds=args.rounds)
     finally:
         spark.stop()
 
