@@ -7,13 +7,15 @@ Runs sensors (a pika publisher), the Structured Streaming job (job.py) and an
 alert consumer together for ``--seconds``, then stops the queries and shows
 the averages Spark wrote to Parquet. Run it again and the queries go on from
 their checkpoints. ``--once`` instead publishes a fixed, simulated hour of
-readings and runs the queries with ``trigger(availableNow=True)``.
+readings and runs the queries with ``trigger(availableNow=True)``, on a stream,
+an alert queue and an output directory of its own, made afresh every time.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import shutil
 import sys
 import threading
 import time
@@ -48,15 +50,25 @@ def spark_session() -> Any:
     return spark
 
 
-def declare(url: str) -> None:
+def declare(url: str, topology: sensors.Topology = sensors.LIVE, *, fresh: bool = False) -> None:
+    """Declare the topology's queues and exchanges; ``fresh``: delete them first."""
     connection = pika.BlockingConnection(pika.URLParameters(url))
     try:
-        sensors.declare(connection.channel())
+        channel = connection.channel()
+        if fresh:
+            sensors.delete(channel, topology)
+        sensors.declare(channel, topology)
     finally:
         connection.close()
 
 
-def publish_rounds(url: str, rounds: Any, stop: threading.Event, interval_s: float) -> int:
+def publish_rounds(
+    url: str,
+    rounds: Any,
+    stop: threading.Event,
+    interval_s: float,
+    topology: sensors.Topology = sensors.LIVE,
+) -> int:
     """Publish rounds of readings (confirmed) until ``rounds`` ends or ``stop`` is set."""
     connection = pika.BlockingConnection(pika.URLParameters(url))
     published = 0
@@ -66,7 +78,7 @@ def publish_rounds(url: str, rounds: Any, stop: threading.Event, interval_s: flo
         for batch in rounds:
             if stop.is_set():
                 break
-            sensors.publish(channel, batch)
+            sensors.publish(channel, batch, topology)
             published += len(batch)
             if interval_s:
                 stop.wait(interval_s)
@@ -94,13 +106,23 @@ def run_once(
     spark: Any, url: str, out: Path, *, sensor_count: int = 6, rounds: int = 3600
 ) -> tuple[list[Any], list[dict[str, object]]]:
     """Publish ``rounds`` simulated seconds of readings, process them with availableNow,
-    and return the averages in Parquet and the alerts consumed."""
-    declare(url)
+    and return the averages in Parquet and the alerts consumed.
+
+    Every run starts over, apart from the live run and from earlier runs: on its own
+    stream and alert queue (sensors.ONCE, deleted and declared again) and in its own
+    directory ``out/once`` (emptied), so no other readings, offsets or watermark
+    (the live run's are of today, past the simulated hour) can change what it writes."""
+    topology = sensors.ONCE
+    out = out / "once"
+    shutil.rmtree(out, ignore_errors=True)
+    declare(url, topology, fresh=True)
     start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     source = sensors.readings(sensor_count, start, dt.timedelta(seconds=1))
     limited = (next(source) for _ in range(rounds))
-    publish_rounds(url, limited, threading.Event(), 0)
-    queries = job.start(spark, url, out, available_now=True, max_per_trigger=5000)
+    publish_rounds(url, limited, threading.Event(), 0, topology)
+    queries = job.start(
+        spark, url, out, topology=topology, available_now=True, max_per_trigger=5000
+    )
     for query in queries:
         query.awaitTermination()
     got: list[dict[str, object]] = []
@@ -113,7 +135,7 @@ def run_once(
         if len(got) >= expected:
             stop.set()
 
-    consumer = threading.Thread(target=alerts.consume, args=(url, stop, collect))
+    consumer = threading.Thread(target=alerts.consume, args=(url, stop, collect, topology))
     consumer.start()
     consumer.join(timeout=60)
     stop.set()
