@@ -82,5 +82,5 @@ def _classic_context(spark: Any) -> Any:
     """The session's SparkContext, or None on Spark Connect (which has none)."""
     try:
         return spark.sparkContext
-    except Exception:  # pyspark.errors.PySparkNotImplementedError on Connect
+    except AttributeError:  # PySparkAttributeError (JVM_ATTRIBUTE_NOT_SUPPORTED) on Connect
         return None
