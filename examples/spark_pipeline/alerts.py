@@ -7,16 +7,21 @@ import threading
 from collections.abc import Callable
 
 import pika
-from sensors import ALERTS_QUEUE
+from sensors import LIVE, Topology
 
 
-def consume(url: str, stop: threading.Event, on_alert: Callable[[dict[str, object]], None]) -> None:
-    """Consume ``sensor-alerts-printer`` until ``stop`` is set."""
+def consume(
+    url: str,
+    stop: threading.Event,
+    on_alert: Callable[[dict[str, object]], None],
+    topology: Topology = LIVE,
+) -> None:
+    """Consume the topology's alerts queue until ``stop`` is set."""
     connection = pika.BlockingConnection(pika.URLParameters(url))
     try:
         channel = connection.channel()
         channel.basic_qos(prefetch_count=100)
-        for method, _props, body in channel.consume(ALERTS_QUEUE, inactivity_timeout=0.2):
+        for method, _props, body in channel.consume(topology.alerts_queue, inactivity_timeout=0.2):
             if stop.is_set():
                 break
             if method is None:

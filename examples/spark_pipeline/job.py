@@ -1,13 +1,14 @@
 """The Structured Streaming job: windowed averages to Parquet, threshold alerts to AMQP.
 
-Two queries read the stream ``sensor-readings`` independently, each with its
-own checkpoint (as two Kafka consumers of one topic would):
+Two queries read the readings stream (``sensor-readings``; ``--once``:
+``sensor-readings-once``) independently, each with its own checkpoint (as two
+Kafka consumers of one topic would):
 
 * averages: readings parsed from JSON, a 30 s watermark on their own event
   time, per-sensor averages over 10 s windows, appended to Parquet once a
   window can no longer change;
 * alerts: every reading above the threshold, published to the topic exchange
-  ``sensor-alerts`` with the routing key ``alert.<sensor>``.
+  ``sensor-alerts`` (``sensor-alerts-once``) with the routing key ``alert.<sensor>``.
 """
 
 from __future__ import annotations
@@ -17,19 +18,21 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from sensors import ALERTS_EXCHANGE, READINGS_STREAM, THRESHOLD
+from sensors import LIVE, THRESHOLD, Topology
 
 READING_SCHEMA = "sensor STRING, value DOUBLE, time TIMESTAMP"
 WINDOW = "10 seconds"
 WATERMARK = "30 seconds"
 
 
-def readings(spark: SparkSession, url: str, max_per_trigger: int | None = None) -> DataFrame:
+def readings(
+    spark: SparkSession, url: str, topology: Topology, max_per_trigger: int | None = None
+) -> DataFrame:
     """The stream's readings: the JSON body's fields, plus where the message was."""
     reader = (
         spark.readStream.format("warren")
         .option("url", url)
-        .option("queue", READINGS_STREAM)
+        .option("queue", topology.readings_stream)
         .option("startingOffsets", "earliest")
     )
     if max_per_trigger:
@@ -74,11 +77,12 @@ def start(
     url: str,
     out: Path,
     *,
+    topology: Topology = LIVE,
     available_now: bool = False,
     max_per_trigger: int | None = None,
 ) -> list[Any]:
     """Start both queries; with ``available_now`` they stop once the stream is read."""
-    source = readings(spark, url, max_per_trigger)
+    source = readings(spark, url, topology, max_per_trigger)
 
     def trigger(writer: Any) -> Any:
         return (
@@ -100,7 +104,7 @@ def start(
         .writeStream.queryName("sensor-alerts")
         .format("warren")
         .option("url", url)
-        .option("exchange", ALERTS_EXCHANGE)
+        .option("exchange", topology.alerts_exchange)
         .option("routingKeyColumn", "routing_key")
         .option("checkpointLocation", str(out / "checkpoints" / "alerts"))
     ).start()

@@ -7,14 +7,15 @@ Runs sensors (a pika publisher), the Structured Streaming job (job.py) and an
 alert consumer together for ``--seconds``, then stops the queries and shows
 the averages Spark wrote to Parquet. Run it again and the queries go on from
 their checkpoints. ``--once`` instead publishes a fixed, simulated hour of
-readings and runs the queries with ``trigger(availableNow=True)``.
+readings and runs the queries with ``trigger(availableNow=True)``, on a stream,
+an alert queue and an output directory of its own, made afresh every time.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
+import shutil
 import sys
 import threading
 import time
@@ -32,7 +33,6 @@ DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 
 
 def spark_session() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     from warren.spark import register
@@ -50,15 +50,25 @@ def spark_session() -> Any:
     return spark
 
 
-def declare(url: str) -> None:
+def declare(url: str, topology: sensors.Topology = sensors.LIVE, *, fresh: bool = False) -> None:
+    """Declare the topology's queues and exchanges; ``fresh``: delete them first."""
     connection = pika.BlockingConnection(pika.URLParameters(url))
     try:
-        sensors.declare(connection.channel())
+        channel = connection.channel()
+        if fresh:
+            sensors.delete(channel, topology)
+        sensors.declare(channel, topology)
     finally:
         connection.close()
 
 
-def publish_rounds(url: str, rounds: Any, stop: threading.Event, interval_s: float) -> int:
+def publish_rounds(
+    url: str,
+    rounds: Any,
+    stop: threading.Event,
+    interval_s: float,
+    topology: sensors.Topology = sensors.LIVE,
+) -> int:
     """Publish rounds of readings (confirmed) until ``rounds`` ends or ``stop`` is set."""
     connection = pika.BlockingConnection(pika.URLParameters(url))
     published = 0
@@ -68,7 +78,7 @@ def publish_rounds(url: str, rounds: Any, stop: threading.Event, interval_s: flo
         for batch in rounds:
             if stop.is_set():
                 break
-            sensors.publish(channel, batch)
+            sensors.publish(channel, batch, topology)
             published += len(batch)
             if interval_s:
                 stop.wait(interval_s)
@@ -96,13 +106,23 @@ def run_once(
     spark: Any, url: str, out: Path, *, sensor_count: int = 6, rounds: int = 3600
 ) -> tuple[list[Any], list[dict[str, object]]]:
     """Publish ``rounds`` simulated seconds of readings, process them with availableNow,
-    and return the averages in Parquet and the alerts consumed."""
-    declare(url)
+    and return the averages in Parquet and the alerts consumed.
+
+    Every run starts over, apart from the live run and from earlier runs: on its own
+    stream and alert queue (sensors.ONCE, deleted and declared again) and in its own
+    directory ``out/once`` (emptied), so no other readings, offsets or watermark
+    (the live run's are of today, past the simulated hour) can change what it writes."""
+    topology = sensors.ONCE
+    out = out / "once"
+    shutil.rmtree(out, ignore_errors=True)
+    declare(url, topology, fresh=True)
     start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     source = sensors.readings(sensor_count, start, dt.timedelta(seconds=1))
     limited = (next(source) for _ in range(rounds))
-    publish_rounds(url, limited, threading.Event(), 0)
-    queries = job.start(spark, url, out, available_now=True, max_per_trigger=5000)
+    publish_rounds(url, limited, threading.Event(), 0, topology)
+    queries = job.start(
+        spark, url, out, topology=topology, available_now=True, max_per_trigger=5000
+    )
     for query in queries:
         query.awaitTermination()
     got: list[dict[str, object]] = []
@@ -115,7 +135,7 @@ def run_once(
         if len(got) >= expected:
             stop.set()
 
-    consumer = threading.Thread(target=alerts.consume, args=(url, stop, collect))
+    consumer = threading.Thread(target=alerts.consume, args=(url, stop, collect, topology))
     consumer.start()
     consumer.join(timeout=60)
     stop.set()
@@ -130,7 +150,18 @@ def _over_threshold(sensor_count: int, start: dt.datetime, rounds: int) -> Any:
                 yield reading
 
 
-def run_live(spark: Any, url: str, out: Path, seconds: float, sensor_count: int) -> None:
+def run_live(
+    spark: Any,
+    url: str,
+    out: Path,
+    seconds: float,
+    sensor_count: int,
+    *,
+    rounds: int | None = None,
+    interval_s: float = 0.5,
+) -> None:
+    """Publish readings of the current time every ``interval_s`` for ``seconds``
+    (or ``rounds`` of them, if that comes first) while the queries run."""
     declare(url)
     stop = threading.Event()
     consumer = threading.Thread(target=alerts.consume, args=(url, stop, alerts.show))
@@ -138,10 +169,12 @@ def run_live(spark: Any, url: str, out: Path, seconds: float, sensor_count: int)
     queries = job.start(spark, url, out)
     now = dt.datetime.now(dt.UTC)
     seed = int(time.time())
-    rounds = sensors.readings(sensor_count, now, dt.timedelta(seconds=0.5), seed=seed)
-    publisher = threading.Thread(target=publish_rounds, args=(url, rounds, stop, 0.5))
+    source = sensors.readings(sensor_count, now, dt.timedelta(seconds=0.5), seed=seed)
+    limited = source if rounds is None else (next(source) for _ in range(rounds))
+    publisher = threading.Thread(target=publish_rounds, args=(url, limited, stop, interval_s))
     publisher.start()
-    print(f"publishing {sensor_count} sensors twice a second for {seconds:.0f} s (Ctrl-C stops)")
+    bound = f"{seconds:.0f} s" if rounds is None else f"{seconds:.0f} s or {rounds} rounds"
+    print(f"publishing {sensor_count} sensors every {interval_s} s for {bound} (Ctrl-C stops)")
     try:
         publisher.join(timeout=seconds)
     except KeyboardInterrupt:
@@ -168,6 +201,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--sensors", type=int, default=8)
     parser.add_argument(
+        "--rounds", type=int, default=None, help="live: stop after this many rounds of readings"
+    )
+    parser.add_argument(
         "--once",
         action="store_true",
         help="a simulated hour of readings, processed with availableNow",
@@ -178,7 +214,7 @@ def main() -> None:
         if args.once:
             run_once(spark, args.url, args.out, sensor_count=args.sensors)
         else:
-            run_live(spark, args.url, args.out, args.seconds, args.sensors)
+            run_live(spark, args.url, args.out, args.seconds, args.sensors, rounds=args.rounds)
     finally:
         spark.stop()
 

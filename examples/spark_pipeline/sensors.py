@@ -1,5 +1,6 @@
 """The pipeline's topology and its sensors: readings published over AMQP with pika.
 
+The live run and ``--once`` each have their own topology (``LIVE``, ``ONCE``).
 A reading is a JSON body ``{"sensor": "s3", "value": 21.4, "time": "2026-...Z"}``
 published to the exchange ``sensors`` (fanout), which feeds the stream queue
 ``sensor-readings``. Values wander around 50 and now and then spike above the
@@ -16,12 +17,36 @@ from dataclasses import dataclass
 
 import pika
 
-READINGS_EXCHANGE = "sensors"
-READINGS_STREAM = "sensor-readings"
-ALERTS_EXCHANGE = "sensor-alerts"
-ALERTS_QUEUE = "sensor-alerts-printer"
 #: A reading above this is an alert.
 THRESHOLD = 80.0
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The names one run of the pipeline uses: readings exchange -> stream, alerts
+    exchange -> printer queue."""
+
+    readings_exchange: str
+    readings_stream: str
+    alerts_exchange: str
+    alerts_queue: str
+
+    def queues(self) -> tuple[str, str]:
+        return (self.readings_stream, self.alerts_queue)
+
+    def exchanges(self) -> tuple[str, str]:
+        return (self.readings_exchange, self.alerts_exchange)
+
+
+#: The live run's: it goes on where the last one stopped (the stream keeps the
+#: readings, the checkpoints the offsets and the watermark).
+LIVE = Topology("sensors", "sensor-readings", "sensor-alerts", "sensor-alerts-printer")
+#: --once's own, deleted and declared again by every --once: its simulated hour
+#: (of 2026-01-01) never meets the live run's readings of today, which would move
+#: the watermark past it and drop it as late data.
+ONCE = Topology(
+    "sensors-once", "sensor-readings-once", "sensor-alerts-once", "sensor-alerts-once-printer"
+)
 
 
 @dataclass(frozen=True)
@@ -37,23 +62,33 @@ class Reading:
         ).encode()
 
 
-def declare(channel: pika.adapters.blocking_connection.BlockingChannel) -> None:
+def declare(
+    channel: pika.adapters.blocking_connection.BlockingChannel, topology: Topology = LIVE
+) -> None:
     """Readings: exchange -> stream. Alerts: a topic exchange -> a deduplicating queue,
-    so an alert the Spark sink publishes twice (a replayed micro-batch) arrives once."""
-    channel.exchange_declare(READINGS_EXCHANGE, "fanout", durable=True)
+    so an alert that the Spark sink publishes twice (a replayed micro-batch) arrives once."""
+    channel.exchange_declare(topology.readings_exchange, "fanout", durable=True)
     channel.queue_declare(
-        READINGS_STREAM,
+        topology.readings_stream,
         durable=True,
         arguments={"x-queue-type": "stream", "x-max-length-bytes": 200_000_000},
     )
-    channel.queue_bind(READINGS_STREAM, READINGS_EXCHANGE)
-    channel.exchange_declare(ALERTS_EXCHANGE, "topic", durable=True)
+    channel.queue_bind(topology.readings_stream, topology.readings_exchange)
+    channel.exchange_declare(topology.alerts_exchange, "topic", durable=True)
     channel.queue_declare(
-        ALERTS_QUEUE,
+        topology.alerts_queue,
         durable=True,
         arguments={"x-message-deduplication": True, "x-cache-size": 100_000},
     )
-    channel.queue_bind(ALERTS_QUEUE, ALERTS_EXCHANGE, "alert.#")
+    channel.queue_bind(topology.alerts_queue, topology.alerts_exchange, "alert.#")
+
+
+def delete(channel: pika.adapters.blocking_connection.BlockingChannel, topology: Topology) -> None:
+    """Remove a topology's queues and exchanges (and every reading and alert in them)."""
+    for queue in topology.queues():
+        channel.queue_delete(queue)
+    for exchange in topology.exchanges():
+        channel.exchange_delete(exchange)
 
 
 def readings(
@@ -75,12 +110,14 @@ def readings(
 
 
 def publish(
-    channel: pika.adapters.blocking_connection.BlockingChannel, batch: list[Reading]
+    channel: pika.adapters.blocking_connection.BlockingChannel,
+    batch: list[Reading],
+    topology: Topology = LIVE,
 ) -> None:
     """Publish one round, persistent and confirmed (the channel is in confirm mode)."""
     for reading in batch:
         channel.basic_publish(
-            READINGS_EXCHANGE,
+            topology.readings_exchange,
             reading.sensor,
             reading.body(),
             pika.BasicProperties(content_type="application/json", delivery_mode=2),

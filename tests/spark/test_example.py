@@ -29,10 +29,11 @@ def example(spark_broker: BrokerInfo, warren_only: None) -> Any:
     from warren.amqp import spec
 
     with channel(spark_broker.url) as c:
-        for queue in (sensors.READINGS_STREAM, sensors.ALERTS_QUEUE):
-            c.rpc(1, spec.QueueDelete(queue=queue), spec.QueueDeleteOk)
-        for exchange in (sensors.READINGS_EXCHANGE, sensors.ALERTS_EXCHANGE):
-            c.rpc(1, spec.ExchangeDelete(exchange=exchange), spec.ExchangeDeleteOk)
+        for topology in (sensors.LIVE, sensors.ONCE):
+            for queue in topology.queues():
+                c.rpc(1, spec.QueueDelete(queue=queue), spec.QueueDeleteOk)
+            for exchange in topology.exchanges():
+                c.rpc(1, spec.ExchangeDelete(exchange=exchange), spec.ExchangeDeleteOk)
 
 
 def test_the_pipeline_writes_every_closed_window_and_every_alert_once(
@@ -73,4 +74,36 @@ def test_the_pipeline_writes_every_closed_window_and_every_alert_once(
 
     assert over, "the simulated readings should cross the threshold now and then"
     assert sorted((a["sensor"], a["value"]) for a in alerts) == sorted(over)
-    assert message_count(spark_broker.url, sensors.ALERTS_QUEUE) == 0  # and nothing twice
+    assert message_count(spark_broker.url, sensors.ONCE.alerts_queue) == 0  # and nothing twice
+
+
+def test_once_after_a_live_run_gives_what_it_gives_on_a_fresh_broker(
+    spark: Any, spark_broker: BrokerInfo, example: Any, tmp_path: Path
+) -> None:
+    """A live run leaves readings of the current time in the broker and a watermark
+    of the current time in its checkpoints: ``--once`` (readings of 2026-01-01) must
+    not read either, or its simulated hour is dropped as late data."""
+    from conftest import start_broker
+
+    run, _ = example
+    count, rounds = 3, 300
+    out = tmp_path / "out"
+    run.run_live(spark, spark_broker.url, out, 600, count, rounds=40, interval_s=0)
+    averages, alerts = run.run_once(spark, spark_broker.url, out, sensor_count=count, rounds=rounds)
+
+    fresh = start_broker(tmp_path / "fresh-broker")
+    try:
+        fresh_averages, fresh_alerts = run.run_once(
+            spark, fresh.url, tmp_path / "fresh-out", sensor_count=count, rounds=rounds
+        )
+    finally:
+        fresh.stop()
+
+    def table(rows: list[Any]) -> list[tuple[Any, ...]]:
+        return sorted(tuple(row) for row in rows)
+
+    assert fresh_averages and fresh_alerts
+    assert table(averages) == table(fresh_averages)
+    assert sorted(map(sorted, (a.items() for a in alerts))) == sorted(
+        map(sorted, (a.items() for a in fresh_alerts))
+    )
