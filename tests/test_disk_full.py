@@ -335,9 +335,9 @@ def test_a_stream_filled_from_outside_nacks_what_it_could_not_store(
 
 def check_stream_against_confirms(stored: list[int], p: ConfirmPublisher) -> None:
     """Every confirmed publish is in the stream, in publish order, and nothing is
-    there that was not published. A run is confirmed as one batch, so a write-out
-    that drops part of it nacks the whole run: a nacked message may be stored
-    (a nack says the broker did not take responsibility, not that it dropped it),
+    there that was not published. A nacked message may be stored (a nack says
+    the broker did not take responsibility, not that it dropped it: a store
+    that lost records after a queue returned nacks all of the run it took),
     never an acked one lost."""
     assert stored == sorted(set(stored)), (p.queue, "out of order or twice")
     missing = sorted(p.acked - set(stored))

@@ -52,8 +52,7 @@ class PublisherConfirms:
         self._sync_gen = 0
         # sync = false: batches waiting for the end of the turn's write-out, as
         # (stores, write generation, publish numbers).
-        # sync = false: (stores, first and last write generation, publishes).
-        self._flush_batches: list[tuple[list[MessageStore], int, int, list[int]]] = []
+        self._flush_batches: list[tuple[list[MessageStore], int, list[int]]] = []
         #: The exchanges the publishes went to, for the confirms by exchange.
         self.marks = ConfirmMarks()
 
@@ -78,31 +77,53 @@ class PublisherConfirms:
         indexes: list[int] | None,
         n: int,
         durable: list[MessageStore],
-        since: int,
+        lost: list[int] | None = None,
     ) -> None:
         """Confirms for a run's first ``n`` messages (message ``i`` is publish
         ``base + 1 + (indexes[i] if indexes else i)``), taken at once: after
         ``durable`` is synced, when it holds anything (one batch entry for
-        them all). ``since``: the write generation before the run was stored.
-        A store may write a run in several pieces (a stream's, one per segment
-        and per deduplicated stretch), and a write-out between two pieces may
-        drop the earlier ones: their generation is older than the one now, so
-        the lost check spans the run's from ``since`` on."""
+        them all).
+
+        ``lost``: indexes of messages that a store took and that a failed
+        write-out dropped while the run was being stored (Queue.publish_run;
+        a stream writes a run in pieces): those are nacked. The rest join the
+        batch of the write generation now, as a single publish would: a
+        store's pieces were written out by then, or are still buffered, and a
+        later failed write-out of a buffer spans the generation now."""
         syncer = self.channel.connection.broker.syncer
+        if lost and any(i < n for i in lost):
+            self._run_with_losses(base, indexes, n, durable, set(lost))
+            return
         if durable and syncer is not None and syncer.enabled:
             seqs = (
                 range(base + 1, base + 1 + n)
                 if indexes is None
                 else [base + 1 + indexes[i] for i in range(n)]
             )
-            self.after_sync_many(seqs, durable, syncer, since)
+            self.after_sync_many(seqs, durable, syncer)
             return
         for i in range(n):
             seq = base + 1 + (indexes[i] if indexes is not None else i)
             if not durable or syncer is None:
                 self.confirm(seq, True)
+            elif syncer.enabled:
+                self.after_sync(seq, durable, syncer)
             else:
-                self.after_write(seq, durable, syncer, since)
+                self.after_write(seq, durable, syncer)
+
+    def _run_with_losses(
+        self,
+        base: int,
+        indexes: list[int] | None,
+        n: int,
+        durable: list[MessageStore],
+        lost: set[int],
+    ) -> None:
+        """run() when a store lost some of the run's messages: a nack for each of
+        those, the others one by one as routed() would take them."""
+        for i in range(n):
+            seq = base + 1 + (indexes[i] if indexes is not None else i)
+            self.routed(seq, -1 if i in lost else 1, durable)
 
     def reordered(self) -> None:
         """A keyed run may have left confirms waiting out of publish order: the
@@ -117,27 +138,15 @@ class PublisherConfirms:
         self._sync_batch(stores, syncer).append(seq)
 
     def after_sync_many(
-        self,
-        seqs: range | list[int],
-        stores: list[MessageStore],
-        syncer: GroupSync,
-        since: int | None = None,
+        self, seqs: range | list[int], stores: list[MessageStore], syncer: GroupSync
     ) -> None:
-        """after_sync for several publishes at once (a run's, stored since write
-        generation ``since``: see run())."""
+        """after_sync for several publishes at once (a run's)."""
         self.unconfirmed.update(dict.fromkeys(seqs))
-        self._sync_batch(stores, syncer, since).extend(seqs)
+        self._sync_batch(stores, syncer).extend(seqs)
 
-    def _sync_batch(
-        self, stores: list[MessageStore], syncer: GroupSync, since: int | None = None
-    ) -> list[int]:
-        """The batch of this write generation and these stores (a batch of its
-        own for appends that began in an older generation, ``since``)."""
+    def _sync_batch(self, stores: list[MessageStore], syncer: GroupSync) -> list[int]:
+        """The batch of this write generation and these stores."""
         gen = syncer.gen
-        if since is not None and since != gen:
-            own: list[int] = []
-            syncer.after_sync(stores, lambda ok: self._confirm_batch(own, ok), since)
-            return own
         if gen != self._sync_gen:
             self._sync_batches = {}
             self._sync_gen = gen
@@ -149,32 +158,20 @@ class PublisherConfirms:
             syncer.after_sync(stores, lambda ok: self._confirm_batch(new, ok))
         return batch
 
-    def after_write(
-        self,
-        seq: int,
-        stores: list[MessageStore],
-        syncer: GroupSync,
-        since: int | None = None,
-    ) -> None:
+    def after_write(self, seq: int, stores: list[MessageStore], syncer: GroupSync) -> None:
         """sync = false: confirm once the stores are written out, at the end of the
-        turn (a nack if the write-out failed and dropped the message; appended
-        since write generation ``since``, default the current one)."""
+        turn (a nack if the write-out failed and dropped the message)."""
         self.unconfirmed[seq] = None
         gen = syncer.gen
-        first = gen if since is None else since
         batches = self._flush_batches
         if batches:
-            last_stores, last_first, last_gen, seqs = batches[-1]
-            if (
-                last_gen == gen
-                and last_first == first
-                and _stores_key(last_stores) == _stores_key(stores)
-            ):
+            last_stores, last_gen, seqs = batches[-1]
+            if last_gen == gen and _stores_key(last_stores) == _stores_key(stores):
                 seqs.append(seq)
                 return
         else:
             self.channel.connection.mark_dirty(self.channel)
-        batches.append((list(stores), first, gen, [seq]))
+        batches.append((list(stores), gen, [seq]))
 
     def _confirm_batch(self, seqs: list[int], ok: bool) -> None:
         """confirm() for every publish of a synced batch."""
@@ -202,8 +199,8 @@ class PublisherConfirms:
         if channel.closed:
             return
         unconfirmed, recorded = self.unconfirmed, self._recorded
-        for stores, first, last, seqs in batches:
-            ok = not any(_lost(s, first, last) for s in stores)
+        for stores, batch_gen, seqs in batches:
+            ok = not any(_lost(s, batch_gen, batch_gen) for s in stores)
             for seq in seqs:
                 unconfirmed.pop(seq, None)
                 recorded.append(seq if ok else -seq)

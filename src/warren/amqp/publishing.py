@@ -163,21 +163,19 @@ class Publishing:
         start = 0
         taken: list[int] = []
         durable: list[MessageStore] = []
+        lost: list[int] = []
         if queues:
             # Queues whose consumers take the run's first messages as they come
-            # take them at once; the rest go message by message. A store may
-            # write a run in pieces: its confirms check from the generation
-            # before the first (Confirms.run).
-            syncer = conn.broker.syncer
-            since = syncer.gen if syncer is not None else 0
-            taken = [q.publish_run(mrun, durable) for q in queues]
+            # take them at once; the rest go message by message.
+            taken = self._take_run(queues, mrun, durable, lost)
             start = min(taken)
             if start:
                 ex.stats.count_publishes(start, len(queues))
                 self.stats.publish += start
                 if confirm:
-                    self.confirms.run(base, indexes, start, durable, since)
+                    self.confirms.run(base, indexes, start, durable, lost)
         most = max(taken, default=0)
+        gone = set(lost) if lost and start < most else None
         for i in range(start, n):
             if i:
                 msg = mrun.message(i)
@@ -187,13 +185,44 @@ class Publishing:
             if queues and i < most:  # some queues took this one with the run
                 rest = [q for q, t in zip(queues, taken, strict=True) if t <= i]
                 ex.stats.publish_out += len(taken) - len(rest)
-                self._route(ex, msg, False, list(durable), rest)
+                self._route(ex, msg, False, list(durable), rest, lost=gone is not None and i in gone)
             else:
                 self._route(ex, msg, mandatory, None, queues)
         if queues is not None:  # else _route counted each message
             self.counts.published(counts, queues, n)
         if confirm and indexes is None:
             self.publish_seq = base + n
+
+    def _take_run(
+        self, queues: list[Queue], mrun: MessageRun, durable: list[MessageStore], lost: list[int]
+    ) -> list[int]:
+        """Each queue's publish_run of ``mrun``: how many of its first messages it
+        took; ``lost`` gets the indexes of those a store lost meanwhile.
+
+        A store reports what a failed write-out dropped while it stored the
+        run; with several queues its part may also be dropped after it
+        returned: a later queue's store that spends the free-disk budget has
+        every store written in this turn written out (store/disk_budget.py).
+        So each store that took part is asked, at the end, whether it lost
+        records since the write generation at which it returned (everything
+        it took counts as lost then: a full disk met within one run)."""
+        if len(queues) == 1:
+            return [queues[0].publish_run(mrun, durable, lost)]
+        syncer = self.connection.broker.syncer
+        taken: list[int] = []
+        parts: list[tuple[int, int, int, int]] = []  # durable[lo:hi], at gen, took
+        for q in queues:
+            lo = len(durable)
+            took = q.publish_run(mrun, durable, lost)
+            taken.append(took)
+            if syncer is not None and len(durable) > lo:
+                parts.append((lo, len(durable), syncer.gen, took))
+        if syncer is not None:
+            now = syncer.gen
+            for lo, hi, gen, took in parts:
+                if gen != now and any(_lost(s, gen, now) for s in durable[lo:hi]):
+                    lost.extend(range(took))
+        return taken
 
     def on_header_frame(self, payload: bytes) -> None:
         if self.closing:
@@ -327,11 +356,13 @@ class Publishing:
         durable: list[MessageStore] | None = None,
         queues: list[Queue] | None = None,
         commit: Commit | None = None,
+        lost: bool = False,
     ) -> int:
         """Route one message. ``queues``: already routed (a run's
         `VHost.route_run`, which counts them for the run); ``commit``: a
-        tx.commit's unit (core/commit.py). Returns what VHost.publish does
-        (REJECTED_BY_QUEUE: a queue refused it)."""
+        tx.commit's unit (core/commit.py); ``lost``: a queue took it with the
+        run and lost it (its confirm is a nack). Returns what VHost.publish
+        does (REJECTED_BY_QUEUE: a queue refused it)."""
         assert self.vhost is not None
         confirm = self.confirm
         if confirm and durable is None:
@@ -362,7 +393,7 @@ class Publishing:
                 self.stats.drop_unroutable += 1
         if confirm:
             self.confirms.marks.mark(self.publish_seq, counts)
-            self.confirms.routed(self.publish_seq, routed, durable)
+            self.confirms.routed(self.publish_seq, -1 if lost else routed, durable)
         return routed
 
     def _exchange(self, name: str) -> Exchange:
@@ -376,3 +407,9 @@ class Publishing:
     def forget_exchange(self, name: str) -> None:
         """The exchange was deleted: the next publish to the name looks it up again."""
         self._exchange_cache.pop(name, None)
+
+
+def _lost(store: MessageStore, first: int, last: int) -> bool:
+    """Whether ``store`` dropped records of those write generations."""
+    lost_between = getattr(store, "lost_between", None)
+    return lost_between is not None and bool(lost_between(first, last))

@@ -280,7 +280,12 @@ class Queue(QueueDelivery):
         self.vhost.store_written(self.store)
         return True
 
-    def publish_run(self, run: MessageRun, durable_out: list[MessageStore] | None = None) -> int:
+    def publish_run(
+        self,
+        run: MessageRun,
+        durable_out: list[MessageStore] | None = None,
+        lost_out: list[int] | None = None,
+    ) -> int:
         """How many of a run's first messages this queue takes at once: a plain
         queue with nothing waiting, whose consumer (the only one, the active
         one) takes them, hands them over where `publish` would hand each
@@ -290,7 +295,10 @@ class Queue(QueueDelivery):
         with a backlog, or whose consumer cannot take any, stores them all in
         one write, ready, as `publish` would one by one. 0: publish them one
         by one. ``durable_out`` gets the store when what it
-        took must be synced before a confirm (as VHost.enqueue's)."""
+        took must be synced before a confirm (as VHost.enqueue's); ``lost_out``
+        the indexes of messages it took that a failed write-out dropped before
+        it returned (a stream's run, stored in pieces; a queue's run is one
+        piece, written after the room for it was made: never)."""
         consumers = self.consumers
         if not self._plain:
             return 0

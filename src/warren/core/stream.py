@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -74,7 +75,16 @@ class StreamLog(Protocol):
 
     def append(self, msg: Message) -> int: ...
 
-    def append_run(self, run: MessageRun, start: int, stop: int) -> int: ...
+    def append_run(
+        self, run: MessageRun, start: int, stop: int, lost: list[int] | None = None
+    ) -> int: ...
+
+    def append_stretches(
+        self,
+        run: MessageRun,
+        stretches: Iterable[tuple[int, int]],
+        lost: list[int] | None = None,
+    ) -> None: ...
 
     def offset_at(self, timestamp_ms: int) -> int: ...
 

@@ -222,29 +222,38 @@ class StreamQueue(Queue):
             self.schedule_delivery()
         return STORED
 
-    def publish_run(self, run: MessageRun, durable_out: list[MessageStore] | None = None) -> int:
+    def publish_run(
+        self,
+        run: MessageRun,
+        durable_out: list[MessageStore] | None = None,
+        lost_out: list[int] | None = None,
+    ) -> int:
         """All of a run of publishes at once (amqp/publishing.py's publish runs):
         each message is checked against the deduplication cache as `publish`
-        does (its key read from the property list: no Message), the others are appended with consecutive offsets in one piece
-        (StreamStore.append_run: stamped and encoded together), and retention
-        and delivery are looked at once. ``durable_out`` gets the stream: the
-        run's confirms wait for its sync, as each message's would."""
+        does (its key read from the property list: no Message), the others are
+        appended with consecutive offsets in as few pieces as segments they
+        fill (StreamStore.append_stretches: stamped and encoded together), and
+        retention and delivery are looked at once. ``durable_out`` gets the
+        stream: the run's confirms wait for its sync, as each message's would;
+        ``lost_out`` the indexes of the messages a failed write-out dropped
+        while the run was stored (their confirms are nacks)."""
         n = len(run)
         self.stats.publish += n
-        stream = self.stream
         dedup = self._dedup
         if dedup is None:
-            stream.append_run(run, 0, n)
+            self.stream.append_stretches(run, ((0, n),), lost_out)
         else:
+            stretches: list[tuple[int, int]] = []
             lo = 0
             raw = run.raw
             for i in range(n):
                 if dedup.seen_properties(raw.properties(i)):  # a duplicate, dropped
                     if lo < i:
-                        stream.append_run(run, lo, i)
+                        stretches.append((lo, i))
                     lo = i + 1
             if lo < n:
-                stream.append_run(run, lo, n)
+                stretches.append((lo, n))
+            self.stream.append_stretches(run, stretches, lost_out)
         self.vhost.store_written(self.store)
         if self._max_length is not None or self._max_bytes is not None or self._max_age_ms:
             self._apply_retention()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from warren.core.message import Message, MessageRun
@@ -149,7 +150,17 @@ class ReplicaStreamStore(StreamStore):
     def append(self, msg: Message) -> int:
         raise RuntimeError(f"{self._dir}: a replica's stream is read-only")
 
-    def append_run(self, run: MessageRun, start: int, stop: int) -> int:
+    def append_run(
+        self, run: MessageRun, start: int, stop: int, lost: list[int] | None = None
+    ) -> int:
+        raise RuntimeError(f"{self._dir}: a replica's stream is read-only")
+
+    def append_stretches(
+        self,
+        run: MessageRun,
+        stretches: Iterable[tuple[int, int]],
+        lost: list[int] | None = None,
+    ) -> None:
         raise RuntimeError(f"{self._dir}: a replica's stream is read-only")
 
     def apply_retention(

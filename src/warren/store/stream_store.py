@@ -23,7 +23,7 @@ import os
 import struct
 import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
@@ -113,6 +113,21 @@ def stamp_properties(raw: bytes, offset: int, ts: int) -> bytes:
             TIMESTAMP_HEADER: b"l" + _I64.pack(ts),
         },
     )
+
+
+def _take_dropped(pieces: list[tuple[int, int]], dropped: int, lost: list[int]) -> None:
+    """The newest ``dropped`` records were dropped: take them off the end of
+    ``pieces`` (a run's, as put) and add the run indexes of those that were the
+    run's to ``lost`` (the rest were older records)."""
+    while dropped > 0 and pieces:
+        start, count = pieces[-1]
+        k = min(count, dropped)
+        lost.extend(range(start + count - k, start + count))
+        dropped -= k
+        if k == count:
+            pieces.pop()
+        else:
+            pieces[-1] = (start, count - k)
 
 
 class _StreamSegment:
@@ -245,34 +260,62 @@ class StreamStore:
         self._next_offset = offset + count
         self._dirty = True
 
-    def append_run(self, run: MessageRun, start: int, stop: int) -> int:
+    def append_run(
+        self, run: MessageRun, start: int, stop: int, lost: list[int] | None = None
+    ) -> int:
         """Store messages ``start .. stop - 1`` of a run of publishes with the next
         offsets, as ``append`` would one by one (the same records, byte for
         byte, with the run's one timestamp), encoded together (in C for the C
         run type) and written in as few pieces as segments they fill; returns
-        the first offset."""
+        the first offset. ``lost`` gets the indexes of the messages a failed
+        write-out dropped meanwhile (append_stretches)."""
+        first = self._next_offset
+        self.append_stretches(run, ((start, stop),), lost)
+        return first
+
+    def append_stretches(
+        self,
+        run: MessageRun,
+        stretches: Iterable[tuple[int, int]],
+        lost: list[int] | None = None,
+    ) -> None:
+        """append_run for several stretches of one run (``(start, stop)`` each, in
+        order: what a deduplicating stream lets in), as one unit.
+
+        A stretch is written in pieces, one per segment it fills, and the room
+        the next piece makes may write out the buffer holding the earlier ones.
+        When that write-out fails (a full disk) they are dropped, and their
+        offsets handed out again (_records_lost): ``lost`` gets the indexes of
+        the run's messages dropped so (the newest records go first, so they are
+        the last pieces put). What is left of the run then is written, or still
+        buffered at the write generation of the call's end: a sync's lost check
+        from there covers it (store/sync.py), so a confirm needs no more."""
         ts = run.timestamp
         if ts is None:
             ts = int(time.time() * 1000)
-        first = self._next_offset
         log = self._log
-        while start < stop:
-            offset = self._next_offset
-            recs, ends = self._run_records(run, start, stop, offset, ts, log.seed)
-            # What fits the write segment goes there, the rest into the next
-            # ones, as one message after the other would go (at least one
-            # record: it begins a new segment when it does not fit).
-            room = log.room()
-            if len(recs) > room:
-                k = max(1, bisect.bisect_right(ends, room))
-                recs, ends = recs[: ends[k - 1]], ends[:k]
-            count = len(ends)
-            if log.make_room(len(recs)) or self._next_offset != offset:
-                offset = self._next_offset  # a new segment, or records lost: again
-                recs, ends = self._run_records(run, start, start + count, offset, ts, log.seed)
-            self._written(log.put(recs), offset, ts, count, len(recs))
-            start += count
-        return first
+        pieces: list[tuple[int, int]] = []  # (start, count) of each piece put, in order
+        for start, stop in stretches:
+            while start < stop:
+                offset = self._next_offset
+                recs, ends = self._run_records(run, start, stop, offset, ts, log.seed)
+                # What fits the write segment goes there, the rest into the next
+                # ones, as one message after the other would go (at least one
+                # record: it begins a new segment when it does not fit).
+                room = log.room()
+                if len(recs) > room:
+                    k = max(1, bisect.bisect_right(ends, room))
+                    recs, ends = recs[: ends[k - 1]], ends[:k]
+                count = len(ends)
+                if log.make_room(len(recs)) or self._next_offset != offset:
+                    dropped = offset - self._next_offset
+                    if dropped and pieces and lost is not None:
+                        _take_dropped(pieces, dropped, lost)
+                    offset = self._next_offset  # a new segment, or records lost: again
+                    recs, ends = self._run_records(run, start, start + count, offset, ts, log.seed)
+                self._written(log.put(recs), offset, ts, count, len(recs))
+                pieces.append((start, count))
+                start += count
 
     @staticmethod
     def _run_records(
