@@ -72,7 +72,7 @@ def _version() -> str:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
-            return version("warren")
+            return version("warren-broker")
         except PackageNotFoundError:
             return "unknown"
 
