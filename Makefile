@@ -69,9 +69,11 @@ CLUSTER_PORT := $(if $(filter command line,$(origin PORT)),$(PORT),20000)
 # `make run` should not wait minutes for mypyc and gcc. The compiled build is
 # `make build`'s (and `make test`'s).
 $(RUNTIME_STAMP): pyproject.toml setup.py
-	$(STEP) "creating the virtualenv $(VENV)"
+	$(STEP) "creating (or updating) the virtualenv $(VENV)"
 	@$(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip 'setuptools>=77'
+	@# The distribution's old name (now warren-broker), in a venv made before the rename.
+	@if $(PY) -m pip show -q warren >/dev/null 2>&1; then $(PY) -m pip uninstall -q -y warren; fi
 	$(STEP) "installing Warren (editable, pure Python) and its runtime dependencies: pip install -e '.[fast]'"
 	@WARREN_PURE_PYTHON=1 $(PY) -m pip install -q --no-build-isolation -e '.[fast]'
 	@touch $@

@@ -41,7 +41,7 @@ def test_the_readme_quick_start_runs_as_written(tmp_path: Path) -> None:
     out = run_isolated(script, repo, env, timeout=300)
     lines = out.strip().splitlines()
     # make's steps, one line each, then the client's print of its basic_get.
-    assert "== make: creating the virtualenv .venv" in lines
+    assert "== make: creating (or updating) the virtualenv .venv" in lines
     assert any(line.startswith("== make: starting the broker") for line in lines)
     assert "http://127.0.0.1:15672: started" in lines
     got = [line for line in lines if line.startswith("(<Basic.GetOk(")]
