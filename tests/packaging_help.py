@@ -77,7 +77,9 @@ def build_requirements() -> list[str]:
 def quick_start() -> str:
     """The README's quick start: the first ``sh`` block under ``## Quick start``."""
     readme = (ROOT / "README.md").read_text()
-    m = re.search(r"^## Quick start\n\n```sh\n(.*?)^```$", readme, re.MULTILINE | re.DOTALL)
+    m = re.search(
+        r"^## Quick start\n\n(?:<!--[^\n]*-->\n)*```sh\n(.*?)^```$", readme, re.MULTILINE | re.DOTALL
+    )
     assert m, "README.md has no ## Quick start with an sh block"
     return m.group(1)
 
