@@ -1,12 +1,17 @@
 # Warren developer tasks (GNU make).
 #
-#   make install   create $(VENV) and install Warren editable with test + fast extras
-#                  (compiles the hot modules with mypyc when a C compiler is there;
-#                  test pulls in the spark extra, pyspark + pyarrow, ~450 MB, and
-#                  Spark Connect's client (grpcio, pandas, ...) for tests/spark,
-#                  which also need Java 17+ and skip without it)
-#   make build     recompile the hot modules in place after editing their .py
-#   make run       run the broker (extra flags: make run ARGS='--amqp-port 5673')
+#   make install   create $(VENV) and install what the broker needs: Warren (editable)
+#                  with its runtime dependencies and the fast extra (uvloop), pure
+#                  Python; about half a minute on a fresh clone (README)
+#   make install-test  that, the compiled build's tools (mypy for mypyc, setuptools)
+#                  and the test extra: pyspark + pyarrow (~450 MB), Spark Connect's
+#                  client (grpcio, pandas, ...) for tests/spark (which also need Java
+#                  17+ and skip without it), playwright, celery, ... (~1 GB)
+#   make build     compile the hot modules in place with mypyc (several minutes on 2
+#                  cores; again after editing their .py); 1.2-1.4x the throughput
+#   make run       run the broker (extra flags: make run ARGS='--amqp-port 5673'); the
+#                  compiled build when there is one (rebuilt when stale), pure Python
+#                  until the first `make build` or `make test`
 #   make test      run pytest twice: compiled modules, then pure Python
 #                  (extra args: make test PYTEST_ARGS='-k config'; PYTEST_WORKERS=0
 #                  for one process per pass)
@@ -34,7 +39,13 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY = $(VENV)/bin/python
-STAMP = $(VENV)/.installed
+# What is installed, one stamp per step (each depends on the one before):
+# the broker's runtime, the compiled build's tools, the test extra.
+RUNTIME_STAMP = $(VENV)/.installed-runtime
+BUILD_STAMP = $(VENV)/.installed-build
+TEST_STAMP = $(VENV)/.installed-test
+# Announces a step of the install or the start (one line each).
+STEP = @echo "== make:"
 
 # When set, `make test` writes pytest's own exit status (a number) to this
 # file. make itself turns every failing recipe into exit status 2, which
@@ -49,17 +60,40 @@ PYTEST_WORKERS ?= 2
 # environment (many hosting platforms set one) does not move the cluster.
 CLUSTER_PORT := $(if $(filter command line,$(origin PORT)),$(PORT),20000)
 
-.PHONY: install build run test lint spec clean browser soak fuzz mosquitto etcd cluster rabbitmq fuse prometheus
+.PHONY: install install-test build run test lint spec clean browser soak fuzz mosquitto etcd cluster rabbitmq fuse prometheus
 
 # Reinstall whenever pyproject.toml or setup.py changes (dependencies, entry
-# points, the compiled modules).
-$(STAMP): pyproject.toml setup.py
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,fast]'
-	touch $@
+# points, the compiled modules). Warren itself is installed editable and pure
+# Python (WARREN_PURE_PYTHON=1 at install time: no compiling), without build
+# isolation (setuptools from the venv, not a throwaway environment with mypy):
+# `make run` should not wait minutes for mypyc and gcc. The compiled build is
+# `make build`'s (and `make test`'s).
+$(RUNTIME_STAMP): pyproject.toml setup.py
+	$(STEP) "creating (or updating) the virtualenv $(VENV)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip 'setuptools>=77'
+	@# The distribution's old name (now warren-broker), in a venv made before the rename.
+	@if $(PY) -m pip show -q warren >/dev/null 2>&1; then $(PY) -m pip uninstall -q -y warren; fi
+	$(STEP) "installing Warren (editable, pure Python) and its runtime dependencies: pip install -e '.[fast]'"
+	@WARREN_PURE_PYTHON=1 $(PY) -m pip install -q --no-build-isolation -e '.[fast]'
+	@touch $@
 
-install: $(STAMP)
+# The compiled build's tools: pyproject.toml's build-system requirements (mypy
+# for mypyc, setuptools).
+$(BUILD_STAMP): $(RUNTIME_STAMP)
+	$(STEP) "installing the build tools (mypy for mypyc, setuptools)"
+	@$(PY) -m pip install -q $$($(PY) -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"])')
+	@touch $@
+
+# The rest: the test extra (pytest, the client libraries, pyspark, playwright ...).
+$(TEST_STAMP): $(BUILD_STAMP)
+	$(STEP) "installing the test dependencies (pip install -e '.[test,fast]', about 1 GB)"
+	@WARREN_PURE_PYTHON=1 $(PY) -m pip install -q --no-build-isolation -e '.[test,fast]'
+	@touch $@
+
+install: $(RUNTIME_STAMP)
+
+install-test: $(TEST_STAMP)
 
 # The compiled build (setup.py): mypyc puts the code of every module in
 # COMPILED_MODULES in one extension, src/_warren_compiled__mypyc$(EXT_SUFFIX),
@@ -79,16 +113,23 @@ NATIVE_SOURCES := src/warren/_fastpath.h src/warren/_fastpath.c src/warren/_fast
 	src/warren/_fastpath_run.c src/warren/_fastpath_deliver.c src/warren/_fastpath_records.c \
 	src/warren/_fastpath_spark.c src/warren/_fastpath_stream.c \
 	src/warren/_syncworker.c
-$(SHARED_LIBRARY): $(COMPILED_SOURCES) $(NATIVE_SOURCES) | $(STAMP)
-	$(PY) setup.py -q build_ext --inplace
+$(SHARED_LIBRARY): $(COMPILED_SOURCES) $(NATIVE_SOURCES) | $(BUILD_STAMP)
+	$(STEP) "compiling the hot modules with mypyc (setup.py build_ext --inplace; minutes on 2 cores)"
+	@$(PY) setup.py -q build_ext --inplace
 
-build: $(STAMP)
-	$(PY) setup.py -q build_ext --inplace
+build: $(BUILD_STAMP)
+	$(STEP) "compiling the hot modules with mypyc (setup.py build_ext --inplace; minutes on 2 cores)"
+	@$(PY) setup.py -q build_ext --inplace
 
-run: $(STAMP) $(SHARED_LIBRARY)
-	$(VENV)/bin/warren --data-dir ./data $(ARGS)
+# The compiled build when there is one (recompiled first when a source is newer);
+# without one, pure Python at once rather than minutes of compiling first.
+run: $(RUNTIME_STAMP)
+	@if [ -e $(SHARED_LIBRARY) ]; then $(MAKE) --no-print-directory $(SHARED_LIBRARY); \
+	else echo "== make: no compiled build: running pure Python (\`make build\` compiles the hot modules, 1.2-1.4x faster)"; fi
+	$(STEP) "starting the broker: $(VENV)/bin/warren --data-dir ./data $(ARGS)"
+	@$(VENV)/bin/warren --data-dir ./data $(ARGS)
 
-cluster: $(STAMP) $(SHARED_LIBRARY) etcd
+cluster: $(RUNTIME_STAMP) $(SHARED_LIBRARY) etcd
 	$(PY) tools/cluster.py --dir ./cluster-data --port $(CLUSTER_PORT)
 
 # tests/ui drive Debian's chromium (playwright cannot fetch its own browser here).
@@ -157,7 +198,7 @@ prometheus:
 # PYTEST_WORKERS=0 runs each pass in one process.
 # The status recorded is the first failure's; 5 (nothing collected) only when
 # neither run failed otherwise.
-test: $(STAMP) $(SHARED_LIBRARY) browser mosquitto etcd rabbitmq fuse prometheus
+test: $(TEST_STAMP) $(SHARED_LIBRARY) browser mosquitto etcd rabbitmq fuse prometheus
 	@status=0; pure=0; log=$$(mktemp); \
 	( WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m 'not ui and not examples and not once' $(PYTEST_ARGS) > "$$log" 2>&1; echo $$? >> "$$log.status" ) & \
 	echo "== pytest, $$($(PY) -c 'import warren; print(warren.build_description())') (the pure-Python pass runs alongside)"; \
@@ -172,24 +213,24 @@ test: $(STAMP) $(SHARED_LIBRARY) browser mosquitto etcd rabbitmq fuse prometheus
 # The soak test (tests/test_soak.py) for 10 minutes instead of make test's 60 s:
 # churn and malformed clients against one broker while a confirmed publisher and
 # an acking consumer must lose nothing and never wait more than 1 s.
-soak: $(STAMP) $(SHARED_LIBRARY)
+soak: $(TEST_STAMP) $(SHARED_LIBRARY)
 	WARREN_SOAK_SECONDS=$${WARREN_SOAK_SECONDS:-600} $(PY) -m pytest -q -s tests/test_soak.py
 
 # Coverage-guided fuzzing of the codecs (tools/fuzz.py, atheris from PyPI) for
 # FUZZ_SECONDS per target, pure Python so atheris sees every line.
 FUZZ_SECONDS ?= 300
-fuzz: $(STAMP)
+fuzz: $(TEST_STAMP)
 	@$(PY) -c 'import atheris' 2>/dev/null || $(PY) -m pip install -q atheris
 	@for t in $$($(PY) tools/fuzz.py --list | sed 's/^targets: //; s/,//g'); do \
 		echo "== fuzz $$t ($(FUZZ_SECONDS) s)"; \
 		WARREN_PURE_PYTHON=1 $(PY) tools/fuzz.py $$t -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 || exit 1; \
 	done
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(PY) -m ruff check src tests tools bench examples
 	$(PY) -m mypy
 
-spec: $(STAMP)
+spec: $(TEST_STAMP)
 	$(PY) tools/gen_amqp_spec.py
 
 clean:

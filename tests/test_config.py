@@ -453,6 +453,7 @@ class FakeBroker:
         self.config = config
         self.started = False
         self.stopped = False
+        self.listeners: list[object] = []  # main() names them in its ready line
         FakeBroker.instances.append(self)
 
     async def start(self) -> None:

@@ -434,7 +434,9 @@ class Broker:
         self._started = True
         started: list[Listener] = []
         try:
-            for listener in self.listeners:
+            # The management API starts last: once it answers, every listener is up
+            # (`warren ctl await-startup` relies on it).
+            for listener in sorted(self.listeners, key=lambda lst: lst.name == "http"):
                 await listener.start(self)
                 started.append(listener)
         except BaseException:

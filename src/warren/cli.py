@@ -72,7 +72,7 @@ def _version() -> str:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
-            return version("warren")
+            return version("warren-broker")
         except PackageNotFoundError:
             return "unknown"
 
@@ -516,6 +516,7 @@ async def _serve(config: Config) -> int:
         except (DefinitionsError, DamagedFile) as exc:
             print(f"warren: cannot start: {exc}", file=sys.stderr)
             return 1
+        log.info("%s", ready_line(broker.listeners))
         await stop_event.wait()
         await broker.stop()
         log.info("stopped")
@@ -525,6 +526,28 @@ async def _serve(config: Config) -> int:
         if hasattr(signal, "SIGHUP"):
             with contextlib.suppress(NotImplementedError, ValueError):
                 loop.remove_signal_handler(signal.SIGHUP)
+
+
+#: How the ready line names each listener's plain and TLS ports.
+_LISTENER_NAMES = {
+    "amqp": ("AMQP", "AMQPS"),
+    "mqtt": ("MQTT", "MQTTS"),
+    "http": ("HTTP", "HTTPS"),
+    "http/prometheus": ("Prometheus", "Prometheus/HTTPS"),
+}
+
+
+def ready_line(listeners: Sequence[Any]) -> str:
+    """The one line saying every listener is up and where: ``ready: AMQP
+    127.0.0.1:5672, ...`` (scripts wait for it, or use ``warren ctl await-startup``)."""
+    where = []
+    for lst in listeners:
+        plain, tls = _LISTENER_NAMES.get(lst.name, (lst.name, lst.name + "/TLS"))
+        bind = getattr(lst, "bind", "")
+        for name, port in ((plain, lst.port), (tls, getattr(lst, "tls_port", 0))):
+            if port:
+                where.append(f"{name} {bind}:{port}")
+    return "ready: " + (", ".join(where) or "no listeners")
 
 
 def _install_signal_handlers(

@@ -57,7 +57,7 @@ def build_pure_wheel(out: Path) -> Path:
         tree / "src" / "warren",
         ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyd", "*.c", "*.h"),
     )
-    for name in ("pyproject.toml", "setup.py", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         shutil.copy(REPO / name, tree / name)
     wheels = out / "dist"
     run(
@@ -65,7 +65,7 @@ def build_pure_wheel(out: Path) -> Path:
         + ["-w", str(wheels), str(tree)],
         env=dict(os.environ, WARREN_PURE_PYTHON="1"),
     )
-    (wheel,) = wheels.glob("warren-*.whl")
+    (wheel,) = wheels.glob("warren_broker-*.whl")
     return wheel
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from warren.ctl import commands as c
 from warren.ctl.context import Handler, positive_int
+from warren.ctl.startup import cmd_await_startup
 
 # -- registration ----------------------------------------------------------------------------
 
@@ -102,6 +103,18 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
         epilog=GLOBALS_NOTE,
     )
     p.set_defaults(handler=c.cmd_status)
+
+    # await-startup
+    p = resources.add_parser(
+        "await-startup",
+        help="wait until the broker answers (rabbitmqctl await_startup)",
+        description="Wait until the broker's management API answers: every listener is "
+        "then up. Retries refused connections for --timeout seconds (default 30); exit "
+        "0 once it answers, 2 if it did not in time (3 if the credentials are refused).",
+        parents=[common],
+        epilog=GLOBALS_NOTE,
+    )
+    p.set_defaults(handler=cmd_await_startup)
 
     # cluster
     g = resource("cluster", "the cluster (Warren's clustering, GET /api/cluster)")
