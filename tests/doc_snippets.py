@@ -13,6 +13,16 @@ otherwise::
                                             checked, the output not compared
     <!-- snippet: no-errexit -->             sh: run without ``set -e`` (the block
                                             looks at exit statuses itself)
+    <!-- snippet: pika-channel -->           python: run with ``connection`` (a pika
+                                            BlockingConnection to the page's broker)
+                                            and its ``channel`` defined, as prose
+                                            fragments assume; closed afterwards
+    <!-- snippet: pytest [DIR ...] -->       python: the block is a test module; run
+                                            it as ``test_snippet.py`` in a directory
+                                            of its own with pytest and Warren's
+                                            plugin (its fixtures), DIRs (relative to
+                                            the checkout) on ``PYTHONPATH``; it must
+                                            collect a test and pass
 
 Pages show normal code: the default ports (5672, 15672, 1883, 15692) and
 ``127.0.0.1``/``localhost``. So the runner works in a private network
@@ -57,7 +67,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CODE_LANGUAGES = ("python", "sh", "console")
 # Languages of blocks that are not run: data, config and pictures.
 OTHER_LANGUAGES = ("text", "ini", "json", "yaml", "toml", "promql", "c", "http", "diff")
-MARKER_KINDS = ("illustrative", "needs", "unchecked-output", "no-errexit")
+MARKER_KINDS = ("illustrative", "needs", "unchecked-output", "no-errexit", "pika-channel", "pytest")
+# Markers that say how a python block runs.
+PYTHON_MARKERS = ("pika-channel", "pytest")
 DEFAULT_PORTS = (5672, 15672, 1883, 15692)
 
 _FENCE = re.compile(r"^(\s*)(`{3,})(\S*)\s*$")
@@ -208,12 +220,27 @@ def _env(work: Path) -> dict[str, str]:
     return env
 
 
-def run_python(text: str, work: Path, env: dict[str, str]) -> tuple[int, str]:
+# The names a ``pika-channel`` block finds defined: what "``channel`` is a pika
+# channel" means in the prose around such a fragment.
+_PIKA_CHANNEL = """\
+import pika
+connection = pika.BlockingConnection(pika.URLParameters("amqp://guest:guest@localhost:5672/%2F"))
+channel = connection.channel()
+exec(compile({text!r}, "<snippet>", "exec"))
+connection.close()
+"""
+
+
+def run_python(
+    text: str, work: Path, env: dict[str, str], pika_channel: bool = False
+) -> tuple[int, str]:
     """A python block in a fresh interpreter; top-level await runs as a coroutine."""
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     code = compile(text, "<snippet>", "exec", flags=flags)
     script = work / "snippet.py"
-    if code.co_flags & 0x80:  # CO_COROUTINE: the block awaits at top level
+    if pika_channel:
+        script.write_text(_PIKA_CHANNEL.format(text=text))
+    elif code.co_flags & 0x80:  # CO_COROUTINE: the block awaits at top level
         script.write_text(
             "import ast, asyncio\n"
             f"_code = compile({text!r}, '<snippet>', 'exec', flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)\n"
@@ -223,6 +250,29 @@ def run_python(text: str, work: Path, env: dict[str, str]) -> tuple[int, str]:
         script.write_text(text)
     proc = subprocess.run(
         [sys.executable, str(script)], cwd=work, env=env, capture_output=True, timeout=120
+    )
+    return proc.returncode, (proc.stdout + proc.stderr).decode(errors="replace")
+
+
+def run_pytest(text: str, work: Path, env: dict[str, str], paths: list[str]) -> tuple[int, str]:
+    """A python block that is a pytest module, run with Warren's plugin as a
+    reader's suite would: its own directory, no ini file, the fixtures from the
+    plugin (``-p no:warren -p warren.pytest_plugin``: whether or not the
+    package's entry point is installed)."""
+    suite = Path(tempfile.mkdtemp(prefix="pytest-", dir=work))
+    (suite / "test_snippet.py").write_text(text)
+    env = {k: v for k, v in env.items() if not k.startswith("PYTEST_")}
+    env["PYTHONPATH"] = os.pathsep.join(
+        [*(str(ROOT / p) for p in paths), env.get("PYTHONPATH", "")]
+    ).rstrip(os.pathsep)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        + ["-p", "no:hypothesispytest"]  # seconds of imports that no snippet uses
+        + ["-p", "no:warren", "-p", "warren.pytest_plugin", "test_snippet.py"],
+        cwd=suite,
+        env=env,
+        capture_output=True,
+        timeout=120,
     )
     return proc.returncode, (proc.stdout + proc.stderr).decode(errors="replace")
 
@@ -276,7 +326,10 @@ def run_console(text: str, work: Path, env: dict[str, str], compare: bool) -> tu
 
 def run_block(block: Block, work: Path, env: dict[str, str]) -> tuple[int, str]:
     if block.language == "python":
-        return run_python(block.text, work, env)
+        suite = block.marker("pytest")
+        if suite is not None:
+            return run_pytest(block.text, work, env, suite.args)
+        return run_python(block.text, work, env, block.marker("pika-channel") is not None)
     if block.language == "sh":
         return run_sh(block.text, work, env, errexit=block.marker("no-errexit") is None)
     return run_console(block.text, work, env, compare=block.marker("unchecked-output") is None)

@@ -38,6 +38,17 @@ def test_markers_fit_their_blocks() -> None:
             bad.append(f"{b.where}: unchecked-output is for console blocks")
         if b.marker("no-errexit") and b.language != "sh":
             bad.append(f"{b.where}: no-errexit is for sh blocks")
+        for kind in snippets.PYTHON_MARKERS:
+            if b.marker(kind) and b.language != "python":
+                bad.append(f"{b.where}: {kind} is for python blocks")
+        if b.marker("pika-channel") and b.marker("pytest"):
+            bad.append(f"{b.where}: a pytest module gets its broker from the fixtures")
+        suite = b.marker("pytest")
+        bad += [
+            f"{b.where}: pytest's directory {d} is not in the checkout"
+            for d in (suite.args if suite else [])
+            if not (snippets.ROOT / d).is_dir()
+        ]
         if b.language == "console" and snippets.to_run(b) and not snippets.console_steps(b.text):
             bad.append(f"{b.where}: a console block without a '$ ' command")
     assert not bad, "\n".join(bad)
@@ -59,6 +70,15 @@ def test_a_new_unmarked_block_is_run(tmp_path, monkeypatch) -> None:
     page.write_text("<!-- snippet: maybe: later -->\n```sh\nls\n```\n")
     with pytest.raises(ValueError, match="unknown snippet marker"):
         snippets.blocks(page)
+
+
+def test_a_pytest_block_fails_unless_its_tests_pass(tmp_path) -> None:
+    """A ``pytest`` block whose test fails, or that holds no test, is a failure."""
+    env = snippets._env(tmp_path)
+    status, output = snippets.run_pytest("def test_x():\n    assert 1 == 2\n", tmp_path, env, [])
+    assert status == 1 and "assert 1 == 2" in output
+    status, output = snippets.run_pytest("import pytest\n", tmp_path, env, [])
+    assert status == 5 and "no tests ran" in output
 
 
 def test_commands_shown_exist() -> None:
