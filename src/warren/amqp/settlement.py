@@ -263,12 +263,13 @@ class Settlement:
 
     def give_back(self) -> None:
         """A closing channel: every unacked delivery (and every one a transaction
-        held) goes back to its queue, in tag order."""
+        held) goes back to its queue, in sequence order; each stretch of one
+        queue's deliveries in one reject_many, as reject() one by one would go
+        (the messages of its runs read back together)."""
         ch = self.channel
         unacked = [e for _, e in ch.unacked.entries()] + [e for _, e, _, _ in self.tx_acks]
         ch.unacked.clear()
         ch.consumer_unacked = 0
         self.tx_acks.clear()
         unacked.sort(key=lambda e: e[1])
-        for queue, seq, msg, _, size in unacked:
-            queue.reject(seq, msg, True, False, size)
+        self._reject_in_spans([(0, e) for e in unacked], True, False, {})
