@@ -86,6 +86,7 @@ COMPILED_MODULES = [
     "warren.store.segment_format",
     "warren.store.segment_log",
     "warren.store.segment_losses",
+    "warren.store.segment_reads",
     "warren.store.segment_recovery",
     "warren.store.segment_scan",
     "warren.store.segment_settle",

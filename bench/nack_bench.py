@@ -15,7 +15,11 @@ first), one consumer with prefetch --prefetch:
 - ``reject``: basic.reject requeue=false for every delivery, frames in a row;
 - ``requeue``: basic.nack multiple=true requeue=true of the whole prefetch
   window each time it is full: the same messages go round again; the rate is
-  deliveries (--messages of them) over the time they took.
+  deliveries (--messages of them) over the time they took;
+- ``close``: a consumer without a prefetch limit takes the whole backlog
+  unacked and closes its connection: every message goes back to the queue
+  (read back from the store); the rate and the CPU are the messages over the
+  close alone (connection.close until close-ok).
 
 The client is bench/raw_amqp.py (plain sockets), which counts deliveries by
 their frames' bytes. Prints one JSON line per run: msg/s and the broker's CPU
@@ -40,7 +44,7 @@ from amqp_brokers import Warren
 QUEUE = "nack-bench"
 DLQ = "nack-bench-dlq"
 BODY = 16
-SCENARIOS = ("dlx", "drop", "reject", "requeue")
+SCENARIOS = ("dlx", "drop", "reject", "requeue", "close")
 _TAG = struct.Struct(">QB")
 
 
@@ -118,12 +122,38 @@ def _consume(port: int, scenario: str, n: int, prefetch: int) -> float:
     return seconds
 
 
+def _close(port: int, pid: int | None, n: int) -> tuple[float, int]:
+    """Take all ``n`` messages unacked, then close the connection: the seconds
+    the close took and the broker's CPU ticks over it."""
+    c = raw.Conn.open(port)
+    c.sock.settimeout(120)
+    raw.start_consume(c, QUEUE, raw.MULTIPLE, 0)
+    counter = raw.Counter(raw.deliver_marker("c1", QUEUE), c.buf)
+    c.buf = b""
+    while counter.got < n:
+        data = c.sock.recv(1 << 20)
+        if not data:
+            raise raw.Closed("the broker closed the connection")
+        counter.feed(data)
+    cpu0 = _cpu_ticks(pid)
+    started = time.perf_counter()
+    c.close()  # close-ok comes once every delivery is back in the queue
+    seconds = time.perf_counter() - started
+    ticks = _cpu_ticks(pid) - cpu0
+    raw.wait_depth(port, QUEUE, n)
+    return seconds, ticks
+
+
 def run(port: int, pid: int | None, scenario: str, n: int, prefetch: int) -> dict[str, Any]:
     _prepare(port, scenario)
     raw.fill(port, QUEUE, prefetch if scenario == "requeue" else n, BODY, False)
-    cpu0 = _cpu_ticks(pid)
-    seconds = _consume(port, scenario, n, prefetch)
-    cpu = (_cpu_ticks(pid) - cpu0) / os.sysconf("SC_CLK_TCK")
+    if scenario == "close":
+        seconds, ticks = _close(port, pid, n)
+    else:
+        cpu0 = _cpu_ticks(pid)
+        seconds = _consume(port, scenario, n, prefetch)
+        ticks = _cpu_ticks(pid) - cpu0
+    cpu = ticks / os.sysconf("SC_CLK_TCK")
     return {
         "scenario": scenario,
         "messages": n,

@@ -50,51 +50,60 @@ def broker(tmp_path: Path) -> Iterator[BrokerThread]:
 # -- the scanner: C against its reference ---------------------------------------------
 
 
-def ack_frame(channel: int, tag: int, bits: int = 0, end: int = 0xCE) -> bytes:
-    return struct.pack(">BHIHHQB", 1, channel, 13, 60, 80, tag, bits) + bytes((end,))
+def ack_frame(channel: int, tag: int, bits: int = 0, end: int = 0xCE, method: int = 80) -> bytes:
+    return struct.pack(">BHIHHQB", 1, channel, 13, 60, method, tag, bits) + bytes((end,))
+
+
+# basic.ack, basic.reject, basic.nack: the flags a run of each may carry.
+RUN_BITS = {80: (0,), 90: (0, 1), 120: (0, 2)}
 
 
 @st.composite
 def frame_soups(draw: st.DrawFn) -> bytes:
-    """Acks mostly in rows of consecutive tags, with what ends a row mixed in:
-    another channel, a gap, multiple, a nack, a bad end octet, a torn frame."""
+    """Acks, rejects and nacks mostly in rows of consecutive tags, with what
+    ends a row mixed in: another channel, a gap, another method or other
+    flags (multiple, requeue, reserved bits), a bad end octet, a torn frame."""
     out = b""
     tag = draw(st.integers(0, 2**64 - 50))
     for _ in range(draw(st.integers(0, 12))):
-        kind = draw(st.sampled_from(["row", "row", "row", "gap", "ch", "multi", "nack", "end"]))
+        kind = draw(st.sampled_from(["row", "row", "row", "gap", "ch", "other", "end"]))
+        method = draw(st.sampled_from([80, 80, 90, 120]))
+        bits = draw(st.integers(0, 3) | st.sampled_from(RUN_BITS[method]))
         if kind == "row":
             for _ in range(draw(st.integers(1, 6))):
-                out += ack_frame(1, tag)
+                out += ack_frame(1, tag, bits, method=method)
                 tag += 1
         elif kind == "gap":
             tag += draw(st.integers(2, 5))
         elif kind == "ch":
-            out += ack_frame(2, tag)
-        elif kind == "multi":
-            out += ack_frame(1, tag, 1)
-        elif kind == "nack":
-            out += struct.pack(">BHIHHQB", 1, 1, 13, 60, 120, tag, 0) + b"\xce"
+            out += ack_frame(2, tag, bits, method=method)
+        elif kind == "other":
+            out += ack_frame(1, tag, draw(st.integers(0, 255)), method=draw(st.integers(79, 121)))
         else:
-            out += ack_frame(1, tag, 0, 0)
+            out += ack_frame(1, tag, bits, 0, method)
     cut = draw(st.integers(0, 20))
     return out[: len(out) - cut] if cut else out
 
 
 @settings(max_examples=300, deadline=None)
 @given(data=frame_soups(), pos=st.integers(0, 30), max_n=st.integers(0, 40))
-def test_c_and_python_find_the_same_runs_of_single_acks(data: bytes, pos: int, max_n: int) -> None:
+def test_c_and_python_find_the_same_runs_of_single_settlements(
+    data: bytes, pos: int, max_n: int
+) -> None:
     pos = min(pos, len(data))
     got = scan_acks_python(data, pos, max_n)
-    # The model: frame by frame while each is a single ack on the first's channel
-    # with the next tag.
+    # The model: frame by frame while each is the first one's method with its
+    # flags (a single ack, reject or nack) on its channel with the next tag.
     n, first, at = 0, 0, pos
     while n < max_n and len(data) - at >= 21:
         ftype, ch, size, cls, mid, tag, bits, end = struct.unpack_from(">BHIHHQBB", data, at)
-        if (ftype, size, cls, mid, bits, end) != (1, 13, 60, 80, 0, 0xCE):
+        if (ftype, size, cls, end) != (1, 13, 60, 0xCE):
             break
         if n == 0:
-            channel, first = ch, tag
-        elif ch != channel or tag != first + n:
+            if bits not in RUN_BITS.get(mid, ()):
+                break
+            channel, first, method, flags = ch, tag, mid, bits
+        elif ch != channel or tag != first + n or (mid, bits) != (method, flags):
             break
         n += 1
         at += 21

@@ -6,7 +6,8 @@
  * property list and body lie. publish_run.py is the reference (and the
  * fallback without a compiler); tests/test_publish_run.py checks both alike.
  *
- * scan_acks() finds the run of single basic.ack frames with consecutive tags
+ * scan_acks() finds the run of single basic.ack frames (or basic.reject, or
+ * basic.nack with multiple clear) with consecutive tags
  * that starts where the read loop stands (amqp/ack_scan.py is its reference).
  *
  * deliver_frames() writes what a consumer gets for a run's messages
@@ -49,7 +50,8 @@ static PyMethodDef module_methods[] = {
     {"scan_publishes", (PyCFunction)(void (*)(void))scan_publishes, METH_FASTCALL,
      "scan_publishes(data, pos, frame_max, max_body, limit, keyed=False) -> PublishRun | None"},
     {"scan_acks", (PyCFunction)(void (*)(void))scan_acks, METH_FASTCALL,
-     "scan_acks(data, pos, max_n) -> (n, first_tag, end): a run of single basic.acks"},
+     "scan_acks(data, pos, max_n) -> (n, first_tag, end): a run of single basic.acks, "
+     "rejects or nacks"},
     {"deliver_frames", (PyCFunction)(void (*)(void))deliver_frames, METH_FASTCALL,
      "deliver_frames(run, start, stop, step, channel, deliver_head, first_tag, frame_max) -> bytes"},
     {"encode_records", (PyCFunction)(void (*)(void))encode_records, METH_FASTCALL,

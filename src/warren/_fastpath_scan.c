@@ -187,15 +187,28 @@ none:
     Py_RETURN_NONE;
 }
 
+/* Whether a run may start with a frame of class and method ``ids`` and flags
+ * ``bits``: basic.ack (80) with multiple clear, basic.reject (90) requeue or
+ * not, basic.nack (120) with multiple clear, requeue or not. */
+static int settles_singly(uint32_t ids, unsigned char bits) {
+    switch (ids) {
+    case 0x003C0050u: return bits == 0;
+    case 0x003C005Au: return bits <= 1;
+    case 0x003C0078u: return bits == 0 || bits == 2;
+    default: return 0;
+    }
+}
+
 /* scan_acks(data, pos, max_n) -> (n, first_tag, end)
  *
- * The run of basic.ack frames that starts at data[pos]: method frames on one
- * channel (the first's), each exactly a basic.ack with multiple and the
- * reserved bits clear, their delivery tags counting up by one from the
+ * The run of frames that starts at data[pos]: method frames on one channel
+ * (the first's), each the first one's method (a basic.ack with multiple
+ * clear, a basic.reject, or a basic.nack with multiple clear) with the first
+ * one's flags octet, their delivery tags counting up by one from the
  * first's; at most max_n of them, every frame complete with its end octet.
- * What a client acking delivery after delivery sends, settled together
- * (amqp/ack_scan.py's scan_acks_python is the reference). n == 0 when not
- * even the first frame is one: (0, 0, pos). */
+ * What a client acking (or rejecting) delivery after delivery sends, settled
+ * together (amqp/ack_scan.py's scan_acks_python is the reference). n == 0
+ * when not even the first frame is one: (0, 0, pos). */
 PyObject *scan_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "scan_acks(data, pos, max_n)");
@@ -212,17 +225,21 @@ PyObject *scan_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t at = pos < 0 ? len : pos;
     uint64_t first = 0;
     uint16_t channel = 0;
-    /* type 1, channel, size 13, class 60, method 80, the tag, the bits, 0xCE: 21 octets */
+    uint32_t ids = 0;
+    unsigned char bits = 0;
+    /* type 1, channel, size 13, class 60, a method, the tag, the bits, 0xCE: 21 octets */
     while (n < max_n && len - at >= 21) {
         const unsigned char *f = d + at;
-        if (f[0] != 1 || be32(f + 3) != 13 || be32(f + 7) != 0x003C0050u || f[19] != 0 ||
-            f[20] != 0xCE)
-            break;
+        if (f[0] != 1 || be32(f + 3) != 13 || f[20] != 0xCE) break;
         uint64_t tag = be64(f + 11);
         if (n == 0) {
+            ids = be32(f + 7);
+            bits = f[19];
+            if (!settles_singly(ids, bits)) break;
             channel = be16(f + 1);
             first = tag;
-        } else if (be16(f + 1) != channel || tag != first + (uint64_t)n) {
+        } else if (be16(f + 1) != channel || tag != first + (uint64_t)n || be32(f + 7) != ids ||
+                   f[19] != bits) {
             break;
         }
         n++;

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from warren.amqp import handshake, management, spec
-from warren.amqp.ack_scan import ACK_FRAME_SIZE, scan_acks
+from warren.amqp.ack_scan import ACK_FRAME_SIZE, ACK_IDS, NACK_IDS, REJECT_IDS, scan_acks
 from warren.amqp.channel import Channel
 from warren.amqp.frames import (
     FRAME_BODY,
@@ -71,10 +71,11 @@ PROTOCOL_HEADER_0_9 = b"AMQP\x01\x01\x00\x09"
 _OPEN = State.OPEN
 _CLOSED = State.CLOSED
 _PUBLISH_IDS = b"\x00\x3c\x00\x28"  # basic.publish: class 60, method 40
-_ACK_IDS = b"\x00\x3c\x00\x50"  # basic.ack: class 60, method 80
-# Single acks a run (amqp/ack_scan.py) may take per frame of the budget, and how
-# many of them count as one frame against it: settling them is one call.
+# Single acks (rejects, nacks) a run (amqp/ack_scan.py) may take per frame of the
+# budget, and how many of them count as one frame against it: settling them is
+# one call.
 _ACKS_PER_FRAME = 8
+_SINGLE_SETTLE_IDS = (ACK_IDS, REJECT_IDS, NACK_IDS)
 
 
 class _UnknownFrame(FrameError):
@@ -313,17 +314,24 @@ class AMQPConnection:
                                         pos = n
                                         break
                                     continue
+                            method_ids = payload[:4]
                             if (
-                                payload[:4] == _ACK_IDS
-                                and size == ACK_FRAME_SIZE - 8
+                                size == ACK_FRAME_SIZE - 8
+                                and method_ids in _SINGLE_SETTLE_IDS
                                 and channel.takes_ack_run()
                             ):
-                                # Single acks with consecutive tags, settled at once.
+                                # Single acks (or rejects, or nacks) with consecutive
+                                # tags and the same flags, settled at once.
                                 count, first, run_end = scan_acks(
                                     data, start, budget * _ACKS_PER_FRAME + 1
                                 )
                                 if count > 1:
-                                    channel.settlement.ack_range(first, count)
+                                    if method_ids == ACK_IDS:
+                                        channel.settlement.ack_range(first, count)
+                                    else:
+                                        channel.settlement.reject_range(
+                                            first, count, bytes(method_ids), payload[12]
+                                        )
                                     pos = run_end
                                     budget = max(0, budget - count // _ACKS_PER_FRAME)
                                     if self.state is _CLOSED:

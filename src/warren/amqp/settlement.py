@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from warren.amqp.ack_scan import REJECT_IDS
 from warren.amqp.unacked import Unacked, UnackedRun
+from warren.core.errors import BrokerError
 
 if TYPE_CHECKING:
     from warren.amqp.channel import Channel
@@ -90,6 +92,46 @@ class Settlement:
         taken, runs = found
         self.credit(taken, runs)
         self.settle(taken, runs, None)
+
+    def reject_range(self, first: int, n: int, ids: bytes, bits: int) -> None:
+        """basic.reject (``ids`` REJECT_IDS) or basic.nack with multiple clear
+        (NACK_IDS) of tags ``first .. first + n - 1``, n frames with the flags
+        octet ``bits``, one after the other in a read: settled together as
+        ack_range settles acks, when no queue of theirs refuses rejects (a
+        stream's) and one run or single deliveries alone hold every tag; else
+        frame by frame, exactly as the frames would have gone."""
+        ch = self.channel
+        last = first + n - 1
+        found = None if self._refused(first, last) else ch.unacked.take_range(first, last)
+        if found is None:
+            flags = bytes((bits,))
+            for tag in range(first, first + n):
+                ch.on_method_frame(ids + tag.to_bytes(8, "big") + flags)
+            return
+        taken, runs = found
+        self.credit(taken, runs)
+        self.settle(taken, runs, bool(bits & (1 if ids == REJECT_IDS else 2)))
+
+    def _refused(self, first: int, last: int) -> bool:
+        """Whether a queue of the deliveries tagged ``first .. last`` refuses
+        basic.nack and basic.reject (check_reject raises)."""
+        unacked = self.channel.unacked
+        queues: dict[int, Queue] = {}
+        for run in unacked.runs:
+            if run.first <= last and run.last >= first:
+                queues[id(run.queue)] = run.queue
+        singles = unacked.singles
+        if singles:
+            for tag in range(first, last + 1):
+                entry = singles.get(tag)
+                if entry is not None:
+                    queues[id(entry[0])] = entry[0]
+        for queue in queues.values():
+            try:
+                queue.check_reject()
+            except BrokerError:
+                return True
+        return False
 
     def recover(self) -> None:
         """basic.recover requeue=true: every unacked delivery goes back to its queue."""
@@ -221,12 +263,13 @@ class Settlement:
 
     def give_back(self) -> None:
         """A closing channel: every unacked delivery (and every one a transaction
-        held) goes back to its queue, in tag order."""
+        held) goes back to its queue, in sequence order; each stretch of one
+        queue's deliveries in one reject_many, as reject() one by one would go
+        (the messages of its runs read back together)."""
         ch = self.channel
         unacked = [e for _, e in ch.unacked.entries()] + [e for _, e, _, _ in self.tx_acks]
         ch.unacked.clear()
         ch.consumer_unacked = 0
         self.tx_acks.clear()
         unacked.sort(key=lambda e: e[1])
-        for queue, seq, msg, _, size in unacked:
-            queue.reject(seq, msg, True, False, size)
+        self._reject_in_spans([(0, e) for e in unacked], True, False, {})

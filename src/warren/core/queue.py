@@ -34,7 +34,7 @@ from warren.core.queue_settings import (
     message_ttl,
 )
 from warren.core.stats import GaugeStats, MessageStats
-from warren.core.store import MessageStore
+from warren.core.store import MessageStore, read_ahead
 
 if TYPE_CHECKING:
     from warren.core.dedup import Deduplicator, KeyEntry, KeyLog
@@ -584,8 +584,17 @@ class Queue(QueueDelivery):
             self.vhost.store_written(store)
             return
         requeued = written = False
+        # The messages to read back, read a bounded stretch ahead at a time.
+        ahead: list[Message | None] = []
+        taken = 0
         for i, seq in enumerate(seqs):
             msg = msgs[i]
+            if msg is None:
+                if taken == len(ahead):
+                    ahead = read_ahead(store, seqs, msgs, i)
+                    taken = 0
+                msg = ahead[taken]
+                taken += 1
             if msg is None:
                 try:
                     msg = store.read(seq)

@@ -115,6 +115,12 @@ class MessageStore(Protocol):
         dead-letter it). KeyError when the store has no such message."""
         ...
 
+    def read_many(self, seqs: list[int]) -> list[Message | None]:
+        """read() of each message, for a run given back at once (a store may
+        read it in fewer system calls). None where read() would raise: the
+        caller calls read() for that one, which raises (and reports) as ever."""
+        ...
+
     def span(self) -> StoreSpan | None:
         """The next ready messages, when they are records side by side in a
         segment that a consumer can frame in one pass: shift() for many. None:
@@ -275,6 +281,9 @@ class MemoryStore:
     def take_span(self, span: StoreSpan, taken: StoredRun, acked: bool) -> None:
         raise ValueError("a MemoryStore hands out no spans")
 
+    def read_many(self, seqs: list[int]) -> list[Message | None]:
+        return [None] * len(seqs)  # read() says why for each
+
     def read(self, seq: int) -> Message:
         # Shifted messages are not kept here (the consumer's delivery holds them),
         # and append_run hands out none, so no caller can name one.
@@ -381,3 +390,24 @@ class MemoryStore:
     @property
     def ready_bytes(self) -> int:
         return self._bytes
+
+
+#: How many messages a settlement reads back at once (read_ahead): enough to
+#: share the reads of a span's records, few enough that RAM holds a bounded
+#: number of them whatever the span's length.
+READ_AHEAD = 256
+
+
+def read_ahead(
+    store: MessageStore, seqs: list[int], msgs: list[Message | None], start: int
+) -> list[Message | None]:
+    """store.read_many of the next READ_AHEAD messages from ``seqs[start]`` on
+    that are still to be read back (``msgs`` None), in order."""
+    want: list[int] = []
+    n = len(seqs)
+    i = start
+    while i < n and len(want) < READ_AHEAD:
+        if msgs[i] is None:
+            want.append(seqs[i])
+        i += 1
+    return store.read_many(want)

@@ -300,6 +300,24 @@ class PriorityStore:
             raise KeyError(seq)
         return store.read(seq & INNER_MASK)
 
+    def read_many(self, seqs: list[int]) -> list[Message | None]:
+        """Each level's stretch of ``seqs`` read by that level's read_many."""
+        out: list[Message | None] = []
+        n = len(seqs)
+        i = 0
+        while i < n:
+            level = seqs[i] >> LEVEL_SHIFT
+            j = i + 1
+            while j < n and seqs[j] >> LEVEL_SHIFT == level:
+                j += 1
+            store = self._level(seqs[i])
+            if store is None:
+                out.extend([None] * (j - i))
+            else:
+                out.extend(store.read_many([seq & INNER_MASK for seq in seqs[i:j]]))
+            i = j
+        return out
+
     def ack(self, seq: int) -> None:
         store = self._level(seq)
         if store is not None:

@@ -64,6 +64,7 @@ from warren.store.segment_format import (
     parse_header,
 )
 from warren.store.segment_losses import WriteLosses, undo_write
+from warren.store.segment_reads import read_many
 from warren.store.segment_scan import RecordScan
 from warren.store.segment_scan import scan as scan_segment
 from warren.store.segment_spares import Spares
@@ -564,6 +565,11 @@ class SegmentLog:
             return None
         finally:
             os.close(fd)
+
+    def read_many(self, seqs: list[int]) -> list[bytes | None]:
+        """read() of each position, each segment file opened once for the positions
+        of it in a row (store/segment_reads.py)."""
+        return read_many(self, seqs)
 
     # -- dropping -------------------------------------------------------------------------
     def drop_locked(self, segment_id: int) -> None:

@@ -367,6 +367,32 @@ class SegmentStore(SegmentSettle):
             raise
         return msg
 
+    def read_many(self, seqs: list[int]) -> list[Message | None]:
+        """read() of each message, the log's files opened once per segment
+        (SegmentLog.read_many). None where read() would raise: the caller
+        reads that one with read(), which sets a damaged record aside, reports
+        it and raises as it always does."""
+        segs = self._segs
+        seglog = self._log
+        out: list[Message | None] = []
+        sid = -1
+        seed = 0
+        for i, data in enumerate(seglog.read_many(seqs)):
+            seq = seqs[i]
+            if data is None or seq >> 32 not in segs:
+                out.append(None)
+                continue
+            if seq >> 32 != sid:
+                sid = seq >> 32
+                seed = seglog.file(sid).seed
+            try:
+                msg, _ = decode_record(data, 0, len(data), True, seed)
+            except CorruptRecord:
+                out.append(None)
+                continue
+            out.append(msg)
+        return out
+
     def peek(self) -> tuple[int, Message, bool] | None:
         """The message shift() returns next, left in place. A record read from the
         file is kept for that shift(), which then does not decode it again."""
