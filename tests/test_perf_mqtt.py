@@ -7,20 +7,26 @@ Skipped when Debian's mosquitto is not installed (``make mosquitto``).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import multiprocessing
 import os
 import re
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from conftest import BrokerThread
 from free_ports import free_port
 from test_perf import check_no_broker_imports, perf, warren_process
 
 from warren.perf.mqtt import MQTTParams, measure, parse_uri
+from warren.perf.mqtt_client import connect, disconnect, subscribe
+from warren.perf.mqtt_workers import _Subscriber
 
 MOSQUITTO = "/usr/sbin/mosquitto"
 
@@ -236,3 +242,81 @@ def test_cli_help_lists_the_mqtt_commands() -> None:
     assert r.returncode == 0
     for option in ("--qos", "--inflight", "--persistent", "--latency", "--protocol", "--rate"):
         assert option in r.stdout
+
+
+def queue_backlog(port: int, p: MQTTParams, client_id: str, n: int) -> None:
+    """Leave ``n`` QoS 1 messages on ``p.topic`` queued for the persistent session
+    ``client_id``: it subscribes, goes away, and a paho client publishes them."""
+    import paho.mqtt.client as paho
+
+    sock, _, rest = connect(p, client_id)
+    subscribe(sock, p, rest)
+    disconnect(sock, p.protocol)
+    client = paho.Client(
+        paho.CallbackAPIVersion.VERSION2,
+        protocol=paho.MQTTv5 if p.protocol == 5 else paho.MQTTv311,
+    )
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    try:
+        infos = [client.publish(p.topic, b"%16d" % i, qos=1) for i in range(n)]
+        for info in infos:
+            info.wait_for_publish(10)
+            assert info.is_published()
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+@pytest.mark.parametrize("protocol", [4, 5])
+def test_subscriber_starts_on_its_persistent_sessions_backlog(
+    broker_factory: Callable[..., BrokerThread], protocol: int
+) -> None:
+    """A --persistent subscriber whose session holds QoS 1 messages gets them right
+    after CONNACK, before or with the SUBACK: it counts and acks them, where it used to
+    drop those before the SUBACK unacked and leave those read with it until a next
+    read that never came (the broker's window was full): a stall at 0."""
+    broker = broker_factory(mqtt_prefetch=100)
+    p = MQTTParams(
+        port=broker.mqtt_port,
+        protocol=protocol,
+        qos=1,
+        publishers=0,
+        clean_session=False,
+        client_id=f"backlog{protocol}",
+        topic="perf/backlog",
+    )
+    sub_id = f"{p.client_id}-sub-0"  # the id the subscriber worker uses
+    queue_backlog(broker.mqtt_port, p, sub_id, 300)
+
+    # Drive the subscriber worker in a thread, the test playing its parent.
+    parent, child = multiprocessing.Pipe()
+    failures: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            _Subscriber(0, p, child).run()
+        except BaseException as exc:  # reported to the test thread
+            failures.append(exc)
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    try:
+        assert parent.poll(10), failures
+        assert parent.recv()[0] == "ready"
+        parent.send(("go", time.monotonic_ns()))
+        count = 0
+        while count < 300:
+            assert parent.poll(10), f"stalled at {count} of 300 messages"
+            msg = parent.recv()
+            assert msg[0] == "stats", msg
+            count = msg[3]
+        parent.send(("stop",))
+        while (msg := parent.recv())[0] != "done":
+            pass
+        assert msg[3]["count"] == 300  # each once: all were acked, none redelivered
+    finally:
+        with contextlib.suppress(OSError):
+            parent.send(("stop",))
+        worker.join(10)
+    assert not failures

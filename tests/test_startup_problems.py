@@ -4,7 +4,8 @@ Real processes: ``python -m warren`` with a temporary data dir, its exit
 status, what it wrote and what it left on disk. A data dir that is a file or
 not writable used to end in ``[Errno 17] File exists`` / ``[Errno 1]
 Operation not permitted: .../.lock``; a Ctrl-C before the broker's handler
-was in place, in a KeyboardInterrupt traceback.
+was in place, in a KeyboardInterrupt traceback. `warren users` and `warren
+orphans`, which work on a stopped broker's data dir, say the same one line.
 """
 
 from __future__ import annotations
@@ -132,6 +133,87 @@ def test_other_file_errors_at_start_name_the_path(tmp_path: Path) -> None:
         rf"warren: cannot start: {re.escape(str(tmp_path))}/data/vhosts/\S+: Not a directory\n",
         result.stderr,
     ), result.stderr
+
+
+# --- the same for the commands on a stopped broker's data dir --------------------------
+
+#: `warren users` and `warren orphans`, each with a read-only subcommand.
+OFFLINE = [("users", "list"), ("orphans", "list")]
+
+
+def run_offline(
+    cwd: Path, command: str, data_dir: str, sub: str
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "warren", command, "-D", data_dir, sub],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(("command", "sub"), OFFLINE)
+def test_offline_command_on_a_data_dir_that_is_a_file(
+    tmp_path: Path, command: str, sub: str
+) -> None:
+    (tmp_path / "data").write_text("not a directory")
+    result = run_offline(tmp_path, command, "data", sub)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"warren {command}: data dir data exists but is a file, not a directory\n"
+    )
+    assert tree(tmp_path) == ["data"] and (tmp_path / "data").read_text() == "not a directory"
+
+
+@pytest.mark.parametrize(("command", "sub"), OFFLINE)
+def test_offline_command_on_a_data_dir_not_writable(
+    unwritable_dir: Path, command: str, sub: str
+) -> None:
+    result = run_offline(unwritable_dir.parent, command, str(unwritable_dir), sub)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert re.fullmatch(
+        rf"warren {command}: data dir {re.escape(str(unwritable_dir))} is not writable "
+        r"by user \S+\n",
+        result.stderr,
+    ), result.stderr
+    assert tree(unwritable_dir) == ["kept"]  # no .lock
+
+
+def test_users_on_a_data_dir_that_cannot_be_made(unwritable_dir: Path) -> None:
+    """`warren users` makes a missing data dir (a new broker's users), as `warren` would."""
+    data = unwritable_dir / "sub" / "data"
+    result = run_offline(unwritable_dir.parent, "users", str(data), "list")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.startswith(
+        f"warren users: data dir {data} cannot be created: {unwritable_dir} "
+        "is not writable by user "
+    )
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert tree(unwritable_dir) == ["kept"]
+
+
+def test_users_on_a_data_dir_under_a_file(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("")
+    result = run_offline(tmp_path, "users", "f/data", "list")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"warren users: data dir f/data cannot be created: {tmp_path}/f is not a directory\n"
+    )
+    assert tree(tmp_path) == ["f"]
+
+
+def test_orphans_on_a_missing_data_dir(tmp_path: Path) -> None:
+    """`warren orphans` never makes one: nothing to look at is an error, made nowhere."""
+    (tmp_path / "f").write_text("")
+    for missing in ("data", "f/data"):
+        result = run_offline(tmp_path, "orphans", missing, "list")
+        assert (result.returncode, result.stdout) == (1, "")
+        assert result.stderr == f"warren orphans: data dir {missing} does not exist\n"
+    assert tree(tmp_path) == ["f"]
 
 
 # --- Ctrl-C early ------------------------------------------------------------------------

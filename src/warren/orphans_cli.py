@@ -17,9 +17,8 @@ import argparse
 import shutil
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-from warren.offline import add_location_arguments, config_from, data_dir_lock
+from warren.offline import add_location_arguments, config_from, data_dir_lock, usable_data_dir
 from warren.store import orphans as orphans_mod
 from warren.store.damage import DamagedFile
 from warren.store.definitions import DefinitionsLog
@@ -54,9 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _select(found: list[Orphan], vhost: str | None, names: list[str]) -> list[Orphan]:
     return [
-        o
-        for o in found
-        if (vhost is None or o.vhost == vhost) and (not names or o.name in names)
+        o for o in found if (vhost is None or o.vhost == vhost) and (not names or o.name in names)
     ]
 
 
@@ -80,9 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = config_from(args, "warren orphans")
     if config is None:
         return 2
-    root = Path(config.data_dir).resolve()
-    if not root.is_dir():
-        print(f"warren orphans: {root} is not a data directory", file=sys.stderr)
+    root = usable_data_dir(config, "warren orphans", create=False)
+    if root is None:
         return 1
     with data_dir_lock(root) as locked:
         if not locked:

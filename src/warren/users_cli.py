@@ -18,14 +18,13 @@ import getpass
 import io
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from warren.config import Config
 from warren.core.names import name_problem
 from warren.core.users import Permission, UserStore, hash_password
 from warren.ctl.context import quoted
 from warren.ctl.output import Column, render_table
-from warren.offline import add_location_arguments, config_from, data_dir_lock
+from warren.offline import add_location_arguments, config_from, data_dir_lock, usable_data_dir
 from warren.store.damage import DamagedFile
 from warren.store.layout import DataDir
 from warren.store.users_file import load_users, save_users
@@ -172,9 +171,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = config_from(args, "warren users")
     if config is None:
         return 2
+    root = usable_data_dir(config, "warren users", create=True)
+    if root is None:
+        return 1
     password = _new_password(args) if args.command in ("add", "change-password") else None
-    layout = DataDir(Path(config.data_dir).resolve())
-    layout.root.mkdir(parents=True, exist_ok=True)
+    layout = DataDir(root)
     with data_dir_lock(layout.root) as locked:
         if not locked:
             # A broker runs on this directory: make the change through it.

@@ -162,20 +162,25 @@ def connect(
 
 
 def subscribe(sock: socket.socket, p: MQTTParams, buf: bytes) -> bytes:
-    """SUBSCRIBE to ``p.topic`` at ``p.qos`` and wait for the SUBACK; returns the bytes after it."""
+    """SUBSCRIBE to ``p.topic`` at ``p.qos`` and wait for the SUBACK; returns what else
+    arrived (``buf`` and every read but the SUBACK) for the caller to handle: a
+    resumed session's queued messages come right after CONNACK, and until they are
+    acked the broker's window may let no more through."""
     sock.settimeout(CONNECT_TIMEOUT)
     sock.sendall(encode(Subscribe(1, [Subscription(p.topic, p.qos)]), p.protocol))
+    before: list[bytes] = []
     while True:
         packet, buf = read_packet(sock, buf)
         if packet[0] >> 4 != P.SUBACK:
-            continue  # e.g. a retained or session message: not counted
+            before.append(packet)
+            continue
         acks = Decoder(p.protocol).feed(packet)
         ack = acks[0]
         assert isinstance(ack, SubAck)
         if not ack.reason_codes or ack.reason_codes[0] >= 0x80:
             raise MQTTError(f"subscription to {p.topic!r} refused: {ack.reason_codes}")
         sock.settimeout(None)
-        return buf
+        return b"".join(before) + buf
 
 
 def disconnect(sock: socket.socket, protocol: int) -> None:

@@ -299,7 +299,10 @@ class _Subscriber(_MQTTWorker, Receiver):
         count = 0
         run_ts = -1
         run_n = 0
-        for data, now in self.reads(sock, hist):
+        # What arrived with CONNACK and SUBACK (a persistent session's queued messages,
+        # perhaps a whole window of them) comes first: no more may come until it is acked.
+        first, buf = buf, b""
+        for data, now in self.reads(sock, hist, first):
             buf = buf + data if buf else data
             n = len(buf)
             pos = 0
