@@ -8,7 +8,9 @@ a new segment, fails with ENOSPC and drops it, while the second piece fits
 the new segment's file and is stored. The publisher must get a nack for
 every message of the first piece and an ack for every message of the
 second (before the fix the whole run was acked: messages confirmed and not
-in the stream; then the whole run was nacked).
+in the stream; then the whole run was nacked). With several queues, a later
+queue's write may cost an earlier one its part after it returned: a run's
+and a single message's confirm must then be a nack.
 """
 
 from __future__ import annotations
