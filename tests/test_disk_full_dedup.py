@@ -9,6 +9,10 @@ was dropped as a duplicate and acked, although nothing of it was stored.
 
 from __future__ import annotations
 
+import base64
+import json
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -86,3 +90,56 @@ def test_a_deduplicated_publish_lost_to_a_full_disk_is_stored_when_retried(
         finally:
             b.stop()
     assert numbers == lost, "acked, not stored"
+
+
+def http_publish(port: int, number: int) -> tuple[int, object]:
+    """Publish message ``number`` (its key ``k<number>``) to the default exchange
+    for the queue ``s`` through the HTTP API: the status and the answer."""
+    body = {
+        "routing_key": "s",
+        "payload": f"s:{number}:".ljust(1000, "."),
+        "payload_encoding": "string",
+        "properties": {
+            "delivery_mode": 2,
+            "headers": {"x-deduplication-header": f"k{number:06d}"},
+        },
+    }
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/exchanges/%2F/amq.default/publish",
+        data=json.dumps(body).encode(),
+        headers={
+            "Authorization": "Basic " + base64.b64encode(b"guest:guest").decode(),
+            "Content-Type": "application/json",
+        },
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_an_http_publish_a_full_disk_refused_is_stored_when_retried(
+    tmp_path: Path, broker_factory: Callable[..., BrokerThread]
+) -> None:
+    # The HTTP API's publish into a deduplicating stream: the stream's part of
+    # the unit cannot be taken back, its record is dropped by the failed
+    # write-out and the answer is a 400; the retry must be stored (before the
+    # fix: "routed": true, dropped as a duplicate).
+    with tmpfs(tmp_path / "disk", 8 * MiB) as disk:
+        b = broker_factory(data_dir=disk / "data", free_disk_min=0)
+        pub = Publisher(b.port)
+        declare(pub, "stream")
+        filler = leave_free(disk, 0)
+        status, answer = http_publish(b.http_port, 1)
+        assert status == 400, answer
+        filler.unlink()
+        assert b.call(b.broker.resource_alarms.check_disk) is False
+        assert http_publish(b.http_port, 1) == (200, {"routed": True})
+        pub.amqp.close_socket()
+        b.stop()
+        b = broker_factory(data_dir=disk / "data", free_disk_min=0)
+        try:
+            assert stream_numbers(b.port, "s") == [1], "routed, not stored"
+        finally:
+            b.stop()
