@@ -8,7 +8,9 @@ a new segment, fails with ENOSPC and drops it, while the second piece fits
 the new segment's file and is stored. The publisher must get a nack for
 every message of the first piece and an ack for every message of the
 second (before the fix the whole run was acked: messages confirmed and not
-in the stream; then the whole run was nacked).
+in the stream; then the whole run was nacked). With several queues, a later
+queue's write may cost an earlier one its part after it returned: a run's
+and a single message's confirm must then be a nack.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import pika
 import pytest
 from conftest import BrokerThread
 from diskhelp import MiB, fill, tmpfs
@@ -221,3 +224,82 @@ def test_a_run_to_several_queues_is_nacked_when_a_later_queue_cost_an_earlier_it
     check_against_confirms(queued, pub)
     assert streamed == list(range(1, below + 1))  # the run's part was lost
     assert pub.nacked == set(run)
+
+
+def test_one_message_to_several_queues_is_nacked_when_a_later_queue_cost_an_earlier_its_part(
+    tmp_path: Path, broker_factory: Callable[..., BrokerThread]
+) -> None:
+    # The single-message path (VHost.enqueue) of the case above: one publish,
+    # through pika with confirms, routed to a stream, then a durable queue,
+    # then a transient one. The stream buffers its record past what its file
+    # has allocated, the durable queue's fits its file, and the last queue
+    # spends the free-disk budget: every store written in the turn is written
+    # out, the stream's write-out fails and drops the record after the stream
+    # returned. The publisher must get a nack, never an ack.
+    with tmpfs(tmp_path / "disk", 8 * MiB) as disk:
+        b = broker_factory(data_dir=disk / "data", free_disk_min=0)
+        pub = Publisher(b.port, exchange="fan", routing_key="")
+        amqp = pub.amqp
+        amqp.send_method(1, commands.Exchange.Declare(exchange="fan", exchange_type="fanout"))
+        amqp.expect_method(commands.Exchange.DeclareOk)
+        pub.declare("s", **{"x-queue-type": "stream", "x-stream-max-segment-size-bytes": SEGMENT})
+        pub.declare("q")
+        pub.declare("t", durable=False)
+        for queue in ("s", "t"):
+            amqp.send_method(1, commands.Queue.Bind(queue=queue, exchange="fan"))
+            amqp.expect_method(commands.Queue.BindOk)
+        stream = b.call(lambda: b.broker.vhosts["/"].queues["s"].stream)
+        pub.publish([None])
+        pub.settle()
+        record = b.call(lambda: stream.ready_bytes)
+        below = (FIRST_ALLOCATION - 2 * 1024 - V2_HEADER_SIZE) // record
+        pub.publish([None] * (below - 1))
+        pub.settle()
+        # The durable queue: one message, so that its file has room to spare.
+        amqp.send_method(1, commands.Queue.Bind(queue="q", exchange="fan"))
+        amqp.expect_method(commands.Queue.BindOk)
+        pub.publish([None])
+        pub.settle()
+        assert pub.acked == set(range(1, below + 2))
+        b.call(lambda: b.broker.vhosts["/"].queues["t"].purge())
+
+        # Two pages free, a budget of one: the message's record must grow the
+        # stream's file by more than two pages, fits the durable queue's file,
+        # and needs more than a page of budget in the purged queue.
+        filler = leave_free(disk, 2)
+
+        def budget_of_a_page() -> bool:
+            b.broker.config.free_disk_min = PAGE
+            return b.broker.resource_alarms.check_disk()
+
+        assert b.call(budget_of_a_page) is False
+        big = 4 * PAGE
+        pos = V2_HEADER_SIZE + b.call(lambda: stream.ready_bytes)
+        assert pos + big - FIRST_ALLOCATION > 2 * PAGE
+        assert pos + big + MARK_SIZE <= SEGMENT  # in the same segment
+        number = pub.published + 1
+        conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
+        ch = conn.channel()
+        ch.confirm_delivery()
+        body = f"s:{number}:".encode().ljust(big, b".")
+        try:
+            ch.basic_publish("fan", "", body, pika.BasicProperties(delivery_mode=2))
+            acked = True
+        except pika.exceptions.NackError:
+            acked = False
+        conn.close()
+        streamed = stream_numbers(b.port, "s")
+        pub.amqp.close_socket()
+        b.stop()
+        filler.unlink()
+        b = broker_factory(data_dir=disk / "data", free_disk_min=0)
+        try:
+            assert stream_numbers(b.port, "s") == streamed
+            queued = queue_numbers(b.port, "q")
+        finally:
+            b.stop()
+
+    assert streamed == list(range(1, below + 2))  # the message's record was lost
+    if acked:
+        assert number in streamed and number in queued, "confirmed but not stored"
+    assert not acked

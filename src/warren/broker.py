@@ -237,6 +237,7 @@ class Broker:
             self.layout.exchange_dir, lambda: self.syncer
         )
         vhost.dedup_clock = self.dedup_clock
+        vhost.write_budget = self.resource_alarms.budget
         vhost.expires_clock = self.expires_clock
         try:
             problems = vhost.restore_definitions()

@@ -31,7 +31,7 @@ from __future__ import annotations
 import struct
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from warren.core.codec_errors import DecodeError
@@ -51,6 +51,7 @@ __all__ = [
     "KeyEntry",
     "KeyLog",
     "epoch_ms",
+    "forget_dropped",
     "key_of",
     "monotonic_ms",
 ]
@@ -376,3 +377,29 @@ class Deduplicator:
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+def forget_dropped(
+    msgs: Iterable[Message],
+    dedup: Deduplicator | None,
+    key_log: KeyLog | None,
+    exchanges: Mapping[str, Any],
+) -> None:
+    """Messages a queue took and then lost (a failed write-out dropped their
+    records: their publishers get nacks) forget the keys they added, the
+    queue's (``dedup``, and ``key_log`` never writes them) and their
+    deduplicating exchange's: a retry must be stored, not dropped as a
+    duplicate. A copy another queue of the exchange did store may come twice
+    then: better stored twice than lost."""
+    for msg in msgs:
+        if dedup is not None:
+            key = dedup.forget_message(msg)
+            if key is not None and key_log is not None:
+                key_log.withdraw(key)
+        exchange = exchanges.get(msg.exchange)
+        ex_dedup = getattr(exchange, "deduplicator", None)
+        if ex_dedup is not None:
+            key = ex_dedup.forget_message(msg)
+            ex_log = getattr(exchange, "key_log", None)
+            if key is not None and ex_log is not None:
+                ex_log.withdraw(key)

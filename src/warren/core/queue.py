@@ -115,6 +115,8 @@ class Queue(QueueDelivery):
         if self.arguments.get("x-message-deduplication") is True:
             self._start_dedup()
         self._configure(argument_settings(self.arguments))
+        if hasattr(store, "on_dropped"):  # a store on disk: a full disk can drop records
+            store.on_dropped = self._dropped
 
     def _start_dedup(self) -> None:
         """Build the deduplication cache; a durable queue's (a stream's) is durable:
@@ -139,6 +141,15 @@ class Queue(QueueDelivery):
             self._key_log = log_
             entries = log_.load() + entries
         dedup.restore(entries)
+
+    def _dropped(self, msgs: list[Message]) -> None:
+        """The store's on_dropped: a failed write-out dropped these messages
+        (their publishers get nacks), so the deduplication keys they added go
+        (core/dedup.py's forget_dropped): a retry is stored, not taken for a
+        duplicate."""
+        from warren.core.dedup import forget_dropped
+
+        forget_dropped(msgs, self._dedup, self._key_log, self.vhost.exchanges)
 
     def _recovered_keys(self, dedup: Deduplicator) -> list[KeyEntry]:
         """The keys of the messages the store recovered (all durable)."""

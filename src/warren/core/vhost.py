@@ -65,6 +65,7 @@ from warren.store.quorum_store import QuorumPriorityStore
 
 if TYPE_CHECKING:
     from warren.store.definitions import DefinitionsLog
+    from warren.store.disk_budget import DiskBudget
 
 __all__ = [
     "PREDECLARED",
@@ -168,6 +169,9 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
         self.key_logs: Callable[[Any, Any], Any] | None = None
         #: The same for a durable deduplicating exchange, given the exchange.
         self.exchange_key_logs: Callable[[Any, Any], Any] | None = None
+        #: The data directory's disk budget, whose write generation tells whether a
+        #: store lost what it took (VHostRouting.enqueue): set by the broker.
+        self.write_budget: DiskBudget | None = None
         #: The clock of durable deduplication caches (ms since the epoch): injected.
         self.dedup_clock: Callable[[], float] = epoch_ms
         #: The clock of x-expires (ms since the epoch): when a queue was last used,

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from warren.core.queue import Held
     from warren.core.queue_features import QueueFeatures
     from warren.core.store import MessageStore
+    from warren.store.disk_budget import DiskBudget
 
 __all__ = ["REJECTED_BY_QUEUE", "REPLY_TO", "REPLY_TO_PREFIX", "ReplyTarget", "VHostRouting"]
 
@@ -68,6 +69,7 @@ class VHostRouting:
     default_exchange: DefaultExchange
     reply_targets: dict[str, ReplyTarget]
     dead_lettered: dict[tuple[str, str, str], int]
+    write_budget: DiskBudget | None
 
     def route(self, exchange: Exchange, msg: Message) -> list[Queue]:
         """Queues the message goes to, through exchange-to-exchange bindings and
@@ -183,7 +185,11 @@ class VHostRouting:
         durable_out: list[MessageStore] | None = None,
         held: list[Held] | None = None,
     ) -> int:
-        """Hand a routed message to its queues; what `publish` returns."""
+        """Hand a routed message to its queues; what `publish` returns (also
+        REJECTED_BY_QUEUE when a store lost it meanwhile: its confirm is a nack,
+        _enqueue_watched)."""
+        if durable_out is not None and len(queues) > 1 and self.write_budget is not None:
+            return self._enqueue_watched(exchange, queues, msg, durable_out, held)
         n = 0
         rejected = False
         persistent: bool | None = None
@@ -203,6 +209,63 @@ class VHostRouting:
                 elif taken == REJECTED:
                     rejected = True
         exchange.stats.count_publish(n)
+        return REJECTED_BY_QUEUE if rejected else n
+
+    def _enqueue_watched(
+        self,
+        exchange: Exchange,
+        queues: list[Queue],
+        msg: Message,
+        durable_out: list[MessageStore],
+        held: list[Held] | None,
+    ) -> int:
+        """enqueue() to several queues whose durable stores a confirm waits for.
+
+        A store's record may be dropped after the store returned: a later
+        queue's store that spends the free-disk budget has every store
+        written in this turn written out (store/disk_budget.py), and a failed
+        write-out drops what they buffered; the confirm, registered at the
+        write generation after the last queue, would not see it. So each
+        durable store that took the message is asked, at the end, whether it
+        lost records since the write generation at which it returned (only
+        when the generation moved), as a publish run's are
+        (Publishing._take_run): if one did, REJECTED_BY_QUEUE (a nack).
+        Apart from that, and the generation read after each durable store,
+        the same loop as enqueue's (kept apart: the one-queue path pays
+        nothing)."""
+        budget = self.write_budget
+        assert budget is not None
+        n = 0
+        rejected = False
+        persistent: bool | None = None
+        gen = budget.gen
+        mark = len(durable_out)
+        # durable_out index -> write generation at its store's return, for the
+        # stores that returned after the generation moved (rare: a write-out).
+        moved: dict[int, int] | None = None
+        for q in queues:
+            taken = q.publish(msg) if held is None else q.publish_held(msg, held)
+            if taken:
+                n += 1
+                if taken == STORED:
+                    if q.persistent:
+                        if q.keeps_every_message:
+                            durable_out.append(q.store)
+                        else:
+                            if persistent is None:
+                                persistent = msg.persistent
+                            if not persistent:
+                                continue
+                            durable_out.append(q.store)
+                        if budget.gen != gen:
+                            if moved is None:
+                                moved = {}
+                            moved[len(durable_out) - 1] = budget.gen
+                elif taken == REJECTED:
+                    rejected = True
+        exchange.stats.count_publish(n)
+        if budget.gen != gen and _lost_since(durable_out, mark, gen, moved, budget.gen):
+            rejected = True
         return REJECTED_BY_QUEUE if rejected else n
 
     def route_run(self, exchange: Exchange, msg: Message) -> list[Queue] | None:
@@ -329,3 +392,17 @@ class VHostRouting:
                 )
                 complete = False
         return complete and taken > 0
+
+
+def _lost_since(
+    stores: list[MessageStore], mark: int, gen: int, moved: dict[int, int] | None, now: int
+) -> bool:
+    """Whether a store of ``stores[mark:]`` dropped records between the write
+    generation at which it took the message (``moved``'s, else ``gen``) and
+    ``now`` (enqueue)."""
+    for i in range(mark, len(stores)):
+        since = moved.get(i, gen) if moved is not None else gen
+        lost_between = getattr(stores[i], "lost_between", None)
+        if since != now and lost_between is not None and lost_between(since, now):
+            return True
+    return False

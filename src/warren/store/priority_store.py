@@ -88,6 +88,8 @@ class PriorityStore:
         # A level dropped ready messages (a failed write-out): the totals are
         # counted again from the levels before they are next used.
         self._lost = False
+        #: Told the messages a level's failed write-out dropped (SegmentStore's).
+        self.on_dropped: Callable[[list[Message]], None] | None = None
         self._closed = False
         # Directories that got an entry when the queue's directory was made: the
         # first sync fsyncs them (a level's log fsyncs only its own parent).
@@ -115,12 +117,17 @@ class PriorityStore:
             found.append(level)
         return found
 
+    def _level_dropped(self, msgs: list[Message]) -> None:
+        if self.on_dropped is not None:
+            self.on_dropped(msgs)
+
     def _open(self, level: int) -> MessageStore:
         if self._closed:
             raise ValueError(f"{self!r} is closed")
         store = self._make_level(level)
         if isinstance(store, SegmentStore):
             store.on_ready_lost = self._level_lost
+            store.on_dropped = self._level_dropped
         self._levels[level] = store
         self._stores = (*self._stores, store)
         if store.ready_count:

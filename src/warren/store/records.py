@@ -41,6 +41,7 @@ __all__ = [
     "CorruptRecord",
     "check_file_header",
     "decode_record",
+    "decode_records",
     "encode_message",
     "encode_record",
     "encode_run",
@@ -351,3 +352,19 @@ def decode_record(
     # The two shortstrs as stored are what a delivery of this message carries.
     msg._ex_rk = buf[offset + 12 : offset + 14 + ex_len + rk_len]
     return msg, length
+
+
+def decode_records(data: bytes) -> list[Message]:
+    """The messages of records laid back to back in ``data`` (what a failed
+    write-out dropped: this process encoded them, so the CRCs are not
+    checked); stops at the first that does not decode."""
+    msgs: list[Message] = []
+    pos, size = 0, len(data)
+    while pos < size:
+        try:
+            msg, length = decode_record(data, pos, size, False)
+        except CorruptRecord:
+            break
+        msgs.append(msg)
+        pos += length
+    return msgs

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from warren.core.message import Message
+from warren.store.records import decode_records
 from warren.store.requeued import RequeuedMessages
 from warren.store.segment_cursor import SegmentCursor
 from warren.store.segment_files import SegmentFiles, SegmentState
@@ -65,6 +66,9 @@ class SegmentFaults(SegmentFiles):
         #: Told (count, bytes) when ready messages are dropped by a failed write-out
         #: (a PriorityStore keeps running totals of its levels).
         self.on_ready_lost: Callable[[int, int], None] | None = None
+        #: Told the messages whose records a failed write-out dropped: their
+        #: queue forgets their deduplication keys (Queue._keys_dropped).
+        self.on_dropped: Callable[[list[Message]], None] | None = None
         self._log.on_lost = self._records_lost
         # Whether live transient records are counted, and their counts.
         self._count = count_transient
@@ -76,8 +80,10 @@ class SegmentFaults(SegmentFiles):
         ``start`` on in ``segment_id`` (``data``) never reached the file, and the
         log closed that segment. Those still ready are no longer counted (their
         publishers get nacks); those a consumer already has (append_shifted,
-        append_run) stay counted until acked (a requeue drops them). Returns how
-        many records there were."""
+        append_run) stay counted until acked (a requeue drops them); ``on_dropped``
+        is told. Returns how many records there were."""
+        if self.on_dropped is not None and data:
+            self.on_dropped(decode_records(data))
         seg = self._segs.get(segment_id)
         if seg is None:
             return 0

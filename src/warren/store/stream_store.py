@@ -33,6 +33,7 @@ from warren.core.properties import edit_properties, peek_headers
 from warren.core.stream import OFFSET_HEADER, TIMESTAMP_HEADER
 from warren.store.records import (
     CorruptRecord,
+    decode_records,
     encode_message_record,
     encode_record,
     inspect_record,
@@ -176,6 +177,9 @@ class StreamStore:
         self._bytes = 0
         self._dirty = False
         self._tracking = TrackedOffsets(self._log)
+        #: Told the messages whose records a failed write-out dropped: their
+        #: queue forgets their deduplication keys (Queue._keys_dropped).
+        self.on_dropped: Callable[[list[Message]], None] | None = None
         self._recover()
         self._log.on_lost = self._records_lost
 
@@ -351,7 +355,11 @@ class StreamStore:
         """The log's on_lost: a write-out failed (a full disk) and the newest
         records, ``data`` from ``start`` on in the write segment, never reached the
         file. No reader has seen them (readers read the file), so their offsets
-        are handed out again; the log starts a new segment for them."""
+        are handed out again; the log starts a new segment for them, and
+        ``on_dropped`` is told (their publishers get nacks, and a retry must
+        not be taken for a duplicate of them)."""
+        if self.on_dropped is not None and data:
+            self.on_dropped(decode_records(data))
         segs = self._segs
         if not segs or segs[-1].id != segment_id:
             return 0
