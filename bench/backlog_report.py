@@ -372,7 +372,7 @@ def _singles(w: Callable[[str], None], m: Medians, cases: list[Case], brokers: l
     )
     w("Commands (Warren's; the others' differ only in the port):")
     w("")
-    w("```")
+    w("```text")
     for cmd in commands:
         w(cmd)
     w("```")
