@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -21,6 +22,14 @@ import pytest
 from warren import Broker, Config
 from warren.amqp.server import AMQPListener
 from warren.store.damage import DamagedFile
+
+# A test run started in the background by a shell (`make test &`, or make's own
+# background pure pass) inherits SIGINT ignored, and so would every process a
+# test starts: an ignored Ctrl-C never reaches warren, warren perf or a cluster
+# node, and tests that send one wait for nothing. Handled here, it is the
+# default again in every child (exec resets handled signals, not ignored ones).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 T = TypeVar("T")
 
