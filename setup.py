@@ -93,6 +93,7 @@ COMPILED_MODULES = [
     "warren.store.segment_spares",
     "warren.store.segment_store",
     "warren.store.stream_cursor",
+    "warren.store.stream_records",
     "warren.store.stream_replica",
     "warren.store.stream_store",
     "warren.store.stream_tracking",

@@ -376,7 +376,7 @@ def test_stream_stamping_splices_what_edit_properties_builds(
     props: BasicProperties, offset: int, ts: int
 ) -> None:
     """A stream append's fast splice of its two headers gives edit_properties' bytes."""
-    from warren.store.stream_store import stamp_properties
+    from warren.store.stream_records import stamp_properties
 
     raw = props.encode()
     longs = {"x-stream-offset": offset, "x-stream-timestamp": ts}

@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 from warren.core.message import Message
 from warren.core.properties import peek_headers
 from warren.core.stream import OFFSET_HEADER
-from warren.store.stream_store import StreamStore, stamp_properties
+from warren.store.stream_records import stamp_properties
+from warren.store.stream_store import StreamStore
 
 # -- streams --------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from warren.amqp import publish_run
 from warren.core.dedup import Deduplicator
 from warren.core.message import Message, MessageRun
 from warren.core.properties import peek_headers
+from warren.store.stream_records import run_records
 from warren.store.stream_replica import ReplicaStreamStore
 from warren.store.stream_store import StreamStore
 
@@ -145,8 +146,8 @@ def test_the_c_encoder_writes_the_reference_bytes() -> None:
     for lo, hi in ((0, len(messages)), (3, 4), (0, 5), (6, 13)):
         mine = MessageRun("", "key", c_run.method[6:-1], c_run, 42)
         ref = MessageRun("", "key", py_run.method[6:-1], py_run, 42)
-        want = StreamStore._run_records(ref, lo, hi, 1000, 42, 0xDEADBEEF)
-        got = StreamStore._run_records(mine, lo, hi, 1000, 42, 0xDEADBEEF)
+        want = run_records(ref, lo, hi, 1000, 42, 0xDEADBEEF)
+        got = run_records(mine, lo, hi, 1000, 42, 0xDEADBEEF)
         assert got == want
     # Without the table that names x-stream-offset, C did the work itself.
     plain = [m for m in messages if b"x-stream-offset" not in m[0]]

@@ -157,7 +157,7 @@ fail:
     return NULL;
 }
 
-/* The two headers a stream stamps on each record (store/stream_store.py's
+/* The two headers a stream stamps on each record (store/stream_records.py's
  * stamp_properties): their keys as a table entry starts (shortstr and the
  * long's tag 'l'), and their size in a table with their two values. */
 static const unsigned char OFFSET_KEY[] = "\x0fx-stream-offsetl";
@@ -208,12 +208,12 @@ static int stamp_place(const unsigned char *p, Py_ssize_t len, Py_ssize_t *pos,
  *
  * A stream's records for messages start .. stop - 1 of a run: each message's
  * properties stamped with x-stream-offset (first_offset, first_offset + 1, ...)
- * and x-stream-timestamp (timestamp) as store/stream_store.py's
+ * and x-stream-timestamp (timestamp) as store/stream_records.py's
  * stamp_properties splices them in, then the record as records.encode_record
  * writes it (CRC seeded with seed), back to back. ends: where each record
  * ends in records, as native u32. None when a message's headers already name
- * one of the two (the Python path edits those). store/stream_store.py's
- * _run_records is the reference. */
+ * one of the two (the Python path edits those). store/stream_records.py's
+ * run_records is the reference. */
 PyObject *encode_stream_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7) {
         PyErr_SetString(PyExc_TypeError, "encode_stream_records(run, start, stop, ex_rk, "

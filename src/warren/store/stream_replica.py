@@ -30,7 +30,8 @@ from warren.core.stream import OFFSET_HEADER
 from warren.store.records import CorruptRecord, inspect_record
 from warren.store.segment_format import V2_HEADER_SIZE, parse_header
 from warren.store.segment_log import MSGS_NAME
-from warren.store.stream_store import _TS, StreamStore, _StreamSegment
+from warren.store.stream_records import RECORD_TS
+from warren.store.stream_store import StreamStore, _StreamSegment
 
 __all__ = ["ReplicaStreamStore"]
 
@@ -110,7 +111,7 @@ class ReplicaStreamStore(StreamStore):
                     length, p_off, p_len, _b_len = inspect_record(m, pos, size, True, seed)
                 except CorruptRecord:
                     break  # not whole yet (or the end of the data): the next refresh reads it
-                ts = _TS.unpack_from(m, pos + 4)[0]
+                ts = RECORD_TS.unpack_from(m, pos + 4)[0]
                 if seg is None:
                     first = self._next_offset
                     headers = peek_headers(m[p_off : p_off + p_len]) if p_off >= 0 else None

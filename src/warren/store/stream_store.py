@@ -2,10 +2,10 @@
 
 A stream never removes a message because it was consumed. Every message gets
 the next 64-bit offset (the first is 0) and is stored with its offset and
-publish time already in its headers (``x-stream-offset``, ``x-stream-timestamp``,
-both longs): deliveries send the stored properties as they are, and any reader
-of the data directory (the Spark connector, a replica) sees offsets without
-the broker. Retention drops whole segments from the front.
+publish time already in its headers (store/stream_records.py): deliveries send
+the stored properties as they are, and any reader of the data directory (the
+Spark connector, a replica) sees offsets without the broker. Retention drops
+whole segments from the front.
 
 Per segment the store keeps its first offset, record count, bytes and first
 and last timestamps (a few ints, not one object per message), so finding an
@@ -18,26 +18,13 @@ from __future__ import annotations
 
 import bisect
 import logging
-import mmap
 import os
-import struct
 import time
-from array import array
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Final
 
-import warren
 from warren.core.message import Message, MessageRun
-from warren.core.properties import edit_properties, peek_headers
-from warren.core.stream import OFFSET_HEADER, TIMESTAMP_HEADER
-from warren.store.records import (
-    CorruptRecord,
-    decode_records,
-    encode_message_record,
-    encode_record,
-    inspect_record,
-)
+from warren.store.records import CorruptRecord, decode_records, inspect_record
 from warren.store.segment_damage import (
     damage_reason,
     keep_aside,
@@ -47,73 +34,13 @@ from warren.store.segment_damage import (
 )
 from warren.store.segment_log import MSGS_NAME, RecordScan, SegmentLog
 from warren.store.stream_cursor import StreamCursor
+from warren.store.stream_records import RECORD_TS, run_records, stored_offset, stream_record
 from warren.store.stream_tracking import TrackedOffsets
 from warren.store.sync_files import sync_collected
 
 __all__ = ["StreamCursor", "StreamStore"]
 
 log = logging.getLogger("warren.store")
-
-_I64: Final = struct.Struct(">q")
-_U32: Final = struct.Struct(">I")
-_TS = struct.Struct(">Q")  # a record's timestamp, after its u32 length
-
-_OFFSET_KEY: Final = bytes([len(OFFSET_HEADER)]) + OFFSET_HEADER.encode() + b"l"
-_TIMESTAMP_KEY: Final = bytes([len(TIMESTAMP_HEADER)]) + TIMESTAMP_HEADER.encode() + b"l"
-_OFFSET_NAME: Final = _OFFSET_KEY[:-1]
-_TIMESTAMP_NAME: Final = _TIMESTAMP_KEY[:-1]
-#: The two entries' size in a headers table: keys, tags and two 8-byte longs.
-_ENTRIES_SIZE: Final = len(_OFFSET_KEY) + len(_TIMESTAMP_KEY) + 16
-_HEADERS_BIT: Final = 0x2000
-_CONTINUED_BIT: Final = 0x0001
-
-_native = warren.native_module("_fastpath")
-_encode_stream_records: Callable[..., tuple[bytes, bytes] | None] | None = (
-    None if _native is None else getattr(_native, "encode_stream_records", None)
-)
-_NativeRun: type | None = None if _native is None else _native.PublishRun
-
-
-def stamp_properties(raw: bytes, offset: int, ts: int) -> bytes:
-    """``raw`` with the x-stream-offset and x-stream-timestamp headers set.
-
-    The common cases, no headers yet or headers without either key, splice the
-    two entries in as bytes (a third of the cost of a stream append was the
-    general edit_properties); anything else goes through edit_properties.
-    """
-    entries = _OFFSET_KEY + _I64.pack(offset) + _TIMESTAMP_KEY + _I64.pack(ts)
-    try:
-        flags = (raw[0] << 8) | raw[1]
-        if not flags & _CONTINUED_BIT:
-            pos = 2
-            if flags & 0x8000:  # content-type
-                pos += 1 + raw[pos]
-            if flags & 0x4000:  # content-encoding
-                pos += 1 + raw[pos]
-            if not flags & _HEADERS_BIT:
-                if pos <= len(raw):
-                    return (
-                        bytes(((flags | _HEADERS_BIT) >> 8, flags & 0xFF))
-                        + raw[2:pos]
-                        + _U32.pack(_ENTRIES_SIZE)
-                        + entries
-                        + raw[pos:]
-                    )
-            else:
-                (size,) = _U32.unpack_from(raw, pos)
-                end = pos + 4 + size
-                table = raw[pos + 4 : end]
-                if end <= len(raw) and _OFFSET_NAME not in table and _TIMESTAMP_NAME not in table:
-                    return raw[:pos] + _U32.pack(size + _ENTRIES_SIZE) + table + entries + raw[end:]
-    except (IndexError, struct.error):
-        pass  # malformed: edit_properties says how
-    return edit_properties(
-        raw,
-        set_headers={
-            OFFSET_HEADER: b"l" + _I64.pack(offset),
-            TIMESTAMP_HEADER: b"l" + _I64.pack(ts),
-        },
-    )
 
 
 def _take_dropped(pieces: list[tuple[int, int]], dropped: int, lost: list[int]) -> None:
@@ -146,15 +73,6 @@ class _StreamSegment:
         self.last_ts = first_ts
         # Damaged bytes (kept aside, never served): start -> (end, offsets they held).
         self.gaps: dict[int, tuple[int, int]] | None = None
-
-
-def _stored_offset(m: mmap.mmap, p_off: int, p_len: int) -> int:
-    """The x-stream-offset a record's properties carry, -1 when they do not."""
-    headers = peek_headers(m[p_off : p_off + p_len]) or {}
-    stored = headers.get(OFFSET_HEADER)
-    if isinstance(stored, int) and not isinstance(stored, bool):
-        return stored
-    return -1
 
 
 class StreamStore:
@@ -236,13 +154,13 @@ class StreamStore:
         offset = self._next_offset
         ts = msg.timestamp
         log = self._log
-        rec = self._record(msg, offset, ts, log.seed)
+        rec = stream_record(msg, offset, ts, log.seed)
         # Room first: a failed write-out there drops the newest records and hands
         # their offsets out again (_records_lost), so this one's may change; a
         # new segment has another salt.
         if log.make_room(len(rec)) or self._next_offset != offset:
             offset = self._next_offset
-            rec = self._record(msg, offset, ts, log.seed)
+            rec = stream_record(msg, offset, ts, log.seed)
         self._written(log.put(rec), offset, ts, 1, len(rec))
         return offset
 
@@ -302,7 +220,7 @@ class StreamStore:
         for start, stop in stretches:
             while start < stop:
                 offset = self._next_offset
-                recs, ends = self._run_records(run, start, stop, offset, ts, log.seed)
+                recs, ends = run_records(run, start, stop, offset, ts, log.seed)
                 # What fits the write segment goes there, the rest into the next
                 # ones, as one message after the other would go (at least one
                 # record: it begins a new segment when it does not fit).
@@ -316,40 +234,10 @@ class StreamStore:
                     if dropped and pieces and lost is not None:
                         _take_dropped(pieces, dropped, lost)
                     offset = self._next_offset  # a new segment, or records lost: again
-                    recs, ends = self._run_records(run, start, start + count, offset, ts, log.seed)
+                    recs, ends = run_records(run, start, start + count, offset, ts, log.seed)
                 self._written(log.put(recs), offset, ts, count, len(recs))
                 pieces.append((start, count))
                 start += count
-
-    @staticmethod
-    def _run_records(
-        run: MessageRun, start: int, stop: int, offset: int, ts: int, seed: int
-    ) -> tuple[bytes, array[int]]:
-        """The records of a run's messages ``start .. stop - 1`` stamped with
-        offsets from ``offset`` on (as _record stamps one), back to back, and
-        where each ends. In C for the C run type (warren._fastpath's
-        encode_stream_records), this loop otherwise (and for properties whose
-        headers already name x-stream-offset or x-stream-timestamp)."""
-        raw = run.raw
-        ends = array("I")
-        if _encode_stream_records is not None and type(raw) is _NativeRun:
-            done = _encode_stream_records(raw, start, stop, run.ex_rk, ts, offset, seed)
-            if done is not None:
-                ends.frombytes(done[1])
-                return done[0], ends
-        ex_rk = run.ex_rk
-        ex_len = ex_rk[0]
-        exchange = ex_rk[1 : 1 + ex_len]
-        routing_key = ex_rk[2 + ex_len :]
-        parts: list[bytes] = []
-        at = 0
-        for i in range(start, stop):
-            props = stamp_properties(raw.properties(i), offset + i - start, ts)
-            rec = encode_record(exchange, routing_key, props, raw.body(i), ts, seed)
-            parts.append(rec)
-            at += len(rec)
-            ends.append(at)
-        return b"".join(parts), ends
 
     def _records_lost(self, segment_id: int, start: int, data: bytes) -> int:
         """The log's on_lost: a write-out failed (a full disk) and the newest
@@ -387,15 +275,6 @@ class StreamStore:
     def lost_between(self, first: int, last: int) -> bool:
         """Whether appends of those write generations were dropped (store/sync.py)."""
         return self._log.lost_between(first, last)
-
-    @staticmethod
-    def _record(msg: Message, offset: int, ts: int, seed: int) -> bytes:
-        """``msg`` as a record stamped with its offset and timestamp (its CRC
-        seeded with ``seed``, the write segment's salt)."""
-        props = stamp_properties(msg.properties, offset, ts)
-        stored = Message(msg.exchange, msg.routing_key, props, msg.body, ts)
-        stored._ex_rk = msg._ex_rk
-        return encode_message_record(stored, seed)
 
     # -- finding --------------------------------------------------------------------------
     def offset_at(self, timestamp_ms: int) -> int:
@@ -445,7 +324,7 @@ class StreamStore:
                     pos, lost = self.damaged_at(seg, pos, offset)
                     offset += lost
                     continue
-                yield offset, pos, _TS.unpack_from(m, pos + 4)[0]
+                yield offset, pos, RECORD_TS.unpack_from(m, pos + 4)[0]
                 offset += 1
                 pos += length
         finally:
@@ -488,7 +367,7 @@ class StreamStore:
             if nxt >= 0:
                 stop = nxt
                 _len, p_off, p_len, _b = inspect_record(m, nxt, size, True, seed)
-                stored = _stored_offset(m, p_off, p_len)
+                stored = stored_offset(m, p_off, p_len)
                 lost = stored - offset if offset <= stored <= offset + remaining else 1
                 lost = min(lost, remaining)
             reason = damage_reason(m, pos, size, seed)
@@ -689,8 +568,8 @@ class StreamStore:
                 if p_off < 0:  # damaged bytes, kept aside
                     gap = (pos, pos + length)
                     continue
-                ts = _TS.unpack_from(m, pos + 4)[0]
-                stored = _stored_offset(m, p_off, p_len) if seg is None or gap[1] else -1
+                ts = RECORD_TS.unpack_from(m, pos + 4)[0]
+                stored = stored_offset(m, p_off, p_len) if seg is None or gap[1] else -1
                 if seg is None:
                     first = stored if stored >= 0 else self._next_offset
                     if gap[1] and self._segs and self._next_offset <= first:

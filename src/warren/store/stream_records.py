@@ -1,0 +1,137 @@
+"""A stream's records: a message stored with its offset and publish time.
+
+Every record of a stream carries its offset and publish time in its headers
+(``x-stream-offset``, ``x-stream-timestamp``, both longs), so deliveries send
+the stored properties as they are and any reader of the data directory (the
+Spark connector, a replica, recovery) learns offsets from the records alone.
+This module writes those two headers into a message's properties, encodes
+one message or a run of publishes as stamped records (in C for the C run
+type), and reads the stored offset back; StreamStore (store/stream_store.py)
+decides which offsets they get.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from array import array
+from collections.abc import Callable
+from typing import Final
+
+import warren
+from warren.core.message import Message, MessageRun
+from warren.core.properties import edit_properties, peek_headers
+from warren.core.stream import OFFSET_HEADER, TIMESTAMP_HEADER
+from warren.store.records import encode_message_record, encode_record
+
+__all__ = ["RECORD_TS", "run_records", "stamp_properties", "stored_offset", "stream_record"]
+
+_I64: Final = struct.Struct(">q")
+_U32: Final = struct.Struct(">I")
+#: A record's timestamp, after its u32 length.
+RECORD_TS: Final = struct.Struct(">Q")
+
+_OFFSET_KEY: Final = bytes([len(OFFSET_HEADER)]) + OFFSET_HEADER.encode() + b"l"
+_TIMESTAMP_KEY: Final = bytes([len(TIMESTAMP_HEADER)]) + TIMESTAMP_HEADER.encode() + b"l"
+_OFFSET_NAME: Final = _OFFSET_KEY[:-1]
+_TIMESTAMP_NAME: Final = _TIMESTAMP_KEY[:-1]
+#: The two entries' size in a headers table: keys, tags and two 8-byte longs.
+_ENTRIES_SIZE: Final = len(_OFFSET_KEY) + len(_TIMESTAMP_KEY) + 16
+_HEADERS_BIT: Final = 0x2000
+_CONTINUED_BIT: Final = 0x0001
+
+_native = warren.native_module("_fastpath")
+_encode_stream_records: Callable[..., tuple[bytes, bytes] | None] | None = (
+    None if _native is None else getattr(_native, "encode_stream_records", None)
+)
+_NativeRun: type | None = None if _native is None else _native.PublishRun
+
+
+def stamp_properties(raw: bytes, offset: int, ts: int) -> bytes:
+    """``raw`` with the x-stream-offset and x-stream-timestamp headers set.
+
+    The common cases, no headers yet or headers without either key, splice the
+    two entries in as bytes (a third of the cost of a stream append was the
+    general edit_properties); anything else goes through edit_properties.
+    """
+    entries = _OFFSET_KEY + _I64.pack(offset) + _TIMESTAMP_KEY + _I64.pack(ts)
+    try:
+        flags = (raw[0] << 8) | raw[1]
+        if not flags & _CONTINUED_BIT:
+            pos = 2
+            if flags & 0x8000:  # content-type
+                pos += 1 + raw[pos]
+            if flags & 0x4000:  # content-encoding
+                pos += 1 + raw[pos]
+            if not flags & _HEADERS_BIT:
+                if pos <= len(raw):
+                    return (
+                        bytes(((flags | _HEADERS_BIT) >> 8, flags & 0xFF))
+                        + raw[2:pos]
+                        + _U32.pack(_ENTRIES_SIZE)
+                        + entries
+                        + raw[pos:]
+                    )
+            else:
+                (size,) = _U32.unpack_from(raw, pos)
+                end = pos + 4 + size
+                table = raw[pos + 4 : end]
+                if end <= len(raw) and _OFFSET_NAME not in table and _TIMESTAMP_NAME not in table:
+                    return raw[:pos] + _U32.pack(size + _ENTRIES_SIZE) + table + entries + raw[end:]
+    except (IndexError, struct.error):
+        pass  # malformed: edit_properties says how
+    return edit_properties(
+        raw,
+        set_headers={
+            OFFSET_HEADER: b"l" + _I64.pack(offset),
+            TIMESTAMP_HEADER: b"l" + _I64.pack(ts),
+        },
+    )
+
+
+def stream_record(msg: Message, offset: int, ts: int, seed: int) -> bytes:
+    """``msg`` as a record stamped with its offset and timestamp (its CRC
+    seeded with ``seed``, the write segment's salt)."""
+    props = stamp_properties(msg.properties, offset, ts)
+    stored = Message(msg.exchange, msg.routing_key, props, msg.body, ts)
+    stored._ex_rk = msg._ex_rk
+    return encode_message_record(stored, seed)
+
+
+def run_records(
+    run: MessageRun, start: int, stop: int, offset: int, ts: int, seed: int
+) -> tuple[bytes, array[int]]:
+    """The records of a run's messages ``start .. stop - 1`` stamped with
+    offsets from ``offset`` on (as stream_record stamps one), back to back, and
+    where each ends. In C for the C run type (warren._fastpath's
+    encode_stream_records), this loop otherwise (and for properties whose
+    headers already name x-stream-offset or x-stream-timestamp)."""
+    raw = run.raw
+    ends = array("I")
+    if _encode_stream_records is not None and type(raw) is _NativeRun:
+        done = _encode_stream_records(raw, start, stop, run.ex_rk, ts, offset, seed)
+        if done is not None:
+            ends.frombytes(done[1])
+            return done[0], ends
+    ex_rk = run.ex_rk
+    ex_len = ex_rk[0]
+    exchange = ex_rk[1 : 1 + ex_len]
+    routing_key = ex_rk[2 + ex_len :]
+    parts: list[bytes] = []
+    at = 0
+    for i in range(start, stop):
+        props = stamp_properties(raw.properties(i), offset + i - start, ts)
+        rec = encode_record(exchange, routing_key, props, raw.body(i), ts, seed)
+        parts.append(rec)
+        at += len(rec)
+        ends.append(at)
+    return b"".join(parts), ends
+
+
+def stored_offset(m: mmap.mmap, p_off: int, p_len: int) -> int:
+    """The x-stream-offset a record's properties carry, -1 when they do not."""
+    headers = peek_headers(m[p_off : p_off + p_len]) or {}
+    stored = headers.get(OFFSET_HEADER)
+    if isinstance(stored, int) and not isinstance(stored, bool):
+        return stored
+    return -1
