@@ -49,7 +49,6 @@ from pathlib import Path
 from warren.store.disk_budget import budget_for
 from warren.store.layout import make_dirs
 from warren.store.mirror import mirror_for
-from warren.store.records import MIN_RECORD_SIZE
 from warren.store.segment_alloc import fallocate, target_size
 from warren.store.segment_format import (
     MARK_SIZE,
@@ -64,7 +63,7 @@ from warren.store.segment_format import (
     parse_header,
 )
 from warren.store.segment_losses import WriteLosses, undo_write
-from warren.store.segment_reads import read_many
+from warren.store.segment_reads import read_many, record_at
 from warren.store.segment_scan import RecordScan
 from warren.store.segment_scan import scan as scan_segment
 from warren.store.segment_spares import Spares
@@ -550,17 +549,7 @@ class SegmentLog:
         except OSError:
             return None
         try:
-            data = os.pread(fd, min(4096, end - off), off)
-            if len(data) < 4:
-                return None
-            length = int.from_bytes(data[:4], "big")
-            if length < MIN_RECORD_SIZE:
-                return data[:4]
-            if length > len(data):
-                if off + length > end:
-                    return None  # not a record: its length runs past the data
-                data = os.pread(fd, length, off)
-            return data[:length]
+            return record_at(fd, os.pread(fd, min(4096, end - off), off), off, end)
         except OSError:
             return None
         finally:

@@ -22,7 +22,7 @@ from warren.store.records import MIN_RECORD_SIZE
 if TYPE_CHECKING:
     from warren.store.segment_log import SegmentLog
 
-__all__ = ["read_many"]
+__all__ = ["read_many", "record_at"]
 
 _OFFSET_MASK = 0xFFFFFFFF
 # A window preads at least what read() does for one record, and reaches for
@@ -94,13 +94,15 @@ def _read_segment(
                 out.append(None)
                 continue
             at = off
-            out.append(_record(fd, buf, off, end))
+            out.append(record_at(fd, buf, off, end))
     finally:
         os.close(fd)
 
 
-def _record(fd: int, data: bytes, off: int, end: int) -> bytes | None:
-    """The record at the start of ``data`` (read from ``off``) as read() finds it."""
+def record_at(fd: int, data: bytes, off: int, end: int) -> bytes | None:
+    """The record at the start of ``data`` (preaded from ``off`` of ``fd``, a
+    segment file whose data ends at ``end``): its bytes, the 4 length bytes of a
+    length too small to be a record, or None (no whole record starts there)."""
     if len(data) < 4:
         return None
     length = int.from_bytes(data[:4], "big")
