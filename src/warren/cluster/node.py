@@ -126,6 +126,9 @@ class ClusterNode:
         #: The broker while this node leads (None otherwise).
         self.broker: LeaderBroker | None = None
         self.follower: Follower | None = None
+        #: Set once the node is asked to stop: it campaigns no more, and a broker
+        #: started as the stop came is stopped again at once.
+        self._stopping = asyncio.Event()
         self._proxy = ClientProxy(config)
         self.replicator: Replicator | None = None
 
@@ -142,6 +145,7 @@ class ClusterNode:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Lead or follow until ``stop`` is set."""
+        self._stopping = stop
         main = asyncio.ensure_future(self._run())
         stopper = asyncio.ensure_future(stop.wait())
         try:
@@ -166,6 +170,8 @@ class ClusterNode:
                 leader = await self.etcd.get(self._key("leader"))
                 seen = self.etcd.revision
                 if leader is None:
+                    if self._stopping.is_set():
+                        return  # a node on its way out does not take the lead
                     if await self._may_lead():
                         lease = await self.etcd.grant(self.config.clustering_lease_ttl)
                         info = self._my_info()
@@ -276,6 +282,8 @@ class ClusterNode:
             broker.cluster_status = self.status
             broker.stream_replicas = replicator.stream_replicas
             await broker.start()
+            if self._stopping.is_set():
+                return  # asked to stop while it started: hand the lead on
             # (TLS through the server, not StreamWriter.start_tls in serve():
             # uvloop's server-side start_tls stalls some handshakes for their
             # whole timeout.)
