@@ -73,10 +73,16 @@ def table(base: int) -> str:
     )
 
 
+# One writer at a time: etcd's and the nodes' lines come from threads, and a
+# line (or the port table) written while another thread flushes could be cut.
+_OUTPUT = threading.Lock()
+
+
 def _prefix(name: str, stream: object) -> None:
     for line in stream:  # type: ignore[attr-defined]
-        sys.stdout.write(f"{name:>5} | {line}")
-        sys.stdout.flush()
+        with _OUTPUT:
+            sys.stdout.write(f"{name:>5} | {line}")
+            sys.stdout.flush()
 
 
 def _node_name(data_dir: Path, name: str) -> str:
@@ -178,11 +184,12 @@ def main() -> int:
         )
         procs.append(proc)
         threading.Thread(target=_prefix, args=(name, proc.stdout), daemon=True).start()
-    print(
-        f"cluster: etcd at {url}, data in {base}; the leader serves, the others pass "
-        f"clients through to it. Ctrl-C stops.\n{table(base_port)}",
-        flush=True,
-    )
+    with _OUTPUT:
+        print(
+            f"cluster: etcd at {url}, data in {base}; the leader serves, the others pass "
+            f"clients through to it. Ctrl-C stops.\n{table(base_port)}",
+            flush=True,
+        )
     # A flag, not a threading.Event: a handler calling Event.set() while the main
     # thread waits on that Event deadlocks on the Event's own lock.
     stopping: list[int] = []
