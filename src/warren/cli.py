@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from warren.config import Config, ConfigError, check_field, ini_sections, normalize_log_level
+from warren.ready import ready_line
 
 __all__ = ["build_config", "build_parser", "config_from_args", "data_dir_problem", "main"]
 
@@ -526,28 +527,6 @@ async def _serve(config: Config) -> int:
         if hasattr(signal, "SIGHUP"):
             with contextlib.suppress(NotImplementedError, ValueError):
                 loop.remove_signal_handler(signal.SIGHUP)
-
-
-#: How the ready line names each listener's plain and TLS ports.
-_LISTENER_NAMES = {
-    "amqp": ("AMQP", "AMQPS"),
-    "mqtt": ("MQTT", "MQTTS"),
-    "http": ("HTTP", "HTTPS"),
-    "http/prometheus": ("Prometheus", "Prometheus/HTTPS"),
-}
-
-
-def ready_line(listeners: Sequence[Any]) -> str:
-    """The one line saying every listener is up and where: ``ready: AMQP
-    127.0.0.1:5672, ...`` (scripts wait for it, or use ``warren ctl await-startup``)."""
-    where = []
-    for lst in listeners:
-        plain, tls = _LISTENER_NAMES.get(lst.name, (lst.name, lst.name + "/TLS"))
-        bind = getattr(lst, "bind", "")
-        for name, port in ((plain, lst.port), (tls, getattr(lst, "tls_port", 0))):
-            if port:
-                where.append(f"{name} {bind}:{port}")
-    return "ready: " + (", ".join(where) or "no listeners")
 
 
 def _install_signal_handlers(

@@ -177,14 +177,17 @@ def wait_any(
 
 
 def start_cluster(nodes: list[Node]) -> Node:
-    """Start the nodes, the first as leader; return it once all others are in sync."""
+    """Start the nodes, the first as leader; return it once all others are in sync
+    (each node's ``ready:`` line is checked on the way)."""
     first = nodes[0].start()
-    first.wait_for("elected leader")
-    first.wait_for(r"listening on AMQP")
+    ready = first.wait_for(r"ready: leader ")  # its own listeners are up
+    assert f": AMQP {first.host}:{first.amqp_port}" in ready, ready
     for node in nodes[1:]:
         node.start()
     for node in nodes[1:]:
-        node.wait_for("synced with the leader")
+        # Its relayed ports serve once it holds the leader's data.
+        ready = node.wait_for(r"ready: follower ")
+        assert f" of {first.node_id}: AMQP {node.host}:{node.amqp_port}" in ready, ready
     if len(nodes) > 1:
         first.wait_for(r"in-sync replicas: " + ", ".join([r"\w+"] * (len(nodes) - 1)) + "$")
     return first

@@ -79,7 +79,7 @@ def test_kill_9_of_the_leader_loses_no_confirmed_message(nodes: list[Node]) -> N
     before = marks(followers)
     first.kill()
     new_leader = wait_any(followers, "elected leader", timeout=30, since=before)
-    new_leader.wait_for(r"listening on AMQP")
+    new_leader.wait_for(rf"ready: leader {new_leader.node_id}: AMQP ")  # said again
     # While the dead leader's lease ran out, each follower said once that its
     # replication ended and retried quietly (not three lines a second).
     for node in followers:
@@ -103,7 +103,7 @@ def test_kill_9_of_the_leader_loses_no_confirmed_message(nodes: list[Node]) -> N
     # The old leader comes back on its stale directory and follows.
     first.start()
     first.wait_for("following leader")
-    first.wait_for("synced with the leader")
+    first.wait_for(rf"ready: follower {first.node_id} of {new_leader.node_id}: AMQP ")
 
 
 def test_after_a_clean_stop_of_the_leader_exactly_the_delivered_come_back_redelivered(

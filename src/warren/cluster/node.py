@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -36,6 +36,7 @@ from warren.cluster.leader import Replicator
 from warren.cluster.proxy import ClientProxy
 from warren.cluster.retry import Backoff, Clock, LoopClock
 from warren.config import Config
+from warren.ready import ready_line
 from warren.store import mirror
 from warren.store.sync import Replication
 from warren.tls import etcd_context, replication_contexts
@@ -49,6 +50,11 @@ class LeaderBroker(Protocol):
     replication: Replication | None
     cluster_status: Callable[[], dict[str, Any]] | None
     stream_replicas: Callable[[], list[str]] | None
+
+    @property
+    def listeners(self) -> Sequence[Any]:
+        """Its started listeners (for the ready line)."""
+        ...
 
     async def start(self) -> None: ...
 
@@ -294,6 +300,7 @@ class ClusterNode:
                 ssl=self.tls[0] if self.tls is not None else None,
                 ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self.tls is not None else None,
             )
+            log.info("%s", ready_line(broker.listeners, f"leader {self.node_id}"))
             await self._keep_lease(lease)
         finally:
             log.warning("node %s no longer leads", self.node_id)
@@ -408,13 +415,24 @@ class ClusterNode:
         lines a second meanwhile."""
         host, _, port = info["replication"].rpartition(":")
         backoff = Backoff(cap=min(2.0, self.config.clustering_lease_ttl / 2))
+        announced = False
+
+        def synced() -> None:
+            nonlocal announced
+            if reads is not None:
+                reads.applied()
+            if not announced:  # once per leader: the relayed ports now serve its data
+                announced = True
+                role = f"follower {self.node_id} of {info['id']}"
+                log.info("%s", ready_line(self._proxy.listeners, role))
+
         while not watch.done():
             follower = self.follower = Follower(
                 self.root,
                 self.node_id,
                 secret,
                 stream_reads=f"{self.advertised[0]}:{reads.port}" if reads is not None else "",
-                on_synced=reads.applied if reads is not None else None,
+                on_synced=synced,
                 tls=self.tls[1] if self.tls is not None else None,
             )
             task = asyncio.ensure_future(follower.run(host, int(port)))

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from warren.config import Config
@@ -39,10 +40,21 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 CONNECT_TIMEOUT = 5.0
 
 
+@dataclass(frozen=True)
+class RelayedPort:
+    """One port a follower relays (named as the broker's listeners are)."""
+
+    name: str
+    bind: str
+    port: int
+
+
 class ClientProxy:
     def __init__(self, config: Config) -> None:
         self.config = config
         self._servers: list[asyncio.Server] = []
+        #: The ports it relays now (for the ready line).
+        self.listeners: list[RelayedPort] = []
         #: The leader the ports relay to (its addresses from etcd).
         self._target: dict[str, Any] | None = None
         #: Both ends of every open relay, to close when the leader changes.
@@ -73,6 +85,8 @@ class ClientProxy:
                 log.warning("cannot proxy %s on %s:%d to the leader: %s", name, bind, port, exc)
                 continue
             self._servers.append(server)
+            port = server.sockets[0].getsockname()[1] if port == 0 else port
+            self.listeners.append(RelayedPort(name, bind, port))
             log.info("proxying %s clients on %s:%d to the leader at %s", name, bind, port, target)
 
     def _relay_to(
@@ -121,6 +135,7 @@ class ClientProxy:
         """Close the ports and every connection relayed to the leader."""
         servers, self._servers = self._servers, []
         self._target = None
+        self.listeners = []
         for server in servers:
             server.close()
         relays, self._relays = self._relays, set()
