@@ -307,3 +307,23 @@ def test_start_broker_outside_pytest() -> None:
         assert broker.http_url is None
     assert not data_dir.exists()
     broker.stop()  # idempotent
+
+
+def test_stop_with_a_blocked_loop_says_so_and_a_later_stop_finishes() -> None:
+    """stop() on a loop a test's call blocks raises a clear error and leaves the
+    broker (thread, loop, data dir) as it is; once the call returns, stop() again
+    ends it cleanly."""
+    import threading
+
+    from warren.pytest_plugin import start_broker
+
+    broker = start_broker(http_port=-1, mqtt_port=-1, prometheus_port=-1)
+    data_dir = Path(broker.data_dir)
+    release = threading.Event()
+    broker.loop.call_soon_threadsafe(release.wait)  # a call that blocks the loop
+    with pytest.raises(RuntimeError, match=r"did not stop within 0\.2 s .* are left"):
+        broker.stop(timeout=0.2)
+    assert data_dir.exists() and not broker.loop.is_closed()
+    release.set()
+    broker.stop()
+    assert broker.loop.is_closed() and not data_dir.exists()

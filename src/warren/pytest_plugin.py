@@ -70,6 +70,8 @@ class WarrenBroker:
         self.loop = _new_event_loop()
         self.broker: Broker = Broker(config)
         self._remove_data_dir = remove_data_dir
+        #: The broker's stop, once asked (a second stop() waits on the same one).
+        self._stopping: Future[None] | None = None
         self._thread = threading.Thread(
             target=self.loop.run_forever, name="warren-broker", daemon=True
         )
@@ -84,20 +86,42 @@ class WarrenBroker:
             raise
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 30) -> None:
         """Stop the broker (its clients see 320 CONNECTION_FORCED), end the thread and
-        remove the data directory when it was a temporary one. Idempotent."""
+        remove the data directory when it was a temporary one. Idempotent.
+
+        A loop that does not stop within ``timeout`` (something the test ran on it
+        blocks) raises RuntimeError and is left running, data directory and all:
+        closing a running loop would only raise a less helpful error, and removing
+        files a live broker writes would hide what went wrong. Calling stop() again
+        waits again."""
         if self.loop.is_closed():
             return
-        try:
-            if self._thread.is_alive():
-                self.run(self.broker.stop())
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(10)
-            self.loop.close()
-            if self._remove_data_dir:
-                shutil.rmtree(self.config.data_dir, ignore_errors=True)
+        failed: BaseException | None = None
+        if self._thread.is_alive():
+            if self._stopping is None:
+                self._stopping = asyncio.run_coroutine_threadsafe(self.broker.stop(), self.loop)
+            try:
+                self._stopping.result(timeout)
+            except TimeoutError:
+                raise self._stuck(timeout) from None
+            except BaseException as exc:  # it failed to stop cleanly: still end the loop
+                failed = exc
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise self._stuck(timeout)
+        self.loop.close()
+        if self._remove_data_dir:
+            shutil.rmtree(self.config.data_dir, ignore_errors=True)
+        if failed is not None:
+            raise failed
+
+    def _stuck(self, timeout: float) -> RuntimeError:
+        return RuntimeError(
+            f"the broker's event loop did not stop within {timeout:g} s (is a call on it "
+            f"blocked?); its thread and {self.config.data_dir} are left"
+        )
 
     def __enter__(self) -> WarrenBroker:
         return self
