@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pika
 import pytest
@@ -108,6 +109,42 @@ def check_against_confirms(stored: list[int], pub: Publisher, dup: int | None = 
     assert set(stored) <= pub.acked | pub.nacked
 
 
+def fan_out(b: BrokerThread, bound: tuple[str, ...]) -> tuple[Publisher, Any]:
+    """A publisher to fanout exchange ``fan``, a stream ``s`` (small segments), a
+    durable queue ``q`` and a transient one ``t`` declared, the ``bound`` ones
+    bound to it; also the stream's store."""
+    pub = Publisher(b.port, exchange="fan", routing_key="")
+    amqp = pub.amqp
+    amqp.send_method(1, commands.Exchange.Declare(exchange="fan", exchange_type="fanout"))
+    amqp.expect_method(commands.Exchange.DeclareOk)
+    pub.declare("s", **{"x-queue-type": "stream", "x-stream-max-segment-size-bytes": SEGMENT})
+    pub.declare("q")
+    pub.declare("t", durable=False)
+    for queue in bound:
+        amqp.send_method(1, commands.Queue.Bind(queue=queue, exchange="fan"))
+        amqp.expect_method(commands.Queue.BindOk)
+    return pub, b.call(lambda: b.broker.vhosts["/"].queues["s"].stream)
+
+
+def fill_stream_to_its_allocation(b: BrokerThread, pub: Publisher, stream: Any) -> int:
+    """Publish (confirmed) as many messages as the first allocation of the
+    stream's file holds with a little room left; how many."""
+    pub.publish([None])
+    pub.settle()
+    record = b.call(lambda: stream.ready_bytes)
+    below: int = (FIRST_ALLOCATION - 2 * 1024 - V2_HEADER_SIZE) // record
+    pub.publish([None] * (below - 1))
+    pub.settle()
+    return below
+
+
+def budget_of_a_page(b: BrokerThread) -> bool:
+    """Make the free-disk budget one page (run on the broker's loop); whether the
+    disk alarm went off."""
+    b.broker.config.free_disk_min = PAGE
+    return b.broker.resource_alarms.check_disk()
+
+
 @pytest.mark.parametrize("dedup", [False, True], ids=["plain", "deduplicated"])
 def test_a_run_cut_by_a_full_disk_is_nacked_exactly_where_it_was_lost(
     tmp_path: Path, broker_factory: Callable[..., BrokerThread], dedup: bool
@@ -182,23 +219,8 @@ def test_a_run_to_several_queues_is_nacked_when_a_later_queue_cost_an_earlier_it
     # returned: the run must be nacked, never acked.
     with tmpfs(tmp_path / "disk", 8 * MiB) as disk:
         b = broker_factory(data_dir=disk / "data", free_disk_min=0)
-        pub = Publisher(b.port, exchange="fan", routing_key="")
-        amqp = pub.amqp
-        amqp.send_method(1, commands.Exchange.Declare(exchange="fan", exchange_type="fanout"))
-        amqp.expect_method(commands.Exchange.DeclareOk)
-        pub.declare("s", **{"x-queue-type": "stream", "x-stream-max-segment-size-bytes": SEGMENT})
-        pub.declare("q")
-        pub.declare("t", durable=False)
-        for queue in ("s", "q", "t"):
-            amqp.send_method(1, commands.Queue.Bind(queue=queue, exchange="fan"))
-            amqp.expect_method(commands.Queue.BindOk)
-        stream = b.call(lambda: b.broker.vhosts["/"].queues["s"].stream)
-        pub.publish([None])
-        pub.settle()
-        record = b.call(lambda: stream.ready_bytes)
-        below = (FIRST_ALLOCATION - 2 * 1024 - V2_HEADER_SIZE) // record
-        pub.publish([None] * (below - 1))
-        pub.settle()
+        pub, stream = fan_out(b, bound=("s", "q", "t"))
+        below = fill_stream_to_its_allocation(b, pub, stream)
         assert pub.acked == set(range(1, below + 1))
         b.call(lambda: b.broker.vhosts["/"].queues["t"].purge())
 
@@ -206,12 +228,7 @@ def test_a_run_to_several_queues_is_nacked_when_a_later_queue_cost_an_earlier_it
         # by more than two pages, the purged queue's part needs more than one
         # page of budget, and the durable queue's fits its file.
         filler = leave_free(disk, 2)
-
-        def budget_of_a_page() -> bool:
-            b.broker.config.free_disk_min = PAGE
-            return b.broker.resource_alarms.check_disk()
-
-        assert b.call(budget_of_a_page) is False
+        assert b.call(lambda: budget_of_a_page(b)) is False
         run = pub.publish([None] * 12)
         pub.settle()
         streamed = stream_numbers(b.port, "s")
@@ -238,26 +255,11 @@ def test_one_message_to_several_queues_is_nacked_when_a_later_queue_cost_an_earl
     # returned. The publisher must get a nack, never an ack.
     with tmpfs(tmp_path / "disk", 8 * MiB) as disk:
         b = broker_factory(data_dir=disk / "data", free_disk_min=0)
-        pub = Publisher(b.port, exchange="fan", routing_key="")
-        amqp = pub.amqp
-        amqp.send_method(1, commands.Exchange.Declare(exchange="fan", exchange_type="fanout"))
-        amqp.expect_method(commands.Exchange.DeclareOk)
-        pub.declare("s", **{"x-queue-type": "stream", "x-stream-max-segment-size-bytes": SEGMENT})
-        pub.declare("q")
-        pub.declare("t", durable=False)
-        for queue in ("s", "t"):
-            amqp.send_method(1, commands.Queue.Bind(queue=queue, exchange="fan"))
-            amqp.expect_method(commands.Queue.BindOk)
-        stream = b.call(lambda: b.broker.vhosts["/"].queues["s"].stream)
-        pub.publish([None])
-        pub.settle()
-        record = b.call(lambda: stream.ready_bytes)
-        below = (FIRST_ALLOCATION - 2 * 1024 - V2_HEADER_SIZE) // record
-        pub.publish([None] * (below - 1))
-        pub.settle()
+        pub, stream = fan_out(b, bound=("s", "t"))
+        below = fill_stream_to_its_allocation(b, pub, stream)
         # The durable queue: one message, so that its file has room to spare.
-        amqp.send_method(1, commands.Queue.Bind(queue="q", exchange="fan"))
-        amqp.expect_method(commands.Queue.BindOk)
+        pub.amqp.send_method(1, commands.Queue.Bind(queue="q", exchange="fan"))
+        pub.amqp.expect_method(commands.Queue.BindOk)
         pub.publish([None])
         pub.settle()
         assert pub.acked == set(range(1, below + 2))
@@ -267,12 +269,7 @@ def test_one_message_to_several_queues_is_nacked_when_a_later_queue_cost_an_earl
         # stream's file by more than two pages, fits the durable queue's file,
         # and needs more than a page of budget in the purged queue.
         filler = leave_free(disk, 2)
-
-        def budget_of_a_page() -> bool:
-            b.broker.config.free_disk_min = PAGE
-            return b.broker.resource_alarms.check_disk()
-
-        assert b.call(budget_of_a_page) is False
+        assert b.call(lambda: budget_of_a_page(b)) is False
         big = 4 * PAGE
         pos = V2_HEADER_SIZE + b.call(lambda: stream.ready_bytes)
         assert pos + big - FIRST_ALLOCATION > 2 * PAGE
