@@ -1,7 +1,7 @@
 """The small interfaces between the broker and its listeners.
 
 The broker (broker.py) owns the core and a list of :class:`Listener` objects
-(AMQP, and later HTTP, MQTT, WebSocket), each started and stopped through this
+(AMQP, MQTT, HTTP, Prometheus), each started and stopped through this
 interface. A listener and its connections see the broker only as a
 :class:`Node`; the broker sees their clients only as :class:`ClientConnection`.
 So the broker imports no protocol package, and a protocol package needs only
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from warren.config import Config
     from warren.core.auth_guard import AuthGuard
     from warren.core.channel_counts import ChannelCounts
+    from warren.core.clock import Clock
     from warren.core.runtime_parameters import ParameterComponent
     from warren.core.stats import Ages, GaugeStats, MessageStats, OctetStats
     from warren.core.users import User, UserStore
@@ -155,10 +156,9 @@ class Node(Protocol):
     vhost_deleted: list[Callable[[str], None]]
     #: The TLS context every TLS listener serves with (reloaded on SIGHUP).
     tls: TLSContexts
-
-    def call_later(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
-        """Run ``callback`` on the broker's loop after ``delay`` seconds."""
-        ...
+    #: The broker's one clock (core/clock.py): every timeout, keep alive,
+    #: heartbeat and message time of a connection reads it and arms its timers on it.
+    clock: Clock
 
     def add_vhost(self, name: str) -> VHost: ...
 

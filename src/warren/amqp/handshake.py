@@ -146,13 +146,13 @@ def start_ok(conn: AMQPConnection, method: spec.ConnectionStartOk) -> None:
     )
 
 
-def _refuse_login_later(conn: AMQPConnection, delay: float, text: str) -> None:
-    """Refuse after ``delay`` seconds (core/auth_guard.py): repeated guesses slow down."""
-    if delay <= 0:
+def _refuse_login_later(conn: AMQPConnection, delay_ms: float, text: str) -> None:
+    """Refuse after ``delay_ms`` (core/auth_guard.py): repeated guesses slow down."""
+    if delay_ms <= 0:
         _refuse_login(conn, text)
         return
     conn.state = State.CLOSING  # nothing more is read from this client
-    conn.broker.call_later(delay, lambda: _refuse_login(conn, text))
+    conn.broker.clock.call_later(delay_ms, lambda: _refuse_login(conn, text))
 
 
 def _refuse_login(conn: AMQPConnection, text: str, send_close: bool = False) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import HttpVersion11, web
 
+from warren.core import clock
 from warren.core.errors import BrokerError
 from warren.core.runtime_parameters import ValidationFailed
 from warren.core.users import User
@@ -219,9 +220,9 @@ class ManagementApp:
                 request.remote,
                 ": too many failed logins" if blocked else "",
             )
-            delay = guard.failed(request.remote)
-            if delay > 0:
-                await asyncio.sleep(delay)  # repeated guesses slow down (core/auth_guard.py)
+            delay_ms = guard.failed(request.remote)
+            if delay_ms > 0:  # repeated guesses slow down (core/auth_guard.py)
+                await clock.sleep(self.node.clock, delay_ms)
             raise ApiError(401, "not_authorized", "Login failed", {"WWW-Authenticate": REALM})
         if user.name in self.node.config.loopback_users and not is_loopback(request.remote):
             raise ApiError(

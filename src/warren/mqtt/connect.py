@@ -75,14 +75,14 @@ def before_connect(conn: MQTTConnection, pkt: object) -> None:
             connack = encode(ConnAck(False, code), MQTT_5)
         else:
             connack = encode(ConnAck(False, _V3_CONNACK.get(code, P.V311_NOT_AUTHORIZED)))
-        delay = 0.0
+        delay = 0.0  # ms
         if code in (P.BAD_USER_NAME_OR_PASSWORD, P.NOT_AUTHORIZED, P.CONNECTION_RATE_EXCEEDED):
             delay = conn.node.auth_guard.failed(conn.peer[0] if conn.peer else None)
         if delay > 0:
             # Held (core/auth_guard.py): repeated guesses slow down. Nothing more is
             # read from this client meanwhile.
             conn.refusing = True
-            conn.node.call_later(delay, lambda: _refuse(conn, connack))
+            conn.node.clock.call_later(delay, lambda: _refuse(conn, connack))
         else:
             _refuse(conn, connack)
 
