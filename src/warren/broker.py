@@ -411,6 +411,7 @@ class Broker:
     async def start(self) -> None:
         self._loop = loop = asyncio.get_running_loop()
         self.clock.attach(loop)
+        self.auth_guard.clock = self.clock  # in case another was set after __init__
         self.resource_alarms.loop = loop
         _raise_fd_limit()
         self.layout.prepare()
@@ -642,7 +643,7 @@ class Broker:
         assert self._loop is not None
         self.resource_alarms.check_disk()
         self.resource_alarms.check_memory()
-        self._disk_timer = self._loop.call_later(DISK_CHECK_INTERVAL, self._check_disk)  # clock: OS poll
+        self._disk_timer = self._loop.call_later(DISK_CHECK_INTERVAL, self._check_disk)
 
     def _schedule_sample(self) -> None:
         """The next round of rate sampling, every collect_statistics_interval ms of

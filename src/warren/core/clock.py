@@ -159,8 +159,8 @@ class ManualClock:
     def call_at(self, when_ms: int, callback: Callable[[], None]) -> TimerHandle:
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = self._loop
+        except RuntimeError:  # set from outside a loop (a test): the attached one's
+            loop = self._loop if self._loop is not None and not self._loop.is_closed() else None
         self._order += 1
         timer = _ManualTimer(when_ms, self._order, callback, loop)
         heapq.heappush(self._timers, timer)
