@@ -80,8 +80,11 @@ def _attempt(b: BrokerThread, login: Callable[[], T], held_ms: int) -> T:
     before = b.call(lambda: guard.refused)
     with ThreadPoolExecutor(1) as pool:
         future: Future[T] = pool.submit(login)
-        while b.call(lambda: guard.refused) == before:  # until the broker refused it
-            if future.done():
+        while True:  # until the broker refused it
+            done = future.done()  # before the count: a refusal is counted, then sent
+            if b.call(lambda: guard.refused) != before:
+                break
+            if done:
                 future.result()  # the client's own failure, if that is what ended it
                 raise AssertionError("answered before the broker counted a refusal")
         if held_ms:

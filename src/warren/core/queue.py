@@ -73,9 +73,11 @@ class Queue(QueueDelivery):
     ) -> None:
         super().__init__()
         self.vhost = vhost
+        #: The broker's clock (the vhost's), held here for the publish path.
+        self.clock = vhost.clock
         self.name = name
         self.store = store
-        self._last_used = vhost.clock.now_ms()
+        self._last_used = self.clock.now_ms()
         #: Message counters (publish, deliver, get, ack, ...) for management and metrics.
         self.stats = MessageStats()
         #: Its lengths (messages, ready, unacknowledged) at the last samples.
@@ -228,7 +230,7 @@ class Queue(QueueDelivery):
         if self.deleted:
             return
         if self._ttl is not None or self._has_expiring:
-            self._expire(self.vhost.clock.now_ms())
+            self._expire(self.clock.now_ms())
         if self._max_length is not None or self._max_bytes is not None:
             self._drop_over_limit()
         self.schedule_delivery()
@@ -417,7 +419,7 @@ class Queue(QueueDelivery):
 
     def _publish_unique(self, msg: Message, held: list[Held] | None = None) -> int:
         store = self.store
-        now = self.vhost.clock.now_ms()
+        now = self.clock.now_ms()
         if self._over_limit(len(msg.body)) and self._overflow != DROP_HEAD:
             if self._overflow == REJECT_PUBLISH_DLX:
                 self._dead_letter(-1, msg, dl.MAXLEN, now)
@@ -500,7 +502,7 @@ class Queue(QueueDelivery):
     # -- pull, ack, requeue -----------------------------------------------------------
     def get(self, no_ack: bool) -> tuple[int, Message, bool] | None:
         self.touch()
-        item = self.store.shift() if self._plain else self._take(self.vhost.clock.now_ms())
+        item = self.store.shift() if self._plain else self._take(self.clock.now_ms())
         if item is None:
             return None
         if no_ack:
@@ -630,7 +632,7 @@ class Queue(QueueDelivery):
             if requeue:
                 refusal = None
                 if not self._plain or self._delivery_limit is not None:
-                    now = self.vhost.clock.now_ms()
+                    now = self.clock.now_ms()
                     refusal = self._requeue_refusal(seq, msg, now, explicit)
                 if refusal is None:
                     store.requeue(seq, msg)
@@ -639,7 +641,7 @@ class Queue(QueueDelivery):
                         self.schedule_delivery()
                     continue
                 reason = refusal
-            if not self._dead_letter(seq, msg, reason, now or self.vhost.clock.now_ms()):
+            if not self._dead_letter(seq, msg, reason, now or self.clock.now_ms()):
                 # No copy could be made: the message goes back to where it was.
                 self._stuck.add(seq)
                 store.requeue(seq, msg)

@@ -96,7 +96,7 @@ class QueueDelivery(QueueFeatures):
             )
             if not self._scheduled:
                 self._scheduled = True
-                self.vhost.clock.call_later(RETRY_MS, self._run_delivery)
+                self.clock.call_later(RETRY_MS, self._run_delivery)
 
     def _run_delivery_plain(self) -> None:
         store = self.store
@@ -127,7 +127,7 @@ class QueueDelivery(QueueFeatures):
 
     def _run_delivery_featured(self) -> None:
         store = self.store
-        now = self.vhost.clock.now_ms()
+        now = self.clock.now_ms()
         # A span stops before an expired record (queue TTL: timestamp + TTL <= now)
         # and one with its own expiration: _take deals with those.
         ttl = self._ttl

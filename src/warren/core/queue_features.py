@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from mypy_extensions import mypyc_attr
 
 from warren.core import dead_letter as dl
+from warren.core.clock import Clock
 from warren.core.consumer import Consumer
 from warren.core.message import Message
 from warren.core.queue_settings import DROP_HEAD, message_ttl, properties_ttl
@@ -49,6 +50,7 @@ class QueueFeatures:
     #: answers, tests/data/rabbitmq_expires_renewal.json; basic.get does for both).
     declare_renews: ClassVar[bool] = True
     vhost: VHost
+    clock: Clock
     name: str
     store: MessageStore
     stats: MessageStats
@@ -109,7 +111,7 @@ class QueueFeatures:
             if item is None:
                 break
             seq, msg, _ = item
-            now = now or self.vhost.clock.now_ms()
+            now = now or self.clock.now_ms()
             if seq in self._stuck:
                 if not passes:
                     break  # every message over the limit is one that cannot go
@@ -193,7 +195,7 @@ class QueueFeatures:
         if self._timer is not None:
             self._timer.cancel()
         self._timer_at = at
-        self._timer = self.vhost.clock.call_at(at, self._on_timer)
+        self._timer = self.clock.call_at(at, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -201,7 +203,7 @@ class QueueFeatures:
         if self.deleted:
             return
         try:
-            self._expire(self.vhost.clock.now_ms())
+            self._expire(self.clock.now_ms())
         except Exception:
             log.exception(
                 "queue '%s' in vhost '%s': expiring messages failed", self.name, self.vhost.name
@@ -212,7 +214,7 @@ class QueueFeatures:
         """After a failed expiry run: try again in a second rather than never (or at
         once, for ever)."""
         if self._timer is None and not self.deleted:
-            clock = self.vhost.clock
+            clock = self.clock
             self._timer_at = clock.now_ms() + RETRY_MS
             self._timer = clock.call_later(RETRY_MS, self._on_timer)
 
@@ -228,7 +230,7 @@ class QueueFeatures:
             self._has_expiring = True
             self._plain = False
         if self._ttl is not None or self._expiring:
-            self._expire(self.vhost.clock.now_ms())
+            self._expire(self.clock.now_ms())
 
     # -- dead-lettering -----------------------------------------------------------------
     def _dead_letter(self, seq: int, msg: Message, reason: str, now: int) -> bool:
@@ -278,7 +280,7 @@ class QueueFeatures:
 
     def touch(self) -> None:
         """The queue was used (declared, consumed from, read): x-expires starts over."""
-        self._last_used = self.vhost.clock.now_ms()
+        self._last_used = self.clock.now_ms()
         if self._expires is not None and self._expires_timer is None and not self.consumers:
             self._arm_expires()
 
@@ -288,7 +290,7 @@ class QueueFeatures:
             self._expires_timer = None
         if self._expires is None or self.deleted or self.consumers:
             return
-        self._expires_timer = self.vhost.clock.call_at(
+        self._expires_timer = self.clock.call_at(
             self._last_used + self._expires, self.check_expires
         )
 
@@ -309,7 +311,7 @@ class QueueFeatures:
 
     def _expire_queue(self) -> None:
         assert self._expires is not None
-        if self.vhost.clock.now_ms() < self._last_used + self._expires:
+        if self.clock.now_ms() < self._last_used + self._expires:
             self._arm_expires()
             return
         log.info("queue '%s' in vhost '%s' expired (unused)", self.name, self.vhost.name)

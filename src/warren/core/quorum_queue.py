@@ -229,7 +229,7 @@ class QuorumQueue(Queue):
             if delay_ms:
                 return  # one is set already
             self._held_timer.cancel()
-        self._held_timer = self.vhost.clock.call_later(delay_ms, self.retry_dead_letters)
+        self._held_timer = self.clock.call_later(delay_ms, self.retry_dead_letters)
 
     def retry_dead_letters(self) -> None:
         """The held copies' timer: hand them to the dead-letter exchange again,

@@ -189,12 +189,12 @@ class StreamQueue(Queue):
     def _apply_retention(self) -> None:
         try:
             self.stream.apply_retention(
-                self._max_length, self._max_bytes, self._max_age_ms, self.vhost.clock.now_ms()
+                self._max_length, self._max_bytes, self._max_age_ms, self.clock.now_ms()
             )
         except Exception:
             log.exception("stream '%s' in vhost '%s': retention failed", self.name, self.vhost.name)
         if self._max_age_ms is not None and self._retention_timer is None:
-            self._retention_timer = self.vhost.clock.call_later(
+            self._retention_timer = self.clock.call_later(
                 _RETENTION_INTERVAL_MS, self._on_retention_timer
             )
 
@@ -278,7 +278,7 @@ class StreamQueue(Queue):
         stream = self.stream
         start = stream.first_offset
         if dedup.ttl is not None:
-            start = max(start, stream.offset_at(self.vhost.clock.now_ms() - dedup.ttl))
+            start = max(start, stream.offset_at(self.clock.now_ms() - dedup.ttl))
         out: list[KeyEntry] = []
         cursor = stream.cursor(start)
         try:
@@ -318,7 +318,7 @@ class StreamQueue(Queue):
             automatic = True
             start = StartSpec("first")
         elif "x-stream-offset" in args:
-            start = parse_start(args["x-stream-offset"], self.vhost.clock.now_ms(), what)
+            start = parse_start(args["x-stream-offset"], self.clock.now_ms(), what)
         else:
             start = StartSpec("next")
         if automatic:
