@@ -39,16 +39,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "federation's sweep for new queues and policies: a poll for changes no "
         "event announces, not a time the protocol defines"
     ),
-    ("links.py", "time.time"): "the state's 'since' a shovel or link shows in the API",
-    ("links.py", "asyncio.sleep"): (
-        "a shovel's or federation link's reconnect back-off, between attempts of an "
-        "AMQP client of another broker. Not on the clock yet: the shovel and "
-        "federation components are given no clock by warren.app (a later step)"
-    ),
-    ("shovel/runner.py", "time.time"): (
-        "x-shovelled-timestamp: the time a message was shovelled, a header for the "
-        "far side, read by the shovel (a client of both brokers)"
-    ),
     ("metrics/snapshot.py", "time.time"): "process start and scrape time, for /metrics",
     ("http/api_overview.py", "time.time"): "the process's uptime in /api/overview",
     ("ctl/startup.py", "time.monotonic"): (
