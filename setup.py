@@ -74,6 +74,7 @@ COMPILED_MODULES = [
     "warren.mqtt.mapping",
     "warren.mqtt.subscriptions",
     "warren.mqtt.sync_acks",
+    "warren.core.session",
     "warren.store.ack_files",
     "warren.store.disk_budget",
     "warren.store.records",

@@ -116,3 +116,34 @@ def test_nothing_outside_the_spark_package_imports_it() -> None:
         if name == "warren.spark" or name.startswith("warren.spark.")
     }
     assert not offenders
+
+
+#: What a protocol reaches the group commit and replication through: the client
+#: session (core/session.py) is the one place "answer once it is durable and
+#: held by the followers" is written. cluster/ implements replication itself.
+_DURABILITY_NAMES = {"syncer", "after_changes", "when_replicated", "changes_stored", "gen"}
+
+
+def durability_reaches(source: str) -> set[tuple[int, str]]:
+    """(line, name) of every attribute of the group commit or replication used."""
+    return {
+        (node.lineno, node.attr)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute) and node.attr in _DURABILITY_NAMES
+    }
+
+
+@pytest.mark.parametrize("package", [p for p in PROTOCOL_PACKAGES if p != "cluster"])
+def test_a_protocol_reaches_durability_only_through_its_client_session(package: str) -> None:
+    offenders = {
+        f"{path.relative_to(SRC)}:{line}: .{name}"
+        for path in _files(package)
+        for line, name in durability_reaches(path.read_text(encoding="utf-8"))
+    }
+    assert not offenders
+
+
+def test_the_durability_check_sees_a_direct_use() -> None:
+    sample = "def f(conn, mark, cb):\n    conn.broker.syncer.after_changes(mark, cb)\n"
+    assert durability_reaches(sample) == {(2, "syncer"), (2, "after_changes")}
+    assert durability_reaches("conn.client_session.change_mark()\n") == set()

@@ -24,7 +24,7 @@ from warren.amqp.frames import message_frames
 from warren.amqp.publishing import EXPECTED_BODY, EXPECTED_HEADER, Publishing
 from warren.amqp.settlement import Settlement
 from warren.amqp.unacked import UnackedDeliveries, UnackedRun
-from warren.core.commit import NOT_STORED, Commit, NotStored
+from warren.core.commit import NOT_STORED, NotStored
 from warren.core.errors import (
     AccessRefused,
     BrokerError,
@@ -132,8 +132,8 @@ class Channel(Publishing):
         handler = _HANDLERS.get(type(method))
         if handler is None:  # e.g. a connection-class or server-to-client method
             raise CommandInvalid("unimplemented method")
-        syncer = conn.broker.syncer if type(method) in _DEFINITION_METHODS else None
-        mark = syncer.change_mark() if syncer is not None else (0, 0)
+        durable_change = type(method) in _DEFINITION_METHODS
+        mark = conn.client_session.change_mark() if durable_change else (0, 0)
         output_mark = len(conn.pending)
         try:
             handler(self, method)
@@ -142,10 +142,10 @@ class Channel(Publishing):
                 conn.connection_error(exc, method.CLASS_ID, method.METHOD_ID)
             else:
                 self.channel_error(exc, method.CLASS_ID, method.METHOD_ID)
-        if syncer is not None:
+        if durable_change:
             # A durable change: its reply waits until it is on disk (and, in a
             # cluster, held by the followers).
-            conn.hold_replies(syncer, mark, output_mark)
+            conn.hold_replies(mark, output_mark)
 
     # -- errors and closing -----------------------------------------------------------
     def channel_error(self, exc: BrokerError, class_id: int, method_id: int) -> None:
@@ -539,7 +539,7 @@ class Channel(Publishing):
         # out of every queue and its acks not applied.
         assert self.vhost is not None
         conn = self.connection
-        commit = Commit(self.vhost, conn.broker.syncer, f"{conn.name} channel {self.id}: tx.commit")
+        commit = conn.client_session.commit(self.vhost, f"{conn.name} channel {self.id}: tx.commit")
         rejected = False
         for ex, msg, mandatory in publishes:
             if self._route(ex, msg, mandatory, None, None, commit) == REJECTED_BY_QUEUE:

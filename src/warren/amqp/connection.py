@@ -44,6 +44,7 @@ from warren.core.errors import (
     clip_reply_text,
 )
 from warren.core.names import MALFORMED_SHORTSTR, is_valid_utf8, shown
+from warren.core.session import ChangeMark, ClientSession
 from warren.core.stats import Ages, MessageStats, OctetStats
 
 if TYPE_CHECKING:
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
     from warren.core.users import User
     from warren.core.vhost import VHost
     from warren.node import Node
-    from warren.store.sync import ChangeMark, GroupSync
 
 log = logging.getLogger("warren.amqp")
 
@@ -118,6 +118,8 @@ class AMQPConnection:
         self.config = broker.config
         self.peer = peer
         self.name = f"{peer[0]}:{peer[1]}" if peer else "local"
+        #: The client's session with the core: when answers may go out.
+        self.client_session = ClientSession(broker, self)
         # The server side of the socket (set by the transport) and when it was accepted
         # (ms since the epoch), for the management API's connection listing.
         self.local: tuple[str, int] | None = None
@@ -403,23 +405,26 @@ class AMQPConnection:
         mypyc, would take feed()'s early check as true for the rest of it)."""
         return self._held is not None
 
-    def hold_replies(self, syncer: GroupSync, mark: ChangeMark, output_mark: int) -> None:
+    def hold_replies(self, mark: ChangeMark, output_mark: int) -> None:
         """Hold the output since ``output_mark`` (a definitions change's reply)
-        until the changes made since ``mark`` are on disk (and held by the
-        followers); reading and processing input stop meanwhile, and whatever
-        is sent in between (a consumer's basic.cancel after a queue.delete-ok,
+        until the changes made since ``mark`` are durable (the session's rule);
+        reading and processing input stop meanwhile, and whatever is sent in
+        between (a consumer's basic.cancel after a queue.delete-ok,
         deliveries) queues behind it: nothing overtakes the reply."""
         if self._held is not None or self.state >= State.CLOSED:
             return
         held = self.pending[output_mark:]
         del self.pending[output_mark:]
         self._held = held
-        if not syncer.after_changes(mark, self._release_replies):
+        if not self.client_session.when_changes_durable(mark, self._changes_durable):
             self._held = None
             self.pending.extend(held)
             return
-        if self.reading_control is not None:
+        if self._held is not None and self.reading_control is not None:
             self.reading_control(False)
+
+    def _changes_durable(self, ok: bool) -> None:
+        self._release_replies()
 
     def _release_replies(self) -> None:
         held, self._held = self._held, None

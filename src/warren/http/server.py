@@ -9,6 +9,7 @@ they work through long listings (common.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import mimetypes
 from collections.abc import Mapping, Sequence
@@ -19,6 +20,7 @@ from aiohttp import HttpVersion11, web
 
 from warren.core.errors import BrokerError
 from warren.core.runtime_parameters import ValidationFailed
+from warren.core.session import ClientSession
 from warren.core.users import User
 from warren.http import (
     api_broker,
@@ -74,6 +76,13 @@ def build_router() -> Router:
     ):
         module.register(router)
     return router
+
+
+@dataclasses.dataclass(frozen=True)
+class _Requester:
+    """Who a request's session is, for the log."""
+
+    name: str
 
 
 class ManagementApp:
@@ -188,15 +197,15 @@ class ManagementApp:
         user = await self._authenticate(request)
         ctx = Ctx(request, self.node, self.state, user, params, self.budget)
         ctx.require(MANAGEMENT)
-        syncer = self.node.syncer
-        if method == "GET" or syncer is None:
+        if method == "GET":
             return await handler(ctx)
         # A change (a declare, a user, a policy, an import): the answer waits
         # until it is on disk and, in a cluster, held by the in-sync followers,
-        # as AMQP replies do.
-        mark = syncer.change_mark()
+        # as AMQP replies do (the client session's rule).
+        session = ClientSession(self.node, _Requester(f"HTTP API user '{user.name}'"))
+        mark = session.change_mark()
         response = await handler(ctx)
-        await syncer.changes_stored(mark)
+        await session.changes_durable(mark)
         return response
 
     async def _authenticate(self, request: web.Request) -> User:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from warren.core.errors import BrokerError
 from warren.core.message import Message
+from warren.core.session import ClientSession
 from warren.core.stats import Ages, MessageStats, OctetStats
 from warren.core.users import WRITE, User, UserStore
 from warren.mqtt import properties as P
@@ -114,7 +115,9 @@ class MQTTConnection(Subscriptions):
         #: A refused CONNECT waiting out its delay: input is ignored meanwhile.
         self.refusing = False
         self.alias_max_in = 0
-        #: Publish acknowledgements waiting for a disk sync (sync_acks.py).
+        #: The client's session with the core: when answers may go out.
+        self.client_session = ClientSession(state.node, self)
+        #: Publish acknowledgements waiting for their messages (sync_acks.py).
         self.synced_acks = SyncedAcks(self)
         #: Bytes of an unfinished packet the decoder holds (state.unfinished counts
         #: them against the broker's budget), and since when (ms; None: none).
@@ -142,6 +145,11 @@ class MQTTConnection(Subscriptions):
             self.on_output()
 
     def take_output(self) -> list[bytes]:
+        if self.synced_acks.write_out_due:
+            # sync = false: acks promise the message reached at least the OS.
+            if self.vhost is not None:
+                self.vhost.flush_written()
+            self.synced_acks.written()
         out, self.pending = self.pending, []
         return out
 
@@ -620,11 +628,7 @@ class MQTTConnection(Subscriptions):
                     store.save(session)
                     if durable is not None and store.log is not None:
                         durable.append(store.log)
-        syncer = self.node.syncer
-        if durable and syncer is not None and syncer.enabled:
-            self.synced_acks.after_sync(ack, durable, syncer)
-        else:
-            self.synced_acks.send(ack)
+        self.synced_acks.after_settled(ack, durable or [])
 
     def _refuse_publish(self, qos: int, pid: int | None, topic: str, code: int) -> None:
         # A warning for the first refusal, debug lines after it: a client retrying in
@@ -651,16 +655,15 @@ class MQTTConnection(Subscriptions):
         if pid in session.awaiting_release:
             session.awaiting_release.discard(pid)
             comp = encode(PubComp(pid), self.level)
-            syncer = self.node.syncer
             if session.persistent:
                 assert self.vhost is not None
                 store = self.state.sessions(self.vhost.name)
                 store.save(session)
-                if store.log is not None and syncer is not None and syncer.enabled:
+                if store.log is not None:
                     # PUBCOMP frees the packet id for a new message: if the release were
                     # lost to a power cut, the id would still await release after the
                     # restart and that new message would be taken for a resend, dropped.
-                    self.synced_acks.after_sync(comp, [store.log], syncer)
+                    self.synced_acks.after_settled(comp, [store.log])
                     return
             self.synced_acks.send(comp)
         else:
