@@ -15,10 +15,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from conftest import new_event_loop
+from conftest import BrokerThread, new_event_loop
 
+from warren.core.errors import AccessRefused
 from warren.core.message import Message
-from warren.core.session import ClientSession, Settlements
+from warren.core.session import ClientSession, LoginRefused, Settlements
+from warren.core.users import CONFIGURE
 from warren.store.segment_store import SegmentStore
 from warren.store.sync import GroupSync
 
@@ -235,3 +237,118 @@ class _SyncCounting(_BrokenStore):
     def sync(self) -> None:
         self.syncs += 1
         self.store.sync()
+
+
+# -- login, vhost, permissions: on a started broker, as a connection would -------------
+
+
+def _session(b: BrokerThread) -> ClientSession:
+    return ClientSession(b.broker, _Named())
+
+
+def test_a_login_is_checked_the_same_for_every_protocol(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    b = broker_factory(auth_failure_delay=100, auth_failures_per_minute=3)
+
+    def logins() -> list[object]:
+        out: list[object] = []
+        users = b.broker.users
+        users.add_user("alice", "secret")
+        users.add_user("local", "secret")
+        for name, password, host in [
+            ("alice", "secret", "10.0.0.1"),  # fine from anywhere
+            ("alice", None, "10.0.0.1"),  # a certificate vouches for alice
+            ("nobody", None, "10.0.0.1"),  # a certificate naming no user
+            ("alice", "wrong", "10.0.0.2"),  # the first failure: refused at once
+            ("alice", "wrong", "10.0.0.2"),  # then held, longer each time
+            ("alice", "wrong", "10.0.0.2"),
+            ("alice", "secret", "10.0.0.2"),  # blocked: refused unchecked
+            ("guest", "guest", "10.0.0.3"),  # loopback_users: only from here
+            ("guest", "guest", "127.0.0.1"),
+        ]:
+            try:
+                out.append(_session(b).login("amqp091", name, password, host).name)
+            except LoginRefused as exc:
+                out.append((exc.reason, exc.delay))
+        return out
+
+    assert b.call(logins) == [
+        "alice",
+        "alice",
+        (LoginRefused.CREDENTIALS, 0.0),  # from 10.0.0.1
+        (LoginRefused.CREDENTIALS, 0.0),  # the first failure from 10.0.0.2
+        (LoginRefused.CREDENTIALS, 0.1),
+        (LoginRefused.CREDENTIALS, 0.2),
+        (LoginRefused.BLOCKED, 0.4),
+        (LoginRefused.LOOPBACK, 0.0),
+        "guest",
+    ]
+    # Counted per protocol, blocked ones too: [attempts, succeeded, failed]; the
+    # loopback refusal came after the credentials were right.
+    assert b.call(lambda: b.broker.auth_attempts.by_protocol["amqp091"]) == [9, 4, 5]
+
+
+def test_opening_a_vhost_checks_limits_then_access(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    b = broker_factory()
+
+    def opens() -> list[object]:
+        broker = b.broker
+        broker.add_vhost("full")
+        broker.add_vhost("closed")
+        broker.get_vhost("full").set_limits({"max-connections": 0})
+        broker.users.set_permissions("guest", "full")
+        out: list[object] = []
+        for name in ["/", "missing", "full", "closed"]:
+            session = _session(b)
+            session.login("amqp091", "guest", "guest", None)
+            try:
+                out.append(session.open(name).name)
+            except LoginRefused as exc:
+                out.append((exc.reason, exc.text))
+        return out
+
+    assert b.call(opens) == [
+        "/",
+        (LoginRefused.NO_VHOST, "vhost missing not found"),
+        (
+            LoginRefused.LIMIT,
+            "access to vhost 'full' refused for user 'guest': connection limit (0) is reached",
+        ),
+        (LoginRefused.NO_ACCESS, "access to vhost 'closed' refused for user 'guest'"),
+    ]
+
+
+def test_permissions_are_checked_and_kept_for_the_session(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    b = broker_factory()
+
+    def checks() -> list[bool]:
+        users = b.broker.users
+        users.add_user("bob", "pw")
+        users.set_permissions("bob", "/", configure="bob[.].*", write=".*", read=".*")
+        session = _session(b)
+        session.login("mqtt311", "bob", "pw", None)
+        session.open("/")
+        out = [
+            session.allowed(CONFIGURE, "queue", "bob.q"),
+            session.allowed(CONFIGURE, "queue", "other"),
+        ]
+        try:
+            session.check(CONFIGURE, "exchange", "other")
+        except AccessRefused as exc:
+            out.append("refused for user 'bob'" in exc.text)
+        # A session keeps the answers it had (RabbitMQ's channels cache theirs);
+        # a new session sees the change.
+        users.set_permissions("bob", "/", configure=".*", write=".*", read=".*")
+        out.append(session.allowed(CONFIGURE, "queue", "other"))
+        fresh = _session(b)
+        fresh.login("mqtt311", "bob", "pw", None)
+        fresh.open("/")
+        out.append(fresh.allowed(CONFIGURE, "queue", "other"))
+        return out
+
+    assert b.call(checks) == [True, False, True, False, True]

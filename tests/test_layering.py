@@ -118,14 +118,25 @@ def test_nothing_outside_the_spark_package_imports_it() -> None:
     assert not offenders
 
 
-#: What a protocol reaches the group commit and replication through: the client
-#: session (core/session.py) is the one place "answer once it is durable and
-#: held by the followers" is written. cluster/ implements replication itself.
-_DURABILITY_NAMES = {"syncer", "after_changes", "when_replicated", "changes_stored", "gen"}
+#: What a protocol reaches through its client session only (core/session.py):
+#: the one place "answer once it is durable and held by the followers" and the
+#: login rules (failed-login guard, attempt counters, loopback users, connection
+#: limits) are written. cluster/ implements replication itself.
+_DURABILITY_NAMES = {
+    "syncer",
+    "after_changes",
+    "when_replicated",
+    "changes_stored",
+    "gen",
+    "auth_guard",
+    "auth_attempts",
+    "check_connection_limit",
+    "loopback_users",
+}
 
 
 def durability_reaches(source: str) -> set[tuple[int, str]]:
-    """(line, name) of every attribute of the group commit or replication used."""
+    """(line, name) of every use of what only the client session may use."""
     return {
         (node.lineno, node.attr)
         for node in ast.walk(ast.parse(source))
@@ -134,7 +145,7 @@ def durability_reaches(source: str) -> set[tuple[int, str]]:
 
 
 @pytest.mark.parametrize("package", [p for p in PROTOCOL_PACKAGES if p != "cluster"])
-def test_a_protocol_reaches_durability_only_through_its_client_session(package: str) -> None:
+def test_a_protocol_reaches_durability_and_logins_only_through_its_client_session(package: str) -> None:
     offenders = {
         f"{path.relative_to(SRC)}:{line}: .{name}"
         for path in _files(package)

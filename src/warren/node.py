@@ -15,6 +15,8 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from warren.core.session import is_loopback
+
 if TYPE_CHECKING:
     from warren.config import Config
     from warren.core.auth_guard import AuthGuard
@@ -35,15 +37,6 @@ __all__ = [
     "is_loopback",
     "node_name",
 ]
-
-
-def is_loopback(host: str | None) -> bool:
-    """Whether a peer address is this machine's (no address: a unix socket or an
-    in-process transport). Users in ``loopback_users`` may only log in from here,
-    whatever the protocol."""
-    if not host:
-        return True
-    return host.startswith("127.") or host in ("::1", "localhost") or host.startswith("::ffff:127.")
 
 
 def node_name() -> str:

@@ -26,7 +26,6 @@ from warren.amqp.settlement import Settlement
 from warren.amqp.unacked import UnackedDeliveries, UnackedRun
 from warren.core.commit import NOT_STORED, NotStored
 from warren.core.errors import (
-    AccessRefused,
     BrokerError,
     ChannelError,
     CommandInvalid,
@@ -224,18 +223,8 @@ class Channel(Publishing):
 
     # -- helpers ----------------------------------------------------------------------
     def check(self, kind: str, resource_type: str, name: str) -> None:
-        conn = self.connection
-        key = (kind, resource_type, name)
-        if key not in conn.permission_cache:
-            assert conn.user is not None and self.vhost is not None
-            try:
-                UserStore.check(conn.user, self.vhost.name, kind, resource_type, name)
-                conn.permission_cache[key] = None
-            except AccessRefused as exc:
-                conn.permission_cache[key] = exc
-        refused = conn.permission_cache[key]
-        if refused is not None:
-            raise AccessRefused(refused.text)
+        """403 unless the user may (the client session's check, cached)."""
+        self.connection.client_session.check(kind, resource_type, name)
 
     def check_topic(self, ex: Exchange | None, key: str, kind: str) -> None:
         """RabbitMQ's topic permission check (binds): topic exchanges only."""

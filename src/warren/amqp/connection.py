@@ -176,8 +176,6 @@ class AMQPConnection:
         self._sent = True
         self._idle_ticks = 0
         self.dirty_channels: set[Channel] = set()
-        # Permission decisions are cached: publish checks would otherwise run a regex.
-        self.permission_cache: dict[tuple[str, str, str], BrokerError | None] = {}
 
     # -- output -------------------------------------------------------------------------
     def send(self, data: bytes) -> None:

@@ -18,7 +18,7 @@ from warren import __version__
 from warren.amqp import spec
 from warren.amqp.auth import MECHANISMS, MECHANISMS_WITH_EXTERNAL, parse_credentials
 from warren.core.errors import NotAllowed
-from warren.node import is_loopback
+from warren.core.session import LoginRefused
 
 if TYPE_CHECKING:
     from warren.amqp.connection import AMQPConnection
@@ -96,43 +96,39 @@ def start_ok(conn: AMQPConnection, method: spec.ConnectionStartOk) -> None:
         _refuse_login(conn, f"unsupported authentication mechanism '{mechanism}'", send_close=True)
         return
     creds = None if external else parse_credentials(mechanism, bytes(method.response))
-    user = None
-    username = "?"
-    host = conn.peer[0] if conn.peer else None
-    guard = conn.broker.auth_guard
     refusal = (
         f"Login was refused using authentication mechanism {mechanism}. "
         "For details see the broker logfile."
     )
-    if guard.blocked(host):
-        conn.broker.auth_attempts.record("amqp091", False)
-        log.warning("%s: login refused unchecked: too many failed logins from %s", conn.name, host)
-        _refuse_login_later(conn, guard.failed(host), refusal)
-        return
     if external:
         # No password: the verified certificate vouches for the user (RabbitMQ's
         # EXTERNAL ignores the start-ok response).
-        username = conn.cert_login or "?"
-        user = conn.broker.users.users.get(conn.cert_login) if conn.cert_login else None
+        username, password = conn.cert_login or "", None
     elif creds is not None:
         username, password = creds
-        user = conn.broker.users.authenticate(username, password)
-    conn.broker.auth_attempts.record("amqp091", user is not None)
-    if user is None:
-        log.warning(
-            "%s: login refused for user '%s' with %s: %s",
-            conn.name,
-            username,
-            mechanism,
-            "no such user (client certificate)" if external else "invalid credentials",
-        )
-        _refuse_login_later(conn, guard.failed(host), refusal)
-        return
-    if user.name in conn.config.loopback_users and not is_loopback(
-        conn.peer[0] if conn.peer else None
-    ):
-        log.warning("%s: user '%s' can only connect via localhost", conn.name, user.name)
-        _refuse_login(conn, f"User '{user.name}' can only connect via localhost")
+    else:
+        username, password = "?", ""  # a response that holds no credentials
+    host = conn.peer[0] if conn.peer else None
+    try:
+        user = conn.client_session.login("amqp091", username, password, host)
+    except LoginRefused as exc:
+        if exc.reason == LoginRefused.BLOCKED:
+            log.warning(
+                "%s: login refused unchecked: too many failed logins from %s", conn.name, host
+            )
+        elif exc.reason == LoginRefused.CREDENTIALS:
+            log.warning(
+                "%s: login refused for user '%s' with %s: %s",
+                conn.name,
+                username or "?",
+                mechanism,
+                exc.text,
+            )
+        else:  # loopback only
+            log.warning("%s: user '%s' can only connect via localhost", conn.name, username)
+            _refuse_login(conn, exc.text)
+            return
+        _refuse_login_later(conn, exc.delay, refusal)
         return
     conn.user = user
     conn.state = State.TUNE_OK
@@ -188,18 +184,16 @@ def open_vhost(conn: AMQPConnection, method: spec.ConnectionOpen) -> None:
     """connection.open: limits and access checked in RabbitMQ's order."""
     assert conn.user is not None
     name = method.virtual_host
-    vhost = conn.broker.vhosts.get(name)
-    if vhost is None:
-        log.warning("%s: vhost '%s' not found", conn.name, name)
-        raise NotAllowed(f"vhost {name} not found")
-    # RabbitMQ checks the vhost's connection limit, then the user's, before the
-    # user's access.
-    vhost.check_connection_limit(conn.user.name)
-    if conn.user.limits:
-        conn.broker.users.check_connection_limit(conn.user)
-    if name not in conn.user.permissions:
-        log.warning("%s: user '%s' has no access to vhost '%s'", conn.name, conn.user.name, name)
-        raise NotAllowed(f"access to vhost '{name}' refused for user '{conn.user.name}'")
+    try:
+        vhost = conn.client_session.open(name)
+    except LoginRefused as exc:
+        if exc.reason == LoginRefused.NO_VHOST:
+            log.warning("%s: vhost '%s' not found", conn.name, name)
+        elif exc.reason == LoginRefused.NO_ACCESS:
+            log.warning(
+                "%s: user '%s' has no access to vhost '%s'", conn.name, conn.user.name, name
+            )
+        raise NotAllowed(exc.text) from None
     if conn.broker.at_connection_max():
         # Handshakes begun below max_connections may not take it beyond.
         log.warning(

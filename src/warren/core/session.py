@@ -16,6 +16,15 @@ an answer promises durability:
   :meth:`ClientSession.change_mark` before the change,
   :meth:`ClientSession.when_changes_durable` after it.
 
+- **A login** is checked the same way whatever the mechanism: failed logins
+  slow down and floods are refused unchecked (core/auth_guard.py), attempts
+  are counted per protocol, loopback-only users stay local, and opening a
+  vhost checks its and the user's connection limits, then the user's access,
+  in RabbitMQ's order (:meth:`ClientSession.login`, :meth:`ClientSession.open`;
+  a :class:`LoginRefused` says why, for the protocol to word).
+- **Permissions** are checked through the session, which caches a
+  connection's answers as RabbitMQ's channels do (:meth:`ClientSession.check`).
+
 What each protocol keeps is its encoding: how an answer looks on its wire, and
 how it holds its output meanwhile. The core imports no storage package: the
 group commit is reached through :class:`SessionSyncer`, which
@@ -30,11 +39,21 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from warren.core.commit import Commit
+from warren.core.errors import AccessRefused, BrokerError, NotAllowed
+from warren.core.users import User, UserStore
 
 if TYPE_CHECKING:
     from warren.core.vhost import VHost
 
-__all__ = ["ChangeMark", "ClientSession", "SessionHost", "SessionSyncer", "Settlements"]
+__all__ = [
+    "ChangeMark",
+    "ClientSession",
+    "LoginRefused",
+    "SessionHost",
+    "SessionSyncer",
+    "Settlements",
+    "is_loopback",
+]
 
 log = logging.getLogger("warren.session")
 
@@ -89,6 +108,40 @@ class SessionHost(Protocol):
 
     @property
     def syncer(self) -> Any: ...
+
+
+class LoginHost(SessionHost, Protocol):
+    """What a client session uses of the broker (warren/node.py's Node is one)."""
+
+    config: Any
+    users: UserStore
+    vhosts: dict[str, VHost]
+    auth_guard: Any
+    auth_attempts: Any
+
+
+class LoginRefused(Exception):
+    """Why a login or a vhost's opening was refused: ``reason`` is one of the
+    constants below, ``text`` what RabbitMQ would say (530 texts for the
+    vhost's checks), ``delay`` the seconds to hold the refusal (repeated
+    guesses slow down; 0: at once)."""
+
+    #: Too many failed logins from the address: refused unchecked.
+    BLOCKED = "blocked"
+    #: No such user, a wrong password, or a certificate naming no user.
+    CREDENTIALS = "credentials"
+    #: A loopback_users user from another host.
+    LOOPBACK = "loopback"
+    NO_VHOST = "no vhost"
+    #: The vhost's or the user's max-connections.
+    LIMIT = "limit"
+    NO_ACCESS = "no access"
+
+    def __init__(self, reason: str, text: str, delay: float = 0.0) -> None:
+        super().__init__(text)
+        self.reason = reason
+        self.text = text
+        self.delay = delay
 
 
 def _stores_key(stores: Sequence[object]) -> object:
@@ -258,12 +311,100 @@ class _Waits:
 class ClientSession:
     """One client connection's session with the core (see the module docstring)."""
 
-    __slots__ = ("host", "owner")
+    __slots__ = ("_permissions", "host", "owner", "user", "vhost_name")
 
-    def __init__(self, host: SessionHost, owner: Named) -> None:
-        """``owner``: the protocol's connection (its name is in log lines)."""
+    def __init__(self, host: LoginHost, owner: Named) -> None:
+        """``host``: the broker (warren/node.py's Node); ``owner``: the protocol's
+        connection (its name is in log lines)."""
         self.host = host
         self.owner = owner
+        #: Who logged in (login()), and the vhost it opened (open()).
+        self.user: User | None = None
+        self.vhost_name = ""
+        # (kind, resource type, name) -> the refusal, or None: allowed.
+        self._permissions: dict[tuple[str, str, str], BrokerError | None] = {}
+
+    # -- login --------------------------------------------------------------------------
+    def login(
+        self, attempt: str, username: str, password: str | None, peer_host: str | None
+    ) -> User:
+        """Check a login: ``password`` None when a verified client certificate
+        vouches for ``username`` (EXTERNAL, MQTT's certificate login).
+        ``attempt`` is the protocol's label in the auth attempt counters
+        (amqp091, mqtt50, ...). Raises LoginRefused."""
+        host = self.host
+        guard = host.auth_guard
+        if guard.blocked(peer_host):
+            host.auth_attempts.record(attempt, False)
+            raise LoginRefused(
+                LoginRefused.BLOCKED,
+                f"too many failed logins from {peer_host}",
+                guard.failed(peer_host),
+            )
+        if password is None:
+            user = host.users.users.get(username) if username else None
+        else:
+            user = host.users.authenticate(username, password)
+        host.auth_attempts.record(attempt, user is not None)
+        if user is None:
+            why = "no such user (client certificate)" if password is None else "invalid credentials"
+            raise LoginRefused(LoginRefused.CREDENTIALS, why, guard.failed(peer_host))
+        if user.name in host.config.loopback_users and not is_loopback(peer_host):
+            raise LoginRefused(
+                LoginRefused.LOOPBACK, f"User '{user.name}' can only connect via localhost"
+            )
+        self.user = user
+        return user
+
+    def open(self, vhost_name: str) -> VHost:
+        """Open ``vhost_name`` for the logged-in user: it exists, its and the user's
+        connection limits allow one more, and the user has access, checked in
+        RabbitMQ's order. Raises LoginRefused."""
+        host, user = self.host, self.user
+        assert user is not None
+        vhost = host.vhosts.get(vhost_name)
+        if vhost is None:
+            raise LoginRefused(LoginRefused.NO_VHOST, f"vhost {vhost_name} not found")
+        try:  # the vhost's max-connections, then the user's, as RabbitMQ 3.13
+            vhost.check_connection_limit(user.name)
+            if user.limits:
+                host.users.check_connection_limit(user)
+        except NotAllowed as exc:
+            raise LoginRefused(LoginRefused.LIMIT, exc.text) from None
+        if vhost_name not in user.permissions:
+            raise LoginRefused(
+                LoginRefused.NO_ACCESS,
+                f"access to vhost '{vhost_name}' refused for user '{user.name}'",
+            )
+        self.vhost_name = vhost_name
+        return vhost
+
+    # -- permissions --------------------------------------------------------------------
+    def check(self, kind: str, resource_type: str, name: str) -> None:
+        """Raise AccessRefused (403) unless the user may ``kind`` (configure,
+        write, read) the resource in its vhost. Answers are cached for the
+        session's life, as RabbitMQ's channels cache theirs."""
+        key = (kind, resource_type, name)
+        cache = self._permissions
+        if key not in cache:
+            user = self.user
+            assert user is not None
+            try:
+                UserStore.check(user, self.vhost_name, kind, resource_type, name)
+                cache[key] = None
+            except AccessRefused as exc:
+                cache[key] = exc
+        refused = cache[key]
+        if refused is not None:
+            raise AccessRefused(refused.text)
+
+    def allowed(self, kind: str, resource_type: str, name: str) -> bool:
+        """check() as a yes or no."""
+        try:
+            self.check(kind, resource_type, name)
+        except AccessRefused:
+            return False
+        return True
 
     def settlements(
         self, settled: Callable[[list[T], bool], None], wake: Callable[[], None], ordered: bool
@@ -341,3 +482,12 @@ class ClientSession:
 
         if self.when_changes_durable(mark, release):
             await done
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether a peer address is this machine's (no address: a unix socket or an
+    in-process transport). Users in ``loopback_users`` may only log in from here,
+    whatever the protocol."""
+    if not host:
+        return True
+    return host.startswith("127.") or host in ("::1", "localhost") or host.startswith("::ffff:127.")

@@ -20,7 +20,7 @@ from aiohttp import HttpVersion11, web
 
 from warren.core.errors import BrokerError
 from warren.core.runtime_parameters import ValidationFailed
-from warren.core.session import ClientSession
+from warren.core.session import ClientSession, LoginRefused
 from warren.core.users import User
 from warren.http import (
     api_broker,
@@ -47,7 +47,6 @@ from warren.http.prometheus import MetricsEndpoints
 from warren.http.replies import BareError, from_broker_error
 from warren.http.state import ApiState, Router
 from warren.http.websocket import WebSocketConnections, websocket_middleware
-from warren.node import is_loopback
 
 if TYPE_CHECKING:
     from warren.node import Node, WebSocketEndpoint
@@ -217,28 +216,30 @@ class ManagementApp:
             raise BareError(400, "bad_request", "malformed Authorization header")
         if creds is None:
             raise ApiError(401, "not_authorized", "Login failed", {"WWW-Authenticate": REALM})
-        guard = self.node.auth_guard
-        blocked = guard.blocked(request.remote)
-        user = None if blocked else self.node.users.authenticate(*creds)
-        self.node.auth_attempts.record("http", user is not None)
-        if user is None:
+        name, password = creds
+        try:
+            user = ClientSession(self.node, _Requester("management API")).login(
+                "http", name, password, request.remote
+            )
+        except LoginRefused as exc:
+            if exc.reason == LoginRefused.LOOPBACK:
+                raise ApiError(
+                    401,
+                    "not_authorized",
+                    f"User '{name}' can only log in via localhost",
+                    {"WWW-Authenticate": REALM},
+                ) from None
             log.warning(
                 "management API: login refused for user '%s' from %s%s",
-                creds[0],
+                name,
                 request.remote,
-                ": too many failed logins" if blocked else "",
+                ": too many failed logins" if exc.reason == LoginRefused.BLOCKED else "",
             )
-            delay = guard.failed(request.remote)
-            if delay > 0:
-                await asyncio.sleep(delay)  # repeated guesses slow down (core/auth_guard.py)
-            raise ApiError(401, "not_authorized", "Login failed", {"WWW-Authenticate": REALM})
-        if user.name in self.node.config.loopback_users and not is_loopback(request.remote):
+            if exc.delay > 0:
+                await asyncio.sleep(exc.delay)  # repeated guesses slow down (core/auth_guard.py)
             raise ApiError(
-                401,
-                "not_authorized",
-                f"User '{user.name}' can only log in via localhost",
-                {"WWW-Authenticate": REALM},
-            )
+                401, "not_authorized", "Login failed", {"WWW-Authenticate": REALM}
+            ) from None
         return user
 
 

@@ -114,6 +114,8 @@ class MQTTConnection(Subscriptions):
         self._refusals = 0
         #: A refused CONNECT waiting out its delay: input is ignored meanwhile.
         self.refusing = False
+        #: Seconds to hold the refusal of a failed login (core/auth_guard.py).
+        self.refusal_delay = 0.0
         self.alias_max_in = 0
         #: The client's session with the core: when answers may go out.
         self.client_session = ClientSession(state.node, self)
@@ -420,15 +422,11 @@ class MQTTConnection(Subscriptions):
             self.state.discard_session(vhost, session.client_id)
 
     # -- permissions ------------------------------------------------------------------------
-    def allowed(self, user: User, vhost: str, kind: str, resource: str) -> bool:
-        """Whether ``user`` has ``kind`` permission on ``resource`` in ``vhost`` (the
-        MQTT exchange when ``resource`` is "exchange"): for the will and PUBLISH."""
+    def allowed(self, kind: str, resource: str) -> bool:
+        """Whether the user has ``kind`` permission on ``resource`` (the MQTT
+        exchange when ``resource`` is "exchange"): for the will and PUBLISH."""
         name = self.state.config.mqtt_exchange if resource == "exchange" else resource
-        try:
-            self.node.users.check(user, vhost, kind, resource, name)
-        except BrokerError:
-            return False
-        return True
+        return self.client_session.allowed(kind, resource, name)
 
     # -- packets after CONNECT --------------------------------------------------------------
     def _control(self, pkt: object) -> None:
@@ -565,9 +563,7 @@ class MQTTConnection(Subscriptions):
             )
         exchange = self._exchange
         if self._can_publish is None:
-            self._can_publish = self.user is not None and self.allowed(
-                self.user, vhost.name, WRITE, "exchange"
-            )
+            self._can_publish = self.user is not None and self.allowed(WRITE, "exchange")
             try:
                 exchange = self._exchange = vhost.get_exchange(self.state.config.mqtt_exchange)
             except BrokerError:

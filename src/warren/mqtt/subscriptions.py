@@ -160,7 +160,6 @@ class Subscriptions(Delivery):
         """Bind the session's (or the share group's) queue; True if it existed already."""
         vhost, session, user = self.vhost, self.session, self.user
         assert vhost is not None and session is not None and user is not None
-        users = self.node.users
         exchange_name = self.state.config.mqtt_exchange
         exchange = vhost.get_exchange(exchange_name)
         # Every check before the queue is consumed: a refused subscription must not
@@ -168,9 +167,10 @@ class Subscriptions(Delivery):
         name = (
             session.queue if opts.group is None else shared_queue_name(opts.group, opts.binding_key)
         )
-        users.check(user, vhost.name, WRITE, "queue", name)
-        users.check(user, vhost.name, READ, "exchange", exchange_name)
-        users.check(user, vhost.name, READ, "queue", name)
+        check = self.client_session.check
+        check(WRITE, "queue", name)
+        check(READ, "exchange", exchange_name)
+        check(READ, "queue", name)
         if user.topic_permissions and exchange.type == "topic":
             UserStore.check_topic(
                 user, vhost.name, exchange_name, opts.binding_key, READ, self._variables()
@@ -197,8 +197,8 @@ class Subscriptions(Delivery):
         )
         queue = vhost.queues.get(name)
         if queue is None:
-            self.node.users.check(user, vhost.name, CONFIGURE, "queue", name)
-            self.node.users.check(user, vhost.name, READ, "queue", name)
+            self.client_session.check(CONFIGURE, "queue", name)
+            self.client_session.check(READ, "queue", name)
             if opts.group is not None or session.persistent:
                 queue = vhost.declare_queue(name, durable=True)
             else:
