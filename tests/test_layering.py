@@ -121,7 +121,8 @@ def test_nothing_outside_the_spark_package_imports_it() -> None:
 #: What a protocol reaches through its client session only (core/session.py):
 #: the one place "answer once it is durable and held by the followers" and the
 #: login rules (failed-login guard, attempt counters, loopback users, connection
-#: limits) are written. cluster/ implements replication itself.
+#: limits) and a connection's opening and closing (the counts, the listing, its
+#: exclusive queues) are written. cluster/ implements replication itself.
 _DURABILITY_NAMES = {
     "syncer",
     "after_changes",
@@ -132,6 +133,9 @@ _DURABILITY_NAMES = {
     "auth_attempts",
     "check_connection_limit",
     "loopback_users",
+    "connection_opened",
+    "connection_closed",
+    "delete_exclusive_queues",
 }
 
 

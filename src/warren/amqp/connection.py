@@ -610,9 +610,7 @@ class AMQPConnection:
         for ch in channels.values():
             ch.release()
         if self.vhost is not None:
-            self.vhost.delete_exclusive_queues(self)
-            self.vhost.connection_closed(self)
-            self.broker.connection_closed(self)
+            self.client_session.closed(self, self.vhost)
             self.vhost = None
 
     def connection_lost(self) -> None:

@@ -202,8 +202,7 @@ def open_vhost(conn: AMQPConnection, method: spec.ConnectionOpen) -> None:
         conn.close_transport()
         return
     conn.vhost = vhost
-    vhost.connection_opened(conn)
     conn.state = State.OPEN
-    conn.broker.connection_opened(conn)
+    conn.client_session.opened(conn, vhost)
     conn.send_method(0, spec.ConnectionOpenOk())
     log.info("%s: connection opened, user '%s', vhost '%s'", conn.name, conn.user.name, name)

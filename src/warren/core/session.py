@@ -119,6 +119,10 @@ class LoginHost(SessionHost, Protocol):
     auth_guard: Any
     auth_attempts: Any
 
+    def connection_opened(self, conn: Any) -> None: ...
+
+    def connection_closed(self, conn: Any) -> None: ...
+
 
 class LoginRefused(Exception):
     """Why a login or a vhost's opening was refused: ``reason`` is one of the
@@ -378,6 +382,22 @@ class ClientSession:
             )
         self.vhost_name = vhost_name
         return vhost
+
+    def opened(self, conn: Any, vhost: VHost) -> None:
+        """The connection ``conn`` (a ClientConnection) is open in ``vhost``:
+        counted against the vhost's and the user's connection limits, listed,
+        blocked at once while a resource alarm is raised."""
+        vhost.connection_opened(conn)
+        self.host.connection_opened(conn)
+
+    def closed(self, conn: Any, vhost: VHost) -> None:
+        """The connection is gone: its exclusive queues go (their messages too),
+        it leaves the counts and the listing, and what it counted is kept for
+        the broker's totals. (Its unacked deliveries went back to their queues
+        when its consumers were released, before this.)"""
+        vhost.delete_exclusive_queues(conn)
+        vhost.connection_closed(conn)
+        self.host.connection_closed(conn)
 
     # -- permissions --------------------------------------------------------------------
     def check(self, kind: str, resource_type: str, name: str) -> None:

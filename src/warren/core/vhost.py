@@ -180,6 +180,9 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
         self._written: dict[int, MessageStore] = {}
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
+        # The names of the exclusive queues each connection declared (some may
+        # be gone): a connection's close finds them without a scan of them all.
+        self._exclusive: dict[object, list[str]] = {}
         # Bindings by destination object, so deleting a queue finds its bindings fast.
         self._inbound: dict[int, dict[tuple[Any, ...], Binding]] = {}
         self.reply_targets: dict[str, ReplyTarget] = {}
@@ -445,6 +448,8 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
                 raise
         self.queues[name] = q
         self.queues_created += 1
+        if q.exclusive_owner is not None:
+            self._exclusive.setdefault(q.exclusive_owner, []).append(name)
         self.attach_queue_policies(q)
         log.debug("queue declared vhost=%s name=%s durable=%s", self.name, name, durable)
         return q
@@ -629,8 +634,10 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
 
     # -- connection cleanup -----------------------------------------------------------
     def delete_exclusive_queues(self, owner: object) -> None:
-        for q in [q for q in self.queues.values() if q.exclusive_owner is owner]:
-            self.delete_queue(q.name)
+        for name in self._exclusive.pop(owner, ()):
+            q = self.queues.get(name)
+            if q is not None and q.exclusive_owner is owner:
+                self.delete_queue(name)
 
 
 def _notify_cancelled(consumers: list[Consumer]) -> None:

@@ -228,8 +228,7 @@ def _connect(conn: MQTTConnection, pkt: Connect) -> int:
         connack[P.MAXIMUM_PACKET_SIZE] = conn.decoder.max_packet_size
         connack[P.RECEIVE_MAXIMUM] = MAX_AWAITING_RELEASE
     conn.send(encode(ConnAck(stored is not None, 0, connack), conn.level))
-    conn.node.connection_opened(conn)
-    vhost.connection_opened(conn)  # counted against the vhost's max-connections
+    conn.client_session.opened(conn, vhost)  # counted against the limits, listed
     log.debug(
         "%s: MQTT %s client '%s' connected as '%s' to vhost '%s' (session %s)",
         conn.name,

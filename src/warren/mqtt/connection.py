@@ -398,8 +398,7 @@ class MQTTConnection(Subscriptions):
         self.apply_acks()
         self.detach_consumers()
         self.state.released(self, vhost.name, session.client_id)
-        self.node.connection_closed(self)
-        vhost.connection_closed(self)
+        self.client_session.closed(self, vhost)
         if vhost.deleted:  # its sessions, wills and retained messages went with it
             return
         if self.will is not None and not self._clean_exit and self.user is not None:
