@@ -1,8 +1,8 @@
 """The small interfaces between the broker and its listeners.
 
 The broker (broker.py) owns the core and a list of :class:`Listener` objects
-(AMQP, and later HTTP, MQTT, WebSocket), each started and stopped through this
-interface. A listener and its connections see the broker only as a
+(AMQP, MQTT, HTTP with WebSocket, Prometheus), each started and stopped through
+this interface. A listener and its connections see the broker only as a
 :class:`Node`; the broker sees their clients only as :class:`ClientConnection`.
 So the broker imports no protocol package, and a protocol package needs only
 this module, never broker.py or another protocol.

@@ -196,7 +196,8 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
         self.queues_declared = 0
         self.queues_created = 0
         self.queues_deleted = 0
-        #: Channels (AMQP channels, later MQTT sessions) opened and closed in it.
+        #: AMQP channels opened and closed in it (an MQTT connection has none,
+        #: as in RabbitMQ 3.13's native MQTT).
         self.channels_opened = 0
         self.channels_closed = 0
         #: For the Prometheus metrics (warren/metrics), counted once per object or
