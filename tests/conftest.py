@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from harness import Harness
 
 from warren import Broker, Config
 from warren.amqp.server import AMQPListener
@@ -236,3 +237,11 @@ def rabbitmq(tmp_path: Path) -> Iterator[Any]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterator[Harness]:
+    """A broker without listeners, driven in memory on this thread (tests/harness)."""
+    h = Harness(tmp_path / "data")
+    yield h
+    h.stop()
