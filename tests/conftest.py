@@ -56,9 +56,9 @@ class BrokerThread:
         self.broker = Broker(config)
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
-    def start(self) -> BrokerThread:
+    def start(self, timeout: float = 30) -> BrokerThread:
         self._thread.start()
-        self.run(self.broker.start())
+        self.run(self.broker.start(), timeout)
         return self
 
     @property
@@ -129,7 +129,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.sections.append((f"node {log.name.removesuffix('.node.log')}", "\n".join(tail)))
 
 
-def start_broker(data_dir: Path, **settings: Any) -> BrokerThread:
+def start_broker(data_dir: Path, start_timeout: float = 30, **settings: Any) -> BrokerThread:
     # Ephemeral ports for both listeners, so brokers started in parallel never collide.
     settings.setdefault("http_port", 0)
     settings.setdefault("mqtt_port", 0)
@@ -140,7 +140,7 @@ def start_broker(data_dir: Path, **settings: Any) -> BrokerThread:
     settings.setdefault("auth_failures_per_minute", 0)
     settings.setdefault("amqp_port", 0)
     config = Config(data_dir=str(data_dir), **settings)
-    return BrokerThread(config).start()
+    return BrokerThread(config).start(start_timeout)
 
 
 def refused_start(data_dir: Path, **settings: Any) -> DamagedFile:
