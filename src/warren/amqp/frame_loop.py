@@ -377,4 +377,3 @@ class FrameLoop:
             pos = n
         if pos < n:
             self._buf, self._buf_at = data, pos
-

@@ -3,8 +3,8 @@
 A task encodes a slice of rows into one ``bytes`` (basic.publish, content
 header, body frames per row; in C when the rows are a body and nothing
 else), writes it with one ``sendall``, and counts the
-basic.ack/nack frames the broker sends back, as ``warren perf``'s publishers
-do. At most ``max_unconfirmed`` messages are unconfirmed; a nack, a closed
+basic.ack/nack frames the broker sends back with warren.client's
+ConfirmTracker, as ``warren perf``'s publishers do. At most ``max_unconfirmed`` messages are unconfirmed; a nack, a closed
 channel or a lost connection raises :class:`SinkError`, which fails the task.
 
 Every message carries a deduplication key, ``<write id>:<batch>:<partition>:<row>``,
