@@ -1,10 +1,12 @@
 """The AMQP 0-9-1 connection as a sans-IO state machine.
 
-``feed(bytes)`` parses every complete frame in one loop and dispatches it; what
-the server has to say accumulates in ``pending`` and the transport is asked
-once (``on_output``) to flush it all in a single write. Nothing here touches a
+``feed(bytes)`` hands the bytes to the connection's FrameLoop (amqp/frame_loop.py),
+which parses every complete frame in one loop and dispatches it; what the
+server has to say accumulates in ``pending`` and the transport is asked once
+(``on_output``) to flush it all in a single write. Nothing here touches a
 socket or a clock: the asyncio protocol in server.py supplies bytes and ticks.
-The opening handshake on channel 0 (start, tune, open) is amqp/handshake.py's.
+Channel 0 (start, tune, open, close) is amqp/handshake.py's, with the broker's
+BrokerGate.
 """
 
 from __future__ import annotations
