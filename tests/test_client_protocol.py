@@ -23,6 +23,7 @@ from warren import Config
 from warren.amqp import spec
 from warren.amqp.connection import AMQPConnection
 from warren.amqp.frames import content_frames, method_frame
+from warren.amqp.replica import ReplicaConnection
 from warren.broker import Broker
 from warren.client.blocking import CLIENT_CAPABILITIES
 from warren.client.confirms import ConfirmTracker
@@ -36,6 +37,7 @@ from warren.client.protocol import (
     Opened,
 )
 from warren.core.properties import BasicProperties
+from warren.store.replica_catalog import ReplicaCatalog
 
 
 def server_bytes(channel: int, value: Frame) -> bytes:
@@ -259,14 +261,20 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
 
 
 class Wire:
-    """A ClientProtocol and the broker's AMQPConnection, joined by byte copies."""
+    """A ClientProtocol and a server connection (the broker's AMQPConnection, or a
+    follower's ReplicaConnection), joined by byte copies."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker | None, replica: ReplicaConnection | None = None) -> None:
         self.client = ClientProtocol(
             frame_max=8192, properties={"capabilities": CLIENT_CAPABILITIES}
         )
         self.closed = False
-        self.server = AMQPConnection(broker, ("127.0.0.1", 40000), lambda: None, self._close)
+        self.server: AMQPConnection | ReplicaConnection
+        if replica is not None:
+            self.server = replica
+        else:
+            assert broker is not None
+            self.server = AMQPConnection(broker, ("127.0.0.1", 40000), lambda: None, self._close)
 
     def _close(self) -> None:
         self.closed = True
@@ -283,6 +291,8 @@ class Wire:
                 self.client.receive_data(back)
             while (event := self.client.next_event()) is not None:
                 events.append(event)
+            if isinstance(self.server, ReplicaConnection) and self.server.closed:
+                self.closed = True
             if not out and not back:
                 return events
 
@@ -350,3 +360,70 @@ def test_a_wrong_password_is_refused_as_the_client_expects(broker: Broker) -> No
     [closed] = wire.pump()
     assert isinstance(closed, ConnectionClosed) and closed.reply_code == spec.ACCESS_REFUSED
     assert wire.closed
+
+
+# -- a follower's read service: the same frame loop and handshake ---------------------------
+
+LEADER = "amqp://leader.example:5672"
+
+
+def replica_wire(tmp_path: Path) -> Wire:
+    catalog = ReplicaCatalog(tmp_path / "follower")
+    return Wire(None, ReplicaConnection(catalog, "reader", lambda: LEADER, lambda: 0))
+
+
+def test_a_follower_opens_with_the_shared_handshake_and_refuses_a_publish(
+    tmp_path: Path,
+) -> None:
+    wire = replica_wire(tmp_path)
+    wire.client.connect()
+    assert [type(e) for e in wire.pump()] == [Opened]
+    assert wire.client.server_properties["product"] == "Warren"
+    wire.call(1, spec.ChannelOpen())
+    # The publish is refused naming the leader; its content frames are ignored.
+    wire.client.send_method(1, spec.BasicPublish(routing_key="s"))
+    wire.client.send(b"".join(content_frames(1, b"\x00\x00", b"body", 8192)))
+    [closed] = [e for e in wire.pump() if isinstance(e, ChannelClosed)]
+    assert closed.reply_code == spec.ACCESS_REFUSED and LEADER in closed.reply_text
+    [ok] = methods(wire.call(1, spec.ChannelOpen()))
+    assert isinstance(ok, spec.ChannelOpenOk)
+    wire.call(0, spec.ConnectionClose(reply_code=200, reply_text="bye"))
+    assert wire.closed
+
+
+def test_a_follower_refuses_a_wrong_password_as_the_broker_does(
+    broker: Broker, tmp_path: Path
+) -> None:
+    replies = []
+    for wire in (Wire(broker), replica_wire(tmp_path)):
+        wire.client.password = "wrong"
+        wire.client.connect()
+        [closed] = wire.pump()
+        assert isinstance(closed, ConnectionClosed) and wire.closed
+        replies.append((closed.reply_code, closed.reply_text))
+    assert replies[0] == replies[1]
+    assert replies[0][0] == spec.ACCESS_REFUSED
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(b"\x01\x00\x01\x00\x00\x00\x04\x00\x0a\x00\x0a\x00", id="bad-end"),
+        pytest.param(b"\x09\x00\x00\x00\x00\x00\x00\xce", id="unknown-type"),
+        pytest.param(b"\x03\x00\x00\x00\x00\x00\x02ab\xce", id="body-on-channel-0"),
+        pytest.param(b"\x01\x00\x00\x00\x00\x00\x04\x00\x63\x00\x01\xce", id="unknown-method"),
+    ],
+)
+def test_a_follower_answers_bad_frames_as_the_broker_does(
+    broker: Broker, tmp_path: Path, bad: bytes
+) -> None:
+    """One frame loop: the same bytes get the same connection.close from both."""
+    replies = []
+    for wire in (Wire(broker), replica_wire(tmp_path)):
+        wire.client.connect()
+        wire.pump()
+        wire.client.send(bad)
+        [closed] = [e for e in wire.pump() if isinstance(e, ConnectionClosed)]
+        replies.append((closed.reply_code, closed.reply_text))
+    assert replies[0] == replies[1]
+    assert replies[0][0] in (spec.FRAME_ERROR, spec.UNEXPECTED_FRAME, spec.NOT_IMPLEMENTED)
