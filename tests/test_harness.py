@@ -55,3 +55,32 @@ def test_the_broker_closing_a_connection_ends_it(harness: Harness) -> None:
     assert code == 501
     assert amqp.wait_eof()
     assert harness.call(lambda: len(harness.broker.connections)) == 0
+
+
+def test_mqtt_through_paho_in_memory(harness: Harness) -> None:
+    """paho's own client, its packets fed straight to the broker's MQTTConnection."""
+    sub = harness.mqtt("sub", protocol=5)
+    assert sub.connect(clean_start=True) == 0
+    granted: list[object] = []
+    sub.paho.on_subscribe = lambda _c, _u, _mid, codes, _p: granted.extend(codes)
+    sub.paho.subscribe("a/+", qos=1)
+    sub.until(lambda: bool(granted))
+    assert [c.value for c in granted] == [1]  # type: ignore[attr-defined]
+    got: list[tuple[str, bytes, int]] = []
+    sub.paho.on_message = lambda _c, _u, m: got.append((m.topic, m.payload, m.qos))
+
+    pub = harness.mqtt("pub")
+    assert pub.connect() == 0
+    acked: list[int] = []
+    pub.paho.on_publish = lambda _c, _u, mid, _rc, _p: acked.append(mid)
+    info = pub.paho.publish("a/b", b"hello", qos=1)
+    pub.until(lambda: info.mid in acked)
+    sub.until(lambda: bool(got))
+    assert got == [("a/b", b"hello", 1)]
+
+
+def test_an_mqtt_login_refused_in_memory(harness: Harness) -> None:
+    client = harness.mqtt("x")
+    client.paho.username_pw_set("guest", "wrong")
+    assert client.connect() == 134  # MQTT 3.1.1 CONNACK 4: bad user name or password
+    assert client.eof  # and the broker closed the connection

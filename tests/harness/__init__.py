@@ -14,5 +14,6 @@ backpressure, kill -9) stays in the socket tests.
 
 from harness.amqp import MemoryAMQP
 from harness.broker import Harness
+from harness.mqtt import MemoryMQTT
 
-__all__ = ["Harness", "MemoryAMQP"]
+__all__ = ["Harness", "MemoryAMQP", "MemoryMQTT"]

@@ -13,6 +13,8 @@ from warren.config import Config
 
 if TYPE_CHECKING:
     from harness.amqp import MemoryAMQP
+    from harness.mqtt import MemoryMQTT
+    from warren.mqtt.state import MQTTState
 
 T = TypeVar("T")
 
@@ -40,6 +42,7 @@ class Harness:
         self.broker = Broker(config)
         self.config = self.broker.config
         self.closed = False
+        self._mqtt: MQTTState | None = None
         self.run(self.broker.start())
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
@@ -66,11 +69,30 @@ class Harness:
 
         return MemoryAMQP(self, peer or ("127.0.0.1", next(_peer_ports)), timeout)
 
+    def mqtt(
+        self, client_id: str = "", protocol: int = 4, peer: tuple[str, int] | None = None
+    ) -> MemoryMQTT:
+        """A new MQTT connection (paho's client; ``protocol`` 4 is 3.1.1, 5 is 5)."""
+        from harness.mqtt import MemoryMQTT
+        from warren.mqtt.state import MQTTState
+
+        if self._mqtt is None:
+            # What the MQTT listener keeps for its connections (sessions, retained
+            # messages, wills), without the listener.
+            state = self._mqtt = MQTTState(self.broker)
+            self.call(state.start)
+            self.broker.vhost_deleted.append(state.forget_vhost)
+        return MemoryMQTT(
+            self, self._mqtt, peer or ("127.0.0.1", next(_peer_ports)), client_id, protocol
+        )
+
     def stop(self) -> None:
         if self.closed:
             return
         self.closed = True
         try:
+            if self._mqtt is not None:
+                self._mqtt.close()
             self.run(self.broker.stop())
         finally:
             self.loop.close()
