@@ -12,7 +12,8 @@
 #   make run       run the broker (extra flags: make run ARGS='--amqp-port 5673'); the
 #                  compiled build when there is one (rebuilt when stale), pure Python
 #                  until the first `make build` or `make test`
-#   make test      run pytest twice: compiled modules, then pure Python
+#   make test      ruff and mypy (make lint), then pytest twice: compiled modules and
+#                  pure Python
 #                  (extra args: make test PYTEST_ARGS='-k config'; PYTEST_WORKERS=0
 #                  for one process per pass)
 #   make browser   install Debian's chromium for tests/ui when it is missing
@@ -198,7 +199,7 @@ prometheus:
 # PYTEST_WORKERS=0 runs each pass in one process.
 # The status recorded is the first failure's; 5 (nothing collected) only when
 # neither run failed otherwise.
-test: $(TEST_STAMP) $(SHARED_LIBRARY) browser mosquitto etcd rabbitmq fuse prometheus
+test: $(TEST_STAMP) lint $(SHARED_LIBRARY) browser mosquitto etcd rabbitmq fuse prometheus
 	@status=0; pure=0; log=$$(mktemp); \
 	( WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m 'not ui and not examples and not once' $(PYTEST_ARGS) > "$$log" 2>&1; echo $$? >> "$$log.status" ) & \
 	echo "== pytest, $$($(PY) -c 'import warren; print(warren.build_description())') (the pure-Python pass runs alongside)"; \

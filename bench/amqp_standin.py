@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from warren.amqp import spec  # noqa: E402
 from warren.amqp.frames import PROTOCOL_HEADER, method_frame  # noqa: E402
-from warren.perf.client import message_template  # noqa: E402
+from warren.perf.message import message_template  # noqa: E402
 
 __all__ = ["StandIn"]
 

@@ -61,7 +61,8 @@ from perf_runs import perf_cmd, read_status, run_perf, uri  # noqa: E402
 
 from warren.amqp import spec  # noqa: E402
 from warren.amqp.frames import method_frame  # noqa: E402
-from warren.perf.client import AMQPError, Client, message_template  # noqa: E402
+from warren.client import AMQPError, Client  # noqa: E402
+from warren.perf.message import message_template  # noqa: E402
 
 HEADING = "## Scale curves (`bench/scale.py`)"
 KEYS = ("queues", "connections", "idle", "queuecount", "startup")

@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from warren.amqp import spec  # noqa: E402
 from warren.amqp.frames import content_frames, method_frame  # noqa: E402
-from warren.perf.client import AMQPError, Client  # noqa: E402
+from warren.client import AMQPError, Client  # noqa: E402
 
 
 def log(message: str) -> None:

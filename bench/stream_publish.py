@@ -38,7 +38,7 @@ from spark_bench import warren_broker  # noqa: E402
 
 from warren.amqp import spec  # noqa: E402
 from warren.amqp.frames import content_frames, method_frame  # noqa: E402
-from warren.perf.client import Client  # noqa: E402
+from warren.client import Client  # noqa: E402
 from warren.spark.options import SinkOptions  # noqa: E402
 from warren.spark.publish import Encoder, Publisher, SinkPlan  # noqa: E402
 

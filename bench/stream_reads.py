@@ -35,7 +35,7 @@ from nodes import Node  # noqa: E402
 
 from warren.amqp import spec  # noqa: E402
 from warren.amqp.frames import content_frames, method_frame  # noqa: E402
-from warren.perf.client import Client  # noqa: E402
+from warren.client import Client  # noqa: E402
 
 QUEUE = "bench-stream"
 READER = """

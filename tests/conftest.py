@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from harness import Harness
 
 from warren import Broker, Config
 from warren.amqp.server import AMQPListener
@@ -61,9 +62,9 @@ class BrokerThread:
         self.broker = Broker(config, clock=clock)
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
-    def start(self) -> BrokerThread:
+    def start(self, timeout: float = 30) -> BrokerThread:
         self._thread.start()
-        self.run(self.broker.start())
+        self.run(self.broker.start(), timeout)
         return self
 
     @property
@@ -148,7 +149,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.sections.append((f"node {log.name.removesuffix('.node.log')}", "\n".join(tail)))
 
 
-def start_broker(data_dir: Path, clock: Clock | None = None, **settings: Any) -> BrokerThread:
+def start_broker(
+    data_dir: Path, start_timeout: float = 30, clock: Clock | None = None, **settings: Any
+) -> BrokerThread:
     # Ephemeral ports for both listeners, so brokers started in parallel never collide.
     settings.setdefault("http_port", 0)
     settings.setdefault("mqtt_port", 0)
@@ -159,7 +162,7 @@ def start_broker(data_dir: Path, clock: Clock | None = None, **settings: Any) ->
     settings.setdefault("auth_failures_per_minute", 0)
     settings.setdefault("amqp_port", 0)
     config = Config(data_dir=str(data_dir), **settings)
-    return BrokerThread(config, clock).start()
+    return BrokerThread(config, clock).start(start_timeout)
 
 
 def refused_start(data_dir: Path, **settings: Any) -> DamagedFile:
@@ -256,3 +259,11 @@ def rabbitmq(tmp_path: Path) -> Iterator[Any]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterator[Harness]:
+    """A broker without listeners, driven in memory on this thread (tests/harness)."""
+    h = Harness(tmp_path / "data")
+    yield h
+    h.stop()

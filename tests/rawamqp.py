@@ -1,8 +1,10 @@
-"""A small raw-socket AMQP 0-9-1 client for protocol-error tests (not a test module).
+"""A small raw AMQP 0-9-1 client for protocol-error tests (not a test module).
 
 It lets a test say exactly which bytes go on the wire, including broken ones,
 and decodes what comes back with pamqp, an independent codec, so the tests do
-not only check Warren against itself. Reading relies on socket timeouts only.
+not only check Warren against itself. RawAMQP carries the bytes over a socket
+(reading relies on socket timeouts only); tests/harness/amqp.py's MemoryAMQP
+feeds them to a broker's AMQPConnection in memory.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ CLIENT_CAPABILITIES = {
 
 Frame = Any  # one of pamqp's frame objects
 M = TypeVar("M", bound=base.Frame)
+A = TypeVar("A", bound="AMQPFrames")
 
 
 class Timeout(AssertionError):
@@ -98,12 +101,12 @@ def _close_fields(
     )
 
 
-class RawAMQP:
-    """One raw connection. Received frames are decoded with pamqp."""
+class AMQPFrames:
+    """One raw connection's frames, whatever carries the bytes: what is received
+    is decoded with pamqp. A transport provides send(), _recv() and
+    close_socket() (RawAMQP: a socket; tests/harness/amqp.py: a broker in memory)."""
 
-    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 5.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def __init__(self, timeout: float = 5.0) -> None:
         self.timeout = timeout
         self.buf = b""
         self.eof = False
@@ -112,42 +115,25 @@ class RawAMQP:
         self.tune: commands.Connection.Tune | None = None
         self.start: commands.Connection.Start | None = None
 
-    # -- sending ---------------------------------------------------------------------
+    # -- the transport ---------------------------------------------------------------
     def send(self, data: bytes) -> None:
-        if self.bytewise:
-            for i in range(len(data)):
-                self.sock.sendall(data[i : i + 1])
-        else:
-            self.sock.sendall(data)
+        raise NotImplementedError
 
+    def close_socket(self) -> None:
+        raise NotImplementedError
+
+    def _recv(self, deadline: float) -> bool:
+        """Read more bytes into the buffer; False on EOF. Raises Timeout at the deadline."""
+        raise NotImplementedError
+
+    # -- sending ---------------------------------------------------------------------
     def send_method(self, channel: int, method: base.Frame) -> None:
         self.send(method_frame(channel, method))
 
     def send_heartbeat(self) -> None:
         self.send(HEARTBEAT_FRAME)
 
-    def close_socket(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.close()
-
     # -- receiving -------------------------------------------------------------------
-    def _recv(self, deadline: float) -> bool:
-        """Read more bytes into the buffer; False on EOF. Raises Timeout at the deadline."""
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise Timeout("timed out waiting for data from the server")
-        self.sock.settimeout(remaining)
-        try:
-            data = self.sock.recv(65536)
-        except TimeoutError:
-            raise Timeout("timed out waiting for data from the server") from None
-        except (ConnectionResetError, BrokenPipeError):
-            data = b""
-        if not data:
-            self.eof = True
-            return False
-        self.buf += data
-        return True
 
     def _take_frame(self) -> tuple[int, Frame] | None:
         """A complete frame from the buffer, or None if more bytes are needed."""
@@ -323,8 +309,45 @@ class RawAMQP:
         )
         self.expect_method(commands.Connection.CloseOk, channel=0)
 
-    def __enter__(self) -> RawAMQP:
+    def __enter__(self: A) -> A:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close_socket()
+
+
+class RawAMQP(AMQPFrames):
+    """One raw connection over a real socket."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 5.0) -> None:
+        super().__init__(timeout)
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def send(self, data: bytes) -> None:
+        if self.bytewise:
+            for i in range(len(data)):
+                self.sock.sendall(data[i : i + 1])
+        else:
+            self.sock.sendall(data)
+
+    def close_socket(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    def _recv(self, deadline: float) -> bool:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise Timeout("timed out waiting for data from the server")
+        self.sock.settimeout(remaining)
+        try:
+            data = self.sock.recv(65536)
+        except TimeoutError:
+            raise Timeout("timed out waiting for data from the server") from None
+        except (ConnectionResetError, BrokenPipeError):
+            data = b""
+        if not data:
+            self.eof = True
+            return False
+        self.buf += data
+        return True

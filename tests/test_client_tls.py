@@ -14,7 +14,7 @@ from tlshelp import tls_broker as make_tls_broker
 from tlshelp import write_pki
 
 from warren.amqp import spec
-from warren.perf.client import URI, AMQPError, Client
+from warren.client import URI, AMQPError, Client
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from conftest import BrokerThread
 
-from warren.perf.client import URI, Client
+from warren.client import URI, Client
 from warren.perf.report import bucket, bucket_value_us, percentiles_ms
 from warren.perf.throughput import ThroughputParams, plan
 

@@ -31,7 +31,8 @@ def restartable(tmp_path: Path) -> Iterator[Callable[..., BrokerThread]]:
         if current:
             # 10,000 queues' stores are synced at the stop: slow on a busy disk.
             current.pop().stop(timeout=180)
-        b = start_broker(tmp_path / "data", **settings)
+        # (and read back at the start: the same on a busy machine, in pure Python)
+        b = start_broker(tmp_path / "data", start_timeout=180, **settings)
         current.append(b)
         return b
 

@@ -1,8 +1,8 @@
 """The small interfaces between the broker and its listeners.
 
 The broker (broker.py) owns the core and a list of :class:`Listener` objects
-(AMQP, MQTT, HTTP, Prometheus), each started and stopped through this
-interface. A listener and its connections see the broker only as a
+(AMQP, MQTT, HTTP with WebSocket, Prometheus), each started and stopped through
+this interface. A listener and its connections see the broker only as a
 :class:`Node`; the broker sees their clients only as :class:`ClientConnection`.
 So the broker imports no protocol package, and a protocol package needs only
 this module, never broker.py or another protocol.
@@ -14,6 +14,8 @@ import asyncio
 import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from warren.core.session import is_loopback
 
 if TYPE_CHECKING:
     from warren.config import Config
@@ -36,15 +38,6 @@ __all__ = [
     "is_loopback",
     "node_name",
 ]
-
-
-def is_loopback(host: str | None) -> bool:
-    """Whether a peer address is this machine's (no address: a unix socket or an
-    in-process transport). Users in ``loopback_users`` may only log in from here,
-    whatever the protocol."""
-    if not host:
-        return True
-    return host.startswith("127.") or host in ("::1", "localhost") or host.startswith("::ffff:127.")
 
 
 def node_name() -> str:

@@ -1,6 +1,6 @@
 """Broker-side helpers for the Spark tests: declare, publish with confirms, drain.
 
-They talk AMQP through warren.perf.client (a raw blocking client) and build
+They talk AMQP through warren.client (Warren's raw blocking client) and build
 frames with Warren's codec, so test data never goes through the code under
 test (the sink's encoder and the source's scanner).
 """
@@ -14,8 +14,8 @@ from typing import Any
 
 from warren.amqp import spec
 from warren.amqp.frames import content_frames, method_frame
+from warren.client import AMQPError, Client
 from warren.core.properties import BasicProperties, decode_properties
-from warren.perf.client import AMQPError, Client
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,8 @@ from warren.amqp.frames import message_frames
 from warren.amqp.publishing import EXPECTED_BODY, EXPECTED_HEADER, Publishing
 from warren.amqp.settlement import Settlement
 from warren.amqp.unacked import UnackedDeliveries, UnackedRun
-from warren.core.commit import NOT_STORED, Commit, NotStored
+from warren.core.commit import NOT_STORED, NotStored
 from warren.core.errors import (
-    AccessRefused,
     BrokerError,
     ChannelError,
     CommandInvalid,
@@ -132,8 +131,8 @@ class Channel(Publishing):
         handler = _HANDLERS.get(type(method))
         if handler is None:  # e.g. a connection-class or server-to-client method
             raise CommandInvalid("unimplemented method")
-        syncer = conn.broker.syncer if type(method) in _DEFINITION_METHODS else None
-        mark = syncer.change_mark() if syncer is not None else (0, 0)
+        durable_change = type(method) in _DEFINITION_METHODS
+        mark = conn.client_session.change_mark() if durable_change else (0, 0)
         output_mark = len(conn.pending)
         try:
             handler(self, method)
@@ -142,10 +141,10 @@ class Channel(Publishing):
                 conn.connection_error(exc, method.CLASS_ID, method.METHOD_ID)
             else:
                 self.channel_error(exc, method.CLASS_ID, method.METHOD_ID)
-        if syncer is not None:
+        if durable_change:
             # A durable change: its reply waits until it is on disk (and, in a
             # cluster, held by the followers).
-            conn.hold_replies(syncer, mark, output_mark)
+            conn.hold_replies(mark, output_mark)
 
     # -- errors and closing -----------------------------------------------------------
     def channel_error(self, exc: BrokerError, class_id: int, method_id: int) -> None:
@@ -224,18 +223,8 @@ class Channel(Publishing):
 
     # -- helpers ----------------------------------------------------------------------
     def check(self, kind: str, resource_type: str, name: str) -> None:
-        conn = self.connection
-        key = (kind, resource_type, name)
-        if key not in conn.permission_cache:
-            assert conn.user is not None and self.vhost is not None
-            try:
-                UserStore.check(conn.user, self.vhost.name, kind, resource_type, name)
-                conn.permission_cache[key] = None
-            except AccessRefused as exc:
-                conn.permission_cache[key] = exc
-        refused = conn.permission_cache[key]
-        if refused is not None:
-            raise AccessRefused(refused.text)
+        """403 unless the user may (the client session's check, cached)."""
+        self.connection.client_session.check(kind, resource_type, name)
 
     def check_topic(self, ex: Exchange | None, key: str, kind: str) -> None:
         """RabbitMQ's topic permission check (binds): topic exchanges only."""
@@ -539,7 +528,7 @@ class Channel(Publishing):
         # out of every queue and its acks not applied.
         assert self.vhost is not None
         conn = self.connection
-        commit = Commit(self.vhost, conn.broker.syncer, f"{conn.name} channel {self.id}: tx.commit")
+        commit = conn.client_session.commit(self.vhost, f"{conn.name} channel {self.id}: tx.commit")
         rejected = False
         for ex, msg, mandatory in publishes:
             if self._route(ex, msg, mandatory, None, None, commit) == REJECTED_BY_QUEUE:

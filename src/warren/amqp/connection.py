@@ -1,48 +1,41 @@
 """The AMQP 0-9-1 connection as a sans-IO state machine.
 
-``feed(bytes)`` parses every complete frame in one loop and dispatches it; what
-the server has to say accumulates in ``pending`` and the transport is asked
-once (``on_output``) to flush it all in a single write. Nothing here touches a
+``feed(bytes)`` hands the bytes to the connection's FrameLoop (amqp/frame_loop.py),
+which parses every complete frame in one loop and dispatches it; what the
+server has to say accumulates in ``pending`` and the transport is asked once
+(``on_output``) to flush it all in a single write. Nothing here touches a
 socket or a clock: the asyncio protocol in server.py supplies bytes and ticks.
-The opening handshake on channel 0 (start, tune, open) is amqp/handshake.py's.
+Channel 0 (start, tune, open, close) is amqp/handshake.py's, with the broker's
+BrokerGate.
 """
 
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from warren.amqp import handshake, management, spec
-from warren.amqp.ack_scan import ACK_FRAME_SIZE, ACK_IDS, NACK_IDS, REJECT_IDS, scan_acks
 from warren.amqp.channel import Channel
-from warren.amqp.frames import (
-    FRAME_BODY,
-    FRAME_HEADER,
-    FRAME_HEARTBEAT,
-    FRAME_METHOD,
-    HEARTBEAT_FRAME,
-    PROTOCOL_HEADER,
-    method_frame,
-    unpack_frame_header,
+from warren.amqp.frame_loop import (
+    FrameHandler,
+    FrameLoop,
+    decode_method,
+    unexpected_frame,
+    unknown_frame,
 )
+from warren.amqp.frames import FRAME_HEADER, FRAME_METHOD, HEARTBEAT_FRAME, method_frame
 from warren.amqp.handshake import State
-from warren.amqp.publish_run import scan as scan_publishes
-from warren.core.codec_errors import DecodeError, UnknownMethod
-from warren.core.erlang_format import binary_w, frame_octets, last_column, tagged_tuple_p
 from warren.core.errors import (
     BrokerError,
     ChannelError,
     CommandInvalid,
-    FrameError,
-    InternalError,
     NotAllowed,
-    NotImplemented_,
     UnexpectedFrame,
     clip_reply_text,
 )
-from warren.core.names import MALFORMED_SHORTSTR, is_valid_utf8, shown
+from warren.core.names import shown
+from warren.core.session import ChangeMark, ClientSession
 from warren.core.stats import Ages, MessageStats, OctetStats
 
 if TYPE_CHECKING:
@@ -50,62 +43,13 @@ if TYPE_CHECKING:
     from warren.core.users import User
     from warren.core.vhost import VHost
     from warren.node import Node
-    from warren.store.sync import ChangeMark, GroupSync
 
 log = logging.getLogger("warren.amqp")
 
 
-# Frames handled per feed() call. A 256 KiB read holds ~3,000 small publishes:
-# handling them all in one go holds the loop for tens of milliseconds while
-# consumers' acks and the delivery passes wait. Leftover bytes are handled on
-# the next loop turn (the protocol stops reading meanwhile), like an Erlang
-# process giving up the scheduler after its reductions.
-FRAME_BUDGET = 512
-_unpack_method_ids = struct.Struct(">HH").unpack_from
+class AMQPConnection(FrameHandler):
+    """One client's AMQP 0-9-1 connection to the broker."""
 
-# The pre-0-9-1 header of AMQP 0-9 ('AMQP' 1 1 0 9): RabbitMQ treats it as 0-9-1.
-PROTOCOL_HEADER_0_9 = b"AMQP\x01\x01\x00\x09"
-
-# Module globals: an identity test against them is cheaper than State.X per frame.
-_OPEN = State.OPEN
-_CLOSED = State.CLOSED
-_PUBLISH_IDS = b"\x00\x3c\x00\x28"  # basic.publish: class 60, method 40
-# Single acks (rejects, nacks) a run (amqp/ack_scan.py) may take per frame of the
-# budget, and how many of them count as one frame against it: settling them is
-# one call.
-_ACKS_PER_FRAME = 8
-_SINGLE_SETTLE_IDS = (ACK_IDS, REJECT_IDS, NACK_IDS)
-
-
-class _UnknownFrame(FrameError):
-    """A frame-level 501: the close names no method, even for a method frame."""
-
-
-class _UnexpectedFrame(UnexpectedFrame):
-    """A frame-level 505: the close names no method, even for a method frame."""
-
-
-#: The short string fields of each method but basic.publish (whose exchange and
-#: routing key RabbitMQ takes as bytes): the ones checked to be UTF-8.
-_SHORTSTRS: dict[type[spec.Method], tuple[str, ...]] = {
-    cls: names
-    for cls in spec.METHODS.values()
-    if cls is not spec.BasicPublish
-    and (names := tuple(name for name, kind in cls.FIELDS if kind == "shortstr"))
-}
-
-
-def _unknown_frame(ftype: int, payload: bytes) -> FrameError:
-    """RabbitMQ's 501 for a frame it cannot make sense of (its type, its size)."""
-    return _UnknownFrame(f"{frame_octets(ftype, bytes(payload))}: unknown_frame")
-
-
-def _unexpected_frame(ftype: int, payload: bytes) -> UnexpectedFrame:
-    """RabbitMQ's 505 for a well-formed frame where none of its kind may come."""
-    return _UnexpectedFrame(frame_octets(ftype, bytes(payload)))
-
-
-class AMQPConnection:
     def __init__(
         self,
         broker: Node,
@@ -117,6 +61,8 @@ class AMQPConnection:
         self.config = broker.config
         self.peer = peer
         self.name = f"{peer[0]}:{peer[1]}" if peer else "local"
+        #: The client's session with the core: when answers may go out.
+        self.client_session = ClientSession(broker, self)
         # The server side of the socket (set by the transport) and when it was accepted
         # (ms since the epoch), for the management API's connection listing.
         self.local: tuple[str, int] | None = None
@@ -134,12 +80,9 @@ class AMQPConnection:
         self._on_output = on_output
         self._on_close = on_close
         self.pending: list[bytes] = []
-        # Input not handled yet: _buf from _buf_at on (a read is kept whole while
-        # FRAME_BUDGET splits it over loop turns, not copied again at each turn).
-        self._buf = b""
-        self._buf_at = 0
-        # True when feed() stopped at FRAME_BUDGET with complete frames left over.
-        self.backlog = False
+        self.frames = FrameLoop(self, self.config.max_message_size)
+        #: The broker's side of the handshake (amqp/handshake.py).
+        self.gate = handshake.BrokerGate(self)
         # The broker clock's ms, set by the transport before each feed(): the
         # timestamp of the messages that read carries (0: a publish reads the clock).
         self.now_ms = 0
@@ -173,8 +116,6 @@ class AMQPConnection:
         self._sent = True
         self._idle_ticks = 0
         self.dirty_channels: set[Channel] = set()
-        # Permission decisions are cached: publish checks would otherwise run a regex.
-        self.permission_cache: dict[tuple[str, str, str], BrokerError | None] = {}
 
     # -- output -------------------------------------------------------------------------
     def send(self, data: bytes) -> None:
@@ -221,204 +162,41 @@ class AMQPConnection:
 
     # -- input --------------------------------------------------------------------------
     def feed(self, data: bytes) -> None:
-        if self.state >= State.CLOSED:
-            return
-        self._received = True
-        pos = 0
-        if self._buf:
-            if not data:  # the rest of an earlier read (drain_backlog): no copy
-                data, pos = self._buf, self._buf_at
-            elif self._buf_at:
-                data = self._buf[self._buf_at :] + data
-            else:
-                data = self._buf + data
-            self._buf = b""
-            self._buf_at = 0
-        if self._held is not None:
-            self._buf, self._buf_at = data, pos  # processed once the held replies are out
-            return
-        if self.state == State.HEADER:
-            if len(data) < 8 and (
-                PROTOCOL_HEADER.startswith(data) or PROTOCOL_HEADER_0_9.startswith(data)
-            ):
-                self._buf = data
-                return
-            if data[:8] != PROTOCOL_HEADER and data[:8] != PROTOCOL_HEADER_0_9:
-                log.warning("%s: bad protocol header %r, closing", self.name, bytes(data[:8]))
-                self.send(PROTOCOL_HEADER)
-                self.close_transport()
-                return
-            data = data[8:]
-            handshake.send_start(self)
-        n = len(data)
-        ftype, payload = 0, b""
-        budget = FRAME_BUDGET
-        self.backlog = False
-        channels = self.channels
-        try:
-            while n - pos >= 7:
-                if not budget:
-                    # The rest waits for the next loop turn (see FRAME_BUDGET).
-                    self.backlog = True
-                    break
-                budget -= 1
-                start = pos
-                ftype, ch, size = unpack_frame_header(data, pos)
-                end = pos + 7 + size
-                # RabbitMQ lets a payload reach frame_max itself (8 octets over the
-                # limit: a frequent client mistake) and reports the limit as
-                # frame_max - 8.
-                if size > self.frame_max and self.frame_max:
-                    text = frame_octets(ftype, b"") + ": "
-                    ftype = 0  # a frame-level error: no method ids in the close
-                    limits = (str(size), str(self.frame_max - 8))
-                    tail = tagged_tuple_p("frame_too_large", *limits, column=last_column(text))
-                    raise FrameError(text + tail)
-                if end >= n:
-                    break
-                if data[end] != 0xCE:
-                    text = frame_octets(ftype, bytes(data[pos + 7 : end])) + ": "
-                    ftype = 0
-                    marker = tagged_tuple_p(
-                        "invalid_frame_end_marker", str(data[end]), column=last_column(text)
-                    )
-                    raise FrameError(text + marker)
-                payload = data[pos + 7 : end]
-                pos = end + 1
-                if self.state is _OPEN and ch:
-                    # The common case first: content and methods on an open channel.
-                    channel = channels.get(ch)
-                    if channel is not None:
-                        if ftype == FRAME_BODY:
-                            channel.on_body_frame(payload)
-                            continue
-                        if ftype == FRAME_METHOD:
-                            if payload[:4] == _PUBLISH_IDS and channel.takes_publish_run():
-                                # Whole messages to one exchange at once (one routing
-                                # key, or several outside a transaction:
-                                # amqp/publish_run.py); None: one by one.
-                                run = scan_publishes(
-                                    data,
-                                    start,
-                                    self.frame_max,
-                                    self.config.max_message_size,
-                                    budget // 3 + 1,
-                                    not channel.tx,
-                                )
-                                if run is not None:
-                                    channel.publish_run(run)
-                                    pos = run.end
-                                    budget = max(0, budget - 3 * len(run) + 1)
-                                    if self.state is _CLOSED:
-                                        pos = n
-                                        break
-                                    continue
-                            method_ids = payload[:4]
-                            if (
-                                size == ACK_FRAME_SIZE - 8
-                                and method_ids in _SINGLE_SETTLE_IDS
-                                and channel.takes_ack_run()
-                            ):
-                                # Single acks (or rejects, or nacks) with consecutive
-                                # tags and the same flags, settled at once.
-                                count, first, run_end = scan_acks(
-                                    data, start, budget * _ACKS_PER_FRAME + 1
-                                )
-                                if count > 1:
-                                    if method_ids == ACK_IDS:
-                                        channel.settlement.ack_range(first, count)
-                                    else:
-                                        channel.settlement.reject_range(
-                                            first, count, bytes(method_ids), payload[12]
-                                        )
-                                    pos = run_end
-                                    budget = max(0, budget - count // _ACKS_PER_FRAME)
-                                    if self.state is _CLOSED:
-                                        pos = n
-                                        break
-                                    continue
-                            channel.on_method_frame(payload)
-                            if self.state is _CLOSED:
-                                pos = n
-                                break
-                            if self.holding():
-                                break
-                            continue
-                        if ftype == FRAME_HEADER and len(payload) >= 12:
-                            channel.on_header_frame(payload)
-                            continue
-                if self.state == State.CLOSING:
-                    # Only connection.close-ok (or close) matters once we have closed.
-                    if ftype == FRAME_METHOD and ch == 0:
-                        self._channel0(payload)
-                    continue
-                if ch and self.state != State.OPEN:
-                    # RabbitMQ: nothing but channel 0 before connection.open-ok.
-                    raise _unexpected_frame(ftype, payload)
-                if ftype == FRAME_METHOD:
-                    if ch:
-                        channel = self.channels.get(ch)
-                        if channel is not None:
-                            channel.on_method_frame(payload)
-                        else:
-                            self._method_on_unopened_channel(ch, payload)
-                    else:
-                        self._channel0(payload)
-                elif ftype == FRAME_HEADER:
-                    if len(payload) < 12:  # not even class, weight and body size
-                        raise _unknown_frame(ftype, payload)
-                    self._content_frame(ch, ftype, payload).on_header_frame(payload)
-                elif ftype == FRAME_BODY:
-                    self._content_frame(ch, ftype, payload).on_body_frame(payload)
-                elif ftype == FRAME_HEARTBEAT:
-                    if payload:
-                        raise _unknown_frame(ftype, payload)
-                    if ch:
-                        raise _unexpected_frame(ftype, payload)
-                else:
-                    raise _unknown_frame(ftype, payload)
-                if self.state == State.CLOSED:
-                    pos = n
-                    break
-                if self.holding():
-                    break
-        except BrokerError as exc:
-            # Like RabbitMQ, name the method being handled when the error came from one.
-            ids = (0, 0)
-            frame_level = isinstance(exc, _UnknownFrame | _UnexpectedFrame)
-            if ftype == FRAME_METHOD and len(payload) >= 4 and not frame_level:
-                ids = _unpack_method_ids(payload)
-            self.connection_error(exc, *ids)
-            pos = n
-        except Exception:
-            log.exception("%s: internal error while handling a frame", self.name)
-            self.connection_error(InternalError("internal error"))
-            pos = n
-        if pos < n:
-            self._buf, self._buf_at = data, pos
+        self.frames.feed(data)
+
+    @property
+    def backlog(self) -> bool:
+        """True when feed() stopped at the frame budget with complete frames left over."""
+        return self.frames.backlog
+
+    def send_start(self) -> None:
+        handshake.send_start(self)
 
     def holding(self) -> bool:
         """Whether replies are held (a method, not an attribute test: mypy, and so
         mypyc, would take feed()'s early check as true for the rest of it)."""
         return self._held is not None
 
-    def hold_replies(self, syncer: GroupSync, mark: ChangeMark, output_mark: int) -> None:
+    def hold_replies(self, mark: ChangeMark, output_mark: int) -> None:
         """Hold the output since ``output_mark`` (a definitions change's reply)
-        until the changes made since ``mark`` are on disk (and held by the
-        followers); reading and processing input stop meanwhile, and whatever
-        is sent in between (a consumer's basic.cancel after a queue.delete-ok,
+        until the changes made since ``mark`` are durable (the session's rule);
+        reading and processing input stop meanwhile, and whatever is sent in
+        between (a consumer's basic.cancel after a queue.delete-ok,
         deliveries) queues behind it: nothing overtakes the reply."""
         if self._held is not None or self.state >= State.CLOSED:
             return
         held = self.pending[output_mark:]
         del self.pending[output_mark:]
         self._held = held
-        if not syncer.after_changes(mark, self._release_replies):
+        if not self.client_session.when_changes_durable(mark, self._changes_durable):
             self._held = None
             self.pending.extend(held)
             return
-        if self.reading_control is not None:
+        if self._held is not None and self.reading_control is not None:
             self.reading_control(False)
+
+    def _changes_durable(self, ok: bool) -> None:
+        self._release_replies()
 
     def _release_replies(self) -> None:
         held, self._held = self._held, None
@@ -428,12 +206,19 @@ class AMQPConnection:
             self.send_many(held)
         if self.reading_control is not None and not self._block_sent:
             self.reading_control(True)
-        if self._buf and self.resume_input is not None:
+        if self.frames.has_input() and self.resume_input is not None:
             self.resume_input()
 
-    def _content_frame(self, ch: int, ftype: int, payload: bytes) -> Channel:
+    def content_frame(self, ch: int, ftype: int, payload: bytes) -> None:
+        channel = self._content_channel(ch, ftype, payload)
+        if ftype == FRAME_HEADER:
+            channel.on_header_frame(payload)
+        else:
+            channel.on_body_frame(payload)
+
+    def _content_channel(self, ch: int, ftype: int, payload: bytes) -> Channel:
         if not ch:
-            raise _unexpected_frame(ftype, payload)
+            raise unexpected_frame(ftype, payload)
         channel = self.channels.get(ch)
         if channel is None:
             # RabbitMQ takes any frame as the start of a channel; content cannot be.
@@ -453,9 +238,9 @@ class AMQPConnection:
         if self.user is not None and self.user.limits:
             self.broker.users.check_channel_limit(self.user)
 
-    def _method_on_unopened_channel(self, ch: int, payload: bytes) -> None:
+    def method_on_unopened_channel(self, ch: int, payload: bytes) -> None:
         if len(payload) < 4:
-            raise _unknown_frame(FRAME_METHOD, payload)
+            raise unknown_frame(FRAME_METHOD, payload)
         try:
             self._check_channel_count()
         except NotAllowed as exc:
@@ -469,69 +254,11 @@ class AMQPConnection:
         self.send_method(ch, spec.ChannelOpenOk())
 
     def _decode(self, payload: bytes) -> spec.Method:
-        if len(payload) < 4:
-            raise _unknown_frame(FRAME_METHOD, payload)
-        try:
-            method = spec.decode_method(payload)
-        except UnknownMethod as exc:
-            # RabbitMQ's connection crashes here and drops the socket without a word.
-            raise NotImplemented_(
-                f"unknown method class {exc.class_id} method {exc.method_id}"
-            ) from None
-        except DecodeError as exc:
-            # RabbitMQ answers undecodable method arguments with 501 "cannot decode"
-            # and the arguments' octets; the reason goes to the log.
-            log.info("%s: cannot decode a method frame: %s", self.name, exc)
-            raise FrameError(f"cannot decode {binary_w(bytes(payload[4:]))}") from None
-        fields = _SHORTSTRS.get(type(method))
-        if fields is not None:
-            for field in fields:
-                value: str = getattr(method, field)
-                if not value.isascii() and not is_valid_utf8(value):
-                    # As RabbitMQ: every short string but basic.publish's must be UTF-8
-                    # (names, routing keys, tags), or the connection is closed.
-                    raise _UnknownFrame(MALFORMED_SHORTSTR)
-        return method
+        return decode_method(self.name, payload)
 
     # -- channel 0: the connection class --------------------------------------------------
-    def _channel0(self, payload: bytes) -> None:
-        method = self._decode(payload)
-        state = self.state
-        if state == State.CLOSING:
-            if isinstance(method, spec.ConnectionCloseOk):
-                self.close_transport()
-            elif isinstance(method, spec.ConnectionClose):
-                self.send_method(0, spec.ConnectionCloseOk())
-            return
-        if isinstance(method, spec.ConnectionClose):
-            log.info(
-                "%s: client closed the connection (%s %s)",
-                self.name,
-                method.reply_code,
-                method.reply_text,
-            )
-            self.send_method(0, spec.ConnectionCloseOk())
-            self.close_transport()
-            return
-        if state == State.START_OK and isinstance(method, spec.ConnectionStartOk):
-            handshake.start_ok(self, method)
-        elif state == State.TUNE_OK and isinstance(method, spec.ConnectionTuneOk):
-            handshake.tune_ok(self, method)
-        elif state == State.OPEN_WAIT and isinstance(method, spec.ConnectionOpen):
-            handshake.open_vhost(self, method)
-        elif state == State.OPEN and isinstance(method, spec.ConnectionCloseOk):
-            raise ChannelError("unexpected method in connection state running")
-        elif state == State.OPEN and isinstance(method, spec.ConnectionUpdateSecret):
-            self.send_method(0, spec.ConnectionUpdateSecretOk())
-        elif state == State.OPEN and isinstance(
-            method, spec.ConnectionBlocked | spec.ConnectionUnblocked
-        ):
-            pass  # a client may tell us it is blocked; nothing to do
-        elif state == State.OPEN:
-            # RabbitMQ's answer to any other method on channel 0 of an open connection.
-            raise ChannelError("unexpected method in connection state running")
-        else:
-            raise CommandInvalid(f"unexpected method {method.NAME} on channel 0")
+    def channel0(self, payload: bytes) -> None:
+        handshake.channel0(self, self._decode(payload))
 
     # -- errors and closing ---------------------------------------------------------------
     def connection_error(self, exc: BrokerError, class_id: int = 0, method_id: int = 0) -> None:
@@ -606,9 +333,7 @@ class AMQPConnection:
         for ch in channels.values():
             ch.release()
         if self.vhost is not None:
-            self.vhost.delete_exclusive_queues(self)
-            self.vhost.connection_closed(self)
-            self.broker.connection_closed(self)
+            self.client_session.closed(self, self.vhost)
             self.vhost = None
 
     def connection_lost(self) -> None:

@@ -168,7 +168,7 @@ class Publishing:
         if queues:
             # Queues whose consumers take the run's first messages as they come
             # take them at once; the rest go message by message.
-            taken = self._take_run(queues, mrun, durable, lost)
+            taken = self.vhost.publish_run_to(queues, mrun, durable, lost)
             start = min(taken)
             if start:
                 ex.stats.count_publishes(start, len(queues))
@@ -193,37 +193,6 @@ class Publishing:
             self.counts.published(counts, queues, n)
         if confirm and indexes is None:
             self.publish_seq = base + n
-
-    def _take_run(
-        self, queues: list[Queue], mrun: MessageRun, durable: list[MessageStore], lost: list[int]
-    ) -> list[int]:
-        """Each queue's publish_run of ``mrun``: how many of its first messages it
-        took; ``lost`` gets the indexes of those a store lost meanwhile.
-
-        A store reports what a failed write-out dropped while it stored the
-        run; with several queues its part may also be dropped after it
-        returned: a later queue's store that spends the free-disk budget has
-        every store written in this turn written out (store/disk_budget.py).
-        So each store that took part is asked, at the end, whether it lost
-        records since the write generation at which it returned (everything
-        it took counts as lost then: a full disk met within one run)."""
-        if len(queues) == 1:
-            return [queues[0].publish_run(mrun, durable, lost)]
-        syncer = self.connection.broker.syncer
-        taken: list[int] = []
-        parts: list[tuple[int, int, int, int]] = []  # durable[lo:hi], at gen, took
-        for q in queues:
-            lo = len(durable)
-            took = q.publish_run(mrun, durable, lost)
-            taken.append(took)
-            if syncer is not None and len(durable) > lo:
-                parts.append((lo, len(durable), syncer.gen, took))
-        if syncer is not None:
-            now = syncer.gen
-            for lo, hi, gen, took in parts:
-                if gen != now and any(_lost(s, gen, now) for s in durable[lo:hi]):
-                    lost.extend(range(took))
-        return taken
 
     def on_header_frame(self, payload: bytes) -> None:
         if self.closing:
@@ -410,8 +379,3 @@ class Publishing:
         """The exchange was deleted: the next publish to the name looks it up again."""
         self._exchange_cache.pop(name, None)
 
-
-def _lost(store: MessageStore, first: int, last: int) -> bool:
-    """Whether ``store`` dropped records of those write generations."""
-    lost_between = getattr(store, "lost_between", None)
-    return lost_between is not None and bool(lost_between(first, last))

@@ -22,19 +22,24 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from warren.amqp import spec
-from warren.amqp.auth import MECHANISMS, parse_credentials
-from warren.amqp.frames import (
-    FRAME_BODY,
-    FRAME_HEADER,
-    FRAME_HEARTBEAT,
-    FRAME_METHOD,
-    HEARTBEAT_FRAME,
-    PROTOCOL_HEADER,
-    message_frames,
-    method_frame,
+from warren.amqp import handshake, spec
+from warren.amqp.auth import MECHANISMS
+from warren.amqp.channel import Channel
+from warren.amqp.frame_loop import FrameHandler, FrameLoop, decode_method, unexpected_frame
+from warren.amqp.frames import HEARTBEAT_FRAME, message_frames, method_frame
+from warren.amqp.handshake import State
+from warren.core.errors import (
+    AccessRefused,
+    BrokerError,
+    ChannelError,
+    CommandInvalid,
+    NotAllowed,
+    NotFound,
+    NotImplemented_,
+    PreconditionFailed,
+    UnexpectedFrame,
+    clip_reply_text,
 )
-from warren.core.errors import BrokerError
 from warren.core.message import Message
 from warren.core.stream import FILTER_VALUE_HEADER, parse_start
 from warren.core.users import READ, User, UserStore
@@ -50,14 +55,11 @@ _FRAME = struct.Struct(">BHI")
 _BATCH = 256
 
 
-class _Refused(Exception):
-    """A channel error (soft) or a connection error (hard), with AMQP's reply."""
+class NotAllowedOnChannel(BrokerError):
+    """RabbitMQ's 530 for a reused consumer tag, which closes only the channel."""
 
-    def __init__(self, code: int, text: str, hard: bool = False) -> None:
-        super().__init__(text)
-        self.code = code
-        self.text = text
-        self.hard = hard
+    code = 530
+    name = "NOT_ALLOWED"
 
 
 class _Consumer:
@@ -91,8 +93,53 @@ class _Channel:
         self.closing = False
 
 
-class ReplicaConnection:
-    """One client of a follower's stream read service."""
+class ReplicaGate:
+    """A follower's side of the handshake: its catalog's users and vhosts, no limits
+    but frame_max and heartbeat, no EXTERNAL."""
+
+    def __init__(self, conn: ReplicaConnection) -> None:
+        self.conn = conn
+
+    def server_properties(self) -> dict[str, Any]:
+        return {
+            "product": "Warren",
+            "information": "a cluster follower's read-only stream service",
+            "capabilities": {"consumer_cancel_notify": True, "basic.nack": True},
+        }
+
+    def mechanisms(self) -> bytes:
+        return MECHANISMS
+
+    def limits(self) -> tuple[int, int, int]:
+        return 2047, self.conn.frame_max_offered, self.conn.heartbeat_offered
+
+    def login(
+        self, mechanism: str, creds: tuple[str, str] | None, external: bool, refusal: str
+    ) -> User | None:
+        conn = self.conn
+        user = conn.catalog.users().authenticate(*creds) if creds else None
+        if user is None:
+            log.warning("%s: replica read login refused for %s", conn.name, creds and creds[0])
+            handshake.refuse_login(conn, refusal)
+        return user
+
+    def open_vhost(self, name: str) -> bool:
+        conn = self.conn
+        assert conn.user is not None
+        if name not in conn.catalog.vhosts():
+            raise NotAllowed(f"vhost {name} not found")
+        if name not in conn.user.permissions:
+            raise NotAllowed(f"access to vhost '{name}' refused for user '{conn.user.name}'")
+        conn.vhost = name
+        return True
+
+    def opened(self) -> None:
+        pass
+
+
+class ReplicaConnection(FrameHandler):
+    """One client of a follower's stream read service: the shared frame loop
+    (amqp/frame_loop.py) and handshake (amqp/handshake.py), its own channels."""
 
     def __init__(
         self,
@@ -105,160 +152,82 @@ class ReplicaConnection:
     ) -> None:
         self.catalog = catalog
         self.name = peer
+        self.peer: tuple[str, int] | None = None
         self._leader = leader
         self._now_ms = now_ms
+        self.frame_max_offered = frame_max
+        self.heartbeat_offered = heartbeat
         self.frame_max = frame_max
+        self.channel_max = 2047
         self.heartbeat = heartbeat
         self.output: list[bytes] = []
         self.closed = False  # nothing more to read; close the socket after the output
-        self.state = "header"
+        self.state = State.HEADER
         self.user: User | None = None
         self.vhost = ""
-        self.channels: dict[int, _Channel] = {}
-        self._buf = b""
-        self._start_pending: tuple[int, int] = (0, 0)
+        self.cert_login: str | None = None
+        self.client_properties: dict[str, Any] = {}
+        self.capabilities: dict[str, Any] = {}
+        self.auth_mechanism = ""
+        self._received = True
+        #: The frame loop's fast path is the broker's channels': none here.
+        self.channels: dict[int, Channel] = {}
+        self.readers: dict[int, _Channel] = {}
+        self.gate = ReplicaGate(self)
+        self.frames = FrameLoop(self, 0)
 
-    # -- input ----------------------------------------------------------------------------
+    # -- input (amqp/frame_loop.py calls these) --------------------------------------------
     def feed(self, data: bytes) -> None:
         if self.closed:
             return
-        data = self._buf + data if self._buf else data
-        self._buf = b""
-        if self.state == "header":
-            if len(data) < 8:
-                self._buf = data
-                return
-            if data[:8] != PROTOCOL_HEADER:
-                self.output.append(PROTOCOL_HEADER)
-                self.closed = True
-                return
-            data = data[8:]
-            self.state = "start-ok"
-            self._send(
-                0,
-                spec.ConnectionStart(
-                    version_major=0,
-                    version_minor=9,
-                    server_properties={
-                        "product": "Warren",
-                        "information": "a cluster follower's read-only stream service",
-                        "capabilities": {"consumer_cancel_notify": True, "basic.nack": True},
-                    },
-                    mechanisms=MECHANISMS,
-                    locales=b"en_US",
-                ),
-            )
-        pos, n = 0, len(data)
-        while n - pos >= 8 and not self.closed:
-            ftype, ch, size = _FRAME.unpack_from(data, pos)
-            end = pos + 7 + size
-            if end >= n:
-                break
-            if data[end] != 0xCE or (self.frame_max and size > self.frame_max):
-                self._connection_error(spec.FRAME_ERROR, "bad frame", 0, 0)
-                return
-            payload = data[pos + 7 : end]
-            pos = end + 1
-            if ftype == FRAME_HEARTBEAT:
-                continue
-            if ftype in (FRAME_HEADER, FRAME_BODY):
-                # Only a publish has content, and none is accepted.
-                continue
-            if ftype != FRAME_METHOD or len(payload) < 4:
-                self._connection_error(spec.FRAME_ERROR, "unexpected frame", 0, 0)
-                return
-            try:
-                method = spec.decode_method(payload)
-            except Exception:
-                self._connection_error(spec.FRAME_ERROR, "cannot decode method", 0, 0)
-                return
-            try:
-                if ch == 0:
-                    self._channel0(method)
-                else:
-                    self._on_channel(ch, method)
-            except _Refused as exc:
-                if exc.hard or ch == 0:
-                    self._connection_error(exc.code, exc.text, method.CLASS_ID, method.METHOD_ID)
-                else:
-                    self._channel_error(ch, exc.code, exc.text, method.CLASS_ID, method.METHOD_ID)
-            except BrokerError as exc:
-                if exc.hard or ch == 0:
-                    self._connection_error(
-                        exc.code, exc.reply_text, method.CLASS_ID, method.METHOD_ID
-                    )
-                else:
-                    self._channel_error(
-                        ch, exc.code, exc.reply_text, method.CLASS_ID, method.METHOD_ID
-                    )
-        if pos < n:
-            self._buf = data[pos:]
+        self.frames.feed(data)
         self.pump()
 
-    def _channel0(self, method: spec.Method) -> None:
-        if isinstance(method, spec.ConnectionStartOk) and self.state == "start-ok":
-            creds = parse_credentials(method.mechanism, bytes(method.response))
-            user = self.catalog.users().authenticate(*creds) if creds else None
-            if user is None:
-                log.warning("%s: replica read login refused for %s", self.name, creds and creds[0])
-                raise _Refused(spec.ACCESS_REFUSED, "ACCESS_REFUSED - Login was refused", True)
-            self.user = user
-            self.state = "tune-ok"
-            self._send(
-                0,
-                spec.ConnectionTune(
-                    channel_max=2047, frame_max=self.frame_max, heartbeat=self.heartbeat
-                ),
-            )
-        elif isinstance(method, spec.ConnectionTuneOk) and self.state == "tune-ok":
-            if method.frame_max:
-                self.frame_max = min(self.frame_max, method.frame_max)
-            self.heartbeat = method.heartbeat
-            self.state = "open-wait"
-        elif isinstance(method, spec.ConnectionOpen) and self.state == "open-wait":
-            assert self.user is not None
-            if method.virtual_host not in self.catalog.vhosts():
-                raise _Refused(
-                    spec.NOT_ALLOWED,
-                    f"NOT_ALLOWED - vhost {method.virtual_host} not found",
-                    True,
-                )
-            if method.virtual_host not in self.user.permissions:
-                raise _Refused(
-                    spec.NOT_ALLOWED,
-                    f"NOT_ALLOWED - access to vhost '{method.virtual_host}' refused for user "
-                    f"'{self.user.name}'",
-                    True,
-                )
-            self.vhost = method.virtual_host
-            self.state = "open"
-            self._send(0, spec.ConnectionOpenOk())
-        elif isinstance(method, spec.ConnectionClose):
-            self._send(0, spec.ConnectionCloseOk())
-            self.closed = True
-        elif isinstance(method, spec.ConnectionCloseOk) and self.state == "closing":
-            self.closed = True
-        elif self.state != "closing":
-            raise _Refused(spec.COMMAND_INVALID, f"COMMAND_INVALID - unexpected {method.NAME}")
+    def send(self, data: bytes) -> None:
+        self.output.append(data)
+
+    def send_method(self, channel: int, method: spec.Method) -> None:
+        self.output.append(method_frame(channel, method))
+
+    def send_start(self) -> None:
+        handshake.send_start(self)
+
+    def holding(self) -> bool:
+        return False
+
+    def channel0(self, payload: bytes) -> None:
+        handshake.channel0(self, decode_method(self.name, payload))
+
+    def method_on_unopened_channel(self, ch: int, payload: bytes) -> None:
+        method = decode_method(self.name, payload)
+        try:
+            self._on_channel(ch, method)
+        except BrokerError as exc:
+            if exc.hard:
+                raise
+            self._channel_error(ch, exc, method.CLASS_ID, method.METHOD_ID)
+
+    def content_frame(self, ch: int, ftype: int, payload: bytes) -> None:
+        """Only a publish has content, and none is accepted: its channel is closing."""
+        if not ch:
+            raise unexpected_frame(ftype, payload)
+        if ch not in self.readers:
+            raise UnexpectedFrame("expected method frame, got non method frame instead")
 
     # -- channels -------------------------------------------------------------------------
     def _on_channel(self, ch: int, method: spec.Method) -> None:
-        if self.state != "open":
-            if self.state == "closing":
-                return
-            raise _Refused(spec.COMMAND_INVALID, "COMMAND_INVALID - connection not open", True)
-        channel = self.channels.get(ch)
+        channel = self.readers.get(ch)
         if channel is None:
             if not isinstance(method, spec.ChannelOpen):
-                raise _Refused(spec.CHANNEL_ERROR, "CHANNEL_ERROR - expected 'channel.open'", True)
-            self.channels[ch] = _Channel(ch)
+                raise ChannelError("expected 'channel.open'")
+            self.readers[ch] = _Channel(ch)
             self._send(ch, spec.ChannelOpenOk())
             return
         if channel.closing:
             if isinstance(method, spec.ChannelCloseOk | spec.ChannelClose):
                 if isinstance(method, spec.ChannelClose):
                     self._send(ch, spec.ChannelCloseOk())
-                del self.channels[ch]
+                del self.readers[ch]
             return
         if isinstance(method, spec.ChannelClose):
             self._close_channel(channel)
@@ -281,33 +250,30 @@ class ReplicaConnection:
         elif isinstance(method, spec.ChannelFlow):
             self._send(ch, spec.ChannelFlowOk(active=method.active))
         else:
-            raise _Refused(
-                spec.ACCESS_REFUSED,
-                f"ACCESS_REFUSED - {method.NAME} is refused by a cluster follower, which "
-                f"only serves stream reads; the leader is {self._leader()}",
+            raise AccessRefused(
+                f"{method.NAME} is refused by a cluster follower, which "
+                f"only serves stream reads; the leader is {self._leader()}"
             )
 
     def _stream_record(self, name: str) -> dict[str, Any]:
         assert self.user is not None
         record = self.catalog.queue(self.vhost, name)
         if record is None:
-            raise _Refused(spec.NOT_FOUND, f"NOT_FOUND - no queue '{name}' in vhost '{self.vhost}'")
+            raise NotFound(f"no queue '{name}' in vhost '{self.vhost}'")
         UserStore.check(self.user, self.vhost, READ, "queue", name)
         if record["arguments"].get("x-queue-type") != "stream":
-            raise _Refused(
-                spec.PRECONDITION_FAILED,
-                f"PRECONDITION_FAILED - queue '{name}' in vhost '{self.vhost}' is not a "
+            raise PreconditionFailed(
+                f"queue '{name}' in vhost '{self.vhost}' is not a "
                 f"stream queue: a cluster follower serves stream reads only; the leader is "
-                f"{self._leader()}",
+                f"{self._leader()}"
             )
         return record
 
     def _declare(self, channel: _Channel, method: spec.QueueDeclare) -> None:
         if not method.passive:
-            raise _Refused(
-                spec.ACCESS_REFUSED,
-                "ACCESS_REFUSED - queue.declare is refused by a cluster follower (use "
-                f"passive=true, or declare on the leader {self._leader()})",
+            raise AccessRefused(
+                "queue.declare is refused by a cluster follower (use "
+                f"passive=true, or declare on the leader {self._leader()})"
             )
         self._stream_record(method.queue)
         store = self.catalog.stream(self.vhost, method.queue)
@@ -325,29 +291,23 @@ class ReplicaConnection:
         self._stream_record(method.queue)
         args = method.arguments or {}
         if method.no_ack:
-            raise _Refused(
-                spec.NOT_IMPLEMENTED,
-                f"NOT_IMPLEMENTED - automatic acknowledgement not supported by stream "
-                f"queues {what}",
+            raise NotImplemented_(
+                f"automatic acknowledgement not supported by stream queues {what}"
             )
         if not channel.prefetch:
-            raise _Refused(
-                spec.PRECONDITION_FAILED,
-                f"PRECONDITION_FAILED - consumer prefetch count is not set for '{what}'",
-            )
+            raise PreconditionFailed(f"consumer prefetch count is not set for '{what}'")
         if args.get("x-stream-automatic-offset-tracking") is True or (
             "x-stream-offset" in args and args["x-stream-offset"] is None
         ):
-            raise _Refused(
-                spec.NOT_IMPLEMENTED,
-                "NOT_IMPLEMENTED - offset tracking is kept by the leader "
-                f"{self._leader()}; a follower serves reads from an explicit x-stream-offset",
+            raise NotImplemented_(
+                "offset tracking is kept by the leader "
+                f"{self._leader()}; a follower serves reads from an explicit x-stream-offset"
             )
         start = parse_start(args.get("x-stream-offset", "next"), self._now_ms(), what)
         filters = _filters(args.get("x-stream-filter"), what)
         tag = method.consumer_tag or f"amq.ctag-replica-{channel.id}-{len(channel.consumers) + 1}"
         if tag in channel.consumers:
-            raise _Refused(spec.NOT_ALLOWED, f"NOT_ALLOWED - attempt to reuse consumer tag '{tag}'")
+            raise NotAllowedOnChannel(f"attempt to reuse consumer tag '{tag}'")
         key = (self.vhost, method.queue)
         store = self.catalog.stream(*key)
         cursor = None
@@ -374,9 +334,7 @@ class ReplicaConnection:
         elif tag in channel.unacked:
             done = [tag]
         else:
-            raise _Refused(
-                spec.PRECONDITION_FAILED, f"PRECONDITION_FAILED - unknown delivery tag {tag}"
-            )
+            raise PreconditionFailed(f"unknown delivery tag {tag}")
         for t in done:
             consumer = channel.unacked.pop(t)
             consumer.in_flight -= 1
@@ -387,14 +345,14 @@ class ReplicaConnection:
                 consumer.cursor.close()
         channel.consumers.clear()
         channel.unacked.clear()
-        self.channels.pop(channel.id, None)
+        self.readers.pop(channel.id, None)
 
     # -- delivering -----------------------------------------------------------------------
     def pump(self) -> bool:
         """Deliver what the consumers have credit for; True when some could take more
         and have more to read (call again on the next loop turn)."""
         more = False
-        for channel in list(self.channels.values()):
+        for channel in list(self.readers.values()):
             if channel.closing:
                 continue
             for consumer in list(channel.consumers.values()):
@@ -443,13 +401,13 @@ class ReplicaConnection:
     def consumers_of(self, keys: set[tuple[str, str]]) -> bool:
         return any(
             consumer.key in keys
-            for channel in self.channels.values()
+            for channel in self.readers.values()
             for consumer in channel.consumers.values()
         )
 
     def tick(self) -> None:
         """A heartbeat, when the client asked for them."""
-        if self.heartbeat and self.state == "open":
+        if self.heartbeat and self.state == State.OPEN:
             self.output.append(HEARTBEAT_FRAME)
 
     # -- output and errors ----------------------------------------------------------------
@@ -460,37 +418,57 @@ class ReplicaConnection:
     def _send(self, ch: int, method: spec.Method) -> None:
         self.output.append(method_frame(ch, method))
 
-    def _channel_error(self, ch: int, code: int, text: str, class_id: int, method_id: int) -> None:
-        log.warning("%s channel %d: closing channel: %s", self.name, ch, text)
-        channel = self.channels.get(ch)
+    def _channel_error(self, ch: int, exc: BrokerError, class_id: int, method_id: int) -> None:
+        log.warning("%s channel %d: closing channel: %s", self.name, ch, exc.reply_text)
+        channel = self.readers.get(ch)
         if channel is None:
             return
         self._close_channel(channel)
         channel.closing = True
-        self.channels[ch] = channel
+        self.readers[ch] = channel
         self._send(
             ch,
             spec.ChannelClose(
-                reply_code=code, reply_text=text, class_id=class_id, method_id=method_id
+                reply_code=exc.code,
+                reply_text=clip_reply_text(exc.reply_text),
+                class_id=class_id,
+                method_id=method_id,
             ),
         )
 
-    def _connection_error(self, code: int, text: str, class_id: int, method_id: int) -> None:
-        log.warning("%s: closing connection: %s", self.name, text)
-        for channel in list(self.channels.values()):
-            self._close_channel(channel)
-        self.state = "closing"
+    def connection_error(self, exc: BrokerError, class_id: int = 0, method_id: int = 0) -> None:
+        if self.state >= State.CLOSING:
+            return
+        if not exc.hard:
+            exc = CommandInvalid(exc.reply_text)
+        log.warning("%s: closing connection: %s", self.name, exc.reply_text)
+        if self.state < State.OPEN_WAIT and self.state != State.TUNE_OK:
+            self.close_transport()
+            return
+        self._release()
+        self.state = State.CLOSING
         self._send(
             0,
             spec.ConnectionClose(
-                reply_code=code, reply_text=text, class_id=class_id, method_id=method_id
+                reply_code=exc.code,
+                reply_text=clip_reply_text(exc.reply_text),
+                class_id=class_id,
+                method_id=method_id,
             ),
         )
 
-    def close(self) -> None:
-        for channel in list(self.channels.values()):
-            self._close_channel(channel)
+    def close_transport(self) -> None:
+        """Nothing more is read; the transport closes the socket after the output."""
+        self._release()
+        self.state = State.CLOSED
         self.closed = True
+
+    def _release(self) -> None:
+        for channel in list(self.readers.values()):
+            self._close_channel(channel)
+
+    def close(self) -> None:
+        self.close_transport()
 
 
 def _filters(value: Any, what: str) -> frozenset[str] | None:
@@ -502,10 +480,7 @@ def _filters(value: Any, what: str) -> frozenset[str] | None:
         if isinstance(item, bytes):
             item = item.decode("utf-8", "surrogateescape")
         if not isinstance(item, str):
-            raise _Refused(
-                spec.PRECONDITION_FAILED,
-                f"PRECONDITION_FAILED - Invalid x-stream-filter: {value!r} for {what}",
-            )
+            raise PreconditionFailed(f"Invalid x-stream-filter: {value!r} for {what}")
         out.add(item)
     return frozenset(out)
 

@@ -165,6 +165,9 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
         self._written: dict[int, MessageStore] = {}
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
+        # The names of the exclusive queues each connection declared (some may
+        # be gone): a connection's close finds them without a scan of them all.
+        self._exclusive: dict[object, list[str]] = {}
         # Bindings by destination object, so deleting a queue finds its bindings fast.
         self._inbound: dict[int, dict[tuple[Any, ...], Binding]] = {}
         self.reply_targets: dict[str, ReplyTarget] = {}
@@ -178,7 +181,8 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
         self.queues_declared = 0
         self.queues_created = 0
         self.queues_deleted = 0
-        #: Channels (AMQP channels, later MQTT sessions) opened and closed in it.
+        #: AMQP channels opened and closed in it (an MQTT connection has none,
+        #: as in RabbitMQ 3.13's native MQTT).
         self.channels_opened = 0
         self.channels_closed = 0
         #: For the Prometheus metrics (warren/metrics), counted once per object or
@@ -430,6 +434,8 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
                 raise
         self.queues[name] = q
         self.queues_created += 1
+        if q.exclusive_owner is not None:
+            self._exclusive.setdefault(q.exclusive_owner, []).append(name)
         self.attach_queue_policies(q)
         log.debug("queue declared vhost=%s name=%s durable=%s", self.name, name, durable)
         return q
@@ -608,8 +614,10 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
 
     # -- connection cleanup -----------------------------------------------------------
     def delete_exclusive_queues(self, owner: object) -> None:
-        for q in [q for q in self.queues.values() if q.exclusive_owner is owner]:
-            self.delete_queue(q.name)
+        for name in self._exclusive.pop(owner, ()):
+            q = self.queues.get(name)
+            if q is not None and q.exclusive_owner is owner:
+                self.delete_queue(name)
 
 
 def _notify_cancelled(consumers: list[Consumer]) -> None:

@@ -24,7 +24,7 @@ from warren.core.exchange import (
     HeadersExchange,
     TopicExchange,
 )
-from warren.core.message import Message
+from warren.core.message import Message, MessageRun
 from warren.core.properties import edit_properties
 from warren.core.queue import REJECTED, STORED, Queue
 
@@ -229,7 +229,7 @@ class VHostRouting:
         durable store that took the message is asked, at the end, whether it
         lost records since the write generation at which it returned (only
         when the generation moved), as a publish run's are
-        (Publishing._take_run): if one did, REJECTED_BY_QUEUE (a nack).
+        (publish_run_to): if one did, REJECTED_BY_QUEUE (a nack).
         Apart from that, and the generation read after each durable store,
         the same loop as enqueue's (kept apart: the one-queue path pays
         nothing)."""
@@ -393,14 +393,51 @@ class VHostRouting:
                 complete = False
         return complete and taken > 0
 
+    def publish_run_to(
+        self, queues: list[Queue], mrun: MessageRun, durable: list[MessageStore], lost: list[int]
+    ) -> list[int]:
+        """Each queue's publish_run of ``mrun`` (a protocol's run of messages
+        alike but for their bodies): how many of its first messages it took;
+        ``lost`` gets the indexes of those a store lost meanwhile.
+
+        A store reports what a failed write-out dropped while it stored the
+        run; with several queues its part may also be dropped after it
+        returned: a later queue's store that spends the free-disk budget has
+        every store written in this turn written out (store/disk_budget.py).
+        So each store that took part is asked, at the end, whether it lost
+        records since the write generation at which it returned (everything
+        it took counts as lost then: a full disk met within one run)."""
+        if len(queues) == 1:
+            return [queues[0].publish_run(mrun, durable, lost)]
+        budget = self.write_budget
+        taken: list[int] = []
+        parts: list[tuple[int, int, int, int]] = []  # durable[lo:hi], at gen, took
+        for q in queues:
+            lo = len(durable)
+            took = q.publish_run(mrun, durable, lost)
+            taken.append(took)
+            if budget is not None and len(durable) > lo:
+                parts.append((lo, len(durable), budget.gen, took))
+        if budget is not None:
+            now = budget.gen
+            for lo, hi, gen, took in parts:
+                if gen != now and _lost_since(durable, lo, gen, None, now, hi):
+                    lost.extend(range(took))
+        return taken
+
 
 def _lost_since(
-    stores: list[MessageStore], mark: int, gen: int, moved: dict[int, int] | None, now: int
+    stores: list[MessageStore],
+    mark: int,
+    gen: int,
+    moved: dict[int, int] | None,
+    now: int,
+    end: int | None = None,
 ) -> bool:
-    """Whether a store of ``stores[mark:]`` dropped records between the write
-    generation at which it took the message (``moved``'s, else ``gen``) and
-    ``now`` (enqueue)."""
-    for i in range(mark, len(stores)):
+    """Whether a store of ``stores[mark:end]`` dropped records between the write
+    generation at which it took its messages (``moved``'s, else ``gen``) and
+    ``now`` (enqueue, publish_run_to)."""
+    for i in range(mark, len(stores) if end is None else end):
         since = moved.get(i, gen) if moved is not None else gen
         lost_between = getattr(stores[i], "lost_between", None)
         if since != now and lost_between is not None and lost_between(since, now):

@@ -17,13 +17,14 @@ from urllib.parse import quote
 from aiohttp import web
 
 from warren.core.codec_errors import DecodeError
-from warren.core.commit import NOT_STORED, Commit, NotStored
+from warren.core.commit import NOT_STORED, NotStored
 from warren.core.errors import NotImplemented_
 from warren.core.exchange import Binding, Exchange
 from warren.core.message import Message
 from warren.core.names import strip_cr_lf, to_bytes
 from warren.core.properties import BASIC_PROPERTIES, BasicProperties, decode_properties
 from warren.core.queue import Queue
+from warren.core.session import ClientSession
 from warren.core.stats import count_get
 from warren.core.users import CONFIGURE, READ, WRITE
 from warren.core.vhost import VHost
@@ -231,7 +232,8 @@ async def publish(ctx: Ctx) -> web.StreamResponse:
     # with the confirm. So "routed" promises what a confirm does: a persistent
     # message in a durable queue is on disk (core/commit.py); one that could
     # not be stored, or that a queue refused, is an error and kept nowhere.
-    commit = Commit(vhost, ctx.node.syncer, f"management API publish by user '{ctx.user.name}'")
+    what = f"management API publish by user '{ctx.user.name}'"
+    commit = ClientSession(ctx.node, ctx.user).commit(vhost, what)
     routed = commit.publish(ex, msg)
     stats = vhost.base_stats  # no channel: counted for the vhost, as RabbitMQ does
     stats.publish += 1

@@ -9,6 +9,7 @@ they work through long listings (common.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import mimetypes
 from collections.abc import Mapping, Sequence
@@ -20,6 +21,7 @@ from aiohttp import HttpVersion11, web
 from warren.core import clock
 from warren.core.errors import BrokerError
 from warren.core.runtime_parameters import ValidationFailed
+from warren.core.session import ClientSession, LoginRefused
 from warren.core.users import User
 from warren.http import (
     api_broker,
@@ -46,7 +48,6 @@ from warren.http.prometheus import MetricsEndpoints
 from warren.http.replies import BareError, from_broker_error
 from warren.http.state import ApiState, Router
 from warren.http.websocket import WebSocketConnections, websocket_middleware
-from warren.node import is_loopback
 
 if TYPE_CHECKING:
     from warren.node import Node, WebSocketEndpoint
@@ -75,6 +76,13 @@ def build_router() -> Router:
     ):
         module.register(router)
     return router
+
+
+@dataclasses.dataclass(frozen=True)
+class _Requester:
+    """Who a request's session is, for the log."""
+
+    name: str
 
 
 class ManagementApp:
@@ -189,15 +197,15 @@ class ManagementApp:
         user = await self._authenticate(request)
         ctx = Ctx(request, self.node, self.state, user, params, self.budget)
         ctx.require(MANAGEMENT)
-        syncer = self.node.syncer
-        if method == "GET" or syncer is None:
+        if method == "GET":
             return await handler(ctx)
         # A change (a declare, a user, a policy, an import): the answer waits
         # until it is on disk and, in a cluster, held by the in-sync followers,
-        # as AMQP replies do.
-        mark = syncer.change_mark()
+        # as AMQP replies do (the client session's rule).
+        session = ClientSession(self.node, _Requester(f"HTTP API user '{user.name}'"))
+        mark = session.change_mark()
         response = await handler(ctx)
-        await syncer.changes_stored(mark)
+        await session.changes_durable(mark)
         return response
 
     async def _authenticate(self, request: web.Request) -> User:
@@ -209,28 +217,30 @@ class ManagementApp:
             raise BareError(400, "bad_request", "malformed Authorization header")
         if creds is None:
             raise ApiError(401, "not_authorized", "Login failed", {"WWW-Authenticate": REALM})
-        guard = self.node.auth_guard
-        blocked = guard.blocked(request.remote)
-        user = None if blocked else self.node.users.authenticate(*creds)
-        self.node.auth_attempts.record("http", user is not None)
-        if user is None:
+        name, password = creds
+        try:
+            user = ClientSession(self.node, _Requester("management API")).login(
+                "http", name, password, request.remote
+            )
+        except LoginRefused as exc:
+            if exc.reason == LoginRefused.LOOPBACK:
+                raise ApiError(
+                    401,
+                    "not_authorized",
+                    f"User '{name}' can only log in via localhost",
+                    {"WWW-Authenticate": REALM},
+                ) from None
             log.warning(
                 "management API: login refused for user '%s' from %s%s",
-                creds[0],
+                name,
                 request.remote,
-                ": too many failed logins" if blocked else "",
+                ": too many failed logins" if exc.reason == LoginRefused.BLOCKED else "",
             )
-            delay_ms = guard.failed(request.remote)
-            if delay_ms > 0:  # repeated guesses slow down (core/auth_guard.py)
-                await clock.sleep(self.node.clock, delay_ms)
-            raise ApiError(401, "not_authorized", "Login failed", {"WWW-Authenticate": REALM})
-        if user.name in self.node.config.loopback_users and not is_loopback(request.remote):
+            if exc.delay_ms > 0:  # repeated guesses slow down (core/auth_guard.py)
+                await clock.sleep(self.node.clock, exc.delay_ms)
             raise ApiError(
-                401,
-                "not_authorized",
-                f"User '{user.name}' can only log in via localhost",
-                {"WWW-Authenticate": REALM},
-            )
+                401, "not_authorized", "Login failed", {"WWW-Authenticate": REALM}
+            ) from None
         return user
 
 

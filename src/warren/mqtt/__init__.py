@@ -1,4 +1,5 @@
-"""MQTT 3.1.1 and 5.0: the sans-IO packet codec (the broker side is not there yet)."""
+"""MQTT 3.1.1 and 5.0: the sans-IO packet codec (codec.py) and the broker side
+(connection.py's MQTTConnection on the client session, server.py's listener)."""
 
 from warren.mqtt.codec import Decoder, encode
 from warren.mqtt.errors import (

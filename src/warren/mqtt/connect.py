@@ -12,7 +12,8 @@ import logging
 import secrets
 from typing import TYPE_CHECKING
 
-from warren.core.users import WRITE
+from warren.core.session import LoginRefused
+from warren.core.users import WRITE, User
 from warren.mqtt import properties as P
 from warren.mqtt.codec import MAX_PACKET_SIZE, encode
 from warren.mqtt.errors import ProtocolViolation
@@ -22,6 +23,7 @@ from warren.mqtt.topics import too_long
 
 if TYPE_CHECKING:
     from warren.config import Config
+    from warren.core.vhost import VHost
     from warren.mqtt.connection import MQTTConnection
 
 __all__ = ["MAX_UNAUTHENTICATED_PACKET", "before_connect"]
@@ -75,9 +77,7 @@ def before_connect(conn: MQTTConnection, pkt: object) -> None:
             connack = encode(ConnAck(False, code), MQTT_5)
         else:
             connack = encode(ConnAck(False, _V3_CONNACK.get(code, P.V311_NOT_AUTHORIZED)))
-        delay = 0.0  # ms
-        if code in (P.BAD_USER_NAME_OR_PASSWORD, P.NOT_AUTHORIZED, P.CONNECTION_RATE_EXCEEDED):
-            delay = conn.node.auth_guard.failed(conn.peer[0] if conn.peer else None)
+        delay, conn.refusal_delay = conn.refusal_delay, 0.0
         if delay > 0:
             # Held (core/auth_guard.py): repeated guesses slow down. Nothing more is
             # read from this client meanwhile.
@@ -85,6 +85,56 @@ def before_connect(conn: MQTTConnection, pkt: object) -> None:
             conn.node.clock.call_later(delay, lambda: _refuse(conn, connack))
         else:
             _refuse(conn, connack)
+
+
+#: How each refusal of a login is worded (MQTT 5 reason codes; 3.1.1's from them).
+_REFUSALS = {
+    LoginRefused.BLOCKED: P.CONNECTION_RATE_EXCEEDED,
+    LoginRefused.CREDENTIALS: P.BAD_USER_NAME_OR_PASSWORD,
+    LoginRefused.LOOPBACK: P.NOT_AUTHORIZED,
+    LoginRefused.NO_VHOST: P.NOT_AUTHORIZED,
+    LoginRefused.LIMIT: P.QUOTA_EXCEEDED,
+    LoginRefused.NO_ACCESS: P.NOT_AUTHORIZED,
+}
+
+
+def _login(
+    conn: MQTTConnection, username: str | None, password: bytes | None
+) -> tuple[User, VHost] | int:
+    """(user, vhost), or the MQTT 5 reason code refusing the CONNECT. The checks
+    are the client session's (core/session.py), as for every protocol; MQTT's
+    are the names: ``vhost:user`` or ``[mqtt] vhost``, the default user for an
+    anonymous CONNECT where allowed, and a verified TLS client certificate's
+    user (warren.tls.cert_login) for a CONNECT without a user name and
+    without a password (RabbitMQ's mqtt.ssl_cert_login)."""
+    config = conn.state.config
+    vhost_name = config.mqtt_vhost
+    secret: str | None
+    if username is None and conn.cert_login is not None:
+        name, secret = conn.cert_login, None
+    elif username is None:
+        if not config.mqtt_allow_anonymous:
+            log.warning("MQTT login refused: no user name and anonymous logins disabled")
+            return P.BAD_USER_NAME_OR_PASSWORD
+        name, secret = config.default_user, config.default_password
+    else:
+        name = username
+        if ":" in username:
+            vhost_name, name = username.split(":", 1)
+        try:
+            secret = (password or b"").decode("utf-8")
+        except UnicodeDecodeError:
+            return P.BAD_USER_NAME_OR_PASSWORD
+    session = conn.client_session
+    attempt = "mqtt50" if conn.level == MQTT_5 else "mqtt311"
+    try:
+        user = session.login(attempt, name, secret, conn.peer[0] if conn.peer else None)
+        vhost = session.open(vhost_name)
+    except LoginRefused as exc:
+        log.warning("MQTT login refused for user '%s': %s", name, exc.text)
+        conn.refusal_delay = exc.delay_ms
+        return _REFUSALS[exc.reason]
+    return user, vhost
 
 
 def _refuse(conn: MQTTConnection, connack: bytes) -> None:
@@ -115,18 +165,13 @@ def _connect(conn: MQTTConnection, pkt: Connect) -> int:
             conn.state.config.max_connections,
         )
         return P.QUOTA_EXCEEDED
-    auth = conn.state.authenticate(
-        pkt.username, pkt.password, conn.peer[0] if conn.peer else None, conn.cert_login
-    )
-    conn.node.auth_attempts.record(
-        "mqtt50" if conn.level == MQTT_5 else "mqtt311", not isinstance(auth, int)
-    )
+    auth = _login(conn, pkt.username, pkt.password)
     if isinstance(auth, int):
         return auth
-    user, vhost_name = auth
-    vhost = conn.node.vhosts[vhost_name]
+    user, vhost = auth
+    vhost_name = vhost.name
     config = conn.state.config
-    if pkt.will is not None and not conn.allowed(user, vhost_name, WRITE, "exchange"):
+    if pkt.will is not None and not conn.allowed(WRITE, "exchange"):
         return P.NOT_AUTHORIZED
     if pkt.will is not None and too_long(pkt.will.topic):
         return P.TOPIC_NAME_INVALID
@@ -183,8 +228,7 @@ def _connect(conn: MQTTConnection, pkt: Connect) -> int:
         connack[P.MAXIMUM_PACKET_SIZE] = conn.decoder.max_packet_size
         connack[P.RECEIVE_MAXIMUM] = MAX_AWAITING_RELEASE
     conn.send(encode(ConnAck(stored is not None, 0, connack), conn.level))
-    conn.node.connection_opened(conn)
-    vhost.connection_opened(conn)  # counted against the vhost's max-connections
+    conn.client_session.opened(conn, vhost)  # counted against the limits, listed
     log.debug(
         "%s: MQTT %s client '%s' connected as '%s' to vhost '%s' (session %s)",
         conn.name,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from warren.core.errors import BrokerError
 from warren.core.message import Message
+from warren.core.session import ClientSession
 from warren.core.stats import Ages, MessageStats, OctetStats
 from warren.core.users import WRITE, User, UserStore
 from warren.mqtt import properties as P
@@ -112,8 +113,12 @@ class MQTTConnection(Subscriptions):
         self._refusals = 0
         #: A refused CONNECT waiting out its delay: input is ignored meanwhile.
         self.refusing = False
+        #: ms to hold the refusal of a failed login (core/auth_guard.py).
+        self.refusal_delay = 0.0
         self.alias_max_in = 0
-        #: Publish acknowledgements waiting for a disk sync (sync_acks.py).
+        #: The client's session with the core: when answers may go out.
+        self.client_session = ClientSession(state.node, self)
+        #: Publish acknowledgements waiting for their messages (sync_acks.py).
         self.synced_acks = SyncedAcks(self)
         #: Bytes of an unfinished packet the decoder holds (state.unfinished counts
         #: them against the broker's budget), and since when (ms; None: none).
@@ -141,6 +146,11 @@ class MQTTConnection(Subscriptions):
             self.on_output()
 
     def take_output(self) -> list[bytes]:
+        if self.synced_acks.write_out_due:
+            # sync = false: acks promise the message reached at least the OS.
+            if self.vhost is not None:
+                self.vhost.flush_written()
+            self.synced_acks.written()
         out, self.pending = self.pending, []
         return out
 
@@ -387,8 +397,7 @@ class MQTTConnection(Subscriptions):
         self.apply_acks()
         self.detach_consumers()
         self.state.released(self, vhost.name, session.client_id)
-        self.node.connection_closed(self)
-        vhost.connection_closed(self)
+        self.client_session.closed(self, vhost)
         if vhost.deleted:  # its sessions, wills and retained messages went with it
             return
         if self.will is not None and not self._clean_exit and self.user is not None:
@@ -411,15 +420,11 @@ class MQTTConnection(Subscriptions):
             self.state.discard_session(vhost, session.client_id)
 
     # -- permissions ------------------------------------------------------------------------
-    def allowed(self, user: User, vhost: str, kind: str, resource: str) -> bool:
-        """Whether ``user`` has ``kind`` permission on ``resource`` in ``vhost`` (the
-        MQTT exchange when ``resource`` is "exchange"): for the will and PUBLISH."""
+    def allowed(self, kind: str, resource: str) -> bool:
+        """Whether the user has ``kind`` permission on ``resource`` (the MQTT
+        exchange when ``resource`` is "exchange"): for the will and PUBLISH."""
         name = self.state.config.mqtt_exchange if resource == "exchange" else resource
-        try:
-            self.node.users.check(user, vhost, kind, resource, name)
-        except BrokerError:
-            return False
-        return True
+        return self.client_session.allowed(kind, resource, name)
 
     # -- packets after CONNECT --------------------------------------------------------------
     def _control(self, pkt: object) -> None:
@@ -556,9 +561,7 @@ class MQTTConnection(Subscriptions):
             )
         exchange = self._exchange
         if self._can_publish is None:
-            self._can_publish = self.user is not None and self.allowed(
-                self.user, vhost.name, WRITE, "exchange"
-            )
+            self._can_publish = self.user is not None and self.allowed(WRITE, "exchange")
             try:
                 exchange = self._exchange = vhost.get_exchange(self.state.config.mqtt_exchange)
             except BrokerError:
@@ -619,11 +622,7 @@ class MQTTConnection(Subscriptions):
                     store.save(session)
                     if durable is not None and store.log is not None:
                         durable.append(store.log)
-        syncer = self.node.syncer
-        if durable and syncer is not None and syncer.enabled:
-            self.synced_acks.after_sync(ack, durable, syncer)
-        else:
-            self.synced_acks.send(ack)
+        self.synced_acks.after_settled(ack, durable or [])
 
     def _refuse_publish(self, qos: int, pid: int | None, topic: str, code: int) -> None:
         # A warning for the first refusal, debug lines after it: a client retrying in
@@ -650,16 +649,15 @@ class MQTTConnection(Subscriptions):
         if pid in session.awaiting_release:
             session.awaiting_release.discard(pid)
             comp = encode(PubComp(pid), self.level)
-            syncer = self.node.syncer
             if session.persistent:
                 assert self.vhost is not None
                 store = self.state.sessions(self.vhost.name)
                 store.save(session)
-                if store.log is not None and syncer is not None and syncer.enabled:
+                if store.log is not None:
                     # PUBCOMP frees the packet id for a new message: if the release were
                     # lost to a power cut, the id would still await release after the
                     # restart and that new message would be taken for a resend, dropped.
-                    self.synced_acks.after_sync(comp, [store.log], syncer)
+                    self.synced_acks.after_settled(comp, [store.log])
                     return
             self.synced_acks.send(comp)
         else:

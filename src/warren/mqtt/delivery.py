@@ -33,6 +33,7 @@ from warren.mqtt.topics import amqp_to_mqtt, is_valid_topic_name
 
 if TYPE_CHECKING:
     from warren.core.queue import Queue
+    from warren.core.session import ClientSession
     from warren.core.stats import MessageStats
     from warren.core.vhost import VHost
     from warren.mqtt.state import MQTTState
@@ -85,6 +86,7 @@ class Delivery:
     state: MQTTState
     stats: MessageStats
     now_ms: int
+    client_session: ClientSession
 
     def __init__(self) -> None:
         self.pending: list[bytes] = []
@@ -247,23 +249,18 @@ class Delivery:
                 self.send(encode(PubRel(pid, P.PACKET_IDENTIFIER_NOT_FOUND), self.level))
             return  # refused (or unknown): the exchange ends here
         session.released.add(pid)
-        syncer = self.state.node.syncer
         if session.persistent and self.vhost is not None:
             store = self.state.sessions(self.vhost.name)
             store.save(session)
-            if (
-                entry is not None
-                and entry[0] is not None
-                and store.log is not None
-                and syncer is not None
-                and syncer.enabled
-            ):
+            if entry is not None and entry[0] is not None and store.log is not None:
                 # The queue message goes only once the release is on disk: an ack
                 # that a power cut kept without it loses the message, which the
                 # client holds until a PUBREL the broker would no longer send.
                 queue, seq, msg = entry[0], entry[1], entry[2]
-                syncer.after_sync([store.log], lambda ok: self._released(queue, seq, msg, ok))
-                entry = None
+                if self.client_session.when_synced(
+                    [store.log], lambda ok: self._released(queue, seq, msg, ok)
+                ):
+                    entry = None
         if entry is not None and entry[0] is not None:
             self._ack(entry[0], entry[1], _size(entry[2]))
         self.send(encode(PubRel(pid), self.level))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from warren.core.codec_errors import DecodeError
-from warren.core.errors import BrokerError, NotAllowed
+from warren.core.errors import BrokerError
 from warren.core.message import Message
 from warren.core.users import WRITE, User
 from warren.mqtt import properties as P
@@ -34,7 +34,6 @@ from warren.mqtt.session import (
 )
 from warren.mqtt.topics import mqtt_to_amqp
 from warren.mqtt.unfinished import UnfinishedPackets
-from warren.node import is_loopback
 from warren.store.layout import write_file
 
 if TYPE_CHECKING:
@@ -138,75 +137,6 @@ class MQTTState:
         self._sessions.clear()
 
     # -- authentication -------------------------------------------------------------------
-    def authenticate(
-        self,
-        username: str | None,
-        password: bytes | None,
-        peer_host: str | None,
-        cert_login: str | None = None,
-    ) -> tuple[User, str] | int:
-        """(user, vhost name), or the MQTT 5 reason code refusing the CONNECT.
-
-        ``cert_login``: the user a verified TLS client certificate names
-        (warren.tls.cert_login); a CONNECT without a user name logs in as that user,
-        without a password (RabbitMQ's mqtt.ssl_cert_login)."""
-        config = self.config
-        vhost = config.mqtt_vhost
-        if self.node.auth_guard.blocked(peer_host):
-            log.warning("MQTT login refused unchecked: too many failed logins from %s", peer_host)
-            return P.CONNECTION_RATE_EXCEEDED
-        if username is None and cert_login is not None:
-            name = cert_login
-            cert_user = self.node.users.users.get(name) if name else None
-            if cert_user is None:
-                log.warning("MQTT login refused for certificate user '%s': no such user", name)
-                return P.BAD_USER_NAME_OR_PASSWORD
-            return self._admit(cert_user, vhost, peer_host)
-        if username is None:
-            if not config.mqtt_allow_anonymous:
-                log.warning("MQTT login refused: no user name and anonymous logins disabled")
-                return P.BAD_USER_NAME_OR_PASSWORD
-            name, secret = config.default_user, config.default_password
-        else:
-            name = username
-            if ":" in username:
-                vhost, name = username.split(":", 1)
-            try:
-                secret = (password or b"").decode("utf-8")
-            except UnicodeDecodeError:
-                return P.BAD_USER_NAME_OR_PASSWORD
-        user = self.node.users.authenticate(name, secret)
-        if user is None:
-            log.warning("MQTT login refused for user '%s': invalid credentials", name)
-            return P.BAD_USER_NAME_OR_PASSWORD
-        return self._admit(user, vhost, peer_host)
-
-    def _admit(self, user: User, vhost: str, peer_host: str | None) -> tuple[User, str] | int:
-        """The checks after authentication: loopback users, the vhost, limits, access."""
-        config = self.config
-        name = user.name
-        if user.name in config.loopback_users and not is_loopback(peer_host):
-            log.warning("MQTT login refused: user '%s' can only connect via localhost", name)
-            return P.NOT_AUTHORIZED
-        if vhost not in self.node.vhosts:
-            log.warning("MQTT login refused for user '%s': no vhost '%s'", name, vhost)
-            return P.NOT_AUTHORIZED
-        try:  # the vhost's max-connections, then the user's, as RabbitMQ 3.13
-            self.node.vhosts[vhost].check_connection_limit(name)
-        except NotAllowed as exc:
-            log.warning("MQTT login refused: %s", exc.text)
-            return P.QUOTA_EXCEEDED
-        if user.limits:
-            try:  # before the vhost access check, as RabbitMQ
-                self.node.users.check_connection_limit(user)
-            except NotAllowed as exc:
-                log.warning("MQTT login refused: %s", exc.text)
-                return P.QUOTA_EXCEEDED
-        if vhost not in user.permissions:
-            log.warning("MQTT login refused: user '%s' has no access to vhost '%s'", name, vhost)
-            return P.NOT_AUTHORIZED
-        return user, vhost
-
     # -- sessions -------------------------------------------------------------------------
     def take_over(self, vhost: str, client_id: str, conn: MQTTConnection) -> None:
         """Register ``conn`` as the client id's connection; an earlier one is closed

@@ -31,8 +31,8 @@ from warren.mqtt.topics import is_valid_topic_filter, mqtt_to_amqp, parse_shared
 
 if TYPE_CHECKING:
     from warren.core.queue import Queue
+    from warren.core.session import ChangeMark, ClientSession
     from warren.node import Node
-    from warren.store.sync import ChangeMark
 
 __all__ = ["Subscriptions"]
 
@@ -50,6 +50,7 @@ class Subscriptions(Delivery):
 
     node: Node
     user: User | None
+    client_session: ClientSession
     reading_control: Callable[[bool], None] | None
 
     def __init__(self) -> None:
@@ -158,7 +159,6 @@ class Subscriptions(Delivery):
         """Bind the session's (or the share group's) queue; True if it existed already."""
         vhost, session, user = self.vhost, self.session, self.user
         assert vhost is not None and session is not None and user is not None
-        users = self.node.users
         exchange_name = self.state.config.mqtt_exchange
         exchange = vhost.get_exchange(exchange_name)
         # Every check before the queue is consumed: a refused subscription must not
@@ -166,9 +166,10 @@ class Subscriptions(Delivery):
         name = (
             session.queue if opts.group is None else shared_queue_name(opts.group, opts.binding_key)
         )
-        users.check(user, vhost.name, WRITE, "queue", name)
-        users.check(user, vhost.name, READ, "exchange", exchange_name)
-        users.check(user, vhost.name, READ, "queue", name)
+        check = self.client_session.check
+        check(WRITE, "queue", name)
+        check(READ, "exchange", exchange_name)
+        check(READ, "queue", name)
         if user.topic_permissions and exchange.type == "topic":
             UserStore.check_topic(
                 user, vhost.name, exchange_name, opts.binding_key, READ, self._variables()
@@ -195,8 +196,8 @@ class Subscriptions(Delivery):
         )
         queue = vhost.queues.get(name)
         if queue is None:
-            self.node.users.check(user, vhost.name, CONFIGURE, "queue", name)
-            self.node.users.check(user, vhost.name, READ, "queue", name)
+            self.client_session.check(CONFIGURE, "queue", name)
+            self.client_session.check(READ, "queue", name)
             if opts.group is not None or session.persistent:
                 queue = vhost.declare_queue(name, durable=True)
             else:
@@ -244,39 +245,39 @@ class Subscriptions(Delivery):
 
     # -- replies after what they report is durable ------------------------------------------
     def _change_mark(self) -> ChangeMark:
-        syncer = self.node.syncer
-        return syncer.change_mark() if syncer is not None else (0, 0)
+        return self.client_session.change_mark()
 
     def _reply_when_durable(self, output_mark: int, change_mark: ChangeMark) -> None:
         """Hold the output since ``output_mark`` (a SUBACK or UNSUBACK) and the input
         after it until the session's records and the bindings and queues made
-        since ``change_mark`` are on disk (the group commit, off the loop) and, in
-        a cluster, held by the followers. Nothing held when nothing needs to wait."""
+        since ``change_mark`` are durable (the client session's rule: on disk
+        and, in a cluster, held by the followers). Nothing held when nothing
+        needs to wait."""
         vhost, session = self.vhost, self.session
         assert vhost is not None and session is not None
-        syncer = self.node.syncer
         sessions = self.state.sessions(vhost.name) if session.persistent else None
+        stores: list[object] = []
         if sessions is not None:
             sessions.save(session)
-        if syncer is None:
-            if sessions is not None:
-                sessions.sync()
+            if sessions.log is not None:
+                stores.append(sessions.log)
+        if self.closed:
             return
-        waiting = _Waits(self)
-        if sessions is not None and sessions.log is not None:
-            waiting.count += 1
-            syncer.after_sync([sessions.log], waiting.synced)
-        waiting.count += 1
-        if not syncer.after_changes(change_mark, waiting.done):
-            waiting.count -= 1  # nothing to wait for
-        waiting.count -= 1  # this call's own
-        if waiting.count == 0 or self.closed:
-            return
-        waiting.holding = True
         self._held = self.pending[output_mark:]
         del self.pending[output_mark:]
-        if self.reading_control is not None:
+        if not self.client_session.when_changes_durable(change_mark, self._durable, stores):
+            held, self._held = self._held, None
+            if held:
+                self.pending.extend(held)
+            return
+        if self._held is not None and self.reading_control is not None:
             self.reading_control(False)
+
+    def _durable(self, ok: bool) -> None:
+        if not ok and not self.closed:
+            log.error("%s: the disk sync behind a subscription failed: closing", self.name)
+            self.disconnect(P.UNSPECIFIED_ERROR, "could not sync to disk")
+        self._release_held()
 
     def _release_held(self) -> None:
         held = self._held
@@ -298,26 +299,3 @@ class Subscriptions(Delivery):
 
     def close(self) -> None:
         raise NotImplementedError
-
-
-class _Waits:
-    """What a held reply waits for: the replies go out when the count is 0."""
-
-    __slots__ = ("conn", "count", "holding")
-
-    def __init__(self, conn: Subscriptions) -> None:
-        self.conn = conn
-        self.count = 1  # the holder's own, dropped once it has asked for the rest
-        self.holding = False
-
-    def done(self) -> None:
-        self.count -= 1
-        if self.count == 0 and self.holding:
-            self.conn._release_held()
-
-    def synced(self, ok: bool) -> None:
-        conn = self.conn
-        if not ok and not conn.closed:
-            log.error("%s: the disk sync behind a subscription failed: closing", conn.name)
-            conn.disconnect(P.UNSPECIFIED_ERROR, "could not sync to disk")
-        self.done()

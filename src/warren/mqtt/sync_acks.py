@@ -1,17 +1,17 @@
-"""A connection's publish acknowledgements that wait for the disk sync.
+"""A connection's publish acknowledgements that wait until their messages are settled.
 
 A QoS 1 or 2 PUBLISH that went to something durable (a durable queue, the
 retained store, a persistent session's log) is acknowledged (PUBACK, PUBREC;
 and the PUBCOMP that frees a persistent session's packet id) only once the
-group sync (store/sync.py) made it durable. Every other acknowledgement sent
-while some wait goes out after them: a client sees its acks in order.
+core settled it (core/session.py's Settlements: synced, held by the in-sync
+followers; written out with ``sync = false``). Every other acknowledgement
+sent while some wait goes out after them: a client sees its acks in order
+(MQTT-4.6.0-2), so the settlements are ordered.
 
-They wait in batches, one GroupSync callback per batch: a batch holds the acks
-of one write generation (store/disk_budget.py) to one set of stores, so when a
-full disk made a store drop what it had not written yet, exactly those
-publishes are refused (amqp/confirms.py's way): MQTT 5 gets PUBACK or PUBREC
-with quota exceeded; MQTT 3.1.1, which cannot refuse a publish, is closed, and
-its client sends the unacknowledged publishes again when it reconnects.
+When a full disk made a store drop what it had not written yet, exactly those
+publishes are refused: MQTT 5 gets PUBACK or PUBREC with quota exceeded; MQTT
+3.1.1, which cannot refuse a publish, is closed, and its client sends the
+unacknowledged publishes again when it reconnects.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from warren.core.session import Settlements
 from warren.mqtt import properties as P
 from warren.mqtt.codec import encode
 from warren.mqtt.packets import MQTT_5, PubAck, PubRec
@@ -32,40 +33,37 @@ log = logging.getLogger("warren.mqtt")
 
 
 class SyncedAcks:
-    """The acks of one connection still waiting for a sync, in batches."""
+    """The acks of one connection still waiting for their messages to be settled."""
 
     def __init__(self, conn: MQTTConnection) -> None:
         self.conn = conn
-        # The newest batch still waiting (None: nothing waits), its write
-        # generation and its stores.
-        self._batch: list[bytes] | None = None
-        self._gen = -1
-        self._stores: list[Any] = []
+        self._waiting: Settlements[bytes] = conn.client_session.settlements(
+            self._synced, self._wake, ordered=True
+        )
+        # sync = false: settlements wait for the end of the turn's write-out.
+        self.write_out_due = False
 
     def send(self, ack: bytes) -> None:
         """Send ``ack`` after the acks still waiting, or now when none is."""
-        batch = self._batch
-        if batch is not None:
-            batch.append(ack)  # goes out with the newest batch: acks keep their order
-        else:
+        if not self._waiting.after_waiting(ack):
             self.conn.send(ack)
 
-    def after_sync(self, ack: bytes, stores: list[Any], syncer: Any) -> None:
-        """Send ``ack`` once ``stores`` are synced, after the acks before it."""
-        gen = syncer.gen
-        batch = self._batch
-        if batch is None or self._gen != gen or stores != self._stores:
-            new: list[bytes] = [ack]
-            self._batch = new
-            self._gen = gen
-            self._stores = stores
-            syncer.after_sync(stores, lambda ok: self._synced(new, ok))
-        else:
-            batch.append(ack)
+    def after_settled(self, ack: bytes, stores: list[Any]) -> None:
+        """Send ``ack`` once what went to ``stores`` is settled, after the acks
+        before it (at once, in order, when nothing there needs it)."""
+        if not self._waiting.add(ack, stores):
+            self.send(ack)
+
+    def _wake(self) -> None:
+        self.write_out_due = True
+        self.conn.on_output()  # the transport takes the output this turn
+
+    def written(self) -> None:
+        """The stores were written out (sync = false): settle what waited for it."""
+        self.write_out_due = False
+        self._waiting.written()
 
     def _synced(self, batch: list[bytes], ok: bool) -> None:
-        if self._batch is batch:
-            self._batch = None
         conn = self.conn
         if conn.closed:
             return

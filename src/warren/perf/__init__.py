@@ -10,7 +10,7 @@ Modules:
                           publishers' pacing, receivers' read loop, latency recording
 * ``throughput``          ``warren perf throughput``: parameters, plan, setup, summary
 * ``throughput_workers``  its AMQP publisher and consumer processes
-* ``client``              a minimal blocking AMQP client on a raw socket (Warren's own codec)
+* ``message``             the pre-encoded message publishers send (warren.client is the client)
 * ``connections``         ``warren perf connection-count``: many connections, broker memory
 * ``queues``              ``warren perf queue-count``: many queues, declare time, broker memory
 * ``mqtt``                ``warren perf mqtt``: parameters, run, summary

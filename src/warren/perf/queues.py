@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from warren.amqp import spec
 from warren.amqp.frames import method_frame
-from warren.perf.client import AMQPError, Client
+from warren.client import AMQPError, Client
 from warren.perf.report import format_count, pid_note, print_result, print_rss_change, read_rss
 
 __all__ = ["BATCH", "QueueParams", "run"]

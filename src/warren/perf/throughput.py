@@ -14,7 +14,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
-from warren.perf.client import AMQPError, Client
+from warren.client import AMQPError, Client
 from warren.perf.coordinator import (
     Interrupts,
     Outcome,

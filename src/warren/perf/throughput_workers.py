@@ -29,7 +29,9 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
 from warren.amqp import spec
-from warren.perf.client import AMQPError, Client, message_template
+from warren.client import AMQPError, Client
+from warren.client.confirms import ConfirmTracker, close_error
+from warren.perf.message import message_template
 from warren.perf.workers import (
     Publisher,
     Receiver,
@@ -47,14 +49,10 @@ __all__ = ["worker_main"]
 _HDR = struct.Struct(">BHI")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
-_ACK_ARGS = struct.Struct(">QB")
 _TS = struct.Struct(">Q")
 
 _DELIVER = spec.BasicDeliver.INDEX
 _ACK = spec.BasicAck.INDEX
-_NACK = spec.BasicNack.INDEX
-_BLOCKED = spec.ConnectionBlocked.INDEX
-_UNBLOCKED = spec.ConnectionUnblocked.INDEX
 _CLOSES = (spec.ConnectionClose.INDEX, spec.ChannelClose.INDEX, spec.BasicCancel.INDEX)
 
 
@@ -78,73 +76,6 @@ def worker_main(
     worker_entry(role, index, conn, make, (AMQPError, OSError, EOFError), ThroughputResult())
 
 
-class _ConfirmTracker:
-    """Publisher-side: counts basic.ack/nack (multiple or single) on the confirm channel."""
-
-    def __init__(self) -> None:
-        self.acked_upto = 0  # every tag <= this is confirmed
-        self.singles: set[int] = set()  # confirmed tags above acked_upto
-        self.nacked = 0
-        self.blocked = False
-
-    @property
-    def confirmed(self) -> int:
-        return self.acked_upto + len(self.singles)
-
-    def feed(self, buf: bytes) -> int:
-        """Handle the complete frames in ``buf``; returns the offset of the first incomplete."""
-        pos = 0
-        n = len(buf)
-        unpack_hdr = _HDR.unpack_from
-        while n - pos >= 7:
-            ftype, _ch, size = unpack_hdr(buf, pos)
-            end = pos + 8 + size
-            if end > n:
-                break
-            if ftype == 1:
-                (idx,) = _U32.unpack_from(buf, pos + 7)
-                if idx in (_ACK, _NACK):
-                    tag, bits = _ACK_ARGS.unpack_from(buf, pos + 11)
-                    if idx == _NACK:
-                        before = self.confirmed
-                        self._confirm(tag, bits & 1)
-                        self.nacked += self.confirmed - before
-                    else:
-                        self._confirm(tag, bits & 1)
-                elif idx == _BLOCKED:
-                    self.blocked = True
-                elif idx == _UNBLOCKED:
-                    self.blocked = False
-                elif idx in _CLOSES:
-                    _raise_close(buf[pos + 7 : end - 1])
-            pos = end
-        return pos
-
-    def _confirm(self, tag: int, multiple: int) -> None:
-        if multiple:
-            if tag > self.acked_upto:
-                self.acked_upto = tag
-                if self.singles:
-                    self.singles = {t for t in self.singles if t > tag}
-        elif tag == self.acked_upto + 1:
-            self.acked_upto = tag
-            singles = self.singles
-            while self.acked_upto + 1 in singles:
-                self.acked_upto += 1
-                singles.discard(self.acked_upto)
-        elif tag > self.acked_upto:
-            self.singles.add(tag)
-
-
-def _raise_close(payload: bytes) -> None:
-    method = spec.decode_method(payload)
-    if isinstance(method, spec.BasicCancel):
-        raise AMQPError(f"consumer cancelled by the server ({method.consumer_tag})")
-    code = getattr(method, "reply_code", 0)
-    text = getattr(method, "reply_text", "")
-    raise AMQPError(f"{method.NAME} from server: {code} {text}", code)
-
-
 class _Publisher(Publisher):
     closed_message = "server closed the connection"
 
@@ -152,7 +83,7 @@ class _Publisher(Publisher):
         super().__init__(index, params, conn)
         self.plan = plan
         self.client = Client(params.uri, name=f"warren-perf {self.role} {index}")
-        self.tracker = _ConfirmTracker()
+        self.tracker = ConfirmTracker()
 
     def acked(self) -> int:
         return self.tracker.confirmed
@@ -375,7 +306,7 @@ class _Consumer(Receiver):
                         last_tag = unpack_u64(buf, pos + tag_off)[0]
                         msg_start = pos
                     elif idx in _CLOSES:
-                        _raise_close(buf[pos + 7 : end - 1])
+                        raise close_error(buf[pos + 7 : end - 1])
                 if complete:
                     count += 1
                     if ack_every:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 
 from warren.amqp import spec
-from warren.perf.client import AMQPError, Client
+from warren.client import AMQPError, Client
 from warren.spark.endpoint import Endpoint, redact
 from warren.spark.option_values import OptionError
 

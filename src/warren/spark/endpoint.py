@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit, urlunsplit
 
-from warren.perf.client import TLS, URI
+from warren.client.uri import TLS, URI
 from warren.spark.option_values import OptionError, boolean, count, get
 
 __all__ = ["ENDPOINT_OPTIONS", "Endpoint", "redact", "replica_url"]

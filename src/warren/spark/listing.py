@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from warren.perf.client import URI
+from warren.client.uri import URI
 from warren.spark.endpoint import redact
 from warren.spark.option_values import OptionError
 

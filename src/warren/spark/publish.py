@@ -3,8 +3,8 @@
 A task encodes a slice of rows into one ``bytes`` (basic.publish, content
 header, body frames per row; in C when the rows are a body and nothing
 else), writes it with one ``sendall``, and counts the
-basic.ack/nack frames the broker sends back, as ``warren perf``'s publishers
-do. At most ``max_unconfirmed`` messages are unconfirmed; a nack, a closed
+basic.ack/nack frames the broker sends back with warren.client's
+ConfirmTracker, as ``warren perf``'s publishers do. At most ``max_unconfirmed`` messages are unconfirmed; a nack, a closed
 channel or a lost connection raises :class:`SinkError`, which fails the task.
 
 Every message carries a deduplication key, ``<write id>:<batch>:<partition>:<row>``,
@@ -28,8 +28,9 @@ import pyarrow as pa
 
 import warren
 from warren.amqp import spec
+from warren.client import AMQPError, Client
+from warren.client.confirms import ConfirmTracker
 from warren.core.table_encode import encode_field_value
-from warren.perf.client import AMQPError, Client
 from warren.spark.options import OptionError, SinkOptions, redact
 from warren.spark.stream import connect
 
@@ -39,10 +40,7 @@ _HDR = struct.Struct(">BHI")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _CONTENT_HEADER = struct.Struct(">BHIHHQ")
-_ACK = spec.BasicAck.INDEX
-_NACK = spec.BasicNack.INDEX
 _RETURN = spec.BasicReturn.INDEX
-_CLOSES = (spec.ConnectionClose.INDEX, spec.ChannelClose.INDEX)
 
 log = logging.getLogger("warren.spark")
 _native = warren.native_module("_fastpath")
@@ -426,8 +424,7 @@ class Publisher:
         self.timeout_s = timeout_s
         self.client: Client | None = None
         self.published = 0
-        self.acked_upto = 0
-        self.singles: set[int] = set()
+        self.tracker = ConfirmTracker(self._stopped)
         self.buf = b""
         #: (last delivery tag, frames, count) of each send not yet wholly confirmed.
         self.unconfirmed: deque[tuple[int, bytes, int]] = deque()
@@ -435,7 +432,7 @@ class Publisher:
 
     @property
     def confirmed(self) -> int:
-        return self.acked_upto + len(self.singles)
+        return self.tracker.confirmed
 
     def open(self) -> Publisher:
         """Connect (connect() waits for a broker as the retry options say) and open
@@ -470,8 +467,7 @@ class Publisher:
 
     def close(self) -> None:
         if self.client is not None:
-            self.client.buf = self.buf
-            self.client.pos = 0
+            self.client.push_back(self.buf)
             self.client.close()
             self.client = None
 
@@ -530,8 +526,8 @@ class Publisher:
         while True:
             self.abort()
             self.unconfirmed.clear()
-            self.published = self.acked_upto = 0
-            self.singles = set()
+            self.published = 0
+            self.tracker = ConfirmTracker(self._stopped)
             self.open()
             try:
                 for _last, frames, count in pending:
@@ -568,66 +564,38 @@ class Publisher:
                 "messages unconfirmed"
             )
         buf = self.buf + data if self.buf else data
-        self.buf = buf[self._feed(buf) :]
+        tracker = self.tracker
+        self.buf = buf[tracker.feed(buf) :]
+        if tracker.last_nacked:
+            raise SinkError(
+                f"the broker nacked message {tracker.last_nacked} (queue full, rejected or "
+                "failed); the task fails so that Spark can retry it"
+            )
         unconfirmed = self.unconfirmed
         before = len(unconfirmed)
-        while unconfirmed and unconfirmed[0][0] <= self.acked_upto:
+        while unconfirmed and unconfirmed[0][0] <= tracker.acked_upto:
             unconfirmed.popleft()
         if len(unconfirmed) < before:
             self.reconnects = 0  # progress
 
-    def _feed(self, buf: bytes) -> int:
-        pos = 0
-        n = len(buf)
-        while n - pos >= 7:
-            ftype, _ch, size = _HDR.unpack_from(buf, pos)
-            end = pos + 8 + size
-            if end > n:
-                break
-            if ftype == 1:
-                idx = _U32.unpack_from(buf, pos + 7)[0]
-                if idx in (_ACK, _NACK):
-                    tag = _U64.unpack_from(buf, pos + 11)[0]
-                    if idx == _NACK:
-                        raise SinkError(
-                            f"the broker nacked message {tag} (queue full, rejected or failed); "
-                            "the task fails so that Spark can retry it"
-                        )
-                    self._confirm(tag, buf[pos + 19] & 1)
-                elif idx == _RETURN:
-                    ret = spec.decode_method(buf[pos + 7 : end - 1])
-                    got = {
-                        k: getattr(ret, k, "")
-                        for k in ("exchange", "routing_key", "reply_code", "reply_text")
-                    }
-                    raise SinkError(
-                        f"a row was unroutable: no queue took the message published to "
-                        f"exchange {got['exchange']!r} with routing key {got['routing_key']!r} "
-                        f"({got['reply_code']} {got['reply_text']}); bind a queue for it, or set "
-                        "option failOnUnroutable=false to drop such rows"
-                    )
-                elif idx in _CLOSES:
-                    method = spec.decode_method(buf[pos + 7 : end - 1])
-                    code = getattr(method, "reply_code", 0)
-                    text = getattr(method, "reply_text", "")
-                    # A broker shutting down (320) may be back soon: connect again.
-                    forced = idx == spec.ConnectionClose.INDEX and code == spec.CONNECTION_FORCED
-                    raise (ConnectionLost if forced else SinkError)(
-                        f"the broker closed the {method.NAME.split('.')[0]}: {code} {text}"
-                    )
-            pos = end
-        return pos
-
-    def _confirm(self, tag: int, multiple: int) -> None:
-        if multiple:
-            if tag > self.acked_upto:
-                self.acked_upto = tag
-                if self.singles:
-                    self.singles = {t for t in self.singles if t > tag}
-        elif tag == self.acked_upto + 1:
-            self.acked_upto = tag
-            while self.acked_upto + 1 in self.singles:
-                self.acked_upto += 1
-                self.singles.discard(self.acked_upto)
-        elif tag > self.acked_upto:
-            self.singles.add(tag)
+    def _stopped(self, idx: int, payload: bytes) -> None:
+        """A basic.return, a close or a cancel among the confirms: the write stops."""
+        method = spec.decode_method(payload)
+        if idx == _RETURN:
+            got = {
+                k: getattr(method, k, "")
+                for k in ("exchange", "routing_key", "reply_code", "reply_text")
+            }
+            raise SinkError(
+                f"a row was unroutable: no queue took the message published to "
+                f"exchange {got['exchange']!r} with routing key {got['routing_key']!r} "
+                f"({got['reply_code']} {got['reply_text']}); bind a queue for it, or set "
+                "option failOnUnroutable=false to drop such rows"
+            )
+        code = getattr(method, "reply_code", 0)
+        text = getattr(method, "reply_text", "")
+        # A broker shutting down (320) may be back soon: connect again.
+        forced = idx == spec.ConnectionClose.INDEX and code == spec.CONNECTION_FORCED
+        raise (ConnectionLost if forced else SinkError)(
+            f"the broker closed the {method.NAME.split('.')[0]}: {code} {text}"
+        )

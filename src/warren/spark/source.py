@@ -37,7 +37,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from warren.perf.client import AMQPError
+from warren.client import AMQPError
 from warren.spark.columns import columns, schema_ddl, to_batch
 from warren.spark.connection import DataLossError, SourceError, data_loss
 from warren.spark.listing import matching_streams

@@ -13,7 +13,7 @@ body) and the loop takes only what the columns need from them, the offset
 header first. pika or aio-pika would spend ten times as long per message
 building objects nobody asked for.
 
-Setup goes through :class:`warren.perf.client.Client` (handshake, declare,
+Setup goes through :class:`warren.client.Client` (handshake, declare,
 consume), which decodes replies with Warren's codec; the hot loop does not.
 """
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from warren.amqp import spec
+from warren.client import AMQPError, Client
 from warren.core.properties import decode_properties
-from warren.perf.client import AMQPError, Client
 from warren.spark.connection import SourceError, connect, queue_error
 from warren.spark.endpoint import Endpoint
 from warren.spark.option_values import OptionError
@@ -324,8 +324,7 @@ def read_range(
     finally:
         client.close_begin()
         with contextlib.suppress(Exception):
-            client.buf = b""
-            client.pos = 0
+            client.unread()  # what is in flight is not read
             client.close_end(timeout=2.0)
 
 

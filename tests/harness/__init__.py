@@ -1,0 +1,19 @@
+"""The in-memory test harness: a broker with no listeners on a loop the test
+drives, and its protocol connections fed bytes directly (h11's and wsproto's
+way of testing a state machine), with independent decoders as the oracle.
+
+    def test_x(harness: Harness) -> None:
+        amqp = harness.amqp()          # an AMQPConnection, RawAMQP's interface
+        amqp.handshake()
+        amqp.open_channel(1)
+
+No socket, no listener and no thread: what a test checks is the protocol's
+behaviour, and what only a socket shows (real clients, TLS, WebSocket,
+backpressure, kill -9) stays in the socket tests.
+"""
+
+from harness.amqp import MemoryAMQP
+from harness.broker import Harness
+from harness.mqtt import MemoryMQTT
+
+__all__ = ["Harness", "MemoryAMQP", "MemoryMQTT"]

@@ -1,0 +1,104 @@
+"""A started broker without listeners, on an event loop the test thread runs."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from warren.broker import Broker
+from warren.config import Config
+
+if TYPE_CHECKING:
+    from harness.amqp import MemoryAMQP
+    from harness.mqtt import MemoryMQTT
+    from warren.mqtt.state import MQTTState
+
+T = TypeVar("T")
+
+#: Peer ports of the in-memory connections (each connection is told one, as a
+#: socket's would be: logs and the management listings show it).
+_peer_ports = itertools.count(40000)
+
+
+class Harness:
+    """warren.broker.Broker (the core and the store, no listeners) on a loop of
+    its own, run only while the test waits for something (run, pump)."""
+
+    def __init__(self, data_dir: Path, **settings: Any) -> None:
+        settings.setdefault("auth_failure_delay", 0)
+        # (amqp_port stays what Config says: warren.broker.Broker opens no listener.)
+        config = Config(
+            data_dir=str(data_dir),
+            mqtt_port=-1,
+            http_port=-1,
+            prometheus_port=-1,
+            **settings,
+        )
+        # asyncio's own loop: the harness runs it in steps, on this thread.
+        self.loop = asyncio.new_event_loop()
+        self.broker = Broker(config)
+        self.config = self.broker.config
+        self.closed = False
+        self._mqtt: MQTTState | None = None
+        self.run(self.broker.start())
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
+        """Run a coroutine on the broker's loop until it is done."""
+        return self.loop.run_until_complete(asyncio.wait_for(coro, timeout))
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run a plain function on the broker's loop (BrokerThread.call's shape;
+        here the loop is this thread's, so it runs at once, inside the loop)."""
+
+        async def call() -> T:
+            return fn()
+
+        return self.run(call())
+
+    def pump(self) -> None:
+        """Let the loop run what is ready now (callbacks scheduled by the last
+        step), without waiting for anything."""
+        self.run(asyncio.sleep(0))
+
+    def amqp(self, peer: tuple[str, int] | None = None, timeout: float = 5.0) -> MemoryAMQP:
+        """A new AMQP 0-9-1 connection to the broker, in memory."""
+        from harness.amqp import MemoryAMQP
+
+        return MemoryAMQP(self, peer or ("127.0.0.1", next(_peer_ports)), timeout)
+
+    def mqtt(
+        self, client_id: str = "", protocol: int = 4, peer: tuple[str, int] | None = None
+    ) -> MemoryMQTT:
+        """A new MQTT connection (paho's client; ``protocol`` 4 is 3.1.1, 5 is 5)."""
+        from harness.mqtt import MemoryMQTT
+        from warren.mqtt.state import MQTTState
+
+        if self._mqtt is None:
+            # What the MQTT listener keeps for its connections (sessions, retained
+            # messages, wills), without the listener.
+            state = self._mqtt = MQTTState(self.broker)
+            self.call(state.start)
+            self.broker.vhost_deleted.append(state.forget_vhost)
+        return MemoryMQTT(
+            self, self._mqtt, peer or ("127.0.0.1", next(_peer_ports)), client_id, protocol
+        )
+
+    def stop(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self._mqtt is not None:
+                self._mqtt.close()
+            self.run(self.broker.stop())
+        finally:
+            self.loop.close()
+
+    def __enter__(self) -> Harness:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
