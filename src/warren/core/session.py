@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 from warren.core.commit import Commit
 from warren.core.errors import AccessRefused, BrokerError, NotAllowed
@@ -130,16 +130,18 @@ class LoginRefused(Exception):
     vhost's checks), ``delay_ms`` how long to hold the refusal on the broker's
     clock (repeated guesses slow down; 0: at once)."""
 
+    # Final: compiled (setup.py), a class's plain assignments are instance
+    # attributes, which mypyc refuses to read through the class.
     #: Too many failed logins from the address: refused unchecked.
-    BLOCKED = "blocked"
+    BLOCKED: Final = "blocked"
     #: No such user, a wrong password, or a certificate naming no user.
-    CREDENTIALS = "credentials"
+    CREDENTIALS: Final = "credentials"
     #: A loopback_users user from another host.
-    LOOPBACK = "loopback"
-    NO_VHOST = "no vhost"
+    LOOPBACK: Final = "loopback"
+    NO_VHOST: Final = "no vhost"
     #: The vhost's or the user's max-connections.
-    LIMIT = "limit"
-    NO_ACCESS = "no access"
+    LIMIT: Final = "limit"
+    NO_ACCESS: Final = "no access"
 
     def __init__(self, reason: str, text: str, delay_ms: float = 0.0) -> None:
         super().__init__(text)
