@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 from warren.core.commit import Commit
 from warren.core.errors import AccessRefused, BrokerError, NotAllowed
@@ -131,15 +131,15 @@ class LoginRefused(Exception):
     guesses slow down; 0: at once)."""
 
     #: Too many failed logins from the address: refused unchecked.
-    BLOCKED = "blocked"
+    BLOCKED: Final = "blocked"
     #: No such user, a wrong password, or a certificate naming no user.
-    CREDENTIALS = "credentials"
+    CREDENTIALS: Final = "credentials"
     #: A loopback_users user from another host.
-    LOOPBACK = "loopback"
-    NO_VHOST = "no vhost"
+    LOOPBACK: Final = "loopback"
+    NO_VHOST: Final = "no vhost"
     #: The vhost's or the user's max-connections.
-    LIMIT = "limit"
-    NO_ACCESS = "no access"
+    LIMIT: Final = "limit"
+    NO_ACCESS: Final = "no access"
 
     def __init__(self, reason: str, text: str, delay: float = 0.0) -> None:
         super().__init__(text)
