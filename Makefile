@@ -200,6 +200,10 @@ prometheus:
 # The status recorded is the first failure's; 5 (nothing collected) only when
 # neither run failed otherwise.
 test: $(TEST_STAMP) lint $(SHARED_LIBRARY) browser mosquitto etcd rabbitmq fuse prometheus
+	@$(PY) -c 'import warren; assert warren.compiled_modules()' 2>/dev/null || { \
+		echo "make test: no usable compiled build (mypyc or the C compiler failed: see the"; \
+		echo "warning above; \`make build\` again shows why); the compiled pass would be pure Python"; \
+		exit 2; }
 	@status=0; pure=0; log=$$(mktemp); \
 	( WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m 'not ui and not examples and not once' $(PYTEST_ARGS) > "$$log" 2>&1; echo $$? >> "$$log.status" ) & \
 	echo "== pytest, $$($(PY) -c 'import warren; print(warren.build_description())') (the pure-Python pass runs alongside)"; \
