@@ -55,6 +55,7 @@ COMPILED_MODULES = [
     "warren.amqp.settlement",
     "warren.amqp.unacked",
     "warren.core.channel_counts",
+    "warren.core.clock",
     "warren.core.consumer",
     "warren.core.message",
     "warren.core.properties",

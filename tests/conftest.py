@@ -3,6 +3,11 @@
 The broker runs on its own event loop in a background thread, so blocking
 clients (pika, kombu, Celery) and asyncio clients (aio-pika, on their own loop)
 talk to it over real sockets exactly as they would to RabbitMQ.
+
+A test about time (TTL, expiry, delays, timeouts, keep alive, heartbeats,
+rates) gives the broker a ManualClock (``broker_factory(clock=ManualClock())``,
+``start_broker(dir, clock=...)``) and moves it with ``BrokerThread.advance(ms)``:
+no test waits for time to pass (core/clock.py).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from harness import Harness
 
 from warren import Broker, Config
 from warren.amqp.server import AMQPListener
+from warren.core.clock import Clock, ManualClock
 from warren.store.damage import DamagedFile
 
 # A test run started in the background by a shell (`make test &`, or make's own
@@ -50,10 +56,10 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 class BrokerThread:
     """A started broker plus a way to run code on its loop from the test thread."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, clock: Clock | None = None) -> None:
         self.config = config
         self.loop = new_event_loop()
-        self.broker = Broker(config)
+        self.broker = Broker(config, clock=clock)
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
     def start(self, timeout: float = 30) -> BrokerThread:
@@ -104,6 +110,20 @@ class BrokerThread:
         self.loop.call_soon_threadsafe(runner)
         return fut.result(timeout)
 
+    @property
+    def clock(self) -> ManualClock:
+        """The broker's clock, when the test gave it a ManualClock."""
+        clock = self.broker.clock
+        assert isinstance(clock, ManualClock), "start the broker with clock=ManualClock()"
+        return clock
+
+    def advance(self, ms: float) -> int:
+        """Move the broker's ManualClock forward by ``ms`` on its loop, running the
+        timers that fall due; how many ran. What they started (deliveries, closes)
+        goes on on the loop: wait for it as a client would."""
+        clock = self.clock
+        return self.call(lambda: clock.advance(ms))
+
     def stop(self, timeout: float = 30) -> None:
         if self.loop.is_closed():
             return
@@ -129,7 +149,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.sections.append((f"node {log.name.removesuffix('.node.log')}", "\n".join(tail)))
 
 
-def start_broker(data_dir: Path, start_timeout: float = 30, **settings: Any) -> BrokerThread:
+def start_broker(
+    data_dir: Path, start_timeout: float = 30, clock: Clock | None = None, **settings: Any
+) -> BrokerThread:
     # Ephemeral ports for both listeners, so brokers started in parallel never collide.
     settings.setdefault("http_port", 0)
     settings.setdefault("mqtt_port", 0)
@@ -140,7 +162,7 @@ def start_broker(data_dir: Path, start_timeout: float = 30, **settings: Any) -> 
     settings.setdefault("auth_failures_per_minute", 0)
     settings.setdefault("amqp_port", 0)
     config = Config(data_dir=str(data_dir), **settings)
-    return BrokerThread(config).start(start_timeout)
+    return BrokerThread(config, clock).start(start_timeout)
 
 
 def refused_start(data_dir: Path, **settings: Any) -> DamagedFile:
@@ -191,7 +213,7 @@ def hand_sampled_broker(tmp_path: Path) -> Iterator[BrokerThread]:
 
 @pytest.fixture
 def broker_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerThread]]:
-    """Start brokers with custom settings; all are stopped at the end."""
+    """Start brokers with custom settings (and ``clock=``); all are stopped at the end."""
     started: list[BrokerThread] = []
 
     def factory(**settings: Any) -> BrokerThread:

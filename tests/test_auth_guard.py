@@ -1,44 +1,48 @@
 """Failed logins are delayed and, past a limit per address, refused unchecked:
-AMQP, MQTT and the management API (core/auth_guard.py)."""
+AMQP, MQTT and the management API (core/auth_guard.py).
+
+The delays are timers on the broker's clock: the tests give it a ManualClock,
+see each refusal held by a timer of the expected delay, and release it by
+moving the clock, so none waits for time to pass."""
 
 from __future__ import annotations
 
-import time
+import socket
 import urllib.error
 import urllib.request
 from base64 import b64encode
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import pika
 import pytest
 from conftest import BrokerThread, start_broker
 
-from warren.core.auth_guard import MAX_DELAY_S, AuthGuard
+from warren.core.auth_guard import MAX_DELAY_MS, AuthGuard
+from warren.core.clock import ManualClock
+from warren.mqtt.codec import Decoder, encode
+from warren.mqtt.packets import ConnAck, Connect
 
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+T = TypeVar("T")
 
 
 def test_delays_double_and_age_out() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     guard = AuthGuard(delay_ms=100, per_minute=5, clock=clock)
     assert guard.failed("10.0.0.1") == 0.0  # a single mistake costs nothing
-    assert [guard.failed("10.0.0.1") for _ in range(3)] == [0.1, 0.2, 0.4]
+    assert [guard.failed("10.0.0.1") for _ in range(3)] == [100, 200, 400]
     assert not guard.blocked("10.0.0.1")
     guard.failed("10.0.0.1")
     assert guard.blocked("10.0.0.1") and not guard.blocked("10.0.0.2")
     assert guard.failed("10.0.0.2") == 0.0  # per address
-    clock.now += 61  # the failures age out
+    clock.advance(61_000)  # the failures age out
     assert not guard.blocked("10.0.0.1") and guard.failed("10.0.0.1") == 0.0
     for _ in range(20):
         delay = guard.failed("10.0.0.3")
-    assert delay == MAX_DELAY_S
+    assert delay == MAX_DELAY_MS
 
 
 def test_disabled() -> None:
@@ -49,15 +53,51 @@ def test_disabled() -> None:
 
 @pytest.fixture
 def guarded(tmp_path: Path) -> Iterator[BrokerThread]:
-    b = start_broker(tmp_path / "data", auth_failure_delay=100, auth_failures_per_minute=4)
+    b = start_broker(
+        tmp_path / "data",
+        clock=ManualClock(),
+        auth_failure_delay=100,
+        auth_failures_per_minute=4,
+    )
     try:
         yield b
     finally:
         b.stop()
 
 
-def _amqp_login(b: BrokerThread, password: str) -> tuple[bool, float]:
-    start = time.monotonic()
+def _timers(b: BrokerThread) -> Counter[int]:
+    """The broker clock's pending timers, as ms from now."""
+    clock = b.clock
+    return b.call(lambda: Counter(t - clock.now_ms() for t in clock.pending()))
+
+
+def _attempt(b: BrokerThread, login: Callable[[], T], held_ms: int) -> T:
+    """Run ``login`` (a client that blocks until the broker answers) beside the
+    broker: its refusal must be held by a new timer of ``held_ms`` (none when 0),
+    which moving the clock by that much releases."""
+    guard = b.broker.auth_guard
+    before_timers = _timers(b)
+    before = b.call(lambda: guard.refused)
+    with ThreadPoolExecutor(1) as pool:
+        future: Future[T] = pool.submit(login)
+        while True:  # until the broker refused it
+            done = future.done()  # before the count: a refusal is counted, then sent
+            if b.call(lambda: guard.refused) != before:
+                break
+            if done:
+                future.result()  # the client's own failure, if that is what ended it
+                raise AssertionError("answered before the broker counted a refusal")
+        if held_ms:
+            # New timers: the refusal's, the connection's handshake timeout (10 s),
+            # and maybe a close-ok timeout or the broker's own rounds.
+            new = _timers(b) - before_timers
+            assert new[held_ms] >= 1, new
+            assert not future.done()  # held, time standing still
+            b.advance(held_ms)
+        return future.result(timeout=30)
+
+
+def _amqp_login(b: BrokerThread, password: str) -> bool:
     try:
         pika.BlockingConnection(
             pika.ConnectionParameters(
@@ -67,35 +107,25 @@ def _amqp_login(b: BrokerThread, password: str) -> tuple[bool, float]:
                 connection_attempts=1,
             )
         ).close()
-        ok = True
+        return True
     except pika.exceptions.ProbableAuthenticationError:
-        ok = False
-    return ok, time.monotonic() - start
+        return False
 
 
 def test_amqp_refusals_slow_down_then_even_the_right_password_is_refused(
     guarded: BrokerThread,
 ) -> None:
-    ok, first = _amqp_login(guarded, "wrong")
-    assert not ok
-    ok, second = _amqp_login(guarded, "wrong")
-    assert not ok and second >= 0.09 and second > first
-    ok, third = _amqp_login(guarded, "wrong")
-    assert not ok and third >= 0.19
-    assert not _amqp_login(guarded, "wrong")[0]
+    assert not _attempt(guarded, lambda: _amqp_login(guarded, "wrong"), 0)
+    assert not _attempt(guarded, lambda: _amqp_login(guarded, "wrong"), 100)
+    assert not _attempt(guarded, lambda: _amqp_login(guarded, "wrong"), 200)
+    assert not _attempt(guarded, lambda: _amqp_login(guarded, "wrong"), 400)
     # Four failures within the minute: refused without checking, right password or not.
-    assert not _amqp_login(guarded, "guest")[0]
+    assert not _attempt(guarded, lambda: _amqp_login(guarded, "guest"), 800)
     assert guarded.call(lambda: guarded.broker.auth_guard.refused) == 5
 
 
-def _mqtt_connack(b: BrokerThread, password: bytes) -> tuple[int, float]:
-    """MQTT 5 CONNECT as guest; the CONNACK reason code and how long it took."""
-    import socket
-
-    from warren.mqtt.codec import Decoder, encode
-    from warren.mqtt.packets import ConnAck, Connect
-
-    start = time.monotonic()
+def _mqtt_connack(b: BrokerThread, password: bytes) -> int:
+    """MQTT 5 CONNECT as guest; the CONNACK's reason code."""
     with socket.create_connection(("127.0.0.1", b.mqtt_port), timeout=10) as s:
         s.sendall(encode(Connect("guard", 5, username="guest", password=password), 5))
         decoder = Decoder(level=5)
@@ -104,23 +134,19 @@ def _mqtt_connack(b: BrokerThread, password: bytes) -> tuple[int, float]:
             if packets:
                 (ack,) = packets
                 assert isinstance(ack, ConnAck)
-                return ack.reason_code, time.monotonic() - start
+                return ack.reason_code
 
 
 def test_mqtt_and_http_count_with_amqp(guarded: BrokerThread) -> None:
     """The count is per address, whatever the protocol."""
-    assert _mqtt_connack(guarded, b"guest")[0] == 0
-    code, _ = _mqtt_connack(guarded, b"wrong")
-    assert code == 0x86
-    code, took = _mqtt_connack(guarded, b"wrong")
-    assert code == 0x86 and took >= 0.09
-    start = time.monotonic()
-    assert _http_status(guarded, "wrong") == 401
-    assert time.monotonic() - start >= 0.19
-    assert _http_status(guarded, "wrong") == 401
+    assert _mqtt_connack(guarded, b"guest") == 0
+    assert _attempt(guarded, lambda: _mqtt_connack(guarded, b"wrong"), 0) == 0x86
+    assert _attempt(guarded, lambda: _mqtt_connack(guarded, b"wrong"), 100) == 0x86
+    assert _attempt(guarded, lambda: _http_status(guarded, "wrong"), 200) == 401
+    assert _attempt(guarded, lambda: _http_status(guarded, "wrong"), 400) == 401
     # Blocked now: the right password is refused by every protocol.
-    assert _http_status(guarded, "guest") == 401
-    assert _mqtt_connack(guarded, b"guest")[0] == 0x9F  # Connection rate exceeded
+    assert _attempt(guarded, lambda: _http_status(guarded, "guest"), 800) == 401
+    assert _attempt(guarded, lambda: _mqtt_connack(guarded, b"guest"), 1600) == 0x9F
 
 
 def _http_status(b: BrokerThread, password: str) -> int:

@@ -1,38 +1,50 @@
 """The delivery acknowledgement timeout: broker-wide consumer_timeout and the
-queue's x-consumer-timeout close a channel that holds a delivery too long (406)."""
+queue's x-consumer-timeout close a channel that holds a delivery too long (406).
+
+The broker checks once a second of its clock (amqp/ack_timeout.py): a delivery
+is first seen by the check after it, and its channel closed by the first check
+at least the timeout after that one. The tests give the broker a ManualClock,
+deliver with the clock standing still at a check, and move it to the closing
+check (nothing before it)."""
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from conftest import BrokerThread
 from pika.exceptions import ChannelClosedByBroker
-from pikahelp import connect, uniq, wait_until
+from pikahelp import barrier, connect, uniq, wait_until
+
+from warren.core.clock import ManualClock
+
+Factory = Callable[..., BrokerThread]
 
 
-def _closed_by_timeout(conn: Any, ch: Any, within: float) -> ChannelClosedByBroker:
+def _closed_by_timeout(conn: Any, ch: Any) -> ChannelClosedByBroker:
     closed: list[Any] = []
     ch._impl.add_on_close_callback(lambda c, reason: closed.append(reason))
-    wait_until(conn, lambda: bool(closed), timeout=within)
+    wait_until(conn, lambda: bool(closed))
     reason = closed[0]
     assert isinstance(reason, ChannelClosedByBroker)
     return reason
 
 
-def test_x_consumer_timeout_closes_the_channel(broker: BrokerThread) -> None:
-    conn = connect(broker)
+def test_x_consumer_timeout_closes_the_channel(broker_factory: Factory) -> None:
+    b = broker_factory(clock=ManualClock())
+    conn = connect(b)
     ch = conn.channel()
     q = uniq()
     ch.queue_declare(q, arguments={"x-consumer-timeout": 500})
     ch.basic_publish("", q, b"slow")
     got: list[bytes] = []
     ch.basic_consume(q, lambda c, m, p, body: got.append(body))
-    start = time.monotonic()
-    reason = _closed_by_timeout(conn, ch, within=5)
-    assert time.monotonic() - start >= 0.5
-    assert got == [b"slow"]
+    wait_until(conn, lambda: got == [b"slow"])
+    b.advance(1999)  # seen by the check at 1 s, not yet 500 ms old at the next
+    barrier(ch)  # still open
+    b.advance(1)
+    reason = _closed_by_timeout(conn, ch)
     assert reason.reply_code == 406
     assert reason.reply_text == (
         "PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out. "
@@ -46,8 +58,9 @@ def test_x_consumer_timeout_closes_the_channel(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_acked_in_time_keeps_the_channel(broker: BrokerThread) -> None:
-    conn = connect(broker)
+def test_acked_in_time_keeps_the_channel(broker_factory: Factory) -> None:
+    b = broker_factory(clock=ManualClock())
+    conn = connect(b)
     ch = conn.channel()
     q = uniq()
     ch.queue_declare(q, arguments={"x-consumer-timeout": 1500})
@@ -55,15 +68,16 @@ def test_acked_in_time_keeps_the_channel(broker: BrokerThread) -> None:
     ch.basic_consume(q, lambda c, m, p, body: (got.append(body), c.basic_ack(m.delivery_tag)))
     for i in range(5):
         ch.basic_publish("", q, str(i).encode())
-    deadline = time.monotonic() + 2.5
-    while time.monotonic() < deadline:  # well past the timeout: all acked, still open
-        conn.process_data_events(time_limit=0.1)
-    assert len(got) == 5 and ch.is_open
+    wait_until(conn, lambda: len(got) == 5)
+    barrier(ch)  # the acks are in
+    b.advance(5000)  # well past the timeout: all acked, still open
+    barrier(ch)
+    assert ch.is_open
     conn.close()
 
 
-def test_broker_wide_consumer_timeout(broker_factory: Any) -> None:
-    b = broker_factory(consumer_timeout=400)
+def test_broker_wide_consumer_timeout(broker_factory: Factory) -> None:
+    b = broker_factory(consumer_timeout=400, clock=ManualClock())
     conn = connect(b)
     ch = conn.channel()
     q = uniq()
@@ -71,22 +85,25 @@ def test_broker_wide_consumer_timeout(broker_factory: Any) -> None:
     ch.basic_publish("", q, b"m")
     method, _, _ = ch.basic_get(q)  # basic.get deliveries count too, as in RabbitMQ
     assert method is not None
-    reason = _closed_by_timeout(conn, ch, within=5)
+    b.advance(1999)
+    barrier(ch)
+    b.advance(1)
+    reason = _closed_by_timeout(conn, ch)
     assert "Timeout value used: 400 ms" in reason.reply_text
     conn.close()
 
 
-def test_zero_disables_the_timeout(broker_factory: Any) -> None:
-    b = broker_factory(consumer_timeout=0)
+def test_zero_disables_the_timeout(broker_factory: Factory) -> None:
+    # No heartbeats either: an hour without them would close the connection.
+    b = broker_factory(consumer_timeout=0, heartbeat=0, clock=ManualClock())
     conn = connect(b)
     ch = conn.channel()
     q = uniq()
     ch.queue_declare(q)
     ch.basic_publish("", q, b"m")
     method, _, _ = ch.basic_get(q)
-    deadline = time.monotonic() + 1.5
-    while time.monotonic() < deadline:
-        conn.process_data_events(time_limit=0.1)
+    b.advance(3_600_000)  # an hour, past the default timeout (30 min)
+    barrier(ch)
     assert ch.is_open
     ch.basic_ack(method.delivery_tag)
     conn.close()

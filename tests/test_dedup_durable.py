@@ -2,8 +2,8 @@
 and restarts, with its TTL and size (docs/storage.md, "Deduplication keys").
 
 A real broker process is killed with SIGKILL and started again on the same data
-directory; pika publishes with confirms. The TTL test injects the broker's
-deduplication clock (Broker.dedup_clock) instead of waiting.
+directory; pika publishes with confirms. The TTL test gives the broker a
+ManualClock (core/clock.py) and moves it instead of waiting.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 
 import pika
 import pytest
-from conftest import BrokerThread
+from conftest import BrokerThread, start_broker
 from procs import start_warren
 
-from warren.config import Config
+from warren.core.clock import ManualClock
 from warren.core.dedup import DEFAULT_HEADER, Deduplicator
 from warren.store.dedup_journal import FILE_NAME, DedupJournal, decode_entries, encode_entry
 
@@ -115,34 +115,14 @@ def test_transient_messages_leave_no_durable_key(proc: Proc) -> None:
     conn.close()
 
 
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def broker_with_clock(data: Path, clock: Clock) -> BrokerThread:
-    config = Config(
-        data_dir=str(data),
-        amqp_port=0,
-        http_port=0,
-        mqtt_port=0, prometheus_port=0,
-        auth_failure_delay=0,
-        auth_failures_per_minute=0,
-    )
-    b = BrokerThread(config)
-    b.broker.dedup_clock = clock
-    return b.start()
+def broker_with_clock(data: Path, clock: ManualClock) -> BrokerThread:
+    return start_broker(data, clock=clock)
 
 
 def test_ttl_and_size_hold_across_a_restart(tmp_path: Path) -> None:
-    """x-cache-ttl counts on across a restart (the injected clock), and x-cache-size
-    keeps the most recent keys."""
-    import time
-
-    clock = Clock(time.time() * 1000)
+    """x-cache-ttl counts on across a restart (one ManualClock, moved while the
+    broker is down too), and x-cache-size keeps the most recent keys."""
+    clock = ManualClock()
     data = tmp_path / "data"
     b = broker_with_clock(data, clock)
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
@@ -151,14 +131,14 @@ def test_ttl_and_size_hold_across_a_restart(tmp_path: Path) -> None:
     args = {"x-message-deduplication": True, "x-cache-ttl": 10_000, "x-cache-size": 3}
     ch.queue_declare("dl", durable=True, arguments=args)
     for i, key in enumerate(("a", "b", "c", "d")):  # "a" is evicted by "d"
-        clock.now += 1
+        b.advance(1)
         ch.basic_publish("", "dl", key.encode(), keyed(key))
         ch.basic_get("dl", auto_ack=True)  # consumed: only the journal keeps the key
         assert i >= 0
     conn.close()
     b.stop()
 
-    clock.now += 5_000  # within the TTL
+    clock.advance(5_000)  # within the TTL, while stopped
     b = broker_with_clock(data, clock)
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
     ch = conn.channel()
@@ -169,7 +149,7 @@ def test_ttl_and_size_hold_across_a_restart(tmp_path: Path) -> None:
     conn.close()
     b.stop()
 
-    clock.now += 6_000  # past the TTL of b, c and d
+    clock.advance(6_000)  # past the TTL of b, c and d
     b = broker_with_clock(data, clock)
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", b.port))
     ch = conn.channel()

@@ -1,27 +1,33 @@
 """The x-delayed-message exchange (rabbitmq-delayed-message-exchange) with pika.
 
-Waiting for a delayed message is bounded (wait_until); every delivery's elapsed
-time is checked against its delay from below. The declare errors are the
-plugin's (rabbit_exchange_type_delayed_message:validate/1).
+Time is the broker's ManualClock (core/clock.py): a test publishes, moves the
+clock to just before a deadline (nothing routed yet) and onto it (routed,
+synchronously in the timer), and reads the queues, so none waits for time to
+pass. The declare errors are the plugin's
+(rabbit_exchange_type_delayed_message:validate/1).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pika
 import pytest
 from conftest import BrokerThread
-from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import UnroutableError
-from pikahelp import Session, barrier, channel_error, connect, settle, wait_until
+from pikahelp import Session, barrier, channel_error, connect, wait_until
+
+from warren.core.clock import ManualClock
 
 DELAYED = "x-delayed-message"
-# The broker stamps a message with whole milliseconds: a deadline may be up to 1 ms
-# before publish time + delay as the client measures it.
-SLACK = 0.002
+
+
+@pytest.fixture
+def broker(broker_factory: Callable[..., BrokerThread]) -> BrokerThread:
+    """This module's broker runs on a ManualClock."""
+    return broker_factory(clock=ManualClock())
 
 
 @pytest.fixture
@@ -42,26 +48,24 @@ def props(delay: Any = None, persistent: bool = False, **headers: Any) -> pika.B
     return pika.BasicProperties(headers=headers or None, delivery_mode=2 if persistent else None)
 
 
-class Receiver:
-    """Consumes a queue, noting when each message arrived (monotonic seconds)."""
+def take(ch: BlockingChannel, queue: str) -> list[tuple[bytes, dict[str, Any]]]:
+    """Every message ``queue`` holds now, in order: (body, headers)."""
+    got = []
+    while True:
+        method, properties, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            return got
+        got.append((body, properties.headers or {}))
 
-    def __init__(self, conn: BlockingConnection, ch: BlockingChannel, queue: str) -> None:
-        self.conn = conn
-        self.got: list[tuple[bytes, float, pika.BasicProperties]] = []
-        ch.basic_consume(queue, self._on_message, auto_ack=True)
 
-    def _on_message(self, ch: Any, method: Any, properties: Any, body: bytes) -> None:
-        self.got.append((body, time.monotonic(), properties))
+def bodies(ch: BlockingChannel, queue: str) -> list[bytes]:
+    return [body for body, _ in take(ch, queue)]
 
-    def wait(self, n: int, timeout: float = 10.0) -> list[bytes]:
-        wait_until(self.conn, lambda: len(self.got) >= n, timeout)
-        return [body for body, _, _ in self.got]
 
-    def at(self, body: bytes) -> float:
-        return next(t for b, t, _ in self.got if b == body)
-
-    def headers(self, body: bytes) -> dict[str, Any]:
-        return next(p.headers for b, _, p in self.got if b == body) or {}
+def advance(s: Session, ms: int) -> None:
+    """What the session sent is in (a round trip), then the clock moves."""
+    barrier(s.ch)
+    s.broker.advance(ms)
 
 
 def test_x_delayed_type_is_required(s: Session) -> None:
@@ -105,22 +109,26 @@ def test_messages_leave_by_deadline_not_publish_order(s: Session) -> None:
     ex = delayed(s)
     q = s.queue()
     s.ch.queue_bind(q, ex, "rk")
-    recv = Receiver(s.conn, s.ch, q)
-    start = time.monotonic()
     s.ch.basic_publish(ex, "rk", b"late", props(700))
     s.ch.basic_publish(ex, "rk", b"soon", props(300))
     s.ch.basic_publish(ex, "rk", b"also-soon", props("300"))  # a numeric string counts
     s.ch.basic_publish(ex, "rk", b"now", props())
     s.ch.basic_publish(ex, "rk", b"mid", props(500))
-    assert recv.wait(5) == [b"now", b"soon", b"also-soon", b"mid", b"late"]
-    assert recv.at(b"now") - start < 0.3
-    assert recv.at(b"soon") - start >= 0.3 - SLACK
-    assert recv.at(b"mid") - start >= 0.5 - SLACK
-    assert recv.at(b"late") - start >= 0.7 - SLACK
+    barrier(s.ch)
+    assert bodies(s.ch, q) == [b"now"]
+    advance(s, 299)
+    assert bodies(s.ch, q) == []
+    advance(s, 1)
+    soon = take(s.ch, q)
+    assert [body for body, _ in soon] == [b"soon", b"also-soon"]
     # Routed messages carry the negated delay, as the plugin sets it.
-    assert recv.headers(b"soon")["x-delay"] == -300
-    assert recv.headers(b"also-soon")["x-delay"] == -300
-    assert recv.headers(b"mid")["x-delay"] == -500
+    assert [headers["x-delay"] for _, headers in soon] == [-300, -300]
+    advance(s, 199)
+    assert bodies(s.ch, q) == []
+    advance(s, 1)
+    assert take(s.ch, q) == [(b"mid", {"x-delay": -500})]
+    advance(s, 200)
+    assert bodies(s.ch, q) == [b"late"]
 
 
 @pytest.mark.parametrize(
@@ -142,12 +150,10 @@ def test_other_headers_keep_their_wire_types(s: Session) -> None:
     ex = delayed(s, "fanout")
     q = s.queue()
     s.ch.queue_bind(q, ex)
-    recv = Receiver(s.conn, s.ch, q)
     headers = {"a": "text", "n": 7, "big": 2**40, "t": {"nested": [1, "x"]}, "no": None}
     s.ch.basic_publish(ex, "", b"m", props(100, **headers))
-    recv.wait(1)
-    got = recv.headers(b"m")
-    assert got == {**headers, "x-delay": -100}
+    advance(s, 100)
+    assert take(s.ch, q) == [(b"m", {**headers, "x-delay": -100})]
 
 
 def test_topic_delayed_type(s: Session) -> None:
@@ -155,20 +161,14 @@ def test_topic_delayed_type(s: Session) -> None:
     q_all, q_eu = s.queue(), s.queue()
     s.ch.queue_bind(q_all, ex, "orders.#")
     s.ch.queue_bind(q_eu, ex, "orders.eu.*")
-    recv_eu = Receiver(s.conn, s.ch, q_eu)
-    start = time.monotonic()
     s.ch.basic_publish(ex, "orders.eu.paris", b"eu", props(300))
     s.ch.basic_publish(ex, "orders.us.nyc", b"us", props(300))
     s.ch.basic_publish(ex, "other", b"none", props(300))
-    assert recv_eu.wait(1) == [b"eu"]
-    assert recv_eu.at(b"eu") - start >= 0.3 - SLACK
-    settle(s.conn, 0.1)
-    assert [b for b, _, _ in recv_eu.got] == [b"eu"]
-    method, _, body = s.ch.basic_get(q_all, auto_ack=True)
-    assert body == b"eu"
-    method, _, body = s.ch.basic_get(q_all, auto_ack=True)
-    assert body == b"us"
-    assert s.ch.basic_get(q_all)[0] is None
+    advance(s, 299)
+    assert bodies(s.ch, q_eu) == [] and bodies(s.ch, q_all) == []
+    advance(s, 1)
+    assert bodies(s.ch, q_eu) == [b"eu"]
+    assert bodies(s.ch, q_all) == [b"eu", b"us"]
 
 
 def test_headers_delayed_type(s: Session) -> None:
@@ -179,14 +179,12 @@ def test_headers_delayed_type(s: Session) -> None:
     reply = channel_error(406, s.ch.queue_bind, q, ex, arguments={"x-match": "some"})
     assert reply.startswith("PRECONDITION_FAILED - Invalid x-match field value")
     s.reopen()
-    recv = Receiver(s.conn, s.ch, q)
-    start = time.monotonic()
     s.ch.basic_publish(ex, "", b"invoice", props(250, kind="invoice"))
     s.ch.basic_publish(ex, "", b"receipt", props(250, kind="receipt"))
-    assert recv.wait(1) == [b"invoice"]
-    assert recv.at(b"invoice") - start >= 0.25 - SLACK
-    settle(s.conn, 0.1)
-    assert len(recv.got) == 1
+    advance(s, 249)
+    assert bodies(s.ch, q) == []
+    advance(s, 1)
+    assert bodies(s.ch, q) == [b"invoice"]
 
 
 def test_consistent_hash_delayed_type(s: Session) -> None:
@@ -196,12 +194,8 @@ def test_consistent_hash_delayed_type(s: Session) -> None:
     s.ch.queue_bind(q2, ex, "1")
     for i in range(40):
         s.ch.basic_publish(ex, f"k{i}", b"m", props(100))
-    wait_until(
-        s.conn,
-        lambda: (
-            sum(s.ch.queue_declare(q, passive=True).method.message_count for q in (q1, q2)) == 40
-        ),
-    )
+    advance(s, 100)
+    assert sum(s.ch.queue_declare(q, passive=True).method.message_count for q in (q1, q2)) == 40
 
 
 def test_confirm_once_held_and_synced(s: Session, broker: BrokerThread) -> None:
@@ -212,18 +206,18 @@ def test_confirm_once_held_and_synced(s: Session, broker: BrokerThread) -> None:
     syncer = broker.broker.syncer
     assert syncer is not None
     rounds = syncer.rounds
-    start = time.monotonic()
     # A persistent message held by a durable exchange: confirmed after an fdatasync.
     s.ch.basic_publish(ex, "rk", b"persistent", props(400, persistent=True))
     assert syncer.rounds == rounds + 1
     # A transient one is confirmed at once.
     s.ch.basic_publish(ex, "rk", b"transient", props(400))
     assert syncer.rounds == rounds + 1
-    assert time.monotonic() - start < 0.4
+    # Both confirmed while the clock stood still: held, not routed.
     assert s.ch.queue_declare(q, passive=True).method.message_count == 0
-    recv = Receiver(s.conn, s.ch, q)
-    assert recv.wait(2) == [b"persistent", b"transient"]
-    assert recv.at(b"persistent") - start >= 0.4 - SLACK
+    advance(s, 399)
+    assert s.ch.queue_declare(q, passive=True).method.message_count == 0
+    advance(s, 1)
+    assert bodies(s.ch, q) == [b"persistent", b"transient"]
 
 
 def test_mandatory_delayed_message_is_not_returned(s: Session) -> None:
@@ -242,13 +236,12 @@ def test_exchange_to_exchange_into_a_delayed_exchange(s: Session) -> None:
     q_now, q_later = s.queue(), s.queue()
     s.ch.queue_bind(q_now, front)
     s.ch.queue_bind(q_later, ex, "rk")
-    recv = Receiver(s.conn, s.ch, q_later)
-    start = time.monotonic()
     s.ch.basic_publish(front, "rk", b"m", props(300))
     barrier(s.ch)
     assert s.ch.queue_declare(q_now, passive=True).method.message_count == 1
-    assert recv.wait(1) == [b"m"]
-    assert recv.at(b"m") - start >= 0.3 - SLACK
+    assert s.ch.queue_declare(q_later, passive=True).method.message_count == 0
+    advance(s, 300)
+    assert bodies(s.ch, q_later) == [b"m"]
     _, properties, _ = s.ch.basic_get(q_now, auto_ack=True)
     assert properties.headers["x-delay"] == 300  # the immediate copy is untouched
 
@@ -267,21 +260,22 @@ def test_deleting_the_exchange_drops_held_messages(s: Session, broker: BrokerThr
     delayed(s, name=ex, durable=True)
     s.ch.queue_bind(q, ex, "rk")
     s.ch.basic_publish(ex, "rk", b"new", props(300))
-    recv = Receiver(s.conn, s.ch, q)
-    assert recv.wait(1) == [b"new"]
-    assert len(recv.got) == 1
+    advance(s, 300)
+    assert bodies(s.ch, q) == [b"new"]
 
 
 def test_non_durable_exchange_holds_messages_too(s: Session) -> None:
     ex = delayed(s, "fanout", durable=False, auto_delete=False)
     q = s.queue()
     s.ch.queue_bind(q, ex)
-    recv = Receiver(s.conn, s.ch, q)
-    start = time.monotonic()
     for i in range(20):
         s.ch.basic_publish(ex, "", str(i).encode(), props(200 + 10 * (19 - i)))
-    assert recv.wait(20) == [str(i).encode() for i in reversed(range(20))]
-    assert recv.at(b"19") - start >= 0.2 - SLACK
+    advance(s, 199)
+    assert bodies(s.ch, q) == []
+    advance(s, 1)
+    assert bodies(s.ch, q) == [b"19"]
+    advance(s, 190)
+    assert bodies(s.ch, q) == [str(i).encode() for i in reversed(range(19))]
 
 
 def test_redeclare_checks_only_what_rabbitmq_checks(s: Session) -> None:
@@ -293,48 +287,54 @@ def test_redeclare_checks_only_what_rabbitmq_checks(s: Session) -> None:
 
 
 def test_held_messages_survive_a_restart(broker_factory: Callable[..., BrokerThread]) -> None:
-    b = broker_factory()
+    clock = ManualClock()
+    b = broker_factory(clock=clock)
     conn = connect(b)
     ch = conn.channel()
     ch.exchange_declare("dx-durable", DELAYED, durable=True, arguments={"x-delayed-type": "direct"})
     ch.queue_declare("dq", durable=True)
     ch.queue_bind("dq", "dx-durable", "rk")
     ch.confirm_delivery()
-    start = time.monotonic()
     ch.basic_publish("dx-durable", "rk", b"overdue", props(150, persistent=True))
     ch.basic_publish("dx-durable", "rk", b"later", props(2500, persistent=True))
     ch.basic_publish("dx-durable", "rk", b"sooner", props(1800, persistent=True))
     ch.basic_publish("dx-durable", "rk", b"transient", props(1800))  # lost, like in a queue
     conn.close()
     b.stop()
-    time.sleep(0.2)  # not synchronisation: lets "overdue" pass its deadline while stopped
+    clock.advance(200)  # "overdue" passes its deadline while the broker is down
 
     # A directory no durable exchange owns is swept at start; the exchange's is not.
     stray = b.broker.layout.exchange_dir("/", "gone")
     stray.mkdir(parents=True)
-    b = broker_factory()
+    b = broker_factory(clock=clock)
     assert not stray.exists()
     assert b.broker.layout.exchange_dir("/", "dx-durable").is_dir()
     conn = connect(b)
     ch = conn.channel()
-    recv = Receiver(conn, ch, "dq")
-    restarted = time.monotonic()
-    assert recv.wait(1) == [b"overdue"]
-    assert recv.at(b"overdue") - restarted < 0.5  # routed right after the start
-    assert recv.wait(3) == [b"overdue", b"sooner", b"later"]
-    assert recv.at(b"sooner") - start >= 1.8 - SLACK
-    assert recv.at(b"later") - start >= 2.5 - SLACK
-    assert recv.headers(b"later")["x-delay"] == -2500
-    settle(conn, 0.1)
-    assert len(recv.got) == 3
+
+    def count() -> int:
+        return int(ch.queue_declare("dq", passive=True).method.message_count)
+
+    # Routed right after the start, the clock standing still.
+    wait_until(conn, lambda: count() == 1)
+    assert bodies(ch, "dq") == [b"overdue"]
+    b.advance(1599)  # 1.799 s after the publish
+    assert count() == 0
+    b.advance(1)
+    assert bodies(ch, "dq") == [b"sooner"]
+    b.advance(700)
+    assert take(ch, "dq") == [(b"later", {"x-delay": -2500})]
+    b.advance(10_000)
+    assert count() == 0  # nothing else was held
     conn.close()
     b.stop()
     # Routed messages are gone from the exchange's store for good.
-    b = broker_factory()
+    b = broker_factory(clock=clock)
     conn = connect(b)
     ch = conn.channel()
-    settle(conn, 0.2)
+    b.advance(10_000)
     assert ch.queue_declare("dq", passive=True).method.message_count == 0
+    assert b.call(lambda: b.broker.vhosts["/"].exchanges["dx-durable"]._heap) == []
     conn.close()
 
 

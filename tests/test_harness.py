@@ -7,9 +7,13 @@ until its sync, and a close the broker asks for."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from harness import Harness
 from pamqp import commands
 from rawamqp import publish_frames
+
+from warren.core.clock import ManualClock
 
 
 def test_a_connection_opens_publishes_and_gets(harness: Harness) -> None:
@@ -26,6 +30,28 @@ def test_a_connection_opens_publishes_and_gets(harness: Harness) -> None:
     assert (got.routing_key, body) == ("q", b"hello")
     assert harness.call(lambda: harness.broker.vhosts["/"].queues["q"].message_count) == 0
     amqp.close()
+
+
+def test_time_in_memory_is_the_brokers_manual_clock(tmp_path: Path) -> None:
+    """A harness made with a ManualClock: a message TTL runs out when the test
+    moves the clock, with nothing waited for."""
+    with Harness(tmp_path / "data", clock=ManualClock()) as harness:
+        amqp = harness.amqp()
+        amqp.handshake()
+        amqp.open_channel(1)
+        args = {"x-message-ttl": 1000}
+        amqp.send_method(1, commands.Queue.Declare(queue="ttl", arguments=args))
+        amqp.expect_method(commands.Queue.DeclareOk)
+        amqp.send(publish_frames(1, b"kept", "ttl"))
+        harness.advance(999)
+        amqp.send_method(1, commands.Basic.Get(queue="ttl", no_ack=True))
+        amqp.expect_method(commands.Basic.GetOk)
+        assert amqp.expect_content()[1] == b"kept"
+        amqp.send(publish_frames(1, b"expired", "ttl"))
+        harness.advance(1000)
+        amqp.send_method(1, commands.Basic.Get(queue="ttl", no_ack=True))
+        amqp.expect_method(commands.Basic.GetEmpty)
+        amqp.close()
 
 
 def test_a_refused_login_is_answered_and_closed(harness: Harness) -> None:

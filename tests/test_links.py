@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
+from warren.core.clock import Clock, TimerHandle
 from warren.links import MAX_BACKOFF, Finished, LinkRunner
 
 
@@ -55,19 +56,34 @@ class Scripted(LinkRunner):
             self.closed += 1
 
 
+class RecordingClock(Clock):
+    """The runner's clock (core/clock.py): each wait recorded (in s) and ended on
+    the next loop turn, so the back-off is seen without being waited out."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    def now_ms(self) -> int:
+        return 0
+
+    def monotonic_ms(self) -> float:
+        return 0.0
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        pass
+
+    def call_at(self, when_ms: int, callback: Callable[[], None]) -> TimerHandle:
+        return self.call_later(when_ms, callback)
+
+    def call_later(self, delay_ms: float, callback: Callable[[], None]) -> TimerHandle:
+        if delay_ms:  # 0: a retry at once
+            self.waits.append(delay_ms / 1000)
+        return asyncio.get_running_loop().call_soon(callback)
+
+
 @pytest.fixture
-def sleeps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
-    """The loop's waits, recorded instead of slept."""
-    real = asyncio.sleep
-    waits: list[float] = []
-
-    async def fake(delay: float, result: Any = None) -> Any:
-        if delay:  # asyncio.sleep(0) is a yield; anything else is the loop's wait
-            waits.append(delay)
-        return await real(0, result)
-
-    monkeypatch.setattr(asyncio, "sleep", fake)
-    yield waits
+def clock() -> RecordingClock:
+    return RecordingClock()
 
 
 def run(body: Callable[[], Awaitable[None]]) -> None:
@@ -75,10 +91,10 @@ def run(body: Callable[[], Awaitable[None]]) -> None:
 
 
 def test_the_backoff_doubles_up_to_a_minute_and_starts_over_after_a_run(
-    sleeps: list[float],
+    clock: RecordingClock,
 ) -> None:
     async def body() -> None:
-        link = Scripted(["fail"] * 8 + ["run-then-fail", "fail"])
+        link = Scripted(["fail"] * 8 + ["run-then-fail", "fail"], clock=clock)
         link.start()
         # The ninth session runs a moment, the eleventh hangs, running.
         await link.wait_for_state(lambda s: s == "running" and link.sessions == 11, 5)
@@ -87,14 +103,14 @@ def test_the_backoff_doubles_up_to_a_minute_and_starts_over_after_a_run(
         assert link.closed == 11
 
     run(body)
-    assert sleeps == [1, 2, 4, 8, 16, 32, MAX_BACKOFF, MAX_BACKOFF, 1, 2]
+    assert clock.waits == [1, 2, 4, 8, 16, 32, MAX_BACKOFF, MAX_BACKOFF, 1, 2]
 
 
 def test_a_failure_is_reported_with_its_reason_and_logged_once(
-    sleeps: list[float], caplog: pytest.LogCaptureFixture
+    clock: RecordingClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def body() -> None:
-        link = Scripted(["fail"])
+        link = Scripted(["fail"], clock=clock)
         link.start()
         info = await link.wait_for_state(lambda s: s == "terminated", 5)
         assert info == {
@@ -112,7 +128,7 @@ def test_a_failure_is_reported_with_its_reason_and_logged_once(
     assert failures == ["scripted link failed: ConnectionError: session 1; restarting in 1.0 s"]
 
 
-def test_a_zero_delay_either_stops_or_retries_at_once(sleeps: list[float]) -> None:
+def test_a_zero_delay_either_stops_or_retries_at_once(clock: RecordingClock) -> None:
     class NoRestart(Scripted):
         ZERO_DELAY_STOPS = True
 
@@ -121,30 +137,30 @@ def test_a_zero_delay_either_stops_or_retries_at_once(sleeps: list[float]) -> No
         MIN_BACKOFF = 0.1
 
     async def body() -> None:
-        once = NoRestart(["fail"], delay=0)
+        once = NoRestart(["fail"], delay=0, clock=clock)
         once.start()
         assert once._task is not None
         await once._task  # the loop ended: no restart
         assert once.state == "terminated" and once.sessions == 1
-        again = Federated(["fail", "fail", "fail"], delay=0)
+        again = Federated(["fail", "fail", "fail"], delay=0, clock=clock)
         again.start()
         await again.wait_for_state(lambda s: s == "running", 5)
         assert again.sessions == 4
         await again.stop()
 
     run(body)
-    assert sleeps == [0.1, 0.2]  # the first retry is at once (a sleep of 0)
+    assert clock.waits == [0.1, 0.2]  # the first retry is at once (a sleep of 0)
 
 
-def test_finished_ends_the_loop_with_the_reason(sleeps: list[float]) -> None:
+def test_finished_ends_the_loop_with_the_reason(clock: RecordingClock) -> None:
     async def body() -> None:
-        link = Scripted(["finish"])
+        link = Scripted(["finish"], clock=clock)
         link.start()
         info = await link.wait_for_state(lambda s: s != "starting", 5)
         assert info["state"] == "terminated" and info["reason"] == "all moved"
         assert link._task is not None
         await link._task
-        assert link.finished and link.sessions == 1 and not sleeps
+        assert link.finished and link.sessions == 1 and not clock.waits
 
     run(body)
 
@@ -170,9 +186,9 @@ def test_start_and_stop_are_idempotent_and_stop_waits_for_the_cleanup() -> None:
     assert changes == ["starting", "running"]
 
 
-def test_wait_for_state_times_out_saying_where_the_runner_is(sleeps: list[float]) -> None:
+def test_wait_for_state_times_out_saying_where_the_runner_is(clock: RecordingClock) -> None:
     async def body() -> None:
-        link = Scripted(["hang"])
+        link = Scripted(["hang"], clock=clock)
         link.start()
         with pytest.raises(TimeoutError, match=r"not within 0.05 s: scripted link is running"):
             await link.wait_for_state(lambda s: s == "terminated", 0.05)

@@ -2,26 +2,23 @@
 
 An expired message is never delivered (also after a requeue), a short-lived
 message behind a long-lived head still expires on time, expired messages are
-dead-lettered with reason ``expired``, and deadlines survive a restart.
+dead-lettered with reason ``expired``, and deadlines survive a restart. Time is
+the broker's ManualClock (core/clock.py): each test moves it to just before a
+deadline and then onto it, so none waits for time to pass.
 """
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from typing import Any
 
 import pika
 from conftest import BrokerThread
 from pikahelp import connect, ready_count, uniq, wait_until
 
+from warren.core.clock import ManualClock
 
-def _wait_count(conn: Any, ch: Any, q: str, n: int, timeout: float = 5.0) -> float:
-    """Seconds until ``q`` holds ``n`` ready messages."""
-    start = time.monotonic()
-    while ready_count(ch, q) != n:
-        assert time.monotonic() - start < timeout, f"{q} never reached {n} messages"
-        conn.process_data_events(time_limit=0.02)
-    return time.monotonic() - start
+Factory = Callable[..., BrokerThread]
 
 
 def _dl_pair(ch: Any, **args: Any) -> tuple[str, str]:
@@ -33,17 +30,18 @@ def _dl_pair(ch: Any, **args: Any) -> tuple[str, str]:
     return q, dlq
 
 
-def test_queue_ttl_expires_and_dead_letters(broker: BrokerThread) -> None:
-    conn = connect(broker)
+def test_queue_ttl_expires_and_dead_letters(broker_factory: Factory) -> None:
+    b = broker_factory(clock=ManualClock())
+    conn = connect(b)
     ch = conn.channel()
     q, dlq = _dl_pair(ch, **{"x-message-ttl": 200})
-    start = time.monotonic()
     ch.basic_publish("", q, b"a")
     ch.basic_publish("", q, b"b")
-    assert ready_count(ch, q) == 2
-    _wait_count(conn, ch, dlq, 2)
-    assert time.monotonic() - start >= 0.2
-    assert ready_count(ch, q) == 0
+    assert ready_count(ch, q) == 2  # also: both publishes are in
+    b.advance(199)
+    assert (ready_count(ch, q), ready_count(ch, dlq)) == (2, 0)
+    b.advance(1)
+    assert (ready_count(ch, q), ready_count(ch, dlq)) == (0, 2)
     method, props, body = ch.basic_get(dlq, auto_ack=True)
     assert body == b"a"
     death = props.headers["x-death"][0]
@@ -52,13 +50,18 @@ def test_queue_ttl_expires_and_dead_letters(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_per_message_expiration(broker: BrokerThread) -> None:
-    conn = connect(broker)
+def test_per_message_expiration(broker_factory: Factory) -> None:
+    b = broker_factory(clock=ManualClock())
+    conn = connect(b)
     ch = conn.channel()
     q, dlq = _dl_pair(ch)
     ch.basic_publish("", q, b"short", pika.BasicProperties(expiration="150"))
     ch.basic_publish("", q, b"forever")
-    _wait_count(conn, ch, dlq, 1)
+    assert ready_count(ch, q) == 2
+    b.advance(149)
+    assert ready_count(ch, dlq) == 0
+    b.advance(1)
+    assert ready_count(ch, dlq) == 1
     method, props, body = ch.basic_get(dlq, auto_ack=True)
     assert body == b"short"
     assert props.expiration is None
@@ -68,47 +71,48 @@ def test_per_message_expiration(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_short_ttl_behind_a_long_head_expires_on_time(broker: BrokerThread) -> None:
-    conn = connect(broker)
+def test_short_ttl_behind_a_long_head_expires_on_time(broker_factory: Factory) -> None:
+    b = broker_factory(clock=ManualClock())
+    conn = connect(b)
     ch = conn.channel()
     q, dlq = _dl_pair(ch, **{"x-message-ttl": 60_000})
     ch.basic_publish("", q, b"long")
     ch.basic_publish("", q, b"short", pika.BasicProperties(expiration="200"))
     ch.basic_publish("", q, b"long too")
-    took = _wait_count(conn, ch, dlq, 1)
-    assert took < 3
-    assert ready_count(ch, q) == 2
+    assert ready_count(ch, q) == 3
+    b.advance(200)
+    assert (ready_count(ch, q), ready_count(ch, dlq)) == (2, 1)
     assert [ch.basic_get(q, auto_ack=True)[2] for _ in range(2)] == [b"long", b"long too"]
     assert ch.basic_get(dlq, auto_ack=True)[2] == b"short"
     conn.close()
 
 
-def test_a_message_expired_while_unacked_is_not_redelivered(broker: BrokerThread) -> None:
-    conn = connect(broker)
+def test_a_message_expired_while_unacked_is_not_redelivered(broker_factory: Factory) -> None:
+    b = broker_factory(clock=ManualClock())
+    conn = connect(b)
     ch = conn.channel()
     q, dlq = _dl_pair(ch, **{"x-message-ttl": 200})
     ch.basic_publish("", q, b"m")
     method, _, _ = ch.basic_get(q)
     assert method is not None
-    deadline = time.monotonic() + 0.4
-    while time.monotonic() < deadline:  # hold it past its TTL
-        conn.process_data_events(time_limit=0.05)
+    b.advance(400)  # held past its TTL: an unacked message does not expire
+    assert ready_count(ch, dlq) == 0
     ch.basic_nack(method.delivery_tag, requeue=True)
     assert ch.basic_get(q)[0] is None
     assert ch.basic_get(dlq, auto_ack=True)[2] == b"m"
     conn.close()
 
 
-def test_expired_messages_are_skipped_by_consumers(broker: BrokerThread) -> None:
+def test_expired_messages_are_skipped_by_consumers(broker_factory: Factory) -> None:
     """Messages that expired while a consumer was away are never delivered to it."""
-    conn = connect(broker)
+    b = broker_factory(clock=ManualClock())
+    conn = connect(b)
     ch = conn.channel()
     q = uniq()
     ch.queue_declare(q, arguments={"x-message-ttl": 100})
     ch.basic_publish("", q, b"stale")
-    deadline = time.monotonic() + 0.3
-    while time.monotonic() < deadline:
-        conn.process_data_events(time_limit=0.05)
+    assert ready_count(ch, q) == 1
+    b.advance(300)
     got: list[bytes] = []
     ch.basic_consume(q, lambda c, m, p, body: got.append(body), auto_ack=True)
     ch.basic_publish("", q, b"fresh")
@@ -130,10 +134,12 @@ def test_ttl_zero_reaches_a_waiting_consumer_only(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_deadlines_survive_a_restart(broker_factory: Any) -> None:
+def test_deadlines_survive_a_restart(broker_factory: Factory) -> None:
     """TTL counts from publication, not from the restart; per-message expirations
-    behind a long-lived head are found again after the restart."""
-    b = broker_factory()
+    behind a long-lived head are found again after the restart. One ManualClock
+    serves both runs and moves while the broker is down too."""
+    clock = ManualClock()
+    b = broker_factory(clock=clock)
     conn = connect(b)
     ch = conn.channel()
     q, dlq = uniq(), uniq("dlq")
@@ -148,22 +154,25 @@ def test_deadlines_survive_a_restart(broker_factory: Any) -> None:
         },
     )
     persistent = pika.BasicProperties(delivery_mode=2)
-    published = time.monotonic()
     ch.basic_publish("", q, b"queue-ttl", persistent)
     ch.basic_publish(
         "", q, b"own-ttl", pika.BasicProperties(delivery_mode=2, expiration="1500")
     )
+    assert ready_count(ch, q) == 2
     conn.close()
     b.stop()
-    b = broker_factory()
+    clock.advance(500)  # down for half a second
+    b = broker_factory(clock=clock)
     conn = connect(b)
     ch = conn.channel()
     assert ready_count(ch, q) == 2
-    _wait_count(conn, ch, dlq, 1)
-    first = time.monotonic() - published
-    assert 1.5 <= first < 2.9, first  # not 1.5 s after the restart plus the head's 3 s
-    _wait_count(conn, ch, dlq, 2)
-    second = time.monotonic() - published
-    assert 3.0 <= second < 5.0, second
+    b.advance(999)  # 1.499 s after the publish
+    assert ready_count(ch, dlq) == 0
+    b.advance(1)  # 1.5 s: not 1.5 s after the restart, nor after the head's 3 s
+    assert ready_count(ch, dlq) == 1
+    b.advance(1499)
+    assert ready_count(ch, dlq) == 1
+    b.advance(1)  # 3 s
+    assert ready_count(ch, dlq) == 2
     assert [ch.basic_get(dlq, auto_ack=True)[2] for _ in range(2)] == [b"own-ttl", b"queue-ttl"]
     conn.close()

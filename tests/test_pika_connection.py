@@ -29,6 +29,7 @@ from pikahelp import params
 
 from warren import Config, __version__
 from warren.amqp.handshake import SERVER_CAPABILITIES
+from warren.core.clock import ManualClock
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -216,10 +217,17 @@ def test_client_can_disable_heartbeats(broker: Any, opened: list[BlockingConnect
     assert conn._impl._heartbeat_checker is None
 
 
-def test_silent_client_is_disconnected(broker: Any, opened: list[BlockingConnection]) -> None:
+def test_silent_client_is_disconnected(
+    broker_factory: Callable[..., Any], opened: list[BlockingConnection]
+) -> None:
+    broker = broker_factory(clock=ManualClock())
     conn = connect(opened, broker, heartbeat=1)
     # Not running pika's I/O loop means no heartbeats from the client: the
-    # broker gives up after two missed intervals.
+    # broker gives up after two missed intervals (checked every half interval of
+    # its clock, the connection closed at the 4th check with nothing read).
+    broker.advance(2499)
+    assert len(server_connections(broker)) == 1
+    broker.advance(1)
     wait_on_broker(broker, lambda: not broker.broker.connections, timeout=10)
     with pytest.raises(AMQPConnectionError):
         pump(conn, 1.0)

@@ -4,7 +4,7 @@ policy and operator policy wins, and the effect survives a restart."""
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from typing import Any
 
 import pika
@@ -12,6 +12,8 @@ import pytest
 from conftest import BrokerThread
 from pika.exceptions import NackError
 from pikahelp import connect, drain, ready_count, uniq
+
+from warren.core.clock import ManualClock
 
 
 def test_max_length_policy_trims_an_existing_queue_at_once(broker: BrokerThread) -> None:
@@ -61,16 +63,18 @@ def test_overflow_and_dead_lettering_by_policy(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_message_ttl_policy_expires_what_is_already_queued(broker: BrokerThread) -> None:
-    conn = connect(broker)
+def test_message_ttl_policy_expires_what_is_already_queued(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    b = broker_factory(clock=ManualClock())
+    conn = connect(b)
     ch = conn.channel()
     q = uniq("pol")
     ch.queue_declare(q)
     ch.basic_publish("", q, b"old")
-    time_published = time.monotonic()
-    while time.monotonic() - time_published < 0.15:
-        conn.process_data_events(time_limit=0.05)
-    broker.call(lambda: broker.broker.set_policy("/", "ttl", f"^{q}$", {"message-ttl": 100}))
+    assert ready_count(ch, q) == 1
+    b.advance(150)
+    b.call(lambda: b.broker.set_policy("/", "ttl", f"^{q}$", {"message-ttl": 100}))
     assert ready_count(ch, q) == 0
     conn.close()
 

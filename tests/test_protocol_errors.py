@@ -26,7 +26,6 @@ from pamqp import commands, heartbeat
 from rawamqp import (
     PROTOCOL_HEADER,
     RawAMQP,
-    Timeout,
     body_frame,
     header_frame,
     method_frame,
@@ -35,7 +34,8 @@ from rawamqp import (
     raw_frame,
 )
 
-import warren.amqp.server
+from warren.amqp.server import HANDSHAKE_TIMEOUT_MS
+from warren.core.clock import ManualClock
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -632,58 +632,74 @@ def test_unacked_messages_of_a_vanished_client_are_redelivered(
 # -- heartbeats and timeouts ------------------------------------------------------------
 
 
+def _read_bytes(b: BrokerThread) -> int:
+    """Bytes the broker's AMQP connections have read so far."""
+    protocols = b.amqp_listener.protocols
+    return b.call(lambda: sum(p.conn.octets.recv_oct for p in protocols if p.conn is not None))
+
+
 def test_silent_client_is_disconnected_after_missed_heartbeats(
     broker_factory: Callable[..., BrokerThread],
 ) -> None:
     # RabbitMQ (client heartbeat=1): a heartbeat every 0.5 s, then the socket closes
-    # about 3 s after the last client frame, without a connection.close.
-    b = broker_factory(heartbeat=1)
+    # about 3 s after the last client frame, without a connection.close. Warren
+    # checks every half interval and closes at the 4th check with nothing read.
+    b = broker_factory(heartbeat=1, clock=ManualClock())
     with RawAMQP(b.port) as client:
-        client.handshake(heartbeat=1)
-        started = time.monotonic()
-        assert client.wait_eof(timeout=10)
-        elapsed = time.monotonic() - started
-        assert client.heartbeats >= 1
-        assert 1.0 <= elapsed < 10, elapsed
+        client.handshake(heartbeat=1)  # open: the heartbeat timer runs
+        b.advance(2499)
+        channel, frame = client.read_frame(timeout=5)
+        assert channel == 0 and isinstance(frame, heartbeat.Heartbeat), frame
+        assert b.call(lambda: len(b.amqp_listener.protocols)) == 1
+        b.advance(1)
+        assert client.wait_eof(timeout=5)
     assert_still_serving(b)
 
 
 def test_client_sending_heartbeats_stays_connected(
     broker_factory: Callable[..., BrokerThread],
 ) -> None:
-    b = broker_factory(heartbeat=1)
+    b = broker_factory(heartbeat=1, clock=ManualClock())
     with RawAMQP(b.port) as client:
         client.handshake(heartbeat=1)
-        deadline = time.monotonic() + 3.5  # well past two missed intervals
-        while time.monotonic() < deadline:
-            try:
-                channel, frame = client.read_frame(timeout=0.4)
-            except Timeout:
-                pass
-            else:
-                assert channel == 0 and isinstance(frame, heartbeat.Heartbeat), frame
+        for _ in range(4):  # 4 s: well past two missed intervals
+            # Two checks: at one of them nothing was sent since the one before, so
+            # a heartbeat goes out (one per interval).
+            b.advance(1000)
+            channel, frame = client.read_frame(timeout=5)
+            assert channel == 0 and isinstance(frame, heartbeat.Heartbeat), frame
+            read = _read_bytes(b)
             client.send_heartbeat()
-        assert client.heartbeats >= 1
+            deadline = time.monotonic() + 10
+            while _read_bytes(b) == read:  # the broker has read it before time moves on
+                assert time.monotonic() < deadline, "the heartbeat never arrived"
         client.open_channel(1)
         client.close()
     assert_still_serving(b)
 
 
 @pytest.mark.parametrize("send_header", [True, False], ids=["header-only", "nothing"])
-def test_handshake_timeout(
-    broker: BrokerThread, raw: RawFactory, monkeypatch: pytest.MonkeyPatch, send_header: bool
-) -> None:
+def test_handshake_timeout(broker_factory: Callable[..., BrokerThread], send_header: bool) -> None:
     # RabbitMQ (handshake_timeout 10 s): after connection.start and nothing more, the
-    # socket closes 10 s later without a connection.close. Shortened here to 1 s.
-    monkeypatch.setattr(warren.amqp.server, "HANDSHAKE_TIMEOUT", 1.0)
-    client = raw()
-    started = time.monotonic()
-    if send_header:
-        client.send(PROTOCOL_HEADER)
-        client.expect_method(commands.Connection.Start)
-    assert client.frames_until_eof(timeout=5) == []
-    assert time.monotonic() - started >= 0.9
-    assert_still_serving(broker)
+    # socket closes 10 s later without a connection.close. The broker's ManualClock
+    # is moved to the deadline.
+    b = broker_factory(clock=ManualClock())
+    protocols = b.amqp_listener.protocols
+    client = RawAMQP(b.port)
+    try:
+        if send_header:
+            client.send(PROTOCOL_HEADER)
+            client.expect_method(commands.Connection.Start)
+        deadline = time.monotonic() + 10
+        while not b.call(lambda: len(protocols)):  # accepted: the timer is armed
+            assert time.monotonic() < deadline, "the connection was never accepted"
+        b.advance(HANDSHAKE_TIMEOUT_MS - 1)
+        assert b.call(lambda: len(protocols)) == 1
+        b.advance(1)
+        assert client.frames_until_eof(timeout=5) == []
+    finally:
+        client.close_socket()
+    assert_still_serving(b)
 
 
 # -- isolation --------------------------------------------------------------------------

@@ -22,6 +22,9 @@ from conftest import BrokerThread, start_broker
 from pika.adapters.blocking_connection import BlockingChannel
 from pikahelp import barrier, connect, uniq, wait_until
 
+from warren.core.clock import ManualClock
+from warren.core.quorum_queue import HELD_RETRY_MS
+
 STRICT = {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
 
 
@@ -55,10 +58,16 @@ def api_queue(broker: BrokerThread, q: str) -> dict[str, Any]:
     return info
 
 
+@pytest.fixture
+def broker(broker_factory: Callable[..., BrokerThread]) -> BrokerThread:
+    """This module's broker runs on a ManualClock: the held copies' retry timer
+    fires when a test moves it."""
+    return broker_factory(clock=ManualClock())
+
+
 def retry(broker: BrokerThread, q: str) -> None:
-    """What the held copies' timer runs (instead of waiting for it)."""
-    queue = broker.broker.vhosts["/"].queues[q]
-    broker.call(queue.retry_dead_letters)
+    """Time for the held copies' next try (HELD_RETRY_MS), and the try."""
+    assert broker.advance(HELD_RETRY_MS) >= 1
 
 
 def bind_target(ch: BlockingChannel, q: str) -> str:
@@ -102,7 +111,9 @@ def test_expiry_in_the_queue_and_at_a_consumer_are_held(broker: BrokerThread) ->
     declare(ch, q, **{"x-message-ttl": 60_000})
     ch.basic_publish("", q, b"own", pika.BasicProperties(expiration="1"))
     ch.basic_publish("", q, b"kept")
-    wait_until(conn, lambda: api_queue(broker, q)["messages_dlx"] == 1)
+    barrier(ch)
+    broker.advance(1)
+    assert api_queue(broker, q)["messages_dlx"] == 1
     assert [ch.basic_get(q, auto_ack=True)[2] for _ in range(2)] == [b"kept", None]
     conn.close()
 

@@ -23,6 +23,8 @@ from conftest import BrokerThread, start_broker
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 from pikahelp import connect, uniq, wait_until
 
+from warren.core.clock import ManualClock
+
 STREAM = {"x-queue-type": "stream"}
 
 
@@ -399,28 +401,30 @@ def test_retention_by_count_and_by_policy(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_retention_by_age(broker: BrokerThread) -> None:
-    """Segments whose newest message is older than x-max-age go on the next publish."""
-    conn = connect(broker)
-    ch = conn.channel()
-    ch.confirm_delivery()
-    s = declare_stream(ch, **{"x-max-age": "1s", "x-stream-max-segment-size-bytes": 1000})
-    publish(ch, s, *[b"x" * 100 for _ in range(30)])
-    first_batch = ch.queue_declare(s, passive=True).method.message_count
-    assert first_batch == 30
-    deadline = time.monotonic() + 10
-    published = first_batch
-    count = first_batch
-    while count >= first_batch:  # once a second has passed, a publish drops the old ones
-        assert time.monotonic() < deadline, "old segments never aged out"
-        conn.process_data_events(0.25)
-        publish(ch, s, b"new")
-        published += 1
+def test_retention_by_age(tmp_path: Path) -> None:
+    """Segments whose newest message is older than x-max-age go on the next publish
+    (the broker's ManualClock is moved past the age)."""
+    broker = start_broker(tmp_path / "data", clock=ManualClock())
+    try:
+        conn = connect(broker)
+        ch = conn.channel()
+        ch.confirm_delivery()
+        s = declare_stream(ch, **{"x-max-age": "1s", "x-stream-max-segment-size-bytes": 1000})
+        publish(ch, s, *[b"x" * 100 for _ in range(30)])
+        assert ch.queue_declare(s, passive=True).method.message_count == 30
+        broker.advance(1000)
+        publish(ch, s, b"edge")  # the first 30 are 1 s old: not older than the age
+        assert ch.queue_declare(s, passive=True).method.message_count == 31
+        broker.advance(1)
+        publish(ch, s, b"new")  # now they are: their full segments go
         count = ch.queue_declare(s, passive=True).method.message_count
-    c = Collector(conn, s, **{"x-stream-offset": "first"})
-    assert c.wait(count) == list(range(published - count, published))
-    assert published - count > 0 and c.bodies()[-1] == b"new"
-    conn.close()
+        assert 2 <= count < 32
+        c = Collector(conn, s, **{"x-stream-offset": "first"})
+        assert c.wait(count) == list(range(32 - count, 32))
+        assert c.bodies()[-2:] == [b"edge", b"new"]
+        conn.close()
+    finally:
+        broker.stop()
 
 
 def test_late_acks_of_a_cancelled_tracking_consumer_do_not_move_its_position(

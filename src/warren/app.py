@@ -71,10 +71,15 @@ class Broker(CoreBroker):
             listeners if listeners is not None else default_listeners(self.config)
         )
         shovels = ShovelComponent(
-            self._local_amqp_uri, node_name(), lambda v, n: self._drop_parameter(v, "shovel", n)
+            self._local_amqp_uri,
+            node_name(),
+            lambda v, n: self._drop_parameter(v, "shovel", n),
+            lambda: self.clock,
         )
         self.parameter_components[shovels.name] = shovels
-        federation = Federation(self.vhosts.get, self._local_amqp_uri, lambda: self.cluster_name)
+        federation = Federation(
+            self.vhosts.get, self._local_amqp_uri, lambda: self.cluster_name, lambda: self.clock
+        )
         for component in (federation.upstream_component, federation.set_component):
             self.parameter_components[component.name] = component
 

@@ -14,7 +14,6 @@ import logging
 import resource
 import shutil
 import socket
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -24,10 +23,9 @@ from warren import __version__, build_description, sampling
 from warren.alarms import ResourceAlarms
 from warren.config import Config
 from warren.core.auth_guard import AuthGuard
-from warren.core.dedup import epoch_ms
+from warren.core.clock import Clock, LoopClock
 from warren.core.errors import NotFound, ResourceError
 from warren.core.names import warn_undecodable
-from warren.core.queue_features import now_ms
 from warren.core.runtime_parameters import ParameterComponent, ValidationFailed
 from warren.core.stats import GaugeStats, MessageStats, RateSampler
 from warren.core.users import UserStore
@@ -49,12 +47,15 @@ from warren.store_factory import StoreFactory
 from warren.tls import TLSContexts
 
 if TYPE_CHECKING:
+    from warren.core.clock import TimerHandle
     from warren.core.policies import Policy
     from warren.node import ClientConnection, Listener
 
 log = logging.getLogger("warren")
 
 DISK_CHECK_INTERVAL = 1.0
+#: How often (ms of the clock) unacknowledged deliveries are checked for their age.
+CONSUMER_TIMEOUT_CHECK_MS = 1000
 
 
 def _raise_fd_limit() -> None:
@@ -87,8 +88,14 @@ class Broker:
         self,
         config: Config | None = None,
         listeners: Sequence[Listener] = (),
+        *,
+        clock: Clock | None = None,
         **overrides: Any,
     ) -> None:
+        #: The one clock (core/clock.py): every TTL, expiry, delay, timeout,
+        #: heartbeat and rate of the broker, its vhosts and its connections.
+        #: Tests give a ManualClock (here or set before start()).
+        self.clock: Clock = clock if clock is not None else LoopClock()
         self.config = config if config is not None else Config()
         for key, value in overrides.items():
             setattr(self.config, key, value)
@@ -119,12 +126,6 @@ class Broker:
         #: connections are blocked (connection.blocked), as RabbitMQ's are.
         self.alarms: set[str] = self.resource_alarms.raised
         self.syncer: GroupSync | None = None
-        #: The clock of durable deduplication caches (ms since the epoch); set
-        #: before start() to inject another (tests).
-        self.dedup_clock: Callable[[], float] = epoch_ms
-        #: The clock of x-expires (ms since the epoch), given to every vhost; set
-        #: before start() to inject another (tests).
-        self.expires_clock: Callable[[], int] = now_ms
         #: Clustering's replication (cluster/leader.py's Replicator), set before
         #: start(): confirms then also wait for the in-sync followers.
         self.replication: Replication | None = None
@@ -142,21 +143,22 @@ class Broker:
         #: node's figures (node_stats.py), set and sampled with the rates.
         self.queue_totals = GaugeStats(3)
         self.node_figures = GaugeStats(len(NODE_GAUGES))
-        #: The clock of rate samples (seconds since the epoch: their timestamps).
-        self.stats_clock: Callable[[], float] = time.time
         self.rate_sampler = RateSampler(
             self.config.sample_retention_basic, self.config.sample_retention_global
         )
         self.tls = TLSContexts(self.config)
         self.auth_guard = AuthGuard(
-            self.config.auth_failure_delay, self.config.auth_failures_per_minute
+            self.config.auth_failure_delay,
+            self.config.auth_failures_per_minute,
+            self.clock,
         )
         #: Called with a vhost's name as it is deleted (Node.vhost_deleted).
         self.vhost_deleted: list[Callable[[str], None]] = []
-        self._next_sample = 0.0
         self._started = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._disk_timer: asyncio.TimerHandle | None = None
+        self._consumer_timer: TimerHandle | None = None
+        self._sample_timer: TimerHandle | None = None
         #: The round of rate sampling under way (warren/sampling.py).
         self._sampling: asyncio.Task[int] | None = None
 
@@ -168,11 +170,6 @@ class Broker:
                 log.info("TLS certificate reloaded from %s", self.config.tls_cert)
         except OSError as exc:
             log.error("TLS certificate not reloaded, the old one stays: %s", exc)
-
-    def call_later(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
-        """Run ``callback`` on the broker's loop after ``delay`` seconds."""
-        loop = self._loop or asyncio.get_running_loop()
-        return loop.call_later(delay, callback)
 
     def listener(self, name: str) -> Listener | None:
         """The listener of that protocol (``amqp``, ``http``), None when there is none."""
@@ -228,7 +225,7 @@ class Broker:
             self._loop.call_soon,
             self.stores.queue_store,
             definitions,
-            call_later=self._loop.call_later,
+            clock=self.clock,
             exchange_store_factory=self.stores.exchange_store,
             stream_store_factory=self.stores.stream_store,
         )
@@ -236,9 +233,7 @@ class Broker:
         vhost.exchange_key_logs = exchange_journal_factory(
             self.layout.exchange_dir, lambda: self.syncer
         )
-        vhost.dedup_clock = self.dedup_clock
         vhost.write_budget = self.resource_alarms.budget
-        vhost.expires_clock = self.expires_clock
         try:
             problems = vhost.restore_definitions()
             warn_undecodable(vhost)  # names kept from before they were refused
@@ -415,6 +410,8 @@ class Broker:
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
         self._loop = loop = asyncio.get_running_loop()
+        self.clock.attach(loop)
+        self.auth_guard.clock = self.clock  # in case another was set after __init__
         self.resource_alarms.loop = loop
         _raise_fd_limit()
         self.layout.prepare()
@@ -432,6 +429,9 @@ class Broker:
                 self._close_store()
                 raise
         self._check_disk()
+        self._check_consumer_timeouts()
+        if self.config.collect_statistics_interval:
+            self._sample()  # the first round at once, then every interval
         self._started = True
         started: list[Listener] = []
         try:
@@ -546,9 +546,10 @@ class Broker:
         log.info("Warren stopped")
 
     def _stop_timers(self) -> None:
-        if self._disk_timer is not None:
-            self._disk_timer.cancel()
-            self._disk_timer = None
+        for timer in (self._disk_timer, self._consumer_timer, self._sample_timer):
+            if timer is not None:
+                timer.cancel()
+        self._disk_timer = self._consumer_timer = self._sample_timer = None
         if self._sampling is not None:
             self._sampling.cancel()
 
@@ -635,20 +636,31 @@ class Broker:
         cap = self.config.max_connections
         return bool(cap) and len(self.connections) >= cap
 
-    # -- once a second: resource alarms, consumer timeouts, rates -------------------------
+    # -- once a second: resource alarms; on the clock: consumer timeouts, rates ----------
     def _check_disk(self) -> None:
+        """Free disk and memory, polled from the OS once a second: a loop timer,
+        not the broker's clock, since what it watches moves outside the broker."""
         assert self._loop is not None
         self.resource_alarms.check_disk()
         self.resource_alarms.check_memory()
         self._disk_timer = self._loop.call_later(DISK_CHECK_INTERVAL, self._check_disk)
-        self._check_consumer_timeouts()
-        interval = self.config.collect_statistics_interval / 1000
-        now = self._loop.time()
-        if interval and now >= self._next_sample and self._sampling is None:
-            self._next_sample = now + interval
-            task = self._loop.create_task(sampling.sample_in_slices(self, self.stats_clock()))
+
+    def _schedule_sample(self) -> None:
+        """The next round of rate sampling, every collect_statistics_interval ms of
+        the clock (0: only when a test calls sample_stats)."""
+        interval = self.config.collect_statistics_interval
+        if interval:
+            self._sample_timer = self.clock.call_later(interval, self._sample)
+
+    def _sample(self) -> None:
+        assert self._loop is not None
+        self._sample_timer = None
+        if self._sampling is None:
+            now_s = self.clock.now_ms() / 1000
+            task = self._loop.create_task(sampling.sample_in_slices(self, now_s))
             self._sampling = task
             task.add_done_callback(self._sampled)
+        self._schedule_sample()
 
     def sample_stats(self, now_s: float) -> int:
         """Sample the rates and history of every queue, exchange, channel,
@@ -663,8 +675,11 @@ class Broker:
 
     def _check_consumer_timeouts(self) -> None:
         """Close channels holding a delivery unacknowledged for longer than the
-        consumer timeout (checked with the disk, once a second)."""
-        now = int(time.time() * 1000)
+        consumer timeout (checked once a second of the clock)."""
+        self._consumer_timer = self.clock.call_later(
+            CONSUMER_TIMEOUT_CHECK_MS, self._check_consumer_timeouts
+        )
+        now = self.clock.now_ms()
         default = self.config.consumer_timeout
         for conn in list(self.connections):
             conn.check_consumer_timeouts(now, default)

@@ -15,7 +15,8 @@ packages, and a protocol package never imports another, so neither can hold
 it for the other (federation/ used to import shovel.runner for ``redact``);
 core/ is the broker's protocol-agnostic model (vhosts, queues, exchanges) and
 has no business with outgoing connections. This module imports only the
-standard library, so any package may use it.
+standard library and core/clock.py, so any package may use it. The reconnect
+back-off waits on the broker's clock (a ManualClock in tests).
 
 Tests wait for a state through ``LinkRunner.wait_for_state`` (or a
 component's wait over its runners, ``StateWaiters``): woken by each change,
@@ -32,6 +33,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit, urlunsplit
+
+from warren.core import clock as clocks
+from warren.core.clock import Clock, LoopClock
 
 T = TypeVar("T")
 
@@ -120,12 +124,19 @@ class LinkRunner(ABC):
     ZERO_DELAY_STOPS: ClassVar[bool] = False
     log: ClassVar[logging.Logger] = logging.getLogger("warren.links")
 
-    def __init__(self, reconnect_delay: float, on_change: Callable[[], None] | None = None) -> None:
-        """``on_change``: called on each change of state (a component's own waiters)."""
+    def __init__(
+        self,
+        reconnect_delay: float,
+        on_change: Callable[[], None] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        """``on_change``: called on each change of state (a component's own waiters);
+        ``clock``: the broker's (core/clock.py), for the back-off and ``since``."""
         self.reconnect_delay = reconnect_delay
+        self.clock: Clock = clock if clock is not None else LoopClock()
         self.state = STARTING
         self.reason: str | None = None
-        self.since = time.time()
+        self.since = self.clock.now_ms() / 1000
         self._on_change = on_change
         self._waiters = StateWaiters()
         self._ran = False  # the current session got to running
@@ -196,7 +207,7 @@ class LinkRunner(ABC):
         """The session is up: what a subclass calls once it consumes."""
         self._ran = True
         self.reason = None
-        self.since = time.time()
+        self.since = self.clock.now_ms() / 1000
         self._set_state(RUNNING)
         self.log.info("%s running", self.label)
 
@@ -230,5 +241,5 @@ class LinkRunner(ABC):
                 self.log.warning(
                     "%s failed: %s; restarting in %.1f s", self.label, self.reason, delay
                 )
-            await asyncio.sleep(delay)
+            await clocks.sleep(self.clock, delay * 1000)
             delay = min(max(delay * 2, self.MIN_BACKOFF), MAX_BACKOFF)

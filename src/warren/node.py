@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from warren.config import Config
     from warren.core.auth_guard import AuthGuard
     from warren.core.channel_counts import ChannelCounts
+    from warren.core.clock import Clock
     from warren.core.runtime_parameters import ParameterComponent
     from warren.core.stats import Ages, GaugeStats, MessageStats, OctetStats
     from warren.core.users import User, UserStore
@@ -148,10 +149,9 @@ class Node(Protocol):
     vhost_deleted: list[Callable[[str], None]]
     #: The TLS context every TLS listener serves with (reloaded on SIGHUP).
     tls: TLSContexts
-
-    def call_later(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
-        """Run ``callback`` on the broker's loop after ``delay`` seconds."""
-        ...
+    #: The broker's one clock (core/clock.py): every timeout, keep alive,
+    #: heartbeat and message time of a connection reads it and arms its timers on it.
+    clock: Clock
 
     def add_vhost(self, name: str) -> VHost: ...
 

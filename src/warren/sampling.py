@@ -1,4 +1,5 @@
-"""The broker's rates and lengths sampling, every collect_statistics_interval.
+"""The broker's rates and lengths sampling, every collect_statistics_interval of its
+clock (core/clock.py).
 
 Each round sums every vhost's channel counters, sets the queues', vhosts' and
 the node's figures, and samples every queue, exchange, channel, connection,
@@ -11,7 +12,8 @@ Recording an hour of history costs a busy object a few microseconds a round
 (an encoded record, an older one moved to a coarser tier), so with 10,000
 busy queues a round is tens of milliseconds: the broker's own rounds
 (:func:`sample_in_slices`) give the event loop back every :data:`SLICE`
-objects. :func:`sample_now` does a round at once (tests, with their own clock).
+objects. :func:`sample_now` does a round at once, at a time the caller gives
+(tests that choose every sample's time).
 """
 
 from __future__ import annotations

@@ -74,6 +74,7 @@ class MemoryAMQP(AMQPFrames):
 
         async def feed() -> None:
             conn = self.conn
+            conn.now_ms = self.harness.broker.clock.now_ms()  # as the transport does
             for piece in pieces:
                 conn.octets.recv_oct += len(piece)
                 conn.feed(piece)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from warren.broker import Broker
 from warren.config import Config
+from warren.core.clock import Clock, ManualClock
 
 if TYPE_CHECKING:
     from harness.amqp import MemoryAMQP
@@ -27,7 +28,9 @@ class Harness:
     """warren.broker.Broker (the core and the store, no listeners) on a loop of
     its own, run only while the test waits for something (run, pump)."""
 
-    def __init__(self, data_dir: Path, **settings: Any) -> None:
+    def __init__(self, data_dir: Path, clock: Clock | None = None, **settings: Any) -> None:
+        """``clock``: the broker's (a ManualClock for tests about time, moved with
+        ``advance``); the system's by default."""
         settings.setdefault("auth_failure_delay", 0)
         # (amqp_port stays what Config says: warren.broker.Broker opens no listener.)
         config = Config(
@@ -39,7 +42,7 @@ class Harness:
         )
         # asyncio's own loop: the harness runs it in steps, on this thread.
         self.loop = asyncio.new_event_loop()
-        self.broker = Broker(config)
+        self.broker = Broker(config, clock=clock)
         self.config = self.broker.config
         self.closed = False
         self._mqtt: MQTTState | None = None
@@ -57,6 +60,17 @@ class Harness:
             return fn()
 
         return self.run(call())
+
+    def advance(self, ms: float) -> int:
+        """Move the broker's ManualClock by ``ms``, running the timers due on the
+        way (on the broker's loop); how many ran."""
+        clock = self.broker.clock
+        assert isinstance(clock, ManualClock), "make the harness with clock=ManualClock()"
+
+        async def advance() -> int:
+            return clock.advance(ms)
+
+        return self.run(advance())
 
     def pump(self) -> None:
         """Let the loop run what is ready now (callbacks scheduled by the last

@@ -108,7 +108,7 @@ class MemoryMQTT:
 
         async def feed() -> None:
             conn = self.conn
-            conn.now_ms = int(time.time() * 1000)
+            conn.now_ms = self.harness.broker.clock.now_ms()  # as the transport does
             conn.octets.recv_oct += len(data)
             conn.feed(data)
             while conn.backlog:  # the transport's later loop turns

@@ -20,6 +20,7 @@ from conftest import BrokerThread, start_broker
 from httphelp import Api
 
 from warren import Config
+from warren.core.clock import ManualClock
 from warren.shovel.component import ShovelComponent
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2, content_type="text/plain", message_id="m-1")
@@ -191,7 +192,9 @@ def test_src_delete_after_queue_length_moves_the_backlog_and_deletes_the_shovel(
 
 
 def test_a_shovel_restarts_when_its_destination_comes_back(tmp_path: Path) -> None:
-    a = start_broker(tmp_path / "a")
+    """It waits its reconnect-delay on the broker's clock (a ManualClock here),
+    then starts again and moves what waited at the source."""
+    a = start_broker(tmp_path / "a", clock=ManualClock())
     b = start_broker(tmp_path / "b")
     port_b = b.port
     try:
@@ -218,6 +221,9 @@ def test_a_shovel_restarts_when_its_destination_comes_back(tmp_path: Path) -> No
                 auth_failure_delay=0,
             )
         ).start()
+        shovel = _shovels(a).shovels[("/", "s")]
+        assert a.call(lambda: shovel.state) == "terminated"  # the clock stands still
+        a.advance(200)  # its reconnect-delay
         got = _receive(port_b, "q", 20)
         assert sorted(body for _p, body in got) == sorted(b"msg-%d" % i for i in range(20))
         _wait_state(a, "s", "running")

@@ -14,17 +14,17 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
 from conftest import BrokerThread
-from mqttraw import Closed, RawClient, wait_for
+from mqttraw import RawClient, wait_for
 from pamqp import commands
 from rawamqp import RawAMQP, body_frame, header_frame, raw_frame
 
-import warren.mqtt.server as mqtt_server
+from warren.core.clock import ManualClock
 from warren.mqtt import properties as P
 from warren.mqtt.codec import _e_vbi, encode
 from warren.mqtt.packets import (
@@ -43,7 +43,7 @@ from warren.mqtt.packets import (
     Unsubscribe,
     Will,
 )
-from warren.mqtt.server import MQTTListener
+from warren.mqtt.server import CONNECT_TIMEOUT_MS, MQTTListener
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -351,84 +351,100 @@ def test_bad_connect_closes_only_that_connection(
     bystander.check()
 
 
-# -- timeouts ------------------------------------------------------------------------------
+# -- timeouts: the broker's ManualClock, moved to each deadline ----------------------------
+
+
+@pytest.fixture
+def clocked(broker_factory: Callable[..., BrokerThread]) -> BrokerThread:
+    return broker_factory(clock=ManualClock())
+
+
+@pytest.fixture
+def clocked_bystander(clocked: BrokerThread) -> Iterator[Bystander]:
+    b = Bystander(mqtt_port(clocked))
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def _protocols(b: BrokerThread) -> int:
+    listener = b.broker.listener("mqtt")
+    assert isinstance(listener, MQTTListener)
+    return b.call(lambda: len(listener.protocols))
 
 
 @pytest.mark.parametrize("level", [V311, MQTT_5])
 def test_keepalive_timeout_closes_and_publishes_the_will(
-    broker: BrokerThread, bystander: Bystander, level: int
+    clocked: BrokerThread, clocked_bystander: Bystander, level: int
 ) -> None:
-    port = mqtt_port(broker)
+    port = mqtt_port(clocked)
     with RawClient(port) as watcher, RawClient(port, level) as silent:
         watcher.connect("ka-watcher")
         watcher.subscribe("ka/#", qos=0)
         silent.connect("silent", keep_alive=1, will=Will("ka/will", b"timed out"))
-        last_sent = time.monotonic()
+        clocked.advance(1499)  # one and a half keep alive periods, less 1 ms
+        assert "silent" in live_ids(clocked)
+        clocked.advance(1)
         tail = silent.wait_closed(5)
-        elapsed = time.monotonic() - last_sent
         if level == MQTT_5:
             assert [(type(p), p.reason_code) for p in tail] == [  # type: ignore[attr-defined]
                 (Disconnect, P.KEEP_ALIVE_TIMEOUT)
             ]
         else:
             assert tail == []
-        assert 1.4 <= elapsed <= 3.0, elapsed
         will = watcher.expect(Publish)
         assert (will.topic, will.payload) == ("ka/will", b"timed out")
-    bystander.check()
+    clocked_bystander.check()
 
 
-def test_keepalive_not_kept_by_a_trickled_partial_packet(broker: BrokerThread) -> None:
+def test_keepalive_not_kept_by_a_trickled_partial_packet(clocked: BrokerThread) -> None:
     """Keep alive counts complete control packets: bytes of a PUBLISH that never
     completes, one every 0.3 s, do not keep the connection (slow loris)."""
-    with RawClient(mqtt_port(broker)) as c:
+    with RawClient(mqtt_port(clocked)) as c:
         c.connect("trickle", keep_alive=1)
-        start = time.monotonic()
         partial = encode(Publish("t", b"x" * 100), MQTT_5)
-        got: list[Any] = []
-        closed = False
-        for byte in partial[:-1]:
-            try:
-                c.send_raw(bytes((byte,)))
-                got.append(c.recv(0.3))
-                break  # the DISCONNECT arrived
-            except TimeoutError:
-                continue
-            except (Closed, OSError):
-                closed = True
-                break
-        if not closed:
-            got += c.wait_closed(3)
+        for byte in partial[:5]:
+            c.send_raw(bytes((byte,)))
+            clocked.advance(299)  # 1.495 s in all
+        assert "trickle" in live_ids(clocked)
+        c.send_raw(partial[5:6])
+        clocked.advance(5)
+        got = c.wait_closed(5)
         assert [(type(p), p.reason_code) for p in got] == [  # type: ignore[attr-defined]
             (Disconnect, P.KEEP_ALIVE_TIMEOUT)
         ]
-        assert time.monotonic() - start <= 3.0
 
 
-def test_keepalive_kept_by_pings(broker: BrokerThread) -> None:
-    with RawClient(mqtt_port(broker)) as c:
+def test_keepalive_kept_by_pings(clocked: BrokerThread) -> None:
+    with RawClient(mqtt_port(clocked)) as c:
         c.connect("pinger", keep_alive=1)
-        start = time.monotonic()
-        while time.monotonic() - start < 2.5:  # well past 1.5 keep alive periods
+        for _ in range(5):  # well past 1.5 keep alive periods
+            clocked.advance(1000)
             c.send(PingReq())
-            c.expect(PingResp)
-            c.nothing_more(0.3)  # the pace, and no DISCONNECT meanwhile
-        c.send(PingReq())
-        c.expect(PingResp)
-        c.disconnect()
+            c.expect(PingResp)  # the broker has it: no DISCONNECT meanwhile
+        clocked.advance(1499)
+        assert "pinger" in live_ids(clocked)
+        clocked.advance(2)  # silent for 1.5 periods (the timer's 1 ms after): gone
+        assert [(type(p), p.reason_code) for p in c.wait_closed(5)] == [  # type: ignore[attr-defined]
+            (Disconnect, P.KEEP_ALIVE_TIMEOUT)
+        ]
 
 
 def test_no_connect_within_the_timeout(
-    broker: BrokerThread, bystander: Bystander, monkeypatch: pytest.MonkeyPatch
+    clocked: BrokerThread, clocked_bystander: Bystander
 ) -> None:
-    monkeypatch.setattr(mqtt_server, "CONNECT_TIMEOUT", 0.5)
-    with RawClient(mqtt_port(broker)) as idle, RawClient(mqtt_port(broker)) as partial:
-        opened = time.monotonic()
+    port = mqtt_port(clocked)
+    before = _protocols(clocked)
+    with RawClient(port) as idle, RawClient(port) as partial:
         partial.send_raw(encode(Connect("partial", V311))[:5])  # never completed
-        assert idle.wait_closed(3) == []
-        assert partial.wait_closed(3) == []
-        assert 0.4 <= time.monotonic() - opened <= 2.0
-    bystander.check()
+        wait_for(lambda: _protocols(clocked) == before + 2, what="both accepted")
+        clocked.advance(CONNECT_TIMEOUT_MS - 1)
+        assert _protocols(clocked) == before + 2
+        clocked.advance(1)
+        assert idle.wait_closed(5) == []
+        assert partial.wait_closed(5) == []
+    clocked_bystander.check()
 
 
 # -- authentication and authorisation -------------------------------------------------------

@@ -10,7 +10,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from conftest import BrokerThread
 from mqttraw import RawClient, paho_publish, wait_for
 from procs import start_warren_mqtt
 
+from warren.core.clock import ManualClock
 from warren.mqtt import properties as P
 from warren.mqtt.packets import (
     MQTT_5,
@@ -84,8 +84,17 @@ def gone(b: BrokerThread, client_id: str) -> bool:
 
 
 def restart(factory: Factory, b: BrokerThread) -> BrokerThread:
+    """The same broker again (on its ManualClock, if it had one)."""
     b.stop()
-    return factory()
+    clock = b.broker.clock
+    return factory(clock=clock) if isinstance(clock, ManualClock) else factory()
+
+
+@pytest.fixture
+def clocked(broker_factory: Factory) -> BrokerThread:
+    """A broker on a ManualClock: session expiry, delayed wills and message expiry
+    happen when the test moves the clock."""
+    return broker_factory(clock=ManualClock())
 
 
 # -- persistent sessions -------------------------------------------------------------------
@@ -400,18 +409,20 @@ def test_clean_start_discards_a_stored_session(broker_factory: Factory, level: i
         c.disconnect()
 
 
-def test_session_expiry_ends_the_session(broker: BrokerThread) -> None:
+def test_session_expiry_ends_the_session(clocked: BrokerThread) -> None:
+    broker = clocked
     with RawClient(mqtt_port(broker)) as c:
         c.connect("short", clean=False, properties={P.SESSION_EXPIRY_INTERVAL: 1})
         c.subscribe("short/#", qos=1)
         c.disconnect()
-    disconnected = time.monotonic()
+    wait_for(lambda: gone(broker, "short"), what="the connection to end")
     # Kept while the interval runs...
+    broker.advance(999)
     assert broker.call(lambda: "short" in state(broker).sessions("/").sessions)
     assert has_queue(broker, queue_name("short"))
     # ...and gone after it: the stored session and its queue.
-    wait_for(lambda: not has_queue(broker, queue_name("short")), 5, "the queue to expire")
-    assert time.monotonic() - disconnected >= 0.9
+    broker.advance(1)
+    assert not has_queue(broker, queue_name("short"))
     assert broker.call(lambda: "short" not in state(broker).sessions("/").sessions)
     with RawClient(mqtt_port(broker)) as c:
         ack = c.connect("short", clean=False, properties={P.SESSION_EXPIRY_INTERVAL: 1})
@@ -420,14 +431,20 @@ def test_session_expiry_ends_the_session(broker: BrokerThread) -> None:
 
 
 def test_session_expiry_runs_across_a_restart(broker_factory: Factory) -> None:
-    b = broker_factory()
+    clock = ManualClock()
+    b = broker_factory(clock=clock)
     with RawClient(mqtt_port(b)) as c:
         c.connect("short-r", clean=False, properties={P.SESSION_EXPIRY_INTERVAL: 2})
         c.subscribe("short/#", qos=1)
         c.disconnect()
+    wait_for(lambda: gone(b, "short-r"), what="the connection to end")
+    b.stop()
+    clock.advance(500)  # down for half a second: it counts
     b = restart(broker_factory, b)
+    b.advance(1499)
     assert b.call(lambda: "short-r" in state(b).sessions("/").sessions)
-    wait_for(lambda: not has_queue(b, queue_name("short-r")), 6, "the queue to expire")
+    b.advance(1)  # 2 s after the disconnect, not after the restart
+    assert not has_queue(b, queue_name("short-r"))
     assert b.call(lambda: "short-r" not in state(b).sessions("/").sessions)
 
 
@@ -503,7 +520,8 @@ def delayed_will(delay: int, payload: bytes) -> Will:
     return Will("will/delayed", payload, 1, False, {P.WILL_DELAY_INTERVAL: delay})
 
 
-def test_will_delay_cancelled_by_reconnect(broker: BrokerThread) -> None:
+def test_will_delay_cancelled_by_reconnect(clocked: BrokerThread) -> None:
+    broker = clocked
     port = mqtt_port(broker)
     props = {P.SESSION_EXPIRY_INTERVAL: 60}
     with watcher(port) as w:
@@ -515,12 +533,14 @@ def test_will_delay_cancelled_by_reconnect(broker: BrokerThread) -> None:
         with RawClient(port) as again:  # back within the delay
             assert again.connect("delayer", clean=False, properties=props).session_present
             assert broker.call(lambda: ("/", "delayer") not in state(broker)._pending_wills)
-            # Well past the delay: still no will (the window is the claim).
-            w.nothing_more(1.5)
+            broker.advance(1500)  # well past the delay: still no will
+            mark(port, "will/delayed")
+            assert next_payload(w) == b"marker"
             again.disconnect()
 
 
-def test_will_delay_published_after_the_delay(broker: BrokerThread) -> None:
+def test_will_delay_published_after_the_delay(clocked: BrokerThread) -> None:
+    broker = clocked
     port = mqtt_port(broker)
     with watcher(port) as w:
         c = RawClient(port)
@@ -531,15 +551,19 @@ def test_will_delay_published_after_the_delay(broker: BrokerThread) -> None:
             will=delayed_will(1, b"late"),
         )
         c.close()
-        closed = time.monotonic()
+        wait_for(lambda: gone(broker, "delayer2"), what="the connection to end")
+        broker.advance(999)
+        mark(port, "will/delayed")
+        assert next_payload(w) == b"marker"  # not published before its delay
+        broker.advance(1)
         assert next_payload(w, 5) == b"late"
-        assert time.monotonic() - closed >= 0.9, "published before its delay"
 
 
 def test_delayed_will_survives_a_restart(broker_factory: Factory) -> None:
     """A will waiting out its delay when the broker stops is published after the
     restart, when due; one whose client came back first is not."""
-    b = broker_factory()
+    clock = ManualClock()
+    b = broker_factory(clock=clock)
     port = mqtt_port(b)
     with RawClient(port) as w:  # a persistent watcher, so it hears the will later
         w.connect("will-keeper", clean=False, properties={P.SESSION_EXPIRY_INTERVAL: 600})
@@ -555,7 +579,8 @@ def test_delayed_will_survives_a_restart(broker_factory: Factory) -> None:
         )
         c.close()
         wait_for(lambda cid=client_id: gone(b, cid), what="the connection to end")
-    stopped = time.monotonic()
+    b.stop()
+    clock.advance(500)  # down for half a second: it counts
     b = restart(broker_factory, b)
     port = mqtt_port(b)
     with RawClient(port) as back:  # returns within the delay: its will is cancelled
@@ -566,8 +591,11 @@ def test_delayed_will_survives_a_restart(broker_factory: Factory) -> None:
             assert w.connect(
                 "will-keeper", clean=False, properties={P.SESSION_EXPIRY_INTERVAL: 600}
             ).session_present
+            b.advance(1499)
+            mark(port, "will/marker")
+            assert next_payload(w, 5) == b"marker"  # not published before its delay
+            b.advance(1)
             assert next_payload(w, 5) == b"late"
-            assert time.monotonic() - stopped >= 1.8, "published before its delay"
             mark(port, "will/marker")
             assert next_payload(w, 5) == b"marker"  # and no b"never" before it
         back.disconnect()
@@ -646,9 +674,10 @@ def test_in_flight_ids_are_per_queue_with_a_shared_subscription(broker_factory: 
 # -- message expiry ----------------------------------------------------------------------------
 
 
-def test_message_expiry_interval_forwarded_counts_down(broker: BrokerThread) -> None:
+def test_message_expiry_interval_forwarded_counts_down(clocked: BrokerThread) -> None:
     """MQTT-3.3.2-6: the interval sent on is the received one minus the time waited,
     for a listening subscriber and for one that comes back for stored messages."""
+    broker = clocked
     port = mqtt_port(broker)
     with RawClient(port) as live, RawClient(port) as pub:
         live.connect("exp-live")
@@ -661,12 +690,13 @@ def test_message_expiry_interval_forwarded_counts_down(broker: BrokerThread) -> 
         pub.send(Publish("exp/a", b"x", 1, packet_id=1, properties={P.MESSAGE_EXPIRY_INTERVAL: 30}))
         pub.expect(PubAck)
         p = live.expect(Publish)
-        assert p.properties[P.MESSAGE_EXPIRY_INTERVAL] in (29, 30), p
+        assert p.properties[P.MESSAGE_EXPIRY_INTERVAL] == 30, p
         live.send(PubAck(p.packet_id or 0))
+        broker.advance(10_000)  # 10 s in the queue
         with RawClient(port) as away:
             away.connect("exp-away", **persistent(MQTT_5))
             p = away.expect(Publish)
-            assert p.properties[P.MESSAGE_EXPIRY_INTERVAL] in (29, 30), p
+            assert p.properties[P.MESSAGE_EXPIRY_INTERVAL] == 20, p
             away.send(PubAck(p.packet_id or 0))
             away.disconnect(0, {P.SESSION_EXPIRY_INTERVAL: 0})
         pub.disconnect()
@@ -781,7 +811,7 @@ def test_subscription_options_and_shares_survive_restart(
 ) -> None:
     """MQTT 5 subscription options (identifier, QoS, No Local) and a share group
     membership are part of the stored session."""
-    b = broker_factory()
+    b = broker_factory(clock=ManualClock())
     with RawClient(mqtt_port(b)) as c:
         c.connect("opts", **persistent(MQTT_5))
         c.send(
@@ -820,6 +850,10 @@ def test_subscription_options_and_shares_survive_restart(
         )
         c.send(PubAck(p.packet_id or 0))
         c.disconnect(0, {P.SESSION_EXPIRY_INTERVAL: 0 if ended_by == "disconnect" else 1})
+    wait_for(lambda: gone(b, "opts"), what="the connection to end")
+    if ended_by == "expiry":
+        assert has_queue(b, queue_name("opts"))
+        b.advance(1000)
     # The session ended: its queue and (last member gone) the share's queue with it.
     wait_for(lambda: not has_queue(b, queue_name("opts")), 5, "the session queue to go")
     assert not has_queue(b, "mqtt-shared-grp-s.#")

@@ -12,7 +12,6 @@ BrokerGate.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -73,7 +72,7 @@ class AMQPConnection(FrameHandler):
         #: the TLS connection, warren.tls.cert_login): None without one, "" when the
         #: certificate has no usable name. Not None: EXTERNAL is offered.
         self.cert_login: str | None = None
-        self.connected_at = int(time.time() * 1000)
+        self.connected_at = broker.clock.now_ms()
         self.auth_mechanism = ""
         # Set by the transport: what to do after a close the operator asked for (a
         # deadline for the client's close-ok).
@@ -84,8 +83,8 @@ class AMQPConnection(FrameHandler):
         self.frames = FrameLoop(self, self.config.max_message_size)
         #: The broker's side of the handshake (amqp/handshake.py).
         self.gate = handshake.BrokerGate(self)
-        # Milliseconds since the epoch, set by the transport before each feed(): the
-        # timestamp of the messages that read carries (0: Message reads the clock).
+        # The broker clock's ms, set by the transport before each feed(): the
+        # timestamp of the messages that read carries (0: a publish reads the clock).
         self.now_ms = 0
         #: Bytes in and out (the asyncio layer counts them), for the management API.
         self.octets = OctetStats()

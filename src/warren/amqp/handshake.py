@@ -148,16 +148,17 @@ def start_ok(conn: HandshakeConnection, method: spec.ConnectionStartOk) -> None:
 
 def refuse_login_later(
     conn: HandshakeConnection,
-    delay: float,
+    delay_ms: float,
     text: str,
     call_later: Callable[[float, Callable[[], None]], object],
 ) -> None:
-    """Refuse after ``delay`` seconds (core/auth_guard.py): repeated guesses slow down."""
-    if delay <= 0:
+    """Refuse after ``delay_ms`` (core/auth_guard.py): repeated guesses slow down.
+    ``call_later``: a clock's (core/clock.py), in ms."""
+    if delay_ms <= 0:
         refuse_login(conn, text)
         return
     conn.state = State.CLOSING  # nothing more is read from this client
-    call_later(delay, lambda: refuse_login(conn, text))
+    call_later(delay_ms, lambda: refuse_login(conn, text))
 
 
 def refuse_login(conn: HandshakeConnection, text: str, send_close: bool = False) -> None:
@@ -311,7 +312,7 @@ class BrokerGate:
                     mechanism,
                     exc.text,
                 )
-            refuse_login_later(conn, exc.delay, refusal, conn.broker.call_later)
+            refuse_login_later(conn, exc.delay_ms, refusal, conn.broker.clock.call_later)
             return None
 
     def open_vhost(self, name: str) -> bool:

@@ -145,7 +145,8 @@ class Publishing:
         conn.has_published = True
         if conn.blocked:
             conn.block_now()
-        mrun = MessageRun(ex.name, method.routing_key, run.method[6:-1], run, conn.now_ms or None)
+        now = conn.now_ms or conn.broker.clock.now_ms()
+        mrun = MessageRun(ex.name, method.routing_key, run.method[6:-1], run, now)
         mandatory = method.mandatory
         n = len(run)
         if self.tx:
@@ -302,7 +303,8 @@ class Publishing:
         if not plain:
             validate_publish_properties(props)
         conn = self.connection
-        msg = Message(ex.name, method.routing_key, props, body, conn.now_ms or None)
+        now = conn.now_ms or conn.broker.clock.now_ms()
+        msg = Message(ex.name, method.routing_key, props, body, now)
         msg._ex_rk = self._publish_ex_rk
         conn.has_published = True
         if conn.blocked:

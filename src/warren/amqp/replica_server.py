@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from warren.amqp.replica import ReplicaConnection
 from warren.config import Config
+from warren.core import clock as clocks
+from warren.core.clock import Clock, LoopClock
 from warren.store.replica_catalog import ReplicaCatalog
 from warren.tls import server_context
 
@@ -40,7 +41,7 @@ class _ReplicaProtocol(asyncio.Protocol):
             self.server.catalog,
             name,
             self.server.leader,
-            lambda: int(time.time() * 1000),
+            self.server.clock.now_ms,
             heartbeat=self.server.config.heartbeat,
         )
         self.server.protocols.add(self)
@@ -91,8 +92,17 @@ class _ReplicaProtocol(asyncio.Protocol):
 class ReplicaReadServer:
     """Serves stream reads from a follower's data directory."""
 
-    def __init__(self, config: Config, root: Path, leader: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        config: Config,
+        root: Path,
+        leader: Callable[[], str],
+        clock: Clock | None = None,
+    ) -> None:
         self.config = config
+        #: x-stream-offset times and heartbeats (core/clock.py); a follower runs
+        #: no broker, so it has a clock of its own unless given one.
+        self.clock: Clock = clock if clock is not None else LoopClock()
         self.catalog = ReplicaCatalog(root, config.default_user, config.default_password)
         self.leader = leader
         self.protocols: set[_ReplicaProtocol] = set()
@@ -134,9 +144,9 @@ class ReplicaReadServer:
                 protocol.schedule()
 
     async def _heartbeats(self) -> None:
-        interval = max(self.config.heartbeat / 2, 1) if self.config.heartbeat else 30
+        interval_ms = max(self.config.heartbeat * 500, 1000) if self.config.heartbeat else 30_000
         while True:
-            await asyncio.sleep(interval)
+            await clocks.sleep(self.clock, interval_ms)
             for protocol in list(self.protocols):
                 if protocol.conn is not None:
                     protocol.conn.tick()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import TYPE_CHECKING, cast
 
 from warren.amqp.connection import AMQPConnection
@@ -13,12 +12,15 @@ from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol
 from warren.tls import cert_login
 
 if TYPE_CHECKING:
+    from warren.core.clock import TimerHandle
     from warren.node import Node
 
 log = logging.getLogger("warren.amqp")
 
-HANDSHAKE_TIMEOUT = 10.0
-CLOSE_OK_TIMEOUT = 3.0
+#: ms of the broker's clock a client has to open the connection, and to answer
+#: a close with close-ok.
+HANDSHAKE_TIMEOUT_MS = 10_000
+CLOSE_OK_TIMEOUT_MS = 3000
 
 
 class AMQPProtocol(BatchedProtocol):
@@ -30,8 +32,10 @@ class AMQPProtocol(BatchedProtocol):
         super().__init__()
         self.listener = listener
         self.broker = listener.node
+        #: The broker's clock: message times, the handshake, close-ok and heartbeat timers.
+        self.clock = listener.node.clock
         self.conn = None
-        self._timers: list[asyncio.TimerHandle] = []
+        self._timers: list[TimerHandle] = []
         self._heartbeat_started = False
         self._closing_timer = False
         self.closed = self.loop.create_future()
@@ -65,13 +69,13 @@ class AMQPProtocol(BatchedProtocol):
             )
         self.conn.on_forced_close = self._forced_close
         self.listener.protocols.add(self)
-        self._timers.append(self.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout))
+        self._timers.append(self.clock.call_later(HANDSHAKE_TIMEOUT_MS, self._handshake_timeout))
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn
         if conn is None:  # refused at accept (max_connections)
             return
-        conn.now_ms = int(time.time() * 1000)  # one clock read per socket read
+        conn.now_ms = self.clock.now_ms()  # one clock read per socket read
         self.count_read(data)
         conn.feed(data)
         if conn.backlog or len(data) >= YIELD_AFTER_BYTES:
@@ -82,10 +86,10 @@ class AMQPProtocol(BatchedProtocol):
         if not self._heartbeat_started and conn.state == State.OPEN:
             self._heartbeat_started = True
             if conn.heartbeat:
-                self._schedule_tick(conn.heartbeat / 2)
+                self._schedule_tick(conn.heartbeat * 500)
         if conn.state == State.CLOSING and not self._closing_timer:
             self._closing_timer = True
-            self._timers.append(self.loop.call_later(CLOSE_OK_TIMEOUT, self._abort))
+            self._timers.append(self.clock.call_later(CLOSE_OK_TIMEOUT_MS, self._abort))
 
     def resume_input(self) -> None:
         """Process the input kept while replies were held (hold_replies)."""
@@ -112,15 +116,15 @@ class AMQPProtocol(BatchedProtocol):
             log.warning("%s: handshake timeout, closing", self.conn.name)
             self._abort()
 
-    def _schedule_tick(self, interval: float) -> None:
-        self._timers.append(self.loop.call_later(interval, self._tick, interval))
+    def _schedule_tick(self, interval_ms: int) -> None:
+        self._timers.append(self.clock.call_later(interval_ms, lambda: self._tick(interval_ms)))
 
-    def _tick(self, interval: float) -> None:
+    def _tick(self, interval_ms: int) -> None:
         conn = self.conn
         if conn is None:
             return
         if conn.tick():
-            self._schedule_tick(interval)
+            self._schedule_tick(interval_ms)
 
     def close(self) -> None:
         """Server-initiated close with 320 CONNECTION_FORCED (broker shutdown)."""
@@ -129,14 +133,14 @@ class AMQPProtocol(BatchedProtocol):
             self.flush()
         if not self._closing_timer:
             self._closing_timer = True
-            self._timers.append(self.loop.call_later(CLOSE_OK_TIMEOUT, self._abort))
+            self._timers.append(self.clock.call_later(CLOSE_OK_TIMEOUT_MS, self._abort))
 
     def _forced_close(self) -> None:
-        """The management API closed the connection: the client has CLOSE_OK_TIMEOUT."""
+        """The management API closed the connection: the client has CLOSE_OK_TIMEOUT_MS."""
         self.flush()
         if not self._closing_timer:
             self._closing_timer = True
-            self._timers.append(self.loop.call_later(CLOSE_OK_TIMEOUT, self._abort))
+            self._timers.append(self.clock.call_later(CLOSE_OK_TIMEOUT_MS, self._abort))
 
     def connection_lost(self, exc: Exception | None) -> None:
         for timer in self._timers:

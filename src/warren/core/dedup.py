@@ -17,7 +17,9 @@ forgets it (LavinMQ forgets every exchange's). A durable queue's, stream's or
 exchange's cache is durable (docs/storage.md, "Deduplication keys"): it is
 rebuilt at start from the keys of the records that survived (a queue's) plus a
 journal of keys whose messages were durable (:class:`KeyLog`), so it needs a
-clock that survives a restart: milliseconds since the epoch, as records carry.
+clock that survives a restart: milliseconds since the epoch, as records carry
+(the broker's ``clock.now_ms``; an in-memory cache takes ``clock.monotonic_ms``,
+core/clock.py).
 
 Usage (an exchange or a queue holds one, built when it is declared)::
 
@@ -29,11 +31,11 @@ Usage (an exchange or a queue holds one, built when it is declared)::
 from __future__ import annotations
 
 import struct
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from warren.core.clock import LoopClock
 from warren.core.codec_errors import DecodeError
 from warren.core.erlang_format import field_type
 from warren.core.errors import PreconditionFailed
@@ -50,10 +52,8 @@ __all__ = [
     "Deduplicator",
     "KeyEntry",
     "KeyLog",
-    "epoch_ms",
     "forget_dropped",
     "key_of",
-    "monotonic_ms",
 ]
 
 DEFAULT_CACHE_SIZE = 128
@@ -74,17 +74,6 @@ DEDUP_ARGUMENTS = (
 Clock = Callable[[], float]
 #: A remembered key: (key, first seen in ms, expiry in ms or None: never).
 KeyEntry = tuple[Hashable, float, float | None]
-
-
-def monotonic_ms() -> float:
-    """The default clock: milliseconds that never go backwards."""
-    return time.monotonic() * 1000.0
-
-
-def epoch_ms() -> float:
-    """The clock of a durable cache: milliseconds since the epoch (a restart keeps
-    it, as it keeps the records' timestamps)."""
-    return time.time() * 1000.0
 
 
 class KeyLog(Protocol):
@@ -144,7 +133,9 @@ class Deduplicator:
 
     ``size`` bounds the number of keys (least recently seen evicted first), ``ttl``
     is the default lifetime of a key in ms (None: until evicted), ``header`` names
-    the message header holding the key, ``clock`` returns the time in ms (monotonic).
+    the message header holding the key, ``clock`` returns the time in ms (the
+    broker clock's monotonic_ms, or its now_ms for a durable cache; without one,
+    a LoopClock's, for a cache outside a broker).
     Expired keys are dropped lazily, when met again or evicted.
     """
 
@@ -155,14 +146,14 @@ class Deduplicator:
         size: int = DEFAULT_CACHE_SIZE,
         ttl: int | None = None,
         header: str = DEFAULT_HEADER,
-        clock: Clock = monotonic_ms,
+        clock: Clock | None = None,
     ) -> None:
         if size < 1:
             raise ValueError("size must be at least 1")
         self.size = size
         self.ttl = ttl
         self.header = header
-        self._clock = clock
+        self._clock: Clock = clock if clock is not None else LoopClock().monotonic_ms
         # key -> (first seen, expiry time in ms or None: never, durable), least
         # recently seen first. ``durable``: written to a KeyLog (or rebuilt from one).
         self._entries: OrderedDict[Hashable, tuple[float, float | None, bool]] = OrderedDict()
@@ -180,7 +171,7 @@ class Deduplicator:
 
     @classmethod
     def from_arguments(
-        cls, arguments: dict[str, Any] | None, what: str = "", clock: Clock = monotonic_ms
+        cls, arguments: dict[str, Any] | None, what: str = "", clock: Clock | None = None
     ) -> Deduplicator | None:
         """The deduplicator the declaration arguments ask for, or None when they do not
         enable it. Raises PreconditionFailed (406) for an argument of the wrong type;
@@ -322,6 +313,11 @@ class Deduplicator:
         entries[key] = (now, expiry, False)
         self.last_new = (key, now, expiry)
         return False
+
+    def use_clock(self, clock: Clock) -> None:
+        """Read time from ``clock`` from now on (the vhost's, once the cache's
+        exchange belongs to one)."""
+        self._clock = clock
 
     def forget_key(self, key: Hashable) -> None:
         """Drop a key as check() recorded it (its message was refused after all)."""

@@ -122,11 +122,14 @@ class Exchange(ABC):
         """Called once the exchange belongs to ``vhost`` (declared, or restored at
         start): a durable deduplicating exchange gets its cache back."""
         dedup = self.deduplicator
-        make = vhost.exchange_key_logs
-        if dedup is None or not self.durable or make is None or not self.durable_cache():
+        if dedup is None:
             return
-        # A durable cache's times must survive a restart: the epoch clock.
-        dedup = Deduplicator(dedup.size, dedup.ttl, dedup.header, vhost.dedup_clock)
+        make = vhost.exchange_key_logs
+        if not self.durable or make is None or not self.durable_cache():
+            dedup.use_clock(vhost.clock.monotonic_ms)  # in memory: the vhost's clock
+            return
+        # A durable cache's times must survive a restart: the clock's epoch ms.
+        dedup = Deduplicator(dedup.size, dedup.ttl, dedup.header, vhost.clock.now_ms)
         key_log = make(self, dedup)
         self._journal = key_log.load()
         dedup.restore(self._journal)

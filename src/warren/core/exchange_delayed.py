@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import time
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
@@ -44,9 +43,10 @@ from warren.core.properties import set_header
 from warren.core.queue import STORED, Queue
 
 if TYPE_CHECKING:
+    from warren.core.clock import TimerHandle
     from warren.core.queue import Held
     from warren.core.store import MessageStore
-    from warren.core.vhost import TimerHandle, VHost
+    from warren.core.vhost import VHost
 
 __all__ = ["MAX_DELAY", "DelayedMessageExchange", "delay_of"]
 
@@ -56,10 +56,6 @@ log = logging.getLogger("warren.delayed")
 MAX_DELAY = 4_294_967_295
 #: Held messages routed per timer callback: a burst of due messages shares the loop.
 _RELEASE_BATCH = 512
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def delay_of(msg: Message) -> int | None:
@@ -231,7 +227,7 @@ class DelayedMessageExchange(Exchange):
                 return
             self._timer.cancel()
         self._timer_at = first
-        self._timer = self._vhost.call_later(max(0, first - now_ms()) / 1000, self._release)
+        self._timer = self._vhost.clock.call_at(first, self._release)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -241,7 +237,9 @@ class DelayedMessageExchange(Exchange):
     def _release(self) -> None:
         self._timer = None
         heap = self._heap
-        now = now_ms()
+        if self._vhost is None:
+            return
+        now = self._vhost.clock.now_ms()
         for _ in range(_RELEASE_BATCH):
             if not heap or heap[0][0] > now or self._held is None:
                 break

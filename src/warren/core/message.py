@@ -7,10 +7,10 @@ would be wasted work. Routing by headers and the store peek into them lazily.
 
 from __future__ import annotations
 
-import time
 from typing import Any, Protocol
 
 from warren.core import properties as props
+from warren.core.clock import system_ms
 
 
 class Message:
@@ -36,7 +36,9 @@ class Message:
         self.routing_key = routing_key
         self.properties = properties
         self.body = body
-        self.timestamp = int(time.time() * 1000) if timestamp is None else timestamp
+        # The broker's paths pass their clock's time (core/clock.py); the system
+        # clock is for a message made outside a broker (tests, tools).
+        self.timestamp = system_ms() if timestamp is None else timestamp
         self._headers: dict[str, Any] | None | bool = False
         self._ex_rk: bytes | None = None
 
@@ -90,7 +92,7 @@ class MessageRun:
     __slots__ = ("exchange", "routing_key", "ex_rk", "raw", "timestamp")
 
     def __init__(
-        self, exchange: str, routing_key: str, ex_rk: bytes, raw: RawRun, timestamp: int | None
+        self, exchange: str, routing_key: str, ex_rk: bytes, raw: RawRun, timestamp: int
     ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key

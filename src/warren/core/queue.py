@@ -26,7 +26,6 @@ from warren.core.destination import QUEUE
 from warren.core.errors import AccessRefused, PreconditionFailed
 from warren.core.message import Message, MessageRun
 from warren.core.queue_delivery import RETURNS, QueueDelivery
-from warren.core.queue_features import now_ms
 from warren.core.queue_settings import (
     DROP_HEAD,
     REJECT_PUBLISH_DLX,
@@ -74,9 +73,11 @@ class Queue(QueueDelivery):
     ) -> None:
         super().__init__()
         self.vhost = vhost
+        #: The broker's clock (the vhost's), held here for the publish path.
+        self.clock = vhost.clock
         self.name = name
         self.store = store
-        self._last_used = vhost.expires_clock()
+        self._last_used = self.clock.now_ms()
         #: Message counters (publish, deliver, get, ack, ...) for management and metrics.
         self.stats = MessageStats()
         #: Its lengths (messages, ready, unacknowledged) at the last samples.
@@ -127,9 +128,11 @@ class Queue(QueueDelivery):
         what = f"queue '{self.name}' in vhost '{vhost.name}'"
         durable = self.persistent and vhost.key_logs is not None
         if not durable:
-            self._dedup = Deduplicator.from_arguments(self.arguments, what)
+            self._dedup = Deduplicator.from_arguments(
+                self.arguments, what, vhost.clock.monotonic_ms
+            )
             return
-        dedup = Deduplicator.from_arguments(self.arguments, what, vhost.dedup_clock)
+        dedup = Deduplicator.from_arguments(self.arguments, what, vhost.clock.now_ms)
         if dedup is None:
             return
         self._dedup = dedup
@@ -227,7 +230,7 @@ class Queue(QueueDelivery):
         if self.deleted:
             return
         if self._ttl is not None or self._has_expiring:
-            self._expire(now_ms())
+            self._expire(self.clock.now_ms())
         if self._max_length is not None or self._max_bytes is not None:
             self._drop_over_limit()
         self.schedule_delivery()
@@ -416,7 +419,7 @@ class Queue(QueueDelivery):
 
     def _publish_unique(self, msg: Message, held: list[Held] | None = None) -> int:
         store = self.store
-        now = now_ms()
+        now = self.clock.now_ms()
         if self._over_limit(len(msg.body)) and self._overflow != DROP_HEAD:
             if self._overflow == REJECT_PUBLISH_DLX:
                 self._dead_letter(-1, msg, dl.MAXLEN, now)
@@ -499,7 +502,7 @@ class Queue(QueueDelivery):
     # -- pull, ack, requeue -----------------------------------------------------------
     def get(self, no_ack: bool) -> tuple[int, Message, bool] | None:
         self.touch()
-        item = self.store.shift() if self._plain else self._take(now_ms())
+        item = self.store.shift() if self._plain else self._take(self.clock.now_ms())
         if item is None:
             return None
         if no_ack:
@@ -629,7 +632,7 @@ class Queue(QueueDelivery):
             if requeue:
                 refusal = None
                 if not self._plain or self._delivery_limit is not None:
-                    now = now_ms()
+                    now = self.clock.now_ms()
                     refusal = self._requeue_refusal(seq, msg, now, explicit)
                 if refusal is None:
                     store.requeue(seq, msg)
@@ -638,7 +641,7 @@ class Queue(QueueDelivery):
                         self.schedule_delivery()
                     continue
                 reason = refusal
-            if not self._dead_letter(seq, msg, reason, now or now_ms()):
+            if not self._dead_letter(seq, msg, reason, now or self.clock.now_ms()):
                 # No copy could be made: the message goes back to where it was.
                 self._stuck.add(seq)
                 store.requeue(seq, msg)

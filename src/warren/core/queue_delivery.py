@@ -23,7 +23,7 @@ from warren.core import dead_letter as dl
 from warren.core.codec_errors import DecodeError
 from warren.core.consumer import Consumer
 from warren.core.message import Message
-from warren.core.queue_features import RETRY_MS, QueueFeatures, now_ms
+from warren.core.queue_features import RETRY_MS, QueueFeatures
 from warren.core.queue_settings import with_delivery_count
 from warren.core.store import StoreSpan
 
@@ -96,7 +96,7 @@ class QueueDelivery(QueueFeatures):
             )
             if not self._scheduled:
                 self._scheduled = True
-                self.vhost.call_later(RETRY_MS / 1000, self._run_delivery)
+                self.clock.call_later(RETRY_MS, self._run_delivery)
 
     def _run_delivery_plain(self) -> None:
         store = self.store
@@ -127,7 +127,7 @@ class QueueDelivery(QueueFeatures):
 
     def _run_delivery_featured(self) -> None:
         store = self.store
-        now = now_ms()
+        now = self.clock.now_ms()
         # A span stops before an expired record (queue TTL: timestamp + TTL <= now)
         # and one with its own expiration: _take deals with those.
         ttl = self._ttl

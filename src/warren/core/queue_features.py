@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import heapq
 import logging
-import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from mypy_extensions import mypyc_attr
 
 from warren.core import dead_letter as dl
+from warren.core.clock import Clock
 from warren.core.consumer import Consumer
 from warren.core.message import Message
 from warren.core.queue_settings import DROP_HEAD, message_ttl, properties_ttl
@@ -34,10 +34,6 @@ log = logging.getLogger("warren.queue")
 
 # After an expiry run failed unexpectedly, the next try (ms).
 RETRY_MS = 1000
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # Queue's base; Queue is subclassed by core/exchange_delayed.py, not compiled.
@@ -54,6 +50,7 @@ class QueueFeatures:
     #: answers, tests/data/rabbitmq_expires_renewal.json; basic.get does for both).
     declare_renews: ClassVar[bool] = True
     vhost: VHost
+    clock: Clock
     name: str
     store: MessageStore
     stats: MessageStats
@@ -73,7 +70,7 @@ class QueueFeatures:
         self._delivery_counts: dict[int, int] = {}
         self._expires: int | None = None
         self._expires_timer: Any = None
-        self._last_used = 0  # set by Queue, from its vhost's expires_clock
+        self._last_used = 0  # set by Queue, from its vhost's clock
         # Messages kept after their dead-letter copy could not be made (_let_go):
         # they no longer expire or get dropped.
         self._stuck: set[int] = set()
@@ -114,7 +111,7 @@ class QueueFeatures:
             if item is None:
                 break
             seq, msg, _ = item
-            now = now or now_ms()
+            now = now or self.clock.now_ms()
             if seq in self._stuck:
                 if not passes:
                     break  # every message over the limit is one that cannot go
@@ -198,7 +195,7 @@ class QueueFeatures:
         if self._timer is not None:
             self._timer.cancel()
         self._timer_at = at
-        self._timer = self.vhost.call_later(max(0.0, (at - now_ms()) / 1000), self._on_timer)
+        self._timer = self.clock.call_at(at, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -206,7 +203,7 @@ class QueueFeatures:
         if self.deleted:
             return
         try:
-            self._expire(now_ms())
+            self._expire(self.clock.now_ms())
         except Exception:
             log.exception(
                 "queue '%s' in vhost '%s': expiring messages failed", self.name, self.vhost.name
@@ -217,8 +214,9 @@ class QueueFeatures:
         """After a failed expiry run: try again in a second rather than never (or at
         once, for ever)."""
         if self._timer is None and not self.deleted:
-            self._timer_at = now_ms() + RETRY_MS
-            self._timer = self.vhost.call_later(RETRY_MS / 1000, self._on_timer)
+            clock = self.clock
+            self._timer_at = clock.now_ms() + RETRY_MS
+            self._timer = clock.call_later(RETRY_MS, self._on_timer)
 
     def rebuild_expiry_index(self) -> None:
         """After a restart: find the ready messages that carry their own expiration
@@ -232,7 +230,7 @@ class QueueFeatures:
             self._has_expiring = True
             self._plain = False
         if self._ttl is not None or self._expiring:
-            self._expire(now_ms())
+            self._expire(self.clock.now_ms())
 
     # -- dead-lettering -----------------------------------------------------------------
     def _dead_letter(self, seq: int, msg: Message, reason: str, now: int) -> bool:
@@ -282,7 +280,7 @@ class QueueFeatures:
 
     def touch(self) -> None:
         """The queue was used (declared, consumed from, read): x-expires starts over."""
-        self._last_used = self.vhost.expires_clock()
+        self._last_used = self.clock.now_ms()
         if self._expires is not None and self._expires_timer is None and not self.consumers:
             self._arm_expires()
 
@@ -292,15 +290,13 @@ class QueueFeatures:
             self._expires_timer = None
         if self._expires is None or self.deleted or self.consumers:
             return
-        due = self._last_used + self._expires
-        self._expires_timer = self.vhost.call_later(
-            max(0.0, (due - self.vhost.expires_clock()) / 1000), self.check_expires
+        self._expires_timer = self.clock.call_at(
+            self._last_used + self._expires, self.check_expires
         )
 
     def check_expires(self) -> None:
         """The x-expires timer: delete the queue if unused for its time by the
-        vhost's expires_clock, else wait again (with an injected clock, a test
-        calls this instead of waiting)."""
+        vhost's clock, else wait again."""
         if self._expires_timer is not None:  # called early: the check is now
             self._expires_timer.cancel()
         self._expires_timer = None
@@ -315,7 +311,7 @@ class QueueFeatures:
 
     def _expire_queue(self) -> None:
         assert self._expires is not None
-        if self.vhost.expires_clock() < self._last_used + self._expires:
+        if self.clock.now_ms() < self._last_used + self._expires:
             self._arm_expires()
             return
         log.info("queue '%s' in vhost '%s' expired (unused)", self.name, self.vhost.name)

@@ -53,10 +53,10 @@ log = logging.getLogger("warren.queue")
 #: RabbitMQ 4.0's delivery limit for a quorum queue that sets none.
 DEFAULT_DELIVERY_LIMIT = 20
 AT_MOST_ONCE, AT_LEAST_ONCE = "at-most-once", "at-least-once"
-#: Seconds between tries to hand held dead-letter copies on (RabbitMQ's worker
+#: ms between tries to hand held dead-letter copies on (RabbitMQ's worker
 #: tries every dead_letter_worker_publisher_confirm_timeout, 3 minutes; Warren
 #: sooner, and at once when the queue's settings change, as RabbitMQ does).
-HELD_RETRY_S = 5.0
+HELD_RETRY_MS = 5000
 #: Held copies tried per pass; a pass stops at the first one still not taken.
 HELD_BATCH = 256
 
@@ -114,7 +114,7 @@ class QuorumQueue(Queue):
                 strategy = AT_LEAST_ONCE
         self.dead_letter_strategy = strategy
         super()._configure(settings)
-        self._retry_soon(0.0)  # held copies: new settings (and a start) try them now
+        self._retry_soon(0)  # held copies: new settings (and a start) try them now
 
     def _recovered_counts(self) -> dict[int, int]:
         """The counts the store kept (its DeliveryCounts'), the queue's own from now on."""
@@ -205,7 +205,7 @@ class QuorumQueue(Queue):
             )
         store.hold(copy)
         vhost.store_written(store)
-        self._retry_soon(HELD_RETRY_S)
+        self._retry_soon(HELD_RETRY_MS)
         return True
 
     def _route(self, copy: Message, keys: list[str], reason: str) -> bool:
@@ -221,22 +221,21 @@ class QuorumQueue(Queue):
             copy = Message(dlx_name, copy.routing_key, copy.properties, copy.body, copy.timestamp)
         return self.vhost.route_dead_letter(self, dlx, copy, keys, reason)
 
-    def _retry_soon(self, delay: float) -> None:
+    def _retry_soon(self, delay_ms: int) -> None:
         store = self.store
         if self.deleted or not isinstance(store, QuorumPriorityStore) or not store.held_count:
             return
         if self._held_timer is not None:
-            if delay:
+            if delay_ms:
                 return  # one is set already
             self._held_timer.cancel()
-        self._held_timer = self.vhost.call_later(delay, self.retry_dead_letters)
+        self._held_timer = self.clock.call_later(delay_ms, self.retry_dead_letters)
 
     def retry_dead_letters(self) -> None:
         """The held copies' timer: hand them to the dead-letter exchange again,
         oldest first, stopping at the first one still not taken. Under
         at-most-once now (a policy changed it), or without a dead-letter exchange,
-        each goes once, taken or not. (With an injected clock, a test calls this
-        rather than wait.)"""
+        each goes once, taken or not."""
         if self._held_timer is not None:
             self._held_timer.cancel()
             self._held_timer = None
@@ -273,7 +272,7 @@ class QuorumQueue(Queue):
         finally:
             self.vhost.store_written(store)
         if store.held_count:
-            self._retry_soon(HELD_RETRY_S)
+            self._retry_soon(HELD_RETRY_MS)
         else:
             log.info(
                 "queue '%s' in vhost '%s': every held dead-letter copy was handed on",

@@ -127,9 +127,11 @@ class LoginHost(SessionHost, Protocol):
 class LoginRefused(Exception):
     """Why a login or a vhost's opening was refused: ``reason`` is one of the
     constants below, ``text`` what RabbitMQ would say (530 texts for the
-    vhost's checks), ``delay`` the seconds to hold the refusal (repeated
-    guesses slow down; 0: at once)."""
+    vhost's checks), ``delay_ms`` how long to hold the refusal on the broker's
+    clock (repeated guesses slow down; 0: at once)."""
 
+    # Final: compiled (setup.py), a class's plain assignments are instance
+    # attributes, which mypyc refuses to read through the class.
     #: Too many failed logins from the address: refused unchecked.
     BLOCKED: Final = "blocked"
     #: No such user, a wrong password, or a certificate naming no user.
@@ -141,11 +143,11 @@ class LoginRefused(Exception):
     LIMIT: Final = "limit"
     NO_ACCESS: Final = "no access"
 
-    def __init__(self, reason: str, text: str, delay: float = 0.0) -> None:
+    def __init__(self, reason: str, text: str, delay_ms: float = 0.0) -> None:
         super().__init__(text)
         self.reason = reason
         self.text = text
-        self.delay = delay
+        self.delay_ms = delay_ms
 
 
 def _stores_key(stores: Sequence[object]) -> object:

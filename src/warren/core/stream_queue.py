@@ -32,7 +32,6 @@ from warren.core.consumer import Consumer
 from warren.core.errors import NotImplemented_, PreconditionFailed
 from warren.core.message import Message, MessageRun
 from warren.core.queue import DELIVERED, STORED, Queue
-from warren.core.queue_features import now_ms
 from warren.core.stream import (
     FILTER_VALUE_HEADER,
     StartSpec,
@@ -55,7 +54,7 @@ log = logging.getLogger("warren.stream")
 # Deliveries per scheduled run, over all consumers.
 _DELIVERY_BATCH = 2048
 # How often retention by age is looked at (and after every new segment).
-_RETENTION_INTERVAL_S = 60.0
+_RETENTION_INTERVAL_MS = 60_000
 
 
 class _Reader:
@@ -190,13 +189,13 @@ class StreamQueue(Queue):
     def _apply_retention(self) -> None:
         try:
             self.stream.apply_retention(
-                self._max_length, self._max_bytes, self._max_age_ms, now_ms()
+                self._max_length, self._max_bytes, self._max_age_ms, self.clock.now_ms()
             )
         except Exception:
             log.exception("stream '%s' in vhost '%s': retention failed", self.name, self.vhost.name)
         if self._max_age_ms is not None and self._retention_timer is None:
-            self._retention_timer = self.vhost.call_later(
-                _RETENTION_INTERVAL_S, self._on_retention_timer
+            self._retention_timer = self.clock.call_later(
+                _RETENTION_INTERVAL_MS, self._on_retention_timer
             )
 
     def _on_retention_timer(self) -> None:
@@ -279,7 +278,7 @@ class StreamQueue(Queue):
         stream = self.stream
         start = stream.first_offset
         if dedup.ttl is not None:
-            start = max(start, stream.offset_at(int(self.vhost.dedup_clock()) - dedup.ttl))
+            start = max(start, stream.offset_at(self.clock.now_ms() - dedup.ttl))
         out: list[KeyEntry] = []
         cursor = stream.cursor(start)
         try:
@@ -319,7 +318,7 @@ class StreamQueue(Queue):
             automatic = True
             start = StartSpec("first")
         elif "x-stream-offset" in args:
-            start = parse_start(args["x-stream-offset"], now_ms(), what)
+            start = parse_start(args["x-stream-offset"], self.clock.now_ms(), what)
         else:
             start = StartSpec("next")
         if automatic:

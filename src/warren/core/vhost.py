@@ -9,15 +9,14 @@ vhost_lifecycle.py; the durable objects' records in vhost_records.py.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import logging
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from warren.core.clock import Clock, LoopClock
 from warren.core.consumer import Consumer
-from warren.core.dedup import epoch_ms
 from warren.core.erlang_format import field_type
 from warren.core.errors import (
     AccessRefused,
@@ -44,7 +43,6 @@ from warren.core.queue_arguments import (
     validate_quorum_declaration,
     validate_stream_declaration,
 )
-from warren.core.queue_features import now_ms
 from warren.core.quorum_queue import QuorumQueue
 from warren.core.stats import GaugeStats, MessageStats
 from warren.core.store import MemoryStore, MessageStore
@@ -69,11 +67,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PREDECLARED",
-    "CallLater",
     "ExchangeStoreFactory",
     "StoreFactory",
     "StreamStoreFactory",
-    "TimerHandle",
     "VHost",
     "server_named",
 ]
@@ -103,14 +99,6 @@ StoreFactory = Callable[["VHost", str, bool, int], MessageStore]
 ExchangeStoreFactory = Callable[["VHost", str, bool], MessageStore]
 # (vhost, queue name, arguments): a stream queue's storage.
 StreamStoreFactory = Callable[["VHost", str, dict[str, Any]], StreamLog]
-
-
-class TimerHandle(Protocol):
-    def cancel(self) -> None: ...
-
-
-# (delay in seconds, callback) -> a handle to cancel it: the event loop's call_later.
-CallLater = Callable[[float, Callable[[], None]], TimerHandle]
 
 
 def _memory_exchange_store(vhost: VHost, name: str, persistent: bool) -> MessageStore:
@@ -148,7 +136,7 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
         call_soon: Callable[[Callable[[], None]], Any],
         store_factory: StoreFactory = _memory_store,
         definitions: DefinitionsLog | None = None,
-        call_later: CallLater | None = None,
+        clock: Clock | None = None,
         exchange_store_factory: ExchangeStoreFactory = _memory_exchange_store,
         stream_store_factory: StreamStoreFactory | None = None,
     ) -> None:
@@ -157,7 +145,9 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
         #: store (an MQTT session) must not outlive it.
         self.deleted = False
         self.call_soon = call_soon
-        self._call_later = call_later
+        #: The broker's clock (core/clock.py): message TTL, x-expires, delayed
+        #: messages, retention, deduplication TTLs, retries after a failure.
+        self.clock: Clock = clock if clock is not None else LoopClock()
         self._init_parameters()  # policies and limits (vhost_parameters.py)
         self._store_factory = store_factory
         self._exchange_store_factory = exchange_store_factory
@@ -172,11 +162,6 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
         #: The data directory's disk budget, whose write generation tells whether a
         #: store lost what it took (VHostRouting.enqueue): set by the broker.
         self.write_budget: DiskBudget | None = None
-        #: The clock of durable deduplication caches (ms since the epoch): injected.
-        self.dedup_clock: Callable[[], float] = epoch_ms
-        #: The clock of x-expires (ms since the epoch): when a queue was last used,
-        #: whether it has been unused long enough; injected by tests.
-        self.expires_clock: Callable[[], int] = now_ms
         self._written: dict[int, MessageStore] = {}
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
@@ -609,12 +594,6 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
     def exchange_store(self, exchange: str, persistent: bool) -> MessageStore:
         """A store of the exchange's own (x-delayed-message keeps its held messages there)."""
         return self._exchange_store_factory(self, exchange, persistent)
-
-    def call_later(self, delay: float, callback: Callable[[], None]) -> TimerHandle:
-        """Run ``callback`` after ``delay`` seconds on the vhost's event loop."""
-        if self._call_later is not None:
-            return self._call_later(delay, callback)
-        return asyncio.get_running_loop().call_later(delay, callback)
 
     # -- store flushing -----------------------------------------------------------------
     def store_written(self, store: MessageStore) -> None:

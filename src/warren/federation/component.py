@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from warren.core.clock import Clock
 from warren.core.queue import Queue
 from warren.core.vhost import VHost
 from warren.federation.link import BindingKey, ExchangeLink, binding_key
@@ -36,8 +37,11 @@ class Federation:
         get_vhost: Callable[[str], VHost | None],
         local_uri: Callable[[str], str],
         cluster_name: Callable[[], str],
+        clock: Callable[[], Clock] | None = None,
     ) -> None:
+        """``clock()``: the broker's clock, which links wait on (core/clock.py)."""
         self._get_vhost = get_vhost
+        self._clock = clock
         self._local_uri = local_uri
         self._cluster_name = cluster_name
         self.upstreams: dict[tuple[str, str], Upstream] = {}
@@ -111,6 +115,7 @@ class Federation:
                 self._cluster_name(),
                 _queue_getter(vhost, name),
                 self._link_waiters.notify,
+                self._clock() if self._clock else None,
             )
             self.queue_links[key] = link
             link.start()
@@ -213,6 +218,7 @@ class Federation:
                 self._cluster_name(),
                 bindings,
                 self._link_waiters.notify,
+                self._clock() if self._clock else None,
             )
             self.links[key] = link
             link.start()

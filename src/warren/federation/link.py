@@ -25,6 +25,7 @@ import aiormq
 from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
+from warren.core.clock import Clock
 from warren.federation.upstream import Upstream, add_hop
 from warren.links import LinkRunner, redact
 
@@ -57,8 +58,9 @@ class ExchangeLink(LinkRunner):
         cluster_name: str,
         bindings: set[BindingKey],
         on_change: Callable[[], None] | None = None,
+        clock: Clock | None = None,
     ) -> None:
-        super().__init__(upstream.reconnect_delay, on_change)
+        super().__init__(upstream.reconnect_delay, on_change, clock)
         self.vhost = vhost
         self.exchange = exchange
         self.exchange_type = exchange_type

@@ -23,6 +23,7 @@ import aiormq
 from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
+from warren.core.clock import Clock
 from warren.core.queue import Queue
 from warren.federation.upstream import Upstream, add_hop
 from warren.links import LinkRunner, redact
@@ -48,8 +49,9 @@ class QueueLink(LinkRunner):
         cluster_name: str,
         local_queue: Callable[[], Queue | None],
         on_change: Callable[[], None] | None = None,
+        clock: Clock | None = None,
     ) -> None:
-        super().__init__(upstream.reconnect_delay, on_change)
+        super().__init__(upstream.reconnect_delay, on_change, clock)
         self.vhost = vhost
         self.queue = queue
         self.upstream = upstream

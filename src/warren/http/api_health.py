@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime
 import logging
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +130,7 @@ def _stamp(seconds: float) -> str:
     return f"{t.year}-{t.month:02d}-{t.day:02d} {t.hour}:{t.minute:02d}:{t.second:02d}"
 
 
-def _expiring(path: str | None, deadline: float) -> list[str] | dict[str, str]:
+def _expiring(path: str | None, now_s: float, deadline: float) -> list[str] | dict[str, str]:
     """The expiry dates of ``path``'s certificates that fall before ``deadline``
     (``[]``: none, or no file); a file that cannot be read or holds no certificate
     is RabbitMQ's ``{"error": ...}``."""
@@ -146,10 +145,9 @@ def _expiring(path: str | None, deadline: float) -> list[str] | dict[str, str]:
         return {"error": f"cannot read {path}: {exc.strerror}"}
     except ValueError:
         return {"error": "The certificate file provided does not contain any PEM entry."}
-    now = time.time()
     out = []
     for cert in certs:
-        if cert.not_valid_before_utc.timestamp() > now:
+        if cert.not_valid_before_utc.timestamp() > now_s:
             return {"error": "Certificate is not yet valid"}
         expires = cert.not_valid_after_utc.timestamp()
         if expires < deadline:
@@ -168,12 +166,13 @@ async def certificate_expiration(ctx: Ctx) -> web.StreamResponse:
     seconds = UNITS.get(unit.lower())
     if seconds is None:
         raise bad_request("Time unit not recognised. Supported units: days, weeks, months, years.")
-    deadline = time.time() + amount * seconds
+    now_s = ctx.node.clock.now_ms() / 1000
+    deadline = now_s + amount * seconds
     config = ctx.node.config
     expiring = []
     for protocol, interface, port in _tls_listeners(ctx):
-        cert = _expiring(config.tls_cert, deadline)
-        ca = _expiring(config.tls_ca_cert, deadline)
+        cert = _expiring(config.tls_cert, now_s, deadline)
+        ca = _expiring(config.tls_ca_cert, now_s, deadline)
         if cert or ca:
             expiring.append(
                 {
@@ -400,7 +399,7 @@ async def aliveness(ctx: Ctx) -> web.StreamResponse:
     q = vhost.declare_queue("aliveness-test", durable=False)
     vhost.publish(
         vhost.default_exchange,
-        Message("", "aliveness-test", EMPTY_PROPERTIES, b"test_message"),
+        Message("", "aliveness-test", EMPTY_PROPERTIES, b"test_message", vhost.clock.now_ms()),
     )
     item = q.get(no_ack=True)
     if item is None or item[1].body != b"test_message":

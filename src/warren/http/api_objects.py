@@ -226,7 +226,8 @@ async def publish(ctx: Ctx) -> web.StreamResponse:
     if ex.internal:
         raise ApiError(400, "bad_request", f"cannot publish to internal exchange '{ex.name}'")
     routing_key = new_name("routing_key", str(body["routing_key"]))
-    msg = Message(ex.name, routing_key, _properties(body["properties"]), raw)
+    props = _properties(body["properties"])
+    msg = Message(ex.name, routing_key, props, raw, ctx.node.clock.now_ms())
     # What RabbitMQ's management plugin does: publish in confirm mode and answer
     # with the confirm. So "routed" promises what a confirm does: a persistent
     # message in a durable queue is on disk (core/commit.py); one that could

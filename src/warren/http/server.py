@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import HttpVersion11, web
 
+from warren.core import clock
 from warren.core.errors import BrokerError
 from warren.core.runtime_parameters import ValidationFailed
 from warren.core.session import ClientSession, LoginRefused
@@ -235,8 +236,8 @@ class ManagementApp:
                 request.remote,
                 ": too many failed logins" if exc.reason == LoginRefused.BLOCKED else "",
             )
-            if exc.delay > 0:
-                await asyncio.sleep(exc.delay)  # repeated guesses slow down (core/auth_guard.py)
+            if exc.delay_ms > 0:  # repeated guesses slow down (core/auth_guard.py)
+                await clock.sleep(self.node.clock, exc.delay_ms)
             raise ApiError(
                 401, "not_authorized", "Login failed", {"WWW-Authenticate": REALM}
             ) from None

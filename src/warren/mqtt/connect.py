@@ -82,7 +82,7 @@ def before_connect(conn: MQTTConnection, pkt: object) -> None:
             # Held (core/auth_guard.py): repeated guesses slow down. Nothing more is
             # read from this client meanwhile.
             conn.refusing = True
-            conn.node.call_later(delay, lambda: _refuse(conn, connack))
+            conn.node.clock.call_later(delay, lambda: _refuse(conn, connack))
         else:
             _refuse(conn, connack)
 
@@ -132,7 +132,7 @@ def _login(
         vhost = session.open(vhost_name)
     except LoginRefused as exc:
         log.warning("MQTT login refused for user '%s': %s", name, exc.text)
-        conn.refusal_delay = exc.delay
+        conn.refusal_delay = exc.delay_ms
         return _REFUSALS[exc.reason]
     return user, vhost
 

@@ -16,7 +16,6 @@ acknowledgements that wait for the disk sync in sync_acks.py.
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -101,7 +100,7 @@ class MQTTConnection(Subscriptions):
         self.stats = MessageStats()
         self.now_ms = 0
         self.last_rx_ms = 0
-        self.connected_at = int(time.time() * 1000)
+        self.connected_at = state.clock.now_ms()
         self.closed = False
         self.keepalive = 0
         self.user: User | None = None
@@ -114,7 +113,7 @@ class MQTTConnection(Subscriptions):
         self._refusals = 0
         #: A refused CONNECT waiting out its delay: input is ignored meanwhile.
         self.refusing = False
-        #: Seconds to hold the refusal of a failed login (core/auth_guard.py).
+        #: ms to hold the refusal of a failed login (core/auth_guard.py).
         self.refusal_delay = 0.0
         self.alias_max_in = 0
         #: The client's session with the core: when answers may go out.
@@ -581,7 +580,7 @@ class MQTTConnection(Subscriptions):
                 return
         if self.node.alarms:
             self.set_blocked(True)
-        now = self.now_ms or int(time.time() * 1000)
+        now = self.now_ms or self.state.clock.now_ms()
         if props is None and not self.no_local_subscriptions:
             amqp_props = plain_properties(qos, dup, retain)
         else:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import struct
-import time
 from collections import deque
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
@@ -309,7 +308,7 @@ class Delivery:
     def _window_opened(self) -> None:
         backlog = self._retained_backlog
         if backlog:
-            now = int(time.time() * 1000)
+            now = self.state.clock.now_ms()
             while backlog and not self.window_full():
                 msg, opts = backlog.popleft()
                 self.send_retained(msg, opts, now)
@@ -382,7 +381,7 @@ class Delivery:
             ids = [o.identifier for o in matching if o.identifier] or None
             if out.client_id == self.client_id and all(o.no_local for o in matching):
                 drop = True
-        if not drop and out.expires_at is not None and out.expires_at <= self.state.clock():
+        if not drop and out.expires_at is not None and out.expires_at <= self.state.clock.now_ms():
             drop = True  # expired on the way (the queue's TTL usually sees it first)
         queue = consumer.queue
         count_delivery(self.stats, queue.stats, consumer.no_ack, redelivered)
@@ -501,7 +500,7 @@ class Delivery:
             if out.properties:
                 props.update(out.properties)
             if out.expires_at is not None:
-                left = out.expires_at - (now or self.state.clock())
+                left = out.expires_at - (now or self.state.clock.now_ms())
                 props[P.MESSAGE_EXPIRY_INTERVAL] = max((left + 999) // 1000, 0)
             if ids:
                 props[P.SUBSCRIPTION_IDENTIFIER] = ids

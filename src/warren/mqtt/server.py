@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from typing import TYPE_CHECKING, cast
 
 from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol
@@ -20,12 +19,13 @@ from warren.mqtt.state import MQTTState
 from warren.tls import cert_login
 
 if TYPE_CHECKING:
+    from warren.core.clock import TimerHandle
     from warren.node import Node
 
 log = logging.getLogger("warren.mqtt")
 
-#: Seconds a client has to send CONNECT.
-CONNECT_TIMEOUT = 10.0
+#: ms of the broker's clock a client has to send CONNECT.
+CONNECT_TIMEOUT_MS = 10_000
 
 
 class MQTTProtocol(BatchedProtocol):
@@ -37,7 +37,9 @@ class MQTTProtocol(BatchedProtocol):
         super().__init__()
         self.listener = listener
         self.conn = None
-        self._timer: asyncio.TimerHandle | None = None
+        #: The broker's clock: message times, the CONNECT timeout, keep alive.
+        self.clock = listener.state.clock
+        self._timer: TimerHandle | None = None
         #: When ``_timer`` fires (ms), once connected.
         self._timer_due = 0
         self.closed: asyncio.Future[None] | None = None
@@ -66,13 +68,13 @@ class MQTTProtocol(BatchedProtocol):
                 ssl_object.getpeercert(), self.listener.state.config.tls_cert_login_from
             )
         self.listener.protocols.add(self)
-        self._timer = self.loop.call_later(CONNECT_TIMEOUT, self._connect_timeout)
+        self._timer = self.clock.call_later(CONNECT_TIMEOUT_MS, self._connect_timeout)
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn
         if conn is None:
             return
-        now = int(time.time() * 1000)
+        now = self.clock.now_ms()
         conn.now_ms = now
         self.count_read(data)
         was_connected = conn.vhost is not None
@@ -104,15 +106,14 @@ class MQTTProtocol(BatchedProtocol):
         if self._timer is not None:
             self._timer.cancel()
         self._timer_due = due_ms
-        delay = max(due_ms - int(time.time() * 1000), 0) / 1000
-        self._timer = self.loop.call_later(delay, self._check)
+        self._timer = self.clock.call_at(due_ms, self._check)
 
     def _check(self) -> None:
         self._timer = None
         conn = self.conn
         if conn is None:
             return
-        now = int(time.time() * 1000)
+        now = self.clock.now_ms()
         due = conn.tick(now)
         if due:
             self._arm(now + due + 1)
@@ -121,7 +122,9 @@ class MQTTProtocol(BatchedProtocol):
         self._timer = None
         conn = self.conn
         if conn is not None and conn.vhost is None:
-            log.warning("%s: no CONNECT within %.0f s, closing", conn.name, CONNECT_TIMEOUT)
+            log.warning(
+                "%s: no CONNECT within %.0f s, closing", conn.name, CONNECT_TIMEOUT_MS / 1000
+            )
             if self.transport is not None:
                 self.transport.abort()
 

@@ -4,8 +4,8 @@ One `MQTTState` per broker, shared by the TCP, TLS and WebSocket transports:
 the connected sessions by (vhost, client id) for takeover, each vhost's
 persistent sessions and retained messages (on disk under
 ``<data_dir>/mqtt/<sha1(vhost)>/``), wills waiting out their delay, and the
-timers that end expired sessions. Time comes from the injected ``clock``
-(milliseconds), timers from the vhost's ``call_later``.
+timers that end expired sessions. Time and timers are the broker's clock
+(``node.clock``, core/clock.py).
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +37,8 @@ from warren.mqtt.unfinished import UnfinishedPackets
 from warren.store.layout import write_file
 
 if TYPE_CHECKING:
-    from warren.core.vhost import TimerHandle, VHost
+    from warren.core.clock import TimerHandle
+    from warren.core.vhost import VHost
     from warren.mqtt.connection import MQTTConnection
     from warren.node import Node
 
@@ -50,15 +49,11 @@ log = logging.getLogger("warren.mqtt")
 Key = tuple[str, str]
 
 
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class MQTTState:
-    def __init__(self, node: Node, clock: Callable[[], int] = wall_clock_ms) -> None:
+    def __init__(self, node: Node) -> None:
         self.node = node
         self.config = node.config
-        self.clock = clock
+        self.clock = node.clock
         self.live: dict[Key, MQTTConnection] = {}
         self._retained: dict[str, RetainedStore] = {}
         self._sessions: dict[str, SessionStore] = {}
@@ -100,7 +95,7 @@ class MQTTState:
         sessions' expiry timers. A damaged file refuses the start here (DamagedFile),
         not at the first client that needs it; with damaged_metadata = set-aside it
         is kept aside and what could be read goes on (store/damage.py)."""
-        now = self.clock()
+        now = self.clock.now_ms()
         for name in list(self.node.vhosts):
             d = self._dir(name)
             if d is not None and (d / "retained.log").exists():
@@ -181,7 +176,7 @@ class MQTTState:
 
     def session_ended(self, vhost: VHost, session: Session) -> None:
         """A persistent session's connection is gone: store it, arm its expiry."""
-        session.disconnected_at = self.clock()
+        session.disconnected_at = self.clock.now_ms()
         self.sessions(vhost.name).save(session)
         self._arm_expiry(session)
 
@@ -194,13 +189,11 @@ class MQTTState:
         vhost = self.node.vhosts.get(session.vhost)
         if vhost is None:
             return
-        left = session.disconnected_at + session.expiry * 1000 - self.clock()
+        left = session.disconnected_at + session.expiry * 1000 - self.clock.now_ms()
         old = self._expiries.pop(key, None)
         if old is not None:
             old.cancel()
-        self._expiries[key] = vhost.call_later(
-            max(left, 0) / 1000, lambda: self._expire(key, session)
-        )
+        self._expiries[key] = self.clock.call_later(left, lambda: self._expire(key, session))
 
     def _expire(self, key: Key, session: Session) -> None:
         self._expiries.pop(key, None)
@@ -254,16 +247,18 @@ class MQTTState:
         if delay <= 0:
             self.publish_will(vhost, will, user, session.client_id)
             return
-        self._arm_will(vhost, session.client_id, will, user, delay)
+        self._arm_will(vhost, session.client_id, will, user, delay * 1000)
         session.pending_will = {
             "connect": base64.b64encode(
                 encode(Connect(session.client_id, 5, will=will), 5)
             ).decode(),
             "user": user.name,
-            "due": self.clock() + delay * 1000,
+            "due": self.clock.now_ms() + delay * 1000,
         }  # after _arm_will, whose cancel_will clears an older one
 
-    def _arm_will(self, vhost: VHost, client_id: str, will: Will, user: User, delay: float) -> None:
+    def _arm_will(
+        self, vhost: VHost, client_id: str, will: Will, user: User, delay_ms: int
+    ) -> None:
         key = (vhost.name, client_id)
         self.cancel_will(key)
         self._pending_wills[key] = (will, user, client_id)
@@ -278,7 +273,7 @@ class MQTTState:
                 stored.pending_will = None
                 self.sessions(vhost.name).save(stored)
 
-        self._wills[key] = vhost.call_later(delay, fire)
+        self._wills[key] = self.clock.call_later(delay_ms, fire)
 
     def _rearm_will(self, vhost: VHost, session: Session, now: int) -> None:
         """After a restart: the stored delayed will, published when it is due."""
@@ -300,7 +295,7 @@ class MQTTState:
         if will is None or user is None:
             session.pending_will = None
             return
-        self._arm_will(vhost, session.client_id, will, user, max(due - now, 0) / 1000)
+        self._arm_will(vhost, session.client_id, will, user, max(due - now, 0))
         session.pending_will = pending  # kept over another restart until it fires
 
     def cancel_will(self, key: Key) -> None:
@@ -332,7 +327,7 @@ class MQTTState:
     ) -> int:
         """Route one message from MQTT (a will, or a publish made for a client)."""
         exchange = vhost.get_exchange(self.config.mqtt_exchange)
-        now = self.clock()
+        now = self.clock.now_ms()
         amqp_props = to_properties(qos, False, retain, props)
         if retain:
             expiry = props.get(P.MESSAGE_EXPIRY_INTERVAL)

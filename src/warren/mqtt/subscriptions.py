@@ -16,7 +16,6 @@ connections, go on.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -151,7 +150,7 @@ class Subscriptions(Delivery):
                 continue
             if opts.retain_handling == 1 and existed:
                 continue
-            now = self.now_ms or int(time.time() * 1000)
+            now = self.now_ms or self.state.clock.now_ms()
             for msg in retained.matching(tf, now):
                 self.send_retained(msg, opts, now)
                 yield 1

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from warren.core.clock import Clock
 from warren.links import StateWaiters
 from warren.shovel.runner import Shovel
 from warren.shovel.spec import ShovelSpec, validate
@@ -24,11 +25,14 @@ class ShovelComponent:
         local_uri: Callable[[str], str],
         node: str,
         clear: Callable[[str, str], None],
+        clock: Callable[[], Clock] | None = None,
     ) -> None:
         """``local_uri(vhost)``: how a shovel reaches this broker when its URI is
         ``amqp://`` (no host); ``clear(vhost, name)``: delete a shovel's parameter
-        (a shovel with src-delete-after deletes itself when done)."""
+        (a shovel with src-delete-after deletes itself when done); ``clock()``: the
+        broker's clock, which shovels wait on (core/clock.py)."""
         self._local_uri = local_uri
+        self._clock = clock
         self._node = node
         self._clear = clear
         self.shovels: dict[tuple[str, str], Shovel] = {}
@@ -53,7 +57,7 @@ class ShovelComponent:
     def _start(self, vhost: str, name: str, spec: ShovelSpec) -> None:
         shovel = Shovel(
             vhost, name, spec, self._resolve, self._node, self._finished,
-            self._shovel_waiters.notify,
+            self._shovel_waiters.notify, self._clock() if self._clock else None,
         )  # fmt: skip
         self.shovels[(vhost, name)] = shovel
         shovel.start()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,6 +23,7 @@ import aiormq
 from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
+from warren.core.clock import Clock
 from warren.links import Finished, LinkRunner, redact
 from warren.shovel.spec import ShovelSpec
 
@@ -48,8 +48,9 @@ class Shovel(LinkRunner):
         node: str,
         on_finished: Callable[[Shovel], None],
         on_change: Callable[[], None] | None = None,
+        clock: Clock | None = None,
     ) -> None:
-        super().__init__(spec.reconnect_delay, on_change)
+        super().__init__(spec.reconnect_delay, on_change, clock)
         self.vhost = vhost
         self.name = name
         self.spec = spec
@@ -220,7 +221,7 @@ class Shovel(LinkRunner):
             previous = headers.get("x-shovelled")
             headers["x-shovelled"] = [*(previous if isinstance(previous, list) else []), record]
         if spec.add_timestamp_header:
-            headers["x-shovelled-timestamp"] = int(time.time())
+            headers["x-shovelled-timestamp"] = self.clock.now_ms() // 1000
         props.headers = headers or None
         for key, value in spec.publish_properties.items():
             setattr(props, key.replace("-", "_"), value)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import mmap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -223,8 +222,6 @@ class SegmentStore(SegmentSettle):
         piece (one segment), counted in their segment."""
         log = self._log
         timestamp = run.timestamp
-        if timestamp is None:
-            timestamp = int(time.time() * 1000)
         recs, offsets, sizes, persistent = encode_run(
             run.raw, start, stop, run.ex_rk, timestamp, log.write_pos, log.seed
         )

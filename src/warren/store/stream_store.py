@@ -19,7 +19,6 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -213,8 +212,6 @@ class StreamStore:
         buffered at the write generation of the call's end: a sync's lost check
         from there covers it (store/sync.py), so a confirm needs no more."""
         ts = run.timestamp
-        if ts is None:
-            ts = int(time.time() * 1000)
         log = self._log
         pieces: list[tuple[int, int]] = []  # (start, count) of each piece put, in order
         for start, stop in stretches:
