@@ -205,22 +205,18 @@ class Settlements(Generic[T]):
         """Settle ``token`` once ``stores`` are durable. False when there is
         nothing to wait for (no durable store, or no group commit): the caller
         answers at once."""
-        if not stores:
+        batch = self._batch_for(stores)
+        if batch is None:
             return False
-        syncer = self.host.syncer
-        if syncer is None:
-            return False
-        self._batch(stores, syncer).append(token)
+        batch.append(token)
         return True
 
     def add_many(self, tokens: Iterable[T], stores: Sequence[object] | None) -> bool:
         """add() for several answers at once (a run's): one batch entry."""
-        if not stores:
+        batch = self._batch_for(stores)
+        if batch is None:
             return False
-        syncer = self.host.syncer
-        if syncer is None:
-            return False
-        self._batch(stores, syncer).extend(tokens)
+        batch.extend(tokens)
         return True
 
     def after_waiting(self, token: T) -> bool:
@@ -235,6 +231,15 @@ class Settlements(Generic[T]):
     @property
     def waiting(self) -> bool:
         return self._newest is not None
+
+    def _batch_for(self, stores: Sequence[object] | None) -> list[T] | None:
+        """The batch answers to ``stores`` wait in; None when nothing waits."""
+        if not stores:
+            return None
+        syncer = self.host.syncer
+        if syncer is None:
+            return None
+        return self._batch(stores, syncer)
 
     def _batch(self, stores: Sequence[object], syncer: SessionSyncer) -> list[T]:
         gen = syncer.gen
