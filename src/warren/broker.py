@@ -542,6 +542,12 @@ class Broker:
                 await listener.stop()
             except Exception:  # the stores must still be closed
                 log.exception("stopping the %s listener failed", listener.name)
+        if self.syncer is not None:
+            # What the last rounds settle happens before the stores close.
+            try:
+                await asyncio.wait_for(self.syncer.drain(), 30)
+            except (TimeoutError, OSError):
+                log.exception("waiting for the last disk syncs failed")
         self._close_store()
         log.info("Warren stopped")
 

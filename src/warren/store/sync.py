@@ -133,6 +133,8 @@ class GroupSync:
         self._ack_syncs: dict[int, Callable[[], None]] = {}
         self._ack_timer: asyncio.TimerHandle | None = None
         self._closed = False
+        # drain()'s waiters: woken after each round's callbacks ran.
+        self._drained: list[asyncio.Future[None]] = []
         #: Changes definitions logs have handed to the OS (definitions_written).
         self.definition_writes = 0
 
@@ -347,6 +349,26 @@ class GroupSync:
             self._ack_timer = self._loop.call_later(self.ack_sync_interval, self._sync_acks)
         if self._callbacks or self._stores:
             self._start()
+        drained, self._drained = self._drained, []
+        for waiter in drained:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def drain(self) -> None:
+        """Run rounds until no waiter is left, each one's callback called. A clean
+        stop drains before it closes the stores, so that what a round settles
+        happens first: an MQTT QoS 2 release acks its message only once the
+        session's record of it is synced, and a stop between the two would
+        otherwise bring the message back after the restart."""
+        while self._running or self._callbacks:
+            waiter: asyncio.Future[None] = self._loop.create_future()
+            self._drained.append(waiter)
+            if not self._running:
+                self._start()
+            if not self._running:  # nothing to run after all (closed)
+                waiter.cancel()
+                return
+            await waiter
 
     def _sync_acks(self) -> None:
         """Hand the pending ack syncs to the executor thread."""
