@@ -247,7 +247,7 @@ class RawMQTT(MemoryTransport):
     """tests/mqtt/mqttraw.py's RawClient in memory: the test writes every byte
     (packets encoded by Warren's encoder, or raw bytes) and acknowledges what it
     chooses; the broker's bytes are read by harness.mqtt_decode, a decoder
-    written apart from Warren's codec (properties by paho's)."""
+    written apart from Warren's codec."""
 
     def __init__(
         self,

@@ -2,8 +2,8 @@
 a raw in-memory test does not read the broker's bytes with the broker's own code.
 
 Fixed header and variable headers are parsed here from the spec (MQTT 3.1.1
-section 2-3, MQTT 5 section 2-3); MQTT 5 properties by paho-mqtt's
-``Properties.unpack``. The result is Warren's packet dataclasses (the shape the
+section 2-3, MQTT 5 section 2-3); MQTT 5 properties by the
+spec's types, as paho's property table lists them. The result is Warren's packet dataclasses (the shape the
 tests compare with), properties as ``{identifier: value}``.
 """
 
@@ -30,33 +30,69 @@ from warren.mqtt.packets import (
     UnsubAck,
 )
 
-_PAHO_TYPES = {
-    2: PacketTypes.CONNACK,
-    3: PacketTypes.PUBLISH,
-    4: PacketTypes.PUBACK,
-    5: PacketTypes.PUBREC,
-    6: PacketTypes.PUBREL,
-    7: PacketTypes.PUBCOMP,
-    9: PacketTypes.SUBACK,
-    11: PacketTypes.UNSUBACK,
-    14: PacketTypes.DISCONNECT,
-    15: PacketTypes.AUTH,
-}
-
 
 class DecodeError(AssertionError):
     """The broker wrote something that is no MQTT packet."""
 
 
+#: identifier -> value type, paho's table (an index into PahoProperties.types).
+_TYPES = {
+    ident: kind
+    for ident, (kind, _packets) in PahoProperties(PacketTypes.CONNACK).properties.items()
+}
+_REPEATED = {0x0B, 0x26}  # Subscription Identifier (in PUBLISH), User Property
+
+
+def _vbi(body: bytes, at: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        byte = body[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, at
+        shift += 7
+
+
 def _properties(kind: int, body: bytes, at: int) -> tuple[dict[int, object], int]:
-    props = PahoProperties(_PAHO_TYPES[kind])
-    props_obj, length = props.unpack(body[at:])
+    """The property block at ``at``: values decoded by the spec's types (paho's
+    table; its own unpack refuses a Maximum Packet Size above 268435455, which
+    the spec allows: the largest packet is 268435460 bytes)."""
+    length, at = _vbi(body, at)
+    end = at + length
     out: dict[int, object] = {}
-    for name, ident in props_obj.names.items():
-        attr = name.replace(" ", "")
-        if hasattr(props_obj, attr):
-            out[ident] = getattr(props_obj, attr)
-    return out, at + length
+    while at < end:
+        ident, at = _vbi(body, at)
+        if ident not in _TYPES:
+            raise DecodeError(f"unknown property {ident:#x} in packet type {kind}")
+        kind_of = _TYPES[ident]
+        value: object
+        if kind_of == 0:
+            value, at = body[at], at + 1
+        elif kind_of == 1:
+            value, at = struct.unpack_from("!H", body, at)[0], at + 2
+        elif kind_of == 2:
+            value, at = struct.unpack_from("!I", body, at)[0], at + 4
+        elif kind_of == 3:
+            value, at = _vbi(body, at)
+        elif kind_of == 4:
+            (n,) = struct.unpack_from("!H", body, at)
+            value, at = body[at + 2 : at + 2 + n], at + 2 + n
+        elif kind_of == 5:
+            value, at = _string(body, at)
+        else:
+            name, at = _string(body, at)
+            val, at = _string(body, at)
+            value = (name, val)
+        if ident in _REPEATED:
+            out.setdefault(ident, []).append(value)  # type: ignore[union-attr]
+        elif ident in out:
+            raise DecodeError(f"property {ident:#x} twice in packet type {kind}")
+        else:
+            out[ident] = value
+    if at != end:
+        raise DecodeError("a property ran past its block")
+    return out, end
 
 
 def _string(body: bytes, at: int) -> tuple[str, int]:

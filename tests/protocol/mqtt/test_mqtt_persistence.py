@@ -11,14 +11,21 @@ in memory. The kill -9 tests need a process: tests/mqtt/test_mqtt_kill9.py.
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Harness, RawMQTT
+from harness import Harness
+from memclients import (
+    BrokerThread,
+    Factory,
+    RawClient,
+    harnesses,
+    mqtt_port,
+    paho_publish,
+    wait_for,
+)
 
 from warren.core.clock import ManualClock
 from warren.mqtt import properties as P
@@ -43,76 +50,16 @@ from warren.mqtt.state import MQTTState
 pytestmark = pytest.mark.timeout(60)
 
 LEVELS = [pytest.param(4, id="3.1.1"), pytest.param(MQTT_5, id="5")]
-Factory = Callable[..., Harness]
-BrokerThread = Harness  # what the socket tests called the broker (same call/advance/stop)
-
-#: The harnesses of the running test (wait_for runs their loops).
-_live: list[Harness] = []
 
 
 @pytest.fixture
 def broker_factory(tmp_path: Path) -> Iterator[Factory]:
-    """Harnesses with custom settings (and ``clock=``) on the test's data dir."""
-
-    def factory(**settings: Any) -> Harness:
-        data_dir = Path(settings.pop("data_dir", tmp_path / "data"))
-        h = Harness(data_dir, **settings)
-        h.mqtt_listener()  # started with the broker, as its listener is
-        _live.append(h)
-        return h
-
-    yield factory
-    while _live:
-        _live.pop().stop()
+    yield from harnesses(tmp_path)
 
 
 @pytest.fixture
 def broker(broker_factory: Factory) -> Harness:
     return broker_factory()
-
-
-def mqtt_port(b: Harness) -> Harness:
-    """Where a client connects: the harness itself (no port in memory)."""
-    return b
-
-
-def RawClient(b: Harness, level: int = MQTT_5, timeout: float = 5.0) -> RawMQTT:  # noqa: N802
-    return b.mqtt_raw(level, timeout=timeout)
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
-    """``cond`` once the broker's loop ran what was ready (its file syncs too)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        for h in _live:
-            if not h.closed:
-                h.run(asyncio.sleep(0.001))
-
-
-def paho_publish(
-    b: Harness,
-    topic: str,
-    payloads: list[bytes],
-    qos: int = 1,
-    retain: bool = False,
-    level: int = MQTT_5,
-) -> None:
-    """Publish with paho's client in memory, each message confirmed (PUBACK/PUBCOMP)."""
-    client = b.mqtt("", protocol=level)
-    assert client.connect() == 0
-    done: list[int] = []
-    client.paho.on_publish = lambda _c, _u, mid, _rc, _p: done.append(mid)
-    for payload in payloads:
-        info = client.paho.publish(topic, payload, qos=qos, retain=retain)
-        client.until(lambda info=info: info.mid in done or qos == 0)
-        assert qos == 0 or info.mid in done, f"{topic}: {payload!r} not acknowledged"
-    client.paho.disconnect()
-    client.until(lambda: client.eof)
 
 
 def state(b: Harness) -> MQTTState:
