@@ -14,6 +14,6 @@ backpressure, kill -9) stays in the socket tests.
 
 from harness.amqp import MemoryAMQP
 from harness.broker import Harness
-from harness.mqtt import MemoryMQTT
+from harness.mqtt import MemoryMQTT, RawMQTT
 
-__all__ = ["Harness", "MemoryAMQP", "MemoryMQTT"]
+__all__ = ["Harness", "MemoryAMQP", "MemoryMQTT", "RawMQTT"]

@@ -14,8 +14,8 @@ from warren.core.clock import Clock, ManualClock
 
 if TYPE_CHECKING:
     from harness.amqp import MemoryAMQP
-    from harness.mqtt import MemoryMQTT
-    from warren.mqtt.state import MQTTState
+    from harness.mqtt import MemoryMQTT, RawMQTT
+    from warren.mqtt.server import MQTTListener
 
 T = TypeVar("T")
 
@@ -45,7 +45,7 @@ class Harness:
         self.broker = Broker(config, clock=clock)
         self.config = self.broker.config
         self.closed = False
-        self._mqtt: MQTTState | None = None
+        self._mqtt: MQTTListener | None = None
         self.run(self.broker.start())
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
@@ -88,17 +88,29 @@ class Harness:
     ) -> MemoryMQTT:
         """A new MQTT connection (paho's client; ``protocol`` 4 is 3.1.1, 5 is 5)."""
         from harness.mqtt import MemoryMQTT
-        from warren.mqtt.state import MQTTState
+
+        peer = peer or ("127.0.0.1", next(_peer_ports))
+        return MemoryMQTT(self, self.mqtt_listener(), peer, client_id, protocol)
+
+    def mqtt_raw(
+        self, level: int = 5, peer: tuple[str, int] | None = None, timeout: float = 5.0
+    ) -> RawMQTT:
+        """A new MQTT connection whose every byte the test writes (RawClient's shape)."""
+        from harness.mqtt import RawMQTT
+
+        peer = peer or ("127.0.0.1", next(_peer_ports))
+        return RawMQTT(self, self.mqtt_listener(), peer, level, timeout)
+
+    def mqtt_listener(self) -> MQTTListener:
+        """The MQTT listener's state and protocols (sessions, retained messages,
+        wills, keep-alive timers), started without a port."""
+        from warren.mqtt.server import MQTTListener
 
         if self._mqtt is None:
-            # What the MQTT listener keeps for its connections (sessions, retained
-            # messages, wills), without the listener.
-            state = self._mqtt = MQTTState(self.broker)
-            self.call(state.start)
-            self.broker.vhost_deleted.append(state.forget_vhost)
-        return MemoryMQTT(
-            self, self._mqtt, peer or ("127.0.0.1", next(_peer_ports)), client_id, protocol
-        )
+            listener = MQTTListener("127.0.0.1", -1)
+            self.run(listener.start(self.broker))
+            self._mqtt = listener
+        return self._mqtt
 
     def stop(self) -> None:
         if self.closed:
@@ -106,7 +118,7 @@ class Harness:
         self.closed = True
         try:
             if self._mqtt is not None:
-                self._mqtt.close()
+                self.run(self._mqtt.stop())
             self.run(self.broker.stop())
         finally:
             self.loop.close()

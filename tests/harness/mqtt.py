@@ -13,16 +13,32 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
+from harness.mqtt_decode import PacketReader
+from warren.mqtt.codec import encode
 from warren.mqtt.connection import MQTTConnection
+from warren.mqtt.packets import (
+    MQTT_5,
+    ConnAck,
+    Connect,
+    Disconnect,
+    Packet,
+    Publish,
+    SubAck,
+    Subscribe,
+    Subscription,
+    Will,
+)
+from warren.mqtt.server import MQTTListener, MQTTProtocol
 
 if TYPE_CHECKING:
     from harness.broker import Harness
-    from warren.mqtt.state import MQTTState
+
+T = TypeVar("T")
 
 
 class _MemorySocket:
@@ -30,7 +46,7 @@ class _MemorySocket:
     what paho reads (BlockingIOError when there is nothing yet, as on a
     non-blocking socket; b"" once the broker closed)."""
 
-    def __init__(self, client: MemoryMQTT) -> None:
+    def __init__(self, client: MemoryTransport) -> None:
         self.client = client
 
     def send(self, buffer: bytes | bytearray) -> int:
@@ -39,7 +55,6 @@ class _MemorySocket:
 
     def recv(self, buffer_size: int) -> bytes:
         client = self.client
-        client.take()
         if not client.inbox:
             if client.eof:
                 return b""
@@ -61,77 +76,141 @@ class _MemorySocket:
 class _Paho(paho.Client):
     """paho's Client over the in-memory socket."""
 
-    memory: MemoryMQTT
+    memory: MemoryTransport
 
     def _create_socket(self) -> Any:
         return _MemorySocket(self.memory)
 
 
-class MemoryMQTT:
+class _Transport(asyncio.Transport):
+    """The broker side of the in-memory socket: what the protocol writes lands in
+    the client's inbox; reading paused keeps the client's bytes back, as a
+    socket's buffer would, until it resumes."""
+
+    def __init__(self, client: MemoryTransport, peer: tuple[str, int]) -> None:
+        super().__init__()
+        self.client = client
+        self.peer = peer
+        self.closing = False
+        self.reading = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": self.peer, "sockname": ("127.0.0.1", 1883)}.get(name, default)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.client.inbox += data
+        self.client.output.set()
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+            self.client.output.set()
+            asyncio.get_running_loop().call_soon(self.client.closed_by_broker)
+
+    def abort(self) -> None:
+        self.close()
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        if not self.reading:
+            self.reading = True
+            asyncio.get_running_loop().call_soon(self.client.deliver)
+
+    def is_reading(self) -> bool:
+        return self.reading
+
+
+class MemoryTransport:
+    """One in-memory socket to the broker: Warren's MQTTProtocol (the transport
+    glue with the CONNECT timeout, keep-alive and unfinished-packet timers) on
+    one side, the test's client on the other."""
+
+    def __init__(self, harness: Harness, listener: MQTTListener, peer: tuple[str, int]) -> None:
+        self.harness = harness
+        self.inbox = bytearray()
+        self.eof = False
+        self.pending = bytearray()
+        self.output = asyncio.Event()
+
+        def make() -> tuple[MQTTProtocol, _Transport]:
+            proto = MQTTProtocol(listener)
+            transport = _Transport(self, peer)
+            proto.connection_made(transport)
+            return proto, transport
+
+        self.protocol, self.transport = harness.call(make)
+        conn = self.protocol.conn
+        assert conn is not None
+        self.conn: MQTTConnection = conn
+
+    def feed(self, data: bytes) -> None:
+        """The client's bytes to the broker (held while it does not read)."""
+        if self.eof:
+            raise BrokenPipeError("the broker closed the connection")
+        self.pending += data
+
+        async def feed() -> None:
+            self.deliver()
+            for _ in range(3):  # the turns the protocol's own callbacks take
+                await asyncio.sleep(0)
+
+        self.harness.run(feed())
+
+    def deliver(self) -> None:
+        transport = self.transport
+        while self.pending and transport.reading and not transport.closing:
+            data = bytes(self.pending)
+            self.pending.clear()
+            self.protocol.data_received(data)
+
+    def closed_by_broker(self) -> None:
+        if not self.eof:
+            self.eof = True
+            self.protocol.connection_lost(None)
+
+    def lose(self) -> None:
+        """The client's socket is gone (closed by the client, without DISCONNECT)."""
+        if not self.eof:
+            self.eof = True
+            self.transport.closing = True
+            self.harness.call(lambda: self.protocol.connection_lost(None))
+
+    def wait_output(self, deadline: float) -> bool:
+        """Run the broker's loop until it writes or closes; False at the deadline."""
+        if self.inbox or self.eof:
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        self.output.clear()
+        try:
+            self.harness.run(asyncio.wait_for(self.output.wait(), remaining))
+        except TimeoutError:
+            return False
+        if self.transport.closing and not self.eof:
+            self.harness.pump()
+        return True
+
+
+class MemoryMQTT(MemoryTransport):
     """One MQTT connection to a harness broker, paho on the client side."""
 
     def __init__(
         self,
         harness: Harness,
-        state: MQTTState,
+        listener: MQTTListener,
         peer: tuple[str, int],
         client_id: str,
         protocol: int = paho.MQTTv311,
     ) -> None:
-        self.harness = harness
-        self.inbox = bytearray()
-        self.eof = False
-        self._output = asyncio.Event()
-        self._close_asked = False
-        self.conn = harness.call(
-            lambda: MQTTConnection(
-                state, peer, ("127.0.0.1", 1883), self._on_output, self._on_close
-            )
-        )
-        self.conn.reading_control = lambda reading: None
-        self.conn.request_drain = lambda: None
+        super().__init__(harness, listener, peer)
         self.paho = _Paho(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=protocol)
         self.paho.memory = self
-
-    # -- the transport's part -------------------------------------------------------------
-    def _on_output(self) -> None:
-        self._output.set()
-
-    def _on_close(self) -> None:
-        self._close_asked = True
-        self._output.set()
-
-    def feed(self, data: bytes) -> None:
-        """paho's bytes into the connection, on the broker's loop."""
-        if self.eof:
-            raise BrokenPipeError("the broker closed the connection")
-
-        async def feed() -> None:
-            conn = self.conn
-            conn.now_ms = self.harness.broker.clock.now_ms()  # as the transport does
-            conn.octets.recv_oct += len(data)
-            conn.feed(data)
-            while conn.backlog:  # the transport's later loop turns
-                await asyncio.sleep(0)
-                conn.feed(b"")
-            await asyncio.sleep(0)
-
-        self.harness.run(feed())
-        self.take()
-
-    def take(self) -> None:
-        out = self.conn.take_output()
-        if out:
-            self.inbox += b"".join(out)
-        if self._close_asked and not self.eof:
-            self.eof = True
-            self.harness.call(self.conn.connection_lost)
-
-    def lose(self) -> None:
-        """The client's socket is gone (paho closed it, or the test dropped it)."""
-        if not self.eof:
-            self.eof = True
-            self.harness.call(self.conn.connection_lost)
 
     # -- driving paho and the broker together ------------------------------------------------
     def until(self, done: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -144,17 +223,12 @@ class MemoryMQTT:
             client.loop_read(100)
             if done():
                 return
-            self.take()
-            if self.inbox or self.eof:
-                continue  # paho has bytes to read (or the close) first
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if time.monotonic() > deadline:
                 raise AssertionError("the broker did not answer in time")
-            self._output.clear()
-            try:
-                self.harness.run(asyncio.wait_for(self._output.wait(), remaining))
-            except TimeoutError:
-                raise AssertionError("the broker did not answer in time") from None
+            if self.inbox or (self.eof and client.is_connected()):
+                continue  # paho has bytes to read (or the close) first
+            if not self.wait_output(deadline):
+                raise AssertionError("the broker did not answer in time")
 
     def connect(self, **kwargs: Any) -> Any:
         """paho's connect(), then its CONNACK: its reason code (None: closed)."""
@@ -163,3 +237,120 @@ class MemoryMQTT:
         self.paho.connect("127.0.0.1", 1883, **kwargs)
         self.until(lambda: bool(got) or self.eof)
         return got[0] if got else None
+
+
+class Closed(Exception):
+    """The broker closed the connection."""
+
+
+class RawMQTT(MemoryTransport):
+    """tests/mqtt/mqttraw.py's RawClient in memory: the test writes every byte
+    (packets encoded by Warren's encoder, or raw bytes) and acknowledges what it
+    chooses; the broker's bytes are read by harness.mqtt_decode, a decoder
+    written apart from Warren's codec."""
+
+    def __init__(
+        self,
+        harness: Harness,
+        listener: MQTTListener,
+        peer: tuple[str, int],
+        level: int = MQTT_5,
+        timeout: float = 5.0,
+    ) -> None:
+        super().__init__(harness, listener, peer)
+        self.level = level
+        self.timeout = timeout
+        self.reader = PacketReader(level)
+        self.backlog: list[Packet] = []
+
+    # -- sending ---------------------------------------------------------------------
+    def send(self, *packets: Packet) -> None:
+        self.feed(b"".join(encode(p, self.level) for p in packets))
+
+    def send_raw(self, data: bytes) -> None:
+        self.feed(data)
+
+    def connect(
+        self,
+        client_id: str,
+        clean: bool = True,
+        keep_alive: int = 60,
+        properties: dict[int, Any] | None = None,
+        will: Will | None = None,
+        username: str | None = None,
+        password: bytes | None = None,
+    ) -> ConnAck:
+        self.send(
+            Connect(
+                client_id,
+                self.level,
+                clean,
+                keep_alive,
+                username,
+                password,
+                will,
+                properties or {},
+            )
+        )
+        return self.expect(ConnAck)
+
+    def subscribe(self, topic_filter: str, qos: int = 1, pid: int = 1, **props: Any) -> SubAck:
+        self.send(Subscribe(pid, [Subscription(topic_filter, qos)], dict(props)))
+        ack = self.expect(SubAck)
+        assert ack.packet_id == pid
+        return ack
+
+    def disconnect(self, reason_code: int = 0, properties: dict[int, Any] | None = None) -> None:
+        self.send(Disconnect(reason_code, properties or {}))
+        self.wait_closed()
+
+    def close(self) -> None:
+        """Abrupt: the socket goes away without DISCONNECT."""
+        self.lose()
+
+    # -- receiving -------------------------------------------------------------------
+    def recv(self, timeout: float | None = None) -> Packet:
+        """The next packet; Closed at EOF, TimeoutError if none comes in time."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while not self.backlog:
+            if self.inbox:
+                self.backlog.extend(self.reader.feed(bytes(self.inbox)))
+                self.inbox.clear()
+                continue
+            if self.eof:
+                raise Closed()
+            if not self.wait_output(deadline):
+                raise TimeoutError("no packet from the broker")
+        return self.backlog.pop(0)
+
+    def expect(self, cls: type[T], timeout: float | None = None) -> T:
+        pkt = self.recv(timeout)
+        assert isinstance(pkt, cls), f"expected {cls.__name__}, got {pkt!r}"
+        return pkt
+
+    def publishes(self, n: int, timeout: float | None = None) -> list[Publish]:
+        return [self.expect(Publish, timeout) for _ in range(n)]
+
+    def wait_closed(self, timeout: float | None = None) -> list[Packet]:
+        """Every packet up to the broker's close (which must come in time)."""
+        got: list[Packet] = []
+        while True:
+            try:
+                got.append(self.recv(timeout))
+            except Closed:
+                return got
+
+    def nothing_more(self, timeout: float = 0.05) -> None:
+        """Nothing arrives while the broker's loop runs for ``timeout`` (its file
+        syncs land in that window; nothing here waits on the broker's clock)."""
+        try:
+            pkt = self.recv(timeout)
+        except TimeoutError:
+            return
+        raise AssertionError(f"unexpected {pkt!r}")
+
+    def __enter__(self) -> RawMQTT:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.lose()

@@ -1,23 +1,31 @@
 """MQTT durability: sessions, in-flight QoS 1/2 state, retained messages and wills
-across reconnects, broker restarts on the same data dir and kill -9.
+across reconnects and broker restarts on the same data dir.
 
-Real sockets only: `RawClient` (Warren's codec over a socket) where the test must
-control acknowledgements, paho where a well-behaved client is enough.
+Moved from tests/mqtt/ to the in-memory harness (issue 29): none of this needs
+a socket. A broker restart is a new Harness on the same data dir; session
+expiry, will delays and message expiry run on a ManualClock. `RawClient` is
+harness.RawMQTT (the test writes every byte; the broker's are read by
+harness.mqtt_decode, not by Warren's codec), `paho_publish` paho's own client
+in memory. The kill -9 tests need a process: tests/mqtt/test_mqtt_kill9.py.
 """
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import threading
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BrokerThread
-from mqttraw import RawClient, paho_publish, wait_for
-from procs import start_warren_mqtt
+from harness import Harness
+from memclients import (
+    BrokerThread,
+    Factory,
+    RawClient,
+    harnesses,
+    mqtt_port,
+    paho_publish,
+    wait_for,
+)
 
 from warren.core.clock import ManualClock
 from warren.mqtt import properties as P
@@ -36,25 +44,26 @@ from warren.mqtt.packets import (
     Subscription,
     Will,
 )
-from warren.mqtt.server import MQTTListener
 from warren.mqtt.session import queue_name
+from warren.mqtt.state import MQTTState
 
 pytestmark = pytest.mark.timeout(60)
 
 LEVELS = [pytest.param(4, id="3.1.1"), pytest.param(MQTT_5, id="5")]
-Factory = Callable[..., BrokerThread]
 
 
-def mqtt_port(b: BrokerThread) -> int:
-    listener = b.broker.listener("mqtt")
-    assert isinstance(listener, MQTTListener)
-    return listener.port
+@pytest.fixture
+def broker_factory(tmp_path: Path) -> Iterator[Factory]:
+    yield from harnesses(tmp_path)
 
 
-def state(b: BrokerThread) -> Any:
-    listener = b.broker.listener("mqtt")
-    assert isinstance(listener, MQTTListener)
-    return listener.state
+@pytest.fixture
+def broker(broker_factory: Factory) -> Harness:
+    return broker_factory()
+
+
+def state(b: Harness) -> MQTTState:
+    return b.mqtt_listener().state
 
 
 def persistent(level: int) -> dict[str, Any]:
@@ -255,6 +264,9 @@ def test_qos2_outbound_pubrel_resent_after_reconnect_and_restart(
         assert sub.expect(PubRel).packet_id == pid
         sub.close()  # still no PUBCOMP
     wait_for(lambda: gone(b, "q2-sub"), what="the connection to end")
+    # The socket test's broker thread had settled the PUBREC by now; a stop at
+    # once redelivers "two" at level 5 (found here; see the commit message).
+    wait_for(lambda: queue_count(b, queue_name("q2-sub")) == 0, what="the PUBREC settled")
     b = restart(broker_factory, b)
     with RawClient(mqtt_port(b), level) as sub:
         assert sub.connect("q2-sub", **persistent(level)).session_present
@@ -314,62 +326,6 @@ def test_retained_messages_survive_restart_and_clear(broker_factory: Factory, le
     paho_publish(mqtt_port(b), "r/b", [b""], retain=True, level=level)
     b = restart(broker_factory, b)
     assert retained_on(mqtt_port(b), "r/#", level) == {"r/c": b"C"}
-
-
-def kill_9(proc: subprocess.Popen[str]) -> None:
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(10)
-    if proc.stdout is not None:
-        proc.stdout.close()
-
-
-def stop(proc: subprocess.Popen[str]) -> None:
-    """The end of a test with a broker process, whatever state it is in."""
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-    if proc.stdout is not None:
-        proc.stdout.close()
-
-
-def test_retained_messages_survive_kill_9(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    proc, port = start_warren_mqtt(data)
-    try:
-        # QoS 1: the PUBACK comes after the retained store is synced.
-        paho_publish(port, "k/a", [b"kept"], retain=True)
-        paho_publish(port, "k/b", [b"to-clear"], retain=True)
-        kill_9(proc)
-        proc, port = start_warren_mqtt(data)
-        assert retained_on(port, "k/#") == {"k/a": b"kept", "k/b": b"to-clear"}
-        paho_publish(port, "k/b", [b""], retain=True, level=4)
-        assert retained_on(port, "k/#") == {"k/a": b"kept"}
-        kill_9(proc)
-        proc, port = start_warren_mqtt(data)
-        assert retained_on(port, "k/#") == {"k/a": b"kept"}
-    finally:
-        stop(proc)
-
-
-def test_persistent_session_survives_kill_9(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    proc, port = start_warren_mqtt(data)
-    try:
-        with RawClient(port) as sub:
-            sub.connect("k9-session", **persistent(MQTT_5))
-            sub.subscribe("k9/#", qos=1)
-            sub.disconnect()
-        paho_publish(port, "k9/x", [b"one", b"two"])
-        kill_9(proc)
-        proc, port = start_warren_mqtt(data)
-        with RawClient(port) as sub:
-            assert sub.connect("k9-session", **persistent(MQTT_5)).session_present
-            got = sub.publishes(2)
-            assert [p.payload for p in got] == [b"one", b"two"]
-            sub.send(*(PubAck(p.packet_id or 0) for p in got))
-            sub.disconnect()
-    finally:
-        stop(proc)
 
 
 # -- clean sessions and session expiry ------------------------------------------------------
@@ -726,83 +682,6 @@ def test_takeover_publishes_the_old_connections_will(broker: BrokerThread) -> No
             second.disconnect(0, {P.SESSION_EXPIRY_INTERVAL: 0})
         mark(port, "will/delayed")
         assert next_payload(w) == b"marker"
-
-
-def test_qos2_inbound_state_survives_kill_9(tmp_path: Path) -> None:
-    """PUBREC is sent only once the packet id is on disk: after kill -9 the resent
-    PUBLISH is still recognised as a duplicate."""
-    data = tmp_path / "data"
-    proc, port = start_warren_mqtt(data)
-    try:
-        with RawClient(port) as w:
-            w.connect("k9-watch", **persistent(MQTT_5))
-            w.subscribe("k9q2/#", qos=1)
-            w.disconnect()
-        with RawClient(port) as pub:
-            pub.connect("k9-q2", **persistent(MQTT_5))
-            pub.send(Publish("k9q2/t", b"once", qos=2, packet_id=5))
-            assert pub.expect(PubRec).packet_id == 5
-            kill_9(proc)
-        proc, port = start_warren_mqtt(data)
-        with RawClient(port) as pub:
-            assert pub.connect("k9-q2", **persistent(MQTT_5)).session_present
-            pub.send(Publish("k9q2/t", b"once", qos=2, dup=True, packet_id=5))
-            assert pub.expect(PubRec).packet_id == 5
-            pub.send(PubRel(5))
-            assert pub.expect(PubComp).packet_id == 5
-            pub.send(Publish("k9q2/t", b"marker", qos=1, packet_id=6))
-            assert pub.expect(PubAck).packet_id == 6
-            pub.disconnect()
-        with RawClient(port) as w:
-            assert w.connect("k9-watch", **persistent(MQTT_5)).session_present
-            got = w.publishes(2)
-            assert [p.payload for p in got] == [b"once", b"marker"]
-            w.send(*(PubAck(p.packet_id or 0) for p in got))
-            w.disconnect()
-    finally:
-        stop(proc)
-
-
-def log_lines(proc: subprocess.Popen[str]) -> list[str]:
-    """The process's log from now on, collected by a thread as it is written."""
-    lines: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        try:
-            for line in proc.stdout:
-                lines.append(line)
-        except (OSError, ValueError):  # closed under it at the test's end
-            pass
-
-    threading.Thread(target=read, daemon=True).start()
-    return lines
-
-
-def test_session_connected_at_kill_9_still_expires(tmp_path: Path) -> None:
-    """A session whose connection was up when the broker died has no disconnect time
-    on disk: its expiry counts from the restart, it does not live forever."""
-    data = tmp_path / "data"
-    proc, port = start_warren_mqtt(data)
-    try:
-        c = RawClient(port)
-        c.connect("k9-exp", clean=False, properties={P.SESSION_EXPIRY_INTERVAL: 1})
-        c.subscribe("k9exp/#", qos=1)  # the SUBACK comes after the session is synced
-        kill_9(proc)
-        c.close()
-        proc, port = start_warren_mqtt(data)
-        lines = log_lines(proc)
-        wait_for(
-            lambda: any("MQTT session 'k9-exp'" in line and "expired" in line for line in lines),
-            5,
-            "the session to expire",
-        )
-        with RawClient(port) as c:
-            ack = c.connect("k9-exp", clean=False, properties={P.SESSION_EXPIRY_INTERVAL: 1})
-            assert not ack.session_present
-            c.disconnect()
-    finally:
-        stop(proc)
 
 
 @pytest.mark.parametrize("ended_by", ["disconnect", "expiry"])
