@@ -168,3 +168,37 @@ def test_waiters_arriving_during_a_round_share_the_next(native: bool, tmp_path: 
             syncer.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("native", MODES)
+def test_drain_runs_every_waiters_callback_before_it_returns(
+    native: bool, tmp_path: Path
+) -> None:
+    """What a clean stop awaits before it closes the stores (Broker.stop): the
+    round in flight and the waiters queued behind it, their callbacks called,
+    including waiters a callback adds (an MQTT release's ack follows its sync)."""
+
+    async def main() -> None:
+        syncer = GroupSync(asyncio.get_running_loop(), native=native)
+        store = SegmentStore(tmp_path / "q")
+        called: list[str] = []
+        try:
+            store.append(_message(0))
+            syncer.after_sync([store], lambda ok: called.append(f"first {ok}"))
+            store.append(_message(1))
+
+            def then(ok: bool) -> None:
+                called.append(f"second {ok}")
+                store.append(_message(2))
+                syncer.after_sync([store], lambda ok: called.append(f"third {ok}"))
+
+            syncer.after_sync([store], then)
+            assert called == []  # nothing ran yet: the round starts on the next turn
+            await syncer.drain()
+            assert called == ["first True", "second True", "third True"]
+            await syncer.drain()  # nothing left: returns at once
+        finally:
+            store.close()
+            syncer.close()
+
+    asyncio.run(main())
