@@ -7,6 +7,8 @@ WARREN_SPARK_BROKER_URL names another one, e.g. a RabbitMQ with streams:
 
 Spark runs local[2] with its UI off and two shuffle partitions; its Python
 workers run this interpreter (PYSPARK_PYTHON), so they import this checkout.
+After each test the session is checked and, if the test broke it, repaired or
+replaced (session_guard.py): a failed test never fails the ones after it.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from typing import Any
 import pytest
 
 from .helpers import BrokerInfo, channel, declare_stream, delete_queue
+from .session_guard import SharedSession
 
 pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
 BROKER_URL_ENV = "WARREN_SPARK_BROKER_URL"
+REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 
 
 @pytest.fixture(scope="session")
@@ -53,10 +57,8 @@ def warren_only(spark_broker: BrokerInfo) -> None:
         pytest.skip("needs Warren (the broker at WARREN_SPARK_BROKER_URL is not Warren)")
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java (no java on PATH, JAVA_HOME unset)")
+def build_session() -> Any:
+    """The tests' SparkSession (a new JVM when none runs)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -76,10 +78,38 @@ def spark() -> Iterator[Any]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+@pytest.fixture(scope="session")
+def spark_sessions() -> Iterator[SharedSession]:
+    """The session the Spark tests share, repaired or replaced after a test that
+    broke it (session_guard.py)."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java (no java on PATH, JAVA_HOME unset)")
+    shared = SharedSession(build_session)
     try:
-        yield session
+        yield shared
     finally:
-        session.stop()
+        shared.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Keeps each phase's report on the item, for the spark fixture's teardown."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    item.stash.setdefault(REPORTS, {})[report.when] = report
+
+
+@pytest.fixture
+def spark(spark_sessions: SharedSession, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The shared SparkSession; after the test, whatever the test left behind
+    (an interrupted py4j call, running queries, a dead JVM) is cleaned up so
+    that the next test starts on a working session."""
+    yield spark_sessions.get()
+    reports = request.node.stash.get(REPORTS, {})
+    spark_sessions.after_test(failed=any(r.failed for r in reports.values()))
 
 
 @pytest.fixture
