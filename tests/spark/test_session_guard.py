@@ -107,3 +107,19 @@ def test_a_session_whose_jvm_died_is_replaced(spark_sessions: SharedSession) -> 
     assert fresh is not spark
     assert fresh.range(4).count() == 4
     assert fresh.sql("SELECT 'y' AS c").collect()[0].c == "y"
+
+
+def test_python_workers_import_pyspark_with_its_bytecode(spark: Any) -> None:
+    """Not from Spark's pyspark.zip, compiled again at every worker's start:
+    a streaming source's worker has 10 s to connect back to the JVM, and on a
+    busy machine the zip's imports alone took longer (conftest.py's
+    worker_python)."""
+    from pyspark.sql.functions import udf
+
+    def pyspark_file(_):  # no hints: pyspark would look for a pandas UDF in them
+        import pyspark
+
+        return str(pyspark.__file__)
+
+    path = spark.range(1).select(udf(pyspark_file, "string")("id")).first()[0]
+    assert ".zip" not in path, path
