@@ -48,7 +48,10 @@ def interrupted_connection(session: Any) -> Any:
     has been read. Out of the pool with no call running means a call that was
     interrupted: its reply is still on the way.
     """
-    client = session.sparkContext._gateway._gateway_client
+    gateway = session.sparkContext._gateway
+    if gateway is None:  # no JVM (stopped)
+        return None
+    client = gateway._gateway_client
     connection = client.get_thread_connection()
     if connection is None or connection.socket is None or connection in client.deque:
         return None
