@@ -7,6 +7,7 @@ lives on another loop in a background thread, so everything goes over TCP.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -30,7 +31,7 @@ CONNECTORS = {"plain": aio_pika.connect, "robust": aio_pika.connect_robust}
 Scenario = Callable[[str, Callable[..., Awaitable[AbstractConnection]]], Awaitable[None]]
 
 
-def run(url: str, scenario: Scenario, kind: str = "robust", timeout: float = 30) -> None:
+def run(url: str, scenario: Scenario, kind: str = "robust", timeout: float | None = 30) -> None:
     asyncio.run(asyncio.wait_for(scenario(url, CONNECTORS[kind]), timeout))
 
 
@@ -802,6 +803,18 @@ def test_iterator_consumer_cancelled_then_closed(broker: Any) -> None:
 # -- volume -------------------------------------------------------------------------------
 
 
+# 20,000 messages cost about 4 s of CPU here (aio-pika's client 3.5, the broker the
+# rest) and no wait on a timer. On a busy machine (a load of 20 on 2 cores) the
+# client's thread gets a few percent of a core and spends 60-70 s runnable but not
+# running: the 50 s this test once had for the whole run measured the machine's
+# load. It bounds what does not depend on the load instead: the CPU the run takes
+# (a broker or client gone slow) and the wait for each step (one batch of 1000
+# confirms, one delivery: a stall); pytest-timeout only catches a hang past those.
+TWENTY_THOUSAND_CPU_SECONDS = 20.0
+STEP_SECONDS = 30.0
+
+
+@pytest.mark.timeout(600)
 def test_twenty_thousand_messages_in_order(broker: Any) -> None:
     total = 20_000
 
@@ -811,11 +824,14 @@ def test_twenty_thousand_messages_in_order(broker: Any) -> None:
             queue = await pub.declare_queue("bulk", durable=False)
             batch = 1000
             for start in range(0, total, batch):
-                results = await asyncio.gather(
-                    *(
-                        pub.default_exchange.publish(Message(b"%d" % i), "bulk")
-                        for i in range(start, start + batch)
-                    )
+                results = await asyncio.wait_for(
+                    asyncio.gather(
+                        *(
+                            pub.default_exchange.publish(Message(b"%d" % i), "bulk")
+                            for i in range(start, start + batch)
+                        )
+                    ),
+                    STEP_SECONDS,
                 )
                 assert all(isinstance(r, aiormq.spec.Basic.Ack) for r in results)
             assert await ready_count(pub, "bulk") == total
@@ -826,15 +842,16 @@ def test_twenty_thousand_messages_in_order(broker: Any) -> None:
                 squeue = await sub.get_queue("bulk")
                 expected = 0
                 async with squeue.iterator() as it:
-                    async for message in it:
+                    while expected < total:
+                        message = await asyncio.wait_for(it.__anext__(), STEP_SECONDS)
                         assert int(message.body) == expected
                         expected += 1
                         if expected % 250 == 0 or expected == total:
                             await message.ack(multiple=True)
-                        if expected == total:
-                            break
-                assert expected == total
                 assert await ready_count(sub, "bulk") == 0
                 assert (await queue.delete()).message_count == 0
 
-    run(broker.url, scenario, "plain", timeout=50)
+    cpu = time.process_time()  # every thread's: the broker's too
+    run(broker.url, scenario, "plain", timeout=None)
+    used = time.process_time() - cpu
+    assert used < TWENTY_THOUSAND_CPU_SECONDS, f"{used:.1f} s of CPU for {total} messages"

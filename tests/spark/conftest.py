@@ -6,12 +6,16 @@ WARREN_SPARK_BROKER_URL names another one, e.g. a RabbitMQ with streams:
     WARREN_SPARK_BROKER_URL=amqp://guest:guest@127.0.0.1:5672/ pytest -m spark
 
 Spark runs local[2] with its UI off and two shuffle partitions; its Python
-workers run this interpreter (PYSPARK_PYTHON), so they import this checkout.
+workers run this interpreter (PYSPARK_PYTHON, through worker_python()), so
+they import this checkout.
+After each test the session is checked and, if the test broke it, repaired or
+replaced (session_guard.py): a failed test never fails the ones after it.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 import uuid
@@ -22,10 +26,18 @@ from typing import Any
 import pytest
 
 from .helpers import BrokerInfo, channel, declare_stream, delete_queue
+from .session_guard import SharedSession
 
 pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
 BROKER_URL_ENV = "WARREN_SPARK_BROKER_URL"
+# pytest-timeout's limit for a Spark test that sets none (pyproject.toml's 120 s
+# is for the rest of the suite). It counts the test's set-up, and so the JVM's
+# start in the first test of a worker: 100 s of set-up and 110 s of test for
+# test_errors_through_spark at a load of 20 on 2 cores, 250 s for the docs
+# snippet's own Spark. A hung test still fails, after minutes.
+SPARK_TIMEOUT = 600
+REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 
 
 @pytest.fixture(scope="session")
@@ -53,11 +65,40 @@ def warren_only(spark_broker: BrokerInfo) -> None:
         pytest.skip("needs Warren (the broker at WARREN_SPARK_BROKER_URL is not Warren)")
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java (no java on PATH, JAVA_HOME unset)")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+# Spark puts pyspark.zip (and py4j's zip) first on every Python worker's
+# PYTHONPATH, so a worker compiles each pyspark module it imports from source:
+# 3 s of start-up instead of 0.4 at a load of 20 on 2 cores, past the 10 s a
+# streaming source's worker has to connect back to the JVM (a constant in
+# Spark's PythonWorkerFactory: "Python worker failed to connect back"). The
+# workers run this script instead, which drops those zips: the same pyspark
+# (this interpreter's) then comes from site-packages with its bytecode cache.
+WORKER_PYTHON = """#!/bin/sh
+set -f
+IFS=:
+kept=
+for entry in $PYTHONPATH; do
+    case $entry in
+        */pyspark.zip | */py4j-*-src.zip) ;;
+        *) kept=${kept:+$kept:}$entry ;;
+    esac
+done
+PYTHONPATH=$kept
+export PYTHONPATH
+exec %s "$@"
+"""
+
+
+def worker_python(directory: Path) -> str:
+    """An executable that runs this interpreter without Spark's zips on its path."""
+    script = directory / "worker-python"
+    script.write_text(WORKER_PYTHON % shlex.quote(sys.executable))
+    script.chmod(0o755)
+    return str(script)
+
+
+def build_session(python: str) -> Any:
+    """The tests' SparkSession (a new JVM when none runs); workers run ``python``."""
+    os.environ["PYSPARK_PYTHON"] = python
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
@@ -72,14 +113,50 @@ def spark() -> Iterator[Any]:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.pyspark.python", sys.executable)
+        .config("spark.pyspark.python", python)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+@pytest.fixture(scope="session")
+def spark_sessions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedSession]:
+    """The session the Spark tests share, repaired or replaced after a test that
+    broke it (session_guard.py)."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java (no java on PATH, JAVA_HOME unset)")
+    python = worker_python(tmp_path_factory.mktemp("spark-worker"))
+    shared = SharedSession(lambda: build_session(python))
     try:
-        yield session
+        yield shared
     finally:
-        session.stop()
+        shared.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SPARK_TIMEOUT))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Keeps each phase's report on the item, for the spark fixture's teardown."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    item.stash.setdefault(REPORTS, {})[report.when] = report
+
+
+@pytest.fixture
+def spark(spark_sessions: SharedSession, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The shared SparkSession; after the test, whatever the test left behind
+    (an interrupted py4j call, running queries, a dead JVM) is cleaned up so
+    that the next test starts on a working session."""
+    yield spark_sessions.get()
+    reports = request.node.stash.get(REPORTS, {})
+    spark_sessions.after_test(failed=any(r.failed for r in reports.values()))
 
 
 @pytest.fixture

@@ -90,7 +90,7 @@ def test_the_documented_example_runs_without_pyspark_python(
         env=clean_env(),
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=480,  # within conftest.py's SPARK_TIMEOUT, which counts the set-up too
     )
     assert done.returncode == 0, done.stderr[-4000:]
 

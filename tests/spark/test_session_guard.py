@@ -1,0 +1,125 @@
+"""What one Spark test can leave behind never reaches the next (session_guard.py).
+
+Each test breaks the shared session as a failing test did (a py4j call
+interrupted before its reply, as pytest-timeout interrupts it; a query left
+running; the JVM killed), runs what the spark fixture runs after a test, and
+checks that the session then answers right.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from .session_guard import SharedSession, interrupted_connection
+
+pytestmark = pytest.mark.spark
+
+
+def wait_until(condition: Any, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} after {timeout:.0f} s"
+        time.sleep(0.01)
+
+
+def interrupt_a_call_before_its_reply(spark: Any) -> pytest.ExceptionInfo[BaseException]:
+    """The main thread blocks in a JVM call (a take() on an empty queue); a signal
+    makes it raise pytest's Failed there, as pytest-timeout's signal method does;
+    then the JVM sends the reply that nobody reads.
+
+    Returns the exception: while it lives (pytest keeps a failed test's until
+    its teardown, and its frames in a reference cycle until the collector
+    runs) it holds the connection, which the thread uses again; dropped at
+    once, the connection would be freed, its socket closed, and the next call
+    would open a new one."""
+    handoff = spark._jvm.java.util.concurrent.LinkedTransferQueue()
+    main = threading.get_ident()
+    interrupted = threading.Event()
+
+    def interrupter() -> None:  # its own py4j connection (one per thread)
+        wait_until(handoff.hasWaitingConsumer, "take() waiting in the JVM")
+        signal.pthread_kill(main, signal.SIGUSR1)
+        if interrupted.wait(120):
+            handoff.put("a late reply")  # taken by the interrupted take()
+            wait_until(handoff.isEmpty, "the late reply taken")
+
+    def on_signal(signum: int, frame: Any) -> None:
+        pytest.fail("interrupted the way pytest-timeout interrupts a test")
+
+    previous = signal.signal(signal.SIGUSR1, on_signal)
+    thread = threading.Thread(target=interrupter, daemon=True)
+    try:
+        thread.start()
+        with pytest.raises(pytest.fail.Exception) as info:
+            handoff.take()
+        interrupted.set()
+        thread.join(120)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert not thread.is_alive()
+    return info
+
+
+def test_a_call_interrupted_before_its_reply_leaves_no_reply_to_the_next_call(
+    spark_sessions: SharedSession,
+) -> None:
+    spark = spark_sessions.get()
+    interrupted = interrupt_a_call_before_its_reply(spark)
+    assert interrupted_connection(spark) is not None
+    done = spark_sessions.after_test(failed=True)
+    assert "closed the py4j connection of an interrupted call" in done
+    # Without the repair these read the late reply and each one after it the
+    # reply meant for the call before (issue 29: 'int' object has no attribute
+    # 'format', KeyError: 'c').
+    assert spark_sessions.get() is spark, "a closed connection is enough: same JVM"
+    assert spark.range(3).count() == 3
+    assert spark.sql("SELECT 'x' AS c").collect()[0].c == "x"
+    assert spark_sessions.after_test(failed=False) == []
+    del interrupted
+
+
+def test_a_streaming_query_left_running_is_stopped(spark_sessions: SharedSession) -> None:
+    spark = spark_sessions.get()
+    query = spark.readStream.format("rate").load().writeStream.format("noop").start()
+    assert query.isActive
+    done = spark_sessions.after_test(failed=False)
+    assert any(line.startswith("stopped streaming query") for line in done), done
+    assert not query.isActive
+    assert spark.streams.active == []
+
+
+def test_a_session_whose_jvm_died_is_replaced(spark_sessions: SharedSession) -> None:
+    from pyspark import SparkContext
+
+    spark = spark_sessions.get()
+    gateway = SparkContext._gateway
+    assert gateway is not None
+    gateway.proc.kill()  # the JVM (spark-submit execs java)
+    gateway.proc.wait(60)
+    done = spark_sessions.after_test(failed=True)
+    assert "discarded the session and its JVM (it ran no job)" in done
+    fresh = spark_sessions.get()
+    assert fresh is not spark
+    assert fresh.range(4).count() == 4
+    assert fresh.sql("SELECT 'y' AS c").collect()[0].c == "y"
+
+
+def test_python_workers_import_pyspark_with_its_bytecode(spark: Any) -> None:
+    """Not from Spark's pyspark.zip, compiled again at every worker's start:
+    a streaming source's worker has 10 s to connect back to the JVM, and on a
+    busy machine the zip's imports alone took longer (conftest.py's
+    worker_python)."""
+    from pyspark.sql.functions import udf
+
+    def pyspark_file(_):  # no hints: pyspark would look for a pandas UDF in them
+        import pyspark
+
+        return str(pyspark.__file__)
+
+    path = spark.range(1).select(udf(pyspark_file, "string")("id")).first()[0]
+    assert ".zip" not in path, path
