@@ -16,22 +16,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import paho.mqtt.client as paho
+from mqttraw import Closed, MQTTPackets
 from paho.mqtt.enums import CallbackAPIVersion
 
 from harness.mqtt_decode import PacketReader
-from warren.mqtt.codec import encode
 from warren.mqtt.connection import MQTTConnection
 from warren.mqtt.packets import (
     MQTT_5,
-    ConnAck,
-    Connect,
-    Disconnect,
     Packet,
-    Publish,
-    SubAck,
-    Subscribe,
-    Subscription,
-    Will,
 )
 from warren.mqtt.server import MQTTListener, MQTTProtocol
 
@@ -239,12 +231,8 @@ class MemoryMQTT(MemoryTransport):
         return got[0] if got else None
 
 
-class Closed(Exception):
-    """The broker closed the connection."""
-
-
-class RawMQTT(MemoryTransport):
-    """tests/mqtt/mqttraw.py's RawClient in memory: the test writes every byte
+class RawMQTT(MemoryTransport, MQTTPackets):
+    """tests/mqttraw.py's RawClient in memory: the test writes every byte
     (packets encoded by Warren's encoder, or raw bytes) and acknowledges what it
     chooses; the broker's bytes are read by harness.mqtt_decode, a decoder
     written apart from Warren's codec."""
@@ -263,49 +251,10 @@ class RawMQTT(MemoryTransport):
         self.reader = PacketReader(level)
         self.backlog: list[Packet] = []
 
-    # -- sending ---------------------------------------------------------------------
-    def send(self, *packets: Packet) -> None:
-        self.feed(b"".join(encode(p, self.level) for p in packets))
-
     def send_raw(self, data: bytes) -> None:
         self.feed(data)
 
-    def connect(
-        self,
-        client_id: str,
-        clean: bool = True,
-        keep_alive: int = 60,
-        properties: dict[int, Any] | None = None,
-        will: Will | None = None,
-        username: str | None = None,
-        password: bytes | None = None,
-    ) -> ConnAck:
-        self.send(
-            Connect(
-                client_id,
-                self.level,
-                clean,
-                keep_alive,
-                username,
-                password,
-                will,
-                properties or {},
-            )
-        )
-        return self.expect(ConnAck)
-
-    def subscribe(self, topic_filter: str, qos: int = 1, pid: int = 1, **props: Any) -> SubAck:
-        self.send(Subscribe(pid, [Subscription(topic_filter, qos)], dict(props)))
-        ack = self.expect(SubAck)
-        assert ack.packet_id == pid
-        return ack
-
-    def disconnect(self, reason_code: int = 0, properties: dict[int, Any] | None = None) -> None:
-        self.send(Disconnect(reason_code, properties or {}))
-        self.wait_closed()
-
     def close(self) -> None:
-        """Abrupt: the socket goes away without DISCONNECT."""
         self.lose()
 
     # -- receiving -------------------------------------------------------------------
@@ -323,23 +272,6 @@ class RawMQTT(MemoryTransport):
                 raise TimeoutError("no packet from the broker")
         return self.backlog.pop(0)
 
-    def expect(self, cls: type[T], timeout: float | None = None) -> T:
-        pkt = self.recv(timeout)
-        assert isinstance(pkt, cls), f"expected {cls.__name__}, got {pkt!r}"
-        return pkt
-
-    def publishes(self, n: int, timeout: float | None = None) -> list[Publish]:
-        return [self.expect(Publish, timeout) for _ in range(n)]
-
-    def wait_closed(self, timeout: float | None = None) -> list[Packet]:
-        """Every packet up to the broker's close (which must come in time)."""
-        got: list[Packet] = []
-        while True:
-            try:
-                got.append(self.recv(timeout))
-            except Closed:
-                return got
-
     def nothing_more(self, timeout: float = 0.05) -> None:
         """Nothing arrives while the broker's loop runs for ``timeout`` (its file
         syncs land in that window; nothing here waits on the broker's clock)."""
@@ -349,8 +281,3 @@ class RawMQTT(MemoryTransport):
             return
         raise AssertionError(f"unexpected {pkt!r}")
 
-    def __enter__(self) -> RawMQTT:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.lose()

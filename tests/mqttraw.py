@@ -23,30 +23,40 @@ from warren.mqtt.packets import (
 )
 
 T = TypeVar("T")
+C = TypeVar("C", bound="MQTTPackets")
 
 
 class Closed(Exception):
     """The broker closed the connection."""
 
 
-class RawClient:
-    def __init__(
-        self, port: int, level: int = MQTT_5, timeout: float = 5.0, host: str = "127.0.0.1"
-    ) -> None:
-        self.level = level
-        self.timeout = timeout
-        self.sock = socket.create_connection((host, port), timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.decoder = Decoder(level)
-        self.backlog: list[Packet] = []
-        self.eof = False
+class MQTTPackets:
+    """A raw MQTT client's packets, whatever carries the bytes: the test decides
+    every byte and every acknowledgement. A transport provides send_raw(),
+    recv(), close() and _closed() (RawClient: a socket; tests/harness/mqtt.py's
+    RawMQTT: a broker's connection in memory)."""
+
+    level: int
+    timeout: float
+
+    # -- the transport ---------------------------------------------------------------
+    def send_raw(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def recv(self, timeout: float | None = None) -> Packet:
+        """The next packet; Closed at EOF, TimeoutError if none comes in time."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Abrupt: the connection goes away without DISCONNECT."""
+        raise NotImplementedError
+
+    def _closed(self) -> None:
+        """After a DISCONNECT and the broker's close: let go of the transport."""
 
     # -- sending ---------------------------------------------------------------------
     def send(self, *packets: Packet) -> None:
-        self.sock.sendall(b"".join(encode(p, self.level) for p in packets))
-
-    def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        self.send_raw(b"".join(encode(p, self.level) for p in packets))
 
     def connect(
         self,
@@ -81,15 +91,57 @@ class RawClient:
     def disconnect(self, reason_code: int = 0, properties: dict[int, Any] | None = None) -> None:
         self.send(Disconnect(reason_code, properties or {}))
         self.wait_closed()
-        self.sock.close()
-
-    def close(self) -> None:
-        """Abrupt: the socket goes away without DISCONNECT."""
-        self.sock.close()
+        self._closed()
 
     # -- receiving -------------------------------------------------------------------
+    def expect(self, cls: type[T], timeout: float | None = None) -> T:
+        pkt = self.recv(timeout)
+        assert isinstance(pkt, cls), f"expected {cls.__name__}, got {pkt!r}"
+        return pkt
+
+    def publishes(self, n: int, timeout: float | None = None) -> list[Publish]:
+        return [self.expect(Publish, timeout) for _ in range(n)]
+
+    def wait_closed(self, timeout: float | None = None) -> list[Packet]:
+        """Every packet up to the broker's close (which must come in time)."""
+        got: list[Packet] = []
+        while True:
+            try:
+                got.append(self.recv(timeout))
+            except Closed:
+                return got
+
+    def __enter__(self: C) -> C:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RawClient(MQTTPackets):
+    """A raw MQTT client over a real socket."""
+
+    def __init__(
+        self, port: int, level: int = MQTT_5, timeout: float = 5.0, host: str = "127.0.0.1"
+    ) -> None:
+        self.level = level
+        self.timeout = timeout
+        self.sock = socket.create_connection((host, port), timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.decoder = Decoder(level)
+        self.backlog: list[Packet] = []
+        self.eof = False
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _closed(self) -> None:
+        self.sock.close()
+
     def recv(self, timeout: float | None = None) -> Packet:
-        """The next packet; Closed at EOF, TimeoutError if none comes in time."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while not self.backlog:
             if self.eof:
@@ -108,23 +160,6 @@ class RawClient:
             self.backlog.extend(self.decoder.feed(data))
         return self.backlog.pop(0)
 
-    def expect(self, cls: type[T], timeout: float | None = None) -> T:
-        pkt = self.recv(timeout)
-        assert isinstance(pkt, cls), f"expected {cls.__name__}, got {pkt!r}"
-        return pkt
-
-    def publishes(self, n: int, timeout: float | None = None) -> list[Publish]:
-        return [self.expect(Publish, timeout) for _ in range(n)]
-
-    def wait_closed(self, timeout: float | None = None) -> list[Packet]:
-        """Every packet up to the broker's close (which must come in time)."""
-        got: list[Packet] = []
-        while True:
-            try:
-                got.append(self.recv(timeout))
-            except Closed:
-                return got
-
     def nothing_more(self, timeout: float = 0.3) -> None:
         """Nothing arrives within ``timeout`` (a negative check: the window is the claim)."""
         try:
@@ -132,12 +167,6 @@ class RawClient:
         except TimeoutError:
             return
         raise AssertionError(f"unexpected {pkt!r}")
-
-    def __enter__(self) -> RawClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.sock.close()
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
