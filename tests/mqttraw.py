@@ -15,6 +15,9 @@ from warren.mqtt.packets import (
     Connect,
     Disconnect,
     Packet,
+    PingReq,
+    PingResp,
+    PubAck,
     Publish,
     SubAck,
     Subscribe,
@@ -167,6 +170,28 @@ class RawClient(MQTTPackets):
         except TimeoutError:
             return
         raise AssertionError(f"unexpected {pkt!r}")
+
+
+def retained_on(client: MQTTPackets, topic_filter: str) -> dict[str, bytes]:
+    """The retained messages a fresh subscription gets (all with the retain flag),
+    through ``client`` (a new connection, closed here)."""
+    with client as c:
+        c.connect("retained-reader")
+        c.subscribe(topic_filter, qos=1)
+        # Retained messages are sent with the SUBACK: a PINGRESP asked for after it
+        # ends the burst.
+        c.send(PingReq())
+        got: dict[str, bytes] = {}
+        while True:
+            p = c.recv()
+            if isinstance(p, PingResp):
+                break
+            assert isinstance(p, Publish) and p.retain, p
+            got[p.topic] = p.payload
+            if p.qos:
+                c.send(PubAck(p.packet_id or 0))
+        c.disconnect()
+    return got
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import mqttraw
 import pytest
 from mqttraw import RawClient, paho_publish, wait_for
 from procs import start_warren_mqtt
@@ -18,8 +19,6 @@ from procs import start_warren_mqtt
 from warren.mqtt import properties as P
 from warren.mqtt.packets import (
     MQTT_5,
-    PingReq,
-    PingResp,
     PubAck,
     PubComp,
     Publish,
@@ -38,24 +37,8 @@ def persistent(level: int) -> dict[str, Any]:
 
 
 def retained_on(port: int, topic_filter: str, level: int = MQTT_5) -> dict[str, bytes]:
-    """The retained messages a fresh subscription gets (all with the retain flag)."""
-    with RawClient(port, level) as c:
-        c.connect("retained-reader")
-        c.subscribe(topic_filter, qos=1)
-        # Retained messages are sent with the SUBACK: a PINGRESP asked for after it
-        # ends the burst.
-        c.send(PingReq())
-        got: dict[str, bytes] = {}
-        while True:
-            p = c.recv()
-            if isinstance(p, PingResp):
-                break
-            assert isinstance(p, Publish) and p.retain, p
-            got[p.topic] = p.payload
-            if p.qos:
-                c.send(PubAck(p.packet_id or 0))
-        c.disconnect()
-    return got
+    """The retained messages a fresh subscription gets (mqttraw.retained_on)."""
+    return mqttraw.retained_on(RawClient(port, level), topic_filter)
 
 
 def kill_9(proc: subprocess.Popen[str]) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import mqttraw
 import pytest
 from harness import Harness
 from memclients import (
@@ -291,24 +292,8 @@ def test_qos2_outbound_pubrel_resent_after_reconnect_and_restart(
 
 
 def retained_on(port: int, topic_filter: str, level: int = MQTT_5) -> dict[str, bytes]:
-    """The retained messages a fresh subscription gets (all with the retain flag)."""
-    with RawClient(port, level) as c:
-        c.connect("retained-reader")
-        c.subscribe(topic_filter, qos=1)
-        # Retained messages are sent with the SUBACK: a PINGRESP asked for after it
-        # ends the burst.
-        c.send(PingReq())
-        got: dict[str, bytes] = {}
-        while True:
-            p = c.recv()
-            if isinstance(p, PingResp):
-                break
-            assert isinstance(p, Publish) and p.retain, p
-            got[p.topic] = p.payload
-            if p.qos:
-                c.send(PubAck(p.packet_id or 0))
-        c.disconnect()
-    return got
+    """The retained messages a fresh subscription gets (mqttraw.retained_on)."""
+    return mqttraw.retained_on(RawClient(port, level), topic_filter)
 
 
 @pytest.mark.parametrize("level", LEVELS)
