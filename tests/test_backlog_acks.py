@@ -19,6 +19,15 @@ from typing import Any
 
 import pika
 import pytest
+from amqp_runs import (
+    _client,
+    _consume,
+    _declare,
+    _fill,
+    _queue_state,
+    _receive,
+    _round_trip,
+)
 from conftest import BrokerThread, start_broker
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,7 +35,6 @@ from pamqp import commands
 from pikahelp import connect, uniq, wait_until
 from procs import start_warren
 from rawamqp import RawAMQP
-from test_ack_runs import _client, _consume, _declare, _queue_state, _receive, publish
 
 import warren
 from warren.amqp.ack_scan import scan_acks_python
@@ -34,7 +42,6 @@ from warren.amqp.unacked import UnackedDeliveries, UnackedRun
 from warren.core.vhost import VHost
 
 _native = warren.native_module("_fastpath")
-PERSISTENT = commands.Basic.Properties(delivery_mode=2)
 
 
 @pytest.fixture
@@ -154,21 +161,12 @@ def test_a_range_of_tags_comes_out_as_single_acks_would(
         singles, runs = got
         out = [(t, e[1]) for t, e in singles] + [(t, e[1]) for r in runs for t, e in r.entries()]
         assert out == [(t, model.pop(t)[1]) for t in tags]
-        assert [(t, e[1]) for t, e in unacked.entries()] == [(t, v[1]) for t, v in sorted(model.items())]
+        assert [(t, e[1]) for t, e in unacked.entries()] == [
+            (t, v[1]) for t, v in sorted(model.items())
+        ]
 
 
 # -- through a broker -----------------------------------------------------------------
-
-
-def _fill(c: RawAMQP, queue: str, bodies: list[bytes], channel: int = 1) -> None:
-    """Publish with confirms on ``channel`` (which must not be the consumer's)."""
-    c.send_method(channel, commands.Confirm.Select())
-    c.expect_method(commands.Confirm.SelectOk)
-    c.send(b"".join(publish(b, queue, channel, properties=PERSISTENT) for b in bodies))
-    confirmed = 0
-    while confirmed < len(bodies):
-        ack = c.expect_method(commands.Basic.Ack)
-        confirmed = ack.delivery_tag if ack.multiple else confirmed + 1
 
 
 def _spans(b: BrokerThread) -> list[int]:
@@ -191,12 +189,6 @@ def _segment_files(b: BrokerThread, queue: str) -> int:
         return len(list(store.directory.glob("msgs.*")))
 
     return b.call(count)
-
-
-def _round_trip(c: RawAMQP, channel: int = 1) -> None:
-    """What was sent before has been handled (channel.flow answers in order)."""
-    c.send_method(channel, commands.Channel.Flow(active=True))
-    c.expect_method(commands.Channel.FlowOk, channel=channel)
 
 
 def test_single_acks_out_of_order_and_in_rows_settle_every_delivery_once(tmp_path: Path) -> None:
@@ -472,9 +464,7 @@ def test_a_priority_queue_with_ttl_drains_its_backlog_in_order(broker: BrokerThr
     assert [int(b) for _, b in got] == [i for _, i in sorted(want)]
     # A short TTL: whatever the consumer does not get in time is dead-lettered.
     q2 = uniq()
-    ch.queue_declare(
-        q2, arguments={**args, "x-message-ttl": 30, "x-dead-letter-routing-key": dlq}
-    )
+    ch.queue_declare(q2, arguments={**args, "x-message-ttl": 30, "x-dead-letter-routing-key": dlq})
     for i in range(400):
         ch.basic_publish("", q2, f"t{i}".encode(), pika.BasicProperties(priority=i % 6))
     late: list[bytes] = []

@@ -132,7 +132,7 @@ class Harness:
                 self._mqtt.close()
             if self._amqp_listener is not None:
                 for proto in list(self._amqp_listener.protocols):
-                    self.call(lambda p=proto: p.connection_lost(None))  # type: ignore[misc]
+                    self.call(lambda p=proto: p.connection_lost(None))
             self.run(self.broker.stop())
         finally:
             self.loop.close()
