@@ -479,6 +479,30 @@ def test_body_longer_than_announced(harness: Harness, raw: RawFactory) -> None:
     assert_still_serving(harness)
 
 
+def test_a_long_reply_text_is_cut_on_a_character_boundary(harness: Harness) -> None:
+    """The reply text names the header; cut to 255 octets, it must stay valid UTF-8
+    (it once ended in half a U+FFFD and pamqp could not decode the close).
+    Moved from tests/test_hostile_headers.py (pika only checked the broker still
+    served others)."""
+    name = b"\x80" * 100  # not UTF-8: each byte is named as U+FFFD, three octets
+    table = bytes([len(name)]) + name + b"Z"
+    properties = struct.pack(">HI", 0x3000, len(table)) + table + b"\x02"
+    with harness.amqp() as bad:
+        bad.handshake()
+        bad.open_channel(1)
+        bad.send(
+            method_frame(1, commands.Basic.Publish(routing_key="poison"))
+            + raw_frame(2, 1, struct.pack(">HHQ", 60, 0, 6) + properties)
+            + raw_frame(3, 1, b"poison")
+        )
+        code, text, class_id, method_id = bad.expect_close()
+    assert (code, class_id, method_id) == (501, 60, 40)
+    assert text.startswith("FRAME_ERROR - cannot decode the message's properties: in header ")
+    assert text.endswith("\ufffd...")
+    assert len(text.encode()) <= 255
+    assert_still_serving(harness)
+
+
 def test_message_over_max_message_size(tmp_path: Path) -> None:
     # RabbitMQ (max_message_size = 1000): channel.close 406 "PRECONDITION_FAILED - message
     # size 2000 is larger than configured max size 1000", naming basic.publish; the
