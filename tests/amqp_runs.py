@@ -8,6 +8,7 @@ BrokerThread or a Harness (both run a function on the broker's loop)."""
 from __future__ import annotations
 
 import importlib
+import struct
 from typing import Any, TypeVar
 
 from conftest import BrokerThread
@@ -128,3 +129,29 @@ def _round_trip(c: AMQPFrames, channel: int = 1) -> None:
     """What was sent before has been handled (channel.flow answers in order)."""
     c.send_method(channel, commands.Channel.Flow(active=True))
     c.expect_method(commands.Channel.FlowOk, channel=channel)
+
+
+def ack_frame(channel: int, tag: int, bits: int = 0, end: int = 0xCE, method: int = 80) -> bytes:
+    return struct.pack(">BHIHHQB", 1, channel, 13, 60, method, tag, bits) + bytes((end,))
+
+
+def _spans(b: Broker) -> list[int]:
+    """The unacked runs' lengths on every open channel, in tag order."""
+
+    def runs() -> list[int]:
+        return [
+            len(r)
+            for conn in b.broker.connections
+            for ch in getattr(conn, "channels", {}).values()
+            for r in ch.unacked.runs
+        ]
+
+    return b.call(runs)
+
+
+def _segment_files(b: Broker, queue: str) -> int:
+    def count() -> int:
+        store = b.broker.vhosts["/"].queues[queue].store
+        return len(list(store.directory.glob("msgs.*")))
+
+    return b.call(count)
