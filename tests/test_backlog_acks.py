@@ -9,7 +9,6 @@ see is what the one-by-one path gave them."""
 from __future__ import annotations
 
 import os
-import random
 import signal
 import struct
 from array import array
@@ -19,6 +18,17 @@ from typing import Any
 
 import pika
 import pytest
+from amqp_runs import (
+    _client,
+    _consume,
+    _declare,
+    _fill,
+    _queue_state,
+    _receive,
+    _round_trip,
+    _spans,
+    ack_frame,
+)
 from conftest import BrokerThread, start_broker
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,7 +36,6 @@ from pamqp import commands
 from pikahelp import connect, uniq, wait_until
 from procs import start_warren
 from rawamqp import RawAMQP
-from test_ack_runs import _client, _consume, _declare, _queue_state, _receive, publish
 
 import warren
 from warren.amqp.ack_scan import scan_acks_python
@@ -34,7 +43,6 @@ from warren.amqp.unacked import UnackedDeliveries, UnackedRun
 from warren.core.vhost import VHost
 
 _native = warren.native_module("_fastpath")
-PERSISTENT = commands.Basic.Properties(delivery_mode=2)
 
 
 @pytest.fixture
@@ -48,10 +56,6 @@ def broker(tmp_path: Path) -> Iterator[BrokerThread]:
 
 
 # -- the scanner: C against its reference ---------------------------------------------
-
-
-def ack_frame(channel: int, tag: int, bits: int = 0, end: int = 0xCE, method: int = 80) -> bytes:
-    return struct.pack(">BHIHHQB", 1, channel, 13, 60, method, tag, bits) + bytes((end,))
 
 
 # basic.ack, basic.reject, basic.nack: the flags a run of each may carry.
@@ -154,169 +158,12 @@ def test_a_range_of_tags_comes_out_as_single_acks_would(
         singles, runs = got
         out = [(t, e[1]) for t, e in singles] + [(t, e[1]) for r in runs for t, e in r.entries()]
         assert out == [(t, model.pop(t)[1]) for t in tags]
-        assert [(t, e[1]) for t, e in unacked.entries()] == [(t, v[1]) for t, v in sorted(model.items())]
+        assert [(t, e[1]) for t, e in unacked.entries()] == [
+            (t, v[1]) for t, v in sorted(model.items())
+        ]
 
 
 # -- through a broker -----------------------------------------------------------------
-
-
-def _fill(c: RawAMQP, queue: str, bodies: list[bytes], channel: int = 1) -> None:
-    """Publish with confirms on ``channel`` (which must not be the consumer's)."""
-    c.send_method(channel, commands.Confirm.Select())
-    c.expect_method(commands.Confirm.SelectOk)
-    c.send(b"".join(publish(b, queue, channel, properties=PERSISTENT) for b in bodies))
-    confirmed = 0
-    while confirmed < len(bodies):
-        ack = c.expect_method(commands.Basic.Ack)
-        confirmed = ack.delivery_tag if ack.multiple else confirmed + 1
-
-
-def _spans(b: BrokerThread) -> list[int]:
-    """The unacked runs' lengths on every open channel, in tag order."""
-
-    def runs() -> list[int]:
-        return [
-            len(r)
-            for conn in b.broker.connections
-            for ch in getattr(conn, "channels", {}).values()
-            for r in ch.unacked.runs
-        ]
-
-    return b.call(runs)
-
-
-def _segment_files(b: BrokerThread, queue: str) -> int:
-    def count() -> int:
-        store = b.broker.vhosts["/"].queues[queue].store
-        return len(list(store.directory.glob("msgs.*")))
-
-    return b.call(count)
-
-
-def _round_trip(c: RawAMQP, channel: int = 1) -> None:
-    """What was sent before has been handled (channel.flow answers in order)."""
-    c.send_method(channel, commands.Channel.Flow(active=True))
-    c.expect_method(commands.Channel.FlowOk, channel=channel)
-
-
-def test_single_acks_out_of_order_and_in_rows_settle_every_delivery_once(tmp_path: Path) -> None:
-    """3,000 messages waiting, prefetch 1,000: delivered in runs; acked one by
-    one, in rows of consecutive tags (one settlement) and shuffled; an ack of a
-    tag already acked in the middle of a row closes the channel there, the
-    tags before it acked, the ones after not. Every message exactly once, in
-    order; the acks survive a restart."""
-    broker = start_broker(tmp_path / "data", segment_size=64 * 1024)
-    try:
-        _acks_out_of_order(broker)
-    finally:
-        broker.stop()
-    again = start_broker(tmp_path / "data", segment_size=64 * 1024)
-    try:
-        c = _client(again)
-        _consume(c, "out", prefetch=100)
-        back = _receive(c, 50)
-        assert [b for _, _, b, _ in back] == _bodies()[2950:]
-        assert all(r for _, r, _, _ in back)
-        c.send_method(1, commands.Basic.Ack(delivery_tag=0, multiple=True))
-        _round_trip(c)
-        assert _queue_state(again, "out")[:2] == (0, 0)
-        c.close()
-    finally:
-        again.stop()
-
-
-def _bodies() -> list[bytes]:
-    return [f"o{i:04d}".encode() * (i % 9 + 20) for i in range(3000)]
-
-
-def _acks_out_of_order(broker: BrokerThread) -> None:
-    c = _client(broker, channels=2)
-    _declare(c, "out", durable=True)
-    bodies = _bodies()
-    _fill(c, "out", bodies, channel=2)
-    _consume(c, "out", prefetch=1000)
-    rng = random.Random(7)
-    got: list[bytes] = []
-    tags: list[int] = []
-    while len(got) < 2900:
-        batch = _receive(c, 1000 if not got else min(250, 2900 - len(got)))
-        if not tags:
-            assert len(_spans(broker)) >= 2  # runs, cut at segment ends
-        got += [b for _, _, b, _ in batch]
-        assert all(not r for _, r, _, _ in batch)
-        new = [t for t, *_ in batch]
-        tags += new
-        order: list[list[int]] = []
-        for i in range(0, len(new), 50):
-            row = new[i : i + 50]
-            order.append(row if i % 100 == 0 else rng.sample(row, len(row)))
-        rng.shuffle(order)
-        c.send(b"".join(ack_frame(1, t) for row in order for t in row))
-    assert got == bodies[:2900]
-    assert tags == list(range(1, 2901))
-    rest = _receive(c, 100)  # the credit of the last acks
-    assert [b for _, _, b, _ in rest] == bodies[2900:]
-    _round_trip(c)
-    assert _queue_state(broker, "out")[:2] == (0, 100)
-    # A row with a tag acked before: 2,901 .. 2,950 then 10, then 2,951 ...
-    c.send(b"".join(ack_frame(1, t) for t in [*range(2901, 2951), 10, *range(2951, 3001)]))
-    assert c.expect_channel_close(1)[:2] == (406, "PRECONDITION_FAILED - unknown delivery tag 10")
-    c.send_method(1, commands.Channel.CloseOk())
-    _round_trip(c, 2)
-    assert _queue_state(broker, "out")[:2] == (50, 0)  # 2,951 .. 3,000 back
-    c.close()
-
-
-def test_multiple_acks_across_runs_and_segments(broker: BrokerThread) -> None:
-    """A backlog over several segment files, prefetch 1,000: multiple acks that
-    end inside a run, cover several runs and cross segments; the files of fully
-    acknowledged segments go; the rest comes in order, nothing twice."""
-    c = _client(broker, channels=2)
-    _declare(c, "multi", durable=True)
-    bodies = [f"x{i:05d}".encode() * 20 for i in range(2500)]
-    _fill(c, "multi", bodies, channel=2)
-    files = _segment_files(broker, "multi")
-    assert files >= 5
-    _consume(c, "multi", prefetch=1000)
-    first = _receive(c, 1000)
-    assert [b for _, _, b, _ in first] == bodies[:1000]
-    runs = _spans(broker)
-    assert sum(runs) == 1000 and len(runs) >= 3
-    c.send_method(1, commands.Basic.Ack(delivery_tag=runs[0] + 3, multiple=True))  # inside run 2
-    c.send_method(1, commands.Basic.Ack(delivery_tag=999, multiple=True))  # runs 2 .. n
-    more = _receive(c, 999)
-    assert [b for _, _, b, _ in more] == bodies[1000:1999]
-    c.send_method(1, commands.Basic.Ack(delivery_tag=1998, multiple=True))  # tag 1,000 with it
-    rest = _receive(c, 501)
-    assert [b for _, _, b, _ in rest] == bodies[1999:]
-    c.send_method(1, commands.Basic.Ack(delivery_tag=0, multiple=True))
-    _round_trip(c)
-    assert _queue_state(broker, "multi") == (0, 0, 2500, 2500, 2500)
-    assert _segment_files(broker, "multi") <= 1
-    c.close()
-
-
-def test_nack_and_reject_of_part_of_a_run_requeue_in_the_old_order(broker: BrokerThread) -> None:
-    c = _client(broker, channels=2)
-    _declare(c, "nk")
-    bodies = [f"n{i}".encode() for i in range(100)]
-    _fill(c, "nk", bodies, channel=2)
-    _consume(c, "nk", prefetch=100)
-    got = _receive(c, 100)
-    assert [t for t, *_ in got] == list(range(1, 101)) and _spans(broker) == [100]
-    c.send_method(1, commands.Basic.Ack(delivery_tag=9, multiple=True))
-    c.send_method(1, commands.Basic.Reject(delivery_tag=50, requeue=True))
-    assert [(r, b) for _, r, b, _ in _receive(c, 1)] == [(True, bodies[49])]
-    c.send_method(1, commands.Basic.Nack(delivery_tag=19, multiple=True, requeue=True))
-    c.send_method(1, commands.Basic.Nack(delivery_tag=70, requeue=False))  # dropped
-    again = _receive(c, 10)
-    assert [b for _, _, b, _ in again] == bodies[9:19]
-    assert all(r for _, r, _, _ in again)
-    assert _spans(broker) == [30, 19, 30]  # 20 .. 49, 51 .. 69, 71 .. 100
-    c.send_method(1, commands.Basic.Ack(delivery_tag=0, multiple=True))
-    _round_trip(c)
-    assert _queue_state(broker, "nk")[:2] == (0, 0)
-    c.close()
 
 
 def test_a_cancelled_consumer_and_a_closing_channel_give_runs_back_in_place(
@@ -472,9 +319,7 @@ def test_a_priority_queue_with_ttl_drains_its_backlog_in_order(broker: BrokerThr
     assert [int(b) for _, b in got] == [i for _, i in sorted(want)]
     # A short TTL: whatever the consumer does not get in time is dead-lettered.
     q2 = uniq()
-    ch.queue_declare(
-        q2, arguments={**args, "x-message-ttl": 30, "x-dead-letter-routing-key": dlq}
-    )
+    ch.queue_declare(q2, arguments={**args, "x-message-ttl": 30, "x-dead-letter-routing-key": dlq})
     for i in range(400):
         ch.basic_publish("", q2, f"t{i}".encode(), pika.BasicProperties(priority=i % 6))
     late: list[bytes] = []

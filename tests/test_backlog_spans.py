@@ -267,8 +267,8 @@ def test_a_publish_run_into_a_backlog_is_stored_whole_and_comes_out_after_it(
     """A plain queue with messages waiting takes a whole publish run in one
     write (ready, behind them; the store to sync for its persistent ones); a
     queue with a length limit or priorities leaves it to go one by one."""
+    from amqp_runs import _runs, publish
     from pamqp import commands
-    from test_ack_runs import _runs, publish
 
     from warren.core.message import MessageRun
     from warren.core.vhost import VHost

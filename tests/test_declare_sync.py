@@ -91,21 +91,3 @@ def test_a_declare_ok_waits_for_its_sync_round(broker: BrokerThread) -> None:
         # A transient queue writes no definition and waits for nothing.
         ch.queue_declare("transient", durable=False)
         assert broker.call(lambda: syncer.definition_writes) == after[1]
-
-
-def test_a_held_delete_ok_is_not_overtaken_by_the_consumer_cancel(broker: BrokerThread) -> None:
-    """queue.delete-ok waits for its sync round; the basic.cancel that tells the
-    queue's consumer it is gone follows it, as RabbitMQ sends them (kombu raises
-    ConsumerCancelled when the cancel comes first)."""
-    raw = RawAMQP(broker.port)
-    raw.handshake()
-    raw.send_method(1, commands.Channel.Open())
-    raw.expect_method(commands.Channel.OpenOk)
-    raw.send_method(1, commands.Queue.Declare(queue="doomed", durable=True))
-    raw.expect_method(commands.Queue.DeclareOk)
-    raw.send_method(1, commands.Basic.Consume(queue="doomed", consumer_tag="c1"))
-    raw.expect_method(commands.Basic.ConsumeOk)
-    raw.send_method(1, commands.Queue.Delete(queue="doomed"))
-    raw.expect_method(commands.Queue.DeleteOk)
-    assert raw.expect_method(commands.Basic.Cancel).consumer_tag == "c1"
-    raw.close_socket()

@@ -4,7 +4,8 @@
  * Python object per message: it walks the frames of one socket read and
  * records, in a C array inside one PublishRun object, where each message's
  * property list and body lie. publish_run.py is the reference (and the
- * fallback without a compiler); tests/test_publish_run.py checks both alike.
+ * fallback without a compiler); tests/protocol/amqp/test_publish_run.py checks both
+ * alike.
  *
  * scan_acks() finds the run of single basic.ack frames (or basic.reject, or
  * basic.nack with multiple clear) with consecutive tags

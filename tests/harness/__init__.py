@@ -12,8 +12,8 @@ behaviour, and what only a socket shows (real clients, TLS, WebSocket,
 backpressure, kill -9) stays in the socket tests.
 """
 
-from harness.amqp import MemoryAMQP
+from harness.amqp import MemoryAMQP, ProtocolAMQP
 from harness.broker import Harness
 from harness.mqtt import MemoryMQTT, RawMQTT
 
-__all__ = ["Harness", "MemoryAMQP", "MemoryMQTT", "RawMQTT"]
+__all__ = ["Harness", "MemoryAMQP", "MemoryMQTT", "ProtocolAMQP", "RawMQTT"]

@@ -5,17 +5,23 @@ loop); what it writes (take_output, as the transport would after its
 on_output) is decoded with pamqp, as RawAMQP decodes a socket's. The
 transport's part is played here: reading paused and resumed (a held reply),
 the output taken at the end of each step, the close the connection asks for.
+
+ProtocolAMQP instead runs the listener's own AMQPProtocol (amqp/server.py) over
+a MemoryTransport, for what that layer does: the handshake timeout, heartbeat
+ticks and close-ok timeout on the broker's clock, output once per loop turn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from rawamqp import AMQPFrames, Timeout
 
 from warren.amqp.connection import AMQPConnection
+from warren.amqp.server import AMQPProtocol
 
 if TYPE_CHECKING:
     from harness.broker import Harness
@@ -94,6 +100,141 @@ class MemoryAMQP(AMQPFrames):
     def _recv(self, deadline: float) -> bool:
         """Run the broker's loop until the connection has output (or closed);
         False at the close. Raises Timeout at the deadline."""
+        before = len(self.buf)
+        self._take()
+        while len(self.buf) == before and not self.eof:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise Timeout("timed out waiting for data from the server")
+            self._output.clear()
+            try:
+                self.harness.run(asyncio.wait_for(self._output.wait(), remaining))
+            except TimeoutError:
+                raise Timeout("timed out waiting for data from the server") from None
+            self._take()
+        return len(self.buf) > before or not self.eof
+
+
+class MemoryTransport(asyncio.Transport):
+    """What asyncio's socket transport is to a listener's protocol, in memory:
+    written bytes kept for the test, reading paused and resumed, a close or an
+    abort that ends in the protocol's connection_lost on a later loop turn."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        protocol: asyncio.Protocol,
+        peer: tuple[str, int],
+        on_write: Callable[[], None],
+    ) -> None:
+        super().__init__()
+        self.loop = loop
+        self.protocol = protocol
+        self.peer = peer
+        self.on_write = on_write
+        self.written = bytearray()
+        #: Bytes the test sent that the protocol has not been given (reading paused).
+        self.incoming = bytearray()
+        self.reading = True
+        self.closing = False
+        self.lost = False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": self.peer, "sockname": ("127.0.0.1", 5672)}.get(name, default)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += data
+        self.on_write()
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+            self.loop.call_soon(self.lose)
+
+    def abort(self) -> None:
+        self.close()
+
+    def lose(self) -> None:
+        """The socket is gone: the protocol's connection_lost, once."""
+        self.closing = True
+        if not self.lost:
+            self.lost = True
+            self.protocol.connection_lost(None)
+            self.on_write()
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+        self.loop.call_soon(self.deliver)
+
+    def is_reading(self) -> bool:
+        return self.reading
+
+    def deliver(self) -> None:
+        """Give the protocol what the test sent, as one read, if it is reading."""
+        if self.reading and self.incoming and not self.closing:
+            data = bytes(self.incoming)
+            self.incoming.clear()
+            self.protocol.data_received(data)
+
+
+class ProtocolAMQP(AMQPFrames):
+    """One AMQP connection through the listener's AMQPProtocol (amqp/server.py)
+    over a MemoryTransport: what that layer adds to AMQPConnection runs too,
+    on the broker's clock (the handshake timeout, heartbeat ticks, the
+    close-ok timeout, output flushed once per loop turn, reading yielded).
+    ``Harness.amqp_listener.protocols`` lists it, as a listener lists its
+    sockets' protocols."""
+
+    def __init__(self, harness: Harness, peer: tuple[str, int], timeout: float = 5.0) -> None:
+        super().__init__(timeout)
+        self.harness = harness
+        self._output = asyncio.Event()
+        listener = harness.amqp_listener
+        self.protocol = proto = harness.call(lambda: AMQPProtocol(listener))
+        self.transport = MemoryTransport(harness.loop, proto, peer, self._output.set)
+        harness.call(lambda: proto.connection_made(self.transport))
+        assert proto.conn is not None, "refused at accept (max_connections)"
+        self.conn = proto.conn
+
+    def _take(self) -> None:
+        transport = self.transport
+        if transport.written:
+            self.buf += bytes(transport.written)
+            transport.written.clear()
+        if transport.lost:
+            self.eof = True
+
+    def send(self, data: bytes) -> None:
+        if self.eof:
+            raise BrokenPipeError("the broker closed the connection")
+        pieces = [data[i : i + 1] for i in range(len(data))] if self.bytewise else [data]
+        transport = self.transport
+
+        async def feed() -> None:
+            for piece in pieces:
+                transport.incoming += piece
+                transport.deliver()
+                # Later loop turns, as the socket's reads: until the protocol took
+                # it all (it yields reading after a large read or with a backlog).
+                while transport.incoming and not transport.closing:
+                    await asyncio.sleep(0)
+            await asyncio.sleep(0)  # the flush the read scheduled
+
+        self.harness.run(feed())
+        self._take()
+
+    def close_socket(self) -> None:
+        if not self.eof:
+            self.eof = True
+            self.harness.call(self.transport.lose)
+
+    def _recv(self, deadline: float) -> bool:
         before = len(self.buf)
         self._take()
         while len(self.buf) == before and not self.eof:

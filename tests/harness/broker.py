@@ -13,8 +13,9 @@ from warren.config import Config
 from warren.core.clock import Clock, ManualClock
 
 if TYPE_CHECKING:
-    from harness.amqp import MemoryAMQP
+    from harness.amqp import MemoryAMQP, ProtocolAMQP
     from harness.mqtt import MemoryMQTT, RawMQTT
+    from warren.amqp.server import AMQPListener
     from warren.mqtt.server import MQTTListener
 
 T = TypeVar("T")
@@ -46,6 +47,7 @@ class Harness:
         self.config = self.broker.config
         self.closed = False
         self._mqtt: MQTTListener | None = None
+        self._amqp_listener: AMQPListener | None = None
         self.run(self.broker.start())
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
@@ -83,6 +85,27 @@ class Harness:
 
         return MemoryAMQP(self, peer or ("127.0.0.1", next(_peer_ports)), timeout)
 
+    @property
+    def amqp_listener(self) -> AMQPListener:
+        """An AMQP listener that never listens: the owner of ProtocolAMQP's
+        protocols (``.protocols``), as a socket listener owns its clients'."""
+        if self._amqp_listener is None:
+            from warren.amqp.server import AMQPListener
+
+            listener = self._amqp_listener = AMQPListener("127.0.0.1", -1)
+            listener._node = self.broker  # what start() sets before it binds
+        return self._amqp_listener
+
+    def amqp_protocol(
+        self, peer: tuple[str, int] | None = None, timeout: float = 5.0
+    ) -> ProtocolAMQP:
+        """A new AMQP connection through the listener's AMQPProtocol on an
+        in-memory transport: its timers (handshake, heartbeats) on the broker's
+        clock. MemoryAMQP (``amqp``) drives AMQPConnection without that layer."""
+        from harness.amqp import ProtocolAMQP
+
+        return ProtocolAMQP(self, peer or ("127.0.0.1", next(_peer_ports)), timeout)
+
     def mqtt(
         self, client_id: str = "", protocol: int = 4, peer: tuple[str, int] | None = None
     ) -> MemoryMQTT:
@@ -119,6 +142,9 @@ class Harness:
         try:
             if self._mqtt is not None:
                 self.run(self._mqtt.stop())
+            if self._amqp_listener is not None:
+                for proto in list(self._amqp_listener.protocols):
+                    self.call(lambda p=proto: p.connection_lost(None))
             self.run(self.broker.stop())
         finally:
             self.loop.close()

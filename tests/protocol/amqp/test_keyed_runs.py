@@ -2,7 +2,12 @@
 exchange with several routing keys, grouped by key (publish order kept across
 keys for a topic exchange) in C and in Python alike, and through a broker:
 every queue gets its messages in order, confirms cover exactly what is
-durable, statistics count every message."""
+durable, statistics count every message.
+
+Moved from tests/ to the in-memory harness (tests/harness): the broker part
+feeds the same raw frames to AMQPConnection with no socket, each send one
+read, so a run is always cut where the test cuts it; nothing here needs a
+socket."""
 
 from __future__ import annotations
 
@@ -11,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BrokerThread, start_broker
+from harness import Harness, MemoryAMQP
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
-from rawamqp import RawAMQP, body_frame, header_frame, method_frame
+from rawamqp import body_frame, header_frame, method_frame
 from test_publish_run import SCANNERS
 
 Scanner = Callable[..., Any]
@@ -137,22 +142,22 @@ def test_what_a_keyed_run_does_not_take(scan: Scanner) -> None:
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerThread]:
-    b = start_broker(tmp_path / "data")
+def broker(tmp_path: Path) -> Iterator[Harness]:
+    b = Harness(tmp_path / "data")
     try:
         yield b
     finally:
         b.stop()
 
 
-def _client(b: BrokerThread) -> RawAMQP:
-    c = RawAMQP(b.port)
+def _client(b: Harness) -> MemoryAMQP:
+    c = b.amqp()
     c.handshake()
     c.open_channel(1)
     return c
 
 
-def _get_all(c: RawAMQP, queue: str) -> list[bytes]:
+def _get_all(c: MemoryAMQP, queue: str) -> list[bytes]:
     got = []
     while True:
         c.send_method(1, commands.Basic.Get(queue=queue, no_ack=True))
@@ -164,7 +169,7 @@ def _get_all(c: RawAMQP, queue: str) -> list[bytes]:
         got.append(body)
 
 
-def test_round_robin_over_queues_with_confirms(broker: BrokerThread) -> None:
+def test_round_robin_over_queues_with_confirms(broker: Harness) -> None:
     """One write, publishes spread round-robin over a durable queue (persistent:
     confirmed after the sync), a transient queue with an acking consumer and a
     queue nobody reads, and a key with no queue: every message arrives in order
@@ -222,7 +227,7 @@ def test_round_robin_over_queues_with_confirms(broker: BrokerThread) -> None:
     c.close()
 
 
-def test_a_topic_refusal_stops_a_keyed_run_where_it_happens(broker: BrokerThread) -> None:
+def test_a_topic_refusal_stops_a_keyed_run_where_it_happens(broker: Harness) -> None:
     """Topic permissions may refuse one routing key: the messages before it in
     the write are routed, the refused one closes the channel, none after it
     arrives (a topic exchange keeps publish order across keys)."""
@@ -230,7 +235,7 @@ def test_a_topic_refusal_stops_a_keyed_run_where_it_happens(broker: BrokerThread
     broker.call(lambda: b.users.add_user("t", "t", tags=[]))
     broker.call(lambda: b.users.set_permissions("t", "/", ".*", ".*", ".*"))
     broker.call(lambda: b.users.set_topic_permission("t", "/", "amq.topic", "^ok", "^ok"))
-    c = RawAMQP(broker.port)
+    c = broker.amqp()
     c.handshake(user="t", password="t")
     c.open_channel(1)
     for q, key in (("t1", "ok.1"), ("t2", "ok.2")):

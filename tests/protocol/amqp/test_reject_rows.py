@@ -1,11 +1,14 @@
 """Rows of single basic.reject and basic.nack (multiple=false) frames in one
-socket read, with consecutive tags and one requeue flag, settled together as
+read, with consecutive tags and one requeue flag, settled together as
 single acks are (amqp/ack_scan.py, Settlement.reject_range, issue 27): what a
 client sees is what the frames one by one gave it. Dead-letter copies leave in
 tag order, requeued messages come back in their old order, redelivered; an
 unknown tag in a row closes the channel there (the tags before it settled);
 a stream's delivery in a row is refused with 540 there (the connection
-closes; the tags before it settled)."""
+closes; the tags before it settled).
+
+Moved from tests/ to the in-memory harness (tests/harness): one send is one
+read of AMQPConnection there, so a row always arrives whole, as meant."""
 
 from __future__ import annotations
 
@@ -14,11 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import BrokerThread, start_broker
+from amqp_runs import _consume, _declare, _fill, _opened, _queue_state, _round_trip
+from harness import Harness, MemoryAMQP
 from pamqp import commands
-from rawamqp import RawAMQP
-from test_ack_runs import _client, _consume, _declare, _queue_state
-from test_backlog_acks import _fill, _round_trip
 
 REJECT, NACK = 90, 120
 
@@ -33,7 +34,7 @@ def row(method: int, tags: range | list[int], requeue: bool) -> bytes:
     return b"".join(settle_frame(method, t, bits) for t in tags)
 
 
-def receive(c: RawAMQP, n: int, channel: int = 1) -> list[tuple[int, bool, bytes]]:
+def receive(c: MemoryAMQP, n: int, channel: int = 1) -> list[tuple[int, bool, bytes]]:
     out = []
     for _ in range(n):
         deliver = c.expect_method(commands.Basic.Deliver, channel=channel)
@@ -43,16 +44,16 @@ def receive(c: RawAMQP, n: int, channel: int = 1) -> list[tuple[int, bool, bytes
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerThread]:
-    b = start_broker(tmp_path / "data", segment_size=64 * 1024)
+def broker(tmp_path: Path) -> Iterator[Harness]:
+    b = Harness(tmp_path / "data", segment_size=64 * 1024)
     try:
         yield b
     finally:
         b.stop()
 
 
-def test_rows_of_rejects_and_nacks_settle_as_the_frames_would(broker: BrokerThread) -> None:
-    c = _client(broker, channels=2)
+def test_rows_of_rejects_and_nacks_settle_as_the_frames_would(broker: Harness) -> None:
+    c = _opened(broker.amqp(), channels=2)
     _declare(c, "rows-dlq", durable=True)
     _declare(
         c,
@@ -93,9 +94,9 @@ def test_rows_of_rejects_and_nacks_settle_as_the_frames_would(broker: BrokerThre
 
 
 def test_a_row_that_names_a_stream_delivery_is_refused_there(
-    broker: BrokerThread,
+    broker: Harness,
 ) -> None:
-    c = _client(broker, channels=2)
+    c = _opened(broker.amqp(), channels=2)
     c.send_method(
         1,
         commands.Queue.Declare(queue="rows-s", durable=True, arguments={"x-queue-type": "stream"}),

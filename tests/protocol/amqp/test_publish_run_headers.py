@@ -2,7 +2,12 @@
 simple_delivery_mode and _simple_table, and their C twin in warren._fastpath):
 a flat, plain table joins the run; anything a check or the routing could read
 (CC/BCC, nested tables, floats, malformed bytes) goes the slow way and gets
-the same reply as before."""
+the same reply as before.
+
+Moved from tests/ to the in-memory harness (tests/harness): the broker part
+feeds the same raw frames to AMQPConnection with no socket, each send one
+read, so a run is always cut where the test cuts it; nothing here needs a
+socket."""
 
 from __future__ import annotations
 
@@ -12,11 +17,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import BrokerThread, start_broker
+from harness import Harness, MemoryAMQP
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
-from rawamqp import RawAMQP, body_frame, method_frame, raw_frame
+from rawamqp import body_frame, method_frame, raw_frame
 
 from warren.amqp import publish_run
 from warren.amqp.publish_checks import check_message, validate_publish_properties
@@ -231,22 +236,22 @@ def test_a_table_the_slow_way_refuses_is_never_taken(props: bytes) -> None:
 
 
 @pytest.fixture
-def broker(tmp_path: Any) -> Iterator[BrokerThread]:
-    b = start_broker(tmp_path / "data", sync=False)
+def broker(tmp_path: Any) -> Iterator[Harness]:
+    b = Harness(tmp_path / "data", sync=False)
     try:
         yield b
     finally:
         b.stop()
 
 
-def _client(b: BrokerThread) -> RawAMQP:
-    c = RawAMQP(b.port)
+def _client(b: Harness) -> MemoryAMQP:
+    c = b.amqp()
     c.handshake()
     c.open_channel(1)
     return c
 
 
-def _close_after(b: BrokerThread, data: bytes) -> tuple[int, str]:
+def _close_after(b: Harness, data: bytes) -> tuple[int, str]:
     c = _client(b)
     c.send_method(1, commands.Queue.Declare(queue="q"))
     c.expect_method(commands.Queue.DeclareOk)
@@ -267,9 +272,7 @@ def _close_after(b: BrokerThread, data: bytes) -> tuple[int, str]:
         pytest.param(table(entry(b"CC", b"S", longstr(b"k"))), id="CC-not-array"),
     ],
 )
-def test_a_bad_table_in_a_run_gets_the_reply_it_gets_alone(
-    broker: BrokerThread, headers: bytes
-) -> None:
+def test_a_bad_table_in_a_run_gets_the_reply_it_gets_alone(broker: Harness, headers: bytes) -> None:
     good = b"".join(publish(b"m%d" % i, with_headers(table(KEY))) for i in range(5))
     bad = publish(b"bad", with_headers(headers))
     alone = _close_after(broker, bad)
@@ -278,7 +281,7 @@ def test_a_bad_table_in_a_run_gets_the_reply_it_gets_alone(
 
 
 def test_a_headers_exchange_routes_each_message_of_a_run_by_its_headers(
-    broker: BrokerThread,
+    broker: Harness,
 ) -> None:
     c = _client(broker)
     for name, value in (("qa", "a"), ("qb", "b")):

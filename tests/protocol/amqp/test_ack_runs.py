@@ -3,51 +3,44 @@ stored in one write (store/records.py encode_run, C or Python), delivered at
 once, kept unacked as runs (amqp/unacked.py) and settled in bulk, and every
 other way a delivery ends (single acks, nacks, rejects to a dead-letter
 exchange, recover, a closing channel, a transaction, a restart) as if the
-messages had gone one by one."""
+messages had gone one by one.
+
+Moved from tests/ to the in-memory harness (tests/harness): the broker tests
+send the same raw frames to AMQPConnection with no socket (a restart is a new
+Harness on the same data dir); their frame helpers are tests/amqp_runs.py,
+shared with the socket tests beside real clients (test_backlog_acks.py)."""
 
 from __future__ import annotations
 
-import importlib
 import zlib
 from array import array
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import BrokerThread, start_broker
+from amqp_runs import (
+    PERSISTENT,
+    _consume,
+    _declare,
+    _fast,
+    _opened,
+    _queue_state,
+    _receive,
+    _run_counts,
+    _runs,
+    publish,
+)
+from harness import Harness
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
-from rawamqp import RawAMQP, body_frame, header_frame, method_frame
 
-from warren.amqp import publish_run
 from warren.amqp.unacked import UnackedDeliveries, UnackedRun
 from warren.core.errors import PreconditionFailed
 from warren.core.vhost import VHost
 from warren.store.records import decode_record, encode_run
 
-PERSISTENT = commands.Basic.Properties(delivery_mode=2)
-
-try:
-    _fast: Any = importlib.import_module("warren._fastpath")
-except ImportError:
-    _fast = None
 needs_c = pytest.mark.skipif(_fast is None, reason="warren._fastpath is not built")
-
-
-def publish(
-    body: bytes,
-    rk: str,
-    channel: int = 1,
-    exchange: str = "",
-    properties: commands.Basic.Properties | None = None,
-) -> bytes:
-    out = method_frame(channel, commands.Basic.Publish(exchange=exchange, routing_key=rk))
-    out += header_frame(channel, len(body), properties)
-    if body:
-        out += body_frame(channel, body)
-    return out
 
 
 # -- the unacked bookkeeping against a plain dict -----------------------------------
@@ -107,13 +100,6 @@ def test_unacked_deliveries_settle_as_a_dict_of_tags_would(
 
 
 # -- records of a run ---------------------------------------------------------------
-
-
-def _runs(data: bytes) -> list[Any]:
-    runs = [publish_run.scan_publishes(data, 0, 131072, 1 << 30, 1000)]
-    if _fast is not None:
-        runs.append(_fast.scan_publishes(data, 0, 131072, 1 << 30, 1000))
-    return runs
 
 
 @settings(max_examples=150, deadline=None)
@@ -180,74 +166,18 @@ def test_the_c_crc32_is_zlibs(data: bytes, value: int) -> None:
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerThread]:
-    b = start_broker(tmp_path / "data", sync=False)
+def broker(tmp_path: Path) -> Iterator[Harness]:
+    b = Harness(tmp_path / "data", sync=False)
     try:
         yield b
     finally:
         b.stop()
 
 
-def _client(b: BrokerThread, channels: int = 1) -> RawAMQP:
-    c = RawAMQP(b.port)
-    c.handshake()
-    for ch in range(1, channels + 1):
-        c.open_channel(ch)
-    return c
-
-
-def _declare(c: RawAMQP, name: str, durable: bool = False, **arguments: Any) -> None:
-    c.send_method(
-        1, commands.Queue.Declare(queue=name, durable=durable, arguments=arguments or None)
-    )
-    c.expect_method(commands.Queue.DeclareOk)
-
-
-def _consume(c: RawAMQP, queue: str, prefetch: int = 0, channel: int = 1, tag: str = "ct") -> None:
-    if prefetch:
-        c.send_method(channel, commands.Basic.Qos(prefetch_count=prefetch))
-        c.expect_method(commands.Basic.QosOk, channel=channel)
-    c.send_method(channel, commands.Basic.Consume(queue=queue, consumer_tag=tag))
-    c.expect_method(commands.Basic.ConsumeOk, channel=channel)
-
-
-def _receive(c: RawAMQP, n: int) -> list[tuple[int, bool, bytes, Any]]:
-    """(delivery tag, redelivered, body, properties) of the next n deliveries."""
-    out = []
-    for _ in range(n):
-        deliver = c.expect_method(commands.Basic.Deliver)
-        header, body = c.expect_content()
-        out.append((deliver.delivery_tag, deliver.redelivered, body, header.properties))
-    return out
-
-
-def _run_counts(b: BrokerThread) -> list[int]:
-    """Deliveries held as runs, per open AMQP channel with any."""
-
-    def count() -> list[int]:
-        out = []
-        for conn in b.broker.connections:
-            for ch in getattr(conn, "channels", {}).values():
-                runs = ch.unacked.runs
-                if runs:
-                    out.append(sum(len(r) for r in runs))
-        return out
-
-    return b.call(count)
-
-
-def _queue_state(b: BrokerThread, name: str) -> tuple[int, int, int, int, int]:
-    def state() -> tuple[int, int, int, int, int]:
-        q = b.broker.vhosts["/"].queues[name]
-        return q.message_count, q.unacked, q.stats.publish, q.stats.deliver, q.stats.ack
-
-    return b.call(state)
-
-
 def test_a_run_to_an_acking_consumer_waits_for_prefetch_and_settles_in_bulk(
-    broker: BrokerThread,
+    broker: Harness,
 ) -> None:
-    c = _client(broker)
+    c = _opened(broker.amqp())
     _declare(c, "a")
     _consume(c, "a", prefetch=10)
     bodies = [f"a{i}".encode() * (i % 5 + 1) for i in range(50)]
@@ -279,11 +209,11 @@ def test_a_run_to_an_acking_consumer_waits_for_prefetch_and_settles_in_bulk(
     c.close()
 
 
-def test_single_acks_nacks_and_requeues_inside_a_run(broker: BrokerThread) -> None:
+def test_single_acks_nacks_and_requeues_inside_a_run(broker: Harness) -> None:
     """Acks of single tags in the middle of a run, a nack with requeue of a part,
     a reject of one: the requeued come back redelivered, in their old order,
     with their bodies and properties read back from the store."""
-    c = _client(broker)
+    c = _opened(broker.amqp())
     _declare(c, "m")
     _consume(c, "m", prefetch=100)
     bodies = [f"m{i}".encode() for i in range(20)]
@@ -310,8 +240,8 @@ def test_single_acks_nacks_and_requeues_inside_a_run(broker: BrokerThread) -> No
     c.close()
 
 
-def test_rejected_run_deliveries_are_dead_lettered_whole(broker: BrokerThread) -> None:
-    c = _client(broker)
+def test_rejected_run_deliveries_are_dead_lettered_whole(broker: Harness) -> None:
+    c = _opened(broker.amqp())
     c.send_method(1, commands.Exchange.Declare(exchange="dlx", exchange_type="fanout"))
     c.expect_method(commands.Exchange.DeclareOk)
     _declare(c, "dead")
@@ -341,9 +271,9 @@ def test_rejected_run_deliveries_are_dead_lettered_whole(broker: BrokerThread) -
 
 
 def test_a_closing_channel_and_recover_give_run_deliveries_back_in_order(
-    broker: BrokerThread,
+    broker: Harness,
 ) -> None:
-    c = _client(broker, channels=2)
+    c = _opened(broker.amqp(), channels=2)
     _declare(c, "r")
     _consume(c, "r", prefetch=30, channel=1, tag="first")
     bodies = [f"r{i}".encode() for i in range(30)]
@@ -365,8 +295,8 @@ def test_a_closing_channel_and_recover_give_run_deliveries_back_in_order(
     c.close()
 
 
-def test_acks_in_a_transaction_hold_until_commit_and_roll_back(broker: BrokerThread) -> None:
-    c = _client(broker)
+def test_acks_in_a_transaction_hold_until_commit_and_roll_back(broker: Harness) -> None:
+    c = _opened(broker.amqp())
     _declare(c, "t")
     _consume(c, "t", prefetch=20)
     c.send(b"".join(publish(f"t{i}".encode(), "t") for i in range(20)))
@@ -388,9 +318,9 @@ def test_acks_in_a_transaction_hold_until_commit_and_roll_back(broker: BrokerThr
 
 def test_unacked_run_deliveries_survive_a_restart_and_acked_ones_do_not(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    b = start_broker(data)
+    b = Harness(data)
     try:
-        c = _client(b)
+        c = _opened(b.amqp())
         _declare(c, "dur", durable=True)
         _consume(c, "dur", prefetch=100)
         c.send_method(1, commands.Confirm.Select())
@@ -418,9 +348,9 @@ def test_unacked_run_deliveries_survive_a_restart_and_acked_ones_do_not(tmp_path
         c.close_socket()
     finally:
         b.stop()
-    b = start_broker(data)
+    b = Harness(data)
     try:
-        c = _client(b)
+        c = _opened(b.amqp())
         got = []
         while True:
             c.send_method(1, commands.Basic.Get(queue="dur", no_ack=True))

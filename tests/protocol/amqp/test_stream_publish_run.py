@@ -6,7 +6,12 @@ deduplication drops duplicates within a run and across runs, also after a
 restart; confirms come in publish order.
 
 In memory against the per-message StreamStore.append over real segment files;
-through a real broker with raw frames (one write: runs), both passes."""
+through a broker in memory with raw frames (one send: runs), both passes.
+
+Moved from tests/ to the in-memory harness (tests/harness): the broker part
+feeds the same raw frames to AMQPConnection with no socket, each send one
+read, so a run is always cut where the test cuts it; nothing here needs a
+socket."""
 
 from __future__ import annotations
 
@@ -17,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BrokerThread, start_broker
+from harness import Harness, MemoryAMQP
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
-from rawamqp import RawAMQP, body_frame, method_frame, raw_frame
+from rawamqp import body_frame, method_frame, raw_frame
 
 from warren.amqp import publish_run
 from warren.core.dedup import Deduplicator
@@ -164,22 +169,22 @@ def data_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def broker(data_dir: Path) -> Iterator[BrokerThread]:
-    b = start_broker(data_dir)
+def broker(data_dir: Path) -> Iterator[Harness]:
+    b = Harness(data_dir)
     try:
         yield b
     finally:
         b.stop()
 
 
-def _client(b: BrokerThread) -> RawAMQP:
-    c = RawAMQP(b.port)
+def _client(b: Harness) -> MemoryAMQP:
+    c = b.amqp()
     c.handshake()
     c.open_channel(1)
     return c
 
 
-def _publish_confirmed(c: RawAMQP, data: bytes, n: int, first: int = 1) -> list[tuple[str, int]]:
+def _publish_confirmed(c: MemoryAMQP, data: bytes, n: int, first: int = 1) -> list[tuple[str, int]]:
     """Send ``data`` (n publishes) at once; the confirms, as (kind, tag), until all came."""
     c.send(data)
     got: list[tuple[str, int]] = []
@@ -192,7 +197,7 @@ def _publish_confirmed(c: RawAMQP, data: bytes, n: int, first: int = 1) -> list[
     return got
 
 
-def _read_stream(b: BrokerThread, name: str, n: int) -> list[tuple[int, bytes, str]]:
+def _read_stream(b: Harness, name: str, n: int) -> list[tuple[int, bytes, str]]:
     """(x-stream-offset, body, dedup key) of the stream's first n messages."""
     c = _client(b)
     c.send_method(1, commands.Basic.Qos(prefetch_count=n + 10))
@@ -210,7 +215,7 @@ def _read_stream(b: BrokerThread, name: str, n: int) -> list[tuple[int, bytes, s
     return out
 
 
-def _declare_stream(c: RawAMQP, name: str, **arguments: Any) -> None:
+def _declare_stream(c: MemoryAMQP, name: str, **arguments: Any) -> None:
     c.send_method(
         1,
         commands.Queue.Declare(
@@ -223,7 +228,7 @@ def _declare_stream(c: RawAMQP, name: str, **arguments: Any) -> None:
 def test_duplicates_within_and_across_runs_are_dropped_also_after_a_restart(
     data_dir: Path,
 ) -> None:
-    b = start_broker(data_dir)
+    b = Harness(data_dir)
     try:
         c = _client(b)
         _declare_stream(c, "dd", **{"x-message-deduplication": True, "x-cache-size": 1000})
@@ -241,7 +246,7 @@ def test_duplicates_within_and_across_runs_are_dropped_also_after_a_restart(
         assert _read_stream(b, "dd", len(expected)) == expected
     finally:
         b.stop()
-    b = start_broker(data_dir)
+    b = Harness(data_dir)
     try:
         c = _client(b)
         c.send_method(1, commands.Confirm.Select())
@@ -255,7 +260,7 @@ def test_duplicates_within_and_across_runs_are_dropped_also_after_a_restart(
         b.stop()
 
 
-def test_a_run_into_a_stream_and_a_classic_queue_reaches_both(broker: BrokerThread) -> None:
+def test_a_run_into_a_stream_and_a_classic_queue_reaches_both(broker: Harness) -> None:
     c = _client(broker)
     _declare_stream(c, "fan-s")
     c.send_method(1, commands.Queue.Declare(queue="fan-q", durable=True))
@@ -335,7 +340,7 @@ def test_a_replica_copy_refuses_a_run_as_it_refuses_a_message(tmp_path: Path) ->
     replica.close()
 
 
-def test_a_waiting_consumer_gets_a_whole_run_in_order(broker: BrokerThread) -> None:
+def test_a_waiting_consumer_gets_a_whole_run_in_order(broker: Harness) -> None:
     reader = _client(broker)
     _declare_stream(reader, "live", **{"x-max-length": 150})
     reader.send_method(1, commands.Basic.Qos(prefetch_count=1000))

@@ -1,21 +1,25 @@
 """Runs of identical publishes (amqp/publish_run.py, the C version in
 warren._fastpath when built): the scanner against frames marshalled by pamqp,
 and what a client sees when a run is cut short, mixed with other frames or
-broken in the middle, through a real broker."""
+broken in the middle, through a broker in memory.
+
+Moved from tests/ to the in-memory harness (tests/harness): the broker part
+feeds the same raw frames to AMQPConnection with no socket, each send one
+read, so a run is always cut where the test cuts it; nothing here needs a
+socket."""
 
 from __future__ import annotations
 
 import importlib
-import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import BrokerThread, start_broker
+from harness import Harness, MemoryAMQP
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
-from rawamqp import RawAMQP, body_frame, header_frame, method_frame, publish_frames, raw_frame
+from rawamqp import body_frame, header_frame, method_frame, publish_frames, raw_frame
 
 from warren.amqp import publish_run
 
@@ -219,27 +223,27 @@ def test_the_run_is_the_complete_alike_prefix(
 
 
 @pytest.fixture
-def broker(tmp_path: Any) -> Iterator[BrokerThread]:
-    b = start_broker(tmp_path / "data", sync=False)
+def broker(tmp_path: Any) -> Iterator[Harness]:
+    b = Harness(tmp_path / "data", sync=False)
     try:
         yield b
     finally:
         b.stop()
 
 
-def _client(b: BrokerThread) -> RawAMQP:
-    c = RawAMQP(b.port)
+def _client(b: Harness) -> MemoryAMQP:
+    c = b.amqp()
     c.handshake()
     c.open_channel(1)
     return c
 
 
-def _declare(c: RawAMQP, name: str) -> None:
+def _declare(c: MemoryAMQP, name: str) -> None:
     c.send_method(1, commands.Queue.Declare(queue=name))
     c.expect_method(commands.Queue.DeclareOk)
 
 
-def _get_all(c: RawAMQP, queue: str) -> list[bytes]:
+def _get_all(c: MemoryAMQP, queue: str) -> list[bytes]:
     got = []
     while True:
         c.send_method(1, commands.Basic.Get(queue=queue, no_ack=True))
@@ -252,7 +256,7 @@ def _get_all(c: RawAMQP, queue: str) -> list[bytes]:
 
 
 def test_one_write_with_runs_cut_by_other_frames_keeps_every_message_in_order(
-    broker: BrokerThread,
+    broker: Harness,
 ) -> None:
     c = _client(broker)
     _declare(c, "a")
@@ -289,7 +293,7 @@ def test_one_write_with_runs_cut_by_other_frames_keeps_every_message_in_order(
     c.close()
 
 
-def test_unroutable_mandatory_messages_of_a_run_each_come_back(broker: BrokerThread) -> None:
+def test_unroutable_mandatory_messages_of_a_run_each_come_back(broker: Harness) -> None:
     c = _client(broker)
     data = b"".join(publish(f"m{i}".encode(), rk="nowhere", mandatory=True) for i in range(5))
     c.send(data)
@@ -301,7 +305,7 @@ def test_unroutable_mandatory_messages_of_a_run_each_come_back(broker: BrokerThr
     c.close()
 
 
-def test_a_run_to_a_missing_exchange_closes_the_channel_once(broker: BrokerThread) -> None:
+def test_a_run_to_a_missing_exchange_closes_the_channel_once(broker: Harness) -> None:
     c = _client(broker)
     _declare(c, "after")
     data = b"".join(publish(b"x", exchange="missing", rk="k") for _ in range(20))
@@ -322,7 +326,7 @@ def test_a_run_to_a_missing_exchange_closes_the_channel_once(broker: BrokerThrea
     c.close()
 
 
-def test_a_run_in_a_transaction_is_held_until_commit(broker: BrokerThread) -> None:
+def test_a_run_in_a_transaction_is_held_until_commit(broker: Harness) -> None:
     c = _client(broker)
     _declare(c, "t")
     c.send_method(1, commands.Tx.Select())
@@ -336,13 +340,12 @@ def test_a_run_in_a_transaction_is_held_until_commit(broker: BrokerThread) -> No
     c.close()
 
 
-def test_a_run_split_across_reads(broker: BrokerThread) -> None:
+def test_a_run_split_across_reads(broker: Harness) -> None:
     c = _client(broker)
     _declare(c, "s")
     data = b"".join(publish(f"s{i}".encode() * 50, rk="s") for i in range(200))
-    sock: socket.socket = c.sock
-    for at in range(0, len(data), 997):  # cuts land inside frames
-        sock.sendall(data[at : at + 997])
+    for at in range(0, len(data), 997):  # cuts land inside frames: one read each
+        c.send(data[at : at + 997])
     c.send_method(1, commands.Queue.Declare(queue="s", passive=True))
     assert c.expect_method(commands.Queue.DeclareOk).message_count == 200
     assert _get_all(c, "s") == [f"s{i}".encode() * 50 for i in range(200)]
@@ -430,7 +433,7 @@ def test_deliver_frames_refuses_bad_arguments() -> None:
         _fast.deliver_frames(run, 0, 1, 0, 1, b"", 1, 4096)
 
 
-def test_a_run_to_a_no_ack_consumer_arrives_whole_and_counted(broker: BrokerThread) -> None:
+def test_a_run_to_a_no_ack_consumer_arrives_whole_and_counted(broker: Harness) -> None:
     """Published in one write, delivered at once (deliver_frames when built): tags
     in order, exchange, routing key, properties and bodies as sent, and the
     queue's and channel's counters as if one by one."""
@@ -465,7 +468,7 @@ def test_a_run_to_a_no_ack_consumer_arrives_whole_and_counted(broker: BrokerThre
     c.close()
 
 
-def test_a_run_is_shared_round_robin_among_no_ack_consumers(broker: BrokerThread) -> None:
+def test_a_run_is_shared_round_robin_among_no_ack_consumers(broker: Harness) -> None:
     """Three no-ack consumers, each on its own channel: each gets every third
     message, in order, as one by one round-robin would hand them out; two of
     them on one channel keep the one-by-one interleaving."""
@@ -499,7 +502,7 @@ def test_a_run_is_shared_round_robin_among_no_ack_consumers(broker: BrokerThread
     c.close()
 
 
-def test_consumers_sharing_a_channel_interleave_as_one_by_one(broker: BrokerThread) -> None:
+def test_consumers_sharing_a_channel_interleave_as_one_by_one(broker: Harness) -> None:
     c = _client(broker)
     _declare(c, "sh")
     for tag in ("a", "b"):
@@ -516,7 +519,7 @@ def test_consumers_sharing_a_channel_interleave_as_one_by_one(broker: BrokerThre
     c.close()
 
 
-def test_a_run_through_fanout_reaches_every_queue_whichever_way(broker: BrokerThread) -> None:
+def test_a_run_through_fanout_reaches_every_queue_whichever_way(broker: Harness) -> None:
     """Three queues bound to a fanout exchange: one with a no-ack consumer (the
     run at once), one with an acking consumer and one with none (message by
     message). Each gets every message in order; the exchange counts each

@@ -2,7 +2,12 @@
 priority, correlation-id, message-id, timestamp, type, app-id, a flat headers
 table besides delivery-mode): which lists a run takes (C and Python alike, against
 core/properties.py's decoder and channel.py's checks), and through a broker:
-delivered byte for byte, stored and recovered."""
+delivered byte for byte, stored and recovered.
+
+Moved from tests/ to the in-memory harness (tests/harness): the broker part
+feeds the same raw frames to AMQPConnection with no socket, each send one
+read, so a run is always cut where the test cuts it; nothing here needs a
+socket."""
 
 from __future__ import annotations
 
@@ -12,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import start_broker
+from harness import Harness
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
-from rawamqp import RawAMQP, body_frame, header_frame, method_frame
+from rawamqp import body_frame, header_frame, method_frame
 from test_publish_run import SCANNERS
 
 from warren.amqp.publish_run import simple_delivery_mode
@@ -153,7 +158,7 @@ def test_a_delivery_mode_channel_py_refuses_ends_a_run(scan: Scanner) -> None:
 
 def test_runs_with_properties_are_delivered_as_sent_and_recovered(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    b = start_broker(data_dir)
+    b = Harness(data_dir)
     props = [
         commands.Basic.Properties(
             content_type="application/json",
@@ -169,7 +174,7 @@ def test_runs_with_properties_are_delivered_as_sent_and_recovered(tmp_path: Path
         for i in range(30)
     ]
     try:
-        c = RawAMQP(b.port)
+        c = b.amqp()
         c.handshake()
         c.open_channel(1)
         for q in ("live", "kept"):
@@ -190,9 +195,9 @@ def test_runs_with_properties_are_delivered_as_sent_and_recovered(tmp_path: Path
         c.close()
     finally:
         b.stop()
-    b = start_broker(data_dir)
+    b = Harness(data_dir)
     try:
-        c = RawAMQP(b.port)
+        c = b.amqp()
         c.handshake()
         c.open_channel(1)
         got = []
