@@ -170,8 +170,11 @@ def test_soak(tmp_path: Path) -> None:
         ch.confirm_delivery()
         seq = 0
         start = time.monotonic()
+        longest_confirm = 0.0
         while time.monotonic() < until:
+            sent = time.monotonic()
             ch.basic_publish("", "soak", str(seq).encode(), pika.BasicProperties(delivery_mode=2))
+            longest_confirm = max(longest_confirm, time.monotonic() - sent)
             confirmed.append(seq)  # confirm_delivery: basic_publish returned = confirmed
             seq += 1
             ahead = seq / RATE - (time.monotonic() - start)
@@ -185,11 +188,16 @@ def test_soak(tmp_path: Path) -> None:
         assert not consumer.is_alive()
         print(
             f"soak {SECONDS:.0f} s: {len(confirmed)} confirmed, {len(received)} consumed, "
-            f"longest gap {max(gaps, default=0.0):.3f} s"
+            f"longest gap {max(gaps, default=0.0):.3f} s, longest confirm {longest_confirm:.3f} s"
         )
         # Each publish waits for its confirm, i.e. for an fdatasync round: a few
-        # hundred a second on this kind of disk; far fewer means it was starved.
-        assert len(confirmed) >= 50 * SECONDS, "the publisher itself was starved"
+        # hundred a second on a quiet machine of this kind, a few dozen beside CPU
+        # hogs (make test-busy: 38 a second). What the abusers must not do is
+        # stall the publisher, so the bound is on the longest wait for a confirm,
+        # as on the longest gap between deliveries, not on a rate the machine's
+        # load decides; the publisher must only have gone on all along.
+        assert longest_confirm <= MAX_GAP_S, f"a publish waited {longest_confirm:.2f} s"
+        assert len(confirmed) >= SECONDS, "the publisher made no progress"
         assert sorted(received) == confirmed, "lost or duplicated messages"
         assert received == confirmed, "out of order"
         assert max(gaps, default=0.0) <= MAX_GAP_S, f"a delivery stalled {max(gaps):.2f} s"
