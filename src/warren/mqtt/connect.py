@@ -210,11 +210,17 @@ def _connect(conn: MQTTConnection, pkt: Connect) -> int:
             connack[P.SERVER_KEEP_ALIVE] = conn.keepalive
     receive_max = props.get(P.RECEIVE_MAXIMUM, 65535)
     assert isinstance(receive_max, int)
-    conn.window = min(receive_max, config.mqtt_prefetch)
     client_max = props.get(P.MAXIMUM_PACKET_SIZE)
-    conn.client_max_packet = client_max if isinstance(client_max, int) else 0
     alias_max = props.get(P.TOPIC_ALIAS_MAXIMUM, 0)
-    conn.alias_max_out = alias_max if isinstance(alias_max, int) else 0
+    conn.delivery.start(
+        vhost,
+        session,
+        client_id,
+        conn.level,
+        window=min(receive_max, config.mqtt_prefetch),
+        client_max_packet=client_max if isinstance(client_max, int) else 0,
+        alias_max_out=alias_max if isinstance(alias_max, int) else 0,
+    )
     conn.alias_max_in = config.mqtt_topic_alias_maximum if v5 else 0
     conn.decoder.max_packet_size = max_packet_size(config)
     conn.will = pkt.will
@@ -243,5 +249,5 @@ def _connect(conn: MQTTConnection, pkt: Connect) -> int:
     # Resume: outgoing QoS 2 releases first, then the queued messages.
     for pid in sorted(session.released):
         conn.send(encode(PubRel(pid), conn.level))
-    conn.attach_consumers()
+    conn.subscriptions.attach_consumers()
     return 0

@@ -7,10 +7,12 @@ is to be sent is gathered in ``pending`` and announced once through
 clock of its own: ``now_ms`` is set by the caller per read, and keep alive and
 the unfinished packet's deadline are checked by `tick` (its bytes count
 against the broker's budget, unfinished.py). CONNECT is handled in
-connect.py; deliveries (core queue -> PUBLISH) are in delivery.py; the state
+connect.py. The connection holds two parts: ``delivery`` (core queue ->
+PUBLISH, the in-flight window, the client's acks: delivery.py) and
+``subscriptions`` (SUBSCRIBE and UNSUBSCRIBE: subscriptions.py). The state
 shared between connections (takeover, stored sessions, retained messages,
-wills) in state.py; SUBSCRIBE and UNSUBSCRIBE in subscriptions.py; the
-acknowledgements that wait for the disk sync in sync_acks.py.
+wills) is in state.py; the acknowledgements that wait for the disk sync in
+sync_acks.py.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from warren.mqtt import properties as P
 from warren.mqtt.codec import Decoder, encode
 from warren.mqtt.codec import _publish as decode_publish
 from warren.mqtt.connect import MAX_UNAUTHENTICATED_PACKET, before_connect
+from warren.mqtt.delivery import Delivery
 from warren.mqtt.errors import MQTTCodecError, ProtocolViolation, UnsupportedProtocolVersion
 from warren.mqtt.mapping import plain_properties, to_properties
 from warren.mqtt.packets import (
@@ -47,7 +50,7 @@ from warren.mqtt.packets import (
     Will,
 )
 from warren.mqtt.retained import RetainedMessage
-from warren.mqtt.session import MAX_AWAITING_RELEASE
+from warren.mqtt.session import MAX_AWAITING_RELEASE, Session
 from warren.mqtt.subscriptions import Subscriptions
 from warren.mqtt.sync_acks import SyncedAcks
 from warren.mqtt.topics import MAX_TOPIC_BYTES, mqtt_to_amqp, too_long
@@ -55,6 +58,7 @@ from warren.mqtt.topics import MAX_TOPIC_BYTES, mqtt_to_amqp, too_long
 if TYPE_CHECKING:
     from warren.core.channel_counts import ChannelCounts
     from warren.core.exchange import Exchange
+    from warren.core.vhost import VHost
     from warren.mqtt.state import MQTTState
 
 __all__ = ["MQTTConnection"]
@@ -70,8 +74,12 @@ TOPIC_CACHE_LIMIT = 4096
 WORK_BUDGET = 512
 
 
-class MQTTConnection(Subscriptions):
-    """One client's connection (any transport). Also a ClientConnection for the broker."""
+class MQTTConnection:
+    """One client's connection (any transport). Also a ClientConnection for the broker.
+
+    Packets in and the publishes of the client are its own; what goes out to the
+    client is its `delivery` part, the session's subscriptions its `subscriptions`
+    part (each holds the connection only through what it is given)."""
 
     def __init__(
         self,
@@ -82,7 +90,6 @@ class MQTTConnection(Subscriptions):
         on_close: Callable[[], None],
         transport_name: str = "MQTT",
     ) -> None:
-        super().__init__()
         self.state = state
         self.node = state.node
         self.peer = peer
@@ -101,7 +108,14 @@ class MQTTConnection(Subscriptions):
         self.now_ms = 0
         self.last_rx_ms = 0
         self.connected_at = state.clock.now_ms()
+        self.pending: list[bytes] = []
+        self.vhost: VHost | None = None
+        self.session: Session | None = None
+        self.client_id = ""
+        self.level = 4
         self.closed = False
+        self.problem_information = True
+        self._detached = False
         self.keepalive = 0
         self.user: User | None = None
         self.will: Will | None = None
@@ -118,6 +132,10 @@ class MQTTConnection(Subscriptions):
         self.alias_max_in = 0
         #: The client's session with the core: when answers may go out.
         self.client_session = ClientSession(state.node, self)
+        #: What goes out to the client: PUBLISH, the in-flight window (delivery.py).
+        self.delivery = Delivery(self.send, state, self.stats, self.client_session)
+        #: SUBSCRIBE/UNSUBSCRIBE, bindings, share groups (subscriptions.py).
+        self.subscriptions = Subscriptions(self, self.delivery)
         #: Publish acknowledgements waiting for their messages (sync_acks.py).
         self.synced_acks = SyncedAcks(self)
         #: Bytes of an unfinished packet the decoder holds (state.unfinished counts
@@ -190,10 +208,11 @@ class MQTTConnection(Subscriptions):
         are held (subscriptions.py)."""
         budget = WORK_BUDGET
         pending = self._input
-        while not self.closed and self._held is None:
-            if self._batch is not None:
+        subs = self.subscriptions
+        while not self.closed and subs.held is None:
+            if subs.batch is not None:
                 budget = self._advance(budget)
-                if self._batch is not None:
+                if subs.batch is not None:
                     break  # out of budget, or its reply is held
             elif pending and budget > 0:
                 buf, frames, index = pending[0]
@@ -208,9 +227,9 @@ class MQTTConnection(Subscriptions):
                 break
         if self.closed:
             pending.clear()
-            self._batch = None
-        self.backlog = self._held is None and (self._batch is not None or bool(pending))
-        self.apply_acks()
+            subs.batch = None
+        self.backlog = subs.held is None and (subs.batch is not None or bool(pending))
+        self.delivery.apply_acks()
 
     def _packets(
         self, buf: bytes, frames: list[tuple[int, int, int]], index: int, budget: int
@@ -232,13 +251,13 @@ class MQTTConnection(Subscriptions):
                     continue
                 pkt = decoder.decode(first, buf, start, end)
                 if type(pkt) is PubAck:
-                    self.settle(pkt.packet_id)
+                    self.delivery.settle(pkt.packet_id)
                 elif not connected:
                     before_connect(self, pkt)
                     connected = self.vhost is not None
                 else:
                     self._control(pkt)
-                    if self._batch is not None:
+                    if self.subscriptions.batch is not None:
                         break
             except MQTTCodecError as exc:
                 self._codec_error(exc)
@@ -255,18 +274,19 @@ class MQTTConnection(Subscriptions):
 
     def _advance(self, budget: int) -> int:
         """Go on with the SUBSCRIBE or UNSUBSCRIBE under way; the budget left."""
-        steps = self._batch
+        subs = self.subscriptions
+        steps = subs.batch
         assert steps is not None
         try:
-            while budget > 0 and self._held is None and not self.closed:
+            while budget > 0 and subs.held is None and not self.closed:
                 budget -= next(steps)
         except StopIteration:
-            self._batch = None
+            subs.batch = None
         except ProtocolViolation as exc:
-            self._batch = None
+            subs.batch = None
             self.disconnect(exc.reason_code, str(exc))
         except BrokerError as exc:
-            self._batch = None
+            subs.batch = None
             log.warning("%s: %s", self.name, exc)
             self.disconnect(P.IMPLEMENTATION_SPECIFIC_ERROR, str(exc))
         return budget
@@ -362,6 +382,7 @@ class MQTTConnection(Subscriptions):
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            self.delivery.stop()
             self._let_go_of_input()
             self.on_close()
 
@@ -389,13 +410,14 @@ class MQTTConnection(Subscriptions):
         """The transport is gone (or the connection was taken over): detach the
         session, publish the will unless the client disconnected normally."""
         self.closed = True
+        self.delivery.stop()
         self._let_go_of_input()
         vhost, session = self.vhost, self.session
         if vhost is None or session is None or self._detached:
             return
         self._detached = True
-        self.apply_acks()
-        self.detach_consumers()
+        self.delivery.apply_acks()
+        self.delivery.detach_consumers()
         self.state.released(self, vhost.name, session.client_id)
         self.client_session.closed(self, vhost)
         if vhost.deleted:  # its sessions, wills and retained messages went with it
@@ -431,13 +453,13 @@ class MQTTConnection(Subscriptions):
         if isinstance(pkt, PingReq):
             self.send(b"\xd0\x00")
         elif isinstance(pkt, Subscribe):
-            self._subscribe(pkt)
+            self.subscriptions.subscribe(pkt)
         elif isinstance(pkt, Unsubscribe):
-            self._unsubscribe(pkt)
+            self.subscriptions.unsubscribe(pkt)
         elif isinstance(pkt, PubRec):
-            self.received(pkt.packet_id, pkt.reason_code)
+            self.delivery.received(pkt.packet_id, pkt.reason_code)
         elif isinstance(pkt, PubComp):
-            self.completed(pkt.packet_id)
+            self.delivery.completed(pkt.packet_id)
         elif isinstance(pkt, PubRel):
             self._release(pkt.packet_id)
         elif isinstance(pkt, Disconnect):
@@ -573,7 +595,7 @@ class MQTTConnection(Subscriptions):
         if user is not None and user.topic_permissions and exchange.type == "topic":
             try:
                 UserStore.check_topic(
-                    user, vhost.name, exchange.name, routing_key, WRITE, self._variables()
+                    user, vhost.name, exchange.name, routing_key, WRITE, self.subscriptions.variables()
                 )
             except BrokerError:
                 self._refuse_publish(qos, pid, topic, P.NOT_AUTHORIZED)
@@ -581,7 +603,8 @@ class MQTTConnection(Subscriptions):
         if self.node.alarms:
             self.set_blocked(True)
         now = self.now_ms or self.state.clock.now_ms()
-        if props is None and not self.no_local_subscriptions:
+        no_local = self.subscriptions.no_local
+        if props is None and not no_local:
             amqp_props = plain_properties(qos, dup, retain)
         else:
             amqp_props = to_properties(
@@ -589,7 +612,7 @@ class MQTTConnection(Subscriptions):
                 dup,
                 retain,
                 props or {},
-                self.client_id if self.no_local_subscriptions else None,
+                self.client_id if no_local else None,
             )
         msg = Message(exchange.name, routing_key, amqp_props, payload, now)
         self.stats.publish += 1
@@ -664,6 +687,19 @@ class MQTTConnection(Subscriptions):
             self.send(encode(PubComp(pid, P.PACKET_IDENTIFIER_NOT_FOUND), self.level))
 
     # -- ClientConnection (what the broker and the management API use) ------------------------
+    @property
+    def writable(self) -> bool:
+        """The transport takes more output (deliveries wait while it does not)."""
+        return self.delivery.writable
+
+    def set_writable(self, writable: bool) -> None:
+        self.delivery.set_writable(writable)
+
+    def has_shared(self, group: str, binding_key: str) -> bool:
+        """Whether this connection's session is in the share group (state.py asks)."""
+        session = self.session
+        return session is not None and session.subscriptions.has_shared(group, binding_key)
+
     def set_blocked(self, blocked: bool) -> None:
         if self.reading_control is not None:
             self.reading_control(not blocked)

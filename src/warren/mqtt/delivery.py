@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from warren.core.consumer import Consumer
@@ -81,19 +81,32 @@ class MQTTConsumer(Consumer):
 
 
 class Delivery:
-    """The outgoing half of an MQTT connection (MQTTConnection builds on it)."""
+    """The outgoing half of one MQTT connection: the session's consumers, PUBLISH
+    out, the in-flight window and the client's PUBACK/PUBREC/PUBCOMP.
 
-    state: MQTTState
-    stats: MessageStats
-    now_ms: int
-    client_session: ClientSession
+    What it needs from the connection is given, not reached for: ``send`` (the
+    connection's output), the MQTT state, the connection's message stats and
+    client session at construction, and the vhost, session, client id and
+    protocol level once CONNECT has chosen them (`start`). The connection calls
+    `stop` when it closes (nothing more is sent) and `set_writable` for the
+    transport's flow control."""
 
-    def __init__(self) -> None:
-        self.pending: list[bytes] = []
+    def __init__(
+        self,
+        send: Callable[[bytes], None],
+        state: MQTTState,
+        stats: MessageStats,
+        client_session: ClientSession,
+    ) -> None:
+        self.send = send
+        self.state = state
+        self.stats = stats
+        self.client_session = client_session
         self.vhost: VHost | None = None
         self.session: Session | None = None
         self.client_id = ""
         self.level = 4
+        #: The connection is closing or closed: no more deliveries.
         self.closed = False
         self.writable = True
         #: Unsettled QoS 1/2 deliveries at most (the client's Receive Maximum).
@@ -104,55 +117,48 @@ class Delivery:
         #: packet id -> (queue or None for a retained message, queue seq, message).
         self.inflight: dict[int, tuple[Queue | None, int, Message | None]] = {}
         self.consumers: dict[str, MQTTConsumer] = {}
-        self.no_local_subscriptions = False
         self._next_pid = 0
         # Acks to apply at the end of the loop turn, per queue: the queue, the
         # seqs and their body bytes in all.
         self._acks: dict[int, tuple[Queue, list[int], list[int]]] = {}
         self._topics: dict[str, bytes] = {}
-        self._detached = False
         #: Retained QoS 1/2 messages for a SUBSCRIBE waiting for room in the window.
         self._retained_backlog: deque[tuple[RetainedMessage, SubscriptionOptions]] = deque()
-        self.problem_information = True
+
+    def start(
+        self,
+        vhost: VHost,
+        session: Session,
+        client_id: str,
+        level: int,
+        window: int,
+        client_max_packet: int,
+        alias_max_out: int,
+    ) -> None:
+        """CONNECT chose the session: deliver for it, within the client's limits."""
+        self.vhost = vhost
+        self.session = session
+        self.client_id = client_id
+        self.level = level
+        self.window = window
+        self.client_max_packet = client_max_packet
+        self.alias_max_out = alias_max_out
+
+    def stop(self) -> None:
+        """The connection closes: its consumers take nothing more."""
+        self.closed = True
+
+    def __str__(self) -> str:
+        return f"MQTT client '{self.client_id}'"
 
     # -- consumers ------------------------------------------------------------------------
-    def attach_consumers(self) -> None:
-        """Consume the session's queues (on CONNECT of a resumed session)."""
-        session, vhost = self.session, self.vhost
-        assert session is not None and vhost is not None
-        self.subscriptions_changed()
-        if not session.subscriptions:
-            return
-        if session.queue in vhost.queues:
-            self.ensure_consumer(vhost.queues[session.queue])
-        else:
-            # The queue went away while the session was stored: bind a new one
-            # (whose messages are numbered afresh).
-            session.redeliver.clear()
-            for tf, opts in list(session.subscriptions.items()):
-                if opts.group is None:
-                    self.add_subscription(tf, opts)
-                    break
-            queue = vhost.queues.get(session.queue)
-            exchange = vhost.exchanges.get(self.state_exchange())
-            if queue is not None and exchange is not None:
-                for opts in session.subscriptions.values():
-                    if opts.group is None:
-                        vhost.bind(exchange, queue, opts.binding_key)
-        for opts in session.subscriptions.values():
-            if opts.group is not None:
-                self.subscription_queue(opts)
-
-    def state_exchange(self) -> str:
-        return self.state.config.mqtt_exchange
-
     def ensure_consumer(self, queue: Queue, shared: SubscriptionOptions | None = None) -> None:
         """Consume ``queue`` (a share group's when ``shared`` gives its subscription)."""
         if queue.name in self.consumers:
             return
         consumer = MQTTConsumer(self, queue, shared)
         self.consumers[queue.name] = consumer
-        self._update_no_ack(consumer)
+        self.update_no_ack(consumer)
         queue.add_consumer(consumer)
 
     def drop_shared_consumer(self, opts: SubscriptionOptions) -> None:
@@ -162,22 +168,19 @@ class Delivery:
             self._return_inflight(consumer.queue)
             consumer.queue.remove_consumer(consumer)
 
-    def subscriptions_changed(self, queue: str | None = None) -> None:
-        """After a change to the session's subscriptions: what the consumer of
-        ``queue`` (None: every consumer) and publishing need to know. O(1) for one
-        queue (the session's counts are kept as they change)."""
-        session = self.session
-        assert session is not None
-        self.no_local_subscriptions = session.subscriptions.no_local > 0
+    def consumers_changed(self, queue: str | None = None) -> None:
+        """After a change to the session's subscriptions: whether the consumer of
+        ``queue`` (None: every consumer) acknowledges. O(1) for one queue (the
+        session's counts are kept as they change)."""
         if queue is None:
             for consumer in self.consumers.values():
-                self._update_no_ack(consumer)
+                self.update_no_ack(consumer)
         else:
             one = self.consumers.get(queue)
             if one is not None:
-                self._update_no_ack(one)
+                self.update_no_ack(one)
 
-    def _update_no_ack(self, consumer: MQTTConsumer) -> None:
+    def update_no_ack(self, consumer: MQTTConsumer) -> None:
         """Only QoS 0 subscriptions: nothing is ever acknowledged, so the queue may
         forget a message as it hands it over (and skip storing it)."""
         if consumer.shared is not None:
@@ -187,10 +190,6 @@ class Delivery:
         assert session is not None
         subs = session.subscriptions
         consumer.no_ack = bool(subs.own) and subs.own_qos == 0
-
-    def has_shared(self, group: str, binding_key: str) -> bool:
-        session = self.session
-        return session is not None and session.subscriptions.has_shared(group, binding_key)
 
     def detach_consumers(self) -> None:
         """Stop consuming; whatever is in flight goes back to its queue, in order."""
@@ -314,16 +313,6 @@ class Delivery:
                 self.send_retained(msg, opts, now)
         for consumer in self.consumers.values():
             consumer.queue.schedule_delivery()
-
-    # -- what MQTTConnection provides ------------------------------------------------------
-    def send(self, data: bytes) -> None:
-        raise NotImplementedError
-
-    def add_subscription(self, topic_filter: str, opts: SubscriptionOptions) -> bool:
-        raise NotImplementedError
-
-    def subscription_queue(self, opts: SubscriptionOptions) -> Queue:
-        raise NotImplementedError
 
     # -- PUBLISH to the client ---------------------------------------------------------------
     def window_full(self) -> bool:

@@ -72,10 +72,10 @@ def channels_info(conn: MQTTConnection, ages: Ages | None = None) -> list[dict[s
             },
             "consumer_tag": consumer.tag,
             "exclusive": False,
-            "prefetch_count": conn.window,
+            "prefetch_count": conn.delivery.window,
             "queue": {"name": consumer.queue.name, "vhost": conn.vhost.name},
         }
-        for consumer in conn.consumers.values()
+        for consumer in conn.delivery.consumers.values()
     ]
     return [
         {
@@ -89,13 +89,13 @@ def channels_info(conn: MQTTConnection, ages: Ages | None = None) -> list[dict[s
             "consumer_count": len(details),
             "consumer_details": details,
             "global_prefetch_count": 0,
-            "messages_unacknowledged": len(conn.inflight),
+            "messages_unacknowledged": len(conn.delivery.inflight),
             "messages_uncommitted": 0,
             "messages_unconfirmed": 0,
             "name": name,
             "node": node_name(),
             "number": 1,
-            "prefetch_count": conn.window,
+            "prefetch_count": conn.delivery.window,
             "state": "running",
             "transactional": False,
             "user": conn.user.name,

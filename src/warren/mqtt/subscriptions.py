@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from warren.core.errors import BrokerError, QueueLimitReached
 from warren.core.users import CONFIGURE, READ, WRITE, User, UserStore
@@ -32,9 +32,11 @@ from warren.mqtt.topics import is_valid_topic_filter, mqtt_to_amqp, parse_shared
 if TYPE_CHECKING:
     from warren.core.queue import Queue
     from warren.core.session import ChangeMark, ClientSession
-    from warren.node import Node
+    from warren.core.vhost import VHost
+    from warren.mqtt.session import Session
+    from warren.mqtt.state import MQTTState
 
-__all__ = ["Subscriptions"]
+__all__ = ["SubscriptionHost", "Subscriptions"]
 
 log = logging.getLogger("warren.mqtt")
 
@@ -45,44 +47,107 @@ log = logging.getLogger("warren.mqtt")
 FILTER_COST = 16
 
 
-class Subscriptions(Delivery):
-    """The subscription half of an MQTT connection (MQTTConnection builds on it)."""
+class SubscriptionHost(Protocol):
+    """What the subscription part reads and calls on its connection."""
 
-    node: Node
-    user: User | None
+    state: MQTTState
     client_session: ClientSession
+    vhost: VHost | None
+    session: Session | None
+    user: User | None
+    client_id: str
+    level: int
+    now_ms: int
+    closed: bool
+    #: Output not yet taken by the transport (a held reply is cut from its end).
+    pending: list[bytes]
     reading_control: Callable[[bool], None] | None
 
-    def __init__(self) -> None:
-        super().__init__()
+    @property
+    def name(self) -> str: ...
+
+    def send(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+    def disconnect(self, reason_code: int, reason: str = "") -> None: ...
+
+    def resume(self) -> None:
+        """Held replies are out: go on with the input and reading."""
+        ...
+
+
+class Subscriptions:
+    """The subscriptions of one MQTT connection's session: SUBSCRIBE and
+    UNSUBSCRIBE paced by the connection's budget, bindings, share groups, and
+    the consumers (through its `Delivery`) that they need."""
+
+    def __init__(self, conn: SubscriptionHost, delivery: Delivery) -> None:
+        self.conn = conn
+        self.delivery = delivery
         #: The SUBSCRIBE or UNSUBSCRIBE under way: its steps, each yielding its cost
         #: (the connection advances it within its budget per loop turn).
-        self._batch: Iterator[int] | None = None
+        self.batch: Iterator[int] | None = None
         #: Its reply (and what followed it) held until what it changed is durable.
-        self._held: list[bytes] | None = None
+        self.held: list[bytes] | None = None
         #: The connection ends once the held reply is out (a quota refused a filter).
         self._close_after_held = False
+        #: Some subscription has No Local: publishes carry the client id.
+        self.no_local = False
 
-    @property
-    def name(self) -> str:
-        raise NotImplementedError
-
-    def _variables(self) -> dict[str, str]:
+    def variables(self) -> dict[str, str]:
         """RabbitMQ's topic permission variables for this client."""
-        assert self.user is not None and self.vhost is not None
-        return {"username": self.user.name, "vhost": self.vhost.name, "client_id": self.client_id}
+        conn = self.conn
+        assert conn.user is not None and conn.vhost is not None
+        return {"username": conn.user.name, "vhost": conn.vhost.name, "client_id": conn.client_id}
+
+    def changed(self, queue: str | None = None) -> None:
+        """After a change to the session's subscriptions: what the consumer of
+        ``queue`` (None: every consumer) and publishing need to know."""
+        session = self.conn.session
+        assert session is not None
+        self.no_local = session.subscriptions.no_local > 0
+        self.delivery.consumers_changed(queue)
+
+    def attach_consumers(self) -> None:
+        """Consume the session's queues (on CONNECT of a resumed session)."""
+        conn = self.conn
+        session, vhost = conn.session, conn.vhost
+        assert session is not None and vhost is not None
+        self.changed()
+        if not session.subscriptions:
+            return
+        if session.queue in vhost.queues:
+            self.delivery.ensure_consumer(vhost.queues[session.queue])
+        else:
+            # The queue went away while the session was stored: bind a new one
+            # (whose messages are numbered afresh).
+            session.redeliver.clear()
+            for tf, opts in list(session.subscriptions.items()):
+                if opts.group is None:
+                    self.add_subscription(tf, opts)
+                    break
+            queue = vhost.queues.get(session.queue)
+            exchange = vhost.exchanges.get(conn.state.config.mqtt_exchange)
+            if queue is not None and exchange is not None:
+                for opts in session.subscriptions.values():
+                    if opts.group is None:
+                        vhost.bind(exchange, queue, opts.binding_key)
+        for opts in session.subscriptions.values():
+            if opts.group is not None:
+                self.subscription_queue(opts)
 
     # -- SUBSCRIBE / UNSUBSCRIBE --------------------------------------------------------------
-    def _subscribe(self, pkt: Subscribe) -> None:
-        self._batch = self._subscribe_steps(pkt)
+    def subscribe(self, pkt: Subscribe) -> None:
+        self.batch = self._subscribe_steps(pkt)
 
     def _subscribe_steps(self, pkt: Subscribe) -> Iterator[int]:
         """Bind each filter, reply when the session and bindings are durable, then
         the retained messages: one step per filter and per retained message."""
-        vhost, session, user = self.vhost, self.session, self.user
+        vhost, session, user = self.conn.vhost, self.conn.session, self.conn.user
         assert vhost is not None and session is not None and user is not None
         change_mark = self._change_mark()
-        v5 = self.level == MQTT_5
+        v5 = self.conn.level == MQTT_5
         raw_ident = pkt.properties.get(P.SUBSCRIPTION_IDENTIFIER, 0)
         ident = 0
         if isinstance(raw_ident, int):
@@ -99,7 +164,7 @@ class Subscriptions(Delivery):
                 codes.append(quota)
                 continue
             if not is_valid_topic_filter(tf):
-                log.warning("%s: invalid topic filter %r refused", self.name, tf)
+                log.warning("%s: invalid topic filter %r refused", self.conn.name, tf)
                 codes.append(P.TOPIC_FILTER_INVALID if v5 else P.V311_SUBACK_FAILURE)
                 continue
             group, inner = parse_shared(tf)
@@ -120,7 +185,7 @@ class Subscriptions(Delivery):
                 log.warning(
                     "%s: subscription to %r refused: %s; closing the connection after the "
                     "SUBACK, as RabbitMQ does",
-                    self.name,
+                    self.conn.name,
                     tf,
                     exc,
                 )
@@ -128,93 +193,93 @@ class Subscriptions(Delivery):
                 codes.append(quota)
                 continue
             except BrokerError as exc:
-                log.warning("%s: subscription to %r refused: %s", self.name, tf, exc)
+                log.warning("%s: subscription to %r refused: %s", self.conn.name, tf, exc)
                 codes.append(P.NOT_AUTHORIZED if v5 else P.V311_SUBACK_FAILURE)
                 continue
             codes.append(sub.qos)
             fresh.append((tf, opts, existed))
-        output_mark = len(self.pending)
-        self.send(encode(SubAck(pkt.packet_id, codes), self.level))
+        output_mark = len(self.conn.pending)
+        self.conn.send(encode(SubAck(pkt.packet_id, codes), self.conn.level))
         self._reply_when_durable(output_mark, change_mark)
         if quota is not None:
-            if self._held is None:
-                self.close()
+            if self.held is None:
+                self.conn.close()
             else:
                 self._close_after_held = True
             return
         yield 1
         # Retained messages after the SUBACK (MQTT-3.3.1-6), not for shared ones.
-        retained = self.state.retained(vhost.name)
+        retained = self.conn.state.retained(vhost.name)
         for tf, opts, existed in fresh:
             if opts.group is not None or opts.retain_handling == 2:
                 continue
             if opts.retain_handling == 1 and existed:
                 continue
-            now = self.now_ms or self.state.clock.now_ms()
+            now = self.conn.now_ms or self.conn.state.clock.now_ms()
             for msg in retained.matching(tf, now):
-                self.send_retained(msg, opts, now)
+                self.delivery.send_retained(msg, opts, now)
                 yield 1
 
     def add_subscription(self, topic_filter: str, opts: SubscriptionOptions) -> bool:
         """Bind the session's (or the share group's) queue; True if it existed already."""
-        vhost, session, user = self.vhost, self.session, self.user
+        vhost, session, user = self.conn.vhost, self.conn.session, self.conn.user
         assert vhost is not None and session is not None and user is not None
-        exchange_name = self.state.config.mqtt_exchange
+        exchange_name = self.conn.state.config.mqtt_exchange
         exchange = vhost.get_exchange(exchange_name)
         # Every check before the queue is consumed: a refused subscription must not
         # leave a consumer on it (a share group's queue may exist already).
         name = (
             session.queue if opts.group is None else shared_queue_name(opts.group, opts.binding_key)
         )
-        check = self.client_session.check
+        check = self.conn.client_session.check
         check(WRITE, "queue", name)
         check(READ, "exchange", exchange_name)
         check(READ, "queue", name)
         if user.topic_permissions and exchange.type == "topic":
             UserStore.check_topic(
-                user, vhost.name, exchange_name, opts.binding_key, READ, self._variables()
+                user, vhost.name, exchange_name, opts.binding_key, READ, self.variables()
             )
         queue = self.subscription_queue(opts)
         old = session.subscriptions.get(topic_filter)
         vhost.bind(exchange, queue, opts.binding_key)
         session.subscriptions.set(topic_filter, opts)
         if session.persistent:
-            self.state.sessions(vhost.name).subscription_changed(session, topic_filter)
-        if opts.group is not None and queue.name in self.consumers:
+            self.conn.state.sessions(vhost.name).subscription_changed(session, topic_filter)
+        if opts.group is not None and queue.name in self.delivery.consumers:
             # Its consumer was made before the subscription was recorded (or with a
             # replaced subscription's options): it delivers with these.
-            self.consumers[queue.name].shared = opts
-        self.subscriptions_changed(queue.name)
+            self.delivery.consumers[queue.name].shared = opts
+        self.changed(queue.name)
         return old is not None
 
     def subscription_queue(self, opts: SubscriptionOptions) -> Queue:
         """The queue a subscription binds: declared (configure, read) on first use."""
-        vhost, session, user = self.vhost, self.session, self.user
+        vhost, session, user = self.conn.vhost, self.conn.session, self.conn.user
         assert vhost is not None and session is not None and user is not None
         name = (
             session.queue if opts.group is None else shared_queue_name(opts.group, opts.binding_key)
         )
         queue = vhost.queues.get(name)
         if queue is None:
-            self.client_session.check(CONFIGURE, "queue", name)
-            self.client_session.check(READ, "queue", name)
+            self.conn.client_session.check(CONFIGURE, "queue", name)
+            self.conn.client_session.check(READ, "queue", name)
             if opts.group is not None or session.persistent:
                 queue = vhost.declare_queue(name, durable=True)
             else:
-                queue = vhost.declare_queue(name, durable=False, exclusive=True, owner=self)
-        self.ensure_consumer(queue, opts if opts.group is not None else None)
+                queue = vhost.declare_queue(name, durable=False, exclusive=True, owner=self.conn)
+        self.delivery.ensure_consumer(queue, opts if opts.group is not None else None)
         return queue
 
-    def _unsubscribe(self, pkt: Unsubscribe) -> None:
-        self._batch = self._unsubscribe_steps(pkt)
+    def unsubscribe(self, pkt: Unsubscribe) -> None:
+        self.batch = self._unsubscribe_steps(pkt)
 
     def _unsubscribe_steps(self, pkt: Unsubscribe) -> Iterator[int]:
-        vhost, session = self.vhost, self.session
+        vhost, session = self.conn.vhost, self.conn.session
         assert vhost is not None and session is not None
         change_mark = self._change_mark()
         codes: list[int] = []
-        exchange = vhost.exchanges.get(self.state.config.mqtt_exchange)
-        sessions = self.state.sessions(vhost.name) if session.persistent else None
+        exchange = vhost.exchanges.get(self.conn.state.config.mqtt_exchange)
+        sessions = self.conn.state.sessions(vhost.name) if session.persistent else None
         for tf in pkt.topic_filters:
             yield FILTER_COST
             opts = session.subscriptions.pop(tf)
@@ -225,8 +290,8 @@ class Subscriptions(Delivery):
             if sessions is not None:
                 sessions.subscription_changed(session, tf)
             if opts.group is not None:
-                self.drop_shared_consumer(opts)
-                self.state.release_shared(vhost, opts.group, opts.binding_key, session.client_id)
+                self.delivery.drop_shared_consumer(opts)
+                self.conn.state.release_shared(vhost, opts.group, opts.binding_key, session.client_id)
                 continue
             queue = vhost.queues.get(session.queue)
             if (
@@ -235,17 +300,17 @@ class Subscriptions(Delivery):
                 and not session.subscriptions.binds(opts.binding_key)
             ):
                 vhost.unbind(exchange, queue, opts.binding_key)
-            self.subscriptions_changed(session.queue)
-        output_mark = len(self.pending)
-        self.send(
-            encode(UnsubAck(pkt.packet_id, codes if self.level == MQTT_5 else []), self.level)
+            self.changed(session.queue)
+        output_mark = len(self.conn.pending)
+        self.conn.send(
+            encode(UnsubAck(pkt.packet_id, codes if self.conn.level == MQTT_5 else []), self.conn.level)
         )
         self._reply_when_durable(output_mark, change_mark)
         yield 1
 
     # -- replies after what they report is durable ------------------------------------------
     def _change_mark(self) -> ChangeMark:
-        return self.client_session.change_mark()
+        return self.conn.client_session.change_mark()
 
     def _reply_when_durable(self, output_mark: int, change_mark: ChangeMark) -> None:
         """Hold the output since ``output_mark`` (a SUBACK or UNSUBACK) and the input
@@ -253,49 +318,40 @@ class Subscriptions(Delivery):
         since ``change_mark`` are durable (the client session's rule: on disk
         and, in a cluster, held by the followers). Nothing held when nothing
         needs to wait."""
-        vhost, session = self.vhost, self.session
+        vhost, session = self.conn.vhost, self.conn.session
         assert vhost is not None and session is not None
-        sessions = self.state.sessions(vhost.name) if session.persistent else None
+        sessions = self.conn.state.sessions(vhost.name) if session.persistent else None
         stores: list[object] = []
         if sessions is not None:
             sessions.save(session)
             if sessions.log is not None:
                 stores.append(sessions.log)
-        if self.closed:
+        if self.conn.closed:
             return
-        self._held = self.pending[output_mark:]
-        del self.pending[output_mark:]
-        if not self.client_session.when_changes_durable(change_mark, self._durable, stores):
-            held, self._held = self._held, None
+        self.held = self.conn.pending[output_mark:]
+        del self.conn.pending[output_mark:]
+        if not self.conn.client_session.when_changes_durable(change_mark, self._durable, stores):
+            held, self.held = self.held, None
             if held:
-                self.pending.extend(held)
+                self.conn.pending.extend(held)
             return
-        if self._held is not None and self.reading_control is not None:
-            self.reading_control(False)
+        if self.held is not None and self.conn.reading_control is not None:
+            self.conn.reading_control(False)
 
     def _durable(self, ok: bool) -> None:
-        if not ok and not self.closed:
-            log.error("%s: the disk sync behind a subscription failed: closing", self.name)
-            self.disconnect(P.UNSPECIFIED_ERROR, "could not sync to disk")
+        if not ok and not self.conn.closed:
+            log.error("%s: the disk sync behind a subscription failed: closing", self.conn.name)
+            self.conn.disconnect(P.UNSPECIFIED_ERROR, "could not sync to disk")
         self._release_held()
 
     def _release_held(self) -> None:
-        held = self._held
-        self._held = None
-        if held is None or self.closed:
+        held = self.held
+        self.held = None
+        if held is None or self.conn.closed:
             return
         for chunk in held:
-            self.send(chunk)
+            self.conn.send(chunk)
         if self._close_after_held:
-            self.close()
+            self.conn.close()
             return
-        self.resume()
-
-    def resume(self) -> None:
-        raise NotImplementedError
-
-    def disconnect(self, reason_code: int, reason: str = "") -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
+        self.conn.resume()
