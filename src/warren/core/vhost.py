@@ -1,10 +1,11 @@
 """A virtual host: its exchanges, queues and the bindings between them.
 
 All declaration, binding and routing rules that RabbitMQ applies per vhost live
-here and in VHost's mixins, so every protocol adapter gets the same answers and
-the same errors: routing and publishing in vhost_routing.py, policies and
-limits in vhost_parameters.py, restoring at start and closing at stop in
-vhost_lifecycle.py; the durable objects' records in vhost_records.py.
+here, in VHost's mixins and in the parts it holds, so every protocol adapter
+gets the same answers and the same errors: routing and publishing in
+vhost_routing.py (a mixin), policies and limits in vhost_parameters.py
+(parts), restoring at start and closing at stop in vhost_lifecycle.py (a
+mixin); the durable objects' records in vhost_records.py.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from warren.core.errors import (
 )
 from warren.core.exchange import Binding, DefaultExchange, Exchange, exchange_class
 from warren.core.names import check_name
+from warren.core.policies import Policy
 from warren.core.queue import Queue
 from warren.core.queue_arguments import (
     CLASSIC_QUEUE_ARGUMENTS,
@@ -49,7 +51,13 @@ from warren.core.store import MemoryStore, MessageStore
 from warren.core.stream import StreamLog
 from warren.core.stream_queue import StreamQueue
 from warren.core.vhost_lifecycle import VHostLifecycle
-from warren.core.vhost_parameters import VHostParameters
+from warren.core.vhost_parameters import (
+    ComponentParameters,
+    DefinitionsWriter,
+    Limits,
+    Policies,
+    VHostMetadata,
+)
 from warren.core.vhost_records import (
     binding_is_durable,
     binding_record,
@@ -125,10 +133,11 @@ def server_named(prefix: str = "amq.gen-") -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
 
-class VHost(VHostRouting, VHostParameters, VHostLifecycle):
+class VHost(VHostRouting, VHostLifecycle):
     """A vhost's exchanges, queues and bindings, with RabbitMQ's rules for declaring,
-    deleting and binding them; routing comes from VHostRouting, policies and limits
-    from VHostParameters, restoring and closing from VHostLifecycle."""
+    deleting and binding them; routing comes from VHostRouting, restoring and
+    closing from VHostLifecycle. Its policies, limits, other components'
+    parameters and metadata are parts it holds (vhost_parameters.py)."""
 
     def __init__(
         self,
@@ -148,7 +157,6 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
         #: The broker's clock (core/clock.py): message TTL, x-expires, delayed
         #: messages, retention, deduplication TTLs, retries after a failure.
         self.clock: Clock = clock if clock is not None else LoopClock()
-        self._init_parameters()  # policies and limits (vhost_parameters.py)
         self._store_factory = store_factory
         self._exchange_store_factory = exchange_store_factory
         self._stream_store_factory = stream_store_factory
@@ -171,6 +179,19 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
         # Bindings by destination object, so deleting a queue finds its bindings fast.
         self._inbound: dict[int, dict[tuple[Any, ...], Binding]] = {}
         self.reply_targets: dict[str, ReplyTarget] = {}
+        # Its runtime parameters (vhost_parameters.py), each recording its changes
+        # in the definitions log.
+        self._writer = DefinitionsWriter(name, definitions)
+        #: Which policy applies to which queue and exchange.
+        self.policy_rules = Policies(
+            name, self._writer, self.queues, self.exchanges, self.exchange_changed
+        )
+        #: max-connections, max-queues and the open connections.
+        self.limiter = Limits(name, self._writer, self.queues)
+        #: Other components' parameters (federation upstreams, ...).
+        self.parameters = ComponentParameters(self._writer)
+        #: The default queue type.
+        self.metadata = VHostMetadata(name, self._writer)
         #: Counts no live channel holds: closed channels' (folded in at close) and
         #: operations without a channel (the management API's publish and get).
         #: With the live channels' they make the vhost's message_stats, which never
@@ -210,6 +231,90 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
 
     def __repr__(self) -> str:
         return f"<VHost {self.name!r}>"
+
+    # -- its parts' most used methods (many callers: HTTP, definitions, tests) ----------
+    @property
+    def policies(self) -> list[Policy]:
+        """The vhost's policies, highest priority first."""
+        return self.policy_rules.policies
+
+    @property
+    def operator_policies(self) -> list[Policy]:
+        return self.policy_rules.operator_policies
+
+    def set_policy(
+        self,
+        name: str,
+        pattern: str,
+        definition: dict[str, Any],
+        priority: int = 0,
+        apply_to: str = "all",
+    ) -> Policy:
+        """Policies.set_policy."""
+        return self.policy_rules.set_policy(name, pattern, definition, priority, apply_to)
+
+    def set_operator_policy(
+        self,
+        name: str,
+        pattern: str,
+        definition: dict[str, Any],
+        priority: int = 0,
+        apply_to: str = "all",
+    ) -> Policy:
+        return self.policy_rules.set_operator_policy(
+            name, pattern, definition, priority, apply_to
+        )
+
+    def clear_policy(self, name: str) -> None:
+        self.policy_rules.clear_policy(name)
+
+    def clear_operator_policy(self, name: str) -> None:
+        self.policy_rules.clear_operator_policy(name)
+
+    @property
+    def limits(self) -> dict[str, int]:
+        """Limits.limits: as set, empty when none."""
+        return self.limiter.limits
+
+    @property
+    def has_limits(self) -> bool:
+        return self.limiter.has_limits
+
+    def set_limits(self, limits: dict[str, Any]) -> None:
+        self.limiter.set_limits(limits)
+
+    def clear_limits(self, name: str | None = None) -> None:
+        self.limiter.clear_limits(name)
+
+    @property
+    def default_queue_type(self) -> str | None:
+        """VHostMetadata.default_queue_type."""
+        return self.metadata.default_queue_type
+
+    def _store(self, what: str, key: str, record: dict[str, Any] | None) -> None:
+        """Write a change to the definitions log (DefinitionsWriter.write)."""
+        self._writer.write(what, key, record)
+
+    def restore_parameters(self) -> list[str]:
+        """Load policies, parameters, limits and metadata from the definitions log,
+        before the queues and exchanges are restored (they are matched as they are
+        recreated); what could not be loaded, named (restore_definitions)."""
+        defs = self.definitions
+        problems: list[str] = []
+        if defs is None:
+            return problems
+
+        def failed(what: str, rec: Any, exc: Exception) -> None:
+            log.error("vhost '%s': cannot restore %s %r: %s", self.name, what, rec, exc)
+            problems.append(f"cannot restore {what} {rec!r:.200}: {exc}")
+
+        self.policy_rules.restore(defs, failed)
+        self.parameters.restore(defs, failed)
+        self.limiter.restore(defs, failed)
+        self.metadata.restore(defs, failed)
+        for ex in self.exchanges.values():
+            self.policy_rules.attach_exchange(ex)
+        return problems
 
     # -- exchanges --------------------------------------------------------------------
     def get_exchange(self, name: str) -> Exchange:
@@ -275,7 +380,7 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
                 ex.close()
                 raise
         self.exchanges[name] = ex
-        self.attach_exchange_policy(ex)
+        self.policy_rules.attach_exchange(ex)
         log.debug("exchange declared vhost=%s name=%s type=%s", self.name, name, type_)
         return ex
 
@@ -393,7 +498,7 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
             return existing
         # Only a new queue counts against the limit and has its arguments
         # validated (RabbitMQ's order).
-        self.check_queue_limit(name)
+        self.limiter.check_queue_limit(name)
         stream = is_stream(arguments)
         quorum = not stream and is_quorum(arguments)
         if stream:
@@ -436,7 +541,7 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
         self.queues_created += 1
         if q.exclusive_owner is not None:
             self._exclusive.setdefault(q.exclusive_owner, []).append(name)
-        self.attach_queue_policies(q)
+        self.policy_rules.attach_queue(q)
         log.debug("queue declared vhost=%s name=%s durable=%s", self.name, name, durable)
         return q
 

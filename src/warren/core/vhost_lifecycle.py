@@ -61,7 +61,7 @@ class VHostLifecycle:
                 ex = cls(self.name, rec["name"], True, rec["auto_delete"], rec["internal"], args)
                 ex.attach(self)
                 self.exchanges[rec["name"]] = ex
-                self.attach_exchange_policy(ex)
+                self.policy_rules.attach_exchange(ex)
             except Exception as exc:
                 log.error("vhost '%s': cannot restore exchange %r: %s", self.name, rec, exc)
                 problems.append(f"cannot restore exchange {rec.get('name', rec)!r:.200}: {exc}")
@@ -84,7 +84,7 @@ class VHostLifecycle:
                         arguments=args,
                     )
                 self.queues[name] = q
-                self.attach_queue_policies(q)
+                self.policy_rules.attach_queue(q)
                 if q.message_count:
                     q.rebuild_expiry_index()
             except Exception as exc:
