@@ -235,7 +235,7 @@ class Broker:
         )
         vhost.write_budget = self.resource_alarms.budget
         try:
-            problems = vhost.restore_definitions()
+            problems = vhost.lifecycle.restore_definitions()
             warn_undecodable(vhost)  # names kept from before they were refused
             if problems and policy != damage.SET_ASIDE:
                 raise damage.refusal(definitions.path, "; ".join(problems))
@@ -566,9 +566,9 @@ class Broker:
         written."""
         marks: dict[Path, int] = {}
         for vhost in self.vhosts.values():
-            marks.update(vhost.delivered_marks())
+            marks.update(vhost.lifecycle.delivered_marks())
         failed = 0
-        stores = [s for vhost in self.vhosts.values() for s in vhost.stores()]
+        stores = [s for vhost in self.vhosts.values() for s in vhost.lifecycle.stores()]
         for store in stores:
             # The close mark of each segment log (docs/storage.md): before the
             # sync, which covers it, so that the next start appends after it.
