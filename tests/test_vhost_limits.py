@@ -58,7 +58,7 @@ def test_max_connections_zero_allows_none_and_negative_means_no_limit(
     conns = [connect(broker) for _ in range(3)]
     try:
         assert all(c.is_open for c in conns)
-        assert broker.call(lambda: broker.broker.vhosts["/"].connection_count) == 3
+        assert broker.call(lambda: broker.broker.vhosts["/"].limiter.connection_count) == 3
     finally:
         for c in conns:
             c.close()

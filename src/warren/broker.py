@@ -235,7 +235,7 @@ class Broker:
         )
         vhost.write_budget = self.resource_alarms.budget
         try:
-            problems = vhost.restore_definitions()
+            problems = vhost.lifecycle.restore_definitions()
             warn_undecodable(vhost)  # names kept from before they were refused
             if problems and policy != damage.SET_ASIDE:
                 raise damage.refusal(definitions.path, "; ".join(problems))
@@ -259,13 +259,13 @@ class Broker:
         if comp is None:
             raise ValidationFailed([f"component {component} not found"])
         value = comp.validate(vhost_name, name, value)
-        vhost.put_component_parameter(component, name, value)
+        vhost.parameters.put(component, name, value)
         comp.apply(vhost_name, name, value)
 
     def clear_parameter(self, vhost_name: str, component: str, name: str) -> bool:
         """Forget a component's parameter (and stop what it runs); whether it existed."""
         vhost = self.get_vhost(vhost_name)
-        if not vhost.drop_component_parameter(component, name):
+        if not vhost.parameters.drop(component, name):
             return False
         comp = self.parameter_components.get(component)
         if comp is not None:
@@ -274,7 +274,7 @@ class Broker:
 
     def _apply_stored_parameters(self) -> None:
         for vhost in self.vhosts.values():
-            for component, name, value in vhost.component_parameters():
+            for component, name, value in vhost.parameters.items():
                 comp = self.parameter_components.get(component)
                 if comp is None:
                     log.warning(
@@ -295,7 +295,7 @@ class Broker:
         permission on it and its files (renamed away now, removed off the loop)."""
         vhost = self.get_vhost(name)
         vhost.deleted = True
-        for component, param, _value in vhost.component_parameters():
+        for component, param, _value in vhost.parameters.items():
             self.clear_parameter(name, component, param)
         for conn in list(self.connections):
             if conn.info().get("vhost") == name:
@@ -566,9 +566,9 @@ class Broker:
         written."""
         marks: dict[Path, int] = {}
         for vhost in self.vhosts.values():
-            marks.update(vhost.delivered_marks())
+            marks.update(vhost.lifecycle.delivered_marks())
         failed = 0
-        stores = [s for vhost in self.vhosts.values() for s in vhost.stores()]
+        stores = [s for vhost in self.vhosts.values() for s in vhost.lifecycle.stores()]
         for store in stores:
             # The close mark of each segment log (docs/storage.md): before the
             # sync, which covers it, so that the next start appends after it.

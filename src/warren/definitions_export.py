@@ -74,7 +74,7 @@ def export_definitions(broker: Node) -> dict[str, Any]:
             parameters.append(
                 {"vhost": name, "component": "operator_policy", "name": p.name, "value": value}
             )
-        for component, param, value in v.component_parameters():
+        for component, param, value in v.parameters.items():
             parameters.append(
                 {"vhost": name, "component": component, "name": param, "value": value}
             )

@@ -188,7 +188,7 @@ _UNSAID = "\x00unsaid"
 def _add_vhost(broker: Node, name: str, default_queue_type: str | None) -> None:
     vhost = broker.add_vhost(name)
     if default_queue_type != _UNSAID:
-        vhost.set_default_queue_type(default_queue_type)
+        vhost.metadata.set_default_queue_type(default_queue_type)
 
 
 def _default_queue_type(entry: Entry) -> str | None:

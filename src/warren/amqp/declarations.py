@@ -100,7 +100,7 @@ def queue_declare(ch: Channel, method: spec.QueueDeclare) -> None:
         ch.check(CONFIGURE, "queue", name)
     arguments = method.arguments
     if ch.vhost.default_queue_type is not None and not method.passive:
-        arguments = ch.vhost.with_default_type(
+        arguments = ch.vhost.metadata.with_default_type(
             method.durable, method.exclusive, method.auto_delete, arguments or {}
         )
     q = ch.vhost.declare_queue(

@@ -377,7 +377,7 @@ class ClientSession:
         if vhost is None:
             raise LoginRefused(LoginRefused.NO_VHOST, f"vhost {vhost_name} not found")
         try:  # the vhost's max-connections, then the user's, as RabbitMQ 3.13
-            vhost.check_connection_limit(user.name)
+            vhost.limiter.check_connection_limit(user.name)
             if user.limits:
                 host.users.check_connection_limit(user)
         except NotAllowed as exc:
@@ -394,7 +394,7 @@ class ClientSession:
         """The connection ``conn`` (a ClientConnection) is open in ``vhost``:
         counted against the vhost's and the user's connection limits, listed,
         blocked at once while a resource alarm is raised."""
-        vhost.connection_opened(conn)
+        vhost.limiter.connection_opened(conn)
         self.host.connection_opened(conn)
 
     def closed(self, conn: Any, vhost: VHost) -> None:
@@ -403,7 +403,7 @@ class ClientSession:
         the broker's totals. (Its unacked deliveries went back to their queues
         when its consumers were released, before this.)"""
         vhost.delete_exclusive_queues(conn)
-        vhost.connection_closed(conn)
+        vhost.limiter.connection_closed(conn)
         self.host.connection_closed(conn)
 
     # -- permissions --------------------------------------------------------------------

@@ -1,10 +1,11 @@
 """A virtual host: its exchanges, queues and the bindings between them.
 
 All declaration, binding and routing rules that RabbitMQ applies per vhost live
-here and in VHost's mixins, so every protocol adapter gets the same answers and
-the same errors: routing and publishing in vhost_routing.py, policies and
-limits in vhost_parameters.py, restoring at start and closing at stop in
-vhost_lifecycle.py; the durable objects' records in vhost_records.py.
+here, in VHost's routing mixin and in the parts it holds, so every protocol
+adapter gets the same answers and the same errors: routing and publishing in
+vhost_routing.py (a mixin), policies and limits in vhost_parameters.py and
+restoring at start and closing at stop in vhost_lifecycle.py (parts); the
+durable objects' records in vhost_records.py.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from warren.core.clock import Clock, LoopClock
 from warren.core.consumer import Consumer
+from warren.core.equivalence import check_exchange_equivalent, check_queue_equivalent
 from warren.core.erlang_format import field_type
 from warren.core.errors import (
     AccessRefused,
@@ -29,13 +31,9 @@ from warren.core.errors import (
 )
 from warren.core.exchange import Binding, DefaultExchange, Exchange, exchange_class
 from warren.core.names import check_name
+from warren.core.policies import Policy
 from warren.core.queue import Queue
 from warren.core.queue_arguments import (
-    CLASSIC_QUEUE_ARGUMENTS,
-    EXCHANGE_ARGUMENTS,
-    QUORUM_QUEUE_ARGUMENTS,
-    STREAM_QUEUE_ARGUMENTS,
-    assert_args_equivalent,
     is_quorum,
     is_stream,
     max_priority,
@@ -49,7 +47,13 @@ from warren.core.store import MemoryStore, MessageStore
 from warren.core.stream import StreamLog
 from warren.core.stream_queue import StreamQueue
 from warren.core.vhost_lifecycle import VHostLifecycle
-from warren.core.vhost_parameters import VHostParameters
+from warren.core.vhost_parameters import (
+    ComponentParameters,
+    DefinitionsWriter,
+    Limits,
+    Policies,
+    VHostMetadata,
+)
 from warren.core.vhost_records import (
     binding_is_durable,
     binding_record,
@@ -113,22 +117,15 @@ def _memory_store(vhost: VHost, name: str, persistent: bool, priorities: int) ->
     return MemoryStore()
 
 
-#: The arguments compared on redeclaration, by queue type (classic: the rest).
-_EQUIVALENCE_KEYS = {"stream": STREAM_QUEUE_ARGUMENTS, "quorum": QUORUM_QUEUE_ARGUMENTS}
-
-
-def _flag(value: bool) -> str:
-    return "true" if value else "false"
-
-
 def server_named(prefix: str = "amq.gen-") -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
 
-class VHost(VHostRouting, VHostParameters, VHostLifecycle):
+class VHost(VHostRouting):
     """A vhost's exchanges, queues and bindings, with RabbitMQ's rules for declaring,
-    deleting and binding them; routing comes from VHostRouting, policies and limits
-    from VHostParameters, restoring and closing from VHostLifecycle."""
+    deleting and binding them; routing comes from VHostRouting. Its policies,
+    limits, other components' parameters and metadata (vhost_parameters.py) and
+    its restore and close (vhost_lifecycle.py) are parts it holds."""
 
     def __init__(
         self,
@@ -148,7 +145,6 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
         #: The broker's clock (core/clock.py): message TTL, x-expires, delayed
         #: messages, retention, deduplication TTLs, retries after a failure.
         self.clock: Clock = clock if clock is not None else LoopClock()
-        self._init_parameters()  # policies and limits (vhost_parameters.py)
         self._store_factory = store_factory
         self._exchange_store_factory = exchange_store_factory
         self._stream_store_factory = stream_store_factory
@@ -171,6 +167,21 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
         # Bindings by destination object, so deleting a queue finds its bindings fast.
         self._inbound: dict[int, dict[tuple[Any, ...], Binding]] = {}
         self.reply_targets: dict[str, ReplyTarget] = {}
+        # Its runtime parameters (vhost_parameters.py), each recording its changes
+        # in the definitions log.
+        self._writer = DefinitionsWriter(name, definitions)
+        #: Which policy applies to which queue and exchange.
+        self.policy_rules = Policies(
+            name, self._writer, self.queues, self.exchanges, self.exchange_changed
+        )
+        #: max-connections, max-queues and the open connections.
+        self.limiter = Limits(name, self._writer, self.queues)
+        #: Other components' parameters (federation upstreams, ...).
+        self.parameters = ComponentParameters(self._writer)
+        #: The default queue type.
+        self.metadata = VHostMetadata(name, self._writer)
+        #: Restoring its definitions at start, its stores and marks at a clean stop.
+        self.lifecycle = VHostLifecycle(self)
         #: Counts no live channel holds: closed channels' (folded in at close) and
         #: operations without a channel (the management API's publish and get).
         #: With the live channels' they make the vhost's message_stats, which never
@@ -211,6 +222,71 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
     def __repr__(self) -> str:
         return f"<VHost {self.name!r}>"
 
+    # -- its parts' most used methods (many callers: HTTP, definitions, tests) ----------
+    @property
+    def policies(self) -> list[Policy]:
+        """The vhost's policies, highest priority first."""
+        return self.policy_rules.policies
+
+    @property
+    def operator_policies(self) -> list[Policy]:
+        return self.policy_rules.operator_policies
+
+    def set_policy(
+        self,
+        name: str,
+        pattern: str,
+        definition: dict[str, Any],
+        priority: int = 0,
+        apply_to: str = "all",
+    ) -> Policy:
+        """Policies.set_policy."""
+        return self.policy_rules.set_policy(name, pattern, definition, priority, apply_to)
+
+    def set_operator_policy(
+        self,
+        name: str,
+        pattern: str,
+        definition: dict[str, Any],
+        priority: int = 0,
+        apply_to: str = "all",
+    ) -> Policy:
+        return self.policy_rules.set_operator_policy(name, pattern, definition, priority, apply_to)
+
+    def clear_policy(self, name: str) -> None:
+        self.policy_rules.clear_policy(name)
+
+    def clear_operator_policy(self, name: str) -> None:
+        self.policy_rules.clear_operator_policy(name)
+
+    @property
+    def limits(self) -> dict[str, int]:
+        """Limits.limits: as set, empty when none."""
+        return self.limiter.limits
+
+    @property
+    def has_limits(self) -> bool:
+        return self.limiter.has_limits
+
+    def set_limits(self, limits: dict[str, Any]) -> None:
+        self.limiter.set_limits(limits)
+
+    def clear_limits(self, name: str | None = None) -> None:
+        self.limiter.clear_limits(name)
+
+    @property
+    def default_queue_type(self) -> str | None:
+        """VHostMetadata.default_queue_type."""
+        return self.metadata.default_queue_type
+
+    def close(self) -> int:
+        """VHostLifecycle.close: how many of its stores failed to close."""
+        return self.lifecycle.close()
+
+    def _store(self, what: str, key: str, record: dict[str, Any] | None) -> None:
+        """Write a change to the definitions log (DefinitionsWriter.write)."""
+        self._writer.write(what, key, record)
+
     # -- exchanges --------------------------------------------------------------------
     def get_exchange(self, name: str) -> Exchange:
         ex = self.exchanges.get(name)
@@ -246,8 +322,8 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
         if existing is not None:
             # RabbitMQ checks the reserved prefix only when creating: an equivalent
             # redeclaration of amq.direct & co succeeds.
-            self._check_exchange_equivalent(
-                existing, type_, durable, auto_delete, internal, arguments
+            check_exchange_equivalent(
+                self.name, existing, type_, durable, auto_delete, internal, arguments
             )
             return existing
         if name.startswith("amq."):
@@ -258,9 +334,8 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
                 f"invalid type '{field_type(ae)}' for arg 'alternate-exchange' in "
                 f"exchange '{name}' in vhost '{self.name}'"
             )
-        ex = cls(self.name, name, durable, auto_delete, internal, arguments)
-        try:
-            ex.attach(self)  # a delayed exchange opens its store (and directory)
+        try:  # a delayed exchange opens its store (and directory)
+            ex = self.new_exchange(cls, name, durable, auto_delete, internal, arguments)
         except OSError as exc:
             log.error("vhost '%s': cannot create exchange '%s': %s", self.name, name, exc)
             raise ResourceError(
@@ -275,39 +350,9 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
                 ex.close()
                 raise
         self.exchanges[name] = ex
-        self.attach_exchange_policy(ex)
+        self.policy_rules.attach_exchange(ex)
         log.debug("exchange declared vhost=%s name=%s type=%s", self.name, name, type_)
         return ex
-
-    def _check_exchange_equivalent(
-        self,
-        ex: Exchange,
-        type_: str,
-        durable: bool,
-        auto_delete: bool,
-        internal: bool,
-        arguments: dict[str, Any],
-    ) -> None:
-        def fail(arg: str, received: str, current: str) -> None:
-            raise PreconditionFailed(
-                f"inequivalent arg '{arg}' for exchange '{ex.name}' in vhost '{self.name}': "
-                f"received '{received}' but current is '{current}'"
-            )
-
-        if ex.type != type_:
-            fail("type", type_, ex.type)
-        if ex.durable != durable:
-            fail("durable", _flag(durable), _flag(ex.durable))
-        if ex.auto_delete != auto_delete:
-            fail("auto_delete", _flag(auto_delete), _flag(ex.auto_delete))
-        if ex.internal != internal:
-            fail("internal", _flag(internal), _flag(ex.internal))
-        assert_args_equivalent(
-            f"exchange '{ex.name}' in vhost '{self.name}'",
-            ex.arguments,
-            arguments,
-            EXCHANGE_ARGUMENTS,
-        )
 
     def delete_exchange(self, name: str, if_unused: bool = False) -> None:
         if name == "":
@@ -387,13 +432,13 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
             # must match, and a mismatched exclusive flag is 405, not 406.
             if existing.exclusive_owner is not (owner if exclusive else None):
                 raise self._locked(name)
-            self._check_queue_equivalent(existing, durable, exclusive, auto_delete, arguments)
+            check_queue_equivalent(self.name, existing, durable, exclusive, auto_delete, arguments)
             if existing.declare_renews:
                 existing.touch()
             return existing
         # Only a new queue counts against the limit and has its arguments
         # validated (RabbitMQ's order).
-        self.check_queue_limit(name)
+        self.limiter.check_queue_limit(name)
         stream = is_stream(arguments)
         quorum = not stream and is_quorum(arguments)
         if stream:
@@ -404,21 +449,14 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
             validate_queue_arguments(name, self.name, arguments)
         persistent = stream or (durable and not exclusive)
         try:
-            if stream:
-                q: Queue = self._new_stream(name, arguments)
-            elif quorum:
-                q = self._new_quorum(name, arguments)
-            else:
-                store = self._store_factory(self, name, persistent, max_priority(arguments))
-                q = Queue(
-                    self,
-                    name,
-                    store,
-                    durable=durable,
-                    exclusive_owner=owner if exclusive else None,
-                    auto_delete=auto_delete,
-                    arguments=arguments,
-                )
+            q = self.new_queue(
+                name,
+                arguments,
+                durable=durable,
+                auto_delete=auto_delete,
+                owner=owner if exclusive else None,
+                persistent=persistent,
+            )
         except OSError as exc:  # its directory or files could not be made
             log.error("vhost '%s': cannot create queue '%s': %s", self.name, name, exc)
             raise ResourceError(
@@ -436,46 +474,41 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
         self.queues_created += 1
         if q.exclusive_owner is not None:
             self._exclusive.setdefault(q.exclusive_owner, []).append(name)
-        self.attach_queue_policies(q)
+        self.policy_rules.attach_queue(q)
         log.debug("queue declared vhost=%s name=%s durable=%s", self.name, name, durable)
         return q
 
-    def _new_stream(self, name: str, arguments: dict[str, Any]) -> StreamQueue:
-        if self._stream_store_factory is None:
-            raise PreconditionFailed(
-                f"invalid arg 'x-queue-type' for queue '{name}' in vhost '{self.name}': "
-                "streams need a data directory (this vhost has none)"
-            )
-        return StreamQueue(self, name, self._stream_store_factory(self, name, arguments), arguments)
-
-    def _new_quorum(self, name: str, arguments: dict[str, Any]) -> QuorumQueue:
-        return QuorumQueue(self, name, self._store_factory(self, name, True, QUORUM), arguments)
-
-    def _check_queue_equivalent(
+    def new_queue(
         self,
-        q: Queue,
-        durable: bool,
-        exclusive: bool,
-        auto_delete: bool,
+        name: str,
         arguments: dict[str, Any],
-    ) -> None:
-        def fail(arg: str, received: str, current: str) -> None:
-            raise PreconditionFailed(
-                f"inequivalent arg '{arg}' for queue '{q.name}' in vhost '{self.name}': "
-                f"received {received} but current is {current}"
-            )
-
-        if q.durable != durable:
-            fail("durable", f"'{_flag(durable)}'", f"'{_flag(q.durable)}'")
-        if q.exclusive != exclusive:
-            fail("exclusive", f"'{_flag(exclusive)}'", f"'{_flag(q.exclusive)}'")
-        if q.auto_delete != auto_delete:
-            fail("auto_delete", f"'{_flag(auto_delete)}'", f"'{_flag(q.auto_delete)}'")
-        assert_args_equivalent(
-            f"queue '{q.name}' in vhost '{self.name}'",
-            q.arguments,
-            arguments,
-            _EQUIVALENCE_KEYS.get(q.queue_type, CLASSIC_QUEUE_ARGUMENTS),
+        *,
+        durable: bool = True,
+        auto_delete: bool = False,
+        owner: object | None = None,
+        persistent: bool = True,
+    ) -> Queue:
+        """A queue of the type its arguments ask for, with its store (not yet in the
+        vhost: declare_queue and the lifecycle's restore add it)."""
+        if is_stream(arguments):
+            if self._stream_store_factory is None:
+                raise PreconditionFailed(
+                    f"invalid arg 'x-queue-type' for queue '{name}' in vhost '{self.name}': "
+                    "streams need a data directory (this vhost has none)"
+                )
+            log_ = self._stream_store_factory(self, name, arguments)
+            return StreamQueue(self, name, log_, arguments)
+        if is_quorum(arguments):
+            return QuorumQueue(self, name, self._store_factory(self, name, True, QUORUM), arguments)
+        store = self._store_factory(self, name, persistent, max_priority(arguments))
+        return Queue(
+            self,
+            name,
+            store,
+            durable=durable,
+            exclusive_owner=owner,
+            auto_delete=auto_delete,
+            arguments=arguments,
         )
 
     def delete_queue(
@@ -523,7 +556,29 @@ class VHost(VHostRouting, VHostParameters, VHostLifecycle):
         log.debug("queue deleted vhost=%s name=%s", self.name, name)
         return count
 
+    def new_exchange(
+        self,
+        cls: type[Exchange],
+        name: str,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: dict[str, Any],
+    ) -> Exchange:
+        """An exchange attached to this vhost (not yet in it: declare_exchange and the
+        lifecycle's restore add it)."""
+        ex = cls(self.name, name, durable, auto_delete, internal, arguments)
+        ex.attach(self)
+        return ex
+
     # -- bindings ---------------------------------------------------------------------
+    def add_restored_binding(self, binding: Binding) -> None:
+        """Put back a binding read from the definitions log (VHostLifecycle)."""
+        if binding.source.bind(binding):
+            self._inbound.setdefault(id(binding.destination), {})[
+                (id(binding.source), binding.key)
+            ] = binding
+
     def bind(
         self,
         source: Exchange,

@@ -137,7 +137,7 @@ async def put_vhost(ctx: Ctx) -> web.StreamResponse:
             raise bad_request(str(exc)) from None
     vhost = ctx.node.add_vhost(name)
     if dqt_key is not None:
-        vhost.set_default_queue_type(dqt)
+        vhost.metadata.set_default_queue_type(dqt)
     ctx.state.vhost_metadata[name] = meta
     ctx.state.save()
     if not existed:

@@ -334,7 +334,7 @@ async def put_queue(ctx: Ctx) -> web.StreamResponse:
     auto_delete = parse_bool(body, "auto_delete", False)
     if vhost.default_queue_type is not None:
         # RabbitMQ 3.13 declares through a channel, which applies the vhost's default.
-        arguments = vhost.with_default_type(durable, False, auto_delete, arguments)
+        arguments = vhost.metadata.with_default_type(durable, False, auto_delete, arguments)
     elif arguments.get("x-queue-type") == "classic":
         # RabbitMQ's default type, not an argument a classic queue keeps.
         arguments.pop("x-queue-type")

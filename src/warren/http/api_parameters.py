@@ -245,7 +245,7 @@ def _parameters(ctx: Ctx, component: str | None, vhosts: list[VHost]) -> list[di
             out.append(
                 {"value": dict(v.limits), "vhost": v.name, "component": "vhost-limits", "name": "limits"}
             )
-        for comp, name, value in v.component_parameters(component):
+        for comp, name, value in v.parameters.items(component):
             out.append({"value": value, "vhost": v.name, "component": comp, "name": name})
     return out
 
@@ -277,7 +277,7 @@ async def put_parameter(ctx: Ctx) -> web.StreamResponse:
     vhost = ctx.vhost(vhost_name)
     new_name("parameter", name)
     value = (await ctx.body()).get("value")
-    created = not any(n == name for _c, n, _v in vhost.component_parameters(component))
+    created = not any(n == name for _c, n, _v in vhost.parameters.items(component))
     try:
         if component == "vhost-limits" and name == "limits":
             vhost.set_limits(validate_limits(value))
