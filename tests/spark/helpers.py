@@ -17,6 +17,15 @@ from warren.amqp.frames import content_frames, method_frame
 from warren.client import AMQPError, Client
 from warren.core.properties import BasicProperties, decode_properties
 
+#: What Spark says when a Python worker missed its fixed 10 s to connect back
+#: (conftest.py reruns a test that failed with it).
+WORKER_DID_NOT_CONNECT = "Python worker failed to connect back"
+
+
+class SparkWorkerDidNotConnect(Exception):
+    """A read failed because Spark's Python worker did not start in time (a
+    starved machine), not with the error the test looks for."""
+
 
 @dataclass(frozen=True)
 class BrokerInfo:

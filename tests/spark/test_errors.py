@@ -14,7 +14,13 @@ from free_ports import free_port
 
 from warren.spark.options import SinkOptions, SourceOptions
 
-from .helpers import BrokerInfo, declare_queue, publish
+from .helpers import (
+    WORKER_DID_NOT_CONNECT,
+    BrokerInfo,
+    SparkWorkerDidNotConnect,
+    declare_queue,
+    publish,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -37,7 +43,10 @@ def read_error(spark: Any, streaming: bool = False, **options: Any) -> str:
                 q.stop()
         else:
             df.collect()
-    return str(info.value)
+    message = str(info.value)
+    if WORKER_DID_NOT_CONNECT in message:
+        raise SparkWorkerDidNotConnect(message)  # not the error asked for: rerun
+    return message
 
 
 @pytest.mark.parametrize(
