@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
 from rawamqp import body_frame, method_frame, raw_frame
+from test_publish_run import SCANNERS
 
 from warren.amqp import publish_run
 from warren.amqp.publish_checks import check_message, validate_publish_properties
@@ -30,20 +31,6 @@ from warren.core.errors import BrokerError
 from warren.core.message import Message
 
 Scanner = Callable[..., Any]
-
-
-def _scanners() -> list[Any]:
-    scanners = [pytest.param(publish_run.scan_publishes, id="python")]
-    try:
-        fast = importlib.import_module("warren._fastpath")
-    except ImportError:
-        pass
-    else:
-        scanners.append(pytest.param(fast.scan_publishes, id="c"))
-    return scanners
-
-
-SCANNERS = _scanners()
 
 
 def table(*entries: bytes) -> bytes:

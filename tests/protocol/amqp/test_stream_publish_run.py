@@ -27,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
 from rawamqp import body_frame, method_frame, raw_frame
+from test_publish_run import SCANNERS
 
 from warren.amqp import publish_run
 from warren.core.dedup import Deduplicator
@@ -35,20 +36,6 @@ from warren.core.properties import peek_headers
 from warren.store.stream_records import run_records
 from warren.store.stream_replica import ReplicaStreamStore
 from warren.store.stream_store import StreamStore
-
-
-def _scanners() -> list[Any]:
-    scanners = [pytest.param(publish_run.scan_publishes, id="python")]
-    try:
-        fast = importlib.import_module("warren._fastpath")
-    except ImportError:
-        pass
-    else:
-        scanners.append(pytest.param(fast.scan_publishes, id="c"))
-    return scanners
-
-
-SCANNERS = _scanners()
 
 
 def longstr(value: bytes) -> bytes:
