@@ -27,7 +27,36 @@ if TYPE_CHECKING:
     from harness.broker import Harness
 
 
-class MemoryAMQP(AMQPFrames):
+class _InMemory(AMQPFrames):
+    """What both in-memory clients share: reading runs the harness's loop until
+    the connection has output (signalled on ``_output``) or closed. Each says
+    how its output reaches ``buf`` (``_take``)."""
+
+    harness: Harness
+    _output: asyncio.Event
+
+    def _take(self) -> None:
+        raise NotImplementedError
+
+    def _recv(self, deadline: float) -> bool:
+        """Run the broker's loop until the connection has output (or closed);
+        False at the close. Raises Timeout at the deadline."""
+        before = len(self.buf)
+        self._take()
+        while len(self.buf) == before and not self.eof:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise Timeout("timed out waiting for data from the server")
+            self._output.clear()
+            try:
+                self.harness.run(asyncio.wait_for(self._output.wait(), remaining))
+            except TimeoutError:
+                raise Timeout("timed out waiting for data from the server") from None
+            self._take()
+        return len(self.buf) > before or not self.eof
+
+
+class MemoryAMQP(_InMemory):
     """One AMQP connection to a harness broker, no socket in between."""
 
     def __init__(self, harness: Harness, peer: tuple[str, int], timeout: float = 5.0) -> None:
@@ -96,23 +125,6 @@ class MemoryAMQP(AMQPFrames):
         if not self.eof:
             self.eof = True
             self.harness.call(self.conn.connection_lost)
-
-    def _recv(self, deadline: float) -> bool:
-        """Run the broker's loop until the connection has output (or closed);
-        False at the close. Raises Timeout at the deadline."""
-        before = len(self.buf)
-        self._take()
-        while len(self.buf) == before and not self.eof:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise Timeout("timed out waiting for data from the server")
-            self._output.clear()
-            try:
-                self.harness.run(asyncio.wait_for(self._output.wait(), remaining))
-            except TimeoutError:
-                raise Timeout("timed out waiting for data from the server") from None
-            self._take()
-        return len(self.buf) > before or not self.eof
 
 
 class MemoryTransport(asyncio.Transport):
@@ -183,7 +195,7 @@ class MemoryTransport(asyncio.Transport):
             self.protocol.data_received(data)
 
 
-class ProtocolAMQP(AMQPFrames):
+class ProtocolAMQP(_InMemory):
     """One AMQP connection through the listener's AMQPProtocol (amqp/server.py)
     over a MemoryTransport: what that layer adds to AMQPConnection runs too,
     on the broker's clock (the handshake timeout, heartbeat ticks, the
@@ -233,18 +245,3 @@ class ProtocolAMQP(AMQPFrames):
         if not self.eof:
             self.eof = True
             self.harness.call(self.transport.lose)
-
-    def _recv(self, deadline: float) -> bool:
-        before = len(self.buf)
-        self._take()
-        while len(self.buf) == before and not self.eof:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise Timeout("timed out waiting for data from the server")
-            self._output.clear()
-            try:
-                self.harness.run(asyncio.wait_for(self._output.wait(), remaining))
-            except TimeoutError:
-                raise Timeout("timed out waiting for data from the server") from None
-            self._take()
-        return len(self.buf) > before or not self.eof
