@@ -23,16 +23,16 @@
 #                  (needs root and apt-get; otherwise tests/ui skip)
 #   make etcd      install Debian's etcd-server for tests/cluster when it is missing
 #                  (root and apt-get; else they skip)
-#   make prometheus install Debian's prometheus for tests/test_prometheus_server.py
+#   make prometheus install Debian's prometheus for tests/http/test_prometheus_server.py
 #                  when it is missing (root and apt-get; else it skips)
 #   make cluster   etcd and three clustered Warren nodes, node1-node3, on this machine
 #                  (Ctrl-C stops them; tools/cluster.py). Ports from PORT (20000):
 #                  etcd PORT, PORT+1; node i AMQP PORT+10*i, HTTP +1, MQTT +2,
 #                  Prometheus +3, replication +4, stream reads +5 (a table is printed);
 #                  e.g. make cluster PORT=30000
-#   make fuse      install Debian's fuse3 (libfuse3) for tests/powercut's power-cut file
+#   make fuse      install Debian's fuse3 (libfuse3) for tests/store/powercut's power-cut file
 #                  system when it is missing (root and apt-get; else they skip)
-#   make mosquitto install Debian's mosquitto for tests/test_perf_mqtt.py and
+#   make mosquitto install Debian's mosquitto for tests/integration/test_perf_mqtt.py and
 #                  bench/mqtt_*.py when it is missing (root and apt-get; else they skip)
 #   make soak      the soak test for 10 minutes (make test runs it for 60 s)
 #   make fuzz      atheris on the codecs, FUZZ_SECONDS (300) per target
@@ -143,14 +143,14 @@ browser:
 	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; } || \
 	echo "make browser: could not install chromium; tests/ui will skip"
 
-# tests/test_perf_mqtt.py runs `warren perf mqtt` against Debian's mosquitto,
+# tests/integration/test_perf_mqtt.py runs `warren perf mqtt` against Debian's mosquitto,
 # which it starts itself on a free port (the package's own service on 1883, if
 # the init system starts one, is not used). Quiet, idempotent, never fatal:
 # without it those tests skip.
 mosquitto:
 	@[ -x /usr/sbin/mosquitto ] || ! command -v apt-get >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
 	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >/dev/null 2>&1; } || \
-	echo "make mosquitto: could not install mosquitto; tests/test_perf_mqtt.py will skip"
+	echo "make mosquitto: could not install mosquitto; tests/integration/test_perf_mqtt.py will skip"
 
 # tests/http/test_shovels.py (and federation's tests) run a private RabbitMQ of
 # Debian's rabbitmq-server as the other end. Quiet, idempotent, never fatal:
@@ -160,14 +160,14 @@ rabbitmq:
 	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null 2>&1; } || \
 	echo "make rabbitmq: could not install rabbitmq-server; the tests against it will skip"
 
-# tests/powercut run the broker on a FUSE file system that drops every write not
-# fsynced when the test cuts the power (tests/powercut/powercut_fs.py: mfusepy, from
+# tests/store/powercut run the broker on a FUSE file system that drops every write not
+# fsynced when the test cuts the power (tests/store/powercut/powercut_fs.py: mfusepy, from
 # the test extra, over Debian's libfuse3). Quiet, idempotent, never fatal: without
 # it those tests skip.
 fuse:
 	@command -v fusermount3 >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
 	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 >/dev/null 2>&1; } || \
-	echo "make fuse: could not install fuse3; tests/powercut will skip"
+	echo "make fuse: could not install fuse3; tests/store/powercut will skip"
 
 # tests/cluster run real etcd members (Debian's etcd-server; the package's own
 # service, if the init system starts one, is not used). Quiet, idempotent, never
@@ -177,13 +177,13 @@ etcd:
 	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null 2>&1; } || \
 	echo "make etcd: could not install etcd-server; tests/cluster will skip"
 
-# tests/test_prometheus_server.py runs Debian's prometheus (its own service, if the
+# tests/http/test_prometheus_server.py runs Debian's prometheus (its own service, if the
 # init system starts one, is not used) against RabbitMQ's Grafana dashboards.
 # Quiet, idempotent, never fatal: without it that test skips.
 prometheus:
 	@command -v prometheus >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
 	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null 2>&1; } || \
-	echo "make prometheus: could not install prometheus; tests/test_prometheus_server.py will skip"
+	echo "make prometheus: could not install prometheus; tests/http/test_prometheus_server.py will skip"
 
 # The suite runs twice: against the compiled modules, then with
 # WARREN_PURE_PYTHON=1 (every module from its .py, the fallback a machine
@@ -239,11 +239,11 @@ stress-ng:
 	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq stress-ng >/dev/null 2>&1; } || \
 	echo "make stress-ng: could not install stress-ng"
 
-# The soak test (tests/test_soak.py) for 10 minutes instead of make test's 60 s:
+# The soak test (tests/integration/test_soak.py) for 10 minutes instead of make test's 60 s:
 # churn and malformed clients against one broker while a confirmed publisher and
 # an acking consumer must lose nothing and never wait more than 1 s.
 soak: $(TEST_STAMP) $(SHARED_LIBRARY)
-	WARREN_SOAK_SECONDS=$${WARREN_SOAK_SECONDS:-600} $(PY) -m pytest -q -s tests/test_soak.py
+	WARREN_SOAK_SECONDS=$${WARREN_SOAK_SECONDS:-600} $(PY) -m pytest -q -s tests/integration/test_soak.py
 
 # Coverage-guided fuzzing of the codecs (tools/fuzz.py, atheris from PyPI) for
 # FUZZ_SECONDS per target, pure Python so atheris sees every line.

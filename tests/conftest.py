@@ -160,7 +160,7 @@ def start_broker(
     settings.setdefault("mqtt_port", 0)
     settings.setdefault("prometheus_port", 0)
     # Failed logins are tested on purpose here and there: no delays, no lockout
-    # (tests/test_auth_guard.py turns them on).
+    # (tests/core/test_auth_guard.py turns them on).
     settings.setdefault("auth_failure_delay", 0)
     settings.setdefault("auth_failures_per_minute", 0)
     settings.setdefault("amqp_port", 0)

@@ -1,7 +1,7 @@
 """The code blocks of README.md and docs/*.md, and a runner that executes them.
 
 Every fenced block names its language. Blocks in ``python``, ``sh`` and
-``console`` are code a reader may paste, so tests/test_doc_snippets.py runs
+``console`` are code a reader may paste, so tests/integration/test_doc_snippets.py runs
 each of them, in the order the page shows them, against a Warren started for
 that page, unless an HTML comment on the lines just above the fence says
 otherwise::

@@ -1,5 +1,5 @@
 """Fuzz targets: Warren's codecs given arbitrary bytes, shared by the bounded
-hypothesis run in `make test` (tests/test_codec_fuzz.py) and the long atheris
+hypothesis run in `make test` (tests/protocol/amqp/test_codec_fuzz.py) and the long atheris
 run of `make fuzz` (tools/fuzz.py).
 
 A target may refuse its input only with the codecs' own errors

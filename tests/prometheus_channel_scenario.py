@@ -1,7 +1,7 @@
 """One client script for the per-channel Prometheus series by exchange and queue,
 run against RabbitMQ 3.10 (tests/record_rabbitmq_channel_series.py, which keeps
 its answers in tests/data/rabbitmq_prometheus_channel_series.json) and against
-Warren (tests/test_metrics_channels.py), and what both answers are reduced to.
+Warren (tests/http/test_metrics_channels.py), and what both answers are reduced to.
 
 Channel A publishes with confirms: to a fanout exchange bound to two queues,
 to the default exchange, and unroutable to a direct exchange (mandatory: a

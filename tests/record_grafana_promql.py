@@ -5,7 +5,7 @@ Run by hand: ``python tests/record_grafana_promql.py <rabbitmq-server git dir>``
 (a clone of rabbitmq/rabbitmq-server, or its bare mirror). Keeps, for
 RabbitMQ-Overview.json and RabbitMQ-Stream.json at each tag in TAGS, only
 the panels' titles, types, expressions and legend formats and the template
-variables' queries: what tests/test_prometheus_server.py evaluates against
+variables' queries: what tests/http/test_prometheus_server.py evaluates against
 Warren through a real Prometheus. The 3.13 dashboards are kept under their
 file names, later ones under ``<file> (<tag>)``.
 """
@@ -72,7 +72,7 @@ def main() -> None:
         "2007-2026 Broadcom; licensed under the Mozilla Public License 2.0 "
         "(https://mozilla.org/MPL/2.0/). Only the expressions, the panels' titles and "
         "legend formats, and the variable queries are kept here; "
-        "tests/test_prometheus_server.py evaluates them against Warren through a real "
+        "tests/http/test_prometheus_server.py evaluates them against Warren through a real "
         "Prometheus. Recorded by tests/record_grafana_promql.py.",
         "dashboards": dashboards,
     }

@@ -7,7 +7,7 @@ with the management and prometheus plugins (rabbitmq_proc.py), runs
 tests/prometheus_channel_scenario.py's client script and keeps the samples of
 its families, with values, from /metrics, /metrics/per-object and the
 detailed endpoint's three per-channel groups: what
-tests/test_metrics_channels.py compares Warren's with.
+tests/http/test_metrics_channels.py compares Warren's with.
 """
 
 from __future__ import annotations

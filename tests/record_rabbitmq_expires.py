@@ -1,5 +1,5 @@
 """Record whether RabbitMQ renews a queue's x-expires on use, into
-tests/data/rabbitmq_expires_renewal.json (what tests/test_queue_expires.py holds
+tests/data/rabbitmq_expires_renewal.json (what tests/core/test_queue_expires.py holds
 Warren to).
 
 Run by hand (needs Debian's rabbitmq-server): ``python tests/record_rabbitmq_expires.py``.

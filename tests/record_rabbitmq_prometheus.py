@@ -3,7 +3,7 @@
 Run by hand (needs Debian's rabbitmq-server): ``python tests/record_rabbitmq_prometheus.py``.
 Starts a private RabbitMQ with the prometheus plugin (rabbitmq_proc.py), gives it
 a little traffic, and keeps, for each of its three endpoints, every family's
-type, help and label names (not values): what tests/test_metrics.py compares
+type, help and label names (not values): what tests/http/test_metrics.py compares
 Warren's families with.
 """
 

@@ -5,7 +5,7 @@
     python tools/fuzz.py --list
 
 A crash leaves libFuzzer's crash-<hash> file with the input: replay it with
-``python tools/fuzz.py TARGET crash-<hash>`` and add it to tests/test_codec_fuzz.py's
+``python tools/fuzz.py TARGET crash-<hash>`` and add it to tests/protocol/amqp/test_codec_fuzz.py's
 seeds (or a regression test of its own).
 """
 

@@ -32,7 +32,7 @@ Usage (the exit status is pytest's; 6 when the sdist cannot be had)::
     .venv/bin/python tools/kombu_integration.py --host 127.0.0.1 --port 5672   # e.g. RabbitMQ
     .venv/bin/python tools/kombu_integration.py --start-warren -- -k Priority -x   # pytest args
 
-``tests/test_kombu_integration_suite.py`` runs the same suite against an
+``tests/integration/test_kombu_integration_suite.py`` runs the same suite against an
 embedded Warren as part of Warren's own tests.
 """
 

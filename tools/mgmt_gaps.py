@@ -1,7 +1,7 @@
 """What a broker answers about the management API's later additions, asked of a broker.
 
 Four scenarios, each returning what a client observes (tests/http/test_mgmt_gaps.py
-and tests/test_cluster_id.py compare Warren with RabbitMQ's recorded answers):
+and tests/cluster/test_cluster_id.py compare Warren with RabbitMQ's recorded answers):
 
 - ``cluster_id``: the ``internal_cluster_id`` global parameter (its format);
 - ``retention``: the overview's ``sample_retention_policies`` and, for each range

@@ -4,9 +4,9 @@ and without a clean restart of the broker between them and the next delivery.
 
 Record RabbitMQ's answers (a private node, tests/rabbitmq_proc.py)::
 
-    python tools/quorum_counts.py --json tests/rabbitmq_quorum_counts.json
+    python tools/quorum_counts.py --json tests/data/rabbitmq_quorum_counts.json
 
-tests/test_quorum_delivery_counts.py runs the same :func:`scenario` against
+tests/core/test_quorum_delivery_counts.py runs the same :func:`scenario` against
 Warren, restarted on the same data directory, and compares.
 """
 

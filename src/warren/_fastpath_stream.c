@@ -1,7 +1,7 @@
 /* warren._fastpath: deliver_records, a stream's stored records to deliveries.
  *
  * (Rewritten from its callers and tests: core/stream_queue.py's backlog path,
- * amqp/consumer.py's AMQPConsumer.deliver_records, tests/test_stream_spans.py.)
+ * amqp/consumer.py's AMQPConsumer.deliver_records, tests/core/test_stream_spans.py.)
  */
 #include "_fastpath.h"
 
@@ -18,7 +18,7 @@
  * the stored properties and the body in frames of at most frame_max - 8
  * octets: what AMQPConsumer.deliver (amqp/frames.py's message_frames) writes
  * one at a time. amqp/record_deliveries.py's deliver_records_python is the
- * reference, in every detail (tests/test_backlog_spans.py).
+ * reference, in every detail (tests/core/test_backlog_spans.py).
  *
  * Each record is checked first as store/records.py's decode_record does
  * (length bounds, inner lengths adding up, the CRC): the span stops before the

@@ -1,7 +1,7 @@
 """A cluster's permanent id (rabbitmq_identity_info's rabbitmq_cluster_permanent_id):
 one id on every node, kept by a follower elected after the leader dies and by a
 restart of the whole cluster (store/cluster_id.py; its format is checked against
-RabbitMQ's in tests/test_cluster_id.py)."""
+RabbitMQ's in tests/cluster/test_cluster_id.py)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ import pika
 import pytest
 import trustme
 from conftest import BrokerThread, new_event_loop
-from mqtt.mqttclient import Client as MQTTClient
+from mqttclient import Client as MQTTClient
 
 from warren import Config
 from warren.cluster.follower import Follower

@@ -404,7 +404,7 @@ PENDING_FEATURES: dict[str, str] = {}
 
 def _without_stream_timestamp(frame: dict[str, Any]) -> dict[str, Any]:
     """A delivery without the x-stream-timestamp header Warren adds to stream messages
-    (a long: the publish time, which differs run to run; tests/test_streams.py checks
+    (a long: the publish time, which differs run to run; tests/core/test_streams.py checks
     it). A publisher's own header of that name, of another type, is kept."""
     types = frame.get("header_types")
     props = frame.get("properties")

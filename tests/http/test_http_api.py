@@ -441,7 +441,7 @@ def _topology(api: Api) -> dict[str, object]:
     keys = ("vhosts", "permissions", "policies", "queues", "exchanges", "bindings", "parameters",
             "topic_permissions", "global_parameters")
     users = [{k: u[k] for k in ("name", "tags", "password_hash", "limits")} for u in data["users"]]
-    # Each broker keeps its own cluster id (an import leaves it: tests/test_cluster_id.py).
+    # Each broker keeps its own cluster id (an import leaves it: tests/cluster/test_cluster_id.py).
     data["global_parameters"] = [
         g for g in data["global_parameters"] if g["name"] != "internal_cluster_id"
     ]

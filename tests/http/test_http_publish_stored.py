@@ -2,7 +2,7 @@
 RabbitMQ's does (it publishes in confirm mode and waits): ``{"routed": true}``
 for a persistent message in a durable queue only once the group sync has made
 it durable, and a nack's error when a queue refused it (core/commit.py).
-tests/test_disk_full_commit.py has the full disk; tests/powercut the power cut.
+tests/store/test_disk_full_commit.py has the full disk; tests/store/powercut the power cut.
 """
 
 from __future__ import annotations

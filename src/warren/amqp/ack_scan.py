@@ -10,7 +10,7 @@ exactly the first one's method with the first one's flags, on its channel,
 tags counting up by one; the channel then settles the tags ``first .. first +
 n - 1`` at once (Settlement.ack_range and reject_range, amqp/settlement.py),
 which is what the frames would have done one by one. C's (warren._fastpath)
-when built, else ``scan_acks_python``, its reference (tests/test_backlog_acks.py
+when built, else ``scan_acks_python``, its reference (tests/core/test_backlog_acks.py
 holds them to the same answers).
 """
 

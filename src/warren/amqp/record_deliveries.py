@@ -7,7 +7,7 @@ as its credit allows into one bytes object and one transport write, without a
 Message per record. ``deliver_records`` is C's (warren._fastpath, in
 _fastpath_stream.c) when the extension is built, else
 ``deliver_records_python``, which is its reference in every detail
-(tests/test_backlog_spans.py holds the two to the same output).
+(tests/core/test_backlog_spans.py holds the two to the same output).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 - uri.py: AMQP URIs as RabbitMQ reads them (TLS and auth parameters).
 
 It shares the frame codec with the server (warren.amqp.spec and frames) and
-nothing else of the broker: tests/test_layering.py checks that it imports no
+nothing else of the broker: tests/core/test_layering.py checks that it imports no
 server-side connection code. Shovels and federation use aiormq instead (see
 docs/architecture.md).
 """

@@ -3,7 +3,7 @@
 :class:`ClientProtocol` takes the bytes the server sent (``receive_data``) and
 gives back events (``next_event``) and the bytes to send (``data_to_send``); it
 never touches a socket or a clock, so it is tested by passing bytes (see
-tests/test_client_protocol.py) and driven by any transport: the blocking one in
+tests/protocol/amqp/test_client_protocol.py) and driven by any transport: the blocking one in
 client/blocking.py, or a test that feeds it a server's output.
 
 What it does by itself, as every client must: the opening handshake (start-ok

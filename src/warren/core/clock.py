@@ -3,7 +3,7 @@
 Every TTL, expiry, delay (x-delayed-message), timeout (consumer, handshake,
 login refusals), keep-alive (MQTT), heartbeat (AMQP) and rate (statistics
 sampling) reads this clock and arms its timers here, never ``time`` or the
-event loop directly (tests/test_clock_layering.py checks the source). The
+event loop directly (tests/core/test_clock_layering.py checks the source). The
 broker holds one (``Broker.clock``) and hands it down: vhosts (``VHost.clock``),
 their queues and exchanges, the protocol connections (``Node.clock``).
 

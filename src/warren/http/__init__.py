@@ -14,5 +14,5 @@
 
 Imports core/, store/, node.py, node_stats.py, config.py, json_tables.py and the
 definitions_* modules; never another protocol package, the broker or warren.app
-(tests/test_layering.py).
+(tests/core/test_layering.py).
 """

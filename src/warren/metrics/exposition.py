@@ -8,7 +8,7 @@ queue's label text (kept between scrapes, :class:`LabelCache`) and its value
 (:meth:`Text.take`) that the endpoint sends as they are made, giving the
 loop back in between (http/prometheus.py; docs/benchmarks.md). Tests parse
 the output with prometheus-client's parser, and a real Prometheus scrapes it
-(tests/test_prometheus_server.py).
+(tests/http/test_prometheus_server.py).
 """
 
 from __future__ import annotations

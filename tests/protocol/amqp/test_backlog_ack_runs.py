@@ -3,7 +3,7 @@ raw frames (issue 27): acks out of order and in rows of consecutive tags
 (one settlement, amqp/ack_scan.py), multiple acks across runs and segments,
 nack and reject of part of a run.
 
-Moved from tests/test_backlog_acks.py to the in-memory harness (tests/harness):
+Moved from tests/core/test_backlog_acks.py to the in-memory harness (tests/harness):
 these three spoke only raw frames, so the same frames go to AMQPConnection with
 no socket (a row of acks sent at once is one read, as meant; a restart is a
 new Harness on the same data dir). The file's tests with real clients (pika),

@@ -1,6 +1,6 @@
 """Replies held for a sync round keep their order with what follows them.
 
-Moved from tests/test_declare_sync.py (whose other tests watch which thread
+Moved from tests/core/test_declare_sync.py (whose other tests watch which thread
 syncs and a pika client served meanwhile, over sockets): this one is the
 order of frames on one connection, which the in-memory harness shows as
 well; the broker's group commit runs as over a socket.

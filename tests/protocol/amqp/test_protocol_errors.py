@@ -482,7 +482,7 @@ def test_body_longer_than_announced(harness: Harness, raw: RawFactory) -> None:
 def test_a_long_reply_text_is_cut_on_a_character_boundary(harness: Harness) -> None:
     """The reply text names the header; cut to 255 octets, it must stay valid UTF-8
     (it once ended in half a U+FFFD and pamqp could not decode the close).
-    Moved from tests/test_hostile_headers.py (pika only checked the broker still
+    Moved from tests/protocol/amqp/test_hostile_headers.py (pika only checked the broker still
     served others)."""
     name = b"\x80" * 100  # not UTF-8: each byte is named as U+FFFD, three octets
     table = bytes([len(name)]) + name + b"Z"

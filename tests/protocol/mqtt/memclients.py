@@ -1,4 +1,4 @@
-"""The socket tests' helpers, in memory: what tests/mqtt's modules used
+"""The socket tests' helpers, in memory: what tests/protocol/mqtt's modules used
 (`broker`, `broker_factory`, `RawClient`, `paho_publish`, `wait_for`) with
 the same shape, so a test moved to the harness keeps its body."""
 

@@ -10,7 +10,7 @@ a header announces, and the Maximum Packet Size a CONNACK announces is what is
 accepted. Anonymous logins are the default user's, so, as in RabbitMQ, only from
 loopback while it is a loopback user.
 
-Moved from tests/mqtt/ to the in-memory harness (issue 29): the packet deadlines
+Moved from tests/protocol/mqtt/ to the in-memory harness (issue 29): the packet deadlines
 run on a ManualClock (the broker's MQTTProtocol timers, moved by the test: open
 1 ms before the deadline, closed at it) instead of short timeouts waited out on
 the wall clock, and the peer address is the harness's to choose, so the

@@ -1,12 +1,12 @@
 """MQTT durability: sessions, in-flight QoS 1/2 state, retained messages and wills
 across reconnects and broker restarts on the same data dir.
 
-Moved from tests/mqtt/ to the in-memory harness (issue 29): none of this needs
+Moved from tests/protocol/mqtt/ to the in-memory harness (issue 29): none of this needs
 a socket. A broker restart is a new Harness on the same data dir; session
 expiry, will delays and message expiry run on a ManualClock. `RawClient` is
 harness.RawMQTT (the test writes every byte; the broker's are read by
 harness.mqtt_decode, not by Warren's codec), `paho_publish` paho's own client
-in memory. The kill -9 tests need a process: tests/mqtt/test_mqtt_kill9.py.
+in memory. The kill -9 tests need a process: tests/protocol/mqtt/test_mqtt_kill9.py.
 """
 
 from __future__ import annotations

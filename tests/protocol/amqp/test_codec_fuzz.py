@@ -1,0 +1,68 @@
+"""The codecs against arbitrary and mutated bytes for a bounded time (tests/fuzz_targets.py;
+`make fuzz` runs the same targets much longer under atheris)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from fuzz_targets import TARGETS
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from warren.amqp import spec
+
+#: Seeds that reach deep: well-formed payloads the fuzzer mutates.
+SEEDS = {
+    "amqp-method": [
+        spec.BasicPublish(exchange="x", routing_key="k").encode(),
+        spec.QueueDeclare(queue="q", arguments={"x-max-length": 5, "x-args": [1, "a"]}).encode(),
+        spec.ConnectionStartOk(client_properties={"product": "p"}, response=b"\x00a\x00b").encode(),
+    ],
+    "amqp-table": [b"\x00\x00\x00\x0b\x01aS\x00\x00\x00\x02hi"],
+    "amqp-content-header": [b"\x00\x3c\x00\x00" + b"\x00" * 8 + b"\x90\x00\x0atext/plain\x02"],
+    "mqtt": [
+        b"\x10\x10\x00\x04MQTT\x05\x02\x00\x3c\x00\x00\x03abc",
+        b"\x30\x07\x00\x01a\x00hey",
+    ],
+}
+
+
+@st.composite
+def mutated(draw: st.DrawFn, target: str) -> bytes:
+    """A seed with bytes flipped, cut or inserted, or plain random bytes."""
+    if draw(st.booleans()):
+        return draw(st.binary(max_size=512))
+    data = bytearray(draw(st.sampled_from(SEEDS[target])))
+    for _ in range(draw(st.integers(1, 8))):
+        if not data:
+            break
+        at = draw(st.integers(0, len(data) - 1))
+        op = draw(st.sampled_from(("flip", "cut", "insert")))
+        if op == "flip":
+            data[at] = draw(st.integers(0, 255))
+        elif op == "cut":
+            del data[at:]
+        else:
+            data[at:at] = draw(st.binary(min_size=1, max_size=8))
+    return bytes(data)
+
+
+#: The pure-Python pass of `make test` runs a third (as tests/protocol/amqp/test_header_fuzz.py):
+#: the compiled pass has just run them all on the same source.
+EXAMPLES = 500 if os.environ.get("WARREN_PURE_PYTHON") == "1" else 1500
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_no_crash(target: str) -> None:
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(mutated(target))
+    def run(data: bytes) -> None:
+        TARGETS[target](data)
+
+    run()
