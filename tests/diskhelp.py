@@ -98,6 +98,12 @@ class ConfirmPublisher(threading.Thread):
     Body ``i`` (publish number i, from 1) starts with ``<tag>:<i>:``. ``acked``
     and ``nacked`` collect publish numbers; ``blocking`` the connection.blocked
     and unblocked notifications; ``closed`` the broker's close (code, text).
+
+    With a ``budget`` it publishes that many messages and waits for
+    ``release()``: a test's first phase then writes a known amount, so the
+    publishers cannot fill a small disk before the test fills it (on a busy
+    machine a slow publisher's first confirms came after the others had
+    filled it, and it was blocked before the test began).
     """
 
     def __init__(
@@ -109,6 +115,7 @@ class ConfirmPublisher(threading.Thread):
         tag: str = "",
         arguments: dict[str, object] | None = None,
         keyed: bool = False,
+        budget: int | None = None,
     ) -> None:
         super().__init__(daemon=True)
         self.arguments = arguments  # the queue's (x-queue-type: stream)
@@ -117,6 +124,7 @@ class ConfirmPublisher(threading.Thread):
         self.queue = queue
         self.size = size
         self.window = window
+        self.budget = budget
         self.tag = tag or queue
         self.acked: set[int] = set()
         self.nacked: set[int] = set()
@@ -144,6 +152,23 @@ class ConfirmPublisher(threading.Thread):
     @property
     def outstanding(self) -> int:
         return len(self._pending)
+
+    def state(self) -> str:
+        """What this publisher has seen, for a failure message."""
+        pending = sorted(self._pending)
+        return (
+            f"{self.queue}: published {self.published}, acked {len(self.acked)},"
+            f" nacked {len(self.nacked)}, pending {pending[:3]}..{pending[-1:]}"
+            f" ({len(pending)}), blocking {self.blocking}, closed {self.closed},"
+            f" error {self.error!r}, ready {self.ready.is_set()},"
+            f" finished {self.finished.is_set()}"
+        )
+
+    def release(self) -> None:
+        """Lift the budget: publish as fast as the broker takes them from now on."""
+        conn = self._conn
+        assert conn is not None
+        conn.ioloop.add_callback_threadsafe(self._release)
 
     def stop(self, timeout: float = 30) -> None:
         """Stop publishing, wait for the confirms still due, close the connection."""
@@ -204,7 +229,11 @@ class ConfirmPublisher(threading.Thread):
     def _publish(self) -> None:
         ch = self._channel
         props = pika.BasicProperties(delivery_mode=2)
-        while not self._stopping and len(self._pending) < self.window:
+        while (
+            not self._stopping
+            and len(self._pending) < self.window
+            and (self.budget is None or self.published < self.budget)
+        ):
             i = self.published + 1
             if self.keyed:
                 headers = {"x-deduplication-header": f"{self.tag}:{i}"}
@@ -224,6 +253,11 @@ class ConfirmPublisher(threading.Thread):
         else:
             self._publish()
 
+    def _release(self) -> None:
+        self.budget = None
+        if self._channel is not None:
+            self._publish()
+
     def _stop(self) -> None:
         self._stopping = True
         self._maybe_close()
@@ -241,10 +275,17 @@ class ConfirmPublisher(threading.Thread):
         self._conn.ioloop.stop()
 
 
-def eventually(predicate: Callable[[], bool], timeout: float = 30, what: str = "") -> None:
-    """Poll ``predicate`` until it holds; fail after ``timeout`` seconds."""
+def eventually(
+    predicate: Callable[[], bool],
+    timeout: float = 30,
+    what: str = "",
+    detail: Callable[[], str] | None = None,
+) -> None:
+    """Poll ``predicate`` until it holds; fail after ``timeout`` seconds, with
+    ``detail()`` (the state the test was waiting on) in the message."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"not reached in {timeout} s: {what or predicate}")
+            more = f"\n{detail()}" if detail is not None else ""
+            raise AssertionError(f"not reached in {timeout} s: {what or predicate}{more}")
         time.sleep(0.01)

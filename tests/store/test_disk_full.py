@@ -51,6 +51,23 @@ def stop_all(pubs: list[ConfirmPublisher]) -> None:
         assert p.outstanding == 0, f"{p.queue}: {p.outstanding} publishes never confirmed"
 
 
+def first_confirms(pubs: list[ConfirmPublisher]) -> None:
+    """Wait until every publisher has its first confirms (each within its budget)."""
+    eventually(
+        lambda: all(len(p.acked) >= 4 for p in pubs),
+        30,
+        "first confirms",
+        lambda: "\n".join(p.state() for p in pubs),
+    )
+
+
+def fill_then_release(filler: Path, pubs: list[ConfirmPublisher]) -> None:
+    """Fill the disk from outside, then let the publishers write as fast as they can."""
+    fill(filler)
+    for p in pubs:
+        p.release()
+
+
 def queue_numbers(port: int, queue: str) -> list[int]:
     """The publish numbers of every message in ``queue``, in order (consumed)."""
     conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
@@ -138,13 +155,13 @@ def test_disk_filled_from_outside_nacks_blocks_and_recovers(
     # (sync = false: confirms wait for the write-out at the end of the turn.)
     data = small_disk / "data"
     b = broker_factory(data_dir=data, free_disk_min=MiB, sync=sync)
-    pubs = [ConfirmPublisher(b.port, f"q{i}", 32 * 1024, window=32) for i in range(3)]
-    pubs.append(ConfirmPublisher(b.port, "big", MiB))
+    pubs = [ConfirmPublisher(b.port, f"q{i}", 32 * 1024, window=32, budget=8) for i in range(3)]
+    pubs.append(ConfirmPublisher(b.port, "big", MiB, budget=8))
     start_all(pubs)
     filler = small_disk / "filler"
     try:
-        eventually(lambda: all(len(p.acked) >= 4 for p in pubs), 30, "first confirms")
-        fill(filler)
+        first_confirms(pubs)
+        fill_then_release(filler, pubs)
         eventually(
             lambda: all("Connection.Blocked" in p.blocking or p.closed for p in pubs),
             30,
@@ -303,14 +320,16 @@ def test_a_stream_filled_from_outside_nacks_what_it_could_not_store(
     b = broker_factory(data_dir=data, free_disk_min=MiB)
     stream = {"x-queue-type": "stream", "x-message-deduplication": True}
     pubs = [
-        ConfirmPublisher(b.port, f"s{i}", 32 * 1024, window=64, arguments=stream, keyed=True)
+        ConfirmPublisher(
+            b.port, f"s{i}", 32 * 1024, window=64, arguments=stream, keyed=True, budget=8
+        )
         for i in range(2)
     ]
     start_all(pubs)
     filler = small_disk / "filler"
     try:
-        eventually(lambda: all(len(p.acked) >= 4 for p in pubs), 30, "first confirms")
-        fill(filler)
+        first_confirms(pubs)
+        fill_then_release(filler, pubs)
         eventually(
             lambda: all("Connection.Blocked" in p.blocking or p.closed for p in pubs),
             30,
@@ -358,13 +377,13 @@ def test_sigterm_on_a_full_disk_exits_0_and_keeps_every_confirmed_message(
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
     reader.start()
-    pubs = [ConfirmPublisher(port, f"q{i}", 32 * 1024, window=32) for i in range(2)]
-    pubs.append(ConfirmPublisher(port, "big", MiB))
+    pubs = [ConfirmPublisher(port, f"q{i}", 32 * 1024, window=32, budget=8) for i in range(2)]
+    pubs.append(ConfirmPublisher(port, "big", MiB, budget=8))
     consumer = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
     filler = small_disk / "filler"
     try:
         start_all(pubs)
-        eventually(lambda: all(len(p.acked) >= 4 for p in pubs), 30, "first confirms")
+        first_confirms(pubs)
         # A consumer acks what it takes: its acks are waiting to be written too.
         ch = consumer.channel()
         consumed: list[int] = []
@@ -373,7 +392,7 @@ def test_sigterm_on_a_full_disk_exits_0_and_keeps_every_confirmed_message(
             assert method is not None
             consumed.append(ConfirmPublisher.number(body))
             ch.basic_ack(method.delivery_tag)
-        fill(filler)
+        fill_then_release(filler, pubs)
         eventually(
             lambda: all("Connection.Blocked" in p.blocking or p.closed for p in pubs),
             30,
