@@ -63,6 +63,7 @@ COMPILED_MODULES = [
     "warren.core.queue_delivery",
     "warren.core.queue_features",
     "warren.core.queue_settings",
+    "warren.core.queue_settle",
     "warren.core.quorum_queue",
     "warren.core.stats",
     "warren.core.stats_history",

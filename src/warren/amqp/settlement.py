@@ -75,7 +75,7 @@ class Settlement:
         for queue in queues:
             if id(queue) not in checked:
                 checked.add(id(queue))
-                queue.check_reject()
+                queue.settler.check_reject()
 
     def ack_range(self, first: int, n: int) -> None:
         """basic.ack of tags ``first .. first + n - 1`` (n frames, multiple=false,
@@ -128,7 +128,7 @@ class Settlement:
                     queues[id(entry[0])] = entry[0]
         for queue in queues.values():
             try:
-                queue.check_reject()
+                queue.settler.check_reject()
             except BrokerError:
                 return True
         return False
@@ -191,14 +191,14 @@ class Settlement:
                 n = len(seqs[key])
                 queue.stats.ack += n
                 counts.queue(queue).ack += n
-                queue.ack_many(seqs[key], sizes[key])
+                queue.settler.ack_many(seqs[key], sizes[key])
             for run in runs:
                 queue = run.queue
                 n = len(run)
                 acked += n
                 queue.stats.ack += n
                 counts.queue(queue).ack += n
-                queue.ack_run(run.segment, run.offsets, sum(run.sizes))
+                queue.settler.ack_run(run.segment, run.offsets, sum(run.sizes))
                 queues[id(queue)] = queue
             ch.stats.ack += acked
         elif not taken:
@@ -206,7 +206,7 @@ class Settlement:
             # whole.
             for run in runs:
                 queue = run.queue
-                queue.reject_run(run.segment, run.offsets, run.sizes, requeue, explicit)
+                queue.settler.reject_run(run.segment, run.offsets, run.sizes, requeue, explicit)
                 queues[id(queue)] = queue
         else:
             if runs:
@@ -243,7 +243,7 @@ class Settlement:
                 seqs.append(entry[1])
                 msgs.append(entry[2])
                 sizes.append(entry[4])
-            queue.reject_many(seqs, msgs, sizes, requeue, explicit)
+            queue.settler.reject_many(seqs, msgs, sizes, requeue, explicit)
             queues[id(queue)] = queue
             i = j
 

@@ -6,14 +6,13 @@ takes the plain path: publish appends or hands the message to a free
 consumer, nothing else. The features live in the ``_featured`` methods, so that the common case
 pays one flag test for them; limits, TTL, dead-lettering and x-expires are
 core/queue_features.py's, the delivery passes core/queue_delivery.py's (the
-base classes).
+base classes). How delivered messages come back (acks, requeues, drops) is the
+queue's settler, a part it holds (core/queue_settle.py).
 """
 
 from __future__ import annotations
 
 import heapq
-import logging
-from array import array
 from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -25,15 +24,16 @@ from warren.core.consumer import Consumer
 from warren.core.destination import QUEUE
 from warren.core.errors import AccessRefused, PreconditionFailed
 from warren.core.message import Message, MessageRun
-from warren.core.queue_delivery import RETURNS, QueueDelivery
+from warren.core.queue_delivery import QueueDelivery
 from warren.core.queue_settings import (
     DROP_HEAD,
     REJECT_PUBLISH_DLX,
     argument_settings,
     message_ttl,
 )
+from warren.core.queue_settle import QueueSettlement
 from warren.core.stats import GaugeStats, MessageStats
-from warren.core.store import MessageStore, read_ahead
+from warren.core.store import MessageStore
 
 if TYPE_CHECKING:
     from warren.core.dedup import Deduplicator, KeyEntry, KeyLog
@@ -42,11 +42,6 @@ if TYPE_CHECKING:
     #: A message of a unit stored all-or-nothing (core/commit.py): its queue,
     #: sequence number and the deduplication key it added (None: none).
     Held = tuple["Queue", int, Hashable | None]
-
-log = logging.getLogger("warren.queue")
-
-# A message's returns (_delivery_counts): all of them, and above, the explicit ones.
-_RETURNS, _EXPLICIT_RETURN = RETURNS, 1 << 32
 
 # What Queue.publish did with a message. REJECTED: refused by x-overflow
 # reject-publish(-dlx); it counts as routed, but the publisher gets a nack.
@@ -96,6 +91,8 @@ class Queue(QueueDelivery):
         self.unacked = 0
         #: The body bytes of the unacked messages (basic.get's too).
         self.unacked_bytes = 0
+        #: How delivered messages come back: acks, requeues, drops (queue_settle.py).
+        self.settler = self._settlement()
         self.deleted = False
         self._had_consumer = False
         self._scheduled = False
@@ -172,6 +169,10 @@ class Queue(QueueDelivery):
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in {self.vhost.name!r}>"
+
+    def _settlement(self) -> QueueSettlement:
+        """The part that settles this queue's deliveries (a subclass's own kind)."""
+        return QueueSettlement(self)
 
     def _recovered_counts(self) -> dict[int, int]:
         """The delivery counts (seq -> returns) the store kept from before: none."""
@@ -499,7 +500,7 @@ class Queue(QueueDelivery):
             groups.setdefault(c.priority, []).append(c)
         self._groups = sorted(groups.items(), key=lambda g: -g[0])
 
-    # -- pull, ack, requeue -----------------------------------------------------------
+    # -- pull ---------------------------------------------------------------------------
     def get(self, no_ack: bool) -> tuple[int, Message, bool] | None:
         self.touch()
         item = self.store.shift() if self._plain else self._take(self.clock.now_ms())
@@ -513,163 +514,6 @@ class Queue(QueueDelivery):
             self.unacked += 1
             self.unacked_bytes += len(item[1].body)
         return item
-
-    def check_reject(self) -> None:
-        """Raise when this kind of queue refuses basic.nack and basic.reject (streams)."""
-
-    def ack_many(self, seqs: list[int], size: int) -> None:
-        """Acknowledge unacked messages: ``seqs``, of ``size`` body bytes in all."""
-        if self.deleted:
-            return
-        self.unacked -= len(seqs)
-        self.unacked_bytes -= size
-        store = self.store
-        ack = store.ack
-        for seq in seqs:
-            ack(seq)
-        if self._delivery_counts:
-            for seq in seqs:
-                self._delivery_counts.pop(seq, None)
-        self.vhost.store_written(store)
-
-    def ack_run(self, segment: int, offsets: array[int], size: int) -> None:
-        """ack_many for deliveries of a run (StoredRun's segment and offsets)."""
-        if self.deleted:
-            return
-        self.unacked -= len(offsets)
-        self.unacked_bytes -= size
-        store = self.store
-        store.ack_run(segment, offsets)
-        if self._delivery_counts:
-            for offset in offsets:
-                self._delivery_counts.pop((segment << 32) | offset, None)
-        self.vhost.store_written(store)
-
-    def reject(
-        self, seq: int, msg: Message | None, requeue: bool, explicit: bool = False, size: int = 0
-    ) -> None:
-        """A consumer gave a message back: requeued (to its old place), or dropped
-        and dead-lettered (rejected; expired or over the delivery limit when it
-        could not go back). ``msg`` None: a delivery of a run, read back from
-        the store (``size``: its body bytes). ``explicit``: by basic.nack or
-        basic.reject (not a channel's close or basic.recover)."""
-        self.reject_many([seq], [msg], [size], requeue, explicit)
-
-    def reject_run(
-        self, segment: int, offsets: array[int], sizes: array[int], requeue: bool, explicit: bool
-    ) -> None:
-        """reject_many of a run's deliveries (StoredRun's segment, offsets and
-        body sizes). Dropped with no dead-letter exchange to copy them to, they
-        are settled as an ack_run is, nothing read back."""
-        if not requeue and self.dead_letter_exchange is None:
-            self.ack_run(segment, offsets, sum(sizes))
-            return
-        base = segment << 32
-        self.reject_many(
-            [base | offset for offset in offsets], [None] * len(offsets), sizes, requeue, explicit
-        )
-
-    def reject_many(
-        self,
-        seqs: list[int],
-        msgs: list[Message | None],
-        sizes: list[int] | array[int],
-        requeue: bool,
-        explicit: bool,
-    ) -> None:
-        """reject() of each message in turn (a nack's span, in delivery order),
-        ``sizes`` their body bytes; the store's flush and the next delivery
-        pass are asked for once, when first needed, as the first reject()
-        would have."""
-        if self.deleted:
-            return
-        store = self.store
-        if not requeue and self.dead_letter_exchange is None:
-            # Dropped, no copy to make: the messages need not be read back.
-            ack = store.ack
-            counts = self._delivery_counts
-            for i, seq in enumerate(seqs):
-                msg = msgs[i]
-                self.unacked -= 1
-                self.unacked_bytes -= sizes[i] if msg is None else len(msg.body)
-                ack(seq)
-                if counts:
-                    counts.pop(seq, None)
-            self.vhost.store_written(store)
-            return
-        requeued = written = False
-        # The messages to read back, read a bounded stretch ahead at a time.
-        ahead: list[Message | None] = []
-        taken = 0
-        for i, seq in enumerate(seqs):
-            msg = msgs[i]
-            if msg is None:
-                if taken == len(ahead):
-                    ahead = read_ahead(store, seqs, msgs, i)
-                    taken = 0
-                msg = ahead[taken]
-                taken += 1
-            if msg is None:
-                try:
-                    msg = store.read(seq)
-                except (KeyError, ValueError) as exc:
-                    self.unacked -= 1
-                    self.unacked_bytes -= sizes[i]
-                    log.error(
-                        "queue '%s' in vhost '%s': a returned message (seq %d) does not read "
-                        "back from the store (%s); it is dropped",
-                        self.name,
-                        self.vhost.name,
-                        seq,
-                        exc,
-                    )
-                    store.ack(seq)
-                    continue
-            self.unacked -= 1
-            self.unacked_bytes -= len(msg.body)
-            now = 0
-            reason = dl.REJECTED
-            if requeue:
-                refusal = None
-                if not self._plain or self._delivery_limit is not None:
-                    now = self.clock.now_ms()
-                    refusal = self._requeue_refusal(seq, msg, now, explicit)
-                if refusal is None:
-                    store.requeue(seq, msg)
-                    if not requeued:  # later calls would change nothing
-                        requeued = True
-                        self.schedule_delivery()
-                    continue
-                reason = refusal
-            if not self._dead_letter(seq, msg, reason, now or self.clock.now_ms()):
-                # No copy could be made: the message goes back to where it was.
-                self._stuck.add(seq)
-                store.requeue(seq, msg)
-                if not requeued:
-                    requeued = True
-                    self.schedule_delivery()
-                continue
-            store.ack(seq)
-            self._delivery_counts.pop(seq, None)
-            if not written:
-                written = True
-                self.vhost.store_written(store)
-
-    def _requeue_refusal(self, seq: int, msg: Message, now: int, explicit: bool) -> str | None:
-        """Why a returned message may not go back (its time is up, or it is past the
-        delivery limit), or None; counts the delivery attempt: every return in the
-        low 32 bits, the explicit ones above."""
-        deadline = self._deadline(msg)
-        if deadline is not None and deadline <= now:
-            return dl.EXPIRED
-        limit = self._delivery_limit
-        if limit is not None:
-            packed = self._delivery_counts.get(seq, 0)
-            if (packed & _RETURNS) + 1 > limit:
-                return dl.DELIVERY_LIMIT
-            self._delivery_counts[seq] = packed + (_EXPLICIT_RETURN + 1 if explicit else 1)
-            self._plain = False  # redeliveries carry their count (_take)
-        return None
 
     def persistent_counts(self) -> tuple[int, int] | None:
         """messages_persistent and message_bytes_persistent as RabbitMQ counts

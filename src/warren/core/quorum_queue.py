@@ -40,6 +40,7 @@ from warren.core.message import Message
 from warren.core.properties import edit_properties
 from warren.core.queue import Queue
 from warren.core.queue_settings import DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX
+from warren.core.queue_settle import QueueSettlement
 from warren.core.store import MessageStore
 from warren.store.quorum_store import QuorumPriorityStore
 
@@ -123,16 +124,8 @@ class QuorumQueue(Queue):
             return store.delivery_counts.counts
         return {}
 
-    def _requeue_refusal(self, seq: int, msg: Message, now: int, explicit: bool) -> str | None:
-        """Queue's, and a return it counted goes to the store's journal, written out
-        at the end of this loop turn."""
-        refusal = super()._requeue_refusal(seq, msg, now, explicit)
-        if refusal is None and self._delivery_limit is not None:
-            store = self.store
-            if isinstance(store, QuorumPriorityStore) and store.delivery_counts is not None:
-                store.delivery_counts.recorded(seq)
-                self.vhost.store_written(store)
-        return refusal
+    def _settlement(self) -> QueueSettlement:
+        return QuorumSettlement(self)
 
     def persistent_counts(self) -> tuple[int, int] | None:
         """Every message of a quorum queue is kept whatever its delivery-mode,
@@ -289,3 +282,21 @@ def _without_delivery_count(msg: Message) -> Message:
     copy = Message(msg.exchange, msg.routing_key, raw, msg.body, msg.timestamp)
     copy._ex_rk = msg._ex_rk
     return copy
+
+
+class QuorumSettlement(QueueSettlement):
+    """A quorum queue's settler: the returns it counts are journalled too."""
+
+    __slots__ = ()
+
+    def requeue_refusal(self, seq: int, msg: Message, now: int, explicit: bool) -> str | None:
+        """QueueSettlement's, and a return it counted goes to the store's journal,
+        written out at the end of this loop turn."""
+        refusal = super().requeue_refusal(seq, msg, now, explicit)
+        q = self.queue
+        if refusal is None and q._delivery_limit is not None:
+            store = q.store
+            if isinstance(store, QuorumPriorityStore) and store.delivery_counts is not None:
+                store.delivery_counts.recorded(seq)
+                q.vhost.store_written(store)
+        return refusal

@@ -32,6 +32,7 @@ from warren.core.consumer import Consumer
 from warren.core.errors import NotImplemented_, PreconditionFailed
 from warren.core.message import Message, MessageRun
 from warren.core.queue import DELIVERED, STORED, Queue
+from warren.core.queue_settle import QueueSettlement
 from warren.core.stream import (
     FILTER_VALUE_HEADER,
     StartSpec,
@@ -296,6 +297,9 @@ class StreamQueue(Queue):
             cursor.close()
         return out
 
+    def _settlement(self) -> QueueSettlement:
+        return StreamSettlement(self)
+
     # -- consumers ------------------------------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
         """A new reader, starting where its arguments say (RabbitMQ's checks and texts;
@@ -446,96 +450,6 @@ class StreamQueue(Queue):
         self.unacked += n
         return n
 
-    # -- acks -----------------------------------------------------------------------------
-    def ack_run(self, segment: int, offsets: array[int], size: int) -> None:
-        """Acks of a span's deliveries (segment: minus its id; offsets: indexes in it)."""
-        if self.deleted:
-            return
-        span = self._spans.get(-segment)
-        if span is None:
-            return
-        n = len(offsets)
-        span.left -= n
-        self.unacked -= n
-        if span.left <= 0:
-            del self._spans[-segment]
-        reader = span.reader
-        if reader.tracking is not None:
-            first = span.first
-            for i in offsets:
-                reader.in_flight.pop(first + i, None)
-            if id(reader.consumer) in self._readers:
-                self.stream.track(reader.tracking, reader.resume_offset())
-                self.vhost.store_written(self.store)
-
-    def ack_many(self, seqs: list[int], size: int) -> None:
-        """An ack returns credit, and moves a tracking consumer's stored offset."""
-        self._settle(seqs, False)
-
-    def reject(
-        self, seq: int, msg: Message | None, requeue: bool, explicit: bool = False, size: int = 0
-    ) -> None:
-        """A delivery given back by a closing channel or basic.recover (a client's
-        nack or reject is refused: check_reject): the credit returns, the message
-        counts as not processed, so a tracking consumer's stored offset stays
-        before it, and nothing is redelivered."""
-        self._settle([seq], True)
-
-    def reject_many(
-        self,
-        seqs: list[int],
-        msgs: list[Message | None],
-        sizes: list[int] | array[int],
-        requeue: bool,
-        explicit: bool,
-    ) -> None:
-        """reject() of each (basic.recover's span)."""
-        for seq in seqs:
-            self._settle([seq], True)
-
-    def reject_run(
-        self, segment: int, offsets: array[int], sizes: array[int], requeue: bool, explicit: bool
-    ) -> None:
-        """reject() of each of a span's deliveries (basic.recover's)."""
-        base = segment << 32
-        for offset in offsets:
-            self._settle([base | offset], True)
-
-    def _settle(self, seqs: list[int], returned: bool) -> None:
-        if self.deleted:
-            return
-        touched: dict[int, _Reader] = {}
-        for seq in seqs:
-            # A span's (negative), or one delivered alone.
-            found = self._span_delivery(seq) if seq < 0 else self._deliveries.pop(seq, None)
-            if found is None:
-                continue
-            reader, offset = found
-            reader.in_flight.pop(offset, None)
-            self.unacked -= 1
-            if returned and (reader.returned is None or offset < reader.returned):
-                reader.returned = offset
-            # A cancelled consumer's position was stored when it went; its late acks
-            # must not overwrite what a new consumer with the same tag stored since.
-            if reader.tracking is not None and id(reader.consumer) in self._readers:
-                touched[id(reader)] = reader
-        for reader in touched.values():
-            assert reader.tracking is not None
-            self.stream.track(reader.tracking, reader.resume_offset())
-        if touched:
-            self.vhost.store_written(self.store)
-
-    def _span_delivery(self, seq: int) -> tuple[_Reader, int] | None:
-        """The reader and offset of one of a span's deliveries, settled."""
-        sid = -(seq >> 32)
-        span = self._spans.get(sid)
-        if span is None:
-            return None
-        span.left -= 1
-        if span.left <= 0:
-            del self._spans[sid]
-        return span.reader, span.first + (seq & 0xFFFFFFFF)
-
     def persistent_counts(self) -> tuple[int, int] | None:
         """A stream has no such figures (RabbitMQ's API and metrics leave them out)."""
         return None
@@ -546,11 +460,6 @@ class StreamQueue(Queue):
 
     def purge(self) -> int:
         raise NotImplemented_(f"queue.purge not supported by stream queues {self._what()}")
-
-    def check_reject(self) -> None:
-        raise NotImplemented_(
-            f"basic.nack and basic.reject not supported by stream queues {self._what()}"
-        )
 
     def rebuild_expiry_index(self) -> None:
         """Streams have no per-message expiry: nothing to rebuild after a restart."""
@@ -575,6 +484,109 @@ class StreamQueue(Queue):
         consumers, self.consumers = self.consumers, []
         self.stream.delete()
         return consumers
+
+
+class StreamSettlement(QueueSettlement):
+    """A stream's settler: an ack returns credit and moves a tracking consumer's
+    stored offset; nothing leaves the log and nothing is requeued."""
+
+    __slots__ = ("stream_queue",)
+
+    def __init__(self, queue: StreamQueue) -> None:
+        super().__init__(queue)
+        self.stream_queue = queue
+
+    def check_reject(self) -> None:
+        raise NotImplemented_(
+            "basic.nack and basic.reject not supported by stream queues "
+            + self.stream_queue._what()
+        )
+
+    def ack_run(self, segment: int, offsets: array[int], size: int) -> None:
+        """Acks of a span's deliveries (segment: minus its id; offsets: indexes in it)."""
+        q = self.stream_queue
+        if q.deleted:
+            return
+        span = q._spans.get(-segment)
+        if span is None:
+            return
+        n = len(offsets)
+        span.left -= n
+        q.unacked -= n
+        if span.left <= 0:
+            del q._spans[-segment]
+        reader = span.reader
+        if reader.tracking is not None:
+            first = span.first
+            for i in offsets:
+                reader.in_flight.pop(first + i, None)
+            if id(reader.consumer) in q._readers:
+                q.stream.track(reader.tracking, reader.resume_offset())
+                q.vhost.store_written(q.store)
+
+    def ack_many(self, seqs: list[int], size: int) -> None:
+        """An ack returns credit, and moves a tracking consumer's stored offset."""
+        self._settle(seqs, False)
+
+    def reject_many(
+        self,
+        seqs: list[int],
+        msgs: list[Message | None],
+        sizes: list[int] | array[int],
+        requeue: bool,
+        explicit: bool,
+    ) -> None:
+        """Deliveries given back by a closing channel or basic.recover (a client's
+        nack or reject is refused: check_reject): the credit returns, each message
+        counts as not processed, so a tracking consumer's stored offset stays
+        before it, and nothing is redelivered."""
+        for seq in seqs:
+            self._settle([seq], True)
+
+    def reject_run(
+        self, segment: int, offsets: array[int], sizes: array[int], requeue: bool, explicit: bool
+    ) -> None:
+        """reject_many of a span's deliveries (basic.recover's)."""
+        base = segment << 32
+        for offset in offsets:
+            self._settle([base | offset], True)
+
+    def _settle(self, seqs: list[int], returned: bool) -> None:
+        q = self.stream_queue
+        if q.deleted:
+            return
+        touched: dict[int, _Reader] = {}
+        for seq in seqs:
+            # A span's (negative), or one delivered alone.
+            found = self._span_delivery(seq) if seq < 0 else q._deliveries.pop(seq, None)
+            if found is None:
+                continue
+            reader, offset = found
+            reader.in_flight.pop(offset, None)
+            q.unacked -= 1
+            if returned and (reader.returned is None or offset < reader.returned):
+                reader.returned = offset
+            # A cancelled consumer's position was stored when it went; its late acks
+            # must not overwrite what a new consumer with the same tag stored since.
+            if reader.tracking is not None and id(reader.consumer) in q._readers:
+                touched[id(reader)] = reader
+        for reader in touched.values():
+            assert reader.tracking is not None
+            q.stream.track(reader.tracking, reader.resume_offset())
+        if touched:
+            q.vhost.store_written(q.store)
+
+    def _span_delivery(self, seq: int) -> tuple[_Reader, int] | None:
+        """The reader and offset of one of a span's deliveries, settled."""
+        q = self.stream_queue
+        sid = -(seq >> 32)
+        span = q._spans.get(sid)
+        if span is None:
+            return None
+        span.left -= 1
+        if span.left <= 0:
+            del q._spans[sid]
+        return span.reader, span.first + (seq & 0xFFFFFFFF)
 
 
 def _filters(value: Any, what: str) -> frozenset[str] | None:

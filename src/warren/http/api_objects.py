@@ -453,10 +453,8 @@ async def get_messages(ctx: Ctx) -> web.StreamResponse:
             }
         )
     for seq, msg, _ in taken:
-        if requeue:
-            q.reject(seq, msg, True)
-        else:
-            q.reject(seq, msg, False)  # dead-lettered where the queue says so
+        # Dropped: dead-lettered where the queue says so.
+        q.settler.reject_many([seq], [msg], [len(msg.body)], requeue, False)
     # What was left in the queue after each get, as RabbitMQ reports it.
     base = q.message_count - (len(taken) if requeue else 0)
     for i, entry in enumerate(out):

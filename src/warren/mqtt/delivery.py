@@ -215,7 +215,7 @@ class Delivery:
             if own:  # a share group's message may go to any member: a new id then
                 session.redeliver[seq] = pid
             assert msg is not None
-            queue.reject(seq, msg, True)
+            queue.settler.reject_many([seq], [msg], [len(msg.body)], True, False)
 
     def set_writable(self, writable: bool) -> None:
         self.writable = writable
@@ -270,7 +270,7 @@ class Delivery:
         if synced or msg is None:
             self._ack(queue, seq, _size(msg))
         else:
-            queue.reject(seq, msg, True)
+            queue.settler.reject_many([seq], [msg], [len(msg.body)], True, False)
 
     def completed(self, pid: int) -> None:
         """PUBCOMP: the QoS 2 exchange is over."""
@@ -299,7 +299,7 @@ class Delivery:
             return
         acks, self._acks = self._acks, {}
         for queue, seqs, size in acks.values():
-            queue.ack_many(seqs, size[0])
+            queue.settler.ack_many(seqs, size[0])
             queue.stats.ack += len(seqs)
             self.stats.ack += len(seqs)
         self._window_opened()
