@@ -98,7 +98,7 @@ def _run_counts(b: Broker) -> list[int]:
         out = []
         for conn in b.broker.connections:
             for ch in getattr(conn, "channels", {}).values():
-                runs = ch.unacked.runs
+                runs = ch.deliveries.unsettled.runs
                 if runs:
                     out.append(sum(len(r) for r in runs))
         return out
@@ -143,7 +143,7 @@ def _spans(b: Broker) -> list[int]:
             len(r)
             for conn in b.broker.connections
             for ch in getattr(conn, "channels", {}).values()
-            for r in ch.unacked.runs
+            for r in ch.deliveries.unsettled.runs
         ]
 
     return b.call(runs)

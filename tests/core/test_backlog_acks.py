@@ -39,7 +39,7 @@ from rawamqp import RawAMQP
 
 import warren
 from warren.amqp.ack_scan import scan_acks_python
-from warren.amqp.unacked import UnackedDeliveries, UnackedRun
+from warren.core.unsettled import UnsettledDeliveries, UnsettledRun
 from warren.core.vhost import VHost
 
 _native = warren.native_module("_fastpath")
@@ -130,7 +130,7 @@ def test_a_range_of_tags_comes_out_as_single_acks_would(
     """Runs side by side, singles, ranges cut from the middle and across runs:
     take_range removes exactly the tags first .. last when runs or singles
     alone hold them all, with their seqs; else nothing at all."""
-    unacked = UnackedDeliveries()
+    unacked = UnsettledDeliveries()
     queue = VHost("/", lambda fn: None).declare_queue("q")
     model: dict[int, tuple[str, int]] = {}  # tag -> (kind, seq)
     tag = 1
@@ -141,7 +141,7 @@ def test_a_range_of_tags_comes_out_as_single_acks_would(
             tag += 1
         else:
             offsets = array("I", [7000 + tag + i for i in range(n)])
-            unacked.add_run(UnackedRun(tag, queue, None, 3, offsets, array("I", [2] * n)))
+            unacked.add_run(UnsettledRun(tag, queue, None, 3, offsets, array("I", [2] * n)))
             model.update({tag + i: ("run", (3 << 32) | (7000 + tag + i)) for i in range(n)})
             tag += n
     for first, length in takes:

@@ -265,7 +265,7 @@ def _runs_held(broker: BrokerThread) -> int:
             len(r)
             for conn in broker.broker.connections
             for ch in getattr(conn, "channels", {}).values()
-            for r in ch.unacked.runs
+            for r in ch.deliveries.unsettled.runs
         )
 
     return broker.call(count)

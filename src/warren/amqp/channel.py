@@ -1,11 +1,14 @@
 """One AMQP channel: method handlers that turn AMQP commands into core calls.
 
-Deliveries, prefetch and transactions are tracked here, per channel; how
-acks, nacks, rejects and recover settle the unacked deliveries is its
-Settlement's (amqp/settlement.py). Publishes are the channel's publishing half
-(amqp/publishing.py, its base class), confirms its PublisherConfirms
-(amqp/confirms.py), and the exchange and queue class methods are
-amqp/declarations.py's.
+A channel is a delivery stream of its connection's client session
+(core/deliveries.py's Deliveries: its consumers, delivery tags, unacked
+deliveries, how they are settled, what its close gives back); the channel
+says what that is in AMQP (basic.consume, get, qos, the prefetch a new
+consumer gets) and its Settlement (amqp/settlement.py) what acks, nacks,
+rejects and recover are (transactions, runs of acks read at once).
+Publishes are the channel's publishing half (amqp/publishing.py, its base
+class), confirms its PublisherConfirms (amqp/confirms.py), and the exchange
+and queue class methods are amqp/declarations.py's.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from warren.amqp.consumer import AMQPConsumer
 from warren.amqp.frames import message_frames
 from warren.amqp.publishing import EXPECTED_BODY, EXPECTED_HEADER, Publishing
 from warren.amqp.settlement import Settlement
-from warren.amqp.unacked import UnackedDeliveries, UnackedRun
 from warren.core.commit import NOT_STORED, NotStored
 from warren.core.errors import (
     BrokerError,
@@ -41,7 +43,6 @@ from warren.core.message import Message
 from warren.core.names import shown
 from warren.core.queue import Queue
 from warren.core.stats import MessageStats, count_get
-from warren.core.store import StoredRun
 from warren.core.users import READ, User, UserStore
 from warren.core.vhost_routing import REJECTED_BY_QUEUE, REPLY_TO
 
@@ -77,28 +78,28 @@ class Channel(Publishing):
         self._max_consumers = connection.config.max_consumers_per_channel
         self.closing = False
         self.flow_active = True
-        self.consumers: dict[str, AMQPConsumer] = {}
-        self.unacked = UnackedDeliveries()
-        self.unacked_bytes = 0
-        # Unacked consumer deliveries: what global prefetch limits (basic.get's are not
-        # counted, as in RabbitMQ).
-        self.consumer_unacked = 0
-        self._delivery_tag = 0
+        #: Message counters (management API, metrics); folded into the vhost's at close.
+        self.stats = MessageStats()
+        #: The channel's delivery stream in its client session: consumers,
+        #: delivery tags, unacked deliveries, their settlement (core/deliveries.py).
+        self.deliveries = connection.client_session.deliveries(
+            self.stats, self.counts, self.vhost.base_stats
+        )
+        #: Its consumers by tag (the delivery stream's).
+        self.consumers = self.deliveries.consumers
+        # basic.qos(global=false): the prefetch of consumers started from now on
+        # (the channel's global qos is the delivery stream's own prefetch).
         self.consumer_prefetch_count = 0
         self.consumer_prefetch_size = 0
-        self.global_prefetch_count = 0
-        self.global_prefetch_size = 0
         self.confirms = PublisherConfirms(self)
         self.closed = False
         self._ack_deadlines: AckDeadlines | None = None
         self.tx = False
-        #: How acks, nacks, rejects, recover and tx.commit settle ``unacked``.
-        self.settlement = Settlement(self)
+        #: How acks, nacks, rejects, recover and tx.commit settle deliveries.
+        self.settlement = Settlement(self, self.deliveries)
         self.last_queue = ""
         self.reply_token: str | None = None
         self.reply_consumer_tag: str | None = None
-        #: Message counters (management API, metrics); folded into the vhost's at close.
-        self.stats = MessageStats()
 
     def __repr__(self) -> str:
         return f"<Channel {self.id} of {self.connection.name}>"
@@ -174,11 +175,12 @@ class Channel(Publishing):
         its acknowledgement longer than the consumer timeout."""
         if self.closing or self.closed:
             return
-        if not self.unacked:
+        unacked = self.deliveries.unsettled
+        if not unacked:
             self._ack_deadlines = None
             return
         timeouts = [c.queue.consumer_timeout for c in self.consumers.values()]
-        oldest_queue = next(self.unacked.by_age())[1]
+        oldest_queue = next(unacked.by_age())[1]
         if oldest_queue is not None:
             timeouts.append(oldest_queue.consumer_timeout)
         floor = min([t for t in timeouts if t] + ([default] if default else []), default=0)
@@ -187,7 +189,7 @@ class Channel(Publishing):
         if self._ack_deadlines is None:
             self._ack_deadlines = AckDeadlines()
         timeout = self._ack_deadlines.overdue(
-            self.unacked.by_age(), self._delivery_tag, now, default, floor
+            unacked.by_age(), self.deliveries.last_tag, now, default, floor
         )
         if timeout is not None:
             self.channel_error(
@@ -201,25 +203,21 @@ class Channel(Publishing):
             )
 
     def release(self) -> None:
-        """Give back everything the channel holds: consumers, unacked messages."""
+        """Give back everything the channel holds: its delivery stream closes
+        (consumers cancelled, unacked messages and a transaction's held acks
+        requeued, its counters to the vhost's), the reply-to consumer goes."""
         vhost = self.vhost
-        if not self.closed:
+        if not self.closed:  # once, however often released
             self._users.count_channel(self.user.name, -1)
-        if vhost is not None and not self.closed:  # once, however often released
-            vhost.base_stats.add(self.stats)
-            if self.confirm:  # messages received expecting confirmations (metrics)
-                vhost.received_confirm += self.stats.publish
-            self.stats = MessageStats()
-            vhost.channels_closed += 1
+            if vhost is not None:
+                if self.confirm:  # messages received expecting confirmations (metrics)
+                    vhost.received_confirm += self.stats.publish
+                vhost.channels_closed += 1
         self.closed = True
-        for consumer in list(self.consumers.values()):
-            if consumer.queue is not None:
-                consumer.queue.remove_consumer(consumer)
-        self.consumers.clear()
         if self.reply_token is not None and vhost is not None:
             vhost.reply_targets.pop(self.reply_token, None)
             self.reply_token = None
-        self.settlement.give_back()
+        self.deliveries.close(self.settlement.held())
 
     # -- helpers ----------------------------------------------------------------------
     def check(self, kind: str, resource_type: str, name: str) -> None:
@@ -247,43 +245,8 @@ class Channel(Publishing):
     def reply(self, method: spec.Method) -> None:
         self.connection.send_method(self.id, method)
 
-    def next_delivery_tag(self) -> int:
-        self._delivery_tag += 1
-        return self._delivery_tag
-
-    def next_delivery_tags(self, n: int) -> int:
-        """Reserve ``n`` delivery tags; the first of them."""
-        first = self._delivery_tag + 1
-        self._delivery_tag += n
-        return first
-
-    def track_unacked(
-        self, tag: int, queue: Queue, seq: int, msg: Message, consumer: AMQPConsumer | None
-    ) -> None:
-        size = len(msg.body)
-        self.unacked.add(tag, (queue, seq, msg, consumer, size))
-        self.unacked_bytes += size
-        if consumer is not None:
-            self.consumer_unacked += 1
-
-    def track_unacked_run(
-        self, first: int, queue: Queue, stored: StoredRun, consumer: AMQPConsumer, size: int
-    ) -> None:
-        """A run's deliveries, tags ``first ..``, ``size`` body bytes in all."""
-        self.unacked.add_run(
-            UnackedRun(first, queue, consumer, stored.segment, stored.offsets, stored.sizes)
-        )
-        self.unacked_bytes += size
-        self.consumer_unacked += len(stored)
-
-    def has_global_capacity(self) -> bool:
-        if self.global_prefetch_count and self.consumer_unacked >= self.global_prefetch_count:
-            return False
-        return not (self.global_prefetch_size and self.unacked_bytes >= self.global_prefetch_size)
-
     def resume_delivery(self) -> None:
-        for consumer in self.consumers.values():
-            consumer.queue.schedule_delivery()
+        self.deliveries.resume()
 
     # -- channel class ----------------------------------------------------------------
     def _channel_open(self, method: spec.ChannelOpen) -> None:
@@ -314,14 +277,15 @@ class Channel(Publishing):
         glob = method.global_
         if glob:
             glob = self._global_qos_permitted()
+        deliveries = self.deliveries
         if glob:
-            self.global_prefetch_count = method.prefetch_count
-            self.global_prefetch_size = method.prefetch_size
+            deliveries.prefetch_count = method.prefetch_count
+            deliveries.prefetch_size = method.prefetch_size
         else:
             self.consumer_prefetch_count = method.prefetch_count
             self.consumer_prefetch_size = method.prefetch_size
             # As in RabbitMQ, a per-consumer qos lifts the channel's global limit.
-            self.global_prefetch_count = self.global_prefetch_size = 0
+            deliveries.prefetch_count = deliveries.prefetch_size = 0
         self.reply(spec.BasicQosOk())
         self.resume_delivery()
 
@@ -364,7 +328,7 @@ class Channel(Publishing):
             raise NotAllowed(f"reached maximum ({self._max_consumers}) of consumers per channel")
         q = self.get_queue(method.queue)
         self.check(READ, "queue", q.name)
-        if self.global_prefetch_count and q.queue_type == "quorum":  # as RabbitMQ 3.10-4.x
+        if self.deliveries.prefetch_count and q.queue_type == "quorum":  # as RabbitMQ 3.10-4.x
             raise NotImplemented_(
                 f"queue '{q.name}' in vhost '{self.vhost.name}' does not support global qos"
             )
@@ -376,8 +340,7 @@ class Channel(Publishing):
                 f"expected an integer, got {priority!r}"
             )
         consumer = AMQPConsumer(self, tag, q, method.no_ack, method.exclusive, priority, args)
-        q.add_consumer(consumer)
-        self.consumers[tag] = consumer
+        self.deliveries.consume(tag, consumer)
         if not method.nowait:
             self.reply(spec.BasicConsumeOk(consumer_tag=tag))
 
@@ -400,7 +363,7 @@ class Channel(Publishing):
         deliver = spec.BasicDeliver(
             consumer_tag=self.reply_consumer_tag,
             # RabbitMQ stamps replies with the next tag without using it up.
-            delivery_tag=self._delivery_tag + 1,
+            delivery_tag=self.deliveries.last_tag + 1,
             redelivered=False,
             exchange=msg.exchange,
             routing_key=msg.routing_key,
@@ -417,10 +380,11 @@ class Channel(Publishing):
 
     def _basic_cancel(self, method: spec.BasicCancel) -> None:
         tag = method.consumer_tag
-        consumer = self.consumers.pop(tag, None)
-        if consumer is not None:
-            consumer.queue.remove_consumer(consumer)
-        elif tag == self.reply_consumer_tag and self.reply_token is not None:
+        if (
+            self.deliveries.cancel(tag) is None
+            and tag == self.reply_consumer_tag
+            and self.reply_token is not None
+        ):
             assert self.vhost is not None
             self.vhost.reply_targets.pop(self.reply_token, None)
             self.reply_token = self.reply_consumer_tag = None
@@ -428,9 +392,8 @@ class Channel(Publishing):
             self.reply(spec.BasicCancelOk(consumer_tag=tag))
 
     def consumer_cancelled_by_server(self, consumer: AMQPConsumer) -> None:
-        if self.consumers.get(consumer.tag) is not consumer:
+        if not self.deliveries.cancelled(consumer.tag, consumer):
             return  # cancelled by the client meanwhile, or the tag was reused
-        del self.consumers[consumer.tag]
         if self.closing or self.closed:
             return
         if self.connection.capabilities.get("consumer_cancel_notify"):
@@ -440,7 +403,7 @@ class Channel(Publishing):
     def _basic_get(self, method: spec.BasicGet) -> None:
         q = self.get_queue(method.queue)
         self.check(READ, "queue", q.name)
-        item = q.get(method.no_ack)
+        item = self.deliveries.pull(q, method.no_ack)
         counts = self.counts.queue(q)
         if item is None:
             self.stats.get_empty += 1
@@ -448,7 +411,7 @@ class Channel(Publishing):
             counts.get_empty += 1
             self.reply(spec.BasicGetEmpty())
             return
-        seq, msg, redelivered = item
+        tag, msg, redelivered = item
         count_get(self.stats, q.stats, method.no_ack, redelivered)
         if method.no_ack:
             counts.get_no_ack += 1
@@ -456,9 +419,6 @@ class Channel(Publishing):
             counts.get += 1
         if redelivered:
             counts.redeliver += 1
-        tag = self.next_delivery_tag()
-        if not method.no_ack:
-            self.track_unacked(tag, q, seq, msg, None)
         get_ok = spec.BasicGetOk(
             delivery_tag=tag,
             redelivered=redelivered,
@@ -495,7 +455,7 @@ class Channel(Publishing):
         # unacked message, so it may reach another consumer.
         if not requeue:
             raise NotImplemented_("requeue=false")
-        self.settlement.recover()
+        self.deliveries.recover()
 
     # -- confirm class ------------------------------------------------------------------
     def _confirm_select(self, method: spec.ConfirmSelect) -> None:

@@ -381,7 +381,7 @@ class AMQPConnection(FrameHandler):
         if self.state >= State.CLOSED:
             return
         for ch in list(self.channels.values()):
-            if ch.unacked:
+            if ch.deliveries.unsettled:
                 ch.check_consumer_timeout(now, default)
 
     def channel_stats(self) -> list[tuple[str, MessageStats]]:

@@ -36,15 +36,10 @@ if TYPE_CHECKING:
 
 
 class AMQPConsumer(Consumer):
-    __slots__ = (
-        "channel",
-        "prefetch_count",
-        "prefetch_size",
-        "unacked_count",
-        "unacked_bytes",
-        "counts",
-        "_deliver_head",
-    )
+    """basic.consume's consumer: deliveries as basic.deliver frames on its channel,
+    into the channel's delivery stream (core/deliveries.py)."""
+
+    __slots__ = ("channel", "counts", "_deliver_head")
 
     def __init__(
         self,
@@ -56,13 +51,19 @@ class AMQPConsumer(Consumer):
         priority: int,
         arguments: dict[str, Any] | None,
     ) -> None:
-        super().__init__(tag, queue, no_ack, exclusive, priority, arguments)
-        self.channel = channel
         # Per-consumer limits as RabbitMQ reinterprets basic.qos(global=false).
-        self.prefetch_count = channel.consumer_prefetch_count
-        self.prefetch_size = channel.consumer_prefetch_size
-        self.unacked_count = 0
-        self.unacked_bytes = 0
+        super().__init__(
+            channel.deliveries,
+            tag,
+            queue,
+            no_ack,
+            exclusive,
+            priority,
+            arguments,
+            channel.consumer_prefetch_count,
+            channel.consumer_prefetch_size,
+        )
+        self.channel = channel
         #: The channel's counts for this queue (core/channel_counts.py).
         self.counts = channel.counts.queue(queue)
         raw_tag = tag.encode("utf-8", "surrogateescape")
@@ -72,16 +73,7 @@ class AMQPConsumer(Consumer):
         ch = self.channel
         if not ch.flow_active or not ch.connection.writable:
             return False
-        if self.no_ack:
-            return True
-        if self.prefetch_count and self.unacked_count >= self.prefetch_count:
-            return False
-        if self.prefetch_size and self.unacked_bytes >= self.prefetch_size:
-            return False
-        return ch.has_global_capacity()
-
-    def credit_limit(self) -> int:
-        return self.prefetch_count
+        return self.has_credit()
 
     def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
         ch = self.channel
@@ -93,12 +85,11 @@ class AMQPConsumer(Consumer):
             counts.deliver += 1
         if redelivered:
             counts.redeliver += 1
-        tag = ch.next_delivery_tag()
+        deliveries = self.deliveries
+        tag = deliveries.next_tag()
         body = msg.body
         if not self.no_ack:
-            ch.track_unacked(tag, self.queue, seq, msg, self)
-            self.unacked_count += 1
-            self.unacked_bytes += len(body)
+            deliveries.track(tag, self.queue, seq, msg, self)
         conn = ch.connection
         # basic.deliver built by hand: the consumer-tag part is encoded once per
         # consumer, exchange and routing key once per message (fanout reuses them).
@@ -117,7 +108,7 @@ class AMQPConsumer(Consumer):
         ch.stats.deliver_no_ack += n
         self.queue.stats.deliver_no_ack += n
         self.counts.deliver_no_ack += n
-        first = ch.next_delivery_tags(n)
+        first = self.deliveries.next_tags(n)
         conn = ch.connection
         frames = _deliver_frames(
             raw, start, stop, step, ch.id, self._deliver_head, first, conn.frame_max
@@ -127,14 +118,7 @@ class AMQPConsumer(Consumer):
     def run_credit(self, n: int) -> int:
         """Up to the prefetch counts (consumer and channel), when only counts
         limit it: a prefetch size would need the sizes one by one."""
-        ch = self.channel
-        if self.prefetch_size or ch.global_prefetch_size:
-            return 0
-        if self.prefetch_count:
-            n = min(n, self.prefetch_count - self.unacked_count)
-        if ch.global_prefetch_count:
-            n = min(n, ch.global_prefetch_count - ch.consumer_unacked)
-        return n
+        return self.prefetch_credit(n)
 
     def deliver_stored_run(self, run: MessageRun, start: int, stop: int, stored: StoredRun) -> None:
         """A run's messages the queue stored (one write) as one bytes object of
@@ -144,11 +128,9 @@ class AMQPConsumer(Consumer):
         ch.stats.deliver += n
         self.queue.stats.deliver += n
         self.counts.deliver += n
-        first = ch.next_delivery_tags(n)
-        size = sum(stored.sizes)
-        ch.track_unacked_run(first, self.queue, stored, self, size)
-        self.unacked_count += n
-        self.unacked_bytes += size
+        deliveries = self.deliveries
+        first = deliveries.next_tags(n)
+        deliveries.track_run(first, self.queue, stored, self, sum(stored.sizes))
         conn = ch.connection
         raw = run.raw
         if _deliver_frames is not None and type(raw) is _NativeRun:
@@ -175,23 +157,21 @@ class AMQPConsumer(Consumer):
             return 0, pos
         ch = self.channel
         conn = ch.connection
-        first = ch.next_delivery_tags(0)
+        deliveries = self.deliveries
+        first = deliveries.last_tag + 1
         frames, n, end, raw_sizes, _offsets = _deliver_records(
             buf, pos, limit, seed, max_n, ch.id, self._deliver_head, first, conn.frame_max
         )
         if not n:
             return 0, pos
-        ch.next_delivery_tags(n)
+        deliveries.next_tags(n)
         ch.stats.deliver += n
         self.queue.stats.deliver += n
         self.counts.deliver += n
         sizes = array("I")
         sizes.frombytes(raw_sizes)
-        size = sum(sizes)
         stored = StoredRun(segment, array("I", range(n)), sizes, 0)
-        ch.track_unacked_run(first, self.queue, stored, self, size)
-        self.unacked_count += n
-        self.unacked_bytes += size
+        deliveries.track_run(first, self.queue, stored, self, sum(sizes))
         conn.send(frames)
         return n, end
 
@@ -205,7 +185,8 @@ class AMQPConsumer(Consumer):
         from the segment's map (C, or its reference), and one unacked run."""
         ch = self.channel
         conn = ch.connection
-        first = ch.next_delivery_tags(0)
+        deliveries = self.deliveries
+        first = deliveries.last_tag + 1
         frames, n, end, raw_sizes, raw_offsets = _frame_span(
             span.buf,
             span.pos,
@@ -223,7 +204,7 @@ class AMQPConsumer(Consumer):
         )
         if not n:
             return None
-        ch.next_delivery_tags(n)
+        deliveries.next_tags(n)
         span.end = end
         sizes = array("I")
         sizes.frombytes(raw_sizes)
@@ -240,10 +221,7 @@ class AMQPConsumer(Consumer):
             ch.stats.deliver += n
             queue_stats.deliver += n
             counts.deliver += n
-            size = sum(sizes)
-            ch.track_unacked_run(first, self.queue, stored, self, size)
-            self.unacked_count += n
-            self.unacked_bytes += size
+            deliveries.track_run(first, self.queue, stored, self, sum(sizes))
         if span.redelivered:
             ch.stats.redeliver += n
             queue_stats.redeliver += n

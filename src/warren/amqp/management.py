@@ -16,8 +16,8 @@ from warren.node import node_name
 if TYPE_CHECKING:
     from warren.amqp.channel import Channel
     from warren.amqp.connection import AMQPConnection
-    from warren.amqp.consumer import AMQPConsumer
     from warren.core.channel_counts import ChannelCounts
+    from warren.core.consumer import Consumer
 
 PROTOCOL = "AMQP 0-9-1"
 
@@ -114,8 +114,8 @@ def channel_info(conn: AMQPConnection, ch: Channel, ages: Ages = NO_AGES) -> dic
         "connection_details": {"name": cname, "peer_host": peer_host, "peer_port": peer_port},
         "consumer_count": len(ch.consumers),
         "consumer_details": [consumer_info(c, details) for _, c in sorted(ch.consumers.items())],
-        "global_prefetch_count": ch.global_prefetch_count,
-        "messages_unacknowledged": len(ch.unacked),
+        "global_prefetch_count": ch.deliveries.prefetch_count,
+        "messages_unacknowledged": len(ch.deliveries.unsettled),
         "messages_uncommitted": len(ch._tx_publishes),
         "messages_unconfirmed": len(ch.confirms.unconfirmed),
         "name": name,
@@ -132,7 +132,7 @@ def channel_info(conn: AMQPConnection, ch: Channel, ages: Ages = NO_AGES) -> dic
     }
 
 
-def consumer_info(consumer: AMQPConsumer, channel_details: dict[str, Any]) -> dict[str, Any]:
+def consumer_info(consumer: Consumer, channel_details: dict[str, Any]) -> dict[str, Any]:
     queue = consumer.queue
     single = queue.arguments.get("x-single-active-consumer") is True
     active = not single or queue.active_consumer is consumer

@@ -6,35 +6,87 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from warren.core.deliveries import Deliveries
     from warren.core.message import Message, MessageRun
     from warren.core.queue import Queue
     from warren.core.store import StoredRun, StoreSpan
 
 
 class Consumer(ABC):
-    """A subscription to one queue. Protocol adapters subclass it.
+    """A subscription to one queue, delivering into a client session's delivery
+    stream (core/deliveries.py). Protocol adapters subclass it.
 
     The queue asks ``can_take`` before every delivery, so prefetch limits, flow
-    control and a full socket buffer all stop delivery in the same place.
+    control and a full socket buffer all stop delivery in the same place; the
+    prefetch part is the core's (has_credit, prefetch_credit).
     """
 
-    __slots__ = ("tag", "queue", "no_ack", "exclusive", "priority", "arguments")
+    __slots__ = (
+        "tag",
+        "queue",
+        "no_ack",
+        "exclusive",
+        "priority",
+        "arguments",
+        "deliveries",
+        "prefetch_count",
+        "prefetch_size",
+        "unacked_count",
+        "unacked_bytes",
+    )
 
     def __init__(
         self,
+        deliveries: Deliveries,
         tag: str,
         queue: Queue,
         no_ack: bool,
         exclusive: bool = False,
         priority: int = 0,
         arguments: dict[str, Any] | None = None,
+        prefetch_count: int = 0,
+        prefetch_size: int = 0,
     ) -> None:
+        self.deliveries = deliveries
         self.tag = tag
         self.queue = queue
         self.no_ack = no_ack
         self.exclusive = exclusive
         self.priority = priority
         self.arguments = arguments or {}
+        #: Unsettled deliveries this consumer takes at most (0: no limit), and
+        #: their body bytes (0: no limit).
+        self.prefetch_count = prefetch_count
+        self.prefetch_size = prefetch_size
+        #: Its unsettled deliveries and their body bytes (Deliveries keeps them).
+        self.unacked_count = 0
+        self.unacked_bytes = 0
+
+    def has_credit(self) -> bool:
+        """Whether the prefetch limits (this consumer's, its delivery stream's)
+        allow another delivery."""
+        if self.no_ack:
+            return True
+        count = self.prefetch_count
+        if count and self.unacked_count >= count:
+            return False
+        size = self.prefetch_size
+        if size and self.unacked_bytes >= size:
+            return False
+        return self.deliveries.has_room()
+
+    def prefetch_credit(self, n: int) -> int:
+        """How many of ``n`` more deliveries the prefetch counts allow at once
+        (this consumer's, its stream's); 0 under a prefetch size, which needs
+        the sizes one by one."""
+        deliveries = self.deliveries
+        if self.prefetch_size or deliveries.prefetch_size:
+            return 0
+        if self.prefetch_count:
+            n = min(n, self.prefetch_count - self.unacked_count)
+        if deliveries.prefetch_count:
+            n = min(n, deliveries.prefetch_count - deliveries.consumer_unsettled)
+        return n
 
     @abstractmethod
     def can_take(self) -> bool: ...
@@ -42,7 +94,7 @@ class Consumer(ABC):
     def credit_limit(self) -> int:
         """How many unacknowledged deliveries this consumer takes (0: no limit set);
         a stream refuses a consumer without one, as RabbitMQ does."""
-        return 0
+        return self.prefetch_count
 
     @abstractmethod
     def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:

@@ -24,6 +24,14 @@ an answer promises durability:
   a :class:`LoginRefused` says why, for the protocol to word).
 - **Permissions** are checked through the session, which caches a
   connection's answers as RabbitMQ's channels do (:meth:`ClientSession.check`).
+- **Consuming and settling** go through the session's delivery streams
+  (:meth:`ClientSession.deliveries`; an AMQP channel, an MQTT connection's
+  outgoing half): consumers attached and cancelled, deliveries numbered and
+  kept until the client settles them by tag, up to a tag or by a range (ack,
+  requeue, drop and dead-letter), prefetch credit, and on close the
+  unsettled put back in queue order, the counters kept
+  (core/deliveries.py). :meth:`ClientSession.closed` closes the streams still
+  open, then deletes the connection's exclusive queues.
 
 What each protocol keeps is its encoding: how an answer looks on its wire, and
 how it holds its output meanwhile. The core imports no storage package: the
@@ -39,10 +47,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 from warren.core.commit import Commit
+from warren.core.deliveries import Deliveries
 from warren.core.errors import AccessRefused, BrokerError, NotAllowed
 from warren.core.users import User, UserStore
 
 if TYPE_CHECKING:
+    from warren.core.channel_counts import ChannelCounts
+    from warren.core.stats import MessageStats
     from warren.core.vhost import VHost
 
 __all__ = [
@@ -322,7 +333,7 @@ class _Waits:
 class ClientSession:
     """One client connection's session with the core (see the module docstring)."""
 
-    __slots__ = ("_permissions", "host", "owner", "user", "vhost_name")
+    __slots__ = ("_permissions", "_streams", "host", "owner", "user", "vhost_name")
 
     def __init__(self, host: LoginHost, owner: Named) -> None:
         """``host``: the broker (warren/node.py's Node); ``owner``: the protocol's
@@ -334,6 +345,8 @@ class ClientSession:
         self.vhost_name = ""
         # (kind, resource type, name) -> the refusal, or None: allowed.
         self._permissions: dict[tuple[str, str, str], BrokerError | None] = {}
+        # The delivery streams not closed yet, by id.
+        self._streams: dict[int, Deliveries] = {}
 
     # -- login --------------------------------------------------------------------------
     def login(
@@ -398,10 +411,13 @@ class ClientSession:
         self.host.connection_opened(conn)
 
     def closed(self, conn: Any, vhost: VHost) -> None:
-        """The connection is gone: its exclusive queues go (their messages too),
-        it leaves the counts and the listing, and what it counted is kept for
-        the broker's totals. (Its unacked deliveries went back to their queues
-        when its consumers were released, before this.)"""
+        """The connection is gone: its delivery streams still open close (their
+        consumers cancelled, what they delivered and was not settled back in
+        its queues), its exclusive queues go (their messages too), it leaves
+        the counts and the listing, and what it counted is kept for the
+        broker's totals."""
+        for stream in list(self._streams.values()):
+            stream.close()
         vhost.delete_exclusive_queues(conn)
         vhost.limiter.connection_closed(conn)
         self.host.connection_closed(conn)
@@ -433,6 +449,25 @@ class ClientSession:
             return False
         return True
 
+    # -- consuming ----------------------------------------------------------------------
+    def deliveries(
+        self,
+        stats: MessageStats,
+        counts: ChannelCounts | None = None,
+        retire: MessageStats | None = None,
+    ) -> Deliveries:
+        """A new delivery stream (core/deliveries.py): an AMQP channel, an MQTT
+        connection's outgoing half. ``stats`` counts its acks, ``counts`` its
+        acks by queue (None: not kept), ``retire`` gets its counters when it
+        closes (None: the protocol retires them with its connection)."""
+        stream = Deliveries(stats, counts, retire, self._stream_closed)
+        self._streams[id(stream)] = stream
+        return stream
+
+    def _stream_closed(self, stream: Deliveries) -> None:
+        self._streams.pop(id(stream), None)
+
+    # -- publishing ---------------------------------------------------------------------
     def settlements(
         self, settled: Callable[[list[T], bool], None], wake: Callable[[], None], ordered: bool
     ) -> Settlements[T]:

@@ -401,7 +401,7 @@ async def aliveness(ctx: Ctx) -> web.StreamResponse:
         vhost.default_exchange,
         Message("", "aliveness-test", EMPTY_PROPERTIES, b"test_message", vhost.clock.now_ms()),
     )
-    item = q.get(no_ack=True)
+    item = q.pull(no_ack=True)
     if item is None or item[1].body != b"test_message":
         return failed(ctx, "no message")
     return _ok()

@@ -429,7 +429,7 @@ async def get_messages(ctx: Ctx) -> web.StreamResponse:
     taken: list[tuple[int, Message, bool]] = []
     out: list[dict[str, Any]] = []
     for _ in range(max(0, count)):
-        item = q.get(no_ack)
+        item = q.pull(no_ack)
         if item is None:
             if not out:
                 vhost.base_stats.get_empty += 1

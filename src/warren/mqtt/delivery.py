@@ -57,7 +57,7 @@ class MQTTConsumer(Consumer):
     __slots__ = ("conn", "shared")
 
     def __init__(self, conn: Delivery, queue: Queue, shared: SubscriptionOptions | None) -> None:
-        super().__init__(f"mqtt-{conn.client_id}", queue, no_ack=False)
+        super().__init__(conn.deliveries, f"mqtt-{conn.client_id}", queue, no_ack=False)
         self.conn = conn
         #: For a share group's queue: that subscription's options.
         self.shared = shared
@@ -102,6 +102,8 @@ class Delivery:
         self.state = state
         self.stats = stats
         self.client_session = client_session
+        #: The connection's delivery stream in its client session (core/deliveries.py).
+        self.deliveries = client_session.deliveries(stats)
         self.vhost: VHost | None = None
         self.session: Session | None = None
         self.client_id = ""

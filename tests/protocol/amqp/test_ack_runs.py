@@ -1,6 +1,6 @@
 """Runs of publishes to acknowledging consumers (Queue.publish_run's stored path):
 stored in one write (store/records.py encode_run, C or Python), delivered at
-once, kept unacked as runs (amqp/unacked.py) and settled in bulk, and every
+once, kept unacked as runs (core/unsettled.py) and settled in bulk, and every
 other way a delivery ends (single acks, nacks, rejects to a dead-letter
 exchange, recover, a closing channel, a transaction, a restart) as if the
 messages had gone one by one.
@@ -35,8 +35,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
 
-from warren.amqp.unacked import UnackedDeliveries, UnackedRun
 from warren.core.errors import PreconditionFailed
+from warren.core.unsettled import UnsettledDeliveries, UnsettledRun
 from warren.core.vhost import VHost
 from warren.store.records import decode_record, encode_run
 
@@ -62,7 +62,7 @@ def test_unacked_deliveries_settle_as_a_dict_of_tags_would(
 ) -> None:
     """Singles and runs mixed, acks single and multiple, tag 0, unknown tags: the
     same tags come out (with the same seqs) as from a dict keyed by tag."""
-    unacked = UnackedDeliveries()
+    unacked = UnsettledDeliveries()
     model: dict[int, int] = {}  # tag -> seq
     queue = VHost("/", lambda fn: None).declare_queue("q")
     next_tag = 1
@@ -74,7 +74,7 @@ def test_unacked_deliveries_settle_as_a_dict_of_tags_would(
         elif kind == "run":
             n = value + 1
             offsets = array("I", [1000 + next_tag + i for i in range(n)])
-            unacked.add_run(UnackedRun(next_tag, queue, None, 0, offsets, array("I", [1] * n)))
+            unacked.add_run(UnsettledRun(next_tag, queue, None, 0, offsets, array("I", [1] * n)))
             model.update({next_tag + i: 1000 + next_tag + i for i in range(n)})
             next_tag += n
         else:

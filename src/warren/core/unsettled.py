@@ -1,15 +1,17 @@
-"""A channel's deliveries awaiting basic.ack, nack or reject, by delivery tag.
+"""A delivery stream's unsettled deliveries (an AMQP channel's, an MQTT
+connection's), by delivery tag.
 
 A delivery made alone is one entry (queue, seq, message, consumer, body size).
 The deliveries of a run (Queue.publish_run stored them in one write and the
-consumer wrote them in one go) stay one `UnackedRun`: consecutive tags, their
-sequence numbers as an array of offsets into one segment, no Message. An ack
-with multiple=true then settles a whole run, or its front, with one slice and
-one store call instead of a dict entry and a Message per message; a nack or
-reject hands the queue the run whole (Queue.reject_run). The rarer paths (a
-transaction, a closing channel, singles and runs mixed) see every delivery as
-an entry; a run's entries carry no message (None), which the queue reads back
-from its store when it needs one.
+consumer wrote them in one go, or a backlog span) stay one `UnsettledRun`:
+consecutive tags, their sequence numbers as an array of offsets into one
+segment, no Message. An ack with multiple=true then settles a whole run, or
+its front, with one slice and one store call instead of a dict entry and a
+Message per message; a nack or reject hands the queue the run whole
+(QueueSettlement.reject_run). The rarer paths (a transaction, a closing
+channel, singles and runs mixed) see every delivery as an entry; a run's
+entries carry no message (None), which the queue reads back from its store
+when it needs one. core/deliveries.py settles them.
 """
 
 from __future__ import annotations
@@ -22,17 +24,17 @@ from typing import TYPE_CHECKING
 from warren.core.errors import PreconditionFailed
 
 if TYPE_CHECKING:
-    from warren.amqp.consumer import AMQPConsumer
+    from warren.core.consumer import Consumer
     from warren.core.message import Message
     from warren.core.queue import Queue
 
 # An unacked delivery: the queue it came from, the queue's sequence number, the
 # message (None: a run's, still in the store), the consumer that took it (None
 # for basic.get) and its body size (what prefetch-size counts).
-Unacked = tuple["Queue", int, "Message | None", "AMQPConsumer | None", int]
+Unsettled = tuple["Queue", int, "Message | None", "Consumer | None", int]
 
 
-class UnackedRun:
+class UnsettledRun:
     """Deliveries with tags ``first .. first + len(offsets) - 1`` from one queue to
     one consumer: sequence numbers ``(segment << 32) | offsets[i]``, body sizes
     ``sizes[i]`` (core/store.py's StoredRun, as delivered)."""
@@ -43,7 +45,7 @@ class UnackedRun:
         self,
         first: int,
         queue: Queue,
-        consumer: AMQPConsumer | None,
+        consumer: Consumer | None,
         segment: int,
         offsets: array[int],
         sizes: array[int],
@@ -62,9 +64,9 @@ class UnackedRun:
     def last(self) -> int:
         return self.first + len(self.offsets) - 1
 
-    def split(self, k: int) -> UnackedRun:
+    def split(self, k: int) -> UnsettledRun:
         """Cut off and return the first ``k`` deliveries; this keeps the rest."""
-        head = UnackedRun(
+        head = UnsettledRun(
             self.first, self.queue, self.consumer, self.segment, self.offsets[:k], self.sizes[:k]
         )
         self.first += k
@@ -72,22 +74,22 @@ class UnackedRun:
         self.sizes = self.sizes[k:]
         return head
 
-    def entries(self) -> Iterator[tuple[int, Unacked]]:
-        """Each delivery as a (tag, Unacked) of its own, without its message."""
+    def entries(self) -> Iterator[tuple[int, Unsettled]]:
+        """Each delivery as a (tag, Unsettled) of its own, without its message."""
         base = self.segment << 32
         queue, consumer, sizes = self.queue, self.consumer, self.sizes
         for i, offset in enumerate(self.offsets):
             yield self.first + i, (queue, base | offset, None, consumer, sizes[i])
 
 
-class UnackedDeliveries:
+class UnsettledDeliveries:
     """Tag-ordered unacked deliveries: single ones in a dict, runs in a list."""
 
     __slots__ = ("singles", "runs")
 
     def __init__(self) -> None:
-        self.singles: dict[int, Unacked] = {}  # ascending tags (insertion order)
-        self.runs: list[UnackedRun] = []  # ascending tags, disjoint
+        self.singles: dict[int, Unsettled] = {}  # ascending tags (insertion order)
+        self.runs: list[UnsettledRun] = []  # ascending tags, disjoint
 
     def __len__(self) -> int:
         return len(self.singles) + sum(len(r) for r in self.runs)
@@ -95,17 +97,17 @@ class UnackedDeliveries:
     def __bool__(self) -> bool:
         return bool(self.singles) or bool(self.runs)
 
-    def add(self, tag: int, entry: Unacked) -> None:
+    def add(self, tag: int, entry: Unsettled) -> None:
         self.singles[tag] = entry
 
-    def add_run(self, run: UnackedRun) -> None:
+    def add_run(self, run: UnsettledRun) -> None:
         self.runs.append(run)  # tags only grow: it goes last
 
     def clear(self) -> None:
         self.singles.clear()
         self.runs.clear()
 
-    def take(self, tag: int, multiple: bool) -> tuple[list[tuple[int, Unacked]], list[UnackedRun]]:
+    def take(self, tag: int, multiple: bool) -> tuple[list[tuple[int, Unsettled]], list[UnsettledRun]]:
         """Remove what an ack (or nack) of ``tag`` settles: that delivery, or with
         ``multiple`` every delivery up to it (all of them for tag 0). A tag
         that settles nothing is a channel error (406), as in RabbitMQ."""
@@ -153,7 +155,7 @@ class UnackedDeliveries:
 
     def take_range(
         self, first: int, last: int
-    ) -> tuple[list[tuple[int, Unacked]], list[UnackedRun]] | None:
+    ) -> tuple[list[tuple[int, Unsettled]], list[UnsettledRun]] | None:
         """Remove tags ``first .. last`` as take() would one by one, when runs
         side by side hold all of them (cut out of the first and the last) or
         single deliveries do; None, and nothing removed, otherwise (a tag
@@ -193,8 +195,8 @@ class UnackedDeliveries:
             return True
         return isinstance(tag, int) and any(r.first <= tag <= r.last for r in self.runs)
 
-    def entries(self) -> list[tuple[int, Unacked]]:
-        """Every delivery as (tag, Unacked), in tag order (runs' without messages)."""
+    def entries(self) -> list[tuple[int, Unsettled]]:
+        """Every delivery as (tag, Unsettled), in tag order (runs' without messages)."""
         if not self.runs:
             return list(self.singles.items())
         return list(
@@ -205,7 +207,7 @@ class UnackedDeliveries:
             )
         )
 
-    def restore(self, entries: list[tuple[int, Unacked]]) -> None:
+    def restore(self, entries: list[tuple[int, Unsettled]]) -> None:
         """Put settled deliveries back (a rolled-back transaction's), in tag order."""
         merged = dict(self.singles)
         for tag, entry in entries:

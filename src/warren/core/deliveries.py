@@ -1,0 +1,408 @@
+"""A client session's delivery streams: consuming, and settling what was delivered.
+
+A delivery stream is where a session's consumers deliver and its client
+settles: an AMQP channel, an MQTT connection's outgoing half, an HTTP API get.
+`Deliveries` (made by `ClientSession.deliveries`) holds the rules once:
+
+- **consume**: a consumer (the protocol's `Consumer`: prefetch, exclusive,
+  priority, arguments) is attached to its queue (which may refuse it: an
+  exclusive consumer, a stream's arguments) and cancelled again;
+- **deliver**: deliveries are numbered (delivery tags) and the unsettled ones
+  kept (core/unsettled.py), counted against the consumer's prefetch and the
+  stream's own (AMQP's global qos): `Consumer.has_credit`;
+- **settle**: by one tag, by every tag up to one (``multiple``), or by a range
+  of tags read at once: acked, requeued (refused past the TTL or the delivery
+  limit: dropped instead), or dropped (dead-lettered where the queue says so).
+  The credit goes back, each queue (or run) gets one call (QueueSettlement),
+  acks are counted, and the queues deliver again, once;
+- **close**: the consumers are cancelled, every unsettled delivery goes back
+  to its queue in queue order (not an explicit return: no delivery-limit
+  count of its own), and the stream's counters go to the vhost's.
+
+What a protocol keeps is its encoding (basic.deliver and basic.ack, PUBLISH
+and PUBACK), what else holds delivery back (AMQP's channel.flow, MQTT's
+Receive Maximum, a full socket buffer) and AMQP's transactions, which hold
+settlements until tx.commit (`take` now, `settle` then).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from warren.core.errors import BrokerError
+from warren.core.unsettled import Unsettled, UnsettledDeliveries, UnsettledRun
+
+if TYPE_CHECKING:
+    from warren.core.channel_counts import ChannelCounts
+    from warren.core.consumer import Consumer
+    from warren.core.message import Message
+    from warren.core.queue import Queue
+    from warren.core.stats import MessageStats
+    from warren.core.store import StoredRun
+
+__all__ = ["Deliveries", "Taken"]
+
+#: What a settlement takes out of the unsettled deliveries: single deliveries as
+#: (tag, Unsettled), and runs.
+Taken = tuple[list[tuple[int, Unsettled]], list[UnsettledRun]]
+
+
+class Deliveries:
+    """One delivery stream of a client session (see the module docstring)."""
+
+    __slots__ = (
+        "closed",
+        "consumer_unsettled",
+        "consumers",
+        "counts",
+        "last_tag",
+        "prefetch_count",
+        "prefetch_size",
+        "stats",
+        "unsettled",
+        "unsettled_bytes",
+        "_on_close",
+        "_retire",
+    )
+
+    def __init__(
+        self,
+        stats: MessageStats,
+        counts: ChannelCounts | None,
+        retire: MessageStats | None,
+        on_close: Callable[[Deliveries], None],
+    ) -> None:
+        """``stats``: the stream's counters (acks are counted there); ``counts``:
+        its counts by queue, when it keeps them (AMQP's per-channel series);
+        ``retire``: where its counters go when it closes (None: nowhere, the
+        protocol's connection retires them)."""
+        self.stats = stats
+        self.counts = counts
+        self._retire = retire
+        self._on_close = on_close
+        #: The consumers delivering here, by the protocol's key (AMQP: the tag).
+        self.consumers: dict[str, Consumer] = {}
+        self.unsettled = UnsettledDeliveries()
+        #: Body bytes of the unsettled deliveries (basic.get's too).
+        self.unsettled_bytes = 0
+        #: Unsettled consumer deliveries: what the stream's prefetch limits
+        #: (basic.get's are not counted, as in RabbitMQ).
+        self.consumer_unsettled = 0
+        #: The stream's own prefetch over all its consumers (AMQP's global qos; 0: none).
+        self.prefetch_count = 0
+        self.prefetch_size = 0
+        #: The last delivery tag given out.
+        self.last_tag = 0
+        self.closed = False
+
+    # -- consuming ----------------------------------------------------------------------
+    def consume(self, key: str, consumer: Consumer) -> None:
+        """Attach ``consumer`` to its queue (which may refuse it: a BrokerError)
+        and deliver here under ``key``."""
+        consumer.queue.add_consumer(consumer)
+        self.consumers[key] = consumer
+
+    def cancel(self, key: str) -> Consumer | None:
+        """Detach the consumer under ``key`` (None: no such consumer). What it
+        was delivered stays unsettled until settled or the stream closes."""
+        consumer = self.consumers.pop(key, None)
+        if consumer is not None:
+            consumer.queue.remove_consumer(consumer)
+        return consumer
+
+    def cancelled(self, key: str, consumer: Consumer) -> bool:
+        """The queue let ``consumer`` go (it was deleted): forget it, if it is
+        still the one under ``key``; whether it was."""
+        if self.consumers.get(key) is not consumer:
+            return False
+        del self.consumers[key]
+        return True
+
+    def resume(self) -> None:
+        """Room opened for every consumer (a qos, flow, a writable socket):
+        each queue delivers again."""
+        for consumer in self.consumers.values():
+            consumer.queue.schedule_delivery()
+
+    def pull(self, queue: Queue, no_ack: bool) -> tuple[int, Message, bool] | None:
+        """One message from ``queue`` (basic.get), as (delivery tag, message,
+        redelivered); kept unsettled unless ``no_ack``. None: the queue is empty."""
+        item = queue.pull(no_ack)
+        if item is None:
+            return None
+        seq, msg, redelivered = item
+        tag = self.last_tag = self.last_tag + 1
+        if not no_ack:
+            self.track(tag, queue, seq, msg, None)
+        return tag, msg, redelivered
+
+    # -- delivering ---------------------------------------------------------------------
+    def next_tag(self) -> int:
+        self.last_tag += 1
+        return self.last_tag
+
+    def next_tags(self, n: int) -> int:
+        """Reserve ``n`` delivery tags; the first of them."""
+        first = self.last_tag + 1
+        self.last_tag += n
+        return first
+
+    def has_room(self) -> bool:
+        """Whether the stream's own prefetch allows another consumer delivery."""
+        count = self.prefetch_count
+        if count and self.consumer_unsettled >= count:
+            return False
+        size = self.prefetch_size
+        return not (size and self.unsettled_bytes >= size)
+
+    def track(
+        self, tag: int, queue: Queue, seq: int, msg: Message, consumer: Consumer | None
+    ) -> None:
+        """Delivery ``tag`` of ``queue``'s message ``seq`` awaits its settlement
+        (``consumer`` None: a pull's)."""
+        size = len(msg.body)
+        self.unsettled.add(tag, (queue, seq, msg, consumer, size))
+        self.unsettled_bytes += size
+        if consumer is not None:
+            self.consumer_unsettled += 1
+            consumer.unacked_count += 1
+            consumer.unacked_bytes += size
+
+    def track_run(
+        self, first: int, queue: Queue, stored: StoredRun, consumer: Consumer, size: int
+    ) -> None:
+        """A run's deliveries, tags ``first ..``, ``size`` body bytes in all."""
+        n = len(stored)
+        self.unsettled.add_run(
+            UnsettledRun(first, queue, consumer, stored.segment, stored.offsets, stored.sizes)
+        )
+        self.unsettled_bytes += size
+        self.consumer_unsettled += n
+        consumer.unacked_count += n
+        consumer.unacked_bytes += size
+
+    # -- settling -----------------------------------------------------------------------
+    def ack(self, tag: int, multiple: bool) -> None:
+        """Ack delivery ``tag`` (``multiple``: every one up to it; tag 0: all).
+        An unknown tag raises PreconditionFailed (406), as in RabbitMQ."""
+        taken, runs = self.unsettled.take(tag, multiple)
+        self.settle(taken, runs, None)
+
+    def reject(self, tag: int, multiple: bool, requeue: bool, explicit: bool = True) -> None:
+        """Requeue or drop delivery ``tag`` (``multiple`` as ack()), once every
+        queue concerned allows it (check_reject). ``explicit``: the client's own
+        nack or reject (counted apart for the delivery limit)."""
+        self.check_reject(tag, multiple)
+        taken, runs = self.unsettled.take(tag, multiple)
+        self.settle(taken, runs, requeue, explicit)
+
+    def take(self, tag: int, multiple: bool) -> Taken:
+        """Take out what ack() would settle, to settle later (a transaction's)."""
+        return self.unsettled.take(tag, multiple)
+
+    def ack_range(self, first: int, n: int) -> bool:
+        """Ack tags ``first .. first + n - 1`` together (n single acks in a read),
+        with one refill after them, when one run of deliveries, or single
+        deliveries alone, hold every tag. False, and nothing settled, otherwise:
+        the protocol settles them one by one."""
+        found = self.unsettled.take_range(first, first + n - 1)
+        if found is None:
+            return False
+        self.settle(found[0], found[1], None)
+        return True
+
+    def reject_range(self, first: int, n: int, requeue: bool) -> bool:
+        """reject() of tags ``first .. first + n - 1`` together, as ack_range acks
+        them, when no queue of theirs refuses rejects either; else False."""
+        last = first + n - 1
+        if self._refused(first, last):
+            return False
+        found = self.unsettled.take_range(first, last)
+        if found is None:
+            return False
+        self.settle(found[0], found[1], requeue)
+        return True
+
+    def recover(self) -> None:
+        """Every unsettled delivery back to its queue (basic.recover requeue=true)."""
+        taken, runs = self.unsettled.take(0, True)
+        self.settle(taken, runs, True, explicit=False)
+
+    def check_reject(self, tag: int, multiple: bool) -> None:
+        """Let the queues of the deliveries a reject names refuse it (streams do,
+        with 540) before anything is settled."""
+        unsettled = self.unsettled
+        if multiple:
+            queues = [e[0] for t, e in unsettled.singles.items() if tag == 0 or t <= tag]
+            queues += [r.queue for r in unsettled.runs if tag == 0 or r.first <= tag]
+        else:
+            entry = unsettled.singles.get(tag)
+            if entry is not None:
+                queues = [entry[0]]
+            else:
+                queues = [r.queue for r in unsettled.runs if r.first <= tag <= r.last]
+        checked: set[int] = set()
+        for queue in queues:
+            if id(queue) not in checked:
+                checked.add(id(queue))
+                queue.settler.check_reject()
+
+    def _refused(self, first: int, last: int) -> bool:
+        """Whether a queue of the deliveries tagged ``first .. last`` refuses
+        rejects (check_reject raises)."""
+        unsettled = self.unsettled
+        queues: dict[int, Queue] = {}
+        for run in unsettled.runs:
+            if run.first <= last and run.last >= first:
+                queues[id(run.queue)] = run.queue
+        singles = unsettled.singles
+        if singles:
+            for tag in range(first, last + 1):
+                entry = singles.get(tag)
+                if entry is not None:
+                    queues[id(entry[0])] = entry[0]
+        for queue in queues.values():
+            try:
+                queue.settler.check_reject()
+            except BrokerError:
+                return True
+        return False
+
+    def settle(
+        self,
+        taken: list[tuple[int, Unsettled]],
+        runs: list[UnsettledRun],
+        requeue: bool | None,
+        explicit: bool = True,
+        refill: bool = True,
+    ) -> None:
+        """Settle deliveries taken out: acked (``requeue`` None), requeued or
+        dropped; their credit goes back, then (``refill``) their queues deliver
+        again, or every consumer's when the stream's own prefetch held them."""
+        self._credit(taken, runs)
+        queues: dict[int, Queue] = {}
+        if requeue is None:
+            # One store call and one flush registration per queue (or run), not
+            # per message.
+            seqs: dict[int, list[int]] = {}
+            sizes: dict[int, int] = {}
+            for _, (queue, seq, _msg, _consumer, size) in taken:
+                key = id(queue)
+                if key in queues:
+                    seqs[key].append(seq)
+                    sizes[key] += size
+                else:
+                    queues[key] = queue
+                    seqs[key] = [seq]
+                    sizes[key] = size
+            acked = len(taken)
+            counts = self.counts
+            for key, queue in queues.items():
+                n = len(seqs[key])
+                queue.stats.ack += n
+                if counts is not None:
+                    counts.queue(queue).ack += n
+                queue.settler.ack_many(seqs[key], sizes[key])
+            for run in runs:
+                queue = run.queue
+                n = len(run)
+                acked += n
+                queue.stats.ack += n
+                if counts is not None:
+                    counts.queue(queue).ack += n
+                queue.settler.ack_run(run.segment, run.offsets, sum(run.sizes))
+                queues[id(queue)] = queue
+            self.stats.ack += acked
+        elif not taken:
+            # Runs alone: disjoint, in tag order already; each goes to its queue
+            # whole.
+            for run in runs:
+                queue = run.queue
+                queue.settler.reject_run(run.segment, run.offsets, run.sizes, requeue, explicit)
+                queues[id(queue)] = queue
+        else:
+            if runs:
+                taken = sorted(
+                    [*taken, *(item for run in runs for item in run.entries())],
+                    key=lambda item: item[0],
+                )
+            _reject_in_spans(taken, requeue, explicit, queues)
+        if not refill:
+            return
+        if self.prefetch_count or self.prefetch_size:
+            self.resume()
+        else:
+            for q in queues.values():
+                q.schedule_delivery()
+
+    def _credit(self, taken: list[tuple[int, Unsettled]], runs: list[UnsettledRun]) -> None:
+        """Give the prefetch credit these deliveries held back."""
+        for _, entry in taken:
+            size = entry[4]
+            self.unsettled_bytes -= size
+            consumer = entry[3]
+            if consumer is not None:
+                self.consumer_unsettled -= 1
+                consumer.unacked_count -= 1
+                consumer.unacked_bytes -= size
+        for run in runs:
+            n = len(run)
+            size = sum(run.sizes)
+            self.unsettled_bytes -= size
+            consumer = run.consumer
+            if consumer is not None:
+                self.consumer_unsettled -= n
+                consumer.unacked_count -= n
+                consumer.unacked_bytes -= size
+
+    # -- closing ------------------------------------------------------------------------
+    def close(self, held: Iterable[Unsettled] = ()) -> None:
+        """The stream ends (a channel's close, a connection's end): its consumers
+        are cancelled, then every unsettled delivery, and ``held`` (deliveries
+        taken out and not yet settled: a transaction's), goes back to its queue
+        in sequence order, each stretch of one queue's in one call, as not an
+        explicit return; its counters go to the vhost's. Once; later calls do
+        nothing."""
+        if self.closed:
+            return
+        self.closed = True
+        for consumer in list(self.consumers.values()):
+            consumer.queue.remove_consumer(consumer)
+        self.consumers.clear()
+        back = [e for _, e in self.unsettled.entries()]
+        back.extend(held)
+        self.unsettled.clear()
+        self.consumer_unsettled = 0
+        self.unsettled_bytes = 0
+        back.sort(key=lambda e: e[1])
+        _reject_in_spans([(0, e) for e in back], True, False, {})
+        if self._retire is not None:
+            self._retire.add(self.stats)
+        self._on_close(self)
+
+
+def _reject_in_spans(
+    taken: list[tuple[int, Unsettled]], requeue: bool, explicit: bool, queues: dict[int, Queue]
+) -> None:
+    """Reject deliveries in tag order, each stretch of one queue's in one call
+    (QueueSettlement.reject_many): the queues see them in the order they would
+    one by one, across queues too (their dead-letter copies keep that order)."""
+    i = 0
+    n = len(taken)
+    while i < n:
+        queue = taken[i][1][0]
+        j = i + 1
+        while j < n and taken[j][1][0] is queue:
+            j += 1
+        seqs: list[int] = []
+        msgs: list[Message | None] = []
+        sizes: list[int] = []
+        for k in range(i, j):
+            entry = taken[k][1]
+            seqs.append(entry[1])
+            msgs.append(entry[2])
+            sizes.append(entry[4])
+        queue.settler.reject_many(seqs, msgs, sizes, requeue, explicit)
+        queues[id(queue)] = queue
+        i = j
