@@ -128,7 +128,7 @@ class Deliveries:
     def pull(self, queue: Queue, no_ack: bool) -> tuple[int, Message, bool] | None:
         """One message from ``queue`` (basic.get), as (delivery tag, message,
         redelivered); kept unsettled unless ``no_ack``. None: the queue is empty."""
-        item = queue.pull(no_ack)
+        item = queue.pull_next(no_ack)
         if item is None:
             return None
         seq, msg, redelivered = item
@@ -200,6 +200,11 @@ class Deliveries:
     def take(self, tag: int, multiple: bool) -> Taken:
         """Take out what ack() would settle, to settle later (a transaction's)."""
         return self.unsettled.take(tag, multiple)
+
+    def take_one(self, tag: int) -> tuple[int, Unsettled]:
+        """Take out the single delivery ``tag`` (one a protocol knows is
+        unsettled: an MQTT connection's in flight), to settle later."""
+        return tag, self.unsettled.singles.pop(tag)
 
     def ack_range(self, first: int, n: int) -> bool:
         """Ack tags ``first .. first + n - 1`` together (n single acks in a read),

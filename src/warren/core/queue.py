@@ -501,7 +501,7 @@ class Queue(QueueDelivery):
         self._groups = sorted(groups.items(), key=lambda g: -g[0])
 
     # -- pull ---------------------------------------------------------------------------
-    def pull(self, no_ack: bool) -> tuple[int, Message, bool] | None:
+    def pull_next(self, no_ack: bool) -> tuple[int, Message, bool] | None:
         """The next message (basic.get): (seq, message, redelivered), unacked
         unless ``no_ack``; None when none is ready. Reached through a client
         session's delivery stream (Deliveries.pull)."""

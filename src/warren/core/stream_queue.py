@@ -455,7 +455,7 @@ class StreamQueue(Queue):
         return None
 
     # -- what a stream refuses (540, RabbitMQ's texts) ------------------------------------
-    def pull(self, no_ack: bool) -> tuple[int, Message, bool] | None:
+    def pull_next(self, no_ack: bool) -> tuple[int, Message, bool] | None:
         raise NotImplemented_(f"basic.get not supported by stream queues {self._what()}")
 
     def purge(self) -> int:

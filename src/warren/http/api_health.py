@@ -25,6 +25,7 @@ from aiohttp import web
 
 from warren.core.message import Message
 from warren.core.properties import EMPTY_PROPERTIES
+from warren.core.session import ClientSession
 from warren.http.common import Ctx, bad_request, json_response, not_found
 from warren.http.formats import queue_type
 from warren.http.state import Router
@@ -401,7 +402,7 @@ async def aliveness(ctx: Ctx) -> web.StreamResponse:
         vhost.default_exchange,
         Message("", "aliveness-test", EMPTY_PROPERTIES, b"test_message", vhost.clock.now_ms()),
     )
-    item = q.pull(no_ack=True)
+    item = ClientSession(ctx.node, ctx.user).deliveries(vhost.base_stats).pull(q, no_ack=True)
     if item is None or item[1].body != b"test_message":
         return failed(ctx, "no message")
     return _ok()

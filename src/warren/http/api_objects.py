@@ -426,37 +426,45 @@ async def get_messages(ctx: Ctx) -> web.StreamResponse:
     truncate = _integer(body["truncate"]) if body.get("truncate") not in (None, "") else None
     requeue = ackmode.endswith("requeue_true")
     no_ack = ackmode == "ack_requeue_false"
-    taken: list[tuple[int, Message, bool]] = []
+    # A delivery stream of the requester's session (core/deliveries.py): what
+    # is taken stays unsettled until all are taken, then goes back or is
+    # dropped; should the request fail half way, its close puts it all back.
+    deliveries = ClientSession(ctx.node, ctx.user).deliveries(vhost.base_stats)
+    taken = 0
     out: list[dict[str, Any]] = []
-    for _ in range(max(0, count)):
-        item = q.pull(no_ack)
-        if item is None:
-            if not out:
-                vhost.base_stats.get_empty += 1
-                q.stats.get_empty += 1
-            break
-        seq, msg, redelivered = item
-        count_get(vhost.base_stats, q.stats, no_ack, redelivered)
-        if not no_ack:
-            taken.append(item)
-        payload, used = _payload(msg.body, encoding, truncate)
-        out.append(
-            {
-                "payload_bytes": len(msg.body),
-                "redelivered": redelivered,
-                "exchange": msg.exchange,
-                "routing_key": msg.routing_key,
-                "message_count": 0,
-                "properties": _properties_json(msg.properties),
-                "payload": payload,
-                "payload_encoding": used,
-            }
-        )
-    for seq, msg, _ in taken:
-        # Dropped: dead-lettered where the queue says so.
-        q.settler.reject_many([seq], [msg], [len(msg.body)], requeue, False)
+    try:
+        for _ in range(max(0, count)):
+            item = deliveries.pull(q, no_ack)
+            if item is None:
+                if not out:
+                    vhost.base_stats.get_empty += 1
+                    q.stats.get_empty += 1
+                break
+            _tag, msg, redelivered = item
+            count_get(vhost.base_stats, q.stats, no_ack, redelivered)
+            if not no_ack:
+                taken += 1
+            payload, used = _payload(msg.body, encoding, truncate)
+            out.append(
+                {
+                    "payload_bytes": len(msg.body),
+                    "redelivered": redelivered,
+                    "exchange": msg.exchange,
+                    "routing_key": msg.routing_key,
+                    "message_count": 0,
+                    "properties": _properties_json(msg.properties),
+                    "payload": payload,
+                    "payload_encoding": used,
+                }
+            )
+        if requeue:
+            deliveries.recover()
+        else:  # dropped: dead-lettered where the queue says so
+            deliveries.reject(0, True, requeue=False, explicit=False)
+    finally:
+        deliveries.close()
     # What was left in the queue after each get, as RabbitMQ reports it.
-    base = q.message_count - (len(taken) if requeue else 0)
+    base = q.message_count - (taken if requeue else 0)
     for i, entry in enumerate(out):
         entry["message_count"] = base + len(out) - i - 1
     return json_response(out)

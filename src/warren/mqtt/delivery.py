@@ -10,6 +10,13 @@ exchange is the session's). When the connection ends, messages still in
 flight go back to their queue in their original order, and the session
 remembers their packet ids so a resumed session re-sends them with the same
 id and DUP set.
+
+Consuming and settling are the client session's (core/deliveries.py): the
+consumers are attached through the connection's delivery stream, which
+numbers and keeps every delivery the queue wants settled; a packet id maps
+to its delivery tag. What is MQTT's stays here: packet ids, the window, QoS
+2's release, the retained backlog, and which acks wait for the end of the
+loop turn (one settlement per turn).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ if TYPE_CHECKING:
     from warren.core.queue import Queue
     from warren.core.session import ClientSession
     from warren.core.stats import MessageStats
+    from warren.core.unsettled import Unsettled
     from warren.core.vhost import VHost
     from warren.mqtt.state import MQTTState
 
@@ -44,11 +52,6 @@ log = logging.getLogger("warren.mqtt")
 
 _U16 = struct.Struct("!H").pack
 _TOPIC_CACHE_LIMIT = 4096
-
-
-def _size(msg: Message | None) -> int:
-    """A delivery's body bytes (none for a retained message's, which has no queue)."""
-    return len(msg.body) if msg is not None else 0
 
 
 class MQTTConsumer(Consumer):
@@ -77,7 +80,7 @@ class MQTTConsumer(Consumer):
     def cancelled(self) -> None:
         """The queue was deleted under the session (by an operator): it goes on
         without it; a later SUBSCRIBE declares it again."""
-        self.conn.consumers.pop(self.queue.name, None)
+        self.conn.deliveries.cancelled(self.queue.name, self)
 
 
 class Delivery:
@@ -116,13 +119,14 @@ class Delivery:
         self.client_max_packet = 0
         self.alias_max_out = 0
         self._aliases_out: dict[str, int] = {}
-        #: packet id -> (queue or None for a retained message, queue seq, message).
-        self.inflight: dict[int, tuple[Queue | None, int, Message | None]] = {}
-        self.consumers: dict[str, MQTTConsumer] = {}
+        #: packet id -> the delivery tag in flight under it (0: a retained
+        #: message's, which no queue waits for).
+        self.inflight: dict[int, int] = {}
+        #: The consumers by queue name (the delivery stream's).
+        self.consumers = self.deliveries.consumers
         self._next_pid = 0
-        # Acks to apply at the end of the loop turn, per queue: the queue, the
-        # seqs and their body bytes in all.
-        self._acks: dict[int, tuple[Queue, list[int], list[int]]] = {}
+        # Deliveries the client settled, acked at the end of the loop turn.
+        self._acks: list[tuple[int, Unsettled]] = []
         self._topics: dict[str, bytes] = {}
         #: Retained QoS 1/2 messages for a SUBSCRIBE waiting for room in the window.
         self._retained_backlog: deque[tuple[RetainedMessage, SubscriptionOptions]] = deque()
@@ -159,16 +163,23 @@ class Delivery:
         if queue.name in self.consumers:
             return
         consumer = MQTTConsumer(self, queue, shared)
-        self.consumers[queue.name] = consumer
         self.update_no_ack(consumer)
-        queue.add_consumer(consumer)
+        self.deliveries.consume(queue.name, consumer)
+
+    def set_shared(self, queue: str, opts: SubscriptionOptions) -> None:
+        """The share group's consumer of ``queue`` delivers with these options."""
+        consumer = self.consumers.get(queue)
+        if isinstance(consumer, MQTTConsumer):
+            consumer.shared = opts
 
     def drop_shared_consumer(self, opts: SubscriptionOptions) -> None:
+        """Leave a share group: what is in flight from its queue goes back (to
+        any member, under a new packet id), and the consumer is cancelled."""
         name = f"mqtt-shared-{opts.group}-{opts.binding_key}"
-        consumer = self.consumers.pop(name, None)
+        consumer = self.consumers.get(name)
         if consumer is not None:
             self._return_inflight(consumer.queue)
-            consumer.queue.remove_consumer(consumer)
+            self.deliveries.cancel(name)
 
     def consumers_changed(self, queue: str | None = None) -> None:
         """After a change to the session's subscriptions: whether the consumer of
@@ -176,10 +187,11 @@ class Delivery:
         session's counts are kept as they change)."""
         if queue is None:
             for consumer in self.consumers.values():
-                self.update_no_ack(consumer)
+                if isinstance(consumer, MQTTConsumer):
+                    self.update_no_ack(consumer)
         else:
             one = self.consumers.get(queue)
-            if one is not None:
+            if isinstance(one, MQTTConsumer):
                 self.update_no_ack(one)
 
     def update_no_ack(self, consumer: MQTTConsumer) -> None:
@@ -194,58 +206,70 @@ class Delivery:
         consumer.no_ack = bool(subs.own) and subs.own_qos == 0
 
     def detach_consumers(self) -> None:
-        """Stop consuming; whatever is in flight goes back to its queue, in order."""
+        """Stop consuming: the delivery stream closes, whatever is in flight goes
+        back to its queue, in order; the session keeps the packet ids of its own
+        queue's messages for their resend."""
         session = self.session
-        for consumer in list(self.consumers.values()):
-            self._return_inflight(consumer.queue)
-            consumer.queue.remove_consumer(consumer)
-        self.consumers.clear()
         if session is not None:
+            self._remember_ids(None)
             self.inflight.clear()
+        self.deliveries.close()
 
-    def _return_inflight(self, queue: Queue) -> None:
+    def _remember_ids(self, queue: Queue | None) -> list[tuple[int, int]]:
+        """The (seq, delivery tag) of the messages in flight from ``queue`` (None:
+        every queue), taken out of ``inflight`` when a queue is named; the
+        session remembers those of its own queue (a share group's message may go
+        to any member: a new id then)."""
         session = self.session
         assert session is not None
-        back = sorted(
-            (seq, pid, msg)
-            for pid, (q, seq, msg) in self.inflight.items()
-            if q is queue and msg is not None
-        )
-        own = queue.name == session.queue
-        for seq, pid, msg in back:
-            del self.inflight[pid]
-            if own:  # a share group's message may go to any member: a new id then
+        singles = self.deliveries.unsettled.singles
+        found: list[tuple[int, int]] = []
+        for pid, tag in list(self.inflight.items()):
+            entry = singles.get(tag) if tag else None
+            if entry is None or entry[0].deleted:
+                continue  # a retained message's, or its queue is gone
+            if queue is not None and entry[0] is not queue:
+                continue
+            seq = entry[1]
+            found.append((seq, tag))
+            if queue is not None:
+                del self.inflight[pid]
+            if entry[0].name == session.queue:
                 session.redeliver[seq] = pid
-            assert msg is not None
-            queue.settler.reject_many([seq], [msg], [len(msg.body)], True, False)
+        return found
+
+    def _return_inflight(self, queue: Queue) -> None:
+        """What is in flight from ``queue`` goes back to it, in queue order."""
+        back = sorted(self._remember_ids(queue))
+        if back:
+            take = self.deliveries.take_one
+            self.deliveries.settle([take(tag) for _seq, tag in back], [], True, explicit=False)
 
     def set_writable(self, writable: bool) -> None:
         self.writable = writable
         if writable:
-            for consumer in self.consumers.values():
-                consumer.queue.schedule_delivery()
+            self.deliveries.resume()
 
     # -- acknowledgements from the client ----------------------------------------------------
     def settle(self, pid: int) -> None:
         """PUBACK: the client has the QoS 1 message."""
-        entry = self.inflight.pop(pid, None)
-        if entry is None:
+        tag = self.inflight.pop(pid, None)
+        if tag is None:
             log.debug("%s: PUBACK for unknown packet id %d", self, pid)
             return
-        queue, seq, msg = entry
-        if queue is not None:
-            self._ack(queue, seq, _size(msg))
+        if tag:
+            self._ack(tag)
         else:
             self._window_opened()  # a retained message: no queue ack to do it
 
     def received(self, pid: int, reason_code: int) -> None:
         """PUBREC: the client has the QoS 2 message; release it (PUBREL)."""
-        entry = self.inflight.pop(pid, None)
+        tag = self.inflight.pop(pid, None)
         session = self.session
         assert session is not None
-        if reason_code >= 0x80 or (entry is None and pid not in session.released):
-            if entry is not None and entry[0] is not None:
-                self._ack(entry[0], entry[1], _size(entry[2]))
+        if reason_code >= 0x80 or (tag is None and pid not in session.released):
+            if tag:
+                self._ack(tag)
             if reason_code < 0x80:
                 self.send(encode(PubRel(pid, P.PACKET_IDENTIFIER_NOT_FOUND), self.level))
             return  # refused (or unknown): the exchange ends here
@@ -253,26 +277,28 @@ class Delivery:
         if session.persistent and self.vhost is not None:
             store = self.state.sessions(self.vhost.name)
             store.save(session)
-            if entry is not None and entry[0] is not None and store.log is not None:
+            if tag and store.log is not None:
                 # The queue message goes only once the release is on disk: an ack
                 # that a power cut kept without it loses the message, which the
                 # client holds until a PUBREL the broker would no longer send.
-                queue, seq, msg = entry[0], entry[1], entry[2]
-                if self.client_session.when_synced(
-                    [store.log], lambda ok: self._released(queue, seq, msg, ok)
+                # Taken out meanwhile: a close does not requeue it.
+                taken = self.deliveries.take_one(tag)
+                tag = 0
+                if not self.client_session.when_synced(
+                    [store.log], lambda ok: self._released(taken, ok)
                 ):
-                    entry = None
-        if entry is not None and entry[0] is not None:
-            self._ack(entry[0], entry[1], _size(entry[2]))
+                    self._ack_taken(taken)
+        if tag:
+            self._ack(tag)
         self.send(encode(PubRel(pid), self.level))
 
-    def _released(self, queue: Queue, seq: int, msg: Message | None, synced: bool) -> None:
+    def _released(self, taken: tuple[int, Unsettled], synced: bool) -> None:
         """The release of a QoS 2 delivery is on disk: acknowledge its queue message
         (if the sync failed, put it back rather: a resend, never a loss)."""
-        if synced or msg is None:
-            self._ack(queue, seq, _size(msg))
+        if synced:
+            self._ack_taken(taken)
         else:
-            queue.settler.reject_many([seq], [msg], [len(msg.body)], True, False)
+            self.deliveries.settle([taken], [], True, explicit=False)
 
     def completed(self, pid: int) -> None:
         """PUBCOMP: the QoS 2 exchange is over."""
@@ -284,26 +310,23 @@ class Delivery:
                 self.state.sessions(self.vhost.name).save(session)
             self._window_opened()
 
-    def _ack(self, queue: Queue, seq: int, size: int) -> None:
-        entry = self._acks.get(id(queue))
-        if entry is None:
-            if not self._acks and self.vhost is not None:
-                self.vhost.call_soon(self.apply_acks)
-            self._acks[id(queue)] = (queue, [seq], [size])
-        else:
-            entry[1].append(seq)
-            entry[2][0] += size
+    def _ack(self, tag: int) -> None:
+        self._ack_taken(self.deliveries.take_one(tag))
+
+    def _ack_taken(self, taken: tuple[int, Unsettled]) -> None:
+        """Ack a delivery at the end of the loop turn (apply_acks)."""
+        if not self._acks and self.vhost is not None:
+            self.vhost.call_soon(self.apply_acks)
+        self._acks.append(taken)
 
     def apply_acks(self) -> None:
-        """Acknowledge what the client settled, one call per queue, then let the
-        queues deliver into the space that opened."""
+        """Acknowledge what the client settled, one call per queue (the delivery
+        stream's settle), then let the queues deliver into the window that
+        opened."""
         if not self._acks:
             return
-        acks, self._acks = self._acks, {}
-        for queue, seqs, size in acks.values():
-            queue.settler.ack_many(seqs, size[0])
-            queue.stats.ack += len(seqs)
-            self.stats.ack += len(seqs)
+        acks, self._acks = self._acks, []
+        self.deliveries.settle(acks, [], None, refill=False)
         self._window_opened()
 
     def _window_opened(self) -> None:
@@ -313,8 +336,7 @@ class Delivery:
             while backlog and not self.window_full():
                 msg, opts = backlog.popleft()
                 self.send_retained(msg, opts, now)
-        for consumer in self.consumers.values():
-            consumer.queue.schedule_delivery()
+        self.deliveries.resume()
 
     # -- PUBLISH to the client ---------------------------------------------------------------
     def window_full(self) -> bool:
@@ -376,9 +398,14 @@ class Delivery:
             drop = True  # expired on the way (the queue's TTL usually sees it first)
         queue = consumer.queue
         count_delivery(self.stats, queue.stats, consumer.no_ack, redelivered)
+        tag = 0  # the queue waits for its settlement unless no_ack
+        if not consumer.no_ack:
+            deliveries = self.deliveries
+            tag = deliveries.next_tag()
+            deliveries.track(tag, queue, seq, msg, consumer)
         if drop:
-            if not consumer.no_ack:
-                self._ack(queue, seq, len(msg.body))
+            if tag:
+                self._ack(tag)
             return
         pid = 0
         dup = redelivered
@@ -397,13 +424,13 @@ class Delivery:
             msg.routing_key, msg.body, qos, dup and qos > 0, retain, out, ids, pid
         )
         if packet is None:
-            if not consumer.no_ack:
-                self._ack(queue, seq, len(msg.body))
+            if tag:
+                self._ack(tag)
             return
         if qos:
-            self.inflight[pid] = (queue, seq, msg)
-        elif not consumer.no_ack:
-            self._ack(queue, seq, len(msg.body))
+            self.inflight[pid] = tag
+        elif tag:
+            self._ack(tag)
         self.send(packet)
 
     def send_retained(self, msg: RetainedMessage, opts: SubscriptionOptions, now: int) -> None:
@@ -422,7 +449,7 @@ class Delivery:
         if packet is None:
             return
         if qos:
-            self.inflight[pid] = (None, 0, None)
+            self.inflight[pid] = 0
         self.send(packet)
 
     def _publish_packet(

@@ -245,10 +245,10 @@ class Subscriptions:
         session.subscriptions.set(topic_filter, opts)
         if session.persistent:
             self.conn.state.sessions(vhost.name).subscription_changed(session, topic_filter)
-        if opts.group is not None and queue.name in self.delivery.consumers:
+        if opts.group is not None:
             # Its consumer was made before the subscription was recorded (or with a
             # replaced subscription's options): it delivers with these.
-            self.delivery.consumers[queue.name].shared = opts
+            self.delivery.set_shared(queue.name, opts)
         self.changed(queue.name)
         return old is not None
 
