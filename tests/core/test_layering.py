@@ -165,6 +165,60 @@ def test_the_durability_check_sees_a_direct_use() -> None:
     assert durability_reaches("conn.client_session.change_mark()\n") == set()
 
 
+#: What a protocol reaches through its client session's delivery streams only
+#: (core/deliveries.py): the one place consuming (a consumer attached to and
+#: cancelled from its queue, the queues asked to deliver again, a pull) and
+#: settling (the queue's settler: acks, requeues, drops, the delivery-limit
+#: count) are written. The store's acks are the queue's business too.
+_QUEUE_INTERNALS = {
+    "settler",
+    "add_consumer",
+    "remove_consumer",
+    "schedule_delivery",
+    "pull_next",
+    "ack_many",
+    "ack_run",
+    "reject_many",
+    "reject_run",
+    "requeue_refusal",
+}
+
+
+def queue_reaches(source: str) -> set[tuple[int, str]]:
+    """(line, name) of every use of a queue's consuming or settling internals."""
+    return {
+        (node.lineno, node.attr)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute) and node.attr in _QUEUE_INTERNALS
+    }
+
+
+@pytest.mark.parametrize("package", PROTOCOL_PACKAGES)
+def test_a_protocol_consumes_and_settles_only_through_its_client_session(package: str) -> None:
+    offenders = {
+        f"{path.relative_to(SRC)}:{line}: .{name}"
+        for path in _files(package)
+        for line, name in queue_reaches(path.read_text(encoding="utf-8"))
+    }
+    assert not offenders
+
+
+def test_the_queue_check_sees_a_direct_use() -> None:
+    sample = (
+        "def f(q, c, seqs):\n"
+        "    q.add_consumer(c)\n"
+        "    q.settler.ack_many(seqs, 0)\n"
+        "    q.schedule_delivery()\n"
+    )
+    assert queue_reaches(sample) == {
+        (2, "add_consumer"),
+        (3, "settler"),
+        (3, "ack_many"),
+        (4, "schedule_delivery"),
+    }
+    assert queue_reaches("ch.deliveries.ack(tag, multiple)\n") == set()
+
+
 def test_spark_imports_nothing_of_perf() -> None:
     """The Spark data source and warren perf share warren.client, not each other."""
     offenders = {
