@@ -6,9 +6,10 @@ deliveries, how they are settled, what its close gives back); the channel
 says what that is in AMQP (basic.consume, get, qos, the prefetch a new
 consumer gets) and its Settlement (amqp/settlement.py) what acks, nacks,
 rejects and recover are (transactions, runs of acks read at once).
-Publishes are the channel's publishing half (amqp/publishing.py, its base
-class), confirms its PublisherConfirms (amqp/confirms.py), and the exchange
-and queue class methods are amqp/declarations.py's.
+Publishes are the channel's publishing part (amqp/publishing.py's
+Publishing, ``channel.publishing``), confirms its PublisherConfirms
+(amqp/confirms.py), and the exchange and queue class methods are
+amqp/declarations.py's.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from warren.amqp.consumer import AMQPConsumer
 from warren.amqp.frames import message_frames
 from warren.amqp.publishing import EXPECTED_BODY, EXPECTED_HEADER, Publishing
 from warren.amqp.settlement import Settlement
+from warren.core.channel_counts import ChannelCounts
 from warren.core.commit import NOT_STORED, NotStored
 from warren.core.errors import (
     BrokerError,
@@ -58,9 +60,11 @@ def _random_tag(prefix: str) -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
 
-class Channel(Publishing):
+class Channel:
+    """One channel: its parts are a delivery stream of the client session
+    (``deliveries``), its Settlement, its Publishing and its PublisherConfirms."""
+
     def __init__(self, connection: AMQPConnection, channel_id: int) -> None:
-        super().__init__()
         self.connection = connection
         self.id = channel_id
         self.vhost = connection.vhost
@@ -69,8 +73,8 @@ class Channel(Publishing):
         assert user is not None
         self.user: User = user
         self._vhost_name = self.vhost.name
-        # RabbitMQ's topic permission variables for AMQP 0-9-1 (client_id is MQTT's).
-        self._topic_variables = {"username": user.name, "vhost": self.vhost.name}
+        #: RabbitMQ's topic permission variables for AMQP 0-9-1 (client_id is MQTT's).
+        self.topic_variables = {"username": user.name, "vhost": self.vhost.name}
         self.vhost.channels_opened += 1
         # Counted per user for max-channels; given back once, in release().
         self._users: UserStore = connection.broker.users
@@ -80,6 +84,8 @@ class Channel(Publishing):
         self.flow_active = True
         #: Message counters (management API, metrics); folded into the vhost's at close.
         self.stats = MessageStats()
+        #: Counts by exchange and queue (core/channel_counts.py; the metrics').
+        self.counts = ChannelCounts()
         #: The channel's delivery stream in its client session: consumers,
         #: delivery tags, unacked deliveries, their settlement (core/deliveries.py).
         self.deliveries = connection.client_session.deliveries(
@@ -100,6 +106,8 @@ class Channel(Publishing):
         self.last_queue = ""
         self.reply_token: str | None = None
         self.reply_consumer_tag: str | None = None
+        #: basic.publish and its content, runs, routing, tx's publishes.
+        self.publishing = Publishing(self)
 
     def __repr__(self) -> str:
         return f"<Channel {self.id} of {self.connection.name}>"
@@ -107,19 +115,17 @@ class Channel(Publishing):
     # -- frames -----------------------------------------------------------------------
     def on_method_frame(self, payload: bytes) -> None:
         conn = self.connection
-        if self._publish is not None:
+        publishing = self.publishing
+        if publishing.current is not None:
             # RabbitMQ's texts; the close names basic.publish, whose content was cut short.
-            text = EXPECTED_HEADER if self._props is None else EXPECTED_BODY
+            text = EXPECTED_HEADER if publishing.props is None else EXPECTED_BODY
             conn.connection_error(UnexpectedFrame(text), 60, 40)
             return
         if payload[:4] == _PUBLISH_IDS and not self.closing:
-            # The hot path: basic.publish skips the generic dispatch. Its payload
-            # already holds exchange and routing key as the two shortstrs every
-            # delivery of the message will carry.
-            # A publisher mostly repeats one exchange and routing key: the last
-            # payload's decoded method is reused (it is only ever read).
-            self._publish = self._publish_method(payload)
-            self._publish_ex_rk = payload[6:-1]
+            # The hot path: basic.publish skips the generic dispatch. A publisher
+            # mostly repeats one exchange and routing key: the last payload's
+            # decoded method is reused (it is only ever read).
+            publishing.start(payload)
             return
         method = conn._decode(payload)
         if self.closing:
@@ -166,8 +172,7 @@ class Channel(Publishing):
             ),
         )
         self.closing = True
-        self._publish = self._props = None
-        self._body = []
+        self.publishing.abandon()
         self.release()
 
     def check_consumer_timeout(self, now: int, default: int) -> None:
@@ -210,7 +215,7 @@ class Channel(Publishing):
         if not self.closed:  # once, however often released
             self._users.count_channel(self.user.name, -1)
             if vhost is not None:
-                if self.confirm:  # messages received expecting confirmations (metrics)
+                if self.publishing.confirm:  # received expecting confirmations (metrics)
                     vhost.received_confirm += self.stats.publish
                 vhost.channels_closed += 1
         self.closed = True
@@ -228,7 +233,7 @@ class Channel(Publishing):
         """RabbitMQ's topic permission check (binds): topic exchanges only."""
         if ex is not None and ex.type == "topic" and self.user.topic_permissions:
             UserStore.check_topic(
-                self.user, self._vhost_name, ex.name, key, kind, self._topic_variables
+                self.user, self._vhost_name, ex.name, key, kind, self.topic_variables
             )
 
     def queue_name(self, name: str) -> str:
@@ -368,10 +373,10 @@ class Channel(Publishing):
             exchange=msg.exchange,
             routing_key=msg.routing_key,
         )
-        self._send_message(deliver, msg)
+        self.send_message(deliver, msg)
         return True
 
-    def _send_message(self, method: spec.Method, msg: Message) -> None:
+    def send_message(self, method: spec.Method, msg: Message) -> None:
         """A content-carrying method (get-ok, return, reply) followed by its message."""
         conn = self.connection
         conn.send_many(
@@ -426,7 +431,7 @@ class Channel(Publishing):
             routing_key=msg.routing_key,
             message_count=q.message_count,
         )
-        self._send_message(get_ok, msg)
+        self.send_message(get_ok, msg)
 
     def _basic_ack(self, method: spec.BasicAck) -> None:
         self.settlement.ack_like(method.delivery_tag, method.multiple, None)
@@ -435,7 +440,7 @@ class Channel(Publishing):
         """Whether a run of single acks (amqp/ack_scan.py) may be settled at once
         here: not in a transaction (acks wait for the commit), nothing half
         received, not closing."""
-        return not (self.closing or self.tx or self._publish is not None)
+        return not (self.closing or self.tx or self.publishing.current is not None)
 
     def _basic_nack(self, method: spec.BasicNack) -> None:
         self.settlement.ack_like(method.delivery_tag, method.multiple, method.requeue)
@@ -461,13 +466,13 @@ class Channel(Publishing):
     def _confirm_select(self, method: spec.ConfirmSelect) -> None:
         if self.tx:
             raise PreconditionFailed("cannot switch from tx to confirm mode")
-        self.confirm = True
+        self.publishing.confirm = True
         if not method.nowait:
             self.reply(spec.ConfirmSelectOk())
 
     # -- tx class -----------------------------------------------------------------------
     def _tx_select(self, method: spec.TxSelect) -> None:
-        if self.confirm:
+        if self.publishing.confirm:
             raise PreconditionFailed("cannot switch from confirm to tx mode")
         self.tx = True
         self.reply(spec.TxSelectOk())
@@ -477,7 +482,8 @@ class Channel(Publishing):
             raise PreconditionFailed("channel is not transactional")
         settlement = self.settlement
         acks, settlement.tx_acks = settlement.tx_acks, []
-        publishes, self._tx_publishes = self._tx_publishes, []
+        publishing = self.publishing
+        publishes, publishing.tx_publishes = publishing.tx_publishes, []
         if not publishes:
             settlement.commit(acks)
             self.reply(spec.TxCommitOk())
@@ -491,7 +497,7 @@ class Channel(Publishing):
         commit = conn.client_session.commit(self.vhost, f"{conn.name} channel {self.id}: tx.commit")
         rejected = False
         for ex, msg, mandatory in publishes:
-            if self._route(ex, msg, mandatory, None, None, commit) == REJECTED_BY_QUEUE:
+            if publishing.route(ex, msg, mandatory, None, None, commit) == REJECTED_BY_QUEUE:
                 rejected = True
         if not commit.write_out():
             settlement.tx_acks = acks  # given back as unacked by the channel's close
@@ -529,7 +535,7 @@ class Channel(Publishing):
     def _tx_rollback(self, method: spec.TxRollback) -> None:
         if not self.tx:
             raise PreconditionFailed("channel is not transactional")
-        self._tx_publishes.clear()
+        self.publishing.tx_publishes.clear()
         self.settlement.rollback()
         self.reply(spec.TxRollbackOk())
 

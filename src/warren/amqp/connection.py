@@ -212,9 +212,9 @@ class AMQPConnection(FrameHandler):
     def content_frame(self, ch: int, ftype: int, payload: bytes) -> None:
         channel = self._content_channel(ch, ftype, payload)
         if ftype == FRAME_HEADER:
-            channel.on_header_frame(payload)
+            channel.publishing.on_header_frame(payload)
         else:
-            channel.on_body_frame(payload)
+            channel.publishing.on_body_frame(payload)
 
     def _content_channel(self, ch: int, ftype: int, payload: bytes) -> Channel:
         if not ch:

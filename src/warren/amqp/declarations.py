@@ -44,7 +44,7 @@ def exchange_delete(ch: Channel, method: spec.ExchangeDelete) -> None:
     name = strip_cr_lf(method.exchange)
     ch.check(CONFIGURE, "exchange", name)
     ch.vhost.delete_exchange(name, if_unused=method.if_unused)
-    ch.forget_exchange(name)
+    ch.publishing.forget_exchange(name)
     if not method.nowait:
         ch.reply(spec.ExchangeDeleteOk())
 

@@ -271,10 +271,10 @@ class FrameLoop:
                     channel = channels.get(ch)
                     if channel is not None:
                         if ftype == FRAME_BODY:
-                            channel.on_body_frame(payload)
+                            channel.publishing.on_body_frame(payload)
                             continue
                         if ftype == FRAME_METHOD:
-                            if payload[:4] == _PUBLISH_IDS and channel.takes_publish_run():
+                            if payload[:4] == _PUBLISH_IDS and channel.publishing.takes_publish_run():
                                 # Whole messages to one exchange at once (one routing
                                 # key, or several outside a transaction:
                                 # amqp/publish_run.py); None: one by one.
@@ -287,7 +287,7 @@ class FrameLoop:
                                     not channel.tx,
                                 )
                                 if run is not None:
-                                    channel.publish_run(run)
+                                    channel.publishing.publish_run(run)
                                     pos = run.end
                                     budget = max(0, budget - 3 * len(run) + 1)
                                     if conn.state is _CLOSED:
@@ -326,7 +326,7 @@ class FrameLoop:
                                 break
                             continue
                         if ftype == FRAME_HEADER and len(payload) >= 12:
-                            channel.on_header_frame(payload)
+                            channel.publishing.on_header_frame(payload)
                             continue
                 if conn.state == State.CLOSING:
                     # Only connection.close-ok (or close) matters once we have closed.

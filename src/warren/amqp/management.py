@@ -110,13 +110,13 @@ def channel_info(conn: AMQPConnection, ch: Channel, ages: Ages = NO_AGES) -> dic
     state = "closing" if ch.closing else ("flow" if not ch.flow_active else "running")
     return {
         "acks_uncommitted": len(ch.settlement.tx_acks),
-        "confirm": ch.confirm,
+        "confirm": ch.publishing.confirm,
         "connection_details": {"name": cname, "peer_host": peer_host, "peer_port": peer_port},
         "consumer_count": len(ch.consumers),
         "consumer_details": [consumer_info(c, details) for _, c in sorted(ch.consumers.items())],
         "global_prefetch_count": ch.deliveries.prefetch_count,
         "messages_unacknowledged": len(ch.deliveries.unsettled),
-        "messages_uncommitted": len(ch._tx_publishes),
+        "messages_uncommitted": len(ch.publishing.tx_publishes),
         "messages_unconfirmed": len(ch.confirms.unconfirmed),
         "name": name,
         "node": node_name(),

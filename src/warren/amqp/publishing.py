@@ -1,11 +1,12 @@
-"""The publishing half of an AMQP channel (Channel builds on it).
+"""The publishing part of an AMQP channel (``channel.publishing``).
 
 A publish arrives as basic.publish, a content header and body frames, assembled
 here, or as a run of whole messages a socket read holds (amqp/publish_run.py),
 taken at once. Either way RabbitMQ's checks run (immediate, write and topic
 permissions, internal, the property checks of amqp/publish_checks.py, which a
 run's simple properties skip) and the message is routed, held for tx.commit or
-numbered for a confirm (amqp/confirms.py).
+numbered for a confirm (amqp/confirms.py). The frame loop hands content frames
+and runs straight to this part; the channel hands it basic.publish.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from warren.amqp import spec
 from warren.amqp.frames import split_header_payload
 from warren.amqp.publish_checks import check_message, validate_publish_properties
 from warren.amqp.publish_run import PLAIN_PROPERTIES, PublishRun
-from warren.core.channel_counts import ChannelCounts
 from warren.core.codec_errors import DecodeError
 from warren.core.errors import (
     AccessRefused,
@@ -29,15 +29,12 @@ from warren.core.errors import (
 from warren.core.exchange import Exchange
 from warren.core.message import Message, MessageRun
 from warren.core.queue import Queue
-from warren.core.stats import MessageStats
 from warren.core.store import MessageStore
-from warren.core.users import WRITE, User, topic_refused
+from warren.core.users import WRITE, topic_refused
 
 if TYPE_CHECKING:
-    from warren.amqp.confirms import PublisherConfirms
-    from warren.amqp.connection import AMQPConnection
+    from warren.amqp.channel import Channel
     from warren.core.commit import Commit
-    from warren.core.vhost import VHost
 
 # RabbitMQ's texts for frames out of a publish's method/header/body order.
 EXPECTED_METHOD = "expected method frame, got non method frame instead"
@@ -46,48 +43,52 @@ EXPECTED_BODY = "expected content body, got non content body frame instead"
 
 
 class Publishing:
-    """A channel's publishes: content assembly, runs, checks, routing."""
+    """One channel's publishes: content assembly, runs, checks, routing, the
+    numbering for confirms and the publishes a transaction holds."""
 
-    connection: AMQPConnection
-    id: int
-    vhost: VHost | None
-    user: User
-    stats: MessageStats
-    closing: bool
-    tx: bool
-    reply_token: str | None
-    confirms: PublisherConfirms
-    _vhost_name: str
-    _topic_variables: dict[str, str]
-
-    def __init__(self) -> None:
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        # What does not change over the channel's life, held for the hot path.
+        self.connection = channel.connection
+        vhost = channel.vhost
+        assert vhost is not None
+        self.vhost = vhost
+        self.user = channel.user
+        self.stats = channel.stats
+        self.counts = channel.counts
+        self.confirms = channel.confirms
+        self._vhost_name = vhost.name
+        self._topic_variables = channel.topic_variables
+        #: confirm.select was seen: publishes are numbered (publish_seq) and confirmed.
         self.confirm = False
         self.publish_seq = 0
-        self._tx_publishes: list[tuple[Exchange, Message, bool]] = []
-        # Content assembly for the publish in progress.
-        self._publish: spec.BasicPublish | None = None
+        #: In a transaction: the publishes waiting for tx.commit.
+        self.tx_publishes: list[tuple[Exchange, Message, bool]] = []
+        #: The basic.publish whose content is being assembled (None: none).
+        self.current: spec.BasicPublish | None = None
+        #: Its content header's properties, once received.
+        self.props: bytes | None = None
         self._last_publish: spec.BasicPublish | None = None
         self._last_publish_payload = b""
         self._publish_ex_rk = b""
-        self._props: bytes | None = None
         self._body_size = 0
         self._body: list[bytes] = []
         self._received = 0
         self._exchange_cache: dict[str, Exchange] = {}
-        #: Counts by exchange and queue (core/channel_counts.py; the metrics').
-        self.counts = ChannelCounts()
-
-    # Channel's, overridden there.
-    def channel_error(self, exc: BrokerError, class_id: int, method_id: int) -> None:
-        raise NotImplementedError
-
-    def check(self, kind: str, resource_type: str, name: str) -> None:
-        raise NotImplementedError
-
-    def _send_message(self, method: spec.Method, msg: Message) -> None:
-        raise NotImplementedError
 
     # -- frames -----------------------------------------------------------------------
+    def start(self, payload: bytes) -> None:
+        """basic.publish (its method frame's payload): its content follows.
+        The payload already holds exchange and routing key as the two shortstrs
+        every delivery of the message will carry."""
+        self.current = self._publish_method(payload)
+        self._publish_ex_rk = payload[6:-1]
+
+    def abandon(self) -> None:
+        """The channel closes: a publish half received is dropped."""
+        self.current = self.props = None
+        self._body = []
+
     def _publish_method(self, payload: bytes) -> spec.BasicPublish:
         """basic.publish decoded; the last payload's method is reused (it is only
         ever read)."""
@@ -107,7 +108,7 @@ class Publishing:
     def takes_publish_run(self) -> bool:
         """Whether a run of publishes (amqp/publish_run.py) may start here: no
         message half received, the channel not closing."""
-        return self._publish is None and not self.closing
+        return self.current is None and not self.channel.closing
 
     def publish_run(self, run: PublishRun) -> None:
         """Every message of a run: one exchange, simple properties, each body
@@ -134,7 +135,7 @@ class Publishing:
             if exc.hard:
                 self.connection.connection_error(exc, 60, 40)
             else:
-                self.channel_error(exc, 60, 40)
+                self.channel.channel_error(exc, 60, 40)
 
     def _publish_uniform(self, run: PublishRun, indexes: list[int] | None, base: int) -> None:
         """A run with one routing key; message ``i`` is the publish numbered
@@ -149,12 +150,11 @@ class Publishing:
         mrun = MessageRun(ex.name, method.routing_key, run.method[6:-1], run, now)
         mandatory = method.mandatory
         n = len(run)
-        if self.tx:
+        if self.channel.tx:
             for i in range(n):
                 self.stats.publish += 1
-                self._tx_publishes.append((ex, mrun.message(i), mandatory))
+                self.tx_publishes.append((ex, mrun.message(i), mandatory))
             return
-        assert self.vhost is not None
         msg = mrun.message(0)
         queues = self.vhost.route_run(ex, msg)
         confirm = self.confirm
@@ -186,21 +186,21 @@ class Publishing:
             if queues and i < most:  # some queues took this one with the run
                 rest = [q for q, t in zip(queues, taken, strict=True) if t <= i]
                 ex.stats.publish_out += len(taken) - len(rest)
-                self._route(ex, msg, False, list(durable), rest, lost=gone is not None and i in gone)
+                self.route(ex, msg, False, list(durable), rest, lost=gone is not None and i in gone)
             else:
-                self._route(ex, msg, mandatory, None, queues)
+                self.route(ex, msg, mandatory, None, queues)
         if queues is not None:  # else _route counted each message
             self.counts.published(counts, queues, n)
         if confirm and indexes is None:
             self.publish_seq = base + n
 
     def on_header_frame(self, payload: bytes) -> None:
-        if self.closing:
+        if self.channel.closing:
             return
-        method = self._publish
+        method = self.current
         if method is None:
             raise UnexpectedFrame(EXPECTED_METHOD)
-        if self._props is not None:
+        if self.props is not None:
             self.connection.connection_error(UnexpectedFrame(EXPECTED_BODY), 60, 40)
             return
         if payload[2:4] != b"\x00\x00":
@@ -210,15 +210,17 @@ class Publishing:
         try:
             class_id, body_size, props = split_header_payload(payload)
         except DecodeError as exc:
-            raise FrameError(f"malformed content header on channel {self.id}: {exc}") from None
+            raise FrameError(
+                f"malformed content header on channel {self.channel.id}: {exc}"
+            ) from None
         if class_id != 60:
             text = f"expected content header for class 60, got one for class {class_id} instead"
             self.connection.connection_error(UnexpectedFrame(text), 60, 40)
             return
         max_size = self.connection.config.max_message_size
         if body_size > max_size:
-            self._publish = None
-            self.channel_error(
+            self.current = None
+            self.channel.channel_error(
                 PreconditionFailed(
                     f"message size {body_size} is larger than configured max size {max_size}"
                 ),
@@ -227,20 +229,20 @@ class Publishing:
             )
             return
         if body_size == 0:
-            self._publish = None
+            self.current = None
             self._handle_publish(method, props, b"")
             return
-        self._props = props
+        self.props = props
         self._body_size = body_size
         self._received = 0
 
     def on_body_frame(self, payload: bytes) -> None:
-        if self.closing:
+        if self.channel.closing:
             return
-        method = self._publish
+        method = self.current
         if method is None:
             raise UnexpectedFrame(EXPECTED_METHOD)
-        if self._props is None:
+        if self.props is None:
             self.connection.connection_error(UnexpectedFrame(EXPECTED_HEADER), 60, 40)
             return
         received = self._received + len(payload)
@@ -256,8 +258,8 @@ class Publishing:
                 self._body = []
             else:
                 body = payload
-            props = self._props
-            self._publish = self._props = None
+            props = self.props
+            self.current = self.props = None
             self._handle_publish(method, props, body)
         else:
             self._body.append(payload)
@@ -270,7 +272,7 @@ class Publishing:
             if exc.hard:
                 self.connection.connection_error(exc, 60, 40)
             else:
-                self.channel_error(exc, 60, 40)
+                self.channel.channel_error(exc, 60, 40)
 
     # -- checks and routing -------------------------------------------------------------
     def _checked_exchange(self, method: spec.BasicPublish) -> Exchange:
@@ -279,7 +281,7 @@ class Publishing:
         if method.immediate:
             raise NotImplemented_("immediate=true")
         ex = self._exchange(method.exchange)
-        self.check(WRITE, "exchange", ex.name)
+        self.connection.client_session.check(WRITE, "exchange", ex.name)
         if ex.internal:
             raise AccessRefused(
                 f"cannot publish to internal exchange '{ex.name}' in vhost '{ex.vhost_name}'"
@@ -310,16 +312,16 @@ class Publishing:
         if conn.blocked:
             conn.block_now()
         if not plain:
-            msg = check_message(msg, self.connection.user, self.reply_token)
+            msg = check_message(msg, self.connection.user, self.channel.reply_token)
         self.stats.publish += 1
         if self.confirm:
             self.publish_seq += 1
-        if self.tx:
-            self._tx_publishes.append((ex, msg, method.mandatory))
+        if self.channel.tx:
+            self.tx_publishes.append((ex, msg, method.mandatory))
             return
-        self._route(ex, msg, method.mandatory)
+        self.route(ex, msg, method.mandatory)
 
-    def _route(
+    def route(
         self,
         ex: Exchange,
         msg: Message,
@@ -334,7 +336,6 @@ class Publishing:
         tx.commit's unit (core/commit.py); ``lost``: a queue took it with the
         run and lost it (its confirm is a nack). Returns what VHost.publish
         does (REJECTED_BY_QUEUE: a queue refused it)."""
-        assert self.vhost is not None
         confirm = self.confirm
         if confirm and durable is None:
             durable = []
@@ -358,7 +359,7 @@ class Publishing:
                     exchange=msg.exchange,
                     routing_key=msg.routing_key,
                 )
-                self._send_message(returned, msg)
+                self.channel.send_message(returned, msg)
             else:
                 counts.drop_unroutable += 1
                 self.stats.drop_unroutable += 1
@@ -370,7 +371,6 @@ class Publishing:
     def _exchange(self, name: str) -> Exchange:
         ex = self._exchange_cache.get(name)
         if ex is None or ex.deleted:
-            assert self.vhost is not None
             ex = self.vhost.get_exchange(name)
             self._exchange_cache[name] = ex
         return ex
