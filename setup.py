@@ -77,6 +77,7 @@ COMPILED_MODULES = [
     "warren.mqtt.connection",
     "warren.mqtt.delivery",
     "warren.mqtt.mapping",
+    "warren.mqtt.publishing",
     "warren.mqtt.subscriptions",
     "warren.mqtt.sync_acks",
     "warren.core.session",

@@ -221,7 +221,7 @@ def _connect(conn: MQTTConnection, pkt: Connect) -> int:
         client_max_packet=client_max if isinstance(client_max, int) else 0,
         alias_max_out=alias_max if isinstance(alias_max, int) else 0,
     )
-    conn.alias_max_in = config.mqtt_topic_alias_maximum if v5 else 0
+    conn.publishing.alias_max_in = config.mqtt_topic_alias_maximum if v5 else 0
     conn.decoder.max_packet_size = max_packet_size(config)
     conn.will = pkt.will
     if v5:
@@ -229,8 +229,8 @@ def _connect(conn: MQTTConnection, pkt: Connect) -> int:
             connack[P.ASSIGNED_CLIENT_IDENTIFIER] = assigned
         if asked != expiry:
             connack[P.SESSION_EXPIRY_INTERVAL] = expiry
-        if conn.alias_max_in:
-            connack[P.TOPIC_ALIAS_MAXIMUM] = conn.alias_max_in
+        if conn.publishing.alias_max_in:
+            connack[P.TOPIC_ALIAS_MAXIMUM] = conn.publishing.alias_max_in
         connack[P.MAXIMUM_PACKET_SIZE] = conn.decoder.max_packet_size
         connack[P.RECEIVE_MAXIMUM] = MAX_AWAITING_RELEASE
     conn.send(encode(ConnAck(stored is not None, 0, connack), conn.level))

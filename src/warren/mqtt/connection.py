@@ -7,12 +7,12 @@ is to be sent is gathered in ``pending`` and announced once through
 clock of its own: ``now_ms`` is set by the caller per read, and keep alive and
 the unfinished packet's deadline are checked by `tick` (its bytes count
 against the broker's budget, unfinished.py). CONNECT is handled in
-connect.py. The connection holds two parts: ``delivery`` (core queue ->
-PUBLISH, the in-flight window, the client's acks: delivery.py) and
-``subscriptions`` (SUBSCRIBE and UNSUBSCRIBE: subscriptions.py). The state
-shared between connections (takeover, stored sessions, retained messages,
-wills) is in state.py; the acknowledgements that wait for the disk sync in
-sync_acks.py.
+connect.py. The connection holds three parts: ``publishing`` (PUBLISH and
+PUBREL from the client: publishing.py), ``delivery`` (core queue -> PUBLISH,
+the in-flight window, the client's acks: delivery.py) and ``subscriptions``
+(SUBSCRIBE and UNSUBSCRIBE: subscriptions.py). The state shared between
+connections (takeover, stored sessions, retained messages, wills) is in
+state.py; the acknowledgements that wait for the disk sync in sync_acks.py.
 """
 
 from __future__ import annotations
@@ -23,17 +23,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from warren.core.errors import BrokerError
-from warren.core.message import Message
 from warren.core.session import ClientSession
 from warren.core.stats import Ages, MessageStats, OctetStats
-from warren.core.users import WRITE, User, UserStore
+from warren.core.users import User
 from warren.mqtt import properties as P
 from warren.mqtt.codec import Decoder, encode
-from warren.mqtt.codec import _publish as decode_publish
 from warren.mqtt.connect import MAX_UNAUTHENTICATED_PACKET, before_connect
 from warren.mqtt.delivery import Delivery
 from warren.mqtt.errors import MQTTCodecError, ProtocolViolation, UnsupportedProtocolVersion
-from warren.mqtt.mapping import plain_properties, to_properties
 from warren.mqtt.packets import (
     MQTT_5,
     ConnAck,
@@ -42,22 +39,19 @@ from warren.mqtt.packets import (
     PingReq,
     PubAck,
     PubComp,
-    Publish,
     PubRec,
     PubRel,
     Subscribe,
     Unsubscribe,
     Will,
 )
-from warren.mqtt.retained import RetainedMessage
-from warren.mqtt.session import MAX_AWAITING_RELEASE, Session
+from warren.mqtt.publishing import Publishing
+from warren.mqtt.session import Session
 from warren.mqtt.subscriptions import Subscriptions
 from warren.mqtt.sync_acks import SyncedAcks
-from warren.mqtt.topics import MAX_TOPIC_BYTES, mqtt_to_amqp, too_long
 
 if TYPE_CHECKING:
     from warren.core.channel_counts import ChannelCounts
-    from warren.core.exchange import Exchange
     from warren.core.vhost import VHost
     from warren.mqtt.state import MQTTState
 
@@ -65,8 +59,6 @@ __all__ = ["MQTTConnection"]
 
 log = logging.getLogger("warren.mqtt")
 
-#: Distinct topics whose validated name and routing key a connection keeps.
-TOPIC_CACHE_LIMIT = 4096
 #: Work a connection does per loop turn before the rest of its input waits for
 #: the next one (the protocol stops reading meanwhile), so that one client's
 #: burst never stalls the others: a packet costs 1, a SUBSCRIBE's or
@@ -77,9 +69,9 @@ WORK_BUDGET = 512
 class MQTTConnection:
     """One client's connection (any transport). Also a ClientConnection for the broker.
 
-    Packets in and the publishes of the client are its own; what goes out to the
-    client is its `delivery` part, the session's subscriptions its `subscriptions`
-    part (each holds the connection only through what it is given)."""
+    Packets in, keep alive and closing are its own; the client's publishes are
+    its `publishing` part, what goes out to the client its `delivery` part, the
+    session's subscriptions its `subscriptions` part."""
 
     def __init__(
         self,
@@ -120,16 +112,10 @@ class MQTTConnection:
         self.user: User | None = None
         self.will: Will | None = None
         self._clean_exit = False
-        self._can_publish: bool | None = None
-        self._exchange: Exchange | None = None
-        self._aliases_in: dict[int, str] = {}
-        self._topics_in: dict[bytes, tuple[str, str]] = {}
-        self._refusals = 0
         #: A refused CONNECT waiting out its delay: input is ignored meanwhile.
         self.refusing = False
         #: ms to hold the refusal of a failed login (core/auth_guard.py).
         self.refusal_delay = 0.0
-        self.alias_max_in = 0
         #: The client's session with the core: when answers may go out.
         self.client_session = ClientSession(state.node, self)
         #: What goes out to the client: PUBLISH, the in-flight window (delivery.py).
@@ -138,6 +124,8 @@ class MQTTConnection:
         self.subscriptions = Subscriptions(self, self.delivery)
         #: Publish acknowledgements waiting for their messages (sync_acks.py).
         self.synced_acks = SyncedAcks(self)
+        #: PUBLISH and PUBREL from the client (publishing.py).
+        self.publishing = Publishing(self)
         #: Bytes of an unfinished packet the decoder holds (state.unfinished counts
         #: them against the broker's budget), and since when (ms; None: none).
         self._unfinished = 0
@@ -162,6 +150,18 @@ class MQTTConnection:
         pending.append(data)
         if len(pending) == 1:
             self.on_output()
+
+    def output_mark(self) -> int:
+        """Where the output not yet taken ends now: what is sent after it can be
+        held back (hold_output)."""
+        return len(self.pending)
+
+    def hold_output(self, mark: int) -> list[bytes]:
+        """Take back what was sent since ``mark`` (a reply that must wait until
+        what it reports is durable); send it again with send() in order."""
+        held = self.pending[mark:]
+        del self.pending[mark:]
+        return held
 
     def take_output(self) -> list[bytes]:
         if self.synced_acks.write_out_due:
@@ -238,6 +238,7 @@ class MQTTConnection:
         UNSUBSCRIBE starts (its filters take the budget next); the next index and
         the budget left."""
         decoder = self.decoder
+        publishing = self.publishing
         connected = self.vhost is not None
         n = len(frames)
         while index < n and budget > 0 and not self.closed:
@@ -247,7 +248,7 @@ class MQTTConnection:
             try:
                 kind = first >> 4
                 if kind == 3 and connected:
-                    self._publish_raw(first, buf, start, end)
+                    publishing.publish_raw(first, buf, start, end)
                     continue
                 pkt = decoder.decode(first, buf, start, end)
                 if type(pkt) is PubAck:
@@ -461,7 +462,7 @@ class MQTTConnection:
         elif isinstance(pkt, PubComp):
             self.delivery.completed(pkt.packet_id)
         elif isinstance(pkt, PubRel):
-            self._release(pkt.packet_id)
+            self.publishing.release(pkt.packet_id)
         elif isinstance(pkt, Disconnect):
             self._disconnect(pkt)
         elif isinstance(pkt, Connect):
@@ -481,210 +482,6 @@ class MQTTConnection:
             session.expiry = min(expiry, self.state.config.mqtt_max_session_expiry)
         self._clean_exit = pkt.reason_code != P.DISCONNECT_WITH_WILL_MESSAGE
         self.close()
-
-    # -- PUBLISH from the client -------------------------------------------------------------
-    def _publish_raw(self, first: int, buf: bytes, pos: int, end: int) -> None:
-        """A PUBLISH straight from the read buffer: topic bytes looked up in a cache
-        (validated and mapped once per topic), no packet object; packets with MQTT 5
-        properties or an empty topic take the codec's full path."""
-        qos = (first >> 1) & 3
-        if qos == 3 or (first & 8 and not qos) or end - pos < 2:
-            self._publish(decode_publish(first, buf, pos, end, self.level == MQTT_5))
-            return
-        tstop = pos + 2 + (buf[pos] << 8 | buf[pos + 1])
-        if tstop > end:
-            self._publish(decode_publish(first, buf, pos, end, self.level == MQTT_5))
-            return
-        raw_topic = buf[pos + 2 : tstop]
-        names = self._topics_in.get(raw_topic)
-        p = tstop
-        pid = None
-        if qos:
-            if p + 2 > end:
-                self._publish(decode_publish(first, buf, pos, end, self.level == MQTT_5))
-                return
-            pid = buf[p] << 8 | buf[p + 1]
-            p += 2
-        if names is None or not pid and qos or (self.level == MQTT_5 and (p >= end or buf[p])):
-            # New topic, packet id 0, or MQTT 5 properties: the codec decodes and checks.
-            pkt = decode_publish(first, buf, pos, end, self.level == MQTT_5)
-            if names is None and pkt.topic and not pkt.properties and not too_long(pkt.topic):
-                if len(self._topics_in) >= TOPIC_CACHE_LIMIT:
-                    self._topics_in.clear()
-                self._topics_in[raw_topic] = (pkt.topic, mqtt_to_amqp(pkt.topic))
-            self._publish(pkt)
-            return
-        if self.level == MQTT_5:
-            p += 1  # the property length, 0
-        self._route_publish(
-            names[0], names[1], buf[p:end], qos, bool(first & 8), bool(first & 1), pid, None
-        )
-
-    def _publish(self, pkt: Publish) -> None:
-        vhost = self.vhost
-        if vhost is None:
-            raise ProtocolViolation(P.PROTOCOL_ERROR, "PUBLISH before CONNECT")
-        topic = pkt.topic
-        props = pkt.properties
-        if props:
-            alias = props.get(P.TOPIC_ALIAS)
-            if alias is not None:
-                assert isinstance(alias, int)
-                if alias > self.alias_max_in:
-                    raise ProtocolViolation(
-                        P.TOPIC_ALIAS_INVALID, f"topic alias {alias} out of range"
-                    )
-                if topic:
-                    self._aliases_in[alias] = topic
-                else:
-                    known = self._aliases_in.get(alias)
-                    if known is None:
-                        raise ProtocolViolation(P.PROTOCOL_ERROR, f"unknown topic alias {alias}")
-                    topic = known
-                props = {k: v for k, v in props.items() if k != P.TOPIC_ALIAS}
-        if too_long(topic):
-            raise ProtocolViolation(
-                P.TOPIC_NAME_INVALID, f"topic name longer than {MAX_TOPIC_BYTES} bytes"
-            )
-        self._route_publish(
-            topic,
-            mqtt_to_amqp(topic),
-            pkt.payload,
-            pkt.qos,
-            pkt.dup,
-            pkt.retain,
-            pkt.packet_id,
-            props or None,
-        )
-
-    def _route_publish(
-        self,
-        topic: str,
-        routing_key: str,
-        payload: bytes,
-        qos: int,
-        dup: bool,
-        retain: bool,
-        pid: int | None,
-        props: P.Properties | None,
-    ) -> None:
-        vhost = self.vhost
-        assert vhost is not None
-        session = self.session
-        assert session is not None
-        if qos == 2 and pid in session.awaiting_release:
-            # A resent QoS 2 PUBLISH we already have: acknowledge again, route nothing.
-            self.send(encode(PubRec(pid), self.level))
-            return
-        if qos == 2 and len(session.awaiting_release) >= MAX_AWAITING_RELEASE:
-            raise ProtocolViolation(
-                P.RECEIVE_MAXIMUM_EXCEEDED,
-                f"more than {MAX_AWAITING_RELEASE} QoS 2 messages awaiting PUBREL",
-            )
-        exchange = self._exchange
-        if self._can_publish is None:
-            self._can_publish = self.user is not None and self.allowed(WRITE, "exchange")
-            try:
-                exchange = self._exchange = vhost.get_exchange(self.state.config.mqtt_exchange)
-            except BrokerError:
-                self._can_publish = False
-        if not self._can_publish or exchange is None:
-            self._refuse_publish(qos, pid, topic, P.NOT_AUTHORIZED)
-            return
-        user = self.user
-        if user is not None and user.topic_permissions and exchange.type == "topic":
-            try:
-                UserStore.check_topic(
-                    user, vhost.name, exchange.name, routing_key, WRITE, self.subscriptions.variables()
-                )
-            except BrokerError:
-                self._refuse_publish(qos, pid, topic, P.NOT_AUTHORIZED)
-                return
-        if self.node.alarms:
-            self.set_blocked(True)
-        now = self.now_ms or self.state.clock.now_ms()
-        no_local = self.subscriptions.no_local
-        if props is None and not no_local:
-            amqp_props = plain_properties(qos, dup, retain)
-        else:
-            amqp_props = to_properties(
-                qos,
-                dup,
-                retain,
-                props or {},
-                self.client_id if no_local else None,
-            )
-        msg = Message(exchange.name, routing_key, amqp_props, payload, now)
-        self.stats.publish += 1
-        durable: list[Any] | None = [] if qos else None
-        if retain:
-            expiry = props.get(P.MESSAGE_EXPIRY_INTERVAL) if props else None
-            retained = self.state.retained(vhost.name)
-            retained.put(RetainedMessage.published(topic, payload, qos, amqp_props, now, expiry))
-            if durable is not None and retained.log is not None:
-                durable.append(retained.log)
-        routed = vhost.publish(exchange, msg, durable)
-        if not routed:
-            self.stats.drop_unroutable += 1
-        if not qos:
-            return
-        assert pid is not None
-        code = 0
-        if routed < 0:
-            code = P.QUOTA_EXCEEDED
-        elif routed == 0 and self.level == MQTT_5:
-            code = P.NO_MATCHING_SUBSCRIBERS
-        if qos == 1:
-            ack = encode(PubAck(pid, code), self.level) if code else _puback(pid)
-        else:
-            ack = encode(PubRec(pid, code), self.level)
-            if code < 0x80:
-                session.awaiting_release.add(pid)
-                if session.persistent:
-                    store = self.state.sessions(vhost.name)
-                    store.save(session)
-                    if durable is not None and store.log is not None:
-                        durable.append(store.log)
-        self.synced_acks.after_settled(ack, durable or [])
-
-    def _refuse_publish(self, qos: int, pid: int | None, topic: str, code: int) -> None:
-        # A warning for the first refusal, debug lines after it: a client retrying in
-        # a loop must not flood the log.
-        self._refusals += 1
-        log.log(
-            logging.WARNING if self._refusals == 1 else logging.DEBUG,
-            "%s: MQTT client '%s' may not publish to '%s' (exchange '%s')",
-            self.name,
-            self.client_id,
-            topic,
-            self.state.config.mqtt_exchange,
-        )
-        if self.level != MQTT_5:
-            self.close()  # 3.1.1 has no way to say no (RabbitMQ closes too)
-        elif qos == 1:
-            self.send(encode(PubAck(pid or 0, code), MQTT_5))
-        elif qos == 2:
-            self.send(encode(PubRec(pid or 0, code), MQTT_5))
-
-    def _release(self, pid: int) -> None:
-        session = self.session
-        assert session is not None
-        if pid in session.awaiting_release:
-            session.awaiting_release.discard(pid)
-            comp = encode(PubComp(pid), self.level)
-            if session.persistent:
-                assert self.vhost is not None
-                store = self.state.sessions(self.vhost.name)
-                store.save(session)
-                if store.log is not None:
-                    # PUBCOMP frees the packet id for a new message: if the release were
-                    # lost to a power cut, the id would still await release after the
-                    # restart and that new message would be taken for a resend, dropped.
-                    self.synced_acks.after_settled(comp, [store.log])
-                    return
-            self.synced_acks.send(comp)
-        else:
-            self.send(encode(PubComp(pid, P.PACKET_IDENTIFIER_NOT_FOUND), self.level))
 
     # -- ClientConnection (what the broker and the management API use) ------------------------
     @property
@@ -723,6 +520,3 @@ class MQTTConnection:
     def channel_counts(self) -> list[tuple[str, str, ChannelCounts]]:
         return []  # RabbitMQ 3.13's MQTT keeps no channel_* series either
 
-
-def _puback(pid: int) -> bytes:
-    return bytes((0x40, 2, pid >> 8, pid & 0xFF))

@@ -59,14 +59,20 @@ class SubscriptionHost(Protocol):
     level: int
     now_ms: int
     closed: bool
-    #: Output not yet taken by the transport (a held reply is cut from its end).
-    pending: list[bytes]
     reading_control: Callable[[bool], None] | None
 
     @property
     def name(self) -> str: ...
 
     def send(self, data: bytes) -> None: ...
+
+    def output_mark(self) -> int:
+        """Where the output not yet taken ends now."""
+        ...
+
+    def hold_output(self, mark: int) -> list[bytes]:
+        """Take back what was sent since ``mark`` (a reply to hold)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -198,7 +204,7 @@ class Subscriptions:
                 continue
             codes.append(sub.qos)
             fresh.append((tf, opts, existed))
-        output_mark = len(self.conn.pending)
+        output_mark = self.conn.output_mark()
         self.conn.send(encode(SubAck(pkt.packet_id, codes), self.conn.level))
         self._reply_when_durable(output_mark, change_mark)
         if quota is not None:
@@ -301,7 +307,7 @@ class Subscriptions:
             ):
                 vhost.unbind(exchange, queue, opts.binding_key)
             self.changed(session.queue)
-        output_mark = len(self.conn.pending)
+        output_mark = self.conn.output_mark()
         self.conn.send(
             encode(UnsubAck(pkt.packet_id, codes if self.conn.level == MQTT_5 else []), self.conn.level)
         )
@@ -328,12 +334,11 @@ class Subscriptions:
                 stores.append(sessions.log)
         if self.conn.closed:
             return
-        self.held = self.conn.pending[output_mark:]
-        del self.conn.pending[output_mark:]
+        self.held = self.conn.hold_output(output_mark)
         if not self.conn.client_session.when_changes_durable(change_mark, self._durable, stores):
             held, self.held = self.held, None
-            if held:
-                self.conn.pending.extend(held)
+            for chunk in held:
+                self.conn.send(chunk)
             return
         if self.held is not None and self.conn.reading_control is not None:
             self.conn.reading_control(False)
