@@ -4,18 +4,19 @@ queues (tests/harness: no listener, the loop run by the test).
 Every protocol consumes and settles through these (AMQP's channel, MQTT's
 delivery, the HTTP API's get); their own tests show the rules through real
 clients (test_pika_basic.py, test_nack_ranges.py, test_dead_lettering.py,
-tests/protocol/mqtt). Here each rule is shown once on the stream itself, with
-the one part a protocol adds: a consumer that records what it is handed and
-takes what its credit allows."""
+tests/protocol/mqtt). Here each rule is shown once by calling the stream
+itself: its consumers are an in-memory AMQP connection's (basic.consume on a
+channel, whose delivery stream the test settles through), its pulls need no
+consumer at all."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from harness import Harness
+from harness import Harness, MemoryAMQP
+from pamqp import commands
 
-from warren.core.consumer import Consumer
 from warren.core.deliveries import Deliveries
 from warren.core.errors import NotImplemented_, PreconditionFailed
 from warren.core.message import Message
@@ -28,35 +29,13 @@ PERSISTENT = b"\x10\x00\x02"
 
 
 class _Owner:
-    """The connection a session belongs to (named in its log lines)."""
+    """The connection a pull-only session belongs to (named in its log lines)."""
 
     name = "test connection"
     user = None
 
     def info(self) -> dict[str, Any]:
         return {}
-
-
-class Recorder(Consumer):
-    """A protocol's consumer at its simplest: what it is handed, by tag."""
-
-    __slots__ = ("got",)
-
-    def __init__(self, deliveries: Deliveries, queue: Queue, prefetch: int = 0) -> None:
-        super().__init__(deliveries, f"ctag-{queue.name}", queue, False, prefetch_count=prefetch)
-        #: (delivery tag, body, redelivered), in delivery order.
-        self.got: list[tuple[int, bytes, bool]] = []
-
-    def can_take(self) -> bool:
-        return self.has_credit()
-
-    def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
-        tag = self.deliveries.next_tag()
-        self.deliveries.track(tag, self.queue, seq, msg, self)
-        self.got.append((tag, msg.body, redelivered))
-
-    def cancelled(self) -> None:
-        self.deliveries.cancelled(self.tag, self)
 
 
 def _vhost(h: Harness) -> VHost:
@@ -73,20 +52,55 @@ def _publish(h: Harness, queue: str, *bodies: bytes) -> None:
     h.call(publish)
 
 
-def _stream(h: Harness) -> tuple[ClientSession, Deliveries, MessageStats]:
-    session = ClientSession(h.broker, _Owner())
-    stats = MessageStats()
-    return session, session.deliveries(stats, retire=_vhost(h).base_stats), stats
-
-
 def _bodies(h: Harness, queue: Queue) -> list[bytes]:
-    """What the queue holds ready, in order (pulled without an ack, then put back)."""
-    session, deliveries, _ = _stream(h)
-    out: list[bytes] = []
-    while (item := deliveries.pull(queue, False)) is not None:
-        out.append(item[1].body)
-    deliveries.close()
-    return out
+    """What the queue holds ready, in order: pulled unacked, then put back by
+    the pulling stream's close."""
+    deliveries = ClientSession(h.broker, _Owner()).deliveries(MessageStats())
+
+    def pull_all() -> list[bytes]:
+        out: list[bytes] = []
+        while (item := deliveries.pull(queue, False)) is not None:
+            out.append(item[1].body)
+        deliveries.close()
+        return out
+
+    return h.call(pull_all)
+
+
+class _Channel:
+    """Channel 1 of an in-memory AMQP connection: its consumers deliver into
+    its delivery stream (``deliveries``), which the test settles through."""
+
+    def __init__(self, h: Harness, prefetch: int = 0) -> None:
+        self.h = h
+        self.amqp: MemoryAMQP = h.amqp()
+        self.amqp.handshake()
+        self.amqp.open_channel(1)
+        if prefetch:
+            self.amqp.send_method(1, commands.Basic.Qos(prefetch_count=prefetch))
+            self.amqp.expect_method(commands.Basic.QosOk)
+        self.channel = self.amqp.conn.channels[1]
+        self.deliveries: Deliveries = self.channel.deliveries
+
+    def consume(self, queue: str, tag: str, **arguments: Any) -> None:
+        self.amqp.send_method(
+            1, commands.Basic.Consume(queue=queue, consumer_tag=tag, arguments=arguments)
+        )
+        self.amqp.expect_method(commands.Basic.ConsumeOk)
+
+    def received(self, n: int) -> list[tuple[int, bytes, bool]]:
+        """The next ``n`` deliveries: (tag, body, redelivered)."""
+        out = []
+        for _ in range(n):
+            deliver = self.amqp.expect_method(commands.Basic.Deliver)
+            _, body = self.amqp.expect_content()
+            out.append((deliver.delivery_tag, body, deliver.redelivered))
+        return out
+
+    def nothing_more(self) -> bool:
+        self.h.pump()
+        self.amqp._take()
+        return not self.amqp.buf
 
 
 def test_a_consumer_takes_what_its_prefetch_allows_and_a_range_ack_refills_it(
@@ -95,17 +109,16 @@ def test_a_consumer_takes_what_its_prefetch_allows_and_a_range_ack_refills_it(
     h = harness
     q = h.call(lambda: _vhost(h).declare_queue("work"))
     _publish(h, "work", *(b"m%d" % i for i in range(10)))
-    _session, deliveries, stats = _stream(h)
-    c = Recorder(deliveries, q, prefetch=4)
-    h.call(lambda: deliveries.consume(c.tag, c))
-    h.pump()
-    assert [body for _, body, _ in c.got] == [b"m0", b"m1", b"m2", b"m3"]
+    c = _Channel(h, prefetch=4)
+    c.consume("work", "c")
+    assert c.received(4) == [(i + 1, b"m%d" % i, False) for i in range(4)]
+    assert c.nothing_more()
+    deliveries = c.deliveries
     assert (q.unacked, q.message_count, len(deliveries.unsettled)) == (4, 6, 4)
 
-    assert h.call(lambda: deliveries.ack_range(1, 3))  # tags 1, 2, 3
-    h.pump()
-    assert [body for _, body, _ in c.got[4:]] == [b"m4", b"m5", b"m6"]
-    assert (q.unacked, stats.ack, q.stats.ack, c.unacked_count) == (4, 3, 3, 4)
+    assert h.call(lambda: deliveries.ack_range(1, 3))
+    assert [body for _, body, _ in c.received(3)] == [b"m4", b"m5", b"m6"]
+    assert (q.unacked, deliveries.stats.ack, q.stats.ack) == (4, 3, 3)
     # A range one tag of which is not unsettled is not settled as a range.
     assert not h.call(lambda: deliveries.ack_range(3, 2))
     assert len(deliveries.unsettled) == 4
@@ -115,12 +128,12 @@ def test_multiple_acks_up_to_a_tag_and_an_unknown_tag_is_refused(harness: Harnes
     h = harness
     q = h.call(lambda: _vhost(h).declare_queue("work"))
     _publish(h, "work", b"a", b"b", b"c")
-    _session, deliveries, stats = _stream(h)
-    c = Recorder(deliveries, q)
-    h.call(lambda: deliveries.consume(c.tag, c))
-    h.pump()
+    c = _Channel(h)
+    c.consume("work", "c")
+    c.received(3)
+    deliveries = c.deliveries
     h.call(lambda: deliveries.ack(2, True))
-    assert (q.unacked, stats.ack, sorted(deliveries.unsettled.singles)) == (1, 2, [3])
+    assert (q.unacked, deliveries.stats.ack, len(deliveries.unsettled)) == (1, 2, 1)
     with pytest.raises(PreconditionFailed, match="unknown delivery tag 2"):
         deliveries.ack(2, False)
 
@@ -131,21 +144,15 @@ def test_requeued_deliveries_go_back_to_their_place_and_come_back_redelivered(
     h = harness
     q = h.call(lambda: _vhost(h).declare_queue("work"))
     _publish(h, "work", b"a", b"b", b"c")
-    _session, deliveries, _ = _stream(h)
-    c = Recorder(deliveries, q, prefetch=2)
-    h.call(lambda: deliveries.consume(c.tag, c))
-    h.pump()
-    h.call(lambda: deliveries.cancel(c.tag))
+    c = _Channel(h, prefetch=2)
+    c.consume("work", "c")
+    c.received(2)
+    deliveries = c.deliveries
+    h.call(lambda: deliveries.cancel("c"))
     h.call(lambda: deliveries.reject(2, True, requeue=True))
-    assert (q.unacked, q.message_count) == (0, 3)
-    other = Recorder(deliveries, q)
-    h.call(lambda: deliveries.consume("other", other))
-    h.pump()
-    assert [(body, again) for _, body, again in other.got] == [
-        (b"a", True),
-        (b"b", True),
-        (b"c", False),
-    ]
+    assert (q.unacked, q.message_count, q.consumer_count) == (0, 3, 0)
+    c.consume("work", "again")
+    assert [(body, again) for _, body, again in c.received(2)] == [(b"a", True), (b"b", True)]
 
 
 def test_dropped_deliveries_are_dead_lettered_in_tag_order(harness: Harness) -> None:
@@ -156,29 +163,26 @@ def test_dropped_deliveries_are_dead_lettered_in_tag_order(harness: Harness) -> 
     h.call(lambda: vhost.bind(vhost.exchanges["dlx"], dead, ""))
     q = h.call(lambda: vhost.declare_queue("work", arguments={"x-dead-letter-exchange": "dlx"}))
     _publish(h, "work", b"a", b"b", b"c", b"d")
-    _session, deliveries, _ = _stream(h)
-    c = Recorder(deliveries, q)
-    h.call(lambda: deliveries.consume(c.tag, c))
-    h.pump()
+    c = _Channel(h)
+    c.consume("work", "c")
+    c.received(4)
+    deliveries = c.deliveries
     assert h.call(lambda: deliveries.reject_range(3, 2, requeue=False))  # c, d
     h.call(lambda: deliveries.reject(1, False, requeue=False))  # a
     assert (q.unacked, q.message_count) == (1, 0)
-    assert h.call(lambda: _bodies(h, dead)) == [b"c", b"d", b"a"]
+    assert _bodies(h, dead) == [b"c", b"d", b"a"]
 
 
 def test_a_queue_that_refuses_rejects_refuses_before_anything_is_settled(
     harness: Harness,
 ) -> None:
     h = harness
-    vhost = _vhost(h)
-    s = h.call(lambda: vhost.declare_queue("log", arguments={"x-queue-type": "stream"}))
+    h.call(lambda: _vhost(h).declare_queue("log", arguments={"x-queue-type": "stream"}))
     _publish(h, "log", b"a", b"b")
-    _session, deliveries, _ = _stream(h)
-    c = Recorder(deliveries, s, prefetch=10)
-    c.arguments = {"x-stream-offset": "first"}
-    h.call(lambda: deliveries.consume(c.tag, c))
-    h.pump()
-    assert len(c.got) == 2
+    c = _Channel(h, prefetch=10)
+    c.consume("log", "c", **{"x-stream-offset": "first"})
+    c.received(2)
+    deliveries = c.deliveries
     with pytest.raises(NotImplemented_, match="not supported by stream queues"):
         deliveries.reject(2, True, requeue=True)
     assert not deliveries.reject_range(1, 2, requeue=False)
@@ -192,21 +196,18 @@ def test_the_streams_own_prefetch_holds_every_consumer_and_a_settle_refills_them
 ) -> None:
     h = harness
     vhost = _vhost(h)
-    one = h.call(lambda: vhost.declare_queue("one"))
-    two = h.call(lambda: vhost.declare_queue("two"))
-    _session, deliveries, _ = _stream(h)
-    deliveries.prefetch_count = 2  # AMQP's basic.qos global=true
-    a, b = Recorder(deliveries, one), Recorder(deliveries, two)
-    h.call(lambda: deliveries.consume("a", a))
-    h.call(lambda: deliveries.consume("b", b))
+    h.call(lambda: vhost.declare_queue("one"))
+    h.call(lambda: vhost.declare_queue("two"))
+    c = _Channel(h)
+    c.deliveries.prefetch_count = 2  # what basic.qos global=true sets
+    c.consume("one", "a")
+    c.consume("two", "b")
     _publish(h, "one", b"1a", b"1b")
-    h.pump()
+    assert [body for _, body, _ in c.received(2)] == [b"1a", b"1b"]
     _publish(h, "two", b"2a")
-    h.pump()
-    assert (len(a.got), len(b.got)) == (2, 0)
-    h.call(lambda: deliveries.ack(a.got[0][0], False))  # room on queue one's side
-    h.pump()
-    assert [body for _, body, _ in b.got] == [b"2a"]  # queue two was asked too
+    assert c.nothing_more()
+    h.call(lambda: c.deliveries.ack(1, False))  # room opened on queue one's side
+    assert [body for _, body, _ in c.received(1)] == [b"2a"]  # queue two was asked too
 
 
 def test_closing_a_stream_cancels_its_consumers_and_puts_back_what_is_unsettled(
@@ -216,17 +217,20 @@ def test_closing_a_stream_cancels_its_consumers_and_puts_back_what_is_unsettled(
     vhost = _vhost(h)
     q = h.call(lambda: vhost.declare_queue("work"))
     _publish(h, "work", b"a", b"b", b"c", b"d")
-    session, deliveries, stats = _stream(h)
-    c = Recorder(deliveries, q)
-    h.call(lambda: deliveries.consume(c.tag, c))
-    h.pump()
+    c = _Channel(h)
+    c.consume("work", "c")
+    c.received(4)
+    deliveries = c.deliveries
     h.call(lambda: deliveries.ack(2, False))
-    held = deliveries.take(4, False)[0]  # held by a transaction, not settled yet
+    # Taken out by a transaction and not settled yet (as the channel holds it).
+    taken, runs = deliveries.take(4, False)
+    held = [entry for _, entry in taken] + [e for run in runs for _, e in run.entries()]
+    assert len(held) == 1
     acks_before = vhost.base_stats.ack
-    h.call(lambda: deliveries.close([entry for _, entry in held]))
+    h.call(lambda: deliveries.close(held))
     assert (q.consumer_count, q.unacked, deliveries.closed) == (0, 0, True)
-    assert h.call(lambda: _bodies(h, q)) == [b"a", b"c", b"d"]  # queue order
-    assert vhost.base_stats.ack == acks_before + stats.ack == acks_before + 1
+    assert _bodies(h, q) == [b"a", b"c", b"d"]  # queue order
+    assert vhost.base_stats.ack == acks_before + 1
     h.call(deliveries.close)  # once
     assert vhost.base_stats.ack == acks_before + 1
 
@@ -242,13 +246,11 @@ def test_a_sessions_close_closes_its_open_streams_then_its_exclusive_queues(
     _publish(h, "shared", b"s1", b"s2")
     session = ClientSession(h.broker, owner)
     deliveries = session.deliveries(MessageStats())
-    c = Recorder(deliveries, shared)
-    h.call(lambda: deliveries.consume(c.tag, c))
-    mc = Recorder(deliveries, mine)
-    h.call(lambda: deliveries.consume(mc.tag, mc))
-    h.pump()
-    assert shared.unacked == 2
+    got = h.call(lambda: [deliveries.pull(shared, False), deliveries.pull(shared, False)])
+    assert [item[1].body for item in got if item is not None] == [b"s1", b"s2"]
+    assert (shared.unacked, shared.message_count) == (2, 0)
     h.call(lambda: session.closed(owner, vhost))
     assert deliveries.closed
-    assert (shared.unacked, shared.message_count, shared.consumer_count) == (0, 2, 0)
+    assert (shared.unacked, shared.message_count) == (0, 2)
     assert "mine" not in vhost.queues and mine.deleted
+    assert _bodies(h, shared) == [b"s1", b"s2"]
