@@ -254,3 +254,24 @@ def test_a_sessions_close_closes_its_open_streams_then_its_exclusive_queues(
     assert (shared.unacked, shared.message_count) == (0, 2)
     assert "mine" not in vhost.queues and mine.deleted
     assert _bodies(h, shared) == [b"s1", b"s2"]
+
+
+def test_a_channel_closed_by_the_server_retires_its_counters_once(harness: Harness) -> None:
+    """A channel the server closed stays listed until the client's close-ok; its
+    counters went to the vhost's when its delivery stream closed, so the
+    listing (and the metrics, which sum it) show none of them any more."""
+    h = harness
+    vhost = _vhost(h)
+    h.call(lambda: vhost.declare_queue("work"))
+    _publish(h, "work", b"a", b"b", b"c")
+    c = _Channel(h)
+    c.consume("work", "c")
+    c.received(3)
+    acks_before = vhost.base_stats.ack
+    c.amqp.send_method(1, commands.Basic.Ack(delivery_tag=2, multiple=True))
+    c.amqp.send_method(1, commands.Basic.Ack(delivery_tag=99))  # unknown: 406
+    c.amqp.expect_channel_close(1)
+    assert c.channel.closing and c.amqp.conn.channels.get(1) is c.channel
+    assert vhost.base_stats.ack == acks_before + 2
+    (listed,) = c.amqp.conn.channels_info()
+    assert listed["message_stats"].get("ack", 0) == 0

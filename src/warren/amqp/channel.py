@@ -212,7 +212,8 @@ class Channel:
         (consumers cancelled, unacked messages and a transaction's held acks
         requeued, its counters to the vhost's), the reply-to consumer goes."""
         vhost = self.vhost
-        if not self.closed:  # once, however often released
+        first = not self.closed  # once, however often released
+        if first:
             self._users.count_channel(self.user.name, -1)
             if vhost is not None:
                 if self.publishing.confirm:  # received expecting confirmations (metrics)
@@ -223,6 +224,10 @@ class Channel:
             vhost.reply_targets.pop(self.reply_token, None)
             self.reply_token = None
         self.deliveries.close(self.settlement.held())
+        if first:
+            # Its counters went to the vhost's: a channel still listed until its
+            # close-ok shows none (the listings and metrics would count them twice).
+            self.stats = MessageStats()
 
     # -- helpers ----------------------------------------------------------------------
     def check(self, kind: str, resource_type: str, name: str) -> None:
