@@ -285,54 +285,27 @@ class Deliveries:
         """Settle deliveries taken out: acked (``requeue`` None), requeued or
         dropped; their credit goes back, then (``refill``) their queues deliver
         again, or every consumer's when the stream's own prefetch held them."""
-        self._credit(taken, runs)
-        queues: dict[int, Queue] = {}
         if requeue is None:
-            # One store call and one flush registration per queue (or run), not
-            # per message.
-            seqs: dict[int, list[int]] = {}
-            sizes: dict[int, int] = {}
-            for _, (queue, seq, _msg, _consumer, size) in taken:
-                key = id(queue)
-                if key in queues:
-                    seqs[key].append(seq)
-                    sizes[key] += size
-                else:
-                    queues[key] = queue
-                    seqs[key] = [seq]
-                    sizes[key] = size
-            acked = len(taken)
-            counts = self.counts
-            for key, queue in queues.items():
-                n = len(seqs[key])
-                queue.stats.ack += n
-                if counts is not None:
-                    counts.queue(queue).ack += n
-                queue.settler.ack_many(seqs[key], sizes[key])
-            for run in runs:
-                queue = run.queue
-                n = len(run)
-                acked += n
-                queue.stats.ack += n
-                if counts is not None:
-                    counts.queue(queue).ack += n
-                queue.settler.ack_run(run.segment, run.offsets, sum(run.sizes))
-                queues[id(queue)] = queue
-            self.stats.ack += acked
-        elif not taken:
-            # Runs alone: disjoint, in tag order already; each goes to its queue
-            # whole.
-            for run in runs:
-                queue = run.queue
-                queue.settler.reject_run(run.segment, run.offsets, run.sizes, requeue, explicit)
-                queues[id(queue)] = queue
+            queues = self._ack(taken, runs)
         else:
-            if runs:
-                taken = sorted(
-                    [*taken, *(item for run in runs for item in run.entries())],
-                    key=lambda item: item[0],
-                )
-            _reject_in_spans(taken, requeue, explicit, queues)
+            self._credit(taken, runs)
+            queues = {}
+            if not taken:
+                # Runs alone: disjoint, in tag order already; each goes to its
+                # queue whole.
+                for run in runs:
+                    queue = run.queue
+                    queue.settler.reject_run(
+                        run.segment, run.offsets, run.sizes, requeue, explicit
+                    )
+                    queues[id(queue)] = queue
+            else:
+                if runs:
+                    taken = sorted(
+                        [*taken, *(item for run in runs for item in run.entries())],
+                        key=lambda item: item[0],
+                    )
+                _reject_in_spans(taken, requeue, explicit, queues)
         if not refill:
             return
         if self.prefetch_count or self.prefetch_size:
@@ -340,6 +313,60 @@ class Deliveries:
         else:
             for q in queues.values():
                 q.schedule_delivery()
+
+    def _ack(
+        self, taken: list[tuple[int, Unsettled]], runs: list[UnsettledRun]
+    ) -> dict[int, Queue]:
+        """Ack deliveries taken out, their credit given back on the way: one store
+        call and one flush registration per queue (or run), not per message; the
+        queues they came from."""
+        queues: dict[int, Queue] = {}
+        seqs: dict[int, list[int]] = {}
+        sizes: dict[int, int] = {}
+        freed = 0  # consumer deliveries (not pulls)
+        total = 0  # body bytes
+        for _, (queue, seq, _msg, consumer, size) in taken:
+            total += size
+            if consumer is not None:
+                freed += 1
+                consumer.unacked_count -= 1
+                consumer.unacked_bytes -= size
+            key = id(queue)
+            if key in queues:
+                seqs[key].append(seq)
+                sizes[key] += size
+            else:
+                queues[key] = queue
+                seqs[key] = [seq]
+                sizes[key] = size
+        acked = len(taken)
+        counts = self.counts
+        for key, queue in queues.items():
+            n = len(seqs[key])
+            queue.stats.ack += n
+            if counts is not None:
+                counts.queue(queue).ack += n
+            queue.settler.ack_many(seqs[key], sizes[key])
+        for run in runs:
+            queue = run.queue
+            n = len(run)
+            size = sum(run.sizes)
+            total += size
+            run_consumer = run.consumer
+            if run_consumer is not None:
+                freed += n
+                run_consumer.unacked_count -= n
+                run_consumer.unacked_bytes -= size
+            acked += n
+            queue.stats.ack += n
+            if counts is not None:
+                counts.queue(queue).ack += n
+            queue.settler.ack_run(run.segment, run.offsets, size)
+            queues[id(queue)] = queue
+        self.unsettled_bytes -= total
+        self.consumer_unsettled -= freed
+        self.stats.ack += acked
+        return queues
 
     def _credit(self, taken: list[tuple[int, Unsettled]], runs: list[UnsettledRun]) -> None:
         """Give the prefetch credit these deliveries held back."""
