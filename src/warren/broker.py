@@ -233,7 +233,7 @@ class Broker:
         vhost.exchange_key_logs = exchange_journal_factory(
             self.layout.exchange_dir, lambda: self.syncer
         )
-        vhost.write_budget = self.resource_alarms.budget
+        vhost.router.write_budget = self.resource_alarms.budget
         try:
             problems = vhost.lifecycle.restore_definitions()
             warn_undecodable(vhost)  # names kept from before they were refused
