@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import datetime
 import logging
+import sys
 from typing import Any
 
 import pika
 import pytest
 from conftest import BrokerThread
 from pikahelp import connect, uniq
+
+from warren.core.message import Message
+from warren.core.properties import EMPTY_PROPERTIES
+from warren.core.vhost import VHost
 
 
 def _dlx_pair(ch: Any, **extra: Any) -> tuple[str, str]:
@@ -246,3 +251,45 @@ def test_dead_lettered_persistent_message_survives_restart(
     assert props.headers["x-death"][0]["reason"] == "rejected"
     assert ch.queue_declare(src, passive=True).method.message_count == 0
     conn.close()
+
+
+def test_a_dead_letter_chain_longer_than_the_recursion_limit_is_followed_to_its_end(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each queue of a chain holds nothing (x-max-length 0) and dead-letters to
+    the next, so one publish goes from queue to queue. Longer than Python's
+    recursion limit, the copy still reaches the last queue: the copies are
+    handed over in a loop (core/vhost_dead_letters.py). A recursion stopped
+    somewhere down the chain, where logging the RecursionError failed too, and
+    the message was lost."""
+    # A low recursion limit keeps the chain short (each copy's x-death grows by
+    # one death per queue, so a chain's cost is quadratic): far longer than the
+    # limit leaves room for, whatever the frames per step, compiled or not.
+    limit = 400
+    depth = 500
+    vhost = VHost("/", lambda fn: None)
+    for i in range(depth):
+        vhost.declare_queue(
+            f"q{i}",
+            arguments={
+                "x-max-length": 0,
+                "x-dead-letter-exchange": "",
+                "x-dead-letter-routing-key": f"q{i + 1}",
+            },
+        )
+    last = vhost.declare_queue(f"q{depth}")
+    msg = Message("", "q0", EMPTY_PROPERTIES, b"deep", 0)
+    was = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit)
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert vhost.router.publish(vhost.default_exchange, msg) == 1
+    finally:
+        sys.setrecursionlimit(was)
+    assert [q.name for q in vhost.queues.values() if q.message_count] == [last.name]
+    item = last.get(no_ack=True)
+    assert item is not None and item[1].body == b"deep"
+    deaths = item[1].headers["x-death"]
+    assert len(deaths) == depth and deaths[0]["queue"] == f"q{depth - 1}"
+    assert not caplog.records
+    assert vhost.dead_letters.counts == {("rabbit_classic_queue", "at_most_once", "maxlen"): depth}

@@ -309,7 +309,7 @@ class Queue(QueueDelivery):
         with a backlog, or whose consumer cannot take any, stores them all in
         one write, ready, as `publish` would one by one. 0: publish them one
         by one. ``durable_out`` gets the store when what it
-        took must be synced before a confirm (as VHost.enqueue's); ``lost_out``
+        took must be synced before a confirm (as Router.enqueue's); ``lost_out``
         the indexes of messages it took that a failed write-out dropped before
         it returned (a stream's run, stored in pieces; a queue's run is one
         piece, written after the room for it was made: never)."""

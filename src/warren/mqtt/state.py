@@ -334,6 +334,6 @@ class MQTTState:
             self.retained(vhost.name).put(
                 RetainedMessage.published(topic, payload, qos, amqp_props, now, expiry)
             )
-        return vhost.publish(
+        return vhost.router.publish(
             exchange, Message(exchange.name, mqtt_to_amqp(topic), amqp_props, payload, now)
         )
