@@ -27,7 +27,7 @@ from warren.core.message import Message, MessageRun
 from warren.core.properties import peek_priority
 from warren.core.store import MessageStore, StoredRun, StoreSpan
 from warren.store.layout import make_dirs
-from warren.store.mirror import mirror_for
+from warren.store.mirror import FileMirror
 from warren.store.segment_store import SEQ_BITS, SegmentStore
 from warren.store.sync_files import sync_files
 
@@ -65,6 +65,8 @@ class PriorityStore:
     ``directory`` is where ``make_level`` puts the levels (``directory /
     level_name(level)``): the levels found there are reopened at once, and
     delete() removes it. Without it (levels in RAM) nothing is recovered.
+    ``mirror``: the data directory's (store/layout.py), told of that removal
+    (each level reports its own files).
     """
 
     def __init__(
@@ -72,12 +74,14 @@ class PriorityStore:
         max_priority: int,
         make_level: Callable[[int], MessageStore],
         directory: Path | None = None,
+        mirror: FileMirror | None = None,
     ) -> None:
         if not 1 <= max_priority <= MAX_PRIORITY:
             raise ValueError(f"max_priority must be in 1..{MAX_PRIORITY}, not {max_priority}")
         self.max_priority = max_priority
         self._make_level = make_level
         self._dir = directory
+        self._mirror = mirror
         self._levels: list[MessageStore | None] = [None] * (MAX_PRIORITY + 1)
         # Every level made, for flush() and sync(): replaced, never mutated, so that
         # sync() in a worker thread iterates a consistent tuple.
@@ -409,9 +413,8 @@ class PriorityStore:
         self._ready_count = self._ready_bytes = self._ready_mask = 0
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
-            mirror = mirror_for(self._dir)
-            if mirror is not None:
-                mirror.deleted(self._dir)
+            if self._mirror is not None:
+                self._mirror.deleted(self._dir)
 
     def _each(self, fn: Callable[[MessageStore], None]) -> None:
         """Apply ``fn`` to every level; the first error is raised once all were tried."""

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from warren.core.message import Message
+from warren.store.disk_budget import DiskBudget
+from warren.store.mirror import FileMirror
 from warren.store.records import decode_records
 from warren.store.requeued import RequeuedMessages
 from warren.store.segment_cursor import SegmentCursor
@@ -42,8 +44,10 @@ class SegmentFaults(SegmentFiles):
         preallocate: bool,
         format_version: int,
         count_transient: bool,
+        budget: DiskBudget,
+        mirror: FileMirror | None,
     ) -> None:
-        super().__init__(directory, segment_size, preallocate, format_version)
+        super().__init__(directory, segment_size, preallocate, format_version, budget, mirror)
         # The segment the log appends to (its counters), None until the first append.
         self._wseg: SegmentState | None = None
         # Reading: a cursor into the oldest segment with unread records.

@@ -19,6 +19,8 @@ from collections import deque
 from pathlib import Path
 
 from warren.store.ack_files import encode_acks
+from warren.store.disk_budget import UNMETERED, DiskBudget
+from warren.store.mirror import FileMirror
 from warren.store.segment_log import OFFSET_MASK, SegmentLog
 from warren.store.sync_files import sync_collected, sync_files
 
@@ -107,12 +109,24 @@ class SegmentFiles:
     """
 
     def __init__(
-        self, directory: Path, segment_size: int, preallocate: bool = True, format_version: int = 2
+        self,
+        directory: Path,
+        segment_size: int,
+        preallocate: bool = True,
+        format_version: int = 2,
+        budget: DiskBudget = UNMETERED,
+        mirror: FileMirror | None = None,
     ) -> None:
         # A classic queue's fully acknowledged segment files are kept for reuse
         # (store/segment_spares.py).
         self._log = SegmentLog(
-            Path(directory), segment_size, preallocate, format_version, recycle=True
+            Path(directory),
+            segment_size,
+            preallocate,
+            format_version,
+            recycle=True,
+            budget=budget,
+            mirror=mirror,
         )
         self._dir = self._log.directory
         self._segs: dict[int, SegmentState] = {}  # ascending id (insertion order)

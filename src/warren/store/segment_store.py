@@ -34,6 +34,8 @@ from pathlib import Path
 
 from warren.core.message import Message, MessageRun
 from warren.core.store import StoredRun, StoreSpan
+from warren.store.disk_budget import UNMETERED, DiskBudget
+from warren.store.mirror import FileMirror
 from warren.store.records import (
     CorruptRecord,
     decode_record,
@@ -74,6 +76,9 @@ class SegmentStore(SegmentSettle):
         preallocate: bool = True,
         format_version: int = 2,
         count_transient: bool = True,
+        *,
+        budget: DiskBudget = UNMETERED,
+        mirror: FileMirror | None = None,
     ) -> None:
         """``delivered_mark``: delivered_mark() as a clean shutdown recorded it (the
         records below it that are still here were delivered before); None after a
@@ -81,8 +86,11 @@ class SegmentStore(SegmentSettle):
         redelivered, as RabbitMQ's do. ``preallocate`` and ``format_version``:
         the segment log's (store/segment_log.py). ``count_transient``: count the
         live transient messages (``transient()``; store/transient_counts.py),
-        for a durable queue's persistent counts."""
-        super().__init__(directory, segment_size, preallocate, format_version, count_transient)
+        for a durable queue's persistent counts. ``budget`` and ``mirror``: the
+        data directory's (store/layout.py's DataDir), given by the StoreFactory."""
+        super().__init__(
+            directory, segment_size, preallocate, format_version, count_transient, budget, mirror
+        )
         self._segs, self._wseg = recover(self._log, persistent_only_on_recovery, count_transient)
         for seg in self._segs.values():
             self._ready_count += seg.unread

@@ -39,6 +39,7 @@ from typing import Any, Protocol
 
 import warren
 from warren.store.disk_budget import UNMETERED, DiskBudget
+from warren.store.mirror import FileMirror
 from warren.store.sync_files import sync_files, sync_files_python
 
 log = logging.getLogger("warren.store")
@@ -74,9 +75,11 @@ def _lost(stores: tuple[Syncable, ...], first: int, last: int) -> bool:
 ChangeMark = tuple[int, int]
 
 
-class Replication(Protocol):
-    """Clustering's side of a confirm (cluster/leader.py's Replicator): every
-    change to the data directory is an action numbered ``position``."""
+class Replication(FileMirror, Protocol):
+    """Clustering's side of a confirm (cluster/leader.py's Replicator): the data
+    directory's mirror (the broker hands it to its DataDir, which gives it to
+    every store), and every change it hears of is an action numbered
+    ``position``."""
 
     position: int
 
