@@ -21,6 +21,7 @@ import shutil
 from array import array
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol
 
 from warren.core.codec_errors import DecodeError
 from warren.core.message import Message, MessageRun
@@ -33,6 +34,7 @@ from warren.store.sync_files import sync_files
 
 __all__ = [
     "INNER_MASK",
+    "LevelStore",
     "LEVEL_SHIFT",
     "MAX_PRIORITY",
     "SEGMENT_LEVEL_SHIFT",
@@ -54,6 +56,19 @@ _INNER_SEGMENT_MASK = (1 << SEGMENT_LEVEL_SHIFT) - 1
 _LEVEL_DIR = re.compile(r"p(\d{3})")
 
 
+class LevelStore(MessageStore, Protocol):
+    """What a PriorityStore needs of each level: a queue's store, plus what the
+    PriorityStore itself offers as a disk store (core/store.py's DiskStore:
+    a full sync, the lazy ack sync and the clean stop's marks), each passed
+    on to every level. SegmentStore and MemoryStore both are one."""
+
+    def sync(self) -> None: ...
+
+    def sync_acks(self) -> None: ...
+
+    def delivered_marks(self) -> dict[Path, int]: ...
+
+
 def level_name(level: int) -> str:
     """The subdirectory of a priority queue's directory that holds ``level``."""
     return f"p{level:03d}"
@@ -72,7 +87,7 @@ class PriorityStore:
     def __init__(
         self,
         max_priority: int,
-        make_level: Callable[[int], MessageStore],
+        make_level: Callable[[int], LevelStore],
         directory: Path | None = None,
         mirror: FileMirror | None = None,
     ) -> None:
@@ -82,10 +97,10 @@ class PriorityStore:
         self._make_level = make_level
         self._dir = directory
         self._mirror = mirror
-        self._levels: list[MessageStore | None] = [None] * (MAX_PRIORITY + 1)
+        self._levels: list[LevelStore | None] = [None] * (MAX_PRIORITY + 1)
         # Every level made, for flush() and sync(): replaced, never mutated, so that
         # sync() in a worker thread iterates a consistent tuple.
-        self._stores: tuple[MessageStore, ...] = ()
+        self._stores: tuple[LevelStore, ...] = ()
         self._ready_mask = 0  # bit p set while level p has ready messages
         self._ready_count = 0
         self._ready_bytes = 0
@@ -125,7 +140,7 @@ class PriorityStore:
         if self.on_dropped is not None:
             self.on_dropped(msgs)
 
-    def _open(self, level: int) -> MessageStore:
+    def _open(self, level: int) -> LevelStore:
         if self._closed:
             raise ValueError(f"{self!r} is closed")
         store = self._make_level(level)
@@ -169,7 +184,7 @@ class PriorityStore:
             return 0
         return priority if priority < self.max_priority else self.max_priority
 
-    def _level(self, seq: int) -> MessageStore | None:
+    def _level(self, seq: int) -> LevelStore | None:
         level = seq >> LEVEL_SHIFT
         return self._levels[level] if 0 <= level <= MAX_PRIORITY else None
 
@@ -389,7 +404,7 @@ class PriorityStore:
         """Close every level; with ``sync`` False, segment levels only flush."""
         self._closed = True
 
-        def close(store: MessageStore) -> None:
+        def close(store: LevelStore) -> None:
             if isinstance(store, SegmentStore):
                 store.close(sync=sync)
             else:
@@ -416,7 +431,7 @@ class PriorityStore:
             if self._mirror is not None:
                 self._mirror.deleted(self._dir)
 
-    def _each(self, fn: Callable[[MessageStore], None]) -> None:
+    def _each(self, fn: Callable[[LevelStore], None]) -> None:
         """Apply ``fn`` to every level; the first error is raised once all were tried."""
         error: BaseException | None = None
         for store in self._stores:

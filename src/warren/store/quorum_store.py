@@ -21,7 +21,7 @@ from pathlib import Path
 from warren.core.codec_errors import DecodeError
 from warren.core.message import Message
 from warren.core.properties import peek_priority
-from warren.core.store import MessageStore, StoredRun, StoreSpan
+from warren.core.store import StoredRun, StoreSpan
 from warren.store.delivery_counts import FILE_NAME as COUNTS_FILE
 from warren.store.delivery_counts import DeliveryCounts
 from warren.store.disk_budget import UNMETERED, DiskBudget
@@ -30,6 +30,7 @@ from warren.store.priority_store import (
     INNER_MASK,
     LEVEL_SHIFT,
     SEGMENT_LEVEL_SHIFT,
+    LevelStore,
     PriorityStore,
 )
 from warren.store.segment_store import SegmentStore
@@ -61,7 +62,7 @@ class QuorumPriorityStore(PriorityStore):
 
     def __init__(
         self,
-        make_level: Callable[[int], MessageStore],
+        make_level: Callable[[int], LevelStore],
         directory: Path | None = None,
         *,
         budget: DiskBudget = UNMETERED,
@@ -113,7 +114,7 @@ class QuorumPriorityStore(PriorityStore):
         if store is not None:
             store.requeue(seq & INNER_MASK, msg)
 
-    def _open(self, level: int) -> MessageStore:
+    def _open(self, level: int) -> LevelStore:
         store = super()._open(level)
         if level == HELD:
             # Not ready for consumers: out of the totals; first in every pass over
