@@ -37,8 +37,6 @@ from warren.definitions_import import import_definitions
 from warren.metrics.history import AuthAttempts, Retired, protocol_label
 from warren.node_stats import NODE_GAUGES
 from warren.store import damage
-from warren.store.dedup_journal import exchange_journal_factory, journal_factory
-from warren.store.definitions import DefinitionsLog
 from warren.store.layout import DataDir
 from warren.store.orphans import report as report_orphans
 from warren.store.orphans import sweep
@@ -82,9 +80,6 @@ class Broker:
         for key, value in overrides.items():
             setattr(self.config, key, value)
         self.config.validate()
-        self.layout = DataDir(Path(self.config.data_dir).resolve())
-        #: The stores the vhosts get (and the delivered marks they start with).
-        self.stores = StoreFactory(self.layout, self.config)
         #: Loaded from the data directory by start().
         self.users = UserStore()
         self.vhosts: dict[str, VHost] = {}
@@ -100,9 +95,14 @@ class Broker:
         #: The cluster's permanent id (store/cluster_id.py), read or made at start.
         self.cluster_id = ""
         #: The free-disk and memory alarms, and the writers' disk budget.
+        root = Path(self.config.data_dir).resolve()
         self.resource_alarms = ResourceAlarms(
-            self.config, self.layout.root, self._block_publishers, self._flush_written
+            self.config, root, self._block_publishers, self._flush_written
         )
+        #: The data directory, with the disk budget; start() gives it the mirror.
+        self.layout = DataDir(root, self.resource_alarms.budget)
+        #: Every store and log the vhosts get, made from the data directory.
+        self.stores = StoreFactory(self.layout, self.config, lambda: self.syncer)
         #: Raised resource alarms ("memory", "disk"); while any is, publishing
         #: connections are blocked (connection.blocked), as RabbitMQ's are.
         self.alarms: set[str] = self.resource_alarms.raised
@@ -191,14 +191,7 @@ class Broker:
         directory swept (store/orphans.py); DamagedFile refuses it."""
         assert self._loop is not None
         policy = self.config.damaged_metadata
-        definitions = DefinitionsLog(
-            self.layout.definitions_file(name),
-            self.config.sync,
-            on_damage=policy,
-            object_dirs=True,
-        )
-        if self.syncer is not None and self.syncer.enabled:
-            definitions.on_write = self.syncer.definitions_written
+        definitions = self.stores.definitions_log(name)
         vhost = VHost(
             name,
             self._loop.call_soon,
@@ -208,10 +201,8 @@ class Broker:
             exchange_store_factory=self.stores.exchange_store,
             stream_store_factory=self.stores.stream_store,
         )
-        vhost.key_logs = journal_factory(self.layout.queue_dir, lambda: self.syncer)
-        vhost.exchange_key_logs = exchange_journal_factory(
-            self.layout.exchange_dir, lambda: self.syncer
-        )
+        vhost.key_logs = self.stores.key_log
+        vhost.exchange_key_logs = self.stores.exchange_key_log
         vhost.router.write_budget = self.resource_alarms.budget
         try:
             problems = vhost.lifecycle.restore_definitions()
@@ -221,7 +212,8 @@ class Broker:
             # Set aside: skipped, but left in the log, where they still claim
             # their queues' directories (each is logged by the vhost).
             directory = definitions.path.parent
-            orphans = sweep(name, directory, definitions.live, definitions.deleted)
+            live, deleted = definitions.live, definitions.deleted
+            orphans = sweep(name, directory, live, deleted, self.layout.mirror)
             if orphans:
                 report_orphans(definitions.path, orphans, policy)
         except BaseException:
@@ -312,11 +304,13 @@ class Broker:
         go back to what the file holds, and ResourceError says why: a change
         that cannot be stored does not take effect."""
         try:
-            save_users(self.users, self.layout.users_file)
+            save_users(self.users, self.layout.users_file, self.layout.mirror)
         except OSError as exc:
             log.error("cannot store the users in %s: %s", self.layout.users_file, exc)
             try:
-                self.users.users = load_users(self.layout.users_file).users
+                self.users.users = load_users(
+                    self.layout.users_file, mirror=self.layout.mirror
+                ).users
             except Exception:
                 log.exception("cannot read back %s", self.layout.users_file)
             raise ResourceError(f"cannot store the users: {exc.strerror or exc}") from None

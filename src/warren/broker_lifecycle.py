@@ -25,7 +25,7 @@ from warren import __version__, build_description
 from warren.definitions_document import DefinitionsError, read_definitions
 from warren.definitions_import import import_definitions
 from warren.node import Node
-from warren.store import cluster_id, damage, disk_budget
+from warren.store import cluster_id, damage
 from warren.store.sync import GroupSync, sync_all
 from warren.store.users_file import load_users
 
@@ -86,7 +86,9 @@ class BrokerLifecycle:
         host.resource_alarms.loop = loop
         _raise_fd_limit()
         host.layout.prepare()
-        disk_budget.attach(host.layout.root, host.resource_alarms.budget)
+        # Clustering's replication hears of every change to the directory from here
+        # on (store/mirror.py): each store is given it as it is made.
+        host.layout.mirror = host.replication
         try:
             self._restore(loop)
         except BaseException:
@@ -132,8 +134,10 @@ class BrokerLifecycle:
         config, layout = host.config, host.layout
         policy = config.damaged_metadata
         new = layout.is_new
-        host.users = load_users(layout.users_file, policy)
-        host.cluster_id = cluster_id.load_or_create(layout.cluster_id_file, policy)
+        host.users = load_users(layout.users_file, policy, layout.mirror)
+        host.cluster_id = cluster_id.load_or_create(
+            layout.cluster_id_file, policy, layout.mirror
+        )
         if not new and not layout.users_file.exists():
             problem = "missing, though the data directory holds vhosts"
             if policy != damage.SET_ASIDE:
@@ -199,7 +203,6 @@ class BrokerLifecycle:
                 host.layout.save_delivered_marks(self._taken_marks)
             except OSError as exc:
                 log.error("cannot put back what was delivered: %s", exc)
-        disk_budget.detach(host.layout.root)
         host.layout.release()
 
     async def stop(self) -> None:
@@ -279,5 +282,4 @@ class BrokerLifecycle:
                 host.syncer.close()
             except Exception:
                 log.exception("stopping the disk sync threads failed")
-        disk_budget.detach(host.layout.root)
         host.layout.release()

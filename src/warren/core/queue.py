@@ -693,9 +693,11 @@ class Queue(QueueDelivery):
     # -- policies ---------------------------------------------------------------------
     # -- lifecycle --------------------------------------------------------------------
     def delivered_marks(self) -> dict[Path, int]:
-        """The store's marks of what was delivered (MessageStore.delivered_marks),
-        for a clean shutdown to record; none for a queue that does not survive one."""
-        return self.store.delivered_marks() if self.persistent else {}
+        """The store's marks of what was delivered (DiskStore.delivered_marks: not
+        the queue's interface, a store in RAM has none), for a clean shutdown to
+        record; none for a queue that does not survive one."""
+        marks = getattr(self.store, "delivered_marks", None) if self.persistent else None
+        return marks() if marks is not None else {}
 
     def mark_deleted(self) -> list[Consumer]:
         """Called by the vhost: stop delivering and hand back consumers to notify."""
