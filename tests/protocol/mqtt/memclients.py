@@ -4,9 +4,7 @@ the same shape, so a test moved to the harness keeps its body."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -55,17 +53,20 @@ def RawClient(  # noqa: N802
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
-    """``cond`` once the broker's loop ran what was ready (its file syncs too)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        for h in _live:
-            if not h.closed:
-                h.run(asyncio.sleep(0.001))
+    """``cond``'s value once the brokers' loops have done all they can now
+    (Harness.settle: ready callbacks run, file sync rounds awaited, nothing
+    polled); AssertionError if it does not hold then, as nothing more would
+    happen without the test (``timeout`` bounds the settling, a safety net)."""
+    value = cond()
+    if value:
+        return value
+    for h in _live:
+        if not h.closed:
+            h.settle(timeout)
+    value = cond()
+    if not value:
+        raise AssertionError(f"{what}: not so once the broker had nothing left to do")
+    return value
 
 
 def paho_publish(
