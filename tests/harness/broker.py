@@ -112,6 +112,15 @@ class Harness:
 
         return MemoryAMQP(self, peer or ("127.0.0.1", next(_peer_ports)), timeout)
 
+    def amqp_client(self, channels: int = 1) -> MemoryAMQP:
+        """A new in-memory AMQP connection with the handshake done (guest on
+        "/") and channels 1 .. ``channels`` open."""
+        client = self.amqp()
+        client.handshake()
+        for channel in range(1, channels + 1):
+            client.open_channel(channel)
+        return client
+
     @property
     def amqp_listener(self) -> AMQPListener:
         """An AMQP listener that never listens: the owner of ProtocolAMQP's

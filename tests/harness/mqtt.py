@@ -283,4 +283,3 @@ class RawMQTT(MemoryTransport, MQTTPackets):
         self.harness.settle()
         if self.backlog or self.inbox:
             raise AssertionError(f"unexpected {self.recv()!r}")
-
