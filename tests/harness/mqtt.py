@@ -219,6 +219,8 @@ class MemoryMQTT(MemoryTransport):
             client.loop_read(100)
             if done():
                 return
+            if self.eof and not client.is_connected():
+                raise AssertionError("the broker closed the connection")
             if time.monotonic() > deadline:
                 raise AssertionError("the broker did not answer in time")
             if self.inbox or (self.eof and client.is_connected()):
