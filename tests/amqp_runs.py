@@ -60,7 +60,7 @@ def _opened(c: A, channels: int = 1) -> A:
 
 
 def _client(b: BrokerThread, channels: int = 1) -> RawAMQP:
-    """A raw socket client of ``b`` (the in-memory tests use _opened(harness.amqp()))."""
+    """A raw socket client of ``b`` (the in-memory tests use harness.amqp_client())."""
     return _opened(RawAMQP(b.port), channels)
 
 

@@ -13,15 +13,12 @@ a kill -9 and the scanners stay there.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from amqp_runs import (
     _consume,
     _declare,
     _fill,
-    _opened,
     _queue_state,
     _receive,
     _round_trip,
@@ -29,18 +26,11 @@ from amqp_runs import (
     _spans,
     ack_frame,
 )
-from harness import Harness
+from harness import Harness, harness_fixture
 from pamqp import commands
 
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Harness]:
-    # Small segments: a backlog of a few thousand messages spans several.
-    b = Harness(tmp_path / "data", segment_size=64 * 1024)
-    try:
-        yield b
-    finally:
-        b.stop()
+# Small segments: a backlog of a few thousand messages spans several.
+broker = harness_fixture(segment_size=64 * 1024)
 
 
 def test_single_acks_out_of_order_and_in_rows_settle_every_delivery_once(tmp_path: Path) -> None:
@@ -56,7 +46,7 @@ def test_single_acks_out_of_order_and_in_rows_settle_every_delivery_once(tmp_pat
         broker.stop()
     again = Harness(tmp_path / "data", segment_size=64 * 1024)
     try:
-        c = _opened(again.amqp())
+        c = again.amqp_client()
         _consume(c, "out", prefetch=100)
         back = _receive(c, 50)
         assert [b for _, _, b, _ in back] == _bodies()[2950:]
@@ -74,7 +64,7 @@ def _bodies() -> list[bytes]:
 
 
 def _acks_out_of_order(broker: Harness) -> None:
-    c = _opened(broker.amqp(), channels=2)
+    c = broker.amqp_client(2)
     _declare(c, "out", durable=True)
     bodies = _bodies()
     _fill(c, "out", bodies, channel=2)
@@ -115,7 +105,7 @@ def test_multiple_acks_across_runs_and_segments(broker: Harness) -> None:
     """A backlog over several segment files, prefetch 1,000: multiple acks that
     end inside a run, cover several runs and cross segments; the files of fully
     acknowledged segments go; the rest comes in order, nothing twice."""
-    c = _opened(broker.amqp(), channels=2)
+    c = broker.amqp_client(2)
     _declare(c, "multi", durable=True)
     bodies = [f"x{i:05d}".encode() * 20 for i in range(2500)]
     _fill(c, "multi", bodies, channel=2)
@@ -141,7 +131,7 @@ def test_multiple_acks_across_runs_and_segments(broker: Harness) -> None:
 
 
 def test_nack_and_reject_of_part_of_a_run_requeue_in_the_old_order(broker: Harness) -> None:
-    c = _opened(broker.amqp(), channels=2)
+    c = broker.amqp_client(2)
     _declare(c, "nk")
     bodies = [f"n{i}".encode() for i in range(100)]
     _fill(c, "nk", bodies, channel=2)
