@@ -16,16 +16,19 @@ from typing import Any
 import pytest
 
 from harness.broker import Harness
+from warren.core.clock import ManualClock
 
 
-def harness_fixture(**settings: Any) -> Callable[..., Any]:
+def harness_fixture(manual_clock: bool = False, **settings: Any) -> Callable[..., Any]:
     """A fixture giving a Harness on the test's ``tmp_path / "data"`` with these
-    broker settings (``clock=`` too), stopped after the test. Its name is the
-    module attribute it is bound to."""
+    broker settings, stopped after the test; ``manual_clock``: on a ManualClock
+    of its own (moved with ``advance``). Its name is the module attribute it is
+    bound to."""
 
     @pytest.fixture
     def fixture(tmp_path: Path) -> Iterator[Harness]:
-        with Harness(tmp_path / "data", **settings) as harness:
+        clock = ManualClock() if manual_clock else None
+        with Harness(tmp_path / "data", clock=clock, **settings) as harness:
             yield harness
 
     return fixture

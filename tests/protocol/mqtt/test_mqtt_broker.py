@@ -63,18 +63,6 @@ def bound_queue(amqp: MemoryAMQP, binding: str) -> str:
     return q
 
 
-def basic_get(amqp: MemoryAMQP, q: str) -> tuple[Any, Any, bytes | None]:
-    """basic.get with no-ack, as pika's basic_get returns it: (get-ok, properties,
-    body), or three Nones for get-empty."""
-    amqp.send_method(1, commands.Basic.Get(queue=q, no_ack=True))
-    _, method = amqp.read_frame()
-    if isinstance(method, commands.Basic.GetEmpty):
-        return None, None, None
-    assert isinstance(method, commands.Basic.GetOk), method
-    header, body = amqp.expect_content()
-    return method, header.properties, body
-
-
 @BOTH
 @pytest.mark.parametrize("qos", [0, 1, 2])
 def test_publish_subscribe_each_qos(
@@ -307,8 +295,8 @@ def test_mqtt_to_amqp(mq: Harness, clients: list[Client], protocol: int) -> None
     pub.connect()
     pub.publish("plant/7/status", b"ok", qos=1)
     pub.publish("plant/8/status", b"idle", qos=0)
-    m1 = basic_get(amqp, q)
-    m2 = basic_get(amqp, q)
+    m1 = amqp.basic_get(q)
+    m2 = amqp.basic_get(q)
     assert m1[0] is not None and m2[0] is not None
     assert (m1[0].routing_key, m1[2], m1[1].delivery_mode) == ("plant.7.status", b"ok", 2)
     assert m1[1].headers["x-mqtt-publish-qos"] == 1
@@ -334,7 +322,7 @@ def test_mqtt5_properties_to_amqp_and_back(mq: Harness, clients: list[Client]) -
             UserProperty=[("lang", "en")],
         ),
     )
-    method, p, body = basic_get(amqp, q)
+    method, p, body = amqp.basic_get(q)
     assert method is not None and body == b"2+2"
     assert p.reply_to == "rpc.replies.me"
     assert p.correlation_id == "req-1"
