@@ -4,9 +4,9 @@ raw frames (issue 27): acks out of order and in rows of consecutive tags
 nack and reject of part of a run.
 
 Moved from tests/core/test_backlog_acks.py to the in-memory harness (tests/harness):
-these three spoke only raw frames, so the same frames go to AMQPConnection with
-no socket (a row of acks sent at once is one read, as meant; a restart is a
-new Harness on the same data dir). The file's tests with real clients (pika),
+these spoke only raw frames, so the same frames go to AMQPConnection with no
+socket (a row of acks sent at once is one read, as meant; a restart is a new
+Harness on the same data dir). The file's tests with real clients (pika),
 a kill -9 and the scanners stay there.
 """
 
@@ -26,7 +26,7 @@ from amqp_runs import (
     _spans,
     ack_frame,
 )
-from harness import Harness, harness_fixture
+from harness import Harness, MemoryAMQP, harness_fixture
 from pamqp import commands
 
 # Small segments: a backlog of a few thousand messages spans several.
@@ -151,3 +151,42 @@ def test_nack_and_reject_of_part_of_a_run_requeue_in_the_old_order(broker: Harne
     _round_trip(c)
     assert _queue_state(broker, "nk")[:2] == (0, 0)
     c.close()
+
+
+def _drain(c: MemoryAMQP, queue: str, n: int) -> list[tuple[bytes, bool]]:
+    """(body, redelivered) of the next ``n`` messages, acked 500 at a time."""
+    _consume(c, queue, prefetch=500)
+    out = []
+    while len(out) < n:
+        for _, r, b, _ in _receive(c, min(500, n - len(out))):
+            out.append((b, r))
+        c.send_method(1, commands.Basic.Ack(delivery_tag=0, multiple=True))
+    return out
+
+
+def test_runs_unacked_at_a_restart_come_back(tmp_path: Path) -> None:
+    """Runs delivered and partly acked (a multiple ack, a row of single acks),
+    then a clean restart: the unacked ones come back redelivered, in order, the
+    rest after them. (Moved from test_backlog_acks.py's restart and kill -9 test,
+    whose kill -9 half stays there.)"""
+    data = tmp_path / "data"
+    bodies = [f"r{i:04d}".encode() * 10 for i in range(2000)]
+    with Harness(data, segment_size=64 * 1024) as b:
+        c = b.amqp_client(2)
+        _declare(c, "dur", durable=True)
+        _fill(c, "dur", bodies, channel=2)
+        _consume(c, "dur", prefetch=800)
+        _receive(c, 800)
+        assert len(_spans(b)) >= 2
+        c.send_method(1, commands.Basic.Ack(delivery_tag=300, multiple=True))
+        c.send(b"".join(ack_frame(1, t) for t in range(301, 401)))
+        _receive(c, 400)  # the credit brings 400 more
+        _round_trip(c)
+        assert _queue_state(b, "dur")[:2] == (800, 800)
+        c.close_socket()
+    with Harness(data, segment_size=64 * 1024) as b:
+        c = b.amqp_client()
+        got = _drain(c, "dur", 1600)
+        c.close()
+    assert [x for x, _ in got] == bodies[400:]
+    assert all(r for _, r in got[:800]) and not any(r for _, r in got[800:])
