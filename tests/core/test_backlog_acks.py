@@ -4,7 +4,11 @@
 delivery ends (acks out of order, multiple acks across runs and segments,
 nack and reject of part of a run, a cancelled consumer, a closing channel, a
 restart and kill -9), priorities and TTL, several consumers: what the clients
-see is what the one-by-one path gave them."""
+see is what the one-by-one path gave them.
+
+The broker tests that speak only raw frames run in memory in
+tests/protocol/amqp/test_backlog_ack_runs.py; the ones here stay on sockets
+for real clients (pika) or a kill -9 of a broker process."""
 
 from __future__ import annotations
 
@@ -19,11 +23,9 @@ from typing import Any
 import pika
 import pytest
 from amqp_runs import (
-    _client,
     _consume,
     _declare,
     _fill,
-    _queue_state,
     _receive,
     _round_trip,
     _spans,
@@ -225,36 +227,11 @@ def _raw_drain(port: int, queue: str, n: int) -> list[tuple[bytes, bool]]:
     return out
 
 
-def test_runs_unacked_at_a_restart_and_a_kill_9_come_back(tmp_path: Path) -> None:
-    """Runs delivered and partly acked (a multiple ack, a row of single acks),
-    then a clean restart: the unacked ones come back redelivered, in order, the
-    rest after them; then the same with kill -9 of a broker process."""
-    data = tmp_path / "data"
-    b = start_broker(data, segment_size=64 * 1024)
+def test_runs_unacked_at_a_kill_9_come_back(tmp_path: Path) -> None:
+    """Runs delivered and partly acked (a row of single acks), then kill -9 of a
+    broker process: everything not acked comes back, in order. (The same after
+    a clean restart runs in memory: tests/protocol/amqp/test_backlog_ack_runs.py.)"""
     bodies = [f"r{i:04d}".encode() * 10 for i in range(2000)]
-    try:
-        c = _client(b, channels=2)
-        _declare(c, "dur", durable=True)
-        _fill(c, "dur", bodies, channel=2)
-        _consume(c, "dur", prefetch=800)
-        _receive(c, 800)
-        assert len(_spans(b)) >= 2
-        c.send_method(1, commands.Basic.Ack(delivery_tag=300, multiple=True))
-        c.send(b"".join(ack_frame(1, t) for t in range(301, 401)))
-        _receive(c, 400)  # the credit brings 400 more
-        _round_trip(c)
-        assert _queue_state(b, "dur")[:2] == (800, 800)
-        c.close_socket()
-    finally:
-        b.stop()
-    b = start_broker(data, segment_size=64 * 1024)
-    try:
-        got = _raw_drain(b.port, "dur", 1600)
-    finally:
-        b.stop()
-    assert [x for x, _ in got] == bodies[400:]
-    assert all(r for _, r in got[:800]) and not any(r for _, r in got[800:])
-    # kill -9: a broker process with a fresh queue, a run half acked.
     proc, port = start_warren(tmp_path / "killed", "--segment-size", str(64 * 1024))
     try:
         c = RawAMQP(port, timeout=20)

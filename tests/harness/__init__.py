@@ -7,6 +7,9 @@ way of testing a state machine), with independent decoders as the oracle.
         amqp.handshake()
         amqp.open_channel(1)
 
+A module's fixture is ``broker = harness_fixture(sync=False)`` (fixtures.py);
+``harness.amqp_client(channels)`` is a connection with the handshake done.
+
 No socket, no listener and no thread: what a test checks is the protocol's
 behaviour, and what only a socket shows (real clients, TLS, WebSocket,
 backpressure, kill -9) stays in the socket tests.
@@ -14,6 +17,7 @@ backpressure, kill -9) stays in the socket tests.
 
 from harness.amqp import MemoryAMQP, ProtocolAMQP
 from harness.broker import Harness
+from harness.fixtures import harness_fixture
 from harness.mqtt import MemoryMQTT, RawMQTT
 
-__all__ = ["Harness", "MemoryAMQP", "MemoryMQTT", "ProtocolAMQP", "RawMQTT"]
+__all__ = ["Harness", "MemoryAMQP", "MemoryMQTT", "ProtocolAMQP", "RawMQTT", "harness_fixture"]

@@ -1,9 +1,11 @@
-"""Replies held for a sync round keep their order with what follows them.
+"""Replies held for a sync round: a declare-ok waits for its round, and held
+replies keep their order with what follows them.
 
-Moved from tests/core/test_declare_sync.py (whose other tests watch which thread
-syncs and a pika client served meanwhile, over sockets): this one is the
-order of frames on one connection, which the in-memory harness shows as
-well; the broker's group commit runs as over a socket.
+Moved from tests/core/test_declare_sync.py (whose other test watches which thread
+syncs and a pika client served meanwhile, over sockets): these are the frames
+on one connection and the broker's sync rounds, which the in-memory harness
+shows as well (pamqp decoding, pika before for the first); the broker's group
+commit runs as over a socket.
 """
 
 from __future__ import annotations
@@ -28,3 +30,20 @@ def test_a_held_delete_ok_is_not_overtaken_by_the_consumer_cancel(harness: Harne
     raw.expect_method(commands.Queue.DeleteOk)
     assert raw.expect_method(commands.Basic.Cancel).consumer_tag == "c1"
     raw.close_socket()
+
+
+def test_a_declare_ok_waits_for_its_sync_round(harness: Harness) -> None:
+    """The reply is held until a round that covers the definitions log has ended."""
+    c = harness.amqp_client()
+    syncer = harness.broker.syncer
+    assert syncer is not None
+    before = harness.call(lambda: (syncer.rounds, syncer.definition_writes))
+    c.send_method(1, commands.Queue.Declare(queue="held", durable=True))
+    c.expect_method(commands.Queue.DeclareOk)
+    after = harness.call(lambda: (syncer.rounds, syncer.definition_writes))
+    assert after[1] > before[1] and after[0] > before[0]
+    # A transient queue writes no definition and waits for nothing.
+    c.send_method(1, commands.Queue.Declare(queue="transient", durable=False))
+    c.expect_method(commands.Queue.DeclareOk)
+    assert harness.call(lambda: syncer.definition_writes) == after[1]
+    c.close()
