@@ -16,7 +16,7 @@ import os
 import signal
 import struct
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +35,14 @@ from conftest import BrokerThread, start_broker
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
-from pikahelp import connect, uniq, wait_until
+from pikahelp import barrier, connect, uniq, wait_until
 from procs import start_warren
 from rawamqp import RawAMQP
 
 import warren
 from warren.amqp.ack_scan import scan_acks_python
 from warren.amqp.unacked import UnackedDeliveries, UnackedRun
+from warren.core.clock import ManualClock
 from warren.core.vhost import VHost
 
 _native = warren.native_module("_fastpath")
@@ -259,11 +260,16 @@ def test_runs_unacked_at_a_kill_9_come_back(tmp_path: Path) -> None:
     assert all(r for _, r in got)  # after a crash every recovered message may have been seen
 
 
-def test_a_priority_queue_with_ttl_drains_its_backlog_in_order(broker: BrokerThread) -> None:
+def test_a_priority_queue_with_ttl_drains_its_backlog_in_order(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
     """A priority queue with a TTL and a dead-letter exchange, messages with and
     without their own (long) expiration waiting at every level: all of them in
     priority order, FIFO within a priority, acked singly and by multiple; then
-    a short TTL: each message either delivered once or dead-lettered once."""
+    a short TTL that runs out (the broker's ManualClock, moved by the test)
+    while a consumer holds a prefetch's worth: those are delivered once, the
+    rest dead-lettered once."""
+    broker = broker_factory(segment_size=64 * 1024, clock=ManualClock())
     conn = connect(broker)
     ch = conn.channel()
     ch.confirm_delivery()
@@ -294,18 +300,29 @@ def test_a_priority_queue_with_ttl_drains_its_backlog_in_order(broker: BrokerThr
                 ch.basic_ack(t)
         acked = len(got)
     assert [int(b) for _, b in got] == [i for _, i in sorted(want)]
-    # A short TTL: whatever the consumer does not get in time is dead-lettered.
+    # A short TTL: what the consumer does not hold when it runs out is dead-lettered.
     q2 = uniq()
     ch.queue_declare(q2, arguments={**args, "x-message-ttl": 30, "x-dead-letter-routing-key": dlq})
+    want = []
     for i in range(400):
         ch.basic_publish("", q2, f"t{i}".encode(), pika.BasicProperties(priority=i % 6))
-    late: list[bytes] = []
-    ch.basic_consume(q2, lambda c, m, p, b: (late.append(b), c.basic_ack(m.delivery_tag)))
+        want.append((-(i % 6), i))
+    late: list[tuple[int, bytes]] = []
+    ch.basic_consume(q2, lambda c, m, p, b: late.append((m.delivery_tag, b)))
+    wait_until(conn, lambda: len(late) == 100)  # the prefetch: held, not acked
     dead: list[bytes] = []
     ch.basic_consume(dlq, lambda c, m, p, b: dead.append(b), auto_ack=True)
-    wait_until(conn, lambda: len(late) + len(dead) == 400, timeout=10)
-    assert sorted(late + dead) == sorted(f"t{i}".encode() for i in range(400))
-    assert len(set(late)) == len(late)
+    broker.advance(29)  # 1 ms short: all still ready
+    assert ch.queue_declare(q2, passive=True).method.message_count == 300
+    broker.advance(1)
+    assert ch.queue_declare(q2, passive=True).method.message_count == 0
+    wait_until(conn, lambda: len(dead) == 300)
+    ch.basic_ack(late[-1][0], multiple=True)
+    barrier(ch)
+    order = [f"t{i}".encode() for _, i in sorted(want)]
+    assert [b for _, b in late] == order[:100]  # the highest priorities, FIFO within
+    assert sorted(dead) == sorted(order[100:])
+    assert len(late) == 100 and len(set(dead)) == 300
     conn.close()
 
 
