@@ -15,8 +15,9 @@ import pika
 import pytest
 from conftest import BrokerThread
 from pika.exceptions import UnroutableError
-from pikahelp import Session, barrier, channel_error, connect, settle, wait_until
+from pikahelp import Session, barrier, channel_error, connect
 
+from warren.core.clock import ManualClock
 from warren.core.dedup import DEFAULT_CACHE_SIZE, DEFAULT_HEADER, Deduplicator
 from warren.core.errors import PreconditionFailed
 from warren.core.message import Message
@@ -267,21 +268,32 @@ def test_bad_arguments_are_refused_on_declare(s: Session) -> None:
     channel_error(404, s.ch.exchange_declare, "dedup-bad", "direct", passive=True)
 
 
-def test_deduplication_before_delay(s: Session) -> None:
-    ex = s.exchange(
-        "x-delayed-message",
-        arguments={"x-delayed-type": "direct", "x-message-deduplication": True},
-    )
-    q = s.queue()
-    s.ch.queue_bind(q, ex, "rk")
-    s.ch.basic_publish(ex, "rk", b"held", keyed("k", **{"x-delay": 50}))
-    s.ch.basic_publish(ex, "rk", b"dup", keyed("k", **{"x-delay": 10}))
-    s.ch.basic_publish(ex, "rk", b"dup-now", keyed("k"))
-    got: list[bytes] = []
-    s.ch.basic_consume(q, lambda ch, m, p, body: got.append(body), auto_ack=True)
-    wait_until(s.conn, lambda: len(got) >= 1)
-    settle(s.conn, 0.1)
-    assert got == [b"held"]  # released once, not taken for a duplicate of itself
+def test_deduplication_before_delay(broker_factory: Callable[..., BrokerThread]) -> None:
+    """A delayed exchange deduplicates at publish, not at release: the held
+    message's key makes the later ones duplicates, whatever their delays, and
+    the held one is not taken for a duplicate of itself when it is released
+    (on the broker's ManualClock, moved by the test)."""
+    broker = broker_factory(clock=ManualClock())
+    s = Session(broker)
+    try:
+        ex = s.exchange(
+            "x-delayed-message",
+            arguments={"x-delayed-type": "direct", "x-message-deduplication": True},
+        )
+        q = s.queue()
+        s.ch.queue_bind(q, ex, "rk")
+        s.ch.basic_publish(ex, "rk", b"held", keyed("k", **{"x-delay": 50}))
+        s.ch.basic_publish(ex, "rk", b"dup", keyed("k", **{"x-delay": 10}))
+        s.ch.basic_publish(ex, "rk", b"dup-now", keyed("k"))
+        assert count(s, q) == 0
+        broker.advance(49)  # past "dup"'s delay, 1 ms short of "held"'s
+        assert count(s, q) == 0
+        broker.advance(1)
+        assert count(s, q) == 1
+        broker.advance(60_000)
+        assert bodies(s, q) == [b"held"]  # released once, not taken for a duplicate of itself
+    finally:
+        s.close()
 
 
 def test_plugin_exchange_type(s: Session) -> None:
