@@ -86,6 +86,18 @@ class Harness:
         later is the test's to bring about (``advance``)."""
         self.run(self._settle(), timeout)
 
+    def run_ready(self, timeout: float = 30) -> None:
+        """Run the broker's loop until it has nothing ready now (no callback, no
+        timer due), without waiting for a file sync round in flight (settle
+        does): what waits for a sync the test holds stays waiting."""
+
+        async def ready() -> None:
+            await asyncio.sleep(0)
+            while self._busy():
+                await asyncio.sleep(0)
+
+        self.run(ready(), timeout)
+
     def _busy(self) -> bool:
         """Whether the loop has a callback ready or a timer due (asyncio's own
         queues: no public API says so)."""
