@@ -8,7 +8,9 @@ way of testing a state machine), with independent decoders as the oracle.
         amqp.open_channel(1)
 
 A module's fixture is ``broker = harness_fixture(sync=False)`` (fixtures.py);
-``harness.amqp_client(channels)`` is a connection with the handshake done.
+``harness.amqp_client(channels)`` is a connection with the handshake done;
+``harness.amqp_connection()`` one with pika's calls (channel.py), for tests
+moved from pika with their assertions.
 
 No socket, no listener and no thread: what a test checks is the protocol's
 behaviour, and what only a socket shows (real clients, TLS, WebSocket,
@@ -17,7 +19,28 @@ backpressure, kill -9) stays in the socket tests.
 
 from harness.amqp import MemoryAMQP, ProtocolAMQP
 from harness.broker import Harness
+from harness.channel import (
+    Channel,
+    ChannelClosed,
+    Connection,
+    ConnectionClosed,
+    channel_error,
+    connection_error,
+)
 from harness.fixtures import harness_fixture
 from harness.mqtt import MemoryMQTT, RawMQTT
 
-__all__ = ["Harness", "MemoryAMQP", "MemoryMQTT", "ProtocolAMQP", "RawMQTT", "harness_fixture"]
+__all__ = [
+    "Channel",
+    "ChannelClosed",
+    "Connection",
+    "ConnectionClosed",
+    "Harness",
+    "MemoryAMQP",
+    "MemoryMQTT",
+    "ProtocolAMQP",
+    "RawMQTT",
+    "channel_error",
+    "connection_error",
+    "harness_fixture",
+]

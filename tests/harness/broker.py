@@ -14,6 +14,7 @@ from warren.core.clock import Clock, ManualClock
 
 if TYPE_CHECKING:
     from harness.amqp import MemoryAMQP, ProtocolAMQP
+    from harness.channel import Connection
     from harness.mqtt import MemoryMQTT, RawMQTT
     from warren.amqp.server import AMQPListener
     from warren.mqtt.server import MQTTListener
@@ -132,6 +133,16 @@ class Harness:
         for channel in range(1, channels + 1):
             client.open_channel(channel)
         return client
+
+    def amqp_connection(
+        self, user: str = "guest", password: str = "guest", vhost: str = "/"
+    ) -> Connection:
+        """A new in-memory AMQP connection with pika's calls (harness.channel):
+        ``.channel()``, ``queue_declare``, ``basic_publish``...; ConnectionClosed
+        when the broker refuses it."""
+        from harness.channel import Connection
+
+        return Connection(self.amqp(), user, password, vhost)
 
     @property
     def amqp_listener(self) -> AMQPListener:
