@@ -24,6 +24,7 @@ from harness.channel import (
     ChannelClosed,
     Connection,
     ConnectionClosed,
+    Session,
     channel_error,
     connection_error,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "MemoryMQTT",
     "ProtocolAMQP",
     "RawMQTT",
+    "Session",
     "channel_error",
     "connection_error",
     "harness_fixture",

@@ -20,16 +20,27 @@ a call waits for its reply only, so a delivery is read when a call or
 from __future__ import annotations
 
 import itertools
+import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 from pamqp import body, commands, header, heartbeat
 from rawamqp import AMQPFrames, Frame, body_frame, header_frame, method_frame
 
+if TYPE_CHECKING:
+    from harness.broker import Harness
+
 Properties = commands.Basic.Properties
-#: A message as pika's callbacks get it: its method, properties and body.
-Message = tuple[Any, Properties, bytes]
+
+
+class Message(NamedTuple):
+    """A delivered, got or returned message: its method, properties and body
+    (pika's ReturnedMessage's names; unpacks as pika's callback arguments)."""
+
+    method: Any
+    properties: Properties
+    body: bytes
 
 
 class Method:
@@ -185,7 +196,7 @@ class Connection:
         channel = self.channels.get(ch)
         assert channel is not None, f"{frame!r} on channel {ch}, which is not open"
         if isinstance(frame, (commands.Basic.Deliver, commands.Basic.Return, commands.Basic.GetOk)):
-            message = (frame, *self._content(ch))
+            message = Message(frame, *self._content(ch))
             if isinstance(frame, commands.Basic.Deliver):
                 channel.deliveries.append(message)
             elif isinstance(frame, commands.Basic.Return):
@@ -254,7 +265,7 @@ class Channel:
             self._check()
             self.connection.read_one()
         got = self.replies.pop(0)
-        method = got[0] if isinstance(got, tuple) else got
+        method = got.method if isinstance(got, Message) else got
         assert isinstance(method, cls), f"expected {cls.__name__}, got {method!r}"
         return got
 
@@ -429,8 +440,8 @@ class Channel:
         got = self.replies.pop(0)
         if isinstance(got, commands.Basic.GetEmpty):
             return None, None, None
-        assert isinstance(got, tuple) and isinstance(got[0], commands.Basic.GetOk), got
-        return got
+        assert isinstance(got, Message) and isinstance(got.method, commands.Basic.GetOk), got
+        return got.method, got.properties, got.body
 
     def basic_consume(
         self,
@@ -485,3 +496,38 @@ class Channel:
             )
             self.call(method, commands.Channel.CloseOk)
             self.closed = ChannelClosed(200, "closed by the client")
+
+
+class Session:
+    """pikahelp.Session's shape in memory: one connection with a channel
+    (``conn``, ``ch``), queues and exchanges declared with unique names. Nothing
+    to clean up: each test has a broker of its own."""
+
+    def __init__(self, harness: Harness) -> None:
+        self.broker = harness
+        self.conn = harness.amqp_connection()
+        self.ch = self.conn.channel()
+
+    def connect(self, user: str = "guest", password: str = "guest", vhost: str = "/") -> Connection:
+        """Another connection."""
+        return self.broker.amqp_connection(user, password, vhost)
+
+    def reopen(self) -> Channel:
+        """A fresh default channel after a channel error closed the previous one."""
+        self.ch = self.conn.channel()
+        return self.ch
+
+    def queue(self, name: str | None = None, **kwargs: Any) -> str:
+        """Declare a queue (by default with a unique name) on ``ch``."""
+        return str(self.ch.queue_declare(name or uniq(), **kwargs).method.queue)
+
+    def exchange(self, type_: str = "direct", name: str | None = None, **kwargs: Any) -> str:
+        """Declare an exchange (by default with a unique name) on ``ch``."""
+        name = name or uniq(type_)
+        self.ch.exchange_declare(name, type_, **kwargs)
+        return name
+
+
+def uniq(prefix: str = "q") -> str:
+    """A name no other test uses: ``test-<prefix>-<random hex>`` (pikahelp.uniq's)."""
+    return f"test-{prefix}-{uuid.uuid4().hex[:10]}"
