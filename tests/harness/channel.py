@@ -198,7 +198,11 @@ class Connection:
         if isinstance(frame, (commands.Basic.Deliver, commands.Basic.Return, commands.Basic.GetOk)):
             message = Message(frame, *self._content(ch))
             if isinstance(frame, commands.Basic.Deliver):
-                channel.deliveries.append(message)
+                callback = channel.callbacks.get(str(frame.consumer_tag))
+                if callback is not None:
+                    callback(channel, *message)
+                else:
+                    channel.deliveries.append(message)
             elif isinstance(frame, commands.Basic.Return):
                 channel.returned.append(message)
             else:
@@ -236,6 +240,7 @@ class Channel:
         self.returned: list[Message] = []
         self.cancelled: list[str] = []  # consumer tags the broker cancelled
         self.confirms: list[Any] = []
+        self.callbacks: dict[str, Callable[[Channel, Any, Properties, bytes], Any]] = {}
         self.confirming = False
         self._published = 0  # publish sequence number, in confirm mode
         self._tags = itertools.count(1)
@@ -446,12 +451,15 @@ class Channel:
     def basic_consume(
         self,
         queue: str,
+        on_message_callback: Callable[[Channel, Any, Properties, bytes], Any] | None = None,
         auto_ack: bool = False,
         exclusive: bool = False,
         consumer_tag: str | None = None,
         arguments: dict[str, Any] | None = None,
     ) -> str:
-        """A consumer; its deliveries collect in ``deliveries`` (next_delivery)."""
+        """A consumer. Its deliveries go to ``on_message_callback`` as they are
+        read (pika calls it from its I/O loop; here whichever call reads the
+        delivery does), or without one collect in ``deliveries`` (next_delivery)."""
         tag = consumer_tag or f"ctag{self.channel_number}.{next(self._tags)}"
         method = commands.Basic.Consume(
             queue=queue,
@@ -460,10 +468,14 @@ class Channel:
             exclusive=exclusive,
             arguments=arguments,
         )
-        return str(self.call(method, commands.Basic.ConsumeOk).consumer_tag)
+        tag = str(self.call(method, commands.Basic.ConsumeOk).consumer_tag)
+        if on_message_callback is not None:
+            self.callbacks[tag] = on_message_callback
+        return tag
 
     def basic_cancel(self, consumer_tag: str) -> None:
         self.call(commands.Basic.Cancel(consumer_tag=consumer_tag), commands.Basic.CancelOk)
+        self.callbacks.pop(consumer_tag, None)
 
     def next_delivery(self) -> Message:
         """The next delivery to this channel's consumers (read until one comes)."""
