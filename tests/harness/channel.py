@@ -119,6 +119,8 @@ class Connection:
         self.closed: ConnectionClosed | None = None
         self.blocked: list[Any] = []  # connection.blocked and unblocked, in order
         self._numbers = itertools.count(1)
+        #: Frames already taken from the transport (pump), read before any more.
+        self._pending: list[tuple[int, Frame]] = []
         frames.start_ok(user, password)
         tune = self._connection_reply(commands.Connection.Tune)
         self.frame_max = int(tune.frame_max)
@@ -148,7 +150,7 @@ class Connection:
                 ),
             )
             while self.is_open:
-                ch, frame = self.frames.read_frame()
+                ch, frame = self._next_frame()
                 if ch == 0 and isinstance(frame, commands.Connection.CloseOk):
                     break
                 self._dispatch(ch, frame)
@@ -163,7 +165,7 @@ class Connection:
     # -- reading ----------------------------------------------------------------------
     def _connection_reply(self, cls: type[Any]) -> Any:
         while True:
-            ch, frame = self.frames.read_frame()
+            ch, frame = self._next_frame()
             if isinstance(frame, heartbeat.Heartbeat):
                 continue
             if ch == 0 and isinstance(frame, commands.Connection.Close):
@@ -180,8 +182,23 @@ class Connection:
         """Read one frame (with its content) and give it to its channel."""
         if self.closed is not None:
             raise self.closed
-        ch, frame = self.frames.read_frame()
+        ch, frame = self._next_frame()
         self._dispatch(ch, frame)
+
+    def pump(self) -> None:
+        """Read what the broker has written by the time its loop has nothing
+        left to do (Harness.settle), and no more: to show that nothing else
+        arrives, where pika's test ran its I/O loop for a while. In memory only."""
+        frames: Any = self.frames
+        frames.harness.settle()
+        self._pending.extend(frames.frames_now())
+        while self._pending:
+            self.read_one()
+
+    def _next_frame(self) -> tuple[int, Frame]:
+        if self._pending:
+            return self._pending.pop(0)
+        return self.frames.read_frame()
 
     def _dispatch(self, ch: int, frame: Frame) -> None:
         if isinstance(frame, heartbeat.Heartbeat):
@@ -218,11 +235,11 @@ class Connection:
             channel.replies.append(frame)
 
     def _content(self, ch: int) -> tuple[Properties, bytes]:
-        got_ch, hdr = self.frames.read_frame()
+        got_ch, hdr = self._next_frame()
         assert got_ch == ch and isinstance(hdr, header.ContentHeader), (got_ch, hdr)
         data = b""
         while len(data) < hdr.body_size:
-            got_ch, part = self.frames.read_frame()
+            got_ch, part = self._next_frame()
             assert got_ch == ch and isinstance(part, body.ContentBody), (got_ch, part)
             data += part.value
         return hdr.properties, data
