@@ -27,6 +27,7 @@ from harness.channel import (
     Session,
     channel_error,
     connection_error,
+    wait_until,
 )
 from harness.fixtures import harness_fixture
 from harness.mqtt import MemoryMQTT, RawMQTT
@@ -45,4 +46,5 @@ __all__ = [
     "channel_error",
     "connection_error",
     "harness_fixture",
+    "wait_until",
 ]

@@ -527,6 +527,14 @@ class Channel:
             self.closed = ChannelClosed(200, "closed by the client")
 
 
+def wait_until(conn: Connection, predicate: Callable[[], bool]) -> None:
+    """Read frames (calling consumers' callbacks) until ``predicate()`` holds
+    (pikahelp.wait_until's shape; each read waits for the broker's output, up
+    to the connection's timeout, never for a span of time)."""
+    while not predicate():
+        conn.read_one()
+
+
 class Session:
     """pikahelp.Session's shape in memory: one connection with a channel
     (``conn``, ``ch``), queues and exchanges declared with unique names. Nothing
