@@ -527,6 +527,21 @@ class Channel:
             self.closed = ChannelClosed(200, "closed by the client")
 
 
+def drain(ch: Channel, queue: str) -> list[bytes]:
+    """Every body basic.get (auto-ack) finds in ``queue``, in order (pikahelp's)."""
+    bodies = []
+    while True:
+        method, _, body = ch.basic_get(queue, auto_ack=True)
+        if method is None or body is None:
+            return bodies
+        bodies.append(body)
+
+
+def ready_count(ch: Channel, queue: str) -> int:
+    """The queue's ready messages, as a passive queue.declare reports them."""
+    return int(ch.queue_declare(queue, passive=True).method.message_count)
+
+
 def wait_until(conn: Connection, predicate: Callable[[], bool]) -> None:
     """Read frames (calling consumers' callbacks) until ``predicate()`` holds
     (pikahelp.wait_until's shape; each read waits for the broker's output, up
