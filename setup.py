@@ -33,8 +33,9 @@ from setuptools.command.build_ext import build_ext
 # interpreter's specialized attribute access; mypyc uses the annotations.)
 #
 # Never compile modules that recurse over client-built structures, such as
-# core/vhost_routing.py (dead-letter chains: a queue's dead-letter copy can overflow the
-# next queue, whose copy overflows the next...): calls between compiled functions
+# core/vhost_dead_letters.py (a quorum queue's at-least-once dead-lettering hands
+# its copy to the next queue, which can dead-letter it at once, and so on along
+# a chain of such queues): calls between compiled functions
 # skip the interpreter's recursion limit, so a deep enough nesting overflows the
 # C stack and kills the broker where Python raises RecursionError (which becomes
 # a protocol error). core/table.py qualifies: its decoding and validation keep an
@@ -73,6 +74,7 @@ COMPILED_MODULES = [
     "warren.core.table_edit",
     "warren.core.table_encode",
     "warren.core.unsettled",
+    "warren.core.vhost_routing",
     "warren.mqtt.codec",
     "warren.mqtt.connection",
     "warren.mqtt.delivery",

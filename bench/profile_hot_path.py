@@ -51,7 +51,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("confirms", ("_confirm", "after_sync", "PublisherConfirms")),
     ("deliver (consumer pick, basic.deliver encode)", ("deliver", "Consumer", "consumer", "message_frames", "_run_delivery")),
     ("queue", ("Queue", "queue___")),
-    ("route (exchange, bindings)", ("VHost.publish", "VHost.route", "_route", "exchange", "Exchange")),
+    ("route (exchange, bindings)", ("Router.publish", "Router.route", "Router___", "_route", "exchange", "Exchange")),
     ("publish checks, Message object", ("_publish_message", "_handle_publish", "Publishing___publish_run", "Publishing.publish_run", "_check", "Channel.check", "Message", "message___")),
     ("frame parse (split, decode)", ("scan_publishes", "publish_run___", "PublishRun", "feed", "on_method_frame", "on_header_frame", "on_body_frame", "split_header_payload", "BasicPublish", "decode")),
 )  # fmt: skip

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import importlib
 import struct
-from typing import Any, TypeVar
+from typing import Any
 
 from conftest import BrokerThread
 from harness import Harness
 from pamqp import commands
-from rawamqp import AMQPFrames, RawAMQP, body_frame, header_frame, method_frame
+from rawamqp import AMQPFrames, body_frame, header_frame, method_frame
 
 from warren.amqp import publish_run
 
@@ -25,7 +25,6 @@ try:
 except ImportError:
     _fast = None
 
-A = TypeVar("A", bound=AMQPFrames)
 #: A broker the test reaches on its loop: over sockets or in memory.
 Broker = BrokerThread | Harness
 
@@ -49,19 +48,6 @@ def _runs(data: bytes) -> list[Any]:
     if _fast is not None:
         runs.append(_fast.scan_publishes(data, 0, 131072, 1 << 30, 1000))
     return runs
-
-
-def _opened(c: A, channels: int = 1) -> A:
-    """Handshake done, channels 1 .. ``channels`` open."""
-    c.handshake()
-    for ch in range(1, channels + 1):
-        c.open_channel(ch)
-    return c
-
-
-def _client(b: BrokerThread, channels: int = 1) -> RawAMQP:
-    """A raw socket client of ``b`` (the in-memory tests use _opened(harness.amqp()))."""
-    return _opened(RawAMQP(b.port), channels)
 
 
 def _declare(c: AMQPFrames, name: str, durable: bool = False, **arguments: Any) -> None:

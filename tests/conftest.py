@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from harness import Harness
+from harness import harness_fixture
 
 from warren import Broker, Config
 from warren.amqp.server import AMQPListener
@@ -264,9 +264,5 @@ def rabbitmq(tmp_path: Path) -> Iterator[Any]:
         server.stop()
 
 
-@pytest.fixture
-def harness(tmp_path: Path) -> Iterator[Harness]:
-    """A broker without listeners, driven in memory on this thread (tests/harness)."""
-    h = Harness(tmp_path / "data")
-    yield h
-    h.stop()
+#: A broker without listeners, driven in memory on this thread (tests/harness).
+harness = harness_fixture()

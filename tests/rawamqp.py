@@ -302,6 +302,29 @@ class AMQPFrames:
         self.send_method(channel, commands.Channel.Open())
         self.expect_method(commands.Channel.OpenOk, channel=channel)
 
+    # -- requests --------------------------------------------------------------------
+    def basic_get(
+        self, queue: str, channel: int = 1, no_ack: bool = True
+    ) -> tuple[commands.Basic.GetOk | None, commands.Basic.Properties | None, bytes | None]:
+        """basic.get, as pika's basic_get answers: (get-ok, properties, body), or
+        three Nones for get-empty."""
+        self.send_method(channel, commands.Basic.Get(queue=queue, no_ack=no_ack))
+        while True:
+            _, method = self.read_frame()
+            if isinstance(method, heartbeat.Heartbeat):
+                continue
+            if isinstance(method, commands.Basic.GetEmpty):
+                return None, None, None
+            assert isinstance(method, commands.Basic.GetOk), method
+            hdr, data = self.expect_content()
+            return method, hdr.properties, data
+
+    def ready_count(self, queue: str, channel: int = 1) -> int:
+        """The queue's ready messages, as a passive queue.declare reports them."""
+        self.send_method(channel, commands.Queue.Declare(queue=queue, passive=True))
+        ok = self.expect_method(commands.Queue.DeclareOk, channel=channel)
+        return int(ok.message_count or 0)
+
     def close(self) -> None:
         """A clean client-initiated connection.close."""
         self.send_method(

@@ -2,16 +2,16 @@
 
 It knows no protocol: listeners (warren.node.Listener) are given to it, and
 warren.app assembles the standard ones. The AMQP listener, an HTTP listener
-and any other see the broker through warren.node.Node.
+and any other see the broker through warren.node.Node. Its start and stop
+sequence (broker_lifecycle.py) and its periodic work (broker_timers.py) are
+parts it holds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
-import resource
 import shutil
 import socket
 from collections.abc import Callable, Sequence
@@ -19,8 +19,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from warren import __version__, build_description, sampling
+from warren import sampling
 from warren.alarms import ResourceAlarms
+from warren.broker_lifecycle import BrokerLifecycle
+from warren.broker_timers import BrokerTimers
 from warren.config import Config
 from warren.core.auth_guard import AuthGuard
 from warren.core.clock import Clock, LoopClock
@@ -30,46 +32,24 @@ from warren.core.runtime_parameters import ParameterComponent, ValidationFailed
 from warren.core.stats import GaugeStats, MessageStats, RateSampler
 from warren.core.users import UserStore
 from warren.core.vhost import VHost
-from warren.definitions_document import DefinitionsError, read_definitions
 from warren.definitions_export import export_definitions
 from warren.definitions_import import import_definitions
 from warren.metrics.history import AuthAttempts, Retired, protocol_label
 from warren.node_stats import NODE_GAUGES
-from warren.store import cluster_id, damage, disk_budget
-from warren.store.dedup_journal import exchange_journal_factory, journal_factory
-from warren.store.definitions import DefinitionsLog
+from warren.store import damage
 from warren.store.layout import DataDir
 from warren.store.orphans import report as report_orphans
 from warren.store.orphans import sweep
-from warren.store.sync import GroupSync, Replication, sync_all
+from warren.store.sync import GroupSync, Replication
 from warren.store.users_file import load_users, save_users
 from warren.store_factory import StoreFactory
 from warren.tls import TLSContexts
 
 if TYPE_CHECKING:
-    from warren.core.clock import TimerHandle
     from warren.core.policies import Policy
     from warren.node import ClientConnection, Listener
 
 log = logging.getLogger("warren")
-
-DISK_CHECK_INTERVAL = 1.0
-#: How often (ms of the clock) unacknowledged deliveries are checked for their age.
-CONSUMER_TIMEOUT_CHECK_MS = 1000
-
-
-def _raise_fd_limit() -> None:
-    """Every queue that has been written to keeps its write segment open: lift the
-    soft descriptor limit to the hard one so thousands of queues fit."""
-    try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if hard == resource.RLIM_INFINITY:
-            hard = 1 << 20
-        if soft < hard:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    except (ValueError, OSError) as exc:
-        log.warning("cannot raise the open-file limit: %s", exc)
-
 
 def _remove_trees(paths: list[Path]) -> None:
     for path in paths:
@@ -100,10 +80,6 @@ class Broker:
         for key, value in overrides.items():
             setattr(self.config, key, value)
         self.config.validate()
-        self.layout = DataDir(Path(self.config.data_dir).resolve())
-        #: The stores the vhosts get (and the delivered marks they start with).
-        self.stores = StoreFactory(self.layout, self.config)
-        self._taken_marks: dict[Path, int] | None = None  # as the last stop left them
         #: Loaded from the data directory by start().
         self.users = UserStore()
         self.vhosts: dict[str, VHost] = {}
@@ -119,9 +95,14 @@ class Broker:
         #: The cluster's permanent id (store/cluster_id.py), read or made at start.
         self.cluster_id = ""
         #: The free-disk and memory alarms, and the writers' disk budget.
+        root = Path(self.config.data_dir).resolve()
         self.resource_alarms = ResourceAlarms(
-            self.config, self.layout.root, self._block_publishers, self._flush_written
+            self.config, root, self._block_publishers, self._flush_written
         )
+        #: The data directory, with the disk budget; start() gives it the mirror.
+        self.layout = DataDir(root, self.resource_alarms.budget)
+        #: Every store and log the vhosts get, made from the data directory.
+        self.stores = StoreFactory(self.layout, self.config, lambda: self.syncer)
         #: Raised resource alarms ("memory", "disk"); while any is, publishing
         #: connections are blocked (connection.blocked), as RabbitMQ's are.
         self.alarms: set[str] = self.resource_alarms.raised
@@ -154,13 +135,11 @@ class Broker:
         )
         #: Called with a vhost's name as it is deleted (Node.vhost_deleted).
         self.vhost_deleted: list[Callable[[str], None]] = []
-        self._started = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._disk_timer: asyncio.TimerHandle | None = None
-        self._consumer_timer: TimerHandle | None = None
-        self._sample_timer: TimerHandle | None = None
-        #: The round of rate sampling under way (warren/sampling.py).
-        self._sampling: asyncio.Task[int] | None = None
+        #: Resource alarms, consumer timeouts and rate sampling, on timers.
+        self.timers = BrokerTimers(self)
+        #: The start and stop sequence.
+        self.lifecycle = BrokerLifecycle(self, self._open_vhost)
 
     def reload_tls(self) -> None:
         """Read the TLS certificate and key again (SIGHUP): new connections get them,
@@ -212,14 +191,7 @@ class Broker:
         directory swept (store/orphans.py); DamagedFile refuses it."""
         assert self._loop is not None
         policy = self.config.damaged_metadata
-        definitions = DefinitionsLog(
-            self.layout.definitions_file(name),
-            self.config.sync,
-            on_damage=policy,
-            object_dirs=True,
-        )
-        if self.syncer is not None and self.syncer.enabled:
-            definitions.on_write = self.syncer.definitions_written
+        definitions = self.stores.definitions_log(name)
         vhost = VHost(
             name,
             self._loop.call_soon,
@@ -229,11 +201,9 @@ class Broker:
             exchange_store_factory=self.stores.exchange_store,
             stream_store_factory=self.stores.stream_store,
         )
-        vhost.key_logs = journal_factory(self.layout.queue_dir, lambda: self.syncer)
-        vhost.exchange_key_logs = exchange_journal_factory(
-            self.layout.exchange_dir, lambda: self.syncer
-        )
-        vhost.write_budget = self.resource_alarms.budget
+        vhost.key_logs = self.stores.key_log
+        vhost.exchange_key_logs = self.stores.exchange_key_log
+        vhost.router.write_budget = self.resource_alarms.budget
         try:
             problems = vhost.lifecycle.restore_definitions()
             warn_undecodable(vhost)  # names kept from before they were refused
@@ -242,7 +212,8 @@ class Broker:
             # Set aside: skipped, but left in the log, where they still claim
             # their queues' directories (each is logged by the vhost).
             directory = definitions.path.parent
-            orphans = sweep(name, directory, definitions.live, definitions.deleted)
+            live, deleted = definitions.live, definitions.deleted
+            orphans = sweep(name, directory, live, deleted, self.layout.mirror)
             if orphans:
                 report_orphans(definitions.path, orphans, policy)
         except BaseException:
@@ -272,7 +243,8 @@ class Broker:
             comp.apply(vhost_name, name, None)
         return True
 
-    def _apply_stored_parameters(self) -> None:
+    def apply_stored_parameters(self) -> None:
+        """Run the components' parameters the vhosts hold (at start)."""
         for vhost in self.vhosts.values():
             for component, name, value in vhost.parameters.items():
                 comp = self.parameter_components.get(component)
@@ -332,11 +304,13 @@ class Broker:
         go back to what the file holds, and ResourceError says why: a change
         that cannot be stored does not take effect."""
         try:
-            save_users(self.users, self.layout.users_file)
+            save_users(self.users, self.layout.users_file, self.layout.mirror)
         except OSError as exc:
             log.error("cannot store the users in %s: %s", self.layout.users_file, exc)
             try:
-                self.users.users = load_users(self.layout.users_file).users
+                self.users.users = load_users(
+                    self.layout.users_file, mirror=self.layout.mirror
+                ).users
             except Exception:
                 log.exception("cannot read back %s", self.layout.users_file)
             raise ResourceError(f"cannot store the users: {exc.strerror or exc}") from None
@@ -399,216 +373,15 @@ class Broker:
         bindings in RabbitMQ's export format."""
         return export_definitions(self)
 
-    def _load_definitions(self, path: str) -> None:
-        for file, data in read_definitions(path):
-            log.info("importing definitions from %s", file)
-            try:
-                import_definitions(self, data)
-            except DefinitionsError as exc:
-                raise DefinitionsError(f"definitions file {file}: {exc}") from None
-
-    # -- lifecycle ------------------------------------------------------------------------
+    # -- start and stop (broker_lifecycle.py) ----------------------------------------------
     async def start(self) -> None:
-        self._loop = loop = asyncio.get_running_loop()
-        self.clock.attach(loop)
-        self.auth_guard.clock = self.clock  # in case another was set after __init__
-        self.resource_alarms.loop = loop
-        _raise_fd_limit()
-        self.layout.prepare()
-        disk_budget.attach(self.layout.root, self.resource_alarms.budget)
-        try:
-            self._restore(loop)
-        except BaseException:
-            self._abort_start()
-            raise
-        definitions = self.config.load_definitions
-        if definitions:
-            try:
-                self._load_definitions(definitions)
-            except BaseException:
-                self._close_store()
-                raise
-        self._check_disk()
-        self._check_consumer_timeouts()
-        if self.config.collect_statistics_interval:
-            self._sample()  # the first round at once, then every interval
-        self._started = True
-        started: list[Listener] = []
-        try:
-            # The management API starts last: once it answers, every listener is up
-            # (`warren ctl await-startup` relies on it).
-            for listener in sorted(self.listeners, key=lambda lst: lst.name == "http"):
-                await listener.start(self)
-                started.append(listener)
-        except BaseException:
-            for listener in reversed(started):
-                await listener.stop()
-            self._stop_timers()
-            self._close_store()
-            self._started = False
-            raise
-        self._apply_stored_parameters()  # shovels may connect to the listeners
-        log.info(
-            "Warren %s (%s) started: %s, data dir %s",
-            __version__,
-            build_description(),
-            ", ".join(f"{lst.name} port {lst.port}" for lst in self.listeners) or "no listeners",
-            self.data_dir,
-        )
-
-    def _restore(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Read the data directory: users, vhosts, their definitions and stores.
-        Damaged metadata refuses the start or is set aside (store/damage.py); the
-        default user is made only in a new data directory."""
-        policy = self.config.damaged_metadata
-        new = self.layout.is_new
-        self.users = load_users(self.layout.users_file, policy)
-        self.cluster_id = cluster_id.load_or_create(self.layout.cluster_id_file, policy)
-        if not new and not self.layout.users_file.exists():
-            problem = "missing, though the data directory holds vhosts"
-            if policy != damage.SET_ASIDE:
-                raise damage.refusal(self.layout.users_file, problem)
-            log.error("%s is %s: starting with no users", self.layout.users_file, problem)
-            self.users.from_file = True
-        self.syncer = GroupSync(
-            loop, self.config.sync, replication=self.replication, budget=self.resource_alarms.budget
-        )
-        self._taken_marks = self.stores.delivered_marks = self.layout.take_delivered_marks()
-        vhosts = self.layout.load_vhosts(policy)
-        definitions = self.config.load_definitions
-        # As RabbitMQ: a new node with definitions to load gets no default vhost and user.
-        seed = not (definitions and not vhosts and not self.users.users)
-        if not seed:
-            log.info("will not seed the default vhost and user: have definitions to load")
-        # Restoring builds an object graph of every queue and exchange (hundreds
-        # of thousands of objects for 100,000 queues) that lives as long as the
-        # broker: the cyclic GC would walk it again and again while it grows
-        # (a sixth of a big restore's time), and then at every full collection.
-        # Collect once afterwards and freeze what survives.
-        gc.disable()
-        try:
-            for name in vhosts or ([self.config.default_vhost] if seed else []):
-                self.vhosts[name] = self._open_vhost(name)
-        finally:
-            gc.enable()
-            gc.collect()
-            gc.freeze()
-        try:
-            self.layout.save_vhosts(list(self.vhosts))
-        except OSError as exc:  # the vhosts' directories say it as well
-            log.error("cannot write %s: %s", self.layout.vhosts_file, exc)
-        self.stores.delivered_marks = {}  # stores made from now on are new: nothing delivered
-        if seed and new and not self.users.users:
-            self.users.add_user(
-                self.config.default_user, self.config.default_password, ["administrator"]
-            )
-            self.users.set_permissions(self.config.default_user, self.config.default_vhost)
-        if not self.layout.users_file.exists():
-            # Written at the first start, even empty: from then on a missing file
-            # is damage, never a reason to make the default user again.
-            self.save_users()
-
-    def _abort_start(self) -> None:
-        """Undo a start that failed while reading the data directory: close what
-        was opened, put back the delivered marks it took, release the lock."""
-        for vhost in self.vhosts.values():
-            vhost.close()
-        self.vhosts = {}
-        if self.syncer is not None:
-            self.syncer.close()
-            self.syncer = None
-        if self._taken_marks is not None:
-            try:
-                self.layout.save_delivered_marks(self._taken_marks)
-            except OSError as exc:
-                log.error("cannot put back what was delivered: %s", exc)
-        disk_budget.detach(self.layout.root)
-        self.layout.release()
+        self._loop = asyncio.get_running_loop()
+        await self.lifecycle.start(self._loop)
 
     async def stop(self) -> None:
         """Stop every listener (each closes its clients as its protocol does at
         shutdown; AMQP: 320 CONNECTION_FORCED), then close the store."""
-        if not self._started:
-            return
-        self._started = False
-        self._stop_timers()
-        for comp in self.parameter_components.values():
-            try:
-                await comp.close()
-            except Exception:
-                log.exception("stopping the %s component failed", comp.name)
-        for listener in reversed(self.listeners):
-            try:
-                await listener.stop()
-            except Exception:  # the stores must still be closed
-                log.exception("stopping the %s listener failed", listener.name)
-        if self.syncer is not None:
-            # What the last rounds settle happens before the stores close.
-            try:
-                await asyncio.wait_for(self.syncer.drain(), 30)
-            except (TimeoutError, OSError):
-                log.exception("waiting for the last disk syncs failed")
-        self._close_store()
-        log.info("Warren stopped")
-
-    def _stop_timers(self) -> None:
-        for timer in (self._disk_timer, self._consumer_timer, self._sample_timer):
-            if timer is not None:
-                timer.cancel()
-        self._disk_timer = self._consumer_timer = self._sample_timer = None
-        if self._sampling is not None:
-            self._sampling.cancel()
-
-    def _close_store(self) -> None:
-        """Write out, sync and close every store, whatever one of them raises (a
-        full disk: what was never confirmed and cannot be written is dropped,
-        logged by the store); then record what was delivered, if that can be
-        written."""
-        marks: dict[Path, int] = {}
-        for vhost in self.vhosts.values():
-            marks.update(vhost.lifecycle.delivered_marks())
-        failed = 0
-        stores = [s for vhost in self.vhosts.values() for s in vhost.lifecycle.stores()]
-        for store in stores:
-            # The close mark of each segment log (docs/storage.md): before the
-            # sync, which covers it, so that the next start appends after it.
-            seal = getattr(store, "seal", None)
-            if seal is not None:
-                try:
-                    seal()
-                except Exception:
-                    log.exception("marking a store closed failed")
-        # All at once (store/sync.py sync_all): each store's close then finds
-        # nothing left to sync.
-        try:
-            sync_all(stores)
-        except OSError as exc:
-            log.error("syncing the stores at the stop failed: %s", exc)
-        for vhost in self.vhosts.values():
-            failed += vhost.close()
-        if failed:
-            log.error(
-                "%d stores did not close cleanly: what was delivered is not recorded, "
-                "the next start counts every message as delivered",
-                failed,
-            )
-        else:
-            try:
-                # After every store is written out and synced: a clean shutdown.
-                self.layout.save_delivered_marks(marks)
-            except OSError as exc:
-                log.error(
-                    "cannot record what was delivered (%s): the next start counts "
-                    "every message as delivered",
-                    exc,
-                )
-        if self.syncer is not None:
-            try:
-                self.syncer.close()
-            except Exception:
-                log.exception("stopping the disk sync threads failed")
-        disk_budget.detach(self.layout.root)
-        self.layout.release()
+        await self.lifecycle.stop()
 
     async def __aenter__(self) -> Broker:
         await self.start()
@@ -642,53 +415,12 @@ class Broker:
         cap = self.config.max_connections
         return bool(cap) and len(self.connections) >= cap
 
-    # -- once a second: resource alarms; on the clock: consumer timeouts, rates ----------
-    def _check_disk(self) -> None:
-        """Free disk and memory, polled from the OS once a second: a loop timer,
-        not the broker's clock, since what it watches moves outside the broker."""
-        assert self._loop is not None
-        self.resource_alarms.check_disk()
-        self.resource_alarms.check_memory()
-        self._disk_timer = self._loop.call_later(DISK_CHECK_INTERVAL, self._check_disk)
-
-    def _schedule_sample(self) -> None:
-        """The next round of rate sampling, every collect_statistics_interval ms of
-        the clock (0: only when a test calls sample_stats)."""
-        interval = self.config.collect_statistics_interval
-        if interval:
-            self._sample_timer = self.clock.call_later(interval, self._sample)
-
-    def _sample(self) -> None:
-        assert self._loop is not None
-        self._sample_timer = None
-        if self._sampling is None:
-            now_s = self.clock.now_ms() / 1000
-            task = self._loop.create_task(sampling.sample_in_slices(self, now_s))
-            self._sampling = task
-            task.add_done_callback(self._sampled)
-        self._schedule_sample()
-
+    # -- what the timers (broker_timers.py) and the resource alarms call ------------------
     def sample_stats(self, now_s: float) -> int:
         """Sample the rates and history of every queue, exchange, channel,
         connection, vhost and the broker at ``now_s`` (seconds since the epoch), at
         once; how many were sampled (warren/sampling.py)."""
         return sampling.sample_now(self, now_s)
-
-    def _sampled(self, task: asyncio.Task[int]) -> None:
-        self._sampling = None
-        if not task.cancelled() and task.exception() is not None:
-            log.error("sampling the rates failed", exc_info=task.exception())
-
-    def _check_consumer_timeouts(self) -> None:
-        """Close channels holding a delivery unacknowledged for longer than the
-        consumer timeout (checked once a second of the clock)."""
-        self._consumer_timer = self.clock.call_later(
-            CONSUMER_TIMEOUT_CHECK_MS, self._check_consumer_timeouts
-        )
-        now = self.clock.now_ms()
-        default = self.config.consumer_timeout
-        for conn in list(self.connections):
-            conn.check_consumer_timeouts(now, default)
 
     def _block_publishers(self, blocked: bool) -> None:
         for conn in list(self.connections):

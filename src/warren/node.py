@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from warren.core.users import User, UserStore
     from warren.core.vhost import VHost
     from warren.metrics.history import AuthAttempts, Retired
+    from warren.store.layout import DataDir
     from warren.store.sync import GroupSync
     from warren.tls import TLSContexts
 
@@ -96,6 +97,9 @@ class Node(Protocol):
     """What listeners, their connections and definitions import/export use of the broker."""
 
     config: Config
+    #: The data directory: its paths, and the disk budget and replication mirror
+    #: that a listener's own files (MQTT sessions, mgmt.json) are written with.
+    layout: DataDir
     users: UserStore
     vhosts: dict[str, VHost]
     cluster_name: str

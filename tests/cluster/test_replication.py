@@ -1,7 +1,8 @@
 """Replication in one process over real sockets: a broker leads with a
-Replicator as its data directory's mirror, a Follower keeps another directory
-a copy; confirms wait for the follower's fsync, and a broker started on the
-follower's directory serves what the leader had."""
+Replicator as its replication (which its DataDir hands every store as the
+mirror), a Follower keeps another directory a copy; confirms wait for the
+follower's fsync, and a broker started on the follower's directory serves
+what the leader had."""
 
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ from mqttclient import Client as MQTTClient
 from warren import Config
 from warren.cluster.follower import Follower
 from warren.cluster.leader import Replicator, index_files
-from warren.store import mirror
 from warren.tls import replication_contexts
 
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
@@ -36,7 +36,6 @@ class Leader:
     ) -> None:
         self.data_dir = data_dir
         self.replicator = Replicator(data_dir, "s3cret")
-        mirror.attach(data_dir, self.replicator)
         config = Config(
             data_dir=str(data_dir),
             amqp_port=0,
@@ -55,10 +54,7 @@ class Leader:
         self.port = server.sockets[0].getsockname()[1]
 
     def stop(self) -> None:
-        try:
-            self.thread.stop()
-        finally:
-            mirror.detach(self.data_dir)
+        self.thread.stop()
 
 
 class FollowerThread:

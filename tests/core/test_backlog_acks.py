@@ -4,7 +4,11 @@
 delivery ends (acks out of order, multiple acks across runs and segments,
 nack and reject of part of a run, a cancelled consumer, a closing channel, a
 restart and kill -9), priorities and TTL, several consumers: what the clients
-see is what the one-by-one path gave them."""
+see is what the one-by-one path gave them.
+
+The broker tests that speak only raw frames run in memory in
+tests/protocol/amqp/test_backlog_ack_runs.py; the ones here stay on sockets
+for real clients (pika) or a kill -9 of a broker process."""
 
 from __future__ import annotations
 
@@ -12,18 +16,16 @@ import os
 import signal
 import struct
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pika
 import pytest
 from amqp_runs import (
-    _client,
     _consume,
     _declare,
     _fill,
-    _queue_state,
     _receive,
     _round_trip,
     _spans,
@@ -33,12 +35,13 @@ from conftest import BrokerThread, start_broker
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
-from pikahelp import connect, uniq, wait_until
+from pikahelp import barrier, connect, uniq, wait_until
 from procs import start_warren
 from rawamqp import RawAMQP
 
 import warren
 from warren.amqp.ack_scan import scan_acks_python
+from warren.core.clock import ManualClock
 from warren.core.unsettled import UnsettledDeliveries, UnsettledRun
 from warren.core.vhost import VHost
 
@@ -225,36 +228,11 @@ def _raw_drain(port: int, queue: str, n: int) -> list[tuple[bytes, bool]]:
     return out
 
 
-def test_runs_unacked_at_a_restart_and_a_kill_9_come_back(tmp_path: Path) -> None:
-    """Runs delivered and partly acked (a multiple ack, a row of single acks),
-    then a clean restart: the unacked ones come back redelivered, in order, the
-    rest after them; then the same with kill -9 of a broker process."""
-    data = tmp_path / "data"
-    b = start_broker(data, segment_size=64 * 1024)
+def test_runs_unacked_at_a_kill_9_come_back(tmp_path: Path) -> None:
+    """Runs delivered and partly acked (a row of single acks), then kill -9 of a
+    broker process: everything not acked comes back, in order. (The same after
+    a clean restart runs in memory: tests/protocol/amqp/test_backlog_ack_runs.py.)"""
     bodies = [f"r{i:04d}".encode() * 10 for i in range(2000)]
-    try:
-        c = _client(b, channels=2)
-        _declare(c, "dur", durable=True)
-        _fill(c, "dur", bodies, channel=2)
-        _consume(c, "dur", prefetch=800)
-        _receive(c, 800)
-        assert len(_spans(b)) >= 2
-        c.send_method(1, commands.Basic.Ack(delivery_tag=300, multiple=True))
-        c.send(b"".join(ack_frame(1, t) for t in range(301, 401)))
-        _receive(c, 400)  # the credit brings 400 more
-        _round_trip(c)
-        assert _queue_state(b, "dur")[:2] == (800, 800)
-        c.close_socket()
-    finally:
-        b.stop()
-    b = start_broker(data, segment_size=64 * 1024)
-    try:
-        got = _raw_drain(b.port, "dur", 1600)
-    finally:
-        b.stop()
-    assert [x for x, _ in got] == bodies[400:]
-    assert all(r for _, r in got[:800]) and not any(r for _, r in got[800:])
-    # kill -9: a broker process with a fresh queue, a run half acked.
     proc, port = start_warren(tmp_path / "killed", "--segment-size", str(64 * 1024))
     try:
         c = RawAMQP(port, timeout=20)
@@ -282,11 +260,16 @@ def test_runs_unacked_at_a_restart_and_a_kill_9_come_back(tmp_path: Path) -> Non
     assert all(r for _, r in got)  # after a crash every recovered message may have been seen
 
 
-def test_a_priority_queue_with_ttl_drains_its_backlog_in_order(broker: BrokerThread) -> None:
+def test_a_priority_queue_with_ttl_drains_its_backlog_in_order(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
     """A priority queue with a TTL and a dead-letter exchange, messages with and
     without their own (long) expiration waiting at every level: all of them in
     priority order, FIFO within a priority, acked singly and by multiple; then
-    a short TTL: each message either delivered once or dead-lettered once."""
+    a short TTL that runs out (the broker's ManualClock, moved by the test)
+    while a consumer holds a prefetch's worth: those are delivered once, the
+    rest dead-lettered once."""
+    broker = broker_factory(segment_size=64 * 1024, clock=ManualClock())
     conn = connect(broker)
     ch = conn.channel()
     ch.confirm_delivery()
@@ -317,18 +300,29 @@ def test_a_priority_queue_with_ttl_drains_its_backlog_in_order(broker: BrokerThr
                 ch.basic_ack(t)
         acked = len(got)
     assert [int(b) for _, b in got] == [i for _, i in sorted(want)]
-    # A short TTL: whatever the consumer does not get in time is dead-lettered.
+    # A short TTL: what the consumer does not hold when it runs out is dead-lettered.
     q2 = uniq()
     ch.queue_declare(q2, arguments={**args, "x-message-ttl": 30, "x-dead-letter-routing-key": dlq})
+    want = []
     for i in range(400):
         ch.basic_publish("", q2, f"t{i}".encode(), pika.BasicProperties(priority=i % 6))
-    late: list[bytes] = []
-    ch.basic_consume(q2, lambda c, m, p, b: (late.append(b), c.basic_ack(m.delivery_tag)))
+        want.append((-(i % 6), i))
+    late: list[tuple[int, bytes]] = []
+    ch.basic_consume(q2, lambda c, m, p, b: late.append((m.delivery_tag, b)))
+    wait_until(conn, lambda: len(late) == 100)  # the prefetch: held, not acked
     dead: list[bytes] = []
     ch.basic_consume(dlq, lambda c, m, p, b: dead.append(b), auto_ack=True)
-    wait_until(conn, lambda: len(late) + len(dead) == 400, timeout=10)
-    assert sorted(late + dead) == sorted(f"t{i}".encode() for i in range(400))
-    assert len(set(late)) == len(late)
+    broker.advance(29)  # 1 ms short: all still ready
+    assert ch.queue_declare(q2, passive=True).method.message_count == 300
+    broker.advance(1)
+    assert ch.queue_declare(q2, passive=True).method.message_count == 0
+    wait_until(conn, lambda: len(dead) == 300)
+    ch.basic_ack(late[-1][0], multiple=True)
+    barrier(ch)
+    order = [f"t{i}".encode() for _, i in sorted(want)]
+    assert [b for _, b in late] == order[:100]  # the highest priorities, FIFO within
+    assert sorted(dead) == sorted(order[100:])
+    assert len(late) == 100 and len(set(dead)) == 300
     conn.close()
 
 

@@ -30,7 +30,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("core/clock.py", "time.monotonic"): "the clock itself",
     ("core/clock.py", "call_later"): "the clock itself (LoopClock on the loop)",
     ("core/clock.py", "call_at"): "the clock itself (ManualClock's call_later)",
-    ("broker.py", "call_later"): (
+    ("broker_timers.py", "call_later"): (
         "the free-disk and memory alarms poll the OS once a second: what they watch "
         "moves outside the broker, so a ManualClock must not stop them"
     ),

@@ -5,114 +5,130 @@ The broker checks once a second of its clock (amqp/ack_timeout.py): a delivery
 is first seen by the check after it, and its channel closed by the first check
 at least the timeout after that one. The tests give the broker a ManualClock,
 deliver with the clock standing still at a check, and move it to the closing
-check (nothing before it)."""
+check (nothing before it).
+
+In memory (issue 29): a tests/harness broker and MemoryAMQP connections whose
+frames pamqp decodes (pika over a socket before); the timeout is the broker's
+timer on its clock either way.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import uuid
+from pathlib import Path
 
-import pytest
-from conftest import BrokerThread
-from pika.exceptions import ChannelClosedByBroker
-from pikahelp import barrier, connect, uniq, wait_until
+from harness import Harness, MemoryAMQP, harness_fixture
+from pamqp import commands
+from rawamqp import publish_frames
 
 from warren.core.clock import ManualClock
 
-Factory = Callable[..., BrokerThread]
+broker = harness_fixture()
+clocked = harness_fixture(manual_clock=True)
 
 
-def _closed_by_timeout(conn: Any, ch: Any) -> ChannelClosedByBroker:
-    closed: list[Any] = []
-    ch._impl.add_on_close_callback(lambda c, reason: closed.append(reason))
-    wait_until(conn, lambda: bool(closed))
-    reason = closed[0]
-    assert isinstance(reason, ChannelClosedByBroker)
-    return reason
+def uniq() -> str:
+    return f"test-q-{uuid.uuid4().hex[:10]}"
 
 
-def test_x_consumer_timeout_closes_the_channel(broker_factory: Factory) -> None:
-    b = broker_factory(clock=ManualClock())
-    conn = connect(b)
-    ch = conn.channel()
+def declare(c: MemoryAMQP, queue: str, **arguments: int) -> None:
+    c.send_method(1, commands.Queue.Declare(queue=queue, arguments=arguments or None))
+    c.expect_method(commands.Queue.DeclareOk)
+
+
+def barrier(c: MemoryAMQP, channel: int = 1) -> None:
+    """A round trip on ``channel``: answered, so the channel is still open (a
+    channel.close before the answer fails it)."""
+    c.send_method(channel, commands.Exchange.Declare(exchange="amq.direct", passive=True))
+    c.expect_method(commands.Exchange.DeclareOk, channel=channel)
+
+
+def closed_by_timeout(c: MemoryAMQP) -> tuple[int, str]:
+    """The channel.close that comes next on channel 1 (answered): code and text."""
+    code, text, _, _ = c.expect_channel_close(1)
+    c.send_method(1, commands.Channel.CloseOk())
+    return code, text
+
+
+def test_x_consumer_timeout_closes_the_channel(clocked: Harness) -> None:
+    c = clocked.amqp_client()
     q = uniq()
-    ch.queue_declare(q, arguments={"x-consumer-timeout": 500})
-    ch.basic_publish("", q, b"slow")
-    got: list[bytes] = []
-    ch.basic_consume(q, lambda c, m, p, body: got.append(body))
-    wait_until(conn, lambda: got == [b"slow"])
-    b.advance(1999)  # seen by the check at 1 s, not yet 500 ms old at the next
-    barrier(ch)  # still open
-    b.advance(1)
-    reason = _closed_by_timeout(conn, ch)
-    assert reason.reply_code == 406
-    assert reason.reply_text == (
+    declare(c, q, **{"x-consumer-timeout": 500})
+    c.send(publish_frames(1, b"slow", q))
+    c.send_method(1, commands.Basic.Consume(queue=q))
+    c.expect_method(commands.Basic.ConsumeOk)
+    c.expect_method(commands.Basic.Deliver)
+    assert c.expect_content()[1] == b"slow"
+    clocked.advance(1999)  # seen by the check at 1 s, not yet 500 ms old at the next
+    barrier(c)  # still open
+    clocked.advance(1)
+    code, text = closed_by_timeout(c)
+    assert code == 406
+    assert text == (
         "PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out. "
         "Timeout value used: 500 ms. This timeout value can be configured, see "
         "consumers doc guide to learn more"
     )
     # The message went back to the queue for someone else.
-    other = conn.channel()
-    method, _, body = other.basic_get(q, auto_ack=True)
-    assert body == b"slow" and method.redelivered
-    conn.close()
-
-
-def test_acked_in_time_keeps_the_channel(broker_factory: Factory) -> None:
-    b = broker_factory(clock=ManualClock())
-    conn = connect(b)
-    ch = conn.channel()
-    q = uniq()
-    ch.queue_declare(q, arguments={"x-consumer-timeout": 1500})
-    got: list[Any] = []
-    ch.basic_consume(q, lambda c, m, p, body: (got.append(body), c.basic_ack(m.delivery_tag)))
-    for i in range(5):
-        ch.basic_publish("", q, str(i).encode())
-    wait_until(conn, lambda: len(got) == 5)
-    barrier(ch)  # the acks are in
-    b.advance(5000)  # well past the timeout: all acked, still open
-    barrier(ch)
-    assert ch.is_open
-    conn.close()
-
-
-def test_broker_wide_consumer_timeout(broker_factory: Factory) -> None:
-    b = broker_factory(consumer_timeout=400, clock=ManualClock())
-    conn = connect(b)
-    ch = conn.channel()
-    q = uniq()
-    ch.queue_declare(q)
-    ch.basic_publish("", q, b"m")
-    method, _, _ = ch.basic_get(q)  # basic.get deliveries count too, as in RabbitMQ
+    c.open_channel(2)
+    method, _, body = c.basic_get(q, channel=2)
     assert method is not None
-    b.advance(1999)
-    barrier(ch)
-    b.advance(1)
-    reason = _closed_by_timeout(conn, ch)
-    assert "Timeout value used: 400 ms" in reason.reply_text
-    conn.close()
+    assert body == b"slow" and method.redelivered
+    c.close()
 
 
-def test_zero_disables_the_timeout(broker_factory: Factory) -> None:
-    # No heartbeats either: an hour without them would close the connection.
-    b = broker_factory(consumer_timeout=0, heartbeat=0, clock=ManualClock())
-    conn = connect(b)
-    ch = conn.channel()
+def test_acked_in_time_keeps_the_channel(clocked: Harness) -> None:
+    c = clocked.amqp_client()
     q = uniq()
-    ch.queue_declare(q)
-    ch.basic_publish("", q, b"m")
-    method, _, _ = ch.basic_get(q)
-    b.advance(3_600_000)  # an hour, past the default timeout (30 min)
-    barrier(ch)
-    assert ch.is_open
-    ch.basic_ack(method.delivery_tag)
-    conn.close()
+    declare(c, q, **{"x-consumer-timeout": 1500})
+    c.send_method(1, commands.Basic.Consume(queue=q))
+    c.expect_method(commands.Basic.ConsumeOk)
+    for i in range(5):
+        c.send(publish_frames(1, str(i).encode(), q))
+    for _ in range(5):
+        deliver = c.expect_method(commands.Basic.Deliver)
+        c.expect_content()
+        c.send_method(1, commands.Basic.Ack(delivery_tag=deliver.delivery_tag))
+    barrier(c)  # the acks are in
+    clocked.advance(5000)  # well past the timeout: all acked, still open
+    barrier(c)
+    c.close()
 
 
-def test_invalid_x_consumer_timeout_is_refused(broker: BrokerThread) -> None:
-    conn = connect(broker)
-    ch = conn.channel()
-    with pytest.raises(ChannelClosedByBroker) as info:
-        ch.queue_declare(uniq(), arguments={"x-consumer-timeout": 0})
-    assert info.value.reply_code == 406
-    conn.close()
+def test_broker_wide_consumer_timeout(tmp_path: Path) -> None:
+    with Harness(tmp_path / "data", consumer_timeout=400, clock=ManualClock()) as b:
+        c = b.amqp_client()
+        q = uniq()
+        declare(c, q)
+        c.send(publish_frames(1, b"m", q))
+        method, _, _ = c.basic_get(q, no_ack=False)  # basic.get deliveries count too
+        assert method is not None
+        b.advance(1999)
+        barrier(c)
+        b.advance(1)
+        _, text = closed_by_timeout(c)
+        assert "Timeout value used: 400 ms" in text
+        c.close()
+
+
+def test_zero_disables_the_timeout(tmp_path: Path) -> None:
+    # No heartbeats either: an hour without them would close the connection.
+    with Harness(tmp_path / "data", consumer_timeout=0, heartbeat=0, clock=ManualClock()) as b:
+        c = b.amqp_client()
+        q = uniq()
+        declare(c, q)
+        c.send(publish_frames(1, b"m", q))
+        method, _, _ = c.basic_get(q, no_ack=False)
+        assert method is not None
+        b.advance(3_600_000)  # an hour, past the default timeout (30 min)
+        barrier(c)
+        c.send_method(1, commands.Basic.Ack(delivery_tag=method.delivery_tag))
+        barrier(c)
+        c.close()
+
+
+def test_invalid_x_consumer_timeout_is_refused(broker: Harness) -> None:
+    c = broker.amqp_client()
+    c.send_method(1, commands.Queue.Declare(queue=uniq(), arguments={"x-consumer-timeout": 0}))
+    assert c.expect_channel_close(1)[0] == 406
+    c.close()

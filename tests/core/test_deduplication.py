@@ -1,21 +1,25 @@
-"""Message deduplication: the cache (dedup.py) on its own, then exchanges with pika.
+"""Message deduplication: the cache (dedup.py) on its own, then exchanges and
+queues as a client sees them.
 
 Exchanges deduplicate LavinMQ's way (``x-message-deduplication: true`` on any
 type) or as the rabbitmq-message-deduplication plugin's ``x-message-deduplication``
 exchange type. A duplicate is dropped as unroutable in both: a mandatory one
 comes back with basic.return, and its publisher confirm is an ack.
+
+The exchange and queue tests run in memory (issue 29): a tests/harness broker,
+pika's calls over MemoryAMQP (harness.channel, frames by pamqp); a restart is a
+new Harness on the same data dir, a delay runs on its ManualClock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-import pika
 import pytest
-from conftest import BrokerThread
-from pika.exceptions import UnroutableError
-from pikahelp import Session, barrier, channel_error, connect, settle, wait_until
+from harness import Harness, Session, channel_error, harness_fixture
+from harness.channel import Unroutable
+from pamqp import commands
 
 from warren.core.dedup import DEFAULT_CACHE_SIZE, DEFAULT_HEADER, Deduplicator
 from warren.core.errors import PreconditionFailed
@@ -171,23 +175,24 @@ def test_forget_and_clear() -> None:
     assert len(d) == 0
 
 
-# -- exchanges, with a real client ----------------------------------------------------
+# -- exchanges, in memory -------------------------------------------------------------
+
+broker = harness_fixture()
+clocked = harness_fixture(manual_clock=True)
 
 
 @pytest.fixture
-def s(broker: BrokerThread) -> Any:
-    session = Session(broker)
-    yield session
-    session.close()
+def s(broker: Harness) -> Session:
+    return Session(broker)
 
 
-def keyed(key: Any, header: str = DEFAULT_HEADER, **headers: Any) -> pika.BasicProperties:
-    return pika.BasicProperties(headers={header: key, **headers})
+def keyed(key: Any, header: str = DEFAULT_HEADER, **headers: Any) -> commands.Basic.Properties:
+    return commands.Basic.Properties(headers={header: key, **headers})
 
 
 def count(s: Session, q: str) -> int:
-    barrier(s.ch)
-    return s.ch.queue_declare(q, passive=True).method.message_count
+    s.ch.barrier()
+    return int(s.ch.queue_declare(q, passive=True).method.message_count)
 
 
 def bodies(s: Session, q: str) -> list[bytes]:
@@ -206,9 +211,9 @@ def test_exchange_drops_duplicates(s: Session, exchange_type: str) -> None:
     s.ch.queue_bind(q, ex, "rk")
     for body, key in [(b"1", "a"), (b"2", "a"), (b"3", "b"), (b"4", "a"), (b"5", "b")]:
         s.ch.basic_publish(ex, "rk", body, keyed(key))
-    s.ch.basic_publish(ex, "rk", b"6", pika.BasicProperties())  # no key: never a duplicate
-    s.ch.basic_publish(ex, "rk", b"7", pika.BasicProperties())
-    barrier(s.ch)
+    s.ch.basic_publish(ex, "rk", b"6", commands.Basic.Properties())  # no key: never a duplicate
+    s.ch.basic_publish(ex, "rk", b"7", commands.Basic.Properties())
+    s.ch.barrier()
     assert bodies(s, q) == [b"1", b"3", b"6", b"7"]
 
 
@@ -233,7 +238,7 @@ def test_custom_header_cache_size_and_message_ttl(s: Session) -> None:
     # x-cache-ttl 0 on the message: its key is not remembered at all.
     publish(ex, "", b"4", keyed(4, "order-id", **{"x-cache-ttl": 0}))
     publish(ex, "", b"4-again", keyed(4, "order-id"))
-    barrier(s.ch)
+    s.ch.barrier()
     assert bodies(s, q) == [b"1", b"other-header", b"2", b"3", b"1-again", b"4", b"4-again"]
 
 
@@ -243,7 +248,7 @@ def test_a_duplicate_is_unroutable_to_the_publisher(s: Session) -> None:
     s.ch.queue_bind(q, ex, "rk")
     s.ch.confirm_delivery()
     s.ch.basic_publish(ex, "rk", b"first", keyed("k"), mandatory=True)
-    with pytest.raises(UnroutableError) as info:
+    with pytest.raises(Unroutable) as info:
         s.ch.basic_publish(ex, "rk", b"again", keyed("k"), mandatory=True)
     assert info.value.messages[0].method.reply_code == 312
     assert info.value.messages[0].method.reply_text == "NO_ROUTE"
@@ -267,7 +272,12 @@ def test_bad_arguments_are_refused_on_declare(s: Session) -> None:
     channel_error(404, s.ch.exchange_declare, "dedup-bad", "direct", passive=True)
 
 
-def test_deduplication_before_delay(s: Session) -> None:
+def test_deduplication_before_delay(clocked: Harness) -> None:
+    """A delayed exchange deduplicates at publish, not at release: the held
+    message's key makes the later ones duplicates, whatever their delays, and
+    the held one is not taken for a duplicate of itself when it is released
+    (on the broker's ManualClock, moved by the test)."""
+    s = Session(clocked)
     ex = s.exchange(
         "x-delayed-message",
         arguments={"x-delayed-type": "direct", "x-message-deduplication": True},
@@ -277,11 +287,13 @@ def test_deduplication_before_delay(s: Session) -> None:
     s.ch.basic_publish(ex, "rk", b"held", keyed("k", **{"x-delay": 50}))
     s.ch.basic_publish(ex, "rk", b"dup", keyed("k", **{"x-delay": 10}))
     s.ch.basic_publish(ex, "rk", b"dup-now", keyed("k"))
-    got: list[bytes] = []
-    s.ch.basic_consume(q, lambda ch, m, p, body: got.append(body), auto_ack=True)
-    wait_until(s.conn, lambda: len(got) >= 1)
-    settle(s.conn, 0.1)
-    assert got == [b"held"]  # released once, not taken for a duplicate of itself
+    assert count(s, q) == 0
+    clocked.advance(49)  # past "dup"'s delay, 1 ms short of "held"'s
+    assert count(s, q) == 0
+    clocked.advance(1)
+    assert count(s, q) == 1
+    clocked.advance(60_000)
+    assert bodies(s, q) == [b"held"]  # released once, not taken for a duplicate of itself
 
 
 def test_plugin_exchange_type(s: Session) -> None:
@@ -292,7 +304,7 @@ def test_plugin_exchange_type(s: Session) -> None:
     s.ch.basic_publish(ex, "any", b"1", keyed("a"))
     s.ch.basic_publish(ex, "any", b"2", keyed("a"))
     s.ch.basic_publish(ex, "any", b"3", keyed("b"))
-    barrier(s.ch)
+    s.ch.barrier()
     assert bodies(s, q1) == [b"1", b"3"]
     assert bodies(s, q2) == [b"1", b"3"]
 
@@ -323,32 +335,27 @@ def test_plugin_exchange_type_arguments(s: Session, arguments: dict[str, Any], t
     s.reopen()
 
 
-def test_restart_keeps_deduplication_and_its_keys(
-    broker_factory: Callable[..., BrokerThread],
-) -> None:
+def test_restart_keeps_deduplication_and_its_keys(tmp_path: Path) -> None:
     args = {"x-message-deduplication": True, "x-cache-ttl": 60_000}
-    b = broker_factory()
-    conn = connect(b)
-    ch = conn.channel()
-    ch.exchange_declare("dedup-durable", "direct", durable=True, arguments=args)
-    ch.queue_declare("dedup-q", durable=True)
-    ch.queue_bind("dedup-q", "dedup-durable", "rk")
-    persistent = pika.BasicProperties(headers={DEFAULT_HEADER: "k"}, delivery_mode=2)
-    ch.basic_publish("dedup-durable", "rk", b"1", persistent)
-    conn.close()
-    b.stop()
+    with Harness(tmp_path / "data") as b:
+        ch = b.amqp_connection().channel()
+        ch.exchange_declare("dedup-durable", "direct", durable=True, arguments=args)
+        ch.queue_declare("dedup-q", durable=True)
+        ch.queue_bind("dedup-q", "dedup-durable", "rk")
+        persistent = commands.Basic.Properties(headers={DEFAULT_HEADER: "k"}, delivery_mode=2)
+        ch.basic_publish("dedup-durable", "rk", b"1", persistent)
+        ch.connection.close()
 
-    b = broker_factory()
-    conn = connect(b)
-    ch = conn.channel()
-    ch.exchange_declare("dedup-durable", "direct", durable=True, arguments=args)
-    # A durable exchange's cache is durable (LavinMQ's is in memory only): "k"
-    # is still a duplicate (tests/store/test_dedup_durable.py: through kill -9 too).
-    ch.basic_publish("dedup-durable", "rk", b"2", keyed("k"))
-    ch.basic_publish("dedup-durable", "rk", b"3", keyed("k"))
-    barrier(ch)
-    assert ch.queue_declare("dedup-q", passive=True).method.message_count == 1
-    conn.close()
+    with Harness(tmp_path / "data") as b:
+        ch = b.amqp_connection().channel()
+        ch.exchange_declare("dedup-durable", "direct", durable=True, arguments=args)
+        # A durable exchange's cache is durable (LavinMQ's is in memory only): "k"
+        # is still a duplicate (tests/store/test_dedup_durable.py: through kill -9 too).
+        ch.basic_publish("dedup-durable", "rk", b"2", keyed("k"))
+        ch.basic_publish("dedup-durable", "rk", b"3", keyed("k"))
+        ch.barrier()
+        assert ch.queue_declare("dedup-q", passive=True).method.message_count == 1
+        ch.connection.close()
 
 
 def test_plugin_type_as_a_delayed_type(s: Session) -> None:
@@ -360,24 +367,24 @@ def test_plugin_type_as_a_delayed_type(s: Session) -> None:
     s.ch.queue_bind(q, ex)
     s.ch.basic_publish(ex, "", b"1", keyed("a"))
     s.ch.basic_publish(ex, "", b"2", keyed("a"))
-    barrier(s.ch)
+    s.ch.barrier()
     assert bodies(s, q) == [b"1"]
 
 
 # -- queues ---------------------------------------------------------------------------
 
 
-def test_queue_drops_duplicates_but_routes_them(broker: BrokerThread) -> None:
+def test_queue_drops_duplicates_but_routes_them(broker: Harness) -> None:
     """A queue with x-message-deduplication keeps the first of each key; the
     publisher sees the duplicate as routed (a confirm ack, no return)."""
-    conn = connect(broker)
+    conn = broker.amqp_connection()
     ch = conn.channel()
     ch.confirm_delivery()
     q = f"dedup-q-{id(conn)}"
     ch.queue_declare(q, arguments={"x-message-deduplication": True, "x-cache-size": 10})
     for key, body in (("a", b"1"), ("b", b"2"), ("a", b"3"), (None, b"4"), (None, b"5")):
         headers = {DEFAULT_HEADER: key} if key is not None else None
-        ch.basic_publish("", q, body, pika.BasicProperties(headers=headers), mandatory=True)
+        ch.basic_publish("", q, body, commands.Basic.Properties(headers=headers), mandatory=True)
     bodies = []
     while True:
         method, _, body = ch.basic_get(q, auto_ack=True)
@@ -388,8 +395,8 @@ def test_queue_drops_duplicates_but_routes_them(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_queue_deduplication_arguments_are_validated(broker: BrokerThread) -> None:
-    conn = connect(broker)
+def test_queue_deduplication_arguments_are_validated(broker: Harness) -> None:
+    conn = broker.amqp_connection()
     ch = conn.channel()
     text = channel_error(
         406,

@@ -1,15 +1,25 @@
 """x-delivery-limit: redeliveries are counted in x-delivery-count, and a message
-returned more often than the limit is dead-lettered (reason delivery_limit)."""
+returned more often than the limit is dead-lettered (reason delivery_limit).
+
+In memory (issue 29): a tests/harness broker, pika's calls over MemoryAMQP
+(harness.channel, frames by pamqp; pika over a socket before).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from conftest import BrokerThread
-from pikahelp import connect, uniq
+from harness import Connection, Harness, harness_fixture
+from harness.channel import uniq
+
+broker = harness_fixture()
 
 
-def test_delivery_count_header_and_limit(broker: BrokerThread) -> None:
+def connect(broker: Harness) -> Connection:
+    return broker.amqp_connection()
+
+
+def test_delivery_count_header_and_limit(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     q, dlq = uniq(), uniq("dlq")
@@ -38,7 +48,7 @@ def test_delivery_count_header_and_limit(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_channel_close_counts_as_a_delivery_attempt(broker: BrokerThread) -> None:
+def test_channel_close_counts_as_a_delivery_attempt(broker: Harness) -> None:
     conn = connect(broker)
     q = uniq()
     setup = conn.channel()
@@ -52,7 +62,7 @@ def test_channel_close_counts_as_a_delivery_attempt(broker: BrokerThread) -> Non
     conn.close()
 
 
-def test_ack_after_redelivery_forgets_the_count(broker: BrokerThread) -> None:
+def test_ack_after_redelivery_forgets_the_count(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     q = uniq()

@@ -1,40 +1,38 @@
-"""The x-delayed-message exchange (rabbitmq-delayed-message-exchange) with pika.
+"""The x-delayed-message exchange (rabbitmq-delayed-message-exchange) as a
+client sees it.
 
 Time is the broker's ManualClock (core/clock.py): a test publishes, moves the
 clock to just before a deadline (nothing routed yet) and onto it (routed,
 synchronously in the timer), and reads the queues, so none waits for time to
 pass. The declare errors are the plugin's
 (rabbit_exchange_type_delayed_message:validate/1).
+
+In memory (issue 29): a tests/harness broker, pika's calls over MemoryAMQP
+(harness.channel, frames by pamqp; pika before); a restart is a new Harness
+on the same data dir and the same clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-import pika
 import pytest
-from conftest import BrokerThread
-from pika.adapters.blocking_connection import BlockingChannel
-from pika.exceptions import UnroutableError
-from pikahelp import Session, barrier, channel_error, connect, wait_until
+from harness import Channel, Harness, Session, channel_error, harness_fixture
+from harness.channel import Unroutable
+from pamqp import commands
 
 from warren.core.clock import ManualClock
 
 DELAYED = "x-delayed-message"
 
-
-@pytest.fixture
-def broker(broker_factory: Callable[..., BrokerThread]) -> BrokerThread:
-    """This module's broker runs on a ManualClock."""
-    return broker_factory(clock=ManualClock())
+#: This module's broker runs on a ManualClock.
+broker = harness_fixture(manual_clock=True)
 
 
 @pytest.fixture
-def s(broker: BrokerThread) -> Any:
-    session = Session(broker)
-    yield session
-    session.close()
+def s(broker: Harness) -> Session:
+    return Session(broker)
 
 
 def delayed(s: Session, delayed_type: str = "direct", **kwargs: Any) -> str:
@@ -42,13 +40,15 @@ def delayed(s: Session, delayed_type: str = "direct", **kwargs: Any) -> str:
     return s.exchange(DELAYED, arguments=arguments, **kwargs)
 
 
-def props(delay: Any = None, persistent: bool = False, **headers: Any) -> pika.BasicProperties:
+def props(delay: Any = None, persistent: bool = False, **headers: Any) -> commands.Basic.Properties:
     if delay is not None:
         headers["x-delay"] = delay
-    return pika.BasicProperties(headers=headers or None, delivery_mode=2 if persistent else None)
+    return commands.Basic.Properties(
+        headers=headers or None, delivery_mode=2 if persistent else None
+    )
 
 
-def take(ch: BlockingChannel, queue: str) -> list[tuple[bytes, dict[str, Any]]]:
+def take(ch: Channel, queue: str) -> list[tuple[bytes, dict[str, Any]]]:
     """Every message ``queue`` holds now, in order: (body, headers)."""
     got = []
     while True:
@@ -58,13 +58,13 @@ def take(ch: BlockingChannel, queue: str) -> list[tuple[bytes, dict[str, Any]]]:
         got.append((body, properties.headers or {}))
 
 
-def bodies(ch: BlockingChannel, queue: str) -> list[bytes]:
+def bodies(ch: Channel, queue: str) -> list[bytes]:
     return [body for body, _ in take(ch, queue)]
 
 
 def advance(s: Session, ms: int) -> None:
     """What the session sent is in (a round trip), then the clock moves."""
-    barrier(s.ch)
+    s.ch.barrier()
     s.broker.advance(ms)
 
 
@@ -98,7 +98,7 @@ def test_without_a_positive_delay_a_message_routes_at_once(s: Session, delay: An
     q = s.queue()
     s.ch.queue_bind(q, ex, "rk")
     s.ch.basic_publish(ex, "rk", b"now", props(delay))
-    barrier(s.ch)
+    s.ch.barrier()
     method, properties, body = s.ch.basic_get(q, auto_ack=True)
     assert body == b"now"
     if delay is not None:
@@ -114,7 +114,7 @@ def test_messages_leave_by_deadline_not_publish_order(s: Session) -> None:
     s.ch.basic_publish(ex, "rk", b"also-soon", props("300"))  # a numeric string counts
     s.ch.basic_publish(ex, "rk", b"now", props())
     s.ch.basic_publish(ex, "rk", b"mid", props(500))
-    barrier(s.ch)
+    s.ch.barrier()
     assert bodies(s.ch, q) == [b"now"]
     advance(s, 299)
     assert bodies(s.ch, q) == []
@@ -137,7 +137,7 @@ def test_messages_leave_by_deadline_not_publish_order(s: Session) -> None:
     + [(v, None) for v in (0, -1, 2**32, "x", True, None, [1], {"a": 1})],
 )
 def test_how_x_delay_is_read(value: Any, delay: int | None) -> None:
-    # The plugin's rules (pika cannot send a float, so this one is a unit test).
+    # The plugin's rules, value by value (a unit test: the wire tests above send ints and strings).
     from warren.core.exchange_delayed import delay_of
     from warren.core.message import Message
     from warren.core.properties import BasicProperties
@@ -198,7 +198,7 @@ def test_consistent_hash_delayed_type(s: Session) -> None:
     assert sum(s.ch.queue_declare(q, passive=True).method.message_count for q in (q1, q2)) == 40
 
 
-def test_confirm_once_held_and_synced(s: Session, broker: BrokerThread) -> None:
+def test_confirm_once_held_and_synced(s: Session, broker: Harness) -> None:
     ex = delayed(s, durable=True)
     q = s.queue(durable=True)
     s.ch.queue_bind(q, ex, "rk")
@@ -223,9 +223,9 @@ def test_confirm_once_held_and_synced(s: Session, broker: BrokerThread) -> None:
 def test_mandatory_delayed_message_is_not_returned(s: Session) -> None:
     ex = delayed(s)
     s.ch.confirm_delivery()
-    s.ch.basic_publish(ex, "nowhere", b"held", props(100), mandatory=True)  # no UnroutableError
+    s.ch.basic_publish(ex, "nowhere", b"held", props(100), mandatory=True)  # not Unroutable
     # Routed at once, an unroutable message is returned as usual.
-    with pytest.raises(UnroutableError):
+    with pytest.raises(Unroutable):
         s.ch.basic_publish(ex, "nowhere", b"now", props(), mandatory=True)
 
 
@@ -237,7 +237,7 @@ def test_exchange_to_exchange_into_a_delayed_exchange(s: Session) -> None:
     s.ch.queue_bind(q_now, front)
     s.ch.queue_bind(q_later, ex, "rk")
     s.ch.basic_publish(front, "rk", b"m", props(300))
-    barrier(s.ch)
+    s.ch.barrier()
     assert s.ch.queue_declare(q_now, passive=True).method.message_count == 1
     assert s.ch.queue_declare(q_later, passive=True).method.message_count == 0
     advance(s, 300)
@@ -246,7 +246,7 @@ def test_exchange_to_exchange_into_a_delayed_exchange(s: Session) -> None:
     assert properties.headers["x-delay"] == 300  # the immediate copy is untouched
 
 
-def test_deleting_the_exchange_drops_held_messages(s: Session, broker: BrokerThread) -> None:
+def test_deleting_the_exchange_drops_held_messages(s: Session, broker: Harness) -> None:
     ex = delayed(s, durable=True)
     directory = broker.broker.layout.exchange_dir("/", ex)
     assert directory.is_dir()
@@ -286,56 +286,56 @@ def test_redeclare_checks_only_what_rabbitmq_checks(s: Session) -> None:
     assert reply.startswith("PRECONDITION_FAILED - inequivalent arg 'type'")
 
 
-def test_held_messages_survive_a_restart(broker_factory: Callable[..., BrokerThread]) -> None:
+def test_held_messages_survive_a_restart(tmp_path: Path) -> None:
     clock = ManualClock()
-    b = broker_factory(clock=clock)
-    conn = connect(b)
-    ch = conn.channel()
-    ch.exchange_declare("dx-durable", DELAYED, durable=True, arguments={"x-delayed-type": "direct"})
-    ch.queue_declare("dq", durable=True)
-    ch.queue_bind("dq", "dx-durable", "rk")
-    ch.confirm_delivery()
-    ch.basic_publish("dx-durable", "rk", b"overdue", props(150, persistent=True))
-    ch.basic_publish("dx-durable", "rk", b"later", props(2500, persistent=True))
-    ch.basic_publish("dx-durable", "rk", b"sooner", props(1800, persistent=True))
-    ch.basic_publish("dx-durable", "rk", b"transient", props(1800))  # lost, like in a queue
-    conn.close()
-    b.stop()
+    data = tmp_path / "data"
+    with Harness(data, clock=clock) as b:
+        conn = b.amqp_connection()
+        ch = conn.channel()
+        ch.exchange_declare(
+            "dx-durable", DELAYED, durable=True, arguments={"x-delayed-type": "direct"}
+        )
+        ch.queue_declare("dq", durable=True)
+        ch.queue_bind("dq", "dx-durable", "rk")
+        ch.confirm_delivery()
+        ch.basic_publish("dx-durable", "rk", b"overdue", props(150, persistent=True))
+        ch.basic_publish("dx-durable", "rk", b"later", props(2500, persistent=True))
+        ch.basic_publish("dx-durable", "rk", b"sooner", props(1800, persistent=True))
+        ch.basic_publish("dx-durable", "rk", b"transient", props(1800))  # lost, like in a queue
+        conn.close()
+        layout = b.broker.layout
     clock.advance(200)  # "overdue" passes its deadline while the broker is down
 
     # A directory no durable exchange owns is swept at start; the exchange's is not.
-    stray = b.broker.layout.exchange_dir("/", "gone")
+    stray = layout.exchange_dir("/", "gone")
     stray.mkdir(parents=True)
-    b = broker_factory(clock=clock)
-    assert not stray.exists()
-    assert b.broker.layout.exchange_dir("/", "dx-durable").is_dir()
-    conn = connect(b)
-    ch = conn.channel()
+    with Harness(data, clock=clock) as b:
+        assert not stray.exists()
+        assert b.broker.layout.exchange_dir("/", "dx-durable").is_dir()
+        conn = b.amqp_connection()
+        ch = conn.channel()
 
-    def count() -> int:
-        return int(ch.queue_declare("dq", passive=True).method.message_count)
+        def count() -> int:
+            return int(ch.queue_declare("dq", passive=True).method.message_count)
 
-    # Routed right after the start, the clock standing still.
-    wait_until(conn, lambda: count() == 1)
-    assert bodies(ch, "dq") == [b"overdue"]
-    b.advance(1599)  # 1.799 s after the publish
-    assert count() == 0
-    b.advance(1)
-    assert bodies(ch, "dq") == [b"sooner"]
-    b.advance(700)
-    assert take(ch, "dq") == [(b"later", {"x-delay": -2500})]
-    b.advance(10_000)
-    assert count() == 0  # nothing else was held
-    conn.close()
-    b.stop()
+        # Routed right after the start, the clock standing still.
+        b.settle()
+        assert bodies(ch, "dq") == [b"overdue"]
+        b.advance(1599)  # 1.799 s after the publish
+        assert count() == 0
+        b.advance(1)
+        assert bodies(ch, "dq") == [b"sooner"]
+        b.advance(700)
+        assert take(ch, "dq") == [(b"later", {"x-delay": -2500})]
+        b.advance(10_000)
+        assert count() == 0  # nothing else was held
+        conn.close()
     # Routed messages are gone from the exchange's store for good.
-    b = broker_factory(clock=clock)
-    conn = connect(b)
-    ch = conn.channel()
-    b.advance(10_000)
-    assert ch.queue_declare("dq", passive=True).method.message_count == 0
-    assert b.call(lambda: b.broker.vhosts["/"].exchanges["dx-durable"]._heap) == []
-    conn.close()
+    with Harness(data, clock=clock) as b:
+        ch = b.amqp_connection().channel()
+        b.advance(10_000)
+        assert ch.queue_declare("dq", passive=True).method.message_count == 0
+        assert b.call(lambda: b.broker.vhosts["/"].exchanges["dx-durable"]._heap) == []
 
 
 def test_set_header_edits_one_entry_in_place() -> None:

@@ -8,6 +8,11 @@ a channel beyond max-channels closes the connection with 530 NOT_ALLOWED "number
 channels opened for user 'u' has reached the maximum allowed user limit of (N)".
 RabbitMQ 3.10 has no consumer_max_per_channel; the text is rabbit_channel's from the
 releases that do ("reached maximum (N) of consumers per channel", 530).
+
+The channel and consumer limits run in memory (a tests/harness broker, pika's
+calls over MemoryAMQP, harness.channel); the rest stays on a socket broker:
+the management API sets and lists the limits, and MQTT clients count against
+them over real sockets.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from typing import Any
 import pika
 import pytest
 from conftest import BrokerThread
+from harness import Harness, harness_fixture
+from harness import connection_error as memory_connection_error
 
 # tests/http's and tests/protocol/mqtt's helpers (not packages).
 from httphelp import Api, wait_for  # noqa: E402
@@ -30,6 +37,9 @@ from pikahelp import connect, connection_error
 pytestmark = pytest.mark.timeout(60)
 
 Factory = Callable[..., BrokerThread]
+
+memory = harness_fixture()
+capped = harness_fixture(max_consumers_per_channel=1)
 
 
 def conn_refused(n: int, user: str = "guest") -> str:
@@ -106,27 +116,24 @@ def test_zero_allows_none_negative_and_cleared_mean_no_limit(broker: BrokerThrea
     assert Api(broker.http_port).delete("/api/user-limits/guest/max-connections").status == 204
     with connect(broker) as c:
         assert c.is_open
-    assert Api(broker.http_port).delete("/api/user-limits/guest/max-connections").status == 204  # unset: 204, as RabbitMQ
+    assert (
+        Api(broker.http_port).delete("/api/user-limits/guest/max-connections").status == 204
+    )  # unset: 204, as RabbitMQ
 
 
-def test_user_max_channels_over_all_connections(broker: BrokerThread) -> None:
-    set_limit(broker, "max-channels", 2)
-    a, b = connect(broker), connect(broker)
-    try:
-        a.channel()
-        b_ch = b.channel()
-        assert connection_error(530, a.channel) == chan_refused(2)
-        # The refused connection's channel is given back; closing one on b frees one.
-        b_ch.close()
-        assert broker.call(lambda: broker.broker.users.channel_counts) == {}
-        b.channel()
-        b.channel()
-        assert connection_error(530, b.channel) == chan_refused(2)
-    finally:
-        for c in (a, b):
-            if c.is_open:
-                c.close()
-    assert broker.call(lambda: broker.broker.users.channel_counts) == {}
+def test_user_max_channels_over_all_connections(memory: Harness) -> None:
+    memory.call(lambda: memory.broker.users.set_limit("guest", "max-channels", 2))
+    a, b = memory.amqp_connection(), memory.amqp_connection()
+    a.channel()
+    b_ch = b.channel()
+    assert memory_connection_error(530, a.channel) == chan_refused(2)
+    # The refused connection's channel is given back; closing one on b frees one.
+    b_ch.close()
+    assert memory.call(lambda: memory.broker.users.channel_counts) == {}
+    b.channel()
+    b.channel()
+    assert memory_connection_error(530, b.channel) == chan_refused(2)
+    assert memory.call(lambda: memory.broker.users.channel_counts) == {}
 
 
 def test_limits_hold_across_a_restart_and_go_with_the_user(broker_factory: Factory) -> None:
@@ -197,9 +204,7 @@ def test_definitions_round_trip(broker_factory: Factory, tmp_path: Path) -> None
     assert other_api.post("/api/definitions", exported).status == 204
     del exported["users"][0]["limits"]
     assert other_api.post("/api/definitions", exported).status == 204
-    assert other_api.get("/api/user-limits") == [
-        {"user": "guest", "value": {"max-connections": 3}}
-    ]
+    assert other_api.get("/api/user-limits") == [{"user": "guest", "value": {"max-connections": 3}}]
     exported["users"][0]["limits"] = {"max-connections": "x"}
     reply = other_api.post("/api/definitions", exported)
     assert reply.status == 400 and b"max-connections should be a number" in reply.body
@@ -222,9 +227,8 @@ def test_broker_max_connections(broker_factory: Factory) -> None:
         assert again.is_open
 
 
-def test_max_consumers_per_channel(broker_factory: Factory) -> None:
-    b = broker_factory(max_consumers_per_channel=1)
-    with connect(b) as c:
+def test_max_consumers_per_channel(capped: Harness) -> None:
+    with capped.amqp_connection() as c:
         ch = c.channel()
         q = ch.queue_declare("", exclusive=True).method.queue
         tag = ch.basic_consume(q, lambda *a: None)
@@ -232,7 +236,7 @@ def test_max_consumers_per_channel(broker_factory: Factory) -> None:
         ch.basic_consume(q, lambda *a: None)  # the cancelled one no longer counts
         other = c.channel()
         other.basic_consume(q, lambda *a: None)  # per channel
-        text = connection_error(530, ch.basic_consume, q, lambda *a: None)
+        text = memory_connection_error(530, ch.basic_consume, q, lambda *a: None)
         assert text == "NOT_ALLOWED - reached maximum (1) of consumers per channel"
 
 

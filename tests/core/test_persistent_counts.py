@@ -24,7 +24,7 @@ import hashlib
 import json
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ from hypothesis import strategies as st
 from pamqp import commands
 from pikahelp import barrier, connect, wait_until
 from rawamqp import RawAMQP, body_frame, header_frame, method_frame
+
+from warren.core.clock import ManualClock
 
 P, T = 2, 1  # delivery modes
 
@@ -326,11 +328,15 @@ def test_runs_handed_to_a_waiting_consumer(broker: BrokerThread) -> None:
     c.close()
 
 
-def test_drop_head_expiry_dead_lettering_and_the_delivery_limit(broker: BrokerThread) -> None:
+def test_drop_head_expiry_dead_lettering_and_the_delivery_limit(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
     """Messages taken out of the middle or the head by a queue's own features:
     dropped over x-max-length, expired by x-message-ttl into a durable dead-letter
     queue (which then counts the copies by their own delivery modes), dropped
-    past x-delivery-limit."""
+    past x-delivery-limit. The TTL runs out on the broker's ManualClock, when
+    the test moves it."""
+    broker = broker_factory(segment_size=65536, clock=ManualClock())
     conn = connect(broker)
     ch = conn.channel()
     ch.queue_declare("dead", durable=True)
@@ -356,7 +362,10 @@ def test_drop_head_expiry_dead_lettering_and_the_delivery_limit(broker: BrokerTh
         _publish(ch, "expiring", expiring, mode, 40 + k)
         dead.new(mode, 40 + k)  # its dead-lettered copy: the same body, the same mode
     check(broker, "expiring", expiring, ch)
-    wait_until(conn, lambda: api_queue(broker, "dead")["messages"] == 6)
+    broker.advance(99)  # 1 ms short of the TTL: all still there
+    check(broker, "expiring", expiring, ch)
+    check(broker, "dead", Model(), ch)
+    broker.advance(1)
     for i in range(6):
         expiring.gone(i)
     check(broker, "expiring", expiring, ch)

@@ -1,22 +1,30 @@
-"""What policies do to queues, through real clients: limits, TTL and
+"""What policies do to queues, as a client sees it: limits, TTL and
 dead-lettering set by policy apply at once to existing queues, the lower of
-policy and operator policy wins, and the effect survives a restart."""
+policy and operator policy wins, and the effect survives a restart.
+
+In memory (issue 29): a tests/harness broker, pika's calls over MemoryAMQP
+(harness.channel, frames by pamqp; pika over a socket before); a restart is a
+new Harness on the same data dir, the TTL test runs on its ManualClock.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from pathlib import Path
 
-import pika
 import pytest
-from conftest import BrokerThread
-from pika.exceptions import NackError
-from pikahelp import connect, drain, ready_count, uniq
+from harness import Connection, Harness, harness_fixture
+from harness.channel import Nacked, drain, ready_count, uniq
+from pamqp import commands
 
-from warren.core.clock import ManualClock
+broker = harness_fixture()
+clocked = harness_fixture(manual_clock=True)
 
 
-def test_max_length_policy_trims_an_existing_queue_at_once(broker: BrokerThread) -> None:
+def connect(broker: Harness) -> Connection:
+    return broker.amqp_connection()
+
+
+def test_max_length_policy_trims_an_existing_queue_at_once(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     q = uniq("pol")
@@ -34,7 +42,7 @@ def test_max_length_policy_trims_an_existing_queue_at_once(broker: BrokerThread)
     conn.close()
 
 
-def test_overflow_and_dead_lettering_by_policy(broker: BrokerThread) -> None:
+def test_overflow_and_dead_lettering_by_policy(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     ch.confirm_delivery()
@@ -56,17 +64,15 @@ def test_overflow_and_dead_lettering_by_policy(broker: BrokerThread) -> None:
         )
     )
     ch.basic_publish("", q, b"in")
-    with pytest.raises(NackError):
+    with pytest.raises(Nacked):
         ch.basic_publish("", q, b"out")
     method, props, body = ch.basic_get(dlq, auto_ack=True)
     assert body == b"out" and props.headers["x-death"][0]["reason"] == "maxlen"
     conn.close()
 
 
-def test_message_ttl_policy_expires_what_is_already_queued(
-    broker_factory: Callable[..., BrokerThread],
-) -> None:
-    b = broker_factory(clock=ManualClock())
+def test_message_ttl_policy_expires_what_is_already_queued(clocked: Harness) -> None:
+    b = clocked
     conn = connect(b)
     ch = conn.channel()
     q = uniq("pol")
@@ -79,7 +85,7 @@ def test_message_ttl_policy_expires_what_is_already_queued(
     conn.close()
 
 
-def test_operator_policy_lower_value_wins(broker: BrokerThread) -> None:
+def test_operator_policy_lower_value_wins(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     q = uniq("pol")
@@ -97,7 +103,7 @@ def test_operator_policy_lower_value_wins(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_queue_argument_below_policy_wins(broker: BrokerThread) -> None:
+def test_queue_argument_below_policy_wins(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     q = uniq("pol")
@@ -109,7 +115,7 @@ def test_queue_argument_below_policy_wins(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_delivery_limit_by_policy(broker: BrokerThread) -> None:
+def test_delivery_limit_by_policy(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     q = uniq("pol")
@@ -122,20 +128,19 @@ def test_delivery_limit_by_policy(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_policy_effect_survives_a_restart(broker_factory: Any) -> None:
-    b = broker_factory()
+def test_policy_effect_survives_a_restart(tmp_path: Path) -> None:
     q = uniq("pol")
-    b.call(lambda: b.broker.set_policy("/", "len", f"^{q}$", {"max-length": 1}))
-    conn = connect(b)
-    ch = conn.channel()
-    ch.queue_declare(q, durable=True)
-    conn.close()
-    b.stop()
-    b = broker_factory()
-    conn = connect(b)
-    ch = conn.channel()
-    persistent = pika.BasicProperties(delivery_mode=2)
-    for i in range(3):
-        ch.basic_publish("", q, str(i).encode(), persistent)
-    assert drain(ch, q) == [b"2"]
-    conn.close()
+    with Harness(tmp_path / "data") as b:
+        b.call(lambda: b.broker.set_policy("/", "len", f"^{q}$", {"max-length": 1}))
+        conn = connect(b)
+        ch = conn.channel()
+        ch.queue_declare(q, durable=True)
+        conn.close()
+    with Harness(tmp_path / "data") as b:
+        conn = connect(b)
+        ch = conn.channel()
+        persistent = commands.Basic.Properties(delivery_mode=2)
+        for i in range(3):
+            ch.basic_publish("", q, str(i).encode(), persistent)
+        assert drain(ch, q) == [b"2"]
+        conn.close()

@@ -1,6 +1,12 @@
 """Quorum queues (x-queue-type: quorum): RabbitMQ 4.x's rules and behaviour on
-Warren's durable queues, seen through pika. RabbitMQ 3.10's answers to the same
-declarations are in tests/compat (the quorum_* scenarios)."""
+Warren's durable queues, as a client sees them. RabbitMQ 3.10's answers to the
+same declarations are in tests/compat (the quorum_* scenarios).
+
+In memory (issue 29): a tests/harness broker, pika's calls over MemoryAMQP
+(harness.channel, frames by pamqp; pika before); a restart is a new Harness on
+the same data dir. The two management API tests stay on a socket broker (the
+harness starts no HTTP listener).
+"""
 
 from __future__ import annotations
 
@@ -12,20 +18,37 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pika
 import pytest
 from conftest import BrokerThread, start_broker
-from pika.adapters.blocking_connection import BlockingChannel
-from pikahelp import barrier, channel_error, connect, connection_error, uniq
+from harness import Channel, Harness, channel_error, connection_error, harness_fixture
+from harness.channel import Nacked, uniq
+from pamqp import commands
+from pikahelp import connect as pika_connect
 
 Q = {"x-queue-type": "quorum"}
 
+broker = harness_fixture()
 
-def quorum(ch: BlockingChannel, name: str, **arguments: Any) -> None:
+
+@pytest.fixture
+def http_broker(tmp_path: Path) -> Iterator[BrokerThread]:
+    """A broker with its management API, on sockets."""
+    b = start_broker(tmp_path / "http")
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def connect(broker: Harness) -> Any:
+    return broker.amqp_connection()
+
+
+def quorum(ch: Channel, name: str, **arguments: Any) -> None:
     ch.queue_declare(name, durable=True, arguments={**Q, **arguments})
 
 
-def returns(ch: BlockingChannel, queue: str, times: int) -> list[Any]:
+def returns(ch: Channel, queue: str, times: int) -> list[Any]:
     """Get and nack (requeue) the queue's head ``times`` times: the x-delivery-count
     each delivery carried (None: none), stopping when the queue is empty."""
     seen = []
@@ -38,8 +61,8 @@ def returns(ch: BlockingChannel, queue: str, times: int) -> list[Any]:
     return seen
 
 
-def count(ch: BlockingChannel, queue: str) -> int:
-    return ch.queue_declare(queue, passive=True).method.message_count
+def count(ch: Channel, queue: str) -> int:
+    return int(ch.queue_declare(queue, passive=True).method.message_count)
 
 
 # -- declaration -------------------------------------------------------------------------
@@ -86,7 +109,7 @@ def count(ch: BlockingChannel, queue: str) -> int:
     ],
 )
 def test_refused_declarations_have_rabbitmqs_texts(
-    broker: BrokerThread, flags: dict[str, Any], arguments: dict[str, Any], text: str
+    broker: Harness, flags: dict[str, Any], arguments: dict[str, Any], text: str
 ) -> None:
     conn = connect(broker)
     q = uniq()
@@ -98,7 +121,7 @@ def test_refused_declarations_have_rabbitmqs_texts(
     conn.close()
 
 
-def test_server_named_quorum_queues_are_refused(broker: BrokerThread) -> None:
+def test_server_named_quorum_queues_are_refused(broker: Harness) -> None:
     conn = connect(broker)
     reply = channel_error(406, conn.channel().queue_declare, "", durable=True, arguments=Q)
     assert reply == (
@@ -107,7 +130,7 @@ def test_server_named_quorum_queues_are_refused(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_quorum_only_arguments_are_accepted(broker: BrokerThread) -> None:
+def test_quorum_only_arguments_are_accepted(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     q = uniq()
@@ -125,7 +148,7 @@ def test_quorum_only_arguments_are_accepted(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_redeclaring_with_another_type_or_limit_is_refused(broker: BrokerThread) -> None:
+def test_redeclaring_with_another_type_or_limit_is_refused(broker: Harness) -> None:
     conn = connect(broker)
     q = uniq()
     quorum(conn.channel(), q, **{"x-delivery-limit": 3})
@@ -154,7 +177,7 @@ def test_redeclaring_with_another_type_or_limit_is_refused(broker: BrokerThread)
     conn.close()
 
 
-def test_delete_if_unused_or_if_empty_is_not_implemented(broker: BrokerThread) -> None:
+def test_delete_if_unused_or_if_empty_is_not_implemented(broker: Harness) -> None:
     conn = connect(broker)
     q = uniq()
     quorum(conn.channel(), q)
@@ -173,13 +196,13 @@ def test_delete_if_unused_or_if_empty_is_not_implemented(broker: BrokerThread) -
 # -- poison messages ---------------------------------------------------------------------
 
 
-def test_default_delivery_limit_is_twenty_then_dead_lettered(broker: BrokerThread) -> None:
+def test_default_delivery_limit_is_twenty_then_dead_lettered(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     q, dlq = uniq(), uniq("dlq")
     ch.queue_declare(dlq)
     quorum(ch, q, **{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
-    ch.basic_publish("", q, b"poison", pika.BasicProperties(headers={"app": 1}))
+    ch.basic_publish("", q, b"poison", commands.Basic.Properties(headers={"app": 1}))
     # 4.x: no header on the first delivery, then the returns so far.
     assert returns(ch, q, 30) == [None, *range(1, 21)]
     assert count(ch, q) == 0
@@ -193,7 +216,7 @@ def test_default_delivery_limit_is_twenty_then_dead_lettered(broker: BrokerThrea
     conn.close()
 
 
-def test_header_and_limit_count_every_return(broker: BrokerThread) -> None:
+def test_header_and_limit_count_every_return(broker: Harness) -> None:
     """RabbitMQ 4.0-4.2 over AMQP 0-9-1 (x-delivery-count is the acquired count) and
     3.10: a channel closed with the message unacked counts as a nack does, in the
     header and towards the limit."""
@@ -209,7 +232,7 @@ def test_header_and_limit_count_every_return(broker: BrokerThread) -> None:
         seen.append((props.headers or {}).get("x-delivery-count"))
         if explicit:
             ch.basic_nack(method.delivery_tag, requeue=True)
-            barrier(ch)
+            ch.barrier()
         ch.close()  # returns what is still unacked
     # Returns so far: none, close, nack, close; the fourth return (a nack) is
     # one over the limit of 3.
@@ -218,7 +241,7 @@ def test_header_and_limit_count_every_return(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_counts_survive_a_policy_change(broker: BrokerThread) -> None:
+def test_counts_survive_a_policy_change(broker: Harness) -> None:
     """A queue with only a delivery limit takes the plain path until a message
     comes back; a policy applied after that keeps the counts in force."""
     conn = connect(broker)
@@ -235,7 +258,7 @@ def test_counts_survive_a_policy_change(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_poison_message_without_dead_letter_exchange_is_dropped(broker: BrokerThread) -> None:
+def test_poison_message_without_dead_letter_exchange_is_dropped(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     q = uniq()
@@ -246,7 +269,7 @@ def test_poison_message_without_dead_letter_exchange_is_dropped(broker: BrokerTh
     conn.close()
 
 
-def test_negative_delivery_limit_means_no_limit(broker: BrokerThread) -> None:
+def test_negative_delivery_limit_means_no_limit(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     q = uniq()
@@ -257,7 +280,7 @@ def test_negative_delivery_limit_means_no_limit(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_delivery_limit_policy_and_4x_merge(broker: BrokerThread) -> None:
+def test_delivery_limit_policy_and_4x_merge(broker: Harness) -> None:
     """RabbitMQ 4.x: the lower of policy and argument wins, unless one is negative
     (no limit): then the higher, so -1 lifts only the default."""
     conn = connect(broker)
@@ -279,14 +302,14 @@ def test_delivery_limit_policy_and_4x_merge(broker: BrokerThread) -> None:
     conn.close()
 
 
-def _set_policy(broker: BrokerThread, name: str, pattern: str, definition: dict[str, Any]) -> None:
+def _set_policy(broker: Harness, name: str, pattern: str, definition: dict[str, Any]) -> None:
     broker.broker.vhosts["/"].set_policy(name, pattern, definition, apply_to="queues")
 
 
 # -- limits, TTL, priorities -------------------------------------------------------------
 
 
-def test_reject_publish_takes_one_more_as_rabbit_fifo(broker: BrokerThread) -> None:
+def test_reject_publish_takes_one_more_as_rabbit_fifo(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     ch.confirm_delivery()
@@ -297,14 +320,14 @@ def test_reject_publish_takes_one_more_as_rabbit_fifo(broker: BrokerThread) -> N
         try:
             ch.basic_publish("", q, b"%d" % i)
             outcomes.append("ack")
-        except pika.exceptions.NackError:
+        except Nacked:
             outcomes.append("nack")
     assert outcomes == ["ack", "ack", "nack"]  # RabbitMQ 3.10's answer too
     assert count(ch, q) == 2
     conn.close()
 
 
-def test_reject_publish_dlx_falls_back_to_drop_head(broker: BrokerThread) -> None:
+def test_reject_publish_dlx_falls_back_to_drop_head(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     q, dlq = uniq(), uniq("dlq")
@@ -327,7 +350,7 @@ def test_reject_publish_dlx_falls_back_to_drop_head(broker: BrokerThread) -> Non
     conn.close()
 
 
-def test_message_ttl_and_per_message_expiration(broker: BrokerThread) -> None:
+def test_message_ttl_and_per_message_expiration(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     q = uniq()
@@ -335,13 +358,13 @@ def test_message_ttl_and_per_message_expiration(broker: BrokerThread) -> None:
     ch.basic_publish("", q, b"gone")
     own = uniq()
     quorum(ch, own)
-    ch.basic_publish("", own, b"gone", pika.BasicProperties(expiration="0"))
+    ch.basic_publish("", own, b"gone", commands.Basic.Properties(expiration="0"))
     ch.basic_publish("", own, b"kept")
     assert (count(ch, q), count(ch, own)) == (0, 1)
     conn.close()
 
 
-def test_two_priorities_served_two_high_for_one_normal(broker: BrokerThread) -> None:
+def test_two_priorities_served_two_high_for_one_normal(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     q = uniq()
@@ -355,7 +378,7 @@ def test_two_priorities_served_two_high_for_one_normal(broker: BrokerThread) -> 
         ("h3", 200),
         ("h4", 6),
     ]:
-        ch.basic_publish("", q, body.encode(), pika.BasicProperties(priority=priority))
+        ch.basic_publish("", q, body.encode(), commands.Basic.Properties(priority=priority))
     order = [ch.basic_get(q, auto_ack=True)[2].decode() for _ in range(7)]
     assert order == ["h1", "h2", "n1", "h3", "h4", "n2", "n3"]
     conn.close()
@@ -364,7 +387,7 @@ def test_two_priorities_served_two_high_for_one_normal(broker: BrokerThread) -> 
 # -- consumers ---------------------------------------------------------------------------
 
 
-def test_global_qos_consumer_is_refused_per_consumer_qos_is_not(broker: BrokerThread) -> None:
+def test_global_qos_consumer_is_refused_per_consumer_qos_is_not(broker: Harness) -> None:
     conn = connect(broker)
     q = uniq()
     quorum(conn.channel(), q)
@@ -377,7 +400,7 @@ def test_global_qos_consumer_is_refused_per_consumer_qos_is_not(broker: BrokerTh
     assert reply == f"NOT_IMPLEMENTED - queue '{q}' in vhost '/' does not support global qos"
 
 
-def test_single_active_consumer_and_consumer_priorities(broker: BrokerThread) -> None:
+def test_single_active_consumer_and_consumer_priorities(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     sac, prio = uniq("sac"), uniq("prio")
@@ -395,9 +418,8 @@ def test_single_active_consumer_and_consumer_priorities(broker: BrokerThread) ->
     for i in range(4):
         ch.basic_publish("", sac, b"%d" % i)
         ch.basic_publish("", prio, b"%d" % i)
-    conn.process_data_events(0)
     while sum(map(len, got.values())) < 8:
-        conn.process_data_events(0.05)
+        conn.read_one()  # each delivery to its consumer's callback
     assert got == {"first": [b"0", b"1", b"2", b"3"], "high": [b"0", b"1", b"2", b"3"]}
     conn.close()
 
@@ -405,41 +427,26 @@ def test_single_active_consumer_and_consumer_priorities(broker: BrokerThread) ->
 # -- durability and management -----------------------------------------------------------
 
 
-@pytest.fixture
-def restartable(tmp_path: Path) -> Iterator[Callable[[], BrokerThread]]:
-    current: list[BrokerThread] = []
-
-    def start() -> BrokerThread:
-        if current:
-            current.pop().stop()
-        current.append(start_broker(tmp_path / "data"))
-        return current[-1]
-
-    yield start
-    for b in current:
-        b.stop()
-
-
-def test_transient_messages_survive_a_restart(restartable: Callable[[], BrokerThread]) -> None:
+def test_transient_messages_survive_a_restart(tmp_path: Path) -> None:
     """A quorum queue keeps every message whatever its delivery-mode."""
-    b = restartable()
-    conn = connect(b)
-    ch = conn.channel()
-    ch.confirm_delivery()
     q = uniq()
-    quorum(ch, q, **{"x-delivery-limit": 7})
-    ch.basic_publish("", q, b"transient", pika.BasicProperties(delivery_mode=1))
-    ch.basic_publish("", q, b"high", pika.BasicProperties(delivery_mode=1, priority=9))
-    conn.close()
-    b = restartable()
-    conn = connect(b)
-    ch = conn.channel()
-    assert [ch.basic_get(q, auto_ack=True)[2] for _ in range(2)] == [b"high", b"transient"]
-    # Still a quorum queue with its own arguments.
-    assert channel_error(406, ch.queue_declare, q, durable=True, arguments=Q).endswith(
-        "received none but current is the value '7' of type 'signedint'"
-    )
-    conn.close()
+    with Harness(tmp_path / "data") as b:
+        conn = connect(b)
+        ch = conn.channel()
+        ch.confirm_delivery()
+        quorum(ch, q, **{"x-delivery-limit": 7})
+        ch.basic_publish("", q, b"transient", commands.Basic.Properties(delivery_mode=1))
+        ch.basic_publish("", q, b"high", commands.Basic.Properties(delivery_mode=1, priority=9))
+        conn.close()
+    with Harness(tmp_path / "data") as b:
+        conn = connect(b)
+        ch = conn.channel()
+        assert [ch.basic_get(q, auto_ack=True)[2] for _ in range(2)] == [b"high", b"transient"]
+        # Still a quorum queue with its own arguments.
+        assert channel_error(406, ch.queue_declare, q, durable=True, arguments=Q).endswith(
+            "received none but current is the value '7' of type 'signedint'"
+        )
+        conn.close()
 
 
 def _api(broker: BrokerThread, method: str, path: str) -> tuple[int, Any]:
@@ -456,8 +463,9 @@ def _api(broker: BrokerThread, method: str, path: str) -> tuple[int, Any]:
         return exc.code, json.loads(exc.read())
 
 
-def test_management_api_delete_if_unused_has_rabbitmqs_answer(broker: BrokerThread) -> None:
-    conn = connect(broker)
+def test_management_api_delete_if_unused_has_rabbitmqs_answer(http_broker: BrokerThread) -> None:
+    broker = http_broker
+    conn = pika_connect(broker)
     q = uniq()
     quorum(conn.channel(), q)
     conn.close()
@@ -473,8 +481,9 @@ def test_management_api_delete_if_unused_has_rabbitmqs_answer(broker: BrokerThre
     assert _api(broker, "DELETE", f"queues/%2F/{q}") == (204, None)
 
 
-def test_management_api_shows_type_leader_members_online(broker: BrokerThread) -> None:
-    conn = connect(broker)
+def test_management_api_shows_type_leader_members_online(http_broker: BrokerThread) -> None:
+    broker = http_broker
+    conn = pika_connect(broker)
     q = uniq()
     quorum(conn.channel(), q)
     conn.close()
@@ -492,24 +501,18 @@ def test_management_api_shows_type_leader_members_online(broker: BrokerThread) -
 
 
 def test_definitions_export_and_import_keep_the_type(tmp_path: Path) -> None:
-    first = start_broker(tmp_path / "one")
-    try:
+    with Harness(tmp_path / "one") as first:
         conn = connect(first)
         quorum(conn.channel(), "orders", **{"x-delivery-limit": 4})
         conn.close()
         exported = first.call(lambda: first.broker.export_definitions())
-    finally:
-        first.stop()
     (entry,) = [q for q in exported["queues"] if q["name"] == "orders"]
     assert entry["type"] == "quorum"
     assert entry["arguments"] == {"x-queue-type": "quorum", "x-delivery-limit": 4}
     # RabbitMQ's exports may carry the type without the argument: both are read.
     entry = {**entry, "arguments": {"x-delivery-limit": 4}}
-    second = start_broker(tmp_path / "two")
-    try:
+    with Harness(tmp_path / "two") as second:
         second.call(lambda: second.broker.import_definitions({"queues": [entry]}))
         queue = second.broker.vhosts["/"].queues["orders"]
         assert queue.queue_type == "quorum"
         assert queue.arguments == {"x-queue-type": "quorum", "x-delivery-limit": 4}
-    finally:
-        second.stop()

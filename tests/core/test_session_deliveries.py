@@ -47,7 +47,9 @@ def _publish(h: Harness, queue: str, *bodies: bytes) -> None:
 
     def publish() -> None:
         for body in bodies:
-            vhost.publish(vhost.default_exchange, Message("", queue, PERSISTENT, body, 1000))
+            vhost.router.publish(
+                vhost.default_exchange, Message("", queue, PERSISTENT, body, 1000)
+            )
 
     h.call(publish)
 

@@ -5,7 +5,10 @@ In memory, the C framer against the reference (StreamCursor.next and the
 frames AMQPConsumer.deliver writes) over real segment files, damaged ones
 too; over real sockets (pika), a backlog read with prefetch, acked singly, by
 multiple and not at all, with offset tracking across reconnects. The socket
-tests run in both passes (pure Python delivers one by one).
+tests run in both passes (pure Python delivers one by one). They keep pika's
+batching of a socket's reads (in memory each ack is a loop turn of its own,
+and the offset tracking file is rewritten per turn: 50% slower here), so
+their pika helpers are below (tests/core/test_streams.py moved to the harness).
 """
 
 from __future__ import annotations
@@ -13,14 +16,16 @@ from __future__ import annotations
 import random
 import struct
 from pathlib import Path
+from typing import Any
 
+import pika
 import pytest
 from conftest import BrokerThread
 from damage_helpers import flip
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pikahelp import connect
-from test_streams import Collector, declare_stream, publish
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+from pikahelp import connect, uniq, wait_until
 
 import warren
 from warren.amqp.frames import message_frames
@@ -28,6 +33,62 @@ from warren.core.message import Message
 from warren.store.stream_store import StreamCursor, StreamStore
 
 _native = warren.native_module("_fastpath")
+
+STREAM = {"x-queue-type": "stream"}
+
+
+def declare_stream(ch: BlockingChannel, name: str | None = None, **arguments: Any) -> str:
+    name = name or uniq("stream")
+    ch.queue_declare(name, durable=True, arguments={**STREAM, **arguments})
+    return name
+
+
+def publish(ch: BlockingChannel, queue: str, *bodies: bytes, **props: Any) -> None:
+    """Publish with confirms (the channel is put in confirm mode once)."""
+    for body in bodies:
+        ch.basic_publish("", queue, body, pika.BasicProperties(**props))
+
+
+class Collector:
+    """A consumer on its own channel that records (offset, body) and acks (or
+    not) as it goes."""
+
+    def __init__(
+        self,
+        conn: BlockingConnection,
+        queue: str,
+        prefetch: int = 100,
+        ack: bool = True,
+        tag: str = "",
+        **arguments: Any,
+    ) -> None:
+        self.conn = conn
+        self.ch = conn.channel()
+        self.ch.basic_qos(prefetch_count=prefetch)
+        self.got: list[tuple[int, bytes]] = []
+        self.tags: list[int] = []
+        self.ack = ack
+        self.tag = self.ch.basic_consume(
+            queue, self._on_message, consumer_tag=tag or None, arguments=arguments
+        )
+
+    def _on_message(self, ch: Any, method: Any, props: Any, body: bytes) -> None:
+        self.got.append(((props.headers or {})["x-stream-offset"], body))
+        self.tags.append(method.delivery_tag)
+        if self.ack:
+            ch.basic_ack(method.delivery_tag)
+
+    def wait(self, n: int, timeout: float = 5.0) -> list[int]:
+        wait_until(self.conn, lambda: len(self.got) >= n, timeout)
+        return self.offsets()
+
+    def offsets(self) -> list[int]:
+        return [offset for offset, _ in self.got]
+
+    def bodies(self) -> list[bytes]:
+        return [body for _, body in self.got]
+
+
 HEAD = b"\x00\x3c\x00\x3c\x05ctag1"
 CHANNEL = 3
 

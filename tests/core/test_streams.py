@@ -1,9 +1,14 @@
-"""Stream queues (x-queue-type: stream) through pika and aio-pika, over real sockets.
+"""Stream queues (x-queue-type: stream) as a client sees them.
 
 Offsets from 0 on every delivery, every x-stream-offset form, independent
 consumers, server-side offset tracking across a reconnect and a restart (an
 unacked delivery is never skipped), filters, retention by whole segments, and
 what a stream refuses.
+
+In memory (issue 29): a tests/harness broker, pika's calls over MemoryAMQP
+(harness.channel, frames by pamqp; pika over a socket before); a restart is a
+new Harness on the same data dir, retention by age runs on its ManualClock.
+aio-pika reading a stream stays on a socket: the client library is the point.
 """
 
 from __future__ import annotations
@@ -16,28 +21,33 @@ from pathlib import Path
 from typing import Any
 
 import aio_pika
-import pika
-import pika.exceptions
 import pytest
 from conftest import BrokerThread, start_broker
-from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
-from pikahelp import connect, uniq, wait_until
+from harness import Channel, ChannelClosed, Connection, ConnectionClosed, Harness, harness_fixture
+from harness.channel import uniq
+from pamqp import commands
 
 from warren.core.clock import ManualClock
 
 STREAM = {"x-queue-type": "stream"}
 
+broker = harness_fixture()
 
-def declare_stream(ch: BlockingChannel, name: str | None = None, **arguments: Any) -> str:
+
+def connect(broker: Harness) -> Connection:
+    return broker.amqp_connection()
+
+
+def declare_stream(ch: Channel, name: str | None = None, **arguments: Any) -> str:
     name = name or uniq("stream")
     ch.queue_declare(name, durable=True, arguments={**STREAM, **arguments})
     return name
 
 
-def publish(ch: BlockingChannel, queue: str, *bodies: bytes, **props: Any) -> None:
+def publish(ch: Channel, queue: str, *bodies: bytes, **props: Any) -> None:
     """Publish with confirms (the channel is put in confirm mode once)."""
     for body in bodies:
-        ch.basic_publish("", queue, body, pika.BasicProperties(**props))
+        ch.basic_publish("", queue, body, commands.Basic.Properties(**props))
 
 
 class Collector:
@@ -46,7 +56,7 @@ class Collector:
 
     def __init__(
         self,
-        conn: BlockingConnection,
+        conn: Connection,
         queue: str,
         prefetch: int = 100,
         ack: bool = True,
@@ -70,8 +80,10 @@ class Collector:
         if self.ack:
             ch.basic_ack(method.delivery_tag)
 
-    def wait(self, n: int, timeout: float = 5.0) -> list[int]:
-        wait_until(self.conn, lambda: len(self.got) >= n, timeout)
+    def wait(self, n: int) -> list[int]:
+        """The offsets once ``n`` have come (frames read until then)."""
+        while len(self.got) < n:
+            self.conn.read_one()
         return [offset for offset, _, _ in self.got]
 
     def offsets(self) -> list[int]:
@@ -82,7 +94,7 @@ class Collector:
 
 
 @pytest.fixture
-def conn(broker: BrokerThread) -> Iterator[BlockingConnection]:
+def conn(broker: Harness) -> Iterator[Connection]:
     c = connect(broker)
     try:
         yield c
@@ -91,7 +103,7 @@ def conn(broker: BrokerThread) -> Iterator[BlockingConnection]:
             c.close()
 
 
-def test_offsets_start_at_zero_and_every_delivery_carries_them(conn: BlockingConnection) -> None:
+def test_offsets_start_at_zero_and_every_delivery_carries_them(conn: Connection) -> None:
     ch = conn.channel()
     ch.confirm_delivery()
     s = declare_stream(ch)
@@ -108,7 +120,7 @@ def test_offsets_start_at_zero_and_every_delivery_carries_them(conn: BlockingCon
     assert ch.queue_declare(s, passive=True).method.message_count == 5
 
 
-def test_every_x_stream_offset_form(conn: BlockingConnection) -> None:
+def test_every_x_stream_offset_form(conn: Connection) -> None:
     ch = conn.channel()
     ch.confirm_delivery()
     s = declare_stream(ch)
@@ -137,7 +149,7 @@ def test_every_x_stream_offset_form(conn: BlockingConnection) -> None:
     assert ahead.wait(1) == [11]  # 10 was before its start
 
 
-def test_consumers_read_independently(conn: BlockingConnection) -> None:
+def test_consumers_read_independently(conn: Connection) -> None:
     ch = conn.channel()
     ch.confirm_delivery()
     s = declare_stream(ch)
@@ -148,20 +160,20 @@ def test_consumers_read_independently(conn: BlockingConnection) -> None:
     assert b.wait(25) == list(range(25, 50))
 
 
-def test_prefetch_bounds_unacked_deliveries(conn: BlockingConnection) -> None:
+def test_prefetch_bounds_unacked_deliveries(conn: Connection) -> None:
     ch = conn.channel()
     ch.confirm_delivery()
     s = declare_stream(ch)
     publish(ch, s, *[str(i).encode() for i in range(20)])
     c = Collector(conn, s, prefetch=5, ack=False, **{"x-stream-offset": "first"})
     c.wait(5)
-    conn.process_data_events(0.2)
+    conn.pump()  # all the broker does now: no sixth delivery
     assert c.offsets() == [0, 1, 2, 3, 4]
     c.ch.basic_ack(c.tags[-1], multiple=True)
     assert c.wait(10) == list(range(10))
 
 
-def test_tracking_resumes_after_the_last_acked_message(broker: BrokerThread) -> None:
+def test_tracking_resumes_after_the_last_acked_message(broker: Harness) -> None:
     """Automatic tracking stores the offset after the last message acked in order:
     a delivery that was not acked comes again after a reconnect."""
     conn = connect(broker)
@@ -174,8 +186,7 @@ def test_tracking_resumes_after_the_last_acked_message(broker: BrokerThread) -> 
     c.wait(5)
     c.ch.basic_ack(c.tags[2], multiple=True)  # 0, 1, 2 acked; 3, 4 in flight
     c.ch.basic_ack(c.tags[4])  # 4 acked out of order: 3 still unacked
-    # The credit brings 5..8 (not acked either); received before the close, so that
-    # pika has nothing pending to reject while closing.
+    # The credit brings 5..8 (not acked either); received before the close.
     assert c.wait(9) == list(range(9))
     conn.close()
 
@@ -197,8 +208,7 @@ def test_tracking_resumes_after_the_last_acked_message(broker: BrokerThread) -> 
 
 def test_tracking_survives_a_restart(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    broker = start_broker(data)
-    try:
+    with Harness(data) as broker:
         conn = connect(broker)
         ch = conn.channel()
         ch.confirm_delivery()
@@ -207,11 +217,8 @@ def test_tracking_survives_a_restart(tmp_path: Path) -> None:
         c = Collector(conn, s, prefetch=10, ack=False, tag="t", **{"x-stream-offset": None})
         c.wait(6)
         c.ch.basic_ack(c.tags[3], multiple=True)  # 0..3 acked, 4 and 5 not
-        conn.process_data_events(0.1)
-    finally:
-        broker.stop()
-    broker = start_broker(data)
-    try:
+        c.ch.barrier()
+    with Harness(data) as broker:
         conn = connect(broker)
         ch = conn.channel()
         ch.confirm_delivery()
@@ -222,17 +229,15 @@ def test_tracking_survives_a_restart(tmp_path: Path) -> None:
         fresh = Collector(conn, s, **{"x-stream-offset": "first"})
         assert fresh.wait(7) == list(range(7))
         conn.close()
-    finally:
-        broker.stop()
 
 
-def test_filters(conn: BlockingConnection) -> None:
+def test_filters(conn: Connection) -> None:
     ch = conn.channel()
     ch.confirm_delivery()
     s = declare_stream(ch)
     for i, value in enumerate(["red", "blue", None, "red", "green"]):
         headers = {} if value is None else {"x-stream-filter-value": value}
-        ch.basic_publish("", s, str(i).encode(), pika.BasicProperties(headers=headers))
+        ch.basic_publish("", s, str(i).encode(), commands.Basic.Properties(headers=headers))
     red = Collector(conn, s, **{"x-stream-offset": "first", "x-stream-filter": "red"})
     several = Collector(
         conn,
@@ -249,7 +254,7 @@ def test_filters(conn: BlockingConnection) -> None:
     assert several.wait(3) == [1, 2, 4]
 
 
-def test_retention_drops_whole_segments_from_the_front(conn: BlockingConnection) -> None:
+def test_retention_drops_whole_segments_from_the_front(conn: Connection) -> None:
     ch = conn.channel()
     ch.confirm_delivery()
     s = declare_stream(ch, **{"x-max-length-bytes": 4000, "x-stream-max-segment-size-bytes": 1000})
@@ -266,18 +271,14 @@ def test_retention_drops_whole_segments_from_the_front(conn: BlockingConnection)
 
 def test_streams_survive_a_restart(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    broker = start_broker(data)
-    try:
+    with Harness(data) as broker:
         conn = connect(broker)
         ch = conn.channel()
         ch.confirm_delivery()
         s = declare_stream(ch, **{"x-stream-max-segment-size-bytes": 500})
         publish(ch, s, *[f"m{i}".encode() for i in range(30)])
         conn.close()
-    finally:
-        broker.stop()
-    broker = start_broker(data)
-    try:
+    with Harness(data) as broker:
         conn = connect(broker)
         ch = conn.channel()
         ch.confirm_delivery()
@@ -286,11 +287,9 @@ def test_streams_survive_a_restart(tmp_path: Path) -> None:
         assert c.wait(14) == list(range(17, 31))
         assert c.bodies()[-1] == b"m30"
         conn.close()
-    finally:
-        broker.stop()
 
 
-def test_what_a_stream_refuses(broker: BrokerThread) -> None:
+def test_what_a_stream_refuses(broker: Harness) -> None:
     """RabbitMQ's codes and texts: 540 (connection) for basic.get, purge, nack and
     no-ack consumers; 406 (channel) for a consumer without a prefetch limit, a
     consumer priority, and non-durable, exclusive or auto-delete streams."""
@@ -308,7 +307,7 @@ def test_what_a_stream_refuses(broker: BrokerThread) -> None:
     for call, text in refused_540:
         ch = conn.channel()
         ch.basic_qos(prefetch_count=10)
-        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        with pytest.raises(ConnectionClosed) as closed:
             call(ch)
         assert (closed.value.reply_code, closed.value.reply_text) == (
             540,
@@ -321,21 +320,21 @@ def test_what_a_stream_refuses(broker: BrokerThread) -> None:
     publish(ch, s, b"m")
     c = Collector(conn, s, ack=False, **{"x-stream-offset": "first"})
     c.wait(1)
-    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+    with pytest.raises(ConnectionClosed) as closed:
         c.ch.basic_nack(c.tags[0], requeue=True)
-        conn.process_data_events(1)
+        conn.pump()
     assert closed.value.reply_code == 540
     conn = connect(broker)
 
     ch = conn.channel()  # no basic.qos: no prefetch limit
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
+    with pytest.raises(ChannelClosed) as caught:
         ch.basic_consume(s, lambda *a: None)
     assert caught.value.reply_text == (
         f"PRECONDITION_FAILED - consumer prefetch count is not set for '{what}'"
     )
     ch = conn.channel()
     ch.basic_qos(prefetch_count=1)
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
+    with pytest.raises(ChannelClosed) as caught:
         ch.basic_consume(s, lambda *a: None, arguments={"x-priority": 5})
     assert caught.value.reply_code == 406
     for flag, name in (
@@ -346,7 +345,7 @@ def test_what_a_stream_refuses(broker: BrokerThread) -> None:
         ch = conn.channel()
         bad = uniq("bad")
         kwargs = {"durable": flag != "durable", flag: flag != "durable"}
-        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
+        with pytest.raises(ChannelClosed) as caught:
             ch.queue_declare(bad, arguments=STREAM, **kwargs)
         assert caught.value.reply_text == (
             f"PRECONDITION_FAILED - invalid property '{name}' for queue '{bad}' in vhost '/'"
@@ -354,7 +353,18 @@ def test_what_a_stream_refuses(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_aio_pika_reads_a_stream(broker: BrokerThread) -> None:
+@pytest.fixture
+def socket_broker(tmp_path: Path) -> Iterator[BrokerThread]:
+    b = start_broker(tmp_path / "socket")
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def test_aio_pika_reads_a_stream(socket_broker: BrokerThread) -> None:
+    broker = socket_broker
+
     async def run() -> list[int]:
         connection = await aio_pika.connect(broker.url)
         async with connection:
@@ -377,7 +387,7 @@ def test_aio_pika_reads_a_stream(broker: BrokerThread) -> None:
     assert asyncio.run(run()) == [0, 1, 2]
 
 
-def test_retention_by_count_and_by_policy(broker: BrokerThread) -> None:
+def test_retention_by_count_and_by_policy(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     ch.confirm_delivery()
@@ -404,8 +414,7 @@ def test_retention_by_count_and_by_policy(broker: BrokerThread) -> None:
 def test_retention_by_age(tmp_path: Path) -> None:
     """Segments whose newest message is older than x-max-age go on the next publish
     (the broker's ManualClock is moved past the age)."""
-    broker = start_broker(tmp_path / "data", clock=ManualClock())
-    try:
+    with Harness(tmp_path / "data", clock=ManualClock()) as broker:
         conn = connect(broker)
         ch = conn.channel()
         ch.confirm_delivery()
@@ -423,12 +432,10 @@ def test_retention_by_age(tmp_path: Path) -> None:
         assert c.wait(count) == list(range(32 - count, 32))
         assert c.bodies()[-2:] == [b"edge", b"new"]
         conn.close()
-    finally:
-        broker.stop()
 
 
 def test_late_acks_of_a_cancelled_tracking_consumer_do_not_move_its_position(
-    broker: BrokerThread,
+    broker: Harness,
 ) -> None:
     conn = connect(broker)
     ch = conn.channel()

@@ -1,7 +1,13 @@
 """Topic permissions, enforced as RabbitMQ 3.10.8 does (checked with pika against it):
 write on the routing key of basic.publish, read on the binding key of queue.bind,
 queue.unbind, exchange.bind and exchange.unbind, for topic exchanges only; the
-reply texts are RabbitMQ's."""
+reply texts are RabbitMQ's.
+
+The AMQP tests run in memory (issue 29): a tests/harness broker, pika's calls
+over MemoryAMQP (harness.channel, frames by pamqp). The management API,
+restart and definitions tests stay on a socket broker (the harness starts no
+HTTP listener), with pika for their AMQP checks.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,10 @@ from typing import Any
 import pika
 import pytest
 from conftest import BrokerThread, start_broker
+from harness import Channel, Harness, harness_fixture
+from harness import channel_error as memory_channel_error
 from httphelp import Api  # noqa: E402 - tests/http's helper, not a package
+from pamqp import commands
 from pika.adapters.blocking_connection import BlockingChannel
 from pikahelp import channel_error, connect
 
@@ -23,6 +32,8 @@ from warren.definitions_document import DefinitionsError
 
 pytestmark = pytest.mark.timeout(60)
 
+memory = harness_fixture()
+
 
 def refused(key: str, exchange: str = "amq.topic", vhost: str = "/", user: str = "u") -> str:
     return (
@@ -31,7 +42,7 @@ def refused(key: str, exchange: str = "amq.topic", vhost: str = "/", user: str =
     )
 
 
-def add_user(b: BrokerThread, name: str = "u", vhosts: tuple[str, ...] = ("/",)) -> None:
+def add_user(b: BrokerThread | Harness, name: str = "u", vhosts: tuple[str, ...] = ("/",)) -> None:
     def add() -> None:
         for vhost in vhosts:
             if vhost not in b.broker.vhosts:
@@ -44,13 +55,26 @@ def add_user(b: BrokerThread, name: str = "u", vhosts: tuple[str, ...] = ("/",))
     b.call(add)
 
 
-def set_topic(b: BrokerThread, vhost: str, exchange: str, write: str, read: str) -> None:
+def set_topic(b: BrokerThread | Harness, vhost: str, exchange: str, write: str, read: str) -> None:
     b.call(lambda: b.broker.users.set_topic_permission("u", vhost, exchange, write, read))
 
 
 @pytest.fixture
-def user_channel(broker: BrokerThread) -> Iterator[Callable[..., BlockingChannel]]:
-    """Channels (publisher confirms on: a refused publish raises) of user ``u``."""
+def user_channel(memory: Harness) -> Callable[..., Channel]:
+    """In-memory channels (publisher confirms on: a refused publish raises) of user ``u``."""
+    add_user(memory, vhosts=("/", "v2"))
+
+    def open_channel(vhost: str = "/") -> Channel:
+        ch = memory.amqp_connection("u", "pw", vhost).channel()
+        ch.confirm_delivery()
+        return ch
+
+    return open_channel
+
+
+@pytest.fixture
+def pika_user_channel(broker: BrokerThread) -> Iterator[Callable[..., BlockingChannel]]:
+    """The same over a socket, with pika, beside the management API."""
     add_user(broker, vhosts=("/", "v2"))
     conns: list[pika.BlockingConnection] = []
 
@@ -121,29 +145,29 @@ def test_store_operations() -> None:
 
 
 def test_publish_is_checked_against_write(
-    broker: BrokerThread, user_channel: Callable[..., BlockingChannel]
+    memory: Harness, user_channel: Callable[..., Channel]
 ) -> None:
-    set_topic(broker, "/", "amq.topic", "^a\\.{username}", "b")
+    set_topic(memory, "/", "amq.topic", "^a\\.{username}", "b")
     ch = user_channel()
     ch.basic_publish("amq.topic", "a.u.x", b"ok")
-    text = channel_error(403, ch.basic_publish, "amq.topic", "x.a.u", b"no")
+    text = memory_channel_error(403, ch.basic_publish, "amq.topic", "x.a.u", b"no")
     assert text == refused("x.a.u")
     # Checked before the user-id property, as RabbitMQ.
     ch = user_channel()
-    props = pika.BasicProperties(user_id="other")
-    assert channel_error(403, ch.basic_publish, "amq.topic", "x", b"", props) == refused("x")
+    props = commands.Basic.Properties(user_id="other")
+    assert memory_channel_error(403, ch.basic_publish, "amq.topic", "x", b"", props) == refused("x")
     # The internal-exchange check comes first.
     ch = user_channel()
     ch.exchange_declare("inner", "topic", internal=True)
-    set_topic(broker, "/", "inner", "^$", "^$")
-    text = channel_error(403, ch.basic_publish, "inner", "x", b"")
+    set_topic(memory, "/", "inner", "^$", "^$")
+    text = memory_channel_error(403, ch.basic_publish, "inner", "x", b"")
     assert text == "ACCESS_REFUSED - cannot publish to internal exchange 'inner' in vhost '/'"
 
 
 def test_binds_and_unbinds_are_checked_against_read(
-    broker: BrokerThread, user_channel: Callable[..., BlockingChannel]
+    memory: Harness, user_channel: Callable[..., Channel]
 ) -> None:
-    set_topic(broker, "/", "amq.topic", ".*", "b")
+    set_topic(memory, "/", "amq.topic", ".*", "b")
     ch = user_channel()
     ch.queue_declare("tq")
     ch.exchange_declare("dest", "fanout")
@@ -152,7 +176,7 @@ def test_binds_and_unbinds_are_checked_against_read(
     ch.exchange_bind("dest", "amq.topic", "b")
     ch.exchange_unbind("dest", "amq.topic", "b")
     ch.exchange_bind("amq.topic", "dest", "a")  # amq.topic as the destination: no check
-    cases: list[tuple[str, Callable[[BlockingChannel], Any]]] = [
+    cases: list[tuple[str, Callable[[Channel], Any]]] = [
         ("queue.bind", lambda c: c.queue_bind("tq", "amq.topic", "a")),
         ("missing queue", lambda c: c.queue_bind("no-such-queue", "amq.topic", "a")),
         ("queue.unbind", lambda c: c.queue_unbind("tq", "amq.topic", "a")),
@@ -160,33 +184,37 @@ def test_binds_and_unbinds_are_checked_against_read(
         ("exchange.unbind", lambda c: c.exchange_unbind("dest", "amq.topic", "a")),
     ]
     for what, call in cases:
-        assert channel_error(403, call, user_channel()) == refused("a"), what
+        assert memory_channel_error(403, call, user_channel()) == refused("a"), what
     # A missing source exchange is not found, not refused.
     ch = user_channel()
-    text = channel_error(404, ch.queue_bind, "tq", "nope", "a")
+    text = memory_channel_error(404, ch.queue_bind, "tq", "nope", "a")
     assert text == "NOT_FOUND - no exchange 'nope' in vhost '/'"
 
 
 def test_variables_and_empty_patterns(
-    broker: BrokerThread, user_channel: Callable[..., BlockingChannel]
+    memory: Harness, user_channel: Callable[..., Channel]
 ) -> None:
-    set_topic(broker, "v2", "amq.topic", "", "{vhost}")
+    set_topic(memory, "v2", "amq.topic", "", "{vhost}")
     ch = user_channel("v2")
     ch.queue_declare("tq")
     ch.basic_publish("amq.topic", "", b"")
     ch.queue_bind("tq", "amq.topic", "xv2x")
-    assert channel_error(403, ch.basic_publish, "amq.topic", "x", b"") == refused("x", vhost="v2")
+    assert memory_channel_error(403, ch.basic_publish, "amq.topic", "x", b"") == refused(
+        "x", vhost="v2"
+    )
     ch = user_channel("v2")
-    assert channel_error(403, ch.queue_bind, "tq", "amq.topic", "x") == refused("x", vhost="v2")
+    assert memory_channel_error(403, ch.queue_bind, "tq", "amq.topic", "x") == refused(
+        "x", vhost="v2"
+    )
     # The same user's other vhost has no topic permission: unaffected.
     user_channel("/").basic_publish("amq.topic", "x", b"")
 
 
 def test_other_exchanges_and_exchange_types_are_unaffected(
-    broker: BrokerThread, user_channel: Callable[..., BlockingChannel]
+    memory: Harness, user_channel: Callable[..., Channel]
 ) -> None:
-    set_topic(broker, "/", "amq.topic", "^$", "^$")
-    set_topic(broker, "/", "amq.direct", "^$", "^$")  # not a topic exchange: never checked
+    set_topic(memory, "/", "amq.topic", "^$", "^$")
+    set_topic(memory, "/", "amq.direct", "^$", "^$")  # not a topic exchange: never checked
     ch = user_channel()
     ch.exchange_declare("mine", "topic")
     ch.queue_declare("tq")
@@ -197,15 +225,15 @@ def test_other_exchanges_and_exchange_types_are_unaffected(
 
 
 def test_changes_apply_to_open_channels(
-    broker: BrokerThread, user_channel: Callable[..., BlockingChannel]
+    memory: Harness, user_channel: Callable[..., Channel]
 ) -> None:
     ch = user_channel()
     ch.basic_publish("amq.topic", "x", b"")
-    set_topic(broker, "/", "amq.topic", "^y", ".*")
-    assert channel_error(403, ch.basic_publish, "amq.topic", "x", b"") == refused("x")
+    set_topic(memory, "/", "amq.topic", "^y", ".*")
+    assert memory_channel_error(403, ch.basic_publish, "amq.topic", "x", b"") == refused("x")
     ch = user_channel()
     ch.basic_publish("amq.topic", "y", b"")
-    broker.call(lambda: broker.broker.users.clear_topic_permissions("u", "/"))
+    memory.call(lambda: memory.broker.users.clear_topic_permissions("u", "/"))
     ch.basic_publish("amq.topic", "x", b"")
 
 
@@ -213,8 +241,9 @@ def test_changes_apply_to_open_channels(
 
 
 def test_http_api_sets_and_clears(
-    broker: BrokerThread, user_channel: Callable[..., BlockingChannel]
+    broker: BrokerThread, pika_user_channel: Callable[..., BlockingChannel]
 ) -> None:
+    user_channel = pika_user_channel
     api = Api(broker.http_port)
     body = {"exchange": "amq.topic", "write": "^{username}\\.", "read": ".*"}
     assert api.put("/api/topic-permissions/%2F/u", body).status == 201

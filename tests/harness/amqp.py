@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rawamqp import AMQPFrames, Timeout
+from rawamqp import AMQPFrames, Frame, Timeout
 
 from warren.amqp.connection import AMQPConnection
 from warren.amqp.server import AMQPProtocol
@@ -100,6 +100,15 @@ class MemoryAMQP(_InMemory):
         if self._close_asked and not self.eof:
             self.eof = True
             conn.connection_lost()
+
+    def frames_now(self) -> list[tuple[int, Frame]]:
+        """The frames the connection has written so far, taken without running
+        the loop (what a held reply has not let out is not among them)."""
+        self._take()
+        out = []
+        while (got := self._take_frame()) is not None:
+            out.append(got)
+        return out
 
     # -- AMQPFrames' transport -------------------------------------------------------
     def send(self, data: bytes) -> None:

@@ -14,6 +14,7 @@ from warren.core.clock import Clock, ManualClock
 
 if TYPE_CHECKING:
     from harness.amqp import MemoryAMQP, ProtocolAMQP
+    from harness.channel import Connection
     from harness.mqtt import MemoryMQTT, RawMQTT
     from warren.amqp.server import AMQPListener
     from warren.mqtt.server import MQTTListener
@@ -79,11 +80,69 @@ class Harness:
         step), without waiting for anything."""
         self.run(asyncio.sleep(0))
 
+    def settle(self, timeout: float = 30) -> None:
+        """Run the broker's loop until it has nothing left to do now: no callback
+        ready, no loop timer due, no file sync round in flight (awaited through
+        GroupSync.drain, not polled). What a timer on the broker's clock does
+        later is the test's to bring about (``advance``)."""
+        self.run(self._settle(), timeout)
+
+    def run_ready(self, timeout: float = 30) -> None:
+        """Run the broker's loop until it has nothing ready now (no callback, no
+        timer due), without waiting for a file sync round in flight (settle
+        does): what waits for a sync the test holds stays waiting."""
+
+        async def ready() -> None:
+            await asyncio.sleep(0)
+            while self._busy():
+                await asyncio.sleep(0)
+
+        self.run(ready(), timeout)
+
+    def _busy(self) -> bool:
+        """Whether the loop has a callback ready or a timer due (asyncio's own
+        queues: no public API says so)."""
+        loop: Any = self.loop
+        if loop._ready:
+            return True
+        now = loop.time()
+        return any(not h.cancelled() and h.when() <= now for h in loop._scheduled)
+
+    async def _settle(self) -> None:
+        while True:
+            await asyncio.sleep(0)
+            if self._busy():
+                continue
+            syncer = self.broker.syncer
+            if syncer is not None:
+                await syncer.drain()  # returns at once when no round is wanted
+            if not self._busy():
+                return
+
     def amqp(self, peer: tuple[str, int] | None = None, timeout: float = 5.0) -> MemoryAMQP:
         """A new AMQP 0-9-1 connection to the broker, in memory."""
         from harness.amqp import MemoryAMQP
 
         return MemoryAMQP(self, peer or ("127.0.0.1", next(_peer_ports)), timeout)
+
+    def amqp_client(self, channels: int = 1) -> MemoryAMQP:
+        """A new in-memory AMQP connection with the handshake done (guest on
+        "/") and channels 1 .. ``channels`` open."""
+        client = self.amqp()
+        client.handshake()
+        for channel in range(1, channels + 1):
+            client.open_channel(channel)
+        return client
+
+    def amqp_connection(
+        self, user: str = "guest", password: str = "guest", vhost: str = "/"
+    ) -> Connection:
+        """A new in-memory AMQP connection with pika's calls (harness.channel):
+        ``.channel()``, ``queue_declare``, ``basic_publish``...; ConnectionClosed
+        when the broker refuses it."""
+        from harness.channel import Connection
+
+        return Connection(self.amqp(), user, password, vhost)
 
     @property
     def amqp_listener(self) -> AMQPListener:
@@ -107,13 +166,18 @@ class Harness:
         return ProtocolAMQP(self, peer or ("127.0.0.1", next(_peer_ports)), timeout)
 
     def mqtt(
-        self, client_id: str = "", protocol: int = 4, peer: tuple[str, int] | None = None
+        self,
+        client_id: str = "",
+        protocol: int = 4,
+        peer: tuple[str, int] | None = None,
+        **options: Any,
     ) -> MemoryMQTT:
-        """A new MQTT connection (paho's client; ``protocol`` 4 is 3.1.1, 5 is 5)."""
+        """A new MQTT connection (paho's client; ``protocol`` 4 is 3.1.1, 5 is 5;
+        ``options``: more of paho's Client arguments, such as clean_session)."""
         from harness.mqtt import MemoryMQTT
 
         peer = peer or ("127.0.0.1", next(_peer_ports))
-        return MemoryMQTT(self, self.mqtt_listener(), peer, client_id, protocol)
+        return MemoryMQTT(self, self.mqtt_listener(), peer, client_id, protocol, **options)
 
     def mqtt_raw(
         self, level: int = 5, peer: tuple[str, int] | None = None, timeout: float = 5.0

@@ -199,9 +199,13 @@ class MemoryMQTT(MemoryTransport):
         peer: tuple[str, int],
         client_id: str,
         protocol: int = paho.MQTTv311,
+        **options: Any,
     ) -> None:
+        """``options``: more of paho's Client arguments (clean_session...)."""
         super().__init__(harness, listener, peer)
-        self.paho = _Paho(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=protocol)
+        self.paho = _Paho(
+            CallbackAPIVersion.VERSION2, client_id=client_id, protocol=protocol, **options
+        )
         self.paho.memory = self
 
     # -- driving paho and the broker together ------------------------------------------------
@@ -215,6 +219,8 @@ class MemoryMQTT(MemoryTransport):
             client.loop_read(100)
             if done():
                 return
+            if self.eof and not client.is_connected():
+                raise AssertionError("the broker closed the connection")
             if time.monotonic() > deadline:
                 raise AssertionError("the broker did not answer in time")
             if self.inbox or (self.eof and client.is_connected()):
@@ -272,12 +278,10 @@ class RawMQTT(MemoryTransport, MQTTPackets):
                 raise TimeoutError("no packet from the broker")
         return self.backlog.pop(0)
 
-    def nothing_more(self, timeout: float = 0.05) -> None:
-        """Nothing arrives while the broker's loop runs for ``timeout`` (its file
-        syncs land in that window; nothing here waits on the broker's clock)."""
-        try:
-            pkt = self.recv(timeout)
-        except TimeoutError:
-            return
-        raise AssertionError(f"unexpected {pkt!r}")
-
+    def nothing_more(self) -> None:
+        """Nothing has arrived once the broker's loop has done all it can now
+        (Harness.settle: its callbacks and file syncs, no window of wall time;
+        what the broker's clock would bring later is the test's to advance)."""
+        self.harness.settle()
+        if self.backlog or self.inbox:
+            raise AssertionError(f"unexpected {self.recv()!r}")

@@ -7,14 +7,17 @@ import contextlib
 import datetime
 import decimal
 import json
+import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import amqp.exceptions
 import pytest
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 from kombu.message import Message
+
+from warren.core.clock import ManualClock
 
 
 @pytest.fixture
@@ -316,37 +319,49 @@ def test_redeclare_with_different_arguments_is_precondition_failed(conn: Connect
 # -- heartbeats ---------------------------------------------------------------------------
 
 
-def test_heartbeats_keep_idle_connection_alive(broker: Any) -> None:
+def test_heartbeats_keep_idle_connection_alive(broker_factory: Callable[..., Any]) -> None:
+    """3.5 s of the broker's ManualClock with nothing but heartbeats both ways:
+    py-amqp reads the broker's, and its own (send_heartbeat, what heartbeat_check
+    sends once an interval of wall time has passed, here when the test moves the
+    broker's clock) keep the broker from closing the connection."""
+    broker = broker_factory(clock=ManualClock())
     with Connection(broker.url, heartbeat=1) as c:
         c.connect()
         raw = c.connection
         assert raw.heartbeat == 1  # negotiated down from the server's proposal
         received_before = raw.bytes_recv
-        # Stay idle for well over two heartbeat intervals, only letting the client
-        # send heartbeats and read the broker's.
-        for _ in range(14):
+        for _ in range(7):  # idle for well over two heartbeat intervals
+            broker.advance(500)
+            raw.send_heartbeat()
+        # The broker's heartbeats (at least one per interval), read one frame at a
+        # time as they come (py-amqp's bytes_recv counts frames read).
+        deadline = time.monotonic() + 10
+        while raw.bytes_recv < received_before + 3:
+            assert time.monotonic() < deadline, raw.bytes_recv - received_before
             with contextlib.suppress(TimeoutError):
-                c.drain_events(timeout=0.25)
-            c.heartbeat_check()  # raises ConnectionForced if the broker went quiet
-        assert raw.bytes_recv > received_before  # heartbeat frames from the broker
+                raw.blocking_read(timeout=0.05)
+        assert broker.call(lambda: len(broker.broker.connections)) == 1
         with c.SimpleQueue("k.hb") as q:
             q.put("alive")
             assert q.get(timeout=5).payload == "alive"
 
 
-def test_broker_drops_client_that_stops_heartbeating(broker: Any) -> None:
+def test_broker_drops_client_that_stops_heartbeating(
+    broker_factory: Callable[..., Any],
+) -> None:
+    broker = broker_factory(clock=ManualClock())
     c = Connection(broker.url, heartbeat=1)
     c.connect()
     try:
         assert broker.call(lambda: len(broker.broker.connections)) == 1
-        # Never call heartbeat_check: the broker sees nothing for two intervals and
-        # closes the socket, which the blocked read notices.
+        # Never a heartbeat from the client: the broker, checking every half
+        # interval of its clock, closes the socket after two intervals with
+        # nothing read, which the blocked read notices.
+        broker.advance(2499)
+        assert broker.call(lambda: len(broker.broker.connections)) == 1
+        broker.advance(1)
         with pytest.raises((ConnectionError, OSError, amqp.exceptions.ConnectionError)):
-            for _ in range(20):
-                try:
-                    c.drain_events(timeout=0.5)
-                except TimeoutError:
-                    continue
+            c.drain_events(timeout=10)
         assert broker.call(lambda: len(broker.broker.connections)) == 0
     finally:
         c.release()

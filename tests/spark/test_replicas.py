@@ -21,7 +21,6 @@ from warren import Config
 from warren.amqp.replica_server import ReplicaReadServer
 from warren.cluster.follower import Follower
 from warren.cluster.leader import Replicator
-from warren.store import mirror
 
 from .helpers import declare_stream, publish
 from .test_source import message, offsets_in, reader, run_available_now, stream_reader
@@ -35,7 +34,6 @@ class Cluster:
     def __init__(self, base: Path) -> None:
         self.leader_dir = base / "leader"
         self.replicator = Replicator(self.leader_dir, "s3cret")
-        mirror.attach(self.leader_dir, self.replicator)
         self.leader = BrokerThread(
             Config(data_dir=str(self.leader_dir), amqp_port=0, http_port=-1, mqtt_port=-1, prometheus_port=-1)
         )
@@ -76,10 +74,7 @@ class Cluster:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(10)
         finally:
-            try:
-                self.leader.stop()
-            finally:
-                mirror.detach(self.leader_dir)
+            self.leader.stop()
 
 
 @pytest.fixture

@@ -246,7 +246,7 @@ def test_a_run_to_several_queues_is_nacked_when_a_later_queue_cost_an_earlier_it
 def test_one_message_to_several_queues_is_nacked_when_a_later_queue_cost_an_earlier_its_part(
     tmp_path: Path, broker_factory: Callable[..., BrokerThread]
 ) -> None:
-    # The single-message path (VHost.enqueue) of the case above: one publish,
+    # The single-message path (Router.enqueue) of the case above: one publish,
     # through pika with confirms, routed to a stream, then a durable queue,
     # then a transient one. The stream buffers its record past what its file
     # has allocated, the durable queue's fits its file, and the last queue

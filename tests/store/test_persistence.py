@@ -267,7 +267,7 @@ def test_ten_thousand_durable_queues_restart_within_fd_limits(
         for i in range(n):
             vhost.declare_queue(f"many-{i}", durable=True)
         for i in range(n):
-            vhost.publish(vhost.default_exchange, Message("", f"many-{i}", raw_props, b"m"))
+            vhost.router.publish(vhost.default_exchange, Message("", f"many-{i}", raw_props, b"m"))
 
     b.call(declare_all, timeout=300)
     b = restartable(sync=False)

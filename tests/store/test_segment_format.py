@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from warren.core.message import Message
-from warren.store import disk_budget, records
+from warren.store import records
 from warren.store.disk_budget import DiskBudget
 from warren.store.records import CorruptRecord, decode_record, encode_message_record, inspect_record
 from warren.store.segment_alloc import FIRST_ALLOCATION
@@ -406,20 +406,16 @@ def test_the_disk_budget_is_charged_per_allocation_not_per_append(tmp_path: Path
     allocation (doubling) when they no longer do."""
     budget = DiskBudget(on_spent=lambda: None)
     budget.left = 10 << 20
-    disk_budget.attach(tmp_path, budget)
-    try:
-        store = SegmentStore(tmp_path / "q", segment_size=1 << 20)
-        store.append(msg(0))
-        assert budget.left == (10 << 20) - FIRST_ALLOCATION
-        for i in range(1, 400):  # about 52 KB of records
-            store.append(msg(i))
-        assert budget.left == (10 << 20) - FIRST_ALLOCATION
-        for i in range(400, 600):
-            store.append(msg(i))
-        assert budget.left == (10 << 20) - 2 * FIRST_ALLOCATION
-        store.close()
-    finally:
-        disk_budget.detach(tmp_path)
+    store = SegmentStore(tmp_path / "q", segment_size=1 << 20, budget=budget)
+    store.append(msg(0))
+    assert budget.left == (10 << 20) - FIRST_ALLOCATION
+    for i in range(1, 400):  # about 52 KB of records
+        store.append(msg(i))
+    assert budget.left == (10 << 20) - FIRST_ALLOCATION
+    for i in range(400, 600):
+        store.append(msg(i))
+    assert budget.left == (10 << 20) - 2 * FIRST_ALLOCATION
+    store.close()
 
 
 def test_readers_never_see_past_the_end_of_the_data(tmp_path: Path) -> None:

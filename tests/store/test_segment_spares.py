@@ -7,13 +7,11 @@ still a spare: never served, never lost track of."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from warren.core.message import Message
-from warren.store import disk_budget
 from warren.store.disk_budget import DiskBudget
 from warren.store.priority_store import PriorityStore
 from warren.store.segment_format import SPARE_ID, V2_HEADER_SIZE, encode_header, parse_header
@@ -58,20 +56,16 @@ def header_id(path: Path) -> int:
 
 
 @pytest.fixture
-def budget(tmp_path: Path) -> Iterator[DiskBudget]:
-    """A data directory of its own: its spares are counted apart from other tests'."""
-    b = DiskBudget(on_spent=lambda: None)
-    disk_budget.attach(tmp_path, b)
-    try:
-        yield b
-    finally:
-        disk_budget.detach(tmp_path)
+def budget() -> DiskBudget:
+    """A data directory's budget of its own, given to every store of the test:
+    its spares are counted apart from other tests'."""
+    return DiskBudget(on_spent=lambda: None)
 
 
-def retired_one(d: Path) -> tuple[SegmentStore, int]:
+def retired_one(d: Path, budget: DiskBudget) -> tuple[SegmentStore, int]:
     """A store whose first segment (7 messages) was consumed and acked: a spare.
     Returns the store (messages 7-19 ready) and the spare's id."""
-    store = SegmentStore(d, segment_size=SEGMENT)
+    store = SegmentStore(d, segment_size=SEGMENT, budget=budget)
     first = [store.append(msg(i)) for i in range(20)]
     store.sync()
     assert take(store, 7) == list(range(7))
@@ -85,7 +79,7 @@ def test_a_fully_acknowledged_segment_becomes_a_spare_reused_after_a_sync(
     tmp_path: Path, budget: DiskBudget
 ) -> None:
     d = tmp_path / "q"
-    store, sid = retired_one(d)
+    store, sid = retired_one(d, budget)
     (spare,) = spares(d)
     assert spare.name == f"spare.{sid:010d}"
     assert not (d / f"msgs.{sid:010d}").exists() and not (d / f"acks.{sid:010d}").exists()
@@ -108,7 +102,7 @@ def test_a_fully_acknowledged_segment_becomes_a_spare_reused_after_a_sync(
     assert header.segment_id == new_id and not header.problem
     assert drain(store) == list(range(7, 34))
     store.close()
-    store = SegmentStore(d, segment_size=SEGMENT)
+    store = SegmentStore(d, segment_size=SEGMENT, budget=budget)
     assert store.ready_count == 0
     store.close()
 
@@ -117,7 +111,7 @@ def test_the_previous_lifes_records_never_come_back(tmp_path: Path, budget: Disk
     """A reused file holds the acknowledged records of its previous life past the
     new life's end mark: after a crash (no clean close) they are not read."""
     d = tmp_path / "q"
-    store, sid = retired_one(d)
+    store, sid = retired_one(d, budget)
     inode = spares(d)[0].stat().st_ino
     store.sync()
     store.sync()
@@ -125,7 +119,7 @@ def test_the_previous_lifes_records_never_come_back(tmp_path: Path, budget: Disk
     # 20 goes where 19 left room; 21 starts the next segment in the spare.
     assert (d / f"msgs.{later[-1] >> 32:010d}").stat().st_ino == inode
     store.flush()  # handed to the OS: then kill -9
-    again = SegmentStore(d, segment_size=SEGMENT)
+    again = SegmentStore(d, segment_size=SEGMENT, budget=budget)
     assert drain(again) == list(range(7, 22))
     again.close()
     store.close()
@@ -152,7 +146,7 @@ def test_every_state_a_crash_leaves_opens_to_the_same_messages(
     store opens with messages 7-19 (nothing of the spare's life, acked), the file
     is a spare again (``spare.<id>``, counted), and a later segment reuses it."""
     d = tmp_path / "q"
-    store, sid = retired_one(d)
+    store, sid = retired_one(d, budget)
     store.sync()
     store.close()
     (spare,) = spares(d)
@@ -171,13 +165,13 @@ def test_every_state_a_crash_leaves_opens_to_the_same_messages(
         spare.rename(d / f"msgs.{sid + 9:010d}")
     else:
         # The new life's header and a record in it, in the spare's name.
-        other = SegmentStore(tmp_path / "other", segment_size=SEGMENT)
+        other = SegmentStore(tmp_path / "other", segment_size=SEGMENT, budget=budget)
         other.append(msg(99))
         other.close()
         (written,) = segments(tmp_path / "other")
         with open(spare, "r+b") as f:
             f.write(written.read_bytes()[: V2_HEADER_SIZE + 1100])
-    store = SegmentStore(d, segment_size=SEGMENT)
+    store = SegmentStore(d, segment_size=SEGMENT, budget=budget)
     assert store.ready_count == 13
     assert [p.stat().st_ino for p in spares(d)] == [inode]
     # Its header says spare again: a reuse whose new header a power cut loses
@@ -192,14 +186,14 @@ def test_every_state_a_crash_leaves_opens_to_the_same_messages(
     assert inode in [p.stat().st_ino for p in segments(d)] and not spares(d)
     assert drain(store) == list(range(7, 30))
     store.close()
-    store = SegmentStore(d, segment_size=SEGMENT)
+    store = SegmentStore(d, segment_size=SEGMENT, budget=budget)
     assert store.ready_count == 0
     store.close()
 
 
 def test_spares_are_bounded_per_store(tmp_path: Path, budget: DiskBudget) -> None:
     d = tmp_path / "q"
-    store = SegmentStore(d, segment_size=SEGMENT)
+    store = SegmentStore(d, segment_size=SEGMENT, budget=budget)
     for i in range(50):
         store.append(msg(i))
     assert drain(store) == list(range(50))
@@ -211,7 +205,7 @@ def test_spares_are_bounded_per_store(tmp_path: Path, budget: DiskBudget) -> Non
     # A start finds more than it may keep (made by hand): the rest are deleted.
     for n in range(5):
         (d / f"spare.{900 + n:010d}").write_bytes(bytes(SEGMENT))
-    store = SegmentStore(d, segment_size=SEGMENT)
+    store = SegmentStore(d, segment_size=SEGMENT, budget=budget)
     assert len(spares(d)) == MAX_SPARES and budget.spare_bytes == MAX_SPARES * SEGMENT
     # Its ids are never handed out again.
     assert store.append(msg(0)) >> 32 > 904
@@ -227,7 +221,7 @@ def test_no_spare_is_kept_beyond_the_data_directorys_budget(
     if limit == "spare_limit":
         budget.spare_limit = SEGMENT
     d = tmp_path / "q"
-    store = SegmentStore(d, segment_size=SEGMENT)
+    store = SegmentStore(d, segment_size=SEGMENT, budget=budget)
     for i in range(30):
         store.append(msg(i))
     if limit == "left":
@@ -242,7 +236,7 @@ def test_spares_are_deleted_when_the_disk_runs_short(tmp_path: Path, budget: Dis
     """A spare is disk space the free-disk alarm would count: once the budget has
     less room than the spares hold, the next sync round deletes them."""
     d = tmp_path / "q"
-    store = SegmentStore(d, segment_size=SEGMENT)
+    store = SegmentStore(d, segment_size=SEGMENT, budget=budget)
     for i in range(30):
         store.append(msg(i))
     assert drain(store) == list(range(30))
@@ -256,7 +250,7 @@ def test_spares_are_deleted_when_the_disk_runs_short(tmp_path: Path, budget: Dis
 
 def test_a_purged_queue_keeps_its_files_as_spares(tmp_path: Path, budget: DiskBudget) -> None:
     d = tmp_path / "q"
-    store = SegmentStore(d, segment_size=SEGMENT)
+    store = SegmentStore(d, segment_size=SEGMENT, budget=budget)
     for i in range(12):
         store.append(msg(i))
     store.sync()
@@ -264,14 +258,16 @@ def test_a_purged_queue_keeps_its_files_as_spares(tmp_path: Path, budget: DiskBu
     store.flush()
     assert not segments(d) and len(spares(d)) == 2
     store.close()
-    store = SegmentStore(d, segment_size=SEGMENT)
+    store = SegmentStore(d, segment_size=SEGMENT, budget=budget)
     assert store.ready_count == 0
     store.close()
 
 
 def test_a_priority_queues_levels_reuse_their_files(tmp_path: Path, budget: DiskBudget) -> None:
     d = tmp_path / "pq"
-    store = PriorityStore(2, lambda level: SegmentStore(d / f"p{level}", segment_size=SEGMENT))
+    store = PriorityStore(
+        2, lambda level: SegmentStore(d / f"p{level}", segment_size=SEGMENT, budget=budget)
+    )
     for i in range(10):
         store.append(Message("ex", "rk", b"\x10\x00\x02", b"x" * 1000, i))
     store.sync()
@@ -286,7 +282,7 @@ def test_a_priority_queues_levels_reuse_their_files(tmp_path: Path, budget: Disk
 
 def test_a_delete_removes_the_spares_and_their_count(tmp_path: Path, budget: DiskBudget) -> None:
     d = tmp_path / "q"
-    store, _sid = retired_one(d)
+    store, _sid = retired_one(d, budget)
     assert budget.spare_bytes == SEGMENT
     store.delete()
     assert not d.exists() and budget.spare_bytes == 0
@@ -294,7 +290,7 @@ def test_a_delete_removes_the_spares_and_their_count(tmp_path: Path, budget: Dis
 
 def test_a_transient_store_keeps_no_spares(tmp_path: Path, budget: DiskBudget) -> None:
     d = tmp_path / "t"
-    store = SegmentStore(d, segment_size=SEGMENT, preallocate=False)
+    store = SegmentStore(d, segment_size=SEGMENT, preallocate=False, budget=budget)
     for i in range(20):
         store.append(msg(i))
     assert drain(store) == list(range(20))
@@ -307,7 +303,7 @@ def test_a_streams_retention_deletes_what_it_drops(tmp_path: Path, budget: DiskB
     """Streams keep no spares: their readers may still map a segment that
     retention drops, and a reused file would change under them."""
     d = tmp_path / "s"
-    stream = StreamStore(d, segment_size=SEGMENT)
+    stream = StreamStore(d, segment_size=SEGMENT, budget=budget)
     for i in range(40):
         stream.append(msg(i))
     stream.sync()

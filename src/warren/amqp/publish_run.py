@@ -218,7 +218,7 @@ def simple_delivery_mode(props: bytes) -> int | None:
     if flags & ~_SIMPLE_FLAGS:
         return None
     if flags & _HEADERS and b"CC" in props:
-        # check_message and VHost.publish look for CC/BCC wherever these bytes
+        # check_message and Router.publish look for CC/BCC wherever these bytes
         # are: the slow way decides.
         return None
     at = 2

@@ -156,7 +156,7 @@ class Publishing:
                 self.tx_publishes.append((ex, mrun.message(i), mandatory))
             return
         msg = mrun.message(0)
-        queues = self.vhost.route_run(ex, msg)
+        queues = self.vhost.router.route_run(ex, msg)
         confirm = self.confirm
         counts = self.counts.exchange(ex)
         if confirm:
@@ -168,7 +168,7 @@ class Publishing:
         if queues:
             # Queues whose consumers take the run's first messages as they come
             # take them at once; the rest go message by message.
-            taken = self.vhost.publish_run_to(queues, mrun, durable, lost)
+            taken = self.vhost.router.publish_run_to(queues, mrun, durable, lost)
             start = min(taken)
             if start:
                 ex.stats.count_publishes(start, len(queues))
@@ -332,9 +332,9 @@ class Publishing:
         lost: bool = False,
     ) -> int:
         """Route one message. ``queues``: already routed (a run's
-        `VHost.route_run`, which counts them for the run); ``commit``: a
+        `Router.route_run`, which counts them for the run); ``commit``: a
         tx.commit's unit (core/commit.py); ``lost``: a queue took it with the
-        run and lost it (its confirm is a nack). Returns what VHost.publish
+        run and lost it (its confirm is a nack). Returns what Router.publish
         does (REJECTED_BY_QUEUE: a queue refused it)."""
         confirm = self.confirm
         if confirm and durable is None:
@@ -345,10 +345,10 @@ class Publishing:
             if commit is not None:
                 routed = commit.publish(ex, msg, routed_to)
             else:
-                routed = self.vhost.publish(ex, msg, durable, None, routed_to)
+                routed = self.vhost.router.publish(ex, msg, durable, None, routed_to)
             self.counts.published(counts, routed_to, 1)
         else:
-            routed = self.vhost.enqueue(ex, queues, msg, durable)
+            routed = self.vhost.router.enqueue(ex, queues, msg, durable)
         if not routed:
             if mandatory:
                 counts.return_unroutable += 1

@@ -1,11 +1,13 @@
 """The leader's side of replication: every change to the data directory goes to
 every follower, and a confirm waits until the in-sync followers have it on disk.
 
-Replicator is the data directory's FileMirror (store/mirror.py): each append,
-allocation, replace and delete becomes one numbered action. A follower that connects gets
-a full sync first (the file index with sizes and SHA-1s, then the files it
-lacks or has different), while the actions from the moment the index was
-taken wait in its queue; then the actions stream as they happen. The
+Replicator is the data directory's FileMirror (store/mirror.py), given to
+the broker as its replication, which hands it to every store through its
+DataDir: each append, allocation, replace and delete becomes one numbered
+action. A follower that connects gets a full sync first (the file index with
+sizes and SHA-1s, then the files it lacks or has different), while the
+actions from the moment the index was taken wait in its queue; then the
+actions stream as they happen. The
 follower acknowledges a position once every action up to it is written and
 fdatasynced.
 

@@ -10,10 +10,11 @@ A node campaigns when there is no leader and it may lead: it is in the ISR, or
 there is no ISR yet (a new cluster). Winning is creating the leader key with
 the node's lease (one transaction: only one node can). The leader starts a
 broker on its data directory (recovery as after a restart) with a Replicator
-as the directory's mirror, serves followers on the clustering port, and keeps
-its lease alive; when the lease is lost it stops the broker and starts over as
-a follower. The others follow the leader named in the key and watch it: when
-it goes, they campaign again.
+as its replication (the broker gives it to its DataDir as the directory's
+mirror, and the DataDir's StoreFactory to every store), serves followers on
+the clustering port, and keeps its lease alive; when the lease is lost it
+stops the broker and starts over as a follower. The others follow the leader
+named in the key and watch it: when it goes, they campaign again.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from warren.cluster.proxy import ClientProxy
 from warren.cluster.retry import Backoff, Clock, LoopClock
 from warren.config import Config
 from warren.ready import ready_line
-from warren.store import mirror
 from warren.store.sync import Replication
 from warren.tls import etcd_context, replication_contexts
 
@@ -275,7 +275,6 @@ class ClusterNode:
             isr_changed=functools.partial(self._store_isr, lease=lease),
             max_unsynced_actions=self.config.clustering_max_unsynced_actions,
         )
-        mirror.attach(self.root, replicator)
         server: asyncio.Server | None = None
         try:
             # The leader alone until followers catch up.
@@ -316,7 +315,6 @@ class ClusterNode:
                 await replicator.stop_and_flush()
             finally:
                 keeper.cancel()
-            mirror.detach(self.root)
             self.replicator = None
             with contextlib.suppress(EtcdError):
                 await self.etcd.revoke(lease)

@@ -95,9 +95,9 @@ class Commit:
     def publish(
         self, exchange: Exchange, msg: Message, routed_to: list[Queue] | None = None
     ) -> int:
-        """VHost.publish with deliveries held back; returns what it returns."""
+        """Router.publish with deliveries held back; returns what it returns."""
         self.count += 1
-        routed = self.vhost.publish(exchange, msg, self.durable, self._held, routed_to)
+        routed = self.vhost.router.publish(exchange, msg, self.durable, self._held, routed_to)
         dedup = exchange.deduplicator
         if dedup is not None:
             new, entry = dedup.last_new, dedup.entry_of(msg.headers, 0)

@@ -13,7 +13,7 @@ The plugin types RabbitMQ and LavinMQ ship live in their own modules, and
 
 Any exchange may also deduplicate messages, LavinMQ's way: the argument
 ``x-message-deduplication: true`` gives it a Deduplicator (dedup.py) that
-VHost.publish consults before routing. A durable exchange's cache is durable
+Router.publish consults before routing. A durable exchange's cache is durable
 (its ``key_log``, store/dedup_journal.py), unless the plugin type's
 ``x-cache-persistence`` says ``memory``.
 """

@@ -22,7 +22,7 @@ the exchange drops what it holds.
 
 To the rest of the broker the held messages are an internal queue (LavinMQ
 calls its ``amq.delayed-<exchange>``): while a message is delayed, match()
-returns that queue, so VHost.publish stores it, counts it as routed (no
+returns that queue, so Router.publish stores it, counts it as routed (no
 basic.return for a mandatory message, no alternate exchange) and collects its
 store for the publisher confirm, through exchange-to-exchange bindings too.
 The plugin itself returns a delayed mandatory message as unroutable; see the
@@ -88,7 +88,7 @@ def _text(value: Any) -> str | None:
 
 
 class _HeldMessages(Queue):
-    """The exchange's internal queue of held messages; only VHost.publish sees it."""
+    """The exchange's internal queue of held messages; only Router.publish sees it."""
 
     def __init__(self, exchange: DelayedMessageExchange, vhost: VHost, store: MessageStore):
         super().__init__(vhost, f"amq.delayed-{exchange.name}", store, durable=exchange.durable)
@@ -273,7 +273,7 @@ class DelayedMessageExchange(Exchange):
         # Until routed the message stays held: a failure here (only a record held
         # before properties were validated at publish can cause one) keeps it for
         # the next start, logged by _release.
-        queues = vhost.route(self, out)
+        queues = vhost.router.route(self, out)
         store.ack(seq)
         vhost.store_written(store)
         for q in queues:

@@ -310,7 +310,7 @@ class Queue(QueueDelivery):
         with a backlog, or whose consumer cannot take any, stores them all in
         one write, ready, as `publish` would one by one. 0: publish them one
         by one. ``durable_out`` gets the store when what it
-        took must be synced before a confirm (as VHost.enqueue's); ``lost_out``
+        took must be synced before a confirm (as Router.enqueue's); ``lost_out``
         the indexes of messages it took that a failed write-out dropped before
         it returned (a stream's run, stored in pieces; a queue's run is one
         piece, written after the room for it was made: never)."""
@@ -540,9 +540,11 @@ class Queue(QueueDelivery):
     # -- policies ---------------------------------------------------------------------
     # -- lifecycle --------------------------------------------------------------------
     def delivered_marks(self) -> dict[Path, int]:
-        """The store's marks of what was delivered (MessageStore.delivered_marks),
-        for a clean shutdown to record; none for a queue that does not survive one."""
-        return self.store.delivered_marks() if self.persistent else {}
+        """The store's marks of what was delivered (DiskStore.delivered_marks: not
+        the queue's interface, a store in RAM has none), for a clean shutdown to
+        record; none for a queue that does not survive one."""
+        marks = getattr(self.store, "delivered_marks", None) if self.persistent else None
+        return marks() if marks is not None else {}
 
     def mark_deleted(self) -> list[Consumer]:
         """Called by the vhost: stop delivering and hand back consumers to notify."""

@@ -2,7 +2,7 @@
 dead-lettering and x-expires (Queue builds on it).
 
 A message leaving the queue by expiry, a drop-head overflow or a rejection is
-dead-lettered (VHost.dead_letter); when no copy can be made it is put back at
+dead-lettered (DeadLetters.publish); when no copy can be made it is put back at
 the tail and kept (``_stuck``): it no longer expires or gets dropped, and the
 messages behind it are not held up. Deadlines come from the queue's TTL (in
 queue order: the head is checked) and a message's own expiration (a heap of
@@ -240,7 +240,7 @@ class QueueFeatures:
         if self.dead_letter_exchange is None:
             return True
         try:
-            self.vhost.dead_letter(self, msg, reason, now)
+            self.vhost.dead_letters.publish(self, msg, reason, now)
         except Exception:
             if seq < 0 or seq not in self._stuck:
                 log.exception(

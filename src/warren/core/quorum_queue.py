@@ -173,10 +173,10 @@ class QuorumQueue(Queue):
         except Exception:  # a record stored before publish validated its properties
             return super()._dead_letter(seq, msg, reason, now)
         vhost = self.vhost
-        vhost.count_dead_letter(self, "at_least_once", reason)
+        vhost.dead_letters.count(self, "at_least_once", reason)
         try:
             if self._route(copy, keys, reason):
-                vhost.count_dead_letter(self, "at_least_once", "confirmed")
+                vhost.dead_letters.count(self, "at_least_once", "confirmed")
                 return True
         except Exception:
             log.exception(
@@ -212,7 +212,7 @@ class QuorumQueue(Queue):
             return False
         if copy.exchange != dlx_name:  # the queue's settings changed since it was held
             copy = Message(dlx_name, copy.routing_key, copy.properties, copy.body, copy.timestamp)
-        return self.vhost.route_dead_letter(self, dlx, copy, keys, reason)
+        return self.vhost.dead_letters.route(self, dlx, copy, keys, reason)
 
     def _retry_soon(self, delay_ms: int) -> None:
         store = self.store
@@ -258,7 +258,7 @@ class QuorumQueue(Queue):
                 if taken or not strict:
                     store.release_held(seq)
                     if taken and strict:
-                        self.vhost.count_dead_letter(self, "at_least_once", "confirmed")
+                        self.vhost.dead_letters.count(self, "at_least_once", "confirmed")
                 else:
                     store.keep_held(seq, copy)
                     break

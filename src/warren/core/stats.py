@@ -203,8 +203,7 @@ class MessageStats:
         )
 
     def count_publish(self, routed: int) -> None:
-        """An exchange took a message and routed it to ``routed`` queues (one call:
-        the caller, VHost.publish, is interpreted; this is compiled)."""
+        """An exchange took a message and routed it to ``routed`` queues (Router.publish)."""
         self.publish_in += 1
         self.publish_out += routed
 

@@ -76,8 +76,28 @@ class StoreSpan:
         self.end = pos
 
 
-class MessageStore(Protocol):
-    """Ordered message storage for one queue.
+class Syncable(Protocol):
+    """What the group commit (store/sync.py's GroupSync) needs of anything it
+    makes durable: a queue's store that a durable publish wrote to, a
+    definitions log, a key journal. The slow half of a sync (the fdatasync
+    calls) runs on another thread over what ``collect_sync`` names, so the
+    object itself is only touched on its owning thread."""
+
+    def flush(self) -> None:
+        """Hand buffered writes to the OS (they survive a killed broker, not a
+        power cut). The vhost calls it at the end of each loop turn that wrote,
+        and a publish unit before it answers, so a crash loses no answered work."""
+        ...
+
+    def collect_sync(self, fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
+        """A sync round's first half, on the owning thread: write buffers out and
+        add the duplicate descriptors and the paths to fdatasync and the
+        directories to fsync. A publisher confirm waits for the round."""
+        ...
+
+
+class MessageStore(Syncable, Protocol):
+    """Ordered message storage for one queue: what a queue needs of it, no more.
 
     Sequence numbers increase with every append. A requeued message returns to
     its original position: it is shifted before any message appended after it.
@@ -85,47 +105,60 @@ class MessageStore(Protocol):
     A message is *ready* from its append until it is shifted, and again from a
     requeue until the next shift; a shifted message is *unacked* until it is
     acked or requeued.
+
+    The queue hands a store it wrote a durable message to to the group commit,
+    hence ``Syncable``. What only a disk store or its recovery has (a full
+    sync on the calling thread, the lazy ack sync, the clean-shutdown marks and
+    close mark, write-loss queries) is not here: see ``DiskStore``, which the
+    group commit and the broker reach without the queue.
     """
 
-    def append(self, msg: Message) -> int: ...
+    # -- in: publishing -------------------------------------------------------------------
+    def append(self, msg: Message) -> int:
+        """Store a message behind everything ready; its sequence number. The
+        publish path for a queue with a backlog, or whose consumers cannot take it."""
+        ...
 
     def append_shifted(self, msg: Message) -> int:
         """Append a message that goes to a consumer at once, as if appended and then
-        shifted; only valid while nothing is ready."""
+        shifted; only valid while nothing is ready. It is still written (a requeue
+        or a restart finds it) but never read back from the store."""
         ...
 
     def append_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
         """Messages ``start .. stop - 1`` of a run, appended and handed to a
         consumer at once (append_shifted for many, in one write); only valid
-        while nothing is ready. None: this store takes them one by one."""
+        while nothing is ready. None: this store takes them one by one. The
+        publish fast path: a run of publishes to a queue whose consumer keeps up."""
         ...
 
     def append_ready_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
         """Messages ``start .. stop - 1`` of a run appended as append() would one
         by one (ready, after everything else), in one write. None: this store
-        takes them one by one."""
+        takes them one by one. The fast path for a run into a backlog."""
         ...
 
-    def ack_run(self, segment: int, offsets: array[int]) -> None:
-        """ack() for the messages (segment << 32) | offset, from append_run or span."""
+    # -- out: delivering ------------------------------------------------------------------
+    def shift(self) -> tuple[int, Message, bool] | None:
+        """The next ready message as (seq, message, redelivered), now unacked:
+        delivery one message at a time (and basic.get)."""
         ...
 
-    def read(self, seq: int) -> Message:
-        """An unacked message from append_run or span, read back (to requeue or
-        dead-letter it). KeyError when the store has no such message."""
-        ...
+    def peek(self) -> tuple[int, Message, bool] | None:
+        """What shift() would return next, without taking it: the message stays
+        ready. For what must look at the head before deciding (per-message TTL
+        expiry, the delayed exchange's due time).
 
-    def read_many(self, seqs: list[int]) -> list[Message | None]:
-        """read() of each message, for a run given back at once (a store may
-        read it in fewer system calls). None where read() would raise: the
-        caller calls read() for that one, which raises (and reports) as ever."""
+        redelivered is True for a requeued message, as shift() would say. A shift()
+        right after a peek() returns the same message without reading it again.
+        """
         ...
 
     def span(self) -> StoreSpan | None:
         """The next ready messages, when they are records side by side in a
-        segment that a consumer can frame in one pass: shift() for many. None:
-        take them one by one (messages given back come first, dead records in
-        the way, a store that keeps no records)."""
+        segment that a consumer can frame in one pass: shift() for many, the
+        backlog's fast path. None: take them one by one (messages given back
+        come first, dead records in the way, a store that keeps no records)."""
         ...
 
     def take_span(self, span: StoreSpan, taken: StoredRun, acked: bool) -> None:
@@ -135,74 +168,63 @@ class MessageStore(Protocol):
         a no-ack consumer, acked (ack_run) right after."""
         ...
 
-    def shift(self) -> tuple[int, Message, bool] | None:
-        """The next ready message as (seq, message, redelivered), now unacked."""
+    def read(self, seq: int) -> Message:
+        """An unacked message from append_run or span, read back: the queue holds
+        no Message for those, and needs one to requeue or dead-letter it.
+        KeyError when the store has no such message."""
         ...
 
-    def peek(self) -> tuple[int, Message, bool] | None:
-        """What shift() would return next, without taking it: the message stays ready.
+    def read_many(self, seqs: list[int]) -> list[Message | None]:
+        """read() of each message, for a run given back at once (a store may
+        read it in fewer system calls). None where read() would raise: the
+        caller calls read() for that one, which raises (and reports) as ever."""
+        ...
 
-        redelivered is True for a requeued message, as shift() would say. A shift()
-        right after a peek() returns the same message without reading it again.
-        """
+    # -- settling -------------------------------------------------------------------------
+    def ack(self, seq: int) -> None:
+        """Forget an unacked message for good (an ack, or a reject without requeue)."""
+        ...
+
+    def ack_run(self, segment: int, offsets: array[int]) -> None:
+        """ack() for the messages (segment << 32) | offset, from append_run or span:
+        a multiple ack of a run settles it in bulk."""
+        ...
+
+    def requeue(self, seq: int, msg: Message) -> None:
+        """Make an unacked message ready again, at its original position (a
+        nack/reject with requeue, a closed channel's unacked messages)."""
         ...
 
     def remove_ready(self, seq: int) -> Message | None:
         """Take the ready message ``seq`` out of the queue, wherever it sits (head,
         middle, or requeued), as if shifted and acked at once; the removal is as
-        durable as an ack. Returns the message, or None when ``seq`` is not ready
-        (unacked, acked, purged, removed before). ``seq`` must be a number this store
-        handed out (append, append_shifted, shift, peek or scan_ready)."""
+        durable as an ack. For what leaves without a consumer: TTL expiry out of
+        order, x-max-length overflow, deduplication. Returns the message, or None
+        when ``seq`` is not ready (unacked, acked, purged, removed before).
+        ``seq`` must be a number this store handed out (append, append_shifted,
+        shift, peek or scan_ready)."""
         ...
 
     def scan_ready(self, exchange: str | None = None) -> Iterator[tuple[int, int, bytes]]:
         """(seq, timestamp in ms, raw properties) of every ready message, in shift
-        order, without taking any; the store must not change while this runs.
+        order, without taking any: a restarted queue rebuilds its expiry index
+        and overflow state from it. The store must not change while this runs.
         ``exchange``: only the messages published to that exchange."""
-        ...
-
-    def ack(self, seq: int) -> None:
-        """Forget an unacked message for good."""
-        ...
-
-    def requeue(self, seq: int, msg: Message) -> None:
-        """Make an unacked message ready again, at its original position."""
         ...
 
     def purge(self) -> int:
         """Drop every ready message; unacked ones stay. Returns the count dropped."""
         ...
 
-    def close(self) -> None: ...
-
-    def flush(self) -> None:
-        """Hand buffered writes to the OS (survives a killed broker, not a power cut)."""
+    # -- counting (queue lengths, stats, flow) --------------------------------------------
+    @property
+    def ready_count(self) -> int:
+        """Ready messages: the queue's length, checked on every publish and delivery."""
         ...
 
-    def sync(self) -> None:
-        """Make every append so far durable (fdatasync); may run in a worker thread.
-        Acks may only be handed to the OS: sync_acks makes them durable."""
-        ...
-
-    def sync_acks(self) -> None:
-        """Make the acks written so far durable (off the confirm path: a lost ack
-        means a redelivery after a power cut, never a lost message)."""
-        ...
-
-    def collect_sync(self, fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
-        """sync()'s first half, on the owning thread (store/sync.py's Syncable):
-        write buffers out, add the duplicate descriptors and the paths to
-        fdatasync and the directories to fsync."""
-        ...
-
-    def delete(self) -> None:
-        """Remove the store and whatever it holds (the queue is being deleted)."""
-        ...
-
-    def delivered_marks(self) -> dict[Path, int]:
-        """For each log on disk (its directory): a seq below which every record
-        still held was delivered. A clean shutdown records them, so that the next
-        start reports exactly those messages as redelivered (after a crash, all)."""
+    @property
+    def ready_bytes(self) -> int:
+        """Body bytes of the ready messages (x-max-length-bytes, message_bytes_ready)."""
         ...
 
     def transient(self) -> tuple[int, int]:
@@ -211,11 +233,46 @@ class MessageStore(Protocol):
         messages_persistent leaves out. (0, 0) from a store that does not count."""
         ...
 
-    @property
-    def ready_count(self) -> int: ...
+    # -- lifetime -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Write everything out and release files (the broker stops, the vhost goes)."""
+        ...
 
-    @property
-    def ready_bytes(self) -> int: ...
+    def delete(self) -> None:
+        """Remove the store and whatever it holds (the queue is being deleted)."""
+        ...
+
+
+class DiskStore(Protocol):
+    """What a store that outlives the process has beyond MessageStore, for the
+    group commit, the broker's clean stop and its next start; never for the
+    queue. They are found on the store by name (``getattr``) where used, as a
+    store in RAM has none of them, and none is on the publish path."""
+
+    def sync(self) -> None:
+        """Both halves of a sync on the calling thread (a close, tests)."""
+        ...
+
+    def sync_acks(self) -> None:
+        """Make the acks written so far durable (off the confirm path: a lost ack
+        means a redelivery after a power cut, never a lost message); GroupSync's
+        lazy ack sync, about once a second."""
+        ...
+
+    def lost_between(self, first: int, last: int) -> bool:
+        """Whether appends of those write generations were dropped by a failed
+        write-out (store/disk_budget.py): their confirms must be nacks."""
+        ...
+
+    def seal(self) -> None:
+        """A clean stop is coming: mark where the write segment's data ends."""
+        ...
+
+    def delivered_marks(self) -> dict[Path, int]:
+        """For each log on disk (its directory): a seq below which every record
+        still held was delivered. A clean shutdown records them, so that the next
+        start reports exactly those messages as redelivered (after a crash, all)."""
+        ...
 
 
 class MemoryStore:

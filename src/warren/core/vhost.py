@@ -1,11 +1,12 @@
 """A virtual host: its exchanges, queues and the bindings between them.
 
 All declaration, binding and routing rules that RabbitMQ applies per vhost live
-here, in VHost's routing mixin and in the parts it holds, so every protocol
-adapter gets the same answers and the same errors: routing and publishing in
-vhost_routing.py (a mixin), policies and limits in vhost_parameters.py and
-restoring at start and closing at stop in vhost_lifecycle.py (parts); the
-durable objects' records in vhost_records.py.
+here and in the parts VHost holds, so every protocol adapter gets the same
+answers and the same errors: routing and publishing in vhost_routing.py
+(``vhost.router``), dead-lettering in vhost_dead_letters.py
+(``vhost.dead_letters``), policies and limits in vhost_parameters.py and
+restoring at start and closing at stop in vhost_lifecycle.py; the durable
+objects' records in vhost_records.py.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from warren.core.stats import GaugeStats, MessageStats
 from warren.core.store import MemoryStore, MessageStore
 from warren.core.stream import StreamLog
 from warren.core.stream_queue import StreamQueue
+from warren.core.vhost_dead_letters import DeadLetters
 from warren.core.vhost_lifecycle import VHostLifecycle
 from warren.core.vhost_parameters import (
     ComponentParameters,
@@ -60,14 +62,13 @@ from warren.core.vhost_records import (
     exchange_record,
     queue_record,
 )
-from warren.core.vhost_routing import ReplyTarget, VHostRouting
+from warren.core.vhost_routing import ReplyTarget, Router
 from warren.store.definitions import exchange_key, queue_key
 from warren.store.priority_store import PriorityStore
 from warren.store.quorum_store import QuorumPriorityStore
 
 if TYPE_CHECKING:
     from warren.store.definitions import DefinitionsLog
-    from warren.store.disk_budget import DiskBudget
 
 __all__ = [
     "PREDECLARED",
@@ -121,11 +122,12 @@ def server_named(prefix: str = "amq.gen-") -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
 
-class VHost(VHostRouting):
+class VHost:
     """A vhost's exchanges, queues and bindings, with RabbitMQ's rules for declaring,
-    deleting and binding them; routing comes from VHostRouting. Its policies,
-    limits, other components' parameters and metadata (vhost_parameters.py) and
-    its restore and close (vhost_lifecycle.py) are parts it holds."""
+    deleting and binding them. Its routing (vhost_routing.py), dead-lettering
+    (vhost_dead_letters.py), policies, limits, other components' parameters and
+    metadata (vhost_parameters.py) and its restore and close (vhost_lifecycle.py)
+    are parts it holds."""
 
     def __init__(
         self,
@@ -155,9 +157,6 @@ class VHost(VHostRouting):
         self.key_logs: Callable[[Any, Any], Any] | None = None
         #: The same for a durable deduplicating exchange, given the exchange.
         self.exchange_key_logs: Callable[[Any, Any], Any] | None = None
-        #: The data directory's disk budget, whose write generation tells whether a
-        #: store lost what it took (VHostRouting.enqueue): set by the broker.
-        self.write_budget: DiskBudget | None = None
         self._written: dict[int, MessageStore] = {}
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
@@ -166,6 +165,7 @@ class VHost(VHostRouting):
         self._exclusive: dict[object, list[str]] = {}
         # Bindings by destination object, so deleting a queue finds its bindings fast.
         self._inbound: dict[int, dict[tuple[Any, ...], Binding]] = {}
+        #: Direct reply-to consumers by token (amq.rabbitmq.reply-to.<token>).
         self.reply_targets: dict[str, ReplyTarget] = {}
         # Its runtime parameters (vhost_parameters.py), each recording its changes
         # in the definitions log.
@@ -196,14 +196,13 @@ class VHost(VHostRouting):
         #: as in RabbitMQ 3.13's native MQTT).
         self.channels_opened = 0
         self.channels_closed = 0
-        #: For the Prometheus metrics (warren/metrics), counted once per object or
-        #: per dead-lettered message, never per publish or delivery: the counters
-        #: of deleted queues by queue type (its queue_module, RabbitMQ's label),
-        #: messages published on channels in confirm mode (folded in as such a
-        #: channel closes), messages dead-lettered by (queue type, strategy, reason).
+        #: For the Prometheus metrics (warren/metrics), counted once per object,
+        #: never per publish or delivery: the counters of deleted queues by queue
+        #: type (its queue_module, RabbitMQ's label), messages published on
+        #: channels in confirm mode (folded in as such a channel closes); the
+        #: dead-lettered ones are dead_letters.counts.
         self.deleted_queue_stats: dict[str, MessageStats] = {}
         self.received_confirm = 0
-        self.dead_lettered: dict[tuple[str, str, str], int] = {}
         #: Those plus the live channels', summed when the broker samples rates.
         self.stats = MessageStats()
         #: Its queues' lengths (messages, ready, unacknowledged) and its connections'
@@ -218,6 +217,13 @@ class VHost(VHostRouting):
             cls = exchange_class(ex_type)
             assert cls is not None
             self.exchanges[ex_name] = cls(name, ex_name, durable=True, internal=internal)
+        #: Where a published message goes (route, publish, publish runs).
+        self.router = Router(
+            name, self.exchanges, self.queues, self.reply_targets, self.default_exchange
+        )
+        #: What its queues let go of, republished to their dead-letter exchanges
+        #: (and counted: messages dead-lettered by queue type, strategy, reason).
+        self.dead_letters = DeadLetters(name, self.exchanges, self.router)
 
     def __repr__(self) -> str:
         return f"<VHost {self.name!r}>"

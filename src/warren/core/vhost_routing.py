@@ -1,12 +1,15 @@
 """A vhost's routing: from an exchange to the queues a message goes to, and into them.
 
-:class:`VHostRouting` is a mixin of :class:`~warren.core.vhost.VHost`, which
-declares what it routes over (exchanges, queues, bindings). It follows
-exchange-to-exchange bindings and alternate exchanges with an explicit stack,
-serves direct reply-to (``amq.rabbitmq.reply-to``), sender-selected
-distribution (CC/BCC), runs of alike publishes (``route_run``) and
-dead-lettering. Like vhost.py it is never compiled: dead-letter chains recurse
-(setup.py).
+:class:`Router` is the part of :class:`~warren.core.vhost.VHost` that every
+publish goes through (``vhost.router``). It reads the vhost's tables
+(exchanges, queues, direct reply-to consumers), which the vhost changes. It
+follows exchange-to-exchange bindings and alternate exchanges with an
+explicit stack, serves direct reply-to (``amq.rabbitmq.reply-to``) and
+sender-selected distribution (CC/BCC), and routes runs of alike publishes
+(``route_run``, ``publish_run_to``). Compiled with the hot modules
+(setup.py): nothing here recurses. Dead-lettering, which does (a queue's
+dead-lettered copy can overflow the next queue, whose copy overflows the
+next...), is vhost_dead_letters.py's, never compiled.
 """
 
 from __future__ import annotations
@@ -30,23 +33,22 @@ from warren.core.queue import REJECTED, STORED, Queue
 
 if TYPE_CHECKING:
     from warren.core.queue import Held
-    from warren.core.queue_features import QueueFeatures
     from warren.core.store import MessageStore
     from warren.store.disk_budget import DiskBudget
 
-__all__ = ["REJECTED_BY_QUEUE", "REPLY_TO", "REPLY_TO_PREFIX", "ReplyTarget", "VHostRouting"]
+__all__ = ["REJECTED_BY_QUEUE", "REPLY_TO", "REPLY_TO_PREFIX", "ReplyTarget", "Router"]
 
 log = logging.getLogger("warren.vhost")
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 
-#: VHost.publish's answer when a queue refused the message (reject-publish).
+#: Router.publish's answer when a queue refused the message (reject-publish).
 REJECTED_BY_QUEUE = -1
 
 REPLY_TO_PREFIX = REPLY_TO + "."
 
 #: Exchange types whose route depends on the routing key alone (the headers
-#: exchange's: for a message without headers) (VHost.route_run): exact types,
+#: exchange's: for a message without headers) (Router.route_run): exact types,
 #: so no plugin subclass.
 _ROUTE_ONCE = frozenset(
     (DefaultExchange, DirectExchange, FanoutExchange, TopicExchange, HeadersExchange)
@@ -59,17 +61,27 @@ class ReplyTarget(Protocol):
     def deliver_reply(self, msg: Message) -> bool: ...
 
 
-class VHostRouting:
-    """Routing and publishing in a vhost: route, publish, enqueue, dead_letter."""
+class Router:
+    """Where a vhost's messages go: route, publish, enqueue, runs of publishes."""
 
-    # Provided by VHost.
-    name: str
-    exchanges: dict[str, Exchange]
-    queues: dict[str, Queue]
-    default_exchange: DefaultExchange
-    reply_targets: dict[str, ReplyTarget]
-    dead_lettered: dict[tuple[str, str, str], int]
-    write_budget: DiskBudget | None
+    def __init__(
+        self,
+        vhost_name: str,
+        exchanges: dict[str, Exchange],
+        queues: dict[str, Queue],
+        reply_targets: dict[str, ReplyTarget],
+        default_exchange: DefaultExchange,
+    ) -> None:
+        # The vhost's own tables, changed by it as things are declared and deleted.
+        self.vhost_name = vhost_name
+        self.exchanges = exchanges
+        self.queues = queues
+        self.reply_targets = reply_targets
+        self.default_exchange = default_exchange
+        #: The data directory's disk budget, whose write generation tells whether a
+        #: store lost what it took (enqueue, publish_run_to): set by the broker;
+        #: None (no data directory) checks nothing.
+        self.write_budget: DiskBudget | None = None
 
     def route(self, exchange: Exchange, msg: Message) -> list[Queue]:
         """Queues the message goes to, through exchange-to-exchange bindings and
@@ -116,7 +128,7 @@ class VHostRouting:
                         "alternate exchange '%s' of exchange '%s' in vhost '%s' does not exist",
                         ex.alternate_exchange,
                         ex.name,
-                        self.name,
+                        self.vhost_name,
                     )
                 elif id(ae) not in visited:
                     onward.append(ae)
@@ -324,74 +336,6 @@ class VHostRouting:
             stripped._ex_rk = msg._ex_rk
             msg = stripped
         return self.route_keys(exchange, msg, keys), msg
-
-    def dead_letter(self, queue: QueueFeatures, msg: Message, reason: str, now: int) -> bool:
-        """Republish a message a queue let go of to the queue's dead-letter exchange.
-
-        Raises when the copy cannot be made or routed (the queue then keeps the
-        original); a target queue's own failure is logged and does not. Returns
-        whether the copy reached at least one queue and every queue took it (a
-        quorum queue's at-least-once dead-lettering keeps the original otherwise)."""
-        dlx_name = queue.dead_letter_exchange
-        if dlx_name is None:
-            return True
-        dlx = self.exchanges.get(dlx_name)
-        if dlx is None:
-            log.debug(
-                "vhost '%s': dead-letter exchange '%s' of queue '%s' does not exist; dropped",
-                self.name,
-                dlx_name,
-                queue.name,
-            )
-            return False
-        copy, keys = dl.dead_letter(
-            msg, queue.name, reason, dlx_name, queue.dead_letter_routing_key, now
-        )
-        # Counted per dead-lettered message (a copy is made anyway), for
-        # rabbitmq_global_messages_dead_lettered_*_total.
-        self.count_dead_letter(queue, "at_most_once", reason)
-        return self.route_dead_letter(queue, dlx, copy, keys, reason)
-
-    def count_dead_letter(self, queue: QueueFeatures, strategy: str, what: str) -> None:
-        """One more for rabbitmq_global_messages_dead_lettered_<what>_total."""
-        counted = (queue.queue_module, strategy, what)
-        self.dead_lettered[counted] = self.dead_lettered.get(counted, 0) + 1
-
-    def route_dead_letter(
-        self, queue: QueueFeatures, dlx: Exchange, copy: Message, keys: list[str], reason: str
-    ) -> bool:
-        """Route a dead-letter copy through ``dlx`` with ``keys``: whether it
-        reached at least one queue and every queue took it."""
-        taken, complete = 0, True
-        for target in self.route_keys(dlx, copy, keys):
-            if dl.is_cycle(target.name, copy.headers):
-                log.warning(
-                    "vhost '%s': message dead-lettered from queue '%s' (%s) would cycle "
-                    "back to queue '%s' with no rejection on the way; dropped",
-                    self.name,
-                    queue.name,
-                    reason,
-                    target.name,
-                )
-                continue
-            # At most once, as RabbitMQ's classic queues: no confirm waits for it.
-            # The copy exists now, so the original goes whatever befalls one target.
-            try:
-                if target.publish(copy) == REJECTED:
-                    complete = False
-                else:
-                    taken += 1
-            except Exception:
-                log.exception(
-                    "vhost '%s': queue '%s' failed to take a message dead-lettered from "
-                    "queue '%s' (%s)",
-                    self.name,
-                    target.name,
-                    queue.name,
-                    reason,
-                )
-                complete = False
-        return complete and taken > 0
 
     def publish_run_to(
         self, queues: list[Queue], mrun: MessageRun, durable: list[MessageStore], lost: list[int]

@@ -398,7 +398,7 @@ async def aliveness(ctx: Ctx) -> web.StreamResponse:
     """Declare ``aliveness-test``, publish to it and get the message back, as RabbitMQ."""
     vhost = ctx.vhost(ctx.params[0])
     q = vhost.declare_queue("aliveness-test", durable=False)
-    vhost.publish(
+    vhost.router.publish(
         vhost.default_exchange,
         Message("", "aliveness-test", EMPTY_PROPERTIES, b"test_message", vhost.clock.now_ms()),
     )

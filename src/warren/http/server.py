@@ -95,8 +95,9 @@ class ManagementApp:
         connections: WebSocketConnections | None = None,
     ) -> None:
         self.node = node
+        data = node.layout
         self.state = ApiState.load(
-            Path(node.config.data_dir) / STATE_FILE, node.config.damaged_metadata
+            data.root / STATE_FILE, node.config.damaged_metadata, data.mirror
         )
         #: Bytes of request bodies held at once (bodies.py).
         self.budget = BodyBudget(node.config.http_body_budget)

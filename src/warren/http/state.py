@@ -19,6 +19,7 @@ from aiohttp import web
 from warren.core.errors import ResourceError
 from warren.store import damage
 from warren.store.layout import read_json_checked, write_json_atomically
+from warren.store.mirror import FileMirror
 
 if TYPE_CHECKING:
     from warren.http.common import Ctx
@@ -103,13 +104,17 @@ class ApiState:
     #: name -> value (cluster_name lives on the node).
     global_parameters: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
+    #: The data directory's mirror (store/mirror.py), told of every save.
+    mirror: FileMirror | None = None
 
     @classmethod
-    def load(cls, path: Path, on_damage: str = damage.REFUSE) -> ApiState:
+    def load(
+        cls, path: Path, on_damage: str = damage.REFUSE, mirror: FileMirror | None = None
+    ) -> ApiState:
         """The state saved in ``path``; empty when there is none. An unreadable file
         refuses the start, or is set aside and the state starts empty
         (store/damage.py)."""
-        state = cls(path=path)
+        state = cls(path=path, mirror=mirror)
         try:
             data = read_json_checked(path, _KEYS)
             state.vhost_metadata = dict(data.get("vhost_metadata", {}))
@@ -118,7 +123,7 @@ class ApiState:
             pass
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             damage.handle(path, f"unreadable ({exc}); management settings start empty", on_damage)
-            state = cls(path=path)
+            state = cls(path=path, mirror=mirror)
         return state
 
     def save(self) -> None:
@@ -129,7 +134,7 @@ class ApiState:
             "global_parameters": self.global_parameters,
         }
         try:
-            write_json_atomically(self.path, data)
+            write_json_atomically(self.path, data, self.mirror)
         except OSError as exc:
             # Not stored, so not changed: back to what the file holds.
             log.error("cannot save %s: %s", self.path, exc)

@@ -85,7 +85,7 @@ class Retired:
         for key in CHURN:
             self.churn[key] += getattr(vhost, key)
         merge_stats(self.queue_stats, vhost.deleted_queue_stats.items())
-        for dl_key, n in vhost.dead_lettered.items():
+        for dl_key, n in vhost.dead_letters.counts.items():
             self.dead_lettered[dl_key] = self.dead_lettered.get(dl_key, 0) + n
 
 

@@ -197,7 +197,7 @@ async def snapshot(node: Node) -> Snapshot:
         amqp.add(vhost.base_stats)
         received_confirm["amqp091"] += vhost.received_confirm
         merge_stats(queue_stats, vhost.deleted_queue_stats.items())
-        for dl_key, n in vhost.dead_lettered.items():
+        for dl_key, n in vhost.dead_letters.counts.items():
             snap.dead_lettered[dl_key] = snap.dead_lettered.get(dl_key, 0) + n
         for ex in list(vhost.exchanges.values()):
             if ex.name and not getattr(ex, "internal", False):

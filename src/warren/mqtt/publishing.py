@@ -210,7 +210,7 @@ class Publishing:
             retained.put(RetainedMessage.published(topic, payload, qos, amqp_props, now, expiry))
             if durable is not None and retained.log is not None:
                 durable.append(retained.log)
-        routed = vhost.publish(exchange, msg, durable)
+        routed = vhost.router.publish(exchange, msg, durable)
         if not routed:
             stats.drop_unroutable += 1
         if not qos:

@@ -22,6 +22,8 @@ from warren.core.routing import topic_matches
 from warren.mqtt.topics import is_valid_topic_name
 from warren.store import damage
 from warren.store.definitions import DefinitionsLog
+from warren.store.disk_budget import UNMETERED, DiskBudget
+from warren.store.mirror import FileMirror
 
 __all__ = ["RetainedMessage", "RetainedStore", "filter_matches"]
 
@@ -180,16 +182,29 @@ def _from_record(topic: str, value: Any) -> RetainedMessage:
 class RetainedStore:
     """One vhost's retained messages. ``path`` None: in memory only."""
 
-    def __init__(self, path: Path | None, on_damage: str = damage.REFUSE) -> None:
+    def __init__(
+        self,
+        path: Path | None,
+        on_damage: str = damage.REFUSE,
+        *,
+        budget: DiskBudget = UNMETERED,
+        mirror: FileMirror | None = None,
+    ) -> None:
         """``on_damage``: what a line that cannot be read does ([main]
         damaged_metadata): refuse (DamagedFile), or set the file aside and go on
-        with the lines that read (store/damage.py, via the log)."""
+        with the lines that read (store/damage.py, via the log). ``budget`` and
+        ``mirror``: the data directory's (store/layout.py), for the log."""
         self.messages: dict[str, RetainedMessage] = {}
         self._tree = TopicTree()
         self._log: DefinitionsLog | None = None
         if path is not None:
             self._log = DefinitionsLog(
-                path, sync=False, on_damage=on_damage, check=_from_record
+                path,
+                sync=False,
+                on_damage=on_damage,
+                check=_from_record,
+                budget=budget,
+                mirror=mirror,
             )
             for key, value in self._log.live.items():
                 msg = _from_record(key, value)

@@ -26,6 +26,8 @@ from warren.mqtt.filters import FilterIndex
 from warren.mqtt.topics import is_valid_topic_filter
 from warren.store import damage
 from warren.store.definitions import DefinitionsLog
+from warren.store.disk_budget import UNMETERED, DiskBudget
+from warren.store.mirror import FileMirror
 
 __all__ = [
     "MAX_AWAITING_RELEASE",
@@ -276,17 +278,33 @@ class SessionStore:
     a SUBSCRIBE costs the same with 10 or 10,000 subscriptions in the session,
     and so does every other change to the session's record (QoS 2 ids)."""
 
-    def __init__(self, vhost: str, path: Path | None, on_damage: str = damage.REFUSE) -> None:
+    def __init__(
+        self,
+        vhost: str,
+        path: Path | None,
+        on_damage: str = damage.REFUSE,
+        *,
+        budget: DiskBudget = UNMETERED,
+        mirror: FileMirror | None = None,
+    ) -> None:
         """``on_damage``: what a line that cannot be read does ([main]
         damaged_metadata): refuse (DamagedFile), or set the file aside and go on
-        with the lines that read (store/damage.py, via the log)."""
+        with the lines that read (store/damage.py, via the log). ``budget`` and
+        ``mirror``: the data directory's (store/layout.py), for the log."""
         self.vhost = vhost
         self.sessions: dict[str, Session] = {}
         self._log: DefinitionsLog | None = None
         # Client id -> the filters with a record in the log.
         self._recorded: dict[str, set[str]] = {}
         if path is not None:
-            self._log = DefinitionsLog(path, sync=False, on_damage=on_damage, check=self._check)
+            self._log = DefinitionsLog(
+                path,
+                sync=False,
+                on_damage=on_damage,
+                check=self._check,
+                budget=budget,
+                mirror=mirror,
+            )
             self._load(self._log)
 
     def _check(self, key: str, value: Any) -> None:

@@ -60,7 +60,9 @@ class MQTTState:
         self._wills: dict[Key, TimerHandle] = {}
         self._expiries: dict[Key, TimerHandle] = {}
         self._pending_wills: dict[Key, tuple[Will, User, str]] = {}
-        self._root: Path | None = Path(node.config.data_dir) / "mqtt"
+        #: The data directory (its budget and mirror go to the MQTT logs).
+        self.data = node.layout
+        self._root: Path | None = node.layout.root / "mqtt"
         #: Bytes in unfinished packets, against [mqtt] partial_packet_memory.
         self.unfinished = UnfinishedPackets(node.config.mqtt_partial_packet_memory)
 
@@ -75,7 +77,10 @@ class MQTTState:
         if store is None:
             d = self._dir(vhost)
             store = self._retained[vhost] = RetainedStore(
-                d / "retained.log" if d is not None else None, self.config.damaged_metadata
+                d / "retained.log" if d is not None else None,
+                self.config.damaged_metadata,
+                budget=self.data.budget,
+                mirror=self.data.mirror,
             )
         return store
 
@@ -84,10 +89,15 @@ class MQTTState:
         if store is None:
             d = self._dir(vhost)
             store = self._sessions[vhost] = SessionStore(
-                vhost, d / "sessions.log" if d is not None else None, self.config.damaged_metadata
+                vhost,
+                d / "sessions.log" if d is not None else None,
+                self.config.damaged_metadata,
+                budget=self.data.budget,
+                mirror=self.data.mirror,
             )
             if d is not None:
-                write_file(d / "vhost", vhost.encode("utf-8", "surrogateescape"))
+                name = vhost.encode("utf-8", "surrogateescape")
+                write_file(d / "vhost", name, mirror=self.data.mirror)
         return store
 
     def start(self) -> None:
@@ -334,6 +344,6 @@ class MQTTState:
             self.retained(vhost.name).put(
                 RetainedMessage.published(topic, payload, qos, amqp_props, now, expiry)
             )
-        return vhost.publish(
+        return vhost.router.publish(
             exchange, Message(exchange.name, mqtt_to_amqp(topic), amqp_props, payload, now)
         )

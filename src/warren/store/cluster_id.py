@@ -20,6 +20,7 @@ from pathlib import Path
 
 from warren.store import damage
 from warren.store.layout import read_json_checked, write_json_atomically
+from warren.store.mirror import FileMirror
 
 __all__ = ["PREFIX", "load_or_create", "new_id"]
 
@@ -36,10 +37,13 @@ def new_id() -> str:
     return PREFIX + base64.urlsafe_b64encode(os.urandom(16)).decode("ascii").rstrip("=")
 
 
-def load_or_create(path: Path, on_damage: str = damage.REFUSE) -> str:
-    """The id kept in ``path``, made and stored there if there is none. A damaged
-    file refuses the start, or (set-aside) is kept aside and a new id made: the
-    id names the cluster to monitoring, it holds no data."""
+def load_or_create(
+    path: Path, on_damage: str = damage.REFUSE, mirror: FileMirror | None = None
+) -> str:
+    """The id kept in ``path``, made and stored there if there is none (``mirror``,
+    the data directory's, is told). A damaged file refuses the start, or
+    (set-aside) is kept aside and a new id made: the id names the cluster to
+    monitoring, it holds no data."""
     try:
         data = read_json_checked(path, (_KEY,))
         value = data.get(_KEY)
@@ -51,6 +55,6 @@ def load_or_create(path: Path, on_damage: str = damage.REFUSE) -> str:
     except (OSError, ValueError) as exc:
         damage.handle(path, f"unreadable ({exc}); a new cluster id is made", on_damage)
     cluster_id = new_id()
-    write_json_atomically(path, {_KEY: cluster_id})
+    write_json_atomically(path, {_KEY: cluster_id}, mirror)
     log.info("initialising the cluster id to '%s' (%s)", cluster_id, path)
     return cluster_id

@@ -43,16 +43,13 @@ from pathlib import Path
 from typing import Any
 
 from warren.core.dedup import Deduplicator, KeyEntry
-from warren.store.layout import make_dirs_durably
-from warren.store.mirror import FileMirror, mirror_for
+from warren.store.mirror import FileMirror
 
 __all__ = [
     "FILE_NAME",
     "DedupJournal",
     "decode_entries",
     "encode_entry",
-    "exchange_journal_factory",
-    "journal_factory",
 ]
 
 log = logging.getLogger("warren.store")
@@ -136,13 +133,20 @@ def decode_entries(data: bytes) -> tuple[list[KeyEntry], int]:
 class DedupJournal:
     """One queue's or exchange's key journal (a KeyLog); also a Syncable, so that a
     group commit round fdatasyncs what it wrote. ``syncer`` returns the broker's
-    GroupSync, looked up at each use (None: keys are written at once)."""
+    GroupSync, looked up at each use (None: keys are written at once).
+    ``mirror``: the data directory's (store/layout.py's DataDir)."""
 
-    def __init__(self, path: Path, dedup: Deduplicator, syncer: Callable[[], Any | None]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        dedup: Deduplicator,
+        syncer: Callable[[], Any | None],
+        mirror: FileMirror | None = None,
+    ) -> None:
         self.path = path
         self.dedup = dedup
         self._syncer = syncer
-        self._mirror: FileMirror | None = mirror_for(path)
+        self._mirror = mirror
         # Keys whose messages were appended but whose round has not completed:
         # (serial number, entry); the round under way covers serials up to
         # ``_covered``, and ``_waiting`` holds the stores of the keys after it.
@@ -324,28 +328,3 @@ class DedupJournal:
 
 def _ignore(ok: bool) -> None:
     """A round that fdatasyncs the journal: nobody waits for it."""
-
-
-def journal_factory(
-    queue_dir: Callable[[str, str], Path], syncer: Callable[[], Any | None]
-) -> Callable[[Any, Deduplicator], DedupJournal]:
-    """VHost's ``key_logs``: a journal in the queue's directory."""
-
-    def make(queue: Any, dedup: Deduplicator) -> DedupJournal:
-        return DedupJournal(queue_dir(queue.vhost.name, queue.name) / FILE_NAME, dedup, syncer)
-
-    return make
-
-
-def exchange_journal_factory(
-    exchange_dir: Callable[[str, str], Path], syncer: Callable[[], Any | None]
-) -> Callable[[Any, Deduplicator], DedupJournal]:
-    """VHost's ``exchange_key_logs``: a journal in the exchange's directory, made
-    (durably) when the exchange is, so that its definition.json lands there too."""
-
-    def make(exchange: Any, dedup: Deduplicator) -> DedupJournal:
-        directory = exchange_dir(exchange.vhost_name, exchange.name)
-        make_dirs_durably(directory)  # a follower makes it with the first append
-        return DedupJournal(directory / FILE_NAME, dedup, syncer)
-
-    return make

@@ -30,9 +30,9 @@ from warren.core.codec_errors import DecodeError
 from warren.core.table import decode_table
 from warren.core.table_encode import encode_table
 from warren.store import damage
-from warren.store.disk_budget import budget_for
+from warren.store.disk_budget import UNMETERED, DiskBudget
 from warren.store.layout import fsync_directory, hashed, make_dirs, write_file
-from warren.store.mirror import mirror_for
+from warren.store.mirror import FileMirror
 
 log = logging.getLogger("warren.store")
 
@@ -108,6 +108,8 @@ class DefinitionsLog:
         on_damage: str = damage.REFUSE,
         object_dirs: bool = False,
         check: Callable[[str, Any], object] | None = None,
+        budget: DiskBudget = UNMETERED,
+        mirror: FileMirror | None = None,
     ) -> None:
         """``sync``: fdatasync each line as it is written, unless ``on_write`` is set
         (the broker's group commit then syncs it before any reply depends on it).
@@ -115,7 +117,9 @@ class DefinitionsLog:
         ``object_dirs``: this is a vhost's log; a durable queue's or exchange's
         definition is also written to ``definition.json`` in its directory.
         ``check``: called with each added key and value as the log is read; what
-        it raises (ValueError, KeyError, TypeError) makes that line unreadable."""
+        it raises (ValueError, KeyError, TypeError) makes that line unreadable.
+        ``budget`` and ``mirror``: the data directory's (store/layout.py's DataDir);
+        a log opened on its own (offline tools) has neither."""
         self.path = path
         self.sync_each_write = sync
         self.on_damage = on_damage
@@ -131,9 +135,9 @@ class DefinitionsLog:
         self._fd = -1
         self._size = 0
         #: Clustering's replication (store/mirror.py), told of every write.
-        self.mirror = mirror_for(path)
+        self.mirror = mirror
         #: The data directory's free-disk budget (store/disk_budget.py).
-        self.budget = budget_for(path)
+        self.budget = budget
         self._load()
 
     # -- loading --------------------------------------------------------------------------
@@ -263,7 +267,8 @@ class DefinitionsLog:
             return
         record = {"key": key, "value": value}
         try:
-            write_file(directory / DEFINITION_FILE, json.dumps(record).encode() + b"\n")
+            data = json.dumps(record).encode() + b"\n"
+            write_file(directory / DEFINITION_FILE, data, mirror=self.mirror)
         except OSError as exc:
             log.warning("%s: cannot write %s: %s", directory, DEFINITION_FILE, exc)
 

@@ -42,8 +42,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from warren.store.batch_file import MAX_BATCH, scan_batches
-from warren.store.disk_budget import budget_for
-from warren.store.mirror import mirror_for
+from warren.store.disk_budget import UNMETERED, DiskBudget
+from warren.store.mirror import FileMirror
 from warren.store.segment_damage import keep_aside
 from warren.store.sync_files import fsync_directory, sync_files
 
@@ -109,15 +109,23 @@ class DeliveryCounts:
     notes a count that changed, ``flush`` writes the notes out.
 
     Threading: ``recorded``, ``flush`` and ``collect_dirs`` belong to the owning
-    thread (the event loop); ``sync`` may run on another (the lazy ack sync)."""
+    thread (the event loop); ``sync`` may run on another (the lazy ack sync).
+    ``budget`` and ``mirror``: the data directory's (store/layout.py's DataDir)."""
 
-    def __init__(self, path: Path, is_ready: Callable[[int], bool]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        is_ready: Callable[[int], bool],
+        *,
+        budget: DiskBudget = UNMETERED,
+        mirror: FileMirror | None = None,
+    ) -> None:
         self.path = path
         self.counts: dict[int, int] = {}
         self._pending: list[int] = []
         self._lock = threading.Lock()
-        self._mirror = mirror_for(path)
-        self._budget = budget_for(path)
+        self._mirror = mirror
+        self._budget = budget
         self._entries_on_disk = 0
         self._unsynced = False
         self._new_file = False

@@ -31,18 +31,17 @@ stores hold as spares, at most ``spare_limit``, and a store keeps one only
 while ``left`` has room for it (near the limit they are deleted instead, and
 a store deletes those it holds at its next sync).
 
-One budget per data directory, found by path as the clustering mirror is
-(``budget_for``); without a broker (a store opened alone, tests) the writers
-share ``UNMETERED``, which never runs out.
+One budget per data directory: the DataDir (store/layout.py) holds it, and
+the StoreFactory (warren/store_factory.py) passes it to every writer it makes,
+in its constructor. A writer made without one (a store opened alone, tests,
+offline tools) uses ``UNMETERED``, which never runs out.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from pathlib import Path
 
-__all__ = ["SPARE_LIMIT", "UNLIMITED", "UNMETERED", "DiskBudget", "attach", "budget_for", "detach"]
+__all__ = ["SPARE_LIMIT", "UNLIMITED", "UNMETERED", "DiskBudget"]
 
 #: A budget that cannot run out in practice (and stays a short int when compiled).
 UNLIMITED = 1 << 60
@@ -83,24 +82,3 @@ class DiskBudget:
 
 #: What writers outside any broker's data directory use.
 UNMETERED = DiskBudget()
-
-_budgets: dict[str, DiskBudget] = {}
-
-
-def attach(root: Path, budget: DiskBudget) -> None:
-    """Meter every writer made under ``root`` from now on with ``budget``."""
-    _budgets[os.path.abspath(root) + os.sep] = budget
-
-
-def detach(root: Path) -> None:
-    _budgets.pop(os.path.abspath(root) + os.sep, None)
-
-
-def budget_for(path: Path) -> DiskBudget:
-    """The budget of the data directory that holds ``path`` (UNMETERED: none)."""
-    if _budgets:
-        where = os.path.abspath(path) + os.sep
-        for root, budget in _budgets.items():
-            if where.startswith(root):
-                return budget
-    return UNMETERED

@@ -23,6 +23,12 @@
                               wiped at every start
 
 Names are hashed because vhost and queue names may hold any character.
+
+DataDir is the one object for a data directory: its paths, its lock, and what
+every writer in it is given rather than looks up: the disk budget
+(store/disk_budget.py) and clustering's mirror (store/mirror.py). The
+StoreFactory (warren/store_factory.py) is made from it and hands both to each
+store it makes; the small files written here report to the mirror passed in.
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ from typing import IO, Any
 
 from warren.store import damage
 from warren.store.damage import set_aside
-from warren.store.mirror import mirror_for
+from warren.store.disk_budget import UNMETERED, DiskBudget
+from warren.store.mirror import FileMirror
 from warren.store.sync_files import fsync_directory
 
 log = logging.getLogger("warren.store")
@@ -72,10 +79,13 @@ def _checksum(data: dict[str, Any]) -> str:
     return f"crc32:{zlib.crc32(text):08x}"
 
 
-def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
+def write_json_atomically(
+    path: Path, data: dict[str, Any], mirror: FileMirror | None = None
+) -> None:
     """Write to a temporary file, fsync, rename: readers see the old or the new file.
     The file carries the CRC-32 of the rest of its content, so a flipped byte
-    that still parses is caught by read_json_checked."""
+    that still parses is caught by read_json_checked. ``mirror``: the data
+    directory's (DataDir.mirror), told the new content."""
     tmp = path.with_name(path.name + ".tmp")
     data = {key: value for key, value in data.items() if key != CHECKSUM_KEY}
     stamped = {**data, CHECKSUM_KEY: _checksum(data)}
@@ -91,7 +101,6 @@ def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
             tmp.unlink()
         raise
     fsync_directory(path.parent)
-    mirror = mirror_for(path)
     if mirror is not None:
         mirror.replaced(path, content)
 
@@ -135,10 +144,12 @@ def make_dirs_durably(directory: Path) -> None:
         fsync_directory(parent)
 
 
-def write_file(path: Path, data: bytes, durable: bool = False) -> None:
+def write_file(
+    path: Path, data: bytes, durable: bool = False, mirror: FileMirror | None = None
+) -> None:
     """Write a small file whole (a temporary file renamed over it: a reader never
-    sees half of it) and report it to the directory's mirror. ``durable``: fsync
-    it and its directory first (a vhost's name, which a start cannot do without)."""
+    sees half of it) and report it to ``mirror``, the data directory's. ``durable``:
+    fsync it and its directory first (a vhost's name, which a start cannot do without)."""
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("wb") as f:
         f.write(data)
@@ -148,14 +159,24 @@ def write_file(path: Path, data: bytes, durable: bool = False) -> None:
     os.replace(tmp, path)
     if durable:
         fsync_directory(path.parent)
-    mirror = mirror_for(path)
     if mirror is not None:
         mirror.replaced(path, data)
 
 
 class DataDir:
-    def __init__(self, root: Path) -> None:
+    """A data directory: where everything lives, and what its writers are given."""
+
+    def __init__(
+        self, root: Path, budget: DiskBudget = UNMETERED, mirror: FileMirror | None = None
+    ) -> None:
         self.root = root
+        #: What the writers may still append before the free disk is measured
+        #: again (store/disk_budget.py): the broker's resource alarms own it.
+        self.budget = budget
+        #: Clustering's replication (store/mirror.py), told of every change; set by
+        #: the broker before it starts, None without clustering. Stores take it
+        #: when they are made: one made before it was set is not covered.
+        self.mirror = mirror
         self._vhost_dirs: dict[str, Path] = {}  # vhost_dir's, made and not deleted since
         self._lock: IO[bytes] | None = None
 
@@ -210,7 +231,8 @@ class DataDir:
             # definitions log and queue directories are only as durable as its own
             # entry, and a start identifies the vhost by its name file.
             make_dirs_durably(path)
-            write_file(path / "name", vhost.encode("utf-8", "surrogateescape"), durable=True)
+            name = vhost.encode("utf-8", "surrogateescape")
+            write_file(path / "name", name, durable=True, mirror=self.mirror)
         self._vhost_dirs[vhost] = path
         return path
 
@@ -232,9 +254,8 @@ class DataDir:
                 moved.append(target)
                 if path in durable:
                     fsync_directory(path.parent)
-                mirror = mirror_for(path)
-                if mirror is not None:
-                    mirror.deleted(path)
+                if self.mirror is not None:
+                    self.mirror.deleted(path)
         return moved
 
     def definitions_file(self, vhost: str) -> Path:
@@ -260,7 +281,9 @@ class DataDir:
         """Record a clean shutdown's delivered marks (store directory -> seq)."""
         root = os.path.abspath(self.root)
         relative = {os.path.relpath(os.path.abspath(d), root): m for d, m in marks.items()}
-        write_json_atomically(self.delivered_file, {"version": 1, "marks": relative})
+        write_json_atomically(
+            self.delivered_file, {"version": 1, "marks": relative}, self.mirror
+        )
 
     def take_delivered_marks(self) -> dict[Path, int] | None:
         """The marks the last clean shutdown recorded, the file removed (a crash
@@ -278,9 +301,8 @@ class DataDir:
             return None
         path.unlink(missing_ok=True)
         fsync_directory(self.root)
-        mirror = mirror_for(path)
-        if mirror is not None:
-            mirror.deleted(path)
+        if self.mirror is not None:
+            self.mirror.deleted(path)
         return marks
 
     def load_vhosts(self, on_damage: str = damage.REFUSE) -> list[str]:
@@ -338,4 +360,4 @@ class DataDir:
         )
 
     def save_vhosts(self, names: list[str]) -> None:
-        write_json_atomically(self.vhosts_file, {"vhosts": names})
+        write_json_atomically(self.vhosts_file, {"vhosts": names}, self.mirror)

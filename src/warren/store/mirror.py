@@ -4,14 +4,19 @@ Clustering replicates a leader's data directory to its followers byte for
 byte (docs/clustering.md). Rather than watch the file system, the code that
 writes reports each change as it hands it to the OS: bytes appended at an
 offset, space allocated ahead of a file's data, a file's whole new content (a
-rewrite or an atomic replace), a file renamed, a file or directory deleted. A
-store looks up its directory's mirror once, when it is made; without
-clustering there is none and the writers skip the reports.
+rewrite or an atomic replace), a file renamed, a file or directory deleted.
+
+The data directory (store/layout.py's DataDir) holds the mirror: the broker
+sets it from its replication before it starts, and the StoreFactory
+(warren/store_factory.py) hands it to every store and log it makes, in its
+constructor. Without clustering there is none (None) and the writers skip the
+reports; stores of the transient area get none either, as it is never
+replicated. No module-level registry: a store opened on its own (tests,
+offline tools) reports to nothing unless it is given a mirror.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Protocol
 
@@ -44,26 +49,3 @@ class FileMirror(Protocol):
     def deleted(self, path: Path) -> None:
         """``path``, a file or a directory with everything in it, is gone."""
         ...
-
-
-_mirrors: dict[str, FileMirror] = {}
-
-
-def attach(root: Path, mirror: FileMirror) -> None:
-    """Report every change under ``root`` (stores made before this call are not covered)."""
-    _mirrors[os.path.abspath(root) + os.sep] = mirror
-
-
-def detach(root: Path) -> None:
-    _mirrors.pop(os.path.abspath(root) + os.sep, None)
-
-
-def mirror_for(path: Path) -> FileMirror | None:
-    """The mirror of the data directory that holds ``path``, if any."""
-    if not _mirrors:
-        return None
-    where = os.path.abspath(path) + os.sep
-    for root, mirror in _mirrors.items():
-        if where.startswith(root):
-            return mirror
-    return None

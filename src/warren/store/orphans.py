@@ -28,7 +28,7 @@ from typing import Any
 from warren.store import damage
 from warren.store.definitions import DEFINITION_FILE, decode_line
 from warren.store.layout import hashed, vhost_name
-from warren.store.mirror import mirror_for
+from warren.store.mirror import FileMirror
 from warren.store.segment_spares import SPARE_NAME
 
 log = logging.getLogger("warren.store")
@@ -119,14 +119,18 @@ def classify(
 
 
 def sweep(
-    vhost: str, vhost_dir: Path, live: set[str] | dict[str, Any], deleted: set[str]
+    vhost: str,
+    vhost_dir: Path,
+    live: set[str] | dict[str, Any],
+    deleted: set[str],
+    mirror: FileMirror | None = None,
 ) -> list[Orphan]:
-    """classify(), then remove the leftovers; the orphans are left in place."""
+    """classify(), then remove the leftovers (``mirror``, the data directory's, is
+    told); the orphans are left in place."""
     leftovers, orphans = classify(vhost, vhost_dir, live, deleted)
     for path in leftovers:
         log.info("vhost '%s': removing %s, which a delete left or nothing claims", vhost, path)
         shutil.rmtree(path, ignore_errors=True)
-        mirror = mirror_for(path)
         if mirror is not None:
             mirror.deleted(path)
     return orphans

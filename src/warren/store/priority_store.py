@@ -21,18 +21,20 @@ import shutil
 from array import array
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol
 
 from warren.core.codec_errors import DecodeError
 from warren.core.message import Message, MessageRun
 from warren.core.properties import peek_priority
 from warren.core.store import MessageStore, StoredRun, StoreSpan
 from warren.store.layout import make_dirs
-from warren.store.mirror import mirror_for
+from warren.store.mirror import FileMirror
 from warren.store.segment_store import SEQ_BITS, SegmentStore
 from warren.store.sync_files import sync_files
 
 __all__ = [
     "INNER_MASK",
+    "LevelStore",
     "LEVEL_SHIFT",
     "MAX_PRIORITY",
     "SEGMENT_LEVEL_SHIFT",
@@ -54,6 +56,19 @@ _INNER_SEGMENT_MASK = (1 << SEGMENT_LEVEL_SHIFT) - 1
 _LEVEL_DIR = re.compile(r"p(\d{3})")
 
 
+class LevelStore(MessageStore, Protocol):
+    """What a PriorityStore needs of each level: a queue's store, plus what the
+    PriorityStore itself offers as a disk store (core/store.py's DiskStore:
+    a full sync, the lazy ack sync and the clean stop's marks), each passed
+    on to every level. SegmentStore and MemoryStore both are one."""
+
+    def sync(self) -> None: ...
+
+    def sync_acks(self) -> None: ...
+
+    def delivered_marks(self) -> dict[Path, int]: ...
+
+
 def level_name(level: int) -> str:
     """The subdirectory of a priority queue's directory that holds ``level``."""
     return f"p{level:03d}"
@@ -65,23 +80,27 @@ class PriorityStore:
     ``directory`` is where ``make_level`` puts the levels (``directory /
     level_name(level)``): the levels found there are reopened at once, and
     delete() removes it. Without it (levels in RAM) nothing is recovered.
+    ``mirror``: the data directory's (store/layout.py), told of that removal
+    (each level reports its own files).
     """
 
     def __init__(
         self,
         max_priority: int,
-        make_level: Callable[[int], MessageStore],
+        make_level: Callable[[int], LevelStore],
         directory: Path | None = None,
+        mirror: FileMirror | None = None,
     ) -> None:
         if not 1 <= max_priority <= MAX_PRIORITY:
             raise ValueError(f"max_priority must be in 1..{MAX_PRIORITY}, not {max_priority}")
         self.max_priority = max_priority
         self._make_level = make_level
         self._dir = directory
-        self._levels: list[MessageStore | None] = [None] * (MAX_PRIORITY + 1)
+        self._mirror = mirror
+        self._levels: list[LevelStore | None] = [None] * (MAX_PRIORITY + 1)
         # Every level made, for flush() and sync(): replaced, never mutated, so that
         # sync() in a worker thread iterates a consistent tuple.
-        self._stores: tuple[MessageStore, ...] = ()
+        self._stores: tuple[LevelStore, ...] = ()
         self._ready_mask = 0  # bit p set while level p has ready messages
         self._ready_count = 0
         self._ready_bytes = 0
@@ -121,7 +140,7 @@ class PriorityStore:
         if self.on_dropped is not None:
             self.on_dropped(msgs)
 
-    def _open(self, level: int) -> MessageStore:
+    def _open(self, level: int) -> LevelStore:
         if self._closed:
             raise ValueError(f"{self!r} is closed")
         store = self._make_level(level)
@@ -165,7 +184,7 @@ class PriorityStore:
             return 0
         return priority if priority < self.max_priority else self.max_priority
 
-    def _level(self, seq: int) -> MessageStore | None:
+    def _level(self, seq: int) -> LevelStore | None:
         level = seq >> LEVEL_SHIFT
         return self._levels[level] if 0 <= level <= MAX_PRIORITY else None
 
@@ -385,7 +404,7 @@ class PriorityStore:
         """Close every level; with ``sync`` False, segment levels only flush."""
         self._closed = True
 
-        def close(store: MessageStore) -> None:
+        def close(store: LevelStore) -> None:
             if isinstance(store, SegmentStore):
                 store.close(sync=sync)
             else:
@@ -409,11 +428,10 @@ class PriorityStore:
         self._ready_count = self._ready_bytes = self._ready_mask = 0
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
-            mirror = mirror_for(self._dir)
-            if mirror is not None:
-                mirror.deleted(self._dir)
+            if self._mirror is not None:
+                self._mirror.deleted(self._dir)
 
-    def _each(self, fn: Callable[[MessageStore], None]) -> None:
+    def _each(self, fn: Callable[[LevelStore], None]) -> None:
         """Apply ``fn`` to every level; the first error is raised once all were tried."""
         error: BaseException | None = None
         for store in self._stores:

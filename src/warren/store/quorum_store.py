@@ -21,13 +21,16 @@ from pathlib import Path
 from warren.core.codec_errors import DecodeError
 from warren.core.message import Message
 from warren.core.properties import peek_priority
-from warren.core.store import MessageStore, StoredRun, StoreSpan
+from warren.core.store import StoredRun, StoreSpan
 from warren.store.delivery_counts import FILE_NAME as COUNTS_FILE
 from warren.store.delivery_counts import DeliveryCounts
+from warren.store.disk_budget import UNMETERED, DiskBudget
+from warren.store.mirror import FileMirror
 from warren.store.priority_store import (
     INNER_MASK,
     LEVEL_SHIFT,
     SEGMENT_LEVEL_SHIFT,
+    LevelStore,
     PriorityStore,
 )
 from warren.store.segment_store import SegmentStore
@@ -53,19 +56,27 @@ class QuorumPriorityStore(PriorityStore):
     have messages, two high ones go for each normal one, so normal messages
     always progress (RabbitMQ's "fair share", not a classic queue's strict
     order). No x-max-priority is needed: every quorum queue has the two levels,
-    the high one made on first use.
+    the high one made on first use. ``budget`` and ``mirror``: the data
+    directory's (store/layout.py), for the delivery counts and the directory.
     """
 
     def __init__(
-        self, make_level: Callable[[int], MessageStore], directory: Path | None = None
+        self,
+        make_level: Callable[[int], LevelStore],
+        directory: Path | None = None,
+        *,
+        budget: DiskBudget = UNMETERED,
+        mirror: FileMirror | None = None,
     ) -> None:
-        super().__init__(QUORUM_HIGH, make_level, directory)
+        super().__init__(QUORUM_HIGH, make_level, directory, mirror)
         # High-priority messages shifted since the last normal one.
         self._high_streak = 0
         #: The queue's delivery counts, kept next to its levels (None in RAM).
         self.delivery_counts: DeliveryCounts | None = None
         if directory is not None:
-            self.delivery_counts = DeliveryCounts(directory / COUNTS_FILE, self.is_ready)
+            self.delivery_counts = DeliveryCounts(
+                directory / COUNTS_FILE, self.is_ready, budget=budget, mirror=mirror
+            )
 
     # -- held dead-letters --------------------------------------------------------------
     @property
@@ -103,7 +114,7 @@ class QuorumPriorityStore(PriorityStore):
         if store is not None:
             store.requeue(seq & INNER_MASK, msg)
 
-    def _open(self, level: int) -> MessageStore:
+    def _open(self, level: int) -> LevelStore:
         store = super()._open(level)
         if level == HELD:
             # Not ready for consumers: out of the totals; first in every pass over

@@ -3,11 +3,13 @@
 A store keeps its messages in a segment log (store/segment_log.py) and, next to
 each segment file ``msgs.<id>``, an ack file ``acks.<id>``: the u32 offsets
 of the records acknowledged, appended in checksummed batches
-(store/ack_files.py). SegmentFiles
-holds the log, the segments' counters (SegmentState) and the acks queued for
-their files, and writes them out: flush() to the OS, sync() and sync_acks() to
-the disk for the group commit (store/sync.py). SegmentStore builds on it;
-docs/storage.md has the formats.
+(store/ack_files.py). SegmentFiles holds the log, the segments' counters
+(SegmentState, the table the store counts in) and the acks queued for their
+files, and writes them out: flush() to the OS, sync() and sync_acks() to the
+disk for the group commit (store/sync.py), a fully acknowledged segment's
+files dropped. A SegmentStore holds one (composition: the store never reaches
+into the ack files or the log's lock but through it); docs/storage.md has the
+formats.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from collections import deque
 from pathlib import Path
 
 from warren.store.ack_files import encode_acks
+from warren.store.disk_budget import UNMETERED, DiskBudget
+from warren.store.mirror import FileMirror
 from warren.store.segment_log import OFFSET_MASK, SegmentLog
 from warren.store.sync_files import sync_collected, sync_files
 
@@ -102,47 +106,66 @@ def _append_all(fd: int, data: bytes) -> None:
 class SegmentFiles:
     """A store's segment log and ack files: acks queued, flushed and synced.
 
+    The owning store appends to ``log``, counts in ``segs`` and queues acks on
+    ``acks`` (a seq, or (segment id, offsets) for a run) and sets ``dirty``;
+    everything that writes the ack files or drops files is here.
+
     Threading: sync() and flush() may run in a worker thread while the owning
     thread keeps appending and acking; the log's lock guards what the two share.
     """
 
     def __init__(
-        self, directory: Path, segment_size: int, preallocate: bool = True, format_version: int = 2
+        self,
+        directory: Path,
+        segment_size: int,
+        preallocate: bool = True,
+        format_version: int = 2,
+        budget: DiskBudget = UNMETERED,
+        mirror: FileMirror | None = None,
     ) -> None:
         # A classic queue's fully acknowledged segment files are kept for reuse
         # (store/segment_spares.py).
-        self._log = SegmentLog(
-            Path(directory), segment_size, preallocate, format_version, recycle=True
+        self.log = SegmentLog(
+            Path(directory),
+            segment_size,
+            preallocate,
+            format_version,
+            recycle=True,
+            budget=budget,
+            mirror=mirror,
         )
-        self._dir = self._log.directory
-        self._segs: dict[int, SegmentState] = {}  # ascending id (insertion order)
-        # Shared with sync() in a worker thread: deque.append/popleft are atomic, the
-        # rest is guarded by _lock. A seq, or (segment id, offsets) for ack_run.
-        self._acks: deque[int | tuple[int, array[int]]] = deque()
-        self._lock = self._log.lock
-        self._dirty = False
+        self.directory = self.log.directory
+        #: The segments' counters by id, ascending (insertion order): the store's
+        #: table, set from recovery; its own while the store counts in it.
+        self.segs: dict[int, SegmentState] = {}
+        #: Acks queued for the ack files. Shared with sync() in a worker thread:
+        #: deque.append/popleft are atomic, the rest is guarded by ``lock``.
+        self.acks: deque[int | tuple[int, array[int]]] = deque()
+        self.lock = self.log.lock
+        #: Whether anything was appended, acked or purged since the last sync().
+        self.dirty = False
         self._unsynced_acks: set[int] = set()
         # Whether the last ack write failed (a full disk): logged once, kept queued.
         self._acks_failing = False
 
-    def _acks_path(self, segment_id: int) -> Path:
-        return acks_path(self._dir, segment_id)
+    def acks_path(self, segment_id: int) -> Path:
+        return acks_path(self.directory, segment_id)
 
     def flush(self) -> None:
         """Hand buffered appends and acks to the OS (no fsync): the sync=false mode."""
         try:
-            with self._lock:
-                if self._log.closed:
+            with self.lock:
+                if self.log.closed:
                     return
-                self._log.flush_locked()
-                self._write_acks_locked()
+                self.log.flush_locked()
+                self.write_acks_locked()
         finally:
-            self._log.report_losses()
+            self.log.report_losses()
 
     def seal(self) -> None:
         """A clean close is coming: end the write segment's data with a close mark
         (store/segment_log.py), so that the next start appends after it."""
-        self._log.seal()
+        self.log.seal()
 
     def sync(self) -> None:
         """Make everything appended before this call durable; acks go to the OS only.
@@ -163,7 +186,7 @@ class SegmentFiles:
         try:
             sync_collected(self.collect_sync)
         except BaseException:
-            self._dirty = True
+            self.dirty = True
             raise
 
     def collect_sync(self, fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
@@ -171,51 +194,59 @@ class SegmentFiles:
         and acks to the OS and add what the slow half must fdatasync. What was
         added stays added when this raises (the caller syncs and closes it)."""
         try:
-            with self._lock:
-                if self._log.closed:
+            with self.lock:
+                if self.log.closed:
                     return
-                self._dirty = False  # before flushing: a concurrent append sets it again
+                self.dirty = False  # before flushing: a concurrent append sets it again
                 try:
-                    self._log.collect_sync_locked(fds, paths)
-                    self._write_acks_locked()
+                    self.log.collect_sync_locked(fds, paths)
+                    self.write_acks_locked()
                 except BaseException:
-                    self._dirty = True
+                    self.dirty = True
                     raise
                 finally:
                     # After: a failed write-out may delete a file. With the log's
                     # own directory, those its creation added to (power cuts).
-                    self._log.collect_dirs_locked(dirs)
+                    self.log.collect_dirs_locked(dirs)
         finally:
-            self._log.report_losses()
+            self.log.report_losses()
 
     def sync_acks(self) -> None:
         """fdatasync the ack files that sync() or flush() wrote since the last call."""
-        with self._lock:
-            if self._log.closed or not self._unsynced_acks:
+        with self.lock:
+            if self.log.closed or not self._unsynced_acks:
                 return
             ids = self._unsynced_acks
             self._unsynced_acks = set()
         try:
-            sync_files([], [self._acks_path(i) for i in ids], [])
+            sync_files([], [self.acks_path(i) for i in ids], [])
         except BaseException:
-            with self._lock:
+            with self.lock:
                 self._unsynced_acks |= ids
             raise
+
+    def drop_locked(self, segment_id: int) -> None:
+        """Delete a fully acknowledged segment's files (caller holds ``lock``):
+        messages first, so that a crash in between leaves an orphan ack file
+        (removed on recovery), never a message file whose acks are gone."""
+        self._unsynced_acks.discard(segment_id)
+        self.log.drop_locked(segment_id)
+        self.log.unlink(self.acks_path(segment_id))
 
     def lost_between(self, first: int, last: int) -> bool:
         """Whether messages appended in those write generations were dropped by a
         failed write-out (store/disk_budget.py; GroupSync asks before a confirm)."""
-        return self._log.lost_between(first, last)
+        return self.log.lost_between(first, last)
 
-    def _write_acks_locked(self) -> None:
+    def write_acks_locked(self) -> None:
         """Append the queued acks to their segments' ack files (caller holds _lock).
 
         Never raises for a full disk: what could not be written stays queued for
         the next flush (until then a restart would deliver those messages again),
         the failure is logged once and the disk alarm raised."""
-        acks = self._acks
+        acks = self.acks
         n = len(acks)
-        if not n or self._log.closed:
+        if not n or self.log.closed:
             return
         groups: dict[int, array[int]] = {}
         for _ in range(n):
@@ -233,20 +264,20 @@ class SegmentFiles:
                     offsets = groups[sid] = array("I")
                 offsets.extend(run_offsets)
         items = list(groups.items())
-        budget = self._log.budget
+        budget = self.log.budget
         for i, (sid, offsets) in enumerate(items):
-            seg = self._segs.get(sid)
+            seg = self.segs.get(sid)
             if seg is None:  # deleted since: its acks died with it
                 continue
             data = encode_acks(offsets)
             budget.left -= len(data)  # spent() is the next append's to call: not under a lock
             try:
-                fd = os.open(self._acks_path(sid), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                fd = os.open(self.acks_path(sid), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 try:
                     _append_all(fd, data)
-                    if self._log.mirror is not None:  # clustering: at the offset it got
+                    if self.log.mirror is not None:  # clustering: at the offset it got
                         end = os.lseek(fd, 0, os.SEEK_CUR)
-                        self._log.mirror.appended(self._acks_path(sid), end - len(data), data)
+                        self.log.mirror.appended(self.acks_path(sid), end - len(data), data)
                 finally:
                     os.close(fd)
             except BaseException as exc:
@@ -260,7 +291,7 @@ class SegmentFiles:
                     log.error(
                         "%s: cannot write acks (%s): %d kept in memory until there is "
                         "room (a restart meanwhile delivers those messages again)",
-                        self._dir,
+                        self.directory,
                         exc.strerror or exc,
                         len(acks),
                     )
@@ -268,8 +299,8 @@ class SegmentFiles:
                 return
             if not seg.has_acks:
                 seg.has_acks = True
-                self._log.dir_dirty = True
+                self.log.dir_dirty = True
             self._unsynced_acks.add(sid)
         if self._acks_failing:
             self._acks_failing = False
-            log.info("%s: acks written again", self._dir)
+            log.info("%s: acks written again", self.directory)

@@ -46,9 +46,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from warren.store.disk_budget import budget_for
+from warren.store.disk_budget import UNMETERED, DiskBudget
 from warren.store.layout import make_dirs
-from warren.store.mirror import mirror_for
+from warren.store.mirror import FileMirror
 from warren.store.segment_alloc import fallocate, target_size
 from warren.store.segment_format import (
     MARK_SIZE,
@@ -101,6 +101,7 @@ class SegmentLog:
     stores, which are never synced, need no allocation ahead).
     ``format_version`` 1 writes the old format: only for tests of reading it.
     ``recycle``: dropped segment files are kept as spares and reused.
+    ``budget`` and ``mirror``: the data directory's (store/layout.py's DataDir).
     """
 
     def __init__(
@@ -110,6 +111,9 @@ class SegmentLog:
         preallocate: bool = True,
         format_version: int = V2,
         recycle: bool = False,
+        *,
+        budget: DiskBudget = UNMETERED,
+        mirror: FileMirror | None = None,
     ) -> None:
         if not V2_HEADER_SIZE + MARK_SIZE < segment_size <= OFFSET_MASK:
             raise ValueError(f"segment_size must be in ({V2_HEADER_SIZE + MARK_SIZE}, 2**32)")
@@ -153,10 +157,10 @@ class SegmentLog:
         # fsynced by the first sync, or the whole directory can vanish in a power cut.
         self._new_dirs = make_dirs(self.directory)
         #: Clustering's replication (store/mirror.py), told what reaches the files.
-        self.mirror = mirror_for(self.directory)
+        self.mirror = mirror
         self._mirrored = (0, 0)  # (write segment id, position) reported so far
         #: The data directory's free-disk budget (store/disk_budget.py).
-        self.budget = budget_for(self.directory)
+        self.budget = budget
         # The write generation since which the kept records were appended.
         self._flushed_gen = self.budget.gen
         #: The owner's (segment id, position, records): what a failed write-out

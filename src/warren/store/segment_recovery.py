@@ -26,10 +26,11 @@ import struct
 from array import array
 from collections.abc import Iterator
 
+from warren.core.message import Message
 from warren.core.properties import is_persistent
 from warren.store.ack_files import AckFile, encode_acks, read_acks
 from warren.store.layout import fsync_directory
-from warren.store.records import MIN_RECORD_SIZE
+from warren.store.records import MIN_RECORD_SIZE, CorruptRecord, decode_record
 from warren.store.segment_damage import damage_reason, keep_aside, report, survey
 from warren.store.segment_files import NO_SKIP, SegmentState, acks_path
 from warren.store.segment_log import MSGS_NAME, RecordScan, SegmentLog
@@ -265,7 +266,7 @@ def step_over_damage(
 
 
 def keep_unreadable(seglog: SegmentLog, seq: int, data: bytes, reason: str) -> None:
-    """A record read back at random (SegmentStore.read) does not check out: keep
+    """A record read back at random (read_message) does not check out: keep
     its bytes aside and say so."""
     path = seglog.msgs_path(seq >> 32)
     off = seq & 0xFFFFFFFF
@@ -282,6 +283,50 @@ def keep_unreadable(seglog: SegmentLog, seq: int, data: bytes, reason: str) -> N
         )
         return
     report(seglog.directory, path.name, off, off + len(data), reason, kept, known, 0)
+
+
+def read_message(seglog: SegmentLog, segs: dict[int, SegmentState], seq: int) -> Message:
+    """The message appended at ``seq`` in a store's log (``segs``: its segments),
+    read back at random. KeyError for a segment that is gone; CorruptRecord for
+    a record that does not read back, its bytes kept aside first."""
+    if seq >> 32 not in segs:
+        raise KeyError(seq)
+    data = seglog.read(seq)
+    if data is None:
+        raise CorruptRecord("no record there", seq & 0xFFFFFFFF, None)
+    try:
+        msg, _ = decode_record(data, 0, len(data), True, seglog.file(seq >> 32).seed)
+    except CorruptRecord as exc:
+        keep_unreadable(seglog, seq, data, exc.reason)
+        raise
+    return msg
+
+
+def read_messages(
+    seglog: SegmentLog, segs: dict[int, SegmentState], seqs: list[int]
+) -> list[Message | None]:
+    """read_message() of each, the log's files opened once per segment
+    (SegmentLog.read_many). None where read_message would raise: the caller
+    reads that one with it, which sets a damaged record aside, reports it and
+    raises as it always does."""
+    out: list[Message | None] = []
+    sid = -1
+    seed = 0
+    for i, data in enumerate(seglog.read_many(seqs)):
+        seq = seqs[i]
+        if data is None or seq >> 32 not in segs:
+            out.append(None)
+            continue
+        if seq >> 32 != sid:
+            sid = seq >> 32
+            seed = seglog.file(sid).seed
+        try:
+            msg, _ = decode_record(data, 0, len(data), True, seed)
+        except CorruptRecord:
+            out.append(None)
+            continue
+        out.append(msg)
+    return out
 
 
 def _rewrite_acks(seglog: SegmentLog, sid: int, offsets: list[int]) -> None:

@@ -10,14 +10,17 @@ damaged on disk is kept aside and stepped over, never served
 (store/requeued.py). Acknowledgements are appended as u32 record offsets to
 ``acks.<id>`` next to the log's ``msgs.<id>``, in checksummed batches
 (store/ack_files.py); a segment whose records are all acknowledged is dropped
-from the log. The files and their durability are SegmentFiles'
-(store/segment_files.py); the counters, the cursor and what failed writes and
-damage do to them SegmentFaults' (store/segment_faults.py); acks, requeues,
-removals and purges SegmentSettle's, the base class (store/segment_settle.py);
-what a store finds when it opens is store/segment_recovery.py's. A durable
-queue's store also counts its live transient messages, for the persistent
-counts (store/transient_counts.py). docs/storage.md describes the formats,
-recovery and durability in full.
+from the log.
+
+The store is one class made of parts that each hold one idea: the files and
+their durability (SegmentFiles, store/segment_files.py), the read cursor
+(store/segment_cursor.py), what failed writes and damage do to the counters
+and the cursor (SegmentFaults, store/segment_faults.py), ready messages taken
+out other than by the cursor (store/segment_settle.py), the messages given
+back (store/requeued.py) and, for a durable queue's persistent counts, its
+live transient messages (store/transient_counts.py). What a store finds when
+it opens, and a message read back at random, are store/segment_recovery.py's.
+docs/storage.md describes the formats, recovery and durability in full.
 
 Threading: everything except sync() and flush() belongs to one thread (the event
 loop). sync() may run in a worker thread while that thread keeps appending; the
@@ -29,32 +32,45 @@ from __future__ import annotations
 
 import logging
 import mmap
-from collections.abc import Iterator
+from array import array
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from warren.core.message import Message, MessageRun
 from warren.core.store import StoredRun, StoreSpan
+from warren.store.disk_budget import UNMETERED, DiskBudget
+from warren.store.mirror import FileMirror
 from warren.store.records import (
     CorruptRecord,
     decode_record,
     encode_message_record,
     encode_run,
 )
-from warren.store.segment_cursor import log_end
-from warren.store.segment_files import SegmentState
+from warren.store.requeued import RequeuedMessages
+from warren.store.segment_cursor import SegmentCursor, log_end
+from warren.store.segment_faults import SegmentFaults
+from warren.store.segment_files import SegmentFiles, SegmentState
 from warren.store.segment_log import OFFSET_MASK, SEQ_BITS
-from warren.store.segment_recovery import keep_unreadable, recover, scan_segment
-from warren.store.segment_settle import SegmentSettle
-from warren.store.transient_counts import PERSISTENT_PROPERTIES, is_persistent, is_transient
+from warren.store.segment_recovery import read_message, read_messages, recover, scan_segment
+from warren.store.segment_settle import purge, remove_ready
+from warren.store.transient_counts import (
+    PERSISTENT_PROPERTIES,
+    TransientCounts,
+    is_persistent,
+    is_transient,
+)
 
 __all__ = ["SEQ_BITS", "SegmentStore"]
 
 log = logging.getLogger("warren.store")
 
 _OFFSET_MASK = OFFSET_MASK
+# Acks are queued in memory and written to their ack files in batches; this many
+# pending acks force a batch without waiting for flush()/sync().
+_ACK_BATCH = 4096
 
 
-class SegmentStore(SegmentSettle):
+class SegmentStore:
     """MessageStore for one queue, kept in segment files under ``directory``.
 
     ``seq`` is ``(segment id << 32) | offset of the record``, so sequence order is
@@ -74,6 +90,9 @@ class SegmentStore(SegmentSettle):
         preallocate: bool = True,
         format_version: int = 2,
         count_transient: bool = True,
+        *,
+        budget: DiskBudget = UNMETERED,
+        mirror: FileMirror | None = None,
     ) -> None:
         """``delivered_mark``: delivered_mark() as a clean shutdown recorded it (the
         records below it that are still here were delivered before); None after a
@@ -81,9 +100,44 @@ class SegmentStore(SegmentSettle):
         redelivered, as RabbitMQ's do. ``preallocate`` and ``format_version``:
         the segment log's (store/segment_log.py). ``count_transient``: count the
         live transient messages (``transient()``; store/transient_counts.py),
-        for a durable queue's persistent counts."""
-        super().__init__(directory, segment_size, preallocate, format_version, count_transient)
+        for a durable queue's persistent counts. ``budget`` and ``mirror``: the
+        data directory's (store/layout.py's DataDir), given by the StoreFactory."""
+        files = self._files = SegmentFiles(
+            directory, segment_size, preallocate, format_version, budget, mirror
+        )
+        # The parts the hot paths use, held directly (the same objects as files').
+        self._log = files.log
+        self._dir = files.directory
+        self._acks = files.acks
+        self._lock = files.lock
         self._segs, self._wseg = recover(self._log, persistent_only_on_recovery, count_transient)
+        files.segs = self._segs
+        # Reading: a cursor into the oldest segment with unread records.
+        self._cursor = SegmentCursor(self._log)
+        # A record peek() decoded at the cursor, for the next shift(): (seq, message,
+        # record length).
+        self._peeked: tuple[int, Message, int] | None = None
+        # shift() must leave its fast path: a skip list, removed records or a peeked
+        # record in the cursor's segment (kept by _set_detour()), or records
+        # delivered before the store opened ahead (_shift_redelivering).
+        self._detour = False
+        self._redelivering = False
+        # Messages given back by consumers, ready again ahead of the log's.
+        self._requeued = RequeuedMessages()
+        self._ready_count = 0
+        self._ready_bytes = 0
+        #: Told (count, bytes) when ready messages are dropped by a failed write-out
+        #: (a PriorityStore keeps running totals of its levels).
+        self.on_ready_lost: Callable[[int, int], None] | None = None
+        #: Told the messages whose records a failed write-out dropped: their
+        #: queue forgets their deduplication keys (Queue._keys_dropped).
+        self.on_dropped: Callable[[list[Message]], None] | None = None
+        # Whether live transient records are counted, and their counts.
+        self._count = count_transient
+        self._transient = TransientCounts()
+        # Failed write-outs and damage (off the hot paths).
+        self._faults = SegmentFaults(self)
+        self._log.on_lost = self._faults.records_lost
         for seg in self._segs.values():
             self._ready_count += seg.unread
             self._ready_bytes += seg.unread_bytes
@@ -112,7 +166,7 @@ class SegmentStore(SegmentSettle):
     @property
     def dirty(self) -> bool:
         """Whether anything was appended, acked or purged since the last sync()."""
-        return self._dirty
+        return self._files.dirty
 
     def transient(self) -> tuple[int, int]:
         """Live transient messages (ready and unacknowledged) and their body bytes;
@@ -143,7 +197,7 @@ class SegmentStore(SegmentSettle):
             props = msg.properties
             if props != PERSISTENT_PROPERTIES and not is_persistent(props):
                 self._transient.appended(seg, b)
-        self._dirty = True  # after the write: sync() clears it before flushing
+        self._files.dirty = True  # after the write: sync() clears it before flushing
         return seq
 
     def _start_segment(self, segment_id: int) -> SegmentState:
@@ -235,7 +289,7 @@ class SegmentStore(SegmentSettle):
         if seg is None or seg.id != sid:
             seg = self._start_segment(sid)
         seg.records += stop - start
-        self._dirty = True
+        self._files.dirty = True
         return seg, StoredRun(sid, offsets, sizes, persistent)
 
     def shift(self) -> tuple[int, Message, bool] | None:
@@ -262,7 +316,7 @@ class SegmentStore(SegmentSettle):
             try:
                 msg, length = decode_record(m, pos, cursor.end, True, cursor.seed)
             except CorruptRecord:
-                self._damaged(seg, pos)
+                self._faults.damaged(seg, pos)
                 continue
             cursor.pos = pos + length
             b = len(msg.body)
@@ -345,50 +399,16 @@ class SegmentStore(SegmentSettle):
         return item
 
     def read(self, seq: int) -> Message:
-        """The message appended at ``seq``, read from its segment file (random access).
-
-        For stores whose messages leave out of order (a delayed exchange appends
-        with append_shifted, keeps only the sequence numbers, reads each message back
-        when it is due and acks it). Raises KeyError for a segment that is gone and
-        CorruptRecord for a record that does not read back.
-        """
-        if seq >> 32 not in self._segs:
-            raise KeyError(seq)
-        data = self._log.read(seq)
-        if data is None:
-            raise CorruptRecord("no record there", seq & _OFFSET_MASK, None)
-        try:
-            msg, _ = decode_record(data, 0, len(data), True, self._log.file(seq >> 32).seed)
-        except CorruptRecord as exc:
-            keep_unreadable(self._log, seq, data, exc.reason)
-            raise
-        return msg
+        """The message appended at ``seq``, read from its segment file (random
+        access: store/segment_recovery.py's read_message). For a delayed exchange
+        and for messages a run or span handed out; KeyError for a segment that is
+        gone, CorruptRecord (the bytes kept aside) for a record that does not read back."""
+        return read_message(self._log, self._segs, seq)
 
     def read_many(self, seqs: list[int]) -> list[Message | None]:
-        """read() of each message, the log's files opened once per segment
-        (SegmentLog.read_many). None where read() would raise: the caller
-        reads that one with read(), which sets a damaged record aside, reports
-        it and raises as it always does."""
-        segs = self._segs
-        seglog = self._log
-        out: list[Message | None] = []
-        sid = -1
-        seed = 0
-        for i, data in enumerate(seglog.read_many(seqs)):
-            seq = seqs[i]
-            if data is None or seq >> 32 not in segs:
-                out.append(None)
-                continue
-            if seq >> 32 != sid:
-                sid = seq >> 32
-                seed = seglog.file(sid).seed
-            try:
-                msg, _ = decode_record(data, 0, len(data), True, seed)
-            except CorruptRecord:
-                out.append(None)
-                continue
-            out.append(msg)
-        return out
+        """read() of each message, each segment file opened once (read_messages);
+        None where read() would raise: the caller reads that one with read()."""
+        return read_messages(self._log, self._segs, seqs)
 
     def peek(self) -> tuple[int, Message, bool] | None:
         """The message shift() returns next, left in place. A record read from the
@@ -409,7 +429,7 @@ class SegmentStore(SegmentSettle):
             try:
                 msg, length = decode_record(m, pos, self._cursor.end, True, self._cursor.seed)
             except CorruptRecord:
-                self._damaged(seg, pos)
+                self._faults.damaged(seg, pos)
                 continue
             seq = (seg.id << 32) | pos
             self._peeked = (seq, msg, length)
@@ -526,7 +546,119 @@ class SegmentStore(SegmentSettle):
         self._ready_count = self._ready_bytes = 0
         self._transient.reset()
 
+    # -- settling: acks, requeues, removals, purge ----------------------------------------
+    def ack(self, seq: int) -> None:
+        seg = self._segs.get(seq >> 32)
+        if seg is None:
+            return
+        t = self._transient
+        if t.held:
+            t.dead(seq)
+        self._acks.append(seq)
+        self._files.dirty = True
+        seg.dead += 1
+        if seg.dead >= seg.records and seg is not self._wseg:
+            self._drop_segment(seg)
+        elif len(self._acks) >= _ACK_BATCH:
+            with self._lock:
+                self._files.write_acks_locked()
+
+    def ack_run(self, segment: int, offsets: array[int]) -> None:
+        seg = self._segs.get(segment)
+        if seg is None or not offsets:
+            return
+        t = self._transient
+        if t.held:
+            t.dead_run(segment << 32, offsets)
+        self._acks.append((segment, offsets))
+        self._files.dirty = True
+        seg.dead += len(offsets)
+        if seg.dead >= seg.records and seg is not self._wseg:
+            self._drop_segment(seg)
+        elif len(self._acks) >= _ACK_BATCH:
+            with self._lock:
+                self._files.write_acks_locked()
+
+    def requeue(self, seq: int, msg: Message) -> None:
+        if self._faults.lost_from and self._faults.cut_off(seq):
+            self.ack(seq)  # never stored (its publisher got a nack): gone
+            return
+        self._requeued.add(seq, msg)
+        self._ready_count += 1
+        self._ready_bytes += len(msg.body)
+
+    def remove_ready(self, seq: int) -> Message | None:
+        """Take a ready message out wherever it is, acking it (durable like any ack):
+        store/segment_settle.py's remove_ready."""
+        return remove_ready(self, seq)
+
+    def purge(self) -> int:
+        """Drop every ready message (store/segment_settle.py's purge)."""
+        return purge(self)
+
+    # -- the segment table ----------------------------------------------------------------
+    def _retire_write_segment(self) -> None:
+        """Close the write segment; the next append starts a new one."""
+        self._log.retire()
+        self._wseg = None
+
+    def _drop_segment(self, seg: SegmentState) -> None:
+        """Delete a fully acknowledged segment (messages first, so acks never go missing)."""
+        if seg is self._cursor.seg:
+            self._cursor.leave()
+            self._peeked = None
+            self._set_detour()
+        with self._lock:
+            if self._log.closed or self._segs.pop(seg.id, None) is None:
+                return
+            if seg is self._wseg:
+                self._wseg = None
+            self._files.drop_locked(seg.id)
+        self._faults.lost_from.pop(seg.id, None)
+        if seg.transient_unread:  # never expected (every record is dead)
+            self._transient.unread_gone(seg)
+
+    # -- files and durability (SegmentFiles) ----------------------------------------------
+    def flush(self) -> None:
+        """Hand buffered appends and acks to the OS (no fsync): the sync=false mode."""
+        self._files.flush()
+
+    def seal(self) -> None:
+        """A clean close is coming: end the write segment's data with a close mark."""
+        self._files.seal()
+
+    def sync(self) -> None:
+        """Make everything appended before this call durable (SegmentFiles.sync)."""
+        self._files.sync()
+
+    def collect_sync(self, fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
+        """sync()'s first half, for the group commit (SegmentFiles.collect_sync)."""
+        self._files.collect_sync(fds, paths, dirs)
+
+    def sync_acks(self) -> None:
+        """fdatasync the ack files written since the last call (off the confirm path)."""
+        self._files.sync_acks()
+
+    def lost_between(self, first: int, last: int) -> bool:
+        """Whether appends of those write generations were dropped by a failed
+        write-out (store/disk_budget.py; GroupSync asks before a confirm)."""
+        return self._files.lost_between(first, last)
+
     # -- reading (the cursor: store/segment_cursor.py) ------------------------------------
+    def _enter(self, seg: SegmentState) -> None:
+        self._cursor.enter(seg)
+        self._set_detour()
+
+    def _set_detour(self) -> None:
+        cursor = self._cursor
+        seg = cursor.seg
+        self._detour = (
+            self._peeked is not None
+            or cursor.skip is not None
+            or (seg is not None and seg.removed is not None)
+            or self._redelivering
+        )
+
     def _locate(self) -> tuple[mmap.mmap | None, int]:
         """Map the next unread record, moving through segments and past dead records.
 
@@ -562,18 +694,18 @@ class SegmentStore(SegmentSettle):
                     cursor.map_segment(seg)
                 except OSError as exc:
                     if seg is cursor.seg and seg.unread:  # not a failed write-out's drop
-                        self._abandon_segment(seg, f"cannot map: {exc}")
+                        self._faults.abandon(seg, f"cannot map: {exc}")
                     return None, 0
                 m = cursor.map
                 if m is None or cursor.pos >= cursor.end:
                     if seg is cursor.seg and seg.unread:
-                        self._abandon_segment(seg, "file shorter than its records")
+                        self._faults.abandon(seg, "file shorter than its records")
                     return None, 0
             if cursor.skip is None and seg.removed is None:
                 self._detour = self._redelivering  # callers hold no peeked record
                 return m, cursor.pos
             if not cursor.step_over_dead():
-                self._damaged(seg, cursor.pos)
+                self._faults.damaged(seg, cursor.pos)
                 continue
             self._set_detour()
             if cursor.pos < cursor.end:

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from warren.core.message import Message, MessageRun
+from warren.store.disk_budget import UNMETERED, DiskBudget
+from warren.store.mirror import FileMirror
 from warren.store.records import CorruptRecord, decode_records, inspect_record
 from warren.store.segment_damage import (
     damage_reason,
@@ -80,13 +82,22 @@ class StreamStore:
     Durability as for any segment log: appends reach the OS on flush() and the
     disk on sync(); confirms wait for sync(). Tracked consumer offsets live in
     the file ``offsets`` next to the segments (store/stream_tracking.py),
-    written and synced with them.
+    written and synced with them. ``budget`` and ``mirror``: the data
+    directory's (store/layout.py's DataDir), given by the StoreFactory.
     """
 
     def __init__(
-        self, directory: Path, segment_size: int = 8 * 1024 * 1024, format_version: int = 2
+        self,
+        directory: Path,
+        segment_size: int = 8 * 1024 * 1024,
+        format_version: int = 2,
+        *,
+        budget: DiskBudget = UNMETERED,
+        mirror: FileMirror | None = None,
     ) -> None:
-        self._log = SegmentLog(Path(directory), segment_size, True, format_version)
+        self._log = SegmentLog(
+            Path(directory), segment_size, True, format_version, budget=budget, mirror=mirror
+        )
         self._dir = self._log.directory
         self._segs: list[_StreamSegment] = []
         self._firsts: list[int] = []  # first offsets of _segs, for bisect

@@ -38,23 +38,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import warren
+from warren.core.store import Syncable
 from warren.store.disk_budget import UNMETERED, DiskBudget
+from warren.store.mirror import FileMirror
 from warren.store.sync_files import sync_files, sync_files_python
 
 log = logging.getLogger("warren.store")
-
-
-class Syncable(Protocol):
-    def sync(self) -> None:
-        """Both halves at once, on the calling thread."""
-        ...
-
-    def flush(self) -> None: ...
-
-    def collect_sync(self, fds: list[int], paths: list[Path], dirs: list[Path]) -> None:
-        """The first half of sync(): flush, and add what needs an fdatasync (the
-        descriptors are duplicates the syncer closes) and the directories to fsync."""
-        ...
 
 
 Callback = Callable[[bool], None]
@@ -74,9 +63,11 @@ def _lost(stores: tuple[Syncable, ...], first: int, last: int) -> bool:
 ChangeMark = tuple[int, int]
 
 
-class Replication(Protocol):
-    """Clustering's side of a confirm (cluster/leader.py's Replicator): every
-    change to the data directory is an action numbered ``position``."""
+class Replication(FileMirror, Protocol):
+    """Clustering's side of a confirm (cluster/leader.py's Replicator): the data
+    directory's mirror (the broker hands it to its DataDir, which gives it to
+    every store), and every change it hears of is an action numbered
+    ``position``."""
 
     position: int
 

@@ -18,6 +18,7 @@ from warren.core.users import (
 )
 from warren.store import damage
 from warren.store.layout import read_json_checked, write_json_atomically
+from warren.store.mirror import FileMirror
 
 log = logging.getLogger("warren.store")
 
@@ -27,7 +28,9 @@ MGMT_FILE = "mgmt.json"
 _MGMT_KEYS = ("vhost_metadata", "global_parameters")
 
 
-def load_users(path: Path, on_damage: str = damage.REFUSE) -> UserStore:
+def load_users(
+    path: Path, on_damage: str = damage.REFUSE, mirror: FileMirror | None = None
+) -> UserStore:
     """The users ``path`` holds (an empty store, ``from_file`` False, when there is
     no such file). A file that cannot be read whole refuses the start, or is set
     aside and the store starts empty with ``from_file`` True, so that no
@@ -49,7 +52,7 @@ def load_users(path: Path, on_damage: str = damage.REFUSE) -> UserStore:
         log.error("starting with no users: add one with `warren users add`")
         return store
     store.from_file = bool(data)
-    _migrate_from_mgmt(store, path)
+    _migrate_from_mgmt(store, path, mirror)
     return store
 
 
@@ -81,7 +84,7 @@ def _limits(raw: Any) -> dict[str, int]:
     }
 
 
-def _migrate_from_mgmt(store: UserStore, path: Path) -> None:
+def _migrate_from_mgmt(store: UserStore, path: Path, mirror: FileMirror | None) -> None:
     """Move what an older Warren kept in mgmt.json (stored, never enforced) into
     users.json, once: users.json is written first, so a crash in between only
     repeats the (idempotent) move at the next start."""
@@ -95,8 +98,8 @@ def _migrate_from_mgmt(store: UserStore, path: Path) -> None:
     moved = _migrate_topic_permissions(store, data, mgmt)
     moved_limits = _migrate_user_limits(store, data, mgmt)
     try:
-        save_users(store, path)
-        write_json_atomically(mgmt, data)
+        save_users(store, path, mirror)
+        write_json_atomically(mgmt, data, mirror)
     except OSError as exc:
         log.error("cannot move topic permissions and limits from %s to %s: %s", mgmt, path, exc)
         return
@@ -145,7 +148,8 @@ def _migrate_user_limits(store: UserStore, data: dict[str, Any], mgmt: Path) -> 
     return moved
 
 
-def save_users(store: UserStore, path: Path) -> None:
+def save_users(store: UserStore, path: Path, mirror: FileMirror | None = None) -> None:
+    """Write the users to ``path`` (``mirror``: the data directory's, told)."""
     users = [
         {
             "name": u.name,
@@ -164,4 +168,4 @@ def save_users(store: UserStore, path: Path) -> None:
         }
         for u in store.users.values()
     ]
-    write_json_atomically(path, {"users": users})
+    write_json_atomically(path, {"users": users}, mirror)

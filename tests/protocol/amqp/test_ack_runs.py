@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import zlib
 from array import array
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,14 +22,13 @@ from amqp_runs import (
     _consume,
     _declare,
     _fast,
-    _opened,
     _queue_state,
     _receive,
     _run_counts,
     _runs,
     publish,
 )
-from harness import Harness
+from harness import Harness, harness_fixture
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
@@ -165,19 +163,13 @@ def test_the_c_crc32_is_zlibs(data: bytes, value: int) -> None:
 # -- through a broker -----------------------------------------------------------------
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Harness]:
-    b = Harness(tmp_path / "data", sync=False)
-    try:
-        yield b
-    finally:
-        b.stop()
+broker = harness_fixture(sync=False)
 
 
 def test_a_run_to_an_acking_consumer_waits_for_prefetch_and_settles_in_bulk(
     broker: Harness,
 ) -> None:
-    c = _opened(broker.amqp())
+    c = broker.amqp_client()
     _declare(c, "a")
     _consume(c, "a", prefetch=10)
     bodies = [f"a{i}".encode() * (i % 5 + 1) for i in range(50)]
@@ -213,7 +205,7 @@ def test_single_acks_nacks_and_requeues_inside_a_run(broker: Harness) -> None:
     """Acks of single tags in the middle of a run, a nack with requeue of a part,
     a reject of one: the requeued come back redelivered, in their old order,
     with their bodies and properties read back from the store."""
-    c = _opened(broker.amqp())
+    c = broker.amqp_client()
     _declare(c, "m")
     _consume(c, "m", prefetch=100)
     bodies = [f"m{i}".encode() for i in range(20)]
@@ -241,7 +233,7 @@ def test_single_acks_nacks_and_requeues_inside_a_run(broker: Harness) -> None:
 
 
 def test_rejected_run_deliveries_are_dead_lettered_whole(broker: Harness) -> None:
-    c = _opened(broker.amqp())
+    c = broker.amqp_client()
     c.send_method(1, commands.Exchange.Declare(exchange="dlx", exchange_type="fanout"))
     c.expect_method(commands.Exchange.DeclareOk)
     _declare(c, "dead")
@@ -273,7 +265,7 @@ def test_rejected_run_deliveries_are_dead_lettered_whole(broker: Harness) -> Non
 def test_a_closing_channel_and_recover_give_run_deliveries_back_in_order(
     broker: Harness,
 ) -> None:
-    c = _opened(broker.amqp(), channels=2)
+    c = broker.amqp_client(2)
     _declare(c, "r")
     _consume(c, "r", prefetch=30, channel=1, tag="first")
     bodies = [f"r{i}".encode() for i in range(30)]
@@ -296,7 +288,7 @@ def test_a_closing_channel_and_recover_give_run_deliveries_back_in_order(
 
 
 def test_acks_in_a_transaction_hold_until_commit_and_roll_back(broker: Harness) -> None:
-    c = _opened(broker.amqp())
+    c = broker.amqp_client()
     _declare(c, "t")
     _consume(c, "t", prefetch=20)
     c.send(b"".join(publish(f"t{i}".encode(), "t") for i in range(20)))
@@ -320,7 +312,7 @@ def test_unacked_run_deliveries_survive_a_restart_and_acked_ones_do_not(tmp_path
     data = tmp_path / "data"
     b = Harness(data)
     try:
-        c = _opened(b.amqp())
+        c = b.amqp_client()
         _declare(c, "dur", durable=True)
         _consume(c, "dur", prefetch=100)
         c.send_method(1, commands.Confirm.Select())
@@ -350,7 +342,7 @@ def test_unacked_run_deliveries_survive_a_restart_and_acked_ones_do_not(tmp_path
         b.stop()
     b = Harness(data)
     try:
-        c = _opened(b.amqp())
+        c = b.amqp_client()
         got = []
         while True:
             c.send_method(1, commands.Basic.Get(queue="dur", no_ack=True))

@@ -4,24 +4,21 @@ raw frames (issue 27): acks out of order and in rows of consecutive tags
 nack and reject of part of a run.
 
 Moved from tests/core/test_backlog_acks.py to the in-memory harness (tests/harness):
-these three spoke only raw frames, so the same frames go to AMQPConnection with
-no socket (a row of acks sent at once is one read, as meant; a restart is a
-new Harness on the same data dir). The file's tests with real clients (pika),
+these spoke only raw frames, so the same frames go to AMQPConnection with no
+socket (a row of acks sent at once is one read, as meant; a restart is a new
+Harness on the same data dir). The file's tests with real clients (pika),
 a kill -9 and the scanners stay there.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from amqp_runs import (
     _consume,
     _declare,
     _fill,
-    _opened,
     _queue_state,
     _receive,
     _round_trip,
@@ -29,18 +26,11 @@ from amqp_runs import (
     _spans,
     ack_frame,
 )
-from harness import Harness
+from harness import Harness, MemoryAMQP, harness_fixture
 from pamqp import commands
 
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Harness]:
-    # Small segments: a backlog of a few thousand messages spans several.
-    b = Harness(tmp_path / "data", segment_size=64 * 1024)
-    try:
-        yield b
-    finally:
-        b.stop()
+# Small segments: a backlog of a few thousand messages spans several.
+broker = harness_fixture(segment_size=64 * 1024)
 
 
 def test_single_acks_out_of_order_and_in_rows_settle_every_delivery_once(tmp_path: Path) -> None:
@@ -56,7 +46,7 @@ def test_single_acks_out_of_order_and_in_rows_settle_every_delivery_once(tmp_pat
         broker.stop()
     again = Harness(tmp_path / "data", segment_size=64 * 1024)
     try:
-        c = _opened(again.amqp())
+        c = again.amqp_client()
         _consume(c, "out", prefetch=100)
         back = _receive(c, 50)
         assert [b for _, _, b, _ in back] == _bodies()[2950:]
@@ -74,7 +64,7 @@ def _bodies() -> list[bytes]:
 
 
 def _acks_out_of_order(broker: Harness) -> None:
-    c = _opened(broker.amqp(), channels=2)
+    c = broker.amqp_client(2)
     _declare(c, "out", durable=True)
     bodies = _bodies()
     _fill(c, "out", bodies, channel=2)
@@ -115,7 +105,7 @@ def test_multiple_acks_across_runs_and_segments(broker: Harness) -> None:
     """A backlog over several segment files, prefetch 1,000: multiple acks that
     end inside a run, cover several runs and cross segments; the files of fully
     acknowledged segments go; the rest comes in order, nothing twice."""
-    c = _opened(broker.amqp(), channels=2)
+    c = broker.amqp_client(2)
     _declare(c, "multi", durable=True)
     bodies = [f"x{i:05d}".encode() * 20 for i in range(2500)]
     _fill(c, "multi", bodies, channel=2)
@@ -141,7 +131,7 @@ def test_multiple_acks_across_runs_and_segments(broker: Harness) -> None:
 
 
 def test_nack_and_reject_of_part_of_a_run_requeue_in_the_old_order(broker: Harness) -> None:
-    c = _opened(broker.amqp(), channels=2)
+    c = broker.amqp_client(2)
     _declare(c, "nk")
     bodies = [f"n{i}".encode() for i in range(100)]
     _fill(c, "nk", bodies, channel=2)
@@ -161,3 +151,42 @@ def test_nack_and_reject_of_part_of_a_run_requeue_in_the_old_order(broker: Harne
     _round_trip(c)
     assert _queue_state(broker, "nk")[:2] == (0, 0)
     c.close()
+
+
+def _drain(c: MemoryAMQP, queue: str, n: int) -> list[tuple[bytes, bool]]:
+    """(body, redelivered) of the next ``n`` messages, acked 500 at a time."""
+    _consume(c, queue, prefetch=500)
+    out = []
+    while len(out) < n:
+        for _, r, b, _ in _receive(c, min(500, n - len(out))):
+            out.append((b, r))
+        c.send_method(1, commands.Basic.Ack(delivery_tag=0, multiple=True))
+    return out
+
+
+def test_runs_unacked_at_a_restart_come_back(tmp_path: Path) -> None:
+    """Runs delivered and partly acked (a multiple ack, a row of single acks),
+    then a clean restart: the unacked ones come back redelivered, in order, the
+    rest after them. (Moved from test_backlog_acks.py's restart and kill -9 test,
+    whose kill -9 half stays there.)"""
+    data = tmp_path / "data"
+    bodies = [f"r{i:04d}".encode() * 10 for i in range(2000)]
+    with Harness(data, segment_size=64 * 1024) as b:
+        c = b.amqp_client(2)
+        _declare(c, "dur", durable=True)
+        _fill(c, "dur", bodies, channel=2)
+        _consume(c, "dur", prefetch=800)
+        _receive(c, 800)
+        assert len(_spans(b)) >= 2
+        c.send_method(1, commands.Basic.Ack(delivery_tag=300, multiple=True))
+        c.send(b"".join(ack_frame(1, t) for t in range(301, 401)))
+        _receive(c, 400)  # the credit brings 400 more
+        _round_trip(c)
+        assert _queue_state(b, "dur")[:2] == (800, 800)
+        c.close_socket()
+    with Harness(data, segment_size=64 * 1024) as b:
+        c = b.amqp_client()
+        got = _drain(c, "dur", 1600)
+        c.close()
+    assert [x for x, _ in got] == bodies[400:]
+    assert all(r for _, r in got[:800]) and not any(r for _, r in got[800:])

@@ -8,18 +8,16 @@ Broker with no listeners), which shows that the two ends agree.
 
 from __future__ import annotations
 
-import asyncio
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import Harness, harness_fixture
 from pamqp import commands, frame, heartbeat
 from pamqp.base import Frame
 from pamqp.header import ProtocolHeader
 
-from warren import Config
 from warren.amqp import spec
 from warren.amqp.connection import AMQPConnection
 from warren.amqp.frames import content_frames, method_frame
@@ -245,19 +243,9 @@ def test_confirm_tracker_counts_multiple_single_and_nacks() -> None:
 # -- against the broker's own connection, in memory ---------------------------------------
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    """A core Broker with no listeners, started on a loop of this test's own
-    (``broker.test_loop``: the tests run its pending callbacks, no time passes)."""
-    loop = asyncio.new_event_loop()
-    core = Broker(Config(data_dir=str(tmp_path / "data"), amqp_port=0))
-    loop.run_until_complete(core.start())
-    core.test_loop = loop  # type: ignore[attr-defined]
-    try:
-        yield core
-    finally:
-        loop.run_until_complete(core.stop())
-        loop.close()
+#: A core Broker with no listeners on the harness's loop (the tests run its
+#: pending callbacks with ``pump``; no time passes).
+broker = harness_fixture()
 
 
 class Wire:
@@ -305,8 +293,8 @@ def methods(events: list[Any]) -> list[spec.Method]:
     return [e.method for e in events if isinstance(e, MethodReceived)]
 
 
-def test_the_client_and_the_broker_connection_agree(broker: Broker) -> None:
-    wire = Wire(broker)
+def test_the_client_and_the_broker_connection_agree(broker: Harness) -> None:
+    wire = Wire(broker.broker)
     wire.client.connect()
     assert [type(e) for e in wire.pump()] == [Opened]
     assert wire.client.server_properties["product"] == "RabbitMQ"
@@ -346,15 +334,14 @@ def test_the_client_and_the_broker_connection_agree(broker: Broker) -> None:
     assert wire.closed
 
 
-def _turn(broker: Broker, wire: Wire) -> list[Any]:
+def _turn(broker: Harness, wire: Wire) -> list[Any]:
     """Let the broker's loop run its scheduled work once, then carry the bytes."""
-    loop: asyncio.AbstractEventLoop = broker.test_loop  # type: ignore[attr-defined]
-    loop.run_until_complete(asyncio.sleep(0))
+    broker.pump()
     return wire.pump()
 
 
-def test_a_wrong_password_is_refused_as_the_client_expects(broker: Broker) -> None:
-    wire = Wire(broker)
+def test_a_wrong_password_is_refused_as_the_client_expects(broker: Harness) -> None:
+    wire = Wire(broker.broker)
     wire.client.password = "wrong"
     wire.client.connect()
     [closed] = wire.pump()
@@ -392,10 +379,10 @@ def test_a_follower_opens_with_the_shared_handshake_and_refuses_a_publish(
 
 
 def test_a_follower_refuses_a_wrong_password_as_the_broker_does(
-    broker: Broker, tmp_path: Path
+    broker: Harness, tmp_path: Path
 ) -> None:
     replies = []
-    for wire in (Wire(broker), replica_wire(tmp_path)):
+    for wire in (Wire(broker.broker), replica_wire(tmp_path)):
         wire.client.password = "wrong"
         wire.client.connect()
         [closed] = wire.pump()
@@ -415,11 +402,11 @@ def test_a_follower_refuses_a_wrong_password_as_the_broker_does(
     ],
 )
 def test_a_follower_answers_bad_frames_as_the_broker_does(
-    broker: Broker, tmp_path: Path, bad: bytes
+    broker: Harness, tmp_path: Path, bad: bytes
 ) -> None:
     """One frame loop: the same bytes get the same connection.close from both."""
     replies = []
-    for wire in (Wire(broker), replica_wire(tmp_path)):
+    for wire in (Wire(broker.broker), replica_wire(tmp_path)):
         wire.client.connect()
         wire.pump()
         wire.client.send(bad)

@@ -1,4 +1,4 @@
-"""Fuzzing message headers through a real broker: "a confirmed message is never
+"""Fuzzing message headers through the broker: "a confirmed message is never
 lost, and one client's bad message never hurts another".
 
 Warren validates a message's content-header properties once, at publish
@@ -31,11 +31,17 @@ entries can be compared byte for byte with what comes out. The dead-lettering
 test separately puts a publisher's own x-death in front: RabbitMQ 3.x (and
 Warren) count a matching entry on, editing only its count.
 
-Replies are read with tests/rawamqp.py (pamqp decodes every frame, so it is
-one of the clients reading each delivery), keeping the content header's raw
-bytes so the headers can be compared byte for byte with what was published,
+Replies are read with tests/rawamqp.py's frames (pamqp decodes every frame, so
+it is one of the clients reading each delivery), keeping the content header's
+raw bytes so the headers can be compared byte for byte with what was published,
 and checking that no frame exceeds the negotiated frame_max (a content header
 cannot be split, so a copy that grew past it could not be sent correctly).
+
+In memory (issue 29): the broker is a tests/harness Harness and every
+connection a MemoryAMQP, the same bytes fed to its AMQPConnection with no
+socket; a restart is a new Harness on the same data dir. Delays and TTLs run
+on a ManualClock that the test moves past them, where it used to poll the
+queues on the wall clock until they had passed.
 
 Tests: (a) publish through every exchange type, (b) dead-lettering for every
 reason, including another client's publish pushing the message out of a
@@ -48,10 +54,10 @@ module found are pinned with @example (see the section before a).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import struct
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -62,12 +68,13 @@ import amqp.serialization
 import pamqp.decode
 import pika.data
 import pytest
-from conftest import BrokerThread, start_broker
+from harness import Harness, MemoryAMQP
 from hypothesis import HealthCheck, event, example, given, note, settings
 from hypothesis import strategies as st
 from pamqp import base, commands, header, heartbeat
-from rawamqp import RawAMQP, body_frame, method_frame, raw_frame
+from rawamqp import body_frame, method_frame, raw_frame
 
+from warren.core.clock import ManualClock
 from warren.core.codec_errors import DecodeError, UnsafeValue
 from warren.core.table import decode_table, validate_table
 
@@ -657,18 +664,21 @@ class Outcome:
         return f"{self.kind} {self.code}"
 
 
-class Wire(RawAMQP):
+_peers = itertools.count(41000)
+
+
+class Wire(MemoryAMQP):
     """One connection with channel 1 open; pamqp decodes every frame read (so it is
     one of the clients reading each message) and content headers are kept raw."""
 
-    def __init__(self, port: int) -> None:
-        super().__init__(port, timeout=10.0)
+    def __init__(self, harness: Harness) -> None:
+        super().__init__(harness, ("127.0.0.1", next(_peers)), timeout=10.0)
         self.raw_properties: list[bytes] = []
         self.server_closed = False
 
     @classmethod
-    def connect(cls, port: int, confirm: bool = False) -> Wire:
-        wire = cls(port)
+    def connect(cls, harness: Harness, confirm: bool = False) -> Wire:
+        wire = cls(harness)
         try:
             wire.handshake(heartbeat=0)
             wire.open_channel(1)
@@ -793,15 +803,6 @@ class Wire(RawAMQP):
         while (d := self.get(queue)) is not None:
             out.append(d)
         return out
-
-    def wait_get(self, queue: str, timeout: float = 5.0) -> Delivery | None:
-        """basic.get (auto-ack) until a message comes, or None at the deadline."""
-        deadline = time.monotonic() + timeout
-        while True:
-            got = self.get(queue)
-            if got is not None or time.monotonic() > deadline:
-                return got
-            time.sleep(0.005)  # a polling interval, bounded by the deadline
 
 
 def uniq(prefix: str) -> str:
@@ -950,17 +951,17 @@ EXCHANGE_KINDS = (
 
 @dataclass
 class Topology:
-    broker: BrokerThread
+    broker: Harness
     exchanges: dict[str, str] = field(default_factory=dict)  # kind -> exchange
     queues: dict[str, str] = field(default_factory=dict)  # kind -> its queue
 
 
 @pytest.fixture(scope="module")
 def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
-    broker = start_broker(tmp_path_factory.mktemp("fuzz-routing"))
+    broker = Harness(tmp_path_factory.mktemp("fuzz-routing"), clock=ManualClock())
     try:
         topo = Topology(broker)
-        with Wire.connect(broker.port) as wire:
+        with Wire.connect(broker) as wire:
             for kind, args, key, bind_args in EXCHANGE_KINDS:
                 ex, q = uniq(kind), uniq(f"{kind}-q")
                 wire.exchange(ex, kind, args)
@@ -990,21 +991,18 @@ def test_publish_through_every_exchange_type(
     published = U32.pack(U32.unpack_from(raw, 0)[0] + len(prefix)) + prefix + raw[4:]
     verdict = expected(published)
     body = uuid.uuid4().bytes
-    port = topology.broker.port
-    with Wire.connect(port, confirm=True) as pub:
+    broker = topology.broker
+    with Wire.connect(broker, confirm=True) as pub:
         pub.publish(topology.exchanges[kind], ROUTING_KEY, properties(published), body)
-        sent_at = time.monotonic()
         got = pub.outcome()
     check_refusal(verdict, got)
+    if kind == "x-delayed-message":
+        # Its delay passes (accepted or not: a message wrongly held is seen here,
+        # not by a later example).
+        broker.advance(delay)
 
-    with Wire.connect(port) as admin:
+    with Wire.connect(broker) as admin:
         arrived: dict[str, list[Delivery]] = {}
-        if kind == "x-delayed-message":
-            # Accepted: wait for it. Refused: watch until its delay has passed, so
-            # that a message wrongly held is seen here, not by a later example.
-            wait = 5.0 if got.kind == "ack" else sent_at + delay / 1000 + 0.05 - time.monotonic()
-            first = admin.wait_get(topology.queues[kind], wait)
-            arrived[kind] = [first] if first is not None else []
         for k, q in topology.queues.items():
             arrived.setdefault(k, []).extend(admin.drain(q))
     note(f"arrived: { {k: len(v) for k, v in arrived.items()} }")
@@ -1047,8 +1045,8 @@ DL_REASONS = {
 
 
 @pytest.fixture(scope="module")
-def dl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    broker = start_broker(tmp_path_factory.mktemp("fuzz-dead-letter"))
+def dl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    broker = Harness(tmp_path_factory.mktemp("fuzz-dead-letter"), clock=ManualClock())
     try:
         yield broker
     finally:
@@ -1099,9 +1097,9 @@ def _return(admin: Wire, d: Delivery, mode: str) -> None:
     ),
 )
 def test_dead_lettering_keeps_headers(
-    dl_broker: BrokerThread, raw: bytes, mode: str, ttl: int, prior: PriorDeaths | None
+    dl_broker: Harness, raw: bytes, mode: str, ttl: int, prior: PriorDeaths | None
 ) -> None:
-    port = dl_broker.port
+    port = dl_broker  # where each Wire connects
     q, dlq, dlx = uniq("src"), uniq("dlq"), uniq("dlx")
     old_items: list[bytes] = []
     match = None
@@ -1151,10 +1149,13 @@ def test_dead_lettering_keeps_headers(
                     assert counts == [entry(b"x-delivery-count", b"l" + struct.pack(">q", 1))]
                 _return(admin, d, mode)
 
-            # Expiry takes a timer's turn; the other deaths happen before the reply
-            # that the test waited for, but a bounded wait costs nothing when it passes.
-            expiry = mode in ("expiration", "queue-ttl")
-            dead = admin.wait_get(dlq, 3.0 if expiry else 0.5) if accepted else None
+            # Expiry takes a timer: the clock moves past the TTL (expiration "0",
+            # the queue's 0, 1 or 20 ms). The other deaths happen before the reply
+            # that the test waited for; the loop settles all the same.
+            if mode in ("expiration", "queue-ttl"):
+                dl_broker.advance((ttl if mode == "queue-ttl" else 0) + 1)
+            dl_broker.settle()
+            dead = admin.get(dlq) if accepted else None
             rest_dlq, rest_q = admin.drain(dlq), admin.drain(q)
         finally:
             # On a fresh connection: a failed check may have left ``admin`` mid-message.
@@ -1189,11 +1190,11 @@ class Restartable:
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
-        self.broker = start_broker(data_dir)
+        self.broker = Harness(data_dir)
 
     def restart(self) -> None:
         self.broker.stop()
-        self.broker = start_broker(self.data_dir)
+        self.broker = Harness(self.data_dir)
 
 
 @pytest.fixture(scope="module")
@@ -1209,7 +1210,7 @@ def restartable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Restartabl
 @given(raws=st.lists(header_tables(outer_mutation=False), min_size=1, max_size=10))
 def test_persistent_headers_survive_a_restart(restartable: Restartable, raws: list[bytes]) -> None:
     q = uniq("durable")
-    with Wire.connect(restartable.broker.port) as admin:
+    with Wire.connect(restartable.broker) as admin:
         admin.queue(q, durable=True)
     published: list[tuple[bytes, bytes]] = []  # (properties, body) of the confirmed ones
     pub: Wire | None = None
@@ -1218,7 +1219,7 @@ def test_persistent_headers_survive_a_restart(restartable: Restartable, raws: li
             verdict = expected(raw)
             props, body = properties(raw, delivery_mode=2), f"{i}-{uuid.uuid4()}".encode()
             if pub is None:
-                pub = Wire.connect(restartable.broker.port, confirm=True)
+                pub = Wire.connect(restartable.broker, confirm=True)
             pub.publish("", q, props, body)
             got = pub.outcome()
             note(f"message {i}: {len(raw)} bytes")
@@ -1233,7 +1234,7 @@ def test_persistent_headers_survive_a_restart(restartable: Restartable, raws: li
             pub.shutdown()
 
     restartable.restart()
-    with Wire.connect(restartable.broker.port) as admin:
+    with Wire.connect(restartable.broker) as admin:
         recovered = admin.drain(q)
         admin.delete_queue(q)
     assert [d.body for d in recovered] == [b for _, b in published], "lost, added or reordered"

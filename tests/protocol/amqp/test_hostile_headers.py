@@ -4,37 +4,42 @@ Regression tests for what a hostile or careless publisher could do before
 properties were validated at publish: deeply nested headers that broke
 dead-lettering (541 and a lost message), expiry that stopped for good after one
 such message, another client's connection closed for an overflow it did not
-cause, and an unknown field type that was confirmed and then cut off every pika
-consumer of the queue. Real clients and raw sockets against an embedded broker.
+cause, and an unknown field type that was confirmed and then cut off every
+consumer of the queue.
 
 The containment tests at the end stand in for data written before validation
 existed: a record whose properties cannot be parsed is put into a queue through
 the queue itself (as an older Warren stored it), and the queue must keep it,
 say so once, and go on with its other work.
+
+In memory (issue 29): every client is a tests/harness MemoryAMQP whose frames
+pamqp decodes (pika was the client before, raw sockets where pika cannot send
+or read the bytes); the expiry tests run on a ManualClock moved past the TTL
+instead of polling the queues on the wall clock; a restart is a new Harness
+on the same data dir. That pika, aio-pika and py-amqp read headers at the
+depth limit needs those clients, so that test stays on a socket:
+tests/protocol/amqp/test_deep_headers_clients.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import struct
 import time
-from collections.abc import Iterator
+import uuid
 from pathlib import Path
 from typing import Any
 
-import aio_pika
-import amqp
-import pika
-import pika.exceptions
 import pytest
-from conftest import BrokerThread, start_broker
+from harness import Harness, MemoryAMQP, harness_fixture
 from pamqp import commands
-from pikahelp import connect, ready_count, uniq, wait_until
-from rawamqp import FRAME_BODY, FRAME_HEADER, RawAMQP, method_frame, raw_frame
+from rawamqp import FRAME_BODY, FRAME_HEADER, AMQPFrames, method_frame, publish_frames, raw_frame
 
 from warren.core.message import Message
 from warren.core.table import MAX_DEPTH
+
+broker = harness_fixture()
+clocked = harness_fixture(manual_clock=True)
 
 # -- helpers --------------------------------------------------------------------------
 
@@ -64,8 +69,40 @@ def _table(body: bytes) -> bytes:
 UNKNOWN_TAG_PROPERTIES = struct.pack(">H", 0x3000) + _table(b"\x01kZ\x00") + b"\x02"
 
 
+def uniq(prefix: str = "q") -> str:
+    return f"test-{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def client(b: Harness, confirm: bool = False) -> MemoryAMQP:
+    """A connection with channel 1 open (in confirm mode if asked)."""
+    c = b.amqp_client()
+    if confirm:
+        c.send_method(1, commands.Confirm.Select())
+        c.expect_method(commands.Confirm.SelectOk)
+    return c
+
+
+def declare(c: AMQPFrames, queue: str, durable: bool = False, **arguments: Any) -> None:
+    c.send_method(
+        1, commands.Queue.Declare(queue=queue, durable=durable, arguments=arguments or None)
+    )
+    c.expect_method(commands.Queue.DeclareOk)
+
+
+def publish(
+    c: AMQPFrames,
+    exchange: str,
+    routing_key: str,
+    body: bytes,
+    properties: commands.Basic.Properties | None = None,
+) -> None:
+    """basic.publish in confirm mode: its basic.ack must come next."""
+    c.send(publish_frames(1, body, routing_key, exchange, properties))
+    c.expect_method(commands.Basic.Ack, channel=1)
+
+
 def raw_publish(
-    client: RawAMQP, routing_key: str, properties: bytes, data: bytes, exchange: str = ""
+    client: AMQPFrames, routing_key: str, properties: bytes, data: bytes, exchange: str = ""
 ) -> None:
     """basic.publish with a content header whose property list is given as bytes."""
     client.send(
@@ -75,68 +112,48 @@ def raw_publish(
     )
 
 
-def dlx_queue(ch: Any, **arguments: Any) -> tuple[str, str]:
+def dlx_queue(c: AMQPFrames, **arguments: Any) -> tuple[str, str]:
     """A queue dead-lettering (through the default exchange) into a second queue."""
     src, dlq = uniq("src"), uniq("dlq")
-    ch.queue_declare(dlq, durable=True)
+    declare(c, dlq, durable=True)
     args = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq, **arguments}
-    ch.queue_declare(src, durable=True, arguments=args)
+    declare(c, src, durable=True, **args)
     return src, dlq
 
 
-def wait_for_count(conn: Any, ch: Any, queue: str, count: int, timeout: float = 5.0) -> None:
-    wait_until(conn, lambda: ready_count(ch, queue) == count, timeout)
-
-
-@pytest.fixture
-def broker_dir(tmp_path: Path) -> Iterator[tuple[BrokerThread, Path]]:
-    """A broker and its data directory, for tests that restart it (stop() twice is fine)."""
-    data = tmp_path / "data"
-    b = start_broker(data)
-    try:
-        yield b, data
-    finally:
-        b.stop()
+def persistent(headers: dict[str, Any] | None = None) -> commands.Basic.Properties:
+    return commands.Basic.Properties(headers=headers, delivery_mode=2)
 
 
 # -- refused at publish, never confirmed ------------------------------------------------
 
 
-def test_headers_nested_deeper_than_the_limit_are_refused_unconfirmed(
-    broker: BrokerThread,
-) -> None:
-    conn = connect(broker)
-    ch = conn.channel()
+def test_headers_nested_deeper_than_the_limit_are_refused_unconfirmed(broker: Harness) -> None:
+    c = client(broker, confirm=True)
     q = uniq()
-    ch.queue_declare(q)
-    ch.confirm_delivery()
-    props = pika.BasicProperties(headers=nested(MAX_DEPTH + 1), delivery_mode=2)
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as caught:
-        ch.basic_publish("", q, b"deep", props)
-    assert caught.value.reply_code == 406
-    assert caught.value.reply_text == (
+    declare(c, q)
+    c.send(publish_frames(1, b"deep", q, properties=persistent(nested(MAX_DEPTH + 1))))
+    # The channel's close, with no basic.ack before it.
+    code, text, _, _ = c.expect_channel_close(1)
+    assert code == 406
+    assert text == (
         f"PRECONDITION_FAILED - invalid message: headers nested deeper than {MAX_DEPTH} levels"
     )
-    ch = conn.channel()
-    assert ready_count(ch, q) == 0
-    conn.close()
+    c.open_channel(2)
+    assert c.ready_count(q, channel=2) == 0
+    c.close()
 
 
-def test_unknown_field_type_is_refused_and_consumers_keep_working(broker: BrokerThread) -> None:
-    """RabbitMQ refuses it too (541); before, Warren confirmed it and every pika
-    consumer of the queue then failed to decode it."""
-    consumer_conn = connect(broker)
-    ch = consumer_conn.channel()
+def test_unknown_field_type_is_refused_and_consumers_keep_working(broker: Harness) -> None:
+    """RabbitMQ refuses it too (541); before, Warren confirmed it and every consumer
+    of the queue then failed to decode it."""
+    consumer = client(broker)
     q = uniq()
-    ch.queue_declare(q)
-    got: list[bytes] = []
-    ch.basic_consume(q, lambda c, m, p, b: got.append(b), auto_ack=True)
+    declare(consumer, q)
+    consumer.send_method(1, commands.Basic.Consume(queue=q, no_ack=True))
+    consumer.expect_method(commands.Basic.ConsumeOk)
 
-    with RawAMQP(broker.port) as bad:
-        bad.handshake()
-        bad.open_channel(1)
-        bad.send_method(1, commands.Confirm.Select())
-        bad.expect_method(commands.Confirm.SelectOk)
+    with client(broker, confirm=True) as bad:
         raw_publish(bad, q, UNKNOWN_TAG_PROPERTIES, b"poison")
         code, text, class_id, method_id = bad.expect_close()
     assert (code, class_id, method_id) == (501, 60, 40)
@@ -145,141 +162,73 @@ def test_unknown_field_type_is_refused_and_consumers_keep_working(broker: Broker
         "in header 'k': unknown field type 'Z'"
     )
 
-    publisher = connect(broker)
-    publisher.channel().basic_publish("", q, b"fine", pika.BasicProperties(headers={"k": 1}))
-    wait_until([consumer_conn, publisher], lambda: got == [b"fine"])
-    assert consumer_conn.is_open
-    publisher.close()
-    consumer_conn.close()
-
-
-# -- accepted at the limit: every path can handle it ------------------------------------
-
-
-def test_headers_at_the_depth_limit_survive_routing_dead_lettering_and_every_client(
-    broker: BrokerThread,
-) -> None:
-    """Nesting at the limit goes through the headers exchange and CC routing, is
-    rejected into a dead-letter queue, and pika, aio-pika and py-amqp read it back."""
-    conn = connect(broker)
-    ch = conn.channel()
-    ch.confirm_delivery()
-    src, dlq = dlx_queue(ch)
-    other = uniq("cc")
-    ch.queue_declare(other, durable=True)
-    hx = uniq("hx")
-    ch.exchange_declare(hx, "headers")
-    ch.queue_bind(src, hx, arguments={"x-match": "all", "route": "yes"})
-    ch.exchange_declare(dx := uniq("dx"), "direct")
-    ch.queue_bind(src, dx, "to-src")
-    ch.queue_bind(other, dx, "to-other")
-    headers = {"route": "yes", "deep": nested(MAX_DEPTH - 1)}
-    props = pika.BasicProperties(headers=headers, delivery_mode=2, message_id="m1")
-    ch.basic_publish(hx, "", b"by-headers", props)  # confirmed, or this raises
-    cc_props = pika.BasicProperties(headers={**headers, "CC": ["to-other"]}, delivery_mode=2)
-    ch.basic_publish(dx, "to-src", b"by-cc", cc_props)
-    assert ready_count(ch, src) == 2 and ready_count(ch, other) == 1
-
-    for _ in range(2):
-        method, _, _ = ch.basic_get(src)
-        assert method is not None
-        ch.basic_reject(method.delivery_tag, requeue=False)
-    wait_for_count(conn, ch, dlq, 2)
-
-    method, got, body = ch.basic_get(dlq, auto_ack=True)  # pika
-    assert body == b"by-headers"
-    assert depth(got.headers["deep"]) == MAX_DEPTH - 1
-    assert got.headers["x-death"][0]["reason"] == "rejected"
-    assert got.headers["x-first-death-queue"] == src
-
-    async def aio_get() -> Any:  # aio-pika (pamqp)
-        c = await aio_pika.connect(broker.url)
-        try:
-            channel = await c.channel()
-            queue = await channel.get_queue(dlq, ensure=False)
-            return await queue.get(no_ack=True)
-        finally:
-            await c.close()
-
-    message = asyncio.run(aio_get())
-    assert message.body == b"by-cc"
-    assert depth(message.headers["deep"]) == MAX_DEPTH - 1
-    # A dead-letter routing key replaces the CC header; x-death keeps the keys.
-    assert "CC" not in message.headers
-    assert message.headers["x-death"][0]["routing-keys"] == ["to-src", "to-other"]
-
-    with amqp.Connection(f"127.0.0.1:{broker.port}") as pyamqp:  # py-amqp
-        pych = pyamqp.channel()
-        msg = pych.basic_get(other, no_ack=True)
-        assert msg is not None and msg.body == b"by-cc"
-        assert depth(msg.headers["deep"]) == MAX_DEPTH - 1
-    conn.close()
-
-
-def test_headers_at_the_depth_limit_survive_a_restart(
-    broker_dir: tuple[BrokerThread, Path],
-) -> None:
-    broker, data = broker_dir
-    conn = connect(broker)
-    ch = conn.channel()
-    ch.confirm_delivery()
-    q = uniq()
-    ch.queue_declare(q, durable=True)
-    ch.basic_publish(
-        "", q, b"kept", pika.BasicProperties(headers=nested(MAX_DEPTH), delivery_mode=2)
+    publisher = client(broker)
+    publisher.send(
+        publish_frames(1, b"fine", q, properties=commands.Basic.Properties(headers={"k": 1}))
     )
-    conn.close()
-    broker.stop()
-    restarted = start_broker(data)
-    try:
-        conn = connect(restarted)
-        method, props, body = conn.channel().basic_get(q, auto_ack=True)
+    # The first delivery is the good message (pamqp decodes it), and the consumer
+    # is still served.
+    consumer.expect_method(commands.Basic.Deliver)
+    assert consumer.expect_content()[1] == b"fine"
+    assert consumer.ready_count(q) == 0
+    publisher.close()
+    consumer.close()
+
+
+# -- accepted at the limit ----------------------------------------------------------------
+
+
+def test_headers_at_the_depth_limit_survive_a_restart(tmp_path: Path) -> None:
+    with Harness(tmp_path / "data") as b:
+        c = client(b, confirm=True)
+        q = uniq()
+        declare(c, q, durable=True)
+        publish(c, "", q, b"kept", persistent(nested(MAX_DEPTH)))
+        c.close()
+    with Harness(tmp_path / "data") as restarted:
+        c = client(restarted)
+        _, props, body = c.basic_get(q)
+        assert props is not None
         assert body == b"kept" and depth(props.headers) == MAX_DEPTH
-        conn.close()
-    finally:
-        restarted.stop()
+        c.close()
 
 
-def test_expiry_dead_letters_deep_headers_and_goes_on_expiring(broker: BrokerThread) -> None:
+def test_expiry_dead_letters_deep_headers_and_goes_on_expiring(clocked: Harness) -> None:
     """Before, the expiry timer raised on this message: it was lost, and messages
     behind it stayed queued long after their TTL."""
-    conn = connect(broker)
-    ch = conn.channel()
-    ch.confirm_delivery()
-    src, dlq = dlx_queue(ch, **{"x-message-ttl": 100})
-    deep = pika.BasicProperties(headers=nested(MAX_DEPTH), delivery_mode=2)
-    ch.basic_publish("", src, b"deep", deep)
+    c = client(clocked, confirm=True)
+    src, dlq = dlx_queue(c, **{"x-message-ttl": 100})
+    publish(c, "", src, b"deep", persistent(nested(MAX_DEPTH)))
     for i in range(3):
-        ch.basic_publish("", src, f"plain-{i}".encode(), pika.BasicProperties(delivery_mode=2))
-    wait_for_count(conn, ch, dlq, 4)
-    assert ready_count(ch, src) == 0
+        publish(c, "", src, f"plain-{i}".encode(), persistent())
+    clocked.advance(100)
+    clocked.settle()
+    assert c.ready_count(dlq) == 4
+    assert c.ready_count(src) == 0
     bodies = []
     for _ in range(4):
-        _, props, body = ch.basic_get(dlq, auto_ack=True)
+        _, props, body = c.basic_get(dlq)
+        assert props is not None
         assert props.headers["x-death"][0]["reason"] == "expired"
         bodies.append(body)
     assert bodies == [b"deep", b"plain-0", b"plain-1", b"plain-2"]
-    conn.close()
+    c.close()
 
 
-def test_another_clients_overflow_never_closes_its_connection(broker: BrokerThread) -> None:
+def test_another_clients_overflow_never_closes_its_connection(broker: Harness) -> None:
     """x-max-length 1: B's publish pushes A's deep-header message out; before, B's
     connection was closed with 541 and A's message lost."""
-    a = connect(broker)
-    ach = a.channel()
-    ach.confirm_delivery()
-    src, dlq = dlx_queue(ach, **{"x-max-length": 1})
-    ach.basic_publish("", src, b"from-a", pika.BasicProperties(headers=nested(MAX_DEPTH)))
-    b = connect(broker)
-    bch = b.channel()
-    bch.confirm_delivery()
-    bch.basic_publish("", src, b"from-b")  # confirmed, or this raises
-    assert b.is_open and bch.is_open
-    _, props, body = bch.basic_get(dlq, auto_ack=True)
+    a = client(broker, confirm=True)
+    src, dlq = dlx_queue(a, **{"x-max-length": 1})
+    publish(a, "", src, b"from-a", commands.Basic.Properties(headers=nested(MAX_DEPTH)))
+    b = client(broker, confirm=True)
+    publish(b, "", src, b"from-b")  # confirmed: basic.ack, not a close
+    _, props, body = b.basic_get(dlq)  # and B's connection still answers
+    assert props is not None
     assert body == b"from-a"
     assert props.headers["x-death"][0]["reason"] == "maxlen"
     assert depth(props.headers["a"]) == MAX_DEPTH - 1
-    _, _, body = bch.basic_get(src, auto_ack=True)
+    _, _, body = b.basic_get(src)
     assert body == b"from-b"
     a.close()
     b.close()
@@ -288,18 +237,19 @@ def test_another_clients_overflow_never_closes_its_connection(broker: BrokerThre
 # -- containment: a message that cannot be dead-lettered stays ----------------------------
 
 
-def _store_unreadable(broker: BrokerThread, queue: str, data: bytes) -> None:
+def _store_unreadable(broker: Harness, queue: str, data: bytes) -> None:
     """Put a message whose properties cannot be parsed into ``queue`` the way an
     older Warren, which did not validate them, stored it."""
 
     def store() -> None:
         q = broker.broker.vhosts["/"].queues[queue]
-        q.publish(Message("", queue, UNKNOWN_TAG_PROPERTIES, data))
+        now = broker.broker.clock.now_ms()
+        q.publish(Message("", queue, UNKNOWN_TAG_PROPERTIES, data, now))
 
     broker.call(store)
 
 
-def _ready_properties(broker: BrokerThread, queue: str) -> list[bytes]:
+def _ready_properties(broker: Harness, queue: str) -> list[bytes]:
     """The raw properties of the queue's ready messages, in order (from its store)."""
 
     def scan() -> list[bytes]:
@@ -309,7 +259,7 @@ def _ready_properties(broker: BrokerThread, queue: str) -> list[bytes]:
     return broker.call(scan)
 
 
-def _raw_frame(client: RawAMQP) -> tuple[int, bytes]:
+def _raw_frame(client: AMQPFrames) -> tuple[int, bytes]:
     """The next frame's type and payload, undecoded (pamqp cannot parse these)."""
     deadline = time.monotonic() + 5
     while len(client.buf) < 7 or len(client.buf) < 8 + struct.unpack_from(">I", client.buf, 3)[0]:
@@ -320,7 +270,7 @@ def _raw_frame(client: RawAMQP) -> tuple[int, bytes]:
     return frame_type, payload
 
 
-def _raw_content(client: RawAMQP) -> tuple[bytes, bytes]:
+def _raw_content(client: AMQPFrames) -> tuple[bytes, bytes]:
     """A content header's payload and the body that follows it, undecoded."""
     frame_type, header_payload = _raw_frame(client)
     assert frame_type == FRAME_HEADER
@@ -344,91 +294,82 @@ def _failures_logged(caplog: pytest.LogCaptureFixture, queue: str) -> int:
 
 
 def test_expiry_keeps_an_unreadable_message_and_expires_the_rest(
-    broker: BrokerThread, caplog: pytest.LogCaptureFixture
+    clocked: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING)
-    conn = connect(broker)
-    ch = conn.channel()
-    src, dlq = dlx_queue(ch, **{"x-message-ttl": 100})
-    _store_unreadable(broker, src, b"legacy")
+    c = client(clocked)
+    src, dlq = dlx_queue(c, **{"x-message-ttl": 100})
+    _store_unreadable(clocked, src, b"legacy")
     for i in range(3):
-        ch.basic_publish("", src, f"plain-{i}".encode())
-    wait_for_count(conn, ch, dlq, 3)
-    assert [ch.basic_get(dlq, auto_ack=True)[2] for _ in range(3)] == [
-        b"plain-0",
-        b"plain-1",
-        b"plain-2",
-    ]
+        c.send(publish_frames(1, f"plain-{i}".encode(), src))
+    clocked.advance(100)
+    clocked.settle()
+    assert c.ready_count(dlq) == 3
+    assert [c.basic_get(dlq)[2] for _ in range(3)] == [b"plain-0", b"plain-1", b"plain-2"]
     # The unreadable one is still there, no longer expiring, logged once.
-    ch.basic_publish("", src, b"later")
-    wait_for_count(conn, ch, dlq, 1)
-    assert _ready_properties(broker, src) == [UNKNOWN_TAG_PROPERTIES]
+    c.send(publish_frames(1, b"later", src))
+    clocked.advance(100)
+    clocked.settle()
+    assert c.ready_count(dlq) == 1
+    assert _ready_properties(clocked, src) == [UNKNOWN_TAG_PROPERTIES]
     assert _failures_logged(caplog, src) == 1
-    conn.close()
+    c.close()
 
 
 def test_overflow_of_an_unreadable_message_keeps_it_and_the_limit(
-    broker: BrokerThread, caplog: pytest.LogCaptureFixture
+    broker: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING)
-    conn = connect(broker)
-    ch = conn.channel()
-    ch.confirm_delivery()
-    src, dlq = dlx_queue(ch, **{"x-max-length": 1})
+    c = client(broker, confirm=True)
+    src, dlq = dlx_queue(c, **{"x-max-length": 1})
     _store_unreadable(broker, src, b"legacy")
-    ch.basic_publish("", src, b"new")  # confirmed: no 541 for this innocent publisher
-    assert conn.is_open and ch.is_open
+    publish(c, "", src, b"new")  # confirmed: no 541 for this innocent publisher
     # The queue holds its one message: the unreadable one stayed, the newer one went.
     assert _ready_properties(broker, src) == [UNKNOWN_TAG_PROPERTIES]
-    _, props, body = ch.basic_get(dlq, auto_ack=True)
+    _, props, body = c.basic_get(dlq)  # the channel and the connection still answer
+    assert props is not None
     assert body == b"new" and props.headers["x-death"][0]["reason"] == "maxlen"
     assert _failures_logged(caplog, src) == 1
-    conn.close()
+    c.close()
 
 
 def test_rejecting_an_unreadable_message_requeues_it(
-    broker: BrokerThread, caplog: pytest.LogCaptureFixture
+    broker: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING)
-    conn = connect(broker)
-    ch = conn.channel()
-    src, dlq = dlx_queue(ch)
+    c = client(broker)
+    src, dlq = dlx_queue(c)
     _store_unreadable(broker, src, b"legacy")
-    with RawAMQP(broker.port) as client:
-        client.handshake()
-        client.open_channel(1)
-        client.send_method(1, commands.Basic.Get(queue=src))
-        ok = client.expect_method(commands.Basic.GetOk, channel=1)
-        header_payload, body = _raw_content(client)
+    with client(broker) as raw:
+        raw.send_method(1, commands.Basic.Get(queue=src))
+        ok = raw.expect_method(commands.Basic.GetOk, channel=1)
+        header_payload, body = _raw_content(raw)
         assert header_payload[12:] == UNKNOWN_TAG_PROPERTIES and body == b"legacy"
-        client.send_method(1, commands.Basic.Reject(delivery_tag=ok.delivery_tag, requeue=False))
-        client.send_method(1, commands.Basic.Qos())  # a round trip: the reject is handled
-        client.expect_method(commands.Basic.QosOk, channel=1)
-    assert ready_count(ch, src) == 1 and ready_count(ch, dlq) == 0
+        raw.send_method(1, commands.Basic.Reject(delivery_tag=ok.delivery_tag, requeue=False))
+        raw.send_method(1, commands.Basic.Qos())  # a round trip: the reject is handled
+        raw.expect_method(commands.Basic.QosOk, channel=1)
+    assert c.ready_count(src) == 1 and c.ready_count(dlq) == 0
     assert _ready_properties(broker, src) == [UNKNOWN_TAG_PROPERTIES]
     assert _failures_logged(caplog, src) == 1
-    conn.close()
+    c.close()
 
 
-def test_redelivering_an_unreadable_message_under_a_delivery_limit(broker: BrokerThread) -> None:
+def test_redelivering_an_unreadable_message_under_a_delivery_limit(broker: Harness) -> None:
     """x-delivery-count cannot be added to properties that cannot be parsed: the
     message is delivered without it instead of failing the client that asked."""
-    conn = connect(broker)
-    ch = conn.channel()
+    c = client(broker)
     q = uniq()
-    ch.queue_declare(q, durable=True, arguments={"x-delivery-limit": 5})
+    declare(c, q, durable=True, **{"x-delivery-limit": 5})
     _store_unreadable(broker, q, b"legacy")
-    with RawAMQP(broker.port) as client:
-        client.handshake()
-        client.open_channel(1)
+    with client(broker) as raw:
         for attempt in range(2):
-            client.send_method(1, commands.Basic.Get(queue=q))
-            ok = client.expect_method(commands.Basic.GetOk, channel=1)
+            raw.send_method(1, commands.Basic.Get(queue=q))
+            ok = raw.expect_method(commands.Basic.GetOk, channel=1)
             assert ok.redelivered == (attempt == 1)
-            header_payload, body = _raw_content(client)
+            header_payload, body = _raw_content(raw)
             assert header_payload[12:] == UNKNOWN_TAG_PROPERTIES and body == b"legacy"
-            client.send_method(1, commands.Basic.Reject(delivery_tag=ok.delivery_tag, requeue=True))
-        client.send_method(1, commands.Basic.Qos())
-        client.expect_method(commands.Basic.QosOk, channel=1)
-    assert ready_count(ch, q) == 1
-    conn.close()
+            raw.send_method(1, commands.Basic.Reject(delivery_tag=ok.delivery_tag, requeue=True))
+        raw.send_method(1, commands.Basic.Qos())
+        raw.expect_method(commands.Basic.QosOk, channel=1)
+    assert c.ready_count(q) == 1
+    c.close()

@@ -11,12 +11,11 @@ socket."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from harness import Harness, MemoryAMQP
+from harness import Harness, MemoryAMQP, harness_fixture
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
@@ -141,20 +140,7 @@ def test_what_a_keyed_run_does_not_take(scan: Scanner) -> None:
 # -- through a broker ---------------------------------------------------------------
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Harness]:
-    b = Harness(tmp_path / "data")
-    try:
-        yield b
-    finally:
-        b.stop()
-
-
-def _client(b: Harness) -> MemoryAMQP:
-    c = b.amqp()
-    c.handshake()
-    c.open_channel(1)
-    return c
+broker = harness_fixture()
 
 
 def _get_all(c: MemoryAMQP, queue: str) -> list[bytes]:
@@ -176,7 +162,7 @@ def test_round_robin_over_queues_with_confirms(broker: Harness) -> None:
     where it should, every publish is confirmed once, and the confirms never
     get ahead of the durable queue's sync (no multiple ack covers a publish
     still waiting)."""
-    c = _client(broker)
+    c = broker.amqp_client()
     c.send_method(1, commands.Queue.Declare(queue="dur", durable=True))
     c.expect_method(commands.Queue.DeclareOk)
     for q in ("live", "idle"):

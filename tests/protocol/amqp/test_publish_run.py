@@ -11,11 +11,11 @@ socket."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from harness import Harness, MemoryAMQP
+from harness import Harness, MemoryAMQP, harness_fixture
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
@@ -222,20 +222,7 @@ def test_the_run_is_the_complete_alike_prefix(
 # -- through the broker ---------------------------------------------------------------
 
 
-@pytest.fixture
-def broker(tmp_path: Any) -> Iterator[Harness]:
-    b = Harness(tmp_path / "data", sync=False)
-    try:
-        yield b
-    finally:
-        b.stop()
-
-
-def _client(b: Harness) -> MemoryAMQP:
-    c = b.amqp()
-    c.handshake()
-    c.open_channel(1)
-    return c
+broker = harness_fixture(sync=False)
 
 
 def _declare(c: MemoryAMQP, name: str) -> None:
@@ -258,7 +245,7 @@ def _get_all(c: MemoryAMQP, queue: str) -> list[bytes]:
 def test_one_write_with_runs_cut_by_other_frames_keeps_every_message_in_order(
     broker: Harness,
 ) -> None:
-    c = _client(broker)
+    c = broker.amqp_client()
     _declare(c, "a")
     _declare(c, "b")
     c.send_method(1, commands.Confirm.Select())
@@ -294,7 +281,7 @@ def test_one_write_with_runs_cut_by_other_frames_keeps_every_message_in_order(
 
 
 def test_unroutable_mandatory_messages_of_a_run_each_come_back(broker: Harness) -> None:
-    c = _client(broker)
+    c = broker.amqp_client()
     data = b"".join(publish(f"m{i}".encode(), rk="nowhere", mandatory=True) for i in range(5))
     c.send(data)
     for i in range(5):
@@ -306,7 +293,7 @@ def test_unroutable_mandatory_messages_of_a_run_each_come_back(broker: Harness) 
 
 
 def test_a_run_to_a_missing_exchange_closes_the_channel_once(broker: Harness) -> None:
-    c = _client(broker)
+    c = broker.amqp_client()
     _declare(c, "after")
     data = b"".join(publish(b"x", exchange="missing", rk="k") for _ in range(20))
     c.send(data)
@@ -327,7 +314,7 @@ def test_a_run_to_a_missing_exchange_closes_the_channel_once(broker: Harness) ->
 
 
 def test_a_run_in_a_transaction_is_held_until_commit(broker: Harness) -> None:
-    c = _client(broker)
+    c = broker.amqp_client()
     _declare(c, "t")
     c.send_method(1, commands.Tx.Select())
     c.expect_method(commands.Tx.SelectOk)
@@ -341,7 +328,7 @@ def test_a_run_in_a_transaction_is_held_until_commit(broker: Harness) -> None:
 
 
 def test_a_run_split_across_reads(broker: Harness) -> None:
-    c = _client(broker)
+    c = broker.amqp_client()
     _declare(c, "s")
     data = b"".join(publish(f"s{i}".encode() * 50, rk="s") for i in range(200))
     for at in range(0, len(data), 997):  # cuts land inside frames: one read each
@@ -437,7 +424,7 @@ def test_a_run_to_a_no_ack_consumer_arrives_whole_and_counted(broker: Harness) -
     """Published in one write, delivered at once (deliver_frames when built): tags
     in order, exchange, routing key, properties and bodies as sent, and the
     queue's and channel's counters as if one by one."""
-    c = _client(broker)
+    c = broker.amqp_client()
     _declare(c, "n")
     c.send_method(1, commands.Basic.Consume(queue="n", consumer_tag="ct", no_ack=True))
     c.expect_method(commands.Basic.ConsumeOk)
@@ -472,7 +459,7 @@ def test_a_run_is_shared_round_robin_among_no_ack_consumers(broker: Harness) -> 
     """Three no-ack consumers, each on its own channel: each gets every third
     message, in order, as one by one round-robin would hand them out; two of
     them on one channel keep the one-by-one interleaving."""
-    c = _client(broker)
+    c = broker.amqp_client()
     _declare(c, "rr")
     for ch in (2, 3):
         c.send_method(ch, commands.Channel.Open())
@@ -503,7 +490,7 @@ def test_a_run_is_shared_round_robin_among_no_ack_consumers(broker: Harness) -> 
 
 
 def test_consumers_sharing_a_channel_interleave_as_one_by_one(broker: Harness) -> None:
-    c = _client(broker)
+    c = broker.amqp_client()
     _declare(c, "sh")
     for tag in ("a", "b"):
         c.send_method(1, commands.Basic.Consume(queue="sh", consumer_tag=tag, no_ack=True))
@@ -524,7 +511,7 @@ def test_a_run_through_fanout_reaches_every_queue_whichever_way(broker: Harness)
     run at once), one with an acking consumer and one with none (message by
     message). Each gets every message in order; the exchange counts each
     message once in and three times out."""
-    c = _client(broker)
+    c = broker.amqp_client()
     c.send_method(1, commands.Exchange.Declare(exchange="fan", exchange_type="fanout"))
     c.expect_method(commands.Exchange.DeclareOk)
     for q in ("f1", "f2", "f3"):

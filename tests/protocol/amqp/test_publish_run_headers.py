@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import importlib
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from harness import Harness, MemoryAMQP
+from harness import Harness, harness_fixture
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
@@ -222,24 +222,11 @@ def test_a_table_the_slow_way_refuses_is_never_taken(props: bytes) -> None:
 # -- through the broker ---------------------------------------------------------------
 
 
-@pytest.fixture
-def broker(tmp_path: Any) -> Iterator[Harness]:
-    b = Harness(tmp_path / "data", sync=False)
-    try:
-        yield b
-    finally:
-        b.stop()
-
-
-def _client(b: Harness) -> MemoryAMQP:
-    c = b.amqp()
-    c.handshake()
-    c.open_channel(1)
-    return c
+broker = harness_fixture(sync=False)
 
 
 def _close_after(b: Harness, data: bytes) -> tuple[int, str]:
-    c = _client(b)
+    c = b.amqp_client()
     c.send_method(1, commands.Queue.Declare(queue="q"))
     c.expect_method(commands.Queue.DeclareOk)
     c.send(data)
@@ -270,7 +257,7 @@ def test_a_bad_table_in_a_run_gets_the_reply_it_gets_alone(broker: Harness, head
 def test_a_headers_exchange_routes_each_message_of_a_run_by_its_headers(
     broker: Harness,
 ) -> None:
-    c = _client(broker)
+    c = broker.amqp_client()
     for name, value in (("qa", "a"), ("qb", "b")):
         c.send_method(1, commands.Queue.Declare(queue=name))
         c.expect_method(commands.Queue.DeclareOk)

@@ -13,12 +13,9 @@ read of AMQPConnection there, so a row always arrives whole, as meant."""
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-from amqp_runs import _consume, _declare, _fill, _opened, _queue_state, _round_trip
-from harness import Harness, MemoryAMQP
+from amqp_runs import _consume, _declare, _fill, _queue_state, _round_trip
+from harness import Harness, MemoryAMQP, harness_fixture
 from pamqp import commands
 
 REJECT, NACK = 90, 120
@@ -43,17 +40,11 @@ def receive(c: MemoryAMQP, n: int, channel: int = 1) -> list[tuple[int, bool, by
     return out
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Harness]:
-    b = Harness(tmp_path / "data", segment_size=64 * 1024)
-    try:
-        yield b
-    finally:
-        b.stop()
+broker = harness_fixture(segment_size=64 * 1024)
 
 
 def test_rows_of_rejects_and_nacks_settle_as_the_frames_would(broker: Harness) -> None:
-    c = _opened(broker.amqp(), channels=2)
+    c = broker.amqp_client(2)
     _declare(c, "rows-dlq", durable=True)
     _declare(
         c,
@@ -96,7 +87,7 @@ def test_rows_of_rejects_and_nacks_settle_as_the_frames_would(broker: Harness) -
 def test_a_row_that_names_a_stream_delivery_is_refused_there(
     broker: Harness,
 ) -> None:
-    c = _opened(broker.amqp(), channels=2)
+    c = broker.amqp_client(2)
     c.send_method(
         1,
         commands.Queue.Declare(queue="rows-s", durable=True, arguments={"x-queue-type": "stream"}),

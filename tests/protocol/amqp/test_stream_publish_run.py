@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import importlib
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Harness, MemoryAMQP
+from harness import Harness, MemoryAMQP, harness_fixture
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
@@ -155,20 +154,7 @@ def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
-@pytest.fixture
-def broker(data_dir: Path) -> Iterator[Harness]:
-    b = Harness(data_dir)
-    try:
-        yield b
-    finally:
-        b.stop()
-
-
-def _client(b: Harness) -> MemoryAMQP:
-    c = b.amqp()
-    c.handshake()
-    c.open_channel(1)
-    return c
+broker = harness_fixture()
 
 
 def _publish_confirmed(c: MemoryAMQP, data: bytes, n: int, first: int = 1) -> list[tuple[str, int]]:
@@ -186,7 +172,7 @@ def _publish_confirmed(c: MemoryAMQP, data: bytes, n: int, first: int = 1) -> li
 
 def _read_stream(b: Harness, name: str, n: int) -> list[tuple[int, bytes, str]]:
     """(x-stream-offset, body, dedup key) of the stream's first n messages."""
-    c = _client(b)
+    c = b.amqp_client()
     c.send_method(1, commands.Basic.Qos(prefetch_count=n + 10))
     c.expect_method(commands.Basic.QosOk)
     c.send_method(1, commands.Basic.Consume(queue=name, arguments={"x-stream-offset": "first"}))
@@ -217,7 +203,7 @@ def test_duplicates_within_and_across_runs_are_dropped_also_after_a_restart(
 ) -> None:
     b = Harness(data_dir)
     try:
-        c = _client(b)
+        c = b.amqp_client()
         _declare_stream(c, "dd", **{"x-message-deduplication": True, "x-cache-size": 1000})
         c.send_method(1, commands.Confirm.Select())
         c.expect_method(commands.Confirm.SelectOk)
@@ -235,7 +221,7 @@ def test_duplicates_within_and_across_runs_are_dropped_also_after_a_restart(
         b.stop()
     b = Harness(data_dir)
     try:
-        c = _client(b)
+        c = b.amqp_client()
         c.send_method(1, commands.Confirm.Select())
         c.expect_method(commands.Confirm.SelectOk)
         after = [(dedup_props(b"k%d" % i), b"after-%d" % i) for i in range(155, 165)]
@@ -248,7 +234,7 @@ def test_duplicates_within_and_across_runs_are_dropped_also_after_a_restart(
 
 
 def test_a_run_into_a_stream_and_a_classic_queue_reaches_both(broker: Harness) -> None:
-    c = _client(broker)
+    c = broker.amqp_client()
     _declare_stream(c, "fan-s")
     c.send_method(1, commands.Queue.Declare(queue="fan-q", durable=True))
     c.expect_method(commands.Queue.DeclareOk)
@@ -328,13 +314,13 @@ def test_a_replica_copy_refuses_a_run_as_it_refuses_a_message(tmp_path: Path) ->
 
 
 def test_a_waiting_consumer_gets_a_whole_run_in_order(broker: Harness) -> None:
-    reader = _client(broker)
+    reader = broker.amqp_client()
     _declare_stream(reader, "live", **{"x-max-length": 150})
     reader.send_method(1, commands.Basic.Qos(prefetch_count=1000))
     reader.expect_method(commands.Basic.QosOk)
     reader.send_method(1, commands.Basic.Consume(queue="live"))  # from the next message
     reader.expect_method(commands.Basic.ConsumeOk)
-    c = _client(broker)
+    c = broker.amqp_client()
     c.send_method(1, commands.Confirm.Select())
     c.expect_method(commands.Confirm.SelectOk)
     sent = [(dedup_props(b"k%d" % i), b"live-%d" % i) for i in range(200)]

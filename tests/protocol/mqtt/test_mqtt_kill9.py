@@ -5,17 +5,19 @@ tests/protocol/mqtt/test_mqtt_persistence.py."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
-import threading
 from pathlib import Path
 from typing import Any
 
 import mqttraw
 import pytest
-from mqttraw import RawClient, paho_publish, wait_for
+from conftest import start_broker
+from mqttraw import RawClient, paho_publish
 from procs import start_warren_mqtt
 
+from warren.core.clock import ManualClock
 from warren.mqtt import properties as P
 from warren.mqtt.packets import (
     MQTT_5,
@@ -25,6 +27,7 @@ from warren.mqtt.packets import (
     PubRec,
     PubRel,
 )
+from warren.mqtt.session import queue_name
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -132,25 +135,13 @@ def test_qos2_inbound_state_survives_kill_9(tmp_path: Path) -> None:
         stop(proc)
 
 
-def log_lines(proc: subprocess.Popen[str]) -> list[str]:
-    """The process's log from now on, collected by a thread as it is written."""
-    lines: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        try:
-            for line in proc.stdout:
-                lines.append(line)
-        except (OSError, ValueError):  # closed under it at the test's end
-            pass
-
-    threading.Thread(target=read, daemon=True).start()
-    return lines
-
-
-def test_session_connected_at_kill_9_still_expires(tmp_path: Path) -> None:
+def test_session_connected_at_kill_9_still_expires(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A session whose connection was up when the broker died has no disconnect time
-    on disk: its expiry counts from the restart, it does not live forever."""
+    on disk: its expiry counts from the restart, it does not live forever. The
+    restart is an embedded broker on a ManualClock, so the interval runs out
+    when the test moves the clock."""
     data = tmp_path / "data"
     proc, port = start_warren_mqtt(data)
     try:
@@ -159,16 +150,21 @@ def test_session_connected_at_kill_9_still_expires(tmp_path: Path) -> None:
         c.subscribe("k9exp/#", qos=1)  # the SUBACK comes after the session is synced
         kill_9(proc)
         c.close()
-        proc, port = start_warren_mqtt(data)
-        lines = log_lines(proc)
-        wait_for(
-            lambda: any("MQTT session 'k9-exp'" in line and "expired" in line for line in lines),
-            5,
-            "the session to expire",
-        )
-        with RawClient(port) as c:
+    finally:
+        stop(proc)
+    caplog.set_level(logging.INFO, "warren.mqtt")
+    b = start_broker(data, clock=ManualClock())
+    try:
+        queue = queue_name("k9-exp")
+        b.advance(999)  # 1 ms short of the interval, counted from the restart
+        assert b.call(lambda: queue in b.broker.vhosts["/"].queues)
+        assert "expired" not in caplog.text
+        b.advance(1)
+        assert b.call(lambda: queue not in b.broker.vhosts["/"].queues)
+        assert "MQTT session 'k9-exp' in vhost '/' expired" in caplog.text
+        with RawClient(b.mqtt_port) as c:
             ack = c.connect("k9-exp", clean=False, properties={P.SESSION_EXPIRY_INTERVAL: 1})
             assert not ack.session_present
             c.disconnect()
     finally:
-        stop(proc)
+        b.stop()
