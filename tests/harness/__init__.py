@@ -10,7 +10,8 @@ way of testing a state machine), with independent decoders as the oracle.
 A module's fixture is ``broker = harness_fixture(sync=False)`` (fixtures.py);
 ``harness.amqp_client(channels)`` is a connection with the handshake done;
 ``harness.amqp_connection()`` one with pika's calls (channel.py), for tests
-moved from pika with their assertions.
+moved from pika with their assertions; ``harness.http()`` the management
+API's application in memory (management.py), answers parsed by http.client.
 
 No socket, no listener and no thread: what a test checks is the protocol's
 behaviour, and what only a socket shows (real clients, TLS, WebSocket,
@@ -30,6 +31,7 @@ from harness.channel import (
     wait_until,
 )
 from harness.fixtures import harness_fixture
+from harness.management import MemoryHTTP
 from harness.mqtt import MemoryMQTT, RawMQTT
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "ConnectionClosed",
     "Harness",
     "MemoryAMQP",
+    "MemoryHTTP",
     "MemoryMQTT",
     "ProtocolAMQP",
     "RawMQTT",

@@ -15,6 +15,7 @@ from warren.core.clock import Clock, ManualClock
 if TYPE_CHECKING:
     from harness.amqp import MemoryAMQP, ProtocolAMQP
     from harness.channel import Connection
+    from harness.management import MemoryHTTP
     from harness.mqtt import MemoryMQTT, RawMQTT
     from warren.amqp.server import AMQPListener
     from warren.mqtt.server import MQTTListener
@@ -49,7 +50,14 @@ class Harness:
         self.closed = False
         self._mqtt: MQTTListener | None = None
         self._amqp_listener: AMQPListener | None = None
-        self.run(self.broker.start())
+        self._http: MemoryHTTP | None = None
+        #: What stop runs before the broker stops (the HTTP app's cleanup).
+        self._on_stop: list[Callable[[], None]] = []
+        try:
+            self.run(self.broker.start())
+        except BaseException:
+            self.stop()  # a refused start stopped, as BrokerThread.stop does it
+            raise
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
         """Run a coroutine on the broker's loop until it is done."""
@@ -199,11 +207,26 @@ class Harness:
             self._mqtt = listener
         return self._mqtt
 
+    def http(self, user: str = "guest", password: str = "guest") -> MemoryHTTP:
+        """The management API in memory (harness.management), as ``user``: the HTTP
+        listener's application and aiohttp's request handler, no socket."""
+        from harness.management import MemoryHTTP
+
+        if self._http is None:
+            self._http = MemoryHTTP(self)
+        return self._http.as_user(user, password)
+
+    def on_stop(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` as the harness stops, before the broker does."""
+        self._on_stop.append(fn)
+
     def stop(self) -> None:
         if self.closed:
             return
         self.closed = True
         try:
+            for fn in reversed(self._on_stop):
+                fn()
             if self._mqtt is not None:
                 self.run(self._mqtt.stop())
             if self._amqp_listener is not None:

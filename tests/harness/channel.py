@@ -174,7 +174,9 @@ class Connection:
             return frame
 
     def _closed_by_broker(self, close: commands.Connection.Close) -> None:
-        self.frames.send_method(0, commands.Connection.CloseOk())
+        # A refused login is closed without waiting for close-ok (as RabbitMQ's).
+        if not self.frames.eof:
+            self.frames.send_method(0, commands.Connection.CloseOk())
         self.closed = ConnectionClosed(int(close.reply_code or 0), close.reply_text)
         raise self.closed
 
