@@ -1,36 +1,34 @@
 """Message counters and rates (what management's message_stats and metrics report).
 
-Real pika clients make the traffic; the broker's automatic sampling is off
-(collect_statistics_interval = 0) and the test samples with times it chooses,
-so the rates are exact and nothing waits for the wall clock.
+A client's calls make the traffic, in memory (issue 29: a tests/harness
+broker, pika's calls over MemoryAMQP, frames by pamqp; pika over a socket
+before); the broker's automatic sampling is off (collect_statistics_interval
+= 0) and the test samples with times it chooses, so the rates are exact and
+nothing waits for the wall clock.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import pika
 import pytest
-from conftest import BrokerThread
-from pikahelp import barrier, connect, uniq, wait_until
+from harness import Harness, harness_fixture, wait_until
+from harness.channel import Unroutable, uniq
 
 from warren.core.stats import COUNTERS, MessageStats
 
-
-@pytest.fixture
-def broker(hand_sampled_broker: BrokerThread) -> BrokerThread:
-    return hand_sampled_broker
+broker = harness_fixture(collect_statistics_interval=0)
 
 
 def counters(stats: MessageStats) -> dict[str, int]:
     return {k: v for k, v in zip(COUNTERS, stats.values(), strict=True) if v}
 
 
-def queue_stats(b: BrokerThread, name: str) -> MessageStats:
+def queue_stats(b: Harness, name: str) -> MessageStats:
     return b.call(lambda: b.broker.vhosts["/"].queues[name].stats)
 
 
-def channel_counters(b: BrokerThread) -> list[dict[str, int]]:
+def channel_counters(b: Harness) -> list[dict[str, int]]:
     def read() -> list[dict[str, int]]:
         return [
             counters(stats)
@@ -42,8 +40,8 @@ def channel_counters(b: BrokerThread) -> list[dict[str, int]]:
     return b.call(read)
 
 
-def test_every_counter_moves_where_rabbitmq_counts_it(broker: BrokerThread) -> None:
-    conn = connect(broker)
+def test_every_counter_moves_where_rabbitmq_counts_it(broker: Harness) -> None:
+    conn = broker.amqp_connection()
     ch = conn.channel()
     ch.confirm_delivery()
     q = uniq()
@@ -53,7 +51,7 @@ def test_every_counter_moves_where_rabbitmq_counts_it(broker: BrokerThread) -> N
     for i in range(5):
         ch.basic_publish("stats-x", "k", str(i).encode())
     ch.basic_publish("", q, b"direct")
-    with pytest.raises(pika.exceptions.UnroutableError):
+    with pytest.raises(Unroutable):
         ch.basic_publish("stats-x", "nowhere", b"returned", mandatory=True)
     ch.basic_publish("stats-x", "nowhere", b"dropped")  # confirmed: nothing routed it
 
@@ -70,7 +68,7 @@ def test_every_counter_moves_where_rabbitmq_counts_it(broker: BrokerThread) -> N
     ch.basic_qos(prefetch_count=10)
     ch.basic_consume(q, on_message)
     wait_until(conn, lambda: len(got) == 4)
-    barrier(ch)
+    ch.barrier()
     other = conn.channel()
     other.queue_declare(q, passive=True)
     assert other.basic_get(q)[0] is None  # get_empty
@@ -103,15 +101,15 @@ def test_every_counter_moves_where_rabbitmq_counts_it(broker: BrokerThread) -> N
     conn.close()
 
 
-def test_rates_and_the_vhost_totals_survive_closed_channels(broker: BrokerThread) -> None:
+def test_rates_and_the_vhost_totals_survive_closed_channels(broker: Harness) -> None:
     q = uniq()
-    conn = connect(broker)
+    conn = broker.amqp_connection()
     ch = conn.channel()
     ch.queue_declare(q)
     assert broker.call(lambda: broker.broker.sample_stats(100.0)) > 0  # the baseline
     for _ in range(20):
         ch.basic_publish("", q, b"m")
-    barrier(ch)
+    ch.barrier()
     broker.call(lambda: broker.broker.sample_stats(105.0))
     qs = queue_stats(broker, q)
     assert qs.rate("publish") == 4.0  # 20 messages in 5 s
@@ -121,7 +119,8 @@ def test_rates_and_the_vhost_totals_survive_closed_channels(broker: BrokerThread
     assert broker.call(lambda: broker.broker.stats.publish) == 20
 
     conn.close()
-    wait_until([], lambda: broker.call(lambda: not broker.broker.connections))
+    broker.settle()  # the connection's close handled to its end
+    assert broker.call(lambda: not broker.broker.connections)
     broker.call(lambda: broker.broker.sample_stats(110.0))
     assert vhost.publish == 20  # the closed channel's counts stay in the vhost's
     assert vhost.rate("publish") == 0.0

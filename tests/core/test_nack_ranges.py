@@ -1,33 +1,32 @@
 """basic.nack and basic.reject, single and multiple, requeue true and false,
-through pika: what a client sees when a span of deliveries goes back at once
+through a client: what a client sees when a span of deliveries goes back at once
 (issue 27: settled by range) is what the one-by-one path gave it. Requeued
 messages come back in their original order, redelivered, ahead of what was
 behind them; quorum queues count the returns in x-delivery-count; dead-letter
 copies leave in tag order with their x-death; a tag that names nothing closes
-the channel with 406; the prefetch slots a nack frees are filled again."""
+the channel with 406; the prefetch slots a nack frees are filled again.
+
+In memory (issue 29): a tests/harness broker, pika's calls over MemoryAMQP
+(harness.channel, frames by pamqp; pika over a socket before); a consumer's
+callback runs when a read meets its delivery, as pika's I/O loop calls it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BrokerThread, start_broker
-from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
-from pikahelp import barrier, channel_error, connect, uniq, wait_until
+from harness import Channel, Connection, Harness, channel_error, harness_fixture, wait_until
+from harness.channel import uniq
 
 KINDS = ["classic", "priority", "quorum"]
 
+# Small segments: a backlog of a few hundred messages spans more than one.
+broker = harness_fixture(segment_size=64 * 1024)
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerThread]:
-    # Small segments: a backlog of a few hundred messages spans more than one.
-    b = start_broker(tmp_path / "data", segment_size=64 * 1024)
-    try:
-        yield b
-    finally:
-        b.stop()
+
+def connect(broker: Harness) -> Connection:
+    return broker.amqp_connection()
 
 
 def _arguments(kind: str, **extra: Any) -> dict[str, Any]:
@@ -39,27 +38,27 @@ def _arguments(kind: str, **extra: Any) -> dict[str, Any]:
     return args
 
 
-def _declare(ch: BlockingChannel, kind: str, **extra: Any) -> str:
+def _declare(ch: Channel, kind: str, **extra: Any) -> str:
     q = uniq(kind)
     ch.queue_declare(q, durable=kind == "quorum", arguments=_arguments(kind, **extra))
     return q
 
 
-def _fill(ch: BlockingChannel, q: str, bodies: list[bytes]) -> None:
+def _fill(ch: Channel, q: str, bodies: list[bytes]) -> None:
     """A backlog: published (confirmed) before anyone consumes."""
     for body in bodies:
         ch.basic_publish("", q, body)
 
 
 class _Consumer:
-    """A pika consumer that keeps (method, properties, body) of each delivery."""
+    """A consumer that keeps (method, properties, body) of each delivery."""
 
-    def __init__(self, conn: BlockingConnection, q: str, prefetch: int) -> None:
+    def __init__(self, conn: Connection, q: str, prefetch: int) -> None:
         self.conn = conn
         self.ch = conn.channel()
         self.ch.basic_qos(prefetch_count=prefetch)
         self.got: list[tuple[Any, Any, bytes]] = []
-        self.ch.basic_consume(q, lambda _c, m, p, b: self.got.append((m, p, b)))
+        self.tag = self.ch.basic_consume(q, lambda _c, m, p, b: self.got.append((m, p, b)))
 
     def wait(self, n: int) -> list[tuple[Any, Any, bytes]]:
         """Until ``n`` deliveries more than now have come; those."""
@@ -77,9 +76,7 @@ def _count(p: Any) -> Any:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_nack_multiple_requeue_of_a_backlog_comes_back_in_order(
-    broker: BrokerThread, kind: str
-) -> None:
+def test_nack_multiple_requeue_of_a_backlog_comes_back_in_order(broker: Harness, kind: str) -> None:
     conn = connect(broker)
     ch = conn.channel()
     ch.confirm_delivery()
@@ -117,7 +114,7 @@ def test_nack_multiple_requeue_of_a_backlog_comes_back_in_order(
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("how", ["consumed", "got"])
 def test_single_nacks_and_rejects_in_a_row_keep_the_order(
-    broker: BrokerThread, kind: str, how: str
+    broker: Harness, kind: str, how: str
 ) -> None:
     """Singles out of a consumer's run, or basic.get's, out of order, requeue
     true: back in queue order, ahead of the rest (read back with basic.get,
@@ -131,7 +128,7 @@ def test_single_nacks_and_rejects_in_a_row_keep_the_order(
     if how == "consumed":
         c = _Consumer(conn, q, 20)
         tags = [m.delivery_tag for m, _, _ in c.wait(20)]
-        c.ch.basic_cancel(c.ch.consumer_tags[0])
+        c.ch.basic_cancel(c.tag)
         user = c.ch
     else:
         user = conn.channel()
@@ -154,9 +151,7 @@ def test_single_nacks_and_rejects_in_a_row_keep_the_order(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_nack_requeue_false_dead_letters_in_order_with_x_death(
-    broker: BrokerThread, kind: str
-) -> None:
+def test_nack_requeue_false_dead_letters_in_order_with_x_death(broker: Harness, kind: str) -> None:
     conn = connect(broker)
     ch = conn.channel()
     ch.confirm_delivery()
@@ -193,7 +188,7 @@ def test_nack_requeue_false_dead_letters_in_order_with_x_death(
 
 
 def test_a_multiple_nack_across_two_queues_dead_letters_in_tag_order(
-    broker: BrokerThread,
+    broker: Harness,
 ) -> None:
     """Deliveries of two queues interleaved on one channel: one nack multiple
     sends the copies to their shared dead-letter queue in delivery-tag order."""
@@ -221,7 +216,7 @@ def test_a_multiple_nack_across_two_queues_dead_letters_in_tag_order(
     conn.close()
 
 
-def test_a_quorum_nack_over_the_delivery_limit_splits_the_span(broker: BrokerThread) -> None:
+def test_a_quorum_nack_over_the_delivery_limit_splits_the_span(broker: Harness) -> None:
     """One nack multiple, requeue true, over deliveries some of which are at the
     delivery limit: those are dead-lettered (delivery_limit), the rest go back
     in order, their x-delivery-count one higher."""
@@ -269,9 +264,7 @@ def test_a_quorum_nack_over_the_delivery_limit_splits_the_span(broker: BrokerThr
     ],
     ids=["nack", "nack-drop", "reject", "multiple-below", "twice"],
 )
-def test_a_tag_that_names_nothing_closes_the_channel_with_406(
-    broker: BrokerThread, settle: Any
-) -> None:
+def test_a_tag_that_names_nothing_closes_the_channel_with_406(broker: Harness, settle: Any) -> None:
     conn = connect(broker)
     ch = conn.channel()
     ch.confirm_delivery()
@@ -282,7 +275,7 @@ def test_a_tag_that_names_nothing_closes_the_channel_with_406(
     got = c.wait(10)
     c.ch.basic_ack(got[5][0].delivery_tag, multiple=True)
     c.wait(6)  # the freed slots filled: tags 7 .. 16 unacked
-    text = channel_error(406, lambda: (settle(c.ch, got[5][0].delivery_tag), barrier(c.ch)))
+    text = channel_error(406, lambda: (settle(c.ch, got[5][0].delivery_tag), c.ch.barrier()))
     assert "unknown delivery tag" in text
     # The channel's unacked deliveries went back in place, redelivered; the
     # acked ones are gone; nothing of the failed nack was applied twice.
@@ -295,9 +288,7 @@ def test_a_tag_that_names_nothing_closes_the_channel_with_406(
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("requeue", [True, False])
-def test_a_nack_gives_its_prefetch_slots_back(
-    broker: BrokerThread, kind: str, requeue: bool
-) -> None:
+def test_a_nack_gives_its_prefetch_slots_back(broker: Harness, kind: str, requeue: bool) -> None:
     conn = connect(broker)
     ch = conn.channel()
     ch.confirm_delivery()
@@ -312,7 +303,7 @@ def test_a_nack_gives_its_prefetch_slots_back(
     expected = bodies[:7] if requeue else bodies[10:17]
     assert [b for _, _, b in refill] == expected
     assert all(m.redelivered for m, _, _ in refill) == requeue
-    barrier(c.ch)
+    conn.pump()  # all the broker has written by now
     assert len(c.got) == 17  # the prefetch holds: 3 + 7 unacked
     c.ch.basic_reject(refill[0][0].delivery_tag, requeue=requeue)
     (one,) = c.wait(1)

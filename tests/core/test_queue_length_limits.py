@@ -1,18 +1,27 @@
 """x-max-length, x-max-length-bytes and x-overflow (drop-head, reject-publish,
-reject-publish-dlx), with confirms and dead-lettering as RabbitMQ does them."""
+reject-publish-dlx), with confirms and dead-lettering as RabbitMQ does them.
+
+In memory (issue 29): a tests/harness broker, pika's calls over MemoryAMQP
+(harness.channel, frames by pamqp; pika over a socket before); the restart is
+a new Harness on the same data dir.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
 
-import pika
 import pytest
-from conftest import BrokerThread
-from pika.exceptions import NackError
-from pikahelp import connect, drain, uniq
+from harness import Connection, Harness, harness_fixture
+from harness.channel import Nacked, Properties, drain, uniq
+
+broker = harness_fixture()
 
 
-def test_drop_head_keeps_the_newest(broker: BrokerThread) -> None:
+def connect(broker: Harness) -> Connection:
+    return broker.amqp_connection()
+
+
+def test_drop_head_keeps_the_newest(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     q = uniq()
@@ -23,7 +32,7 @@ def test_drop_head_keeps_the_newest(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_max_length_bytes_counts_bodies(broker: BrokerThread) -> None:
+def test_max_length_bytes_counts_bodies(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     q = uniq()
@@ -34,7 +43,7 @@ def test_max_length_bytes_counts_bodies(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_drop_head_dead_letters_with_reason_maxlen(broker: BrokerThread) -> None:
+def test_drop_head_dead_letters_with_reason_maxlen(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     q, dlq = uniq(), uniq("dlq")
@@ -56,7 +65,7 @@ def test_drop_head_dead_letters_with_reason_maxlen(broker: BrokerThread) -> None
     conn.close()
 
 
-def test_unacked_messages_do_not_count(broker: BrokerThread) -> None:
+def test_unacked_messages_do_not_count(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     q = uniq()
@@ -70,7 +79,7 @@ def test_unacked_messages_do_not_count(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_reject_publish_nacks_the_publisher(broker: BrokerThread) -> None:
+def test_reject_publish_nacks_the_publisher(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     ch.confirm_delivery()
@@ -78,7 +87,7 @@ def test_reject_publish_nacks_the_publisher(broker: BrokerThread) -> None:
     ch.queue_declare(q, arguments={"x-max-length": 2, "x-overflow": "reject-publish"})
     ch.basic_publish("", q, b"1")
     ch.basic_publish("", q, b"2")
-    with pytest.raises(NackError):
+    with pytest.raises(Nacked):
         ch.basic_publish("", q, b"3")
     assert drain(ch, q) == [b"1", b"2"]
     ch.basic_publish("", q, b"4")  # room again: acked
@@ -86,23 +95,21 @@ def test_reject_publish_nacks_the_publisher(broker: BrokerThread) -> None:
     conn.close()
 
 
-def test_reject_publish_is_not_a_return(broker: BrokerThread) -> None:
+def test_reject_publish_is_not_a_return(broker: Harness) -> None:
     """Routed but refused: no basic.return for a mandatory publish, a nack only."""
     conn = connect(broker)
     ch = conn.channel()
     ch.confirm_delivery()
-    returned: list[bytes] = []
-    ch.add_on_return_callback(lambda *a: returned.append(a[3]))
     q = uniq()
     ch.queue_declare(q, arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
-    with pytest.raises(NackError):
+    with pytest.raises(Nacked):
         ch.basic_publish("", q, b"x", mandatory=True)
-    conn.process_data_events(time_limit=0)
-    assert returned == []
+    conn.pump()  # all the broker has written by now: no basic.return among it
+    assert ch.returned == []
     conn.close()
 
 
-def test_reject_publish_dlx_dead_letters_the_refused_message(broker: BrokerThread) -> None:
+def test_reject_publish_dlx_dead_letters_the_refused_message(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     ch.confirm_delivery()
@@ -118,7 +125,7 @@ def test_reject_publish_dlx_dead_letters_the_refused_message(broker: BrokerThrea
         },
     )
     ch.basic_publish("", q, b"kept")
-    with pytest.raises(NackError):
+    with pytest.raises(Nacked):
         ch.basic_publish("", q, b"refused")
     method, props, body = ch.basic_get(dlq, auto_ack=True)
     assert body == b"refused"
@@ -127,7 +134,7 @@ def test_reject_publish_dlx_dead_letters_the_refused_message(broker: BrokerThrea
     conn.close()
 
 
-def test_reject_publish_on_one_of_two_queues_nacks(broker: BrokerThread) -> None:
+def test_reject_publish_on_one_of_two_queues_nacks(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     ch.confirm_delivery()
@@ -137,14 +144,14 @@ def test_reject_publish_on_one_of_two_queues_nacks(broker: BrokerThread) -> None
     ch.queue_declare(roomy)
     ch.queue_bind(full, ex)
     ch.queue_bind(roomy, ex)
-    with pytest.raises(NackError):
+    with pytest.raises(Nacked):
         ch.basic_publish(ex, "", b"m")
     assert drain(ch, roomy) == [b"m"]
     conn.close()
 
 
 def test_a_waiting_consumer_still_gets_messages_at_max_length_zero(
-    broker: BrokerThread,
+    broker: Harness,
 ) -> None:
     """drop-head with max-length 0: a message a consumer can take at once is
     delivered, anything that would wait is dropped."""
@@ -155,26 +162,23 @@ def test_a_waiting_consumer_still_gets_messages_at_max_length_zero(
     got: list[bytes] = []
     ch.basic_consume(q, lambda c, m, p, b: got.append(b), auto_ack=True)
     ch.basic_publish("", q, b"live")
-    conn.process_data_events(time_limit=0)
-    while not got:
-        conn.process_data_events(time_limit=0.05)
+    conn.pump()
     assert got == [b"live"]
     conn.close()
 
 
-def test_length_limit_applies_to_persistent_messages_after_restart(broker_factory: Any) -> None:
-    b = broker_factory()
-    conn = connect(b)
-    ch = conn.channel()
+def test_length_limit_applies_to_persistent_messages_after_restart(tmp_path: Path) -> None:
     q = uniq()
-    ch.queue_declare(q, durable=True, arguments={"x-max-length": 2})
-    for i in range(4):
-        ch.basic_publish("", q, str(i).encode(), pika.BasicProperties(delivery_mode=2))
-    conn.close()
-    b.stop()
-    b = broker_factory()
-    conn = connect(b)
-    ch = conn.channel()
-    ch.basic_publish("", q, b"4", pika.BasicProperties(delivery_mode=2))
-    assert drain(ch, q) == [b"3", b"4"]
-    conn.close()
+    with Harness(tmp_path / "data") as b:
+        conn = connect(b)
+        ch = conn.channel()
+        ch.queue_declare(q, durable=True, arguments={"x-max-length": 2})
+        for i in range(4):
+            ch.basic_publish("", q, str(i).encode(), Properties(delivery_mode=2))
+        conn.close()
+    with Harness(tmp_path / "data") as b:
+        conn = connect(b)
+        ch = conn.channel()
+        ch.basic_publish("", q, b"4", Properties(delivery_mode=2))
+        assert drain(ch, q) == [b"3", b"4"]
+        conn.close()
