@@ -1,18 +1,21 @@
 """Policies and operator policies: RabbitMQ 3.10's validation texts, matching, the
-precedence of policy against queue argument, and their effect through a real client.
+precedence of policy against queue argument, and their effect through a client.
 
 The expected texts were taken from ``rabbitmqctl set_policy`` / ``set_operator_policy``
 against RabbitMQ 3.10.8; the precedence rules from its source (cited per test).
+The broker's tests run in memory (issue 29): a tests/harness broker, pika's
+calls over MemoryAMQP (harness.channel, frames by pamqp; pika over a socket
+before); a restart is a new Harness on the same data dir.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BrokerThread
-from pika.exceptions import UnroutableError
-from pikahelp import connect
+from harness import Connection, Harness, harness_fixture
+from harness.channel import Unroutable
 
 from warren.core.errors import NotFound
 from warren.core.policies import (
@@ -25,6 +28,12 @@ from warren.core.policies import (
 from warren.core.runtime_parameters import ValidationFailed
 
 pytestmark = pytest.mark.timeout(60)
+
+broker = harness_fixture()
+
+
+def connect(broker: Harness) -> Connection:
+    return broker.amqp_connection()
 
 
 def policy(definition: dict[str, Any], **kw: Any) -> Policy:
@@ -308,7 +317,7 @@ def test_operator_policy_and_policy_merge_to_the_lower_value() -> None:
 # -- a vhost's policies, through the broker -----------------------------------------------
 
 
-def test_set_and_clear_apply_to_existing_and_new_objects(broker: BrokerThread) -> None:
+def test_set_and_clear_apply_to_existing_and_new_objects(broker: Harness) -> None:
     with connect(broker) as conn:
         ch = conn.channel()
         ch.queue_declare("pol-before", durable=True)
@@ -346,7 +355,7 @@ def test_set_and_clear_apply_to_existing_and_new_objects(broker: BrokerThread) -
         assert broker.call(lambda: b.operator_policies("/")) == []
 
 
-def test_queue_is_told_only_when_its_policies_change(broker: BrokerThread) -> None:
+def test_queue_is_told_only_when_its_policies_change(broker: Harness) -> None:
     # As rabbit_policy:update_queue/3: an unchanged match is no_change. The queue
     # keeps the very Policy object it was given until apply_policies runs again.
     b = broker.broker
@@ -363,7 +372,7 @@ def test_queue_is_told_only_when_its_policies_change(broker: BrokerThread) -> No
     assert q.policy is None
 
 
-def test_broker_api_errors(broker: BrokerThread) -> None:
+def test_broker_api_errors(broker: Harness) -> None:
     b = broker.broker
     with pytest.raises(NotFound, match="Virtual host 'nope' does not exist"):
         broker.call(lambda: b.set_policy("nope", "p", ".*", {"max-length": 1}))
@@ -380,12 +389,12 @@ def _publish_unroutable(ch: Any, exchange: str) -> bool:
     """Publish mandatory with confirms; False when the broker returned it as unroutable."""
     try:
         ch.basic_publish(exchange, "nobody-binds-this", b"m", mandatory=True)
-    except UnroutableError:
+    except Unroutable:
         return False
     return True
 
 
-def test_alternate_exchange_from_a_policy(broker: BrokerThread) -> None:
+def test_alternate_exchange_from_a_policy(broker: Harness) -> None:
     with connect(broker) as conn:
         ch = conn.channel()
         ch.confirm_delivery()
@@ -410,7 +419,7 @@ def test_alternate_exchange_from_a_policy(broker: BrokerThread) -> None:
         assert ch.basic_get("ae-sink", auto_ack=True)[0] is None
 
 
-def test_alternate_exchange_argument_beats_the_policy(broker: BrokerThread) -> None:
+def test_alternate_exchange_argument_beats_the_policy(broker: Harness) -> None:
     # rabbit_policy:get_arg/3: the exchange's own argument first. Verified on
     # RabbitMQ 3.10.8 with a policy AE and an exchange declared with another AE.
     with connect(broker) as conn:
@@ -430,66 +439,66 @@ def test_alternate_exchange_argument_beats_the_policy(broker: BrokerThread) -> N
         assert ch.queue_declare("by-policy-q", passive=True).method.message_count == 1
 
 
-def test_policies_survive_a_restart(broker_factory: Any) -> None:
-    first = broker_factory()
-    b = first.broker
-    with connect(first) as conn:
-        ch = conn.channel()
-        ch.exchange_declare("keep-ae", "fanout", durable=True)
-        ch.queue_declare("keep-sink", durable=True)
-        ch.queue_bind("keep-sink", "keep-ae")
-        ch.exchange_declare("keep-src", "direct", durable=True)
-        ch.queue_declare("keep-q", durable=True, arguments={"x-max-length": 2})
+def test_policies_survive_a_restart(tmp_path: Path) -> None:
+    with Harness(tmp_path / "data") as first:
+        b = first.broker
+        with connect(first) as conn:
+            ch = conn.channel()
+            ch.exchange_declare("keep-ae", "fanout", durable=True)
+            ch.queue_declare("keep-sink", durable=True)
+            ch.queue_bind("keep-sink", "keep-ae")
+            ch.exchange_declare("keep-src", "direct", durable=True)
+            ch.queue_declare("keep-q", durable=True, arguments={"x-max-length": 2})
 
-    def configure() -> None:
-        b.set_policy(
-            "/", "limits", "^keep-q$", {"max-length": 10, "message-ttl": 60000}, 3, "queues"
+        def configure() -> None:
+            b.set_policy(
+                "/", "limits", "^keep-q$", {"max-length": 10, "message-ttl": 60000}, 3, "queues"
+            )
+            b.set_policy(
+                "/", "ae", "^keep-src$", {"alternate-exchange": "keep-ae"}, 0, "exchanges"
+            )
+            b.set_policy("/", "gone", ".*", {"max-length": 1})
+            b.clear_policy("/", "gone")
+            b.set_operator_policy("/", "cap", ".*", {"message-ttl": 1000}, 0, "queues")
+
+        first.call(configure)
+
+    with Harness(tmp_path / "data") as second:
+        b2 = second.broker
+
+        def inspect() -> tuple[Any, ...]:
+            v = b2.vhosts["/"]
+            q = v.queues["keep-q"]
+            return (
+                [(p.name, p.pattern, p.priority, p.apply_to, p.definition) for p in v.policies],
+                [(p.name, p.definition) for p in v.operator_policies],
+                q.policy.name if q.policy else None,
+                q.operator_policy.name if q.operator_policy else None,
+                effective_queue_settings(q.arguments, q.policy, q.operator_policy),
+                v.exchanges["keep-src"].alternate_exchange,
+            )
+
+        assert second.call(inspect) == (
+            [
+                ("limits", "^keep-q$", 3, "queues", {"max-length": 10, "message-ttl": 60000}),
+                ("ae", "^keep-src$", 0, "exchanges", {"alternate-exchange": "keep-ae"}),
+            ],
+            [("cap", {"message-ttl": 1000})],
+            "limits",
+            "cap",
+            {"max-length": 2, "message-ttl": 1000},
+            "keep-ae",
         )
-        b.set_policy("/", "ae", "^keep-src$", {"alternate-exchange": "keep-ae"}, 0, "exchanges")
-        b.set_policy("/", "gone", ".*", {"max-length": 1})
-        b.clear_policy("/", "gone")
-        b.set_operator_policy("/", "cap", ".*", {"message-ttl": 1000}, 0, "queues")
-
-    first.call(configure)
-    first.stop()
-
-    second = broker_factory()
-    b2 = second.broker
-
-    def inspect() -> tuple[Any, ...]:
-        v = b2.vhosts["/"]
-        q = v.queues["keep-q"]
-        return (
-            [(p.name, p.pattern, p.priority, p.apply_to, p.definition) for p in v.policies],
-            [(p.name, p.definition) for p in v.operator_policies],
-            q.policy.name if q.policy else None,
-            q.operator_policy.name if q.operator_policy else None,
-            effective_queue_settings(q.arguments, q.policy, q.operator_policy),
-            v.exchanges["keep-src"].alternate_exchange,
-        )
-
-    assert second.call(inspect) == (
-        [
-            ("limits", "^keep-q$", 3, "queues", {"max-length": 10, "message-ttl": 60000}),
-            ("ae", "^keep-src$", 0, "exchanges", {"alternate-exchange": "keep-ae"}),
-        ],
-        [("cap", {"message-ttl": 1000})],
-        "limits",
-        "cap",
-        {"max-length": 2, "message-ttl": 1000},
-        "keep-ae",
-    )
-    with connect(second) as conn:
-        ch = conn.channel()
-        ch.confirm_delivery()
-        assert _publish_unroutable(ch, "keep-src")
-        assert ch.queue_declare("keep-sink", passive=True).method.message_count == 1
+        with connect(second) as conn:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            assert _publish_unroutable(ch, "keep-src")
+            assert ch.queue_declare("keep-sink", passive=True).method.message_count == 1
 
 
-def test_policy_definition_types_survive_json_round_trip(broker_factory: Any) -> None:
-    first = broker_factory()
+def test_policy_definition_types_survive_json_round_trip(tmp_path: Path) -> None:
     definition = {"ha-mode": "nodes", "ha-params": ["a", "b"], "max-length-bytes": 2**40}
-    first.call(lambda: first.broker.set_policy("/", "types", "x", definition))
-    first.stop()
-    second = broker_factory()
-    assert second.call(lambda: second.broker.policies("/")[0].definition) == definition
+    with Harness(tmp_path / "data") as first:
+        first.call(lambda: first.broker.set_policy("/", "types", "x", definition))
+    with Harness(tmp_path / "data") as second:
+        assert second.call(lambda: second.broker.policies("/")[0].definition) == definition
