@@ -7,7 +7,7 @@
 #                  and the test extra: pyspark + pyarrow (~450 MB), Spark Connect's
 #                  client (grpcio, pandas, ...) for tests/spark (which also need Java
 #                  17+ and skip without it), playwright, celery, ... (~1 GB)
-#   make build     compile the hot modules in place with mypyc (several minutes on 2
+#   make build     compile the hot modules in place with mypyc (1-2 minutes on 2
 #                  cores; again after editing their .py); 1.2-1.4x the throughput
 #   make run       run the broker (extra flags: make run ARGS='--amqp-port 5673'); the
 #                  compiled build when there is one (rebuilt when stale), pure Python
@@ -103,6 +103,7 @@ install-test: $(TEST_STAMP)
 # COMPILED_MODULES in one extension, src/_warren_compiled__mypyc$(EXT_SUFFIX),
 # and a small loader extension next to each module's .py
 # (src/warren/amqp/connection.py -> src/warren/amqp/connection$(EXT_SUFFIX)).
+# Its C is one file per module (build/mypyc), compiled one per core at a time.
 EXT_SUFFIX := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 COMPILED := $(shell sed -n 's/^    "warren\.\(.*\)",$$/\1/p' setup.py | tr . /)
 COMPILED_SOURCES := $(patsubst %,src/warren/%.py,$(COMPILED))
@@ -118,11 +119,11 @@ NATIVE_SOURCES := src/warren/_fastpath.h src/warren/_fastpath.c src/warren/_fast
 	src/warren/_fastpath_spark.c src/warren/_fastpath_stream.c \
 	src/warren/_syncworker.c
 $(SHARED_LIBRARY): $(COMPILED_SOURCES) $(NATIVE_SOURCES) | $(BUILD_STAMP)
-	$(STEP) "compiling the hot modules with mypyc (setup.py build_ext --inplace; minutes on 2 cores)"
+	$(STEP) "compiling the hot modules with mypyc (setup.py build_ext --inplace; a minute or two on 2 cores)"
 	@$(PY) setup.py -q build_ext --inplace
 
 build: $(BUILD_STAMP)
-	$(STEP) "compiling the hot modules with mypyc (setup.py build_ext --inplace; minutes on 2 cores)"
+	$(STEP) "compiling the hot modules with mypyc (setup.py build_ext --inplace; a minute or two on 2 cores)"
 	@$(PY) setup.py -q build_ext --inplace
 
 # The compiled build when there is one (recompiled first when a source is newer);
