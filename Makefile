@@ -12,8 +12,9 @@
 #   make run       run the broker (extra flags: make run ARGS='--amqp-port 5673'); the
 #                  compiled build when there is one (rebuilt when stale), pure Python
 #                  until the first `make build` or `make test`
-#   make test      ruff and mypy (make lint), then pytest twice: compiled modules and
-#                  pure Python
+#   make test      ruff and mypy (make lint), then pytest twice at once: everything
+#                  against the compiled modules, and what runs compiled code in the
+#                  test's own process again as pure Python (tests/passes.py)
 #                  (extra args: make test PYTEST_ARGS='-k config'; PYTEST_WORKERS=0
 #                  for one process per pass)
 #   make test-busy make test with two CPU hogs beside it (Debian's stress-ng, installed
@@ -188,12 +189,14 @@ prometheus:
 
 # The suite runs twice: against the compiled modules, then with
 # WARREN_PURE_PYTHON=1 (every module from its .py, the fallback a machine
-# without a C compiler gets). Tests whose subject is the same either way run in
-# one pass only (markers), placed so that both passes take about as long:
-# in the compiled pass ui (the UI's JavaScript), examples (examples/testing
-# exercises the clients) and once (the 60 s soak test, which measures the
-# build users run); in the pure pass spark (the data source is never compiled;
-# 2 min of Spark) and once_pure (kombu's 40 s integration suite).
+# without a C compiler gets). The pure pass shows that the .py files do what
+# their compiled build does, so it runs only the groups whose tests run
+# compiled modules in their own process: tests/core, store, protocol, compat
+# (and tests/spark, whose data source is never compiled: pure pass only). The
+# rest (http, cluster, integration, ui: interpreted code, or Warren as
+# separate processes) runs once, in the compiled pass. tests/passes.py says
+# which group runs where and marks each test compiled_pass and/or pure_pass
+# (`pytest --collect-only -q -m pure_pass` lists a pass; docs/testing.md).
 # The two passes run at the same time, each over PYTEST_WORKERS pytest-xdist
 # workers: most of a test's time is spent waiting on sockets, timers and
 # subprocesses (two serial passes kept the two cores about half busy and took
@@ -209,9 +212,9 @@ test: $(TEST_STAMP) lint $(SHARED_LIBRARY) browser mosquitto etcd rabbitmq fuse 
 		echo "warning above; \`make build\` again shows why); the compiled pass would be pure Python"; \
 		exit 2; }
 	@status=0; pure=0; log=$$(mktemp); \
-	( WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m 'not ui and not examples and not once' $(PYTEST_ARGS) > "$$log" 2>&1; echo $$? >> "$$log.status" ) & \
+	( WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m pure_pass $(PYTEST_ARGS) > "$$log" 2>&1; echo $$? >> "$$log.status" ) & \
 	echo "== pytest, $$($(PY) -c 'import warren; print(warren.build_description())') (the pure-Python pass runs alongside)"; \
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) -m 'not spark and not once_pure' $(PYTEST_ARGS) || status=$$?; \
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) -m compiled_pass $(PYTEST_ARGS) || status=$$?; \
 	wait; \
 	echo "== pytest, pure Python (WARREN_PURE_PYTHON=1)"; \
 	cat "$$log"; pure=$$(cat "$$log.status" 2>/dev/null || echo 1); rm -f "$$log" "$$log.status"; \

@@ -24,10 +24,7 @@ import time
 from pathlib import Path
 
 import pika
-import pytest
 from procs import start_warren
-
-pytestmark = pytest.mark.once
 
 SECONDS = float(os.environ.get("WARREN_SOAK_SECONDS", "60"))
 #: At most this many messages per second from the well-behaved publisher (steady,
