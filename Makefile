@@ -35,7 +35,7 @@
 #                  system when it is missing (root and apt-get; else they skip)
 #   make mosquitto install Debian's mosquitto for tests/integration/test_perf_mqtt.py and
 #                  bench/mqtt_*.py when it is missing (root and apt-get; else they skip)
-#   make soak      the soak test for 10 minutes (make test runs it for 60 s)
+#   make soak      the soak test for 10 minutes (make test runs it for 15 s)
 #   make fuzz      atheris on the codecs, FUZZ_SECONDS (300) per target
 #   make lint      ruff + mypy
 #   make spec      regenerate src/warren/amqp/spec.py
@@ -243,7 +243,7 @@ stress-ng:
 	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq stress-ng >/dev/null 2>&1; } || \
 	echo "make stress-ng: could not install stress-ng"
 
-# The soak test (tests/integration/test_soak.py) for 10 minutes instead of make test's 60 s:
+# The soak test (tests/integration/test_soak.py) for 10 minutes instead of make test's 15 s:
 # churn and malformed clients against one broker while a confirmed publisher and
 # an acking consumer must lose nothing and never wait more than 1 s.
 soak: $(TEST_STAMP) $(SHARED_LIBRARY)
