@@ -206,6 +206,11 @@ prometheus:
 # PYTEST_WORKERS=0 runs each pass in one process.
 # The status recorded is the first failure's; 5 (nothing collected) only when
 # neither run failed otherwise.
+# Bytecode is cached (__pycache__, git-ignored) even where the environment says
+# not to (PYTHONDONTWRITEBYTECODE, common in containers): otherwise every pytest
+# worker compiles and assertion-rewrites all ~300 test modules (9.5 s of CPU
+# each instead of 2.5) and every process a test starts compiles Warren again.
+test: export PYTHONDONTWRITEBYTECODE :=
 test: $(TEST_STAMP) lint $(SHARED_LIBRARY) browser mosquitto etcd rabbitmq fuse prometheus
 	@$(PY) -c 'import warren; assert warren.compiled_modules()' 2>/dev/null || { \
 		echo "make test: no usable compiled build (mypyc or the C compiler failed: see the"; \
