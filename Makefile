@@ -193,8 +193,8 @@ prometheus:
 # their compiled build does, so it runs only the groups whose tests run
 # compiled modules in their own process: tests/core, store, protocol, compat
 # (and tests/spark, whose data source is never compiled: pure pass only). The
-# rest (http, cluster, integration, ui: interpreted code, or Warren as
-# separate processes) runs once, in the compiled pass. tests/passes.py says
+# rest (http, cluster, integration, ui, store/powercut: interpreted code, or
+# Warren as separate processes) runs once, in the compiled pass. tests/passes.py says
 # which group runs where and marks each test compiled_pass and/or pure_pass
 # (`pytest --collect-only -q -m pure_pass` lists a pass; docs/testing.md).
 # The two passes run at the same time, each over PYTEST_WORKERS pytest-xdist

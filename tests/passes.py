@@ -7,13 +7,14 @@ modules in the test's own process and are about them: the broker's rules, the
 store, the protocols (embedded or in memory), the recorded RabbitMQ
 comparisons. A group whose code under test is interpreted in both builds (the
 HTTP API and metrics, the web UI, packaging, the docs) or that runs Warren as
-separate processes (cluster nodes, `warren` and `warren-ctl`, the soak) runs
-once, in the compiled pass: the build users run. The Spark data source is
-never compiled: tests/spark runs in the pure pass.
+separate processes (cluster nodes, `warren` and `warren-ctl`, the soak, the
+power cuts under a `warren` process) runs once, in the compiled pass: the
+build users run. The Spark data source is never compiled: tests/spark runs in
+the pure pass.
 
-The table goes by a test module's first directory under tests/, so a new
-module follows its group; a new group must be entered here (collection fails
-until it is). A test that belongs elsewhere says so itself, with
+The table goes by a test module's directory under tests/ (the longest entry
+that holds it), so a new module follows its group; a new group must be
+entered here (collection fails until it is). A test that belongs elsewhere says so itself, with
 ``@pytest.mark.passes("compiled")`` (or both) and the reason beside it.
 ``pytest --collect-only -q -m pure_pass`` lists what a pass runs.
 """
@@ -32,6 +33,7 @@ BOTH = (COMPILED, PURE)
 GROUPS: dict[str, tuple[str, ...]] = {
     "core": BOTH,
     "store": BOTH,
+    "store/powercut": (COMPILED,),
     "protocol": BOTH,
     "compat": BOTH,
     "http": (COMPILED,),
@@ -54,12 +56,14 @@ def passes_of(item: pytest.Item) -> tuple[str, ...] | None:
         if not chosen or set(chosen) - set(BOTH):
             raise pytest.UsageError(f"{item.nodeid}: passes() takes {BOTH}, got {chosen}")
         return chosen
-    group = path.relative_to(TESTS).parts[0]
-    if group not in GROUPS:
-        raise pytest.UsageError(
-            f"{item.nodeid}: tests/{group} is in no pass of make test (tests/passes.py)"
-        )
-    return GROUPS[group]
+    parts = path.relative_to(TESTS).parts[:-1]
+    for n in range(len(parts), 0, -1):
+        group = "/".join(parts[:n])
+        if group in GROUPS:
+            return GROUPS[group]
+    raise pytest.UsageError(
+        f"{item.nodeid}: tests/{'/'.join(parts)} is in no pass of make test (tests/passes.py)"
+    )
 
 
 def mark_passes(items: list[pytest.Item]) -> None:
