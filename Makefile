@@ -192,9 +192,10 @@ prometheus:
 # without a C compiler gets). The pure pass shows that the .py files do what
 # their compiled build does, so it runs only the groups whose tests run
 # compiled modules in their own process: tests/core, store, protocol, compat
-# (and tests/spark, whose data source is never compiled: pure pass only). The
-# rest (http, cluster, integration, ui, store/powercut: interpreted code, or
-# Warren as separate processes) runs once, in the compiled pass. tests/passes.py says
+# (and, once, tests/spark, whose data source is never compiled, and tests/ui,
+# the UI's JavaScript: they keep the passes about as long). The rest (http,
+# cluster, integration, store/powercut: interpreted code, or Warren as
+# separate processes) runs once, in the compiled pass. tests/passes.py says
 # which group runs where and marks each test compiled_pass and/or pure_pass
 # (`pytest --collect-only -q -m pure_pass` lists a pass; docs/testing.md).
 # The two passes run at the same time, each over PYTEST_WORKERS pytest-xdist

@@ -6,16 +6,19 @@ what their compiled build does, so it runs the groups whose tests run compiled
 modules in the test's own process and are about them: the broker's rules, the
 store, the protocols (embedded or in memory), the recorded RabbitMQ
 comparisons. A group whose code under test is interpreted in both builds (the
-HTTP API and metrics, the web UI, packaging, the docs) or that runs Warren as
-separate processes (cluster nodes, `warren` and `warren-ctl`, the soak, the
-power cuts under a `warren` process) runs once, in the compiled pass: the
-build users run. The Spark data source is never compiled: tests/spark runs in
-the pure pass.
+HTTP API and metrics, packaging, the docs) or that runs Warren as separate
+processes (cluster nodes, `warren` and `warren-ctl`, the soak, the power cuts
+under a `warren` process) runs once, in the compiled pass: the build users
+run. Two run once in the pure pass: tests/spark (the data source is never
+compiled) and tests/ui (the web UI's JavaScript in Chromium, whatever serves
+it), which keeps the two passes about as long (with 3 workers each, 127 s of
+UI tests made the compiled pass 7.0 min to the pure pass's 5.6).
 
 The table goes by a test module's directory under tests/ (the longest entry
 that holds it), so a new module follows its group; a new group must be
-entered here (collection fails until it is). A test that belongs elsewhere says so itself, with
-``@pytest.mark.passes("compiled")`` (or both) and the reason beside it.
+entered here (collection fails until it is). A test that belongs elsewhere
+says so itself, with ``@pytest.mark.passes("compiled")`` (or both) and the
+reason beside it.
 ``pytest --collect-only -q -m pure_pass`` lists what a pass runs.
 """
 
@@ -39,7 +42,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "http": (COMPILED,),
     "cluster": (COMPILED,),
     "integration": (COMPILED,),
-    "ui": (COMPILED,),
+    "ui": (PURE,),
     "spark": (PURE,),
 }
 
