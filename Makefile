@@ -59,7 +59,9 @@ STEP = @echo "== make:"
 PYTEST_STATUS_FILE ?=
 
 # pytest-xdist workers per pass of `make test` (0: no workers, one process).
-PYTEST_WORKERS ?= 2
+# Three each: the tests wait on sockets, timers and other processes, and with
+# two per pass the two cores were still half idle.
+PYTEST_WORKERS ?= 3
 # make cluster's base port (tools/cluster.py): clear of make run's 5672, 15672, 1883, 15692.
 # Only from make's command line (make cluster PORT=30000): a PORT in the
 # environment (many hosting platforms set one) does not move the cluster.
@@ -201,12 +203,13 @@ prometheus:
 # The two passes run at the same time, each over PYTEST_WORKERS pytest-xdist
 # workers: most of a test's time is spent waiting on sockets, timers and
 # subprocesses (two serial passes kept the two cores about half busy and took
-# 14 min here; with 2 workers each, 9 min). The pure pass needs neither lint
-# nor the compiled build: it starts first and runs beside them (a minute on a
-# fresh clone); when either fails it is stopped and make test fails (status 2,
-# no PYTEST_STATUS_FILE), as before. The pure pass writes to a file, shown
-# after the compiled pass's output. Each test uses its own ephemeral
-# ports and temporary directories, so the passes and workers cannot meet.
+# 14 min here; with 2 workers each, 9 min; now 3 each). The pure pass needs
+# neither lint nor the compiled build: it starts first and runs beside them
+# (a minute on a fresh clone); when either fails it is stopped and make test
+# fails (status 2, no PYTEST_STATUS_FILE), as before. The pure pass writes to
+# a file, shown after the compiled pass's output. Each test uses its own
+# ephemeral ports and temporary directories, so the passes and workers cannot
+# meet.
 # PYTEST_WORKERS=0 runs each pass in one process.
 # The status recorded is the first failure's; 5 (nothing collected) only when
 # neither run failed otherwise.
