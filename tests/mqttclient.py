@@ -18,6 +18,31 @@ V5 = mqtt.MQTTv5
 TIMEOUT = 10.0
 
 
+
+def send_subscribe(
+    paho: mqtt.Client,
+    protocol: int,
+    topic: str,
+    qos: int,
+    no_local: bool,
+    retain_as_published: bool,
+    retain_handling: int,
+    properties: Properties | None,
+) -> int:
+    """Send a SUBSCRIBE with paho (MQTT 5's options where the protocol has them);
+    its packet id. Shared by the socket client and the in-memory one."""
+    if protocol == V5:
+        opts = SubscribeOptions(
+            qos=qos,
+            noLocal=no_local,
+            retainAsPublished=retain_as_published,
+            retainHandling=retain_handling,
+        )
+        _, mid = paho.subscribe(topic, options=opts, properties=properties)
+    else:
+        _, mid = paho.subscribe(topic, qos)
+    return int(mid)
+
 class Client:
     def __init__(
         self,
@@ -94,16 +119,16 @@ class Client:
         retain_handling: int = 0,
         properties: Properties | None = None,
     ) -> list[Any]:
-        if self.protocol == V5:
-            opts = SubscribeOptions(
-                qos=qos,
-                noLocal=no_local,
-                retainAsPublished=retain_as_published,
-                retainHandling=retain_handling,
-            )
-            _, mid = self.paho.subscribe(topic, options=opts, properties=properties)
-        else:
-            _, mid = self.paho.subscribe(topic, qos)
+        mid = send_subscribe(
+            self.paho,
+            self.protocol,
+            topic,
+            qos,
+            no_local,
+            retain_as_published,
+            retain_handling,
+            properties,
+        )
         event = self._subacks.setdefault(mid, threading.Event())
         assert event.wait(TIMEOUT), "no SUBACK"
         return self.suback_codes[mid]

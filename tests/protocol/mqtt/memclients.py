@@ -12,8 +12,8 @@ from typing import Any
 
 import paho.mqtt.client as paho
 from harness import Harness, RawMQTT
+from mqttclient import send_subscribe
 from paho.mqtt.properties import Properties
-from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from warren.mqtt.packets import MQTT_5
 
@@ -178,16 +178,16 @@ class Client:
         retain_handling: int = 0,
         properties: Properties | None = None,
     ) -> list[Any]:
-        if self.protocol == V5:
-            opts = SubscribeOptions(
-                qos=qos,
-                noLocal=no_local,
-                retainAsPublished=retain_as_published,
-                retainHandling=retain_handling,
-            )
-            _, mid = self.paho.subscribe(topic, options=opts, properties=properties)
-        else:
-            _, mid = self.paho.subscribe(topic, qos)
+        mid = send_subscribe(
+            self.paho,
+            self.protocol,
+            topic,
+            qos,
+            no_local,
+            retain_as_published,
+            retain_handling,
+            properties,
+        )
         self.until(lambda: mid in self.suback_codes, "SUBACK")
         return self.suback_codes[mid]
 
