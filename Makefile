@@ -7,13 +7,14 @@
 #                  and the test extra: pyspark + pyarrow (~450 MB), Spark Connect's
 #                  client (grpcio, pandas, ...) for tests/spark (which also need Java
 #                  17+ and skip without it), playwright, celery, ... (~1 GB)
-#   make build     compile the hot modules in place with mypyc (several minutes on 2
+#   make build     compile the hot modules in place with mypyc (1-2 minutes on 2
 #                  cores; again after editing their .py); 1.2-1.4x the throughput
 #   make run       run the broker (extra flags: make run ARGS='--amqp-port 5673'); the
 #                  compiled build when there is one (rebuilt when stale), pure Python
 #                  until the first `make build` or `make test`
-#   make test      ruff and mypy (make lint), then pytest twice: compiled modules and
-#                  pure Python
+#   make test      ruff and mypy (make lint), then pytest twice at once: everything
+#                  against the compiled modules, and what runs compiled code in the
+#                  test's own process again as pure Python (tests/passes.py)
 #                  (extra args: make test PYTEST_ARGS='-k config'; PYTEST_WORKERS=0
 #                  for one process per pass)
 #   make test-busy make test with two CPU hogs beside it (Debian's stress-ng, installed
@@ -34,7 +35,7 @@
 #                  system when it is missing (root and apt-get; else they skip)
 #   make mosquitto install Debian's mosquitto for tests/integration/test_perf_mqtt.py and
 #                  bench/mqtt_*.py when it is missing (root and apt-get; else they skip)
-#   make soak      the soak test for 10 minutes (make test runs it for 60 s)
+#   make soak      the soak test for 10 minutes (make test runs it for 15 s)
 #   make fuzz      atheris on the codecs, FUZZ_SECONDS (300) per target
 #   make lint      ruff + mypy
 #   make spec      regenerate src/warren/amqp/spec.py
@@ -58,7 +59,9 @@ STEP = @echo "== make:"
 PYTEST_STATUS_FILE ?=
 
 # pytest-xdist workers per pass of `make test` (0: no workers, one process).
-PYTEST_WORKERS ?= 2
+# Three each: the tests wait on sockets, timers and other processes, and with
+# two per pass the two cores were still half idle.
+PYTEST_WORKERS ?= 3
 # make cluster's base port (tools/cluster.py): clear of make run's 5672, 15672, 1883, 15692.
 # Only from make's command line (make cluster PORT=30000): a PORT in the
 # environment (many hosting platforms set one) does not move the cluster.
@@ -103,6 +106,7 @@ install-test: $(TEST_STAMP)
 # COMPILED_MODULES in one extension, src/_warren_compiled__mypyc$(EXT_SUFFIX),
 # and a small loader extension next to each module's .py
 # (src/warren/amqp/connection.py -> src/warren/amqp/connection$(EXT_SUFFIX)).
+# Its C is one file per module (build/mypyc), compiled one per core at a time.
 EXT_SUFFIX := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 COMPILED := $(shell sed -n 's/^    "warren\.\(.*\)",$$/\1/p' setup.py | tr . /)
 COMPILED_SOURCES := $(patsubst %,src/warren/%.py,$(COMPILED))
@@ -118,11 +122,11 @@ NATIVE_SOURCES := src/warren/_fastpath.h src/warren/_fastpath.c src/warren/_fast
 	src/warren/_fastpath_spark.c src/warren/_fastpath_stream.c \
 	src/warren/_syncworker.c
 $(SHARED_LIBRARY): $(COMPILED_SOURCES) $(NATIVE_SOURCES) | $(BUILD_STAMP)
-	$(STEP) "compiling the hot modules with mypyc (setup.py build_ext --inplace; minutes on 2 cores)"
+	$(STEP) "compiling the hot modules with mypyc (setup.py build_ext --inplace; a minute or two on 2 cores)"
 	@$(PY) setup.py -q build_ext --inplace
 
 build: $(BUILD_STAMP)
-	$(STEP) "compiling the hot modules with mypyc (setup.py build_ext --inplace; minutes on 2 cores)"
+	$(STEP) "compiling the hot modules with mypyc (setup.py build_ext --inplace; a minute or two on 2 cores)"
 	@$(PY) setup.py -q build_ext --inplace
 
 # The compiled build when there is one (recompiled first when a source is newer);
@@ -187,33 +191,52 @@ prometheus:
 
 # The suite runs twice: against the compiled modules, then with
 # WARREN_PURE_PYTHON=1 (every module from its .py, the fallback a machine
-# without a C compiler gets). Tests whose subject is the same either way run in
-# one pass only (markers), placed so that both passes take about as long:
-# in the compiled pass ui (the UI's JavaScript), examples (examples/testing
-# exercises the clients) and once (the 60 s soak test, which measures the
-# build users run); in the pure pass spark (the data source is never compiled;
-# 2 min of Spark) and once_pure (kombu's 40 s integration suite).
+# without a C compiler gets). The pure pass shows that the .py files do what
+# their compiled build does, so it runs only the groups whose tests run
+# compiled modules in their own process: tests/core, store, protocol, compat
+# (and, once, tests/spark, whose data source is never compiled, and tests/ui,
+# the UI's JavaScript: they keep the passes about as long). The rest (http,
+# cluster, integration, store/powercut: interpreted code, or Warren as
+# separate processes) runs once, in the compiled pass. tests/passes.py says
+# which group runs where and marks each test compiled_pass and/or pure_pass
+# (`pytest --collect-only -q -m pure_pass` lists a pass; docs/testing.md).
 # The two passes run at the same time, each over PYTEST_WORKERS pytest-xdist
 # workers: most of a test's time is spent waiting on sockets, timers and
 # subprocesses (two serial passes kept the two cores about half busy and took
-# 14 min here; with 2 workers each, 9 min). The pure pass writes to a file,
-# shown after the compiled pass's output. Each test uses its own ephemeral
-# ports and temporary directories, so the passes and workers cannot meet.
+# 14 min here; with 2 workers each, 9 min; now 3 each). The pure pass needs
+# neither lint nor the compiled build: it starts first and runs beside them
+# (a minute on a fresh clone); when either fails it is stopped and make test
+# fails (status 2, no PYTEST_STATUS_FILE), as before. (Started before the first
+# build, the pure pass does not collect the 42 cases that compare the C fast
+# path's scanners with the Python ones: they need the built extension and run
+# in the compiled pass.) The pure pass writes to
+# a file, shown after the compiled pass's output. Each test uses its own
+# ephemeral ports and temporary directories, so the passes and workers cannot
+# meet.
 # PYTEST_WORKERS=0 runs each pass in one process.
 # The status recorded is the first failure's; 5 (nothing collected) only when
 # neither run failed otherwise.
-test: $(TEST_STAMP) lint $(SHARED_LIBRARY) browser mosquitto etcd rabbitmq fuse prometheus
-	@$(PY) -c 'import warren; assert warren.compiled_modules()' 2>/dev/null || { \
+# Bytecode is cached (__pycache__, git-ignored) even where the environment says
+# not to (PYTHONDONTWRITEBYTECODE, common in containers): otherwise every pytest
+# worker compiles and assertion-rewrites all ~300 test modules (9.5 s of CPU
+# each instead of 2.5) and every process a test starts compiles Warren again.
+test: export PYTHONDONTWRITEBYTECODE :=
+test: $(TEST_STAMP) browser mosquitto etcd rabbitmq fuse prometheus
+	@log=$$(mktemp); \
+	( exec env WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m pure_pass $(PYTEST_ARGS) > "$$log" 2>&1 ) & pure_pid=$$!; \
+	echo "== make: the pure-Python pass started (pid $$pure_pid); lint and the compiled build meanwhile"; \
+	if ! $(MAKE) --no-print-directory lint $(SHARED_LIBRARY); then \
+		kill $$pure_pid 2>/dev/null; wait $$pure_pid; rm -f "$$log"; exit 2; fi; \
+	if ! $(PY) -c 'import warren; assert warren.compiled_modules()' 2>/dev/null; then \
+		kill $$pure_pid 2>/dev/null; wait $$pure_pid; rm -f "$$log"; \
 		echo "make test: no usable compiled build (mypyc or the C compiler failed: see the"; \
 		echo "warning above; \`make build\` again shows why); the compiled pass would be pure Python"; \
-		exit 2; }
-	@status=0; pure=0; log=$$(mktemp); \
-	( WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m 'not ui and not examples and not once' $(PYTEST_ARGS) > "$$log" 2>&1; echo $$? >> "$$log.status" ) & \
+		exit 2; fi; \
 	echo "== pytest, $$($(PY) -c 'import warren; print(warren.build_description())') (the pure-Python pass runs alongside)"; \
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) -m 'not spark and not once_pure' $(PYTEST_ARGS) || status=$$?; \
-	wait; \
+	status=0; $(PY) -m pytest -q -n $(PYTEST_WORKERS) -m compiled_pass $(PYTEST_ARGS) || status=$$?; \
+	pure=0; wait $$pure_pid || pure=$$?; \
 	echo "== pytest, pure Python (WARREN_PURE_PYTHON=1)"; \
-	cat "$$log"; pure=$$(cat "$$log.status" 2>/dev/null || echo 1); rm -f "$$log" "$$log.status"; \
+	cat "$$log"; rm -f "$$log"; \
 	if [ "$$status" = 0 ] || { [ "$$status" = 5 ] && [ "$$pure" != 0 ]; }; then status=$$pure; fi; \
 	if [ -n "$(PYTEST_STATUS_FILE)" ]; then echo "$$status" > "$(PYTEST_STATUS_FILE)"; fi; \
 	exit $$status
@@ -239,7 +262,7 @@ stress-ng:
 	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq stress-ng >/dev/null 2>&1; } || \
 	echo "make stress-ng: could not install stress-ng"
 
-# The soak test (tests/integration/test_soak.py) for 10 minutes instead of make test's 60 s:
+# The soak test (tests/integration/test_soak.py) for 10 minutes instead of make test's 15 s:
 # churn and malformed clients against one broker while a confirmed publisher and
 # an acking consumer must lose nothing and never wait more than 1 s.
 soak: $(TEST_STAMP) $(SHARED_LIBRARY)

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import pytest
 from harness import harness_fixture
+from passes import mark_passes
 
 from warren import Broker, Config
 from warren.amqp.server import AMQPListener
@@ -136,6 +137,11 @@ class BrokerThread:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(10)
             self.loop.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks each test with the passes of make test that run it (tests/passes.py)."""
+    mark_passes(items)
 
 
 @pytest.hookimpl(hookwrapper=True)

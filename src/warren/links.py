@@ -26,7 +26,6 @@ not by polling the API.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -169,12 +168,16 @@ class LinkRunner(ABC):
 
     async def stop(self) -> None:
         """Cancel the loop and wait until its session has closed what it opened;
-        a second call does nothing."""
+        a second call does nothing. The loop ends even when the session's client
+        swallows the cancellation (``_end_if_stopped``); the caller's own
+        cancellation is not swallowed here either."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if task is None:
+            return
+        task.cancel()
+        await asyncio.wait([task])
+        if not task.cancelled() and task.exception() is not None:
+            self.log.error("%s ended with an error", self.label, exc_info=task.exception())
 
     @property
     def timestamp(self) -> str:
@@ -204,17 +207,37 @@ class LinkRunner(ABC):
             self._on_change()
 
     def _set_running(self) -> None:
-        """The session is up: what a subclass calls once it consumes."""
+        """The session is up: what a subclass calls once it consumes (a session
+        that was stopped on the way ends here, see ``_end_if_stopped``)."""
+        self._end_if_stopped()
         self._ran = True
         self.reason = None
         self.since = self.clock.now_ms() / 1000
         self._set_state(RUNNING)
         self.log.info("%s running", self.label)
 
+    @staticmethod
+    def _end_if_stopped() -> None:
+        """Raise CancelledError if this task was cancelled, though what it awaited
+        swallowed the cancellation.
+
+        aiormq does: an RPC of a channel the peer closes (a passive declare's
+        404) is cancelled to deliver the channel's error, and a cancellation of
+        the caller that meets it comes out as that error, ChannelNotFoundEntity,
+        which a session catches and goes on. The task still counts the request
+        (``cancelling()``): checked here, on the way to running and before a
+        restart, a stop ends the loop whatever the session was doing (a broker
+        stop used to hang for good there, the session running on).
+        """
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
+
     # -- the loop -------------------------------------------------------------------------
     async def _run(self) -> None:
         delay = self.reconnect_delay
         while True:
+            self._end_if_stopped()
             self._ran = False
             self._set_state(STARTING)
             try:
@@ -229,6 +252,7 @@ class LinkRunner(ABC):
                 self._finished()
                 return
             except Exception as exc:
+                self._end_if_stopped()  # the stop came out as the session's error
                 if self._ran:  # it worked for a while: the backoff starts over
                     delay = self.reconnect_delay
                 self.reason = f"{type(exc).__name__}: {exc}"

@@ -6,6 +6,7 @@ of 0, Finished, stop and start, and wait_for_state."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,7 +18,8 @@ from warren.links import MAX_BACKOFF, Finished, LinkRunner
 
 
 class Scripted(LinkRunner):
-    """Each session runs the next step: "fail", "run-then-fail", "finish" or "hang"."""
+    """Each session runs the next step: "fail", "run-then-fail", "finish", "hang",
+    or "404-then-run" and "404-fails" (a passive declare that a stop meets, below)."""
 
     FAILED = "terminated"
     log = logging.getLogger("tests.links")
@@ -28,6 +30,7 @@ class Scripted(LinkRunner):
         self.sessions = 0
         self.closed = 0
         self.finished = False
+        self.declaring = asyncio.Event()  # set while a 404 step awaits its declare
 
     @property
     def label(self) -> str:
@@ -39,10 +42,26 @@ class Scripted(LinkRunner):
     def _finished(self) -> None:
         self.finished = True
 
+    async def _passive_declare(self) -> None:
+        """An RPC whose channel the peer closes (404) just as the stop cancels the
+        session: aiormq delivers the channel's error, not the cancellation."""
+        self.declaring.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise LookupError("404 NOT_FOUND") from None
+
     async def _session(self) -> None:
         self.sessions += 1
         step = next(self.steps, "hang")
         try:
+            if step == "404-then-run":
+                with contextlib.suppress(LookupError):  # as a shovel: declare it, run
+                    await self._passive_declare()
+                self._set_running()
+                await asyncio.Event().wait()
+            if step == "404-fails":
+                await self._passive_declare()
             if step == "finish":
                 raise Finished("all moved")
             if step == "run-then-fail":
@@ -194,5 +213,42 @@ def test_wait_for_state_times_out_saying_where_the_runner_is(clock: RecordingClo
             await link.wait_for_state(lambda s: s == "terminated", 0.05)
         assert not link._waiters._waiting  # the waiter is gone
         await link.stop()
+
+    run(body)
+
+
+@pytest.mark.parametrize("step", ["404-then-run", "404-fails"])
+def test_a_stop_the_session_swallows_still_ends_the_loop(
+    step: str, clock: RecordingClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stop of a broker hung for good when it met a shovel's passive declare
+    as the peer refused it: aiormq turned the cancellation into the 404, which the
+    shovel caught and went on to running (or, raised, it restarted). The task
+    still counts the cancellation, and the runner ends there."""
+
+    async def body() -> None:
+        link = Scripted([step], clock=clock)
+        link.start()
+        await link.declaring.wait()
+        await link.stop()  # run() fails the test if it does not return
+        assert link.sessions == 1 and link.closed == 1
+        assert link.state == "starting"  # never reported running, nor failed
+
+    with caplog.at_level(logging.INFO, logger="tests.links"):
+        run(body)
+    assert not clock.waits  # no restart was even planned
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_stop_does_not_swallow_the_cancellation_of_its_caller() -> None:
+    async def body() -> None:
+        link = Scripted(["404-then-run"])
+        link.start()
+        await link.declaring.wait()
+        stopping = asyncio.ensure_future(link.stop())
+        await asyncio.sleep(0)  # stop() has cancelled the link's task and waits for it
+        stopping.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stopping
 
     run(body)

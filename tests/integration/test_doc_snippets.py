@@ -16,10 +16,6 @@ import re
 import doc_snippets as snippets
 import pytest
 
-# The docs run the same against the compiled and the pure build: once, in the
-# compiled pass (about a minute of make test's longer, pure pass).
-pytestmark = pytest.mark.once
-
 BLOCKS = snippets.all_blocks()
 PAGES = sorted({b.path for b in BLOCKS if snippets.to_run(b)})
 

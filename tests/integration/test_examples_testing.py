@@ -12,14 +12,12 @@ import re
 import subprocess
 import sys
 
-import pytest
 from paths import REPO
 
 EXAMPLES = REPO / "examples" / "testing"
 CLIENTS = ("pika", "aio_pika", "kombu", "celery")
 
 
-@pytest.mark.examples
 def test_examples_pass() -> None:
     env = dict(
         os.environ,

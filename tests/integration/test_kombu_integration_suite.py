@@ -22,10 +22,6 @@ from paths import TOOLS
 
 TOOL = TOOLS / "kombu_integration.py"
 
-#: kombu's suite checks behaviour a client can see, the same compiled or not; only
-#: the pure-Python pass of `make test` runs it (40 s; the compiled pass is longer).
-pytestmark = pytest.mark.once_pure
-
 #: Tests of the suite ("class::test") known to fail against Warren, each with the
 #: reason. They must fail (the test is then xfailed); one that passes must be
 #: taken off the list, so the list stays exact.

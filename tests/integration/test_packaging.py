@@ -30,9 +30,7 @@ from packaging_help import (
     wheelhouse,
 )
 
-# Builds, installs and starts a broker: the same in both passes of make test, so
-# it runs in the compiled one only.
-pytestmark = [pytest.mark.once, pytest.mark.timeout(400)]
+pytestmark = pytest.mark.timeout(400)
 
 NAME = "warren_broker-0.1.0"
 

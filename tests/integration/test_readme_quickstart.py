@@ -21,9 +21,7 @@ from packaging_help import (
     wheelhouse,
 )
 
-# Installs a virtualenv and starts a broker: the same in both passes of make
-# test, so it runs in the pure-Python one only.
-pytestmark = [pytest.mark.once_pure, pytest.mark.timeout(400)]
+pytestmark = pytest.mark.timeout(400)
 
 
 def test_the_readme_quick_start_runs_as_written(tmp_path: Path) -> None:

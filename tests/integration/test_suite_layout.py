@@ -1,7 +1,7 @@
 """The suite's own layout (docs/testing.md, "Where Warren's own tests live"):
 test modules sit in a subsystem's directory, their base names are unique
-(pytest imports them by base name), and none imports another directory's
-test module."""
+(pytest imports them by base name), none imports another directory's
+test module, and each directory is in a pass of make test (tests/passes.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import ast
 from collections import Counter
 from pathlib import Path
 
+from passes import GROUPS
 from paths import TESTS
 
 # Packages (with __init__.py) are imported by their dotted name: their base
@@ -47,3 +48,9 @@ def test_no_test_module_imports_another_directorys_test_module() -> None:
             if name.startswith("test_") and where.get(name) != path.parent:
                 crossing.append(f"{path.relative_to(TESTS)} imports {name}")
     assert crossing == []
+
+
+def test_every_group_is_in_a_pass_of_make_test() -> None:
+    groups = {p.relative_to(TESTS).parts[0] for p in TESTS.rglob("test_*.py")}
+    assert groups == {g for g in GROUPS if "/" not in g}
+    assert [g for g in GROUPS if not (TESTS / g).is_dir()] == []

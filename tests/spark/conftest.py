@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from .deploy import JAVA_OPTS
 from .helpers import WORKER_DID_NOT_CONNECT, BrokerInfo, channel, declare_stream, delete_queue
 from .session_guard import SharedSession
 
@@ -114,6 +115,7 @@ def build_session(python: str) -> Any:
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.pyspark.python", python)
+        .config("spark.driver.extraJavaOptions", JAVA_OPTS)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

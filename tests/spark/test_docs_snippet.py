@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from .deploy import JAVA_OPTS
 from .helpers import BrokerInfo, channel, declare_stream, delete_queue, message_count, publish
 
 pytestmark = pytest.mark.spark
@@ -49,6 +50,9 @@ def clean_env() -> dict[str, str]:
         "HOME": os.environ.get("HOME", "/tmp"),
         # This checkout's warren for the script and, through Spark, its workers.
         "PYTHONPATH": str(SRC),
+        # The JVM the snippet's session starts: small, as the other tests' (not
+        # the snippet's business; 18 s instead of 26).
+        "JDK_JAVA_OPTIONS": JAVA_OPTS,
     }
     for name in ("JAVA_HOME", "WARREN_PURE_PYTHON", "LANG"):
         if name in os.environ:

@@ -16,8 +16,11 @@ from hypothesis import strategies as st
 from warren.spark.options import SinkOptions
 from warren.spark.publish import Encoder, SinkPlan, _encode_publishes
 
+# No Spark: the C encoder is the compiled build's (it skips in the pure pass, and
+# runs in the compiled one; tests/passes.py).
 pytestmark = [
     pytest.mark.spark,
+    pytest.mark.passes("compiled", "pure"),
     pytest.mark.skipif(_encode_publishes is None, reason="warren._fastpath is not built"),
 ]
 

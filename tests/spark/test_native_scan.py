@@ -27,8 +27,11 @@ from warren.spark.scan import Scanner
 
 from .test_scan import QUEUE, delivery, properties
 
+# No Spark: the C loop is the compiled build's (it skips in the pure pass, and runs
+# in the compiled one; tests/passes.py).
 pytestmark = [
     pytest.mark.spark,
+    pytest.mark.passes("compiled", "pure"),
     pytest.mark.skipif(native_scan is None, reason="warren._fastpath is not built"),
 ]
 

@@ -24,7 +24,9 @@ from warren.spark.connection import DataLossError, SourceError
 from warren.spark.options import OptionError
 from warren.spark.scan import Rows, Scanner
 
-pytestmark = pytest.mark.spark
+# No Spark: the scanner in memory, which takes the C loop where the compiled build
+# has it and the Python one in the pure pass (tests/passes.py).
+pytestmark = [pytest.mark.spark, pytest.mark.passes("compiled", "pure")]
 
 QUEUE = "events"
 

@@ -249,6 +249,10 @@ def _fd_count() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+# What it checks is how many descriptors the store's recovery holds, the same in
+# both builds; at this size it costs 46 s of the pure pass (14 s compiled), where the
+# store's recovery runs in this module's and test_segment_store's other restarts.
+@pytest.mark.passes("compiled")
 def test_ten_thousand_durable_queues_restart_within_fd_limits(
     restartable: Callable[..., BrokerThread],
 ) -> None:

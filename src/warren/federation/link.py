@@ -117,10 +117,13 @@ class ExchangeLink(LinkRunner):
     # -- running ----------------------------------------------------------------------
     async def _session(self) -> None:
         up = self.upstream
-        remote = await aiormq.connect(up.uris[0])
-        local: aiormq.abc.AbstractConnection | None = None
+        # Made before their connects: the finally closes a connection whose connect
+        # a cancellation met as it completed (never returned by aiormq).
+        remote = aiormq.Connection(up.uris[0])
+        local: aiormq.Connection | None = None
         self._bound = set()
         try:
+            await remote.connect()
             upstream_cluster = str(remote.server_properties.get("cluster_name", ""))
             ch = self._channel = await remote.channel()
             await ch.exchange_declare(
@@ -133,7 +136,8 @@ class ExchangeLink(LinkRunner):
                 arguments["x-message-ttl"] = up.message_ttl
             await ch.queue_declare(self.queue_name, durable=True, arguments=arguments)
             await self._sync_bindings(ch)
-            local = await aiormq.connect(self.local_uri)
+            local = aiormq.Connection(self.local_uri)
+            await local.connect()
             local_ch = await local.channel(publisher_confirms=up.ack_mode == "on-confirm")
             no_ack = up.ack_mode == "no-ack"
             if up.prefetch_count and not no_ack:

@@ -96,17 +96,22 @@ class QueueLink(LinkRunner):
     async def _session(self) -> None:
         self.consuming = False  # nothing consumed upstream until there is demand
         up = self.upstream
-        remote = await aiormq.connect(up.uris[0])
-        local: aiormq.abc.AbstractConnection | None = None
+        # Made before their connects: the finally closes a connection whose connect
+        # a cancellation met as it completed (never returned by aiormq).
+        remote = aiormq.Connection(up.uris[0])
+        local: aiormq.Connection | None = None
         try:
+            await remote.connect()
             upstream_cluster = str(remote.server_properties.get("cluster_name", ""))
             ch = await remote.channel()
             try:
                 await ch.queue_declare(self.upstream_queue, passive=True)
             except aiormq.exceptions.ChannelNotFoundEntity:
+                self._end_if_stopped()  # a stop that met the 404 comes out as it
                 ch = await remote.channel()
                 await ch.queue_declare(self.upstream_queue, durable=True)
-            local = await aiormq.connect(self.local_uri)
+            local = aiormq.Connection(self.local_uri)
+            await local.connect()
             local_ch = await local.channel(publisher_confirms=True)
             if up.prefetch_count:
                 await ch.basic_qos(prefetch_count=up.prefetch_count)

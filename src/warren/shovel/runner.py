@@ -101,16 +101,21 @@ class Shovel(LinkRunner):
     # -- running ----------------------------------------------------------------------
     async def _session(self) -> None:
         spec = self.spec
-        src = await aiormq.connect(self._resolve(spec.src_uris[0], self.vhost))
-        dest_conn: aiormq.abc.AbstractConnection | None = None
+        # Each connection is made before its connect, so that the finally closes it
+        # even when a cancellation meets the connect as it completes (aiormq then
+        # raises CancelledError and the connection it opened is never returned).
+        src = aiormq.Connection(self._resolve(spec.src_uris[0], self.vhost))
+        dest_conn: aiormq.Connection | None = None
         http: aiohttp.ClientSession | None = None
         try:
+            await src.connect()
             src_ch = await src.channel()
             if spec.http_destination:
                 http = aiohttp.ClientSession()
                 publish = self._http_publisher(http)
             else:
-                dest_conn = await aiormq.connect(self._resolve(spec.dest_uris[0], self.vhost))
+                dest_conn = aiormq.Connection(self._resolve(spec.dest_uris[0], self.vhost))
+                await dest_conn.connect()
                 dest_ch = await dest_conn.channel(publisher_confirms=spec.ack_mode == "on-confirm")
                 if spec.dest_queue is not None:
                     dest_ch = await self._ensure_queue(dest_conn, dest_ch, spec.dest_queue)
@@ -178,6 +183,7 @@ class Shovel(LinkRunner):
             await ch.queue_declare(queue, passive=True)
             return ch
         except aiormq.exceptions.ChannelNotFoundEntity:
+            self._end_if_stopped()  # a stop that met the 404 comes out as it
             confirms = bool(getattr(ch, "publisher_confirms", False))
             ch = await conn.channel(publisher_confirms=confirms)
             await ch.queue_declare(queue, durable=True)
