@@ -103,7 +103,8 @@ class ConfirmPublisher(threading.Thread):
     ``release()``: a test's first phase then writes a known amount, so the
     publishers cannot fill a small disk before the test fills it (on a busy
     machine a slow publisher's first confirms came after the others had
-    filled it, and it was blocked before the test began).
+    filled it, and it was blocked before the test began). ``limit()`` sets
+    such a budget again, for the phase after the disk was given back.
     """
 
     def __init__(
@@ -153,6 +154,12 @@ class ConfirmPublisher(threading.Thread):
     def outstanding(self) -> int:
         return len(self._pending)
 
+    @property
+    def done(self) -> bool:
+        """Its budget published and every publish answered."""
+        budget = self.budget
+        return budget is not None and self.published >= budget and not self._pending
+
     def state(self) -> str:
         """What this publisher has seen, for a failure message."""
         pending = sorted(self._pending)
@@ -169,6 +176,26 @@ class ConfirmPublisher(threading.Thread):
         conn = self._conn
         assert conn is not None
         conn.ioloop.add_callback_threadsafe(self._release)
+
+    def limit(self, more: int) -> None:
+        """Publish at most ``more`` messages beyond those published so far
+        (in force when this returns). A test gives its publishers a limit
+        before it gives a full disk back: unlimited, they fill it again, are
+        blocked again, and the publishes they sent meanwhile are never read,
+        so their confirms cannot come before the end of the test (a blocked
+        publisher is not read until the alarm clears, as with RabbitMQ)."""
+        conn = self._conn
+        assert conn is not None
+        if self.finished.is_set():
+            return
+        applied = threading.Event()
+
+        def apply() -> None:
+            self.budget = self.published + more
+            applied.set()
+
+        conn.ioloop.add_callback_threadsafe(apply)
+        assert applied.wait(30), f"{self.queue}: pika's loop did not take the limit"
 
     def stop(self, timeout: float = 30) -> None:
         """Stop publishing, wait for the confirms still due, close the connection."""

@@ -3,11 +3,16 @@
 bytes past free_disk_min, never closed; a disk filled from outside costs the
 publishers nacks for what could not be stored, never a confirmed message; a
 stop on a full disk closes everything and exits 0.
+
+Timing is the load's: a test lets a write fail before the broker may measure
+the full disk (writes_fail_first), and bounds what its publishers write once
+the disk is back (recover()).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import signal
 import threading
@@ -41,9 +46,20 @@ def start_all(pubs: list[ConfirmPublisher]) -> None:
         assert p.error is None, p.error
 
 
+def states(pubs: list[ConfirmPublisher]) -> Callable[[], str]:
+    """What the publishers have seen, for a failure message."""
+    return lambda: "\n".join(p.state() for p in pubs)
+
+
 def stop_all(pubs: list[ConfirmPublisher]) -> None:
     for p in pubs:
         p.stop(0)  # all stop publishing first: none fills the disk while another waits
+    eventually(
+        lambda: all(p.finished.is_set() for p in pubs),
+        30,
+        "every publisher's confirms in and its connection closed",
+        states(pubs),
+    )
     for p in pubs:
         p.stop()
     for p in pubs:
@@ -57,8 +73,35 @@ def first_confirms(pubs: list[ConfirmPublisher]) -> None:
         lambda: all(len(p.acked) >= 4 for p in pubs),
         30,
         "first confirms",
-        lambda: "\n".join(p.state() for p in pubs),
+        states(pubs),
     )
+
+
+@contextlib.contextmanager
+def writes_fail_first(b: BrokerThread) -> Iterator[None]:
+    """free_disk_min is 0 inside: only a failed write raises the disk alarm.
+
+    A test that fills the disk from outside to make the broker's writes fail
+    does so inside, until it saw what a failed write does (a nack, a refusal,
+    a close). Else the broker's own measurement of the free disk (once a
+    second) could see the full disk before the clients' messages were
+    written, as it did on a busy machine: the alarm blocked the publishers,
+    no write failed, there was nothing to nack, and the test then hung in its
+    stop (a blocked publisher is not read while the alarm lasts, so the
+    confirms of what it had sent could not come). On the way out the limit
+    is back and the disk measured again: the alarm holds."""
+    limit = b.call(lambda: b.broker.config.free_disk_min)
+
+    def set_limit(value: int) -> bool:
+        b.broker.config.free_disk_min = value
+        return b.broker.resource_alarms.check_disk()
+
+    b.call(lambda: set_limit(0))
+    try:
+        yield
+    finally:
+        raised = b.call(lambda: set_limit(limit))
+    assert raised, "the disk alarm is not raised on the full disk"
 
 
 def fill_then_release(filler: Path, pubs: list[ConfirmPublisher]) -> None:
@@ -66,6 +109,33 @@ def fill_then_release(filler: Path, pubs: list[ConfirmPublisher]) -> None:
     fill(filler)
     for p in pubs:
         p.release()
+
+
+#: What each publisher may publish once the disk is given back (see recover()).
+AFTER_RECOVERY = 4
+
+
+def recover(b: BrokerThread, filler: Path, pubs: list[ConfirmPublisher]) -> None:
+    """Give the disk back (the filler goes) and wait until every publisher was
+    unblocked and had what it sent answered, and a few more publishes acked.
+
+    The publishers are limited first: left to publish as fast as they can, they
+    filled the disk again before a test thread slowed down by a busy machine
+    stopped them, were blocked again, and the publishes they had sent
+    meanwhile were never read, so never confirmed: the test hung in its stop
+    (not a lost confirm: a blocked publisher is not read until the alarm
+    clears, as with RabbitMQ)."""
+    acked = [len(p.acked) for p in pubs]
+    for p in pubs:
+        p.limit(AFTER_RECOVERY)
+    filler.unlink()
+    assert b.call(b.broker.resource_alarms.check_disk) is False
+    eventually(lambda: all(p.done for p in pubs), 60, "publishing resumed", states(pubs))
+    assert all(len(p.acked) >= n + AFTER_RECOVERY for p, n in zip(pubs, acked, strict=True)), (
+        states(pubs)()
+    )
+    assert b.call(lambda: b.broker.alarms) == set()
+    assert [p.blocking[-1] for p in pubs] == ["Connection.Unblocked"] * len(pubs), states(pubs)()
 
 
 def queue_numbers(port: int, queue: str) -> list[int]:
@@ -150,9 +220,9 @@ def fast_publishers_blocked(
 def test_disk_filled_from_outside_nacks_blocks_and_recovers(
     small_disk: Path, broker_factory: Callable[..., BrokerThread], sync: bool
 ) -> None:
-    # free_disk_min is far below what the publishers write per second: another
-    # process fills the disk between two measurements and the broker's writes fail.
-    # (sync = false: confirms wait for the write-out at the end of the turn.)
+    # Another process fills the disk and the broker's writes fail (free_disk_min
+    # 0 meanwhile: writes_fail_first). (sync = false: confirms wait for the
+    # write-out at the end of the turn.)
     data = small_disk / "data"
     b = broker_factory(data_dir=data, free_disk_min=MiB, sync=sync)
     pubs = [ConfirmPublisher(b.port, f"q{i}", 32 * 1024, window=32, budget=8) for i in range(3)]
@@ -161,28 +231,23 @@ def test_disk_filled_from_outside_nacks_blocks_and_recovers(
     filler = small_disk / "filler"
     try:
         first_confirms(pubs)
-        fill_then_release(filler, pubs)
+        with writes_fail_first(b):
+            fill_then_release(filler, pubs)
+            # What could not be written is nacked (after its sync round: it may
+            # come after connection.blocked).
+            eventually(lambda: sum(len(p.nacked) for p in pubs) > 0, 30, "nacks", states(pubs))
         eventually(
             lambda: all("Connection.Blocked" in p.blocking or p.closed for p in pubs),
             30,
             "every publisher blocked",
+            states(pubs),
         )
         assert [p.closed for p in pubs] == [None] * len(pubs)
-        # What could not be written is nacked (after its sync round: it may come
-        # after connection.blocked).
-        eventually(lambda: sum(len(p.nacked) for p in pubs) > 0, 30, "nacks")
         status, body = health_alarms(b)
         assert status == 503 and body["alarms"] == [  # type: ignore[comparison-overlap]
             {"node": body["alarms"][0]["node"], "resource": "disk space"}  # type: ignore[index]
         ]
-        acked = [len(p.acked) for p in pubs]
-        filler.unlink()
-        assert b.call(b.broker.resource_alarms.check_disk) is False
-        eventually(
-            lambda: all(len(p.acked) > n for p, n in zip(pubs, acked, strict=True)),
-            60,
-            "publishing resumed",
-        )
+        recover(b, filler, pubs)
     finally:
         stop_all(pubs)
     assert [p.closed for p in pubs] == [None] * len(pubs)
@@ -223,9 +288,10 @@ def test_mqtt_5_publishes_that_could_not_be_stored_are_refused(
         publish(0, 20)
         eventually(lambda: len(codes) == 20, 30, "first acks")
         assert set(codes.values()) == {0}
-        fill(filler)
-        publish(20, 60)
-        eventually(lambda: 0x97 in codes.values(), 30, "a refusal (quota exceeded)")
+        with writes_fail_first(b):
+            fill(filler)
+            publish(20, 60)
+            eventually(lambda: 0x97 in codes.values(), 30, "a refusal (quota exceeded)")
         assert b.call(lambda: "disk" in b.broker.alarms)
         filler.unlink()
         assert b.call(b.broker.resource_alarms.check_disk) is False
@@ -269,11 +335,12 @@ def test_mqtt_3_1_1_publishes_that_could_not_be_stored_close_the_connection(
         for i in range(10):
             numbers[client.publish("t3/x", f"mq3:{i}:".encode().ljust(32 * 1024, b"x"), 1).mid] = i
         eventually(lambda: len(acked) == 10, 30, "first acks")
-        fill(small_disk / "filler")
-        for i in range(10, 80):
-            body = f"mq3:{i}:".encode().ljust(32 * 1024, b"x")
-            numbers[client.publish("t3/x", body, qos=1).mid] = i
-        assert lost.wait(30), "the connection was not closed"
+        with writes_fail_first(b):
+            fill(small_disk / "filler")
+            for i in range(10, 80):
+                body = f"mq3:{i}:".encode().ljust(32 * 1024, b"x")
+                numbers[client.publish("t3/x", body, qos=1).mid] = i
+            assert lost.wait(30), "the connection was not closed"
     finally:
         client.loop_stop()
     (small_disk / "filler").unlink()
@@ -329,21 +396,16 @@ def test_a_stream_filled_from_outside_nacks_what_it_could_not_store(
     filler = small_disk / "filler"
     try:
         first_confirms(pubs)
-        fill_then_release(filler, pubs)
+        with writes_fail_first(b):
+            fill_then_release(filler, pubs)
+            eventually(lambda: sum(len(p.nacked) for p in pubs) > 0, 30, "nacks", states(pubs))
         eventually(
             lambda: all("Connection.Blocked" in p.blocking or p.closed for p in pubs),
             30,
             "every publisher blocked",
+            states(pubs),
         )
-        eventually(lambda: sum(len(p.nacked) for p in pubs) > 0, 30, "nacks")
-        acked = [len(p.acked) for p in pubs]
-        filler.unlink()
-        assert b.call(b.broker.resource_alarms.check_disk) is False
-        eventually(
-            lambda: all(len(p.acked) > n for p, n in zip(pubs, acked, strict=True)),
-            60,
-            "publishing resumed",
-        )
+        recover(b, filler, pubs)
     finally:
         stop_all(pubs)
     assert [p.closed for p in pubs] == [None] * len(pubs)
