@@ -187,6 +187,11 @@ class VHost:
         #: With the live channels' they make the vhost's message_stats, which never
         #: go backwards.
         self.base_stats = MessageStats()
+        #: Counts of closed connections whose counters are not a channel's (MQTT:
+        #: its connection's stream, folded in by core/session.py as it closes).
+        #: Part of message_stats with base_stats; the Prometheus metrics count
+        #: them per protocol (metrics/history.py's Retired.sessions) instead.
+        self.session_stats = MessageStats()
         #: Churn, as RabbitMQ's metrics count it: declarations (new or not), queues
         #: created and deleted (by any means) since the start.
         self.queues_declared = 0
