@@ -101,14 +101,28 @@ def require_namespaces() -> None:
         pytest.skip(f"cannot make a private network namespace: {probe.stderr.strip()}")
 
 
+#: What a child must not inherit: this checkout's sources or virtualenv, and the
+#: variables make passes to sub-makes (``make test VENV=...`` puts VENV=... in
+#: MAKEFLAGS, which a child's own ``make install`` would obey).
+_NOT_INHERITED = frozenset(
+    {
+        "PYTHONPATH",
+        "VIRTUAL_ENV",
+        "WARREN_PURE_PYTHON",
+        "PYTHONHOME",
+        "MAKEFLAGS",
+        "MAKELEVEL",
+        "MAKEOVERRIDES",
+        "MFLAGS",
+    }
+)
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """This environment without what would point a child at this checkout's
-    sources or virtualenv (PYTHONPATH, VIRTUAL_ENV, WARREN_PURE_PYTHON)."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("PYTHONPATH", "VIRTUAL_ENV", "WARREN_PURE_PYTHON", "PYTHONHOME")
-    }
+    sources or virtualenv (PYTHONPATH, VIRTUAL_ENV, WARREN_PURE_PYTHON) or hand
+    it the make command line the tests run under (MAKEFLAGS & co)."""
+    env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
     env.update(extra)
     return env
 

@@ -254,6 +254,11 @@ def gen_encode(m: MethodSpec, structs: StructRegistry) -> list[str]:
     return body
 
 
+#: Methods whose arguments table keeps each entry's wire type tag (core/table_tags.py):
+#: a redeclaration's 406 text names it, as RabbitMQ's does. Not basic.publish's path.
+TAGGED_ARGUMENTS = frozenset({"exchange.declare", "queue.declare"})
+
+
 def gen_decode(m: MethodSpec, structs: StructRegistry) -> list[str]:
     """Emit decode(): mirror of encode, one unpack_from per fixed run."""
     head = [
@@ -316,7 +321,8 @@ def gen_decode(m: MethodSpec, structs: StructRegistry) -> list[str]:
             ctor_args[f.name] = f.name
         elif f.type == "table":
             flush()
-            lines.append(f"{f.name}, offset = decode_table(data, offset)")
+            decoder = "decode_arguments" if m.amqp_name in TAGGED_ARGUMENTS else "decode_table"
+            lines.append(f"{f.name}, offset = {decoder}(data, offset)")
             ctor_args[f.name] = f.name
     flush()
     has_strings = any(f.type in ("shortstr", "longstr") for f in m.fields)
@@ -421,6 +427,7 @@ from typing import Any, ClassVar, Self
 from warren.core.codec_errors import DecodeError, UnknownMethod
 from warren.core.table import decode_table
 from warren.core.table_encode import encode_table
+from warren.core.table_tags import decode_arguments
 '''
 
 METHOD_BASE = '''\

@@ -57,7 +57,7 @@ def collect(broker: Broker) -> tuple[Sampled, Sampled]:
     totals = [0, 0, 0]
     for vhost in broker.vhosts.values():
         live = channels[vhost.name]
-        vhost.stats.set_sum([vhost.base_stats, *live])
+        vhost.stats.set_sum([vhost.base_stats, vhost.session_stats, *live])
         every.extend(live)
         overall.append(vhost.stats)
         ready = unacked = 0

@@ -146,6 +146,7 @@ class StoreFactory:
             min(size, 0xFFFFFFFF),
             budget=self.data.budget,
             mirror=self._mirror(True),
+            clock=vhost.clock,
         )
 
     def exchange_store(self, vhost: VHost, exchange: str, persistent: bool) -> MessageStore:

@@ -55,6 +55,15 @@ class _InMemory(AMQPFrames):
             self._take()
         return len(self.buf) > before or not self.eof
 
+    def frames_now(self) -> list[tuple[int, Frame]]:
+        """The frames the connection has written so far, taken without running
+        the loop (what a held reply has not let out is not among them)."""
+        self._take()
+        out = []
+        while (got := self._take_frame()) is not None:
+            out.append(got)
+        return out
+
 
 class MemoryAMQP(_InMemory):
     """One AMQP connection to a harness broker, no socket in between."""
@@ -100,15 +109,6 @@ class MemoryAMQP(_InMemory):
         if self._close_asked and not self.eof:
             self.eof = True
             conn.connection_lost()
-
-    def frames_now(self) -> list[tuple[int, Frame]]:
-        """The frames the connection has written so far, taken without running
-        the loop (what a held reply has not let out is not among them)."""
-        self._take()
-        out = []
-        while (got := self._take_frame()) is not None:
-            out.append(got)
-        return out
 
     # -- AMQPFrames' transport -------------------------------------------------------
     def send(self, data: bytes) -> None:

@@ -8,6 +8,7 @@ network namespace, where they are free (packaging_help's docstring).
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -48,3 +49,26 @@ def test_the_readme_quick_start_runs_as_written(tmp_path: Path) -> None:
     assert "'message_count=0'" in got[0] and "'routing_key=hello'" in got[0], out
     assert got[0].endswith("b'hi')"), out
     assert (repo / "data").is_dir()  # make run's data dir: the copy's, not the checkout's
+
+
+def test_a_make_command_line_does_not_reach_the_inner_make(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What `make -s test VENV=/elsewhere` exports to the tests (GNU make 4):
+    # a `make` run with that environment takes VENV=/elsewhere as given on its
+    # own command line, so the quick start's `make install` went there.
+    for name, value in (
+        ("MAKEFLAGS", "s -- VENV=/elsewhere"),
+        ("MAKELEVEL", "1"),
+        ("MAKEOVERRIDES", "${-*-command-variables-*-}"),
+        ("MFLAGS", "-s"),
+    ):
+        monkeypatch.setenv(name, value)
+    env = clean_env(PYTHON=sys.executable)
+    assert not {"MAKEFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MFLAGS"} & env.keys()
+    (tmp_path / "Makefile").write_text("VENV ?= .venv\nshow:\n\t@echo $(VENV)\n")
+    shown = subprocess.run(
+        ["make", "--no-print-directory", "show"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    assert shown.stdout.strip() == ".venv"

@@ -113,8 +113,11 @@ class AMQPConnection(FrameHandler):
         #: logged (once per connection; RabbitMQ logs it once a day).
         self.global_qos_logged = False
         self._received = True
-        self._sent = True
-        self._idle_ticks = 0
+        #: Heartbeat checks (tick): how many, the receiver's in a row with nothing
+        #: read, and send_oct at the last one (-1: the first one sends, as RabbitMQ's).
+        self._ticks = 0
+        self._idle_checks = 0
+        self._sent_at_tick = -1
         self.dirty_channels: set[Channel] = set()
 
     # -- output -------------------------------------------------------------------------
@@ -156,8 +159,6 @@ class AMQPConnection(FrameHandler):
             for ch in dirty:
                 ch.confirms.flush()
         out, self.pending = self.pending, []
-        if out:
-            self._sent = True
         return out
 
     # -- input --------------------------------------------------------------------------
@@ -393,22 +394,37 @@ class AMQPConnection(FrameHandler):
 
     # -- heartbeats -------------------------------------------------------------------
     def tick(self) -> bool:
-        """Called every heartbeat/2 seconds; False when the peer is considered dead."""
+        """Called every heartbeat/2 seconds; False when the peer is considered dead.
+
+        As RabbitMQ's two heartbeaters (checked against 3.10 with heartbeat=1):
+        every call is the sender's check, which sends a heartbeat when no octet
+        went out since the previous one; the heartbeat itself is not such an
+        octet, so an idle connection gets one every half interval. Every other
+        call is the receiver's check, which closes the connection at the second
+        check in a row with nothing read: 2 to 3 intervals after the last frame.
+        """
         if self.state >= State.CLOSED or not self.heartbeat:
             return self.state < State.CLOSED
-        if self._received or self._block_sent:
-            # A blocked connection is not read, so its heartbeats cannot count.
-            self._received = False
-            self._idle_ticks = 0
-        else:
-            self._idle_ticks += 1
-            if self._idle_ticks >= 4:  # two heartbeat intervals with nothing from the peer
-                log.warning(
-                    "%s: missed heartbeats from client, timeout: %ss", self.name, self.heartbeat
-                )
-                self.close_transport()
-                return False
-        if not self._sent and self.state == State.OPEN:
+        self._ticks += 1
+        if not self._ticks & 1:
+            if self._received or self._block_sent:
+                # A blocked connection is not read, so its heartbeats cannot count.
+                self._received = False
+                self._idle_checks = 0
+            else:
+                self._idle_checks += 1
+                if self._idle_checks >= 2:
+                    log.warning(
+                        "%s: missed heartbeats from client, timeout: %ss",
+                        self.name,
+                        self.heartbeat,
+                    )
+                    self.close_transport()
+                    return False
+        sent = self.octets.send_oct
+        last = self._sent_at_tick
+        if self.state == State.OPEN and (sent == last or last < 0):
             self.send(HEARTBEAT_FRAME)
-        self._sent = False
+            sent += len(HEARTBEAT_FRAME)  # flushed before the next check
+        self._sent_at_tick = sent
         return True

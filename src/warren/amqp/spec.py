@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Self
 from warren.core.codec_errors import DecodeError, UnknownMethod
 from warren.core.table import decode_table
 from warren.core.table_encode import encode_table
+from warren.core.table_tags import decode_arguments
 
 PROTOCOL_VERSION = (0, 9, 1)
 DEFAULT_PORT = 5672
@@ -1228,7 +1229,7 @@ class ExchangeDeclare(Method):
             offset += n
             bits0 = data[offset]
             offset += 1
-            arguments, offset = decode_table(data, offset)
+            arguments, offset = decode_arguments(data, offset)
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed exchange.declare: {exc}') from exc
         if offset != len(data):
@@ -1606,7 +1607,7 @@ class QueueDeclare(Method):
             offset += n
             bits0 = data[offset]
             offset += 1
-            arguments, offset = decode_table(data, offset)
+            arguments, offset = decode_arguments(data, offset)
         except (struct.error, IndexError) as exc:
             raise DecodeError(f'malformed queue.declare: {exc}') from exc
         if offset != len(data):

@@ -75,8 +75,8 @@ class Deliveries:
     ) -> None:
         """``stats``: the stream's counters (acks are counted there); ``counts``:
         its counts by queue, when it keeps them (AMQP's per-channel series);
-        ``retire``: where its counters go when it closes (None: nowhere, the
-        protocol's connection retires them)."""
+        ``retire``: where its counters go when it closes (None: the vhost's
+        once its session's connection is open in one, retire_into)."""
         self.stats = stats
         self.counts = counts
         self._retire = retire
@@ -389,6 +389,11 @@ class Deliveries:
                 consumer.unacked_bytes -= size
 
     # -- closing ------------------------------------------------------------------------
+    def retire_into(self, target: MessageStats) -> None:
+        """Where its counters go when it closes, unless it was told already."""
+        if self._retire is None:
+            self._retire = target
+
     def close(self, held: Iterable[Unsettled] = ()) -> None:
         """The stream ends (a channel's close, a connection's end): its consumers
         are cancelled, then every unsettled delivery, and ``held`` (deliveries

@@ -20,6 +20,7 @@ import decimal
 from typing import Any
 
 __all__ = [
+    "Binary",
     "binary_p",
     "binary_w",
     "field_type",
@@ -118,12 +119,25 @@ def string_p(text: str | bytes) -> str:
     return "[" + ",".join(str(b) for b in data) + "]"
 
 
+class Binary:
+    """A byte array (type tag 'x') where it must not pass for a string: an
+    argument RabbitMQ checks by type (``{unacceptable_type,binary}``)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
 def field_type(value: Any) -> str:
     """RabbitMQ's name for the AMQP field type of a decoded table value.
 
     Decoded integers do not remember their wire type; they are named as every
-    common client encodes them (32-bit ``signedint``, else ``long``).
+    common client encodes them (32-bit ``signedint``, else ``long``). A
+    declare's arguments do remember it: core/table_tags.py's wire_type.
     """
+    if isinstance(value, Binary):
+        return "binary"
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):

@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from warren.core.erlang_format import field_type, string_p, term_p
+from warren.core.erlang_format import Binary, field_type, string_p, term_p
 from warren.core.errors import PreconditionFailed
+from warren.core.table_tags import wire_type
 
 __all__ = [
     "CLASSIC_QUEUE_ARGUMENTS",
@@ -290,7 +291,10 @@ def _check_values(
     the arguments ``queue_type`` does not take."""
     for key, check in validators:
         if key in arguments:
-            error = check(arguments[key], arguments)
+            value = arguments[key]
+            if wire_type(arguments, key) == "binary":  # not a string to RabbitMQ
+                value = Binary(value)
+            error = check(value, arguments)
             if error is not None:
                 raise _invalid(key, what, error)
     if "x-message-deduplication" in arguments:
@@ -522,12 +526,14 @@ def _plain(value: Any) -> str:
     return f"'{_text(value)}'" if _is_str(value) else f"'{term_p(value)}'"
 
 
-def _typed(value: Any) -> str:
-    """RabbitMQ's rendering of a typed value, or ``none`` when it is absent."""
+def _typed(table: dict[str, Any], key: str) -> str:
+    """RabbitMQ's rendering of ``table[key]`` with its type (the wire type it
+    was declared with, table_tags), or ``none`` when it is absent."""
+    value = table.get(key, _MISSING)
     if value is _MISSING:
         return "none"
     shown = _text(value) if _is_str(value) else term_p(value)
-    return f"the value '{shown}' of type '{field_type(value)}'"
+    return f"the value '{shown}' of type '{wire_type(table, key)}'"
 
 
 def _is_classic(value: Any) -> bool:
@@ -556,7 +562,7 @@ def assert_args_equivalent(
             present = new if cur is _MISSING else cur
             if key == "x-queue-type" and _is_classic(present):
                 continue
-            got, have = _typed(new), _typed(cur)
+            got, have = _typed(received, key), _typed(current, key)
         raise PreconditionFailed(
             f"inequivalent arg '{key}' for {what}: received {got} but current is {have}"
         )

@@ -333,7 +333,7 @@ class _Waits:
 class ClientSession:
     """One client connection's session with the core (see the module docstring)."""
 
-    __slots__ = ("_permissions", "_streams", "host", "owner", "user", "vhost_name")
+    __slots__ = ("_permissions", "_retire", "_streams", "host", "owner", "user", "vhost_name")
 
     def __init__(self, host: LoginHost, owner: Named) -> None:
         """``host``: the broker (warren/node.py's Node); ``owner``: the protocol's
@@ -347,6 +347,9 @@ class ClientSession:
         self._permissions: dict[tuple[str, str, str], BrokerError | None] = {}
         # The delivery streams not closed yet, by id.
         self._streams: dict[int, Deliveries] = {}
+        # Where a stream without a retire target of its own gives its counters
+        # (the vhost's session_stats, once the connection is open in it).
+        self._retire: MessageStats | None = None
 
     # -- login --------------------------------------------------------------------------
     def login(
@@ -409,6 +412,12 @@ class ClientSession:
         blocked at once while a resource alarm is raised."""
         vhost.limiter.connection_opened(conn)
         self.host.connection_opened(conn)
+        # A stream that is not a channel of its own (MQTT's outgoing half, whose
+        # counters are its connection's) gives them to the vhost as it closes, as
+        # an AMQP channel gives its own to base_stats.
+        self._retire = vhost.session_stats
+        for stream in self._streams.values():
+            stream.retire_into(vhost.session_stats)
 
     def closed(self, conn: Any, vhost: VHost) -> None:
         """The connection is gone: its delivery streams still open close (their
@@ -459,7 +468,10 @@ class ClientSession:
         """A new delivery stream (core/deliveries.py): an AMQP channel, an MQTT
         connection's outgoing half. ``stats`` counts its acks, ``counts`` its
         acks by queue (None: not kept), ``retire`` gets its counters when it
-        closes (None: the protocol retires them with its connection)."""
+        closes (None: the vhost's session_stats, once the connection is open
+        in it: ``opened``)."""
+        if retire is None:
+            retire = self._retire
         stream = Deliveries(stats, counts, retire, self._stream_closed)
         self._streams[id(stream)] = stream
         return stream

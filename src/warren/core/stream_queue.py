@@ -347,7 +347,8 @@ class StreamQueue(Queue):
         with contextlib.suppress(ValueError):
             self.consumers.remove(consumer)
         if reader.tracking is not None:
-            self.stream.track(reader.tracking, reader.resume_offset())
+            # Its last position goes out with this turn's flush, not on the timer.
+            self.stream.track(reader.tracking, reader.resume_offset(), at_once=True)
             self.vhost.store_written(self.store)
         reader.cursor.close()
 

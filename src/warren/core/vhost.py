@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from warren.core.clock import Clock, LoopClock
 from warren.core.consumer import Consumer
 from warren.core.equivalence import check_exchange_equivalent, check_queue_equivalent
-from warren.core.erlang_format import field_type
 from warren.core.errors import (
     AccessRefused,
     BrokerError,
@@ -47,6 +46,7 @@ from warren.core.stats import GaugeStats, MessageStats
 from warren.core.store import MemoryStore, MessageStore
 from warren.core.stream import StreamLog
 from warren.core.stream_queue import StreamQueue
+from warren.core.table_tags import wire_type
 from warren.core.vhost_dead_letters import DeadLetters
 from warren.core.vhost_lifecycle import VHostLifecycle
 from warren.core.vhost_parameters import (
@@ -187,6 +187,11 @@ class VHost:
         #: With the live channels' they make the vhost's message_stats, which never
         #: go backwards.
         self.base_stats = MessageStats()
+        #: Counts of closed connections whose counters are not a channel's (MQTT:
+        #: its connection's stream, folded in by core/session.py as it closes).
+        #: Part of message_stats with base_stats; the Prometheus metrics count
+        #: them per protocol (metrics/history.py's Retired.sessions) instead.
+        self.session_stats = MessageStats()
         #: Churn, as RabbitMQ's metrics count it: declarations (new or not), queues
         #: created and deleted (by any means) since the start.
         self.queues_declared = 0
@@ -335,9 +340,10 @@ class VHost:
         if name.startswith("amq."):
             raise AccessRefused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
         ae = arguments.get("alternate-exchange")
-        if ae is not None and not isinstance(ae, str | bytes):
+        if ae is not None and wire_type(arguments, "alternate-exchange") != "longstr":
             raise PreconditionFailed(
-                f"invalid type '{field_type(ae)}' for arg 'alternate-exchange' in "
+                f"invalid type '{wire_type(arguments, 'alternate-exchange')}' "
+                "for arg 'alternate-exchange' in "
                 f"exchange '{name}' in vhost '{self.name}'"
             )
         try:  # a delayed exchange opens its store (and directory)

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from warren.core.codec_errors import DecodeError
-from warren.core.table import decode_table
-from warren.core.table_encode import encode_table
+from warren.core.table_tags import decode_arguments as decode_tagged
+from warren.core.table_tags import encode_arguments as encode_tagged
 from warren.store import damage
 from warren.store.disk_budget import UNMETERED, DiskBudget
 from warren.store.layout import fsync_directory, hashed, make_dirs, write_file
@@ -45,12 +45,13 @@ DEFINITION_FILE = "definition.json"
 
 
 def encode_arguments(arguments: dict[str, Any] | None) -> str:
-    """Arguments as base64 of their AMQP table encoding: lossless for every field type."""
-    return base64.b64encode(encode_table(arguments or {})).decode()
+    """Arguments as base64 of their AMQP table encoding: lossless for every field
+    type, and a declare's arguments keep the wire types they came with (table_tags)."""
+    return base64.b64encode(encode_tagged(arguments or {})).decode()
 
 
 def decode_arguments(text: str) -> dict[str, Any]:
-    table, _ = decode_table(base64.b64decode(text), 0)
+    table, _ = decode_tagged(base64.b64decode(text), 0)
     return table
 
 

@@ -169,7 +169,7 @@ class ReplicaStreamStore(StreamStore):
     ) -> int:
         return 0
 
-    def track(self, name: str, next_offset: int) -> None:
+    def track(self, name: str, next_offset: int, at_once: bool = False) -> None:
         raise RuntimeError(f"{self._dir}: offsets are tracked on the leader")
 
     def flush(self) -> None:

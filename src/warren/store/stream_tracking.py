@@ -3,8 +3,13 @@
 A consumer that has Warren keep its position (docs/streams.md, "Server-side
 offset tracking") resumes from the offset stored under its name. The offsets
 are few and small, so the file is rewritten whole (a temporary file, then a
-rename) when they changed, on the stream's flush or sync, and that sync
-fdatasyncs it (docs/storage.md). A full disk keeps them for the next flush.
+rename) when they changed: TRACKING_WRITE_MS after the first change at the
+latest (a timer on the broker's clock, store/stream_store.py), so at most
+that often however many acks move them, at once when a consumer goes, and
+when the stream closes; the
+stream's next sync fdatasyncs it (docs/storage.md). A kill -9 loses at most
+the positions of the last TRACKING_WRITE_MS: those messages are delivered
+again, never skipped. A full disk keeps them for the next write.
 Each entry: a name length byte, the name (UTF-8), the offset as a big-endian
 i64; a torn entry ends the file.
 """
@@ -20,11 +25,13 @@ from typing import Final
 
 from warren.store.segment_log import SegmentLog
 
-__all__ = ["TRACKING_FILE", "TrackedOffsets"]
+__all__ = ["TRACKING_FILE", "TRACKING_WRITE_MS", "TrackedOffsets"]
 
 log = logging.getLogger("warren.store")
 
 TRACKING_FILE: Final = "offsets"
+#: How long changed offsets may wait to be written, so how often at most they are.
+TRACKING_WRITE_MS: Final = 1000
 _I64: Final = struct.Struct(">q")
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 from harness import Harness, MemoryAMQP
-from pamqp import commands, heartbeat
+from pamqp import commands
 from rawamqp import (
     PROTOCOL_HEADER,
     AMQPFrames,
@@ -620,42 +620,7 @@ def test_unacked_messages_of_a_vanished_client_are_redelivered(
     assert_still_serving(harness)
 
 
-# -- heartbeats and timeouts ------------------------------------------------------------
-
-
-def test_silent_client_is_disconnected_after_missed_heartbeats(tmp_path: Path) -> None:
-    # RabbitMQ (client heartbeat=1): a heartbeat every 0.5 s, then the socket closes
-    # about 3 s after the last client frame, without a connection.close. Warren
-    # checks every half interval and closes at the 4th check with nothing read.
-    # Through the listener's protocol, whose timers these are.
-    with Harness(tmp_path / "data", heartbeat=1, clock=ManualClock()) as b:
-        with b.amqp_protocol() as client:
-            client.handshake(heartbeat=1)  # open: the heartbeat timer runs
-            b.advance(2499)
-            channel, frame = client.read_frame(timeout=5)
-            assert channel == 0 and isinstance(frame, heartbeat.Heartbeat), frame
-            assert len(b.amqp_listener.protocols) == 1
-            b.advance(1)
-            assert client.wait_eof(timeout=5)
-        assert_still_serving(b)
-
-
-def test_client_sending_heartbeats_stays_connected(tmp_path: Path) -> None:
-    with Harness(tmp_path / "data", heartbeat=1, clock=ManualClock()) as b:
-        with b.amqp_protocol() as client:
-            client.handshake(heartbeat=1)
-            for _ in range(4):  # 4 s: well past two missed intervals
-                # Two checks: at one of them nothing was sent since the one before, so
-                # a heartbeat goes out (one per interval).
-                b.advance(1000)
-                channel, frame = client.read_frame(timeout=5)
-                assert channel == 0 and isinstance(frame, heartbeat.Heartbeat), frame
-                read = client.conn.octets.recv_oct
-                client.send_heartbeat()  # read by the broker before time moves on
-                assert client.conn.octets.recv_oct == read + 8
-            client.open_channel(1)
-            client.close()
-        assert_still_serving(b)
+# -- timeouts (heartbeats: test_amqp_heartbeats.py) ------------------------------------
 
 
 @pytest.mark.parametrize("send_header", [True, False], ids=["header-only", "nothing"])
