@@ -4,6 +4,7 @@ prometheus-client's own parser."""
 from __future__ import annotations
 
 import urllib.request
+from typing import Any
 
 from conftest import BrokerThread
 from prometheus_client.parser import text_string_to_metric_families
@@ -25,8 +26,22 @@ def fetch(b: BrokerThread, path: str) -> str:
 
 
 def scrape(b: BrokerThread, path: str = "/metrics") -> Samples:
+    return samples(fetch(b, path))
+
+
+def scrape_api(api: Any, path: str = "/metrics") -> Samples:
+    """The samples the management listener's own metrics endpoint answers
+    (``api``: httphelp.Api, or harness.http()'s in-memory one)."""
+    reply = api.anonymous().request("GET", path)
+    assert reply.status == 200, reply
+    assert reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    return samples(reply.body.decode())
+
+
+def samples(text: str) -> Samples:
+    """An exposition's samples, by name: (labels, value) each."""
     out: Samples = {}
-    for family in text_string_to_metric_families(fetch(b, path)):
+    for family in text_string_to_metric_families(text):
         for sample in family.samples:
             out.setdefault(sample.name, []).append((sample.labels, sample.value))
     return out

@@ -1,12 +1,15 @@
 """The broker's start and stop: in which order its parts come up and go down.
 
 :class:`BrokerLifecycle` is a part the broker (broker.py) holds; it sees the
-broker through :class:`LifecycleHost`. A start reads the data directory (users,
-cluster id, vhosts with their definitions and stores; store/damage.py decides
-what damaged metadata does), loads a definitions file, starts the timers and
-then the listeners, the management API last, and finally the components'
-stored parameters (shovels may connect to the listeners). A start that fails
-undoes what it did. A stop goes the other way: timers, components,
+broker through :class:`LifecycleHost`. A start reads the definitions files
+and the data directory (users, vhosts with their definitions and stores;
+store/damage.py decides what damaged metadata does) and checks the
+definitions against it; only then does it write (the cluster id, a new
+directory's default vhost and user, the users and vhosts files) and apply the
+definitions, so a refused start leaves the data directory as it was. Then it
+starts the timers and the listeners, the management API last, and finally the
+components' stored parameters (shovels may connect to the listeners). A start
+that fails undoes what it did. A stop goes the other way: timers, components,
 listeners, the last disk syncs, then every store sealed, synced and closed at
 once, and what was delivered recorded for the next start.
 """
@@ -19,15 +22,15 @@ import logging
 import resource
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from warren import __version__, build_description
 from warren.definitions_document import DefinitionsError, read_definitions
-from warren.definitions_import import import_definitions
+from warren.definitions_import import Known, checked_import
 from warren.node import Node
 from warren.store import cluster_id, damage
 from warren.store.sync import GroupSync, sync_all
-from warren.store.users_file import load_users
+from warren.store.users_file import load_users, migrate_from_mgmt
 
 if TYPE_CHECKING:
     from warren.alarms import ResourceAlarms
@@ -78,6 +81,10 @@ class BrokerLifecycle:
         self._open_vhost = open_vhost
         self.started = False
         self._taken_marks: dict[Path, int] | None = None  # as the last stop left them
+        #: What _restore found for _first_writes: a new directory, and whether
+        #: it gets the default vhost and user.
+        self._new = False
+        self._seed = False
 
     async def start(self, loop: asyncio.AbstractEventLoop) -> None:
         host = self.host
@@ -85,22 +92,32 @@ class BrokerLifecycle:
         host.auth_guard.clock = host.clock  # in case another was set after __init__
         host.resource_alarms.loop = loop
         _raise_fd_limit()
+        # Read before the data dir is touched: a file that cannot be read refuses
+        # the start with nothing changed.
+        definitions = host.config.load_definitions
+        documents = read_definitions(definitions) if definitions else []
         host.layout.prepare()
         # Clustering's replication hears of every change to the directory from here
         # on (store/mirror.py): each store is given it as it is made.
         host.layout.mirror = host.replication
         try:
             self._restore(loop)
+            # Every file checked against what was read, before anything is
+            # written: a refused start leaves the data dir as it was.
+            imports = self._check_definitions(documents)
+            self._first_writes()
         except BaseException:
             self._abort_start()
             raise
-        definitions = host.config.load_definitions
-        if definitions:
-            try:
-                self._load_definitions(definitions)
-            except BaseException:
-                self._close_store()
-                raise
+        try:
+            for file, apply in imports:
+                log.info("importing definitions from %s", file)
+                apply()
+        except BaseException:
+            # What only applying finds (a disk that is full, say): the entries
+            # before it are applied, as the management API's import leaves them.
+            self._close_store()
+            raise
         host.timers.start(loop)
         self.started = True
         started: list[Listener] = []
@@ -128,16 +145,13 @@ class BrokerLifecycle:
 
     def _restore(self, loop: asyncio.AbstractEventLoop) -> None:
         """Read the data directory: users, vhosts, their definitions and stores.
-        Damaged metadata refuses the start or is set aside (store/damage.py); the
-        default user is made only in a new data directory."""
+        Damaged metadata refuses the start or is set aside (store/damage.py). What
+        a first start writes waits for _first_writes."""
         host = self.host
         config, layout = host.config, host.layout
         policy = config.damaged_metadata
-        new = layout.is_new
-        host.users = load_users(layout.users_file, policy, layout.mirror)
-        host.cluster_id = cluster_id.load_or_create(
-            layout.cluster_id_file, policy, layout.mirror
-        )
+        new = self._new = layout.is_new
+        host.users = load_users(layout.users_file, policy, layout.mirror, migrate=False)
         if not new and not layout.users_file.exists():
             problem = "missing, though the data directory holds vhosts"
             if policy != damage.SET_ASIDE:
@@ -161,32 +175,55 @@ class BrokerLifecycle:
         # Collect once afterwards and freeze what survives.
         gc.disable()
         try:
-            for name in vhosts or ([config.default_vhost] if seed else []):
+            for name in vhosts:
                 host.vhosts[name] = self._open_vhost(name)
         finally:
             gc.enable()
             gc.collect()
             gc.freeze()
+        self._seed = seed
+
+    def _check_definitions(
+        self, documents: list[tuple[Path, dict[str, Any]]]
+    ) -> list[tuple[Path, Callable[[], None]]]:
+        """Each file's import checked, in turn, with the names the files before it
+        add; what applies each. DefinitionsError names the file."""
+        known = Known(self.host)
+        if self._seed and not self.host.vhosts:  # made by _first_writes
+            known.add_vhost(self.host.config.default_vhost)
+        imports = []
+        for file, data in documents:
+            try:
+                imports.append((file, checked_import(self.host, data, known)))
+            except DefinitionsError as exc:
+                raise DefinitionsError(f"definitions file {file}: {exc}") from None
+        return imports
+
+    def _first_writes(self) -> None:
+        """What a start writes before the definitions are applied: the cluster id
+        and the default vhost and user of a new directory, the users and vhosts
+        files. Only once the start is accepted (the definitions checked)."""
+        host = self.host
+        config, layout = host.config, host.layout
+        if layout.users_file.exists():
+            migrate_from_mgmt(host.users, layout.users_file, layout.mirror)
+        host.cluster_id = cluster_id.load_or_create(
+            layout.cluster_id_file, config.damaged_metadata, layout.mirror
+        )
+        if self._seed and not host.vhosts:
+            host.vhosts[config.default_vhost] = self._open_vhost(config.default_vhost)
         try:
             layout.save_vhosts(list(host.vhosts))
         except OSError as exc:  # the vhosts' directories say it as well
             log.error("cannot write %s: %s", layout.vhosts_file, exc)
         host.stores.delivered_marks = {}  # stores made from now on are new: nothing delivered
-        if seed and new and not host.users.users:
+        if self._seed and self._new and not host.users.users:
             host.users.add_user(config.default_user, config.default_password, ["administrator"])
             host.users.set_permissions(config.default_user, config.default_vhost)
         if not layout.users_file.exists():
             # Written at the first start, even empty: from then on a missing file
             # is damage, never a reason to make the default user again.
             host.save_users()
-
-    def _load_definitions(self, path: str) -> None:
-        for file, data in read_definitions(path):
-            log.info("importing definitions from %s", file)
-            try:
-                import_definitions(self.host, data)
-            except DefinitionsError as exc:
-                raise DefinitionsError(f"definitions file {file}: {exc}") from None
 
     def _abort_start(self) -> None:
         """Undo a start that failed while reading the data directory: close what

@@ -30,6 +30,8 @@ from warren.core.queue_arguments import (
     is_quorum,
     is_stream,
     validate_queue_arguments,
+    validate_quorum_declaration,
+    validate_stream_declaration,
     with_default_type,
 )
 from warren.core.runtime_parameters import is_int, validate_default_queue_type, validate_limits
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
     from warren.core.queue import Queue
     from warren.node import Node
 
-__all__ = ["CATEGORIES", "import_definitions", "import_steps"]
+__all__ = ["CATEGORIES", "Known", "checked_import", "import_definitions", "import_steps"]
 
 log = logging.getLogger("warren.definitions")
 
@@ -236,8 +238,29 @@ def _set_limits(broker: Node, vhost: str, limits: dict[str, int]) -> None:
 # -- the plan ------------------------------------------------------------------------------
 
 
-def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
-    """Check the whole document; the steps that apply it, in RabbitMQ's order."""
+class Known:
+    """The names a document's check counts on: the broker's, and those the
+    documents checked before it add (the files of a ``load_definitions``
+    directory, all checked before the first is applied)."""
+
+    def __init__(self, broker: Node) -> None:
+        self.users = set(broker.users.users)
+        self.vhosts = set(broker.vhosts)
+        #: The default queue type each vhost will have when its queues are declared.
+        self.default_types = {name: v.default_queue_type for name, v in broker.vhosts.items()}
+        self.exchanges = {(v.name, x) for v in broker.vhosts.values() for x in v.exchanges}
+        self.queues = {(v.name, q) for v in broker.vhosts.values() for q in v.queues}
+
+    def add_vhost(self, name: str) -> None:
+        """A vhost the broker will have, with its predeclared exchanges."""
+        if name not in self.vhosts:
+            self.vhosts.add(name)
+            self.exchanges.update((name, x) for x in ["", *(p[0] for p in PREDECLARED)])
+
+
+def _plan(broker: Node, data: dict[str, Any], known: Known) -> list[Callable[[], None]]:
+    """Check the whole document; the steps that apply it, in RabbitMQ's order.
+    ``known`` gets the document's names."""
     for key in data:
         if key not in CATEGORIES and key not in _VERSION_KEYS:
             log.warning("definitions: unknown key '%s' ignored", key)
@@ -245,16 +268,15 @@ def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
     steps: list[Callable[[], None]] = []
 
     # users, vhosts
-    user_names = set(broker.users.users)
+    user_names = known.users
     for entry in entries(data, "users"):
         steps.append(partial(_user_update(entry, version), broker))
         user_names.add(entry.text("name"))
-    vhost_names = set(broker.vhosts)
-    #: The default queue type each vhost will have when its queues are declared.
-    default_types = {name: v.default_queue_type for name, v in broker.vhosts.items()}
+    vhost_names = known.vhosts
+    default_types = known.default_types
     for entry in entries(data, "vhosts"):
         name = entry.name("name", "vhost")
-        vhost_names.add(name)
+        known.add_vhost(name)
         dqt = _default_queue_type(entry)
         if dqt != _UNSAID:
             default_types[name] = dqt
@@ -281,9 +303,7 @@ def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
         steps.append(partial(_set_topic_permission, broker, user, vhost, exchange, write, read))
 
     # exchanges
-    exchange_names = {(v.name, x) for v in broker.vhosts.values() for x in v.exchanges}
-    for vhost in vhost_names - set(broker.vhosts):
-        exchange_names.update((vhost, x) for x in ["", *(p[0] for p in PREDECLARED)])
+    exchange_names = known.exchanges
     for entry in entries(data, "exchanges"):
         vhost = need_vhost(entry)
         exchange_names.add((vhost, entry.text("name")))
@@ -329,7 +349,7 @@ def _plan(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
             )
 
     # queues, bindings
-    queue_names = {(v.name, q) for v in broker.vhosts.values() for q in v.queues}
+    queue_names = known.queues
     for entry in entries(data, "queues"):
         vhost = need_vhost(entry)
         queue_names.add((vhost, entry.text("name")))
@@ -426,8 +446,12 @@ def _queue_steps(
         arguments["x-queue-type"] = qtype  # the export's type field, as RabbitMQ reads it
     # The vhost's default queue type, as RabbitMQ 3.13's import applies it.
     arguments = with_default_type(default_type, durable, False, auto_delete, arguments)
-    # A stream's or quorum queue's arguments are checked when it is declared.
-    if not (is_stream(arguments) or is_quorum(arguments)):
+    # Checked with the document, as declare_queue checks a new queue: a start
+    # refused by a queue's arguments must not have applied the entries before it.
+    if is_stream(arguments) or is_quorum(arguments):
+        check = validate_stream_declaration if is_stream(arguments) else validate_quorum_declaration
+        wrap_errors(entry, lambda: check(name, vhost, durable, False, auto_delete, arguments))
+    else:
         wrap_errors(entry, lambda: validate_queue_arguments(name, vhost, arguments))
 
     def declare() -> None:
@@ -482,17 +506,43 @@ def import_definitions(broker: Node, data: dict[str, Any]) -> None:
     Raises DefinitionsError naming the first problem; nothing is changed when
     the problem is in the document itself.
     """
-    for _ in import_steps(broker, data):
-        pass
+    checked_import(broker, data)()
+
+
+def checked_import(
+    broker: Node, data: dict[str, Any], known: Known | None = None
+) -> Callable[[], None]:
+    """Check the whole document against the broker now (DefinitionsError, nothing
+    changed); what applies it, later. A start checks every file before it writes
+    anything (broker_lifecycle.py), each with the ``known`` names of the files
+    before it: a refused start leaves the data dir as it was."""
+    steps = _checked_steps(broker, data, known)
+
+    def apply() -> None:
+        for _ in steps:
+            pass
+
+    next(steps)  # the check
+    return apply
 
 
 def import_steps(broker: Node, data: dict[str, Any]) -> Iterator[None]:
-    """import_definitions one object at a time: the whole document is checked at the
-    first ``next()``, then each step applies one entry and yields, so a caller on
+    """import_definitions one object at a time: the whole document is checked here
+    (DefinitionsError), then each step applies one entry and yields, so a caller on
     the event loop (the management API) can give the loop back between steps."""
+    steps = _checked_steps(broker, data)
+    next(steps)
+    return steps
+
+
+def _checked_steps(
+    broker: Node, data: dict[str, Any], known: Known | None = None
+) -> Iterator[None]:
+    """Yields once the whole document is checked, then once per applied step."""
     if not isinstance(data, dict):
         raise DefinitionsError("definitions must be a JSON object")
-    steps = _plan(broker, data)
+    steps = _plan(broker, data, known or Known(broker))
+    yield
     try:
         for step in steps:
             step()

@@ -3,30 +3,29 @@ AMQP, MQTT and the management API (core/auth_guard.py).
 
 The delays are timers on the broker's clock: the tests give it a ManualClock,
 see each refusal held by a timer of the expected delay, and release it by
-moving the clock, so none waits for time to pass."""
+moving the clock, so none waits for time to pass. The logins run in memory
+(tests/harness, issue 29): AMQP's over MemoryAMQP, MQTT's over RawMQTT, the
+management API's through ``harness.http()``; every in-memory connection comes
+from 127.0.0.1, one address for the guard, as sockets on the loopback."""
 
 from __future__ import annotations
 
-import socket
-import urllib.error
-import urllib.request
-from base64 import b64encode
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
-import pika
 import pytest
-from conftest import BrokerThread, start_broker
+from harness import Harness
+from harness.management import Pending
+from pamqp import commands
 
 from warren.core.auth_guard import MAX_DELAY_MS, AuthGuard
 from warren.core.clock import ManualClock
-from warren.mqtt.codec import Decoder, encode
+from warren.mqtt.codec import encode
 from warren.mqtt.packets import ConnAck, Connect
 
-T = TypeVar("T")
+T = TypeVar("T", covariant=True)
 
 
 def test_delays_double_and_age_out() -> None:
@@ -52,110 +51,129 @@ def test_disabled() -> None:
 
 
 @pytest.fixture
-def guarded(tmp_path: Path) -> Iterator[BrokerThread]:
-    b = start_broker(
+def guarded(tmp_path: Path) -> Iterator[Harness]:
+    with Harness(
         tmp_path / "data",
         clock=ManualClock(),
         auth_failure_delay=100,
         auth_failures_per_minute=4,
-    )
-    try:
+    ) as b:
         yield b
-    finally:
-        b.stop()
 
 
-def _timers(b: BrokerThread) -> Counter[int]:
+def _timers(b: Harness) -> Counter[int]:
     """The broker clock's pending timers, as ms from now."""
-    clock = b.clock
+    clock = b.broker.clock
+    assert isinstance(clock, ManualClock)
     return b.call(lambda: Counter(t - clock.now_ms() for t in clock.pending()))
 
 
-def _attempt(b: BrokerThread, login: Callable[[], T], held_ms: int) -> T:
-    """Run ``login`` (a client that blocks until the broker answers) beside the
-    broker: its refusal must be held by a new timer of ``held_ms`` (none when 0),
-    which moving the clock by that much releases."""
+class Login(Protocol[T]):
+    """A login sent, its answer perhaps held by the broker."""
+
+    def done(self) -> bool:
+        """Whether the broker has answered (without running its loop)."""
+        ...
+
+    def result(self) -> T:
+        """The answer, the broker's loop run until it comes."""
+        ...
+
+
+def _attempt(b: Harness, login: Callable[[], Login[T]], held_ms: int) -> T:
+    """Send ``login``: the broker must count a refusal and hold it by a new
+    timer of ``held_ms`` (none when 0), which moving the clock by that much
+    releases."""
     guard = b.broker.auth_guard
     before_timers = _timers(b)
     before = b.call(lambda: guard.refused)
-    with ThreadPoolExecutor(1) as pool:
-        future: Future[T] = pool.submit(login)
-        while True:  # until the broker refused it
-            done = future.done()  # before the count: a refusal is counted, then sent
-            if b.call(lambda: guard.refused) != before:
-                break
-            if done:
-                future.result()  # the client's own failure, if that is what ended it
-                raise AssertionError("answered before the broker counted a refusal")
-        if held_ms:
-            # New timers: the refusal's, the connection's handshake timeout (10 s),
-            # and maybe a close-ok timeout or the broker's own rounds.
-            new = _timers(b) - before_timers
-            assert new[held_ms] >= 1, new
-            assert not future.done()  # held, time standing still
-            b.advance(held_ms)
-        return future.result(timeout=30)
+    attempt = login()  # sent, and the broker's loop run until it has nothing to do
+    assert b.call(lambda: guard.refused) == before + 1
+    if held_ms:
+        # New timers: the refusal's, and maybe the broker's own rounds.
+        new = _timers(b) - before_timers
+        assert new[held_ms] >= 1, new
+        assert not attempt.done()  # held, time standing still
+        b.advance(held_ms)
+    return attempt.result()
 
 
-def _amqp_login(b: BrokerThread, password: str) -> bool:
-    try:
-        pika.BlockingConnection(
-            pika.ConnectionParameters(
-                "127.0.0.1",
-                b.port,
-                credentials=pika.PlainCredentials("guest", password),
-                connection_attempts=1,
-            )
-        ).close()
-        return True
-    except pika.exceptions.ProbableAuthenticationError:
+class _AMQPLogin:
+    """Protocol header, connection.start, start-ok as guest: tune (True) or a
+    connection.close with 403 (False)."""
+
+    def __init__(self, b: Harness, password: str) -> None:
+        self.amqp = b.amqp()
+        self.amqp.start_ok("guest", password)
+        b.settle()
+        self.frames = self.amqp.frames_now()
+
+    def done(self) -> bool:
+        self.frames += self.amqp.frames_now()
+        return bool(self.frames)
+
+    def result(self) -> bool:
+        _, frame = self.frames[0] if self.frames else self.amqp.read_frame()
+        if isinstance(frame, commands.Connection.Tune):
+            return True
+        assert isinstance(frame, commands.Connection.Close), frame
+        assert frame.reply_code == 403, frame
         return False
 
 
 def test_amqp_refusals_slow_down_then_even_the_right_password_is_refused(
-    guarded: BrokerThread,
+    guarded: Harness,
 ) -> None:
-    assert not _attempt(guarded, lambda: _amqp_login(guarded, "wrong"), 0)
-    assert not _attempt(guarded, lambda: _amqp_login(guarded, "wrong"), 100)
-    assert not _attempt(guarded, lambda: _amqp_login(guarded, "wrong"), 200)
-    assert not _attempt(guarded, lambda: _amqp_login(guarded, "wrong"), 400)
+    assert not _attempt(guarded, lambda: _AMQPLogin(guarded, "wrong"), 0)
+    assert not _attempt(guarded, lambda: _AMQPLogin(guarded, "wrong"), 100)
+    assert not _attempt(guarded, lambda: _AMQPLogin(guarded, "wrong"), 200)
+    assert not _attempt(guarded, lambda: _AMQPLogin(guarded, "wrong"), 400)
     # Four failures within the minute: refused without checking, right password or not.
-    assert not _attempt(guarded, lambda: _amqp_login(guarded, "guest"), 800)
+    assert not _attempt(guarded, lambda: _AMQPLogin(guarded, "guest"), 800)
     assert guarded.call(lambda: guarded.broker.auth_guard.refused) == 5
 
 
-def _mqtt_connack(b: BrokerThread, password: bytes) -> int:
-    """MQTT 5 CONNECT as guest; the CONNACK's reason code."""
-    with socket.create_connection(("127.0.0.1", b.mqtt_port), timeout=10) as s:
-        s.sendall(encode(Connect("guard", 5, username="guest", password=password), 5))
-        decoder = Decoder(level=5)
-        while True:
-            packets = decoder.feed(s.recv(1024))
-            if packets:
-                (ack,) = packets
-                assert isinstance(ack, ConnAck)
-                return ack.reason_code
+class _MQTTConnect:
+    """MQTT 5 CONNECT as guest: the CONNACK's reason code."""
+
+    def __init__(self, b: Harness, password: bytes) -> None:
+        self.mqtt = b.mqtt_raw(5)
+        self.mqtt.send_raw(encode(Connect("guard", 5, username="guest", password=password), 5))
+        b.settle()
+
+    def done(self) -> bool:
+        return bool(self.mqtt.backlog or self.mqtt.inbox)
+
+    def result(self) -> int:
+        ack = self.mqtt.recv()
+        assert isinstance(ack, ConnAck)
+        return ack.reason_code
 
 
-def test_mqtt_and_http_count_with_amqp(guarded: BrokerThread) -> None:
+def _mqtt_connack(b: Harness, password: bytes) -> int:
+    return _MQTTConnect(b, password).result()
+
+
+class _HTTPLogin:
+    """GET /api/whoami as guest: the status."""
+
+    def __init__(self, b: Harness, password: str) -> None:
+        self.pending: Pending = b.http("guest", password).begin("GET", "/api/whoami")
+
+    def done(self) -> bool:
+        return self.pending.done()
+
+    def result(self) -> int:
+        return self.pending.reply().status
+
+
+def test_mqtt_and_http_count_with_amqp(guarded: Harness) -> None:
     """The count is per address, whatever the protocol."""
     assert _mqtt_connack(guarded, b"guest") == 0
-    assert _attempt(guarded, lambda: _mqtt_connack(guarded, b"wrong"), 0) == 0x86
-    assert _attempt(guarded, lambda: _mqtt_connack(guarded, b"wrong"), 100) == 0x86
-    assert _attempt(guarded, lambda: _http_status(guarded, "wrong"), 200) == 401
-    assert _attempt(guarded, lambda: _http_status(guarded, "wrong"), 400) == 401
+    assert _attempt(guarded, lambda: _MQTTConnect(guarded, b"wrong"), 0) == 0x86
+    assert _attempt(guarded, lambda: _MQTTConnect(guarded, b"wrong"), 100) == 0x86
+    assert _attempt(guarded, lambda: _HTTPLogin(guarded, "wrong"), 200) == 401
+    assert _attempt(guarded, lambda: _HTTPLogin(guarded, "wrong"), 400) == 401
     # Blocked now: the right password is refused by every protocol.
-    assert _attempt(guarded, lambda: _http_status(guarded, "guest"), 800) == 401
-    assert _attempt(guarded, lambda: _mqtt_connack(guarded, b"guest"), 1600) == 0x9F
-
-
-def _http_status(b: BrokerThread, password: str) -> int:
-    http = b.broker.listener("http")
-    assert http is not None
-    req = urllib.request.Request(f"http://127.0.0.1:{http.port}/api/whoami")
-    req.add_header("Authorization", "Basic " + b64encode(f"guest:{password}".encode()).decode())
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
+    assert _attempt(guarded, lambda: _HTTPLogin(guarded, "guest"), 800) == 401
+    assert _attempt(guarded, lambda: _MQTTConnect(guarded, b"guest"), 1600) == 0x9F

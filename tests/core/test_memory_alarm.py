@@ -1,12 +1,14 @@
 """The memory alarm (RabbitMQ's vm_memory_high_watermark) blocks publishers with
-connection.blocked, as the free-disk alarm does; both share one set of alarms."""
+connection.blocked, as the free-disk alarm does; both share one set of alarms.
+
+The blocking tests stay on sockets with pika: a blocked connection stops
+reading, and what shows that is a publisher's bytes waiting in the kernel
+(docs/testing.md). What the management API and the metrics show, and the
+limit, are read in memory (tests/harness, ``harness.http()``).
+"""
 
 from __future__ import annotations
 
-import base64
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,8 @@ from typing import Any
 import pika
 import pytest
 from conftest import BrokerThread
-from metricshelp import scrape, value
+from harness import Harness
+from metricshelp import scrape_api, value
 from pikahelp import record_blocking, wait_until
 
 from warren.config import Config, ConfigError
@@ -27,37 +30,45 @@ def wait_for(conn: pika.BlockingConnection, predicate: Callable[[], bool]) -> No
     wait_until(conn, predicate, timeout=10)
 
 
-def get(b: BrokerThread, path: str) -> tuple[int, Any]:
-    req = urllib.request.Request(f"http://127.0.0.1:{b.http_port}{path}")
-    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+def get(b: Harness, path: str) -> tuple[int, Any]:
+    reply = b.http().request("GET", path)
+    return reply.status, reply.json()
 
 
-@pytest.fixture
-def mem_broker(broker_factory: Callable[..., BrokerThread]) -> Iterator[BrokerThread]:
-    """A broker whose memory reading is the test's: ``b.reading[0]`` bytes."""
-    b = broker_factory(memory_high_watermark_absolute=LIMIT)
+def _inject(b: BrokerThread | Harness) -> None:
+    """The broker's memory reading is the test's from now on: ``b.reading[0]`` bytes."""
     reading = [LIMIT // 2]
-    b.reading = reading  # type: ignore[attr-defined]
+    b.reading = reading  # type: ignore[union-attr]
 
     def inject() -> None:
         b.broker.resource_alarms.memory_reader = lambda: reading[0]
         b.broker.resource_alarms.check_memory()
 
     b.call(inject)
+
+
+@pytest.fixture
+def mem_broker(broker_factory: Callable[..., BrokerThread]) -> Iterator[BrokerThread]:
+    """A socket broker whose memory reading is the test's."""
+    b = broker_factory(memory_high_watermark_absolute=LIMIT)
+    _inject(b)
     yield b
 
 
-def set_memory(b: BrokerThread, used: int) -> bool:
-    b.reading[0] = used  # type: ignore[attr-defined]
+@pytest.fixture
+def mem_harness(tmp_path: Path) -> Iterator[Harness]:
+    """An in-memory broker whose memory reading is the test's."""
+    with Harness(tmp_path / "data", memory_high_watermark_absolute=LIMIT) as b:
+        _inject(b)
+        yield b
+
+
+def set_memory(b: BrokerThread | Harness, used: int) -> bool:
+    b.reading[0] = used  # type: ignore[union-attr]
     return b.call(b.broker.resource_alarms.check_memory)
 
 
-def set_disk_alarm(b: BrokerThread, raised: bool) -> bool:
+def set_disk_alarm(b: BrokerThread | Harness, raised: bool) -> bool:
     def change() -> bool:
         b.broker.config.free_disk_min = 2**62 if raised else 0
         return b.broker.resource_alarms.check_disk()
@@ -144,8 +155,8 @@ def test_both_alarms_unblock_only_when_both_clear(mem_broker: BrokerThread) -> N
         publisher.close()
 
 
-def test_management_api_and_metrics_show_the_memory_alarm(mem_broker: BrokerThread) -> None:
-    b = mem_broker
+def test_management_api_and_metrics_show_the_memory_alarm(mem_harness: Harness) -> None:
+    b = mem_harness
     status, nodes = get(b, "/api/nodes")
     assert status == 200
     [node] = nodes
@@ -153,7 +164,7 @@ def test_management_api_and_metrics_show_the_memory_alarm(mem_broker: BrokerThre
     assert node["mem_used"] == LIMIT // 2
     assert node["mem_limit"] == LIMIT
     assert get(b, "/api/health/checks/alarms") == (200, {"status": "ok"})
-    assert value(scrape(b), "rabbitmq_alarms_memory_used_watermark") == 0
+    assert value(scrape_api(b.http()), "rabbitmq_alarms_memory_used_watermark") == 0
 
     set_memory(b, LIMIT + 10)
     status, nodes = get(b, "/api/nodes")
@@ -165,7 +176,7 @@ def test_management_api_and_metrics_show_the_memory_alarm(mem_broker: BrokerThre
         "reason": "There are alarms in effect in the cluster",  # RabbitMQ 3.10-3.13
         "alarms": [{"node": node["name"], "resource": "memory"}],
     }
-    metrics = scrape(b)
+    metrics = scrape_api(b.http())
     assert value(metrics, "rabbitmq_alarms_memory_used_watermark") == 1
     assert value(metrics, "rabbitmq_resident_memory_limit_bytes") == LIMIT
     assert value(metrics, "rabbitmq_process_resident_memory_bytes") > 0
@@ -178,10 +189,12 @@ def test_management_api_and_metrics_show_the_memory_alarm(mem_broker: BrokerThre
     assert get(b, "/api/health/checks/alarms") == (200, {"status": "ok"})
 
 
-def test_limit_is_a_fraction_of_ram_unless_absolute(
-    broker_factory: Callable[..., BrokerThread],
-) -> None:
-    b = broker_factory(memory_high_watermark=0.5)
+def test_limit_is_a_fraction_of_ram_unless_absolute(tmp_path: Path) -> None:
+    with Harness(tmp_path / "data", memory_high_watermark=0.5) as b:
+        _fraction_of_ram(b)
+
+
+def _fraction_of_ram(b: Harness) -> None:
     total = b.call(lambda: b.broker.resource_alarms.total_memory)
     assert total > 0
     assert b.call(b.broker.resource_alarms.memory_limit) == int(total * 0.5)

@@ -13,6 +13,12 @@ import refuses a lone surrogate, and a name kept from before these rules (an old
 data directory) is listed, exported and reachable instead of making every
 listing answer 500. A hypothesis test sends names through AMQP and reads every
 listing back.
+
+In memory (issue 29): tests/harness brokers, raw frames over MemoryAMQP (RawAMQP's
+interface), pika's calls over it (harness.channel), the management API through
+``harness.http()``; a restart is a new Harness on the same data dir. A
+federation upstream's name is checked on a socket broker (warren.app's
+component, which connects).
 """
 
 from __future__ import annotations
@@ -26,12 +32,12 @@ from urllib.parse import quote
 
 import pytest
 from conftest import BrokerThread
+from harness import Harness, MemoryAMQP, MemoryHTTP, harness_fixture
 from httphelp import Api  # noqa: E402 - tests/http's helper, not a package
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pamqp import commands
-from pikahelp import connect
-from rawamqp import RawAMQP, body_frame, header_frame, raw_frame
+from rawamqp import AMQPFrames, body_frame, header_frame, raw_frame
 
 import warren.core.vhost
 from warren.cli import main as warren_main
@@ -61,18 +67,21 @@ LISTINGS = (
 )
 
 
-@pytest.fixture
-def api(broker: BrokerThread) -> Api:
-    return Api(broker.http_port)
+broker = harness_fixture()
 
 
 @pytest.fixture
-def raw(broker: BrokerThread) -> Iterator[Callable[[], RawAMQP]]:
+def api(broker: Harness) -> MemoryHTTP:
+    return broker.http()
+
+
+@pytest.fixture
+def raw(broker: Harness) -> Iterator[Callable[[], MemoryAMQP]]:
     """Raw connections to ``broker``, handshaken with channel 1 open; closed at the end."""
-    made: list[RawAMQP] = []
+    made: list[MemoryAMQP] = []
 
-    def factory() -> RawAMQP:
-        client = RawAMQP(broker.port)
+    def factory() -> MemoryAMQP:
+        client = broker.amqp()
         made.append(client)
         client.handshake()
         client.open_channel(1)
@@ -83,7 +92,7 @@ def raw(broker: BrokerThread) -> Iterator[Callable[[], RawAMQP]]:
         client.close_socket()
 
 
-def every_listing_answers(api: Api) -> dict[str, Any]:
+def every_listing_answers(api: MemoryHTTP | Api) -> dict[str, Any]:
     """GET every listing; each must be 200 with JSON that is valid UTF-8."""
     out = {}
     for path in LISTINGS:
@@ -130,7 +139,7 @@ def basic_publish(exchange: bytes, key: bytes) -> bytes:
     return struct.pack(">HHH", 60, 40, 0) + ss(exchange) + ss(key) + b"\0"
 
 
-def publish(client: RawAMQP, exchange: bytes, key: bytes, body: bytes, persistent: bool) -> None:
+def publish(client: AMQPFrames, exchange: bytes, key: bytes, body: bytes, persistent: bool) -> None:
     """basic.publish with exchange and routing key as raw bytes, then its content."""
     props = commands.Basic.Properties(delivery_mode=2 if persistent else 1)
     client.send(raw_frame(1, 1, basic_publish(exchange, key)))
@@ -159,7 +168,7 @@ NOT_UTF8 = {
 
 @pytest.mark.parametrize("payload", NOT_UTF8.values(), ids=list(NOT_UTF8))
 def test_a_short_string_that_is_not_utf8_closes_the_connection_as_rabbitmq(
-    raw: Callable[[], RawAMQP], api: Api, payload: bytes
+    raw: Callable[[], MemoryAMQP], api: MemoryHTTP, payload: bytes
 ) -> None:
     client = raw()
     client.send(raw_frame(1, 1, payload))
@@ -170,8 +179,8 @@ def test_a_short_string_that_is_not_utf8_closes_the_connection_as_rabbitmq(
     assert not [x for x in listings["/api/exchanges"] if x["name"].startswith("ex")]
 
 
-def test_connection_open_with_a_vhost_that_is_not_utf8(broker: BrokerThread, api: Api) -> None:
-    client = RawAMQP(broker.port)
+def test_connection_open_with_a_vhost_that_is_not_utf8(broker: Harness, api: MemoryHTTP) -> None:
+    client = broker.amqp()
     try:
         client.handshake(open_connection=False)
         client.send(raw_frame(1, 0, struct.pack(">HH", 10, 40) + ss(b"v\xff") + ss(b"") + b"\0"))
@@ -182,11 +191,11 @@ def test_connection_open_with_a_vhost_that_is_not_utf8(broker: BrokerThread, api
 
 
 def test_publish_takes_a_routing_key_that_is_not_utf8_and_the_api_shows_it(
-    broker: BrokerThread, raw: Callable[[], RawAMQP], api: Api
+    broker: Harness, raw: Callable[[], MemoryAMQP], api: MemoryHTTP
 ) -> None:
     """As RabbitMQ: basic.publish's strings are bytes; the API shows the routing key
     with U+FFFD (RabbitMQ 3.10: "r\\ufffd\\u0000")."""
-    conn = connect(broker)
+    conn = broker.amqp_connection()
     ch = conn.channel()
     ch.queue_declare("fanq")
     ch.queue_bind("fanq", "amq.fanout")
@@ -214,7 +223,7 @@ def test_publish_takes_a_routing_key_that_is_not_utf8_and_the_api_shows_it(
 
 
 def test_cr_and_lf_leave_queue_and_exchange_names_as_in_rabbitmq(
-    raw: Callable[[], RawAMQP], api: Api
+    raw: Callable[[], MemoryAMQP], api: MemoryHTTP
 ) -> None:
     client = raw()
     client.send(raw_frame(1, 1, queue_declare(b"a\nb")))
@@ -270,8 +279,20 @@ DOORS: dict[str, tuple[str, Any, str]] = {
 _KIND_WORD = {"operator policy": "policy", "global parameter": "parameter"}
 
 
-@pytest.mark.parametrize("door", list(DOORS))
-def test_the_api_refuses_names_over_255_bytes_or_not_utf8(api: Api, door: str) -> None:
+@pytest.mark.parametrize("door", [door for door in DOORS if door != "parameter"])
+def test_the_api_refuses_names_over_255_bytes_or_not_utf8(api: MemoryHTTP, door: str) -> None:
+    _refuses_names(api, door)
+
+
+def test_the_api_refuses_parameter_names_over_255_bytes_or_not_utf8(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    """On a socket broker: the federation-upstream component is warren.app's
+    (the harness's core broker has none), and the upstream it stores connects."""
+    _refuses_names(Api(broker_factory().http_port), "parameter")
+
+
+def _refuses_names(api: MemoryHTTP | Api, door: str) -> None:
     put, body, get = DOORS[door]
     kind = _KIND_WORD.get(door, door)
     for name, size in ((LONG, 256), (LONG_UTF8, 256)):
@@ -292,7 +313,7 @@ def test_the_api_refuses_names_over_255_bytes_or_not_utf8(api: Api, door: str) -
     every_listing_answers(api)
 
 
-def test_the_api_refuses_routing_keys_over_255_bytes(api: Api) -> None:
+def test_the_api_refuses_routing_keys_over_255_bytes(api: MemoryHTTP) -> None:
     """RabbitMQ 3.10 took a 300-byte routing key in a publish or a binding (Warren's
     publish answered 500): no AMQP client could have sent or be sent one."""
     assert api.put("/api/queues/%2F/q").status == 201
@@ -321,7 +342,9 @@ LONE_SURROGATE = {
 
 
 @pytest.mark.parametrize("document", LONE_SURROGATE.values(), ids=list(LONE_SURROGATE))
-def test_a_definitions_import_with_a_lone_surrogate_is_refused(api: Api, document: bytes) -> None:
+def test_a_definitions_import_with_a_lone_surrogate_is_refused(
+    api: MemoryHTTP, document: bytes
+) -> None:
     """RabbitMQ 3.10 imports it (204) and stores a name no UTF-8 decoder reads;
     Warren answered 500 and kept nothing showable. Refused: 400, nothing imported."""
     reply = api.request("POST", "/api/definitions", raw=document)
@@ -333,7 +356,7 @@ def test_a_definitions_import_with_a_lone_surrogate_is_refused(api: Api, documen
     assert [b for b in listings["/api/bindings"] if b["source"]] == []
 
 
-def test_a_definitions_import_with_names_over_255_bytes_is_refused(api: Api) -> None:
+def test_a_definitions_import_with_names_over_255_bytes_is_refused(api: MemoryHTTP) -> None:
     for category, entry, where in (
         (
             "queues",
@@ -402,7 +425,7 @@ OLD = "orders-\udcff"  # b"orders-\xff" as Warren's AMQP decoding kept it
 
 
 def test_names_from_before_the_rules_are_listed_and_their_messages_kept(
-    broker_factory: Callable[..., BrokerThread],
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -413,7 +436,7 @@ def test_names_from_before_the_rules_are_listed_and_their_messages_kept(
     .../orders-%FF/get) before it is deleted."""
     # The older Warren: no name check in the core, and a raw client publishing.
     monkeypatch.setattr(warren.core.vhost, "check_name", lambda kind, name: None)
-    b = broker_factory()
+    b = Harness(tmp_path / "data")
 
     def legacy() -> None:
         vhost = b.broker.vhosts["/"]
@@ -422,7 +445,7 @@ def test_names_from_before_the_rules_are_listed_and_their_messages_kept(
         vhost.bind(vhost.exchanges["amq.direct"], q, "rk-\udcff")
 
     b.call(legacy)
-    client = RawAMQP(b.port)
+    client = b.amqp()
     client.handshake()
     client.open_channel(1)
     client.send_method(1, commands.Confirm.Select())
@@ -436,12 +459,16 @@ def test_names_from_before_the_rules_are_listed_and_their_messages_kept(
     monkeypatch.undo()
 
     caplog.set_level(logging.WARNING, logger="warren.vhost")
-    b = broker_factory()
+    with Harness(tmp_path / "data") as b:
+        _listed_and_kept(b, caplog)
+
+
+def _listed_and_kept(b: Harness, caplog: pytest.LogCaptureFixture) -> None:
     warned = [r.getMessage() for r in caplog.records if "not valid UTF-8" in r.getMessage()]
     assert any("queue 'orders-\ufffd'" in w and "'orders-%FF'" in w for w in warned), warned
     assert any("exchange 'ex-\ufffd'" in w for w in warned), warned
     assert any("routing key 'rk-\ufffd'" in w for w in warned), warned
-    api = Api(b.http_port)
+    api = b.http()
     listings = every_listing_answers(api)
     queue = next(q for q in listings["/api/queues"] if q["name"] == "orders-\ufffd")
     assert queue["messages"] == 5
@@ -474,8 +501,8 @@ def _fits(name: str) -> bool:
 
 
 names = st.text(_NAME_CHARS, max_size=80).filter(_fits)
-# pika waits for a queue.declare-ok naming the queue it asked for: one without CR/LF
-# (the test above sends them raw).
+# A queue name without CR/LF, so that the declare-ok names the queue asked for
+# (the test above sends them).
 queue_names = names.filter(lambda n: "\r" not in n and "\n" not in n)
 keys = st.text(_NAME_CHARS, max_size=80).filter(lambda k: len(k.encode()) <= 255)
 
@@ -487,23 +514,32 @@ keys = st.text(_NAME_CHARS, max_size=80).filter(lambda k: len(k.encode()) <= 255
 )
 @given(queue=queue_names, exchange=names, key=keys, stray=st.binary(min_size=1, max_size=8))
 def test_every_listing_survives_every_name_amqp_takes(
-    broker: BrokerThread, queue: str, exchange: str, key: str, stray: bytes
+    broker: Harness, queue: str, exchange: str, key: str, stray: bytes
 ) -> None:
-    api = Api(broker.http_port)
-    conn = connect(broker)
+    api = broker.http()
     queue, exchange = "q" + queue, "x" + exchange  # apart from each other and "s-"
+    # Raw frames (pika's calls, not pamqp's: pamqp's methods refuse such names).
+    conn = broker.amqp()
     try:
-        ch = conn.channel()
-        q = ch.queue_declare(queue, durable=True).method.queue
-        ch.exchange_declare(exchange, "topic", durable=True)
+        conn.handshake()
+        conn.open_channel(1)
+        conn.send(raw_frame(1, 1, queue_declare(queue.encode())))
+        q = conn.expect_method(commands.Queue.DeclareOk).queue
+        conn.send(raw_frame(1, 1, exchange_declare(exchange.encode(), b"topic")))
+        conn.expect_method(commands.Exchange.DeclareOk)
         x = exchange.replace("\r", "").replace("\n", "")
-        ch.queue_bind(q, exchange, key)
-        ch.basic_publish(x, key, b"hello")  # as RabbitMQ, basic.publish keeps CR and LF
+        conn.send(raw_frame(1, 1, queue_bind(q.encode(), exchange.encode(), key.encode())))
+        conn.expect_method(commands.Queue.BindOk)
+        conn.send_method(1, commands.Confirm.Select())
+        conn.expect_method(commands.Confirm.SelectOk)
+        # As RabbitMQ, basic.publish keeps CR and LF.
+        publish(conn, x.encode(), key.encode(), b"hello", persistent=False)
+        conn.expect_method(commands.Basic.Ack)
     finally:
-        conn.close()
+        conn.close_socket()
     assert q == queue
     # Bytes that may not be UTF-8: refused as RabbitMQ refuses them, or taken.
-    client = RawAMQP(broker.port)
+    client = broker.amqp()
     try:
         client.handshake()
         client.open_channel(1)

@@ -1,5 +1,10 @@
 """Password hashes: RabbitMQ's SHA-256 (default), SHA-512 and MD5, and bcrypt, as
-definitions, the management API and users.json carry them; logins check each."""
+definitions, the management API and users.json carry them; logins check each.
+
+In memory (issue 29): tests/harness brokers, AMQP logins over MemoryAMQP
+(harness.channel), the management API through ``harness.http()``; a restart is
+a new Harness on the same data dir.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +16,24 @@ from typing import Any
 
 import bcrypt
 import pytest
-from conftest import BrokerThread, start_broker
-from pikahelp import can_login
+from harness import ConnectionClosed, Harness, harness_fixture
 
 from warren.core.users import BCRYPT, MD5, SHA256, SHA512, check_password, hash_password
 from warren.definitions_export import export_definitions
 from warren.definitions_import import import_definitions
+
+broker = harness_fixture()
+
+
+def can_login(b: Harness, user: str, password: str) -> bool:
+    """Whether ``user`` gets a connection with ``password`` (refused: 403 at
+    connection.start-ok, pika's ProbableAuthenticationError)."""
+    try:
+        b.amqp_connection(user, password, "/").close()
+    except ConnectionClosed as exc:
+        assert exc.reply_code == 403, exc
+        return False
+    return True
 
 
 def rabbit_hash(password: str, digest: Any, salt: bytes = b"\x01\x02\x03\x04") -> str:
@@ -58,7 +75,7 @@ def test_imported_hashes_log_in_and_survive_a_restart(tmp_path: Path) -> None:
             for n, _, _ in users
         ],
     }
-    b = start_broker(tmp_path / "data")
+    b = Harness(tmp_path / "data")
     try:
         b.call(lambda: (import_definitions(b.broker, definitions), b.broker.save_users()))
         for name, password in (
@@ -77,19 +94,15 @@ def test_imported_hashes_log_in_and_survive_a_restart(tmp_path: Path) -> None:
     assert algorithms["ubc"] == BCRYPT
     saved = json.loads((tmp_path / "data" / "users.json").read_text())
     assert {u["name"]: u["hashing_algorithm"] for u in saved["users"]}["u512"] == SHA512
-    b = start_broker(tmp_path / "data")
+    b = Harness(tmp_path / "data")
     try:
         assert can_login(b, "u512", "p512") and can_login(b, "ubc", "pbc")
     finally:
         b.stop()
 
 
-def test_management_api_takes_a_sha512_hash(broker: BrokerThread) -> None:
-    import urllib.request
-
-    http = broker.broker.listener("http")
-    assert http is not None
-    auth = "Basic " + base64.b64encode(b"guest:guest").decode()
+def test_management_api_takes_a_sha512_hash(broker: Harness) -> None:
+    api = broker.http()
     body = {
         "password_hash": rabbit_hash("api512", hashlib.sha512),
         "hashing_algorithm": "rabbit_password_hashing_sha512",
@@ -99,17 +112,6 @@ def test_management_api_takes_a_sha512_hash(broker: BrokerThread) -> None:
         ("/api/users/api-user", body),
         ("/api/permissions/%2F/api-user", {"configure": ".*", "write": ".*", "read": ".*"}),
     ):
-        req = urllib.request.Request(
-            f"http://127.0.0.1:{http.port}{path}",
-            data=json.dumps(payload).encode(),
-            method="PUT",
-            headers={"Authorization": auth, "Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            assert resp.status in (201, 204)
+        assert api.put(path, payload).status in (201, 204)
     assert can_login(broker, "api-user", "api512")
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{http.port}/api/users/api-user", headers={"Authorization": auth}
-    )
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        assert json.load(resp)["hashing_algorithm"] == SHA512
+    assert api.get("/api/users/api-user")["hashing_algorithm"] == SHA512

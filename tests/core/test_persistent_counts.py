@@ -6,8 +6,10 @@ model of what each queue holds).
 A durable queue counts its persistent (delivery-mode 2) messages, ready and
 unacknowledged (basic.get's too), and their body bytes; the segment store keeps
 counts of its live transient records for that (store/transient_counts.py).
-Every path that ends a message is taken through a real broker with pika (or a
-raw socket for publish runs): ack, multiple ack, ack of a run, reject and nack
+Every path that ends a message is taken through a broker in memory (issue 29:
+tests/harness, pika's calls over MemoryAMQP, raw frames for publish runs, the
+API and metrics through ``harness.http()``, a restart a new Harness on the same
+data dir): ack, multiple ack, ack of a run, reject and nack
 without requeue, a requeue (changes nothing), a channel closed with deliveries
 held, purge, basic.get without ack, drop-head over a length limit, expiry with
 dead-lettering, the delivery limit, damage found on the read path, and a
@@ -19,24 +21,21 @@ Then random sequences of publishes, gets, acks, nacks, rejects and purges
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import json
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pika
 import pytest
-from conftest import BrokerThread, start_broker
 from damage_helpers import layout, overwrite
+from harness import Connection, Harness, wait_until
+from harness.channel import Properties
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pamqp import commands
-from pikahelp import barrier, connect, wait_until
-from rawamqp import RawAMQP, body_frame, header_frame, method_frame
+from rawamqp import body_frame, header_frame, method_frame
 
 from warren.core.clock import ManualClock
 
@@ -55,20 +54,17 @@ KEYS = (
 )
 
 
-def api_queue(broker: BrokerThread, name: str, vhost: str = "/") -> dict[str, int]:
+def api_queue(broker: Harness, name: str, vhost: str = "/") -> dict[str, int]:
     path = f"/api/queues/{urllib.parse.quote(vhost, safe='')}/{urllib.parse.quote(name, safe='')}"
-    req = urllib.request.Request(f"http://127.0.0.1:{broker.http_port}{path}")
-    req.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        body = json.loads(resp.read())
+    body = broker.http().get(path)
     return {k: body[k] for k in KEYS}
 
 
-def metrics_queue(broker: BrokerThread, name: str) -> tuple[float, float]:
+def metrics_queue(broker: Harness, name: str) -> tuple[float, float]:
     """rabbitmq_queue_messages_persistent and ..._bytes of a queue (per-object)."""
-    url = f"http://127.0.0.1:{broker.http_port}/metrics/per-object"
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        text = resp.read().decode()
+    reply = broker.http().anonymous().request("GET", "/metrics/per-object")
+    assert reply.status == 200, reply
+    text = reply.body.decode()
     found = {}
     for line in text.splitlines():
         if f'queue="{name}"' in line and line.startswith("rabbitmq_queue_messages_persistent"):
@@ -143,25 +139,26 @@ class Model:
         }
 
 
-def check(broker: BrokerThread, queue: str, model: Model, *channels: Any) -> None:
+def check(broker: Harness, queue: str, model: Model, *channels: Any) -> None:
     """The API's counts are the model's (after a round trip on each channel)."""
     for ch in channels:
-        barrier(ch)
+        ch.barrier()
     assert api_queue(broker, queue) == model.expected()
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerThread]:
-    b = start_broker(tmp_path / "data", segment_size=65536)
-    try:
+def broker(tmp_path: Path) -> Iterator[Harness]:
+    with Harness(tmp_path / "data", segment_size=65536) as b:
         yield b
-    finally:
-        b.stop()
+
+
+def connect(broker: Harness) -> Connection:
+    return broker.amqp_connection()
 
 
 def _publish(ch: Any, queue: str, model: Model, mode: int, size: int, **props: Any) -> int:
     i, body = model.new(mode, size)
-    ch.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=mode, **props))
+    ch.basic_publish("", queue, body, Properties(delivery_mode=mode, **props))
     return i
 
 
@@ -173,7 +170,7 @@ def _mix(ch: Any, queue: str, model: Model, n: int, start: int = 0) -> list[int]
     ]
 
 
-def test_acks_rejects_requeues_purge_and_gets(broker: BrokerThread) -> None:
+def test_acks_rejects_requeues_purge_and_gets(broker: Harness) -> None:
     """basic.get and consumer deliveries held, acked one by one and in bulk,
     rejected and nacked without requeue, requeued, a channel closed with
     deliveries held, a purge with deliveries held, basic.get without ack."""
@@ -261,7 +258,7 @@ def _publish_raw(queue: str, model: Model, modes: list[int]) -> bytes:
     return out
 
 
-def _runs_held(broker: BrokerThread) -> int:
+def _runs_held(broker: Harness) -> int:
     def count() -> int:
         return sum(
             len(r)
@@ -273,11 +270,11 @@ def _runs_held(broker: BrokerThread) -> int:
     return broker.call(count)
 
 
-def test_runs_handed_to_a_waiting_consumer(broker: BrokerThread) -> None:
+def test_runs_handed_to_a_waiting_consumer(broker: Harness) -> None:
     """Publishes written in one go to a queue whose consumer waits are stored as
     a run (Queue.publish_run, the C encoder when built) and settled in bulk
     (ack_run), in part by a requeue, in part by a reject."""
-    c = RawAMQP(broker.port)
+    c = broker.amqp()
     c.handshake()
     c.open_channel(1)
     c.send_method(1, commands.Queue.Declare(queue="r", durable=True))
@@ -328,15 +325,17 @@ def test_runs_handed_to_a_waiting_consumer(broker: BrokerThread) -> None:
     c.close()
 
 
-def test_drop_head_expiry_dead_lettering_and_the_delivery_limit(
-    broker_factory: Callable[..., BrokerThread],
-) -> None:
+def test_drop_head_expiry_dead_lettering_and_the_delivery_limit(tmp_path: Path) -> None:
     """Messages taken out of the middle or the head by a queue's own features:
     dropped over x-max-length, expired by x-message-ttl into a durable dead-letter
     queue (which then counts the copies by their own delivery modes), dropped
     past x-delivery-limit. The TTL runs out on the broker's ManualClock, when
     the test moves it."""
-    broker = broker_factory(segment_size=65536, clock=ManualClock())
+    with Harness(tmp_path / "data", segment_size=65536, clock=ManualClock()) as broker:
+        _features(broker)
+
+
+def _features(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     ch.queue_declare("dead", durable=True)
@@ -396,7 +395,7 @@ def _queue_dir(data: Path, queue: str) -> Path:
     )
 
 
-def test_damage_found_on_the_read_path(broker: BrokerThread, tmp_path: Path) -> None:
+def test_damage_found_on_the_read_path(broker: Harness, tmp_path: Path) -> None:
     """A transient record damaged on disk while the broker runs: found when the
     queue reads up to it, stepped over, no longer counted."""
     conn = connect(broker)
@@ -423,7 +422,7 @@ def test_counts_across_a_restart(tmp_path: Path) -> None:
     priority queues' transient messages are gone, the quorum queue keeps and
     counts all; the counts then follow new publishes and acks."""
     data = tmp_path / "data"
-    broker = start_broker(data, segment_size=65536)
+    broker = Harness(data, segment_size=65536)
     models = {"c": Model(), "p": Model(), "qq": Model()}
     try:
         conn = connect(broker)
@@ -446,7 +445,7 @@ def test_counts_across_a_restart(tmp_path: Path) -> None:
             assert api_queue(broker, name) == expected
     finally:
         broker.stop()
-    broker = start_broker(data, segment_size=65536)
+    broker = Harness(data, segment_size=65536)
     try:
         models["c"].restart()
         models["p"].restart()
@@ -472,7 +471,7 @@ def test_counts_across_a_restart(tmp_path: Path) -> None:
         broker.stop()
 
 
-def test_a_transient_queue_counts_none(broker: BrokerThread) -> None:
+def test_a_transient_queue_counts_none(broker: Harness) -> None:
     conn = connect(broker)
     ch = conn.channel()
     ch.queue_declare("t", durable=False)
@@ -488,12 +487,10 @@ def test_a_transient_queue_counts_none(broker: BrokerThread) -> None:
 
 
 @pytest.fixture(scope="module")
-def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
-    b = start_broker(tmp_path_factory.mktemp("persistent_counts") / "data", segment_size=65536)
-    try:
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    data = tmp_path_factory.mktemp("persistent_counts") / "data"
+    with Harness(data, segment_size=65536) as b:
         yield b
-    finally:
-        b.stop()
 
 
 OPS = st.lists(
@@ -519,7 +516,7 @@ _EXAMPLE = [0]
 )
 @given(ops=OPS, priority=st.booleans())
 def test_random_sequences_keep_the_counts_exact(
-    shared_broker: BrokerThread, ops: list[tuple[str, Any, int]], priority: bool
+    shared_broker: Harness, ops: list[tuple[str, Any, int]], priority: bool
 ) -> None:
     """Random publishes (persistent or transient, bodies of up to 9 KB, in
     segments of 64 KiB), gets with and without ack, acks, nacks with requeue, rejects, acks

@@ -4,40 +4,23 @@ same declarations are in tests/compat (the quorum_* scenarios).
 
 In memory (issue 29): a tests/harness broker, pika's calls over MemoryAMQP
 (harness.channel, frames by pamqp; pika before); a restart is a new Harness on
-the same data dir. The two management API tests stay on a socket broker (the
-harness starts no HTTP listener).
+the same data dir; the management API through ``harness.http()``.
 """
 
 from __future__ import annotations
 
-import base64
-import json
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BrokerThread, start_broker
 from harness import Channel, Harness, channel_error, connection_error, harness_fixture
 from harness.channel import Nacked, uniq
 from pamqp import commands
-from pikahelp import connect as pika_connect
 
 Q = {"x-queue-type": "quorum"}
 
 broker = harness_fixture()
-
-
-@pytest.fixture
-def http_broker(tmp_path: Path) -> Iterator[BrokerThread]:
-    """A broker with its management API, on sockets."""
-    b = start_broker(tmp_path / "http")
-    try:
-        yield b
-    finally:
-        b.stop()
 
 
 def connect(broker: Harness) -> Any:
@@ -450,23 +433,13 @@ def test_transient_messages_survive_a_restart(tmp_path: Path) -> None:
         conn.close()
 
 
-def _api(broker: BrokerThread, method: str, path: str) -> tuple[int, Any]:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{broker.http_port}/api/{path}",
-        method=method,
-        headers={"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()},
-    )
-    try:
-        with urllib.request.urlopen(request) as response:
-            body = response.read()
-            return response.status, json.loads(body) if body else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+def _api(broker: Harness, method: str, path: str) -> tuple[int, Any]:
+    reply = broker.http().request(method, f"/api/{path}")
+    return reply.status, reply.json() if reply.body else None
 
 
-def test_management_api_delete_if_unused_has_rabbitmqs_answer(http_broker: BrokerThread) -> None:
-    broker = http_broker
-    conn = pika_connect(broker)
+def test_management_api_delete_if_unused_has_rabbitmqs_answer(broker: Harness) -> None:
+    conn = connect(broker)
     q = uniq()
     quorum(conn.channel(), q)
     conn.close()
@@ -482,18 +455,12 @@ def test_management_api_delete_if_unused_has_rabbitmqs_answer(http_broker: Broke
     assert _api(broker, "DELETE", f"queues/%2F/{q}") == (204, None)
 
 
-def test_management_api_shows_type_leader_members_online(http_broker: BrokerThread) -> None:
-    broker = http_broker
-    conn = pika_connect(broker)
+def test_management_api_shows_type_leader_members_online(broker: Harness) -> None:
+    conn = connect(broker)
     q = uniq()
     quorum(conn.channel(), q)
     conn.close()
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{broker.http_port}/api/queues/%2F/{q}",
-        headers={"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()},
-    )
-    with urllib.request.urlopen(request) as response:
-        info = json.load(response)
+    info = broker.http().get(f"/api/queues/%2F/{q}")
     node = info["node"]
     assert info["type"] == "quorum"
     assert (info["leader"], info["members"], info["online"]) == (node, [node], [node])

@@ -3,28 +3,21 @@ write on the routing key of basic.publish, read on the binding key of queue.bind
 queue.unbind, exchange.bind and exchange.unbind, for topic exchanges only; the
 reply texts are RabbitMQ's.
 
-The AMQP tests run in memory (issue 29): a tests/harness broker, pika's calls
-over MemoryAMQP (harness.channel, frames by pamqp). The management API,
-restart and definitions tests stay on a socket broker (the harness starts no
-HTTP listener), with pika for their AMQP checks.
+In memory (issue 29): tests/harness brokers, pika's calls over MemoryAMQP
+(harness.channel, frames by pamqp), the management API through
+``harness.http()``; a restart is a new Harness on the same data dir.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pika
 import pytest
-from conftest import BrokerThread, start_broker
-from harness import Channel, Harness, harness_fixture
-from harness import channel_error as memory_channel_error
-from httphelp import Api  # noqa: E402 - tests/http's helper, not a package
+from harness import Channel, Harness, channel_error, harness_fixture
 from pamqp import commands
-from pika.adapters.blocking_connection import BlockingChannel
-from pikahelp import channel_error, connect
 
 from warren.core.errors import AccessRefused
 from warren.core.users import TopicPermission, User, UserStore
@@ -42,7 +35,7 @@ def refused(key: str, exchange: str = "amq.topic", vhost: str = "/", user: str =
     )
 
 
-def add_user(b: BrokerThread | Harness, name: str = "u", vhosts: tuple[str, ...] = ("/",)) -> None:
+def add_user(b: Harness, name: str = "u", vhosts: tuple[str, ...] = ("/",)) -> None:
     def add() -> None:
         for vhost in vhosts:
             if vhost not in b.broker.vhosts:
@@ -55,7 +48,7 @@ def add_user(b: BrokerThread | Harness, name: str = "u", vhosts: tuple[str, ...]
     b.call(add)
 
 
-def set_topic(b: BrokerThread | Harness, vhost: str, exchange: str, write: str, read: str) -> None:
+def set_topic(b: Harness, vhost: str, exchange: str, write: str, read: str) -> None:
     b.call(lambda: b.broker.users.set_topic_permission("u", vhost, exchange, write, read))
 
 
@@ -70,25 +63,6 @@ def user_channel(memory: Harness) -> Callable[..., Channel]:
         return ch
 
     return open_channel
-
-
-@pytest.fixture
-def pika_user_channel(broker: BrokerThread) -> Iterator[Callable[..., BlockingChannel]]:
-    """The same over a socket, with pika, beside the management API."""
-    add_user(broker, vhosts=("/", "v2"))
-    conns: list[pika.BlockingConnection] = []
-
-    def open_channel(vhost: str = "/") -> BlockingChannel:
-        credentials = pika.PlainCredentials("u", "pw")
-        conns.append(connect(broker, credentials=credentials, virtual_host=vhost))
-        ch = conns[-1].channel()
-        ch.confirm_delivery()
-        return ch
-
-    yield open_channel
-    for conn in conns:
-        if conn.is_open:
-            conn.close()
 
 
 # -- the check itself --------------------------------------------------------------------
@@ -150,17 +124,17 @@ def test_publish_is_checked_against_write(
     set_topic(memory, "/", "amq.topic", "^a\\.{username}", "b")
     ch = user_channel()
     ch.basic_publish("amq.topic", "a.u.x", b"ok")
-    text = memory_channel_error(403, ch.basic_publish, "amq.topic", "x.a.u", b"no")
+    text = channel_error(403, ch.basic_publish, "amq.topic", "x.a.u", b"no")
     assert text == refused("x.a.u")
     # Checked before the user-id property, as RabbitMQ.
     ch = user_channel()
     props = commands.Basic.Properties(user_id="other")
-    assert memory_channel_error(403, ch.basic_publish, "amq.topic", "x", b"", props) == refused("x")
+    assert channel_error(403, ch.basic_publish, "amq.topic", "x", b"", props) == refused("x")
     # The internal-exchange check comes first.
     ch = user_channel()
     ch.exchange_declare("inner", "topic", internal=True)
     set_topic(memory, "/", "inner", "^$", "^$")
-    text = memory_channel_error(403, ch.basic_publish, "inner", "x", b"")
+    text = channel_error(403, ch.basic_publish, "inner", "x", b"")
     assert text == "ACCESS_REFUSED - cannot publish to internal exchange 'inner' in vhost '/'"
 
 
@@ -184,10 +158,10 @@ def test_binds_and_unbinds_are_checked_against_read(
         ("exchange.unbind", lambda c: c.exchange_unbind("dest", "amq.topic", "a")),
     ]
     for what, call in cases:
-        assert memory_channel_error(403, call, user_channel()) == refused("a"), what
+        assert channel_error(403, call, user_channel()) == refused("a"), what
     # A missing source exchange is not found, not refused.
     ch = user_channel()
-    text = memory_channel_error(404, ch.queue_bind, "tq", "nope", "a")
+    text = channel_error(404, ch.queue_bind, "tq", "nope", "a")
     assert text == "NOT_FOUND - no exchange 'nope' in vhost '/'"
 
 
@@ -199,13 +173,9 @@ def test_variables_and_empty_patterns(
     ch.queue_declare("tq")
     ch.basic_publish("amq.topic", "", b"")
     ch.queue_bind("tq", "amq.topic", "xv2x")
-    assert memory_channel_error(403, ch.basic_publish, "amq.topic", "x", b"") == refused(
-        "x", vhost="v2"
-    )
+    assert channel_error(403, ch.basic_publish, "amq.topic", "x", b"") == refused("x", vhost="v2")
     ch = user_channel("v2")
-    assert memory_channel_error(403, ch.queue_bind, "tq", "amq.topic", "x") == refused(
-        "x", vhost="v2"
-    )
+    assert channel_error(403, ch.queue_bind, "tq", "amq.topic", "x") == refused("x", vhost="v2")
     # The same user's other vhost has no topic permission: unaffected.
     user_channel("/").basic_publish("amq.topic", "x", b"")
 
@@ -230,7 +200,7 @@ def test_changes_apply_to_open_channels(
     ch = user_channel()
     ch.basic_publish("amq.topic", "x", b"")
     set_topic(memory, "/", "amq.topic", "^y", ".*")
-    assert memory_channel_error(403, ch.basic_publish, "amq.topic", "x", b"") == refused("x")
+    assert channel_error(403, ch.basic_publish, "amq.topic", "x", b"") == refused("x")
     ch = user_channel()
     ch.basic_publish("amq.topic", "y", b"")
     memory.call(lambda: memory.broker.users.clear_topic_permissions("u", "/"))
@@ -240,11 +210,8 @@ def test_changes_apply_to_open_channels(
 # -- management API, persistence, definitions --------------------------------------------
 
 
-def test_http_api_sets_and_clears(
-    broker: BrokerThread, pika_user_channel: Callable[..., BlockingChannel]
-) -> None:
-    user_channel = pika_user_channel
-    api = Api(broker.http_port)
+def test_http_api_sets_and_clears(memory: Harness, user_channel: Callable[..., Channel]) -> None:
+    api = memory.http()
     body = {"exchange": "amq.topic", "write": "^{username}\\.", "read": ".*"}
     assert api.put("/api/topic-permissions/%2F/u", body).status == 201
     assert api.put("/api/topic-permissions/%2F/u", body).status == 204
@@ -257,8 +224,8 @@ def test_http_api_sets_and_clears(
     user_channel().basic_publish("amq.topic", "v.x", b"")
 
 
-def test_deleted_with_the_user_and_the_vhost(broker: BrokerThread) -> None:
-    api = Api(broker.http_port)
+def test_deleted_with_the_user_and_the_vhost(memory: Harness) -> None:
+    api = memory.http()
     api.put("/api/vhosts/v3")
     api.put("/api/users/w", {"password": "pw", "tags": ""})
     for vhost in ("%2F", "v3"):
@@ -272,64 +239,54 @@ def test_deleted_with_the_user_and_the_vhost(broker: BrokerThread) -> None:
     assert api.get("/api/topic-permissions") == []
 
 
+def _confirming(b: Harness, vhost: str = "/") -> Channel:
+    """A channel of user ``u`` with publisher confirms (a refused publish raises)."""
+    ch = b.amqp_connection("u", "pw", vhost).channel()
+    ch.confirm_delivery()
+    return ch
+
+
 def test_persisted_across_a_restart(tmp_path: Path) -> None:
-    b = start_broker(tmp_path / "d")
-    try:
+    with Harness(tmp_path / "d") as b:
         add_user(b)
         body = {"exchange": "amq.topic", "write": "^a", "read": "^b"}
-        assert Api(b.http_port).put("/api/topic-permissions/%2F/u", body).status == 201
-    finally:
-        b.stop()
-    b = start_broker(tmp_path / "d")
-    try:
-        listed = Api(b.http_port).get("/api/topic-permissions")
+        assert b.http().put("/api/topic-permissions/%2F/u", body).status == 201
+    with Harness(tmp_path / "d") as b:
+        listed = b.http().get("/api/topic-permissions")
         assert listed == [{"user": "u", "vhost": "/", **body}]
-        with connect(b, credentials=pika.PlainCredentials("u", "pw")) as conn:
-            ch = conn.channel()
-            ch.confirm_delivery()
-            ch.basic_publish("amq.topic", "a", b"")
-            assert channel_error(403, ch.basic_publish, "amq.topic", "b", b"") == refused("b")
-    finally:
-        b.stop()
+        ch = _confirming(b)
+        ch.basic_publish("amq.topic", "a", b"")
+        assert channel_error(403, ch.basic_publish, "amq.topic", "b", b"") == refused("b")
 
 
-def test_definitions_round_trip(broker: BrokerThread, tmp_path: Path) -> None:
-    add_user(broker, vhosts=("/", "v2"))
-    set_topic(broker, "v2", "amq.topic", "^a", "")
-    set_topic(broker, "/", "t", ".*", "^r")
-    exported = Api(broker.http_port).get("/api/definitions")
+def test_definitions_round_trip(memory: Harness, tmp_path: Path) -> None:
+    add_user(memory, vhosts=("/", "v2"))
+    set_topic(memory, "v2", "amq.topic", "^a", "")
+    set_topic(memory, "/", "t", ".*", "^r")
+    exported = memory.http().get("/api/definitions")
     expected = [
         {"user": "u", "vhost": "/", "exchange": "t", "write": ".*", "read": "^r"},
         {"user": "u", "vhost": "v2", "exchange": "amq.topic", "write": "^a", "read": ""},
     ]
     assert exported["topic_permissions"] == expected
-    other = start_broker(tmp_path / "other")
-    try:
-        assert Api(other.http_port).post("/api/definitions", exported).status == 204
+    with Harness(tmp_path / "other") as other:
+        assert other.http().post("/api/definitions", exported).status == 204
         assert other.call(other.broker.export_definitions)["topic_permissions"] == expected
         assert json.loads((tmp_path / "other" / "users.json").read_text())["users"]
-        credentials = pika.PlainCredentials("u", "pw")
-        with connect(other, credentials=credentials, virtual_host="v2") as conn:
-            ch = conn.channel()
-            ch.confirm_delivery()
-            text = channel_error(403, ch.basic_publish, "amq.topic", "b", b"")
-            assert text == refused("b", vhost="v2")
+        ch = _confirming(other, "v2")
+        text = channel_error(403, ch.basic_publish, "amq.topic", "b", b"")
+        assert text == refused("b", vhost="v2")
         # A topic permission of an unknown user refuses the whole import.
         bad = {"topic_permissions": [{**expected[0], "user": "nobody"}]}
         with pytest.raises(DefinitionsError, match="user 'nobody' does not exist"):
             other.call(lambda: other.broker.import_definitions(bad))
-    finally:
-        other.stop()
 
 
 def test_mgmt_json_entries_move_to_users_json(tmp_path: Path) -> None:
     data = tmp_path / "d"
-    b = start_broker(data)
-    try:
+    with Harness(data) as b:
         add_user(b)
-        Api(b.http_port).put("/api/vhosts/v", {"description": "kept"})
-    finally:
-        b.stop()
+        b.http().put("/api/vhosts/v", {"description": "kept"})
     # What an older Warren's management API wrote (no checksum: store/layout.py).
     mgmt = json.loads((data / "mgmt.json").read_text())
     del mgmt["checksum"]
@@ -337,19 +294,14 @@ def test_mgmt_json_entries_move_to_users_json(tmp_path: Path) -> None:
     gone = {"user": "ghost", "vhost": "/", "exchange": "amq.topic", "write": "", "read": ""}
     mgmt["topic_permissions"] = [old, gone]
     (data / "mgmt.json").write_text(json.dumps(mgmt))
-    b = start_broker(data)
-    try:
-        assert Api(b.http_port).get("/api/topic-permissions") == [old]
-        assert Api(b.http_port).get("/api/vhosts/v")["description"] == "kept"
+    with Harness(data) as b:
+        assert b.http().get("/api/topic-permissions") == [old]
+        assert b.http().get("/api/vhosts/v")["description"] == "kept"
         mgmt = json.loads((data / "mgmt.json").read_text())
         assert "topic_permissions" not in mgmt
         (u,) = [
             u for u in json.loads((data / "users.json").read_text())["users"] if u["name"] == "u"
         ]
         assert u["topic_permissions"] == {"/": {"amq.topic": {"write": "^a", "read": ".*"}}}
-        with connect(b, credentials=pika.PlainCredentials("u", "pw")) as conn:
-            ch = conn.channel()
-            ch.confirm_delivery()
-            assert channel_error(403, ch.basic_publish, "amq.topic", "b", b"") == refused("b")
-    finally:
-        b.stop()
+        ch = _confirming(b)
+        assert channel_error(403, ch.basic_publish, "amq.topic", "b", b"") == refused("b")

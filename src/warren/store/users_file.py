@@ -29,12 +29,17 @@ _MGMT_KEYS = ("vhost_metadata", "global_parameters")
 
 
 def load_users(
-    path: Path, on_damage: str = damage.REFUSE, mirror: FileMirror | None = None
+    path: Path,
+    on_damage: str = damage.REFUSE,
+    mirror: FileMirror | None = None,
+    migrate: bool = True,
 ) -> UserStore:
     """The users ``path`` holds (an empty store, ``from_file`` False, when there is
     no such file). A file that cannot be read whole refuses the start, or is set
     aside and the store starts empty with ``from_file`` True, so that no
-    default user is made in its place (store/damage.py)."""
+    default user is made in its place (store/damage.py). ``migrate``: move an
+    older mgmt.json's entries in now (a start does it with migrate_from_mgmt
+    once it is accepted, so a refused start writes nothing)."""
     store = UserStore()
     try:
         data = read_json_checked(path, ("users",))
@@ -52,7 +57,8 @@ def load_users(
         log.error("starting with no users: add one with `warren users add`")
         return store
     store.from_file = bool(data)
-    _migrate_from_mgmt(store, path, mirror)
+    if migrate:
+        migrate_from_mgmt(store, path, mirror)
     return store
 
 
@@ -84,7 +90,7 @@ def _limits(raw: Any) -> dict[str, int]:
     }
 
 
-def _migrate_from_mgmt(store: UserStore, path: Path, mirror: FileMirror | None) -> None:
+def migrate_from_mgmt(store: UserStore, path: Path, mirror: FileMirror | None) -> None:
     """Move what an older Warren kept in mgmt.json (stored, never enforced) into
     users.json, once: users.json is written first, so a crash in between only
     repeats the (idempotent) move at the next start."""

@@ -1,8 +1,7 @@
 """MQTT behaviour that only a broker with listeners shows; everything else about
-the protocol runs in memory (test_mqtt_broker.py, test_mqtt_hostile.py).
+the protocol runs in memory (test_mqtt_broker.py, test_mqtt_hostile.py, and
+here the management API's listing of MQTT connections, harness.http()).
 
-- The management API's listing of MQTT connections: an HTTP request to the
-  broker's HTTP listener, which the in-memory harness does not start.
 - A client that never reads: what it shows is backpressure, the socket's and
   the kernel's buffers filling and asyncio's transport stopping the writes
   (its write buffer, the protocol told to pause), which an in-memory
@@ -12,18 +11,16 @@ the protocol runs in memory (test_mqtt_broker.py, test_mqtt_hostile.py).
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
-import urllib.request
-from base64 import b64encode
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
 from conftest import BrokerThread
-from mqttclient import V5, Client
+from harness import Harness
 from mqttraw import RawClient, wait_for
 
 from warren.mqtt.codec import encode
@@ -105,23 +102,23 @@ def bystander(broker: BrokerThread) -> Iterator[Bystander]:
         b.close()
 
 
-def test_connections_listed_by_the_management_api(broker: BrokerThread) -> None:
-    c = Client(mqtt_port(broker), client_id="listed", protocol=V5)
-    try:
-        c.connect()
-        c.subscribe("x/#", qos=1)
-        http = broker.broker.listener("http")
-        assert http is not None
-        req = urllib.request.Request(f"http://127.0.0.1:{http.port}/api/connections")
-        req.add_header("Authorization", "Basic " + b64encode(b"guest:guest").decode())
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            listed = json.load(resp)
+def test_connections_listed_by_the_management_api(tmp_path: Path) -> None:
+    """In memory: paho's client (harness.mqtt), the API through harness.http()."""
+    with Harness(tmp_path / "data") as b:
+        c = b.mqtt("listed", protocol=5)
+        c.paho.username_pw_set("guest", "guest")
+        assert c.connect() == 0
+        subscribed: list[int] = []
+        c.paho.on_subscribe = lambda _c, _u, mid, _codes, _props: subscribed.append(mid)
+        _, mid = c.paho.subscribe("x/#", qos=1)
+        c.until(lambda: mid in subscribed)
+        listed = b.http().get("/api/connections")
         (conn,) = [x for x in listed if x["protocol"].startswith("MQTT")]
         assert conn["protocol"] == "MQTT 5-0"
         assert conn["client_properties"]["client_id"] == "listed"
         assert conn["user"] == "guest" and conn["vhost"] == "/"
-    finally:
-        c.close()
+        c.paho.disconnect()
+        c.until(lambda: c.eof)
 
 
 def test_a_client_that_never_reads(broker: BrokerThread, bystander: Bystander) -> None:
