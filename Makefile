@@ -62,6 +62,9 @@ PYTEST_STATUS_FILE ?=
 # Three each: the tests wait on sockets, timers and other processes, and with
 # two per pass the two cores were still half idle.
 PYTEST_WORKERS ?= 3
+# How xdist hands tests out: worksteal, so a worker that runs out of tests takes
+# half of a busy one's queue (the long ones go first: tests/passes.py LONG_FIRST).
+PYTEST_DIST = $(if $(filter 0,$(PYTEST_WORKERS)),,--dist worksteal)
 # make cluster's base port (tools/cluster.py): clear of make run's 5672, 15672, 1883, 15692.
 # Only from make's command line (make cluster PORT=30000): a PORT in the
 # environment (many hosting platforms set one) does not move the cluster.
@@ -223,7 +226,7 @@ prometheus:
 test: export PYTHONDONTWRITEBYTECODE :=
 test: $(TEST_STAMP) browser mosquitto etcd rabbitmq fuse prometheus
 	@log=$$(mktemp); \
-	( exec env WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) -m pure_pass $(PYTEST_ARGS) > "$$log" 2>&1 ) & pure_pid=$$!; \
+	( exec env WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m pure_pass $(PYTEST_ARGS) > "$$log" 2>&1 ) & pure_pid=$$!; \
 	echo "== make: the pure-Python pass started (pid $$pure_pid); lint and the compiled build meanwhile"; \
 	if ! $(MAKE) --no-print-directory lint $(SHARED_LIBRARY); then \
 		kill $$pure_pid 2>/dev/null; wait $$pure_pid; rm -f "$$log"; exit 2; fi; \
@@ -233,7 +236,7 @@ test: $(TEST_STAMP) browser mosquitto etcd rabbitmq fuse prometheus
 		echo "warning above; \`make build\` again shows why); the compiled pass would be pure Python"; \
 		exit 2; fi; \
 	echo "== pytest, $$($(PY) -c 'import warren; print(warren.build_description())') (the pure-Python pass runs alongside)"; \
-	status=0; $(PY) -m pytest -q -n $(PYTEST_WORKERS) -m compiled_pass $(PYTEST_ARGS) || status=$$?; \
+	status=0; $(PY) -m pytest -q -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m compiled_pass $(PYTEST_ARGS) || status=$$?; \
 	pure=0; wait $$pure_pid || pure=$$?; \
 	echo "== pytest, pure Python (WARREN_PURE_PYTHON=1)"; \
 	cat "$$log"; rm -f "$$log"; \

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import pytest
 from harness import harness_fixture
-from passes import mark_passes
+from passes import long_first, mark_passes
 
 from warren import Broker, Config
 from warren.amqp.server import AMQPListener
@@ -140,8 +140,10 @@ class BrokerThread:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Marks each test with the passes of make test that run it (tests/passes.py)."""
+    """Marks each test with the passes of make test that run it, and puts the
+    longest first (tests/passes.py)."""
     mark_passes(items)
+    long_first(items)
 
 
 @pytest.hookimpl(hookwrapper=True)

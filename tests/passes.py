@@ -38,7 +38,9 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "store": BOTH,
     "store/powercut": (COMPILED,),
     "protocol": BOTH,
-    "compat": BOTH,
+    # The recorded comparisons drive the same protocol code the in-memory
+    # protocol tests run in both passes; over sockets, once.
+    "compat": (COMPILED,),
     "http": (COMPILED,),
     "cluster": (COMPILED,),
     "integration": (COMPILED,),
@@ -67,6 +69,47 @@ def passes_of(item: pytest.Item) -> tuple[str, ...] | None:
     raise pytest.UsageError(
         f"{item.nodeid}: tests/{'/'.join(parts)} is in no pass of make test (tests/passes.py)"
     )
+
+
+#: Tests that take longest (seconds in a loaded `make test`, measured
+#: 2026-11-29), by node id prefix, longest first. Collection puts them first, so
+#: that xdist starts them first and the short tests fill in around them: a
+#: 100 s test handed out last would keep a worker busy after the rest are done.
+#: An entry that no longer names a test orders nothing; nothing fails.
+LONG_FIRST: tuple[str, ...] = (
+    "protocol/amqp/test_header_fuzz.py::test_dead_lettering_keeps_headers",  # 100
+    "spark/test_example.py",  # 114
+    "spark/test_errors.py",  # 93
+    "spark/test_kafka_options.py",  # 92
+    "spark/test_source.py",  # 83
+    "spark/test_session_guard.py",  # 63
+    "spark/test_docs_snippet.py",  # 52
+    "spark/test_deploy_cluster.py",  # 45
+    "integration/test_kombu_integration_suite.py",  # 43
+    "spark/test_deploy_connect.py",  # 40
+    "integration/test_packaging.py",  # 37
+    "protocol/amqp/test_header_fuzz.py",  # 46 (the others)
+    "integration/test_doc_snippets.py",  # 68 over 20 pages
+    "cluster/test_partition.py",  # 35
+    "cluster/test_failover.py",  # 66 over 6
+    "ui/",  # 190 over 40
+    "integration/test_readme_quickstart.py",  # 22
+    "integration/test_aio_pika.py",  # 19
+    "store/powercut/",  # 64 over 30
+)
+
+
+def long_first(items: list[pytest.Item]) -> None:
+    """Orders ``items`` (in place) by :data:`LONG_FIRST`, the rest after them
+    in their own order."""
+    def rank(item: pytest.Item) -> int:
+        node = item.nodeid.removeprefix("tests/")  # node ids are from the repository's root
+        for n, prefix in enumerate(LONG_FIRST):
+            if node.startswith(prefix):
+                return n
+        return len(LONG_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep collection's order
 
 
 def mark_passes(items: list[pytest.Item]) -> None:

@@ -699,6 +699,8 @@ def test_closed_store_refuses_appends(tmp_path: Path) -> None:
     store.flush()
 
 
+# A count of file descriptors, the same whichever build (21 s of the pure pass).
+@pytest.mark.passes("compiled")
 def test_ten_thousand_idle_queues_hold_no_descriptors(tmp_path: Path) -> None:
     n = 10_000
     base = open_fds(tmp_path)
