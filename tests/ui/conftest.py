@@ -143,7 +143,12 @@ def rabbitmq_ui(ui_server: UIServer) -> Iterator[UIServer]:
         dev.stop()
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: playwright's sync API keeps an asyncio loop
+# marked running on this thread while it is open, and every test after it on
+# the same worker (xdist hands tests out in any order) that runs a loop of its
+# own fails with "Cannot run the event loop while another loop is running".
+# Closed when the worker leaves the module, it costs a Chromium start per module.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"no Chromium at {CHROMIUM} (make browser: apt-get install chromium)")
