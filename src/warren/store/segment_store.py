@@ -16,9 +16,12 @@ The store is one class made of parts that each hold one idea: the files and
 their durability (SegmentFiles, store/segment_files.py), the read cursor
 (store/segment_cursor.py), what failed writes and damage do to the counters
 and the cursor (SegmentFaults, store/segment_faults.py), ready messages taken
-out other than by the cursor (store/segment_settle.py), the messages given
-back (store/requeued.py) and, for a durable queue's persistent counts, its
-live transient messages (store/transient_counts.py). What a store finds when
+out other than by the cursor (SegmentRemovals, store/segment_settle.py), the
+messages given back (store/requeued.py) and, for a durable queue's persistent
+counts, its live transient messages (store/transient_counts.py). The ready
+counts are an object the store shares with the parts that change them
+(ReadyCounts), and what those parts ask of the store itself is a narrow
+interface it implements (SegmentOwner; both store/segment_parts.py). What a store finds when
 it opens, and a message read back at random, are store/segment_recovery.py's.
 docs/storage.md describes the formats, recovery and durability in full.
 
@@ -51,8 +54,9 @@ from warren.store.segment_cursor import SegmentCursor, log_end
 from warren.store.segment_faults import SegmentFaults
 from warren.store.segment_files import SegmentFiles, SegmentState
 from warren.store.segment_log import OFFSET_MASK, SEQ_BITS
+from warren.store.segment_parts import ReadyCounts
 from warren.store.segment_recovery import read_message, read_messages, recover, scan_segment
-from warren.store.segment_settle import purge, remove_ready
+from warren.store.segment_settle import SegmentRemovals
 from warren.store.transient_counts import (
     PERSISTENT_PROPERTIES,
     TransientCounts,
@@ -124,8 +128,8 @@ class SegmentStore:
         self._redelivering = False
         # Messages given back by consumers, ready again ahead of the log's.
         self._requeued = RequeuedMessages()
-        self._ready_count = 0
-        self._ready_bytes = 0
+        #: The ready messages and their body bytes (shared with the parts below).
+        self._ready = ReadyCounts()
         #: Told (count, bytes) when ready messages are dropped by a failed write-out
         #: (a PriorityStore keeps running totals of its levels).
         self.on_ready_lost: Callable[[int, int], None] | None = None
@@ -135,12 +139,19 @@ class SegmentStore:
         # Whether live transient records are counted, and their counts.
         self._count = count_transient
         self._transient = TransientCounts()
-        # Failed write-outs and damage (off the hot paths).
-        self._faults = SegmentFaults(self)
+        # Failed write-outs and damage, and ready messages taken out other than
+        # by the cursor (off the hot paths): parts given what they work on.
+        self._faults = SegmentFaults(
+            files, self._segs, self._cursor, self._ready, self._transient, count_transient, self
+        )
         self._log.on_lost = self._faults.records_lost
+        self._removals = SegmentRemovals(
+            files, self._segs, self._cursor, self._ready, self._transient, self._requeued, self
+        )
+        ready = self._ready
         for seg in self._segs.values():
-            self._ready_count += seg.unread
-            self._ready_bytes += seg.unread_bytes
+            ready.count += seg.unread
+            ready.bytes += seg.unread_bytes
             self._transient.recovered(seg)
         # Records below this seq were delivered before the store opened: shift()
         # and peek() say redelivered for them (those appended from now on sit above).
@@ -148,20 +159,20 @@ class SegmentStore:
         # (_shift_redelivering), which then needs no check of its own.
         end = log_end(self._log, self._segs)
         self._redelivered_below = end if delivered_mark is None else min(delivered_mark, end)
-        self._redelivering = self._ready_count > 0 and self._redelivered_below > 0
+        self._redelivering = ready.count > 0 and self._redelivered_below > 0
         self._set_detour()
 
     def __repr__(self) -> str:
-        return f"<SegmentStore {str(self._dir)!r} ready={self._ready_count}>"
+        return f"<SegmentStore {str(self._dir)!r} ready={self._ready.count}>"
 
     # -- MessageStore ---------------------------------------------------------------------
     @property
     def ready_count(self) -> int:
-        return self._ready_count
+        return self._ready.count
 
     @property
     def ready_bytes(self) -> int:
-        return self._ready_bytes
+        return self._ready.bytes
 
     @property
     def dirty(self) -> bool:
@@ -191,8 +202,9 @@ class SegmentStore:
         seg.records += 1
         seg.unread += 1
         seg.unread_bytes += b
-        self._ready_count += 1
-        self._ready_bytes += b
+        ready = self._ready
+        ready.count += 1
+        ready.bytes += b
         if self._count:
             props = msg.properties
             if props != PERSISTENT_PROPERTIES and not is_persistent(props):
@@ -206,7 +218,7 @@ class SegmentStore:
         seg = self._wseg = SegmentState(segment_id)
         self._segs[segment_id] = seg
         if old is not None and old.dead >= old.records:
-            self._drop_segment(old)
+            self.drop_segment(old)
         return seg
 
     def append_shifted(self, msg: Message) -> int:
@@ -216,7 +228,7 @@ class SegmentStore:
         finds it unless acked) but lands behind the read cursor, so it is never read
         back from the file. Only while nothing is ready: otherwise it would overtake.
         """
-        if self._ready_count:
+        if self._ready.count:
             raise ValueError("append_shifted needs an empty backlog")
         seq = self.append(msg)
         seg = self._wseg
@@ -228,8 +240,9 @@ class SegmentStore:
         b = len(msg.body)
         seg.unread -= 1
         seg.unread_bytes -= b
-        self._ready_count -= 1
-        self._ready_bytes -= b
+        ready = self._ready
+        ready.count -= 1
+        ready.bytes -= b
         if seg.transient_unread:  # this message (nothing else was ready): transient
             t = self._transient
             t.unread_gone(seg)
@@ -240,7 +253,7 @@ class SegmentStore:
         """Messages ``start .. stop - 1`` of a run, handed to a consumer at once:
         append_shifted for all of them, encoded together (in C for the C run
         type) and written in one piece, so they share one segment."""
-        if self._ready_count:
+        if self._ready.count:
             raise ValueError("append_run needs an empty backlog")
         seg, stored = self._put_run(run, start, stop)
         if self._count and stored.persistent != stop - start:  # transient: held from now on
@@ -262,8 +275,9 @@ class SegmentStore:
         size = sum(stored.sizes)
         seg.unread += n
         seg.unread_bytes += size
-        self._ready_count += n
-        self._ready_bytes += size
+        ready = self._ready
+        ready.count += n
+        ready.bytes += size
         if self._count and stored.persistent != n:  # transient: unread in the segment
             for k in _transient_in_run(run, start, stored):
                 self._transient.appended(seg, stored.sizes[k])
@@ -296,11 +310,12 @@ class SegmentStore:
         requeued = self._requeued
         if requeued.by_seq:
             seq, msg = requeued.pop()
-            self._ready_count -= 1
-            self._ready_bytes -= len(msg.body)
+            ready = self._ready
+            ready.count -= 1
+            ready.bytes -= len(msg.body)
             return seq, msg, True
         cursor = self._cursor
-        while self._ready_count:
+        while self._ready.count:
             m = cursor.map
             pos = cursor.pos
             if m is None or pos >= cursor.end or self._detour:
@@ -322,8 +337,9 @@ class SegmentStore:
             b = len(msg.body)
             seg.unread -= 1
             seg.unread_bytes -= b
-            self._ready_count -= 1
-            self._ready_bytes -= b
+            ready = self._ready
+            ready.count -= 1
+            ready.bytes -= b
             seq = (seg.id << 32) | pos
             if seg.transient_unread:
                 self._transient.read(seg, seq, msg.properties, b, True)
@@ -339,7 +355,7 @@ class SegmentStore:
         delivered mark (those are redelivered, the rest not). None while
         messages given back wait (they go first), a peeked record sits at the
         cursor or records taken out ahead are in the way: shift() then."""
-        if self._requeued.by_seq or self._peeked is not None or not self._ready_count:
+        if self._requeued.by_seq or self._peeked is not None or not self._ready.count:
             return None
         cursor = self._cursor
         m = cursor.map
@@ -378,8 +394,9 @@ class SegmentStore:
         cursor.pos = span.end
         seg.unread -= n
         seg.unread_bytes -= body_bytes
-        self._ready_count -= n
-        self._ready_bytes -= body_bytes
+        ready = self._ready
+        ready.count -= n
+        ready.bytes -= body_bytes
         if seg.transient_unread:
             self._transient.span_taken(seg, span.buf, taken, body_bytes, acked)
         if not seg.unread:
@@ -420,7 +437,7 @@ class SegmentStore:
         peeked = self._peeked
         if peeked is not None:
             return peeked[0], peeked[1], peeked[0] < self._redelivered_below
-        while self._ready_count:
+        while self._ready.count:
             m, pos = self._locate()
             if m is None:
                 continue
@@ -449,8 +466,9 @@ class SegmentStore:
         b = len(msg.body)
         seg.unread -= 1
         seg.unread_bytes -= b
-        self._ready_count -= 1
-        self._ready_bytes -= b
+        ready = self._ready
+        ready.count -= 1
+        ready.bytes -= b
         if seg.transient_unread:
             self._transient.read(seg, seq, msg.properties, b, True)
         self._set_detour()
@@ -543,7 +561,7 @@ class SegmentStore:
         self._peeked = None
         self._redelivering = self._detour = False
         self._wseg = None
-        self._ready_count = self._ready_bytes = 0
+        self._ready.reset()
         self._transient.reset()
 
     # -- settling: acks, requeues, removals, purge ----------------------------------------
@@ -558,7 +576,7 @@ class SegmentStore:
         self._files.dirty = True
         seg.dead += 1
         if seg.dead >= seg.records and seg is not self._wseg:
-            self._drop_segment(seg)
+            self.drop_segment(seg)
         elif len(self._acks) >= _ACK_BATCH:
             with self._lock:
                 self._files.write_acks_locked()
@@ -574,7 +592,7 @@ class SegmentStore:
         self._files.dirty = True
         seg.dead += len(offsets)
         if seg.dead >= seg.records and seg is not self._wseg:
-            self._drop_segment(seg)
+            self.drop_segment(seg)
         elif len(self._acks) >= _ACK_BATCH:
             with self._lock:
                 self._files.write_acks_locked()
@@ -584,25 +602,56 @@ class SegmentStore:
             self.ack(seq)  # never stored (its publisher got a nack): gone
             return
         self._requeued.add(seq, msg)
-        self._ready_count += 1
-        self._ready_bytes += len(msg.body)
+        ready = self._ready
+        ready.count += 1
+        ready.bytes += len(msg.body)
 
     def remove_ready(self, seq: int) -> Message | None:
         """Take a ready message out wherever it is, acking it (durable like any ack):
-        store/segment_settle.py's remove_ready."""
-        return remove_ready(self, seq)
+        store/segment_settle.py's SegmentRemovals."""
+        return self._removals.remove_ready(seq)
 
     def purge(self) -> int:
         """Drop every ready message (store/segment_settle.py's purge)."""
-        return purge(self)
+        return self._removals.purge()
 
-    # -- the segment table ----------------------------------------------------------------
-    def _retire_write_segment(self) -> None:
+    # -- for its parts (store/segment_parts.py's SegmentOwner) ----------------------------
+    def write_segment(self) -> SegmentState | None:
+        """The segment appends go to, or None before the next append."""
+        return self._wseg
+
+    def forget_write_segment(self) -> None:
+        """The log closed the write segment itself (a failed write-out)."""
+        self._wseg = None
+
+    def reread(self) -> None:
+        """The cursor moved or its segment changed under it: a peeked record is
+        decoded again, and shift() checks whether it may keep to its fast path."""
+        self._peeked = None
+        self._set_detour()
+
+    def take_peeked(self, seq: int) -> tuple[Message, int] | None:
+        """The message and record length of ``seq`` when peek() decoded it, no
+        longer peeked (the caller moves the cursor past it); else None."""
+        peeked = self._peeked
+        if peeked is None or peeked[0] != seq:
+            return None
+        self._peeked = None
+        return peeked[1], peeked[2]
+
+    def forget_reading(self) -> None:
+        """Nothing is left to read (a purge): no record peeked, none below the
+        delivered mark ahead."""
+        self._peeked = None
+        self._redelivering = False
+        self._set_detour()
+
+    def retire_write_segment(self) -> None:
         """Close the write segment; the next append starts a new one."""
         self._log.retire()
         self._wseg = None
 
-    def _drop_segment(self, seg: SegmentState) -> None:
+    def drop_segment(self, seg: SegmentState) -> None:
         """Delete a fully acknowledged segment (messages first, so acks never go missing)."""
         if seg is self._cursor.seg:
             self._cursor.leave()
@@ -679,10 +728,10 @@ class SegmentStore:
                 if nxt is None:
                     # Counters claim unread records that no segment has: repair them.
                     log.error(
-                        "%s: ready count %d but nothing to read", self._dir, self._ready_count
+                        "%s: ready count %d but nothing to read", self._dir, self._ready.count
                     )
-                    self._ready_count = len(self._requeued.by_seq)
-                    self._ready_bytes = self._requeued.body_bytes()
+                    self._ready.count = len(self._requeued.by_seq)
+                    self._ready.bytes = self._requeued.body_bytes()
                     for s in self._segs.values():  # nothing unread: none transient
                         self._transient.unread_gone(s)
                     return None, 0
