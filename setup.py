@@ -98,6 +98,7 @@ COMPILED_MODULES = [
     "warren.store.segment_log",
     "warren.store.segment_losses",
     "warren.store.segment_parts",
+    "warren.store.segment_reader",
     "warren.store.segment_reads",
     "warren.store.segment_recovery",
     "warren.store.segment_scan",

@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 
 from warren.store.records import decode_records
-from warren.store.segment_cursor import SegmentCursor
 from warren.store.segment_files import SegmentFiles, SegmentState
 from warren.store.segment_parts import ReadyCounts, SegmentOwner
+from warren.store.segment_reader import SegmentReader
 from warren.store.segment_recovery import step_over_damage
 from warren.store.transient_counts import TransientCounts, lost_records
 
@@ -41,7 +41,7 @@ class SegmentFaults:
         self,
         files: SegmentFiles,
         segs: dict[int, SegmentState],
-        cursor: SegmentCursor,
+        reader: SegmentReader,
         counts: ReadyCounts,
         transient: TransientCounts,
         count_transient: bool,
@@ -49,7 +49,8 @@ class SegmentFaults:
     ) -> None:
         self._files = files
         self._segs = segs
-        self._cursor = cursor
+        self._reader = reader
+        self._cursor = reader.cursor
         self._counts = counts
         self._transient = transient
         self._count_transient = count_transient
@@ -120,7 +121,7 @@ class SegmentFaults:
         if seg.transient_unread:
             self._transient.unread_gone(seg)
         if seg is self._cursor.seg:
-            owner.reread()
+            self._reader.reread()
         self._cursor.close_map()
         if seg is owner.write_segment():
             owner.retire_write_segment()  # do not append after damage
@@ -133,7 +134,7 @@ class SegmentFaults:
         aside and never served, the cursor steps over them to the next record
         that checks out, and what is left to read is counted again."""
         owner = self._owner
-        owner.reread()
+        self._reader.reread()
         cursor = self._cursor
         try:
             cursor.map_segment(seg)  # the whole file, appends flushed
@@ -154,7 +155,7 @@ class SegmentFaults:
             self.abandon(seg, f"record at offset {pos} does not read back")
             return
         cursor.restart_at(pos)
-        owner.reread()
+        self._reader.reread()
         if not seg.unread:
             cursor.close_map()
             if seg.dead >= seg.records and seg is not owner.write_segment():

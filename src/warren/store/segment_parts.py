@@ -1,11 +1,11 @@
 """What a classic queue store (store/segment_store.py) shares with its parts that
-change its state off the hot paths (store/segment_faults.py, store/segment_settle.py):
-its ready counts, and the few things only the store itself does, which they
-ask of it.
+change its counts (store/segment_reader.py, store/segment_faults.py,
+store/segment_settle.py): its ready counts, and the few things only the store
+itself does, which they ask of it.
 
 The parts are given these, and the store's other parts they work on (its
-files, segment table, read cursor, transient counts, requeued messages), when
-the store makes them; they hold no reference to the store's private state.
+files, segment table, reader, transient counts, requeued messages), when the
+store makes them; they hold no reference to the store's private state.
 """
 
 from __future__ import annotations
@@ -59,16 +59,3 @@ class SegmentOwner(Protocol):
 
     def drop_segment(self, seg: SegmentState) -> None:
         """Delete a segment whose records are all dead."""
-
-    def reread(self) -> None:
-        """The cursor moved or its segment changed under it: a record peeked
-        there is decoded again, and shift() checks whether it may keep to its
-        fast path."""
-
-    def take_peeked(self, seq: int) -> tuple[Message, int] | None:
-        """The message and record length of ``seq`` when peek() decoded it (it
-        sits at the cursor), no longer peeked; else None."""
-
-    def forget_reading(self) -> None:
-        """Nothing is left to read (a purge): no record is peeked, none below
-        the delivered mark lies ahead."""

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from warren.core.message import Message
 from warren.store.requeued import RequeuedMessages
-from warren.store.segment_cursor import SegmentCursor
 from warren.store.segment_files import SegmentFiles, SegmentState
 from warren.store.segment_log import OFFSET_MASK
 from warren.store.segment_parts import ReadyCounts, SegmentOwner
+from warren.store.segment_reader import SegmentReader
 from warren.store.transient_counts import TransientCounts
 
 __all__ = ["SegmentRemovals"]
@@ -34,7 +34,7 @@ class SegmentRemovals:
         self,
         files: SegmentFiles,
         segs: dict[int, SegmentState],
-        cursor: SegmentCursor,
+        reader: SegmentReader,
         counts: ReadyCounts,
         transient: TransientCounts,
         requeued: RequeuedMessages,
@@ -42,7 +42,8 @@ class SegmentRemovals:
     ) -> None:
         self._files = files
         self._segs = segs
-        self._cursor = cursor
+        self._reader = reader
+        self._cursor = reader.cursor
         self._counts = counts
         self._transient = transient
         self._requeued = requeued
@@ -73,7 +74,7 @@ class SegmentRemovals:
             return None  # shifted (acked or not), or purged
         if cursor.is_dead(seg, off):
             return None
-        peeked = owner.take_peeked(seq)
+        peeked = self._reader.take_peeked(seq)
         if peeked is not None:
             msg = peeked[0]
             cursor.pos = off + peeked[1]
@@ -90,7 +91,7 @@ class SegmentRemovals:
         if seg.transient_unread:
             self._transient.read(seg, seq, msg.properties, b, False)
         if seg is cursor.seg:
-            owner.reread()
+            self._reader.reread()
         elif not seg.unread and seg is not owner.write_segment():
             # Nothing left to read there and nothing will be appended: the cursor
             # never enters it again.
@@ -129,7 +130,7 @@ class SegmentRemovals:
         counts.reset()
         cursor.close_map()
         cursor.skip = None
-        owner.forget_reading()  # nothing below the mark is left to read
+        self._reader.forget_reading()  # nothing below the mark is left to read
         for seg in list(segs.values()):
             if seg.dead >= seg.records:
                 owner.drop_segment(seg)  # the write segment too: dropped unwritten
