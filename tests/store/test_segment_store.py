@@ -1137,8 +1137,8 @@ def test_stale_removals_do_not_outlive_append_shifted(tmp_path: Path) -> None:
     assert store.remove_ready(b) is None
     item = store.shift()
     assert item is not None and item[0] == later
-    assert store._cursor.seg is not None and store._cursor.seg.removed is None
-    assert not store._detour  # back on the fast path
+    assert store._reader.cursor.seg is not None and store._reader.cursor.seg.removed is None
+    assert not store._reader.detour  # back on the fast path
     store.close()
 
 

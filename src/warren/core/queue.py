@@ -4,16 +4,19 @@ A queue with none of the optional behaviours (TTL, length limits, single
 active consumer, deduplication; a delivery limit once a message has come back)
 takes the plain path: publish appends or hands the message to a free
 consumer, nothing else. The features live in the ``_featured`` methods, so that the common case
-pays one flag test for them; limits, TTL, dead-lettering and x-expires are
-core/queue_features.py's, the delivery passes core/queue_delivery.py's (the
-base classes). How delivered messages come back (acks, requeues, drops) is the
-queue's settler, a part it holds (core/queue_settle.py).
+pays one flag test (``plain``) for them. The rest is parts the queue holds,
+each of one idea: ``features`` (limits, message TTL, dead-lettering:
+core/queue_features.py), ``expires`` (x-expires: core/queue_expires.py),
+``delivery`` (the consumers' order and the delivery passes:
+core/queue_delivery.py) and ``settler`` (how delivered messages come back:
+acks, requeues, drops: core/queue_settle.py). A kind of queue differs by the
+parts it makes (the ``_features``, ``_delivery``, ``_settlement`` hooks) and by
+the few methods it overrides (core/quorum_queue.py, core/stream_queue.py).
 """
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -25,6 +28,8 @@ from warren.core.destination import QUEUE
 from warren.core.errors import AccessRefused, PreconditionFailed
 from warren.core.message import Message, MessageRun
 from warren.core.queue_delivery import QueueDelivery
+from warren.core.queue_expires import QueueExpires
+from warren.core.queue_features import QueueFeatures
 from warren.core.queue_settings import (
     DROP_HEAD,
     REJECT_PUBLISH_DLX,
@@ -50,11 +55,21 @@ NOT_TAKEN, STORED, DELIVERED, REJECTED = 0, 1, 2, 3
 
 # Subclassed by core/exchange_delayed.py, which is not compiled (setup.py).
 @mypyc_attr(allow_interpreted_subclasses=True)
-class Queue(QueueDelivery):
+class Queue:
+    """Ordered messages behind a store, the consumers they go to, and its parts."""
+
     destination_kind: ClassVar[str] = QUEUE
     #: Whether every message is stored durably, whatever its delivery-mode (streams):
     #: a publisher confirm then always waits for the sync.
     keeps_every_message: ClassVar[bool] = False
+    #: The management API's type, and RabbitMQ's module of that type (in its texts,
+    #: and the queue_type label of its metrics).
+    queue_type: ClassVar[str] = "classic"
+    queue_module: ClassVar[str] = "rabbit_classic_queue"
+    #: Whether queue.declare of the queue, passive or not, counts as use for
+    #: x-expires: a classic queue's does, a quorum queue's not (RabbitMQ 3.10's
+    #: answers, tests/data/rabbitmq_expires_renewal.json; basic.get does for both).
+    declare_renews: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -66,13 +81,11 @@ class Queue(QueueDelivery):
         auto_delete: bool = False,
         arguments: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__()
         self.vhost = vhost
         #: The broker's clock (the vhost's), held here for the publish path.
         self.clock = vhost.clock
         self.name = name
         self.store = store
-        self._last_used = self.clock.now_ms()
         #: Message counters (publish, deliver, get, ack, ...) for management and metrics.
         self.stats = MessageStats()
         #: Its lengths (messages, ready, unacknowledged) at the last samples.
@@ -82,28 +95,28 @@ class Queue(QueueDelivery):
         self.auto_delete = auto_delete
         self.arguments: dict[str, Any] = arguments or {}
         self.consumers: list[Consumer] = []
-        # The returns of messages that came back so far (a quorum queue's survive
-        # a restart: its store keeps them).
-        self._delivery_counts = self._recovered_counts()
-        # Consumers grouped by priority, highest first; within a group, round-robin.
-        self._groups: list[tuple[int, list[Consumer]]] = []
-        self._rr: dict[int, int] = {}
+        #: The returns of messages that came back so far, by seq (every return in
+        #: the low bits, queue_delivery.py's RETURNS; a quorum queue's survive a
+        #: restart: its store keeps them).
+        self.delivery_counts = self._recovered_counts()
         self.unacked = 0
         #: The body bytes of the unacked messages (basic.get's too).
         self.unacked_bytes = 0
+        self.deleted = False
+        #: Whether none of the features applies: the fast paths (see _configure).
+        self.plain = True
+        self._had_consumer = False
+        #: Limits, message TTL, dead-lettering (queue_features.py).
+        self.features = self._features()
+        #: x-expires: when it was last used, its timer (queue_expires.py).
+        self.expires = QueueExpires(self)
+        #: The consumers' order and the delivery passes (queue_delivery.py).
+        self.delivery = self._delivery()
         #: How delivered messages come back: acks, requeues, drops (queue_settle.py).
         self.settler = self._settlement()
-        self.deleted = False
-        self._had_consumer = False
-        self._scheduled = False
-        self._call_soon: Callable[[Callable[[], None]], Any] = vhost.call_soon
-        # -- features (see _configure; their state is QueueFeatures') --
         self.policy: Policy | None = None
         self.operator_policy: Policy | None = None
         self.settings: dict[str, Any] = {}
-        self._delivery_limit: int | None = None
-        self._single_active = self.arguments.get("x-single-active-consumer") is True
-        self.active_consumer: Consumer | None = None
         timeout = self.arguments.get("x-consumer-timeout")
         self.consumer_timeout: int | None = (
             timeout if isinstance(timeout, int) and not isinstance(timeout, bool) else None
@@ -170,8 +183,17 @@ class Queue(QueueDelivery):
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} in {self.vhost.name!r}>"
 
+    # -- the parts (a kind of queue makes its own) ---------------------------------------
+    def _features(self) -> QueueFeatures:
+        """The part with this queue's limits, TTL and dead-lettering."""
+        return QueueFeatures(self)
+
+    def _delivery(self) -> QueueDelivery:
+        """The part that delivers this queue's messages to its consumers."""
+        return QueueDelivery(self, self.arguments.get("x-single-active-consumer") is True)
+
     def _settlement(self) -> QueueSettlement:
-        """The part that settles this queue's deliveries (a subclass's own kind)."""
+        """The part that settles this queue's deliveries."""
         return QueueSettlement(self)
 
     def _recovered_counts(self) -> dict[int, int]:
@@ -195,6 +217,37 @@ class Queue(QueueDelivery):
     def consumer_count(self) -> int:
         return len(self.consumers)
 
+    @property
+    def active_consumer(self) -> Consumer | None:
+        """The consumer that gets the messages under single active consumer."""
+        return self.delivery.active_consumer
+
+    @property
+    def dead_letter_exchange(self) -> str | None:
+        """The dead-letter exchange in force (arguments or policy), or None."""
+        return self.features.dead_letter_exchange
+
+    @property
+    def dead_letter_routing_key(self) -> str | None:
+        return self.features.dead_letter_routing_key
+
+    @property
+    def last_used_ms(self) -> int:
+        """When the queue was last used (ms since the epoch): its ``idle_since``."""
+        return self.expires.last_used
+
+    def touch(self) -> None:
+        """The queue was used (declared, consumed from, read): x-expires starts over."""
+        self.expires.touch()
+
+    def schedule_delivery(self) -> None:
+        """Ask for a delivery pass soon; cheap to call repeatedly (once per loop turn)."""
+        self.delivery.schedule()
+
+    def rebuild_expiry_index(self) -> None:
+        """After a restart: messages with their own expiration expire on time."""
+        self.features.rebuild_expiry_index()
+
     # -- settings ---------------------------------------------------------------------
     def apply_policies(self, policy: Policy | None, operator_policy: Policy | None) -> None:
         """Take a (new) matching policy and operator policy; applies at once."""
@@ -207,34 +260,20 @@ class Queue(QueueDelivery):
     def _configure(self, settings: dict[str, Any]) -> None:
         """Adopt effective settings (policy keys): from arguments alone, or merged
         with the queue's policies."""
-        self.settings = settings
-        self._ttl = settings.get("message-ttl")
-        self._max_length = settings.get("max-length")
-        self._max_bytes = settings.get("max-length-bytes")
-        self._overflow = settings.get("overflow") or DROP_HEAD
-        self.dead_letter_exchange = settings.get("dead-letter-exchange")
-        self.dead_letter_routing_key = settings.get("dead-letter-routing-key")
-        self._delivery_limit = settings.get("delivery-limit")
-        expires = settings.get("expires")
-        if expires != self._expires:
-            self._expires = expires
-            self._arm_expires()
-        self._plain = not (
-            self._ttl is not None
-            or self._max_length is not None
-            or self._max_bytes is not None
-            or bool(self._delivery_counts)  # a delivery limit alone: until a return
-            or self._single_active
+        features = self.features
+        self.settings = settings = features.configure(settings)
+        self.expires.configure(settings.get("expires"))
+        self.plain = not (
+            features.expiring
+            or features.limited
+            or bool(self.delivery_counts)  # a delivery limit alone: until a return
+            or self.delivery.single_active
             or self._dedup is not None
-            or self._has_expiring
         )
         if self.deleted:
             return
-        if self._ttl is not None or self._has_expiring:
-            self._expire(self.clock.now_ms())
-        if self._max_length is not None or self._max_bytes is not None:
-            self._drop_over_limit()
-        self.schedule_delivery()
+        features.apply()
+        self.delivery.schedule()
 
     # -- publishing -------------------------------------------------------------------
     def publish(self, msg: Message) -> int:
@@ -244,10 +283,10 @@ class Queue(QueueDelivery):
         right here. Counted in ``stats.publish`` whatever becomes of it."""
         self.stats.publish += 1
         props = msg.properties
-        if not self._plain or (props and props[0] & 1):  # 1: the expiration flag
+        if not self.plain or (props and props[0] & 1):  # 1: the expiration flag
             return self._publish_featured(msg)
         if self.consumers and not self.store.ready_count:
-            consumer = self._next_consumer()
+            consumer = self.delivery.next_consumer()
             if consumer is not None:
                 if consumer.no_ack:
                     consumer.deliver(0, msg, False)
@@ -255,9 +294,7 @@ class Queue(QueueDelivery):
                 return self._deliver_stored(consumer, msg)
         self.store.append(msg)
         self.vhost.store_written(self.store)
-        if self.consumers and not self._scheduled:
-            self._scheduled = True
-            self._call_soon(self._run_delivery)
+        self.delivery.stored()
         return STORED
 
     def publish_held(self, msg: Message, held: list[Held]) -> int:
@@ -270,14 +307,12 @@ class Queue(QueueDelivery):
         exchange's) takes it with publish() and adds nothing to ``held``."""
         self.stats.publish += 1
         props = msg.properties
-        if not self._plain or (props and props[0] & 1):
+        if not self.plain or (props and props[0] & 1):
             return self._publish_featured(msg, held)
         store = self.store
         held.append((self, store.append(msg), None))
         self.vhost.store_written(store)
-        if self.consumers and not self._scheduled:
-            self._scheduled = True
-            self._call_soon(self._run_delivery)
+        self.delivery.stored()
         return STORED
 
     def take_back(self, seq: int, key: Hashable | None = None) -> bool:
@@ -314,39 +349,24 @@ class Queue(QueueDelivery):
         the indexes of messages it took that a failed write-out dropped before
         it returned (a stream's run, stored in pieces; a queue's run is one
         piece, written after the room for it was made: never)."""
-        consumers = self.consumers
-        if not self._plain:
+        if not self.plain:
             return 0
-        if self.store.ready_count or not consumers:
+        if self.store.ready_count or not self.consumers:
             return self._store_run(run, durable_out)
-        n = len(run)
-        if len(consumers) == 1 or self._single_active:
-            consumer = consumers[0] if len(consumers) == 1 else self.active_consumer
-            if consumer is None or not consumer.can_take():
+        delivery = self.delivery
+        consumer = delivery.run_consumer()
+        if consumer is None:
+            if delivery.single_active:  # no active one
                 return self._store_run(run, durable_out)
-            if consumer.no_ack:
-                self.stats.publish += n
-                consumer.deliver_run(run, 0, n)
-                return n
-            return self._deliver_stored_run(consumer, run, durable_out)
-        # Round-robin within the highest priority, as _next_consumer would go,
-        # when every consumer there takes whatever comes (no-ack, not blocked)
-        # and each has its own stream (the interleaving on one channel stays).
-        prio, group = self._groups[0]
-        k = len(group)
-        streams = set()
-        for c in group:
-            if not c.no_ack or not c.can_take():
-                return 0
-            streams.add(id(c.delivery_stream()))
-        if len(streams) != k:
-            return 0
-        first = self._rr.get(prio, 0) % k
-        self._rr[prio] = first + n
-        self.stats.publish += n
-        for j in range(min(k, n)):
-            group[(first + j) % k].deliver_run(run, j, n, k)
-        return n
+            return delivery.round_robin_run(run)
+        if not consumer.can_take():
+            return self._store_run(run, durable_out)
+        if consumer.no_ack:
+            n = len(run)
+            self.stats.publish += n
+            consumer.deliver_run(run, 0, n)
+            return n
+        return self._deliver_stored_run(consumer, run, durable_out)
 
     def _store_run(self, run: MessageRun, durable_out: list[MessageStore] | None) -> int:
         """The whole run appended, ready (the delivery pass takes it from there)."""
@@ -359,9 +379,7 @@ class Queue(QueueDelivery):
         self.stats.publish += n
         if durable_out is not None and self.persistent and stored.persistent:
             durable_out.append(store)
-        if self.consumers and not self._scheduled:
-            self._scheduled = True
-            self._call_soon(self._run_delivery)
+        self.delivery.stored()
         return n
 
     def _deliver_stored_run(
@@ -420,39 +438,38 @@ class Queue(QueueDelivery):
 
     def _publish_unique(self, msg: Message, held: list[Held] | None = None) -> int:
         store = self.store
+        features = self.features
         now = self.clock.now_ms()
-        if self._over_limit(len(msg.body)) and self._overflow != DROP_HEAD:
-            if self._overflow == REJECT_PUBLISH_DLX:
-                self._dead_letter(-1, msg, dl.MAXLEN, now)
+        overflow = features.overflow
+        if overflow != DROP_HEAD and features.over_limit(len(msg.body)):
+            if overflow == REJECT_PUBLISH_DLX:
+                features.dead_letter(-1, msg, dl.MAXLEN, now)
             return REJECTED
         own_ttl = message_ttl(msg)
-        if own_ttl is not None and not self._has_expiring:
-            self._has_expiring = True
-            self._plain = False
+        if own_ttl is not None:
+            features.saw_own_expiry()
         if held is None and self.consumers and not store.ready_count:
-            consumer = self._next_consumer()
+            consumer = self.delivery.next_consumer()
             if consumer is not None:
                 if consumer.no_ack:
                     consumer.deliver(0, msg, False)
                     return DELIVERED
                 return self._deliver_stored(consumer, msg)
-        deadline = self._deadline(msg, own_ttl)
+        deadline = features.deadline(msg, own_ttl)
         if deadline is not None and deadline <= now:
             # TTL 0 (or a message already past its time): only a consumer waiting
             # right now could have had it. Without a dead-letter copy the
             # publisher keeps it: a nack, not a confirm.
-            return DELIVERED if self._dead_letter(-1, msg, dl.EXPIRED, now) else REJECTED
+            return DELIVERED if features.dead_letter(-1, msg, dl.EXPIRED, now) else REJECTED
         seq = store.append(msg)
         if held is not None:
             held.append((self, seq, None))
         self.vhost.store_written(store)
         if deadline is not None:
-            if own_ttl is not None:
-                heapq.heappush(self._expiring, (deadline, seq))
-            self._arm_timer(deadline)
-        if self._max_length is not None or self._max_bytes is not None:
-            self._drop_over_limit()
-        self.schedule_delivery()
+            features.stored(seq, deadline, own_ttl)
+        if features.limited:
+            features.drop_over_limit()
+        self.delivery.schedule()
         return STORED
 
     # -- consumers --------------------------------------------------------------------
@@ -468,13 +485,9 @@ class Queue(QueueDelivery):
             )
         self.consumers.append(consumer)
         self._had_consumer = True
-        self._regroup()
-        if self._single_active and self.active_consumer is None:
-            self.active_consumer = consumer
-        if self._expires_timer is not None:
-            self._expires_timer.cancel()
-            self._expires_timer = None
-        self.schedule_delivery()
+        self.delivery.added(consumer)
+        self.expires.stop()
+        self.delivery.schedule()
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Detach a consumer; an auto-delete queue goes with its last consumer."""
@@ -482,36 +495,24 @@ class Queue(QueueDelivery):
             self.consumers.remove(consumer)
         except ValueError:
             return
-        self._regroup()
-        if consumer is self.active_consumer:
-            # The next consumer takes over: the highest priority, then the oldest.
-            self.active_consumer = (
-                max(self.consumers, key=lambda c: c.priority) if self.consumers else None
-            )
-            self.schedule_delivery()
+        self.delivery.removed(consumer)
         if not self.consumers:
-            self.touch()
+            self.expires.touch()
         if self.auto_delete and self._had_consumer and not self.consumers and not self.deleted:
             self.vhost.delete_queue(self.name)
-
-    def _regroup(self) -> None:
-        groups: dict[int, list[Consumer]] = {}
-        for c in self.consumers:
-            groups.setdefault(c.priority, []).append(c)
-        self._groups = sorted(groups.items(), key=lambda g: -g[0])
 
     # -- pull ---------------------------------------------------------------------------
     def pull_next(self, no_ack: bool) -> tuple[int, Message, bool] | None:
         """The next message (basic.get): (seq, message, redelivered), unacked
         unless ``no_ack``; None when none is ready. Reached through a client
         session's delivery stream (Deliveries.pull)."""
-        self.touch()
-        item = self.store.shift() if self._plain else self._take(self.clock.now_ms())
+        self.expires.touch()
+        item = self.store.shift() if self.plain else self.delivery.take(self.clock.now_ms())
         if item is None:
             return None
         if no_ack:
             self.store.ack(item[0])
-            self._delivery_counts.pop(item[0], None)
+            self.delivery_counts.pop(item[0], None)
             self.vhost.store_written(self.store)
         else:
             self.unacked += 1
@@ -533,7 +534,7 @@ class Queue(QueueDelivery):
 
     def purge(self) -> int:
         count = self.store.purge()
-        self._expiring.clear()
+        self.features.purged()
         self.vhost.store_written(self.store)
         return count
 
@@ -550,12 +551,9 @@ class Queue(QueueDelivery):
         """Called by the vhost: stop delivering and hand back consumers to notify."""
         self.deleted = True
         consumers, self.consumers = self.consumers, []
-        self._groups = []
-        self.active_consumer = None
-        for timer in (self._timer, self._expires_timer):
-            if timer is not None:
-                timer.cancel()
-        self._timer = self._expires_timer = None
+        self.delivery.stop()
+        self.features.stop()
+        self.expires.stop()
         if self._key_log is not None:
             self._key_log.close()
         self.store.delete()

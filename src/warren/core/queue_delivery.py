@@ -1,37 +1,39 @@
-"""A queue's delivery passes (Queue's base, between it and QueueFeatures).
+"""A queue's delivery passes, a part every Queue holds (``queue.delivery``).
 
-A pass goes to the consumers in turn: the highest priority with capacity
-first, round-robin within it, or the single active consumer. From a backlog
-each consumer's turn takes a span (MessageStore.span: records side by side
-in a segment's map, framed by the consumer in one pass, docs/architecture.md
-"Backlog spans"), as much of it as its credit allows and, with several
-consumers, at most its share of what is ready; what a span cannot carry
-goes one by one: shift() on the plain path, _take() on the featured one
-(expired messages dead-lettered, delivery counts shown). A pass sends at
-most _DELIVERY_BATCH messages, then reschedules itself.
+It knows the consumers' order: the highest priority with capacity first,
+round-robin within it, or the single active consumer. A pass goes to them in
+turn. From a backlog each consumer's turn takes a span (MessageStore.span:
+records side by side in a segment's map, framed by the consumer in one pass,
+docs/architecture.md "Backlog spans"), as much of it as its credit allows
+and, with several consumers, at most its share of what is ready; what a span
+cannot carry goes one by one: shift() on the plain path, take() on the
+featured one (expired messages dead-lettered, delivery counts shown). A pass
+sends at most _DELIVERY_BATCH messages, then reschedules itself. A stream's
+part is its own kind (core/stream_delivery.py).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
-
-from mypy_extensions import mypyc_attr
+from typing import TYPE_CHECKING, Any
 
 from warren.core import dead_letter as dl
 from warren.core.codec_errors import DecodeError
 from warren.core.consumer import Consumer
-from warren.core.message import Message
-from warren.core.queue_features import RETRY_MS, QueueFeatures
+from warren.core.message import Message, MessageRun
+from warren.core.queue_features import RETRY_MS
 from warren.core.queue_settings import with_delivery_count
 from warren.core.store import StoreSpan
+
+if TYPE_CHECKING:
+    from warren.core.queue import Queue
 
 __all__ = ["RETURNS", "QueueDelivery"]
 
 log = logging.getLogger("warren.queue")
 
-#: A message's returns (_delivery_counts): all of them in these bits (what
+#: A message's returns (Queue.delivery_counts): all of them in these bits (what
 #: x-delivery-count shows and the delivery limit counts), the explicit ones
 #: (basic.nack and basic.reject) above: kept, and journalled by quorum queues,
 #: for RabbitMQ 4.3's counting (docs/quorum-queues.md), not shown.
@@ -41,33 +43,55 @@ RETURNS = 0xFFFFFFFF
 _DELIVERY_BATCH = 2048
 
 
-# Queue's base; Queue is subclassed by core/exchange_delayed.py, not compiled.
-@mypyc_attr(allow_interpreted_subclasses=True)
-class QueueDelivery(QueueFeatures):
-    """The delivery passes of a Queue (which sets the state declared here)."""
+class QueueDelivery:
+    """Which consumer gets the next message, and the passes that deliver the backlog."""
 
-    # Consumers grouped by priority, highest first; within a group, round-robin.
-    _groups: list[tuple[int, list[Consumer]]]
-    _rr: dict[int, int]
-    _single_active: bool
-    active_consumer: Consumer | None
-    _scheduled: bool
-    _call_soon: Callable[[Callable[[], None]], Any]
-    unacked: int
-    unacked_bytes: int
+    def __init__(self, queue: Queue, single_active: bool) -> None:
+        self.queue = queue
+        #: Single active consumer (x-single-active-consumer): only it gets messages.
+        self.single_active = single_active
+        #: The consumer that gets the messages under single active consumer.
+        self.active_consumer: Consumer | None = None
+        # Consumers grouped by priority, highest first; within a group, round-robin.
+        self._groups: list[tuple[int, list[Consumer]]] = []
+        self._rr: dict[int, int] = {}
+        self._scheduled = False
+        self._call_soon: Callable[[Callable[[], None]], Any] = queue.vhost.call_soon
 
-    def schedule_delivery(self) -> None:
-        """Ask for a delivery pass soon; cheap to call repeatedly (once per loop turn)."""
-        if not self._scheduled and self.consumers and self.store.ready_count:
-            self._scheduled = True
-            self._call_soon(self._run_delivery)
+    # -- consumers ----------------------------------------------------------------------
+    def added(self, consumer: Consumer) -> None:
+        """A consumer was attached (the queue's list has it)."""
+        self._regroup()
+        if self.single_active and self.active_consumer is None:
+            self.active_consumer = consumer
 
-    def _next_consumer(self) -> Consumer | None:
-        consumers = self.consumers
+    def removed(self, consumer: Consumer) -> None:
+        """A consumer was detached: the next takes over from an active one, the
+        highest priority, then the oldest."""
+        self._regroup()
+        if consumer is self.active_consumer:
+            consumers = self.queue.consumers
+            self.active_consumer = max(consumers, key=lambda c: c.priority) if consumers else None
+            self.schedule()
+
+    def stop(self) -> None:
+        """The queue is deleted: no consumer any more."""
+        self._groups = []
+        self.active_consumer = None
+
+    def _regroup(self) -> None:
+        groups: dict[int, list[Consumer]] = {}
+        for c in self.queue.consumers:
+            groups.setdefault(c.priority, []).append(c)
+        self._groups = sorted(groups.items(), key=lambda g: -g[0])
+
+    def next_consumer(self) -> Consumer | None:
+        """The consumer the next message goes to, or None when none can take it."""
+        consumers = self.queue.consumers
         if len(consumers) == 1:  # the common case: no priorities, no round-robin
             only = consumers[0]
             return only if only.can_take() else None
-        if self._single_active:
+        if self.single_active:
             active = self.active_consumer
             return active if active is not None and active.can_take() else None
         for prio, group in self._groups:
@@ -80,31 +104,78 @@ class QueueDelivery(QueueFeatures):
                     return c
         return None
 
-    def _run_delivery(self) -> None:
+    def run_consumer(self) -> Consumer | None:
+        """The one consumer a run goes to whole (Queue.publish_run): the only one,
+        or the active one; None with several."""
+        consumers = self.queue.consumers
+        if len(consumers) == 1:
+            return consumers[0]
+        return self.active_consumer if self.single_active else None
+
+    def round_robin_run(self, run: MessageRun) -> int:
+        """Deliver a whole run round-robin within the highest priority, as
+        next_consumer would go, when every consumer there takes whatever comes
+        (no-ack, not blocked) and each has its own stream (the interleaving on
+        one channel stays): how many (0: not so)."""
+        prio, group = self._groups[0]
+        k = len(group)
+        streams = set()
+        for c in group:
+            if not c.no_ack or not c.can_take():
+                return 0
+            streams.add(id(c.delivery_stream()))
+        if len(streams) != k:
+            return 0
+        n = len(run)
+        first = self._rr.get(prio, 0) % k
+        self._rr[prio] = first + n
+        self.queue.stats.publish += n
+        for j in range(min(k, n)):
+            group[(first + j) % k].deliver_run(run, j, n, k)
+        return n
+
+    # -- passes -------------------------------------------------------------------------
+    def schedule(self) -> None:
+        """Ask for a delivery pass soon; cheap to call repeatedly (once per loop turn)."""
+        q = self.queue
+        if not self._scheduled and q.consumers and q.store.ready_count:
+            self._scheduled = True
+            self._call_soon(self.run)
+
+    def stored(self) -> None:
+        """A message was just stored ready: a pass soon, if anyone consumes."""
+        if not self._scheduled and self.queue.consumers:
+            self._scheduled = True
+            self._call_soon(self.run)
+
+    def run(self) -> None:
+        """A delivery pass (scheduled)."""
         self._scheduled = False
-        if self.deleted:
+        q = self.queue
+        if q.deleted:
             return
         try:
-            if self._plain:
-                self._run_delivery_plain()
+            if q.plain:
+                self._run_plain()
             else:
-                self._run_delivery_featured()
+                self._run_featured()
         except Exception:
             # A bug must not stop the queue for good: log it, try again later.
             log.exception(
-                "queue '%s' in vhost '%s': delivering messages failed", self.name, self.vhost.name
+                "queue '%s' in vhost '%s': delivering messages failed", q.name, q.vhost.name
             )
             if not self._scheduled:
                 self._scheduled = True
-                self.clock.call_later(RETRY_MS, self._run_delivery)
+                q.clock.call_later(RETRY_MS, self.run)
 
-    def _run_delivery_plain(self) -> None:
-        store = self.store
+    def _run_plain(self) -> None:
+        q = self.queue
+        store = q.store
         budget = _DELIVERY_BATCH
         while budget > 0:
             if not store.ready_count:
                 return
-            consumer = self._next_consumer()
+            consumer = self.next_consumer()
             if consumer is None:
                 return
             n = self._span_to(consumer, budget, -1, False)
@@ -117,47 +188,50 @@ class QueueDelivery(QueueFeatures):
             seq, msg, redelivered = item
             if consumer.no_ack:
                 store.ack(seq)
-                self.vhost.store_written(store)
+                q.vhost.store_written(store)
             else:
-                self.unacked += 1
-                self.unacked_bytes += len(msg.body)
+                q.unacked += 1
+                q.unacked_bytes += len(msg.body)
             consumer.deliver(seq, msg, redelivered)
             budget -= 1
-        self.schedule_delivery()
+        self.schedule()
 
-    def _run_delivery_featured(self) -> None:
-        store = self.store
-        now = self.clock.now_ms()
+    def _run_featured(self) -> None:
+        q = self.queue
+        store = q.store
+        now = q.clock.now_ms()
         # A span stops before an expired record (queue TTL: timestamp + TTL <= now)
-        # and one with its own expiration: _take deals with those.
-        ttl = self._ttl
+        # and one with its own expiration: take() deals with those.
+        features = q.features
+        ttl = features.ttl
         expired_at = now - ttl if ttl is not None and now >= ttl else -1
-        own_expiry = self._has_expiring
+        own_expiry = features.has_expiring
+        counts = q.delivery_counts
         budget = _DELIVERY_BATCH
         while budget > 0:
             if not store.ready_count:
                 return
-            consumer = self._next_consumer()
+            consumer = self.next_consumer()
             if consumer is None:
                 return
             n = self._span_to(consumer, budget, expired_at, own_expiry)
             if n:
                 budget -= n
                 continue
-            item = self._take(now)
+            item = self.take(now)
             if item is None:
                 return
             seq, msg, redelivered = item
             if consumer.no_ack:
                 store.ack(seq)
-                self._delivery_counts.pop(seq, None)
-                self.vhost.store_written(store)
+                counts.pop(seq, None)
+                q.vhost.store_written(store)
             else:
-                self.unacked += 1
-                self.unacked_bytes += len(msg.body)
+                q.unacked += 1
+                q.unacked_bytes += len(msg.body)
             consumer.deliver(seq, msg, redelivered)
             budget -= 1
-        self.schedule_delivery()
+        self.schedule()
 
     def _span_to(self, consumer: Consumer, budget: int, expired_at: int, own_expiry: bool) -> int:
         """As many of the next ready records as the consumer's credit allows (and
@@ -165,20 +239,21 @@ class QueueDelivery(QueueFeatures):
         in one pass from the store's map and written at once: a run per
         consumer turn. How many (0: one by one, as the store or consumer wants).
         A record with a delivery count to show (a quorum queue's, kept over a
-        restart) ends the span: _take adds the header."""
+        restart) ends the span: take() adds the header."""
         if not consumer.takes_spans():
             return 0
         credit = budget if consumer.no_ack else consumer.run_credit(budget)
-        store = self.store
-        consumers = len(self.consumers)
-        if consumers > 1 and not self._single_active:
+        q = self.queue
+        store = q.store
+        consumers = len(q.consumers)
+        if consumers > 1 and not self.single_active:
             credit = min(credit, -(-store.ready_count // consumers))
         if credit < 1:
             return 0
         span = store.span()
         if span is None:
             return 0
-        if self._delivery_counts:
+        if q.delivery_counts:
             self._stop_at_counted(span)
         stored = consumer.deliver_span(span, min(credit, span.left), expired_at, own_expiry)
         if stored is None:
@@ -188,39 +263,43 @@ class QueueDelivery(QueueFeatures):
         store.take_span(span, stored, no_ack)
         if no_ack:
             store.ack_run(stored.segment, stored.offsets)
-            self.vhost.store_written(store)
+            q.vhost.store_written(store)
         else:
-            self.unacked += n
-            self.unacked_bytes += sum(stored.sizes)
+            q.unacked += n
+            q.unacked_bytes += sum(stored.sizes)
         return n
 
     def _stop_at_counted(self, span: StoreSpan) -> None:
         """End ``span`` before its first record that has a delivery count."""
         base = span.segment << 32
         first, end = base | span.pos, base | span.limit
-        cut = min((seq for seq in self._delivery_counts if first <= seq < end), default=end)
+        counts = self.queue.delivery_counts
+        cut = min((seq for seq in counts if first <= seq < end), default=end)
         span.limit = cut - base
 
-    def _take(self, now: int) -> tuple[int, Message, bool] | None:
+    def take(self, now: int) -> tuple[int, Message, bool] | None:
         """Shift the next live message: expired ones met on the way are dead-lettered,
         and a redelivery carries its x-delivery-count."""
-        store = self.store
+        q = self.queue
+        store = q.store
+        features = q.features
+        counts = q.delivery_counts
         while True:
             item = store.shift()
             if item is None:
                 return None
             seq, msg, redelivered = item
-            if (self._ttl is not None or self._has_expiring) and seq not in self._stuck:
-                deadline = self._deadline(msg)
+            if features.expiring and seq not in features.stuck:
+                deadline = features.deadline(msg)
                 if deadline is not None and deadline <= now:
                     store.ack(seq)
-                    self._delivery_counts.pop(seq, None)
-                    self.vhost.store_written(store)
-                    self._let_go(seq, msg, dl.EXPIRED, now)
+                    counts.pop(seq, None)
+                    q.vhost.store_written(store)
+                    features.let_go(seq, msg, dl.EXPIRED, now)
                     continue
             count = 0
-            if self._delivery_counts:  # every return, as the delivery limit counts them
-                count = self._delivery_counts.get(seq, 0) & RETURNS
+            if counts:  # every return, as the delivery limit counts them
+                count = counts.get(seq, 0) & RETURNS
             if count:
                 try:
                     msg = with_delivery_count(msg, count)
@@ -230,7 +309,7 @@ class QueueDelivery(QueueFeatures):
                     log.warning(
                         "queue '%s' in vhost '%s': cannot add x-delivery-count to a "
                         "message with unreadable properties; delivered without it",
-                        self.name,
-                        self.vhost.name,
+                        q.name,
+                        q.vhost.name,
                     )
             return seq, msg, redelivered

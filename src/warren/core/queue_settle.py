@@ -4,7 +4,7 @@ A delivery a consumer settles comes back to its queue here (``queue.settler``):
 acked, it leaves the store; requeued, it goes back to its old place unless its
 time is up or it is past the delivery limit, when it is dropped instead;
 dropped, it is dead-lettered (rejected, expired, over the limit) or, when no
-copy can be made, put back and kept (core/queue_features.py's ``_stuck``).
+copy can be made, put back and kept (core/queue_features.py's ``stuck``).
 The returns of a message are counted here for the delivery limit (every return
 in the low 32 bits, the explicit ones above: queue_delivery.py's RETURNS).
 
@@ -58,7 +58,7 @@ class QueueSettlement:
         ack = store.ack
         for seq in seqs:
             ack(seq)
-        counts = q._delivery_counts
+        counts = q.delivery_counts
         if counts:
             for seq in seqs:
                 counts.pop(seq, None)
@@ -73,7 +73,7 @@ class QueueSettlement:
         q.unacked_bytes -= size
         store = q.store
         store.ack_run(segment, offsets)
-        counts = q._delivery_counts
+        counts = q.delivery_counts
         if counts:
             for offset in offsets:
                 counts.pop((segment << 32) | offset, None)
@@ -115,7 +115,7 @@ class QueueSettlement:
         if not requeue and q.dead_letter_exchange is None:
             # Dropped, no copy to make: the messages need not be read back.
             ack = store.ack
-            counts = q._delivery_counts
+            counts = q.delivery_counts
             for i, seq in enumerate(seqs):
                 msg = msgs[i]
                 q.unacked -= 1
@@ -159,26 +159,26 @@ class QueueSettlement:
             reason = dl.REJECTED
             if requeue:
                 refusal = None
-                if not q._plain or q._delivery_limit is not None:
+                if not q.plain or q.features.delivery_limit is not None:
                     now = q.clock.now_ms()
                     refusal = self.requeue_refusal(seq, msg, now, explicit)
                 if refusal is None:
                     store.requeue(seq, msg)
                     if not requeued:  # later calls would change nothing
                         requeued = True
-                        q.schedule_delivery()
+                        q.delivery.schedule()
                     continue
                 reason = refusal
-            if not q._dead_letter(seq, msg, reason, now or q.clock.now_ms()):
+            if not q.features.dead_letter(seq, msg, reason, now or q.clock.now_ms()):
                 # No copy could be made: the message goes back to where it was.
-                q._stuck.add(seq)
+                q.features.stuck.add(seq)
                 store.requeue(seq, msg)
                 if not requeued:
                     requeued = True
-                    q.schedule_delivery()
+                    q.delivery.schedule()
                 continue
             store.ack(seq)
-            q._delivery_counts.pop(seq, None)
+            q.delivery_counts.pop(seq, None)
             if not written:
                 written = True
                 q.vhost.store_written(store)
@@ -188,15 +188,15 @@ class QueueSettlement:
         delivery limit), or None; counts the delivery attempt: every return in the
         low 32 bits, the explicit ones above."""
         q = self.queue
-        deadline = q._deadline(msg)
+        deadline = q.features.deadline(msg)
         if deadline is not None and deadline <= now:
             return dl.EXPIRED
-        limit = q._delivery_limit
+        limit = q.features.delivery_limit
         if limit is not None:
-            counts = q._delivery_counts
+            counts = q.delivery_counts
             packed = counts.get(seq, 0)
             if (packed & _RETURNS) + 1 > limit:
                 return dl.DELIVERY_LIMIT
             counts[seq] = packed + (_EXPLICIT_RETURN + 1 if explicit else 1)
-            q._plain = False  # redeliveries carry their count (_take)
+            q.plain = False  # redeliveries carry their count (QueueDelivery.take)
         return None

@@ -32,13 +32,14 @@ top, not another storage engine:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from warren.core import dead_letter as dl
 from warren.core.codec_errors import DecodeError
 from warren.core.message import Message
 from warren.core.properties import edit_properties
 from warren.core.queue import Queue
+from warren.core.queue_features import QueueFeatures
 from warren.core.queue_settings import DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX
 from warren.core.queue_settle import QueueSettlement
 from warren.core.store import MessageStore
@@ -47,7 +48,14 @@ from warren.store.quorum_store import QuorumPriorityStore
 if TYPE_CHECKING:
     from warren.core.vhost import VHost
 
-__all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "DEFAULT_DELIVERY_LIMIT", "QuorumQueue"]
+__all__ = [
+    "AT_LEAST_ONCE",
+    "AT_MOST_ONCE",
+    "DEFAULT_DELIVERY_LIMIT",
+    "QuorumFeatures",
+    "QuorumQueue",
+    "QuorumSettlement",
+]
 
 log = logging.getLogger("warren.queue")
 
@@ -63,7 +71,9 @@ HELD_BATCH = 256
 
 
 class QuorumQueue(Queue):
-    """A durable, non-exclusive queue with RabbitMQ 4.x's quorum queue behaviour."""
+    """A durable, non-exclusive queue with RabbitMQ 4.x's quorum queue behaviour:
+    its features are QuorumFeatures, its settler QuorumSettlement, and its store
+    keeps the delivery counts."""
 
     keeps_every_message: ClassVar[bool] = True
     queue_type: ClassVar[str] = "quorum"
@@ -73,12 +83,6 @@ class QuorumQueue(Queue):
     def __init__(
         self, vhost: VHost, name: str, store: MessageStore, arguments: dict[str, Any]
     ) -> None:
-        #: The dead-letter strategy in force (at-least-once only with reject-publish
-        #: and a dead-letter exchange).
-        self.dead_letter_strategy = AT_MOST_ONCE
-        self._warned: set[str] = set()
-        # The timer of retry_dead_letters while copies are held.
-        self._held_timer: Any = None
         limit = arguments.get("x-delivery-limit")
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)):
             # RabbitMQ 3.10 takes it and ignores it; the default limit applies.
@@ -90,7 +94,51 @@ class QuorumQueue(Queue):
             )
         super().__init__(vhost, name, store, durable=True, arguments=arguments)
 
-    def _configure(self, settings: dict[str, Any]) -> None:
+    @property
+    def dead_letter_strategy(self) -> str:
+        """The dead-letter strategy in force (at-least-once only with reject-publish
+        and a dead-letter exchange)."""
+        return cast("QuorumFeatures", self.features).dead_letter_strategy
+
+    def _features(self) -> QueueFeatures:
+        return QuorumFeatures(self)
+
+    def _settlement(self) -> QueueSettlement:
+        return QuorumSettlement(self)
+
+    def _recovered_counts(self) -> dict[int, int]:
+        """The counts the store kept (its DeliveryCounts'), the queue's own from now on."""
+        store = self.store
+        if isinstance(store, QuorumPriorityStore) and store.delivery_counts is not None:
+            return store.delivery_counts.counts
+        return {}
+
+    def persistent_counts(self) -> tuple[int, int] | None:
+        """Every message of a quorum queue is kept whatever its delivery-mode,
+        and RabbitMQ counts every one as persistent."""
+        return (
+            max(0, self.store.ready_count + self.unacked),
+            max(0, self.store.ready_bytes + self.unacked_bytes),
+        )
+
+
+class QuorumFeatures(QueueFeatures):
+    """A quorum queue's limits and dead-lettering: its settings' defaults and
+    fallbacks, reject-publish as rabbit_fifo applies it, and at-least-once
+    dead-lettering (copies held in the store until taken)."""
+
+    def __init__(self, queue: Queue) -> None:
+        super().__init__(queue)
+        #: The dead-letter strategy in force (at-least-once only with reject-publish
+        #: and a dead-letter exchange).
+        self.dead_letter_strategy = AT_MOST_ONCE
+        self._warned: set[str] = set()
+        # The timer of retry_dead_letters while copies are held.
+        self._held_timer: Any = None
+
+    def configure(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """The delivery limit's default, the overflow and strategy fallbacks, then
+        QueueFeatures'."""
         settings = dict(settings)
         limit = settings.get("delivery-limit")
         if not isinstance(limit, int) or isinstance(limit, bool):
@@ -114,75 +162,62 @@ class QuorumQueue(Queue):
             elif settings.get("dead-letter-exchange") is not None:
                 strategy = AT_LEAST_ONCE
         self.dead_letter_strategy = strategy
-        super()._configure(settings)
+        return super().configure(settings)
+
+    def apply(self) -> None:
+        super().apply()
         self._retry_soon(0)  # held copies: new settings (and a start) try them now
-
-    def _recovered_counts(self) -> dict[int, int]:
-        """The counts the store kept (its DeliveryCounts'), the queue's own from now on."""
-        store = self.store
-        if isinstance(store, QuorumPriorityStore) and store.delivery_counts is not None:
-            return store.delivery_counts.counts
-        return {}
-
-    def _settlement(self) -> QueueSettlement:
-        return QuorumSettlement(self)
-
-    def persistent_counts(self) -> tuple[int, int] | None:
-        """Every message of a quorum queue is kept whatever its delivery-mode,
-        and RabbitMQ counts every one as persistent."""
-        return (
-            max(0, self.store.ready_count + self.unacked),
-            max(0, self.store.ready_bytes + self.unacked_bytes),
-        )
 
     def _warn_once(self, key: str, text: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
-            log.warning("queue '%s' in vhost '%s': %s", self.name, self.vhost.name, text)
+            q = self.queue
+            log.warning("queue '%s' in vhost '%s': %s", q.name, q.vhost.name, text)
 
-    def _over_limit(self, extra: int) -> bool:
+    def over_limit(self, extra: int) -> bool:
         """reject-publish as rabbit_fifo applies it: only once the queue is over its
         limit, so a full queue takes one message more than a classic queue would."""
-        store = self.store
+        store = self.queue.store
         held = held_bytes = 0
         if isinstance(store, QuorumPriorityStore):  # held copies count, as rabbit_fifo's
             held, held_bytes = store.held_count, store.held_bytes
-        max_length = self._max_length
+        max_length = self.max_length
         if max_length is not None and store.ready_count + held > max_length:
             return True
-        max_bytes = self._max_bytes
+        max_bytes = self.max_bytes
         return max_bytes is not None and store.ready_bytes + held_bytes > max_bytes
 
-    def _dead_letter(self, seq: int, msg: Message, reason: str, now: int) -> bool:
+    def dead_letter(self, seq: int, msg: Message, reason: str, now: int) -> bool:
         """The copy leaves without the x-delivery-count its deliveries carried (as
         RabbitMQ's); at-least-once: a copy not every target (at least one) took
         is held (the original may go), and tried again until it is."""
+        q = self.queue
         dlx_name = self.dead_letter_exchange
-        if dlx_name is not None and self._delivery_counts.get(seq):
+        if dlx_name is not None and q.delivery_counts.get(seq):
             msg = _without_delivery_count(msg)
-        store = self.store
+        store = q.store
         if self.dead_letter_strategy != AT_LEAST_ONCE or not isinstance(
             store, QuorumPriorityStore
         ):
-            return super()._dead_letter(seq, msg, reason, now)
-        assert dlx_name is not None  # at-least-once needs one (_configure)
+            return super().dead_letter(seq, msg, reason, now)
+        assert dlx_name is not None  # at-least-once needs one (configure)
         try:
             copy, keys = dl.dead_letter(
-                msg, self.name, reason, dlx_name, self.dead_letter_routing_key, now
+                msg, q.name, reason, dlx_name, self.dead_letter_routing_key, now
             )
         except Exception:  # a record stored before publish validated its properties
-            return super()._dead_letter(seq, msg, reason, now)
-        vhost = self.vhost
-        vhost.dead_letters.count(self, "at_least_once", reason)
+            return super().dead_letter(seq, msg, reason, now)
+        vhost = q.vhost
+        vhost.dead_letters.count(q, "at_least_once", reason)
         try:
             if self._route(copy, keys, reason):
-                vhost.dead_letters.count(self, "at_least_once", "confirmed")
+                vhost.dead_letters.count(q, "at_least_once", "confirmed")
                 return True
         except Exception:
             log.exception(
                 "queue '%s' in vhost '%s': dead-lettering a message (%s) failed; its copy "
                 "is held and tried again",
-                self.name,
+                q.name,
                 vhost.name,
                 reason,
             )
@@ -191,7 +226,7 @@ class QuorumQueue(Queue):
                 "queue '%s' in vhost '%s': a message dead-lettered (%s) at least once "
                 "reached no queue of exchange '%s', or not all of them took it: held "
                 "until they do (messages_dlx)",
-                self.name,
+                q.name,
                 vhost.name,
                 reason,
                 dlx_name,
@@ -207,22 +242,24 @@ class QuorumQueue(Queue):
         dlx_name = self.dead_letter_exchange
         if dlx_name is None:
             return True  # none any more: nothing to hand it to
-        dlx = self.vhost.exchanges.get(dlx_name)
+        vhost = self.queue.vhost
+        dlx = vhost.exchanges.get(dlx_name)
         if dlx is None:
             return False
         if copy.exchange != dlx_name:  # the queue's settings changed since it was held
             copy = Message(dlx_name, copy.routing_key, copy.properties, copy.body, copy.timestamp)
-        return self.vhost.dead_letters.route(self, dlx, copy, keys, reason)
+        return vhost.dead_letters.route(self.queue, dlx, copy, keys, reason)
 
     def _retry_soon(self, delay_ms: int) -> None:
-        store = self.store
-        if self.deleted or not isinstance(store, QuorumPriorityStore) or not store.held_count:
+        q = self.queue
+        store = q.store
+        if q.deleted or not isinstance(store, QuorumPriorityStore) or not store.held_count:
             return
         if self._held_timer is not None:
             if delay_ms:
                 return  # one is set already
             self._held_timer.cancel()
-        self._held_timer = self.clock.call_later(delay_ms, self.retry_dead_letters)
+        self._held_timer = q.clock.call_later(delay_ms, self.retry_dead_letters)
 
     def retry_dead_letters(self) -> None:
         """The held copies' timer: hand them to the dead-letter exchange again,
@@ -232,10 +269,12 @@ class QuorumQueue(Queue):
         if self._held_timer is not None:
             self._held_timer.cancel()
             self._held_timer = None
-        store = self.store
-        if self.deleted or not isinstance(store, QuorumPriorityStore) or not store.held_count:
+        q = self.queue
+        store = q.store
+        if q.deleted or not isinstance(store, QuorumPriorityStore) or not store.held_count:
             return
         strict = self.dead_letter_strategy == AT_LEAST_ONCE
+        vhost = q.vhost
         try:
             for _ in range(HELD_BATCH):
                 item = store.next_held()
@@ -251,26 +290,26 @@ class QuorumQueue(Queue):
                     log.exception(
                         "queue '%s' in vhost '%s': a held dead-letter copy could not be "
                         "handed on; tried again later",
-                        self.name,
-                        self.vhost.name,
+                        q.name,
+                        vhost.name,
                     )
                     taken = False
                 if taken or not strict:
                     store.release_held(seq)
                     if taken and strict:
-                        self.vhost.dead_letters.count(self, "at_least_once", "confirmed")
+                        vhost.dead_letters.count(q, "at_least_once", "confirmed")
                 else:
                     store.keep_held(seq, copy)
                     break
         finally:
-            self.vhost.store_written(store)
+            vhost.store_written(store)
         if store.held_count:
             self._retry_soon(HELD_RETRY_MS)
         else:
             log.info(
                 "queue '%s' in vhost '%s': every held dead-letter copy was handed on",
-                self.name,
-                self.vhost.name,
+                q.name,
+                vhost.name,
             )
 
 
@@ -294,7 +333,7 @@ class QuorumSettlement(QueueSettlement):
         written out at the end of this loop turn."""
         refusal = super().requeue_refusal(seq, msg, now, explicit)
         q = self.queue
-        if refusal is None and q._delivery_limit is not None:
+        if refusal is None and q.features.delivery_limit is not None:
             store = q.store
             if isinstance(store, QuorumPriorityStore) and store.delivery_counts is not None:
                 store.delivery_counts.recorded(seq)

@@ -17,7 +17,10 @@ offset after the last message acknowledged in order, so a message delivered
 but not acknowledged before a disconnect or a restart is delivered again.
 
 StreamQueue keeps the Queue interface (VHost and the protocol adapters treat it
-as any queue) and replaces what a stream does differently.
+as any queue) and replaces what a stream does differently: its delivery part
+is core/stream_delivery.py's StreamDelivery (the readers and their passes),
+its settler StreamSettlement (here), and it overrides publishing, consuming
+and what a stream refuses.
 """
 
 from __future__ import annotations
@@ -32,14 +35,15 @@ from warren.core.consumer import Consumer
 from warren.core.errors import NotImplemented_, PreconditionFailed
 from warren.core.message import Message, MessageRun
 from warren.core.queue import DELIVERED, STORED, Queue
+from warren.core.queue_delivery import QueueDelivery
 from warren.core.queue_settle import QueueSettlement
 from warren.core.stream import (
-    FILTER_VALUE_HEADER,
     StartSpec,
     StreamLog,
     parse_interval,
     parse_start,
 )
+from warren.core.stream_delivery import Reader, StreamDelivery
 
 if TYPE_CHECKING:
     from warren.core.dedup import Deduplicator, KeyEntry
@@ -52,74 +56,8 @@ __all__ = ["StreamQueue"]
 
 log = logging.getLogger("warren.stream")
 
-# Deliveries per scheduled run, over all consumers.
-_DELIVERY_BATCH = 2048
 # How often retention by age is looked at (and after every new segment).
 _RETENTION_INTERVAL_MS = 60_000
-
-
-class _Reader:
-    """A consumer of the stream: its cursor, filter, tracking and what is in flight."""
-
-    __slots__ = (
-        "consumer",
-        "cursor",
-        "filters",
-        "match_unfiltered",
-        "tracking",
-        "in_flight",
-        "returned",
-    )
-
-    def __init__(
-        self,
-        consumer: Consumer,
-        cursor: Any,
-        filters: frozenset[str] | None,
-        match_unfiltered: bool,
-        tracking: str | None,
-    ) -> None:
-        self.consumer = consumer
-        self.cursor = cursor
-        self.filters = filters
-        self.match_unfiltered = match_unfiltered
-        self.tracking = tracking
-        self.in_flight: dict[int, None] = {}  # offsets delivered, not acked (in order)
-        # The oldest offset given back with a reject or nack (or by a closing
-        # channel): not processed, so tracking never moves past it.
-        self.returned: int | None = None
-
-    def resume_offset(self) -> int:
-        """Where this consumer would start again: its oldest delivery not acked
-        (in flight or given back), else the next message it would read."""
-        offset = int(self.cursor.offset)
-        for oldest in self.in_flight:
-            offset = oldest
-            break
-        returned = self.returned
-        return offset if returned is None or returned > offset else returned
-
-    def wants(self, msg: Message) -> bool:
-        if self.filters is None:
-            return True
-        value = (msg.headers or {}).get(FILTER_VALUE_HEADER)
-        if isinstance(value, bytes):
-            value = value.decode("utf-8", "surrogateescape")
-        if value is None:
-            return self.match_unfiltered
-        return isinstance(value, str) and value in self.filters
-
-
-class _Span:
-    """Deliveries a consumer got at once from consecutive records (the backlog path):
-    sequence numbers ``(-id << 32) | i`` for offsets ``first + i``, ``left`` not acked."""
-
-    __slots__ = ("reader", "first", "left")
-
-    def __init__(self, reader: _Reader, first: int, left: int) -> None:
-        self.reader = reader
-        self.first = first
-        self.left = left
 
 
 class StreamQueue(Queue):
@@ -128,6 +66,8 @@ class StreamQueue(Queue):
     keeps_every_message = True
     queue_type = "stream"
     queue_module = "rabbit_stream_queue"
+    #: The delivery part (``delivery``), as its own kind: the readers.
+    reading: StreamDelivery
 
     def __init__(
         self,
@@ -137,13 +77,10 @@ class StreamQueue(Queue):
         arguments: dict[str, Any] | None = None,
     ) -> None:
         self.stream = stream
-        self._readers: dict[int, _Reader] = {}
-        self._deliveries: dict[int, tuple[_Reader, int]] = {}
-        self._next_delivery = 1
-        self._spans: dict[int, _Span] = {}
-        self._next_span = 1
-        self._turn = 0
         self._retention_timer: Any = None
+        # Retention (arguments or policies, _configure).
+        self._max_length: int | None = None
+        self._max_bytes: int | None = None
         self._max_age_ms: int | None = None
         # Queue's store is a classic MessageStore; a stream's storage serves the few
         # calls VHost makes on any queue's store (flush, sync, close, delete, counts).
@@ -172,7 +109,7 @@ class StreamQueue(Queue):
         if isinstance(age, bytes):
             age = age.decode("utf-8", "surrogateescape")
         self._max_age_ms = parse_interval(age) if isinstance(age, str) else None
-        self._plain = False
+        self.plain = False
         if not self.deleted:
             self._apply_retention()
 
@@ -218,8 +155,7 @@ class StreamQueue(Queue):
         self.vhost.store_written(self.store)
         if self._max_length is not None or self._max_bytes is not None or self._max_age_ms:
             self._apply_retention()
-        if self._readers:
-            self.schedule_delivery()
+        self.reading.schedule()
         return STORED
 
     def publish_run(
@@ -257,8 +193,7 @@ class StreamQueue(Queue):
         self.vhost.store_written(self.store)
         if self._max_length is not None or self._max_bytes is not None or self._max_age_ms:
             self._apply_retention()
-        if self._readers:
-            self.schedule_delivery()
+        self.reading.schedule()
         if durable_out is not None:
             durable_out.append(self.store)
         return n
@@ -297,6 +232,10 @@ class StreamQueue(Queue):
             cursor.close()
         return out
 
+    def _delivery(self) -> QueueDelivery:
+        self.reading = StreamDelivery(self)
+        return self.reading
+
     def _settlement(self) -> QueueSettlement:
         return StreamSettlement(self)
 
@@ -334,14 +273,14 @@ class StreamQueue(Queue):
                 offset = stored
         filters = _filters(args.get("x-stream-filter"), what)
         match_unfiltered = args.get("x-stream-match-unfiltered") is True
-        reader = _Reader(consumer, self.stream.cursor(offset), filters, match_unfiltered, tracking)
-        self._readers[id(consumer)] = reader
+        reader = Reader(consumer, self.stream.cursor(offset), filters, match_unfiltered, tracking)
+        self.reading.readers[id(consumer)] = reader
         self.consumers.append(consumer)
         self._had_consumer = True
-        self.schedule_delivery()
+        self.reading.schedule()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        reader = self._readers.pop(id(consumer), None)
+        reader = self.reading.readers.pop(id(consumer), None)
         if reader is None:
             return
         with contextlib.suppress(ValueError):
@@ -359,97 +298,6 @@ class StreamQueue(Queue):
     def consumer_count(self) -> int:
         """0, as RabbitMQ 3.10 reports for a stream in queue.declare-ok whatever reads it."""
         return 0
-
-    def schedule_delivery(self) -> None:
-        if not self._scheduled and self._readers and not self.deleted:
-            self._scheduled = True
-            self._call_soon(self._run_delivery)
-
-    def _run_delivery(self) -> None:
-        self._scheduled = False
-        if self.deleted:
-            return
-        try:
-            more = self._deliver_some()
-        except Exception:
-            log.exception(
-                "stream '%s' in vhost '%s': delivering messages failed", self.name, self.vhost.name
-            )
-            return
-        if more:
-            self.schedule_delivery()
-
-    def _deliver_some(self) -> bool:
-        """Deliver to every consumer that can take more, round-robin, up to a batch;
-        True when a consumer could take more and has more to read."""
-        readers = list(self._readers.values())
-        if not readers:
-            return False
-        budget = _DELIVERY_BATCH
-        n = len(readers)
-        start = self._turn % n
-        self._turn += 1
-        active = [readers[(start + i) % n] for i in range(n)]
-        while active and budget:
-            still: list[_Reader] = []
-            for reader in active:
-                consumer = reader.consumer
-                if not consumer.can_take():
-                    continue
-                cursor = reader.cursor
-                if reader.filters is None:
-                    n = self._deliver_span(reader, budget)
-                    if n:
-                        budget -= n
-                        still.append(reader)
-                        if not budget:
-                            return True
-                        continue
-                item = cursor.next()
-                if reader.filters is not None:
-                    while item is not None and not reader.wants(item[1]):
-                        item = cursor.next()
-                if item is None:
-                    continue
-                offset, msg = item
-                seq = self._next_delivery
-                self._next_delivery = seq + 1
-                self._deliveries[seq] = (reader, offset)
-                reader.in_flight[offset] = None
-                self.unacked += 1
-                consumer.deliver(seq, msg, False)
-                budget -= 1
-                still.append(reader)
-                if not budget:
-                    return True
-            active = still
-        return False
-
-    def _deliver_span(self, reader: _Reader, budget: int) -> int:
-        """As many of the reader's next records as its consumer's credit allows, framed
-        in one pass (Consumer.deliver_records) when it can; how many (0: go one by one)."""
-        consumer = reader.consumer
-        credit = consumer.run_credit(budget)
-        if credit < 2:
-            return 0
-        span = reader.cursor.span()
-        if span is None:
-            return 0
-        buf, pos, seed, left = span
-        sid = self._next_span
-        n, end = consumer.deliver_records(buf, pos, len(buf), seed, min(credit, left), -sid)
-        if not n:
-            return 0
-        first = int(reader.cursor.offset)
-        reader.cursor.skip(n, end)
-        self._next_span = sid + 1
-        self._spans[sid] = _Span(reader, first, n)
-        if reader.tracking is not None:
-            in_flight = reader.in_flight
-            for offset in range(first, first + n):
-                in_flight[offset] = None
-        self.unacked += n
-        return n
 
     def persistent_counts(self) -> tuple[int, int] | None:
         """A stream has no such figures (RabbitMQ's API and metrics leave them out)."""
@@ -477,11 +325,7 @@ class StreamQueue(Queue):
         if self._retention_timer is not None:
             self._retention_timer.cancel()
             self._retention_timer = None
-        for reader in self._readers.values():
-            reader.cursor.close()
-        self._readers.clear()
-        self._deliveries.clear()
-        self._spans.clear()
+        self.reading.stop()
         consumers, self.consumers = self.consumers, []
         self.stream.delete()
         return consumers
@@ -508,20 +352,20 @@ class StreamSettlement(QueueSettlement):
         q = self.stream_queue
         if q.deleted:
             return
-        span = q._spans.get(-segment)
+        span = q.reading.spans.get(-segment)
         if span is None:
             return
         n = len(offsets)
         span.left -= n
         q.unacked -= n
         if span.left <= 0:
-            del q._spans[-segment]
+            del q.reading.spans[-segment]
         reader = span.reader
         if reader.tracking is not None:
             first = span.first
             for i in offsets:
                 reader.in_flight.pop(first + i, None)
-            if id(reader.consumer) in q._readers:
+            if id(reader.consumer) in q.reading.readers:
                 q.stream.track(reader.tracking, reader.resume_offset())
                 q.vhost.store_written(q.store)
 
@@ -556,10 +400,10 @@ class StreamSettlement(QueueSettlement):
         q = self.stream_queue
         if q.deleted:
             return
-        touched: dict[int, _Reader] = {}
+        touched: dict[int, Reader] = {}
         for seq in seqs:
             # A span's (negative), or one delivered alone.
-            found = self._span_delivery(seq) if seq < 0 else q._deliveries.pop(seq, None)
+            found = self._span_delivery(seq) if seq < 0 else q.reading.deliveries.pop(seq, None)
             if found is None:
                 continue
             reader, offset = found
@@ -569,7 +413,7 @@ class StreamSettlement(QueueSettlement):
                 reader.returned = offset
             # A cancelled consumer's position was stored when it went; its late acks
             # must not overwrite what a new consumer with the same tag stored since.
-            if reader.tracking is not None and id(reader.consumer) in q._readers:
+            if reader.tracking is not None and id(reader.consumer) in q.reading.readers:
                 touched[id(reader)] = reader
         for reader in touched.values():
             assert reader.tracking is not None
@@ -577,16 +421,16 @@ class StreamSettlement(QueueSettlement):
         if touched:
             q.vhost.store_written(q.store)
 
-    def _span_delivery(self, seq: int) -> tuple[_Reader, int] | None:
+    def _span_delivery(self, seq: int) -> tuple[Reader, int] | None:
         """The reader and offset of one of a span's deliveries, settled."""
         q = self.stream_queue
         sid = -(seq >> 32)
-        span = q._spans.get(sid)
+        span = q.reading.spans.get(sid)
         if span is None:
             return None
         span.left -= 1
         if span.left <= 0:
-            del q._spans[sid]
+            del q.reading.spans[sid]
         return span.reader, span.first + (seq & 0xFFFFFFFF)
 
 

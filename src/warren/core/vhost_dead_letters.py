@@ -30,11 +30,10 @@ if TYPE_CHECKING:
     from warren.core.exchange import Exchange
     from warren.core.message import Message
     from warren.core.queue import Queue
-    from warren.core.queue_features import QueueFeatures
     from warren.core.vhost_routing import Router
 
     #: A copy on its way: the queue it left, the copy, the queues it goes to, why.
-    Handover = tuple[QueueFeatures, Message, list[Queue], str]
+    Handover = tuple[Queue, Message, list[Queue], str]
 
 __all__ = ["DeadLetters"]
 
@@ -54,7 +53,7 @@ class DeadLetters:
         # While publish() hands copies over: those made meanwhile, in order.
         self._queued: deque[Handover] | None = None
 
-    def publish(self, queue: QueueFeatures, msg: Message, reason: str, now: int) -> None:
+    def publish(self, queue: Queue, msg: Message, reason: str, now: int) -> None:
         """Republish a message a queue let go of to the queue's dead-letter
         exchange, at most once (as RabbitMQ's classic queues: no confirm waits).
 
@@ -93,13 +92,13 @@ class DeadLetters:
         finally:
             self._queued = None
 
-    def count(self, queue: QueueFeatures, strategy: str, what: str) -> None:
+    def count(self, queue: Queue, strategy: str, what: str) -> None:
         """One more for rabbitmq_global_messages_dead_lettered_<what>_total."""
         counted = (queue.queue_module, strategy, what)
         self.counts[counted] = self.counts.get(counted, 0) + 1
 
     def route(
-        self, queue: QueueFeatures, dlx: Exchange, copy: Message, keys: list[str], reason: str
+        self, queue: Queue, dlx: Exchange, copy: Message, keys: list[str], reason: str
     ) -> bool:
         """Route a dead-letter copy through ``dlx`` with ``keys`` and hand it to its
         queues now: whether it reached at least one queue and every queue took
@@ -107,7 +106,7 @@ class DeadLetters:
         return self._hand_over(queue, copy, self._targets(queue, dlx, copy, keys, reason), reason)
 
     def _targets(
-        self, queue: QueueFeatures, dlx: Exchange, copy: Message, keys: list[str], reason: str
+        self, queue: Queue, dlx: Exchange, copy: Message, keys: list[str], reason: str
     ) -> list[Queue]:
         """The queues ``dlx`` routes the copy to with ``keys``, but for those it
         would reach in an automatic cycle (logged and dropped)."""
@@ -127,7 +126,7 @@ class DeadLetters:
         return targets
 
     def _hand_over(
-        self, queue: QueueFeatures, copy: Message, targets: list[Queue], reason: str
+        self, queue: Queue, copy: Message, targets: list[Queue], reason: str
     ) -> bool:
         """Give the copy to each target: whether one at least and every one took it."""
         taken, complete = 0, True

@@ -14,15 +14,13 @@ consumer gives back is dropped, not requeued. docs/storage.md has the rules.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from warren.store.records import decode_records
-from warren.store.segment_files import SegmentState
+from warren.store.segment_files import SegmentFiles, SegmentState
+from warren.store.segment_parts import ReadyCounts, SegmentOwner
+from warren.store.segment_reader import SegmentReader
 from warren.store.segment_recovery import step_over_damage
-from warren.store.transient_counts import lost_records
-
-if TYPE_CHECKING:
-    from warren.store.segment_store import SegmentStore
+from warren.store.transient_counts import TransientCounts, lost_records
 
 __all__ = ["SegmentFaults"]
 
@@ -32,13 +30,31 @@ _OFFSET_MASK = 0xFFFFFFFF
 
 
 class SegmentFaults:
-    """A SegmentStore's failure handling: made by the store, for it alone. It
-    changes the store's counters and cursor as the store itself would; the
-    store calls it where a read or a write-out fails, the log (``on_lost``)
-    where a write-out dropped records."""
+    """A SegmentStore's failure handling: made by the store, for it alone, with
+    the parts of the store it changes (its ready counts, segment table, cursor
+    and transient counts) as the store itself would; what only the store does
+    it asks of it (``owner``: store/segment_parts.py's SegmentOwner). The store
+    calls it where a read or a write-out fails, the log (``on_lost``) where a
+    write-out dropped records."""
 
-    def __init__(self, store: SegmentStore) -> None:
-        self._store = store
+    def __init__(
+        self,
+        files: SegmentFiles,
+        segs: dict[int, SegmentState],
+        reader: SegmentReader,
+        counts: ReadyCounts,
+        transient: TransientCounts,
+        count_transient: bool,
+        owner: SegmentOwner,
+    ) -> None:
+        self._files = files
+        self._segs = segs
+        self._reader = reader
+        self._cursor = reader.cursor
+        self._counts = counts
+        self._transient = transient
+        self._count_transient = count_transient
+        self._owner = owner
         #: Where failed write-outs cut segments off (segment id -> first lost offset).
         self.lost_from: dict[int, int] = {}
 
@@ -55,20 +71,20 @@ class SegmentFaults:
         publishers get nacks); those a consumer already has (append_shifted,
         append_run) stay counted until acked (a requeue drops them); the store's
         ``on_dropped`` is told. Returns how many records there were."""
-        store = self._store
-        if store.on_dropped is not None and data:
-            store.on_dropped(decode_records(data))
-        seg = store._segs.get(segment_id)
+        owner = self._owner
+        if owner.on_dropped is not None and data:
+            owner.on_dropped(decode_records(data))
+        seg = self._segs.get(segment_id)
         if seg is None:
             return 0
         found = lost_records(
-            data, start, store._cursor.ready_from(seg), seg.removed, store._count
+            data, start, self._cursor.ready_from(seg), seg.removed, self._count_transient
         )
         records, ready, ready_bytes = found.records, found.ready, found.ready_bytes
         if ready > seg.unread:  # a purged or abandoned segment: nothing ready to take out
             ready, ready_bytes = seg.unread, seg.unread_bytes
         if seg.transient_unread:  # a consumer's (held) stay counted until acked
-            store._transient.unread_found(
+            self._transient.unread_found(
                 seg,
                 max(0, seg.transient_unread - found.transient),
                 max(0, seg.transient_unread_bytes - found.transient_bytes),
@@ -77,52 +93,49 @@ class SegmentFaults:
         seg.records -= ready
         seg.unread -= ready
         seg.unread_bytes -= ready_bytes
-        store._ready_count -= ready
-        store._ready_bytes -= ready_bytes
-        if seg is store._wseg:
-            store._wseg = None
-        if ready and store.on_ready_lost is not None:
-            store.on_ready_lost(ready, ready_bytes)
+        self._counts.take(ready, ready_bytes)
+        if seg is owner.write_segment():
+            owner.forget_write_segment()
+        if ready and owner.on_ready_lost is not None:
+            owner.on_ready_lost(ready, ready_bytes)
         if seg.dead >= seg.records:
-            store._drop_segment(seg)
+            owner.drop_segment(seg)
         return records
 
     def abandon(self, seg: SegmentState, reason: str) -> None:
         """Give up on the unread rest of a segment that cannot be read (never expected:
         recovery validated it). Its ready messages are lost; the store keeps working."""
-        store = self._store
+        owner = self._owner
         log.error(
             "%s: %s unreadable (%s): dropping its %d unread messages",
-            store._dir,
-            store._log.msgs_path(seg.id).name,
+            self._files.directory,
+            self._files.log.msgs_path(seg.id).name,
             reason,
             seg.unread,
         )
-        store._ready_count -= seg.unread
-        store._ready_bytes -= seg.unread_bytes
+        self._counts.take(seg.unread, seg.unread_bytes)
         seg.dead += seg.unread
         seg.unread = 0
         seg.unread_bytes = 0
         seg.removed = None
         if seg.transient_unread:
-            store._transient.unread_gone(seg)
-        if seg is store._cursor.seg:
-            store._peeked = None
-            store._set_detour()
-        store._cursor.close_map()
-        if seg is store._wseg:
-            store._retire_write_segment()  # do not append after damage
+            self._transient.unread_gone(seg)
+        if seg is self._cursor.seg:
+            self._reader.reread()
+        self._cursor.close_map()
+        if seg is owner.write_segment():
+            owner.retire_write_segment()  # do not append after damage
         if seg.dead >= seg.records:
-            store._drop_segment(seg)
+            owner.drop_segment(seg)
 
     def damaged(self, seg: SegmentState, pos: int) -> None:
         """The record at ``pos``, where the cursor stands, does not check out: it
         was damaged on disk after it was written or recovered. Its bytes are kept
         aside and never served, the cursor steps over them to the next record
         that checks out, and what is left to read is counted again."""
-        store = self._store
-        store._peeked = None
-        cursor = store._cursor
+        owner = self._owner
+        self._reader.reread()
+        cursor = self._cursor
         try:
             cursor.map_segment(seg)  # the whole file, appends flushed
         except OSError as exc:
@@ -133,18 +146,17 @@ class SegmentFaults:
             self.abandon(seg, "file shorter than its records")
             return
         (lost, lost_bytes), left = step_over_damage(
-            store._log, seg, m, pos, cursor.end, cursor.skip
+            self._files.log, seg, m, pos, cursor.end, cursor.skip
         )
-        store._ready_count -= lost
-        store._ready_bytes -= lost_bytes
-        if store._count:
-            store._transient.unread_found(seg, left[0], left[1])
+        self._counts.take(lost, lost_bytes)
+        if self._count_transient:
+            self._transient.unread_found(seg, left[0], left[1])
         if seg.gaps is None or pos not in seg.gaps:  # never expected: do not loop on it
             self.abandon(seg, f"record at offset {pos} does not read back")
             return
         cursor.restart_at(pos)
-        store._set_detour()
+        self._reader.reread()
         if not seg.unread:
             cursor.close_map()
-            if seg.dead >= seg.records and seg is not store._wseg:
-                store._drop_segment(seg)
+            if seg.dead >= seg.records and seg is not owner.write_segment():
+                owner.drop_segment(seg)

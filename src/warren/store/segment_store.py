@@ -13,13 +13,19 @@ damaged on disk is kept aside and stepped over, never served
 from the log.
 
 The store is one class made of parts that each hold one idea: the files and
-their durability (SegmentFiles, store/segment_files.py), the read cursor
-(store/segment_cursor.py), what failed writes and damage do to the counters
-and the cursor (SegmentFaults, store/segment_faults.py), ready messages taken
-out other than by the cursor (store/segment_settle.py), the messages given
-back (store/requeued.py) and, for a durable queue's persistent counts, its
-live transient messages (store/transient_counts.py). What a store finds when
-it opens, and a message read back at random, are store/segment_recovery.py's.
+their durability (SegmentFiles, store/segment_files.py), the read side (the
+cursor, a peeked record, redelivered records ahead: SegmentReader,
+store/segment_reader.py, over store/segment_cursor.py), what failed writes and
+damage do to the counters and the cursor (SegmentFaults,
+store/segment_faults.py), ready messages taken out other than by the cursor
+(SegmentRemovals, store/segment_settle.py), the messages given back
+(store/requeued.py) and, for a durable queue's persistent counts, its live
+transient messages (store/transient_counts.py). The store itself appends,
+acks, requeues and keeps the segment table. The ready counts are an object
+the store shares with the parts that change them (ReadyCounts), and what
+those parts ask of the store itself is a narrow interface it implements
+(SegmentOwner; both store/segment_parts.py). What a store finds when it
+opens, and a message read back at random, are store/segment_recovery.py's.
 docs/storage.md describes the formats, recovery and durability in full.
 
 Threading: everything except sync() and flush() belongs to one thread (the event
@@ -31,7 +37,6 @@ bookkeeping), so the per-message append/shift/ack paths take no lock.
 from __future__ import annotations
 
 import logging
-import mmap
 from array import array
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,18 +46,17 @@ from warren.core.store import StoredRun, StoreSpan
 from warren.store.disk_budget import UNMETERED, DiskBudget
 from warren.store.mirror import FileMirror
 from warren.store.records import (
-    CorruptRecord,
-    decode_record,
     encode_message_record,
     encode_run,
 )
 from warren.store.requeued import RequeuedMessages
-from warren.store.segment_cursor import SegmentCursor, log_end
 from warren.store.segment_faults import SegmentFaults
 from warren.store.segment_files import SegmentFiles, SegmentState
 from warren.store.segment_log import OFFSET_MASK, SEQ_BITS
-from warren.store.segment_recovery import read_message, read_messages, recover, scan_segment
-from warren.store.segment_settle import purge, remove_ready
+from warren.store.segment_parts import ReadyCounts
+from warren.store.segment_reader import SegmentReader
+from warren.store.segment_recovery import read_message, read_messages, recover
+from warren.store.segment_settle import SegmentRemovals
 from warren.store.transient_counts import (
     PERSISTENT_PROPERTIES,
     TransientCounts,
@@ -112,20 +116,10 @@ class SegmentStore:
         self._lock = files.lock
         self._segs, self._wseg = recover(self._log, persistent_only_on_recovery, count_transient)
         files.segs = self._segs
-        # Reading: a cursor into the oldest segment with unread records.
-        self._cursor = SegmentCursor(self._log)
-        # A record peek() decoded at the cursor, for the next shift(): (seq, message,
-        # record length).
-        self._peeked: tuple[int, Message, int] | None = None
-        # shift() must leave its fast path: a skip list, removed records or a peeked
-        # record in the cursor's segment (kept by _set_detour()), or records
-        # delivered before the store opened ahead (_shift_redelivering).
-        self._detour = False
-        self._redelivering = False
         # Messages given back by consumers, ready again ahead of the log's.
         self._requeued = RequeuedMessages()
-        self._ready_count = 0
-        self._ready_bytes = 0
+        #: The ready messages and their body bytes (shared with the parts below).
+        self._ready = ReadyCounts()
         #: Told (count, bytes) when ready messages are dropped by a failed write-out
         #: (a PriorityStore keeps running totals of its levels).
         self.on_ready_lost: Callable[[int, int], None] | None = None
@@ -135,33 +129,36 @@ class SegmentStore:
         # Whether live transient records are counted, and their counts.
         self._count = count_transient
         self._transient = TransientCounts()
-        # Failed write-outs and damage (off the hot paths).
-        self._faults = SegmentFaults(self)
-        self._log.on_lost = self._faults.records_lost
+        ready = self._ready
         for seg in self._segs.values():
-            self._ready_count += seg.unread
-            self._ready_bytes += seg.unread_bytes
+            ready.count += seg.unread
+            ready.bytes += seg.unread_bytes
             self._transient.recovered(seg)
-        # Records below this seq were delivered before the store opened: shift()
-        # and peek() say redelivered for them (those appended from now on sit above).
-        # While the cursor may meet such records, shift() leaves its fast path
-        # (_shift_redelivering), which then needs no check of its own.
-        end = log_end(self._log, self._segs)
-        self._redelivered_below = end if delivered_mark is None else min(delivered_mark, end)
-        self._redelivering = self._ready_count > 0 and self._redelivered_below > 0
-        self._set_detour()
+        # The read side: the cursor, a peeked record, redelivered records ahead.
+        reader = self._reader = SegmentReader(
+            self._log, self._segs, self._requeued, ready, self._transient, delivered_mark
+        )
+        # Failed write-outs and damage, and ready messages taken out other than
+        # by the cursor (off the hot paths): parts given what they work on.
+        self._faults = reader.faults = SegmentFaults(
+            files, self._segs, reader, ready, self._transient, count_transient, self
+        )
+        self._log.on_lost = self._faults.records_lost
+        self._removals = SegmentRemovals(
+            files, self._segs, reader, ready, self._transient, self._requeued, self
+        )
 
     def __repr__(self) -> str:
-        return f"<SegmentStore {str(self._dir)!r} ready={self._ready_count}>"
+        return f"<SegmentStore {str(self._dir)!r} ready={self._ready.count}>"
 
     # -- MessageStore ---------------------------------------------------------------------
     @property
     def ready_count(self) -> int:
-        return self._ready_count
+        return self._ready.count
 
     @property
     def ready_bytes(self) -> int:
-        return self._ready_bytes
+        return self._ready.bytes
 
     @property
     def dirty(self) -> bool:
@@ -191,8 +188,9 @@ class SegmentStore:
         seg.records += 1
         seg.unread += 1
         seg.unread_bytes += b
-        self._ready_count += 1
-        self._ready_bytes += b
+        ready = self._ready
+        ready.count += 1
+        ready.bytes += b
         if self._count:
             props = msg.properties
             if props != PERSISTENT_PROPERTIES and not is_persistent(props):
@@ -206,7 +204,7 @@ class SegmentStore:
         seg = self._wseg = SegmentState(segment_id)
         self._segs[segment_id] = seg
         if old is not None and old.dead >= old.records:
-            self._drop_segment(old)
+            self.drop_segment(old)
         return seg
 
     def append_shifted(self, msg: Message) -> int:
@@ -216,20 +214,18 @@ class SegmentStore:
         finds it unless acked) but lands behind the read cursor, so it is never read
         back from the file. Only while nothing is ready: otherwise it would overtake.
         """
-        if self._ready_count:
+        if self._ready.count:
             raise ValueError("append_shifted needs an empty backlog")
         seq = self.append(msg)
         seg = self._wseg
         assert seg is not None
-        cursor = self._cursor
-        if cursor.seg is not seg:
-            self._enter(seg)
-        cursor.pos = self._log.write_pos
+        self._reader.behind_write(seg)
         b = len(msg.body)
         seg.unread -= 1
         seg.unread_bytes -= b
-        self._ready_count -= 1
-        self._ready_bytes -= b
+        ready = self._ready
+        ready.count -= 1
+        ready.bytes -= b
         if seg.transient_unread:  # this message (nothing else was ready): transient
             t = self._transient
             t.unread_gone(seg)
@@ -240,7 +236,7 @@ class SegmentStore:
         """Messages ``start .. stop - 1`` of a run, handed to a consumer at once:
         append_shifted for all of them, encoded together (in C for the C run
         type) and written in one piece, so they share one segment."""
-        if self._ready_count:
+        if self._ready.count:
             raise ValueError("append_run needs an empty backlog")
         seg, stored = self._put_run(run, start, stop)
         if self._count and stored.persistent != stop - start:  # transient: held from now on
@@ -248,10 +244,7 @@ class SegmentStore:
             base = stored.segment << 32
             for k in _transient_in_run(run, start, stored):
                 t.handed_out(base | stored.offsets[k], stored.sizes[k])
-        cursor = self._cursor
-        if cursor.seg is not seg:
-            self._enter(seg)
-        cursor.pos = self._log.write_pos
+        self._reader.behind_write(seg)
         return stored
 
     def append_ready_run(self, run: MessageRun, start: int, stop: int) -> StoredRun | None:
@@ -262,8 +255,9 @@ class SegmentStore:
         size = sum(stored.sizes)
         seg.unread += n
         seg.unread_bytes += size
-        self._ready_count += n
-        self._ready_bytes += size
+        ready = self._ready
+        ready.count += n
+        ready.bytes += size
         if self._count and stored.persistent != n:  # transient: unread in the segment
             for k in _transient_in_run(run, start, stored):
                 self._transient.appended(seg, stored.sizes[k])
@@ -292,112 +286,36 @@ class SegmentStore:
         self._files.dirty = True
         return seg, StoredRun(sid, offsets, sizes, persistent)
 
+    # -- reading in order (SegmentReader, store/segment_reader.py) ------------------------
     def shift(self) -> tuple[int, Message, bool] | None:
-        requeued = self._requeued
-        if requeued.by_seq:
-            seq, msg = requeued.pop()
-            self._ready_count -= 1
-            self._ready_bytes -= len(msg.body)
-            return seq, msg, True
-        cursor = self._cursor
-        while self._ready_count:
-            m = cursor.map
-            pos = cursor.pos
-            if m is None or pos >= cursor.end or self._detour:
-                if self._peeked is not None:
-                    return self._take_peeked()
-                if self._redelivering:
-                    return self._shift_redelivering()
-                m, pos = self._locate()
-                if m is None:
-                    continue  # the segment turned out unreadable; counts were adjusted
-            seg = cursor.seg
-            assert seg is not None
-            try:
-                msg, length = decode_record(m, pos, cursor.end, True, cursor.seed)
-            except CorruptRecord:
-                self._faults.damaged(seg, pos)
-                continue
-            cursor.pos = pos + length
-            b = len(msg.body)
-            seg.unread -= 1
-            seg.unread_bytes -= b
-            self._ready_count -= 1
-            self._ready_bytes -= b
-            seq = (seg.id << 32) | pos
-            if seg.transient_unread:
-                self._transient.read(seg, seq, msg.properties, b, True)
-            if not seg.unread:
-                cursor.close_map()  # fully read for now: hold no map while idle
-            return seq, msg, False
-        return None
+        return self._reader.shift()
 
     def span(self) -> StoreSpan | None:
-        """The ready records from the cursor on, in its segment's map, up to the
-        next dead record the cursor would step over (recovery's skip list) and,
-        while records delivered before the store opened lie ahead, up to the
-        delivered mark (those are redelivered, the rest not). None while
-        messages given back wait (they go first), a peeked record sits at the
-        cursor or records taken out ahead are in the way: shift() then."""
-        if self._requeued.by_seq or self._peeked is not None or not self._ready_count:
-            return None
-        cursor = self._cursor
-        m = cursor.map
-        if m is None or cursor.pos >= cursor.end or self._detour:
-            m, _pos = self._locate()
-            if m is None:
-                return None
-        seg = cursor.seg
-        assert seg is not None
-        if seg.removed is not None:
-            return None
-        pos = cursor.pos
-        limit = cursor.end
-        skip = cursor.skip
-        if skip is not None and cursor.skip_i < len(skip):
-            limit = min(limit, skip[cursor.skip_i])
-        redelivered = False
-        if self._redelivering:
-            mark = self._redelivered_below
-            if (seg.id << 32) | pos < mark:
-                redelivered = True
-                if mark >> 32 == seg.id:
-                    limit = min(limit, mark & _OFFSET_MASK)
-            else:
-                self._redelivering = False  # past the mark: nothing below it is left
-                self._set_detour()
-        return StoreSpan(m, pos, limit, cursor.seed, seg.id, seg.unread, redelivered)
+        """The ready records from the cursor on, framed at once (SegmentReader.span)."""
+        return self._reader.span()
 
     def take_span(self, span: StoreSpan, taken: StoredRun, acked: bool) -> None:
-        cursor = self._cursor
-        seg = cursor.seg
-        n = len(taken)
-        if seg is None or span.segment != seg.id or span.pos != cursor.pos or n > seg.unread:
-            raise ValueError(f"{self!r}: a span taken after the store changed")
-        body_bytes = sum(taken.sizes)
-        cursor.pos = span.end
-        seg.unread -= n
-        seg.unread_bytes -= body_bytes
-        self._ready_count -= n
-        self._ready_bytes -= body_bytes
-        if seg.transient_unread:
-            self._transient.span_taken(seg, span.buf, taken, body_bytes, acked)
-        if not seg.unread:
-            cursor.close_map()  # fully read for now: hold no map while idle
+        self._reader.take_span(span, taken, acked)
 
-    def _shift_redelivering(self) -> tuple[int, Message, bool] | None:
-        """shift() of the next record while records below the delivered mark may be
-        ahead: redelivered for those; once the cursor is past the mark, shift()
-        keeps to its fast path again."""
-        self._redelivering = False
-        self._set_detour()
-        item = self.shift()
-        if item is not None and item[0] < self._redelivered_below:
-            self._redelivering = True
-            self._set_detour()
-            return item[0], item[1], True
-        return item
+    def peek(self) -> tuple[int, Message, bool] | None:
+        """The message shift() returns next, left in place (SegmentReader.peek)."""
+        return self._reader.peek()
 
+    def is_ready(self, seq: int) -> bool:
+        """Whether ``seq`` names a ready message (SegmentReader.is_ready)."""
+        return self._reader.is_ready(seq)
+
+    def scan_ready(self, exchange: str | None = None) -> Iterator[tuple[int, int, bytes]]:
+        """(seq, timestamp, raw properties) of each ready message, in shift order
+        (SegmentReader.scan_ready)."""
+        return self._reader.scan_ready(exchange)
+
+    def delivered_marks(self) -> dict[Path, int]:
+        """{directory: mark} below which every record still here was delivered
+        (SegmentReader.delivered_marks)."""
+        return self._reader.delivered_marks()
+
+    # -- reading at random ----------------------------------------------------------------
     def read(self, seq: int) -> Message:
         """The message appended at ``seq``, read from its segment file (random
         access: store/segment_recovery.py's read_message). For a delayed exchange
@@ -409,103 +327,6 @@ class SegmentStore:
         """read() of each message, each segment file opened once (read_messages);
         None where read() would raise: the caller reads that one with read()."""
         return read_messages(self._log, self._segs, seqs)
-
-    def peek(self) -> tuple[int, Message, bool] | None:
-        """The message shift() returns next, left in place. A record read from the
-        file is kept for that shift(), which then does not decode it again."""
-        requeued = self._requeued
-        if requeued.by_seq:
-            seq, msg = requeued.first()
-            return seq, msg, True
-        peeked = self._peeked
-        if peeked is not None:
-            return peeked[0], peeked[1], peeked[0] < self._redelivered_below
-        while self._ready_count:
-            m, pos = self._locate()
-            if m is None:
-                continue
-            seg = self._cursor.seg
-            assert seg is not None
-            try:
-                msg, length = decode_record(m, pos, self._cursor.end, True, self._cursor.seed)
-            except CorruptRecord:
-                self._faults.damaged(seg, pos)
-                continue
-            seq = (seg.id << 32) | pos
-            self._peeked = (seq, msg, length)
-            self._detour = True
-            return seq, msg, seq < self._redelivered_below
-        return None
-
-    def _take_peeked(self) -> tuple[int, Message, bool]:
-        """shift() of the record peek() decoded: it sits at the cursor."""
-        peeked = self._peeked
-        cursor = self._cursor
-        seg = cursor.seg
-        assert peeked is not None and seg is not None
-        seq, msg, length = peeked
-        self._peeked = None
-        cursor.pos = (seq & _OFFSET_MASK) + length
-        b = len(msg.body)
-        seg.unread -= 1
-        seg.unread_bytes -= b
-        self._ready_count -= 1
-        self._ready_bytes -= b
-        if seg.transient_unread:
-            self._transient.read(seg, seq, msg.properties, b, True)
-        self._set_detour()
-        if not seg.unread:
-            cursor.close_map()
-        return seq, msg, seq < self._redelivered_below
-
-    def is_ready(self, seq: int) -> bool:
-        """Whether ``seq``, a number kept from before (a quorum queue's delivery
-        counts, store/delivery_counts.py), names a ready message of this store: a
-        requeued one, or a live record ahead of the cursor that checks out
-        (structure and CRC with its segment's salt), so that a number from an
-        earlier life of a segment id never matches. Reads one record; changes
-        nothing."""
-        if seq in self._requeued.by_seq:
-            return True
-        seg = self._segs.get(seq >> 32)
-        off = seq & _OFFSET_MASK
-        if seg is None or not seg.unread or off < self._log.data_start(seg.id):
-            return False
-        cursor = self._cursor
-        if cursor.passed(seg, off) or cursor.is_dead(seg, off):
-            return False
-        return cursor.read_at(seg, off) is not None
-
-    def scan_ready(self, exchange: str | None = None) -> Iterator[tuple[int, int, bytes]]:
-        """(seq, timestamp, raw properties) of each ready message, in shift order
-        (only those published to ``exchange`` when it is given).
-
-        Requeued messages first, then the records from the cursor on, read through
-        maps of its own (the read cursor and its map are not touched) and without
-        building Message objects or checking CRCs (recovery did). Do not change the
-        store while iterating.
-        """
-        for seq, msg in self._requeued.in_order():
-            if exchange is None or msg.exchange == exchange:
-                yield seq, msg.timestamp, msg.properties
-        cursor = self._cursor
-        name = None if exchange is None else exchange.encode("utf-8", "surrogateescape")
-        for seg in list(self._segs.values()):
-            start = cursor.ready_from(seg)
-            if seg.unread and start <= OFFSET_MASK:  # not behind the cursor
-                first = max(start, self._log.data_start(seg.id))
-                yield from scan_segment(self._log, seg, first, name)
-
-    def delivered_marks(self) -> dict[Path, int]:
-        """{directory: mark}: every record below the mark that is still here was
-        delivered, in this run (below the read cursor: records go out in log
-        order, and requeued ones sit there too) or before (below the mark the
-        store opened with). Nothing for a store without records."""
-        if not self._segs:
-            return {}
-        peeked = self._peeked  # a peeked record is where the cursor stands
-        cursor_seq = peeked[0] if peeked is not None else self._cursor.next_seq(self._segs)
-        return {self._dir: max(cursor_seq, self._redelivered_below)}
 
     def close(self, sync: bool = True) -> None:
         """Write everything out, the write segment's data ended by a close mark (and
@@ -523,7 +344,7 @@ class SegmentStore:
             with self._lock:
                 self._log.close_locked()
             self._log.report_losses()
-            self._cursor.close_map()
+            self._reader.cursor.close_map()
             if self._acks:
                 log.error(
                     "%s: %d acks could not be written: those messages will be "
@@ -537,13 +358,11 @@ class SegmentStore:
         with self._lock:
             self._acks.clear()
         self._log.delete()
-        self._cursor.leave()
+        self._reader.clear()
         self._segs.clear()
         self._requeued.clear()
-        self._peeked = None
-        self._redelivering = self._detour = False
         self._wseg = None
-        self._ready_count = self._ready_bytes = 0
+        self._ready.reset()
         self._transient.reset()
 
     # -- settling: acks, requeues, removals, purge ----------------------------------------
@@ -558,7 +377,7 @@ class SegmentStore:
         self._files.dirty = True
         seg.dead += 1
         if seg.dead >= seg.records and seg is not self._wseg:
-            self._drop_segment(seg)
+            self.drop_segment(seg)
         elif len(self._acks) >= _ACK_BATCH:
             with self._lock:
                 self._files.write_acks_locked()
@@ -574,7 +393,7 @@ class SegmentStore:
         self._files.dirty = True
         seg.dead += len(offsets)
         if seg.dead >= seg.records and seg is not self._wseg:
-            self._drop_segment(seg)
+            self.drop_segment(seg)
         elif len(self._acks) >= _ACK_BATCH:
             with self._lock:
                 self._files.write_acks_locked()
@@ -584,30 +403,36 @@ class SegmentStore:
             self.ack(seq)  # never stored (its publisher got a nack): gone
             return
         self._requeued.add(seq, msg)
-        self._ready_count += 1
-        self._ready_bytes += len(msg.body)
+        ready = self._ready
+        ready.count += 1
+        ready.bytes += len(msg.body)
 
     def remove_ready(self, seq: int) -> Message | None:
         """Take a ready message out wherever it is, acking it (durable like any ack):
-        store/segment_settle.py's remove_ready."""
-        return remove_ready(self, seq)
+        store/segment_settle.py's SegmentRemovals."""
+        return self._removals.remove_ready(seq)
 
     def purge(self) -> int:
         """Drop every ready message (store/segment_settle.py's purge)."""
-        return purge(self)
+        return self._removals.purge()
 
-    # -- the segment table ----------------------------------------------------------------
-    def _retire_write_segment(self) -> None:
+    # -- for its parts (store/segment_parts.py's SegmentOwner) ----------------------------
+    def write_segment(self) -> SegmentState | None:
+        """The segment appends go to, or None before the next append."""
+        return self._wseg
+
+    def forget_write_segment(self) -> None:
+        """The log closed the write segment itself (a failed write-out)."""
+        self._wseg = None
+
+    def retire_write_segment(self) -> None:
         """Close the write segment; the next append starts a new one."""
         self._log.retire()
         self._wseg = None
 
-    def _drop_segment(self, seg: SegmentState) -> None:
+    def drop_segment(self, seg: SegmentState) -> None:
         """Delete a fully acknowledged segment (messages first, so acks never go missing)."""
-        if seg is self._cursor.seg:
-            self._cursor.leave()
-            self._peeked = None
-            self._set_detour()
+        self._reader.left(seg)
         with self._lock:
             if self._log.closed or self._segs.pop(seg.id, None) is None:
                 return
@@ -643,73 +468,6 @@ class SegmentStore:
         """Whether appends of those write generations were dropped by a failed
         write-out (store/disk_budget.py; GroupSync asks before a confirm)."""
         return self._files.lost_between(first, last)
-
-    # -- reading (the cursor: store/segment_cursor.py) ------------------------------------
-    def _enter(self, seg: SegmentState) -> None:
-        self._cursor.enter(seg)
-        self._set_detour()
-
-    def _set_detour(self) -> None:
-        cursor = self._cursor
-        seg = cursor.seg
-        self._detour = (
-            self._peeked is not None
-            or cursor.skip is not None
-            or (seg is not None and seg.removed is not None)
-            or self._redelivering
-        )
-
-    def _locate(self) -> tuple[mmap.mmap | None, int]:
-        """Map the next unread record, moving through segments and past dead records.
-
-        Only called while some record on disk is unread. Returns (None, 0) after
-        giving up on an unreadable segment (the ready counters are adjusted then).
-        """
-        if self._log.closed:
-            raise ValueError(f"{self!r} is closed")
-        cursor = self._cursor
-        while True:
-            seg = cursor.seg
-            if seg is None or not seg.unread or seg.id not in self._segs:
-                nxt = None
-                for s in self._segs.values():
-                    if s.unread and (seg is None or s.id > seg.id):
-                        nxt = s
-                        break
-                if nxt is None:
-                    # Counters claim unread records that no segment has: repair them.
-                    log.error(
-                        "%s: ready count %d but nothing to read", self._dir, self._ready_count
-                    )
-                    self._ready_count = len(self._requeued.by_seq)
-                    self._ready_bytes = self._requeued.body_bytes()
-                    for s in self._segs.values():  # nothing unread: none transient
-                        self._transient.unread_gone(s)
-                    return None, 0
-                self._enter(nxt)
-                seg = nxt
-            m = cursor.map
-            if m is None or cursor.pos >= cursor.end:
-                try:
-                    cursor.map_segment(seg)
-                except OSError as exc:
-                    if seg is cursor.seg and seg.unread:  # not a failed write-out's drop
-                        self._faults.abandon(seg, f"cannot map: {exc}")
-                    return None, 0
-                m = cursor.map
-                if m is None or cursor.pos >= cursor.end:
-                    if seg is cursor.seg and seg.unread:
-                        self._faults.abandon(seg, "file shorter than its records")
-                    return None, 0
-            if cursor.skip is None and seg.removed is None:
-                self._detour = self._redelivering  # callers hold no peeked record
-                return m, cursor.pos
-            if not cursor.step_over_dead():
-                self._faults.damaged(seg, cursor.pos)
-                continue
-            self._set_detour()
-            if cursor.pos < cursor.end:
-                return m, cursor.pos
 
 
 def _transient_in_run(run: MessageRun, start: int, stored: StoredRun) -> list[int]:

@@ -1,0 +1,214 @@
+"""A stream's delivery part (``queue.delivery`` of a StreamQueue): its readers
+and the passes that deliver to them.
+
+Each consumer is a reader with its own cursor on the log (and filter, offset
+tracking, what is in flight). A pass goes round-robin over the readers that
+can take more, up to a batch: a span of records framed at once where a
+reader has no filter and credit for two or more (Consumer.deliver_records:
+delivery seqs ``(-span id << 32) | i``), else one by one (a seq of its own).
+core/stream_queue.py's StreamSettlement settles them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from warren.core.consumer import Consumer
+from warren.core.message import Message
+from warren.core.queue_delivery import QueueDelivery
+from warren.core.stream import FILTER_VALUE_HEADER
+
+if TYPE_CHECKING:
+    from warren.core.queue import Queue
+
+__all__ = ["Reader", "Span", "StreamDelivery"]
+
+log = logging.getLogger("warren.stream")
+
+# Deliveries per scheduled run, over all consumers.
+_DELIVERY_BATCH = 2048
+
+
+class Reader:
+    """A consumer of the stream: its cursor, filter, tracking and what is in flight."""
+
+    __slots__ = (
+        "consumer",
+        "cursor",
+        "filters",
+        "match_unfiltered",
+        "tracking",
+        "in_flight",
+        "returned",
+    )
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        cursor: Any,
+        filters: frozenset[str] | None,
+        match_unfiltered: bool,
+        tracking: str | None,
+    ) -> None:
+        self.consumer = consumer
+        self.cursor = cursor
+        self.filters = filters
+        self.match_unfiltered = match_unfiltered
+        self.tracking = tracking
+        self.in_flight: dict[int, None] = {}  # offsets delivered, not acked (in order)
+        # The oldest offset given back with a reject or nack (or by a closing
+        # channel): not processed, so tracking never moves past it.
+        self.returned: int | None = None
+
+    def resume_offset(self) -> int:
+        """Where this consumer would start again: its oldest delivery not acked
+        (in flight or given back), else the next message it would read."""
+        offset = int(self.cursor.offset)
+        for oldest in self.in_flight:
+            offset = oldest
+            break
+        returned = self.returned
+        return offset if returned is None or returned > offset else returned
+
+    def wants(self, msg: Message) -> bool:
+        if self.filters is None:
+            return True
+        value = (msg.headers or {}).get(FILTER_VALUE_HEADER)
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "surrogateescape")
+        if value is None:
+            return self.match_unfiltered
+        return isinstance(value, str) and value in self.filters
+
+
+class Span:
+    """Deliveries a consumer got at once from consecutive records (the backlog path):
+    sequence numbers ``(-id << 32) | i`` for offsets ``first + i``, ``left`` not acked."""
+
+    __slots__ = ("reader", "first", "left")
+
+    def __init__(self, reader: Reader, first: int, left: int) -> None:
+        self.reader = reader
+        self.first = first
+        self.left = left
+
+
+class StreamDelivery(QueueDelivery):
+    """A stream's readers, their deliveries in flight, and the delivery passes."""
+
+    def __init__(self, queue: Queue) -> None:
+        super().__init__(queue, False)
+        #: The readers, by id() of their consumer.
+        self.readers: dict[int, Reader] = {}
+        #: Deliveries made one by one: seq -> (reader, offset).
+        self.deliveries: dict[int, tuple[Reader, int]] = {}
+        self._next_delivery = 1
+        #: Deliveries made a span at once: span id -> span.
+        self.spans: dict[int, Span] = {}
+        self._next_span = 1
+        self._turn = 0
+
+    def schedule(self) -> None:
+        if not self._scheduled and self.readers and not self.queue.deleted:
+            self._scheduled = True
+            self._call_soon(self.run)
+
+    def stored(self) -> None:
+        self.schedule()
+
+    def stop(self) -> None:
+        """The stream is deleted: every reader's cursor closes."""
+        for reader in self.readers.values():
+            reader.cursor.close()
+        self.readers.clear()
+        self.deliveries.clear()
+        self.spans.clear()
+
+    def run(self) -> None:
+        """A delivery pass (scheduled)."""
+        self._scheduled = False
+        q = self.queue
+        if q.deleted:
+            return
+        try:
+            more = self._deliver_some()
+        except Exception:
+            log.exception(
+                "stream '%s' in vhost '%s': delivering messages failed", q.name, q.vhost.name
+            )
+            return
+        if more:
+            self.schedule()
+
+    def _deliver_some(self) -> bool:
+        """Deliver to every consumer that can take more, round-robin, up to a batch;
+        True when a consumer could take more and has more to read."""
+        readers = list(self.readers.values())
+        if not readers:
+            return False
+        budget = _DELIVERY_BATCH
+        n = len(readers)
+        start = self._turn % n
+        self._turn += 1
+        active = [readers[(start + i) % n] for i in range(n)]
+        while active and budget:
+            still: list[Reader] = []
+            for reader in active:
+                consumer = reader.consumer
+                if not consumer.can_take():
+                    continue
+                cursor = reader.cursor
+                if reader.filters is None:
+                    n = self._deliver_span(reader, budget)
+                    if n:
+                        budget -= n
+                        still.append(reader)
+                        if not budget:
+                            return True
+                        continue
+                item = cursor.next()
+                if reader.filters is not None:
+                    while item is not None and not reader.wants(item[1]):
+                        item = cursor.next()
+                if item is None:
+                    continue
+                offset, msg = item
+                seq = self._next_delivery
+                self._next_delivery = seq + 1
+                self.deliveries[seq] = (reader, offset)
+                reader.in_flight[offset] = None
+                self.queue.unacked += 1
+                consumer.deliver(seq, msg, False)
+                budget -= 1
+                still.append(reader)
+                if not budget:
+                    return True
+            active = still
+        return False
+
+    def _deliver_span(self, reader: Reader, budget: int) -> int:
+        """As many of the reader's next records as its consumer's credit allows, framed
+        in one pass (Consumer.deliver_records) when it can; how many (0: go one by one)."""
+        consumer = reader.consumer
+        credit = consumer.run_credit(budget)
+        if credit < 2:
+            return 0
+        span = reader.cursor.span()
+        if span is None:
+            return 0
+        buf, pos, seed, left = span
+        sid = self._next_span
+        n, end = consumer.deliver_records(buf, pos, len(buf), seed, min(credit, left), -sid)
+        if not n:
+            return 0
+        first = int(reader.cursor.offset)
+        reader.cursor.skip(n, end)
+        self._next_span = sid + 1
+        self.spans[sid] = Span(reader, first, n)
+        if reader.tracking is not None:
+            in_flight = reader.in_flight
+            for offset in range(first, first + n):
+                in_flight[offset] = None
+        self.queue.unacked += n
+        return n
