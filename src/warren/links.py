@@ -202,6 +202,11 @@ class LinkRunner(ABC):
     # -- states ---------------------------------------------------------------------------
     def _set_state(self, state: str) -> None:
         self.state = state
+        self._changed()
+
+    def _changed(self) -> None:
+        """Wake the waiters on this runner and its component: what ``info()``
+        shows has changed (a state, or a subclass's own field)."""
         self._waiters.notify()
         if self._on_change is not None:
             self._on_change()

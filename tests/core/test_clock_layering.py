@@ -5,7 +5,8 @@ the broker's clock, so a test can drive them all with a ManualClock. This reads
 src/warren with ast and fails on a direct reading of the system clock
 (time.time, time.monotonic, time.perf_counter and their _ns forms, an event
 loop's time()), a timer armed on something other than a clock (call_later,
-call_at on a loop), an asyncio.sleep of more than a loop turn, or a Message
+call_at on a loop), an asyncio.sleep of more than a loop turn, an
+asyncio.wait_for or an asyncio.wait with a timeout, or a Message
 made without a time, outside core/clock.py and the allowlist below, each entry
 with the reason it stays off the clock. perf/, spark/ and client/ are clients
 with their own timing.
@@ -42,6 +43,14 @@ ALLOWED: dict[tuple[str, str], str] = {
         "federation's sweep for new queues and policies: a poll for changes no "
         "event announces, not a time the protocol defines"
     ),
+    # Bounds on a stop or a close, which must end in real time even when a test
+    # never moves its ManualClock (a timeout on a peer goes on the clock:
+    # links.py's _within).
+    ("amqp/server.py", "asyncio.wait timeout"): "the listener's stop: connections' closes",
+    ("mqtt/server.py", "asyncio.wait timeout"): "the listener's stop: connections' closes",
+    ("http/websocket.py", "asyncio.wait timeout"): "a WebSocket's close handshake on stop",
+    ("broker_lifecycle.py", "asyncio.wait_for"): "the stop's bound on a vhost's disk sync",
+    ("links.py", "asyncio.wait_for"): "StateWaiters.wait: its caller's (a test's) own deadline",
     ("metrics/snapshot.py", "time.time"): "process start and scrape time, for /metrics",
     ("http/api_overview.py", "time.time"): "the process's uptime in /api/overview",
     ("ctl/startup.py", "time.monotonic"): (
@@ -54,6 +63,11 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("cluster/leader.py", "loop.time"): "the followers' ack deadlines (cluster timing)",
     ("cluster/leader.py", "call_later"): "the followers' ack watchdog (cluster timing)",
     ("cluster/leader.py", "asyncio.sleep"): "a retry pause after a failed replication",
+    ("cluster/leader.py", "asyncio.wait_for"): "the leader's stop: followers' sockets closing",
+    (
+        "cluster/proxy.py",
+        "asyncio.wait_for",
+    ): "the cluster proxy's connect to a node (cluster timing)",
     ("cluster/retry.py", "loop.time"): "the cluster's own injectable Clock",
     ("cluster/retry.py", "asyncio.sleep"): "the cluster's own injectable Clock",
 }
@@ -106,6 +120,14 @@ def _findings(path: Path) -> set[str]:
             found.add("loop.time")
         elif func.attr in _TIMER_METHODS and not owner.endswith("clock"):
             found.add(func.attr)
+        elif owner == "asyncio" and func.attr == "wait_for":
+            found.add("asyncio.wait_for")
+        elif owner == "asyncio" and func.attr == "wait":
+            timeout = next((k.value for k in node.keywords if k.arg == "timeout"), None)
+            if timeout is not None and not (
+                isinstance(timeout, ast.Constant) and timeout.value is None
+            ):
+                found.add("asyncio.wait timeout")
         elif owner == "asyncio" and func.attr == "sleep":
             zero = node.args and isinstance(node.args[0], ast.Constant) and not node.args[0].value
             if not zero:
@@ -115,9 +137,7 @@ def _findings(path: Path) -> set[str]:
 
 def _sources() -> list[Path]:
     return sorted(
-        p
-        for p in SRC.rglob("*.py")
-        if p.relative_to(SRC).parts[0] not in CLIENT_PACKAGES
+        p for p in SRC.rglob("*.py") if p.relative_to(SRC).parts[0] not in CLIENT_PACKAGES
     )
 
 
@@ -136,11 +156,7 @@ def test_time_is_read_and_timers_armed_only_through_the_clock() -> None:
 def test_the_allowlist_has_no_stale_entries() -> None:
     """An entry whose file no longer does what it allows goes, so the list stays
     the exact set of exceptions."""
-    stale = sorted(
-        f"{file}: {what}"
-        for file, what in ALLOWED
-        if what not in _findings(SRC / file)
-    )
+    stale = sorted(f"{file}: {what}" for file, what in ALLOWED if what not in _findings(SRC / file))
     assert not stale
 
 
@@ -156,6 +172,7 @@ def test_the_check_sees_each_kind(tmp_path: Path) -> None:
         "asyncio.sleep(1); Message('', 'k', b'', b'')\n"
         "self.vhost.clock.call_at(1, f); clock.call_later(1, f); asyncio.sleep(0)\n"
         "Message('', 'k', b'', b'', now)\n"
+        "asyncio.wait_for(f, 5); asyncio.wait([f], timeout=5); asyncio.wait([f], timeout=None)\n"
     )
     assert _findings(sample) == {
         "time.time",
@@ -166,4 +183,6 @@ def test_the_check_sees_each_kind(tmp_path: Path) -> None:
         "call_at",
         "asyncio.sleep",
         "Message without a time",
+        "asyncio.wait_for",
+        "asyncio.wait timeout",
     }

@@ -17,6 +17,9 @@ import pytest
 from conftest import BrokerThread, start_broker
 from httphelp import Api
 
+from warren.core.clock import ManualClock
+from warren.federation.queue_link import DEMAND_CHECK_MS
+
 
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[tuple[BrokerThread, BrokerThread]]:
@@ -301,3 +304,57 @@ def test_a_federated_queue_fetches_only_while_it_has_consumers(
                 break
         ch.cancel()
         assert sorted(bodies) == sorted(b"job-%d" % i for i in range(20))
+
+
+def test_a_federated_queue_looks_for_demand_on_the_brokers_clock(
+    tmp_path: Path, broker_factory: Callable[..., BrokerThread]
+) -> None:
+    """The link looks at the local queue's consumers on the broker's clock (a
+    ManualClock here): a consumer that arrives is not served until the clock
+    reaches the next look, and then is, with no wait for wall-clock time."""
+    up = start_broker(tmp_path / "up")
+    down = broker_factory(data_dir=tmp_path / "down", clock=ManualClock())
+    try:
+        with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", up.port)) as conn:
+            ch = conn.channel()
+            ch.queue_declare("work", durable=True)
+            ch.confirm_delivery()
+            for i in range(3):
+                ch.basic_publish("", "work", b"job-%d" % i)
+        api = Api(down.http_port)
+        value = {"uri": f"amqp://guest:guest@127.0.0.1:{up.port}/%2F"}
+        assert (
+            api.put("/api/parameters/federation-upstream/%2F/origin", {"value": value}).status
+            == 201
+        )
+        policy = {
+            "pattern": "^work$",
+            "apply-to": "queues",
+            "definition": {"federation-upstream": "origin"},
+        }
+        assert api.put("/api/policies/%2F/fed-queues", policy).status in (201, 204)
+        with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", down.port)) as conn:
+            ch = conn.channel()
+            ch.queue_declare("work", durable=True)
+            _wait_running(down, lambda link: link["type"] == "queue")
+            now = down.call(lambda: down.clock.now_ms())
+            # The next look is a timer on the broker's clock, not the loop's.
+            assert now + DEMAND_CHECK_MS in down.call(down.clock.pending)
+            bodies: list[bytes] = []
+            ch.basic_consume("work", lambda c, m, p, body: bodies.append(body), auto_ack=True)
+            link = _link_info(down)
+            assert link["status"] == "running" and not link["consuming"]  # no look yet
+            down.advance(DEMAND_CHECK_MS)
+            _wait_running(down, lambda link: link["type"] == "queue" and link["consuming"])
+            conn.process_data_events(time_limit=0)
+            while len(bodies) < 3:
+                conn.process_data_events(time_limit=None)  # returns as frames arrive
+        assert sorted(bodies) == [b"job-0", b"job-1", b"job-2"]
+    finally:
+        up.stop()
+
+
+def _link_info(broker: BrokerThread) -> dict[str, Any]:
+    component: Any = broker.broker.parameter_components["federation-upstream"]
+    (link,) = [x for x in broker.call(component.status) if x["type"] == "queue"]
+    return link

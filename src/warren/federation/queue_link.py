@@ -28,8 +28,9 @@ from warren.core.queue import Queue
 from warren.federation.upstream import Upstream, add_hop
 from warren.links import LinkRunner, redact
 
-#: Seconds between two looks at the local queue's demand.
-DEMAND_CHECK = 0.05
+#: Milliseconds of the broker's clock between two looks at the local queue's
+#: demand (a consumer comes, its backlog drains): no event announces it.
+DEMAND_CHECK_MS = 50
 
 
 class QueueLink(LinkRunner):
@@ -134,18 +135,36 @@ class QueueLink(LinkRunner):
                 if wanted and tag is None:
                     ok = await ch.basic_consume(self.upstream_queue, on_message)
                     tag = ok.consumer_tag
-                    self.consuming = True
+                    self._set_consuming(True)
                 elif not wanted and tag is not None:
                     await ch.basic_cancel(tag)
                     tag = None
-                    self.consuming = False
-                await asyncio.wait([failed], timeout=DEMAND_CHECK)
+                    self._set_consuming(False)
+                await self._next_look(failed)
             failed.result()  # raises what failed it
         finally:
             for conn in (remote, local):
                 if conn is not None and not conn.is_closed:
                     with contextlib.suppress(Exception):
                         await conn.close()
+
+    def _set_consuming(self, consuming: bool) -> None:
+        self.consuming = consuming
+        self._changed()  # the API's "consuming": waiters see it change
+
+    async def _next_look(self, failed: asyncio.Future[None]) -> None:
+        """Wait ``DEMAND_CHECK_MS`` of the broker's clock, or until ``failed``."""
+        look: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def due() -> None:
+            if not look.done():
+                look.set_result(None)
+
+        timer = self.clock.call_later(DEMAND_CHECK_MS, due)
+        try:
+            await asyncio.wait([failed, look], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
 
     async def _forward(
         self,
