@@ -81,6 +81,12 @@ class BatchedProtocol(asyncio.Protocol):
         if transport is not None and not transport.is_closing() and not self._blocked:
             transport.resume_reading()
 
+    @property
+    def paused(self) -> bool:
+        """Reading is off at the connection's request (an alarm, a held reply)
+        rather than for the rest of a loop turn (``yield_reading``)."""
+        return self._blocked
+
     def set_reading(self, reading: bool) -> None:
         """The connection's own pause (free-disk alarm), independent of yielding."""
         self._blocked = not reading

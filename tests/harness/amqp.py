@@ -237,13 +237,19 @@ class ProtocolAMQP(_InMemory):
         pieces = [data[i : i + 1] for i in range(len(data))] if self.bytewise else [data]
         transport = self.transport
 
+        protocol = self.protocol
+
         async def feed() -> None:
             for piece in pieces:
                 transport.incoming += piece
                 transport.deliver()
                 # Later loop turns, as the socket's reads: until the protocol took
                 # it all (it yields reading after a large read or with a backlog).
-                while transport.incoming and not transport.closing:
+                # Paused at the connection's request (a resource alarm, a held
+                # reply), it reads nothing until that ends: what is left stays
+                # unread in ``transport.incoming``, as in a socket's buffer, and
+                # is read when reading resumes.
+                while transport.incoming and not transport.closing and not protocol.paused:
                     await asyncio.sleep(0)
             await asyncio.sleep(0)  # the flush the read scheduled
 

@@ -142,3 +142,30 @@ def test_every_publish_on_a_full_disk_is_answered(
             got.append(c.expect_content()[1])
         assert got == [f"{q}:{i}".encode() for i in later]
         c.close()
+
+
+def test_a_send_to_a_blocked_connection_returns_and_is_read_later(broker: Harness) -> None:
+    """ProtocolAMQP.send to a connection whose reading the disk alarm paused
+    returns at once, what it sent left unread as in a socket's buffer (it used
+    to spin on the loop until the harness's 30 s timeout); read once the disk
+    is given back."""
+    c = publisher(broker, "q")
+    disk = Path(broker.config.data_dir).parent
+    filler = disk / "filler"
+    fill(filler)
+    answered: dict[int, bool] = {}
+    seen: list[str] = []
+    c.send(messages("q", 1, 1))  # dropped by the failed write: the alarm blocks
+    answers(c, answered, 1, seen)
+    assert answered == {1: False} and seen == ["Connection.Blocked"]
+
+    c.send(messages("q", 2, 1))  # returns: nothing read while paused
+    assert c.transport.incoming and c.protocol.paused, "read while blocked"
+    assert c.frames_now() == []
+
+    filler.unlink()
+    assert broker.call(broker.broker.resource_alarms.check_disk) is False
+    seen.clear()
+    answers(c, answered, 1, seen)
+    assert answered == {1: False, 2: True} and seen == ["Connection.Unblocked"]
+    c.close()
