@@ -62,6 +62,8 @@ class BrokerThread:
         self.loop = new_event_loop()
         self.broker = Broker(config, clock=clock)
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        #: The broker's stop, once asked (a second stop() waits on the same one).
+        self._stopping: Future[None] | None = None
 
     def start(self, timeout: float = 120) -> BrokerThread:
         """Start the broker; ``timeout`` only stops a hung start. A restart on a big
@@ -129,14 +131,39 @@ class BrokerThread:
         return self.call(lambda: clock.advance(ms))
 
     def stop(self, timeout: float = 30) -> None:
+        """Stop the broker on its loop, then the loop, join its thread and close
+        the loop; a second call does nothing once that is done.
+
+        A loop that does not stop within ``timeout`` (a call on it blocks) raises
+        RuntimeError saying so and is left running: closing a running loop
+        would only raise "Cannot close a running event loop" and hide why. A
+        later stop() waits for the same broker stop again. A broker stop that
+        failed still ends the loop, then raises its error."""
         if self.loop.is_closed():
             return
-        try:
-            self.run(self.broker.stop(), timeout)
-        finally:
+        failed: BaseException | None = None
+        if self._thread.is_alive():
+            if self._stopping is None:
+                self._stopping = asyncio.run_coroutine_threadsafe(self.broker.stop(), self.loop)
+            try:
+                self._stopping.result(timeout)
+            except TimeoutError:
+                raise self._stuck(timeout) from None
+            except BaseException as exc:  # it failed to stop cleanly: still end the loop
+                failed = exc
             self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(10)
-            self.loop.close()
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise self._stuck(timeout)
+        self.loop.close()
+        if failed is not None:
+            raise failed
+
+    def _stuck(self, timeout: float) -> RuntimeError:
+        return RuntimeError(
+            f"the broker's event loop did not stop within {timeout:g} s (is a call on it "
+            f"blocked?); its thread is left running on {self.config.data_dir}"
+        )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
