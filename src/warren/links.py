@@ -29,9 +29,10 @@ import asyncio
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from warren.core import clock as clocks
 from warren.core.clock import Clock, LoopClock
@@ -45,6 +46,45 @@ MAX_BACKOFF = 60.0
 STARTING = "starting"
 #: The state of a runner whose session is up.
 RUNNING = "running"
+
+
+#: How long the TCP connect and AMQP handshake to a peer may take (ms) when its
+#: URI has no ``connection_timeout`` (RabbitMQ's Erlang client's URI parameter,
+#: whose default this is).
+CONNECTION_TIMEOUT_MS = 60_000
+#: How long one RPC to a peer (a declare, bind, qos, consume, channel open) may
+#: wait for its reply (ms) when the URI has no ``rpc_timeout``.
+RPC_TIMEOUT_MS = 60_000
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """A peer's bounds, from its URI's query (``?connection_timeout=10000``, ms)."""
+
+    connect_ms: int = CONNECTION_TIMEOUT_MS
+    rpc_ms: int = RPC_TIMEOUT_MS
+
+    @classmethod
+    def of(cls, uri: str) -> Timeouts:
+        """The bounds ``uri`` asks for; ValueError names a value that is not a
+        positive number of milliseconds."""
+        query = parse_qs(urlsplit(uri).query)
+
+        def get(name: str, default: int) -> int:
+            if name not in query:
+                return default
+            raw = query[name][-1]
+            try:
+                value = int(raw)
+            except ValueError:
+                value = 0
+            if value <= 0:
+                raise ValueError(f"{name} must be a positive number of milliseconds, not {raw!r}")
+            return value
+
+        return cls(
+            get("connection_timeout", CONNECTION_TIMEOUT_MS), get("rpc_timeout", RPC_TIMEOUT_MS)
+        )
 
 
 def redact(uri: str) -> str:
@@ -198,6 +238,47 @@ class LinkRunner(ABC):
             return f"{self.label} is {self.state}" + (f" ({self.reason})" if self.reason else "")
 
         return await self._waiters.wait(check, timeout, describe)
+
+    # -- bounds on a peer -----------------------------------------------------------------
+    async def _within(self, awaitable: Awaitable[T], timeout_ms: int, what: str) -> T:
+        """``awaitable``'s result, or TimeoutError once ``timeout_ms`` of the
+        broker's clock pass without it (it is cancelled then: aiormq closes a
+        connection whose handshake is cancelled). A peer that accepts TCP and
+        then stops answering costs this long, not aiormq's heartbeat grace
+        (about 3 min, and none at all before the handshake ends)."""
+        inner = asyncio.ensure_future(awaitable)
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            if not inner.done():
+                expired = True
+                inner.cancel()
+
+        timer = self.clock.call_later(timeout_ms, expire)
+        try:
+            return await inner
+        except (asyncio.CancelledError, Exception):
+            # Whatever the cancelled awaitable raised (aiormq may turn the
+            # cancellation into a connection error), the expiry is the reason;
+            # this task's own cancellation (a stop) stays one.
+            task = asyncio.current_task()
+            if expired and (task is None or not task.cancelling()):
+                raise TimeoutError(f"{what}: no answer within {timeout_ms / 1000:g} s") from None
+            raise
+        finally:
+            timer.cancel()
+
+    async def _connect(self, conn: Any, uri: str) -> None:
+        """``conn.connect()`` (an aiormq Connection made for ``uri``) within the
+        URI's connection_timeout."""
+        await self._within(
+            conn.connect(), Timeouts.of(uri).connect_ms, f"connecting to {redact(uri)}"
+        )
+
+    async def _rpc(self, awaitable: Awaitable[T], uri: str, what: str) -> T:
+        """One RPC to the peer at ``uri`` within its rpc_timeout."""
+        return await self._within(awaitable, Timeouts.of(uri).rpc_ms, f"{what} on {redact(uri)}")
 
     # -- states ---------------------------------------------------------------------------
     def _set_state(self, state: str) -> None:

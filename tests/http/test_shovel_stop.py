@@ -35,7 +35,7 @@ class _CancelledAtTheRefusal(Shovel):
         self.cancelled: list[asyncio.Task[Any]] = []  # the task, once cancelled
         self.refused = asyncio.Event()
 
-    async def _ensure_queue(self, conn: Any, ch: Any, queue: str) -> Any:
+    async def _ensure_queue(self, conn: Any, ch: Any, queue: str, uri: str) -> Any:
         task = asyncio.current_task()
         assert task is not None
         if not self.cancelled:
@@ -47,7 +47,7 @@ class _CancelledAtTheRefusal(Shovel):
                     self.refused.set()
 
             ch._closing.add_done_callback(cancel)  # aiormq's; the public .closing is later
-        return await super()._ensure_queue(conn, ch, queue)
+        return await super()._ensure_queue(conn, ch, queue, uri)
 
 
 def _aiormq_tasks() -> list[asyncio.Task[Any]]:

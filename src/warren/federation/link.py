@@ -73,6 +73,7 @@ class ExchangeLink(LinkRunner):
         self.dropped = 0
         self._bound: set[BindingKey] = set()
         self._channel: aiormq.abc.AbstractChannel | None = None
+        self._uri = upstream.uris[0]  # the peer of the current session
         self._bindings_changed = asyncio.Event()
 
     @property
@@ -119,29 +120,42 @@ class ExchangeLink(LinkRunner):
         up = self.upstream
         # Made before their connects: the finally closes a connection whose connect
         # a cancellation met as it completed (never returned by aiormq).
-        remote = aiormq.Connection(up.uris[0])
+        uri = self._uri = up.uris[0]
+        remote = aiormq.Connection(uri)
         local: aiormq.Connection | None = None
         self._bound = set()
         try:
-            await remote.connect()
+            await self._connect(remote, uri)
             upstream_cluster = str(remote.server_properties.get("cluster_name", ""))
-            ch = self._channel = await remote.channel()
-            await ch.exchange_declare(
-                self.upstream_exchange, exchange_type=self.exchange_type, durable=self.durable
+            ch = self._channel = await self._rpc(remote.channel(), uri, "channel.open")
+            await self._rpc(
+                ch.exchange_declare(
+                    self.upstream_exchange, exchange_type=self.exchange_type, durable=self.durable
+                ),
+                uri,
+                "exchange.declare",
             )
             arguments: dict[str, Any] = {"x-internal-purpose": "federation"}
             if up.expires is not None:
                 arguments["x-expires"] = up.expires
             if up.message_ttl is not None:
                 arguments["x-message-ttl"] = up.message_ttl
-            await ch.queue_declare(self.queue_name, durable=True, arguments=arguments)
+            await self._rpc(
+                ch.queue_declare(self.queue_name, durable=True, arguments=arguments),
+                uri,
+                "queue.declare",
+            )
             await self._sync_bindings(ch)
             local = aiormq.Connection(self.local_uri)
-            await local.connect()
-            local_ch = await local.channel(publisher_confirms=up.ack_mode == "on-confirm")
+            await self._connect(local, self.local_uri)
+            local_ch = await self._rpc(
+                local.channel(publisher_confirms=up.ack_mode == "on-confirm"),
+                self.local_uri,
+                "channel.open",
+            )
             no_ack = up.ack_mode == "no-ack"
             if up.prefetch_count and not no_ack:
-                await ch.basic_qos(prefetch_count=up.prefetch_count)
+                await self._rpc(ch.basic_qos(prefetch_count=up.prefetch_count), uri, "basic.qos")
             failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
             async def on_message(message: DeliveredMessage) -> None:
@@ -153,7 +167,9 @@ class ExchangeLink(LinkRunner):
                     if not failed.done():
                         failed.set_exception(exc)
 
-            await ch.basic_consume(self.queue_name, on_message, no_ack=no_ack)
+            await self._rpc(
+                ch.basic_consume(self.queue_name, on_message, no_ack=no_ack), uri, "basic.consume"
+            )
             self._set_running()
             while True:
                 waiters = [
@@ -181,13 +197,28 @@ class ExchangeLink(LinkRunner):
 
     async def _sync_bindings(self, ch: aiormq.abc.AbstractChannel) -> None:
         wanted = set(self.bindings)
+        uri = self._uri
         for key in wanted - self._bound:
-            await ch.queue_bind(
-                self.queue_name, self.upstream_exchange, routing_key=key[0], arguments=dict(key[1])
+            await self._rpc(
+                ch.queue_bind(
+                    self.queue_name,
+                    self.upstream_exchange,
+                    routing_key=key[0],
+                    arguments=dict(key[1]),
+                ),
+                uri,
+                "queue.bind",
             )
         for key in self._bound - wanted:
-            await ch.queue_unbind(
-                self.queue_name, self.upstream_exchange, routing_key=key[0], arguments=dict(key[1])
+            await self._rpc(
+                ch.queue_unbind(
+                    self.queue_name,
+                    self.upstream_exchange,
+                    routing_key=key[0],
+                    arguments=dict(key[1]),
+                ),
+                uri,
+                "queue.unbind",
             )
         self._bound = wanted
 

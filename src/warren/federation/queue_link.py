@@ -99,23 +99,30 @@ class QueueLink(LinkRunner):
         up = self.upstream
         # Made before their connects: the finally closes a connection whose connect
         # a cancellation met as it completed (never returned by aiormq).
-        remote = aiormq.Connection(up.uris[0])
+        uri = up.uris[0]
+        remote = aiormq.Connection(uri)
         local: aiormq.Connection | None = None
         try:
-            await remote.connect()
+            await self._connect(remote, uri)
             upstream_cluster = str(remote.server_properties.get("cluster_name", ""))
-            ch = await remote.channel()
+            ch = await self._rpc(remote.channel(), uri, "channel.open")
             try:
-                await ch.queue_declare(self.upstream_queue, passive=True)
+                await self._rpc(
+                    ch.queue_declare(self.upstream_queue, passive=True), uri, "queue.declare"
+                )
             except aiormq.exceptions.ChannelNotFoundEntity:
                 self._end_if_stopped()  # a stop that met the 404 comes out as it
-                ch = await remote.channel()
-                await ch.queue_declare(self.upstream_queue, durable=True)
+                ch = await self._rpc(remote.channel(), uri, "channel.open")
+                await self._rpc(
+                    ch.queue_declare(self.upstream_queue, durable=True), uri, "queue.declare"
+                )
             local = aiormq.Connection(self.local_uri)
-            await local.connect()
-            local_ch = await local.channel(publisher_confirms=True)
+            await self._connect(local, self.local_uri)
+            local_ch = await self._rpc(
+                local.channel(publisher_confirms=True), self.local_uri, "channel.open"
+            )
             if up.prefetch_count:
-                await ch.basic_qos(prefetch_count=up.prefetch_count)
+                await self._rpc(ch.basic_qos(prefetch_count=up.prefetch_count), uri, "basic.qos")
             failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
             async def on_message(message: DeliveredMessage) -> None:
@@ -133,11 +140,13 @@ class QueueLink(LinkRunner):
                     raise ConnectionError("a connection of the link closed")
                 wanted = self._demand()
                 if wanted and tag is None:
-                    ok = await ch.basic_consume(self.upstream_queue, on_message)
+                    ok = await self._rpc(
+                        ch.basic_consume(self.upstream_queue, on_message), uri, "basic.consume"
+                    )
                     tag = ok.consumer_tag
                     self._set_consuming(True)
                 elif not wanted and tag is not None:
-                    await ch.basic_cancel(tag)
+                    await self._rpc(ch.basic_cancel(tag), uri, "basic.cancel")
                     tag = None
                     self._set_consuming(False)
                 await self._next_look(failed)

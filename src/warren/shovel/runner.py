@@ -104,31 +104,43 @@ class Shovel(LinkRunner):
         # Each connection is made before its connect, so that the finally closes it
         # even when a cancellation meets the connect as it completes (aiormq then
         # raises CancelledError and the connection it opened is never returned).
-        src = aiormq.Connection(self._resolve(spec.src_uris[0], self.vhost))
+        src_uri = self._resolve(spec.src_uris[0], self.vhost)
+        src = aiormq.Connection(src_uri)
         dest_conn: aiormq.Connection | None = None
         http: aiohttp.ClientSession | None = None
         try:
-            await src.connect()
-            src_ch = await src.channel()
+            await self._connect(src, src_uri)
+            src_ch = await self._rpc(src.channel(), src_uri, "channel.open")
             if spec.http_destination:
                 http = aiohttp.ClientSession()
                 publish = self._http_publisher(http)
             else:
-                dest_conn = aiormq.Connection(self._resolve(spec.dest_uris[0], self.vhost))
-                await dest_conn.connect()
-                dest_ch = await dest_conn.channel(publisher_confirms=spec.ack_mode == "on-confirm")
+                dest_uri = self._resolve(spec.dest_uris[0], self.vhost)
+                dest_conn = aiormq.Connection(dest_uri)
+                await self._connect(dest_conn, dest_uri)
+                dest_ch = await self._rpc(
+                    dest_conn.channel(publisher_confirms=spec.ack_mode == "on-confirm"),
+                    dest_uri,
+                    "channel.open",
+                )
                 if spec.dest_queue is not None:
-                    dest_ch = await self._ensure_queue(dest_conn, dest_ch, spec.dest_queue)
+                    dest_ch = await self._ensure_queue(
+                        dest_conn, dest_ch, spec.dest_queue, dest_uri
+                    )
                 publish = self._amqp_publisher(dest_ch)
-            queue, src_ch = await self._source_queue(src, src_ch)
+            queue, src_ch = await self._source_queue(src, src_ch, src_uri)
             if spec.delete_after == "queue-length":
-                ok = await src_ch.queue_declare(queue, passive=True)
+                ok = await self._rpc(
+                    src_ch.queue_declare(queue, passive=True), src_uri, "queue.declare"
+                )
                 self._remaining = ok.message_count or 0
             if self._remaining == 0:
                 raise Finished(DELETE_AFTER_REACHED)
             no_ack = spec.ack_mode == "no-ack"
             if not no_ack and spec.prefetch_count:
-                await src_ch.basic_qos(prefetch_count=spec.prefetch_count)
+                await self._rpc(
+                    src_ch.basic_qos(prefetch_count=spec.prefetch_count), src_uri, "basic.qos"
+                )
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
             inflight = 0
@@ -154,7 +166,9 @@ class Shovel(LinkRunner):
                 if self._remaining == 0 and not inflight and not done.done():
                     done.set_exception(Finished(DELETE_AFTER_REACHED))
 
-            await src_ch.basic_consume(queue, on_message, no_ack=no_ack)
+            await self._rpc(
+                src_ch.basic_consume(queue, on_message, no_ack=no_ack), src_uri, "basic.consume"
+            )
             self._set_running()
             closing = [asyncio.ensure_future(asyncio.shield(src.closing))]
             if dest_conn is not None:
@@ -176,30 +190,38 @@ class Shovel(LinkRunner):
                         await conn.close()
 
     async def _ensure_queue(
-        self, conn: aiormq.abc.AbstractConnection, ch: aiormq.abc.AbstractChannel, queue: str
+        self,
+        conn: aiormq.abc.AbstractConnection,
+        ch: aiormq.abc.AbstractChannel,
+        queue: str,
+        uri: str,
     ) -> aiormq.abc.AbstractChannel:
         """Use ``queue`` as it is, or declare it durable when it does not exist."""
         try:
-            await ch.queue_declare(queue, passive=True)
+            await self._rpc(ch.queue_declare(queue, passive=True), uri, "queue.declare")
             return ch
         except aiormq.exceptions.ChannelNotFoundEntity:
             self._end_if_stopped()  # a stop that met the 404 comes out as it
             confirms = bool(getattr(ch, "publisher_confirms", False))
-            ch = await conn.channel(publisher_confirms=confirms)
-            await ch.queue_declare(queue, durable=True)
+            ch = await self._rpc(conn.channel(publisher_confirms=confirms), uri, "channel.open")
+            await self._rpc(ch.queue_declare(queue, durable=True), uri, "queue.declare")
             return ch
 
     async def _source_queue(
-        self, conn: aiormq.abc.AbstractConnection, ch: aiormq.abc.AbstractChannel
+        self, conn: aiormq.abc.AbstractConnection, ch: aiormq.abc.AbstractChannel, uri: str
     ) -> tuple[str, aiormq.abc.AbstractChannel]:
         """The queue to consume and the channel to use (a failed passive declare
         closed the first one)."""
         spec = self.spec
         if spec.src_queue is not None:
-            return spec.src_queue, await self._ensure_queue(conn, ch, spec.src_queue)
-        ok = await ch.queue_declare("", exclusive=True)
+            return spec.src_queue, await self._ensure_queue(conn, ch, spec.src_queue, uri)
+        ok = await self._rpc(ch.queue_declare("", exclusive=True), uri, "queue.declare")
         assert ok.queue is not None
-        await ch.queue_bind(ok.queue, spec.src_exchange or "", routing_key=spec.src_exchange_key)
+        await self._rpc(
+            ch.queue_bind(ok.queue, spec.src_exchange or "", routing_key=spec.src_exchange_key),
+            uri,
+            "queue.bind",
+        )
         return ok.queue, ch
 
     def _properties(self, message: DeliveredMessage) -> Basic.Properties:
