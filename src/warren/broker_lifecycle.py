@@ -1,7 +1,9 @@
 """The broker's start and stop: in which order its parts come up and go down.
 
 :class:`BrokerLifecycle` is a part the broker (broker.py) holds; it sees the
-broker through :class:`LifecycleHost`. A start reads the definitions files
+broker through :class:`LifecycleHost`. A start binds every listener's ports
+first (listening, accepting nothing: bound_port.py), so that a port in use
+refuses it before anything else; then it reads the definitions files
 and the data directory (users, vhosts with their definitions and stores;
 store/damage.py decides what damaged metadata does) and checks the
 definitions against it; only then does it write (the cluster id, a new
@@ -92,6 +94,43 @@ class BrokerLifecycle:
         host.auth_guard.clock = host.clock  # in case another was set after __init__
         host.resource_alarms.loop = loop
         _raise_fd_limit()
+        # Every listener's ports bound first (listening, accepting nothing): a
+        # port in use refuses the start before the data dir is touched.
+        await self._bind_ports()
+        try:
+            await self._start_bound(loop)
+        except BaseException:
+            await self._stop_listeners()
+            raise
+
+    async def _stop_listeners(self) -> None:
+        """Stop every listener, started or only bound (its stop closes what it
+        bound and did not serve; a second stop does nothing)."""
+        for listener in reversed(self.host.listeners):
+            try:
+                await listener.stop()
+            except Exception:
+                log.exception("stopping the %s listener failed", listener.name)
+
+    async def _bind_ports(self) -> None:
+        """Bind every listener's ports; on a failure close those bound and raise
+        (bound_port.BindError names the listener and the port). A listener
+        without bind_ports binds when it starts."""
+        bound: list[Listener] = []
+        try:
+            for listener in self.host.listeners:
+                bind_ports = getattr(listener, "bind_ports", None)
+                if bind_ports is not None:
+                    bind_ports(self.host)
+                    bound.append(listener)
+        except BaseException:
+            for listener in reversed(bound):
+                await listener.stop()
+            raise
+
+    async def _start_bound(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The start once the ports are bound: the data dir, then serving."""
+        host = self.host
         # Read before the data dir is touched: a file that cannot be read refuses
         # the start with nothing changed.
         definitions = host.config.load_definitions
@@ -120,16 +159,14 @@ class BrokerLifecycle:
             raise
         host.timers.start(loop)
         self.started = True
-        started: list[Listener] = []
         try:
             # The management API starts last: once it answers, every listener is up
-            # (`warren ctl await-startup` relies on it).
+            # (`warren ctl await-startup` relies on it). Until its listener starts,
+            # a client waits in its port's backlog.
             for listener in sorted(host.listeners, key=lambda lst: lst.name == "http"):
                 await listener.start(host)
-                started.append(listener)
         except BaseException:
-            for listener in reversed(started):
-                await listener.stop()
+            await self._stop_listeners()  # its clients gone before the stores close
             host.timers.stop()
             self._close_store()
             self.started = False

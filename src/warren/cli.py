@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from warren.bound_port import BindError
 from warren.config import Config, ConfigError, check_field, ini_sections, normalize_log_level
 from warren.ready import ready_line
 
@@ -558,15 +559,8 @@ def _install_signal_handlers(
 def _start_error_message(config: Config, exc: OSError) -> str:
     """Turn the common bind failures into one actionable line."""
     where = f"warren: cannot listen on AMQP {config.bind}:{config.amqp_port}"
-    if getattr(exc, "listener", None) == "http":
-        where = f"warren: cannot listen on HTTP {config.http_bind}:{config.http_port}"
-    elif getattr(exc, "listener", None) == "prometheus":
-        where = (
-            f"warren: cannot listen on Prometheus {config.prometheus_bind}:"
-            f"{config.prometheus_port}"
-        )
-    elif getattr(exc, "listener", None) == "mqtt":
-        where = f"warren: cannot listen on MQTT {config.mqtt_bind}:{config.mqtt_port}"
+    if isinstance(exc, BindError):  # the listener and port it names (bound_port.py)
+        where = f"warren: cannot listen on {exc.what} {exc.host}:{exc.port}"
     if exc.errno == errno.EADDRINUSE:
         return f"{where}: address already in use (is another broker running?)"
     if exc.errno == errno.EADDRNOTAVAIL:

@@ -203,8 +203,14 @@ class Listener(Protocol):
         """The port bound (the configured one, or the one the OS chose for 0)."""
         ...
 
+    def bind_ports(self, node: Node) -> None:
+        """Bind and listen on the ports, accepting nothing yet; raises
+        bound_port.BindError (an OSError) when a port cannot be bound. The broker
+        calls it for every listener before it reads its data directory."""
+
     async def start(self, node: Node) -> None:
-        """Bind and start accepting; raises OSError when the port cannot be bound."""
+        """Start accepting (binding first if bind_ports was not called); raises
+        OSError when a port cannot be bound."""
 
     async def stop(self) -> None:
         """Stop accepting, close every client as the protocol does at shutdown, and

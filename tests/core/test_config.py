@@ -18,6 +18,7 @@ import pytest
 from paths import SRC
 
 from warren import cli
+from warren.bound_port import BindError
 from warren.cli import build_config, main
 from warren.config import Config, ConfigError
 
@@ -512,9 +513,8 @@ def test_prometheus_listener_settings(tmp_path: Path) -> None:
 def test_main_prometheus_port_in_use_names_it(
     fake_broker: type[FakeBroker], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    error = OSError(errno.EADDRINUSE, "Address already in use")
-    error.listener = "prometheus"  # type: ignore[attr-defined]  # as PrometheusListener sets
-    fake_broker.start_error = error
+    busy = OSError(errno.EADDRINUSE, "Address already in use")
+    fake_broker.start_error = BindError(busy, "Prometheus", "127.0.0.1", 15999)
     assert main(["--prometheus-port", "15999"]) == 1
     err = capsys.readouterr().err
     assert "Prometheus 127.0.0.1:15999" in err and "already in use" in err

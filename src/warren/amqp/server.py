@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from typing import TYPE_CHECKING, cast
 
 from warren.amqp.connection import AMQPConnection
 from warren.amqp.handshake import State
 from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol
+from warren.bound_port import BoundPort
 from warren.tls import cert_login
 
 if TYPE_CHECKING:
@@ -165,7 +167,10 @@ class AMQPListener:
         self.requested_tls_port = tls_port
         self.protocols: set[AMQPProtocol] = set()
         self._node: Node | None = None
-        self._servers: list[asyncio.base_events.Server] = []
+        #: Bound and listening, not yet served (start() serves them).
+        self._bound: list[BoundPort] = []
+        self._tls: ssl.SSLContext | None = None
+        self._servers: list[asyncio.AbstractServer] = []
         self._port = 0
         #: The amqps port bound (0: none).
         self.tls_port = 0
@@ -184,38 +189,47 @@ class AMQPListener:
         the HTTP listener): tracked, listed and closed at stop like this socket's."""
         return AMQPProtocol(self)
 
-    async def start(self, node: Node) -> None:
-        self._node = node
-        loop = asyncio.get_running_loop()
+    def bind_ports(self, node: Node) -> None:
+        """Bind and listen on the AMQP (and amqps) port, accepting nothing yet:
+        BindError when a port is taken (broker_lifecycle.py binds before it reads
+        the data dir)."""
+        if self._bound:
+            return
         try:
-            server = await loop.create_server(
-                self.new_protocol,
-                host=self.bind,
-                port=self.requested_port,
-                reuse_address=True,
-                backlog=1024,
-            )
-            self._servers.append(server)
-            self._port = server.sockets[0].getsockname()[1]
-            log.info("listening on AMQP %s:%s", self.bind, self._port)
+            self._bound.append(BoundPort("AMQP", self.bind, self.requested_port, 1024))
+            self._port = self._bound[0].port
             if self.requested_tls_port >= 0:
-                server = await loop.create_server(
-                    self.new_protocol,
-                    host=self.bind,
-                    port=self.requested_tls_port,
-                    reuse_address=True,
-                    backlog=1024,
-                    ssl=node.tls.context("the AMQP TLS port"),
+                self._tls = node.tls.context("the AMQP TLS port")
+                self._bound.append(
+                    BoundPort("AMQP/TLS", self.bind, self.requested_tls_port, 1024)
                 )
-                self._servers.append(server)
-                self.tls_port = server.sockets[0].getsockname()[1]
-                log.info("listening on AMQP/TLS (amqps) %s:%s", self.bind, self.tls_port)
+                self.tls_port = self._bound[1].port
+        except BaseException:
+            self._close_bound()
+            raise
+
+    async def start(self, node: Node) -> None:
+        """Start accepting on the ports bind_ports() bound (binding them first if not)."""
+        self._node = node
+        self.bind_ports(node)
+        try:
+            for bound in self._bound:
+                tls = self._tls if bound.what == "AMQP/TLS" else None
+                self._servers.extend(await bound.serve(self.new_protocol, tls))
+                log.info("listening on %s %s:%s", bound.what, self.bind, bound.port)
         except OSError:
             await self.stop()
             raise
+        self._bound.clear()
+
+    def _close_bound(self) -> None:
+        for bound in self._bound:
+            bound.close()
+        self._bound.clear()
 
     async def stop(self) -> None:
         """Stop accepting, close every client with 320 CONNECTION_FORCED, then wait."""
+        self._close_bound()
         if not self._servers:
             return
         for server in self._servers:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from warren import metrics
+from warren.http.bound_sites import BoundSites
 
 if TYPE_CHECKING:
     from warren.node import Node
@@ -86,51 +87,52 @@ class PrometheusListener:
         #: The HTTPS port bound (0: none).
         self.tls_port = 0
         self._port = 0
+        #: Bound and listening, not yet served (start() serves them).
+        self._sites = BoundSites()
         self._runner: web.AppRunner | None = None
 
     @property
     def port(self) -> int:
         return self._port
 
+    def bind_ports(self, node: Node) -> None:
+        """Bind and listen on the metrics port (and its HTTPS port), answering
+        nothing yet: BindError when a port is taken."""
+        if self._sites:
+            return
+        try:
+            self._port = self._sites.bind("Prometheus", self.bind, self.requested_port)
+            if self.requested_tls_port >= 0:
+                tls = node.tls.context("the Prometheus HTTPS port")
+                self.tls_port = self._sites.bind(
+                    "Prometheus HTTPS", self.bind, self.requested_tls_port, tls
+                )
+        except BaseException:
+            self._sites.close()
+            raise
+
     async def start(self, node: Node) -> None:
+        """Serve the metrics on the ports bind_ports() bound (binding them first if not)."""
+        self.bind_ports(node)
         app = web.Application()
         MetricsEndpoints(node).add_routes(app)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
-        await runner.setup()
-        sites = [web.TCPSite(runner, self.bind, self.requested_port, reuse_address=True)]
         try:
-            await sites[0].start()
-            if self.requested_tls_port >= 0:
-                tls = node.tls.context("the Prometheus HTTPS port")
-                sites.append(
-                    web.TCPSite(
-                        runner,
-                        self.bind,
-                        self.requested_tls_port,
-                        reuse_address=True,
-                        ssl_context=tls,
-                    )
-                )
-                await sites[1].start()
-        except BaseException as exc:
+            await runner.setup()
+            await self._sites.start(runner)
+        except BaseException:
+            self._sites.close()
             await runner.cleanup()
-            if isinstance(exc, OSError):
-                exc.listener = "prometheus"  # type: ignore[attr-defined]  # for the CLI
             raise
         self._runner = runner
-        self._port = _bound_port(sites[0], self.requested_port)
         log.info("listening on HTTP (Prometheus metrics) %s:%s", self.bind, self._port)
-        if len(sites) > 1:
-            self.tls_port = _bound_port(sites[1], self.requested_tls_port)
+        if self.tls_port:
             log.info("listening on HTTPS (Prometheus metrics) %s:%s", self.bind, self.tls_port)
 
     async def stop(self) -> None:
+        self._sites.close()
         if self._runner is None:
             return
         runner, self._runner = self._runner, None
         await runner.cleanup()
 
-
-def _bound_port(site: web.TCPSite, requested: int) -> int:
-    sockets = getattr(site._server, "sockets", None) or []
-    return int(sockets[0].getsockname()[1]) if sockets else requested

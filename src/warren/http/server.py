@@ -35,6 +35,7 @@ from warren.http import (
     api_ui,
 )
 from warren.http.bodies import BodyBudget, check_announced
+from warren.http.bound_sites import BoundSites
 from warren.http.common import (
     MANAGEMENT,
     REALM,
@@ -303,6 +304,8 @@ class HTTPListener:
         self.websockets = tuple(websockets)
         self.websocket_connections = WebSocketConnections()
         self._runner: web.AppRunner | None = None
+        #: Bound and listening, not yet served (start() serves them).
+        self._sites = BoundSites()
         self._port = 0
         self.app: ManagementApp | None = None
 
@@ -310,36 +313,37 @@ class HTTPListener:
     def port(self) -> int:
         return self._port
 
+    def bind_ports(self, node: Node) -> None:
+        """Bind and listen on the HTTP (and HTTPS) port, answering nothing yet:
+        BindError when a port is taken (broker_lifecycle.py binds before it reads
+        the data dir)."""
+        if self._sites:
+            return
+        try:
+            self._port = self._sites.bind("HTTP", self.bind, self.requested_port)
+            if self.requested_tls_port >= 0:
+                tls = node.tls.context("the HTTPS port")
+                self.tls_port = self._sites.bind("HTTPS", self.bind, self.requested_tls_port, tls)
+        except BaseException:
+            self._sites.close()
+            raise
+
     async def start(self, node: Node) -> None:
+        """Serve the management API on the ports bind_ports() bound (binding them
+        first if not)."""
+        self.bind_ports(node)
         self.app = ManagementApp(node, self.websockets, self.websocket_connections)
         runner = web.AppRunner(self.app.application(), access_log=None, shutdown_timeout=2.0)
-        await runner.setup()
-        site = web.TCPSite(runner, self.bind, self.requested_port, reuse_address=True)
-        tls_site = None
         try:
-            await site.start()
-            if self.requested_tls_port >= 0:
-                tls_site = web.TCPSite(
-                    runner,
-                    self.bind,
-                    self.requested_tls_port,
-                    reuse_address=True,
-                    ssl_context=node.tls.context("the HTTPS port"),
-                )
-                await tls_site.start()
-        except BaseException as exc:
+            await runner.setup()
+            await self._sites.start(runner)
+        except BaseException:
+            self._sites.close()
             await runner.cleanup()
-            if isinstance(exc, OSError):
-                exc.listener = "http"  # type: ignore[attr-defined]  # for the CLI's message
             raise
         self._runner = runner
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        self._port = sockets[0].getsockname()[1] if sockets else self.requested_port
         log.info("listening on HTTP (management API) %s:%s", self.bind, self._port)
-        if tls_site is not None:
-            tls_sockets = getattr(tls_site._server, "sockets", None) or []
-            self.tls_port = tls_sockets[0].getsockname()[1] if tls_sockets else 0
+        if self.tls_port:
             log.info("listening on HTTPS (management API) %s:%s", self.bind, self.tls_port)
         for endpoint in self.websockets:
             log.info(
@@ -352,6 +356,7 @@ class HTTPListener:
         """Stop accepting and finish (or cut, after 2 s) the requests under way.
         WebSocket connections are closed first (1001 Going Away): their handlers
         would otherwise hold the shutdown for its whole timeout."""
+        self._sites.close()
         if self._runner is None:
             return
         runner, self._runner = self._runner, None

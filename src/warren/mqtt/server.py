@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from typing import TYPE_CHECKING, cast
 
 from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol
+from warren.bound_port import BoundPort
 from warren.mqtt.connection import MQTTConnection
 from warren.mqtt.state import MQTTState
 from warren.tls import cert_login
@@ -162,7 +164,10 @@ class MQTTListener:
         self.requested_tls_port = tls_port
         self.protocols: set[MQTTProtocol] = set()
         self._state: MQTTState | None = None
-        self._servers: list[asyncio.base_events.Server] = []
+        #: Bound and listening, not yet served (start() serves them).
+        self._bound: list[BoundPort] = []
+        self._tls: ssl.SSLContext | None = None
+        self._servers: list[asyncio.AbstractServer] = []
         self._port = 0
         self.tls_port = 0
 
@@ -179,46 +184,58 @@ class MQTTListener:
         """A protocol for a client arriving over another transport (WebSocket)."""
         return MQTTProtocol(self, "MQTT/WebSocket")
 
+    def bind_ports(self, node: Node) -> None:
+        """Bind and listen on the MQTT (and MQTT/TLS) port, accepting nothing yet:
+        BindError when a port is taken (broker_lifecycle.py binds before it reads
+        the data dir)."""
+        if self._bound:
+            return
+        try:
+            if self.requested_port >= 0:
+                bound = BoundPort("MQTT", self.bind, self.requested_port, 4096)
+                self._bound.append(bound)
+                self._port = bound.port
+            if self.requested_tls_port >= 0:
+                self._tls = node.tls.context("the MQTT TLS port")
+                bound = BoundPort("MQTT/TLS", self.bind, self.requested_tls_port, 4096)
+                self._bound.append(bound)
+                self.tls_port = bound.port
+        except BaseException:
+            self._close_bound()
+            raise
+
     async def start(self, node: Node) -> None:
+        """Read the MQTT state of the data dir, then accept on the ports
+        bind_ports() bound (binding them first if not)."""
+        self.bind_ports(node)
         self._state = MQTTState(node)
         try:
             self._state.start()
         except BaseException:
             self._state.close()  # the files it opened before the damaged one
+            self._close_bound()
             raise
         node.vhost_deleted.append(self._state.forget_vhost)
-        loop = asyncio.get_running_loop()
         try:
-            if self.requested_port >= 0:
-                server = await loop.create_server(
-                    lambda: MQTTProtocol(self),
-                    host=self.bind,
-                    port=self.requested_port,
-                    reuse_address=True,
-                    backlog=4096,
-                )
-                self._servers.append(server)
-                self._port = server.sockets[0].getsockname()[1]
-                log.info("listening on MQTT %s:%s", self.bind, self._port)
-            if self.requested_tls_port >= 0:
-                ssl_context = node.tls.context("the MQTT TLS port")
-                server = await loop.create_server(
-                    lambda: MQTTProtocol(self, "MQTT/TLS"),
-                    host=self.bind,
-                    port=self.requested_tls_port,
-                    reuse_address=True,
-                    backlog=4096,
-                    ssl=ssl_context,
-                )
-                self._servers.append(server)
-                self.tls_port = server.sockets[0].getsockname()[1]
-                log.info("listening on MQTT/TLS %s:%s", self.bind, self.tls_port)
-        except OSError as exc:
-            exc.listener = "mqtt"  # type: ignore[attr-defined]
+            for bound in self._bound:
+                if bound.what == "MQTT/TLS":
+                    servers = await bound.serve(lambda: MQTTProtocol(self, "MQTT/TLS"), self._tls)
+                else:
+                    servers = await bound.serve(lambda: MQTTProtocol(self))
+                self._servers.extend(servers)
+                log.info("listening on %s %s:%s", bound.what, self.bind, bound.port)
+        except OSError:
             await self.stop()
             raise
+        self._bound.clear()
+
+    def _close_bound(self) -> None:
+        for bound in self._bound:
+            bound.close()
+        self._bound.clear()
 
     async def stop(self) -> None:
+        self._close_bound()
         for server in self._servers:
             server.close()
         protocols = list(self.protocols)
