@@ -370,20 +370,33 @@ class Deliveries:
         sizes: dict[int, int] = {}
         freed = 0  # consumer deliveries (not pulls)
         total = 0  # body bytes
+        # Entries mostly come a queue at a time: the dicts are touched when the
+        # queue changes, not per entry.
+        last: Queue | None = None
+        last_seqs: list[int] = []
+        last_size = 0
         for queue, seq, _msg, consumer, size in entries:
             total += size
             if consumer is not None:
                 freed += 1
                 consumer.unacked_count -= 1
                 consumer.unacked_bytes -= size
-            key = id(queue)
-            if key in queues:
-                seqs[key].append(seq)
-                sizes[key] += size
-            else:
-                queues[key] = queue
-                seqs[key] = [seq]
-                sizes[key] = size
+            if queue is not last:
+                if last is not None:
+                    sizes[id(last)] += last_size
+                last = queue
+                key = id(queue)
+                found = seqs.get(key)
+                if found is None:
+                    queues[key] = queue
+                    found = seqs[key] = []
+                    sizes[key] = 0
+                last_seqs = found
+                last_size = 0
+            last_seqs.append(seq)
+            last_size += size
+        if last is not None:
+            sizes[id(last)] += last_size
         counts = self.counts
         for key, queue in queues.items():
             n = len(seqs[key])
