@@ -314,6 +314,19 @@ class Deliveries:
             for q in queues.values():
                 q.schedule_delivery()
 
+    def take_entry(self, tag: int) -> Unsettled | None:
+        """Take out the single delivery ``tag`` if it is unsettled (None: it is
+        not), to settle later with ack_entries: no (tag, entry) pair made, for a
+        protocol that settles one delivery at a time (MQTT's PUBACK)."""
+        return self.unsettled.singles.pop(tag, None)
+
+    def ack_entries(self, entries: list[Unsettled]) -> None:
+        """Ack single deliveries taken out (take_entry), one call per queue, with
+        no refill: the protocol lets the queues deliver when its own window
+        allows (resume)."""
+        if entries:
+            self._ack_singles(entries, {})
+
     def _ack(
         self, taken: list[tuple[int, Unsettled]], runs: list[UnsettledRun]
     ) -> dict[int, Queue]:
@@ -321,32 +334,14 @@ class Deliveries:
         call and one flush registration per queue (or run), not per message; the
         queues they came from."""
         queues: dict[int, Queue] = {}
-        seqs: dict[int, list[int]] = {}
-        sizes: dict[int, int] = {}
+        if taken:
+            self._ack_singles([entry for _, entry in taken], queues)
+        if not runs:
+            return queues
         freed = 0  # consumer deliveries (not pulls)
         total = 0  # body bytes
-        for _, (queue, seq, _msg, consumer, size) in taken:
-            total += size
-            if consumer is not None:
-                freed += 1
-                consumer.unacked_count -= 1
-                consumer.unacked_bytes -= size
-            key = id(queue)
-            if key in queues:
-                seqs[key].append(seq)
-                sizes[key] += size
-            else:
-                queues[key] = queue
-                seqs[key] = [seq]
-                sizes[key] = size
-        acked = len(taken)
+        acked = 0
         counts = self.counts
-        for key, queue in queues.items():
-            n = len(seqs[key])
-            queue.stats.ack += n
-            if counts is not None:
-                counts.queue(queue).ack += n
-            queue.settler.ack_many(seqs[key], sizes[key])
         for run in runs:
             queue = run.queue
             n = len(run)
@@ -367,6 +362,51 @@ class Deliveries:
         self.consumer_unsettled -= freed
         self.stats.ack += acked
         return queues
+
+    def _ack_singles(self, entries: list[Unsettled], queues: dict[int, Queue]) -> None:
+        """Ack single deliveries taken out: one store call per queue; the queues
+        go into ``queues`` (empty when called)."""
+        seqs: dict[int, list[int]] = {}
+        sizes: dict[int, int] = {}
+        freed = 0  # consumer deliveries (not pulls)
+        total = 0  # body bytes
+        # Entries mostly come a queue at a time: the dicts are touched when the
+        # queue changes, not per entry.
+        last: Queue | None = None
+        last_seqs: list[int] = []
+        last_size = 0
+        for queue, seq, _msg, consumer, size in entries:
+            total += size
+            if consumer is not None:
+                freed += 1
+                consumer.unacked_count -= 1
+                consumer.unacked_bytes -= size
+            if queue is not last:
+                if last is not None:
+                    sizes[id(last)] += last_size
+                last = queue
+                key = id(queue)
+                found = seqs.get(key)
+                if found is None:
+                    queues[key] = queue
+                    found = seqs[key] = []
+                    sizes[key] = 0
+                last_seqs = found
+                last_size = 0
+            last_seqs.append(seq)
+            last_size += size
+        if last is not None:
+            sizes[id(last)] += last_size
+        counts = self.counts
+        for key, queue in queues.items():
+            n = len(seqs[key])
+            queue.stats.ack += n
+            if counts is not None:
+                counts.queue(queue).ack += n
+            queue.settler.ack_many(seqs[key], sizes[key])
+        self.unsettled_bytes -= total
+        self.consumer_unsettled -= freed
+        self.stats.ack += len(entries)
 
     def _credit(self, taken: list[tuple[int, Unsettled]], runs: list[UnsettledRun]) -> None:
         """Give the prefetch credit these deliveries held back."""

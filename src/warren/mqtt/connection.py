@@ -239,6 +239,7 @@ class MQTTConnection:
         the budget left."""
         decoder = self.decoder
         publishing = self.publishing
+        delivery = self.delivery
         connected = self.vhost is not None
         n = len(frames)
         while index < n and budget > 0 and not self.closed:
@@ -250,9 +251,14 @@ class MQTTConnection:
                 if kind == 3 and connected:
                     publishing.publish_raw(first, buf, start, end)
                     continue
+                if first == 0x40 and end - start == 2 and connected:
+                    # A PUBACK with only its packet id (every 3.1.1 one, a 5.0
+                    # Success): no packet object for the commonest packet in.
+                    delivery.settle((buf[start] << 8) | buf[start + 1])
+                    continue
                 pkt = decoder.decode(first, buf, start, end)
                 if type(pkt) is PubAck:
-                    self.delivery.settle(pkt.packet_id)
+                    delivery.settle(pkt.packet_id)
                 elif not connected:
                     before_connect(self, pkt)
                     connected = self.vhost is not None

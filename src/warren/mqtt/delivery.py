@@ -13,8 +13,13 @@ id and DUP set.
 
 Consuming and settling are the client session's (core/deliveries.py): the
 consumers are attached through the connection's delivery stream, which
-numbers and keeps every delivery the queue wants settled; a packet id maps
-to its delivery tag. What is MQTT's stays here: packet ids, the window, QoS
+keeps every delivery the queue wants settled. A QoS 1/2 delivery's delivery
+tag is its packet id (unique among those in flight), so one map holds what is
+in flight and a PUBACK finds its delivery with one lookup; the deliveries that
+get no packet id (QoS 0 to a consumer that acknowledges, dropped ones) take
+the stream's own numbers, above every packet id, and are settled at once.
+Retained messages in flight have a packet id but no queue: ``unqueued`` holds
+those. What is MQTT's stays here: packet ids, the window, QoS
 2's release, the retained backlog, and which acks wait for the end of the
 loop turn (one settlement per turn).
 """
@@ -51,6 +56,9 @@ __all__ = ["Delivery", "MQTTConsumer"]
 log = logging.getLogger("warren.mqtt")
 
 _U16 = struct.Struct("!H").pack
+#: The largest packet id: the delivery stream numbers the deliveries that get
+#: none above it.
+_PID_MAX = 0xFFFF
 _TOPIC_CACHE_LIMIT = 4096
 
 
@@ -119,14 +127,16 @@ class Delivery:
         self.client_max_packet = 0
         self.alias_max_out = 0
         self._aliases_out: dict[str, int] = {}
-        #: packet id -> the delivery tag in flight under it (0: a retained
-        #: message's, which no queue waits for).
-        self.inflight: dict[int, int] = {}
+        # Queue deliveries in flight are the stream's unsettled ones under their
+        # packet id; its own numbers start above every packet id.
+        self.deliveries.last_tag = _PID_MAX
+        #: Packet ids in flight that no queue waits for (retained messages).
+        self.unqueued: set[int] = set()
         #: The consumers by queue name (the delivery stream's).
         self.consumers = self.deliveries.consumers
         self._next_pid = 0
         # Deliveries the client settled, acked at the end of the loop turn.
-        self._acks: list[tuple[int, Unsettled]] = []
+        self._acks: list[Unsettled] = []
         self._topics: dict[str, bytes] = {}
         #: Retained QoS 1/2 messages for a SUBSCRIBE waiting for room in the window.
         self._retained_backlog: deque[tuple[RetainedMessage, SubscriptionOptions]] = deque()
@@ -212,28 +222,23 @@ class Delivery:
         session = self.session
         if session is not None:
             self._remember_ids(None)
-            self.inflight.clear()
+        self.unqueued.clear()
         self.deliveries.close()
 
     def _remember_ids(self, queue: Queue | None) -> list[tuple[int, int]]:
-        """The (seq, delivery tag) of the messages in flight from ``queue`` (None:
-        every queue), taken out of ``inflight`` when a queue is named; the
-        session remembers those of its own queue (a share group's message may go
-        to any member: a new id then)."""
+        """The (seq, packet id) of the messages in flight from ``queue`` (None:
+        every queue); the session remembers those of its own queue (a share
+        group's message may go to any member: a new id then)."""
         session = self.session
         assert session is not None
-        singles = self.deliveries.unsettled.singles
         found: list[tuple[int, int]] = []
-        for pid, tag in list(self.inflight.items()):
-            entry = singles.get(tag) if tag else None
-            if entry is None or entry[0].deleted:
-                continue  # a retained message's, or its queue is gone
+        for pid, entry in self.deliveries.unsettled.singles.items():
+            if pid > _PID_MAX or entry[0].deleted:
+                continue  # not in flight, or its queue is gone
             if queue is not None and entry[0] is not queue:
                 continue
             seq = entry[1]
-            found.append((seq, tag))
-            if queue is not None:
-                del self.inflight[pid]
+            found.append((seq, pid))
             if entry[0].name == session.queue:
                 session.redeliver[seq] = pid
         return found
@@ -253,23 +258,27 @@ class Delivery:
     # -- acknowledgements from the client ----------------------------------------------------
     def settle(self, pid: int) -> None:
         """PUBACK: the client has the QoS 1 message."""
-        tag = self.inflight.pop(pid, None)
-        if tag is None:
-            log.debug("%s: PUBACK for unknown packet id %d", self, pid)
-            return
-        if tag:
-            self._ack(tag)
-        else:
+        entry = self.deliveries.take_entry(pid)
+        if entry is not None:
+            self._ack_taken(entry)
+        elif pid in self.unqueued:
+            self.unqueued.discard(pid)
             self._window_opened()  # a retained message: no queue ack to do it
+        else:
+            log.debug("%s: PUBACK for unknown packet id %d", self, pid)
 
     def received(self, pid: int, reason_code: int) -> None:
         """PUBREC: the client has the QoS 2 message; release it (PUBREL)."""
-        tag = self.inflight.pop(pid, None)
+        entry = self.deliveries.take_entry(pid)
+        known = entry is not None
+        if not known and pid in self.unqueued:
+            self.unqueued.discard(pid)
+            known = True
         session = self.session
         assert session is not None
-        if reason_code >= 0x80 or (tag is None and pid not in session.released):
-            if tag:
-                self._ack(tag)
+        if reason_code >= 0x80 or (not known and pid not in session.released):
+            if entry is not None:
+                self._ack_taken(entry)
             if reason_code < 0x80:
                 self.send(encode(PubRel(pid, P.PACKET_IDENTIFIER_NOT_FOUND), self.level))
             return  # refused (or unknown): the exchange ends here
@@ -277,28 +286,28 @@ class Delivery:
         if session.persistent and self.vhost is not None:
             store = self.state.sessions(self.vhost.name)
             store.save(session)
-            if tag and store.log is not None:
+            if entry is not None and store.log is not None:
                 # The queue message goes only once the release is on disk: an ack
                 # that a power cut kept without it loses the message, which the
                 # client holds until a PUBREL the broker would no longer send.
                 # Taken out meanwhile: a close does not requeue it.
-                taken = self.deliveries.take_one(tag)
-                tag = 0
+                taken = entry
+                entry = None
                 if not self.client_session.when_synced(
                     [store.log], lambda ok: self._released(taken, ok)
                 ):
                     self._ack_taken(taken)
-        if tag:
-            self._ack(tag)
+        if entry is not None:
+            self._ack_taken(entry)
         self.send(encode(PubRel(pid), self.level))
 
-    def _released(self, taken: tuple[int, Unsettled], synced: bool) -> None:
+    def _released(self, taken: Unsettled, synced: bool) -> None:
         """The release of a QoS 2 delivery is on disk: acknowledge its queue message
         (if the sync failed, put it back rather: a resend, never a loss)."""
         if synced:
             self._ack_taken(taken)
         else:
-            self.deliveries.settle([taken], [], True, explicit=False)
+            self.deliveries.settle([(0, taken)], [], True, explicit=False)
 
     def completed(self, pid: int) -> None:
         """PUBCOMP: the QoS 2 exchange is over."""
@@ -310,14 +319,20 @@ class Delivery:
                 self.state.sessions(self.vhost.name).save(session)
             self._window_opened()
 
-    def _ack(self, tag: int) -> None:
-        self._ack_taken(self.deliveries.take_one(tag))
-
-    def _ack_taken(self, taken: tuple[int, Unsettled]) -> None:
-        """Ack a delivery at the end of the loop turn (apply_acks)."""
-        if not self._acks and self.vhost is not None:
+    def _ack_taken(self, taken: Unsettled) -> None:
+        """Ack a delivery taken out at the end of the loop turn (apply_acks)."""
+        acks = self._acks
+        if not acks and self.vhost is not None:
             self.vhost.call_soon(self.apply_acks)
-        self._acks.append(taken)
+        acks.append(taken)
+
+    def _ack_at_once(self, queue: Queue, seq: int, msg: Message, consumer: MQTTConsumer) -> None:
+        """A delivery that is settled as it goes out (QoS 0, dropped): numbered
+        by the stream above the packet ids, and acked at the end of the turn."""
+        deliveries = self.deliveries
+        tag = deliveries.next_tag()
+        deliveries.track(tag, queue, seq, msg, consumer)
+        self._ack_taken(deliveries.unsettled.singles.pop(tag))
 
     def apply_acks(self) -> None:
         """Acknowledge what the client settled, one call per queue (the delivery
@@ -326,7 +341,7 @@ class Delivery:
         if not self._acks:
             return
         acks, self._acks = self._acks, []
-        self.deliveries.settle(acks, [], None, refill=False)
+        self.deliveries.ack_entries(acks)
         self._window_opened()
 
     def _window_opened(self) -> None:
@@ -344,14 +359,29 @@ class Delivery:
         each until PUBACK, or PUBCOMP for QoS 2."""
         session = self.session
         released = len(session.released) if session is not None else 0
-        return len(self.inflight) + released >= self.window
+        return self.in_flight() + released >= self.window
+
+    def in_flight(self) -> int:
+        """QoS 1/2 messages sent and not yet acknowledged (PUBACK or PUBREC)."""
+        return len(self.deliveries.unsettled.singles) + len(self.unqueued)
+
+    def _in_use(self, pid: int) -> bool:
+        session = self.session
+        return (
+            pid in self.deliveries.unsettled.singles
+            or pid in self.unqueued
+            or (session is not None and pid in session.released)
+        )
 
     def _pid(self) -> int:
-        inflight, released = self.inflight, self.session.released if self.session else ()
+        singles = self.deliveries.unsettled.singles
+        unqueued = self.unqueued
+        session = self.session
+        released: Collection[int] = session.released if session is not None else ()
         pid = self._next_pid
-        for _ in range(65536):
-            pid = pid % 65535 + 1
-            if pid not in inflight and pid not in released:
+        for _ in range(_PID_MAX + 1):
+            pid = pid % _PID_MAX + 1
+            if pid not in singles and pid not in unqueued and pid not in released:
                 self._next_pid = pid
                 return pid
         raise RuntimeError("no free packet identifier")
@@ -397,15 +427,11 @@ class Delivery:
         if not drop and out.expires_at is not None and out.expires_at <= self.state.clock.now_ms():
             drop = True  # expired on the way (the queue's TTL usually sees it first)
         queue = consumer.queue
-        count_delivery(self.stats, queue.stats, consumer.no_ack, redelivered)
-        tag = 0  # the queue waits for its settlement unless no_ack
-        if not consumer.no_ack:
-            deliveries = self.deliveries
-            tag = deliveries.next_tag()
-            deliveries.track(tag, queue, seq, msg, consumer)
+        no_ack = consumer.no_ack
+        count_delivery(self.stats, queue.stats, no_ack, redelivered)
         if drop:
-            if tag:
-                self._ack(tag)
+            if not no_ack:
+                self._ack_at_once(queue, seq, msg, consumer)
             return
         pid = 0
         dup = redelivered
@@ -416,22 +442,24 @@ class Delivery:
             if session.redeliver and seq in session.redeliver and queue.name == session.queue:
                 pid = session.redeliver.pop(seq)
                 dup = True
-                if pid in self.inflight:
+                if self._in_use(pid):
                     pid = self._pid()
             else:
                 pid = self._pid()
         packet = self._publish_packet(
             msg.routing_key, msg.body, qos, dup and qos > 0, retain, out, ids, pid
         )
-        if packet is None:
-            if tag:
-                self._ack(tag)
-            return
-        if qos:
-            self.inflight[pid] = tag
-        elif tag:
-            self._ack(tag)
-        self.send(packet)
+        if packet is None or not qos:
+            # Settled as it goes (or is not sent): the queue may forget it.
+            if not no_ack:
+                self._ack_at_once(queue, seq, msg, consumer)
+        elif no_ack:
+            self.unqueued.add(pid)
+        else:
+            # In flight until PUBACK (PUBREC): kept under its packet id.
+            self.deliveries.track(pid, queue, seq, msg, consumer)
+        if packet is not None:
+            self.send(packet)
 
     def send_retained(self, msg: RetainedMessage, opts: SubscriptionOptions, now: int) -> None:
         """A retained message on SUBSCRIBE: retain flag set, QoS at most the subscription's."""
@@ -449,7 +477,7 @@ class Delivery:
         if packet is None:
             return
         if qos:
-            self.inflight[pid] = 0
+            self.unqueued.add(pid)
         self.send(packet)
 
     def _publish_packet(

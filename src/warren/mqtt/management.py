@@ -89,7 +89,7 @@ def channels_info(conn: MQTTConnection, ages: Ages | None = None) -> list[dict[s
             "consumer_count": len(details),
             "consumer_details": details,
             "global_prefetch_count": 0,
-            "messages_unacknowledged": len(conn.delivery.inflight),
+            "messages_unacknowledged": conn.delivery.in_flight(),
             "messages_uncommitted": 0,
             "messages_unconfirmed": 0,
             "name": name,
