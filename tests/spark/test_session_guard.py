@@ -8,13 +8,16 @@ checks that the session then answers right.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .helpers import BrokerInfo, publish
 from .session_guard import SharedSession, interrupted_connection
 
 pytestmark = pytest.mark.spark
@@ -123,3 +126,60 @@ def test_python_workers_import_pyspark_with_its_bytecode(spark: Any) -> None:
 
     path = spark.range(1).select(udf(pyspark_file, "string")("id")).first()[0]
     assert ".zip" not in path, path
+
+
+def python_paths_under(pid: int) -> dict[int, tuple[str, str]]:
+    """(command line, PYTHONPATH) of every Python process below ``pid`` (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+    found = {}
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        todo.extend(children.get(child, []))
+        with contextlib.suppress(OSError):
+            command = (Path("/proc") / str(child) / "cmdline").read_bytes().replace(b"\0", b" ")
+            environ = (Path("/proc") / str(child) / "environ").read_bytes().split(b"\0")
+            if b"pyspark" in command:
+                path = next((e[11:] for e in environ if e.startswith(b"PYTHONPATH=")), b"")
+                found[child] = (command.decode(), path.decode())
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
+def test_a_streaming_querys_planner_imports_pyspark_with_its_bytecode(
+    spark: Any, spark_broker: BrokerInfo, stream: Any, tmp_path: Path
+) -> None:
+    """The streaming source's runner (one Python process per query, also held to
+    the 10 s connect-back) and the source's other planners run
+    PYSPARK_DRIVER_PYTHON, not PYSPARK_PYTHON: without the zips on their path too,
+    each query's runner compiled pyspark again (conftest.py's WORKER_PYTHON)."""
+    from pyspark import SparkContext
+
+    queue = stream()
+    publish(spark_broker.url, queue, [b"m"])
+    query = (
+        spark.readStream.format("warren")
+        .option("url", spark_broker.url)
+        .option("queue", queue)
+        .option("startingOffsets", "earliest")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        gateway = SparkContext._gateway
+        assert gateway is not None
+        processes = python_paths_under(gateway.proc.pid)
+    finally:
+        query.stop()
+    runners = [p for p, (command, _) in processes.items() if "streaming_source_runner" in command]
+    assert runners, processes
+    with_zip = {p: v for p, v in processes.items() if "pyspark.zip" in v[1]}
+    assert with_zip == {}
