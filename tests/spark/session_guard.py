@@ -22,6 +22,17 @@ So after each test :meth:`SharedSession.after_test`:
 3. after a failed or interrupted test, checks that the JVM still runs a job
    (in another thread, with a deadline); when it does not, the session and its
    JVM are discarded and the next test builds a fresh one.
+
+And :meth:`SharedSession.get` makes the session the active one of the calling
+thread's JVM thread, every time. py4j serves each connection on its own JVM
+thread, and the JVM keeps its active SparkSession per thread: the thread
+behind the new connection opened after (1) has none. Spark looks a Python data
+source up in that active session on a write (``DataFrameWriter.save``:
+``DataSource.lookupDataSource``), not in the session it writes with, so every
+``df.write.format("warren")`` after a repaired call failed with
+``[DATA_SOURCE_NOT_FOUND]`` while reads (looked up in their own session)
+worked: the Spark tests under ``-n 2`` that ran after
+test_session_guard.py's interrupted call.
 """
 
 from __future__ import annotations
@@ -58,6 +69,19 @@ def interrupted_connection(session: Any) -> Any:
     return connection
 
 
+def activate(session: Any) -> None:
+    """Make ``session`` the active one of the JVM thread serving this Python thread.
+
+    What pyspark does when it builds a session, for the thread that builds it
+    only; a write looks its format up in the active session (module docstring).
+    """
+    from pyspark.sql import SparkSession
+
+    # pyspark's own way to the JVM's SparkSession class (classic in Spark 4).
+    sessions = SparkSession._get_j_spark_session_class(session._jvm)
+    sessions.setActiveSession(session._jsparkSession)
+
+
 class SharedSession:
     """One SparkSession at a time, built on demand by ``build`` and replaced
     when a test leaves it broken."""
@@ -69,6 +93,7 @@ class SharedSession:
     def get(self) -> Any:
         if self._session is None:
             self._session = self._build()
+        activate(self._session)
         return self._session
 
     def after_test(self, failed: bool) -> list[str]:

@@ -12,12 +12,13 @@ import contextlib
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .helpers import BrokerInfo, publish
+from .helpers import BrokerInfo, declare_queue, drain, publish
 from .session_guard import SharedSession, interrupted_connection
 
 pytestmark = pytest.mark.spark
@@ -83,6 +84,29 @@ def test_a_call_interrupted_before_its_reply_leaves_no_reply_to_the_next_call(
     assert spark.range(3).count() == 3
     assert spark.sql("SELECT 'x' AS c").collect()[0].c == "x"
     assert spark_sessions.after_test(failed=False) == []
+    del interrupted
+
+
+def test_a_write_after_a_repaired_call_finds_the_warren_format(
+    spark_sessions: SharedSession, spark_broker: BrokerInfo, names: Callable[[str], str]
+) -> None:
+    """The connection opened after the repair is served by a new JVM thread,
+    which has no active session; Spark looks a write's format up there
+    (session_guard.py), so the write failed with [DATA_SOURCE_NOT_FOUND]
+    while a read of the same format worked."""
+    queue = names("q")
+    declare_queue(spark_broker.url, queue)
+    spark = spark_sessions.get()
+    interrupted = interrupt_a_call_before_its_reply(spark)
+    assert "closed the py4j connection of an interrupted call" in spark_sessions.after_test(
+        failed=True
+    )
+    spark = spark_sessions.get()
+    rows = spark.range(7).selectExpr("cast(id as string) as body")
+    rows.write.format("warren").option("url", spark_broker.url).option(
+        "routingKey", queue
+    ).mode("append").save()
+    assert sorted(int(body) for _, body in drain(spark_broker.url, queue)) == list(range(7))
     del interrupted
 
 
