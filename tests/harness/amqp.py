@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rawamqp import AMQPFrames, Frame, Timeout
+from pamqp import commands
+from rawamqp import AMQPFrames, Frame, Timeout, publish_frames
 
 from warren.amqp.connection import AMQPConnection
 from warren.amqp.server import AMQPProtocol
@@ -260,3 +261,18 @@ class ProtocolAMQP(_InMemory):
         if not self.eof:
             self.eof = True
             self.harness.call(self.transport.lose)
+
+
+def assert_still_serving(h: Harness) -> None:
+    """Another client can still connect, declare, publish and get a message
+    back: what a test of bad input checks after the bad client is dealt with."""
+    with h.amqp() as other:
+        other.handshake()
+        other.open_channel(1)
+        other.send_method(1, commands.Queue.Declare(queue="", exclusive=True))
+        q = other.expect_method(commands.Queue.DeclareOk, channel=1).queue
+        other.send(publish_frames(1, b"still serving", q))
+        other.send_method(1, commands.Basic.Get(queue=q, no_ack=True))
+        other.expect_method(commands.Basic.GetOk, channel=1)
+        assert other.expect_content()[1] == b"still serving"
+        other.close()

@@ -18,27 +18,13 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from httphelp import Reply
 
 from harness.amqp import MemoryTransport
 from warren.http.server import ManagementApp
 
 if TYPE_CHECKING:
     from harness.broker import Harness
-
-
-class Reply:
-    """An HTTP answer: status, headers, body (httphelp.Reply's shape)."""
-
-    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
-        self.status = status
-        self.headers = headers
-        self.body = body
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-    def __repr__(self) -> str:
-        return f"<Reply {self.status} {self.body[:200]!r}>"
 
 
 class _Bytes:

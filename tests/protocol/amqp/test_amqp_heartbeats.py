@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pytest
 from harness import Harness
-from harness.amqp import ProtocolAMQP
-from pamqp import commands, heartbeat
-from rawamqp import publish_frames
+from harness.amqp import ProtocolAMQP, assert_still_serving
+from pamqp import heartbeat
 
 from warren.core.clock import ManualClock
 
@@ -37,19 +36,6 @@ def heartbeats_now(b: Harness, client: ProtocolAMQP) -> int:
     frames = client.frames_now()
     assert all(ch == 0 and isinstance(f, heartbeat.Heartbeat) for ch, f in frames), frames
     return len(frames)
-
-
-def assert_still_serving(b: Harness) -> None:
-    with b.amqp() as other:
-        other.handshake()
-        other.open_channel(1)
-        other.send_method(1, commands.Queue.Declare(queue="", exclusive=True))
-        q = other.expect_method(commands.Queue.DeclareOk, channel=1).queue
-        other.send(publish_frames(1, b"still serving", q))
-        other.send_method(1, commands.Basic.Get(queue=q, no_ack=True))
-        other.expect_method(commands.Basic.GetOk, channel=1)
-        assert other.expect_content()[1] == b"still serving"
-        other.close()
 
 
 def test_idle_connection_gets_a_heartbeat_every_half_interval(tmp_path: Path) -> None:

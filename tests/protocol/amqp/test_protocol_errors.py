@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 from harness import Harness, MemoryAMQP
+from harness.amqp import assert_still_serving
 from pamqp import commands
 from rawamqp import (
     PROTOCOL_HEADER,
@@ -62,20 +63,6 @@ def raw(harness: Harness) -> Iterator[RawFactory]:
     yield factory
     for client in made:
         client.close_socket()
-
-
-def assert_still_serving(h: Harness) -> None:
-    """Another client can still connect, declare, publish and get a message back."""
-    with h.amqp() as other:
-        other.handshake()
-        other.open_channel(1)
-        other.send_method(1, commands.Queue.Declare(queue="", exclusive=True))
-        q = other.expect_method(commands.Queue.DeclareOk, channel=1).queue
-        other.send(publish_frames(1, b"still serving", q))
-        other.send_method(1, commands.Basic.Get(queue=q, no_ack=True))
-        other.expect_method(commands.Basic.GetOk, channel=1)
-        assert other.expect_content()[1] == b"still serving"
-        other.close()
 
 
 def opened(client: AMQPFrames, **handshake: Any) -> Any:
