@@ -12,13 +12,9 @@ no test waits for time to pass (core/clock.py).
 
 from __future__ import annotations
 
-import asyncio
-import os
 import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,9 +22,10 @@ import pytest
 from harness import harness_fixture
 from passes import long_first, mark_passes
 
-from warren import Broker, Config
+from warren import Config
 from warren.amqp.server import AMQPListener
 from warren.core.clock import Clock, ManualClock
+from warren.pytest_plugin import WarrenBroker, new_event_loop  # noqa: F401 - tests import it from here
 from warren.store.damage import DamagedFile
 
 # A test run started in the background by a shell (`make test &`, or make's own
@@ -42,35 +39,18 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 T = TypeVar("T")
 
 
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop when installed, as `warren` runs in production; WARREN_LOOP=asyncio opts out."""
-    if os.environ.get("WARREN_LOOP", "uvloop") == "uvloop":
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            return uvloop.new_event_loop()
-    return asyncio.new_event_loop()
-
-
-class BrokerThread:
-    """A started broker plus a way to run code on its loop from the test thread."""
+class BrokerThread(WarrenBroker):
+    """The pytest plugin's broker on a thread (warren.pytest_plugin), with what
+    Warren's own tests add: a clock to hand in and move, the AMQP listener."""
 
     def __init__(self, config: Config, clock: Clock | None = None) -> None:
-        self.config = config
-        self.loop = new_event_loop()
-        self.broker = Broker(config, clock=clock)
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        #: The broker's stop, once asked (a second stop() waits on the same one).
-        self._stopping: Future[None] | None = None
+        super().__init__(config, clock=clock)
 
     def start(self, timeout: float = 120) -> BrokerThread:
-        """Start the broker; ``timeout`` only stops a hung start. A restart on a big
-        data dir (10,000 durable queues, pure Python) took over 30 s beside the
-        other pass of make test and two CPU hogs (make test-busy)."""
-        self._thread.start()
-        self.run(self.broker.start(), timeout)
+        """``timeout`` only stops a hung start. A restart on a big data dir
+        (10,000 durable queues, pure Python) took over 30 s beside the other
+        pass of make test and two CPU hogs (make test-busy)."""
+        super().start(timeout)
         return self
 
     @property
@@ -84,37 +64,8 @@ class BrokerThread:
         return listener
 
     @property
-    def http_port(self) -> int:
-        """The management API's port (0 when the HTTP listener is disabled)."""
-        listener = self.broker.listener("http")
-        return listener.port if listener is not None else 0
-
-    @property
-    def mqtt_port(self) -> int:
-        """The MQTT port (0 when the MQTT TCP listener is disabled)."""
-        listener = self.broker.listener("mqtt")
-        return listener.port if listener is not None else 0
-
-    @property
     def url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/"
-
-    def run(self, coro: Any, timeout: float = 30) -> Any:
-        """Run a coroutine on the broker's loop and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def call(self, fn: Callable[[], T], timeout: float = 30) -> T:
-        """Run a plain function on the broker's loop (core state is loop-owned)."""
-        fut: Future[T] = Future()
-
-        def runner() -> None:
-            try:
-                fut.set_result(fn())
-            except BaseException as exc:  # handed to the test thread
-                fut.set_exception(exc)
-
-        self.loop.call_soon_threadsafe(runner)
-        return fut.result(timeout)
 
     @property
     def clock(self) -> ManualClock:
@@ -129,41 +80,6 @@ class BrokerThread:
         goes on on the loop: wait for it as a client would."""
         clock = self.clock
         return self.call(lambda: clock.advance(ms))
-
-    def stop(self, timeout: float = 30) -> None:
-        """Stop the broker on its loop, then the loop, join its thread and close
-        the loop; a second call does nothing once that is done.
-
-        A loop that does not stop within ``timeout`` (a call on it blocks) raises
-        RuntimeError saying so and is left running: closing a running loop
-        would only raise "Cannot close a running event loop" and hide why. A
-        later stop() waits for the same broker stop again. A broker stop that
-        failed still ends the loop, then raises its error."""
-        if self.loop.is_closed():
-            return
-        failed: BaseException | None = None
-        if self._thread.is_alive():
-            if self._stopping is None:
-                self._stopping = asyncio.run_coroutine_threadsafe(self.broker.stop(), self.loop)
-            try:
-                self._stopping.result(timeout)
-            except TimeoutError:
-                raise self._stuck(timeout) from None
-            except BaseException as exc:  # it failed to stop cleanly: still end the loop
-                failed = exc
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                raise self._stuck(timeout)
-        self.loop.close()
-        if failed is not None:
-            raise failed
-
-    def _stuck(self, timeout: float) -> RuntimeError:
-        return RuntimeError(
-            f"the broker's event loop did not stop within {timeout:g} s (is a call on it "
-            f"blocked?); its thread is left running on {self.config.data_dir}"
-        )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -46,6 +46,7 @@ import pytest
 if TYPE_CHECKING:
     from warren.app import Broker
     from warren.config import Config
+    from warren.core.clock import Clock
 
 __all__ = ["WarrenBroker", "WarrenVhost", "start_broker"]
 
@@ -63,12 +64,16 @@ class WarrenBroker:
     owned by that loop.
     """
 
-    def __init__(self, config: Config, *, remove_data_dir: bool = False) -> None:
+    def __init__(
+        self, config: Config, *, remove_data_dir: bool = False, clock: Clock | None = None
+    ) -> None:
+        """``clock``: the broker's (a ManualClock moves time only when told); the
+        system's by default."""
         from warren.app import Broker  # deferred: importing the plugin stays cheap
 
         self.config = config
-        self.loop = _new_event_loop()
-        self.broker: Broker = Broker(config)
+        self.loop = new_event_loop()
+        self.broker: Broker = Broker(config, clock=clock)
         self._remove_data_dir = remove_data_dir
         #: The broker's stop, once asked (a second stop() waits on the same one).
         self._stopping: Future[None] | None = None
@@ -77,10 +82,11 @@ class WarrenBroker:
         )
 
     # -- lifecycle --------------------------------------------------------------------
-    def start(self) -> WarrenBroker:
+    def start(self, timeout: float = 30) -> WarrenBroker:
+        """Start the broker; ``timeout`` only stops a hung start."""
         self._thread.start()
         try:
-            self.run(self.broker.start())
+            self.run(self.broker.start(), timeout)
         except BaseException:
             self.stop()
             raise
@@ -120,7 +126,7 @@ class WarrenBroker:
     def _stuck(self, timeout: float) -> RuntimeError:
         return RuntimeError(
             f"the broker's event loop did not stop within {timeout:g} s (is a call on it "
-            f"blocked?); its thread and {self.config.data_dir} are left"
+            f"blocked?); its thread, left running, and {self.config.data_dir} are left"
         )
 
     def __enter__(self) -> WarrenBroker:
@@ -250,13 +256,17 @@ class WarrenVhost:
         return f"<WarrenVhost {self.name!r} {self.url}>"
 
 
-def _new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop when installed (as ``warren`` runs), else asyncio's default loop."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when installed (as ``warren`` runs), else asyncio's default loop;
+    WARREN_LOOP=asyncio opts out."""
+    if os.environ.get("WARREN_LOOP", "uvloop") == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
 
 
 def start_broker(
