@@ -393,9 +393,30 @@ def test_a_long_listing_gives_the_loop_back_while_it_is_built(api: Api, broker: 
             v.declare_queue(f"many-{i:05d}", durable=False)
 
     broker.call(declare_many)
-    # (when, loop-thread CPU since the previous tick): CPU time, so that another
-    # process taking the core away (a busy machine) does not count as a pause.
-    gaps: list[tuple[float, float]] = []
+    # The longest pause a task on the loop sees, as a share of the loop's CPU time
+    # during the request (CPU time, so that another process taking the core away,
+    # a busy machine, does not count as a pause). Measured: about 0.12 in slices,
+    # about 0.5 built in one go (SLICE set past 10,000). Best of three requests: a
+    # pause that is not the listing's (seen once on a fresh clone: 68 ms) does not
+    # come in all three.
+    shares = [_longest_pause_share(api, broker) for _ in range(3)]
+    assert min(shares) < 0.3, shares
+    paged = api.get("/api/queues?page=10&page_size=500&columns=name")
+    assert paged["item_count"] == 500 and paged["total_count"] == 10_000
+    assert paged["items"][0] == {"name": "many-04500"}
+    conn = connect(broker)
+    try:
+        ch = conn.channel()
+        ch.basic_publish("", "many-00001", b"x")
+        assert ch.basic_get("many-00001", auto_ack=True)[2] == b"x"
+    finally:
+        conn.close()
+
+
+def _longest_pause_share(api: Api, broker: BrokerThread) -> float:
+    """Lists /api/queues while a task on the broker's loop ticks: the longest
+    loop-thread CPU time between two ticks over the sum of them all."""
+    gaps: list[tuple[float, float]] = []  # (when, loop-thread CPU since the previous tick)
     running = [True]
 
     async def ticker() -> None:
@@ -417,23 +438,11 @@ def test_a_long_listing_gives_the_loop_back_while_it_is_built(api: Api, broker: 
     finally:
         gc.enable()
     assert listing.status == 200 and len(listing.json()) == 10_000
-    # Built in one go, the listing would hold the loop for most of the CPU time
-    # the loop spent during the request.
     during = [cpu for when, cpu in gaps if started <= when <= started + elapsed]
-    assert max(during) < sum(during) * 0.25, (max(during), sum(during))
-    paged = api.get("/api/queues?page=10&page_size=500&columns=name")
-    assert paged["item_count"] == 500 and paged["total_count"] == 10_000
-    assert paged["items"][0] == {"name": "many-04500"}
-    conn = connect(broker)
-    try:
-        ch = conn.channel()
-        ch.basic_publish("", "many-00001", b"x")
-        assert ch.basic_get("many-00001", auto_ack=True)[2] == b"x"
-    finally:
-        conn.close()
-
+    return max(during) / sum(during)
 
 # -- definitions --------------------------------------------------------------------------------
+
 
 
 def _topology(api: Api) -> dict[str, object]:
