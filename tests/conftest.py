@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from cputime import account
 from harness import harness_fixture
 from passes import long_first, mark_passes
 
@@ -87,6 +88,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     longest first (tests/passes.py)."""
     mark_passes(items)
     long_first(items)
+
+
+_CPU = account()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """With WARREN_TEST_CPU set, each test's CPU time (tests/cputime.py)."""
+    if _CPU is None:
+        yield
+        return
+    before = _CPU.before()
+    yield
+    _CPU.measure(item.nodeid, before)
+
+
+def pytest_sessionfinish() -> None:
+    if _CPU is not None:
+        _CPU.write()
 
 
 @pytest.hookimpl(hookwrapper=True)

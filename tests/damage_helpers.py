@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+from examples import examples
 from warren.core.message import Message
 from warren.store import records
 from warren.store.priority_store import PriorityStore
@@ -120,7 +121,7 @@ def filled(d: Path, n: int = 100, segment_size: int = 4096, version: int = V2) -
 
 KB = 1024
 DAMAGE_SETTINGS = settings(
-    max_examples=int(os.environ.get("DAMAGE_EXAMPLES", "150")),
+    max_examples=examples(int(os.environ.get("DAMAGE_EXAMPLES", "150"))),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

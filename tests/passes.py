@@ -71,31 +71,37 @@ def passes_of(item: pytest.Item) -> tuple[str, ...] | None:
     )
 
 
-#: Tests that take longest (seconds in a loaded `make test`, measured
-#: 2026-11-29), by node id prefix, longest first. Collection puts them first, so
-#: that xdist starts them first and the short tests fill in around them: a
-#: 100 s test handed out last would keep a worker busy after the rest are done.
-#: An entry that no longer names a test orders nothing; nothing fails.
+#: Tests that take longest (seconds in a `make test` on a quiet 2-core machine,
+#: measured 2026-11-29), by node id prefix, longest first. Collection puts them
+#: first, so that xdist starts them first and the short tests fill in around
+#: them: a 40 s test handed out last would keep a worker busy after the rest are
+#: done. An entry that no longer names a test orders nothing; nothing fails.
 LONG_FIRST: tuple[str, ...] = (
-    "protocol/amqp/test_header_fuzz.py::test_dead_lettering_keeps_headers",  # 100
-    "spark/test_example.py",  # 114
-    "spark/test_errors.py",  # 93
-    "spark/test_kafka_options.py",  # 92
-    "spark/test_source.py",  # 83
-    "spark/test_session_guard.py",  # 63
-    "spark/test_docs_snippet.py",  # 52
-    "spark/test_deploy_cluster.py",  # 45
-    "integration/test_kombu_integration_suite.py",  # 43
-    "spark/test_deploy_connect.py",  # 40
-    "integration/test_packaging.py",  # 37
-    "protocol/amqp/test_header_fuzz.py",  # 46 (the others)
-    "integration/test_doc_snippets.py",  # 68 over 20 pages
-    "cluster/test_partition.py",  # 35
-    "cluster/test_failover.py",  # 66 over 6
-    "ui/",  # 190 over 40
-    "integration/test_readme_quickstart.py",  # 22
-    "integration/test_aio_pika.py",  # 19
-    "store/powercut/",  # 64 over 30
+    # the compiled pass
+    "protocol/amqp/test_header_fuzz.py::test_dead_lettering_keeps_headers",  # 46
+    "integration/test_kombu_integration_suite.py",  # 41
+    "store/test_persistence.py::test_ten_thousand_durable_queues",  # 35
+    "store/test_segment_store.py::TestStoreComparison",  # 28
+    "integration/test_readme_quickstart.py",  # 25
+    "store/test_metadata_fuzz.py",  # 25
+    "integration/test_packaging.py",  # 24
+    "integration/test_soak.py",  # 17
+    "protocol/amqp/test_header_fuzz.py",  # 17, 15, 11 (the others)
+    "integration/test_doc_snippets.py",  # 13 for ctl.md, 50 over all pages
+    "cluster/test_failover.py",  # 13, 11, ...
+    "cluster/test_partition.py",  # 12, 11
+    "store/powercut/",  # 13, 10, ...
+    # the pure pass
+    "spark/test_deploy_cluster.py",  # 42
+    "spark/test_docs_snippet.py",  # 38
+    "spark/test_deploy_connect.py",  # 37 + 11 to set up
+    "spark/test_example.py",  # 32 + 14, 12
+    "spark/test_failover.py",  # 20 + 8
+    "ui/test_ui_links.py",  # 19, 17
+    "spark/test_session_guard.py",  # 18, 9
+    "spark/test_sink_exactly_once.py",  # 13, 9, 8
+    "spark/",
+    "ui/",
 )
 
 

@@ -55,6 +55,9 @@ class RabbitMQ:
             RABBITMQ_CONFIG_FILE=str(base / "rabbitmq.conf"),
             RABBITMQ_LOGS="-",
             ERL_EPMD_PORT=str(self.epmd_port),
+            # No busy waiting in the Erlang schedulers: an idle node beside the
+            # test suite leaves the two cores to the tests.
+            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="+sbwt none +sbwtdcpu none +sbwtdio none",
         )
         self._env = env
         self._base = base

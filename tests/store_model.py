@@ -23,12 +23,13 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from examples import examples
 from warren.core.message import Message
 from warren.core.properties import BasicProperties
 from warren.core.store import MessageStore
 
 STATE_MACHINE_SETTINGS = settings(
-    max_examples=100,
+    max_examples=examples(100),
     stateful_step_count=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

@@ -40,6 +40,7 @@ from procs import start_warren
 from rawamqp import RawAMQP
 
 import warren
+from examples import examples
 from warren.amqp.ack_scan import scan_acks_python
 from warren.core.clock import ManualClock
 from warren.core.unsettled import UnsettledDeliveries, UnsettledRun
@@ -92,7 +93,7 @@ def frame_soups(draw: st.DrawFn) -> bytes:
     return out[: len(out) - cut] if cut else out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(data=frame_soups(), pos=st.integers(0, 30), max_n=st.integers(0, 40))
 def test_c_and_python_find_the_same_runs_of_single_settlements(
     data: bytes, pos: int, max_n: int
@@ -122,7 +123,7 @@ def test_c_and_python_find_the_same_runs_of_single_settlements(
 # -- ranges of tags out of the unacked bookkeeping ----------------------------------
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     layout=st.lists(st.tuples(st.sampled_from(["single", "run"]), st.integers(1, 6)), max_size=8),
     takes=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 12)), max_size=6),

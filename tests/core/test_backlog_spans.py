@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import warren
+from examples import examples
 from warren.amqp.frames import message_frames
 from warren.amqp.record_deliveries import deliver_records_python
 from warren.core.message import Message
@@ -61,7 +62,7 @@ def framers() -> list[Any]:
     return [deliver_records_python] + ([_native.deliver_records] if _native is not None else [])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     count=st.integers(0, 30),
     damaged=st.lists(st.integers(0, 29), max_size=2),

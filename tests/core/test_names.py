@@ -40,6 +40,7 @@ from pamqp import commands
 from rawamqp import AMQPFrames, body_frame, header_frame, raw_frame
 
 import warren.core.vhost
+from examples import examples
 from warren.cli import main as warren_main
 
 pytestmark = pytest.mark.timeout(120)
@@ -508,7 +509,7 @@ keys = st.text(_NAME_CHARS, max_size=80).filter(lambda k: len(k.encode()) <= 255
 
 
 @settings(
-    max_examples=40,
+    max_examples=examples(40),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -37,6 +37,7 @@ from hypothesis import strategies as st
 from pamqp import commands
 from rawamqp import body_frame, header_frame, method_frame
 
+from examples import examples
 from warren.core.clock import ManualClock
 
 P, T = 2, 1  # delivery modes
@@ -510,7 +511,7 @@ _EXAMPLE = [0]
 
 
 @settings(
-    max_examples=40,
+    max_examples=examples(40),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

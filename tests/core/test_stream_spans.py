@@ -28,6 +28,7 @@ from pika.adapters.blocking_connection import BlockingChannel, BlockingConnectio
 from pikahelp import connect, uniq, wait_until
 
 import warren
+from examples import examples
 from warren.amqp.frames import message_frames
 from warren.core.message import Message
 from warren.store.stream_store import StreamCursor, StreamStore
@@ -143,7 +144,7 @@ def spans(cursor: StreamCursor, tag: int, frame_max: int, sizes: list[int]) -> t
 
 
 @pytest.mark.skipif(_native is None, reason="warren._fastpath is not built")
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(
     start=st.integers(0, 70),
     frame_max=st.sampled_from([4096, 131072]),

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pikahelp import connect
 
+from examples import examples
 from warren import Config
 from warren.store.damage import DamagedFile
 from warren.store.layout import hashed
@@ -132,7 +133,7 @@ def served(b: BrokerThread) -> dict[tuple[str, str], int]:
 
 
 @settings(
-    max_examples=300,
+    max_examples=examples(300),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

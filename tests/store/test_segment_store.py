@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from store_model import STATE_MACHINE_SETTINGS, StoreModel
 
+from examples import examples
 from warren.core.message import Message
 from warren.core.properties import BasicProperties
 from warren.core.store import MemoryStore, MessageStore
@@ -847,7 +848,7 @@ class StoreComparison(RuleBasedStateMachine):
 
 TestStoreComparison = StoreComparison.TestCase
 TestStoreComparison.settings = settings(
-    max_examples=150,
+    max_examples=examples(150),
     stateful_step_count=80,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

@@ -33,6 +33,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
 
+from examples import examples
 from warren.core.errors import PreconditionFailed
 from warren.core.unsettled import UnsettledDeliveries, UnsettledRun
 from warren.core.vhost import VHost
@@ -53,7 +54,7 @@ def unacked_ops(draw: st.DrawFn) -> list[tuple[str, int, bool]]:
     return ops
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(ops=unacked_ops())
 def test_unacked_deliveries_settle_as_a_dict_of_tags_would(
     ops: list[tuple[str, int, bool]],
@@ -100,7 +101,7 @@ def test_unacked_deliveries_settle_as_a_dict_of_tags_would(
 # -- records of a run ---------------------------------------------------------------
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     bodies=st.lists(st.binary(max_size=3000), min_size=1, max_size=12),
     modes=st.lists(st.sampled_from([None, 1, 2]), min_size=12, max_size=12),

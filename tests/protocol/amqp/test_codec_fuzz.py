@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from fuzz_targets import TARGETS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from examples import examples
 from warren.amqp import spec
 
 #: Seeds that reach deep: well-formed payloads the fuzzer mutates.
@@ -50,7 +49,7 @@ def mutated(draw: st.DrawFn, target: str) -> bytes:
 
 #: The pure-Python pass of `make test` runs a third (as tests/protocol/amqp/test_header_fuzz.py):
 #: the compiled pass has just run them all on the same source.
-EXAMPLES = 500 if os.environ.get("WARREN_PURE_PYTHON") == "1" else 1500
+EXAMPLES = examples(1500)
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pamqp import commands as pcommands
 from pamqp import header as pheader
 
+from examples import examples
 from warren.amqp import spec
 from warren.amqp.frames import header_payload, split_header_payload
 from warren.core import properties as core_properties
@@ -28,7 +29,7 @@ from warren.core.properties import (
 )
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(250), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NAMES = [name for name, _ in spec.BASIC_PROPERTIES]
 PEEKS = {
     "headers": peek_headers,
@@ -156,7 +157,7 @@ def test_truncated_peeks_return_or_raise_decode_error(
         assert value == getattr(props, name)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=64))
 def test_arbitrary_bytes_only_raise_decode_error(raw: bytes) -> None:
     try:

@@ -17,6 +17,7 @@ from pamqp import commands as pcommands
 from pamqp import frame as pframe
 from paths import REPO
 
+from examples import examples
 from warren.amqp import spec
 from warren.amqp.spec import METHODS, Method, decode_method
 from warren.core.codec_errors import DecodeError, UnknownMethod
@@ -30,8 +31,8 @@ IN_PAMQP = [c for c in ALL_METHODS if c.INDEX in pcommands.INDEX_MAPPING]
 PAMQP_NAMES = {("exchange.declare", "type"): "exchange_type"}
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
-PER_METHOD = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PER_METHOD = settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def method_id(cls: type[Method]) -> str:
@@ -379,7 +380,7 @@ def test_round_trip(cls: type[Method], data: st.DataObject) -> None:
 
 
 @pytest.mark.parametrize("cls", WITH_FIELDS, ids=method_id)
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_every_truncation_is_a_decode_error(cls: type[Method], data: st.DataObject) -> None:
     payload = cls(**data.draw(method_values(cls))).encode()

@@ -15,13 +15,14 @@ from hypothesis import strategies as st
 from pamqp import decode as pdecode
 from pamqp import encode as pencode
 
+from examples import examples
 from warren.core.codec_errors import DecodeError
 from warren.core.table import decode_field_array, decode_field_value, decode_table
 from warren.core.table_encode import encode_field_array, encode_field_value, encode_table
 
 UTC = datetime.UTC
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=UTC)
-SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _fits_shortstr(s: str) -> bool:
@@ -427,7 +428,7 @@ def test_every_truncation_raises_decode_error(table: dict[str, Any]) -> None:
             decode_table(raw[:cut], 0)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=64), st.integers(0, 8))
 def test_arbitrary_bytes_only_raise_decode_error(raw: bytes, offset: int) -> None:
     for decoder in (decode_table, decode_field_array, decode_field_value):
@@ -435,7 +436,7 @@ def test_arbitrary_bytes_only_raise_decode_error(raw: bytes, offset: int) -> Non
             decoder(raw, offset)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(tables, st.data())
 def test_mutated_tables_only_raise_decode_error(table: dict[str, Any], data: st.DataObject) -> None:
     raw = bytearray(encode_table(table))

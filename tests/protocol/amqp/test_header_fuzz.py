@@ -56,7 +56,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import os
 import struct
 import uuid
 from collections.abc import Callable, Iterator
@@ -74,6 +73,7 @@ from hypothesis import strategies as st
 from pamqp import base, commands, header, heartbeat
 from rawamqp import body_frame, method_frame, raw_frame
 
+from examples import examples
 from warren.core.clock import ManualClock
 from warren.core.codec_errors import DecodeError, UnsafeValue
 from warren.core.table import decode_table, validate_table
@@ -135,16 +135,10 @@ PROPERTY_TYPES = (  # (flag, type) in wire order
 U32 = struct.Struct(">I")
 
 
-#: The pure-Python pass (WARREN_PURE_PYTHON=1 in `make test`) runs a third of the
-#: examples: the compiled pass has run them all on the same source a moment
-#: before, and the full count in both passes would cost ~20 s of the 15-minute budget.
-PURE_PASS_SHARE = 3 if os.environ.get("WARREN_PURE_PYTHON") == "1" else 1
-
-
 def fuzz_settings(max_examples: int) -> settings:
     """Reproducible settings (CI runs the same examples every time)."""
     return settings(
-        max_examples=max(max_examples // PURE_PASS_SHARE, 1),
+        max_examples=examples(max_examples),
         deadline=None,
         suppress_health_check=[
             HealthCheck.too_slow,

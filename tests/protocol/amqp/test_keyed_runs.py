@@ -22,6 +22,8 @@ from pamqp import commands
 from rawamqp import body_frame, header_frame, method_frame
 from test_publish_run import SCANNERS
 
+from examples import examples
+
 Scanner = Callable[..., Any]
 PERSISTENT = commands.Basic.Properties(delivery_mode=2)
 
@@ -48,7 +50,7 @@ def bodies(run: Any) -> list[bytes]:
 
 
 @pytest.mark.parametrize("scan", SCANNERS)
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     keys=st.lists(st.sampled_from(["a", "b", "cc", ""]), min_size=1, max_size=30),
     ordered=st.booleans(),

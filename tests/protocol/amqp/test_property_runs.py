@@ -24,6 +24,7 @@ from pamqp import commands
 from rawamqp import body_frame, header_frame, method_frame
 from test_publish_run import SCANNERS
 
+from examples import examples
 from warren.amqp.publish_run import simple_delivery_mode
 from warren.core.codec_errors import DecodeError
 from warren.core.properties import decode_properties
@@ -101,7 +102,7 @@ def _expected_simple(raw: bytes) -> bool:
 
 
 @pytest.mark.parametrize("scan", SCANNERS)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(props=property_lists())
 def test_a_run_takes_exactly_the_simple_property_lists(
     scan: Scanner, props: commands.Basic.Properties
@@ -118,7 +119,7 @@ def test_a_run_takes_exactly_the_simple_property_lists(
         assert decode_properties(raw).delivery_mode == props.delivery_mode
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(raw=st.binary(max_size=40))
 def test_what_simple_delivery_mode_takes_the_decoder_reads(raw: bytes) -> None:
     mode = simple_delivery_mode(raw)

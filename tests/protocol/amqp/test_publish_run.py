@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from pamqp import commands
 from rawamqp import body_frame, header_frame, method_frame, publish_frames, raw_frame
 
+from examples import examples
 from warren.amqp import publish_run
 
 Scanner = Callable[..., Any]
@@ -206,7 +207,7 @@ def _complete_prefix(
 
 
 @pytest.mark.parametrize("scan", SCANNERS)
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(case=streams())
 def test_the_run_is_the_complete_alike_prefix(
     scan: Scanner, case: tuple[bytes, list[tuple[bytes, bytes]]]
@@ -346,7 +347,7 @@ needs_c = pytest.mark.skipif(_fast is None, reason="warren._fastpath not built")
 
 
 @needs_c
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     bodies=st.lists(
         st.binary(max_size=300) | st.integers(0, 20_000).map(b"b".__mul__), min_size=1, max_size=8

@@ -24,6 +24,7 @@ from pamqp import commands
 from rawamqp import body_frame, method_frame, raw_frame
 from test_publish_run import SCANNERS
 
+from examples import examples
 from warren.amqp import publish_run
 from warren.amqp.publish_checks import check_message, validate_publish_properties
 from warren.core.codec_errors import DecodeError, UnsafeValue
@@ -192,7 +193,7 @@ def property_lists(draw: st.DrawFn) -> bytes:
 
 
 @pytest.mark.skipif(len(SCANNERS) < 2, reason="warren._fastpath is not built")
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(props=property_lists())
 def test_the_c_scanner_agrees_and_a_taken_table_passes_every_check(props: bytes) -> None:
     fast = importlib.import_module("warren._fastpath")
@@ -209,7 +210,7 @@ def test_the_c_scanner_agrees_and_a_taken_table_passes_every_check(props: bytes)
         assert check_message(msg, None, None) is msg
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(props=property_lists())
 def test_a_table_the_slow_way_refuses_is_never_taken(props: bytes) -> None:
     try:

@@ -28,6 +28,7 @@ from pamqp import commands
 from rawamqp import body_frame, method_frame, raw_frame
 from test_publish_run import SCANNERS
 
+from examples import examples
 from warren.amqp import publish_run
 from warren.core.dedup import Deduplicator
 from warren.core.message import Message, MessageRun
@@ -280,7 +281,7 @@ _VALUES = st.sampled_from(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     entries=st.lists(
         st.tuples(st.sampled_from([b"x-deduplication-header", b"x-cache-ttl", b"k", b""]), _VALUES),

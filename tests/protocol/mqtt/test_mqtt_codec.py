@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from examples import examples
 from warren.mqtt import (
     Decoder,
     MalformedPacket,
@@ -150,7 +151,7 @@ def packets(level: int) -> st.SearchStrategy:
 
 @pytest.mark.parametrize("level", [4, 5])
 def test_round_trip(level: int) -> None:
-    @settings(max_examples=300, deadline=None)
+    @settings(max_examples=examples(300), deadline=None)
     @given(packets(level))
     def check(packet: object) -> None:
         data = encode(packet, level)  # type: ignore[arg-type]
@@ -161,7 +162,7 @@ def test_round_trip(level: int) -> None:
 
 @pytest.mark.parametrize("level", [4, 5])
 def test_many_packets_split_anywhere(level: int) -> None:
-    @settings(max_examples=60, deadline=None)
+    @settings(max_examples=examples(60), deadline=None)
     @given(st.lists(packets(level), min_size=1, max_size=6), st.data())
     def check(batch: list, data: st.DataObject) -> None:
         wire = b"".join(encode(p, level) for p in batch)
@@ -191,7 +192,7 @@ def test_byte_at_a_time() -> None:
     assert dec.level == 5
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.sampled_from([None, 4, 5]), st.binary(max_size=64))
 def test_fuzz_raises_only_codec_errors(level: int | None, data: bytes) -> None:
     with contextlib.suppress(MQTTCodecError):
@@ -414,7 +415,7 @@ def test_paho_client_v5() -> None:
 
 @pytest.mark.parametrize("level", [4, 5])
 def test_fuzz_mutated_valid_packets(level: int) -> None:
-    @settings(max_examples=200, deadline=None)
+    @settings(max_examples=examples(200), deadline=None)
     @given(packets(level), st.data())
     def check(packet: object, data: st.DataObject) -> None:
         wire = bytearray(encode(packet, level))  # type: ignore[arg-type]

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from mqttraw import RawClient, paho_publish
 
+from examples import examples
 from warren import Config
 from warren.mqtt import properties as P
 from warren.mqtt.packets import Publish, PubRec
@@ -110,7 +111,7 @@ def tree(root: Path) -> dict[str, bytes]:
 
 
 @settings(
-    max_examples=40,
+    max_examples=examples(40),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from examples import examples
 from warren.mqtt.filters import FilterIndex
 from warren.mqtt.retained import RetainedMessage, TopicTree, filter_matches
 from warren.mqtt.session import SubscriptionOptions
@@ -25,7 +26,7 @@ def message(topic: str) -> RetainedMessage:
     return RetainedMessage(topic, b"x", 0, b"", 0)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(TOPIC, max_size=20), st.lists(TOPIC, max_size=5), st.lists(FILTER, max_size=8))
 def test_tree_matches_as_the_rules_do(
     topics: list[str], removed: list[str], filters: list[str]
@@ -63,7 +64,7 @@ def options(topic_filter: str) -> SubscriptionOptions:
     return SubscriptionOptions(1, binding_key=mqtt_to_amqp(topic_filter))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(FILTER, max_size=12), st.lists(FILTER, max_size=4), st.lists(TOPIC, max_size=8))
 def test_filter_index_matches_as_the_rules_do(
     filters: list[str], removed: list[str], topics: list[str]
