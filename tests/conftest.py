@@ -12,6 +12,7 @@ no test waits for time to pass (core/clock.py).
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -83,11 +84,19 @@ class BrokerThread(WarrenBroker):
         return self.call(lambda: clock.advance(ms))
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Marks each test with the passes of make test that run it, and puts the
-    longest first (tests/passes.py)."""
+    """Marks each test with the passes of make test that run it (tests/passes.py),
+    before -m selects by those marks."""
     mark_passes(items)
-    long_first(items)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Puts the longest tests first, one share per xdist worker (tests/passes.py),
+    once -m and -k have deselected what this run leaves out, and before xdist's
+    worker sends the controller its collection (in the same hook)."""
+    long_first(session.items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 
 
 _CPU = account()

@@ -71,51 +71,81 @@ def passes_of(item: pytest.Item) -> tuple[str, ...] | None:
     )
 
 
-#: Tests that take longest (seconds in a `make test` on a quiet 2-core machine,
-#: measured 2026-11-29), by node id prefix, longest first. Collection puts them
-#: first, so that xdist starts them first and the short tests fill in around
-#: them: a 40 s test handed out last would keep a worker busy after the rest are
-#: done. An entry that no longer names a test orders nothing; nothing fails.
-LONG_FIRST: tuple[str, ...] = (
+#: Tests that take longest, by node id prefix, with the seconds each took in a
+#: `make test` on a quiet 2-core machine (2026-11-29). :func:`long_first` starts
+#: them first, spread over the workers, and the short tests fill in around them.
+#: An entry that no longer names a test orders nothing; nothing fails.
+LONG_FIRST: tuple[tuple[str, float], ...] = (
     # the compiled pass
-    "protocol/amqp/test_header_fuzz.py::test_dead_lettering_keeps_headers",  # 46
-    "integration/test_kombu_integration_suite.py",  # 41
-    "store/test_persistence.py::test_ten_thousand_durable_queues",  # 35
-    "store/test_segment_store.py::TestStoreComparison",  # 28
-    "integration/test_readme_quickstart.py",  # 25
-    "store/test_metadata_fuzz.py",  # 25
-    "integration/test_packaging.py",  # 24
-    "integration/test_soak.py",  # 17
-    "protocol/amqp/test_header_fuzz.py",  # 17, 15, 11 (the others)
-    "integration/test_doc_snippets.py",  # 13 for ctl.md, 50 over all pages
-    "cluster/test_failover.py",  # 13, 11, ...
-    "cluster/test_partition.py",  # 12, 11
-    "store/powercut/",  # 13, 10, ...
+    ("protocol/amqp/test_header_fuzz.py::test_dead_lettering_keeps_headers", 46),
+    ("integration/test_kombu_integration_suite.py", 41),
+    ("store/test_persistence.py::test_ten_thousand_durable_queues", 35),
+    ("store/test_segment_store.py::TestStoreComparison", 28),
+    ("integration/test_readme_quickstart.py::test_the_readme_quick_start", 25),
+    ("store/test_metadata_fuzz.py", 25),
+    ("integration/test_packaging.py::test_the_built_wheel", 24),
+    ("integration/test_soak.py", 17),
+    ("protocol/amqp/test_header_fuzz.py::test_validate_table", 17),
+    ("protocol/amqp/test_header_fuzz.py::test_publish_through", 15),
+    ("protocol/amqp/test_header_fuzz.py::test_persistent_headers", 11),
+    ("integration/test_doc_snippets.py", 4),  # 13 for ctl.md, 50 over all pages
+    ("cluster/test_failover.py", 8),
+    ("cluster/test_partition.py", 10),
+    ("store/powercut/", 3),
     # the pure pass
-    "spark/test_deploy_cluster.py",  # 42
-    "spark/test_docs_snippet.py",  # 38
-    "spark/test_deploy_connect.py",  # 37 + 11 to set up
-    "spark/test_example.py",  # 32 + 14, 12
-    "spark/test_failover.py",  # 20 + 8
-    "ui/test_ui_links.py",  # 19, 17
-    "spark/test_session_guard.py",  # 18, 9
-    "spark/test_sink_exactly_once.py",  # 13, 9, 8
-    "spark/",
-    "ui/",
+    ("spark/test_deploy_cluster.py", 42),
+    ("spark/test_docs_snippet.py", 38),
+    ("spark/test_deploy_connect.py", 48),
+    ("spark/test_example.py", 20),
+    ("spark/test_failover.py", 28),
+    ("ui/test_ui_links.py", 8),
+    ("spark/test_session_guard.py", 9),
+    ("spark/test_sink_exactly_once.py", 8),
+    ("spark/", 2),
+    ("ui/", 3),
 )
 
 
-def long_first(items: list[pytest.Item]) -> None:
-    """Orders ``items`` (in place) by :data:`LONG_FIRST`, the rest after them
-    in their own order."""
-    def rank(item: pytest.Item) -> int:
-        node = item.nodeid.removeprefix("tests/")  # node ids are from the repository's root
-        for n, prefix in enumerate(LONG_FIRST):
-            if node.startswith(prefix):
-                return n
-        return len(LONG_FIRST)
+def _seconds(item: pytest.Item) -> float | None:
+    node = item.nodeid.removeprefix("tests/")  # node ids are from the repository's root
+    for prefix, seconds in LONG_FIRST:
+        if node.startswith(prefix):
+            return seconds
+    return None
 
-    items.sort(key=rank)  # stable: the rest keep collection's order
+
+def long_first(items: list[pytest.Item], workers: int) -> None:
+    """Orders ``items`` (in place, after deselection) so that the long tests start
+    first and on different workers.
+
+    pytest-xdist's work stealing (``--dist worksteal``) hands each of the
+    ``workers`` a contiguous share of the collection at the start (as even as
+    integer division makes them) and later moves tests from the end of a busy
+    worker's share to an idle one. So each share begins with its part of the
+    long tests, given out longest first to the share with the fewest seconds so
+    far; the short tests follow in collection order. Long tests all at the front
+    of the collection would all be in the first worker's share, one after the
+    other (the tail of the run), and a share's head is never stolen."""
+    long = sorted((t for t in items if _seconds(t) is not None), key=lambda t: -(_seconds(t) or 0))
+    rest = [t for t in items if _seconds(t) is None]
+    workers = max(workers, 1)
+    sizes = []
+    remaining = len(items)
+    for k in range(workers):
+        sizes.append(remaining // (workers - k))
+        remaining -= sizes[-1]
+    heads: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    load = [0.0] * workers
+    for test in long:
+        k = min((k for k in range(workers) if len(heads[k]) < sizes[k]), key=lambda k: load[k])
+        heads[k].append(test)
+        load[k] += _seconds(test) or 0
+    ordered: list[pytest.Item] = []
+    for k in range(workers):
+        fill = sizes[k] - len(heads[k])
+        ordered += heads[k] + rest[:fill]
+        del rest[:fill]
+    items[:] = ordered + rest
 
 
 def mark_passes(items: list[pytest.Item]) -> None:
