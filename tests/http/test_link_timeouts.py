@@ -200,3 +200,40 @@ def test_timeouts_are_read_from_the_uri() -> None:
     )
     with pytest.raises(ValueError, match="connection_timeout must be a positive"):
         Timeouts.of("amqp://h/%2F?connection_timeout=soon")
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (
+            "/api/parameters/shovel/%2F/s",
+            {"value": {"src-uri": "amqp://h?rpc_timeout=0", "src-queue": "a",
+                       "dest-uri": "amqp://", "dest-queue": "b"}},
+        ),
+        (
+            "/api/parameters/shovel/%2F/s",
+            {"value": {"src-uri": "amqp://", "src-queue": "a",
+                       "dest-uri": ["amqp://", "amqp://h?connection_timeout=soon"],
+                       "dest-queue": "b"}},
+        ),
+        (
+            "/api/parameters/federation-upstream/%2F/u",
+            {"value": {"uri": "amqp://h?connection_timeout=-5"}},
+        ),
+    ],
+    ids=["shovel-rpc-timeout", "shovel-dest-connection-timeout", "upstream-connection-timeout"],
+)
+def test_a_bad_timeout_is_refused_when_saved(tmp_path: Path, path: str, body: Any) -> None:
+    """A URI whose connection_timeout or rpc_timeout is not a positive number of
+    milliseconds is refused with the definition (400, the value named), not left
+    to fail the link when it first connects."""
+    broker = start_broker(tmp_path)
+    try:
+        api = Api(broker.http_port)
+        reply = api.put(path, body)
+        assert reply.status == 400, reply
+        reason = reply.json()["reason"]
+        assert "must be a positive number of milliseconds" in reason, reason
+        assert api.get(path.rsplit("/", 1)[0]) == []
+    finally:
+        broker.stop()

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from warren.core.runtime_parameters import ValidationFailed, is_int, json_p
+from warren.links import Timeouts
 
 ACK_MODES = ("on-confirm", "on-publish", "no-ack")
 _KNOWN = {
@@ -50,6 +51,11 @@ def validate_upstream(name: str, value: Any) -> Upstream:
     for uri in uris:
         if not uri.startswith(("amqp://", "amqps://")):
             errors.append(f"uri: {uri!r} is not an amqp:// or amqps:// URI")
+            continue
+        try:
+            Timeouts.of(uri)
+        except ValueError as exc:  # refused when saved, not when the link first connects
+            errors.append(f"uri: {exc}")
 
     def number(key: str, default: Any, low: int) -> Any:
         v = value.get(key, default)

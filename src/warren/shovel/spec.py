@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from warren.core.runtime_parameters import ValidationFailed, json_p
+from warren.links import Timeouts
 
 ACK_MODES = ("on-confirm", "on-publish", "no-ack")
 _KNOWN = {
@@ -52,6 +53,11 @@ def _uris(value: Any, key: str, schemes: tuple[str, ...], errors: list[str]) -> 
     for uri in uris:
         if not uri.startswith(schemes):
             errors.append(f"{key}: {uri!r} is not a {' or '.join(schemes)} URI")
+            continue
+        try:
+            Timeouts.of(uri)
+        except ValueError as exc:  # refused when saved, not when the link first connects
+            errors.append(f"{key}: {exc}")
     return tuple(uris)
 
 
