@@ -16,11 +16,10 @@ from __future__ import annotations
 import logging
 
 from warren.store.records import decode_records
-from warren.store.segment_files import SegmentFiles, SegmentState
-from warren.store.segment_parts import ReadyCounts, SegmentOwner
-from warren.store.segment_reader import SegmentReader
+from warren.store.segment_files import SegmentState
+from warren.store.segment_parts import SegmentParts
 from warren.store.segment_recovery import step_over_damage
-from warren.store.transient_counts import TransientCounts, lost_records
+from warren.store.transient_counts import lost_records
 
 __all__ = ["SegmentFaults"]
 
@@ -37,24 +36,15 @@ class SegmentFaults:
     calls it where a read or a write-out fails, the log (``on_lost``) where a
     write-out dropped records."""
 
-    def __init__(
-        self,
-        files: SegmentFiles,
-        segs: dict[int, SegmentState],
-        reader: SegmentReader,
-        counts: ReadyCounts,
-        transient: TransientCounts,
-        count_transient: bool,
-        owner: SegmentOwner,
-    ) -> None:
-        self._files = files
-        self._segs = segs
-        self._reader = reader
-        self._cursor = reader.cursor
-        self._counts = counts
-        self._transient = transient
-        self._count_transient = count_transient
-        self._owner = owner
+    def __init__(self, parts: SegmentParts) -> None:
+        self._files = parts.files
+        self._segs = parts.segs
+        self._reader = parts.reader
+        self._cursor = parts.reader.cursor
+        self._counts = parts.ready
+        self._transient = parts.transient
+        self._count_transient = parts.count_transient
+        self._owner = parts.owner
         #: Where failed write-outs cut segments off (segment id -> first lost offset).
         self.lost_from: dict[int, int] = {}
 

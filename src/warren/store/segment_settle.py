@@ -13,12 +13,9 @@ keep a file alive. docs/storage.md.
 from __future__ import annotations
 
 from warren.core.message import Message
-from warren.store.requeued import RequeuedMessages
-from warren.store.segment_files import SegmentFiles, SegmentState
+from warren.store.segment_files import SegmentState
 from warren.store.segment_log import OFFSET_MASK
-from warren.store.segment_parts import ReadyCounts, SegmentOwner
-from warren.store.segment_reader import SegmentReader
-from warren.store.transient_counts import TransientCounts
+from warren.store.segment_parts import SegmentParts
 
 __all__ = ["SegmentRemovals"]
 
@@ -30,24 +27,15 @@ _ACK_BATCH = 4096
 class SegmentRemovals:
     """A SegmentStore's ready messages taken out wherever they are, and its purge."""
 
-    def __init__(
-        self,
-        files: SegmentFiles,
-        segs: dict[int, SegmentState],
-        reader: SegmentReader,
-        counts: ReadyCounts,
-        transient: TransientCounts,
-        requeued: RequeuedMessages,
-        owner: SegmentOwner,
-    ) -> None:
-        self._files = files
-        self._segs = segs
-        self._reader = reader
-        self._cursor = reader.cursor
-        self._counts = counts
-        self._transient = transient
-        self._requeued = requeued
-        self._owner = owner
+    def __init__(self, parts: SegmentParts) -> None:
+        self._files = parts.files
+        self._segs = parts.segs
+        self._reader = parts.reader
+        self._cursor = parts.reader.cursor
+        self._counts = parts.ready
+        self._transient = parts.transient
+        self._requeued = parts.requeued
+        self._owner = parts.owner
 
     def remove_ready(self, seq: int) -> Message | None:
         """Take a ready message out wherever it is, acking it (durable like any ack).

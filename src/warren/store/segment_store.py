@@ -53,7 +53,7 @@ from warren.store.requeued import RequeuedMessages
 from warren.store.segment_faults import SegmentFaults
 from warren.store.segment_files import SegmentFiles, SegmentState
 from warren.store.segment_log import OFFSET_MASK, SEQ_BITS
-from warren.store.segment_parts import ReadyCounts
+from warren.store.segment_parts import ReadyCounts, SegmentParts
 from warren.store.segment_reader import SegmentReader
 from warren.store.segment_recovery import read_message, read_messages, recover
 from warren.store.segment_settle import SegmentRemovals
@@ -140,13 +140,12 @@ class SegmentStore:
         )
         # Failed write-outs and damage, and ready messages taken out other than
         # by the cursor (off the hot paths): parts given what they work on.
-        self._faults = reader.faults = SegmentFaults(
-            files, self._segs, reader, ready, self._transient, count_transient, self
+        parts = SegmentParts(
+            files, self._segs, reader, ready, self._transient, self._requeued, count_transient, self
         )
+        self._faults = reader.faults = SegmentFaults(parts)
         self._log.on_lost = self._faults.records_lost
-        self._removals = SegmentRemovals(
-            files, self._segs, reader, ready, self._transient, self._requeued, self
-        )
+        self._removals = SegmentRemovals(parts)
 
     def __repr__(self) -> str:
         return f"<SegmentStore {str(self._dir)!r} ready={self._ready.count}>"
