@@ -19,6 +19,7 @@ here with its type tags rather than through core/table.py's Python values.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import struct
@@ -26,12 +27,13 @@ import uuid
 from typing import Any
 from urllib.parse import quote, unquote_to_bytes
 
-from warren.amqp1.codec import DecodeError as CodecDecodeError
+from warren.amqp1.formats import MAP8, STR8
+from warren.amqp1.formats import MAX_DEPTH as AMQP1_MAX_DEPTH
 from warren.amqp1.message import (
     AmqpMessage,
-    ApplicationProperties,
     AmqpSequence,
     AmqpValue,
+    ApplicationProperties,
     Data,
     Footer,
     Header,
@@ -55,7 +57,6 @@ from warren.amqp1.types import (
     UShort,
 )
 from warren.core.codec_errors import DecodeError
-from warren.core.properties import EMPTY_PROPERTIES, headers_offset
 from warren.core.table import MAX_DEPTH, MAX_TIMESTAMP
 
 __all__ = [
@@ -85,7 +86,9 @@ _UINT32_MAX = (1 << 32) - 1
 #: How long a 0-9-1 longstr may be to be tried as UTF-8 (RabbitMQ 4 takes a
 #: longer one as binary rather than scan it).
 _UTF8_SCAN_LIMIT = 4096
-_URN = re.compile(r"urn:uuid:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_URN = re.compile(
+    r"urn:uuid:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
 _BAD_PERCENT = re.compile(r"%(?![0-9a-fA-F]{2})")
 
 #: Message annotations RabbitMQ 4 sets or reads itself: not copied to headers.
@@ -218,6 +221,10 @@ _FIXED: dict[int, tuple[struct.Struct, type]] = {
     ord("d"): (_F64, float),
 }
 
+#: How deep 0-9-1 headers nest into 1.0 values: within the codec's limit,
+#: less the section's own levels.
+_FROM_CORE_DEPTH = AMQP1_MAX_DEPTH - 4
+
 _SKIP = object()  # a value with no 1.0 conversion (a decimal)
 
 
@@ -243,7 +250,7 @@ def _value(data: bytes, pos: int, depth: int) -> tuple[Any, int]:
     if tag == 0x41 or tag == 0x46:  # A, F
         end = pos + 4 + _U32.unpack_from(data, pos)[0]
         pos += 4
-        if depth >= MAX_DEPTH:
+        if depth >= _FROM_CORE_DEPTH:
             return _SKIP, end
         if tag == 0x41:
             items = []
@@ -394,10 +401,8 @@ def _annotation_to_core(key: str, value: Any, headers: list[tuple[str, bytes]]) 
             headers.append(("CC", encoded))
     elif key == "x-opt-rabbitmq-received-time":
         if isinstance(value, int) and not isinstance(value, bool):
-            try:
+            with contextlib.suppress(struct.error):
                 headers.append(("timestamp_in_ms", b"l" + _I64.pack(value)))
-            except struct.error:
-                pass
     elif key == "x-opt-deaths":
         encoded = _deaths_to_core(value)
         if encoded is not None:
@@ -570,13 +575,13 @@ def _deaths_to_amqp1(value: Any) -> Array | None:
                     # 0-9-1's x-death keeps the first time only.
                     Symbol("last-time"): first,
                     Symbol("exchange"): str(death["exchange"]),
-                    Symbol("routing-keys"): Array(0xB1, tuple(str(k) for k in keys)),
+                    Symbol("routing-keys"): Array(STR8, tuple(str(k) for k in keys)),
                 }
             )
         except (KeyError, TypeError, ValueError):
             return None
         maps.append(entry)
-    return Array(0xD1, tuple(maps))
+    return Array(MAP8, tuple(maps))
 
 
 def _read_shortstr(raw: bytes, pos: int) -> tuple[str, int]:
@@ -660,12 +665,12 @@ def from_core(properties: bytes, body: bytes) -> AmqpMessage:
     if basic_type == AMQP10_TYPE:
         try:
             sections = decode_sections(body)
-        except (CodecDecodeError, DecodeError):
+        except DecodeError:
             sections = []
         tail = [s for s in sections if isinstance(s, Data | AmqpSequence | AmqpValue)]
         footer = [s for s in sections if isinstance(s, Footer)]
         if tail and len(tail) + len(footer) == len(sections):
-            msg.body = tail  # type: ignore[assignment]
+            msg.body = tail
             msg.footer = footer[0] if footer else None
             basic_type = None  # the marker, not the publisher's type
     if not msg.body:

@@ -216,9 +216,8 @@ class AmqpMessage:
         if len(body) == 1:
             only = body[0]
             return only.content if isinstance(only, Data) else None
-        if body and all(isinstance(s, Data) for s in body):
-            return b"".join(s.content for s in body)  # type: ignore[union-attr]
-        return None
+        parts = [s.content for s in body if isinstance(s, Data)]
+        return b"".join(parts) if body and len(parts) == len(body) else None
 
     def _bare_sections(self) -> list[Section]:
         sections: list[Section] = []
