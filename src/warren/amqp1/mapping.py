@@ -10,25 +10,27 @@ a message published over AMQP 1.0, and a 1.0 consumer what RabbitMQ 4 shows
 for one published over 0-9-1 or MQTT; docs/amqp1.md, "Message mapping", has
 the table. Where RabbitMQ 4 would fail (a value it has no conversion for:
 uuid, char, decimal or described application properties; a 0-9-1 decimal)
-the value is left out.
-
-Header values keep their AMQP types both ways: a 1.0 uint becomes a 0-9-1
-``unsignedint`` ('i') and back, so the headers table is encoded and read
-here with its type tags rather than through core/table.py's Python values.
+the value is left out. Header values keep their AMQP types both ways
+(field_values.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import re
 import struct
 import uuid
 from typing import Any
 from urllib.parse import quote, unquote_to_bytes
 
-from warren.amqp1.formats import MAP8, STR8
-from warren.amqp1.formats import MAX_DEPTH as AMQP1_MAX_DEPTH
+from warren.amqp1.field_values import (
+    deaths_to_amqp1,
+    deaths_to_core,
+    key_bytes,
+    longstr,
+    read_headers,
+    to_field,
+)
 from warren.amqp1.message import (
     AmqpMessage,
     AmqpSequence,
@@ -42,22 +44,9 @@ from warren.amqp1.message import (
     decode_sections,
     encode_message,
 )
-from warren.amqp1.types import (
-    Array,
-    Byte,
-    Float,
-    Int,
-    Long,
-    Short,
-    Symbol,
-    Timestamp,
-    UByte,
-    UInt,
-    ULong,
-    UShort,
-)
+from warren.amqp1.types import Symbol, Timestamp
 from warren.core.codec_errors import DecodeError
-from warren.core.table import MAX_DEPTH, MAX_TIMESTAMP
+from warren.core.table import MAX_TIMESTAMP
 
 __all__ = [
     "AMQP10_TYPE",
@@ -73,19 +62,10 @@ AMQP10_TYPE = "amqp-1.0"
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
-_I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _U64 = struct.Struct(">Q")
-_F32 = struct.Struct(">f")
-_F64 = struct.Struct(">d")
 
-_INT64_MAX = (1 << 63) - 1
 _UINT32_MAX = (1 << 32) - 1
-#: How long a 0-9-1 longstr may be to be tried as UTF-8 (RabbitMQ 4 takes a
-#: longer one as binary rather than scan it).
-_UTF8_SCAN_LIMIT = 4096
 _URN = re.compile(
     r"urn:uuid:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 )
@@ -108,185 +88,6 @@ _F_TIMESTAMP = 1 << 6
 _F_TYPE = 1 << 5
 _F_USER_ID = 1 << 4
 _F_APP_ID = 1 << 3
-
-
-# --------------------------------------------------------------------------
-# AMQP 1.0 values -> 0-9-1 field values (type tag and bytes).
-# --------------------------------------------------------------------------
-
-
-def _longstr(raw: bytes) -> bytes:
-    return b"S" + _U32.pack(len(raw)) + raw
-
-
-def _field(value: Any, depth: int = 1) -> bytes | None:
-    """``value`` as a tagged 0-9-1 field value, or None where RabbitMQ 4 has no
-    conversion (the entry is then left out)."""
-    kind = type(value)
-    if kind is bool:
-        return b"t\x01" if value else b"t\x00"
-    if value is None:
-        return b"V"
-    if isinstance(value, str):
-        if kind is not str and kind is not Symbol:
-            return None  # a char
-        return _longstr(value.encode("utf-8", "surrogateescape"))
-    if isinstance(value, bytes):
-        if kind is not bytes:
-            return None  # decimal32/64/128
-        return _longstr(value)  # RabbitMQ 4 sends a 1.0 binary as a longstr
-    if isinstance(value, int):
-        try:
-            if kind is UByte:
-                return b"B" + _U8.pack(value)
-            if kind is Byte:
-                return b"b" + _I8.pack(value)
-            if kind is Short:
-                return b"s" + _I16.pack(value)
-            if kind is UShort:
-                return b"u" + _U16.pack(value)
-            if kind is Int:
-                return b"I" + _I32.pack(value)
-            if kind is UInt:
-                return b"i" + _U32.pack(value)
-            if kind is Timestamp:
-                seconds = value // 1000  # Erlang's div (towards zero; negatives are left out)
-                if value < 0 or seconds > MAX_TIMESTAMP:
-                    return None
-                return b"T" + _U64.pack(seconds)
-            return b"l" + _I64.pack(value)  # long, ulong (if it fits), int
-        except struct.error:
-            return None
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return None  # Warren refuses these in headers (core/table.py)
-        return (b"f" + _F32.pack(value)) if kind is Float else (b"d" + _F64.pack(value))
-    if depth >= MAX_DEPTH:
-        return None
-    if isinstance(value, list | tuple | Array):
-        items = value.items if isinstance(value, Array) else value
-        parts = [p for p in (_field(item, depth + 1) for item in items) if p is not None]
-        body = b"".join(parts)
-        return b"A" + _U32.pack(len(body)) + body
-    if isinstance(value, dict):
-        return b"F" + _table(value.items(), depth + 1)
-    return None  # uuid, described
-
-
-def _key(key: Any) -> bytes | None:
-    if not isinstance(key, str):
-        return None
-    raw = key.encode("utf-8", "surrogateescape")
-    return raw if len(raw) < 256 else None
-
-
-def _table(entries: Any, depth: int = 1) -> bytes:
-    parts = []
-    for key, value in entries:
-        raw_key = _key(key)
-        if raw_key is None:
-            continue
-        encoded = _field(value, depth)
-        if encoded is not None:
-            parts.append(bytes((len(raw_key),)) + raw_key + encoded)
-    body = b"".join(parts)
-    return _U32.pack(len(body)) + body
-
-
-# --------------------------------------------------------------------------
-# 0-9-1 field values -> AMQP 1.0 values, from the table's bytes (with types).
-# --------------------------------------------------------------------------
-
-
-def _text_or_binary(raw: bytes) -> str | bytes:
-    """A 0-9-1 longstr: a string when it is short UTF-8 without NULs (RabbitMQ 4)."""
-    if len(raw) <= _UTF8_SCAN_LIMIT and b"\x00" not in raw:
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            pass
-    return raw
-
-
-_FIXED: dict[int, tuple[struct.Struct, type]] = {
-    ord("b"): (_I8, Byte),
-    ord("B"): (_U8, UByte),
-    ord("s"): (_I16, Short),
-    ord("u"): (_U16, UShort),
-    ord("I"): (_I32, Int),
-    ord("i"): (_U32, UInt),
-    ord("l"): (_I64, Long),
-    ord("L"): (_I64, Long),
-    ord("f"): (_F32, Float),
-    ord("d"): (_F64, float),
-}
-
-#: How deep 0-9-1 headers nest into 1.0 values: within the codec's limit,
-#: less the section's own levels.
-_FROM_CORE_DEPTH = AMQP1_MAX_DEPTH - 4
-
-_SKIP = object()  # a value with no 1.0 conversion (a decimal)
-
-
-def _value(data: bytes, pos: int, depth: int) -> tuple[Any, int]:
-    tag = data[pos]
-    pos += 1
-    fixed = _FIXED.get(tag)
-    if fixed is not None:
-        fmt, kind = fixed
-        return kind(fmt.unpack_from(data, pos)[0]), pos + fmt.size
-    if tag == 0x53 or tag == 0x78:  # S, x
-        end = pos + 4 + _U32.unpack_from(data, pos)[0]
-        raw = data[pos + 4 : end]
-        return (_text_or_binary(raw) if tag == 0x53 else raw), end
-    if tag == 0x74:  # t
-        return data[pos] != 0, pos + 1
-    if tag == 0x54:  # T
-        return Timestamp(_U64.unpack_from(data, pos)[0] * 1000), pos + 8
-    if tag == 0x56:  # V
-        return None, pos
-    if tag == 0x44:  # D
-        return _SKIP, pos + 5
-    if tag == 0x41 or tag == 0x46:  # A, F
-        end = pos + 4 + _U32.unpack_from(data, pos)[0]
-        pos += 4
-        if depth >= _FROM_CORE_DEPTH:
-            return _SKIP, end
-        if tag == 0x41:
-            items = []
-            while pos < end:
-                item, pos = _value(data, pos, depth + 1)
-                if item is not _SKIP:
-                    items.append(item)
-            return items, end
-        table: dict[Any, Any] = {}
-        while pos < end:
-            key, pos = _table_key(data, pos)
-            item, pos = _value(data, pos, depth + 1)
-            if item is not _SKIP:
-                table[Symbol(key)] = item
-        return table, end
-    raise DecodeError(f"unknown field type {chr(tag)!r} in the headers")
-
-
-def _table_key(data: bytes, pos: int) -> tuple[str, int]:
-    end = pos + 1 + data[pos]
-    return str(data[pos + 1 : end], "utf-8", "surrogateescape"), end
-
-
-def _headers(raw: bytes, offset: int) -> list[tuple[str, int, Any]]:
-    """The top-level headers as (key, type tag, 1.0 value)."""
-    (length,) = _U32.unpack_from(raw, offset)
-    pos = offset + 4
-    end = pos + length
-    out = []
-    while pos < end:
-        key, pos = _table_key(raw, pos)
-        tag = raw[pos]
-        value, pos = _value(raw, pos, 1)
-        if value is not _SKIP:
-            out.append((key, tag, value))
-    return out
 
 
 # --------------------------------------------------------------------------
@@ -313,7 +114,7 @@ def _id_to_core(value: Any, header: str, headers: list[tuple[str, bytes]]) -> st
         raw = value.encode("utf-8", "surrogateescape")
         if len(raw) < 256:
             return value
-        headers.append((header, _longstr(raw)))
+        headers.append((header, longstr(raw)))
     return None
 
 
@@ -365,38 +166,9 @@ def _shortstr_field(text: str) -> bytes:
     return _U8.pack(len(raw)) + raw
 
 
-def _deaths_to_core(value: Any) -> bytes | None:
-    """x-opt-deaths (an array of maps) as RabbitMQ 4's x-death header, or None
-    when it is not shaped as RabbitMQ 4 writes it."""
-    items = value.items if isinstance(value, Array) else value
-    if not isinstance(items, list | tuple):
-        return None
-    tables = []
-    for death in items:
-        if not isinstance(death, dict):
-            return None
-        try:
-            keys = death["routing-keys"]
-            keys = keys.items if isinstance(keys, Array) else keys
-            entry: dict[str, Any] = {
-                "count": Long(death["count"]),
-                "exchange": str(death["exchange"]),
-                "queue": str(death["queue"]),
-                "reason": str(death["reason"]),
-                "routing-keys": [str(k) for k in keys],
-                "time": Timestamp(death["first-time"]),
-            }
-            if "ttl" in death:
-                entry["original-expiration"] = str(death["ttl"])
-        except (KeyError, TypeError, ValueError):
-            return None
-        tables.append(entry)
-    return _field(tables)
-
-
 def _annotation_to_core(key: str, value: Any, headers: list[tuple[str, bytes]]) -> None:
     if key == "x-cc":
-        encoded = _field(value)
+        encoded = to_field(value)
         if encoded is not None:
             headers.append(("CC", encoded))
     elif key == "x-opt-rabbitmq-received-time":
@@ -404,11 +176,11 @@ def _annotation_to_core(key: str, value: Any, headers: list[tuple[str, bytes]]) 
             with contextlib.suppress(struct.error):
                 headers.append(("timestamp_in_ms", b"l" + _I64.pack(value)))
     elif key == "x-opt-deaths":
-        encoded = _deaths_to_core(value)
+        encoded = deaths_to_core(value)
         if encoded is not None:
             headers.append(("x-death", encoded))
     elif key.startswith("x-") and key not in _INTERNAL and not key.startswith("x-basic-"):
-        encoded = _field(value)
+        encoded = to_field(value)
         if encoded is not None:
             headers.append((key, encoded))
 
@@ -469,10 +241,10 @@ def _properties_to_core(
     message_id = _id_to_core(props.message_id, "x-message-id", headers)
     if ap:
         for key, value in ap.items():
-            raw_key = _key(key) if type(key) is str else None
+            raw_key = key_bytes(key) if type(key) is str else None
             if raw_key is None:
                 continue
-            encoded = _field(value)
+            encoded = to_field(value)
             if encoded is not None:
                 headers.append((key, encoded))
     # content-type, content-encoding
@@ -551,37 +323,9 @@ def _properties_to_core(
 # --------------------------------------------------------------------------
 
 
-def _deaths_to_amqp1(value: Any) -> Array | None:
-    """The x-death header as RabbitMQ 4's x-opt-deaths annotation."""
-    if not isinstance(value, list):
-        return None
-    maps = []
-    for death in value:
-        if not isinstance(death, dict):
-            return None
-        try:
-            first = Timestamp(death["time"])
-            keys = death.get("routing-keys") or []
-            entry: dict[Any, Any] = {}
-            expiration = death.get("original-expiration")
-            if expiration is not None:
-                entry[Symbol("ttl")] = UInt(int(expiration))
-            entry.update(
-                {
-                    Symbol("queue"): str(death["queue"]),
-                    Symbol("reason"): Symbol(str(death["reason"])),
-                    Symbol("count"): ULong(death["count"]),
-                    Symbol("first-time"): first,
-                    # 0-9-1's x-death keeps the first time only.
-                    Symbol("last-time"): first,
-                    Symbol("exchange"): str(death["exchange"]),
-                    Symbol("routing-keys"): Array(STR8, tuple(str(k) for k in keys)),
-                }
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
-        maps.append(entry)
-    return Array(MAP8, tuple(maps))
+def _symbol(text: str | None) -> Symbol | None:
+    """A 0-9-1 content type or encoding as the 1.0 symbol, which must be ASCII."""
+    return Symbol(text) if text is not None and text.isascii() else None
 
 
 def _read_shortstr(raw: bytes, pos: int) -> tuple[str, int]:
@@ -605,7 +349,7 @@ def from_core(properties: bytes, body: bytes) -> AmqpMessage:
             if not flags & flag:
                 continue
             if flag == _F_HEADERS:
-                headers = _headers(raw, pos)
+                headers = read_headers(raw, pos)
                 pos += 4 + _U32.unpack_from(raw, pos)[0]
             elif flag in (_F_DELIVERY_MODE, _F_PRIORITY):
                 values[flag] = raw[pos]
@@ -636,11 +380,12 @@ def from_core(properties: bytes, body: bytes) -> AmqpMessage:
     for key, tag, value in headers:
         if key.startswith("x-"):
             if key == "x-death":
-                deaths = _deaths_to_amqp1(value)
+                deaths = deaths_to_amqp1(value)
                 if deaths is not None:
                     ma[Symbol("x-opt-deaths")] = deaths
                 continue
-            ma[Symbol(key)] = value
+            if key.isascii():  # an annotation's key is a symbol
+                ma[Symbol(key)] = value
         elif key == "CC" and tag == 0x41:
             ma[Symbol("x-cc")] = value
         elif tag not in (0x41, 0x46):
@@ -655,8 +400,8 @@ def from_core(properties: bytes, body: bytes) -> AmqpMessage:
         user_id=user_id.encode("utf-8", "surrogateescape") if user_id is not None else None,
         reply_to=_reply_to_amqp1(reply_to) if reply_to is not None else None,
         correlation_id=_id_from_core(values.get(_F_CORRELATION_ID)),
-        content_type=Symbol(content_type) if content_type is not None else None,
-        content_encoding=Symbol(content_encoding) if content_encoding is not None else None,
+        content_type=_symbol(content_type),
+        content_encoding=_symbol(content_encoding),
         creation_time=Timestamp(timestamp * 1000) if timestamp is not None else None,
         group_id=values.get(_F_APP_ID),
     )
