@@ -42,7 +42,8 @@ from warren.amqp1.message import (
     MessageAnnotations,
     Properties,
     decode_sections,
-    encode_message,
+    encode_sections,
+    keep_encoded,
 )
 from warren.amqp1.types import Symbol, Timestamp
 from warren.core.codec_errors import DecodeError
@@ -446,6 +447,7 @@ def for_delivery(
     with ``x-exchange`` and ``x-routing-key`` (where it was published), no
     delivery annotations, and its bare message as it was received."""
     old = msg.header
+    annotations = msg.message_annotations
     header = Header(
         # A message published without a header is not durable (3.2.1).
         durable=False if old is None else old.durable,
@@ -453,27 +455,16 @@ def for_delivery(
         ttl=None if old is None else old.ttl,
         first_acquirer=not redelivered
         and delivery_count == 0
-        and not (msg.message_annotations and "x-opt-deaths" in msg.message_annotations.content),
+        and not (annotations is not None and "x-opt-deaths" in annotations.content),
         delivery_count=delivery_count,
     )
-    annotations: dict[Any, Any] = {
-        Symbol("x-exchange"): exchange,
-        Symbol("x-routing-key"): routing_key,
-    }
-    if msg.message_annotations is not None:
-        for key, value in msg.message_annotations.content.items():
-            if key not in ("x-exchange", "x-routing-key"):
-                annotations[key] = value
-    out = AmqpMessage(
-        header=header,
-        message_annotations=MessageAnnotations(annotations),
-        properties=msg.properties,
-        application_properties=msg.application_properties,
-        body=msg.body,
-        footer=msg.footer,
-        raw=msg.raw,
-        bare_at=msg.bare_at,
-        body_at=msg.body_at,
-        footer_at=msg.footer_at,
-    )
-    return encode_message(out)
+    content: dict[Any, Any] = {_X_EXCHANGE: exchange, _X_ROUTING_KEY: routing_key}
+    if annotations is not None:
+        for key, value in annotations.content.items():
+            if key != "x-exchange" and key != "x-routing-key":
+                content[key] = value
+    return encode_sections([header, MessageAnnotations(content)]) + keep_encoded(msg)
+
+
+_X_EXCHANGE = Symbol("x-exchange")
+_X_ROUTING_KEY = Symbol("x-routing-key")

@@ -24,7 +24,7 @@ from typing import Any
 
 from warren.amqp1 import codec
 from warren.amqp1.codec import DecodeError
-from warren.amqp1.types import Symbol, Timestamp, UByte, UInt, ULong
+from warren.amqp1.types import Symbol, Timestamp, UInt, ULong
 
 __all__ = [
     "AMQP_VALUE",
@@ -44,6 +44,7 @@ __all__ = [
     "decode_sections",
     "encode_message",
     "encode_sections",
+    "keep_encoded",
 ]
 
 # Descriptor codes (amqp:<name>:list and so on, domain 0x00000000).
@@ -483,17 +484,8 @@ def _encode_section(section: Section, out: bytearray) -> None:
             ]
         )
     elif isinstance(section, Header):
-        code = HEADER
-        h = section
-        value = _trimmed(
-            [
-                h.durable,
-                _opt(UByte, h.priority),
-                _opt(UInt, h.ttl),
-                h.first_acquirer,
-                _opt(UInt, h.delivery_count),
-            ]
-        )
+        _encode_header(section, out)
+        return
     elif isinstance(section, MessageAnnotations):
         code, value = MESSAGE_ANNOTATIONS, _symbol_keys(section.content)
     elif isinstance(section, ApplicationProperties):
@@ -511,6 +503,46 @@ def _encode_section(section: Section, out: bytearray) -> None:
     codec.encode(value, out)
 
 
+def _bool(value: bool | None) -> bytes:
+    return b"\x40" if value is None else b"\x41" if value else b"\x42"
+
+
+def _uint(value: int | None) -> bytes:
+    if value is None:
+        return b"\x40"
+    if value == 0:
+        return b"\x43"
+    if value < 256:
+        return bytes((0x52, value))
+    return b"\x70" + _U32.pack(value)
+
+
+def _encode_header(h: Header, out: bytearray) -> None:
+    """The header, written directly: every delivery to a 1.0 client carries one."""
+    if h.priority is not None and not 0 <= h.priority <= 255:
+        raise ValueError(f"header priority {h.priority} is not a ubyte")
+    for name, value in (("ttl", h.ttl), ("delivery-count", h.delivery_count)):
+        if value is not None and not 0 <= value <= 0xFFFFFFFF:
+            raise ValueError(f"header {name} {value} is not a uint")
+    fields = [
+        _bool(h.durable),
+        b"\x40" if h.priority is None else bytes((0x50, h.priority)),
+        _uint(h.ttl),
+        _bool(h.first_acquirer),
+        _uint(h.delivery_count),
+    ]
+    while fields and fields[-1] == b"\x40":
+        fields.pop()
+    if not fields:
+        out += b"\x00\x53\x70\x45"  # list0
+        return
+    body = b"".join(fields)
+    out += b"\x00\x53\x70\xc0"
+    out.append(len(body) + 1)
+    out.append(len(fields))
+    out += body
+
+
 def _symbol_keys(content: dict[Any, Any]) -> dict[Any, Any]:
     """Annotation keys are symbols (or ulongs): a plain str key becomes a symbol."""
     if all(type(k) is not str for k in content):
@@ -523,6 +555,27 @@ def encode_sections(sections: list[Section]) -> bytes:
     for section in sections:
         _encode_section(section, out)
     return bytes(out)
+
+
+def keep_encoded(msg: AmqpMessage) -> bytes:
+    """The bare message and footer's bytes, encoded once: a message built rather
+    than decoded (mapping.from_core's) keeps them in ``raw``, as a decoded one
+    does, for every delivery of it to come."""
+    if msg.raw is None:
+        if not msg.body:
+            raise ValueError("an AMQP 1.0 message needs a body section")
+        out = bytearray()
+        head = msg._bare_sections()[: -len(msg.body)]
+        for section in head:
+            _encode_section(section, out)
+        body_at = len(out)
+        for section in msg.body:
+            _encode_section(section, out)
+        footer_at = len(out)
+        if msg.footer is not None:
+            _encode_section(msg.footer, out)
+        msg.raw, msg.bare_at, msg.body_at, msg.footer_at = bytes(out), 0, body_at, footer_at
+    return msg.raw[msg.bare_at :]
 
 
 def encode_message(msg: AmqpMessage) -> bytes:

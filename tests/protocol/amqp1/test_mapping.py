@@ -567,6 +567,28 @@ def test_for_delivery_keeps_the_bare_message() -> None:
     assert again.header == Header(durable=True, first_acquirer=False, delivery_count=1)
 
 
+def test_a_converted_message_is_encoded_once() -> None:
+    msg = from_core(BasicProperties(message_id="m").encode(), b"abc")
+    first = for_delivery(msg, "e", "k")
+    assert msg.raw is not None
+    kept = msg.raw
+    assert for_delivery(msg, "e", "k") == first and msg.raw is kept
+    assert decode_message(first).bare == kept
+
+
+@pytest.mark.parametrize(
+    ("header", "error"),
+    [
+        (Header(priority=256), "ubyte"),
+        (Header(ttl=-1), "uint"),
+        (Header(delivery_count=2**32), "uint"),
+    ],
+)
+def test_header_values_out_of_range(header: Header, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        encode_message(AmqpMessage(header=header, body=[Data(b"")]))
+
+
 def test_a_dead_lettered_message_is_not_first_acquired() -> None:
     death = {"count": 1, "reason": "expired", "queue": "q", "exchange": "", "routing-keys": ["q"],
              "time": datetime.datetime.fromtimestamp(1_700_000_000, _UTC)}  # fmt: skip
@@ -679,7 +701,7 @@ def _same(a: Any, b: Any) -> bool:
 @settings(max_examples=300, deadline=None)
 @given(_kept_messages())
 def test_amqp1_to_core_and_back_keeps_what_rabbitmq_keeps(msg: AmqpMessage) -> None:
-    raw, body = to_core(msg)
+    raw, body = to_core(decode_message(encode_message(msg)))
     validate_properties(raw)
     back = from_core(raw, body)
     assert back.header == msg.header
