@@ -150,7 +150,11 @@ def _reply_to_core(address: Any) -> str | None:
     encoded = text[8:]
     if _BAD_PERCENT.search(encoded):
         return None
-    return unquote_to_bytes(encoded).decode("utf-8", "surrogateescape")
+    try:
+        # Not UTF-8: no queue could have that name (Warren refuses such a shortstr).
+        return unquote_to_bytes(encoded).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _reply_to_amqp1(reply_to: str) -> str:

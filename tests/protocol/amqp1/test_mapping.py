@@ -182,6 +182,7 @@ def test_user_id(user_id: bytes, expected: str | None) -> None:
         ("/queues/a%2Fb%20c", "a/b c"),
         ("/queues/%C3%A9", "é"),
         ("/queues/bad%2", None),
+        ("/queues/%FF", None),
         ("/exchanges/amq.topic/rk", "/exchanges/amq.topic/rk"),
         ("plain-queue", "plain-queue"),
         ("/queues/" + "a" * 250, None),
@@ -370,6 +371,26 @@ def test_a_plain_message_takes_a_precomputed_encoding() -> None:
     assert a[0] is b[0]
     assert decode_properties(a[0]) == BasicProperties(delivery_mode=2)
     assert to_core(AmqpMessage(body=[Data(b"")]))[0] == b"\x00\x00"
+
+
+def test_an_mqtt_consumer_of_a_1_0_message() -> None:
+    """What an MQTT 5 subscriber gets (mqtt/mapping.py reads the core's format)."""
+    from warren.core.message import Message
+    from warren.mqtt import properties as P
+    from warren.mqtt.mapping import from_message
+
+    msg = data_message(
+        header=Header(durable=True),
+        properties=Properties(correlation_id=b"\x01\x02", content_type="text/plain"),
+        application_properties=ApplicationProperties({"k": "v", "n": UInt(3)}),
+    )
+    raw, body = to_core(msg)
+    out = from_message(Message("amq.topic", "a.b", raw, body, timestamp=0))
+    assert out.qos == 1
+    assert out.properties is not None
+    assert out.properties[P.CORRELATION_DATA] == b"\x01\x02"
+    assert out.properties[P.CONTENT_TYPE] == "text/plain"
+    assert out.properties[P.USER_PROPERTY] == [("k", "v"), ("n", "3")]
 
 
 # -- 0-9-1 -> AMQP 1.0 -----------------------------------------------------------
@@ -745,3 +766,57 @@ def test_core_to_amqp1_and_back(props: BasicProperties) -> None:
     expected.delivery_mode = props.delivery_mode or 1
     assert decode_properties(again) == expected
     assert body == b"b"
+
+
+_any_values = st.recursive(
+    st.one_of(
+        _kept_values,
+        st.binary(max_size=20),
+        st.uuids(),
+        st.builds(ULong, st.integers(0, 2**64 - 1)),
+        st.builds(Timestamp, st.integers(-(2**63), 2**63 - 1)),
+        st.floats(),
+        st.builds(Char, st.characters(blacklist_categories=("Cs",))),
+        st.builds(Decimal32, st.binary(min_size=4, max_size=4)),
+        st.text(max_size=5000).filter(lambda s: len(s) < 10 or len(s) > 4000),
+    ),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_key_text, inner, max_size=3),
+    max_leaves=8,
+)
+_any_ids = st.one_of(st.none(), st.uuids(), st.text(max_size=300), st.binary(max_size=20),
+                     st.builds(ULong, st.integers(0, 2**64 - 1)))  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.builds(
+        Properties,
+        message_id=_any_ids,
+        correlation_id=_any_ids,
+        user_id=st.one_of(st.none(), st.binary(max_size=300)),
+        reply_to=st.one_of(
+            st.none(), st.text(max_size=300), st.text(max_size=20).map(lambda s: "/queues/" + s)
+        ),
+        content_type=st.one_of(st.none(), st.text(st.characters(max_codepoint=127), max_size=300)),
+        creation_time=st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
+        group_id=st.one_of(st.none(), st.text(max_size=300)),
+    ),
+    st.dictionaries(st.text(max_size=300), _any_values, max_size=4),
+    st.dictionaries(
+        st.builds(
+            lambda s: Symbol("x-" + s), st.text(st.characters(max_codepoint=127), max_size=300)
+        ),
+        _any_values,
+        max_size=4,
+    ),  # fmt: skip
+)
+def test_whatever_a_1_0_client_publishes_is_a_safe_0_9_1_message(
+    props: Properties, ap: dict[str, Any], ma: dict[Any, Any]
+) -> None:
+    """The 0-9-1 view passes the check every publish's properties pass (no value a
+    0-9-1 client library could not decode) and the core decodes it."""
+    msg = data_message(properties=props, application_properties=ApplicationProperties(ap),
+                       message_annotations=MessageAnnotations(ma))  # fmt: skip
+    raw, _ = to_core(decode_message(encode_message(msg)))
+    validate_properties(raw)
+    decode_properties(raw)
