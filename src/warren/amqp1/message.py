@@ -283,14 +283,42 @@ def _map(value: Any, what: str) -> dict[Any, Any]:
     return value
 
 
+# The types each field may have (None: absent); a value of another type is a
+# malformed message, refused before anything acts on it.
+_BOOL = (bool,)
+_INT = (int,)
+_TEXT = (str,)
+_ID = (str, int, uuid.UUID, bytes)
+_HEADER_TYPES = (_BOOL, _INT, _INT, _BOOL, _INT)
+_PROPERTY_TYPES = (_ID, (bytes,), _TEXT, _TEXT, _TEXT, _ID, _TEXT, _TEXT, _INT, _INT, _TEXT, _INT, _TEXT)
+
+
+def _checked(items: list[Any], types: tuple[tuple[type, ...], ...], what: str) -> list[Any]:
+    n = len(types)
+    if len(items) > n:
+        items = items[:n]  # fields a later version may add
+    for i, value in enumerate(items):
+        if value is not None and (
+            not isinstance(value, types[i]) or (type(value) is bool and types[i] is not _BOOL)
+        ):
+            raise DecodeError(f"{what} field {i} has the wrong type ({type(value).__name__})")
+    return items + [None] * (n - len(items))
+
+
 def _header(items: list[Any]) -> Header:
-    items = items + [None] * (5 - len(items))
-    return Header(*items[:5])
+    header = Header(*_checked(items, _HEADER_TYPES, "header"))
+    # A ubyte and two uints (a peer may send them as wider types): re-encoded
+    # for every delivery, so they must fit.
+    if header.priority is not None and not 0 <= header.priority <= 255:
+        raise DecodeError(f"header priority {header.priority} is not a ubyte")
+    for value in (header.ttl, header.delivery_count):
+        if value is not None and not 0 <= value <= 0xFFFFFFFF:
+            raise DecodeError(f"header value {value} is not a uint")
+    return header
 
 
 def _properties(items: list[Any]) -> Properties:
-    items = items + [None] * (13 - len(items))
-    return Properties(*items[:13])
+    return Properties(*_checked(items, _PROPERTY_TYPES, "properties"))
 
 
 # Where a section may come: the sections must appear in this order (3.2), the
@@ -326,7 +354,7 @@ def decode_message(payload: bytes | bytearray | memoryview) -> AmqpMessage:
             code, pos = _descriptor(buf, pos)
             rank = _ORDER.get(code)
             if rank is None:
-                raise DecodeError(f"unknown message section 0x{code:x}")
+                raise DecodeError(f"unknown message section (descriptor {code:#x})")
             if rank < last or (rank == last and rank != 5):
                 raise DecodeError(f"message section 0x{code:x} out of order")
             if rank >= 3 and bare_at < 0:

@@ -233,6 +233,14 @@ _FOOTER = b"\x00\x53\x78\xc1\x01\x00"
         (b"\x00\x53\x73\xa1\x01x" + _DATA, "not a list"),
         (b"\x00\x53\x74\x45" + _DATA, "not a map"),
         (_DATA[:-2], "truncated"),
+        (b"\x00\x53\x70\xc0\x03\x01\xa1\x00" + _DATA, "wrong type"),  # durable ""
+        (b"\x00\x53\x70\xc0\x05\x02\x40\x60\x01\x00" + _DATA, "not a ubyte"),  # ushort 256
+        (
+            b"\x00\x53\x70\xc0\x0c\x03\x40\x40\x81" + (-1).to_bytes(8, "big", signed=True) + _DATA,
+            "not a uint",
+        ),
+        (b"\x00\x53\x73\xc0\x02\x01\x41" + _DATA, "wrong type"),  # message-id true
+        (b"\x00\x53\x73\xc0\x04\x02\x40\xa1\x00" + _DATA, "wrong type"),  # user-id a string
         (b"\x00\x53", "truncated"),
     ],
 )
