@@ -220,6 +220,10 @@ def to_core(msg: AmqpMessage) -> tuple[bytes, bytes]:
     )
 
 
+def _is_octet(value: Any) -> bool:
+    return type(value) is not bool and isinstance(value, int) and 0 <= value <= 255
+
+
 def _annotation(ma: dict[Any, Any] | None, key: str) -> Any:
     return None if not ma else ma.get(key)
 
@@ -276,7 +280,7 @@ def _properties_to_core(
     durable = header.durable if header is not None else None
     if durable is None:
         mode = _annotation(ma, "x-basic-delivery-mode")
-        delivery_mode = mode if isinstance(mode, int) and 0 <= mode <= 255 else None
+        delivery_mode = mode if _is_octet(mode) else None
     else:
         delivery_mode = 2 if durable else 1
     if delivery_mode is not None:
@@ -285,7 +289,7 @@ def _properties_to_core(
     priority = header.priority if header is not None else None
     if priority is None:
         priority = _annotation(ma, "x-basic-priority")
-    if isinstance(priority, int) and 0 <= priority <= 255:
+    if _is_octet(priority):
         flags |= _F_PRIORITY
         parts.append(_U8.pack(priority))
     if correlation_id is not None:
@@ -296,7 +300,12 @@ def _properties_to_core(
         flags |= _F_REPLY_TO
         parts.append(_shortstr_field(reply_to))
     ttl = header.ttl if header is not None else None
-    expiration = str(ttl) if ttl is not None else _shortstr(_annotation(ma, "x-basic-expiration"))
+    if ttl is not None:
+        expiration: str | None = str(ttl)
+    else:  # 0-9-1's expiration as RabbitMQ 4 kept it, if it is one (digits)
+        expiration = _shortstr(_annotation(ma, "x-basic-expiration"))
+        if expiration is not None and not (expiration.isascii() and expiration.isdigit()):
+            expiration = None
     if expiration is not None:
         flags |= _F_EXPIRATION
         parts.append(_shortstr_field(expiration))

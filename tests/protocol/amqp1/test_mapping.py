@@ -135,6 +135,9 @@ def test_priority_and_ttl() -> None:
     ma = MessageAnnotations({"x-basic-priority": UByte(3), "x-basic-expiration": "5"})
     props, _ = core(data_message(message_annotations=ma))
     assert (props.priority, props.expiration) == (3, "5")
+    ma = MessageAnnotations({"x-basic-priority": True, "x-basic-expiration": "-5"})
+    props, _ = core(data_message(message_annotations=ma))
+    assert (props.priority, props.expiration) == (None, None)
 
 
 @pytest.mark.parametrize(
