@@ -1,0 +1,321 @@
+"""Another protocol on the AMQP port, by its protocol header (warren/header_handoff.py).
+
+The composition root (warren.app) will register AMQP 1.0's headers; here the
+test registers its own small protocol, which answers the header it got and
+echoes, on a real broker's sockets: plain TCP, TLS, a header cut across TCP
+writes, and WebSocket on the HTTP port; 0-9-1 clients must not notice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import aio_pika
+import aiohttp
+import pytest
+import pytest_asyncio
+from pamqp import commands, frame
+from rawamqp import PROTOCOL_HEADER
+from tlshelp import write_pki
+
+from warren.amqp.server import AMQPListener
+from warren.app import Broker, default_listeners
+from warren.config import Config
+from warren.header_handoff import PENDING, choose
+from warren.node import HeaderHandoffs
+
+pytestmark = [pytest.mark.timeout(60)]
+
+AMQP1 = b"AMQP\x00\x01\x00\x00"
+AMQP1_SASL = b"AMQP\x03\x01\x00\x00"
+TIMEOUT = 5.0
+
+
+class Echo(asyncio.Protocol):
+    """The other protocol: echoes every byte (so the AMQP 1.0 header is answered
+    with itself, as an AMQP 1.0 server does) and closes on ``bye``."""
+
+    made: list[Echo] = []
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.received = b""
+        self.lost = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport) or hasattr(transport, "write")
+        self.transport = transport  # type: ignore[assignment]
+        Echo.made.append(self)
+
+    def data_received(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.received += data
+        self.transport.write(data)
+        if self.received.endswith(b"bye"):
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+
+HANDOFFS: HeaderHandoffs = {AMQP1: Echo, AMQP1_SASL: Echo}
+
+
+# -- choose(), in memory --------------------------------------------------------------
+def test_choose_waits_only_while_a_header_may_still_match() -> None:
+    assert choose(HANDOFFS, b"") == PENDING
+    assert choose(HANDOFFS, b"AMQP") == PENDING
+    assert choose(HANDOFFS, b"AMQP\x00\x01\x00") == PENDING
+    assert choose(HANDOFFS, AMQP1) is Echo
+    assert choose(HANDOFFS, AMQP1_SASL + b"more") is Echo
+    # 0-9-1's header, and anything else, is decided at the first byte it differs.
+    assert choose(HANDOFFS, b"AMQP\x00\x00") is None
+    assert choose(HANDOFFS, PROTOCOL_HEADER) is None
+    assert choose(HANDOFFS, b"G") is None
+    assert choose({}, b"") is None
+
+
+def test_choose_prefers_the_longest_registered_header() -> None:
+    def short() -> asyncio.Protocol:
+        return asyncio.Protocol()
+
+    def long() -> asyncio.Protocol:
+        return asyncio.Protocol()
+
+    table: dict[bytes, Callable[[], asyncio.Protocol]] = {b"AB": short, b"ABCD": long}
+    assert choose(table, b"ABC") == PENDING
+    assert choose(table, b"ABCD") is long
+    assert choose(table, b"ABCX") is short
+
+
+# -- on a broker's sockets --------------------------------------------------------------
+def _config(tmp_path: Path, **settings: object) -> Config:
+    settings.setdefault("amqp_port", 0)
+    return Config(
+        data_dir=str(tmp_path / "data"),
+        http_port=0,
+        mqtt_port=-1,
+        prometheus_port=-1,
+        auth_failure_delay=0,
+        auth_failures_per_minute=0,
+        **settings,  # type: ignore[arg-type]
+    )
+
+
+@pytest_asyncio.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
+    Echo.made.clear()
+    config = _config(tmp_path)
+    async with Broker(config, listeners=default_listeners(config, HANDOFFS)) as b:
+        yield b
+
+
+def amqp_listener(broker: Broker) -> AMQPListener:
+    listener = broker.listener("amqp")
+    assert isinstance(listener, AMQPListener)
+    return listener
+
+
+def http_port(broker: Broker) -> int:
+    return broker.listener("http").port
+
+
+async def read_exactly(reader: asyncio.StreamReader, n: int) -> bytes:
+    return await asyncio.wait_for(reader.readexactly(n), TIMEOUT)
+
+
+async def wait_until(condition: Callable[[], bool]) -> None:
+    """Until the broker (on this loop) has done what ``condition`` checks."""
+    async with asyncio.timeout(TIMEOUT):
+        while not condition():
+            await asyncio.sleep(0.005)
+
+
+def holding(listener: AMQPListener, head: bytes) -> Callable[[], bool]:
+    """Whether one of the listener's clients has sent ``head`` and is still undecided."""
+    return lambda: any(p._head == head for p in listener.protocols)
+
+
+async def echo_round(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """After the header: bytes echoed, then the other protocol's own close."""
+    writer.write(b"hello")
+    assert await read_exactly(reader, 5) == b"hello"
+    writer.write(b"bye")
+    assert await read_exactly(reader, 3) == b"bye"
+    assert await asyncio.wait_for(reader.read(), TIMEOUT) == b""
+    writer.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("header", [AMQP1, AMQP1_SASL])
+async def test_an_amqp1_header_goes_to_the_registered_protocol(
+    broker: Broker, header: bytes
+) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
+    writer.write(header)
+    assert await read_exactly(reader, 8) == header
+    await echo_round(reader, writer)
+    # The 0-9-1 side let go of it: not tracked, not listed as a connection.
+    assert not amqp_listener(broker).protocols
+    assert not broker.connections
+    assert len(Echo.made) == 1
+
+
+@pytest.mark.asyncio
+async def test_the_header_and_what_follows_in_one_write(broker: Broker) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
+    writer.write(AMQP1 + b"frame")
+    assert await read_exactly(reader, 13) == AMQP1 + b"frame"
+    await echo_round(reader, writer)
+
+
+@pytest.mark.asyncio
+async def test_a_header_cut_across_tcp_writes(broker: Broker) -> None:
+    listener = amqp_listener(broker)
+    reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
+    sent = b""
+    for piece in (b"A", b"MQ", b"P\x00", b"\x01\x00", b"\x00"):
+        writer.write(piece)
+        await writer.drain()
+        sent += piece
+        if len(sent) < 8:
+            # Read by the broker, undecided: still the AMQP listener's, nothing answered.
+            await wait_until(holding(listener, sent))
+            assert not Echo.made
+    assert await read_exactly(reader, 8) == AMQP1
+    await echo_round(reader, writer)
+
+
+@pytest.mark.asyncio
+async def test_over_tls(tmp_path: Path) -> None:
+    Echo.made.clear()
+    pki = write_pki(tmp_path / "pki")
+    config = _config(tmp_path, amqp_tls_port=0, tls_cert=pki["server"], tls_key=pki["server.key"])
+    async with Broker(config, listeners=default_listeners(config, HANDOFFS)) as broker:
+        ctx = ssl.create_default_context(cafile=pki["ca"])
+        port = amqp_listener(broker).tls_port
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+        for piece in (AMQP1_SASL[:3], AMQP1_SASL[3:]):
+            writer.write(piece)
+            await writer.drain()
+        assert await read_exactly(reader, 8) == AMQP1_SASL
+        transport = Echo.made[0].transport
+        assert transport is not None and transport.get_extra_info("ssl_object") is not None
+        await echo_round(reader, writer)
+
+
+# -- 0-9-1 unaffected ---------------------------------------------------------------------
+@pytest.mark.asyncio
+async def test_091_clients_are_unaffected(broker: Broker) -> None:
+    url = f"amqp://guest:guest@127.0.0.1:{broker.amqp_port}/"
+    connection = await asyncio.wait_for(aio_pika.connect(url), TIMEOUT)
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue("handoff-q")
+        await channel.default_exchange.publish(aio_pika.Message(b"body"), routing_key="handoff-q")
+        message = await queue.get(timeout=TIMEOUT)
+        assert message is not None and message.body == b"body"
+        await message.ack()
+    assert not Echo.made
+
+
+@pytest.mark.asyncio
+async def test_091_header_cut_across_writes(broker: Broker) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
+    for piece in (PROTOCOL_HEADER[:5], PROTOCOL_HEADER[5:]):
+        writer.write(piece)
+        await writer.drain()
+    head = await read_exactly(reader, 7)
+    body = await read_exactly(reader, int.from_bytes(head[3:7], "big") + 1)
+    _, _, start = frame.unmarshal(head + body)
+    assert isinstance(start, commands.Connection.Start)
+    writer.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("header", [b"HTTP/1.1", b"AMQP\x02\x01\x00\x00"])
+async def test_an_unknown_header_gets_091s_header_and_the_close(
+    broker: Broker, header: bytes
+) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
+    writer.write(header)
+    assert await asyncio.wait_for(reader.read(), TIMEOUT) == PROTOCOL_HEADER
+    writer.close()
+    assert not Echo.made
+
+
+@pytest.mark.asyncio
+async def test_without_handoffs_an_amqp1_header_is_unknown(tmp_path: Path) -> None:
+    """As today (and as RabbitMQ 3.10 without its rabbitmq_amqp1_0 plugin)."""
+    config = _config(tmp_path)
+    async with Broker(config) as broker:
+        reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
+        writer.write(AMQP1)
+        assert await asyncio.wait_for(reader.read(), TIMEOUT) == PROTOCOL_HEADER
+        writer.close()
+        assert not amqp_listener(broker).handoffs
+
+
+@pytest.mark.asyncio
+async def test_stopping_closes_a_client_still_sending_its_header(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    async with Broker(config, listeners=default_listeners(config, HANDOFFS)) as broker:
+        listener = amqp_listener(broker)
+        reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
+        writer.write(b"AMQP")
+        await wait_until(holding(listener, b"AMQP"))
+    assert await asyncio.wait_for(reader.read(), TIMEOUT) == b""
+    writer.close()
+
+
+# -- over WebSocket on the HTTP port ---------------------------------------------------------
+@pytest.mark.asyncio
+@pytest.mark.parametrize("path", ["/ws", "/ws/amqp"])
+async def test_websocket_amqp_subprotocol(broker: Broker, path: str) -> None:
+    """RabbitMQ 4's AMQP 1.0 over WebSocket (``/ws``, subprotocol ``amqp``); the
+    0-9-1 endpoint hands a 1.0 header over in the same way."""
+    url = f"http://127.0.0.1:{http_port(broker)}{path}"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(url, protocols=["amqp"]) as ws,
+    ):
+        assert ws.protocol == "amqp"
+        await ws.send_bytes(AMQP1[:4])
+        await ws.send_bytes(AMQP1[4:] + b"hello")
+        got = b""
+        while len(got) < 13:
+            got += await asyncio.wait_for(ws.receive_bytes(), TIMEOUT)
+        assert got == AMQP1 + b"hello"
+        await ws.send_bytes(b"bye")
+        assert await asyncio.wait_for(ws.receive_bytes(), TIMEOUT) == b"bye"
+        msg = await asyncio.wait_for(ws.receive(), TIMEOUT)
+        assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+    assert len(Echo.made) == 1
+    await asyncio.wait_for(Echo.made[0].lost, TIMEOUT)
+
+
+@pytest.mark.asyncio
+async def test_websocket_091_on_ws(broker: Broker) -> None:
+    """/ws is the AMQP port's protocols over WebSocket: 0-9-1 is still 0-9-1's."""
+    url = f"http://127.0.0.1:{http_port(broker)}/ws"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(url, protocols=["amqp"]) as ws,
+    ):
+        await ws.send_bytes(PROTOCOL_HEADER)
+        _, _, start = frame.unmarshal(await asyncio.wait_for(ws.receive_bytes(), TIMEOUT))
+        assert isinstance(start, commands.Connection.Start)
+    assert not Echo.made
+
+
+@pytest.mark.asyncio
+async def test_no_ws_endpoint_without_handoffs(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    async with Broker(config) as broker, aiohttp.ClientSession() as session:
+        url = f"http://127.0.0.1:{http_port(broker)}/ws"
+        with pytest.raises(aiohttp.WSServerHandshakeError):
+            await session.ws_connect(url)
