@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aio_pika
 import aiohttp
 import pytest
-import pytest_asyncio
 from pamqp import commands, frame
 from rawamqp import PROTOCOL_HEADER
 from tlshelp import write_pki
@@ -93,6 +92,25 @@ def test_choose_prefers_the_longest_registered_header() -> None:
 
 
 # -- on a broker's sockets --------------------------------------------------------------
+Scenario = Callable[[], Awaitable[None]]
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request: pytest.FixtureRequest) -> Callable[[Scenario], None]:
+    """Runs a scenario on asyncio's loop, and again on uvloop's (as ``warren`` runs):
+    their transports' set_protocol, plain and TLS, are each their own."""
+    factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
+    if request.param == "uvloop":
+        factory = pytest.importorskip("uvloop").new_event_loop
+
+    def run_scenario(scenario: Scenario) -> None:
+        Echo.made.clear()
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(asyncio.wait_for(scenario(), 30))
+
+    return run_scenario
+
+
 def _config(tmp_path: Path, **settings: object) -> Config:
     settings.setdefault("amqp_port", 0)
     return Config(
@@ -106,12 +124,12 @@ def _config(tmp_path: Path, **settings: object) -> Config:
     )
 
 
-@pytest_asyncio.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
-    Echo.made.clear()
-    config = _config(tmp_path)
-    async with Broker(config, listeners=default_listeners(config, HANDOFFS)) as b:
-        yield b
+def serve(tmp_path: Path, handoffs: HeaderHandoffs | None = HANDOFFS, **settings: object) -> Broker:
+    """A broker (``async with``) whose AMQP port hands ``handoffs`` over; None: the
+    standard listeners."""
+    config = _config(tmp_path, **settings)
+    listeners = None if handoffs is None else default_listeners(config, handoffs)
+    return Broker(config, listeners=listeners)
 
 
 def amqp_listener(broker: Broker) -> AMQPListener:
@@ -121,7 +139,9 @@ def amqp_listener(broker: Broker) -> AMQPListener:
 
 
 def http_port(broker: Broker) -> int:
-    return broker.listener("http").port
+    listener = broker.listener("http")
+    assert listener is not None
+    return listener.port
 
 
 async def read_exactly(reader: asyncio.StreamReader, n: int) -> bytes:
@@ -150,172 +170,209 @@ async def echo_round(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
     writer.close()
 
 
-@pytest.mark.asyncio
 @pytest.mark.parametrize("header", [AMQP1, AMQP1_SASL])
-async def test_an_amqp1_header_goes_to_the_registered_protocol(
-    broker: Broker, header: bytes
+def test_an_amqp1_header_goes_to_the_registered_protocol(
+    run: Callable[[Scenario], None], tmp_path: Path, header: bytes
 ) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
-    writer.write(header)
-    assert await read_exactly(reader, 8) == header
-    await echo_round(reader, writer)
-    # The 0-9-1 side let go of it: not tracked, not listed as a connection.
-    assert not amqp_listener(broker).protocols
-    assert not broker.connections
-    assert len(Echo.made) == 1
+    async def scenario() -> None:
+        async with serve(tmp_path) as broker:
+            reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
+            writer.write(header)
+            assert await read_exactly(reader, 8) == header
+            await echo_round(reader, writer)
+            # The 0-9-1 side let go of it: not tracked, not listed as a connection.
+            assert not amqp_listener(broker).protocols
+            assert not broker.connections
+            assert len(Echo.made) == 1
+
+    run(scenario)
 
 
-@pytest.mark.asyncio
-async def test_the_header_and_what_follows_in_one_write(broker: Broker) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
-    writer.write(AMQP1 + b"frame")
-    assert await read_exactly(reader, 13) == AMQP1 + b"frame"
-    await echo_round(reader, writer)
+def test_the_header_and_what_follows_in_one_write(
+    run: Callable[[Scenario], None], tmp_path: Path
+) -> None:
+    async def scenario() -> None:
+        async with serve(tmp_path) as broker:
+            reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
+            writer.write(AMQP1 + b"frame")
+            assert await read_exactly(reader, 13) == AMQP1 + b"frame"
+            await echo_round(reader, writer)
+
+    run(scenario)
 
 
-@pytest.mark.asyncio
-async def test_a_header_cut_across_tcp_writes(broker: Broker) -> None:
-    listener = amqp_listener(broker)
-    reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
-    sent = b""
-    for piece in (b"A", b"MQ", b"P\x00", b"\x01\x00", b"\x00"):
-        writer.write(piece)
-        await writer.drain()
-        sent += piece
-        if len(sent) < 8:
-            # Read by the broker, undecided: still the AMQP listener's, nothing answered.
-            await wait_until(holding(listener, sent))
-            assert not Echo.made
-    assert await read_exactly(reader, 8) == AMQP1
-    await echo_round(reader, writer)
+def test_a_header_cut_across_tcp_writes(run: Callable[[Scenario], None], tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serve(tmp_path) as broker:
+            listener = amqp_listener(broker)
+            reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
+            sent = b""
+            for piece in (b"A", b"MQ", b"P\x00", b"\x01\x00", b"\x00"):
+                writer.write(piece)
+                await writer.drain()
+                sent += piece
+                if len(sent) < 8:
+                    # Read by the broker, undecided: the AMQP listener's, nothing answered.
+                    await wait_until(holding(listener, sent))
+                    assert not Echo.made
+            assert await read_exactly(reader, 8) == AMQP1
+            await echo_round(reader, writer)
+
+    run(scenario)
 
 
-@pytest.mark.asyncio
-async def test_over_tls(tmp_path: Path) -> None:
-    Echo.made.clear()
+def test_over_tls(run: Callable[[Scenario], None], tmp_path: Path) -> None:
     pki = write_pki(tmp_path / "pki")
-    config = _config(tmp_path, amqp_tls_port=0, tls_cert=pki["server"], tls_key=pki["server.key"])
-    async with Broker(config, listeners=default_listeners(config, HANDOFFS)) as broker:
-        ctx = ssl.create_default_context(cafile=pki["ca"])
-        port = amqp_listener(broker).tls_port
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
-        for piece in (AMQP1_SASL[:3], AMQP1_SASL[3:]):
-            writer.write(piece)
-            await writer.drain()
-        assert await read_exactly(reader, 8) == AMQP1_SASL
-        transport = Echo.made[0].transport
-        assert transport is not None and transport.get_extra_info("ssl_object") is not None
-        await echo_round(reader, writer)
+
+    async def scenario() -> None:
+        tls = {"amqp_tls_port": 0, "tls_cert": pki["server"], "tls_key": pki["server.key"]}
+        async with serve(tmp_path, **tls) as broker:
+            ctx = ssl.create_default_context(cafile=pki["ca"])
+            port = amqp_listener(broker).tls_port
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+            for piece in (AMQP1_SASL[:3], AMQP1_SASL[3:]):
+                writer.write(piece)
+                await writer.drain()
+            assert await read_exactly(reader, 8) == AMQP1_SASL
+            transport = Echo.made[0].transport
+            assert transport is not None and transport.get_extra_info("ssl_object") is not None
+            await echo_round(reader, writer)
+
+    run(scenario)
 
 
 # -- 0-9-1 unaffected ---------------------------------------------------------------------
-@pytest.mark.asyncio
-async def test_091_clients_are_unaffected(broker: Broker) -> None:
-    url = f"amqp://guest:guest@127.0.0.1:{broker.amqp_port}/"
-    connection = await asyncio.wait_for(aio_pika.connect(url), TIMEOUT)
-    async with connection:
-        channel = await connection.channel()
-        queue = await channel.declare_queue("handoff-q")
-        await channel.default_exchange.publish(aio_pika.Message(b"body"), routing_key="handoff-q")
-        message = await queue.get(timeout=TIMEOUT)
-        assert message is not None and message.body == b"body"
-        await message.ack()
-    assert not Echo.made
+def test_091_clients_are_unaffected(run: Callable[[Scenario], None], tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serve(tmp_path) as broker:
+            url = f"amqp://guest:guest@127.0.0.1:{broker.amqp_port}/"
+            connection = await asyncio.wait_for(aio_pika.connect(url), TIMEOUT)
+            async with connection:
+                channel = await connection.channel()
+                queue = await channel.declare_queue("handoff-q")
+                await channel.default_exchange.publish(
+                    aio_pika.Message(b"body"), routing_key="handoff-q"
+                )
+                message = await queue.get(timeout=TIMEOUT)
+                assert message is not None and message.body == b"body"
+                await message.ack()
+            assert not Echo.made
+
+    run(scenario)
 
 
-@pytest.mark.asyncio
-async def test_091_header_cut_across_writes(broker: Broker) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
-    for piece in (PROTOCOL_HEADER[:5], PROTOCOL_HEADER[5:]):
-        writer.write(piece)
-        await writer.drain()
-    head = await read_exactly(reader, 7)
-    body = await read_exactly(reader, int.from_bytes(head[3:7], "big") + 1)
-    _, _, start = frame.unmarshal(head + body)
-    assert isinstance(start, commands.Connection.Start)
-    writer.close()
+def test_091_header_cut_across_writes(run: Callable[[Scenario], None], tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serve(tmp_path) as broker:
+            reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
+            for piece in (PROTOCOL_HEADER[:5], PROTOCOL_HEADER[5:]):
+                writer.write(piece)
+                await writer.drain()
+            head = await read_exactly(reader, 7)
+            body = await read_exactly(reader, int.from_bytes(head[3:7], "big") + 1)
+            _, _, start = frame.unmarshal(head + body)
+            assert isinstance(start, commands.Connection.Start)
+            writer.close()
+
+    run(scenario)
 
 
-@pytest.mark.asyncio
 @pytest.mark.parametrize("header", [b"HTTP/1.1", b"AMQP\x02\x01\x00\x00"])
-async def test_an_unknown_header_gets_091s_header_and_the_close(
-    broker: Broker, header: bytes
+def test_an_unknown_header_gets_091s_header_and_the_close(
+    run: Callable[[Scenario], None], tmp_path: Path, header: bytes
 ) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
-    writer.write(header)
-    assert await asyncio.wait_for(reader.read(), TIMEOUT) == PROTOCOL_HEADER
-    writer.close()
-    assert not Echo.made
+    async def scenario() -> None:
+        async with serve(tmp_path) as broker:
+            reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
+            writer.write(header)
+            assert await asyncio.wait_for(reader.read(), TIMEOUT) == PROTOCOL_HEADER
+            writer.close()
+            assert not Echo.made
+
+    run(scenario)
 
 
-@pytest.mark.asyncio
-async def test_without_handoffs_an_amqp1_header_is_unknown(tmp_path: Path) -> None:
+def test_without_handoffs_an_amqp1_header_is_unknown(
+    run: Callable[[Scenario], None], tmp_path: Path
+) -> None:
     """As today (and as RabbitMQ 3.10 without its rabbitmq_amqp1_0 plugin)."""
-    config = _config(tmp_path)
-    async with Broker(config) as broker:
-        reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
-        writer.write(AMQP1)
-        assert await asyncio.wait_for(reader.read(), TIMEOUT) == PROTOCOL_HEADER
+
+    async def scenario() -> None:
+        async with serve(tmp_path, handoffs=None) as broker:
+            reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
+            writer.write(AMQP1)
+            assert await asyncio.wait_for(reader.read(), TIMEOUT) == PROTOCOL_HEADER
+            writer.close()
+            assert not amqp_listener(broker).handoffs
+
+    run(scenario)
+
+
+def test_stopping_closes_a_client_still_sending_its_header(
+    run: Callable[[Scenario], None], tmp_path: Path
+) -> None:
+    async def scenario() -> None:
+        async with serve(tmp_path) as broker:
+            listener = amqp_listener(broker)
+            reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
+            writer.write(b"AMQP")
+            await wait_until(holding(listener, b"AMQP"))
+        assert await asyncio.wait_for(reader.read(), TIMEOUT) == b""
         writer.close()
-        assert not amqp_listener(broker).handoffs
 
-
-@pytest.mark.asyncio
-async def test_stopping_closes_a_client_still_sending_its_header(tmp_path: Path) -> None:
-    config = _config(tmp_path)
-    async with Broker(config, listeners=default_listeners(config, HANDOFFS)) as broker:
-        listener = amqp_listener(broker)
-        reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
-        writer.write(b"AMQP")
-        await wait_until(holding(listener, b"AMQP"))
-    assert await asyncio.wait_for(reader.read(), TIMEOUT) == b""
-    writer.close()
+    run(scenario)
 
 
 # -- over WebSocket on the HTTP port ---------------------------------------------------------
-@pytest.mark.asyncio
 @pytest.mark.parametrize("path", ["/ws", "/ws/amqp"])
-async def test_websocket_amqp_subprotocol(broker: Broker, path: str) -> None:
+def test_websocket_amqp_subprotocol(
+    run: Callable[[Scenario], None], tmp_path: Path, path: str
+) -> None:
     """RabbitMQ 4's AMQP 1.0 over WebSocket (``/ws``, subprotocol ``amqp``); the
     0-9-1 endpoint hands a 1.0 header over in the same way."""
-    url = f"http://127.0.0.1:{http_port(broker)}{path}"
-    async with (
-        aiohttp.ClientSession() as session,
-        session.ws_connect(url, protocols=["amqp"]) as ws,
-    ):
-        assert ws.protocol == "amqp"
-        await ws.send_bytes(AMQP1[:4])
-        await ws.send_bytes(AMQP1[4:] + b"hello")
-        got = b""
-        while len(got) < 13:
-            got += await asyncio.wait_for(ws.receive_bytes(), TIMEOUT)
-        assert got == AMQP1 + b"hello"
-        await ws.send_bytes(b"bye")
-        assert await asyncio.wait_for(ws.receive_bytes(), TIMEOUT) == b"bye"
-        msg = await asyncio.wait_for(ws.receive(), TIMEOUT)
-        assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
-    assert len(Echo.made) == 1
-    await asyncio.wait_for(Echo.made[0].lost, TIMEOUT)
+
+    async def scenario() -> None:
+        async with serve(tmp_path) as broker, aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{http_port(broker)}{path}"
+            async with session.ws_connect(url, protocols=["amqp"]) as ws:
+                assert ws.protocol == "amqp"
+                await ws.send_bytes(AMQP1[:4])
+                await ws.send_bytes(AMQP1[4:] + b"hello")
+                got = b""
+                while len(got) < 13:
+                    got += await asyncio.wait_for(ws.receive_bytes(), TIMEOUT)
+                assert got == AMQP1 + b"hello"
+                await ws.send_bytes(b"bye")
+                assert await asyncio.wait_for(ws.receive_bytes(), TIMEOUT) == b"bye"
+                msg = await asyncio.wait_for(ws.receive(), TIMEOUT)
+                assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+            assert len(Echo.made) == 1
+            await asyncio.wait_for(Echo.made[0].lost, TIMEOUT)
+
+    run(scenario)
 
 
-@pytest.mark.asyncio
-async def test_websocket_091_on_ws(broker: Broker) -> None:
+def test_websocket_091_on_ws(run: Callable[[Scenario], None], tmp_path: Path) -> None:
     """/ws is the AMQP port's protocols over WebSocket: 0-9-1 is still 0-9-1's."""
-    url = f"http://127.0.0.1:{http_port(broker)}/ws"
-    async with (
-        aiohttp.ClientSession() as session,
-        session.ws_connect(url, protocols=["amqp"]) as ws,
-    ):
-        await ws.send_bytes(PROTOCOL_HEADER)
-        _, _, start = frame.unmarshal(await asyncio.wait_for(ws.receive_bytes(), TIMEOUT))
-        assert isinstance(start, commands.Connection.Start)
-    assert not Echo.made
+
+    async def scenario() -> None:
+        async with serve(tmp_path) as broker, aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{http_port(broker)}/ws"
+            async with session.ws_connect(url, protocols=["amqp"]) as ws:
+                await ws.send_bytes(PROTOCOL_HEADER)
+                data = await asyncio.wait_for(ws.receive_bytes(), TIMEOUT)
+                _, _, start = frame.unmarshal(data)
+                assert isinstance(start, commands.Connection.Start)
+            assert not Echo.made
+
+    run(scenario)
 
 
-@pytest.mark.asyncio
-async def test_no_ws_endpoint_without_handoffs(tmp_path: Path) -> None:
-    config = _config(tmp_path)
-    async with Broker(config) as broker, aiohttp.ClientSession() as session:
-        url = f"http://127.0.0.1:{http_port(broker)}/ws"
-        with pytest.raises(aiohttp.WSServerHandshakeError):
-            await session.ws_connect(url)
+def test_no_ws_endpoint_without_handoffs(run: Callable[[Scenario], None], tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serve(tmp_path, handoffs=None) as broker, aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{http_port(broker)}/ws"
+            with pytest.raises(aiohttp.WSServerHandshakeError):
+                await session.ws_connect(url)
+
+    run(scenario)
