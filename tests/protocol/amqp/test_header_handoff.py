@@ -20,9 +20,10 @@ from pamqp import commands, frame
 from rawamqp import PROTOCOL_HEADER
 from tlshelp import write_pki
 
-from warren.amqp.server import AMQPListener
+from warren.amqp.server import HANDSHAKE_TIMEOUT_MS, AMQPListener
 from warren.app import Broker, default_listeners
 from warren.config import Config
+from warren.core.clock import ManualClock
 from warren.header_handoff import PENDING, choose
 from warren.node import HeaderHandoffs
 
@@ -124,12 +125,17 @@ def _config(tmp_path: Path, **settings: object) -> Config:
     )
 
 
-def serve(tmp_path: Path, handoffs: HeaderHandoffs | None = HANDOFFS, **settings: object) -> Broker:
-    """A broker (``async with``) whose AMQP port hands ``handoffs`` over; None: the
-    standard listeners."""
+def serve(
+    tmp_path: Path,
+    handoffs: HeaderHandoffs | None = HANDOFFS,
+    clock: ManualClock | None = None,
+    **settings: object,
+) -> Broker:
+    """A broker (``async with``) whose AMQP port hands ``handoffs`` over (None: the
+    standard listeners), on ``clock`` when given."""
     config = _config(tmp_path, **settings)
     listeners = None if handoffs is None else default_listeners(config, handoffs)
-    return Broker(config, listeners=listeners)
+    return Broker(config, listeners=listeners, clock=clock)
 
 
 def amqp_listener(broker: Broker) -> AMQPListener:
@@ -237,6 +243,28 @@ def test_over_tls(run: Callable[[Scenario], None], tmp_path: Path) -> None:
             transport = Echo.made[0].transport
             assert transport is not None and transport.get_extra_info("ssl_object") is not None
             await echo_round(reader, writer)
+
+    run(scenario)
+
+
+def test_a_client_stopping_inside_its_header_times_out(
+    run: Callable[[Scenario], None], tmp_path: Path
+) -> None:
+    """The handshake's timeout (on the broker's clock) covers the header too."""
+
+    async def scenario() -> None:
+        clock = ManualClock()
+        async with serve(tmp_path, clock=clock) as broker:
+            listener = amqp_listener(broker)
+            reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
+            writer.write(b"AMQ")
+            await wait_until(holding(listener, b"AMQ"))
+            clock.advance(HANDSHAKE_TIMEOUT_MS - 1)
+            assert holding(listener, b"AMQ")()
+            clock.advance(1)
+            assert await asyncio.wait_for(reader.read(), TIMEOUT) == b""
+            writer.close()
+            assert not listener.protocols and not Echo.made
 
     run(scenario)
 
