@@ -26,8 +26,10 @@ __all__ = ["AMQP_HANDOFFS", "Broker", "ReplicaReadServer", "default_listeners"]
 
 #: Other protocols on the AMQP port (and over WebSocket at ``/ws``), by protocol
 #: header (warren.node.HeaderHandoffs): AMQP 1.0's ``AMQP\x00\x01\x00\x00`` and
-#: ``AMQP\x03\x01\x00\x00`` once its connection exists (issue 30). Empty: every
-#: client is 0-9-1's, and an AMQP 1.0 header is answered as any unknown one.
+#: ``AMQP\x03\x01\x00\x00`` once its connection exists (issue 30; RabbitMQ 4
+#: requires SASL: its answer to the first is the SASL header, then the close).
+#: Empty: every client is 0-9-1's, and an AMQP 1.0 header is answered as any
+#: unknown one.
 AMQP_HANDOFFS: HeaderHandoffs = {}
 
 
