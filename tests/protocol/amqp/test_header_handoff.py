@@ -127,15 +127,14 @@ def _config(tmp_path: Path, **settings: object) -> Config:
 
 def serve(
     tmp_path: Path,
-    handoffs: HeaderHandoffs | None = HANDOFFS,
+    handoffs: HeaderHandoffs = HANDOFFS,
     clock: ManualClock | None = None,
     **settings: object,
 ) -> Broker:
-    """A broker (``async with``) whose AMQP port hands ``handoffs`` over (None: the
-    standard listeners), on ``clock`` when given."""
+    """A broker (``async with``) with the standard listeners, its AMQP port handing
+    ``handoffs`` over, on ``clock`` when given."""
     config = _config(tmp_path, **settings)
-    listeners = None if handoffs is None else default_listeners(config, handoffs)
-    return Broker(config, listeners=listeners, clock=clock)
+    return Broker(config, listeners=default_listeners(config, handoffs), clock=clock)
 
 
 def amqp_listener(broker: Broker) -> AMQPListener:
@@ -323,10 +322,10 @@ def test_an_unknown_header_gets_091s_header_and_the_close(
 def test_without_handoffs_an_amqp1_header_is_unknown(
     run: Callable[[Scenario], None], tmp_path: Path
 ) -> None:
-    """As today (and as RabbitMQ 3.10 without its rabbitmq_amqp1_0 plugin)."""
+    """As before AMQP 1.0 (and as RabbitMQ 3.10 without its rabbitmq_amqp1_0 plugin)."""
 
     async def scenario() -> None:
-        async with serve(tmp_path, handoffs=None) as broker:
+        async with serve(tmp_path, handoffs={}) as broker:
             reader, writer = await asyncio.open_connection("127.0.0.1", broker.amqp_port)
             writer.write(AMQP1)
             assert await asyncio.wait_for(reader.read(), TIMEOUT) == PROTOCOL_HEADER
@@ -398,7 +397,7 @@ def test_websocket_091_on_ws(run: Callable[[Scenario], None], tmp_path: Path) ->
 
 def test_no_ws_endpoint_without_handoffs(run: Callable[[Scenario], None], tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with serve(tmp_path, handoffs=None) as broker, aiohttp.ClientSession() as session:
+        async with serve(tmp_path, handoffs={}) as broker, aiohttp.ClientSession() as session:
             url = f"http://127.0.0.1:{http_port(broker)}/ws"
             with pytest.raises(aiohttp.WSServerHandshakeError):
                 await session.ws_connect(url)
