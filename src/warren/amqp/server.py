@@ -229,7 +229,7 @@ class AMQPListener:
         self, bind: str, port: int, tls_port: int = -1, handoffs: HeaderHandoffs | None = None
     ) -> None:
         self.bind = bind
-        #: Other protocols on these ports, by protocol header (AMQP 1.0; node.py).
+        #: Other protocols on these ports, by protocol header (AMQP 1.0; warren.app).
         self.handoffs: HeaderHandoffs = dict(handoffs or {})
         self.requested_port = port
         self.requested_tls_port = tls_port
