@@ -18,21 +18,37 @@ from warren.federation.component import Federation
 from warren.http.prometheus import PrometheusListener
 from warren.http.server import HTTPListener
 from warren.mqtt.server import MQTTListener
-from warren.node import Listener, WebSocketEndpoint, node_name
+from warren.node import HeaderHandoffs, Listener, WebSocketEndpoint, node_name
 from warren.shovel.component import ShovelComponent
 
-__all__ = ["Broker", "ReplicaReadServer", "default_listeners"]
+__all__ = ["AMQP_HANDOFFS", "Broker", "ReplicaReadServer", "default_listeners"]
 
 
-def default_listeners(config: Config) -> list[Listener]:
+#: Other protocols on the AMQP port (and over WebSocket at ``/ws``), by protocol
+#: header (warren.node.HeaderHandoffs): AMQP 1.0's ``AMQP\x00\x01\x00\x00`` and
+#: ``AMQP\x03\x01\x00\x00`` once its connection exists (issue 30; RabbitMQ 4
+#: requires SASL: its answer to the first is the SASL header, then the close).
+#: Empty: every client is 0-9-1's, and an AMQP 1.0 header is answered as any
+#: unknown one.
+AMQP_HANDOFFS: HeaderHandoffs = {}
+
+
+def default_listeners(
+    config: Config, amqp_handoffs: HeaderHandoffs | None = None
+) -> list[Listener]:
     """The listeners the configuration asks for: AMQP on ``bind:amqp_port``, MQTT on
     ``mqtt_bind:mqtt_port`` (and ``mqtt_tls_port``; -1 disables either), and the HTTP
     management API on ``http_bind:http_port`` unless that port is -1, which also
     serves AMQP (``/ws/amqp``) and MQTT (``/mqtt``) over WebSocket (docs/http-api.md),
     and the Prometheus metrics on ``prometheus_bind:prometheus_port`` unless -1.
     HTTP comes last: the broker starts listeners in order, and a WebSocket client
-    needs the AMQP or MQTT listener started."""
-    amqp = AMQPListener(config.bind, config.amqp_port, config.amqp_tls_port)
+    needs the AMQP or MQTT listener started. ``amqp_handoffs`` (AMQP_HANDOFFS by
+    default) are the other protocols the AMQP port serves by their header; with
+    any, the HTTP port also serves the AMQP port's protocols at ``/ws``
+    (subprotocol ``amqp``, RabbitMQ 4's AMQP 1.0 over WebSocket), told apart by
+    their header in the same way."""
+    handoffs = AMQP_HANDOFFS if amqp_handoffs is None else amqp_handoffs
+    amqp = AMQPListener(config.bind, config.amqp_port, config.amqp_tls_port, handoffs)
     mqtt = MQTTListener(config.mqtt_bind, config.mqtt_port, config.mqtt_tls_port)
     listeners: list[Listener] = [amqp, mqtt]
     if config.http_port >= 0:
@@ -40,6 +56,8 @@ def default_listeners(config: Config) -> list[Listener]:
             WebSocketEndpoint("/ws/amqp", ("amqp", "amqpws"), amqp.new_protocol),
             WebSocketEndpoint("/mqtt", ("mqtt", "mqttv3.1"), mqtt.new_protocol),
         ]
+        if handoffs:
+            websockets.append(WebSocketEndpoint("/ws", ("amqp",), amqp.new_protocol))
         listeners.append(
             HTTPListener(config.http_bind, config.http_port, websockets, config.http_tls_port)
         )

@@ -90,6 +90,20 @@ def test_the_broker_imports_no_protocol_package(module: str) -> None:
     assert not offenders
 
 
+@pytest.mark.parametrize(
+    "module", ["batched_protocol.py", "header_handoff.py", "bound_port.py", "tls.py"]
+)
+def test_what_the_protocols_share_imports_none_of_them(module: str) -> None:
+    """The asyncio half and the protocol-header handoff serve every protocol package
+    (amqp/ hands AMQP 1.0 clients to amqp1/ through header_handoff.py, never directly)."""
+    offenders = {
+        name
+        for name in imported_modules(SRC / module)
+        if any(_in_package(name, p) for p in PROTOCOL_PACKAGES)
+    }
+    assert not offenders
+
+
 def test_only_the_composition_root_imports_the_broker() -> None:
     """No cycle amqp <-> broker or definitions_* <-> broker: they see a Node."""
     allowed = {
