@@ -290,7 +290,21 @@ _INT = (int,)
 _TEXT = (str,)
 _ID = (str, int, uuid.UUID, bytes)
 _HEADER_TYPES = (_BOOL, _INT, _INT, _BOOL, _INT)
-_PROPERTY_TYPES = (_ID, (bytes,), _TEXT, _TEXT, _TEXT, _ID, _TEXT, _TEXT, _INT, _INT, _TEXT, _INT, _TEXT)
+_PROPERTY_TYPES = (
+    _ID,
+    (bytes,),
+    _TEXT,
+    _TEXT,
+    _TEXT,
+    _ID,
+    _TEXT,
+    _TEXT,
+    _INT,
+    _INT,
+    _TEXT,
+    _INT,
+    _TEXT,
+)
 
 
 def _checked(items: list[Any], types: tuple[tuple[type, ...], ...], what: str) -> list[Any]:
