@@ -1,0 +1,109 @@
+"""The AMQP 1.0 connection in memory, Qpid Proton's engine as the client and the oracle.
+
+Proton's engine checks every frame the broker writes as a real client does;
+the test reads proton's endpoint state (remote open, conditions, credit,
+deliveries and their remote states) for what the broker meant.
+"""
+
+from __future__ import annotations
+
+import proton
+import pytest
+from harness import harness_fixture
+from harness.amqp1 import MemoryAMQP1, ProtonClient
+
+from warren.amqp1.frames import AMQP_HEADER, SASL_HEADER
+
+pytest.importorskip("proton")
+
+broker = harness_fixture(manual_clock=True)
+
+
+def client(harness, **options) -> ProtonClient:
+    return ProtonClient(harness, **options).open()
+
+
+def test_sasl_plain_and_open(broker) -> None:
+    c = client(broker)
+    assert c.connection.state & proton.Endpoint.REMOTE_ACTIVE
+    assert c.transport.sasl().outcome == proton.SASL.OK
+    props = c.connection.remote_properties
+    assert props[proton.symbol("product")] == "RabbitMQ"
+    offered = c.connection.remote_offered_capabilities
+    assert proton.symbol("ANONYMOUS-RELAY") in list(offered)
+    assert c.conn.vhost is not None and c.conn.vhost.name == "/"
+    assert c.conn.info()["protocol"] == "AMQP 1-0"
+    c.close()
+    assert c.broker.lost
+
+
+def test_bad_password_is_refused(broker) -> None:
+    c = client(broker, password="wrong")
+    assert c.transport.sasl().outcome == proton.SASL.AUTH
+    assert c.broker.lost
+
+
+def test_anonymous_logs_in_as_the_default_user(broker) -> None:
+    c = client(broker, mechs="ANONYMOUS", user=None, password=None)
+    assert c.transport.sasl().outcome == proton.SASL.OK
+    assert c.conn.user is not None and c.conn.user.name == "guest"
+
+
+def test_unknown_vhost_closes_with_unauthorized_access(broker) -> None:
+    c = client(broker, hostname="vhost:nope")
+    cond = c.remote_condition
+    assert cond is not None and cond.name == "amqp:unauthorized-access"
+    assert "nope" in cond.description
+
+
+def test_amqp_header_without_sasl_gets_the_sasl_header_and_the_close(broker) -> None:
+    m = MemoryAMQP1(broker)
+    assert m.exchange(AMQP_HEADER) == SASL_HEADER
+    assert m.lost
+
+
+def test_garbage_closes_only_that_connection(broker) -> None:
+    good = client(broker)
+    bad = MemoryAMQP1(broker)
+    out = bad.exchange(SASL_HEADER)
+    assert out.startswith(SASL_HEADER)
+    bad.exchange(b"\x00\x00\x00\x10garbage!garbage!")
+    assert bad.lost
+    assert not good.broker.lost
+    session = good.session()
+    assert session.state & proton.Endpoint.REMOTE_ACTIVE
+
+
+def declare(harness, name: str, **kw) -> None:
+    harness.call(lambda: harness.broker.vhosts["/"].declare_queue(name, **kw))
+
+
+def test_publish_and_consume_a_queue(broker) -> None:
+    declare(broker, "q", durable=False)
+    c = client(broker)
+    sender = c.sender("/queues/q")
+    assert sender.credit == 170
+    d = c.send(sender, proton.Message(body="hello", properties={"k": 1}))
+    assert d.remote_state == proton.Delivery.ACCEPTED and d.settled
+    receiver = c.receiver("/queues/q", credit=10)
+    got = c.receive(receiver)
+    assert [m.body for _, m in got] == ["hello"]
+    assert got[0][1].properties == {"k": 1}
+    c.settle(got[0][0])
+    assert broker.broker.vhosts["/"].queues["q"].message_count == 0
+
+
+def test_unknown_queue_detaches_with_not_found(broker) -> None:
+    c = client(broker)
+    receiver = c.receiver("/queues/missing", credit=1)
+    cond = receiver.remote_condition
+    assert cond is not None and cond.name == "amqp:not-found"
+    sender = c.sender("/queues/missing")
+    assert sender.remote_condition.name == "amqp:not-found"
+
+
+def test_unroutable_is_released(broker) -> None:
+    c = client(broker)
+    sender = c.sender("/exchanges/amq.direct/nowhere")
+    d = c.send(sender, proton.Message(body="x"))
+    assert d.remote_state == proton.Delivery.RELEASED
