@@ -163,7 +163,10 @@ class ProtonClient:
         return session
 
     def sender(
-        self, address: str | None, session: proton.Session | None = None, settled: bool = False,
+        self,
+        address: str | None,
+        session: proton.Session | None = None,
+        settled: bool = False,
         name: str = "sender",
     ) -> proton.Sender:
         session = session or self.session()

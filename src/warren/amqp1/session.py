@@ -86,6 +86,8 @@ class Session:
         self.handle_max = min(begin.handle_max, LINK_MAX - 1)
         self.links: dict[int, Link] = {}
         self.pairs: dict[str, ManagementPair] = {}
+        #: Handles this side detached whose client's detach has not come yet.
+        self.detaching: set[int] = set()
         self.next_delivery_id = 0
         #: This side's unsettled deliveries: delivery-id -> (link, its delivery tag).
         self.outgoing: dict[int, tuple[OutgoingLink, int]] = {}
@@ -141,7 +143,7 @@ class Session:
             raise SessionError(
                 NOT_ALLOWED, f"link handle {handle} is above handle-max {self.handle_max}"
             )
-        if handle in self.links:
+        if handle in self.links or handle in self.detaching:
             raise SessionError(HANDLE_IN_USE, f"link handle {handle} is in use")
         link: Link
         link = IncomingLink(self, attach) if attach.role == SENDER else OutgoingLink(self, attach)
@@ -161,6 +163,9 @@ class Session:
         link.start()
 
     def _detach(self, detach: Detach) -> None:
+        if detach.handle in self.detaching:
+            self.detaching.discard(detach.handle)  # the answer to this side's detach
+            return
         link = self._link(detach.handle)
         self.links.pop(detach.handle, None)
         link.detached()
@@ -171,6 +176,7 @@ class Session:
         if self.links.get(link.handle) is link:
             del self.links[link.handle]
             link.detached()
+            self.detaching.add(link.handle)
             self.send(Detach(handle=link.handle, closed=True, error=err))
 
     def _transfer(self, transfer: Transfer, payload: bytes | memoryview) -> None:
