@@ -123,9 +123,11 @@ class ProtonClient:
     def conn(self) -> AMQP1Connection:
         return self.broker.conn
 
-    def pump(self, rounds: int = 50) -> None:
-        """Move bytes both ways and run the broker's loop until neither side moves."""
+    def pump(self, rounds: int = 50, ready_only: bool = False) -> None:
+        """Move bytes both ways and run the broker's loop until neither side moves
+        (``ready_only``: without waiting for a file sync round in flight)."""
         transport = self.transport
+        run = self.harness.run_ready if ready_only else self.harness.settle
         for _ in range(rounds):
             moved = False
             pending = transport.pending()
@@ -135,12 +137,11 @@ class ProtonClient:
                 if not self.broker.lost:
                     self.broker.feed(data)
                 moved = True
-            self.harness.settle()
+            run()
             out = self.broker.take()
             if out:
                 self.received += out
-                if transport.capacity() > 0:
-                    transport.push(out)
+                self._push(out)
                 moved = True
             elif self.broker.lost and transport.capacity() >= 0:
                 transport.close_tail()
@@ -150,6 +151,17 @@ class ProtonClient:
                 self.collector.pop()
             if not moved:
                 return
+
+    def _push(self, data: bytes) -> None:
+        """Into proton's transport, as much at a time as it has room for."""
+        transport = self.transport
+        view = memoryview(data)
+        while view:
+            room = transport.capacity()
+            if room <= 0:
+                return  # closed for input
+            transport.push(bytes(view[:room]))
+            view = view[room:]
 
     def open(self) -> ProtonClient:
         self.connection.open()
