@@ -259,7 +259,9 @@ def _types_in(value: Any) -> set[type]:
 
 
 def test_every_registered_type_is_exercised() -> None:
-    assert set().union(*(_types_in(ours) for ours, _ in AS_PROTON_READS)) - {Described} == set(p.LAYOUTS)
+    assert set().union(*(_types_in(ours) for ours, _ in AS_PROTON_READS)) - {Described} == set(
+        p.LAYOUTS
+    )
 
 
 def test_absent_and_null_fields_take_their_defaults() -> None:
