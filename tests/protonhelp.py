@@ -219,7 +219,7 @@ values: st.SearchStrategy[Any] = st.recursive(
         st.lists(children, max_size=6),
         st.dictionaries(keys, children, max_size=5),
         # Not a described value directly inside another: proton 0.40 then loses
-        # the item after it in a list (tests/protocol/amqp1/test_codec.py has ours).
+        # the item after it in a list (tests/protocol/amqp1/test_amqp1_codec.py has ours).
         st.builds(Described, descriptors, children.filter(lambda v: not isinstance(v, Described))),
         arrays(children),
     ),

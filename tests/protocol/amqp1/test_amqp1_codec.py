@@ -261,7 +261,7 @@ def test_every_truncation_of_valid_values_is_a_decode_error() -> None:
         (object(), TypeError),
         ({1, 2}, TypeError),
     ],
-    ids=repr,
+    ids=lambda v: v.__name__ if isinstance(v, type) else type(v).__name__,
 )
 def test_unencodable_values(value: Any, error: type[Exception]) -> None:
     with pytest.raises(error):

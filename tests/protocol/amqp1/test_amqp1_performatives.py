@@ -10,9 +10,9 @@ from typing import Any
 
 import proton
 import pytest
+from amqp1help import any_instance
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from protonhelp import ELEMENTS, keys, proton_decode, proton_encode, values
+from protonhelp import proton_decode, proton_encode
 
 from warren.amqp1 import codec
 from warren.amqp1 import formats as f
@@ -367,43 +367,6 @@ def test_large_performatives_use_list32() -> None:
     raw = encoded(big)
     assert raw[3] == f.LIST32
     assert proton_decode(raw) == described(0x10, "c" * 300)
-
-
-#: A strategy per field kind (performatives.py), with values that are not the default.
-KIND_VALUES: dict[int, st.SearchStrategy[Any]] = {
-    p.UINT: ELEMENTS[f.UINT],
-    p.USHORT: ELEMENTS[f.USHORT],
-    p.UBYTE: ELEMENTS[f.UBYTE],
-    p.ULONG: ELEMENTS[f.ULONG],
-    p.BOOL: st.booleans(),
-    p.STRING: ELEMENTS[f.STR8],
-    p.SYMBOL: ELEMENTS[f.SYM8],
-    p.BINARY: ELEMENTS[f.VBIN8],
-    p.SYMBOLS: st.lists(ELEMENTS[f.SYM8], max_size=3).map(tuple),
-    p.FIELDS: st.dictionaries(ELEMENTS[f.SYM8], values, max_size=3),
-    p.MAP: st.dictionaries(keys, values, max_size=3),
-    p.ERROR: st.builds(
-        p.Error,
-        ELEMENTS[f.SYM8],
-        st.none() | ELEMENTS[f.STR8],
-        st.none() | st.dictionaries(ELEMENTS[f.SYM8], values, max_size=2),
-    ),
-    p.ANY: values,
-}
-
-
-@st.composite
-def instances(draw: st.DrawFn, cls: type) -> Any:
-    _, layout = p.LAYOUTS[cls]
-    mandatory = {fld.name for fld in dataclasses.fields(cls) if fld.default is dataclasses.MISSING}
-    kwargs = {}
-    for name, kind in layout:
-        if name in mandatory or draw(st.booleans()):
-            kwargs[name] = draw(KIND_VALUES[kind])
-    return cls(**kwargs)
-
-
-any_instance = st.sampled_from(sorted(p.LAYOUTS, key=lambda c: c.__name__)).flatmap(instances)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -4,10 +4,9 @@ its refusals, transfer splitting, and python-qpid-proton's engine
 
 from __future__ import annotations
 
-from typing import Any
-
 import proton
 import pytest
+from amqp1help import PAYLOAD, conversation, summary, transfer_payload
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,61 +25,6 @@ from warren.amqp1.frames import (
     transfer_frames,
 )
 from warren.amqp1.types import Symbol
-
-PAYLOAD = bytes(range(256)) * 12
-
-
-def conversation() -> tuple[bytes, list[Any]]:
-    """A client's bytes from SASL to close, and what the reader should give for them."""
-    transfer = p.Transfer(handle=0, delivery_id=0, delivery_tag=b"t", message_format=0)
-    parts: list[tuple[bytes, Any]] = [
-        (SASL_HEADER, SASL_HEADER),
-        (
-            encode_frame(
-                0, p.SaslInit(mechanism=Symbol("PLAIN"), initial_response=b"\0u\0p"), type=TYPE_SASL
-            ),
-            ("sasl", p.SaslInit),
-        ),
-        (AMQP_HEADER, AMQP_HEADER),
-        (encode_frame(0, p.Open(container_id="c", max_frame_size=1024)), (0, p.Open)),
-        (
-            encode_frame(1, p.Begin(next_outgoing_id=0, incoming_window=10, outgoing_window=10)),
-            (1, p.Begin),
-        ),
-        (
-            encode_frame(
-                1, p.Attach(name="l", handle=0, role=p.SENDER, target=p.Target(address="/queues/q"))
-            ),
-            (1, p.Attach),
-        ),
-        (HEARTBEAT, (0, None)),
-    ]
-    frames = transfer_frames(1, transfer, PAYLOAD, 1024)
-    parts += [(raw, (1, p.Transfer)) for raw in frames]
-    parts.append((encode_frame(0, p.Close()), (0, p.Close)))
-    return b"".join(raw for raw, _ in parts), [want for _, want in parts]
-
-
-def summary(items: list[Frame | bytes]) -> list[Any]:
-    out: list[Any] = []
-    for item in items:
-        if isinstance(item, bytes):
-            out.append(item)
-        elif item.type == TYPE_SASL:
-            out.append(("sasl", type(item.performative)))
-        else:
-            out.append(
-                (item.channel, None if item.performative is None else type(item.performative))
-            )
-    return out
-
-
-def transfer_payload(items: list[Frame | bytes]) -> bytes:
-    return b"".join(
-        bytes(i.payload)
-        for i in items
-        if isinstance(i, Frame) and isinstance(i.performative, p.Transfer)
-    )
 
 
 def test_whole_conversation_at_once() -> None:
