@@ -286,23 +286,26 @@ def _sym32(buf: Buffer, pos: int, depth: int) -> tuple[Any, int]:
     return Symbol(str(buf[start:end], "ascii")), end
 
 
-def _compound8(buf: Buffer, pos: int) -> tuple[int, int, int]:
-    """(first item's position, end, count) of a list8/map8/array8 body."""
+def _compound8(buf: Buffer, pos: int, slack: int = 0) -> tuple[int, int, int]:
+    """(first item's position, end, count) of a list8/map8/array8 body. Each list
+    or map item takes a byte at least; array elements may take none (uint0,
+    null...), so arrays give ``slack``: their count is still bounded by the
+    input's size, and so is the memory decoding them takes."""
     size, count = U8U8.unpack_from(buf, pos)
     end = pos + 1 + size
     if size < 1 or end > len(buf):
         raise DecodeError("compound size runs past the end of the data")
-    if count > size - 1:
+    if count > size - 1 + slack:
         raise DecodeError(f"count {count} cannot fit in {size - 1} bytes")
     return pos + 2, end, count
 
 
-def _compound32(buf: Buffer, pos: int) -> tuple[int, int, int]:
+def _compound32(buf: Buffer, pos: int, slack: int = 0) -> tuple[int, int, int]:
     size, count = U32U32.unpack_from(buf, pos)
     end = pos + 4 + size
     if size < 4 or end > len(buf):
         raise DecodeError("compound size runs past the end of the data")
-    if count > size - 4:
+    if count > size - 4 + slack:
         raise DecodeError(f"count {count} cannot fit in {size - 4} bytes")
     return pos + 8, end, count
 
@@ -375,12 +378,12 @@ def _array_items(buf: Buffer, pos: int, end: int, count: int, depth: int) -> tup
 
 
 def _array8(buf: Buffer, pos: int, depth: int) -> tuple[Any, int]:
-    start, end, count = _compound8(buf, pos)
+    start, end, count = _compound8(buf, pos, 1)
     return _array_items(buf, start, end, count, depth)
 
 
 def _array32(buf: Buffer, pos: int, depth: int) -> tuple[Any, int]:
-    start, end, count = _compound32(buf, pos)
+    start, end, count = _compound32(buf, pos, 4)
     return _array_items(buf, start, end, count, depth)
 
 

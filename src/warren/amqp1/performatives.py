@@ -4,7 +4,7 @@ Transport (part 2, 2.7-2.8): open, begin, attach, flow, transfer, disposition,
 detach, end, close and error; security (part 5, 5.3): the SASL frames;
 messaging (part 3, 3.4-3.5): the delivery states, source, target and the
 lifetime policies. Each class lists its fields in spec order with the spec's
-defaults, and a table (_FIELDS) gives each field's AMQP type, so a handle is
+defaults, and a table (LAYOUTS) gives each field's AMQP type, so a handle is
 written as a uint whatever Python int holds it.
 
 Decoding fills a field that is absent or null with its default; a mandatory
@@ -42,6 +42,7 @@ from warren.amqp1.types import Array, Symbol
 
 __all__ = [
     "AMQP_PERFORMATIVES",
+    "LAYOUTS",
     "SASL_PERFORMATIVES",
     "Accepted",
     "Attach",
@@ -338,7 +339,7 @@ _CAPS = (("offered_capabilities", SYMBOLS), ("desired_capabilities", SYMBOLS))
 
 #: Per class: its descriptor name and (field, kind) in spec order; mandatory
 #: fields are the dataclass fields without a default.
-_FIELDS: dict[type, tuple[str, tuple[tuple[str, int], ...]]] = {
+LAYOUTS: dict[type, tuple[str, tuple[tuple[str, int], ...]]] = {
     Error: ("amqp:error:list", (("condition", SYMBOL), ("description", STRING), ("info", FIELDS))),
     Open: (
         "amqp:open:list",
@@ -626,7 +627,7 @@ def _build(spec: _Composite, value: Any) -> Any:
 
 
 def _register() -> None:
-    for cls, (name, spec) in _FIELDS.items():
+    for cls, (name, spec) in LAYOUTS.items():
         composite = _Composite(cls, name, spec)
         _SPECS[cls] = composite
         register_described(composite.code, name, functools.partial(_build, composite))
