@@ -216,8 +216,8 @@ class AMQP1Connection:
         err = error(condition, description) if condition is not None else None
         self.send_frame(0, Close(error=err))
         self.state = CLOSE_SENT
-        self._end_sessions()
-        self.reader.expect_header()  # nothing more is read as frames of a session
+        # As RabbitMQ 4: the socket closes once the close is out, without waiting
+        # for the client's (which a client that went wrong may never send).
         self.close_transport()
 
     def close_transport(self) -> None:

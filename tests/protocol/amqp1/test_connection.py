@@ -7,12 +7,14 @@ deliveries and their remote states) for what the broker meant.
 
 from __future__ import annotations
 
+import struct
+
 import proton
 import pytest
 from harness import harness_fixture
 from harness.amqp1 import MemoryAMQP1, ProtonClient
 
-from warren.amqp1.frames import AMQP_HEADER, SASL_HEADER
+from warren.amqp1.frames import AMQP_HEADER, HEARTBEAT, SASL_HEADER
 
 pytest.importorskip("proton")
 
@@ -107,3 +109,81 @@ def test_unroutable_is_released(broker) -> None:
     sender = c.sender("/exchanges/amq.direct/nowhere")
     d = c.send(sender, proton.Message(body="x"))
     assert d.remote_state == proton.Delivery.RELEASED
+
+
+def test_sessions_and_channel_max(broker) -> None:
+    c = client(broker)
+    assert c.transport.remote_channel_max == 63  # RabbitMQ 4's 64 sessions
+    sessions = [c.session() for _ in range(3)]
+    assert all(s.state & proton.Endpoint.REMOTE_ACTIVE for s in sessions)
+    assert len(c.conn.sessions) == 3
+    sessions[1].close()
+    c.pump()
+    assert len(c.conn.sessions) == 2
+    assert len(c.conn.channels_info()) == 2
+
+
+def test_a_frame_past_max_frame_size_closes_with_a_framing_error(broker) -> None:
+    c = client(broker)
+    c.broker.feed(struct.pack(">IBBH", c.conn.max_frame + 1, 2, 0, 0))
+    c.pump()
+    cond = c.remote_condition
+    assert cond is not None and cond.name == "amqp:connection:framing-error"
+    assert c.broker.lost
+
+
+def test_idle_timeout_heartbeats_and_the_silent_client(broker) -> None:
+    c = client(broker, idle_timeout=10.0)
+    conn = c.conn
+    assert conn.peer_idle_timeout > 0
+    # This side's timeout is announced halved (2.4.5).
+    assert c.transport.remote_idle_timeout * 1000 == conn.idle_timeout // 2
+    start = conn.last_tx_ms
+    half = conn.peer_idle_timeout // 2
+    due = broker.call(lambda: conn.tick(start + half))
+    assert c.broker.take() == HEARTBEAT
+    assert 0 < due <= half
+    silent = conn.last_rx_ms + conn.idle_timeout
+    assert broker.call(lambda: conn.tick(silent)) == 0
+    c.pump()
+    cond = c.remote_condition
+    assert cond is not None and cond.name == "amqp:resource-limit-exceeded"
+
+
+def test_a_short_idle_timeout_is_refused(broker) -> None:
+    c = client(broker, idle_timeout=0.5)
+    cond = c.remote_condition
+    assert cond is not None and cond.name == "amqp:not-allowed"
+
+
+def test_external_with_a_client_certificate(broker) -> None:
+    c = client(broker, mechs="EXTERNAL", user=None, password=None, cert_login="guest")
+    assert c.transport.sasl().outcome == proton.SASL.OK
+    assert c.conn.user is not None and c.conn.user.name == "guest"
+    assert c.conn.auth_mechanism == "EXTERNAL"
+
+
+def test_external_is_not_offered_without_a_certificate(broker) -> None:
+    m = MemoryAMQP1(broker)
+    out = m.exchange(SASL_HEADER)
+    assert b"EXTERNAL" not in out and b"PLAIN" in out
+
+
+def test_anonymous_can_be_turned_off(broker) -> None:
+    broker.config.amqp1_allow_anonymous = False
+    c = client(broker, mechs="ANONYMOUS", user=None, password=None)
+    assert c.transport.sasl().outcome != proton.SASL.OK
+    assert b"ANONYMOUS" not in c.received and c.conn.user is None
+
+
+def test_guest_only_from_loopback(broker) -> None:
+    c = client(broker, peer=("10.0.0.7", 40000))
+    assert c.transport.sasl().outcome == proton.SASL.AUTH
+
+
+def test_vhost_connection_limit(broker) -> None:
+    vhost = broker.broker.vhosts["/"]
+    broker.call(lambda: vhost.limiter.set_limits({"max-connections": 0}))
+    c = client(broker)
+    cond = c.remote_condition
+    assert cond is not None and cond.name == "amqp:resource-limit-exceeded"
