@@ -150,6 +150,8 @@ class AMQP1Connection:
         #: A refused login waiting out its delay: input is ignored meanwhile.
         self.refusing = False
         self._opened_vhost = False
+        #: Bytes of messages whose transfers are not complete, over all links.
+        self.unfinished = 0
 
     # -- the sans-IO surface ----------------------------------------------------------
     @property

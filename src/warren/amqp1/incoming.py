@@ -150,8 +150,16 @@ class IncomingLink:
         """Attached: the first credit."""
         self.maybe_grant_credit()
 
-    def detached(self) -> None:
+    def _drop_parts(self) -> None:
+        """Forget an unfinished message (aborted, or the link gone)."""
+        if self._parts:
+            self.session.conn.unfinished -= sum(len(p) for p in self._parts)
         self._parts = []
+        self._size = 0
+        self._delivery_id = None
+
+    def detached(self) -> None:
+        self._drop_parts()
         if self.pair is not None and self.session.pairs.get(self.name) is self.pair:
             if self.pair.sender is None:
                 del self.session.pairs[self.name]
@@ -186,9 +194,7 @@ class IncomingLink:
     def transfer(self, transfer: Transfer, payload: bytes | memoryview) -> None:
         """One transfer frame: a message once its last frame is in."""
         if transfer.aborted:
-            self._parts = []
-            self._size = 0
-            self._delivery_id = None
+            self._drop_parts()
             return
         if self._delivery_id is None:
             if transfer.delivery_id is None:
@@ -197,16 +203,27 @@ class IncomingLink:
                 raise LinkError(TRANSFER_LIMIT_EXCEEDED, "transfer without link credit")
             self._delivery_id = transfer.delivery_id
             self._settled = bool(transfer.settled)
+        conn = self.session.conn
         self._size += len(payload)
-        limit = self.session.conn.config.max_message_size
+        limit = conn.config.max_message_size
         if self._size > limit:
             raise LinkError(
                 MESSAGE_SIZE_EXCEEDED,
                 f"message size ({self._size} bytes) > maximum ({limit} bytes)",
             )
-        self._parts.append(bytes(payload))
         if transfer.more:
+            # What a connection's unfinished messages hold, all links together,
+            # stays within one message of the largest size.
+            if conn.unfinished + len(payload) > limit:
+                raise LinkError(
+                    TRANSFER_LIMIT_EXCEEDED,
+                    f"unfinished messages on this connection over {limit} bytes",
+                )
+            conn.unfinished += len(payload)
+            self._parts.append(bytes(payload))
             return
+        self._parts.append(bytes(payload))
+        conn.unfinished -= self._size - len(payload)
         data = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
         delivery_id = self._delivery_id
         settled = self._settled or bool(transfer.settled)

@@ -189,6 +189,8 @@ class Session:
         if self.incoming_window <= MAX_INCOMING_WINDOW // 2 and not self.blocked:
             self.incoming_window = MAX_INCOMING_WINDOW
             self.send(self.flow())
+        if transfer.handle in self.detaching:
+            return  # sent before the client saw this side's detach
         link = self._link(transfer.handle)
         if not isinstance(link, IncomingLink):
             raise SessionError(ILLEGAL_STATE, f"a transfer on sending link {link.handle}")
@@ -209,6 +211,8 @@ class Session:
             if flow.echo:
                 self.send(self.flow())
             self.resume()
+            return
+        if flow.handle in self.detaching:
             return
         link = self._link(flow.handle)
         try:

@@ -321,3 +321,25 @@ def test_without_a_management_node_the_link_is_refused(broker: Harness) -> None:
     c = client(broker)
     sender = c.sender("/management")
     assert sender.remote_condition.name == "amqp:not-found"
+
+
+def test_unfinished_messages_of_a_connection_are_bounded(broker: Harness) -> None:
+    """Partial messages on all links together hold at most max_message_size."""
+    broker.config.max_message_size = 1000
+    declare(broker, "q")
+    c = client(broker, max_frame_size=512)
+    session = c.session()
+    first = c.sender("/queues/q", session=session, name="first")
+    second = c.sender("/queues/q", session=session, name="second")
+    first.delivery("a")
+    first.stream(b"\x00\x53\x75\xb0\x00\x00\x03\x00" + b"a" * 600)
+    c.pump()
+    second.delivery("b")
+    second.stream(b"\x00\x53\x75\xb0\x00\x00\x03\x00" + b"b" * 600)
+    c.pump()
+    assert second.remote_condition.name == "amqp:link:transfer-limit-exceeded"
+    assert first.state & proton.Endpoint.REMOTE_ACTIVE
+    assert c.conn.unfinished > 0
+    first.close()
+    c.pump()
+    assert c.conn.unfinished == 0
