@@ -79,7 +79,10 @@ class AMQP1Protocol(BatchedProtocol):
         was_open = conn.state == OPEN
         conn.feed(data)
         if not was_open and conn.state == OPEN:
-            self._check()  # the handshake is over: the idle timeout's timer
+            # The handshake is over: the idle timeout's timer instead of its.
+            if self._timer is not None:
+                self._timer.cancel()
+            self._check()
         if len(data) >= YIELD_AFTER_BYTES:
             self.yield_reading()
 

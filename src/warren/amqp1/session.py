@@ -203,9 +203,9 @@ class Session:
     def _flow(self, flow: Flow) -> None:
         # "Receiving a flow" (2.5.6).
         seq = flow.next_incoming_id if flow.next_incoming_id is not None else 0
-        self.remote_incoming_window = max(
-            0, (seq + flow.incoming_window - self.next_outgoing_id) % _SEQ
-        )
+        window = (seq + flow.incoming_window - self.next_outgoing_id) % _SEQ
+        # Negative (transfers crossed the flow): none until the next flow.
+        self.remote_incoming_window = 0 if window >= 1 << 31 else window
         self.remote_outgoing_window = flow.outgoing_window
         if flow.handle is None:
             if flow.echo:

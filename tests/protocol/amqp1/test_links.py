@@ -10,8 +10,10 @@ import pytest
 from harness import Harness, harness_fixture
 from harness.amqp1 import ProtonClient
 
+from warren.amqp1.frames import Frame, FrameReader
 from warren.amqp1.links import ManagementHandler
 from warren.amqp1.message import AmqpMessage, AmqpValue, Properties
+from warren.amqp1.performatives import Transfer
 
 proton = pytest.importorskip("proton")
 Delivery = proton.Delivery
@@ -343,3 +345,28 @@ def test_unfinished_messages_of_a_connection_are_bounded(broker: Harness) -> Non
     first.close()
     c.pump()
     assert c.conn.unfinished == 0
+
+
+def test_the_clients_session_window_bounds_what_is_sent(broker: Harness) -> None:
+    """Proton announces a window of two frames: the broker's first answer to the
+    credit holds two transfers; the rest follow as proton's flows open it."""
+    declare(broker, "q")
+    c = client(broker, max_frame_size=512)
+    fill(c, "q", 6)
+    session = c.connection.session()
+    session.incoming_capacity = 2 * 512  # proton's window: two frames
+    session.open()
+    c.pump()
+    receiver = session.receiver("r")
+    receiver.source.address = "/queues/q"
+    receiver.open()
+    receiver.flow(10)
+    mark = len(c.received)
+    c.pump(rounds=1)
+    reader = FrameReader(1 << 20)
+    frames = reader.feed(bytes(c.received[mark:]))
+    transfers = [f for f in frames if isinstance(f, Frame) and isinstance(f.performative, Transfer)]
+    assert len(transfers) == 2
+    c.pump()
+    got = c.receive(receiver)
+    assert len(got) == 6
