@@ -160,9 +160,8 @@ class IncomingLink:
 
     def detached(self) -> None:
         self._drop_parts()
-        if self.pair is not None and self.session.pairs.get(self.name) is self.pair:
-            if self.pair.sender is None:
-                del self.session.pairs[self.name]
+        if self.pair is not None:
+            self.session.pair_link_gone(self.name, self.pair)
             self.pair = None
 
     # -- credit -------------------------------------------------------------------------

@@ -9,11 +9,14 @@ credit are this package's; what a request does is the management node's
 (amqp1/management_node.py), behind this small interface:
 
 - :data:`ManagementFactory` is given to the connection (amqp1/server.py wires
-  it): called once per link pair with the client session (permissions,
-  change marks) and the vhost, it returns a :data:`ManagementHandler`;
+  it): called once per link pair with the client session (the user,
+  permissions, change marks), the vhost and a ``later`` callable, it returns
+  a :data:`ManagementHandler`;
 - the handler gets each request as a decoded message and returns the reply
   messages (usually one), which go to the client on the pair's receiving
-  link, pre-settled, as its credit allows.
+  link, pre-settled, as its credit allows. A reply that must wait (a
+  declare's, until the change is durable: ClientSession.when_changes_durable)
+  is returned as none and given to ``later`` when it may go.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ __all__ = [
     "ManagementFactory",
     "ManagementHandler",
     "ManagementPair",
+    "ReplyLater",
     "is_management",
     "terminus_address",
 ]
@@ -46,8 +50,11 @@ MAX_MANAGEMENT_CREDIT: Final = 8
 
 #: One link pair's request handler: a request in, the replies out.
 ManagementHandler = Callable[[AmqpMessage], list[AmqpMessage]]
-#: Makes a link pair's handler, from the connection's client session and vhost.
-ManagementFactory = Callable[["ClientSession", "VHost"], ManagementHandler]
+#: Sends a reply that had to wait (see the module docstring).
+ReplyLater = Callable[[AmqpMessage], None]
+#: Makes a link pair's handler, from the connection's client session, its vhost
+#: and the pair's ReplyLater.
+ManagementFactory = Callable[["ClientSession", "VHost", ReplyLater], ManagementHandler]
 
 
 def terminus_address(terminus: Any) -> Any:
@@ -67,17 +74,27 @@ class ManagementPair:
     """One link pair to the management node: requests in, replies queued for
     the receiving link until it has credit."""
 
-    __slots__ = ("handler", "replies", "sender")
+    __slots__ = ("closed", "handler", "links", "replies", "sender")
 
-    def __init__(self, handler: ManagementHandler) -> None:
-        self.handler = handler
+    def __init__(self, factory: ManagementFactory, session: ClientSession, vhost: VHost) -> None:
         self.sender: OutgoingLink | None = None
         #: Encoded replies waiting for the receiving link's credit.
         self.replies: deque[bytes] = deque()
+        #: Its links attached (Session.management_pair counts them).
+        self.links = 0
+        #: Both links are gone: a late reply is dropped.
+        self.closed = False
+        self.handler = factory(session, vhost, self.reply)
 
     def request(self, message: AmqpMessage) -> None:
         """A request: its replies go out as the receiving link allows."""
         for reply in self.handler(message):
-            self.replies.append(encode_message(reply))
+            self.reply(reply)
+
+    def reply(self, message: AmqpMessage) -> None:
+        """One reply, now or once the receiving link has credit."""
+        if self.closed:
+            return
+        self.replies.append(encode_message(message))
         if self.sender is not None:
             self.sender.send_replies()

@@ -203,8 +203,7 @@ class OutgoingLink:
         pair = self.pair
         if pair is not None:
             pair.sender = None
-            if self.session.pairs.get(self.name) is pair:
-                del self.session.pairs[self.name]
+            self.session.pair_link_gone(self.name, pair)
             self.pair = None
 
     # -- credit -------------------------------------------------------------------------

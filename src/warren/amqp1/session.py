@@ -397,13 +397,24 @@ class Session:
         self.conn.session_ended(self.channel)
 
     def management_pair(self, name: str) -> ManagementPair:
-        """The ``/management`` link pair of link name ``name`` (made at its first link)."""
+        """The ``/management`` link pair of link name ``name`` (made at its first
+        link), with one more link on it."""
         pair = self.pairs.get(name)
         if pair is None:
             factory = self.conn.management
             assert factory is not None
-            pair = self.pairs[name] = ManagementPair(factory(self.conn.client_session, self.vhost))
+            pair = ManagementPair(factory, self.conn.client_session, self.vhost)
+            self.pairs[name] = pair
+        pair.links += 1
         return pair
+
+    def pair_link_gone(self, name: str, pair: ManagementPair) -> None:
+        """A link of ``pair`` detached: the pair ends with its last link."""
+        pair.links -= 1
+        if pair.links <= 0:
+            pair.closed = True
+            if self.pairs.get(name) is pair:
+                del self.pairs[name]
 
 
 def _within(i: int, first: int, last: int) -> bool:

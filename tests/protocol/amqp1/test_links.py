@@ -293,14 +293,19 @@ def test_stream_offset_spec_starts_a_stream_consumer(broker: Harness) -> None:
 def test_management_link_pair_routes_requests_to_the_handler(broker: Harness) -> None:
     seen: list[AmqpMessage] = []
 
-    def factory(session: Any, vhost: Any) -> ManagementHandler:
+    later: list[Any] = []
+
+    def factory(session: Any, vhost: Any, reply_later: Any) -> ManagementHandler:
         def handle(request: AmqpMessage) -> list[AmqpMessage]:
             seen.append(request)
             props = request.properties or Properties()
             reply = AmqpMessage(
                 properties=Properties(correlation_id=props.message_id, subject="200"),
-                body=[AmqpValue({"vhost": vhost.name})],
+                body=[AmqpValue({"vhost": vhost.name, "user": session.user.name})],
             )
+            if props.subject == "PUT":  # held, as a declare's reply is
+                later.append(lambda: reply_later(reply))
+                return []
             return [reply]
 
         return handle
@@ -315,8 +320,19 @@ def test_management_link_pair_routes_requests_to_the_handler(broker: Harness) ->
     assert d.remote_state == Delivery.ACCEPTED
     ((_, reply),) = c.receive(receiver)
     assert reply.correlation_id == "req-1" and reply.subject == "200"
-    assert reply.body == {"vhost": "/"}
+    assert reply.body == {"vhost": "/", "user": "guest"}
     assert len(seen) == 1
+    receiver.flow(1)
+    c.send(sender, proton.Message(id="req-2", subject="PUT", body={}))
+    assert c.receive(receiver) == []
+    later.pop()()
+    c.pump()
+    ((_, held),) = c.receive(receiver)
+    assert held.correlation_id == "req-2"
+    sender.close()
+    receiver.close()
+    c.pump()
+    assert all(not s.pairs for s in c.conn.sessions.values())  # the pair ended
 
 
 def test_without_a_management_node_the_link_is_refused(broker: Harness) -> None:
