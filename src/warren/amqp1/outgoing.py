@@ -15,7 +15,8 @@ requeues it, modified requeues it (counted as a failed delivery with
 delivery-failed) or, undeliverable-here, drops it, as RabbitMQ 4's
 settle_op_from_outcome reads them.
 
-A stream queue's consumer starts where the source's filter
+The link property ``rabbitmq:priority`` is the consumer's priority. A
+stream queue's consumer starts where the source's filter
 ``rabbitmq:stream-offset-spec`` says (first, last, next, an offset or a
 timestamp), as RabbitMQ 4 reads it.
 """
@@ -86,7 +87,14 @@ class AMQP1Consumer(Consumer):
     def __init__(
         self, link: OutgoingLink, queue: Queue, no_ack: bool, arguments: dict[str, Any]
     ) -> None:
-        super().__init__(link.deliveries, f"amqp1-{link.name}", queue, no_ack, arguments=arguments)
+        super().__init__(
+            link.deliveries,
+            f"amqp1-{link.name}",
+            queue,
+            no_ack,
+            priority=link.priority,
+            arguments=arguments,
+        )
         self.link = link
 
     def can_take(self) -> bool:
@@ -123,6 +131,8 @@ class OutgoingLink:
         self.consumer: AMQP1Consumer | None = None
         self.pair: ManagementPair | None = None
         self._draining = False
+        #: The consumer's priority: the link property ``rabbitmq:priority``.
+        self.priority = 0
         self._arguments: dict[str, Any] = {}
         #: The link's delivery stream in the client session (core/deliveries.py).
         self.deliveries: Deliveries = session.conn.client_session.deliveries(session.stats)
@@ -155,6 +165,9 @@ class OutgoingLink:
         except AccessRefused as exc:
             raise LinkError(UNAUTHORIZED_ACCESS, exc.text) from None
         self.queue = queue
+        priority = (attach.properties or {}).get("rabbitmq:priority")
+        if isinstance(priority, int) and not isinstance(priority, bool):
+            self.priority = priority
         offset = _stream_offset(source.filter)
         if offset is not None and is_stream(queue.arguments):
             self._arguments["x-stream-offset"] = offset

@@ -386,3 +386,17 @@ def test_the_clients_session_window_bounds_what_is_sent(broker: Harness) -> None
     c.pump()
     got = c.receive(receiver)
     assert len(got) == 6
+
+
+def test_link_priority_is_the_consumers(broker: Harness) -> None:
+    declare(broker, "q")
+    c = client(broker)
+
+    def high(receiver: Any) -> None:
+        receiver.properties = {proton.symbol("rabbitmq:priority"): proton.int32(5)}
+
+    low = c.receiver("/queues/q", credit=10, name="low")
+    top = c.receiver("/queues/q", credit=10, name="top", configure=high)
+    fill(c, "q", 3)
+    assert len(c.receive(top)) == 3
+    assert c.receive(low) == []
