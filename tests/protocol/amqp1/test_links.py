@@ -10,10 +10,10 @@ import pytest
 from harness import Harness, harness_fixture
 from harness.amqp1 import ProtonClient
 
-from warren.amqp1.frames import Frame, FrameReader
+from warren.amqp1.frames import Frame, FrameReader, encode_frame
 from warren.amqp1.links import ManagementHandler
 from warren.amqp1.message import AmqpMessage, AmqpValue, Properties
-from warren.amqp1.performatives import Transfer
+from warren.amqp1.performatives import Accepted, Disposition, Transfer
 
 proton = pytest.importorskip("proton")
 Delivery = proton.Delivery
@@ -400,3 +400,27 @@ def test_link_priority_is_the_consumers(broker: Harness) -> None:
     fill(c, "q", 3)
     assert len(c.receive(top)) == 3
     assert c.receive(low) == []
+
+
+def test_a_disposition_range_settles_every_delivery_in_it(broker: Harness) -> None:
+    """first..last in one disposition (proton settles one by one: the frame is
+    written here, on the receiver's session channel)."""
+    declare(broker, "q")
+    c = client(broker)
+    fill(c, "q", 4)
+    session = c.session()
+    receiver = c.receiver("/queues/q", session=session, credit=4)
+    got = c.receive(receiver)
+    assert len(got) == 4
+    (ours,) = [s for s in c.conn.sessions.values() if s.outgoing]
+    ids = sorted(ours.outgoing)
+    frame = encode_frame(
+        ours.channel,
+        Disposition(role=True, first=ids[0], last=ids[2], settled=True, state=Accepted()),
+    )
+    c.broker.feed(frame)
+    c.pump()
+    assert sorted(ours.outgoing) == [ids[3]]
+    receiver.close()
+    c.pump()
+    assert count(broker, "q") == 1  # the unsettled fourth went back
