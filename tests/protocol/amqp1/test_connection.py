@@ -187,3 +187,19 @@ def test_vhost_connection_limit(broker) -> None:
     c = client(broker)
     cond = c.remote_condition
     assert cond is not None and cond.name == "amqp:resource-limit-exceeded"
+
+
+def test_listed_by_the_management_api(broker) -> None:
+    declare(broker, "q")
+    c = client(broker, container="listed-container")
+    c.receiver("/queues/q", credit=3)
+    http = broker.http()
+    (conn,) = [x for x in http.get("/api/connections") if x["protocol"] == "AMQP 1-0"]
+    assert conn["user"] == "guest" and conn["vhost"] == "/"
+    assert conn["client_properties"]["container_id"] == "listed-container"
+    (channel,) = http.get("/api/channels")
+    assert channel["consumer_count"] == 1
+    (consumer,) = http.get("/api/consumers")
+    assert consumer["queue"]["name"] == "q"
+    c.close()
+    assert [x for x in http.get("/api/connections") if x["protocol"] == "AMQP 1-0"] == []
