@@ -51,6 +51,7 @@ from warren.amqp1.performatives import (
     SASL_OK,
     Begin,
     Close,
+    End,
     Open,
     SaslInit,
     SaslMechanisms,
@@ -152,6 +153,8 @@ class AMQP1Connection:
         self._opened_vhost = False
         #: Bytes of messages whose transfers are not complete, over all links.
         self.unfinished = 0
+        #: Channels whose session this side ended, until the client's end comes.
+        self.ending: set[int] = set()
 
     # -- the sans-IO surface ----------------------------------------------------------
     @property
@@ -460,7 +463,7 @@ class AMQP1Connection:
         performative = frame.performative
         session = self.sessions.get(channel)
         if isinstance(performative, Begin):
-            if session is not None:
+            if session is not None or channel in self.ending:
                 raise ConnectionError_(ILLEGAL_STATE, f"channel {channel} is in use")
             if performative.remote_channel is not None:
                 raise ConnectionError_(NOT_ALLOWED, "the broker begins no sessions")
@@ -472,11 +475,20 @@ class AMQP1Connection:
             self.sessions[channel] = Session(self, channel, performative, self.vhost)
             return
         if session is None:
+            if channel in self.ending:
+                # Sent before the client saw this side's end: ignored until its end.
+                if isinstance(performative, End):
+                    self.ending.discard(channel)
+                return
             raise ConnectionError_(ILLEGAL_STATE, f"no session on channel {channel}")
         session.frame(performative, frame.payload)
 
-    def session_ended(self, channel: int) -> None:
+    def session_ended(self, channel: int, by_us: bool = False) -> None:
+        """The session on ``channel`` is over; ``by_us``: this side sent the end
+        and the client's is still to come (its channel stays taken until then)."""
         self.sessions.pop(channel, None)
+        if by_us:
+            self.ending.add(channel)
 
     # -- ClientConnection (what the broker and the management API use) -----------------
     def set_writable(self, writable: bool) -> None:
