@@ -424,3 +424,31 @@ def test_a_disposition_range_settles_every_delivery_in_it(broker: Harness) -> No
     receiver.close()
     c.pump()
     assert count(broker, "q") == 1  # the unsettled fourth went back
+
+
+unsynced = harness_fixture(manual_clock=True, sync=False)
+
+
+def test_with_sync_off_accepted_after_the_turns_write_out(unsynced: Harness) -> None:
+    declare(unsynced, "durable", durable=True)
+    c = client(unsynced)
+    sender = c.sender("/queues/durable")
+    d = c.send(sender, proton.Message(body="written out", durable=True))
+    assert d.remote_state == Delivery.ACCEPTED
+    assert count(unsynced, "durable") == 1
+
+
+def test_a_resource_alarm_withholds_credit(broker: Harness) -> None:
+    declare(broker, "q")
+    c = client(broker)
+    sender = c.sender("/queues/q")
+    broker.call(lambda: c.conn.set_blocked(True))
+    for i in range(85):
+        sender.delivery(f"d{i}")
+        sender.send(proton.Message(body=i).encode())
+        sender.advance()
+    c.pump()
+    assert sender.credit == 85  # not topped up while blocked
+    broker.call(lambda: c.conn.set_blocked(False))
+    c.pump()
+    assert sender.credit == 170
