@@ -33,6 +33,8 @@
 #                  e.g. make cluster PORT=30000
 #   make fuse      install Debian's fuse3 (libfuse3) for tests/store/powercut's power-cut file
 #                  system when it is missing (root and apt-get; else they skip)
+#   make rhea      install the Node.js AMQP 1.0 client rhea (pinned) for tests/protocol/amqp1
+#                  with npm when node and npm are there (else those tests skip)
 #   make mosquitto install Debian's mosquitto for tests/integration/test_perf_mqtt.py and
 #                  bench/mqtt_*.py when it is missing (root and apt-get; else they skip)
 #   make soak      the soak test for 10 minutes (make test runs it for 15 s)
@@ -70,7 +72,7 @@ PYTEST_DIST = $(if $(filter 0,$(PYTEST_WORKERS)),,--dist worksteal)
 # environment (many hosting platforms set one) does not move the cluster.
 CLUSTER_PORT := $(if $(filter command line,$(origin PORT)),$(PORT),20000)
 
-.PHONY: install install-test build run test test-busy stress-ng lint spec clean browser soak fuzz mosquitto etcd cluster rabbitmq fuse prometheus
+.PHONY: install install-test build run test test-busy stress-ng lint spec clean browser soak fuzz mosquitto etcd cluster rabbitmq fuse prometheus rhea
 
 # Reinstall whenever pyproject.toml or setup.py changes (dependencies, entry
 # points, the compiled modules). Warren itself is installed editable and pure
@@ -167,6 +169,17 @@ rabbitmq:
 	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null 2>&1; } || \
 	echo "make rabbitmq: could not install rabbitmq-server; the tests against it will skip"
 
+# tests/protocol/amqp1 drive the broker with Node.js AMQP 1.0 clients too: rhea, pinned
+# in $(RHEA_DIR)/package-lock.json, installed there by npm ci (node_modules, not in git;
+# again only when the lock file is newer than the install). Quiet, idempotent, never
+# fatal: without node and npm (or the registry) those tests skip.
+RHEA_DIR = tests/protocol/amqp1/js
+rhea:
+	@[ $(RHEA_DIR)/node_modules/.package-lock.json -nt $(RHEA_DIR)/package-lock.json ] || \
+	! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1 || \
+	(cd $(RHEA_DIR) && npm ci --silent --no-audit --no-fund >/dev/null 2>&1) || \
+	echo "make rhea: could not install rhea (npm ci in $(RHEA_DIR)); the rhea tests will skip"
+
 # tests/store/powercut run the broker on a FUSE file system that drops every write not
 # fsynced when the test cuts the power (tests/store/powercut/powercut_fs.py: mfusepy, from
 # the test extra, over Debian's libfuse3). Quiet, idempotent, never fatal: without
@@ -224,7 +237,7 @@ prometheus:
 # worker compiles and assertion-rewrites all ~300 test modules (9.5 s of CPU
 # each instead of 2.5) and every process a test starts compiles Warren again.
 test: export PYTHONDONTWRITEBYTECODE :=
-test: $(TEST_STAMP) browser mosquitto etcd rabbitmq fuse prometheus
+test: $(TEST_STAMP) browser mosquitto etcd rabbitmq fuse prometheus rhea
 	@log=$$(mktemp); \
 	( exec env WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m pure_pass $(PYTEST_ARGS) > "$$log" 2>&1 ) & pure_pid=$$!; \
 	echo "== make: the pure-Python pass started (pid $$pure_pid); lint and the compiled build meanwhile"; \
@@ -251,7 +264,7 @@ test: $(TEST_STAMP) browser mosquitto etcd rabbitmq fuse prometheus
 # when make test ends, fails or is interrupted (the trap), and stress-ng's own
 # --timeout ends them even if this shell is killed outright.
 BUSY_HOGS ?= 2
-test-busy: stress-ng $(TEST_STAMP) $(SHARED_LIBRARY) browser mosquitto etcd rabbitmq fuse prometheus
+test-busy: stress-ng $(TEST_STAMP) $(SHARED_LIBRARY) browser mosquitto etcd rabbitmq fuse prometheus rhea
 	@command -v stress-ng >/dev/null 2>&1 || { echo "make test-busy: stress-ng is missing (Debian's stress-ng; make stress-ng needs root and apt-get)"; exit 1; }
 	@stress-ng --cpu $(BUSY_HOGS) --timeout 3h --quiet & hogs=$$!; \
 	trap 'kill $$hogs 2>/dev/null; wait $$hogs 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \

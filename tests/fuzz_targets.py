@@ -4,7 +4,8 @@ run of `make fuzz` (tools/fuzz.py).
 
 A target may refuse its input only with the codecs' own errors
 (``DecodeError`` and its subclasses, ``UnsafeValue``; for MQTT the
-``MQTTCodecError`` subclasses, also DecodeErrors): anything else escaping is a
+``MQTTCodecError`` subclasses and for AMQP 1.0 warren.amqp1's DecodeError,
+also DecodeErrors): anything else escaping is a
 crash, a bug to turn into a regression test. What decodes must also encode
 again, and decode to the same thing.
 """
@@ -16,6 +17,8 @@ from collections.abc import Callable
 
 from warren.amqp import spec
 from warren.amqp.frames import split_header_payload
+from warren.amqp1 import codec as amqp1_codec
+from warren.amqp1.frames import Frame, FrameReader, encode_frame
 from warren.core import properties as props
 from warren.core.codec_errors import DecodeError, UnsafeValue
 from warren.core.table import decode_table, validate_table
@@ -79,9 +82,43 @@ def mqtt_stream(data: bytes) -> None:
             encode(packet, level or 4)
 
 
+def _nan_free(value: object) -> bool:
+    return "nan" not in repr(value)  # NaN never equals, not even itself decoded again
+
+
+def amqp1_value(data: bytes) -> None:
+    """One AMQP 1.0 value (a performative, a message section, an annotation map...)."""
+    try:
+        value, end = amqp1_codec.decode(data)
+    except amqp1_codec.DecodeError:
+        return
+    out = bytearray()
+    try:
+        amqp1_codec.encode(value, out)
+    except ValueError:
+        return  # an array of described values: decoded, but not written back (types.Array has no descriptor)
+    again, _ = amqp1_codec.decode(out)
+    assert again == value or not _nan_free(value), (value, again)
+
+
+def amqp1_frames(data: bytes) -> None:
+    """Bytes from an AMQP 1.0 client from its protocol header on; every frame read
+    encodes again."""
+    try:
+        items = FrameReader(1 << 16, expect_header=True).feed(data)
+    except amqp1_codec.DecodeError:
+        return
+    for item in items:
+        if isinstance(item, Frame):
+            with contextlib.suppress(ValueError):  # as in amqp1_value
+                encode_frame(item.channel, item.performative, item.payload, item.type)
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "amqp-method": amqp_method,
     "amqp-table": amqp_table,
     "amqp-content-header": amqp_content_header,
     "mqtt": mqtt_stream,
+    "amqp1-value": amqp1_value,
+    "amqp1-frames": amqp1_frames,
 }

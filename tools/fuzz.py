@@ -35,6 +35,10 @@ def main() -> int:
     target = TARGETS[name]
     with atheris.instrument_imports():
         import warren.amqp.spec  # noqa: F401  - instrumented for coverage guidance
+        import warren.amqp1.codec  # noqa: F401
+        import warren.amqp1.encoding  # noqa: F401
+        import warren.amqp1.frames  # noqa: F401
+        import warren.amqp1.performatives  # noqa: F401
         import warren.core.properties  # noqa: F401
         import warren.core.table  # noqa: F401
         import warren.core.table_edit  # noqa: F401

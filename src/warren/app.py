@@ -12,34 +12,66 @@ from urllib.parse import quote
 
 from warren.amqp.replica_server import ReplicaReadServer
 from warren.amqp.server import AMQPListener
+from warren.amqp1.frames import AMQP_HEADER, SASL_HEADER
+from warren.amqp1.server import AMQP1Listener
 from warren.broker import Broker as CoreBroker
 from warren.config import Config
 from warren.federation.component import Federation
 from warren.http.prometheus import PrometheusListener
 from warren.http.server import HTTPListener
 from warren.mqtt.server import MQTTListener
-from warren.node import Listener, WebSocketEndpoint, node_name
+from warren.node import HeaderHandoffs, Listener, WebSocketEndpoint, node_name
 from warren.shovel.component import ShovelComponent
 
-__all__ = ["Broker", "ReplicaReadServer", "default_listeners"]
+__all__ = ["AMQP_HANDOFFS", "Broker", "ReplicaReadServer", "default_listeners"]
 
 
-def default_listeners(config: Config) -> list[Listener]:
+#: Other protocols on the AMQP port (and over WebSocket at ``/ws``), by protocol
+#: header (warren.node.HeaderHandoffs), beside AMQP 1.0's ``AMQP\x00\x01\x00\x00``
+#: and ``AMQP\x03\x01\x00\x00``, which default_listeners registers with its AMQP
+#: 1.0 listener (RabbitMQ 4 requires SASL: its answer to the first is the SASL
+#: header, then the close).
+AMQP_HANDOFFS: HeaderHandoffs = {}
+
+
+def default_listeners(
+    config: Config, amqp_handoffs: HeaderHandoffs | None = None
+) -> list[Listener]:
     """The listeners the configuration asks for: AMQP on ``bind:amqp_port``, MQTT on
     ``mqtt_bind:mqtt_port`` (and ``mqtt_tls_port``; -1 disables either), and the HTTP
     management API on ``http_bind:http_port`` unless that port is -1, which also
     serves AMQP (``/ws/amqp``) and MQTT (``/mqtt``) over WebSocket (docs/http-api.md),
     and the Prometheus metrics on ``prometheus_bind:prometheus_port`` unless -1.
     HTTP comes last: the broker starts listeners in order, and a WebSocket client
-    needs the AMQP or MQTT listener started."""
-    amqp = AMQPListener(config.bind, config.amqp_port, config.amqp_tls_port)
+    needs the AMQP or MQTT listener started. ``amqp_handoffs`` (by default AMQP
+    1.0's listener's headers and AMQP_HANDOFFS) are the other protocols the AMQP
+    port serves by their header; with
+    any, the HTTP port also serves the AMQP port's protocols at ``/ws``
+    (subprotocol ``amqp``, RabbitMQ 4's AMQP 1.0 over WebSocket), told apart by
+    their header in the same way."""
+    listeners: list[Listener] = []
+    if amqp_handoffs is None:
+        # AMQP 1.0 (issue 30): its listener binds nothing; it takes the clients
+        # the AMQP listener hands over, so it comes first (started before them).
+        amqp1 = AMQP1Listener()
+        listeners.append(amqp1)
+        handoffs: HeaderHandoffs = {
+            **AMQP_HANDOFFS,
+            AMQP_HEADER: amqp1.new_protocol,
+            SASL_HEADER: amqp1.new_protocol,
+        }
+    else:
+        handoffs = amqp_handoffs
+    amqp = AMQPListener(config.bind, config.amqp_port, config.amqp_tls_port, handoffs)
     mqtt = MQTTListener(config.mqtt_bind, config.mqtt_port, config.mqtt_tls_port)
-    listeners: list[Listener] = [amqp, mqtt]
+    listeners += [amqp, mqtt]
     if config.http_port >= 0:
         websockets = [
             WebSocketEndpoint("/ws/amqp", ("amqp", "amqpws"), amqp.new_protocol),
             WebSocketEndpoint("/mqtt", ("mqtt", "mqttv3.1"), mqtt.new_protocol),
         ]
+        if handoffs:
+            websockets.append(WebSocketEndpoint("/ws", ("amqp",), amqp.new_protocol))
         listeners.append(
             HTTPListener(config.http_bind, config.http_port, websockets, config.http_tls_port)
         )

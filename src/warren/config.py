@@ -201,6 +201,9 @@ class Config:
     mqtt_vhost: str = "/"
     #: Let clients without a user name in as default_user (RabbitMQ's allow_anonymous).
     mqtt_allow_anonymous: bool = True
+    #: Offer AMQP 1.0 clients SASL ANONYMOUS, logging them in as default_user
+    #: (RabbitMQ 4's anonymous_login_user); loopback_users still applies.
+    amqp1_allow_anonymous: bool = True
     #: Unacknowledged QoS 1/2 deliveries per MQTT session (RabbitMQ's mqtt.prefetch);
     #: an MQTT 5 client's smaller Receive Maximum wins. Large, because a session's
     #: window is refilled once per event-loop turn: 100 caps a subscriber at ~25k
@@ -502,6 +505,7 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("mqtt", "exchange"): ("mqtt_exchange", _parse_str),
     ("mqtt", "default_vhost"): ("mqtt_vhost", _parse_str),
     ("mqtt", "allow_anonymous"): ("mqtt_allow_anonymous", _parse_bool),
+    ("amqp1", "allow_anonymous"): ("amqp1_allow_anonymous", _parse_bool),
     ("mqtt", "prefetch"): ("mqtt_prefetch", _parse_int),
     ("mqtt", "max_session_expiry_interval"): ("mqtt_max_session_expiry", _parse_int),
     ("mqtt", "max_keepalive"): ("mqtt_max_keepalive", _parse_int),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from warren.core.session import is_loopback
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ClientConnection",
+    "HeaderHandoffs",
     "Listener",
     "Node",
     "WebSocketEndpoint",
@@ -215,6 +216,17 @@ class Listener(Protocol):
     async def stop(self) -> None:
         """Stop accepting, close every client as the protocol does at shutdown, and
         wait for them (a few seconds at most)."""
+
+
+#: Another protocol served on a listener's port, told apart by the client's first
+#: bytes: {protocol header prefix: factory of the protocol that takes the
+#: connection over}. The AMQP listener takes AMQP 1.0 clients this way, as RabbitMQ 4
+#: does (``AMQP\x00\x01\x00\x00``, ``AMQP\x03\x01\x00\x00`` for SASL): once
+#: enough bytes are in to tell, the new protocol gets ``connection_made`` with the
+#: same transport and then every byte read so far. Given by the composition root
+#: (warren.app), so the listener's package never imports the other protocol's; the
+#: factory's side tracks and closes the protocols it makes.
+HeaderHandoffs = Mapping[bytes, Callable[[], asyncio.Protocol]]
 
 
 class WebSocketEndpoint(NamedTuple):

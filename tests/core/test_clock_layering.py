@@ -48,6 +48,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     # links.py's _within).
     ("amqp/server.py", "asyncio.wait timeout"): "the listener's stop: connections' closes",
     ("mqtt/server.py", "asyncio.wait timeout"): "the listener's stop: connections' closes",
+    ("amqp1/server.py", "asyncio.wait timeout"): "the listener's stop: connections' closes",
     ("http/websocket.py", "asyncio.wait timeout"): "a WebSocket's close handshake on stop",
     ("broker_lifecycle.py", "asyncio.wait_for"): "the stop's bound on a vhost's disk sync",
     ("links.py", "asyncio.wait_for"): "StateWaiters.wait: its caller's (a test's) own deadline",

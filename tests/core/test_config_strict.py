@@ -69,7 +69,7 @@ def config_error(path: Path, text: str) -> str:
         ("[amqp]\nport = 5673\n[promethues]\n", ":3: unknown section [promethues] (did you mean [prometheus]?)"),
         # No near name: the known ones are listed.
         ("[amqp]\nzzz = 1\n", ":2: unknown setting [amqp] zzz (known keys in [amqp]: bind, channel_max,"),
-        ("[zzz]\n", ":1: unknown section [zzz] (known sections: [amqp], [clustering],"),
+        ("[zzz]\n", ":1: unknown section [zzz] (known sections: [amqp], [amqp1], [clustering],"),
         # LavinMQ names Warren has under another name: ignoring them would change
         # what the broker does (here: the default user's password).
         ("[main]\ndefault_password_hash = abc\n", ":2: unknown setting [main] default_password_hash (Warren takes the default user's password in plain text: [main] default_password)"),

@@ -20,7 +20,7 @@ SRC = REPO / "src" / "warren"
 #: Packages that speak a protocol to the outside world: the listeners', and
 #: shovel/ and federation/ (AMQP clients of other brokers; what they share is
 #: warren/links.py's) and cluster/ (replication between nodes).
-PROTOCOL_PACKAGES = ("amqp", "http", "mqtt", "shovel", "federation", "cluster")
+PROTOCOL_PACKAGES = ("amqp", "amqp1", "http", "mqtt", "shovel", "federation", "cluster")
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -34,6 +34,11 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
+def _in_package(module: str, package: str) -> bool:
+    """Whether ``module`` is warren.<package> or in it (warren.amqp1 is not in amqp)."""
+    return module == f"warren.{package}" or module.startswith(f"warren.{package}.")
+
+
 def _files(package: str) -> list[Path]:
     return sorted((SRC / package).glob("*.py"))
 
@@ -44,7 +49,7 @@ def test_core_and_store_import_no_protocol_package(package: str) -> None:
         f"{path.relative_to(SRC)}: {name}"
         for path in _files(package)
         for name in imported_modules(path)
-        if any(name.startswith(f"warren.{p}") for p in PROTOCOL_PACKAGES)
+        if any(_in_package(name, p) for p in PROTOCOL_PACKAGES)
     }
     assert not offenders
 
@@ -56,7 +61,7 @@ def test_a_protocol_package_imports_no_other(package: str) -> None:
         f"{path.relative_to(SRC)}: {name}"
         for path in _files(package)
         for name in imported_modules(path)
-        if any(name.startswith(f"warren.{p}") for p in others)
+        if any(_in_package(name, p) for p in others)
     }
     assert not offenders
 
@@ -80,7 +85,21 @@ def test_the_broker_imports_no_protocol_package(module: str) -> None:
     offenders = {
         name
         for name in imported_modules(SRC / module)
-        if any(name.startswith(f"warren.{p}") for p in PROTOCOL_PACKAGES)
+        if any(_in_package(name, p) for p in PROTOCOL_PACKAGES)
+    }
+    assert not offenders
+
+
+@pytest.mark.parametrize(
+    "module", ["batched_protocol.py", "header_handoff.py", "bound_port.py", "tls.py"]
+)
+def test_what_the_protocols_share_imports_none_of_them(module: str) -> None:
+    """The asyncio half and the protocol-header handoff serve every protocol package
+    (amqp/ hands AMQP 1.0 clients to amqp1/ through header_handoff.py, never directly)."""
+    offenders = {
+        name
+        for name in imported_modules(SRC / module)
+        if any(_in_package(name, p) for p in PROTOCOL_PACKAGES)
     }
     assert not offenders
 

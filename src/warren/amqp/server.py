@@ -5,17 +5,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from warren.amqp.connection import AMQPConnection
 from warren.amqp.handshake import State
 from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol
 from warren.bound_port import BoundPort
+from warren.header_handoff import PENDING, choose, hand_off
 from warren.tls import cert_login
 
 if TYPE_CHECKING:
     from warren.core.clock import TimerHandle
-    from warren.node import Node
+    from warren.node import HeaderHandoffs, Node
 
 log = logging.getLogger("warren.amqp")
 
@@ -40,23 +42,39 @@ class AMQPProtocol(BatchedProtocol):
         self._timers: list[TimerHandle] = []
         self._heartbeat_started = False
         self._closing_timer = False
+        #: The first bytes, while they may still be another protocol's header
+        #: (listener.handoffs); None once decided or without handoffs.
+        self._head: bytearray | None = None
         self.closed = self.loop.create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but have its API.
         self.transport = cast(asyncio.Transport, transport)
-        peer = transport.get_extra_info("peername")
-        peer_addr = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
         if self.broker.at_connection_max():
             # As RabbitMQ's connection_max (ranch's max_connections): no handshake,
             # the socket is closed (nothing more is read from it).
+            peer = transport.get_extra_info("peername")
             log.warning(
                 "%s: connection refused: max_connections (%d) reached",
-                f"{peer_addr[0]}:{peer_addr[1]}" if peer_addr else "local",
+                f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "local",
                 self.broker.config.max_connections,
             )
             self.transport.close()
             return
+        self.listener.protocols.add(self)
+        self._timers.append(self.clock.call_later(HANDSHAKE_TIMEOUT_MS, self._handshake_timeout))
+        if self.listener.handoffs:
+            # Another protocol may be served on this port (AMQP 1.0): the 0-9-1
+            # connection is made once the protocol header says it is 0-9-1's.
+            self._head = bytearray()
+        else:
+            self._open_connection()
+
+    def _open_connection(self) -> None:
+        transport = self.transport
+        assert transport is not None
+        peer = transport.get_extra_info("peername")
+        peer_addr = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
         self.conn = AMQPConnection(self.broker, peer_addr, self.request_flush, self.request_close)
         self.conn.reading_control = self.set_reading
         self.conn.resume_input = self.resume_input
@@ -70,12 +88,42 @@ class AMQPProtocol(BatchedProtocol):
                 ssl_object.getpeercert(), self.broker.config.tls_cert_login_from
             )
         self.conn.on_forced_close = self._forced_close
-        self.listener.protocols.add(self)
-        self._timers.append(self.clock.call_later(HANDSHAKE_TIMEOUT_MS, self._handshake_timeout))
+
+    def _read_header(self, data: bytes) -> bytes:
+        """Gather the first bytes until they tell whose connection this is: what the
+        0-9-1 connection is to read (b"" while undecided or handed off)."""
+        head = self._head
+        assert head is not None
+        head += data
+        factory = choose(self.listener.handoffs, head)
+        if factory == PENDING:
+            return b""
+        self._head = None
+        if callable(factory):
+            self._hand_off(factory, bytes(head))
+            return b""
+        self._open_connection()
+        return bytes(head)
+
+    def _hand_off(self, factory: Callable[[], asyncio.Protocol], data: bytes) -> None:
+        """Another protocol's client (AMQP 1.0): it takes the transport over, and this
+        protocol ends as if its connection were lost, leaving the socket open."""
+        transport = self.transport
+        assert transport is not None
+        self._forget()
+        try:
+            hand_off(transport, factory, data)
+        except Exception:
+            log.exception("protocol handoff failed, closing")
+            transport.abort()
 
     def data_received(self, data: bytes) -> None:
+        if self._head is not None:
+            data = self._read_header(data)
+            if not data:
+                return
         conn = self.conn
-        if conn is None:  # refused at accept (max_connections)
+        if conn is None:  # refused at accept (max_connections), or handed off
             return
         conn.now_ms = self.clock.now_ms()  # one clock read per socket read
         self.count_read(data)
@@ -114,7 +162,10 @@ class AMQPProtocol(BatchedProtocol):
             self.transport.abort()
 
     def _handshake_timeout(self) -> None:
-        if self.conn is not None and self.conn.state < State.OPEN:
+        if self._head is not None:
+            log.warning("handshake timeout before a protocol header, closing")
+            self._abort()
+        elif self.conn is not None and self.conn.state < State.OPEN:
             log.warning("%s: handshake timeout, closing", self.conn.name)
             self._abort()
 
@@ -130,6 +181,9 @@ class AMQPProtocol(BatchedProtocol):
 
     def close(self) -> None:
         """Server-initiated close with 320 CONNECTION_FORCED (broker shutdown)."""
+        if self._head is not None and self.transport is not None:
+            self.transport.close()  # no protocol spoken yet: nothing to say
+            return
         if self.conn is not None:
             self.conn.close()
             self.flush()
@@ -145,11 +199,16 @@ class AMQPProtocol(BatchedProtocol):
             self._timers.append(self.clock.call_later(CLOSE_OK_TIMEOUT_MS, self._abort))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.conn is not None:
+            self.conn.connection_lost()
+        self._forget()
+
+    def _forget(self) -> None:
+        """Let go of the transport: timers cancelled, no longer the listener's."""
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
-        if self.conn is not None:
-            self.conn.connection_lost()
+        self._head = None
         self.transport = None
         self.listener.protocols.discard(self)
         if not self.closed.done():
@@ -157,12 +216,21 @@ class AMQPProtocol(BatchedProtocol):
 
 
 class AMQPListener:
-    """The AMQP 0-9-1 listener: one server socket, the protocols of its clients."""
+    """The AMQP 0-9-1 listener: one server socket, the protocols of its clients.
+
+    ``handoffs`` serves other protocols on the same ports by their protocol
+    header (AMQP 1.0, as RabbitMQ 4 does; warren/header_handoff.py): a client
+    whose header is not registered is 0-9-1's, answered as before (an unknown
+    header gets 0-9-1's own header back, then the close)."""
 
     name = "amqp"
 
-    def __init__(self, bind: str, port: int, tls_port: int = -1) -> None:
+    def __init__(
+        self, bind: str, port: int, tls_port: int = -1, handoffs: HeaderHandoffs | None = None
+    ) -> None:
         self.bind = bind
+        #: Other protocols on these ports, by protocol header (AMQP 1.0; warren.app).
+        self.handoffs: HeaderHandoffs = dict(handoffs or {})
         self.requested_port = port
         self.requested_tls_port = tls_port
         self.protocols: set[AMQPProtocol] = set()

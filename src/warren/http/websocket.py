@@ -215,7 +215,7 @@ class WebSocketTransport(asyncio.Transport):
 
     async def _read_loop(self) -> BaseException | None:
         """Until the websocket ends; returns the error that ended it, None when closed."""
-        ws, protocol = self._ws, self._protocol
+        ws = self._ws
         while True:
             if not self._reading and not self._closing:
                 self._read_waiter = self._loop.create_future()
@@ -228,7 +228,9 @@ class WebSocketTransport(asyncio.Transport):
             kind = msg.type
             if kind is WSMsgType.BINARY:
                 if not self._closing:  # nothing is delivered after close(), as asyncio's
-                    protocol.data_received(msg.data)
+                    # The protocol of the moment: one may hand the transport to
+                    # another (warren/header_handoff.py: AMQP 1.0 after its header).
+                    self._protocol.data_received(msg.data)
             elif kind is WSMsgType.TEXT:
                 log.info("%s: text message on a binary protocol's websocket, closing", self._peer())
                 self._stop_writing()

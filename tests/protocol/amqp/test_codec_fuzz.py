@@ -10,6 +10,29 @@ from hypothesis import strategies as st
 
 from examples import examples
 from warren.amqp import spec
+from warren.amqp1 import performatives as a1
+from warren.amqp1.codec import encode
+from warren.amqp1.frames import AMQP_HEADER, encode_frame, transfer_frames
+from warren.amqp1.types import Array, Described, Symbol, UInt
+
+
+def _a1(value: object) -> bytes:
+    out = bytearray()
+    encode(value, out)
+    return bytes(out)
+
+
+_A1_ATTACH = a1.Attach(
+    name="l",
+    handle=0,
+    role=a1.RECEIVER,
+    source=a1.Source(
+        address="/queues/q",
+        filter={"f": Described(Symbol("x:f"), "a")},
+        outcomes=("amqp:accepted:list",),
+    ),
+    target=a1.Target(),
+)
 
 #: Seeds that reach deep: well-formed payloads the fuzzer mutates.
 SEEDS = {
@@ -20,6 +43,26 @@ SEEDS = {
     ],
     "amqp-table": [b"\x00\x00\x00\x0b\x01aS\x00\x00\x00\x02hi"],
     "amqp-content-header": [b"\x00\x3c\x00\x00" + b"\x00" * 8 + b"\x90\x00\x0atext/plain\x02"],
+    "amqp1-value": [
+        _a1(_A1_ATTACH),
+        _a1(
+            a1.Disposition(
+                role=True, first=0, state=a1.Rejected(a1.Error(Symbol("amqp:x"), "d", {"k": 1}))
+            )
+        ),
+        _a1([None, True, UInt(7), 1.5, "s", b"b", {Symbol("k"): [1]}, Array(0xA3, (Symbol("a"),))]),
+    ],
+    "amqp1-frames": [
+        AMQP_HEADER
+        + encode_frame(0, a1.Open(container_id="c"))
+        + encode_frame(0, a1.Begin(next_outgoing_id=0, incoming_window=9, outgoing_window=9))
+        + encode_frame(0, _A1_ATTACH)
+        + b"".join(
+            transfer_frames(
+                0, a1.Transfer(handle=0, delivery_id=0, delivery_tag=b"t"), b"m" * 40, 64
+            )
+        ),
+    ],
     "mqtt": [
         b"\x10\x10\x00\x04MQTT\x05\x02\x00\x3c\x00\x00\x03abc",
         b"\x30\x07\x00\x01a\x00hey",

@@ -1,0 +1,305 @@
+"""A link on which the AMQP 1.0 client publishes (it is the sender, this side the receiver).
+
+The target is an address (addresses.py: RabbitMQ 4's v2 forms and 3.x's v1
+ones), or null: the anonymous terminus, where each message's ``to`` says where
+it goes. The exchange (or queue) must exist and the user may write to it,
+checked once at the attach (for each message on the anonymous terminus).
+Credit is granted as RabbitMQ 4 grants it: 170, topped up once half is
+used while fewer than 170 publishes wait to be settled. A message may span
+transfer frames (``more``; ``aborted`` drops it) up to ``max_message_size``.
+
+Each message is decoded (message.py), converted to the core's format
+(mapping.to_core) and published through the vhost as MQTT's PUBLISH is. The
+client learns the outcome if it did not settle the transfer: accepted once
+the client session's Settlements say the message is settled (on disk, held
+by the followers), released when no queue took it, rejected when a queue
+refused it (its max length), as RabbitMQ 4 answers.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Final
+
+from warren.amqp1.addresses import Address, AddressError, parse_target, parse_to
+from warren.amqp1.errors import (
+    DECODE_ERROR,
+    ILLEGAL_STATE,
+    MESSAGE_SIZE_EXCEEDED,
+    NOT_FOUND,
+    PRECONDITION_FAILED,
+    RESOURCE_LIMIT_EXCEEDED,
+    TRANSFER_LIMIT_EXCEEDED,
+    UNAUTHORIZED_ACCESS,
+    LinkError,
+    error,
+)
+from warren.amqp1.formats import DecodeError
+from warren.amqp1.links import MAX_MANAGEMENT_CREDIT, ManagementPair, terminus_address
+from warren.amqp1.mapping import to_core
+from warren.amqp1.message import AmqpMessage, decode_message
+from warren.amqp1.performatives import (
+    RCV_FIRST,
+    RECEIVER,
+    Attach,
+    Flow,
+    Rejected,
+    Released,
+    Target,
+    Transfer,
+)
+from warren.core.errors import AccessRefused, BrokerError
+from warren.core.message import Message
+from warren.core.users import WRITE
+
+if TYPE_CHECKING:
+    from warren.amqp1.session import Session
+    from warren.core.exchange import Exchange
+
+__all__ = ["IncomingLink", "MAX_LINK_CREDIT"]
+
+log = logging.getLogger("warren.amqp1")
+
+#: The credit a publishing link is given (RabbitMQ 4's max_link_credit): topped
+#: up to it half way, while fewer publishes than it wait to be settled.
+MAX_LINK_CREDIT: Final = 170
+_SEQ: Final = 1 << 32
+
+
+class IncomingLink:
+    """One link the client publishes on."""
+
+    def __init__(self, session: Session, attach: Attach) -> None:
+        self.session = session
+        self.handle = attach.handle
+        self.name = attach.name
+        self.delivery_count = attach.initial_delivery_count or 0
+        self.credit = 0
+        self.max_credit = MAX_LINK_CREDIT
+        #: Its publishes waiting to be settled (Session.unconfirmed).
+        self.unconfirmed = 0
+        #: The target (None: the anonymous terminus).
+        self.address: Address | None = None
+        self.exchange: Exchange | None = None
+        self.routing_key: str | None = None
+        self.target: Any = attach.target
+        self.pair: ManagementPair | None = None
+        # A message over several transfers: its delivery-id, settled, parts.
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._delivery_id: int | None = None
+        self._settled = False
+        self._refusals = 0
+
+    # -- attach -------------------------------------------------------------------------
+    def attach(self, attach: Attach) -> None:
+        """Check the target: LinkError refuses the link."""
+        if not isinstance(attach.target, Target):
+            raise LinkError(ILLEGAL_STATE, "a sending link needs a target")
+        address = terminus_address(attach.target)
+        if address is not None and not isinstance(address, str):
+            raise LinkError("amqp:invalid-field", f"target address {address!r:.60}")
+        try:
+            parsed = parse_target(address)
+        except AddressError as exc:
+            raise LinkError(exc.condition, exc.description) from None
+        if parsed is not None:
+            self.exchange, self.routing_key = self._resolve(parsed)
+        self.address = parsed
+
+    def attach_management(self, attach: Attach) -> None:
+        session = self.session
+        if session.conn.management is None:
+            raise LinkError(NOT_FOUND, "the /management node is not available")
+        self.pair = session.management_pair(attach.name)
+        self.max_credit = MAX_MANAGEMENT_CREDIT
+
+    def _resolve(self, address: Address) -> tuple[Exchange, str | None]:
+        """The exchange and routing key of ``address``; LinkError when the
+        exchange or queue does not exist or the user may not write to it."""
+        vhost = self.session.vhost
+        if address.kind == "exchange":
+            exchange = vhost.exchanges.get(address.name)
+            if exchange is None:
+                raise LinkError(NOT_FOUND, f"no exchange '{address.name}' in vhost '{vhost.name}'")
+            key = address.routing_key
+        else:
+            if address.name not in vhost.queues:
+                raise LinkError(NOT_FOUND, f"no queue '{address.name}' in vhost '{vhost.name}'")
+            exchange = vhost.default_exchange
+            key = address.name
+        try:
+            self.session.conn.client_session.check(WRITE, "exchange", exchange.name)
+        except AccessRefused as exc:
+            raise LinkError(UNAUTHORIZED_ACCESS, exc.text) from None
+        return exchange, key
+
+    def reply_attach(self, attach: Attach, refused: bool) -> Attach:
+        return Attach(
+            name=attach.name,
+            handle=self.handle,
+            role=RECEIVER,
+            snd_settle_mode=attach.snd_settle_mode,
+            rcv_settle_mode=RCV_FIRST,
+            source=attach.source,
+            target=None if refused else attach.target,
+            max_message_size=self.session.conn.config.max_message_size,
+        )
+
+    def start(self) -> None:
+        """Attached: the first credit."""
+        self.maybe_grant_credit()
+
+    def _drop_parts(self) -> None:
+        """Forget an unfinished message (aborted, or the link gone)."""
+        if self._parts:
+            self.session.conn.unfinished -= sum(len(p) for p in self._parts)
+        self._parts = []
+        self._size = 0
+        self._delivery_id = None
+
+    def detached(self) -> None:
+        self._drop_parts()
+        if self.pair is not None:
+            self.session.pair_link_gone(self.name, self.pair)
+            self.pair = None
+
+    # -- credit -------------------------------------------------------------------------
+    def flow(self, flow: Flow) -> None:
+        """The client's flow: its echo asks for this link's state."""
+        if flow.echo:
+            self._send_credit()
+
+    def maybe_grant_credit(self) -> None:
+        """Top the credit up once half is used, while fewer than the credit wait
+        to be settled (RabbitMQ 4's rule); none during a resource alarm."""
+        session = self.session
+        if session.blocked or session.ended_:
+            return
+        top = self.max_credit
+        if self.credit <= top // 2 and self.unconfirmed < top:
+            self.credit = top
+            self._send_credit()
+
+    def _send_credit(self) -> None:
+        session = self.session
+        session.send(
+            session.flow(
+                handle=self.handle, delivery_count=self.delivery_count, link_credit=self.credit
+            )
+        )
+
+    # -- transfers ----------------------------------------------------------------------
+    def transfer(self, transfer: Transfer, payload: bytes | memoryview) -> None:
+        """One transfer frame: a message once its last frame is in."""
+        if transfer.aborted:
+            self._drop_parts()
+            return
+        if self._delivery_id is None:
+            if transfer.delivery_id is None:
+                raise LinkError(ILLEGAL_STATE, "a first transfer without a delivery-id")
+            if self.credit <= 0:
+                raise LinkError(TRANSFER_LIMIT_EXCEEDED, "transfer without link credit")
+            self._delivery_id = transfer.delivery_id
+            self._settled = bool(transfer.settled)
+        conn = self.session.conn
+        self._size += len(payload)
+        limit = conn.config.max_message_size
+        if self._size > limit:
+            raise LinkError(
+                MESSAGE_SIZE_EXCEEDED,
+                f"message size ({self._size} bytes) > maximum ({limit} bytes)",
+            )
+        if transfer.more:
+            # What a connection's unfinished messages hold, all links together,
+            # stays within one message of the largest size.
+            if conn.unfinished + len(payload) > limit:
+                raise LinkError(
+                    TRANSFER_LIMIT_EXCEEDED,
+                    f"unfinished messages on this connection over {limit} bytes",
+                )
+            conn.unfinished += len(payload)
+            self._parts.append(bytes(payload))
+            return
+        self._parts.append(bytes(payload))
+        conn.unfinished -= self._size - len(payload)
+        data = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
+        delivery_id = self._delivery_id
+        settled = self._settled or bool(transfer.settled)
+        self._parts = []
+        self._size = 0
+        self._delivery_id = None
+        self.credit -= 1
+        self.delivery_count = (self.delivery_count + 1) % _SEQ
+        try:
+            message = decode_message(data)
+        except DecodeError as exc:
+            raise LinkError(DECODE_ERROR, f"cannot decode the message: {exc}") from None
+        if self.pair is not None:
+            if not settled:
+                self.session.accept_now(delivery_id)
+            self.pair.request(message)
+        else:
+            self._publish(message, delivery_id, settled)
+        self.maybe_grant_credit()
+
+    def _publish(self, message: AmqpMessage, delivery_id: int, settled: bool) -> None:
+        session = self.session
+        conn = session.conn
+        exchange, key = self.exchange, self.routing_key
+        if self.address is None:
+            to = message.properties.to if message.properties is not None else None
+            try:
+                exchange, key = self._resolve(parse_to(to))
+            except (AddressError, LinkError) as exc:
+                # The anonymous terminus: the delivery is refused, the link stays
+                # (OASIS anonterm's routing errors, RabbitMQ 4's choice).
+                if settled:
+                    raise LinkError(exc.condition, exc.description) from None
+                session.disposition(delivery_id, Rejected(error(exc.condition, exc.description)))
+                return
+        assert exchange is not None
+        if key is None:
+            # A v1 target without a routing key: the message's subject.
+            props = message.properties
+            key = (props.subject if props is not None else None) or ""
+        properties, body = to_core(message)
+        msg = Message(exchange.name, key, properties, body, conn.now_ms or None)
+        user = conn.user
+        if user is not None and message.properties is not None:
+            claimed = message.properties.user_id
+            impersonating = claimed is not None and claimed != user.name.encode()
+            if impersonating and "impersonator" not in user.tags:
+                assert claimed is not None
+                raise LinkError(
+                    UNAUTHORIZED_ACCESS,
+                    f"user_id property set to '{claimed.decode('utf-8', 'replace')}' "
+                    f"but authenticated user was '{user.name}'",
+                )
+        stats = session.stats
+        stats.publish += 1
+        durable: list[Any] | None = None if settled else []
+        try:
+            routed = session.vhost.router.publish(exchange, msg, durable)
+        except BrokerError as exc:
+            raise LinkError(PRECONDITION_FAILED, exc.text) from None
+        if routed == 0:
+            stats.drop_unroutable += 1
+            if not settled:
+                session.disposition(delivery_id, Released())
+            return
+        if settled:
+            return
+        if routed < 0:
+            session.disposition(
+                delivery_id,
+                Rejected(
+                    error(RESOURCE_LIMIT_EXCEEDED, "a queue refused the message (max length)")
+                ),
+            )
+            return
+        if session.settlements.add(delivery_id, durable):
+            self.unconfirmed += 1
+            session.unconfirmed[delivery_id] = self
+        else:
+            session.accept_now(delivery_id)

@@ -1,0 +1,359 @@
+"""A link on which the AMQP 1.0 client consumes (it is the receiver, this side the sender).
+
+The source is a queue (``/queues/:q``, or a v1 form naming one) the user may
+read. Consuming and settling are the client session's (core/deliveries.py):
+each link has its own delivery stream, so a detach puts back what it
+delivered and the client did not settle, and the session's close and the
+connection's do too. What is AMQP 1.0's is the credit: the client's flow gives
+it (link-credit, delivery-count; drain: send what there is, then give the
+rest up), and a queue delivers only while the link has some and the
+client's session window is open (``can_take``). ``snd-settle-mode`` settled
+means pre-settled deliveries (the queue forgets them as they go: auto-ack);
+otherwise each waits for the client's disposition: accepted acks it,
+rejected drops it (dead-lettered where its queue says so), released
+requeues it, modified requeues it (counted as a failed delivery with
+delivery-failed) or, undeliverable-here, drops it, as RabbitMQ 4's
+settle_op_from_outcome reads them.
+
+The link property ``rabbitmq:priority`` is the consumer's priority. A
+stream queue's consumer starts where the source's filter
+``rabbitmq:stream-offset-spec`` says (first, last, next, an offset or a
+timestamp), as RabbitMQ 4 reads it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import struct
+from typing import TYPE_CHECKING, Any, Final
+
+from warren.amqp1.addresses import AddressError, parse_source
+from warren.amqp1.errors import (
+    ILLEGAL_STATE,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    RESOURCE_DELETED,
+    RESOURCE_LOCKED,
+    UNAUTHORIZED_ACCESS,
+    LinkError,
+    error,
+)
+from warren.amqp1.links import ManagementPair, terminus_address
+from warren.amqp1.mapping import for_delivery, from_core
+from warren.amqp1.performatives import (
+    RCV_FIRST,
+    SENDER,
+    SND_SETTLED,
+    Accepted,
+    Attach,
+    Flow,
+    Modified,
+    Rejected,
+    Released,
+    Source,
+)
+from warren.amqp1.types import Described, Timestamp
+from warren.core.consumer import Consumer
+from warren.core.errors import AccessRefused, BrokerError, NotFound, ResourceLocked
+from warren.core.queue_arguments import is_stream
+from warren.core.stats import count_delivery
+from warren.core.users import READ
+
+if TYPE_CHECKING:
+    from warren.amqp1.session import Session
+    from warren.core.deliveries import Deliveries
+    from warren.core.message import Message
+    from warren.core.queue import Queue
+
+__all__ = ["AMQP1Consumer", "OutgoingLink"]
+
+log = logging.getLogger("warren.amqp1")
+
+_SEQ: Final = 1 << 32
+_TAG = struct.Struct(">Q").pack
+#: The source filter RabbitMQ 4 reads a stream consumer's start from.
+STREAM_OFFSET_SPEC: Final = "rabbitmq:stream-offset-spec"
+#: Unsettled deliveries a stream consumer is allowed (streams need a limit).
+STREAM_CREDIT_LIMIT: Final = 256
+
+
+class AMQP1Consumer(Consumer):
+    """A sending link's consumer of its queue."""
+
+    __slots__ = ("link",)
+
+    def __init__(
+        self, link: OutgoingLink, queue: Queue, no_ack: bool, arguments: dict[str, Any]
+    ) -> None:
+        super().__init__(
+            link.deliveries,
+            f"amqp1-{link.name}",
+            queue,
+            no_ack,
+            priority=link.priority,
+            arguments=arguments,
+        )
+        self.link = link
+
+    def can_take(self) -> bool:
+        link = self.link
+        return link.credit > 0 and not link.closed and link.session.can_send()
+
+    def credit_limit(self) -> int:
+        return STREAM_CREDIT_LIMIT
+
+    def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
+        self.link.deliver(self, seq, msg, redelivered)
+
+    def cancelled(self) -> None:
+        """The queue was deleted: the link detaches (amqp:resource-deleted)."""
+        link = self.link
+        if self.deliveries.cancelled(link.name, self):
+            link.session.detach(
+                link, error(RESOURCE_DELETED, f"queue '{self.queue.name}' was deleted")
+            )
+
+
+class OutgoingLink:
+    """One link the client consumes on."""
+
+    def __init__(self, session: Session, attach: Attach) -> None:
+        self.session = session
+        self.handle = attach.handle
+        self.name = attach.name
+        self.delivery_count = 0
+        self.credit = 0
+        self.closed = False
+        self.no_ack = attach.snd_settle_mode == SND_SETTLED
+        self.queue: Queue | None = None
+        self.consumer: AMQP1Consumer | None = None
+        self.pair: ManagementPair | None = None
+        self._draining = False
+        #: The consumer's priority: the link property ``rabbitmq:priority``.
+        self.priority = 0
+        self._arguments: dict[str, Any] = {}
+        #: The link's delivery stream in the client session (core/deliveries.py).
+        self.deliveries: Deliveries = session.conn.client_session.deliveries(session.stats)
+
+    # -- attach -------------------------------------------------------------------------
+    def attach(self, attach: Attach) -> None:
+        """Check the source: LinkError refuses the link."""
+        source = attach.source
+        if not isinstance(source, Source):
+            raise LinkError(ILLEGAL_STATE, "a receiving link needs a source")
+        address = terminus_address(source)
+        if address is not None and not isinstance(address, str):
+            raise LinkError("amqp:invalid-field", f"source address {address!r:.60}")
+        try:
+            parsed = parse_source(address)
+        except AddressError as exc:
+            raise LinkError(exc.condition, exc.description) from None
+        if parsed.kind != "queue":
+            raise LinkError(NOT_IMPLEMENTED, f"source address '{address}': consume from a queue")
+        session = self.session
+        vhost = session.vhost
+        try:
+            queue = vhost.get_queue(parsed.name, owner=session.conn)
+        except NotFound as exc:
+            raise LinkError(NOT_FOUND, exc.text) from None
+        except ResourceLocked as exc:
+            raise LinkError(RESOURCE_LOCKED, exc.text) from None
+        try:
+            session.conn.client_session.check(READ, "queue", queue.name)
+        except AccessRefused as exc:
+            raise LinkError(UNAUTHORIZED_ACCESS, exc.text) from None
+        self.queue = queue
+        priority = (attach.properties or {}).get("rabbitmq:priority")
+        if isinstance(priority, int) and not isinstance(priority, bool):
+            self.priority = priority
+        offset = _stream_offset(source.filter)
+        if offset is not None and is_stream(queue.arguments):
+            self._arguments["x-stream-offset"] = offset
+
+    def attach_management(self, attach: Attach) -> None:
+        session = self.session
+        if session.conn.management is None:
+            raise LinkError(NOT_FOUND, "the /management node is not available")
+        pair = session.management_pair(attach.name)
+        pair.sender = self
+        self.pair = pair
+        self.no_ack = True
+
+    def reply_attach(self, attach: Attach, refused: bool) -> Attach:
+        return Attach(
+            name=attach.name,
+            handle=self.handle,
+            role=SENDER,
+            snd_settle_mode=SND_SETTLED if self.no_ack else attach.snd_settle_mode,
+            rcv_settle_mode=RCV_FIRST,
+            source=None if refused else attach.source,
+            target=attach.target,
+            initial_delivery_count=self.delivery_count,
+        )
+
+    def start(self) -> None:
+        """Attached: consume (the queue delivers once the client gives credit)."""
+        queue = self.queue
+        if queue is None:
+            return
+        consumer = AMQP1Consumer(self, queue, self.no_ack, self._arguments)
+        try:
+            self.deliveries.consume(self.name, consumer)
+        except BrokerError as exc:
+            self.session.detach(self, error(RESOURCE_LOCKED, exc.text))
+            return
+        self.consumer = consumer
+
+    def detached(self) -> None:
+        """Detached, or its session ended: what it delivered and the client did
+        not settle goes back to its queue."""
+        if self.closed:
+            return
+        self.closed = True
+        self.deliveries.close()
+        pair = self.pair
+        if pair is not None:
+            pair.sender = None
+            self.session.pair_link_gone(self.name, pair)
+            self.pair = None
+
+    # -- credit -------------------------------------------------------------------------
+    def flow(self, flow: Flow) -> None:
+        """The client's credit: link-credit counted from its delivery-count
+        (2.6.7); drain asks for what there is, then the rest is given up."""
+        if flow.link_credit is not None:
+            rcv_count = flow.delivery_count if flow.delivery_count is not None else 0
+            self.credit = max(0, (rcv_count + flow.link_credit - self.delivery_count) % _SEQ)
+            if self.credit > 1 << 31:
+                self.credit = 0  # behind this side's count: none
+        if flow.drain and not self._draining:
+            self._draining = True
+            self.resume()
+            # After the queues' delivery passes of this turn.
+            self.session.vhost.call_soon(self._drained)
+        elif flow.echo:
+            self._send_flow()
+        if self.pair is not None:
+            self.send_replies()
+        else:
+            self.resume()
+
+    def _drained(self) -> None:
+        if not self._draining or self.closed:
+            return
+        self._draining = False
+        self.delivery_count = (self.delivery_count + self.credit) % _SEQ
+        self.credit = 0
+        self._send_flow(drain=True)
+
+    def _send_flow(self, drain: bool = False) -> None:
+        session = self.session
+        available = (
+            self.queue.message_count
+            if self.queue is not None
+            else len(self.pair.replies if self.pair is not None else ())
+        )
+        session.send(
+            session.flow(
+                handle=self.handle,
+                delivery_count=self.delivery_count,
+                link_credit=self.credit,
+                available=available,
+                drain=drain,
+            )
+        )
+
+    def resume(self) -> None:
+        if self.credit > 0 and not self.closed:
+            if self.pair is not None:
+                self.send_replies()
+            else:
+                self.deliveries.resume()
+
+    # -- deliveries ---------------------------------------------------------------------
+    def deliver(self, consumer: AMQP1Consumer, seq: int, msg: Message, redelivered: bool) -> None:
+        """One queue message to the client: a transfer (pre-settled for a
+        no-ack link), kept unsettled under its delivery-id otherwise."""
+        session = self.session
+        queue = consumer.queue
+        count_delivery(session.stats, queue.stats, consumer.no_ack, redelivered)
+        payload = for_delivery(
+            from_core(msg.properties, msg.body),
+            msg.exchange,
+            msg.routing_key,
+            redelivered=redelivered,
+        )
+        deliveries = self.deliveries
+        tag = deliveries.next_tag()
+        if not consumer.no_ack:
+            deliveries.track(tag, queue, seq, msg, consumer)
+        delivery_id = session.send_transfer(self.handle, _TAG(tag), consumer.no_ack, payload)
+        if not consumer.no_ack:
+            session.outgoing[delivery_id] = (self, tag)
+        self.credit -= 1
+        self.delivery_count = (self.delivery_count + 1) % _SEQ
+
+    def send_replies(self) -> None:
+        """A management link: the replies waiting, as its credit allows."""
+        pair = self.pair
+        if pair is None:
+            return
+        session = self.session
+        replies = pair.replies
+        while replies and self.credit > 0 and session.can_send():
+            payload = replies.popleft()
+            session.send_transfer(self.handle, _TAG(self.deliveries.next_tag()), True, payload)
+            self.credit -= 1
+            self.delivery_count = (self.delivery_count + 1) % _SEQ
+
+    def settle(self, tags: list[int], state: Any) -> None:
+        """The client's outcome for deliveries ``tags`` (RabbitMQ 4's
+        settle_op_from_outcome); no state: released, the default outcome."""
+        deliveries = self.deliveries
+        if deliveries.closed:
+            return
+        if isinstance(state, Accepted):
+            taken: list[Any] = []
+            runs: list[Any] = []
+            for tag in tags:
+                t, r = deliveries.take(tag, False)
+                taken += t
+                runs += r
+            deliveries.settle(taken, runs, None)
+            return
+        if isinstance(state, Rejected):
+            requeue, explicit = False, True
+        elif isinstance(state, Modified):
+            if state.undeliverable_here:
+                requeue, explicit = False, True
+            else:
+                requeue, explicit = True, bool(state.delivery_failed)
+        else:  # Released, or no outcome
+            assert state is None or isinstance(state, Released)
+            requeue, explicit = True, False
+        for tag in tags:
+            try:
+                deliveries.reject(tag, False, requeue, explicit)
+            except BrokerError as exc:
+                # A queue that takes no rejects (a stream): the delivery is done.
+                log.debug("%s: %s", self.session.conn.name, exc.text)
+                deliveries.ack(tag, False)
+
+
+def _stream_offset(filters: dict[Any, Any] | None) -> Any:
+    """The ``x-stream-offset`` a source's ``rabbitmq:stream-offset-spec`` filter
+    asks for (None: none), as core/stream.py's parse_start reads it."""
+    if not filters:
+        return None
+    value = filters.get(STREAM_OFFSET_SPEC)
+    if isinstance(value, Described):
+        value = value.value
+    if value is None:
+        return None
+    if isinstance(value, Timestamp):
+        return datetime.datetime.fromtimestamp(value / 1000, tz=datetime.UTC)
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        return value
+    raise LinkError(PRECONDITION_FAILED, f"bad {STREAM_OFFSET_SPEC} {value!r:.60}")
