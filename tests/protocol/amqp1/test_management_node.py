@@ -10,13 +10,13 @@ its test suites); where Warren differs, docs/amqp1.md says so.
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import proton
 import pytest
 from harness import Harness, harness_fixture
 from held_syncs import HeldSyncs
@@ -31,6 +31,8 @@ from warren.amqp1.management_node import (
 from warren.amqp1.message import AmqpMessage, encode_message
 from warren.core.session import ClientSession
 from warren.core.vhost import VHost
+
+proton = pytest.importorskip("proton")
 
 broker = harness_fixture()
 
@@ -113,6 +115,12 @@ def restricted(harness: Harness, configure: str, write: str, read: str) -> Pair:
         harness.broker.users.set_permissions("u", "/", configure, write, read)
 
     harness.call(add)
+    return Pair(harness, "u", "p")
+
+
+def restricted_again(harness: Harness, configure: str, write: str, read: str) -> Pair:
+    """New permissions for 'u' (a new pair: the session caches its answers)."""
+    harness.call(lambda: harness.broker.users.set_permissions("u", "/", configure, write, read))
     return Pair(harness, "u", "p")
 
 
@@ -495,12 +503,6 @@ def test_get_needs_any_access(broker: Harness) -> None:
     )
 
 
-def restricted_again(harness: Harness, configure: str, write: str, read: str) -> Pair:
-    """New permissions for 'u' (a new pair: the session caches its answers)."""
-    harness.call(lambda: harness.broker.users.set_permissions("u", "/", configure, write, read))
-    return Pair(harness, "u", "p")
-
-
 def test_purge_needs_read(broker: Harness) -> None:
     pair = restricted(broker, ".*", ".*", "^$")
     pair.status("PUT", "/queues/q", {})
@@ -618,3 +620,86 @@ def test_closing_drops_the_replies_still_held(
             syncs.release()
         harness.settle()
         assert pair.replies == []
+
+
+# -- RabbitMQ's Python client ---------------------------------------------------------
+class ClientLinks:
+    """rabbitmq-amqp-python-client's blocking sender and receiver of the
+    management link pair, in memory: what the client sends goes to the node,
+    its replies come back decoded by the client's own proton."""
+
+    def __init__(self, pair: Pair, message_class: Any) -> None:
+        self.pair = pair
+        self.message_class = message_class
+        self.replies: list[AmqpMessage] = []
+
+    def send(self, message: Any) -> None:
+        request = decode_request(message.encode())
+        self.pair.harness.call(lambda: self.pair.node.request(request, self.replies.append))
+        self.pair.harness.settle()
+
+    def receive(self) -> Any:
+        decoded = self.message_class()
+        decoded.decode(encode_message(self.replies.pop(0)))
+        return decoded
+
+
+def test_rabbitmq_python_client(pair: Pair, broker: Harness) -> None:
+    """The client's Management calls, as its users make them, get what they
+    expect from the node."""
+    client = pytest.importorskip("rabbitmq_amqp_python_client")
+    management = client.Management(None)
+    links = ClientLinks(pair, client.Message)
+    management._sender = management._receiver = links
+    vhost = pair.vhost
+
+    management.declare_queue(
+        client.QuorumQueueSpecification(name="qq", max_len=10, deliver_limit=3)
+    )
+    management.declare_queue(client.ClassicQueueSpecification(name="cq", is_durable=False))
+    management.declare_queue(
+        client.StreamSpecification(name="sq", max_age=datetime.timedelta(hours=1))
+    )
+    assert {n: vhost.queues[n].queue_type for n in ("qq", "cq", "sq")} == {
+        "qq": "quorum",
+        "cq": "classic",
+        "sq": "stream",
+    }
+    info = management.queue_info("qq")
+    assert (info.name, info.queue_type, info.is_durable, info.leader) == (
+        "qq",
+        client.QueueType.quorum,
+        True,
+        NODE,
+    )
+    assert info.arguments["x-max-length"] == 10
+    assert list(info.members.elements) == [NODE]
+    with pytest.raises(client.ValidationCodeException, match="ErrPreconditionFailed"):
+        management.declare_queue(client.QuorumQueueSpecification(name="qq", max_len=11))
+
+    management.declare_exchange(
+        client.ExchangeSpecification(name="ex", exchange_type=client.ExchangeType.topic)
+    )
+    assert vhost.exchanges["ex"].type == "topic"
+    path = management.bind(
+        client.ExchangeToQueueBindingSpecification(
+            source_exchange="ex", destination_queue="cq", binding_key="a.#"
+        )
+    )
+    binding = vhost.exchanges["ex"].find_binding(vhost.queues["cq"], "a.#", {})
+    assert binding is not None
+    with broker.amqp_connection() as conn:
+        ch = conn.channel()
+        for key in ("a.b", "a.c", "b"):
+            ch.basic_publish("ex", key, b"m")
+        ch.barrier()
+    assert management.queue_info("cq").message_count == 2
+    assert management.purge_queue("cq") == 2
+    management.unbind(path)
+    assert vhost.exchanges["ex"].find_binding(vhost.queues["cq"], "a.#", {}) is None
+
+    management.delete_exchange("ex")
+    for name in ("qq", "cq", "sq"):
+        management.delete_queue(name)
+    assert "ex" not in vhost.exchanges
+    assert not {"qq", "cq", "sq"} & set(vhost.queues)
