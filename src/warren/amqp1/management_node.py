@@ -47,6 +47,7 @@ from warren.core.errors import (
     AccessRefused,
     BrokerError,
     NotFound,
+    NotImplemented_,
     PreconditionFailed,
     QueueLimitReached,
     ResourceError,
@@ -437,17 +438,11 @@ class ManagementNode:
         name = _unquote(segments[0])
         self._check(READ, QUEUE, name)
         try:
-            q = self.vhost.get_queue(name, self.owner)
-        except NotFound as exc:
-            raise _Status("404", exc.text) from None
-        except BrokerError as exc:
-            raise _failed(exc) from None
-        if q.queue_type == "stream":
+            count = self.vhost.get_queue(name, self.owner).purge()
+        except NotImplemented_:  # a stream
             raise _Status(
                 "400", f"purge not supported by {_resource(QUEUE, name, self.vhost.name)}"
-            )
-        try:
-            count = q.purge()
+            ) from None
         except BrokerError as exc:
             raise _failed(exc) from None
         return "200", {"message_count": ULong(count)}
