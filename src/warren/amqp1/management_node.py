@@ -50,6 +50,7 @@ from warren.core.errors import (
     NotImplemented_,
     PreconditionFailed,
     QueueLimitReached,
+    QueueTypeRefused,
     ResourceError,
 )
 from warren.core.exchange import Binding, Exchange, exchange_class
@@ -85,6 +86,8 @@ _BINDING_SEGMENT = re.compile(
 )
 _UNRESERVED: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 _HEX: Final = frozenset("0123456789abcdefABCDEF")
+#: What a request target may hold unencoded: RFC 3986's characters and '%'.
+_URI_CHARS: Final = _UNRESERVED | frozenset(":/?#[]@!$&'()*+,;=%")
 _DEFAULT_EXCHANGE_TEXT: Final = "operation not permitted on the default exchange"
 
 
@@ -164,6 +167,8 @@ def _quote(text: str) -> str:
 
 def _parse_target(target: str) -> tuple[list[str], dict[str, str]]:
     """A request's ``to``: its path segments (still encoded) and its query."""
+    if not _URI_CHARS.issuperset(target):
+        raise _Status("400", f"failed to normalize URI '{target}'")
     path, _, query = target.partition("?")
     path = path.partition("#")[0]
     if not path.startswith("/"):
@@ -428,6 +433,8 @@ class ManagementNode:
             )
         except QueueLimitReached as exc:
             raise _Status("403", exc.text) from None
+        except QueueTypeRefused as exc:  # the queue type's own refusal
+            raise _Status("400", exc.text) from None
         except BrokerError as exc:
             raise _failed(exc, precondition="409") from None
         return ("200" if existed else "201"), self.queue_info(q)

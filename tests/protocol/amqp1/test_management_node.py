@@ -188,10 +188,22 @@ def test_an_inequivalent_redeclaration_is_409(pair: Pair) -> None:
     assert "x-max-length" in text
 
 
-def test_invalid_arguments_are_409(pair: Pair) -> None:
+def test_invalid_arguments_are_409_what_a_queue_type_refuses_400(pair: Pair) -> None:
     status, text = pair.status("PUT", "/queues/q", {"arguments": {"x-max-length": "ten"}})
     assert status == "409"
     assert "x-max-length" in text
+    stream = {"x-queue-type": "stream"}
+    assert pair.status(
+        "PUT", "/queues/q", {"arguments": {**stream, "x-dead-letter-exchange": "dlx"}}
+    ) == (
+        "409",
+        "invalid arg 'x-dead-letter-exchange' for queue 'q' in vhost '/' "
+        "of queue type rabbit_stream_queue",
+    )
+    assert pair.status("PUT", "/queues/q", {"auto_delete": True, "arguments": stream}) == (
+        "400",
+        "invalid property 'auto-delete' for queue 'q' in vhost '/'",
+    )
     assert "q" not in pair.vhost.queues
 
 
@@ -216,6 +228,8 @@ def test_invalid_arguments_are_409(pair: Pair) -> None:
         ("/queues/q", {"arguments": {1: 2}}, "400", "unsupported argument 1"),
         ("/queues/q", None, "400", "bad queue body: a map is expected"),
         ("/queues/a%ZZ", {}, "400", "bad percent-encoding in 'a%ZZ'"),
+        ("/queues/🐇", {}, "400", "failed to normalize URI '/queues/🐇'"),
+        ("queues/q", {}, "400", "bad request target 'queues/q'"),
     ],
 )
 def test_bad_declarations(pair: Pair, path: str, body: Any, status: str, text: str) -> None:
@@ -250,6 +264,12 @@ def test_exclusive_queues_belong_to_the_connection(broker: Harness) -> None:
     assert theirs.status("GET", "/queues/x")[0] == "200"
     assert theirs.status("DELETE", "/queues/x")[0] == "400"
     assert theirs.status("DELETE", "/queues/x/messages")[0] == "400"
+    bind = {"source": "amq.direct", "destination_queue": "x", "binding_key": "k"}
+    assert theirs.status("POST", "/bindings", bind)[0] == "400"
+    assert mine.status("POST", "/bindings", bind) == ("204", None)
+    assert theirs.status("DELETE", "/bindings/src=amq.direct;dstq=x;key=k;args=")[0] == "400"
+    # Redeclared not exclusive by its own connection: locked all the same.
+    assert mine.status("PUT", "/queues/x", {"durable": False})[0] == "400"
     assert mine.status("DELETE", "/queues/x")[0] == "200"
 
 
