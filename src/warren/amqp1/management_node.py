@@ -59,6 +59,7 @@ from warren.core.session import ClientSession
 from warren.core.table_tags import decode_arguments, encode_arguments, wire_type
 from warren.core.users import CONFIGURE, READ, WRITE, UserStore
 from warren.core.vhost import VHost
+from warren.node import node_name as this_node
 
 __all__ = [
     "MANAGEMENT_ADDRESS",
@@ -265,15 +266,22 @@ class ManagementNode:
     """The ``/management`` node of one link pair (see the module docstring).
 
     ``session``: the connection's client session (logged in, its vhost open);
-    ``owner``: the connection, owner of the exclusive queues it declares;
-    ``node_name``: what a queue's ``leader`` and ``replicas`` name.
+    ``owner``: the owner of the exclusive queues it declares (the session's
+    owner, the connection, unless given); ``node_name``: what a queue's
+    ``leader`` and ``replicas`` name (this broker's, unless given).
     """
 
-    def __init__(self, session: ClientSession, vhost: VHost, owner: object, node_name: str) -> None:
+    def __init__(
+        self,
+        session: ClientSession,
+        vhost: VHost,
+        owner: object | None = None,
+        node_name: str | None = None,
+    ) -> None:
         self.session = session
         self.vhost = vhost
-        self.owner = owner
-        self.node_name = node_name
+        self.owner = session.owner if owner is None else owner
+        self.node_name = this_node() if node_name is None else node_name
         user = session.user
         assert user is not None, "the session has logged in"
         self.user = user
@@ -284,9 +292,10 @@ class ManagementNode:
     # -- requests -----------------------------------------------------------------------
     def request(self, message: AmqpMessage, reply: Callable[[AmqpMessage], None]) -> None:
         """Carry out one request and ``reply`` once its change is durable, after
-        the replies to the requests before it. Raises ManagementError when the
-        session must end instead (a permission refused, a request that is not
-        one: no ``to`` or ``subject``, a ``reply-to`` other than ``$me``)."""
+        the replies to the requests before it (at once, before this returns,
+        when nothing waits). Raises ManagementError when the session must end
+        instead (a permission refused, a request that is not one: no ``to`` or
+        ``subject``, a ``reply-to`` other than ``$me``)."""
         props = message.properties
         if props is None or not isinstance(props.to, str) or not isinstance(props.subject, str):
             raise ManagementError(INVALID_FIELD, "a management request needs 'to' and 'subject'")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from harness import Harness
-from held_syncs import HeldSyncs
+from harness.held_syncs import HeldSyncs
 from pamqp import commands
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from harness import Harness, harness_fixture
-from held_syncs import HeldSyncs
+from harness.held_syncs import HeldSyncs
 
 from warren.amqp1.management_node import (
     INVALID_FIELD,
@@ -56,7 +56,8 @@ class Pair:
         session = ClientSession(harness.broker, self.owner)
         session.login("amqp10", user, password, "127.0.0.1")
         self.vhost: VHost = session.open(vhost)
-        self.node = ManagementNode(session, self.vhost, self.owner, NODE)
+        self.node = ManagementNode(session, self.vhost, node_name=NODE)
+        assert self.node.owner is self.owner  # the session's
         self.replies: list[proton.Message] = []
         self._ids = itertools.count(1)
 

@@ -1,6 +1,4 @@
-"""The group commit's file syncs held while a test looks: what waits for a
-sync round (a declare's reply, a settlement) is seen still waiting, with the
-broker's loop idle, then let go. Shared by the protocols' tests."""
+"""The group commit's file syncs held while a test looks (a reply held for a sync round)."""
 
 from __future__ import annotations
 
