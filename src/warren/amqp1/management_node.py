@@ -9,7 +9,8 @@ path in ``to`` (``/queues/:queue``, ``/exchanges/:exchange``, ``/bindings``
 the status code in ``subject`` ("200", "201", "204", "400", "404", "409" ...),
 the request's message-id as its correlation-id and a map (or the error's
 description) as its amqp-value. The paths, bodies, status codes and texts are
-RabbitMQ 4's (rabbit_amqp_management), checked in its order.
+RabbitMQ 4's (rabbit_amqp_management), checked in its order; the paths are
+read by management_paths.py.
 
 The node knows no transport: the connection makes one per link pair and
 passes each request message to :meth:`ManagementNode.request` with a
@@ -23,17 +24,22 @@ connection to end the session.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import re
-from base64 import urlsafe_b64encode
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
-from urllib.parse import parse_qsl
 
 from warren.amqp1.field_values import read_headers, to_table
 from warren.amqp1.formats import STR8
+from warren.amqp1.management_paths import (
+    BadPath,
+    args_hash,
+    binding_location,
+    parse_binding_segment,
+    parse_target,
+    route,
+    unquote,
+)
 from warren.amqp1.message import (
     AmqpMessage,
     AmqpValue,
@@ -67,7 +73,6 @@ __all__ = [
     "INVALID_FIELD",
     "ManagementError",
     "ManagementNode",
-    "binding_location",
     "decode_request",
 ]
 
@@ -79,16 +84,6 @@ MANAGEMENT_ADDRESS: Final = "/management"
 UNAUTHORIZED_ACCESS: Final = "amqp:unauthorized-access"
 INVALID_FIELD: Final = "amqp:invalid-field"
 
-#: RabbitMQ 4's pattern of a binding's path segment (DELETE /bindings/...):
-#: percent-encoded names and key, the arguments' hash in base64url.
-_BINDING_SEGMENT = re.compile(
-    r"src=([0-9A-Za-z\-._~%]+);dst([eq])=([0-9A-Za-z\-._~%]+);"
-    r"key=([0-9A-Za-z\-._~%]*);args=([0-9A-Za-z\-_]*)"
-)
-_UNRESERVED: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
-_HEX: Final = frozenset("0123456789abcdefABCDEF")
-#: What a request target may hold unencoded: RFC 3986's characters and '%'.
-_URI_CHARS: Final = _UNRESERVED | frozenset(":/?#[]@!$&'()*+,;=%")
 _DEFAULT_EXCHANGE_TEXT: Final = "operation not permitted on the default exchange"
 
 
@@ -134,73 +129,6 @@ def decode_request(payload: bytes | bytearray | memoryview) -> AmqpMessage:
         elif isinstance(section, AmqpValue):
             message.body.append(section)
     return message
-
-
-# -- paths ------------------------------------------------------------------------------
-def _unquote(text: str) -> str:
-    """RFC 3986 percent-decoding, strict (400 on a bad escape or bytes not UTF-8)."""
-    if "%" not in text:
-        return text
-    out = bytearray()
-    i, n = 0, len(text)
-    while i < n:
-        if text[i] == "%":
-            pair = text[i + 1 : i + 3]
-            if len(pair) != 2 or not _HEX.issuperset(pair):
-                raise _Status("400", f"bad percent-encoding in '{text}'")
-            out.append(int(pair, 16))
-            i += 3
-        else:
-            out += text[i].encode("utf-8")
-            i += 1
-    try:
-        return out.decode("utf-8")
-    except UnicodeDecodeError:
-        raise _Status("400", f"'{text}' is not percent-encoded UTF-8") from None
-
-
-def _quote(text: str) -> str:
-    """Percent-encode all but RFC 3986's unreserved characters (uri_string:quote)."""
-    return "".join(
-        c if c in _UNRESERVED else "".join(f"%{b:02X}" for b in c.encode("utf-8")) for c in text
-    )
-
-
-def _parse_target(target: str) -> tuple[list[str], dict[str, str]]:
-    """A request's ``to``: its path segments (still encoded) and its query."""
-    if not _URI_CHARS.issuperset(target):
-        raise _Status("400", f"failed to normalize URI '{target}'")
-    path, _, query = target.partition("?")
-    path = path.partition("#")[0]
-    if not path.startswith("/"):
-        raise _Status("400", f"bad request target '{target}'")
-    params: dict[str, str] = {}
-    if query:
-        try:
-            params = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=True))
-        except ValueError:
-            raise _Status("400", f"failed to dissect query '{query}'") from None
-    return path[1:].split("/"), params
-
-
-def _args_hash(arguments: dict[str, Any]) -> str:
-    """A binding's arguments as a path segment's ``args=``: empty for none, else
-    a digest of their encoding (RabbitMQ 4 hashes its own terms: the two do not
-    match, a client takes the value from a binding's ``location``)."""
-    if not arguments:
-        return ""
-    encoded = encode_arguments(dict(sorted(arguments.items())))
-    return urlsafe_b64encode(hashlib.sha256(encoded).digest()[:4]).decode().rstrip("=")
-
-
-def binding_location(binding: Binding) -> str:
-    """A binding's path, as DELETE /bindings/... takes it."""
-    kind = "q" if binding.destination_kind == QUEUE else "e"
-    return (
-        f"/bindings/src={_quote(binding.source.name)};dst{kind}="
-        f"{_quote(binding.destination.name)};key={_quote(binding.routing_key)};"
-        f"args={_args_hash(binding.arguments)}"
-    )
 
 
 # -- bodies -----------------------------------------------------------------------------
@@ -304,9 +232,12 @@ class ManagementNode:
         mark = self.session.change_mark()
         try:
             status, body = self._handle(props.subject, props.to, _body(message))
+        except BadPath as exc:
+            status, body = "400", exc.text
         except _Status as exc:
-            log.warning("request %s %s failed: %s", props.subject, props.to, exc.text)
             status, body = exc.status, exc.text
+        if not status.startswith("2"):
+            log.warning("request %s %s failed: %s", props.subject, props.to, body)
         response = AmqpMessage(
             properties=Properties(subject=status, correlation_id=props.message_id),
             application_properties=ApplicationProperties({"http:response": "1.1"}),
@@ -336,13 +267,13 @@ class ManagementNode:
             done.reply(done.message)
 
     def _handle(self, method: str, target: str, body: Any) -> tuple[str, Any]:
-        segments, query = _parse_target(target)
-        route = _route(segments)
-        if route is None:
+        segments, query = parse_target(target)
+        resource = route(segments)
+        if resource is None:
             raise _Status("404", f"no such resource: {target}")
-        if route == "tokens":
+        if resource == "tokens":
             raise _Status("501", "token refresh is not supported")
-        handler = _HANDLERS.get((route, method))
+        handler = _HANDLERS.get((resource, method))
         if handler is None:
             raise _Status("405", f"method {method} not allowed on {target}")
         return handler(self, segments[1:], query, body)
@@ -403,7 +334,7 @@ class ManagementNode:
         }
 
     def _get_queue(self, segments: list[str], query: dict[str, str], body: Any) -> tuple[str, Any]:
-        name = _unquote(segments[0])
+        name = unquote(segments[0])
         self._check_any(QUEUE, name)
         q = self.vhost.queues.get(name)
         if q is None:
@@ -411,7 +342,7 @@ class ManagementNode:
         return "200", self.queue_info(q)
 
     def _put_queue(self, segments: list[str], query: dict[str, str], body: Any) -> tuple[str, Any]:
-        name, vhost = _unquote(segments[0]), self.vhost
+        name, vhost = unquote(segments[0]), self.vhost
         spec = _fields(
             body, "queue", {"durable": True, "exclusive": False, "auto_delete": False,
                             "arguments": {}}
@@ -451,7 +382,7 @@ class ManagementNode:
     def _purge_queue(
         self, segments: list[str], query: dict[str, str], body: Any
     ) -> tuple[str, Any]:
-        name = _unquote(segments[0])
+        name = unquote(segments[0])
         self._check(READ, QUEUE, name)
         try:
             count = self.vhost.get_queue(name, self.owner).purge()
@@ -466,7 +397,7 @@ class ManagementNode:
     def _delete_queue(
         self, segments: list[str], query: dict[str, str], body: Any
     ) -> tuple[str, Any]:
-        name = _unquote(segments[0])
+        name = unquote(segments[0])
         _no_cr_lf(name)
         self._check(CONFIGURE, QUEUE, name)
         try:
@@ -479,7 +410,7 @@ class ManagementNode:
     def _put_exchange(
         self, segments: list[str], query: dict[str, str], body: Any
     ) -> tuple[str, Any]:
-        name, vhost = _unquote(segments[0]), self.vhost
+        name, vhost = unquote(segments[0]), self.vhost
         spec = _fields(
             body, "exchange", {"type": "direct", "durable": True, "auto_delete": False,
                                "internal": False, "arguments": {}}
@@ -514,7 +445,7 @@ class ManagementNode:
     def _delete_exchange(
         self, segments: list[str], query: dict[str, str], body: Any
     ) -> tuple[str, Any]:
-        name = _unquote(segments[0])
+        name = unquote(segments[0])
         _no_cr_lf(name)
         if name == "":
             raise _Status("403", _DEFAULT_EXCHANGE_TEXT)
@@ -596,16 +527,10 @@ class ManagementNode:
     def _delete_binding(
         self, segments: list[str], query: dict[str, str], body: Any
     ) -> tuple[str, Any]:
-        segment = segments[0]  # matched before it is decoded: a %3B is no ';'
-        match = _BINDING_SEGMENT.fullmatch(segment)
-        if match is None:
-            raise _Status("400", f"bad binding path segment '{segment}'")
-        src_q, dst_char, dst_q, key_q, args_hash = match.groups()
-        source, destination, key = _unquote(src_q), _unquote(dst_q), _unquote(key_q)
-        kind = QUEUE if dst_char == "q" else EXCHANGE
+        source, kind, destination, key, digest = parse_binding_segment(segments[0])
         self._binding_checks(source, kind, destination, key)
         for binding in self._bindings_between(source, kind, destination):
-            if binding.routing_key == key and _args_hash(binding.arguments) == args_hash:
+            if binding.routing_key == key and args_hash(binding.arguments) == digest:
                 try:
                     if kind == QUEUE:
                         self.vhost.get_queue(destination, self.owner)  # exclusive: 400
@@ -665,24 +590,6 @@ def _binding_failed(exc: BrokerError) -> _Status:
 
 
 Handler = Callable[[ManagementNode, list[str], dict[str, str], Any], tuple[str, Any]]
-
-
-def _route(segments: list[str]) -> str | None:
-    """Which of the node's resources a path names (None: none)."""
-    match segments:
-        case ["queues", _]:
-            return "queue"
-        case ["queues", _, "messages"]:
-            return "messages"
-        case ["exchanges", _]:
-            return "exchange"
-        case ["bindings"]:
-            return "bindings"
-        case ["bindings", _]:
-            return "binding"
-        case ["auth", "tokens"]:
-            return "tokens"
-    return None
 
 
 _HANDLERS: dict[tuple[str, str], Handler] = {

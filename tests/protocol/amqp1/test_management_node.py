@@ -10,8 +10,6 @@ its test suites); where Warren differs, docs/amqp1.md says so.
 
 from __future__ import annotations
 
-import datetime
-import itertools
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,113 +18,20 @@ from typing import Any
 import pytest
 from harness import Harness, harness_fixture
 from harness.held_syncs import HeldSyncs
+from harness.management_node import NODE, NodePair, proton
 
-from warren.amqp1.management_node import (
-    INVALID_FIELD,
-    UNAUTHORIZED_ACCESS,
-    ManagementError,
-    ManagementNode,
-    decode_request,
-)
-from warren.amqp1.message import AmqpMessage, encode_message
-from warren.core.session import ClientSession
-from warren.core.vhost import VHost
-
-proton = pytest.importorskip("proton")
+from warren.amqp1.management_node import INVALID_FIELD, ManagementError
 
 broker = harness_fixture()
 
-NODE = "warren@test"
-
-
-class Owner:
-    """The connection the link pair belongs to (owner of its exclusive queues)."""
-
-    name = "a test's AMQP 1.0 connection"
-
-
-class Pair:
-    """A management link pair: requests in, replies (proton-decoded) out."""
-
-    def __init__(
-        self, harness: Harness, user: str = "guest", password: str = "guest", vhost: str = "/"
-    ) -> None:
-        self.harness = harness
-        self.owner = Owner()
-        session = ClientSession(harness.broker, self.owner)
-        session.login("amqp10", user, password, "127.0.0.1")
-        self.vhost: VHost = session.open(vhost)
-        self.node = ManagementNode(session, self.vhost, node_name=NODE)
-        assert self.node.owner is self.owner  # the session's
-        self.replies: list[proton.Message] = []
-        self._ids = itertools.count(1)
-
-    def send(
-        self, method: str, path: str, body: Any = None, message_id: Any = None, **props: Any
-    ) -> Any:
-        """Send one request (proton's encoding, as RabbitMQ's client sends it:
-        no body section for None); its message-id."""
-        if message_id is None:
-            message_id = f"req-{next(self._ids)}"
-        fields: dict[str, Any] = {"address": path, "subject": method, "reply_to": "$me"}
-        fields.update(props)
-        message = proton.Message(id=message_id, body=body, inferred=False, **fields)
-        request = decode_request(message.encode())
-        self.harness.call(lambda: self.node.request(request, self._replied))
-        return message_id
-
-    def _replied(self, reply: AmqpMessage) -> None:
-        decoded = proton.Message()
-        decoded.decode(encode_message(reply))
-        self.replies.append(decoded)
-
-    def request(self, method: str, path: str, body: Any = None) -> proton.Message:
-        """One request and its reply, once the broker has settled."""
-        message_id = self.send(method, path, body)
-        self.harness.settle()
-        assert len(self.replies) == 1
-        reply = self.replies.pop()
-        assert reply.correlation_id == message_id
-        assert reply.properties == {"http:response": "1.1"}
-        return reply
-
-    def status(self, method: str, path: str, body: Any = None) -> tuple[str, Any]:
-        reply = self.request(method, path, body)
-        return reply.subject, reply.body
-
-    def refused(self, method: str, path: str, body: Any = None) -> str:
-        """A request that ends the session: the error's description."""
-        with pytest.raises(ManagementError) as refused:
-            self.send(method, path, body)
-        assert refused.value.condition == UNAUTHORIZED_ACCESS
-        assert self.replies == []
-        return refused.value.description
-
 
 @pytest.fixture
-def pair(broker: Harness) -> Iterator[Pair]:
-    yield Pair(broker)
-
-
-def restricted(harness: Harness, configure: str, write: str, read: str) -> Pair:
-    """A pair of user 'u' with these permissions on '/'."""
-
-    def add() -> None:
-        harness.broker.users.add_user("u", "p")
-        harness.broker.users.set_permissions("u", "/", configure, write, read)
-
-    harness.call(add)
-    return Pair(harness, "u", "p")
-
-
-def restricted_again(harness: Harness, configure: str, write: str, read: str) -> Pair:
-    """New permissions for 'u' (a new pair: the session caches its answers)."""
-    harness.call(lambda: harness.broker.users.set_permissions("u", "/", configure, write, read))
-    return Pair(harness, "u", "p")
+def pair(broker: Harness) -> Iterator[NodePair]:
+    yield NodePair(broker)
 
 
 # -- queues ---------------------------------------------------------------------------
-def test_declare_a_queue_then_again(pair: Pair) -> None:
+def test_declare_a_queue_then_again(pair: NodePair) -> None:
     status, body = pair.status("PUT", "/queues/q1", {"durable": True, "arguments": {}})
     assert status == "201"
     assert body == {
@@ -150,7 +55,7 @@ def test_declare_a_queue_then_again(pair: Pair) -> None:
     assert pair.status("PUT", "/queues/q1", {"durable": True})[0] == "200"
 
 
-def test_declare_defaults_and_typed_arguments(pair: Pair) -> None:
+def test_declare_defaults_and_typed_arguments(pair: NodePair) -> None:
     """No body keys: durable, not exclusive, not auto-deleted. Arguments keep
     their AMQP 1.0 types as RabbitMQ 4 converts them (a long stays a long)."""
     status, body = pair.status(
@@ -164,7 +69,7 @@ def test_declare_defaults_and_typed_arguments(pair: Pair) -> None:
 
 
 @pytest.mark.parametrize("queue_type", ["quorum", "stream"])
-def test_declare_quorum_queues_and_streams(pair: Pair, queue_type: str) -> None:
+def test_declare_quorum_queues_and_streams(pair: NodePair, queue_type: str) -> None:
     status, body = pair.status("PUT", "/queues/r", {"arguments": {"x-queue-type": queue_type}})
     assert status == "201"
     assert body["type"] == queue_type
@@ -175,11 +80,11 @@ def test_declare_quorum_queues_and_streams(pair: Pair, queue_type: str) -> None:
 
 def test_the_vhost_default_queue_type(broker: Harness) -> None:
     broker.call(lambda: broker.broker.vhosts["/"].metadata.set_default_queue_type("quorum"))
-    pair = Pair(broker)
+    pair = NodePair(broker)
     assert pair.status("PUT", "/queues/d", {})[1]["type"] == "quorum"
 
 
-def test_an_inequivalent_redeclaration_is_409(pair: Pair) -> None:
+def test_an_inequivalent_redeclaration_is_409(pair: NodePair) -> None:
     pair.status("PUT", "/queues/q", {"durable": True})
     status, text = pair.status("PUT", "/queues/q", {"durable": False})
     assert status == "409"
@@ -189,7 +94,7 @@ def test_an_inequivalent_redeclaration_is_409(pair: Pair) -> None:
     assert "x-max-length" in text
 
 
-def test_invalid_arguments_are_409_what_a_queue_type_refuses_400(pair: Pair) -> None:
+def test_invalid_arguments_are_409_what_a_queue_type_refuses_400(pair: NodePair) -> None:
     status, text = pair.status("PUT", "/queues/q", {"arguments": {"x-max-length": "ten"}})
     assert status == "409"
     assert "x-max-length" in text
@@ -233,19 +138,19 @@ def test_invalid_arguments_are_409_what_a_queue_type_refuses_400(pair: Pair) -> 
         ("queues/q", {}, "400", "bad request target 'queues/q'"),
     ],
 )
-def test_bad_declarations(pair: Pair, path: str, body: Any, status: str, text: str) -> None:
+def test_bad_declarations(pair: NodePair, path: str, body: Any, status: str, text: str) -> None:
     assert pair.status("PUT", path, body) == (status, text)
     assert not [name for name in pair.vhost.queues if not name.startswith("amq.")]
 
 
-def test_percent_encoded_names(pair: Pair) -> None:
+def test_percent_encoded_names(pair: NodePair) -> None:
     assert pair.status("PUT", "/queues/my%20%F0%9F%90%87%2Fq", {})[0] == "201"
     assert "my 🐇/q" in pair.vhost.queues
 
 
 def test_the_queue_limit_is_403(broker: Harness) -> None:
     broker.call(lambda: broker.broker.vhosts["/"].set_limits({"max-queues": 0}))
-    pair = Pair(broker)
+    pair = NodePair(broker)
     assert pair.status("PUT", "/queues/q", {}) == (
         "403",
         "cannot declare queue 'q': queue limit in vhost '/' (0) is reached",
@@ -255,7 +160,7 @@ def test_the_queue_limit_is_403(broker: Harness) -> None:
 def test_exclusive_queues_belong_to_the_connection(broker: Harness) -> None:
     """Another connection cannot redeclare it (400: RabbitMQ 4's answer to a
     locked queue) nor delete it, but may look at it."""
-    mine, theirs = Pair(broker), Pair(broker)
+    mine, theirs = NodePair(broker), NodePair(broker)
     status, body = mine.status("PUT", "/queues/x", {"exclusive": True, "durable": False})
     assert (status, body["exclusive"]) == ("201", True)
     assert mine.vhost.queues["x"].exclusive_owner is mine.owner
@@ -274,7 +179,7 @@ def test_exclusive_queues_belong_to_the_connection(broker: Harness) -> None:
     assert mine.status("DELETE", "/queues/x")[0] == "200"
 
 
-def test_get_a_queue(pair: Pair, broker: Harness) -> None:
+def test_get_a_queue(pair: NodePair, broker: Harness) -> None:
     pair.status("PUT", "/queues/g", {})
     with broker.amqp_connection() as conn:
         ch = conn.channel()
@@ -290,7 +195,7 @@ def test_get_a_queue(pair: Pair, broker: Harness) -> None:
     )
 
 
-def test_purge_and_delete_count_the_messages(pair: Pair, broker: Harness) -> None:
+def test_purge_and_delete_count_the_messages(pair: NodePair, broker: Harness) -> None:
     pair.status("PUT", "/queues/p", {})
     with broker.amqp_connection() as conn:
         ch = conn.channel()
@@ -312,7 +217,7 @@ def test_purge_and_delete_count_the_messages(pair: Pair, broker: Harness) -> Non
     assert pair.status("DELETE", "/queues/p/messages") == ("404", "no queue 'p' in vhost '/'")
 
 
-def test_a_stream_cannot_be_purged(pair: Pair) -> None:
+def test_a_stream_cannot_be_purged(pair: NodePair) -> None:
     pair.status("PUT", "/queues/s", {"arguments": {"x-queue-type": "stream"}})
     assert pair.status("DELETE", "/queues/s/messages") == (
         "400",
@@ -321,7 +226,7 @@ def test_a_stream_cannot_be_purged(pair: Pair) -> None:
 
 
 # -- exchanges ------------------------------------------------------------------------
-def test_declare_and_delete_an_exchange(pair: Pair) -> None:
+def test_declare_and_delete_an_exchange(pair: NodePair) -> None:
     body = {"type": "topic", "durable": True, "auto_delete": False, "internal": False,
             "arguments": {}}  # fmt: skip
     assert pair.status("PUT", "/exchanges/e1", body) == ("204", None)
@@ -336,7 +241,7 @@ def test_declare_and_delete_an_exchange(pair: Pair) -> None:
     assert pair.status("DELETE", "/exchanges/e1") == ("204", None)
 
 
-def test_exchange_defaults(pair: Pair) -> None:
+def test_exchange_defaults(pair: NodePair) -> None:
     assert pair.status("PUT", "/exchanges/d", {})[0] == "204"
     ex = pair.vhost.exchanges["d"]
     assert (ex.type, ex.durable, ex.auto_delete, ex.internal) == ("direct", True, False, False)
@@ -366,19 +271,19 @@ def test_exchange_defaults(pair: Pair) -> None:
     ],
 )
 def test_bad_exchange_requests(
-    pair: Pair, method: str, path: str, body: Any, status: str, text: str
+    pair: NodePair, method: str, path: str, body: Any, status: str, text: str
 ) -> None:
     assert pair.status(method, path, body) == (status, text)
     assert "e" not in pair.vhost.exchanges and "amq.new" not in pair.vhost.exchanges
     assert "amq.direct" in pair.vhost.exchanges
 
 
-def test_a_predeclared_exchange_redeclared_equivalently(pair: Pair) -> None:
+def test_a_predeclared_exchange_redeclared_equivalently(pair: NodePair) -> None:
     assert pair.status("PUT", "/exchanges/amq.direct", {"type": "direct"}) == ("204", None)
 
 
 # -- bindings -------------------------------------------------------------------------
-def test_bind_list_and_unbind_a_queue(pair: Pair) -> None:
+def test_bind_list_and_unbind_a_queue(pair: NodePair) -> None:
     pair.status("PUT", "/queues/bq", {})
     body = {"source": "amq.topic", "destination_queue": "bq", "binding_key": "a.*",
             "arguments": {}}  # fmt: skip
@@ -406,7 +311,7 @@ def test_bind_list_and_unbind_a_queue(pair: Pair) -> None:
     assert pair.status("DELETE", location) == ("204", None)  # a missing binding
 
 
-def test_bind_an_exchange_with_arguments(pair: Pair) -> None:
+def test_bind_an_exchange_with_arguments(pair: NodePair) -> None:
     """A binding with arguments is found again through its location's hash."""
     pair.status("PUT", "/exchanges/dst", {"type": "fanout"})
     args = {"x-match": "all", "k": "v"}
@@ -454,7 +359,7 @@ def test_bind_an_exchange_with_arguments(pair: Pair) -> None:
         ({"source": "amq.direct", "destination_queue": "bq", "colour": "red"}, "400", None),
     ],
 )
-def test_bad_bindings(pair: Pair, body: dict[str, Any], status: str, text: str | None) -> None:
+def test_bad_bindings(pair: NodePair, body: dict[str, Any], status: str, text: str | None) -> None:
     pair.status("PUT", "/queues/bq", {})
     got_status, got_text = pair.status("POST", "/bindings", body)
     assert got_status == status
@@ -463,7 +368,7 @@ def test_bad_bindings(pair: Pair, body: dict[str, Any], status: str, text: str |
     assert not pair.vhost.exchanges["amq.direct"].bindings
 
 
-def test_bad_binding_paths(pair: Pair) -> None:
+def test_bad_binding_paths(pair: NodePair) -> None:
     assert pair.status("DELETE", "/bindings/src=x;dstz=q;key=;args=") == (
         "400",
         "bad binding path segment 'src=x;dstz=q;key=;args='",
@@ -474,7 +379,7 @@ def test_bad_binding_paths(pair: Pair) -> None:
 
 
 # -- the request's envelope -------------------------------------------------------------
-def test_unknown_paths_and_methods(pair: Pair) -> None:
+def test_unknown_paths_and_methods(pair: NodePair) -> None:
     assert pair.status("GET", "/vhosts/x")[0] == "404"
     assert pair.status("GET", "/queues/q/consumers")[0] == "404"
     assert pair.status("POST", "/queues/q", {})[0] == "405"
@@ -482,7 +387,7 @@ def test_unknown_paths_and_methods(pair: Pair) -> None:
     assert pair.status("PUT", "/auth/tokens", b"token")[0] == "501"
 
 
-def test_the_correlation_id_is_the_message_id_as_it_came(pair: Pair, broker: Harness) -> None:
+def test_the_correlation_id_is_the_message_id_as_it_came(pair: NodePair, broker: Harness) -> None:
     for message_id in (uuid.uuid4(), proton.ulong(7), b"\x00\x01", "text"):
         pair.send("GET", "/queues/none", message_id=message_id)
         broker.settle()
@@ -491,102 +396,10 @@ def test_the_correlation_id_is_the_message_id_as_it_came(pair: Pair, broker: Har
         assert reply.correlation_id == message_id
 
 
-def test_a_request_needs_reply_to_me(pair: Pair) -> None:
+def test_a_request_needs_reply_to_me(pair: NodePair) -> None:
     with pytest.raises(ManagementError) as refused:
         pair.send("GET", "/queues/q", reply_to="/queues/mine")
     assert refused.value.condition == INVALID_FIELD
-
-
-# -- permissions ----------------------------------------------------------------------
-def test_declaring_and_deleting_need_configure(broker: Harness) -> None:
-    pair = restricted(broker, "^ok", ".*", ".*")
-    assert pair.refused("PUT", "/queues/no", {}) == (
-        "configure access to queue 'no' in vhost '/' refused for user 'u'"
-    )
-    assert pair.refused("PUT", "/exchanges/no", {}) == (
-        "configure access to exchange 'no' in vhost '/' refused for user 'u'"
-    )
-    assert pair.refused("DELETE", "/queues/no") == (
-        "configure access to queue 'no' in vhost '/' refused for user 'u'"
-    )
-    assert pair.refused("DELETE", "/exchanges/no") == (
-        "configure access to exchange 'no' in vhost '/' refused for user 'u'"
-    )
-    assert "no" not in pair.vhost.queues and "no" not in pair.vhost.exchanges
-    assert pair.status("PUT", "/queues/ok", {})[0] == "201"
-
-
-def test_get_needs_any_access(broker: Harness) -> None:
-    Pair(broker).status("PUT", "/queues/seen", {})
-    assert restricted(broker, "^$", "^seen$", "^$").status("GET", "/queues/seen")[0] == "200"
-    assert restricted_again(broker, "^$", "^$", "^$").refused("GET", "/queues/seen") == (
-        "configure access to queue 'seen' in vhost '/' refused for user 'u'"
-    )
-
-
-def test_purge_needs_read(broker: Harness) -> None:
-    pair = restricted(broker, ".*", ".*", "^$")
-    pair.status("PUT", "/queues/q", {})
-    assert pair.refused("DELETE", "/queues/q/messages") == (
-        "read access to queue 'q' in vhost '/' refused for user 'u'"
-    )
-
-
-def test_binding_needs_write_on_the_destination_and_read_on_the_source(broker: Harness) -> None:
-    Pair(broker).status("PUT", "/queues/bq", {})
-    body = {"source": "amq.direct", "destination_queue": "bq", "binding_key": "k"}
-    pair = restricted(broker, ".*", "^$", ".*")
-    assert pair.refused("POST", "/bindings", body) == (
-        "write access to queue 'bq' in vhost '/' refused for user 'u'"
-    )
-    pair = restricted_again(broker, ".*", ".*", "^$")
-    assert pair.refused("POST", "/bindings", body) == (
-        "read access to exchange 'amq.direct' in vhost '/' refused for user 'u'"
-    )
-    assert pair.refused("DELETE", "/bindings/src=amq.direct;dstq=bq;key=k;args=") == (
-        "read access to exchange 'amq.direct' in vhost '/' refused for user 'u'"
-    )
-    assert not pair.vhost.exchanges["amq.direct"].bindings
-
-
-def test_binding_to_a_topic_exchange_checks_the_topic(broker: Harness) -> None:
-    def topic() -> None:
-        broker.broker.users.add_user("u", "p")
-        broker.broker.users.set_permissions("u", "/")
-        broker.broker.users.set_topic_permission("u", "/", "amq.topic", ".*", "^ok")
-
-    broker.call(topic)
-    pair = Pair(broker, "u", "p")
-    body = {"source": "amq.topic", "destination_exchange": "amq.direct", "binding_key": "a.b"}
-    assert pair.refused("POST", "/bindings", body) == (
-        "read access to topic 'a.b' in exchange 'amq.topic' in vhost '/' refused for user 'u'"
-    )
-    body["binding_key"] = "ok.b"
-    assert pair.status("POST", "/bindings", body) == ("204", None)
-
-
-def test_a_dead_letter_exchange_needs_read_on_the_queue_and_write_on_it(broker: Harness) -> None:
-    body = {"arguments": {"x-dead-letter-exchange": "dlx"}}
-    pair = restricted(broker, ".*", "^q$", ".*")
-    assert pair.refused("PUT", "/queues/q", body) == (
-        "write access to exchange 'dlx' in vhost '/' refused for user 'u'"
-    )
-    pair = restricted_again(broker, ".*", ".*", "^$")
-    assert pair.refused("PUT", "/queues/q", body) == (
-        "read access to queue 'q' in vhost '/' refused for user 'u'"
-    )
-    assert "q" not in pair.vhost.queues
-    pair = restricted_again(broker, ".*", "^dlx$", "^q$")
-    assert pair.status("PUT", "/queues/q", body)[0] == "201"
-
-
-def test_an_alternate_exchange_needs_write_on_it(broker: Harness) -> None:
-    body = {"arguments": {"alternate-exchange": "ae"}}
-    pair = restricted(broker, ".*", "^x$", ".*")
-    assert pair.refused("PUT", "/exchanges/x", body) == (
-        "write access to exchange 'ae' in vhost '/' refused for user 'u'"
-    )
-    assert "x" not in pair.vhost.exchanges
 
 
 # -- durability and order -------------------------------------------------------------
@@ -598,7 +411,7 @@ def test_a_durable_declare_is_answered_once_synced(
     keep their requests' order); let go, both come, in order."""
     syncs = HeldSyncs(monkeypatch)
     with Harness(tmp_path / "data") as harness:
-        pair = Pair(harness)
+        pair = NodePair(harness)
         harness.settle()
         syncs.hold()
         try:
@@ -630,7 +443,7 @@ def test_closing_drops_the_replies_still_held(
 ) -> None:
     syncs = HeldSyncs(monkeypatch)
     with Harness(tmp_path / "data") as harness:
-        pair = Pair(harness)
+        pair = NodePair(harness)
         harness.settle()
         syncs.hold()
         try:
@@ -641,86 +454,3 @@ def test_closing_drops_the_replies_still_held(
             syncs.release()
         harness.settle()
         assert pair.replies == []
-
-
-# -- RabbitMQ's Python client ---------------------------------------------------------
-class ClientLinks:
-    """rabbitmq-amqp-python-client's blocking sender and receiver of the
-    management link pair, in memory: what the client sends goes to the node,
-    its replies come back decoded by the client's own proton."""
-
-    def __init__(self, pair: Pair, message_class: Any) -> None:
-        self.pair = pair
-        self.message_class = message_class
-        self.replies: list[AmqpMessage] = []
-
-    def send(self, message: Any) -> None:
-        request = decode_request(message.encode())
-        self.pair.harness.call(lambda: self.pair.node.request(request, self.replies.append))
-        self.pair.harness.settle()
-
-    def receive(self) -> Any:
-        decoded = self.message_class()
-        decoded.decode(encode_message(self.replies.pop(0)))
-        return decoded
-
-
-def test_rabbitmq_python_client(pair: Pair, broker: Harness) -> None:
-    """The client's Management calls, as its users make them, get what they
-    expect from the node."""
-    client = pytest.importorskip("rabbitmq_amqp_python_client")
-    management = client.Management(None)
-    links = ClientLinks(pair, client.Message)
-    management._sender = management._receiver = links
-    vhost = pair.vhost
-
-    management.declare_queue(
-        client.QuorumQueueSpecification(name="qq", max_len=10, deliver_limit=3)
-    )
-    management.declare_queue(client.ClassicQueueSpecification(name="cq", is_durable=False))
-    management.declare_queue(
-        client.StreamSpecification(name="sq", max_age=datetime.timedelta(hours=1))
-    )
-    assert {n: vhost.queues[n].queue_type for n in ("qq", "cq", "sq")} == {
-        "qq": "quorum",
-        "cq": "classic",
-        "sq": "stream",
-    }
-    info = management.queue_info("qq")
-    assert (info.name, info.queue_type, info.is_durable, info.leader) == (
-        "qq",
-        client.QueueType.quorum,
-        True,
-        NODE,
-    )
-    assert info.arguments["x-max-length"] == 10
-    assert list(info.members.elements) == [NODE]
-    with pytest.raises(client.ValidationCodeException, match="ErrPreconditionFailed"):
-        management.declare_queue(client.QuorumQueueSpecification(name="qq", max_len=11))
-
-    management.declare_exchange(
-        client.ExchangeSpecification(name="ex", exchange_type=client.ExchangeType.topic)
-    )
-    assert vhost.exchanges["ex"].type == "topic"
-    path = management.bind(
-        client.ExchangeToQueueBindingSpecification(
-            source_exchange="ex", destination_queue="cq", binding_key="a.#"
-        )
-    )
-    binding = vhost.exchanges["ex"].find_binding(vhost.queues["cq"], "a.#", {})
-    assert binding is not None
-    with broker.amqp_connection() as conn:
-        ch = conn.channel()
-        for key in ("a.b", "a.c", "b"):
-            ch.basic_publish("ex", key, b"m")
-        ch.barrier()
-    assert management.queue_info("cq").message_count == 2
-    assert management.purge_queue("cq") == 2
-    management.unbind(path)
-    assert vhost.exchanges["ex"].find_binding(vhost.queues["cq"], "a.#", {}) is None
-
-    management.delete_exchange("ex")
-    for name in ("qq", "cq", "sq"):
-        management.delete_queue(name)
-    assert "ex" not in vhost.exchanges
-    assert not {"qq", "cq", "sq"} & set(vhost.queues)
