@@ -153,6 +153,8 @@ def _fields(body: Any, what: str, defaults: dict[str, Any]) -> dict[str, Any]:
             value = _arguments(value)
         elif not isinstance(value, type(defaults[key])):
             raise _Status("400", f"bad {what} property {key!r}: {value!r}")
+        elif isinstance(value, str):
+            value = str(value)  # a symbol as the plain text it stands for
         out[key] = value
     return out
 
@@ -495,7 +497,7 @@ class ManagementNode:
             elif key in ("source", "destination_queue", "destination_exchange", "binding_key"):
                 if not isinstance(value, str):
                     raise _Status("400", f"bad binding field {key!r}: {value!r}")
-                fields[key] = value
+                fields[key] = str(value)  # a symbol as plain text
             else:
                 raise _Status("400", f"bad binding field {key!r}")
         if "source" not in fields:

@@ -454,3 +454,17 @@ def test_closing_drops_the_replies_still_held(
             syncs.release()
         harness.settle()
         assert pair.replies == []
+
+
+def test_symbols_stand_for_their_text(pair: NodePair) -> None:
+    """RabbitMQ 4's clients send strings; a symbol key or value is taken as the
+    text it spells, and kept as plain text."""
+    sym = proton.symbol
+    assert pair.status("PUT", "/exchanges/sx", {sym("type"): sym("fanout")}) == ("204", None)
+    assert pair.vhost.exchanges["sx"].type == "fanout"
+    pair.status("PUT", "/queues/sq", {})
+    body = {sym("source"): sym("sx"), sym("destination_queue"): sym("sq"), "binding_key": sym("k")}
+    assert pair.status("POST", "/bindings", body) == ("204", None)
+    [binding] = pair.vhost.exchanges["sx"].bindings.values()
+    assert type(binding.routing_key) is str
+    assert binding.routing_key == "k"
