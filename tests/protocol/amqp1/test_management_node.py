@@ -20,7 +20,9 @@ from harness import Harness, harness_fixture
 from harness.held_syncs import HeldSyncs
 from harness.management_node import NODE, NodePair, proton
 
-from warren.amqp1.management_node import INVALID_FIELD, ManagementError
+from warren.amqp1.codec import DecodeError
+from warren.amqp1.management_node import INVALID_FIELD, ManagementError, decode_request
+from warren.amqp1.message import AmqpValue
 
 broker = harness_fixture()
 
@@ -468,3 +470,32 @@ def test_symbols_stand_for_their_text(pair: NodePair) -> None:
     [binding] = pair.vhost.exchanges["sx"].bindings.values()
     assert type(binding.routing_key) is str
     assert binding.routing_key == "k"
+
+
+def test_decode_request_takes_what_the_node_reads() -> None:
+    """The properties and an amqp-value; other sections are left out, and a
+    request may have no body section at all (a GET, a DELETE)."""
+    full = proton.Message(
+        id="m",
+        address="/queues/q",
+        subject="PUT",
+        reply_to="$me",
+        durable=True,
+        annotations={proton.symbol("x-opt-a"): 1},
+        properties={"k": "v"},
+        body={"durable": True},
+        inferred=False,
+    )
+    request = decode_request(full.encode())
+    assert request.properties is not None
+    assert (request.properties.to, request.properties.subject) == ("/queues/q", "PUT")
+    assert request.body == [AmqpValue({"durable": True})]
+    assert (request.header, request.message_annotations, request.application_properties) == (
+        None,
+        None,
+        None,
+    )
+    bare = proton.Message(id="m", address="/queues/q", subject="GET", reply_to="$me")
+    assert decode_request(bare.encode()).body == []
+    with pytest.raises(DecodeError):
+        decode_request(b"\x00\x53\x77\xa1\x05ab")
