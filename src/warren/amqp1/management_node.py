@@ -68,7 +68,6 @@ from warren.core.vhost import VHost
 from warren.node import node_name as this_node
 
 __all__ = [
-    "MANAGEMENT_ADDRESS",
     "UNAUTHORIZED_ACCESS",
     "INVALID_FIELD",
     "ManagementError",
@@ -78,8 +77,6 @@ __all__ = [
 
 log = logging.getLogger("warren.amqp1.management")
 
-#: The address both links of the pair attach to.
-MANAGEMENT_ADDRESS: Final = "/management"
 #: The conditions a ManagementError ends the session with.
 UNAUTHORIZED_ACCESS: Final = "amqp:unauthorized-access"
 INVALID_FIELD: Final = "amqp:invalid-field"
