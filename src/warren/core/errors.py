@@ -59,6 +59,13 @@ class QueueLimitReached(PreconditionFailed):
     """A new queue beyond the vhost's max-queues (AMQP: 406; MQTT: a quota)."""
 
 
+class QueueTypeRefused(PreconditionFailed):
+    """A queue type refusing what a declaration asks of it (a stream that is
+    auto-delete, exclusive or not durable...): 406 over AMQP 0-9-1 as the
+    argument checks are, but RabbitMQ 4's management node tells them apart
+    (400, where an argument check is 409)."""
+
+
 class FrameError(BrokerError):
     code = 501
     name = "FRAME_ERROR"

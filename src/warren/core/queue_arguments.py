@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from warren.core.erlang_format import Binary, field_type, string_p, term_p
-from warren.core.errors import PreconditionFailed
+from warren.core.errors import PreconditionFailed, QueueTypeRefused
 from warren.core.table_tags import wire_type
 
 __all__ = [
@@ -390,7 +390,7 @@ def validate_stream_declaration(
                 raise _invalid(key, what, error)
     size = arguments.get("x-stream-max-segment-size-bytes")
     if isinstance(size, int) and not isinstance(size, bool) and size > _MAX_SEGMENT_SIZE:
-        raise PreconditionFailed("Exceeded max value for x-stream-max-segment-size-bytes")
+        raise QueueTypeRefused("Exceeded max value for x-stream-max-segment-size-bytes")
     for key in arguments:
         if key in _NOT_FOR_STREAMS:
             raise PreconditionFailed(
@@ -402,11 +402,11 @@ def validate_stream_declaration(
 
         Deduplicator.from_arguments(arguments, what)
     if auto_delete:
-        raise PreconditionFailed(f"invalid property 'auto-delete' for {what}")
+        raise QueueTypeRefused(f"invalid property 'auto-delete' for {what}")
     if exclusive:
-        raise PreconditionFailed(f"invalid property 'exclusive-owner' for {what}")
+        raise QueueTypeRefused(f"invalid property 'exclusive-owner' for {what}")
     if not durable:
-        raise PreconditionFailed(f"invalid property 'non-durable' for {what}")
+        raise QueueTypeRefused(f"invalid property 'non-durable' for {what}")
 
 
 # -- quorum queues ----------------------------------------------------------------------
@@ -494,11 +494,11 @@ def validate_quorum_declaration(
         )
     _check_values(arguments, what, _QUORUM_VALIDATORS, _NOT_FOR_QUORUM, "rabbit_quorum_queue")
     if auto_delete:
-        raise PreconditionFailed(f"invalid property 'auto-delete' for {what}")
+        raise QueueTypeRefused(f"invalid property 'auto-delete' for {what}")
     if exclusive:
-        raise PreconditionFailed(f"invalid property 'exclusive-owner' for {what}")
+        raise QueueTypeRefused(f"invalid property 'exclusive-owner' for {what}")
     if not durable:
-        raise PreconditionFailed(f"invalid property 'non-durable' for {what}")
+        raise QueueTypeRefused(f"invalid property 'non-durable' for {what}")
 
 
 # -- equivalence on redeclaration -------------------------------------------------------
