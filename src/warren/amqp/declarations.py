@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from warren.amqp import spec
 from warren.core.errors import AccessRefused, NotFound
 from warren.core.names import strip_cr_lf
-from warren.core.users import CONFIGURE, READ, WRITE
+from warren.core.users import CONFIGURE, READ, WRITE, check_routing_argument
 from warren.core.vhost_routing import REPLY_TO, REPLY_TO_PREFIX
 
 if TYPE_CHECKING:
@@ -26,6 +26,8 @@ def exchange_declare(ch: Channel, method: spec.ExchangeDeclare) -> None:
     name = strip_cr_lf(method.exchange)
     if not method.passive:
         ch.check(CONFIGURE, "exchange", name)
+        if name not in ch.vhost.exchanges:
+            check_routing_argument(ch.check, "exchange", name, method.arguments)
     ch.vhost.declare_exchange(
         name,
         method.type,
@@ -98,6 +100,8 @@ def queue_declare(ch: Channel, method: spec.QueueDeclare) -> None:
         return
     if name and not method.passive:
         ch.check(CONFIGURE, "queue", name)
+    if not method.passive and (not name or name not in ch.vhost.queues):
+        check_routing_argument(ch.check, "queue", name, method.arguments)
     arguments = method.arguments
     if ch.vhost.default_queue_type is not None and not method.passive:
         arguments = ch.vhost.metadata.with_default_type(

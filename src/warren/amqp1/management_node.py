@@ -63,7 +63,7 @@ from warren.core.exchange import Binding, Exchange, exchange_class
 from warren.core.queue import Queue
 from warren.core.session import ClientSession
 from warren.core.table_tags import decode_arguments, encode_arguments, wire_type
-from warren.core.users import CONFIGURE, READ, WRITE, UserStore
+from warren.core.users import CONFIGURE, READ, WRITE, UserStore, check_routing_argument
 from warren.core.vhost import VHost
 from warren.node import node_name as this_node
 
@@ -295,16 +295,16 @@ class ManagementNode:
     def _check_routing_arg(
         self, resource_type: str, name: str, arguments: dict[str, Any], key: str
     ) -> None:
-        """A dead-letter or alternate exchange argument: read on the declared
-        resource, write on the exchange it names (RabbitMQ 4's order)."""
-        target = arguments.get(key)
-        if target is None:
+        """A dead-letter or alternate exchange argument of a new queue or exchange:
+        a string (RabbitMQ 4's 400 otherwise), then the core's rule
+        (core/users.py's check_routing_argument: read on it, write on the
+        exchange it names)."""
+        if arguments.get(key) is None:
             return
         kind = wire_type(arguments, key)
         if kind != "longstr":
             raise _Status("400", f"invalid type '{kind}' for arg '{key}'")
-        self._check(READ, resource_type, name)
-        self._check(WRITE, EXCHANGE, target if isinstance(target, str) else str(target))
+        check_routing_argument(self._check, resource_type, name, arguments)
 
     def _check_topic(self, source: Exchange | None, key: str) -> None:
         if source is not None and source.type == "topic" and self.user.topic_permissions:

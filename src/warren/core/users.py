@@ -12,8 +12,9 @@ import hashlib
 import hmac
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from warren.core.errors import AccessRefused, NotAllowed
 
@@ -318,3 +319,29 @@ def topic_refused(user: User, vhost: str, exchange: str, routing_key: str) -> Ac
         f"access to topic '{routing_key}' in exchange '{exchange}' in vhost '{vhost}' "
         f"refused for user '{user.name}'"
     )
+
+
+#: The argument of a new queue or exchange that names an exchange messages
+#: will be published to: a queue's dead-letter exchange, an exchange's alternate.
+ROUTING_ARGUMENTS = {"queue": "x-dead-letter-exchange", "exchange": "alternate-exchange"}
+
+
+def check_routing_argument(
+    check: Callable[[str, str, str], None],
+    resource_type: str,
+    name: str,
+    arguments: dict[str, Any] | None,
+) -> None:
+    """RabbitMQ's rule for a queue or exchange being created whose arguments name
+    an exchange (ROUTING_ARGUMENTS): the user must be allowed to read the new
+    resource and to write to that exchange, or a user could route messages into
+    an exchange he may not write to by naming it. ``check(kind, resource_type,
+    name)`` raises AccessRefused (each protocol's own check, with its cache). A
+    server-named queue (``name`` empty: named later) is checked for the write
+    alone. An argument that is not a string is left to the declaration's
+    validation."""
+    target = (arguments or {}).get(ROUTING_ARGUMENTS[resource_type])
+    if isinstance(target, str):
+        if name:
+            check(READ, resource_type, name)
+        check(WRITE, "exchange", target)

@@ -26,7 +26,7 @@ from warren.core.properties import BASIC_PROPERTIES, BasicProperties, decode_pro
 from warren.core.queue import Queue
 from warren.core.session import ClientSession
 from warren.core.stats import count_get
-from warren.core.users import CONFIGURE, READ, WRITE
+from warren.core.users import CONFIGURE, READ, WRITE, check_routing_argument
 from warren.core.vhost import VHost
 from warren.core.vhost_routing import REJECTED_BY_QUEUE
 from warren.http import formats
@@ -158,6 +158,8 @@ async def put_exchange(ctx: Ctx) -> web.StreamResponse:
     ctx.check(vhost_name, CONFIGURE, "exchange", name)
     arguments = amqp_table(body.get("arguments"))
     existed = name in vhost.exchanges
+    if not existed:
+        check_routing_argument(partial(ctx.check, vhost_name), "exchange", name, arguments)
     # RabbitMQ's defaults are exchange.declare's: not durable.
     vhost.declare_exchange(
         name,
@@ -339,6 +341,8 @@ async def put_queue(ctx: Ctx) -> web.StreamResponse:
         # RabbitMQ's default type, not an argument a classic queue keeps.
         arguments.pop("x-queue-type")
     existed = name in vhost.queues
+    if not existed:
+        check_routing_argument(partial(ctx.check, vhost_name), "queue", name, arguments)
     vhost.declare_queue(name, durable=durable, auto_delete=auto_delete, arguments=arguments)
     return web.Response(status=204 if existed else 201)
 
