@@ -14,7 +14,8 @@
 #                  until the first `make build` or `make test`
 #   make test      ruff and mypy (make lint), then pytest twice at once: everything
 #                  against the compiled modules, and what runs compiled code in the
-#                  test's own process again as pure Python (tests/passes.py)
+#                  test's own process again as pure Python (tests/passes.py; its
+#                  tests/spark in a process of their own: one Spark JVM)
 #                  (extra args: make test PYTEST_ARGS='-k config'; PYTEST_WORKERS=0
 #                  for one process per pass)
 #   make test-busy make test with two CPU hogs beside it (Debian's stress-ng, installed
@@ -64,6 +65,9 @@ PYTEST_STATUS_FILE ?=
 # Three each: the tests wait on sockets, timers and other processes, and with
 # two per pass the two cores were still half idle.
 PYTEST_WORKERS ?= 3
+# Workers of the pure pass but tests/spark, which runs beside it in one process
+# of its own (one Spark JVM: with three workers, each started one).
+PURE_WORKERS = $(if $(filter 0,$(PYTEST_WORKERS)),0,2)
 # How xdist hands tests out: worksteal, so a worker that runs out of tests takes
 # half of a busy one's queue (the long ones go first: tests/passes.py LONG_FIRST).
 PYTEST_DIST = $(if $(filter 0,$(PYTEST_WORKERS)),,--dist worksteal)
@@ -216,10 +220,13 @@ prometheus:
 # separate processes) runs once, in the compiled pass. tests/passes.py says
 # which group runs where and marks each test compiled_pass and/or pure_pass
 # (`pytest --collect-only -q -m pure_pass` lists a pass; docs/testing.md).
-# The two passes run at the same time, each over PYTEST_WORKERS pytest-xdist
-# workers: most of a test's time is spent waiting on sockets, timers and
+# The two passes run at the same time, the compiled one over PYTEST_WORKERS
+# pytest-xdist workers, the pure one over PURE_WORKERS (2) plus one process for
+# tests/spark: most of a test's time is spent waiting on sockets, timers and
 # subprocesses (two serial passes kept the two cores about half busy and took
-# 14 min here; with 2 workers each, 9 min; now 3 each). The pure pass needs
+# 14 min here; with 2 workers each, 9 min; then 3 each), and the Spark tests
+# share one JVM in one process (each worker that ran one started its own: 159 s
+# of CPU for tests/spark over three workers, 127 s in one). The pure pass needs
 # neither lint nor the compiled build: it starts first and runs beside them
 # (a minute on a fresh clone); when either fails it is stopped and make test
 # fails (status 2, no PYTEST_STATUS_FILE), as before. (Started before the first
@@ -238,22 +245,27 @@ prometheus:
 # each instead of 2.5) and every process a test starts compiles Warren again.
 test: export PYTHONDONTWRITEBYTECODE :=
 test: $(TEST_STAMP) browser mosquitto etcd rabbitmq fuse prometheus rhea
-	@log=$$(mktemp); \
-	( exec env WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m pure_pass $(PYTEST_ARGS) > "$$log" 2>&1 ) & pure_pid=$$!; \
-	echo "== make: the pure-Python pass started (pid $$pure_pid); lint and the compiled build meanwhile"; \
+	@log=$$(mktemp); spark_log=$$(mktemp); \
+	( exec env WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PURE_WORKERS) $(PYTEST_DIST) -m 'pure_pass and not spark' $(PYTEST_ARGS) > "$$log" 2>&1 ) & pure_pid=$$!; \
+	( exec env WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -m 'pure_pass and spark' $(PYTEST_ARGS) > "$$spark_log" 2>&1 ) & spark_pid=$$!; \
+	echo "== make: the pure-Python pass started (pids $$pure_pid, $$spark_pid for tests/spark); lint and the compiled build meanwhile"; \
 	if ! $(MAKE) --no-print-directory lint $(SHARED_LIBRARY); then \
-		kill $$pure_pid 2>/dev/null; wait $$pure_pid; rm -f "$$log"; exit 2; fi; \
+		kill $$pure_pid $$spark_pid 2>/dev/null; wait $$pure_pid $$spark_pid; rm -f "$$log" "$$spark_log"; exit 2; fi; \
 	if ! $(PY) -c 'import warren; assert warren.compiled_modules()' 2>/dev/null; then \
-		kill $$pure_pid 2>/dev/null; wait $$pure_pid; rm -f "$$log"; \
+		kill $$pure_pid $$spark_pid 2>/dev/null; wait $$pure_pid $$spark_pid; rm -f "$$log" "$$spark_log"; \
 		echo "make test: no usable compiled build (mypyc or the C compiler failed: see the"; \
 		echo "warning above; \`make build\` again shows why); the compiled pass would be pure Python"; \
 		exit 2; fi; \
 	echo "== pytest, $$($(PY) -c 'import warren; print(warren.build_description())') (the pure-Python pass runs alongside)"; \
 	status=0; $(PY) -m pytest -q -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m compiled_pass $(PYTEST_ARGS) || status=$$?; \
 	pure=0; wait $$pure_pid || pure=$$?; \
+	spark=0; wait $$spark_pid || spark=$$?; \
 	echo "== pytest, pure Python (WARREN_PURE_PYTHON=1)"; \
 	cat "$$log"; rm -f "$$log"; \
+	echo "== pytest, pure Python, tests/spark (one process, one JVM)"; \
+	cat "$$spark_log"; rm -f "$$spark_log"; \
 	if [ "$$status" = 0 ] || { [ "$$status" = 5 ] && [ "$$pure" != 0 ]; }; then status=$$pure; fi; \
+	if { [ "$$status" = 0 ] || [ "$$status" = 5 ]; } && [ "$$spark" != 0 ] && [ "$$spark" != 5 ]; then status=$$spark; fi; \
 	if [ -n "$(PYTEST_STATUS_FILE)" ]; then echo "$$status" > "$(PYTEST_STATUS_FILE)"; fi; \
 	exit $$status
 

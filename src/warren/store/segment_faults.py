@@ -17,8 +17,8 @@ import logging
 
 from warren.store.records import decode_records
 from warren.store.segment_files import SegmentState
-from warren.store.segment_parts import SegmentParts
 from warren.store.segment_recovery import step_over_damage
+from warren.store.segment_shared import SegmentParts
 from warren.store.transient_counts import lost_records
 
 __all__ = ["SegmentFaults"]

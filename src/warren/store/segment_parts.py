@@ -5,25 +5,19 @@ itself does, which they ask of it.
 
 The parts are given these, and the store's other parts they work on (its
 files, segment table, reader, transient counts, requeued messages), when the
-store makes them, the off-path ones as one :class:`SegmentParts`; they hold no
-reference to the store's private state.
+store makes them, the off-path ones as one SegmentParts
+(store/segment_shared.py); they hold no reference to the store's private state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from warren.core.message import Message
-from warren.store.segment_files import SegmentFiles, SegmentState
+from warren.store.segment_files import SegmentState
 
-if TYPE_CHECKING:
-    from warren.store.requeued import RequeuedMessages
-    from warren.store.segment_reader import SegmentReader
-    from warren.store.transient_counts import TransientCounts
-
-__all__ = ["ReadyCounts", "SegmentOwner", "SegmentParts"]
+__all__ = ["ReadyCounts", "SegmentOwner"]
 
 
 class ReadyCounts:
@@ -67,19 +61,3 @@ class SegmentOwner(Protocol):
     def drop_segment(self, seg: SegmentState) -> None:
         """Delete a segment whose records are all dead."""
 
-
-@dataclass(frozen=True)
-class SegmentParts:
-    """The store's parts that its off-path parts (SegmentFaults, SegmentRemovals)
-    work on, the same objects the store holds, given once."""
-
-    files: SegmentFiles
-    #: The segment table (segment id -> state).
-    segs: dict[int, SegmentState]
-    reader: SegmentReader
-    ready: ReadyCounts
-    transient: TransientCounts
-    requeued: RequeuedMessages
-    #: Whether live transient records are counted (the store's count_transient).
-    count_transient: bool
-    owner: SegmentOwner

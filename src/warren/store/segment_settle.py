@@ -15,7 +15,7 @@ from __future__ import annotations
 from warren.core.message import Message
 from warren.store.segment_files import SegmentState
 from warren.store.segment_log import OFFSET_MASK
-from warren.store.segment_parts import SegmentParts
+from warren.store.segment_shared import SegmentParts
 
 __all__ = ["SegmentRemovals"]
 

@@ -53,10 +53,11 @@ from warren.store.requeued import RequeuedMessages
 from warren.store.segment_faults import SegmentFaults
 from warren.store.segment_files import SegmentFiles, SegmentState
 from warren.store.segment_log import OFFSET_MASK, SEQ_BITS
-from warren.store.segment_parts import ReadyCounts, SegmentParts
+from warren.store.segment_parts import ReadyCounts
 from warren.store.segment_reader import SegmentReader
 from warren.store.segment_recovery import read_message, read_messages, recover
 from warren.store.segment_settle import SegmentRemovals
+from warren.store.segment_shared import SegmentParts
 from warren.store.transient_counts import (
     PERSISTENT_PROPERTIES,
     TransientCounts,
