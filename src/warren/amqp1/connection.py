@@ -90,7 +90,7 @@ SASL_INIT: Final = 1  # mechanisms sent, waiting for sasl-init
 SASL_DONE: Final = 2  # outcome ok sent, waiting for the AMQP header
 OPEN_WAIT: Final = 3  # waiting for open
 OPEN: Final = 4
-CLOSE_SENT: Final = 5  # our close is out, waiting for the client's
+CLOSE_SENT: Final = 5  # this side's close is going out
 CLOSED: Final = 6
 
 
@@ -215,7 +215,7 @@ class AMQP1Connection:
         self.close(condition, description)
 
     def close(self, condition: str | None = None, description: str | None = None) -> None:
-        """Send close (with an error) and wait for the client's."""
+        """Send close (with an error); the transport closes once it is out."""
         if self.state >= CLOSE_SENT:
             return
         err = error(condition, description) if condition is not None else None
@@ -360,6 +360,8 @@ class AMQP1Connection:
                 raise ConnectionError_(ILLEGAL_STATE, "a second open")
             self._session_frame(frame)
         elif state == OPEN_WAIT:
+            if performative is None:
+                return  # an empty frame may come at any time (2.4.5)
             if not isinstance(performative, Open) or frame.channel != 0:
                 raise ConnectionError_(ILLEGAL_STATE, "the first frame must be open")
             self._open(performative)
