@@ -81,6 +81,9 @@ INITIAL_MAX_FRAME_SIZE: Final = 8192
 SESSION_MAX: Final = 64
 #: The shortest idle timeout a client may ask for (RabbitMQ 4's).
 MIN_IDLE_TIME_OUT_MS: Final = 1000
+#: The RabbitMQ release an AMQP 1.0 client is told at least (RabbitMQ's own 1.0
+#: clients refuse an older server; [main] rabbitmq_version stays 0-9-1's).
+MIN_RABBITMQ_VERSION: Final = "4.0.0"
 #: What the open frame offers (link pairs for /management, the anonymous relay).
 CAPABILITIES: Final = (Symbol("LINK_PAIR_V1_0"), Symbol("ANONYMOUS-RELAY"))
 
@@ -440,7 +443,7 @@ class AMQP1Connection:
         node = self.node
         return {
             Symbol("product"): "RabbitMQ",
-            Symbol("version"): self.config.rabbitmq_version,
+            Symbol("version"): amqp1_version(self.config.rabbitmq_version),
             Symbol("platform"): f"Warren {__version__} on Python {platform.python_version()}",
             Symbol("copyright"): "Warren contributors",
             Symbol("information"): f"Warren {__version__}; MIT licence",
@@ -531,3 +534,12 @@ class AMQP1Connection:
 
     def channel_counts(self) -> list[tuple[str, str, ChannelCounts]]:
         return []
+
+
+def amqp1_version(configured: str) -> str:
+    """The RabbitMQ version announced to AMQP 1.0 clients: the configured one
+    when it is a 4.x or later, else the first release that spoke AMQP 1.0 as
+    Warren does (RabbitMQ 4.0): 0-9-1 clients may be told 3.x (Celery picks its
+    behaviour by it), 1.0 clients need 4.0 or later."""
+    major = configured.split(".", 1)[0]
+    return configured if major.isdigit() and int(major) >= 4 else MIN_RABBITMQ_VERSION
