@@ -508,7 +508,10 @@ class AMQP1Connection:
             session.set_blocked(blocked)
 
     def check_consumer_timeouts(self, now_ms: int, default_ms: int) -> None:
-        """AMQP 1.0 deliveries wait for the client (no consumer timeout yet)."""
+        """Once a second (the broker's timer): deliveries unsettled too long
+        are released (session.py)."""
+        for session in list(self.sessions.values()):
+            session.check_consumer_timeouts(now_ms, default_ms)
 
     def force_close(self, reason: str) -> None:
         self.close(CONNECTION_FORCED, reason)
