@@ -61,6 +61,7 @@ from warren.amqp1.session import Session
 from warren.amqp1.types import Symbol
 from warren.core.session import ClientSession, LoginRefused
 from warren.core.stats import Ages, MessageStats, OctetStats
+from warren.node import node_name
 
 if TYPE_CHECKING:
     from warren.amqp1.links import ManagementFactory
@@ -448,7 +449,7 @@ class AMQP1Connection:
             Symbol("copyright"): "Warren contributors",
             Symbol("information"): f"Warren {__version__}; MIT licence",
             Symbol("cluster_name"): node.cluster_name,
-            Symbol("node"): f"warren@{platform.node()}",
+            Symbol("node"): node_name(),
         }
 
     def _closed_by_client(self, close: Close) -> None:

@@ -543,3 +543,13 @@ def test_the_consumer_timeout_releases_what_waits_too_long(broker: Harness) -> N
     assert message.first_acquirer is False
     c.settle(again)
     assert count(broker, "q") == 0
+
+
+def test_a_transaction_coordinator_is_refused(broker: Harness) -> None:
+    c = client(broker)
+    session = c.session()
+    sender = session.sender("txn")
+    sender.target.type = proton.Terminus.COORDINATOR
+    sender.open()
+    c.pump()
+    assert sender.remote_condition.name == "amqp:not-implemented"
