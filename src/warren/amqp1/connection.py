@@ -61,6 +61,7 @@ from warren.amqp1.session import Session
 from warren.amqp1.types import Symbol
 from warren.core.session import ClientSession, LoginRefused
 from warren.core.stats import Ages, MessageStats, OctetStats
+from warren.node import node_name
 
 if TYPE_CHECKING:
     from warren.amqp1.links import ManagementFactory
@@ -81,6 +82,9 @@ INITIAL_MAX_FRAME_SIZE: Final = 8192
 SESSION_MAX: Final = 64
 #: The shortest idle timeout a client may ask for (RabbitMQ 4's).
 MIN_IDLE_TIME_OUT_MS: Final = 1000
+#: The RabbitMQ release an AMQP 1.0 client is told at least (RabbitMQ's own 1.0
+#: clients refuse an older server; [main] rabbitmq_version stays 0-9-1's).
+MIN_RABBITMQ_VERSION: Final = "4.0.0"
 #: What the open frame offers (link pairs for /management, the anonymous relay).
 CAPABILITIES: Final = (Symbol("LINK_PAIR_V1_0"), Symbol("ANONYMOUS-RELAY"))
 
@@ -90,7 +94,7 @@ SASL_INIT: Final = 1  # mechanisms sent, waiting for sasl-init
 SASL_DONE: Final = 2  # outcome ok sent, waiting for the AMQP header
 OPEN_WAIT: Final = 3  # waiting for open
 OPEN: Final = 4
-CLOSE_SENT: Final = 5  # our close is out, waiting for the client's
+CLOSE_SENT: Final = 5  # this side's close is going out
 CLOSED: Final = 6
 
 
@@ -215,7 +219,7 @@ class AMQP1Connection:
         self.close(condition, description)
 
     def close(self, condition: str | None = None, description: str | None = None) -> None:
-        """Send close (with an error) and wait for the client's."""
+        """Send close (with an error); the transport closes once it is out."""
         if self.state >= CLOSE_SENT:
             return
         err = error(condition, description) if condition is not None else None
@@ -360,6 +364,8 @@ class AMQP1Connection:
                 raise ConnectionError_(ILLEGAL_STATE, "a second open")
             self._session_frame(frame)
         elif state == OPEN_WAIT:
+            if performative is None:
+                return  # an empty frame may come at any time (2.4.5)
             if not isinstance(performative, Open) or frame.channel != 0:
                 raise ConnectionError_(ILLEGAL_STATE, "the first frame must be open")
             self._open(performative)
@@ -438,12 +444,12 @@ class AMQP1Connection:
         node = self.node
         return {
             Symbol("product"): "RabbitMQ",
-            Symbol("version"): self.config.rabbitmq_version,
+            Symbol("version"): amqp1_version(self.config.rabbitmq_version),
             Symbol("platform"): f"Warren {__version__} on Python {platform.python_version()}",
             Symbol("copyright"): "Warren contributors",
             Symbol("information"): f"Warren {__version__}; MIT licence",
             Symbol("cluster_name"): node.cluster_name,
-            Symbol("node"): f"warren@{platform.node()}",
+            Symbol("node"): node_name(),
         }
 
     def _closed_by_client(self, close: Close) -> None:
@@ -503,7 +509,10 @@ class AMQP1Connection:
             session.set_blocked(blocked)
 
     def check_consumer_timeouts(self, now_ms: int, default_ms: int) -> None:
-        """AMQP 1.0 deliveries wait for the client (no consumer timeout yet)."""
+        """Once a second (the broker's timer): deliveries unsettled too long
+        are released (session.py)."""
+        for session in list(self.sessions.values()):
+            session.check_consumer_timeouts(now_ms, default_ms)
 
     def force_close(self, reason: str) -> None:
         self.close(CONNECTION_FORCED, reason)
@@ -529,3 +538,12 @@ class AMQP1Connection:
 
     def channel_counts(self) -> list[tuple[str, str, ChannelCounts]]:
         return []
+
+
+def amqp1_version(configured: str) -> str:
+    """The RabbitMQ version announced to AMQP 1.0 clients: the configured one
+    when it is a 4.x or later, else the first release that spoke AMQP 1.0 as
+    Warren does (RabbitMQ 4.0): 0-9-1 clients may be told 3.x (Celery picks its
+    behaviour by it), 1.0 clients need 4.0 or later."""
+    major = configured.split(".", 1)[0]
+    return configured if major.isdigit() and int(major) >= 4 else MIN_RABBITMQ_VERSION

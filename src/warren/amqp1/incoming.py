@@ -27,6 +27,7 @@ from warren.amqp1.errors import (
     ILLEGAL_STATE,
     MESSAGE_SIZE_EXCEEDED,
     NOT_FOUND,
+    NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
     RESOURCE_LIMIT_EXCEEDED,
     TRANSFER_LIMIT_EXCEEDED,
@@ -35,7 +36,12 @@ from warren.amqp1.errors import (
     error,
 )
 from warren.amqp1.formats import DecodeError
-from warren.amqp1.links import MAX_MANAGEMENT_CREDIT, ManagementPair, terminus_address
+from warren.amqp1.links import (
+    MAX_MANAGEMENT_CREDIT,
+    ManagementPair,
+    temporary_queue,
+    terminus_address,
+)
 from warren.amqp1.mapping import to_core
 from warren.amqp1.message import AmqpMessage, decode_message
 from warren.amqp1.performatives import (
@@ -48,6 +54,7 @@ from warren.amqp1.performatives import (
     Target,
     Transfer,
 )
+from warren.amqp1.types import Described
 from warren.core.errors import AccessRefused, BrokerError
 from warren.core.message import Message
 from warren.core.users import WRITE
@@ -60,6 +67,8 @@ __all__ = ["IncomingLink", "MAX_LINK_CREDIT"]
 
 log = logging.getLogger("warren.amqp1")
 
+#: A transaction coordinator's descriptor (part 4, 4.5.1), code and name.
+_COORDINATOR: Final = (0x30, "amqp:coordinator:list")
 #: The credit a publishing link is given (RabbitMQ 4's max_link_credit): topped
 #: up to it half way, while fewer publishes than it wait to be settled.
 MAX_LINK_CREDIT: Final = 170
@@ -83,6 +92,8 @@ class IncomingLink:
         self.exchange: Exchange | None = None
         self.routing_key: str | None = None
         self.target: Any = attach.target
+        #: A dynamic target's queue (deleted with the link); "" for none.
+        self.temporary = ""
         self.pair: ManagementPair | None = None
         # A message over several transfers: its delivery-id, settled, parts.
         self._parts: list[bytes] = []
@@ -95,7 +106,16 @@ class IncomingLink:
     def attach(self, attach: Attach) -> None:
         """Check the target: LinkError refuses the link."""
         if not isinstance(attach.target, Target):
+            if isinstance(attach.target, Described) and attach.target.descriptor in _COORDINATOR:
+                raise LinkError(NOT_IMPLEMENTED, "transactions are not supported")
             raise LinkError(ILLEGAL_STATE, "a sending link needs a target")
+        session = self.session
+        if attach.target.dynamic:
+            queue, self.target = temporary_queue(attach.target, session.vhost, session.conn)
+            self.temporary = queue.name
+            self.address = Address("queue", queue.name)
+            self.exchange, self.routing_key = self._resolve(self.address)
+            return
         address = terminus_address(attach.target)
         if address is not None and not isinstance(address, str):
             raise LinkError("amqp:invalid-field", f"target address {address!r:.60}")
@@ -142,7 +162,7 @@ class IncomingLink:
             snd_settle_mode=attach.snd_settle_mode,
             rcv_settle_mode=RCV_FIRST,
             source=attach.source,
-            target=None if refused else attach.target,
+            target=None if refused else self.target,
             max_message_size=self.session.conn.config.max_message_size,
         )
 
@@ -160,6 +180,9 @@ class IncomingLink:
 
     def detached(self) -> None:
         self._drop_parts()
+        if self.temporary:
+            self.session.vhost.delete_queue(self.temporary, owner=self.session.conn)
+            self.temporary = ""
         if self.pair is not None:
             self.session.pair_link_gone(self.name, self.pair)
             self.pair = None
