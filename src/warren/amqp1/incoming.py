@@ -27,6 +27,7 @@ from warren.amqp1.errors import (
     ILLEGAL_STATE,
     MESSAGE_SIZE_EXCEEDED,
     NOT_FOUND,
+    NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
     RESOURCE_LIMIT_EXCEEDED,
     TRANSFER_LIMIT_EXCEEDED,
@@ -48,6 +49,7 @@ from warren.amqp1.performatives import (
     Target,
     Transfer,
 )
+from warren.amqp1.types import Described, Symbol, ULong
 from warren.core.errors import AccessRefused, BrokerError
 from warren.core.message import Message
 from warren.core.users import WRITE
@@ -57,6 +59,14 @@ if TYPE_CHECKING:
     from warren.core.exchange import Exchange
 
 __all__ = ["IncomingLink", "MAX_LINK_CREDIT"]
+
+#: A transaction coordinator target's descriptor (4.5.1), code and name.
+_COORDINATOR: Final = (ULong(0x30), Symbol("amqp:coordinator:list"))
+
+
+def _is_coordinator(target: Any) -> bool:
+    return isinstance(target, Described) and target.descriptor in _COORDINATOR
+
 
 log = logging.getLogger("warren.amqp1")
 
@@ -94,8 +104,13 @@ class IncomingLink:
     # -- attach -------------------------------------------------------------------------
     def attach(self, attach: Attach) -> None:
         """Check the target: LinkError refuses the link."""
+        if _is_coordinator(attach.target):
+            # RabbitMQ 4 has no transaction coordinator (validate_attach).
+            raise LinkError(NOT_IMPLEMENTED, "Transactions not supported")
         if not isinstance(attach.target, Target):
             raise LinkError(ILLEGAL_STATE, "a sending link needs a target")
+        if attach.target.dynamic:
+            raise LinkError(NOT_IMPLEMENTED, "Dynamic target not supported")
         address = terminus_address(attach.target)
         if address is not None and not isinstance(address, str):
             raise LinkError("amqp:invalid-field", f"target address {address!r:.60}")

@@ -143,6 +143,10 @@ class OutgoingLink:
         source = attach.source
         if not isinstance(source, Source):
             raise LinkError(ILLEGAL_STATE, "a receiving link needs a source")
+        if source.dynamic:
+            # RabbitMQ 4 makes one only for its temporary-queue and
+            # rabbitmq:volatile-queue capabilities (ensure_source); Warren not yet.
+            raise LinkError(NOT_IMPLEMENTED, "Dynamic source not supported")
         address = terminus_address(source)
         if address is not None and not isinstance(address, str):
             raise LinkError("amqp:invalid-field", f"source address {address!r:.60}")
