@@ -1,8 +1,9 @@
 """python-qpid-proton against the embedded broker over real sockets: the
 scenarios of proton's examples (simple send and receive with the blocking API
 and with the reactor, request/response), settlement both ways, consumer
-credit, the four outcomes, TLS, SASL, vhosts and the refusals RabbitMQ 4
-gives (a missing queue, no permission, dynamic nodes, transactions)."""
+credit, the four outcomes, SASL, vhosts and the refusals RabbitMQ 4
+gives (a missing queue, no permission, dynamic nodes, transactions). TLS:
+test_tls.py."""
 
 from __future__ import annotations
 
