@@ -53,6 +53,9 @@ COMPILED_MODULES = [
     "warren.amqp1.formats",
     "warren.amqp1.frames",
     "warren.amqp1.performatives",
+    # Its consumer subclasses core/consumer.py's compiled Consumer, which an
+    # interpreted class cannot.
+    "warren.amqp1.outgoing",
     "warren.amqp.channel",
     "warren.amqp.confirms",
     "warren.amqp.connection",

@@ -82,6 +82,9 @@ INITIAL_MAX_FRAME_SIZE: Final = 8192
 SESSION_MAX: Final = 64
 #: The shortest idle timeout a client may ask for (RabbitMQ 4's).
 MIN_IDLE_TIME_OUT_MS: Final = 1000
+#: The RabbitMQ release an AMQP 1.0 client is told at least (RabbitMQ's own 1.0
+#: clients refuse an older server; [main] rabbitmq_version stays 0-9-1's).
+MIN_RABBITMQ_VERSION: Final = "4.0.0"
 #: What the open frame offers (link pairs for /management, the anonymous relay).
 CAPABILITIES: Final = (Symbol("LINK_PAIR_V1_0"), Symbol("ANONYMOUS-RELAY"))
 
@@ -94,7 +97,7 @@ SASL_INIT: Final = 1  # mechanisms sent, waiting for sasl-init
 SASL_DONE: Final = 2  # outcome ok sent, waiting for the AMQP header
 OPEN_WAIT: Final = 3  # waiting for open
 OPEN: Final = 4
-CLOSE_SENT: Final = 5  # our close is out, waiting for the client's
+CLOSE_SENT: Final = 5  # this side's close is going out
 CLOSED: Final = 6
 
 
@@ -221,7 +224,7 @@ class AMQP1Connection:
         self.close(condition, description)
 
     def close(self, condition: str | None = None, description: str | None = None) -> None:
-        """Send close (with an error) and wait for the client's."""
+        """Send close (with an error); the transport closes once it is out."""
         if self.state >= CLOSE_SENT:
             return
         err = error(condition, description) if condition is not None else None
@@ -376,6 +379,8 @@ class AMQP1Connection:
                 raise ConnectionError_(ILLEGAL_STATE, "a second open")
             self._session_frame(frame)
         elif state == OPEN_WAIT:
+            if performative is None:
+                return  # an empty frame may come at any time (2.4.5)
             if not isinstance(performative, Open) or frame.channel != 0:
                 raise ConnectionError_(ILLEGAL_STATE, "the first frame must be open")
             self._open(performative)
@@ -454,7 +459,7 @@ class AMQP1Connection:
         node = self.node
         return {
             Symbol("product"): "RabbitMQ",
-            Symbol("version"): self.config.rabbitmq_version,
+            Symbol("version"): amqp1_version(self.config.rabbitmq_version),
             Symbol("platform"): f"Warren {__version__} on Python {platform.python_version()}",
             Symbol("copyright"): "Warren contributors",
             Symbol("information"): f"Warren {__version__}; MIT licence",
@@ -545,3 +550,12 @@ class AMQP1Connection:
 
     def channel_counts(self) -> list[tuple[str, str, ChannelCounts]]:
         return []
+
+
+def amqp1_version(configured: str) -> str:
+    """The RabbitMQ version announced to AMQP 1.0 clients: the configured one
+    when it is a 4.x or later, else the first release that spoke AMQP 1.0 as
+    Warren does (RabbitMQ 4.0): 0-9-1 clients may be told 3.x (Celery picks its
+    behaviour by it), 1.0 clients need 4.0 or later."""
+    major = configured.split(".", 1)[0]
+    return configured if major.isdigit() and int(major) >= 4 else MIN_RABBITMQ_VERSION

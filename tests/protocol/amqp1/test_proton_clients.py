@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import threading
 from typing import Any
+from urllib.parse import unquote
 
 import pika
 import pytest
 
 proton = pytest.importorskip("proton")
-from proton import Delivery, Message, Terminus  # noqa: E402
+from proton import Delivery, Message, Terminus, symbol  # noqa: E402
 from proton.handlers import MessagingHandler  # noqa: E402
 from proton.reactor import AtMostOnce, Container, LinkOption  # noqa: E402
 from proton.utils import BlockingConnection, LinkDetached, SendException  # noqa: E402
@@ -213,8 +214,9 @@ def test_request_response_with_reply_to(broker) -> None:
 
 def test_dynamic_receiver_is_refused_as_rabbitmq_4_does(broker) -> None:
     """RabbitMQ 4 creates a dynamic source only for the capabilities
-    temporary-queue and rabbitmq:volatile-queue, which proton does not ask for;
-    without them: amqp:not-implemented (rabbit_amqp_session:ensure_source)."""
+    temporary-queue and rabbitmq:volatile-queue, which proton does not ask for
+    by itself; without them: amqp:not-implemented
+    (rabbit_amqp_session:ensure_source)."""
     conn = connect(broker)
     try:
         with pytest.raises(LinkDetached) as info:
@@ -224,6 +226,41 @@ def test_dynamic_receiver_is_refused_as_rabbitmq_4_does(broker) -> None:
         conn.create_sender("/queues/after").send(Message(body="the connection goes on"))
     finally:
         conn.close()
+
+
+class _TemporaryQueue(LinkOption):
+    def apply(self, link: Any) -> None:
+        link.source.capabilities.put_object(symbol("temporary-queue"))
+
+
+def test_request_response_with_a_dynamic_reply_queue(broker) -> None:
+    """proton's examples/client.py: replies come to a dynamic receiver's
+    address, here a temporary queue (RabbitMQ 4's capability); the queue goes
+    with the link."""
+    declare(broker, "requests")
+    server = _Server(_url(broker), 2)
+    thread = threading.Thread(target=Container(server).run, daemon=True)
+    thread.start()
+    assert server.ready.wait(10)
+    conn = connect(broker)
+    try:
+        replies = conn.create_receiver(None, dynamic=True, options=_TemporaryQueue())
+        address = replies.link.remote_source.address
+        assert address.startswith("/queues/")
+        name = unquote(address.removeprefix("/queues/"))
+        assert broker.call(lambda: name in broker.broker.vhosts["/"].queues)
+        sender = conn.create_sender("/queues/requests")
+        for i, text in enumerate(["ping", "pong"]):
+            sender.send(Message(body=text, reply_to=address, correlation_id=f"c-{i}"))
+            reply = replies.receive(timeout=10)
+            replies.accept()
+            assert (reply.body, reply.correlation_id) == (text.upper(), f"c-{i}")
+        replies.close()
+        assert broker.call(lambda: name not in broker.broker.vhosts["/"].queues)
+    finally:
+        conn.close()
+    thread.join(10)
+    assert not thread.is_alive()
 
 
 class _Coordinator(LinkOption):
