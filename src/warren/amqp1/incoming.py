@@ -54,7 +54,7 @@ from warren.amqp1.performatives import (
     Target,
     Transfer,
 )
-from warren.amqp1.types import Described, Symbol, ULong
+from warren.amqp1.types import Described
 from warren.core.errors import AccessRefused, BrokerError
 from warren.core.message import Message
 from warren.core.users import WRITE
@@ -65,16 +65,10 @@ if TYPE_CHECKING:
 
 __all__ = ["IncomingLink", "MAX_LINK_CREDIT"]
 
-#: A transaction coordinator target's descriptor (4.5.1), code and name.
-_COORDINATOR: Final = (ULong(0x30), Symbol("amqp:coordinator:list"))
-
-
-def _is_coordinator(target: Any) -> bool:
-    return isinstance(target, Described) and target.descriptor in _COORDINATOR
-
-
 log = logging.getLogger("warren.amqp1")
 
+#: A transaction coordinator's descriptor (part 4, 4.5.1), code and name.
+_COORDINATOR: Final = (0x30, "amqp:coordinator:list")
 #: The credit a publishing link is given (RabbitMQ 4's max_link_credit): topped
 #: up to it half way, while fewer publishes than it wait to be settled.
 MAX_LINK_CREDIT: Final = 170
@@ -111,10 +105,9 @@ class IncomingLink:
     # -- attach -------------------------------------------------------------------------
     def attach(self, attach: Attach) -> None:
         """Check the target: LinkError refuses the link."""
-        if _is_coordinator(attach.target):
-            # RabbitMQ 4 has no transaction coordinator (validate_attach).
-            raise LinkError(NOT_IMPLEMENTED, "Transactions not supported")
         if not isinstance(attach.target, Target):
+            if isinstance(attach.target, Described) and attach.target.descriptor in _COORDINATOR:
+                raise LinkError(NOT_IMPLEMENTED, "transactions are not supported")
             raise LinkError(ILLEGAL_STATE, "a sending link needs a target")
         session = self.session
         if attach.target.dynamic:
