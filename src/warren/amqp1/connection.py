@@ -66,6 +66,7 @@ from warren.node import node_name
 if TYPE_CHECKING:
     from warren.amqp1.links import ManagementFactory
     from warren.core.channel_counts import ChannelCounts
+    from warren.core.clock import TimerHandle
     from warren.core.users import User
     from warren.core.vhost import VHost
     from warren.node import Node
@@ -87,6 +88,9 @@ MIN_IDLE_TIME_OUT_MS: Final = 1000
 MIN_RABBITMQ_VERSION: Final = "4.0.0"
 #: What the open frame offers (link pairs for /management, the anonymous relay).
 CAPABILITIES: Final = (Symbol("LINK_PAIR_V1_0"), Symbol("ANONYMOUS-RELAY"))
+
+#: ms a client has to answer this side's close (RabbitMQ 4's CLOSING_TIMEOUT).
+CLOSING_TIMEOUT_MS: Final = 30_000
 
 # Connection states, in order.
 HEADER: Final = 0  # waiting for the client's protocol header
@@ -159,6 +163,8 @@ class AMQP1Connection:
         self.unfinished = 0
         #: Channels whose session this side ended, until the client's end comes.
         self.ending: set[int] = set()
+        #: After this side's close: cuts off a client that never sends its own.
+        self._closing_timer: TimerHandle | None = None
 
     # -- the sans-IO surface ----------------------------------------------------------
     @property
@@ -225,9 +231,12 @@ class AMQP1Connection:
         err = error(condition, description) if condition is not None else None
         self.send_frame(0, Close(error=err))
         self.state = CLOSE_SENT
-        # As RabbitMQ 4: the socket closes once the close is out, without waiting
-        # for the client's (which a client that went wrong may never send).
-        self.close_transport()
+        self._end_sessions()
+        # As RabbitMQ 4 (rabbit_amqp_reader:close/2): reading goes on, ignoring all
+        # but the client's close, which closes the socket; closed at once, the
+        # socket would be reset under our close by frames the client sent before
+        # it saw it. A client that never answers is cut off after CLOSING_TIMEOUT_MS.
+        self._closing_timer = self.node.clock.call_later(CLOSING_TIMEOUT_MS, self.close_transport)
 
     def close_transport(self) -> None:
         """The transport closes once the output is written (on_close)."""
@@ -235,6 +244,7 @@ class AMQP1Connection:
             return
         self.closed = True
         self.state = CLOSED
+        self._cancel_closing_timer()
         self._end_sessions()
         self.on_close()
 
@@ -243,10 +253,16 @@ class AMQP1Connection:
         settled goes back to its queues), the connection leaves the listing."""
         self.closed = True
         self.state = CLOSED
+        self._cancel_closing_timer()
         self._end_sessions()
         if self._opened_vhost and self.vhost is not None:
             self._opened_vhost = False
             self.client_session.closed(self, self.vhost)
+
+    def _cancel_closing_timer(self) -> None:
+        if self._closing_timer is not None:
+            self._closing_timer.cancel()
+            self._closing_timer = None
 
     def _end_sessions(self) -> None:
         sessions, self.sessions = self.sessions, {}

@@ -132,6 +132,10 @@ def test_a_frame_past_max_frame_size_closes_with_a_framing_error(broker) -> None
     c.pump()
     cond = c.remote_condition
     assert cond is not None and cond.name == "amqp:connection:framing-error"
+    # The frames after the bad one cannot be read, the client's close neither:
+    # the socket closes after the closing timeout (as RabbitMQ 4's).
+    broker.advance(30_000)
+    c.pump()
     assert c.broker.lost
 
 
@@ -206,6 +210,31 @@ def test_listed_by_the_management_api(broker) -> None:
     assert consumer["queue"]["name"] == "q"
     c.close()
     assert [x for x in http.get("/api/connections") if x["protocol"] == "AMQP 1-0"] == []
+
+
+def test_an_error_close_waits_for_the_clients_close(broker) -> None:
+    """As RabbitMQ 4 (rabbit_amqp_reader:close/2): after its close the broker
+    keeps reading until the client's close, so frames the client sent before
+    seeing it never reset the socket under the close (a client then loses
+    the error: rhea did); a client that never answers is cut off after 30 s."""
+    c = client(broker, hostname="vhost:nope")
+    cond = c.remote_condition
+    assert cond is not None and cond.name == "amqp:unauthorized-access"
+    assert not c.broker.lost
+    c.session()  # frames after the close: read and ignored
+    c.pump()
+    assert not c.broker.lost
+    c.close()
+    assert c.broker.lost
+
+    silent = client(broker, hostname="vhost:nope")
+    assert silent.remote_condition is not None
+    broker.advance(29_999)
+    silent.pump()
+    assert not silent.broker.lost
+    broker.advance(1)
+    silent.pump()
+    assert silent.broker.lost
 
 
 def test_the_version_amqp1_clients_are_told() -> None:

@@ -750,7 +750,12 @@ def test_amqp1_to_core_and_back_keeps_what_rabbitmq_keeps(msg: AmqpMessage) -> N
         delivery_mode=st.one_of(st.none(), st.sampled_from([1, 2])),
         priority=st.one_of(st.none(), st.integers(0, 255)),
         correlation_id=st.one_of(st.none(), _short),
-        reply_to=st.one_of(st.none(), _short),
+        # A reply_to whose 1.0 address (/queues/ and the name percent-encoded) is
+        # over 255 bytes is left out on the way back, as RabbitMQ 4 leaves it
+        # (mc_amqpl: unwrap_shortstr before the decode): not a round trip.
+        reply_to=st.one_of(
+            st.none(), _short.filter(lambda s: len(f"/queues/{quote(s, safe='')}") < 256)
+        ),
         expiration=st.one_of(st.none(), st.integers(0, 2**32 - 1).map(str)),
         message_id=st.one_of(st.none(), _short, st.uuids().map(lambda u: f"urn:uuid:{u}")),
         timestamp=st.one_of(st.none(), st.integers(0, 253_402_300_799)),
