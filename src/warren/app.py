@@ -13,6 +13,7 @@ from urllib.parse import quote
 from warren.amqp.replica_server import ReplicaReadServer
 from warren.amqp.server import AMQPListener
 from warren.amqp1.frames import AMQP_HEADER, SASL_HEADER
+from warren.amqp1.management_node import management_handler
 from warren.amqp1.server import AMQP1Listener
 from warren.broker import Broker as CoreBroker
 from warren.config import Config
@@ -53,7 +54,7 @@ def default_listeners(
     if amqp_handoffs is None:
         # AMQP 1.0 (issue 30): its listener binds nothing; it takes the clients
         # the AMQP listener hands over, so it comes first (started before them).
-        amqp1 = AMQP1Listener()
+        amqp1 = AMQP1Listener(management=management_handler)
         listeners.append(amqp1)
         handoffs: HeaderHandoffs = {
             **AMQP_HANDOFFS,

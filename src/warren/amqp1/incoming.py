@@ -42,6 +42,7 @@ from warren.amqp1.links import (
     temporary_queue,
     terminus_address,
 )
+from warren.amqp1.management_node import decode_request
 from warren.amqp1.mapping import to_core
 from warren.amqp1.message import AmqpMessage, decode_message
 from warren.amqp1.performatives import (
@@ -255,7 +256,8 @@ class IncomingLink:
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) % _SEQ
         try:
-            message = decode_message(data)
+            # A management request may have no body section (a GET, a DELETE).
+            message = decode_message(data) if self.pair is None else decode_request(data)
         except DecodeError as exc:
             raise LinkError(DECODE_ERROR, f"cannot decode the message: {exc}") from None
         if self.pair is not None:

@@ -29,8 +29,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
 
+from warren.amqp1.errors import SessionError
 from warren.amqp1.field_values import read_headers, to_table
 from warren.amqp1.formats import STR8
+from warren.amqp1.links import ManagementHandler
 from warren.amqp1.management_paths import (
     BadPath,
     args_hash,
@@ -84,14 +86,9 @@ INVALID_FIELD: Final = "amqp:invalid-field"
 _DEFAULT_EXCHANGE_TEXT: Final = "operation not permitted on the default exchange"
 
 
-class ManagementError(Exception):
+class ManagementError(SessionError):
     """A request the node answers by ending the session (RabbitMQ 4 does so for
     a permission refusal): ``condition`` and ``description`` are the end's error."""
-
-    def __init__(self, condition: str, description: str) -> None:
-        super().__init__(description)
-        self.condition = condition
-        self.description = description
 
 
 class _Status(Exception):
@@ -602,3 +599,18 @@ _HANDLERS: dict[tuple[str, str], Handler] = {
     ("bindings", "GET"): ManagementNode._get_bindings,
     ("binding", "DELETE"): ManagementNode._delete_binding,
 }
+
+
+def management_handler(
+    session: ClientSession, vhost: VHost, later: Callable[[AmqpMessage], None]
+) -> ManagementHandler:
+    """links.py's ManagementFactory: one node per link pair, every reply given to
+    ``later`` (a declare's waits until the change is durable; the others go at
+    once, in request order)."""
+    node = ManagementNode(session, vhost)
+
+    def handle(request: AmqpMessage) -> list[AmqpMessage]:
+        node.request(request, later)
+        return []
+
+    return handle

@@ -3,7 +3,7 @@ scenarios of proton's examples (simple send and receive with the blocking API
 and with the reactor, request/response), settlement both ways, consumer
 credit, the four outcomes, SASL, vhosts and the refusals RabbitMQ 4
 gives (a missing queue, no permission, dynamic nodes, transactions). TLS:
-test_tls.py."""
+test_amqp1_tls.py."""
 
 from __future__ import annotations
 
@@ -423,7 +423,7 @@ def test_modified_delivery_failed_counts_in_a_quorum_queue(broker) -> None:
     assert _modify_three_times(broker, "qmod") == [(True, 0), (False, 1), (False, 2), (False, 3)]
 
 
-# -- SASL, vhosts, refusals (TLS: test_tls.py) -----------------------------------------------------------
+# -- SASL, vhosts, refusals (TLS: test_amqp1_tls.py) -----------------------------------------------------------
 
 
 def test_wrong_password_is_refused(broker) -> None:

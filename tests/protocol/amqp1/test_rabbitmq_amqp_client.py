@@ -120,10 +120,6 @@ def test_connects_to_a_broker_with_the_default_settings(broker) -> None:
         env.close()
 
 
-@pytest.mark.skip(
-    reason="the /management node (branch a1mgmt) is not wired into the AMQP 1.0 "
-    "connection yet: its links are refused with amqp:not-found"
-)
 def test_management_declares_binds_and_deletes(connection) -> None:
     from rabbitmq_amqp_python_client import (
         ExchangeSpecification,

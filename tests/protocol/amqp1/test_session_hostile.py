@@ -16,6 +16,7 @@ from harness import Harness, harness_fixture
 from harness.amqp1 import ProtonClient
 
 from warren.amqp1.frames import HEARTBEAT, encode_frame
+from warren.amqp1.management_node import management_handler
 from warren.amqp1.performatives import (
     Accepted,
     Attach,
@@ -142,10 +143,6 @@ def _frame(rnd: random.Random) -> bytes:
     return encode_frame(channel, performative, payload)
 
 
-def _echo(session: Any, vhost: Any, later: Any) -> Any:
-    return lambda message: [message]
-
-
 @pytest.mark.parametrize("seed", range(3))
 def test_random_performatives_after_the_open(broker: Harness, seed: int) -> None:
     rnd = random.Random(seed)
@@ -156,7 +153,7 @@ def test_random_performatives_after_the_open(broker: Harness, seed: int) -> None
     broker.call(lambda: vhost.declare_queue("q", durable=False, arguments=dlx))
     published = 0
     for _ in range(20):
-        c = ProtonClient(broker, management=_echo).open()
+        c = ProtonClient(broker, management=management_handler).open()
         session = c.session()
         sender = c.sender("/queues/q", session=session)
         for _ in range(2):
