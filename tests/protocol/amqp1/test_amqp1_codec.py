@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from protonhelp import proton_decode, proton_encode, values
 
+from examples import examples
 from warren.amqp1 import codec
 from warren.amqp1 import formats as f
 from warren.amqp1.codec import DecodeError, decode
@@ -286,7 +287,7 @@ def test_subclasses_take_their_base_encoding() -> None:
     assert out.hex() == "5503"
 
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS

@@ -10,6 +10,7 @@ from amqp1help import PAYLOAD, conversation, summary, transfer_payload
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from examples import examples
 from warren.amqp1 import performatives as p
 from warren.amqp1.codec import DecodeError
 from warren.amqp1.frames import (
@@ -40,7 +41,7 @@ def test_whole_conversation_at_once() -> None:
     assert [t.more for t in transfers] == [True] * (len(transfers) - 1) + [False]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.data())
 def test_random_splits_give_the_same_frames(data: st.DataObject) -> None:
     raw, want = conversation()

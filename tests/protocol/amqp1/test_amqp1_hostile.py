@@ -6,7 +6,6 @@ valid structure, to reach deeper)."""
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Any
 
 from amqp1help import any_instance, conversation
@@ -14,12 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from protonhelp import values
 
+from examples import examples
 from warren.amqp1 import codec
 from warren.amqp1.codec import DecodeError
 from warren.amqp1.frames import FrameReader
 
 #: The pure-Python pass runs a third, as the other codec fuzz tests do.
-EXAMPLES = 300 if os.environ.get("WARREN_PURE_PYTHON") == "1" else 900
+EXAMPLES = examples(900)
 SETTINGS = settings(
     max_examples=EXAMPLES,
     deadline=None,

@@ -14,6 +14,7 @@ from amqp1help import any_instance
 from hypothesis import HealthCheck, given, settings
 from protonhelp import proton_decode, proton_encode
 
+from examples import examples
 from warren.amqp1 import codec
 from warren.amqp1 import formats as f
 from warren.amqp1 import performatives as p
@@ -370,7 +371,7 @@ def test_large_performatives_use_list32() -> None:
     assert proton_decode(raw) == described(0x10, "c" * 300)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(any_instance)
 def test_round_trips_through_us_and_proton(value: Any) -> None:
     raw = encoded(value)

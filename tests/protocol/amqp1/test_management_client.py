@@ -16,6 +16,7 @@ from harness.management_node import NODE, NodePair
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from examples import examples
 from warren.amqp1.management_node import decode_request
 from warren.amqp1.management_paths import (
     BadPath,
@@ -118,7 +119,7 @@ def test_rabbitmq_python_client(pair: NodePair, broker: Harness) -> None:
 
 
 # -- paths ----------------------------------------------------------------------------
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(st.characters(exclude_categories=("Cs",))))
 def test_names_round_trip_through_their_encoding(name: str) -> None:
     encoded = quote(name)
@@ -131,7 +132,7 @@ def test_names_round_trip_through_their_encoding(name: str) -> None:
     assert unquote(segments[1]) == name
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     st.text(st.characters(exclude_categories=("Cs",)), min_size=1),
     st.text(st.characters(exclude_categories=("Cs",)), min_size=1),

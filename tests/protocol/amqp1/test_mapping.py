@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from examples import examples
 from warren.amqp1.mapping import AMQP10_TYPE, for_delivery, from_core, to_core
 from warren.amqp1.message import (
     AmqpMessage,
@@ -722,7 +723,7 @@ def _same(a: Any, b: Any) -> bool:
     return same_type and a == b
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_kept_messages())
 def test_amqp1_to_core_and_back_keeps_what_rabbitmq_keeps(msg: AmqpMessage) -> None:
     raw, body = to_core(decode_message(encode_message(msg)))
@@ -742,7 +743,7 @@ def test_amqp1_to_core_and_back_keeps_what_rabbitmq_keeps(msg: AmqpMessage) -> N
     assert bytes(pm.body) == msg.body[0].content  # type: ignore[union-attr]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.builds(
         BasicProperties,
@@ -795,7 +796,7 @@ _any_ids = st.one_of(st.none(), st.uuids(), st.text(max_size=300), st.binary(max
                      st.builds(ULong, st.integers(0, 2**64 - 1)))  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.builds(
         Properties,

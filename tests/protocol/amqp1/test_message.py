@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from examples import examples
 from warren.amqp1 import message as M
 from warren.amqp1.codec import DecodeError
 from warren.amqp1.message import (
@@ -354,7 +355,7 @@ _messages = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_messages)
 def test_random_messages_round_trip(msg: AmqpMessage) -> None:
     raw = encode_message(msg)
@@ -364,7 +365,7 @@ def test_random_messages_round_trip(msg: AmqpMessage) -> None:
     assert back.bare + (back.raw[back.footer_at :] if back.raw else b"") == raw[back.bare_at :]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(_messages)
 def test_proton_reads_random_messages(msg: AmqpMessage) -> None:
     pm = proton.Message()
