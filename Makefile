@@ -15,7 +15,7 @@
 #   make test      ruff and mypy (make lint), then pytest twice at once: everything
 #                  against the compiled modules, and what runs compiled code in the
 #                  test's own process again as pure Python (tests/passes.py; its
-#                  tests/spark in a process of their own: one Spark JVM)
+#                  tests/spark in a pytest of their own: two Spark JVMs)
 #                  (extra args: make test PYTEST_ARGS='-k config'; PYTEST_WORKERS=0
 #                  for one process per pass)
 #   make test-busy make test with two CPU hogs beside it (Debian's stress-ng, installed
@@ -65,9 +65,11 @@ PYTEST_STATUS_FILE ?=
 # Three each: the tests wait on sockets, timers and other processes, and with
 # two per pass the two cores were still half idle.
 PYTEST_WORKERS ?= 3
-# Workers of the pure pass but tests/spark, which runs beside it in one process
-# of its own (one Spark JVM: with three workers, each started one).
+# Workers of the pure pass but tests/spark, and of tests/spark, which runs
+# beside it in a pytest of its own: two Spark JVMs (each worker that picks up a
+# Spark test starts one; in one process the Spark tests' waits add up: 7.5 min).
 PURE_WORKERS = $(if $(filter 0,$(PYTEST_WORKERS)),0,2)
+SPARK_WORKERS = $(PURE_WORKERS)
 # How xdist hands tests out: worksteal, so a worker that runs out of tests takes
 # half of a busy one's queue (the long ones go first: tests/passes.py LONG_FIRST).
 PYTEST_DIST = $(if $(filter 0,$(PYTEST_WORKERS)),,--dist worksteal)
@@ -224,9 +226,10 @@ prometheus:
 # pytest-xdist workers, the pure one over PURE_WORKERS (2) plus one process for
 # tests/spark: most of a test's time is spent waiting on sockets, timers and
 # subprocesses (two serial passes kept the two cores about half busy and took
-# 14 min here; with 2 workers each, 9 min; then 3 each), and the Spark tests
-# share one JVM in one process (each worker that ran one started its own: 159 s
-# of CPU for tests/spark over three workers, 127 s in one). The pure pass needs
+# 14 min here; with 2 workers each, 9 min; then 3 each), and tests/spark runs
+# over SPARK_WORKERS (2) of its own, so that at most two Spark JVMs start (each
+# worker that runs a Spark test starts one: tests/spark took 159 s of CPU over
+# three workers, 127 s in one process, but 7.5 min there). The pure pass needs
 # neither lint nor the compiled build: it starts first and runs beside them
 # (a minute on a fresh clone); when either fails it is stopped and make test
 # fails (status 2, no PYTEST_STATUS_FILE), as before. (Started before the first
@@ -247,7 +250,7 @@ test: export PYTHONDONTWRITEBYTECODE :=
 test: $(TEST_STAMP) browser mosquitto etcd rabbitmq fuse prometheus rhea
 	@log=$$(mktemp); spark_log=$$(mktemp); \
 	( exec env WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PURE_WORKERS) $(PYTEST_DIST) -m 'pure_pass and not spark' $(PYTEST_ARGS) > "$$log" 2>&1 ) & pure_pid=$$!; \
-	( exec env WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -m 'pure_pass and spark' $(PYTEST_ARGS) > "$$spark_log" 2>&1 ) & spark_pid=$$!; \
+	( exec env WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(SPARK_WORKERS) $(PYTEST_DIST) -m 'pure_pass and spark' $(PYTEST_ARGS) > "$$spark_log" 2>&1 ) & spark_pid=$$!; \
 	echo "== make: the pure-Python pass started (pids $$pure_pid, $$spark_pid for tests/spark); lint and the compiled build meanwhile"; \
 	if ! $(MAKE) --no-print-directory lint $(SHARED_LIBRARY); then \
 		kill $$pure_pid $$spark_pid 2>/dev/null; wait $$pure_pid $$spark_pid; rm -f "$$log" "$$spark_log"; exit 2; fi; \
@@ -262,7 +265,7 @@ test: $(TEST_STAMP) browser mosquitto etcd rabbitmq fuse prometheus rhea
 	spark=0; wait $$spark_pid || spark=$$?; \
 	echo "== pytest, pure Python (WARREN_PURE_PYTHON=1)"; \
 	cat "$$log"; rm -f "$$log"; \
-	echo "== pytest, pure Python, tests/spark (one process, one JVM)"; \
+	echo "== pytest, pure Python, tests/spark (two workers, two JVMs)"; \
 	cat "$$spark_log"; rm -f "$$spark_log"; \
 	if [ "$$status" = 0 ] || { [ "$$status" = 5 ] && [ "$$pure" != 0 ]; }; then status=$$pure; fi; \
 	if { [ "$$status" = 0 ] || [ "$$status" = 5 ]; } && [ "$$spark" != 0 ] && [ "$$spark" != 5 ]; then status=$$spark; fi; \

@@ -41,7 +41,7 @@ class CpuAccount:
         self.ended[nodeid] = time.time()
 
     def write(self) -> None:
-        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        worker = os.environ.get("PYTEST_XDIST_WORKER", f"main{os.getpid()}")
         name = "pure" if os.environ.get("WARREN_PURE_PYTHON") == "1" else "compiled"
         self.out.mkdir(parents=True, exist_ok=True)
         doc = {"tests": self.tests, "ended": self.ended, "total": _cpu()}
@@ -60,6 +60,8 @@ def report(where: Path) -> None:
         total = accounted = 0.0
         for f in where.glob(f"{name}-*.json"):
             doc = json.loads(f.read_text())
+            if not doc["tests"]:
+                continue  # an xdist controller: its total is its workers'
             total += doc["total"]
             for nodeid, cpu in doc["tests"].items():
                 by_file[nodeid.split("::")[0]] += cpu
@@ -69,7 +71,7 @@ def report(where: Path) -> None:
             print(f"{cpu:8.1f}  {path}")
     ended = {
         (name.split("-")[0], nodeid): at
-        for name in (f.stem for f in where.glob("*-gw*.json"))
+        for name in (f.stem for f in where.glob("*.json"))
         for nodeid, at in json.loads((where / f"{name}.json").read_text()).get("ended", {}).items()
     }
     if ended:

@@ -96,6 +96,11 @@ DELIBERATE_DIFFERENCES: dict[str, str] = {
         "RabbitMQ closes the connection with 540 'NOT_IMPLEMENTED - active=false'; "
         "Warren pauses deliveries and answers channel.flow-ok"
     ),
+    "header_amqp_1_0": (
+        "RabbitMQ 3.10 without its rabbitmq_amqp1_0 plugin answers AMQP 0-9-1's header "
+        "and closes; Warren speaks AMQP 1.0 on the AMQP port as RabbitMQ 4 does, which "
+        "requires SASL: it answers the SASL layer's header and closes (docs/amqp1.md)"
+    ),
     "auth_external_mechanism": (
         "RabbitMQ drops the socket silently 3 s later; Warren sends 403 at once"
     ),
@@ -302,6 +307,7 @@ WARREN_EXPECTED: dict[str, Observation] = {
         "received": [{"active": False, "channel": 1, "frame": "Channel.FlowOk"}],
         "socket": "open",
     },
+    "header_amqp_1_0": {"received": [{"raw": "AMQP\\x03\\x01\\x00\\x00"}], "socket": "closed"},
     "auth_external_mechanism": _connection_close(
         403, "ACCESS_REFUSED - unsupported authentication mechanism 'EXTERNAL'", logged_in=False
     ),
