@@ -46,6 +46,16 @@ from setuptools.command.build_ext import build_ext
 # explicit stack, and its encoding (core/table_encode.py) stops at MAX_DEPTH
 # levels; core/table_edit.py only walks a table's top level.
 COMPILED_MODULES = [
+    # AMQP 1.0's wire layer: its decoding recurses, up to amqp1/formats.py's
+    # MAX_DEPTH levels only, as does its encoding.
+    "warren.amqp1.codec",
+    "warren.amqp1.encoding",
+    "warren.amqp1.formats",
+    "warren.amqp1.frames",
+    "warren.amqp1.performatives",
+    # Its consumer subclasses core/consumer.py's compiled Consumer, which an
+    # interpreted class cannot.
+    "warren.amqp1.outgoing",
     "warren.amqp.channel",
     "warren.amqp.confirms",
     "warren.amqp.connection",

@@ -51,6 +51,7 @@ from warren.amqp1.performatives import (
     SASL_OK,
     Begin,
     Close,
+    End,
     Open,
     SaslInit,
     SaslMechanisms,
@@ -80,6 +81,9 @@ INITIAL_MAX_FRAME_SIZE: Final = 8192
 SESSION_MAX: Final = 64
 #: The shortest idle timeout a client may ask for (RabbitMQ 4's).
 MIN_IDLE_TIME_OUT_MS: Final = 1000
+#: The RabbitMQ release an AMQP 1.0 client is told at least (RabbitMQ's own 1.0
+#: clients refuse an older server; [main] rabbitmq_version stays 0-9-1's).
+MIN_RABBITMQ_VERSION: Final = "4.0.0"
 #: What the open frame offers (link pairs for /management, the anonymous relay).
 CAPABILITIES: Final = (Symbol("LINK_PAIR_V1_0"), Symbol("ANONYMOUS-RELAY"))
 
@@ -89,7 +93,7 @@ SASL_INIT: Final = 1  # mechanisms sent, waiting for sasl-init
 SASL_DONE: Final = 2  # outcome ok sent, waiting for the AMQP header
 OPEN_WAIT: Final = 3  # waiting for open
 OPEN: Final = 4
-CLOSE_SENT: Final = 5  # our close is out, waiting for the client's
+CLOSE_SENT: Final = 5  # this side's close is going out
 CLOSED: Final = 6
 
 
@@ -152,6 +156,8 @@ class AMQP1Connection:
         self._opened_vhost = False
         #: Bytes of messages whose transfers are not complete, over all links.
         self.unfinished = 0
+        #: Channels whose session this side ended, until the client's end comes.
+        self.ending: set[int] = set()
 
     # -- the sans-IO surface ----------------------------------------------------------
     @property
@@ -212,7 +218,7 @@ class AMQP1Connection:
         self.close(condition, description)
 
     def close(self, condition: str | None = None, description: str | None = None) -> None:
-        """Send close (with an error) and wait for the client's."""
+        """Send close (with an error); the transport closes once it is out."""
         if self.state >= CLOSE_SENT:
             return
         err = error(condition, description) if condition is not None else None
@@ -357,6 +363,8 @@ class AMQP1Connection:
                 raise ConnectionError_(ILLEGAL_STATE, "a second open")
             self._session_frame(frame)
         elif state == OPEN_WAIT:
+            if performative is None:
+                return  # an empty frame may come at any time (2.4.5)
             if not isinstance(performative, Open) or frame.channel != 0:
                 raise ConnectionError_(ILLEGAL_STATE, "the first frame must be open")
             self._open(performative)
@@ -435,7 +443,7 @@ class AMQP1Connection:
         node = self.node
         return {
             Symbol("product"): "RabbitMQ",
-            Symbol("version"): self.config.rabbitmq_version,
+            Symbol("version"): amqp1_version(self.config.rabbitmq_version),
             Symbol("platform"): f"Warren {__version__} on Python {platform.python_version()}",
             Symbol("copyright"): "Warren contributors",
             Symbol("information"): f"Warren {__version__}; MIT licence",
@@ -460,7 +468,7 @@ class AMQP1Connection:
         performative = frame.performative
         session = self.sessions.get(channel)
         if isinstance(performative, Begin):
-            if session is not None:
+            if session is not None or channel in self.ending:
                 raise ConnectionError_(ILLEGAL_STATE, f"channel {channel} is in use")
             if performative.remote_channel is not None:
                 raise ConnectionError_(NOT_ALLOWED, "the broker begins no sessions")
@@ -472,11 +480,20 @@ class AMQP1Connection:
             self.sessions[channel] = Session(self, channel, performative, self.vhost)
             return
         if session is None:
+            if channel in self.ending:
+                # Sent before the client saw this side's end: ignored until its end.
+                if isinstance(performative, End):
+                    self.ending.discard(channel)
+                return
             raise ConnectionError_(ILLEGAL_STATE, f"no session on channel {channel}")
         session.frame(performative, frame.payload)
 
-    def session_ended(self, channel: int) -> None:
+    def session_ended(self, channel: int, by_us: bool = False) -> None:
+        """The session on ``channel`` is over; ``by_us``: this side sent the end
+        and the client's is still to come (its channel stays taken until then)."""
         self.sessions.pop(channel, None)
+        if by_us:
+            self.ending.add(channel)
 
     # -- ClientConnection (what the broker and the management API use) -----------------
     def set_writable(self, writable: bool) -> None:
@@ -517,3 +534,12 @@ class AMQP1Connection:
 
     def channel_counts(self) -> list[tuple[str, str, ChannelCounts]]:
         return []
+
+
+def amqp1_version(configured: str) -> str:
+    """The RabbitMQ version announced to AMQP 1.0 clients: the configured one
+    when it is a 4.x or later, else the first release that spoke AMQP 1.0 as
+    Warren does (RabbitMQ 4.0): 0-9-1 clients may be told 3.x (Celery picks its
+    behaviour by it), 1.0 clients need 4.0 or later."""
+    major = configured.split(".", 1)[0]
+    return configured if major.isdigit() and int(major) >= 4 else MIN_RABBITMQ_VERSION

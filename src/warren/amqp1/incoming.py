@@ -35,7 +35,12 @@ from warren.amqp1.errors import (
     error,
 )
 from warren.amqp1.formats import DecodeError
-from warren.amqp1.links import MAX_MANAGEMENT_CREDIT, ManagementPair, terminus_address
+from warren.amqp1.links import (
+    MAX_MANAGEMENT_CREDIT,
+    ManagementPair,
+    temporary_queue,
+    terminus_address,
+)
 from warren.amqp1.mapping import to_core
 from warren.amqp1.message import AmqpMessage, decode_message
 from warren.amqp1.performatives import (
@@ -83,6 +88,8 @@ class IncomingLink:
         self.exchange: Exchange | None = None
         self.routing_key: str | None = None
         self.target: Any = attach.target
+        #: A dynamic target's queue (deleted with the link); "" for none.
+        self.temporary = ""
         self.pair: ManagementPair | None = None
         # A message over several transfers: its delivery-id, settled, parts.
         self._parts: list[bytes] = []
@@ -96,6 +103,13 @@ class IncomingLink:
         """Check the target: LinkError refuses the link."""
         if not isinstance(attach.target, Target):
             raise LinkError(ILLEGAL_STATE, "a sending link needs a target")
+        session = self.session
+        if attach.target.dynamic:
+            queue, self.target = temporary_queue(attach.target, session.vhost, session.conn)
+            self.temporary = queue.name
+            self.address = Address("queue", queue.name)
+            self.exchange, self.routing_key = self._resolve(self.address)
+            return
         address = terminus_address(attach.target)
         if address is not None and not isinstance(address, str):
             raise LinkError("amqp:invalid-field", f"target address {address!r:.60}")
@@ -142,7 +156,7 @@ class IncomingLink:
             snd_settle_mode=attach.snd_settle_mode,
             rcv_settle_mode=RCV_FIRST,
             source=attach.source,
-            target=None if refused else attach.target,
+            target=None if refused else self.target,
             max_message_size=self.session.conn.config.max_message_size,
         )
 
@@ -160,6 +174,9 @@ class IncomingLink:
 
     def detached(self) -> None:
         self._drop_parts()
+        if self.temporary:
+            self.session.vhost.delete_queue(self.temporary, owner=self.session.conn)
+            self.temporary = ""
         if self.pair is not None:
             self.session.pair_link_gone(self.name, self.pair)
             self.pair = None

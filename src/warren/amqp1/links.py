@@ -1,5 +1,9 @@
 """What AMQP 1.0 links share, and the hook the ``/management`` node plugs into.
 
+A dynamic source or target with the ``temporary-queue`` capability is a new
+exclusive queue of the connection's, deleted with the link (RabbitMQ 4's
+temporary queues, which its clients use for replies): :func:`temporary_queue`.
+
 RabbitMQ 4's HTTP-over-AMQP management (declare, bind, delete, purge, ...)
 runs on a link pair (OASIS "Link Pair" 1.0, the LINK_PAIR_V1_0 capability):
 the client attaches a sending link with target ``/management`` and a
@@ -25,11 +29,17 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from warren.amqp1.addresses import queue_address
+from warren.amqp1.errors import NOT_IMPLEMENTED, RESOURCE_LIMIT_EXCEEDED, LinkError
+from warren.amqp1.formats import SYM8
 from warren.amqp1.message import AmqpMessage, encode_message
-from warren.amqp1.performatives import Attach, Source, Target
+from warren.amqp1.performatives import Attach, DeleteOnClose, Released, Source, Target
+from warren.amqp1.types import Array, Symbol
+from warren.core.errors import BrokerError
 
 if TYPE_CHECKING:
     from warren.amqp1.outgoing import OutgoingLink
+    from warren.core.queue import Queue
     from warren.core.session import ClientSession
     from warren.core.vhost import VHost
 
@@ -41,6 +51,7 @@ __all__ = [
     "ManagementPair",
     "ReplyLater",
     "is_management",
+    "temporary_queue",
     "terminus_address",
 ]
 
@@ -62,6 +73,51 @@ def terminus_address(terminus: Any) -> Any:
     if isinstance(terminus, (Source, Target)):
         return terminus.address
     return None
+
+
+TEMPORARY_QUEUE: Final = Symbol("temporary-queue")
+_LINK_DETACH: Final = Symbol("link-detach")
+_MOVE: Final = Symbol("move")
+
+
+def temporary_queue(
+    terminus: Source | Target, vhost: VHost, owner: object
+) -> tuple[Queue, Source | Target]:
+    """A dynamic terminus: a new exclusive queue of ``owner``'s (the connection),
+    server-named as a 0-9-1 queue.declare of "" is (no configure check), and the
+    terminus to answer with, its address the queue's. LinkError for a dynamic
+    terminus without the temporary-queue capability (RabbitMQ 4's only kind here)."""
+    if TEMPORARY_QUEUE not in (terminus.capabilities or ()):
+        raise LinkError(NOT_IMPLEMENTED, "dynamic terminus without the temporary-queue capability")
+    try:
+        queue = vhost.declare_queue("", durable=False, exclusive=True, owner=owner)
+    except BrokerError as exc:  # the vhost's max-queues
+        raise LinkError(RESOURCE_LIMIT_EXCEEDED, exc.text) from None
+    properties = {
+        Symbol("lifetime-policy"): DeleteOnClose(),
+        Symbol("supported-dist-modes"): Array(SYM8, (_MOVE,)),
+    }
+    reply: Source | Target
+    if isinstance(terminus, Source):
+        reply = Source(
+            address=queue_address(queue.name),
+            expiry_policy=_LINK_DETACH,
+            dynamic=True,
+            dynamic_node_properties=properties,
+            distribution_mode=_MOVE,
+            default_outcome=Released(),
+            outcomes=terminus.outcomes,
+            capabilities=(TEMPORARY_QUEUE,),
+        )
+    else:
+        reply = Target(
+            address=queue_address(queue.name),
+            expiry_policy=_LINK_DETACH,
+            dynamic=True,
+            dynamic_node_properties=properties,
+            capabilities=(TEMPORARY_QUEUE,),
+        )
+    return queue, reply
 
 
 def is_management(attach: Attach) -> bool:

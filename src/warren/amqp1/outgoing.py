@@ -15,7 +15,9 @@ requeues it, modified requeues it (counted as a failed delivery with
 delivery-failed) or, undeliverable-here, drops it, as RabbitMQ 4's
 settle_op_from_outcome reads them.
 
-The link property ``rabbitmq:priority`` is the consumer's priority. A
+A dynamic source with the temporary-queue capability consumes a new
+exclusive queue, deleted with the link (links.py). The link property
+``rabbitmq:priority`` is the consumer's priority. A
 stream queue's consumer starts where the source's filter
 ``rabbitmq:stream-offset-spec`` says (first, last, next, an offset or a
 timestamp), as RabbitMQ 4 reads it.
@@ -40,7 +42,7 @@ from warren.amqp1.errors import (
     LinkError,
     error,
 )
-from warren.amqp1.links import ManagementPair, terminus_address
+from warren.amqp1.links import ManagementPair, temporary_queue, terminus_address
 from warren.amqp1.mapping import for_delivery, from_core
 from warren.amqp1.performatives import (
     RCV_FIRST,
@@ -133,6 +135,9 @@ class OutgoingLink:
         self._draining = False
         #: The consumer's priority: the link property ``rabbitmq:priority``.
         self.priority = 0
+        #: A dynamic source's answer; its queue is the link's own (temporary).
+        self.source: Any = None
+        self.temporary = False
         self._arguments: dict[str, Any] = {}
         #: The link's delivery stream in the client session (core/deliveries.py).
         self.deliveries: Deliveries = session.conn.client_session.deliveries(session.stats)
@@ -143,6 +148,13 @@ class OutgoingLink:
         source = attach.source
         if not isinstance(source, Source):
             raise LinkError(ILLEGAL_STATE, "a receiving link needs a source")
+        session = self.session
+        vhost = session.vhost
+        if source.dynamic:
+            queue, self.source = temporary_queue(source, vhost, session.conn)
+            self.temporary = True
+            self.queue = queue
+            return
         address = terminus_address(source)
         if address is not None and not isinstance(address, str):
             raise LinkError("amqp:invalid-field", f"source address {address!r:.60}")
@@ -152,8 +164,6 @@ class OutgoingLink:
             raise LinkError(exc.condition, exc.description) from None
         if parsed.kind != "queue":
             raise LinkError(NOT_IMPLEMENTED, f"source address '{address}': consume from a queue")
-        session = self.session
-        vhost = session.vhost
         try:
             queue = vhost.get_queue(parsed.name, owner=session.conn)
         except NotFound as exc:
@@ -188,7 +198,7 @@ class OutgoingLink:
             role=SENDER,
             snd_settle_mode=SND_SETTLED if self.no_ack else attach.snd_settle_mode,
             rcv_settle_mode=RCV_FIRST,
-            source=None if refused else attach.source,
+            source=None if refused else self.source or attach.source,
             target=attach.target,
             initial_delivery_count=self.delivery_count,
         )
@@ -213,6 +223,9 @@ class OutgoingLink:
             return
         self.closed = True
         self.deliveries.close()
+        if self.temporary and self.queue is not None:
+            # Its queue goes with it (what was not settled went back to it first).
+            self.session.vhost.delete_queue(self.queue.name, owner=self.session.conn)
         pair = self.pair
         if pair is not None:
             pair.sender = None

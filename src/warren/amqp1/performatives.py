@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import MISSING, dataclass, fields
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
 from warren.amqp1.codec import register_described, register_encoder
 from warren.amqp1.encoding import (
@@ -92,7 +92,6 @@ UINT_MAX: Final = 0xFFFFFFFF
 class Error:
     """An error condition (2.8.14), carried by detach, end, close and rejected."""
 
-    DESCRIPTOR: ClassVar[int] = 0x1D
     condition: Symbol
     description: str | None = None
     info: dict[Any, Any] | None = None
@@ -100,7 +99,6 @@ class Error:
 
 @dataclass(slots=True, kw_only=True)
 class Open:
-    DESCRIPTOR: ClassVar[int] = 0x10
     container_id: str
     hostname: str | None = None
     max_frame_size: int = UINT_MAX
@@ -115,7 +113,6 @@ class Open:
 
 @dataclass(slots=True, kw_only=True)
 class Begin:
-    DESCRIPTOR: ClassVar[int] = 0x11
     remote_channel: int | None = None
     next_outgoing_id: int
     incoming_window: int
@@ -128,7 +125,6 @@ class Begin:
 
 @dataclass(slots=True, kw_only=True)
 class Attach:
-    DESCRIPTOR: ClassVar[int] = 0x12
     name: str
     handle: int
     role: bool
@@ -147,7 +143,6 @@ class Attach:
 
 @dataclass(slots=True, kw_only=True)
 class Flow:
-    DESCRIPTOR: ClassVar[int] = 0x13
     next_incoming_id: int | None = None
     incoming_window: int
     next_outgoing_id: int
@@ -163,7 +158,6 @@ class Flow:
 
 @dataclass(slots=True, kw_only=True)
 class Transfer:
-    DESCRIPTOR: ClassVar[int] = 0x14
     handle: int
     delivery_id: int | None = None
     delivery_tag: bytes | None = None
@@ -179,7 +173,6 @@ class Transfer:
 
 @dataclass(slots=True, kw_only=True)
 class Disposition:
-    DESCRIPTOR: ClassVar[int] = 0x15
     role: bool
     first: int
     last: int | None = None
@@ -190,7 +183,6 @@ class Disposition:
 
 @dataclass(slots=True, kw_only=True)
 class Detach:
-    DESCRIPTOR: ClassVar[int] = 0x16
     handle: int
     closed: bool = False
     error: Error | None = None
@@ -198,25 +190,21 @@ class Detach:
 
 @dataclass(slots=True, kw_only=True)
 class End:
-    DESCRIPTOR: ClassVar[int] = 0x17
     error: Error | None = None
 
 
 @dataclass(slots=True, kw_only=True)
 class Close:
-    DESCRIPTOR: ClassVar[int] = 0x18
     error: Error | None = None
 
 
 @dataclass(slots=True, kw_only=True)
 class SaslMechanisms:
-    DESCRIPTOR: ClassVar[int] = 0x40
     sasl_server_mechanisms: tuple[Symbol, ...]
 
 
 @dataclass(slots=True, kw_only=True)
 class SaslInit:
-    DESCRIPTOR: ClassVar[int] = 0x41
     mechanism: Symbol
     initial_response: bytes | None = None
     hostname: str | None = None
@@ -224,49 +212,43 @@ class SaslInit:
 
 @dataclass(slots=True, kw_only=True)
 class SaslChallenge:
-    DESCRIPTOR: ClassVar[int] = 0x42
     challenge: bytes
 
 
 @dataclass(slots=True, kw_only=True)
 class SaslResponse:
-    DESCRIPTOR: ClassVar[int] = 0x43
     response: bytes
 
 
 @dataclass(slots=True, kw_only=True)
 class SaslOutcome:
-    DESCRIPTOR: ClassVar[int] = 0x44
     code: int
     additional_data: bytes | None = None
 
 
 @dataclass(slots=True, kw_only=True)
 class Received:
-    DESCRIPTOR: ClassVar[int] = 0x23
     section_number: int
     section_offset: int
 
 
 @dataclass(slots=True)
 class Accepted:
-    DESCRIPTOR: ClassVar[int] = 0x24
+    pass
 
 
 @dataclass(slots=True)
 class Rejected:
-    DESCRIPTOR: ClassVar[int] = 0x25
     error: Error | None = None
 
 
 @dataclass(slots=True)
 class Released:
-    DESCRIPTOR: ClassVar[int] = 0x26
+    pass
 
 
 @dataclass(slots=True, kw_only=True)
 class Modified:
-    DESCRIPTOR: ClassVar[int] = 0x27
     delivery_failed: bool | None = None
     undeliverable_here: bool | None = None
     message_annotations: dict[Any, Any] | None = None
@@ -274,7 +256,6 @@ class Modified:
 
 @dataclass(slots=True, kw_only=True)
 class Source:
-    DESCRIPTOR: ClassVar[int] = 0x28
     address: Any = None
     durable: int = 0
     expiry_policy: Symbol = Symbol("session-end")
@@ -290,7 +271,6 @@ class Source:
 
 @dataclass(slots=True, kw_only=True)
 class Target:
-    DESCRIPTOR: ClassVar[int] = 0x29
     address: Any = None
     durable: int = 0
     expiry_policy: Symbol = Symbol("session-end")
@@ -302,22 +282,22 @@ class Target:
 
 @dataclass(slots=True)
 class DeleteOnClose:
-    DESCRIPTOR: ClassVar[int] = 0x2B
+    pass
 
 
 @dataclass(slots=True)
 class DeleteOnNoLinks:
-    DESCRIPTOR: ClassVar[int] = 0x2C
+    pass
 
 
 @dataclass(slots=True)
 class DeleteOnNoMessages:
-    DESCRIPTOR: ClassVar[int] = 0x2D
+    pass
 
 
 @dataclass(slots=True)
 class DeleteOnNoLinksOrMessages:
-    DESCRIPTOR: ClassVar[int] = 0x2E
+    pass
 
 
 # Field kinds: the AMQP type a field is written as and checked against.
@@ -337,11 +317,17 @@ ERROR: Final = 12
 
 _CAPS = (("offered_capabilities", SYMBOLS), ("desired_capabilities", SYMBOLS))
 
-#: Per class: its descriptor name and (field, kind) in spec order; mandatory
-#: fields are the dataclass fields without a default.
-LAYOUTS: dict[type, tuple[str, tuple[tuple[str, int], ...]]] = {
-    Error: ("amqp:error:list", (("condition", SYMBOL), ("description", STRING), ("info", FIELDS))),
+#: Per class: its descriptor code and name, and (field, kind) in spec order;
+#: mandatory fields are the dataclass fields without a default. (The code is
+#: not a ClassVar on the dataclass: mypyc takes those for fields.)
+LAYOUTS: dict[type, tuple[int, str, tuple[tuple[str, int], ...]]] = {
+    Error: (
+        0x1D,
+        "amqp:error:list",
+        (("condition", SYMBOL), ("description", STRING), ("info", FIELDS)),
+    ),
     Open: (
+        0x10,
         "amqp:open:list",
         (
             ("container_id", STRING),
@@ -356,6 +342,7 @@ LAYOUTS: dict[type, tuple[str, tuple[tuple[str, int], ...]]] = {
         ),
     ),
     Begin: (
+        0x11,
         "amqp:begin:list",
         (
             ("remote_channel", USHORT),
@@ -368,6 +355,7 @@ LAYOUTS: dict[type, tuple[str, tuple[tuple[str, int], ...]]] = {
         ),
     ),
     Attach: (
+        0x12,
         "amqp:attach:list",
         (
             ("name", STRING),
@@ -386,6 +374,7 @@ LAYOUTS: dict[type, tuple[str, tuple[tuple[str, int], ...]]] = {
         ),
     ),
     Flow: (
+        0x13,
         "amqp:flow:list",
         (
             ("next_incoming_id", UINT),
@@ -402,6 +391,7 @@ LAYOUTS: dict[type, tuple[str, tuple[tuple[str, int], ...]]] = {
         ),
     ),
     Transfer: (
+        0x14,
         "amqp:transfer:list",
         (
             ("handle", UINT),
@@ -418,6 +408,7 @@ LAYOUTS: dict[type, tuple[str, tuple[tuple[str, int], ...]]] = {
         ),
     ),
     Disposition: (
+        0x15,
         "amqp:disposition:list",
         (
             ("role", BOOL),
@@ -428,26 +419,29 @@ LAYOUTS: dict[type, tuple[str, tuple[tuple[str, int], ...]]] = {
             ("batchable", BOOL),
         ),
     ),
-    Detach: ("amqp:detach:list", (("handle", UINT), ("closed", BOOL), ("error", ERROR))),
-    End: ("amqp:end:list", (("error", ERROR),)),
-    Close: ("amqp:close:list", (("error", ERROR),)),
-    SaslMechanisms: ("amqp:sasl-mechanisms:list", (("sasl_server_mechanisms", SYMBOLS),)),
+    Detach: (0x16, "amqp:detach:list", (("handle", UINT), ("closed", BOOL), ("error", ERROR))),
+    End: (0x17, "amqp:end:list", (("error", ERROR),)),
+    Close: (0x18, "amqp:close:list", (("error", ERROR),)),
+    SaslMechanisms: (0x40, "amqp:sasl-mechanisms:list", (("sasl_server_mechanisms", SYMBOLS),)),
     SaslInit: (
+        0x41,
         "amqp:sasl-init:list",
         (("mechanism", SYMBOL), ("initial_response", BINARY), ("hostname", STRING)),
     ),
-    SaslChallenge: ("amqp:sasl-challenge:list", (("challenge", BINARY),)),
-    SaslResponse: ("amqp:sasl-response:list", (("response", BINARY),)),
-    SaslOutcome: ("amqp:sasl-outcome:list", (("code", UBYTE), ("additional_data", BINARY))),
-    Received: ("amqp:received:list", (("section_number", UINT), ("section_offset", ULONG))),
-    Accepted: ("amqp:accepted:list", ()),
-    Rejected: ("amqp:rejected:list", (("error", ERROR),)),
-    Released: ("amqp:released:list", ()),
+    SaslChallenge: (0x42, "amqp:sasl-challenge:list", (("challenge", BINARY),)),
+    SaslResponse: (0x43, "amqp:sasl-response:list", (("response", BINARY),)),
+    SaslOutcome: (0x44, "amqp:sasl-outcome:list", (("code", UBYTE), ("additional_data", BINARY))),
+    Received: (0x23, "amqp:received:list", (("section_number", UINT), ("section_offset", ULONG))),
+    Accepted: (0x24, "amqp:accepted:list", ()),
+    Rejected: (0x25, "amqp:rejected:list", (("error", ERROR),)),
+    Released: (0x26, "amqp:released:list", ()),
     Modified: (
+        0x27,
         "amqp:modified:list",
         (("delivery_failed", BOOL), ("undeliverable_here", BOOL), ("message_annotations", FIELDS)),
     ),
     Source: (
+        0x28,
         "amqp:source:list",
         (
             ("address", ANY),
@@ -464,6 +458,7 @@ LAYOUTS: dict[type, tuple[str, tuple[tuple[str, int], ...]]] = {
         ),
     ),
     Target: (
+        0x29,
         "amqp:target:list",
         (
             ("address", ANY),
@@ -475,10 +470,10 @@ LAYOUTS: dict[type, tuple[str, tuple[tuple[str, int], ...]]] = {
             ("capabilities", SYMBOLS),
         ),
     ),
-    DeleteOnClose: ("amqp:delete-on-close:list", ()),
-    DeleteOnNoLinks: ("amqp:delete-on-no-links:list", ()),
-    DeleteOnNoMessages: ("amqp:delete-on-no-messages:list", ()),
-    DeleteOnNoLinksOrMessages: ("amqp:delete-on-no-links-or-messages:list", ()),
+    DeleteOnClose: (0x2B, "amqp:delete-on-close:list", ()),
+    DeleteOnNoLinks: (0x2C, "amqp:delete-on-no-links:list", ()),
+    DeleteOnNoMessages: (0x2D, "amqp:delete-on-no-messages:list", ()),
+    DeleteOnNoLinksOrMessages: (0x2E, "amqp:delete-on-no-links-or-messages:list", ()),
 }
 
 AMQP_PERFORMATIVES: Final = (Open, Begin, Attach, Flow, Transfer, Disposition, Detach, End, Close)
@@ -490,12 +485,12 @@ class _Composite:
 
     __slots__ = ("cls", "code", "name", "names", "kinds", "mandatory", "defaults")
 
-    def __init__(self, cls: type, name: str, spec: tuple[tuple[str, int], ...]) -> None:
+    def __init__(self, cls: type, code: int, name: str, spec: tuple[tuple[str, int], ...]) -> None:
         declared = {f.name: f for f in fields(cls)}
         if [n for n, _ in spec] != list(declared):
             raise AssertionError(f"{cls.__name__}: field table out of step with the class")
         self.cls = cls
-        self.code: int = getattr(cls, "DESCRIPTOR")  # noqa: B009  (a ClassVar mypy cannot see on type)
+        self.code = code
         self.name = name
         self.names = tuple(n for n, _ in spec)
         self.kinds = tuple(k for _, k in spec)
@@ -627,8 +622,8 @@ def _build(spec: _Composite, value: Any) -> Any:
 
 
 def _register() -> None:
-    for cls, (name, spec) in LAYOUTS.items():
-        composite = _Composite(cls, name, spec)
+    for cls, (code, name, spec) in LAYOUTS.items():
+        composite = _Composite(cls, code, name, spec)
         _SPECS[cls] = composite
         register_described(composite.code, name, functools.partial(_build, composite))
         register_encoder(cls, _encode_composite)

@@ -381,11 +381,12 @@ class Session:
             err.description if err is not None else "",
         )
         self.conn.send_frame(self.channel, End(error=err))
-        self.ended()
+        self.ended(by_us=True)
 
-    def ended(self) -> None:
+    def ended(self, by_us: bool = False) -> None:
         """The session is over: its links detach (what they delivered and is not
-        settled goes back to its queues)."""
+        settled goes back to its queues). ``by_us``: this side's end, the
+        client's to come."""
         if self.ended_:
             return
         self.ended_ = True
@@ -394,7 +395,7 @@ class Session:
             link.detached()
         self.outgoing.clear()
         self.unconfirmed.clear()
-        self.conn.session_ended(self.channel)
+        self.conn.session_ended(self.channel, by_us)
 
     def management_pair(self, name: str) -> ManagementPair:
         """The ``/management`` link pair of link name ``name`` (made at its first

@@ -47,7 +47,7 @@ KIND_VALUES: dict[int, st.SearchStrategy[Any]] = {
 
 @st.composite
 def instances(draw: st.DrawFn, cls: type) -> Any:
-    _, layout = p.LAYOUTS[cls]
+    _, _, layout = p.LAYOUTS[cls]
     mandatory = {fld.name for fld in dataclasses.fields(cls) if fld.default is dataclasses.MISSING}
     kwargs = {}
     for name, kind in layout:

@@ -304,3 +304,32 @@ def test_proton_engine_reads_our_split_transfers() -> None:
     got = proton.Message()
     got.decode(receiver.recv(delivery.pending))
     assert (got.body, got.id) == (b"y" * 3000, "m1")
+
+
+def test_proton_sasl_client() -> None:
+    """proton's SASL PLAIN exchange read by ours; after our outcome it sends the
+    AMQP header and its open together, unannounced to the reader."""
+    transport = proton.Transport()
+    connection = proton.Connection()
+    connection.container = "sasl-client"
+    connection.user = "guest"
+    connection.password = "secret"
+    sasl = transport.sasl()
+    sasl.allowed_mechs("PLAIN")
+    sasl.allow_insecure_mechs = True
+    transport.bind(connection)
+    connection.open()
+    reader = FrameReader(512, expect_header=True)
+    assert reader.feed(_drain(transport)) == [SASL_HEADER]
+    mechanisms = p.SaslMechanisms(sasl_server_mechanisms=("PLAIN", "ANONYMOUS"))
+    transport.push(SASL_HEADER + encode_frame(0, mechanisms, type=TYPE_SASL))
+    [init] = reader.feed(_drain(transport))
+    assert isinstance(init, Frame) and init.type == TYPE_SASL
+    assert init.performative == p.SaslInit(
+        mechanism=Symbol("PLAIN"), initial_response=b"\0guest\0secret"
+    )
+    transport.push(encode_frame(0, p.SaslOutcome(code=p.SASL_OK), type=TYPE_SASL))
+    assert sasl.outcome == proton.SASL.OK
+    items = reader.feed(_drain(transport))
+    assert summary(items) == [AMQP_HEADER, (0, p.Open)]
+    assert items[1].performative.container_id == "sasl-client"  # type: ignore[union-attr]

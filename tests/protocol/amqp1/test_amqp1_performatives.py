@@ -358,7 +358,8 @@ def test_not_a_list_is_a_decode_error() -> None:
 
 
 def test_encoding_a_mandatory_none_is_refused() -> None:
-    with pytest.raises(ValueError):
+    # Compiled (mypyc), the dataclass itself refuses None for an int field.
+    with pytest.raises((ValueError, TypeError)):
         encoded(p.Transfer(handle=None))  # type: ignore[arg-type]
 
 
@@ -376,7 +377,7 @@ def test_round_trips_through_us_and_proton(value: Any) -> None:
     assert decode(raw) == (value, len(raw))
     theirs = proton_decode(raw)
     assert isinstance(theirs, Described)
-    assert theirs.descriptor == type(value).DESCRIPTOR
+    assert theirs.descriptor == p.LAYOUTS[type(value)][0]
     assert decode(proton_encode(theirs))[0] == value
 
 

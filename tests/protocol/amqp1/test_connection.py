@@ -14,6 +14,7 @@ import pytest
 from harness import harness_fixture
 from harness.amqp1 import MemoryAMQP1, ProtonClient
 
+from warren.amqp1.connection import amqp1_version
 from warren.amqp1.frames import AMQP_HEADER, HEARTBEAT, SASL_HEADER
 
 pytest.importorskip("proton")
@@ -31,6 +32,8 @@ def test_sasl_plain_and_open(broker) -> None:
     assert c.transport.sasl().outcome == proton.SASL.OK
     props = c.connection.remote_properties
     assert props[proton.symbol("product")] == "RabbitMQ"
+    # RabbitMQ's own 1.0 clients need 4.0 or later; 0-9-1's stay told 3.x.
+    assert props[proton.symbol("version")] == "4.0.0"
     offered = c.connection.remote_offered_capabilities
     assert proton.symbol("ANONYMOUS-RELAY") in list(offered)
     assert c.conn.vhost is not None and c.conn.vhost.name == "/"
@@ -203,3 +206,9 @@ def test_listed_by_the_management_api(broker) -> None:
     assert consumer["queue"]["name"] == "q"
     c.close()
     assert [x for x in http.get("/api/connections") if x["protocol"] == "AMQP 1-0"] == []
+
+
+def test_the_version_amqp1_clients_are_told() -> None:
+    assert amqp1_version("3.10.8") == "4.0.0"
+    assert amqp1_version("4.1.2") == "4.1.2"
+    assert amqp1_version("nonsense") == "4.0.0"

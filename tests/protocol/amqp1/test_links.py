@@ -424,3 +424,92 @@ def test_a_disposition_range_settles_every_delivery_in_it(broker: Harness) -> No
     receiver.close()
     c.pump()
     assert count(broker, "q") == 1  # the unsettled fourth went back
+
+
+unsynced = harness_fixture(manual_clock=True, sync=False)
+
+
+def test_with_sync_off_accepted_after_the_turns_write_out(unsynced: Harness) -> None:
+    declare(unsynced, "durable", durable=True)
+    c = client(unsynced)
+    sender = c.sender("/queues/durable")
+    d = c.send(sender, proton.Message(body="written out", durable=True))
+    assert d.remote_state == Delivery.ACCEPTED
+    assert count(unsynced, "durable") == 1
+
+
+def test_a_resource_alarm_withholds_credit(broker: Harness) -> None:
+    declare(broker, "q")
+    c = client(broker)
+    sender = c.sender("/queues/q")
+    broker.call(lambda: c.conn.set_blocked(True))
+    for i in range(85):
+        sender.delivery(f"d{i}")
+        sender.send(proton.Message(body=i).encode())
+        sender.advance()
+    c.pump()
+    assert sender.credit == 85  # not topped up while blocked
+    broker.call(lambda: c.conn.set_blocked(False))
+    c.pump()
+    assert sender.credit == 170
+
+
+def _temporary(terminus: Any) -> None:
+    terminus.dynamic = True
+    terminus.capabilities.put_array(False, proton.Data.SYMBOL)
+    terminus.capabilities.enter()
+    terminus.capabilities.put_symbol("temporary-queue")
+    terminus.capabilities.exit()
+
+
+def test_a_dynamic_source_is_a_temporary_queue(broker: Harness) -> None:
+    """RabbitMQ 4's temporary queues (its clients' reply queues): a dynamic
+    source with the temporary-queue capability gets an exclusive queue, its
+    address in the attach's answer, deleted with the link."""
+    c = client(broker)
+    session = c.session()
+    receiver = session.receiver("replies")
+    _temporary(receiver.source)
+    receiver.open()
+    receiver.flow(1)
+    c.pump()
+    address = receiver.remote_source.address
+    assert address.startswith("/queues/amq.gen-")
+    assert receiver.remote_source.dynamic
+    name = address[len("/queues/") :]
+    queue = broker.broker.vhosts["/"].queues[name]
+    assert queue.exclusive_owner is c.conn
+    sender = c.sender(address, session=session)
+    assert c.send(sender, proton.Message(body="reply")).remote_state == Delivery.ACCEPTED
+    ((delivery, message),) = c.receive(receiver)
+    assert message.body == "reply"
+    c.settle(delivery)
+    receiver.close()
+    c.pump()
+    assert name not in broker.broker.vhosts["/"].queues
+
+
+def test_a_dynamic_target_is_a_temporary_queue(broker: Harness) -> None:
+    c = client(broker)
+    session = c.session()
+    sender = session.sender("requests")
+    _temporary(sender.target)
+    sender.open()
+    c.pump()
+    address = sender.remote_target.address
+    name = address[len("/queues/") :]
+    assert c.send(sender, proton.Message(body="x")).remote_state == Delivery.ACCEPTED
+    assert count(broker, name) == 1
+    sender.close()
+    c.pump()
+    assert name not in broker.broker.vhosts["/"].queues
+
+
+def test_a_dynamic_source_without_the_capability_is_refused(broker: Harness) -> None:
+    c = client(broker)
+    session = c.session()
+    receiver = session.receiver("r")
+    receiver.source.dynamic = True
+    receiver.open()
+    c.pump()
+    assert receiver.remote_condition.name == "amqp:not-implemented"

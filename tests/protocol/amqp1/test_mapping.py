@@ -765,7 +765,7 @@ def test_core_to_amqp1_and_back(props: BasicProperties) -> None:
     raw = props.encode()
     msg = decode_message(encode_message(from_core(raw, b"b")))
     again, body = to_core(msg)
-    expected = BasicProperties(**{name: getattr(props, name) for name in BasicProperties.__slots__})
+    expected = decode_properties(raw)  # a copy (the compiled class has no __slots__)
     expected.delivery_mode = props.delivery_mode or 1
     assert decode_properties(again) == expected
     assert body == b"b"

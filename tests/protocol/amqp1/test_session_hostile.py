@@ -3,7 +3,8 @@ of random performatives with awkward field values (unknown handles, credit past
 2^31, dispositions over wrapping ranges, transfers on sending links, attaches
 of every address form, ends and begins out of place). The connection must
 answer each with a detach, an end or a close, never raise, and lose no message:
-once every connection is gone, what was published is back in its queue."""
+once every connection is gone, what was published is back in its queue,
+acknowledged (accepted) or dead-lettered (rejected)."""
 
 from __future__ import annotations
 
@@ -71,8 +72,10 @@ def _state(rnd: random.Random) -> Any:
 
 
 def _frame(rnd: random.Random) -> bytes:
-    handle = rnd.choice([0, 1, 2, 7, 300])
-    kind = rnd.randrange(8)
+    # Mostly the links the test attached (0-2), now and then an unknown one.
+    handle = rnd.choices([0, 1, 2, 7, 300], [30, 30, 30, 5, 5])[0]
+    # Mostly link frames; what ends a session or the connection now and then.
+    kind = rnd.choices(range(8), weights=[20, 20, 20, 15, 8, 2, 2, 3])[0]
     payload = b""
     performative: Any
     if kind == 0:
@@ -135,26 +138,32 @@ def _frame(rnd: random.Random) -> bytes:
         )
     else:
         return HEARTBEAT
-    return encode_frame(rnd.choice([0, 0, 0, 1, 5]), performative, payload)
+    channel = 1 if isinstance(performative, Begin) else rnd.choices([0, 1, 5], [90, 8, 2])[0]
+    return encode_frame(channel, performative, payload)
 
 
 def _echo(session: Any, vhost: Any, later: Any) -> Any:
     return lambda message: [message]
 
 
-@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("seed", range(3))
 def test_random_performatives_after_the_open(broker: Harness, seed: int) -> None:
     rnd = random.Random(seed)
     vhost = broker.broker.vhosts["/"]
-    broker.call(lambda: vhost.declare_queue("q", durable=False))
+    # What a client rejects is dead-lettered, not dropped: nothing leaves both.
+    dlx = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dlq"}
+    broker.call(lambda: vhost.declare_queue("dlq", durable=False))
+    broker.call(lambda: vhost.declare_queue("q", durable=False, arguments=dlx))
     published = 0
-    for _ in range(15):
+    for _ in range(20):
         c = ProtonClient(broker, management=_echo).open()
         session = c.session()
         sender = c.sender("/queues/q", session=session)
         for _ in range(2):
             c.send(sender, proton.Message(body="m"))
         published += 2
+        c.receiver("/queues/q", session=session, credit=1)  # handle 1, one delivery
+        c.sender("/management", session=session, name="mgmt")  # handle 2
         for _ in range(40):
             if c.broker.lost:
                 break
@@ -164,4 +173,5 @@ def test_random_performatives_after_the_open(broker: Harness, seed: int) -> None
         broker.call(c.conn.connection_lost)
     broker.settle()
     # Transfers of the random frames may have published more, never fewer.
-    assert vhost.queues["q"].message_count >= published
+    q, dlq = vhost.queues["q"], vhost.queues["dlq"]
+    assert q.message_count + q.stats.ack + dlq.message_count >= published

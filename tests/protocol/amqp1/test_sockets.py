@@ -4,6 +4,8 @@ mapping's promises seen from AMQP 0-9-1 (pika) both ways."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pika
 import pytest
 
@@ -104,3 +106,20 @@ def test_errors_never_affect_another_connection(broker) -> None:
         receiver.accept()
     finally:
         good.close()
+
+
+def test_a_silent_client_is_closed_on_the_brokers_clock(broker_factory) -> None:
+    """Nothing from the client for [amqp] heartbeat seconds on the broker's
+    clock: the close says amqp:resource-limit-exceeded, as RabbitMQ 4's."""
+    from warren.core.clock import ManualClock
+
+    b = broker_factory(clock=ManualClock(), heartbeat=60)
+    conn = connect(b)
+    try:
+        b.advance(60_001)
+        with pytest.raises(proton.ConnectionException) as info:
+            conn.create_sender("/exchanges/amq.topic/x")
+        assert "amqp:resource-limit-exceeded" in str(info.value)
+    finally:
+        with contextlib.suppress(Exception):
+            conn.close()
