@@ -5,8 +5,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
-from mypy_extensions import mypyc_attr
-
 if TYPE_CHECKING:
     from warren.core.deliveries import Deliveries
     from warren.core.message import Message, MessageRun
@@ -14,8 +12,6 @@ if TYPE_CHECKING:
     from warren.core.store import StoredRun, StoreSpan
 
 
-# Subclassed by amqp1/outgoing.py, which is not compiled (setup.py).
-@mypyc_attr(allow_interpreted_subclasses=True)
 class Consumer(ABC):
     """A subscription to one queue, delivering into a client session's delivery
     stream (core/deliveries.py). Protocol adapters subclass it.
