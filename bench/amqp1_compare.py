@@ -33,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -201,21 +202,40 @@ def report(results: dict[tuple[str, int, str], dict[str, Any]], sizes: list[int]
                 ratio(row["warren-1.0-proton"], row["rabbitmq-1.0-proton"]),
             ]
             lines.append(f"| {scenario}, {_size(size)} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "Load generators' CPU (sender, receiver; share of one core over the run):",
-        "",
-        "| Scenario | " + " | ".join(h for _, h in shown) + " |",
-        "|---|" + "---|" * len(shown),
-    ]
+    lines += _table(
+        "Published msg/s (above the received rate: a backlog grew in the queue):",
+        results,
+        sizes,
+        shown,
+        lambda r: f"{r['published']:,.0f}",
+    )
+    lines += _table(
+        "Load generators' CPU (sender / receiver, share of one core over the run):",
+        results,
+        sizes,
+        shown,
+        lambda r: " / ".join(f"{c:.0%}" for c in r["client_cpu"]),
+    )
+    return "\n".join(lines)
+
+
+def _table(
+    title: str,
+    results: dict[tuple[str, int, str], dict[str, Any]],
+    sizes: list[int],
+    shown: list[tuple[str, str]],
+    cell: Callable[[dict[str, Any]], str],
+) -> list[str]:
+    lines = ["", title, "", "| Scenario | " + " | ".join(h for _, h in shown) + " |"]
+    lines.append("|---|" + "---:|" * len(shown))
     for size in sizes:
         for scenario in SCENARIOS:
             cells = []
             for k, _ in shown:
                 r = results.get((scenario, size, k))
-                cells.append(" / ".join(f"{c:.0%}" for c in r["client_cpu"]) if r else "-")
+                cells.append(cell(r) if r else "-")
             lines.append(f"| {scenario}, {_size(size)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,7 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="16,1024", help="body sizes (default 16,1024)")
     ap.add_argument("--skip-rabbitmq", action="store_true")
     ap.add_argument("--warren-src", metavar="DIR", help="run Warren and perf from DIR (a src/)")
-    ap.add_argument("--json", action="store_true", help="also print every cell as a JSON line")
+    ap.add_argument(
+        "--json", action="store_true", help="also print every run of every cell as a JSON line"
+    )
     args = ap.parse_args(argv)
     if args.warren_src:
         brokers.set_warren_src(args.warren_src)
@@ -243,11 +265,17 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[tuple[str, int, str], dict[str, Any]] = {}
     for cell in {c for r in rounds for c in r}:
         runs = [r[cell] for r in rounds if cell in r]
-        best = sorted(runs, key=lambda r: r["rate"])[len(runs) // 2]  # the median run
-        results[cell] = dict(best, rate=statistics.median(r["rate"] for r in runs))
+        best = sorted(runs, key=lambda r: r["rate"])[len(runs) // 2]  # its CPU figures
+        results[cell] = dict(
+            best,
+            rate=statistics.median(r["rate"] for r in runs),
+            published=statistics.median(r["published"] for r in runs),
+        )
     if args.json:
-        for (scenario, size, column), r in sorted(results.items()):
-            print(json.dumps({"scenario": scenario, "size": size, "column": column, **r}))
+        for i, got in enumerate(rounds):
+            for (scenario, size, column), r in sorted(got.items()):
+                cell = {"round": i + 1, "scenario": scenario, "size": size, "column": column}
+                print(json.dumps({**cell, **r}))
     print()
     print(
         f"AMQP 1.0 and 0-9-1, 1 sender + 1 receiver on one queue, {args.seconds:g} s per run, "
