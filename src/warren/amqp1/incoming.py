@@ -27,6 +27,7 @@ from warren.amqp1.errors import (
     ILLEGAL_STATE,
     MESSAGE_SIZE_EXCEEDED,
     NOT_FOUND,
+    NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
     RESOURCE_LIMIT_EXCEEDED,
     TRANSFER_LIMIT_EXCEEDED,
@@ -53,6 +54,7 @@ from warren.amqp1.performatives import (
     Target,
     Transfer,
 )
+from warren.amqp1.types import Described
 from warren.core.errors import AccessRefused, BrokerError
 from warren.core.message import Message
 from warren.core.users import WRITE
@@ -65,6 +67,8 @@ __all__ = ["IncomingLink", "MAX_LINK_CREDIT"]
 
 log = logging.getLogger("warren.amqp1")
 
+#: A transaction coordinator's descriptor (part 4, 4.5.1), code and name.
+_COORDINATOR: Final = (0x30, "amqp:coordinator:list")
 #: The credit a publishing link is given (RabbitMQ 4's max_link_credit): topped
 #: up to it half way, while fewer publishes than it wait to be settled.
 MAX_LINK_CREDIT: Final = 170
@@ -102,6 +106,8 @@ class IncomingLink:
     def attach(self, attach: Attach) -> None:
         """Check the target: LinkError refuses the link."""
         if not isinstance(attach.target, Target):
+            if isinstance(attach.target, Described) and attach.target.descriptor in _COORDINATOR:
+                raise LinkError(NOT_IMPLEMENTED, "transactions are not supported")
             raise LinkError(ILLEGAL_STATE, "a sending link needs a target")
         session = self.session
         if attach.target.dynamic:

@@ -304,7 +304,8 @@ class OutgoingLink:
             deliveries.track(tag, queue, seq, msg, consumer)
         delivery_id = session.send_transfer(self.handle, _TAG(tag), consumer.no_ack, payload)
         if not consumer.no_ack:
-            session.outgoing[delivery_id] = (self, tag)
+            session.sent += 1
+            session.outgoing[delivery_id] = (self, tag, session.sent)
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) % _SEQ
 

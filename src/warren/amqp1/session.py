@@ -12,7 +12,9 @@ outgoing.py's (it consumes) or links.py's ``/management`` pair.
 
 from __future__ import annotations
 
+import bisect
 import logging
+from collections import deque
 from typing import TYPE_CHECKING, Any, Final
 
 from warren.amqp1.errors import (
@@ -89,8 +91,13 @@ class Session:
         #: Handles this side detached whose client's detach has not come yet.
         self.detaching: set[int] = set()
         self.next_delivery_id = 0
-        #: This side's unsettled deliveries: delivery-id -> (link, its delivery tag).
-        self.outgoing: dict[int, tuple[OutgoingLink, int]] = {}
+        #: This side's unsettled deliveries: delivery-id -> (link, its delivery
+        #: tag, its number among the session's unsettled deliveries: ``sent``).
+        self.outgoing: dict[int, tuple[OutgoingLink, int, int]] = {}
+        #: Unsettled deliveries sent so far (never wraps: the consumer timeout's).
+        self.sent = 0
+        # The consumer timeout's marks, once a check: (``sent`` then, the time).
+        self._marks: deque[tuple[int, int]] = deque()
         #: The client's unsettled publishes waiting to be settled: delivery-id -> link.
         self.unconfirmed: dict[int, IncomingLink] = {}
         #: Publishes accepted at once, answered together at the end of the turn.
@@ -243,7 +250,7 @@ class Session:
             entry = outgoing.pop(delivery_id, None)
             if entry is None:
                 continue
-            link, tag = entry
+            link, tag, _ = entry
             by_link.setdefault(id(link), (link, []))[1].append(tag)
         for link, tags in by_link.values():
             link.settle(tags, state)
@@ -350,6 +357,49 @@ class Session:
             self._send_ranges(list(batch), refused)
         for link in links.values():
             link.maybe_grant_credit()
+
+    def check_consumer_timeouts(self, now: int, default: int) -> None:
+        """Deliveries the client has not settled within the consumer timeout
+        (its queue's ``x-consumer-timeout``, else ``default``; 0: none) go back
+        to their queue, and the client hears they are released (a disposition
+        this side sends unsettled), as RabbitMQ 4 does; the link stays.
+
+        No clock read per delivery: each check records a mark (deliveries sent
+        so far, the time), and a delivery is at least as old as the first mark
+        taken after it, so it is released at most one check late."""
+        outgoing = self.outgoing
+        marks = self._marks
+        if not outgoing:
+            marks.clear()
+            return
+        if not marks or marks[-1][0] < self.sent:
+            marks.append((self.sent, now))
+        oldest = min(entry[2] for entry in outgoing.values())
+        while len(marks) > 1 and marks[1][0] < oldest:
+            marks.popleft()  # taken before every delivery still unsettled
+        counts = [m[0] for m in marks]
+        expired: list[tuple[int, OutgoingLink, int]] = []
+        for delivery_id, (link, tag, number) in outgoing.items():
+            i = bisect.bisect_left(counts, number)
+            if i == len(counts):
+                continue  # sent after the last mark
+            queue = link.queue
+            timeout = default
+            if queue is not None and queue.consumer_timeout is not None:
+                timeout = queue.consumer_timeout
+            if timeout and now - marks[i][1] >= timeout:
+                expired.append((delivery_id, link, tag))
+        if not expired:
+            return
+        log.warning(
+            "%s: %d deliveries not settled within the consumer timeout: released",
+            self.conn.name,
+            len(expired),
+        )
+        for delivery_id, link, tag in sorted(expired, key=lambda e: e[0]):
+            del outgoing[delivery_id]
+            link.settle([tag], Released())
+            self.send(Disposition(role=SENDER, first=delivery_id, state=Released()))
 
     # -- the session's life ------------------------------------------------------------
     def resume(self) -> None:

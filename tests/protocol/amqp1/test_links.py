@@ -513,3 +513,43 @@ def test_a_dynamic_source_without_the_capability_is_refused(broker: Harness) -> 
     receiver.open()
     c.pump()
     assert receiver.remote_condition.name == "amqp:not-implemented"
+
+
+def test_the_consumer_timeout_releases_what_waits_too_long(broker: Harness) -> None:
+    """Unsettled past the timeout (at most one check late): back in the queue,
+    the client told released; the link stays and gets it again."""
+    declare(broker, "q")
+    c = client(broker)
+    fill(c, "q", 1)
+    receiver = c.receiver("/queues/q", credit=1)
+    ((delivery, _),) = c.receive(receiver)
+    clock = broker.broker.clock
+    check = c.conn.check_consumer_timeouts
+    broker.call(lambda: check(clock.now_ms(), 1000))  # the first mark
+    broker.advance(999)
+    broker.call(lambda: check(clock.now_ms(), 1000))
+    c.pump()
+    assert delivery.remote_state == 0 and count(broker, "q") == 0
+    broker.advance(1)
+    broker.call(lambda: check(clock.now_ms(), 1000))
+    c.pump()
+    assert delivery.remote_state == Delivery.RELEASED
+    assert count(broker, "q") == 1
+    c.settle(delivery)  # too late: ignored
+    assert count(broker, "q") == 1
+    receiver.flow(1)
+    c.pump()
+    ((again, message),) = c.receive(receiver)
+    assert message.first_acquirer is False
+    c.settle(again)
+    assert count(broker, "q") == 0
+
+
+def test_a_transaction_coordinator_is_refused(broker: Harness) -> None:
+    c = client(broker)
+    session = c.session()
+    sender = session.sender("txn")
+    sender.target.type = proton.Terminus.COORDINATOR
+    sender.open()
+    c.pump()
+    assert sender.remote_condition.name == "amqp:not-implemented"
