@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import json
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +124,15 @@ def test_v1_addresses_and_large_messages(broker: BrokerThread) -> None:
     s, status = measure(p)
     assert status == 0, s
     check(s, 200, confirm=True)
+
+
+def test_idle_receiver_sends_heartbeats(broker_factory: Callable[..., BrokerThread]) -> None:
+    """A broker with heartbeat 1 closes a connection silent for 1 s (it announces an
+    idle-time-out of 500 ms): a receiver on an empty queue for 2.5 s stays connected."""
+    b = broker_factory(heartbeat=1)
+    s, status = measure(AMQP1Params(uri=b.url, publishers=0, time=2.5))
+    assert status == 0, s
+    assert s["consumed"] == 0 and "errors" not in s
 
 
 def test_missing_queue_without_declare(broker: BrokerThread) -> None:

@@ -15,20 +15,23 @@ The workers keep the client from being the bottleneck:
   (or whenever the socket runs dry), all in one ``sendall`` per read.
 
 Other frames (flow, disposition, detach, end, close) are rare: they are
-decoded with warren.amqp1's codec.
+decoded with warren.amqp1's codec. A side with nothing to send (a receiver
+with nothing to receive, a sender without credit) sends empty frames at half
+the idle-time-out the broker announced, so that it is not closed as dead.
 """
 
 from __future__ import annotations
 
 import socket
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
-from warren.amqp1.frames import transfer_frames
+from warren.amqp1.frames import HEARTBEAT, transfer_frames
 from warren.amqp1.performatives import (
     RECEIVER,
     SENDER,
@@ -97,6 +100,25 @@ def worker_main(role: str, index: int, params: AMQP1Params, conn: Connection) ->
     worker_entry(role, index, conn, make, (AMQP1Error, OSError, EOFError), AMQP1Result())
 
 
+class _Heartbeat:
+    """Empty frames at half the idle-time-out the broker announced in its open, while
+    this side has sent nothing else: a receiver with nothing to receive, a sender
+    waiting for credit. The hot loops call :meth:`sent` after each write."""
+
+    def __init__(self, sock: socket.socket, idle_time_out_ms: int | None) -> None:
+        self.sock = sock
+        self.every_ns = (idle_time_out_ms or 0) * 1_000_000 // 2
+        self.last_ns = time.monotonic_ns()
+
+    def sent(self, now: int) -> None:
+        self.last_ns = now
+
+    def idle(self, now: int) -> None:
+        if self.every_ns and now - self.last_ns >= self.every_ns:
+            self.sock.sendall(HEARTBEAT)
+            self.last_ns = now
+
+
 class _Sender(Publisher):
     role = "pub"
 
@@ -161,10 +183,22 @@ class _Sender(Publisher):
             p.size, settled=not p.confirm, durable=p.persistent, latency=p.size >= 8
         )
         max_frame = link.remote_open.max_frame_size
-        send = self._sender(link.sock, template, max_frame)
+        send_batch = self._sender(link.sock, template, max_frame)
+        heartbeat = _Heartbeat(link.sock, link.remote_open.idle_time_out)
+
+        def send(n: int, now: int, sent: int) -> None:
+            send_batch(n, now, sent)
+            heartbeat.sent(now)
+
         self.wait_go()
         with self.reporting():
-            read_incoming = self.reader(link.sock, link.rest, self.feed)
+            read_broker = self.reader(link.sock, link.rest, self.feed)
+
+            def read_incoming(block_ms: int) -> None:
+                read_broker(block_ms)
+                if block_ms:  # waiting for credit or dispositions
+                    heartbeat.idle(time.monotonic_ns())
+
             sent, last_ns = self.publish(
                 template.frame_len, p.count, p.confirm, send, read_incoming, self.credit
             )
@@ -263,6 +297,7 @@ class _Receiver(Receiver):
         unpack_ts = _TS.unpack_from
         hist: dict[int, int] = {}
         record = partial(record_latency, hist)
+        heartbeat = _Heartbeat(sock, link.remote_open.idle_time_out)
 
         count = 0
         frames = 0
@@ -272,7 +307,7 @@ class _Receiver(Receiver):
         last_id = 0
         pending = 0
         buf = b""
-        for data, now in self.reads(sock, hist, link.rest):
+        for data, now in self.reads(sock, hist, link.rest, heartbeat.idle):
             if data:
                 buf = buf + data if buf else data
             n = len(buf)
@@ -332,6 +367,7 @@ class _Receiver(Receiver):
                 )
             if out:
                 sendall(b"".join(out))
+                heartbeat.sent(now)
             self.unsettled = pending if ack_every else 0
             self.count = count
         return AMQP1Result(count=count, last_ns=self.last_ns, hist=hist)

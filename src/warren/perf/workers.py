@@ -304,7 +304,11 @@ class Receiver(Worker):
     last_ns = 0
 
     def reads(
-        self, sock: socket.socket, hist: dict[int, int], first: bytes = b""
+        self,
+        sock: socket.socket,
+        hist: dict[int, int],
+        first: bytes = b"",
+        idle: Callable[[int], None] | None = None,
     ) -> Iterator[tuple[bytes, int]]:
         """Yield ``(data, now)`` for ``first`` (bytes already read from ``sock``), then for
         every read from ``sock`` until the deadline or the parent's stop, and ``(b"", now)``
@@ -314,6 +318,8 @@ class Receiver(Worker):
         Reports ``self.count`` and the latencies recorded in ``hist`` (which is then
         cleared) to the parent once a second, and at once (at most ten times a second)
         when the socket runs dry, so that a count-limited run ends sooner.
+        ``idle(now)`` is called whenever a poll interval passed without data (to
+        send a heartbeat).
         """
         self.last_ns = self.t0
         poller = select.poll()
@@ -361,6 +367,8 @@ class Receiver(Worker):
                     if self.count != reported and now >= next_report:
                         next_report += REPORT_NS
                         report()
+                    if idle is not None:
+                        idle(now)
                     continue
             data = recv(RECV_SIZE)
             if not data:
