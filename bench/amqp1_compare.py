@@ -27,11 +27,14 @@ receiver's msg/s over the run; the queue is declared fresh for every run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,7 +46,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import amqp1_proton  # noqa: E402
 import amqp_brokers as brokers  # noqa: E402
 
+from warren.amqp1.frames import AMQP_HEADER, SASL_HEADER, TYPE_SASL, encode_frame  # noqa: E402
+from warren.amqp1.performatives import (  # noqa: E402
+    Attach,
+    Begin,
+    Flow,
+    Open,
+    SaslInit,
+    SaslMechanisms,
+    SaslOutcome,
+)
+from warren.amqp1.types import Symbol  # noqa: E402
 from warren.client import Client  # noqa: E402
+from warren.perf.amqp1_client import (  # noqa: E402
+    AMQP1Error,
+    TransferTemplate,
+    expect,
+    read_frame,
+)
 
 QUEUE = "perf-amqp1"
 SCENARIOS = ("pre-settled", "unsettled")
@@ -166,6 +186,98 @@ def measure(
     return out
 
 
+class StandIn:
+    """A stand-in AMQP 1.0 broker for the perf client's ceiling: SASL, open, begin and
+    attach answered; a sender gets 2**31 credit and everything it sends is discarded
+    unread; a receiver gets an endless stream of pre-built settled 16-byte transfers
+    (credit ignored). No broker is faster."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.block = TransferTemplate(16, settled=True).pack(0, 65536 // 40)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with contextlib.suppress(OSError, AMQP1Error), conn:
+            _, buf = read_frame(conn, b"")  # the SASL header
+            mechs = SaslMechanisms(sasl_server_mechanisms=(Symbol("PLAIN"), Symbol("ANONYMOUS")))
+            conn.sendall(SASL_HEADER + encode_frame(0, mechs, type=TYPE_SASL))
+            _, buf = expect(conn, buf, SaslInit)
+            conn.sendall(encode_frame(0, SaslOutcome(code=0), type=TYPE_SASL))
+            _, buf = read_frame(conn, buf)  # the AMQP header
+            _, buf = expect(conn, buf, Open)
+            _, buf = expect(conn, buf, Begin)
+            attach, buf = expect(conn, buf, Attach)
+            reply = Attach(
+                name=attach.name,
+                handle=0,
+                role=not attach.role,
+                source=attach.source,
+                target=attach.target,
+                initial_delivery_count=0,
+            )
+            window = 1 << 31
+            conn.sendall(
+                AMQP_HEADER
+                + encode_frame(0, Open(container_id="stand-in"))
+                + encode_frame(
+                    0,
+                    Begin(
+                        remote_channel=0,
+                        next_outgoing_id=0,
+                        incoming_window=window,
+                        outgoing_window=window,
+                    ),
+                )
+                + encode_frame(0, reply)
+            )
+            if attach.role:  # a receiver: stream
+                while True:
+                    conn.sendall(self.block)
+            conn.sendall(
+                encode_frame(
+                    0,
+                    Flow(
+                        next_incoming_id=0,
+                        incoming_window=window,
+                        next_outgoing_id=0,
+                        outgoing_window=window,
+                        handle=0,
+                        delivery_count=0,
+                        link_credit=window,
+                    ),
+                )
+            )
+            while conn.recv(1 << 20):  # a sender: discard
+                pass
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def ceiling(seconds: float) -> list[tuple[str, dict[str, Any]]]:
+    """`warren perf amqp1` against the stand-in: a sender alone, a receiver alone."""
+    stand_in = StandIn()
+    uri = f"amqp://guest:guest@127.0.0.1:{stand_in.port}/"
+    base = ["amqp1", "--uri", uri, "--no-declare", "-z", f"{seconds:g}", "-s", "16"]
+    try:
+        return [
+            ("sender → stand-in sink", perf_json([*base, "-y", "0"], seconds)),
+            ("receiver ← stand-in source", perf_json([*base, "-x", "0"], seconds)),
+        ]
+    finally:
+        stand_in.close()
+
+
 def warren_build() -> str:
     code = "import warren; print(f'{warren.__version__} ({warren.build_description()})')"
     r = subprocess.run(
@@ -244,6 +356,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=1, help="rounds over both brokers (median)")
     ap.add_argument("--sizes", default="16,1024", help="body sizes (default 16,1024)")
     ap.add_argument("--skip-rabbitmq", action="store_true")
+    ap.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="also measure warren perf amqp1 against a stand-in broker that does no work",
+    )
+    ap.add_argument("--only-ceiling", action="store_true", help="the ceiling alone")
     ap.add_argument("--warren-src", metavar="DIR", help="run Warren and perf from DIR (a src/)")
     ap.add_argument(
         "--json", action="store_true", help="also print every run of every cell as a JSON line"
@@ -252,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.warren_src:
         brokers.set_warren_src(args.warren_src)
     sizes = [int(x) for x in args.sizes.split(",")]
+    if args.only_ceiling:
+        print_ceiling(args.seconds)
+        return 0
     load_start = os.getloadavg()
     t0 = time.monotonic()
     rounds: list[dict[tuple[str, int, str], dict[str, Any]]] = []
@@ -293,7 +414,18 @@ def main(argv: list[str] | None = None) -> int:
         + " ".join(f"{x:.2f}" for x in os.getloadavg())
         + f"; {time.monotonic() - t0:.0f} s in all"
     )
+    if args.ceiling:
+        print_ceiling(args.seconds)
     return 0
+
+
+def print_ceiling(seconds: float) -> None:
+    print("\n| `warren perf amqp1`'s ceiling (pre-settled, 16 B) | msg/s | client CPU |")
+    print("|---|---:|---:|")
+    for label, s in ceiling(seconds):
+        rate = s["publish_rate"] if "sender" in label else s["consume_rate"]
+        cpu = s["client_cpu"]["publishers"] + s["client_cpu"]["receivers"]
+        print(f"| {label} | {rate:,.0f} | {cpu[0]:.0%} |")
 
 
 if __name__ == "__main__":

@@ -58,8 +58,10 @@ __all__ = [
     "data_offset",
     "disposition_frame",
     "error_text",
+    "expect",
     "flow_frame",
     "open_link",
+    "read_frame",
     "split_frames",
     "transfer_fields",
     "close_link",
@@ -291,7 +293,7 @@ class Link:
     remote_attach: Attach
 
 
-def _read_frame(sock: socket.socket, buf: bytes) -> tuple[bytes, bytes]:
+def read_frame(sock: socket.socket, buf: bytes) -> tuple[bytes, bytes]:
     """One whole frame (or an 8-byte protocol header) and what follows it."""
     while True:
         if len(buf) >= 8:
@@ -308,11 +310,11 @@ def _read_frame(sock: socket.socket, buf: bytes) -> tuple[bytes, bytes]:
         buf += data
 
 
-def _expect(sock: socket.socket, buf: bytes, kind: type) -> tuple[Any, bytes]:
+def expect(sock: socket.socket, buf: bytes, kind: type) -> tuple[Any, bytes]:
     """The next performative, which must be a ``kind`` (heartbeats skipped); a close,
     end or detach instead is an AMQP1Error with the broker's error."""
     while True:
-        frame, buf = _read_frame(sock, buf)
+        frame, buf = read_frame(sock, buf)
         if frame[:4] == b"AMQP":
             raise AMQP1Error(f"unexpected protocol header {frame!r} from the broker")
         value = decode_body(frame, frame[4] * 4, len(frame))
@@ -326,7 +328,7 @@ def _expect(sock: socket.socket, buf: bytes, kind: type) -> tuple[Any, bytes]:
 
 
 def _header(sock: socket.socket, buf: bytes, expected: bytes) -> bytes:
-    header, buf = _read_frame(sock, buf)
+    header, buf = read_frame(sock, buf)
     if header != expected:
         raise AMQP1Error(f"the broker answered protocol header {expected!r} with {header!r}")
     return buf
@@ -335,7 +337,7 @@ def _header(sock: socket.socket, buf: bytes, expected: bytes) -> bytes:
 def _login(sock: socket.socket, uri: URI) -> bytes:
     sock.sendall(SASL_HEADER)
     buf = _header(sock, b"", SASL_HEADER)
-    mechs, buf = _expect(sock, buf, SaslMechanisms)
+    mechs, buf = expect(sock, buf, SaslMechanisms)
     offered = {str(m) for m in mechs.sasl_server_mechanisms}
     if "PLAIN" in offered:
         init = SaslInit(
@@ -348,7 +350,7 @@ def _login(sock: socket.socket, uri: URI) -> bytes:
     else:
         raise AMQP1Error(f"no SASL mechanism in common: the broker offers {sorted(offered)}")
     sock.sendall(encode_frame(0, init, type=TYPE_SASL))
-    outcome, buf = _expect(sock, buf, SaslOutcome)
+    outcome, buf = expect(sock, buf, SaslOutcome)
     if outcome.code != 0:
         raise AMQP1Error(f"SASL login refused (code {outcome.code})")
     return buf
@@ -397,12 +399,12 @@ def open_link(
             + encode_frame(0, attach)
         )
         buf = _header(sock, buf, AMQP_HEADER)
-        remote_open, buf = _expect(sock, buf, Open)
-        remote_begin, buf = _expect(sock, buf, Begin)
-        remote_attach, buf = _expect(sock, buf, Attach)
+        remote_open, buf = expect(sock, buf, Open)
+        remote_begin, buf = expect(sock, buf, Begin)
+        remote_attach, buf = expect(sock, buf, Attach)
         refused = remote_attach.target is None if sending else remote_attach.source is None
         if refused:  # a detach with the reason follows
-            _expect(sock, buf, Detach)
+            expect(sock, buf, Detach)
             raise AMQP1Error(f"the broker refused the link to {address!r}")
         if role == RECEIVER and credit:
             sock.sendall(
