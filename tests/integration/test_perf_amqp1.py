@@ -24,16 +24,29 @@ from test_perf import check_no_broker_imports, perf
 from warren.amqp import spec
 from warren.amqp1.frames import Frame, FrameReader, encode_frame
 from warren.amqp1.message import decode_message
-from warren.amqp1.performatives import Transfer
+from warren.amqp1.performatives import (
+    Accepted,
+    Detach,
+    Disposition,
+    Error,
+    Flow,
+    Received,
+    Rejected,
+    Released,
+    Transfer,
+)
+from warren.amqp1.types import Symbol
 from warren.client import AMQPError, Client
 from warren.perf.amqp1 import AMQP1Params, measure, print_summary
 from warren.perf.amqp1_client import (
     TRANSFER,
+    AMQP1Error,
     TransferTemplate,
     data_offset,
     split_frames,
     transfer_fields,
 )
+from warren.perf.amqp1_workers import _Sender
 
 
 def check(s: dict[str, Any], expected: int, confirm: bool) -> None:
@@ -267,3 +280,35 @@ def test_against_rabbitmq_amqp1_0(rabbitmq_amqp1: Any, confirm: int) -> None:
         c.channel_open(1)
         with pytest.raises(AMQPError, match="NOT_FOUND|404"):
             c.rpc(1, spec.QueueDeclare(queue="perf-test", passive=True), spec.QueueDeclareOk)
+
+
+# -- a sender's view of the broker's frames ------------------------------------------------
+
+
+def test_sender_counts_flows_and_dispositions() -> None:
+    """Credit and the session window from flows; settled outcomes from dispositions
+    (ranges; a non-terminal state does not count); a detach is the end."""
+    sender = _Sender(0, AMQP1Params(confirm=100), None)  # type: ignore[arg-type]
+    frames = [
+        Flow(
+            next_incoming_id=0,
+            incoming_window=400,
+            next_outgoing_id=0,
+            outgoing_window=400,
+            handle=0,
+            delivery_count=0,
+            link_credit=170,
+        ),
+        Disposition(role=True, first=0, last=9, settled=True, state=Accepted()),
+        Disposition(role=True, first=10, state=Received(section_number=0, section_offset=0)),
+        Disposition(role=True, first=10, last=11, settled=True, state=Rejected()),
+        Disposition(role=True, first=12, settled=True, state=Released()),
+    ]
+    data = b"".join(encode_frame(0, f) for f in frames)
+    assert sender.feed(data + data[:5]) == len(data)  # the incomplete rest is left
+    assert (sender.credit_limit, sender.session_limit, sender.max_credit) == (170, 400, 170)
+    assert (sender.acked(), sender.rejected) == (13, 3)
+    sender.delivered = sender.frames_sent = 100
+    assert sender.credit() == 70
+    with pytest.raises(AMQP1Error, match="detach from the broker: amqp:not-found"):
+        sender.feed(encode_frame(0, Detach(handle=0, error=Error(Symbol("amqp:not-found")))))

@@ -41,6 +41,9 @@ from warren.amqp1.performatives import (
     Disposition,
     End,
     Flow,
+    Modified,
+    Rejected,
+    Released,
     Transfer,
 )
 from warren.client.uri import URI
@@ -76,6 +79,8 @@ if TYPE_CHECKING:
 
 __all__ = ["AMQP1Result", "worker_main"]
 
+#: The terminal delivery states (3.4): the broker has decided a message's fate.
+OUTCOMES = (Accepted, Rejected, Released, Modified)
 _TS = struct.Struct(">Q")
 _SIZE = struct.Struct(">I")
 
@@ -160,6 +165,8 @@ class _Sender(Publisher):
                     self.credit_limit = count + value.link_credit
                     self.max_credit = max(self.max_credit, value.link_credit)
             elif code == DISPOSITION and isinstance(value, Disposition):
+                if not value.settled and not isinstance(value.state, OUTCOMES):
+                    continue  # a non-terminal state (received): not settled yet
                 last = value.first if value.last is None else value.last
                 n = ((last - value.first) & MASK) + 1
                 self.settled += n
