@@ -159,6 +159,8 @@ def test_bad_parameters_and_setup_failure() -> None:
     assert status == 2 and s["errors"] == ["nothing to do with -x 0 -y 0"]
     s, status = measure(AMQP1Params(uri="amqp://guest:guest@127.0.0.1:1/", count=1))
     assert status == 1 and "setup failed" in s["errors"][0]
+    s, status = measure(AMQP1Params(uri="amqps://guest:guest@127.0.0.1:5671/"))
+    assert status == 2 and "amqps://" in s["errors"][0]
     r = perf("amqp1", "--addresses", "v3")
     assert r.returncode == 2
 

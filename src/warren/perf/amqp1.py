@@ -97,9 +97,11 @@ class AMQP1Params:
         if not self.queue:
             return "--queue must not be empty"
         try:
-            URI.parse(self.uri)
+            uri = URI.parse(self.uri)
         except ValueError as exc:
             return str(exc)
+        if uri.tls is not None:
+            return "amqps:// is not supported yet (plain TCP only)"
         return None
 
     def key(self) -> str:
