@@ -339,8 +339,10 @@ class RabbitMQ(Broker):
     cpu_note = "RabbitMQ's Erlang VM uses as many schedulers as there are CPUs"
     SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, plugins: list[str] | None = None) -> None:
         super().__init__(port)
+        #: Plugins enabled at the start (e.g. rabbitmq_amqp1_0: AMQP 1.0 on the AMQP port).
+        self.plugins = plugins or []
         self.proc: subprocess.Popen[bytes] | None = None
         self.tmp: tempfile.TemporaryDirectory[str] | None = None
         self._env: dict[str, str] = {}
@@ -369,7 +371,7 @@ class RabbitMQ(Broker):
         self.install()
         self.tmp = tempfile.TemporaryDirectory(prefix="rabbitmq-bench-")
         base = Path(self.tmp.name)
-        (base / "enabled_plugins").write_text("[].\n")
+        (base / "enabled_plugins").write_text("[" + ",".join(self.plugins) + "].\n")
         (base / "rabbitmq.conf").write_text("")
         self.port = self.port or free_port()
         self._env = dict(
@@ -470,6 +472,7 @@ class RabbitMQ(Broker):
     def describe(self) -> str:
         return (
             "Debian's `rabbitmq-server` as a private node (its own node name, ports, "
-            "epmd and scratch dirs; an empty rabbitmq.conf, no plugins), default "
-            f"configuration otherwise, open-file limit {self.fd_limit()}"
+            "epmd and scratch dirs; an empty rabbitmq.conf, "
+            + (f"plugins {', '.join(self.plugins)}" if self.plugins else "no plugins")
+            + f"), default configuration otherwise, open-file limit {self.fd_limit()}"
         )

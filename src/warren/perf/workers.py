@@ -219,12 +219,15 @@ class Publisher(Worker):
         window: int,
         send: Callable[[int, int, int], None],
         read_incoming: Callable[[int], None],
+        credit: Callable[[], int] | None = None,
     ) -> tuple[int, int]:
         """Call ``send(n, now, sent)`` for batches of ``n`` messages of about ``msg_len``
         bytes until ``limit`` (0: no limit), the deadline or the parent's stop; with a
         ``window``, at most that many unacknowledged, waiting for the rest at the end.
-        ``read_incoming(block_ms)`` handles what the broker sends. Returns the number
-        sent and the time the last batch went out."""
+        ``read_incoming(block_ms)`` handles what the broker sends. ``credit()``: how
+        many more the protocol's flow control lets through now (AMQP 1.0's link credit
+        and session window). Returns the number sent and the time the last batch went
+        out."""
         batch = max(1, min(MAX_BATCH_MESSAGES, BATCH_BYTES // msg_len))
         limit = limit or (1 << 62)
         rate = self.params.rate
@@ -243,7 +246,7 @@ class Publisher(Worker):
                 next_poll = now + POLL_NS
                 if self.stop_requested():
                     break
-                if not window:
+                if not window and credit is None:
                     read_incoming(0)  # a close from the broker would show here
             n = limit - sent
             if n <= 0:
@@ -267,10 +270,17 @@ class Publisher(Worker):
                     continue
                 if n > room:
                     n = room
+            if credit is not None:
+                room = credit()
+                if room <= 0:
+                    read_incoming(max(1, (next_poll - now) // 1_000_000))
+                    continue
+                if n > room:
+                    n = room
             send(n, now, sent)
             sent += n
             self.sent = sent
-            if window:
+            if window or credit is not None:
                 read_incoming(0)
         last_ns = monotonic_ns()  # the last sendall has returned
         if window:
@@ -294,7 +304,11 @@ class Receiver(Worker):
     last_ns = 0
 
     def reads(
-        self, sock: socket.socket, hist: dict[int, int], first: bytes = b""
+        self,
+        sock: socket.socket,
+        hist: dict[int, int],
+        first: bytes = b"",
+        idle: Callable[[int], None] | None = None,
     ) -> Iterator[tuple[bytes, int]]:
         """Yield ``(data, now)`` for ``first`` (bytes already read from ``sock``), then for
         every read from ``sock`` until the deadline or the parent's stop, and ``(b"", now)``
@@ -304,6 +318,8 @@ class Receiver(Worker):
         Reports ``self.count`` and the latencies recorded in ``hist`` (which is then
         cleared) to the parent once a second, and at once (at most ten times a second)
         when the socket runs dry, so that a count-limited run ends sooner.
+        ``idle(now)`` is called whenever a poll interval passed without data (to
+        send a heartbeat).
         """
         self.last_ns = self.t0
         poller = select.poll()
@@ -351,6 +367,8 @@ class Receiver(Worker):
                     if self.count != reported and now >= next_report:
                         next_report += REPORT_NS
                         report()
+                    if idle is not None:
+                        idle(now)
                     continue
             data = recv(RECV_SIZE)
             if not data:
