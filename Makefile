@@ -12,7 +12,7 @@
 #   make run       run the broker (extra flags: make run ARGS='--amqp-port 5673'); the
 #                  compiled build when there is one (rebuilt when stale), pure Python
 #                  until the first `make build` or `make test`
-#   make test      ruff and mypy (make lint), then pytest twice at once: everything
+#   make test      pytest twice at once, with ruff and mypy (make lint) beside: everything
 #                  against the compiled modules, and what runs compiled code in the
 #                  test's own process again as pure Python (tests/passes.py; its
 #                  tests/spark in a pytest of their own: two Spark JVMs)
@@ -231,8 +231,11 @@ prometheus:
 # worker that runs a Spark test starts one: tests/spark took 159 s of CPU over
 # three workers, 127 s in one process, but 7.5 min there). The pure pass needs
 # neither lint nor the compiled build: it starts first and runs beside them
-# (a minute on a fresh clone); when either fails it is stopped and make test
-# fails (status 2, no PYTEST_STATUS_FILE), as before. (Started before the first
+# (a minute on a fresh clone); when the build fails it is stopped and make test
+# fails (status 2, no PYTEST_STATUS_FILE), as before. Lint (ruff and mypy: minutes
+# of mypy after a merge, more on a fresh clone) runs beside the tests too, not
+# before the compiled pass; its output follows the tests', and when it fails
+# make test fails the same way (status 2, no PYTEST_STATUS_FILE). (Started before the first
 # build, the pure pass does not collect the 42 cases that compare the C fast
 # path's scanners with the Python ones: they need the built extension and run
 # in the compiled pass.) The pure pass writes to
@@ -248,14 +251,15 @@ prometheus:
 # each instead of 2.5) and every process a test starts compiles Warren again.
 test: export PYTHONDONTWRITEBYTECODE :=
 test: $(TEST_STAMP) browser mosquitto etcd rabbitmq fuse prometheus rhea
-	@log=$$(mktemp); spark_log=$$(mktemp); \
+	@log=$$(mktemp); spark_log=$$(mktemp); lint_log=$$(mktemp); \
 	( exec env WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PURE_WORKERS) $(PYTEST_DIST) -m 'pure_pass and not spark' $(PYTEST_ARGS) > "$$log" 2>&1 ) & pure_pid=$$!; \
-	( exec env WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(SPARK_WORKERS) $(PYTEST_DIST) -m 'pure_pass and spark' $(PYTEST_ARGS) > "$$spark_log" 2>&1 ) & spark_pid=$$!; \
-	echo "== make: the pure-Python pass started (pids $$pure_pid, $$spark_pid for tests/spark); lint and the compiled build meanwhile"; \
-	if ! $(MAKE) --no-print-directory lint $(SHARED_LIBRARY); then \
-		kill $$pure_pid $$spark_pid 2>/dev/null; wait $$pure_pid $$spark_pid; rm -f "$$log" "$$spark_log"; exit 2; fi; \
+	( exec env WARREN_PURE_PYTHON=1 WARREN_TEST_PASS=spark $(PY) -m pytest -q -p no:cacheprovider -n $(SPARK_WORKERS) $(PYTEST_DIST) -m 'pure_pass and spark' $(PYTEST_ARGS) > "$$spark_log" 2>&1 ) & spark_pid=$$!; \
+	( exec $(MAKE) --no-print-directory lint > "$$lint_log" 2>&1 ) & lint_pid=$$!; \
+	echo "== make: the pure-Python pass (pids $$pure_pid, $$spark_pid for tests/spark) and lint (pid $$lint_pid) started; the compiled build meanwhile"; \
+	if ! $(MAKE) --no-print-directory $(SHARED_LIBRARY); then \
+		kill $$pure_pid $$spark_pid $$lint_pid 2>/dev/null; wait $$pure_pid $$spark_pid $$lint_pid; rm -f "$$log" "$$spark_log" "$$lint_log"; exit 2; fi; \
 	if ! $(PY) -c 'import warren; assert warren.compiled_modules()' 2>/dev/null; then \
-		kill $$pure_pid $$spark_pid 2>/dev/null; wait $$pure_pid $$spark_pid; rm -f "$$log" "$$spark_log"; \
+		kill $$pure_pid $$spark_pid $$lint_pid 2>/dev/null; wait $$pure_pid $$spark_pid $$lint_pid; rm -f "$$log" "$$spark_log" "$$lint_log"; \
 		echo "make test: no usable compiled build (mypyc or the C compiler failed: see the"; \
 		echo "warning above; \`make build\` again shows why); the compiled pass would be pure Python"; \
 		exit 2; fi; \
@@ -269,6 +273,10 @@ test: $(TEST_STAMP) browser mosquitto etcd rabbitmq fuse prometheus rhea
 	cat "$$spark_log"; rm -f "$$spark_log"; \
 	if [ "$$status" = 0 ] || { [ "$$status" = 5 ] && [ "$$pure" != 0 ]; }; then status=$$pure; fi; \
 	if { [ "$$status" = 0 ] || [ "$$status" = 5 ]; } && [ "$$spark" != 0 ] && [ "$$spark" != 5 ]; then status=$$spark; fi; \
+	lint=0; wait $$lint_pid || lint=$$?; \
+	echo "== make lint (ruff and mypy, beside the tests)"; \
+	cat "$$lint_log"; rm -f "$$lint_log"; \
+	if [ "$$lint" != 0 ]; then echo "make test: ruff or mypy failed (above)"; exit 2; fi; \
 	if [ -n "$(PYTEST_STATUS_FILE)" ]; then echo "$$status" > "$(PYTEST_STATUS_FILE)"; fi; \
 	exit $$status
 

@@ -1,6 +1,7 @@
 """CPU time per test, for making `make test` shorter (docs/testing.md, "The two
 passes"): with WARREN_TEST_CPU=<dir>, each pytest process writes
-<dir>/<pass>-<worker>.json: every test's CPU seconds (this process's threads,
+<dir>/<pass>-<worker>.json (the pass: WARREN_TEST_PASS, which make test sets
+for tests/spark's pytest, else compiled or pure): every test's CPU seconds (this process's threads,
 the broker's among them, plus the child processes it waited for), when it
 ended (seconds since the epoch: which tests make the tail), and what the
 process and its children used in all. What no test accounts for is
@@ -42,7 +43,9 @@ class CpuAccount:
 
     def write(self) -> None:
         worker = os.environ.get("PYTEST_XDIST_WORKER", f"main{os.getpid()}")
-        name = "pure" if os.environ.get("WARREN_PURE_PYTHON") == "1" else "compiled"
+        name = os.environ.get(
+            "WARREN_TEST_PASS", "pure" if os.environ.get("WARREN_PURE_PYTHON") == "1" else "compiled"
+        )
         self.out.mkdir(parents=True, exist_ok=True)
         doc = {"tests": self.tests, "ended": self.ended, "total": _cpu()}
         (self.out / f"{name}-{worker}.json").write_text(json.dumps(doc))
@@ -55,7 +58,7 @@ def account() -> CpuAccount | None:
 
 def report(where: Path) -> None:
     """Prints CPU seconds per pass and test file, largest first."""
-    for name in ("compiled", "pure"):
+    for name in ("compiled", "pure", "spark"):
         by_file: dict[str, float] = defaultdict(float)
         total = accounted = 0.0
         for f in where.glob(f"{name}-*.json"):
