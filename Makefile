@@ -61,10 +61,13 @@ STEP = @echo "== make:"
 # .ci/run needs them. Empty by default, so interactive runs leave no file.
 PYTEST_STATUS_FILE ?=
 
-# pytest-xdist workers per pass of `make test` (0: no workers, one process).
-# Three each: the tests wait on sockets, timers and other processes, and with
-# two per pass the two cores were still half idle.
-PYTEST_WORKERS ?= 3
+# pytest-xdist workers of `make test`'s compiled pass (0: no workers, one process
+# per pass). The tests wait on sockets, timers and other processes (with two per
+# pass the two cores were still half idle), and the compiled pass is the longer:
+# four workers beside the pure pass's two and tests/spark's two gave it the
+# larger share of the cores (7 min 4 s in all on a quiet machine; 7 min 34 s
+# with three).
+PYTEST_WORKERS ?= 4
 # Workers of the pure pass but tests/spark, and of tests/spark, which runs
 # beside it in a pytest of its own: two Spark JVMs (each worker that picks up a
 # Spark test starts one; in one process the Spark tests' waits add up: 7.5 min).
@@ -222,7 +225,7 @@ prometheus:
 # separate processes) runs once, in the compiled pass. tests/passes.py says
 # which group runs where and marks each test compiled_pass and/or pure_pass
 # (`pytest --collect-only -q -m pure_pass` lists a pass; docs/testing.md).
-# The two passes run at the same time, the compiled one over PYTEST_WORKERS
+# The two passes run at the same time, the compiled one over PYTEST_WORKERS (4)
 # pytest-xdist workers, the pure one over PURE_WORKERS (2) plus one process for
 # tests/spark: most of a test's time is spent waiting on sockets, timers and
 # subprocesses (two serial passes kept the two cores about half busy and took

@@ -6,9 +6,9 @@ may hand the same port out again at once (two nodes of one cluster were given
 the same one), and any process's next outgoing connection or port-0 bind may
 take it before the server binds it. So ports come from below the kernel's
 ephemeral range, where it never allocates on its own, each test process from its
-own slice of that range (by pytest-xdist worker and by pass: both passes of
-`make test` run at once), and from one process not again before the rest of
-its slice.
+own slice of that range (by pytest-xdist worker and by pass: the compiled
+pass, the pure one and its tests/spark run at once in `make test`), and from
+one process not again before the rest of its slice.
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ import socket
 from pathlib import Path
 
 _LOW = 10000
-_SLOTS = 16
+#: Slices per pass (xdist workers gw0.. and a process without xdist).
+_PER_PASS = 8
+#: The passes: compiled, pure, and the pure pass's tests/spark (WARREN_TEST_PASS).
+_SLOTS = 3 * _PER_PASS
 
 
 def _ephemeral_low() -> int:
@@ -33,7 +36,8 @@ def _slot() -> int:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ...
     index = int(worker[2:]) + 1 if worker.startswith("gw") and worker[2:].isdigit() else 0
     pure = os.environ.get("WARREN_PURE_PYTHON", "") not in ("", "0")
-    return index % (_SLOTS // 2) + (_SLOTS // 2) * pure
+    which = 2 if os.environ.get("WARREN_TEST_PASS") == "spark" else int(pure)
+    return index % _PER_PASS + _PER_PASS * which
 
 
 _width = (min(_ephemeral_low(), 32768) - _LOW) // _SLOTS
