@@ -18,8 +18,10 @@ It lives outside the protocol packages so that neither imports the other.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Protocol
 
+from warren.core.clock import Clock, TimerHandle
 from warren.core.stats import OctetStats
 
 __all__ = ["BatchedProtocol", "SansIOConnection", "YIELD_AFTER_BYTES"]
@@ -133,3 +135,38 @@ class BatchedProtocol(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self.conn is not None:
             self.conn.set_writable(True)
+
+
+class ConnectionTimer:
+    """A connection's one pending check on the broker's clock (a handshake's
+    deadline, then keep alive or idle timeout): set again, it replaces the
+    one before. The MQTT and AMQP 1.0 protocols hold one each."""
+
+    __slots__ = ("_clock", "_handle", "due")
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._handle: TimerHandle | None = None
+        #: When the pending check runs (ms of the clock); meaningless when none is.
+        self.due = 0
+
+    @property
+    def pending(self) -> bool:
+        return self._handle is not None
+
+    def set(self, due_ms: int, callback: Callable[[], None]) -> None:
+        """``callback`` at ``due_ms`` instead of what was pending; it is to call
+        :meth:`fired` first."""
+        if self._handle is not None:
+            self._handle.cancel()
+        self.due = due_ms
+        self._handle = self._clock.call_at(due_ms, callback)
+
+    def fired(self) -> None:
+        """The pending check is running: nothing is pending any more."""
+        self._handle = None
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None

@@ -17,12 +17,11 @@ import logging
 from typing import TYPE_CHECKING, cast
 
 from warren.amqp1.connection import OPEN, AMQP1Connection
-from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol
+from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol, ConnectionTimer
 from warren.tls import cert_login
 
 if TYPE_CHECKING:
     from warren.amqp1.links import ManagementFactory
-    from warren.core.clock import TimerHandle
     from warren.node import Node
 
 __all__ = ["AMQP1Listener", "AMQP1Protocol", "HANDSHAKE_TIMEOUT_MS"]
@@ -43,8 +42,7 @@ class AMQP1Protocol(BatchedProtocol):
         self.listener = listener
         self.conn = None
         self.clock = listener.node.clock
-        self._timer: TimerHandle | None = None
-        self._timer_due = 0
+        self._timer = ConnectionTimer(self.clock)
         self.closed: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -80,27 +78,23 @@ class AMQP1Protocol(BatchedProtocol):
         conn.feed(data)
         if not was_open and conn.state == OPEN:
             # The handshake is over: the idle timeout's timer instead of its.
-            if self._timer is not None:
-                self._timer.cancel()
+            self._timer.cancel()
             self._check()
         if len(data) >= YIELD_AFTER_BYTES:
             self.yield_reading()
 
     def _arm(self, due_ms: int) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_due = due_ms
-        self._timer = self.clock.call_at(due_ms, self._check)
+        self._timer.set(due_ms, self._check)
 
     def _check(self) -> None:
         """The handshake's deadline, then the idle timeout's checks."""
-        self._timer = None
+        self._timer.fired()
         conn = self.conn
         if conn is None or conn.closed:
             return
         now = self.clock.now_ms()
         if conn.state < OPEN:
-            if now >= self._timer_due:
+            if now >= self._timer.due:
                 log.warning("%s: AMQP 1.0 handshake timeout, closing", conn.name)
                 if self.transport is not None:
                     self.transport.abort()
@@ -118,9 +112,7 @@ class AMQP1Protocol(BatchedProtocol):
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer.cancel()
         if self.conn is not None:
             try:
                 self.conn.connection_lost()

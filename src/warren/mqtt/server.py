@@ -14,14 +14,13 @@ import logging
 import ssl
 from typing import TYPE_CHECKING, cast
 
-from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol
+from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol, ConnectionTimer
 from warren.bound_port import BoundPort
 from warren.mqtt.connection import MQTTConnection
 from warren.mqtt.state import MQTTState
 from warren.tls import cert_login
 
 if TYPE_CHECKING:
-    from warren.core.clock import TimerHandle
     from warren.node import Node
 
 log = logging.getLogger("warren.mqtt")
@@ -41,9 +40,7 @@ class MQTTProtocol(BatchedProtocol):
         self.conn = None
         #: The broker's clock: message times, the CONNECT timeout, keep alive.
         self.clock = listener.state.clock
-        self._timer: TimerHandle | None = None
-        #: When ``_timer`` fires (ms), once connected.
-        self._timer_due = 0
+        self._timer = ConnectionTimer(self.clock)
         self.closed: asyncio.Future[None] | None = None
         self.transport_name = transport_name
 
@@ -70,7 +67,7 @@ class MQTTProtocol(BatchedProtocol):
                 ssl_object.getpeercert(), self.listener.state.config.tls_cert_login_from
             )
         self.listener.protocols.add(self)
-        self._timer = self.clock.call_later(CONNECT_TIMEOUT_MS, self._connect_timeout)
+        self._timer.set(self.clock.now_ms() + CONNECT_TIMEOUT_MS, self._connect_timeout)
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn
@@ -83,14 +80,12 @@ class MQTTProtocol(BatchedProtocol):
         conn.feed(data)
         if conn.vhost is not None:
             if not was_connected:
-                if self._timer is not None:  # the CONNECT timeout's
-                    self._timer.cancel()
-                    self._timer = None
+                self._timer.cancel()  # the CONNECT timeout's
                 if conn.keepalive:
                     self._arm(now + conn.keepalive * 1500)
             # An unfinished packet must be complete by its deadline, keep alive or not.
             deadline = conn.unfinished_deadline()
-            if deadline is not None and (self._timer is None or deadline < self._timer_due):
+            if deadline is not None and (not self._timer.pending or deadline < self._timer.due):
                 self._arm(deadline)
         if conn.backlog or len(data) >= YIELD_AFTER_BYTES:
             self.yield_reading()
@@ -105,13 +100,10 @@ class MQTTProtocol(BatchedProtocol):
 
     def _arm(self, due_ms: int) -> None:
         """The connection's next check (keep alive, unfinished packet) at ``due_ms``."""
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_due = due_ms
-        self._timer = self.clock.call_at(due_ms, self._check)
+        self._timer.set(due_ms, self._check)
 
     def _check(self) -> None:
-        self._timer = None
+        self._timer.fired()
         conn = self.conn
         if conn is None:
             return
@@ -121,7 +113,7 @@ class MQTTProtocol(BatchedProtocol):
             self._arm(now + due + 1)
 
     def _connect_timeout(self) -> None:
-        self._timer = None
+        self._timer.fired()
         conn = self.conn
         if conn is not None and conn.vhost is None:
             log.warning(
@@ -139,9 +131,7 @@ class MQTTProtocol(BatchedProtocol):
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer.cancel()
         if self.conn is not None:
             try:
                 self.conn.connection_lost()
