@@ -182,7 +182,10 @@ def console() -> Console:
 @pytest.fixture
 def page(browser: Browser, console: Console) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 860})
-    context.set_default_timeout(15_000)
+    # How long a wait for a page's state may take: the RabbitMQ UI's first render
+    # after logging in once took more than 15 s in make test (four compiled-pass
+    # workers, the pure pass and Chromium on two cores).
+    context.set_default_timeout(60_000)
     pg = context.new_page()
     pg.on("console", console.on_message)
     pg.on("pageerror", console.on_page_error)
