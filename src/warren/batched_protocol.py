@@ -51,6 +51,7 @@ class BatchedProtocol(asyncio.Protocol):
         self._flush_scheduled = False
         self._yielding = False
         self._blocked = False
+        self._closing_reads = False
 
     # -- reading ------------------------------------------------------------------------
     def count_read(self, data: bytes) -> None:
@@ -91,6 +92,8 @@ class BatchedProtocol(asyncio.Protocol):
 
     def set_reading(self, reading: bool) -> None:
         """The connection's own pause (free-disk alarm), independent of yielding."""
+        if self._closing_reads:
+            return
         self._blocked = not reading
         transport = self.transport
         if transport is None or transport.is_closing():
@@ -98,6 +101,17 @@ class BatchedProtocol(asyncio.Protocol):
         if not reading:
             transport.pause_reading()
         elif not self._yielding:
+            transport.resume_reading()
+
+    def read_until_closed(self) -> None:
+        """A close this side started waits for the peer's answer, so reading goes
+        on whatever paused it (a resource alarm), as RabbitMQ's reader reads again
+        once closing: a blocked client's close-ok was otherwise never read and the
+        connection waited out its close timeout."""
+        self._closing_reads = True
+        self._blocked = False
+        transport = self.transport
+        if transport is not None and not transport.is_closing() and not self._yielding:
             transport.resume_reading()
 
     # -- writing ------------------------------------------------------------------------
