@@ -2,7 +2,8 @@
 
 The target is an address (addresses.py: RabbitMQ 4's v2 forms and 3.x's v1
 ones), or null: the anonymous terminus, where each message's ``to`` says where
-it goes. The exchange (or queue) must exist and the user may write to it,
+it goes. The exchange (or queue) must exist (v1's ``/queue/Q`` is declared
+when absent: links.v1_queue) and the user may write to it,
 checked once at the attach (for each message on the anonymous terminus).
 Credit is granted as RabbitMQ 4 grants it: 170, topped up once half is
 used while fewer than 170 publishes wait to be settled. A message may span
