@@ -339,6 +339,14 @@ def test_v1_queue_addresses_declare_their_queue(broker: Harness) -> None:
     assert attached(again) and queues(broker)["transient"] is transient
 
 
+def test_a_v1_queue_with_a_reserved_name_is_not_declared(broker: Harness) -> None:
+    """As a 0-9-1 declare (and RabbitMQ 3.x's plugin, which declared through
+    one): ``amq.`` names are reserved."""
+    c = client(broker)
+    assert refused(c.sender("/queue/amq.mine")) == "amqp:unauthorized-access"
+    assert "amq.mine" not in queues(broker)
+
+
 def test_v1_amq_queue_must_exist(broker: Harness) -> None:
     c = client(broker)
     assert refused(c.receiver("/amq/queue/missing", name="r")) == "amqp:not-found"
