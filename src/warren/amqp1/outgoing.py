@@ -3,8 +3,9 @@
 The source is a queue (``/queues/:q``, or a v1 form naming one: ``/queue/Q``
 declares it when absent) the user may read, or, v1, an exchange: the link
 consumes a new queue of its own bound to it (links.py). Consuming and
-settling are the client session's (core/deliveries.py): each link has its own delivery stream, so a detach puts back what it
-delivered and the client did not settle, and the session's close and the
+settling are the client session's (core/deliveries.py): each link has its
+own delivery stream, so a detach puts back what it delivered and the client
+did not settle, and the session's close and the
 connection's do too. What is AMQP 1.0's is the credit: the client's flow gives
 it (link-credit, delivery-count; drain: send what there is, then give the
 rest up), and a queue delivers only while the link has some and the
