@@ -1,9 +1,11 @@
 """A link on which the AMQP 1.0 client consumes (it is the receiver, this side the sender).
 
-The source is a queue (``/queues/:q``, or a v1 form naming one) the user may
-read. Consuming and settling are the client session's (core/deliveries.py):
-each link has its own delivery stream, so a detach puts back what it
-delivered and the client did not settle, and the session's close and the
+The source is a queue (``/queues/:q``, or a v1 form naming one: ``/queue/Q``
+declares it when absent) the user may read, or, v1, an exchange: the link
+consumes a new queue of its own bound to it (links.py). Consuming and
+settling are the client session's (core/deliveries.py): each link has its
+own delivery stream, so a detach puts back what it delivered and the client
+did not settle, and the session's close and the
 connection's do too. What is AMQP 1.0's is the credit: the client's flow gives
 it (link-credit, delivery-count; drain: send what there is, then give the
 rest up), and a queue delivers only while the link has some and the
@@ -33,8 +35,8 @@ from typing import TYPE_CHECKING, Any, Final
 from warren.amqp1.addresses import AddressError, parse_source
 from warren.amqp1.errors import (
     ILLEGAL_STATE,
+    INVALID_FIELD,
     NOT_FOUND,
-    NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
     RESOURCE_DELETED,
     RESOURCE_LOCKED,
@@ -42,13 +44,19 @@ from warren.amqp1.errors import (
     LinkError,
     error,
 )
-from warren.amqp1.links import ManagementPair, temporary_queue, terminus_address
+from warren.amqp1.links import (
+    ManagementPair,
+    temporary_queue,
+    terminus_address,
+    v1_exchange_queue,
+    v1_queue,
+)
 from warren.amqp1.mapping import for_delivery, from_core
 from warren.amqp1.message import AmqpMessage
 from warren.amqp1.performatives import (
-    RCV_FIRST,
     SENDER,
     SND_SETTLED,
+    SND_UNSETTLED,
     Accepted,
     Attach,
     Flow,
@@ -147,6 +155,10 @@ class OutgoingLink:
     def attach(self, attach: Attach) -> None:
         """Check the source: LinkError refuses the link."""
         source = attach.source
+        if source is None:
+            # A null source asks this side for the link's (recovering a link,
+            # 2.6.3): RabbitMQ 4 has none to offer.
+            raise LinkError(INVALID_FIELD, "Attach refused: source_required")
         if not isinstance(source, Source):
             raise LinkError(ILLEGAL_STATE, "a receiving link needs a source")
         session = self.session
@@ -163,16 +175,24 @@ class OutgoingLink:
             parsed = parse_source(address)
         except AddressError as exc:
             raise LinkError(exc.condition, exc.description) from None
-        if parsed.kind != "queue":
-            raise LinkError(NOT_IMPLEMENTED, f"source address '{address}': consume from a queue")
+        client_session = session.conn.client_session
+        if parsed.kind == "exchange":
+            # v1: a new queue bound to the exchange, the link's own.
+            self.queue = v1_exchange_queue(parsed, vhost, client_session, session.conn)
+            self.temporary = True
+            name = self.queue.name
+        else:
+            if parsed.declare:
+                v1_queue(parsed, source, vhost, client_session)
+            name = parsed.name
         try:
-            queue = vhost.get_queue(parsed.name, owner=session.conn)
+            queue = vhost.get_queue(name, owner=session.conn)
         except NotFound as exc:
             raise LinkError(NOT_FOUND, exc.text) from None
         except ResourceLocked as exc:
             raise LinkError(RESOURCE_LOCKED, exc.text) from None
         try:
-            session.conn.client_session.check(READ, "queue", queue.name)
+            client_session.check(READ, "queue", queue.name)
         except AccessRefused as exc:
             raise LinkError(UNAUTHORIZED_ACCESS, exc.text) from None
         self.queue = queue
@@ -193,12 +213,20 @@ class OutgoingLink:
         self.no_ack = True
 
     def reply_attach(self, attach: Attach, refused: bool) -> Attach:
+        """As RabbitMQ 4 answers: the client's settle modes echoed on a refusal;
+        otherwise snd-settle-mode settled or unsettled (mixed is taken as
+        unsettled) and the client's rcv-settle-mode (validate_attach lets
+        second through only with settled)."""
+        if refused:
+            snd_settle_mode = attach.snd_settle_mode
+        else:
+            snd_settle_mode = SND_SETTLED if self.no_ack else SND_UNSETTLED
         return Attach(
             name=attach.name,
             handle=self.handle,
             role=SENDER,
-            snd_settle_mode=SND_SETTLED if self.no_ack else attach.snd_settle_mode,
-            rcv_settle_mode=RCV_FIRST,
+            snd_settle_mode=snd_settle_mode,
+            rcv_settle_mode=attach.rcv_settle_mode,
             source=None if refused else self.source or attach.source,
             target=attach.target,
             initial_delivery_count=self.delivery_count,
