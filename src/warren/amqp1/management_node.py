@@ -506,16 +506,11 @@ class ManagementNode:
         self._binding_checks(source, kind, destination, key)
         vhost = self.vhost
         try:  # the core's order, as queue.bind and exchange.bind take it
-            src = vhost.get_exchange(source)
-            dest: Queue | Exchange
             if kind == QUEUE:
-                if destination not in vhost.queues:
-                    raise NotFound(f"no queue '{destination}' in vhost '{vhost.name}'")
-                src.validate_binding(key, arguments)
-                dest = vhost.get_queue(destination, self.owner)
+                vhost.bind_queue(source, destination, key, arguments, self.owner)
             else:
-                dest = vhost.get_exchange(destination)
-            vhost.bind(src, dest, key, arguments)
+                src = vhost.get_exchange(source)
+                vhost.bind(src, vhost.get_exchange(destination), key, arguments)
         except BrokerError as exc:
             raise _binding_failed(exc) from None
         return "204", None
