@@ -83,8 +83,9 @@ INITIAL_MAX_FRAME_SIZE: Final = 8192
 SESSION_MAX: Final = 64
 #: The shortest idle timeout a client may ask for (RabbitMQ 4's).
 MIN_IDLE_TIME_OUT_MS: Final = 1000
-#: The RabbitMQ release an AMQP 1.0 client is told at least (RabbitMQ's own 1.0
-#: clients refuse an older server; [main] rabbitmq_version stays 0-9-1's).
+#: The RabbitMQ release an AMQP 1.0 client is told at least, when RabbitMQ is
+#: announced ([amqp1] announce_rabbitmq: RabbitMQ's own 1.0 clients refuse an
+#: older server; [main] rabbitmq_version stays 0-9-1's).
 MIN_RABBITMQ_VERSION: Final = "4.0.0"
 #: What the open frame offers (link pairs for /management, the anonymous relay).
 CAPABILITIES: Final = (Symbol("LINK_PAIR_V1_0"), Symbol("ANONYMOUS-RELAY"))
@@ -456,11 +457,16 @@ class AMQP1Connection:
         )
 
     def _server_properties(self) -> dict[Any, Any]:
-        """RabbitMQ 4's open properties, with Warren named where RabbitMQ names itself."""
+        """RabbitMQ 4's open properties, naming Warren; RabbitMQ 4.x only when
+        ``[amqp1] announce_rabbitmq`` asks (RabbitMQ's own clients want it)."""
         node = self.node
+        if self.config.amqp1_announce_rabbitmq:
+            product, version = "RabbitMQ", amqp1_version(self.config.rabbitmq_version)
+        else:
+            product, version = "Warren", __version__
         return {
-            Symbol("product"): "RabbitMQ",
-            Symbol("version"): amqp1_version(self.config.rabbitmq_version),
+            Symbol("product"): product,
+            Symbol("version"): version,
             Symbol("platform"): f"Warren {__version__} on Python {platform.python_version()}",
             Symbol("copyright"): "Warren contributors",
             Symbol("information"): f"Warren {__version__}; MIT licence",

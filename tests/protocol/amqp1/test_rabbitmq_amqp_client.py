@@ -4,7 +4,7 @@ its consumer and delivery context (accept, discard, requeue)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pika
@@ -21,6 +21,13 @@ from rabbitmq_amqp_python_client import (  # noqa: E402
 )
 
 pytestmark = [pytest.mark.timeout(30)]
+
+
+@pytest.fixture
+def broker(broker_factory: Callable[..., Any]) -> Any:
+    """A broker that announces RabbitMQ 4.x ([amqp1] announce_rabbitmq): the
+    client refuses any other (test_rabbitmq_client.py)."""
+    return broker_factory(amqp1_announce_rabbitmq=True)
 
 
 class Consumed(Exception):
