@@ -20,7 +20,21 @@ if TYPE_CHECKING:
     from warren.core.users import User
     from warren.core.vhost import VHost
 
-__all__ = ["ListedConsumer", "ListedConnection", "channel_listing", "connection_listing"]
+__all__ = [
+    "ListedConnection",
+    "ListedConsumer",
+    "channel_listing",
+    "connection_listing",
+    "connection_name",
+]
+
+
+def connection_name(peer: tuple[str, int] | None, local: tuple[str, int] | None) -> str:
+    """RabbitMQ's name for a connection, ``peer -> local`` (what the management
+    API's DELETE takes, and what the logs say)."""
+    peer_part = f"{peer[0]}:{peer[1]}" if peer else "local"
+    local_part = f"{local[0]}:{local[1]}" if local else "local"
+    return f"{peer_part} -> {local_part}"
 
 
 class ListedConnection(Protocol):
