@@ -59,6 +59,7 @@ from warren.amqp1.performatives import (
 )
 from warren.amqp1.session import Session
 from warren.amqp1.types import Symbol
+from warren.client_listing import connection_name
 from warren.core.session import ClientSession, LoginRefused
 from warren.core.stats import Ages, MessageStats, OctetStats
 from warren.node import node_name
@@ -170,9 +171,7 @@ class AMQP1Connection:
     # -- the sans-IO surface ----------------------------------------------------------
     @property
     def name(self) -> str:
-        peer = f"{self.peer[0]}:{self.peer[1]}" if self.peer else "local"
-        local = f"{self.local[0]}:{self.local[1]}" if self.local else "local"
-        return f"{peer} -> {local}"
+        return connection_name(self.peer, self.local)
 
     def send(self, data: bytes) -> None:
         pending = self.pending
