@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Final, Self
 
 from warren.stream_protocol.constants import RESPONSE_BIT, Key, OffsetType, ResponseCode
 from warren.stream_protocol.wire import (
+    ANSWERED_OFFSET_SPEC,
     BOOL8,
     BROKERS,
     BYTES,
@@ -344,7 +345,7 @@ class ConsumerUpdateResponse(Command):
 
     KEY = Key.CONSUMER_UPDATE
     RESPONSE = True
-    FIELDS = (_CORR, _CODE, ("offset", OFFSET_SPEC))
+    FIELDS = (_CORR, _CODE, ("offset", ANSWERED_OFFSET_SPEC))
     correlation_id: int
     code: int
     offset: OffsetSpec

@@ -18,6 +18,7 @@ from warren.core.codec_errors import DecodeError
 from warren.stream_protocol.constants import OffsetType, ResponseCode
 
 __all__ = [
+    "ANSWERED_OFFSET_SPEC",
     "BOOL8",
     "BROKERS",
     "BYTES",
@@ -310,6 +311,17 @@ class _OffsetSpec:
         raise StreamProtocolError(f"unknown offset type {t}", ResponseCode.PRECONDITION_FAILED)
 
 
+class _AnsweredOffsetSpec(_OffsetSpec):
+    """ConsumerUpdate's response: rstream writes an 8-byte value after every
+    offset type, which RabbitMQ ignores when the type takes none; so do we."""
+
+    def get(self, r: Reader) -> OffsetSpec:
+        spec = super().get(r)
+        if spec.type not in (OffsetType.OFFSET, OffsetType.TIMESTAMP) and r.remaining() == 8:
+            r.take(8)
+        return spec
+
+
 @dataclass(frozen=True, slots=True)
 class CommandVersion:
     key: int
@@ -396,6 +408,7 @@ MAP: Final = _Map()
 OPT_MAP: Final = _OptMap()
 INT_MAP: Final = _IntMap()
 OFFSET_SPEC: Final = _OffsetSpec()
+ANSWERED_OFFSET_SPEC: Final = _AnsweredOffsetSpec()
 COMMAND_VERSIONS: Final = _List(_CommandVersion(), 6)
 BROKERS: Final = _List(_Broker(), 8)
 STREAM_METADATA: Final = _List(_StreamMetadata(), 10)
