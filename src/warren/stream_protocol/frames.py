@@ -28,51 +28,66 @@ MIN_FRAME_SIZE: Final = 4
 
 class FrameReader:
     """Bytes in as they arrive, whole frames (key, version and body, without
-    the size) out. A frame that is too large or too small makes ``feed`` raise
-    StreamProtocolError with the code to close with; frames completed before it
-    in the same call are returned first and the error is raised by the next
-    call (RabbitMQ also handles the frames before an oversized one)."""
+    the size) out, as memoryviews over the bytes read. A frame that is too
+    large or too small makes ``feed`` raise StreamProtocolError with the code
+    to close with; frames completed before it in the same call are returned
+    first and the error is raised by the next call (RabbitMQ also handles the
+    frames before an oversized one). The pieces of an unfinished frame are
+    joined once, when it is complete, not on every read."""
 
-    __slots__ = ("_buf", "_error", "frame_max")
+    __slots__ = ("_error", "_need", "_parts", "_held", "frame_max")
 
     def __init__(self, frame_max: int = 0) -> None:
         self.frame_max = frame_max
-        self._buf = b""
+        self._parts: list[bytes] = []
+        self._held = 0
+        self._need = 0
         self._error: StreamProtocolError | None = None
 
     def buffered(self) -> int:
         """Bytes held for a frame not yet complete."""
-        return len(self._buf)
+        return self._held
 
     def feed(self, data: BytesLike) -> list[memoryview]:
         if self._error is not None:
             raise self._error
-        buf = self._buf + bytes(data) if self._buf else bytes(data)
+        if self._parts:
+            self._parts.append(bytes(data))
+            self._held += len(data)
+            if self._held < self._need:
+                return []
+            buf = b"".join(self._parts)
+            self._parts, self._held = [], 0
+        else:
+            buf = bytes(data)
         view = memoryview(buf)
         frames: list[memoryview] = []
         pos, end = 0, len(buf)
         limit = self.frame_max
+        need = 4
         while end - pos >= 4:
             (size,) = _SIZE.unpack_from(buf, pos)
-            error = None
-            if limit and size > limit:
-                error = StreamProtocolError(
-                    f"frame of {size} bytes over frame_max {limit}", ResponseCode.FRAME_TOO_LARGE
+            if (limit and size > limit) or size < MIN_FRAME_SIZE:
+                self._error = (
+                    StreamProtocolError(f"frame of {size} bytes has no key and version")
+                    if size < MIN_FRAME_SIZE
+                    else StreamProtocolError(
+                        f"frame of {size} bytes over frame_max {limit}",
+                        ResponseCode.FRAME_TOO_LARGE,
+                    )
                 )
-            elif size < MIN_FRAME_SIZE:
-                error = StreamProtocolError(f"frame of {size} bytes has no key and version")
-            if error is not None:
-                self._buf = b""
                 if frames:
-                    self._error = error
                     return frames
-                self._error = error
-                raise error
+                raise self._error
             if end - pos - 4 < size:
+                need = 4 + size
                 break
             frames.append(view[pos + 4 : pos + 4 + size])
             pos += 4 + size
-        self._buf = buf[pos:]
+        if pos < end:
+            self._parts = [buf[pos:]]
+            self._held = end - pos
+            self._need = need
         return frames
 
 
