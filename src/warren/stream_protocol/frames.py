@@ -48,6 +48,11 @@ class FrameReader:
         """Bytes held for a frame not yet complete."""
         return self._held
 
+    def eof(self) -> None:
+        """The peer closed: refuse a frame it left unfinished (a short frame)."""
+        if self._held:
+            raise StreamProtocolError(f"connection closed {self._held} bytes into a frame")
+
     def feed(self, data: BytesLike) -> list[memoryview]:
         if self._error is not None:
             raise self._error

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from examples import examples
 from warren.stream_protocol import commands as c
-from warren.stream_protocol.constants import OffsetType, ResponseCode
+from warren.stream_protocol.chunk import sub_batch_entry
+from warren.stream_protocol.constants import Compression, OffsetType, ResponseCode
 from warren.stream_protocol.frames import FrameReader, decode_frame
 from warren.stream_protocol.publish import Deliver, Publish, PublishedMessage, deliver_prefix
 from warren.stream_protocol.wire import OffsetSpec, StreamProtocolError
@@ -158,6 +159,31 @@ def test_publish_count_larger_than_the_frame() -> None:
         publish.scan()
 
 
+@pytest.mark.parametrize("compression", [5, 6, 7])
+def test_unknown_sub_entry_compression_is_refused(compression: int) -> None:
+    batch = bytes([0x80 | compression << 4]) + b"\0\x01\0\0\0\x05\0\0\0\x01a"
+    publish = decode_frame(frame(0x02, b"\x01\0\0\0\x01" + b"\0" * 8 + batch)[4:])
+    assert isinstance(publish, Publish)
+    with pytest.raises(StreamProtocolError) as err:
+        publish.scan()
+    assert err.value.code == ResponseCode.PRECONDITION_FAILED
+
+
+def test_publish_v1_mixes_simple_entries_and_batches() -> None:
+    messages = [
+        PublishedMessage.simple(1, b"a"),
+        PublishedMessage(2, sub_batch_entry([b"b", b"c", b"d"], Compression.GZIP)),
+        PublishedMessage(3, sub_batch_entry([b"e"])),
+        PublishedMessage.simple(4, b"f"),
+    ]
+    publish = decode_frame(Publish.of(7, messages).encode()[4:])
+    assert isinstance(publish, Publish)
+    entries = publish.scan()
+    assert entries.publishing_ids == [1, 2, 3, 4]
+    assert entries.records == 6
+    assert publish.published() == messages
+
+
 def test_sub_entry_batch_in_publish_v2_is_refused() -> None:
     body = (
         b"\x01\0\0\0\x01" + b"\0" * 8 + b"\xff\xff" + b"\x80\0\x01\0\0\0\x05\0\0\0\x05\0\0\0\x01a"
@@ -214,6 +240,18 @@ def test_reader_refuses_a_frame_too_short_for_its_key() -> None:
     with pytest.raises(StreamProtocolError) as err:
         FrameReader().feed(b"\0\0\0\x02\0\x17")
     assert err.value.code == ResponseCode.UNKNOWN_FRAME
+
+
+def test_reader_refuses_a_frame_cut_short_by_the_peer() -> None:
+    reader = FrameReader()
+    wire = c.Open(1, "/").encode()
+    assert reader.feed(wire[:-1]) == []
+    assert reader.buffered() == len(wire) - 1
+    with pytest.raises(StreamProtocolError) as err:
+        reader.eof()
+    assert err.value.code == ResponseCode.UNKNOWN_FRAME
+    assert len(reader.feed(wire[-1:])) == 1
+    reader.eof()  # nothing left over
 
 
 def test_frame_max_zero_is_unlimited_and_can_be_raised_after_open() -> None:
