@@ -39,6 +39,8 @@ __all__ = [
 _U8_U32: Final = struct.Struct(">BI")
 _U64: Final = struct.Struct(">Q")
 _I16: Final = struct.Struct(">h")
+_ID_SIZE: Final = struct.Struct(">QI")
+_REFUSED: Final = ResponseCode.PRECONDITION_FAILED
 _DELIVER_V1: Final = struct.Struct(">IHHB")
 _DELIVER_V2: Final = struct.Struct(">IHHBQ")
 
@@ -117,45 +119,68 @@ class Publish(Command):
 
     def scan(self, max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED) -> PublishEntries:
         """Locate every entry, checking the batch is exactly ``count`` well-formed
-        messages (RabbitMQ takes sub-entry batches in v1 only)."""
+        messages (RabbitMQ takes sub-entry batches in v1 only). A v1 message
+        with a simple entry, the common case, is one unpack."""
         buf, end = self.messages, len(self.messages)
-        filtered = self.filtered
+        if self.count * 12 > end:
+            raise StreamProtocolError(f"{self.count} messages cannot fit in {end} bytes")
+        if self.filtered:
+            return self._scan_v2(buf, end)
         ids: list[int] = []
         starts: list[int] = []
         ends: list[int] = []
-        filters: list[str | None] | None = [] if filtered else None
         records = 0
         pos = 0
-        r = Reader(buf)
-        if self.count * 12 > end:
-            raise StreamProtocolError(f"{self.count} messages cannot fit in {end} bytes")
+        unpack = _ID_SIZE.unpack_from
         for _ in range(self.count):
-            r.pos = pos
+            if pos + 12 > end:
+                raise StreamProtocolError("Publish ends inside a message")
+            pid, size = unpack(buf, pos)
+            start = pos + 8
+            if size < 0x8000_0000:
+                pos = start + 4 + size
+                records += 1
+            else:
+                entry = entry_at(buf, start, end)
+                if entry.compression is None or entry.compression > Compression.ZSTD:
+                    raise StreamProtocolError("unknown sub-entry compression", _REFUSED)
+                if entry.uncompressed > max_uncompressed:
+                    raise StreamProtocolError("sub-entry batch too large", _REFUSED)
+                pos = entry.end
+                records += entry.records
+            ids.append(pid)
+            starts.append(start)
+            ends.append(pos)
+        if pos != end:
+            raise StreamProtocolError(
+                "Publish's messages overrun the frame"
+                if pos > end
+                else "bytes after a Publish's last message"
+            )
+        return PublishEntries(ids, starts, ends, None, records)
+
+    def _scan_v2(self, buf: BytesLike, end: int) -> PublishEntries:
+        ids: list[int] = []
+        starts: list[int] = []
+        ends: list[int] = []
+        filters: list[str | None] = []
+        r = Reader(buf)
+        for _ in range(self.count):
             ids.append(r.u64())
-            if filters is not None:
-                size = r.i16()
-                if size == -1:
-                    filters.append(None)
-                else:
-                    r.pos -= 2
-                    filters.append(r.string())
+            if r.i16() == -1:
+                filters.append(None)
+            else:
+                r.pos -= 2
+                filters.append(r.string())
             entry = entry_at(buf, r.pos, end)
             if entry.compression is not None:
-                if filtered:
-                    raise StreamProtocolError(
-                        "sub-entry batch in a Publish v2", ResponseCode.PRECONDITION_FAILED
-                    )
-                if entry.compression > Compression.ZSTD or entry.uncompressed > max_uncompressed:
-                    raise StreamProtocolError(
-                        "sub-entry batch refused", ResponseCode.PRECONDITION_FAILED
-                    )
+                raise StreamProtocolError("sub-entry batch in a Publish v2", _REFUSED)
             starts.append(entry.start)
             ends.append(entry.end)
-            records += entry.records
-            pos = entry.end
-        if pos != end:
+            r.pos = entry.end
+        if r.pos != end:
             raise StreamProtocolError("bytes after a Publish's last message")
-        return PublishEntries(ids, starts, ends, filters, records)
+        return PublishEntries(ids, starts, ends, filters, len(ids))
 
     def published(self) -> list[PublishedMessage]:
         """The messages as objects (tests and the slow path; the broker uses scan)."""
