@@ -587,7 +587,9 @@ class SaslAuthenticate(Command):
 
 @dataclass(slots=True)
 class SaslAuthenticateResponse(Command):
-    """A challenge only with SASL_CHALLENGE; left off the wire when empty."""
+    """A challenge only with SASL_CHALLENGE; left off the wire when empty. Its
+    length is an int32, as PROTOCOL.adoc's bytes (RabbitMQ's writer uses an
+    int16 there, for a demo mechanism; PLAIN, EXTERNAL and ANONYMOUS send none)."""
 
     KEY = Key.SASL_AUTHENTICATE
     RESPONSE = True
