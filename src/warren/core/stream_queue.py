@@ -273,7 +273,14 @@ class StreamQueue(Queue):
                 offset = stored
         filters = _filters(args.get("x-stream-filter"), what)
         match_unfiltered = args.get("x-stream-match-unfiltered") is True
-        reader = Reader(consumer, self.stream.cursor(offset), filters, match_unfiltered, tracking)
+        reader = Reader(
+            consumer,
+            self.stream.cursor(offset),
+            filters,
+            match_unfiltered,
+            tracking,
+            consumer.message_filter(),
+        )
         self.reading.readers[id(consumer)] = reader
         self.consumers.append(consumer)
         self._had_consumer = True
