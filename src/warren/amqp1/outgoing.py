@@ -70,6 +70,7 @@ from warren.core.consumer import Consumer
 from warren.core.errors import AccessRefused, BrokerError, NotFound, ResourceLocked
 from warren.core.queue_arguments import is_stream
 from warren.core.stats import count_delivery
+from warren.core.stream_queue import StreamQueue
 from warren.core.users import READ
 
 if TYPE_CHECKING:
@@ -296,6 +297,11 @@ class OutgoingLink:
 
     def _drained(self) -> None:
         if not self._draining or self.closed:
+            return
+        queue, consumer = self.queue, self.consumer
+        if isinstance(queue, StreamQueue) and consumer is not None and queue.scanning(consumer):
+            # Its filter's scan goes on in the next pass: RabbitMQ's drain waits for it.
+            self.session.vhost.call_soon(self._drained)
             return
         self._draining = False
         self.delivery_count = (self.delivery_count + self.credit) % _SEQ

@@ -45,6 +45,7 @@ class Reader:
         "match_unfiltered",
         "predicate",
         "plain",
+        "scanning",
         "tracking",
         "in_flight",
         "returned",
@@ -67,6 +68,8 @@ class Reader:
         self.predicate = predicate
         #: No filter of either kind: the delivery pass's fast path (spans).
         self.plain = filters is None and predicate is None
+        #: Its filter skipped a whole batch: the next pass reads on.
+        self.scanning = False
         self.tracking = tracking
         self.in_flight: dict[int, None] = {}  # offsets delivered, not acked (in order)
         # The oldest offset given back with a reject or nack (or by a closing
@@ -187,8 +190,10 @@ class StreamDelivery(QueueDelivery):
                     while item is not None and not reader.wants(item[1]):
                         budget -= 1
                         if not budget:
-                            return True  # skipped: the next pass reads on
+                            reader.scanning = True  # the next pass reads on
+                            return True
                         item = cursor.next()
+                    reader.scanning = False
                 if item is None:
                     continue
                 offset, msg = item

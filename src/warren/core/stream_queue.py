@@ -298,6 +298,12 @@ class StreamQueue(Queue):
             self.vhost.store_written(self.store)
         reader.cursor.close()
 
+    def scanning(self, consumer: Consumer) -> bool:
+        """Whether the consumer's filter stopped a delivery pass mid-way (it skipped
+        a whole batch) and could take what the next pass finds: a drain waits."""
+        reader = self.reading.readers.get(id(consumer))
+        return reader is not None and reader.scanning and consumer.can_take()
+
     def _what(self) -> str:
         return f"queue '{self.name}' in vhost '{self.vhost.name}'"
 

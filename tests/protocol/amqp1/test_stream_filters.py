@@ -357,3 +357,31 @@ def test_a_filter_matching_little_reads_on_over_many_delivery_passes(broker: Har
     )
     ((_, last),) = c.receive(receiver)
     assert last.body == 4999
+
+
+def test_a_drain_waits_for_the_filters_scan(broker: Harness) -> None:
+    """A filter that skips more than a delivery pass's batch goes on in the next
+    pass; a drain answers once the scan found a match or the end, as RabbitMQ's."""
+    declare_stream(broker, "big")
+    c = ProtonClient(broker).open()
+    sender = c.sender("/queues/big", settled=True)
+    for i in range(5000):
+        delivery = sender.delivery(f"d{i}")
+        sender.send(proton.Message(body=i, properties={"i": i}).encode())
+        sender.advance()
+        delivery.settle()
+        if i % 100 == 99:
+            c.pump()
+    wanted = filtered(("o", "rabbitmq:stream-offset-spec", "first"), ("a", APP_P, {"i": 4999}))
+    receiver = c.receiver("/queues/big", configure=wanted)
+    receiver.drain(5)
+    c.pump()
+    ((_, last),) = c.receive(receiver)
+    assert last.body == 4999
+    assert receiver.credit == 0 and not receiver.draining()
+    # A drain that reads to the end without a match answers too.
+    none = filtered(("o", "rabbitmq:stream-offset-spec", "first"), ("a", APP_P, {"i": -1}))
+    nothing = c.receiver("/queues/big", name="none", configure=none)
+    nothing.drain(5)
+    c.pump()
+    assert c.receive(nothing) == [] and nothing.credit == 0 and not nothing.draining()
