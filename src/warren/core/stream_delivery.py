@@ -135,6 +135,12 @@ class StreamDelivery(QueueDelivery):
     def stored(self) -> None:
         self.schedule()
 
+    def scanning(self, consumer: Consumer) -> bool:
+        """StreamQueue.scanning: the consumer's filter ended a pass, the next one is
+        scheduled, and the consumer can take what it finds."""
+        reader = self.readers.get(id(consumer))
+        return reader is not None and reader.scanning and self._scheduled and consumer.can_take()
+
     def stop(self) -> None:
         """The stream is deleted: every reader's cursor closes."""
         for reader in self.readers.values():

@@ -301,8 +301,7 @@ class StreamQueue(Queue):
     def scanning(self, consumer: Consumer) -> bool:
         """Whether the consumer's filter stopped a delivery pass mid-way (it skipped
         a whole batch) and could take what the next pass finds: a drain waits."""
-        reader = self.reading.readers.get(id(consumer))
-        return reader is not None and reader.scanning and consumer.can_take()
+        return self.reading.scanning(consumer)
 
     def _what(self) -> str:
         return f"queue '{self.name}' in vhost '{self.vhost.name}'"
