@@ -20,14 +20,15 @@ settle_op_from_outcome reads them.
 A dynamic source with the temporary-queue capability consumes a new
 exclusive queue, deleted with the link (links.py). The link property
 ``rabbitmq:priority`` is the consumer's priority. A
-stream queue's consumer starts where the source's filter
-``rabbitmq:stream-offset-spec`` says (first, last, next, an offset or a
-timestamp), as RabbitMQ 4 reads it.
+stream queue's consumer reads the source's filters as RabbitMQ 4.1 does
+(filters.py): where to start (``rabbitmq:stream-offset-spec``), the
+``x-stream-filter-value`` values and the property filters; the attach's
+answer carries those applied.
 """
 
 from __future__ import annotations
 
-import datetime
+import dataclasses
 import logging
 import struct
 from typing import TYPE_CHECKING, Any, Final
@@ -37,13 +38,13 @@ from warren.amqp1.errors import (
     ILLEGAL_STATE,
     INVALID_FIELD,
     NOT_FOUND,
-    PRECONDITION_FAILED,
     RESOURCE_DELETED,
     RESOURCE_LOCKED,
     UNAUTHORIZED_ACCESS,
     LinkError,
     error,
 )
+from warren.amqp1.filters import stream_filters
 from warren.amqp1.links import (
     ManagementPair,
     temporary_queue,
@@ -65,15 +66,16 @@ from warren.amqp1.performatives import (
     Released,
     Source,
 )
-from warren.amqp1.types import Described, Timestamp
 from warren.core.consumer import Consumer
 from warren.core.errors import AccessRefused, BrokerError, NotFound, ResourceLocked
 from warren.core.queue_arguments import is_stream
 from warren.core.stats import count_delivery
+from warren.core.stream_queue import StreamQueue
 from warren.core.users import READ
 
 if TYPE_CHECKING:
     from warren.amqp1.session import Session
+    from warren.core.consumer import MessageFilter
     from warren.core.deliveries import Deliveries
     from warren.core.message import Message
     from warren.core.queue import Queue
@@ -84,8 +86,6 @@ log = logging.getLogger("warren.amqp1")
 
 _SEQ: Final = 1 << 32
 _TAG = struct.Struct(">Q").pack
-#: The source filter RabbitMQ 4 reads a stream consumer's start from.
-STREAM_OFFSET_SPEC: Final = "rabbitmq:stream-offset-spec"
 #: Unsettled deliveries a stream consumer is allowed (streams need a limit).
 STREAM_CREDIT_LIMIT: Final = 256
 
@@ -114,6 +114,9 @@ class AMQP1Consumer(Consumer):
 
     def credit_limit(self) -> int:
         return STREAM_CREDIT_LIMIT
+
+    def message_filter(self) -> MessageFilter | None:
+        return self.link.message_filter
 
     def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
         self.link.deliver(self, seq, msg, redelivered)
@@ -144,10 +147,13 @@ class OutgoingLink:
         self._draining = False
         #: The consumer's priority: the link property ``rabbitmq:priority``.
         self.priority = 0
-        #: A dynamic source's answer; its queue is the link's own (temporary).
+        #: The source the attach's answer carries (None: the client's): a dynamic
+        #: source's queue (the link's own, temporary), or the filters applied.
         self.source: Any = None
         self.temporary = False
         self._arguments: dict[str, Any] = {}
+        #: A stream consumer's property filters (filters.py).
+        self.message_filter: MessageFilter | None = None
         #: The link's delivery stream in the client session (core/deliveries.py).
         self.deliveries: Deliveries = session.conn.client_session.deliveries(session.stats)
 
@@ -199,9 +205,16 @@ class OutgoingLink:
         priority = (attach.properties or {}).get("rabbitmq:priority")
         if isinstance(priority, int) and not isinstance(priority, bool):
             self.priority = priority
-        offset = _stream_offset(source.filter)
-        if offset is not None and is_stream(queue.arguments):
-            self._arguments["x-stream-offset"] = offset
+        if source.filter is not None:
+            # Only a stream applies filters; the answer says which ("the sending
+            # endpoint sets the filter actually in place", 3.5.3).
+            applied: dict[Any, Any] = {}
+            if is_stream(queue.arguments):
+                filters = stream_filters(source.filter)
+                self._arguments.update(filters.arguments)
+                self.message_filter = filters.predicate
+                applied = filters.applied
+            self.source = dataclasses.replace(source, filter=applied)
 
     def attach_management(self, attach: Attach) -> None:
         session = self.session
@@ -284,6 +297,11 @@ class OutgoingLink:
 
     def _drained(self) -> None:
         if not self._draining or self.closed:
+            return
+        queue, consumer = self.queue, self.consumer
+        if isinstance(queue, StreamQueue) and consumer is not None and queue.scanning(consumer):
+            # Its filter's scan goes on in the next pass: RabbitMQ's drain waits for it.
+            self.session.vhost.call_soon(self._drained)
             return
         self._draining = False
         self.delivery_count = (self.delivery_count + self.credit) % _SEQ
@@ -401,20 +419,3 @@ def _take_delivery_count(msg: AmqpMessage) -> int:
     if isinstance(count, int) and not isinstance(count, bool) and 0 <= count < 2**32:
         return count
     return 0
-
-
-def _stream_offset(filters: dict[Any, Any] | None) -> Any:
-    """The ``x-stream-offset`` a source's ``rabbitmq:stream-offset-spec`` filter
-    asks for (None: none), as core/stream.py's parse_start reads it."""
-    if not filters:
-        return None
-    value = filters.get(STREAM_OFFSET_SPEC)
-    if isinstance(value, Described):
-        value = value.value
-    if value is None:
-        return None
-    if isinstance(value, Timestamp):
-        return datetime.datetime.fromtimestamp(value / 1000, tz=datetime.UTC)
-    if isinstance(value, (str, int)) and not isinstance(value, bool):
-        return value
-    raise LinkError(PRECONDITION_FAILED, f"bad {STREAM_OFFSET_SPEC} {value!r:.60}")
