@@ -204,8 +204,8 @@ class Config:
     #: Offer AMQP 1.0 clients SASL ANONYMOUS, logging them in as default_user
     #: (RabbitMQ 4's anonymous_login_user); loopback_users still applies.
     amqp1_allow_anonymous: bool = True
-    #: Announce product "RabbitMQ" and a 4.x version (``rabbitmq_version`` when 4.0
-    #: or later, else 4.0.0) in the AMQP 1.0 open instead of Warren's own: RabbitMQ's
+    #: Announce product "RabbitMQ" and a 4.x version (``rabbitmq_version`` when 4.1
+    #: or later, else 4.1.0) in the AMQP 1.0 open instead of Warren's own: RabbitMQ's
     #: AMQP 1.0 clients (rabbitmq-amqp-python-client ...) refuse any other broker.
     amqp1_announce_rabbitmq: bool = False
     #: Unacknowledged QoS 1/2 deliveries per MQTT session (RabbitMQ's mqtt.prefetch);

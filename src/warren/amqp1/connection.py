@@ -87,7 +87,7 @@ MIN_IDLE_TIME_OUT_MS: Final = 1000
 #: The RabbitMQ release an AMQP 1.0 client is told at least, when RabbitMQ is
 #: announced ([amqp1] announce_rabbitmq: RabbitMQ's own 1.0 clients refuse an
 #: older server; [main] rabbitmq_version stays 0-9-1's).
-MIN_RABBITMQ_VERSION: Final = "4.0.0"
+MIN_RABBITMQ_VERSION: Final = "4.1.0"
 #: What the open frame offers (link pairs for /management, the anonymous relay).
 CAPABILITIES: Final = (Symbol("LINK_PAIR_V1_0"), Symbol("ANONYMOUS-RELAY"))
 
@@ -563,8 +563,13 @@ class AMQP1Connection:
 
 def amqp1_version(configured: str) -> str:
     """The RabbitMQ version announced to AMQP 1.0 clients: the configured one
-    when it is a 4.x or later, else the first release that spoke AMQP 1.0 as
-    Warren does (RabbitMQ 4.0): 0-9-1 clients may be told 3.x (Celery picks its
-    behaviour by it), 1.0 clients need 4.0 or later."""
-    major = configured.split(".", 1)[0]
-    return configured if major.isdigit() and int(major) >= 4 else MIN_RABBITMQ_VERSION
+    when it is 4.1 or later, else the first release with what Warren's AMQP 1.0
+    offers (RabbitMQ 4.1: its clients enable stream filters from 4.1 on): 0-9-1
+    clients may be told 3.x (Celery picks its behaviour by it), 1.0 clients need
+    4.0 or later."""
+    parts = configured.split(".")
+    try:
+        version = (int(parts[0]), int(parts[1]) if len(parts) > 1 else 0)
+    except ValueError:
+        return MIN_RABBITMQ_VERSION
+    return configured if version >= (4, 1) else MIN_RABBITMQ_VERSION

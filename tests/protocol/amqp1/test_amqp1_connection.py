@@ -242,8 +242,9 @@ def test_rabbitmq_announced_when_asked(broker) -> None:
     broker.config.amqp1_announce_rabbitmq = True
     props = client(broker).connection.remote_properties
     assert props[proton.symbol("product")] == "RabbitMQ"
-    # RabbitMQ's own 1.0 clients need 4.0 or later; 0-9-1's stay told 3.x.
-    assert props[proton.symbol("version")] == "4.0.0"
+    # RabbitMQ's own 1.0 clients need 4.0 or later (4.1 for stream filters);
+    # 0-9-1's stay told 3.x.
+    assert props[proton.symbol("version")] == "4.1.0"
     assert props[proton.symbol("platform")].startswith(f"Warren {__version__} ")
     broker.config.rabbitmq_version = "4.1.2"
     props = client(broker).connection.remote_properties
@@ -251,6 +252,8 @@ def test_rabbitmq_announced_when_asked(broker) -> None:
 
 
 def test_the_version_amqp1_clients_are_told() -> None:
-    assert amqp1_version("3.10.8") == "4.0.0"
+    assert amqp1_version("3.10.8") == "4.1.0"
+    assert amqp1_version("4.0.9") == "4.1.0"
     assert amqp1_version("4.1.2") == "4.1.2"
-    assert amqp1_version("nonsense") == "4.0.0"
+    assert amqp1_version("4.2") == "4.2"
+    assert amqp1_version("nonsense") == "4.1.0"

@@ -118,8 +118,9 @@ def test_discard_dead_letters_and_requeue_redelivers(broker, connection) -> None
 
 
 def test_connects_to_a_broker_with_the_default_settings(broker) -> None:
-    """The library wants RabbitMQ 4.0.0 or later in the open: AMQP 1.0 clients
-    are told at least that whatever ``[main] rabbitmq_version`` is."""
+    """The library wants RabbitMQ 4.0.0 or later in the open (4.1 for stream
+    filters): AMQP 1.0 clients are told at least that whatever ``[main]
+    rabbitmq_version`` is."""
     env = Environment(f"amqp://guest:guest@127.0.0.1:{broker.port}/")
     try:
         env.connection().dial()

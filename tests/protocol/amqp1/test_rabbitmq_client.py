@@ -2,7 +2,7 @@
 the embedded broker: its publisher and consumer on a queue declared over 0-9-1
 (its management calls need the /management node). The client insists on a
 RabbitMQ 4.0 or later: it connects only when [amqp1] announce_rabbitmq is on
-(AMQP 1.0 clients are then told 4.0.0 while [main] rabbitmq_version is a 3.x)."""
+(AMQP 1.0 clients are then told 4.1.0 while [main] rabbitmq_version is a 3.x)."""
 
 from __future__ import annotations
 

@@ -174,7 +174,7 @@ def test_pika_reads_the_same_stream_with_its_stream_filter(broker) -> None:
 def broker_41(tmp_path: Path) -> Iterator[BrokerThread]:
     """A broker that tells clients it is RabbitMQ 4.1.0: RabbitMQ's AMQP client
     library refuses stream filters from an older server."""
-    b = start_broker(tmp_path / "data", rabbitmq_version="4.1.0")
+    b = start_broker(tmp_path / "data", rabbitmq_version="4.1.0", amqp1_announce_rabbitmq=True)
     try:
         yield b
     finally:
