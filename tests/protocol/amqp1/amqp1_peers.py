@@ -49,17 +49,56 @@ class Peer:
     def exchange(self, exchange: str, key: str) -> str:
         return f"/exchanges/{exchange}/{key}" if self.is_warren else f"/exchange/{exchange}/{key}"
 
-    def declare(self, name: str, **arguments: Any) -> None:
-        """A durable queue, empty: RabbitMQ's node outlives the test, so the
-        name's queue of an earlier test is deleted first."""
+    def connect(self) -> Any:
+        """A blocking proton connection as guest to the vhost "/"."""
+        from proton.utils import BlockingConnection
+
+        return BlockingConnection(
+            f"amqp://127.0.0.1:{self.port}",
+            user="guest",
+            password="guest",
+            allowed_mechs="PLAIN",
+            allow_insecure_mechs=True,
+            virtual_host="vhost:/",
+            timeout=10,
+        )
+
+    def declare(self, name: str, durable: bool = True, **arguments: Any) -> None:
+        """A queue, empty: RabbitMQ's node outlives the test, so the name's
+        queue of an earlier test is deleted first."""
         conn = pika.BlockingConnection(pika.URLParameters(self.url))
         try:
             channel = conn.channel()
             if not self.is_warren:
                 channel.queue_delete(name)
-            channel.queue_declare(name, durable=True, arguments=arguments or None)
+            channel.queue_declare(name, durable=durable, arguments=arguments or None)
         finally:
             conn.close()
+
+    def bind(self, queue: str, exchange: str, key: str) -> None:
+        conn = pika.BlockingConnection(pika.URLParameters(self.url))
+        try:
+            conn.channel().queue_bind(queue, exchange, key)
+        finally:
+            conn.close()
+
+    def delete(self, queue: str) -> None:
+        conn = pika.BlockingConnection(pika.URLParameters(self.url))
+        try:
+            conn.channel().queue_delete(queue)
+        finally:
+            conn.close()
+
+    def exists(self, queue: str) -> bool:
+        conn = pika.BlockingConnection(pika.URLParameters(self.url))
+        try:
+            conn.channel().queue_declare(queue, passive=True)
+        except pika.exceptions.ChannelClosedByBroker:
+            return False
+        finally:
+            if conn.is_open:
+                conn.close()
+        return True
 
     def depth(self, name: str) -> tuple[int, int | None]:
         """The queue's ready and unacknowledged messages. RabbitMQ's unacked
