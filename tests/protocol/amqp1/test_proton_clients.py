@@ -153,6 +153,42 @@ def test_blocking_presettled_and_unsettled_sends(peer: Peer) -> None:
         conn.close()
 
 
+def test_large_message_spans_transfer_frames(peer: Peer) -> None:
+    """A message over max-frame-size goes as a multi-frame transfer both ways."""
+    peer.declare("large")
+    body = bytes(range(256)) * 4096  # 1 MiB
+    conn = connect(peer)
+    try:
+        sender = conn.create_sender(peer.queue("large"))
+        assert sender.send(Message(body=body)).remote_state == Delivery.ACCEPTED
+        receiver = conn.create_receiver(peer.queue("large"))
+        assert receiver.receive(timeout=10).body == body
+        receiver.accept()
+    finally:
+        conn.close()
+
+
+def test_unsettled_deliveries_return_when_the_connection_closes(peer: Peer) -> None:
+    """Delivered, not settled, then the connection goes: the message is ready
+    again, and the next delivery of it is not the first acquirer."""
+    peer.declare("back")
+    conn = connect(peer)
+    try:
+        conn.create_sender(peer.queue("back")).send(Message(body="kept"))
+        message = conn.create_receiver(peer.queue("back")).receive(timeout=10)
+        assert (message.body, message.first_acquirer) == ("kept", True)
+    finally:
+        conn.close()
+    conn = connect(peer)
+    try:
+        receiver = conn.create_receiver(peer.queue("back"))
+        again = receiver.receive(timeout=10)
+        assert (again.body, again.first_acquirer) == ("kept", False)
+        receiver.accept()
+    finally:
+        conn.close()
+
+
 def test_unroutable_message_is_released(broker) -> None:
     """RabbitMQ 4's docs (https://www.rabbitmq.com/docs/amqp#outcomes): released
     when no queue took the message. 3.10's plugin publishes without mandatory
