@@ -2,7 +2,7 @@
 (amqp1/mapping.py, docs/amqp1.md "Message mapping"; MQTT: docs/mqtt.md):
 published over AMQP 1.0 (Qpid Proton) and consumed over AMQP 0-9-1 (pika)
 and MQTT (paho), and the other way round. 1.0 to 1.0 runs against RabbitMQ
-3.10's plugin too (amqp1_peers.py)."""
+3.10's plugin too (tests/amqp1_peers.py)."""
 
 from __future__ import annotations
 

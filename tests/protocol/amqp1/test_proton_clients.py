@@ -6,7 +6,7 @@ gives (a missing queue, no permission, dynamic nodes, transactions). TLS:
 test_amqp1_tls.py.
 
 A scenario that takes ``peer`` runs against RabbitMQ 3.10's rabbitmq_amqp1_0
-plugin as well (amqp1_peers.py): its behaviour is the reference there. One
+plugin as well (tests/amqp1_peers.py): its behaviour is the reference there. One
 that takes ``broker`` is Warren's alone, and says why: RabbitMQ 4 changed the
 behaviour (its docs, https://www.rabbitmq.com/docs/amqp, are the reference),
 or the scenario needs the broker's insides. docs/amqp1.md, "Which RabbitMQ is

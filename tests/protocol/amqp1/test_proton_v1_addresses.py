@@ -1,6 +1,6 @@
 """RabbitMQ 3.x's "v1" addresses (its rabbitmq_amqp1_0 plugin's, README
 "Routing and Addressing") with python-qpid-proton, against Warren and
-against RabbitMQ 3.10's plugin, the reference for them (amqp1_peers.py):
+against RabbitMQ 3.10's plugin, the reference for them (tests/amqp1_peers.py):
 RabbitMQ 4.0 took them on, deprecated, and newer 4.x refuse them by default.
 
 Where Warren does not yet do what 3.10 did, the scenario is a strict xfail on

@@ -4,8 +4,8 @@ private RabbitMQ 3.10 with that plugin (tests/rabbitmq_proc.py, one node per
 test process). docs/amqp1.md, "Which RabbitMQ is the reference", lists the
 scenarios and the reference of each.
 
-A scenario asks for the ``peer`` fixture (tests/protocol/amqp1/conftest.py)
-and is written once against :class:`Peer`: the addresses (RabbitMQ 4's v2
+A scenario asks for the ``peer`` fixture (tests/conftest.py) and is written
+once against :class:`Peer`: the addresses (RabbitMQ 4's v2
 forms on Warren, 3.10's v1 forms on 3.10, which knows no others), a fresh
 queue, its depth. A scenario only RabbitMQ 4 is the reference for takes
 ``broker`` (Warren alone) and says why.
