@@ -2,9 +2,8 @@
 "Routing and Addressing") with python-qpid-proton, against Warren and
 against RabbitMQ 3.10's plugin, the reference for them (tests/amqp1_peers.py):
 RabbitMQ 4.0 took them on, deprecated, and newer 4.x refuse them by default.
-
-Where Warren does not yet do what 3.10 did, the scenario is a strict xfail on
-Warren (docs/amqp1.md, "Differences from RabbitMQ").
+What Warren alone does with them (permissions, the exchange source's queue
+going with the link): test_proton_links.py.
 """
 
 from __future__ import annotations
@@ -17,15 +16,8 @@ from amqp1_peers import Peer
 
 proton = pytest.importorskip("proton")
 from proton import Delivery, Message  # noqa: E402
-from proton.utils import LinkDetached  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(60)]
-
-
-def _pending(request: pytest.FixtureRequest, peer: Peer, why: str) -> None:
-    """The scenario is 3.10's behaviour, which Warren does not have yet."""
-    if peer.is_warren:
-        request.applymarker(pytest.mark.xfail(reason=why, strict=True))
 
 
 def _receive(peer: Peer, address: str, count: int) -> list[Any]:
@@ -88,19 +80,15 @@ def test_v1_queue_sources(peer: Peer) -> None:
     peer.check_depth("v1src", 0, 0)
 
 
-def test_v1_queue_target_declares_its_queue(request: pytest.FixtureRequest, peer: Peer) -> None:
-    """3.10: /queue/Q and a bare Q declare a missing queue (not durable unless
-    the terminus is)."""
-    _pending(request, peer, "/queue/Q does not declare its queue yet (docs/amqp1.md)")
+def test_v1_queue_target_declares_its_queue(peer: Peer) -> None:
+    """/queue/Q and a bare Q declare a missing queue (not durable unless the
+    terminus is)."""
     for name in ("v1new", "v1bare"):
         peer.delete(name)
     conn = peer.connect()
     try:
         for address in ("/queue/v1new", "v1bare"):
-            try:
-                sender = conn.create_sender(address)
-            except LinkDetached as exc:
-                pytest.fail(f"{address}: {exc}")
+            sender = conn.create_sender(address)
             assert sender.send(Message(body=address)).remote_state == Delivery.ACCEPTED
     finally:
         conn.close()
@@ -108,17 +96,13 @@ def test_v1_queue_target_declares_its_queue(request: pytest.FixtureRequest, peer
     peer.check_depth("v1new", 1, 0)
 
 
-def test_v1_exchange_sources(request: pytest.FixtureRequest, peer: Peer) -> None:
-    """3.10: a source on an exchange (/exchange/X/RK, /topic/RK) consumes from
-    a new queue bound to it, which goes with the link."""
-    _pending(request, peer, "v1 sources on an exchange are not taken yet (docs/amqp1.md)")
+def test_v1_exchange_sources(peer: Peer) -> None:
+    """A source on an exchange (/exchange/X/RK, /topic/RK) consumes from a new
+    queue bound to it (3.10's outlives the link, Warren's goes with it)."""
     conn = peer.connect()
     try:
-        try:
-            direct = conn.create_receiver("/exchange/amq.direct/xsrc", name="direct")
-            topic = conn.create_receiver("/topic/xsrc.*", name="topic")
-        except LinkDetached as exc:
-            pytest.fail(str(exc))
+        direct = conn.create_receiver("/exchange/amq.direct/xsrc", name="direct")
+        topic = conn.create_receiver("/topic/xsrc.*", name="topic")
         conn.create_sender("/exchange/amq.direct/xsrc").send(Message(body="direct"))
         conn.create_sender("/topic/xsrc.a", name="t").send(Message(body="topic"))
         assert direct.receive(timeout=10).body == "direct"
