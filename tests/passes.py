@@ -115,6 +115,13 @@ def _seconds(item: pytest.Item) -> float | None:
     return None
 
 
+def _together(item: pytest.Item) -> bool:
+    """Whether ``item`` needs the RabbitMQ 3.10 node with the AMQP 1.0 plugin
+    (tests/conftest.py ``rabbitmq_amqp1``: one per test process, 3-5 s and
+    an Erlang VM to start), so that one worker runs them all."""
+    return "rabbitmq_amqp1" in getattr(item, "fixturenames", ()) or "[rabbitmq-3.10" in item.nodeid
+
+
 def long_first(items: list[pytest.Item], workers: int) -> None:
     """Orders ``items`` (in place, after deselection) so that the long tests start
     first and on different workers.
@@ -127,8 +134,12 @@ def long_first(items: list[pytest.Item], workers: int) -> None:
     far; the short tests follow in collection order. Long tests all at the front
     of the collection would all be in the first worker's share, one after the
     other (the tail of the run), and a share's head is never stolen."""
-    long = sorted((t for t in items if _seconds(t) is not None), key=lambda t: -(_seconds(t) or 0))
-    rest = [t for t in items if _seconds(t) is None]
+    together = [t for t in items if _together(t)]
+    long = sorted(
+        (t for t in items if _seconds(t) is not None and not _together(t)),
+        key=lambda t: -(_seconds(t) or 0),
+    )
+    rest = [t for t in items if _seconds(t) is None and not _together(t)]
     workers = max(workers, 1)
     sizes = []
     remaining = len(items)
@@ -137,6 +148,9 @@ def long_first(items: list[pytest.Item], workers: int) -> None:
         remaining -= sizes[-1]
     heads: list[list[pytest.Item]] = [[] for _ in range(workers)]
     load = [0.0] * workers
+    if together:  # one block, at the head of the largest share (the first)
+        heads[0] += together
+        load[0] += 2.0 * len(together)
     for test in long:
         k = min((k for k in range(workers) if len(heads[k]) < sizes[k]), key=lambda k: load[k])
         heads[k].append(test)
