@@ -47,8 +47,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     # never moves its ManualClock (a timeout on a peer goes on the clock:
     # links.py's _within).
     ("amqp/server.py", "asyncio.wait timeout"): "the listener's stop: connections' closes",
-    ("mqtt/server.py", "asyncio.wait timeout"): "the listener's stop: connections' closes",
-    ("amqp1/server.py", "asyncio.wait timeout"): "the listener's stop: connections' closes",
+    ("batched_protocol.py", "asyncio.wait timeout"): (
+        "OpenClients.close_all, MQTT's and AMQP 1.0's listeners' stop: connections' closes"
+    ),
     ("http/websocket.py", "asyncio.wait timeout"): "a WebSocket's close handshake on stop",
     ("broker_lifecycle.py", "asyncio.wait_for"): "the stop's bound on a vhost's disk sync",
     ("links.py", "asyncio.wait_for"): "StateWaiters.wait: its caller's (a test's) own deadline",
