@@ -23,6 +23,7 @@ from warren.http.server import HTTPListener
 from warren.mqtt.server import MQTTListener
 from warren.node import HeaderHandoffs, Listener, WebSocketEndpoint, node_name
 from warren.shovel.component import ShovelComponent
+from warren.stream_protocol.server import StreamListener
 
 __all__ = ["AMQP_HANDOFFS", "Broker", "ReplicaReadServer", "default_listeners"]
 
@@ -39,7 +40,9 @@ def default_listeners(
     config: Config, amqp_handoffs: HeaderHandoffs | None = None
 ) -> list[Listener]:
     """The listeners the configuration asks for: AMQP on ``bind:amqp_port``, MQTT on
-    ``mqtt_bind:mqtt_port`` (and ``mqtt_tls_port``; -1 disables either), and the HTTP
+    ``mqtt_bind:mqtt_port`` (and ``mqtt_tls_port``; -1 disables either), the stream
+    protocol on ``stream_bind:stream_port`` (and ``stream_tls_port``) unless both are
+    -1 (the default), and the HTTP
     management API on ``http_bind:http_port`` unless that port is -1, which also
     serves AMQP (``/ws/amqp``) and MQTT (``/mqtt``) over WebSocket (docs/http-api.md),
     and the Prometheus metrics on ``prometheus_bind:prometheus_port`` unless -1.
@@ -66,6 +69,10 @@ def default_listeners(
     amqp = AMQPListener(config.bind, config.amqp_port, config.amqp_tls_port, handoffs)
     mqtt = MQTTListener(config.mqtt_bind, config.mqtt_port, config.mqtt_tls_port)
     listeners += [amqp, mqtt]
+    if config.stream_port >= 0 or config.stream_tls_port >= 0:
+        listeners.append(
+            StreamListener(config.stream_bind, config.stream_port, config.stream_tls_port)
+        )
     if config.http_port >= 0:
         websockets = [
             WebSocketEndpoint("/ws/amqp", ("amqp", "amqpws"), amqp.new_protocol),

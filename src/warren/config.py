@@ -208,6 +208,23 @@ class Config:
     #: or later, else 4.1.0) in the AMQP 1.0 open instead of Warren's own: RabbitMQ's
     #: AMQP 1.0 clients (rabbitmq-amqp-python-client ...) refuse any other broker.
     amqp1_announce_rabbitmq: bool = False
+    #: RabbitMQ's stream protocol (warren.stream_protocol, docs/streams.md):
+    #: address and port; -1 (the default, as RabbitMQ's rabbitmq_stream plugin is
+    #: off until enabled) disables the listener; RabbitMQ's port is 5552.
+    stream_bind: str = "127.0.0.1"
+    stream_port: int = -1
+    #: The stream protocol over TLS (RabbitMQ's 5551); -1: none. Needs tls_cert/tls_key.
+    stream_tls_port: int = -1
+    #: Offer stream clients SASL ANONYMOUS, logging them in as default_user.
+    stream_allow_anonymous: bool = True
+    #: The host and port stream clients are told to connect to (Open's answer,
+    #: Metadata); empty/0: the address and port the client reached.
+    stream_advertised_host: str = ""
+    stream_advertised_port: int = 0
+    #: The largest frame this side proposes in Tune (RabbitMQ's default 1 MiB; 0: no limit).
+    stream_frame_max: int = 1 << 20
+    #: The heartbeat interval this side proposes in Tune, seconds (0: none).
+    stream_heartbeat: int = 60
     #: Unacknowledged QoS 1/2 deliveries per MQTT session (RabbitMQ's mqtt.prefetch);
     #: an MQTT 5 client's smaller Receive Maximum wins. Large, because a session's
     #: window is refilled once per event-loop turn: 100 caps a subscriber at ~25k
@@ -511,6 +528,14 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("mqtt", "allow_anonymous"): ("mqtt_allow_anonymous", _parse_bool),
     ("amqp1", "allow_anonymous"): ("amqp1_allow_anonymous", _parse_bool),
     ("amqp1", "announce_rabbitmq"): ("amqp1_announce_rabbitmq", _parse_bool),
+    ("stream", "bind"): ("stream_bind", _parse_str),
+    ("stream", "port"): ("stream_port", _parse_int),
+    ("stream", "tls_port"): ("stream_tls_port", _parse_int),
+    ("stream", "allow_anonymous"): ("stream_allow_anonymous", _parse_bool),
+    ("stream", "advertised_host"): ("stream_advertised_host", _parse_str),
+    ("stream", "advertised_port"): ("stream_advertised_port", _parse_int),
+    ("stream", "frame_max"): ("stream_frame_max", _parse_int),
+    ("stream", "heartbeat"): ("stream_heartbeat", _parse_int),
     ("mqtt", "prefetch"): ("mqtt_prefetch", _parse_int),
     ("mqtt", "max_session_expiry_interval"): ("mqtt_max_session_expiry", _parse_int),
     ("mqtt", "max_keepalive"): ("mqtt_max_keepalive", _parse_int),

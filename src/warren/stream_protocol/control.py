@@ -1,0 +1,484 @@
+"""The commands of an open stream protocol connection that carry no message.
+
+Create and Delete (a stream is a stream queue: declared and deleted in the
+vhost as over AMQP, its definition durable before the answer), Metadata and
+MetadataUpdate, StoreOffset/QueryOffset (the stream's server-side tracking,
+store/stream_tracking.py, shared with AMQP's tracked consumers),
+DeclarePublisher/QueryPublisherSequence/DeletePublisher, Subscribe/Credit/
+Unsubscribe (validation and bookkeeping), StreamStats, ResolveOffsetSpec,
+ExchangeCommandVersions, and Route/Partitions (the core has no super streams
+yet: answered as RabbitMQ answers for a missing one). Response codes and
+their order of checks follow RabbitMQ's rabbit_stream_reader.
+
+Not built yet (docs/streams.md): storing a Publish (each of its messages is
+refused with a PublishError, INTERNAL_ERROR), Deliver (a subscription is
+accepted and kept, but gets no chunks), single active consumer hand-over,
+and super stream creation.
+
+Offsets: RabbitMQ stores the offset of the last message a consumer
+processed; Warren's tracking keeps the next one to read (what AMQP's tracked
+consumers resume from). StoreOffset ``n`` is kept as ``n + 1`` and QueryOffset
+answers the kept value minus one, so both protocols agree on a position.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from warren.core.errors import AccessRefused, BrokerError, PreconditionFailed
+from warren.core.stream import StartSpec
+from warren.core.stream_queue import StreamQueue
+from warren.stream_protocol import commands as c
+from warren.stream_protocol.constants import SERVER_COMMAND_VERSIONS, OffsetType, ResponseCode
+from warren.stream_protocol.publish import Publish
+from warren.stream_protocol.wire import (
+    Broker,
+    CommandVersion,
+    OffsetSpec,
+    PublishingError,
+    StreamMetadata,
+    StreamProtocolError,
+)
+
+if TYPE_CHECKING:
+    from warren.stream_protocol.connection import StreamConnection
+
+__all__ = ["ControlPlane", "Publisher", "Subscription", "stream_arguments"]
+
+log = logging.getLogger("warren.stream")
+
+OK: Final = int(ResponseCode.OK)
+#: A stream's leader reference in Metadata when the stream has none.
+NO_LEADER: Final = 0xFFFF
+#: The most credit a subscription holds (Credit adds up to 65535 at a time).
+MAX_CREDIT: Final = 1 << 31
+#: Publishers and subscriptions per connection (their ids are one byte).
+MAX_PUBLISHERS: Final = 256
+MAX_SUBSCRIPTIONS: Final = 256
+#: Create's arguments, by name: how the stream queue takes them (others are
+#: ignored, as RabbitMQ's stream manager ignores them).
+_INT_ARGUMENTS: Final = frozenset(
+    {"x-max-length-bytes", "x-stream-max-segment-size-bytes", "x-initial-cluster-size"}
+)
+_STR_ARGUMENTS: Final = frozenset({"x-max-age", "x-queue-leader-locator"})
+#: Ignored: Warren's stream filter is exact, it needs no bloom filter size.
+_IGNORED_ARGUMENTS: Final = frozenset({"x-stream-filter-size-bytes"})
+
+CONFIGURE: Final = "configure"
+WRITE: Final = "write"
+READ: Final = "read"
+QUEUE: Final = "queue"
+
+
+@dataclass(slots=True)
+class Publisher:
+    publisher_id: int
+    stream: str
+    reference: str
+    queue: StreamQueue
+
+
+@dataclass(slots=True)
+class Subscription:
+    subscription_id: int
+    stream: str
+    offset: OffsetSpec
+    #: Where it starts, resolved at Subscribe.
+    start: int
+    credit: int
+    properties: dict[str, str]
+    queue: StreamQueue
+
+
+def stream_arguments(arguments: dict[str, str]) -> dict[str, Any]:
+    """Create's string arguments as a stream queue's declaration takes them;
+    PreconditionFailed when a number is not one."""
+    out: dict[str, Any] = {"x-queue-type": "stream"}
+    for key, value in arguments.items():
+        if key in _INT_ARGUMENTS:
+            try:
+                out[key] = int(value)
+            except ValueError:
+                raise PreconditionFailed(f"invalid {key}: {value!r}") from None
+        elif key in _STR_ARGUMENTS:
+            out[key] = value
+    return out
+
+
+def _name(stream: str) -> str | None:
+    """RabbitMQ's rule for a new stream's name: CR and LF dropped, then not
+    empty and not under ``amq.``; None when refused."""
+    name = stream.replace("\n", "").replace("\r", "")
+    if not name or name.startswith("amq.") or len(name.encode("utf-8")) > 255:
+        return None
+    return name
+
+
+class ControlPlane:
+    """One connection's publishers and subscriptions, and the handlers of its
+    commands (``handle``)."""
+
+    def __init__(self, conn: StreamConnection) -> None:
+        self.conn = conn
+        self.publishers: dict[int, Publisher] = {}
+        self.subscriptions: dict[int, Subscription] = {}
+        #: A resource alarm: new publishers are refused (PRECONDITION_FAILED).
+        self.blocked = False
+        self._handlers: dict[type[c.Command], Callable[[Any], None]] = {
+            c.Create: self._create,
+            c.Delete: self._delete,
+            c.Metadata: self._metadata,
+            c.StoreOffset: self._store_offset,
+            c.QueryOffset: self._query_offset,
+            c.DeclarePublisher: self._declare_publisher,
+            c.QueryPublisherSequence: self._query_publisher_sequence,
+            c.DeletePublisher: self._delete_publisher,
+            Publish: self._publish,
+            c.Subscribe: self._subscribe,
+            c.Credit: self._credit,
+            c.Unsubscribe: self._unsubscribe,
+            c.StreamStats: self._stream_stats,
+            c.ResolveOffsetSpec: self._resolve_offset_spec,
+            c.ExchangeCommandVersions: self._exchange_command_versions,
+            c.Route: self._route,
+            c.Partitions: self._partitions,
+            c.CreateSuperStream: self._create_super_stream,
+            c.DeleteSuperStream: self._delete_super_stream,
+            c.ConsumerUpdateResponse: self._ignore,
+        }
+
+    def handle(self, command: c.Command) -> None:
+        """Act on one command of an open connection; StreamProtocolError when
+        the client may not send it (the connection closes with its code)."""
+        handler = self._handlers.get(type(command))
+        if handler is None:
+            raise StreamProtocolError(f"unexpected {type(command).__name__}")
+        handler(command)
+
+    def closed(self) -> None:
+        """The connection is closing: its publishers and subscriptions go."""
+        self.publishers.clear()
+        self.subscriptions.clear()
+
+    # -- helpers ------------------------------------------------------------------------
+    @property
+    def _vhost(self) -> Any:
+        vhost = self.conn.vhost
+        assert vhost is not None
+        return vhost
+
+    def _stream(self, name: str) -> StreamQueue | None:
+        q = self._vhost.queues.get(name)
+        return q if isinstance(q, StreamQueue) and not q.deleted else None
+
+    def _allowed(self, kind: str, name: str) -> bool:
+        return self.conn.client_session.allowed(kind, QUEUE, name)
+
+    # -- streams ------------------------------------------------------------------------
+    def _create(self, command: c.Create) -> None:
+        corr = command.correlation_id
+        name = _name(command.stream)
+        if name is None:
+            self.conn.reply(c.CreateResponse(corr, ResponseCode.PRECONDITION_FAILED))
+            return
+        if not self._allowed(CONFIGURE, name):
+            self.conn.reply(c.CreateResponse(corr, ResponseCode.ACCESS_REFUSED))
+            return
+        vhost = self._vhost
+        if name in vhost.queues:
+            self.conn.reply(c.CreateResponse(corr, ResponseCode.STREAM_ALREADY_EXISTS))
+            return
+        mark = self.conn.client_session.change_mark()
+        try:
+            vhost.declare_queue(name, durable=True, arguments=stream_arguments(command.arguments))
+        except PreconditionFailed as exc:
+            log.warning("%s: stream '%s' not created: %s", self.conn.name, name, exc.text)
+            self.conn.reply(c.CreateResponse(corr, ResponseCode.PRECONDITION_FAILED))
+            return
+        except AccessRefused:
+            self.conn.reply(c.CreateResponse(corr, ResponseCode.ACCESS_REFUSED))
+            return
+        except BrokerError as exc:
+            log.warning("%s: stream '%s' not created: %s", self.conn.name, name, exc.text)
+            self.conn.reply(c.CreateResponse(corr, ResponseCode.INTERNAL_ERROR))
+            return
+        self.conn.reply_after(mark, c.CreateResponse(corr))
+
+    def _delete(self, command: c.Delete) -> None:
+        corr, name = command.correlation_id, command.stream
+        if not self._allowed(CONFIGURE, name):
+            self.conn.reply(c.DeleteResponse(corr, ResponseCode.ACCESS_REFUSED))
+            return
+        if self._stream(name) is None:
+            self.conn.reply(c.DeleteResponse(corr, ResponseCode.STREAM_DOES_NOT_EXIST))
+            return
+        vhost = self._vhost
+        mark = self.conn.client_session.change_mark()
+        try:
+            vhost.delete_queue(name)
+        except BrokerError as exc:
+            log.warning("%s: stream '%s' not deleted: %s", self.conn.name, name, exc.text)
+            self.conn.reply(c.DeleteResponse(corr, ResponseCode.INTERNAL_ERROR))
+            return
+        self.conn.reply_after(mark, c.DeleteResponse(corr))
+        # Every stream connection with a publisher or subscription on it hears
+        # (RabbitMQ: its stream monitors), this one after its answer.
+        for other in list(getattr(self.conn.node, "connections", ())):
+            gone = getattr(other, "stream_gone", None)
+            if gone is not None and getattr(other, "vhost", None) is vhost:
+                gone(name)
+        self.stream_gone(name)
+
+    def stream_gone(self, stream: str) -> None:
+        """``stream`` was deleted: its publishers and subscriptions here go,
+        and the client is told (MetadataUpdate, STREAM_NOT_AVAILABLE)."""
+        pubs = [p for p, v in self.publishers.items() if v.stream == stream]
+        subs = [s for s, v in self.subscriptions.items() if v.stream == stream]
+        if not pubs and not subs:
+            return
+        for pid in pubs:
+            del self.publishers[pid]
+        for sid in subs:
+            del self.subscriptions[sid]
+        self.conn.reply(c.MetadataUpdate(ResponseCode.STREAM_NOT_AVAILABLE, stream))
+
+    def _metadata(self, command: c.Metadata) -> None:
+        """This node leads every stream it has (one node: no replicas)."""
+        seen: dict[str, StreamMetadata] = {}
+        for name in command.streams:
+            if name in seen:
+                continue
+            if self._stream(name) is None:
+                seen[name] = StreamMetadata(name, ResponseCode.STREAM_DOES_NOT_EXIST, NO_LEADER)
+            else:
+                seen[name] = StreamMetadata(name, OK, 0)
+        host, port = self.conn.advertised
+        brokers = [Broker(0, host, port)] if any(m.code == OK for m in seen.values()) else []
+        self.conn.reply(c.MetadataResponse(command.correlation_id, brokers, list(seen.values())))
+
+    def _stream_stats(self, command: c.StreamStats) -> None:
+        """first_chunk_id and committed_chunk_id: Warren's chunks are single
+        messages today, so the first offset and the last (-1: none)."""
+        corr = command.correlation_id
+        if not self._allowed(READ, command.stream):
+            self.conn.reply(c.StreamStatsResponse(corr, ResponseCode.ACCESS_REFUSED, {}))
+            return
+        q = self._stream(command.stream)
+        if q is None:
+            self.conn.reply(c.StreamStatsResponse(corr, ResponseCode.STREAM_DOES_NOT_EXIST, {}))
+            return
+        log_ = q.stream
+        empty = log_.next_offset <= log_.first_offset
+        stats = {
+            "first_chunk_id": -1 if empty else log_.first_offset,
+            "committed_chunk_id": -1 if empty else log_.next_offset - 1,
+        }
+        self.conn.reply(c.StreamStatsResponse(corr, OK, stats))
+
+    # -- offsets ------------------------------------------------------------------------
+    def _store_offset(self, command: c.StoreOffset) -> None:
+        """No answer, as in RabbitMQ: a refusal is only logged."""
+        name, reference = command.stream, command.reference
+        if not any(s.stream == name for s in self.subscriptions.values()) and not self._allowed(
+            READ, name
+        ):
+            log.warning("%s: StoreOffset on '%s' refused", self.conn.name, name)
+            return
+        q = self._stream(name)
+        if q is None or not reference or len(reference.encode("utf-8")) > 255:
+            log.warning("%s: StoreOffset '%s' on '%s' ignored", self.conn.name, reference, name)
+            return
+        q.stream.track(reference, command.offset + 1)
+
+    def _query_offset(self, command: c.QueryOffset) -> None:
+        corr = command.correlation_id
+        if not self._allowed(READ, command.stream):
+            self.conn.reply(c.QueryOffsetResponse(corr, ResponseCode.ACCESS_REFUSED, 0))
+            return
+        q = self._stream(command.stream)
+        if q is None:
+            self.conn.reply(c.QueryOffsetResponse(corr, ResponseCode.STREAM_DOES_NOT_EXIST, 0))
+            return
+        tracked = q.stream.tracked(command.reference) if command.reference else None
+        if not tracked:  # None, or 0: nothing processed yet
+            self.conn.reply(c.QueryOffsetResponse(corr, ResponseCode.NO_OFFSET, 0))
+            return
+        self.conn.reply(c.QueryOffsetResponse(corr, OK, tracked - 1))
+
+    def _resolve_offset_spec(self, command: c.ResolveOffsetSpec) -> None:
+        corr = command.correlation_id
+        if not self._allowed(READ, command.stream):
+            self.conn.reply(c.ResolveOffsetSpecResponse(corr, ResponseCode.ACCESS_REFUSED))
+            return
+        q = self._stream(command.stream)
+        if q is None:
+            self.conn.reply(c.ResolveOffsetSpecResponse(corr, ResponseCode.STREAM_DOES_NOT_EXIST))
+            return
+        spec = start_spec(command.offset)
+        if spec is None:
+            self.conn.reply(c.ResolveOffsetSpecResponse(corr, ResponseCode.NO_OFFSET))
+            return
+        self.conn.reply(c.ResolveOffsetSpecResponse(corr, OK, offset=spec.resolve(q.stream)))
+
+    # -- publishers ---------------------------------------------------------------------
+    def _declare_publisher(self, command: c.DeclarePublisher) -> None:
+        corr, name, ref = command.correlation_id, command.stream, command.reference
+        if self.blocked or len(self.publishers) >= MAX_PUBLISHERS:
+            self.conn.reply(c.DeclarePublisherResponse(corr, ResponseCode.PRECONDITION_FAILED))
+            return
+        if not self._allowed(WRITE, name):
+            self.conn.reply(c.DeclarePublisherResponse(corr, ResponseCode.ACCESS_REFUSED))
+            return
+        if len(ref.encode("utf-8")) > 255:
+            self.conn.reply(c.DeclarePublisherResponse(corr, ResponseCode.PRECONDITION_FAILED))
+            return
+        taken = command.publisher_id in self.publishers or (
+            ref != ""
+            and any(p.stream == name and p.reference == ref for p in self.publishers.values())
+        )
+        if taken:
+            self.conn.reply(c.DeclarePublisherResponse(corr, ResponseCode.PRECONDITION_FAILED))
+            return
+        q = self._stream(name)
+        if q is None:
+            self.conn.reply(c.DeclarePublisherResponse(corr, ResponseCode.STREAM_DOES_NOT_EXIST))
+            return
+        self.publishers[command.publisher_id] = Publisher(command.publisher_id, name, ref, q)
+        self.conn.reply(c.DeclarePublisherResponse(corr))
+
+    def _query_publisher_sequence(self, command: c.QueryPublisherSequence) -> None:
+        """The last publishing id stored for the reference: 0 until Publish
+        stores messages (the next step), as RabbitMQ answers for a reference it
+        has not seen."""
+        corr = command.correlation_id
+        if not self._allowed(READ, command.stream):
+            self.conn.reply(c.QueryPublisherSequenceResponse(corr, ResponseCode.ACCESS_REFUSED, 0))
+            return
+        if self._stream(command.stream) is None:
+            self.conn.reply(
+                c.QueryPublisherSequenceResponse(corr, ResponseCode.STREAM_DOES_NOT_EXIST, 0)
+            )
+            return
+        self.conn.reply(c.QueryPublisherSequenceResponse(corr, OK, 0))
+
+    def _delete_publisher(self, command: c.DeletePublisher) -> None:
+        corr = command.correlation_id
+        if self.publishers.pop(command.publisher_id, None) is None:
+            self.conn.reply(c.DeletePublisherResponse(corr, ResponseCode.PUBLISHER_DOES_NOT_EXIST))
+            return
+        self.conn.reply(c.DeletePublisherResponse(corr))
+
+    def _publish(self, command: Publish) -> None:
+        """Not built yet: every message is refused (PUBLISHER_DOES_NOT_EXIST
+        for an unknown publisher, as RabbitMQ; INTERNAL_ERROR otherwise)."""
+        entries = command.scan()
+        pub = self.publishers.get(command.publisher_id)
+        if pub is not None and pub.queue.deleted:
+            self.stream_gone(pub.stream)
+            pub = None
+        code = (
+            ResponseCode.INTERNAL_ERROR
+            if pub is not None
+            else ResponseCode.PUBLISHER_DOES_NOT_EXIST
+        )
+        errors = [PublishingError(pid, code) for pid in entries.publishing_ids]
+        if errors:
+            self.conn.reply(c.PublishError(command.publisher_id, errors))
+
+    # -- subscriptions ------------------------------------------------------------------
+    def _subscribe(self, command: c.Subscribe) -> None:
+        """Checked and kept; delivering chunks is the next step."""
+        corr, sid, name = command.correlation_id, command.subscription_id, command.stream
+        if sid in self.subscriptions:
+            self.conn.reply(c.SubscribeResponse(corr, ResponseCode.SUBSCRIPTION_ID_ALREADY_EXISTS))
+            return
+        if len(self.subscriptions) >= MAX_SUBSCRIPTIONS:
+            self.conn.reply(c.SubscribeResponse(corr, ResponseCode.PRECONDITION_FAILED))
+            return
+        if not self._allowed(READ, name):
+            self.conn.reply(c.SubscribeResponse(corr, ResponseCode.ACCESS_REFUSED))
+            return
+        q = self._stream(name)
+        if q is None:
+            self.conn.reply(c.SubscribeResponse(corr, ResponseCode.STREAM_DOES_NOT_EXIST))
+            return
+        spec = start_spec(command.offset)
+        props = command.properties
+        sac = props.get("single-active-consumer", "false").lower() == "true"
+        if spec is None or (sac and not props.get("name")):
+            self.conn.reply(c.SubscribeResponse(corr, ResponseCode.PRECONDITION_FAILED))
+            return
+        self.subscriptions[sid] = Subscription(
+            sid, name, command.offset, spec.resolve(q.stream), command.credit, dict(props), q
+        )
+        self.conn.reply(c.SubscribeResponse(corr))
+
+    def _credit(self, command: c.Credit) -> None:
+        """Answered only when refused."""
+        sub = self.subscriptions.get(command.subscription_id)
+        if sub is None:
+            self.conn.reply(
+                c.CreditResponse(
+                    ResponseCode.SUBSCRIPTION_ID_DOES_NOT_EXIST, command.subscription_id
+                )
+            )
+            return
+        sub.credit = min(sub.credit + command.credit, MAX_CREDIT)
+
+    def _unsubscribe(self, command: c.Unsubscribe) -> None:
+        corr = command.correlation_id
+        if self.subscriptions.pop(command.subscription_id, None) is None:
+            self.conn.reply(
+                c.UnsubscribeResponse(corr, ResponseCode.SUBSCRIPTION_ID_DOES_NOT_EXIST)
+            )
+            return
+        self.conn.reply(c.UnsubscribeResponse(corr))
+
+    # -- the rest -----------------------------------------------------------------------
+    def _exchange_command_versions(self, command: c.ExchangeCommandVersions) -> None:
+        versions = [CommandVersion(int(k), lo, hi) for k, lo, hi in SERVER_COMMAND_VERSIONS]
+        self.conn.reply(c.ExchangeCommandVersionsResponse(command.correlation_id, OK, versions))
+
+    def _route(self, command: c.Route) -> None:
+        """No super streams in the core yet: RabbitMQ's answer for a missing one."""
+        self.conn.reply(
+            c.RouteResponse(command.correlation_id, ResponseCode.STREAM_DOES_NOT_EXIST, [])
+        )
+
+    def _partitions(self, command: c.Partitions) -> None:
+        self.conn.reply(
+            c.PartitionsResponse(command.correlation_id, ResponseCode.STREAM_DOES_NOT_EXIST, [])
+        )
+
+    def _create_super_stream(self, command: c.CreateSuperStream) -> None:
+        """Not built yet (super streams are a later step of issue 31)."""
+        self.conn.reply(
+            c.CreateSuperStreamResponse(command.correlation_id, ResponseCode.INTERNAL_ERROR)
+        )
+
+    def _delete_super_stream(self, command: c.DeleteSuperStream) -> None:
+        self.conn.reply(
+            c.DeleteSuperStreamResponse(command.correlation_id, ResponseCode.STREAM_DOES_NOT_EXIST)
+        )
+
+    def _ignore(self, command: c.Command) -> None:
+        """A ConsumerUpdate answer: no single active consumer hand-over yet."""
+
+
+def start_spec(offset: OffsetSpec) -> StartSpec | None:
+    """An offset spec as the core's StartSpec; None for NONE (not a start)."""
+    kind = offset.type
+    if kind == OffsetType.FIRST:
+        return StartSpec("first")
+    if kind == OffsetType.LAST:
+        return StartSpec("last")
+    if kind == OffsetType.NEXT:
+        return StartSpec("next")
+    if kind == OffsetType.OFFSET:
+        return StartSpec("offset", offset.value)
+    if kind == OffsetType.TIMESTAMP:
+        return StartSpec("timestamp", offset.value)
+    return None

@@ -1,0 +1,198 @@
+"""The asyncio layer of the stream protocol: its listener on ``[stream] port``
+(RabbitMQ's 5552) and TLS port (5551), and a thin protocol per client.
+
+`StreamProtocol` only moves bytes and runs one timer on the broker's clock:
+the handshake's deadline, then the heartbeat's checks. The protocol itself is
+connection.py's, sans-IO.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from typing import TYPE_CHECKING, cast
+
+from warren.batched_protocol import (
+    YIELD_AFTER_BYTES,
+    BatchedProtocol,
+    ConnectionTimer,
+    OpenClients,
+    end_connection,
+    socket_addresses,
+)
+from warren.bound_port import BoundPort
+from warren.stream_protocol.connection import OPEN, StreamConnection
+from warren.tls import cert_login
+
+if TYPE_CHECKING:
+    from warren.node import Node
+
+__all__ = ["HANDSHAKE_TIMEOUT_MS", "StreamListener", "StreamProtocol"]
+
+log = logging.getLogger("warren.stream")
+
+#: ms of the broker's clock a client has to log in and open (RabbitMQ's
+#: handshake timeout, 10 s).
+HANDSHAKE_TIMEOUT_MS = 10_000
+
+
+class StreamProtocol(BatchedProtocol):
+    """One stream protocol client. Output gathered during a loop turn is written once."""
+
+    conn: StreamConnection | None
+
+    def __init__(self, listener: StreamListener, tls: bool = False) -> None:
+        super().__init__()
+        self.listener = listener
+        self.tls = tls
+        self.conn = None
+        self.clock = listener.node.clock
+        self._timer = ConnectionTimer(self.clock)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        node = self.listener.node
+        peer, local = socket_addresses(transport)
+        ssl_object = transport.get_extra_info("ssl_object")
+        config = node.config
+        advertised = None
+        if local is not None:
+            port = config.stream_advertised_port or local[1]
+            advertised = (config.stream_advertised_host or local[0], port)
+        conn = self.conn = StreamConnection(
+            node,
+            peer,
+            local,
+            self.request_flush,
+            self.request_close,
+            "stream/TLS" if ssl_object is not None else "stream",
+            advertised,
+        )
+        conn.reading_control = self.set_reading
+        if ssl_object is not None:
+            conn.cert_login = cert_login(ssl_object.getpeercert(), config.tls_cert_login_from)
+        self.listener.protocols.add(self)
+        self._timer.set(self.clock.now_ms() + HANDSHAKE_TIMEOUT_MS, self._check)
+
+    def data_received(self, data: bytes) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        conn.now_ms = self.clock.now_ms()
+        self.count_read(data)
+        was_tuned = conn.tuned and conn.state == OPEN
+        try:
+            conn.feed(data)
+        except Exception as exc:  # a bug: the client hears INTERNAL_ERROR
+            conn.internal_error(exc)
+        if not was_tuned and conn.tuned and conn.state == OPEN:
+            # The handshake is over: the heartbeat's timer instead of its.
+            self._timer.cancel()
+            self._check()
+        if len(data) >= YIELD_AFTER_BYTES:
+            self.yield_reading()
+
+    def _check(self) -> None:
+        """The handshake's deadline, then the heartbeat's checks."""
+        self._timer.fired()
+        conn = self.conn
+        if conn is None or conn.closed:
+            return
+        now = self.clock.now_ms()
+        if conn.state < OPEN or not conn.tuned:
+            if now >= self._timer.due:
+                log.warning("%s: stream handshake timeout, closing", conn.name)
+                if self.transport is not None:
+                    self.transport.abort()
+            return
+        due = conn.tick(now)
+        if due:
+            self._timer.set(now + due, self._check)
+
+    def close(self) -> None:
+        """Broker shutdown: the client hears a Close."""
+        if self.conn is not None:
+            self.conn.force_close("broker shutting down")
+        self.close_now()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._timer.cancel()
+        end_connection(self.conn, log, "cleaning up the stream connection failed")
+        self.transport = None
+        self.listener.protocols.discard(self)
+
+
+class StreamListener:
+    """The stream protocol on TCP (``[stream] port``) and TLS (``tls_port``)."""
+
+    name = "stream"
+
+    def __init__(self, bind: str, port: int, tls_port: int = -1) -> None:
+        self.bind = bind
+        self.requested_port = port
+        self.requested_tls_port = tls_port
+        self.protocols: OpenClients[StreamProtocol] = OpenClients()
+        self._node: Node | None = None
+        self._bound: list[BoundPort] = []
+        self._tls: ssl.SSLContext | None = None
+        self._servers: list[asyncio.AbstractServer] = []
+        self._port = 0
+        self.tls_port = 0
+
+    @property
+    def node(self) -> Node:
+        assert self._node is not None, "the stream listener is not started"
+        return self._node
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    def bind_ports(self, node: Node) -> None:
+        """Bind and listen, accepting nothing yet (BindError when a port is taken)."""
+        self._node = node
+        if self._bound or self._servers:
+            return
+        try:
+            if self.requested_port >= 0:
+                bound = BoundPort("stream", self.bind, self.requested_port, 4096)
+                self._bound.append(bound)
+                self._port = bound.port
+            if self.requested_tls_port >= 0:
+                self._tls = node.tls.context("the stream TLS port")
+                bound = BoundPort("stream/TLS", self.bind, self.requested_tls_port, 4096)
+                self._bound.append(bound)
+                self.tls_port = bound.port
+        except BaseException:
+            self._close_bound()
+            raise
+
+    async def start(self, node: Node) -> None:
+        self.bind_ports(node)
+        try:
+            for bound in self._bound:
+                if bound.what == "stream/TLS":
+                    servers = await bound.serve(lambda: StreamProtocol(self, True), self._tls)
+                else:
+                    servers = await bound.serve(lambda: StreamProtocol(self))
+                self._servers.extend(servers)
+                log.info("listening on %s %s:%s", bound.what, self.bind, bound.port)
+        except OSError:
+            await self.stop()
+            raise
+        self._bound.clear()
+
+    def _close_bound(self) -> None:
+        for bound in self._bound:
+            bound.close()
+        self._bound.clear()
+
+    async def stop(self) -> None:
+        self._close_bound()
+        for server in self._servers:
+            server.close()
+        await self.protocols.close_all()
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()
