@@ -58,14 +58,14 @@ MAX_CREDIT: Final = 1 << 31
 #: Publishers and subscriptions per connection (their ids are one byte).
 MAX_PUBLISHERS: Final = 256
 MAX_SUBSCRIPTIONS: Final = 256
-#: Create's arguments, by name: how the stream queue takes them (others are
-#: ignored, as RabbitMQ's stream manager ignores them).
+#: Create's arguments, named as RabbitMQ's stream manager takes them (without
+#: the queue argument's ``x-``): numbers, and strings. Others are ignored, as
+#: RabbitMQ ignores them; stream-filter-size-bytes too (Warren's filter is
+#: exact, it has no bloom filter to size).
 _INT_ARGUMENTS: Final = frozenset(
-    {"x-max-length-bytes", "x-stream-max-segment-size-bytes", "x-initial-cluster-size"}
+    {"max-length-bytes", "stream-max-segment-size-bytes", "initial-cluster-size"}
 )
-_STR_ARGUMENTS: Final = frozenset({"x-max-age", "x-queue-leader-locator"})
-#: Ignored: Warren's stream filter is exact, it needs no bloom filter size.
-_IGNORED_ARGUMENTS: Final = frozenset({"x-stream-filter-size-bytes"})
+_STR_ARGUMENTS: Final = frozenset({"max-age", "queue-leader-locator"})
 
 CONFIGURE: Final = "configure"
 WRITE: Final = "write"
@@ -94,17 +94,18 @@ class Subscription:
 
 
 def stream_arguments(arguments: dict[str, str]) -> dict[str, Any]:
-    """Create's string arguments as a stream queue's declaration takes them;
+    """Create's string arguments (``max-age``...) as a stream queue's declaration
+    takes them (``x-max-age``...);
     PreconditionFailed when a number is not one."""
     out: dict[str, Any] = {"x-queue-type": "stream"}
     for key, value in arguments.items():
         if key in _INT_ARGUMENTS:
             try:
-                out[key] = int(value)
+                out["x-" + key] = int(value)
             except ValueError:
                 raise PreconditionFailed(f"invalid {key}: {value!r}") from None
         elif key in _STR_ARGUMENTS:
-            out[key] = value
+            out["x-" + key] = value
     return out
 
 

@@ -95,14 +95,15 @@ def test_a_frame_over_8_kib_before_open_cuts_the_client_off(broker: Harness) -> 
 
 def test_create_metadata_stats_and_delete(broker: Harness) -> None:
     client = opened(broker)
-    args = [schema.Property("x-max-length-bytes", "1000000"), schema.Property("x-max-age", "1h")]
+    args = [schema.Property("max-length-bytes", "1000000"), schema.Property("max-age", "1h")]
     assert client.request(schema.Create(10, "events", args)).response_code == OK
     q = broker.broker.vhosts["/"].queues["events"]
     assert q.queue_type == "stream"
     assert q.arguments["x-max-length-bytes"] == 1000000
+    assert q.arguments["x-max-age"] == "1h"
     again = client.request(schema.Create(11, "events", []))
     assert again.response_code == ResponseCode.STREAM_ALREADY_EXISTS
-    bad = client.request(schema.Create(12, "other", [schema.Property("x-max-age", "soon")]))
+    bad = client.request(schema.Create(12, "other", [schema.Property("max-age", "soon")]))
     assert bad.response_code == ResponseCode.PRECONDITION_FAILED
     reserved = client.request(schema.Create(13, "amq.s", []))
     assert reserved.response_code == ResponseCode.PRECONDITION_FAILED
