@@ -246,3 +246,42 @@ def test_heartbeats_on_the_brokers_clock(broker: Harness) -> None:
     # Nothing from the client for two intervals: taken for dead.
     broker.call(lambda: conn.tick(start + 10_000))
     assert conn.closed
+
+
+def test_the_default_user_from_elsewhere_is_refused_as_loopback_only(broker: Harness) -> None:
+    client = MemoryStream(broker, peer=("192.0.2.7", 40000))
+    answer = client.request(schema.SaslAuthenticate(1, "PLAIN", b"\0guest\0guest"))
+    assert answer.response_code == ResponseCode.SASL_AUTHENTICATION_FAILURE_LOOPBACK
+    assert client.lost
+
+
+def test_anonymous_and_external_log_in(broker: Harness) -> None:
+    anonymous = MemoryStream(broker)
+    answers = anonymous.send(schema.SaslAuthenticate(1, "ANONYMOUS", b""))
+    assert answers[0].response_code == OK
+    assert anonymous.conn.user is not None and anonymous.conn.user.name == "guest"
+    external = MemoryStream(broker, cert_login="guest")
+    assert external.request(schema.SaslHandshake(1)).mechanisms[0] == "EXTERNAL"
+    answers = external.send(schema.SaslAuthenticate(2, "EXTERNAL", b""))
+    assert answers[0].response_code == OK
+
+
+def test_permissions_refuse_with_access_refused(broker: Harness) -> None:
+    def add_user() -> None:
+        users = broker.broker.users
+        users.add_user("reader", "pw")
+        users.set_permissions("reader", "/", "^$", "^$", ".*")
+
+    broker.call(add_user)
+    admin = opened(broker)
+    admin.request(schema.Create(1, "s", []))
+    client = opened(broker, user="reader", password="pw")
+    create = client.request(schema.Create(10, "t", []))
+    assert create.response_code == ResponseCode.ACCESS_REFUSED
+    delete = client.request(schema.Delete(11, "s"))
+    assert delete.response_code == ResponseCode.ACCESS_REFUSED
+    publisher = client.request(schema.DeclarePublisher(12, 1, "", "s"))
+    assert publisher.response_code == ResponseCode.ACCESS_REFUSED
+    query = client.request(schema.QueryOffset(13, "app", "s"))
+    assert query.response_code == ResponseCode.NO_OFFSET  # read is allowed
+    assert "s" in broker.broker.vhosts["/"].queues
