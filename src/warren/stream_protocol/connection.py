@@ -281,8 +281,9 @@ class StreamConnection:
             log.warning("%s: stream connection missed heartbeats, closing", self.name)
             self.close_transport()
             return 0
+        self.now_ms = now_ms
+        self.control.check_gone()
         if now_ms - self.last_tx_ms >= interval:
-            self.now_ms = now_ms
             self.send(_HEARTBEAT)
         next_send = self.last_tx_ms + interval - now_ms
         return max(min(deadline - now_ms, next_send), 1)

@@ -246,6 +246,15 @@ class ControlPlane:
             del self.subscriptions[sid]
         self.conn.reply(c.MetadataUpdate(ResponseCode.STREAM_NOT_AVAILABLE, stream))
 
+    def check_gone(self) -> None:
+        """Streams deleted by another protocol (AMQP, the HTTP API) under a
+        publisher or subscription: looked for at each heartbeat check, until
+        deliveries give subscriptions a consumer whose cancel says so."""
+        held = [p.queue for p in self.publishers.values()]
+        held += [s.queue for s in self.subscriptions.values()]
+        for name in {q.name for q in held if q.deleted}:
+            self.stream_gone(name)
+
     def _metadata(self, command: c.Metadata) -> None:
         """This node leads every stream it has (one node: no replicas)."""
         seen: dict[str, StreamMetadata] = {}

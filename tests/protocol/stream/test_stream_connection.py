@@ -9,7 +9,7 @@ import struct
 
 from harness import harness_fixture
 from harness.broker import Harness
-from harness.stream import MemoryStream
+from harness.stream import MemoryStream, split_frames
 from rstream import schema
 
 from warren.stream_protocol import commands as c
@@ -167,6 +167,20 @@ def test_deleting_a_stream_tells_its_publishers_connections(broker: Harness) -> 
     assert update[0].metadata_info.code == ResponseCode.STREAM_NOT_AVAILABLE
     assert update[0].metadata_info.stream == "s"
     assert other.conn.control.publishers == {}
+
+
+def test_a_stream_deleted_over_another_protocol_is_noticed_at_the_heartbeat_check(
+    broker: Harness,
+) -> None:
+    client = opened(broker, heartbeat=5)
+    client.request(schema.Create(10, "s", []))
+    assert client.request(schema.DeclarePublisher(11, 1, "", "s")).response_code == OK
+    broker.call(lambda: broker.broker.vhosts["/"].delete_queue("s"))
+    now = broker.broker.clock.now_ms()
+    broker.call(lambda: client.conn.tick(now + 1000))
+    frames = [decode_frame(f) for f in split_frames(client.take())]
+    assert frames == [c.MetadataUpdate(ResponseCode.STREAM_NOT_AVAILABLE, "s")]
+    assert client.conn.control.publishers == {}
 
 
 def test_subscriptions_are_checked_and_kept(broker: Harness) -> None:
