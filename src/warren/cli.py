@@ -45,6 +45,8 @@ _OVERRIDES: tuple[tuple[str, str], ...] = (
     ("mqtt_bind", "--mqtt-bind"),
     ("mqtt_port", "--mqtt-port"),
     ("mqtt_tls_port", "--mqtt-tls-port"),
+    ("stream_port", "--stream-port"),
+    ("stream_tls_port", "--stream-tls-port"),
     ("amqp_tls_port", "--amqp-tls-port"),
     ("http_tls_port", "--http-tls-port"),
     ("prometheus_bind", "--prometheus-bind"),
@@ -143,6 +145,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PORT",
         help="MQTT over TLS port (needs --tls-cert and --tls-key), -1: none "
         "(default: -1; [mqtt] tls_port)",
+    )
+    p.add_argument(
+        "--stream-port",
+        type=int,
+        metavar="PORT",
+        help="RabbitMQ stream protocol port (RabbitMQ's 5552), 0 picks a free one, "
+        "-1 disables it (default: -1; [stream] port)",
+    )
+    p.add_argument(
+        "--stream-tls-port",
+        type=int,
+        metavar="PORT",
+        help="stream protocol over TLS port (needs --tls-cert and --tls-key), -1: none "
+        "(default: -1; [stream] tls_port)",
     )
     p.add_argument(
         "--amqp-tls-port",

@@ -46,6 +46,8 @@ KINDS: dict[str, tuple[str, str, str]] = {
     "https": ("http_tls_port", "--http-tls-port", "HTTPS"),
     "prometheus": ("prometheus_port", "--prometheus-port", "Prometheus"),
     "prometheus-https": ("prometheus_tls_port", "--prometheus-tls-port", "Prometheus HTTPS"),
+    "stream": ("stream_port", "--stream-port", "stream"),
+    "stream-tls": ("stream_tls_port", "--stream-tls-port", "stream/TLS"),
 }
 
 
