@@ -81,12 +81,12 @@ class StreamProtocol(BatchedProtocol):
             return
         conn.now_ms = self.clock.now_ms()
         self.count_read(data)
-        was_tuned = conn.tuned and conn.state == OPEN
+        was_open = conn.state >= OPEN
         try:
             conn.feed(data)
         except Exception as exc:  # a bug: the client hears INTERNAL_ERROR
             conn.internal_error(exc)
-        if not was_tuned and conn.tuned and conn.state == OPEN:
+        if not was_open and conn.state == OPEN:
             # The handshake is over: the heartbeat's timer instead of its.
             self._timer.cancel()
             self._check()
@@ -100,7 +100,7 @@ class StreamProtocol(BatchedProtocol):
         if conn is None or conn.closed:
             return
         now = self.clock.now_ms()
-        if conn.state < OPEN or not conn.tuned:
+        if conn.state < OPEN:
             if now >= self._timer.due:
                 log.warning("%s: stream handshake timeout, closing", conn.name)
                 if self.transport is not None:

@@ -299,3 +299,16 @@ def test_permissions_refuse_with_access_refused(broker: Harness) -> None:
     query = client.request(schema.QueryOffset(13, "app", "s"))
     assert query.response_code == ResponseCode.NO_OFFSET  # read is allowed
     assert "s" in broker.broker.vhosts["/"].queues
+
+
+def test_the_management_api_lists_and_closes_a_stream_connection(broker: Harness) -> None:
+    client = opened(broker)
+    client.request(schema.Create(10, "s", []))
+    client.request(schema.DeclarePublisher(11, 1, "", "s"))
+    http = broker.http()
+    [listed] = http.get("connections")
+    assert (listed["protocol"], listed["user"], listed["vhost"]) == ("stream", "guest", "/")
+    assert listed["publishers"] == 1 and listed["frame_max"] == 1 << 20
+    http.delete(f"/api/connections/{listed['name'].replace(' ', '%20').replace('>', '%3E')}")
+    frames = [decode_frame(f) for f in split_frames(client.take())]
+    assert isinstance(frames[-1], c.Close)
