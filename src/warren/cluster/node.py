@@ -238,6 +238,7 @@ class ClusterNode:
             "replication": f"{host}:{port}",
             "amqp": f"{host}:{cfg.amqp_port}",
             "mqtt": f"{host}:{cfg.mqtt_port}" if cfg.mqtt_port >= 0 else None,
+            "stream": f"{host}:{cfg.stream_port}" if cfg.stream_port >= 0 else None,
             "http": f"{host}:{cfg.http_port}" if cfg.http_port >= 0 else None,
         }
 

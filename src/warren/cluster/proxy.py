@@ -1,7 +1,7 @@
 """A follower's client ports: every connection is passed through to the leader.
 
-Clients may connect to any node of a cluster: on a follower the AMQP, MQTT and
-HTTP ports accept the connection and copy bytes both ways to the same port of
+Clients may connect to any node of a cluster: on a follower the AMQP, MQTT,
+stream protocol and HTTP ports accept the connection and copy bytes both ways to the same port of
 the leader named in etcd, so a client's reconnect after a failover needs no
 list of nodes. With no leader known the ports are closed. When the leader
 changes, the connections passed through to the old one are closed too: a
@@ -70,6 +70,7 @@ class ClientProxy:
         ports = [
             ("amqp", cfg.bind, cfg.amqp_port),
             ("mqtt", cfg.mqtt_bind, cfg.mqtt_port),
+            ("stream", cfg.stream_bind, cfg.stream_port),
             ("http", cfg.http_bind, cfg.http_port),
         ]
         for name, bind, port in ports:
