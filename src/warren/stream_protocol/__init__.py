@@ -4,8 +4,11 @@ constants (keys, response codes), wire (primitive types and the one error,
 StreamProtocolError, whose ``code`` is the response code to answer with),
 commands (every command's frame as a dataclass), publish (Publish and Deliver,
 the hot path, without an object per message), chunk (osiris's chunk format),
-frames (FrameReader and decode_frame). No listener or broker wiring yet.
-This package imports no other protocol package (tests/core/test_layering.py).
+frames (FrameReader and decode_frame); connection (the sans-IO connection:
+handshake, heartbeat, close), control (the commands that carry no message)
+and server (the listener on ``[stream] port``). Publishing and delivering
+messages are not built yet. This package imports no other protocol package
+(tests/core/test_layering.py).
 """
 
 from __future__ import annotations
