@@ -11,17 +11,20 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pika
 import pytest
 from harness import Harness, harness_fixture
 from harness.amqp1 import ProtonClient
 from hypothesis import given
 from hypothesis import strategies as st
 from pamqp import commands
+from procs import start_warren
 
 from warren.amqp1.mapping import from_core, keep_native, to_core
 from warren.amqp1.message import decode_message
 
 proton = pytest.importorskip("proton")
+from proton.utils import BlockingConnection  # noqa: E402
 
 broker = harness_fixture(manual_clock=True)
 
@@ -367,3 +370,60 @@ def test_the_shortcut_for_one_data_section_is_what_mapping_back_says(
     back = from_core(properties, core_body)
     assert (back.properties, back.application_properties, back.footer) == (None, None, None)
     assert back.body == decoded.body
+
+
+@pytest.mark.timeout(90)
+def test_a_real_restart_gives_back_the_native_form(tmp_path: Path) -> None:
+    """A `warren` process stopped and started again on the same data dir: the
+    records with a native section are read back from disk (classic and quorum)."""
+
+    def connect(port: int) -> Any:
+        return BlockingConnection(
+            f"amqp://127.0.0.1:{port}",
+            user="guest",
+            password="guest",
+            allowed_mechs="PLAIN",
+            allow_insecure_mechs=True,
+            virtual_host="vhost:/",
+            timeout=20,
+        )
+
+    data = tmp_path / "data"
+    sent = rich(durable=True)
+    proc, port = start_warren(data)
+    try:
+        amqp091 = pika.BlockingConnection(
+            pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{port}/")
+        )
+        channel = amqp091.channel()
+        for kind in ("classic", "quorum"):
+            channel.queue_declare(kind, durable=True, arguments={"x-queue-type": kind})
+        amqp091.close()
+        conn = connect(port)
+        for kind in ("classic", "quorum"):
+            conn.create_sender(f"/queues/{kind}").send(sent)
+        conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        assert proc.stdout is not None
+        proc.stdout.close()
+    proc, port = start_warren(data)
+    try:
+        conn = connect(port)
+        for kind in ("classic", "quorum"):
+            receiver = conn.create_receiver(f"/queues/{kind}")
+            got = receiver.receive(timeout=20)
+            receiver.accept()
+            assert (got.subject, got.address, got.id) == (sent.subject, sent.address, 42)
+            assert bytes(got.correlation_id) == b"\x01\x02"
+            assert got.creation_time == pytest.approx(sent.creation_time)
+            assert got.body == sent.body
+            assert got.properties["t"] == sent.properties["t"]
+            assert type(got.properties["u"]) is proton.uint
+        conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        assert proc.stdout is not None
+        proc.stdout.close()
