@@ -242,7 +242,13 @@ def keep_native(msg: AmqpMessage, properties: bytes, body: bytes) -> bytes | Non
     not come back is. Data sections are compared as bytes, not copied into
     an encoding. A bare message of one data section and no properties, with
     no annotations that to_core would turn into application properties,
-    always maps back: that one, the hot path, is not mapped back."""
+    always maps back: that one, the hot path, is not mapped back, nor is
+    one whose properties and application properties are all of the kinds
+    that come back unchanged (`_simple_properties`: string ids, a content
+    type...; tests/protocol/amqp1/test_native_messages.py checks the
+    shortcuts against mapping back), nor one with what to_core never
+    converts (``to``, ``subject``..., several data sections, a footer after
+    data)."""
     raw = msg.raw
     if raw is None:  # built, not received: nothing to keep verbatim
         return None
@@ -254,20 +260,93 @@ def keep_native(msg: AmqpMessage, properties: bytes, body: bytes) -> bytes | Non
         ap = None
     sent = msg.body
     if (
-        props is None
-        and ap is None
-        and msg.message_annotations is None
+        msg.message_annotations is None
         and msg.footer is None
         and len(sent) == 1
         and isinstance(sent[0], Data)
+        and (props is None or _simple_properties(props))
+        and (ap is None or _simple_application_properties(ap.content))
     ):
         return None
+    if (props is not None and _unmapped(props)) or (
+        isinstance(sent[0], Data) and (len(sent) > 1 or msg.footer is not None)
+    ):
+        return raw[msg.bare_at :]  # what to_core never converts: no need to map back
     back = from_core(properties, body)
     if _canonical(props, ap, sent, msg.footer) == _canonical(
         back.properties, back.application_properties, back.body, back.footer
     ):
         return None
     return raw[msg.bare_at :]
+
+
+def _unmapped(p: Properties) -> bool:
+    """Whether ``p`` has a field to_core does not convert (docs/amqp1.md)."""
+    return (
+        p.to is not None
+        or p.subject is not None
+        or p.absolute_expiry_time is not None
+        or p.group_sequence is not None
+        or p.reply_to_group_id is not None
+    )
+
+
+def _simple_properties(p: Properties) -> bool:
+    """Whether to_core and from_core carry every field of ``p`` both ways as
+    it is (keep_native's shortcut; when in doubt, False: mapping back
+    decides)."""
+    if _unmapped(p):
+        return False
+    for value in (p.message_id, p.correlation_id):
+        if value is None or type(value) is uuid.UUID:
+            continue
+        # 45 characters may be a urn:uuid, which comes back as a uuid.
+        if type(value) is not str or len(value) == 45 or _shortstr(value) is None:
+            return False
+    for value in (p.content_type, p.content_encoding):
+        if value is not None and not (
+            type(value) is Symbol and value.isascii() and len(value) < 256
+        ):
+            return False
+    user_id = p.user_id
+    if user_id is not None and (type(user_id) is not bytes or _valid_shortstr(user_id) is None):
+        return False
+    reply_to = p.reply_to
+    if reply_to is not None:
+        if type(reply_to) is not str or not reply_to.startswith("/queues/"):
+            return False
+        queue = _reply_to_core(reply_to)
+        if queue is None or _reply_to_amqp1(queue) != reply_to:
+            return False
+    created = p.creation_time
+    if created is not None and not (
+        type(created) is Timestamp and created >= 0 and created % 1000 == 0
+        and created // 1000 <= MAX_TIMESTAMP
+    ):  # fmt: skip
+        return False
+    group_id = p.group_id
+    return group_id is None or (type(group_id) is str and _shortstr(group_id) is not None)
+
+
+#: The longest string header value from_core gives back as a string.
+_LONGEST_STRING = 4096
+
+
+def _simple_application_properties(content: dict[Any, Any]) -> bool:
+    """Whether to_core and from_core carry these application properties both
+    ways as they are: shortstr keys that are not annotations' (``x-``),
+    values that are strings (short, no NUL), booleans or longs."""
+    for key, value in content.items():
+        if type(key) is not str or key.startswith("x-") or key_bytes(key) is None:
+            return False
+        kind = type(value)
+        if kind is str:
+            raw = value.encode("utf-8", "surrogateescape")
+            if len(raw) > _LONGEST_STRING or b"\x00" in raw:
+                return False
+        elif kind is not bool and kind is not int:
+            return False
+    return True
 
 
 def _canonical(

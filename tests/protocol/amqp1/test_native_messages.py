@@ -21,7 +21,7 @@ from pamqp import commands
 from procs import start_warren
 
 from warren.amqp1.mapping import from_core, keep_native, to_core
-from warren.amqp1.message import decode_message
+from warren.amqp1.message import Properties, decode_message, encode_sections
 
 proton = pytest.importorskip("proton")
 from proton.utils import BlockingConnection  # noqa: E402
@@ -427,3 +427,106 @@ def test_a_real_restart_gives_back_the_native_form(tmp_path: Path) -> None:
         proc.wait(30)
         assert proc.stdout is not None
         proc.stdout.close()
+
+
+_texts = st.text(max_size=20) | st.text(min_size=40, max_size=50) | st.just("x" * 300)
+_ids = (
+    st.none()
+    | _texts
+    | st.uuids().map(lambda u: f"urn:uuid:{u}")
+    | st.uuids()
+    | st.integers(0, 2**64 - 1).map(proton.ulong)
+    | st.binary(max_size=8)
+)
+_values = (
+    _texts
+    | st.text(max_size=5).map(lambda t: t + "\x00")
+    | st.just("y" * 5000)
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.integers(0, 2**32 - 1).map(proton.uint)
+    | st.binary(max_size=4)
+    | st.floats(allow_nan=False)
+    | st.integers(0, 2**40).map(proton.timestamp)
+)
+
+
+@given(
+    message_id=_ids,
+    correlation_id=_ids,
+    user_id=st.none() | st.binary(max_size=6) | st.just(b"guest"),
+    reply_to=st.none()
+    | _texts
+    | _texts.map(lambda t: "/queues/" + t)
+    | st.just("/queues/a%2Fb")
+    | st.just("/queues/%zz"),
+    content_type=st.none() | st.sampled_from(["text/plain", "application/json", "x" * 300]),
+    creation_time=st.none() | st.integers(0, 2**45).map(lambda ms: ms / 1000),
+    group_id=st.none() | _texts,
+    properties=st.none() | st.dictionaries(_texts | st.just("x-key"), _values, max_size=4),
+)
+def test_the_shortcut_for_simple_properties_is_what_mapping_back_says(
+    message_id: Any,
+    correlation_id: Any,
+    user_id: bytes | None,
+    reply_to: str | None,
+    content_type: str | None,
+    creation_time: float | None,
+    group_id: str | None,
+    properties: dict[str, Any] | None,
+) -> None:
+    """keep_native's shortcut (no native when every property is of a simple
+    kind) never says lossless where mapping back finds a difference."""
+    message = proton.Message(body=b"body")
+    fields = {
+        "id": message_id,
+        "correlation_id": correlation_id,
+        "user_id": user_id,
+        "reply_to": reply_to,
+        "content_type": content_type,
+        "creation_time": creation_time,
+        "group_id": group_id,
+        "properties": properties,
+    }
+    for name, value in fields.items():
+        if value is not None:
+            setattr(message, name, value)
+    message.inferred = True
+    decoded = decode_message(message.encode())
+    properties_raw, core_body = to_core(decoded)
+    kept = keep_native(decoded, properties_raw, core_body)
+    back = from_core(properties_raw, core_body)
+    props = decoded.properties if decoded.properties != Properties() else None
+    ap = decoded.application_properties
+    ap = ap if ap is not None and ap.content else None
+    definitive = (
+        encode_sections([s for s in (props, ap) if s is not None])
+        == encode_sections(
+            [s for s in (back.properties, back.application_properties) if s is not None]
+        )
+        and back.body == decoded.body
+    )
+    assert (kept is None) == definitive
+
+
+_simple_texts = st.text(max_size=12)
+
+
+@given(
+    message_id=st.none() | _simple_texts | st.uuids(),
+    correlation_id=st.none() | _simple_texts,
+    user_id=st.none() | st.just(b"guest"),
+    reply_to=st.none() | _simple_texts.map(lambda t: "/queues/" + t),
+    content_type=st.none() | st.just("text/plain"),
+    creation_time=st.none() | st.integers(0, 2**33).map(float),
+    group_id=st.none() | _simple_texts,
+    properties=st.none()
+    | st.dictionaries(
+        _simple_texts, _simple_texts | st.booleans() | st.integers(-(2**63), 2**63 - 1), max_size=4
+    ),
+)
+def test_the_shortcut_agrees_on_simple_properties_too(**fields: Any) -> None:
+    """The same with values mostly of the kinds the shortcut takes."""
+    test_the_shortcut_for_simple_properties_is_what_mapping_back_says.hypothesis.inner_test(
+        **fields
+    )
