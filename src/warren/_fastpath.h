@@ -54,6 +54,9 @@ FP_INTERNAL PyObject *deliver_records(PyObject *self, PyObject *const *args, Py_
 FP_INTERNAL void crc_init(void);
 /* Whether a whole segment-store record starts at p[q] within limit, its CRC
  * seeded with seed (_fastpath_records.c). */
+/* Set in a record's body length when a native (AMQP 1.0) section, u32 length
+ * and bytes, follows the body (store/records.py's NATIVE_FLAG). */
+#define RECORD_NATIVE_FLAG (1ull << 63)
 FP_INTERNAL int record_checks_out(const unsigned char *p, Py_ssize_t q, Py_ssize_t limit,
                                   uint32_t seed);
 

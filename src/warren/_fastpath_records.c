@@ -353,8 +353,8 @@ PyObject *fp_crc_ok(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 }
 
 /* Whether a whole record starts at p[q] within limit: its length in bounds,
- * its inner lengths adding up, its CRC-32 (seeded) right: store/records.py's
- * inspect_record is the reference. */
+ * its inner lengths adding up (a native section after the body included), its
+ * CRC-32 (seeded) right: store/records.py's inspect_record is the reference. */
 int record_checks_out(const unsigned char *p, Py_ssize_t q, Py_ssize_t limit, uint32_t seed) {
     if (limit - q < 30) return 0;
     uint64_t length = be32(p + q);
@@ -368,7 +368,14 @@ int record_checks_out(const unsigned char *p, Py_ssize_t q, Py_ssize_t limit, ui
     o += (Py_ssize_t)be32(p + o - 4) + 8;
     if (o > end) return 0;
     uint64_t body = be64(p + o - 8);
-    if (body != (uint64_t)(end - o)) return 0;
+    if (body != (uint64_t)(end - o)) {
+        /* Only a record with a native section after the body pays for this. */
+        if (!(body & RECORD_NATIVE_FLAG)) return 0;
+        body &= ~RECORD_NATIVE_FLAG;
+        if (body > (uint64_t)(end - o) || (uint64_t)(end - o) - body < 4) return 0;
+        Py_ssize_t at = o + (Py_ssize_t)body;
+        if ((uint64_t)be32(p + at) != (uint64_t)(end - at - 4)) return 0;
+    }
     return crc32_update(seed, p + q, end - q) == be32(p + end);
 }
 

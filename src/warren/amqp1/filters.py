@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from warren.amqp1.errors import PRECONDITION_FAILED, LinkError
 from warren.amqp1.mapping import from_core
-from warren.amqp1.message import Properties
+from warren.amqp1.message import ApplicationProperties, Properties, decode_sections
 from warren.amqp1.types import Described, Symbol, Timestamp, UInt, ULong
 from warren.core.codec_errors import DecodeError
 
@@ -321,7 +321,23 @@ def message_view(msg: Message) -> tuple[Properties | None, dict[str, Any]]:
     """The 1.0 properties and application properties a filter sees in a core
     message: RabbitMQ 4's view of it (mapping.py's from_core), with a binary
     or long message-id or correlation-id that 0-9-1 could not carry (kept in
-    its ``x-message-id`` or ``x-correlation-id`` header) put back."""
+    its ``x-message-id`` or ``x-correlation-id`` header) put back. A message
+    that keeps its original 1.0 form (``Message.native``) is seen as sent:
+    ``to``, ``subject``, typed ids and application properties included."""
+    native = msg.native
+    if native is not None:
+        props: Properties | None = None
+        application: dict[str, Any] = {}
+        try:
+            sections = decode_sections(native)
+        except DecodeError:  # checked when it was published: not expected
+            sections = []
+        for section in sections:
+            if isinstance(section, Properties):
+                props = section
+            elif isinstance(section, ApplicationProperties):
+                application = section.content
+        return props, application
     amqp = from_core(msg.properties, b"")
     props = amqp.properties
     annotations = amqp.message_annotations

@@ -45,7 +45,7 @@ from warren.amqp1.links import (
     v1_queue,
 )
 from warren.amqp1.management_node import decode_request
-from warren.amqp1.mapping import to_core
+from warren.amqp1.mapping import keep_native, to_core
 from warren.amqp1.message import AmqpMessage, decode_message
 from warren.amqp1.performatives import (
     RCV_FIRST,
@@ -306,7 +306,8 @@ class IncomingLink:
             props = message.properties
             key = (props.subject if props is not None else None) or ""
         properties, body = to_core(message)
-        msg = Message(exchange.name, key, properties, body, conn.now_ms or None)
+        native = keep_native(message, properties, body)
+        msg = Message(exchange.name, key, properties, body, conn.now_ms or None, native)
         user = conn.user
         if user is not None and message.properties is not None:
             claimed = message.properties.user_id

@@ -12,6 +12,14 @@ the table. Where RabbitMQ 4 would fail (a value it has no conversion for:
 uuid, char, decimal or described application properties; a 0-9-1 decimal)
 the value is left out. Header values keep their AMQP types both ways
 (field_values.py).
+
+What the 0-9-1 form cannot carry (``to``, ``subject``, typed ids and
+application properties, amqp-value and amqp-sequence bodies, a footer,
+creation-time's milliseconds...) is not lost: `keep_native` gives the bare
+message as received when mapping it to the core and back does not give the
+same bytes, the core message keeps it (Message.native), and `from_core`
+delivers it verbatim after the header and annotations the broker made, as
+RabbitMQ 4 keeps a message in its native format.
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ __all__ = [
     "AMQP10_TYPE",
     "for_delivery",
     "from_core",
+    "keep_native",
     "to_core",
 ]
 
@@ -220,6 +229,140 @@ def to_core(msg: AmqpMessage) -> tuple[bytes, bytes]:
     )
 
 
+def keep_native(msg: AmqpMessage, properties: bytes, body: bytes) -> bytes | None:
+    """The bare message and footer ``msg`` was published with, when its core
+    form (``properties`` and ``body``, to_core's) does not map back to the same
+    message; None when it does (the common message: nothing more to store).
+
+    Definitive: from_core's bare message and footer against the received
+    ones, both encoded by this codec's encoder, which writes a value's AMQP
+    type and nothing else of how it was received: clients encode the same
+    values in different widths (proton sends an empty properties list and
+    32-bit maps), which is no loss; a type, a field or a section that does
+    not come back is. Data sections are compared as bytes, not copied into
+    an encoding. A bare message of one data section and no properties, with
+    no annotations that to_core would turn into application properties,
+    always maps back: that one, the hot path, is not mapped back, nor is
+    one whose properties and application properties are all of the kinds
+    that come back unchanged (`_simple_properties`: string ids, a content
+    type...; tests/protocol/amqp1/test_native_messages.py checks the
+    shortcuts against mapping back), nor one with what to_core never
+    converts (``to``, ``subject``..., several data sections, a footer after
+    data)."""
+    raw = msg.raw
+    if raw is None:  # built, not received: nothing to keep verbatim
+        return None
+    props = msg.properties
+    if props is not None and props == _NO_PROPERTIES:
+        props = None
+    ap = msg.application_properties
+    if ap is not None and not ap.content:
+        ap = None
+    sent = msg.body
+    if (
+        msg.message_annotations is None
+        and msg.footer is None
+        and len(sent) == 1
+        and isinstance(sent[0], Data)
+        and (props is None or _simple_properties(props))
+        and (ap is None or _simple_application_properties(ap.content))
+    ):
+        return None
+    if (props is not None and _unmapped(props)) or (
+        isinstance(sent[0], Data) and (len(sent) > 1 or msg.footer is not None)
+    ):
+        return raw[msg.bare_at :]  # what to_core never converts: no need to map back
+    back = from_core(properties, body)
+    if _canonical(props, ap, sent, msg.footer) == _canonical(
+        back.properties, back.application_properties, back.body, back.footer
+    ):
+        return None
+    return raw[msg.bare_at :]
+
+
+def _unmapped(p: Properties) -> bool:
+    """Whether ``p`` has a field to_core does not convert (docs/amqp1.md)."""
+    return (
+        p.to is not None
+        or p.subject is not None
+        or p.absolute_expiry_time is not None
+        or p.group_sequence is not None
+        or p.reply_to_group_id is not None
+    )
+
+
+def _simple_properties(p: Properties) -> bool:
+    """Whether to_core and from_core carry every field of ``p`` both ways as
+    it is (keep_native's shortcut; when in doubt, False: mapping back
+    decides)."""
+    if _unmapped(p):
+        return False
+    for value in (p.message_id, p.correlation_id):
+        if value is None or type(value) is uuid.UUID:
+            continue
+        # 45 characters may be a urn:uuid, which comes back as a uuid.
+        if type(value) is not str or len(value) == 45 or _shortstr(value) is None:
+            return False
+    for value in (p.content_type, p.content_encoding):
+        if value is not None and not (
+            type(value) is Symbol and value.isascii() and len(value) < 256
+        ):
+            return False
+    user_id = p.user_id
+    if user_id is not None and (type(user_id) is not bytes or _valid_shortstr(user_id) is None):
+        return False
+    reply_to = p.reply_to
+    if reply_to is not None:
+        if type(reply_to) is not str or not reply_to.startswith("/queues/"):
+            return False
+        queue = _reply_to_core(reply_to)
+        if queue is None or _reply_to_amqp1(queue) != reply_to:
+            return False
+    created = p.creation_time
+    if created is not None and not (
+        type(created) is Timestamp and created >= 0 and created % 1000 == 0
+        and created // 1000 <= MAX_TIMESTAMP
+    ):  # fmt: skip
+        return False
+    group_id = p.group_id
+    return group_id is None or (type(group_id) is str and _shortstr(group_id) is not None)
+
+
+#: The longest string header value from_core gives back as a string.
+_LONGEST_STRING = 4096
+
+
+def _simple_application_properties(content: dict[Any, Any]) -> bool:
+    """Whether to_core and from_core carry these application properties both
+    ways as they are: shortstr keys that are not annotations' (``x-``),
+    values that are strings (short, no NUL), booleans or longs."""
+    for key, value in content.items():
+        if type(key) is not str or key.startswith("x-") or key_bytes(key) is None:
+            return False
+        kind = type(value)
+        if kind is str:
+            raw = value.encode("utf-8", "surrogateescape")
+            if len(raw) > _LONGEST_STRING or b"\x00" in raw:
+                return False
+        elif kind is not bool and kind is not int:
+            return False
+    return True
+
+
+def _canonical(
+    props: Properties | None,
+    ap: ApplicationProperties | None,
+    body: list[Any],
+    footer: Footer | None,
+) -> tuple[bytes, list[bytes] | bytes]:
+    """Sections as keep_native compares them: all but the body encoded, and
+    the body's data sections' bytes (other body sections encoded)."""
+    sections: list[Any] = [s for s in (props, ap, footer) if s is not None]
+    if all(isinstance(s, Data) for s in body):
+        return encode_sections(sections), [s.content for s in body]
+    return encode_sections(sections), encode_sections(body)
+
+
 def _is_octet(value: Any) -> bool:
     return type(value) is not bool and isinstance(value, int) and 0 <= value <= 255
 
@@ -347,11 +490,15 @@ def _read_shortstr(raw: bytes, pos: int) -> tuple[str, int]:
     return str(raw[pos + 1 : end], "utf-8", "surrogateescape"), end
 
 
-def from_core(properties: bytes, body: bytes) -> AmqpMessage:
+def from_core(properties: bytes, body: bytes, native: bytes | None = None) -> AmqpMessage:
     """The AMQP 1.0 message RabbitMQ 4 makes of a 0-9-1 content (properties and
     body): header, message-annotations, properties, application-properties, and
     the body as one data section (or, for a message of type ``amqp-1.0``, the
-    body sections and footer its bytes encode)."""
+    body sections and footer its bytes encode). With the message's ``native``
+    bare message (Message.native), the header and annotations are the 0-9-1
+    properties' (what the broker changes) and the bare message is ``native``."""
+    if native is not None:
+        return _with_native(from_core(properties, b""), native)
     raw = properties
     try:
         flags = raw[0] << 8 | raw[1]
@@ -446,6 +593,36 @@ def from_core(properties: bytes, body: bytes) -> AmqpMessage:
 
 
 _NO_PROPERTIES = Properties()
+#: Headers to_core makes of a bare message's ids (not annotations).
+_ID_HEADERS = ("x-message-id", "x-correlation-id")
+
+
+def _with_native(msg: AmqpMessage, native: bytes) -> AmqpMessage:
+    """``msg`` (from_core's) with ``native`` as its bare message and footer, and
+    without the annotations to_core made of that bare message (its long or
+    binary ids, its ``x-`` application properties): those are in ``native``."""
+    annotations = msg.message_annotations
+    if annotations is not None:
+        bare: list[Any] = []
+        with contextlib.suppress(DecodeError):
+            bare = decode_sections(native)
+        content = annotations.content
+        for section in bare:
+            if isinstance(section, Properties):
+                for key, value in zip(
+                    _ID_HEADERS, (section.message_id, section.correlation_id), strict=True
+                ):
+                    if value is not None:
+                        content.pop(key, None)
+            elif isinstance(section, ApplicationProperties):
+                for key in section.content:
+                    content.pop(key, None)
+        if content.get("x-basic-type") == AMQP10_TYPE:  # the core's mark of a non-data body
+            del content["x-basic-type"]
+        if not content:
+            msg.message_annotations = None
+    msg.raw, msg.bare_at = native, 0
+    return msg
 
 
 def for_delivery(

@@ -339,7 +339,7 @@ class OutgoingLink:
         session = self.session
         queue = consumer.queue
         count_delivery(session.stats, queue.stats, consumer.no_ack, redelivered)
-        amqp = from_core(msg.properties, msg.body)
+        amqp = from_core(msg.properties, msg.body, msg.native)
         payload = for_delivery(
             amqp,
             msg.exchange,

@@ -167,7 +167,7 @@ def dead_letter(
         remove_headers=remove,
         set_properties={"expiration": None} if expiration is not None else None,
     )
-    return Message(dlx, keys[0], copy_props, msg.body, now_ms), keys
+    return Message(dlx, keys[0], copy_props, msg.body, now_ms, msg.native), keys
 
 
 _ARRAY_TAG = ord("A")

@@ -269,7 +269,7 @@ class DelayedMessageExchange(Exchange):
         delay = delay_of(msg)
         props = msg.properties if delay is None else set_header(msg.properties, "x-delay", -delay)
         # Routed as published now: queue TTLs count from here, as in RabbitMQ.
-        out = Message(msg.exchange, msg.routing_key, props, msg.body, now)
+        out = Message(msg.exchange, msg.routing_key, props, msg.body, now, msg.native)
         # Until routed the message stays held: a failure here (only a record held
         # before properties were validated at publish can cause one) keeps it for
         # the next start, logged by _release.

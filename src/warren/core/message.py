@@ -3,6 +3,13 @@
 Properties stay in the AMQP content-header encoding the publisher sent (flags
 word plus property list): most messages are never inspected, so decoding them
 would be wasted work. Routing by headers and the store peek into them lazily.
+
+A message published over AMQP 1.0 whose bare message the 0-9-1 form cannot
+carry (typed ids or application properties, ``to``, ``subject``, a footer...)
+also keeps that bare message as received in ``native`` (amqp1/mapping.py):
+the 0-9-1 form still routes it and serves 0-9-1 and MQTT consumers, and a
+1.0 consumer gets the original back. Anything that copies a message with new
+properties (dead-lettering, a delivery count) passes ``native`` on.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ class Message:
         "properties",
         "body",
         "timestamp",
+        "native",
         "_headers",
         "_ex_rk",
     )
@@ -31,6 +39,7 @@ class Message:
         properties: bytes,
         body: bytes,
         timestamp: int | None = None,
+        native: bytes | None = None,
     ) -> None:
         self.exchange = exchange
         self.routing_key = routing_key
@@ -39,6 +48,9 @@ class Message:
         # The broker's paths pass their clock's time (core/clock.py); the system
         # clock is for a message made outside a broker (tests, tools).
         self.timestamp = system_ms() if timestamp is None else timestamp
+        # The AMQP 1.0 bare message (and footer) as published, when the 0-9-1
+        # properties and body above lose something of it; None otherwise.
+        self.native = native
         self._headers: dict[str, Any] | None | bool = False
         self._ex_rk: bytes | None = None
 

@@ -72,6 +72,6 @@ def with_delivery_count(msg: Message, count: int) -> Message:
     carry x-delivery-count (a long, as RabbitMQ writes it), the number of
     earlier delivery attempts."""
     raw = edit_properties(msg.properties, set_headers={"x-delivery-count": b"l" + _I64.pack(count)})
-    copy = Message(msg.exchange, msg.routing_key, raw, msg.body, msg.timestamp)
+    copy = Message(msg.exchange, msg.routing_key, raw, msg.body, msg.timestamp, msg.native)
     copy._ex_rk = msg._ex_rk
     return copy

@@ -247,7 +247,9 @@ class QuorumFeatures(QueueFeatures):
         if dlx is None:
             return False
         if copy.exchange != dlx_name:  # the queue's settings changed since it was held
-            copy = Message(dlx_name, copy.routing_key, copy.properties, copy.body, copy.timestamp)
+            copy = Message(
+                dlx_name, copy.routing_key, copy.properties, copy.body, copy.timestamp, copy.native
+            )
         return vhost.dead_letters.route(self.queue, dlx, copy, keys, reason)
 
     def _retry_soon(self, delay_ms: int) -> None:
@@ -318,7 +320,7 @@ def _without_delivery_count(msg: Message) -> Message:
         raw = edit_properties(msg.properties, remove_headers=("x-delivery-count",))
     except DecodeError:
         return msg
-    copy = Message(msg.exchange, msg.routing_key, raw, msg.body, msg.timestamp)
+    copy = Message(msg.exchange, msg.routing_key, raw, msg.body, msg.timestamp, msg.native)
     copy._ex_rk = msg._ex_rk
     return copy
 

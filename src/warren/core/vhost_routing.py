@@ -311,7 +311,7 @@ class Router:
             probe = (
                 msg
                 if key == msg.routing_key
-                else Message(msg.exchange, key, msg.properties, msg.body, msg.timestamp)
+                else Message(msg.exchange, key, msg.properties, msg.body, msg.timestamp, msg.native)
             )
             for q in self.route(exchange, probe):
                 queues[id(q)] = q
@@ -332,6 +332,7 @@ class Router:
                 edit_properties(msg.properties, remove_headers=("BCC",)),
                 msg.body,
                 msg.timestamp,
+                msg.native,
             )
             stripped._ex_rk = msg._ex_rk
             msg = stripped

@@ -8,8 +8,14 @@ One record per message, all integers big-endian::
     u8   routing key length   + routing key (UTF-8)
     u32  properties length    + raw basic properties exactly as published
     u64  body length          + body
+   [u32  native length        + native bytes]   only when bit 63 of body length is set
     u32  CRC32                zlib.crc32 of every byte of the record before it,
                               seeded with the segment's salt (0 in version 1)
+
+A message that keeps its AMQP 1.0 bare message (Message.native) sets the top bit
+of the body length (a body is under 4 GiB, so the bit is free) and carries it
+after the body; the common record is unchanged and a reader only looks for the
+bit when the body length does not end the record, so it costs that record nothing.
 
 The leading length lets a reader step over a record without parsing it, and the
 inner lengths must add up to it, so most corruption of a length field is caught
@@ -37,6 +43,7 @@ __all__ = [
     "FILE_MAGIC",
     "FORMAT_VERSION",
     "MIN_RECORD_SIZE",
+    "NATIVE_FLAG",
     "BadFileHeader",
     "CorruptRecord",
     "check_file_header",
@@ -65,6 +72,9 @@ RECORD_OVERHEAD = _HEAD.size + 1 + 4 + 8 + 4  # 30
 MIN_RECORD_SIZE = RECORD_OVERHEAD
 #: The record length is a u32, so no record (and no body) can exceed 4 GiB.
 MAX_RECORD_SIZE = 0xFFFFFFFF
+#: Set in the body length of a record that carries a native (AMQP 1.0) message
+#: after the body: u32 length, then its bytes.
+NATIVE_FLAG = 1 << 63
 
 _Buffer = bytes | bytearray | memoryview | mmap.mmap
 
@@ -110,9 +120,13 @@ def encode_record(
     body: bytes,
     timestamp: int,
     seed: int = 0,
+    native: bytes | None = None,
 ) -> bytes:
     """One complete record, ready for a single write; its CRC seeded with
-    ``seed`` (zlib.crc32(data, seed): a version-2 segment's salt)."""
+    ``seed`` (zlib.crc32(data, seed): a version-2 segment's salt); with the
+    message's ``native`` form after the body when it has one."""
+    if native is not None:
+        return _native_record(exchange, routing_key, properties, body, timestamp, seed, native)
     ex_len = len(exchange)
     rk_len = len(routing_key)
     if ex_len > 255 or rk_len > 255:
@@ -152,6 +166,54 @@ def encode_record(
     return b"".join((prefix, body, _U32.pack(zlib.crc32(body, zlib.crc32(prefix, seed)))))
 
 
+def _native_record(
+    exchange: bytes,
+    routing_key: bytes,
+    properties: bytes,
+    body: bytes,
+    timestamp: int,
+    seed: int,
+    native: bytes,
+) -> bytes:
+    """encode_record for a message with a native form: the flag in the body
+    length, the native bytes after the body (rare: AMQP 1.0 messages only)."""
+    ex_len = len(exchange)
+    rk_len = len(routing_key)
+    if ex_len > 255 or rk_len > 255:
+        raise ValueError("exchange and routing key must be at most 255 bytes")
+    b_len = len(body)
+    length = RECORD_OVERHEAD + ex_len + rk_len + len(properties) + b_len + 4 + len(native)
+    if length > MAX_RECORD_SIZE:
+        raise ValueError(f"message of {b_len} bytes is too large for a segment record")
+    rec = b"".join(
+        (
+            _HEAD.pack(length, timestamp, ex_len),
+            exchange,
+            _U8.pack(rk_len),
+            routing_key,
+            _U32.pack(len(properties)),
+            properties,
+            _U64.pack(b_len | NATIVE_FLAG),
+            body,
+            _U32.pack(len(native)),
+            native,
+        )
+    )
+    return rec + _U32.pack(zlib.crc32(rec, seed))
+
+
+def _native_end(buf: _Buffer, o: int, b_len: int, end: int) -> int:
+    """Where the body ends in a record whose body length ``b_len`` (read just
+    before ``o``) does not end it: the native section's start if the flag is
+    set and its length ends the record exactly, else -1."""
+    if not b_len & NATIVE_FLAG:
+        return -1
+    body_end = o + (b_len ^ NATIVE_FLAG)
+    if body_end + 4 > end or body_end + 4 + _U32.unpack_from(buf, body_end)[0] != end:
+        return -1
+    return body_end
+
+
 _HEAD_NO_EX = struct.Struct(">IQ")
 
 
@@ -164,10 +226,16 @@ def encode_message_record(msg: Message, seed: int = 0) -> bytes:
     p_len = len(props)
     b_len = len(body)
     length = RECORD_OVERHEAD - 2 + len(ex_rk) + p_len + b_len
-    if b_len > 2048 or length > MAX_RECORD_SIZE:
+    if b_len > 2048 or length > MAX_RECORD_SIZE or msg.native is not None:
         ex_len = ex_rk[0]
         return encode_record(
-            ex_rk[1 : 1 + ex_len], ex_rk[2 + ex_len :], props, body, msg.timestamp, seed
+            ex_rk[1 : 1 + ex_len],
+            ex_rk[2 + ex_len :],
+            props,
+            body,
+            msg.timestamp,
+            seed,
+            msg.native,
         )
     rec = b"".join(
         (
@@ -243,6 +311,7 @@ def encode_message(msg: Message, seed: int = 0) -> bytes:
         msg.body,
         msg.timestamp,
         seed,
+        msg.native,
     )
 
 
@@ -300,7 +369,9 @@ def inspect_record(
         raise CorruptRecord("properties overrun the record", offset, length)
     (b_len,) = _U64.unpack_from(buf, o - 8)
     if o + b_len != end:
-        raise CorruptRecord("field lengths do not add up to the record length", offset, length)
+        if _native_end(buf, o, b_len, end) < 0:
+            raise CorruptRecord("field lengths do not add up to the record length", offset, length)
+        b_len ^= NATIVE_FLAG
     if verify_crc and not _crc_ok(buf, offset, end, seed):
         raise CorruptRecord("CRC mismatch", offset, length)
     return length, p_off, p_len, b_len
@@ -338,8 +409,13 @@ def decode_record(
         o += 8
     except (struct.error, IndexError) as exc:
         raise CorruptRecord(f"torn record: {exc}", offset, None) from exc
+    native = None
+    body_end = end
     if o + b_len != end:
-        raise CorruptRecord("field lengths do not add up to the record length", offset, length)
+        body_end = _native_end(buf, o, b_len, end)
+        if body_end < 0:
+            raise CorruptRecord("field lengths do not add up to the record length", offset, length)
+        native = buf[body_end + 4 : end]
     if verify_crc and not _crc_ok(buf, offset, end, seed):
         raise CorruptRecord("CRC mismatch", offset, length)
     exchange = _EXCHANGE_NAMES.get(ex_raw)
@@ -348,7 +424,9 @@ def decode_record(
         if len(_EXCHANGE_NAMES) >= _EXCHANGE_CACHE_MAX:
             _EXCHANGE_NAMES.clear()
         _EXCHANGE_NAMES[ex_raw] = exchange
-    msg = Message(exchange, rk_raw.decode("utf-8", "surrogateescape"), props, buf[o:end], timestamp)
+    msg = Message(
+        exchange, rk_raw.decode("utf-8", "surrogateescape"), props, buf[o:body_end], timestamp, native
+    )
     # The two shortstrs as stored are what a delivery of this message carries.
     msg._ex_rk = buf[offset + 12 : offset + 14 + ex_len + rk_len]
     return msg, length

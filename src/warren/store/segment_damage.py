@@ -36,6 +36,7 @@ from warren.store.records import (
     FILE_MAGIC,
     FORMAT_VERSION,
     MIN_RECORD_SIZE,
+    NATIVE_FLAG,
     CorruptRecord,
     inspect_record,
 )
@@ -216,7 +217,13 @@ def torn_tail(buf: _Buffer, pos: int, limit: int) -> bool:
     o += _U32.unpack_from(buf, o - 4)[0] + 8
     if o > limit:
         return True
-    return o - pos + _U64.unpack_from(buf, o - 8)[0] + 4 == length
+    b_len = _U64.unpack_from(buf, o - 8)[0]
+    if not b_len & NATIVE_FLAG:
+        return o - pos + b_len + 4 == length
+    o += (b_len ^ NATIVE_FLAG) + 4  # the body, then a native section's length
+    if o > limit:
+        return o - pos + 4 <= length
+    return o - pos + _U32.unpack_from(buf, o - 4)[0] + 4 == length
 
 
 def walk(

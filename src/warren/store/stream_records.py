@@ -93,7 +93,7 @@ def stream_record(msg: Message, offset: int, ts: int, seed: int) -> bytes:
     """``msg`` as a record stamped with its offset and timestamp (its CRC
     seeded with ``seed``, the write segment's salt)."""
     props = stamp_properties(msg.properties, offset, ts)
-    stored = Message(msg.exchange, msg.routing_key, props, msg.body, ts)
+    stored = Message(msg.exchange, msg.routing_key, props, msg.body, ts, msg.native)
     stored._ex_rk = msg._ex_rk
     return encode_message_record(stored, seed)
 

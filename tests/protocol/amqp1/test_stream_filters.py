@@ -385,3 +385,31 @@ def test_a_drain_waits_for_the_filters_scan(broker: Harness) -> None:
     nothing.drain(5)
     c.pump()
     assert c.receive(nothing) == [] and nothing.credit == 0 and not nothing.draining()
+
+
+def test_filters_see_what_only_the_original_message_keeps(broker: Harness) -> None:
+    """``to``, ``subject`` and a ulong message-id do not survive the mapping to
+    0-9-1: a message that has them keeps its original form (Message.native),
+    and the properties filter matches on what was sent."""
+    declare_stream(broker, "s")
+    c = ProtonClient(broker).open()
+    sender = c.sender("/queues/s", name="fill")
+    for message in (
+        proton.Message(body="n1", subject="news.sport", address="/exchanges/x", id=ulong(7)),
+        proton.Message(body="n2", subject="news.weather", properties={"k": ulong(2)}),
+        proton.Message(body="n3"),
+    ):
+        assert c.send(sender, message).remote_state == proton.Delivery.ACCEPTED
+    start = ("o", "rabbitmq:stream-offset-spec", "first")
+    cases = [
+        ([("f", PROPS_P, {symbol("subject"): "&p:news."})], ["n1", "n2"]),
+        ([("f", PROPS_P, {symbol("subject"): "news.weather"})], ["n2"]),
+        ([("f", PROPS_P, {symbol("to"): "/exchanges/x"})], ["n1"]),
+        ([("f", PROPS_P, {symbol("message-id"): ulong(7)})], ["n1"]),
+        ([("a", APP_P, {"k": 2})], ["n2"]),
+    ]
+    for k, (pairs, expected) in enumerate(cases):
+        receiver = c.receiver(
+            "/queues/s", credit=10, name=f"r{k}", configure=filtered(start, *pairs)
+        )
+        assert bodies(c, receiver) == expected, pairs
