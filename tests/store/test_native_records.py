@@ -166,6 +166,10 @@ def scattered_records(draw: st.DrawFn, seed: int) -> bytes:
     return b"".join(parts)
 
 
+# The C fast path against the Python readers: in the compiled pass, whose build
+# is the current one (the pure pass starts beside the build, on the last one's
+# extension, which may predate a change to the record format).
+@pytest.mark.passes("compiled")
 @needs_c
 @given(data=st.data(), seed=st.integers(1, 0xFFFFFFFF), start=st.integers(0, 40))
 def test_the_c_readers_agree_with_python_on_native_records(

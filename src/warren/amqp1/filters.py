@@ -326,18 +326,18 @@ def message_view(msg: Message) -> tuple[Properties | None, dict[str, Any]]:
     ``to``, ``subject``, typed ids and application properties included."""
     native = msg.native
     if native is not None:
-        props: Properties | None = None
-        application: dict[str, Any] = {}
+        sent: Properties | None = None
+        sent_application: dict[str, Any] = {}
         try:
             sections = decode_sections(native)
         except DecodeError:  # checked when it was published: not expected
             sections = []
         for section in sections:
             if isinstance(section, Properties):
-                props = section
+                sent = section
             elif isinstance(section, ApplicationProperties):
-                application = section.content
-        return props, application
+                sent_application = section.content
+        return sent, sent_application
     amqp = from_core(msg.properties, b"")
     props = amqp.properties
     annotations = amqp.message_annotations
