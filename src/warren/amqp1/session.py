@@ -28,7 +28,7 @@ from warren.amqp1.errors import (
     SessionError,
     error,
 )
-from warren.amqp1.frames import transfer_frames
+from warren.amqp1.frames import TransferEncoder, transfer_frames
 from warren.amqp1.incoming import IncomingLink
 from warren.amqp1.links import ManagementPair, is_management
 from warren.amqp1.outgoing import OutgoingLink
@@ -104,6 +104,8 @@ class Session:
         self._accepted: list[int] = []
         self.settlements = conn.client_session.settlements(self._settled, self._wake, ordered=False)
         self._write_out_due = False
+        #: Its links' transfer encoders by handle (a reused handle keeps its own).
+        self._encoders: dict[int, TransferEncoder] = {}
         self.ended_ = False
         conn.send_frame(
             channel,
@@ -281,6 +283,16 @@ class Session:
         max-frame-size needs; its delivery-id."""
         delivery_id = self.next_delivery_id
         self.next_delivery_id = (delivery_id + 1) % _SEQ
+        conn = self.conn
+        encoder = self._encoders.get(handle)
+        if encoder is None:
+            encoder = self._encoders[handle] = TransferEncoder(self.channel, handle)
+        frame = encoder.frame(delivery_id, tag, settled, payload, conn.peer_max_frame)
+        if frame is not None:
+            self.next_outgoing_id = (self.next_outgoing_id + 1) % _SEQ
+            self.remote_incoming_window -= 1
+            conn.send(frame)
+            return delivery_id
         transfer = Transfer(
             handle=handle,
             delivery_id=delivery_id,
@@ -288,11 +300,10 @@ class Session:
             message_format=0,
             settled=settled,
         )
-        frames = transfer_frames(self.channel, transfer, payload, self.conn.peer_max_frame)
+        frames = transfer_frames(self.channel, transfer, payload, conn.peer_max_frame)
         n = len(frames)
         self.next_outgoing_id = (self.next_outgoing_id + n) % _SEQ
         self.remote_incoming_window -= n
-        conn = self.conn
         for data in frames:
             conn.send(data)
         return delivery_id
