@@ -107,6 +107,13 @@ class AMQP1Consumer(Consumer):
     def credit_limit(self) -> int:
         return STREAM_CREDIT_LIMIT
 
+    def run_credit(self, n: int) -> int:
+        """How many of a publish run's messages the queue may store in one write
+        and hand over (Queue.publish_run): what the link's credit and the
+        client's session window allow."""
+        link = self.link
+        return min(n, link.credit, link.session.remote_incoming_window)
+
     def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
         self.link.deliver(self, seq, msg, redelivered)
 
@@ -332,6 +339,11 @@ class OutgoingLink:
         if deliveries.closed:
             return
         if isinstance(state, Accepted):
+            n = len(tags)
+            if n > 1:
+                first = min(tags)
+                if max(tags) - first == n - 1 and deliveries.ack_range(first, n):
+                    return  # every tag of first .. first + n - 1 (distinct): in one call
             taken: list[Any] = []
             runs: list[Any] = []
             for tag in tags:

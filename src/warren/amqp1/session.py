@@ -138,6 +138,7 @@ class Session:
             else:
                 raise SessionError(ILLEGAL_STATE, f"unexpected {type(performative).__name__}")
         except SessionError as exc:
+            self.conn.flush_run()  # the transfers before the error are published
             self.end(exc.as_error())
 
     def _link(self, handle: int | None) -> Link:

@@ -1,0 +1,257 @@
+"""AMQP 1.0 publish runs in memory: the transfers of one read published together
+(incoming.py's PublishRun, Queue.publish_run) and answered in ranges, with the
+same outcomes, credit and order as one by one; Qpid Proton's engine as the
+client (harness/amqp1.py), raw frames where it would not send them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from harness import Harness, harness_fixture
+from harness.amqp1 import ProtonClient
+
+from warren.amqp1.frames import Frame, FrameReader, encode_frame
+from warren.amqp1.incoming import IncomingLink
+from warren.amqp1.performatives import (
+    RECEIVER,
+    Accepted,
+    Disposition,
+    Flow,
+    Rejected,
+    Transfer,
+)
+
+proton = pytest.importorskip("proton")
+Delivery = proton.Delivery
+
+broker = harness_fixture(manual_clock=True)
+
+
+def client(harness: Harness) -> ProtonClient:
+    return ProtonClient(harness).open()
+
+
+def declare(harness: Harness, name: str, **arguments: Any) -> None:
+    harness.call(
+        lambda: harness.broker.vhosts["/"].declare_queue(name, arguments=arguments or None)
+    )
+
+
+def count(harness: Harness, name: str) -> int:
+    return harness.broker.vhosts["/"].queues[name].message_count
+
+
+def send_in_one_read(
+    c: ProtonClient, sender: Any, messages: list[Any], settled: frozenset[int] = frozenset()
+) -> tuple[list[Any], list[Any]]:
+    """Every message in one read of the broker's (no pump in between): the
+    deliveries, and the frames the broker wrote back."""
+    deliveries = []
+    for i, message in enumerate(messages):
+        delivery = sender.delivery(f"d{i}")
+        sender.send(message.encode())
+        sender.advance()
+        if i in settled:
+            delivery.settle()
+        deliveries.append(delivery)
+    mark = len(c.received)
+    c.pump()
+    items = FrameReader(1 << 30).feed(bytes(c.received[mark:]))
+    return deliveries, [i.performative for i in items if isinstance(i, Frame)]
+
+
+def dispositions(frames: list[Any]) -> list[tuple[int, int, str]]:
+    return [
+        (f.first, f.first if f.last is None else f.last, type(f.state).__name__)
+        for f in frames
+        if isinstance(f, Disposition) and f.role == RECEIVER
+    ]
+
+
+def our_link(c: ProtonClient) -> tuple[int, IncomingLink]:
+    """The broker's session channel and its publishing link."""
+    for channel, session in c.conn.sessions.items():
+        for link in session.links.values():
+            if isinstance(link, IncomingLink):
+                return channel, link
+    raise AssertionError("no publishing link")
+
+
+def test_a_read_of_transfers_gets_one_ranged_disposition(broker: Harness) -> None:
+    declare(broker, "q")
+    c = client(broker)
+    sender = c.sender("/queues/q")
+    msgs = [proton.Message(body=f"m{i}") for i in range(50)]
+    deliveries, frames = send_in_one_read(c, sender, msgs)
+    assert dispositions(frames) == [(0, 49, "Accepted")]
+    assert all(d.remote_state == Delivery.ACCEPTED for d in deliveries)
+    assert count(broker, "q") == 50
+
+
+def test_a_settled_transfer_in_the_middle_splits_the_range(broker: Harness) -> None:
+    declare(broker, "q")
+    c = client(broker)
+    sender = c.sender("/queues/q")
+    msgs = [proton.Message(body=f"m{i}") for i in range(10)]
+    _, frames = send_in_one_read(c, sender, msgs, settled=frozenset({4}))
+    assert dispositions(frames) == [(0, 3, "Accepted"), (5, 9, "Accepted")]
+    assert count(broker, "q") == 10
+
+
+def test_a_queue_refusing_part_of_a_run(broker: Harness) -> None:
+    """A full queue (reject-publish) rejects what is over its length, each on
+    its own; what it took is accepted in one range."""
+    declare(broker, "q", **{"x-max-length": 5, "x-overflow": "reject-publish"})
+    c = client(broker)
+    sender = c.sender("/queues/q")
+    msgs = [proton.Message(body=f"m{i}") for i in range(8)]
+    deliveries, frames = send_in_one_read(c, sender, msgs)
+    got = sorted(dispositions(frames))
+    assert got == [(0, 4, "Accepted"), (5, 5, "Rejected"), (6, 6, "Rejected"), (7, 7, "Rejected")]
+    assert [d.remote_state for d in deliveries] == [Delivery.ACCEPTED] * 5 + [Delivery.REJECTED] * 3
+    assert count(broker, "q") == 5
+
+
+def test_order_is_kept_around_a_message_that_goes_alone(broker: Harness) -> None:
+    """A message with a TTL (an expiration: not for a run) in the middle of a
+    read: the run before it is published first, the rest after it."""
+    declare(broker, "q")
+    c = client(broker)
+    sender = c.sender("/queues/q")
+    msgs = [proton.Message(body=f"m{i}") for i in range(9)]
+    msgs[4].ttl = 60
+    _, frames = send_in_one_read(c, sender, msgs)
+    assert dispositions(frames) == [(0, 8, "Accepted")]
+    receiver = c.receiver("/queues/q", credit=20)
+    assert [m.body for _, m in c.receive(receiver)] == [f"m{i}" for i in range(9)]
+
+
+def test_credit_stays_exact_over_a_run(broker: Harness) -> None:
+    """170 credit: 100 transfers in one read leave 70, topped up to 170 once
+    the run is in (one flow; one by one, the 85th would have topped it up and
+    the read left 155); 171 in one read publish 170 and the last one detaches
+    the link (transfer-limit-exceeded)."""
+    declare(broker, "q")
+    c = client(broker)
+    c.sender("/queues/q", settled=True)
+    channel, link = our_link(c)
+    assert link.credit == 170
+    body = proton.Message(body="x").encode()
+
+    def transfers(first: int, n: int) -> bytes:
+        return b"".join(
+            encode_frame(
+                channel,
+                Transfer(handle=link.handle, delivery_id=i, delivery_tag=b"%d" % i, settled=True),
+                body,
+            )
+            for i in range(first, first + n)
+        )
+
+    c.broker.feed(transfers(0, 100))
+    mark = len(c.received)
+    broker.settle()
+    c.received += c.broker.take()
+    assert (link.credit, link.delivery_count) == (170, 100)
+    flows = [
+        i.performative
+        for i in FrameReader(1 << 30).feed(bytes(c.received[mark:]))
+        if isinstance(i, Frame) and isinstance(i.performative, Flow)
+    ]
+    assert [(f.delivery_count, f.link_credit) for f in flows] == [(100, 170)]
+    assert count(broker, "q") == 100
+    c.broker.feed(transfers(100, 171))
+    broker.settle()
+    out = c.broker.take()
+    assert count(broker, "q") == 270
+    assert b"amqp:link:transfer-limit-exceeded" in out
+    assert link.handle not in c.conn.sessions[channel].links
+
+
+def test_a_consumer_takes_a_run_within_its_credit_in_order(broker: Harness) -> None:
+    """An unsettled receiver with 10 credit: a run of 30 gives it 10, in order,
+    the queue keeps 20; its ranged disposition settles them together."""
+    declare(broker, "q")
+    c = client(broker)
+    receiver = c.receiver("/queues/q", credit=10)
+    sender = c.sender("/queues/q")
+    send_in_one_read(c, sender, [proton.Message(body=f"m{i}") for i in range(30)])
+    got = c.receive(receiver)
+    assert [m.body for _, m in got] == [f"m{i}" for i in range(10)]
+    assert count(broker, "q") == 20
+    (ours,) = [s for s in c.conn.sessions.values() if s.outgoing]
+    ids = sorted(ours.outgoing)
+    assert len(ids) == 10
+    c.broker.feed(
+        encode_frame(
+            ours.channel,
+            Disposition(role=True, first=ids[0], last=ids[-1], settled=True, state=Accepted()),
+        )
+    )
+    c.pump()
+    assert not ours.outgoing
+    receiver.flow(20)
+    c.pump()
+    assert [m.body for _, m in c.receive(receiver)] == [f"m{i}" for i in range(10, 30)]
+    assert count(broker, "q") == 0
+
+
+def test_a_presettled_consumer_gets_a_run_in_order(broker: Harness) -> None:
+    declare(broker, "q")
+    c = client(broker)
+    receiver = c.receiver("/queues/q", credit=100, settled=True)
+    sender = c.sender("/queues/q", settled=True)
+    send_in_one_read(
+        c, sender, [proton.Message(body=f"m{i}") for i in range(40)], settled=frozenset(range(40))
+    )
+    got = c.receive(receiver)
+    assert [m.body for _, m in got] == [f"m{i}" for i in range(40)]
+    assert all(d.settled for d, _ in got)
+    assert count(broker, "q") == 0
+
+
+def test_rejected_outcome_type_is_the_spec_one(broker: Harness) -> None:
+    """The run's rejections carry amqp:resource-limit-exceeded, as one by one."""
+    declare(broker, "q", **{"x-max-length": 1, "x-overflow": "reject-publish"})
+    c = client(broker)
+    sender = c.sender("/queues/q")
+    _, frames = send_in_one_read(c, sender, [proton.Message(body="a"), proton.Message(body="b")])
+    (rejected,) = [
+        f for f in frames if isinstance(f, Disposition) and isinstance(f.state, Rejected)
+    ]
+    assert rejected.state.error.condition == "amqp:resource-limit-exceeded"
+
+
+def test_a_durable_run_is_accepted_once_synced(tmp_path: Any, monkeypatch: Any) -> None:
+    """Persistent messages into a durable queue: the run waits for the sync as
+    one settlement batch; none is accepted before it, all in one range after."""
+    from harness.held_syncs import HeldSyncs
+
+    syncs = HeldSyncs(monkeypatch)
+    with Harness(tmp_path / "data") as harness:
+        harness.call(lambda: harness.broker.vhosts["/"].declare_queue("d", durable=True))
+        c = client(harness)
+        sender = c.sender("/queues/d")
+        harness.settle()
+        syncs.hold()
+        try:
+            deliveries = []
+            for i in range(20):
+                delivery = sender.delivery(f"d{i}")
+                sender.send(proton.Message(body=f"m{i}", durable=True).encode())
+                sender.advance()
+                deliveries.append(delivery)
+            mark = len(c.received)
+            c.pump(ready_only=True)
+            assert syncs.waiting.wait(30), "no sync round started"
+            c.pump(ready_only=True)
+            assert all(d.remote_state == 0 for d in deliveries)  # nothing yet
+        finally:
+            syncs.release()
+        c.pump()
+        assert all(d.remote_state == Delivery.ACCEPTED for d in deliveries)
+        items = FrameReader(1 << 30).feed(bytes(c.received[mark:]))
+        frames = [i.performative for i in items if isinstance(i, Frame)]
+        assert dispositions(frames) == [(0, 19, "Accepted")]
+        assert count(harness, "d") == 20
