@@ -107,12 +107,18 @@ class AMQP1Consumer(Consumer):
     def credit_limit(self) -> int:
         return STREAM_CREDIT_LIMIT
 
+    def no_ack_credit(self, n: int) -> int:
+        """A pre-settled link takes no more of a run than its credit and the
+        client's session window allow (the rest stays in the queue)."""
+        link = self.link
+        return max(0, min(n, link.credit, link.session.remote_incoming_window))
+
     def run_credit(self, n: int) -> int:
         """How many of a publish run's messages the queue may store in one write
         and hand over (Queue.publish_run): what the link's credit and the
         client's session window allow."""
         link = self.link
-        return min(n, link.credit, link.session.remote_incoming_window)
+        return max(0, min(n, link.credit, link.session.remote_incoming_window))
 
     def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
         self.link.deliver(self, seq, msg, redelivered)

@@ -255,3 +255,36 @@ def test_a_durable_run_is_accepted_once_synced(tmp_path: Any, monkeypatch: Any) 
         frames = [i.performative for i in items if isinstance(i, Frame)]
         assert dispositions(frames) == [(0, 19, "Accepted")]
         assert count(harness, "d") == 20
+
+
+def test_a_presettled_consumer_takes_no_more_of_a_run_than_its_credit(broker: Harness) -> None:
+    """A no-ack consumer's run stops at the link's credit (Consumer.no_ack_credit):
+    5 credit, a run of 20: 5 delivered, 15 stay in the queue, in order."""
+    declare(broker, "q")
+    c = client(broker)
+    receiver = c.receiver("/queues/q", credit=5, settled=True)
+    sender = c.sender("/queues/q", settled=True)
+    msgs = [proton.Message(body=f"m{i}") for i in range(20)]
+    send_in_one_read(c, sender, msgs, settled=frozenset(range(20)))
+    assert [m.body for _, m in c.receive(receiver)] == [f"m{i}" for i in range(5)]
+    assert count(broker, "q") == 15
+    receiver.flow(15)
+    c.pump()
+    assert [m.body for _, m in c.receive(receiver)] == [f"m{i}" for i in range(5, 20)]
+
+
+def test_round_robin_of_a_run_keeps_each_links_credit(broker: Harness) -> None:
+    """Two pre-settled receivers, one with 2 credit: the run is not dealt out
+    round-robin beyond it; the other takes the rest."""
+    declare(broker, "q")
+    c = client(broker)
+    wide = c.receiver("/queues/q", credit=100, settled=True, name="wide")
+    narrow = c.receiver("/queues/q", credit=2, settled=True, name="narrow")
+    sender = c.sender("/queues/q", settled=True)
+    msgs = [proton.Message(body=f"m{i}") for i in range(20)]
+    send_in_one_read(c, sender, msgs, settled=frozenset(range(20)))
+    got_narrow = [m.body for _, m in c.receive(narrow)]
+    got_wide = [m.body for _, m in c.receive(wide)]
+    assert len(got_narrow) == 2
+    assert sorted(got_narrow + got_wide, key=lambda b: int(b[1:])) == [f"m{i}" for i in range(20)]
+    assert count(broker, "q") == 0
