@@ -309,6 +309,39 @@ class Session:
             conn.send(data)
         return delivery_id
 
+    def send_transfers(
+        self, handle: int, tags: list[bytes], settled: bool, payloads: list[bytes]
+    ) -> int:
+        """send_transfer for a run of messages on link ``handle``, written in one
+        piece; the first's delivery-id (the others follow it)."""
+        conn = self.conn
+        encoder = self._encoders.get(handle)
+        if encoder is None:
+            encoder = self._encoders[handle] = TransferEncoder(self.channel, handle)
+        max_frame = conn.peer_max_frame
+        first = delivery_id = self.next_delivery_id
+        parts: list[bytes] = []
+        for tag, payload in zip(tags, payloads, strict=True):
+            frame = encoder.frame(delivery_id, tag, settled, payload, max_frame)
+            if frame is not None:
+                parts.append(frame)
+            else:
+                transfer = Transfer(
+                    handle=handle,
+                    delivery_id=delivery_id,
+                    delivery_tag=tag,
+                    message_format=0,
+                    settled=settled,
+                )
+                parts += transfer_frames(self.channel, transfer, payload, max_frame)
+            delivery_id = (delivery_id + 1) % _SEQ
+        self.next_delivery_id = delivery_id
+        n = len(parts)
+        self.next_outgoing_id = (self.next_outgoing_id + n) % _SEQ
+        self.remote_incoming_window -= n
+        conn.send(b"".join(parts))
+        return first
+
     def accept_now(self, delivery_id: int) -> None:
         """A publish settled at once: accepted with the others of this turn."""
         if not self._accepted:

@@ -288,3 +288,46 @@ def test_round_robin_of_a_run_keeps_each_links_credit(broker: Harness) -> None:
     assert len(got_narrow) == 2
     assert sorted(got_narrow + got_wide, key=lambda b: int(b[1:])) == [f"m{i}" for i in range(20)]
     assert count(broker, "q") == 0
+
+
+def test_settling_single_deliveries_of_a_run(broker: Harness) -> None:
+    """A run delivered to an unsettled receiver is one unsettled entry: one
+    delivery released from its middle goes back alone, one rejected is
+    dropped, the rest accepted one by one; counted as 10 deliveries."""
+    declare(broker, "q")
+    c = client(broker)
+    receiver = c.receiver("/queues/q", credit=10)
+    sender = c.sender("/queues/q")
+    send_in_one_read(c, sender, [proton.Message(body=f"m{i}") for i in range(10)])
+    got = c.receive(receiver)
+    assert [m.body for _, m in got] == [f"m{i}" for i in range(10)]
+    (ours,) = [s for s in c.conn.sessions.values() if s.outgoing]
+    assert ours.stats.deliver == 10
+    for i, (delivery, _) in enumerate(got):
+        outcome = {4: Delivery.RELEASED, 6: Delivery.REJECTED}.get(i, Delivery.ACCEPTED)
+        c.settle(delivery, outcome)
+    assert not ours.outgoing
+    assert count(broker, "q") == 1
+    receiver.flow(1)
+    c.pump()
+    ((again, message),) = c.receive(receiver)
+    assert message.body == "m4"
+    c.settle(again)
+    assert count(broker, "q") == 0
+
+
+def test_a_detach_puts_an_unsettled_run_back(broker: Harness) -> None:
+    declare(broker, "q")
+    c = client(broker)
+    receiver = c.receiver("/queues/q", credit=10)
+    sender = c.sender("/queues/q")
+    send_in_one_read(c, sender, [proton.Message(body=f"m{i}") for i in range(10)])
+    got = c.receive(receiver)
+    assert len(got) == 10
+    c.settle(got[0][0])
+    assert count(broker, "q") == 0
+    receiver.close()
+    c.pump()
+    assert count(broker, "q") == 9
+    again = c.receiver("/queues/q", credit=20, name="again")
+    assert [m.body for _, m in c.receive(again)] == [f"m{i}" for i in range(1, 10)]
