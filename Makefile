@@ -232,7 +232,9 @@ prometheus:
 # 14 min here; with 2 workers each, 9 min; then 3 each), and tests/spark runs
 # over SPARK_WORKERS (2) of its own, so that at most two Spark JVMs start (each
 # worker that runs a Spark test starts one: tests/spark took 159 s of CPU over
-# three workers, 127 s in one process, but 7.5 min there). The pure pass needs
+# three workers, 127 s in one process, but 7.5 min there). Before its pytest
+# starts, tests/spark/cds.py makes the Spark JVMs' class-data sharing archive
+# (build/spark-cds.jsa, kept between runs) when it is missing. The pure pass needs
 # neither lint nor the compiled build: it starts first and runs beside them
 # (a minute on a fresh clone); when the build fails it is stopped and make test
 # fails (status 2, no PYTEST_STATUS_FILE), as before. Lint (ruff and mypy: minutes
@@ -256,7 +258,7 @@ test: export PYTHONDONTWRITEBYTECODE :=
 test: $(TEST_STAMP) browser mosquitto etcd rabbitmq fuse prometheus rhea
 	@log=$$(mktemp); spark_log=$$(mktemp); lint_log=$$(mktemp); \
 	( exec env WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PURE_WORKERS) $(PYTEST_DIST) -m 'pure_pass and not spark' $(PYTEST_ARGS) > "$$log" 2>&1 ) & pure_pid=$$!; \
-	( exec env WARREN_PURE_PYTHON=1 WARREN_TEST_PASS=spark $(PY) -m pytest -q -p no:cacheprovider -n $(SPARK_WORKERS) $(PYTEST_DIST) -m 'pure_pass and spark' $(PYTEST_ARGS) > "$$spark_log" 2>&1 ) & spark_pid=$$!; \
+	( $(PY) tests/spark/cds.py build/spark-cds.jsa; exec env WARREN_PURE_PYTHON=1 WARREN_TEST_PASS=spark $(PY) -m pytest -q -p no:cacheprovider -n $(SPARK_WORKERS) $(PYTEST_DIST) -m 'pure_pass and spark' $(PYTEST_ARGS) > "$$spark_log" 2>&1 ) & spark_pid=$$!; \
 	( exec $(MAKE) --no-print-directory lint > "$$lint_log" 2>&1 ) & lint_pid=$$!; \
 	echo "== make: the pure-Python pass (pids $$pure_pid, $$spark_pid for tests/spark) and lint (pid $$lint_pid) started; the compiled build meanwhile"; \
 	if ! $(MAKE) --no-print-directory $(SHARED_LIBRARY); then \

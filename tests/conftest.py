@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from amqp1_peers import RABBITMQ_310, WARREN, Peer
 from cputime import account
 from harness import harness_fixture
 from passes import long_first, mark_passes
@@ -242,6 +243,40 @@ def rabbitmq(tmp_path: Path) -> Iterator[Any]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_amqp1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A private RabbitMQ with the rabbitmq_amqp1_0 plugin on its AMQP port, one
+    per test process (3 s to start): RabbitMQ 3.10's plugin as the reference of
+    the AMQP 1.0 scenarios its behaviour is the reference for (docs/amqp1.md)."""
+    from rabbitmq_proc import AVAILABLE, RabbitMQ
+
+    if not AVAILABLE:
+        pytest.skip("rabbitmq-server is not installed (make rabbitmq installs Debian's)")
+    server = RabbitMQ(tmp_path_factory.mktemp("rabbitmq"), plugins=["rabbitmq_amqp1_0"])
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(
+    params=[
+        WARREN,
+        # RabbitMQ's run tests no Warren code: once, in make test's compiled pass.
+        pytest.param(RABBITMQ_310, marks=pytest.mark.passes("compiled")),
+    ]
+)
+def peer(request: pytest.FixtureRequest) -> Peer:
+    """An AMQP 1.0 scenario whose reference is RabbitMQ 3.10's rabbitmq_amqp1_0
+    plugin runs against Warren (a fresh broker per test) and against that plugin
+    (``rabbitmq_amqp1``): tests/amqp1_peers.py."""
+    if request.param == WARREN:
+        broker = request.getfixturevalue("broker")
+        return Peer(WARREN, broker.port, broker.url, warren=broker)
+    rabbitmq = request.getfixturevalue("rabbitmq_amqp1")
+    return Peer(RABBITMQ_310, rabbitmq.port, rabbitmq.url)
 
 
 #: A broker without listeners, driven in memory on this thread (tests/harness).

@@ -5,7 +5,8 @@ run of `make fuzz` (tools/fuzz.py).
 A target may refuse its input only with the codecs' own errors
 (``DecodeError`` and its subclasses, ``UnsafeValue``; for MQTT the
 ``MQTTCodecError`` subclasses and for AMQP 1.0 warren.amqp1's DecodeError,
-also DecodeErrors): anything else escaping is a
+also DecodeErrors; for the stream protocol StreamProtocolError, a DecodeError
+too): anything else escaping is a
 crash, a bug to turn into a regression test. What decodes must also encode
 again, and decode to the same thing.
 """
@@ -24,6 +25,11 @@ from warren.core.codec_errors import DecodeError, UnsafeValue
 from warren.core.table import decode_table, validate_table
 from warren.core.table_encode import encode_table
 from warren.mqtt.codec import Decoder, encode
+from warren.stream_protocol import chunk as stream_chunk
+from warren.stream_protocol.frames import FrameReader as StreamFrameReader
+from warren.stream_protocol.frames import decode_frame as stream_decode_frame
+from warren.stream_protocol.publish import Deliver as StreamDeliver
+from warren.stream_protocol.publish import Publish as StreamPublish
 
 #: The errors a codec may refuse input with.
 REFUSALS = (DecodeError, UnsafeValue)
@@ -114,6 +120,37 @@ def amqp1_frames(data: bytes) -> None:
                 encode_frame(item.channel, item.performative, item.payload, item.type)
 
 
+def stream_frames(data: bytes) -> None:
+    """Bytes from a stream protocol client: frames, their commands encoded again,
+    a Publish's batch scanned and a Deliver's chunk read down to its records."""
+    try:
+        frames = StreamFrameReader(frame_max=1 << 16).feed(data)
+    except DecodeError:
+        return
+    for frame in frames:
+        try:
+            command = stream_decode_frame(frame)
+        except DecodeError:
+            continue
+        again = stream_decode_frame(command.encode()[4:])
+        assert again == command, (command, again)
+        with contextlib.suppress(DecodeError):
+            if isinstance(command, StreamPublish):
+                command.scan()
+            elif isinstance(command, StreamDeliver):
+                stream_chunk_records(bytes(command.chunk))
+
+
+def stream_chunk_records(data: bytes) -> None:
+    """An osiris chunk as Deliver carries it, read down to its records."""
+    try:
+        _, body, entries = stream_chunk.decode_delivered_chunk(data, check_crc=False)
+        for entry in entries:
+            stream_chunk.read_records(body, entry, max_uncompressed=1 << 20)
+    except DecodeError:
+        return
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "amqp-method": amqp_method,
     "amqp-table": amqp_table,
@@ -121,4 +158,6 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "mqtt": mqtt_stream,
     "amqp1-value": amqp1_value,
     "amqp1-frames": amqp1_frames,
+    "stream-frames": stream_frames,
+    "stream-chunk": stream_chunk_records,
 }

@@ -91,6 +91,7 @@ LONG_FIRST: tuple[tuple[str, float], ...] = (
     ("integration/test_doc_snippets.py", 4),  # 13 for ctl.md, 50 over all pages
     ("cluster/test_failover.py", 8),
     ("cluster/test_partition.py", 10),
+    ("cluster/test_amqp1_failover.py", 15),
     ("store/powercut/", 3),
     # the pure pass
     ("spark/test_deploy_cluster.py", 42),

@@ -44,6 +44,11 @@ def main() -> int:
         import warren.core.table_edit  # noqa: F401
         import warren.core.table_encode  # noqa: F401
         import warren.mqtt.codec  # noqa: F401
+        import warren.stream_protocol.chunk  # noqa: F401
+        import warren.stream_protocol.commands  # noqa: F401
+        import warren.stream_protocol.frames  # noqa: F401
+        import warren.stream_protocol.publish  # noqa: F401
+        import warren.stream_protocol.wire  # noqa: F401
     atheris.Setup([sys.argv[0], *sys.argv[2:]], target)
     atheris.Fuzz()
     return 0

@@ -172,8 +172,21 @@ class MqttClient:
         self.client.subscribe([(t, 1) for t in topics])
         _wait(lambda: len(self.subacks) > before or self.closed.is_set(), 10)
         got = self.subacks[before] if len(self.subacks) > before else None
-        closed = self.closed.wait(1.0)  # a broker that closes does so right after
+        if got is None or any(code >= 0x80 for code in got):
+            closed = self.closed.wait(10)  # a broker that refuses closes right after
+        else:
+            closed = not self._round_trip()
         return {"suback": got, "closed": closed}
+
+    def _round_trip(self) -> bool:
+        """A QoS 1 publish answered: the connection outlived what came before it
+        (a condition, where waiting a second for no close was a guess)."""
+        info = self.client.publish("mgmt-gaps/ping", "", qos=1)
+        try:
+            info.wait_for_publish(10)
+        except RuntimeError:  # the connection went
+            return False
+        return info.is_published() and not self.closed.is_set()
 
     def publish(self, topic: str, payload: str) -> None:
         self.client.publish(topic, payload, qos=1).wait_for_publish(10)

@@ -12,19 +12,33 @@ it to a transport with a subclass of `BatchedProtocol`, which
   independently of that yielding;
 - passes the transport's write flow control on to the connection.
 
+For the listeners whose clients end the same way (MQTT's, AMQP 1.0's) there is
+also `socket_addresses`, `end_connection` and `OpenClients` (the clients a
+listener closes at shutdown), and `ConnectionTimer` (a client's one check on the
+broker's clock).
+
 It lives outside the protocol packages so that neither imports the other.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Protocol
+import logging
+from collections.abc import Callable, Iterator
+from typing import Generic, Protocol, TypeVar
 
 from warren.core.clock import Clock, TimerHandle
 from warren.core.stats import OctetStats
 
-__all__ = ["BatchedProtocol", "SansIOConnection", "YIELD_AFTER_BYTES"]
+__all__ = [
+    "YIELD_AFTER_BYTES",
+    "BatchedProtocol",
+    "ConnectionTimer",
+    "OpenClients",
+    "SansIOConnection",
+    "end_connection",
+    "socket_addresses",
+]
 
 #: Reads at least this large end the connection's reading for the current loop turn.
 YIELD_AFTER_BYTES = 16 * 1024
@@ -51,6 +65,7 @@ class BatchedProtocol(asyncio.Protocol):
         self._flush_scheduled = False
         self._yielding = False
         self._blocked = False
+        self._closing_reads = False
 
     # -- reading ------------------------------------------------------------------------
     def count_read(self, data: bytes) -> None:
@@ -91,6 +106,8 @@ class BatchedProtocol(asyncio.Protocol):
 
     def set_reading(self, reading: bool) -> None:
         """The connection's own pause (free-disk alarm), independent of yielding."""
+        if self._closing_reads:
+            return
         self._blocked = not reading
         transport = self.transport
         if transport is None or transport.is_closing():
@@ -98,6 +115,17 @@ class BatchedProtocol(asyncio.Protocol):
         if not reading:
             transport.pause_reading()
         elif not self._yielding:
+            transport.resume_reading()
+
+    def read_until_closed(self) -> None:
+        """A close this side started waits for the peer's answer, so reading goes
+        on whatever paused it (a resource alarm), as RabbitMQ's reader reads again
+        once closing: a blocked client's close-ok was otherwise never read and the
+        connection waited out its close timeout."""
+        self._closing_reads = True
+        self._blocked = False
+        transport = self.transport
+        if transport is not None and not transport.is_closing() and not self._yielding:
             transport.resume_reading()
 
     # -- writing ------------------------------------------------------------------------
@@ -170,3 +198,89 @@ class ConnectionTimer:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+
+
+Address = tuple[str, int]
+
+
+def socket_addresses(transport: asyncio.BaseTransport) -> tuple[Address | None, Address | None]:
+    """The peer's and this side's (host, port) of a socket transport; None where
+    the transport has none to give (a Unix socket's, an in-memory one's)."""
+    peer = transport.get_extra_info("peername")
+    local = transport.get_extra_info("sockname")
+    return (
+        (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None,
+        (str(local[0]), int(local[1])) if isinstance(local, tuple) else None,
+    )
+
+
+class EndingConnection(Protocol):
+    """What `end_connection` needs of a sans-IO connection."""
+
+    @property
+    def name(self) -> str: ...
+
+    def connection_lost(self) -> None: ...
+
+
+def end_connection(conn: EndingConnection | None, logger: logging.Logger, what: str) -> None:
+    """A protocol's connection_lost: the sans-IO connection lets go of the core
+    (sessions, consumers, a will). A failure there is logged as ``what``, never
+    raised into the event loop, so that the protocol's own cleanup still runs."""
+    if conn is None:
+        return
+    try:
+        conn.connection_lost()
+    except Exception:
+        logger.exception("%s: %s", conn.name, what)
+
+
+class Closing(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=Closing)
+
+
+class OpenClients(Generic[C]):
+    """A listener's client protocols, added at connection_made and discarded at
+    connection_lost. At shutdown `close_all` tells each to close (its
+    ``close()`` says the protocol's goodbye) and waits until their connections
+    are lost, or ``timeout`` s."""
+
+    def __init__(self) -> None:
+        self._open: set[C] = set()
+        #: Those close_all waits for: set at their connection_lost.
+        self._closing: dict[C, asyncio.Future[None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def __iter__(self) -> Iterator[C]:
+        return iter(list(self._open))
+
+    def __contains__(self, client: object) -> bool:
+        return client in self._open
+
+    def add(self, client: C) -> None:
+        self._open.add(client)
+
+    def discard(self, client: C) -> None:
+        self._open.discard(client)
+        waiter = self._closing.pop(client, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def close_all(self, timeout: float = 5.0) -> None:
+        loop = asyncio.get_running_loop()
+        clients = list(self._open)
+        for client in clients:
+            self._closing[client] = loop.create_future()
+            client.close()
+        waiting = [self._closing[c] for c in clients if c in self._closing]
+        try:
+            if waiting:
+                await asyncio.wait(waiting, timeout=timeout)
+        finally:
+            for client in clients:
+                self._closing.pop(client, None)

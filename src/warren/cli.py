@@ -37,6 +37,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _OVERRIDES: tuple[tuple[str, str], ...] = (
     ("data_dir", "--data-dir"),
     ("rabbitmq_version", "--rabbitmq-version"),
+    ("amqp1_announce_rabbitmq", "--amqp1-announce-rabbitmq"),
     ("bind", "--bind"),
     ("amqp_port", "--amqp-port"),
     ("http_bind", "--http-bind"),
@@ -261,6 +262,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="X.Y.Z",
         help="the RabbitMQ release announced to clients that check it (AMQP connection.start, "
         f"the management API; default: {d.rabbitmq_version}; [main] rabbitmq_version)",
+    )
+    p.add_argument(
+        "--amqp1-announce-rabbitmq",
+        dest="amqp1_announce_rabbitmq",
+        action="store_const",
+        const=True,
+        default=None,
+        help="announce RabbitMQ 4.x (not Warren) to AMQP 1.0 clients, for RabbitMQ's own "
+        "1.0 clients that refuse other brokers ([amqp1] announce_rabbitmq = true)",
     )
     p.add_argument("--version", action="version", version=f"warren {_version()}")
     return p

@@ -204,6 +204,10 @@ class Config:
     #: Offer AMQP 1.0 clients SASL ANONYMOUS, logging them in as default_user
     #: (RabbitMQ 4's anonymous_login_user); loopback_users still applies.
     amqp1_allow_anonymous: bool = True
+    #: Announce product "RabbitMQ" and a 4.x version (``rabbitmq_version`` when 4.1
+    #: or later, else 4.1.0) in the AMQP 1.0 open instead of Warren's own: RabbitMQ's
+    #: AMQP 1.0 clients (rabbitmq-amqp-python-client ...) refuse any other broker.
+    amqp1_announce_rabbitmq: bool = False
     #: Unacknowledged QoS 1/2 deliveries per MQTT session (RabbitMQ's mqtt.prefetch);
     #: an MQTT 5 client's smaller Receive Maximum wins. Large, because a session's
     #: window is refilled once per event-loop turn: 100 caps a subscriber at ~25k
@@ -506,6 +510,7 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("mqtt", "default_vhost"): ("mqtt_vhost", _parse_str),
     ("mqtt", "allow_anonymous"): ("mqtt_allow_anonymous", _parse_bool),
     ("amqp1", "allow_anonymous"): ("amqp1_allow_anonymous", _parse_bool),
+    ("amqp1", "announce_rabbitmq"): ("amqp1_announce_rabbitmq", _parse_bool),
     ("mqtt", "prefetch"): ("mqtt_prefetch", _parse_int),
     ("mqtt", "max_session_expiry_interval"): ("mqtt_max_session_expiry", _parse_int),
     ("mqtt", "max_keepalive"): ("mqtt_max_keepalive", _parse_int),

@@ -235,6 +235,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "mqtt_vhost": _non_empty_str,
     "mqtt_allow_anonymous": _bool,
     "amqp1_allow_anonymous": _bool,
+    "amqp1_announce_rabbitmq": _bool,
     "mqtt_prefetch": _int_in(1, 65535),
     "mqtt_max_session_expiry": _int_in(0, 0xFFFFFFFF),
     "mqtt_max_keepalive": _int_in(0, 65535),

@@ -40,6 +40,7 @@ ALL_FLAGS = (
     "--channel-max",
     "--max-message-size",
     "--load-definitions",
+    "--amqp1-announce-rabbitmq",
     "--version",
 )
 
@@ -572,3 +573,16 @@ def test_http_flags_override_the_mgmt_section(tmp_path: Path) -> None:
     assert (config.http_port, config.http_bind) == (0, "::1")
     with pytest.raises(ConfigError, match="--http-port"):
         build_config(["--http-port", "70000"])
+
+
+def test_amqp1_announces_warren_unless_asked(tmp_path: Path) -> None:
+    """Off by default (issue 30): RabbitMQ is announced to AMQP 1.0 clients only
+    by [amqp1] announce_rabbitmq or its flag."""
+    assert Config().amqp1_announce_rabbitmq is False
+    path = write_ini(tmp_path, "[amqp1]\nannounce_rabbitmq = true\n")
+    assert Config.from_ini(path).amqp1_announce_rabbitmq is True
+    assert build_config(["--amqp1-announce-rabbitmq"]).amqp1_announce_rabbitmq is True
+    off = write_ini(tmp_path, "[amqp1]\nannounce_rabbitmq = false\n", "off.ini")
+    assert build_config(["-c", str(off)]).amqp1_announce_rabbitmq is False
+    _, text = ini_error(tmp_path, "amqp1", "announce_rabbitmq", "maybe")
+    assert "[amqp1] announce_rabbitmq" in text

@@ -19,8 +19,18 @@ from paths import REPO
 SRC = REPO / "src" / "warren"
 #: Packages that speak a protocol to the outside world: the listeners', and
 #: shovel/ and federation/ (AMQP clients of other brokers; what they share is
-#: warren/links.py's) and cluster/ (replication between nodes).
-PROTOCOL_PACKAGES = ("amqp", "amqp1", "http", "mqtt", "shovel", "federation", "cluster")
+#: warren/links.py's), cluster/ (replication between nodes) and stream_protocol/
+#: (RabbitMQ's stream protocol).
+PROTOCOL_PACKAGES = (
+    "amqp",
+    "amqp1",
+    "http",
+    "mqtt",
+    "stream_protocol",
+    "shovel",
+    "federation",
+    "cluster",
+)
 
 
 def imported_modules(path: Path) -> set[str]:

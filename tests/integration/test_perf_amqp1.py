@@ -12,8 +12,7 @@ from __future__ import annotations
 import io
 import json
 import struct
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import proton
@@ -254,20 +253,6 @@ def test_data_offset_without_data_section() -> None:
 
 
 # -- against RabbitMQ 3.10 ------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def rabbitmq_amqp1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A private RabbitMQ with rabbitmq_amqp1_0 (on its AMQP port)."""
-    from rabbitmq_proc import AVAILABLE, RabbitMQ
-
-    if not AVAILABLE:
-        pytest.skip("rabbitmq-server is not installed (apt-get install rabbitmq-server)")
-    server = RabbitMQ(Path(tmp_path_factory.mktemp("rabbitmq")), plugins=["rabbitmq_amqp1_0"])
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.parametrize("confirm", [0, 200])

@@ -24,13 +24,17 @@ from pathlib import Path
 
 import pyspark
 
+from .cds import BASE_OPTS, archive_opts
+
 REPO = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 #: Small JVMs that start fast: the processes share two busy cores. (The tests'
 #: SparkSession and the docs' example run with them too: 31 s of CPU and 44 s
 #: instead of 45 s and 56 s for three of the modules, at load 2.5; C2's
 #: compiling does not pay back in jobs of a few seconds.)
-JAVA_OPTS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xss4m"
+#: With make test's class-data sharing archive, when there is one (cds.py: the
+#: classes Spark loads mapped in, not loaded and verified again by every JVM).
+JAVA_OPTS = BASE_OPTS + archive_opts()
 #: How long a Spark process may take to come up on a busy machine.
 START_TIMEOUT = 180.0
 

@@ -25,6 +25,8 @@ from harness.broker import Harness
 from pamqp import commands
 from rawamqp import publish_frames
 
+from warren.core.clock import ManualClock
+
 PERSISTENT = commands.Basic.Properties(delivery_mode=2)
 
 
@@ -169,3 +171,34 @@ def test_a_send_to_a_blocked_connection_returns_and_is_read_later(broker: Harnes
     answers(c, answered, 1, seen)
     assert answered == {1: False, 2: True} and seen == ["Connection.Unblocked"]
     c.close()
+
+
+@pytest.mark.parametrize("close", ["shutdown", "management"])
+def test_a_blocked_client_is_read_again_for_its_close_ok(tmp_path: Path, close: str) -> None:
+    """A close the broker starts (its shutdown, or the management API's) while
+    the disk alarm has paused a publisher's reads: the client's close-ok is read
+    and ends the connection, as RabbitMQ's reader reads again once closing.
+    Before, the close-ok sat unread until CLOSE_OK_TIMEOUT_MS aborted the socket
+    (3 s of every stop of a broker with a blocked client); the clock here is a
+    ManualClock that is never moved, so only reading the close-ok ends it."""
+    with (
+        tmpfs(tmp_path / "disk", 8 * MiB) as disk,
+        Harness(disk / "data", free_disk_min=0, clock=ManualClock()) as broker,
+    ):
+        c = publisher(broker, "q")
+        fill(disk / "filler")
+        answered: dict[int, bool] = {}
+        seen: list[str] = []
+        c.send(messages("q", 1, 1))
+        answers(c, answered, 1, seen)
+        assert seen == ["Connection.Blocked"] and c.protocol.paused
+
+        if close == "shutdown":
+            broker.call(c.protocol.close)
+        else:
+            broker.call(lambda: c.conn.force_close("closed by the test"))
+        code, text, _, _ = c.expect_close()  # answered with close-ok
+        assert code == 320, text
+        broker.settle()
+        assert not c.transport.incoming, "the close-ok was not read"
+        assert c.transport.lost, "the connection outlived its close-ok"

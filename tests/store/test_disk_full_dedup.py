@@ -83,6 +83,7 @@ def test_a_deduplicated_publish_lost_to_a_full_disk_is_stored_when_retried(
         retried = republish(pub, lost)
         pub.settle()
         assert pub.acked == set(retried), "a retry was not stored"
+        pub.amqp.close()
         b.stop()
         b = broker_factory(data_dir=disk / "data", free_disk_min=0)
         try:

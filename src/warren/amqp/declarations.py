@@ -138,14 +138,7 @@ def queue_bind(ch: Channel, method: spec.QueueBind) -> None:
     ch.check(READ, "exchange", exchange)
     # Before the queue's existence, as RabbitMQ (a missing exchange: 404 below).
     ch.check_topic(ch.vhost.exchanges.get(exchange), routing_key, READ)
-    # RabbitMQ's order: the exchange, then the queue must exist; then the binding
-    # must be valid; only then is the queue's exclusivity checked.
-    ex = ch.vhost.get_exchange(exchange)
-    if qname not in ch.vhost.queues:
-        raise NotFound(f"no queue '{qname}' in vhost '{ch.vhost.name}'")
-    ex.validate_binding(routing_key, method.arguments)
-    q = ch.vhost.get_queue(qname, ch.connection)
-    ch.vhost.bind(ex, q, routing_key, method.arguments)
+    ch.vhost.bind_queue(exchange, qname, routing_key, method.arguments, ch.connection)
     if not method.nowait:
         ch.reply(spec.QueueBindOk())
 

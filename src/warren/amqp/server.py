@@ -137,9 +137,8 @@ class AMQPProtocol(BatchedProtocol):
             self._heartbeat_started = True
             if conn.heartbeat:
                 self._schedule_tick(conn.heartbeat * 500)
-        if conn.state == State.CLOSING and not self._closing_timer:
-            self._closing_timer = True
-            self._timers.append(self.clock.call_later(CLOSE_OK_TIMEOUT_MS, self._abort))
+        if conn.state == State.CLOSING:
+            self._await_close_ok()
 
     def resume_input(self) -> None:
         """Process the input kept while replies were held (hold_replies)."""
@@ -187,15 +186,19 @@ class AMQPProtocol(BatchedProtocol):
         if self.conn is not None:
             self.conn.close()
             self.flush()
-        if not self._closing_timer:
-            self._closing_timer = True
-            self._timers.append(self.clock.call_later(CLOSE_OK_TIMEOUT_MS, self._abort))
+        self._await_close_ok()
 
     def _forced_close(self) -> None:
         """The management API closed the connection: the client has CLOSE_OK_TIMEOUT_MS."""
         self.flush()
+        self._await_close_ok()
+
+    def _await_close_ok(self) -> None:
+        """This side closed: the client has CLOSE_OK_TIMEOUT_MS to answer, and is
+        read meanwhile even if an alarm had blocked it."""
         if not self._closing_timer:
             self._closing_timer = True
+            self.read_until_closed()
             self._timers.append(self.clock.call_later(CLOSE_OK_TIMEOUT_MS, self._abort))
 
     def connection_lost(self, exc: Exception | None) -> None:

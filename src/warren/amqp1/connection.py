@@ -61,6 +61,7 @@ from warren.amqp1.performatives import (
 )
 from warren.amqp1.session import Session
 from warren.amqp1.types import Symbol
+from warren.client_listing import connection_name
 from warren.core.session import ClientSession, LoginRefused
 from warren.core.stats import Ages, MessageStats, OctetStats
 from warren.node import node_name
@@ -86,9 +87,10 @@ INITIAL_MAX_FRAME_SIZE: Final = 8192
 SESSION_MAX: Final = 64
 #: The shortest idle timeout a client may ask for (RabbitMQ 4's).
 MIN_IDLE_TIME_OUT_MS: Final = 1000
-#: The RabbitMQ release an AMQP 1.0 client is told at least (RabbitMQ's own 1.0
-#: clients refuse an older server; [main] rabbitmq_version stays 0-9-1's).
-MIN_RABBITMQ_VERSION: Final = "4.0.0"
+#: The RabbitMQ release an AMQP 1.0 client is told at least, when RabbitMQ is
+#: announced ([amqp1] announce_rabbitmq: RabbitMQ's own 1.0 clients refuse an
+#: older server; [main] rabbitmq_version stays 0-9-1's).
+MIN_RABBITMQ_VERSION: Final = "4.1.0"
 #: What the open frame offers (link pairs for /management, the anonymous relay).
 CAPABILITIES: Final = (Symbol("LINK_PAIR_V1_0"), Symbol("ANONYMOUS-RELAY"))
 
@@ -174,9 +176,7 @@ class AMQP1Connection:
     # -- the sans-IO surface ----------------------------------------------------------
     @property
     def name(self) -> str:
-        peer = f"{self.peer[0]}:{self.peer[1]}" if self.peer else "local"
-        local = f"{self.local[0]}:{self.local[1]}" if self.local else "local"
-        return f"{peer} -> {local}"
+        return connection_name(self.peer, self.local)
 
     def send(self, data: bytes) -> None:
         pending = self.pending
@@ -482,11 +482,16 @@ class AMQP1Connection:
         )
 
     def _server_properties(self) -> dict[Any, Any]:
-        """RabbitMQ 4's open properties, with Warren named where RabbitMQ names itself."""
+        """RabbitMQ 4's open properties, naming Warren; RabbitMQ 4.x only when
+        ``[amqp1] announce_rabbitmq`` asks (RabbitMQ's own clients want it)."""
         node = self.node
+        if self.config.amqp1_announce_rabbitmq:
+            product, version = "RabbitMQ", amqp1_version(self.config.rabbitmq_version)
+        else:
+            product, version = "Warren", __version__
         return {
-            Symbol("product"): "RabbitMQ",
-            Symbol("version"): amqp1_version(self.config.rabbitmq_version),
+            Symbol("product"): product,
+            Symbol("version"): version,
             Symbol("platform"): f"Warren {__version__} on Python {platform.python_version()}",
             Symbol("copyright"): "Warren contributors",
             Symbol("information"): f"Warren {__version__}; MIT licence",
@@ -584,8 +589,13 @@ class AMQP1Connection:
 
 def amqp1_version(configured: str) -> str:
     """The RabbitMQ version announced to AMQP 1.0 clients: the configured one
-    when it is a 4.x or later, else the first release that spoke AMQP 1.0 as
-    Warren does (RabbitMQ 4.0): 0-9-1 clients may be told 3.x (Celery picks its
-    behaviour by it), 1.0 clients need 4.0 or later."""
-    major = configured.split(".", 1)[0]
-    return configured if major.isdigit() and int(major) >= 4 else MIN_RABBITMQ_VERSION
+    when it is 4.1 or later, else the first release with what Warren's AMQP 1.0
+    offers (RabbitMQ 4.1: its clients enable stream filters from 4.1 on): 0-9-1
+    clients may be told 3.x (Celery picks its behaviour by it), 1.0 clients need
+    4.0 or later."""
+    parts = configured.split(".")
+    try:
+        version = (int(parts[0]), int(parts[1]) if len(parts) > 1 else 0)
+    except ValueError:
+        return MIN_RABBITMQ_VERSION
+    return configured if version >= (4, 1) else MIN_RABBITMQ_VERSION

@@ -2,7 +2,8 @@
 
 The target is an address (addresses.py: RabbitMQ 4's v2 forms and 3.x's v1
 ones), or null: the anonymous terminus, where each message's ``to`` says where
-it goes. The exchange (or queue) must exist and the user may write to it,
+it goes. The exchange (or queue) must exist (v1's ``/queue/Q`` is declared
+when absent: links.v1_queue) and the user may write to it,
 checked once at the attach (for each message on the anonymous terminus).
 Credit is granted as RabbitMQ 4 grants it: 170, topped up once half is
 used while fewer than 170 publishes wait to be settled. A message may span
@@ -49,6 +50,7 @@ from warren.amqp1.links import (
     ManagementPair,
     temporary_queue,
     terminus_address,
+    v1_queue,
 )
 from warren.amqp1.management_node import decode_request
 from warren.amqp1.mapping import to_core
@@ -162,6 +164,8 @@ class IncomingLink:
         except AddressError as exc:
             raise LinkError(exc.condition, exc.description) from None
         if parsed is not None:
+            if parsed.declare:
+                v1_queue(parsed, attach.target, session.vhost, session.conn.client_session)
             self.exchange, self.routing_key = self._resolve(parsed)
         self.address = parsed
 
@@ -193,6 +197,19 @@ class IncomingLink:
         return exchange, key
 
     def reply_attach(self, attach: Attach, refused: bool) -> Attach:
+        """As RabbitMQ 4 answers: rcv-settle-mode first (a sender that settles
+        first may ask for second: it makes no difference), the client's on a
+        refusal, which carries no max-message-size."""
+        if refused:
+            return Attach(
+                name=attach.name,
+                handle=self.handle,
+                role=RECEIVER,
+                snd_settle_mode=attach.snd_settle_mode,
+                rcv_settle_mode=attach.rcv_settle_mode,
+                source=attach.source,
+                target=None,
+            )
         return Attach(
             name=attach.name,
             handle=self.handle,
@@ -200,7 +217,7 @@ class IncomingLink:
             snd_settle_mode=attach.snd_settle_mode,
             rcv_settle_mode=RCV_FIRST,
             source=attach.source,
-            target=None if refused else self.target,
+            target=self.target,
             max_message_size=self.session.conn.config.max_message_size,
         )
 

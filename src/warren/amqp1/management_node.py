@@ -67,7 +67,7 @@ from warren.core.session import ClientSession
 from warren.core.table_tags import decode_arguments, encode_arguments, wire_type
 from warren.core.users import CONFIGURE, READ, WRITE, UserStore, check_routing_argument
 from warren.core.vhost import VHost
-from warren.node import node_name as this_node
+from warren.queue_replicas import quorum_members, replicas
 
 __all__ = [
     "UNAUTHORIZED_ACCESS",
@@ -191,8 +191,9 @@ class ManagementNode:
 
     ``session``: the connection's client session (logged in, its vhost open);
     ``owner``: the owner of the exclusive queues it declares (the session's
-    owner, the connection, unless given); ``node_name``: what a queue's
-    ``leader`` and ``replicas`` name (this broker's, unless given).
+    owner, the connection, unless given); ``node_name``: the one node a
+    queue's ``leader`` and ``replicas`` name, else ``cluster`` (the node's
+    cluster_status) tells them, as the HTTP API's (queue_replicas.py).
     """
 
     def __init__(
@@ -201,11 +202,13 @@ class ManagementNode:
         vhost: VHost,
         owner: object | None = None,
         node_name: str | None = None,
+        cluster: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.session = session
         self.vhost = vhost
         self.owner = session.owner if owner is None else owner
-        self.node_name = this_node() if node_name is None else node_name
+        self.node_name = node_name
+        self.cluster = cluster
         user = session.user
         assert user is not None, "the session has logged in"
         self.user = user
@@ -314,9 +317,21 @@ class ManagementNode:
 
     # -- queues -------------------------------------------------------------------------
     def queue_info(self, q: Queue) -> dict[str, Any]:
-        """A queue as RabbitMQ 4 describes it (GET and PUT /queues/:queue)."""
+        """A queue as RabbitMQ 4 describes it (GET and PUT /queues/:queue): a
+        quorum queue's leader and members as the HTTP API reports them, another
+        queue's the node that serves it (the cluster's leader)."""
+        name = self.node_name
+        where: dict[str, Any] = (
+            replicas(self.cluster)
+            if name is None
+            else {"leader": name, "members": [name], "online": [name]}
+        )
+        if q.queue_type == "quorum":
+            where = quorum_members(q, where)
+        else:
+            where["members"] = [where["leader"]]
         return {
-            "leader": self.node_name,
+            "leader": where["leader"],
             "message_count": ULong(q.message_count),
             "consumer_count": UInt(q.consumer_count),
             "name": q.name,
@@ -326,7 +341,7 @@ class ManagementNode:
             "exclusive": q.exclusive,
             "type": q.queue_type,
             "arguments": _arguments_out(q.arguments),
-            "replicas": Array(STR8, (self.node_name,)),
+            "replicas": Array(STR8, tuple(where["members"])),
         }
 
     def _get_queue(self, segments: list[str], query: dict[str, str], body: Any) -> tuple[str, Any]:
@@ -506,16 +521,11 @@ class ManagementNode:
         self._binding_checks(source, kind, destination, key)
         vhost = self.vhost
         try:  # the core's order, as queue.bind and exchange.bind take it
-            src = vhost.get_exchange(source)
-            dest: Queue | Exchange
             if kind == QUEUE:
-                if destination not in vhost.queues:
-                    raise NotFound(f"no queue '{destination}' in vhost '{vhost.name}'")
-                src.validate_binding(key, arguments)
-                dest = vhost.get_queue(destination, self.owner)
+                vhost.bind_queue(source, destination, key, arguments, self.owner)
             else:
-                dest = vhost.get_exchange(destination)
-            vhost.bind(src, dest, key, arguments)
+                src = vhost.get_exchange(source)
+                vhost.bind(src, vhost.get_exchange(destination), key, arguments)
         except BrokerError as exc:
             raise _binding_failed(exc) from None
         return "204", None
@@ -607,7 +617,8 @@ def management_handler(
     """links.py's ManagementFactory: one node per link pair, every reply given to
     ``later`` (a declare's waits until the change is durable; the others go at
     once, in request order)."""
-    node = ManagementNode(session, vhost)
+    # The broker (warren.node.Node) behind the session: its cluster, if any.
+    node = ManagementNode(session, vhost, cluster=getattr(session.host, "cluster_status", None))
 
     def handle(request: AmqpMessage) -> list[AmqpMessage]:
         node.request(request, later)

@@ -1,9 +1,11 @@
 """A link on which the AMQP 1.0 client consumes (it is the receiver, this side the sender).
 
-The source is a queue (``/queues/:q``, or a v1 form naming one) the user may
-read. Consuming and settling are the client session's (core/deliveries.py):
-each link has its own delivery stream, so a detach puts back what it
-delivered and the client did not settle, and the session's close and the
+The source is a queue (``/queues/:q``, or a v1 form naming one: ``/queue/Q``
+declares it when absent) the user may read, or, v1, an exchange: the link
+consumes a new queue of its own bound to it (links.py). Consuming and
+settling are the client session's (core/deliveries.py): each link has its
+own delivery stream, so a detach puts back what it delivered and the client
+did not settle, and the session's close and the
 connection's do too. What is AMQP 1.0's is the credit: the client's flow gives
 it (link-credit, delivery-count; drain: send what there is, then give the
 rest up), and a queue delivers only while the link has some and the
@@ -18,14 +20,15 @@ settle_op_from_outcome reads them.
 A dynamic source with the temporary-queue capability consumes a new
 exclusive queue, deleted with the link (links.py). The link property
 ``rabbitmq:priority`` is the consumer's priority. A
-stream queue's consumer starts where the source's filter
-``rabbitmq:stream-offset-spec`` says (first, last, next, an offset or a
-timestamp), as RabbitMQ 4 reads it.
+stream queue's consumer reads the source's filters as RabbitMQ 4.1 does
+(filters.py): where to start (``rabbitmq:stream-offset-spec``), the
+``x-stream-filter-value`` values and the property filters; the attach's
+answer carries those applied.
 """
 
 from __future__ import annotations
 
-import datetime
+import dataclasses
 import logging
 import struct
 from typing import TYPE_CHECKING, Any, Final
@@ -33,22 +36,28 @@ from typing import TYPE_CHECKING, Any, Final
 from warren.amqp1.addresses import AddressError, parse_source
 from warren.amqp1.errors import (
     ILLEGAL_STATE,
+    INVALID_FIELD,
     NOT_FOUND,
-    NOT_IMPLEMENTED,
-    PRECONDITION_FAILED,
     RESOURCE_DELETED,
     RESOURCE_LOCKED,
     UNAUTHORIZED_ACCESS,
     LinkError,
     error,
 )
-from warren.amqp1.links import ManagementPair, temporary_queue, terminus_address
+from warren.amqp1.filters import stream_filters
+from warren.amqp1.links import (
+    ManagementPair,
+    temporary_queue,
+    terminus_address,
+    v1_exchange_queue,
+    v1_queue,
+)
 from warren.amqp1.mapping import for_delivery, from_core
 from warren.amqp1.message import AmqpMessage
 from warren.amqp1.performatives import (
-    RCV_FIRST,
     SENDER,
     SND_SETTLED,
+    SND_UNSETTLED,
     Accepted,
     Attach,
     Flow,
@@ -57,15 +66,16 @@ from warren.amqp1.performatives import (
     Released,
     Source,
 )
-from warren.amqp1.types import Described, Timestamp
 from warren.core.consumer import Consumer
 from warren.core.errors import AccessRefused, BrokerError, NotFound, ResourceLocked
 from warren.core.queue_arguments import is_stream
 from warren.core.stats import count_delivery
+from warren.core.stream_queue import StreamQueue
 from warren.core.users import READ
 
 if TYPE_CHECKING:
     from warren.amqp1.session import Session
+    from warren.core.consumer import MessageFilter
     from warren.core.deliveries import Deliveries
     from warren.core.message import Message, MessageRun
     from warren.core.queue import Queue
@@ -77,8 +87,6 @@ log = logging.getLogger("warren.amqp1")
 
 _SEQ: Final = 1 << 32
 _TAG = struct.Struct(">Q").pack
-#: The source filter RabbitMQ 4 reads a stream consumer's start from.
-STREAM_OFFSET_SPEC: Final = "rabbitmq:stream-offset-spec"
 #: Unsettled deliveries a stream consumer is allowed (streams need a limit).
 STREAM_CREDIT_LIMIT: Final = 256
 
@@ -107,6 +115,9 @@ class AMQP1Consumer(Consumer):
 
     def credit_limit(self) -> int:
         return STREAM_CREDIT_LIMIT
+
+    def message_filter(self) -> MessageFilter | None:
+        return self.link.message_filter
 
     def no_ack_credit(self, n: int) -> int:
         """A pre-settled link takes no more of a run than its credit and the
@@ -156,10 +167,13 @@ class OutgoingLink:
         self._draining = False
         #: The consumer's priority: the link property ``rabbitmq:priority``.
         self.priority = 0
-        #: A dynamic source's answer; its queue is the link's own (temporary).
+        #: The source the attach's answer carries (None: the client's): a dynamic
+        #: source's queue (the link's own, temporary), or the filters applied.
         self.source: Any = None
         self.temporary = False
         self._arguments: dict[str, Any] = {}
+        #: A stream consumer's property filters (filters.py).
+        self.message_filter: MessageFilter | None = None
         #: The link's delivery stream in the client session (core/deliveries.py).
         self.deliveries: Deliveries = session.conn.client_session.deliveries(session.stats)
 
@@ -167,6 +181,10 @@ class OutgoingLink:
     def attach(self, attach: Attach) -> None:
         """Check the source: LinkError refuses the link."""
         source = attach.source
+        if source is None:
+            # A null source asks this side for the link's (recovering a link,
+            # 2.6.3): RabbitMQ 4 has none to offer.
+            raise LinkError(INVALID_FIELD, "Attach refused: source_required")
         if not isinstance(source, Source):
             raise LinkError(ILLEGAL_STATE, "a receiving link needs a source")
         session = self.session
@@ -183,25 +201,40 @@ class OutgoingLink:
             parsed = parse_source(address)
         except AddressError as exc:
             raise LinkError(exc.condition, exc.description) from None
-        if parsed.kind != "queue":
-            raise LinkError(NOT_IMPLEMENTED, f"source address '{address}': consume from a queue")
+        client_session = session.conn.client_session
+        if parsed.kind == "exchange":
+            # v1: a new queue bound to the exchange, the link's own.
+            self.queue = v1_exchange_queue(parsed, vhost, client_session, session.conn)
+            self.temporary = True
+            name = self.queue.name
+        else:
+            if parsed.declare:
+                v1_queue(parsed, source, vhost, client_session)
+            name = parsed.name
         try:
-            queue = vhost.get_queue(parsed.name, owner=session.conn)
+            queue = vhost.get_queue(name, owner=session.conn)
         except NotFound as exc:
             raise LinkError(NOT_FOUND, exc.text) from None
         except ResourceLocked as exc:
             raise LinkError(RESOURCE_LOCKED, exc.text) from None
         try:
-            session.conn.client_session.check(READ, "queue", queue.name)
+            client_session.check(READ, "queue", queue.name)
         except AccessRefused as exc:
             raise LinkError(UNAUTHORIZED_ACCESS, exc.text) from None
         self.queue = queue
         priority = (attach.properties or {}).get("rabbitmq:priority")
         if isinstance(priority, int) and not isinstance(priority, bool):
             self.priority = priority
-        offset = _stream_offset(source.filter)
-        if offset is not None and is_stream(queue.arguments):
-            self._arguments["x-stream-offset"] = offset
+        if source.filter is not None:
+            # Only a stream applies filters; the answer says which ("the sending
+            # endpoint sets the filter actually in place", 3.5.3).
+            applied: dict[Any, Any] = {}
+            if is_stream(queue.arguments):
+                filters = stream_filters(source.filter)
+                self._arguments.update(filters.arguments)
+                self.message_filter = filters.predicate
+                applied = filters.applied
+            self.source = dataclasses.replace(source, filter=applied)
 
     def attach_management(self, attach: Attach) -> None:
         session = self.session
@@ -213,12 +246,20 @@ class OutgoingLink:
         self.no_ack = True
 
     def reply_attach(self, attach: Attach, refused: bool) -> Attach:
+        """As RabbitMQ 4 answers: the client's settle modes echoed on a refusal;
+        otherwise snd-settle-mode settled or unsettled (mixed is taken as
+        unsettled) and the client's rcv-settle-mode (validate_attach lets
+        second through only with settled)."""
+        if refused:
+            snd_settle_mode = attach.snd_settle_mode
+        else:
+            snd_settle_mode = SND_SETTLED if self.no_ack else SND_UNSETTLED
         return Attach(
             name=attach.name,
             handle=self.handle,
             role=SENDER,
-            snd_settle_mode=SND_SETTLED if self.no_ack else attach.snd_settle_mode,
-            rcv_settle_mode=RCV_FIRST,
+            snd_settle_mode=snd_settle_mode,
+            rcv_settle_mode=attach.rcv_settle_mode,
             source=None if refused else self.source or attach.source,
             target=attach.target,
             initial_delivery_count=self.delivery_count,
@@ -276,6 +317,11 @@ class OutgoingLink:
 
     def _drained(self) -> None:
         if not self._draining or self.closed:
+            return
+        queue, consumer = self.queue, self.consumer
+        if isinstance(queue, StreamQueue) and consumer is not None and queue.scanning(consumer):
+            # Its filter's scan goes on in the next pass: RabbitMQ's drain waits for it.
+            self.session.vhost.call_soon(self._drained)
             return
         self._draining = False
         self.delivery_count = (self.delivery_count + self.credit) % _SEQ
@@ -441,20 +487,3 @@ def _take_delivery_count(msg: AmqpMessage) -> int:
     if isinstance(count, int) and not isinstance(count, bool) and 0 <= count < 2**32:
         return count
     return 0
-
-
-def _stream_offset(filters: dict[Any, Any] | None) -> Any:
-    """The ``x-stream-offset`` a source's ``rabbitmq:stream-offset-spec`` filter
-    asks for (None: none), as core/stream.py's parse_start reads it."""
-    if not filters:
-        return None
-    value = filters.get(STREAM_OFFSET_SPEC)
-    if isinstance(value, Described):
-        value = value.value
-    if value is None:
-        return None
-    if isinstance(value, Timestamp):
-        return datetime.datetime.fromtimestamp(value / 1000, tz=datetime.UTC)
-    if isinstance(value, (str, int)) and not isinstance(value, bool):
-        return value
-    raise LinkError(PRECONDITION_FAILED, f"bad {STREAM_OFFSET_SPEC} {value!r:.60}")

@@ -17,7 +17,14 @@ import logging
 from typing import TYPE_CHECKING, cast
 
 from warren.amqp1.connection import OPEN, AMQP1Connection
-from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol, ConnectionTimer
+from warren.batched_protocol import (
+    YIELD_AFTER_BYTES,
+    BatchedProtocol,
+    ConnectionTimer,
+    OpenClients,
+    end_connection,
+    socket_addresses,
+)
 from warren.tls import cert_login
 
 if TYPE_CHECKING:
@@ -43,19 +50,17 @@ class AMQP1Protocol(BatchedProtocol):
         self.conn = None
         self.clock = listener.node.clock
         self._timer = ConnectionTimer(self.clock)
-        self.closed: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         node = self.listener.node
-        peer = transport.get_extra_info("peername")
-        local = transport.get_extra_info("sockname")
+        peer, local = socket_addresses(transport)
         ssl_object = transport.get_extra_info("ssl_object")
         name = "AMQP 1.0/TLS" if ssl_object is not None else "AMQP 1.0"
         conn = self.conn = AMQP1Connection(
             node,
-            (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None,
-            (str(local[0]), int(local[1])) if isinstance(local, tuple) else None,
+            peer,
+            local,
             self.request_flush,
             self.request_close,
             name,
@@ -107,21 +112,13 @@ class AMQP1Protocol(BatchedProtocol):
         """Broker shutdown: the client hears amqp:connection:forced."""
         if self.conn is not None:
             self.conn.force_close("broker shutting down")
-            self.flush()
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.close()
+        self.close_now()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._timer.cancel()
-        if self.conn is not None:
-            try:
-                self.conn.connection_lost()
-            except Exception:
-                log.exception("%s: cleaning up the AMQP 1.0 connection failed", self.conn.name)
+        end_connection(self.conn, log, "cleaning up the AMQP 1.0 connection failed")
         self.transport = None
         self.listener.protocols.discard(self)
-        if self.closed is not None and not self.closed.done():
-            self.closed.set_result(None)
 
 
 class AMQP1Listener:
@@ -135,7 +132,7 @@ class AMQP1Listener:
     def __init__(self, management: ManagementFactory | None = None) -> None:
         #: The /management node's handler factory (links.py), None: refused.
         self.management = management
-        self.protocols: set[AMQP1Protocol] = set()
+        self.protocols: OpenClients[AMQP1Protocol] = OpenClients()
         self._node: Node | None = None
 
     @property
@@ -154,11 +151,4 @@ class AMQP1Listener:
         self._node = node
 
     async def stop(self) -> None:
-        protocols = list(self.protocols)
-        loop = asyncio.get_running_loop()
-        for proto in protocols:
-            proto.closed = loop.create_future()
-            proto.close()
-        waiting = [p.closed for p in protocols if p.closed is not None]
-        if waiting:
-            await asyncio.wait(waiting, timeout=5)
+        await self.protocols.close_all()

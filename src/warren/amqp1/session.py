@@ -30,7 +30,7 @@ from warren.amqp1.errors import (
 )
 from warren.amqp1.frames import TransferEncoder, transfer_frames
 from warren.amqp1.incoming import IncomingLink
-from warren.amqp1.links import ManagementPair, is_management
+from warren.amqp1.links import ManagementPair, is_management, validate_attach
 from warren.amqp1.outgoing import OutgoingLink
 from warren.amqp1.performatives import (
     RECEIVER,
@@ -159,6 +159,7 @@ class Session:
         link = IncomingLink(self, attach) if attach.role == SENDER else OutgoingLink(self, attach)
         self.links[handle] = link
         try:
+            validate_attach(attach)
             if is_management(attach):
                 link.attach_management(attach)
             else:

@@ -6,10 +6,16 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeAlias
+
     from warren.core.deliveries import Deliveries
     from warren.core.message import Message, MessageRun
     from warren.core.queue import Queue
     from warren.core.store import StoredRun, StoreSpan
+
+    #: A consumer's own test of a stream's messages (Consumer.message_filter).
+    MessageFilter: TypeAlias = Callable[[Message], bool]
 
 
 class Consumer(ABC):
@@ -95,6 +101,12 @@ class Consumer(ABC):
         """How many unacknowledged deliveries this consumer takes (0: no limit set);
         a stream refuses a consumer without one, as RabbitMQ does."""
         return self.prefetch_count
+
+    def message_filter(self) -> MessageFilter | None:
+        """Which of a stream's messages this consumer wants, beyond its arguments'
+        ``x-stream-filter`` (None: all): a protocol's own filters, such as AMQP
+        1.0's property filters, which are no consumer arguments of 0-9-1's."""
+        return None
 
     @abstractmethod
     def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:

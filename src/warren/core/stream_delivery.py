@@ -6,7 +6,11 @@ tracking, what is in flight). A pass goes round-robin over the readers that
 can take more, up to a batch: a span of records framed at once where a
 reader has no filter and credit for two or more (Consumer.deliver_records:
 delivery seqs ``(-span id << 32) | i``), else one by one (a seq of its own).
-core/stream_queue.py's StreamSettlement settles them.
+A filter is 0-9-1's ``x-stream-filter`` values and, for a protocol that has
+more (AMQP 1.0's property filters), the consumer's ``message_filter``; a
+record it skips is never delivered, so nothing waits for its settlement, and
+skipped records count against the batch, so a reader that matches little
+does not hold the loop. core/stream_queue.py's StreamSettlement settles them.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from warren.core.queue_delivery import QueueDelivery
 from warren.core.stream import FILTER_VALUE_HEADER
 
 if TYPE_CHECKING:
+    from warren.core.consumer import MessageFilter
     from warren.core.queue import Queue
 
 __all__ = ["Reader", "Span", "StreamDelivery"]
@@ -38,6 +43,9 @@ class Reader:
         "cursor",
         "filters",
         "match_unfiltered",
+        "predicate",
+        "plain",
+        "scanning",
         "tracking",
         "in_flight",
         "returned",
@@ -50,11 +58,18 @@ class Reader:
         filters: frozenset[str] | None,
         match_unfiltered: bool,
         tracking: str | None,
+        predicate: MessageFilter | None = None,
     ) -> None:
         self.consumer = consumer
         self.cursor = cursor
         self.filters = filters
         self.match_unfiltered = match_unfiltered
+        #: The consumer's own filter (Consumer.message_filter), after ``filters``.
+        self.predicate = predicate
+        #: No filter of either kind: the delivery pass's fast path (spans).
+        self.plain = filters is None and predicate is None
+        #: Its filter skipped a whole batch: the next pass reads on.
+        self.scanning = False
         self.tracking = tracking
         self.in_flight: dict[int, None] = {}  # offsets delivered, not acked (in order)
         # The oldest offset given back with a reject or nack (or by a closing
@@ -72,14 +87,17 @@ class Reader:
         return offset if returned is None or returned > offset else returned
 
     def wants(self, msg: Message) -> bool:
-        if self.filters is None:
-            return True
-        value = (msg.headers or {}).get(FILTER_VALUE_HEADER)
-        if isinstance(value, bytes):
-            value = value.decode("utf-8", "surrogateescape")
-        if value is None:
-            return self.match_unfiltered
-        return isinstance(value, str) and value in self.filters
+        if self.filters is not None:
+            value = (msg.headers or {}).get(FILTER_VALUE_HEADER)
+            if isinstance(value, bytes):
+                value = value.decode("utf-8", "surrogateescape")
+            if value is None:
+                if not self.match_unfiltered:
+                    return False
+            elif not (isinstance(value, str) and value in self.filters):
+                return False
+        predicate = self.predicate
+        return predicate is None or predicate(msg)
 
 
 class Span:
@@ -116,6 +134,12 @@ class StreamDelivery(QueueDelivery):
 
     def stored(self) -> None:
         self.schedule()
+
+    def scanning(self, consumer: Consumer) -> bool:
+        """StreamQueue.scanning: the consumer's filter ended a pass, the next one is
+        scheduled, and the consumer can take what it finds."""
+        reader = self.readers.get(id(consumer))
+        return reader is not None and reader.scanning and self._scheduled and consumer.can_take()
 
     def stop(self) -> None:
         """The stream is deleted: every reader's cursor closes."""
@@ -159,7 +183,7 @@ class StreamDelivery(QueueDelivery):
                 if not consumer.can_take():
                     continue
                 cursor = reader.cursor
-                if reader.filters is None:
+                if reader.plain:
                     n = self._deliver_span(reader, budget)
                     if n:
                         budget -= n
@@ -168,9 +192,14 @@ class StreamDelivery(QueueDelivery):
                             return True
                         continue
                 item = cursor.next()
-                if reader.filters is not None:
+                if not reader.plain:
                     while item is not None and not reader.wants(item[1]):
+                        budget -= 1
+                        if not budget:
+                            reader.scanning = True  # the next pass reads on
+                            return True
                         item = cursor.next()
+                    reader.scanning = False
                 if item is None:
                     continue
                 offset, msg = item

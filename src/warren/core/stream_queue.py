@@ -273,7 +273,14 @@ class StreamQueue(Queue):
                 offset = stored
         filters = _filters(args.get("x-stream-filter"), what)
         match_unfiltered = args.get("x-stream-match-unfiltered") is True
-        reader = Reader(consumer, self.stream.cursor(offset), filters, match_unfiltered, tracking)
+        reader = Reader(
+            consumer,
+            self.stream.cursor(offset),
+            filters,
+            match_unfiltered,
+            tracking,
+            consumer.message_filter(),
+        )
         self.reading.readers[id(consumer)] = reader
         self.consumers.append(consumer)
         self._had_consumer = True
@@ -290,6 +297,11 @@ class StreamQueue(Queue):
             self.stream.track(reader.tracking, reader.resume_offset(), at_once=True)
             self.vhost.store_written(self.store)
         reader.cursor.close()
+
+    def scanning(self, consumer: Consumer) -> bool:
+        """Whether the consumer's filter stopped a delivery pass mid-way (it skipped
+        a whole batch) and could take what the next pass finds: a drain waits."""
+        return self.reading.scanning(consumer)
 
     def _what(self) -> str:
         return f"queue '{self.name}' in vhost '{self.vhost.name}'"

@@ -614,6 +614,28 @@ class VHost:
             self.exchange_changed(source.name)
         return binding
 
+    def bind_queue(
+        self,
+        exchange: str,
+        queue: str,
+        routing_key: str,
+        arguments: dict[str, Any] | None,
+        owner: object | None,
+    ) -> Binding:
+        """A queue binding, whoever asks (0-9-1's queue.bind, the HTTP API, AMQP
+        1.0's /management; their permission checks come first): RabbitMQ's order,
+        the exchange, then the queue must exist, then the binding be valid; only
+        then is the queue's exclusivity checked (``owner`` None: the HTTP API's,
+        no connection, which binds any queue)."""
+        ex = self.get_exchange(exchange)
+        q = self.queues.get(queue)
+        if q is None:
+            raise NotFound(f"no queue '{queue}' in vhost '{self.name}'")
+        ex.validate_binding(routing_key, arguments)
+        if owner is not None:
+            self.get_queue(queue, owner)
+        return self.bind(ex, q, routing_key, arguments)
+
     def unbind(
         self,
         source: Exchange,

@@ -536,7 +536,10 @@ async def create_binding(ctx: Ctx) -> web.StreamResponse:
     arguments = amqp_table(body.get("arguments"))
     ctx.check(vhost.name, WRITE, "queue" if kind == "q" else "exchange", dest.name)
     ctx.check(vhost.name, READ, "exchange", source.name)
-    binding = vhost.bind(source, dest, routing_key, arguments)
+    if kind == "q":  # the core's queue.bind (its exclusivity aside: no connection)
+        binding = vhost.bind_queue(source.name, dest.name, routing_key, arguments, None)
+    else:
+        binding = vhost.bind(source, dest, routing_key, arguments)
     props = formats.properties_key(binding.routing_key, binding.arguments)
     location = f"{quote(to_bytes(dest.name), safe='')}/{quote(props, safe='~')}"
     return web.Response(status=201, headers={"Location": location})

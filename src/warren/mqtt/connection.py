@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from warren.client_listing import connection_name
 from warren.core.errors import BrokerError
 from warren.core.session import ClientSession
 from warren.core.stats import Ages, MessageStats, OctetStats
@@ -141,9 +142,7 @@ class MQTTConnection:
     # -- the sans-IO surface ----------------------------------------------------------------
     @property
     def name(self) -> str:
-        peer = f"{self.peer[0]}:{self.peer[1]}" if self.peer else "local"
-        local = f"{self.local[0]}:{self.local[1]}" if self.local else "local"
-        return f"{peer} -> {local}"
+        return connection_name(self.peer, self.local)
 
     def send(self, data: bytes) -> None:
         pending = self.pending

@@ -14,7 +14,14 @@ import logging
 import ssl
 from typing import TYPE_CHECKING, cast
 
-from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol, ConnectionTimer
+from warren.batched_protocol import (
+    YIELD_AFTER_BYTES,
+    BatchedProtocol,
+    ConnectionTimer,
+    OpenClients,
+    end_connection,
+    socket_addresses,
+)
 from warren.bound_port import BoundPort
 from warren.mqtt.connection import MQTTConnection
 from warren.mqtt.state import MQTTState
@@ -41,21 +48,19 @@ class MQTTProtocol(BatchedProtocol):
         #: The broker's clock: message times, the CONNECT timeout, keep alive.
         self.clock = listener.state.clock
         self._timer = ConnectionTimer(self.clock)
-        self.closed: asyncio.Future[None] | None = None
         self.transport_name = transport_name
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        peer = transport.get_extra_info("peername")
-        local = transport.get_extra_info("sockname")
+        peer, local = socket_addresses(transport)
         name = self.transport_name
         ssl_object = transport.get_extra_info("ssl_object")
         if name == "MQTT" and ssl_object is not None:
             name = "MQTT/TLS"
         self.conn = MQTTConnection(
             self.listener.state,
-            (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None,
-            (str(local[0]), int(local[1])) if isinstance(local, tuple) else None,
+            peer,
+            local,
             self.request_flush,
             self.request_close,
             name,
@@ -126,21 +131,13 @@ class MQTTProtocol(BatchedProtocol):
         """Broker shutdown: MQTT 5 clients hear 0x8B Server shutting down."""
         if self.conn is not None:
             self.conn.disconnect(0x8B, "server shutting down")
-            self.flush()
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.close()
+        self.close_now()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._timer.cancel()
-        if self.conn is not None:
-            try:
-                self.conn.connection_lost()
-            except Exception:
-                log.exception("%s: cleaning up the MQTT session failed", self.conn.name)
+        end_connection(self.conn, log, "cleaning up the MQTT session failed")
         self.transport = None
         self.listener.protocols.discard(self)
-        if self.closed is not None and not self.closed.done():
-            self.closed.set_result(None)
 
 
 class MQTTListener:
@@ -152,7 +149,7 @@ class MQTTListener:
         self.bind = bind
         self.requested_port = port
         self.requested_tls_port = tls_port
-        self.protocols: set[MQTTProtocol] = set()
+        self.protocols: OpenClients[MQTTProtocol] = OpenClients()
         self._state: MQTTState | None = None
         #: Bound and listening, not yet served (start() serves them).
         self._bound: list[BoundPort] = []
@@ -228,14 +225,7 @@ class MQTTListener:
         self._close_bound()
         for server in self._servers:
             server.close()
-        protocols = list(self.protocols)
-        loop = asyncio.get_running_loop()
-        for proto in protocols:
-            proto.closed = loop.create_future()
-            proto.close()
-        waiting = [p.closed for p in protocols if p.closed is not None]
-        if waiting:
-            await asyncio.wait(waiting, timeout=5)
+        await self.protocols.close_all()
         for server in self._servers:
             await server.wait_closed()
         self._servers.clear()

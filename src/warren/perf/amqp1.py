@@ -30,13 +30,14 @@ from warren.perf.coordinator import (
     Run,
     Terms,
     coordinate,
-    cpu_summary,
+    finish_summary,
+    run_reported,
     summarize,
 )
 from warren.perf.coordinator import (
     print_summary as _print_summary,
 )
-from warren.perf.report import format_count, print_json
+from warren.perf.report import format_count
 from warren.perf.workers import NS
 
 __all__ = ["AMQP1Params", "measure", "print_summary", "run", "worker_main"]
@@ -124,15 +125,7 @@ class AMQP1Params:
 
 def run(p: AMQP1Params, out: TextIO | None = None, as_json: bool = False) -> int:
     """Run the load; prints live lines to ``out`` and the summary. Returns the exit status."""
-    with Interrupts() as interrupts:
-        summary, status = measure(
-            p, out if out is not None else (sys.stderr if as_json else sys.stdout), interrupts
-        )
-        if as_json:
-            print_json(summary)
-        else:
-            print_summary(summary, out if out is not None else sys.stdout)
-    return status
+    return run_reported(lambda live, ints: measure(p, live, ints), print_summary, out, as_json)
 
 
 def measure(
@@ -209,19 +202,10 @@ def _summary(p: AMQP1Params, outcome: Outcome, expected: int) -> dict[str, Any]:
     summary["link_credit"] = max(credits) if credits else None
     if expected:
         summary["expected"] = expected
-    summary["client_cpu"] = cpu_summary(outcome, TERMS)
-    summary["queue"] = p.queue
-    summary["params"] = _public(p)
-    if outcome.errors:
-        summary["errors"] = outcome.errors
-    return summary
+    return finish_summary(summary, outcome, TERMS, _public(p), queue=p.queue)
 
 
 def print_summary(s: dict[str, Any], out: TextIO) -> None:
-    if "published" not in s:
-        for e in s.get("errors", []):
-            print(f"warren perf amqp1: {e}", file=out)
-        return
     acked = None
     if "accepted" in s:
         acked = (

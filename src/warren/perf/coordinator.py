@@ -1,6 +1,8 @@
-"""The parent side of ``perf throughput`` and ``perf mqtt``: start the worker processes,
-wait until all are connected, send the common start time, collect the counts they
-report, print a live line a second, decide when the run is over; then the summary.
+"""The parent side of ``perf throughput``, ``perf mqtt`` and ``perf amqp1``: start the
+worker processes, wait until all are connected, send the common start time, collect
+the counts they report, print a live line a second, decide when the run is over; then
+the summary (`summarize`, `finish_summary`, `print_summary`; `run_reported` for the
+tools whose ``run`` is measure-then-print).
 
 The pipe protocol is described in :mod:`warren.perf.workers`. What differs between
 the protocols (the words in the output, the JSON keys, when a run has stalled) is
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, TextIO
 
-from warren.perf.report import format_count, format_rate, merge_into, percentiles_ms
+from warren.perf.report import format_count, format_rate, merge_into, percentiles_ms, print_json
 from warren.perf.workers import NS
 
 __all__ = [
@@ -31,7 +33,9 @@ __all__ = [
     "Slot",
     "Terms",
     "coordinate",
+    "finish_summary",
     "print_summary",
+    "run_reported",
     "summarize",
 ]
 
@@ -399,10 +403,52 @@ def cpu_summary(outcome: Outcome, terms: Terms) -> dict[str, list[float]]:
     }
 
 
+def finish_summary(
+    summary: dict[str, Any],
+    outcome: Outcome,
+    terms: Terms,
+    params: dict[str, Any],
+    **fields: Any,
+) -> dict[str, Any]:
+    """The summary's tail, after the tool's own counts: the client CPU, ``fields``
+    (the queues, ...), the parameters and the errors, in that order."""
+    summary["client_cpu"] = cpu_summary(outcome, terms)
+    summary.update(fields)
+    summary["params"] = params
+    if outcome.errors:
+        summary["errors"] = outcome.errors
+    return summary
+
+
+def run_reported(
+    measure: Callable[[TextIO, Interrupts], tuple[dict[str, Any], int]],
+    show: Callable[[dict[str, Any], TextIO], None],
+    out: TextIO | None,
+    as_json: bool,
+) -> int:
+    """A tool's ``run``: ``measure`` with its live lines on ``out`` (stderr with
+    ``as_json``, stdout by default), then the summary as JSON on stdout or as text
+    (``show``). Ctrl-C stops the run; the summary still follows. The exit status."""
+    with Interrupts() as interrupts:
+        summary, status = measure(
+            out if out is not None else (sys.stderr if as_json else sys.stdout), interrupts
+        )
+        if as_json:
+            print_json(summary)
+        else:
+            show(summary, out if out is not None else sys.stdout)
+    return status
+
+
 def print_summary(
     s: dict[str, Any], out: TextIO, terms: Terms, acked_line: str | None, no_latency: str
 ) -> None:
-    """The summary as text; ``acked_line`` goes after the published line."""
+    """The summary as text; ``acked_line`` goes after the published line. A run
+    that never started (no ``published``): its errors."""
+    if "published" not in s:
+        for e in s.get("errors", []):
+            print(f"{terms.command}: {e}", file=out)
+        return
 
     def w(label: str, rest: str) -> None:
         print(f"  {label:<11}{rest}" if label else rest, file=out)

@@ -12,7 +12,6 @@ collects the counts each worker reports once a second over its pipe
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import asdict, dataclass, replace
 from typing import Any, TextIO
 
@@ -22,7 +21,8 @@ from warren.perf.coordinator import (
     Run,
     Terms,
     coordinate,
-    cpu_summary,
+    finish_summary,
+    run_reported,
     summarize,
 )
 from warren.perf.coordinator import (
@@ -36,7 +36,7 @@ from warren.perf.mqtt_client import (
     parse_uri,
 )
 from warren.perf.mqtt_workers import worker_main
-from warren.perf.report import format_count, print_json
+from warren.perf.report import format_count
 from warren.perf.workers import NS
 
 __all__ = [
@@ -105,16 +105,7 @@ class MQTTParams(MQTTTarget):
 
 def run(p: MQTTParams, out: TextIO | None = None, as_json: bool = False) -> int:
     """Run the load; prints live lines to ``out`` and the summary. Returns the exit status."""
-    # Ctrl-C stops the run; the summary still follows.
-    with Interrupts() as interrupts:
-        summary, status = measure(
-            p, out if out is not None else (sys.stderr if as_json else sys.stdout), interrupts
-        )
-        if as_json:
-            print_json(summary)
-        else:
-            print_summary(summary, out if out is not None else sys.stdout)
-    return status
+    return run_reported(lambda live, ints: measure(p, live, ints), print_summary, out, as_json)
 
 
 def measure(
@@ -172,18 +163,10 @@ def _summary(p: MQTTParams, outcome: Outcome, expected: int) -> dict[str, Any]:
         summary["receive_maximum"] = rms[0] if rms else None
     if p.count:
         summary["expected"] = expected * (1 if p.subscribers else 0)
-    summary["client_cpu"] = cpu_summary(outcome, TERMS)
-    summary["params"] = _public(p)
-    if outcome.errors:
-        summary["errors"] = outcome.errors
-    return summary
+    return finish_summary(summary, outcome, TERMS, _public(p))
 
 
 def print_summary(s: dict[str, Any], out: TextIO) -> None:
-    if "published" not in s:
-        for e in s.get("errors", []):
-            print(f"warren perf mqtt: {e}", file=out)
-        return
     acked = None
     if "acked" in s:
         acked = (

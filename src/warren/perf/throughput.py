@@ -21,7 +21,7 @@ from warren.perf.coordinator import (
     Run,
     Terms,
     coordinate,
-    cpu_summary,
+    finish_summary,
     print_summary,
     summarize,
 )
@@ -267,9 +267,4 @@ def _summary(p: ThroughputParams, pl: Plan, outcome: Outcome, expected: int) -> 
         summary["nacked"] = sum(s.result["nacked"] for s in pubs if s.result)
     if expected:
         summary["expected"] = expected
-    summary["client_cpu"] = cpu_summary(outcome, TERMS)
-    summary["queues"] = list(pl.queue_names)
-    summary["params"] = asdict(p)
-    if outcome.errors:
-        summary["errors"] = outcome.errors
-    return summary
+    return finish_summary(summary, outcome, TERMS, asdict(p), queues=list(pl.queue_names))

@@ -1,5 +1,5 @@
-"""The worker side of ``perf throughput`` and ``perf mqtt``: one OS process per
-publisher or consumer/subscriber, talking to the parent over a pipe.
+"""The worker side of ``perf throughput``, ``perf amqp1`` and ``perf mqtt``: one OS
+process per publisher or consumer/subscriber, talking to the parent over a pipe.
 
 The pipe protocol (the parent's side is :mod:`warren.perf.coordinator`):
 

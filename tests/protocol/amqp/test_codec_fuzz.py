@@ -14,6 +14,13 @@ from warren.amqp1 import performatives as a1
 from warren.amqp1.codec import encode
 from warren.amqp1.frames import AMQP_HEADER, encode_frame, transfer_frames
 from warren.amqp1.types import Array, Described, Symbol, UInt
+from warren.stream_protocol import chunk as stream_chunk
+from warren.stream_protocol import commands as stream
+from warren.stream_protocol.constants import OffsetType
+from warren.stream_protocol.publish import Deliver as StreamDeliver
+from warren.stream_protocol.publish import Publish as StreamPublish
+from warren.stream_protocol.publish import PublishedMessage
+from warren.stream_protocol.wire import OffsetSpec, StreamMetadata
 
 
 def _a1(value: object) -> bytes:
@@ -33,6 +40,16 @@ _A1_ATTACH = a1.Attach(
     ),
     target=a1.Target(),
 )
+
+_STREAM_CHUNK = stream_chunk.build_chunk(
+    [
+        stream_chunk.simple_entry(b"abc"),
+        stream_chunk.sub_batch_entry([b"x", b"yy"], stream_chunk.Compression.GZIP),
+        stream_chunk.sub_batch_entry([b"z"]),
+    ],
+    first_offset=5,
+    timestamp=1,
+).delivered()
 
 #: Seeds that reach deep: well-formed payloads the fuzzer mutates.
 SEEDS = {
@@ -63,6 +80,25 @@ SEEDS = {
             )
         ),
     ],
+    "stream-frames": [
+        stream.PeerProperties(1, {"product": "p"}).encode()
+        + stream.SaslAuthenticate(2, "PLAIN", b"\0g\0g").encode()
+        + stream.Subscribe(3, 1, "s", OffsetSpec(OffsetType.OFFSET, 9), 10, {"f": "1"}).encode(),
+        StreamPublish.of(
+            1, [PublishedMessage.simple(1, b"a", "f"), PublishedMessage.simple(2, b"b")]
+        ).encode()
+        + StreamPublish.of(
+            1,
+            [
+                PublishedMessage(
+                    3, stream_chunk.sub_batch_entry([b"c"], stream_chunk.Compression.GZIP)
+                )
+            ],
+        ).encode(),
+        StreamDeliver(1, _STREAM_CHUNK, 4).encode()
+        + stream.MetadataResponse(1, [], [StreamMetadata("s", 1, 0, (1, 2))]).encode(),
+    ],
+    "stream-chunk": [_STREAM_CHUNK],
     "mqtt": [
         b"\x10\x10\x00\x04MQTT\x05\x02\x00\x3c\x00\x00\x03abc",
         b"\x30\x07\x00\x01a\x00hey",

@@ -14,6 +14,7 @@ import pytest
 from harness import harness_fixture
 from harness.amqp1 import MemoryAMQP1, ProtonClient
 
+from warren import __version__
 from warren.amqp1.connection import amqp1_version
 from warren.amqp1.frames import AMQP_HEADER, HEARTBEAT, SASL_HEADER
 
@@ -31,9 +32,9 @@ def test_sasl_plain_and_open(broker) -> None:
     assert c.connection.state & proton.Endpoint.REMOTE_ACTIVE
     assert c.transport.sasl().outcome == proton.SASL.OK
     props = c.connection.remote_properties
-    assert props[proton.symbol("product")] == "RabbitMQ"
-    # RabbitMQ's own 1.0 clients need 4.0 or later; 0-9-1's stay told 3.x.
-    assert props[proton.symbol("version")] == "4.0.0"
+    # Warren by default; RabbitMQ only when [amqp1] announce_rabbitmq asks.
+    assert props[proton.symbol("product")] == "Warren"
+    assert props[proton.symbol("version")] == __version__
     offered = c.connection.remote_offered_capabilities
     assert proton.symbol("ANONYMOUS-RELAY") in list(offered)
     assert c.conn.vhost is not None and c.conn.vhost.name == "/"
@@ -237,7 +238,22 @@ def test_an_error_close_waits_for_the_clients_close(broker) -> None:
     assert silent.broker.lost
 
 
+def test_rabbitmq_announced_when_asked(broker) -> None:
+    broker.config.amqp1_announce_rabbitmq = True
+    props = client(broker).connection.remote_properties
+    assert props[proton.symbol("product")] == "RabbitMQ"
+    # RabbitMQ's own 1.0 clients need 4.0 or later (4.1 for stream filters);
+    # 0-9-1's stay told 3.x.
+    assert props[proton.symbol("version")] == "4.1.0"
+    assert props[proton.symbol("platform")].startswith(f"Warren {__version__} ")
+    broker.config.rabbitmq_version = "4.1.2"
+    props = client(broker).connection.remote_properties
+    assert props[proton.symbol("version")] == "4.1.2"
+
+
 def test_the_version_amqp1_clients_are_told() -> None:
-    assert amqp1_version("3.10.8") == "4.0.0"
+    assert amqp1_version("3.10.8") == "4.1.0"
+    assert amqp1_version("4.0.9") == "4.1.0"
     assert amqp1_version("4.1.2") == "4.1.2"
-    assert amqp1_version("nonsense") == "4.0.0"
+    assert amqp1_version("4.2") == "4.2"
+    assert amqp1_version("nonsense") == "4.1.0"

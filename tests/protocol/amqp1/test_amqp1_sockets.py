@@ -123,3 +123,19 @@ def test_a_silent_client_is_closed_on_the_brokers_clock(broker_factory) -> None:
     finally:
         with contextlib.suppress(Exception):
             conn.close()
+
+
+def test_a_broker_shutting_down_closes_its_clients_first(broker) -> None:
+    """The stop tells each AMQP 1.0 client (amqp:connection:forced) and waits
+    until its connection is gone (the listener's OpenClients)."""
+    conn = connect(broker)
+    try:
+        broker.stop()
+        listener = broker.broker.listener("amqp1")
+        assert listener is not None and len(listener.protocols) == 0
+        with pytest.raises(proton.ConnectionException) as info:
+            conn.wait(lambda: False, timeout=5)
+        assert "amqp:connection:forced" in str(info.value)
+    finally:
+        with contextlib.suppress(Exception):
+            conn.close()

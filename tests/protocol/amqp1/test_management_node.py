@@ -80,6 +80,30 @@ def test_declare_quorum_queues_and_streams(pair: NodePair, queue_type: str) -> N
     assert (status, body["type"]) == ("200", queue_type)
 
 
+def test_leader_and_replicas_in_a_cluster(pair: NodePair) -> None:
+    """As the HTTP API's leader and members (warren/queue_replicas.py): a quorum
+    queue's members are min(its group size, the cluster) of the nodes, in-sync
+    first; a classic queue's one replica is the leader that serves it.
+    (tests/cluster/test_amqp1_failover.py asks real nodes.)"""
+    status = {
+        "enabled": True,
+        "node": "n1",
+        "in_sync_replicas": ["n1", "n3", "n4"],
+        "followers": [{"node": n} for n in ("n2", "n3", "n4")],
+    }
+    pair.node.node_name, pair.node.cluster = None, lambda: status
+    arguments = {"x-queue-type": "quorum"}
+    body = pair.status("PUT", "/queues/qq", {"arguments": arguments})[1]
+    assert (body["leader"], list(body["replicas"].elements)) == ("n1", ["n1", "n3", "n4"])
+    arguments["x-quorum-initial-group-size"] = 2
+    body = pair.status("PUT", "/queues/pair", {"arguments": arguments})[1]
+    assert (body["leader"], list(body["replicas"].elements)) == ("n1", ["n1", "n3"])
+    body = pair.status("GET", "/queues/qq")[1]
+    assert list(body["replicas"].elements) == ["n1", "n3", "n4"]
+    body = pair.status("PUT", "/queues/cq", {})[1]
+    assert (body["leader"], list(body["replicas"].elements)) == ("n1", ["n1"])
+
+
 def test_the_vhost_default_queue_type(broker: Harness) -> None:
     broker.call(lambda: broker.broker.vhosts["/"].metadata.set_default_queue_type("quorum"))
     pair = NodePair(broker)

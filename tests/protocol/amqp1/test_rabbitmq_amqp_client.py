@@ -4,7 +4,7 @@ its consumer and delivery context (accept, discard, requeue)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pika
@@ -21,6 +21,13 @@ from rabbitmq_amqp_python_client import (  # noqa: E402
 )
 
 pytestmark = [pytest.mark.timeout(30)]
+
+
+@pytest.fixture
+def broker(broker_factory: Callable[..., Any]) -> Any:
+    """A broker that announces RabbitMQ 4.x ([amqp1] announce_rabbitmq): the
+    client refuses any other (test_rabbitmq_client.py)."""
+    return broker_factory(amqp1_announce_rabbitmq=True)
 
 
 class Consumed(Exception):
@@ -111,8 +118,9 @@ def test_discard_dead_letters_and_requeue_redelivers(broker, connection) -> None
 
 
 def test_connects_to_a_broker_with_the_default_settings(broker) -> None:
-    """The library wants RabbitMQ 4.0.0 or later in the open: AMQP 1.0 clients
-    are told at least that whatever ``[main] rabbitmq_version`` is."""
+    """The library wants RabbitMQ 4.0.0 or later in the open (4.1 for stream
+    filters): AMQP 1.0 clients are told at least that whatever ``[main]
+    rabbitmq_version`` is."""
     env = Environment(f"amqp://guest:guest@127.0.0.1:{broker.port}/")
     try:
         env.connection().dial()

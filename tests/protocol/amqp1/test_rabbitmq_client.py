@@ -1,10 +1,14 @@
 """RabbitMQ's own AMQP 1.0 Python client (rabbitmq-amqp-python-client) against
 the embedded broker: its publisher and consumer on a queue declared over 0-9-1
 (its management calls need the /management node). The client insists on a
-RabbitMQ 4.0 or later: AMQP 1.0 clients are told 4.0.0 while [main]
-rabbitmq_version is a 3.x."""
+RabbitMQ 4.0 or later: it connects only when [amqp1] announce_rabbitmq is on
+(AMQP 1.0 clients are then told 4.1.0 while [main] rabbitmq_version is a 3.x)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pika
 import pytest
@@ -12,6 +16,28 @@ import pytest
 client = pytest.importorskip("rabbitmq_amqp_python_client")
 
 pytestmark = [pytest.mark.timeout(60)]
+
+
+@pytest.fixture
+def broker(broker_factory: Callable[..., Any]) -> Any:
+    """A broker that announces RabbitMQ 4.x, as the client needs."""
+    return broker_factory(amqp1_announce_rabbitmq=True)
+
+
+def test_refused_unless_rabbitmq_is_announced(
+    broker_factory: Callable[..., Any], tmp_path: Path
+) -> None:
+    for announce in (False, True):
+        b = broker_factory(data_dir=tmp_path / str(announce), amqp1_announce_rabbitmq=announce)
+        environment = client.Environment(f"amqp://guest:guest@127.0.0.1:{b.port}/")
+        try:
+            if announce:
+                environment.connection().dial()
+            else:
+                with pytest.raises(client.ValidationCodeException, match="RabbitMQ"):
+                    environment.connection().dial()
+        finally:
+            environment.close()
 
 
 def test_publisher_and_consumer(broker) -> None:

@@ -24,7 +24,7 @@ from harness import Harness
 from mqttraw import RawClient, wait_for
 
 from warren.mqtt.codec import encode
-from warren.mqtt.packets import MQTT_5, PubAck, Publish
+from warren.mqtt.packets import MQTT_5, Disconnect, PubAck, Publish
 from warren.mqtt.server import MQTTListener
 
 
@@ -157,3 +157,16 @@ def test_a_client_that_never_reads(broker: BrokerThread, bystander: Bystander) -
         assert got[-1] == b"end" and got[:-1] == [b"x" * 1000] * 20000
         hog.disconnect()
         pub.disconnect()
+
+
+def test_a_broker_shutting_down_closes_its_clients_first(broker: BrokerThread) -> None:
+    """The stop tells each MQTT 5 client (DISCONNECT 0x8B Server shutting down) and
+    waits until its connection is gone (the listener's OpenClients)."""
+    listener = broker.broker.listener("mqtt")
+    assert isinstance(listener, MQTTListener)
+    with RawClient(listener.port) as client:
+        client.connect("leaving")
+        broker.stop()
+        assert len(listener.protocols) == 0
+        (goodbye,) = client.wait_closed()
+        assert isinstance(goodbye, Disconnect) and goodbye.reason_code == 0x8B
