@@ -11,6 +11,7 @@ import pytest
 from harness import Harness, harness_fixture
 from harness.amqp1 import ProtonClient
 
+from warren.amqp1.formats import DecodeError
 from warren.amqp1.frames import Frame, FrameReader, encode_frame
 from warren.amqp1.incoming import IncomingLink
 from warren.amqp1.performatives import (
@@ -331,3 +332,31 @@ def test_a_detach_puts_an_unsettled_run_back(broker: Harness) -> None:
     assert count(broker, "q") == 9
     again = c.receiver("/queues/q", credit=20, name="again")
     assert [m.body for _, m in c.receive(again)] == [f"m{i}" for i in range(1, 10)]
+
+
+# -- a body-only message's decoding (message.decode_message's short cut) -----------------
+@pytest.mark.parametrize("size", [0, 1, 16, 250])
+def test_a_data_only_message_decodes_as_the_section_loop_does(size: int) -> None:
+    from warren.amqp1.message import AmqpMessage, Data, decode_message, encode_message
+
+    body = bytes(range(size % 256)) * (size // 256) + bytes(range(size % 256))
+    payload = encode_message(AmqpMessage(body=[Data(body)]))
+    msg = decode_message(payload)
+    assert msg.body == [Data(body)]
+    assert (msg.raw, msg.bare_at, msg.body_at, msg.footer_at) == (payload, 0, 0, len(payload))
+    assert encode_message(msg) == payload
+    # Two data sections, or a length that does not fill the payload: the loop.
+    two = decode_message(payload + payload)
+    assert two.body == [Data(body), Data(body)]
+    with pytest.raises(DecodeError):
+        decode_message(payload + b"\x00")
+
+
+def test_proton_body_only_messages_decode_alike() -> None:
+    """proton's own encoding of a binary body (an independent encoder)."""
+    from warren.amqp1.message import Data, decode_message
+
+    raw = proton.Message(body=b"hello", inferred=True).encode()
+    msg = decode_message(raw)
+    assert [type(s) for s in msg.body] == [Data]
+    assert msg.body[0].content == b"hello"
