@@ -360,3 +360,39 @@ def test_proton_body_only_messages_decode_alike() -> None:
     msg = decode_message(raw)
     assert [type(s) for s in msg.body] == [Data]
     assert msg.body[0].content == b"hello"
+
+
+def test_a_detach_in_the_same_read_comes_after_the_run(broker: Harness) -> None:
+    """Transfers, then the sender's detach, in one read: the run is
+    published before the link goes (and answered before its detach)."""
+    declare(broker, "q")
+    c = client(broker)
+    sender = c.sender("/queues/q", settled=True)
+    for i in range(5):
+        delivery = sender.delivery(f"d{i}")
+        sender.send(proton.Message(body=f"m{i}").encode())
+        sender.advance()
+        delivery.settle()
+    sender.close()
+    c.pump()
+    assert count(broker, "q") == 5
+    links = [lk for s in c.conn.sessions.values() for lk in s.links.values()]
+    assert not [lk for lk in links if isinstance(lk, IncomingLink)]
+
+
+def test_a_message_too_large_in_a_run_detaches_after_those_before(broker: Harness) -> None:
+    """The run before a refused transfer is published; the link detaches
+    (message-size-exceeded) and what follows on it is not."""
+    broker.config.max_message_size = 1000
+    declare(broker, "q")
+    c = client(broker)
+    sender = c.sender("/queues/q", settled=True)
+    bodies = ["a", "b", "x" * 2000, "c"]
+    for i, body in enumerate(bodies):
+        delivery = sender.delivery(f"d{i}")
+        sender.send(proton.Message(body=body).encode())
+        sender.advance()
+        delivery.settle()
+    c.pump()
+    assert sender.remote_condition.name == "amqp:link:message-size-exceeded"
+    assert count(broker, "q") == 2
