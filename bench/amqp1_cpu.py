@@ -83,7 +83,10 @@ def reads(n: int, per_read: int, size: int, settled: bool) -> list[bytes]:
 
 def run(n: int, per_read: int, size: int, settled: bool) -> float:
     """Broker CPU µs per message for one fresh broker."""
-    with Harness(Path(tempfile.mkdtemp(prefix="amqp1-cpu-")) / "data") as harness:
+    with (
+        tempfile.TemporaryDirectory(prefix="amqp1-cpu-") as tmp,
+        Harness(Path(tmp) / "data") as harness,
+    ):
         harness.call(lambda: harness.broker.vhosts["/"].declare_queue("q"))
         conn = MemoryAMQP1(harness)
         conn.exchange(SASL_HEADER)
