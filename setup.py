@@ -56,6 +56,10 @@ COMPILED_MODULES = [
     # Its consumer subclasses core/consumer.py's compiled Consumer, which an
     # interpreted class cannot.
     "warren.amqp1.outgoing",
+    # Every transfer passes through these (a read's publish run, its session's
+    # windows and dispositions).
+    "warren.amqp1.incoming",
+    "warren.amqp1.session",
     "warren.amqp.channel",
     "warren.amqp.confirms",
     "warren.amqp.connection",

@@ -33,6 +33,7 @@ from warren.amqp1.errors import (
     RESOURCE_LIMIT_EXCEEDED,
     UNAUTHORIZED_ACCESS,
     ConnectionError_,
+    LinkError,
     error,
 )
 from warren.amqp1.formats import DecodeError
@@ -56,6 +57,7 @@ from warren.amqp1.performatives import (
     SaslInit,
     SaslMechanisms,
     SaslOutcome,
+    Transfer,
 )
 from warren.amqp1.session import Session
 from warren.amqp1.types import Symbol
@@ -65,6 +67,7 @@ from warren.core.stats import Ages, MessageStats, OctetStats
 from warren.node import node_name
 
 if TYPE_CHECKING:
+    from warren.amqp1.incoming import PublishRun
     from warren.amqp1.links import ManagementFactory
     from warren.core.channel_counts import ChannelCounts
     from warren.core.clock import TimerHandle
@@ -163,6 +166,8 @@ class AMQP1Connection:
         self._opened_vhost = False
         #: Bytes of messages whose transfers are not complete, over all links.
         self.unfinished = 0
+        #: One link's transfers of this read, published together (flush_run).
+        self.run: PublishRun | None = None
         #: Channels whose session this side ended, until the client's end comes.
         self.ending: set[int] = set()
         #: After this side's close: cuts off a client that never sends its own.
@@ -201,16 +206,37 @@ class AMQP1Connection:
             return
         for item in items:
             if self.state >= CLOSED:
-                return
+                break
             try:
                 if isinstance(item, Frame):
+                    if self.run is not None and type(item.performative) is not Transfer:
+                        self.flush_run()
                     self._frame(item)
                 else:
                     self._header(item)
             except ConnectionError_ as exc:
+                self.flush_run()
                 self._fail(exc.condition, exc.description)
             except DecodeError as exc:
+                self.flush_run()
                 self._fail(exc.condition, str(exc))
+        if self.run is not None:
+            self.flush_run()
+
+    def flush_run(self) -> None:
+        """Publish the pending run of one link's transfers (incoming.py): at the
+        end of a read, and before any other frame or another link's transfer,
+        so that everything happens in the order the client sent it."""
+        run = self.run
+        if run is None:
+            return
+        self.run = None
+        link = run.link
+        try:
+            link.publish_run(run)
+        except LinkError as exc:
+            log.info("%s: AMQP 1.0 link '%s' detached: %s", self.name, link.name, exc)
+            link.session.detach(link, exc.as_error())
 
     def _fail(self, condition: str, description: str) -> None:
         """Close the connection for a reason of the client's making."""

@@ -7,6 +7,10 @@ it. An empty body is a heartbeat. The reader takes bytes as they arrive and
 returns whole frames; it checks sizes before buffering a frame so a peer
 cannot make it hold more than the negotiated max-frame-size (which is 512
 until open has been exchanged: MIN_MAX_FRAME_SIZE).
+
+Transfers are the hot path: the reader takes the common transfer shape
+straight from the bytes (decode_transfer, the generic codec for the rest), and
+a sending link writes its frames from bytes it encoded once (TransferEncoder).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ __all__ = [
     "Frame",
     "FrameError",
     "FrameReader",
+    "TransferEncoder",
+    "decode_transfer",
     "encode_frame",
     "transfer_frames",
 ]
@@ -45,6 +51,8 @@ MIN_MAX_FRAME_SIZE: Final = 512
 HEARTBEAT: Final = b"\x00\x00\x00\x08\x02\x00\x00\x00"
 
 _FRAME_HEADER = struct.Struct(">IBBH")
+_U32 = struct.Struct(">I").pack
+_U32_AT = struct.Struct(">I").unpack_from
 _BODIES: Final = (frozenset(AMQP_PERFORMATIVES), frozenset(SASL_PERFORMATIVES))
 
 
@@ -114,6 +122,115 @@ def transfer_frames(
         pos += room
     frames.append(_frame_with(channel, last, view[pos:]))
     return frames
+
+
+def _uint(value: int) -> bytes:
+    """A uint as encode_uint writes it (the smallest of its three forms)."""
+    if value == 0:
+        return b"\x43"
+    if value < 256:
+        return bytes((0x52, value))
+    return b"\x70" + _U32(value)
+
+
+class TransferEncoder:
+    """One sending link's transfer frames, the bytes the link never changes
+    (channel, descriptor, handle) encoded once: per delivery only its id, tag
+    and settled flag are written, the same bytes `transfer_frames` writes for
+    ``Transfer(handle, delivery_id, tag, message_format=0, settled)``. A
+    message over the peer's max-frame-size goes through `transfer_frames`."""
+
+    __slots__ = ("channel", "handle", "_handle")
+
+    def __init__(self, channel: int, handle: int) -> None:
+        self.channel = channel
+        self.handle = handle
+        self._handle = _uint(handle)
+
+    def frame(
+        self, delivery_id: int, tag: bytes, settled: bool, payload: bytes, max_frame_size: int
+    ) -> bytes | None:
+        """The message's one frame; None when it needs more than one (or a tag
+        longer than 255 bytes)."""
+        fields = b"%b%b\xa0%c%b\x43%b" % (
+            self._handle,
+            _uint(delivery_id),
+            len(tag),
+            tag,
+            b"\x41" if settled else b"\x42",
+        )
+        size = len(fields) + 1
+        total = 13 + size + len(payload)  # header 8, descriptor 3, list8 code and size
+        if size > 255 or total > max_frame_size:
+            return None
+        return b"%b\x02\x00%b\x00\x53\x14\xc0%c\x05%b%b" % (
+            _U32(total),
+            self.channel.to_bytes(2, "big"),
+            size,
+            fields,
+            payload,
+        )
+
+
+def decode_transfer(buf: bytes, start: int, end: int) -> tuple[Transfer, int] | None:
+    """The transfer performative at ``buf[start:end]`` and where its payload
+    starts, read straight for the common shape (the short descriptor, a list8
+    of at most the first six fields, each in the form a sender writes them:
+    uints, a vbin8 tag, booleans, nulls); None for anything else, which the
+    generic decoder then reads (and refuses as it always has)."""
+    if end - start < 6 or buf[start : start + 4] != b"\x00\x53\x14\xc0":
+        return None
+    stop = start + 5 + buf[start + 4]  # the list's end (its size counts the count byte)
+    count = buf[start + 5]
+    if stop > end or count > 6 or count < 1:
+        return None
+    pos = start + 6
+    values: list[Any] = [None, None, None, None, None, None]
+    for i in range(count):
+        if pos >= stop:
+            return None
+        code = buf[pos]
+        if code == 0x40:
+            pos += 1
+            continue
+        if i == 2:  # delivery-tag: binary
+            if code != 0xA0 or pos + 2 > stop or pos + 2 + buf[pos + 1] > stop:
+                return None
+            n = buf[pos + 1]
+            pos += 2 + n
+            values[2] = buf[pos - n : pos]
+        elif i < 4:  # handle, delivery-id, message-format: uint
+            if code == 0x52 and pos + 2 <= stop:
+                values[i] = buf[pos + 1]
+                pos += 2
+            elif code == 0x43:
+                values[i] = 0
+                pos += 1
+            elif code == 0x70 and pos + 5 <= stop:
+                values[i] = _U32_AT(buf, pos + 1)[0]
+                pos += 5
+            else:
+                return None
+        elif code == 0x41:  # settled, more: boolean
+            values[i] = True
+            pos += 1
+        elif code == 0x42:
+            values[i] = False
+            pos += 1
+        else:
+            return None
+    if pos != stop or values[0] is None:
+        return None
+    more = values[5]
+    transfer = Transfer(
+        handle=values[0],
+        delivery_id=values[1],
+        delivery_tag=values[2],
+        message_format=values[3],
+        settled=values[4],
+        more=False if more is None else more,
+    )
+    return transfer, stop
 
 
 def protocol_id(header: bytes) -> int | None:
@@ -203,6 +320,12 @@ class FrameReader:
             if start == end:
                 items.append(Frame(channel, None, b"", ftype))
             else:
+                fast = decode_transfer(buf, start, end) if ftype == TYPE_AMQP else None
+                if fast is not None:
+                    items.append(Frame(channel, fast[0], view[fast[1] : end], ftype))
+                    self._after_sasl = False
+                    pos = end
+                    continue
                 performative, after = decode(view[:end], start)
                 if type(performative) not in _BODIES[ftype]:
                     kind = "an AMQP" if ftype == TYPE_AMQP else "a SASL"

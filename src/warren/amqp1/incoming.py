@@ -15,6 +15,14 @@ client learns the outcome if it did not settle the transfer: accepted once
 the client session's Settlements say the message is settled (on disk, held
 by the followers), released when no queue took it, rejected when a queue
 refused it (its max length), as RabbitMQ 4 answers.
+
+The hot path is batch-oriented, as AMQP 0-9-1's publish runs: the complete
+one-frame messages a socket read holds for one link with a fixed target
+(simple properties) wait in a `PublishRun`, published together at the end of
+the read or before any other frame (Queue.publish_run: one store write, or
+all handed to the queue's consumer; one settlement batch for the answers,
+accepted in ranges); credit is topped up once per run. What the core does
+not take as a run goes one by one, in order.
 """
 
 from __future__ import annotations
@@ -59,14 +67,15 @@ from warren.amqp1.performatives import (
 )
 from warren.amqp1.types import Described
 from warren.core.errors import AccessRefused, BrokerError
-from warren.core.message import Message
+from warren.core.message import Message, MessageRun
 from warren.core.users import WRITE
 
 if TYPE_CHECKING:
     from warren.amqp1.session import Session
     from warren.core.exchange import Exchange
+    from warren.core.store import MessageStore
 
-__all__ = ["IncomingLink", "MAX_LINK_CREDIT"]
+__all__ = ["IncomingLink", "MAX_LINK_CREDIT", "PublishRun"]
 
 log = logging.getLogger("warren.amqp1")
 
@@ -76,6 +85,34 @@ _COORDINATOR: Final = (0x30, "amqp:coordinator:list")
 #: up to it half way, while fewer publishes than it wait to be settled.
 MAX_LINK_CREDIT: Final = 170
 _SEQ: Final = 1 << 32
+#: The most messages a run holds before it is published (one socket read's worth).
+MAX_RUN: Final = 256
+
+
+class PublishRun:
+    """One link's complete one-frame messages of a socket read, converted to the
+    core's format and waiting to be published together (IncomingLink.publish_run):
+    all settled or all unsettled, each with simple properties (no expiration,
+    reply-to or CC/BCC header: core.message.MessageRun's). Also the RawRun of
+    their MessageRun."""
+
+    __slots__ = ("link", "settled", "ids", "props", "bodies")
+
+    def __init__(self, link: IncomingLink, settled: bool) -> None:
+        self.link = link
+        self.settled = settled
+        self.ids: list[int] = []
+        self.props: list[bytes] = []
+        self.bodies: list[bytes] = []
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def properties(self, i: int) -> bytes:
+        return self.props[i]
+
+    def body(self, i: int) -> bytes:
+        return self.bodies[i]
 
 
 class IncomingLink:
@@ -197,6 +234,15 @@ class IncomingLink:
         self._delivery_id = None
 
     def detached(self) -> None:
+        conn = self.session.conn
+        run = conn.run
+        if run is not None and run.link is self:
+            # What came before the detach (or the error detaching it) is published.
+            conn.run = None
+            try:
+                self.publish_run(run, grant=False)
+            except LinkError as exc:
+                log.info("%s: AMQP 1.0 link '%s': %s", conn.name, self.name, exc)
         self._drop_parts()
         if self.temporary:
             self.session.vhost.delete_queue(self.temporary, owner=self.session.conn)
@@ -232,7 +278,23 @@ class IncomingLink:
 
     # -- transfers ----------------------------------------------------------------------
     def transfer(self, transfer: Transfer, payload: bytes | memoryview) -> None:
-        """One transfer frame: a message once its last frame is in."""
+        """One transfer frame: a message once its last frame is in. A complete
+        one-frame message to a fixed target joins the connection's pending run
+        (published at the end of the read, or before anything else happens);
+        anything else publishes that run first, then goes on its own."""
+        conn = self.session.conn
+        if (
+            self.routing_key is not None
+            and not transfer.more
+            and not transfer.aborted
+            and self._delivery_id is None
+            and transfer.delivery_id is not None
+            and self.pair is None
+        ):
+            self._collect(transfer.delivery_id, bool(transfer.settled), payload)
+            return
+        if conn.run is not None:
+            conn.flush_run()
         if transfer.aborted:
             self._drop_parts()
             return
@@ -308,7 +370,12 @@ class IncomingLink:
         properties, body = to_core(message)
         native = keep_native(message, properties, body)
         msg = Message(exchange.name, key, properties, body, conn.now_ms or None, native)
-        user = conn.user
+        self._check_user(message)
+        self._route(exchange, msg, delivery_id, settled)
+
+    def _check_user(self, message: AmqpMessage) -> None:
+        """A message's user-id must be the user's, unless they may impersonate."""
+        user = self.session.conn.user
         if user is not None and message.properties is not None:
             claimed = message.properties.user_id
             impersonating = claimed is not None and claimed != user.name.encode()
@@ -319,6 +386,10 @@ class IncomingLink:
                     f"user_id property set to '{claimed.decode('utf-8', 'replace')}' "
                     f"but authenticated user was '{user.name}'",
                 )
+
+    def _route(self, exchange: Exchange, msg: Message, delivery_id: int, settled: bool) -> None:
+        """Publish one message; the client learns the outcome unless it settled."""
+        session = self.session
         stats = session.stats
         stats.publish += 1
         durable: list[Any] | None = None if settled else []
@@ -346,3 +417,108 @@ class IncomingLink:
             session.unconfirmed[delivery_id] = self
         else:
             session.accept_now(delivery_id)
+
+    # -- runs ---------------------------------------------------------------------------
+    def _collect(self, delivery_id: int, settled: bool, payload: bytes | memoryview) -> None:
+        """A complete one-frame message to this link's fixed target: checked,
+        counted against the credit and converted now (an error detaches the
+        link once what came before is published), published with its run."""
+        session = self.session
+        conn = session.conn
+        run = conn.run
+        if run is not None and (run.link is not self or run.settled != settled):
+            conn.flush_run()
+            run = None
+        if self.credit <= 0:
+            raise LinkError(TRANSFER_LIMIT_EXCEEDED, "transfer without link credit")
+        limit = conn.config.max_message_size
+        if len(payload) > limit:
+            raise LinkError(
+                MESSAGE_SIZE_EXCEEDED,
+                f"message size ({len(payload)} bytes) > maximum ({limit} bytes)",
+            )
+        self.credit -= 1
+        self.delivery_count = (self.delivery_count + 1) % _SEQ
+        try:
+            message = decode_message(payload)
+        except DecodeError as exc:
+            raise LinkError(DECODE_ERROR, f"cannot decode the message: {exc}") from None
+        self._check_user(message)
+        properties, body = to_core(message)
+        native = keep_native(message, properties, body)
+        flags = properties[0] if properties else 0
+        if native is not None or flags & 0x03 or (flags & 0x20 and b"CC" in properties):
+            # Its original form kept (a publish run carries none), an expiration,
+            # a reply-to or a CC/BCC header (0x01, 0x02, 0x20 of the flags' high
+            # byte): routed on its own.
+            if run is not None:
+                conn.flush_run()
+            assert self.exchange is not None and self.routing_key is not None
+            msg = Message(
+                self.exchange.name, self.routing_key, properties, body, conn.now_ms or None, native
+            )
+            self._route(self.exchange, msg, delivery_id, settled)
+            self.maybe_grant_credit()
+            return
+        if run is None:
+            run = conn.run = PublishRun(self, settled)
+        run.ids.append(delivery_id)
+        run.props.append(properties)
+        run.bodies.append(body)
+        if len(run.ids) >= MAX_RUN:
+            conn.flush_run()
+
+    def publish_run(self, run: PublishRun, grant: bool = True) -> None:
+        """A run's messages, published together where the core takes them at
+        once (one queue, which stores them in one write or hands them all to its
+        consumer: Queue.publish_run), answered together (one settlement batch,
+        accepted in ranges); the rest one by one, in order, as they would have
+        been. LinkError: a message the core refused (the link detaches)."""
+        session = self.session
+        conn = session.conn
+        exchange, key = self.exchange, self.routing_key
+        assert exchange is not None and key is not None
+        n = len(run)
+        now = conn.now_ms or conn.node.clock.now_ms()
+        first = Message(exchange.name, key, run.props[0], run.bodies[0], now)
+        took = 0
+        queues = session.vhost.router.route_run(exchange, first) if n > 1 else None
+        if queues is not None and len(queues) == 1:
+            durable: list[MessageStore] = []
+            lost: list[int] = []
+            mrun = MessageRun(exchange.name, key, first.exchange_and_key(), run, now)
+            try:
+                took = queues[0].publish_run(mrun, None if run.settled else durable, lost)
+            except BrokerError as exc:
+                raise LinkError(PRECONDITION_FAILED, exc.text) from None
+            if took:
+                exchange.stats.count_publishes(took, 1)
+                session.stats.publish += took
+                if not run.settled:
+                    self._answer_run(run.ids[:took], durable, lost)
+        for i in range(took, n):
+            msg = first if i == 0 else Message(exchange.name, key, run.props[i], run.bodies[i], now)
+            self._route(exchange, msg, run.ids[i], run.settled)
+        if grant:
+            self.maybe_grant_credit()
+
+    def _answer_run(self, ids: list[int], durable: list[MessageStore], lost: list[int]) -> None:
+        """Unsettled publishes a queue took as a run: accepted once settled (one
+        settlement batch entry), rejected for those its store lost meanwhile."""
+        session = self.session
+        if lost:
+            gone = set(lost)
+            refused = Rejected(error(RESOURCE_LIMIT_EXCEEDED, "could not store the message"))
+            for i in sorted(gone):
+                session.disposition(ids[i], refused)
+            ids = [d for i, d in enumerate(ids) if i not in gone]
+            if not ids:
+                return
+        if session.settlements.add_many(ids, durable):
+            self.unconfirmed += len(ids)
+            unconfirmed = session.unconfirmed
+            for delivery_id in ids:
+                unconfirmed[delivery_id] = self
+        else:
+            for delivery_id in ids:
+                session.accept_now(delivery_id)

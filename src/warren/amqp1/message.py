@@ -356,8 +356,11 @@ def decode_message(payload: bytes | bytearray | memoryview) -> AmqpMessage:
     transfers' bytes joined). Raises codec.DecodeError for anything that is not a
     message: an unknown or misplaced section, no body, a malformed value."""
     buf = bytes(payload)
-    msg = AmqpMessage(raw=buf)
     end = len(buf)
+    if end >= 5 and buf[:4] == b"\x00\x53\x75\xa0" and buf[4] == end - 5:
+        # The whole message is one short data section (a body and nothing else).
+        return AmqpMessage(body=[Data(buf[5:])], raw=buf, footer_at=end)
+    msg = AmqpMessage(raw=buf)
     pos = 0
     last = -1
     bare_at = body_at = footer_at = -1

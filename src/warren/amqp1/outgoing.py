@@ -77,8 +77,9 @@ if TYPE_CHECKING:
     from warren.amqp1.session import Session
     from warren.core.consumer import MessageFilter
     from warren.core.deliveries import Deliveries
-    from warren.core.message import Message
+    from warren.core.message import Message, MessageRun
     from warren.core.queue import Queue
+    from warren.core.store import StoredRun
 
 __all__ = ["AMQP1Consumer", "OutgoingLink"]
 
@@ -118,8 +119,27 @@ class AMQP1Consumer(Consumer):
     def message_filter(self) -> MessageFilter | None:
         return self.link.message_filter
 
+    def no_ack_credit(self, n: int) -> int:
+        """A pre-settled link takes no more of a run than its credit and the
+        client's session window allow (the rest stays in the queue)."""
+        link = self.link
+        return max(0, min(n, link.credit, link.session.remote_incoming_window))
+
+    def run_credit(self, n: int) -> int:
+        """How many of a publish run's messages the queue may store in one write
+        and hand over (Queue.publish_run): what the link's credit and the
+        client's session window allow."""
+        link = self.link
+        return max(0, min(n, link.credit, link.session.remote_incoming_window))
+
     def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
         self.link.deliver(self, seq, msg, redelivered)
+
+    def deliver_run(self, run: MessageRun, start: int, stop: int, step: int = 1) -> None:
+        self.link.deliver_run(self, run, range(start, stop, step), None)
+
+    def deliver_stored_run(self, run: MessageRun, start: int, stop: int, stored: StoredRun) -> None:
+        self.link.deliver_run(self, run, range(start, stop), stored)
 
     def cancelled(self) -> None:
         """The queue was deleted: the link detaches (amqp:resource-deleted)."""
@@ -358,6 +378,49 @@ class OutgoingLink:
         self.credit -= 1
         self.delivery_count = (self.delivery_count + 1) % _SEQ
 
+    def deliver_run(
+        self,
+        consumer: AMQP1Consumer,
+        run: MessageRun,
+        indexes: range,
+        stored: StoredRun | None,
+    ) -> None:
+        """A publish run's messages to the client at once (Queue.publish_run,
+        within the link's credit: no_ack_credit, run_credit): counted once,
+        tracked as one unsettled run (``stored``: the queue stored them; None:
+        pre-settled), their transfers written in one piece."""
+        session = self.session
+        queue = consumer.queue
+        n = len(indexes)
+        if stored is None:
+            session.stats.deliver_no_ack += n
+            queue.stats.deliver_no_ack += n
+        else:
+            session.stats.deliver += n
+            queue.stats.deliver += n
+        deliveries = self.deliveries
+        first_tag = deliveries.next_tags(n)
+        if stored is not None:
+            deliveries.track_run(first_tag, queue, stored, consumer, sum(stored.sizes))
+        exchange, key = run.exchange, run.routing_key
+        payloads = []
+        for i in indexes:
+            msg = run.message(i)
+            amqp = from_core(msg.properties, msg.body)
+            count = _take_delivery_count(amqp)
+            payloads.append(for_delivery(amqp, exchange, key, delivery_count=count))
+        tags = [_TAG(first_tag + j) for j in range(n)]
+        first_id = session.send_transfers(self.handle, tags, stored is None, payloads)
+        if stored is not None:
+            outgoing = session.outgoing
+            sent = session.sent
+            for j in range(n):
+                sent += 1
+                outgoing[(first_id + j) % _SEQ] = (self, first_tag + j, sent)
+            session.sent = sent
+        self.credit -= n
+        self.delivery_count = (self.delivery_count + n) % _SEQ
+
     def send_replies(self) -> None:
         """A management link: the replies waiting, as its credit allows."""
         pair = self.pair
@@ -378,6 +441,11 @@ class OutgoingLink:
         if deliveries.closed:
             return
         if isinstance(state, Accepted):
+            n = len(tags)
+            if n > 1:
+                first = min(tags)
+                if max(tags) - first == n - 1 and deliveries.ack_range(first, n):
+                    return  # every tag of first .. first + n - 1 (distinct): in one call
             taken: list[Any] = []
             runs: list[Any] = []
             for tag in tags:

@@ -28,7 +28,7 @@ from warren.amqp1.errors import (
     SessionError,
     error,
 )
-from warren.amqp1.frames import transfer_frames
+from warren.amqp1.frames import TransferEncoder, transfer_frames
 from warren.amqp1.incoming import IncomingLink
 from warren.amqp1.links import ManagementPair, is_management, validate_attach
 from warren.amqp1.outgoing import OutgoingLink
@@ -104,6 +104,8 @@ class Session:
         self._accepted: list[int] = []
         self.settlements = conn.client_session.settlements(self._settled, self._wake, ordered=False)
         self._write_out_due = False
+        #: Its links' transfer encoders by handle (a reused handle keeps its own).
+        self._encoders: dict[int, TransferEncoder] = {}
         self.ended_ = False
         conn.send_frame(
             channel,
@@ -136,6 +138,7 @@ class Session:
             else:
                 raise SessionError(ILLEGAL_STATE, f"unexpected {type(performative).__name__}")
         except SessionError as exc:
+            self.conn.flush_run()  # the transfers before the error are published
             self.end(exc.as_error())
 
     def _link(self, handle: int | None) -> Link:
@@ -282,6 +285,16 @@ class Session:
         max-frame-size needs; its delivery-id."""
         delivery_id = self.next_delivery_id
         self.next_delivery_id = (delivery_id + 1) % _SEQ
+        conn = self.conn
+        encoder = self._encoders.get(handle)
+        if encoder is None:
+            encoder = self._encoders[handle] = TransferEncoder(self.channel, handle)
+        frame = encoder.frame(delivery_id, tag, settled, payload, conn.peer_max_frame)
+        if frame is not None:
+            self.next_outgoing_id = (self.next_outgoing_id + 1) % _SEQ
+            self.remote_incoming_window -= 1
+            conn.send(frame)
+            return delivery_id
         transfer = Transfer(
             handle=handle,
             delivery_id=delivery_id,
@@ -289,14 +302,46 @@ class Session:
             message_format=0,
             settled=settled,
         )
-        frames = transfer_frames(self.channel, transfer, payload, self.conn.peer_max_frame)
+        frames = transfer_frames(self.channel, transfer, payload, conn.peer_max_frame)
         n = len(frames)
         self.next_outgoing_id = (self.next_outgoing_id + n) % _SEQ
         self.remote_incoming_window -= n
-        conn = self.conn
         for data in frames:
             conn.send(data)
         return delivery_id
+
+    def send_transfers(
+        self, handle: int, tags: list[bytes], settled: bool, payloads: list[bytes]
+    ) -> int:
+        """send_transfer for a run of messages on link ``handle``, written in one
+        piece; the first's delivery-id (the others follow it)."""
+        conn = self.conn
+        encoder = self._encoders.get(handle)
+        if encoder is None:
+            encoder = self._encoders[handle] = TransferEncoder(self.channel, handle)
+        max_frame = conn.peer_max_frame
+        first = delivery_id = self.next_delivery_id
+        parts: list[bytes] = []
+        for tag, payload in zip(tags, payloads, strict=True):
+            frame = encoder.frame(delivery_id, tag, settled, payload, max_frame)
+            if frame is not None:
+                parts.append(frame)
+            else:
+                transfer = Transfer(
+                    handle=handle,
+                    delivery_id=delivery_id,
+                    delivery_tag=tag,
+                    message_format=0,
+                    settled=settled,
+                )
+                parts += transfer_frames(self.channel, transfer, payload, max_frame)
+            delivery_id = (delivery_id + 1) % _SEQ
+        self.next_delivery_id = delivery_id
+        n = len(parts)
+        self.next_outgoing_id = (self.next_outgoing_id + n) % _SEQ
+        self.remote_incoming_window -= n
+        conn.send(b"".join(parts))
+        return first
 
     def accept_now(self, delivery_id: int) -> None:
         """A publish settled at once: accepted with the others of this turn."""

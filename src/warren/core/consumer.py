@@ -120,6 +120,13 @@ class Consumer(ABC):
         for i in range(start, stop, step):
             self.deliver(0, run.message(i), False)
 
+    def no_ack_credit(self, n: int) -> int:
+        """How many of a run's next ``n`` messages this no-ack consumer takes at
+        once (Queue.publish_run, round_robin_run): all, as here, for a consumer
+        that takes whatever comes; fewer for one whose client gives credit
+        (an AMQP 1.0 link)."""
+        return n
+
     def run_credit(self, n: int) -> int:
         """How many of a run's next ``n`` messages this acknowledging consumer
         takes at once (Queue.publish_run stores them in one write, then calls

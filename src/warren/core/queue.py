@@ -362,7 +362,9 @@ class Queue:
         if not consumer.can_take():
             return self._store_run(run, durable_out)
         if consumer.no_ack:
-            n = len(run)
+            n = consumer.no_ack_credit(len(run))
+            if n < 1:
+                return self._store_run(run, durable_out)
             self.stats.publish += n
             consumer.deliver_run(run, 0, n)
             return n

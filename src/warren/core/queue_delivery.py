@@ -120,13 +120,13 @@ class QueueDelivery:
         prio, group = self._groups[0]
         k = len(group)
         streams = set()
+        n = len(run)
         for c in group:
-            if not c.no_ack or not c.can_take():
-                return 0
+            if not c.no_ack or not c.can_take() or c.no_ack_credit(n) < n:
+                return 0  # (a consumer short of credit: one by one, as next_consumer goes)
             streams.add(id(c.delivery_stream()))
         if len(streams) != k:
             return 0
-        n = len(run)
         first = self._rr.get(prio, 0) % k
         self._rr[prio] = first + n
         self.queue.stats.publish += n

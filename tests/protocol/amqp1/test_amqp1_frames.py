@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from examples import examples
 from warren.amqp1 import performatives as p
-from warren.amqp1.codec import DecodeError
+from warren.amqp1.codec import DecodeError, decode, encode
 from warren.amqp1.frames import (
     AMQP_HEADER,
     HEARTBEAT,
@@ -21,6 +21,8 @@ from warren.amqp1.frames import (
     Frame,
     FrameError,
     FrameReader,
+    TransferEncoder,
+    decode_transfer,
     encode_frame,
     protocol_id,
     transfer_frames,
@@ -169,6 +171,145 @@ def test_transfer_frames_split_and_join(size: int, max_frame_size: int) -> None:
 def test_transfer_frames_need_room_for_payload() -> None:
     with pytest.raises(ValueError):
         transfer_frames(0, p.Transfer(handle=0, delivery_tag=b"t" * 100), b"x" * 1000, 100)
+
+
+_UINTS = st.sampled_from([0, 1, 255, 256, 65535, 2**32 - 1]) | st.integers(0, 2**32 - 1)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    channel=st.sampled_from([0, 1, 65535]),
+    handle=_UINTS,
+    delivery_id=_UINTS,
+    tag=st.binary(max_size=40),
+    settled=st.booleans(),
+    size=st.sampled_from([0, 16, 400, 470, 480, 1024]),
+    max_frame_size=st.sampled_from([512, 1 << 20]),
+)
+def test_transfer_encoder_writes_what_transfer_frames_writes(
+    channel: int,
+    handle: int,
+    delivery_id: int,
+    tag: bytes,
+    settled: bool,
+    size: int,
+    max_frame_size: int,
+) -> None:
+    """The per-link encoder's one frame is byte for byte the generic encoder's;
+    None exactly when the generic one needs several frames."""
+    payload = bytes(i % 251 for i in range(size))
+    transfer = p.Transfer(
+        handle=handle, delivery_id=delivery_id, delivery_tag=tag, message_format=0, settled=settled
+    )
+    want = transfer_frames(channel, transfer, payload, max_frame_size)
+    got = TransferEncoder(channel, handle).frame(delivery_id, tag, settled, payload, max_frame_size)
+    if got is None:
+        assert len(want) > 1
+    else:
+        assert [got] == want
+
+
+_TRANSFERS = st.builds(
+    p.Transfer,
+    handle=_UINTS,
+    delivery_id=st.none() | _UINTS,
+    delivery_tag=st.none() | st.binary(max_size=300),
+    message_format=st.none() | _UINTS,
+    settled=st.none() | st.booleans(),
+    more=st.booleans(),
+    rcv_settle_mode=st.none() | st.sampled_from([0, 1]),
+    aborted=st.booleans(),
+)
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(transfer=_TRANSFERS, data=st.data())
+def test_decode_transfer_agrees_with_the_generic_decoder(
+    transfer: p.Transfer, data: st.DataObject
+) -> None:
+    """The transfer fast path reads what the generic decoder reads, or leaves
+    it (None), also for bytes damaged anywhere or cut short; the common shape
+    (the first six fields, a short tag) is always read fast."""
+    out = bytearray()
+    encode(transfer, out)
+    out += b"payload"
+    raw = bytes(out)
+    fast = decode_transfer(raw, 0, len(raw))
+    common = (
+        transfer.rcv_settle_mode is None
+        and not transfer.aborted
+        and len(transfer.delivery_tag or b"") < 200
+    )
+    if common:
+        assert fast is not None
+    if fast is not None:
+        assert fast == (transfer, len(raw) - 7)
+    damaged = bytearray(raw)
+    for _ in range(data.draw(st.integers(1, 3))):
+        damaged[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    end = len(raw) - data.draw(st.sampled_from([0, 0, 1, 8]))
+    fast = decode_transfer(bytes(damaged), 0, end)
+    if fast is not None:
+        assert decode(memoryview(bytes(damaged))[:end], 0) == fast
+
+
+def test_proton_transfers_take_the_fast_path() -> None:
+    """The transfers proton's engine sends (an independent encoder) are read by
+    decode_transfer as the generic decoder reads them."""
+    transport = proton.Transport()
+    connection = proton.Connection()
+    transport.bind(connection)
+    connection.open()
+    session = connection.session()
+    session.open()
+    sender = session.sender("out")
+    sender.target.address = "/queues/q"
+    sender.open()
+    raw = _drain(transport)
+    transport.push(
+        AMQP_HEADER
+        + encode_frame(0, p.Open(container_id="warren", max_frame_size=65536))
+        + encode_frame(
+            0,
+            p.Begin(remote_channel=0, next_outgoing_id=0, incoming_window=100, outgoing_window=100),
+        )
+        + encode_frame(
+            0,
+            p.Attach(name="out", handle=0, role=p.RECEIVER, target=p.Target(address="/queues/q")),
+        )
+        + encode_frame(
+            0,
+            p.Flow(
+                incoming_window=100,
+                next_outgoing_id=0,
+                outgoing_window=100,
+                handle=0,
+                delivery_count=0,
+                link_credit=10,
+            ),
+        )
+    )
+    for i in range(3):
+        delivery = sender.delivery(b"tag-%d" % i)
+        sender.send(proton.Message(body=f"m{i}").encode())
+        if i == 1:
+            delivery.settle()
+        sender.advance()
+    raw += _drain(transport)
+    assert raw[:8] == AMQP_HEADER
+    read = []
+    pos = 8
+    while pos < len(raw):
+        size, doff = int.from_bytes(raw[pos : pos + 4], "big"), raw[pos + 4]
+        body = pos + doff * 4
+        if raw[body : body + 3] == bytes.fromhex("005314"):
+            fast = decode_transfer(raw, body, pos + size)
+            assert fast is not None
+            assert fast == decode(memoryview(raw)[: pos + size], body)
+            read.append(fast[0])
+        pos += size
+    assert [t.delivery_tag for t in read] == [b"tag-0", b"tag-1", b"tag-2"]
+    assert [bool(t.settled) for t in read] == [False, True, False]
 
 
 def test_protocol_id() -> None:
