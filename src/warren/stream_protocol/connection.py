@@ -36,6 +36,7 @@ from warren.stream_protocol import commands as c
 from warren.stream_protocol.constants import INITIAL_FRAME_MAX, ResponseCode
 from warren.stream_protocol.control import ControlPlane
 from warren.stream_protocol.frames import FrameReader, decode_frame
+from warren.stream_protocol.messages import RawMessages, StreamMessageCodec
 from warren.stream_protocol.wire import StreamProtocolError
 
 if TYPE_CHECKING:
@@ -102,8 +103,10 @@ class StreamConnection:
         on_close: Callable[[], None],
         transport_name: str = "stream",
         advertised: tuple[str, int] | None = None,
+        messages: StreamMessageCodec | None = None,
     ) -> None:
         self.node = node
+        self.messages: StreamMessageCodec = messages or RawMessages()
         self.config = node.config
         self.peer = peer
         self.local = local
@@ -193,6 +196,7 @@ class StreamConnection:
                 self.send(data)
 
     def take_output(self) -> list[bytes]:
+        self.control.before_output()
         out, self.pending = self.pending, []
         return out
 
@@ -503,6 +507,8 @@ class StreamConnection:
     # -- ClientConnection (what the broker and the management API use) -----------------
     def set_writable(self, writable: bool) -> None:
         self.writable = writable
+        if writable and not self.closed:
+            self.control.delivering.resume()
 
     def set_blocked(self, blocked: bool) -> None:
         """A resource alarm: new publishers are refused while it lasts."""

@@ -1,0 +1,229 @@
+"""Publish and Deliver in memory (publishing.py, delivering.py): confirms after
+the sync, PublishError codes, deduplication by publisher reference across a
+reconnect and a restart, chunks from every offset spec, credit in chunks,
+filters, and the same stream read over AMQP 0-9-1. Messages are encoded with
+rstream's AMQP 1.0 encoder (its bundled pyamqp) and chunks checked with
+chunk.py's decoder against rstream's frame decoder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness import harness_fixture
+from harness.broker import Harness
+from harness.stream import MemoryStream
+from rstream import encoding, schema
+from rstream.amqp import AMQPMessage, amqp_decoder
+
+from warren.stream_protocol import commands as c
+from warren.stream_protocol.chunk import decode_delivered_chunk, read_records
+from warren.stream_protocol.constants import ResponseCode
+from warren.stream_protocol.frames import decode_frame
+from warren.stream_protocol.publish import Deliver, Publish, PublishedMessage
+
+broker = harness_fixture(manual_clock=True)
+
+OK = ResponseCode.OK
+
+
+def spec(kind: int, value: int | None = None) -> schema.OffsetSpecification:
+    """rstream's offset spec: first 1, last 2, next 3 (no value), offset 4, timestamp 5."""
+    return schema.OffsetSpecification(offset_type=kind, offset=value)  # type: ignore[arg-type]
+
+
+FIRST = spec(1)
+LAST = spec(2)
+NEXT = spec(3)
+
+
+def opened(broker: Harness, stream: str | None = "s") -> MemoryStream:
+    client = MemoryStream(broker)
+    assert client.open().response_code == OK
+    if stream is not None:
+        client.request(schema.Create(client.next_id(), stream, []))
+    return client
+
+
+def message(body: bytes, **props: Any) -> bytes:
+    return bytes(AMQPMessage(body=body, **props))
+
+
+def declare(client: MemoryStream, pid: int = 1, ref: str = "", stream: str = "s") -> None:
+    answer = client.request(schema.DeclarePublisher(client.next_id(), pid, ref, stream))
+    assert answer.response_code == OK
+
+
+def publish(
+    client: MemoryStream, ids: list[int], bodies: list[bytes], pid: int = 1, **kw: Any
+) -> list[Any]:
+    msgs = [
+        PublishedMessage.simple(i, b, kw.get("filters", {}).get(i))
+        for i, b in zip(ids, bodies, strict=True)
+    ]
+    return [decode_frame(f) for f in client.raw(Publish.of(pid, msgs).encode())]
+
+
+def encode(frame: Any) -> bytes:
+    return bytes(encoding.encode_frame(frame))
+
+
+def confirmed(answers: list[Any]) -> list[int]:
+    out: list[int] = []
+    for a in answers:
+        assert isinstance(a, c.PublishConfirm), answers
+        out += a.publishing_ids
+    return out
+
+
+def deliveries(frames: list[bytes]) -> list[tuple[int, int, list[bytes]]]:
+    """(subscription, first offset, records) of each Deliver frame."""
+    out = []
+    for f in frames:
+        d = decode_frame(f)
+        if not isinstance(d, Deliver):
+            continue
+        header, data, entries = decode_delivered_chunk(d.chunk)
+        records = [r for e in entries for r in read_records(data, e)]
+        out.append((d.subscription_id, header.first_offset, records))
+    return out
+
+
+def bodies(frames: list[bytes]) -> list[bytes]:
+    return [amqp_decoder(r).body for _, _, rs in deliveries(frames) for r in rs]
+
+
+def test_publish_is_confirmed_once_in_one_frame(broker: Harness) -> None:
+    client = opened(broker)
+    declare(client)
+    answers = publish(client, [1, 2, 3], [message(b"a"), message(b"b"), message(b"c")])
+    assert len(answers) == 1
+    assert confirmed(answers) == [1, 2, 3]
+
+
+def test_publish_errors(broker: Harness) -> None:
+    client = opened(broker)
+    unknown = publish(client, [7], [message(b"x")], pid=9)
+    assert isinstance(unknown[0], c.PublishError)
+    assert unknown[0].errors[0].code == ResponseCode.PUBLISHER_DOES_NOT_EXIST
+    missing = client.request(schema.DeclarePublisher(client.next_id(), 1, "", "nope"))
+    assert missing.response_code == ResponseCode.STREAM_DOES_NOT_EXIST
+
+
+def test_deduplication_by_reference_and_query_publisher_sequence(broker: Harness) -> None:
+    client = opened(broker)
+    declare(client, ref="app")
+    assert confirmed(publish(client, [1, 2], [message(b"1"), message(b"2")])) == [1, 2]
+    # A duplicate is confirmed, and not stored again.
+    assert confirmed(publish(client, [2, 3], [message(b"2"), message(b"3")])) == [3, 2]
+    seq = client.request(schema.QueryPublisherSequence(client.next_id(), "app", "s"))
+    assert seq.sequence == 3
+    again = opened(broker, stream=None)  # a reconnect
+    declare(again, ref="app")
+    assert confirmed(publish(again, [1, 3, 4], [message(b"1"), message(b"3"), message(b"4")])) == [
+        4,
+        1,
+        3,
+    ]
+    sub = opened(broker, stream=None)
+    frames = sub.raw(encode(schema.Subscribe(sub.next_id(), 1, "s", FIRST, 10, [])))
+    assert bodies(frames) == [b"1", b"2", b"3", b"4"]
+
+
+def test_deduplication_survives_a_restart(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with Harness(data) as first:
+        client = opened(first)
+        declare(client, ref="app")
+        assert confirmed(publish(client, [1, 2], [message(b"1"), message(b"2")])) == [1, 2]
+    with Harness(data) as second:
+        client = opened(second, stream=None)
+        seq = client.request(schema.QueryPublisherSequence(client.next_id(), "app", "s"))
+        assert seq.sequence == 2
+        declare(client, ref="app")
+        assert confirmed(publish(client, [2, 3], [message(b"2"), message(b"3")])) == [3, 2]
+        frames = client.raw(encode(schema.Subscribe(client.next_id(), 1, "s", FIRST, 10, [])))
+        assert bodies(frames) == [b"1", b"2", b"3"]
+
+
+def test_offset_specs(broker: Harness) -> None:
+    client = opened(broker)
+    declare(client)
+    publish(client, [1, 2, 3], [message(b"a"), message(b"b"), message(b"c")])
+    sub = opened(broker, stream=None)
+    cases = {1: (FIRST, [b"a", b"b", b"c"]), 2: (LAST, [b"c"]), 3: (NEXT, [])}
+    cases[4] = (spec(4, 1), [b"b", b"c"])
+    cases[5] = (spec(5, 0), [b"a", b"b", b"c"])  # timestamp 0: from the start
+    for sid, (offset, expected) in cases.items():
+        frames = sub.raw(encode(schema.Subscribe(sub.next_id(), sid, "s", offset, 10, [])))
+        got = [amqp_decoder(r).body for s, _, rs in deliveries(frames) if s == sid for r in rs]
+        assert got == expected, sid
+    # Offsets in the chunks are the stream's.
+    firsts = {s: f for s, f, _ in deliveries(sub.raw(b""))}
+    assert firsts == {}
+    publish(client, [4], [message(b"d")])
+    frames = sub.raw(b"")
+    assert sorted((s, f) for s, f, _ in deliveries(frames)) == [(i, 3) for i in range(1, 6)]
+
+
+def test_credit_counts_chunks(broker: Harness) -> None:
+    client = opened(broker)
+    declare(client)
+    sub = opened(broker, stream=None)
+    assert sub.request(schema.Subscribe(sub.next_id(), 1, "s", NEXT, 1, [])).response_code == OK
+    publish(client, [1, 2], [message(b"a"), message(b"b")])
+    first = deliveries(sub.raw(b""))
+    assert [len(rs) for _, _, rs in first] == [2]  # one chunk, one credit
+    publish(client, [3], [message(b"c")])
+    assert deliveries(sub.raw(b"")) == []  # no credit left
+    later = deliveries(sub.raw(encode(schema.Credit(1, 1))))
+    assert [(f, len(rs)) for _, f, rs in later] == [(2, 1)]
+
+
+def test_filters(broker: Harness) -> None:
+    client = opened(broker)
+    declare(client)
+    filters = {1: "red", 2: "blue"}
+    answers = publish(
+        client, [1, 2, 3], [message(b"r"), message(b"b"), message(b"n")], filters=filters
+    )
+    assert confirmed(answers) == [1, 2, 3]
+    sub = opened(broker, stream=None)
+    red = [schema.Property("filter.0", "red")]
+    frames = sub.raw(encode(schema.Subscribe(sub.next_id(), 1, "s", FIRST, 10, red)))
+    assert bodies(frames) == [b"r"]
+    both = [*red, schema.Property("match-unfiltered", "true")]
+    frames = sub.raw(encode(schema.Subscribe(sub.next_id(), 2, "s", FIRST, 10, both)))
+    got = deliveries(frames)
+    assert [(f, [amqp_decoder(r).body for r in rs]) for _, f, rs in got] == [
+        (0, [b"r"]),
+        (2, [b"n"]),
+    ]
+
+
+def test_stream_protocol_and_amqp_091_read_the_same_stream(broker: Harness) -> None:
+    client = opened(broker)
+    declare(client)
+    props = {"application_properties": {b"k": b"v"}}
+    publish(client, [1], [message(b"from-stream", **props)])
+    conn = broker.amqp_connection()
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=10)
+    ch.basic_consume("s", arguments={"x-stream-offset": "first"})
+    got = ch.next_delivery()
+    assert got.body == b"from-stream"
+    assert got.properties.headers["k"] == "v"
+    assert got.properties.headers["x-stream-offset"] == 0
+    ch.basic_publish("", "s", b"from-091")
+    sub = opened(broker, stream=None)
+    frames = sub.raw(encode(schema.Subscribe(sub.next_id(), 1, "s", FIRST, 10, [])))
+    assert bodies(frames) == [b"from-stream", b"from-091"]
+
+
+def test_raw_bytes_come_back_as_they_were(broker: Harness) -> None:
+    client = opened(broker)
+    declare(client)
+    assert confirmed(publish(client, [1], [b"not amqp"])) == [1]
+    sub = opened(broker, stream=None)
+    frames = sub.raw(encode(schema.Subscribe(sub.next_id(), 1, "s", FIRST, 10, [])))
+    assert [r for _, _, rs in deliveries(frames) for r in rs] == [b"not amqp"]
