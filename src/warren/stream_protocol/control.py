@@ -5,15 +5,14 @@ vhost as over AMQP, its definition durable before the answer), Metadata and
 MetadataUpdate, StoreOffset/QueryOffset (the stream's server-side tracking,
 store/stream_tracking.py, shared with AMQP's tracked consumers),
 DeclarePublisher/QueryPublisherSequence/DeletePublisher, Subscribe/Credit/
-Unsubscribe (validation and bookkeeping), StreamStats, ResolveOffsetSpec,
+Unsubscribe (validation and bookkeeping; the records themselves are
+publishing.py's and delivering.py's), StreamStats, ResolveOffsetSpec,
 ExchangeCommandVersions, and Route/Partitions (the core has no super streams
 yet: answered as RabbitMQ answers for a missing one). Response codes and
 their order of checks follow RabbitMQ's rabbit_stream_reader.
 
-Not built yet (docs/streams.md): storing a Publish (each of its messages is
-refused with a PublishError, INTERNAL_ERROR), Deliver (a subscription is
-accepted and kept, but gets no chunks), single active consumer hand-over,
-and super stream creation.
+Not built yet (docs/streams.md): single active consumer hand-over, and super
+stream creation.
 
 Offsets: RabbitMQ stores the offset of the last message a consumer
 processed; Warren's tracking keeps the next one to read (what AMQP's tracked
