@@ -17,8 +17,8 @@ from rstream import encoding, schema
 from rstream.amqp import AMQPMessage, amqp_decoder
 
 from warren.stream_protocol import commands as c
-from warren.stream_protocol.chunk import decode_delivered_chunk, read_records
-from warren.stream_protocol.constants import ResponseCode
+from warren.stream_protocol.chunk import decode_delivered_chunk, read_records, sub_batch_entry
+from warren.stream_protocol.constants import Compression, ResponseCode
 from warren.stream_protocol.frames import decode_frame
 from warren.stream_protocol.publish import Deliver, Publish, PublishedMessage
 
@@ -227,3 +227,41 @@ def test_raw_bytes_come_back_as_they_were(broker: Harness) -> None:
     sub = opened(broker, stream=None)
     frames = sub.raw(encode(schema.Subscribe(sub.next_id(), 1, "s", FIRST, 10, [])))
     assert [r for _, _, rs in deliveries(frames) for r in rs] == [b"not amqp"]
+
+
+def test_a_stream_deleted_under_a_subscription(broker: Harness) -> None:
+    client = opened(broker)
+    sub = opened(broker, stream=None)
+    assert sub.request(schema.Subscribe(sub.next_id(), 1, "s", FIRST, 10, [])).response_code == OK
+    broker.call(lambda: broker.broker.vhosts["/"].delete_queue("s"))
+    frames = [decode_frame(f) for f in sub.raw(b"")]
+    assert frames == [c.MetadataUpdate(ResponseCode.STREAM_NOT_AVAILABLE, "s")]
+    assert sub.conn.control.subscriptions == {}
+    assert sub.conn.control.delivering.consumers == {}
+    # The deleting connection's own subscription: the answer, then the update.
+    client.request(schema.Create(client.next_id(), "t", []))
+    client.raw(encode(schema.Subscribe(client.next_id(), 1, "t", FIRST, 10, [])))
+    answers = [decode_frame(f) for f in client.raw(encode(schema.Delete(client.next_id(), "t")))]
+    assert [type(a) for a in answers] == [c.DeleteResponse, c.MetadataUpdate]
+
+
+def test_unsubscribe_stops_deliveries(broker: Harness) -> None:
+    client = opened(broker)
+    declare(client)
+    sub = opened(broker, stream=None)
+    frames = sub.raw(encode(schema.Subscribe(sub.next_id(), 1, "s", NEXT, 10, [])))
+    assert sub.request(schema.Unsubscribe(sub.next_id(), 1)).response_code == OK
+    publish(client, [1], [message(b"a")])
+    assert deliveries(sub.raw(b"")) == []
+    assert frames
+
+
+def test_a_gzip_sub_entry_batch_is_one_publishing_id(broker: Harness) -> None:
+    client = opened(broker)
+    declare(client)
+    entry = sub_batch_entry([message(b"x"), message(b"y")], Compression.GZIP)
+    frame = Publish.of(1, [PublishedMessage(5, entry)]).encode()
+    assert confirmed([decode_frame(f) for f in client.raw(frame)]) == [5]
+    sub = opened(broker, stream=None)
+    frames = sub.raw(encode(schema.Subscribe(sub.next_id(), 1, "s", FIRST, 10, [])))
+    assert bodies(frames) == [b"x", b"y"]
