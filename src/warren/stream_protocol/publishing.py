@@ -147,15 +147,16 @@ class Publishing:
             # Written with this turn's flush, synced with the records.
             q.stream.track(sequence_name(reference), top, at_once=True)
             vhost.store_written(q.store)
-            if q.store not in durable:
-                durable.append(q.store)
+        # One entry for the stream however many records took it (Settlements'
+        # batches are keyed by their store set).
+        stores = [q.store] if durable or top > last else []
         if errors:
             conn.reply(c.PublishError(pub.publisher_id, errors))
         answered = stored + duplicates
         if not answered:
             return
         tokens = [(pub.publisher_id, pid) for pid in answered]
-        if not self.settlements.add_many(tokens, durable):
+        if not self.settlements.add_many(tokens, stores):
             self._confirm_now(tokens)
 
     # -- confirming ---------------------------------------------------------------------

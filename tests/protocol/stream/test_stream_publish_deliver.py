@@ -265,3 +265,19 @@ def test_a_gzip_sub_entry_batch_is_one_publishing_id(broker: Harness) -> None:
     sub = opened(broker, stream=None)
     frames = sub.raw(encode(schema.Subscribe(sub.next_id(), 1, "s", FIRST, 10, [])))
     assert bodies(frames) == [b"x", b"y"]
+
+
+def test_a_resource_alarm_stops_reading_a_publishing_connection(broker: Harness) -> None:
+    client = opened(broker)
+    reading: list[bool] = []
+    client.conn.reading_control = reading.append
+    broker.call(lambda: client.conn.set_blocked(True))
+    assert reading == []  # no publisher: reading goes on
+    refused = client.request(schema.DeclarePublisher(client.next_id(), 1, "", "s"))
+    assert refused.response_code == ResponseCode.PRECONDITION_FAILED
+    broker.call(lambda: client.conn.set_blocked(False))
+    declare(client)
+    broker.call(lambda: client.conn.set_blocked(True))
+    assert reading == [True, False]
+    broker.call(lambda: client.conn.set_blocked(False))
+    assert reading == [True, False, True]

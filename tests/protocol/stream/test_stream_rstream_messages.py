@@ -15,6 +15,7 @@ from rstream import (
     AMQPMessage,
     Consumer,
     ConsumerOffsetSpecification,
+    FilterConfiguration,
     MessageContext,
     OffsetType,
     Producer,
@@ -207,5 +208,32 @@ def test_amqp_091_and_10_messages_read_by_rstream(warren: WarrenBroker) -> None:
         # Proton sends bytes as an amqp-value section: it comes back as one.
         assert (o2, m2.value, m2.properties.message_id) == (1, b"from-10", b"a1")
         assert m2.application_properties == {b"k": b"w"}
+
+    asyncio.run(run())
+
+
+def test_rstream_filtering(warren: WarrenBroker) -> None:
+    """Publish v2 filter values (rstream's filter_value_extractor) and a
+    subscription's filter.N: only the matching records come (no post-filter)."""
+
+    async def color(msg: AMQPMessage) -> str:
+        return str(msg.application_properties["color"])
+
+    async def run() -> None:
+        async with Producer(
+            HOST, port(warren), username="guest", password="guest", filter_value_extractor=color
+        ) as p:
+            await p.create_stream("rs-filter")
+            for i, c in enumerate(["red", "blue", "red", "green", "red"]):
+                msg = AMQPMessage(body=b"f%d" % i, application_properties={"color": c})
+                await p.send_wait("rs-filter", msg)
+        got = await consume(
+            warren,
+            "rs-filter",
+            3,
+            ConsumerOffsetSpecification(OffsetType.FIRST),
+            filter_input=FilterConfiguration(values_to_filter=["red"]),
+        )
+        assert [(o, m.body) for o, m in got] == [(0, b"f0"), (2, b"f2"), (4, b"f4")]
 
     asyncio.run(run())
