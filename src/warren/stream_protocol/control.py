@@ -11,8 +11,7 @@ ExchangeCommandVersions, and Route/Partitions (the core has no super streams
 yet: answered as RabbitMQ answers for a missing one). Response codes and
 their order of checks follow RabbitMQ's rabbit_stream_reader.
 
-Not built yet (docs/streams.md): single active consumer hand-over, and super
-stream creation.
+Not built yet (docs/streams.md): super stream creation.
 
 Offsets: RabbitMQ stores the offset of the last message a consumer
 processed; Warren's tracking keeps the next one to read (what AMQP's tracked
@@ -155,7 +154,7 @@ class ControlPlane:
             c.Partitions: self._partitions,
             c.CreateSuperStream: self._create_super_stream,
             c.DeleteSuperStream: self._delete_super_stream,
-            c.ConsumerUpdateResponse: self._ignore,
+            c.ConsumerUpdateResponse: self._consumer_update_response,
         }
 
     def handle(self, command: c.Command) -> None:
@@ -492,8 +491,18 @@ class ControlPlane:
             c.DeleteSuperStreamResponse(command.correlation_id, ResponseCode.STREAM_DOES_NOT_EXIST)
         )
 
-    def _ignore(self, command: c.Command) -> None:
-        """A ConsumerUpdate answer: no single active consumer hand-over yet."""
+    def _consumer_update_response(self, command: c.ConsumerUpdateResponse) -> None:
+        """Where a newly active single active consumer starts: the answer's
+        offset spec, or for NONE its Subscribe's, resolved now (RabbitMQ opens
+        the reader at the activation)."""
+        sid = self.delivering.updates.get(command.correlation_id)
+        sub = self.subscriptions.get(sid) if sid is not None else None
+        start = None
+        if sub is not None:
+            spec = start_spec(command.offset) or start_spec(sub.offset)
+            if spec is not None:
+                start = spec.resolve(sub.queue.stream)
+        self.delivering.update_answered(command, start)
 
 
 def start_spec(offset: OffsetSpec) -> StartSpec | None:

@@ -26,8 +26,11 @@ from typing import TYPE_CHECKING, Any, Final
 from warren.core.consumer import Consumer
 from warren.core.errors import BrokerError
 from warren.core.stream import OFFSET_HEADER
+from warren.stream_protocol import commands as c
 from warren.stream_protocol.chunk import build_chunk, simple_entry
+from warren.stream_protocol.constants import ResponseCode
 from warren.stream_protocol.publish import deliver_prefix
+from warren.stream_protocol.single_active import Member, groups_of
 
 if TYPE_CHECKING:
     from warren.core.deliveries import Deliveries
@@ -112,20 +115,70 @@ class Delivering:
         self._gathered: list[SubscriptionConsumer] = []
         #: Deliver v2 (with the committed chunk id): the client offered it.
         self.v2 = False
+        #: Single active consumer subscriptions: id -> (group key, member).
+        self.members: dict[int, tuple[tuple[str, str, str], Member]] = {}
+        #: ConsumerUpdates sent, waiting for their answer: correlation id -> subscription.
+        self.updates: dict[int, int] = {}
+        self._correlation = 0
 
     def subscribe(self, sub: Subscription) -> None:
-        """Attach the subscription's consumer (BrokerError: its arguments refused)."""
+        """Attach the subscription's consumer (BrokerError: its arguments
+        refused); a single active consumer joins its group instead."""
+        props = sub.properties
+        if props.get("single-active-consumer", "false").lower() == "true":
+            vhost = self.conn.vhost
+            assert vhost is not None
+            key = (vhost.name, sub.stream, props.get("name", ""))
+            member = Member(self, sub)
+            self.members[sub.subscription_id] = (key, member)
+            groups_of(self.conn.node).join(key, member)
+            return
+        self._attach(sub)
+
+    def _attach(self, sub: Subscription) -> None:
         consumer = SubscriptionConsumer(self.deliveries, sub, self)
         self.deliveries.consume(consumer.tag, consumer)
         self.consumers[sub.subscription_id] = consumer
 
-    def unsubscribe(self, subscription_id: int) -> None:
-        consumer = self.consumers.pop(subscription_id, None)
-        if consumer is None:
+    def activate(self, member: Member) -> None:
+        """``member``'s group made it the active one: ask its client where to
+        start (ConsumerUpdate)."""
+        if self.conn.closed or member.sub.queue.deleted:
             return
-        consumer.records.clear()
-        self.deliveries.cancel(consumer.tag)
-        self._ack()
+        self._correlation += 1
+        corr = self._correlation
+        self.updates[corr] = member.sub.subscription_id
+        self.conn.reply(c.ConsumerUpdate(corr, member.sub.subscription_id, True))
+
+    def update_answered(self, command: c.ConsumerUpdateResponse, start: int | None) -> None:
+        """The client answered: its newly active subscription starts at ``start``
+        (control.py resolves the answer's offset spec; None: its Subscribe's)."""
+        sid = self.updates.pop(command.correlation_id, None)
+        if sid is None:
+            return
+        entry = self.members.get(sid)
+        if entry is None or not entry[1].active or sid in self.consumers:
+            return
+        if command.code != ResponseCode.OK:
+            log.warning("%s: ConsumerUpdate refused with %d", self.conn.name, command.code)
+            return
+        sub = entry[1].sub
+        if start is not None:
+            sub.start = start
+        try:
+            self._attach(sub)
+        except BrokerError as exc:
+            log.warning("%s: subscription %d not attached: %s", self.conn.name, sid, exc.text)
+
+    def unsubscribe(self, subscription_id: int) -> None:
+        entry = self.members.pop(subscription_id, None)
+        consumer = self.consumers.pop(subscription_id, None)
+        if consumer is not None:
+            consumer.records.clear()
+            self.deliveries.cancel(consumer.tag)
+            self._ack()
+        if entry is not None:
+            groups_of(self.conn.node).leave(*entry)
 
     def credit(self, subscription_id: int) -> None:
         """Credit came: the queues deliver again (through the delivery stream)."""
@@ -159,6 +212,10 @@ class Delivering:
                 log.debug("%s: cancelling %s failed", self.conn.name, consumer.tag)
         self.consumers.clear()
         self.deliveries.close()
+        members, self.members = self.members, {}
+        groups = groups_of(self.conn.node)
+        for key, member in members.values():
+            groups.leave(key, member)
 
     def before_output(self) -> None:
         """End of the turn: the gathered records as chunks, one Deliver each,

@@ -18,9 +18,10 @@ from rstream.amqp import AMQPMessage, amqp_decoder
 
 from warren.stream_protocol import commands as c
 from warren.stream_protocol.chunk import decode_delivered_chunk, read_records, sub_batch_entry
-from warren.stream_protocol.constants import Compression, ResponseCode
+from warren.stream_protocol.constants import Compression, OffsetType, ResponseCode
 from warren.stream_protocol.frames import decode_frame
 from warren.stream_protocol.publish import Deliver, Publish, PublishedMessage
+from warren.stream_protocol.wire import OffsetSpec
 
 broker = harness_fixture(manual_clock=True)
 
@@ -281,3 +282,46 @@ def test_a_resource_alarm_stops_reading_a_publishing_connection(broker: Harness)
     assert reading == [True, False]
     broker.call(lambda: client.conn.set_blocked(False))
     assert reading == [True, False, True]
+
+
+def test_single_active_consumer_hand_over(broker: Harness) -> None:
+    client = opened(broker)
+    declare(client)
+    publish(client, [1, 2], [message(b"a"), message(b"b")])
+    sac = [schema.Property("single-active-consumer", "true"), schema.Property("name", "g")]
+    one, two = opened(broker, stream=None), opened(broker, stream=None)
+    frames = [
+        decode_frame(f) for f in one.raw(encode(schema.Subscribe(50, 1, "s", FIRST, 10, sac)))
+    ]
+    assert [type(f) for f in frames] == [c.SubscribeResponse, c.ConsumerUpdate]
+    update = frames[1]
+    assert (update.subscription_id, update.active) == (1, True)
+    frames = [decode_frame(f) for f in two.raw(encode(schema.Subscribe(60, 7, "s", NEXT, 10, sac)))]
+    assert [type(f) for f in frames] == [c.SubscribeResponse]  # waits, unannounced
+    # The active one starts where its answer says: offset 1.
+    answer = c.ConsumerUpdateResponse(update.correlation_id, OK, OffsetSpec(OffsetType.OFFSET, 1))
+    assert bodies(one.raw(answer.encode())) == [b"b"]
+    publish(client, [3], [message(b"c")])
+    assert bodies(one.raw(b"")) == [b"c"]
+    assert deliveries(two.raw(b"")) == []
+    # The active one goes: the other is told, and starts as it subscribed (next).
+    assert one.request(schema.Unsubscribe(51, 1)).response_code == OK
+    frames = [decode_frame(f) for f in two.raw(b"")]
+    assert [(type(f), f.subscription_id, f.active) for f in frames] == [(c.ConsumerUpdate, 7, True)]
+    answer = c.ConsumerUpdateResponse(frames[0].correlation_id, OK, OffsetSpec(OffsetType.NONE))
+    assert deliveries(two.raw(answer.encode())) == []
+    publish(client, [4], [message(b"d")])
+    assert bodies(two.raw(b"")) == [b"d"]
+
+
+def test_a_closed_connection_hands_single_active_over(broker: Harness) -> None:
+    sac = [schema.Property("single-active-consumer", "true"), schema.Property("name", "g")]
+    opened(broker)
+    one, two = opened(broker, stream=None), opened(broker, stream=None)
+    one.raw(encode(schema.Subscribe(50, 1, "s", FIRST, 10, sac)))
+    assert [
+        type(decode_frame(f)) for f in two.raw(encode(schema.Subscribe(60, 2, "s", FIRST, 10, sac)))
+    ] == [c.SubscribeResponse]
+    broker.call(one.conn.connection_lost)
+    frames = [decode_frame(f) for f in two.raw(b"")]
+    assert [(type(f), f.subscription_id, f.active) for f in frames] == [(c.ConsumerUpdate, 2, True)]

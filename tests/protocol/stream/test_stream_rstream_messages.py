@@ -17,6 +17,7 @@ from rstream import (
     ConsumerOffsetSpecification,
     FilterConfiguration,
     MessageContext,
+    OffsetSpecification,
     OffsetType,
     Producer,
     amqp_decoder,
@@ -235,5 +236,59 @@ def test_rstream_filtering(warren: WarrenBroker) -> None:
             filter_input=FilterConfiguration(values_to_filter=["red"]),
         )
         assert [(o, m.body) for o, m in got] == [(0, b"f0"), (2, b"f2"), (4, b"f4")]
+
+    asyncio.run(run())
+
+
+def test_rstream_single_active_consumer(warren: WarrenBroker) -> None:
+    """Two rstream consumers in one group: the first gets the messages; when
+    it closes, the other takes over from where its listener says."""
+
+    async def run() -> None:
+        async with producer(warren) as p:
+            await p.create_stream("rs-sac")
+            await p.send_wait("rs-sac", AMQPMessage(body=b"s0"))
+            first: list[bytes] = []
+            second: list[bytes] = []
+            came = asyncio.Event()
+
+            async def on_first(msg: AMQPMessage, ctx: MessageContext) -> None:
+                first.append(msg.body)
+
+            async def on_second(msg: AMQPMessage, ctx: MessageContext) -> None:
+                second.append(msg.body)
+                came.set()
+
+            async def from_first(active: bool, ctx: Any) -> OffsetSpecification:
+                return OffsetSpecification(OffsetType.FIRST, 0)
+
+            props = {"single-active-consumer": "true", "name": "group"}
+            one = Consumer(HOST, port(warren), username="guest", password="guest")
+            two = Consumer(HOST, port(warren), username="guest", password="guest")
+            await one.start()
+            await two.start()
+            await one.subscribe(
+                "rs-sac",
+                on_first,
+                decoder=amqp_decoder,
+                properties=dict(props),
+                consumer_update_listener=from_first,
+            )
+            await two.subscribe(
+                "rs-sac",
+                on_second,
+                decoder=amqp_decoder,
+                properties=dict(props),
+                consumer_update_listener=from_first,
+            )
+            for _ in range(100):
+                if first:
+                    break
+                await asyncio.sleep(0.05)
+            assert first == [b"s0"] and second == []
+            await one.close()
+            await asyncio.wait_for(came.wait(), 20)
+            assert second == [b"s0"]
+            await two.close()
 
     asyncio.run(run())
