@@ -325,3 +325,21 @@ def test_a_closed_connection_hands_single_active_over(broker: Harness) -> None:
     broker.call(one.conn.connection_lost)
     frames = [decode_frame(f) for f in two.raw(b"")]
     assert [(type(f), f.subscription_id, f.active) for f in frames] == [(c.ConsumerUpdate, 2, True)]
+
+
+def test_a_timestamp_offset_spec_starts_at_the_first_record_stored_then(broker: Harness) -> None:
+    client = opened(broker)
+    declare(client)
+    publish(client, [1], [message(b"early")])
+    broker.advance(60_000)
+    then = broker.broker.clock.now_ms()
+    publish(client, [2], [message(b"late")])
+    sub = opened(broker, stream=None)
+    frames = sub.raw(encode(schema.Subscribe(sub.next_id(), 1, "s", spec(5, then), 10, [])))
+    got = deliveries(frames)
+    assert [(f, [amqp_decoder(r).body for r in rs]) for _, f, rs in got] == [(1, [b"late"])]
+    # The chunk's timestamp is the record's.
+    chunk = decode_frame(frames[1])
+    assert isinstance(chunk, Deliver)
+    header, _, _ = decode_delivered_chunk(chunk.chunk)
+    assert header.timestamp == then

@@ -180,6 +180,7 @@ def test_rstream_messages_read_over_amqp_091_and_10(warren: WarrenBroker) -> Non
         assert got.body == b"hello"
         assert got.id == "id-1"
         assert got.properties == {"color": "red"}
+        assert got.annotations[symbol("x-stream-offset")] == 0
     finally:
         c1.close()
 
