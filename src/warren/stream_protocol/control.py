@@ -38,7 +38,7 @@ from warren.stream_protocol.constants import (
 )
 from warren.stream_protocol.delivering import Delivering
 from warren.stream_protocol.publish import Publish
-from warren.stream_protocol.publishing import Publishing, last_sequence
+from warren.stream_protocol.publishing import SEQUENCE_PREFIX, Publishing, last_sequence
 from warren.stream_protocol.wire import (
     Broker,
     CommandVersion,
@@ -311,7 +311,12 @@ class ControlPlane:
             log.warning("%s: StoreOffset on '%s' refused", self.conn.name, name)
             return
         q = self._stream(name)
-        if q is None or not reference or len(reference.encode("utf-8")) > 255:
+        if (
+            q is None
+            or not reference
+            or reference.startswith(SEQUENCE_PREFIX)  # publishers' sequences
+            or len(reference.encode("utf-8")) > 255
+        ):
             log.warning("%s: StoreOffset '%s' on '%s' ignored", self.conn.name, reference, name)
             return
         q.stream.track(reference, command.offset + 1)
@@ -325,7 +330,8 @@ class ControlPlane:
         if q is None:
             self.conn.reply(c.QueryOffsetResponse(corr, ResponseCode.STREAM_DOES_NOT_EXIST, 0))
             return
-        tracked = q.stream.tracked(command.reference) if command.reference else None
+        ref = command.reference
+        tracked = q.stream.tracked(ref) if ref and not ref.startswith(SEQUENCE_PREFIX) else None
         if not tracked:  # None, or 0: nothing processed yet
             self.conn.reply(c.QueryOffsetResponse(corr, ResponseCode.NO_OFFSET, 0))
             return

@@ -44,24 +44,24 @@ if TYPE_CHECKING:
     from warren.stream_protocol.control import Publisher
     from warren.stream_protocol.publish import Publish
 
-__all__ = ["Publishing", "last_sequence", "sequence_name"]
+__all__ = ["SEQUENCE_PREFIX", "Publishing", "last_sequence", "sequence_name"]
 
 log = logging.getLogger("warren.stream")
 
-#: Tracking names of publisher sequences start with this (a consumer's name
-#: is a client's reference, which has no NUL in practice).
-_SEQUENCE_PREFIX: Final = "\x00pub\x00"
+#: Tracking names of publisher sequences start with this; StoreOffset and
+#: QueryOffset leave such references alone.
+SEQUENCE_PREFIX: Final = "\x00pub\x00"
 _MAX_NAME: Final = 255
 
 
 def sequence_name(reference: str) -> str:
     """The tracking name a publisher reference's last publishing id is kept
     under; a hash for a reference too long for the tracking file's names."""
-    name = _SEQUENCE_PREFIX + reference
+    name = SEQUENCE_PREFIX + reference
     if len(name.encode("utf-8", "surrogateescape")) <= _MAX_NAME:
         return name
     digest = hashlib.sha256(reference.encode("utf-8", "surrogateescape")).hexdigest()
-    return _SEQUENCE_PREFIX + "sha256:" + digest
+    return SEQUENCE_PREFIX + "sha256:" + digest
 
 
 def last_sequence(queue: StreamQueue, reference: str) -> int:

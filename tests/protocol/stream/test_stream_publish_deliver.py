@@ -343,3 +343,15 @@ def test_a_timestamp_offset_spec_starts_at_the_first_record_stored_then(broker: 
     assert isinstance(chunk, Deliver)
     header, _, _ = decode_delivered_chunk(chunk.chunk)
     assert header.timestamp == then
+
+
+def test_offset_commands_cannot_reach_a_publishers_sequence(broker: Harness) -> None:
+    client = opened(broker)
+    declare(client, ref="app")
+    publish(client, [5], [message(b"a")])
+    hidden = "\x00pub\x00app"
+    assert client.send(schema.StoreOffset("s", hidden, 0)) == []
+    seq = client.request(schema.QueryPublisherSequence(client.next_id(), "app", "s"))
+    assert seq.sequence == 5
+    query = client.request(schema.QueryOffset(client.next_id(), hidden, "s"))
+    assert query.response_code == ResponseCode.NO_OFFSET
