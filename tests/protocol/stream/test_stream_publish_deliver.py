@@ -10,9 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from harness import harness_fixture
 from harness.broker import Harness
-from harness.stream import MemoryStream
+from harness.held_syncs import HeldSyncs
+from harness.stream import MemoryStream, split_frames
 from rstream import encoding, schema
 from rstream.amqp import AMQPMessage, amqp_decoder
 
@@ -355,3 +357,27 @@ def test_offset_commands_cannot_reach_a_publishers_sequence(broker: Harness) -> 
     assert seq.sequence == 5
     query = client.request(schema.QueryOffset(client.next_id(), hidden, "s"))
     assert query.response_code == ResponseCode.NO_OFFSET
+
+
+def test_publish_confirm_waits_for_its_sync_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the group commit's file syncs held, the broker does all it can and
+    no PublishConfirm is written; once they are let go it comes."""
+    syncs = HeldSyncs(monkeypatch)
+    with Harness(tmp_path / "data") as harness:
+        client = opened(harness)
+        declare(client)
+        frame = Publish.of(1, [PublishedMessage.simple(1, message(b"a"))]).encode()
+        conn = client.conn
+        syncs.hold()
+        try:
+            harness.call(lambda: conn.feed(frame))
+            assert syncs.waiting.wait(30), "no sync round started"
+            harness.run_ready()
+            assert client.take() == b""
+        finally:
+            syncs.release()
+        harness.settle()
+        answers = [decode_frame(f) for f in split_frames(client.take())]
+        assert confirmed(answers) == [1]
