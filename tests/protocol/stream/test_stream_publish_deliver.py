@@ -1,7 +1,8 @@
 """Publish and Deliver in memory (publishing.py, delivering.py): confirms after
 the sync, PublishError codes, deduplication by publisher reference across a
 reconnect and a restart, chunks from every offset spec, credit in chunks,
-filters, and the same stream read over AMQP 0-9-1. Messages are encoded with
+filters, single active consumer hand-over, resource alarms, and the same
+stream read over AMQP 0-9-1. Messages are encoded with
 rstream's AMQP 1.0 encoder (its bundled pyamqp) and chunks checked with
 chunk.py's decoder against rstream's frame decoder."""
 
