@@ -8,6 +8,7 @@ chunk.py's decoder against rstream's frame decoder."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -382,3 +383,16 @@ def test_publish_confirm_waits_for_its_sync_round(
         harness.settle()
         answers = [decode_frame(f) for f in split_frames(client.take())]
         assert confirmed(answers) == [1]
+
+
+def test_a_snappy_sub_entry_batch_is_refused(broker: Harness) -> None:
+    client = opened(broker)
+    declare(client)
+    body = b"\x00" * 8  # not looked into: the codec is refused first
+    entry = struct.pack(">BHII", 0x80 | (Compression.SNAPPY << 4), 1, 100, len(body)) + body
+    frame = Publish.of(1, [PublishedMessage(9, entry)]).encode()
+    answers = [decode_frame(f) for f in client.raw(frame)]
+    assert isinstance(answers[0], c.PublishError)
+    assert [(e.publishing_id, e.code) for e in answers[0].errors] == [
+        (9, ResponseCode.PRECONDITION_FAILED)
+    ]
