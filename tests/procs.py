@@ -21,6 +21,11 @@ def start_warren_mqtt(data_dir: Path, *args: str) -> tuple[subprocess.Popen[str]
     return _start(data_dir, "MQTT", args)
 
 
+def start_warren_stream(data_dir: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
+    """Like start_warren, with the stream protocol on an ephemeral port; returns its port."""
+    return _start(data_dir, "stream", ("--stream-port", "0", *args))
+
+
 def _start(
     data_dir: Path, protocol: str, args: tuple[str, ...]
 ) -> tuple[subprocess.Popen[str], int]:

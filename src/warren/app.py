@@ -14,9 +14,13 @@ from warren.amqp.replica_server import ReplicaReadServer
 from warren.amqp.server import AMQPListener
 from warren.amqp1.frames import AMQP_HEADER, SASL_HEADER
 from warren.amqp1.management_node import management_handler
+from warren.amqp1.mapping import from_core, to_core
+from warren.amqp1.message import decode_message, encode_message
 from warren.amqp1.server import AMQP1Listener
 from warren.broker import Broker as CoreBroker
 from warren.config import Config
+from warren.core.codec_errors import DecodeError
+from warren.core.message import Message
 from warren.federation.component import Federation
 from warren.http.prometheus import PrometheusListener
 from warren.http.server import HTTPListener
@@ -25,7 +29,13 @@ from warren.node import HeaderHandoffs, Listener, WebSocketEndpoint, node_name
 from warren.shovel.component import ShovelComponent
 from warren.stream_protocol.server import StreamListener
 
-__all__ = ["AMQP_HANDOFFS", "Broker", "ReplicaReadServer", "default_listeners"]
+__all__ = [
+    "AMQP_HANDOFFS",
+    "AMQP1StreamMessages",
+    "Broker",
+    "ReplicaReadServer",
+    "default_listeners",
+]
 
 
 #: Other protocols on the AMQP port (and over WebSocket at ``/ws``), by protocol
@@ -34,6 +44,57 @@ __all__ = ["AMQP_HANDOFFS", "Broker", "ReplicaReadServer", "default_listeners"]
 #: 1.0 listener (RabbitMQ 4 requires SASL: its answer to the first is the SASL
 #: header, then the close).
 AMQP_HANDOFFS: HeaderHandoffs = {}
+
+
+#: Core properties with nothing set (a stream record that is no AMQP 1.0 message).
+_NO_PROPERTIES = b"\x00\x00"
+#: Annotations from_core makes of the headers a stream stores with each record,
+#: which a stream consumer does not get (its chunk says offset and time).
+_STREAM_HEADERS = ("x-stream-offset", "x-stream-timestamp")
+
+
+class AMQP1StreamMessages:
+    """The stream protocol's StreamMessageCodec (stream_protocol/messages.py):
+    AMQP 1.0's mapping, as amqp1's incoming links use it, but always keeping
+    the bare message (a stream consumer gets back the bytes published)."""
+
+    def to_core(self, data: bytes) -> tuple[bytes, bytes, bytes | None]:
+        """A record that is no AMQP 1.0 message (clients may publish any
+        bytes; RabbitMQ stores them as they are) is a body without
+        properties, kept as native for stream consumers; RabbitMQ's AMQP
+        readers fail on such a record, Warren's 0-9-1 ones get the bytes."""
+        try:
+            msg = decode_message(data)
+            properties, body = to_core(msg)
+        except (DecodeError, ValueError):
+            return _NO_PROPERTIES, data, data
+        return properties, body, data[msg.bare_at :]
+
+    def to_wire(self, msg: Message) -> bytes:
+        """RabbitMQ 4's AMQP 1.0 form of a 0-9-1 message, or the native bare
+        message with the header and annotations the core keeps, without the
+        stream's own headers (and the filter value, which Publish v2 carries
+        beside a record, not in it); a header with only defaults is left out,
+        so a record published without one comes back as it was."""
+        amqp = from_core(msg.properties, msg.body, msg.native)
+        annotations = amqp.message_annotations
+        if annotations is not None:
+            content = annotations.content
+            for key in _STREAM_HEADERS:
+                content.pop(key, None)
+            if msg.native is not None:
+                content.pop("x-stream-filter-value", None)
+            if not content:
+                amqp.message_annotations = None
+        header = amqp.header
+        if (
+            header is not None
+            and not header.durable
+            and header.priority is None
+            and header.ttl is None
+        ):
+            amqp.header = None
+        return encode_message(amqp)
 
 
 def default_listeners(
@@ -71,7 +132,12 @@ def default_listeners(
     listeners += [amqp, mqtt]
     if config.stream_port >= 0 or config.stream_tls_port >= 0:
         listeners.append(
-            StreamListener(config.stream_bind, config.stream_port, config.stream_tls_port)
+            StreamListener(
+                config.stream_bind,
+                config.stream_port,
+                config.stream_tls_port,
+                AMQP1StreamMessages(),
+            )
         )
     if config.http_port >= 0:
         websockets = [

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from rstream import encoding, schema
 
+from warren.app import AMQP1StreamMessages
 from warren.stream_protocol.connection import StreamConnection
 
 if TYPE_CHECKING:
@@ -47,7 +48,12 @@ class MemoryStream:
         self.correlation = 0
         self.conn: StreamConnection = harness.call(
             lambda: StreamConnection(
-                harness.broker, peer, ("127.0.0.1", 5552), lambda: None, self._on_close
+                harness.broker,
+                peer,
+                ("127.0.0.1", 5552),
+                lambda: None,
+                self._on_close,
+                messages=AMQP1StreamMessages(),
             )
         )
         self.conn.cert_login = cert_login

@@ -36,6 +36,7 @@ from warren.stream_protocol import commands as c
 from warren.stream_protocol.constants import INITIAL_FRAME_MAX, ResponseCode
 from warren.stream_protocol.control import ControlPlane
 from warren.stream_protocol.frames import FrameReader, decode_frame
+from warren.stream_protocol.messages import RawMessages, StreamMessageCodec
 from warren.stream_protocol.wire import StreamProtocolError
 
 if TYPE_CHECKING:
@@ -102,8 +103,10 @@ class StreamConnection:
         on_close: Callable[[], None],
         transport_name: str = "stream",
         advertised: tuple[str, int] | None = None,
+        messages: StreamMessageCodec | None = None,
     ) -> None:
         self.node = node
+        self.messages: StreamMessageCodec = messages or RawMessages()
         self.config = node.config
         self.peer = peer
         self.local = local
@@ -139,6 +142,8 @@ class StreamConnection:
         self.writable = True
         #: A refused login waiting out its delay: input is ignored meanwhile.
         self.refusing = False
+        #: Not read from during a resource alarm: its silence is not the client's.
+        self.paused = False
         self._opened_vhost = False
         self._replies: deque[_Reply] = deque()
         self._closing_timer: TimerHandle | None = None
@@ -193,6 +198,7 @@ class StreamConnection:
                 self.send(data)
 
     def take_output(self) -> list[bytes]:
+        self.control.before_output()
         out, self.pending = self.pending, []
         return out
 
@@ -276,6 +282,8 @@ class StreamConnection:
         if self.closed or not self.tuned or not self.heartbeat or self.state >= CLOSE_SENT:
             return 0
         interval = self.heartbeat * 1000
+        if self.paused:
+            self.last_rx_ms = now_ms
         deadline = self.last_rx_ms + interval * MISSED_HEARTBEATS
         if now_ms >= deadline:
             log.warning("%s: stream connection missed heartbeats, closing", self.name)
@@ -503,10 +511,23 @@ class StreamConnection:
     # -- ClientConnection (what the broker and the management API use) -----------------
     def set_writable(self, writable: bool) -> None:
         self.writable = writable
+        if writable and not self.closed:
+            self.control.delivering.resume()
 
     def set_blocked(self, blocked: bool) -> None:
-        """A resource alarm: new publishers are refused while it lasts."""
+        """A resource alarm: new publishers are refused while it lasts, and a
+        connection with publishers is not read from (RabbitMQ blocks its
+        publishing connections the same way)."""
         self.control.blocked = blocked
+        control = self.reading_control
+        if control is None or self.closed:
+            return
+        if not blocked:
+            self.paused = False
+            control(True)
+        elif self.control.publishers:
+            self.paused = True
+            control(False)
 
     def check_consumer_timeouts(self, now_ms: int, default_ms: int) -> None:
         """Stream protocol consumers have no acknowledgements to time out."""

@@ -5,15 +5,13 @@ vhost as over AMQP, its definition durable before the answer), Metadata and
 MetadataUpdate, StoreOffset/QueryOffset (the stream's server-side tracking,
 store/stream_tracking.py, shared with AMQP's tracked consumers),
 DeclarePublisher/QueryPublisherSequence/DeletePublisher, Subscribe/Credit/
-Unsubscribe (validation and bookkeeping), StreamStats, ResolveOffsetSpec,
+Unsubscribe (validation and bookkeeping; the records themselves are
+publishing.py's and delivering.py's), StreamStats, ResolveOffsetSpec,
 ExchangeCommandVersions, and Route/Partitions (the core has no super streams
 yet: answered as RabbitMQ answers for a missing one). Response codes and
 their order of checks follow RabbitMQ's rabbit_stream_reader.
 
-Not built yet (docs/streams.md): storing a Publish (each of its messages is
-refused with a PublishError, INTERNAL_ERROR), Deliver (a subscription is
-accepted and kept, but gets no chunks), single active consumer hand-over,
-and super stream creation.
+Not built yet (docs/streams.md): super stream creation.
 
 Offsets: RabbitMQ stores the offset of the last message a consumer
 processed; Warren's tracking keeps the next one to read (what AMQP's tracked
@@ -32,13 +30,19 @@ from warren.core.errors import AccessRefused, BrokerError, PreconditionFailed
 from warren.core.stream import StartSpec
 from warren.core.stream_queue import StreamQueue
 from warren.stream_protocol import commands as c
-from warren.stream_protocol.constants import SERVER_COMMAND_VERSIONS, OffsetType, ResponseCode
+from warren.stream_protocol.constants import (
+    SERVER_COMMAND_VERSIONS,
+    Key,
+    OffsetType,
+    ResponseCode,
+)
+from warren.stream_protocol.delivering import Delivering
 from warren.stream_protocol.publish import Publish
+from warren.stream_protocol.publishing import SEQUENCE_PREFIX, Publishing, last_sequence
 from warren.stream_protocol.wire import (
     Broker,
     CommandVersion,
     OffsetSpec,
-    PublishingError,
     StreamMetadata,
     StreamProtocolError,
 )
@@ -128,6 +132,8 @@ class ControlPlane:
         self.subscriptions: dict[int, Subscription] = {}
         #: A resource alarm: new publishers are refused (PRECONDITION_FAILED).
         self.blocked = False
+        self.publishing = Publishing(conn)
+        self.delivering = Delivering(conn)
         self._handlers: dict[type[c.Command], Callable[[Any], None]] = {
             c.Create: self._create,
             c.Delete: self._delete,
@@ -148,7 +154,7 @@ class ControlPlane:
             c.Partitions: self._partitions,
             c.CreateSuperStream: self._create_super_stream,
             c.DeleteSuperStream: self._delete_super_stream,
-            c.ConsumerUpdateResponse: self._ignore,
+            c.ConsumerUpdateResponse: self._consumer_update_response,
         }
 
     def handle(self, command: c.Command) -> None:
@@ -163,6 +169,12 @@ class ControlPlane:
         """The connection is closing: its publishers and subscriptions go."""
         self.publishers.clear()
         self.subscriptions.clear()
+        self.delivering.close()
+
+    def before_output(self) -> None:
+        """The end of a turn: confirms, and the chunks gathered for subscriptions."""
+        self.publishing.before_output()
+        self.delivering.before_output()
 
     # -- helpers ------------------------------------------------------------------------
     @property
@@ -244,6 +256,7 @@ class ControlPlane:
             del self.publishers[pid]
         for sid in subs:
             del self.subscriptions[sid]
+            self.delivering.unsubscribe(sid)
         self.conn.reply(c.MetadataUpdate(ResponseCode.STREAM_NOT_AVAILABLE, stream))
 
     def check_gone(self) -> None:
@@ -298,7 +311,12 @@ class ControlPlane:
             log.warning("%s: StoreOffset on '%s' refused", self.conn.name, name)
             return
         q = self._stream(name)
-        if q is None or not reference or len(reference.encode("utf-8")) > 255:
+        if (
+            q is None
+            or not reference
+            or reference.startswith(SEQUENCE_PREFIX)  # publishers' sequences
+            or len(reference.encode("utf-8")) > 255
+        ):
             log.warning("%s: StoreOffset '%s' on '%s' ignored", self.conn.name, reference, name)
             return
         q.stream.track(reference, command.offset + 1)
@@ -312,7 +330,8 @@ class ControlPlane:
         if q is None:
             self.conn.reply(c.QueryOffsetResponse(corr, ResponseCode.STREAM_DOES_NOT_EXIST, 0))
             return
-        tracked = q.stream.tracked(command.reference) if command.reference else None
+        ref = command.reference
+        tracked = q.stream.tracked(ref) if ref and not ref.startswith(SEQUENCE_PREFIX) else None
         if not tracked:  # None, or 0: nothing processed yet
             self.conn.reply(c.QueryOffsetResponse(corr, ResponseCode.NO_OFFSET, 0))
             return
@@ -360,19 +379,20 @@ class ControlPlane:
         self.conn.reply(c.DeclarePublisherResponse(corr))
 
     def _query_publisher_sequence(self, command: c.QueryPublisherSequence) -> None:
-        """The last publishing id stored for the reference: 0 until Publish
-        stores messages (the next step), as RabbitMQ answers for a reference it
-        has not seen."""
+        """The last publishing id stored for the reference (0 for one not seen,
+        as RabbitMQ)."""
         corr = command.correlation_id
         if not self._allowed(READ, command.stream):
             self.conn.reply(c.QueryPublisherSequenceResponse(corr, ResponseCode.ACCESS_REFUSED, 0))
             return
-        if self._stream(command.stream) is None:
+        q = self._stream(command.stream)
+        if q is None:
             self.conn.reply(
                 c.QueryPublisherSequenceResponse(corr, ResponseCode.STREAM_DOES_NOT_EXIST, 0)
             )
             return
-        self.conn.reply(c.QueryPublisherSequenceResponse(corr, OK, 0))
+        sequence = last_sequence(q, command.reference) if command.reference else 0
+        self.conn.reply(c.QueryPublisherSequenceResponse(corr, OK, sequence))
 
     def _delete_publisher(self, command: c.DeletePublisher) -> None:
         corr = command.correlation_id
@@ -382,21 +402,13 @@ class ControlPlane:
         self.conn.reply(c.DeletePublisherResponse(corr))
 
     def _publish(self, command: Publish) -> None:
-        """Not built yet: every message is refused (PUBLISHER_DOES_NOT_EXIST
-        for an unknown publisher, as RabbitMQ; INTERNAL_ERROR otherwise)."""
-        entries = command.scan()
+        """Stored by publishing.py; PUBLISHER_DOES_NOT_EXIST for an unknown
+        publisher (or one whose stream is gone), as RabbitMQ."""
         pub = self.publishers.get(command.publisher_id)
         if pub is not None and pub.queue.deleted:
             self.stream_gone(pub.stream)
             pub = None
-        code = (
-            ResponseCode.INTERNAL_ERROR
-            if pub is not None
-            else ResponseCode.PUBLISHER_DOES_NOT_EXIST
-        )
-        errors = [PublishingError(pid, code) for pid in entries.publishing_ids]
-        if errors:
-            self.conn.reply(c.PublishError(command.publisher_id, errors))
+        self.publishing.publish(command, pub)
 
     # -- subscriptions ------------------------------------------------------------------
     def _subscribe(self, command: c.Subscribe) -> None:
@@ -421,10 +433,15 @@ class ControlPlane:
         if spec is None or (sac and not props.get("name")):
             self.conn.reply(c.SubscribeResponse(corr, ResponseCode.PRECONDITION_FAILED))
             return
-        self.subscriptions[sid] = Subscription(
+        sub = Subscription(
             sid, name, command.offset, spec.resolve(q.stream), command.credit, dict(props), q
         )
+        self.subscriptions[sid] = sub
         self.conn.reply(c.SubscribeResponse(corr))
+        try:
+            self.delivering.subscribe(sub)
+        except BrokerError as exc:  # pragma: no cover - Subscribe's checks come first
+            log.warning("%s: subscription %d not attached: %s", self.conn.name, sid, exc.text)
 
     def _credit(self, command: c.Credit) -> None:
         """Answered only when refused."""
@@ -437,6 +454,7 @@ class ControlPlane:
             )
             return
         sub.credit = min(sub.credit + command.credit, MAX_CREDIT)
+        self.delivering.credit(sub.subscription_id)
 
     def _unsubscribe(self, command: c.Unsubscribe) -> None:
         corr = command.correlation_id
@@ -445,10 +463,15 @@ class ControlPlane:
                 c.UnsubscribeResponse(corr, ResponseCode.SUBSCRIPTION_ID_DOES_NOT_EXIST)
             )
             return
+        self.delivering.unsubscribe(command.subscription_id)
         self.conn.reply(c.UnsubscribeResponse(corr))
 
     # -- the rest -----------------------------------------------------------------------
     def _exchange_command_versions(self, command: c.ExchangeCommandVersions) -> None:
+        """Deliver v2 (with the committed chunk id) for a client that takes it."""
+        self.delivering.v2 = any(
+            v.key == Key.DELIVER and v.max_version >= 2 for v in command.versions
+        )
         versions = [CommandVersion(int(k), lo, hi) for k, lo, hi in SERVER_COMMAND_VERSIONS]
         self.conn.reply(c.ExchangeCommandVersionsResponse(command.correlation_id, OK, versions))
 
@@ -474,8 +497,18 @@ class ControlPlane:
             c.DeleteSuperStreamResponse(command.correlation_id, ResponseCode.STREAM_DOES_NOT_EXIST)
         )
 
-    def _ignore(self, command: c.Command) -> None:
-        """A ConsumerUpdate answer: no single active consumer hand-over yet."""
+    def _consumer_update_response(self, command: c.ConsumerUpdateResponse) -> None:
+        """Where a newly active single active consumer starts: the answer's
+        offset spec, or for NONE its Subscribe's, resolved now (RabbitMQ opens
+        the reader at the activation)."""
+        sid = self.delivering.updates.get(command.correlation_id)
+        sub = self.subscriptions.get(sid) if sid is not None else None
+        start = None
+        if sub is not None:
+            spec = start_spec(command.offset) or start_spec(sub.offset)
+            if spec is not None:
+                start = spec.resolve(sub.queue.stream)
+        self.delivering.update_answered(command, start)
 
 
 def start_spec(offset: OffsetSpec) -> StartSpec | None:

@@ -23,6 +23,7 @@ from warren.batched_protocol import (
 )
 from warren.bound_port import BoundPort
 from warren.stream_protocol.connection import OPEN, StreamConnection
+from warren.stream_protocol.messages import RawMessages, StreamMessageCodec
 from warren.tls import cert_login
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ class StreamProtocol(BatchedProtocol):
             self.request_close,
             "stream/TLS" if ssl_object is not None else "stream",
             advertised,
+            self.listener.messages,
         )
         conn.reading_control = self.set_reading
         if ssl_object is not None:
@@ -128,8 +130,16 @@ class StreamListener:
 
     name = "stream"
 
-    def __init__(self, bind: str, port: int, tls_port: int = -1) -> None:
+    def __init__(
+        self,
+        bind: str,
+        port: int,
+        tls_port: int = -1,
+        messages: StreamMessageCodec | None = None,
+    ) -> None:
         self.bind = bind
+        #: How records become core messages and back (warren.app gives AMQP 1.0's).
+        self.messages: StreamMessageCodec = messages or RawMessages()
         self.requested_port = port
         self.requested_tls_port = tls_port
         self.protocols: OpenClients[StreamProtocol] = OpenClients()

@@ -1,7 +1,7 @@
 """rstream (the Python stream client) against a broker's stream listener over
 a socket: its handshake, streams created and deleted, metadata, offsets,
 publishers, and the refusals it maps to its exceptions. Publishing and
-consuming messages are not built yet (docs/streams.md)."""
+consuming messages: test_stream_rstream_messages.py."""
 
 from __future__ import annotations
 

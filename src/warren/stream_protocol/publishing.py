@@ -1,0 +1,203 @@
+"""Publish: a connection's publishers storing into their streams, and their confirms.
+
+Each record of a Publish becomes a core message (the connection's
+StreamMessageCodec: AMQP 1.0's mapping, the bare message kept as published)
+appended to the publisher's stream queue through the vhost, as an AMQP
+publish to the default exchange would be; a Publish v2 filter value goes
+with it as the ``x-stream-filter-value`` header the core's stream filters
+read. A sub-entry batch is one publishing id for all its records (gzip
+and uncompressed batches are opened; RabbitMQ stores them closed and its
+AMQP readers skip them).
+
+PublishConfirm waits for the client session's Settlements: the group sync
+and the in-sync followers, as an AMQP publisher confirm. Confirms go out
+one PublishConfirm per publisher and settled batch, not one per message.
+
+Deduplication (RabbitMQ: osiris's writer tracking): a publisher declared
+with a reference drops a record whose publishing id is not above the last
+one stored for that reference on the stream (and confirms it, as RabbitMQ
+does). The last id is kept in the stream's tracking file under a name of
+its own (`sequence_name`), written with the records' flush and synced with
+them, so it survives reconnects and restarts, and QueryPublisherSequence
+answers it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import TYPE_CHECKING, Any, Final
+
+from warren.core.errors import BrokerError
+from warren.core.message import Message
+from warren.core.properties import set_header
+from warren.core.stream import FILTER_VALUE_HEADER
+from warren.core.vhost_routing import REJECTED_BY_QUEUE
+from warren.stream_protocol import commands as c
+from warren.stream_protocol.chunk import entry_at, read_records
+from warren.stream_protocol.constants import ResponseCode
+from warren.stream_protocol.wire import PublishingError, StreamProtocolError
+
+if TYPE_CHECKING:
+    from warren.core.stream_queue import StreamQueue
+    from warren.stream_protocol.connection import StreamConnection
+    from warren.stream_protocol.control import Publisher
+    from warren.stream_protocol.publish import Publish
+
+__all__ = ["SEQUENCE_PREFIX", "Publishing", "last_sequence", "sequence_name"]
+
+log = logging.getLogger("warren.stream")
+
+#: Tracking names of publisher sequences start with this; StoreOffset and
+#: QueryOffset leave such references alone.
+SEQUENCE_PREFIX: Final = "\x00pub\x00"
+_MAX_NAME: Final = 255
+
+
+def sequence_name(reference: str) -> str:
+    """The tracking name a publisher reference's last publishing id is kept
+    under; a hash for a reference too long for the tracking file's names."""
+    name = SEQUENCE_PREFIX + reference
+    if len(name.encode("utf-8", "surrogateescape")) <= _MAX_NAME:
+        return name
+    digest = hashlib.sha256(reference.encode("utf-8", "surrogateescape")).hexdigest()
+    return SEQUENCE_PREFIX + "sha256:" + digest
+
+
+def last_sequence(queue: StreamQueue, reference: str) -> int:
+    """The last publishing id stored on ``queue`` for ``reference`` (0: none)."""
+    stored = queue.stream.tracked(sequence_name(reference))
+    return stored or 0
+
+
+class Publishing:
+    """One connection's publishing: stores records, answers with confirms and errors."""
+
+    def __init__(self, conn: StreamConnection) -> None:
+        self.conn = conn
+        self.settlements = conn.client_session.settlements(self._settled, self._wake, ordered=False)
+        self._write_out_due = False
+        #: Confirms to send at the end of the turn: publisher id -> publishing ids.
+        self._confirms: dict[int, list[int]] = {}
+
+    # -- storing ------------------------------------------------------------------------
+    def publish(self, command: Publish, pub: Publisher | None) -> None:
+        """Store ``command``'s records for ``pub`` (None: unknown publisher)."""
+        entries = command.scan()
+        if pub is None:
+            unknown = [
+                PublishingError(pid, ResponseCode.PUBLISHER_DOES_NOT_EXIST)
+                for pid in entries.publishing_ids
+            ]
+            if unknown:
+                self.conn.reply(c.PublishError(command.publisher_id, unknown))
+            return
+        conn = self.conn
+        q = pub.queue
+        vhost = q.vhost
+        router = vhost.router
+        exchange = vhost.default_exchange
+        to_core = conn.messages.to_core
+        buf = command.messages
+        filters = entries.filter_values
+        reference = pub.reference
+        last = last_sequence(q, reference) if reference else 0
+        top = last
+        now = conn.now_ms or conn.node.clock.now_ms()
+        stored: list[int] = []
+        duplicates: list[int] = []
+        errors: list[PublishingError] = []
+        durable: list[Any] = []
+        stats = conn.stats
+        for i, pid in enumerate(entries.publishing_ids):
+            if reference and pid <= top:
+                duplicates.append(pid)
+                continue
+            start, end = entries.starts[i], entries.ends[i]
+            try:
+                records = read_records(buf, entry_at(buf, start, end))
+            except StreamProtocolError as exc:
+                log.warning("%s: a record refused: %s", conn.name, exc)
+                errors.append(PublishingError(pid, ResponseCode.PRECONDITION_FAILED))
+                continue
+            filter_value = filters[i] if filters is not None else None
+            refused = False
+            for record in records:
+                properties, body, native = to_core(record)
+                if filter_value is not None:
+                    properties = set_header(properties, FILTER_VALUE_HEADER, filter_value)
+                msg = Message("", q.name, properties, body, now, native)
+                stats.publish += 1
+                try:
+                    taken = router.enqueue(exchange, [q], msg, durable)
+                except BrokerError as exc:
+                    log.warning("%s: a record refused: %s", conn.name, exc.text)
+                    refused = True
+                    break
+                if taken == REJECTED_BY_QUEUE or taken <= 0:
+                    refused = True
+                    break
+            if refused:
+                errors.append(PublishingError(pid, ResponseCode.INTERNAL_ERROR))
+                continue
+            stored.append(pid)
+            if pid > top:
+                top = pid
+        if top > last:
+            # Written with this turn's flush, synced with the records.
+            q.stream.track(sequence_name(reference), top, at_once=True)
+            vhost.store_written(q.store)
+        # One entry for the stream however many records took it (Settlements'
+        # batches are keyed by their store set).
+        stores = [q.store] if durable or top > last else []
+        if errors:
+            conn.reply(c.PublishError(pub.publisher_id, errors))
+        answered = stored + duplicates
+        if not answered:
+            return
+        tokens = [(pub.publisher_id, pid) for pid in answered]
+        if not self.settlements.add_many(tokens, stores):
+            self._confirm_now(tokens)
+
+    # -- confirming ---------------------------------------------------------------------
+    def _confirm_now(self, tokens: list[tuple[int, int]]) -> None:
+        if not self._confirms:
+            self.conn.on_output()
+        confirms = self._confirms
+        for publisher_id, pid in tokens:
+            confirms.setdefault(publisher_id, []).append(pid)
+
+    def _wake(self) -> None:
+        self._write_out_due = True
+        self.conn.on_output()
+
+    def _settled(self, batch: list[tuple[int, int]], ok: bool) -> None:
+        """Records the core settled (synced, held by the followers): confirmed,
+        or refused when their store lost them (a full disk)."""
+        conn = self.conn
+        if conn.closed:
+            return
+        if ok:
+            self._confirm_now(batch)
+            return
+        by_publisher: dict[int, list[PublishingError]] = {}
+        for publisher_id, pid in batch:
+            by_publisher.setdefault(publisher_id, []).append(
+                PublishingError(pid, ResponseCode.INTERNAL_ERROR)
+            )
+        for publisher_id, errors in by_publisher.items():
+            conn.reply(c.PublishError(publisher_id, errors))
+
+    def before_output(self) -> None:
+        """End of the turn: write out what waits for it (``sync = false``),
+        then the confirms gathered, one PublishConfirm per publisher."""
+        if self._write_out_due:
+            self._write_out_due = False
+            vhost = self.conn.vhost
+            if vhost is not None:
+                vhost.flush_written()
+            self.settlements.written()
+        if self._confirms:
+            confirms, self._confirms = self._confirms, {}
+            for publisher_id, ids in confirms.items():
+                self.conn.reply(c.PublishConfirm(publisher_id, ids))
