@@ -23,6 +23,7 @@ import pytest
 from amqp1_peers import RABBITMQ_310, WARREN, Peer
 from cputime import account
 from harness import harness_fixture
+from hypothesis import settings as hypothesis_settings
 from passes import long_first, mark_passes
 
 from warren import Config
@@ -30,6 +31,13 @@ from warren.amqp.server import AMQPListener
 from warren.core.clock import Clock, ManualClock
 from warren.pytest_plugin import WarrenBroker, new_event_loop  # noqa: F401 - tests import it from here
 from warren.store.damage import DamagedFile
+
+# No property-based test has a deadline: an example's time says how busy the
+# machine is (make test-busy), not whether the code is right, and a deadline
+# missed once makes Hypothesis report the test as flaky. A test's own
+# settings() keep this unless they set one.
+hypothesis_settings.register_profile("warren", deadline=None)
+hypothesis_settings.load_profile("warren")
 
 # A test run started in the background by a shell (`make test &`, or make's own
 # background pure pass) inherits SIGINT ignored, and so would every process a
