@@ -95,6 +95,9 @@ COMPILED_MODULES = [
     "warren.core.table_encode",
     "warren.core.unsettled",
     "warren.core.vhost_routing",
+    # The stream protocol's subscription is a core Consumer (compiled): so is
+    # the module that defines it.
+    "warren.stream_protocol.delivering",
     "warren.mqtt.codec",
     "warren.mqtt.connection",
     "warren.mqtt.delivery",

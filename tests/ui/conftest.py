@@ -29,7 +29,19 @@ from .devserver import DevServer
 
 pytest.importorskip("playwright", reason="playwright is not installed (the test extra)")
 
-from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright  # noqa: E402
+from playwright.sync_api import (  # noqa: E402
+    Browser,
+    ConsoleMessage,
+    Page,
+    expect,
+    sync_playwright,
+)
+
+# expect()'s assertions wait for a page's state too, with a timeout of their own
+# (5 s) that the page's default does not change: the login form of the pure
+# pass's first UI test, at the start of make test (every pass, the build and a
+# Spark JVM starting on two cores), once took longer.
+expect.set_options(timeout=60_000)
 
 if TYPE_CHECKING:
     from .rabbitui import Live, RabbitUI
