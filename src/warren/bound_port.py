@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BindError", "BoundPort"]
+__all__ = ["BindError", "BoundPort", "ListenerPorts"]
 
 
 class BindError(OSError):
@@ -108,3 +108,69 @@ def _addresses(host: str, port: int) -> list[tuple[int, int, int, tuple[Any, ...
     if not out:
         raise OSError(errno.EADDRNOTAVAIL, f"no address for {host!r}")
     return out
+
+
+class ListenerPorts:
+    """A listener's plain and TLS ports (MQTT's, the stream protocol's): bound
+    before the broker reads its data dir (:meth:`bind`), served once it has
+    started (:meth:`serve`), and at the stop closed before the listener's
+    clients are told, which the servers then wait for (:meth:`stop`)."""
+
+    def __init__(self, what: str, bind: str) -> None:
+        #: The plain port's name in logs and BindError (``MQTT``); the TLS port's
+        #: is ``<what>/TLS``.
+        self.what = what
+        self.bind_host = bind
+        self.port = 0
+        self.tls_port = 0
+        self.tls: ssl.SSLContext | None = None
+        self._bound: list[BoundPort] = []
+        self._servers: list[asyncio.AbstractServer] = []
+
+    def bind(self, port: int, tls_port: int, tls: Callable[[], ssl.SSLContext]) -> None:
+        """Bind and listen on ``port`` and ``tls_port`` (-1: none), accepting nothing
+        yet; ``tls`` gives the TLS port's context. Once is enough: a second call
+        (start() after the broker bound every listener) does nothing."""
+        if self._bound or self._servers:
+            return
+        try:
+            if port >= 0:
+                bound = BoundPort(self.what, self.bind_host, port, 4096)
+                self._bound.append(bound)
+                self.port = bound.port
+            if tls_port >= 0:
+                self.tls = tls()
+                bound = BoundPort(f"{self.what}/TLS", self.bind_host, tls_port, 4096)
+                self._bound.append(bound)
+                self.tls_port = bound.port
+        except BaseException:
+            self.close_bound()
+            raise
+
+    async def serve(self, factory: Callable[[bool], asyncio.BaseProtocol], log: Any) -> None:
+        """Accept on the bound ports; ``factory(tls)`` makes each client's protocol."""
+        for bound in self._bound:
+            tls = bound.what.endswith("/TLS")
+            servers = await bound.serve(
+                (lambda: factory(True)) if tls else (lambda: factory(False)),
+                self.tls if tls else None,
+            )
+            self._servers.extend(servers)
+            log.info("listening on %s %s:%s", bound.what, self.bind_host, bound.port)
+        self._bound.clear()
+
+    def close_bound(self) -> None:
+        for bound in self._bound:
+            bound.close()
+        self._bound.clear()
+
+    async def stop(self, close_clients: Callable[[], Any]) -> None:
+        """Accept no more, tell the clients (``close_clients``, awaited), then wait
+        for the servers."""
+        self.close_bound()
+        for server in self._servers:
+            server.close()
+        await close_clients()
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
 from typing import TYPE_CHECKING, cast
 
 from warren.batched_protocol import (
@@ -22,7 +21,7 @@ from warren.batched_protocol import (
     end_connection,
     socket_addresses,
 )
-from warren.bound_port import BoundPort
+from warren.bound_port import ListenerPorts
 from warren.mqtt.connection import MQTTConnection
 from warren.mqtt.state import MQTTState
 from warren.tls import cert_login
@@ -151,12 +150,8 @@ class MQTTListener:
         self.requested_tls_port = tls_port
         self.protocols: OpenClients[MQTTProtocol] = OpenClients()
         self._state: MQTTState | None = None
-        #: Bound and listening, not yet served (start() serves them).
-        self._bound: list[BoundPort] = []
-        self._tls: ssl.SSLContext | None = None
-        self._servers: list[asyncio.AbstractServer] = []
-        self._port = 0
-        self.tls_port = 0
+        #: Bound and listening before the data dir is read; served by start().
+        self._ports = ListenerPorts("MQTT", bind)
 
     @property
     def state(self) -> MQTTState:
@@ -165,7 +160,11 @@ class MQTTListener:
 
     @property
     def port(self) -> int:
-        return self._port
+        return self._ports.port
+
+    @property
+    def tls_port(self) -> int:
+        return self._ports.tls_port
 
     def new_protocol(self) -> MQTTProtocol:
         """A protocol for a client arriving over another transport (WebSocket)."""
@@ -175,21 +174,11 @@ class MQTTListener:
         """Bind and listen on the MQTT (and MQTT/TLS) port, accepting nothing yet:
         BindError when a port is taken (broker_lifecycle.py binds before it reads
         the data dir)."""
-        if self._bound:
-            return
-        try:
-            if self.requested_port >= 0:
-                bound = BoundPort("MQTT", self.bind, self.requested_port, 4096)
-                self._bound.append(bound)
-                self._port = bound.port
-            if self.requested_tls_port >= 0:
-                self._tls = node.tls.context("the MQTT TLS port")
-                bound = BoundPort("MQTT/TLS", self.bind, self.requested_tls_port, 4096)
-                self._bound.append(bound)
-                self.tls_port = bound.port
-        except BaseException:
-            self._close_bound()
-            raise
+        self._ports.bind(
+            self.requested_port,
+            self.requested_tls_port,
+            lambda: node.tls.context("the MQTT TLS port"),
+        )
 
     async def start(self, node: Node) -> None:
         """Read the MQTT state of the data dir, then accept on the ports
@@ -200,35 +189,19 @@ class MQTTListener:
             self._state.start()
         except BaseException:
             self._state.close()  # the files it opened before the damaged one
-            self._close_bound()
+            self._ports.close_bound()
             raise
         node.vhost_deleted.append(self._state.forget_vhost)
         try:
-            for bound in self._bound:
-                if bound.what == "MQTT/TLS":
-                    servers = await bound.serve(lambda: MQTTProtocol(self, "MQTT/TLS"), self._tls)
-                else:
-                    servers = await bound.serve(lambda: MQTTProtocol(self))
-                self._servers.extend(servers)
-                log.info("listening on %s %s:%s", bound.what, self.bind, bound.port)
+            await self._ports.serve(
+                lambda tls: MQTTProtocol(self, "MQTT/TLS") if tls else MQTTProtocol(self), log
+            )
         except OSError:
             await self.stop()
             raise
-        self._bound.clear()
-
-    def _close_bound(self) -> None:
-        for bound in self._bound:
-            bound.close()
-        self._bound.clear()
 
     async def stop(self) -> None:
-        self._close_bound()
-        for server in self._servers:
-            server.close()
-        await self.protocols.close_all()
-        for server in self._servers:
-            await server.wait_closed()
-        self._servers.clear()
+        await self._ports.stop(self.protocols.close_all)
         if self._state is not None:
             self._state.close()
             with contextlib.suppress(ValueError):  # a listener stopped before it started

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from typing import TYPE_CHECKING, cast
 
 from warren.batched_protocol import (
@@ -21,7 +20,7 @@ from warren.batched_protocol import (
     end_connection,
     socket_addresses,
 )
-from warren.bound_port import BoundPort
+from warren.bound_port import ListenerPorts
 from warren.stream_protocol.connection import OPEN, StreamConnection
 from warren.stream_protocol.messages import RawMessages, StreamMessageCodec
 from warren.tls import cert_login
@@ -144,11 +143,7 @@ class StreamListener:
         self.requested_tls_port = tls_port
         self.protocols: OpenClients[StreamProtocol] = OpenClients()
         self._node: Node | None = None
-        self._bound: list[BoundPort] = []
-        self._tls: ssl.SSLContext | None = None
-        self._servers: list[asyncio.AbstractServer] = []
-        self._port = 0
-        self.tls_port = 0
+        self._ports = ListenerPorts("stream", bind)
 
     @property
     def node(self) -> Node:
@@ -157,52 +152,28 @@ class StreamListener:
 
     @property
     def port(self) -> int:
-        return self._port
+        return self._ports.port
+
+    @property
+    def tls_port(self) -> int:
+        return self._ports.tls_port
 
     def bind_ports(self, node: Node) -> None:
         """Bind and listen, accepting nothing yet (BindError when a port is taken)."""
         self._node = node
-        if self._bound or self._servers:
-            return
-        try:
-            if self.requested_port >= 0:
-                bound = BoundPort("stream", self.bind, self.requested_port, 4096)
-                self._bound.append(bound)
-                self._port = bound.port
-            if self.requested_tls_port >= 0:
-                self._tls = node.tls.context("the stream TLS port")
-                bound = BoundPort("stream/TLS", self.bind, self.requested_tls_port, 4096)
-                self._bound.append(bound)
-                self.tls_port = bound.port
-        except BaseException:
-            self._close_bound()
-            raise
+        self._ports.bind(
+            self.requested_port,
+            self.requested_tls_port,
+            lambda: node.tls.context("the stream TLS port"),
+        )
 
     async def start(self, node: Node) -> None:
         self.bind_ports(node)
         try:
-            for bound in self._bound:
-                if bound.what == "stream/TLS":
-                    servers = await bound.serve(lambda: StreamProtocol(self, True), self._tls)
-                else:
-                    servers = await bound.serve(lambda: StreamProtocol(self))
-                self._servers.extend(servers)
-                log.info("listening on %s %s:%s", bound.what, self.bind, bound.port)
+            await self._ports.serve(lambda tls: StreamProtocol(self, tls), log)
         except OSError:
             await self.stop()
             raise
-        self._bound.clear()
-
-    def _close_bound(self) -> None:
-        for bound in self._bound:
-            bound.close()
-        self._bound.clear()
 
     async def stop(self) -> None:
-        self._close_bound()
-        for server in self._servers:
-            server.close()
-        await self.protocols.close_all()
-        for server in self._servers:
-            await server.wait_closed()
-        self._servers.clear()
+        await self._ports.stop(self.protocols.close_all)
