@@ -179,7 +179,9 @@ class Console:
     errors: list[str] = field(default_factory=list)
 
     def on_message(self, msg: ConsoleMessage) -> None:
-        if msg.type == "error":
+        # A request a network change failed (helpers.NETWORK_CHANGED: another
+        # test's network namespaces) says nothing of the page; load() retries it.
+        if msg.type == "error" and "net::ERR_NETWORK_CHANGED" not in msg.text:
             self.errors.append(f"console.error: {msg.text} ({msg.location.get('url', '')})")
 
     def on_page_error(self, exc: Exception) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import Page, Request, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from .conftest import PASSWORD, USER, UIServer
@@ -12,8 +13,40 @@ from .conftest import PASSWORD, USER, UIServer
 STATS_TIMEOUT = 30_000
 
 
+#: What Chromium answers a request with when the machine's network changed
+#: while it ran: the cluster tests' network namespaces add and remove
+#: interfaces (tests/cluster/netns.py), which Chromium takes for a network
+#: change and fails the page's requests of that moment, its scripts included.
+NETWORK_CHANGED = "net::ERR_NETWORK_CHANGED"
+
+
+def load(page: Page, url: str, attempts: int = 3) -> None:
+    """``page.goto(url)`` until the page loaded with no request failed by a
+    network change (NETWORK_CHANGED): loaded again then, as a user would."""
+    for attempt in range(attempts):
+        changed: list[str] = []
+
+        def failed(request: Request, changed: list[str] = changed) -> None:
+            if NETWORK_CHANGED in (request.failure or ""):
+                changed.append(request.url)
+
+        page.on("requestfailed", failed)
+        try:
+            page.goto(url)
+            page.wait_for_load_state("networkidle")
+        except PlaywrightError as exc:
+            if NETWORK_CHANGED not in str(exc) or attempt == attempts - 1:
+                raise
+            changed.append(url)
+        finally:
+            page.remove_listener("requestfailed", failed)
+        if not changed:
+            return
+    raise AssertionError(f"{url}: requests failed by network changes {attempts} times: {changed}")
+
+
 def log_in(page: Page, ui: UIServer, password: str = PASSWORD) -> None:
-    page.goto(f"{ui.url}/")
+    load(page, f"{ui.url}/")
     form = page.locator("#login-form")
     expect(form).to_be_visible()
     form.locator("input[name=username]").fill(USER)

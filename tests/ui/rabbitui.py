@@ -26,6 +26,7 @@ from diskhelp import eventually  # tests/diskhelp.py
 from playwright.sync_api import Locator, Page, Response, expect
 
 from .conftest import PASSWORD, USER, Console, UIServer
+from .helpers import load
 
 P = "rmqui-"
 CLASSIC, BACKLOG, QUORUM, STREAM = f"{P}classic", f"{P}backlog", f"{P}quorum", f"{P}stream"
@@ -184,7 +185,7 @@ class RabbitUI:
             self.refused.append(f"{response.status} {response.request.method} {response.url}")
 
     def log_in(self) -> None:
-        self.page.goto(f"{self.ui.url}/")
+        load(self.page, f"{self.ui.url}/")
         self.page.locator("input[name=username]").fill(USER)
         self.page.locator("input[name=password]").fill(PASSWORD)
         self.page.locator("#login input[type=submit]").click()

@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from .conftest import PASSWORD, USER, Console, UIServer
-from .helpers import STATS_TIMEOUT, log_in, series_value, wait_for_series
+from .helpers import STATS_TIMEOUT, load, log_in, series_value, wait_for_series
 
 pytestmark = pytest.mark.ui
 
@@ -88,7 +88,7 @@ def test_queue_publish_get_and_overview(
     shot("overview")
 
     # Purge, then delete the queue from its page (each confirm() is accepted).
-    page.goto(f"{ui_server.url}/#/queues/%2F/{queue}")
+    load(page, f"{ui_server.url}/#/queues/%2F/{queue}")
     expect(page.locator("main h1")).to_have_text(f"Queue {queue}")
     page.locator("#purge-queue").click()
     expect(page.locator("#flash")).to_have_text(f"Queue {queue} purged.")
@@ -158,13 +158,13 @@ def test_every_page_renders(page: Page, ui_server: UIServer, console: Console) -
         "exchanges/%2F/": "Exchange (AMQP default)",
     }
     for route, title in pages.items():
-        page.goto(f"{ui_server.url}/#/{route}")
+        load(page, f"{ui_server.url}/#/{route}")
         expect(page.locator("main h1")).to_have_text(title)
         expect(page.locator("#flash .error")).to_have_count(0)
     expect(page.locator("tr[data-user=guest]")).to_have_count(0)  # on the definitions page now
-    page.goto(f"{ui_server.url}/#/users")
+    load(page, f"{ui_server.url}/#/users")
     expect(page.locator("tr[data-user=guest]")).to_be_visible()
-    page.goto(f"{ui_server.url}/#/vhosts")
+    load(page, f"{ui_server.url}/#/vhosts")
     expect(page.locator("tr[data-vhost='/']")).to_be_visible()
     assert console.errors == []
 
@@ -226,7 +226,7 @@ def test_user_without_admin_rights(page: Page, ui_server: UIServer, console: Con
         "PUT", f"/permissions/%2F/{user}", {"configure": ".*", "write": ".*", "read": ".*"}
     )
     try:
-        page.goto(f"{ui_server.url}/")
+        load(page, f"{ui_server.url}/")
         form = page.locator("#login-form")
         form.locator("input[name=username]").fill(nobody)
         form.locator("input[name=password]").fill("pw")
@@ -247,7 +247,7 @@ def test_user_without_admin_rights(page: Page, ui_server: UIServer, console: Con
             "cluster",
         ):
             expect(page.locator(f"#nav a[href='#/{admin_page}']")).to_be_hidden()
-        page.goto(f"{ui_server.url}/#/users")
+        load(page, f"{ui_server.url}/#/users")
         expect(page.locator("main .error")).to_have_text("Not administrator user")
         expect(page.locator("#nav")).to_be_visible()
         page.locator("#nav a[href='#/queues']").click()

@@ -18,7 +18,7 @@ from free_ports import free_port
 from playwright.sync_api import Page, expect
 
 from .conftest import Console, UIServer
-from .helpers import expect_flash, log_in
+from .helpers import expect_flash, load, log_in
 
 pytestmark = pytest.mark.ui
 
@@ -352,7 +352,7 @@ def test_monitoring_user_sees_status_but_no_forms(
         "PUT", f"/permissions/%2F/{user}", {"configure": ".*", "write": ".*", "read": ".*"}
     )
     try:
-        page.goto(f"{ui_server.url}/")
+        load(page, f"{ui_server.url}/")
         form = page.locator("#login-form")
         form.locator("input[name=username]").fill(user)
         form.locator("input[name=password]").fill("pw")

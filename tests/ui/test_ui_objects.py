@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from .conftest import Console, UIServer
-from .helpers import expect_flash, log_in
+from .helpers import expect_flash, load, log_in
 
 pytestmark = pytest.mark.ui
 
@@ -282,7 +282,7 @@ def test_add_quorum_queue_and_see_its_members(
         expect(row).to_contain_text("quorum")
         queue = ui_server.api("GET", f"/queues/%2F/{name}")
         assert queue["arguments"]["x-queue-type"] == "quorum"
-        page.goto(f"{ui_server.url}/#/queues/%2F/{name}")
+        load(page, f"{ui_server.url}/#/queues/%2F/{name}")
         expect(page.locator("main")).to_contain_text("Leader")
         expect(page.locator("main")).to_contain_text(queue["leader"])
     finally:
@@ -292,9 +292,9 @@ def test_add_quorum_queue_and_see_its_members(
 
 def test_missing_object_page(logged_in: Page, ui_server: UIServer, console: Console) -> None:
     page = logged_in
-    page.goto(f"{ui_server.url}/#/queues/%2F/{unique('ui-absent')}")
+    load(page, f"{ui_server.url}/#/queues/%2F/{unique('ui-absent')}")
     expect(page.locator("main h1")).to_have_text("Not found")
-    page.goto(f"{ui_server.url}/#/no/such/page")
+    load(page, f"{ui_server.url}/#/no/such/page")
     expect(page.locator("main h1")).to_have_text("Not found")
     # Chromium logs the API's 404 itself; nothing else may appear.
     assert [e for e in console.errors if "404" not in e] == []
