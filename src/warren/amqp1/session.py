@@ -87,6 +87,9 @@ class Session:
         self.remote_outgoing_window = begin.outgoing_window
         self.handle_max = min(begin.handle_max, LINK_MAX - 1)
         self.links: dict[int, Link] = {}
+        #: Links whose attach declared something (a v1 ``/queue/Q``) not yet
+        #: durable: their answer waits, and so do the client's frames on them.
+        self.unanswered: dict[int, list[tuple[Any, bytes]]] = {}
         self.pairs: dict[str, ManagementPair] = {}
         #: Handles this side detached whose client's detach has not come yet.
         self.detaching: set[int] = set()
@@ -121,6 +124,15 @@ class Session:
     # -- frames in ----------------------------------------------------------------------
     def frame(self, performative: Any, payload: bytes | memoryview) -> None:
         """A frame of this session's channel; a SessionError ends the session."""
+        handle = getattr(performative, "handle", None)
+        if (
+            handle is not None
+            and handle in self.unanswered
+            and not isinstance(performative, Attach)
+        ):
+            # A frame on a link whose attach is not answered yet: after the answer.
+            self.unanswered[handle].append((performative, bytes(payload)))
+            return
         try:
             if isinstance(performative, Transfer):
                 self._transfer(performative, payload)
@@ -158,6 +170,8 @@ class Session:
         link: Link
         link = IncomingLink(self, attach) if attach.role == SENDER else OutgoingLink(self, attach)
         self.links[handle] = link
+        client_session = self.conn.client_session
+        mark = client_session.change_mark()
         try:
             validate_attach(attach)
             if is_management(attach):
@@ -170,8 +184,29 @@ class Session:
             self.send(link.reply_attach(attach, refused=True))
             self.detach(link, exc.as_error())
             return
-        self.send(link.reply_attach(attach, refused=False))
+        reply = link.reply_attach(attach, refused=False)
+        # A queue the attach declared (v1 /queue/Q) is durable before the answer,
+        # as 0-9-1's declare-ok and the /management node's replies wait.
+        self.unanswered[handle] = []
+        if not client_session.when_changes_durable(mark, lambda ok: self._answer(link, reply, ok)):
+            self._answer(link, reply, True)
+
+    def _answer(self, link: Link, reply: Attach, ok: bool) -> None:
+        """Answer ``link``'s attach and start it, then take the frames the client
+        sent on it meanwhile."""
+        waiting = self.unanswered.pop(link.handle, None)
+        if waiting is None or self.ended_ or self.links.get(link.handle) is not link:
+            return
+        if not ok:
+            log.error("%s: a queue an attach declared could not be synced", self.conn.name)
+        self.send(reply)
         link.start()
+        for performative, payload in waiting:
+            if self.ended_:
+                break
+            self.frame(performative, payload)
+        if waiting:
+            self.conn.flush_run()  # a read's run is published at its end: these too
 
     def _detach(self, detach: Detach) -> None:
         if detach.handle in self.detaching:
@@ -486,6 +521,7 @@ class Session:
         if self.ended_:
             return
         self.ended_ = True
+        self.unanswered.clear()
         links, self.links = self.links, {}
         for link in links.values():
             link.detached()

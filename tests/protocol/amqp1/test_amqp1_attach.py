@@ -8,11 +8,13 @@ exchange, consume a queue bound to it. Qpid Proton's engine is the client
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from harness import Harness, harness_fixture
 from harness.amqp1 import ProtonClient
+from harness.held_syncs import HeldSyncs
 
 from warren.amqp1.frames import Frame, FrameReader, encode_frame
 from warren.amqp1.performatives import (
@@ -337,6 +339,39 @@ def test_v1_queue_addresses_declare_their_queue(broker: Harness) -> None:
     assert by_target.message_count == 1
     again = c.receiver("/queue/transient", name="r3", configure=durable)
     assert attached(again) and queues(broker)["transient"] is transient
+
+
+def test_a_queue_an_attach_declares_is_durable_before_the_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A durable ``/queue/Q`` the attach declares: with the sync round's file
+    syncs held, the queue exists but the attach is not answered (a 0-9-1
+    declare-ok waits so); the credit the client sent right behind its attach
+    waits with it, and is taken once the answer is out."""
+    syncs = HeldSyncs(monkeypatch)
+    with Harness(tmp_path / "data") as harness:
+        c = ProtonClient(harness).open()
+        session = c.session()
+        harness.settle()
+        syncs.hold()
+        try:
+            receiver = session.receiver("r")
+            receiver.source.address = "/queue/kept"
+            receiver.source.durability = Terminus.CONFIGURATION
+            receiver.open()
+            receiver.flow(5)  # in the same write as the attach, as proton sends it
+            c.pump(ready_only=True)
+            assert syncs.waiting.wait(30), "no sync round started"
+            harness.run_ready()
+            c.pump(ready_only=True)
+            assert queues(harness)["kept"].durable
+            assert not receiver.state & proton.Endpoint.REMOTE_ACTIVE, "answered before durable"
+        finally:
+            syncs.release()
+        c.pump()
+        assert attached(receiver)
+        assert publish(c, "/queues/kept", "after") == Delivery.ACCEPTED
+        assert [m.body for _, m in c.receive(receiver)] == ["after"]
 
 
 def test_a_v1_queue_with_a_reserved_name_is_not_declared(broker: Harness) -> None:
