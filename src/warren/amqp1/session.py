@@ -124,15 +124,13 @@ class Session:
     # -- frames in ----------------------------------------------------------------------
     def frame(self, performative: Any, payload: bytes | memoryview) -> None:
         """A frame of this session's channel; a SessionError ends the session."""
-        handle = getattr(performative, "handle", None)
-        if (
-            handle is not None
-            and handle in self.unanswered
-            and not isinstance(performative, Attach)
-        ):
-            # A frame on a link whose attach is not answered yet: after the answer.
-            self.unanswered[handle].append((performative, bytes(payload)))
-            return
+        if self.unanswered and not isinstance(performative, Attach):
+            # A frame on a link whose attach is not answered yet: after the answer
+            # (looked at only while one is waiting: not on every transfer).
+            waiting = self.unanswered.get(getattr(performative, "handle", None))  # type: ignore[arg-type]
+            if waiting is not None:
+                waiting.append((performative, bytes(payload)))
+                return
         try:
             if isinstance(performative, Transfer):
                 self._transfer(performative, payload)
