@@ -17,7 +17,8 @@
 #                  test's own process again as pure Python (tests/passes.py; its
 #                  tests/spark in a pytest of their own: two Spark JVMs)
 #                  (extra args: make test PYTEST_ARGS='-k config'; PYTEST_WORKERS=0
-#                  for one process per pass)
+#                  for one process per pass; EXAMPLES=1 for property-based tests'
+#                  full counts, make test runs half)
 #   make test-busy make test with two CPU hogs beside it (Debian's stress-ng, installed
 #                  when missing): the suite must pass on a busy machine too
 #                  (docs/testing.md); the hogs stop when it ends, however it ends
@@ -254,7 +255,15 @@ prometheus:
 # not to (PYTHONDONTWRITEBYTECODE, common in containers): otherwise every pytest
 # worker compiles and assertion-rewrites all ~300 test modules (9.5 s of CPU
 # each instead of 2.5) and every process a test starts compiles Warren again.
+# Property-based tests run this share of the examples each asks for
+# (tests/examples.py; the pure pass a third of that): their counts were chosen
+# for finding bugs, and make test runs on every change (the compiled pass's
+# fuzz of headers, codecs and metadata took 95 s of its 430 s of CPU at the
+# full counts). EXAMPLES=1 runs the full counts, EXAMPLES=4 a deeper search;
+# make fuzz runs the codecs under atheris for minutes each.
+EXAMPLES ?= 0.5
 test: export PYTHONDONTWRITEBYTECODE :=
+test: export WARREN_EXAMPLES := $(EXAMPLES)
 test: $(TEST_STAMP) browser mosquitto etcd rabbitmq fuse prometheus rhea
 	@log=$$(mktemp); spark_log=$$(mktemp); lint_log=$$(mktemp); \
 	( exec env WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PURE_WORKERS) $(PYTEST_DIST) -m 'pure_pass and not spark' $(PYTEST_ARGS) > "$$log" 2>&1 ) & pure_pid=$$!; \

@@ -26,6 +26,7 @@ from harness import harness_fixture
 from hypothesis import settings as hypothesis_settings
 from passes import long_first, mark_passes
 
+from examples import examples
 from warren import Config
 from warren.amqp.server import AMQPListener
 from warren.core.clock import Clock, ManualClock
@@ -35,8 +36,9 @@ from warren.store.damage import DamagedFile
 # No property-based test has a deadline: an example's time says how busy the
 # machine is (make test-busy), not whether the code is right, and a deadline
 # missed once makes Hypothesis report the test as flaky. A test's own
-# settings() keep this unless they set one.
-hypothesis_settings.register_profile("warren", deadline=None)
+# settings() keep this unless they set one. A test without its own count
+# runs Hypothesis's 100, scaled as every count is (tests/examples.py).
+hypothesis_settings.register_profile("warren", deadline=None, max_examples=examples(100))
 hypothesis_settings.load_profile("warren")
 
 # A test run started in the background by a shell (`make test &`, or make's own

@@ -17,7 +17,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
 from paths import REPO
+
+# Reads the source, not the build: the same in both builds, so once
+# (tests/passes.py).
+pytestmark = pytest.mark.passes("compiled")
 
 SRC = REPO / "src" / "warren"
 

@@ -16,6 +16,10 @@ from pathlib import Path
 import pytest
 from paths import REPO
 
+# Reads the source, not the build: the same in both builds, so once
+# (tests/passes.py).
+pytestmark = pytest.mark.passes("compiled")
+
 SRC = REPO / "src" / "warren"
 #: Packages that speak a protocol to the outside world: the listeners', and
 #: shovel/ and federation/ (AMQP clients of other brokers; what they share is

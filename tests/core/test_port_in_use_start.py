@@ -34,7 +34,9 @@ from procs import SRC
 from warren import Config
 from warren.bound_port import BindError
 
-pytestmark = pytest.mark.timeout(120)
+# The start's order (bound_port.py, broker_lifecycle.py) is interpreted in
+# both builds: once, in the compiled pass (tests/passes.py).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.passes("compiled")]
 
 #: Each kind of listener port: its setting, its flag, and how a refusal names it.
 KINDS: dict[str, tuple[str, str, str]] = {
