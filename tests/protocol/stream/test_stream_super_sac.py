@@ -75,6 +75,8 @@ class Client:
     def __init__(self, broker: Harness) -> None:
         self.stream = opened(broker)
         self.frames: list[Any] = []
+        #: The last ConsumerUpdate's correlation id, by subscription.
+        self.pending: dict[int, int] = {}
 
     def feed(self, frame: Any = None) -> None:
         data = b"" if frame is None else bytes(encoding.encode_frame(frame))
@@ -100,11 +102,9 @@ class Client:
         raise AssertionError(f"no answer to {corr}: {self.frames}")
 
     def updates(self) -> list[tuple[int, bool]]:
-        """The ConsumerUpdates received since last asked: (subscription, active);
-        their correlation ids kept for answer()."""
+        """The ConsumerUpdates received since last asked: (subscription, active)."""
         self.feed()
         out, rest = [], []
-        self.pending: dict[int, int] = getattr(self, "pending", {})
         for raw in self.frames:
             frame = encoding.decode_frame(raw)
             if isinstance(frame, schema.ConsumerUpdateResponse):  # rstream's name for it
@@ -258,6 +258,7 @@ def test_the_hand_over_lets_the_old_consumer_store_its_offset(broker: Harness) -
     two.feed(schema.QueryOffset(corr, reference="app", stream="invoices-1"))
     (query,) = [encoding.decode_frame(f) for f in two.frames]
     two.frames.clear()
+    assert isinstance(query, schema.QueryOffsetResponse)
     assert (query.response_code, query.offset) == (OK, 2)
     publish(broker, "1", b"d")
     two.answer(1, offset_spec(query.offset + 1))
@@ -338,3 +339,47 @@ def test_a_group_with_another_partition_index_is_refused(broker: Harness) -> Non
     assert one.subscribe(0, "invoices-1", group(super_stream=None)) == OK
     assert one.subscribe(1, "invoices-1", group()) == ResponseCode.PRECONDITION_FAILED
     assert one.subscribe(1, "invoices-1", group(name="other")) == OK
+
+
+def joined(broker: Harness, owners: str, active: int) -> dict[str, Client]:
+    """Subscriptions 0, 1, ... on partition 1 by the connections ``owners``
+    names (``"aabb"``: 0 and 1 on a, 2 and 3 on b), every ConsumerUpdate
+    answered as it comes; subscription ``active`` is then the one reading."""
+    clients = {name: Client(broker) for name in sorted(set(owners))}
+    for sid, owner in enumerate(owners):
+        assert clients[owner].subscribe(sid, "invoices-1", group()) == OK
+        while updates := [(c, u) for c in clients.values() for u in c.updates()]:
+            for client, (update_sid, is_active) in updates:
+                client.answer(update_sid, NEXT if is_active else NONE)
+    publish(broker, "1", b"x")
+    got = {n: c.bodies() for n, c in clients.items()}
+    assert got == {n: {active: [b"x"]} if n == owners[active] else {} for n in clients}
+    return clients
+
+
+def test_connection_down_the_active_one_stays(broker: Harness) -> None:
+    """SUITE: handle_connection_down_super_stream_active_stays_test."""
+    declare_super_stream(broker)
+    clients = joined(broker, "aabb", active=1)
+    broker.call(clients["b"].stream.conn.connection_lost)
+    assert clients["a"].updates() == []
+
+
+def test_connection_down_activates_in_the_remaining_connection(broker: Harness) -> None:
+    """SUITE: handle_connection_down_super_stream_activate_in_remaining_connection_test:
+    the active one's connection goes, 1 % 2 picks subscription 3 at once."""
+    declare_super_stream(broker)
+    clients = joined(broker, "aabb", active=1)
+    broker.call(clients["a"].stream.conn.connection_lost)
+    assert clients["b"].updates() == [(3, True)]
+
+
+def test_connection_down_the_active_one_changes(broker: Harness) -> None:
+    """SUITE: handle_connection_down_super_stream_active_changes_test: the
+    remaining (1, 3) pick 3; 1 steps down first."""
+    declare_super_stream(broker)
+    clients = joined(broker, "abab", active=1)
+    broker.call(clients["a"].stream.conn.connection_lost)
+    assert clients["b"].updates() == [(1, False)]
+    clients["b"].answer(1)
+    assert clients["b"].updates() == [(3, True)]
