@@ -436,6 +436,10 @@ class ControlPlane:
         sub = Subscription(
             sid, name, command.offset, spec.resolve(q.stream), command.credit, dict(props), q
         )
+        if self.delivering.group_conflict(sub):
+            log.warning("%s: subscription %d: its group has another partition", self.conn.name, sid)
+            self.conn.reply(c.SubscribeResponse(corr, ResponseCode.PRECONDITION_FAILED))
+            return
         self.subscriptions[sid] = sub
         self.conn.reply(c.SubscribeResponse(corr))
         try:

@@ -30,7 +30,13 @@ from warren.stream_protocol import commands as c
 from warren.stream_protocol.chunk import build_chunk, simple_entry
 from warren.stream_protocol.constants import ResponseCode
 from warren.stream_protocol.publish import deliver_prefix
-from warren.stream_protocol.single_active import Member, groups_of
+from warren.stream_protocol.single_active import (
+    ACTIVE,
+    DEACTIVATING,
+    Member,
+    groups_of,
+    partition_index,
+)
 
 if TYPE_CHECKING:
     from warren.core.deliveries import Deliveries
@@ -124,45 +130,90 @@ class Delivering:
     def subscribe(self, sub: Subscription) -> None:
         """Attach the subscription's consumer (BrokerError: its arguments
         refused); a single active consumer joins its group instead."""
-        props = sub.properties
-        if props.get("single-active-consumer", "false").lower() == "true":
-            vhost = self.conn.vhost
-            assert vhost is not None
-            key = (vhost.name, sub.stream, props.get("name", ""))
+        group = self._group(sub)
+        if group is not None:
+            key, index = group
             member = Member(self, sub)
             self.members[sub.subscription_id] = (key, member)
-            groups_of(self.conn.node).join(key, member)
+            groups_of(self.conn.node).join(key, index, member)
             return
         self._attach(sub)
+
+    def group_conflict(self, sub: Subscription) -> bool:
+        """Whether ``sub`` cannot join its single active consumer group: the
+        group has another partition index (Subscribe is refused)."""
+        group = self._group(sub)
+        return group is not None and groups_of(self.conn.node).conflicts(*group)
+
+    def _group(self, sub: Subscription) -> tuple[tuple[str, str, str], int] | None:
+        """A single active consumer's group and partition index; None for
+        another subscription."""
+        props = sub.properties
+        if props.get("single-active-consumer", "false").lower() != "true":
+            return None
+        vhost = self.conn.vhost
+        assert vhost is not None
+        super_stream = props.get("super-stream")
+        index = -1 if super_stream is None else partition_index(vhost, super_stream, sub.stream)
+        return (vhost.name, sub.stream, props.get("name", "")), index
 
     def _attach(self, sub: Subscription) -> None:
         consumer = SubscriptionConsumer(self.deliveries, sub, self)
         self.deliveries.consume(consumer.tag, consumer)
         self.consumers[sub.subscription_id] = consumer
 
+    def _detach(self, subscription_id: int) -> None:
+        """The subscription's consumer goes; what it gathered is not sent."""
+        consumer = self.consumers.pop(subscription_id, None)
+        if consumer is not None:
+            consumer.records.clear()
+            self.deliveries.cancel(consumer.tag)
+            self._ack()
+
     def activate(self, member: Member) -> None:
         """``member``'s group made it the active one: ask its client where to
         start (ConsumerUpdate)."""
         if self.conn.closed or member.sub.queue.deleted:
             return
+        self._update(member, True)
+
+    def deactivate(self, member: Member) -> None:
+        """``member`` steps down (a super stream partition's group moved on):
+        it gets nothing more, and its client is told; the group goes on when
+        it answers (update_answered) or its time runs out."""
+        self._detach(member.sub.subscription_id)
+        if self.conn.closed or member.sub.queue.deleted:
+            return
+        self._update(member, False)
+
+    def _update(self, member: Member, active: bool) -> None:
         self._correlation += 1
         corr = self._correlation
+        member.correlation = corr
         self.updates[corr] = member.sub.subscription_id
-        self.conn.reply(c.ConsumerUpdate(corr, member.sub.subscription_id, True))
+        self.conn.reply(c.ConsumerUpdate(corr, member.sub.subscription_id, active))
 
     def update_answered(self, command: c.ConsumerUpdateResponse, start: int | None) -> None:
         """The client answered: its newly active subscription starts at ``start``
-        (control.py resolves the answer's offset spec; None: its Subscribe's)."""
+        (control.py resolves the answer's offset spec; None: its Subscribe's);
+        one stepping down lets its group go on. Answers to earlier updates
+        than the member's last are stale."""
         sid = self.updates.pop(command.correlation_id, None)
         if sid is None:
             return
         entry = self.members.get(sid)
-        if entry is None or not entry[1].active or sid in self.consumers:
+        if entry is None or entry[1].correlation != command.correlation_id:
+            return
+        key, member = entry
+        if member.state == DEACTIVATING:
+            groups_of(self.conn.node).stepped_down(key, member)
+            return
+        if member.state != ACTIVE or sid in self.consumers:
             return
         if command.code != ResponseCode.OK:
             log.warning("%s: ConsumerUpdate refused with %d", self.conn.name, command.code)
             return
-        sub = entry[1].sub
+        sub = member.sub
         if start is not None:
             sub.start = start
         try:
@@ -172,12 +223,10 @@ class Delivering:
 
     def unsubscribe(self, subscription_id: int) -> None:
         entry = self.members.pop(subscription_id, None)
-        consumer = self.consumers.pop(subscription_id, None)
-        if consumer is not None:
-            consumer.records.clear()
-            self.deliveries.cancel(consumer.tag)
-            self._ack()
+        self._detach(subscription_id)
         if entry is not None:
+            for corr in [k for k, v in self.updates.items() if v == subscription_id]:
+                del self.updates[corr]
             groups_of(self.conn.node).leave(*entry)
 
     def credit(self, subscription_id: int) -> None:
