@@ -486,7 +486,7 @@ def _by_queue_type(snap: Snapshot, protocol: str) -> dict[str, tuple[int, ...]]:
     for qtype in QUEUE_TYPES[1:]:
         counts = snap.by_queue_type.get(qtype) if protocol == "amqp091" else None
         counts = counts or (0,) * len(QUEUE_COUNTERS)
-        if counts and qtype == QUEUE_TYPES[2] and protocol == "amqp091":
+        if qtype == QUEUE_TYPES[2] and protocol == "amqp091":
             counts = _without_stream_acks(snap, counts)
         out[qtype] = counts
         other = [a + b for a, b in zip(other, counts, strict=True)]
