@@ -15,8 +15,8 @@ return series with the labels the panel shows.
 No panel is allowed to come back empty but the 4.x Overview's message size
 panels (NO_DATA): all of them read families Warren always exports, alarms
 included (value 0 while no alarm is raised), and the Stream dashboard's
-protocol="stream" series, which Warren exports as zeros (it has no RabbitMQ
-Stream protocol listener: docs/metrics.md).
+protocol="stream" series, which Warren always exports (zeros here: the load
+is AMQP's; docs/metrics.md).
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from warren.http import (
     api_objects,
     api_parameters,
     api_shovels,
+    api_stream,
     api_ui,
 )
 from warren.http.bodies import BodyBudget, check_announced
@@ -73,6 +74,7 @@ def build_router() -> Router:
         api_parameters,
         api_shovels,
         api_federation,
+        api_stream,
         api_ui,
     ):
         module.register(router)

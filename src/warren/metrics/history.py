@@ -17,7 +17,10 @@ if TYPE_CHECKING:
     from warren.core.vhost import VHost
     from warren.node import ClientConnection
 
-__all__ = ["AuthAttempts", "Retired", "protocol_label"]
+__all__ = ["STREAM", "AuthAttempts", "Retired", "protocol_label"]
+
+#: The stream protocol's label (and its connections' management ``protocol``).
+STREAM = "stream"
 
 #: VHost churn counters (their attribute names).
 CHURN = (
@@ -33,6 +36,8 @@ def protocol_label(management_protocol: str) -> str:
     """RabbitMQ's protocol label for a connection's management-API ``protocol``."""
     if management_protocol.startswith("MQTT"):
         return "mqtt50" if "5" in management_protocol.split()[-1][:1] else "mqtt311"
+    if management_protocol == STREAM:
+        return STREAM
     return "amqp091"
 
 
@@ -56,7 +61,7 @@ class Retired:
     """What closed connections, deleted queues and deleted vhosts counted."""
 
     def __init__(self) -> None:
-        #: Message counters of closed non-AMQP sessions (MQTT), per protocol label.
+        #: Message counters of closed non-AMQP sessions (MQTT, stream), per protocol label.
         #: (Closed AMQP channels go to their vhost's base_stats.)
         self.sessions: dict[str, MessageStats] = {}
         #: Bytes and reads/writes of closed connections:

@@ -26,6 +26,7 @@ from warren.metrics.families import (
     GLOBAL_STREAM_ERRORS,
     TOTALS,
 )
+from warren.metrics.history import STREAM
 from warren.metrics.snapshot import QUEUE_COUNTERS, QUEUE_TYPES, QueueColumns, Snapshot
 
 __all__ = ["CHUNK", "detailed_chunks", "render", "render_chunks", "render_detailed"]
@@ -324,7 +325,8 @@ def _channel_samples(snap: Snapshot, name: str, per_object: bool) -> list[tuple[
         ]
     index = _C[_CHANNEL_COUNTER[name]]
     # Closed channels included: the counter never goes back (RabbitMQ's does).
-    return [("", sum(v[index] for v in snap.by_protocol.values()))]
+    # The stream protocol has no channels (nor channel counters in RabbitMQ).
+    return [("", sum(v[index] for p, v in snap.by_protocol.items() if p != STREAM))]
 
 
 def _connection_samples(snap: Snapshot, name: str, per_object: bool) -> list[tuple[str, float]]:
@@ -417,9 +419,9 @@ def _alarms(out: Text, snap: Snapshot) -> None:
 
 
 def _global(out: Text, snap: Snapshot) -> None:
-    protocols = [*snap.protocols, "stream"]
-    publishers: dict[str, int] = {}
-    consumers: dict[str, int] = {}
+    protocols = [*snap.protocols, STREAM]
+    publishers: dict[str, int] = {STREAM: snap.stream_publishers}
+    consumers: dict[str, int] = {STREAM: snap.stream_consumers}
     for ch in snap.channels:
         if ch.stats[_C["publish"]]:
             publishers[ch.protocol] = publishers.get(ch.protocol, 0) + 1
@@ -472,18 +474,32 @@ def _global(out: Text, snap: Snapshot) -> None:
 def _by_queue_type(snap: Snapshot, protocol: str) -> dict[str, tuple[int, ...]]:
     """Delivery counters (QUEUE_COUNTERS) of ``protocol`` per queue type: the
     non-classic queues' own counters (reached over AMQP 0-9-1 only), the rest
-    classic."""
+    classic. The stream protocol reads streams only, and RabbitMQ counts its
+    deliveries alone (its consumers settle nothing)."""
     stats = snap.by_protocol.get(protocol, (0,) * len(COUNTERS))
+    if protocol == STREAM:
+        delivered = tuple(stats[_C["deliver"]] if c == "deliver" else 0 for c in QUEUE_COUNTERS)
+        return {QUEUE_TYPES[2]: delivered}
     total = tuple(stats[_C[c]] for c in QUEUE_COUNTERS)
     out: dict[str, tuple[int, ...]] = {}
     other = [0] * len(QUEUE_COUNTERS)
     for qtype in QUEUE_TYPES[1:]:
         counts = snap.by_queue_type.get(qtype) if protocol == "amqp091" else None
         counts = counts or (0,) * len(QUEUE_COUNTERS)
+        if qtype == QUEUE_TYPES[2] and protocol == "amqp091":
+            counts = _without_stream_acks(snap, counts)
         out[qtype] = counts
         other = [a + b for a, b in zip(other, counts, strict=True)]
     classic = tuple(max(0, t - o) for t, o in zip(total, other, strict=True))
     return {QUEUE_TYPES[0]: classic, **out}
+
+
+def _without_stream_acks(snap: Snapshot, counts: tuple[int, ...]) -> tuple[int, ...]:
+    """A stream queue's counters less the stream protocol's settlements (its
+    subscriptions settle each read at once; the queue counts those acks)."""
+    acked = snap.by_protocol.get(STREAM, (0,) * len(COUNTERS))[_C["ack"]]
+    i = QUEUE_COUNTERS.index("ack")
+    return (*counts[:i], max(0, counts[i] - acked), *counts[i + 1 :])
 
 
 def _delivery_value(name: str, counts: tuple[int, ...]) -> int:

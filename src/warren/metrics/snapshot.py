@@ -22,7 +22,7 @@ from warren import __version__
 from warren.core.names import shown
 from warren.core.stats import COUNTERS, MessageStats
 from warren.memory import resident_bytes
-from warren.metrics.history import CHURN, merge_stats, protocol_label
+from warren.metrics.history import CHURN, STREAM, merge_stats, protocol_label
 
 if TYPE_CHECKING:
     from warren.node import Node
@@ -149,6 +149,9 @@ class Snapshot:
     auth: dict[str, list[int]] = field(default_factory=dict)
     protocols: list[str] = field(default_factory=list)
     consumers: int = 0
+    #: Stream protocol publishers and subscriptions (they have no channels).
+    stream_publishers: int = 0
+    stream_consumers: int = 0
     disk_alarm: bool = False
     mem_alarm: bool = False
     fd_alarm: bool = False
@@ -252,6 +255,12 @@ async def snapshot(node: Node) -> Snapshot:
             )
         )
         totals = by_protocol.setdefault(label, MessageStats())
+        if label == STREAM:
+            # No channels: the connection's own counters (its channel_stats).
+            for _vhost, live in conn.channel_stats():
+                totals.add(live)
+            snap.stream_publishers += info.get("publishers", 0)
+            snap.stream_consumers += info.get("subscriptions", 0)
         for ch_name, vhost_name, counts in conn.channel_counts():
             ch_name, vhost_name = shown(ch_name), shown(vhost_name)
             by_exchange, by_queue, routed = counts.rows()
@@ -291,6 +300,9 @@ async def snapshot(node: Node) -> Snapshot:
             if seen % SLICE == 0:
                 await asyncio.sleep(0)
     snap.by_protocol = {label: stats.values() for label, stats in by_protocol.items()}
+    # Every stream protocol publish expects a confirm (RabbitMQ counts both alike).
+    received_confirm[STREAM] = by_protocol.get(STREAM, MessageStats()).publish
+    snap.consumers += snap.stream_consumers
     snap.received_confirm = received_confirm
     for label, stats in queue_stats.items():
         values = stats.values()

@@ -546,6 +546,7 @@ class StreamConnection:
             self.close(ResponseCode.INTERNAL_ERROR, "internal error")
 
     def info(self) -> dict[str, Any]:
+        named = self.client_properties.get("connection_name")
         return connection_listing(
             self,
             "stream",
@@ -557,13 +558,67 @@ class StreamConnection:
             frame_max=self.frame_max,
             publishers=len(self.control.publishers),
             subscriptions=len(self.control.subscriptions),
+            **({"user_provided_name": named} if named else {}),
         )
+
+    def publishers_info(self) -> list[dict[str, Any]]:
+        """Its publishers as rabbitmq_stream_management lists them (without
+        ``connection_details``, which the management API adds)."""
+        vhost = self.vhost.name if self.vhost is not None else ""
+        return [
+            {
+                "confirmed": p.confirmed,
+                "errored": p.errored,
+                "published": p.published,
+                "publisher_id": p.publisher_id,
+                "queue": {"name": p.stream, "vhost": vhost},
+                "reference": p.reference,
+            }
+            for p in self.control.publishers.values()
+        ]
+
+    def consumers_info(self) -> list[dict[str, Any]]:
+        """Its subscriptions as rabbitmq_stream_management lists them: a single
+        active consumer's ``active`` and ``activity_status`` (``single_active``,
+        ``waiting``), ``offset`` the last record delivered, ``offset_lag`` the
+        records of the stream it has not been sent yet."""
+        vhost = self.vhost.name if self.vhost is not None else ""
+        members = self.control.delivering.members
+        out = []
+        for sub in self.control.subscriptions.values():
+            entry = members.get(sub.subscription_id)
+            active = entry is None or entry[1].active
+            sac_status = "single_active" if active else "waiting"
+            status = "up" if entry is None else sac_status
+            stream = sub.queue.stream
+            last = stream.next_offset - 1
+            if last < stream.first_offset:
+                lag = 0  # an empty stream
+            elif sub.consumed:
+                lag = max(0, last - sub.last_offset)
+            else:
+                lag = max(0, last - sub.start + 1)
+            out.append(
+                {
+                    "active": active,
+                    "activity_status": status,
+                    "consumed": sub.consumed,
+                    "credits": sub.credit,
+                    "offset": sub.last_offset,
+                    "offset_lag": lag,
+                    "properties": dict(sub.properties),
+                    "queue": {"name": sub.stream, "vhost": vhost},
+                    "subscription_id": sub.subscription_id,
+                }
+            )
+        return out
 
     def channels_info(self, ages: Ages | None = None) -> list[dict[str, Any]]:
         return []
 
     def channel_stats(self) -> list[tuple[str, MessageStats]]:
-        return []
+        """Its counters, as an MQTT connection's: no channels, one stream of counts."""
+        return [(self.vhost.name, self.stats)] if self.vhost is not None else []
 
     def channel_counts(self) -> list[tuple[str, str, ChannelCounts]]:
         return []

@@ -83,6 +83,11 @@ class Publisher:
     stream: str
     reference: str
     queue: StreamQueue
+    #: Records received, confirmed and refused (the management API's
+    #: published/confirmed/errored, counted per frame and batch).
+    published: int = 0
+    confirmed: int = 0
+    errored: int = 0
 
 
 @dataclass(slots=True)
@@ -95,6 +100,9 @@ class Subscription:
     credit: int
     properties: dict[str, str]
     queue: StreamQueue
+    #: Records delivered, and the offset of the last (counted per chunk).
+    consumed: int = 0
+    last_offset: int = 0
 
 
 def stream_arguments(arguments: dict[str, str]) -> dict[str, Any]:

@@ -309,5 +309,7 @@ class Delivering:
             out.append(deliver_prefix(sub.subscription_id, len(chunk), committed))
             out.append(chunk)
             sub.credit = max(sub.credit - 1, 0)
+            sub.consumed += j - i
+            sub.last_offset = first + j - i - 1
             self.conn.stats.deliver += j - i
             i = j

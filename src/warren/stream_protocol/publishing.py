@@ -150,7 +150,9 @@ class Publishing:
         # One entry for the stream however many records took it (Settlements'
         # batches are keyed by their store set).
         stores = [q.store] if durable or top > last else []
+        pub.published += len(entries.publishing_ids)
         if errors:
+            pub.errored += len(errors)
             conn.reply(c.PublishError(pub.publisher_id, errors))
         answered = stored + duplicates
         if not answered:
@@ -186,6 +188,9 @@ class Publishing:
                 PublishingError(pid, ResponseCode.INTERNAL_ERROR)
             )
         for publisher_id, errors in by_publisher.items():
+            pub = conn.control.publishers.get(publisher_id)
+            if pub is not None:
+                pub.errored += len(errors)
             conn.reply(c.PublishError(publisher_id, errors))
 
     def before_output(self) -> None:
@@ -199,5 +204,11 @@ class Publishing:
             self.settlements.written()
         if self._confirms:
             confirms, self._confirms = self._confirms, {}
+            publishers = self.conn.control.publishers
+            stats = self.conn.stats
             for publisher_id, ids in confirms.items():
+                stats.confirm += len(ids)
+                pub = publishers.get(publisher_id)
+                if pub is not None:
+                    pub.confirmed += len(ids)
                 self.conn.reply(c.PublishConfirm(publisher_id, ids))
