@@ -32,6 +32,7 @@ from warren.http import (
     api_objects,
     api_parameters,
     api_shovels,
+    api_super_streams,
     api_ui,
 )
 from warren.http.bodies import BodyBudget, check_announced
@@ -72,6 +73,7 @@ def build_router() -> Router:
         api_connections,
         api_parameters,
         api_shovels,
+        api_super_streams,
         api_federation,
         api_ui,
     ):

@@ -259,3 +259,52 @@ def test_create_is_answered_once_durable(tmp_path: Path, monkeypatch: pytest.Mon
         harness.settle()
         answers = [encoding.decode_frame(f) for f in split_frames(client.take())]
         assert [a.response_code for a in answers] == [OK]
+
+
+def test_the_management_api_makes_and_deletes_one(broker: Harness) -> None:
+    """RabbitMQ's PUT /api/stream/super-streams/{vhost}/{name} (its
+    rabbitmq_stream_management checks), and Warren's DELETE."""
+    api = broker.http()
+    path = "/api/stream/super-streams/%2F/"
+    assert api.put(path + "carrots", {"partitions": 3}).status == 204
+    client = opened(broker)
+    assert partitions(client, "carrots") == (OK, ["carrots-0", "carrots-1", "carrots-2"])
+    assert api.put(path + "cucumber", {"binding-keys": "fresh, old,,"}).status == 204
+    assert partitions(client, "cucumber")[1] == ["cucumber-fresh", "cucumber-old"]
+    assert route(client, "cucumber", "old") == (OK, ["cucumber-old"])
+    args = {"max-length-bytes": 1000000, "max-age": "1h", "queue-leader-locator": "client-local"}
+    assert api.put(path + "aubergine", {"partitions": "2", "arguments": args}).status == 204
+    assert vhost(broker).queues["aubergine-1"].arguments["x-max-length-bytes"] == 1000000
+    bad = [
+        {"partitions": 3, "binding-keys": "a"},
+        {},
+        {"partitions": "this is not a partition"},
+        {"partitions": 0},
+        {"partitions": -5},
+        {"partitions": 1001},
+        {"binding-keys": " , "},
+        {"binding-keys": ",".join(f"k{i}" for i in range(1001))},
+        {"partitions": 3, "arguments": {"queue-leader-locator": "remote"}},
+        {"partitions": 3, "arguments": ["no"]},
+    ]
+    for body in bad:
+        reply = api.put(path + "watermelon", body)
+        assert reply.status == 400, (body, reply)
+    assert "watermelon" not in vhost(broker).exchanges
+    taken = api.put(path + "carrots", {"partitions": 1})
+    assert taken.status == 400 and "already" in taken.json()["reason"]
+    assert api.put("/api/stream/super-streams/nope/x", {"partitions": 1}).status == 404
+
+    def user() -> None:
+        users = broker.broker.users
+        users.add_user("no-configure", "pw", tags=["management"])
+        users.set_permissions("no-configure", "/", "^$", ".*", ".*")
+
+    broker.call(user)
+    limited = api.as_user("no-configure", "pw")
+    assert limited.put(path + "denied", {"partitions": 3}).status == 401
+    assert limited.delete(path + "carrots").status == 401
+    assert api.delete(path + "carrots").status == 204
+    assert "carrots" not in vhost(broker).exchanges
+    assert not [q for q in vhost(broker).queues if q.startswith("carrots")]
+    assert api.delete(path + "carrots").status == 404
