@@ -45,6 +45,7 @@ __all__ = [
     "create",
     "delete",
     "parse_binding_keys",
+    "partition_index",
     "partitions",
     "route",
     "stream_arguments",
@@ -275,6 +276,29 @@ def partitions(vhost: VHost, name: str) -> list[str]:
     ex = _exchange(vhost, name)
     bindings = [b for b in ex.bindings.values() if _is_stream(b.destination)]
     return [b.destination.name for b in _ordered(bindings)]
+
+
+def partition_index(vhost: VHost, name: str, stream: str) -> int:
+    """``stream``'s index in super stream ``name`` (what a single active
+    consumer of a partition is chosen by): its binding's order, else the
+    number after the last ``-`` of its name, else -1; NotFound when there is
+    no such exchange or ``stream`` is not one of its partitions
+    (rabbit_stream_manager:partition_index)."""
+    ex = _exchange(vhost, name)
+    bindings = [
+        b
+        for b in ex.bindings.values()
+        if _is_stream(b.destination) and b.destination.name == stream
+    ]
+    if not bindings:
+        raise NotFound(f"no partition '{stream}' in super stream '{name}'")
+    order = _order(_ordered(bindings)[0])
+    if order is not None:
+        return order
+    _, dash, suffix = stream.rpartition("-")
+    if dash and suffix.isascii() and suffix.isdigit():
+        return int(suffix)
+    return -1
 
 
 def route(vhost: VHost, name: str, routing_key: str) -> list[str]:

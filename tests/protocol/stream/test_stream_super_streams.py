@@ -6,6 +6,7 @@ and a restart that keeps one."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from harness.held_syncs import HeldSyncs
 from harness.stream import MemoryStream, split_frames
 from rstream import encoding, schema
 
+from warren.core import super_stream
+from warren.core.errors import NotFound
 from warren.core.exchange import DirectExchange
 from warren.core.stream_queue import StreamQueue
 from warren.core.super_stream import PARTITION_ORDER, SUPER_STREAM
@@ -308,3 +311,24 @@ def test_the_management_api_makes_and_deletes_one(broker: Harness) -> None:
     assert "carrots" not in vhost(broker).exchanges
     assert not [q for q in vhost(broker).queues if q.startswith("carrots")]
     assert api.delete(path + "carrots").status == 404
+
+
+def test_partition_index(broker: Harness) -> None:
+    """rabbit_stream_manager:partition_index: the binding's order, else the
+    name's number, else -1 (what a partition's single active consumer goes by)."""
+    client = opened(broker)
+    assert create(client, "idx", ["idx-b", "idx-a"], ["b", "a"]) == OK
+    v = vhost(broker)
+
+    def unordered() -> None:
+        for name in ("idx-7", "idx-x"):
+            v.declare_queue(name, durable=True, arguments={"x-queue-type": "stream"})
+            v.bind(v.exchanges["idx"], v.queues[name], name)
+
+    broker.call(unordered)
+    index = partial(super_stream.partition_index, v, "idx")
+    assert [index(s) for s in ("idx-b", "idx-a", "idx-7", "idx-x")] == [0, 1, 7, -1]
+    with pytest.raises(NotFound):
+        index("elsewhere")
+    with pytest.raises(NotFound):
+        super_stream.partition_index(v, "missing", "idx-a")
