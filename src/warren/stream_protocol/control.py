@@ -214,13 +214,19 @@ class ControlPlane:
             self.conn.reply(c.DeleteResponse(corr, ResponseCode.INTERNAL_ERROR))
             return
         self.conn.reply_after(mark, c.DeleteResponse(corr))
-        # Every stream connection with a publisher or subscription on it hears
-        # (RabbitMQ: its stream monitors), this one after its answer.
+        self._streams_deleted(vhost, [name])
+
+    def _streams_deleted(self, vhost: Any, streams: list[str]) -> None:
+        """Every stream connection with a publisher or subscription on one of
+        ``streams`` hears (RabbitMQ: its stream monitors), this one after its
+        answer."""
         for other in list(getattr(self.conn.node, "connections", ())):
             gone = getattr(other, "stream_gone", None)
             if gone is not None and getattr(other, "vhost", None) is vhost:
-                gone(name)
-        self.stream_gone(name)
+                for stream in streams:
+                    gone(stream)
+        for stream in streams:
+            self.stream_gone(stream)
 
     def stream_gone(self, stream: str) -> None:
         """``stream`` was deleted: its publishers and subscriptions here go,
@@ -526,17 +532,7 @@ class ControlPlane:
             self.conn.reply(c.DeleteSuperStreamResponse(corr, code))
             return
         self.conn.reply_after(mark, c.DeleteSuperStreamResponse(corr))
-        for other in list(getattr(self.conn.node, "connections", ())):
-            gone = getattr(other, "stream_gone", None)
-            if (
-                gone is not None
-                and other is not self.conn
-                and getattr(other, "vhost", None) is vhost
-            ):
-                for stream in deleted:
-                    gone(stream)
-        for stream in deleted:
-            self.stream_gone(stream)
+        self._streams_deleted(vhost, deleted)
 
     def _consumer_update_response(self, command: c.ConsumerUpdateResponse) -> None:
         """Where a newly active single active consumer starts: the answer's
