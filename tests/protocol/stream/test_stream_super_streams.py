@@ -332,3 +332,23 @@ def test_partition_index(broker: Harness) -> None:
         index("elsewhere")
     with pytest.raises(NotFound):
         super_stream.partition_index(v, "missing", "idx-a")
+
+
+def test_a_failure_half_way_takes_back_what_was_made(broker: Harness) -> None:
+    """The second partition's directory cannot be made (a full or failing
+    disk): the first partition and the exchange go again, INTERNAL_ERROR."""
+    v = vhost(broker)
+    real = v._stream_store_factory
+
+    def failing(vh: Any, name: str, arguments: dict[str, Any]) -> Any:
+        if name == "roll-1":
+            raise OSError(28, "No space left on device")
+        return real(vh, name, arguments)
+
+    v._stream_store_factory = failing
+    client = opened(broker)
+    assert create_n(client, "roll", 3) == ResponseCode.INTERNAL_ERROR
+    assert "roll" not in v.exchanges
+    assert not [q for q in v.queues if q.startswith("roll")]
+    v._stream_store_factory = real
+    assert create_n(client, "roll", 3) == OK
