@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from warren.ctl import commands as c
+from warren.ctl import super_streams as ss
 from warren.ctl.context import Handler, positive_int
 from warren.ctl.startup import cmd_await_startup
 
@@ -238,6 +239,13 @@ def register(resources: Any, common: argparse.ArgumentParser) -> None:
     p = action(g, "delete", c.cmd_exchanges_delete, "delete an exchange")
     p.add_argument("name", metavar="NAME")
     p.add_argument("--if-unused", action="store_true", help="only if it has no bindings")
+
+    # super streams (rabbitmq-streams add_super_stream, delete_super_stream)
+    g = resource("super-streams", "super streams: add, delete")
+    p = action(g, "add", ss.cmd_add, "add a super stream: its exchange and partition streams")
+    ss.add_options(p)
+    p = action(g, "delete", ss.cmd_delete, "delete a super stream and its partition streams")
+    p.add_argument("name", metavar="NAME")
 
     # bindings
     def binding_filters(p: argparse.ArgumentParser) -> None:

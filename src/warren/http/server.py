@@ -33,6 +33,7 @@ from warren.http import (
     api_parameters,
     api_shovels,
     api_stream,
+    api_super_streams,
     api_ui,
 )
 from warren.http.bodies import BodyBudget, check_announced
@@ -73,6 +74,7 @@ def build_router() -> Router:
         api_connections,
         api_parameters,
         api_shovels,
+        api_super_streams,
         api_federation,
         api_stream,
         api_ui,

@@ -37,6 +37,7 @@ from warren.stream_protocol.constants import INITIAL_FRAME_MAX, ResponseCode
 from warren.stream_protocol.control import ControlPlane
 from warren.stream_protocol.frames import FrameReader, decode_frame
 from warren.stream_protocol.messages import RawMessages, StreamMessageCodec
+from warren.stream_protocol.single_active import ACTIVE
 from warren.stream_protocol.wire import StreamProtocolError
 
 if TYPE_CHECKING:
@@ -587,7 +588,7 @@ class StreamConnection:
         out = []
         for sub in self.control.subscriptions.values():
             entry = members.get(sub.subscription_id)
-            active = entry is None or entry[1].active
+            active = entry is None or entry[1].state == ACTIVE
             sac_status = "single_active" if active else "waiting"
             status = "up" if entry is None else sac_status
             stream = sub.queue.stream

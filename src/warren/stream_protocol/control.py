@@ -7,11 +7,9 @@ store/stream_tracking.py, shared with AMQP's tracked consumers),
 DeclarePublisher/QueryPublisherSequence/DeletePublisher, Subscribe/Credit/
 Unsubscribe (validation and bookkeeping; the records themselves are
 publishing.py's and delivering.py's), StreamStats, ResolveOffsetSpec,
-ExchangeCommandVersions, and Route/Partitions (the core has no super streams
-yet: answered as RabbitMQ answers for a missing one). Response codes and
-their order of checks follow RabbitMQ's rabbit_stream_reader.
-
-Not built yet (docs/streams.md): super stream creation.
+ExchangeCommandVersions, and the super streams' CreateSuperStream,
+DeleteSuperStream, Route and Partitions (core/super_stream.py). Response
+codes and their order of checks follow RabbitMQ's rabbit_stream_reader.
 
 Offsets: RabbitMQ stores the offset of the last message a consumer
 processed; Warren's tracking keeps the next one to read (what AMQP's tracked
@@ -26,9 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from warren.core.errors import AccessRefused, BrokerError, PreconditionFailed
+from warren.core import super_stream
+from warren.core.errors import AccessRefused, BrokerError, NotFound, PreconditionFailed
 from warren.core.stream import StartSpec
 from warren.core.stream_queue import StreamQueue
+from warren.core.super_stream import stream_arguments
 from warren.stream_protocol import commands as c
 from warren.stream_protocol.constants import (
     SERVER_COMMAND_VERSIONS,
@@ -62,19 +62,12 @@ MAX_CREDIT: Final = 1 << 31
 #: Publishers and subscriptions per connection (their ids are one byte).
 MAX_PUBLISHERS: Final = 256
 MAX_SUBSCRIPTIONS: Final = 256
-#: Create's arguments, named as RabbitMQ's stream manager takes them (without
-#: the queue argument's ``x-``): numbers, and strings. Others are ignored, as
-#: RabbitMQ ignores them; stream-filter-size-bytes too (Warren's filter is
-#: exact, it has no bloom filter to size).
-_INT_ARGUMENTS: Final = frozenset(
-    {"max-length-bytes", "stream-max-segment-size-bytes", "initial-cluster-size"}
-)
-_STR_ARGUMENTS: Final = frozenset({"max-age", "queue-leader-locator"})
 
 CONFIGURE: Final = "configure"
 WRITE: Final = "write"
 READ: Final = "read"
 QUEUE: Final = "queue"
+EXCHANGE: Final = "exchange"
 
 
 @dataclass(slots=True)
@@ -103,22 +96,6 @@ class Subscription:
     #: Records delivered, and the offset of the last (counted per chunk).
     consumed: int = 0
     last_offset: int = 0
-
-
-def stream_arguments(arguments: dict[str, str]) -> dict[str, Any]:
-    """Create's string arguments (``max-age``...) as a stream queue's declaration
-    takes them (``x-max-age``...);
-    PreconditionFailed when a number is not one."""
-    out: dict[str, Any] = {"x-queue-type": "stream"}
-    for key, value in arguments.items():
-        if key in _INT_ARGUMENTS:
-            try:
-                out["x-" + key] = int(value)
-            except ValueError:
-                raise PreconditionFailed(f"invalid {key}: {value!r}") from None
-        elif key in _STR_ARGUMENTS:
-            out["x-" + key] = value
-    return out
 
 
 def _name(stream: str) -> str | None:
@@ -245,13 +222,19 @@ class ControlPlane:
             self.conn.reply(c.DeleteResponse(corr, ResponseCode.INTERNAL_ERROR))
             return
         self.conn.reply_after(mark, c.DeleteResponse(corr))
-        # Every stream connection with a publisher or subscription on it hears
-        # (RabbitMQ: its stream monitors), this one after its answer.
+        self._streams_deleted(vhost, [name])
+
+    def _streams_deleted(self, vhost: Any, streams: list[str]) -> None:
+        """Every stream connection with a publisher or subscription on one of
+        ``streams`` hears (RabbitMQ: its stream monitors), this one after its
+        answer."""
         for other in list(getattr(self.conn.node, "connections", ())):
             gone = getattr(other, "stream_gone", None)
             if gone is not None and getattr(other, "vhost", None) is vhost:
-                gone(name)
-        self.stream_gone(name)
+                for stream in streams:
+                    gone(stream)
+        for stream in streams:
+            self.stream_gone(stream)
 
     def stream_gone(self, stream: str) -> None:
         """``stream`` was deleted: its publishers and subscriptions here go,
@@ -487,27 +470,81 @@ class ControlPlane:
         versions = [CommandVersion(int(k), lo, hi) for k, lo, hi in SERVER_COMMAND_VERSIONS]
         self.conn.reply(c.ExchangeCommandVersionsResponse(command.correlation_id, OK, versions))
 
+    # -- super streams (core/super_stream.py) ----------------------------------------------
     def _route(self, command: c.Route) -> None:
-        """No super streams in the core yet: RabbitMQ's answer for a missing one."""
-        self.conn.reply(
-            c.RouteResponse(command.correlation_id, ResponseCode.STREAM_DOES_NOT_EXIST, [])
-        )
+        """Write on the exchange, then on every stream routed to (RabbitMQ's
+        order); no route is OK with no streams."""
+        corr, name = command.correlation_id, command.super_stream
+        if not self.conn.client_session.allowed(WRITE, EXCHANGE, name):
+            self.conn.reply(c.RouteResponse(corr, ResponseCode.ACCESS_REFUSED, []))
+            return
+        try:
+            streams = super_stream.route(self._vhost, name, command.routing_key)
+        except NotFound:
+            self.conn.reply(c.RouteResponse(corr, ResponseCode.STREAM_DOES_NOT_EXIST, []))
+            return
+        if not all(self._allowed(WRITE, s) for s in streams):
+            self.conn.reply(c.RouteResponse(corr, ResponseCode.ACCESS_REFUSED, []))
+            return
+        self.conn.reply(c.RouteResponse(corr, OK, streams))
 
     def _partitions(self, command: c.Partitions) -> None:
-        self.conn.reply(
-            c.PartitionsResponse(command.correlation_id, ResponseCode.STREAM_DOES_NOT_EXIST, [])
+        """Read or write on the exchange and on every partition."""
+        corr, name = command.correlation_id, command.super_stream
+        if not self._read_or_write(EXCHANGE, name):
+            self.conn.reply(c.PartitionsResponse(corr, ResponseCode.ACCESS_REFUSED, []))
+            return
+        try:
+            streams = super_stream.partitions(self._vhost, name)
+        except NotFound:
+            self.conn.reply(c.PartitionsResponse(corr, ResponseCode.STREAM_DOES_NOT_EXIST, []))
+            return
+        if not all(self._read_or_write(QUEUE, s) for s in streams):
+            self.conn.reply(c.PartitionsResponse(corr, ResponseCode.ACCESS_REFUSED, []))
+            return
+        self.conn.reply(c.PartitionsResponse(corr, OK, streams))
+
+    def _read_or_write(self, resource_type: str, name: str) -> bool:
+        session = self.conn.client_session
+        return session.allowed(READ, resource_type, name) or session.allowed(
+            WRITE, resource_type, name
         )
 
     def _create_super_stream(self, command: c.CreateSuperStream) -> None:
-        """Not built yet (super streams are a later step of issue 31)."""
-        self.conn.reply(
-            c.CreateSuperStreamResponse(command.correlation_id, ResponseCode.INTERNAL_ERROR)
-        )
+        """Answered once the exchange, streams and bindings are durable."""
+        corr, name = command.correlation_id, command.name
+        mark = self.conn.client_session.change_mark()
+        try:
+            super_stream.create(
+                self._vhost,
+                name,
+                command.partitions,
+                command.binding_keys,
+                command.arguments,
+                self.conn.client_session.check,
+            )
+        except BrokerError as exc:
+            code = _super_stream_code(exc)
+            if code != ResponseCode.ACCESS_REFUSED:
+                log.warning("%s: super stream '%s' not created: %s", self.conn.name, name, exc.text)
+            self.conn.reply(c.CreateSuperStreamResponse(corr, code))
+            return
+        self.conn.reply_after(mark, c.CreateSuperStreamResponse(corr))
 
     def _delete_super_stream(self, command: c.DeleteSuperStream) -> None:
-        self.conn.reply(
-            c.DeleteSuperStreamResponse(command.correlation_id, ResponseCode.STREAM_DOES_NOT_EXIST)
-        )
+        """Answered once the deletions are durable; then the publishers and
+        subscriptions of its partitions hear, as for Delete."""
+        corr, name = command.correlation_id, command.name
+        vhost = self._vhost
+        mark = self.conn.client_session.change_mark()
+        try:
+            deleted = super_stream.delete(vhost, name, self.conn.client_session.check)
+        except BrokerError as exc:
+            code = _super_stream_code(exc)
+            self.conn.reply(c.DeleteSuperStreamResponse(corr, code))
+            return
+        self.conn.reply_after(mark, c.DeleteSuperStreamResponse(corr))
+        self._streams_deleted(vhost, deleted)
 
     def _consumer_update_response(self, command: c.ConsumerUpdateResponse) -> None:
         """Where a newly active single active consumer starts: the answer's
@@ -521,6 +558,19 @@ class ControlPlane:
             if spec is not None:
                 start = spec.resolve(sub.queue.stream)
         self.delivering.update_answered(command, start)
+
+
+def _super_stream_code(exc: BrokerError) -> int:
+    """A super stream refusal's response code (rabbit_stream_reader's)."""
+    if isinstance(exc, AccessRefused):
+        return int(ResponseCode.ACCESS_REFUSED)
+    if isinstance(exc, NotFound):
+        return int(ResponseCode.STREAM_DOES_NOT_EXIST)
+    if isinstance(exc, super_stream.AlreadyExists):
+        return int(ResponseCode.STREAM_ALREADY_EXISTS)
+    if isinstance(exc, PreconditionFailed):
+        return int(ResponseCode.PRECONDITION_FAILED)
+    return int(ResponseCode.INTERNAL_ERROR)
 
 
 def start_spec(offset: OffsetSpec) -> StartSpec | None:

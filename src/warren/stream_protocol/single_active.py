@@ -30,7 +30,8 @@ import logging
 import weakref
 from typing import TYPE_CHECKING, Any, Final
 
-from warren.core.stream_queue import StreamQueue
+from warren.core import super_stream as super_streams
+from warren.core.errors import NotFound
 
 if TYPE_CHECKING:
     from warren.core.clock import Clock, TimerHandle
@@ -56,8 +57,6 @@ log = logging.getLogger("warren.stream")
 #: is activated anyway (RabbitMQ's stream request_timeout; RabbitMQ closes
 #: such a connection, Warren moves the group on and keeps it).
 HANDOVER_TIMEOUT_MS: Final = 60_000
-#: The binding argument holding a partition's index in its super stream.
-PARTITION_ORDER: Final = "x-stream-partition-order"
 
 # A member's states.
 WAITING: Final = 0
@@ -71,38 +70,13 @@ GroupKey = tuple[str, str, str]
 
 
 def partition_index(vhost: VHost, super_stream: str, stream: str) -> int:
-    """``stream``'s index in ``super_stream`` (-1: none), as RabbitMQ's stream
-    manager finds it: the lowest ``x-stream-partition-order`` of the super
-    stream exchange's bindings to the stream, else the number after the
-    stream name's last ``-``; -1 without an exchange or a binding."""
-    exchange = vhost.exchanges.get(super_stream)
-    if exchange is None:
-        return -1
-    orders: list[int] = []
-    bound = False
-    for binding in exchange.bindings.values():
-        dest = binding.destination
-        if not isinstance(dest, StreamQueue) or dest.name != stream:
-            continue
-        bound = True
-        order = _integer(binding.arguments.get(PARTITION_ORDER))
-        if order is not None:
-            orders.append(order)
-    if not bound:
-        return -1
-    if orders:
-        return min(orders)
-    suffix = stream.rpartition("-")[2] if "-" in stream else ""
-    return int(suffix) if suffix.isdigit() else -1
-
-
-def _integer(value: Any) -> int | None:
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
+    """``stream``'s index in ``super_stream`` (core/super_stream.py's, as
+    RabbitMQ's stream manager finds it); -1 without such an exchange or a
+    binding to the stream."""
     try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+        return super_streams.partition_index(vhost, super_stream, stream)
+    except NotFound:
+        return -1
 
 
 class Member:
