@@ -26,9 +26,6 @@ from rstream import (
 
 from warren.pytest_plugin import WarrenBroker, start_broker
 
-# SuperStreamConsumer asks Partitions (core/super_stream.py, built beside this).
-pytest.importorskip("warren.core.super_stream")
-
 pytestmark = [pytest.mark.timeout(120)]
 
 HOST = "127.0.0.1"
