@@ -234,6 +234,8 @@ class _Consumer(Receiver):
                 if end > n:
                     break
                 start = pos + 4
+                if end - start < 4:
+                    raise StreamError(f"frame of {end - start} bytes from the broker")
                 key = buf[start] << 8 | buf[start + 1]
                 if key == DELIVER:
                     got += 1
@@ -252,8 +254,6 @@ class _Consumer(Receiver):
                     raise _fatal(buf, start, end)
                 elif key == _CREDIT_REFUSED:
                     raise StreamError("the broker refused a Credit")
-                elif end - start < 4:
-                    raise StreamError(f"frame of {end - start} bytes from the broker")
                 pos = end
             buf = buf[pos:] if pos < n else b""
             if got:
