@@ -13,8 +13,9 @@ bodies, one producer and one consumer on one stream, at once: the producer
 publishes with confirms, at most 10,000 unconfirmed, 100 messages to a Publish
 frame; the consumer subscribes from ``next`` with 10 chunks of credit and
 grants one back per chunk. Each cell is measured with ``warren perf stream``
-(run from this checkout) and with rstream, a client that shares no code with
-Warren (bench/stream_rstream.py). The number is the consumer's msg/s over the
+(run from this checkout) and with two clients that share no code with Warren:
+rstream (bench/stream_rstream.py) and rbfly (bench/stream_rbfly.py, its own
+batching: 10,000 messages flushed and confirmed at a time). The number is the consumer's msg/s over the
 run; the stream is created fresh for every run. The broker's CPU (utime +
 stime from /proc) over each run, per published message, is reported beside it.
 """
@@ -39,6 +40,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "src"))
 
 import amqp_brokers as brokers  # noqa: E402
+import stream_rbfly  # noqa: E402
 import stream_rstream  # noqa: E402
 
 from warren.perf.stream_client import StreamURI, connect, walk_frames  # noqa: E402
@@ -64,9 +66,12 @@ STREAM = "perf-stream-compare"
 COLUMNS = [
     ("warren-perf", "Warren, perf"),
     ("warren-rstream", "Warren, rstream"),
+    ("warren-rbfly", "Warren, rbfly"),
     ("rabbitmq-perf", "RabbitMQ, perf"),
     ("rabbitmq-rstream", "RabbitMQ, rstream"),
+    ("rabbitmq-rbfly", "RabbitMQ, rbfly"),
 ]
+GENERATORS = ("perf", "rstream", "rbfly")
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -181,6 +186,20 @@ def rstream(port: int, size: int, seconds: float) -> dict[str, Any]:
     }
 
 
+def rbfly(port: int, size: int, seconds: float) -> dict[str, Any]:
+    brokers.log(f"rbfly: {STREAM}, {size} B")
+    r = stream_rbfly.run("127.0.0.1", port, STREAM, seconds, size)
+    cpu = r["client_cpu"]
+    return {
+        "rate": r["consume_rate"],
+        "published": r["publish_rate"],
+        "confirmed": r["confirmed"],
+        "count": round(r["publish_rate"] * seconds),
+        "client_cpu": [cpu["producer"], cpu["consumer"]],
+        "p50_ms": None,
+    }
+
+
 def measure(
     broker: Any, key: str, sizes: list[int], seconds: float, versions: dict[str, str]
 ) -> dict[tuple[int, str], dict[str, Any]]:
@@ -190,7 +209,11 @@ def measure(
     versions.update(broker.versions())
     try:
         for size in sizes:
-            for column, fn in ((f"{key}-perf", perf), (f"{key}-rstream", rstream)):
+            for column, fn in (
+                (f"{key}-perf", perf),
+                (f"{key}-rstream", rstream),
+                (f"{key}-rbfly", rbfly),
+            ):
                 fresh_stream(broker.stream_port)
                 cpu0 = cpu_seconds(broker.pid)
                 try:
@@ -344,16 +367,13 @@ def report(results: dict[tuple[int, str], dict[str, Any]], sizes: list[int]) -> 
     shown = [(k, h) for k, h in COLUMNS if any(c == k for _, c in results)]
     head = "| Body | " + " | ".join(h for _, h in shown)
     lines = [
-        head + " | W / R (perf) | W / R (rstream) |",
-        "|---|" + "---:|" * (len(shown) + 2),
+        head + "".join(f" | W / R ({g})" for g in GENERATORS) + " |",
+        "|---|" + "---:|" * (len(shown) + len(GENERATORS)),
     ]
     for size in sizes:
         row = {k: results.get((size, k)) for k, _ in COLUMNS}
         cells = [f"{row[k]['rate']:,.0f}" if row[k] else "-" for k, _ in shown]
-        cells += [
-            ratio(row["warren-perf"], row["rabbitmq-perf"]),
-            ratio(row["warren-rstream"], row["rabbitmq-rstream"]),
-        ]
+        cells += [ratio(row[f"warren-{g}"], row[f"rabbitmq-{g}"]) for g in GENERATORS]
         lines.append(f"| {_size(size)} | " + " | ".join(cells) + " |")
     tables = [
         ("Published msg/s (above the consumed rate: the consumer fell behind):", "published"),
