@@ -136,10 +136,15 @@ def test_existing_stream_is_kept_and_read_from_first(warren: WarrenBroker) -> No
     assert "perf-kept" in streams(warren)
 
 
-def test_small_bodies_carry_no_timestamp(warren: WarrenBroker) -> None:
-    s, status = measure(StreamParams(uri=url(warren), count=200, size=4, rate=20_000))
+def test_small_bodies_without_a_window_at_a_rate(warren: WarrenBroker) -> None:
+    """No confirm window: the confirms are still read and waited for at the end."""
+    p = StreamParams(uri=url(warren), count=200, size=4, rate=20_000, confirm=0)
+    s, status = measure(p)
     assert status == 0, s
-    assert s["consumed"] == 200 and s["latency_ms"] is None
+    assert s["consumed"] == 200 and s["confirmed"] == 200 and s["latency_ms"] is None
+    out = io.StringIO()
+    print_summary(s, out)
+    assert "bodies under 8 bytes" in out.getvalue()
 
 
 def test_idle_consumer_sends_heartbeats() -> None:

@@ -198,4 +198,12 @@ def print_summary(s: dict[str, Any], out: TextIO) -> None:
         acked = f"{format_count(s['confirmed']):>14}   publish errors {s['publish_errors']}"
         if s["records_per_chunk"]:
             acked += f", {s['records_per_chunk']} records per delivered chunk"
-    _print_summary(s, out, TERMS, acked, "n/a (bodies under 8 bytes carry no timestamp)")
+    params = s.get("params", {})
+    no_latency = (
+        "n/a (no consumers)"
+        if not params.get("consumers")
+        else "n/a (bodies under 8 bytes carry no timestamp)"
+        if params.get("size", 0) < 8
+        else "n/a (no messages consumed)"
+    )
+    _print_summary(s, out, TERMS, acked, no_latency)
