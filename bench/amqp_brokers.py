@@ -339,10 +339,12 @@ class RabbitMQ(Broker):
     cpu_note = "RabbitMQ's Erlang VM uses as many schedulers as there are CPUs"
     SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 
-    def __init__(self, port: int = 0, plugins: list[str] | None = None) -> None:
+    def __init__(self, port: int = 0, plugins: list[str] | None = None, config: str = "") -> None:
         super().__init__(port)
         #: Plugins enabled at the start (e.g. rabbitmq_amqp1_0: AMQP 1.0 on the AMQP port).
         self.plugins = plugins or []
+        #: rabbitmq.conf's lines (e.g. rabbitmq_stream's listener).
+        self.config = config
         self.proc: subprocess.Popen[bytes] | None = None
         self.tmp: tempfile.TemporaryDirectory[str] | None = None
         self._env: dict[str, str] = {}
@@ -372,7 +374,7 @@ class RabbitMQ(Broker):
         self.tmp = tempfile.TemporaryDirectory(prefix="rabbitmq-bench-")
         base = Path(self.tmp.name)
         (base / "enabled_plugins").write_text("[" + ",".join(self.plugins) + "].\n")
-        (base / "rabbitmq.conf").write_text("")
+        (base / "rabbitmq.conf").write_text(self.config)
         self.port = self.port or free_port()
         self._env = dict(
             os.environ,
