@@ -81,7 +81,8 @@ def stream_off(src: Path) -> list[str]:
     """``--stream-port -1`` (its 5552 may be RabbitMQ's) for a Warren at ``src`` that
     has the flag: an older checkout, run for a before/after, has neither it nor the
     listener."""
-    return ["--stream-port", "-1"] if "--stream-port" in (src / "warren" / "cli.py").read_text() else []
+    has_flag = "--stream-port" in (src / "warren" / "cli.py").read_text()
+    return ["--stream-port", "-1"] if has_flag else []
 
 
 def free_port() -> int:
