@@ -77,6 +77,14 @@ def warren_src() -> Path:
     return _WARREN_SRC[0]
 
 
+def stream_off(src: Path) -> list[str]:
+    """``--stream-port -1`` (its 5552 may be RabbitMQ's) for a Warren at ``src`` that
+    has the flag: an older checkout, run for a before/after, has neither it nor the
+    listener."""
+    has_flag = "--stream-port" in (src / "warren" / "cli.py").read_text()
+    return ["--stream-port", "-1"] if has_flag else []
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -236,6 +244,7 @@ class Warren(ChildBroker):
             "-1",  # no management listener: RabbitMQ's may hold 15672
             "--mqtt-port",
             "-1",
+            *stream_off(warren_src()),
             "--prometheus-port",
             "-1",
             "-D",

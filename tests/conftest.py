@@ -146,10 +146,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def start_broker(
     data_dir: Path, start_timeout: float = 120, clock: Clock | None = None, **settings: Any
 ) -> BrokerThread:
-    # Ephemeral ports for both listeners, so brokers started in parallel never collide.
+    # Ephemeral ports for every listener, so brokers started in parallel never collide
+    # (the stream protocol's TLS port only when asked, never its 5551).
     settings.setdefault("http_port", 0)
     settings.setdefault("mqtt_port", 0)
     settings.setdefault("prometheus_port", 0)
+    settings.setdefault("stream_port", 0)
+    settings.setdefault("stream_tls_port", -1)
     # Failed logins are tested on purpose here and there: no delays, no lockout
     # (tests/core/test_auth_guard.py turns them on).
     settings.setdefault("auth_failure_delay", 0)
@@ -165,6 +168,8 @@ def refused_start(data_dir: Path, **settings: Any) -> DamagedFile:
     settings.setdefault("http_port", 0)
     settings.setdefault("mqtt_port", 0)
     settings.setdefault("prometheus_port", 0)
+    settings.setdefault("stream_port", 0)
+    settings.setdefault("stream_tls_port", -1)
     b = BrokerThread(Config(data_dir=str(data_dir), amqp_port=0, **settings))
     try:
         with pytest.raises(DamagedFile) as info:

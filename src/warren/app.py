@@ -102,8 +102,8 @@ def default_listeners(
 ) -> list[Listener]:
     """The listeners the configuration asks for: AMQP on ``bind:amqp_port``, MQTT on
     ``mqtt_bind:mqtt_port`` (and ``mqtt_tls_port``; -1 disables either), the stream
-    protocol on ``stream_bind:stream_port`` (and ``stream_tls_port``) unless both are
-    -1 (the default), and the HTTP
+    protocol on ``stream_bind:stream_port`` (and ``stream_tls_listen_port``) unless
+    both are -1, and the HTTP
     management API on ``http_bind:http_port`` unless that port is -1, which also
     serves AMQP (``/ws/amqp``) and MQTT (``/mqtt``) over WebSocket (docs/http-api.md),
     and the Prometheus metrics on ``prometheus_bind:prometheus_port`` unless -1.
@@ -130,12 +130,13 @@ def default_listeners(
     amqp = AMQPListener(config.bind, config.amqp_port, config.amqp_tls_port, handoffs)
     mqtt = MQTTListener(config.mqtt_bind, config.mqtt_port, config.mqtt_tls_port)
     listeners += [amqp, mqtt]
-    if config.stream_port >= 0 or config.stream_tls_port >= 0:
+    stream_tls_port = config.stream_tls_listen_port
+    if config.stream_port >= 0 or stream_tls_port >= 0:
         listeners.append(
             StreamListener(
                 config.stream_bind,
                 config.stream_port,
-                config.stream_tls_port,
+                stream_tls_port,
                 AMQP1StreamMessages(),
             )
         )

@@ -150,15 +150,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--stream-port",
         type=int,
         metavar="PORT",
-        help="RabbitMQ stream protocol port (RabbitMQ's 5552), 0 picks a free one, "
-        "-1 disables it (default: -1; [stream] port)",
+        help=f"RabbitMQ stream protocol port, 0 picks a free one, -1 disables it "
+        f"(default: {d.stream_port}; [stream] port)",
     )
     p.add_argument(
         "--stream-tls-port",
         type=int,
         metavar="PORT",
         help="stream protocol over TLS port (needs --tls-cert and --tls-key), -1: none "
-        "(default: -1; [stream] tls_port)",
+        "(default: 5551 with --tls-cert and --tls-key, else none; [stream] tls_port)",
     )
     p.add_argument(
         "--amqp-tls-port",

@@ -34,6 +34,9 @@ __all__ = ["Config", "ConfigError", "LOG_LEVELS", "check_field", "normalize_log_
 
 log = logging.getLogger("warren.config")
 
+#: RabbitMQ's stream protocol TLS port: stream_tls_port's when tls_cert/tls_key are set.
+STREAM_TLS_PORT = 5551
+
 
 class ConfigError(ValueError):
     """Invalid configuration; the message is meant to be shown to the operator as is."""
@@ -209,12 +212,13 @@ class Config:
     #: AMQP 1.0 clients (rabbitmq-amqp-python-client ...) refuse any other broker.
     amqp1_announce_rabbitmq: bool = False
     #: RabbitMQ's stream protocol (warren.stream_protocol, docs/streams.md):
-    #: address and port; -1 (the default, as RabbitMQ's rabbitmq_stream plugin is
-    #: off until enabled) disables the listener; RabbitMQ's port is 5552.
+    #: address and port (5552, as RabbitMQ's with rabbitmq_stream enabled); 0 picks
+    #: a free one, -1 disables the listener.
     stream_bind: str = "127.0.0.1"
-    stream_port: int = -1
-    #: The stream protocol over TLS (RabbitMQ's 5551); -1: none. Needs tls_cert/tls_key.
-    stream_tls_port: int = -1
+    stream_port: int = 5552
+    #: The stream protocol over TLS; None (the default): RabbitMQ's 5551 when
+    #: tls_cert and tls_key are set, else none (see stream_tls_listen_port); -1: none.
+    stream_tls_port: int | None = None
     #: Offer stream clients SASL ANONYMOUS, logging them in as default_user.
     stream_allow_anonymous: bool = True
     #: The host and port stream clients are told to connect to (Open's answer,
@@ -418,6 +422,16 @@ class Config:
         if bool(self.clustering_etcd_cert) != bool(self.clustering_etcd_key):
             which = "clustering_etcd_cert" if self.clustering_etcd_cert else "clustering_etcd_key"
             raise fail(which, "[clustering] etcd_cert and etcd_key go together")
+
+    @property
+    def stream_tls_listen_port(self) -> int:
+        """The stream protocol's TLS port to open (-1: none): stream_tls_port, or
+        for its default 5551 once there is a certificate to serve, so that setting
+        tls_cert and tls_key is enough, while a port set without them still fails
+        the start (it needs them)."""
+        if self.stream_tls_port is not None:
+            return self.stream_tls_port
+        return STREAM_TLS_PORT if self.tls_cert and self.tls_key else -1
 
     @property
     def logging_level(self) -> int:
