@@ -149,6 +149,11 @@ def test_batch_read_and_sink_routing(
     again = load(spark, spark_broker, name, startingOffsets=starts)
     landed = sorted((r.queue, bytes(r.body).decode()) for r in again.collect())
     assert landed == sorted((parts[int(k)], b) for b, k in rows)
+    stray = spark.createDataFrame([("x", "9")], "body string, key string")
+    with pytest.raises(Exception, match="unroutable"):
+        stray.write.format("warren").option("url", url).option("exchange", name).option(
+            "routingKeyColumn", "key"
+        ).mode("append").save()
 
     with pytest.raises(Exception, match="option 'superStream': no super stream 'nope-"):
         load(spark, spark_broker, f"nope-{name}").collect()
@@ -161,16 +166,23 @@ def test_streaming_restart_resumes_each_partition_and_finds_a_new_one(
     tmp_path: Path,
 ) -> None:
     """Offsets per partition in the checkpoint: a restarted query reads exactly what
-    came since in each, and a partition added meanwhile from its first offset."""
+    came since in each, and a partition added meanwhile from its first offset; one
+    deleted fails the query unless failOnDataLoss is false."""
     url = spark_broker.url
     name, parts = super_stream(3)
     for i in range(3):
         publish(url, str(i), [b"a"] * (20 + 10 * i), exchange=name)
     out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
 
-    def run() -> list[int]:
+    def run(**options: Any) -> list[int]:
         df = load(
-            spark, spark_broker, name, True, startingOffsets="earliest", maxRecordsPerTrigger=40
+            spark,
+            spark_broker,
+            name,
+            True,
+            startingOffsets="earliest",
+            maxRecordsPerTrigger=40,
+            **options,
         )
         return run_available_now(df, out, ck)
 
@@ -190,3 +202,10 @@ def test_streaming_restart_resumes_each_partition_and_finds_a_new_one(
         + [(new, n) for n in range(11)]
     )
     assert offsets_in(spark, out) == sorted(expected)
+
+    delete_queue(url, parts[1])
+    publish(url, "0", [b"c"] * 3, exchange=name)
+    with pytest.raises(Exception, match=f"stream '{parts[1]}' is no longer a partition"):
+        run()
+    assert run(failOnDataLoss="false") == [3]
+    assert offsets_in(spark, out) == sorted(expected + [(parts[0], n) for n in range(25, 28)])
