@@ -108,8 +108,8 @@ def super_stream_partitions(uri: URI, given: str | None, name: str, timeout_s: f
     bound to it, by their ``x-stream-partition-order`` argument, those without
     one after them in the listing's order, each once (as RabbitMQ's stream
     manager orders them). The management API, Warren's and RabbitMQ's, has no
-    other view of a super stream. The exchange is asked for first: RabbitMQ
-    lists no bindings, rather than 404, for an exchange that does not exist.
+    other view of a super stream. RabbitMQ lists no bindings, rather than 404,
+    for an exchange that does not exist: with none, the exchange is asked for.
     """
     vhost = quote(uri.vhost, safe="")
     path = f"/api/exchanges/{vhost}/{quote(name, safe='')}"
@@ -120,8 +120,9 @@ def super_stream_partitions(uri: URI, given: str | None, name: str, timeout_s: f
         f"no super stream {name!r} in vhost {uri.vhost!r} (the management API at {base} "
         "has no exchange of that name)",
     )
-    _get_json(uri, given, path, timeout_s, what, missing)
     bindings = _get_json(uri, given, path + "/bindings/source", timeout_s, what, missing)
+    if not bindings:
+        _get_json(uri, given, path, timeout_s, what, missing)
     return partition_order(bindings if isinstance(bindings, list) else [])
 
 
