@@ -343,6 +343,14 @@ def test_bindings(api: Api) -> None:
     assert (reply.status, reply.json()) == (
         404, {"error": "not_found", "reason": "no queue 'nosuch' in vhost '/'"})
     assert api.get("/api/bindings/%2F/e/x/q/nosuch") == []
+    # A missing exchange or queue has no bindings but the implicit one (RabbitMQ:
+    # 404 only for a missing vhost; rabbit_binding's implicit_for_destination).
+    assert api.get("/api/exchanges/%2F/nosuch/bindings/source") == []
+    assert api.get("/api/exchanges/%2F/nosuch/bindings/destination") == []
+    assert api.get("/api/queues/%2F/nosuch/bindings") == [
+        {"source": "", "vhost": "/", "destination": "nosuch", "destination_type": "queue",
+         "routing_key": "nosuch", "arguments": {}, "properties_key": "nosuch"}]
+    assert api.request("GET", "/api/exchanges/novhost/x/bindings/source").status == 404
 
 
 # -- list options -------------------------------------------------------------------------
