@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from aiohttp import web
 
-from warren.http.api_connections import DEFAULT_REASON, _visible
+from warren.http.api_connections import DEFAULT_REASON, visible_connections
 from warren.http.common import Ctx, item_response, list_response, not_authorised, not_found
 from warren.http.replies import bad_request
 from warren.http.state import Router
@@ -54,7 +54,7 @@ async def _streams(
     ctx: Ctx, vhost: str | None = None
 ) -> list[tuple[ClientConnection, dict[str, Any]]]:
     """The stream connections this user may see (of ``vhost`` only, if given)."""
-    return [(c, i) for c, i in await _visible(ctx, vhost) if i.get("protocol") == STREAM]
+    return [(c, i) for c, i in await visible_connections(ctx, vhost) if i.get("protocol") == STREAM]
 
 
 def _monitored_vhost(ctx: Ctx, name: str) -> None:
