@@ -16,19 +16,13 @@ import pytest
 from conftest import BrokerThread, start_broker
 from rstream import (
     AMQPMessage,
-    Consumer,
-    ConsumerOffsetSpecification,
-    MessageContext,
-    OffsetType,
     Producer,
     SlasMechanism,
-    amqp_decoder,
 )
+from streamhelp import HOST, first_messages
 from tlshelp import write_pki
 
 pytestmark = [pytest.mark.timeout(60)]
-
-HOST = "127.0.0.1"
 
 
 @pytest.fixture(scope="module")
@@ -103,25 +97,7 @@ def tls_client_works(port: int, pki: dict[str, str]) -> bool:
 
 
 async def consume(port: int, tls: ssl.SSLContext, stream: str, n: int) -> list[bytes]:
-    got: list[bytes] = []
-    done = asyncio.Event()
-
-    async def on_message(msg: AMQPMessage, ctx: MessageContext) -> None:
-        got.append(bytes(msg.body))
-        if len(got) >= n:
-            done.set()
-
-    async with Consumer(
-        HOST, port, ssl_context=tls, username="guest", password="guest"
-    ) as consumer:
-        await consumer.subscribe(
-            stream,
-            on_message,
-            decoder=amqp_decoder,
-            offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST),
-        )
-        await asyncio.wait_for(done.wait(), 20)
-    return got
+    return [bytes(m.body) for _, m in await first_messages(port, stream, n, ssl_context=tls)]
 
 
 def test_publish_and_consume_over_tls(broker: BrokerThread, pki: dict[str, str]) -> None:
