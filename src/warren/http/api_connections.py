@@ -135,13 +135,12 @@ def _force_close(ctx: Ctx, conn: ClientConnection, info: dict[str, Any]) -> None
 async def close_connection(ctx: Ctx) -> web.StreamResponse:
     """A user may close their own connections; closing others' needs administrator."""
     conn, info = await _find(ctx, ctx.params[0])
-    if info.get("user") != ctx.user.name and not ctx.is_admin():
-        raise not_authorised("Not administrator user")
+    _own_or_admin(ctx, info.get("user"))
     _force_close(ctx, conn, info)
     return web.Response(status=204)
 
 
-def _own_or_admin(ctx: Ctx, user: str) -> None:
+def _own_or_admin(ctx: Ctx, user: str | None) -> None:
     """RabbitMQ's is_authorized_user: the user themselves, or an administrator."""
     if user != ctx.user.name and not ctx.is_admin():
         raise not_authorised("Not administrator user")
