@@ -13,14 +13,14 @@ import struct
 from collections.abc import Iterator
 
 import pytest
-from conftest import BrokerThread, start_broker
+from conftest import BrokerThread
 from rstream import (
     AMQPMessage,
     Producer,
     SlasMechanism,
 )
 from streamhelp import HOST, first_messages
-from tlshelp import write_pki
+from tlshelp import tls_broker, write_pki
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -34,21 +34,9 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def broker(tmp_path_factory: pytest.TempPathFactory, pki: dict[str, str]) -> Iterator[BrokerThread]:
     """Plain and TLS stream ports (ephemeral); client certificates asked for, not
     required; alice, a user who logs in with hers."""
-    b = start_broker(
-        tmp_path_factory.mktemp("stream-tls") / "data",
-        stream_port=0,
-        stream_tls_port=0,
-        tls_cert=pki["server"],
-        tls_key=pki["server.key"],
-        tls_ca_cert=pki["ca"],
-        tls_verify_peer=True,
+    b = tls_broker(
+        tmp_path_factory.mktemp("stream-tls") / "data", pki, ("alice",), stream_tls_port=0
     )
-
-    def add_alice() -> None:
-        b.broker.users.add_user("alice", "unused-password")
-        b.broker.users.set_permissions("alice", "/")
-
-    b.call(add_alice)
     try:
         yield b
     finally:
