@@ -26,7 +26,6 @@ receiver's msg/s over the run; the queue is declared fresh for every run.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -44,9 +43,10 @@ import amqp1_proton  # noqa: E402
 import amqp_brokers as brokers  # noqa: E402
 import side_by_side  # noqa: E402
 from side_by_side import (  # noqa: E402
+    arguments,
     medians,
     perf_json,
-    print_machine,
+    print_footer,
     ratio,
     size_label,
     warren_build,
@@ -315,25 +315,7 @@ def _table(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--seconds", type=float, default=10.0, help="per run (default 10)")
-    ap.add_argument("--runs", type=int, default=1, help="rounds over both brokers (median)")
-    ap.add_argument("--sizes", default="16,1024", help="body sizes (default 16,1024)")
-    ap.add_argument("--skip-rabbitmq", action="store_true")
-    ap.add_argument(
-        "--ceiling",
-        action="store_true",
-        help="also measure warren perf amqp1 against a stand-in broker that does no work",
-    )
-    ap.add_argument("--only-ceiling", action="store_true", help="the ceiling alone")
-    ap.add_argument("--warren-src", metavar="DIR", help="run Warren and perf from DIR (a src/)")
-    ap.add_argument(
-        "--json", action="store_true", help="also print every run of every cell as a JSON line"
-    )
-    args = ap.parse_args(argv)
-    if args.warren_src:
-        brokers.set_warren_src(args.warren_src)
-    sizes = [int(x) for x in args.sizes.split(",")]
+    args, sizes = arguments(__doc__, "amqp1", "run Warren and perf", argv)
     if args.only_ceiling:
         print_ceiling(args.seconds)
         return 0
@@ -361,9 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report(results, sizes))
     print()
-    for name, v in versions.items():
-        print(f"- {name}: {v}")
-    print_machine(load_start, t0)
+    print_footer(versions, load_start, t0)
     if args.ceiling:
         print_ceiling(args.seconds)
     return 0

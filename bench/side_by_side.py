@@ -1,7 +1,7 @@
 """What the one-run comparisons of a protocol (amqp1_compare.py, stream_compare.py,
 and mqtt_compare.py's stand-in) share: a ``warren perf ... --json`` run, the Warren
-build the report names, the medians over rounds, a ratio and a body size as the
-tables show them, the machine line under them, and the accept loop of the stand-in
+build the report names, the options, the medians over rounds, a ratio and a body size as
+the tables show them, the lines under them, and the accept loop of the stand-in
 brokers that measure the load generator's own ceiling.
 
 Imported by scripts that put bench/ on sys.path first.
@@ -9,6 +9,7 @@ Imported by scripts that put bench/ on sys.path first.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -71,9 +72,39 @@ def size_label(size: int) -> str:
     return f"{size // 1024} KiB" if size >= 1024 and size % 1024 == 0 else f"{size} B"
 
 
-def print_machine(load_start: tuple[float, float, float], t0: float) -> None:
-    """The line under the tables: CPUs, the load average at the start and the end,
-    the time the whole run took (from ``t0``, monotonic)."""
+def arguments(
+    doc: str | None, command: str, warren_src: str, argv: list[str] | None
+) -> tuple[argparse.Namespace, list[int]]:
+    """The options of a comparison of ``warren perf COMMAND`` (``warren_src``: what
+    --warren-src runs from DIR, which it sets), parsed; and the body sizes."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0] if doc else None)
+    ap.add_argument("--seconds", type=float, default=10.0, help="per run (default 10)")
+    ap.add_argument("--runs", type=int, default=1, help="rounds over both brokers (median)")
+    ap.add_argument("--sizes", default="16,1024", help="body sizes (default 16,1024)")
+    ap.add_argument("--skip-rabbitmq", action="store_true")
+    ap.add_argument(
+        "--ceiling",
+        action="store_true",
+        help=f"also measure warren perf {command} against a stand-in broker that does no work",
+    )
+    ap.add_argument("--only-ceiling", action="store_true", help="the ceiling alone")
+    ap.add_argument("--warren-src", metavar="DIR", help=f"{warren_src} from DIR (a src/)")
+    ap.add_argument(
+        "--json", action="store_true", help="also print every run of every cell as a JSON line"
+    )
+    args = ap.parse_args(argv)
+    if args.warren_src:
+        brokers.set_warren_src(args.warren_src)
+    return args, [int(x) for x in args.sizes.split(",")]
+
+
+def print_footer(
+    versions: dict[str, str], load_start: tuple[float, float, float], t0: float
+) -> None:
+    """The lines under the tables: the versions; CPUs, the load average at the start
+    and the end, the time the whole run took (from ``t0``, monotonic)."""
+    for name, v in versions.items():
+        print(f"- {name}: {v}")
     print(
         f"- {os.cpu_count()} CPUs; load average at the start "
         + " ".join(f"{x:.2f}" for x in load_start)

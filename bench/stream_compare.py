@@ -22,7 +22,6 @@ stime from /proc) over each run, per published message, is reported beside it.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -40,7 +39,7 @@ import amqp_brokers as brokers  # noqa: E402
 import side_by_side  # noqa: E402
 import stream_rbfly  # noqa: E402
 import stream_rstream  # noqa: E402
-from side_by_side import medians, print_machine, ratio, size_label, warren_build  # noqa: E402
+from side_by_side import arguments, medians, print_footer, ratio, size_label, warren_build  # noqa: E402
 
 from warren.perf.stream_client import StreamURI, connect, walk_frames  # noqa: E402
 from warren.stream_protocol.chunk import build_chunk, simple_entry  # noqa: E402
@@ -365,19 +364,7 @@ def _cell(r: dict[str, Any], what: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--seconds", type=float, default=10.0, help="per run (default 10)")
-    ap.add_argument("--runs", type=int, default=1, help="rounds over both brokers (median)")
-    ap.add_argument("--sizes", default="16,1024", help="body sizes (default 16,1024)")
-    ap.add_argument("--skip-rabbitmq", action="store_true")
-    ap.add_argument("--ceiling", action="store_true", help="also perf against a stand-in broker")
-    ap.add_argument("--only-ceiling", action="store_true", help="the ceiling alone")
-    ap.add_argument("--warren-src", metavar="DIR", help="run the Warren broker from DIR (a src/)")
-    ap.add_argument("--json", action="store_true", help="also print every run as a JSON line")
-    args = ap.parse_args(argv)
-    if args.warren_src:
-        brokers.set_warren_src(args.warren_src)
-    sizes = [int(x) for x in args.sizes.split(",")]
+    args, sizes = arguments(__doc__, "stream", "run the Warren broker", argv)
     if args.only_ceiling:
         print_ceiling(args.seconds)
         return 0
@@ -404,9 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report(results, sizes))
     print()
-    for name, v in versions.items():
-        print(f"- {name}: {v}")
-    print_machine(load_start, t0)
+    print_footer(versions, load_start, t0)
     if args.ceiling:
         print_ceiling(args.seconds)
     return 0
