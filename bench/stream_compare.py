@@ -22,15 +22,11 @@ stime from /proc) over each run, per published message, is reported beside it.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
 import socket
-import statistics
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -40,8 +36,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "src"))
 
 import amqp_brokers as brokers  # noqa: E402
+import side_by_side  # noqa: E402
 import stream_rbfly  # noqa: E402
 import stream_rstream  # noqa: E402
+from side_by_side import arguments, medians, print_footer, ratio, size_label, warren_build  # noqa: E402
 
 from warren.perf.stream_client import StreamURI, connect, walk_frames  # noqa: E402
 from warren.stream_protocol.chunk import build_chunk, simple_entry  # noqa: E402
@@ -147,13 +145,7 @@ def drop_stream(port: int) -> None:
 
 
 def perf_json(args: list[str], seconds: float) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "warren", "perf", *args, "--json"]
-    brokers.log(brokers.display(cmd))
-    r = subprocess.run(cmd, capture_output=True, text=True, env=perf_env(), timeout=seconds + 120)
-    if r.returncode != 0 or not r.stdout.strip():
-        raise RuntimeError(f"{brokers.display(cmd)} failed ({r.returncode}): {r.stderr[-1500:]}")
-    result: dict[str, Any] = json.loads(r.stdout)
-    return result
+    return side_by_side.perf_json(args, seconds, perf_env())
 
 
 def perf(port: int, size: int, seconds: float) -> dict[str, Any]:
@@ -174,21 +166,16 @@ def perf(port: int, size: int, seconds: float) -> dict[str, Any]:
 
 def rstream(port: int, size: int, seconds: float) -> dict[str, Any]:
     brokers.log(f"rstream: {STREAM}, {size} B")
-    r = stream_rstream.run("127.0.0.1", port, STREAM, seconds, size)
-    cpu = r["client_cpu"]
-    return {
-        "rate": r["consume_rate"],
-        "published": r["publish_rate"],
-        "confirmed": r["confirmed"],
-        "count": round(r["publish_rate"] * seconds),
-        "client_cpu": [cpu["producer"], cpu["consumer"]],
-        "p50_ms": None,
-    }
+    return _client(stream_rstream.run("127.0.0.1", port, STREAM, seconds, size), seconds)
 
 
 def rbfly(port: int, size: int, seconds: float) -> dict[str, Any]:
     brokers.log(f"rbfly: {STREAM}, {size} B")
-    r = stream_rbfly.run("127.0.0.1", port, STREAM, seconds, size)
+    return _client(stream_rbfly.run("127.0.0.1", port, STREAM, seconds, size), seconds)
+
+
+def _client(r: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """A cell from the result of stream_rstream.run or stream_rbfly.run."""
     cpu = r["client_cpu"]
     return {
         "rate": r["consume_rate"],
@@ -236,28 +223,19 @@ def measure(
 # -- the client's ceiling ------------------------------------------------------------------------
 
 
-class StandIn:
+class StandIn(side_by_side.StandIn):
     """A stand-in stream broker for the perf client's ceiling: the handshake and the
     commands perf sends are answered; every Publish is confirmed at once (the ids
     not read: zeros, perf counts them); a subscription gets an endless stream of
     pre-built chunks of 100 16-byte records (credit ignored). No broker is faster."""
 
     def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
+        super().__init__()
         records = [simple_entry(b"\x00\x53\x75\xa0\x10" + bytes(16)) for _ in range(100)]
         chunk = build_chunk(records, first_offset=0, timestamp=0).delivered()
         frame = Deliver(0, chunk).encode()
         self.block = frame * max(1, 65536 // len(frame))
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        self.start()
 
     def _serve(self, conn: socket.socket) -> None:
         with contextlib.suppress(OSError), conn:
@@ -315,9 +293,6 @@ class StandIn:
             return CloseResponse(corr).encode()
         return b""  # TuneResponse, Heartbeat, Credit
 
-    def close(self) -> None:
-        self.listener.close()
-
 
 def ceiling(seconds: float) -> list[tuple[str, dict[str, Any]]]:
     """`warren perf stream` against the stand-in: producers alone, a consumer alone."""
@@ -345,24 +320,6 @@ def print_ceiling(seconds: float) -> None:
 # -- the report ----------------------------------------------------------------------------------
 
 
-def warren_build() -> str:
-    code = "import warren; print(f'{warren.__version__} ({warren.build_description()})')"
-    r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=brokers.perf_env()
-    )
-    return r.stdout.strip() or "?"
-
-
-def ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
-    if not a or not b or not b["rate"]:
-        return "-"
-    return f"{a['rate'] / b['rate']:.2f}×"
-
-
-def _size(size: int) -> str:
-    return f"{size // 1024} KiB" if size >= 1024 and size % 1024 == 0 else f"{size} B"
-
-
 def report(results: dict[tuple[int, str], dict[str, Any]], sizes: list[int]) -> str:
     shown = [(k, h) for k, h in COLUMNS if any(c == k for _, c in results)]
     head = "| Body | " + " | ".join(h for _, h in shown)
@@ -374,7 +331,7 @@ def report(results: dict[tuple[int, str], dict[str, Any]], sizes: list[int]) -> 
         row = {k: results.get((size, k)) for k, _ in COLUMNS}
         cells = [f"{row[k]['rate']:,.0f}" if row[k] else "-" for k, _ in shown]
         cells += [ratio(row[f"warren-{g}"], row[f"rabbitmq-{g}"]) for g in GENERATORS]
-        lines.append(f"| {_size(size)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {size_label(size)} | " + " | ".join(cells) + " |")
     tables = [
         ("Published msg/s (above the consumed rate: the consumer fell behind):", "published"),
         ("Broker CPU per published message (µs; the broker's utime + stime over the run):", "us"),
@@ -389,7 +346,7 @@ def report(results: dict[tuple[int, str], dict[str, Any]], sizes: list[int]) -> 
             for k, _ in shown:
                 r = results.get((size, k))
                 cells.append(_cell(r, what) if r else "-")
-            lines.append(f"| {_size(size)} | " + " | ".join(cells) + " |")
+            lines.append(f"| {size_label(size)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -407,19 +364,7 @@ def _cell(r: dict[str, Any], what: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--seconds", type=float, default=10.0, help="per run (default 10)")
-    ap.add_argument("--runs", type=int, default=1, help="rounds over both brokers (median)")
-    ap.add_argument("--sizes", default="16,1024", help="body sizes (default 16,1024)")
-    ap.add_argument("--skip-rabbitmq", action="store_true")
-    ap.add_argument("--ceiling", action="store_true", help="also perf against a stand-in broker")
-    ap.add_argument("--only-ceiling", action="store_true", help="the ceiling alone")
-    ap.add_argument("--warren-src", metavar="DIR", help="run the Warren broker from DIR (a src/)")
-    ap.add_argument("--json", action="store_true", help="also print every run as a JSON line")
-    args = ap.parse_args(argv)
-    if args.warren_src:
-        brokers.set_warren_src(args.warren_src)
-    sizes = [int(x) for x in args.sizes.split(",")]
+    args, sizes = arguments(__doc__, "stream", "run the Warren broker", argv)
     if args.only_ceiling:
         print_ceiling(args.seconds)
         return 0
@@ -432,11 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_rabbitmq:
             got.update(measure(RabbitMQStream(), "rabbitmq", sizes, args.seconds, versions))
         rounds.append(got)
-    results: dict[tuple[int, str], dict[str, Any]] = {}
-    for cell in {c for r in rounds for c in r}:
-        runs = [r[cell] for r in rounds if cell in r]
-        best = sorted(runs, key=lambda r: r["rate"])[len(runs) // 2]  # its CPU figures
-        results[cell] = dict(best, rate=statistics.median(r["rate"] for r in runs))
+    results = medians(rounds)
     if args.json:
         for i, got in enumerate(rounds):
             for (size, column), r in sorted(got.items()):
@@ -450,15 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report(results, sizes))
     print()
-    for name, v in versions.items():
-        print(f"- {name}: {v}")
-    print(
-        f"- {os.cpu_count()} CPUs; load average at the start "
-        + " ".join(f"{x:.2f}" for x in load_start)
-        + ", at the end "
-        + " ".join(f"{x:.2f}" for x in os.getloadavg())
-        + f"; {time.monotonic() - t0:.0f} s in all"
-    )
+    print_footer(versions, load_start, t0)
     if args.ceiling:
         print_ceiling(args.seconds)
     return 0

@@ -24,11 +24,11 @@ import argparse
 import asyncio
 import contextlib
 import json
-import multiprocessing
 import sys
 import time
 from typing import Any
 
+from client_pair import rates, run_pair  # bench/client_pair.py
 from rbfly.streams import Offset, PublisherBatchFast, streams_client
 
 
@@ -81,43 +81,20 @@ async def _consume(host: str, port: int, stream: str, seconds: float, ready: Any
     return result
 
 
-def _run_producer(out: Any, *args: Any) -> None:
-    out.put(("pub", asyncio.run(_produce(*args))))
-
-
-def _run_consumer(out: Any, *args: Any) -> None:
-    out.put(("con", asyncio.run(_consume(*args))))
-
-
 def run(
     host: str, port: int, stream: str, seconds: float, size: int, batch: int = 10_000
 ) -> dict[str, Any]:
     """One timed run, producer and consumer together, on an existing (fresh) stream;
     rates in msg/s and CPU shares."""
-    ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
-    ready = ctx.Event()
-    consumer = ctx.Process(target=_run_consumer, args=(out, host, port, stream, seconds, ready))
-    consumer.start()
-    if not ready.wait(30):
-        consumer.terminate()
-        raise RuntimeError("the rbfly consumer did not start within 30 s")
-    producer = ctx.Process(
-        target=_run_producer, args=(out, host, port, stream, size, seconds, batch)
+    pub, con = run_pair(
+        "rbfly",
+        _consume,
+        (host, port, stream, seconds),
+        _produce,
+        (host, port, stream, size, seconds, batch),
+        seconds,
     )
-    producer.start()
-    results = dict(out.get(timeout=seconds + 90) for _ in range(2))
-    for p in (producer, consumer):
-        p.join(30)
-        if p.is_alive():
-            p.terminate()
-    pub, con = results["pub"], results["con"]
-    return {
-        "publish_rate": round(pub["sent"] / seconds, 1),
-        "consume_rate": round(con["received"] / seconds, 1),
-        "confirmed": pub["confirmed"],
-        "client_cpu": {"producer": round(pub["cpu"], 3), "consumer": round(con["cpu"], 3)},
-    }
+    return rates(pub, con, seconds)
 
 
 def main(argv: list[str] | None = None) -> int:

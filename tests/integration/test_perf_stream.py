@@ -23,6 +23,7 @@ import pytest
 from free_ports import free_port
 from rstream import Producer
 from rstream.encoding import decode_frame as rstream_decode
+from streamhelp import stream_broker_fixture
 from test_perf import check_no_broker_imports, perf
 
 from warren.perf.stream import StreamParams, measure, print_summary
@@ -42,14 +43,7 @@ from warren.stream_protocol.frames import decode_frame
 from warren.stream_protocol.publish import Deliver, Publish
 from warren.stream_protocol.wire import PublishingError
 
-
-@pytest.fixture(scope="module")
-def warren() -> Iterator[WarrenBroker]:
-    broker = start_broker(http_port=-1, mqtt_port=-1, prometheus_port=-1, stream_port=0)
-    try:
-        yield broker
-    finally:
-        broker.stop()
+warren = stream_broker_fixture()
 
 
 def url(broker: WarrenBroker) -> str:

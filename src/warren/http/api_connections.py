@@ -121,7 +121,7 @@ async def get_connection(ctx: Ctx) -> web.StreamResponse:
     return item_response(ctx, info)
 
 
-def _force_close(ctx: Ctx, conn: ClientConnection, info: dict[str, Any]) -> None:
+def force_close(ctx: Ctx, conn: ClientConnection, info: dict[str, Any]) -> None:
     """Close it as RabbitMQ does (AMQP: 320 CONNECTION_FORCED with the ``X-Reason``
     header's text; MQTT 5: DISCONNECT 0x98) and answer at once: the connection
     goes when its client answers, or at the protocol's close timeout."""
@@ -135,13 +135,12 @@ def _force_close(ctx: Ctx, conn: ClientConnection, info: dict[str, Any]) -> None
 async def close_connection(ctx: Ctx) -> web.StreamResponse:
     """A user may close their own connections; closing others' needs administrator."""
     conn, info = await _find(ctx, ctx.params[0])
-    if info.get("user") != ctx.user.name and not ctx.is_admin():
-        raise not_authorised("Not administrator user")
-    _force_close(ctx, conn, info)
+    own_or_admin(ctx, info.get("user"))
+    force_close(ctx, conn, info)
     return web.Response(status=204)
 
 
-def _own_or_admin(ctx: Ctx, user: str) -> None:
+def own_or_admin(ctx: Ctx, user: str | None) -> None:
     """RabbitMQ's is_authorized_user: the user themselves, or an administrator."""
     if user != ctx.user.name and not ctx.is_admin():
         raise not_authorised("Not administrator user")
@@ -150,7 +149,7 @@ def _own_or_admin(ctx: Ctx, user: str) -> None:
 async def user_connections(ctx: Ctx) -> web.StreamResponse:
     """RabbitMQ's tracked connections of one user (any vhost): name, vhost, user, node."""
     user = ctx.params[0]
-    _own_or_admin(ctx, user)
+    own_or_admin(ctx, user)
     items = [
         {"name": info["name"], "vhost": info.get("vhost"), "user": user, "node": info.get("node")}
         for _, info in await visible_connections(ctx)
@@ -162,10 +161,10 @@ async def user_connections(ctx: Ctx) -> web.StreamResponse:
 async def close_user_connections(ctx: Ctx) -> web.StreamResponse:
     """Close every connection of one user (204 when there are none, as RabbitMQ)."""
     user = ctx.params[0]
-    _own_or_admin(ctx, user)
+    own_or_admin(ctx, user)
     for conn, info in await visible_connections(ctx):
         if info.get("user") == user:
-            _force_close(ctx, conn, info)
+            force_close(ctx, conn, info)
     return web.Response(status=204)
 
 

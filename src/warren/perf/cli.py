@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import fields
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -19,6 +19,10 @@ DEFAULT_STREAM_URI = "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2F"
 
 _N = TypeVar("_N", int, float)
 _P = TypeVar("_P", bound="DataclassInstance")
+
+
+class _Checked(Protocol):
+    def check(self) -> str | None: ...
 
 
 def _non_negative(text: str, parse: Callable[[str], _N], what: str) -> _N:
@@ -76,6 +80,21 @@ def _add_time(a: argparse.ArgumentParser) -> None:
     a.add_argument("-z", "--time", type=_seconds, default=0.0, metavar="SECONDS", help="run time")
 
 
+def _add_consumers(a: argparse.ArgumentParser) -> None:
+    a.add_argument("-y", "--consumers", type=_count, default=1, metavar="N", help="default 1")
+
+
+def _add_size(a: argparse.ArgumentParser, what: str = "body") -> None:
+    a.add_argument(
+        "-s", "--size", type=_count, default=16, metavar="BYTES", help=f"{what} size, default 16"
+    )
+
+
+def _add_count(a: argparse.ArgumentParser, text: str) -> None:
+    """``-C``: how many messages each publisher sends before the run ends."""
+    a.add_argument("-C", "--count", type=_count, default=0, metavar="N", help=text)
+
+
 def _add_broker_memory(a: argparse.ArgumentParser) -> None:
     """``--pid`` and ``--settle`` of the tools that report the broker's memory."""
     a.add_argument("--pid", type=int, metavar="PID", help="the broker's pid, for memory figures")
@@ -118,9 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="default 1 (with --queues: consumers per queue). -y 0 without --queue/--queues "
         "declares no queue, so the broker drops every message: the publishers' ceiling",
     )
-    t.add_argument(
-        "-s", "--size", type=_count, default=16, metavar="BYTES", help="body size, default 16"
-    )
+    _add_size(t)
     t.add_argument(
         "-c",
         "--confirm",
@@ -281,10 +298,8 @@ def _add_stream_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         metavar="N",
         help="publishers declared on each producer connection, sent batches in turn",
     )
-    a.add_argument("-y", "--consumers", type=_count, default=1, metavar="N", help="default 1")
-    a.add_argument(
-        "-s", "--size", type=_count, default=16, metavar="BYTES", help="body size, default 16"
-    )
+    _add_consumers(a)
+    _add_size(a)
     a.add_argument(
         "-b",
         "--batch",
@@ -324,14 +339,7 @@ def _add_stream_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     a.add_argument("--keep", action="store_true", help="do not delete the stream at the end")
     _add_rate(a)
     _add_time(a)
-    a.add_argument(
-        "-C",
-        "--count",
-        type=_count,
-        default=0,
-        metavar="N",
-        help="messages per producer connection; stop once every consumer has all",
-    )
+    _add_count(a, "messages per producer connection; stop once every consumer has all")
     _add_json(a, "summary")
 
 
@@ -347,10 +355,8 @@ def _add_amqp1_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     _add_amqp_uri(a)
     _add_publishers(a)
-    a.add_argument("-y", "--consumers", type=_count, default=1, metavar="N", help="default 1")
-    a.add_argument(
-        "-s", "--size", type=_count, default=16, metavar="BYTES", help="body size, default 16"
-    )
+    _add_consumers(a)
+    _add_size(a)
     a.add_argument(
         "-c",
         "--confirm",
@@ -403,14 +409,7 @@ def _add_amqp1_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     a.add_argument("--keep", action="store_true", help="do not delete the queue at the end")
     _add_rate(a)
     _add_time(a)
-    a.add_argument(
-        "-C",
-        "--count",
-        type=_count,
-        default=0,
-        metavar="N",
-        help="messages per sender; stop once all are received",
-    )
+    _add_count(a, "messages per sender; stop once all are received")
     _add_json(a, "summary")
 
 
@@ -448,19 +447,10 @@ def _add_mqtt_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     m.add_argument("--qos", type=int, choices=(0, 1, 2), default=0, help="default 0")
     _add_publishers(m)
     m.add_argument("-y", "--subscribers", type=_count, default=1, metavar="N", help="default 1")
-    m.add_argument(
-        "-s", "--size", type=_count, default=16, metavar="BYTES", help="payload size, default 16"
-    )
+    _add_size(m, "payload")
     m.add_argument("--topic", default="perf/test", help="topic name (default perf/test)")
     _add_time(m)
-    m.add_argument(
-        "-C",
-        "--count",
-        type=_count,
-        default=0,
-        metavar="N",
-        help="messages per publisher; stop once all are received (or none arrived for 5 s)",
-    )
+    _add_count(m, "messages per publisher; stop once all are received (or none arrived for 5 s)")
     _add_rate(m)
     m.add_argument(
         "--inflight",
@@ -567,6 +557,15 @@ def _params(cls: type[_P], args: argparse.Namespace, **given: object) -> _P:
     return cls(**values)
 
 
+def _checked_run(args: argparse.Namespace, params: _Checked, run: Callable[..., int]) -> int:
+    """``run(params)``, or 2 with the reason on stderr when ``params.check()`` refuses."""
+    problem = params.check()
+    if problem:
+        print(f"warren perf {args.command}: {problem}", file=sys.stderr)
+        return 2
+    return run(params, as_json=args.json)
+
+
 def _main_mqtt(args: argparse.Namespace) -> int:
     try:
         target = _mqtt_target(args)
@@ -581,12 +580,7 @@ def _main_mqtt(args: argparse.Namespace) -> int:
     from warren.perf.mqtt import MQTTParams
     from warren.perf.mqtt import run as run_mqtt
 
-    params = _params(MQTTParams, args, **target)
-    problem = params.check()
-    if problem:
-        print(f"warren perf mqtt: {problem}", file=sys.stderr)
-        return 2
-    return run_mqtt(params, as_json=args.json)
+    return _checked_run(args, _params(MQTTParams, args, **target), run_mqtt)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -601,22 +595,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from warren.perf.amqp1 import AMQP1Params
         from warren.perf.amqp1 import run as run_amqp1
 
-        params = _params(AMQP1Params, args)
-        problem = params.check()
-        if problem:
-            print(f"warren perf amqp1: {problem}", file=sys.stderr)
-            return 2
-        return run_amqp1(params, as_json=args.json)
+        return _checked_run(args, _params(AMQP1Params, args), run_amqp1)
     if args.command == "stream":
         from warren.perf.stream import StreamParams
         from warren.perf.stream import run as run_stream
 
-        stream_params = _params(StreamParams, args)
-        problem = stream_params.check()
-        if problem:
-            print(f"warren perf stream: {problem}", file=sys.stderr)
-            return 2
-        return run_stream(stream_params, as_json=args.json)
+        return _checked_run(args, _params(StreamParams, args), run_stream)
     if args.command == "throughput":
         from warren.perf.throughput import ThroughputParams, run
 

@@ -23,7 +23,6 @@ for confirms) sends heartbeats at half the interval agreed in Tune.
 
 from __future__ import annotations
 
-import socket
 import struct
 import time
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ from warren.perf.stream_client import (
 from warren.perf.workers import (
     FINISH_TIMEOUT,
     NS,
+    Heartbeat,
     Publisher,
     Receiver,
     Worker,
@@ -94,22 +94,9 @@ def worker_main(role: str, index: int, params: StreamParams, conn: Connection) -
     worker_entry(role, index, conn, make, (StreamError, OSError, EOFError), StreamResult())
 
 
-class _Heartbeat:
-    """A Heartbeat frame at half the agreed interval while this side has sent
-    nothing else; the hot loops call :meth:`sent` after each write."""
-
-    def __init__(self, sock: socket.socket, heartbeat_s: int) -> None:
-        self.sock = sock
-        self.every_ns = heartbeat_s * NS // 2
-        self.last_ns = time.monotonic_ns()
-
-    def sent(self, now: int) -> None:
-        self.last_ns = now
-
-    def idle(self, now: int) -> None:
-        if self.every_ns and now - self.last_ns >= self.every_ns:
-            self.sock.sendall(HEARTBEAT)
-            self.last_ns = now
+def _heartbeat(conn: StreamConnection) -> Heartbeat:
+    """Heartbeat frames at half the interval agreed in Tune."""
+    return Heartbeat(conn.sock, HEARTBEAT, conn.heartbeat * NS // 2)
 
 
 def _fatal(buf: bytes, start: int, end: int) -> StreamError:
@@ -151,7 +138,7 @@ class _Producer(Publisher):
         for k in range(publishers):
             conn.declare_publisher(k, p.stream)
         template = PublishTemplate(p.size, p.batch, latency=p.size >= 8)
-        heartbeat = _Heartbeat(conn.sock, conn.heartbeat)
+        heartbeat = _heartbeat(conn)
         sendall = conn.sock.sendall
         pack = template.pack
         next_ids = [1] * publishers
@@ -218,7 +205,7 @@ class _Consumer(Receiver):
         decode = p.decode
         hist: dict[int, int] = {}
         record = partial(record_latency, hist)
-        heartbeat = _Heartbeat(sock, conn.heartbeat)
+        heartbeat = _heartbeat(conn)
         unpack_size = _COUNT.unpack_from
         count = 0
         chunks = 0

@@ -13,22 +13,16 @@ import struct
 from collections.abc import Iterator
 
 import pytest
-from conftest import BrokerThread, start_broker
+from conftest import BrokerThread
 from rstream import (
     AMQPMessage,
-    Consumer,
-    ConsumerOffsetSpecification,
-    MessageContext,
-    OffsetType,
     Producer,
     SlasMechanism,
-    amqp_decoder,
 )
-from tlshelp import write_pki
+from streamhelp import HOST, first_messages
+from tlshelp import tls_broker, write_pki
 
 pytestmark = [pytest.mark.timeout(60)]
-
-HOST = "127.0.0.1"
 
 
 @pytest.fixture(scope="module")
@@ -40,21 +34,9 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def broker(tmp_path_factory: pytest.TempPathFactory, pki: dict[str, str]) -> Iterator[BrokerThread]:
     """Plain and TLS stream ports (ephemeral); client certificates asked for, not
     required; alice, a user who logs in with hers."""
-    b = start_broker(
-        tmp_path_factory.mktemp("stream-tls") / "data",
-        stream_port=0,
-        stream_tls_port=0,
-        tls_cert=pki["server"],
-        tls_key=pki["server.key"],
-        tls_ca_cert=pki["ca"],
-        tls_verify_peer=True,
+    b = tls_broker(
+        tmp_path_factory.mktemp("stream-tls") / "data", pki, ("alice",), stream_tls_port=0
     )
-
-    def add_alice() -> None:
-        b.broker.users.add_user("alice", "unused-password")
-        b.broker.users.set_permissions("alice", "/")
-
-    b.call(add_alice)
     try:
         yield b
     finally:
@@ -103,25 +85,7 @@ def tls_client_works(port: int, pki: dict[str, str]) -> bool:
 
 
 async def consume(port: int, tls: ssl.SSLContext, stream: str, n: int) -> list[bytes]:
-    got: list[bytes] = []
-    done = asyncio.Event()
-
-    async def on_message(msg: AMQPMessage, ctx: MessageContext) -> None:
-        got.append(bytes(msg.body))
-        if len(got) >= n:
-            done.set()
-
-    async with Consumer(
-        HOST, port, ssl_context=tls, username="guest", password="guest"
-    ) as consumer:
-        await consumer.subscribe(
-            stream,
-            on_message,
-            decoder=amqp_decoder,
-            offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST),
-        )
-        await asyncio.wait_for(done.wait(), 20)
-    return got
+    return [bytes(m.body) for _, m in await first_messages(port, stream, n, ssl_context=tls)]
 
 
 def test_publish_and_consume_over_tls(broker: BrokerThread, pki: dict[str, str]) -> None:
