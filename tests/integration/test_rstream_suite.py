@@ -6,6 +6,14 @@ first run needs to reach GitHub, or the cache filled with the tool's
 ``--source``) and runs it in a subprocess. Every test of the suite must pass
 except those in ``KNOWN_FAILURES`` (which must fail) and ``MAY_FAIL`` (whose
 outcome is not asserted).
+
+The same suite against RabbitMQ 3.10.8 (Debian's, with rabbitmq_stream and
+rabbitmq_management; ``tools/rstream_suite.py --host 127.0.0.1 --port ...``,
+the tests on 5552 deselected): 70 passed, and it fails what came later than
+3.10 (super streams, filters and a plain stream's single active consumer,
+3.11-3.13: "unknown frame"). It passes ``test_amqp_message`` (annotations
+kept), ``test_peer_properties`` and ``test_deliver`` (its own chunk layout),
+and the two 100,000-message tests.
 """
 
 from __future__ import annotations
