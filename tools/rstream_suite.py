@@ -32,6 +32,7 @@ Usage (the exit status is pytest's; 6 when the suite cannot be had)::
 
     .venv/bin/python tools/rstream_suite.py --port 5552 --http-port 15672   # a running broker
     .venv/bin/python tools/rstream_suite.py --source ~/src/rstream -- -k offset
+    .venv/bin/python tools/rstream_suite.py --source rstream-v1.1.1.tar.gz --fetch-only
 
 ``tests/integration/test_rstream_suite.py`` runs it against an embedded
 Warren, with the results it expects.
@@ -174,12 +175,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--source", type=Path, help="an rstream checkout or tag tarball")
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
     parser.add_argument("--test-timeout", type=float, default=60)
+    parser.add_argument("--fetch-only", action="store_true",
+                        help="fill the cache (e.g. from --source) and run nothing")  # fmt: skip
     args = parser.parse_args(own)
     try:
         suite = fetch_suite(installed_version(), args.cache_dir, args.source)
     except SuiteUnavailable as exc:
         print(f"rstream's tests cannot be had: {exc}", file=sys.stderr)
         return cs.EXIT_UNAVAILABLE
+    if args.fetch_only:
+        print(suite)
+        return 0
     deselect = () if args.port == 5552 else ON_5552
     return run_suite(
         suite, args.port, args.http_port, pytest_args,
