@@ -32,8 +32,6 @@ from warren.pytest_plugin import WarrenBroker, start_broker
 
 TOOL = TOOLS / "rstream_suite.py"
 
-_SUPER = "Warren: super streams are not built yet (CreateSuperStream answers INTERNAL_ERROR)"
-
 #: Tests of the suite ("module::test") known to fail against Warren, each with
 #: the reason: a Warren bug or a RabbitMQ-only assumption. They must fail; one
 #: that passes must be taken off the list, so the list stays exact.
@@ -51,47 +49,31 @@ KNOWN_FAILURES: dict[str, str] = {
         "deduplication entry written in the chunk); Warren keeps that sequence in the "
         "stream's tracking file and sends chunks without a trailer"
     ),
-    # super streams (not built yet)
-    "test_client::test_partitions": _SUPER,
-    "test_client::test_routes": _SUPER,
-    **{
-        f"test_consumer::{name}": _SUPER
-        for name in (
-            "test_create_super_stream_already_exists",
-            "test_create_and_delete_several_super_stream",
-            "test_consume_superstream_with_resubscribe",
-            "test_consume_superstream_with_sac_all_active",
-            "test_consume_superstream_with_sac_one_non_active",
-            "test_consume_superstream_with_callback_next",
-            "test_consume_superstream_with_callback_first",
-            "test_consume_superstream_with_callback_offset",
-            "test_super_stream_consumer_connection_broke_with_recovery_disabled",
-            "test_super_stream_consumer_connection_broke_recovery_disabled",
-            "test_super_stream_consumer_connection_broke_with_recovery_enabled",
-        )
-    },
-    **{
-        f"test_producer::{name}": _SUPER
-        for name in (
-            "test_create_super_stream_already_exists",
-            "test_create_and_delete_several_super_stream",
-            "test_publishing_sequence_superstream",
-            "test_publishing_sequence_superstream_key_routing",
-            "test_publishing_sequence_superstream_binary",
-            "test_publishing_sequence_superstream_with_callback",
-            "test_super_stream_producer_connection_broke",
-        )
-    },
 }
 
 #: Tests whose outcome depends on the machine's speed, not on the broker:
 #: run, reported, not asserted.
 MAY_FAIL: dict[str, str] = {
-    name: "100,000 messages must be consumed within 2 s of the last send"
-    for name in (
-        "test_producer::test_publishing_several_messages",
-        "test_producer::test_publishing_several_messages_different_streams",
-    )
+    **{
+        name: "100,000 messages must be consumed within 2 s of the last send"
+        for name in (
+            "test_producer::test_publishing_several_messages",
+            "test_producer::test_publishing_several_messages_different_streams",
+        )
+    },
+    # All of them come, each partition to one consumer, 2-3 s after the last
+    # send in pure Python on a loaded machine.
+    **{
+        f"test_consumer::{name}": "10,000 messages over a super stream's three partitions "
+        "must be consumed within 1 s of the last send"
+        for name in (
+            "test_consume_superstream_with_sac_all_active",
+            "test_consume_superstream_with_sac_one_non_active",
+            "test_consume_superstream_with_callback_next",
+            "test_consume_superstream_with_callback_first",
+            "test_consume_superstream_with_callback_offset",
+        )
+    },
 }
 
 
