@@ -42,8 +42,10 @@ class RabbitMQ:
         )
         if self.mqtt_port:
             conf += f"mqtt.listeners.tcp.default = 127.0.0.1:{self.mqtt_port}\n"
-        #: The stream protocol's port (with rabbitmq_stream; 0 without).
-        self.stream_port = free_port() if "rabbitmq_stream" in plugins else 0
+        #: The stream protocol's port (with rabbitmq_stream, unless ``config``
+        #: names its listeners; 0 without).
+        own_stream = "rabbitmq_stream" in plugins and "stream.listeners" not in config
+        self.stream_port = free_port() if own_stream else 0
         if self.stream_port:
             conf += f"stream.listeners.tcp.default = 127.0.0.1:{self.stream_port}\n"
             conf += "stream.advertised_host = 127.0.0.1\n"
