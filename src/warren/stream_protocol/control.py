@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from warren.core import super_stream
+from warren.core.equivalence import check_queue_equivalent
 from warren.core.errors import AccessRefused, BrokerError, NotFound, PreconditionFailed
 from warren.core.stream import StartSpec
 from warren.core.stream_queue import StreamQueue
@@ -186,8 +187,16 @@ class ControlPlane:
             self.conn.reply(c.CreateResponse(corr, ResponseCode.ACCESS_REFUSED))
             return
         vhost = self._vhost
-        if name in vhost.queues:
-            self.conn.reply(c.CreateResponse(corr, ResponseCode.STREAM_ALREADY_EXISTS))
+        existing = vhost.queues.get(name)
+        if existing is not None:
+            # RabbitMQ: STREAM_ALREADY_EXISTS for an equivalent declaration only
+            code = ResponseCode.STREAM_ALREADY_EXISTS
+            try:
+                arguments = stream_arguments(command.arguments)
+                check_queue_equivalent(vhost.name, existing, True, False, False, arguments)
+            except PreconditionFailed:
+                code = ResponseCode.PRECONDITION_FAILED
+            self.conn.reply(c.CreateResponse(corr, code))
             return
         mark = self.conn.client_session.change_mark()
         try:

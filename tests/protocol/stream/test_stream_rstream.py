@@ -22,6 +22,8 @@ def test_create_query_and_delete_a_stream(warren: WarrenBroker) -> None:
             await p.create_stream("rs-events", arguments={"max-length-bytes": 10_000_000})
             assert await p.stream_exists("rs-events")
             with pytest.raises(exceptions.StreamAlreadyExists):
+                await p.create_stream("rs-events", arguments={"max-length-bytes": 10_000_000})
+            with pytest.raises(exceptions.PreconditionFailed):  # other arguments
                 await p.create_stream("rs-events")
             client = await p.default_client
             leader, replicas = await client.query_leader_and_replicas("rs-events")
