@@ -7,7 +7,6 @@ frames and decodes the answers; chunks are checked as the leader's are."""
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,6 @@ from rstream import encoding, schema
 from rstream.amqp import AMQPMessage, amqp_decoder
 
 from warren.app import AMQP1StreamMessages
-from warren.cluster import codec
 from warren.store.replica_catalog import ReplicaCatalog
 from warren.store.stream_tracking import TRACKING_WRITE_MS
 from warren.stream_protocol import commands as c
@@ -252,13 +250,3 @@ def test_the_leaders_metadata_lists_the_followers_read_services(broker: Harness)
     ]
     [meta] = answer.metadata
     assert (meta.leader_ref, meta.replicas_refs) == (0, [1, 2])
-
-
-def test_hello_carries_the_stream_protocol_read_address() -> None:
-    hello = codec.Hello("s", "f1", "h:1", stream_protocol_reads="h:2")
-    assert codec.Decoder().feed(codec.encode(hello)) == [hello]
-    plain = codec.Hello("s", "f1", "h:1")
-    data = codec.encode(plain)
-    assert codec.Decoder().feed(data) == [plain]
-    # Without a read service the frame is the one older followers write.
-    assert struct.unpack_from(">I", data)[0] == len(data) - 4
