@@ -280,8 +280,13 @@ class ControlPlane:
         self.conn.reply(c.MetadataResponse(command.correlation_id, brokers, list(seen.values())))
 
     def _replicas(self) -> list[tuple[str, int]]:
-        """(host, port) of the followers' stream protocol read services."""
+        """(host, port) of the followers' stream protocol read services. They
+        serve TLS when the nodes have a certificate (``[main] tls_cert``, as
+        this one's): named to a client whose connection is the same kind."""
         replicas = getattr(self.conn.node, "stream_protocol_replicas", None)
+        tls = self.conn.transport_name == "stream/TLS"
+        if replicas is None or tls != bool(self.conn.config.tls_cert):
+            return []
         out = []
         for address in replicas() if replicas is not None else ():
             host, _, port = address.rpartition(":")

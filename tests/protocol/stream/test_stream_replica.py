@@ -250,3 +250,8 @@ def test_the_leaders_metadata_lists_the_followers_read_services(broker: Harness)
     ]
     [meta] = answer.metadata
     assert (meta.leader_ref, meta.replicas_refs) == (0, [1, 2])
+    # The read services are plain without [main] tls_cert: not named to a TLS client.
+    client.conn.transport_name = "stream/TLS"
+    answer = client.request(schema.Metadata(client.next_id(), ["s"]))
+    assert [b.reference for b in answer.brokers] == [0]
+    assert answer.metadata[0].replicas_refs == []
