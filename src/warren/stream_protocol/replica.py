@@ -69,6 +69,8 @@ log = logging.getLogger("warren.stream")
 OK: Final = int(ResponseCode.OK)
 #: Chunks per subscription and pump: other subscriptions' turns come between.
 _CHUNKS_PER_PUMP: Final = 16
+#: ms a client has to log in and open (server.py's HANDSHAKE_TIMEOUT_MS).
+HANDSHAKE_TIMEOUT_MS: Final = 10_000
 
 # Connection states, in order (connection.py's).
 _STARTING: Final = 0
@@ -142,7 +144,7 @@ class ReplicaStreamConnection:
         self.subscriptions: dict[int, ReplicaSubscription] = {}
         #: Deliver v2 (with the committed chunk id): the client offered it.
         self.v2 = False
-        self.last_rx_ms = self.last_tx_ms = now_ms()
+        self.connected_at = self.last_rx_ms = self.last_tx_ms = now_ms()
 
     # -- the sans-IO surface ----------------------------------------------------------
     def send(self, command: c.Command) -> None:
@@ -167,6 +169,8 @@ class ReplicaStreamConnection:
             log.warning("%s: stream protocol error: %s", self.name, exc)
             if self.state < _OPEN:
                 self.close_transport()
+            elif exc.code == ResponseCode.FRAME_TOO_LARGE:
+                self._close(exc.code, "frame too large")
             else:
                 self._close(exc.code, "unknown frame")
             return
@@ -183,7 +187,13 @@ class ReplicaStreamConnection:
 
     def tick(self, now_ms: int) -> None:
         """The heartbeat: a Heartbeat frame after an interval of silence, the end
-        of the connection after MISSED_HEARTBEATS of them from the client."""
+        of the connection after MISSED_HEARTBEATS of them from the client; a
+        client not open after HANDSHAKE_TIMEOUT_MS is cut off."""
+        if not self.closed and self.state < _OPEN:
+            if now_ms - self.connected_at >= HANDSHAKE_TIMEOUT_MS:
+                log.warning("%s: stream handshake timed out, closing", self.name)
+                self.close_transport()
+            return
         if self.closed or self.state != _OPEN or not self.heartbeat:
             return
         interval = self.heartbeat * 1000

@@ -24,7 +24,7 @@ from warren.stream_protocol.chunk import decode_delivered_chunk, read_records
 from warren.stream_protocol.constants import ResponseCode
 from warren.stream_protocol.frames import decode_frame
 from warren.stream_protocol.publish import Deliver, Publish, PublishedMessage
-from warren.stream_protocol.replica import ReplicaStreamConnection
+from warren.stream_protocol.replica import HANDSHAKE_TIMEOUT_MS, ReplicaStreamConnection
 
 broker = harness_fixture(manual_clock=True)
 
@@ -67,9 +67,14 @@ class ReplicaWire:
     def send(self, frame: Any) -> list[Any]:
         return [encoding.decode_frame(f) for f in self.raw(encoding.encode_frame(frame))]
 
+    def send_raw(self, data: bytes) -> list[Any]:
+        return [encoding.decode_frame(f) for f in self.raw(data)]
+
     def request(self, frame: Any) -> Any:
-        [answer] = self.send(frame)
-        return answer
+        """The one answer to ``frame`` (None: none)."""
+        answers = self.send(frame)
+        assert len(answers) <= 1, answers
+        return answers[0] if answers else None
 
     def open(self, user: str = "guest", password: str = "guest") -> Any:
         self.request(schema.PeerProperties(self.next_id(), [schema.Property("product", "t")]))
@@ -226,6 +231,27 @@ def test_a_wrong_password_and_an_unknown_stream(broker: Harness) -> None:
     wire = replica(broker)
     answer = wire.request(schema.Subscribe(wire.next_id(), 1, "nope", FIRST, 1, []))
     assert answer.response_code == ResponseCode.STREAM_DOES_NOT_EXIST
+
+
+def test_a_client_that_does_not_open_in_time_is_cut_off(broker: Harness) -> None:
+    wire = ReplicaWire(Path(broker.broker.config.data_dir))
+    wire.request(schema.PeerProperties(wire.next_id(), []))
+    wire.conn.tick(HANDSHAKE_TIMEOUT_MS - 1)
+    assert not wire.conn.closed
+    wire.conn.tick(HANDSHAKE_TIMEOUT_MS)
+    assert wire.conn.closed
+
+
+def test_a_broken_frame_before_and_after_open(broker: Harness) -> None:
+    wire = ReplicaWire(Path(broker.broker.config.data_dir))
+    assert wire.raw(b"\x00\x00\x00\x04\x77\x77\x00\x01") == []
+    assert wire.conn.closed  # cut off before Open, as on the leader
+    wire = replica(broker)
+    [close] = wire.send_raw(b"\x00\x00\x00\x04\x77\x77\x00\x01")
+    assert isinstance(close, schema.Close) and close.code == ResponseCode.UNKNOWN_FRAME
+    # (rstream writes its CloseResponse without the response bit: Warren's.)
+    assert wire.raw(c.CloseResponse(close.correlation_id).encode()) == []
+    assert wire.conn.closed
 
 
 def test_the_heartbeat(broker: Harness) -> None:
