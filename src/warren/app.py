@@ -6,7 +6,8 @@ class below; broker.Broker (no listeners of its own) stays protocol-free.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -27,6 +28,7 @@ from warren.http.server import HTTPListener
 from warren.mqtt.server import MQTTListener
 from warren.node import HeaderHandoffs, Listener, WebSocketEndpoint, node_name
 from warren.shovel.component import ShovelComponent
+from warren.stream_protocol.replica_server import ReplicaStreamServer
 from warren.stream_protocol.server import StreamListener
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "Broker",
     "ReplicaReadServer",
     "default_listeners",
+    "replica_stream_server",
 ]
 
 
@@ -95,6 +98,14 @@ class AMQP1StreamMessages:
         ):
             amqp.header = None
         return encode_message(amqp)
+
+
+def replica_stream_server(
+    config: Config, root: Path, leader: Callable[[], str], host: str
+) -> ReplicaStreamServer:
+    """A follower's stream protocol read service, with AMQP 1.0's record codec
+    (cluster/node.py's StreamProtocolReadsFactory)."""
+    return ReplicaStreamServer(config, root, leader, host, messages=AMQP1StreamMessages())
 
 
 def default_listeners(

@@ -522,11 +522,17 @@ async def _serve(config: Config) -> int:
         log.warning("interrupted before the broker started")
         return 130
     if config.clustering:
-        from warren.app import ReplicaReadServer
+        from warren.app import ReplicaReadServer, replica_stream_server
         from warren.cluster.node import ClusterNode
 
         try:
-            await ClusterNode(config, Broker, ReplicaReadServer).run(stop_event)
+            node = ClusterNode(
+                config,
+                Broker,
+                ReplicaReadServer,
+                make_stream_protocol_reads=replica_stream_server,
+            )
+            await node.run(stop_event)
         finally:
             restore()
         log.info("stopped")

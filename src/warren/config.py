@@ -181,6 +181,10 @@ class Config:
     #: service (amqp/replica.py), advertised to AMQP clients of the leader so
     #: readers such as Spark's executors spread over the followers; -1: none.
     clustering_stream_read_port: int = -1
+    #: While this node follows: the port (on [stream] bind) of its read-only
+    #: stream protocol service (stream_protocol/replica.py), named in the
+    #: leader's Metadata as the streams' replica on this node; -1: none.
+    clustering_stream_protocol_read_port: int = -1
     #: Replication over mutual TLS ([clustering] tls): the leader serves it with
     #: tls_cert/tls_key and takes only followers whose certificate tls_ca_cert
     #: verifies; a follower checks the leader's the same way, against its address.
@@ -566,6 +570,10 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("clustering", "max_unsynced_actions"): ("clustering_max_unsynced_actions", _parse_int),
     ("clustering", "lease_ttl"): ("clustering_lease_ttl", _parse_int),
     ("clustering", "stream_read_port"): ("clustering_stream_read_port", _parse_int),
+    ("clustering", "stream_protocol_read_port"): (
+        "clustering_stream_protocol_read_port",
+        _parse_int,
+    ),
     ("clustering", "tls"): ("clustering_tls", _parse_bool),
     ("clustering", "etcd_ca_cert"): ("clustering_etcd_ca_cert", _parse_optional_path),
     ("clustering", "etcd_cert"): ("clustering_etcd_cert", _parse_optional_path),

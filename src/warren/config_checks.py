@@ -264,6 +264,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "clustering_max_unsynced_actions": _int_in(1, 2**31 - 1),
     "clustering_lease_ttl": _int_in(2, 3600),
     "clustering_stream_read_port": _int_in(-1, 65535),
+    "clustering_stream_protocol_read_port": _int_in(-1, 65535),
     "clustering_tls": _bool,
     "clustering_etcd_ca_cert": _optional_path,
     "clustering_etcd_cert": _optional_path,
