@@ -253,6 +253,9 @@ def _fd_count() -> int:
 # both builds; at this size it costs 46 s of the pure pass (14 s compiled), where the
 # store's recovery runs in this module's and test_segment_store's other restarts.
 @pytest.mark.passes("compiled")
+# Its own waits allow a busy machine minutes (the declarations 300 s, each start
+# 180 s); the suite's 120 s would cut them short (it did, at a load of 16).
+@pytest.mark.timeout(900)
 def test_ten_thousand_durable_queues_restart_within_fd_limits(
     restartable: Callable[..., BrokerThread],
 ) -> None:

@@ -184,13 +184,23 @@ def test_acks_lost_to_a_power_cut_come_back_as_redeliveries(cuts: Cuts, power: P
     publish(broker, "", "acked", *bodies)
     assert ack_all(broker, "acked", 50) == [b.decode() for b in bodies]
     power.arm_fsync("*acks.*")
-    publish(broker, "", "acked", b"after")  # a sync round: the lazy ack sync follows it
+    after = ["after"]
+    try:
+        publish(broker, "", "acked", b"after")  # a sync round: the lazy ack sync follows it
+    except pika.exceptions.NackError:
+        # The lazy ack sync of the first publishes' round came late (a busy machine):
+        # the power went before this publish was synced, and it was rightly refused.
+        assert power.frozen.is_set()
+        after = []
     assert power.frozen.wait(30), "the ack files were never fsynced"
     cuts.cut()
     broker = cuts.start()
     got = drain(broker, "acked")
-    assert sorted(m for m, _, _ in got) == sorted([b.decode() for b in bodies] + ["after"])
-    assert all(redelivered for _, redelivered, _ in got)
+    ids = sorted(m for m, _, _ in got)
+    # A refused "after" may be there or not; a confirmed one must be.
+    assert [m for m in ids if m not in after and m != "after"] == sorted(b.decode() for b in bodies)
+    assert set(after) <= set(ids)
+    assert all(redelivered for m, redelivered, _ in got if m != "after")
 
 
 def test_acks_synced_before_a_power_cut_stay(cuts: Cuts, power: PowerCutMount) -> None:
