@@ -22,6 +22,7 @@ from aiohttp import web
 from harness.broker import Harness
 from metricshelp import samples, value
 
+from warren.app import Broker as AppBroker
 from warren.config import Config, ConfigError
 from warren.core.clock import ManualClock
 from warren.metrics.render import render
@@ -286,7 +287,15 @@ def test_the_webhooks_file(tmp_path: Path) -> None:
     assert b.backoff(1) == 1000 and b.backoff(3) == 4000 and b.backoff(20) == 60000
     ini = tmp_path / "warren.ini"
     ini.write_text(f"[main]\nwebhooks_file = {path}\n")
-    assert Config.from_ini(ini).webhooks_file == str(path)
+    config = Config.from_ini(ini)
+    assert config.webhooks_file == str(path)
+    # warren.app's broker loads the file and lists the targets.
+    config.data_dir = str(tmp_path / "data")
+    app_broker = AppBroker(config, listeners=[])
+    assert app_broker.webhooks is not None and app_broker.webhook_status is not None
+    assert [t["name"] for t in app_broker.webhook_status()] == ["a", "webhook-1"]
+    assert app_broker.webhooks.observe in app_broker.events.observers
+    asyncio.run(app_broker.stop())
 
 
 @pytest.mark.parametrize(
