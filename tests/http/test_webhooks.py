@@ -13,13 +13,17 @@ import asyncio
 import hashlib
 import hmac
 import json
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pika
 import pytest
 from aiohttp import web
+from conftest import start_broker
 from harness.broker import Harness
+from httphelp import Api
 from metricshelp import samples, value
 
 from warren.app import Broker as AppBroker
@@ -312,3 +316,41 @@ def test_the_webhooks_file(tmp_path: Path) -> None:
 def test_a_bad_webhooks_document_is_refused(document: Any, problem: str) -> None:
     with pytest.raises(ConfigError, match=problem):
         parse_targets(document)
+
+
+def test_a_broker_with_a_webhooks_file_posts_its_events(tmp_path: Path) -> None:
+    """warren.app's broker, over its sockets: the file's target gets a pika
+    client's connection and queue events, signed; GET /api/webhooks counts them."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    rx = Receiver()
+    asyncio.run_coroutine_threadsafe(rx.start(), loop).result(10)
+    path = tmp_path / "webhooks.json"
+    target = {"name": "t", "url": rx.url, "events": ["connection.*", "queue.*"], "secret": "k"}
+    path.write_text(json.dumps([target]))
+    b = start_broker(tmp_path / "data", webhooks_file=str(path))
+    try:
+        params = pika.ConnectionParameters("127.0.0.1", b.port)
+        with pika.BlockingConnection(params) as conn:
+            conn.channel().queue_declare("q", durable=False)
+        done = asyncio.run_coroutine_threadsafe(rx.until(lambda: len(rx.got) == 3), loop)
+        done.result(30)
+        events = rx.events()
+        assert [e["event"] for e in events] == [
+            "connection.created",
+            "queue.created",
+            "connection.closed",
+        ]
+        assert events[0]["properties"]["peer_host"] == "127.0.0.1"
+        for headers, body in rx.got:
+            assert headers["X-Warren-Signature"] == sign("k", body)
+        api = Api(b.http_port)
+        (listed,) = api.get("/api/webhooks")
+        assert listed["name"] == "t" and listed["failed"] == 0 and listed["dropped"] == 0
+    finally:
+        b.stop()
+        asyncio.run_coroutine_threadsafe(rx.stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

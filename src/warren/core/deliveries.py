@@ -109,8 +109,9 @@ class Deliveries:
         was delivered stays unsettled until settled or the stream closes."""
         consumer = self.consumers.pop(key, None)
         if consumer is not None:
-            consumer.queue.remove_consumer(consumer)
+            # Told first: an auto-delete queue goes with its last consumer.
             _consumer_event("consumer.deleted", consumer)
+            consumer.queue.remove_consumer(consumer)
         return consumer
 
     def cancelled(self, key: str, consumer: Consumer) -> bool:
@@ -447,8 +448,8 @@ class Deliveries:
             return
         self.closed = True
         for consumer in list(self.consumers.values()):
-            consumer.queue.remove_consumer(consumer)
             _consumer_event("consumer.deleted", consumer)
+            consumer.queue.remove_consumer(consumer)
         self.consumers.clear()
         back = [e for _, e in self.unsettled.entries()]
         back.extend(held)
