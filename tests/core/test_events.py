@@ -157,3 +157,27 @@ def test_a_failing_observer_is_logged_and_the_others_still_hear() -> None:
     assert events
     events.emit("queue.created", {})
     assert heard == ["queue.created"]
+
+
+def test_an_auto_delete_queue_goes_after_its_last_consumer(broker: Harness) -> None:
+    conn = broker.amqp_connection()
+    ch = conn.channel()
+    ch.queue_declare("ad", durable=False, auto_delete=True)
+    tag = ch.basic_consume("ad", lambda *a: None)
+    seen = _record(broker)
+    ch.basic_cancel(tag)
+    broker.settle()
+    assert seen == [
+        (
+            "consumer.deleted",
+            {
+                "vhost": "/",
+                "queue": "ad",
+                "consumer_tag": tag,
+                "exclusive": False,
+                "ack_required": True,
+            },
+        ),
+        ("queue.deleted", {"name": "ad", "vhost": "/"}),
+    ]
+    conn.close()
