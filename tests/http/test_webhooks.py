@@ -27,6 +27,7 @@ from httphelp import Api
 from metricshelp import samples, value
 
 from warren.app import Broker as AppBroker
+from warren.cli import main as warren_main
 from warren.config import Config, ConfigError
 from warren.core.clock import ManualClock
 from warren.metrics.render import render
@@ -354,3 +355,15 @@ def test_a_broker_with_a_webhooks_file_posts_its_events(tmp_path: Path) -> None:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+def test_warren_refuses_to_start_with_a_bad_webhooks_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "webhooks.json"
+    path.write_text('[{"url": "http://x/", "secret": ""}]')
+    ini = tmp_path / "warren.ini"
+    ini.write_text(f"[main]\nwebhooks_file = {path}\n")
+    argv = ["-c", str(ini), "-D", str(tmp_path / "data"), "--amqp-port", "0"]
+    assert warren_main(argv) == 2
+    assert "target 'webhook-0': secret must be a non-empty string" in capsys.readouterr().err
