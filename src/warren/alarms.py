@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from warren.config import Config
+from warren.core.events import Events
 from warren.memory import resident_bytes, total_bytes
 from warren.store.disk_budget import UNLIMITED, DiskBudget
 
@@ -55,6 +56,8 @@ class ResourceAlarms:
         self.raised: set[str] = set()
         self.disk = False
         self.memory = False
+        #: Told of each alarm raised and cleared (alarm.set, alarm.cleared).
+        self.events = Events()
         #: What the writers may still append before the disk is measured again
         #: (store/disk_budget.py): the free-disk alarm's check before writing.
         self.budget = DiskBudget(self._budget_spent, self._write_failed)
@@ -165,10 +168,14 @@ class ResourceAlarms:
         is raised and unblocked when the last clears."""
         alarms = self.raised
         was_blocking = bool(alarms)
+        changed = raised != (resource_name in alarms)
         if raised:
             alarms.add(resource_name)
         else:
             alarms.discard(resource_name)
+        if changed and self.events:
+            name = "alarm.set" if raised else "alarm.cleared"
+            self.events.emit(name, {"source": resource_name})
         self.disk = "disk" in alarms
         self.memory = "memory" in alarms
         blocking = bool(alarms)

@@ -30,6 +30,7 @@ from warren.node import HeaderHandoffs, Listener, WebSocketEndpoint, node_name
 from warren.shovel.component import ShovelComponent
 from warren.stream_protocol.replica_server import ReplicaStreamServer
 from warren.stream_protocol.server import StreamListener
+from warren.webhooks import Webhooks, load_targets
 
 __all__ = [
     "AMQP_HANDOFFS",
@@ -200,6 +201,18 @@ class Broker(CoreBroker):
         )
         for component in (federation.upstream_component, federation.set_component):
             self.parameter_components[component.name] = component
+        #: Broker events POSTed to the webhooks file's targets (docs/webhooks.md).
+        self.webhooks: Webhooks | None = None
+        if self.config.webhooks_file is not None:
+            targets = load_targets(self.config.webhooks_file)
+            self.webhooks = Webhooks(targets, lambda: self.clock, node_name())
+            self.webhooks.attach(self.events)
+            self.webhook_status = self.webhooks.status
+
+    async def stop(self) -> None:
+        await super().stop()
+        if self.webhooks is not None:
+            await self.webhooks.close()
 
     def _local_amqp_uri(self, vhost: str) -> str:
         """How a shovel reaches this broker: the AMQP port as the default user."""

@@ -27,6 +27,7 @@ from warren.config import Config
 from warren.core.auth_guard import AuthGuard
 from warren.core.clock import Clock, LoopClock
 from warren.core.errors import NotFound, ResourceError
+from warren.core.events import Events
 from warren.core.names import warn_undecodable
 from warren.core.runtime_parameters import ParameterComponent, ValidationFailed
 from warren.core.stats import GaugeStats, MessageStats, RateSampler
@@ -50,6 +51,16 @@ if TYPE_CHECKING:
     from warren.node import ClientConnection, Listener
 
 log = logging.getLogger("warren")
+
+#: What a connection event tells of the connection (its info()'s keys, as
+#: RabbitMQ's connection.created carries them).
+_CONNECTION_EVENT_KEYS = ("name", "user", "vhost", "protocol", "peer_host", "peer_port", "node")
+
+
+def _connection_event(conn: ClientConnection) -> dict[str, Any]:
+    info = conn.info()
+    return {key: info[key] for key in _CONNECTION_EVENT_KEYS if key in info}
+
 
 def _remove_trees(paths: list[Path]) -> None:
     for path in paths:
@@ -138,6 +149,12 @@ class Broker:
         )
         #: Called with a vhost's name as it is deleted (Node.vhost_deleted).
         self.vhost_deleted: list[Callable[[str], None]] = []
+        #: Observers of its events (core/events.py: queue.created, alarm.set ...),
+        #: shared by its vhosts and resource alarms: the webhooks listen there.
+        self.events = Events()
+        self.resource_alarms.events = self.events
+        #: The webhook targets' status (GET /api/webhooks, the metrics); None: none.
+        self.webhook_status: Callable[[], list[dict[str, Any]]] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Resource alarms, consumer timeouts and rate sampling, on timers.
         self.timers = BrokerTimers(self)
@@ -180,6 +197,7 @@ class Broker:
             vhost = self._open_vhost(name)
             self.vhosts[name] = vhost
             self.layout.save_vhosts(list(self.vhosts))
+            self.events.emit("vhost.created", {"name": name})
         except OSError as exc:
             log.error("cannot store vhost '%s': %s", name, exc)
             if vhost is not None and self.vhosts.pop(name, None) is not None:
@@ -205,6 +223,7 @@ class Broker:
             stream_store_factory=self.stores.stream_store,
         )
         vhost.key_logs = self.stores.key_log
+        vhost.events = self.events
         vhost.exchange_key_logs = self.stores.exchange_key_log
         vhost.router.write_budget = self.resource_alarms.budget
         try:
@@ -301,6 +320,7 @@ class Broker:
         if doomed and self._loop is not None:
             self._loop.run_in_executor(None, _remove_trees, doomed)
         log.info("vhost '%s' deleted", name)
+        self.events.emit("vhost.deleted", {"name": name})
 
     def save_users(self) -> None:
         """Write the users out; when that fails (a full disk) the users in memory
@@ -405,6 +425,8 @@ class Broker:
             self.users.count_connection(conn.user.name, 1)
         if self.alarms:
             conn.set_blocked(True)
+        if self.events:
+            self.events.emit("connection.created", _connection_event(conn))
 
     def connection_closed(self, conn: ClientConnection) -> None:
         if conn in self.connections:
@@ -413,6 +435,8 @@ class Broker:
             self.retired.connection_closed(conn, protocol_label(conn.info().get("protocol", "")))
             if conn.user is not None:
                 self.users.count_connection(conn.user.name, -1)
+            if self.events:
+                self.events.emit("connection.closed", _connection_event(conn))
 
     def at_connection_max(self) -> bool:
         cap = self.config.max_connections

@@ -550,6 +550,9 @@ async def _serve(config: Config) -> int:
         except (DefinitionsError, DamagedFile) as exc:
             print(f"warren: cannot start: {exc}", file=sys.stderr)
             return 1
+        except ConfigError as exc:  # a file a setting names (webhooks_file)
+            print(f"warren: {exc}", file=sys.stderr)
+            return 2
         log.info("%s", ready_line(broker.listeners))
         await stop_event.wait()
         await broker.stop()

@@ -264,6 +264,9 @@ class Config:
     #: A RabbitMQ definitions export (JSON file, or a directory of them) imported
     #: at every start, as RabbitMQ's ``load_definitions``. None: nothing to load.
     load_definitions: str | None = None
+    #: A JSON file of webhook targets (docs/webhooks.md): broker events are
+    #: POSTed to them. None: no webhooks.
+    webhooks_file: str | None = None
     #: What a damaged metadata file (users.json, vhosts.json, a definitions log,
     #: MQTT's session and retained logs ...) does at start: "refuse" to start,
     #: naming the file, or "set-aside": rename it to <name>.damaged-<time> and start
@@ -514,6 +517,7 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "sync"): ("sync", _parse_bool),
     ("main", "damaged_metadata"): ("damaged_metadata", _parse_str),
     ("main", "load_definitions"): ("load_definitions", _parse_optional_path),
+    ("main", "webhooks_file"): ("webhooks_file", _parse_optional_path),
     ("main", "auth_failure_delay"): ("auth_failure_delay", _parse_int),
     ("main", "auth_failures_per_minute"): ("auth_failures_per_minute", _parse_int),
     ("main", "max_connections"): ("max_connections", _parse_int),

@@ -212,6 +212,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "consumer_timeout": _int_in(0, 2**63 - 1),
     "collect_statistics_interval": _int_in(0, 86_400_000),
     "load_definitions": _optional_path,
+    "webhooks_file": _optional_path,
     "damaged_metadata": _damage_policy,
     "permit_global_qos": _bool,
     "auth_failure_delay": _int_in(0, 60_000),

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from warren.core.auth_guard import AuthGuard
     from warren.core.channel_counts import ChannelCounts
     from warren.core.clock import Clock
+    from warren.core.events import Events
     from warren.core.runtime_parameters import ParameterComponent
     from warren.core.stats import Ages, GaugeStats, MessageStats, OctetStats
     from warren.core.users import User, UserStore
@@ -167,6 +168,13 @@ class Node(Protocol):
         drop every permission on it; NotFound when there is no such vhost."""
 
     def get_vhost(self, name: str) -> VHost: ...
+
+    #: Observers of the broker's events (core/events.py): what the management
+    #: API changes (users, permissions) is announced there too.
+    events: Events
+    #: The webhook targets' status (warren.webhooks: GET /api/webhooks, the
+    #: metrics); None without webhooks.
+    webhook_status: Callable[[], list[dict[str, Any]]] | None
 
     #: Runtime-parameter components by name (shovel, ...; core/runtime_parameters.py).
     parameter_components: dict[str, ParameterComponent]

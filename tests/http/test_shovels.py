@@ -279,6 +279,8 @@ class _HttpSink:
 
     def __init__(self) -> None:
         self.posts: list[tuple[str, dict[str, str], bytes]] = []
+        #: Bodies answered with a 500 (recorded in posts all the same).
+        self.refuse: set[bytes] = set()
         self.got = threading.Condition()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -291,7 +293,7 @@ class _HttpSink:
             with self.got:
                 self.posts.append((request.path, dict(request.headers), body))
                 self.got.notify_all()
-            return web.Response(status=204)
+            return web.Response(status=500 if body in self.refuse else 204)
 
         app = web.Application()
         app.router.add_post("/{tail:.*}", handle)
@@ -301,9 +303,14 @@ class _HttpSink:
         await site.start()
         return int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
 
-    def wait(self, count: int, timeout: float = 30) -> None:
+    def wait(self, count: int, timeout: float = 30, body: bytes | None = None) -> None:
+        """Until ``count`` POSTs came (of ``body`` only, when given)."""
+
+        def done() -> bool:
+            return sum(body is None or b == body for _p, _h, b in self.posts) >= count
+
         with self.got:
-            assert self.got.wait_for(lambda: len(self.posts) >= count, timeout), self.posts
+            assert self.got.wait_for(done, timeout), self.posts
 
     def stop(self) -> None:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
@@ -342,6 +349,86 @@ def test_an_http_destination_gets_each_message_posted(broker: BrokerThread) -> N
         assert _count(broker.port, "webhooks") == 0
     finally:
         sink.stop()
+
+
+def test_an_http_destination_dead_letters_what_it_keeps_refusing(tmp_path: Path) -> None:
+    """dest-max-attempts POSTs, retried after 1 s then 2 s on the broker's clock
+    (a ManualClock here), then the message goes to the dead-letter exchange with
+    why, and the source is acked; the other messages are not held up."""
+    broker = start_broker(tmp_path / "a", clock=ManualClock())
+    sink = _HttpSink()
+    sink.refuse = {b"poison"}
+    try:
+        api = Api(broker.http_port)
+        with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port)) as conn:
+            ch = conn.channel()
+            ch.queue_declare("in", durable=True)
+            ch.queue_declare("dead", durable=True)
+        value = {
+            "src-uri": "amqp://",
+            "src-queue": "in",
+            "dest-uri": f"http://127.0.0.1:{sink.port}/hook",
+            "dest-max-attempts": 3,
+            "dest-dead-letter-exchange": "",
+            "dest-dead-letter-routing-key": "dead",
+        }
+        assert api.put("/api/parameters/shovel/%2F/s", {"value": value}).status == 201
+        _wait_state(broker, "s", "running")
+        shovel = _shovels(broker).shovels[("/", "s")]
+        _publish(broker.port, "in", 1)
+        _publish_body(broker.port, "in", b"poison")
+        _publish(broker.port, "in", 1, start=1)
+        sink.wait(1, body=b"msg-1")  # the one after the refused message went through
+        sink.wait(1, body=b"poison")
+        _until(lambda: broker.call(lambda: shovel.retrying) == 1)
+        broker.advance(1000)
+        sink.wait(2, body=b"poison")
+        _until(lambda: broker.call(lambda: shovel.retrying) == 1)
+        broker.advance(2000)
+        ((props, body),) = _receive(broker.port, "dead", 1)
+        assert body == b"poison"
+        assert props.headers["x-shovel-attempts"] == 3
+        assert props.headers["x-shovel-error"] == "HTTP destination answered 500"
+        assert props.headers["x-shovel-name"] == "s"
+        assert sum(b == b"poison" for _p, _h, b in sink.posts) == 3
+        # Counted once confirmed, then acked at the source.
+        _until(lambda: api.get("/api/shovels")[0]["messages_dead_lettered"] == 1)
+        _until(lambda: _count(broker.port, "in") == 0)
+        assert api.get("/api/shovels")[0]["state"] == "running"
+    finally:
+        sink.stop()
+        broker.stop()
+
+
+def test_the_dead_letter_keys_need_an_http_destination(broker: BrokerThread) -> None:
+    api = Api(broker.http_port)
+    value = {
+        "src-uri": "amqp://",
+        "src-queue": "q",
+        "dest-uri": "amqp://",
+        "dest-dead-letter-exchange": "dlx",
+        "dest-max-attempts": 0,
+    }
+    reply = api.put("/api/parameters/shovel/%2F/bad", {"value": value})
+    assert reply.status == 400
+    text = reply.json()["reason"]
+    assert "dest-max-attempts should be a positive integer" in text
+    assert "dest-dead-letter-exchange needs an http:// or https:// dest-uri" in text
+
+
+def _publish_body(port: int, queue: str, body: bytes) -> None:
+    with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port)) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("", queue, body, PERSISTENT)
+
+
+def _until(done: Any, timeout: float = 30) -> None:
+    """Wait until ``done()``: a state the shovel reaches after I/O."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
 
 
 def test_shovels_to_and_from_rabbitmq(broker: BrokerThread, rabbitmq: Any) -> None:

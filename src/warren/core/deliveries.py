@@ -102,12 +102,15 @@ class Deliveries:
         and deliver here under ``key``."""
         consumer.queue.add_consumer(consumer)
         self.consumers[key] = consumer
+        _consumer_event("consumer.created", consumer)
 
     def cancel(self, key: str) -> Consumer | None:
         """Detach the consumer under ``key`` (None: no such consumer). What it
         was delivered stays unsettled until settled or the stream closes."""
         consumer = self.consumers.pop(key, None)
         if consumer is not None:
+            # Told first: an auto-delete queue goes with its last consumer.
+            _consumer_event("consumer.deleted", consumer)
             consumer.queue.remove_consumer(consumer)
         return consumer
 
@@ -445,6 +448,7 @@ class Deliveries:
             return
         self.closed = True
         for consumer in list(self.consumers.values()):
+            _consumer_event("consumer.deleted", consumer)
             consumer.queue.remove_consumer(consumer)
         self.consumers.clear()
         back = [e for _, e in self.unsettled.entries()]
@@ -483,3 +487,19 @@ def _reject_in_spans(
         queue.settler.reject_many(seqs, msgs, sizes, requeue, explicit)
         queues[id(queue)] = queue
         i = j
+
+
+def _consumer_event(name: str, consumer: Consumer) -> None:
+    """consumer.created or consumer.deleted, to the vhost's event observers
+    (core/events.py): once per consume and cancel, never per delivery."""
+    vhost = consumer.queue.vhost
+    events = getattr(vhost, "events", None)
+    if events:
+        props = {
+            "vhost": vhost.name,
+            "queue": consumer.queue.name,
+            "consumer_tag": consumer.tag,
+            "exclusive": consumer.exclusive,
+            "ack_required": not consumer.no_ack,
+        }
+        events.emit(name, props)

@@ -29,6 +29,7 @@ from warren.core.errors import (
     ResourceError,
     ResourceLocked,
 )
+from warren.core.events import Events
 from warren.core.exchange import Binding, DefaultExchange, Exchange, exchange_class
 from warren.core.names import check_name
 from warren.core.policies import Policy
@@ -216,6 +217,8 @@ class VHost:
         #: Called with (vhost, exchange name) when an exchange appears, goes, gets or
         #: loses a binding or another policy: federation follows them.
         self.exchange_watchers: list[Callable[[VHost, str], None]] = []
+        #: The broker's event observers (core/events.py; the broker gives its own).
+        self.events = Events()
         self.default_exchange = DefaultExchange(name, "", durable=True)
         self.exchanges[""] = self.default_exchange
         for ex_name, ex_type, internal in PREDECLARED:
@@ -252,7 +255,9 @@ class VHost:
         apply_to: str = "all",
     ) -> Policy:
         """Policies.set_policy."""
-        return self.policy_rules.set_policy(name, pattern, definition, priority, apply_to)
+        policy = self.policy_rules.set_policy(name, pattern, definition, priority, apply_to)
+        self.event("policy.set", name=name, pattern=pattern, definition=definition)
+        return policy
 
     def set_operator_policy(
         self,
@@ -262,13 +267,24 @@ class VHost:
         priority: int = 0,
         apply_to: str = "all",
     ) -> Policy:
-        return self.policy_rules.set_operator_policy(name, pattern, definition, priority, apply_to)
+        policy = self.policy_rules.set_operator_policy(
+            name, pattern, definition, priority, apply_to
+        )
+        self.event("operator.policy.set", name=name, pattern=pattern, definition=definition)
+        return policy
 
     def clear_policy(self, name: str) -> None:
         self.policy_rules.clear_policy(name)
+        self.event("policy.cleared", name=name)
 
     def clear_operator_policy(self, name: str) -> None:
         self.policy_rules.clear_operator_policy(name)
+        self.event("operator.policy.cleared", name=name)
+
+    def event(self, event: str, /, **props: Any) -> None:
+        """Emit a broker event about this vhost's objects (core/events.py)."""
+        if self.events:
+            self.events.emit(event, {**props, "vhost": self.name})
 
     @property
     def limits(self) -> dict[str, int]:
@@ -488,6 +504,14 @@ class VHost:
             self._exclusive.setdefault(q.exclusive_owner, []).append(name)
         self.policy_rules.attach_queue(q)
         log.debug("queue declared vhost=%s name=%s durable=%s", self.name, name, durable)
+        self.event(
+            "queue.created",
+            name=name,
+            durable=durable,
+            auto_delete=auto_delete,
+            exclusive=exclusive,
+            type=q.queue_type,
+        )
         return q
 
     def new_queue(
@@ -566,6 +590,7 @@ class VHost:
             # deleting call sends (queue.delete-ok), even on the same channel.
             self.call_soon(lambda: _notify_cancelled(consumers))
         log.debug("queue deleted vhost=%s name=%s", self.name, name)
+        self.event("queue.deleted", name=name)
         return count
 
     def new_exchange(

@@ -47,6 +47,7 @@ def _created(existed: bool) -> web.Response:
 def register(r: Router) -> None:  # noqa: C901 - one table of routes
     api_overview.register(r)
     r.route("GET", "/api/cluster")(cluster)
+    r.route("GET", "/api/webhooks")(webhooks)
     r.route("GET", "/api/cluster-name")(get_cluster_name)
     r.route("PUT", "/api/cluster-name")(put_cluster_name)
     r.route("GET", "/api/vhosts")(list_vhosts)
@@ -79,6 +80,14 @@ async def cluster(ctx: Ctx) -> web.StreamResponse:
     ctx.require(MONITORING)
     status = ctx.node.cluster_status
     return json_response(status() if status is not None else {"enabled": False})
+
+
+async def webhooks(ctx: Ctx) -> web.StreamResponse:
+    """Warren's own: the webhook targets with their counters (docs/webhooks.md);
+    an empty list without webhooks."""
+    ctx.require(MONITORING)
+    status = ctx.node.webhook_status
+    return json_response(status() if status is not None else [])
 
 
 async def get_cluster_name(ctx: Ctx) -> web.StreamResponse:
@@ -191,7 +200,8 @@ async def bulk_delete_users(ctx: Ctx) -> web.StreamResponse:
     if not isinstance(names, list):
         raise bad_request("users must be a list of names")
     for name in names:
-        ctx.node.users.delete_user(str(name))
+        if ctx.node.users.delete_user(str(name)):
+            _user_event(ctx, "user.deleted", name=str(name))
     ctx.node.save_users()
     return web.Response(status=NO_CONTENT)
 
@@ -251,6 +261,8 @@ async def put_user(ctx: Ctx) -> web.StreamResponse:
         existing.tags = tags
     existing_or_new.hashing_algorithm = algorithm
     ctx.node.save_users()
+    if existing is None:
+        _user_event(ctx, "user.created", name=name, tags=tags)
     return _created(existing is not None)
 
 
@@ -260,6 +272,7 @@ async def delete_user(ctx: Ctx) -> web.StreamResponse:
     _user(ctx, name)
     ctx.node.users.delete_user(name)  # with its permissions, topic permissions, limits
     ctx.node.save_users()
+    _user_event(ctx, "user.deleted", name=name)
     return web.Response(status=NO_CONTENT)
 
 
@@ -324,6 +337,8 @@ async def put_permission(ctx: Ctx) -> web.StreamResponse:
     existed = vhost in user.permissions
     user.permissions[vhost] = Permission(configure, write, read)
     ctx.node.save_users()
+    perm = {"configure": configure, "write": write, "read": read}
+    _user_event(ctx, "permission.created", user=name, vhost=vhost, **perm)
     return _created(existed)
 
 
@@ -334,7 +349,16 @@ async def delete_permission(ctx: Ctx) -> web.StreamResponse:
     if user.permissions.pop(vhost, None) is None:
         raise not_found()
     ctx.node.save_users()
+    _user_event(ctx, "permission.deleted", user=name, vhost=vhost)
     return web.Response(status=NO_CONTENT)
+
+
+def _user_event(ctx: Ctx, event: str, **props: Any) -> None:
+    """user.* and permission.* events (core/events.py), with who did it, as
+    RabbitMQ's ``user_who_performed_action``."""
+    events = ctx.node.events
+    if events:
+        events.emit(event, {**props, "user_who_performed_action": ctx.user.name})
 
 
 def topic_permissions(

@@ -133,6 +133,8 @@ def render_chunks(snap: Snapshot, per_object: bool = False) -> Iterator[str]:
     )
     if snap.cluster_status is not None:
         _warren_cluster(out, snap)
+    if snap.webhooks:
+        _warren_webhooks(out, snap)
     yield out.take()
 
 
@@ -514,6 +516,23 @@ def _delivery_value(name: str, counts: tuple[int, ...]) -> int:
         "messages_redelivered_total": q["redeliver"],
         "messages_acknowledged_total": q["ack"],
     }[name]
+
+
+#: Warren's webhook families (docs/webhooks.md): (name, type, help, status key).
+WEBHOOK_FAMILIES = (
+    ("events_delivered_total", "counter", "Events a webhook target took (2xx)", "delivered"),
+    ("events_failed_total", "counter", "Events given up after every retry", "failed"),
+    ("events_dropped_total", "counter", "Events dropped: the target's buffer was full", "dropped"),
+    ("retries_total", "counter", "POSTs tried again after a failure", "retries"),
+    ("events_queued", "gauge", "Events waiting for the target", "queued"),
+)
+
+
+def _warren_webhooks(out: Text, snap: Snapshot) -> None:
+    """Warren's own webhook counters, by target."""
+    for name, mtype, help_text, key in WEBHOOK_FAMILIES:
+        samples = [(labels(target=t["name"]), int(t[key])) for t in snap.webhooks]
+        out.family(f"warren_webhook_{name}", mtype, help_text, samples)
 
 
 def _warren_cluster(out: Text, snap: Snapshot) -> None:

@@ -169,6 +169,8 @@ class Snapshot:
     federation_links: dict[str, int] = field(default_factory=dict)
     #: In a cluster, the cluster's state (ClusterNode.status); None on a single node.
     cluster_status: dict[str, Any] | None = None
+    #: The webhook targets' status (warren.webhooks); empty without webhooks.
+    webhooks: list[dict[str, Any]] = field(default_factory=list)
     taken_at: float = 0.0
     #: Seconds since the process started.
     uptime: float = 0.0
@@ -323,6 +325,8 @@ async def snapshot(node: Node) -> Snapshot:
     snap.fd_alarm = bool(snap.max_fds) and snap.open_fds >= snap.max_fds
     snap.max_sockets = config.max_connections or snap.max_fds
     snap.io = _proc_io()
+    if node.webhook_status is not None:
+        snap.webhooks = node.webhook_status()
     federation = node.parameter_components.get("federation-upstream")
     if federation is not None:
         for link in federation.status():

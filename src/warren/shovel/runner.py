@@ -23,12 +23,23 @@ import aiormq
 from aiormq.abc import DeliveredMessage
 from pamqp.commands import Basic
 
+from warren.core import clock as clocks
 from warren.core.clock import Clock
 from warren.links import Finished, LinkRunner, redact
 from warren.shovel.spec import ShovelSpec
 
 #: The reason a shovel that moved what src-delete-after allowed reports.
 DELETE_AFTER_REACHED = "src-delete-after reached"
+
+#: ms before an HTTP destination's second attempt at a message, doubled for
+#: each next one up to the cap (dest-max-attempts), on the broker's clock.
+HTTP_RETRY_MS = 1000
+HTTP_RETRY_MAX_MS = 60000
+
+
+def http_retry_delay(attempt: int) -> int:
+    """ms to wait after failed attempt number ``attempt`` (1 for the first)."""
+    return min(HTTP_RETRY_MS * 2 ** (attempt - 1), HTTP_RETRY_MAX_MS)
 
 
 class Shovel(LinkRunner):
@@ -58,6 +69,10 @@ class Shovel(LinkRunner):
         self.node = node
         self._on_finished = on_finished
         self.transferred = 0
+        #: HTTP destination: messages that failed every attempt and were
+        #: dead-lettered, and messages waiting for their next attempt now.
+        self.dead_lettered = 0
+        self.retrying = 0
         limit = spec.delete_after  # what is left to move, across sessions
         self._remaining: int | None = limit if isinstance(limit, int) else None
 
@@ -83,6 +98,8 @@ class Shovel(LinkRunner):
             "dest_uri": redact(spec.dest_uris[0]),
             "messages_transferred": self.transferred,
         }
+        if spec.dead_letter_exchange is not None:
+            out["messages_dead_lettered"] = self.dead_lettered
         if spec.src_queue is not None:
             out["src_queue"] = spec.src_queue
         else:
@@ -113,7 +130,12 @@ class Shovel(LinkRunner):
             src_ch = await self._rpc(src.channel(), src_uri, "channel.open")
             if spec.http_destination:
                 http = aiohttp.ClientSession()
-                publish = self._http_publisher(http)
+                dead_letter: aiormq.abc.AbstractChannel | None = None
+                if spec.dead_letter_exchange is not None:
+                    dead_letter = await self._rpc(
+                        src.channel(publisher_confirms=True), src_uri, "channel.open"
+                    )
+                publish = self._http_publisher(http, dead_letter)
             else:
                 dest_uri = self._resolve(spec.dest_uris[0], self.vhost)
                 dest_conn = aiormq.Connection(dest_uri)
@@ -277,8 +299,14 @@ class Shovel(LinkRunner):
 
         return publish
 
-    def _http_publisher(self, http: aiohttp.ClientSession) -> Callable[[DeliveredMessage], Any]:
-        uri = self.spec.dest_uris[0]
+    def _http_publisher(
+        self, http: aiohttp.ClientSession, dead_letter: aiormq.abc.AbstractChannel | None
+    ) -> Callable[[DeliveredMessage], Any]:
+        """POST each message; one that fails dest-max-attempts times (retried
+        after a doubling backoff) is published to dest-dead-letter-exchange
+        when there is one, else it fails the session (it goes back to the queue)."""
+        spec = self.spec
+        uri = spec.dest_uris[0]
 
         async def publish(message: DeliveredMessage) -> None:
             props = message.header.properties
@@ -292,8 +320,56 @@ class Shovel(LinkRunner):
             target = uri
             if not urlsplit(uri).path.strip("/") and props.headers and "uri_path" in props.headers:
                 target = uri.rstrip("/") + "/" + str(props.headers["uri_path"]).lstrip("/")
-            async with http.post(target, data=message.body, headers=headers) as resp:
-                if resp.status >= 300:
-                    raise ConnectionError(f"HTTP destination answered {resp.status}")
+            attempt = 0
+            while True:
+                attempt += 1
+                try:
+                    async with http.post(target, data=message.body, headers=headers) as resp:
+                        if resp.status < 300:
+                            return
+                        failure: Exception = ConnectionError(
+                            f"HTTP destination answered {resp.status}"
+                        )
+                except aiohttp.ClientError as exc:
+                    failure = exc
+                if attempt >= spec.max_attempts:
+                    if dead_letter is None:
+                        raise failure
+                    await self._dead_letter(dead_letter, message, failure, attempt)
+                    return
+                self.retrying += 1
+                try:
+                    await clocks.sleep(self.clock, http_retry_delay(attempt))
+                finally:
+                    self.retrying -= 1
 
         return publish
+
+    async def _dead_letter(
+        self,
+        ch: aiormq.abc.AbstractChannel,
+        message: DeliveredMessage,
+        failure: Exception,
+        attempts: int,
+    ) -> None:
+        """Publish a message the HTTP destination kept refusing to the dead-letter
+        exchange (confirmed before the source is acked), saying why."""
+        spec = self.spec
+        props = message.header.properties
+        props.headers = {
+            **(props.headers or {}),
+            "x-shovel-name": self.name,
+            "x-shovel-dest-uri": redact(spec.dest_uris[0]),
+            "x-shovel-error": str(failure) or type(failure).__name__,
+            "x-shovel-attempts": attempts,
+        }
+        key = spec.dead_letter_routing_key
+        confirm = await ch.basic_publish(
+            message.body,
+            exchange=spec.dead_letter_exchange or "",
+            routing_key=key if key is not None else message.routing_key or "",
+            properties=props,
+        )
+        if not isinstance(confirm, Basic.Ack):
+            raise ConnectionError(f"the dead-letter exchange refused a message ({confirm})")
+        self.dead_lettered += 1

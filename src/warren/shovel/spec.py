@@ -16,7 +16,10 @@ _KNOWN = {
     "dest-add-forward-headers", "add-forward-headers", "dest-add-timestamp-header",
     "add-timestamp-header", "dest-publish-properties", "publish-properties",
     "ack-mode", "reconnect-delay",
+    "dest-max-attempts", "dest-dead-letter-exchange", "dest-dead-letter-routing-key",
 }  # fmt: skip
+#: Warren's own keys, for an HTTP destination only.
+_HTTP_ONLY = ("dest-max-attempts", "dest-dead-letter-exchange", "dest-dead-letter-routing-key")
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,13 @@ class ShovelSpec:
     publish_properties: dict[str, Any] = field(default_factory=dict)
     ack_mode: str = "on-confirm"
     reconnect_delay: float = 5.0
+    #: HTTP destination: POSTs of one message (retried with backoff in the
+    #: session) before it fails; then it is dead-lettered, or the session fails.
+    max_attempts: int = 1
+    #: HTTP destination: where a message that failed every attempt is published
+    #: (at the source), with this routing key (None: the message's own).
+    dead_letter_exchange: str | None = None
+    dead_letter_routing_key: str | None = None
 
     @property
     def http_destination(self) -> bool:
@@ -144,6 +154,16 @@ def validate(value: Any) -> ShovelSpec:
     dest_key = _str(value, "dest-exchange-key", errors)
     forward = _bool(value, ("dest-add-forward-headers", "add-forward-headers"), errors)
     timestamp = _bool(value, ("dest-add-timestamp-header", "add-timestamp-header"), errors)
+    attempts = value.get("dest-max-attempts", 1)
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
+        errors.append(f"dest-max-attempts should be a positive integer, got {json_p(attempts)}")
+        attempts = 1
+    dlx = _str(value, "dest-dead-letter-exchange", errors)
+    dlx_key = _str(value, "dest-dead-letter-routing-key", errors)
+    if dest_uris and not dest_uris[0].startswith(("http://", "https://")):
+        errors += [
+            f"{key} needs an http:// or https:// dest-uri" for key in _HTTP_ONLY if key in value
+        ]
     if errors:
         raise ValidationFailed(errors)
     return ShovelSpec(
@@ -162,4 +182,7 @@ def validate(value: Any) -> ShovelSpec:
         publish_properties=props,
         ack_mode=ack_mode,
         reconnect_delay=float(delay),
+        max_attempts=attempts,
+        dead_letter_exchange=dlx,
+        dead_letter_routing_key=dlx_key,
     )
