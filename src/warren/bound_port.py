@@ -20,6 +20,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from warren.proxy_accept import ProxySettings, proxy_factory
+
 __all__ = ["BindError", "BoundPort", "ListenerPorts"]
 
 
@@ -148,14 +150,24 @@ class ListenerPorts:
             self.close_bound()
             raise
 
-    async def serve(self, factory: Callable[[bool], asyncio.BaseProtocol], log: Any) -> None:
-        """Accept on the bound ports; ``factory(tls)`` makes each client's protocol."""
+    async def serve(
+        self,
+        factory: Callable[[bool], asyncio.BaseProtocol],
+        log: Any,
+        proxy: ProxySettings | None = None,
+    ) -> None:
+        """Accept on the bound ports; ``factory(tls)`` makes each client's protocol.
+        With ``proxy``, each connection first sends a PROXY header (proxy_accept.py),
+        before its TLS handshake on the TLS port."""
         for bound in self._bound:
             tls = bound.what.endswith("/TLS")
-            servers = await bound.serve(
-                (lambda: factory(True)) if tls else (lambda: factory(False)),
-                self.tls if tls else None,
+            made: Callable[[], asyncio.BaseProtocol] = (
+                (lambda: factory(True)) if tls else (lambda: factory(False))
             )
+            context = self.tls if tls else None
+            if proxy is not None:
+                made, context = proxy_factory(made, context, proxy, bound.what), None
+            servers = await bound.serve(made, context)
             self._servers.extend(servers)
             log.info("listening on %s %s:%s", bound.what, self.bind_host, bound.port)
         self._bound.clear()

@@ -12,6 +12,7 @@ from warren.amqp.handshake import State
 from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol
 from warren.bound_port import ListenerPorts
 from warren.header_handoff import PENDING, choose, hand_off
+from warren.proxy_accept import listener_proxy
 from warren.tls import cert_login
 
 if TYPE_CHECKING:
@@ -274,7 +275,11 @@ class AMQPListener:
         self._node = node
         self.bind_ports(node)
         try:
-            await self._ports.serve(lambda tls: self.new_protocol(), log)
+            await self._ports.serve(
+                lambda tls: self.new_protocol(),
+                log,
+                listener_proxy(node.config, node.clock, "amqp"),
+            )
         except OSError:
             await self.stop()
             raise

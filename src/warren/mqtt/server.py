@@ -24,6 +24,7 @@ from warren.batched_protocol import (
 from warren.bound_port import ListenerPorts
 from warren.mqtt.connection import MQTTConnection
 from warren.mqtt.state import MQTTState
+from warren.proxy_accept import listener_proxy
 from warren.tls import cert_login
 
 if TYPE_CHECKING:
@@ -194,7 +195,9 @@ class MQTTListener:
         node.vhost_deleted.append(self._state.forget_vhost)
         try:
             await self._ports.serve(
-                lambda tls: MQTTProtocol(self, "MQTT/TLS") if tls else MQTTProtocol(self), log
+                lambda tls: MQTTProtocol(self, "MQTT/TLS") if tls else MQTTProtocol(self),
+                log,
+                listener_proxy(node.config, node.clock, "mqtt"),
             )
         except OSError:
             await self.stop()

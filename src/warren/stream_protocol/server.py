@@ -21,6 +21,7 @@ from warren.batched_protocol import (
     socket_addresses,
 )
 from warren.bound_port import ListenerPorts
+from warren.proxy_accept import listener_proxy
 from warren.stream_protocol.connection import OPEN, StreamConnection
 from warren.stream_protocol.messages import RawMessages, StreamMessageCodec
 from warren.tls import cert_login
@@ -155,7 +156,11 @@ class StreamListener:
     async def start(self, node: Node) -> None:
         self.bind_ports(node)
         try:
-            await self._ports.serve(lambda tls: StreamProtocol(self, tls), log)
+            await self._ports.serve(
+                lambda tls: StreamProtocol(self, tls),
+                log,
+                listener_proxy(node.config, node.clock, "stream"),
+            )
         except OSError:
             await self.stop()
             raise
