@@ -88,6 +88,12 @@ class Config:
     http_proxy_protocol: bool | None = None
     #: ms a client has to send its PROXY header, else it is closed.
     proxy_protocol_timeout: int = 5000
+    #: Rate limits (core/rate_limits.py, docs/security.md; 0: none): connections
+    #: per source address per second, messages published per connection per
+    #: second (the publisher is slowed, never dropped), subscriptions per client.
+    connection_rate_limit: int = 0
+    publish_rate_limit: int = 0
+    max_subscriptions_per_client: int = 0
     #: Consumers per AMQP channel; basic.consume beyond it is refused with 530
     #: (RabbitMQ's consumer_max_per_channel). 0: no limit.
     max_consumers_per_channel: int = 0
@@ -537,6 +543,9 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("mqtt", "proxy_protocol"): ("mqtt_proxy_protocol", _parse_bool),
     ("stream", "proxy_protocol"): ("stream_proxy_protocol", _parse_bool),
     ("mgmt", "proxy_protocol"): ("http_proxy_protocol", _parse_bool),
+    ("main", "connection_rate_limit"): ("connection_rate_limit", _parse_int),
+    ("main", "publish_rate_limit"): ("publish_rate_limit", _parse_int),
+    ("main", "max_subscriptions_per_client"): ("max_subscriptions_per_client", _parse_int),
     ("amqp", "bind"): ("bind", _parse_str),
     ("amqp", "port"): ("amqp_port", _parse_int),
     ("amqp", "heartbeat"): ("heartbeat", _parse_int),

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from warren.core.auth_guard import AuthGuard
     from warren.core.channel_counts import ChannelCounts
     from warren.core.clock import Clock
+    from warren.core.rate_limits import RateLimits
     from warren.core.runtime_parameters import ParameterComponent
     from warren.core.stats import Ages, GaugeStats, MessageStats, OctetStats
     from warren.core.users import User, UserStore
@@ -144,6 +145,8 @@ class Node(Protocol):
     retired: Retired
     #: Logins tried, per protocol (rabbitmq_auth_attempts_*).
     auth_attempts: AuthAttempts
+    #: Connections per address, publishes per connection, subscriptions per client.
+    rate_limits: RateLimits
     #: Every queue's lengths summed, and the node's figures (node_stats.py), sampled.
     queue_totals: GaugeStats
     node_figures: GaugeStats

@@ -131,6 +131,7 @@ def render_chunks(snap: Snapshot, per_object: bool = False) -> Iterator[str]:
         "Current number of federation links.",
         [(labels(status=s), n) for s, n in sorted(snap.federation_links.items())],
     )
+    _warren_rate_limits(out, snap)
     if snap.cluster_status is not None:
         _warren_cluster(out, snap)
     yield out.take()
@@ -514,6 +515,21 @@ def _delivery_value(name: str, counts: tuple[int, ...]) -> int:
         "messages_redelivered_total": q["redeliver"],
         "messages_acknowledged_total": q["ack"],
     }[name]
+
+
+def _warren_rate_limits(out: Text, snap: Snapshot) -> None:
+    """Warren's rate limits (core/rate_limits.py, docs/security.md)."""
+    refused, paused, subscriptions = snap.rate_limited
+    for name, help_text, value in (
+        ("connections_refused", "Connections refused by connection_rate_limit", refused),
+        ("publishers_paused", "Times a publisher's reading paused by publish_rate_limit", paused),
+        (
+            "subscriptions_refused",
+            "Subscriptions refused by max_subscriptions_per_client",
+            subscriptions,
+        ),
+    ):
+        out.family(f"warren_rate_limit_{name}_total", "counter", help_text, [("", value)])
 
 
 def _warren_cluster(out: Text, snap: Snapshot) -> None:

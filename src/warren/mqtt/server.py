@@ -72,6 +72,7 @@ class MQTTProtocol(BatchedProtocol):
                 ssl_object.getpeercert(), self.listener.state.config.tls_cert_login_from
             )
         self.listener.protocols.add(self)
+        self.rate_publishes(self.listener.state.node.rate_limits)
         self._timer.set(self.clock.now_ms() + CONNECT_TIMEOUT_MS, self._connect_timeout)
 
     def data_received(self, data: bytes) -> None:
@@ -83,6 +84,7 @@ class MQTTProtocol(BatchedProtocol):
         self.count_read(data)
         was_connected = conn.vhost is not None
         conn.feed(data)
+        self.count_publishes(conn.stats.publish)
         if conn.vhost is not None:
             if not was_connected:
                 self._timer.cancel()  # the CONNECT timeout's
@@ -100,6 +102,7 @@ class MQTTProtocol(BatchedProtocol):
         conn = self.conn
         if conn is not None and conn.backlog:
             conn.feed(b"")
+            self.count_publishes(conn.stats.publish)
             return conn.backlog
         return False
 
