@@ -10,7 +10,27 @@ import struct
 import threading
 from collections.abc import Callable
 
+from warren.proxy_header import ProxyHeader, parse
+
 V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
+
+TRAILER = b"AMQP\x00\x00\x09\x01"
+
+
+def read_as_listener(stream: bytes) -> tuple[ProxyHeader, bytes]:
+    """Read ``stream`` as ProxyHeaderProtocol does, asking parse how much to read
+    each time: the header, and what was left unread (must be the rest, whole)."""
+    head = b""
+    while True:
+        result = parse(head)
+        if isinstance(result, ProxyHeader):
+            assert result.length == len(head)
+            return result, stream[len(head) :]
+        assert result >= 1
+        chunk = stream[len(head) : len(head) + result]
+        if not chunk:
+            raise EOFError
+        head += chunk
 
 
 def v1_header(source: tuple[str, int], dest: tuple[str, int]) -> bytes:

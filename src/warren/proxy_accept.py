@@ -42,6 +42,10 @@ log = logging.getLogger("warren.proxy")
 DEFAULT_TIMEOUT_MS = 5000
 
 
+#: The TLS handshakes under way after a header.
+_handshakes: set[asyncio.Task[None]] = set()
+
+
 @dataclass(frozen=True, slots=True)
 class ProxySettings:
     """A listener's PROXY protocol: on when a listener is given one."""
@@ -221,7 +225,12 @@ class ProxyHeaderProtocol(asyncio.BufferedProtocol):
         if self._tls is None:
             self._hand_over(transport, header)
             return
-        asyncio.get_running_loop().create_task(self._start_tls(transport, header))
+        # Nothing more is read until start_tls has put TLS in between (it resumes
+        # reading): a ClientHello read now would go to this protocol, and be lost.
+        transport.pause_reading()
+        task = asyncio.get_running_loop().create_task(self._start_tls(transport, header))
+        _handshakes.add(task)  # the loop keeps only a weak reference
+        task.add_done_callback(_handshakes.discard)
 
     async def _start_tls(self, transport: asyncio.Transport, header: ProxyHeader) -> None:
         assert self._tls is not None

@@ -190,3 +190,70 @@ def test_mqtt_subscriptions_per_client(warren: BrokerThread) -> None:
     finally:
         client.disconnect()
         client.loop_stop()
+
+
+def test_mqtt_publisher_over_its_rate_is_paused_and_loses_nothing(warren: BrokerThread) -> None:
+    amqp = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", warren.port))
+    ch = amqp.channel()
+    ch.queue_declare("from-mqtt")
+    ch.queue_bind("from-mqtt", "amq.topic", "rated")
+    amqp.close()
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, "rated", protocol=mqtt.MQTTv311)
+    client.connect("127.0.0.1", warren.broker.listener("mqtt").port)
+    client.loop_start()
+    try:
+        for i in range(25):
+            client.publish("rated", str(i).encode(), qos=0)
+        limits = warren.broker.rate_limits
+        wait_for(lambda: limits.counts.publishers_paused >= 1, what="the publisher paused")
+        queue = warren.broker.vhosts["/"].queues["from-mqtt"]
+        # Paused after the read that went over: what came later waits for the clock.
+        warren.advance(3000)
+        wait_for(lambda: warren.call(lambda: queue.message_count) == 25)
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+@pytest.mark.parametrize("limit", ["connections", "subscriptions"])
+def test_stream_connections_and_subscriptions(tmp_path: Path, limit: str) -> None:
+    import asyncio
+
+    from rstream import Consumer, Producer
+    from rstream.exceptions import ServerError, VirtualHostAccessFailure
+
+    if limit == "connections":
+        b = start_broker(tmp_path / "data", clock=ManualClock(), connection_rate_limit=2)
+    else:
+        b = start_broker(tmp_path / "data", clock=ManualClock(), max_subscriptions_per_client=2)
+    port = b.broker.listener("stream").port
+
+    def producer() -> Producer:
+        return Producer("127.0.0.1", port, username="guest", password="guest")
+
+    async def nothing(*args: Any) -> None:
+        return None
+
+    async def connections() -> None:
+        async with producer(), producer():
+            with pytest.raises(VirtualHostAccessFailure):  # a third in the same second
+                async with producer():
+                    pass
+
+    async def subscriptions() -> None:
+        async with producer() as p:
+            for name in ("s1", "s2", "s3"):
+                await p.create_stream(name)
+        async with Consumer("127.0.0.1", port, username="guest", password="guest") as c:
+            await c.subscribe("s1", nothing)
+            await c.subscribe("s2", nothing)
+            with pytest.raises(ServerError):
+                await c.subscribe("s3", nothing)
+
+    try:
+        asyncio.run(connections() if limit == "connections" else subscriptions())
+        counts = b.broker.rate_limits.counts
+        expected = (1, 0) if limit == "connections" else (0, 1)
+        assert (counts.connections_refused, counts.subscriptions_refused) == expected
+    finally:
+        b.stop()
