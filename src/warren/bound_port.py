@@ -129,6 +129,7 @@ class ListenerPorts:
         self.tls: ssl.SSLContext | None = None
         self._bound: list[BoundPort] = []
         self._servers: list[asyncio.AbstractServer] = []
+        self._proxy: ProxySettings | None = None
 
     def bind(self, port: int, tls_port: int, tls: Callable[[], ssl.SSLContext]) -> None:
         """Bind and listen on ``port`` and ``tls_port`` (-1: none), accepting nothing
@@ -159,6 +160,7 @@ class ListenerPorts:
         """Accept on the bound ports; ``factory(tls)`` makes each client's protocol.
         With ``proxy``, each connection first sends a PROXY header (proxy_accept.py),
         before its TLS handshake on the TLS port."""
+        self._proxy = proxy
         for bound in self._bound:
             tls = bound.what.endswith("/TLS")
             made: Callable[[], asyncio.BaseProtocol] = (
@@ -183,6 +185,8 @@ class ListenerPorts:
         self.close_bound()
         for server in self._servers:
             server.close()
+        if self._proxy is not None:
+            self._proxy.abort_waiting()  # no listener's client yet
         await close_clients()
         for server in self._servers:
             await server.wait_closed()

@@ -20,8 +20,8 @@ import logging
 import ssl
 from asyncio import constants
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 from warren.config import Config
 from warren.core.clock import Clock, TimerHandle
@@ -52,6 +52,14 @@ class ProxySettings:
 
     clock: Clock
     timeout_ms: int = DEFAULT_TIMEOUT_MS
+    #: Connections still before their listener's protocol (header, TLS
+    #: handshake): no listener knows them, so its stop aborts them here.
+    waiting: set[asyncio.Transport] = field(default_factory=set, compare=False)
+
+    def abort_waiting(self) -> None:
+        for transport in list(self.waiting):
+            transport.abort()
+        self.waiting.clear()
 
 
 def listener_proxy(config: Config, clock: Clock, section: str) -> ProxySettings | None:
@@ -168,7 +176,9 @@ class ProxyHeaderProtocol(asyncio.BufferedProtocol):
         return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "local"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+        # uvloop's transports are not asyncio.Transport subclasses, but have its API.
+        self._transport = cast(asyncio.Transport, transport)
+        self._settings.waiting.add(self._transport)
         first = parse(b"")
         assert isinstance(first, int)
         self._want = first
@@ -198,6 +208,8 @@ class ProxyHeaderProtocol(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
+        if self._transport is not None:
+            self._settings.waiting.discard(self._transport)
         self._transport = None
 
     def _timeout(self) -> None:
@@ -223,6 +235,7 @@ class ProxyHeaderProtocol(asyncio.BufferedProtocol):
         transport = self._transport
         assert transport is not None
         if self._tls is None:
+            self._settings.waiting.discard(transport)
             self._hand_over(transport, header)
             return
         # Nothing more is read until start_tls has put TLS in between (it resumes
@@ -242,6 +255,8 @@ class ProxyHeaderProtocol(asyncio.BufferedProtocol):
             log.warning("%s: %s TLS handshake failed: %s", self._client(), self._what, exc)
             transport.abort()
             return
+        finally:
+            self._settings.waiting.discard(transport)  # handed over below, or gone
         if tls_transport is None or tls_transport.is_closing() or waiting.lost:
             return
         self._hand_over(tls_transport, header, bytes(waiting.data))

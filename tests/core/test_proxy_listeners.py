@@ -229,3 +229,22 @@ def test_no_header_in_time_is_closed_by_the_node_clock(warren: BrokerThread) -> 
         sock.settimeout(30)
         with contextlib.suppress(ConnectionResetError):
             assert sock.recv(1) == b""
+
+
+def test_a_stop_closes_connections_still_sending_their_header(tmp_path: Path) -> None:
+    b = start_broker(tmp_path / "data", clock=ManualClock(), proxy_protocol=True)
+    stopped = False
+    try:
+        ports = [b.port, b.broker.listener("mqtt").port, b.broker.listener("http").port]
+        socks = [socket.create_connection(("127.0.0.1", p), timeout=30) for p in ports]
+        for sock in socks:
+            sock.sendall(b"PROXY TCP4 ")
+        wait_for(lambda: len(header_deadlines(b)) == 3)
+        b.stop()
+        stopped = True
+        for sock in socks:
+            with sock, contextlib.suppress(ConnectionResetError):
+                assert sock.recv(1) == b""
+    finally:
+        if not stopped:
+            b.stop()

@@ -24,6 +24,7 @@ class BoundSites:
 
     def __init__(self) -> None:
         self._ports: list[tuple[BoundPort, ssl.SSLContext | None]] = []
+        self._proxy: ProxySettings | None = None
 
     def __bool__(self) -> bool:
         return bool(self._ports)
@@ -37,6 +38,7 @@ class BoundSites:
     async def start(self, runner: web.BaseRunner, proxy: ProxySettings | None = None) -> None:
         """Serve every bound socket through the runner (which closes them at its
         cleanup); with ``proxy``, each connection opens with a PROXY header."""
+        self._proxy = proxy
         pending = [
             (sock, tls, bound.backlog) for bound, tls in self._ports for sock in bound.take()
         ]
@@ -54,7 +56,10 @@ class BoundSites:
                 sock.close()
 
     def close(self) -> None:
-        """Close what was bound and not served."""
+        """Close what was bound and not served, and the connections still sending
+        their PROXY header (aiohttp does not know of them)."""
+        if self._proxy is not None:
+            self._proxy.abort_waiting()
         for bound, _ in self._ports:
             bound.close()
         self._ports.clear()
