@@ -257,3 +257,28 @@ def test_stream_connections_and_subscriptions(tmp_path: Path, limit: str) -> Non
         assert (counts.connections_refused, counts.subscriptions_refused) == expected
     finally:
         b.stop()
+
+
+def test_stream_publisher_over_its_rate_is_paused_and_loses_nothing(tmp_path: Path) -> None:
+    import asyncio
+
+    from rstream import AMQPMessage, Producer
+
+    b = start_broker(tmp_path / "data", clock=ManualClock(), publish_rate_limit=10)
+    port = b.broker.listener("stream").port
+    limits = b.broker.rate_limits
+
+    async def run() -> None:
+        async with Producer("127.0.0.1", port, username="guest", password="guest") as p:
+            await p.create_stream("rated")
+            await p.send_batch("rated", [AMQPMessage(body=b"%d" % i) for i in range(25)])
+            await asyncio.to_thread(wait_for, lambda: limits.counts.publishers_paused == 1)
+            await asyncio.to_thread(b.advance, 3000)  # reading resumes: the confirms flow
+            await p.send_wait("rated", AMQPMessage(body=b"last"))
+
+    try:
+        asyncio.run(run())
+        queue = b.broker.vhosts["/"].queues["rated"]
+        assert b.call(lambda: queue.message_count) == 26
+    finally:
+        b.stop()
