@@ -10,6 +10,8 @@ it to a transport with a subclass of `BatchedProtocol`, which
   delivery passes and acks waiting behind it starve;
 - pauses reading on the connection's request (the free-disk alarm),
   independently of that yielding;
+- pauses reading for a while when a publisher is over its publish rate
+  (core/rate_limits.py), independently of both;
 - passes the transport's write flow control on to the connection.
 
 For the listeners whose clients end the same way (MQTT's, AMQP 1.0's, the
@@ -30,6 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Generic, Protocol, TypeVar
 
 from warren.core.clock import Clock, TimerHandle
+from warren.core.rate_limits import PublishBucket, RateLimits
 from warren.core.stats import OctetStats
 
 __all__ = [
@@ -69,6 +72,11 @@ class BatchedProtocol(asyncio.Protocol):
         self._yielding = False
         self._blocked = False
         self._closing_reads = False
+        #: Paused for the publish rate (rate_publishes); until its timer fires.
+        self._throttled = False
+        self._limits: RateLimits | None = None
+        self._bucket: PublishBucket | None = None
+        self._published = 0
 
     # -- reading ------------------------------------------------------------------------
     def count_read(self, data: bytes) -> None:
@@ -98,7 +106,12 @@ class BatchedProtocol(asyncio.Protocol):
             return
         self._yielding = False
         transport = self.transport
-        if transport is not None and not transport.is_closing() and not self._blocked:
+        if (
+            transport is not None
+            and not transport.is_closing()
+            and not self._blocked
+            and not self._throttled
+        ):
             transport.resume_reading()
 
     @property
@@ -117,7 +130,7 @@ class BatchedProtocol(asyncio.Protocol):
             return
         if not reading:
             transport.pause_reading()
-        elif not self._yielding:
+        elif not self._yielding and not self._throttled:
             transport.resume_reading()
 
     def read_until_closed(self) -> None:
@@ -127,8 +140,41 @@ class BatchedProtocol(asyncio.Protocol):
         connection waited out its close timeout."""
         self._closing_reads = True
         self._blocked = False
+        self._throttled = False
         transport = self.transport
         if transport is not None and not transport.is_closing() and not self._yielding:
+            transport.resume_reading()
+
+    def rate_publishes(self, limits: RateLimits) -> None:
+        """Hold the connection to the node's publish rate (none: nothing to do)."""
+        self._limits = limits
+        self._bucket = limits.publish_bucket()
+
+    def count_publishes(self, published: int) -> None:
+        """After a read: ``published``, the connection's publish count so far, is
+        paid for; over the rate, reading pauses until it is. What was read is
+        processed as ever: nothing is dropped, the client is slowed by TCP."""
+        bucket, limits = self._bucket, self._limits
+        if bucket is None or limits is None:
+            return
+        sent, self._published = published - self._published, published
+        if sent <= 0:
+            return
+        pause_ms = bucket.spend(limits.clock.now_ms(), sent)
+        transport = self.transport
+        if not pause_ms or self._throttled or self._closing_reads or transport is None:
+            return
+        limits.paused()
+        self._throttled = True
+        transport.pause_reading()
+        limits.clock.call_later(pause_ms, self._end_throttle)
+
+    def _end_throttle(self) -> None:
+        self._throttled = False
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if not self._blocked and not self._yielding:
             transport.resume_reading()
 
     # -- writing ------------------------------------------------------------------------

@@ -20,6 +20,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from warren.proxy_accept import ProxySettings, proxy_factory
+
 __all__ = ["BindError", "BoundPort", "ListenerPorts"]
 
 
@@ -127,6 +129,7 @@ class ListenerPorts:
         self.tls: ssl.SSLContext | None = None
         self._bound: list[BoundPort] = []
         self._servers: list[asyncio.AbstractServer] = []
+        self._proxy: ProxySettings | None = None
 
     def bind(self, port: int, tls_port: int, tls: Callable[[], ssl.SSLContext]) -> None:
         """Bind and listen on ``port`` and ``tls_port`` (-1: none), accepting nothing
@@ -148,14 +151,25 @@ class ListenerPorts:
             self.close_bound()
             raise
 
-    async def serve(self, factory: Callable[[bool], asyncio.BaseProtocol], log: Any) -> None:
-        """Accept on the bound ports; ``factory(tls)`` makes each client's protocol."""
+    async def serve(
+        self,
+        factory: Callable[[bool], asyncio.BaseProtocol],
+        log: Any,
+        proxy: ProxySettings | None = None,
+    ) -> None:
+        """Accept on the bound ports; ``factory(tls)`` makes each client's protocol.
+        With ``proxy``, each connection first sends a PROXY header (proxy_accept.py),
+        before its TLS handshake on the TLS port."""
+        self._proxy = proxy
         for bound in self._bound:
             tls = bound.what.endswith("/TLS")
-            servers = await bound.serve(
-                (lambda: factory(True)) if tls else (lambda: factory(False)),
-                self.tls if tls else None,
+            made: Callable[[], asyncio.BaseProtocol] = (
+                (lambda: factory(True)) if tls else (lambda: factory(False))
             )
+            context = self.tls if tls else None
+            if proxy is not None:
+                made, context = proxy_factory(made, context, proxy, bound.what), None
+            servers = await bound.serve(made, context)
             self._servers.extend(servers)
             log.info("listening on %s %s:%s", bound.what, self.bind_host, bound.port)
         self._bound.clear()
@@ -171,6 +185,8 @@ class ListenerPorts:
         self.close_bound()
         for server in self._servers:
             server.close()
+        if self._proxy is not None:
+            self._proxy.abort_waiting()  # no listener's client yet
         await close_clients()
         for server in self._servers:
             await server.wait_closed()

@@ -29,6 +29,7 @@ from warren.core.clock import Clock, LoopClock
 from warren.core.errors import NotFound, ResourceError
 from warren.core.events import Events
 from warren.core.names import warn_undecodable
+from warren.core.rate_limits import RateLimits
 from warren.core.runtime_parameters import ParameterComponent, ValidationFailed
 from warren.core.stats import GaugeStats, MessageStats, RateSampler
 from warren.core.users import UserStore
@@ -102,6 +103,13 @@ class Broker:
         #: (the Prometheus metrics' counters only grow: warren/metrics).
         self.retired = Retired()
         self.auth_attempts = AuthAttempts()
+        config = self.config
+        self.rate_limits = RateLimits(
+            self.clock,
+            config.connection_rate_limit,
+            config.publish_rate_limit,
+            config.max_subscriptions_per_client,
+        )
         self.cluster_name = f"warren@{socket.gethostname()}"
         #: The cluster's permanent id (store/cluster_id.py), read or made at start.
         self.cluster_id = ""

@@ -78,6 +78,22 @@ class Config:
     #: is closed before the handshake (RabbitMQ's connection_max), an MQTT CONNECT
     #: refused with Quota exceeded. 0: no limit.
     max_connections: int = 0
+    #: Connections open with a PROXY protocol header (v1 or v2, docs/security.md),
+    #: as RabbitMQ's proxy_protocol: [main] proxy_protocol for every listener, or
+    #: [amqp]/[mqtt]/[stream]/[mgmt] proxy_protocol for one (None: [main]'s).
+    proxy_protocol: bool = False
+    amqp_proxy_protocol: bool | None = None
+    mqtt_proxy_protocol: bool | None = None
+    stream_proxy_protocol: bool | None = None
+    http_proxy_protocol: bool | None = None
+    #: ms a client has to send its PROXY header, else it is closed.
+    proxy_protocol_timeout: int = 5000
+    #: Rate limits (core/rate_limits.py, docs/security.md; 0: none): connections
+    #: per source address per second, messages published per connection per
+    #: second (the publisher is slowed, never dropped), subscriptions per client.
+    connection_rate_limit: int = 0
+    publish_rate_limit: int = 0
+    max_subscriptions_per_client: int = 0
     #: Consumers per AMQP channel; basic.consume beyond it is refused with 530
     #: (RabbitMQ's consumer_max_per_channel). 0: no limit.
     max_consumers_per_channel: int = 0
@@ -430,6 +446,14 @@ class Config:
             which = "clustering_etcd_cert" if self.clustering_etcd_cert else "clustering_etcd_key"
             raise fail(which, "[clustering] etcd_cert and etcd_key go together")
 
+    def proxy_protocol_for(self, section: str) -> bool:
+        """Whether the listener of ``section`` (amqp, mqtt, stream, mgmt) takes a
+        PROXY header: its own proxy_protocol, else [main]'s."""
+        own: bool | None = getattr(
+            self, f"{'http' if section == 'mgmt' else section}_proxy_protocol"
+        )
+        return self.proxy_protocol if own is None else own
+
     @property
     def stream_tls_listen_port(self) -> int:
         """The stream protocol's TLS port to open (-1: none): stream_tls_port, or
@@ -521,6 +545,15 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "auth_failure_delay"): ("auth_failure_delay", _parse_int),
     ("main", "auth_failures_per_minute"): ("auth_failures_per_minute", _parse_int),
     ("main", "max_connections"): ("max_connections", _parse_int),
+    ("main", "proxy_protocol"): ("proxy_protocol", _parse_bool),
+    ("main", "proxy_protocol_timeout"): ("proxy_protocol_timeout", _parse_int),
+    ("amqp", "proxy_protocol"): ("amqp_proxy_protocol", _parse_bool),
+    ("mqtt", "proxy_protocol"): ("mqtt_proxy_protocol", _parse_bool),
+    ("stream", "proxy_protocol"): ("stream_proxy_protocol", _parse_bool),
+    ("mgmt", "proxy_protocol"): ("http_proxy_protocol", _parse_bool),
+    ("main", "connection_rate_limit"): ("connection_rate_limit", _parse_int),
+    ("main", "publish_rate_limit"): ("publish_rate_limit", _parse_int),
+    ("main", "max_subscriptions_per_client"): ("max_subscriptions_per_client", _parse_int),
     ("amqp", "bind"): ("bind", _parse_str),
     ("amqp", "port"): ("amqp_port", _parse_int),
     ("amqp", "heartbeat"): ("heartbeat", _parse_int),

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from warren.core.channel_counts import ChannelCounts
     from warren.core.clock import Clock
     from warren.core.events import Events
+    from warren.core.rate_limits import RateLimits
     from warren.core.runtime_parameters import ParameterComponent
     from warren.core.stats import Ages, GaugeStats, MessageStats, OctetStats
     from warren.core.users import User, UserStore
@@ -147,6 +148,8 @@ class Node(Protocol):
     retired: Retired
     #: Logins tried, per protocol (rabbitmq_auth_attempts_*).
     auth_attempts: AuthAttempts
+    #: Connections per address, publishes per connection, subscriptions per client.
+    rate_limits: RateLimits
     #: Every queue's lengths summed, and the node's figures (node_stats.py), sampled.
     queue_totals: GaugeStats
     node_figures: GaugeStats

@@ -336,6 +336,13 @@ class Channel:
         if self._max_consumers and len(self.consumers) >= self._max_consumers:
             # RabbitMQ's consumer_max_per_channel (rabbit_channel), a connection error.
             raise NotAllowed(f"reached maximum ({self._max_consumers}) of consumers per channel")
+        limits = self.connection.broker.rate_limits
+        if limits.max_subscriptions and not limits.allow_subscription(
+            sum(len(ch.consumers) for ch in self.connection.channels.values())
+        ):
+            raise NotAllowed(
+                f"reached maximum ({limits.max_subscriptions}) of consumers per connection"
+            )
         q = self.get_queue(method.queue)
         self.check(READ, "queue", q.name)
         if self.deliveries.prefetch_count and q.queue_type == "quorum":  # as RabbitMQ 3.10-4.x

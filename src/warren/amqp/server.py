@@ -12,6 +12,7 @@ from warren.amqp.handshake import State
 from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol
 from warren.bound_port import ListenerPorts
 from warren.header_handoff import PENDING, choose, hand_off
+from warren.proxy_accept import listener_proxy
 from warren.tls import cert_login
 
 if TYPE_CHECKING:
@@ -60,6 +61,19 @@ class AMQPProtocol(BatchedProtocol):
             )
             self.transport.close()
             return
+        peer = transport.get_extra_info("peername")
+        if not self.broker.rate_limits.allow_connection(
+            str(peer[0]) if isinstance(peer, tuple) else None
+        ):
+            # As max_connections: closed before any protocol byte.
+            log.warning(
+                "%s:%s: connection refused: connection_rate_limit (%d/s) reached",
+                peer[0],
+                peer[1],
+                self.broker.config.connection_rate_limit,
+            )
+            self.transport.close()
+            return
         self.listener.protocols.add(self)
         self._timers.append(self.clock.call_later(HANDSHAKE_TIMEOUT_MS, self._handshake_timeout))
         if self.listener.handoffs:
@@ -87,6 +101,7 @@ class AMQPProtocol(BatchedProtocol):
                 ssl_object.getpeercert(), self.broker.config.tls_cert_login_from
             )
         self.conn.on_forced_close = self._forced_close
+        self.rate_publishes(self.broker.rate_limits)
 
     def _read_header(self, data: bytes) -> bytes:
         """Gather the first bytes until they tell whose connection this is: what the
@@ -127,6 +142,8 @@ class AMQPProtocol(BatchedProtocol):
         conn.now_ms = self.clock.now_ms()  # one clock read per socket read
         self.count_read(data)
         conn.feed(data)
+        if self._bucket is not None:
+            self.count_publishes(sum(ch.stats.publish for ch in conn.channels.values()))
         if conn.backlog or len(data) >= YIELD_AFTER_BYTES:
             # At most one large read, or FRAME_BUDGET frames, per connection and loop
             # turn (batched_protocol.py; without it 2.5k msg/s were delivered while
@@ -274,7 +291,11 @@ class AMQPListener:
         self._node = node
         self.bind_ports(node)
         try:
-            await self._ports.serve(lambda tls: self.new_protocol(), log)
+            await self._ports.serve(
+                lambda tls: self.new_protocol(),
+                log,
+                listener_proxy(node.config, node.clock, "amqp"),
+            )
         except OSError:
             await self.stop()
             raise

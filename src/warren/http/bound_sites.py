@@ -7,11 +7,14 @@ HTTPS ports when the broker binds every port, before it reads the data dir
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import ssl
 
 from aiohttp import web
 
 from warren.bound_port import BoundPort
+from warren.proxy_accept import ProxySettings, proxy_factory
 
 __all__ = ["BoundSites"]
 
@@ -21,6 +24,7 @@ class BoundSites:
 
     def __init__(self) -> None:
         self._ports: list[tuple[BoundPort, ssl.SSLContext | None]] = []
+        self._proxy: ProxySettings | None = None
 
     def __bool__(self) -> bool:
         return bool(self._ports)
@@ -31,21 +35,59 @@ class BoundSites:
         self._ports.append((bound, tls))
         return bound.port
 
-    async def start(self, runner: web.BaseRunner) -> None:
-        """Serve every bound socket through the runner (which closes them at its cleanup)."""
-        pending = [(sock, tls, bound.backlog) for bound, tls in self._ports for sock in bound.take()]
+    async def start(self, runner: web.BaseRunner, proxy: ProxySettings | None = None) -> None:
+        """Serve every bound socket through the runner (which closes them at its
+        cleanup); with ``proxy``, each connection opens with a PROXY header."""
+        self._proxy = proxy
+        pending = [
+            (sock, tls, bound.backlog) for bound, tls in self._ports for sock in bound.take()
+        ]
         self._ports.clear()
         try:
             while pending:
                 sock, tls, backlog = pending[0]
-                await web.SockSite(runner, sock, ssl_context=tls, backlog=backlog).start()
+                if proxy is None:
+                    await web.SockSite(runner, sock, ssl_context=tls, backlog=backlog).start()
+                else:
+                    await _ProxySite(runner, sock, tls, backlog, proxy).start()
                 pending.pop(0)
         finally:
             for sock, _, _ in pending:
                 sock.close()
 
     def close(self) -> None:
-        """Close what was bound and not served."""
+        """Close what was bound and not served, and the connections still sending
+        their PROXY header (aiohttp does not know of them)."""
+        if self._proxy is not None:
+            self._proxy.abort_waiting()
         for bound, _ in self._ports:
             bound.close()
         self._ports.clear()
+
+
+class _ProxySite(web.SockSite):
+    """aiohttp's SockSite, its request handlers made once the PROXY header is read
+    (and the TLS handshake done): aiohttp has no PROXY protocol of its own."""
+
+    __slots__ = ("_proxy",)
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        sock: socket.socket,
+        tls: ssl.SSLContext | None,
+        backlog: int,
+        proxy: ProxySettings,
+    ) -> None:
+        super().__init__(runner, sock, ssl_context=tls, backlog=backlog)
+        self._proxy = proxy
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site; SockSite's own serves TLS
+        server = self._runner.server
+        assert server is not None
+        what = "HTTPS" if self._ssl_context else "HTTP"
+        factory = proxy_factory(server, self._ssl_context, self._proxy, what)
+        self._server = await asyncio.get_running_loop().create_server(
+            factory, sock=self._sock, backlog=self._backlog
+        )

@@ -51,6 +51,7 @@ from warren.http.prometheus import MetricsEndpoints
 from warren.http.replies import BareError, from_broker_error
 from warren.http.state import ApiState, Router
 from warren.http.websocket import WebSocketConnections, websocket_middleware
+from warren.proxy_accept import listener_proxy
 
 if TYPE_CHECKING:
     from warren.node import Node, WebSocketEndpoint
@@ -199,7 +200,9 @@ class ManagementApp:
         if handler is None:
             return web.Response(status=405, headers={"Allow": _allow(route.handlers)})
         if method in route.public:
-            return await handler(Ctx(request, self.node, self.state, ANONYMOUS, params, self.budget))
+            return await handler(
+                Ctx(request, self.node, self.state, ANONYMOUS, params, self.budget)
+            )
         user = await self._authenticate(request)
         ctx = Ctx(request, self.node, self.state, user, params, self.budget)
         ctx.require(MANAGEMENT)
@@ -340,7 +343,7 @@ class HTTPListener:
         runner = web.AppRunner(self.app.application(), access_log=None, shutdown_timeout=2.0)
         try:
             await runner.setup()
-            await self._sites.start(runner)
+            await self._sites.start(runner, listener_proxy(node.config, node.clock, "mgmt"))
         except BaseException:
             self._sites.close()
             await runner.cleanup()

@@ -131,6 +131,7 @@ def render_chunks(snap: Snapshot, per_object: bool = False) -> Iterator[str]:
         "Current number of federation links.",
         [(labels(status=s), n) for s, n in sorted(snap.federation_links.items())],
     )
+    _warren_rate_limits(out, snap)
     if snap.cluster_status is not None:
         _warren_cluster(out, snap)
     if snap.webhooks:
@@ -533,6 +534,21 @@ def _warren_webhooks(out: Text, snap: Snapshot) -> None:
     for name, mtype, help_text, key in WEBHOOK_FAMILIES:
         samples = [(labels(target=t["name"]), int(t[key])) for t in snap.webhooks]
         out.family(f"warren_webhook_{name}", mtype, help_text, samples)
+
+
+def _warren_rate_limits(out: Text, snap: Snapshot) -> None:
+    """Warren's rate limits (core/rate_limits.py, docs/security.md)."""
+    refused, paused, subscriptions = snap.rate_limited
+    for name, help_text, value in (
+        ("connections_refused", "Connections refused by connection_rate_limit", refused),
+        ("publishers_paused", "Times a publisher's reading paused by publish_rate_limit", paused),
+        (
+            "subscriptions_refused",
+            "Subscriptions refused by max_subscriptions_per_client",
+            subscriptions,
+        ),
+    ):
+        out.family(f"warren_rate_limit_{name}_total", "counter", help_text, [("", value)])
 
 
 def _warren_cluster(out: Text, snap: Snapshot) -> None:

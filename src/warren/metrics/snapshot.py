@@ -147,6 +147,9 @@ class Snapshot:
     by_queue_type: dict[str, tuple[int, ...]] = field(default_factory=dict)
     dead_lettered: dict[tuple[str, str, str], int] = field(default_factory=dict)
     auth: dict[str, list[int]] = field(default_factory=dict)
+    #: core/rate_limits.py's counts: connections refused, publishers paused,
+    #: subscriptions refused.
+    rate_limited: tuple[int, int, int] = (0, 0, 0)
     protocols: list[str] = field(default_factory=list)
     consumers: int = 0
     #: Stream protocol publishers and subscriptions (they have no channels).
@@ -188,6 +191,12 @@ async def snapshot(node: Node) -> Snapshot:
     snap.vhosts = [shown(name) for name in node.vhosts]
     snap.retired_octets = list(retired.octets)
     snap.auth = {p: list(c) for p, c in node.auth_attempts.by_protocol.items()}
+    limited = node.rate_limits.counts
+    snap.rate_limited = (
+        limited.connections_refused,
+        limited.publishers_paused,
+        limited.subscriptions_refused,
+    )
     snap.dead_lettered = dict(retired.dead_lettered)
     amqp = MessageStats()
     amqp.add(retired.vhost_stats)

@@ -165,6 +165,13 @@ def _connect(conn: MQTTConnection, pkt: Connect) -> int:
             conn.state.config.max_connections,
         )
         return P.QUOTA_EXCEEDED
+    if not conn.node.rate_limits.allow_connection(conn.peer[0] if conn.peer else None):
+        log.warning(
+            "%s: MQTT connection refused: connection_rate_limit (%d/s) reached",
+            conn.name,
+            conn.state.config.connection_rate_limit,
+        )
+        return P.QUOTA_EXCEEDED
     auth = _login(conn, pkt.username, pkt.password)
     if isinstance(auth, int):
         return auth

@@ -24,6 +24,7 @@ from warren.batched_protocol import (
 from warren.bound_port import ListenerPorts
 from warren.mqtt.connection import MQTTConnection
 from warren.mqtt.state import MQTTState
+from warren.proxy_accept import listener_proxy
 from warren.tls import cert_login
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ class MQTTProtocol(BatchedProtocol):
                 ssl_object.getpeercert(), self.listener.state.config.tls_cert_login_from
             )
         self.listener.protocols.add(self)
+        self.rate_publishes(self.listener.state.node.rate_limits)
         self._timer.set(self.clock.now_ms() + CONNECT_TIMEOUT_MS, self._connect_timeout)
 
     def data_received(self, data: bytes) -> None:
@@ -82,6 +84,7 @@ class MQTTProtocol(BatchedProtocol):
         self.count_read(data)
         was_connected = conn.vhost is not None
         conn.feed(data)
+        self.count_publishes(conn.stats.publish)
         if conn.vhost is not None:
             if not was_connected:
                 self._timer.cancel()  # the CONNECT timeout's
@@ -99,6 +102,7 @@ class MQTTProtocol(BatchedProtocol):
         conn = self.conn
         if conn is not None and conn.backlog:
             conn.feed(b"")
+            self.count_publishes(conn.stats.publish)
             return conn.backlog
         return False
 
@@ -194,7 +198,9 @@ class MQTTListener:
         node.vhost_deleted.append(self._state.forget_vhost)
         try:
             await self._ports.serve(
-                lambda tls: MQTTProtocol(self, "MQTT/TLS") if tls else MQTTProtocol(self), log
+                lambda tls: MQTTProtocol(self, "MQTT/TLS") if tls else MQTTProtocol(self),
+                log,
+                listener_proxy(node.config, node.clock, "mqtt"),
             )
         except OSError:
             await self.stop()

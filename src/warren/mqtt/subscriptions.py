@@ -185,6 +185,18 @@ class Subscriptions:
                 mqtt_to_amqp(inner),
                 group,
             )
+            limits = self.conn.state.node.rate_limits
+            if tf not in session.subscriptions and not limits.allow_subscription(
+                len(session.subscriptions)
+            ):
+                log.warning(
+                    "%s: subscription to %r refused: max_subscriptions_per_client (%d)",
+                    self.conn.name,
+                    tf,
+                    limits.max_subscriptions,
+                )
+                codes.append(P.QUOTA_EXCEEDED if v5 else P.V311_SUBACK_FAILURE)
+                continue
             try:
                 existed = self.add_subscription(tf, opts)
             except QueueLimitReached as exc:

@@ -459,6 +459,8 @@ class StreamConnection:
         vhost: VHost | None = None
         if self.node.at_connection_max():
             refused = f"node connection limit ({self.config.max_connections}) is reached"
+        elif not self.node.rate_limits.allow_connection(self.peer[0] if self.peer else None):
+            refused = f"connection_rate_limit ({self.config.connection_rate_limit}/s) is reached"
         else:
             try:
                 vhost = self.client_session.open(vhost_name)

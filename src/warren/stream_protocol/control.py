@@ -438,7 +438,9 @@ class ControlPlane:
         if sid in self.subscriptions:
             self.conn.reply(c.SubscribeResponse(corr, ResponseCode.SUBSCRIPTION_ID_ALREADY_EXISTS))
             return
-        if len(self.subscriptions) >= MAX_SUBSCRIPTIONS:
+        if len(self.subscriptions) >= MAX_SUBSCRIPTIONS or not (
+            self.conn.node.rate_limits.allow_subscription(len(self.subscriptions))
+        ):
             self.conn.reply(c.SubscribeResponse(corr, ResponseCode.PRECONDITION_FAILED))
             return
         if not self._allowed(READ, name):

@@ -21,6 +21,7 @@ from warren.batched_protocol import (
     socket_addresses,
 )
 from warren.bound_port import ListenerPorts
+from warren.proxy_accept import listener_proxy
 from warren.stream_protocol.connection import OPEN, StreamConnection
 from warren.stream_protocol.messages import RawMessages, StreamMessageCodec
 from warren.tls import cert_login
@@ -74,6 +75,7 @@ class StreamProtocol(BatchedProtocol):
         if ssl_object is not None:
             conn.cert_login = cert_login(ssl_object.getpeercert(), config.tls_cert_login_from)
         self.listener.protocols.add(self)
+        self.rate_publishes(node.rate_limits)
         self._timer.start(conn, HANDSHAKE_TIMEOUT_MS, self._abort)
 
     def data_received(self, data: bytes) -> None:
@@ -87,6 +89,7 @@ class StreamProtocol(BatchedProtocol):
             conn.feed(data)
         except Exception as exc:  # a bug: the client hears INTERNAL_ERROR
             conn.internal_error(exc)
+        self.count_publishes(conn.stats.publish)
         if not was_open and self._timer.opened:
             self._timer.handshake_done()  # the heartbeat's checks from now on
         if len(data) >= YIELD_AFTER_BYTES:
@@ -155,7 +158,11 @@ class StreamListener:
     async def start(self, node: Node) -> None:
         self.bind_ports(node)
         try:
-            await self._ports.serve(lambda tls: StreamProtocol(self, tls), log)
+            await self._ports.serve(
+                lambda tls: StreamProtocol(self, tls),
+                log,
+                listener_proxy(node.config, node.clock, "stream"),
+            )
         except OSError:
             await self.stop()
             raise
