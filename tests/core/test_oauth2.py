@@ -1,0 +1,199 @@
+"""OAuth 2 access tokens as passwords (core/oauth2.py, ClientSession.login):
+scopes to permissions and tags, the claims' checks on the broker's clock,
+expiry closing the connection, connection.update-secret; in memory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import ChannelClosed, ConnectionClosed, Harness
+from oauth2help import FULL, SigningKey
+from pamqp import commands
+
+from warren.core.clock import ManualClock
+from warren.core.oauth2 import (
+    KeySet,
+    OAuth2Settings,
+    TokenRefused,
+    TokenVerifier,
+    looks_like_jwt,
+    permissions_for,
+)
+
+KEY = SigningKey("key-1")
+OTHER = SigningKey("key-2", "ec")
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Harness]:
+    with Harness(
+        tmp_path / "data",
+        clock=ManualClock(),
+        oauth2_resource_server_id="rabbitmq",
+        oauth2_signing_keys=(KEY.write_pem(tmp_path), OTHER.write_pem(tmp_path)),
+    ) as harness:
+        yield harness
+
+
+def now_s(h: Harness) -> int:
+    return h.broker.clock.now_ms() // 1000
+
+
+# -- scopes -----------------------------------------------------------------------------------
+def test_scopes_map_to_permissions_per_vhost_with_rabbitmqs_wildcards() -> None:
+    perms = permissions_for(
+        ["configure:*/tmp-*", "write:prod/x", "read:prod/*", "read:%2F/a*b", "tag:monitoring"],
+        ["/", "prod", "dev"],
+    )
+    assert set(perms) == {"/", "prod", "dev"}  # configure:*/... reaches every vhost
+    prod = perms["prod"]
+    assert prod.allows("configure", "tmp-1") and not prod.allows("configure", "q")
+    assert prod.allows("write", "x") and not prod.allows("write", "xy")
+    assert prod.allows("read", "anything")
+    # %2F is "/" (URL-decoded, as RabbitMQ's wildcard parts are); a*b as a glob.
+    assert perms["/"].allows("read", "a-b") and not perms["/"].allows("read", "ab-")
+    assert not perms["dev"].allows("write", "x")  # no write scope for dev: nothing
+    assert permissions_for(["read:prod/*"], ["/", "prod"]).keys() == {"prod"}
+    assert permissions_for(["bogus", "read:novhost", "read:a/b/c/d"], ["/"]) == {}
+
+
+def test_regex_metacharacters_in_scopes_are_literal() -> None:
+    perm = permissions_for(["read:*/a.b"], ["/"])["/"]
+    assert perm.allows("read", "a.b") and not perm.allows("read", "axb")
+
+
+def test_looks_like_jwt() -> None:
+    assert looks_like_jwt(KEY.token(0))
+    assert not looks_like_jwt("guest") and not looks_like_jwt("a.b") and not looks_like_jwt(None)
+
+
+def verifier(now_ms: int, **settings: object) -> TokenVerifier:
+    keys = KeySet(static={"key-1": KEY.private.public_key()})
+    return TokenVerifier(OAuth2Settings("rabbitmq", **settings), keys, lambda: now_ms)  # type: ignore[arg-type]
+
+
+def test_username_tags_and_additional_scopes() -> None:
+    v = verifier(1_000_000, preferred_username_claims=("user_name",), additional_scopes_key="roles")
+    token = v.verify(
+        KEY.token(
+            1000,
+            ["tag:administrator", "read:*/*", "other.read:*/*"],
+            user_name="bob",
+            roles={"rabbitmq": ["write:*/q"]},
+        )
+    )
+    assert token.username == "bob"
+    assert token.tags == ["administrator"]
+    # Another resource server's scopes are not ours; the map entry gets the prefix.
+    assert token.scopes == ["read:*/*", "tag:administrator", "write:*/q"]
+    assert token.expires_ms == (1000 + 3600) * 1000
+    assert v.verify(KEY.token(1000, "rabbitmq.read:*/* rabbitmq.tag:x")).tags == ["x"]
+    # sub, then client_id, when the preferred claims are missing.
+    assert v.verify(KEY.token(1000, FULL, sub="svc")).username == "svc"
+
+
+@pytest.mark.parametrize(
+    ("token", "why"),
+    [
+        (lambda: KEY.token(1000, FULL, lifetime=-1), "expired"),
+        (lambda: KEY.token(1000, FULL, nbf=1100), "not valid before"),
+        (lambda: KEY.token(1000, FULL, aud="other"), "invalid_aud"),
+        (lambda: KEY.token(1000, FULL, aud=None), "invalid_aud"),
+        (lambda: KEY.token(1000, FULL, exp=None), "no exp"),
+        (lambda: KEY.token(1000, FULL, kid="nope"), "unknown signing key"),
+        (lambda: OTHER.token(1000, FULL, kid="key-1"), "invalid"),
+        (lambda: KEY.token(1000, FULL)[:-4] + "AAAA", "signature_invalid"),
+    ],
+)
+def test_refused_tokens(token: object, why: str) -> None:
+    with pytest.raises(TokenRefused, match=why):
+        verifier(1_000_000).verify(token())  # type: ignore[operator]
+
+
+def test_issuer_and_verify_aud_settings() -> None:
+    v = verifier(1_000_000, issuer="https://idp", verify_aud=False)
+    assert v.verify(KEY.token(1000, FULL, aud="x", iss="https://idp")).username == "alice"
+    with pytest.raises(TokenRefused, match="issuer"):
+        v.verify(KEY.token(1000, FULL, iss="https://evil"))
+
+
+# -- logins over AMQP 0-9-1, in memory --------------------------------------------------------
+def test_token_logs_in_with_its_scopes_as_permissions(broker: Harness) -> None:
+    token = KEY.token(now_s(broker), ["configure:*/q-*", "write:*/*", "read:*/q-*"])
+    conn = broker.amqp_connection("ignored", token)
+    ch = conn.channel()
+    ch.queue_declare("q-1")
+    assert "refused for user 'alice'" in _refused(lambda: conn.channel().queue_declare("other"))
+    assert broker.broker.users.users.keys() == {"guest"}  # never stored
+    conn.close()
+
+
+def _refused(fn: object) -> str:
+    with pytest.raises(ChannelClosed) as info:
+        fn()  # type: ignore[operator]
+    assert info.value.reply_code == 403
+    return info.value.reply_text
+
+
+def test_token_without_access_to_the_vhost_is_refused(broker: Harness) -> None:
+    token = KEY.token(now_s(broker), ["read:prod/*"])
+    with pytest.raises(ConnectionClosed) as info:
+        broker.amqp_connection("", token)
+    assert info.value.reply_code == 530
+
+
+@pytest.mark.parametrize("kind", ["expired", "not yet valid", "wrong aud", "bad signature"])
+def test_bad_tokens_are_refused_like_bad_passwords(broker: Harness, kind: str) -> None:
+    t = now_s(broker)
+    token = {
+        "expired": lambda: KEY.token(t - 7200, FULL),
+        "not yet valid": lambda: KEY.token(t, FULL, nbf=t + 60),
+        "wrong aud": lambda: KEY.token(t, FULL, aud="other"),
+        "bad signature": lambda: OTHER.token(t, FULL, kid="key-1"),
+    }[kind]()
+    with pytest.raises(ConnectionClosed) as info:
+        broker.amqp_connection("alice", token)
+    assert info.value.reply_code == 403
+
+
+def test_internal_users_still_log_in_after_oauth2(broker: Harness) -> None:
+    broker.amqp_connection("guest", "guest").close()
+
+
+def test_connection_closes_when_its_token_expires(broker: Harness) -> None:
+    conn = broker.amqp_connection("", KEY.token(now_s(broker), FULL, lifetime=60))
+    conn.channel()
+    broker.advance(59_000)
+    assert conn.closed is None
+    broker.advance(1_000)
+    closed = conn.frames.expect_method(commands.Connection.Close)
+    assert closed.reply_code == 320
+    assert closed.reply_text == "CONNECTION_FORCED - credential expired"
+
+
+def test_update_secret_replaces_the_token(broker: Harness) -> None:
+    t = now_s(broker)
+    conn = broker.amqp_connection("", KEY.token(t, ["read:*/*"], lifetime=60))
+    frames = conn.frames
+    new = KEY.token(t, FULL, lifetime=600)
+    frames.send_method(0, commands.Connection.UpdateSecret(new_secret=new, reason="refresh"))
+    frames.expect_method(commands.Connection.UpdateSecretOk)
+    conn.channel().queue_declare("now-allowed")  # the new token's configure scope
+    broker.advance(120_000)  # past the first token's expiry: still open
+    conn.channel()
+    broker.advance(480_000)
+    assert frames.expect_method(commands.Connection.Close).reply_code == 320
+
+
+def test_update_secret_refuses_another_user(broker: Harness) -> None:
+    t = now_s(broker)
+    conn = broker.amqp_connection("", KEY.token(t, FULL))
+    other = KEY.token(t, FULL, sub="mallory")
+    conn.frames.send_method(0, commands.Connection.UpdateSecret(new_secret=other, reason="x"))
+    closed = conn.frames.expect_method(commands.Connection.Close)
+    assert (closed.reply_code, closed.reply_text) == (
+        530,
+        "NOT_ALLOWED - New secret was refused by one of the backends",
+    )
