@@ -197,3 +197,35 @@ def test_update_secret_refuses_another_user(broker: Harness) -> None:
         530,
         "NOT_ALLOWED - New secret was refused by one of the backends",
     )
+
+
+# -- the management API: Authorization: Bearer ----------------------------------------------
+def bearer(h: Harness, path: str, token: str, method: str = "GET") -> object:
+    return h.http().request(method, path, headers={"Authorization": f"Bearer {token}"})
+
+
+def test_http_bearer_token_tags_decide_as_for_internal_users(broker: Harness) -> None:
+    t = now_s(broker)
+    admin = KEY.token(t, [*FULL, "tag:administrator"], sub="root")
+    reply = bearer(broker, "/api/whoami", admin)
+    assert reply.status == 200, reply  # type: ignore[attr-defined]
+    assert reply.json() == {"name": "root", "tags": ["administrator"]}  # type: ignore[attr-defined]
+    assert bearer(broker, "/api/users", admin).status == 200  # type: ignore[attr-defined]
+    # management may look at its own vhosts, not at users.
+    mgmt = KEY.token(t, [*FULL, "tag:management"])
+    assert bearer(broker, "/api/queues", mgmt).status == 200  # type: ignore[attr-defined]
+    refused = bearer(broker, "/api/users", mgmt)
+    assert refused.status == 401  # type: ignore[attr-defined]
+    assert refused.json()["reason"] == "Not administrator user"  # type: ignore[attr-defined]
+    # No tag: no management API at all, as for an internal user without tags.
+    assert bearer(broker, "/api/overview", KEY.token(t, FULL)).status == 401  # type: ignore[attr-defined]
+
+
+def test_http_bearer_bad_tokens_are_401(broker: Harness) -> None:
+    t = now_s(broker)
+    for token in (
+        KEY.token(t - 7200, ["tag:administrator"]),
+        KEY.token(t, ["tag:administrator"], aud="x"),
+        "not-a-token",
+    ):
+        assert bearer(broker, "/api/overview", token).status == 401  # type: ignore[attr-defined]

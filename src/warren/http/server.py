@@ -199,7 +199,9 @@ class ManagementApp:
         if handler is None:
             return web.Response(status=405, headers={"Allow": _allow(route.handlers)})
         if method in route.public:
-            return await handler(Ctx(request, self.node, self.state, ANONYMOUS, params, self.budget))
+            return await handler(
+                Ctx(request, self.node, self.state, ANONYMOUS, params, self.budget)
+            )
         user = await self._authenticate(request)
         ctx = Ctx(request, self.node, self.state, user, params, self.budget)
         ctx.require(MANAGEMENT)
@@ -219,6 +221,11 @@ class ManagementApp:
         if authorization is None:
             raise BareError(401, "not_authorized", "no credentials", {"WWW-Authenticate": REALM})
         creds = basic_credentials(authorization)
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() == "bearer" and self.node.oauth2 is not None:
+            # An OAuth 2 access token (RabbitMQ's management with oauth2): the login's
+            # backend chain takes it, its tags say what the user may do here.
+            creds = ("", token.strip())
         if creds is None and "Authorization" in request.headers and _is_basic(authorization):
             raise BareError(400, "bad_request", "malformed Authorization header")
         if creds is None:
