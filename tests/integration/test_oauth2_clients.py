@@ -1,0 +1,180 @@
+"""OAuth 2 access tokens as the password of real clients over sockets: pika
+and aio-pika (AMQP 0-9-1, update-secret, expiry), paho (MQTT), qpid-proton
+(AMQP 1.0), rstream (the stream protocol) and the management API's Bearer.
+Keys are made here and given as PEM files; the broker's clock is a ManualClock
+so expiry needs no waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+from conftest import BrokerThread, start_broker
+from mqttclient import V5, V311, Client
+from oauth2help import FULL, SigningKey
+
+from warren.core.clock import ManualClock
+
+pytestmark = [pytest.mark.timeout(120)]
+
+KEY = SigningKey("rsa-1")
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerThread]:
+    b = start_broker(
+        tmp_path / "data",
+        clock=ManualClock(),
+        oauth2_resource_server_id="rabbitmq",
+        oauth2_signing_keys=(KEY.write_pem(tmp_path),),
+    )
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def token(b: BrokerThread, scopes: list[str] = FULL, lifetime: int = 3600, **claims: Any) -> str:
+    return KEY.token(b.clock.now_ms() // 1000, scopes, lifetime=lifetime, **claims)
+
+
+def pika_params(b: BrokerThread, password: str, user: str = "ignored") -> pika.ConnectionParameters:
+    return pika.ConnectionParameters(
+        "127.0.0.1", b.port, credentials=pika.PlainCredentials(user, password)
+    )
+
+
+def test_pika_token_login_permissions_and_expiry(broker: BrokerThread) -> None:
+    conn = pika.BlockingConnection(
+        pika_params(broker, token(broker, ["configure:*/tok-*", "write:*/*", "read:*/*"], 60))
+    )
+    ch = conn.channel()
+    ch.queue_declare("tok-q")
+    ch.basic_publish("", "tok-q", b"hi")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        conn.channel().queue_declare("other")
+    assert refused.value.reply_code == 403
+    broker.advance(61_000)
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        for _ in range(100):
+            conn.process_data_events(0.1)
+    assert (closed.value.reply_code, closed.value.reply_text) == (
+        320,
+        "CONNECTION_FORCED - credential expired",
+    )
+
+
+def test_pika_refuses_bad_tokens(broker: BrokerThread) -> None:
+    for bad in (token(broker, lifetime=-10), token(broker, aud="other")):
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+            pika.BlockingConnection(pika_params(broker, bad))
+
+
+def test_aio_pika_update_secret(broker: BrokerThread) -> None:
+    import aio_pika
+
+    async def run() -> None:
+        conn = await aio_pika.connect(
+            host="127.0.0.1",
+            port=broker.port,
+            login="x",
+            password=token(broker, ["read:*/*"], 60),
+        )
+        try:
+            await conn.update_secret(token(broker, FULL, 600), reason="refresh")
+            ch = await conn.channel()
+            await ch.declare_queue("after-refresh")  # the new token's configure scope
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("protocol", [V311, V5])
+def test_paho_token_as_mqtt_password(broker: BrokerThread, protocol: int) -> None:
+    client = Client(broker.mqtt_port, "tok", protocol, username="", password=token(broker))
+    assert not client.connect()[1].is_failure
+    client.subscribe("t/1")
+    client.publish("t/1", b"x")
+    assert client.next().payload == b"x"
+    client.close()
+    expired = token(broker, lifetime=-5)
+    refused = Client(broker.mqtt_port, "bad", protocol, username="", password=expired)
+    rc = refused.connect()[1]
+    # 3.1.1: 4 bad user name or password; 5: 0x86 Bad User Name or Password.
+    assert rc.is_failure and rc.value in (4, 0x86), rc
+    refused.close()
+
+
+def test_proton_token_as_amqp1_password(broker: BrokerThread) -> None:
+    proton = pytest.importorskip("proton")
+    from proton.utils import BlockingConnection
+
+    conn = BlockingConnection(
+        f"amqp://127.0.0.1:{broker.port}",
+        user="ignored",
+        password=token(broker),
+        allowed_mechs="PLAIN",
+        allow_insecure_mechs=True,
+        virtual_host="vhost:/",
+        timeout=10,
+    )
+    guest = pika.BlockingConnection(pika_params(broker, "guest", "guest"))
+    guest.channel().queue_declare("to-proton")
+    guest.close()
+    conn.create_sender("/queues/to-proton").send(proton.Message(body=b"by token"))
+    receiver = conn.create_receiver("/queues/to-proton")
+    assert receiver.receive(timeout=10).body == b"by token"
+    receiver.accept()
+    conn.close()
+    with pytest.raises(proton.ConnectionException):
+        BlockingConnection(
+            f"amqp://127.0.0.1:{broker.port}",
+            user="ignored",
+            password=token(broker, aud="other"),
+            allowed_mechs="PLAIN",
+            allow_insecure_mechs=True,
+            virtual_host="vhost:/",
+            timeout=10,
+        )
+
+
+def test_rstream_token_as_stream_password(broker: BrokerThread) -> None:
+    from rstream import Producer, exceptions
+
+    port = broker.broker.listener("stream").port
+
+    async def run() -> None:
+        async with Producer("127.0.0.1", port, username="", password=token(broker)) as p:
+            await p.create_stream("tok-stream")
+            assert await p.stream_exists("tok-stream")
+            await p.delete_stream("tok-stream")
+        with pytest.raises(exceptions.AuthenticationFailure):
+            await Producer(
+                "127.0.0.1", port, username="", password=token(broker, lifetime=-5)
+            ).start()
+
+    asyncio.run(run())
+
+
+def test_management_api_bearer(broker: BrokerThread) -> None:
+    url = f"http://127.0.0.1:{broker.broker.listener('http').port}/api/whoami"
+
+    def get(tok: str) -> tuple[int, Any]:
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {tok}"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as reply:
+                return reply.status, json.loads(reply.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, None
+
+    status, body = get(token(broker, ["tag:administrator"], sub="ops"))
+    assert (status, body) == (200, {"name": "ops", "tags": ["administrator"]})
+    assert get(token(broker, ["tag:administrator"], lifetime=-1))[0] == 401
