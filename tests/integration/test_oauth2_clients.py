@@ -178,3 +178,33 @@ def test_management_api_bearer(broker: BrokerThread) -> None:
     status, body = get(token(broker, ["tag:administrator"], sub="ops"))
     assert (status, body) == (200, {"name": "ops", "tags": ["administrator"]})
     assert get(token(broker, ["tag:administrator"], lifetime=-1))[0] == 401
+
+
+def test_mqtt5_disconnected_with_maximum_connect_time_when_the_token_expires(
+    broker: BrokerThread,
+) -> None:
+    client = Client(broker.mqtt_port, "exp", V5, username="", password=token(broker, FULL, 30))
+    assert not client.connect()[1].is_failure
+    broker.advance(30_000)
+    assert client.disconnected.wait(10)
+    assert client.disconnect_reason.value == 0xA0  # Maximum connect time, as RabbitMQ
+    client.close()
+
+
+def test_amqp1_closed_unauthorized_when_the_token_expires(broker: BrokerThread) -> None:
+    proton = pytest.importorskip("proton")
+    from proton.utils import BlockingConnection
+
+    conn = BlockingConnection(
+        f"amqp://127.0.0.1:{broker.port}",
+        user="ignored",
+        password=token(broker, FULL, 30),
+        allowed_mechs="PLAIN",
+        allow_insecure_mechs=True,
+        virtual_host="vhost:/",
+        timeout=10,
+    )
+    broker.advance(30_000)
+    with pytest.raises(proton.ConnectionException, match="credential expired"):
+        conn.create_receiver("/queues/never")
+        conn.wait(lambda: False, timeout=5)

@@ -464,7 +464,13 @@ class ClientSession:
                 owner.name,
                 user.name,
             )
-            conn.force_close("credential expired")
+            # The protocol's own close for it where it has one (MQTT, AMQP 1.0),
+            # else the operator's close (AMQP: 320 CONNECTION_FORCED).
+            close = getattr(conn, "credential_expired", None)
+            if close is not None:
+                close()
+            else:
+                conn.force_close("credential expired")
 
         self._expiry = (self.host.clock.call_at(user.expires_ms, expired), conn)
 
