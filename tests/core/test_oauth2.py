@@ -229,3 +229,72 @@ def test_http_bearer_bad_tokens_are_401(broker: Harness) -> None:
         "not-a-token",
     ):
         assert bearer(broker, "/api/overview", token).status == 401  # type: ignore[attr-defined]
+
+
+# -- the stream protocol: SaslAuthenticate, re-authentication, expiry -----------------------
+def test_stream_token_login_reauthentication_and_expiry(broker: Harness) -> None:
+    from harness.stream import MemoryStream, split_frames
+    from rstream import encoding, schema
+
+    t = now_s(broker)
+    client = MemoryStream(broker)
+    opened = client.open("any", KEY.token(t, FULL, lifetime=60), heartbeat=0)  # no heartbeats
+    assert opened.response_code == 1
+    assert client.conn.user is not None and client.conn.user.name == "alice"
+
+    def reauth(token: str) -> int:
+        auth = b"\0any\0" + token.encode()
+        return client.request(
+            schema.SaslAuthenticate(client.next_id(), "PLAIN", auth)
+        ).response_code
+
+    assert reauth(KEY.token(t, FULL, lifetime=600)) == 1  # a new token: taken
+    broker.advance(120_000)  # past the first token's expiry, within the second's
+    client.take()
+    assert not client.close_asked
+    broker.advance(480_000)  # the broker closes it, as an operator's close
+    closes = [encoding.decode_frame(f) for f in split_frames(client.take())]
+    assert [type(f) for f in closes] == [schema.Close], closes
+    assert closes[0].reason == "credential expired"
+    # A token of another user is refused, and the refusal ends the connection.
+    client = MemoryStream(broker)
+    assert client.open("any", KEY.token(t, FULL), heartbeat=0).response_code == 1
+    assert reauth(KEY.token(t, FULL, sub="mallory")) == 8
+    assert client.close_asked
+
+
+# -- the chain and the INI section -----------------------------------------------------------
+@pytest.mark.parametrize("backends", [("internal",), ("oauth2",)])
+def test_auth_backends_chooses_who_may_log_in(tmp_path: Path, backends: tuple[str, ...]) -> None:
+    with Harness(
+        tmp_path / "data",
+        auth_backends=backends,
+        oauth2_resource_server_id="rabbitmq",
+        oauth2_signing_keys=(KEY.write_pem(tmp_path),),
+    ) as h:
+        token = KEY.token(now_s(h), FULL)
+        for user, password, allowed in (("", token, "oauth2"), ("guest", "guest", "internal")):
+            if allowed in backends:
+                h.amqp_connection(user, password).close()
+            else:
+                with pytest.raises(ConnectionClosed):
+                    h.amqp_connection(user, password)
+
+
+def test_the_oauth2_ini_section(tmp_path: Path) -> None:
+    from warren.config import Config, ConfigError
+
+    ini = tmp_path / "w.ini"
+    ini.write_text(
+        "[main]\nauth_backends = oauth2, internal\n"
+        "[oauth2]\nresource_server_id = rabbitmq\n"
+        "signing_keys = k1:/etc/k1.pem, k2:/etc/k2.pem\n"
+        "preferred_username_claims = user_name, email\nverify_aud = false\n"
+    )
+    config = Config.from_ini(ini)
+    assert config.oauth2_signing_keys == ("k1:/etc/k1.pem", "k2:/etc/k2.pem")
+    assert config.oauth2_preferred_username_claims == ("user_name", "email")
+    assert config.oauth2_verify_aud is False
+    ini.write_text("[main]\nauth_backends = ldap\n")
+    with pytest.raises(ConfigError, match="auth_backends"):
+        Config.from_ini(ini)

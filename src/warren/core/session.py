@@ -425,10 +425,13 @@ class ClientSession:
     def update_secret(self, token: str) -> str | None:
         """Replace the logged-in token user's token (AMQP's connection.update-secret):
         None when done (new scopes, new expiry), else why not. The user name
-        must stay the same, as RabbitMQ requires."""
+        must stay the same, as RabbitMQ requires. A user that never expires (the
+        user store's) keeps its login: accepted, as RabbitMQ's internal backend."""
         user = self.user
-        if user is None or user.expires_ms is None or self.host.oauth2 is None:
-            return "update-secret needs an OAuth 2 token login"
+        if user is None or user.expires_ms is None:
+            return None
+        if self.host.oauth2 is None:
+            return "OAuth 2 is not configured"
         if not looks_like_jwt(token):
             return "the new secret is not an access token"
         try:
