@@ -444,7 +444,7 @@ class StreamConnection:
         if self.user.expires_ms is not None:
             # An OAuth 2 token's user: the new token must name the same user
             # (the name the client sends is not it); its scopes and expiry replace.
-            why = self.client_session.update_secret(creds[1])
+            why = self.client_session.update_secret(creds[1] or "")
             if why is not None:
                 log.warning("%s: secret update refused: %s", self.name, why)
                 self._refuse(command.correlation_id, ResponseCode.AUTHENTICATION_FAILURE, 0)
