@@ -298,3 +298,22 @@ def test_the_oauth2_ini_section(tmp_path: Path) -> None:
     ini.write_text("[main]\nauth_backends = ldap\n")
     with pytest.raises(ConfigError, match="auth_backends"):
         Config.from_ini(ini)
+
+
+# -- AMQP 1.0: RabbitMQ 4's PUT /auth/tokens on the /management node -------------------------
+def test_amqp1_auth_tokens_replaces_the_token(broker: Harness) -> None:
+    from harness.management_node import NodePair
+
+    from warren.amqp1.errors import ConnectionError_
+    from warren.amqp1.management_node import ManagementError
+
+    t = now_s(broker)
+    pair = NodePair(broker, "", KEY.token(t, ["read:*/*"], lifetime=60))
+    with pytest.raises(ManagementError, match="configure access"):
+        pair.status("PUT", "/queues/q", {})
+    pair = NodePair(broker, "", KEY.token(t, ["read:*/*"], lifetime=60))
+    assert pair.status("PUT", "/auth/tokens", KEY.token(t, FULL).encode())[0] == "204"
+    assert pair.status("PUT", "/queues/q", {})[0] == "201"  # the new token's configure scope
+    with pytest.raises(ConnectionError_, match="credential update failed"):
+        pair.status("PUT", "/auth/tokens", KEY.token(t, FULL, sub="mallory").encode())
+    assert pair.status("PUT", "/auth/tokens", "text")[0] == "400"

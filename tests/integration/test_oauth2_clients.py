@@ -34,6 +34,7 @@ def broker(tmp_path: Path) -> Iterator[BrokerThread]:
         clock=ManualClock(),
         oauth2_resource_server_id="rabbitmq",
         oauth2_signing_keys=(KEY.write_pem(tmp_path),),
+        amqp1_announce_rabbitmq=True,  # for RabbitMQ's own AMQP 1.0 client
     )
     try:
         yield b
@@ -208,3 +209,24 @@ def test_amqp1_closed_unauthorized_when_the_token_expires(broker: BrokerThread) 
     with pytest.raises(proton.ConnectionException, match="credential expired"):
         conn.create_receiver("/queues/never")
         conn.wait(lambda: False, timeout=5)
+
+
+def test_rabbitmq_amqp_client_refresh_token(broker: BrokerThread) -> None:
+    """RabbitMQ's AMQP 1.0 client: OAuth2Options, then refresh_token (PUT
+    /auth/tokens) before the first token expires."""
+    client = pytest.importorskip("rabbitmq_amqp_python_client")
+
+    env = client.Environment(
+        f"amqp://127.0.0.1:{broker.port}/",
+        oauth2_options=client.OAuth2Options(token=token(broker, FULL, 60)),
+    )
+    try:
+        conn = env.connection()
+        conn.dial()
+        conn.refresh_token(token(broker, FULL, 600))
+        broker.advance(120_000)  # past the first token's expiry
+        management = conn.management()
+        management.declare_queue(client.QuorumQueueSpecification(name="after-refresh"))
+        management.close()
+    finally:
+        env.close()

@@ -5,9 +5,10 @@ Every protocol logs in through ClientSession.login, which hands a password that
 looks like a JWT here first when ``[oauth2]`` is configured (``auth_backends``
 orders the chain). The signature is verified with PyJWT against the keys in a
 KeySet: PEM files from the config, and the JWKS the broker fetches
-(warren/oauth2_jwks.py: I/O stays out of the core). The claims are checked on
-the broker's clock, not PyJWT's, so expiry follows the one clock (ManualClock
-in tests). Scopes become an ordinary User for the token's life (never stored):
+(warren/oauth2_backend.py: I/O stays out of the core); PyJWT is imported at
+the first token, not with the core. The claims are checked on the broker's
+clock, not PyJWT's, so expiry follows the one clock (ManualClock in tests).
+Scopes become an ordinary User for the token's life (never stored):
 ``<prefix>configure:<vhost>/<name>`` ... as per-vhost Permission regexes,
 ``<prefix>tag:<tag>`` as tags.
 """
@@ -20,8 +21,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
-
-import jwt
 
 from warren.core.users import CONFIGURE, READ, WRITE, Permission, User
 
@@ -84,6 +83,8 @@ class KeySet:
 
     def load_jwks(self, document: str | bytes | Mapping[str, Any]) -> int:
         """Replace the fetched keys by a JWKS document's; returns how many."""
+        import jwt
+
         data = json.loads(document) if isinstance(document, (str, bytes)) else document
         keys: dict[str, Any] = {}
         for entry in data.get("keys", []):
@@ -129,6 +130,8 @@ class TokenVerifier:
         self.now_ms = now_ms
 
     def verify(self, token: str) -> Token:
+        import jwt
+
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError as exc:
@@ -202,6 +205,8 @@ class TokenVerifier:
 def _algorithms_for(key: Any) -> list[str]:
     """The algorithms a key may verify: a token's header cannot pick another
     family (an RSA key is never tried as an EC or HMAC one)."""
+    import jwt
+
     if isinstance(key, jwt.PyJWK):
         name = key.algorithm_name
         return [name] if name in ALGORITHMS else []
