@@ -66,6 +66,8 @@ class SigningKey:
 
 
 FULL = ["configure:*/*", "write:*/*", "read:*/*"]
+#: Topic exchanges need scopes with a routing key part (RabbitMQ's rule).
+TOPICS = ["write:*/*/*", "read:*/*/*"]
 
 
 def jwks(*keys: SigningKey) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import ChannelClosed, ConnectionClosed, Harness
+from harness import ChannelClosed, ConnectionClosed, Harness, channel_error
 from oauth2help import FULL, SigningKey
 from pamqp import commands
 
@@ -20,6 +20,7 @@ from warren.core.oauth2 import (
     TokenVerifier,
     looks_like_jwt,
     permissions_for,
+    topic_permissions_for,
 )
 
 KEY = SigningKey("key-1")
@@ -57,6 +58,19 @@ def test_scopes_map_to_permissions_per_vhost_with_rabbitmqs_wildcards() -> None:
     assert not perms["dev"].allows("write", "x")  # no write scope for dev: nothing
     assert permissions_for(["read:prod/*"], ["/", "prod"]).keys() == {"prod"}
     assert permissions_for(["bogus", "read:novhost", "read:a/b/c/d"], ["/"]) == {}
+
+
+def test_topic_scopes_allow_routing_keys_per_topic_exchange() -> None:
+    scopes = ["write:*/amq.topic/sensors.*", "read:prod/amq.*/#", "write:*/*", "read:*/*"]
+    topics = topic_permissions_for(scopes, {"/": ["amq.topic", "t2"], "prod": ["amq.topic"]})
+    slash = topics["/"]["amq.topic"]
+    assert slash.allows("write", "sensors.temp") and not slash.allows("write", "x.sensors.temp")
+    assert not slash.allows("read", "anything")  # no read scope for "/": no key at all
+    # A topic exchange no three-part scope names: no routing key (two-part scopes
+    # grant no topic access, as rabbit_oauth2_scope:topic_access/4).
+    assert not topics["/"]["t2"].allows("write", "sensors.temp")
+    assert topics["prod"]["amq.topic"].allows("read", "#")
+    assert not topics["prod"]["amq.topic"].allows("read", "a")
 
 
 def test_regex_metacharacters_in_scopes_are_literal() -> None:
@@ -135,6 +149,17 @@ def _refused(fn: object) -> str:
         fn()  # type: ignore[operator]
     assert info.value.reply_code == 403
     return info.value.reply_text
+
+
+def test_topic_exchanges_need_routing_key_scopes(broker: Harness) -> None:
+    t = now_s(broker)
+    conn = broker.amqp_connection("", KEY.token(t, [*FULL, "write:*/amq.topic/ok.*"]))
+    ch = conn.channel()
+    ch.confirm_delivery()  # a refused publish raises
+    ch.basic_publish("amq.topic", "ok.1", b"x")
+    ch.basic_publish("amq.direct", "any", b"x")  # not a topic exchange: no topic check
+    text = channel_error(403, ch.basic_publish, "amq.topic", "no.1", b"x")
+    assert text.startswith("ACCESS_REFUSED - access to topic 'no.1' in exchange 'amq.topic'")
 
 
 def test_token_without_access_to_the_vhost_is_refused(broker: Harness) -> None:

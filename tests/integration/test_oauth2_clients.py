@@ -18,7 +18,7 @@ import pika
 import pytest
 from conftest import BrokerThread, start_broker
 from mqttclient import V5, V311, Client
-from oauth2help import FULL, SigningKey
+from oauth2help import FULL, TOPICS, SigningKey
 
 from warren.core.clock import ManualClock
 
@@ -100,7 +100,8 @@ def test_aio_pika_update_secret(broker: BrokerThread) -> None:
 
 @pytest.mark.parametrize("protocol", [V311, V5])
 def test_paho_token_as_mqtt_password(broker: BrokerThread, protocol: int) -> None:
-    client = Client(broker.mqtt_port, "tok", protocol, username="", password=token(broker))
+    scopes = [*FULL, *TOPICS]  # MQTT publishes to and binds on a topic exchange
+    client = Client(broker.mqtt_port, "tok", protocol, username="", password=token(broker, scopes))
     assert not client.connect()[1].is_failure
     client.subscribe("t/1")
     client.publish("t/1", b"x")

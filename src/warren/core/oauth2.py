@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from warren.core.users import CONFIGURE, READ, WRITE, Permission, User
+from warren.core.users import CONFIGURE, READ, WRITE, Permission, TopicPermission, User
 
 #: Asymmetric algorithms only: a public key is never taken as an HMAC secret.
 ALGORITHMS = (
@@ -262,15 +262,20 @@ def wildcard_regex(pattern: str) -> str:
     return ".*".join(re.escape(unquote(part)) for part in pattern.split("*"))
 
 
-def _parse(scope: str) -> tuple[str, str, str] | None:
-    """(kind, vhost pattern, name pattern) of ``configure:vhost/name[/routing key]``."""
+def _parse(scope: str) -> tuple[str, str, str, str | None] | None:
+    """(kind, vhost pattern, name pattern, routing key pattern or None) of
+    ``configure:vhost/name[/routing key]``."""
     kind, sep, rest = scope.partition(":")
     if not sep or kind not in (CONFIGURE, WRITE, READ):
         return None
     parts = rest.split("/")
     if len(parts) not in (2, 3):
         return None
-    return kind, parts[0], parts[1]
+    return kind, parts[0], parts[1], parts[2] if len(parts) == 3 else None
+
+
+def _matches(pattern: str, subject: str) -> bool:
+    return re.fullmatch(wildcard_regex(pattern), subject, re.DOTALL) is not None
 
 
 def permissions_for(scopes: Iterable[str], vhosts: Iterable[str]) -> dict[str, Permission]:
@@ -282,8 +287,8 @@ def permissions_for(scopes: Iterable[str], vhosts: Iterable[str]) -> dict[str, P
     for vhost in vhosts:
         patterns: dict[str, list[str]] = {CONFIGURE: [], WRITE: [], READ: []}
         matched = False
-        for kind, vhost_pattern, name_pattern in grants:
-            if re.fullmatch(wildcard_regex(vhost_pattern), vhost, re.DOTALL):
+        for kind, vhost_pattern, name_pattern, _ in grants:
+            if _matches(vhost_pattern, vhost):
                 matched = True
                 patterns[kind].append(f"(?s:{wildcard_regex(name_pattern)})")
         if matched:
@@ -295,8 +300,49 @@ def permissions_for(scopes: Iterable[str], vhosts: Iterable[str]) -> dict[str, P
     return result
 
 
-def token_user(token: Token, vhosts: Iterable[str]) -> User:
-    """The user a token logs in as: not in the user store, gone with its connection."""
-    user = User(token.username, "", list(token.tags), permissions_for(token.scopes, vhosts))
+def topic_permissions_for(
+    scopes: Iterable[str], topic_exchanges: Mapping[str, Iterable[str]]
+) -> dict[str, dict[str, TopicPermission]]:
+    """Per vhost and topic exchange (those that exist now), the routing keys the
+    three-part scopes (``write:<vhost>/<exchange>/<routing key>``) allow: as in
+    rabbit_oauth2_scope:topic_access/4, a topic exchange no such scope names
+    allows no routing key (a two-part scope grants no topic access)."""
+    grants = [g for g in map(_parse, scopes) if g is not None and g[3] is not None]
+    result: dict[str, dict[str, TopicPermission]] = {}
+    for vhost, exchanges in topic_exchanges.items():
+        table: dict[str, TopicPermission] = {}
+        for exchange in exchanges:
+            keys: dict[str, list[str]] = {WRITE: [], READ: []}
+            for kind, vhost_pattern, name_pattern, key_pattern in grants:
+                if (
+                    kind in keys
+                    and key_pattern is not None
+                    and _matches(vhost_pattern, vhost)
+                    and _matches(name_pattern, exchange)
+                ):
+                    keys[kind].append(wildcard_regex(key_pattern))
+            table[exchange] = TopicPermission(
+                write=_anchored(keys[WRITE]), read=_anchored(keys[READ])
+            )
+        if table:
+            result[vhost] = table
+    return result
+
+
+def _anchored(patterns: list[str]) -> str:
+    """One search pattern for whole routing keys; none: matches nothing."""
+    if not patterns:
+        return "(?!)"
+    return r"\A(?s:" + "|".join(patterns) + r")\Z"
+
+
+def token_user(token: Token, topic_exchanges: Mapping[str, Iterable[str]]) -> User:
+    """The user a token logs in as: not in the user store, gone with its
+    connection. ``topic_exchanges``: every vhost's topic exchanges by vhost."""
+    permissions = permissions_for(token.scopes, topic_exchanges)
+    user = User(token.username, "", list(token.tags), permissions)
+    user.topic_permissions = topic_permissions_for(
+        token.scopes, {v: topic_exchanges[v] for v in permissions}
+    )
     user.expires_ms = token.expires_ms
     return user
