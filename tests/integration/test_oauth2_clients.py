@@ -17,6 +17,7 @@ from typing import Any
 import pika
 import pytest
 from conftest import BrokerThread, start_broker
+from diskhelp import eventually
 from mqttclient import V5, V311, Client
 from oauth2help import FULL, TOPICS, SigningKey
 
@@ -231,3 +232,45 @@ def test_rabbitmq_amqp_client_refresh_token(broker: BrokerThread) -> None:
         management.close()
     finally:
         env.close()
+
+
+def test_jwks_fetched_at_start_and_again_for_a_rotated_key(tmp_path: Path) -> None:
+    """The broker's keys from a JWKS URL (a local aiohttp server on a thread of
+    its own): pika logs in with a key from it; after the identity provider
+    rotates its key, the first login with the new kid is refused and starts a
+    fetch, the next one is let in."""
+    import threading
+
+    from oauth2help import jwks, serve_jwks
+
+    old, new = SigningKey("jwks-old"), SigningKey("jwks-new", "ec")
+    document = jwks(old)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    runner, url, hits = asyncio.run_coroutine_threadsafe(serve_jwks(document), loop).result(10)
+    b = start_broker(
+        tmp_path / "data",
+        clock=ManualClock(),
+        oauth2_resource_server_id="rabbitmq",
+        oauth2_jwks_url=url,
+        oauth2_jwks_min_refetch_interval=0,
+    )
+    try:
+        now = b.clock.now_ms() // 1000
+        assert hits[0] == 1
+        pika.BlockingConnection(pika_params(b, old.token(now, FULL))).close()
+        document["keys"] = [new.jwk()]
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+            pika.BlockingConnection(pika_params(b, new.token(now, FULL)))
+        backend = b.broker.oauth2
+        assert backend is not None
+        # The fetch runs on the broker's loop, over a socket: wait for it.
+        eventually(lambda: backend.fetches == 2, what="the JWKS fetched again")
+        assert hits[0] == 2
+        pika.BlockingConnection(pika_params(b, new.token(now, FULL))).close()
+    finally:
+        b.stop()
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
