@@ -18,6 +18,7 @@ from warren.core.oauth2 import (
     OAuth2Settings,
     TokenRefused,
     TokenVerifier,
+    expand,
     looks_like_jwt,
     permissions_for,
     topic_permissions_for,
@@ -71,6 +72,19 @@ def test_topic_scopes_allow_routing_keys_per_topic_exchange() -> None:
     assert not topics["/"]["t2"].allows("write", "sensors.temp")
     assert topics["prod"]["amq.topic"].allows("read", "#")
     assert not topics["prod"]["amq.topic"].allows("read", "a")
+
+
+def test_scope_variables_vhost_and_claims() -> None:
+    scopes = ["read:{vhost}/q-{sub}", "write:*/{client_id}", "write:*/{missing}"]
+    claims = {"sub": "alice", "client_id": "app", "exp": 5}
+    perms = permissions_for(scopes, ["/", "prod"], claims)
+    assert perms["prod"].allows("read", "q-alice") and not perms["prod"].allows("read", "q-bob")
+    assert perms["prod"].allows("write", "app") and perms["prod"].allows("write", "missing")
+    assert expand(["read:*/{exp}"], "/", claims) == ["read:*/exp"]  # not a string: the name
+    topics = topic_permissions_for(
+        ["write:{vhost}/amq.topic/{sub}.*"], {"v": ["amq.topic"]}, claims
+    )
+    assert topics["v"]["amq.topic"].allows("write", "alice.x")
 
 
 def test_regex_metacharacters_in_scopes_are_literal() -> None:

@@ -278,13 +278,33 @@ def _matches(pattern: str, subject: str) -> bool:
     return re.fullmatch(wildcard_regex(pattern), subject, re.DOTALL) is not None
 
 
-def permissions_for(scopes: Iterable[str], vhosts: Iterable[str]) -> dict[str, Permission]:
+_VARIABLE = re.compile(r"\{([^{}.*]*)\}")
+
+
+def expand(scopes: Iterable[str], vhost: str, claims: Mapping[str, Any]) -> list[str]:
+    """RabbitMQ's scope variables for one vhost: ``{vhost}`` is its name, any
+    other ``{claim}`` the token's string claim (the name itself if none)."""
+
+    def value(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name == "vhost":
+            return vhost
+        found = claims.get(name)
+        return found if isinstance(found, str) else name
+
+    return [_VARIABLE.sub(value, s) if "{" in s else s for s in scopes]
+
+
+def permissions_for(
+    scopes: Iterable[str], vhosts: Iterable[str], claims: Mapping[str, Any] | None = None
+) -> dict[str, Permission]:
     """Per vhost, the permission the scopes grant: each kind's name patterns as
     one alternation (empty: nothing). A vhost any scope matches gets access, as
     rabbit_oauth2_scope:vhost_access/2."""
-    grants = [g for g in map(_parse, scopes) if g is not None]
+    scopes = list(scopes)
     result: dict[str, Permission] = {}
     for vhost in vhosts:
+        grants = [g for g in map(_parse, expand(scopes, vhost, claims or {})) if g is not None]
         patterns: dict[str, list[str]] = {CONFIGURE: [], WRITE: [], READ: []}
         matched = False
         for kind, vhost_pattern, name_pattern, _ in grants:
@@ -301,15 +321,19 @@ def permissions_for(scopes: Iterable[str], vhosts: Iterable[str]) -> dict[str, P
 
 
 def topic_permissions_for(
-    scopes: Iterable[str], topic_exchanges: Mapping[str, Iterable[str]]
+    scopes: Iterable[str],
+    topic_exchanges: Mapping[str, Iterable[str]],
+    claims: Mapping[str, Any] | None = None,
 ) -> dict[str, dict[str, TopicPermission]]:
     """Per vhost and topic exchange (those that exist now), the routing keys the
     three-part scopes (``write:<vhost>/<exchange>/<routing key>``) allow: as in
     rabbit_oauth2_scope:topic_access/4, a topic exchange no such scope names
     allows no routing key (a two-part scope grants no topic access)."""
-    grants = [g for g in map(_parse, scopes) if g is not None and g[3] is not None]
+    scopes = list(scopes)
     result: dict[str, dict[str, TopicPermission]] = {}
     for vhost, exchanges in topic_exchanges.items():
+        expanded = map(_parse, expand(scopes, vhost, claims or {}))
+        grants = [g for g in expanded if g is not None and g[3] is not None]
         table: dict[str, TopicPermission] = {}
         for exchange in exchanges:
             keys: dict[str, list[str]] = {WRITE: [], READ: []}
@@ -339,10 +363,10 @@ def _anchored(patterns: list[str]) -> str:
 def token_user(token: Token, topic_exchanges: Mapping[str, Iterable[str]]) -> User:
     """The user a token logs in as: not in the user store, gone with its
     connection. ``topic_exchanges``: every vhost's topic exchanges by vhost."""
-    permissions = permissions_for(token.scopes, topic_exchanges)
+    permissions = permissions_for(token.scopes, topic_exchanges, token.claims)
     user = User(token.username, "", list(token.tags), permissions)
     user.topic_permissions = topic_permissions_for(
-        token.scopes, {v: topic_exchanges[v] for v in permissions}
+        token.scopes, {v: topic_exchanges[v] for v in permissions}, token.claims
     )
     user.expires_ms = token.expires_ms
     return user
