@@ -38,6 +38,7 @@ from warren.definitions_export import export_definitions
 from warren.definitions_import import import_definitions
 from warren.metrics.history import AuthAttempts, Retired, protocol_label
 from warren.node_stats import NODE_GAUGES
+from warren.oauth2_backend import oauth2_backend
 from warren.store import damage
 from warren.store.layout import DataDir
 from warren.store.orphans import report as report_orphans
@@ -155,6 +156,8 @@ class Broker:
             self.config.auth_failures_per_minute,
             self.clock,
         )
+        #: Access tokens as passwords ([oauth2]); None when not configured.
+        self.oauth2 = oauth2_backend(self.config, self.clock)
         #: Called with a vhost's name as it is deleted (Node.vhost_deleted).
         self.vhost_deleted: list[Callable[[str], None]] = []
         #: Observers of its events (core/events.py: queue.created, alarm.set ...),
@@ -407,12 +410,16 @@ class Broker:
     # -- start and stop (broker_lifecycle.py) ----------------------------------------------
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        if self.oauth2 is not None:
+            await self.oauth2.start()
         await self.lifecycle.start(self._loop)
 
     async def stop(self) -> None:
         """Stop every listener (each closes its clients as its protocol does at
         shutdown; AMQP: 320 CONNECTION_FORCED), then close the store."""
         await self.lifecycle.stop()
+        if self.oauth2 is not None:
+            await self.oauth2.stop()
 
     async def __aenter__(self) -> Broker:
         await self.start()

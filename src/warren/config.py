@@ -277,6 +277,23 @@ class Config:
     #: Failed logins per source address and minute after which its logins are
     #: refused unchecked until they age out; 0: no limit.
     auth_failures_per_minute: int = 30
+    #: The login chain, in order (RabbitMQ's auth_backends): ``oauth2`` checks a
+    #: password that looks like a JWT as an access token (when
+    #: oauth2_resource_server_id is set), ``internal`` the user store.
+    auth_backends: tuple[str, ...] = ("oauth2", "internal")
+    #: [oauth2], RabbitMQ's auth_oauth2.* (docs/security.md): empty id: off.
+    oauth2_resource_server_id: str = ""
+    oauth2_jwks_url: str | None = None
+    #: ``kid:path`` PEM public keys (or certificates), comma separated.
+    oauth2_signing_keys: tuple[str, ...] = ()
+    oauth2_default_key: str | None = None
+    oauth2_issuer: str | None = None
+    oauth2_verify_aud: bool = True
+    oauth2_scope_prefix: str | None = None
+    oauth2_preferred_username_claims: tuple[str, ...] = ()
+    oauth2_additional_scopes_key: str | None = None
+    #: Seconds between JWKS fetches caused by an unknown kid (at most one per).
+    oauth2_jwks_min_refetch_interval: int = 10
     #: A RabbitMQ definitions export (JSON file, or a directory of them) imported
     #: at every start, as RabbitMQ's ``load_definitions``. None: nothing to load.
     load_definitions: str | None = None
@@ -544,6 +561,17 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("main", "webhooks_file"): ("webhooks_file", _parse_optional_path),
     ("main", "auth_failure_delay"): ("auth_failure_delay", _parse_int),
     ("main", "auth_failures_per_minute"): ("auth_failures_per_minute", _parse_int),
+    ("main", "auth_backends"): ("auth_backends", _parse_user_list),
+    ("oauth2", "resource_server_id"): ("oauth2_resource_server_id", _parse_str),
+    ("oauth2", "jwks_url"): ("oauth2_jwks_url", _parse_optional_path),
+    ("oauth2", "signing_keys"): ("oauth2_signing_keys", _parse_user_list),
+    ("oauth2", "default_key"): ("oauth2_default_key", _parse_optional_path),
+    ("oauth2", "issuer"): ("oauth2_issuer", _parse_optional_path),
+    ("oauth2", "verify_aud"): ("oauth2_verify_aud", _parse_bool),
+    ("oauth2", "scope_prefix"): ("oauth2_scope_prefix", _parse_str),
+    ("oauth2", "preferred_username_claims"): ("oauth2_preferred_username_claims", _parse_user_list),
+    ("oauth2", "additional_scopes_key"): ("oauth2_additional_scopes_key", _parse_optional_path),
+    ("oauth2", "jwks_min_refetch_interval"): ("oauth2_jwks_min_refetch_interval", _parse_int),
     ("main", "max_connections"): ("max_connections", _parse_int),
     ("main", "proxy_protocol"): ("proxy_protocol", _parse_bool),
     ("main", "proxy_protocol_timeout"): ("proxy_protocol_timeout", _parse_int),

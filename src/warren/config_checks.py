@@ -182,6 +182,25 @@ def _rabbitmq_version(value: Any) -> str | None:
     return None
 
 
+def _auth_backends(value: Any) -> str | None:
+    if (
+        not isinstance(value, tuple)
+        or not value
+        or any(b not in ("oauth2", "internal") for b in value)
+        or len(set(value)) != len(value)
+    ):
+        return "must list oauth2 and/or internal, each once"
+    return None
+
+
+def _signing_keys(value: Any) -> str | None:
+    if not isinstance(value, tuple) or any(
+        not isinstance(v, str) or not v.partition(":")[0] or not v.partition(":")[2] for v in value
+    ):
+        return "must be kid:path pairs, comma separated"
+    return None
+
+
 _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "data_dir": _non_empty_str,
     "log_level": _log_level,
@@ -226,6 +245,17 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "permit_global_qos": _bool,
     "auth_failure_delay": _int_in(0, 60_000),
     "auth_failures_per_minute": _int_in(0, 1_000_000),
+    "auth_backends": _auth_backends,
+    "oauth2_resource_server_id": _any_str,
+    "oauth2_jwks_url": _optional_path,
+    "oauth2_signing_keys": _signing_keys,
+    "oauth2_default_key": _optional_path,
+    "oauth2_issuer": _optional_path,
+    "oauth2_verify_aud": _bool,
+    "oauth2_scope_prefix": _optional(_any_str),
+    "oauth2_preferred_username_claims": _user_tuple,
+    "oauth2_additional_scopes_key": _optional_path,
+    "oauth2_jwks_min_refetch_interval": _int_in(0, 86_400),
     "mqtt_bind": _non_empty_str,
     "mqtt_port": _int_in(-1, 65535),
     "mqtt_tls_port": _int_in(-1, 65535),

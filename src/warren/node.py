@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from warren.core.users import User, UserStore
     from warren.core.vhost import VHost
     from warren.metrics.history import AuthAttempts, Retired
+    from warren.oauth2_backend import OAuth2Backend
     from warren.store.layout import DataDir
     from warren.store.sync import GroupSync
     from warren.tls import TLSContexts
@@ -155,6 +156,8 @@ class Node(Protocol):
     node_figures: GaugeStats
     #: Failed logins per address: how long to hold a refusal, whom to refuse unchecked.
     auth_guard: AuthGuard
+    #: Access tokens as passwords (warren/oauth2_backend.py); None: [oauth2] unset.
+    oauth2: OAuth2Backend | None
     #: Called with a vhost's name as it is deleted (its connections are closed
     #: already): protocols forget what they keep of it (MQTT's sessions, retained).
     vhost_deleted: list[Callable[[str], None]]

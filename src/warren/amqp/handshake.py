@@ -79,6 +79,10 @@ class Gate(Protocol):
         """The connection is open (after the state changed, before open-ok)."""
         ...
 
+    def update_secret(self, secret: str) -> str | None:
+        """Take a new token (connection.update-secret): None when taken, else why not."""
+        ...
+
 
 class HandshakeConnection(Protocol):
     """What the handshake reads and sets on a connection."""
@@ -201,6 +205,18 @@ def open_vhost(conn: HandshakeConnection, method: spec.ConnectionOpen) -> None:
     log.info("%s: connection opened, user '%s', vhost '%s'", conn.name, conn.user.name, name)
 
 
+def update_secret(conn: HandshakeConnection, method: spec.ConnectionUpdateSecret) -> None:
+    """A new access token for the open connection (RabbitMQ's texts): 530 when refused."""
+    secret = method.new_secret
+    text = secret.decode("utf-8", "replace") if isinstance(secret, bytes) else str(secret)
+    why = conn.gate.update_secret(text)
+    if why is not None:
+        log.error("%s: secret update was refused: %s", conn.name, why)
+        raise NotAllowed("New secret was refused by one of the backends")
+    log.info("%s: user updated secret, reason: %s", conn.name, method.reason)
+    conn.send_method(0, spec.ConnectionUpdateSecretOk())
+
+
 def channel0(conn: HandshakeConnection, method: spec.Method) -> None:
     """A method on channel 0: the handshake's steps in order, close and close-ok."""
     state = conn.state
@@ -229,7 +245,7 @@ def channel0(conn: HandshakeConnection, method: spec.Method) -> None:
     elif state == State.OPEN and isinstance(method, spec.ConnectionCloseOk):
         raise ChannelError("unexpected method in connection state running")
     elif state == State.OPEN and isinstance(method, spec.ConnectionUpdateSecret):
-        conn.send_method(0, spec.ConnectionUpdateSecretOk())
+        update_secret(conn, method)
     elif state == State.OPEN and isinstance(
         method, spec.ConnectionBlocked | spec.ConnectionUnblocked
     ):
@@ -314,6 +330,9 @@ class BrokerGate:
                 )
             refuse_login_later(conn, exc.delay_ms, refusal, conn.broker.clock.call_later)
             return None
+
+    def update_secret(self, secret: str) -> str | None:
+        return self.conn.client_session.update_secret(secret)
 
     def open_vhost(self, name: str) -> bool:
         """The client session's checks (limits, then access, in RabbitMQ's order),

@@ -136,6 +136,9 @@ class ReplicaGate:
     def opened(self) -> None:
         pass
 
+    def update_secret(self, secret: str) -> str | None:
+        return "a follower's read service takes no new secrets"
+
 
 class ReplicaConnection(FrameHandler):
     """One client of a follower's stream read service: the shared frame loop

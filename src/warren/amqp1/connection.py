@@ -564,6 +564,10 @@ class AMQP1Connection:
     def force_close(self, reason: str) -> None:
         self.close(CONNECTION_FORCED, reason)
 
+    def credential_expired(self) -> None:
+        """Its OAuth 2 token expired (core/session.py), RabbitMQ 4's close."""
+        self.close(UNAUTHORIZED_ACCESS, "credential expired")
+
     def internal_error(self, exc: BaseException) -> None:
         log.exception("%s: AMQP 1.0 connection failed", self.name, exc_info=exc)
         self.close(INTERNAL_ERROR, "internal error")

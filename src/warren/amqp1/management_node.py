@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
 
-from warren.amqp1.errors import SessionError
+from warren.amqp1.errors import ConnectionError_, SessionError
 from warren.amqp1.field_values import read_headers, to_table
 from warren.amqp1.formats import STR8
 from warren.amqp1.links import ManagementHandler
@@ -271,11 +271,24 @@ class ManagementNode:
         if resource is None:
             raise _Status("404", f"no such resource: {target}")
         if resource == "tokens":
-            raise _Status("501", "token refresh is not supported")
+            if method != "PUT":
+                raise _Status("405", f"method {method} not allowed on {target}")
+            return self._set_token(body)
         handler = _HANDLERS.get((resource, method))
         if handler is None:
             raise _Status("405", f"method {method} not allowed on {target}")
         return handler(self, segments[1:], query, body)
+
+    def _set_token(self, body: Any) -> tuple[str, Any]:
+        """RabbitMQ 4's token refresh: a new OAuth 2 token for the connection
+        (core/session.py's update_secret). Refused, the connection closes
+        (amqp:unauthorized-access), as RabbitMQ 4 closes it."""
+        if not isinstance(body, bytes):
+            raise _Status("400", "the token must be binary")
+        why = self.session.update_secret(body.decode("utf-8", "replace"))
+        if why is not None:
+            raise ConnectionError_(UNAUTHORIZED_ACCESS, f"credential update failed: {why}")
+        return "204", None
 
     # -- permissions --------------------------------------------------------------------
     def _check(self, kind: str, resource_type: str, name: str) -> None:

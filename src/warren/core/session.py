@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 from warren.core.commit import Commit
 from warren.core.deliveries import Deliveries
 from warren.core.errors import AccessRefused, BrokerError, NotAllowed
+from warren.core.oauth2 import TokenRefused, looks_like_jwt, token_user
 from warren.core.users import User, UserStore
 
 if TYPE_CHECKING:
@@ -129,6 +130,9 @@ class LoginHost(SessionHost, Protocol):
     vhosts: dict[str, VHost]
     auth_guard: Any
     auth_attempts: Any
+    #: warren/oauth2_backend.py's OAuth2Backend, None when [oauth2] is not set.
+    oauth2: Any
+    clock: Any
 
     def connection_opened(self, conn: Any) -> None: ...
 
@@ -333,7 +337,16 @@ class _Waits:
 class ClientSession:
     """One client connection's session with the core (see the module docstring)."""
 
-    __slots__ = ("_permissions", "_retire", "_streams", "host", "owner", "user", "vhost_name")
+    __slots__ = (
+        "_expiry",
+        "_permissions",
+        "_retire",
+        "_streams",
+        "host",
+        "owner",
+        "user",
+        "vhost_name",
+    )
 
     def __init__(self, host: LoginHost, owner: Named) -> None:
         """``host``: the broker (warren/node.py's Node); ``owner``: the protocol's
@@ -350,6 +363,8 @@ class ClientSession:
         # Where a stream without a retire target of its own gives its counters
         # (the vhost's session_stats, once the connection is open in it).
         self._retire: MessageStats | None = None
+        # An access token's expiry timer (core/oauth2.py), while the connection is open.
+        self._expiry: Any = None
 
     # -- login --------------------------------------------------------------------------
     def login(
@@ -371,7 +386,7 @@ class ClientSession:
         if password is None:
             user = host.users.users.get(username) if username else None
         else:
-            user = host.users.authenticate(username, password)
+            user = self._authenticate(username, password)
         host.auth_attempts.record(attempt, user is not None)
         if user is None:
             why = "no such user (client certificate)" if password is None else "invalid credentials"
@@ -382,6 +397,94 @@ class ClientSession:
             )
         self.user = user
         return user
+
+    def _authenticate(self, username: str, password: str) -> User | None:
+        """The auth_backends chain: the first backend that accepts wins."""
+        host = self.host
+        for backend in host.config.auth_backends:
+            if backend == "internal":
+                user = host.users.authenticate(username, password)
+            elif host.oauth2 is not None and looks_like_jwt(password):
+                user = self._token_user(password)
+            else:
+                continue
+            if user is not None:
+                return user
+        return None
+
+    def _token_user(self, token: str) -> User | None:
+        try:
+            verified = self.host.oauth2.verifier.verify(token)
+        except TokenRefused as exc:
+            log.warning(
+                "%s: Authentication using an OAuth 2/JWT token failed: %s", self.owner.name, exc
+            )
+            return None
+        return token_user(verified, self._topic_exchanges())
+
+    def _topic_exchanges(self) -> dict[str, list[str]]:
+        """Each vhost's topic exchanges (a token's topic permissions are per exchange)."""
+        return {
+            name: [ex.name for ex in vhost.exchanges.values() if ex.type == "topic"]
+            for name, vhost in self.host.vhosts.items()
+        }
+
+    def update_secret(self, token: str) -> str | None:
+        """Replace the logged-in token user's token (AMQP's connection.update-secret):
+        None when done (new scopes, new expiry), else why not. The user name
+        must stay the same, as RabbitMQ requires. A user that never expires (the
+        user store's) keeps its login: accepted, as RabbitMQ's internal backend."""
+        user = self.user
+        if user is None or user.expires_ms is None:
+            return None
+        if self.host.oauth2 is None:
+            return "OAuth 2 is not configured"
+        if not looks_like_jwt(token):
+            return "the new secret is not an access token"
+        try:
+            verified = self.host.oauth2.verifier.verify(token)
+        except TokenRefused as exc:
+            return f"Authentication using an OAuth 2/JWT token failed: {exc}"
+        if verified.username != user.name:
+            return "Not allowed to change username on refreshed token"
+        new = token_user(verified, self._topic_exchanges())
+        if self.vhost_name and self.vhost_name not in new.permissions:
+            return f"access to vhost '{self.vhost_name}' refused for user '{new.name}'"
+        # In place: the token user is this connection's own, and its channels hold it.
+        user.permissions, user.tags, user.expires_ms = new.permissions, new.tags, new.expires_ms
+        user.topic_permissions.clear()  # the same dict: a publisher may hold it
+        user.topic_permissions.update(new.topic_permissions)
+        self._permissions.clear()
+        if self._expiry is not None:
+            target = self._expiry[1]
+            self._expiry[0].cancel()
+            self._expire_at(target)
+        return None
+
+    def _expire_at(self, conn: Any) -> None:
+        """Close ``conn`` when the user's token expires, as RabbitMQ 3.10+ does
+        (AMQP: 320 CONNECTION_FORCED - credential expired)."""
+        user = self.user
+        if user is None or user.expires_ms is None:
+            return
+        owner = self.owner
+
+        def expired() -> None:
+            self._expiry = None
+            log.warning(
+                "closing connection %s of user '%s': credential has expired",
+                owner.name,
+                user.name,
+            )
+            # The protocol's own close for it where it has one (MQTT, AMQP 1.0),
+            # else the operator's close (AMQP: 320 CONNECTION_FORCED).
+            close = getattr(conn, "credential_expired", None)
+            if close is not None:
+                close()
+            else:
+                conn.force_close("credential expired")
+
+        self._expiry = (self.host.clock.call_at(user.expires_ms, expired), conn)
 
     def open(self, vhost_name: str) -> VHost:
         """Open ``vhost_name`` for the logged-in user: it exists, its and the user's
@@ -412,6 +515,7 @@ class ClientSession:
         blocked at once while a resource alarm is raised."""
         vhost.limiter.connection_opened(conn)
         self.host.connection_opened(conn)
+        self._expire_at(conn)
         # A stream that is not a channel of its own (MQTT's outgoing half, whose
         # counters are its connection's) gives them to the vhost as it closes, as
         # an AMQP channel gives its own to base_stats.
@@ -425,6 +529,9 @@ class ClientSession:
         its queues), its exclusive queues go (their messages too), it leaves
         the counts and the listing, and what it counted is kept for the
         broker's totals."""
+        if self._expiry is not None:
+            self._expiry[0].cancel()
+            self._expiry = None
         for stream in list(self._streams.values()):
             stream.close()
         vhost.delete_exclusive_queues(conn)

@@ -170,6 +170,9 @@ class User:
     #: RabbitMQ's user limits: ``max-connections`` and ``max-channels``; 0 allows
     #: none, a negative value or no entry means no limit.
     limits: dict[str, int] = field(default_factory=dict)
+    #: An OAuth 2 token's user (core/oauth2.py): when the token expires, in ms on
+    #: the broker's clock; None for the user store's users, which never expire.
+    expires_ms: int | None = None
 
     def limit(self, key: str) -> int | None:
         """The limit in force for ``key``; None when there is none."""

@@ -222,6 +222,11 @@ class ManagementApp:
         if authorization is None:
             raise BareError(401, "not_authorized", "no credentials", {"WWW-Authenticate": REALM})
         creds = basic_credentials(authorization)
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() == "bearer" and self.node.oauth2 is not None:
+            # An OAuth 2 access token (RabbitMQ's management with oauth2): the login's
+            # backend chain takes it, its tags say what the user may do here.
+            creds = ("", token.strip())
         if creds is None and "Authorization" in request.headers and _is_basic(authorization):
             raise BareError(400, "bad_request", "malformed Authorization header")
         if creds is None:

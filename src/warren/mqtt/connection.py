@@ -412,6 +412,11 @@ class MQTTConnection:
         log.info("%s: closed by an operator: %s", self.name, reason)
         self.disconnect(P.ADMINISTRATIVE_ACTION, reason)
 
+    def credential_expired(self) -> None:
+        """Its OAuth 2 token expired (core/session.py): MQTT 5 DISCONNECT 0xA0
+        Maximum connect time, as RabbitMQ's plugin; 3.1.1: the socket closes."""
+        self.disconnect(P.MAXIMUM_CONNECT_TIME, "credential expired")
+
     def connection_lost(self) -> None:
         """The transport is gone (or the connection was taken over): detach the
         session, publish the will unless the client disconnected normally."""

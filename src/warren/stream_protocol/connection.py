@@ -441,6 +441,16 @@ class StreamConnection:
             self._refuse(command.correlation_id, creds, 0)
             return
         assert self.user is not None
+        if self.user.expires_ms is not None:
+            # An OAuth 2 token's user: the new token must name the same user
+            # (the name the client sends is not it); its scopes and expiry replace.
+            why = self.client_session.update_secret(creds[1] or "")
+            if why is not None:
+                log.warning("%s: secret update refused: %s", self.name, why)
+                self._refuse(command.correlation_id, ResponseCode.AUTHENTICATION_FAILURE, 0)
+                return
+            self.send_command(c.SaslAuthenticateResponse(command.correlation_id))
+            return
         if creds[0] != self.user.name:
             self._refuse(command.correlation_id, ResponseCode.SASL_CANNOT_CHANGE_USERNAME, 0)
             return
