@@ -173,6 +173,8 @@ class Broker(CoreBroker):
         **overrides: Any,
     ) -> None:
         super().__init__(config, (), **overrides)
+        # A stream's chunk records read by AMQP consumers: AMQP 1.0's mapping.
+        self.stores.stream_decoder.decode = AMQP1StreamMessages().to_core
         self.listeners = list(
             listeners if listeners is not None else default_listeners(self.config)
         )

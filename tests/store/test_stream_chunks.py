@@ -54,7 +54,7 @@ def read(store: StreamStore, start: int = 0) -> list[tuple[int, bytes]]:
 def mixed(d: Path, segment_size: int = 8 * 1024 * 1024) -> StreamStore:
     """Offsets 0 (a message), 1-3 (a chunk), 4 (a message), 5-6 (a chunk)."""
     store = StreamStore(d, segment_size)
-    store.native_decoder = decoder
+    store.decoder.decode = decoder
     assert store.append(Message("", "s", PLAIN, b"m0", 1000)) == 0
     assert store.append_chunk(entries(b"a", b"bb", b"ccc"), 3, 2000, "pub", 7) == 1
     assert store.append(Message("", "s", PLAIN, b"m4", 3000)) == 4
@@ -141,7 +141,7 @@ def test_chunk_records_are_recovered_after_a_restart(tmp_path: Path) -> None:
     d = tmp_path / "s"
     mixed(d, 4096).close()
     store = StreamStore(d, 4096)
-    store.native_decoder = decoder
+    store.decoder.decode = decoder
     assert (store.first_offset, store.next_offset) == (0, 7)
     assert read(store) == EXPECTED
     assert read(store, 3) == EXPECTED[3:]
@@ -186,7 +186,7 @@ def test_a_damaged_chunk_record_costs_its_offsets_only(tmp_path: Path) -> None:
     path = d / f"msgs.{sid:010d}"
     flip(path, pos + 80)  # inside the first chunk's entries
     store = StreamStore(d)
-    store.native_decoder = decoder
+    store.decoder.decode = decoder
     assert store.next_offset == 7
     assert read(store) == [EXPECTED[0], *EXPECTED[4:]]
     assert read(store, 2) == EXPECTED[4:]
@@ -241,7 +241,7 @@ def test_a_replica_counts_chunk_records(tmp_path: Path) -> None:
     d = tmp_path / "s"
     mixed(d).close()
     replica = ReplicaStreamStore(d)
-    replica.native_decoder = decoder
+    replica.decoder.decode = decoder
     assert (replica.first_offset, replica.next_offset) == (0, 7)
     assert read(replica, 2) == EXPECTED[2:]
     replica.close()

@@ -148,7 +148,7 @@ class StreamCursor:
         size = _U32.unpack_from(m, entry)[0] & 0x7FFFFFFF
         data = m[entry + 4 : entry + 4 + size]
         ts = self._chunk_ts
-        decoder = store.native_decoder
+        decoder = store.decoder.decode
         if decoder is not None:
             props, body, native = decoder(data)
         else:

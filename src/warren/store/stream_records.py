@@ -39,6 +39,7 @@ from warren.store.records import (
 
 __all__ = [
     "CHUNK_HEADER",
+    "EntryDecoder",
     "RECORD_TS",
     "CHUNK_BODY_AT",
     "chunk_count",
@@ -86,6 +87,19 @@ _RECORD_HEAD: Final = struct.Struct(">IQBBIQ")
 _TRAILER: Final = struct.Struct(">H")
 _U64: Final = struct.Struct(">Q")
 _HEADER_COUNTS: Final = struct.Struct(">I")  # num_records, 4 bytes into the chunk header
+
+
+class EntryDecoder:
+    """How a chunk entry (an AMQP 1.0 message as published) becomes a core
+    message's (properties, body, native) for readers of one message at a time:
+    the broker's StreamMessageCodec's ``to_core``, set by the composition root
+    (warren.app) on the StoreFactory's one instance, which every stream store
+    shares (core and store import no protocol). None: the entry is the body."""
+
+    __slots__ = ("decode",)
+
+    def __init__(self) -> None:
+        self.decode: Callable[[bytes], tuple[bytes, bytes, bytes | None]] | None = None
 
 
 def chunk_trailer(reference: str, last_id: int) -> bytes:

@@ -48,6 +48,7 @@ from warren.store.segment_log import MSGS_NAME, RecordScan, SegmentLog
 from warren.store.stream_cursor import StreamCursor
 from warren.store.stream_records import (
     RECORD_TS,
+    EntryDecoder,
     chunk_count,
     chunk_record,
     chunk_trailer,
@@ -118,6 +119,7 @@ class StreamStore:
         budget: DiskBudget = UNMETERED,
         mirror: FileMirror | None = None,
         clock: Clock | None = None,
+        decoder: EntryDecoder | None = None,
     ) -> None:
         self._clock = clock
         #: The pending write of changed tracked offsets (with a clock).
@@ -138,11 +140,9 @@ class StreamStore:
         #: The last publishing id of each publisher reference, from the trailers
         #: of the chunk records (recovered and appended): publisher_sequence.
         self._sequences: dict[str, int] = {}
-        #: Turns a chunk entry's bytes (an AMQP 1.0 message) into (properties,
-        #: body, native) for readers of one message at a time; given by the
-        #: StoreFactory (the broker's StreamMessageCodec: core and store know no
-        #: protocol). None: a chunk's messages are read with the entry as body.
-        self.native_decoder: Callable[[bytes], tuple[bytes, bytes, bytes | None]] | None = None
+        #: Turns a chunk entry's bytes into a message's parts (the StoreFactory's,
+        #: shared by every stream: store/stream_records.py's EntryDecoder).
+        self.decoder = decoder if decoder is not None else EntryDecoder()
         #: The routing key of a message read from a chunk record (the stream's name).
         self.chunk_routing_key = ""
         self._recover()

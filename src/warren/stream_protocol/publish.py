@@ -62,13 +62,15 @@ class PublishedMessage:
 @dataclass(slots=True)
 class PublishEntries:
     """Where a Publish's entries are in its ``messages`` buffer: parallel
-    lists, one item per entry. ``records`` counts a sub-entry batch's records."""
+    lists, one item per entry. ``records`` counts a sub-entry batch's records,
+    ``batches`` the sub-entry batches (0: every entry is simple)."""
 
     publishing_ids: list[int]
     starts: list[int]
     ends: list[int]
     filter_values: list[str | None] | None
     records: int
+    batches: int = 0
 
 
 @dataclass(slots=True)
@@ -130,6 +132,7 @@ class Publish(Command):
         starts: list[int] = []
         ends: list[int] = []
         records = 0
+        batches = 0
         pos = 0
         unpack = _ID_SIZE.unpack_from
         for _ in range(self.count):
@@ -148,6 +151,7 @@ class Publish(Command):
                     raise StreamProtocolError("sub-entry batch too large", _REFUSED)
                 pos = entry.end
                 records += entry.records
+                batches += 1
             ids.append(pid)
             starts.append(start)
             ends.append(pos)
@@ -157,7 +161,7 @@ class Publish(Command):
                 if pos > end
                 else "bytes after a Publish's last message"
             )
-        return PublishEntries(ids, starts, ends, None, records)
+        return PublishEntries(ids, starts, ends, None, records, batches)
 
     def _scan_v2(self, buf: BytesLike, end: int) -> PublishEntries:
         ids: list[int] = []

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from warren.core.stream_queue import StreamQueue
     from warren.stream_protocol.connection import StreamConnection
     from warren.stream_protocol.control import Publisher
-    from warren.stream_protocol.publish import Publish
+    from warren.stream_protocol.publish import Publish, PublishEntries
 
 __all__ = ["SEQUENCE_PREFIX", "Publishing", "last_sequence", "sequence_name"]
 
@@ -65,9 +65,11 @@ def sequence_name(reference: str) -> str:
 
 
 def last_sequence(queue: StreamQueue, reference: str) -> int:
-    """The last publishing id stored on ``queue`` for ``reference`` (0: none)."""
-    stored = queue.stream.tracked(sequence_name(reference))
-    return stored or 0
+    """The last publishing id stored on ``queue`` for ``reference`` (0: none):
+    the tracking file's, or a chunk record's trailer's when that is later (the
+    file's last write may be lost in a crash; the records' are synced first)."""
+    stored = queue.stream.tracked(sequence_name(reference)) or 0
+    return max(stored, queue.stream.publisher_sequence(reference))
 
 
 class Publishing:
@@ -92,8 +94,11 @@ class Publishing:
             if unknown:
                 self.conn.reply(c.PublishError(command.publisher_id, unknown))
             return
-        conn = self.conn
         q = pub.queue
+        if entries.filter_values is None and not entries.batches and q.takes_chunks():
+            self._publish_chunk(command, entries, pub)
+            return
+        conn = self.conn
         vhost = q.vhost
         router = vhost.router
         exchange = vhost.default_exchange
@@ -159,6 +164,52 @@ class Publishing:
             return
         tokens = [(pub.publisher_id, pid) for pid in answered]
         if not self.settlements.add_many(tokens, stores):
+            self._confirm_now(tokens)
+
+    def _publish_chunk(self, command: Publish, entries: PublishEntries, pub: Publisher) -> None:
+        """The fast path: every entry simple, no filter values, a stream that
+        reads no message (StreamQueue.takes_chunks): the entries not yet stored
+        (publishing ids above the publisher's last, with a reference) are
+        copied once into one chunk record, and confirmed as one settlement
+        batch after the stream's sync, as the per-message path confirms."""
+        conn = self.conn
+        q = pub.queue
+        ids = entries.publishing_ids
+        starts, ends = entries.starts, entries.ends
+        view = memoryview(command.messages)
+        reference = pub.reference
+        duplicates: list[int] = []
+        if reference:
+            last = top = last_sequence(q, reference)
+            stored: list[int] = []
+            parts: list[memoryview] = []
+            for i, pid in enumerate(ids):
+                if pid <= top:
+                    duplicates.append(pid)
+                    continue
+                stored.append(pid)
+                parts.append(view[starts[i] : ends[i]])
+                top = pid
+        else:
+            last = top = 0
+            stored = ids
+            parts = [view[s:e] for s, e in zip(starts, ends, strict=True)]
+        n = len(parts)
+        if n:
+            now = conn.now_ms or conn.node.clock.now_ms()
+            q.publish_chunk(b"".join(parts), n, now, reference, top)
+            q.vhost.default_exchange.stats.count_publish(n)
+            conn.stats.publish += n
+            if top > last:
+                # The tracking file too (QueryPublisherSequence, older readers).
+                q.stream.track(sequence_name(reference), top, at_once=True)
+        pub.published += len(ids)
+        answered = stored + duplicates if duplicates else stored
+        if not answered:
+            return
+        publisher_id = pub.publisher_id
+        tokens = [(publisher_id, pid) for pid in answered]
+        if not self.settlements.add_many(tokens, [q.store] if n else []):
             self._confirm_now(tokens)
 
     # -- confirming ---------------------------------------------------------------------
