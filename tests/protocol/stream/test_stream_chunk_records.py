@@ -22,13 +22,17 @@ from test_stream_publish_deliver import (
     bodies,
     confirmed,
     declare,
+    deliveries,
     encode,
     message,
     opened,
     publish,
+    spec,
 )
 
 from warren.core.stream_queue import StreamQueue
+from warren.stream_protocol.frames import decode_frame
+from warren.stream_protocol.publish import Deliver
 
 broker = harness_fixture(manual_clock=True)
 
@@ -173,3 +177,37 @@ def test_the_trailer_restores_a_sequence_the_tracking_file_lost(tmp_path: Path) 
         assert sorted(confirmed(answers)) == [3, 4, 5]
         frames = client.raw(encode(schema.Subscribe(client.next_id(), 1, "s", FIRST, 10, [])))
         assert bodies(frames) == [b"1", b"2", b"3", b"4", b"5"]
+
+
+def test_a_chunk_record_goes_out_as_it_is_stored(broker: Harness) -> None:
+    client = opened(broker)
+    declare(client)
+    publish(client, [1, 2, 3], [message(b"a"), message(b"b"), message(b"c")])
+    ch = broker.amqp_connection().channel()
+    ch.basic_publish("", "s", b"from-091")
+    publish(client, [4, 5], [message(b"d"), message(b"e")])
+    sub = opened(broker, stream=None)
+    # From offset 1, inside the first chunk: it comes whole, from offset 0.
+    frames = sub.raw(encode(schema.Subscribe(sub.next_id(), 1, "s", spec(4, 1), 10, [])))
+    got = deliveries(frames)
+    assert [(first, len(records)) for _s, first, records in got] == [(0, 3), (3, 1), (4, 2)]
+    assert bodies(frames) == [b"a", b"b", b"c", b"from-091", b"d", b"e"]
+    # The stored chunk, byte for byte: the Deliver carries the record's body.
+    stream = stream_of(broker).stream
+    sid, pos, _ = stream.position_of(4)  # type: ignore[attr-defined]
+    path = stream.directory / f"msgs.{sid:010d}"
+    stored = path.read_bytes()[pos + 26 : pos + 26 + 48 + 2 * (4 + len(message(b"d")))]
+    chunks = [decode_frame(f).chunk for f in frames if isinstance(decode_frame(f), Deliver)]
+    assert bytes(chunks[2]) == stored
+
+
+def test_credit_counts_a_chunk_record_as_one(broker: Harness) -> None:
+    client = opened(broker)
+    declare(client)
+    for i in range(3):
+        publish(client, [2 * i + 1, 2 * i + 2], [message(b"x"), message(b"y")])
+    sub = opened(broker, stream=None)
+    frames = sub.raw(encode(schema.Subscribe(sub.next_id(), 1, "s", FIRST, 2, [])))
+    assert [first for _s, first, _r in deliveries(frames)] == [0, 2]
+    frames = sub.raw(encode(schema.Credit(1, 1)))
+    assert [first for _s, first, _r in deliveries(frames)] == [4]
