@@ -52,6 +52,9 @@ log = logging.getLogger("warren.stream")
 #: QueryOffset leave such references alone.
 SEQUENCE_PREFIX: Final = "\x00pub\x00"
 _MAX_NAME: Final = 255
+#: What waits for a settlement: a publisher id and one publishing id, or all
+#: of a chunk record's (the fast path: one token per Publish).
+_Token = tuple[int, int | list[int]]
 
 
 def sequence_name(reference: str) -> str:
@@ -162,7 +165,7 @@ class Publishing:
         answered = stored + duplicates
         if not answered:
             return
-        tokens = [(pub.publisher_id, pid) for pid in answered]
+        tokens: list[_Token] = [(pub.publisher_id, pid) for pid in answered]
         if not self.settlements.add_many(tokens, stores):
             self._confirm_now(tokens)
 
@@ -207,24 +210,27 @@ class Publishing:
         answered = stored + duplicates if duplicates else stored
         if not answered:
             return
-        publisher_id = pub.publisher_id
-        tokens = [(publisher_id, pid) for pid in answered]
+        # One token for the Publish: its ids are confirmed (or refused) together.
+        tokens: list[_Token] = [(pub.publisher_id, answered)]
         if not self.settlements.add_many(tokens, [q.store] if n else []):
             self._confirm_now(tokens)
 
     # -- confirming ---------------------------------------------------------------------
-    def _confirm_now(self, tokens: list[tuple[int, int]]) -> None:
+    def _confirm_now(self, tokens: list[_Token]) -> None:
         if not self._confirms:
             self.conn.on_output()
         confirms = self._confirms
         for publisher_id, pid in tokens:
-            confirms.setdefault(publisher_id, []).append(pid)
+            if isinstance(pid, list):
+                confirms.setdefault(publisher_id, []).extend(pid)
+            else:
+                confirms.setdefault(publisher_id, []).append(pid)
 
     def _wake(self) -> None:
         self._write_out_due = True
         self.conn.on_output()
 
-    def _settled(self, batch: list[tuple[int, int]], ok: bool) -> None:
+    def _settled(self, batch: list[_Token], ok: bool) -> None:
         """Records the core settled (synced, held by the followers): confirmed,
         or refused when their store lost them (a full disk)."""
         conn = self.conn
@@ -234,10 +240,10 @@ class Publishing:
             self._confirm_now(batch)
             return
         by_publisher: dict[int, list[PublishingError]] = {}
-        for publisher_id, pid in batch:
-            by_publisher.setdefault(publisher_id, []).append(
-                PublishingError(pid, ResponseCode.INTERNAL_ERROR)
-            )
+        for publisher_id, pids in batch:
+            errors = by_publisher.setdefault(publisher_id, [])
+            for pid in pids if isinstance(pids, list) else [pids]:
+                errors.append(PublishingError(pid, ResponseCode.INTERNAL_ERROR))
         for publisher_id, errors in by_publisher.items():
             pub = conn.control.publishers.get(publisher_id)
             if pub is not None:

@@ -32,7 +32,8 @@ from test_stream_publish_deliver import (
 
 from warren.core.stream_queue import StreamQueue
 from warren.stream_protocol.frames import decode_frame
-from warren.stream_protocol.publish import Deliver
+from warren.stream_protocol.publish import Deliver, Publish, PublishedMessage
+from warren.stream_protocol.wire import StreamProtocolError
 
 broker = harness_fixture(manual_clock=True)
 
@@ -211,3 +212,26 @@ def test_credit_counts_a_chunk_record_as_one(broker: Harness) -> None:
     assert [first for _s, first, _r in deliveries(frames)] == [0, 2]
     frames = sub.raw(encode(schema.Credit(1, 1)))
     assert [first for _s, first, _r in deliveries(frames)] == [4]
+
+
+def test_a_publish_of_like_entries_scans_as_one_of_unlike_ones() -> None:
+    """The uniform scan (one size: strided checks, one struct) and the loop agree."""
+    like = Publish.of(1, [PublishedMessage.simple(10 + i, b"x" * 16) for i in range(300)])
+    unlike = Publish.of(1, [PublishedMessage.simple(10 + i, b"x" * (i % 3)) for i in range(300)])
+    for command in (like, unlike):
+        decoded = decode_frame(command.encode()[4:])
+        assert isinstance(decoded, Publish)
+        entries = decoded.scan()
+        assert entries.publishing_ids == list(range(10, 310))
+        assert entries.batches == 0 and entries.records == 300
+        buf = decoded.messages
+        bodies = [bytes(buf[s + 4 : e]) for s, e in zip(entries.starts, entries.ends, strict=True)]
+        assert bodies == [b"x" * 16 if command is like else b"x" * (i % 3) for i in range(300)]
+    # One size field off by a byte: the loop finds the frame broken.
+    data = bytearray(like.encode()[4:])
+    at = len(data) - 20  # the last entry's size field
+    data[at + 3] ^= 1
+    broken = decode_frame(bytes(data))
+    assert isinstance(broken, Publish)
+    with pytest.raises(StreamProtocolError):
+        broken.scan()
