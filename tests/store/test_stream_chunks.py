@@ -11,14 +11,23 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from damage_helpers import flip
 
+import warren
+from warren.amqp.record_deliveries import deliver_records_python
 from warren.core.message import Message
 from warren.core.properties import peek_headers
 from warren.core.stream import OFFSET_HEADER, TIMESTAMP_HEADER
-from warren.store.records import chunk_at, decode_records, inspect_record
-from warren.store.stream_records import parse_trailer, record_offsets
+from warren.store.records import chunk_at, decode_records, encode_record, inspect_record
+from warren.store.segment_damage import next_record_python
+from warren.store.stream_records import (
+    chunk_record,
+    chunk_trailer,
+    parse_trailer,
+    record_offsets,
+)
 from warren.store.stream_replica import ReplicaStreamStore
 from warren.store.stream_store import StreamStore
 
@@ -245,3 +254,29 @@ def test_a_replica_counts_chunk_records(tmp_path: Path) -> None:
     assert (replica.first_offset, replica.next_offset) == (0, 7)
     assert read(replica, 2) == EXPECTED[2:]
     replica.close()
+
+
+def _framers() -> list[Any]:
+    native = warren.native_module("_fastpath")
+    return [deliver_records_python] + ([native.deliver_records] if native is not None else [])
+
+
+def _finders() -> list[Any]:
+    native = warren.native_module("_fastpath")
+    return [next_record_python] + ([native.find_record] if native is not None else [])
+
+
+def test_c_and_python_readers_of_records_know_a_chunk_record() -> None:
+    """deliver_records (one message per record) stops before a chunk record;
+    the damage scan (find_record) takes one for a whole record."""
+    plain = encode_record(b"", b"s", PLAIN, b"m0", 1000)
+    chunk = chunk_record(entries(b"a", b"bb"), 2, 1, 2000, chunk_trailer("p", 3), 0)
+    data = plain + chunk + plain
+    head = b"\x00\x3c\x00\x3c" + bytes([3]) + b"tag"
+    for framer in _framers():
+        _frames, n, end, _sizes, _offsets = framer(data, 0, len(data), 0, 10, 1, head, 1, 0)
+        assert (n, end) == (1, len(plain))
+        assert framer(data, len(plain), len(data), 0, 10, 1, head, 1, 0)[1] == 0
+    for find in _finders():
+        assert find(data, 1, len(data), 0, False) == len(plain)
+        assert find(data, len(plain) + 1, len(data), 0, False) == len(plain) + len(chunk)
