@@ -27,6 +27,7 @@ from warren.http.server import HTTPListener
 from warren.mqtt.server import MQTTListener
 from warren.node import HeaderHandoffs, Listener, WebSocketEndpoint, node_name
 from warren.shovel.component import ShovelComponent
+from warren.store.stream_records import SHARED_DECODER
 from warren.stream_protocol.server import StreamListener
 
 __all__ = [
@@ -95,6 +96,11 @@ class AMQP1StreamMessages:
         ):
             amqp.header = None
         return encode_message(amqp)
+
+
+# A stream's chunk records (the stream protocol's Publishes stored whole) read
+# by AMQP consumers, on a broker or a follower's replica: AMQP 1.0's mapping.
+SHARED_DECODER.decode = AMQP1StreamMessages().to_core
 
 
 def default_listeners(
@@ -173,8 +179,6 @@ class Broker(CoreBroker):
         **overrides: Any,
     ) -> None:
         super().__init__(config, (), **overrides)
-        # A stream's chunk records read by AMQP consumers: AMQP 1.0's mapping.
-        self.stores.stream_decoder.decode = AMQP1StreamMessages().to_core
         self.listeners = list(
             listeners if listeners is not None else default_listeners(self.config)
         )

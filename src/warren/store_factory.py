@@ -38,7 +38,7 @@ from warren.store.mirror import FileMirror
 from warren.store.priority_store import PriorityStore, level_name
 from warren.store.quorum_store import QuorumPriorityStore
 from warren.store.segment_store import SegmentStore
-from warren.store.stream_records import EntryDecoder
+from warren.store.stream_records import SHARED_DECODER, EntryDecoder
 from warren.store.stream_store import StreamStore
 from warren.store.sync import GroupSync
 
@@ -66,9 +66,9 @@ class StoreFactory:
         #: while the vhosts are restored (None after a crash: everything may
         #: have been); empty afterwards, as stores made then are new.
         self.delivered_marks: dict[Path, int] | None = {}
-        #: How a stream's chunk records become messages for AMQP readers; the
-        #: composition root sets its decode (warren.app: AMQP 1.0's mapping).
-        self.stream_decoder = EntryDecoder()
+        #: How a stream's chunk records become messages for AMQP readers: the
+        #: process's (warren.app sets it to AMQP 1.0's mapping).
+        self.stream_decoder: EntryDecoder = SHARED_DECODER
 
     def _mirror(self, persistent: bool) -> FileMirror | None:
         """The data directory's mirror, as it is now, for a store made now."""

@@ -57,9 +57,6 @@ class MemoryStream:
             )
         )
         self.conn.cert_login = cert_login
-        decoder = harness.broker.stores.stream_decoder
-        if decoder.decode is None:  # as warren.app's Broker sets it
-            decoder.decode = AMQP1StreamMessages().to_core
 
     def _on_close(self) -> None:
         self.close_asked = True

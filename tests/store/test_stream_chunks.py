@@ -23,6 +23,7 @@ from warren.core.stream import OFFSET_HEADER, TIMESTAMP_HEADER
 from warren.store.records import chunk_at, decode_records, encode_record, inspect_record
 from warren.store.segment_damage import next_record_python
 from warren.store.stream_records import (
+    EntryDecoder,
     chunk_record,
     chunk_trailer,
     parse_trailer,
@@ -45,6 +46,13 @@ def decoder(data: bytes) -> tuple[bytes, bytes, bytes | None]:
     return PLAIN, b"body:" + data, data
 
 
+def own_decoder() -> EntryDecoder:
+    """The test's decoder, not the process's (SHARED_DECODER)."""
+    own = EntryDecoder()
+    own.decode = decoder
+    return own
+
+
 def read(store: StreamStore, start: int = 0) -> list[tuple[int, bytes]]:
     """(offset, body) of every message a reader from ``start`` gets, checking
     each carries its offset and timestamp headers."""
@@ -63,7 +71,7 @@ def read(store: StreamStore, start: int = 0) -> list[tuple[int, bytes]]:
 def mixed(d: Path, segment_size: int = 8 * 1024 * 1024) -> StreamStore:
     """Offsets 0 (a message), 1-3 (a chunk), 4 (a message), 5-6 (a chunk)."""
     store = StreamStore(d, segment_size)
-    store.decoder.decode = decoder
+    store.decoder = own_decoder()
     assert store.append(Message("", "s", PLAIN, b"m0", 1000)) == 0
     assert store.append_chunk(entries(b"a", b"bb", b"ccc"), 3, 2000, "pub", 7) == 1
     assert store.append(Message("", "s", PLAIN, b"m4", 3000)) == 4
@@ -150,7 +158,7 @@ def test_chunk_records_are_recovered_after_a_restart(tmp_path: Path) -> None:
     d = tmp_path / "s"
     mixed(d, 4096).close()
     store = StreamStore(d, 4096)
-    store.decoder.decode = decoder
+    store.decoder = own_decoder()
     assert (store.first_offset, store.next_offset) == (0, 7)
     assert read(store) == EXPECTED
     assert read(store, 3) == EXPECTED[3:]
@@ -195,7 +203,7 @@ def test_a_damaged_chunk_record_costs_its_offsets_only(tmp_path: Path) -> None:
     path = d / f"msgs.{sid:010d}"
     flip(path, pos + 80)  # inside the first chunk's entries
     store = StreamStore(d)
-    store.decoder.decode = decoder
+    store.decoder = own_decoder()
     assert store.next_offset == 7
     assert read(store) == [EXPECTED[0], *EXPECTED[4:]]
     assert read(store, 2) == EXPECTED[4:]
@@ -250,7 +258,7 @@ def test_a_replica_counts_chunk_records(tmp_path: Path) -> None:
     d = tmp_path / "s"
     mixed(d).close()
     replica = ReplicaStreamStore(d)
-    replica.decoder.decode = decoder
+    replica.decoder = own_decoder()
     assert (replica.first_offset, replica.next_offset) == (0, 7)
     assert read(replica, 2) == EXPECTED[2:]
     replica.close()

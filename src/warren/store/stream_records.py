@@ -39,6 +39,7 @@ from warren.store.records import (
 
 __all__ = [
     "CHUNK_HEADER",
+    "SHARED_DECODER",
     "EntryDecoder",
     "RECORD_TS",
     "CHUNK_BODY_AT",
@@ -92,14 +93,19 @@ _HEADER_COUNTS: Final = struct.Struct(">I")  # num_records, 4 bytes into the chu
 class EntryDecoder:
     """How a chunk entry (an AMQP 1.0 message as published) becomes a core
     message's (properties, body, native) for readers of one message at a time:
-    the broker's StreamMessageCodec's ``to_core``, set by the composition root
-    (warren.app) on the StoreFactory's one instance, which every stream store
-    shares (core and store import no protocol). None: the entry is the body."""
+    the broker's StreamMessageCodec's ``to_core``, which the composition root
+    (warren.app) sets on SHARED_DECODER, the one every stream store (a
+    follower's replica too) uses unless given its own: core and store import
+    no protocol. None: the entry is the body."""
 
     __slots__ = ("decode",)
 
     def __init__(self) -> None:
         self.decode: Callable[[bytes], tuple[bytes, bytes, bytes | None]] | None = None
+
+
+#: The process's decoder of chunk entries (EntryDecoder), set by warren.app.
+SHARED_DECODER: Final = EntryDecoder()
 
 
 def chunk_trailer(reference: str, last_id: int) -> bytes:

@@ -48,6 +48,7 @@ from warren.store.segment_log import MSGS_NAME, RecordScan, SegmentLog
 from warren.store.stream_cursor import StreamCursor
 from warren.store.stream_records import (
     RECORD_TS,
+    SHARED_DECODER,
     EntryDecoder,
     chunk_count,
     chunk_record,
@@ -142,7 +143,7 @@ class StreamStore:
         self._sequences: dict[str, int] = {}
         #: Turns a chunk entry's bytes into a message's parts (the StoreFactory's,
         #: shared by every stream: store/stream_records.py's EntryDecoder).
-        self.decoder = decoder if decoder is not None else EntryDecoder()
+        self.decoder = decoder if decoder is not None else SHARED_DECODER
         #: The routing key of a message read from a chunk record (the stream's name).
         self.chunk_routing_key = ""
         self._recover()
