@@ -40,6 +40,7 @@ from warren.store.records import (
 __all__ = [
     "CHUNK_HEADER",
     "SHARED_DECODER",
+    "MAX_CHUNK_ENTRIES",
     "EntryDecoder",
     "RECORD_TS",
     "CHUNK_BODY_AT",
@@ -81,6 +82,8 @@ CHUNK_HEADER: Final = struct.Struct(">BBHIqQQIIIB3s")
 _CHUNK_MAGIC: Final = 0x50
 _CHUNK_USER: Final = 0
 _CHUNK_EPOCH: Final = 1
+#: A chunk header counts its entries in a u16.
+MAX_CHUNK_ENTRIES: Final = 0xFFFF
 #: Where a chunk record's body (its chunk header) starts, after the record's
 #: head with empty exchange and routing key and no properties.
 CHUNK_BODY_AT: Final = 13 + 1 + 4 + 8
@@ -143,6 +146,8 @@ def chunk_record(
     ``offset``, the trailer section after it, all under one CRC seeded with
     ``seed``. ``data`` is copied once; its own CRC (the chunk header's, which
     a client checks) is ``data_crc`` when the caller has it."""
+    if not 0 < num_entries <= MAX_CHUNK_ENTRIES:
+        raise ValueError(f"a chunk holds 1 to {MAX_CHUNK_ENTRIES} entries, not {num_entries}")
     d_len = len(data)
     if data_crc < 0:
         data_crc = zlib.crc32(data)

@@ -235,3 +235,16 @@ def test_a_publish_of_like_entries_scans_as_one_of_unlike_ones() -> None:
     assert isinstance(broken, Publish)
     with pytest.raises(StreamProtocolError):
         broken.scan()
+
+
+def test_a_publish_of_more_entries_than_a_chunk_counts_is_stored_per_message(
+    broker: Harness,
+) -> None:
+    client = opened(broker)
+    declare(client)
+    n = 0x10000  # one more than a chunk header's u16 entry count
+    answers = publish(client, list(range(1, n + 1)), [b"x"] * n)
+    assert len(confirmed(answers)) == n
+    stream = stream_of(broker).stream
+    assert stream.next_offset == n
+    assert stream.position_of(0)[1] != stream.position_of(1)[1]  # type: ignore[attr-defined]
