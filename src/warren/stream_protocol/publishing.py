@@ -206,7 +206,17 @@ class Publishing:
         n = len(parts)
         if n:
             now = conn.now_ms or conn.node.clock.now_ms()
-            q.publish_chunk(b"".join(parts), n, now, reference, top)
+            try:
+                q.publish_chunk(b"".join(parts), n, now, reference, top)
+            except (BrokerError, OSError, ValueError) as exc:
+                log.warning("%s: a Publish refused: %s", conn.name, exc)
+                pub.published += len(ids)
+                pub.errored += n
+                errors = [PublishingError(pid, ResponseCode.INTERNAL_ERROR) for pid in stored]
+                conn.reply(c.PublishError(pub.publisher_id, errors))
+                if duplicates:
+                    self._confirm_now([(pub.publisher_id, duplicates)])
+                return
             q.vhost.default_exchange.stats.count_publish(n)
             conn.stats.publish += n
             if top > last:
