@@ -26,15 +26,11 @@ receiver's msg/s over the run; the queue is declared fresh for every run.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
 import socket
-import statistics
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +41,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import amqp1_proton  # noqa: E402
 import amqp_brokers as brokers  # noqa: E402
+import side_by_side  # noqa: E402
+from side_by_side import (  # noqa: E402
+    arguments,
+    medians,
+    perf_json,
+    print_footer,
+    ratio,
+    size_label,
+    warren_build,
+)
 
 from warren.amqp1.frames import AMQP_HEADER, SASL_HEADER, TYPE_SASL, encode_frame  # noqa: E402
 from warren.amqp1.performatives import (  # noqa: E402
@@ -82,18 +88,6 @@ def fresh_queue(port: int) -> None:
         c.channel_open(1)
         c.queue_delete(1, QUEUE)
         c.queue_declare(1, QUEUE)
-
-
-def perf_json(args: list[str], seconds: float) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "warren", "perf", *args, "--json"]
-    brokers.log(brokers.display(cmd))
-    r = subprocess.run(
-        cmd, capture_output=True, text=True, env=brokers.perf_env(), timeout=seconds + 120
-    )
-    if r.returncode != 0 or not r.stdout.strip():
-        raise RuntimeError(f"{brokers.display(cmd)} failed ({r.returncode}): {r.stderr[-1500:]}")
-    result: dict[str, Any] = json.loads(r.stdout)
-    return result
 
 
 def amqp1_perf(port: int, v1: bool, scenario: str, size: int, seconds: float) -> dict[str, Any]:
@@ -186,25 +180,16 @@ def measure(
     return out
 
 
-class StandIn:
+class StandIn(side_by_side.StandIn):
     """A stand-in AMQP 1.0 broker for the perf client's ceiling: SASL, open, begin and
     attach answered; a sender gets 2**31 credit and everything it sends is discarded
     unread; a receiver gets an endless stream of pre-built settled 16-byte transfers
     (credit ignored). No broker is faster."""
 
     def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
+        super().__init__()
         self.block = TransferTemplate(16, settled=True).pack(0, 65536 // 40)
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        self.start()
 
     def _serve(self, conn: socket.socket) -> None:
         with contextlib.suppress(OSError, AMQP1Error), conn:
@@ -260,9 +245,6 @@ class StandIn:
             while conn.recv(1 << 20):  # a sender: discard
                 pass
 
-    def close(self) -> None:
-        self.listener.close()
-
 
 def ceiling(seconds: float) -> list[tuple[str, dict[str, Any]]]:
     """`warren perf amqp1` against the stand-in: a sender alone, a receiver alone."""
@@ -276,24 +258,6 @@ def ceiling(seconds: float) -> list[tuple[str, dict[str, Any]]]:
         ]
     finally:
         stand_in.close()
-
-
-def warren_build() -> str:
-    code = "import warren; print(f'{warren.__version__} ({warren.build_description()})')"
-    r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=brokers.perf_env()
-    )
-    return r.stdout.strip() or "?"
-
-
-def ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
-    if not a or not b or not b["rate"]:
-        return "-"
-    return f"{a['rate'] / b['rate']:.2f}×"
-
-
-def _size(size: int) -> str:
-    return f"{size // 1024} KiB" if size >= 1024 and size % 1024 == 0 else f"{size} B"
 
 
 def report(results: dict[tuple[str, int, str], dict[str, Any]], sizes: list[int]) -> str:
@@ -313,7 +277,7 @@ def report(results: dict[tuple[str, int, str], dict[str, Any]], sizes: list[int]
                 ratio(row["warren-1.0-perf"], row["rabbitmq-1.0-perf"]),
                 ratio(row["warren-1.0-proton"], row["rabbitmq-1.0-proton"]),
             ]
-            lines.append(f"| {scenario}, {_size(size)} | " + " | ".join(cells) + " |")
+            lines.append(f"| {scenario}, {size_label(size)} | " + " | ".join(cells) + " |")
     lines += _table(
         "Published msg/s (above the received rate: a backlog grew in the queue):",
         results,
@@ -346,30 +310,12 @@ def _table(
             for k, _ in shown:
                 r = results.get((scenario, size, k))
                 cells.append(cell(r) if r else "-")
-            lines.append(f"| {scenario}, {_size(size)} | " + " | ".join(cells) + " |")
+            lines.append(f"| {scenario}, {size_label(size)} | " + " | ".join(cells) + " |")
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--seconds", type=float, default=10.0, help="per run (default 10)")
-    ap.add_argument("--runs", type=int, default=1, help="rounds over both brokers (median)")
-    ap.add_argument("--sizes", default="16,1024", help="body sizes (default 16,1024)")
-    ap.add_argument("--skip-rabbitmq", action="store_true")
-    ap.add_argument(
-        "--ceiling",
-        action="store_true",
-        help="also measure warren perf amqp1 against a stand-in broker that does no work",
-    )
-    ap.add_argument("--only-ceiling", action="store_true", help="the ceiling alone")
-    ap.add_argument("--warren-src", metavar="DIR", help="run Warren and perf from DIR (a src/)")
-    ap.add_argument(
-        "--json", action="store_true", help="also print every run of every cell as a JSON line"
-    )
-    args = ap.parse_args(argv)
-    if args.warren_src:
-        brokers.set_warren_src(args.warren_src)
-    sizes = [int(x) for x in args.sizes.split(",")]
+    args, sizes = arguments(__doc__, "amqp1", "run Warren and perf", argv)
     if args.only_ceiling:
         print_ceiling(args.seconds)
         return 0
@@ -383,15 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         if rabbit is not None:
             got.update(measure(rabbit, "rabbitmq", True, sizes, args.seconds, versions))
         rounds.append(got)
-    results: dict[tuple[str, int, str], dict[str, Any]] = {}
-    for cell in {c for r in rounds for c in r}:
-        runs = [r[cell] for r in rounds if cell in r]
-        best = sorted(runs, key=lambda r: r["rate"])[len(runs) // 2]  # its CPU figures
-        results[cell] = dict(
-            best,
-            rate=statistics.median(r["rate"] for r in runs),
-            published=statistics.median(r["published"] for r in runs),
-        )
+    results = medians(rounds, ("rate", "published"))
     if args.json:
         for i, got in enumerate(rounds):
             for (scenario, size, column), r in sorted(got.items()):
@@ -405,15 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report(results, sizes))
     print()
-    for name, v in versions.items():
-        print(f"- {name}: {v}")
-    print(
-        f"- {os.cpu_count()} CPUs; load average at the start "
-        + " ".join(f"{x:.2f}" for x in load_start)
-        + ", at the end "
-        + " ".join(f"{x:.2f}" for x in os.getloadavg())
-        + f"; {time.monotonic() - t0:.0f} s in all"
-    )
+    print_footer(versions, load_start, t0)
     if args.ceiling:
         print_ceiling(args.seconds)
     return 0

@@ -77,6 +77,14 @@ def warren_src() -> Path:
     return _WARREN_SRC[0]
 
 
+def stream_off(src: Path) -> list[str]:
+    """``--stream-port -1`` (its 5552 may be RabbitMQ's) for a Warren at ``src`` that
+    has the flag: an older checkout, run for a before/after, has neither it nor the
+    listener."""
+    has_flag = "--stream-port" in (src / "warren" / "cli.py").read_text()
+    return ["--stream-port", "-1"] if has_flag else []
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -236,6 +244,7 @@ class Warren(ChildBroker):
             "-1",  # no management listener: RabbitMQ's may hold 15672
             "--mqtt-port",
             "-1",
+            *stream_off(warren_src()),
             "--prometheus-port",
             "-1",
             "-D",
@@ -339,10 +348,12 @@ class RabbitMQ(Broker):
     cpu_note = "RabbitMQ's Erlang VM uses as many schedulers as there are CPUs"
     SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 
-    def __init__(self, port: int = 0, plugins: list[str] | None = None) -> None:
+    def __init__(self, port: int = 0, plugins: list[str] | None = None, config: str = "") -> None:
         super().__init__(port)
         #: Plugins enabled at the start (e.g. rabbitmq_amqp1_0: AMQP 1.0 on the AMQP port).
         self.plugins = plugins or []
+        #: rabbitmq.conf's lines (e.g. rabbitmq_stream's listener).
+        self.config = config
         self.proc: subprocess.Popen[bytes] | None = None
         self.tmp: tempfile.TemporaryDirectory[str] | None = None
         self._env: dict[str, str] = {}
@@ -372,7 +383,7 @@ class RabbitMQ(Broker):
         self.tmp = tempfile.TemporaryDirectory(prefix="rabbitmq-bench-")
         base = Path(self.tmp.name)
         (base / "enabled_plugins").write_text("[" + ",".join(self.plugins) + "].\n")
-        (base / "rabbitmq.conf").write_text("")
+        (base / "rabbitmq.conf").write_text(self.config)
         self.port = self.port or free_port()
         self._env = dict(
             os.environ,

@@ -60,7 +60,7 @@ def single_node(base: Path) -> tuple[subprocess.Popen[str], int]:
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "warren", "-D", str(base / "single"), "--amqp-port", str(port),
-         "--http-port", "-1", "--mqtt-port", "-1", "--prometheus-port", "-1"],
+         "--http-port", "-1", "--mqtt-port", "-1", "--stream-port", "-1", "--prometheus-port", "-1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
         env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip

@@ -136,7 +136,7 @@ def main() -> None:
         proc = subprocess.Popen(
             [sys.executable, "-c", MONITORED, str(stalls_file),
              "-D", f"{tmp}/data", "--amqp-port", str(amqp),
-             "--http-port", "-1", "--mqtt-port", "-1", "--prometheus-port", str(prom),
+             "--http-port", "-1", "--mqtt-port", "-1", "--stream-port", "-1", "--prometheus-port", str(prom),
              "--log-level", "warning"],
         )  # fmt: skip
         try:

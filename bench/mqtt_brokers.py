@@ -143,12 +143,15 @@ def broker(name: str, warren_src: Path | None = None) -> Iterator[tuple[int, int
             conf.write_text(mosquitto_config(port))
             cmd = [MOSQUITTO, "-c", str(conf)]
         elif name == "warren":
+            cli = (warren_src or ROOT / "src") / "warren" / "cli.py"
             cmd = [
                 sys.executable,
                 "-m",
                 "warren",
                 "--mqtt-port",
                 str(port),
+                # an older Warren (warren_src, a before/after) has no stream listener
+                *(["--stream-port", "-1"] if "--stream-port" in cli.read_text() else []),
                 "--prometheus-port",
                 "-1",
                 "--amqp-port",

@@ -26,7 +26,6 @@ import statistics
 import struct
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import mqtt_brokers as brokers  # noqa: E402
+import side_by_side  # noqa: E402
 
 from warren.perf.mqtt_client import packet_end  # noqa: E402
 
@@ -44,27 +44,18 @@ SCENARIOS: list[tuple[str, list[str]]] = [
 ]
 
 
-class StandIn:
+class StandIn(side_by_side.StandIn):
     """A stand-in MQTT broker for the client's ceiling: CONNACK for every CONNECT, then
     either a SUBACK and an endless stream of pre-built QoS 0 PUBLISH packets (a
     subscriber) or discarding everything unread (a publisher). No broker is faster."""
 
     def __init__(self, topic: str = "perf/test", size: int = 16) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
+        super().__init__()
         body = struct.pack(">H", len(topic)) + topic.encode() + b"\x00" * size
         self.block4 = (b"\x30" + bytes((len(body),)) + body) * (65536 // (len(body) + 2))
         body5 = struct.pack(">H", len(topic)) + topic.encode() + b"\x00" + b"\x00" * size
         self.block5 = (b"\x30" + bytes((len(body5),)) + body5) * (65536 // (len(body5) + 2))
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        self.start()
 
     def _serve(self, conn: socket.socket) -> None:
         with contextlib.suppress(OSError), conn:
@@ -85,9 +76,6 @@ class StandIn:
                     conn.sendall(block)
             while data:  # a publisher: discard
                 data = conn.recv(1 << 20)
-
-    def close(self) -> None:
-        self.listener.close()
 
 
 def _connect_level(connect: bytes) -> int:

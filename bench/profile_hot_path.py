@@ -112,7 +112,7 @@ def profile(scenario: Scenario, seconds: float, pure: bool, py_spy: str) -> dict
     with tempfile.TemporaryDirectory() as data:
         broker = subprocess.Popen(
             [sys.executable, "-m", "warren", "-D", data, "--amqp-port", str(port),
-             "--http-port", "-1", "--mqtt-port", "-1", "--prometheus-port", "-1", "--log-level", "warning"],
+             "--http-port", "-1", "--mqtt-port", "-1", "--stream-port", "-1", "--prometheus-port", "-1", "--log-level", "warning"],
             env=env,
         )  # fmt: skip
         try:

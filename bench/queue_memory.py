@@ -152,6 +152,8 @@ def warren_broker() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
                 "-1",
                 "--mqtt-port",
                 "-1",
+                "--stream-port",
+                "-1",
                 "--prometheus-port",
                 "-1",
                 "-D",

@@ -78,6 +78,8 @@ def warren_broker() -> Iterator[str]:
             "-1",
             "--mqtt-port",
             "-1",
+            "--stream-port",
+            "-1",
             "--prometheus-port",
             "-1",
             "-D",

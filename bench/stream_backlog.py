@@ -111,6 +111,8 @@ def warren(pure: bool, src: Path = ROOT / "src") -> Iterator[tuple[int, int]]:
         cmd = [sys.executable, "-m", "warren", "--amqp-port", str(port), "--http-port", "-1",
                "--mqtt-port", "-1", "--prometheus-port", "-1", "-D", f"{tmp}/data",
                "--log-level", "warning"]  # fmt: skip
+        if "--stream-port" in (src / "warren" / "cli.py").read_text():  # not in older ones
+            cmd += ["--stream-port", "-1"]
         proc = subprocess.Popen(cmd, env=env, cwd=tmp)
         try:
             deadline = time.monotonic() + 30

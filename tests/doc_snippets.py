@@ -24,7 +24,7 @@ otherwise::
                                             the checkout) on ``PYTHONPATH``; it must
                                             collect a test and pass
 
-Pages show normal code: the default ports (5672, 15672, 1883, 15692) and
+Pages show normal code: the default ports (5672, 15672, 1883, 15692, 5552) and
 ``127.0.0.1``/``localhost``. So the runner works in a private network
 namespace (``unshare -rnm``, unprivileged user, network and mount namespaces:
 only a loopback interface, and a /tmp of its own): there ``warren
@@ -70,7 +70,7 @@ OTHER_LANGUAGES = ("text", "ini", "json", "yaml", "toml", "promql", "c", "http",
 MARKER_KINDS = ("illustrative", "needs", "unchecked-output", "no-errexit", "pika-channel", "pytest")
 # Markers that say how a python block runs.
 PYTHON_MARKERS = ("pika-channel", "pytest")
-DEFAULT_PORTS = (5672, 15672, 1883, 15692)
+DEFAULT_PORTS = (5672, 15672, 1883, 15692, 5552)
 
 _FENCE = re.compile(r"^(\s*)(`{3,})(\S*)\s*$")
 _MARKER = re.compile(r"^\s*<!--\s*snippet:\s*(?P<kind>[a-z-]+)(?P<rest>.*?)\s*-->\s*$")

@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 def start_warren(data_dir: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
-    """Start the server on an ephemeral port; returns the process and the bound port."""
+    """Start the server on ephemeral ports; returns the process and the AMQP port."""
     return _start(data_dir, "AMQP", args)
 
 
@@ -22,8 +22,8 @@ def start_warren_mqtt(data_dir: Path, *args: str) -> tuple[subprocess.Popen[str]
 
 
 def start_warren_stream(data_dir: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
-    """Like start_warren, with the stream protocol on an ephemeral port; returns its port."""
-    return _start(data_dir, "stream", ("--stream-port", "0", *args))
+    """Like start_warren, but returns the stream protocol listener's port."""
+    return _start(data_dir, "stream", args)
 
 
 def _start(
@@ -31,7 +31,7 @@ def _start(
 ) -> tuple[subprocess.Popen[str], int]:
     env = dict(os.environ, PYTHONPATH=str(SRC))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "warren", "--amqp-port", "0", "--http-port", "0", "--mqtt-port", "0", "--prometheus-port", "0", "-D", str(data_dir)]
+        [sys.executable, "-m", "warren", "--amqp-port", "0", "--http-port", "0", "--mqtt-port", "0", "--stream-port", "0", "--prometheus-port", "0", "-D", str(data_dir)]
         + list(args),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

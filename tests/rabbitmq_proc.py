@@ -2,7 +2,8 @@
 its own node name, ports, Erlang port mapper and directories; no plugins unless
 asked for (``plugins=["rabbitmq_management", "rabbitmq_prometheus"]``: each
 gets a free port of its own, ``http_port`` and ``prometheus_port``; with
-``rabbitmq_mqtt``, ``mqtt_port``)."""
+``rabbitmq_mqtt``, ``mqtt_port``; with ``rabbitmq_stream``, ``stream_port``,
+which Metadata names as 127.0.0.1)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,13 @@ class RabbitMQ:
         )
         if self.mqtt_port:
             conf += f"mqtt.listeners.tcp.default = 127.0.0.1:{self.mqtt_port}\n"
+        #: The stream protocol's port (with rabbitmq_stream, unless ``config``
+        #: names its listeners; 0 without).
+        own_stream = "rabbitmq_stream" in plugins and "stream.listeners" not in config
+        self.stream_port = free_port() if own_stream else 0
+        if self.stream_port:
+            conf += f"stream.listeners.tcp.default = 127.0.0.1:{self.stream_port}\n"
+            conf += "stream.advertised_host = 127.0.0.1\n"
         (base / "rabbitmq.conf").write_text(conf)
         env = dict(
             os.environ,

@@ -4,6 +4,7 @@ TLS listener that verifies client certificates and knows their users."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import trustme
 from conftest import BrokerThread, start_broker
@@ -30,13 +31,17 @@ def write_pki(directory: Path, users: tuple[str, ...] = ()) -> dict[str, str]:
     return files
 
 
-def tls_broker(data: Path, pki: dict[str, str], users: tuple[str, ...] = ()) -> BrokerThread:
+def tls_broker(
+    data: Path, pki: dict[str, str], users: tuple[str, ...] = (), **settings: Any
+) -> BrokerThread:
     """A broker with an AMQP TLS listener asking for client certificates, and
-    ``users`` (with every permission on /) to log in with them (EXTERNAL)."""
+    ``users`` (with every permission on /) to log in with them (EXTERNAL);
+    ``settings``: more broker settings (another TLS listener: ``stream_tls_port=0``)."""
+    settings.setdefault("amqp_tls_port", 0)
     b = start_broker(
         data,
         sync=False,
-        amqp_tls_port=0,
+        **settings,
         tls_cert=pki["server"],
         tls_key=pki["server.key"],
         tls_ca_cert=pki["ca"],

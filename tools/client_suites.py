@@ -401,7 +401,7 @@ def warren_subprocess(
     started; its log goes to ``log``; SIGTERM at the end."""
     with tempfile.TemporaryDirectory(prefix="warren-suite-") as data_dir:
         env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
-        args = ["--amqp-port", str(amqp_port), "--http-port", "-1", "--mqtt-port", "-1", "--prometheus-port", "-1",
+        args = ["--amqp-port", str(amqp_port), "--http-port", "-1", "--mqtt-port", "-1", "--stream-port", "-1", "--prometheus-port", "-1",
                 "--data-dir", data_dir, "--no-sync"]  # fmt: skip
         if config is not None:
             args = ["-c", str(config), *args]

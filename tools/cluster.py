@@ -4,9 +4,10 @@
 
 Every port comes from the base port (``make cluster PORT=...``): etcd's client
 and peer ports are base and base+1; node *i* (1-3) serves AMQP on base+10*i,
-HTTP on +1, MQTT on +2, Prometheus on +3, replicates on +4 and, while it
-follows, serves stream reads on +5. The default base, 20000, stays clear of a
-`make run` broker's ports (5672, 15672, 1883, 15692) and of an etcd on 2379.
+HTTP on +1, MQTT on +2, Prometheus on +3, replicates on +4, while it follows
+serves stream reads on +5, and the stream protocol on +6. The default base,
+20000, stays clear of a `make run` broker's ports (5672, 15672, 1883, 15692,
+5552) and of an etcd on 2379.
 The nodes are named node1 to node3 ([clustering] node_name); whichever is
 elected leader serves, the others pass clients through to it. Each node's log
 lines come out prefixed with its name. Ctrl-C stops everything (the data stays
@@ -35,6 +36,7 @@ PORTS = (
     ("prometheus", 3),
     ("replication", 4),
     ("stream reads", 5),
+    ("stream", 6),
 )
 
 
@@ -168,6 +170,7 @@ def main() -> int:
             f"[mgmt]\nport = {node['http']}\n"
             f"[mqtt]\nport = {node['mqtt']}\n"
             f"[prometheus]\nport = {node['prometheus']}\n"
+            f"[stream]\nport = {node['stream']}\n"
             "[clustering]\nenabled = true\n"
             f"node_name = {_node_name(base / name, name)}\n"
             f"etcd_endpoints = {url}\n"

@@ -6,7 +6,8 @@ class below; broker.Broker (no listeners of its own) stays protocol-free.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -28,6 +29,7 @@ from warren.mqtt.server import MQTTListener
 from warren.node import HeaderHandoffs, Listener, WebSocketEndpoint, node_name
 from warren.shovel.component import ShovelComponent
 from warren.store.stream_records import SHARED_DECODER
+from warren.stream_protocol.replica_server import ReplicaStreamServer
 from warren.stream_protocol.server import StreamListener
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "Broker",
     "ReplicaReadServer",
     "default_listeners",
+    "replica_stream_server",
 ]
 
 
@@ -103,13 +106,21 @@ class AMQP1StreamMessages:
 SHARED_DECODER.decode = AMQP1StreamMessages().to_core
 
 
+def replica_stream_server(
+    config: Config, root: Path, leader: Callable[[], str], host: str
+) -> ReplicaStreamServer:
+    """A follower's stream protocol read service, with AMQP 1.0's record codec
+    (cluster/node.py's StreamProtocolReadsFactory)."""
+    return ReplicaStreamServer(config, root, leader, host, messages=AMQP1StreamMessages())
+
+
 def default_listeners(
     config: Config, amqp_handoffs: HeaderHandoffs | None = None
 ) -> list[Listener]:
     """The listeners the configuration asks for: AMQP on ``bind:amqp_port``, MQTT on
     ``mqtt_bind:mqtt_port`` (and ``mqtt_tls_port``; -1 disables either), the stream
-    protocol on ``stream_bind:stream_port`` (and ``stream_tls_port``) unless both are
-    -1 (the default), and the HTTP
+    protocol on ``stream_bind:stream_port`` (and ``stream_tls_listen_port``) unless
+    both are -1, and the HTTP
     management API on ``http_bind:http_port`` unless that port is -1, which also
     serves AMQP (``/ws/amqp``) and MQTT (``/mqtt``) over WebSocket (docs/http-api.md),
     and the Prometheus metrics on ``prometheus_bind:prometheus_port`` unless -1.
@@ -136,12 +147,13 @@ def default_listeners(
     amqp = AMQPListener(config.bind, config.amqp_port, config.amqp_tls_port, handoffs)
     mqtt = MQTTListener(config.mqtt_bind, config.mqtt_port, config.mqtt_tls_port)
     listeners += [amqp, mqtt]
-    if config.stream_port >= 0 or config.stream_tls_port >= 0:
+    stream_tls_port = config.stream_tls_listen_port
+    if config.stream_port >= 0 or stream_tls_port >= 0:
         listeners.append(
             StreamListener(
                 config.stream_bind,
                 config.stream_port,
-                config.stream_tls_port,
+                stream_tls_port,
                 AMQP1StreamMessages(),
             )
         )

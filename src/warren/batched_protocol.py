@@ -12,10 +12,12 @@ it to a transport with a subclass of `BatchedProtocol`, which
   independently of that yielding;
 - passes the transport's write flow control on to the connection.
 
-For the listeners whose clients end the same way (MQTT's, AMQP 1.0's) there is
-also `socket_addresses`, `end_connection` and `OpenClients` (the clients a
-listener closes at shutdown), and `ConnectionTimer` (a client's one check on the
-broker's clock).
+For the listeners whose clients end the same way (MQTT's, AMQP 1.0's, the
+stream protocol's) there is also `socket_addresses`, `end_connection` and
+`OpenClients` (the clients a listener closes at shutdown), `ConnectionTimer` (a
+client's one check on the broker's clock) and `HandshakeTimer` (that check as
+AMQP 1.0's and the stream protocol's run it: a deadline for the handshake, then
+the connection's own ``tick``).
 
 It lives outside the protocol packages so that neither imports the other.
 """
@@ -34,6 +36,7 @@ __all__ = [
     "YIELD_AFTER_BYTES",
     "BatchedProtocol",
     "ConnectionTimer",
+    "HandshakeTimer",
     "OpenClients",
     "SansIOConnection",
     "end_connection",
@@ -198,6 +201,77 @@ class ConnectionTimer:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+
+
+class TickingConnection(Protocol):
+    """What `HandshakeTimer` needs of a sans-IO connection."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def state(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def tick(self, now_ms: int) -> int:
+        """Its periodic checks (heartbeats, idle timeout) at ``now_ms``: ms until
+        the next, 0 for none."""
+        ...
+
+
+class HandshakeTimer(ConnectionTimer):
+    """A client's check on the broker's clock as the AMQP 1.0 and stream protocols
+    run it: until its connection is open (``state >= open_state``), the deadline
+    of its handshake, which aborts it; from then on the connection's own
+    ``tick``, rearmed for as long as it asks."""
+
+    __slots__ = ("_abort", "_conn", "_log", "_open_state", "_what")
+
+    def __init__(self, clock: Clock, open_state: int, what: str, logger: logging.Logger) -> None:
+        """``what`` names the protocol in the timeout's warning (``stream``)."""
+        super().__init__(clock)
+        self._open_state = open_state
+        self._what = what
+        self._log = logger
+        self._conn: TickingConnection | None = None
+        self._abort: Callable[[], None] = _nothing
+
+    def start(self, conn: TickingConnection, timeout_ms: int, abort: Callable[[], None]) -> None:
+        """``conn`` was just made: it has ``timeout_ms`` to open, else ``abort``."""
+        self._conn = conn
+        self._abort = abort
+        self.set(self._clock.now_ms() + timeout_ms, self.check)
+
+    @property
+    def opened(self) -> bool:
+        """Whether the connection is past its handshake."""
+        return self._conn is not None and self._conn.state >= self._open_state
+
+    def handshake_done(self) -> None:
+        """The connection just opened: its checks replace the deadline."""
+        self.cancel()
+        self.check()
+
+    def check(self) -> None:
+        self.fired()
+        conn = self._conn
+        if conn is None or conn.closed:
+            return
+        now = self._clock.now_ms()
+        if conn.state < self._open_state:
+            if now >= self.due:
+                self._log.warning("%s: %s handshake timeout, closing", conn.name, self._what)
+                self._abort()
+            return
+        due = conn.tick(now)
+        if due:
+            self.set(now + due, self.check)
+
+
+def _nothing() -> None:
+    pass
 
 
 Address = tuple[str, int]

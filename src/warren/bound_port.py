@@ -111,16 +111,17 @@ def _addresses(host: str, port: int) -> list[tuple[int, int, int, tuple[Any, ...
 
 
 class ListenerPorts:
-    """A listener's plain and TLS ports (MQTT's, the stream protocol's): bound
-    before the broker reads its data dir (:meth:`bind`), served once it has
+    """A listener's plain and TLS ports (AMQP's, MQTT's, the stream protocol's):
+    bound before the broker reads its data dir (:meth:`bind`), served once it has
     started (:meth:`serve`), and at the stop closed before the listener's
     clients are told, which the servers then wait for (:meth:`stop`)."""
 
-    def __init__(self, what: str, bind: str) -> None:
+    def __init__(self, what: str, bind: str, backlog: int = 4096) -> None:
         #: The plain port's name in logs and BindError (``MQTT``); the TLS port's
         #: is ``<what>/TLS``.
         self.what = what
         self.bind_host = bind
+        self.backlog = backlog
         self.port = 0
         self.tls_port = 0
         self.tls: ssl.SSLContext | None = None
@@ -135,12 +136,12 @@ class ListenerPorts:
             return
         try:
             if port >= 0:
-                bound = BoundPort(self.what, self.bind_host, port, 4096)
+                bound = BoundPort(self.what, self.bind_host, port, self.backlog)
                 self._bound.append(bound)
                 self.port = bound.port
             if tls_port >= 0:
                 self.tls = tls()
-                bound = BoundPort(f"{self.what}/TLS", self.bind_host, tls_port, 4096)
+                bound = BoundPort(f"{self.what}/TLS", self.bind_host, tls_port, self.backlog)
                 self._bound.append(bound)
                 self.tls_port = bound.port
         except BaseException:

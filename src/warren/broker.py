@@ -115,6 +115,9 @@ class Broker:
         #: Set with it: host:port of the in-sync followers' read-only stream
         #: services, which AMQP's connection.start announces to readers.
         self.stream_replicas: Callable[[], list[str]] | None = None
+        #: Set with it: host:port of their stream protocol read services, the
+        #: streams' replicas in the stream protocol's Metadata.
+        self.stream_protocol_replicas: Callable[[], list[str]] | None = None
         #: Runtime-parameter components beyond policies and limits, by name
         #: ("shovel", ...): warren.app registers the standard ones.
         self.parameter_components: dict[str, ParameterComponent] = {}

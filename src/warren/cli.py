@@ -150,15 +150,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--stream-port",
         type=int,
         metavar="PORT",
-        help="RabbitMQ stream protocol port (RabbitMQ's 5552), 0 picks a free one, "
-        "-1 disables it (default: -1; [stream] port)",
+        help=f"RabbitMQ stream protocol port, 0 picks a free one, -1 disables it "
+        f"(default: {d.stream_port}; [stream] port)",
     )
     p.add_argument(
         "--stream-tls-port",
         type=int,
         metavar="PORT",
         help="stream protocol over TLS port (needs --tls-cert and --tls-key), -1: none "
-        "(default: -1; [stream] tls_port)",
+        "(default: 5551 with --tls-cert and --tls-key, else none; [stream] tls_port)",
     )
     p.add_argument(
         "--amqp-tls-port",
@@ -522,11 +522,17 @@ async def _serve(config: Config) -> int:
         log.warning("interrupted before the broker started")
         return 130
     if config.clustering:
-        from warren.app import ReplicaReadServer
+        from warren.app import ReplicaReadServer, replica_stream_server
         from warren.cluster.node import ClusterNode
 
         try:
-            await ClusterNode(config, Broker, ReplicaReadServer).run(stop_event)
+            node = ClusterNode(
+                config,
+                Broker,
+                ReplicaReadServer,
+                make_stream_protocol_reads=replica_stream_server,
+            )
+            await node.run(stop_event)
         finally:
             restore()
         log.info("stopped")

@@ -34,6 +34,9 @@ __all__ = ["Config", "ConfigError", "LOG_LEVELS", "check_field", "normalize_log_
 
 log = logging.getLogger("warren.config")
 
+#: RabbitMQ's stream protocol TLS port: stream_tls_port's when tls_cert/tls_key are set.
+STREAM_TLS_PORT = 5551
+
 
 class ConfigError(ValueError):
     """Invalid configuration; the message is meant to be shown to the operator as is."""
@@ -178,6 +181,10 @@ class Config:
     #: service (amqp/replica.py), advertised to AMQP clients of the leader so
     #: readers such as Spark's executors spread over the followers; -1: none.
     clustering_stream_read_port: int = -1
+    #: While this node follows: the port (on [stream] bind) of its read-only
+    #: stream protocol service (stream_protocol/replica.py), named in the
+    #: leader's Metadata as the streams' replica on this node; -1: none.
+    clustering_stream_protocol_read_port: int = -1
     #: Replication over mutual TLS ([clustering] tls): the leader serves it with
     #: tls_cert/tls_key and takes only followers whose certificate tls_ca_cert
     #: verifies; a follower checks the leader's the same way, against its address.
@@ -209,12 +216,13 @@ class Config:
     #: AMQP 1.0 clients (rabbitmq-amqp-python-client ...) refuse any other broker.
     amqp1_announce_rabbitmq: bool = False
     #: RabbitMQ's stream protocol (warren.stream_protocol, docs/streams.md):
-    #: address and port; -1 (the default, as RabbitMQ's rabbitmq_stream plugin is
-    #: off until enabled) disables the listener; RabbitMQ's port is 5552.
+    #: address and port (5552, as RabbitMQ's with rabbitmq_stream enabled); 0 picks
+    #: a free one, -1 disables the listener.
     stream_bind: str = "127.0.0.1"
-    stream_port: int = -1
-    #: The stream protocol over TLS (RabbitMQ's 5551); -1: none. Needs tls_cert/tls_key.
-    stream_tls_port: int = -1
+    stream_port: int = 5552
+    #: The stream protocol over TLS; None (the default): RabbitMQ's 5551 when
+    #: tls_cert and tls_key are set, else none (see stream_tls_listen_port); -1: none.
+    stream_tls_port: int | None = None
     #: Offer stream clients SASL ANONYMOUS, logging them in as default_user.
     stream_allow_anonymous: bool = True
     #: The host and port stream clients are told to connect to (Open's answer,
@@ -420,6 +428,16 @@ class Config:
             raise fail(which, "[clustering] etcd_cert and etcd_key go together")
 
     @property
+    def stream_tls_listen_port(self) -> int:
+        """The stream protocol's TLS port to open (-1: none): stream_tls_port, or
+        for its default 5551 once there is a certificate to serve, so that setting
+        tls_cert and tls_key is enough, while a port set without them still fails
+        the start (it needs them)."""
+        if self.stream_tls_port is not None:
+            return self.stream_tls_port
+        return STREAM_TLS_PORT if self.tls_cert and self.tls_key else -1
+
+    @property
     def logging_level(self) -> int:
         """The :mod:`logging` level for ``log_level`` (accepts 'warn')."""
         return LOG_LEVELS[normalize_log_level(self.log_level)]
@@ -552,6 +570,10 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("clustering", "max_unsynced_actions"): ("clustering_max_unsynced_actions", _parse_int),
     ("clustering", "lease_ttl"): ("clustering_lease_ttl", _parse_int),
     ("clustering", "stream_read_port"): ("clustering_stream_read_port", _parse_int),
+    ("clustering", "stream_protocol_read_port"): (
+        "clustering_stream_protocol_read_port",
+        _parse_int,
+    ),
     ("clustering", "tls"): ("clustering_tls", _parse_bool),
     ("clustering", "etcd_ca_cert"): ("clustering_etcd_ca_cert", _parse_optional_path),
     ("clustering", "etcd_cert"): ("clustering_etcd_cert", _parse_optional_path),

@@ -61,6 +61,11 @@ def _int_in(low: int, high: int) -> Callable[[Any], str | None]:
     return check
 
 
+def _optional(check: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+    """``check``, or None (a default worked out from other settings)."""
+    return lambda value: None if value is None else check(value)
+
+
 def _fraction(value: Any) -> str | None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return "must be a number"
@@ -238,7 +243,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "amqp1_announce_rabbitmq": _bool,
     "stream_bind": _non_empty_str,
     "stream_port": _int_in(-1, 65535),
-    "stream_tls_port": _int_in(-1, 65535),
+    "stream_tls_port": _optional(_int_in(-1, 65535)),
     "stream_allow_anonymous": _bool,
     "stream_advertised_host": _any_str,
     "stream_advertised_port": _int_in(0, 65535),
@@ -259,6 +264,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "clustering_max_unsynced_actions": _int_in(1, 2**31 - 1),
     "clustering_lease_ttl": _int_in(2, 3600),
     "clustering_stream_read_port": _int_in(-1, 65535),
+    "clustering_stream_protocol_read_port": _int_in(-1, 65535),
     "clustering_tls": _bool,
     "clustering_etcd_ca_cert": _optional_path,
     "clustering_etcd_cert": _optional_path,

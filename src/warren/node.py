@@ -131,6 +131,8 @@ class Node(Protocol):
     cluster_status: Callable[[], dict[str, Any]] | None
     #: In a cluster, host:port of the followers' stream read services (None without).
     stream_replicas: Callable[[], list[str]] | None
+    #: In a cluster, host:port of the followers' stream protocol read services.
+    stream_protocol_replicas: Callable[[], list[str]] | None
     #: Open client connections of every protocol (those that opened a vhost), and
     #: how many opened and closed so far.
     connections: set[ClientConnection]

@@ -16,6 +16,9 @@ Fixtures (all named ``warren_*`` so they never clash with a project's own):
     to keep. Under pytest-xdist every worker gets its own broker.
 ``warren_url`` (session)
     ``amqp://guest:guest@127.0.0.1:<port>/`` (the default vhost ``/``).
+``warren_mqtt_url``, ``warren_stream_url``, ``warren_http_url`` (session)
+    The MQTT, stream protocol and management listeners (all on free ports), None
+    when disabled.
 ``warren_vhost`` (function)
     A fresh vhost for one test, deleted afterwards (closing its connections),
     so tests never see each other's queues: a :class:`WarrenVhost` with
@@ -183,6 +186,26 @@ class WarrenBroker:
         return f"mqtt://{self.config.mqtt_bind}:{self.mqtt_port}"
 
     @property
+    def stream_port(self) -> int:
+        """The stream protocol's port; 0 when its listener is off (``stream_port = -1``)."""
+        listener = self.broker.listener("stream")
+        return listener.port if listener is not None else 0
+
+    @property
+    def stream_url(self) -> str | None:
+        """``rabbitmq-stream://guest:guest@host:port/%2F`` (the URI the stream clients
+        take, vhost ``/``), None when the stream listener is off."""
+        if not self.stream_port:
+            return None
+        user = quote(self.config.default_user, safe="")
+        password = quote(self.config.default_password, safe="")
+        vhost = quote(self.config.default_vhost, safe="")
+        return (
+            f"rabbitmq-stream://{user}:{password}@{self.config.stream_bind}:"
+            f"{self.stream_port}/{vhost}"
+        )
+
+    @property
     def data_dir(self) -> str:
         return str(self.broker.data_dir)
 
@@ -275,14 +298,17 @@ def start_broker(
     http_port: int = 0,
     mqtt_port: int = 0,
     prometheus_port: int = 0,
+    stream_port: int = 0,
     data_dir: str | None = None,
     config_file: str | None = None,
     **settings: Any,
 ) -> WarrenBroker:
     """Start a broker in a background thread, outside pytest too.
 
-    ``port=0``, ``http_port=0``, ``mqtt_port=0`` and ``prometheus_port=0`` pick free
-    ports (-1 disables the management API, MQTT or the Prometheus listener). Without
+    ``port=0``, ``http_port=0``, ``mqtt_port=0``, ``prometheus_port=0`` and
+    ``stream_port=0`` pick free ports (-1 disables the management API, MQTT, the
+    Prometheus or the stream protocol listener); the stream protocol's TLS port is
+    opened only when asked (``stream_tls_port``), never on its fixed 5551. Without
     ``data_dir`` the data lives in a temporary directory removed by
     :meth:`WarrenBroker.stop`. ``config_file`` (LavinMQ INI, as ``warren -c``) is
     applied first; ``settings`` are Config fields and win.
@@ -301,6 +327,9 @@ def start_broker(
     config.http_port = http_port
     config.mqtt_port = mqtt_port
     config.prometheus_port = prometheus_port
+    config.stream_port = stream_port
+    if config.stream_tls_port is None:  # not 5551 whenever tls_cert is given
+        config.stream_tls_port = -1
     config.sync = settings.pop("sync", False)  # tests need no fdatasync per message
     for key, value in settings.items():
         setattr(config, key, value)
@@ -376,7 +405,7 @@ def _settings(lines: list[str]) -> dict[str, Any]:
         value: Any
         if isinstance(current, bool):
             value = raw.lower() in ("1", "true", "yes", "on")
-        elif isinstance(current, int):
+        elif isinstance(current, int) or key.endswith("_port"):  # stream_tls_port: None
             value = int(raw)
         elif isinstance(current, tuple):
             value = tuple(v.strip() for v in raw.split(",") if v.strip())
@@ -433,6 +462,12 @@ def warren_url(warren_broker: WarrenBroker) -> str:
 def warren_mqtt_url(warren_broker: WarrenBroker) -> str | None:
     """The session broker's MQTT URL, ``mqtt://host:port`` (None when disabled)."""
     return warren_broker.mqtt_url
+
+
+@pytest.fixture(scope="session")
+def warren_stream_url(warren_broker: WarrenBroker) -> str | None:
+    """The session broker's stream protocol URI (None when disabled)."""
+    return warren_broker.stream_url
 
 
 @pytest.fixture(scope="session")

@@ -58,6 +58,7 @@ class Node:
             "amqp": {"bind": host, "port": self.amqp_port},
             "mgmt": {"bind": host, "port": self.http_port},
             "mqtt": {"port": -1},
+            "stream": {"port": -1, "tls_port": -1},
             "prometheus": {"port": -1},
             "clustering": {
                 "enabled": "true",

@@ -22,6 +22,13 @@ data = st.binary(max_size=300)
 
 frames = st.one_of(
     st.builds(c.Hello, st.text(max_size=30), st.text(max_size=30)),
+    st.builds(
+        c.Hello,
+        st.text(max_size=30),
+        st.text(max_size=30),
+        st.text(max_size=30),
+        stream_protocol_reads=st.text(max_size=30),
+    ),
     st.builds(c.IndexEntry, paths, u64, st.binary(min_size=20, max_size=20)),
     st.builds(c.IndexEnd, u64),
     st.builds(c.Request, paths),
@@ -87,3 +94,12 @@ def test_encode_refuses_what_it_cannot_carry() -> None:
         c.encode(c.IndexEntry("p", 1, b"short"))
     with pytest.raises(ValueError):
         c.encode(c.Delete("x" * 70000))
+
+
+def test_a_hello_without_a_stream_protocol_read_service_is_the_older_frame() -> None:
+    """The field is left out when empty: the frame an older follower writes."""
+    hello = c.Hello("s3cret", "f1", "h:1")
+    old = c.encode(hello)
+    assert c.Decoder().feed(old) == [hello]
+    longer = c.encode(c.Hello("s3cret", "f1", "h:1", stream_protocol_reads="h:2"))
+    assert longer[5 : len(old)] == old[5:] and len(longer) == len(old) + 2 + 3

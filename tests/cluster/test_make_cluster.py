@@ -42,8 +42,8 @@ tool = _tool()
 
 def test_the_default_base_port_stays_clear_of_make_run_and_etcd() -> None:
     used = set(tool.all_ports(tool.DEFAULT_BASE).values())
-    assert len(used) == 2 + 3 * 6
-    assert not used & {5672, 15672, 1883, 15692, 5679, 2379, 2380}
+    assert len(used) == 2 + 3 * 7
+    assert not used & {5672, 15672, 1883, 15692, 5552, 5679, 2379, 2380}
     assert tool.node_ports(30000, 2) == {
         "amqp": 30020,
         "http": 30021,
@@ -51,6 +51,7 @@ def test_the_default_base_port_stays_clear_of_make_run_and_etcd() -> None:
         "prometheus": 30023,
         "replication": 30024,
         "stream reads": 30025,
+        "stream": 30026,
     }
 
 
@@ -104,9 +105,11 @@ def test_make_cluster_with_a_base_port(tmp_path: Path) -> None:
     out = Output(proc)
     try:
         # The table: node name -> its ports.
-        out.wait_for(r"^node\s+amqp\s+http\s+mqtt\s+prometheus\s+replication\s+stream reads$")
+        out.wait_for(
+            r"^node\s+amqp\s+http\s+mqtt\s+prometheus\s+replication\s+stream reads\s+stream$"
+        )
         for i in (1, 2, 3):
-            ports = r"\s+".join(str(base + 10 * i + k) for k in range(6))
+            ports = r"\s+".join(str(base + 10 * i + k) for k in range(7))
             out.wait_for(rf"^node{i}\s+{ports}$")
         out.wait_for(r"in-sync replicas: node\d, node\d$")  # the leader and both followers
         auth = "Basic " + base64.b64encode(b"guest:guest").decode()

@@ -123,6 +123,7 @@ async def _dead_leader(etcd_url: str, tmp_path: Path) -> None:
             data_dir=str(tmp_path / "node"),
             amqp_port=free_port(),
             mqtt_port=-1,
+            stream_port=-1,
             http_port=-1,
             prometheus_port=-1,
             clustering=True,

@@ -40,7 +40,7 @@ class Leader:
             data_dir=str(data_dir),
             amqp_port=0,
             http_port=0,
-            mqtt_port=0, prometheus_port=0,
+            mqtt_port=0, stream_port=0, prometheus_port=0,
             auth_failure_delay=0,
             **settings,
         )
@@ -129,7 +129,7 @@ def test_a_follower_copies_the_directory_and_confirms_wait_for_it(
 
     # The follower's directory, as a broker's: 200 published, 50 acked.
     promoted = BrokerThread(
-        Config(data_dir=str(tmp_path / "follower"), amqp_port=0, http_port=-1, mqtt_port=-1, prometheus_port=-1)
+        Config(data_dir=str(tmp_path / "follower"), amqp_port=0, http_port=-1, mqtt_port=-1, stream_port=-1, prometheus_port=-1)
     ).start()
     try:
         with pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", promoted.port)) as conn:

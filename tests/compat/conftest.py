@@ -51,7 +51,7 @@ class EmbeddedBroker:
 
         self._stop = asyncio.Event()
         config = Config(
-            data_dir=str(self.data_dir), amqp_port=0, http_port=0, mqtt_port=0, prometheus_port=0, **RABBITMQ_SETTINGS
+            data_dir=str(self.data_dir), amqp_port=0, http_port=0, mqtt_port=0, stream_port=0, prometheus_port=0, **RABBITMQ_SETTINGS
         )
         async with Broker(config) as broker:
             self.ready.set_result(broker.amqp_port)

@@ -500,6 +500,37 @@ def test_main_port_in_use_returns_1(
     assert "127.0.0.1:5999" in err and "already in use" in err
 
 
+def test_stream_listener_settings(tmp_path: Path) -> None:
+    """[stream] as RabbitMQ with rabbitmq_stream enabled: 5552; its TLS port 5551
+    once there is a certificate to serve, unless told otherwise; flags win."""
+    from warren.app import default_listeners
+
+    def stream_ports(c: Config) -> tuple[int, int] | None:
+        for listener in default_listeners(c):
+            if listener.name == "stream":
+                return listener.requested_port, listener.requested_tls_port  # type: ignore[attr-defined]
+        return None
+
+    c = Config()
+    assert (c.stream_port, c.stream_tls_port, c.stream_tls_listen_port) == (5552, None, -1)
+    assert stream_ports(c) == (5552, -1)
+    certs = {"tls_cert": "cert.pem", "tls_key": "key.pem"}
+    assert stream_ports(Config(**certs)) == (5552, 5551)  # type: ignore[arg-type]
+    assert stream_ports(Config(tls_cert="cert.pem")) == (5552, -1)  # no key: nothing to serve
+    assert stream_ports(Config(stream_tls_port=-1, **certs)) == (5552, -1)  # type: ignore[arg-type]
+    assert stream_ports(Config(stream_port=-1)) is None
+    assert stream_ports(Config(stream_port=-1, stream_tls_port=0)) == (-1, 0)
+    path = write_ini(tmp_path, "[stream]\nbind = 0.0.0.0\nport = 5553\ntls_port = 5554\n")
+    c = Config.from_ini(path)
+    assert (c.stream_bind, c.stream_port, c.stream_tls_listen_port) == ("0.0.0.0", 5553, 5554)
+    c = build_config(["-c", str(path), "--stream-port", "-1", "--stream-tls-port", "-1"])
+    assert (c.stream_port, c.stream_tls_listen_port) == (-1, -1)
+    c = build_config(["--tls-cert", "c.pem", "--tls-key", "k.pem"])
+    assert (c.stream_port, c.stream_tls_listen_port) == (5552, 5551)
+    with pytest.raises(ConfigError, match="--stream-tls-port 70000"):
+        build_config(["--stream-tls-port", "70000"])
+
+
 def test_prometheus_listener_settings(tmp_path: Path) -> None:
     """[prometheus] as RabbitMQ's prometheus.tcp.*: port 15692 unless told, flags win."""
     assert (Config().prometheus_port, Config().prometheus_tls_port) == (15692, -1)

@@ -28,7 +28,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 #: Listeners that cannot collide with another broker, should a start get that far.
-QUIET_PORTS = ("--amqp-port", "0", "--http-port", "-1", "--mqtt-port", "-1")
+QUIET_PORTS = ("--amqp-port", "0", "--http-port", "-1", "--mqtt-port", "-1", "--stream-port", "-1")
 QUIET_PORTS += ("--prometheus-port", "-1")
 
 

@@ -524,6 +524,8 @@ def test_warren_command_refuses_to_start_on_bad_definitions(tmp_path: Path) -> N
             "0",
             "--mqtt-port",
             "0",
+            "--stream-port",
+            "0",
             "--prometheus-port",
             "0",
             "-D",

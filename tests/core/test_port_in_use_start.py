@@ -28,6 +28,7 @@ import pika
 import pytest
 import trustme
 from conftest import BrokerThread, data_tree, start_broker
+from free_ports import free_port
 from httphelp import Api
 from procs import SRC
 
@@ -73,9 +74,12 @@ def every_listener(certs: tuple[str, str], **ports: int) -> dict[str, Any]:
 
 @pytest.fixture
 def busy() -> Iterator[socket.socket]:
-    """A plain listening socket on an ephemeral port, as another server holds it."""
+    """A plain listening socket, as another server holds it. Its port is
+    free_port()'s, below the kernel's ephemeral range: the tests close it and
+    start a broker there, and an ephemeral port could meanwhile be taken by
+    any process's port-0 bind (it was, in make test)."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("127.0.0.1", free_port()))
         sock.listen()
         yield sock
 

@@ -35,6 +35,7 @@ class Harness:
         """``clock``: the broker's (a ManualClock for tests about time, moved with
         ``advance``); the system's by default."""
         settings.setdefault("auth_failure_delay", 0)
+        settings.setdefault("stream_port", -1)
         # (amqp_port stays what Config says: warren.broker.Broker opens no listener.)
         config = Config(
             data_dir=str(data_dir),

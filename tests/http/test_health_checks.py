@@ -90,6 +90,7 @@ def test_listener_checks_know_the_tls_ports(tmp_path: Path, broker_factory: Fact
         "amqp",
         "amqp/ssl",
         "mqtt",
+        "stream",
         "http",
         "https",
         "http/prometheus",

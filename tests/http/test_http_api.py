@@ -98,6 +98,7 @@ def test_overview_counts_objects(api: Api, broker: BrokerThread) -> None:
     assert ports == {
         ("amqp", broker.port),
         ("mqtt", broker.mqtt_port),
+        ("stream", broker.stream_port),
         ("http", broker.http_port),
         ("http/prometheus", prometheus.port),  # RabbitMQ's name for port 15692's listener
     }
@@ -342,6 +343,14 @@ def test_bindings(api: Api) -> None:
     assert (reply.status, reply.json()) == (
         404, {"error": "not_found", "reason": "no queue 'nosuch' in vhost '/'"})
     assert api.get("/api/bindings/%2F/e/x/q/nosuch") == []
+    # A missing exchange or queue has no bindings but the implicit one (RabbitMQ:
+    # 404 only for a missing vhost; rabbit_binding's implicit_for_destination).
+    assert api.get("/api/exchanges/%2F/nosuch/bindings/source") == []
+    assert api.get("/api/exchanges/%2F/nosuch/bindings/destination") == []
+    assert api.get("/api/queues/%2F/nosuch/bindings") == [
+        {"source": "", "vhost": "/", "destination": "nosuch", "destination_type": "queue",
+         "routing_key": "nosuch", "arguments": {}, "properties_key": "nosuch"}]
+    assert api.request("GET", "/api/exchanges/novhost/x/bindings/source").status == 404
 
 
 # -- list options -------------------------------------------------------------------------
@@ -619,13 +628,13 @@ def test_health_checks(api: Api, broker: BrokerThread) -> None:
     prometheus = broker.broker.listener("http/prometheus")  # RabbitMQ lists its port too
     assert prometheus is not None
     assert reply.json() == {"status": "failed", "reason": "No active listener", "missing": 1,
-                            "ports": [broker.port, broker.mqtt_port, broker.http_port,
-                                      prometheus.port]}
+                            "ports": [broker.port, broker.mqtt_port, broker.stream_port,
+                                      broker.http_port, prometheus.port]}
     assert api.get("/api/health/checks/protocol-listener/amqp") == {"status": "ok", "protocol": "amqp"}
     assert api.get("/api/health/checks/protocol-listener/mqtt") == {"status": "ok", "protocol": "mqtt"}
     reply = api.request("GET", "/api/health/checks/protocol-listener/stomp")
     assert reply.status == 503
-    assert reply.json()["protocols"] == ["amqp", "mqtt", "http", "http/prometheus"]
+    assert reply.json()["protocols"] == ["amqp", "mqtt", "stream", "http", "http/prometheus"]
     assert api.get("/api/aliveness-test/%2F") == {"status": "ok"}
     assert api.request("GET", "/api/aliveness-test/nosuch").status == 404
 

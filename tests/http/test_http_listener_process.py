@@ -38,7 +38,7 @@ def test_a_busy_http_port_stops_the_start_with_a_clear_message(tmp_path: Path) -
         busy.listen()
         port = busy.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "warren", "--amqp-port", "0", "--mqtt-port", "0", "--prometheus-port", "0", "--http-port", str(port),
+            [sys.executable, "-m", "warren", "--amqp-port", "0", "--mqtt-port", "0", "--stream-port", "0", "--prometheus-port", "0", "--http-port", str(port),
              "-D", str(tmp_path / "d")],
             capture_output=True,
             text=True,

@@ -217,7 +217,7 @@ def test_a_shovel_restarts_when_its_destination_comes_back(tmp_path: Path) -> No
                 data_dir=str(tmp_path / "b"),
                 amqp_port=port_b,
                 http_port=0,
-                mqtt_port=0, prometheus_port=0,
+                mqtt_port=0, stream_port=0, prometheus_port=0,
                 auth_failure_delay=0,
             )
         ).start()

@@ -69,6 +69,8 @@ def warren_mqtt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     proc = warren_process(
         "--mqtt-port",
         "0",
+        "--stream-port",
+        "0",
         "--prometheus-port",
         "0",
         "--amqp-port",

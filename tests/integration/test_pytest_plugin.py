@@ -73,9 +73,23 @@ def test_broker_url_and_management_url_serve_real_clients(pytester: pytest.Pytes
             publish.single("plugin/t", b"kept", qos=1, retain=True, port=warren_broker.mqtt_port)
             got = subscribe.simple("plugin/#", qos=1, port=warren_broker.mqtt_port)
             assert (got.topic, got.payload, got.retain) == ("plugin/t", b"kept", True)
+
+        def test_stream_protocol(warren_broker, warren_stream_url):
+            import asyncio
+            from rstream import Producer
+            port = warren_broker.stream_port
+            assert warren_stream_url == f"rabbitmq-stream://guest:guest@127.0.0.1:{port}/%2F"
+
+            async def run():
+                async with Producer("127.0.0.1", port, username="guest", password="guest") as p:
+                    await p.create_stream("plugin-s")
+                    assert await p.stream_exists("plugin-s")
+
+            asyncio.run(run())
+            assert "plugin-s" in warren_broker.queues("/")
         """
     )
-    run(pytester).assert_outcomes(passed=3)
+    run(pytester).assert_outcomes(passed=4)
 
 
 def test_each_test_gets_a_fresh_vhost_deleted_afterwards(pytester: pytest.Pytester) -> None:
@@ -296,7 +310,7 @@ def test_start_broker_outside_pytest() -> None:
 
     with pytest.raises(TypeError, match="nope"):
         start_broker(nope=1)
-    with start_broker(http_port=-1, channel_max=5) as broker:
+    with start_broker(http_port=-1, stream_port=-1, channel_max=5) as broker:
         data_dir = Path(broker.data_dir)
         url = broker.add_vhost("scratch")
         conn = pika.BlockingConnection(pika.URLParameters(url))
@@ -305,6 +319,7 @@ def test_start_broker_outside_pytest() -> None:
         conn.close()
         assert broker.queues("scratch") == ["q"]
         assert broker.http_url is None
+        assert (broker.stream_port, broker.stream_url) == (0, None)
     assert not data_dir.exists()
     broker.stop()  # idempotent
 

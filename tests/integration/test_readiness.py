@@ -49,7 +49,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 def test_the_ready_line_comes_once_every_listener_is_up(tmp_path: Path) -> None:
     proc = _warren(
         tmp_path / "d",
-        *("--amqp-port", "0", "--mqtt-port", "0", "--http-port", "0", "--prometheus-port", "0"),
+        *("--amqp-port", "0", "--mqtt-port", "0", "--stream-port", "0", "--http-port", "0", "--prometheus-port", "0"),
     )
     try:
         assert proc.stdout is not None
@@ -64,7 +64,7 @@ def test_the_ready_line_comes_once_every_listener_is_up(tmp_path: Path) -> None:
                 break
         assert ready, f"no ready line (exit status {proc.poll()})"
         where = dict(re.findall(r"(\S+) 127\.0\.0\.1:(\d+)", ready))
-        assert set(where) == {"AMQP", "MQTT", "HTTP", "Prometheus"}
+        assert set(where) == {"AMQP", "MQTT", "stream", "HTTP", "Prometheus"}
         ports = [int(p) for p in where.values()]
         assert sorted(ports) == sorted(listening)  # every listener, each logged before
         assert all(_accepts(p) for p in ports)  # and accepting when the line is out
@@ -87,7 +87,7 @@ def test_await_startup_returns_once_a_broker_started_later_listens(tmp_path: Pat
         # The waiter is already polling a port nothing listens on yet.
         broker = _warren(
             tmp_path / "d",
-            *("--amqp-port", str(amqp), "--mqtt-port", str(mqtt)),
+            *("--amqp-port", str(amqp), "--mqtt-port", str(mqtt), "--stream-port", "-1"),
             *("--http-port", str(http), "--prometheus-port", str(prometheus)),
         )
         out, err = waiter.communicate(timeout=60)

@@ -74,6 +74,8 @@ def test_port_in_use_exits_with_clear_message(tmp_path: Path) -> None:
                 "0",
                 "--mqtt-port",
                 "-1",
+                "--stream-port",
+                "-1",
                 "--prometheus-port",
                 "-1",
                 "-D",
@@ -101,7 +103,7 @@ def test_ephemeral_keeps_data_in_a_temporary_dir_removed_at_exit(tmp_path: Path)
     env = dict(os.environ, PYTHONPATH=str(SRC))
     proc = subprocess.Popen(
         [sys.executable, "-m", "warren", "--ephemeral", "-D", str(given)]
-        + ["--amqp-port", "0", "--http-port", "0", "--mqtt-port", "0", "--prometheus-port", "0"],
+        + ["--amqp-port", "0", "--http-port", "0", "--mqtt-port", "0", "--stream-port", "0", "--prometheus-port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

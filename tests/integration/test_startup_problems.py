@@ -24,7 +24,7 @@ from paths import SRC
 from warren import cli
 
 #: Listeners that cannot collide with another broker on this machine.
-QUIET_PORTS = ("--amqp-port", "0", "--http-port", "-1", "--mqtt-port", "-1")
+QUIET_PORTS = ("--amqp-port", "0", "--http-port", "-1", "--mqtt-port", "-1", "--stream-port", "-1")
 QUIET_PORTS += ("--prometheus-port", "-1")
 
 

@@ -18,6 +18,7 @@ dump's ignores it (``-Xshare:auto``, Java's default) and starts as before.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -86,7 +87,7 @@ def make(archive: Path) -> bool:
         return True
     finally:
         partial.unlink(missing_ok=True)
-        subprocess.run(["rm", "-rf", str(out)], check=False)
+        shutil.rmtree(out, ignore_errors=True)
 
 
 if __name__ == "__main__":

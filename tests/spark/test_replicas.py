@@ -35,7 +35,7 @@ class Cluster:
         self.leader_dir = base / "leader"
         self.replicator = Replicator(self.leader_dir, "s3cret")
         self.leader = BrokerThread(
-            Config(data_dir=str(self.leader_dir), amqp_port=0, http_port=-1, mqtt_port=-1, prometheus_port=-1)
+            Config(data_dir=str(self.leader_dir), amqp_port=0, http_port=-1, mqtt_port=-1, stream_port=-1, prometheus_port=-1)
         )
         self.leader.broker.replication = self.replicator
         self.leader.broker.stream_replicas = self.replicator.stream_replicas

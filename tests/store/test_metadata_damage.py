@@ -317,7 +317,7 @@ def test_the_warren_process_says_why_it_refuses(tmp_path: Path) -> None:
     (data / "users.json").write_bytes(b"{")
     proc = subprocess.run(
         [sys.executable, "-m", "warren", "-D", str(data), "--amqp-port", "0",
-         "--http-port", "-1", "--mqtt-port", "-1", "--prometheus-port", "-1"],
+         "--http-port", "-1", "--mqtt-port", "-1", "--stream-port", "-1", "--prometheus-port", "-1"],
         capture_output=True,
         text=True,
         env=dict(os.environ, PYTHONPATH=str(SRC)),

@@ -36,7 +36,7 @@ pytestmark = pytest.mark.passes("compiled")
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
 QUEUES = {"/": ["a", "b", "c"], "v2": ["d"]}
 COUNT = 3
-QUIET = {"http_port": 0, "mqtt_port": -1, "prometheus_port": -1}
+QUIET = {"http_port": 0, "mqtt_port": -1, "stream_port": -1, "prometheus_port": -1}
 
 
 @pytest.fixture(scope="module")

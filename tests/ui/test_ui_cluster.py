@@ -69,5 +69,6 @@ def test_cluster_page_shows_the_leader_and_its_follower(
     expect(row.locator("[data-field=stream_reads]")).to_have_text(
         f"127.0.0.1:{follower.stream_read_port}"
     )
+    expect(row.locator("[data-field=stream_protocol_reads]")).to_have_text("none")
     expect(page.locator("main")).to_contain_text(f"127.0.0.1:{leader.amqp_port}")
     assert console.errors == []

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from warren.amqp.connection import AMQPConnection
 from warren.amqp.handshake import State
 from warren.batched_protocol import YIELD_AFTER_BYTES, BatchedProtocol
-from warren.bound_port import BoundPort
+from warren.bound_port import ListenerPorts
 from warren.header_handoff import PENDING, choose, hand_off
 from warren.tls import cert_login
 
@@ -238,13 +237,8 @@ class AMQPListener:
         self.requested_tls_port = tls_port
         self.protocols: set[AMQPProtocol] = set()
         self._node: Node | None = None
-        #: Bound and listening, not yet served (start() serves them).
-        self._bound: list[BoundPort] = []
-        self._tls: ssl.SSLContext | None = None
-        self._servers: list[asyncio.AbstractServer] = []
-        self._port = 0
-        #: The amqps port bound (0: none).
-        self.tls_port = 0
+        #: Bound and listening before the data dir is read; served by start().
+        self._ports = ListenerPorts("AMQP", bind, backlog=1024)
 
     @property
     def node(self) -> Node:
@@ -253,7 +247,12 @@ class AMQPListener:
 
     @property
     def port(self) -> int:
-        return self._port
+        return self._ports.port
+
+    @property
+    def tls_port(self) -> int:
+        """The amqps port bound (0: none)."""
+        return self._ports.tls_port
 
     def new_protocol(self) -> AMQPProtocol:
         """A protocol for a client arriving by another transport (WebSocket, through
@@ -264,52 +263,29 @@ class AMQPListener:
         """Bind and listen on the AMQP (and amqps) port, accepting nothing yet:
         BindError when a port is taken (broker_lifecycle.py binds before it reads
         the data dir)."""
-        if self._bound:
-            return
-        try:
-            self._bound.append(BoundPort("AMQP", self.bind, self.requested_port, 1024))
-            self._port = self._bound[0].port
-            if self.requested_tls_port >= 0:
-                self._tls = node.tls.context("the AMQP TLS port")
-                self._bound.append(
-                    BoundPort("AMQP/TLS", self.bind, self.requested_tls_port, 1024)
-                )
-                self.tls_port = self._bound[1].port
-        except BaseException:
-            self._close_bound()
-            raise
+        self._ports.bind(
+            self.requested_port,
+            self.requested_tls_port,
+            lambda: node.tls.context("the AMQP TLS port"),
+        )
 
     async def start(self, node: Node) -> None:
         """Start accepting on the ports bind_ports() bound (binding them first if not)."""
         self._node = node
         self.bind_ports(node)
         try:
-            for bound in self._bound:
-                tls = self._tls if bound.what == "AMQP/TLS" else None
-                self._servers.extend(await bound.serve(self.new_protocol, tls))
-                log.info("listening on %s %s:%s", bound.what, self.bind, bound.port)
+            await self._ports.serve(lambda tls: self.new_protocol(), log)
         except OSError:
             await self.stop()
             raise
-        self._bound.clear()
-
-    def _close_bound(self) -> None:
-        for bound in self._bound:
-            bound.close()
-        self._bound.clear()
 
     async def stop(self) -> None:
         """Stop accepting, close every client with 320 CONNECTION_FORCED, then wait."""
-        self._close_bound()
-        if not self._servers:
-            return
-        for server in self._servers:
-            server.close()
+        await self._ports.stop(self._close_clients)
+
+    async def _close_clients(self) -> None:
         protocols = list(self.protocols)
         for proto in protocols:
             proto.close()
         if protocols:
             await asyncio.wait([p.closed for p in protocols], timeout=5)
-        for server in self._servers:
-            await server.wait_closed()
-        self._servers.clear()

@@ -20,7 +20,7 @@ from warren.amqp1.connection import OPEN, AMQP1Connection
 from warren.batched_protocol import (
     YIELD_AFTER_BYTES,
     BatchedProtocol,
-    ConnectionTimer,
+    HandshakeTimer,
     OpenClients,
     end_connection,
     socket_addresses,
@@ -49,7 +49,7 @@ class AMQP1Protocol(BatchedProtocol):
         self.listener = listener
         self.conn = None
         self.clock = listener.node.clock
-        self._timer = ConnectionTimer(self.clock)
+        self._timer = HandshakeTimer(self.clock, OPEN, "AMQP 1.0", log)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -70,7 +70,7 @@ class AMQP1Protocol(BatchedProtocol):
         if ssl_object is not None:
             conn.cert_login = cert_login(ssl_object.getpeercert(), node.config.tls_cert_login_from)
         self.listener.protocols.add(self)
-        self._arm(self.clock.now_ms() + HANDSHAKE_TIMEOUT_MS)
+        self._timer.start(conn, HANDSHAKE_TIMEOUT_MS, self._abort)
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn
@@ -79,34 +79,16 @@ class AMQP1Protocol(BatchedProtocol):
         now = self.clock.now_ms()
         conn.now_ms = now
         self.count_read(data)
-        was_open = conn.state == OPEN
+        was_open = self._timer.opened
         conn.feed(data)
-        if not was_open and conn.state == OPEN:
-            # The handshake is over: the idle timeout's timer instead of its.
-            self._timer.cancel()
-            self._check()
+        if not was_open and self._timer.opened:
+            self._timer.handshake_done()  # the idle timeout's checks from now on
         if len(data) >= YIELD_AFTER_BYTES:
             self.yield_reading()
 
-    def _arm(self, due_ms: int) -> None:
-        self._timer.set(due_ms, self._check)
-
-    def _check(self) -> None:
-        """The handshake's deadline, then the idle timeout's checks."""
-        self._timer.fired()
-        conn = self.conn
-        if conn is None or conn.closed:
-            return
-        now = self.clock.now_ms()
-        if conn.state < OPEN:
-            if now >= self._timer.due:
-                log.warning("%s: AMQP 1.0 handshake timeout, closing", conn.name)
-                if self.transport is not None:
-                    self.transport.abort()
-            return
-        due = conn.tick(now)
-        if due:
-            self._arm(now + due)
+    def _abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
 
     def close(self) -> None:
         """Broker shutdown: the client hears amqp:connection:forced."""

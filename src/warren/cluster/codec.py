@@ -4,7 +4,7 @@ A follower connects to the leader's clustering port and the two exchange
 frames: ``u32 size | u8 type | payload`` (size counts type and payload).
 Strings are ``u16 size | UTF-8``, 64-bit numbers big-endian.
 
-    follower -> leader   Hello(secret, node_id, stream_reads)
+    follower -> leader   Hello(secret, node_id, stream_reads[, stream_protocol_reads])
     leader -> follower   IndexEntry(path, size, sha1)*, IndexEnd(position)
     follower -> leader   Request(path)*, RequestsEnd
     leader -> follower   FileData(path, offset, data)* per requested file (offset 0
@@ -50,6 +50,9 @@ class Hello:
     #: host:port of the follower's read-only stream service ("" when it has none).
     stream_reads: str = ""
     magic: bytes = MAGIC
+    #: host:port of its stream protocol read service ("" when it has none; left
+    #: out of the frame then, so a Hello without it still reads).
+    stream_protocol_reads: str = ""
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,7 @@ def encode(frame: Frame) -> bytes:
             + _str(frame.secret)
             + _str(frame.node_id)
             + _str(frame.stream_reads)
+            + (_str(frame.stream_protocol_reads) if frame.stream_protocol_reads else b"")
         )
     elif isinstance(frame, Refused):
         body = _str(frame.reason)
@@ -292,6 +296,8 @@ def _decode(kind: int, payload: memoryview) -> Frame:
         if magic != MAGIC:
             raise ProtocolError("not a Warren replication peer (or another version)")
         frame = Hello(r.str(), r.str(), r.str())
+        if r.pos < len(r.view):
+            frame = Hello(frame.secret, frame.node_id, frame.stream_reads, MAGIC, r.str())
     elif kind == 127:
         frame = Refused(r.str())
     elif kind == 5:

@@ -46,8 +46,11 @@ class Follower:
         stream_reads: str = "",
         on_synced: Callable[[], None] | None = None,
         tls: ssl.SSLContext | None = None,
+        stream_protocol_reads: str = "",
     ) -> None:
         self.root = Path(root)
+        #: host:port of its stream protocol read service, told to the leader.
+        self.stream_protocol_reads = stream_protocol_reads
         #: The client context of [clustering] tls (None: plain TCP).
         self.tls = tls
         self.node_id = node_id
@@ -81,7 +84,13 @@ class Follower:
         frames = FrameReader(reader)
         self.synced.clear()
         try:
-            writer.write(c.encode(c.Hello(self.secret, self.node_id, self.stream_reads)))
+            hello = c.Hello(
+                self.secret,
+                self.node_id,
+                self.stream_reads,
+                stream_protocol_reads=self.stream_protocol_reads,
+            )
+            writer.write(c.encode(hello))
             await self._full_sync(frames, writer)
             self.synced.set()
             self._tell_synced()

@@ -102,6 +102,8 @@ class FollowerLink:
         self.node_id = ""
         #: host:port of its read-only stream service ("" when it has none).
         self.stream_reads = ""
+        #: host:port of its stream protocol read service ("" when it has none).
+        self.stream_protocol_reads = ""
         self.acked = -1  # the position it has on disk (-1: not synced yet)
         self.syncing = True  # in full sync: actions wait in `pending`
         # Set when confirms started waiting for it on its way into the ISR: the
@@ -384,6 +386,7 @@ class Replicator:
                     "lag_actions": max(self.position - link.acked, 0) if link.acked >= 0 else None,
                     "in_sync": link.node_id in self.isr,
                     "stream_reads": link.stream_reads or None,
+                    "stream_protocol_reads": link.stream_protocol_reads or None,
                 }
             )
         return out
@@ -395,6 +398,15 @@ class Replicator:
             link.stream_reads
             for link in self.links
             if link.stream_reads and not link.closed and link.node_id in self.isr
+        ]
+
+    def stream_protocol_replicas(self) -> list[str]:
+        """host:port of the in-sync followers' stream protocol read services: the
+        streams' replicas in the stream protocol's Metadata."""
+        return [
+            link.stream_protocol_reads
+            for link in self.links
+            if link.stream_protocol_reads and not link.closed and link.node_id in self.isr
         ]
 
     # -- serving a follower -----------------------------------------------------------
@@ -414,6 +426,7 @@ class Replicator:
                 return
             link.node_id = hello.node_id
             link.stream_reads = hello.stream_reads
+            link.stream_protocol_reads = hello.stream_protocol_reads
             if any(other.node_id == link.node_id for other in self.links):
                 for other in [o for o in self.links if o.node_id == link.node_id]:
                     other.close()  # a reconnect: the old link is dead

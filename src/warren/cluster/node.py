@@ -50,6 +50,7 @@ class LeaderBroker(Protocol):
     replication: Replication | None
     cluster_status: Callable[[], dict[str, Any]] | None
     stream_replicas: Callable[[], list[str]] | None
+    stream_protocol_replicas: Callable[[], list[str]] | None
 
     @property
     def listeners(self) -> Sequence[Any]:
@@ -78,6 +79,9 @@ class StreamReads(Protocol):
 
 #: Makes the service for (config, data directory, "where the leader is").
 StreamReadsFactory = Callable[[Config, Path, Callable[[], str]], StreamReads]
+#: The stream protocol's (stream_protocol/replica_server.py): the same, with
+#: "where the leader's stream port is" and the host this node is reached by.
+StreamProtocolReadsFactory = Callable[[Config, Path, Callable[[], str], str], StreamReads]
 
 
 def node_id_of(data_dir: Path, name: str = "") -> str:
@@ -113,6 +117,7 @@ class ClusterNode:
         make_broker: BrokerFactory,
         make_stream_reads: StreamReadsFactory | None = None,
         clock: Clock | None = None,
+        make_stream_protocol_reads: StreamProtocolReadsFactory | None = None,
     ) -> None:
         self.config = config
         #: Every wait and retry delay of the node goes through it (tests drive it).
@@ -121,6 +126,9 @@ class ClusterNode:
         self.make_stream_reads = make_stream_reads
         #: While following with [clustering] stream_read_port set.
         self.stream_reads: StreamReads | None = None
+        self.make_stream_protocol_reads = make_stream_protocol_reads
+        #: While following with [clustering] stream_protocol_read_port set.
+        self.stream_protocol_reads: StreamReads | None = None
         self.root = Path(config.data_dir).resolve()
         self.node_id = node_id_of(self.root, config.clustering_node_name)
         self.prefix = config.clustering_etcd_prefix.rstrip("/")
@@ -262,7 +270,16 @@ class ClusterNode:
             out["position"] = self.follower.position
         if self.stream_reads is not None:
             out["stream_reads"] = f"{self.advertised[0]}:{self.stream_reads.port}"
+        if self.stream_protocol_reads is not None:
+            out["stream_protocol_reads"] = self._stream_protocol_address()
         return out
+
+    def _stream_protocol_address(self) -> str:
+        """host:port clients reach this node's stream protocol reads by."""
+        reads = self.stream_protocol_reads
+        if reads is None:
+            return ""
+        return f"{self.config.stream_advertised_host or self.advertised[0]}:{reads.port}"
 
     # -- leading ----------------------------------------------------------------------
     async def _lead(self, lease: int, secret: str) -> None:
@@ -287,6 +304,7 @@ class ClusterNode:
             self.replicator = replicator
             broker.cluster_status = self.status
             broker.stream_replicas = replicator.stream_replicas
+            broker.stream_protocol_replicas = replicator.stream_protocol_replicas
             await broker.start()
             if self._stopping.is_set():
                 return  # asked to stop while it started: hand the lead on
@@ -383,6 +401,7 @@ class ClusterNode:
         log.info("following leader %s at %s", info["id"], info["replication"])
         await self._proxy.start(info)
         reads = await self._start_stream_reads(info)
+        await self._start_stream_protocol_reads(info)
         watch = asyncio.ensure_future(self._wait_for_change(revision))
         try:
             await self._replicate(info, secret, reads, watch)
@@ -397,6 +416,9 @@ class ClusterNode:
             if reads is not None:
                 self.stream_reads = None
                 await reads.stop()
+            protocol_reads, self.stream_protocol_reads = self.stream_protocol_reads, None
+            if protocol_reads is not None:
+                await protocol_reads.stop()
             self.follower = None
             self.role = "starting"
 
@@ -420,6 +442,8 @@ class ClusterNode:
             nonlocal announced
             if reads is not None:
                 reads.applied()
+            if self.stream_protocol_reads is not None:
+                self.stream_protocol_reads.applied()
             if not announced:  # once per leader: the relayed ports now serve its data
                 announced = True
                 role = f"follower {self.node_id} of {info['id']}"
@@ -433,6 +457,7 @@ class ClusterNode:
                 stream_reads=f"{self.advertised[0]}:{reads.port}" if reads is not None else "",
                 on_synced=synced,
                 tls=self.tls[1] if self.tls is not None else None,
+                stream_protocol_reads=self._stream_protocol_address(),
             )
             task = asyncio.ensure_future(follower.run(host, int(port)))
             try:
@@ -476,6 +501,21 @@ class ClusterNode:
             return None
         self.stream_reads = reads
         return reads
+
+    async def _start_stream_protocol_reads(self, leader: dict[str, Any]) -> None:
+        port = self.config.clustering_stream_protocol_read_port
+        if self.make_stream_protocol_reads is None or port < 0:
+            return
+        stream = str(leader.get("stream") or "")
+        reads = self.make_stream_protocol_reads(
+            self.config, self.root, lambda: stream, self.advertised[0]
+        )
+        try:
+            await reads.start()
+        except OSError as exc:
+            log.error("cannot serve stream protocol reads on port %d: %s", port, exc)
+            return
+        self.stream_protocol_reads = reads
 
     async def _wait_for_change(self, revision: int) -> None:
         """Return when the leader key changes after ``revision``."""

@@ -37,7 +37,7 @@ def register(r: Router) -> None:
     r.route("GET", "/api/consumers/{vhost}")(list_consumers)
 
 
-async def _visible(
+async def visible_connections(
     ctx: Ctx, vhost: str | None = None
 ) -> list[tuple[ClientConnection, dict[str, Any]]]:
     """(connection, info) of the open connections this user may see (in slices)."""
@@ -57,7 +57,7 @@ async def _visible(
 
 
 async def _find(ctx: Ctx, name: str) -> tuple[ClientConnection, dict[str, Any]]:
-    for conn, info in await _visible(ctx):
+    for conn, info in await visible_connections(ctx):
         if info.get("name") == name:
             return conn, info
     raise not_found()
@@ -90,13 +90,13 @@ def _with_history(ctx: Ctx, conn: ClientConnection, info: dict[str, Any]) -> dic
 
 
 async def list_connections(ctx: Ctx) -> web.StreamResponse:
-    items = [_with_history(ctx, c, info) for c, info in await _visible(ctx)]
+    items = [_with_history(ctx, c, info) for c, info in await visible_connections(ctx)]
     return await list_response(ctx, items, ("name",))
 
 
 async def vhost_connections(ctx: Ctx) -> web.StreamResponse:
     ctx.vhost(ctx.params[0])
-    items = [_with_history(ctx, c, info) for c, info in await _visible(ctx, ctx.params[0])]
+    items = [_with_history(ctx, c, info) for c, info in await visible_connections(ctx, ctx.params[0])]
     return await list_response(ctx, items, ("name",))
 
 
@@ -121,7 +121,7 @@ async def get_connection(ctx: Ctx) -> web.StreamResponse:
     return item_response(ctx, info)
 
 
-def _force_close(ctx: Ctx, conn: ClientConnection, info: dict[str, Any]) -> None:
+def force_close(ctx: Ctx, conn: ClientConnection, info: dict[str, Any]) -> None:
     """Close it as RabbitMQ does (AMQP: 320 CONNECTION_FORCED with the ``X-Reason``
     header's text; MQTT 5: DISCONNECT 0x98) and answer at once: the connection
     goes when its client answers, or at the protocol's close timeout."""
@@ -135,13 +135,12 @@ def _force_close(ctx: Ctx, conn: ClientConnection, info: dict[str, Any]) -> None
 async def close_connection(ctx: Ctx) -> web.StreamResponse:
     """A user may close their own connections; closing others' needs administrator."""
     conn, info = await _find(ctx, ctx.params[0])
-    if info.get("user") != ctx.user.name and not ctx.is_admin():
-        raise not_authorised("Not administrator user")
-    _force_close(ctx, conn, info)
+    own_or_admin(ctx, info.get("user"))
+    force_close(ctx, conn, info)
     return web.Response(status=204)
 
 
-def _own_or_admin(ctx: Ctx, user: str) -> None:
+def own_or_admin(ctx: Ctx, user: str | None) -> None:
     """RabbitMQ's is_authorized_user: the user themselves, or an administrator."""
     if user != ctx.user.name and not ctx.is_admin():
         raise not_authorised("Not administrator user")
@@ -150,10 +149,10 @@ def _own_or_admin(ctx: Ctx, user: str) -> None:
 async def user_connections(ctx: Ctx) -> web.StreamResponse:
     """RabbitMQ's tracked connections of one user (any vhost): name, vhost, user, node."""
     user = ctx.params[0]
-    _own_or_admin(ctx, user)
+    own_or_admin(ctx, user)
     items = [
         {"name": info["name"], "vhost": info.get("vhost"), "user": user, "node": info.get("node")}
-        for _, info in await _visible(ctx)
+        for _, info in await visible_connections(ctx)
         if info.get("user") == user
     ]
     return await list_response(ctx, items, ("name",))
@@ -162,10 +161,10 @@ async def user_connections(ctx: Ctx) -> web.StreamResponse:
 async def close_user_connections(ctx: Ctx) -> web.StreamResponse:
     """Close every connection of one user (204 when there are none, as RabbitMQ)."""
     user = ctx.params[0]
-    _own_or_admin(ctx, user)
-    for conn, info in await _visible(ctx):
+    own_or_admin(ctx, user)
+    for conn, info in await visible_connections(ctx):
         if info.get("user") == user:
-            _force_close(ctx, conn, info)
+            force_close(ctx, conn, info)
     return web.Response(status=204)
 
 
@@ -175,18 +174,18 @@ async def connection_channels(ctx: Ctx) -> web.StreamResponse:
 
 
 async def list_channels(ctx: Ctx) -> web.StreamResponse:
-    return await list_response(ctx, await _channels(ctx, await _visible(ctx)), ("name",))
+    return await list_response(ctx, await _channels(ctx, await visible_connections(ctx)), ("name",))
 
 
 async def vhost_channels(ctx: Ctx) -> web.StreamResponse:
     ctx.vhost(ctx.params[0])
-    return await list_response(ctx, await _channels(ctx, await _visible(ctx, ctx.params[0])), ("name",))
+    return await list_response(ctx, await _channels(ctx, await visible_connections(ctx, ctx.params[0])), ("name",))
 
 
 async def get_channel(ctx: Ctx) -> web.StreamResponse:
     name = ctx.params[0]
     ages = ctx.ages()  # the page's rate charts ask for msg_rates_age
-    for conn, _ in await _visible(ctx):
+    for conn, _ in await visible_connections(ctx):
         for ch in conn.channels_info(ages):
             if ch.get("name") == name:
                 # Per-exchange and per-queue counts (RabbitMQ's detailed rates mode):

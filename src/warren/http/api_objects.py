@@ -262,17 +262,24 @@ def _bindings_where(vhost: VHost, source: Exchange | None, dest: Any) -> list[di
     return out
 
 
+# The bindings of an exchange or a queue that does not exist are none, not a
+# 404: RabbitMQ answers 404 only for a missing vhost (rabbit_mgmt_wm_bindings),
+# and a client that lists a super stream's partitions this way (Spark's data
+# source) sees the same answer from both.
+
+
 async def exchange_bindings_source(ctx: Ctx) -> web.StreamResponse:
     vhost = ctx.vhost(ctx.params[0])
-    ex = _exchange(vhost, ctx.params[1])
-    items = [formats.binding_info(b, vhost.name) for b in ex.bindings.values()]
+    ex = vhost.exchanges.get(_exchange_name(ctx.params[1]))
+    items = [] if ex is None else [formats.binding_info(b, vhost.name) for b in ex.bindings.values()]
     return await list_response(ctx, items, ())
 
 
 async def exchange_bindings_destination(ctx: Ctx) -> web.StreamResponse:
     vhost = ctx.vhost(ctx.params[0])
-    ex = _exchange(vhost, ctx.params[1])
-    return await list_response(ctx, _bindings_where(vhost, None, ex), ())
+    ex = vhost.exchanges.get(_exchange_name(ctx.params[1]))
+    items = [] if ex is None else _bindings_where(vhost, None, ex)
+    return await list_response(ctx, items, ())
 
 
 # -- queues ---------------------------------------------------------------------------------
@@ -476,8 +483,11 @@ async def get_messages(ctx: Ctx) -> web.StreamResponse:
 
 async def queue_bindings(ctx: Ctx) -> web.StreamResponse:
     vhost = ctx.vhost(ctx.params[0])
-    q = _queue(vhost, ctx.params[1])
-    items = [formats.default_binding_info(q)] + _bindings_where(vhost, None, q)
+    q = vhost.queues.get(ctx.params[1])
+    if q is None:
+        items = [formats.implicit_binding_info(vhost.name, ctx.params[1])]
+    else:
+        items = [formats.default_binding_info(q)] + _bindings_where(vhost, None, q)
     return await list_response(ctx, items, ())
 
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from aiohttp import web
 
-from warren.http.api_connections import DEFAULT_REASON, _visible
+from warren.http.api_connections import force_close, own_or_admin, visible_connections
 from warren.http.common import Ctx, item_response, list_response, not_authorised, not_found
 from warren.http.replies import bad_request
 from warren.http.state import Router
@@ -54,7 +54,7 @@ async def _streams(
     ctx: Ctx, vhost: str | None = None
 ) -> list[tuple[ClientConnection, dict[str, Any]]]:
     """The stream connections this user may see (of ``vhost`` only, if given)."""
-    return [(c, i) for c, i in await _visible(ctx, vhost) if i.get("protocol") == STREAM]
+    return [(c, i) for c, i in await visible_connections(ctx, vhost) if i.get("protocol") == STREAM]
 
 
 def _monitored_vhost(ctx: Ctx, name: str) -> None:
@@ -94,9 +94,8 @@ async def get_connection(ctx: Ctx) -> web.StreamResponse:
 async def close_connection(ctx: Ctx) -> web.StreamResponse:
     """As DELETE /api/connections/{name}: the client gets a Close."""
     conn, info = await _find(ctx)
-    if info.get("user") != ctx.user.name and not ctx.is_admin():
-        raise not_authorised("Not administrator user")
-    conn.force_close(ctx.request.headers.get("X-Reason", DEFAULT_REASON))
+    own_or_admin(ctx, info.get("user"))
+    force_close(ctx, conn, info)
     return web.Response(status=204)
 
 

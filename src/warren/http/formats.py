@@ -273,14 +273,21 @@ def binding_info(b: Binding, vhost: str) -> dict[str, Any]:
 
 def default_binding_info(q: Queue) -> dict[str, Any]:
     """The default exchange's implicit binding to every queue, as RabbitMQ lists it."""
+    return implicit_binding_info(q.vhost.name, q.name)
+
+
+def implicit_binding_info(vhost: str, queue: str) -> dict[str, Any]:
+    """The default exchange's binding to the queue named ``queue``, which
+    RabbitMQ lists whether or not the queue exists (rabbit_binding's
+    implicit_for_destination)."""
     return {
         "source": "",
-        "vhost": q.vhost.name,
-        "destination": q.name,
+        "vhost": vhost,
+        "destination": queue,
         "destination_type": "queue",
-        "routing_key": q.name,
+        "routing_key": queue,
         "arguments": {},
-        "properties_key": properties_key(q.name, {}),
+        "properties_key": properties_key(queue, {}),
     }
 
 

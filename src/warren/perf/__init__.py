@@ -17,6 +17,9 @@ Modules:
 * ``mqtt_workers``        its MQTT publisher and subscriber processes
 * ``mqtt_client``         MQTT URIs, connection setup, packet boundaries
 * ``mqtt_idle``           ``warren perf mqtt-idle``: many idle MQTT connections, broker memory
+* ``stream``              ``warren perf stream``: RabbitMQ stream protocol, parameters, summary
+* ``stream_workers``      its producer and consumer processes
+* ``stream_client``       stream URIs, connection setup, Publish frames, Deliver chunk headers
 * ``limits``              the open-file limit
 * ``report``              rates, latency histogram and percentiles, /proc memory, JSON
 

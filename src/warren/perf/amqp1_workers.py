@@ -66,6 +66,7 @@ from warren.perf.amqp1_client import (
     transfer_fields,
 )
 from warren.perf.workers import (
+    Heartbeat,
     Publisher,
     Receiver,
     Worker,
@@ -105,23 +106,9 @@ def worker_main(role: str, index: int, params: AMQP1Params, conn: Connection) ->
     worker_entry(role, index, conn, make, (AMQP1Error, OSError, EOFError), AMQP1Result())
 
 
-class _Heartbeat:
-    """Empty frames at half the idle-time-out the broker announced in its open, while
-    this side has sent nothing else: a receiver with nothing to receive, a sender
-    waiting for credit. The hot loops call :meth:`sent` after each write."""
-
-    def __init__(self, sock: socket.socket, idle_time_out_ms: int | None) -> None:
-        self.sock = sock
-        self.every_ns = (idle_time_out_ms or 0) * 1_000_000 // 2
-        self.last_ns = time.monotonic_ns()
-
-    def sent(self, now: int) -> None:
-        self.last_ns = now
-
-    def idle(self, now: int) -> None:
-        if self.every_ns and now - self.last_ns >= self.every_ns:
-            self.sock.sendall(HEARTBEAT)
-            self.last_ns = now
+def _heartbeat(link: Link) -> Heartbeat:
+    """Empty frames at half the idle-time-out the broker announced in its open."""
+    return Heartbeat(link.sock, HEARTBEAT, (link.remote_open.idle_time_out or 0) * 1_000_000 // 2)
 
 
 class _Sender(Publisher):
@@ -191,7 +178,7 @@ class _Sender(Publisher):
         )
         max_frame = link.remote_open.max_frame_size
         send_batch = self._sender(link.sock, template, max_frame)
-        heartbeat = _Heartbeat(link.sock, link.remote_open.idle_time_out)
+        heartbeat = _heartbeat(link)
 
         def send(n: int, now: int, sent: int) -> None:
             send_batch(n, now, sent)
@@ -304,7 +291,7 @@ class _Receiver(Receiver):
         unpack_ts = _TS.unpack_from
         hist: dict[int, int] = {}
         record = partial(record_latency, hist)
-        heartbeat = _Heartbeat(sock, link.remote_open.idle_time_out)
+        heartbeat = _heartbeat(link)
 
         count = 0
         frames = 0

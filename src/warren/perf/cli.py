@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import fields
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -15,9 +15,14 @@ if TYPE_CHECKING:
 __all__ = ["build_parser", "main"]
 
 DEFAULT_URI = "amqp://guest:guest@127.0.0.1:5672/"
+DEFAULT_STREAM_URI = "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2F"
 
 _N = TypeVar("_N", int, float)
 _P = TypeVar("_P", bound="DataclassInstance")
+
+
+class _Checked(Protocol):
+    def check(self) -> str | None: ...
 
 
 def _non_negative(text: str, parse: Callable[[str], _N], what: str) -> _N:
@@ -75,6 +80,21 @@ def _add_time(a: argparse.ArgumentParser) -> None:
     a.add_argument("-z", "--time", type=_seconds, default=0.0, metavar="SECONDS", help="run time")
 
 
+def _add_consumers(a: argparse.ArgumentParser) -> None:
+    a.add_argument("-y", "--consumers", type=_count, default=1, metavar="N", help="default 1")
+
+
+def _add_size(a: argparse.ArgumentParser, what: str = "body") -> None:
+    a.add_argument(
+        "-s", "--size", type=_count, default=16, metavar="BYTES", help=f"{what} size, default 16"
+    )
+
+
+def _add_count(a: argparse.ArgumentParser, text: str) -> None:
+    """``-C``: how many messages each publisher sends before the run ends."""
+    a.add_argument("-C", "--count", type=_count, default=0, metavar="N", help=text)
+
+
 def _add_broker_memory(a: argparse.ArgumentParser) -> None:
     """``--pid`` and ``--settle`` of the tools that report the broker's memory."""
     a.add_argument("--pid", type=int, metavar="PID", help="the broker's pid, for memory figures")
@@ -91,8 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="warren perf",
         description="Load tests for AMQP 0-9-1 brokers (Warren, RabbitMQ, ...), AMQP 1.0 "
-        "brokers and MQTT brokers (Warren, mosquitto, ...). Each publisher and consumer of "
-        "`throughput`, `amqp1` and `mqtt` runs in its own process.",
+        "brokers, MQTT brokers (Warren, mosquitto, ...) and RabbitMQ stream protocol brokers. "
+        "Each publisher and consumer of `throughput`, `amqp1`, `mqtt` and `stream` runs in "
+        "its own process.",
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -116,9 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="default 1 (with --queues: consumers per queue). -y 0 without --queue/--queues "
         "declares no queue, so the broker drops every message: the publishers' ceiling",
     )
-    t.add_argument(
-        "-s", "--size", type=_count, default=16, metavar="BYTES", help="body size, default 16"
-    )
+    _add_size(t)
     t.add_argument(
         "-c",
         "--confirm",
@@ -248,7 +267,80 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(q, "result")
     _add_mqtt_parsers(sub)
     _add_amqp1_parser(sub)
+    _add_stream_parser(sub)
     return p
+
+
+def _add_stream_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    a = sub.add_parser(
+        "stream",
+        help="stream protocol producers and consumers, report msg/s and latency",
+        description="RabbitMQ stream protocol load (Warren's [stream] port, RabbitMQ's "
+        "rabbitmq_stream): producer connections publish with confirms into --stream, "
+        "consumers subscribe to it with chunk credit, each in its own process. The stream "
+        "is created (and deleted at the end if this run created it). Every consumer reads "
+        "every message. Prints rates once a second and a summary; without -z or -C it runs "
+        "until Ctrl-C. Latency is measured from a send timestamp in the first 8 bytes of "
+        "each body: by default a chunk's first record's, counted for all its records.",
+    )
+    a.add_argument(
+        "--uri",
+        default=DEFAULT_STREAM_URI,
+        help="broker URI (default: " + DEFAULT_STREAM_URI.replace("%", "%%") + ")",
+    )
+    a.add_argument(
+        "-x", "--producers", type=_count, default=1, metavar="N", help="connections, default 1"
+    )
+    a.add_argument(
+        "--publishers-per-connection",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="publishers declared on each producer connection, sent batches in turn",
+    )
+    _add_consumers(a)
+    _add_size(a)
+    a.add_argument(
+        "-b",
+        "--batch",
+        type=_positive,
+        default=100,
+        metavar="N",
+        help="messages per Publish frame (default 100)",
+    )
+    a.add_argument(
+        "-c",
+        "--confirm",
+        type=_count,
+        default=10_000,
+        metavar="N",
+        help="at most N messages per connection awaiting their confirm (default 10000; "
+        "0 = no limit)",
+    )
+    a.add_argument(
+        "-q",
+        "--credit",
+        type=_positive,
+        default=10,
+        metavar="N",
+        help="chunks granted to each subscription at the start, one more per chunk (default 10)",
+    )
+    a.add_argument("--offset", choices=("first", "last", "next"), default="next")
+    a.add_argument(
+        "--decode",
+        action="store_true",
+        help="consumers locate every record of a chunk (each its own latency) rather "
+        "than reading the chunk header alone",
+    )
+    a.add_argument("--stream", default="perf-stream", metavar="NAME", help="default perf-stream")
+    a.add_argument(
+        "--max-length-bytes", type=_count, default=0, metavar="N", help="when creating the stream"
+    )
+    a.add_argument("--keep", action="store_true", help="do not delete the stream at the end")
+    _add_rate(a)
+    _add_time(a)
+    _add_count(a, "messages per producer connection; stop once every consumer has all")
+    _add_json(a, "summary")
 
 
 def _add_amqp1_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -263,10 +355,8 @@ def _add_amqp1_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     _add_amqp_uri(a)
     _add_publishers(a)
-    a.add_argument("-y", "--consumers", type=_count, default=1, metavar="N", help="default 1")
-    a.add_argument(
-        "-s", "--size", type=_count, default=16, metavar="BYTES", help="body size, default 16"
-    )
+    _add_consumers(a)
+    _add_size(a)
     a.add_argument(
         "-c",
         "--confirm",
@@ -319,14 +409,7 @@ def _add_amqp1_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     a.add_argument("--keep", action="store_true", help="do not delete the queue at the end")
     _add_rate(a)
     _add_time(a)
-    a.add_argument(
-        "-C",
-        "--count",
-        type=_count,
-        default=0,
-        metavar="N",
-        help="messages per sender; stop once all are received",
-    )
+    _add_count(a, "messages per sender; stop once all are received")
     _add_json(a, "summary")
 
 
@@ -364,19 +447,10 @@ def _add_mqtt_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     m.add_argument("--qos", type=int, choices=(0, 1, 2), default=0, help="default 0")
     _add_publishers(m)
     m.add_argument("-y", "--subscribers", type=_count, default=1, metavar="N", help="default 1")
-    m.add_argument(
-        "-s", "--size", type=_count, default=16, metavar="BYTES", help="payload size, default 16"
-    )
+    _add_size(m, "payload")
     m.add_argument("--topic", default="perf/test", help="topic name (default perf/test)")
     _add_time(m)
-    m.add_argument(
-        "-C",
-        "--count",
-        type=_count,
-        default=0,
-        metavar="N",
-        help="messages per publisher; stop once all are received (or none arrived for 5 s)",
-    )
+    _add_count(m, "messages per publisher; stop once all are received (or none arrived for 5 s)")
     _add_rate(m)
     m.add_argument(
         "--inflight",
@@ -483,6 +557,15 @@ def _params(cls: type[_P], args: argparse.Namespace, **given: object) -> _P:
     return cls(**values)
 
 
+def _checked_run(args: argparse.Namespace, params: _Checked, run: Callable[..., int]) -> int:
+    """``run(params)``, or 2 with the reason on stderr when ``params.check()`` refuses."""
+    problem = params.check()
+    if problem:
+        print(f"warren perf {args.command}: {problem}", file=sys.stderr)
+        return 2
+    return run(params, as_json=args.json)
+
+
 def _main_mqtt(args: argparse.Namespace) -> int:
     try:
         target = _mqtt_target(args)
@@ -497,12 +580,7 @@ def _main_mqtt(args: argparse.Namespace) -> int:
     from warren.perf.mqtt import MQTTParams
     from warren.perf.mqtt import run as run_mqtt
 
-    params = _params(MQTTParams, args, **target)
-    problem = params.check()
-    if problem:
-        print(f"warren perf mqtt: {problem}", file=sys.stderr)
-        return 2
-    return run_mqtt(params, as_json=args.json)
+    return _checked_run(args, _params(MQTTParams, args, **target), run_mqtt)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -517,12 +595,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from warren.perf.amqp1 import AMQP1Params
         from warren.perf.amqp1 import run as run_amqp1
 
-        params = _params(AMQP1Params, args)
-        problem = params.check()
-        if problem:
-            print(f"warren perf amqp1: {problem}", file=sys.stderr)
-            return 2
-        return run_amqp1(params, as_json=args.json)
+        return _checked_run(args, _params(AMQP1Params, args), run_amqp1)
+    if args.command == "stream":
+        from warren.perf.stream import StreamParams
+        from warren.perf.stream import run as run_stream
+
+        return _checked_run(args, _params(StreamParams, args), run_stream)
     if args.command == "throughput":
         from warren.perf.throughput import ThroughputParams, run
 

@@ -13,7 +13,7 @@ Shared here: the entry point's error handling, the start/stop handshake, the
 publishers' pacing loop (batches, ``--rate``, the window of unacknowledged
 messages) with its reporter thread and its reader of the broker's replies, the
 receivers' read loop (polling, reports, the deadline and the parent's stop), and
-latency recording into a histogram. The protocol parsing stays in the protocols'
+latency recording into a histogram, heartbeats of a quiet side. The protocol parsing stays in the protocols'
 worker modules, inline in their hot loops.
 """
 
@@ -34,6 +34,7 @@ from warren.perf.report import SUB_BITS
 
 __all__ = [
     "NS",
+    "Heartbeat",
     "Publisher",
     "Receiver",
     "Stop",
@@ -388,6 +389,27 @@ class Receiver(Worker):
                 if now >= next_report:
                     next_report += REPORT_NS
                     report()
+
+
+class Heartbeat:
+    """``frame`` (the protocol's heartbeat) every ``every_ns`` (0: never) while this
+    side has sent nothing else, so that the broker does not close a quiet client as
+    dead: a receiver with nothing to receive, a publisher waiting for credit or
+    acks. The hot loops call :meth:`sent` after each write."""
+
+    def __init__(self, sock: socket.socket, frame: bytes, every_ns: int) -> None:
+        self.sock = sock
+        self.frame = frame
+        self.every_ns = every_ns
+        self.last_ns = time.monotonic_ns()
+
+    def sent(self, now: int) -> None:
+        self.last_ns = now
+
+    def idle(self, now: int) -> None:
+        if self.every_ns and now - self.last_ns >= self.every_ns:
+            self.sock.sendall(self.frame)
+            self.last_ns = now
 
 
 def record_latency(hist: dict[int, int], now: int, ts: int, n: int) -> None:

@@ -202,7 +202,7 @@ def _duration_ms(options: Mapping[str, str], name: str, default: int) -> int:
 
 #: Every option the source reads (Spark matches names in any case).
 SOURCE_OPTIONS = ENDPOINT_OPTIONS + (
-    "queue", "subscribe", "subscribePattern", "managementUrl",
+    "queue", "subscribe", "subscribePattern", "superStream", "managementUrl",
     "startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp",
     "startingOffsetsByTimestampStrategy", "endingOffsets", "endingTimestamp",
     "endingOffsetsByTimestamp", "maxRecordsPerTrigger", "maxOffsetsPerTrigger",
@@ -252,7 +252,8 @@ class SourceOptions:
 
     url: str
     endpoint: Endpoint
-    #: The streams named (``queue`` or ``subscribe``); empty with a ``pattern``.
+    #: The streams named (``queue`` or ``subscribe``); empty with a ``pattern`` or a
+    #: ``super_stream``.
     queues: tuple[str, ...]
     starting: dict[str, Position]
     ending: dict[str, Position]
@@ -278,15 +279,20 @@ class SourceOptions:
     include_headers: bool | None = None
     #: A start time after a stream's last message: "latest" (its end) or "error".
     timestamp_strategy: str = "latest"
+    #: superStream: its partitions, listed in order at every planning through the
+    #: management API (the exchange's bindings) at ``management_url``.
+    super_stream: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
         _refuse_unknown(options, SOURCE_OPTIONS)
         endpoint = Endpoint.parse(options)
         url = endpoint.urls[0]
-        queues, pattern = _subscription(options)
+        queues, pattern, super_stream = _subscription(options)
 
         def known(queue: str) -> bool:
+            if super_stream is not None:  # positions are by partition (stream) name
+                return queue != super_stream
             return queue in queues if pattern is None else pattern.fullmatch(queue) is not None
 
         # Kafka's defaults: a streaming query starts at the end, a batch read at the start.
@@ -339,8 +345,8 @@ class SourceOptions:
         replica_timeout = _positive(options, "replicaTimeoutMs", 5000)
         assert replica_timeout is not None
         management = _get(options, "managementUrl")
-        if management is not None and pattern is None:
-            raise OptionError("managementUrl", "only with subscribePattern")
+        if management is not None and pattern is None and super_stream is None:
+            raise OptionError("managementUrl", "only with subscribePattern or superStream")
         if management is not None and urlsplit(management).scheme not in ("http", "https"):
             raise OptionError("managementUrl", f"expected an http(s):// URL, got {management!r}")
         return cls(
@@ -364,21 +370,28 @@ class SourceOptions:
             max_trigger_delay_ms=_duration_ms(options, "maxTriggerDelay", 15 * 60_000),
             include_headers=include_headers(options),
             timestamp_strategy=strategy,
+            super_stream=super_stream,
         )
 
 
-def _subscription(options: Mapping[str, str]) -> tuple[tuple[str, ...], re.Pattern[str] | None]:
-    """The streams to read: a list (``queue``, or Kafka's ``subscribe``), or a pattern."""
-    name, raw = _either(options, "queue", "subscribe", "subscribePattern")
+def _subscription(
+    options: Mapping[str, str],
+) -> tuple[tuple[str, ...], re.Pattern[str] | None, str | None]:
+    """The streams to read: a list (``queue``, or Kafka's ``subscribe``), a pattern, or a
+    super stream's partitions."""
+    name, raw = _either(options, "queue", "subscribe", "subscribePattern", "superStream")
     if raw is None or not raw.strip():
         raise OptionError(
             "queue",
             "required: the stream queue to read, or a comma-separated list "
-            "(or option 'subscribe', or 'subscribePattern', a regular expression)",
+            "(or option 'subscribe', 'subscribePattern', a regular expression, "
+            "or 'superStream', a super stream's name)",
         )
+    if name == "superStream":
+        return (), None, raw.strip()
     if name == "subscribePattern":
         try:
-            return (), re.compile(raw)
+            return (), re.compile(raw), None
         except re.error as exc:
             raise OptionError(name, f"not a regular expression: {exc}") from None
     queues = tuple(q.strip() for q in raw.split(","))
@@ -386,7 +399,7 @@ def _subscription(options: Mapping[str, str]) -> tuple[tuple[str, ...], re.Patte
         raise OptionError(name, f"empty queue name in {raw!r}")
     if len(set(queues)) != len(queues):
         raise OptionError(name, f"a queue is listed twice in {raw!r}")
-    return queues, None
+    return queues, None, None
 
 
 def _check_range(starting: Positions, ending: Positions, queues: tuple[str, ...]) -> None:

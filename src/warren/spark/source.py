@@ -40,7 +40,7 @@ from pyspark.sql.types import StructType
 from warren.client import AMQPError
 from warren.spark.columns import columns, schema_ddl, to_batch
 from warren.spark.connection import DataLossError, SourceError, data_loss
-from warren.spark.listing import matching_streams
+from warren.spark.listing import matching_streams, super_stream_partitions
 from warren.spark.options import (
     EARLIEST,
     LATEST,
@@ -93,7 +93,15 @@ def _plain(method: Callable[..., T]) -> Callable[..., T]:
 
 
 def _streams(options: SourceOptions) -> list[str]:
-    """The streams to read now: those named, or those subscribePattern matches."""
+    """The streams to read now: those named, those subscribePattern matches, or the
+    super stream's partitions."""
+    if options.super_stream is not None:
+        return super_stream_partitions(
+            options.endpoint.uri(),
+            options.management_url,
+            options.super_stream,
+            options.poll_timeout_ms / 1000,
+        )
     if options.pattern is None:
         return list(options.queues)
     return matching_streams(
@@ -497,7 +505,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.warning("%s; reading it from its first offset (failOnDataLoss=false)", what)
 
     def _gone(self, queue: str) -> None:
-        what = f"stream {queue!r}, which subscribePattern matched, is gone (deleted)"
+        ss = self.options.super_stream
+        what = (
+            f"stream {queue!r}, which subscribePattern matched, is gone (deleted)"
+            if ss is None
+            else f"stream {queue!r} is no longer a partition of super stream {ss!r}"
+        )
         if self.options.fail_on_data_loss:
             raise DataLossError(
                 f"{what}: what it held beyond this query's offsets is lost; set "

@@ -534,10 +534,13 @@ class StreamConnection:
         """Stream protocol consumers have no acknowledgements to time out."""
 
     def force_close(self, reason: str) -> None:
-        if self.state < OPEN:
-            self.close_transport()
-        else:
+        """Closed by the broker (the management API, a vhost deleted, shutdown):
+        an open connection's client hears a Close, and the transport closes
+        without waiting for its answer, as RabbitMQ ends such a connection at
+        once (rstream's tests wait for the socket to close)."""
+        if self.state >= OPEN:
             self.close(ResponseCode.OK, reason)
+        self.close_transport()
 
     def internal_error(self, exc: BaseException) -> None:
         log.exception("%s: stream connection failed", self.name, exc_info=exc)

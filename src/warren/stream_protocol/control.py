@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from warren.core import super_stream
+from warren.core.equivalence import check_queue_equivalent
 from warren.core.errors import AccessRefused, BrokerError, NotFound, PreconditionFailed
 from warren.core.stream import StartSpec
 from warren.core.stream_queue import StreamQueue
@@ -186,8 +187,16 @@ class ControlPlane:
             self.conn.reply(c.CreateResponse(corr, ResponseCode.ACCESS_REFUSED))
             return
         vhost = self._vhost
-        if name in vhost.queues:
-            self.conn.reply(c.CreateResponse(corr, ResponseCode.STREAM_ALREADY_EXISTS))
+        existing = vhost.queues.get(name)
+        if existing is not None:
+            # RabbitMQ: STREAM_ALREADY_EXISTS for an equivalent declaration only
+            code = ResponseCode.STREAM_ALREADY_EXISTS
+            try:
+                arguments = stream_arguments(command.arguments)
+                check_queue_equivalent(vhost.name, existing, True, False, False, arguments)
+            except PreconditionFailed:
+                code = ResponseCode.PRECONDITION_FAILED
+            self.conn.reply(c.CreateResponse(corr, code))
             return
         mark = self.conn.client_session.change_mark()
         try:
@@ -260,7 +269,13 @@ class ControlPlane:
             self.stream_gone(name)
 
     def _metadata(self, command: c.Metadata) -> None:
-        """This node leads every stream it has (one node: no replicas)."""
+        """This node leads every stream it has; in a cluster, the in-sync
+        followers' stream protocol read services are each stream's replicas."""
+        host, port = self.conn.advertised
+        brokers = [Broker(0, host, port)] + [
+            Broker(ref, *addr) for ref, addr in enumerate(self._replicas(), 1)
+        ]
+        refs = tuple(b.reference for b in brokers[1:])
         seen: dict[str, StreamMetadata] = {}
         for name in command.streams:
             if name in seen:
@@ -268,10 +283,25 @@ class ControlPlane:
             if self._stream(name) is None:
                 seen[name] = StreamMetadata(name, ResponseCode.STREAM_DOES_NOT_EXIST, NO_LEADER)
             else:
-                seen[name] = StreamMetadata(name, OK, 0)
-        host, port = self.conn.advertised
-        brokers = [Broker(0, host, port)] if any(m.code == OK for m in seen.values()) else []
+                seen[name] = StreamMetadata(name, OK, 0, refs)
+        if not any(m.code == OK for m in seen.values()):
+            brokers = []
         self.conn.reply(c.MetadataResponse(command.correlation_id, brokers, list(seen.values())))
+
+    def _replicas(self) -> list[tuple[str, int]]:
+        """(host, port) of the followers' stream protocol read services. They
+        serve TLS when the nodes have a certificate (``[main] tls_cert``, as
+        this one's): named to a client whose connection is the same kind."""
+        replicas = getattr(self.conn.node, "stream_protocol_replicas", None)
+        tls = self.conn.transport_name == "stream/TLS"
+        if replicas is None or tls != bool(self.conn.config.tls_cert):
+            return []
+        out = []
+        for address in replicas() if replicas is not None else ():
+            host, _, port = address.rpartition(":")
+            if host and port.isdigit():
+                out.append((host, int(port)))
+        return out
 
     def _stream_stats(self, command: c.StreamStats) -> None:
         """first_chunk_id and committed_chunk_id: Warren's chunks are single

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, cast
 from warren.batched_protocol import (
     YIELD_AFTER_BYTES,
     BatchedProtocol,
-    ConnectionTimer,
+    HandshakeTimer,
     OpenClients,
     end_connection,
     socket_addresses,
@@ -48,7 +48,7 @@ class StreamProtocol(BatchedProtocol):
         self.tls = tls
         self.conn = None
         self.clock = listener.node.clock
-        self._timer = ConnectionTimer(self.clock)
+        self._timer = HandshakeTimer(self.clock, OPEN, "stream", log)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -74,7 +74,7 @@ class StreamProtocol(BatchedProtocol):
         if ssl_object is not None:
             conn.cert_login = cert_login(ssl_object.getpeercert(), config.tls_cert_login_from)
         self.listener.protocols.add(self)
-        self._timer.set(self.clock.now_ms() + HANDSHAKE_TIMEOUT_MS, self._check)
+        self._timer.start(conn, HANDSHAKE_TIMEOUT_MS, self._abort)
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn
@@ -82,34 +82,19 @@ class StreamProtocol(BatchedProtocol):
             return
         conn.now_ms = self.clock.now_ms()
         self.count_read(data)
-        was_open = conn.state >= OPEN
+        was_open = self._timer.opened
         try:
             conn.feed(data)
         except Exception as exc:  # a bug: the client hears INTERNAL_ERROR
             conn.internal_error(exc)
-        if not was_open and conn.state == OPEN:
-            # The handshake is over: the heartbeat's timer instead of its.
-            self._timer.cancel()
-            self._check()
+        if not was_open and self._timer.opened:
+            self._timer.handshake_done()  # the heartbeat's checks from now on
         if len(data) >= YIELD_AFTER_BYTES:
             self.yield_reading()
 
-    def _check(self) -> None:
-        """The handshake's deadline, then the heartbeat's checks."""
-        self._timer.fired()
-        conn = self.conn
-        if conn is None or conn.closed:
-            return
-        now = self.clock.now_ms()
-        if conn.state < OPEN:
-            if now >= self._timer.due:
-                log.warning("%s: stream handshake timeout, closing", conn.name)
-                if self.transport is not None:
-                    self.transport.abort()
-            return
-        due = conn.tick(now)
-        if due:
-            self._timer.set(now + due, self._check)
+    def _abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
 
     def close(self) -> None:
         """Broker shutdown: the client hears a Close."""

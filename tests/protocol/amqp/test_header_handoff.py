@@ -118,6 +118,8 @@ def _config(tmp_path: Path, **settings: object) -> Config:
         data_dir=str(tmp_path / "data"),
         http_port=0,
         mqtt_port=-1,
+        stream_port=-1,
+        stream_tls_port=-1,
         prometheus_port=-1,
         auth_failure_delay=0,
         auth_failures_per_minute=0,

@@ -93,7 +93,7 @@ def loaded_keys(b: BrokerThread, name: str) -> set[str]:
 
 
 def start(data: Path, **config: Any) -> BrokerThread | DamagedFile:
-    b = BrokerThread(Config(data_dir=str(data), amqp_port=0, http_port=-1, mqtt_port=0, prometheus_port=0, **config))
+    b = BrokerThread(Config(data_dir=str(data), amqp_port=0, http_port=-1, mqtt_port=0, stream_port=0, prometheus_port=0, **config))
     try:
         b.start()
     except DamagedFile as exc:

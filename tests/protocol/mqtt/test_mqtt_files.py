@@ -277,7 +277,7 @@ def test_the_warren_process_names_the_damaged_mqtt_file(
     path.write_bytes(encode_line({"op": "add", "key": "a", "value": {}}).replace(b"a", b"b", 1))
     run = subprocess.run(
         [sys.executable, "-m", "warren", "-D", str(data), "--amqp-port", "0",
-         "--http-port", "-1", "--mqtt-port", "0", "--prometheus-port", "0"],
+         "--http-port", "-1", "--mqtt-port", "0", "--stream-port", "0", "--prometheus-port", "0"],
         capture_output=True,
         text=True,
         env=dict(os.environ, PYTHONPATH=str(SRC)),

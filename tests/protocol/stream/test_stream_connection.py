@@ -101,8 +101,11 @@ def test_create_metadata_stats_and_delete(broker: Harness) -> None:
     assert q.queue_type == "stream"
     assert q.arguments["x-max-length-bytes"] == 1000000
     assert q.arguments["x-max-age"] == "1h"
-    again = client.request(schema.Create(11, "events", []))
+    again = client.request(schema.Create(11, "events", args[::-1]))
     assert again.response_code == ResponseCode.STREAM_ALREADY_EXISTS
+    # other arguments: inequivalent, as RabbitMQ's Create says
+    other = client.request(schema.Create(14, "events", []))
+    assert other.response_code == ResponseCode.PRECONDITION_FAILED
     bad = client.request(schema.Create(12, "other", [schema.Property("max-age", "soon")]))
     assert bad.response_code == ResponseCode.PRECONDITION_FAILED
     reserved = client.request(schema.Create(13, "amq.s", []))
@@ -312,3 +315,6 @@ def test_the_management_api_lists_and_closes_a_stream_connection(broker: Harness
     http.delete(f"/api/connections/{listed['name'].replace(' ', '%20').replace('>', '%3E')}")
     frames = [decode_frame(f) for f in split_frames(client.take())]
     assert isinstance(frames[-1], c.Close)
+    # closed at once, without waiting for CloseResponse, as RabbitMQ ends the
+    # connection (rstream's own tests wait for the socket to close)
+    assert client.lost

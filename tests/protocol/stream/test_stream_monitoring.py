@@ -26,10 +26,10 @@ from rstream import (
     Producer,
 )
 from rstream.recovery import BackOffRecoveryStrategy
+from streamhelp import HOST
 
 pytestmark = [pytest.mark.timeout(120)]
 
-HOST = "127.0.0.1"
 STREAM = {"protocol": "stream"}
 STREAM_QUEUE = {"protocol": "stream", "queue_type": "rabbit_stream_queue"}
 
@@ -47,10 +47,6 @@ def api(b: BrokerThread) -> Api:
     listener = b.broker.listener("http")
     assert listener is not None
     return Api(listener.port)
-
-
-def stream_port(b: BrokerThread) -> int:
-    return int(b.broker.listener("stream").port)
 
 
 def named(items: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
@@ -99,7 +95,7 @@ def test_metrics_and_management_api_follow_rstream(warren: BrokerThread) -> None
             done.set()
 
     async def run() -> tuple[Samples, Samples]:
-        port = stream_port(warren)
+        port = warren.stream_port
         async with Producer(
             HOST, port, username="guest", password="guest", connection_name="mon-producer"
         ) as p:
@@ -219,7 +215,7 @@ def test_closing_a_stream_connection_over_the_api(warren: BrokerThread) -> None:
     admin = api(warren)
 
     async def run() -> None:
-        port = stream_port(warren)
+        port = warren.stream_port
         clients = [
             Producer(
                 HOST,

@@ -6,31 +6,14 @@ consuming messages: test_stream_rstream_messages.py."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
-from rstream import Producer, exceptions
+from rstream import exceptions
+from streamhelp import HOST, producer, stream_broker_fixture
 
-from warren.pytest_plugin import WarrenBroker, start_broker
+from warren.pytest_plugin import WarrenBroker
 
-HOST = "127.0.0.1"
-
-
-@pytest.fixture(scope="module")
-def warren() -> Iterator[WarrenBroker]:
-    broker = start_broker(http_port=-1, mqtt_port=-1, prometheus_port=-1, stream_port=0)
-    try:
-        yield broker
-    finally:
-        broker.stop()
-
-
-def stream_port(warren: WarrenBroker) -> int:
-    return warren.broker.listener("stream").port
-
-
-def producer(warren: WarrenBroker, password: str = "guest") -> Producer:
-    return Producer(HOST, stream_port(warren), username="guest", password=password)
+warren = stream_broker_fixture()
 
 
 def test_create_query_and_delete_a_stream(warren: WarrenBroker) -> None:
@@ -39,10 +22,12 @@ def test_create_query_and_delete_a_stream(warren: WarrenBroker) -> None:
             await p.create_stream("rs-events", arguments={"max-length-bytes": 10_000_000})
             assert await p.stream_exists("rs-events")
             with pytest.raises(exceptions.StreamAlreadyExists):
+                await p.create_stream("rs-events", arguments={"max-length-bytes": 10_000_000})
+            with pytest.raises(exceptions.PreconditionFailed):  # other arguments
                 await p.create_stream("rs-events")
             client = await p.default_client
             leader, replicas = await client.query_leader_and_replicas("rs-events")
-            assert (leader.host, leader.port, replicas) == (HOST, stream_port(warren), [])
+            assert (leader.host, leader.port, replicas) == (HOST, warren.stream_port, [])
             await p.delete_stream("rs-events")
             assert not await p.stream_exists("rs-events")
             with pytest.raises(exceptions.StreamDoesNotExist):

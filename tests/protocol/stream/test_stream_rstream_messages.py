@@ -6,7 +6,6 @@ deduplication across a reconnect."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pika
@@ -23,8 +22,9 @@ from rstream import (
     amqp_decoder,
 )
 from rstream._pyamqp.message import Properties  # type: ignore[import-untyped]
+from streamhelp import HOST, first_messages, port, producer, stream_broker_fixture
 
-from warren.pytest_plugin import WarrenBroker, start_broker
+from warren.pytest_plugin import WarrenBroker
 
 proton = pytest.importorskip("proton")
 from proton import Described, Message, symbol  # noqa: E402
@@ -33,24 +33,7 @@ from proton.utils import BlockingConnection  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(60)]
 
-HOST = "127.0.0.1"
-
-
-@pytest.fixture(scope="module")
-def warren() -> Iterator[WarrenBroker]:
-    broker = start_broker(http_port=-1, mqtt_port=-1, prometheus_port=-1, stream_port=0)
-    try:
-        yield broker
-    finally:
-        broker.stop()
-
-
-def port(warren: WarrenBroker) -> int:
-    return int(warren.broker.listener("stream").port)
-
-
-def producer(warren: WarrenBroker) -> Producer:
-    return Producer(HOST, port(warren), username="guest", password="guest")
+warren = stream_broker_fixture()
 
 
 async def consume(
@@ -61,20 +44,7 @@ async def consume(
     **kw: Any,
 ) -> list[tuple[int, AMQPMessage]]:
     """The first ``n`` messages (offset, message) a subscription gets."""
-    got: list[tuple[int, AMQPMessage]] = []
-    done = asyncio.Event()
-
-    async def on_message(msg: AMQPMessage, ctx: MessageContext) -> None:
-        got.append((ctx.offset, msg))
-        if len(got) >= n:
-            done.set()
-
-    async with Consumer(HOST, port(warren), username="guest", password="guest") as consumer:
-        await consumer.subscribe(
-            stream, on_message, decoder=amqp_decoder, offset_specification=offset, **kw
-        )
-        await asyncio.wait_for(done.wait(), 20)
-    return got
+    return await first_messages(port(warren), stream, n, offset, **kw)
 
 
 def test_publish_with_confirms_and_consume_from_every_offset_spec(warren: WarrenBroker) -> None:

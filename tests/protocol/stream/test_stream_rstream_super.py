@@ -8,7 +8,6 @@ declares one) that rstream routes to."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import mmh3
@@ -25,25 +24,13 @@ from rstream import (
     SuperStreamProducer,
     amqp_decoder,
 )
+from streamhelp import HOST, port, stream_broker_fixture
 
-from warren.pytest_plugin import WarrenBroker, start_broker
+from warren.pytest_plugin import WarrenBroker
 
 pytestmark = [pytest.mark.timeout(120)]
 
-HOST = "127.0.0.1"
-
-
-@pytest.fixture(scope="module")
-def warren() -> Iterator[WarrenBroker]:
-    broker = start_broker(http_port=-1, mqtt_port=-1, prometheus_port=-1, stream_port=0)
-    try:
-        yield broker
-    finally:
-        broker.stop()
-
-
-def port(warren: WarrenBroker) -> int:
-    return int(warren.broker.listener("stream").port)
+warren = stream_broker_fixture()
 
 
 async def body_key(message: AMQPMessage) -> str:

@@ -8,7 +8,6 @@ when a consumer goes the others take its partitions."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pika
@@ -23,28 +22,17 @@ from rstream import (
     amqp_decoder,
     exceptions,
 )
+from streamhelp import HOST, port, stream_broker_fixture
 
-from warren.pytest_plugin import WarrenBroker, start_broker
+from warren.pytest_plugin import WarrenBroker
 
 pytestmark = [pytest.mark.timeout(120)]
 
-HOST = "127.0.0.1"
 SUPER = "rs-sac"
 PARTITIONS = [f"{SUPER}-{i}" for i in range(3)]
 GROUP = "app"
 
-
-@pytest.fixture(scope="module")
-def warren() -> Iterator[WarrenBroker]:
-    broker = start_broker(http_port=-1, mqtt_port=-1, prometheus_port=-1, stream_port=0)
-    try:
-        yield broker
-    finally:
-        broker.stop()
-
-
-def port(warren: WarrenBroker) -> int:
-    return int(warren.broker.listener("stream").port)
+warren = stream_broker_fixture()
 
 
 def declare_and_publish(warren: WarrenBroker, rounds: list[str]) -> None:

@@ -40,7 +40,7 @@ class WarrenProcess:
         env = dict(os.environ, PYTHONPATH=str(SRC))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "warren", "-D", str(data_dir), "--amqp-port", "0",
-             "--mqtt-port", "0", "--prometheus-port", "0", "--http-port", "0" if http else "-1", *args],
+             "--mqtt-port", "0", "--stream-port", "0", "--prometheus-port", "0", "--http-port", "0" if http else "-1", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

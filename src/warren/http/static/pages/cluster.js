@@ -32,6 +32,7 @@ function followers(c) {
       ["Lag (actions)", (f) => h("span", { "data-field": "lag" }, f.lag_actions == null ? "unknown" : num(f.lag_actions))],
       ["In sync", (f) => h("span", { "data-field": "in_sync" }, yesno(f.in_sync))],
       ["Stream reads", (f) => h("span", { "data-field": "stream_reads" }, f.stream_reads ?? "none")],
+      ["Stream protocol reads", (f) => h("span", { "data-field": "stream_protocol_reads" }, f.stream_protocol_reads ?? "none")],
     ],
     c.followers,
     { empty: "No follower is connected.", rowAttrs: (f) => ({ "data-follower": f.node }) },
