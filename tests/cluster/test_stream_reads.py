@@ -181,7 +181,7 @@ def test_a_follower_serves_the_chunk_records_of_the_stream_protocol(tmp_path: Pa
     AMQP 0-9-1 consumers get them."""
     from rstream import AMQPMessage, Producer
 
-    leader = Leader(tmp_path / "leader", stream_port=0)
+    leader = Leader(tmp_path / "leader")  # its stream port is open (0: any)
     follower = None
     try:
         follower = ReadingFollower(tmp_path / "follower", "f1", leader.port)
