@@ -57,6 +57,10 @@ FP_INTERNAL void crc_init(void);
 /* Set in a record's body length when a native (AMQP 1.0) section, u32 length
  * and bytes, follows the body (store/records.py's NATIVE_FLAG). */
 #define RECORD_NATIVE_FLAG (1ull << 63)
+/* Set instead in a stream's chunk record (a whole osiris chunk as the body, a
+ * trailer section after it: store/records.py's CHUNK_FLAG). Its structure is
+ * checked as a native section's; per-message readers stop before it. */
+#define RECORD_CHUNK_FLAG (1ull << 62)
 FP_INTERNAL int record_checks_out(const unsigned char *p, Py_ssize_t q, Py_ssize_t limit,
                                   uint32_t seed);
 

@@ -369,9 +369,11 @@ int record_checks_out(const unsigned char *p, Py_ssize_t q, Py_ssize_t limit, ui
     if (o > end) return 0;
     uint64_t body = be64(p + o - 8);
     if (body != (uint64_t)(end - o)) {
-        /* Only a record with a native section after the body pays for this. */
-        if (!(body & RECORD_NATIVE_FLAG)) return 0;
-        body &= ~RECORD_NATIVE_FLAG;
+        /* Only a record with a native (or chunk trailer) section after the body
+         * pays for this. */
+        uint64_t flag = body & (RECORD_NATIVE_FLAG | RECORD_CHUNK_FLAG);
+        if (flag != RECORD_NATIVE_FLAG && flag != RECORD_CHUNK_FLAG) return 0;
+        body &= ~flag;
         if (body > (uint64_t)(end - o) || (uint64_t)(end - o) - body < 4) return 0;
         Py_ssize_t at = o + (Py_ssize_t)body;
         if ((uint64_t)be32(p + at) != (uint64_t)(end - at - 4)) return 0;

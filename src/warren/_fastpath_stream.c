@@ -82,7 +82,9 @@ PyObject *deliver_records(PyObject *self, PyObject *const *args, Py_ssize_t narg
         Py_ssize_t rk_len = p[q + 13 + ex_len];
         Py_ssize_t pl = q + 14 + ex_len + rk_len;
         Py_ssize_t plen = (Py_ssize_t)be32(p + pl);
-        Py_ssize_t body = (Py_ssize_t)(be64(p + pl + 4 + plen) & ~RECORD_NATIVE_FLAG);
+        uint64_t body_field = be64(p + pl + 4 + plen);
+        if (body_field & RECORD_CHUNK_FLAG) break; /* a stream's chunk record: one by one */
+        Py_ssize_t body = (Py_ssize_t)(body_field & ~RECORD_NATIVE_FLAG);
         if (expired_at >= 0 && be64(p + q + 4) <= (uint64_t)expired_at) break;
         if (own_expiry && plen >= 2 && (p[pl + 4] & 0x01)) break; /* the expiration flag */
         Py_ssize_t size = 8 + head_len + 9 + 2 + ex_len + rk_len; /* method frame */

@@ -28,6 +28,7 @@ from warren.http.server import HTTPListener
 from warren.mqtt.server import MQTTListener
 from warren.node import HeaderHandoffs, Listener, WebSocketEndpoint, node_name
 from warren.shovel.component import ShovelComponent
+from warren.store.stream_records import SHARED_DECODER
 from warren.stream_protocol.replica_server import ReplicaStreamServer
 from warren.stream_protocol.server import StreamListener
 from warren.webhooks import Webhooks, load_targets
@@ -99,6 +100,11 @@ class AMQP1StreamMessages:
         ):
             amqp.header = None
         return encode_message(amqp)
+
+
+# A stream's chunk records (the stream protocol's Publishes stored whole) read
+# by AMQP consumers, on a broker or a follower's replica: AMQP 1.0's mapping.
+SHARED_DECODER.decode = AMQP1StreamMessages().to_core
 
 
 def replica_stream_server(

@@ -38,6 +38,7 @@ from warren.store.mirror import FileMirror
 from warren.store.priority_store import PriorityStore, level_name
 from warren.store.quorum_store import QuorumPriorityStore
 from warren.store.segment_store import SegmentStore
+from warren.store.stream_records import SHARED_DECODER, EntryDecoder
 from warren.store.stream_store import StreamStore
 from warren.store.sync import GroupSync
 
@@ -65,6 +66,9 @@ class StoreFactory:
         #: while the vhosts are restored (None after a crash: everything may
         #: have been); empty afterwards, as stores made then are new.
         self.delivered_marks: dict[Path, int] | None = {}
+        #: How a stream's chunk records become messages for AMQP readers: the
+        #: process's (warren.app sets it to AMQP 1.0's mapping).
+        self.stream_decoder: EntryDecoder = SHARED_DECODER
 
     def _mirror(self, persistent: bool) -> FileMirror | None:
         """The data directory's mirror, as it is now, for a store made now."""
@@ -141,13 +145,16 @@ class StoreFactory:
         size = arguments.get("x-stream-max-segment-size-bytes")
         if not isinstance(size, int) or isinstance(size, bool) or size <= 64:
             size = self.config.segment_size
-        return StreamStore(
+        store = StreamStore(
             self.data.queue_dir(vhost.name, queue),
             min(size, 0xFFFFFFFF),
             budget=self.data.budget,
             mirror=self._mirror(True),
             clock=vhost.clock,
+            decoder=self.stream_decoder,
         )
+        store.chunk_routing_key = queue  # as the stream protocol's messages had
+        return store
 
     def exchange_store(self, vhost: VHost, exchange: str, persistent: bool) -> MessageStore:
         """A delayed exchange's store of held messages."""

@@ -78,13 +78,15 @@ def test_a_consumer_reads_from_the_follower_and_a_publisher_is_refused_there(
     follower.wait_for("synced with the leader")
     leader_port: int = leader.stream_port  # type: ignore[attr-defined]
     read_port: int = follower.read_port  # type: ignore[attr-defined]
-    bodies = [b"m%d" % i for i in range(200)]
+    bodies = [b"m%d" % i for i in range(250)]
 
     async def run() -> None:
         async with Producer("127.0.0.1", leader_port, username="guest", password="guest") as p:
             await p.create_stream("replicated")
-            for body in bodies:
+            for body in bodies[:200]:
                 await p.send_wait("replicated", AMQPMessage(body=body))
+            # One Publish of 50: one chunk record, sent by the follower as stored.
+            await p.send_batch("replicated", [AMQPMessage(body=body) for body in bodies[200:]])
         assert await replicas_named(leader_port, "replicated") == [("127.0.0.1", read_port)]
 
         got: list[bytes] = []

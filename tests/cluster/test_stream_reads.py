@@ -172,3 +172,44 @@ def test_a_follower_refuses_what_would_change_anything(
                 credentials=pika.PlainCredentials("guest", "wrong"),
             )
         )
+
+
+def test_a_follower_serves_the_chunk_records_of_the_stream_protocol(tmp_path: Path) -> None:
+    """A Publish stored whole as one chunk record on the leader (the stream
+    protocol's fast path) reaches the follower as bytes, and the follower's
+    read service splits it into messages with their offsets, as the leader's
+    AMQP 0-9-1 consumers get them."""
+    from rstream import AMQPMessage, Producer
+
+    leader = Leader(tmp_path / "leader")  # its stream port is open (0: any)
+    follower = None
+    try:
+        follower = ReadingFollower(tmp_path / "follower", "f1", leader.port)
+        stream_port = leader.thread.broker.listener("stream").port  # type: ignore[attr-defined]
+
+        async def publish() -> None:
+            async with Producer("127.0.0.1", stream_port, username="guest", password="guest") as p:
+                await p.create_stream("chunks")
+                batch = [AMQPMessage(body=b"c%d" % i) for i in range(20)]
+                await p.send_batch("chunks", batch)
+
+        asyncio.run(publish())
+        with _connect(follower.reads.port) as conn:
+            ch = conn.channel()
+            deadline = time.monotonic() + 30
+            while ch.queue_declare("chunks", passive=True).method.message_count < 20:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            ch.basic_qos(prefetch_count=10)
+            got: list[tuple[int, bytes]] = []
+            for method, props, body in ch.consume("chunks", arguments={"x-stream-offset": 5}):
+                got.append((props.headers["x-stream-offset"], body))
+                ch.basic_ack(method.delivery_tag)
+                if len(got) == 15:
+                    break
+            ch.cancel()
+        assert got == [(i, b"c%d" % i) for i in range(5, 20)]
+    finally:
+        if follower is not None:
+            follower.stop()
+        leader.stop()

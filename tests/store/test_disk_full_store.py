@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -303,3 +304,35 @@ def test_an_allocation_ahead_that_does_not_fit_leaves_room_for_the_records(
         assert drain(b) == list(range(23))
         a.close()
         b.close()
+
+
+def test_stream_chunk_records_lost_give_their_offsets_back(disk: Path) -> None:
+    """A chunk record a failed write-out dropped hands all its offsets out again
+    (StreamStore._records_lost counts a chunk record's entries)."""
+    d = disk / "s"
+    store = StreamStore(d, segment_size=256 * 1024)
+    entries = b"".join(
+        struct.pack(">I", 3000) + f"c{i}:".encode().ljust(3000, b".") for i in range(5)
+    )
+    for i in range(2):
+        assert store.append_chunk(entries, 5, 1000 + i) == 5 * i
+    store.flush()
+    fill(disk / "filler")
+    for i in range(2, 20):
+        store.append_chunk(entries, 5, 1000 + i)
+    store.flush()
+    kept = store.next_offset
+    assert 10 <= kept < 100 and kept % 5 == 0
+    (disk / "filler").unlink()
+    assert store.append_chunk(entries, 5, 2000) == kept
+    store.flush()
+    cursor = store.cursor(0)
+    offsets = []
+    while (item := cursor.next()) is not None:
+        offsets.append(item[0])
+    cursor.close()
+    assert offsets == list(range(kept + 5))
+    store.close()
+    reopened = StreamStore(d, segment_size=256 * 1024)
+    assert reopened.next_offset == kept + 5
+    reopened.close()

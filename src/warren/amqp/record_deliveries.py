@@ -18,7 +18,7 @@ from typing import Any
 
 import warren
 from warren.amqp.frames import message_frames
-from warren.store.records import CorruptRecord, inspect_record
+from warren.store.records import CorruptRecord, chunk_at, inspect_record
 
 __all__ = ["DeliverRecords", "deliver_records", "deliver_records_python"]
 
@@ -57,7 +57,8 @@ def deliver_records_python(
     headers with the stored properties and bodies in frames of at most
     ``frame_max - 8`` octets: message_frames' bytes, back to back.
 
-    Stops before the first record that does not check out (structure or CRC),
+    Stops before the first record that does not check out (structure or CRC)
+    or is a stream's chunk record (store/stream_records.py),
     one whose timestamp is at or below ``expired_at`` (-1: no such check), one
     with its own expiration property when ``own_expiry``, and the one that
     would take the frames past ``max_bytes`` (0: no limit; never the first).
@@ -76,6 +77,8 @@ def deliver_records_python(
             length, p_off, p_len, b_len = inspect_record(buf, q, limit, True, seed)
         except CorruptRecord:
             break
+        if chunk_at(buf, p_off, p_len):
+            break  # a stream's chunk record: the cursor reads it message by message
         if expired_at >= 0 and _U64.unpack_from(buf, q + 4)[0] <= expired_at:
             break
         props = bytes(buf[p_off : p_off + p_len])

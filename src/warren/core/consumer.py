@@ -150,6 +150,18 @@ class Consumer(ABC):
         as here, when they go one by one (StreamCursor.next and deliver)."""
         return 0, pos
 
+    def takes_chunks(self) -> bool:
+        """Whether this stream consumer takes a stream's chunk records whole
+        (deliver_chunk: the stream protocol's subscriptions send them as they
+        are), else their messages one by one, as here."""
+        return False
+
+    def deliver_chunk(self, first: int, count: int, chunk: bytes) -> None:
+        """A stream's chunk record, whole: ``chunk`` (osiris header and data
+        entries) holds offsets ``first .. first + count - 1``; no delivery to
+        settle (such a consumer has no acks: its credit is its flow control)."""
+        raise NotImplementedError
+
     def takes_spans(self) -> bool:
         """Whether deliver_span can take records at all (else the queue does not
         ask its store for spans)."""

@@ -43,6 +43,8 @@ class StreamCursorLike(Protocol):
 
     def skip(self, n: int, end: int) -> None: ...
 
+    def chunk(self) -> tuple[int, int, Any, int, int] | None: ...
+
     def close(self) -> None: ...
 
 
@@ -85,6 +87,18 @@ class StreamLog(Protocol):
         stretches: Iterable[tuple[int, int]],
         lost: list[int] | None = None,
     ) -> None: ...
+
+    def append_chunk(
+        self,
+        data: bytes | memoryview,
+        num_entries: int,
+        ts: int,
+        reference: str = "",
+        last_id: int = 0,
+        data_crc: int = -1,
+    ) -> int: ...
+
+    def publisher_sequence(self, reference: str) -> int: ...
 
     def offset_at(self, timestamp_ms: int) -> int: ...
 

@@ -3,9 +3,11 @@ and the passes that deliver to them.
 
 Each consumer is a reader with its own cursor on the log (and filter, offset
 tracking, what is in flight). A pass goes round-robin over the readers that
-can take more, up to a batch: a span of records framed at once where a
-reader has no filter and credit for two or more (Consumer.deliver_records:
-delivery seqs ``(-span id << 32) | i``), else one by one (a seq of its own).
+can take more, up to a batch: a chunk record whole to a consumer that takes
+them (Consumer.deliver_chunk: the stream protocol's, unfiltered; nothing to
+settle), a span of records framed at once where a reader has no filter and
+credit for two or more (Consumer.deliver_records: delivery seqs ``(-span id
+<< 32) | i``), else one by one (a seq of its own).
 A filter is 0-9-1's ``x-stream-filter`` values and, for a protocol that has
 more (AMQP 1.0's property filters), the consumer's ``message_filter``; a
 record it skips is never delivered, so nothing waits for its settlement, and
@@ -45,6 +47,7 @@ class Reader:
         "match_unfiltered",
         "predicate",
         "plain",
+        "chunks",
         "scanning",
         "tracking",
         "in_flight",
@@ -68,6 +71,9 @@ class Reader:
         self.predicate = predicate
         #: No filter of either kind: the delivery pass's fast path (spans).
         self.plain = filters is None and predicate is None
+        #: Takes chunk records whole (Consumer.takes_chunks): nothing to filter
+        #: and no offset to track per message.
+        self.chunks = self.plain and tracking is None and consumer.takes_chunks()
         #: Its filter skipped a whole batch: the next pass reads on.
         self.scanning = False
         self.tracking = tracking
@@ -183,6 +189,16 @@ class StreamDelivery(QueueDelivery):
                 if not consumer.can_take():
                     continue
                 cursor = reader.cursor
+                if reader.chunks:
+                    got = cursor.chunk()
+                    if got is not None:
+                        first, count, m, start, end = got
+                        consumer.deliver_chunk(first, count, m[start:end])
+                        budget = max(budget - count, 0)
+                        still.append(reader)
+                        if not budget:
+                            return True
+                        continue
                 if reader.plain:
                     n = self._deliver_span(reader, budget)
                     if n:

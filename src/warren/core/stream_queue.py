@@ -198,6 +198,28 @@ class StreamQueue(Queue):
             durable_out.append(self.store)
         return n
 
+    def takes_chunks(self) -> bool:
+        """Whether a chunk of published entries may be stored as it came
+        (publish_chunk): nothing this stream does needs each message read
+        (deduplication by header is the one such feature)."""
+        return self._dedup is None and not self.deleted
+
+    def publish_chunk(
+        self, data: bytes | memoryview, count: int, ts: int, reference: str = "", last_id: int = 0
+    ) -> int:
+        """``count`` simple data entries (``data``, the stream protocol's Publish
+        as it came) stored as one chunk record (StreamStore.append_chunk): no
+        Message for any of them. ``reference``/``last_id``: the publisher's,
+        kept with the record. Returns the first offset; the confirms wait for
+        the stream's sync as a run's do."""
+        self.stats.publish += count
+        first = self.stream.append_chunk(data, count, ts, reference, last_id)
+        self.vhost.store_written(self.store)
+        if self._max_length is not None or self._max_bytes is not None or self._max_age_ms:
+            self._apply_retention()
+        self.reading.schedule()
+        return first
+
     def publish_held(self, msg: Message, held: list[Held]) -> int:
         """A stream is only ever appended to: nothing it took can be taken back."""
         return self.publish(msg)

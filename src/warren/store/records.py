@@ -9,6 +9,7 @@ One record per message, all integers big-endian::
     u32  properties length    + raw basic properties exactly as published
     u64  body length          + body
    [u32  native length        + native bytes]   only when bit 63 of body length is set
+   [u32  trailer length       + trailer bytes]  only when bit 62 of body length is set
     u32  CRC32                zlib.crc32 of every byte of the record before it,
                               seeded with the segment's salt (0 in version 1)
 
@@ -16,6 +17,12 @@ A message that keeps its AMQP 1.0 bare message (Message.native) sets the top bit
 of the body length (a body is under 4 GiB, so the bit is free) and carries it
 after the body; the common record is unchanged and a reader only looks for the
 bit when the body length does not end the record, so it costs that record nothing.
+
+A stream's chunk record (store/stream_records.py) sets bit 62 instead: its body
+is a whole osiris chunk of many messages, and its section a trailer (the
+publisher's reference and last publishing id). Readers of one message per
+record check ``chunk_at`` first; the structure and CRC checks treat both
+sections alike.
 
 The leading length lets a reader step over a record without parsing it, and the
 inner lengths must add up to it, so most corruption of a length field is caught
@@ -43,10 +50,12 @@ __all__ = [
     "FILE_MAGIC",
     "FORMAT_VERSION",
     "MIN_RECORD_SIZE",
+    "CHUNK_FLAG",
     "NATIVE_FLAG",
     "BadFileHeader",
     "CorruptRecord",
     "check_file_header",
+    "chunk_at",
     "decode_record",
     "decode_records",
     "encode_message",
@@ -75,6 +84,10 @@ MAX_RECORD_SIZE = 0xFFFFFFFF
 #: Set in the body length of a record that carries a native (AMQP 1.0) message
 #: after the body: u32 length, then its bytes.
 NATIVE_FLAG = 1 << 63
+#: Set in the body length of a stream's chunk record (a chunk of messages as
+#: its body), with a trailer section after the body like the native one.
+CHUNK_FLAG = 1 << 62
+_SECTION_FLAGS = NATIVE_FLAG | CHUNK_FLAG
 
 _Buffer = bytes | bytearray | memoryview | mmap.mmap
 
@@ -204,11 +217,12 @@ def _native_record(
 
 def _native_end(buf: _Buffer, o: int, b_len: int, end: int) -> int:
     """Where the body ends in a record whose body length ``b_len`` (read just
-    before ``o``) does not end it: the native section's start if the flag is
-    set and its length ends the record exactly, else -1."""
-    if not b_len & NATIVE_FLAG:
+    before ``o``) does not end it: the section's start if one flag (native or
+    chunk) is set and the section's length ends the record exactly, else -1."""
+    flag = b_len & _SECTION_FLAGS
+    if flag != NATIVE_FLAG and flag != CHUNK_FLAG:
         return -1
-    body_end = o + (b_len ^ NATIVE_FLAG)
+    body_end = o + (b_len ^ flag)
     if body_end + 4 > end or body_end + 4 + _U32.unpack_from(buf, body_end)[0] != end:
         return -1
     return body_end
@@ -371,10 +385,16 @@ def inspect_record(
     if o + b_len != end:
         if _native_end(buf, o, b_len, end) < 0:
             raise CorruptRecord("field lengths do not add up to the record length", offset, length)
-        b_len ^= NATIVE_FLAG
+        b_len &= ~_SECTION_FLAGS
     if verify_crc and not _crc_ok(buf, offset, end, seed):
         raise CorruptRecord("CRC mismatch", offset, length)
     return length, p_off, p_len, b_len
+
+
+def chunk_at(buf: _Buffer, p_off: int, p_len: int) -> bool:
+    """Whether the record whose properties ``inspect_record`` located is a
+    stream's chunk record (bit 62 of its body length)."""
+    return bool(_U64.unpack_from(buf, p_off + p_len)[0] & CHUNK_FLAG)
 
 
 def decode_record(
@@ -435,11 +455,16 @@ def decode_record(
 def decode_records(data: bytes) -> list[Message]:
     """The messages of records laid back to back in ``data`` (what a failed
     write-out dropped: this process encoded them, so the CRCs are not
-    checked); stops at the first that does not decode."""
+    checked); stops at the first that does not decode. A stream's chunk
+    records are stepped over: their messages carry no deduplication key."""
     msgs: list[Message] = []
     pos, size = 0, len(data)
     while pos < size:
         try:
+            length, p_off, p_len, _b = inspect_record(data, pos, size, False)
+            if chunk_at(data, p_off, p_len):
+                pos += length
+                continue
             msg, length = decode_record(data, pos, size, False)
         except CorruptRecord:
             break

@@ -32,6 +32,7 @@ from pathlib import Path
 import warren
 from warren.core.properties import is_persistent
 from warren.store.records import (
+    CHUNK_FLAG,
     FILE_HEADER_SIZE,
     FILE_MAGIC,
     FORMAT_VERSION,
@@ -218,9 +219,10 @@ def torn_tail(buf: _Buffer, pos: int, limit: int) -> bool:
     if o > limit:
         return True
     b_len = _U64.unpack_from(buf, o - 8)[0]
-    if not b_len & NATIVE_FLAG:
+    flag = b_len & (NATIVE_FLAG | CHUNK_FLAG)
+    if not flag:
         return o - pos + b_len + 4 == length
-    o += (b_len ^ NATIVE_FLAG) + 4  # the body, then a native section's length
+    o += (b_len ^ flag) + 4  # the body, then a native (or chunk trailer) section's length
     if o > limit:
         return o - pos + 4 <= length
     return o - pos + _U32.unpack_from(buf, o - 4)[0] + 4 == length

@@ -4,16 +4,29 @@ A cursor reads through a memory map of its own, one record at a time
 (:meth:`StreamCursor.next`, a Message each) or, for the backlog path of
 core/stream_queue.py, as a span of records a consumer frames in one pass
 (:meth:`StreamCursor.span` and :meth:`StreamCursor.skip`).
+
+A chunk record (many messages: store/stream_records.py) is read a message at
+a time by ``next`` (the cursor keeps its place inside it), or whole by
+``chunk`` for a consumer that sends chunks as they are (the stream protocol's);
+``span`` stops before one.
 """
 
 from __future__ import annotations
 
 import logging
 import mmap
+import struct
 from typing import TYPE_CHECKING
 
 from warren.core.message import Message
-from warren.store.records import CorruptRecord, decode_record
+from warren.store.records import CorruptRecord, decode_record, inspect_record
+from warren.store.stream_records import (
+    CHUNK_BODY_AT,
+    CHUNK_HEADER,
+    RECORD_TS,
+    chunk_count,
+    stamp_properties,
+)
 
 if TYPE_CHECKING:
     from warren.store.stream_store import StreamStore, _StreamSegment
@@ -21,6 +34,10 @@ if TYPE_CHECKING:
 __all__ = ["StreamCursor"]
 
 log = logging.getLogger("warren.store")
+
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_ENTRIES_AT = CHUNK_BODY_AT + CHUNK_HEADER.size
 
 
 class StreamCursor:
@@ -36,12 +53,19 @@ class StreamCursor:
         self._map: mmap.mmap | None = None  # up to the segment's end of data
         self._seed = 0  # the CRC seed of its records
         self._seg: _StreamSegment | None = None  # the segment holding ``offset``
+        # Inside a chunk record (read by next): where its next entry and the
+        # record end, and the entries left; 0 left: at a record's start.
+        self._entry = 0
+        self._chunk_end = 0
+        self._chunk_left = 0
+        self._chunk_ts = 0
         self._seek(offset)
 
     def _seek(self, offset: int) -> None:
         """Go to ``offset``, or to the first intact record after it."""
         self._close_map()
         self._seg = None
+        self._chunk_left = 0
         store = self._store
         self.offset = offset
         if offset >= store.next_offset or not store._segs:
@@ -71,6 +95,10 @@ class StreamCursor:
             m = self._map
             assert m is not None
             offset = self.offset
+            if self._chunk_left or self._enter_chunk(seg, m):
+                return offset, self._chunk_message(seg, m, offset)
+            if self.offset != offset:
+                continue  # a damaged chunk record stepped over
             try:
                 msg, length = decode_record(m, self._pos, len(m), True, self._seed)
             except CorruptRecord:
@@ -81,16 +109,103 @@ class StreamCursor:
             self._advance(seg, 1, self._pos + length)
             return offset, msg
 
+    def _enter_chunk(self, seg: _StreamSegment, m: mmap.mmap) -> bool:
+        """Whether the record at the cursor's position is a chunk record, checked
+        (a damaged one is stepped over as any record, and False): then the
+        cursor is at the entry holding its offset."""
+        pos = self._pos
+        if len(m) - pos < _ENTRIES_AT or not chunk_count(m, pos):
+            return False
+        offset = self.offset
+        try:
+            length = inspect_record(m, pos, len(m), True, self._seed)[0]
+        except CorruptRecord:
+            self._pos, lost = self._store.damaged_at(seg, pos, offset)
+            self.offset = offset + lost
+            return False
+        head = CHUNK_HEADER.unpack_from(m, pos + CHUNK_BODY_AT)
+        count, first = head[3], head[6]
+        index = offset - first
+        if not 0 <= index < count:  # cannot be: the store counted this record so
+            self._pos, lost = self._store.damaged_at(seg, pos, offset)
+            self.offset = offset + lost
+            return False
+        entry = pos + _ENTRIES_AT
+        for _ in range(index):
+            entry += 4 + _U32.unpack_from(m, entry)[0]
+        self._entry = entry
+        self._chunk_end = pos + length
+        self._chunk_left = count - index
+        self._chunk_ts = RECORD_TS.unpack_from(m, pos + 4)[0]
+        return True
+
+    def _chunk_message(self, seg: _StreamSegment, m: mmap.mmap, offset: int) -> Message:
+        """The message of the chunk entry at the cursor (``offset``), as a record
+        of its own would give it: the entry's AMQP 1.0 message through the
+        store's native_decoder, stamped with its offset and timestamp."""
+        store = self._store
+        entry = self._entry
+        size = _U32.unpack_from(m, entry)[0] & 0x7FFFFFFF
+        data = m[entry + 4 : entry + 4 + size]
+        ts = self._chunk_ts
+        decoder = store.decoder.decode
+        if decoder is not None:
+            props, body, native = decoder(data)
+        else:
+            props, body, native = b"\x00\x00", data, None
+        msg = Message(
+            "", store.chunk_routing_key, stamp_properties(props, offset, ts), body, ts, native
+        )
+        self._entry = entry + 4 + size
+        self._chunk_left -= 1
+        self._advance(seg, 1, self._chunk_end if not self._chunk_left else self._pos)
+        return msg
+
+    def chunk(self) -> tuple[int, int, mmap.mmap, int, int] | None:
+        """The whole chunk record at the cursor, for a consumer that sends chunks
+        as they are: (first offset, offsets it holds, map, where the chunk
+        (header and data) starts and ends); the cursor then moves past it,
+        also when it was inside it (the client skips what it did not ask
+        for). None when caught up or the next record is a single message
+        (``next`` reads it). The map stays valid until the cursor's next call."""
+        while True:
+            seg = self._ready()
+            if seg is None:
+                return None
+            m = self._map
+            assert m is not None
+            offset = self.offset
+            if not self._chunk_left and not self._enter_chunk(seg, m):
+                if self.offset != offset:
+                    continue  # a damaged chunk record stepped over
+                return None
+            pos = self._pos
+            first = CHUNK_HEADER.unpack_from(m, pos + CHUNK_BODY_AT)[6]
+            end = self._chunk_end
+            n = self._chunk_left
+            self._chunk_left = 0
+            # Not _advance: the map stays open for the caller (the next call's
+            # _ready closes it if the segment is done).
+            self._pos = end
+            self.offset = offset + n
+            # The chunk is the record's body: after its head, up to its trailer.
+            body_len = _U64.unpack_from(m, pos + 18)[0] & 0x3FFFFFFFFFFFFFFF
+            start = pos + CHUNK_BODY_AT
+            return first, offset + n - first, m, start, start + body_len
+
     def span(self) -> tuple[mmap.mmap, int, int, int] | None:
         """Where the next records lie, for reading several at once: (map, position,
         CRC seed, how many records of this segment are left from there); None when
         caught up. The caller checks each record (deliver_records does) and calls
         :meth:`skip` with how many it took."""
         seg = self._ready()
-        if seg is None:
+        if seg is None or self._chunk_left:
             return None
-        assert self._map is not None
-        return self._map, self._pos, self._seed, seg.first_offset + seg.count - self.offset
+        m = self._map
+        assert m is not None
+        if len(m) - self._pos >= _ENTRIES_AT and chunk_count(m, self._pos):
+            return None  # a chunk record: next() or chunk() reads it
+        return m, self._pos, self._seed, seg.first_offset + seg.count - self.offset
 
     def skip(self, n: int, end: int) -> None:
         """``n`` records from :meth:`span`'s position were read; the next starts at ``end``."""

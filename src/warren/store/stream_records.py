@@ -8,12 +8,19 @@ This module writes those two headers into a message's properties, encodes
 one message or a run of publishes as stamped records (in C for the C run
 type), and reads the stored offset back; StreamStore (store/stream_store.py)
 decides which offsets they get.
+
+A chunk record holds many messages at once: its body is an osiris chunk
+(header and simple data entries, as the stream protocol delivers it), whose
+first offset the store writes at append, and its trailer section the
+publisher's reference and last publishing id (``chunk_record``). It counts
+one offset per entry; ``record_offsets`` reads either kind's.
 """
 
 from __future__ import annotations
 
 import mmap
 import struct
+import zlib
 from array import array
 from collections.abc import Callable
 from typing import Final
@@ -22,9 +29,31 @@ import warren
 from warren.core.message import Message, MessageRun
 from warren.core.properties import edit_properties, peek_headers
 from warren.core.stream import OFFSET_HEADER, TIMESTAMP_HEADER
-from warren.store.records import encode_message_record, encode_record
+from warren.store.records import (
+    CHUNK_FLAG,
+    RECORD_OVERHEAD,
+    chunk_at,
+    encode_message_record,
+    encode_record,
+)
 
-__all__ = ["RECORD_TS", "run_records", "stamp_properties", "stored_offset", "stream_record"]
+__all__ = [
+    "CHUNK_HEADER",
+    "SHARED_DECODER",
+    "MAX_CHUNK_ENTRIES",
+    "EntryDecoder",
+    "RECORD_TS",
+    "CHUNK_BODY_AT",
+    "chunk_count",
+    "chunk_record",
+    "chunk_trailer",
+    "parse_trailer",
+    "record_offsets",
+    "run_records",
+    "stamp_properties",
+    "stored_offset",
+    "stream_record",
+]
 
 _I64: Final = struct.Struct(">q")
 _U32: Final = struct.Struct(">I")
@@ -45,6 +74,122 @@ _encode_stream_records: Callable[..., tuple[bytes, bytes] | None] | None = (
     None if _native is None else getattr(_native, "encode_stream_records", None)
 )
 _NativeRun: type | None = None if _native is None else _native.PublishRun
+
+#: osiris's chunk header (stream_protocol/chunk.py's layout, which core and store
+#: may not import): magic/version, type, entries, records, timestamp, epoch,
+#: first offset, data CRC, data length, trailer length, bloom size, reserved.
+CHUNK_HEADER: Final = struct.Struct(">BBHIqQQIIIB3s")
+_CHUNK_MAGIC: Final = 0x50
+_CHUNK_USER: Final = 0
+_CHUNK_EPOCH: Final = 1
+#: A chunk header counts its entries in a u16.
+MAX_CHUNK_ENTRIES: Final = 0xFFFF
+#: Where a chunk record's body (its chunk header) starts, after the record's
+#: head with empty exchange and routing key and no properties.
+CHUNK_BODY_AT: Final = 13 + 1 + 4 + 8
+_RECORD_HEAD: Final = struct.Struct(">IQBBIQ")
+_TRAILER: Final = struct.Struct(">H")
+_U64: Final = struct.Struct(">Q")
+_HEADER_COUNTS: Final = struct.Struct(">I")  # num_records, 4 bytes into the chunk header
+
+
+class EntryDecoder:
+    """How a chunk entry (an AMQP 1.0 message as published) becomes a core
+    message's (properties, body, native) for readers of one message at a time:
+    the broker's StreamMessageCodec's ``to_core``, which the composition root
+    (warren.app) sets on SHARED_DECODER, the one every stream store (a
+    follower's replica too) uses unless given its own: core and store import
+    no protocol. None: the entry is the body."""
+
+    __slots__ = ("decode",)
+
+    def __init__(self) -> None:
+        self.decode: Callable[[bytes], tuple[bytes, bytes, bytes | None]] | None = None
+
+
+#: The process's decoder of chunk entries (EntryDecoder), set by warren.app.
+SHARED_DECODER: Final = EntryDecoder()
+
+
+def chunk_trailer(reference: str, last_id: int) -> bytes:
+    """A chunk record's trailer: the publisher's reference (u16 length, UTF-8)
+    and the last publishing id of the chunk (u64); empty without a reference."""
+    if not reference:
+        return b""
+    ref = reference.encode("utf-8", "surrogateescape")
+    return _TRAILER.pack(len(ref)) + ref + _U64.pack(last_id)
+
+
+def parse_trailer(trailer: bytes) -> tuple[str, int] | None:
+    """(reference, last publishing id) of a chunk record's trailer, None when empty
+    or not understood."""
+    if len(trailer) < 10:
+        return None
+    (n,) = _TRAILER.unpack_from(trailer, 0)
+    if 2 + n + 8 != len(trailer):
+        return None
+    reference = trailer[2 : 2 + n].decode("utf-8", "surrogateescape")
+    return reference, _U64.unpack_from(trailer, 2 + n)[0]
+
+
+def chunk_record(
+    data: bytes | memoryview,
+    num_entries: int,
+    offset: int,
+    ts: int,
+    trailer: bytes,
+    seed: int,
+    data_crc: int = -1,
+) -> bytes:
+    """A chunk record: ``data`` (``num_entries`` simple data entries, as a
+    Publish frame carries them) behind a chunk header whose first offset is
+    ``offset``, the trailer section after it, all under one CRC seeded with
+    ``seed``. ``data`` is copied once; its own CRC (the chunk header's, which
+    a client checks) is ``data_crc`` when the caller has it."""
+    if not 0 < num_entries <= MAX_CHUNK_ENTRIES:
+        raise ValueError(f"a chunk holds 1 to {MAX_CHUNK_ENTRIES} entries, not {num_entries}")
+    d_len = len(data)
+    if data_crc < 0:
+        data_crc = zlib.crc32(data)
+    body_len = CHUNK_HEADER.size + d_len
+    length = RECORD_OVERHEAD + body_len + 4 + len(trailer)
+    head = _RECORD_HEAD.pack(length, ts, 0, 0, 0, body_len | CHUNK_FLAG) + CHUNK_HEADER.pack(
+        _CHUNK_MAGIC,
+        _CHUNK_USER,
+        num_entries,
+        num_entries,
+        ts,
+        _CHUNK_EPOCH,
+        offset,
+        data_crc,
+        d_len,
+        0,
+        0,
+        b"\0\0\0",
+    )
+    tail = _U32.pack(len(trailer)) + trailer
+    crc = zlib.crc32(tail, zlib.crc32(data, zlib.crc32(head, seed)))
+    return b"".join((head, data, tail, _U32.pack(crc)))
+
+
+def record_offsets(m: mmap.mmap | bytes, p_off: int, p_len: int) -> tuple[int, int]:
+    """(first offset, offsets held) of a checked record whose properties
+    inspect_record located: a chunk record's from its chunk header, another's
+    from its x-stream-offset header (-1 when it has none) and 1."""
+    if chunk_at(m, p_off, p_len):
+        at = p_off + p_len + 8
+        return _U64.unpack_from(m, at + 24)[0], _HEADER_COUNTS.unpack_from(m, at + 4)[0]
+    return stored_offset(m, p_off, p_len), 1
+
+
+def chunk_count(m: mmap.mmap | bytes, pos: int) -> int:
+    """Offsets the record at ``pos`` (structure checked) holds when it is a chunk
+    record, else 0; cheap: a chunk record has no names and no properties."""
+    if m[pos + 12] or m[pos + 13] or _U32.unpack_from(m, pos + 14)[0]:
+        return 0
+    if not _U64.unpack_from(m, pos + 18)[0] & CHUNK_FLAG:
+        return 0
+    return int(_HEADER_COUNTS.unpack_from(m, pos + CHUNK_BODY_AT + 4)[0])
 
 
 def stamp_properties(raw: bytes, offset: int, ts: int) -> bytes:
@@ -128,7 +273,7 @@ def run_records(
     return b"".join(parts), ends
 
 
-def stored_offset(m: mmap.mmap, p_off: int, p_len: int) -> int:
+def stored_offset(m: mmap.mmap | bytes, p_off: int, p_len: int) -> int:
     """The x-stream-offset a record's properties carry, -1 when they do not."""
     headers = peek_headers(m[p_off : p_off + p_len]) or {}
     stored = headers.get(OFFSET_HEADER)

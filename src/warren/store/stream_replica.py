@@ -25,12 +25,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from warren.core.message import Message, MessageRun
-from warren.core.properties import peek_headers
-from warren.core.stream import OFFSET_HEADER
 from warren.store.records import CorruptRecord, inspect_record
 from warren.store.segment_format import V2_HEADER_SIZE, parse_header
 from warren.store.segment_log import MSGS_NAME
-from warren.store.stream_records import RECORD_TS
+from warren.store.stream_records import RECORD_TS, chunk_count, record_offsets
 from warren.store.stream_store import StreamStore, _StreamSegment
 
 __all__ = ["ReplicaStreamStore"]
@@ -112,22 +110,22 @@ class ReplicaStreamStore(StreamStore):
                 except CorruptRecord:
                     break  # not whole yet (or the end of the data): the next refresh reads it
                 ts = RECORD_TS.unpack_from(m, pos + 4)[0]
+                count = chunk_count(m, pos) or 1  # a chunk record holds many offsets
                 if seg is None:
                     first = self._next_offset
-                    headers = peek_headers(m[p_off : p_off + p_len]) if p_off >= 0 else None
-                    stored = (headers or {}).get(OFFSET_HEADER)
-                    if isinstance(stored, int) and not isinstance(stored, bool):
+                    stored = record_offsets(m, p_off, p_len)[0]
+                    if stored >= 0:
                         first = stored
                     seg = _StreamSegment(sid, first, ts)
                     segs.append(seg)
                     self._firsts.append(first)
                     self._next_offset = first
-                seg.count += 1
+                seg.count += count
                 seg.bytes += length
                 self._bytes += length
                 if ts > seg.last_ts:
                     seg.last_ts = ts
-                self._next_offset += 1
+                self._next_offset += count
                 pos += length
             if seg is not None:
                 self._scanned = (sid, pos)
@@ -149,6 +147,17 @@ class ReplicaStreamStore(StreamStore):
 
     # -- writes belong to the leader (a call is a bug: RuntimeError) ----------------------
     def append(self, msg: Message) -> int:
+        raise RuntimeError(f"{self._dir}: a replica's stream is read-only")
+
+    def append_chunk(
+        self,
+        data: bytes | memoryview,
+        num_entries: int,
+        ts: int,
+        reference: str = "",
+        last_id: int = 0,
+        data_crc: int = -1,
+    ) -> int:
         raise RuntimeError(f"{self._dir}: a replica's stream is read-only")
 
     def append_run(

@@ -12,6 +12,14 @@ and last timestamps (a few ints, not one object per message), so finding an
 offset or a time is a binary search over segments and a walk over the records
 of one segment. Cursors (StreamCursor) read through a memory map of their own,
 so any number of consumers read independently.
+
+A record is one message, or a chunk of them (``append_chunk``: the stream
+protocol's Publish stored as it came, store/stream_records.py's chunk
+record): it then holds as many consecutive offsets as the chunk has
+entries, and every count here is in offsets. Its trailer (the publisher's
+reference and last publishing id) is read back at recovery
+(``publisher_sequence``), so a deduplicating publisher's sequence survives
+a crash that lost the tracking file's last write.
 """
 
 from __future__ import annotations
@@ -19,14 +27,16 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from warren.core.clock import Clock, TimerHandle
 from warren.core.message import Message, MessageRun
 from warren.store.disk_budget import UNMETERED, DiskBudget
 from warren.store.mirror import FileMirror
-from warren.store.records import CorruptRecord, decode_records, inspect_record
+from warren.store.records import CorruptRecord, chunk_at, decode_records, inspect_record
 from warren.store.segment_damage import (
     damage_reason,
     keep_aside,
@@ -36,7 +46,18 @@ from warren.store.segment_damage import (
 )
 from warren.store.segment_log import MSGS_NAME, RecordScan, SegmentLog
 from warren.store.stream_cursor import StreamCursor
-from warren.store.stream_records import RECORD_TS, run_records, stored_offset, stream_record
+from warren.store.stream_records import (
+    RECORD_TS,
+    SHARED_DECODER,
+    EntryDecoder,
+    chunk_count,
+    chunk_record,
+    chunk_trailer,
+    parse_trailer,
+    record_offsets,
+    run_records,
+    stream_record,
+)
 from warren.store.stream_tracking import TRACKING_WRITE_MS, TrackedOffsets
 from warren.store.sync_files import sync_collected
 
@@ -99,6 +120,7 @@ class StreamStore:
         budget: DiskBudget = UNMETERED,
         mirror: FileMirror | None = None,
         clock: Clock | None = None,
+        decoder: EntryDecoder | None = None,
     ) -> None:
         self._clock = clock
         #: The pending write of changed tracked offsets (with a clock).
@@ -116,6 +138,14 @@ class StreamStore:
         #: Told the messages whose records a failed write-out dropped: their
         #: queue forgets their deduplication keys (Queue._keys_dropped).
         self.on_dropped: Callable[[list[Message]], None] | None = None
+        #: The last publishing id of each publisher reference, from the trailers
+        #: of the chunk records (recovered and appended): publisher_sequence.
+        self._sequences: dict[str, int] = {}
+        #: Turns a chunk entry's bytes into a message's parts (the StoreFactory's,
+        #: shared by every stream: store/stream_records.py's EntryDecoder).
+        self.decoder = decoder if decoder is not None else SHARED_DECODER
+        #: The routing key of a message read from a chunk record (the stream's name).
+        self.chunk_routing_key = ""
         self._recover()
         self._log.on_lost = self._records_lost
 
@@ -181,6 +211,40 @@ class StreamStore:
             rec = stream_record(msg, offset, ts, log.seed)
         self._written(log.put(rec), offset, ts, 1, len(rec))
         return offset
+
+    def append_chunk(
+        self,
+        data: bytes | memoryview,
+        num_entries: int,
+        ts: int,
+        reference: str = "",
+        last_id: int = 0,
+        data_crc: int = -1,
+    ) -> int:
+        """Store ``num_entries`` simple data entries (``data``, as a Publish frame
+        carries them) as one chunk record with the next offsets; returns the
+        first. ``reference`` and ``last_id``: the publisher's, kept in the
+        record's trailer (publisher_sequence). ``data_crc``: zlib.crc32 of
+        ``data`` when the caller has it."""
+        offset = self._next_offset
+        log = self._log
+        trailer = chunk_trailer(reference, last_id)
+        if data_crc < 0:
+            data_crc = zlib.crc32(data)
+        rec = chunk_record(data, num_entries, offset, ts, trailer, log.seed, data_crc)
+        if log.make_room(len(rec)) or self._next_offset != offset:
+            offset = self._next_offset
+            rec = chunk_record(data, num_entries, offset, ts, trailer, log.seed, data_crc)
+        self._written(log.put(rec), offset, ts, num_entries, len(rec))
+        if reference and last_id > self._sequences.get(reference, 0):
+            self._sequences[reference] = last_id
+        return offset
+
+    def publisher_sequence(self, reference: str) -> int:
+        """The last publishing id a chunk record's trailer holds for
+        ``reference`` (0: none): what the tracking file says may be older
+        after a crash."""
+        return self._sequences.get(reference, 0)
 
     def _written(self, seq: int, offset: int, ts: int, count: int, size: int) -> None:
         """Count ``count`` records of ``size`` bytes from ``offset`` on, just put at
@@ -274,7 +338,7 @@ class StreamStore:
                 length = inspect_record(data, pos, len(data), False)[0]
             except CorruptRecord:
                 break  # not what this process encoded: cannot happen
-            count += 1
+            count += chunk_count(data, pos) or 1
             pos += length
         count = min(count, seg.count)
         seg.count -= count
@@ -309,7 +373,7 @@ class StreamStore:
         seg = segs[lo]
         if seg.first_ts >= timestamp_ms:
             return seg.first_offset
-        for offset, _pos, ts in self._walk(seg):
+        for offset, _pos, ts, _count in self._walk(seg):
             if ts >= timestamp_ms:
                 return offset
         return seg.first_offset + seg.count
@@ -318,9 +382,10 @@ class StreamStore:
         """Index in _segs of the segment holding ``offset`` (first_offset <= offset)."""
         return max(0, bisect.bisect_right(self._firsts, offset) - 1)
 
-    def _walk(self, seg: _StreamSegment) -> Iterator[tuple[int, int, int]]:
-        """(offset, position, timestamp) of each intact record of ``seg``, from its
-        start, stepping over damaged ranges (found here if need be)."""
+    def _walk(self, seg: _StreamSegment) -> Iterator[tuple[int, int, int, int]]:
+        """(first offset, position, timestamp, offsets held) of each intact record
+        of ``seg``, from its start, stepping over damaged ranges (found here if
+        need be)."""
         m = self._log.map(seg.id)
         if m is None:
             return
@@ -340,25 +405,28 @@ class StreamStore:
                     pos, lost = self.damaged_at(seg, pos, offset)
                     offset += lost
                     continue
-                yield offset, pos, RECORD_TS.unpack_from(m, pos + 4)[0]
-                offset += 1
+                count = chunk_count(m, pos) or 1
+                yield offset, pos, RECORD_TS.unpack_from(m, pos + 4)[0], count
+                offset += count
                 pos += length
         finally:
             m.close()
 
     def position_of(self, offset: int) -> tuple[int, int, int]:
         """(segment id, file position, offset) of the first intact record at or
-        after ``offset`` (first_offset <= offset < next_offset): the record with
-        that offset unless damage took it. Segment id 0 when no record is left
-        from there on (the offset is then next_offset)."""
+        after ``offset`` (first_offset <= offset < next_offset): the record
+        with that offset unless damage took it (a chunk record's position when
+        the offset is inside it: the offset's index in it is the offset less
+        the chunk's first). Segment id 0 when no record is left from there on
+        (the offset is then next_offset)."""
         i = self._segment_of(offset)
         while i < len(self._segs):
             seg = self._segs[i]
             if offset <= seg.first_offset and not seg.gaps:
                 return seg.id, self._log.data_start(seg.id), seg.first_offset
-            for found, pos, _ts in self._walk(seg):
-                if found >= offset:
-                    return seg.id, pos, found
+            for found, pos, _ts, count in self._walk(seg):
+                if found + count > offset:
+                    return seg.id, pos, max(found, offset)
             i += 1
         return 0, 0, self._next_offset
 
@@ -383,7 +451,7 @@ class StreamStore:
             if nxt >= 0:
                 stop = nxt
                 _len, p_off, p_len, _b = inspect_record(m, nxt, size, True, seed)
-                stored = stored_offset(m, p_off, p_len)
+                stored = record_offsets(m, p_off, p_len)[0]
                 lost = stored - offset if offset <= stored <= offset + remaining else 1
                 lost = min(lost, remaining)
             reason = damage_reason(m, pos, size, seed)
@@ -613,13 +681,17 @@ class StreamStore:
         gap = (0, 0)  # damaged bytes (start, end) waiting for the record after them
         try:
             m = scan.map
-            for pos, length, p_off, p_len, _b_len in scan:
+            for pos, length, p_off, p_len, b_len in scan:
                 assert m is not None
                 if p_off < 0:  # damaged bytes, kept aside
                     gap = (pos, pos + length)
                     continue
                 ts = RECORD_TS.unpack_from(m, pos + 4)[0]
-                stored = stored_offset(m, p_off, p_len) if seg is None or gap[1] else -1
+                count = 1
+                if chunk_at(m, p_off, p_len):
+                    count = chunk_count(m, pos)
+                    self._recover_trailer(m, p_off + p_len + 8 + b_len + 4, pos + length - 4)
+                stored = record_offsets(m, p_off, p_len)[0] if seg is None or gap[1] else -1
                 if seg is None:
                     first = stored if stored >= 0 else self._next_offset
                     if gap[1] and self._segs and self._next_offset <= first:
@@ -634,7 +706,7 @@ class StreamStore:
                     seg.count += lost
                     seg.bytes += gap[1] - gap[0]
                     gap = (0, 0)
-                seg.count += 1
+                seg.count += count
                 seg.bytes += length
                 if ts > seg.last_ts:
                     seg.last_ts = ts
@@ -645,3 +717,10 @@ class StreamStore:
                 self._log.drop_locked(sid)
             return None
         return seg, scan
+
+    def _recover_trailer(self, m: Any, start: int, end: int) -> None:
+        """A chunk record's trailer (``m[start:end]``) met at recovery: its
+        publisher's last publishing id."""
+        found = parse_trailer(m[start:end])
+        if found is not None and found[1] > self._sequences.get(found[0], 0):
+            self._sequences[found[0]] = found[1]

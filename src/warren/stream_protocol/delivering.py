@@ -14,8 +14,12 @@ consumer of this protocol has no acks: credit is the flow control).
 
 Credit is counted in chunks, as RabbitMQ does: each chunk takes one, and the
 queue stops delivering to a subscription whose credit its gathered records
-would use up. Warren's stream stores a record per message, not osiris's
-chunks, so a chunk here is what one turn read, not what one write stored.
+would use up. A stream record holding one message comes as a record and
+goes out in a chunk of what one turn read; a chunk record (a Publish stored
+whole: store/stream_records.py) comes whole (Consumer.deliver_chunk, no
+Message built) and goes out as it is stored, the Deliver prefix before it,
+the whole chunk also when the subscription starts inside it (the client
+skips the entries before its offset, as with RabbitMQ).
 """
 
 from __future__ import annotations
@@ -70,7 +74,7 @@ def consumer_arguments(sub: Subscription) -> dict[str, Any]:
 class SubscriptionConsumer(Consumer):
     """A subscription's core consumer: gathers the records of a turn."""
 
-    __slots__ = ("sub", "delivering", "records", "last_tag")
+    __slots__ = ("sub", "delivering", "records", "chunks", "last_tag")
 
     def __init__(self, deliveries: Deliveries, sub: Subscription, delivering: Delivering) -> None:
         super().__init__(
@@ -83,16 +87,28 @@ class SubscriptionConsumer(Consumer):
         )
         self.sub = sub
         self.delivering = delivering
-        #: This turn's records: (offset, timestamp ms, record).
+        #: This turn's records: (offset, timestamp ms, record); a chunk record
+        #: is (first offset, -count, chunk) among them.
         self.records: list[tuple[int, int, bytes]] = []
+        #: Chunk records among ``records`` (a credit each).
+        self.chunks = 0
         self.last_tag = 0
 
     def can_take(self) -> bool:
         conn = self.delivering.conn
         if conn.closed or not conn.writable:
             return False
-        credit = self.sub.credit
+        credit = self.sub.credit - self.chunks
         return credit > 0 and len(self.records) < credit * CHUNK_RECORDS and self.has_credit()
+
+    def takes_chunks(self) -> bool:
+        return True
+
+    def deliver_chunk(self, first: int, count: int, chunk: bytes) -> None:
+        if not self.records:
+            self.delivering.gathered(self)
+        self.records.append((first, -count, chunk))
+        self.chunks += 1
 
     def deliver(self, seq: int, msg: Message, redelivered: bool) -> None:
         deliveries = self.deliveries
@@ -167,6 +183,7 @@ class Delivering:
         consumer = self.consumers.pop(subscription_id, None)
         if consumer is not None:
             consumer.records.clear()
+            consumer.chunks = 0
             self.deliveries.cancel(consumer.tag)
             self._ack()
 
@@ -255,6 +272,7 @@ class Delivering:
         self._gathered.clear()
         for consumer in self.consumers.values():
             consumer.records.clear()
+            consumer.chunks = 0
             try:
                 self.deliveries.cancel(consumer.tag)
             except BrokerError:  # pragma: no cover - a queue going at the same time
@@ -275,6 +293,7 @@ class Delivering:
         frames: list[bytes] = []
         for consumer in gathered:
             records, consumer.records = consumer.records, []
+            consumer.chunks = 0
             if not records or self.consumers.get(consumer.sub.subscription_id) is not consumer:
                 continue
             self._chunks(consumer, records, frames)
@@ -299,9 +318,24 @@ class Delivering:
             committed = max(stream.next_offset - 1, 0)
         i, n = 0, len(records)
         while i < n:
-            first, timestamp, _ = records[i]
+            first, timestamp, data = records[i]
+            if timestamp < 0:  # a chunk record, sent as it is stored
+                count = -timestamp
+                out.append(deliver_prefix(sub.subscription_id, len(data), committed))
+                out.append(data)
+                sub.credit = max(sub.credit - 1, 0)
+                sub.consumed += count
+                sub.last_offset = first + count - 1
+                self.conn.stats.deliver += count
+                i += 1
+                continue
             j = i + 1
-            while j < n and j - i < CHUNK_RECORDS and records[j][0] == first + (j - i):
+            while (
+                j < n
+                and j - i < CHUNK_RECORDS
+                and records[j][0] == first + (j - i)
+                and records[j][1] >= 0
+            ):
                 j += 1
             chunk = build_chunk(
                 [simple_entry(r[2]) for r in records[i:j]], first_offset=first, timestamp=timestamp

@@ -33,6 +33,7 @@ from warren.core.message import Message
 from warren.core.properties import set_header
 from warren.core.stream import FILTER_VALUE_HEADER
 from warren.core.vhost_routing import REJECTED_BY_QUEUE
+from warren.store.stream_records import MAX_CHUNK_ENTRIES
 from warren.stream_protocol import commands as c
 from warren.stream_protocol.chunk import entry_at, read_records
 from warren.stream_protocol.constants import ResponseCode
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from warren.core.stream_queue import StreamQueue
     from warren.stream_protocol.connection import StreamConnection
     from warren.stream_protocol.control import Publisher
-    from warren.stream_protocol.publish import Publish
+    from warren.stream_protocol.publish import Publish, PublishEntries
 
 __all__ = ["SEQUENCE_PREFIX", "Publishing", "last_sequence", "sequence_name"]
 
@@ -52,6 +53,9 @@ log = logging.getLogger("warren.stream")
 #: QueryOffset leave such references alone.
 SEQUENCE_PREFIX: Final = "\x00pub\x00"
 _MAX_NAME: Final = 255
+#: What waits for a settlement: a publisher id and one publishing id, or all
+#: of a chunk record's (the fast path: one token per Publish).
+_Token = tuple[int, int | list[int]]
 
 
 def sequence_name(reference: str) -> str:
@@ -65,9 +69,11 @@ def sequence_name(reference: str) -> str:
 
 
 def last_sequence(queue: StreamQueue, reference: str) -> int:
-    """The last publishing id stored on ``queue`` for ``reference`` (0: none)."""
-    stored = queue.stream.tracked(sequence_name(reference))
-    return stored or 0
+    """The last publishing id stored on ``queue`` for ``reference`` (0: none):
+    the tracking file's, or a chunk record's trailer's when that is later (the
+    file's last write may be lost in a crash; the records' are synced first)."""
+    stored = queue.stream.tracked(sequence_name(reference)) or 0
+    return max(stored, queue.stream.publisher_sequence(reference))
 
 
 class Publishing:
@@ -92,8 +98,16 @@ class Publishing:
             if unknown:
                 self.conn.reply(c.PublishError(command.publisher_id, unknown))
             return
-        conn = self.conn
         q = pub.queue
+        if (
+            entries.filter_values is None
+            and not entries.batches
+            and len(entries.publishing_ids) <= MAX_CHUNK_ENTRIES
+            and q.takes_chunks()
+        ):
+            self._publish_chunk(command, entries, pub)
+            return
+        conn = self.conn
         vhost = q.vhost
         router = vhost.router
         exchange = vhost.default_exchange
@@ -157,23 +171,82 @@ class Publishing:
         answered = stored + duplicates
         if not answered:
             return
-        tokens = [(pub.publisher_id, pid) for pid in answered]
+        tokens: list[_Token] = [(pub.publisher_id, pid) for pid in answered]
         if not self.settlements.add_many(tokens, stores):
             self._confirm_now(tokens)
 
+    def _publish_chunk(self, command: Publish, entries: PublishEntries, pub: Publisher) -> None:
+        """The fast path: every entry simple, no filter values, a stream that
+        reads no message (StreamQueue.takes_chunks): the entries not yet stored
+        (publishing ids above the publisher's last, with a reference) are
+        copied once into one chunk record, and confirmed as one settlement
+        batch after the stream's sync, as the per-message path confirms."""
+        conn = self.conn
+        q = pub.queue
+        ids = entries.publishing_ids
+        starts, ends = entries.starts, entries.ends
+        view = memoryview(command.messages)
+        reference = pub.reference
+        duplicates: list[int] = []
+        if reference:
+            last = top = last_sequence(q, reference)
+            stored: list[int] = []
+            parts: list[memoryview] = []
+            for i, pid in enumerate(ids):
+                if pid <= top:
+                    duplicates.append(pid)
+                    continue
+                stored.append(pid)
+                parts.append(view[starts[i] : ends[i]])
+                top = pid
+        else:
+            last = top = 0
+            stored = ids
+            parts = [view[s:e] for s, e in zip(starts, ends, strict=True)]
+        n = len(parts)
+        if n:
+            now = conn.now_ms or conn.node.clock.now_ms()
+            try:
+                q.publish_chunk(b"".join(parts), n, now, reference, top)
+            except (BrokerError, OSError, ValueError) as exc:
+                log.warning("%s: a Publish refused: %s", conn.name, exc)
+                pub.published += len(ids)
+                pub.errored += n
+                errors = [PublishingError(pid, ResponseCode.INTERNAL_ERROR) for pid in stored]
+                conn.reply(c.PublishError(pub.publisher_id, errors))
+                if duplicates:
+                    self._confirm_now([(pub.publisher_id, duplicates)])
+                return
+            q.vhost.default_exchange.stats.count_publish(n)
+            conn.stats.publish += n
+            if top > last:
+                # The tracking file too (QueryPublisherSequence, older readers).
+                q.stream.track(sequence_name(reference), top, at_once=True)
+        pub.published += len(ids)
+        answered = stored + duplicates if duplicates else stored
+        if not answered:
+            return
+        # One token for the Publish: its ids are confirmed (or refused) together.
+        tokens: list[_Token] = [(pub.publisher_id, answered)]
+        if not self.settlements.add_many(tokens, [q.store] if n else []):
+            self._confirm_now(tokens)
+
     # -- confirming ---------------------------------------------------------------------
-    def _confirm_now(self, tokens: list[tuple[int, int]]) -> None:
+    def _confirm_now(self, tokens: list[_Token]) -> None:
         if not self._confirms:
             self.conn.on_output()
         confirms = self._confirms
         for publisher_id, pid in tokens:
-            confirms.setdefault(publisher_id, []).append(pid)
+            if isinstance(pid, list):
+                confirms.setdefault(publisher_id, []).extend(pid)
+            else:
+                confirms.setdefault(publisher_id, []).append(pid)
 
     def _wake(self) -> None:
         self._write_out_due = True
         self.conn.on_output()
 
-    def _settled(self, batch: list[tuple[int, int]], ok: bool) -> None:
+    def _settled(self, batch: list[_Token], ok: bool) -> None:
         """Records the core settled (synced, held by the followers): confirmed,
         or refused when their store lost them (a full disk)."""
         conn = self.conn
@@ -183,10 +256,10 @@ class Publishing:
             self._confirm_now(batch)
             return
         by_publisher: dict[int, list[PublishingError]] = {}
-        for publisher_id, pid in batch:
-            by_publisher.setdefault(publisher_id, []).append(
-                PublishingError(pid, ResponseCode.INTERNAL_ERROR)
-            )
+        for publisher_id, pids in batch:
+            errors = by_publisher.setdefault(publisher_id, [])
+            for pid in pids if isinstance(pids, list) else [pids]:
+                errors.append(PublishingError(pid, ResponseCode.INTERNAL_ERROR))
         for publisher_id, errors in by_publisher.items():
             pub = conn.control.publishers.get(publisher_id)
             if pub is not None:

@@ -540,6 +540,17 @@ class ReplicaStreamConnection:
         for _ in range(_CHUNKS_PER_PUMP):
             if sub.credit <= 0:
                 return False
+            if sub.filters is None and sub.held is None:
+                whole = cursor.chunk()  # a chunk record: sent as stored, as the leader does
+                if whole is not None:
+                    first, count, m, start, end = whole
+                    data = m[start:end]
+                    self.output.append(deliver_prefix(sub.subscription_id, len(data), committed))
+                    self.output.append(data)
+                    sub.credit -= 1
+                    sub.consumed += count
+                    sub.last_offset = first + count - 1
+                    continue
             records = self._chunk_records(sub, cursor)
             if not records:
                 return False

@@ -230,14 +230,22 @@ class _OptTrailingBytes:
 
 
 class _List:
-    __slots__ = ("item", "min_size")
+    __slots__ = ("item", "min_size", "code")
 
-    def __init__(self, item: FieldType, min_size: int) -> None:
+    def __init__(self, item: FieldType, min_size: int, code: str = "") -> None:
         self.item = item
         self.min_size = min_size
+        #: The struct code of a fixed-size integer item: the list packed at once.
+        self.code = code
 
     def put(self, out: bytearray, value: list[Any]) -> None:
         out += _I32.pack(len(value))
+        if self.code:
+            try:
+                out += struct.pack(f">{len(value)}{self.code}", *value)
+            except struct.error as exc:
+                raise StreamProtocolError(f"a list item does not fit: {exc}") from None
+            return
         for v in value:
             self.item.put(out, v)
 
@@ -403,7 +411,7 @@ STR: Final = _Str()
 BYTES: Final = _BYTES_T
 OPT_BYTES: Final = _OptTrailingBytes()
 STRS: Final = _List(STR, 2)
-U64S: Final = _List(U64, 8)
+U64S: Final = _List(U64, 8, "Q")
 MAP: Final = _Map()
 OPT_MAP: Final = _OptMap()
 INT_MAP: Final = _IntMap()
