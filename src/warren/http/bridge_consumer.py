@@ -127,7 +127,7 @@ class BridgeSubscription:
         """A request takes up to ``n`` messages: the queue may deliver."""
         self.demand = max(0, n - len(self.ready))
         if self.demand:
-            self.queue.schedule_delivery()
+            self.deliveries.resume()
 
     async def wait(self, timeout_ms: float) -> None:
         """Until a message is ready, the subscription closes, or ``timeout_ms``
