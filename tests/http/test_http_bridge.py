@@ -73,10 +73,11 @@ def waiting(b: BrokerThread) -> bool:
     return bool(b.call(lambda: any(s._wake is not None for s in bridge.consumers.values())))
 
 
-def open_connections(b: BrokerThread) -> int:
-    """The HTTP connections the broker's HTTP server holds."""
+def lost_connections(b: BrokerThread) -> int:
+    """The HTTP connections the broker's HTTP server has lost while their
+    handler still runs (as an SSE stream's does until its next heartbeat)."""
     runner = b.broker.listener("http")._runner  # type: ignore[attr-defined]
-    return int(b.call(lambda: len(runner.server.connections)))
+    return int(b.call(lambda: sum(h.transport is None for h in runner.server.connections)))
 
 
 async def consumer(http: aiohttp.ClientSession, queue: str, **options: Any) -> str:
@@ -243,9 +244,8 @@ async def test_server_sent_events_and_a_dropped_stream(
             break
     # The client goes away with "b" and "c" unacked: noticed by the next
     # heartbeat at the latest, the consumer closes and both go back.
-    before = open_connections(b)
     reply.close()
-    await until(lambda: open_connections(b) < before, "the server to see the drop")
+    await until(lambda: lost_connections(b), "the server to see the drop")
     assert depth(b, "sse") == 0
     b.advance(HEARTBEAT_MS)
     await until(lambda: depth(b, "sse") == 2, "the unacked to go back")
@@ -293,3 +293,37 @@ async def test_auth_permissions_and_body_limit(
     async with http.post(url, data=b"x" * 5000, headers={"X-Warren-Routing-Key": "secret"}) as r:
         assert r.status == 413
     assert depth(b, "secret") == 0
+
+
+async def test_envelope_nack_without_requeue_and_a_deleted_queue(
+    b: BrokerThread, http: aiohttp.ClientSession
+) -> None:
+    with amqp(b) as conn:
+        ch = conn.channel()
+        ch.queue_declare("dead")
+        ch.queue_declare(
+            "live", arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"}
+        )
+    envelope = {"routing_key": "live", "payload": "x", "properties": {"user_id": "mallory"}}
+    url = "/bridge/exchanges/%2F/amq.default?format=envelope"
+    async with http.post(url, json=envelope) as r:
+        assert r.status == 403  # user_id must be the user's, as over AMQP
+    envelope["properties"] = {"user_id": "guest", "type": "t"}
+    async with http.post(url, json=envelope) as r:
+        assert (r.status, await r.json()) == (201, {"routed": True})
+    cid = await consumer(http, "live")
+    (msg,) = await poll(http, cid)
+    assert msg["properties"]["type"] == "t"
+    async with http.post(
+        f"/bridge/consumers/{cid}/nack", json={"ids": [msg["id"]], "requeue": False}
+    ) as r:
+        assert await r.json() == {"settled": 1, "unknown": []}
+    assert (depth(b, "live"), depth(b, "dead")) == (0, 1)  # dead-lettered
+    # The queue goes while a poll waits: the poll ends empty, the consumer with it.
+    task = asyncio.create_task(poll(http, cid, wait=30))
+    await until(lambda: waiting(b), "the poll to wait")
+    with amqp(b) as conn:
+        conn.channel().queue_delete("live")
+    assert await task == []
+    async with http.get(f"/bridge/consumers/{cid}/messages") as r:
+        assert r.status == 404

@@ -29,6 +29,7 @@ from aiohttp import web
 from warren.core.commit import NOT_STORED, NotStored
 from warren.core.errors import BrokerError
 from warren.core.message import Message
+from warren.core.properties import decode_properties
 from warren.core.session import ClientSession
 from warren.core.users import READ, WRITE, User, UserStore
 from warren.core.vhost_routing import REJECTED_BY_QUEUE
@@ -228,6 +229,8 @@ class Bridge:
             messages = [_envelope(_json_value(line)) for line in lines]
         else:
             raise _error(400, f"unknown format '{fmt}' (raw, envelope, jsonl)")
+        if self.node.alarms:  # as AMQP publishers are blocked: come back later
+            raise ApiError(503, "unavailable", "a resource alarm is on", {"Retry-After": "5"})
         now = self.node.clock.now_ms()
         built: list[Message] = []
         for key, props, payload in messages:
@@ -236,6 +239,9 @@ class Bridge:
             key = new_name("routing_key", key)
             if exchange.type == "topic" and call.user.topic_permissions:
                 UserStore.check_topic(call.user, vhost.name, exchange.name, key, WRITE)
+            claimed = decode_properties(props).user_id
+            if claimed is not None and claimed != call.user.name:  # AMQP's rule
+                raise _error(403, f"user_id property '{claimed}' is not the user")
             built.append(Message(exchange.name, key, props, payload, now))
         what = f"HTTP bridge publish by user '{call.user.name}'"
         commit = ClientSession(self.node, call.user).commit(vhost, what)
@@ -352,7 +358,10 @@ class Bridge:
         try:
             sub.want(most)
             await sub.wait(wait * 1000)
-            taken = sub.take(most)
+            transport = call.request.transport
+            # A client gone while it waited: what came stays ready for the next poll.
+            gone = transport is None or transport.is_closing()
+            taken = [] if gone else sub.take(most)
         finally:
             sub.demand = 0
             sub.busy = False

@@ -62,6 +62,7 @@ class BridgeConsumer(Consumer):
 
     def cancelled(self) -> None:
         """The queue was deleted: the subscription ends."""
+        self.subscription.deliveries.cancelled(self.tag, self)
         self.subscription.close()
 
 
