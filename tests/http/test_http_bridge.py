@@ -16,6 +16,7 @@ import pytest
 import pytest_asyncio
 from conftest import BrokerThread
 from httphelp import Api
+from mqttclient import Client
 
 from warren.core.clock import ManualClock
 from warren.http.bridge import HEARTBEAT_MS
@@ -128,8 +129,14 @@ async def test_mqtt_topic_and_json_lines(b: BrokerThread, http: aiohttp.ClientSe
         ch = conn.channel()
         ch.queue_declare("temps")
         ch.queue_bind("temps", "amq.topic", "sensors.*.temp")
+    subscriber = Client(b.mqtt_port, "watcher", username="guest", password="guest")
+    subscriber.connect()
+    subscriber.subscribe("sensors/+/temp", qos=1)
     async with http.post("/bridge/topics/%2F/sensors/room1/temp", data=b"21.5") as r:
         assert r.status == 201
+    got = subscriber.next()
+    subscriber.close()
+    assert (got.topic, got.payload, got.qos) == ("sensors/room1/temp", b"21.5", 1)
     lines = (
         json.dumps({"routing_key": "sensors.a.temp", "payload": "1"})
         + "\n"

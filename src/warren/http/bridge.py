@@ -221,7 +221,7 @@ class Bridge:
         fmt = request.query.get("format", "raw")
         body = await self._body(request)
         if fmt == "raw":
-            messages = [self._raw_message(request, body)]
+            messages = [self._raw_message(request, body, topic_key is not None)]
         elif fmt == "envelope":
             messages = [_envelope(_json_value(body))]
         elif fmt == "jsonl":
@@ -268,9 +268,11 @@ class Bridge:
         )
 
     @staticmethod
-    def _raw_message(request: web.Request, body: bytes) -> tuple[str, bytes, bytes]:
-        """The body as the payload, the properties from the X-Warren-* headers."""
-        props: dict[str, Any] = {}
+    def _raw_message(request: web.Request, body: bytes, to_topic: bool) -> tuple[str, bytes, bytes]:
+        """The body as the payload, the properties from the X-Warren-* headers; on
+        an MQTT topic persistent unless they say otherwise (MQTT subscribers see
+        QoS 1: the answer waited as a PUBACK does)."""
+        props: dict[str, Any] = {"delivery_mode": 2} if to_topic else {}
         if request.content_type and "Content-Type" in request.headers:
             props["content_type"] = request.headers["Content-Type"]
         headers: dict[str, Any] = {}
