@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from warren.core.commit import NOT_STORED, NotStored
 from warren.core.errors import BrokerError
@@ -125,7 +125,33 @@ class Bridge:
         self.consumers: dict[str, BridgeSubscription] = {}
 
     def add_routes(self, app: web.Application) -> None:
-        app.router.add_route("*", PREFIX + r"{tail:[\s\S]*}", self.handle)
+        app.router.add_route(
+            "*", PREFIX + r"{tail:[\s\S]*}", self.handle, expect_handler=self.expect
+        )
+
+    async def expect(self, request: web.Request) -> web.StreamResponse | None:
+        """``Expect: 100-continue`` (curl's for a body over 1 KiB): a body over the
+        limit is refused before the client sends it."""
+        if request.version != HttpVersion11:
+            return None
+        expect = request.headers.get("Expect", "")
+        if expect.lower() != "100-continue":
+            raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
+        length = request.content_length
+        if length is not None and length > self.node.config.http_bridge_max_body_size:
+            refusal = self._too_large().response()
+            # The body will not come: the connection closes after the answer, and
+            # nothing waits (aiohttp's lingering close) for a body to skip.
+            refusal.force_close()
+            request.content.feed_eof()
+            return refusal
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the response's own bytes come after
+        return None
+
+    def _too_large(self) -> ApiError:
+        limit = self.node.config.http_bridge_max_body_size
+        return _error(413, f"the body is over the {limit} bytes allowed")
 
     def close_all(self) -> None:
         for sub in list(self.consumers.values()):
@@ -171,12 +197,11 @@ class Bridge:
 
     async def _body(self, request: web.Request) -> bytes:
         """The body within the bridge's limit: 413 over it."""
-        limit = self.node.config.http_bridge_max_body_size
         try:
             raw = await read_body(self.node.config, self.budget, request)
         except ApiError as exc:
             if exc.reason == TOO_LARGE:
-                raise _error(413, f"the body is over the {limit} bytes allowed") from None
+                raise self._too_large() from None
             raise
         return bytes(raw)
 
