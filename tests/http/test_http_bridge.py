@@ -162,6 +162,8 @@ async def test_long_poll_ack_and_nack(b: BrokerThread, http: aiohttp.ClientSessi
     declare(b, "work")
     publish(b, "work", b"one", b"two")
     cid = await consumer(http, "work", prefetch=5)
+    # A consumer of the queue as the management API counts them.
+    assert Api(b.http_port).get("/api/queues/%2F/work")["consumers"] == 1
     got = await poll(http, cid, max=10)
     assert [m["payload"] for m in got] == ["one", "two"]
     assert got[0]["properties"]["content_type"] == "text/plain"
