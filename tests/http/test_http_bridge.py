@@ -296,6 +296,17 @@ async def test_auth_permissions_and_body_limit(
             assert r.status == 401
         async with http.get(f"/bridge/consumers/{cid}/messages") as r:
             assert r.status == 404  # another user's consumer
+    # Topic permissions hold for an MQTT topic as for an MQTT publisher.
+    assert api.put("/api/users/sensor", {"password": "pw", "tags": ""}).status == 201
+    perms = {"configure": "", "write": ".*", "read": ""}
+    assert api.put("/api/permissions/%2F/sensor", perms).status == 201
+    topic = {"exchange": "amq.topic", "write": "^sensors\\.", "read": ".*"}
+    assert api.put("/api/topic-permissions/%2F/sensor", topic).status == 201
+    sensor = {"Authorization": aiohttp.encode_basic_auth("sensor", "pw")}
+    async with http.post("/bridge/topics/%2F/sensors/a", data=b"1", headers=sensor) as r:
+        assert r.status == 202  # allowed (and no queue bound)
+    async with http.post("/bridge/topics/%2F/alarms/a", data=b"1", headers=sensor) as r:
+        assert r.status == 403
     declare(b, "other")
     async with http.post("/bridge/queues/%2F/other/consumers", headers=reader) as r:
         assert r.status == 403  # no read on that queue

@@ -16,6 +16,7 @@ nacks settle them by id.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -163,8 +164,14 @@ class Bridge:
             return await self._handle(request)
         except ApiError as exc:
             return exc.response()
-        except BrokerError as exc:
-            return from_broker_error(exc).response()
+        except BrokerError as exc:  # a refusal is 403 here (the API's is RabbitMQ's 401)
+            refusal = _error(403, exc.text) if exc.code == 403 else from_broker_error(exc)
+            return refusal.response()
+        except (asyncio.CancelledError, web.HTTPException):
+            raise
+        except Exception:
+            log.exception("HTTP bridge: %s %s failed", request.method, request.path)
+            return _error(500, "internal error").response()
         finally:
             self.budget.release(request)
 
