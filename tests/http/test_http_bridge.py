@@ -20,6 +20,7 @@ from mqttclient import Client
 
 from warren.core.clock import ManualClock
 from warren.http.bridge import HEARTBEAT_MS
+from warren.http.bridge_consumer import REQUESTS_PER_SECOND
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.asyncio]
 
@@ -355,3 +356,18 @@ async def test_envelope_nack_without_requeue_and_a_deleted_queue(
     assert await task == []
     async with http.get(f"/bridge/consumers/{cid}/messages") as r:
         assert r.status == 404
+
+
+async def test_requests_of_a_consumer_are_rate_limited(
+    b: BrokerThread, http: aiohttp.ClientSession
+) -> None:
+    declare(b, "busy")
+    cid = await consumer(http, "busy")
+    for _ in range(REQUESTS_PER_SECOND):  # the burst
+        assert await poll(http, cid) == []
+    async with http.get(f"/bridge/consumers/{cid}/messages") as r:
+        assert (r.status, r.headers["Retry-After"]) == (429, "1")
+    b.advance(1000 / REQUESTS_PER_SECOND)  # one more, a tenth of a second on
+    assert await poll(http, cid) == []
+    async with http.get(f"/bridge/consumers/{cid}/messages") as r:
+        assert r.status == 429

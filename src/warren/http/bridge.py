@@ -369,6 +369,18 @@ class Bridge:
             status=201,
         )
 
+    def _admitted(self, call: _Call) -> BridgeSubscription:
+        """The consumer of a long-poll or SSE request: one at a time, at most
+        REQUESTS_PER_SECOND started (429 beyond)."""
+        sub = self._consumer(call)
+        if sub.busy:
+            raise _error(409, "a request of this consumer is under way")
+        if not sub.admit():
+            raise ApiError(
+                429, "too_many", "too many requests of this consumer", {"Retry-After": "1"}
+            )
+        return sub
+
     def _consumer(self, call: _Call) -> BridgeSubscription:
         sub = self.consumers.get(call.parts[1])
         if sub is not None and sub.closed:
@@ -381,13 +393,11 @@ class Bridge:
 
     async def long_poll(self, call: _Call) -> web.StreamResponse:
         """Up to ``max`` messages, waiting up to ``wait`` seconds for the first."""
-        sub = self._consumer(call)
         query = call.request.query
         most = _bounded(query, "max", 1, 1, MAX_PREFETCH)
         wait = _bounded(query, "wait", 0, 0, MAX_WAIT_S)
         encoding = _encoding(query)
-        if sub.busy:  # the long-polls of one consumer are one at a time
-            raise _error(409, "a request of this consumer is under way")
+        sub = self._admitted(call)
         sub.busy = True
         try:
             sub.want(most)
@@ -405,10 +415,8 @@ class Bridge:
     async def events(self, call: _Call) -> web.StreamResponse:
         """Server-Sent Events: each message an event (id: its id) as it comes, up to
         the prefetch unacked; a dropped connection closes the consumer."""
-        sub = self._consumer(call)
         encoding = _encoding(call.request.query)
-        if sub.busy:
-            raise _error(409, "a request of this consumer is under way")
+        sub = self._admitted(call)
         sub.busy = True
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 __all__ = ["BridgeConsumer", "BridgeSubscription", "Delivered"]
 
+#: Requests (long-polls, SSE streams) a consumer may start per second, and at once.
+REQUESTS_PER_SECOND = 10
+
 #: A message handed to the bridge: (id, message, redelivered).
 Delivered = tuple[int, "Message", bool]
 
@@ -108,6 +111,9 @@ class BridgeSubscription:
         self.closed = False
         self._wake: asyncio.Future[None] | None = None
         self._idle: TimerHandle | None = None
+        # A token bucket of requests (admit), on the node clock.
+        self._tokens = float(REQUESTS_PER_SECOND)
+        self._tokens_at = clock.monotonic_ms()
         self.consumer = BridgeConsumer(self, queue, prefetch)
         self.deliveries.consume(self.id, self.consumer)
         self.touch()
@@ -181,6 +187,18 @@ class BridgeSubscription:
     def _invisible_too_long(self, tag: int) -> None:
         if self.out.pop(tag, None) is not None and not self.closed:
             self.deliveries.reject(tag, False, requeue=True, explicit=False)
+
+    def admit(self) -> bool:
+        """Whether a request may start now: a client polling in a loop with no
+        wait is held to REQUESTS_PER_SECOND, not to what the node can answer."""
+        now = self.clock.monotonic_ms()
+        rate = REQUESTS_PER_SECOND
+        self._tokens = min(float(rate), self._tokens + (now - self._tokens_at) * rate / 1000)
+        self._tokens_at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
 
     def touch(self) -> None:
         """A request used the subscription: its idle timeout starts again."""
