@@ -308,6 +308,16 @@ async def test_auth_permissions_and_body_limit(
         assert r.status == 202  # allowed (and no queue bound)
     async with http.post("/bridge/topics/%2F/alarms/a", data=b"1", headers=sensor) as r:
         assert r.status == 403
+    # Another connection's exclusive queue, or an exclusive consumer's: locked.
+    with amqp(b) as conn:
+        ch = conn.channel()
+        ch.queue_declare("mine", exclusive=True)
+        async with http.post("/bridge/queues/%2F/mine/consumers") as r:
+            assert r.status == 409
+        ch.queue_declare("solo")
+        ch.basic_consume("solo", lambda *a: None, exclusive=True)
+        async with http.post("/bridge/queues/%2F/solo/consumers") as r:
+            assert r.status == 403  # AMQP's 403 ACCESS_REFUSED, as RabbitMQ's
     declare(b, "other")
     async with http.post("/bridge/queues/%2F/other/consumers", headers=reader) as r:
         assert r.status == 403  # no read on that queue

@@ -330,9 +330,10 @@ class Bridge:
     async def create_consumer(self, call: _Call) -> web.StreamResponse:
         vhost = call.vhost(call.parts[1])
         name = call.parts[2]
-        queue = vhost.queues.get(name)
-        if queue is None:
-            raise _error(404, f"no queue '{name}' in vhost '{vhost.name}'")
+        try:  # another connection's exclusive queue is locked, as over AMQP
+            queue = vhost.get_queue(name)
+        except BrokerError as exc:
+            raise _error(404 if exc.code == 404 else 409, exc.text) from None
         call.check(vhost.name, READ, "queue", name)
         options = await self._json(call.request)
         for gone in [s for s in self.consumers.values() if s.closed]:

@@ -115,7 +115,12 @@ class BridgeSubscription:
         self._tokens = float(REQUESTS_PER_SECOND)
         self._tokens_at = clock.monotonic_ms()
         self.consumer = BridgeConsumer(self, queue, prefetch)
-        self.deliveries.consume(self.id, self.consumer)
+        try:  # the queue may refuse it (an exclusive consumer of its own): a BrokerError
+            self.deliveries.consume(self.id, self.consumer)
+        except BaseException:
+            self.closed = True
+            self.deliveries.close()
+            raise
         self.touch()
 
     # -- the queue's side -----------------------------------------------------------------
