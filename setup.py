@@ -98,6 +98,8 @@ COMPILED_MODULES = [
     # The stream protocol's subscription is a core Consumer (compiled): so is
     # the module that defines it.
     "warren.stream_protocol.delivering",
+    # The HTTP bridge's consumer subclasses the compiled Consumer.
+    "warren.http.bridge_consumer",
     "warren.mqtt.codec",
     "warren.mqtt.connection",
     "warren.mqtt.delivery",

@@ -167,6 +167,9 @@ class Config:
     #: Bytes of request bodies the management API holds at once, every request
     #: together; a request that would go beyond it is refused (503) until others end.
     http_body_budget: int = 64 * 1024 * 1024
+    #: Bytes: the largest request body the HTTP bridge reads (docs/http-bridge.md);
+    #: a larger one is refused (413). [mgmt] bridge_max_body_size.
+    http_bridge_max_body_size: int = 1_000_000
     #: How long the rates and lengths history of each kind of object is kept
     #: (RabbitMQ's management.sample_retention_policies and their defaults): (max
     #: age, interval) pairs in seconds, by max age. ``global``: vhosts, the overview
@@ -603,6 +606,7 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("mgmt", "max_body_size"): ("http_max_body_size", _parse_int),
     ("mgmt", "max_definitions_size"): ("http_max_definitions_size", _parse_int),
     ("mgmt", "body_budget"): ("http_body_budget", _parse_int),
+    ("mgmt", "bridge_max_body_size"): ("http_bridge_max_body_size", _parse_int),
     ("mqtt", "bind"): ("mqtt_bind", _parse_str),
     ("mqtt", "port"): ("mqtt_port", _parse_int),
     ("mqtt", "tls_port"): ("mqtt_tls_port", _parse_int),

@@ -271,6 +271,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "amqp_tls_port": _int_in(-1, 65535),
     "http_tls_port": _int_in(-1, 65535),
     "http_max_body_size": _int_in(1, 2**31 - 1),
+    "http_bridge_max_body_size": _int_in(1, 2**31 - 1),
     "http_max_definitions_size": _int_in(1, 2**31 - 1),
     "http_body_budget": _int_in(1, 2**63 - 1),
     "sample_retention_global": _retention,

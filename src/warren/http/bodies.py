@@ -74,6 +74,8 @@ def body_limit(config: Config, request: web.Request) -> int:
     """The largest body ``request`` may have: more for a definitions upload."""
     if request.method == "POST" and request.path.startswith("/api/definitions"):
         return config.http_max_definitions_size
+    if request.path.startswith("/bridge/"):  # the HTTP bridge's (bridge.py)
+        return config.http_bridge_max_body_size
     return config.http_max_body_size
 
 

@@ -38,6 +38,7 @@ from warren.http import (
 )
 from warren.http.bodies import BodyBudget, check_announced
 from warren.http.bound_sites import BoundSites
+from warren.http.bridge import Bridge
 from warren.http.common import (
     MANAGEMENT,
     REALM,
@@ -110,6 +111,8 @@ class ManagementApp:
         self.router = build_router()
         self.websockets = tuple(websockets)
         self.websocket_connections = connections or WebSocketConnections()
+        #: The HTTP publish/consume bridge under /bridge/ (bridge.py).
+        self.bridge = Bridge(node, self._authenticate, self.budget)
 
     def application(self) -> web.Application:
         # WebSocket upgrades an endpoint claims are taken before routing (on any path,
@@ -129,6 +132,7 @@ class ManagementApp:
         app.router.add_get("/api/auth", api_ui.auth_settings)
         # Any character, newlines too: a name may hold one (%0A).
         app.router.add_route("*", r"/api/{tail:[\s\S]*}", self.api, expect_handler=self.expect)
+        self.bridge.add_routes(app)
         MetricsEndpoints(self.node).add_routes(app)  # as on the [prometheus] listener
         app.router.add_get("/", self.index)
         app.router.add_get("/ui/{path:.*}", self.static)
@@ -375,4 +379,6 @@ class HTTPListener:
         for site in list(runner.sites):
             await site.stop()
         await self.websocket_connections.close_all()
+        if self.app is not None:
+            self.app.bridge.close_all()
         await runner.cleanup()
