@@ -36,12 +36,6 @@ TOOL = TOOLS / "rstream_suite.py"
 #: the reason: a Warren bug or a RabbitMQ-only assumption. They must fail; one
 #: that passes must be taken off the list, so the list stays exact.
 KNOWN_FAILURES: dict[str, str] = {
-    # Warren bugs
-    "test_amqp::test_amqp_message": (
-        "Warren bug (app.py's AMQP1StreamMessages, amqp1/mapping.py): a record's bare "
-        "message is kept, its header and annotations only as the core's properties, so "
-        "a message annotation whose key has no x- prefix ({b'test': 42}) is lost"
-    ),
     # RabbitMQ-only assumptions
     "test_client::test_peer_properties": "RabbitMQ only: asserts product == 'RabbitMQ'",
     "test_client::test_deliver": (

@@ -49,6 +49,12 @@ __all__ = ["SEQUENCE_PREFIX", "Publishing", "last_sequence", "sequence_name"]
 
 log = logging.getLogger("warren.stream")
 
+#: The most entries one chunk record holds; a Publish of more is stored as
+#: several. A subscription from LAST gets the last chunk, and RabbitMQ's
+#: writer cuts its chunks about this small (rstream's suite checks that LAST
+#: of a 5,000-message batch is not all of it).
+CHUNK_ENTRIES: Final = 1024
+
 #: Tracking names of publisher sequences start with this; StoreOffset and
 #: QueryOffset leave such references alone.
 SEQUENCE_PREFIX: Final = "\x00pub\x00"
@@ -206,17 +212,28 @@ class Publishing:
         n = len(parts)
         if n:
             now = conn.now_ms or conn.node.clock.now_ms()
+            done = 0
             try:
-                q.publish_chunk(b"".join(parts), n, now, reference, top)
+                while done < n:
+                    size = min(n - done, CHUNK_ENTRIES)
+                    group_top = stored[done + size - 1] if reference else 0
+                    data = b"".join(parts[done : done + size])
+                    q.publish_chunk(data, size, now, reference, group_top)
+                    done += size
             except (BrokerError, OSError, ValueError) as exc:
                 log.warning("%s: a Publish refused: %s", conn.name, exc)
-                pub.published += len(ids)
-                pub.errored += n
-                errors = [PublishingError(pid, ResponseCode.INTERNAL_ERROR) for pid in stored]
+                pub.errored += n - done
+                refused = stored[done:]
+                errors = [PublishingError(pid, ResponseCode.INTERNAL_ERROR) for pid in refused]
                 conn.reply(c.PublishError(pub.publisher_id, errors))
-                if duplicates:
-                    self._confirm_now([(pub.publisher_id, duplicates)])
-                return
+                stored = stored[:done]
+                n = done
+                if not n:
+                    pub.published += len(ids)
+                    if duplicates:
+                        self._confirm_now([(pub.publisher_id, duplicates)])
+                    return
+                top = stored[-1] if reference else 0
             q.vhost.default_exchange.stats.count_publish(n)
             conn.stats.publish += n
             if top > last:

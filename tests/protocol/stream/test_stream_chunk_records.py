@@ -19,6 +19,7 @@ from harness.broker import Harness
 from rstream import schema
 from test_stream_publish_deliver import (
     FIRST,
+    LAST,
     bodies,
     confirmed,
     declare,
@@ -248,3 +249,25 @@ def test_a_publish_of_more_entries_than_a_chunk_counts_is_stored_per_message(
     stream = stream_of(broker).stream
     assert stream.next_offset == n
     assert stream.position_of(0)[1] != stream.position_of(1)[1]  # type: ignore[attr-defined]
+
+
+def test_a_publish_of_more_than_chunk_entries_is_several_chunk_records(broker: Harness) -> None:
+    """A chunk record holds at most CHUNK_ENTRIES entries, so LAST of one big
+    Publish is its last piece, not all of it (rstream's suite checks it against
+    RabbitMQ, whose writer cuts chunks small); the confirms are the whole
+    Publish's."""
+    from warren.stream_protocol.publishing import CHUNK_ENTRIES
+
+    client = opened(broker)
+    declare(client)
+    n = 2 * CHUNK_ENTRIES + 100
+    ids = list(range(1, n + 1))
+    payloads = [message(b"%d" % i) for i in ids]
+    assert confirmed(publish(client, ids, payloads)) == ids
+    assert len(records_of(broker)) == 3
+    sub = opened(broker, stream=None)
+    frames = sub.raw(encode(schema.Subscribe(sub.next_id(), 1, "s", LAST, 10, [])))
+    assert [(first, len(records)) for _s, first, records in deliveries(frames)] == [
+        (2 * CHUNK_ENTRIES, 100)
+    ]
+    assert stream_of(broker).stream.next_offset == n
