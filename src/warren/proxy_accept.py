@@ -21,11 +21,15 @@ import ssl
 from asyncio import constants
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from warren.config import Config
-from warren.core.clock import Clock, TimerHandle
 from warren.proxy_header import ProxyHeader, ProxyHeaderError, parse
+
+if TYPE_CHECKING:
+    # Annotations only: warren-ctl imports bound_port, and with it this
+    # module, without the core (tests/integration/test_ctl.py).
+    from warren.core.clock import Clock, TimerHandle
 
 __all__ = [
     "ProxiedTransport",
