@@ -219,10 +219,11 @@ prometheus:
 # WARREN_PURE_PYTHON=1 (every module from its .py, the fallback a machine
 # without a C compiler gets). The pure pass shows that the .py files do what
 # their compiled build does, so it runs only the groups whose tests run
-# compiled modules in their own process: tests/core, store, protocol, compat
+# compiled modules in their own process: tests/core, store, protocol
 # (and, once, tests/spark, whose data source is never compiled, and tests/ui,
 # the UI's JavaScript: they keep the passes about as long). The rest (http,
-# cluster, integration, store/powercut: interpreted code, or Warren as
+# compat, cluster, integration, store/powercut: interpreted code, the
+# protocol tests again over sockets, or Warren as
 # separate processes) runs once, in the compiled pass. tests/passes.py says
 # which group runs where and marks each test compiled_pass and/or pure_pass
 # (`pytest --collect-only -q -m pure_pass` lists a pass; docs/testing.md).
