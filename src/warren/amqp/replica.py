@@ -41,7 +41,7 @@ from warren.core.errors import (
     clip_reply_text,
 )
 from warren.core.message import Message
-from warren.core.stream import FILTER_VALUE_HEADER, parse_start
+from warren.core.stream import filter_wants, parse_start
 from warren.core.users import READ, User, UserStore
 from warren.store.replica_catalog import ReplicaCatalog
 from warren.store.stream_store import StreamCursor
@@ -489,10 +489,5 @@ def _filters(value: Any, what: str) -> frozenset[str] | None:
 
 
 def _wanted(consumer: _Consumer, msg: Message) -> bool:
-    value = (msg.headers or {}).get(FILTER_VALUE_HEADER)
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "surrogateescape")
-    if value is None:
-        return consumer.match_unfiltered
     assert consumer.filters is not None
-    return isinstance(value, str) and value in consumer.filters
+    return filter_wants(consumer.filters, consumer.match_unfiltered, msg.headers)

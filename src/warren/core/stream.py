@@ -23,6 +23,7 @@ __all__ = [
     "StartSpec",
     "StreamCursorLike",
     "StreamLog",
+    "filter_wants",
     "parse_interval",
     "parse_start",
 ]
@@ -32,6 +33,21 @@ OFFSET_HEADER = "x-stream-offset"
 TIMESTAMP_HEADER = "x-stream-timestamp"
 #: The header a publisher sets to let filtering consumers skip a message.
 FILTER_VALUE_HEADER = "x-stream-filter-value"
+
+
+def filter_wants(
+    filters: frozenset[str], match_unfiltered: bool, headers: dict[str, Any] | None
+) -> bool:
+    """Whether a consumer filtering on ``filters`` (x-stream-filter) takes a
+    message with ``headers``: its filter value is one of them, or it has none
+    and the consumer takes those too (x-stream-match-unfiltered). The one rule
+    of the leader's readers and of both followers' read services."""
+    value = (headers or {}).get(FILTER_VALUE_HEADER)
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "surrogateescape")
+    if value is None:
+        return match_unfiltered
+    return isinstance(value, str) and value in filters
 
 
 class StreamCursorLike(Protocol):

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from warren.core.consumer import Consumer
 from warren.core.message import Message
 from warren.core.queue_delivery import QueueDelivery
-from warren.core.stream import FILTER_VALUE_HEADER
+from warren.core.stream import filter_wants
 
 if TYPE_CHECKING:
     from warren.core.consumer import MessageFilter
@@ -93,15 +93,9 @@ class Reader:
         return offset if returned is None or returned > offset else returned
 
     def wants(self, msg: Message) -> bool:
-        if self.filters is not None:
-            value = (msg.headers or {}).get(FILTER_VALUE_HEADER)
-            if isinstance(value, bytes):
-                value = value.decode("utf-8", "surrogateescape")
-            if value is None:
-                if not self.match_unfiltered:
-                    return False
-            elif not (isinstance(value, str) and value in self.filters):
-                return False
+        filters = self.filters
+        if filters is not None and not filter_wants(filters, self.match_unfiltered, msg.headers):
+            return False
         predicate = self.predicate
         return predicate is None or predicate(msg)
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from warren import __version__
 from warren.core.errors import AccessRefused
-from warren.core.stream import FILTER_VALUE_HEADER
+from warren.core.stream import filter_wants
 from warren.core.users import READ, User, UserStore
 from warren.stream_protocol import commands as c
 from warren.stream_protocol.chunk import build_chunk, simple_entry
@@ -592,14 +592,9 @@ class ReplicaStreamConnection:
 
 
 def _wanted(sub: ReplicaSubscription, headers: dict[str, Any] | None) -> bool:
-    """The leader's filter rule (core/stream_delivery.py's Reader.wants)."""
-    value = (headers or {}).get(FILTER_VALUE_HEADER)
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "surrogateescape")
-    if value is None:
-        return sub.match_unfiltered
+    """The leader's filter rule (core/stream.py's filter_wants)."""
     assert sub.filters is not None
-    return isinstance(value, str) and value in sub.filters
+    return filter_wants(sub.filters, sub.match_unfiltered, headers)
 
 
 def _properties() -> dict[str, str]:
