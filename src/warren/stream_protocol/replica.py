@@ -45,10 +45,10 @@ from warren.stream_protocol.constants import (
     ResponseCode,
 )
 from warren.stream_protocol.control import MAX_CREDIT, MAX_SUBSCRIPTIONS, NO_LEADER, start_spec
-from warren.stream_protocol.delivering import CHUNK_RECORDS
+from warren.stream_protocol.delivering import CHUNK_RECORDS, send_chunk
 from warren.stream_protocol.frames import FrameReader, decode_frame
 from warren.stream_protocol.messages import RawMessages, StreamMessageCodec
-from warren.stream_protocol.publish import Publish, deliver_prefix
+from warren.stream_protocol.publish import Publish
 from warren.stream_protocol.publishing import SEQUENCE_PREFIX, sequence_name
 from warren.stream_protocol.wire import (
     Broker,
@@ -544,12 +544,7 @@ class ReplicaStreamConnection:
                 whole = cursor.chunk()  # a chunk record: sent as stored, as the leader does
                 if whole is not None:
                     first, count, m, start, end = whole
-                    data = m[start:end]
-                    self.output.append(deliver_prefix(sub.subscription_id, len(data), committed))
-                    self.output.append(data)
-                    sub.credit -= 1
-                    sub.consumed += count
-                    sub.last_offset = first + count - 1
+                    send_chunk(self.output, sub, m[start:end], first, count, committed)
                     continue
             records = self._chunk_records(sub, cursor)
             if not records:
@@ -558,11 +553,7 @@ class ReplicaStreamConnection:
             chunk = build_chunk(
                 [simple_entry(r[2]) for r in records], first_offset=first, timestamp=timestamp
             ).delivered()
-            self.output.append(deliver_prefix(sub.subscription_id, len(chunk), committed))
-            self.output.append(chunk)
-            sub.credit -= 1
-            sub.consumed += len(records)
-            sub.last_offset = first + len(records) - 1
+            send_chunk(self.output, sub, chunk, first, len(records), committed)
         return True
 
     def _chunk_records(
