@@ -59,8 +59,9 @@ class Forwarding:
         self.link: LeaderLink | None = None
         #: Subscribes sent to the leader: link correlation id -> (client's, subscription).
         self._subscribes: dict[int, tuple[int, ReplicaSubscription]] = {}
-        #: ConsumerUpdates sent to the client: its correlation id -> (the leader's, sid).
-        self._updates: dict[int, tuple[int, int]] = {}
+        #: ConsumerUpdates sent to the client: its correlation id -> (the
+        #: leader's, sid, whether it activates).
+        self._updates: dict[int, tuple[int, int, bool]] = {}
         self._correlation = 0
 
     def pending(self, subscription_id: int) -> bool:
@@ -83,7 +84,7 @@ class Forwarding:
 
     def unsubscribed(self, sub: ReplicaSubscription) -> None:
         """A forwarded subscription went here: it leaves its group there."""
-        for corr in [k for k, (_, sid) in self._updates.items() if sid == sub.subscription_id]:
+        for corr in [k for k, (_, sid, _) in self._updates.items() if sid == sub.subscription_id]:
             del self._updates[corr]
         if self.link is not None:
             self.link.send(c.Unsubscribe(self.link.next_id(), sub.subscription_id))
@@ -103,9 +104,9 @@ class Forwarding:
         entry = self._updates.pop(command.correlation_id, None)
         if entry is None:
             return
-        leader_corr, sid = entry
+        leader_corr, sid, active = entry
         sub = self.conn.subscriptions.get(sid)
-        if sub is not None and sub.update == command.correlation_id and sub.sac_active is False:
+        if active and sub is not None and sub.update == command.correlation_id:
             if command.code == OK:
                 spec = start_spec(command.offset) or start_spec(sub.offset)
                 if spec is not None:
@@ -162,7 +163,7 @@ class Forwarding:
             self.conn.stop(sub)
         self._correlation += 1
         corr = sub.update = self._correlation
-        self._updates[corr] = (command.correlation_id, sub.subscription_id)
+        self._updates[corr] = (command.correlation_id, sub.subscription_id, command.active)
         self.conn.send(c.ConsumerUpdate(corr, sub.subscription_id, command.active))
 
     def _gone(self, stream: str) -> None:

@@ -16,6 +16,7 @@ from harness.stream import MemoryStream, split_frames
 from rstream import encoding, schema
 from rstream.amqp import AMQPMessage, amqp_decoder
 from test_stream_super_sac import declare_super_stream
+from test_stream_super_sac import publish as publish_to
 
 from warren.app import AMQP1StreamMessages
 from warren.store.replica_catalog import ReplicaCatalog
@@ -232,8 +233,11 @@ def test_a_partition_handed_over_from_the_follower(broker: Harness) -> None:
     [down] = kinds(frames, UPDATE)
     assert (down.subscription_id, down.active) == (1, 0)
     assert wire.conn.subscriptions[1].sac_active is False
-    # Its answer lets the leader activate the other.
+    # Its answer lets the leader activate the other; it reads nothing more here.
     assert wire.send(ANSWER(down.correlation_id, OK, NEXT)) == []
+    assert wire.conn.subscriptions[1].sac_active is False
+    publish_to(broker, "1", b"late")
+    assert wire.raw() == []
     frames = [encoding.decode_frame(f) for f in split_frames(other.take())]
     [up] = kinds(frames, UPDATE)
     assert (up.subscription_id, up.active) == (1, 1)
