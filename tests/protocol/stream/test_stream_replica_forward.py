@@ -21,6 +21,7 @@ from test_stream_super_sac import publish as publish_to
 from warren.app import AMQP1StreamMessages
 from warren.store.replica_catalog import ReplicaCatalog
 from warren.store.stream_tracking import TRACKING_WRITE_MS
+from warren.stream_protocol import commands as c
 from warren.stream_protocol.chunk import decode_delivered_chunk, read_records
 from warren.stream_protocol.constants import ResponseCode
 from warren.stream_protocol.frames import decode_frame
@@ -283,3 +284,38 @@ def test_without_a_leader_a_single_active_consumer_is_not_available(broker: Harn
     [answer] = wire.send(schema.Subscribe(wire.next_id(), 2, "s", FIRST, 10, sac()))
     assert answer.response_code == ResponseCode.STREAM_NOT_AVAILABLE
     assert wire.send(schema.StoreOffset("app", "s", 0)) == []
+
+
+def talk(broker: Harness, link: LeaderLink) -> MemoryStream:
+    """``link`` to a new connection of the leader, bytes carried until quiet."""
+    side = MemoryStream(broker)
+    while True:
+        data = b"".join(link.take_output())
+        if data:
+            broker.call(lambda data=data: side.conn.feed(data))
+            broker.settle()
+        back = side.take()
+        if back:
+            link.feed(back)
+        if not data and not back:
+            return side
+
+
+def test_the_link_waits_for_open_answers_heartbeats_and_reports_a_refused_login(
+    broker: Harness,
+) -> None:
+    client = leader_client(broker)
+    lost: list[str] = []
+    got: list[c.Command] = []
+    link = LeaderLink("guest", "guest", "/", "t", got.append, lambda _, why: lost.append(why))
+    link.send(c.StoreOffset("app", "s", 4))  # before Open: it waits
+    talk(broker, link)
+    assert not link.closed and lost == [] and got == []
+    answer = client.request(schema.QueryOffset(client.next_id(), "app", "s"))
+    assert (answer.response_code, answer.offset) == (OK, 4)
+    link.feed(c.Heartbeat().encode())
+    assert link.take_output() == [c.Heartbeat().encode()]
+    bad = LeaderLink("guest", "wrong", "/", "t", got.append, lambda _, why: lost.append(why))
+    talk(broker, bad)
+    assert bad.closed and got == []
+    assert lost == [f"the leader refused the login ({int(ResponseCode.AUTHENTICATION_FAILURE)})"]
