@@ -15,7 +15,7 @@ from warren.amqp.replica_server import ReplicaReadServer
 from warren.amqp.server import AMQPListener
 from warren.amqp1.frames import AMQP_HEADER, SASL_HEADER
 from warren.amqp1.management_node import management_handler
-from warren.amqp1.mapping import from_core, to_core
+from warren.amqp1.mapping import from_core, to_core, unmapped_annotations
 from warren.amqp1.message import decode_message, encode_message
 from warren.amqp1.server import AMQP1Listener
 from warren.broker import Broker as CoreBroker
@@ -67,12 +67,18 @@ class AMQP1StreamMessages:
         """A record that is no AMQP 1.0 message (clients may publish any
         bytes; RabbitMQ stores them as they are) is a body without
         properties, kept as native for stream consumers; RabbitMQ's AMQP
-        readers fail on such a record, Warren's 0-9-1 ones get the bytes."""
+        readers fail on such a record, Warren's 0-9-1 ones get the bytes.
+        Annotations the core does not carry (no ``x-`` prefix) are kept in
+        native, before the bare message (mapping.unmapped_annotations)."""
         try:
             msg = decode_message(data)
             properties, body = to_core(msg)
         except (DecodeError, ValueError):
             return _NO_PROPERTIES, data, data
+        if msg.message_annotations is not None:
+            unmapped = unmapped_annotations(msg)
+            if unmapped:
+                return properties, body, unmapped + data[msg.bare_at :]
         return properties, body, data[msg.bare_at :]
 
     def to_wire(self, msg: Message) -> bytes:

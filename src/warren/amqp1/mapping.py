@@ -49,6 +49,7 @@ from warren.amqp1.message import (
     Header,
     MessageAnnotations,
     Properties,
+    decode_message,
     decode_sections,
     encode_sections,
     keep_encoded,
@@ -63,6 +64,7 @@ __all__ = [
     "from_core",
     "keep_native",
     "to_core",
+    "unmapped_annotations",
 ]
 
 #: The 0-9-1 ``type`` of a message whose 1.0 body is not data sections: its
@@ -593,6 +595,29 @@ def from_core(properties: bytes, body: bytes, native: bytes | None = None) -> Am
 
 
 _NO_PROPERTIES = Properties()
+#: How a message-annotations section starts (its descriptor, a smallulong), as
+#: unmapped_annotations encodes it.
+_ANNOTATIONS_AT = b"\x00\x53\x72"
+
+
+def unmapped_annotations(msg: AmqpMessage) -> bytes:
+    """The message annotations of ``msg`` that the core's properties do not
+    carry (to_core makes headers of ``x-`` keys only), as a section to keep
+    before the bare message in Message.native, where from_core finds them
+    again; b"" when there are none. The stream protocol's codec keeps them so
+    (RabbitMQ keeps a stream message's annotations whole); AMQP 0-9-1
+    consumers do not see them, as in RabbitMQ."""
+    annotations = msg.message_annotations
+    if annotations is None:
+        return b""
+    kept = {
+        key: value
+        for key, value in annotations.content.items()
+        if not (isinstance(key, str) and key.startswith("x-"))
+    }
+    return encode_sections([MessageAnnotations(kept)]) if kept else b""
+
+
 #: Headers to_core makes of a bare message's ids (not annotations).
 _ID_HEADERS = ("x-message-id", "x-correlation-id")
 
@@ -600,7 +625,16 @@ _ID_HEADERS = ("x-message-id", "x-correlation-id")
 def _with_native(msg: AmqpMessage, native: bytes) -> AmqpMessage:
     """``msg`` (from_core's) with ``native`` as its bare message and footer, and
     without the annotations to_core made of that bare message (its long or
-    binary ids, its ``x-`` application properties): those are in ``native``."""
+    binary ids, its ``x-`` application properties): those are in ``native``.
+    A message-annotations section before the bare message (unmapped_annotations')
+    adds its annotations to the core's."""
+    bare_at = 0
+    unmapped: dict[Any, Any] = {}
+    if native.startswith(_ANNOTATIONS_AT):
+        with contextlib.suppress(DecodeError):
+            kept = decode_message(native)
+            if kept.message_annotations is not None and kept.bare_at > 0:
+                unmapped, bare_at = kept.message_annotations.content, kept.bare_at
     annotations = msg.message_annotations
     if annotations is not None:
         bare: list[Any] = []
@@ -621,7 +655,13 @@ def _with_native(msg: AmqpMessage, native: bytes) -> AmqpMessage:
             del content["x-basic-type"]
         if not content:
             msg.message_annotations = None
-    msg.raw, msg.bare_at = native, 0
+    if unmapped:
+        if msg.message_annotations is None:
+            msg.message_annotations = MessageAnnotations({})
+        content = msg.message_annotations.content
+        for key, value in unmapped.items():
+            content.setdefault(key, value)
+    msg.raw, msg.bare_at = native, bare_at
     return msg
 
 

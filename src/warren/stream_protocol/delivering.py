@@ -25,7 +25,7 @@ skips the entries before its offset, as with RabbitMQ).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from warren.core.consumer import Consumer
 from warren.core.errors import BrokerError
@@ -48,7 +48,13 @@ if TYPE_CHECKING:
     from warren.stream_protocol.connection import StreamConnection
     from warren.stream_protocol.control import Subscription
 
-__all__ = ["CHUNK_RECORDS", "Delivering", "SubscriptionConsumer", "consumer_arguments"]
+__all__ = [
+    "CHUNK_RECORDS",
+    "Delivering",
+    "SubscriptionConsumer",
+    "consumer_arguments",
+    "send_chunk",
+]
 
 log = logging.getLogger("warren.stream")
 
@@ -57,6 +63,27 @@ CHUNK_RECORDS: Final = 1024
 #: Deliveries a subscription holds unacknowledged at most (they are acked at
 #: the end of each turn, so this bounds one turn's read).
 _PREFETCH: Final = 8 * CHUNK_RECORDS
+
+
+class Counted(Protocol):
+    """What a subscription counts of its chunks (the leader's and a follower's)."""
+
+    subscription_id: int
+    credit: int
+    consumed: int
+    last_offset: int
+
+
+def send_chunk(
+    out: list[bytes], sub: Counted, chunk: bytes, first: int, count: int, committed: int | None
+) -> None:
+    """One Deliver of ``chunk`` (``count`` records from ``first``) into ``out``:
+    it takes a credit and is counted, on the leader and on a follower alike."""
+    out.append(deliver_prefix(sub.subscription_id, len(chunk), committed))
+    out.append(chunk)
+    sub.credit = max(sub.credit - 1, 0)
+    sub.consumed += count
+    sub.last_offset = first + count - 1
 
 
 def consumer_arguments(sub: Subscription) -> dict[str, Any]:
@@ -321,11 +348,7 @@ class Delivering:
             first, timestamp, data = records[i]
             if timestamp < 0:  # a chunk record, sent as it is stored
                 count = -timestamp
-                out.append(deliver_prefix(sub.subscription_id, len(data), committed))
-                out.append(data)
-                sub.credit = max(sub.credit - 1, 0)
-                sub.consumed += count
-                sub.last_offset = first + count - 1
+                send_chunk(out, sub, data, first, count, committed)
                 self.conn.stats.deliver += count
                 i += 1
                 continue
@@ -340,10 +363,6 @@ class Delivering:
             chunk = build_chunk(
                 [simple_entry(r[2]) for r in records[i:j]], first_offset=first, timestamp=timestamp
             ).delivered()
-            out.append(deliver_prefix(sub.subscription_id, len(chunk), committed))
-            out.append(chunk)
-            sub.credit = max(sub.credit - 1, 0)
-            sub.consumed += j - i
-            sub.last_offset = first + j - i - 1
+            send_chunk(out, sub, chunk, first, j - i, committed)
             self.conn.stats.deliver += j - i
             i = j

@@ -9,13 +9,14 @@ vhosts, stream queues and read-only stores, store/replica_catalog.py): the
 handshake (PLAIN with the replicated users), Metadata, Subscribe/Credit/
 Unsubscribe (offset specs and filters as on the leader), QueryOffset,
 QueryPublisherSequence, StreamStats and ResolveOffsetSpec from the
-replicated files. The view has no write path, and what would change
-anything is refused as RabbitMQ refuses it where the leader is not
-available: DeclarePublisher with STREAM_NOT_AVAILABLE, Publish with
-PUBLISHER_DOES_NOT_EXIST, Create/Delete and the super stream commands with
-ACCESS_REFUSED, StoreOffset (which has no answer) logged. Single active
-consumers are the leader's (their groups live there): refused with
-PRECONDITION_FAILED.
+replicated files. Single active consumers (their groups) and StoreOffset
+are the leader's: forwarded there (replica_forward.py) when the server gives
+a way to reach it (``connect``); without one, refused with
+PRECONDITION_FAILED, and StoreOffset (which has no answer) logged. The view
+has no write path, and the rest of what would change anything is refused as
+RabbitMQ refuses it where the leader is not available: DeclarePublisher with
+STREAM_NOT_AVAILABLE, Publish with PUBLISHER_DOES_NOT_EXIST, Create/Delete
+and the super stream commands with ACCESS_REFUSED.
 
 Records are read through the same StreamCursor the leader's consumers use
 and sent as the leader's Deliver frames (chunk.py's chunks, a new chunk
@@ -45,20 +46,23 @@ from warren.stream_protocol.constants import (
     ResponseCode,
 )
 from warren.stream_protocol.control import MAX_CREDIT, MAX_SUBSCRIPTIONS, NO_LEADER, start_spec
-from warren.stream_protocol.delivering import CHUNK_RECORDS
+from warren.stream_protocol.delivering import CHUNK_RECORDS, send_chunk
 from warren.stream_protocol.frames import FrameReader, decode_frame
 from warren.stream_protocol.messages import RawMessages, StreamMessageCodec
-from warren.stream_protocol.publish import Publish, deliver_prefix
+from warren.stream_protocol.publish import Publish
 from warren.stream_protocol.publishing import SEQUENCE_PREFIX, sequence_name
+from warren.stream_protocol.replica_forward import Connect, Forwarding
 from warren.stream_protocol.wire import (
     Broker,
     CommandVersion,
+    OffsetSpec,
     PublishingError,
     StreamMetadata,
     StreamProtocolError,
 )
 
 if TYPE_CHECKING:
+    from warren.core.stream import StartSpec
     from warren.store.stream_replica import ReplicaStreamStore
     from warren.store.stream_store import StreamCursor
 
@@ -97,11 +101,17 @@ class ReadOnlyView(Protocol):
 class ReplicaSubscription:
     subscription_id: int
     stream: str
+    #: Its Subscribe's offset spec, and where that resolved.
+    offset: OffsetSpec
     start: int
     credit: int
     properties: dict[str, str]
     filters: frozenset[str] | None
     match_unfiltered: bool
+    #: A single active consumer (forwarded): whether it is active; None for others.
+    sac_active: bool | None = None
+    #: The last ConsumerUpdate sent for it (only its answer activates it).
+    update: int = 0
     #: None until the stream's files exist on this node.
     cursor: StreamCursor | None = None
     consumed: int = 0
@@ -123,6 +133,7 @@ class ReplicaStreamConnection:
         messages: StreamMessageCodec | None = None,
         frame_max: int = 1_048_576,
         heartbeat: int = 60,
+        connect: Connect | None = None,
     ) -> None:
         self.view = view
         self.name = name
@@ -139,12 +150,16 @@ class ReplicaStreamConnection:
         self.output: list[bytes] = []
         self.closed = False  # nothing more is read; close the socket after the output
         self.user: User | None = None
+        #: The PLAIN login, for the link to the leader (its permissions are checked there).
+        self.credentials = ("", "")
         self.vhost = ""
         self.client_properties: dict[str, str] = {}
         self.subscriptions: dict[int, ReplicaSubscription] = {}
         #: Deliver v2 (with the committed chunk id): the client offered it.
         self.v2 = False
         self.connected_at = self.last_rx_ms = self.last_tx_ms = now_ms()
+        #: Single active consumers and StoreOffset, to the leader (None: refused).
+        self.forwarding = Forwarding(self, connect) if connect is not None else None
 
     # -- the sans-IO surface ----------------------------------------------------------
     def send(self, command: c.Command) -> None:
@@ -245,7 +260,10 @@ class ReplicaStreamConnection:
             parts = command.data.split(b"\x00")
             if len(parts) == 3 and (not parts[0] or parts[0] == parts[1]):
                 name = parts[1].decode("utf-8", "replace")
-                user = self.view.users().authenticate(name, parts[2].decode("utf-8", "replace"))
+                password = parts[2].decode("utf-8", "replace")
+                user = self.view.users().authenticate(name, password)
+                if user is not None:
+                    self.credentials = (name, password)
             code = ResponseCode.AUTHENTICATION_FAILURE
         else:
             code = ResponseCode.SASL_MECHANISM_NOT_SUPPORTED
@@ -288,6 +306,8 @@ class ReplicaStreamConnection:
             if sub.cursor is not None:
                 sub.cursor.close()
         self.subscriptions.clear()
+        if self.forwarding is not None:
+            self.forwarding.close()
 
     def _open_command(self, command: c.Command) -> None:
         if isinstance(command, c.Subscribe):
@@ -311,7 +331,10 @@ class ReplicaStreamConnection:
             versions = [CommandVersion(int(k), lo, hi) for k, lo, hi in SERVER_COMMAND_VERSIONS]
             self.send(c.ExchangeCommandVersionsResponse(command.correlation_id, OK, versions))
         elif isinstance(command, c.ConsumerUpdateResponse):
-            pass  # no single active consumers here
+            if self.forwarding is not None:
+                self.forwarding.answered(command)
+        elif isinstance(command, c.StoreOffset) and self.forwarding is not None:
+            self.forwarding.store_offset(command)
         else:
             self._refuse(command)
 
@@ -458,7 +481,8 @@ class ReplicaStreamConnection:
     # -- subscriptions --------------------------------------------------------------------
     def _subscribe(self, command: c.Subscribe) -> None:
         corr, sid, name = command.correlation_id, command.subscription_id, command.stream
-        if sid in self.subscriptions:
+        forwarding = self.forwarding
+        if sid in self.subscriptions or (forwarding is not None and forwarding.pending(sid)):
             code = int(ResponseCode.SUBSCRIPTION_ID_ALREADY_EXISTS)
             self.send(c.SubscribeResponse(corr, code))
             return
@@ -471,7 +495,8 @@ class ReplicaStreamConnection:
             return
         spec = start_spec(command.offset)
         props = dict(command.properties)
-        if props.get("single-active-consumer", "false").lower() == "true":
+        sac = props.get("single-active-consumer", "false").lower() == "true"
+        if sac and forwarding is None:
             log.warning(
                 "%s: subscription %d: single active consumers subscribe on the leader",
                 self.name,
@@ -487,16 +512,48 @@ class ReplicaStreamConnection:
         sub = ReplicaSubscription(
             sid,
             name,
+            command.offset,
             start,
             min(command.credit, MAX_CREDIT),
             props,
             frozenset(values) if values else None,
             props.get("match-unfiltered", "false").lower() == "true",
         )
+        if sac and forwarding is not None:
+            sub.sac_active = False  # reads once the leader's group activates it
+            forwarding.subscribe(command, sub)
+            return
         if store is not None:
             sub.cursor = store.cursor(max(start, store.first_offset))
         self.subscriptions[sid] = sub
         self.send(c.SubscribeResponse(corr))
+
+    def start_at(self, sub: ReplicaSubscription, spec: StartSpec) -> None:
+        """A single active consumer activated: it reads from ``spec`` on."""
+        store = self._store(sub.stream)
+        sub.start = spec.resolve(store) if store is not None else spec.value
+        if sub.cursor is not None:
+            sub.cursor.close()
+        sub.cursor = None if store is None else store.cursor(max(sub.start, store.first_offset))
+        sub.held = None
+        sub.sac_active = True
+
+    def stop(self, sub: ReplicaSubscription) -> None:
+        """A single active consumer deactivated: it reads no further."""
+        sub.sac_active = False
+        if sub.cursor is not None:
+            sub.cursor.close()
+            sub.cursor = None
+        sub.held = None
+
+    def drop(self, subs: list[ReplicaSubscription]) -> None:
+        """Forwarded subscriptions whose leader side ended go, the client told
+        as for a stream gone (MetadataUpdate)."""
+        for sub in subs:
+            self.stop(sub)
+            self.subscriptions.pop(sub.subscription_id, None)
+        for stream in sorted({sub.stream for sub in subs}):
+            self.send(c.MetadataUpdate(int(ResponseCode.STREAM_NOT_AVAILABLE), stream))
 
     def _credit(self, command: c.Credit) -> None:
         sub = self.subscriptions.get(command.subscription_id)
@@ -514,6 +571,8 @@ class ReplicaStreamConnection:
             return
         if sub.cursor is not None:
             sub.cursor.close()
+        if sub.sac_active is not None and self.forwarding is not None:
+            self.forwarding.unsubscribed(sub)
         self.send(c.UnsubscribeResponse(command.correlation_id))
 
     # -- delivering -----------------------------------------------------------------------
@@ -524,7 +583,7 @@ class ReplicaStreamConnection:
             return False
         more = False
         for sub in list(self.subscriptions.values()):
-            if self._deliver(sub):
+            if sub.sac_active is not False and self._deliver(sub):
                 more = True
         return more
 
@@ -544,12 +603,7 @@ class ReplicaStreamConnection:
                 whole = cursor.chunk()  # a chunk record: sent as stored, as the leader does
                 if whole is not None:
                     first, count, m, start, end = whole
-                    data = m[start:end]
-                    self.output.append(deliver_prefix(sub.subscription_id, len(data), committed))
-                    self.output.append(data)
-                    sub.credit -= 1
-                    sub.consumed += count
-                    sub.last_offset = first + count - 1
+                    send_chunk(self.output, sub, m[start:end], first, count, committed)
                     continue
             records = self._chunk_records(sub, cursor)
             if not records:
@@ -558,11 +612,7 @@ class ReplicaStreamConnection:
             chunk = build_chunk(
                 [simple_entry(r[2]) for r in records], first_offset=first, timestamp=timestamp
             ).delivered()
-            self.output.append(deliver_prefix(sub.subscription_id, len(chunk), committed))
-            self.output.append(chunk)
-            sub.credit -= 1
-            sub.consumed += len(records)
-            sub.last_offset = first + len(records) - 1
+            send_chunk(self.output, sub, chunk, first, len(records), committed)
         return True
 
     def _chunk_records(

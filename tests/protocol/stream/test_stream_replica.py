@@ -214,7 +214,7 @@ def test_what_would_change_anything_is_refused(broker: Harness) -> None:
     ):
         assert wire.request(frame).response_code == ResponseCode.ACCESS_REFUSED
     assert wire.send(schema.StoreOffset("app", "s", 0)) == []  # no answer; logged
-    # A single active consumer's group lives on the leader.
+    # Without a way to reach the leader (no connect), single active consumers are refused.
     sac = [schema.Property("single-active-consumer", "true"), schema.Property("name", "g")]
     answer = wire.request(schema.Subscribe(wire.next_id(), 1, "s", FIRST, 1, sac))
     assert answer.response_code == ResponseCode.PRECONDITION_FAILED
