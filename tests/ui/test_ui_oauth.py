@@ -7,6 +7,7 @@ expiry on the broker is a clock step; in the browser, playwright's clock."""
 
 from __future__ import annotations
 
+import html
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,11 +20,12 @@ from conftest import BrokerThread, start_broker
 from httphelp import Api
 from oauth2help import FULL
 from oidcprovider import OidcProvider
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from warren.core.clock import ManualClock
 
 from .conftest import API_URL_ENV, Console
+from .devserver import CSP
 from .helpers import load
 
 pytestmark = pytest.mark.skipif(
@@ -81,6 +83,36 @@ def oidc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[OidcProvide
         yield pair
 
 
+def strict_policy(page: Page, base: str, provider_url: str) -> None:
+    """Warren's page with devserver.py's Content-Security-Policy (connect-src
+    'self'): the login fetches from the page's origin only (a violation is a
+    console error)."""
+
+    def add_policy(route: Route) -> None:
+        response = route.fetch()
+        route.fulfill(
+            response=response, headers={**response.headers, "content-security-policy": CSP}
+        )
+
+    def hand_back(route: Route) -> None:
+        # The provider's redirects back (after its login and its logout) as a
+        # page that navigates there: playwright routes no request a redirect
+        # makes, and the page landed on must go through add_policy too.
+        response = route.fetch(max_redirects=0)
+        target = response.headers.get("location")
+        if response.status != 302 or not target:
+            route.fulfill(response=response)
+            return
+        refresh = (
+            f'<!doctype html><meta http-equiv="refresh" content="0;url={html.escape(target)}">'
+        )
+        route.fulfill(status=200, content_type="text/html", body=refresh)
+
+    page.route(lambda url: url.startswith(f"{base}/") and urlsplit(url).path == "/", add_policy)
+    page.route(f"{provider_url}/authorize", hand_back)
+    page.route(f"{provider_url}/logout?*", hand_back)
+
+
 def sign_in(page: Page, provider: OidcProvider, user: str = "alice") -> None:
     """From Warren's login page through the provider's and back."""
     page.locator("#oauth-login-button").click()
@@ -97,6 +129,7 @@ def test_login_through_the_provider_overview_expiry_and_logout(
     for name in ("oauth-a", "oauth-b", "oauth-c"):
         assert Api(broker.http_port).put(f"/api/queues/%2F/{name}").status in (201, 204)
     page.clock.install()
+    strict_policy(page, base, provider.url)
 
     # The login page offers the provider only (oauth_disable_basic_auth's default).
     load(page, f"{base}/#/queues")
@@ -128,8 +161,10 @@ def test_login_through_the_provider_overview_expiry_and_logout(
     # The token expires on the broker: the next API call's 401 ends the session.
     sign_in(page, provider)
     expect(page.locator("[data-total=queues] b")).to_have_text("3")
-    broker.advance((LIFETIME + 1) * 1000)
     page.locator("#nav a[href='#/exchanges']").click()
+    expect(page.locator("a[href='#/exchanges/%2F/amq.topic']")).to_be_visible()
+    broker.advance((LIFETIME + 1) * 1000)
+    page.clock.fast_forward(5_000)  # the page's next poll
     expect(page.locator("#oauth-login .error")).to_have_text(
         "Your session has ended: please log in again."
     )
@@ -144,6 +179,9 @@ def test_login_through_the_provider_overview_expiry_and_logout(
     )
     # The 401 of the expired token is logged by Chromium: the only error allowed.
     assert [e for e in console.errors if "401" not in e] == []
+    # The policy was in force all along: the page may not fetch from the provider.
+    probe = f"fetch('{provider.url}/jwks', {{mode: 'no-cors'}}).then(() => 'sent', () => 'blocked')"
+    assert page.evaluate(probe) == "blocked"
 
 
 def test_provider_errors_are_shown(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
 
 from aiohttp import web
 
@@ -108,8 +109,6 @@ class UiOAuth:
         body = await request.content.read(MAX_TOKEN_REQUEST + 1)
         if len(body) > MAX_TOKEN_REQUEST:
             raise ApiError(413, "bad_request", "request too large")
-        from urllib.parse import parse_qsl
-
         try:
             given = dict(parse_qsl(body.decode(), strict_parsing=bool(body)))
         except (UnicodeDecodeError, ValueError):

@@ -103,7 +103,7 @@ function expiryOf(answer) {
  */
 export async function completeLogin() {
   const params = new URLSearchParams(location.search);
-  if (!params.has("state") || !(params.has("code") || params.has("error"))) return null;
+  if (!oauthEnabled() || !params.has("state") || !(params.has("code") || params.has("error"))) return null;
   const pending = JSON.parse(sessionStorage.getItem(PENDING_KEY) || "null");
   sessionStorage.removeItem(PENDING_KEY);
   // The code is good once: off the address bar (and history), back to the page left.
