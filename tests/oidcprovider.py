@@ -45,6 +45,8 @@ class OidcProvider:
     #: Scopes (unprefixed) each user's access token carries.
     scopes: dict[str, list[str]] = field(default_factory=dict)
     lifetime: int = 600
+    #: Its discovery document names its logout (end_session_endpoint).
+    logout_endpoint: bool = True
     key: SigningKey = field(default_factory=lambda: SigningKey("oidc-1"))
     grants: dict[str, Grant] = field(default_factory=dict)
     #: Every token request's form, and every logout's query.
@@ -76,15 +78,17 @@ class OidcProvider:
 
     # -- what it answers --------------------------------------------------------------
     def discovery(self) -> dict[str, Any]:
-        return {
+        document = {
             "issuer": self.url,
             "authorization_endpoint": f"{self.url}/authorize",
             "token_endpoint": f"{self.url}/token",
             "jwks_uri": f"{self.url}/jwks",
-            "end_session_endpoint": f"{self.url}/logout",
             "response_types_supported": ["code"],
             "code_challenge_methods_supported": ["S256"],
         }
+        if self.logout_endpoint:
+            document["end_session_endpoint"] = f"{self.url}/logout"
+        return document
 
     def get(self, req: BaseHTTPRequestHandler) -> None:
         parts = urlsplit(req.path)

@@ -19,6 +19,7 @@ from oauth2help import FULL
 from oidcprovider import Grant, OidcProvider
 
 from warren.core.clock import ManualClock
+from warren.http.ui_oauth import DISCOVERY_TTL_MS
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -190,3 +191,22 @@ def test_an_unreachable_provider_is_a_502(tmp_path: Path) -> None:
         assert reply.json()["reason"].startswith("the OAuth 2 provider did not answer")
     finally:
         broker.stop()
+
+
+def test_discovery_is_read_again_after_five_minutes(
+    oidc: tuple[OidcProvider, BrokerThread],
+) -> None:
+    """Kept DISCOVERY_TTL_MS on the broker's clock: a provider's change shows then."""
+    provider, broker = oidc
+    api = Api(broker.http_port).anonymous()
+    broker.advance(DISCOVERY_TTL_MS)
+    assert "end_session_endpoint" in api.get("/api/auth/openid-configuration")
+    provider.logout_endpoint = False
+    try:
+        broker.advance(DISCOVERY_TTL_MS - 1)
+        assert "end_session_endpoint" in api.get("/api/auth/openid-configuration")
+        broker.advance(1)
+        assert "end_session_endpoint" not in api.get("/api/auth/openid-configuration")
+    finally:
+        provider.logout_endpoint = True
+        broker.advance(DISCOVERY_TTL_MS)
