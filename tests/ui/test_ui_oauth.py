@@ -216,9 +216,11 @@ def test_public_client_and_the_password_form_side_by_side(
     page: Page, tmp_path: Path, console: Console
 ) -> None:
     """No client secret (a public client: PKCE alone), oauth_disable_basic_auth =
-    false: the login page offers both, and each logs in."""
+    false: the login page offers both, and each logs in. A provider without an
+    end_session_endpoint: logging out only forgets the token."""
     settings = {"mgmt_oauth_disable_basic_auth": False}
     with warren_with_provider(tmp_path / "data", None, **settings) as (provider, broker):
+        provider.logout_endpoint = False
         base = f"http://127.0.0.1:{broker.http_port}"
         load(page, f"{base}/")
         form = page.locator("#login-form")
@@ -235,4 +237,7 @@ def test_public_client_and_the_password_form_side_by_side(
         expect(page.locator("#whoami")).to_have_text("alice")
         (exchange,) = provider.token_requests
         assert "client_secret" not in exchange and exchange["client_id"] == CLIENT
+        page.locator("#logout").click()
+        expect(page.locator("#login-form #oauth-login-button")).to_be_visible()
+        assert provider.logouts == []
         assert console.errors == []
