@@ -18,6 +18,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
+import aiohttp
 from aiohttp import web
 
 from warren.http.api_ui import AUTH_SETTINGS
@@ -132,8 +133,6 @@ class UiOAuth:
         now = self.node.clock.now_ms()
         if self._discovery is not None and now - self._fetched_ms < DISCOVERY_TTL_MS:
             return self._discovery
-        import aiohttp
-
         url = config.mgmt_oauth_discovery_url
         try:
             async with (
@@ -155,8 +154,6 @@ class UiOAuth:
         return document
 
     async def _post(self, endpoint: str, form: dict[str, str]) -> web.StreamResponse:
-        import aiohttp
-
         try:
             async with (
                 aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http,
