@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from warren import config_mgmt_oauth
 from warren.config_checks import LOG_LEVELS, check_field, normalize_log_level
 from warren.config_names import (
     RENAMED,
@@ -43,7 +44,7 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class Config:
+class Config(config_mgmt_oauth.MgmtOAuthSettings):
     """Everything the broker needs to start; defaults match LavinMQ/RabbitMQ where sensible."""
 
     data_dir: str = "./data"
@@ -465,6 +466,8 @@ class Config:
         if bool(self.clustering_etcd_cert) != bool(self.clustering_etcd_key):
             which = "clustering_etcd_cert" if self.clustering_etcd_cert else "clustering_etcd_key"
             raise fail(which, "[clustering] etcd_cert and etcd_key go together")
+        if (oauth := config_mgmt_oauth.problem(self)) is not None:
+            raise fail(*oauth)
 
     def proxy_protocol_for(self, section: str) -> bool:
         """Whether the listener of ``section`` (amqp, mqtt, stream, mgmt) takes a
@@ -663,6 +666,7 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ),
     # RabbitMQ's deprecated_features.permit.<feature> keys.
     ("deprecated_features", "permit.global_qos"): ("permit_global_qos", _parse_bool),
+    **config_mgmt_oauth.INI_KEYS,
 }
 _INI_SECTIONS = frozenset(section for section, _ in _INI_KEYS)
 

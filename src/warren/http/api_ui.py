@@ -1,5 +1,5 @@
 """What RabbitMQ's own management UI reads besides the objects: its login
-settings (/api/auth), its extensions (/api/extensions) and the feature flags
+settings (/api/auth, answered by ui_oauth.py), its extensions (/api/extensions) and the feature flags
 page (/api/feature-flags). With these, RabbitMQ's UI pointed at Warren's API
 works page for page (tests/ui/test_rabbitmq_ui.py, docs/http-api.md)."""
 
@@ -13,8 +13,9 @@ from warren.http.state import Router
 
 NO_CONTENT = 204
 
-#: RabbitMQ's /api/auth with no OAuth 2 set up: 3.10's UI reads ``enable_uaa``,
-#: 3.11 and later UIs ``oauth_enabled``; either way, the login form.
+#: RabbitMQ's /api/auth with no OAuth 2 login set up (http/ui_oauth.py answers it):
+#: 3.10's UI reads ``enable_uaa``, 3.11 and later UIs ``oauth_enabled``; either
+#: way, the login form.
 AUTH_SETTINGS = {"enable_uaa": False, "uaa_client_id": "", "uaa_location": "", "oauth_enabled": False}
 
 #: The UI's scripts for what Warren serves, as RabbitMQ lists them with
@@ -74,12 +75,6 @@ def register(r: Router) -> None:
     r.route("GET", "/api/extensions")(extensions)
     r.route("GET", "/api/feature-flags")(feature_flags)
     r.route("PUT", "/api/feature-flags/{name}/enable")(enable_feature_flag)
-
-
-async def auth_settings(_: web.Request) -> web.StreamResponse:
-    """GET /api/auth: read by the UI before anyone logs in (so routed on its own,
-    without credentials, as RabbitMQ answers it) to choose its login form."""
-    return json_response(AUTH_SETTINGS)
 
 
 async def extensions(ctx: Ctx) -> web.StreamResponse:

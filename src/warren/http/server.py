@@ -51,6 +51,7 @@ from warren.http.common import (
 from warren.http.prometheus import MetricsEndpoints
 from warren.http.replies import BareError, from_broker_error
 from warren.http.state import ApiState, Router
+from warren.http.ui_oauth import UiOAuth
 from warren.http.websocket import WebSocketConnections, websocket_middleware
 from warren.proxy_accept import listener_proxy
 
@@ -128,8 +129,8 @@ class ManagementApp:
         max_size = max(config.http_max_body_size, config.http_max_definitions_size)
         app = web.Application(client_max_size=max_size, middlewares=middlewares)
         app.router.add_route("*", "/api", self.api, expect_handler=self.expect)
-        # Read by RabbitMQ's UI before its login form, so answered without credentials.
-        app.router.add_get("/api/auth", api_ui.auth_settings)
+        # Read by the UIs before their login form, so answered without credentials.
+        UiOAuth(self.node).add_routes(app)
         # Any character, newlines too: a name may hold one (%0A).
         app.router.add_route("*", r"/api/{tail:[\s\S]*}", self.api, expect_handler=self.expect)
         self.bridge.add_routes(app)

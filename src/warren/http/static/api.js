@@ -1,9 +1,12 @@
-// The management HTTP API client: basic-auth credentials in sessionStorage,
-// sent on every call; a 401 clears them and sends the user back to the login.
+// The management HTTP API client: the Authorization header (basic-auth
+// credentials, or an OAuth 2 access token as Bearer) in sessionStorage, sent on
+// every call; a 401 clears it and sends the user back to the login.
 
 const AUTH_KEY = "warren.auth";
 const USER_KEY = "warren.user";
 const TAGS_KEY = "warren.tags";
+// An access token's expiry (ms since the epoch): the login comes back then.
+const EXPIRES_KEY = "warren.expires";
 
 export class ApiError extends Error {
   constructor(status, reason) {
@@ -32,15 +35,35 @@ export function currentTags() {
   return (sessionStorage.getItem(TAGS_KEY) || "").split(",").filter(Boolean);
 }
 
+/** When the session's access token expires (ms since the epoch); null: no token. */
+export function expiresAt() {
+  const at = Number(sessionStorage.getItem(EXPIRES_KEY));
+  return at > 0 ? at : null;
+}
+
+/** Logged in with an access token (the provider's logout applies). */
+export const tokenLogin = () => (sessionStorage.getItem(AUTH_KEY) || "").startsWith("Bearer ");
+
 export function logout() {
   sessionStorage.removeItem(AUTH_KEY);
   sessionStorage.removeItem(USER_KEY);
   sessionStorage.removeItem(TAGS_KEY);
+  sessionStorage.removeItem(EXPIRES_KEY);
 }
 
 /** Checks the credentials against /api/whoami and keeps them when they work. */
 export async function login(user, password) {
-  const auth = `Basic ${encodeBasic(user, password)}`;
+  return check(`Basic ${encodeBasic(user, password)}`, user, "Login failed: wrong user name or password.");
+}
+
+/** The same with an access token from the OAuth 2 provider, kept until expires (ms). */
+export async function loginWithToken(token, expires) {
+  const me = await check(`Bearer ${token}`, "", "Login failed: the broker refused the access token.");
+  if (expires) sessionStorage.setItem(EXPIRES_KEY, String(expires));
+  return me;
+}
+
+async function check(auth, user, refused) {
   const resp = await fetch("/api/whoami", {
     credentials: "omit",
     headers: { Authorization: auth, "X-Requested-With": "XMLHttpRequest" },
@@ -50,7 +73,7 @@ export async function login(user, password) {
     const reason = await reasonOf(resp);
     throw new ApiError(
       401,
-      /^login failed$/i.test(reason) ? "Login failed: wrong user name or password." : `Login failed: ${reason}`,
+      /^login failed$/i.test(reason) ? refused : `Login failed: ${reason}`,
     );
   }
   if (!resp.ok) throw new ApiError(resp.status, await reasonOf(resp));

@@ -1,6 +1,7 @@
 // Warren management UI: hash routing, login, polling, the page modules.
-import { currentTags, currentUser, login, loggedIn, logout } from "./api.js";
+import { currentTags, currentUser, expiresAt, login, loggedIn, loginWithToken, logout, tokenLogin } from "./api.js";
 import { h, replace } from "./dom.js";
+import * as oauth from "./oauth.js";
 import * as admin from "./pages/admin.js";
 import { cluster } from "./pages/cluster.js";
 import * as conns from "./pages/connections.js";
@@ -36,6 +37,7 @@ const main = document.getElementById("main");
 const flashBox = document.getElementById("flash");
 let generation = 0;
 let pendingFlash = null; // shown by the next page (an action that navigates away)
+let expiryTimer = null; // an access token's end: back to the login
 
 /** A message under the header: kind "ok" or "error". */
 export function flash(text, kind = "ok") {
@@ -93,18 +95,28 @@ function setNav(parts) {
   }
 }
 
+/** The login page: the provider's button ([mgmt] oauth_enabled), the password form, or both. */
 function showLogin(message) {
   generation += 1;
+  clearTimeout(expiryTimer);
   stopSampler();
   document.getElementById("nav").hidden = true;
   document.getElementById("session").hidden = true;
+  const error = h("p", { class: "error", role: "alert" }, message || "");
+  clearFlash();
+  if (!oauth.basicAllowed()) {
+    const button = oauthButton(error);
+    replace(main, h("div", { class: "login", id: "oauth-login" }, h("h1", null, "Log in"), button, error));
+    button.focus();
+    return;
+  }
   const user = h("input", { name: "username", autocomplete: "username", required: true });
   const password = h("input", { name: "password", type: "password", autocomplete: "current-password" });
-  const error = h("p", { class: "error", role: "alert" }, message || "");
   const form = h(
     "form",
     { class: "login", id: "login-form" },
     h("h1", null, "Log in"),
+    oauth.oauthEnabled() ? h("p", null, oauthButton(error)) : null,
     h("label", { class: "field" }, h("span", null, "Username"), user),
     h("label", { class: "field" }, h("span", null, "Password"), password),
     h("button", { type: "submit" }, "Log in"),
@@ -119,9 +131,32 @@ function showLogin(message) {
       replace(error, e.message);
     }
   });
-  clearFlash();
   replace(main, form);
   user.focus();
+}
+
+function oauthButton(error) {
+  const button = h("button", { type: "button", id: "oauth-login-button" }, "Log in with the OAuth 2 provider");
+  button.addEventListener("click", async () => {
+    try {
+      await oauth.startLogin();
+    } catch (e) {
+      replace(error, e.message);
+    }
+  });
+  return button;
+}
+
+/** With an access token: the login page when it expires (by this browser's clock). */
+function watchExpiry() {
+  clearTimeout(expiryTimer);
+  const at = expiresAt();
+  if (at === null) return;
+  const wait = Math.min(Math.max(at - Date.now(), 0), 2 ** 31 - 1);
+  expiryTimer = setTimeout(() => {
+    logout();
+    showLogin("Your session has expired: please log in again.");
+  }, wait);
 }
 
 /** Context handed to a page: its params, the main element, polling and errors. */
@@ -182,6 +217,7 @@ async function route() {
   }
   generation += 1;
   const gen = generation;
+  watchExpiry();
   startSampler();
   document.getElementById("nav").hidden = false;
   document.getElementById("session").hidden = false;
@@ -209,11 +245,30 @@ async function route() {
 
 window.addEventListener("hashchange", route);
 window.addEventListener("warren:unauthorized", () => showLogin("Your session has ended: please log in again."));
-document.getElementById("logout").addEventListener("click", () => {
+document.getElementById("logout").addEventListener("click", async () => {
+  const token = tokenLogin();
   logout();
+  // Logged in through the provider: its logout too, when it has one (it comes back here).
+  const url = token ? await oauth.logoutUrl() : null;
+  if (url) {
+    location.assign(url);
+    return;
+  }
   location.hash = "#/";
   showLogin();
 });
 
+/** The login settings first; a return from the provider's login completes it. */
+async function start() {
+  await oauth.loadSettings();
+  try {
+    const done = await oauth.completeLogin();
+    if (done) await loginWithToken(done.token, done.expiresAt);
+  } catch (e) {
+    showLogin(e.message);
+    return;
+  }
+  route();
+}
 
-route();
+start();
