@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from warren import __version__
 from warren.json_tables import to_json_table
+from warren.webhooks.targets import target_document
 
 if TYPE_CHECKING:
     from warren.node import Node
@@ -119,7 +120,7 @@ def export_definitions(broker: Node) -> dict[str, Any]:
                         "arguments": to_json_table(b.arguments),
                     }
                 )
-    return {
+    data: dict[str, Any] = {
         "rabbit_version": RABBITMQ_FORMAT_VERSION,
         "rabbitmq_version": RABBITMQ_FORMAT_VERSION,
         "product_name": "Warren",
@@ -135,3 +136,7 @@ def export_definitions(broker: Node) -> dict[str, Any]:
         "exchanges": exchanges,
         "bindings": bindings,
     }
+    hooks = broker.webhooks
+    if hooks is not None and hooks.managed():  # Warren's own: the API's targets
+        data["webhooks"] = [target_document(t) for t in hooks.managed()]
+    return data
