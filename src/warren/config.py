@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from warren.config_checks import LOG_LEVELS, check_field, normalize_log_level
+from warren.config_edges import EDGE_INI_KEYS, EdgeSettings
 from warren.config_names import (
     RENAMED,
     UNSUPPORTED_KEYS,
@@ -43,7 +44,7 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class Config:
+class Config(EdgeSettings):
     """Everything the broker needs to start; defaults match LavinMQ/RabbitMQ where sensible."""
 
     data_dir: str = "./data"
@@ -467,8 +468,9 @@ class Config:
             raise fail(which, "[clustering] etcd_cert and etcd_key go together")
 
     def proxy_protocol_for(self, section: str) -> bool:
-        """Whether the listener of ``section`` (amqp, mqtt, stream, mgmt) takes a
-        PROXY header: its own proxy_protocol, else [main]'s."""
+        """Whether the listener of ``section`` (amqp, mqtt, stream, mgmt, prometheus,
+        clustering: a follower's read ports) takes a PROXY header: its own
+        proxy_protocol, else [main]'s."""
         own: bool | None = getattr(
             self, f"{'http' if section == 'mgmt' else section}_proxy_protocol"
         )
@@ -664,6 +666,8 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     # RabbitMQ's deprecated_features.permit.<feature> keys.
     ("deprecated_features", "permit.global_qos"): ("permit_global_qos", _parse_bool),
 }
+for _key, (_field, _kind) in EDGE_INI_KEYS.items():  # config_edges.py's
+    _INI_KEYS[_key] = (_field, _parse_bool if _kind is bool else _parse_int)
 _INI_SECTIONS = frozenset(section for section, _ in _INI_KEYS)
 
 
