@@ -111,6 +111,9 @@ class Broker:
             config.connection_rate_limit,
             config.publish_rate_limit,
             config.max_subscriptions_per_client,
+            config.connection_rate_limit
+            if config.http_connection_rate_limit is None
+            else config.http_connection_rate_limit,
         )
         self.cluster_name = f"warren@{socket.gethostname()}"
         #: The cluster's permanent id (store/cluster_id.py), read or made at start.
