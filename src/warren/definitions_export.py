@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from warren import __version__
 from warren.json_tables import to_json_table
-from warren.webhooks.targets import target_document
 
 if TYPE_CHECKING:
     from warren.node import Node
@@ -138,5 +137,7 @@ def export_definitions(broker: Node) -> dict[str, Any]:
     }
     hooks = broker.webhooks
     if hooks is not None and hooks.managed():  # Warren's own: the API's targets
+        from warren.webhooks.targets import target_document  # with webhooks only
+
         data["webhooks"] = [target_document(t) for t in hooks.managed()]
     return data

@@ -51,7 +51,6 @@ from warren.core.users import (
 )
 from warren.core.vhost import PREDECLARED
 from warren.definitions_document import DefinitionsError, Entry, entries, wrap_errors
-from warren.webhooks.targets import parse_targets
 
 if TYPE_CHECKING:
     from warren.core.exchange import Exchange
@@ -374,6 +373,10 @@ def _webhook_steps(broker: Node, data: dict[str, Any]) -> list[Callable[[], None
     if hooks is None:
         log.warning("definitions: webhooks skipped (this broker has none)")
         return []
+    # Here, not at the top: the core broker imports this module, and warren.webhooks
+    # (aiohttp) only with webhooks.
+    from warren.webhooks.targets import parse_targets
+
     try:
         targets = parse_targets(data["webhooks"], "definitions: webhooks")
     except ConfigError as exc:
