@@ -179,3 +179,10 @@ def test_a_damaged_webhooks_file_in_the_data_dir_refuses_the_start(tmp_path: Pat
     (data / SAVED_FILE).write_text('{"targets": [')
     problem = refused_start(data)
     assert isinstance(problem, DamagedFile) and problem.path.name == SAVED_FILE
+    # Set aside, the broker starts without the API's targets and says so.
+    b = start_broker(data, damaged_metadata="set-aside")
+    try:
+        assert Api(b.http_port).get("/api/webhooks") == []
+    finally:
+        b.stop()
+    assert [p.name.startswith(SAVED_FILE + ".damaged-") for p in data.iterdir()].count(True) == 1
