@@ -32,6 +32,7 @@ from warren.store.stream_records import SHARED_DECODER
 from warren.stream_protocol.replica_server import ReplicaStreamServer
 from warren.stream_protocol.server import StreamListener
 from warren.webhooks import Webhooks, load_targets
+from warren.webhooks.saved import SAVED_FILE, SavedTargets
 
 __all__ = [
     "AMQP_HANDOFFS",
@@ -213,13 +214,21 @@ class Broker(CoreBroker):
         )
         for component in (federation.upstream_component, federation.set_component):
             self.parameter_components[component.name] = component
-        #: Broker events POSTed to the webhooks file's targets (docs/webhooks.md).
-        self.webhooks: Webhooks | None = None
-        if self.config.webhooks_file is not None:
-            targets = load_targets(self.config.webhooks_file)
-            self.webhooks = Webhooks(targets, lambda: self.clock, node_name())
-            self.webhooks.attach(self.events)
-            self.webhook_status = self.webhooks.status
+        #: Broker events POSTed to the webhooks file's and the API's targets
+        #: (docs/webhooks.md).
+        file = self.config.webhooks_file
+        saved = SavedTargets(
+            self.layout.root / SAVED_FILE, lambda: self.layout.mirror, self.config.damaged_metadata
+        )
+        targets = load_targets(file) if file is not None else []
+        self.webhooks = Webhooks(targets, lambda: self.clock, node_name(), saved)
+        self.webhooks.attach(self.events)
+        self.webhook_status = self.webhooks.status
+
+    async def start(self) -> None:
+        assert self.webhooks is not None
+        self.webhooks.load_saved()  # before a definitions file's webhooks
+        await super().start()
 
     async def stop(self) -> None:
         await super().stop()

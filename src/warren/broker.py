@@ -51,6 +51,7 @@ from warren.tls import TLSContexts
 if TYPE_CHECKING:
     from warren.core.policies import Policy
     from warren.node import ClientConnection, Listener
+    from warren.webhooks import Webhooks
 
 log = logging.getLogger("warren")
 
@@ -110,6 +111,9 @@ class Broker:
             config.connection_rate_limit,
             config.publish_rate_limit,
             config.max_subscriptions_per_client,
+            config.connection_rate_limit
+            if config.http_connection_rate_limit is None
+            else config.http_connection_rate_limit,
         )
         self.cluster_name = f"warren@{socket.gethostname()}"
         #: The cluster's permanent id (store/cluster_id.py), read or made at start.
@@ -166,6 +170,8 @@ class Broker:
         self.resource_alarms.events = self.events
         #: The webhook targets' status (GET /api/webhooks, the metrics); None: none.
         self.webhook_status: Callable[[], list[dict[str, Any]]] | None = None
+        #: The webhook targets (warren.app's broker makes them); None: no webhooks.
+        self.webhooks: Webhooks | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Resource alarms, consumer timeouts and rate sampling, on timers.
         self.timers = BrokerTimers(self)

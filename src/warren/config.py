@@ -22,6 +22,7 @@ from typing import Any
 
 from warren import config_mgmt_oauth
 from warren.config_checks import LOG_LEVELS, check_field, normalize_log_level
+from warren.config_edges import EDGE_INI_KEYS, EdgeSettings
 from warren.config_names import (
     RENAMED,
     UNSUPPORTED_KEYS,
@@ -44,7 +45,7 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class Config(config_mgmt_oauth.MgmtOAuthSettings):
+class Config(config_mgmt_oauth.MgmtOAuthSettings, EdgeSettings):
     """Everything the broker needs to start; defaults match LavinMQ/RabbitMQ where sensible."""
 
     data_dir: str = "./data"
@@ -470,8 +471,9 @@ class Config(config_mgmt_oauth.MgmtOAuthSettings):
             raise fail(*oauth)
 
     def proxy_protocol_for(self, section: str) -> bool:
-        """Whether the listener of ``section`` (amqp, mqtt, stream, mgmt) takes a
-        PROXY header: its own proxy_protocol, else [main]'s."""
+        """Whether the listener of ``section`` (amqp, mqtt, stream, mgmt, prometheus,
+        clustering: a follower's read ports) takes a PROXY header: its own
+        proxy_protocol, else [main]'s."""
         own: bool | None = getattr(
             self, f"{'http' if section == 'mgmt' else section}_proxy_protocol"
         )
@@ -668,6 +670,8 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("deprecated_features", "permit.global_qos"): ("permit_global_qos", _parse_bool),
     **config_mgmt_oauth.INI_KEYS,
 }
+for _key, (_field, _kind) in EDGE_INI_KEYS.items():  # config_edges.py's
+    _INI_KEYS[_key] = (_field, _parse_bool if _kind is bool else _parse_int)
 _INI_SECTIONS = frozenset(section for section, _ in _INI_KEYS)
 
 

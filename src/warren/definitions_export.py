@@ -119,7 +119,7 @@ def export_definitions(broker: Node) -> dict[str, Any]:
                         "arguments": to_json_table(b.arguments),
                     }
                 )
-    return {
+    data: dict[str, Any] = {
         "rabbit_version": RABBITMQ_FORMAT_VERSION,
         "rabbitmq_version": RABBITMQ_FORMAT_VERSION,
         "product_name": "Warren",
@@ -135,3 +135,9 @@ def export_definitions(broker: Node) -> dict[str, Any]:
         "exchanges": exchanges,
         "bindings": bindings,
     }
+    hooks = broker.webhooks
+    if hooks is not None and hooks.managed():  # Warren's own: the API's targets
+        from warren.webhooks.targets import target_document  # with webhooks only
+
+        data["webhooks"] = [target_document(t) for t in hooks.managed()]
+    return data

@@ -4,7 +4,9 @@ The format is what ``rabbitmqctl export_definitions`` and the management API's
 ``/api/definitions`` produce: top-level lists of ``users``, ``vhosts``,
 ``permissions``, ``topic_permissions``, ``parameters`` (vhost limits and
 operator policies are runtime parameters), ``global_parameters``,
-``policies``, ``queues``, ``exchanges`` and ``bindings``.
+``policies``, ``queues``, ``exchanges`` and ``bindings``; and Warren's own
+``webhooks`` (the API's webhook targets, webhooks/saved.py), which RabbitMQ
+has not.
 
 Import follows RabbitMQ 3.10's ``rabbit_definitions:apply_defs/3``: the same
 order, and the same idempotency (users, permissions, policies and parameters
@@ -24,6 +26,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from warren.config import ConfigError
 from warren.core.exchange import exchange_class
 from warren.core.policies import Policy, validate_policy
 from warren.core.queue_arguments import (
@@ -71,6 +74,7 @@ CATEGORIES = (
     "queues",
     "exchanges",
     "bindings",
+    "webhooks",
 )
 
 
@@ -357,7 +361,37 @@ def _plan(broker: Node, data: dict[str, Any], known: Known) -> list[Callable[[],
     for entry in entries(data, "bindings"):
         steps.append(_binding_step(broker, entry, need_vhost(entry), queue_names, exchange_names))
     steps.extend(limit_steps)
+    steps.extend(_webhook_steps(broker, data))
     return steps
+
+
+def _webhook_steps(broker: Node, data: dict[str, Any]) -> list[Callable[[], None]]:
+    """Warren's ``webhooks``: the API's targets, set again (docs/webhooks.md)."""
+    if "webhooks" not in data:
+        return []
+    hooks = broker.webhooks
+    if hooks is None:
+        log.warning("definitions: webhooks skipped (this broker has none)")
+        return []
+    # Here, not at the top: the core broker imports this module, and warren.webhooks
+    # (aiohttp) only with webhooks.
+    from warren.webhooks.targets import parse_targets
+
+    try:
+        targets = parse_targets(data["webhooks"], "definitions: webhooks")
+    except ConfigError as exc:
+        raise DefinitionsError(str(exc)) from None
+    for target in targets:
+        if target.name in hooks.fixed:
+            raise DefinitionsError(
+                f"definitions: webhooks: '{target.name}' is the webhooks file's target"
+            )
+
+    def put_all() -> None:
+        for target in targets:
+            hooks.put(target)
+
+    return [put_all]
 
 
 def _policy(entry: Entry, rec: dict[str, Any], operator: bool) -> Policy:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from warren.store.layout import DataDir
     from warren.store.sync import GroupSync
     from warren.tls import TLSContexts
+    from warren.webhooks import Webhooks
 
 __all__ = [
     "ClientConnection",
@@ -181,6 +182,8 @@ class Node(Protocol):
     #: The webhook targets' status (warren.webhooks: GET /api/webhooks, the
     #: metrics); None without webhooks.
     webhook_status: Callable[[], list[dict[str, Any]]] | None
+    #: The webhook targets, which the API and the definitions change; None: none.
+    webhooks: Webhooks | None
 
     #: Runtime-parameter components by name (shovel, ...; core/runtime_parameters.py).
     parameter_components: dict[str, ParameterComponent]

@@ -1,8 +1,9 @@
 """Accepting a connection that opens with a PROXY protocol header.
 
-Every listener (AMQP's, MQTT's, the stream protocol's, the HTTP ones) serves
-its sockets through :func:`proxy_factory` when its ``proxy_protocol`` is on
-(bound_port.ListenerPorts, http/bound_sites.py): a :class:`ProxyHeaderProtocol`
+Every listener (AMQP's, MQTT's, the stream protocol's, the HTTP ones, a
+follower's read ports) serves its sockets through :func:`proxy_factory` when
+its ``proxy_protocol`` is on (bound_port.ListenerPorts, http/bound_sites.py,
+replica_reads.py): a :class:`ProxyHeaderProtocol`
 reads the header (proxy_header.py) exactly, byte count by byte count, so
 nothing after it is consumed; then the TLS handshake starts if the port is a
 TLS one (the header comes before it), and the listener's own protocol is made
@@ -68,7 +69,8 @@ class ProxySettings:
 
 def listener_proxy(config: Config, clock: Clock, section: str) -> ProxySettings | None:
     """The PROXY protocol settings of the listener of ``section`` (amqp, mqtt,
-    stream, mgmt); None when it is off."""
+    stream, mgmt, prometheus, clustering: a follower's read ports); None when
+    it is off."""
     if not config.proxy_protocol_for(section):
         return None
     return ProxySettings(clock, config.proxy_protocol_timeout)

@@ -23,6 +23,7 @@ from typing import Generic, Protocol, TypeVar
 from warren.config import Config
 from warren.core import clock as clocks
 from warren.core.clock import Clock, LoopClock
+from warren.proxy_accept import ProxySettings, listener_proxy, proxy_factory
 from warren.store.replica_catalog import ReplicaCatalog
 from warren.tls import server_context
 
@@ -136,6 +137,7 @@ class ReadService(Generic[C]):
         self.connections_accepted = 0
         self._server: asyncio.AbstractServer | None = None
         self._ticker: asyncio.Task[None] | None = None
+        self._proxy: ProxySettings | None = None
         self.port = 0
 
     # What a protocol's service says.
@@ -167,7 +169,13 @@ class ReadService(Generic[C]):
         # With the node's certificate, reads are TLS only, as TLS readers expect.
         tls = server_context(self.config, "the stream read port") if self.config.tls_cert else None
         bind, port = self.address()
-        self._server = await loop.create_server(lambda: ReadProtocol(self), bind, port, ssl=tls)
+        secure = tls is not None
+        factory: Callable[[], asyncio.BaseProtocol] = lambda: ReadProtocol(self)  # noqa: E731
+        # Behind a balancer ([clustering] proxy_protocol): the header, then TLS.
+        self._proxy = listener_proxy(self.config, self.clock, "clustering")
+        if self._proxy is not None:
+            factory, tls = proxy_factory(factory, tls, self._proxy, self.served), None
+        self._server = await loop.create_server(factory, bind, port, ssl=tls)
         self.port = self._server.sockets[0].getsockname()[1]
         self._ticker = asyncio.ensure_future(self._heartbeats())
         self.log.info(
@@ -175,7 +183,7 @@ class ReadService(Generic[C]):
             self.served,
             bind,
             self.port,
-            " over TLS" if tls is not None else "",
+            " over TLS" if secure else "",
         )
 
     def applied(self) -> None:
@@ -207,6 +215,8 @@ class ReadService(Generic[C]):
                 await self._ticker
         if self._server is not None:
             self._server.close()
+            if self._proxy is not None:
+                self._proxy.abort_waiting()  # still before their header
             for protocol in list(self.protocols):
                 if protocol.transport is not None:
                     protocol.transport.close()

@@ -39,13 +39,17 @@ def test_connection_queue_and_consumer_events(broker: Harness) -> None:
     broker.settle()
     assert _names(seen) == [
         "connection.created",
+        "channel.created",
         "queue.created",
         "consumer.created",
         "consumer.deleted",
         "consumer.created",
         "queue.deleted",
+        "channel.closed",
         "connection.closed",
     ]
+    seen.pop(1)
+    seen.pop(-2)
     created = seen[0][1]
     assert created["user"] == "guest" and created["vhost"] == "/"
     assert created["protocol"].startswith("AMQP 0-9-1")
@@ -76,8 +80,87 @@ def test_closing_a_channel_deletes_its_consumers(broker: Harness) -> None:
     ch.basic_consume("q2", lambda *a: None, consumer_tag="c")
     ch.close()
     broker.settle()
-    assert _names(seen) == ["consumer.created", "consumer.deleted"]
+    assert _names(seen) == ["consumer.created", "consumer.deleted", "channel.closed"]
     assert seen[1][1]["consumer_tag"] == "c"
+    conn.close()
+
+
+def test_channel_events(broker: Harness) -> None:
+    conn = broker.amqp_connection()
+    seen = _record(broker)
+    ch = conn.channel()
+    ch.close()
+    broker.settle()
+    assert _names(seen) == ["channel.created", "channel.closed"]
+    opened = seen[0][1]
+    assert opened["number"] == 1 and opened["user"] == "guest" and opened["vhost"] == "/"
+    assert opened["name"] == f"{opened['connection']} (1)"
+    assert seen[1][1] == opened
+    conn.close()
+
+
+def test_exchange_and_binding_events(broker: Harness) -> None:
+    conn = broker.amqp_connection()
+    ch = conn.channel()
+    ch.queue_declare("bq", durable=False)
+    seen = _record(broker)
+    ch.exchange_declare("ex1", "topic", durable=False, arguments={"x-a": 1})
+    ch.exchange_declare("ex1", "topic", durable=False, arguments={"x-a": 1})  # exists: no event
+    ch.exchange_declare("ex2", "fanout", durable=False, auto_delete=True)
+    ch.queue_bind("bq", "ex1", "a.*")
+    ch.exchange_bind("ex2", "ex1", "b")
+    ch.queue_unbind("bq", "ex1", "a.*")
+    ch.exchange_unbind("ex2", "ex1", "b")
+    ch.queue_bind("bq", "ex1", "c")
+    ch.exchange_delete("ex1")
+    ch.exchange_delete("ex2")
+    broker.settle()
+    binding = {
+        "vhost": "/",
+        "source_name": "ex1",
+        "source_kind": "exchange",
+        "destination_name": "bq",
+        "destination_kind": "queue",
+        "routing_key": "a.*",
+        "arguments": {},
+    }
+    to_ex2 = {**binding, "destination_name": "ex2", "destination_kind": "exchange"}
+    assert seen == [
+        (
+            "exchange.created",
+            {
+                "vhost": "/",
+                "name": "ex1",
+                "type": "topic",
+                "durable": False,
+                "auto_delete": False,
+                "internal": False,
+                "arguments": {"x-a": 1},
+            },
+        ),
+        (
+            "exchange.created",
+            {
+                "vhost": "/",
+                "name": "ex2",
+                "type": "fanout",
+                "durable": False,
+                "auto_delete": True,
+                "internal": False,
+                "arguments": {},
+            },
+        ),
+        ("binding.created", binding),
+        ("binding.created", {**to_ex2, "routing_key": "b"}),
+        ("binding.deleted", binding),
+        ("binding.deleted", {**to_ex2, "routing_key": "b"}),
+        ("binding.created", {**binding, "routing_key": "c"}),
+        # A deleted exchange's bindings go with it, each announced.
+        ("binding.deleted", {**binding, "routing_key": "c"}),
+        ("exchange.deleted", {"name": "ex1", "vhost": "/"}),
+        ("exchange.deleted", {"name": "ex2", "vhost": "/"}),
+    ]
+    assert {name for name, _ in seen} <= set(EVENT_NAMES)
     conn.close()
 
 

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import socket
 import ssl
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -18,13 +19,16 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import pika
 import pytest
-from conftest import BrokerThread, start_broker
+from conftest import BrokerThread, new_event_loop, start_broker
 from httphelp import Api, wait_for
 from proxyhelp import Forwarder, v1_header, v2_header
 from tlshelp import write_pki
 
+from warren.amqp.replica_server import ReplicaReadServer
+from warren.config import Config
 from warren.core.clock import ManualClock
 from warren.proxy_accept import ProxyHeaderProtocol
+from warren.stream_protocol.replica_server import ReplicaStreamServer
 
 CLIENT = ("203.0.113.9", 41234)
 
@@ -248,3 +252,84 @@ def test_a_stop_closes_connections_still_sending_their_header(tmp_path: Path) ->
     finally:
         if not stopped:
             b.stop()
+
+
+def test_prometheus_with_proxy_protocol(tmp_path: Path) -> None:
+    b = start_broker(tmp_path / "data", clock=ManualClock(), prometheus_proxy_protocol=True)
+    try:
+        port = b.broker.listener("http/prometheus").port
+        header = lambda: v1_header(("127.0.0.5", 999), ("127.0.0.1", 1))  # noqa: E731
+        with (
+            Forwarder(port, header) as fwd,
+            urllib.request.urlopen(f"http://127.0.0.1:{fwd.port}/metrics") as reply,
+        ):
+            assert b"rabbitmq_build_info" in reply.read()
+        assert closed_at_once(port, b"GET /metrics HTTP/1.1\r\n\r\n")
+        # The management port keeps its own choice ([main]'s: off).
+        assert Api(b.broker.listener("http").port).get("/api/whoami")["name"] == "guest"
+    finally:
+        b.stop()
+
+
+class ReadPorts:
+    """A follower's two read services on an empty data directory, on a loop of
+    their own thread, with [clustering] proxy_protocol on."""
+
+    def __init__(self, data_dir: Path) -> None:
+        data_dir.mkdir()
+        config = Config(
+            data_dir=str(data_dir),
+            clustering_stream_read_port=0,
+            clustering_stream_protocol_read_port=0,
+            clustering_proxy_protocol=True,
+        )
+        self.loop = new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.amqp = ReplicaReadServer(config, data_dir, lambda: "amqp://leader:5672")
+        self.stream = ReplicaStreamServer(config, data_dir, lambda: "leader:5552", "127.0.0.1")
+        self.run(self.amqp.start())
+        self.run(self.stream.start())
+
+    def run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
+
+    def names(self, server: Any) -> list[str]:
+        async def names() -> list[str]:
+            return [p.conn.name for p in server.protocols if p.conn is not None]
+
+        return list(self.run(names()))
+
+    def stop(self) -> None:
+        self.run(self.amqp.stop())
+        self.run(self.stream.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def test_a_followers_read_ports_with_proxy_protocol(tmp_path: Path) -> None:
+    from rstream import Consumer
+
+    ports = ReadPorts(tmp_path / "follower")
+    try:
+        header = lambda: v1_header(("127.0.0.5", 999), ("127.0.0.1", 1))  # noqa: E731
+        with (
+            Forwarder(ports.amqp.port, header) as fwd,
+            pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", fwd.port)) as c,
+        ):
+            assert c.is_open
+            assert ports.names(ports.amqp) == ["127.0.0.5:999"]
+        with Forwarder(ports.stream.port, lambda: v2_header(("127.0.0.6", 998))) as fwd:
+
+            async def open_close() -> None:
+                consumer = Consumer("127.0.0.1", fwd.port, username="guest", password="guest")
+                await consumer.start()
+                assert ports.names(ports.stream) == ["127.0.0.6:998"]
+                await consumer.close()
+
+            asyncio.run(open_close())
+        # Without a header, what a client sends first is not one: closed.
+        assert closed_at_once(ports.amqp.port, b"AMQP\x00\x00\x09\x01")
+        assert closed_at_once(ports.stream.port, bytes(20))
+    finally:
+        ports.stop()

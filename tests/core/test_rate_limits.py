@@ -5,7 +5,12 @@ per client refused, and the Prometheus counters of each."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import http.client
+import ssl
 import threading
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,12 +20,16 @@ import paho.mqtt.client as mqtt
 import pika
 import pytest
 from conftest import BrokerThread, start_broker
-from httphelp import wait_for
+from httphelp import Api, wait_for
 from hypothesis import given
 from hypothesis import strategies as st
+from proxyhelp import Forwarder, v1_header
+from tlshelp import write_pki
 
 from warren.core.clock import ManualClock
 from warren.core.rate_limits import PublishBucket, RateLimits
+
+GUEST = "Basic " + base64.b64encode(b"guest:guest").decode()
 
 
 def test_connections_per_address_per_second_window() -> None:
@@ -296,5 +305,94 @@ def test_stream_publisher_over_its_rate_is_paused_and_loses_nothing(tmp_path: Pa
         asyncio.run(run())
         queue = b.broker.vhosts["/"].queues["rated"]
         assert b.call(lambda: queue.message_count) == 26
+    finally:
+        b.stop()
+
+
+def test_management_connections_are_counted_apart() -> None:
+    clock = ManualClock(start_ms=10_000)
+    limits = RateLimits(clock, connections_per_second=1, http_connections_per_second=2)
+    assert [limits.allow_http_connection("10.0.0.1") for _ in range(3)] == [True, True, False]
+    assert limits.allow_connection("10.0.0.1")  # its AMQP connection: its own count
+    assert limits.allow_http_connection(None)
+    clock.advance(1000)
+    assert limits.allow_http_connection("10.0.0.1")
+    assert limits.counts.http_connections_refused == 1
+    assert limits.counts.connections_refused == 0
+
+
+def test_http_connections_beyond_the_rate_get_429(warren: BrokerThread) -> None:
+    """[mgmt] connection_rate_limit unset: [main]'s 2 per address per second, on
+    the management port only (Prometheus' is not limited)."""
+    api = Api(warren.http_port)
+    assert [api.request("GET", "/api/whoami").status for _ in range(2)] == [200, 200]
+    refused = api.request("GET", "/api/whoami")
+    assert refused.status == 429 and refused.headers["Retry-After"] == "1"
+    assert refused.json()["error"] == "too_many"
+    # A connection kept alive is counted once, whatever it asks.
+    warren.advance(1000)
+    with contextlib.closing(http.client.HTTPConnection("127.0.0.1", warren.http_port)) as conn:
+        for _ in range(5):
+            conn.request("GET", "/api/overview", headers={"Authorization": GUEST})
+            reply = conn.getresponse()
+            reply.read()
+            assert reply.status == 200
+    # AMQP connections of the address are counted apart.
+    pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", warren.port)).close()
+    assert metric(warren, "warren_rate_limit_http_connections_refused_total") == 1
+    assert metric(warren, "warren_rate_limit_connections_refused_total") == 0
+
+
+def test_http_rate_limit_counts_the_proxied_client(tmp_path: Path) -> None:
+    b = start_broker(
+        tmp_path / "data",
+        clock=ManualClock(),
+        http_connection_rate_limit=1,
+        http_proxy_protocol=True,
+    )
+    try:
+        port = b.http_port
+        statuses = []
+        for source in ("127.0.0.7", "127.0.0.7", "127.0.0.8"):
+            with Forwarder(port, lambda s=source: v1_header((s, 999), ("127.0.0.1", 1))) as fwd:
+                statuses.append(Api(fwd.port).request("GET", "/api/whoami").status)
+        assert statuses == [200, 429, 200]
+    finally:
+        b.stop()
+
+
+def test_http_rate_limit_off_for_the_management_port(tmp_path: Path) -> None:
+    b = start_broker(
+        tmp_path / "data", clock=ManualClock(), connection_rate_limit=1, http_connection_rate_limit=0
+    )
+    try:
+        api = Api(b.http_port)
+        assert {api.request("GET", "/api/whoami").status for _ in range(5)} == {200}
+    finally:
+        b.stop()
+
+
+def test_https_connections_beyond_the_rate_get_429(tmp_path: Path) -> None:
+    pki = write_pki(tmp_path / "pki")
+    b = start_broker(
+        tmp_path / "data",
+        clock=ManualClock(),
+        http_connection_rate_limit=1,
+        http_tls_port=0,
+        tls_cert=pki["server"],
+        tls_key=pki["server.key"],
+    )
+    try:
+        context = ssl.create_default_context(cafile=pki["ca"])
+        url = f"https://127.0.0.1:{b.broker.listener('http').tls_port}/api/whoami"
+        statuses = []
+        for _ in range(2):
+            request = urllib.request.Request(url, headers={"Authorization": GUEST})
+            try:
+                with urllib.request.urlopen(request, context=context, timeout=30) as reply:
+                    statuses.append(reply.status)
+            except urllib.error.HTTPError as exc:
+                statuses.append(exc.code)
+        assert statuses == [200, 429]
     finally:
         b.stop()

@@ -5,9 +5,11 @@ waits, visibility, idle consumers, the SSE heartbeat) run on a ManualClock."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -18,6 +20,7 @@ from conftest import BrokerThread
 from httphelp import Api
 from mqttclient import Client
 
+from warren.config import Config
 from warren.core.clock import ManualClock
 from warren.http.bridge import HEARTBEAT_MS
 from warren.http.bridge_consumer import REQUESTS_PER_SECOND
@@ -381,3 +384,80 @@ async def test_requests_of_a_consumer_are_rate_limited(
     assert await poll(http, cid) == []
     async with http.get(f"/bridge/consumers/{cid}/messages") as r:
         assert r.status == 429
+
+
+# -- settings and restarts ------------------------------------------------------------------
+
+
+async def test_the_bridge_limits_are_settings(
+    broker_factory: Callable[..., BrokerThread], tmp_path: Path
+) -> None:
+    ini = tmp_path / "warren.ini"
+    ini.write_text(
+        "[mgmt]\nbridge_max_wait = 5\nbridge_visibility_timeout = 7\n"
+        "bridge_max_visibility_timeout = 20\nbridge_max_consumers_per_user = 2\n"
+    )
+    settings = {
+        f.name: getattr(Config.from_ini(ini), f.name)
+        for f in dataclasses.fields(Config)
+        if f.name.startswith("http_bridge_")
+    }
+    assert settings["http_bridge_max_wait"] == 5
+    b = broker_factory(clock=ManualClock(), **settings)
+    declare(b, "limits")
+    async with aiohttp.ClientSession(
+        base_url=f"http://127.0.0.1:{b.http_port}", headers=AUTH
+    ) as http:
+        url = "/bridge/queues/%2F/limits/consumers"
+        async with http.post(url) as reply:
+            made = await reply.json()
+        assert made["visibility_timeout"] == 7  # the setting's default
+        async with http.post(url, json={"visibility_timeout": 21}) as reply:
+            assert reply.status == 400
+            assert "visibility_timeout must be from 1 to 20" in await reply.text()
+        cid = await consumer(http, "limits", visibility_timeout=20)
+        async with http.post(url) as reply:  # a third: over the user's two
+            assert reply.status == 429
+        async with http.get(f"/bridge/consumers/{cid}/messages", params={"wait": 6}) as reply:
+            assert reply.status == 400
+        publish(b, "limits", b"x")
+        assert [m["payload"] for m in await poll(http, cid, wait=5)] == ["x"]
+
+
+async def test_a_consumer_is_gone_after_a_restart_and_its_messages_are_back(
+    broker_factory: Callable[..., BrokerThread],
+) -> None:
+    """Bridge consumers live in memory: after a restart the old id answers 404
+    with what to do, and the new consumer gets what the old one had not acked."""
+    b = broker_factory()
+    declare(b, "kept")
+    with amqp(b) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        for body in (b"one", b"two"):
+            ch.basic_publish("", "kept", body, pika.BasicProperties(delivery_mode=2))
+    async with aiohttp.ClientSession(
+        base_url=f"http://127.0.0.1:{b.http_port}", headers=AUTH
+    ) as http:
+        cid = await consumer(http, "kept", prefetch=10)
+        got = await poll(http, cid, max=10)
+        assert [m["payload"] for m in got] == ["one", "two"]
+        async with http.post(f"/bridge/consumers/{cid}/ack", json={"ids": [got[0]["id"]]}) as r:
+            assert await r.json() == {"settled": 1, "unknown": []}
+    b.stop()
+    b = broker_factory()
+    async with aiohttp.ClientSession(
+        base_url=f"http://127.0.0.1:{b.http_port}", headers=AUTH
+    ) as http:
+        for method, path in (
+            ("GET", f"/bridge/consumers/{cid}/messages"),
+            ("POST", f"/bridge/consumers/{cid}/ack"),
+            ("DELETE", f"/bridge/consumers/{cid}"),
+        ):
+            async with http.request(method, path, json={"ids": [got[1]["id"]]}) as r:
+                assert r.status == 404
+                body = await r.json()
+            assert body["error"] == "consumer_not_found"
+            assert "broker restarted" in body["reason"] and "POST /bridge/queues/" in body["reason"]
+        again = await poll(http, await consumer(http, "kept"), max=10)
+        assert [(m["payload"], m["redelivered"]) for m in again] == [("two", True)]

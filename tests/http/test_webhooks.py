@@ -229,11 +229,12 @@ def test_a_receiver_that_never_answers_blocks_nothing_and_drops_are_counted(
     for _ in range(100):
         ch.basic_publish("", "q0", b"x")
     assert ch.basic_get("q0", auto_ack=True)[2] == b"x"
-    # first is in flight; connection.created and q0..q9 (11 events) left 3 buffered.
-    assert state.dropped == 8 and len(state.pending) == 3
+    # first is in flight; connection.created, channel.created and q0..q9 (12 events)
+    # left 3 buffered.
+    assert state.dropped == 9 and len(state.pending) == 3
     assert [json.loads(p.body)["properties"]["name"] for p in state.pending] == ["q7", "q8", "q9"]
     metrics = samples(broker.run(_scrape(broker)))
-    assert value(metrics, "warren_webhook_events_dropped_total", target="t") == 8
+    assert value(metrics, "warren_webhook_events_dropped_total", target="t") == 9
     assert value(metrics, "warren_webhook_events_queued", target="t") == 3
     # The POST's timeout is on the broker's clock: a failure, then a retry.
     broker.advance(5000)

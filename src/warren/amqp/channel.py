@@ -25,6 +25,7 @@ from warren.amqp.ack_timeout import AckDeadlines
 from warren.amqp.confirms import PublisherConfirms
 from warren.amqp.consumer import AMQPConsumer
 from warren.amqp.frames import message_frames
+from warren.amqp.management import channel_event
 from warren.amqp.publishing import EXPECTED_BODY, EXPECTED_HEADER, Publishing
 from warren.amqp.settlement import Settlement
 from warren.core.channel_counts import ChannelCounts
@@ -108,6 +109,8 @@ class Channel:
         self.reply_consumer_tag: str | None = None
         #: basic.publish and its content, runs, routing, tx's publishes.
         self.publishing = Publishing(self)
+        if connection.broker.events:
+            connection.broker.events.emit("channel.created", channel_event(connection, self))
 
     def __repr__(self) -> str:
         return f"<Channel {self.id} of {self.connection.name}>"
@@ -225,6 +228,9 @@ class Channel:
             self.reply_token = None
         self.deliveries.close(self.settlement.held())
         if first:
+            events = self.connection.broker.events
+            if events:  # after its consumers' consumer.deleted, as RabbitMQ
+                events.emit("channel.closed", channel_event(self.connection, self))
             # Its counters went to the vhost's: a channel still listed until its
             # close-ok shows none (the listings and metrics would count them twice).
             self.stats = MessageStats()

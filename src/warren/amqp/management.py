@@ -92,6 +92,18 @@ def channel_counts(conn: AMQPConnection) -> list[tuple[str, str, ChannelCounts]]
     ]
 
 
+def channel_event(conn: AMQPConnection, ch: Channel) -> dict[str, Any]:
+    """channel.created's and channel.closed's properties (core/events.py)."""
+    cname = connection_name(conn)
+    return {
+        "name": f"{cname} ({ch.id})",
+        "connection": cname,
+        "number": ch.id,
+        "user": ch.user.name,
+        "vhost": ch.vhost.name if ch.vhost is not None else "",
+    }
+
+
 def channel_info(conn: AMQPConnection, ch: Channel, ages: Ages = NO_AGES) -> dict[str, Any]:
     cname = connection_name(conn)
     user = conn.user.name if conn.user is not None else ""

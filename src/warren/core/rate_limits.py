@@ -7,7 +7,10 @@ ManualClock:
   counted in fixed one-second windows of the clock; a connection beyond the
   limit is refused by its protocol (AMQP: the socket closed before the
   handshake, as max_connections; MQTT: CONNACK quota exceeded; stream: the
-  socket closed), with a log line and a count.
+  socket closed), with a log line and a count. The management listener's
+  connections are counted apart (``[mgmt] connection_rate_limit``, else
+  [main]'s; http/admission.py answers 429): a browser's parallel requests
+  leave an address's AMQP connections alone.
 - publishes per connection per second (``[main] publish_rate_limit``): a
   token bucket of one second's worth. Work already read is never dropped: a
   publisher over its rate has its socket's reading paused (the protocol's own
@@ -38,6 +41,25 @@ class RateLimitCounts:
     connections_refused: int = 0
     publishers_paused: int = 0
     subscriptions_refused: int = 0
+    http_connections_refused: int = 0
+
+
+@dataclass
+class _Window:
+    """Connections by address in the clock's current one-second window."""
+
+    second: int = -1
+    by_address: dict[str, int] = field(default_factory=dict)
+
+    def count(self, now_ms: int, address: str) -> int:
+        """One more connection from ``address`` now: how many this second."""
+        second = now_ms // _WINDOW_MS
+        if second != self.second:  # a new second: last one's counts are moot
+            self.second = second
+            self.by_address.clear()
+        seen = self.by_address.get(address, 0) + 1
+        self.by_address[address] = seen
+        return seen
 
 
 class PublishBucket:
@@ -66,9 +88,11 @@ class RateLimits:
     connections_per_second: int = 0
     publishes_per_second: int = 0
     max_subscriptions: int = 0
+    #: The management listener's connections per address per second.
+    http_connections_per_second: int = 0
     counts: RateLimitCounts = field(default_factory=RateLimitCounts)
-    _window: int = -1
-    _by_address: dict[str, int] = field(default_factory=dict)
+    _connections: _Window = field(default_factory=_Window)
+    _http_connections: _Window = field(default_factory=_Window)
 
     def allow_connection(self, address: str | None) -> bool:
         """A connection from ``address`` (None: not a network one, never limited)
@@ -77,14 +101,18 @@ class RateLimits:
         limit = self.connections_per_second
         if not limit or address is None:
             return True
-        window = self.clock.now_ms() // _WINDOW_MS
-        if window != self._window:  # a new second: last one's counts are moot
-            self._window = window
-            self._by_address.clear()
-        seen = self._by_address.get(address, 0) + 1
-        self._by_address[address] = seen
-        if seen > limit:
+        if self._connections.count(self.clock.now_ms(), address) > limit:
             self.counts.connections_refused += 1
+            return False
+        return True
+
+    def allow_http_connection(self, address: str | None) -> bool:
+        """allow_connection for the management listener (its own count and limit)."""
+        limit = self.http_connections_per_second
+        if not limit or address is None:
+            return True
+        if self._http_connections.count(self.clock.now_ms(), address) > limit:
+            self.counts.http_connections_refused += 1
             return False
         return True
 

@@ -58,8 +58,10 @@ from warren.core.vhost_parameters import (
     VHostMetadata,
 )
 from warren.core.vhost_records import (
+    binding_event,
     binding_is_durable,
     binding_record,
+    exchange_event,
     exchange_record,
     queue_record,
 )
@@ -380,6 +382,8 @@ class VHost:
         self.exchanges[name] = ex
         self.policy_rules.attach_exchange(ex)
         log.debug("exchange declared vhost=%s name=%s type=%s", self.name, name, type_)
+        if self.events:
+            self.event("exchange.created", **exchange_event(ex))
         return ex
 
     def delete_exchange(self, name: str, if_unused: bool = False) -> None:
@@ -408,6 +412,7 @@ class VHost:
             self._drop_binding(binding)
         self._inbound.pop(id(ex), None)
         log.debug("exchange deleted vhost=%s name=%s", self.name, ex.name)
+        self.event("exchange.deleted", name=ex.name)
         if self.exchange_watchers:
             self.exchange_changed(ex.name)
 
@@ -637,6 +642,8 @@ class VHost:
         self._inbound.setdefault(id(destination), {})[(id(source), binding.key)] = binding
         if self.exchange_watchers:
             self.exchange_changed(source.name)
+        if self.events:
+            self.event("binding.created", **binding_event(binding))
         return binding
 
     def bind_queue(
@@ -685,6 +692,8 @@ class VHost:
         inbound = self._inbound.get(id(binding.destination))
         if inbound is not None:
             inbound.pop((id(source), binding.key), None)
+        if self.events:
+            self.event("binding.deleted", **binding_event(binding))
         if self.exchange_watchers and not source.deleted:
             self.exchange_changed(source.name)
         if cascade and source.auto_delete and not source.bindings and not source.deleted:

@@ -15,7 +15,14 @@ from warren.store.definitions import binding_key, encode_arguments
 if TYPE_CHECKING:
     from warren.core.queue import Queue
 
-__all__ = ["binding_is_durable", "binding_record", "exchange_record", "queue_record"]
+__all__ = [
+    "binding_event",
+    "binding_is_durable",
+    "binding_record",
+    "exchange_event",
+    "exchange_record",
+    "queue_record",
+]
 
 
 def binding_is_durable(binding: Binding) -> bool:
@@ -59,4 +66,28 @@ def binding_record(binding: Binding) -> tuple[str, dict[str, Any]]:
         "destination_type": kind,
         "routing_key": binding.routing_key,
         "arguments": args,
+    }
+
+
+def exchange_event(ex: Exchange) -> dict[str, Any]:
+    """exchange.created's properties (RabbitMQ's event exchange's; core/events.py)."""
+    return {
+        "name": ex.name,
+        "type": ex.type,
+        "durable": ex.durable,
+        "auto_delete": ex.auto_delete,
+        "internal": ex.internal,
+        "arguments": ex.arguments,
+    }
+
+
+def binding_event(binding: Binding) -> dict[str, Any]:
+    """binding.created's and binding.deleted's properties (RabbitMQ's names)."""
+    return {
+        "source_name": binding.source.name,
+        "source_kind": "exchange",
+        "destination_name": binding.destination.name,
+        "destination_kind": binding.destination_kind,
+        "routing_key": binding.routing_key,
+        "arguments": binding.arguments,
     }

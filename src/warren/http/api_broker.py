@@ -20,7 +20,7 @@ from warren.core.users import (
     hashing_algorithm,
     valid_hash,
 )
-from warren.http import api_overview, formats
+from warren.http import api_overview, api_webhooks, formats
 from warren.http.common import (
     ADMIN,
     MONITORING,
@@ -46,6 +46,7 @@ def _created(existed: bool) -> web.Response:
 
 def register(r: Router) -> None:  # noqa: C901 - one table of routes
     api_overview.register(r)
+    api_webhooks.register(r)
     r.route("GET", "/api/cluster")(cluster)
     r.route("GET", "/api/webhooks")(webhooks)
     r.route("GET", "/api/cluster-name")(get_cluster_name)

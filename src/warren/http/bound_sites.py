@@ -10,13 +10,18 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+from collections.abc import Callable
 
 from aiohttp import web
 
 from warren.bound_port import BoundPort
 from warren.proxy_accept import ProxySettings, proxy_factory
 
-__all__ = ["BoundSites"]
+__all__ = ["BoundSites", "Wrap"]
+
+#: A protocol factory, and what wraps one (given the port's name, HTTP or HTTPS).
+Factory = Callable[[], asyncio.BaseProtocol]
+Wrap = Callable[[Factory, str], Factory]
 
 
 class BoundSites:
@@ -35,9 +40,16 @@ class BoundSites:
         self._ports.append((bound, tls))
         return bound.port
 
-    async def start(self, runner: web.BaseRunner, proxy: ProxySettings | None = None) -> None:
+    async def start(
+        self,
+        runner: web.BaseRunner,
+        proxy: ProxySettings | None = None,
+        wrap: Wrap | None = None,
+    ) -> None:
         """Serve every bound socket through the runner (which closes them at its
-        cleanup); with ``proxy``, each connection opens with a PROXY header."""
+        cleanup); with ``proxy``, each connection opens with a PROXY header;
+        ``wrap`` wraps the request handlers' factory (after the header and the
+        TLS handshake: http/admission.py's connection rate)."""
         self._proxy = proxy
         pending = [
             (sock, tls, bound.backlog) for bound, tls in self._ports for sock in bound.take()
@@ -46,10 +58,10 @@ class BoundSites:
         try:
             while pending:
                 sock, tls, backlog = pending[0]
-                if proxy is None:
+                if proxy is None and wrap is None:
                     await web.SockSite(runner, sock, ssl_context=tls, backlog=backlog).start()
                 else:
-                    await _ProxySite(runner, sock, tls, backlog, proxy).start()
+                    await _WrappedSite(runner, sock, tls, backlog, proxy, wrap).start()
                 pending.pop(0)
         finally:
             for sock, _, _ in pending:
@@ -65,11 +77,12 @@ class BoundSites:
         self._ports.clear()
 
 
-class _ProxySite(web.SockSite):
+class _WrappedSite(web.SockSite):
     """aiohttp's SockSite, its request handlers made once the PROXY header is read
-    (and the TLS handshake done): aiohttp has no PROXY protocol of its own."""
+    (and the TLS handshake done; aiohttp has no PROXY protocol of its own)
+    and through ``wrap``."""
 
-    __slots__ = ("_proxy",)
+    __slots__ = ("_proxy", "_wrap")
 
     def __init__(
         self,
@@ -77,17 +90,24 @@ class _ProxySite(web.SockSite):
         sock: socket.socket,
         tls: ssl.SSLContext | None,
         backlog: int,
-        proxy: ProxySettings,
+        proxy: ProxySettings | None,
+        wrap: Wrap | None,
     ) -> None:
         super().__init__(runner, sock, ssl_context=tls, backlog=backlog)
         self._proxy = proxy
+        self._wrap = wrap
 
     async def start(self) -> None:
-        await web.BaseSite.start(self)  # registers the site; SockSite's own serves TLS
+        await web.BaseSite.start(self)  # registers the site; SockSite's own serves
         server = self._runner.server
         assert server is not None
         what = "HTTPS" if self._ssl_context else "HTTP"
-        factory = proxy_factory(server, self._ssl_context, self._proxy, what)
+        factory: Factory = server
+        if self._wrap is not None:
+            factory = self._wrap(factory, what)
+        tls = self._ssl_context
+        if self._proxy is not None:  # the header first, then TLS
+            factory, tls = proxy_factory(factory, tls, self._proxy, what), None
         self._server = await asyncio.get_running_loop().create_server(
-            factory, sock=self._sock, backlog=self._backlog
+            factory, sock=self._sock, ssl=tls, backlog=self._backlog
         )

@@ -64,13 +64,11 @@ _HEADER_PROPERTIES = {
 }
 _INTEGER_PROPERTIES = ("delivery_mode", "priority", "timestamp")
 _HEADER = "x-warren-header-"
-#: A consumer's defaults and bounds (a request may ask for less or more, within them).
+#: A consumer's defaults and bounds (a request may ask for less or more, within them;
+#: the visibility timeout's, the long-poll's wait and the consumers per user are
+#: settings: config_edges.py).
 DEFAULT_PREFETCH, MAX_PREFETCH = 10, 1000
-DEFAULT_VISIBILITY_S, MAX_VISIBILITY_S = 30, 3600
 DEFAULT_IDLE_S, MAX_IDLE_S = 60, 3600
-MAX_WAIT_S = 60
-#: Bridge consumers one user may have at once.
-MAX_CONSUMERS_PER_USER = 100
 #: An SSE stream's comment line, so that a dropped client is noticed.
 HEARTBEAT_MS = 15_000
 
@@ -338,13 +336,14 @@ class Bridge:
         options = await self._json(call.request)
         for gone in [s for s in self.consumers.values() if s.closed]:
             del self.consumers[gone.id]
+        config = self.node.config
         mine = sum(1 for s in self.consumers.values() if s.user == call.user.name)
-        if mine >= MAX_CONSUMERS_PER_USER:
+        if 0 < config.http_bridge_max_consumers_per_user <= mine:
             raise _error(429, f"user '{call.user.name}' has {mine} bridge consumers already")
         prefetch = _bounded(options, "prefetch", DEFAULT_PREFETCH, 1, MAX_PREFETCH)
-        visibility = _bounded(
-            options, "visibility_timeout", DEFAULT_VISIBILITY_S, 1, MAX_VISIBILITY_S
-        )
+        most = config.http_bridge_max_visibility_timeout
+        default = min(config.http_bridge_visibility_timeout, most)
+        visibility = _bounded(options, "visibility_timeout", default, 1, most)
         idle = _bounded(options, "idle_timeout", DEFAULT_IDLE_S, 1, MAX_IDLE_S)
         sub = BridgeSubscription(
             self.node,
@@ -388,7 +387,16 @@ class Bridge:
             del self.consumers[sub.id]
             sub = None
         if sub is None or sub.user != call.user.name:
-            raise _error(404, "no such bridge consumer (closed, or idle too long)")
+            # Consumers live in the node's memory: after a restart (or a close, an
+            # idle timeout) the client makes a new one; its unsettled messages
+            # went back to the queue.
+            raise ApiError(
+                404,
+                "consumer_not_found",
+                f"no bridge consumer '{call.parts[1]}': it was closed, idle longer than "
+                "its idle_timeout, or the broker restarted since; create a new one with "
+                "POST /bridge/queues/{vhost}/{queue}/consumers",
+            )
         sub.touch()
         return sub
 
@@ -396,7 +404,7 @@ class Bridge:
         """Up to ``max`` messages, waiting up to ``wait`` seconds for the first."""
         query = call.request.query
         most = _bounded(query, "max", 1, 1, MAX_PREFETCH)
-        wait = _bounded(query, "wait", 0, 0, MAX_WAIT_S)
+        wait = _bounded(query, "wait", 0, 0, call.node.config.http_bridge_max_wait)
         encoding = _encoding(query)
         sub = self._admitted(call)
         sub.busy = True

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from warren import metrics
 from warren.http.bound_sites import BoundSites
+from warren.proxy_accept import listener_proxy
 
 if TYPE_CHECKING:
     from warren.node import Node
@@ -119,7 +120,7 @@ class PrometheusListener:
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
         try:
             await runner.setup()
-            await self._sites.start(runner)
+            await self._sites.start(runner, listener_proxy(node.config, node.clock, "prometheus"))
         except BaseException:
             self._sites.close()
             await runner.cleanup()

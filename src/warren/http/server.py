@@ -36,8 +36,9 @@ from warren.http import (
     api_super_streams,
     api_ui,
 )
+from warren.http.admission import admitting
 from warren.http.bodies import BodyBudget, check_announced
-from warren.http.bound_sites import BoundSites
+from warren.http.bound_sites import BoundSites, Wrap
 from warren.http.bridge import Bridge
 from warren.http.common import (
     MANAGEMENT,
@@ -353,7 +354,9 @@ class HTTPListener:
         runner = web.AppRunner(self.app.application(), access_log=None, shutdown_timeout=2.0)
         try:
             await runner.setup()
-            await self._sites.start(runner, listener_proxy(node.config, node.clock, "mgmt"))
+            await self._sites.start(
+                runner, listener_proxy(node.config, node.clock, "mgmt"), _rate_limited(node)
+            )
         except BaseException:
             self._sites.close()
             await runner.cleanup()
@@ -383,3 +386,13 @@ class HTTPListener:
         if self.app is not None:
             self.app.bridge.close_all()
         await runner.cleanup()
+
+
+def _rate_limited(node: Node) -> Wrap | None:
+    """The management ports' connection rate (http/admission.py); None: no limit."""
+    limits = node.rate_limits
+    if not limits.http_connections_per_second:
+        return None
+    return lambda factory, what: admitting(
+        factory, limits.allow_http_connection, node.clock, f"management {what}"
+    )

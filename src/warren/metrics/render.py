@@ -538,7 +538,7 @@ def _warren_webhooks(out: Text, snap: Snapshot) -> None:
 
 def _warren_rate_limits(out: Text, snap: Snapshot) -> None:
     """Warren's rate limits (core/rate_limits.py, docs/security.md)."""
-    refused, paused, subscriptions = snap.rate_limited
+    refused, paused, subscriptions, http_refused = snap.rate_limited
     for name, help_text, value in (
         ("connections_refused", "Connections refused by connection_rate_limit", refused),
         ("publishers_paused", "Times a publisher's reading paused by publish_rate_limit", paused),
@@ -546,6 +546,11 @@ def _warren_rate_limits(out: Text, snap: Snapshot) -> None:
             "subscriptions_refused",
             "Subscriptions refused by max_subscriptions_per_client",
             subscriptions,
+        ),
+        (
+            "http_connections_refused",
+            "Management (HTTP) connections refused by connection_rate_limit",
+            http_refused,
         ),
     ):
         out.family(f"warren_rate_limit_{name}_total", "counter", help_text, [("", value)])

@@ -148,8 +148,8 @@ class Snapshot:
     dead_lettered: dict[tuple[str, str, str], int] = field(default_factory=dict)
     auth: dict[str, list[int]] = field(default_factory=dict)
     #: core/rate_limits.py's counts: connections refused, publishers paused,
-    #: subscriptions refused.
-    rate_limited: tuple[int, int, int] = (0, 0, 0)
+    #: subscriptions refused, management connections refused.
+    rate_limited: tuple[int, int, int, int] = (0, 0, 0, 0)
     protocols: list[str] = field(default_factory=list)
     consumers: int = 0
     #: Stream protocol publishers and subscriptions (they have no channels).
@@ -196,6 +196,7 @@ async def snapshot(node: Node) -> Snapshot:
         limited.connections_refused,
         limited.publishers_paused,
         limited.subscriptions_refused,
+        limited.http_connections_refused,
     )
     snap.dead_lettered = dict(retired.dead_lettered)
     amqp = MessageStats()

@@ -7,6 +7,7 @@
       cluster_id.json         the cluster's permanent id (store/cluster_id.py)
       mgmt.json               what the HTTP management API keeps that the core does not
                               (vhost descriptions, user limits, topic permissions ...)
+      webhooks.json           the webhook targets made through the API (webhooks/saved.py)
       delivered.json          written by a clean shutdown, read and removed at the next
                               start: how far each durable queue's messages had been
                               delivered (without it, after a crash, every recovered

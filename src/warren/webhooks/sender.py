@@ -31,6 +31,7 @@ from warren import __version__
 from warren.core.clock import Clock, sleep
 from warren.core.events import Events
 from warren.links import redact
+from warren.webhooks.saved import SavedTargets
 from warren.webhooks.targets import WebhookTarget
 
 __all__ = ["SIGNATURE_HEADER", "Webhooks", "sign"]
@@ -85,11 +86,12 @@ class _TargetState:
                 )
         self.pending.append(item)
 
-    def info(self) -> dict[str, Any]:
+    def info(self, source: str) -> dict[str, Any]:
         target = self.target
         state = "retrying" if self.retrying else "delivering" if self.task else "idle"
         return {
             "name": target.name,
+            "source": source,
             "url": redact(target.url),
             "events": list(target.events),
             "vhosts": list(target.vhosts),
@@ -106,19 +108,29 @@ class _TargetState:
 
 class Webhooks:
     """The broker's webhook targets: ``attach`` it to the broker's events,
-    ``close`` it when the broker stops (what is still buffered is lost)."""
+    ``close`` it when the broker stops (what is still buffered is lost).
+
+    The webhooks file's targets are fixed; the management API's (``put``,
+    ``delete``: PUT and DELETE /api/webhooks/<name>, the definitions'
+    ``webhooks``) are saved in ``saved`` and come back at the next start.
+    While there is no target it does not listen, so no event is built."""
 
     def __init__(
         self,
         targets: list[WebhookTarget],
         clock: Clock | Callable[[], Clock],
         node: str,
+        saved: SavedTargets | None = None,
     ) -> None:
         """``clock``: the broker's, or a function giving it (tests set the
         broker's clock after the broker is made)."""
         self._clock = clock
         self.node = node
         self.states = [_TargetState(t) for t in targets]
+        #: The webhooks file's targets' names: listed, never changed by the API.
+        self.fixed = frozenset(t.name for t in targets)
+        self._saved = saved
+        self._events: Events | None = None
         self._session: aiohttp.ClientSession | None = None
         self._closing = False
 
@@ -127,12 +139,79 @@ class Webhooks:
         return self._clock if isinstance(self._clock, Clock) else self._clock()
 
     def attach(self, events: Events) -> None:
-        """Hear the broker's events from now on."""
-        events.observers.append(self.observe)
+        """Hear the broker's events from now on (while there is a target)."""
+        self._events = events
+        self._listen()
+
+    def _listen(self) -> None:
+        events = self._events
+        if events is None:
+            return
+        listening = self.observe in events.observers
+        if self.states and not listening:
+            events.observers.append(self.observe)
+        elif not self.states and listening:
+            events.observers.remove(self.observe)
 
     def status(self) -> list[dict[str, Any]]:
         """Each target as GET /api/webhooks lists it (and the metrics count it)."""
-        return [state.info() for state in self.states]
+        return [
+            state.info("file" if state.target.name in self.fixed else "api")
+            for state in self.states
+        ]
+
+    # -- the management API's targets ----------------------------------------------------
+    def load_saved(self) -> None:
+        """Add the API's targets saved by the last run (the broker starts)."""
+        for target in self._saved.load() if self._saved is not None else ():
+            if target.name in self.fixed:
+                log.warning("webhook '%s': the webhooks file's target wins", target.name)
+            elif all(s.target.name != target.name for s in self.states):
+                self.states.append(_TargetState(target))
+        self._listen()
+
+    def managed(self) -> list[WebhookTarget]:
+        """The targets the API made (what the definitions export), in order."""
+        return [s.target for s in self.states if s.target.name not in self.fixed]
+
+    def put(self, target: WebhookTarget) -> bool:
+        """Add ``target``, or replace the API's target of its name (its buffer and
+        counters kept): True when it is new. Saved first: a target that cannot
+        be saved is not changed (ResourceError). ValueError for a file's target."""
+        if target.name in self.fixed:
+            raise ValueError(f"webhook '{target.name}' is defined in the webhooks file")
+        managed = self.managed()
+        names = [t.name for t in managed]
+        if target.name in names:
+            managed[names.index(target.name)] = target
+        else:
+            managed.append(target)
+        if self._saved is not None:
+            self._saved.save(managed)
+        for state in self.states:
+            if state.target.name == target.name:
+                state.target = target
+                return False
+        self.states.append(_TargetState(target))
+        self._listen()
+        return True
+
+    def delete(self, name: str) -> bool:
+        """Remove the API's target ``name`` (what it still buffers is dropped):
+        False when there is none. ValueError for a file's target."""
+        if name in self.fixed:
+            raise ValueError(f"webhook '{name}' is defined in the webhooks file")
+        state = next((s for s in self.states if s.target.name == name), None)
+        if state is None:
+            return False
+        if self._saved is not None:
+            self._saved.save([t for t in self.managed() if t.name != name])
+        self.states.remove(state)
+        state.pending.clear()
+        if state.task is not None:
+            state.task.cancel()
+        self._listen()
+        return True
 
     # -- events in ---------------------------------------------------------------------
     def observe(self, event: str, props: dict[str, Any]) -> None:

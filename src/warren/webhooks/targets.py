@@ -1,9 +1,10 @@
 """Webhook targets: where broker events are POSTed, which ones, how hard to try.
 
 Read from the JSON file ``[main] webhooks_file`` names (docs/webhooks.md): a
-list of targets, or ``{"targets": [...]}``. Every mistake is a ConfigError that
-names the target and the key, so a typo stops the start rather than leaving a
-receiver silently unfed.
+list of targets, or ``{"targets": [...]}``; the management API's targets
+(``PUT /api/webhooks/<name>``, the definitions' ``webhooks``) have the same
+keys. Every mistake is a ConfigError that names the target and the key, so a
+typo stops the start rather than leaving a receiver silently unfed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from urllib.parse import urlsplit
 
 from warren.config import ConfigError
 
-__all__ = ["WebhookTarget", "load_targets", "parse_targets"]
+__all__ = [
+    "WebhookTarget",
+    "load_targets",
+    "parse_target",
+    "parse_targets",
+    "target_document",
+]
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,27 @@ def _target(where: str, raw: Any, index: int) -> WebhookTarget:
         secret=secret,
         **ints,
     )
+
+
+def parse_target(raw: Any, name: str, where: str = "webhook") -> WebhookTarget:
+    """The target ``name`` of a document without its name (PUT /api/webhooks/<name>)."""
+    if isinstance(raw, dict):
+        if raw.get("name", name) != name:
+            raise ConfigError(f"{where}: target '{name}': the name differs from the path's")
+        raw = {**raw, "name": name}
+    return _target(where, raw, 0)
+
+
+def target_document(target: WebhookTarget) -> dict[str, Any]:
+    """``target`` as the webhooks file writes it (what parse_targets reads back):
+    only the keys that differ from the defaults."""
+    default = WebhookTarget(target.name, target.url)
+    doc: dict[str, Any] = {"name": target.name, "url": target.url}
+    for key in ("events", "vhosts", "secret", *_INTS):
+        value = getattr(target, key)
+        if value != getattr(default, key):
+            doc[key] = list(value) if isinstance(value, tuple) else value
+    return doc
 
 
 def parse_targets(data: Any, where: str = "webhooks") -> list[WebhookTarget]:
