@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from warren.config_oauth2 import check_extra
+
 __all__ = ["LOG_LEVELS", "check_field", "normalize_log_level"]
 
 #: Accepted ``log_level`` values mapped to :mod:`logging` levels.
@@ -256,6 +258,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "oauth2_preferred_username_claims": _user_tuple,
     "oauth2_additional_scopes_key": _optional_path,
     "oauth2_jwks_min_refetch_interval": _int_in(0, 86_400),
+    "oauth2_extra": check_extra,
     "mqtt_bind": _non_empty_str,
     "mqtt_port": _int_in(-1, 65535),
     "mqtt_tls_port": _int_in(-1, 65535),

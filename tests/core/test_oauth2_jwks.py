@@ -1,15 +1,20 @@
 """The JWKS side of OAuth 2 (warren/oauth2_backend.py): fetched at the start
 from a local aiohttp server, fetched again for an unknown kid, at most once per
-interval on the broker's clock."""
+interval on the broker's clock; over HTTPS, verified as [oauth2] https.* say."""
 
 from __future__ import annotations
 
 import asyncio
+import ssl
+from pathlib import Path
+from typing import Any
 
 import pytest
+import trustme
 from oauth2help import FULL, SigningKey, jwks, serve_jwks
 
 from warren.config import Config
+from warren.config_oauth2 import OAuth2Extra
 from warren.core.clock import ManualClock
 from warren.core.oauth2 import TokenRefused
 from warren.oauth2_backend import OAuth2Backend
@@ -73,5 +78,53 @@ def test_an_unreachable_jwks_is_logged_not_fatal() -> None:
         backend = OAuth2Backend(config, ManualClock())
         await backend.start()
         assert backend.fetches == 0 and backend.keys.fetched == {}
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("https", "fetched"),
+    [
+        ({"https_cacertfile": "ca"}, True),  # the identity provider's CA
+        ({}, False),  # the system's CAs do not know trustme's
+        ({"https_cacertfile": "other-ca"}, False),
+        ({"https_peer_verification": False}, True),  # verify_none
+        # The certificate names 127.0.0.1, not localhost: wildcard checks the name.
+        ({"https_cacertfile": "ca", "host": "localhost-only"}, False),
+        ({"https_cacertfile": "ca", "host": "localhost-only", "names": False}, True),
+    ],
+)
+def test_jwks_over_https_verified_with_the_configured_ca(
+    tmp_path: Path, https: dict[str, Any], fetched: bool
+) -> None:
+    """[oauth2] https.cacertfile / peer_verification / hostname_verification,
+    against a JWKS served with a trustme certificate."""
+    ca, other = trustme.CA(), trustme.CA()
+    files = {"ca": tmp_path / "ca.pem", "other-ca": tmp_path / "other.pem"}
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    other.cert_pem.write_to_path(str(files["other-ca"]))
+    host = https.pop("host", "127.0.0.1")
+    names = https.pop("names", True)
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("localhost" if host == "localhost-only" else "127.0.0.1").configure_cert(server)
+    if "https_cacertfile" in https:
+        https["https_cacertfile"] = str(files[https["https_cacertfile"]])
+    key = SigningKey("k")
+
+    async def scenario() -> None:
+        runner, url, hits = await serve_jwks(jwks(key), tls=server)
+        config = Config(
+            oauth2_resource_server_id="rabbitmq",
+            oauth2_jwks_url=url,
+            oauth2_extra=OAuth2Extra(https_hostname_verification=names, **https),
+        )
+        backend = OAuth2Backend(config, ManualClock())
+        try:
+            await backend.start()
+            assert (backend.fetches, hits[0]) == ((1, 1) if fetched else (0, 0))
+            assert ("k" in backend.keys.fetched) is fetched
+        finally:
+            await backend.stop()
+            await runner.cleanup()
 
     asyncio.run(scenario())
