@@ -149,6 +149,26 @@ def test_rar_details_as_rabbitmq_maps_them() -> None:
     assert rar_scopes({"authorization_details": DETAILS}, "rabbitmq", None) == []
 
 
+@pytest.mark.parametrize(
+    ("location", "scope"),
+    [
+        ("cluster:rabbitmq/queue:inv/vhost:fin/routing-key:r-*", "read:fin/inv/r-*"),  # any order
+        ("cluster:rabbitmq//routing-key:r-*", "read:*/*/r-*"),  # empty parts skipped
+        ("cluster:rabbitmq/queue:/vhost:/routing-key:r-*", "read:*/*/r-*"),  # empty values: *
+        ("prefix/cluster:rabbitmq/colour:red/exchange:x", "read:*/x/*"),  # not key:value, unknown
+        ("cluster:rabbitmq/queue:*/exchange:*", "read:*/*/*"),  # both, the same value
+        ("cluster:rabbitmq/vhost:^fin-*", "read:^fin-*/*/*"),  # taken as written
+        ("cluster:^rabbitmq$", None),  # the cluster is a wildcard pattern, not a regex
+        ("cluster:rabbitmq-*", None),
+        ("vhost:a", None),  # no cluster: not ours
+    ],
+)
+def test_rar_locations(location: str, scope: str | None) -> None:
+    details = [{"type": "t", "locations": [location], "actions": ["read", ""]}]
+    got = rar_scopes({"authorization_details": details}, "rabbitmq", "t")
+    assert got == ([f"rabbitmq.{scope}"] if scope else [])
+
+
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Harness]:
     with Harness(
