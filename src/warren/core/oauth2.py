@@ -5,8 +5,8 @@ Every protocol logs in through ClientSession.login, which hands a password that
 looks like a JWT here first when ``[oauth2]`` is configured (``auth_backends``
 orders the chain). The signature is verified with PyJWT against the keys in a
 KeySet: key files from the config (PEM public keys; JWK JSON, which may be a
-symmetric HMAC secret), and the JWKS the broker fetches (warren/oauth2_backend.py:
-I/O stays out of the core); PyJWT is imported at
+symmetric HMAC secret), and the JWKS the broker fetches
+(warren/oauth2_backend.py: I/O stays out of the core); PyJWT is imported at
 the first token, not with the core. The claims are checked on the broker's
 clock, not PyJWT's, so expiry follows the one clock (ManualClock in tests).
 Scopes become an ordinary User for the token's life (never stored):
