@@ -1,12 +1,13 @@
 """The ``[oauth2]`` settings with dotted names, RabbitMQ's ``auth_oauth2.*``
-ones: scope aliases, resource servers, the JWKS URL's TLS options, signing keys
-by key id. config.py hands every such key here (is_extra_key) and keeps the
+ones: scope aliases, resource servers, identity providers, the JWKS URL's TLS
+options, signing keys by key id. config.py hands every such key here (is_extra_key) and keeps the
 result as one field, ``oauth2_extra``; core/oauth2.py and oauth2_backend.py
 read it (docs/security.md).
 
 The INI reader lowercases key names: an alias or a resource server id with
 capitals is written the indexed way (``scope_aliases.<n>.alias``,
-``resource_servers.<name>.id``), as RabbitMQ allows too.
+``resource_servers.<name>.id``), as RabbitMQ allows too; identity provider
+names are matched without regard to case.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: Keys of [oauth2] handled here besides the dotted ones.
-_PLAIN = frozenset({"resource_server_type", "extra_scopes_source"})
-_DOTTED = ("scope_aliases.", "resource_servers.", "https.", "signing_keys.")
+_PLAIN = frozenset({"resource_server_type", "extra_scopes_source", "default_oauth_provider"})
+_DOTTED = ("scope_aliases.", "resource_servers.", "oauth_providers.", "https.", "signing_keys.")
 _PEER_VERIFICATION = {"verify_peer": True, "verify_none": False}
 _HOSTNAME_VERIFICATION = {"wildcard": True, "none": False}
 #: A resource server's own settings (anything else is the root's).
@@ -33,6 +34,19 @@ _SERVER_KEYS = frozenset(
         "signing_keys",
         "default_key",
         "issuer",
+        "oauth_provider_id",
+    }
+)
+#: An identity provider's settings (``oauth_providers.<name>.*``).
+_PROVIDER_KEYS = frozenset(
+    {
+        "jwks_uri",
+        "jwks_url",
+        "issuer",
+        "default_key",
+        "https.cacertfile",
+        "https.peer_verification",
+        "https.hostname_verification",
     }
 )
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
@@ -55,6 +69,24 @@ class ResourceServer:
     signing_keys: tuple[str, ...] = ()
     default_key: str | None = None
     issuer: str | None = None
+    #: The identity provider whose keys, issuer and default key it uses (None:
+    #: the root's, ``default_oauth_provider`` or the [oauth2] settings).
+    oauth_provider_id: str | None = None
+
+
+@dataclass(frozen=True)
+class OAuthProvider:
+    """``oauth_providers.<name>.*``: an identity provider's JWKS URL (with its
+    TLS options), key files, issuer and default key."""
+
+    id: str
+    jwks_url: str | None = None
+    issuer: str | None = None
+    signing_keys: tuple[str, ...] = ()
+    default_key: str | None = None
+    https_cacertfile: str | None = None
+    https_peer_verification: bool = True
+    https_hostname_verification: bool = True
 
 
 @dataclass(frozen=True)
@@ -73,6 +105,14 @@ class OAuth2Extra:
     https_peer_verification: bool = True
     https_hostname_verification: bool = True
     resource_servers: tuple[ResourceServer, ...] = ()
+    oauth_providers: tuple[OAuthProvider, ...] = ()
+    #: The provider of the root resource server (and of those naming none).
+    default_oauth_provider: str | None = None
+
+    def provider(self, name: str | None) -> OAuthProvider | None:
+        """The provider called ``name`` (any case), None if none is."""
+        wanted = (name or "").lower()
+        return next((p for p in self.oauth_providers if p.id.lower() == wanted), None)
 
 
 def is_extra_key(key: str) -> bool:
@@ -88,6 +128,7 @@ def parse_extra(entries: list[tuple[str, str, str]]) -> OAuth2Extra:
     servers: dict[str, dict[str, Any]] = {}
     server_aliases: dict[str, _Aliases] = {}
     keys: list[str] = []
+    providers: dict[str, dict[str, Any]] = {}
     for key, raw, where in entries:
         value = raw.strip()
         try:
@@ -103,6 +144,23 @@ def parse_extra(entries: list[tuple[str, str, str]]) -> OAuth2Extra:
                 top[key] = _choice(value, _PEER_VERIFICATION)
             elif key == "https.hostname_verification":
                 top[key] = _choice(value, _HOSTNAME_VERIFICATION)
+            elif key.startswith("oauth_providers."):
+                name, _, setting = key[len("oauth_providers.") :].partition(".")
+                if not name or not setting:
+                    raise ValueError("the key must be oauth_providers.<name>.<setting>")
+                provider = providers.setdefault(name, {})
+                if setting.startswith("signing_keys."):
+                    entry = _key_entry(setting[len("signing_keys.") :], value)
+                    provider.setdefault("signing_keys", []).append(entry)
+                elif setting not in _PROVIDER_KEYS:
+                    known = ", ".join(sorted(_PROVIDER_KEYS))
+                    raise ValueError(f"unknown identity provider setting (known: {known})")
+                elif setting == "https.peer_verification":
+                    provider[setting] = _choice(value, _PEER_VERIFICATION)
+                elif setting == "https.hostname_verification":
+                    provider[setting] = _choice(value, _HOSTNAME_VERIFICATION)
+                else:
+                    provider["jwks_url" if setting == "jwks_uri" else setting] = value or None
             elif key.startswith("resource_servers."):
                 name, _, setting = key[len("resource_servers.") :].partition(".")
                 if not name or not setting:
@@ -133,6 +191,8 @@ def parse_extra(entries: list[tuple[str, str, str]]) -> OAuth2Extra:
             https_peer_verification=top.get("https.peer_verification", True),
             https_hostname_verification=top.get("https.hostname_verification", True),
             resource_servers=built,
+            oauth_providers=tuple(_provider(n, providers[n]) for n in sorted(providers)),
+            default_oauth_provider=top.get("default_oauth_provider"),
         )
     except ValueError as exc:
         raise ValueError(f"{entries[0][2]}: [oauth2]: {exc}") from None
@@ -151,6 +211,10 @@ def check_extra(value: Any) -> str | None:
         return "a resource server needs an id"
     if len(set(ids)) != len(ids):
         return "two resource servers have the same id"
+    named = [value.default_oauth_provider, *(s.oauth_provider_id for s in value.resource_servers)]
+    for name in named:
+        if name is not None and value.provider(name) is None:
+            return f"no oauth_providers.{name.lower()} for the identity provider '{name}'"
     return None
 
 
@@ -225,4 +289,18 @@ def _server(name: str, settings: dict[str, Any], aliases: _Aliases | None) -> Re
         signing_keys=tuple(settings.get("signing_keys", ())) + tuple(settings.get("keys", ())),
         default_key=settings.get("default_key"),
         issuer=settings.get("issuer"),
+        oauth_provider_id=settings.get("oauth_provider_id"),
+    )
+
+
+def _provider(name: str, settings: dict[str, Any]) -> OAuthProvider:
+    return OAuthProvider(
+        id=name,
+        jwks_url=settings.get("jwks_url"),
+        issuer=settings.get("issuer"),
+        signing_keys=tuple(settings.get("signing_keys", ())),
+        default_key=settings.get("default_key"),
+        https_cacertfile=settings.get("https.cacertfile"),
+        https_peer_verification=settings.get("https.peer_verification", True),
+        https_hostname_verification=settings.get("https.hostname_verification", True),
     )

@@ -1,5 +1,6 @@
 """The broker's OAuth 2 backend: core/oauth2.py's TokenVerifier with its keys
-loaded, PEM files at construction and the JWKS URL fetched with aiohttp.
+loaded, key files at construction and the JWKS URL fetched with aiohttp, for
+[oauth2]'s own identity provider and each ``oauth_providers.<name>``.
 
 The JWKS is fetched at the start and again when a token names a kid no key has
 (a rotated key), at most once per ``[oauth2] jwks_min_refetch_interval``
@@ -8,7 +9,8 @@ network: the login with the unknown kid is refused, and the logins after the
 fetch find the key (docs/security.md). The JWKS URL's certificate is verified
 against ``[oauth2] https.cacertfile`` (else the system's CAs) unless
 ``https.peer_verification = verify_none``. Each ``resource_servers.<name>``
-gets its settings from config_oauth2.py, inheriting the root's as RabbitMQ does.
+gets its settings from config_oauth2.py, inheriting the root's as RabbitMQ does,
+and its keys from its identity provider (``oauth_provider_id``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from warren.config import Config, ConfigError
-from warren.config_oauth2 import ResourceServer
+from warren.config_oauth2 import OAuthProvider, ResourceServer
 from warren.core.clock import Clock
 from warren.core.oauth2 import KeySet, OAuth2Settings, TokenVerifier, load_key
 
@@ -29,38 +31,25 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class OAuth2Backend:
-    """Owns the verifier and the JWKS fetches."""
+class Provider:
+    """One identity provider: its keys (key files, and the JWKS fetched from its
+    URL at the start and again for an unknown kid, at most once per
+    jwks_min_refetch_interval), its issuer and default key. The root one is
+    [oauth2]'s own settings; ``oauth_providers.<name>`` add others."""
 
-    def __init__(self, config: Config, clock: Clock) -> None:
-        self.config = config
-        self.clock = clock
-        extra = config.oauth2_extra
+    def __init__(self, backend: OAuth2Backend, settings: OAuthProvider) -> None:
+        self.backend = backend
+        self.settings = settings
         self.keys = KeySet(unknown=self._unknown_kid)
-        self.keys.static.update(_load_keys((*config.oauth2_signing_keys, *extra.signing_keys)))
-        root = OAuth2Settings(
-            resource_server_id=config.oauth2_resource_server_id,
-            scope_prefix=config.oauth2_scope_prefix,
-            verify_aud=config.oauth2_verify_aud,
-            issuer=config.oauth2_issuer,
-            preferred_username_claims=config.oauth2_preferred_username_claims,
-            additional_scopes_key=config.oauth2_additional_scopes_key or extra.extra_scopes_source,
-            default_key=config.oauth2_default_key,
-            scope_aliases=extra.scope_aliases,
-            resource_server_type=extra.resource_server_type,
-        )
-        others = [_resource_server(root, server) for server in extra.resource_servers]
-        self.verifier = TokenVerifier(root, self.keys, clock.now_ms, others)
+        self.keys.static.update(_load_keys(settings.signing_keys))
         self._last_fetch_ms: int | None = None
         self._fetching: asyncio.Task[None] | None = None
         #: JWKS documents fetched so far (tests and the log read it).
         self.fetches = 0
 
     async def start(self) -> None:
-        """Fetch the JWKS once before clients come; a failure is logged, not fatal
-        (the identity provider may come up later: the next unknown kid refetches)."""
-        if self.config.oauth2_jwks_url:
-            self._last_fetch_ms = self.clock.now_ms()
+        if self.settings.jwks_url:
+            self._last_fetch_ms = self.backend.clock.now_ms()
             await self.fetch()
 
     async def stop(self) -> None:
@@ -73,7 +62,7 @@ class OAuth2Backend:
         """Fetch the JWKS and replace the fetched keys (kept as they were on an error)."""
         import aiohttp
 
-        url = self.config.oauth2_jwks_url
+        url = self.settings.jwks_url
         assert url is not None
         try:
             timeout = aiohttp.ClientTimeout(total=10)
@@ -90,20 +79,20 @@ class OAuth2Backend:
             log.warning("OAuth 2: JWKS not fetched from %s: %s", url, exc)
 
     def _tls(self) -> ssl.SSLContext | bool:
-        """The JWKS request's TLS ([oauth2] https.*); an http URL ignores it."""
-        extra = self.config.oauth2_extra
-        if not extra.https_peer_verification:
+        """The JWKS request's TLS (https.*); an http URL ignores it."""
+        settings = self.settings
+        if not settings.https_peer_verification:
             return False
-        context = ssl.create_default_context(cafile=extra.https_cacertfile)
-        context.check_hostname = extra.https_hostname_verification
+        context = ssl.create_default_context(cafile=settings.https_cacertfile)
+        context.check_hostname = settings.https_hostname_verification
         return context
 
     def _unknown_kid(self, kid: str) -> None:
         """A token named a key we lack: refetch, unless fetched too recently."""
-        if not self.config.oauth2_jwks_url or self._fetching is not None:
+        if not self.settings.jwks_url or self._fetching is not None:
             return
-        now = self.clock.now_ms()
-        interval = self.config.oauth2_jwks_min_refetch_interval * 1000
+        now = self.backend.clock.now_ms()
+        interval = self.backend.config.oauth2_jwks_min_refetch_interval * 1000
         if self._last_fetch_ms is not None and now - self._last_fetch_ms < interval:
             return
         self._last_fetch_ms = now
@@ -121,10 +110,104 @@ class OAuth2Backend:
             self._fetching = None
 
     async def wait_fetched(self) -> None:
-        """Until a refetch under way is done (tests)."""
         task = self._fetching
         if task is not None:
             await asyncio.shield(task)
+
+
+class OAuth2Backend:
+    """Owns the verifier and the identity providers (their JWKS fetches)."""
+
+    def __init__(self, config: Config, clock: Clock) -> None:
+        self.config = config
+        self.clock = clock
+        extra = config.oauth2_extra
+        own = OAuthProvider(
+            id="",
+            jwks_url=config.oauth2_jwks_url,
+            issuer=config.oauth2_issuer,
+            signing_keys=(*config.oauth2_signing_keys, *extra.signing_keys),
+            default_key=config.oauth2_default_key,
+            https_cacertfile=extra.https_cacertfile,
+            https_peer_verification=extra.https_peer_verification,
+            https_hostname_verification=extra.https_hostname_verification,
+        )
+        #: The identity providers by lowercased name; "": [oauth2]'s own settings.
+        self.providers = {"": Provider(self, own)}
+        for settings in extra.oauth_providers:
+            self.providers[settings.id.lower()] = Provider(self, settings)
+        root_provider = self._provider(extra.default_oauth_provider or "")
+        #: The root provider's keys (with the JWKS URL's).
+        self.keys = root_provider.keys
+        root = OAuth2Settings(
+            resource_server_id=config.oauth2_resource_server_id,
+            scope_prefix=config.oauth2_scope_prefix,
+            verify_aud=config.oauth2_verify_aud,
+            issuer=root_provider.settings.issuer,
+            preferred_username_claims=config.oauth2_preferred_username_claims,
+            additional_scopes_key=config.oauth2_additional_scopes_key or extra.extra_scopes_source,
+            default_key=root_provider.settings.default_key,
+            scope_aliases=extra.scope_aliases,
+            resource_server_type=extra.resource_server_type,
+            keys=root_provider.keys,
+        )
+        others = [self._resource_server(root, server) for server in extra.resource_servers]
+        self.verifier = TokenVerifier(root, self.keys, clock.now_ms, others)
+
+    @property
+    def fetches(self) -> int:
+        """JWKS documents fetched so far, all providers' (tests and the log read it)."""
+        return sum(p.fetches for p in self.providers.values())
+
+    async def start(self) -> None:
+        """Fetch the JWKS once before clients come; a failure is logged, not fatal
+        (the identity provider may come up later: the next unknown kid refetches)."""
+        for provider in self.providers.values():
+            await provider.start()
+
+    async def stop(self) -> None:
+        for provider in self.providers.values():
+            await provider.stop()
+
+    async def wait_fetched(self) -> None:
+        """Until the refetches under way are done (tests)."""
+        for provider in self.providers.values():
+            await provider.wait_fetched()
+
+    def _provider(self, name: str) -> Provider:
+        provider = self.providers.get(name.lower())
+        if provider is None:
+            raise ConfigError(f"[oauth2] no oauth_providers.{name.lower()}")
+        return provider
+
+    def _resource_server(self, root: OAuth2Settings, server: ResourceServer) -> OAuth2Settings:
+        """A ``resource_servers.<name>``: what it leaves unset is the root's, but for
+        its scope prefix (``<id>.`` unless the root's is set); its keys, issuer and
+        default key are its identity provider's (``oauth_provider_id``, else the
+        root's), or with signing_keys of its own, those keys alone."""
+        named = server.oauth_provider_id
+        provider = self._provider(named) if named is not None else None
+        if provider is None:
+            keys, issuer, default_key = root.keys, root.issuer, root.default_key
+        else:
+            settings = provider.settings
+            keys, issuer, default_key = provider.keys, settings.issuer, settings.default_key
+        if server.signing_keys:
+            keys = KeySet(static=_load_keys(server.signing_keys))
+        return OAuth2Settings(
+            resource_server_id=server.id,
+            scope_prefix=_own(server.scope_prefix, root.scope_prefix),
+            verify_aud=_own(server.verify_aud, root.verify_aud),
+            issuer=_own(server.issuer, issuer),
+            preferred_username_claims=_own(
+                server.preferred_username_claims, root.preferred_username_claims
+            ),
+            additional_scopes_key=_own(server.additional_scopes_key, root.additional_scopes_key),
+            default_key=_own(server.default_key, default_key),
+            scope_aliases=_own(server.scope_aliases, root.scope_aliases),
+            resource_server_type=_own(server.resource_server_type, root.resource_server_type),
+            keys=keys,
+        )
 
 
 def _load_keys(entries: Iterable[str]) -> dict[str, Any]:
@@ -139,27 +222,6 @@ def _load_keys(entries: Iterable[str]) -> dict[str, Any]:
     return keys
 
 
-def _resource_server(root: OAuth2Settings, server: ResourceServer) -> OAuth2Settings:
-    """A ``resource_servers.<name>``: what it leaves unset is the root's, but for
-    its scope prefix (``<id>.`` unless the root's is set) and its keys (the
-    root's, JWKS included, unless it has signing_keys of its own)."""
-    keys = KeySet(static=_load_keys(server.signing_keys)) if server.signing_keys else None
-    return OAuth2Settings(
-        resource_server_id=server.id,
-        scope_prefix=_own(server.scope_prefix, root.scope_prefix),
-        verify_aud=_own(server.verify_aud, root.verify_aud),
-        issuer=_own(server.issuer, root.issuer),
-        preferred_username_claims=_own(
-            server.preferred_username_claims, root.preferred_username_claims
-        ),
-        additional_scopes_key=_own(server.additional_scopes_key, root.additional_scopes_key),
-        default_key=_own(server.default_key, root.default_key),
-        scope_aliases=_own(server.scope_aliases, root.scope_aliases),
-        resource_server_type=_own(server.resource_server_type, root.resource_server_type),
-        keys=keys,
-    )
-
-
 def _own(value: T | None, inherited: T) -> T:
     return inherited if value is None else value
 
@@ -172,8 +234,11 @@ def oauth2_backend(config: Config, clock: Clock) -> OAuth2Backend | None:
         return None
     if "oauth2" not in config.auth_backends:
         return None
-    if not (config.oauth2_jwks_url or config.oauth2_signing_keys or extra.signing_keys) and not (
-        extra.resource_servers and all(s.signing_keys for s in extra.resource_servers)
-    ):
+    has_keys = [
+        config.oauth2_jwks_url or config.oauth2_signing_keys or extra.signing_keys,
+        *(p.jwks_url or p.signing_keys for p in extra.oauth_providers),
+        *(s.signing_keys for s in extra.resource_servers),
+    ]
+    if not any(has_keys):
         raise ConfigError("[oauth2] resource_server_id needs jwks_url or signing_keys")
     return OAuth2Backend(config, clock)

@@ -128,3 +128,64 @@ def test_jwks_over_https_verified_with_the_configured_ca(
             await runner.cleanup()
 
     asyncio.run(scenario())
+
+
+def test_each_identity_provider_has_its_jwks(tmp_path: Path) -> None:
+    """oauth_providers.<name>.*: the root resource server uses
+    default_oauth_provider's JWKS, billing its own provider's (named in any
+    case), each with its issuer; an unknown kid refetches its provider's only."""
+    key_a, key_b = SigningKey("a-1"), SigningKey("b-1", "ec")
+
+    async def scenario() -> None:
+        runner_a, url_a, hits_a = await serve_jwks(jwks(key_a))
+        runner_b, url_b, hits_b = await serve_jwks(jwks(key_b))
+        ini = tmp_path / "w.ini"
+        ini.write_text(
+            "[oauth2]\nresource_server_id = rabbitmq\njwks_min_refetch_interval = 0\n"
+            f"default_oauth_provider = idp_a\noauth_providers.idp_a.jwks_uri = {url_a}\n"
+            f"oauth_providers.idp_b.jwks_url = {url_b}\n"
+            "oauth_providers.idp_b.issuer = https://b.example\n"
+            "resource_servers.billing.oauth_provider_id = IDP_B\n"
+        )
+        clock = ManualClock()
+        clock.attach(asyncio.get_running_loop())
+        backend = OAuth2Backend(Config.from_ini(ini), clock)
+        verify = backend.verifier.verify
+        try:
+            await backend.start()
+            assert (hits_a[0], hits_b[0], backend.fetches) == (1, 1, 2)
+            now = clock.now_ms() // 1000
+            assert verify(key_a.token(now, FULL)).username == "alice"
+            billing = key_b.token(now, "billing.read:*/*", aud="billing", iss="https://b.example")
+            assert verify(billing).scopes == ["read:*/*"]
+            with pytest.raises(TokenRefused, match="issuer"):
+                verify(key_b.token(now, FULL, aud="billing"))
+            # B's key is not the root's: A's JWKS is fetched again, B's is not.
+            with pytest.raises(TokenRefused, match="unknown signing key id 'b-1'"):
+                verify(key_b.token(now, FULL))
+            await backend.wait_fetched()
+            assert (hits_a[0], hits_b[0]) == (2, 1)
+        finally:
+            await backend.stop()
+            await runner_a.cleanup()
+            await runner_b.cleanup()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("lines", "why"),
+    [
+        ("resource_servers.x.oauth_provider_id = nobody\n", "no oauth_providers.nobody"),
+        ("default_oauth_provider = nobody\n", "no oauth_providers.nobody"),
+        ("oauth_providers.p.token_endpoint = x\n", "unknown identity provider setting"),
+        ("oauth_providers.p.https.peer_verification = no\n", "verify_peer or verify_none"),
+    ],
+)
+def test_identity_provider_settings_refused(tmp_path: Path, lines: str, why: str) -> None:
+    from warren.config import ConfigError
+
+    ini = tmp_path / "w.ini"
+    ini.write_text(f"[oauth2]\nresource_server_id = rabbitmq\n{lines}")
+    with pytest.raises(ConfigError, match=why):
+        Config.from_ini(ini)
