@@ -18,7 +18,10 @@ from typing import Any
 
 #: Keys of [oauth2] handled here besides the dotted ones.
 _PLAIN = frozenset({"resource_server_type", "extra_scopes_source", "default_oauth_provider"})
-_DOTTED = ("scope_aliases.", "resource_servers.", "oauth_providers.", "https.", "signing_keys.")
+_DOTTED = (
+    "scope_aliases.", "resource_servers.", "oauth_providers.", "https.", "signing_keys.",
+    "algorithms",
+)  # fmt: skip
 _PEER_VERIFICATION = {"verify_peer": True, "verify_none": False}
 _HOSTNAME_VERIFICATION = {"wildcard": True, "none": False}
 #: A resource server's own settings (anything else is the root's).
@@ -87,6 +90,8 @@ class OAuthProvider:
     https_cacertfile: str | None = None
     https_peer_verification: bool = True
     https_hostname_verification: bool = True
+    #: The signature algorithms its tokens may use (None: any its keys allow).
+    algorithms: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,8 @@ class OAuth2Extra:
     oauth_providers: tuple[OAuthProvider, ...] = ()
     #: The provider of the root resource server (and of those naming none).
     default_oauth_provider: str | None = None
+    #: ``algorithms`` (or ``algorithms.<n>``): what [oauth2]'s own keys may verify.
+    algorithms: tuple[str, ...] | None = None
 
     def provider(self, name: str | None) -> OAuthProvider | None:
         """The provider called ``name`` (any case), None if none is."""
@@ -129,11 +136,14 @@ def parse_extra(entries: list[tuple[str, str, str]]) -> OAuth2Extra:
     server_aliases: dict[str, _Aliases] = {}
     keys: list[str] = []
     providers: dict[str, dict[str, Any]] = {}
+    algorithms: list[str] = []
     for key, raw, where in entries:
         value = raw.strip()
         try:
             if key in _PLAIN:
                 top[key] = value or None
+            elif key == "algorithms" or key.startswith("algorithms."):
+                algorithms.extend(_algorithms(value))
             elif key.startswith("scope_aliases."):
                 aliases.add(key[len("scope_aliases.") :], value)
             elif key.startswith("signing_keys."):
@@ -152,6 +162,8 @@ def parse_extra(entries: list[tuple[str, str, str]]) -> OAuth2Extra:
                 if setting.startswith("signing_keys."):
                     entry = _key_entry(setting[len("signing_keys.") :], value)
                     provider.setdefault("signing_keys", []).append(entry)
+                elif setting == "algorithms" or setting.startswith("algorithms."):
+                    provider.setdefault("algorithms", []).extend(_algorithms(value))
                 elif setting not in _PROVIDER_KEYS:
                     known = ", ".join(sorted(_PROVIDER_KEYS))
                     raise ValueError(f"unknown identity provider setting (known: {known})")
@@ -193,6 +205,7 @@ def parse_extra(entries: list[tuple[str, str, str]]) -> OAuth2Extra:
             resource_servers=built,
             oauth_providers=tuple(_provider(n, providers[n]) for n in sorted(providers)),
             default_oauth_provider=top.get("default_oauth_provider"),
+            algorithms=tuple(algorithms) or None,
         )
     except ValueError as exc:
         raise ValueError(f"{entries[0][2]}: [oauth2]: {exc}") from None
@@ -303,4 +316,16 @@ def _provider(name: str, settings: dict[str, Any]) -> OAuthProvider:
         https_cacertfile=settings.get("https.cacertfile"),
         https_peer_verification=settings.get("https.peer_verification", True),
         https_hostname_verification=settings.get("https.hostname_verification", True),
+        algorithms=tuple(settings.get("algorithms", ())) or None,
     )
+
+
+def _algorithms(value: str) -> list[str]:
+    """JWS algorithm names (comma separated), the ones core/oauth2.py verifies."""
+    from warren.core.oauth2 import ALGORITHMS, HMAC_ALGORITHMS
+
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [n for n in names if n not in (*ALGORITHMS, *HMAC_ALGORITHMS)]
+    if unknown or not names:
+        raise ValueError(f"known algorithms: {', '.join((*ALGORITHMS, *HMAC_ALGORITHMS))}")
+    return names

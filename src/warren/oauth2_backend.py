@@ -131,6 +131,7 @@ class OAuth2Backend:
             https_cacertfile=extra.https_cacertfile,
             https_peer_verification=extra.https_peer_verification,
             https_hostname_verification=extra.https_hostname_verification,
+            algorithms=extra.algorithms,
         )
         #: The identity providers by lowercased name; "": [oauth2]'s own settings.
         self.providers = {"": Provider(self, own)}
@@ -150,6 +151,7 @@ class OAuth2Backend:
             scope_aliases=extra.scope_aliases,
             resource_server_type=extra.resource_server_type,
             keys=root_provider.keys,
+            algorithms=root_provider.settings.algorithms,
         )
         others = [self._resource_server(root, server) for server in extra.resource_servers]
         self.verifier = TokenVerifier(root, self.keys, clock.now_ms, others)
@@ -189,9 +191,11 @@ class OAuth2Backend:
         provider = self._provider(named) if named is not None else None
         if provider is None:
             keys, issuer, default_key = root.keys, root.issuer, root.default_key
+            algorithms = root.algorithms
         else:
             settings = provider.settings
             keys, issuer, default_key = provider.keys, settings.issuer, settings.default_key
+            algorithms = settings.algorithms
         if server.signing_keys:
             keys = KeySet(static=_load_keys(server.signing_keys))
         return OAuth2Settings(
@@ -207,6 +211,7 @@ class OAuth2Backend:
             scope_aliases=_own(server.scope_aliases, root.scope_aliases),
             resource_server_type=_own(server.resource_server_type, root.resource_server_type),
             keys=keys,
+            algorithms=algorithms,
         )
 
 

@@ -345,3 +345,26 @@ def test_resource_servers_only_no_root_id(tmp_path: Path) -> None:
         h.amqp_connection("", token).channel().queue_declare("q")
         with pytest.raises(ConnectionClosed):
             h.amqp_connection("", KEY.token(now_s(h), FULL))  # aud rabbitmq: nobody's
+
+
+# -- algorithms -------------------------------------------------------------------------------
+def test_algorithms_restrict_what_keys_verify(tmp_path: Path) -> None:
+    payload = {"sub": "a", "aud": "rabbitmq", "exp": NOW + 60, "scope": "rabbitmq.read:*/*"}
+    pss = jwt.encode(payload, KEY.private, algorithm="PS256", headers={"kid": "key-1"})
+    assert verifier().verify(pss).scopes == ["read:*/*"]  # any the RSA key allows
+    with pytest.raises(TokenRefused, match="alg value is not allowed"):
+        verifier(algorithms=("RS256",)).verify(pss)
+    assert verifier(algorithms=("RS256",)).verify(KEY.token(NOW, "rabbitmq.read:*/*")).username
+    with pytest.raises(TokenRefused, match="none of the allowed algorithms"):
+        verifier(algorithms=("HS256",)).verify(pss)
+    ini = tmp_path / "w.ini"
+    ini.write_text(
+        "[oauth2]\nresource_server_id = rabbitmq\nalgorithms.1 = RS256\nalgorithms.2 = ES256\n"
+        "oauth_providers.p.algorithms = HS256, HS512\n"
+    )
+    extra = Config.from_ini(ini).oauth2_extra
+    assert extra.algorithms == ("RS256", "ES256")
+    assert extra.oauth_providers[0].algorithms == ("HS256", "HS512")
+    ini.write_text("[oauth2]\nresource_server_id = rabbitmq\nalgorithms = none\n")
+    with pytest.raises(ConfigError, match="known algorithms"):
+        Config.from_ini(ini)

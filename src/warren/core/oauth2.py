@@ -83,6 +83,8 @@ class OAuth2Settings:
     resource_server_type: str | None = None
     #: This resource server's own keys (None: the verifier's).
     keys: KeySet | None = None
+    #: The signature algorithms its tokens may use (None: any its keys allow).
+    algorithms: tuple[str, ...] | None = None
 
     @property
     def prefix(self) -> str:
@@ -214,11 +216,14 @@ class TokenVerifier:
             if keys.unknown is not None:
                 keys.unknown(kid)
             raise TokenRefused(f"unknown signing key id '{kid}'")
+        allowed = [a for a in _algorithms_for(key) if a in (server.algorithms or (a,))]
+        if not allowed:
+            raise TokenRefused(f"the key '{kid}' verifies none of the allowed algorithms")
         try:
             claims = jwt.decode(
                 token,
                 key=key,
-                algorithms=_algorithms_for(key),
+                algorithms=allowed,
                 options={
                     "verify_exp": False,
                     "verify_nbf": False,
