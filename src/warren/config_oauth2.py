@@ -1,8 +1,8 @@
 """The ``[oauth2]`` settings with dotted names, RabbitMQ's ``auth_oauth2.*``
 ones: scope aliases, resource servers, identity providers, the JWKS URL's TLS
-options, signing keys by key id. config.py hands every such key here (is_extra_key) and keeps the
-result as one field, ``oauth2_extra``; core/oauth2.py and oauth2_backend.py
-read it (docs/security.md).
+options, signing keys by key id, algorithms. config.py hands every such key
+here (is_extra_key) and keeps the result as one field, ``oauth2_extra``;
+oauth2_backend.py turns it into core/oauth2.py's settings (docs/security.md).
 
 The INI reader lowercases key names: an alias or a resource server id with
 capitals is written the indexed way (``scope_aliases.<n>.alias``,
@@ -158,21 +158,7 @@ def parse_extra(entries: list[tuple[str, str, str]]) -> OAuth2Extra:
                 name, _, setting = key[len("oauth_providers.") :].partition(".")
                 if not name or not setting:
                     raise ValueError("the key must be oauth_providers.<name>.<setting>")
-                provider = providers.setdefault(name, {})
-                if setting.startswith("signing_keys."):
-                    entry = _key_entry(setting[len("signing_keys.") :], value)
-                    provider.setdefault("signing_keys", []).append(entry)
-                elif setting == "algorithms" or setting.startswith("algorithms."):
-                    provider.setdefault("algorithms", []).extend(_algorithms(value))
-                elif setting not in _PROVIDER_KEYS:
-                    known = ", ".join(sorted(_PROVIDER_KEYS))
-                    raise ValueError(f"unknown identity provider setting (known: {known})")
-                elif setting == "https.peer_verification":
-                    provider[setting] = _choice(value, _PEER_VERIFICATION)
-                elif setting == "https.hostname_verification":
-                    provider[setting] = _choice(value, _HOSTNAME_VERIFICATION)
-                else:
-                    provider["jwks_url" if setting == "jwks_uri" else setting] = value or None
+                _provider_setting(providers.setdefault(name, {}), setting, value)
             elif key.startswith("resource_servers."):
                 name, _, setting = key[len("resource_servers.") :].partition(".")
                 if not name or not setting:
@@ -304,6 +290,24 @@ def _server(name: str, settings: dict[str, Any], aliases: _Aliases | None) -> Re
         issuer=settings.get("issuer"),
         oauth_provider_id=settings.get("oauth_provider_id"),
     )
+
+
+def _provider_setting(provider: dict[str, Any], setting: str, value: str) -> None:
+    """One ``oauth_providers.<name>.<setting>`` into ``provider``."""
+    if setting.startswith("signing_keys."):
+        entry = _key_entry(setting[len("signing_keys.") :], value)
+        provider.setdefault("signing_keys", []).append(entry)
+    elif setting == "algorithms" or setting.startswith("algorithms."):
+        provider.setdefault("algorithms", []).extend(_algorithms(value))
+    elif setting not in _PROVIDER_KEYS:
+        known = ", ".join(sorted(_PROVIDER_KEYS))
+        raise ValueError(f"unknown identity provider setting (known: {known})")
+    elif setting == "https.peer_verification":
+        provider[setting] = _choice(value, _PEER_VERIFICATION)
+    elif setting == "https.hostname_verification":
+        provider[setting] = _choice(value, _HOSTNAME_VERIFICATION)
+    else:
+        provider["jwks_url" if setting == "jwks_uri" else setting] = value or None
 
 
 def _provider(name: str, settings: dict[str, Any]) -> OAuthProvider:

@@ -154,6 +154,11 @@ class OAuth2Backend:
             algorithms=root_provider.settings.algorithms,
         )
         others = [self._resource_server(root, server) for server in extra.resource_servers]
+        if any(s.resource_server_id == root.resource_server_id for s in others):
+            raise ConfigError(
+                f"[oauth2] a resource server has the id of resource_server_id "
+                f"({root.resource_server_id})"
+            )
         self.verifier = TokenVerifier(root, self.keys, clock.now_ms, others)
 
     @property

@@ -368,3 +368,15 @@ def test_algorithms_restrict_what_keys_verify(tmp_path: Path) -> None:
     ini.write_text("[oauth2]\nresource_server_id = rabbitmq\nalgorithms = none\n")
     with pytest.raises(ConfigError, match="known algorithms"):
         Config.from_ini(ini)
+
+
+def test_a_resource_server_may_not_repeat_the_root_id(tmp_path: Path) -> None:
+    from warren.oauth2_backend import OAuth2Backend
+
+    config = Config(
+        oauth2_resource_server_id="rabbitmq",
+        oauth2_signing_keys=(KEY.write_pem(tmp_path),),
+        oauth2_extra=OAuth2Extra(resource_servers=(ResourceServer(id="rabbitmq"),)),
+    )
+    with pytest.raises(ConfigError, match="the id of resource_server_id"):
+        OAuth2Backend(config, ManualClock())
