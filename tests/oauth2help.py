@@ -4,6 +4,7 @@ signed with PyJWT, a JWKS served by a local aiohttp app. No network."""
 from __future__ import annotations
 
 import json
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -74,9 +75,12 @@ def jwks(*keys: SigningKey) -> dict[str, Any]:
     return {"keys": [k.jwk() for k in keys]}
 
 
-async def serve_jwks(document: dict[str, Any]) -> tuple[Any, str, list[int]]:
+async def serve_jwks(
+    document: dict[str, Any], tls: ssl.SSLContext | None = None
+) -> tuple[Any, str, list[int]]:
     """A JWKS endpoint on 127.0.0.1 (an aiohttp runner, its URL, a request
-    counter); ``document`` is read at each request, so a test may change it."""
+    counter); ``document`` is read at each request, so a test may change it.
+    ``tls``: served over HTTPS with that server context."""
     from aiohttp import web
 
     hits = [0]
@@ -89,7 +93,8 @@ async def serve_jwks(document: dict[str, Any]) -> tuple[Any, str, list[int]]:
     app.router.add_get("/jwks", handle)
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, f"http://127.0.0.1:{port}/jwks", hits
+    scheme = "http" if tls is None else "https"
+    return runner, f"{scheme}://127.0.0.1:{port}/jwks", hits

@@ -30,6 +30,7 @@ from warren.config_names import (
     suggestion,
     unsupported_section,
 )
+from warren.config_oauth2 import OAuth2Extra, is_extra_key, parse_extra
 from warren.sample_retention import DEFAULT_POLICIES, Retention
 
 __all__ = ["Config", "ConfigError", "LOG_LEVELS", "check_field", "normalize_log_level"]
@@ -299,6 +300,8 @@ class Config(config_mgmt_oauth.MgmtOAuthSettings, EdgeSettings):
     oauth2_additional_scopes_key: str | None = None
     #: Seconds between JWKS fetches caused by an unknown kid (at most one per).
     oauth2_jwks_min_refetch_interval: int = 10
+    #: The dotted [oauth2] keys (config_oauth2.py): aliases, resource servers, JWKS TLS.
+    oauth2_extra: OAuth2Extra = dataclasses.field(default_factory=OAuth2Extra)
     #: A RabbitMQ definitions export (JSON file, or a directory of them) imported
     #: at every start, as RabbitMQ's ``load_definitions``. None: nothing to load.
     load_definitions: str | None = None
@@ -365,6 +368,7 @@ class Config(config_mgmt_oauth.MgmtOAuthSettings, EdgeSettings):
         origin: dict[str, str] = {}
         retention: dict[str, list[tuple[int, int]]] = {}
         retention_origin: dict[str, str] = {}
+        oauth2_extra: list[tuple[str, str, str]] = []
         for section in parser.sections():
             if unsupported_section(section):
                 log.warning(
@@ -386,6 +390,9 @@ class Config(config_mgmt_oauth.MgmtOAuthSettings, EdgeSettings):
                         ) from None
                     retention.setdefault(policy, []).append(pair)
                     retention_origin.setdefault(policy, where(section, key))
+                    continue
+                if section == "oauth2" and is_extra_key(key):
+                    oauth2_extra.append((key, raw, where(section, key)))
                     continue
                 spec = _INI_KEYS.get((section, key))
                 if spec is None:
@@ -421,6 +428,11 @@ class Config(config_mgmt_oauth.MgmtOAuthSettings, EdgeSettings):
                 )
             updates[field] = value
             origin[field] = f"{retention_origin[policy]}: [mgmt] {_RETENTION_PREFIX}{policy}"
+        if oauth2_extra:
+            try:
+                updates["oauth2_extra"] = parse_extra(oauth2_extra)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
         for field, value in updates.items():
             setattr(self, field, value)
         return origin

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from warren.config_mgmt_oauth import CHECKS as MGMT_OAUTH_CHECKS
+from warren.config_oauth2 import check_extra
 
 __all__ = ["LOG_LEVELS", "check_field", "normalize_log_level"]
 
@@ -258,6 +259,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "oauth2_preferred_username_claims": _user_tuple,
     "oauth2_additional_scopes_key": _optional_path,
     "oauth2_jwks_min_refetch_interval": _int_in(0, 86_400),
+    "oauth2_extra": check_extra,
     "mqtt_bind": _non_empty_str,
     "mqtt_port": _int_in(-1, 65535),
     "mqtt_tls_port": _int_in(-1, 65535),

@@ -21,6 +21,7 @@ from paths import REPO
 from warren import config as config_module
 from warren.config import Config, ConfigError
 from warren.config_names import RENAMED, UNSUPPORTED_KEYS
+from warren.config_oauth2 import is_extra_key
 
 ROOT = REPO
 SRC = ROOT / "src"
@@ -190,6 +191,8 @@ def test_every_ini_block_in_the_docs_loads(
 def _known(section: str, key: str) -> bool:
     """A setting of Warren's, or a LavinMQ one the docs name to say what Warren does with it."""
     if section == "mgmt" and key.startswith("sample_retention_policies."):
+        return True
+    if section == "oauth2" and is_extra_key(key):  # config_oauth2.py's dotted keys
         return True
     return (section, key) in config_module._INI_KEYS or (
         (section, key) in UNSUPPORTED_KEYS or (section, key) in RENAMED

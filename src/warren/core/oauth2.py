@@ -4,17 +4,24 @@ rabbit_auth_backend_oauth2 checks them.
 Every protocol logs in through ClientSession.login, which hands a password that
 looks like a JWT here first when ``[oauth2]`` is configured (``auth_backends``
 orders the chain). The signature is verified with PyJWT against the keys in a
-KeySet: PEM files from the config, and the JWKS the broker fetches
+KeySet: key files from the config (PEM public keys; JWK JSON, which may be a
+symmetric HMAC secret), and the JWKS the broker fetches
 (warren/oauth2_backend.py: I/O stays out of the core); PyJWT is imported at
 the first token, not with the core. The claims are checked on the broker's
 clock, not PyJWT's, so expiry follows the one clock (ManualClock in tests).
 Scopes become an ordinary User for the token's life (never stored):
 ``<prefix>configure:<vhost>/<name>`` ... as per-vhost Permission regexes,
-``<prefix>tag:<tag>`` as tags.
+``<prefix>tag:<tag>`` as tags. A token's scopes are gathered as RabbitMQ's
+normalize_token_scope: the ``scope`` claim, a requesting party token's
+``authorization.permissions.scopes``, the additional_scopes_key claims, scope
+aliases, rich authorization requests (core/oauth2_rar.py), then the prefix
+filter. Several resource servers may share the broker: the token's ``aud``
+picks one (resolve_resource_server), with its own prefix, settings and keys.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -22,13 +29,24 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+from warren.core.oauth2_rar import rar_scopes
 from warren.core.users import CONFIGURE, READ, WRITE, Permission, TopicPermission, User
 
-#: Asymmetric algorithms only: a public key is never taken as an HMAC secret.
+#: Asymmetric algorithms: a public key is never taken as an HMAC secret.
 ALGORITHMS = (
     "RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
     "ES256", "ES384", "ES512", "EdDSA",
 )  # fmt: skip
+#: Symmetric ones: only for a secret configured as one (a JWK of kty oct or MAC,
+#: never one from the JWKS URL).
+HMAC_ALGORITHMS = ("HS256", "HS384", "HS512")
+#: UAA's names for them, as RabbitMQ's uaa_jwt_decoder maps them.
+_UAA_ALGORITHMS = {
+    "HMACSHA256": "HS256", "HMACSHA384": "HS384", "HMACSHA512": "HS512",
+    "SHA256withRSA": "RS256", "SHA512withRSA": "RS512",
+}  # fmt: skip
+#: Where a requesting party token (UMA: Keycloak, WSO2) keeps its scopes.
+RPT_SCOPES = "authorization.permissions.scopes"
 #: RabbitMQ's limit on the scopes of one token.
 MAX_SCOPES = 2048
 _JWT_RE = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
@@ -59,6 +77,14 @@ class OAuth2Settings:
     additional_scopes_key: str | None = None
     #: The key of a token whose header names no ``kid``.
     default_key: str | None = None
+    #: A scope -> the scopes it stands for (prefixed, as in a token).
+    scope_aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: The ``type`` of the rich authorization requests this server reads (None: none).
+    resource_server_type: str | None = None
+    #: This resource server's own keys (None: the verifier's).
+    keys: KeySet | None = None
+    #: The signature algorithms its tokens may use (None: any its keys allow).
+    algorithms: tuple[str, ...] | None = None
 
     @property
     def prefix(self) -> str:
@@ -82,13 +108,16 @@ class KeySet:
         return key if key is not None else self.fetched.get(kid)
 
     def load_jwks(self, document: str | bytes | Mapping[str, Any]) -> int:
-        """Replace the fetched keys by a JWKS document's; returns how many."""
+        """Replace the fetched keys by a JWKS document's; returns how many.
+        Symmetric keys are skipped: a secret is not published."""
         import jwt
 
         data = json.loads(document) if isinstance(document, (str, bytes)) else document
         keys: dict[str, Any] = {}
         for entry in data.get("keys", []):
             if not isinstance(entry, dict) or entry.get("use", "sig") != "sig":
+                continue
+            if entry.get("kty") in ("oct", "MAC"):
                 continue
             try:
                 key = jwt.PyJWK(entry)
@@ -97,6 +126,36 @@ class KeySet:
             keys[str(entry.get("kid", ""))] = key
         self.fetched = keys
         return len(keys)
+
+
+def load_key(data: bytes) -> Any:
+    """A signing key file: a JWK (JSON: ``{"kty": "oct", "k": ...}``, UAA's
+    ``{"kty": "MAC", "value": ...}``, or a public key) or PEM."""
+    if not data.lstrip().startswith(b"{"):
+        return load_pem_key(data)
+    import jwt
+
+    try:
+        jwk = json.loads(data)
+    except ValueError as exc:
+        raise ValueError(f"not a JWK: {exc}") from None
+    if not isinstance(jwk, dict):
+        raise ValueError("not a JWK: not a JSON object")
+    if jwk.get("kty") == "MAC":  # UAA's raw secret
+        value = jwk.get("value")
+        if not isinstance(value, str):
+            raise ValueError("a MAC key needs a value")
+        secret = base64.urlsafe_b64encode(value.encode()).rstrip(b"=").decode()
+        jwk = {**jwk, "kty": "oct", "k": secret}
+        del jwk["value"]
+    if jwk.get("alg") in _UAA_ALGORITHMS:
+        jwk["alg"] = _UAA_ALGORITHMS[jwk["alg"]]
+    if jwk.get("kty") == "oct" and "alg" not in jwk:
+        jwk["alg"] = "HS256"
+    try:
+        return jwt.PyJWK(jwk)
+    except jwt.PyJWTError as exc:
+        raise ValueError(f"not a usable JWK: {exc}") from None
 
 
 def load_pem_key(pem: bytes) -> Any:
@@ -122,33 +181,49 @@ class Token:
 
 
 class TokenVerifier:
-    """Checks tokens: signature, then exp, nbf, aud, iss, on ``now_ms``."""
+    """Checks tokens: the resource server the ``aud`` names, the signature with
+    its keys, then exp, nbf, iss, on ``now_ms``. ``settings`` is the root
+    resource server (``[oauth2]``; its id may be empty when only
+    ``resource_servers`` are configured), ``others`` the ``resource_servers``."""
 
-    def __init__(self, settings: OAuth2Settings, keys: KeySet, now_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        settings: OAuth2Settings,
+        keys: KeySet,
+        now_ms: Callable[[], int],
+        others: Iterable[OAuth2Settings] = (),
+    ) -> None:
         self.settings = settings
         self.keys = keys
         self.now_ms = now_ms
+        self.servers = [s for s in (settings, *others) if s.resource_server_id]
 
     def verify(self, token: str) -> Token:
         import jwt
 
         try:
             header = jwt.get_unverified_header(token)
+            unverified = jwt.decode(token, options={"verify_signature": False})
         except jwt.PyJWTError as exc:
             raise TokenRefused(f"provided token is invalid: {exc}") from None
-        kid = header.get("kid") or self.settings.default_key
+        server = resolve_resource_server(unverified.get("aud"), self.servers)
+        kid = header.get("kid") or server.default_key
         if not kid:
             raise TokenRefused("no key id in the token and no default_key")
-        key = self.keys.get(kid)
+        keys = server.keys if server.keys is not None else self.keys
+        key = keys.get(kid)
         if key is None:
-            if self.keys.unknown is not None:
-                self.keys.unknown(kid)
+            if keys.unknown is not None:
+                keys.unknown(kid)
             raise TokenRefused(f"unknown signing key id '{kid}'")
+        allowed = [a for a in _algorithms_for(key) if a in (server.algorithms or (a,))]
+        if not allowed:
+            raise TokenRefused(f"the key '{kid}' verifies none of the allowed algorithms")
         try:
             claims = jwt.decode(
                 token,
                 key=key,
-                algorithms=_algorithms_for(key),
+                algorithms=allowed,
                 options={
                     "verify_exp": False,
                     "verify_nbf": False,
@@ -161,9 +236,9 @@ class TokenVerifier:
             raise TokenRefused("signature_invalid") from None
         except (jwt.PyJWTError, TypeError, ValueError) as exc:
             raise TokenRefused(f"provided token is invalid: {exc}") from None
-        return self._checked(claims)
+        return self._checked(claims, server)
 
-    def _checked(self, claims: dict[str, Any]) -> Token:
+    def _checked(self, claims: dict[str, Any], settings: OAuth2Settings) -> Token:
         now_s = self.now_ms() // 1000
         exp = claims.get("exp")
         if exp is None:
@@ -177,29 +252,49 @@ class TokenVerifier:
         nbf = claims.get("nbf")
         if isinstance(nbf, (int, float)) and int(nbf) > now_s:
             raise TokenRefused(f"Provided JWT token is not valid before {int(nbf)}")
-        settings = self.settings
-        if settings.verify_aud:
-            aud = claims.get("aud")
-            auds = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else []
-            if settings.resource_server_id not in auds:
-                raise TokenRefused(f"invalid_aud: {aud!r}")
         if settings.issuer is not None and claims.get("iss") != settings.issuer:
             raise TokenRefused(f"invalid issuer: {claims.get('iss')!r}")
-        scopes = self._scopes(claims)
+        scopes = _scopes(claims, settings)
         if len(scopes) > MAX_SCOPES:
             raise TokenRefused("too_many_scopes")
         tags = sorted({s[4:] for s in scopes if s.startswith("tag:") and s[4:]})
         return Token(_username(settings, claims), scopes, tags, int(exp) * 1000, claims)
 
-    def _scopes(self, claims: dict[str, Any]) -> list[str]:
-        """The token's scopes with the prefix dropped (others are not ours)."""
-        raw = _scope_list(claims.get("scope"))
-        rs_id = self.settings.resource_server_id
-        for path in (self.settings.additional_scopes_key or "").split():
-            for value in _claim_values(claims, [p for p in path.split(".") if p]):
-                raw.extend(_additional(value, rs_id))
-        prefix = self.settings.prefix
-        return sorted({s[len(prefix) :] for s in raw if s.startswith(prefix)})
+
+def resolve_resource_server(aud: Any, servers: list[OAuth2Settings]) -> OAuth2Settings:
+    """The resource server a token is for, as RabbitMQ's
+    rabbit_oauth2_resource_server: the one its ``aud`` (a list, or a string of
+    space-separated ids) names; when it names none (or there is no ``aud``), the
+    only one with verify_aud off."""
+    auds = aud.split() if isinstance(aud, str) else aud if isinstance(aud, list) else []
+    named = [s for s in servers if s.resource_server_id in auds]
+    if len(named) > 1:
+        raise TokenRefused("invalid_aud: aud_matched_many_resource_servers_only_one_allowed")
+    if named:
+        return named[0]
+    lax = [s for s in servers if not s.verify_aud]
+    if len(lax) == 1:
+        return lax[0]
+    if lax:
+        raise TokenRefused(f"invalid_aud: {aud!r}: too_many_resources_with_verify_aud_false")
+    raise TokenRefused(f"invalid_aud: {aud!r}: no_matching_aud_found")
+
+
+def _scopes(claims: dict[str, Any], settings: OAuth2Settings) -> list[str]:
+    """The token's scopes with the prefix dropped (others are not ours), in
+    RabbitMQ's order: the scope claim, a requesting party token's, the
+    additional claims, the aliases of all those, the authorization details."""
+    raw = _scope_list(claims.get("scope"))
+    rs_id = settings.resource_server_id
+    for path in (RPT_SCOPES, *(settings.additional_scopes_key or "").split()):
+        for value in _claim_values(claims, [p for p in path.split(".") if p]):
+            raw.extend(_additional(value, rs_id))
+    aliases = settings.scope_aliases
+    if aliases:
+        raw.extend(alias for scope in list(raw) for alias in aliases.get(scope, ()))
+    raw.extend(rar_scopes(claims, rs_id, settings.resource_server_type))
+    prefix = settings.prefix
+    return sorted({s[len(prefix) :] for s in raw if s.startswith(prefix)})
 
 
 def _algorithms_for(key: Any) -> list[str]:
@@ -209,13 +304,15 @@ def _algorithms_for(key: Any) -> list[str]:
 
     if isinstance(key, jwt.PyJWK):
         name = key.algorithm_name
-        return [name] if name in ALGORITHMS else []
-    kind = type(key).__name__
-    if "RSA" in kind:
+        return [name] if name in ALGORITHMS or name in HMAC_ALGORITHMS else []
+    from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
+
+    # isinstance, not the class name: cryptography's EC key class is ECPublicKey.
+    if isinstance(key, rsa.RSAPublicKey):
         return [a for a in ALGORITHMS if a[:2] in ("RS", "PS")]
-    if "EllipticCurve" in kind:
+    if isinstance(key, ec.EllipticCurvePublicKey):
         return [a for a in ALGORITHMS if a.startswith("ES")]
-    if "Ed25519" in kind or "Ed448" in kind:
+    if isinstance(key, (ed25519.Ed25519PublicKey, ed448.Ed448PublicKey)):
         return ["EdDSA"]
     return []
 

@@ -4,6 +4,11 @@ The first packet of every connection, so never on the per-message path:
 MQTTConnection (connection.py) hands it here and carries on with the packets
 after it. A refusal is answered with RabbitMQ's reason codes (3.1.1's return
 codes for 3.1.1 clients) and, after failed logins, held back (core/auth_guard.py).
+
+MQTT 5's enhanced authentication is there for one method, TOKEN_METHOD: the
+CONNECT's Authentication Data is an OAuth 2 access token (core/oauth2.py), and
+an AUTH packet with reason 0x19 (Re-authenticate) and a new token replaces it
+on the open connection (reauthenticate), as AMQP's connection.update-secret.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from warren.core.users import WRITE, User
 from warren.mqtt import properties as P
 from warren.mqtt.codec import MAX_PACKET_SIZE, encode
 from warren.mqtt.errors import ProtocolViolation
-from warren.mqtt.packets import MQTT_5, ConnAck, Connect, PubRel
+from warren.mqtt.packets import MQTT_5, Auth, ConnAck, Connect, PubRel
 from warren.mqtt.session import MAX_AWAITING_RELEASE, NEVER_EXPIRES, Session, queue_name
 from warren.mqtt.topics import too_long
 
@@ -26,7 +31,7 @@ if TYPE_CHECKING:
     from warren.core.vhost import VHost
     from warren.mqtt.connection import MQTTConnection
 
-__all__ = ["MAX_UNAUTHENTICATED_PACKET", "before_connect"]
+__all__ = ["MAX_UNAUTHENTICATED_PACKET", "TOKEN_METHOD", "before_connect", "reauthenticate"]
 
 log = logging.getLogger("warren.mqtt")
 
@@ -35,6 +40,9 @@ log = logging.getLogger("warren.mqtt")
 MAX_UNAUTHENTICATED_PACKET = 65536
 #: Room for a PUBLISH's topic and properties above max_message_size.
 PACKET_OVERHEAD = 65536 + 16
+#: The Authentication Method whose data is an OAuth 2 access token (the name
+#: Azure Event Grid's MQTT broker gives it).
+TOKEN_METHOD = "OAUTH2-JWT"
 #: Longest client id: the session queue's name must fit an AMQP shortstr.
 MAX_CLIENT_ID_BYTES = 255 - len(queue_name(""))
 
@@ -148,8 +156,15 @@ def _connect(conn: MQTTConnection, pkt: Connect) -> int:
     v5 = conn.level == MQTT_5
     props = pkt.properties
     conn.problem_information = props.get(P.REQUEST_PROBLEM_INFORMATION, 1) == 1
-    if P.AUTHENTICATION_METHOD in props:
-        return P.BAD_AUTHENTICATION_METHOD
+    method = props.get(P.AUTHENTICATION_METHOD)
+    username, password = pkt.username, pkt.password
+    if method is not None:
+        if method != TOKEN_METHOD or conn.node.oauth2 is None:
+            return P.BAD_AUTHENTICATION_METHOD
+        data = props.get(P.AUTHENTICATION_DATA)
+        # The token in the data (else the password); the user name may only name the vhost.
+        password = data if isinstance(data, bytes) else password
+        username = username or ""
     client_id = pkt.client_id
     assigned = None
     if not client_id:
@@ -172,7 +187,7 @@ def _connect(conn: MQTTConnection, pkt: Connect) -> int:
             conn.state.config.connection_rate_limit,
         )
         return P.QUOTA_EXCEEDED
-    auth = _login(conn, pkt.username, pkt.password)
+    auth = _login(conn, username, password)
     if isinstance(auth, int):
         return auth
     user, vhost = auth
@@ -240,6 +255,9 @@ def _connect(conn: MQTTConnection, pkt: Connect) -> int:
             connack[P.TOPIC_ALIAS_MAXIMUM] = conn.publishing.alias_max_in
         connack[P.MAXIMUM_PACKET_SIZE] = conn.decoder.max_packet_size
         connack[P.RECEIVE_MAXIMUM] = MAX_AWAITING_RELEASE
+        if method is not None:
+            connack[P.AUTHENTICATION_METHOD] = method
+            conn.auth_method = TOKEN_METHOD
     conn.send(encode(ConnAck(stored is not None, 0, connack), conn.level))
     conn.client_session.opened(conn, vhost)  # counted against the limits, listed
     log.debug(
@@ -258,3 +276,30 @@ def _connect(conn: MQTTConnection, pkt: Connect) -> int:
         conn.send(encode(PubRel(pid), conn.level))
     conn.subscriptions.attach_consumers()
     return 0
+
+
+def reauthenticate(conn: MQTTConnection, pkt: Auth) -> None:
+    """An AUTH after CONNECT (MQTT 5 section 4.12.1): a new token for the
+    connection's user, with the CONNECT's method. Accepted: its scopes and
+    expiry replace the old ones and AUTH 0x00 answers; refused: DISCONNECT 0x87
+    (Not authorized). Without the CONNECT's method, a protocol error."""
+    method = pkt.properties.get(P.AUTHENTICATION_METHOD)
+    if conn.auth_method is None or method != conn.auth_method:
+        raise ProtocolViolation(
+            P.PROTOCOL_ERROR, "AUTH without the CONNECT's authentication method"
+        )
+    if pkt.reason_code != P.RE_AUTHENTICATE:
+        raise ProtocolViolation(P.PROTOCOL_ERROR, "AUTH: only re-authentication is expected")
+    data = pkt.properties.get(P.AUTHENTICATION_DATA)
+    try:
+        token = data.decode("utf-8") if isinstance(data, bytes) else ""
+    except UnicodeDecodeError:
+        token = ""
+    why = conn.client_session.update_secret(token)
+    if why is not None:
+        log.warning("%s: MQTT re-authentication refused: %s", conn.name, why)
+        conn.disconnect(P.NOT_AUTHORIZED, "re-authentication refused")
+        return
+    conn.publishing.permissions_changed()
+    log.debug("%s: MQTT client '%s' re-authenticated", conn.name, conn.client_id)
+    conn.send(encode(Auth(P.SUCCESS, {P.AUTHENTICATION_METHOD: method}), MQTT_5))

@@ -29,11 +29,12 @@ from warren.core.stats import Ages, MessageStats, OctetStats
 from warren.core.users import User
 from warren.mqtt import properties as P
 from warren.mqtt.codec import Decoder, encode
-from warren.mqtt.connect import MAX_UNAUTHENTICATED_PACKET, before_connect
+from warren.mqtt.connect import MAX_UNAUTHENTICATED_PACKET, before_connect, reauthenticate
 from warren.mqtt.delivery import Delivery
 from warren.mqtt.errors import MQTTCodecError, ProtocolViolation, UnsupportedProtocolVersion
 from warren.mqtt.packets import (
     MQTT_5,
+    Auth,
     ConnAck,
     Connect,
     Disconnect,
@@ -111,6 +112,8 @@ class MQTTConnection:
         self._detached = False
         self.keepalive = 0
         self.user: User | None = None
+        #: The CONNECT's Authentication Method (connect.py's TOKEN_METHOD), None: none.
+        self.auth_method: str | None = None
         self.will: Will | None = None
         self._clean_exit = False
         #: A refused CONNECT waiting out its delay: input is ignored meanwhile.
@@ -475,6 +478,8 @@ class MQTTConnection:
             self.publishing.release(pkt.packet_id)
         elif isinstance(pkt, Disconnect):
             self._disconnect(pkt)
+        elif isinstance(pkt, Auth):
+            reauthenticate(self, pkt)
         elif isinstance(pkt, Connect):
             raise ProtocolViolation(P.PROTOCOL_ERROR, "a second CONNECT")
         else:

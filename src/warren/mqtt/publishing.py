@@ -60,6 +60,10 @@ class Publishing:
         self._exchange: Exchange | None = None
         self._refusals = 0
 
+    def permissions_changed(self) -> None:
+        """The user's permissions changed (MQTT 5 re-authentication): ask again."""
+        self._can_publish = None
+
     def publish_raw(self, first: int, buf: bytes, pos: int, end: int) -> None:
         """A PUBLISH straight from the read buffer: topic bytes looked up in a cache
         (validated and mapped once per topic), no packet object; packets with MQTT 5
