@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from warren.config_checks import LOG_LEVELS, check_field, normalize_log_level
+from warren.config_coap import COAP_INI_KEYS, CoAPSettings
 from warren.config_names import (
     RENAMED,
     UNSUPPORTED_KEYS,
@@ -43,7 +44,7 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class Config:
+class Config(CoAPSettings):
     """Everything the broker needs to start; defaults match LavinMQ/RabbitMQ where sensible."""
 
     data_dir: str = "./data"
@@ -663,6 +664,7 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ),
     # RabbitMQ's deprecated_features.permit.<feature> keys.
     ("deprecated_features", "permit.global_qos"): ("permit_global_qos", _parse_bool),
+    **COAP_INI_KEYS,
 }
 _INI_SECTIONS = frozenset(section for section, _ in _INI_KEYS)
 

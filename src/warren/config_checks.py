@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from warren.config_coap import COAP_CHECKS
+
 __all__ = ["LOG_LEVELS", "check_field", "normalize_log_level"]
 
 #: Accepted ``log_level`` values mapped to :mod:`logging` levels.
@@ -312,6 +314,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "clustering_etcd_key": _optional_path,
     "clustering_target_cluster_size_hint": _int_in(1, 1000),
     "clustering_node_name": _node_name,
+    **COAP_CHECKS,
 }
 
 
