@@ -15,7 +15,7 @@ from warren.coap import codec as C
 from warren.core.codec_errors import DecodeError
 
 # Opaque options (aiocoap decodes the others to strings and integers).
-OPTION_NUMBERS = st.sampled_from([1, 4, 258, 2049, 65000])
+OPTION_NUMBERS = st.sampled_from([1, 4, 252, 292, 2049, 65000])
 
 
 @given(

@@ -223,3 +223,25 @@ def test_requests_per_address_are_limited(tmp_path: Path) -> None:
     finally:
         raw.close()
         b.stop()
+
+
+def test_a_resource_alarm_refuses_publishes(broker: BrokerThread, clients: tuple[Raw, Raw]) -> None:
+    _, publisher = clients
+    broker.call(lambda: broker.broker.alarms.add("disk"))
+    publisher.request(C.POST, "ps/obs/x", payload=b"m1")
+    refused = publisher.receive()
+    assert (refused.code, refused.opt.max_age) == (Code.SERVICE_UNAVAILABLE, 5)
+    broker.call(lambda: broker.broker.alarms.discard("disk"))
+    publish(publisher, b"m2")
+
+
+def test_a_deleted_vhost_ends_its_observations(
+    broker: BrokerThread, clients: tuple[Raw, Raw]
+) -> None:
+    observer, publisher = clients
+    observe(observer)
+    broker.call(lambda: broker.broker.delete_vhost("/"))
+    assert observations(broker) == 0
+    publisher.request(C.POST, "ps/obs/x", payload=b"m1")
+    assert publisher.receive().code == Code.SERVICE_UNAVAILABLE  # no such vhost
+    assert observer.nothing()
