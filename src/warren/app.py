@@ -197,9 +197,10 @@ class MQTTRetained:
 
     def put(
         self, vhost: str, topic: str, payload: bytes, qos: int, properties: bytes, now_ms: int
-    ) -> None:
-        retained = RetainedMessage.published(topic, payload, qos, properties, now_ms, None)
-        self.mqtt.state.retained(vhost).put(retained)
+    ) -> object | None:
+        store = self.mqtt.state.retained(vhost)
+        store.put(RetainedMessage.published(topic, payload, qos, properties, now_ms, None))
+        return store.log
 
 
 class Broker(CoreBroker):

@@ -107,14 +107,23 @@ class Endpoint:
         else:
             self._request(msg, addr)
 
+    def log_limited(self, level: int, text: str, *args: object) -> None:
+        """Log what a peer sent wrong, at most a line a second: a flood of bad
+        datagrams must not become a flood of log lines."""
+        now = self.clock.monotonic_ms()
+        if now - self._logged_ms >= 1000:
+            self._logged_ms = now
+            log.log(level, text, *args)
+
     def _malformed(self, data: bytes, addr: Address, why: str) -> None:
         self.malformed += 1
-        now = self.clock.monotonic_ms()
-        if now - self._logged_ms >= 1000:  # at most a line a second
-            self._logged_ms = now
-            log.warning(
-                "CoAP: a malformed datagram from %s (%s), %d so far", addr, why, self.malformed
-            )
+        self.log_limited(
+            logging.WARNING,
+            "CoAP: a malformed datagram from %s (%s), %d so far",
+            addr,
+            why,
+            self.malformed,
+        )
         # A CON message that cannot be processed is rejected with an RST (4.2).
         if len(data) >= 4 and data[0] >> 6 == 1 and (data[0] >> 4) & 3 == C.CON:
             self._send(C.CoAPMessage(C.RST, C.EMPTY, data[2] << 8 | data[3]), addr)

@@ -70,8 +70,11 @@ class RetainedTopics(Protocol):
 
     def put(
         self, vhost: str, topic: str, payload: bytes, qos: int, properties: bytes, now_ms: int
-    ) -> None:
-        """Retain a message on ``topic`` (an empty payload clears it, as MQTT's)."""
+    ) -> object | None:
+        """Retain a message on ``topic`` (an empty payload clears it, as MQTT's);
+        the store it was written to, for a QoS 1 answer to wait for its sync
+        (None: not kept on disk)."""
+        ...
 
 
 class _Refused(Exception):
@@ -143,10 +146,17 @@ class PubSub:
         text: str,
         options: list[tuple[int, bytes]] | None = None,
     ) -> None:
-        """An error answer: its text as the diagnostic payload (RFC 7252 5.5.2)."""
+        """An error answer: its text as the diagnostic payload (RFC 7252 5.5.2),
+        logged at most a line a second (endpoint.log_limited)."""
         if code >= C.BAD_REQUEST:
-            log.debug(
-                "CoAP: %s from %s: %d.%02d %s", _method(req), addr, code >> 5, code & 31, text
+            self.endpoint.log_limited(
+                logging.INFO,
+                "CoAP: %s from %s refused: %d.%02d %s",
+                _method(req),
+                addr,
+                code >> 5,
+                code & 31,
+                text,
             )
         self.endpoint.reply(req, addr, code, options or [], text.encode())
 
@@ -247,8 +257,9 @@ class PubSub:
         props = publish_properties(qos, fmt, retain)
         now = self.node.clock.now_ms()
         msg = Message(exchange.name, key, props, req.payload, now)
+        retained_log = None
         if retain and self.retained is not None:
-            self.retained.put(vhost.name, topic, req.payload, qos, props, now)
+            retained_log = self.retained.put(vhost.name, topic, req.payload, qos, props, now)
         stats = vhost.base_stats
         stats.publish += 1
         if not qos:
@@ -261,14 +272,29 @@ class PubSub:
         routed = commit.publish(exchange, msg)
         if not routed:
             stats.drop_unroutable += 1
-        task = asyncio.ensure_future(self._settled(commit, routed, req, addr))
+        task = asyncio.ensure_future(
+            self._settled(session, commit, routed, retained_log, req, addr)
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _settled(self, commit: Any, routed: int, req: C.CoAPMessage, addr: Address) -> None:
-        """A confirmable publish is answered once its message is settled."""
+    async def _settled(
+        self,
+        session: ClientSession,
+        commit: Any,
+        routed: int,
+        retained_log: object | None,
+        req: C.CoAPMessage,
+        addr: Address,
+    ) -> None:
+        """A confirmable publish is answered once its message is settled (and,
+        retained, the retained store synced, as MQTT's PUBACK waits for both)."""
         try:
             await commit.stored()
+            if retained_log is not None:
+                synced: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+                if session.when_synced([retained_log], synced.set_result) and not await synced:
+                    raise NotStored("the retained message could not be stored")
         except NotStored as exc:
             self._reply(req, addr, C.SERVICE_UNAVAILABLE, exc.text)
             return
