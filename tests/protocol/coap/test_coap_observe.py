@@ -245,3 +245,29 @@ def test_a_deleted_vhost_ends_its_observations(
     publisher.request(C.POST, "ps/obs/x", payload=b"m1")
     assert publisher.receive().code == Code.SERVICE_UNAVAILABLE  # no such vhost
     assert observer.nothing()
+
+
+def test_failed_logins_are_answered_late(tmp_path: Path) -> None:
+    """The auth guard's delay (core/auth_guard.py) holds a repeated refusal
+    on the clock, as every protocol's."""
+    b = start_broker(
+        tmp_path,
+        clock=ManualClock(),
+        http_port=-1,
+        prometheus_port=-1,
+        stream_port=-1,
+        coap_enabled=True,
+        coap_port=0,
+        auth_failure_delay=1000,
+    )
+    raw = Raw(coap_port(b))
+    try:
+        raw.request(C.POST, "ps/a", query=("u=guest", "p=wrong"))
+        assert raw.receive().code == Code.UNAUTHORIZED  # the first: at once
+        raw.request(C.POST, "ps/a", query=("u=guest", "p=wrong"))
+        assert raw.nothing()
+        b.advance(1000)
+        assert raw.receive().code == Code.UNAUTHORIZED
+    finally:
+        raw.close()
+        b.stop()
