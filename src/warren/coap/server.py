@@ -82,7 +82,13 @@ class CoAPListener:
     async def start(self, node: Node) -> None:
         self.bind_ports(node)
         loop = asyncio.get_running_loop()
-        limits = RateLimits(node.clock, connections_per_second=node.config.coap_requests_per_second)
+        # A request is CoAP's connection: refusals count with the node's
+        # (warren_rate_limit_connections_refused_total).
+        limits = RateLimits(
+            node.clock,
+            connections_per_second=node.config.coap_requests_per_second,
+            counts=node.rate_limits.counts,
+        )
         endpoint = self.endpoint = Endpoint(self._send, node.clock, self._request)
         self.pubsub = PubSub(node, endpoint, limits, self.retained)
         transport, _ = await loop.create_datagram_endpoint(

@@ -217,6 +217,7 @@ def test_requests_per_address_are_limited(tmp_path: Path) -> None:
         codes = sorted(raw.receive().code for _ in range(5))
         # No anonymous user: 4.01 within the limit, then 4.29.
         assert codes == [Code.UNAUTHORIZED] * 3 + [Code.TOO_MANY_REQUESTS] * 2
+        assert b.call(lambda: b.broker.rate_limits.counts.connections_refused) == 2
         b.advance(1000)  # the next second
         raw.request(C.GET, "ps/a")
         assert raw.receive().code == Code.UNAUTHORIZED
