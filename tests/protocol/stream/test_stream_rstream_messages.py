@@ -47,6 +47,11 @@ async def consume(
     return await first_messages(port(warren), stream, n, offset, **kw)
 
 
+def consumers(warren: WarrenBroker, stream: str) -> int:
+    """How many subscriptions the stream has (from the broker's loop)."""
+    return warren.call(lambda: len(warren.broker.vhosts["/"].queues[stream].consumers))
+
+
 def test_publish_with_confirms_and_consume_from_every_offset_spec(warren: WarrenBroker) -> None:
     async def run() -> None:
         async with producer(warren) as p:
@@ -78,7 +83,9 @@ def test_next_gets_only_what_comes_after(warren: WarrenBroker) -> None:
             task = asyncio.create_task(
                 consume(warren, "rs-next", 1, ConsumerOffsetSpecification(OffsetType.NEXT))
             )
-            await asyncio.sleep(0.5)
+            # "next" is the end when the subscription arrives: publish once it has.
+            while not await asyncio.to_thread(consumers, warren, "rs-next"):
+                await asyncio.sleep(0.01)
             await p.send_wait("rs-next", AMQPMessage(body=b"new"))
             got = await task
             assert [(o, m.body) for o, m in got] == [(1, b"new")]
