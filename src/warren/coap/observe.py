@@ -165,8 +165,8 @@ class Observation:
         self.closed = True
         self._apply_acks_now()
         self.deliveries.close()
-        try:
-            self.vhost.delete_queue(self.queue_name, owner=self)
+        try:  # as a connection's exclusive queues go (the vhost forgets the owner)
+            self.vhost.delete_exclusive_queues(self)
         except Exception:  # the vhost is going away: its queues with it
             log.debug("%s: deleting its queue failed", self.name, exc_info=True)
         self._ended(self)
