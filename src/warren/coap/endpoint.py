@@ -136,6 +136,7 @@ class Endpoint:
             if msg.mtype == C.CON and seen[1] is not None:
                 self.send(seen[1], addr)  # our answer was lost: again
             return
+        self._seen.pop(key, None)  # an expired id used again: to the end, as new
         self._forget_old(self._seen, now)
         lifetime = EXCHANGE_LIFETIME_MS if msg.mtype == C.CON else NON_LIFETIME_MS
         self._seen[key] = [now + lifetime, None]

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from warren.coap import codec as C
-from warren.coap.endpoint import MAX_REMEMBERED, Endpoint
+from warren.coap.endpoint import EXCHANGE_LIFETIME_MS, MAX_REMEMBERED, Endpoint
 from warren.core.clock import ManualClock
 
 PEER = ("192.0.2.1", 5683)
@@ -56,3 +56,16 @@ def test_remembered_message_ids_are_bounded() -> None:
         ep.datagram(C.encode(msg), (f"10.0.{rng.randrange(256)}.{i % 256}", 1000 + i))
     assert len(ep._seen) <= MAX_REMEMBERED
     assert len(requests) == MAX_REMEMBERED + 100
+
+
+def test_a_message_id_is_new_again_after_the_exchange_lifetime() -> None:
+    ep, sent, requests = endpoint()
+    clock = ep.clock
+    assert isinstance(clock, ManualClock)
+    data = C.encode(C.CoAPMessage(C.CON, C.POST, 7, b"t", [(C.URI_PATH, b"ps")]))
+    ep.datagram(data, PEER)
+    ep.datagram(data, PEER)  # a resend: the same answer, not handled again
+    assert len(requests) == 1 and sent[0] == sent[1]
+    clock.advance(EXCHANGE_LIFETIME_MS)
+    ep.datagram(data, PEER)
+    assert len(requests) == 2
