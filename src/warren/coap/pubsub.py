@@ -21,6 +21,7 @@ checked.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -206,12 +207,15 @@ class PubSub:
     def _check_password(
         self, session: ClientSession, host: str, username: str, password: str
     ) -> None:
-        key = (host, username, password)
+        # The password's digest, not the password, is kept.
+        key = (host, username, hashlib.sha256(password.encode()).hexdigest())
         now = self.node.clock.now_ms()
         cached = self._logins.get(key)
         if cached is not None and cached[0] > now:
-            session.user = cached[1]
-            return
+            user = cached[1]
+            if user.expires_ms is None or user.expires_ms > now:  # an access token's expiry
+                session.user = user
+                return
         session.login("coap", username, password, host)
         assert session.user is not None
         if len(self._logins) >= _LOGIN_CACHE_MAX:

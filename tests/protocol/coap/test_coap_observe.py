@@ -274,3 +274,26 @@ def test_failed_logins_are_answered_late(tmp_path: Path) -> None:
     finally:
         raw.close()
         b.stop()
+
+
+def test_a_checked_password_is_taken_for_a_minute(
+    broker: BrokerThread, clients: tuple[Raw, Raw]
+) -> None:
+    """One password check per address and minute, not per datagram: a user
+    deleted meanwhile is refused once the minute is over."""
+    _, publisher = clients
+
+    def add_dev() -> None:
+        broker.broker.users.add_user("dev", "secret")
+        broker.broker.users.set_permissions("dev", "/")
+
+    broker.call(add_dev)
+    creds = ("u=dev", "p=secret")
+    publisher.request(C.POST, "ps/obs/x", query=creds, payload=b"1")
+    assert publisher.receive().code == Code.CHANGED
+    broker.call(lambda: broker.broker.users.users.pop("dev"))
+    publisher.request(C.POST, "ps/obs/x", query=creds, payload=b"2")
+    assert publisher.receive().code == Code.CHANGED
+    broker.advance(60_000)
+    publisher.request(C.POST, "ps/obs/x", query=creds, payload=b"3")
+    assert publisher.receive().code == Code.UNAUTHORIZED
