@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import aiocoap
+import pika
 import pytest
 from aiocoap import Code, Message
 from coaphelp import HOST, coap_port
@@ -209,3 +210,38 @@ def test_requests_coap_does_not_serve(warren: WarrenBroker) -> None:
         Code.BAD_REQUEST,
         Code.REQUEST_ENTITY_TOO_LARGE,
     ]
+
+
+def test_amqp_sees_coap_messages_as_mqtt_ones_and_back(warren: WarrenBroker) -> None:
+    """A CoAP publish reaches an AMQP queue bound to amq.topic with MQTT's
+    headers and its Content-Format as content_type; an AMQP message's
+    content_type is a CoAP observer's Content-Format."""
+    conn = pika.BlockingConnection(
+        pika.ConnectionParameters(host=HOST, port=warren.amqp_port, connection_attempts=1)
+    )
+    ch = conn.channel()
+    ch.queue_declare("coap-amqp", exclusive=True)
+    ch.queue_bind("coap-amqp", "amq.topic", "coap.amqp.#")
+
+    async def both(ctx: aiocoap.Context) -> Any:
+        post = Message(code=Code.POST, uri=uri(warren, "ps/coap/amqp/1"), payload=b"hi")
+        post.opt.content_format = 0
+        assert (await ctx.request(post).response).code == Code.CHANGED
+        req = ctx.request(Message(code=Code.GET, uri=uri(warren, "ps/amqp/out"), observe=0))
+        await req.response
+        props = pika.BasicProperties(content_type="application/cbor", delivery_mode=2)
+        await asyncio.to_thread(ch.basic_publish, "amq.topic", "amqp.out", b"\xa0", props)
+        note = await req.observation.__aiter__().__anext__()
+        req.observation.cancel()
+        return note.payload, note.opt.content_format
+
+    try:
+        payload, fmt = run(both)
+        assert (payload, int(fmt)) == (b"\xa0", 60)
+        method, props, body = ch.basic_get("coap-amqp", auto_ack=True)
+        assert method is not None and body == b"hi"
+        assert props.content_type == "text/plain;charset=utf-8"
+        assert props.delivery_mode == 2
+        assert props.headers == {"x-mqtt-publish-qos": 1, "x-mqtt-dup": False}
+    finally:
+        conn.close()
