@@ -9,8 +9,8 @@
 - ``GET /ps/<filter>`` with Observe 0 subscribes (coap/observe.py); without
   Observe it answers the newest retained message the filter matches, or 4.04.
 
-Every request logs in: ``?u=<user>&p=<password>`` in its query (EMQX's and
-FluxMQ's CoAP gateways' form), else ``[coap] anonymous_user`` if set, through
+Every request logs in: ``?u=<user>&p=<password>`` in its query (EMQX's CoAP
+gateway's form), else ``[coap] anonymous_user`` if set, through
 the client session (failed logins slowed and counted as every protocol's),
 and every action is checked against the user's permissions and topic
 permissions as MQTT's is. Requests per source address per second are
