@@ -1,8 +1,9 @@
 """Observations (RFC 7641): a CoAP client's subscription to a topic filter.
 
 ``GET /ps/<filter>`` with Observe 0 makes one: a server-named queue
-(``coap-subscription-<id>``, exclusive to the observation, not durable)
-bound to the MQTT exchange with the filter's MQTT binding key, as an MQTT
+(``coap-subscription-<id>``, not durable, auto-delete: it goes with the
+observation's consumer; exclusive would tie it to a connection, which CoAP
+has not) bound to the MQTT exchange with the filter's MQTT binding key, as an MQTT
 subscription's queue is, and a core consumer on it (coap/consumer.py). Each
 message becomes a 2.05 notification under the request's token with the next
 Observe number. At QoS 1 (the default; ``?qos=0`` asks for 0) a message
@@ -165,8 +166,8 @@ class Observation:
         self.closed = True
         self._apply_acks_now()
         self.deliveries.close()
-        try:  # as a connection's exclusive queues go (the vhost forgets the owner)
-            self.vhost.delete_exclusive_queues(self)
+        try:  # gone with its consumer (auto-delete), unless it never had one
+            self.vhost.delete_queue(self.queue_name)
         except Exception:  # the vhost is going away: its queues with it
             log.debug("%s: deleting its queue failed", self.name, exc_info=True)
         self._ended(self)

@@ -369,7 +369,7 @@ class PubSub:
         )
         for kind in (CONFIGURE, WRITE, READ):
             self._check(session, kind, "queue", obs.queue_name)
-        queue = vhost.declare_queue(obs.queue_name, durable=False, exclusive=True, owner=obs)
+        queue = vhost.declare_queue(obs.queue_name, durable=False, auto_delete=True)
         try:
             vhost.bind(exchange, queue, key)
             obs.start(queue)
