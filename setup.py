@@ -100,6 +100,8 @@ COMPILED_MODULES = [
     "warren.stream_protocol.delivering",
     # The HTTP bridge's consumer subclasses the compiled Consumer.
     "warren.http.bridge_consumer",
+    # So does a CoAP observation's.
+    "warren.coap.consumer",
     "warren.mqtt.codec",
     "warren.mqtt.connection",
     "warren.mqtt.delivery",

@@ -19,12 +19,14 @@ from warren.amqp1.mapping import from_core, to_core, unmapped_annotations
 from warren.amqp1.message import decode_message, encode_message
 from warren.amqp1.server import AMQP1Listener
 from warren.broker import Broker as CoreBroker
+from warren.coap.server import CoAPListener
 from warren.config import Config
 from warren.core.codec_errors import DecodeError
 from warren.core.message import Message
 from warren.federation.component import Federation
 from warren.http.prometheus import PrometheusListener
 from warren.http.server import HTTPListener
+from warren.mqtt.retained import RetainedMessage
 from warren.mqtt.server import MQTTListener
 from warren.node import HeaderHandoffs, Listener, WebSocketEndpoint, node_name
 from warren.shovel.component import ShovelComponent
@@ -155,6 +157,8 @@ def default_listeners(
     amqp = AMQPListener(config.bind, config.amqp_port, config.amqp_tls_port, handoffs)
     mqtt = MQTTListener(config.mqtt_bind, config.mqtt_port, config.mqtt_tls_port)
     listeners += [amqp, mqtt]
+    if config.coap_enabled:  # after MQTT: its retained messages are CoAP's too
+        listeners.append(CoAPListener(config.coap_bind, config.coap_port, MQTTRetained(mqtt)))
     stream_tls_port = config.stream_tls_listen_port
     if config.stream_port >= 0 or stream_tls_port >= 0:
         listeners.append(
@@ -182,6 +186,28 @@ def default_listeners(
             )
         )
     return listeners
+
+
+class MQTTRetained:
+    """MQTT's retained messages as CoAP reads and writes them (coap/pubsub.py's
+    RetainedTopics): the composition root joins the two protocols."""
+
+    def __init__(self, mqtt: MQTTListener) -> None:
+        self.mqtt = mqtt
+
+    def latest(self, vhost: str, topic_filter: str, now_ms: int) -> tuple[bytes, bytes] | None:
+        found = self.mqtt.state.retained(vhost).matching(topic_filter, now_ms)
+        if not found:
+            return None
+        newest = max(found, key=lambda m: m.timestamp)
+        return newest.payload, newest.properties
+
+    def put(
+        self, vhost: str, topic: str, payload: bytes, qos: int, properties: bytes, now_ms: int
+    ) -> object | None:
+        store = self.mqtt.state.retained(vhost)
+        store.put(RetainedMessage.published(topic, payload, qos, properties, now_ms, None))
+        return store.log
 
 
 class Broker(CoreBroker):

@@ -22,6 +22,7 @@ from typing import Any
 
 from warren import config_mgmt_oauth
 from warren.config_checks import LOG_LEVELS, check_field, normalize_log_level
+from warren.config_coap import COAP_INI_KEYS, CoAPSettings
 from warren.config_edges import EDGE_INI_KEYS, EdgeSettings
 from warren.config_names import (
     RENAMED,
@@ -46,7 +47,7 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class Config(config_mgmt_oauth.MgmtOAuthSettings, EdgeSettings):
+class Config(config_mgmt_oauth.MgmtOAuthSettings, EdgeSettings, CoAPSettings):
     """Everything the broker needs to start; defaults match LavinMQ/RabbitMQ where sensible."""
 
     data_dir: str = "./data"
@@ -681,6 +682,7 @@ _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     # RabbitMQ's deprecated_features.permit.<feature> keys.
     ("deprecated_features", "permit.global_qos"): ("permit_global_qos", _parse_bool),
     **config_mgmt_oauth.INI_KEYS,
+    **COAP_INI_KEYS,
 }
 for _key, (_field, _kind) in EDGE_INI_KEYS.items():  # config_edges.py's
     _INI_KEYS[_key] = (_field, _parse_bool if _kind is bool else _parse_int)

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from warren.config_coap import COAP_CHECKS
 from warren.config_mgmt_oauth import CHECKS as MGMT_OAUTH_CHECKS
 from warren.config_oauth2 import check_extra
 
@@ -324,6 +325,7 @@ _CHECKS: dict[str, Callable[[Any], str | None]] = {
     "clustering_target_cluster_size_hint": _int_in(1, 1000),
     "clustering_node_name": _node_name,
     **MGMT_OAUTH_CHECKS,
+    **COAP_CHECKS,
 }
 
 

@@ -24,10 +24,11 @@ SRC = REPO / "src" / "warren"
 #: Packages that speak a protocol to the outside world: the listeners', and
 #: shovel/ and federation/ (AMQP clients of other brokers; what they share is
 #: warren/links.py's), cluster/ (replication between nodes) and stream_protocol/
-#: (RabbitMQ's stream protocol).
+#: (RabbitMQ's stream protocol), coap/ (CoAP over UDP).
 PROTOCOL_PACKAGES = (
     "amqp",
     "amqp1",
+    "coap",
     "http",
     "mqtt",
     "stream_protocol",

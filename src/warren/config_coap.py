@@ -1,0 +1,111 @@
+"""The ``[coap]`` settings (warren.coap, docs/coap.md), kept apart from config.py.
+
+Off by default, as a RabbitMQ plugin is until enabled: ``[coap] enabled =
+true`` opens UDP ``bind:port`` (5683, CoAP's; 0 picks a free one, as embedded
+brokers do). config.py's Config takes these fields as a base class, its INI
+table takes COAP_INI_KEYS and config_checks.py takes COAP_CHECKS, so this
+module imports neither (they import it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["COAP_CHECKS", "COAP_INI_KEYS", "CoAPSettings"]
+
+
+@dataclass
+class CoAPSettings:
+    """Config's CoAP fields (the other fields are config.py's)."""
+
+    #: Serve CoAP at all (RabbitMQ-style: a plugin is off until enabled).
+    coap_enabled: bool = False
+    coap_bind: str = "127.0.0.1"
+    #: UDP port; 0 picks a free one.
+    coap_port: int = 5683
+    #: The vhost CoAP requests publish and observe in.
+    coap_vhost: str = "/"
+    #: The user a request without ``u``/``p`` in its query acts as ("": such
+    #: requests are refused with 4.01).
+    coap_anonymous_user: str = ""
+    #: Requests per source address per second (0: no limit); beyond, 4.29.
+    coap_requests_per_second: int = 100
+    #: Largest request payload (one datagram, no blockwise transfer); beyond, 4.13.
+    coap_max_payload: int = 1024
+    #: Observations (subscriptions) open at once on the node.
+    coap_max_observations: int = 10_000
+
+
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+
+
+def _int(raw: str) -> int:
+    text = raw.strip()
+    if not _INT_RE.fullmatch(text):
+        raise ValueError("not an integer")
+    return int(text)
+
+
+def _bool(raw: str) -> bool:
+    text = raw.strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("not a boolean (true/false)")
+
+
+def _str(raw: str) -> str:
+    return raw.strip()
+
+
+#: (section, key) -> (Config field, parser), as config.py's _INI_KEYS.
+COAP_INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
+    ("coap", "enabled"): ("coap_enabled", _bool),
+    ("coap", "bind"): ("coap_bind", _str),
+    ("coap", "port"): ("coap_port", _int),
+    ("coap", "vhost"): ("coap_vhost", _str),
+    ("coap", "anonymous_user"): ("coap_anonymous_user", _str),
+    ("coap", "requests_per_second"): ("coap_requests_per_second", _int),
+    ("coap", "max_payload"): ("coap_max_payload", _int),
+    ("coap", "max_observations"): ("coap_max_observations", _int),
+}
+
+
+def _in(low: int, high: int) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            return f"must be an integer from {low} to {high}"
+        return None
+
+    return check
+
+
+def _is_bool(value: Any) -> str | None:
+    return None if isinstance(value, bool) else "must be true or false"
+
+
+def _text(empty_ok: bool) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if not isinstance(value, str) or (not empty_ok and not value):
+            return "must be a string" if empty_ok else "must be a non-empty string"
+        return None
+
+    return check
+
+
+#: Field -> why a value is unacceptable (None: fine), as config_checks.py's.
+COAP_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "coap_enabled": _is_bool,
+    "coap_bind": _text(False),
+    "coap_port": _in(0, 65535),
+    "coap_vhost": _text(False),
+    "coap_anonymous_user": _text(True),
+    "coap_requests_per_second": _in(0, 1_000_000),
+    # A UDP datagram's payload, less CoAP's header and options.
+    "coap_max_payload": _in(1, 65_000),
+    "coap_max_observations": _in(0, 1_000_000),
+}

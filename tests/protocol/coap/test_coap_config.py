@@ -1,0 +1,45 @@
+"""The ``[coap]`` settings (config_coap.py): read from the INI file, checked,
+and the listener made only when enabled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from warren.app import default_listeners
+from warren.config import Config, ConfigError
+
+
+def test_coap_is_off_unless_enabled() -> None:
+    assert "coap" not in [listener.name for listener in default_listeners(Config())]
+    on = default_listeners(Config(coap_enabled=True, coap_port=0))
+    assert [listener.name for listener in on].count("coap") == 1
+
+
+def test_the_coap_section(tmp_path: Path) -> None:
+    ini = tmp_path / "warren.ini"
+    ini.write_text(
+        "[coap]\nenabled = true\nbind = 0.0.0.0\nport = 5684\nanonymous_user = sensors\n"
+        "requests_per_second = 0\nmax_payload = 512\n"
+    )
+    config = Config.from_ini(ini)
+    assert (config.coap_enabled, config.coap_bind, config.coap_port) == (True, "0.0.0.0", 5684)
+    assert (config.coap_anonymous_user, config.coap_requests_per_second) == ("sensors", 0)
+    assert config.coap_max_payload == 512
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("port = 70000", "from 0 to 65535"),
+        ("max_payload = 0", "from 1 to 65000"),
+        ("enabled = maybe", "not a boolean"),
+        ("prot = 5683", "did you mean port?"),
+    ],
+)
+def test_bad_coap_settings_stop_the_start(tmp_path: Path, text: str, problem: str) -> None:
+    ini = tmp_path / "warren.ini"
+    ini.write_text(f"[coap]\n{text}\n")
+    with pytest.raises(ConfigError, match=problem):
+        Config.from_ini(ini)
