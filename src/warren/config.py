@@ -5,45 +5,37 @@ The INI layout deliberately reuses LavinMQ's section and key names
 works unchanged. An unknown section or key stops the start with the file,
 line and nearest known name (a typo must not leave the broker on defaults);
 LavinMQ settings of features Warren does not have are warned about and
-ignored, so a LavinMQ file still starts the broker (config_names.py). What
-each setting accepts is config_checks.py's.
+ignored, so a LavinMQ file still starts the broker (config_names.py). The
+file is read by config_ini.py; what each setting accepts is config_checks.py's.
 """
 
 from __future__ import annotations
 
-import configparser
 import dataclasses
-import logging
 import os
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from warren import config_mgmt_oauth
 from warren.config_checks import LOG_LEVELS, check_field, normalize_log_level
-from warren.config_coap import COAP_INI_KEYS, CoAPSettings
-from warren.config_edges import EDGE_INI_KEYS, EdgeSettings
-from warren.config_names import (
-    RENAMED,
-    UNSUPPORTED_KEYS,
-    line_numbers,
-    suggestion,
-    unsupported_section,
-)
-from warren.config_oauth2 import OAuth2Extra, is_extra_key, parse_extra
+from warren.config_coap import CoAPSettings
+from warren.config_edges import EdgeSettings
+from warren.config_ini import ConfigError, ini_sections, read_ini
+from warren.config_oauth2 import OAuth2Extra
 from warren.sample_retention import DEFAULT_POLICIES, Retention
 
-__all__ = ["Config", "ConfigError", "LOG_LEVELS", "check_field", "normalize_log_level"]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "LOG_LEVELS",
+    "check_field",
+    "ini_sections",
+    "normalize_log_level",
+]
 
-log = logging.getLogger("warren.config")
 
 #: RabbitMQ's stream protocol TLS port: stream_tls_port's when tls_cert/tls_key are set.
 STREAM_TLS_PORT = 5551
-
-
-class ConfigError(ValueError):
-    """Invalid configuration; the message is meant to be shown to the operator as is."""
 
 
 @dataclass
@@ -332,108 +324,11 @@ class Config(config_mgmt_oauth.MgmtOAuthSettings, EdgeSettings, CoAPSettings):
         """Overlay the settings found in ``path`` onto this config.
 
         All-or-nothing: on any error nothing is changed, so a caller never
-        sees a half-applied file. Each value is range-checked here so the
-        error can name the file, line, section and key it came from; an
-        unknown section or key is an error too (config_names.py). Returns
-        where each field set came from (``file:line``), for validate().
+        sees a half-applied file (config_ini.read_ini reads and checks it
+        all first). Returns where each field set came from (``file:line``),
+        for validate().
         """
-        name = os.fspath(path)
-        parser = configparser.ConfigParser(
-            # A literal [DEFAULT] section would otherwise leak its keys into
-            # every section; treat it as just another unknown section.
-            default_section="\x00warren-no-default\x00",
-            # Passwords and paths may contain '%'.
-            interpolation=None,
-            # "port = 5672   ; a comment", as the docs write them; a ';' not
-            # preceded by whitespace stays part of the value.
-            inline_comment_prefixes=(";",),
-        )
-        try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-            parser.read_string(text, source=name)
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-            raise ConfigError(f"cannot read config file {name}: {reason}") from exc
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{name}: malformed config file: not UTF-8 text ({exc})") from exc
-        except configparser.Error as exc:
-            raise ConfigError(_malformed(name, text, exc)) from exc
-        lines = line_numbers(text)
-
-        def where(section: str, key: str | None = None) -> str:
-            number = lines.get((section, key)) or lines.get((section, None))
-            return f"{name}:{number}" if number else name
-
-        updates: dict[str, Any] = {}
-        origin: dict[str, str] = {}
-        retention: dict[str, list[tuple[int, int]]] = {}
-        retention_origin: dict[str, str] = {}
-        oauth2_extra: list[tuple[str, str, str]] = []
-        for section in parser.sections():
-            if unsupported_section(section):
-                log.warning(
-                    "%s: LavinMQ's [%s] is not supported by Warren; its settings are ignored",
-                    where(section),
-                    section,
-                )
-                continue
-            if section not in _INI_SECTIONS:
-                raise ConfigError(f"{where(section)}: {_unknown_section(section)}")
-            for key in parser.options(section):
-                raw = parser.get(section, key)
-                if section == "mgmt" and key.startswith(_RETENTION_PREFIX):
-                    try:
-                        policy, pair = _parse_retention(key, raw)
-                    except ValueError as exc:
-                        raise ConfigError(
-                            _ini_error(where(section, key), section, key, raw, str(exc))
-                        ) from None
-                    retention.setdefault(policy, []).append(pair)
-                    retention_origin.setdefault(policy, where(section, key))
-                    continue
-                if section == "oauth2" and is_extra_key(key):
-                    oauth2_extra.append((key, raw, where(section, key)))
-                    continue
-                spec = _INI_KEYS.get((section, key))
-                if spec is None:
-                    if (section, key) in UNSUPPORTED_KEYS:
-                        log.warning(
-                            "%s: LavinMQ's [%s] %s is not supported by Warren; ignored",
-                            where(section, key),
-                            section,
-                            key,
-                        )
-                        continue
-                    raise ConfigError(f"{where(section, key)}: {_unknown_key(section, key)}")
-                field, convert = spec
-                try:
-                    value = convert(raw)
-                except ValueError as exc:
-                    raise ConfigError(
-                        _ini_error(where(section, key), section, key, raw, str(exc))
-                    ) from None
-                problem = check_field(field, value)
-                if problem is not None:
-                    raise ConfigError(_ini_error(where(section, key), section, key, raw, problem))
-                updates[field] = value
-                origin[field] = f"{where(section, key)}: [{section}] {key}"
-        for policy, pairs in retention.items():
-            # The policies set replace their defaults; the others keep theirs.
-            field = f"sample_retention_{policy}"
-            value = tuple(sorted(pairs))
-            problem = check_field(field, value)
-            if problem is not None:
-                raise ConfigError(
-                    f"{retention_origin[policy]}: [mgmt] {_RETENTION_PREFIX}{policy}: {problem}"
-                )
-            updates[field] = value
-            origin[field] = f"{retention_origin[policy]}: [mgmt] {_RETENTION_PREFIX}{policy}"
-        if oauth2_extra:
-            try:
-                updates["oauth2_extra"] = parse_extra(oauth2_extra)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
+        updates, origin = read_ini(path)
         for field, value in updates.items():
             setattr(self, field, value)
         return origin
@@ -506,260 +401,3 @@ class Config(config_mgmt_oauth.MgmtOAuthSettings, EdgeSettings, CoAPSettings):
     def logging_level(self) -> int:
         """The :mod:`logging` level for ``log_level`` (accepts 'warn')."""
         return LOG_LEVELS[normalize_log_level(self.log_level)]
-
-
-# --- value parsing -----------------------------------------------------------
-
-_INT_RE = re.compile(r"[+-]?[0-9]+")
-
-
-def _parse_int(raw: str) -> int:
-    text = raw.strip()
-    # Stricter than int(): no '1_000', no unicode digits, no empty value.
-    if not _INT_RE.fullmatch(text):
-        raise ValueError("not an integer")
-    return int(text)
-
-
-_FLOAT_RE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)")
-
-
-def _parse_float(raw: str) -> float:
-    text = raw.strip()
-    if not _FLOAT_RE.fullmatch(text):
-        raise ValueError("not a number")
-    return float(text)
-
-
-def _parse_str(raw: str) -> str:
-    return raw.strip()
-
-
-def _parse_optional_path(raw: str) -> str | None:
-    """A path; an empty value means none."""
-    return raw.strip() or None
-
-
-def _parse_log_level(raw: str) -> str:
-    return normalize_log_level(raw)
-
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
-def _parse_bool(raw: str) -> bool:
-    text = raw.strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ValueError("not a boolean (true/false)")
-
-
-def _parse_user_list(raw: str) -> tuple[str, ...]:
-    """Comma-separated user names; an empty value means 'no restricted users'."""
-    return tuple(name.strip() for name in raw.split(",") if name.strip())
-
-
-_INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
-    ("main", "data_dir"): ("data_dir", _parse_str),
-    ("main", "log_level"): ("log_level", _parse_log_level),
-    ("main", "rabbitmq_version"): ("rabbitmq_version", _parse_str),
-    # RabbitMQ-like extras, not LavinMQ keys.
-    ("main", "default_user"): ("default_user", _parse_str),
-    ("main", "default_password"): ("default_password", _parse_str),
-    ("main", "loopback_users"): ("loopback_users", _parse_user_list),
-    ("main", "segment_size"): ("segment_size", _parse_int),
-    ("main", "free_disk_min"): ("free_disk_min", _parse_int),
-    ("main", "memory_high_watermark"): ("memory_high_watermark", _parse_float),
-    ("main", "memory_high_watermark_absolute"): ("memory_high_watermark_absolute", _parse_int),
-    ("main", "consumer_timeout"): ("consumer_timeout", _parse_int),
-    ("main", "collect_statistics_interval"): ("collect_statistics_interval", _parse_int),
-    ("main", "sync"): ("sync", _parse_bool),
-    ("main", "damaged_metadata"): ("damaged_metadata", _parse_str),
-    ("main", "load_definitions"): ("load_definitions", _parse_optional_path),
-    ("main", "webhooks_file"): ("webhooks_file", _parse_optional_path),
-    ("main", "auth_failure_delay"): ("auth_failure_delay", _parse_int),
-    ("main", "auth_failures_per_minute"): ("auth_failures_per_minute", _parse_int),
-    ("main", "auth_backends"): ("auth_backends", _parse_user_list),
-    ("oauth2", "resource_server_id"): ("oauth2_resource_server_id", _parse_str),
-    ("oauth2", "jwks_url"): ("oauth2_jwks_url", _parse_optional_path),
-    ("oauth2", "signing_keys"): ("oauth2_signing_keys", _parse_user_list),
-    ("oauth2", "default_key"): ("oauth2_default_key", _parse_optional_path),
-    ("oauth2", "issuer"): ("oauth2_issuer", _parse_optional_path),
-    ("oauth2", "verify_aud"): ("oauth2_verify_aud", _parse_bool),
-    ("oauth2", "scope_prefix"): ("oauth2_scope_prefix", _parse_str),
-    ("oauth2", "preferred_username_claims"): ("oauth2_preferred_username_claims", _parse_user_list),
-    ("oauth2", "additional_scopes_key"): ("oauth2_additional_scopes_key", _parse_optional_path),
-    ("oauth2", "jwks_min_refetch_interval"): ("oauth2_jwks_min_refetch_interval", _parse_int),
-    ("main", "max_connections"): ("max_connections", _parse_int),
-    ("main", "proxy_protocol"): ("proxy_protocol", _parse_bool),
-    ("main", "proxy_protocol_timeout"): ("proxy_protocol_timeout", _parse_int),
-    ("amqp", "proxy_protocol"): ("amqp_proxy_protocol", _parse_bool),
-    ("mqtt", "proxy_protocol"): ("mqtt_proxy_protocol", _parse_bool),
-    ("stream", "proxy_protocol"): ("stream_proxy_protocol", _parse_bool),
-    ("mgmt", "proxy_protocol"): ("http_proxy_protocol", _parse_bool),
-    ("main", "connection_rate_limit"): ("connection_rate_limit", _parse_int),
-    ("main", "publish_rate_limit"): ("publish_rate_limit", _parse_int),
-    ("main", "max_subscriptions_per_client"): ("max_subscriptions_per_client", _parse_int),
-    ("amqp", "bind"): ("bind", _parse_str),
-    ("amqp", "port"): ("amqp_port", _parse_int),
-    ("amqp", "heartbeat"): ("heartbeat", _parse_int),
-    ("amqp", "frame_max"): ("frame_max", _parse_int),
-    ("amqp", "channel_max"): ("channel_max", _parse_int),
-    ("amqp", "max_consumers_per_channel"): ("max_consumers_per_channel", _parse_int),
-    ("amqp", "max_message_size"): ("max_message_size", _parse_int),
-    ("main", "tls_cert"): ("tls_cert", _parse_optional_path),
-    ("main", "tls_key"): ("tls_key", _parse_optional_path),
-    ("main", "tls_min_version"): ("tls_min_version", _parse_str),
-    ("main", "tls_ciphers"): ("tls_ciphers", _parse_str),
-    ("main", "tls_ca_cert"): ("tls_ca_cert", _parse_optional_path),
-    ("main", "tls_verify_peer"): ("tls_verify_peer", _parse_bool),
-    ("main", "tls_fail_if_no_peer_cert"): ("tls_fail_if_no_peer_cert", _parse_bool),
-    ("main", "tls_cert_login_from"): ("tls_cert_login_from", _parse_str),
-    ("main", "tls_sni_certs"): ("tls_sni_certs", _parse_optional_path),
-    ("amqp", "tls_port"): ("amqp_tls_port", _parse_int),
-    ("mgmt", "tls_port"): ("http_tls_port", _parse_int),
-    ("mgmt", "max_body_size"): ("http_max_body_size", _parse_int),
-    ("mgmt", "max_definitions_size"): ("http_max_definitions_size", _parse_int),
-    ("mgmt", "body_budget"): ("http_body_budget", _parse_int),
-    ("mgmt", "bridge_max_body_size"): ("http_bridge_max_body_size", _parse_int),
-    ("mqtt", "bind"): ("mqtt_bind", _parse_str),
-    ("mqtt", "port"): ("mqtt_port", _parse_int),
-    ("mqtt", "tls_port"): ("mqtt_tls_port", _parse_int),
-    ("mqtt", "exchange"): ("mqtt_exchange", _parse_str),
-    ("mqtt", "default_vhost"): ("mqtt_vhost", _parse_str),
-    ("mqtt", "allow_anonymous"): ("mqtt_allow_anonymous", _parse_bool),
-    ("amqp1", "allow_anonymous"): ("amqp1_allow_anonymous", _parse_bool),
-    ("amqp1", "announce_rabbitmq"): ("amqp1_announce_rabbitmq", _parse_bool),
-    ("stream", "bind"): ("stream_bind", _parse_str),
-    ("stream", "port"): ("stream_port", _parse_int),
-    ("stream", "tls_port"): ("stream_tls_port", _parse_int),
-    ("stream", "allow_anonymous"): ("stream_allow_anonymous", _parse_bool),
-    ("stream", "advertised_host"): ("stream_advertised_host", _parse_str),
-    ("stream", "advertised_port"): ("stream_advertised_port", _parse_int),
-    ("stream", "frame_max"): ("stream_frame_max", _parse_int),
-    ("stream", "heartbeat"): ("stream_heartbeat", _parse_int),
-    ("mqtt", "prefetch"): ("mqtt_prefetch", _parse_int),
-    ("mqtt", "max_session_expiry_interval"): ("mqtt_max_session_expiry", _parse_int),
-    ("mqtt", "max_keepalive"): ("mqtt_max_keepalive", _parse_int),
-    ("mqtt", "topic_alias_maximum"): ("mqtt_topic_alias_maximum", _parse_int),
-    ("mqtt", "packet_timeout"): ("mqtt_packet_timeout", _parse_float),
-    ("mqtt", "partial_packet_memory"): ("mqtt_partial_packet_memory", _parse_int),
-    ("clustering", "enabled"): ("clustering", _parse_bool),
-    ("clustering", "etcd_endpoints"): ("clustering_etcd_endpoints", _parse_user_list),
-    ("clustering", "etcd_prefix"): ("clustering_etcd_prefix", _parse_str),
-    ("clustering", "node_name"): ("clustering_node_name", _parse_str),
-    ("clustering", "bind"): ("clustering_bind", _parse_str),
-    ("clustering", "port"): ("clustering_port", _parse_int),
-    ("clustering", "advertised_uri"): ("clustering_advertised_uri", _parse_str),
-    ("clustering", "max_unsynced_actions"): ("clustering_max_unsynced_actions", _parse_int),
-    ("clustering", "lease_ttl"): ("clustering_lease_ttl", _parse_int),
-    ("clustering", "stream_read_port"): ("clustering_stream_read_port", _parse_int),
-    ("clustering", "stream_protocol_read_port"): (
-        "clustering_stream_protocol_read_port",
-        _parse_int,
-    ),
-    ("clustering", "tls"): ("clustering_tls", _parse_bool),
-    ("clustering", "etcd_ca_cert"): ("clustering_etcd_ca_cert", _parse_optional_path),
-    ("clustering", "etcd_cert"): ("clustering_etcd_cert", _parse_optional_path),
-    ("clustering", "etcd_key"): ("clustering_etcd_key", _parse_optional_path),
-    ("clustering", "target_cluster_size_hint"): (
-        "clustering_target_cluster_size_hint",
-        _parse_int,
-    ),
-    # LavinMQ's section for its management HTTP server.
-    ("mgmt", "bind"): ("http_bind", _parse_str),
-    ("mgmt", "port"): ("http_port", _parse_int),
-    ("prometheus", "bind"): ("prometheus_bind", _parse_str),
-    ("prometheus", "port"): ("prometheus_port", _parse_int),
-    ("prometheus", "tls_port"): ("prometheus_tls_port", _parse_int),
-    ("prometheus", "return_per_object_metrics"): (
-        "prometheus_return_per_object_metrics",
-        _parse_bool,
-    ),
-    # RabbitMQ's deprecated_features.permit.<feature> keys.
-    ("deprecated_features", "permit.global_qos"): ("permit_global_qos", _parse_bool),
-    **config_mgmt_oauth.INI_KEYS,
-    **COAP_INI_KEYS,
-}
-for _key, (_field, _kind) in EDGE_INI_KEYS.items():  # config_edges.py's
-    _INI_KEYS[_key] = (_field, _parse_bool if _kind is bool else _parse_int)
-_INI_SECTIONS = frozenset(section for section, _ in _INI_KEYS)
-
-
-def ini_sections() -> list[str]:
-    """The INI file's sections, in the order the key table introduces them (for --help)."""
-    return list(dict.fromkeys(section for section, _ in _INI_KEYS))
-
-
-#: [mgmt] sample_retention_policies.<global|basic|detailed>.<max age> = <interval>,
-#: as RabbitMQ's keys (the age in seconds, or minute, hour, day).
-_RETENTION_PREFIX = "sample_retention_policies."
-_RETENTION_AGES = {"minute": 60, "hour": 3600, "day": 86400}
-
-
-def _parse_retention(key: str, raw: str) -> tuple[str, tuple[int, int]]:
-    """(policy, (max age, interval)) of one retention key."""
-    parts = key[len(_RETENTION_PREFIX) :].split(".")
-    if len(parts) != 2 or parts[0] not in ("global", "basic", "detailed"):
-        raise ValueError("the key must be sample_retention_policies.<global|basic|detailed>.<age>")
-    age_text = parts[1].strip()
-    age = _RETENTION_AGES.get(age_text)
-    if age is None:
-        if not _INT_RE.fullmatch(age_text):
-            raise ValueError("the age must be seconds, minute, hour or day")
-        age = int(age_text)
-    return parts[0], (age, _parse_int(raw))
-
-
-def _ini_error(where: str, section: str, key: str, raw: str, why: str) -> str:
-    return f"{where}: [{section}] {key} = {raw!r}: {why}"
-
-
-def _unknown_section(section: str) -> str:
-    hint = RENAMED.get((section, None))
-    if hint is None:
-        near = suggestion(section, _INI_SECTIONS)
-        hint = (
-            f"did you mean [{near}]?"
-            if near
-            else "known sections: " + ", ".join(f"[{s}]" for s in sorted(_INI_SECTIONS))
-        )
-    return f"unknown section [{section}] ({hint})"
-
-
-def _unknown_key(section: str, key: str) -> str:
-    hint = RENAMED.get((section, key))
-    if hint is None:
-        here = [k for s, k in _INI_KEYS if s == section]
-        if section == "mgmt":
-            here.append(_RETENTION_PREFIX + "<policy>.<age>")
-        near = suggestion(key, here)
-        elsewhere = sorted(s for s, k in _INI_KEYS if k == key)
-        if near is not None:
-            hint = f"did you mean {near}?"
-        elif elsewhere:
-            hint = f"did you mean [{elsewhere[0]}] {key}?"
-        else:
-            hint = f"known keys in [{section}]: " + ", ".join(sorted(here))
-    return f"unknown setting [{section}] {key} ({hint})"
-
-
-def _malformed(name: str, text: str, exc: configparser.Error) -> str:
-    """configparser's errors as ``file:line: malformed config file: what``."""
-    if isinstance(exc, configparser.MissingSectionHeaderError):
-        line = exc.line.strip()
-        return f"{name}:{exc.lineno}: malformed config file: {line!r} is before any [section]"
-    if isinstance(exc, configparser.DuplicateOptionError):
-        return (
-            f"{name}:{exc.lineno}: malformed config file: [{exc.section}] {exc.option} is set twice"
-        )
-    if isinstance(exc, configparser.DuplicateSectionError):
-        return f"{name}:{exc.lineno}: malformed config file: [{exc.section}] appears twice"
-    if isinstance(exc, configparser.ParsingError) and exc.errors:
-        lineno = exc.errors[0][0]
-        line = text.splitlines()[lineno - 1].strip()
-        return f"{name}:{lineno}: malformed config file: not a [section] or key = value: {line!r}"
-    return f"{name}: malformed config file: {exc}"

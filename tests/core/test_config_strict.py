@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from paths import REPO
 
-from warren import config as config_module
+from warren import config_ini as config_module
 from warren.config import Config, ConfigError
 from warren.config_names import RENAMED, UNSUPPORTED_KEYS
 from warren.config_oauth2 import is_extra_key
