@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: Keys of [oauth2] handled here besides the dotted ones.
-_PLAIN = frozenset({"resource_server_type", "extra_scopes_source", "default_oauth_provider"})
+_PLAIN = frozenset(
+    {"resource_server_type", "extra_scopes_source", "default_oauth_provider", "require_exp"}
+)
 _DOTTED = (
     "scope_aliases.", "resource_servers.", "oauth_providers.", "https.", "signing_keys.",
     "algorithms",
@@ -38,6 +40,7 @@ _SERVER_KEYS = frozenset(
         "default_key",
         "issuer",
         "oauth_provider_id",
+        "require_exp",
     }
 )
 #: An identity provider's settings (``oauth_providers.<name>.*``).
@@ -75,6 +78,7 @@ class ResourceServer:
     #: The identity provider whose keys, issuer and default key it uses (None:
     #: the root's, ``default_oauth_provider`` or the [oauth2] settings).
     oauth_provider_id: str | None = None
+    require_exp: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,8 @@ class OAuth2Extra:
     default_oauth_provider: str | None = None
     #: ``algorithms`` (or ``algorithms.<n>``): what [oauth2]'s own keys may verify.
     algorithms: tuple[str, ...] | None = None
+    #: RabbitMQ 4's require_exp: off, a token without ``exp`` is accepted.
+    require_exp: bool = True
 
     def provider(self, name: str | None) -> OAuthProvider | None:
         """The provider called ``name`` (any case), None if none is."""
@@ -140,7 +146,9 @@ def parse_extra(entries: list[tuple[str, str, str]]) -> OAuth2Extra:
     for key, raw, where in entries:
         value = raw.strip()
         try:
-            if key in _PLAIN:
+            if key == "require_exp":
+                top[key] = _bool(value)
+            elif key in _PLAIN:
                 top[key] = value or None
             elif key == "algorithms" or key.startswith("algorithms."):
                 algorithms.extend(_algorithms(value))
@@ -192,6 +200,7 @@ def parse_extra(entries: list[tuple[str, str, str]]) -> OAuth2Extra:
             oauth_providers=tuple(_provider(n, providers[n]) for n in sorted(providers)),
             default_oauth_provider=top.get("default_oauth_provider"),
             algorithms=tuple(algorithms) or None,
+            require_exp=top.get("require_exp", True),
         )
     except ValueError as exc:
         raise ValueError(f"{entries[0][2]}: [oauth2]: {exc}") from None
@@ -250,6 +259,14 @@ def _key_entry(kid: str, path: str) -> str:
     return f"{kid}:{path}"
 
 
+def _bool(value: str) -> bool:
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise ValueError("not a boolean (true/false)")
+
+
 def _choice(value: str, choices: dict[str, bool]) -> bool:
     if value not in choices:
         raise ValueError("must be " + " or ".join(choices))
@@ -261,12 +278,8 @@ def _server_value(setting: str, value: str) -> Any:
         raise ValueError(
             f"unknown resource server setting (known: {', '.join(sorted(_SERVER_KEYS))})"
         )
-    if setting == "verify_aud":
-        if value.lower() in _TRUE:
-            return True
-        if value.lower() in _FALSE:
-            return False
-        raise ValueError("not a boolean (true/false)")
+    if setting in ("verify_aud", "require_exp"):
+        return _bool(value)
     if setting in ("preferred_username_claims", "signing_keys"):
         items = tuple(v.strip() for v in value.split(",") if v.strip())
         if setting == "signing_keys" and any(not re.fullmatch(r"[^:]+:.+", v) for v in items):
@@ -289,6 +302,7 @@ def _server(name: str, settings: dict[str, Any], aliases: _Aliases | None) -> Re
         default_key=settings.get("default_key"),
         issuer=settings.get("issuer"),
         oauth_provider_id=settings.get("oauth_provider_id"),
+        require_exp=settings.get("require_exp"),
     )
 
 

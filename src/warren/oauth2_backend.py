@@ -152,6 +152,7 @@ class OAuth2Backend:
             resource_server_type=extra.resource_server_type,
             keys=root_provider.keys,
             algorithms=root_provider.settings.algorithms,
+            require_exp=extra.require_exp,
         )
         others = [self._resource_server(root, server) for server in extra.resource_servers]
         if any(s.resource_server_id == root.resource_server_id for s in others):
@@ -217,6 +218,7 @@ class OAuth2Backend:
             resource_server_type=_own(server.resource_server_type, root.resource_server_type),
             keys=keys,
             algorithms=algorithms,
+            require_exp=_own(server.require_exp, root.require_exp),
         )
 
 
