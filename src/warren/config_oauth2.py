@@ -18,11 +18,17 @@ from typing import Any
 
 #: Keys of [oauth2] handled here besides the dotted ones.
 _PLAIN = frozenset(
-    {"resource_server_type", "extra_scopes_source", "default_oauth_provider", "require_exp"}
+    {
+        "resource_server_type",
+        "extra_scopes_source",
+        "default_oauth_provider",
+        "require_exp",
+        "discovery_endpoint_path",
+    }
 )
 _DOTTED = (
     "scope_aliases.", "resource_servers.", "oauth_providers.", "https.", "signing_keys.",
-    "algorithms",
+    "algorithms", "discovery_endpoint_params.",
 )  # fmt: skip
 _PEER_VERIFICATION = {"verify_peer": True, "verify_none": False}
 _HOSTNAME_VERIFICATION = {"wildcard": True, "none": False}
@@ -53,6 +59,7 @@ _PROVIDER_KEYS = frozenset(
         "https.cacertfile",
         "https.peer_verification",
         "https.hostname_verification",
+        "discovery_endpoint_path",
     }
 )
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
@@ -96,6 +103,11 @@ class OAuthProvider:
     https_hostname_verification: bool = True
     #: The signature algorithms its tokens may use (None: any its keys allow).
     algorithms: tuple[str, ...] | None = None
+    #: OpenID discovery (no jwks_url, an issuer): the configuration document's
+    #: path under the issuer (None: /.well-known/openid-configuration) and
+    #: query parameters added to its URL.
+    discovery_endpoint_path: str | None = None
+    discovery_endpoint_params: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,9 @@ class OAuth2Extra:
     algorithms: tuple[str, ...] | None = None
     #: RabbitMQ 4's require_exp: off, a token without ``exp`` is accepted.
     require_exp: bool = True
+    #: [oauth2]'s own OpenID discovery (OAuthProvider's fields of the same names).
+    discovery_endpoint_path: str | None = None
+    discovery_endpoint_params: tuple[tuple[str, str], ...] = ()
 
     def provider(self, name: str | None) -> OAuthProvider | None:
         """The provider called ``name`` (any case), None if none is."""
@@ -143,6 +158,7 @@ def parse_extra(entries: list[tuple[str, str, str]]) -> OAuth2Extra:
     keys: list[str] = []
     providers: dict[str, dict[str, Any]] = {}
     algorithms: list[str] = []
+    params: list[tuple[str, str]] = []
     for key, raw, where in entries:
         value = raw.strip()
         try:
@@ -150,6 +166,8 @@ def parse_extra(entries: list[tuple[str, str, str]]) -> OAuth2Extra:
                 top[key] = _bool(value)
             elif key in _PLAIN:
                 top[key] = value or None
+            elif key.startswith("discovery_endpoint_params."):
+                params.append(_param(key[len("discovery_endpoint_params.") :], value))
             elif key == "algorithms" or key.startswith("algorithms."):
                 algorithms.extend(_algorithms(value))
             elif key.startswith("scope_aliases."):
@@ -201,6 +219,8 @@ def parse_extra(entries: list[tuple[str, str, str]]) -> OAuth2Extra:
             default_oauth_provider=top.get("default_oauth_provider"),
             algorithms=tuple(algorithms) or None,
             require_exp=top.get("require_exp", True),
+            discovery_endpoint_path=top.get("discovery_endpoint_path"),
+            discovery_endpoint_params=tuple(params),
         )
     except ValueError as exc:
         raise ValueError(f"{entries[0][2]}: [oauth2]: {exc}") from None
@@ -267,6 +287,12 @@ def _bool(value: str) -> bool:
     raise ValueError("not a boolean (true/false)")
 
 
+def _param(name: str, value: str) -> tuple[str, str]:
+    if not name:
+        raise ValueError("the key must be discovery_endpoint_params.<name>")
+    return name, value
+
+
 def _choice(value: str, choices: dict[str, bool]) -> bool:
     if value not in choices:
         raise ValueError("must be " + " or ".join(choices))
@@ -313,6 +339,9 @@ def _provider_setting(provider: dict[str, Any], setting: str, value: str) -> Non
         provider.setdefault("signing_keys", []).append(entry)
     elif setting == "algorithms" or setting.startswith("algorithms."):
         provider.setdefault("algorithms", []).extend(_algorithms(value))
+    elif setting.startswith("discovery_endpoint_params."):
+        name = setting[len("discovery_endpoint_params.") :]
+        provider.setdefault("params", []).append(_param(name, value))
     elif setting not in _PROVIDER_KEYS:
         known = ", ".join(sorted(_PROVIDER_KEYS))
         raise ValueError(f"unknown identity provider setting (known: {known})")
@@ -335,6 +364,8 @@ def _provider(name: str, settings: dict[str, Any]) -> OAuthProvider:
         https_peer_verification=settings.get("https.peer_verification", True),
         https_hostname_verification=settings.get("https.hostname_verification", True),
         algorithms=tuple(settings.get("algorithms", ())) or None,
+        discovery_endpoint_path=settings.get("discovery_endpoint_path"),
+        discovery_endpoint_params=tuple(settings.get("params", ())),
     )
 
 
