@@ -30,7 +30,7 @@ from warren.config_names import (
     suggestion,
     unsupported_section,
 )
-from warren.config_oauth2 import OAuth2Extra, is_extra_key, parse_extra
+from warren.config_oauth2 import OAuth2Extra, from_lavinmq, is_extra_key, parse_extra
 from warren.sample_retention import DEFAULT_POLICIES, Retention
 
 __all__ = ["Config", "ConfigError", "LOG_LEVELS", "check_field", "normalize_log_level"]
@@ -358,7 +358,7 @@ class Config(config_mgmt_oauth.MgmtOAuthSettings, EdgeSettings):
             raise ConfigError(f"{name}: malformed config file: not UTF-8 text ({exc})") from exc
         except configparser.Error as exc:
             raise ConfigError(_malformed(name, text, exc)) from exc
-        lines = line_numbers(text)
+        lines = from_lavinmq(parser, line_numbers(text), name)  # LavinMQ's [oauth]
 
         def where(section: str, key: str | None = None) -> str:
             number = lines.get((section, key)) or lines.get((section, None))

@@ -12,9 +12,12 @@ names are matched without regard to case.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 #: Keys of [oauth2] handled here besides the dotted ones.
 _PLAIN = frozenset(
@@ -378,3 +381,105 @@ def _algorithms(value: str) -> list[str]:
     if unknown or not names:
         raise ValueError(f"known algorithms: {', '.join((*ALGORITHMS, *HMAC_ALGORITHMS))}")
     return names
+
+
+# -- LavinMQ's [oauth] ------------------------------------------------------------------------
+#: LavinMQ 2.7+'s [oauth] keys with the same meaning in [oauth2].
+_LAVINMQ_SAME = ("issuer", "preferred_username_claims", "scope_prefix", "verify_aud")
+#: LavinMQ's [oauth] keys: the ones read (those above, and these), the rest warned about.
+_LAVINMQ_KEYS = frozenset(
+    {
+        *_LAVINMQ_SAME,
+        "resource_server_id",
+        "audience",
+        "additional_scopes_keys",
+        "client_id",
+        "mgmt_scopes",
+    }
+)
+_LAVINMQ_IGNORED = frozenset({"jwks_cache_ttl", "mgmt_base_url"})
+_LAVINMQ_BACKENDS = {"oauth": "oauth2", "local": "internal"}
+
+
+def from_lavinmq(
+    parser: Any, lines: dict[tuple[str, str | None], int], name: str
+) -> dict[tuple[str, str | None], int]:
+    """Rewrite a LavinMQ file's ``[oauth]`` section as the ``[oauth2]`` (and
+    ``[mgmt] oauth_*``) settings that do the same, in ``parser`` (a
+    ConfigParser) and ``lines`` (line numbers, kept for error messages), and
+    LavinMQ's ``oauth``/``local`` in ``[main] auth_backends``. Returns ``lines``.
+
+    LavinMQ checks ``aud`` against ``audience`` (else ``resource_server_id``),
+    filters scopes by ``scope_prefix`` (else ``<resource_server_id>.``, else
+    none), reads Keycloak's ``resource_access.<resource_server_id>.roles`` as
+    scopes and finds its keys by OpenID discovery from ``issuer``: Warren's
+    resource server id is the audience, its prefix set explicitly, the roles
+    claim one more additional_scopes_key. ``name``: the file, for errors."""
+    if parser.has_option("main", "auth_backends"):
+        names = [n.strip() for n in parser.get("main", "auth_backends").split(",")]
+        mapped = ", ".join(_LAVINMQ_BACKENDS.get(n, n) for n in names if n)
+        parser.set("main", "auth_backends", mapped)
+    if not parser.has_section("oauth"):
+        return lines
+    from warren.config import ConfigError  # config.py imports this module
+
+    def where(key: str | None) -> str:
+        number = lines.get(("oauth", key)) or lines.get(("oauth", None))
+        return f"{name}:{number}" if number else name
+
+    given = {k: parser.get("oauth", k).strip() for k in parser.options("oauth")}
+    for key in given:
+        if key in _LAVINMQ_IGNORED:
+            log.warning(
+                "%s: LavinMQ's [oauth] %s is not supported by Warren; ignored", where(key), key
+            )
+        elif key not in _LAVINMQ_KEYS:
+            known = ", ".join(sorted(_LAVINMQ_KEYS | _LAVINMQ_IGNORED))
+            raise ConfigError(f"{where(key)}: unknown LavinMQ [oauth] key {key} (known: {known})")
+    settings: dict[str, tuple[str, str]] = {}  # [oauth2] key -> value, the [oauth] key
+    for key in _LAVINMQ_SAME:
+        if given.get(key):
+            settings[key] = (given[key], key)
+    rs_id = given.get("resource_server_id") or None
+    audience = given.get("audience") or rs_id
+    if audience is None:
+        if _bool(given.get("verify_aud") or "true"):
+            raise ConfigError(
+                f"{where(None)}: [oauth] needs resource_server_id or audience "
+                "(Warren's resource_server_id), or verify_aud = false"
+            )
+        audience = "lavinmq"  # only a name: no aud is checked
+    settings["resource_server_id"] = (
+        audience,
+        "audience" if "audience" in given else "resource_server_id",
+    )
+    if "scope_prefix" not in settings:
+        settings["scope_prefix"] = (f"{rs_id}." if rs_id else "", "resource_server_id")
+    paths = [p.strip() for p in given.get("additional_scopes_keys", "").split(",") if p.strip()]
+    if rs_id:
+        paths.append(f"resource_access.{rs_id}.roles")
+    if paths:
+        settings["additional_scopes_key"] = (" ".join(paths), "additional_scopes_keys")
+    mgmt: dict[str, tuple[str, str]] = {}
+    if given.get("client_id"):
+        mgmt["oauth_client_id"] = (given["client_id"], "client_id")
+        if given.get("mgmt_base_url") and given.get("issuer"):  # LavinMQ's SSO switch
+            mgmt["oauth_enabled"] = ("true", "client_id")
+            mgmt["oauth_provider_url"] = (given["issuer"], "issuer")
+            mgmt["oauth_disable_basic_auth"] = ("false", "client_id")
+    if given.get("mgmt_scopes"):
+        mgmt["oauth_scopes"] = (given["mgmt_scopes"], "mgmt_scopes")
+    for section, table in (("oauth2", settings), ("mgmt", mgmt)):
+        if table and not parser.has_section(section):
+            parser.add_section(section)
+            lines[(section, None)] = lines.get(("oauth", None), 0)
+        for key, (value, source) in table.items():
+            if parser.has_option(section, key):
+                raise ConfigError(
+                    f"{where(source)}: LavinMQ's [oauth] {source} sets [{section}] {key}, "
+                    "which the file sets too"
+                )
+            parser.set(section, key, value)
+            lines[(section, key)] = lines.get(("oauth", source)) or lines.get(("oauth", None), 0)
+    parser.remove_section("oauth")
+    return lines
