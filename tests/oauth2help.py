@@ -1,5 +1,6 @@
 """OAuth 2 access tokens for tests: keys made here (cryptography), tokens
-signed with PyJWT, a JWKS served by a local aiohttp app. No network."""
+signed with PyJWT, a JWKS (and an OpenID configuration document that names
+it) served by a local aiohttp app. No network."""
 
 from __future__ import annotations
 
@@ -81,20 +82,56 @@ async def serve_jwks(
     """A JWKS endpoint on 127.0.0.1 (an aiohttp runner, its URL, a request
     counter); ``document`` is read at each request, so a test may change it.
     ``tls``: served over HTTPS with that server context."""
+    idp = await serve_idp(document, tls)
+    return idp.runner, idp.jwks_url, idp.jwks_hits
+
+
+class IdentityProvider:
+    """A local OpenID provider: ``/jwks`` and, for OpenID discovery, a
+    configuration document at any path ending in ``openid-configuration``
+    whose ``jwks_uri`` is ``jwks_path`` (a test may change it). ``requests``:
+    the path and query of each discovery request."""
+
+    def __init__(self, document: dict[str, Any]) -> None:
+        self.document = document
+        self.runner: Any = None
+        self.base = ""
+        self.jwks_path = "/jwks"
+        self.jwks_hits = [0]
+        self.requests: list[str] = []
+
+    @property
+    def jwks_url(self) -> str:
+        return self.base + "/jwks"
+
+
+async def serve_idp(
+    document: dict[str, Any], tls: ssl.SSLContext | None = None
+) -> IdentityProvider:
+    """An IdentityProvider served on 127.0.0.1 (HTTPS with ``tls``); its issuer
+    is ``idp.base``."""
     from aiohttp import web
 
-    hits = [0]
+    idp = IdentityProvider(document)
 
-    async def handle(_request: web.Request) -> web.Response:
-        hits[0] += 1
-        return web.json_response(document)
+    async def keys(_request: web.Request) -> web.Response:
+        idp.jwks_hits[0] += 1
+        return web.json_response(idp.document)
+
+    async def configuration(request: web.Request) -> web.Response:
+        if not request.path.endswith("openid-configuration"):
+            raise web.HTTPNotFound()
+        idp.requests.append(request.path_qs)
+        return web.json_response({"issuer": idp.base, "jwks_uri": idp.base + idp.jwks_path})
 
     app = web.Application()
-    app.router.add_get("/jwks", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls)
+    app.router.add_get("/jwks", keys)
+    app.router.add_get("/keys/{name}", keys)
+    app.router.add_get("/{tail:.*}", configuration)
+    idp.runner = web.AppRunner(app)
+    await idp.runner.setup()
+    site = web.TCPSite(idp.runner, "127.0.0.1", 0, ssl_context=tls)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    scheme = "http" if tls is None else "https"
-    return runner, f"{scheme}://127.0.0.1:{port}/jwks", hits
+    idp.base = f"{'http' if tls is None else 'https'}://127.0.0.1:{port}"
+    return idp

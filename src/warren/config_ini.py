@@ -29,7 +29,7 @@ from warren.config_names import (
     suggestion,
     unsupported_section,
 )
-from warren.config_oauth2 import is_extra_key, parse_extra
+from warren.config_oauth2 import from_lavinmq, is_extra_key, parse_extra
 
 __all__ = ["ConfigError", "ini_sections", "read_ini"]
 
@@ -65,7 +65,7 @@ def read_ini(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, st
         raise ConfigError(f"{name}: malformed config file: not UTF-8 text ({exc})") from exc
     except configparser.Error as exc:
         raise ConfigError(_malformed(name, text, exc)) from exc
-    lines = line_numbers(text)
+    lines = from_lavinmq(parser, line_numbers(text), name)  # LavinMQ's [oauth]
 
     def where(section: str, key: str | None = None) -> str:
         number = lines.get((section, key)) or lines.get((section, None))

@@ -6,7 +6,7 @@ running on defaults. The error names the file, the line and the nearest known
 name. Two kinds of LavinMQ names are not typos and are told apart:
 
 * settings of LavinMQ features Warren does not have (``[amqp] unix_path``,
-  ``[oauth]`` ...): a warning, and the rest of the file applies, so a LavinMQ
+  ``[experimental]`` ...): a warning, and the rest of the file applies, so a LavinMQ
   config file still starts the broker;
 * LavinMQ settings Warren has under another name or meaning
   (``default_password_hash``, ``[mqtt] max_inflight_messages`` ...): an error
@@ -71,7 +71,7 @@ UNSUPPORTED_KEYS: frozenset[tuple[str, str]] = frozenset(
 )
 
 #: LavinMQ sections of features Warren does not implement (and ``[sni:<host>]``).
-_UNSUPPORTED_SECTIONS = frozenset({"oauth", "experimental"})
+_UNSUPPORTED_SECTIONS = frozenset({"experimental"})
 
 #: LavinMQ names whose setting Warren has under another name: an error naming it.
 RENAMED: dict[tuple[str, str | None], str] = {

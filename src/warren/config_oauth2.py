@@ -12,15 +12,26 @@ names are matched without regard to case.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+log = logging.getLogger(__name__)
+
 #: Keys of [oauth2] handled here besides the dotted ones.
-_PLAIN = frozenset({"resource_server_type", "extra_scopes_source", "default_oauth_provider"})
+_PLAIN = frozenset(
+    {
+        "resource_server_type",
+        "extra_scopes_source",
+        "default_oauth_provider",
+        "require_exp",
+        "discovery_endpoint_path",
+    }
+)
 _DOTTED = (
     "scope_aliases.", "resource_servers.", "oauth_providers.", "https.", "signing_keys.",
-    "algorithms",
+    "algorithms", "discovery_endpoint_params.",
 )  # fmt: skip
 _PEER_VERIFICATION = {"verify_peer": True, "verify_none": False}
 _HOSTNAME_VERIFICATION = {"wildcard": True, "none": False}
@@ -38,6 +49,7 @@ _SERVER_KEYS = frozenset(
         "default_key",
         "issuer",
         "oauth_provider_id",
+        "require_exp",
     }
 )
 #: An identity provider's settings (``oauth_providers.<name>.*``).
@@ -50,6 +62,7 @@ _PROVIDER_KEYS = frozenset(
         "https.cacertfile",
         "https.peer_verification",
         "https.hostname_verification",
+        "discovery_endpoint_path",
     }
 )
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
@@ -75,6 +88,7 @@ class ResourceServer:
     #: The identity provider whose keys, issuer and default key it uses (None:
     #: the root's, ``default_oauth_provider`` or the [oauth2] settings).
     oauth_provider_id: str | None = None
+    require_exp: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +106,11 @@ class OAuthProvider:
     https_hostname_verification: bool = True
     #: The signature algorithms its tokens may use (None: any its keys allow).
     algorithms: tuple[str, ...] | None = None
+    #: OpenID discovery (no jwks_url, an issuer): the configuration document's
+    #: path under the issuer (None: /.well-known/openid-configuration) and
+    #: query parameters added to its URL.
+    discovery_endpoint_path: str | None = None
+    discovery_endpoint_params: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -115,6 +134,11 @@ class OAuth2Extra:
     default_oauth_provider: str | None = None
     #: ``algorithms`` (or ``algorithms.<n>``): what [oauth2]'s own keys may verify.
     algorithms: tuple[str, ...] | None = None
+    #: RabbitMQ 4's require_exp: off, a token without ``exp`` is accepted.
+    require_exp: bool = True
+    #: [oauth2]'s own OpenID discovery (OAuthProvider's fields of the same names).
+    discovery_endpoint_path: str | None = None
+    discovery_endpoint_params: tuple[tuple[str, str], ...] = ()
 
     def provider(self, name: str | None) -> OAuthProvider | None:
         """The provider called ``name`` (any case), None if none is."""
@@ -137,11 +161,16 @@ def parse_extra(entries: list[tuple[str, str, str]]) -> OAuth2Extra:
     keys: list[str] = []
     providers: dict[str, dict[str, Any]] = {}
     algorithms: list[str] = []
+    params: list[tuple[str, str]] = []
     for key, raw, where in entries:
         value = raw.strip()
         try:
-            if key in _PLAIN:
+            if key == "require_exp":
+                top[key] = _bool(value)
+            elif key in _PLAIN:
                 top[key] = value or None
+            elif key.startswith("discovery_endpoint_params."):
+                params.append(_param(key[len("discovery_endpoint_params.") :], value))
             elif key == "algorithms" or key.startswith("algorithms."):
                 algorithms.extend(_algorithms(value))
             elif key.startswith("scope_aliases."):
@@ -192,6 +221,9 @@ def parse_extra(entries: list[tuple[str, str, str]]) -> OAuth2Extra:
             oauth_providers=tuple(_provider(n, providers[n]) for n in sorted(providers)),
             default_oauth_provider=top.get("default_oauth_provider"),
             algorithms=tuple(algorithms) or None,
+            require_exp=top.get("require_exp", True),
+            discovery_endpoint_path=top.get("discovery_endpoint_path"),
+            discovery_endpoint_params=tuple(params),
         )
     except ValueError as exc:
         raise ValueError(f"{entries[0][2]}: [oauth2]: {exc}") from None
@@ -250,6 +282,20 @@ def _key_entry(kid: str, path: str) -> str:
     return f"{kid}:{path}"
 
 
+def _bool(value: str) -> bool:
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise ValueError("not a boolean (true/false)")
+
+
+def _param(name: str, value: str) -> tuple[str, str]:
+    if not name:
+        raise ValueError("the key must be discovery_endpoint_params.<name>")
+    return name, value
+
+
 def _choice(value: str, choices: dict[str, bool]) -> bool:
     if value not in choices:
         raise ValueError("must be " + " or ".join(choices))
@@ -261,12 +307,8 @@ def _server_value(setting: str, value: str) -> Any:
         raise ValueError(
             f"unknown resource server setting (known: {', '.join(sorted(_SERVER_KEYS))})"
         )
-    if setting == "verify_aud":
-        if value.lower() in _TRUE:
-            return True
-        if value.lower() in _FALSE:
-            return False
-        raise ValueError("not a boolean (true/false)")
+    if setting in ("verify_aud", "require_exp"):
+        return _bool(value)
     if setting in ("preferred_username_claims", "signing_keys"):
         items = tuple(v.strip() for v in value.split(",") if v.strip())
         if setting == "signing_keys" and any(not re.fullmatch(r"[^:]+:.+", v) for v in items):
@@ -289,6 +331,7 @@ def _server(name: str, settings: dict[str, Any], aliases: _Aliases | None) -> Re
         default_key=settings.get("default_key"),
         issuer=settings.get("issuer"),
         oauth_provider_id=settings.get("oauth_provider_id"),
+        require_exp=settings.get("require_exp"),
     )
 
 
@@ -299,6 +342,9 @@ def _provider_setting(provider: dict[str, Any], setting: str, value: str) -> Non
         provider.setdefault("signing_keys", []).append(entry)
     elif setting == "algorithms" or setting.startswith("algorithms."):
         provider.setdefault("algorithms", []).extend(_algorithms(value))
+    elif setting.startswith("discovery_endpoint_params."):
+        name = setting[len("discovery_endpoint_params.") :]
+        provider.setdefault("params", []).append(_param(name, value))
     elif setting not in _PROVIDER_KEYS:
         known = ", ".join(sorted(_PROVIDER_KEYS))
         raise ValueError(f"unknown identity provider setting (known: {known})")
@@ -321,6 +367,8 @@ def _provider(name: str, settings: dict[str, Any]) -> OAuthProvider:
         https_peer_verification=settings.get("https.peer_verification", True),
         https_hostname_verification=settings.get("https.hostname_verification", True),
         algorithms=tuple(settings.get("algorithms", ())) or None,
+        discovery_endpoint_path=settings.get("discovery_endpoint_path"),
+        discovery_endpoint_params=tuple(settings.get("params", ())),
     )
 
 
@@ -333,3 +381,105 @@ def _algorithms(value: str) -> list[str]:
     if unknown or not names:
         raise ValueError(f"known algorithms: {', '.join((*ALGORITHMS, *HMAC_ALGORITHMS))}")
     return names
+
+
+# -- LavinMQ's [oauth] ------------------------------------------------------------------------
+#: LavinMQ 2.7+'s [oauth] keys with the same meaning in [oauth2].
+_LAVINMQ_SAME = ("issuer", "preferred_username_claims", "scope_prefix", "verify_aud")
+#: LavinMQ's [oauth] keys: the ones read (those above, and these), the rest warned about.
+_LAVINMQ_KEYS = frozenset(
+    {
+        *_LAVINMQ_SAME,
+        "resource_server_id",
+        "audience",
+        "additional_scopes_keys",
+        "client_id",
+        "mgmt_scopes",
+    }
+)
+_LAVINMQ_IGNORED = frozenset({"jwks_cache_ttl", "mgmt_base_url"})
+_LAVINMQ_BACKENDS = {"oauth": "oauth2", "local": "internal"}
+
+
+def from_lavinmq(
+    parser: Any, lines: dict[tuple[str, str | None], int], name: str
+) -> dict[tuple[str, str | None], int]:
+    """Rewrite a LavinMQ file's ``[oauth]`` section as the ``[oauth2]`` (and
+    ``[mgmt] oauth_*``) settings that do the same, in ``parser`` (a
+    ConfigParser) and ``lines`` (line numbers, kept for error messages), and
+    LavinMQ's ``oauth``/``local`` in ``[main] auth_backends``. Returns ``lines``.
+
+    LavinMQ checks ``aud`` against ``audience`` (else ``resource_server_id``),
+    filters scopes by ``scope_prefix`` (else ``<resource_server_id>.``, else
+    none), reads Keycloak's ``resource_access.<resource_server_id>.roles`` as
+    scopes and finds its keys by OpenID discovery from ``issuer``: Warren's
+    resource server id is the audience, its prefix set explicitly, the roles
+    claim one more additional_scopes_key. ``name``: the file, for errors."""
+    if parser.has_option("main", "auth_backends"):
+        names = [n.strip() for n in parser.get("main", "auth_backends").split(",")]
+        mapped = ", ".join(_LAVINMQ_BACKENDS.get(n, n) for n in names if n)
+        parser.set("main", "auth_backends", mapped)
+    if not parser.has_section("oauth"):
+        return lines
+    from warren.config import ConfigError  # config.py imports this module
+
+    def where(key: str | None) -> str:
+        number = lines.get(("oauth", key)) or lines.get(("oauth", None))
+        return f"{name}:{number}" if number else name
+
+    given = {k: parser.get("oauth", k).strip() for k in parser.options("oauth")}
+    for key in given:
+        if key in _LAVINMQ_IGNORED:
+            log.warning(
+                "%s: LavinMQ's [oauth] %s is not supported by Warren; ignored", where(key), key
+            )
+        elif key not in _LAVINMQ_KEYS:
+            known = ", ".join(sorted(_LAVINMQ_KEYS | _LAVINMQ_IGNORED))
+            raise ConfigError(f"{where(key)}: unknown LavinMQ [oauth] key {key} (known: {known})")
+    settings: dict[str, tuple[str, str]] = {}  # [oauth2] key -> value, the [oauth] key
+    for key in _LAVINMQ_SAME:
+        if given.get(key):
+            settings[key] = (given[key], key)
+    rs_id = given.get("resource_server_id") or None
+    audience = given.get("audience") or rs_id
+    if audience is None:
+        if _bool(given.get("verify_aud") or "true"):
+            raise ConfigError(
+                f"{where(None)}: [oauth] needs resource_server_id or audience "
+                "(Warren's resource_server_id), or verify_aud = false"
+            )
+        audience = "lavinmq"  # only a name: no aud is checked
+    settings["resource_server_id"] = (
+        audience,
+        "audience" if "audience" in given else "resource_server_id",
+    )
+    if "scope_prefix" not in settings:
+        settings["scope_prefix"] = (f"{rs_id}." if rs_id else "", "resource_server_id")
+    paths = [p.strip() for p in given.get("additional_scopes_keys", "").split(",") if p.strip()]
+    if rs_id:
+        paths.append(f"resource_access.{rs_id}.roles")
+    if paths:
+        settings["additional_scopes_key"] = (" ".join(paths), "additional_scopes_keys")
+    mgmt: dict[str, tuple[str, str]] = {}
+    if given.get("client_id"):
+        mgmt["oauth_client_id"] = (given["client_id"], "client_id")
+        if given.get("mgmt_base_url") and given.get("issuer"):  # LavinMQ's SSO switch
+            mgmt["oauth_enabled"] = ("true", "client_id")
+            mgmt["oauth_provider_url"] = (given["issuer"], "issuer")
+            mgmt["oauth_disable_basic_auth"] = ("false", "client_id")
+    if given.get("mgmt_scopes"):
+        mgmt["oauth_scopes"] = (given["mgmt_scopes"], "mgmt_scopes")
+    for section, table in (("oauth2", settings), ("mgmt", mgmt)):
+        if table and not parser.has_section(section):
+            parser.add_section(section)
+            lines[(section, None)] = lines.get(("oauth", None), 0)
+        for key, (value, source) in table.items():
+            if parser.has_option(section, key):
+                raise ConfigError(
+                    f"{where(source)}: LavinMQ's [oauth] {source} sets [{section}] {key}, "
+                    "which the file sets too"
+                )
+            parser.set(section, key, value)
+            lines[(section, key)] = lines.get(("oauth", source)) or lines.get(("oauth", None), 0)
+    parser.remove_section("oauth")
+    return lines

@@ -10,17 +10,23 @@ fetch find the key (docs/security.md). The JWKS URL's certificate is verified
 against ``[oauth2] https.cacertfile`` (else the system's CAs) unless
 ``https.peer_verification = verify_none``. Each ``resource_servers.<name>``
 gets its settings from config_oauth2.py, inheriting the root's as RabbitMQ does,
-and its keys from its identity provider (``oauth_provider_id``).
+and its keys from its identity provider (``oauth_provider_id``). A provider with
+an ``issuer`` and no JWKS URL finds it by OpenID discovery, as RabbitMQ 4: each
+fetch reads ``<issuer>/.well-known/openid-configuration`` (or the configured
+``discovery_endpoint_path`` and ``discovery_endpoint_params``) for its
+``jwks_uri`` first, so a provider that moves its keys is followed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import ssl
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from warren.config import Config, ConfigError
 from warren.config_oauth2 import OAuthProvider, ResourceServer
@@ -46,9 +52,23 @@ class Provider:
         self._fetching: asyncio.Task[None] | None = None
         #: JWKS documents fetched so far (tests and the log read it).
         self.fetches = 0
+        #: The JWKS URL the last discovery found (None: none yet, or not discovered).
+        self.discovered: str | None = None
+
+    @property
+    def discovery_url(self) -> str | None:
+        """Where OpenID discovery reads the JWKS URL: None with a jwks_url or no issuer."""
+        settings = self.settings
+        if settings.jwks_url or not settings.issuer:
+            return None
+        return discovery_url(
+            settings.issuer, settings.discovery_endpoint_path, settings.discovery_endpoint_params
+        )
 
     async def start(self) -> None:
-        if self.settings.jwks_url:
+        # Discovery at the start only for a provider with no key files: one with
+        # them discovers its JWKS at the first unknown kid, as RabbitMQ does.
+        if self.settings.jwks_url or (self.discovery_url and not self.keys.static):
             self._last_fetch_ms = self.backend.clock.now_ms()
             await self.fetch()
 
@@ -59,24 +79,30 @@ class Provider:
             await asyncio.gather(task, return_exceptions=True)
 
     async def fetch(self) -> None:
-        """Fetch the JWKS and replace the fetched keys (kept as they were on an error)."""
+        """Fetch the JWKS (its URL found by discovery first when not configured)
+        and replace the fetched keys (kept as they were on an error)."""
         import aiohttp
 
-        url = self.settings.jwks_url
+        url = self.settings.jwks_url or self.discovery_url
         assert url is not None
         try:
             timeout = aiohttp.ClientTimeout(total=10)
-            async with (
-                aiohttp.ClientSession(timeout=timeout) as http,
-                http.get(url, ssl=self._tls()) as response,
-            ):
-                response.raise_for_status()
-                body = await response.read()
+            async with aiohttp.ClientSession(timeout=timeout) as http:
+                if not self.settings.jwks_url:
+                    url = _jwks_uri(await self._get(http, url), url)
+                    self.discovered = url
+                body = await self._get(http, url)
             count = self.keys.load_jwks(body)
             self.fetches += 1
             log.info("OAuth 2: %d signing keys fetched from %s", count, url)
         except (TimeoutError, aiohttp.ClientError, ValueError, AttributeError, OSError) as exc:
             log.warning("OAuth 2: JWKS not fetched from %s: %s", url, exc)
+
+    async def _get(self, http: Any, url: str) -> bytes:
+        async with http.get(url, ssl=self._tls()) as response:
+            response.raise_for_status()
+            body: bytes = await response.read()
+            return body
 
     def _tls(self) -> ssl.SSLContext | bool:
         """The JWKS request's TLS (https.*); an http URL ignores it."""
@@ -89,7 +115,7 @@ class Provider:
 
     def _unknown_kid(self, kid: str) -> None:
         """A token named a key we lack: refetch, unless fetched too recently."""
-        if not self.settings.jwks_url or self._fetching is not None:
+        if not (self.settings.jwks_url or self.discovery_url) or self._fetching is not None:
             return
         now = self.backend.clock.now_ms()
         interval = self.backend.config.oauth2_jwks_min_refetch_interval * 1000
@@ -132,6 +158,8 @@ class OAuth2Backend:
             https_peer_verification=extra.https_peer_verification,
             https_hostname_verification=extra.https_hostname_verification,
             algorithms=extra.algorithms,
+            discovery_endpoint_path=extra.discovery_endpoint_path,
+            discovery_endpoint_params=extra.discovery_endpoint_params,
         )
         #: The identity providers by lowercased name; "": [oauth2]'s own settings.
         self.providers = {"": Provider(self, own)}
@@ -152,6 +180,7 @@ class OAuth2Backend:
             resource_server_type=extra.resource_server_type,
             keys=root_provider.keys,
             algorithms=root_provider.settings.algorithms,
+            require_exp=extra.require_exp,
         )
         others = [self._resource_server(root, server) for server in extra.resource_servers]
         if any(s.resource_server_id == root.resource_server_id for s in others):
@@ -217,6 +246,7 @@ class OAuth2Backend:
             resource_server_type=_own(server.resource_server_type, root.resource_server_type),
             keys=keys,
             algorithms=algorithms,
+            require_exp=_own(server.require_exp, root.require_exp),
         )
 
 
@@ -232,6 +262,28 @@ def _load_keys(entries: Iterable[str]) -> dict[str, Any]:
     return keys
 
 
+def discovery_url(issuer: str, path: str | None, params: Iterable[tuple[str, str]] = ()) -> str:
+    """The OpenID configuration document's URL, built as RabbitMQ's oauth2_client:
+    the path (default /.well-known/openid-configuration) after the issuer's own
+    path, the parameters after the issuer's query."""
+    parts = urlsplit(issuer)
+    tail = path or "/.well-known/openid-configuration"
+    tail = tail if tail.startswith("/") else "/" + tail
+    query = "&".join(q for q in (parts.query, urlencode(list(params))) if q)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + tail, query, ""))
+
+
+def _jwks_uri(document: bytes, url: str) -> str:
+    """The ``jwks_uri`` of an OpenID configuration document (ValueError: none)."""
+    try:
+        uri = json.loads(document).get("jwks_uri")
+    except (ValueError, AttributeError):
+        raise ValueError(f"{url} is not an OpenID configuration document") from None
+    if not isinstance(uri, str) or not uri:
+        raise ValueError(f"{url} names no jwks_uri")
+    return uri
+
+
 def _own(value: T | None, inherited: T) -> T:
     return inherited if value is None else value
 
@@ -244,11 +296,12 @@ def oauth2_backend(config: Config, clock: Clock) -> OAuth2Backend | None:
         return None
     if "oauth2" not in config.auth_backends:
         return None
-    has_keys = [
-        config.oauth2_jwks_url or config.oauth2_signing_keys or extra.signing_keys,
-        *(p.jwks_url or p.signing_keys for p in extra.oauth_providers),
+    has_keys = [  # an issuer: its JWKS URL is discovered
+        config.oauth2_jwks_url or config.oauth2_issuer,
+        config.oauth2_signing_keys or extra.signing_keys,
+        *(p.jwks_url or p.issuer or p.signing_keys for p in extra.oauth_providers),
         *(s.signing_keys for s in extra.resource_servers),
     ]
     if not any(has_keys):
-        raise ConfigError("[oauth2] resource_server_id needs jwks_url or signing_keys")
+        raise ConfigError("[oauth2] resource_server_id needs jwks_url, issuer or signing_keys")
     return OAuth2Backend(config, clock)

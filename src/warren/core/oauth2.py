@@ -85,6 +85,9 @@ class OAuth2Settings:
     keys: KeySet | None = None
     #: The signature algorithms its tokens may use (None: any its keys allow).
     algorithms: tuple[str, ...] | None = None
+    #: A token without ``exp`` is refused (RabbitMQ 4's require_exp); off, it
+    #: lasts as long as its connection.
+    require_exp: bool = True
 
     @property
     def prefix(self) -> str:
@@ -175,8 +178,8 @@ class Token:
     username: str
     scopes: list[str]
     tags: list[str]
-    #: ``exp`` in ms on the broker's clock.
-    expires_ms: int
+    #: ``exp`` in ms on the broker's clock; None: no ``exp`` (require_exp off).
+    expires_ms: int | None
     claims: dict[str, Any]
 
 
@@ -242,10 +245,11 @@ class TokenVerifier:
         now_s = self.now_ms() // 1000
         exp = claims.get("exp")
         if exp is None:
-            raise TokenRefused("Provided JWT token has no exp claim")
-        if not isinstance(exp, (int, float)) or isinstance(exp, bool):
+            if settings.require_exp:
+                raise TokenRefused("Provided JWT token has no exp claim")
+        elif not isinstance(exp, (int, float)) or isinstance(exp, bool):
             raise TokenRefused("Provided JWT token has an invalid exp claim: value is not a number")
-        if int(exp) <= now_s:
+        elif int(exp) <= now_s:
             raise TokenRefused(
                 f"Provided JWT token has expired at timestamp {int(exp)} (validated at {now_s})"
             )
@@ -258,7 +262,8 @@ class TokenVerifier:
         if len(scopes) > MAX_SCOPES:
             raise TokenRefused("too_many_scopes")
         tags = sorted({s[4:] for s in scopes if s.startswith("tag:") and s[4:]})
-        return Token(_username(settings, claims), scopes, tags, int(exp) * 1000, claims)
+        expires_ms = None if exp is None else int(exp) * 1000
+        return Token(_username(settings, claims), scopes, tags, expires_ms, claims)
 
 
 def resolve_resource_server(aud: Any, servers: list[OAuth2Settings]) -> OAuth2Settings:
@@ -466,4 +471,5 @@ def token_user(token: Token, topic_exchanges: Mapping[str, Iterable[str]]) -> Us
         token.scopes, {v: topic_exchanges[v] for v in permissions}, token.claims
     )
     user.expires_ms = token.expires_ms
+    user.from_token = True
     return user

@@ -432,10 +432,11 @@ class ClientSession:
     def update_secret(self, token: str) -> str | None:
         """Replace the logged-in token user's token (AMQP's connection.update-secret):
         None when done (new scopes, new expiry), else why not. The user name
-        must stay the same, as RabbitMQ requires. A user that never expires (the
-        user store's) keeps its login: accepted, as RabbitMQ's internal backend."""
+        must stay the same, as RabbitMQ requires. A user of the user store keeps
+        its login: accepted, as RabbitMQ's internal backend. (A token's user may
+        have no expiry either: ``require_exp = false``.)"""
         user = self.user
-        if user is None or user.expires_ms is None:
+        if user is None or not user.from_token:
             return None
         if self.host.oauth2 is None:
             return "OAuth 2 is not configured"
@@ -456,8 +457,9 @@ class ClientSession:
         user.topic_permissions.update(new.topic_permissions)
         self._permissions.clear()
         if self._expiry is not None:
-            target = self._expiry[1]
-            self._expiry[0].cancel()
+            timer, target = self._expiry
+            if timer is not None:
+                timer.cancel()
             self._expire_at(target)
         return None
 
@@ -465,7 +467,10 @@ class ClientSession:
         """Close ``conn`` when the user's token expires, as RabbitMQ 3.10+ does
         (AMQP: 320 CONNECTION_FORCED - credential expired)."""
         user = self.user
-        if user is None or user.expires_ms is None:
+        if user is None or not user.from_token:
+            return
+        if user.expires_ms is None:  # no exp: a refresh may bring one
+            self._expiry = (None, conn)
             return
         owner = self.owner
 
@@ -530,7 +535,8 @@ class ClientSession:
         the counts and the listing, and what it counted is kept for the
         broker's totals."""
         if self._expiry is not None:
-            self._expiry[0].cancel()
+            if self._expiry[0] is not None:
+                self._expiry[0].cancel()
             self._expiry = None
         for stream in list(self._streams.values()):
             stream.close()

@@ -171,8 +171,11 @@ class User:
     #: none, a negative value or no entry means no limit.
     limits: dict[str, int] = field(default_factory=dict)
     #: An OAuth 2 token's user (core/oauth2.py): when the token expires, in ms on
-    #: the broker's clock; None for the user store's users, which never expire.
+    #: the broker's clock; None for the user store's users, which never expire
+    #: (and for a token without ``exp``, with ``require_exp = false``).
     expires_ms: int | None = None
+    #: Logged in with an OAuth 2 token: a secret update must bring another.
+    from_token: bool = False
 
     def limit(self, key: str) -> int | None:
         """The limit in force for ``key``; None when there is none."""

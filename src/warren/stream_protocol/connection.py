@@ -441,7 +441,7 @@ class StreamConnection:
             self._refuse(command.correlation_id, creds, 0)
             return
         assert self.user is not None
-        if self.user.expires_ms is not None:
+        if self.user.from_token:
             # An OAuth 2 token's user: the new token must name the same user
             # (the name the client sends is not it); its scopes and expiry replace.
             why = self.client_session.update_secret(creds[1] or "")
