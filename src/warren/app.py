@@ -6,6 +6,7 @@ class below; broker.Broker (no listeners of its own) stays protocol-free.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -117,11 +118,16 @@ SHARED_DECODER.decode = AMQP1StreamMessages().to_core
 
 
 def replica_stream_server(
-    config: Config, root: Path, leader: Callable[[], str], host: str
+    config: Config,
+    root: Path,
+    leader: Callable[[], str],
+    host: str,
+    link: tuple[str, ssl.SSLContext | None] | None = None,
 ) -> ReplicaStreamServer:
     """A follower's stream protocol read service, with AMQP 1.0's record codec
     (cluster/node.py's StreamProtocolReadsFactory)."""
-    return ReplicaStreamServer(config, root, leader, host, messages=AMQP1StreamMessages())
+    messages = AMQP1StreamMessages()
+    return ReplicaStreamServer(config, root, leader, host, messages=messages, link=link)
 
 
 def default_listeners(

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import secrets
+import ssl
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -79,9 +80,15 @@ class StreamReads(Protocol):
 
 #: Makes the service for (config, data directory, "where the leader is").
 StreamReadsFactory = Callable[[Config, Path, Callable[[], str]], StreamReads]
+#: Where a follower's links to the leader dial ("host:port", "": nowhere) and
+#: the TLS client context they verify it with (None: plain TCP).
+LeaderLinkTarget = tuple[str, ssl.SSLContext | None]
 #: The stream protocol's (stream_protocol/replica_server.py): the same, with
-#: "where the leader's stream port is" and the host this node is reached by.
-StreamProtocolReadsFactory = Callable[[Config, Path, Callable[[], str], str], StreamReads]
+#: "where the leader's stream port is" (as clients are told), the host this
+#: node is reached by, and the target of its links to the leader.
+StreamProtocolReadsFactory = Callable[
+    [Config, Path, Callable[[], str], str, LeaderLinkTarget], StreamReads
+]
 
 
 def node_id_of(data_dir: Path, name: str = "") -> str:
@@ -247,6 +254,7 @@ class ClusterNode:
             "amqp": f"{host}:{cfg.amqp_port}",
             "mqtt": f"{host}:{cfg.mqtt_port}" if cfg.mqtt_port >= 0 else None,
             "stream": f"{host}:{cfg.stream_port}" if cfg.stream_port >= 0 else None,
+            "stream_tls": f"{host}:{tls}" if (tls := cfg.stream_tls_listen_port) >= 0 else None,
             "http": f"{host}:{cfg.http_port}" if cfg.http_port >= 0 else None,
         }
 
@@ -507,8 +515,13 @@ class ClusterNode:
         if self.make_stream_protocol_reads is None or port < 0:
             return
         stream = str(leader.get("stream") or "")
+        stream_tls = str(leader.get("stream_tls") or "")
+        # The read service is TLS with [main] tls_cert: its clients are told the
+        # leader's TLS port. Its links follow [clustering] tls (docs/clustering.md).
+        told = stream_tls if stream_tls and self.config.tls_cert else stream
+        link = (stream_tls, self.tls[1]) if self.tls is not None and stream_tls else (stream, None)
         reads = self.make_stream_protocol_reads(
-            self.config, self.root, lambda: stream, self.advertised[0]
+            self.config, self.root, lambda: told, self.advertised[0], link
         )
         try:
             await reads.start()

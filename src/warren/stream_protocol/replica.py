@@ -566,6 +566,8 @@ class ReplicaStreamConnection:
     def _unsubscribe(self, command: c.Unsubscribe) -> None:
         sub = self.subscriptions.pop(command.subscription_id, None)
         if sub is None:
+            if self.forwarding is not None and self.forwarding.unsubscribe_pending(command):
+                return  # answered after its Subscribe (replica_forward.py)
             code = int(ResponseCode.SUBSCRIPTION_ID_DOES_NOT_EXIST)
             self.send(c.UnsubscribeResponse(command.correlation_id, code))
             return

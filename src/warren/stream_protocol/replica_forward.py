@@ -14,7 +14,11 @@ A follower's ReplicaStreamConnection does the same through a LeaderLink
   replicated stream; NONE: where its Subscribe said); ConsumerUpdate
   (active=false) stops it here at once, as the leader stops a consumer it
   deactivates. Unsubscribe and the client's end (the link closes) leave the
-  group on the leader, which hands over to the next member.
+  group on the leader, which hands over to the next member. An Unsubscribe
+  that comes while its Subscribe waits for the leader is answered after it,
+  in the client's order, as RabbitMQ (which answers a Subscribe before it
+  reads the next command) would: it succeeds once the leader took the
+  Subscribe, and finds no subscription when the leader refused it.
 - StoreOffset goes to the leader as it came (it has no answer either way);
   QueryOffset is answered from the replicated stream's tracking.
 
@@ -44,6 +48,7 @@ log = logging.getLogger("warren.stream")
 
 OK: Final = int(ResponseCode.OK)
 NOT_AVAILABLE: Final = int(ResponseCode.STREAM_NOT_AVAILABLE)
+NO_SUBSCRIPTION: Final = int(ResponseCode.SUBSCRIPTION_ID_DOES_NOT_EXIST)
 
 #: Opens a link's transport to the leader for a connection (the read server's;
 #: it calls the link's ``lost`` when it cannot).
@@ -59,6 +64,8 @@ class Forwarding:
         self.link: LeaderLink | None = None
         #: Subscribes sent to the leader: link correlation id -> (client's, subscription).
         self._subscribes: dict[int, tuple[int, ReplicaSubscription]] = {}
+        #: Unsubscribes that wait for their Subscribe's answer: sid -> client's correlation id.
+        self._unsubscribes: dict[int, int] = {}
         #: ConsumerUpdates sent to the client: its correlation id -> (the
         #: leader's, sid, whether it activates).
         self._updates: dict[int, tuple[int, int, bool]] = {}
@@ -81,6 +88,15 @@ class Forwarding:
         link.send(
             c.Subscribe(corr, sub.subscription_id, sub.stream, command.offset, 0, sub.properties)
         )
+
+    def unsubscribe_pending(self, command: c.Unsubscribe) -> bool:
+        """Whether ``command`` is for a Subscribe that waits for the leader (it
+        is answered after that Subscribe's answer)."""
+        sid = command.subscription_id
+        if sid in self._unsubscribes or not self.pending(sid):
+            return False
+        self._unsubscribes[sid] = command.correlation_id
+        return True
 
     def unsubscribed(self, sub: ReplicaSubscription) -> None:
         """A forwarded subscription went here: it leaves its group there."""
@@ -120,6 +136,7 @@ class Forwarding:
         """The client went: so does the link (and the leader's members with it)."""
         link, self.link = self.link, None
         self._subscribes.clear()
+        self._unsubscribes.clear()
         self._updates.clear()
         if link is not None:
             link.close()
@@ -151,9 +168,15 @@ class Forwarding:
         if entry is None or self.conn.closed:
             return
         client_corr, sub = entry
-        if command.code == OK:
+        unsubscribe = self._unsubscribes.pop(sub.subscription_id, None)
+        if command.code == OK and unsubscribe is None:
             self.conn.subscriptions[sub.subscription_id] = sub
         self.conn.send(c.SubscribeResponse(client_corr, command.code))
+        if unsubscribe is not None:
+            if command.code == OK:
+                self.unsubscribed(sub)
+            code = OK if command.code == OK else NO_SUBSCRIPTION
+            self.conn.send(c.UnsubscribeResponse(unsubscribe, code))
 
     def _consumer_update(self, command: c.ConsumerUpdate) -> None:
         sub = self.conn.subscriptions.get(command.subscription_id)
@@ -177,9 +200,13 @@ class Forwarding:
         self.link = None
         log.warning("%s: the link to the leader ended: %s", self.conn.name, reason)
         subscribes, self._subscribes = self._subscribes, {}
+        unsubscribes, self._unsubscribes = self._unsubscribes, {}
         self._updates.clear()
         if self.conn.closed:
             return
-        for client_corr, _sub in subscribes.values():
+        for client_corr, sub in subscribes.values():
             self.conn.send(c.SubscribeResponse(client_corr, NOT_AVAILABLE))
+            unsubscribe = unsubscribes.get(sub.subscription_id)
+            if unsubscribe is not None:
+                self.conn.send(c.UnsubscribeResponse(unsubscribe, NO_SUBSCRIPTION))
         self.conn.drop([s for s in self.conn.subscriptions.values() if s.sac_active is not None])

@@ -5,14 +5,17 @@ A cluster node that follows starts one ReplicaStreamServer on
 follower calls ``applied()`` each time the leader's actions it applied are on
 its disk, and every subscription whose stream grew reads on. The server and
 Protocol are replica_reads.py's. What a client's connection forwards to the
-leader (replica_forward.py) goes over a LeaderLink on a TCP connection to
-the leader's stream port (as the leader's Metadata names it).
+leader (replica_forward.py) goes over a LeaderLink on a connection to the
+leader's stream port, or its stream TLS port with ``[clustering] tls``
+(cluster/node.py picks the target and gives the replication's client
+context, which verifies the leader's certificate against the cluster's CA).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 
@@ -48,8 +51,12 @@ class ReplicaStreamServer(ReadService[ReplicaStreamConnection]):
         host: str,
         clock: Clock | None = None,
         messages: StreamMessageCodec | None = None,
+        link: tuple[str, ssl.SSLContext | None] | None = None,
     ) -> None:
         super().__init__(config, root, leader, clock)
+        #: Where links to the leader dial ("host:port") and their TLS client
+        #: context (None: plain TCP); by default the leader's address, plain.
+        self.link = link
         #: The host clients reach this node by: [stream] advertised_host, else the
         #: node's advertised host (as the leader's Metadata names it).
         self.host = config.stream_advertised_host or host
@@ -83,9 +90,13 @@ class ReplicaStreamServer(ReadService[ReplicaStreamConnection]):
     def _connect(self, link: LeaderLink, conn: ReplicaStreamConnection) -> None:
         """Open ``link``'s transport to the leader's stream port; what the link
         gets wakes ``conn``, its client's connection."""
-        address = split_address(self.leader())
+        target, tls = self.link if self.link is not None else (self.leader(), None)
+        address = split_address(target)
         if address is None:
-            link.lost("the leader has no stream port")
+            # A leader whose stream protocol is TLS only is reached with [clustering] tls.
+            link.lost(
+                "no stream port of the leader to link to (its TLS port needs [clustering] tls)"
+            )
             return
 
         def wake() -> None:
@@ -96,8 +107,13 @@ class ReplicaStreamServer(ReadService[ReplicaStreamConnection]):
         async def run() -> None:
             loop = asyncio.get_running_loop()
             try:
-                await loop.create_connection(lambda: _LinkProtocol(self, link, wake), *address)
-            except OSError as exc:
+                await loop.create_connection(
+                    lambda: _LinkProtocol(self, link, wake),
+                    *address,
+                    ssl=tls,
+                    server_hostname=address[0] if tls is not None else None,
+                )
+            except OSError as exc:  # ssl.SSLError too (a certificate not verified)
                 link.lost(f"cannot reach {address[0]}:{address[1]}: {exc}")
                 wake()
 

@@ -319,3 +319,53 @@ def test_the_link_waits_for_open_answers_heartbeats_and_reports_a_refused_login(
     talk(broker, bad)
     assert bad.closed and got == []
     assert lost == [f"the leader refused the login ({int(ResponseCode.AUTHENTICATION_FAILURE)})"]
+
+
+def test_an_unsubscribe_while_the_leader_has_not_answered_the_subscribe(
+    broker: Harness,
+) -> None:
+    client = leader_client(broker)
+    publish(client, [1])
+    wire = ForwardingWire(broker)
+    wire.open()
+    # Both before the link is even open: the Unsubscribe is answered after the Subscribe.
+    subscribe = schema.Subscribe(wire.next_id(), 4, "s", FIRST, 10, sac())
+    unsubscribe = schema.Unsubscribe(wire.next_id(), 4)
+    data = encoding.encode_frame(subscribe) + encoding.encode_frame(unsubscribe)
+    frames = [encoding.decode_frame(f) for f in wire.raw(data)]
+    answers = [f for f in frames if not isinstance(f, UPDATE)]
+    assert [(type(f), f.correlation_id, f.response_code) for f in answers] == [
+        (schema.SubscribeResponse, subscribe.correlation_id, OK),
+        (schema.UnsubscribeResponse, unsubscribe.correlation_id, OK),
+    ]
+    assert wire.conn.subscriptions == {} and not wire.conn.forwarding.pending(4)
+    # The leader heard: a member of its own is the group's only one.
+    other = MemoryStream(broker)
+    other.open()
+    frames = other.send(schema.Subscribe(other.next_id(), 1, "s", FIRST, 10, sac()))
+    [update] = kinds(frames, UPDATE)
+    assert (update.subscription_id, update.active) == (1, 1)
+    # The id is free again here.
+    [again] = wire.send(schema.Subscribe(wire.next_id(), 4, "s", FIRST, 10, sac()))
+    assert again.response_code == OK
+
+
+def test_an_unsubscribe_waiting_on_a_subscribe_the_link_could_not_take(
+    broker: Harness,
+) -> None:
+    leader_client(broker)
+    wire = ForwardingWire(broker)
+    wire.open()
+    subscribe = schema.Subscribe(wire.next_id(), 4, "s", FIRST, 10, sac())
+    unsubscribe = schema.Unsubscribe(wire.next_id(), 4)
+    wire.conn.feed(encoding.encode_frame(subscribe) + encoding.encode_frame(unsubscribe))
+    wire.links[-1][0].lost("gone")  # before the leader answered
+    frames = [encoding.decode_frame(f) for f in wire.raw()]
+    assert [(type(f), f.correlation_id, f.response_code) for f in frames] == [
+        (schema.SubscribeResponse, subscribe.correlation_id, ResponseCode.STREAM_NOT_AVAILABLE),
+        (
+            schema.UnsubscribeResponse,
+            unsubscribe.correlation_id,
+            ResponseCode.SUBSCRIPTION_ID_DOES_NOT_EXIST,
+        ),
+    ]

@@ -1,6 +1,7 @@
 """The stream protocol over TLS ([stream] tls_port, RabbitMQ's 5551) with rstream:
-publish and consume, a login by client certificate (EXTERNAL), and clients that
-speak the wrong thing on either port turned away without a connection.
+publish and consume, a login by client certificate (EXTERNAL), clients that
+speak the wrong thing on either port turned away without a connection, and a
+cluster follower's link to it (replica_server.py with [clustering] tls's context).
 (Which port opens by default: tests/core/test_config.py.)"""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import socket
 import ssl
 import struct
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from conftest import BrokerThread
@@ -21,6 +23,11 @@ from rstream import (
 )
 from streamhelp import HOST, first_messages
 from tlshelp import tls_broker, write_pki
+
+from warren.config import Config
+from warren.stream_protocol.leader_link import LeaderLink
+from warren.stream_protocol.replica_server import ReplicaStreamServer
+from warren.tls import replication_contexts
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -176,3 +183,38 @@ def test_a_tls_client_on_the_plain_port_is_turned_away(
         client_tls(pki).wrap_socket(raw, server_hostname=HOST)
     assert stream_connections(broker) == before
     assert tls_client_works(ports(broker)[1], pki)
+
+
+def open_link(port: int, pki: dict[str, str], ca: str, data: Path) -> list[str]:
+    """A follower's link to ``port`` through ReplicaStreamServer's transport, with
+    the replication's client context trusting ``ca``, until it opens or is lost:
+    why it was lost (nothing: it opened)."""
+    config = Config(tls_cert=pki["server"], tls_key=pki["server.key"], tls_ca_cert=ca)
+    _server_side, client = replication_contexts(config)
+    lost: list[str] = []
+
+    async def run() -> None:
+        server = ReplicaStreamServer(
+            config, data, lambda: "", HOST, link=(f"{HOST}:{port}", client)
+        )
+        link = LeaderLink(
+            "guest", "guest", "/", "t", lambda _: None, lambda _, why: lost.append(why)
+        )
+        server._connect(link, server.connection("t"))
+        while link.state == 0:  # the handshake: wait for its end (a condition)
+            await asyncio.sleep(0.01)
+        link.close()
+        await server.stop()
+
+    asyncio.run(run())
+    return lost
+
+
+def test_a_follower_links_to_the_tls_port_verified_by_the_cluster_ca(
+    broker: BrokerThread, pki: dict[str, str], tmp_path: Path
+) -> None:
+    _, tls_port = ports(broker)
+    assert open_link(tls_port, pki, pki["ca"], tmp_path) == []  # logged in, opened
+    # A leader whose certificate the cluster's CA did not sign: no link.
+    [why] = open_link(tls_port, pki, pki["other-ca"], tmp_path)
+    assert "CERTIFICATE_VERIFY_FAILED" in why
