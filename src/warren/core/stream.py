@@ -112,6 +112,7 @@ class StreamLog(Protocol):
         reference: str = "",
         last_id: int = 0,
         data_crc: int = -1,
+        num_records: int = -1,
     ) -> int: ...
 
     def publisher_sequence(self, reference: str) -> int: ...
