@@ -182,6 +182,8 @@ class Publish(Command):
                 entry = entry_at(buf, start, end)
                 if entry.compression is None or entry.compression > Compression.ZSTD:
                     raise StreamProtocolError("unknown sub-entry compression", _REFUSED)
+                if not entry.records:
+                    raise StreamProtocolError("an empty sub-entry batch", _REFUSED)
                 if entry.uncompressed > max_uncompressed:
                     raise StreamProtocolError("sub-entry batch too large", _REFUSED)
                 pos = entry.end
