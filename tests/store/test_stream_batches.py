@@ -200,3 +200,22 @@ def test_a_chunk_counts_no_fewer_records_than_entries(tmp_path: Path) -> None:
         store.append_chunk(entries(b"a", b"b"), 2, 1000, num_records=1)
     assert store.next_offset == 0
     store.close()
+
+
+def test_last_for_a_reader_of_messages_is_the_last_it_can_read(tmp_path: Path) -> None:
+    """x-stream-offset "last" over AMQP (StartSpec.resolve(messages=True)): a
+    stream ending in batches such a reader skips starts it at the last
+    message it can read, so it (and the Spark planner's probe) gets one."""
+    store = StreamStore(tmp_path / "s")
+    store.decoder = own_decoder()
+    data = entries(b"a") + batch(1, b"b", b"c") + batch(2, b"x", b"y")
+    store.append_chunk(data, 3, 1000, num_records=5)
+    store.append_chunk(batch(3, b"z"), 1, 2000, num_records=1)
+    store.flush()
+    assert store.next_offset == 6
+    assert store.last_message_offset() == 2
+    assert read(store, store.last_message_offset()) == [(2, b"body:c")]
+    store.append(Message("", "s", PLAIN, b"m6", 3000))
+    store.flush()
+    assert store.last_message_offset() == 6
+    store.close()

@@ -296,7 +296,7 @@ class StreamQueue(Queue):
             start = StartSpec("next")
         if automatic:
             tracking = consumer.tag
-        offset = start.resolve(self.stream)
+        offset = start.resolve(self.stream, messages=True)
         if tracking is not None:
             stored = self.stream.tracked(tracking)
             if stored is not None:

@@ -37,13 +37,15 @@ from warren.store.stream_records import (
 if TYPE_CHECKING:
     from warren.store.stream_store import StreamStore, _StreamSegment
 
-__all__ = ["StreamCursor"]
+__all__ = ["StreamCursor", "last_message_offset"]
 
 log = logging.getLogger("warren.store")
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _ENTRIES_AT = CHUNK_BODY_AT + CHUNK_HEADER.size
+#: Chunk records last_message_offset looks back over for a message it can read.
+_LAST_LOOKBACK = 64
 
 
 class StreamCursor:
@@ -340,3 +342,41 @@ def _kept_closed(store: StreamStore, codec: str, offset: int, count: int) -> Non
         offset + count - 1,
         codec,
     )
+
+
+def last_message_offset(store: StreamStore) -> int:
+    """The offset of the last message a reader of one message at a time
+    (``next``) gets: next_offset - 1, unless the stream ends with sub-entry
+    batches it steps over (snappy, lz4, zstd); then the last offset before
+    them it can read, looked for over at most _LAST_LOOKBACK chunk records
+    (past those, next_offset - 1). So x-stream-offset "last" over AMQP (the
+    Spark planner's probe) finds a message, as RabbitMQ's last chunk would."""
+    last = max(store.first_offset, store.next_offset - 1)
+    offset = last
+    for _ in range(_LAST_LOOKBACK):
+        if offset < store.first_offset:
+            break
+        sid, pos, found = store.position_of(offset)
+        if not sid or found != offset:
+            break  # damage took it: the cursor sorts that out
+        m = store._log.map(sid)
+        if m is None:
+            break
+        try:
+            if len(m) - pos < _ENTRIES_AT or not chunk_count(m, pos):
+                return offset  # a message stored alone
+            head = CHUNK_HEADER.unpack_from(m, pos + CHUNK_BODY_AT)
+            first, entry = head[6], pos + _ENTRIES_AT
+            at, readable = first, -1
+            for _ in range(head[2]):
+                end, held = entry_span(m, entry)
+                if held and (not m[entry] & 0x80 or (m[entry] >> 4) & 0x07 <= 1):
+                    readable = at + held - 1
+                at += held
+                entry = end
+        finally:
+            m.close()
+        if readable >= 0:
+            return min(readable, offset)
+        offset = first - 1
+    return last

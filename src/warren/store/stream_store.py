@@ -46,7 +46,7 @@ from warren.store.segment_damage import (
     structure_length,
 )
 from warren.store.segment_log import MSGS_NAME, RecordScan, SegmentLog
-from warren.store.stream_cursor import StreamCursor
+from warren.store.stream_cursor import StreamCursor, last_message_offset
 from warren.store.stream_records import (
     RECORD_TS,
     SHARED_DECODER,
@@ -249,6 +249,11 @@ class StreamStore:
         if reference and last_id > self._sequences.get(reference, 0):
             self._sequences[reference] = last_id
         return offset
+
+    def last_message_offset(self) -> int:
+        """x-stream-offset "last" for a reader of one message at a time: the
+        last offset it gets a message for (stream_cursor.last_message_offset)."""
+        return last_message_offset(self)
 
     def publisher_sequence(self, reference: str) -> int:
         """The last publishing id a chunk record's trailer holds for

@@ -99,7 +99,7 @@ def test_sub_entry_batches_of_rstream(warren: WarrenBroker, zstd_codec: None) ->
 
     pytest.importorskip("pyarrow")
     from warren.spark.columns import to_batch
-    from warren.spark.stream import read_range
+    from warren.spark.stream import Planner, read_range
 
     rows = read_range(
         warren.url,
@@ -112,3 +112,23 @@ def test_sub_entry_batches_of_rstream(warren: WarrenBroker, zstd_codec: None) ->
     )
     table = [r for batch in rows for r in to_batch(batch, "rs-batches").to_pylist()]
     assert [(r["offset"], r["body"]) for r in table] == read[1:]
+
+    # A stream ending in a batch AMQP readers skip: the planner's bounds end
+    # after the last message they can read.
+    async def closed_at_the_end() -> None:
+        async with producer(warren) as p:
+            done = asyncio.Event()
+            msgs = [AMQPMessage(body=b"z2"), AMQPMessage(body=b"z3")]
+            await p.send_sub_entry(
+                "rs-batches",
+                msgs,
+                compression_type=CompressionType.Zstd,
+                on_publish_confirm=lambda _s: done.set(),
+            )
+            await asyncio.wait_for(done.wait(), 20)
+
+    asyncio.run(closed_at_the_end())
+    with Planner(warren.url, 20_000) as planner:
+        bounds = planner.bounds("rs-batches")
+    assert (bounds.first, bounds.end) == (0, 8)
+    assert warren.broker.vhosts["/"].queues["rs-batches"].stream.next_offset == 10

@@ -279,3 +279,12 @@ def test_rstream_decodes_the_delivered_gzip_batch(broker: Harness) -> None:
     bodies = [amqp_decoder(m).body for m in deliver.get_messages()]
     assert bodies == [b"a", b"b", b"c", b"d", b"j", b"k"]
     assert zlib.crc32(b"".join(entries)) == deliver.chunk_crc
+
+
+def test_last_over_amqp_is_the_last_message_it_can_read(broker: Harness) -> None:
+    client = stored(broker)
+    publish_entries(client, [7], [closed_batch(4, 3)])  # offsets 11-13: zstd
+    assert amqp_read(broker, "last", 1) == [(10, b"k")]
+    sub = opened(broker, stream=None)  # the stream protocol's LAST: the last chunk
+    frames = sub.raw(encode(schema.Subscribe(sub.next_id(), 1, "s", LAST, 10, [])))
+    assert [(f, r) for f, _e, r, _d in chunks(frames)] == [(11, 3)]
