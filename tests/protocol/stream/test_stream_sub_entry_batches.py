@@ -288,3 +288,20 @@ def test_last_over_amqp_is_the_last_message_it_can_read(broker: Harness) -> None
     sub = opened(broker, stream=None)  # the stream protocol's LAST: the last chunk
     frames = sub.raw(encode(schema.Subscribe(sub.next_id(), 1, "s", LAST, 10, [])))
     assert [(f, r) for f, _e, r, _d in chunks(frames)] == [(11, 3)]
+
+
+def test_a_follower_read_service_filters_chunk_records_as_the_leader(broker: Harness) -> None:
+    client = stored(broker)
+    red = PublishedMessage.simple(7, message(b"r"), "red")
+    client.raw(Publish.of(1, [red]).encode())
+    wire = replica(broker)
+    only_red = [schema.Property("filter.0", "red")]
+    frames = wire.raw(
+        encoding.encode_frame(schema.Subscribe(wire.next_id(), 1, "s", FIRST, 9, only_red))
+    )
+    assert [(f, r) for f, _e, r, _d in chunks(frames)] == [(11, 1)]
+    unfiltered = [*only_red, schema.Property("match-unfiltered", "true")]
+    sub = schema.Subscribe(wire.next_id(), 2, "s", FIRST, 9, unfiltered)
+    got = chunks(wire.raw(encoding.encode_frame(sub)))
+    assert [(f, r) for f, _e, r, _d in got] == [(0, 11), (11, 1)]
+    assert got[0][3] == b"".join(ENTRIES)
