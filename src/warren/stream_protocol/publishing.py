@@ -111,6 +111,7 @@ class Publishing:
         q = pub.queue
         if (
             entries.filter_values is None
+            and not entries.empty
             and len(entries.publishing_ids) <= MAX_CHUNK_ENTRIES
             and q.takes_chunks()
         ):

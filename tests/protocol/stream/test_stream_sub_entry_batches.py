@@ -256,13 +256,16 @@ def test_a_deduplicating_stream_opens_gzip_and_refuses_snappy(broker: Harness) -
     assert amqp_read(broker, "first", 3) == [(0, b"b"), (1, b"c"), (2, b"d")]
 
 
-def test_an_empty_batch_is_refused(broker: Harness) -> None:
+def test_an_empty_batch_is_confirmed_and_holds_no_offset(broker: Harness) -> None:
+    """A batch of no record takes the per-message path (a chunk record's
+    entries hold one offset or more): confirmed, nothing stored."""
     client = opened(broker)
     declare(client)
     empty = struct.pack(">BHII", 0x80, 0, 0, 0)
-    answers = publish_entries(client, [1], [empty])
-    assert [(type(a), a.code) for a in answers] == [(c.Close, ResponseCode.PRECONDITION_FAILED)]
-    assert broker.broker.vhosts["/"].queues["s"].stream.next_offset == 0
+    answers = publish_entries(client, [1, 2], [empty, ENTRIES[0]])
+    assert confirmed(answers) == [1, 2]
+    assert broker.broker.vhosts["/"].queues["s"].stream.next_offset == 1
+    assert amqp_read(broker, "first", 1) == [(0, b"a")]
 
 
 def test_rstream_decodes_the_delivered_gzip_batch(broker: Harness) -> None:
