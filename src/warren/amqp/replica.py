@@ -316,7 +316,7 @@ class ReplicaConnection(FrameHandler):
         cursor = None
         if store is not None:
             store.refresh()
-            cursor = store.cursor(start.resolve(store))
+            cursor = store.cursor(start.resolve(store, messages=True))
         elif start.kind == "offset" and start.value > 0:
             # Nothing here yet: a cursor is made once the stream's files appear.
             pass

@@ -112,9 +112,12 @@ class StreamLog(Protocol):
         reference: str = "",
         last_id: int = 0,
         data_crc: int = -1,
+        num_records: int = -1,
     ) -> int: ...
 
     def publisher_sequence(self, reference: str) -> int: ...
+
+    def last_message_offset(self) -> int: ...
 
     def offset_at(self, timestamp_ms: int) -> int: ...
 
@@ -169,14 +172,18 @@ class StartSpec:
     kind: str
     value: int = 0
 
-    def resolve(self, stream: StreamLog) -> int:
-        """The offset this start means in ``stream`` now."""
+    def resolve(self, stream: StreamLog, messages: bool = False) -> int:
+        """The offset this start means in ``stream`` now; ``messages``: for a
+        reader of one message at a time (AMQP), whose "last" is the last
+        message it can read (not in a sub-entry batch it skips)."""
         if self.kind == "first":
             return stream.first_offset
         if self.kind == "next":
             return stream.next_offset
         if self.kind == "last":
             # The last message (RabbitMQ: the last chunk of several).
+            if messages:
+                return stream.last_message_offset()
             return max(stream.first_offset, stream.next_offset - 1)
         if self.kind == "timestamp":
             return stream.offset_at(self.value)

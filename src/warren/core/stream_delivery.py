@@ -4,9 +4,11 @@ and the passes that deliver to them.
 Each consumer is a reader with its own cursor on the log (and filter, offset
 tracking, what is in flight). A pass goes round-robin over the readers that
 can take more, up to a batch: a chunk record whole to a consumer that takes
-them (Consumer.deliver_chunk: the stream protocol's, unfiltered; nothing to
-settle), a span of records framed at once where a reader has no filter and
-credit for two or more (Consumer.deliver_records: delivery seqs ``(-span id
+them (Consumer.deliver_chunk: the stream protocol's; nothing to settle; with
+``x-stream-filter`` values a chunk record, which holds no filter value,
+goes whole when the consumer matches unfiltered and is passed over whole
+otherwise, as RabbitMQ's chunk filter does), a span of records framed at
+once where a reader has no filter and credit for two or more (Consumer.deliver_records: delivery seqs ``(-span id
 << 32) | i``), else one by one (a seq of its own).
 A filter is 0-9-1's ``x-stream-filter`` values and, for a protocol that has
 more (AMQP 1.0's property filters), the consumer's ``message_filter``; a
@@ -71,9 +73,9 @@ class Reader:
         self.predicate = predicate
         #: No filter of either kind: the delivery pass's fast path (spans).
         self.plain = filters is None and predicate is None
-        #: Takes chunk records whole (Consumer.takes_chunks): nothing to filter
-        #: and no offset to track per message.
-        self.chunks = self.plain and tracking is None and consumer.takes_chunks()
+        #: Takes chunk records whole (Consumer.takes_chunks): no predicate and
+        #: no offset to track per message; ``filters`` decide per chunk record.
+        self.chunks = predicate is None and tracking is None and consumer.takes_chunks()
         #: Its filter skipped a whole batch: the next pass reads on.
         self.scanning = False
         self.tracking = tracking
@@ -187,7 +189,8 @@ class StreamDelivery(QueueDelivery):
                     got = cursor.chunk()
                     if got is not None:
                         first, count, m, start, end = got
-                        consumer.deliver_chunk(first, count, m[start:end])
+                        if reader.filters is None or reader.match_unfiltered:
+                            consumer.deliver_chunk(first, count, m[start:end])
                         budget = max(budget - count, 0)
                         still.append(reader)
                         if not budget:

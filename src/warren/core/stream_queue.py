@@ -205,15 +205,23 @@ class StreamQueue(Queue):
         return self._dedup is None and not self.deleted
 
     def publish_chunk(
-        self, data: bytes | memoryview, count: int, ts: int, reference: str = "", last_id: int = 0
+        self,
+        data: bytes | memoryview,
+        count: int,
+        ts: int,
+        reference: str = "",
+        last_id: int = 0,
+        records: int = -1,
     ) -> int:
-        """``count`` simple data entries (``data``, the stream protocol's Publish
-        as it came) stored as one chunk record (StreamStore.append_chunk): no
-        Message for any of them. ``reference``/``last_id``: the publisher's,
-        kept with the record. Returns the first offset; the confirms wait for
-        the stream's sync as a run's do."""
-        self.stats.publish += count
-        first = self.stream.append_chunk(data, count, ts, reference, last_id)
+        """``count`` data entries (``data``, the stream protocol's Publish as it
+        came) holding ``records`` messages (-1: every entry simple; sub-entry
+        batches are kept closed) stored as one chunk record
+        (StreamStore.append_chunk): no Message for any of them.
+        ``reference``/``last_id``: the publisher's, kept with the record.
+        Returns the first offset; the confirms wait for the stream's sync as
+        a run's do."""
+        self.stats.publish += count if records < 0 else records
+        first = self.stream.append_chunk(data, count, ts, reference, last_id, num_records=records)
         self.vhost.store_written(self.store)
         if self._max_length is not None or self._max_bytes is not None or self._max_age_ms:
             self._apply_retention()
@@ -288,7 +296,7 @@ class StreamQueue(Queue):
             start = StartSpec("next")
         if automatic:
             tracking = consumer.tag
-        offset = start.resolve(self.stream)
+        offset = start.resolve(self.stream, messages=True)
         if tracking is not None:
             stored = self.stream.tracked(tracking)
             if stored is not None:

@@ -8,7 +8,11 @@ core/stream_queue.py, as a span of records a consumer frames in one pass
 A chunk record (many messages: store/stream_records.py) is read a message at
 a time by ``next`` (the cursor keeps its place inside it), or whole by
 ``chunk`` for a consumer that sends chunks as they are (the stream protocol's);
-``span`` stops before one.
+``span`` stops before one. ``next`` opens a sub-entry batch (none, gzip) into
+its messages, one offset each, and steps over one it cannot open (snappy,
+lz4, zstd), its offsets counted, saying so once per stream: RabbitMQ's AMQP
+readers skip compressed batches too, and only stream protocol consumers,
+which get the chunk as it is, open them.
 """
 
 from __future__ import annotations
@@ -25,19 +29,23 @@ from warren.store.stream_records import (
     CHUNK_HEADER,
     RECORD_TS,
     chunk_count,
+    entry_span,
+    open_batch,
     stamp_properties,
 )
 
 if TYPE_CHECKING:
     from warren.store.stream_store import StreamStore, _StreamSegment
 
-__all__ = ["StreamCursor"]
+__all__ = ["StreamCursor", "last_message_offset"]
 
 log = logging.getLogger("warren.store")
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _ENTRIES_AT = CHUNK_BODY_AT + CHUNK_HEADER.size
+#: Chunk records last_message_offset looks back over for a message it can read.
+_LAST_LOOKBACK = 64
 
 
 class StreamCursor:
@@ -54,11 +62,16 @@ class StreamCursor:
         self._seed = 0  # the CRC seed of its records
         self._seg: _StreamSegment | None = None  # the segment holding ``offset``
         # Inside a chunk record (read by next): where its next entry and the
-        # record end, and the entries left; 0 left: at a record's start.
+        # record end, and the messages left; 0 left: at a record's start.
         self._entry = 0
         self._chunk_end = 0
         self._chunk_left = 0
         self._chunk_ts = 0
+        # Inside a sub-entry batch: its opened records and the next one's index;
+        # before one: its records to pass over (the offset is inside it).
+        self._batch: list[bytes] | None = None
+        self._batch_at = 0
+        self._batch_skip = 0
         self._seek(offset)
 
     def _seek(self, offset: int) -> None:
@@ -96,7 +109,10 @@ class StreamCursor:
             assert m is not None
             offset = self.offset
             if self._chunk_left or self._enter_chunk(seg, m):
-                return offset, self._chunk_message(seg, m, offset)
+                msg = self._chunk_message(seg, m, offset)
+                if msg is None:
+                    continue  # a batch it cannot open stepped over
+                return offset, msg
             if self.offset != offset:
                 continue  # a damaged chunk record stepped over
             try:
@@ -130,23 +146,62 @@ class StreamCursor:
             self._pos, lost = self._store.damaged_at(seg, pos, offset)
             self.offset = offset + lost
             return False
-        entry = pos + _ENTRIES_AT
-        for _ in range(index):
-            entry += 4 + _U32.unpack_from(m, entry)[0]
-        self._entry = entry
-        self._chunk_end = pos + length
         self._chunk_left = count - index
+        entry = pos + _ENTRIES_AT
+        data_end = entry + head[8]
+        while True:  # to the entry holding the offset (index messages in)
+            end, held = entry_span(m, entry)
+            if index < held:
+                break
+            index -= held
+            entry = end
+            if entry >= data_end:  # cannot be: the CRC held and the counts did not
+                self._chunk_left = 0
+                self._pos, lost = self._store.damaged_at(seg, pos, offset)
+                self.offset = offset + lost
+                return False
+        self._entry = entry
+        self._batch = None
+        self._batch_skip = index
+        self._chunk_end = pos + length
         self._chunk_ts = RECORD_TS.unpack_from(m, pos + 4)[0]
         return True
 
-    def _chunk_message(self, seg: _StreamSegment, m: mmap.mmap, offset: int) -> Message:
+    def _chunk_message(self, seg: _StreamSegment, m: mmap.mmap, offset: int) -> Message | None:
         """The message of the chunk entry at the cursor (``offset``), as a record
         of its own would give it: the entry's AMQP 1.0 message through the
-        store's native_decoder, stamped with its offset and timestamp."""
+        store's native_decoder, stamped with its offset and timestamp. None
+        when the entry is a sub-entry batch that cannot be opened: the cursor
+        is then past its offsets."""
         store = self._store
-        entry = self._entry
-        size = _U32.unpack_from(m, entry)[0] & 0x7FFFFFFF
-        data = m[entry + 4 : entry + 4 + size]
+        batch = self._batch
+        if batch is not None:
+            data = batch[self._batch_at]
+            self._batch_at += 1
+            if self._batch_at == len(batch):
+                self._batch = None
+        else:
+            entry = self._entry
+            if m[entry] & 0x80:
+                end, held = entry_span(m, entry)
+                self._entry = end
+                skip, self._batch_skip = self._batch_skip, 0
+                records, codec = open_batch(m, entry)
+                if records is None or not records:
+                    if records is None:
+                        _kept_closed(store, codec, offset, held - skip)
+                    self._chunk_left -= held - skip
+                    self._advance(
+                        seg, held - skip, self._chunk_end if not self._chunk_left else self._pos
+                    )
+                    return None
+                data = records[skip]
+                if skip + 1 < len(records):
+                    self._batch, self._batch_at = records, skip + 1
+            else:
+                size = _U32.unpack_from(m, entry)[0]
+                data = m[entry + 4 : entry + 4 + size]
+                self._entry = entry + 4 + size
         ts = self._chunk_ts
         decoder = store.decoder.decode
         if decoder is not None:
@@ -156,7 +211,6 @@ class StreamCursor:
         msg = Message(
             "", store.chunk_routing_key, stamp_properties(props, offset, ts), body, ts, native
         )
-        self._entry = entry + 4 + size
         self._chunk_left -= 1
         self._advance(seg, 1, self._chunk_end if not self._chunk_left else self._pos)
         return msg
@@ -270,3 +324,59 @@ class StreamCursor:
         self._close_map()
         self.offset = seg.first_offset + seg.count
         self._sid = 0
+
+
+def _kept_closed(store: StreamStore, codec: str, offset: int, count: int) -> None:
+    """A reader of one message at a time stepped over a sub-entry batch it
+    cannot open (``count`` offsets from ``offset``): said once per stream
+    (RabbitMQ's AMQP readers skip such batches without a word)."""
+    if count <= 0 or store.closed_batch_logged:
+        return
+    store.closed_batch_logged = True
+    log.warning(
+        "stream '%s' (%s): offsets %d-%d are a sub-entry batch (%s) that AMQP and Spark "
+        "readers cannot open: skipped (stream protocol consumers get it; said once per stream)",
+        store.chunk_routing_key,
+        store.directory,
+        offset,
+        offset + count - 1,
+        codec,
+    )
+
+
+def last_message_offset(store: StreamStore) -> int:
+    """The offset of the last message a reader of one message at a time
+    (``next``) gets: next_offset - 1, unless the stream ends with sub-entry
+    batches it steps over (snappy, lz4, zstd); then the last offset before
+    them it can read, looked for over at most _LAST_LOOKBACK chunk records
+    (past those, next_offset - 1). So x-stream-offset "last" over AMQP (the
+    Spark planner's probe) finds a message, as RabbitMQ's last chunk would."""
+    last = max(store.first_offset, store.next_offset - 1)
+    offset = last
+    for _ in range(_LAST_LOOKBACK):
+        if offset < store.first_offset:
+            break
+        sid, pos, found = store.position_of(offset)
+        if not sid or found != offset:
+            break  # damage took it: the cursor sorts that out
+        m = store._log.map(sid)
+        if m is None:
+            break
+        try:
+            if len(m) - pos < _ENTRIES_AT or not chunk_count(m, pos):
+                return offset  # a message stored alone
+            head = CHUNK_HEADER.unpack_from(m, pos + CHUNK_BODY_AT)
+            first, entry = head[6], pos + _ENTRIES_AT
+            at, readable = first, -1
+            for _ in range(head[2]):
+                end, held = entry_span(m, entry)
+                if held and (not m[entry] & 0x80 or (m[entry] >> 4) & 0x07 <= 1):
+                    readable = at + held - 1
+                at += held
+                entry = end
+        finally:
+            m.close()
+        if readable >= 0:
+            return min(readable, offset)
+        offset = first - 1
+    return last

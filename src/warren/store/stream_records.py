@@ -13,7 +13,11 @@ A chunk record holds many messages at once: its body is an osiris chunk
 (header and simple data entries, as the stream protocol delivers it), whose
 first offset the store writes at append, and its trailer section the
 publisher's reference and last publishing id (``chunk_record``). It counts
-one offset per entry; ``record_offsets`` reads either kind's.
+one offset per message (its header's num_records): a sub-entry batch entry
+is stored closed, whatever its compression, and holds as many offsets as
+records (osiris's rule); ``record_offsets`` reads either kind's, and
+``open_batch`` opens a batch for a reader of one message at a time (none
+and gzip; snappy, lz4 and zstd stay closed: no such codec is a dependency).
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ __all__ = [
     "chunk_count",
     "chunk_record",
     "chunk_trailer",
+    "entry_span",
+    "open_batch",
     "parse_trailer",
     "record_offsets",
     "run_records",
@@ -91,6 +97,10 @@ _RECORD_HEAD: Final = struct.Struct(">IQBBIQ")
 _TRAILER: Final = struct.Struct(">H")
 _U64: Final = struct.Struct(">Q")
 _HEADER_COUNTS: Final = struct.Struct(">I")  # num_records, 4 bytes into the chunk header
+#: A sub-entry batch's head: type/compression byte, records, uncompressed and stored length.
+_BATCH_HEAD: Final = struct.Struct(">BHII")
+#: Sub-entry batch compressions by number (osiris), for log lines.
+CODEC_NAMES: Final = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
 class EntryDecoder:
@@ -140,14 +150,20 @@ def chunk_record(
     trailer: bytes,
     seed: int,
     data_crc: int = -1,
+    num_records: int = -1,
 ) -> bytes:
-    """A chunk record: ``data`` (``num_entries`` simple data entries, as a
-    Publish frame carries them) behind a chunk header whose first offset is
-    ``offset``, the trailer section after it, all under one CRC seeded with
-    ``seed``. ``data`` is copied once; its own CRC (the chunk header's, which
-    a client checks) is ``data_crc`` when the caller has it."""
+    """A chunk record: ``data`` (``num_entries`` data entries, as a Publish
+    frame carries them, holding ``num_records`` messages: -1, one each)
+    behind a chunk header whose first offset is ``offset``, the trailer
+    section after it, all under one CRC seeded with ``seed``. ``data`` is
+    copied once; its own CRC (the chunk header's, which a client checks) is
+    ``data_crc`` when the caller has it."""
     if not 0 < num_entries <= MAX_CHUNK_ENTRIES:
         raise ValueError(f"a chunk holds 1 to {MAX_CHUNK_ENTRIES} entries, not {num_entries}")
+    if num_records < 0:
+        num_records = num_entries
+    elif not num_entries <= num_records < 1 << 32:
+        raise ValueError(f"{num_entries} entries cannot hold {num_records} messages")
     d_len = len(data)
     if data_crc < 0:
         data_crc = zlib.crc32(data)
@@ -157,7 +173,7 @@ def chunk_record(
         _CHUNK_MAGIC,
         _CHUNK_USER,
         num_entries,
-        num_entries,
+        num_records,
         ts,
         _CHUNK_EPOCH,
         offset,
@@ -190,6 +206,49 @@ def chunk_count(m: mmap.mmap | bytes, pos: int) -> int:
     if not _U64.unpack_from(m, pos + 18)[0] & CHUNK_FLAG:
         return 0
     return int(_HEADER_COUNTS.unpack_from(m, pos + CHUNK_BODY_AT + 4)[0])
+
+
+def entry_span(m: mmap.mmap | bytes, pos: int) -> tuple[int, int]:
+    """(end, messages held) of the stored chunk entry at ``pos``: a simple
+    entry holds one, a sub-entry batch its records."""
+    if not m[pos] & 0x80:
+        return pos + 4 + (_U32.unpack_from(m, pos)[0] & 0x7FFFFFFF), 1
+    _first, count, _raw, size = _BATCH_HEAD.unpack_from(m, pos)
+    return pos + _BATCH_HEAD.size + size, count
+
+
+def open_batch(m: mmap.mmap | bytes, pos: int) -> tuple[list[bytes] | None, str]:
+    """The records of the sub-entry batch at ``pos`` (checked by the record's
+    CRC, not its contents), and its compression's name; None when they cannot
+    be read here: compressed with a codec other than gzip, or not what its
+    head says (a client's bad batch is stored as it came, as osiris does)."""
+    first, count, raw_len, size = _BATCH_HEAD.unpack_from(m, pos)
+    codec = (first >> 4) & 0x07
+    name = CODEC_NAMES[codec] if codec < len(CODEC_NAMES) else str(codec)
+    body = m[pos + _BATCH_HEAD.size : pos + _BATCH_HEAD.size + size]
+    if codec == 1:
+        d = zlib.decompressobj(wbits=31)
+        try:
+            raw = d.decompress(body, raw_len + 1)
+        except zlib.error:
+            return None, name
+        if len(raw) != raw_len or not d.eof:
+            return None, name
+    elif codec != 0:
+        return None, name
+    else:
+        raw = bytes(body)
+    records: list[bytes] = []
+    at, end = 0, len(raw)
+    for _ in range(count):
+        if at + 4 > end:
+            return None, name
+        (n,) = _U32.unpack_from(raw, at)
+        if at + 4 + n > end:
+            return None, name
+        records.append(raw[at + 4 : at + 4 + n])
+        at += 4 + n
+    return (records if at == end else None), name
 
 
 def stamp_properties(raw: bytes, offset: int, ts: int) -> bytes:

@@ -157,6 +157,7 @@ class ReplicaStreamStore(StreamStore):
         reference: str = "",
         last_id: int = 0,
         data_crc: int = -1,
+        num_records: int = -1,
     ) -> int:
         raise RuntimeError(f"{self._dir}: a replica's stream is read-only")
 

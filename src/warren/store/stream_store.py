@@ -16,7 +16,8 @@ so any number of consumers read independently.
 A record is one message, or a chunk of them (``append_chunk``: the stream
 protocol's Publish stored as it came, store/stream_records.py's chunk
 record): it then holds as many consecutive offsets as the chunk has
-entries, and every count here is in offsets. Its trailer (the publisher's
+messages (a sub-entry batch, stored closed, one per record in it), and
+every count here is in offsets. Its trailer (the publisher's
 reference and last publishing id) is read back at recovery
 (``publisher_sequence``), so a deduplicating publisher's sequence survives
 a crash that lost the tracking file's last write.
@@ -45,7 +46,7 @@ from warren.store.segment_damage import (
     structure_length,
 )
 from warren.store.segment_log import MSGS_NAME, RecordScan, SegmentLog
-from warren.store.stream_cursor import StreamCursor
+from warren.store.stream_cursor import StreamCursor, last_message_offset
 from warren.store.stream_records import (
     RECORD_TS,
     SHARED_DECODER,
@@ -146,6 +147,9 @@ class StreamStore:
         self.decoder = decoder if decoder is not None else SHARED_DECODER
         #: The routing key of a message read from a chunk record (the stream's name).
         self.chunk_routing_key = ""
+        #: A reader stepped over a sub-entry batch it cannot open (said once:
+        #: stream_cursor.py).
+        self.closed_batch_logged = False
         self._recover()
         self._log.on_lost = self._records_lost
 
@@ -220,10 +224,12 @@ class StreamStore:
         reference: str = "",
         last_id: int = 0,
         data_crc: int = -1,
+        num_records: int = -1,
     ) -> int:
-        """Store ``num_entries`` simple data entries (``data``, as a Publish frame
-        carries them) as one chunk record with the next offsets; returns the
-        first. ``reference`` and ``last_id``: the publisher's, kept in the
+        """Store ``num_entries`` data entries (``data``, as a Publish frame
+        carries them, holding ``num_records`` messages: -1, every entry simple)
+        as one chunk record with the next offsets, one per message; returns
+        the first. ``reference`` and ``last_id``: the publisher's, kept in the
         record's trailer (publisher_sequence). ``data_crc``: zlib.crc32 of
         ``data`` when the caller has it."""
         offset = self._next_offset
@@ -231,14 +237,23 @@ class StreamStore:
         trailer = chunk_trailer(reference, last_id)
         if data_crc < 0:
             data_crc = zlib.crc32(data)
-        rec = chunk_record(data, num_entries, offset, ts, trailer, log.seed, data_crc)
+        if num_records < 0:
+            num_records = num_entries
+        seed = log.seed
+        rec = chunk_record(data, num_entries, offset, ts, trailer, seed, data_crc, num_records)
         if log.make_room(len(rec)) or self._next_offset != offset:
             offset = self._next_offset
-            rec = chunk_record(data, num_entries, offset, ts, trailer, log.seed, data_crc)
-        self._written(log.put(rec), offset, ts, num_entries, len(rec))
+            seed = log.seed
+            rec = chunk_record(data, num_entries, offset, ts, trailer, seed, data_crc, num_records)
+        self._written(log.put(rec), offset, ts, num_records, len(rec))
         if reference and last_id > self._sequences.get(reference, 0):
             self._sequences[reference] = last_id
         return offset
+
+    def last_message_offset(self) -> int:
+        """x-stream-offset "last" for a reader of one message at a time: the
+        last offset it gets a message for (stream_cursor.last_message_offset)."""
+        return last_message_offset(self)
 
     def publisher_sequence(self, reference: str) -> int:
         """The last publishing id a chunk record's trailer holds for

@@ -64,7 +64,8 @@ class PublishedMessage:
 class PublishEntries:
     """Where a Publish's entries are in its ``messages`` buffer: parallel
     lists, one item per entry. ``records`` counts a sub-entry batch's records,
-    ``batches`` the sub-entry batches (0: every entry is simple)."""
+    ``batches`` the sub-entry batches (0: every entry is simple), ``empty``
+    those of no record (they hold no offset: not for a chunk record)."""
 
     publishing_ids: list[int]
     starts: list[int]
@@ -72,6 +73,7 @@ class PublishEntries:
     filter_values: list[str | None] | None
     records: int
     batches: int = 0
+    empty: int = 0
 
 
 #: Structs reading the publishing ids of a Publish of ``count`` simple entries
@@ -168,6 +170,7 @@ class Publish(Command):
         ends: list[int] = []
         records = 0
         batches = 0
+        empty = 0
         pos = 0
         unpack = _ID_SIZE.unpack_from
         for _ in range(self.count):
@@ -182,6 +185,8 @@ class Publish(Command):
                 entry = entry_at(buf, start, end)
                 if entry.compression is None or entry.compression > Compression.ZSTD:
                     raise StreamProtocolError("unknown sub-entry compression", _REFUSED)
+                if not entry.records:
+                    empty += 1
                 if entry.uncompressed > max_uncompressed:
                     raise StreamProtocolError("sub-entry batch too large", _REFUSED)
                 pos = entry.end
@@ -196,7 +201,7 @@ class Publish(Command):
                 if pos > end
                 else "bytes after a Publish's last message"
             )
-        return PublishEntries(ids, starts, ends, None, records, batches)
+        return PublishEntries(ids, starts, ends, None, records, batches, empty)
 
     def _scan_v2(self, buf: BytesLike, end: int) -> PublishEntries:
         ids: list[int] = []

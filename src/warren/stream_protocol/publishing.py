@@ -5,9 +5,13 @@ StreamMessageCodec: AMQP 1.0's mapping, the bare message kept as published)
 appended to the publisher's stream queue through the vhost, as an AMQP
 publish to the default exchange would be; a Publish v2 filter value goes
 with it as the ``x-stream-filter-value`` header the core's stream filters
-read. A sub-entry batch is one publishing id for all its records (gzip
-and uncompressed batches are opened; RabbitMQ stores them closed and its
-AMQP readers skip them).
+read. A sub-entry batch is one publishing id for all its records, and is
+stored closed, whatever its compression, in the chunk record of the fast
+path (as osiris does: one offset per record, the batch delivered to
+stream consumers as it came; store/stream_cursor.py opens none and gzip
+for AMQP readers). On the per-message path (a stream deduplicating by
+header, StreamQueue.takes_chunks) gzip and uncompressed batches are opened
+and the other compressions refused.
 
 PublishConfirm waits for the client session's Settlements: the group sync
 and the in-sync followers, as an AMQP publisher confirm. Confirms go out
@@ -107,7 +111,7 @@ class Publishing:
         q = pub.queue
         if (
             entries.filter_values is None
-            and not entries.batches
+            and not entries.empty
             and len(entries.publishing_ids) <= MAX_CHUNK_ENTRIES
             and q.takes_chunks()
         ):
@@ -182,11 +186,12 @@ class Publishing:
             self._confirm_now(tokens)
 
     def _publish_chunk(self, command: Publish, entries: PublishEntries, pub: Publisher) -> None:
-        """The fast path: every entry simple, no filter values, a stream that
-        reads no message (StreamQueue.takes_chunks): the entries not yet stored
-        (publishing ids above the publisher's last, with a reference) are
-        copied once into one chunk record, and confirmed as one settlement
-        batch after the stream's sync, as the per-message path confirms."""
+        """The fast path: no filter values, a stream that reads no message
+        (StreamQueue.takes_chunks): the entries not yet stored (publishing
+        ids above the publisher's last, with a reference) are copied once
+        into one chunk record, sub-entry batches closed (one offset per
+        record in them), and confirmed as one settlement batch after the
+        stream's sync, as the per-message path confirms."""
         conn = self.conn
         q = pub.queue
         ids = entries.publishing_ids
@@ -212,13 +217,18 @@ class Publishing:
         n = len(parts)
         if n:
             now = conn.now_ms or conn.node.clock.now_ms()
+            # Messages per entry, when some are batches (their u16 record count).
+            held = None
+            if entries.batches:
+                held = [(p[1] << 8 | p[2]) if p[0] & 0x80 else 1 for p in parts]
             done = 0
             try:
                 while done < n:
                     size = min(n - done, CHUNK_ENTRIES)
                     group_top = stored[done + size - 1] if reference else 0
                     data = b"".join(parts[done : done + size])
-                    q.publish_chunk(data, size, now, reference, group_top)
+                    records = -1 if held is None else sum(held[done : done + size])
+                    q.publish_chunk(data, size, now, reference, group_top, records)
                     done += size
             except (BrokerError, OSError, ValueError) as exc:
                 log.warning("%s: a Publish refused: %s", conn.name, exc)
@@ -234,8 +244,9 @@ class Publishing:
                         self._confirm_now([(pub.publisher_id, duplicates)])
                     return
                 top = stored[-1] if reference else 0
-            q.vhost.default_exchange.stats.count_publish(n)
-            conn.stats.publish += n
+            messages = n if held is None else sum(held[:n])
+            q.vhost.default_exchange.stats.count_publish(messages)
+            conn.stats.publish += messages
             if top > last:
                 # The tracking file too (QueryPublisherSequence, older readers).
                 q.stream.track(sequence_name(reference), top, at_once=True)

@@ -601,8 +601,10 @@ class ReplicaStreamConnection:
         for _ in range(_CHUNKS_PER_PUMP):
             if sub.credit <= 0:
                 return False
-            if sub.filters is None and sub.held is None:
+            if sub.held is None:
                 whole = cursor.chunk()  # a chunk record: sent as stored, as the leader does
+                if whole is not None and sub.filters is not None and not sub.match_unfiltered:
+                    continue  # it holds no filter value: passed over (the leader's rule)
                 if whole is not None:
                     first, count, m, start, end = whole
                     send_chunk(self.output, sub, m[start:end], first, count, committed)

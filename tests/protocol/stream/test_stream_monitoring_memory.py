@@ -88,7 +88,10 @@ def test_consumers_offsets_and_single_active_status(broker: Harness) -> None:
 
 
 def test_refused_records_count_as_errored(broker: Harness) -> None:
-    client = opened(broker)
+    # A stream deduplicating by header reads each record: a snappy batch is refused.
+    args = {"x-queue-type": "stream", "x-message-deduplication": True}
+    broker.amqp_connection().channel().queue_declare("s", durable=True, arguments=args)
+    client = opened(broker, stream=None)
     ref = "app"
     declare = schema.DeclarePublisher(client.next_id(), 3, ref, "s")
     assert client.request(declare).response_code == OK
