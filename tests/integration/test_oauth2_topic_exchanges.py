@@ -12,6 +12,7 @@ from pathlib import Path
 import pika
 import pytest
 from conftest import BrokerThread, start_broker
+from diskhelp import eventually
 from mqttclient import V5, Client
 from oauth2help import FULL, SigningKey
 
@@ -124,3 +125,23 @@ def test_paho_topic_checks_on_an_mqtt_exchange_declared_after_the_login(
     assert acks[client.publish("ok/1", b"yes", qos=1).mid] == 0  # or 0x10: no subscribers
     assert client.next().payload == b"yes"
     client.close()
+
+
+def test_paho_will_is_checked_against_the_topic_scopes(broker: BrokerThread) -> None:
+    """RabbitMQ checks a will's topic when it sends it (check_publish_permitted)."""
+    declare(broker, "late.mqtt")
+    watcher = Client(broker.mqtt_port, "watch", V5, username="guest", password="guest")
+    watcher.connect()
+    watcher.subscribe("#")
+    password = token(broker, ["write:*/late.mqtt/ok.*"])
+    for topic in ("no/will", "ok/will"):
+        client = Client(broker.mqtt_port, topic[:2], V5, username="", password=password)
+        client.paho.will_set(topic, b"will")
+        assert not client.connect()[1].is_failure
+        client.drop()  # no DISCONNECT: the will is sent
+        # Its will sent (or refused) before the next client's.
+        eventually(lambda: broker.call(lambda: len(broker.broker.connections)) == 1)
+    message = watcher.next()
+    assert (message.topic, message.payload) == ("ok/will", b"will")
+    assert watcher.nothing_more()
+    watcher.close()
