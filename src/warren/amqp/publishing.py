@@ -287,14 +287,14 @@ class Publishing:
                 f"cannot publish to internal exchange '{ex.name}' in vhost '{ex.vhost_name}'"
             )
         topic_perms = self.user.topic_permissions
-        if topic_perms:  # empty for most users: this truth test is all they pay
+        if topic_perms and ex.type == "topic":  # empty for most users: one truth test
             # UserStore.check_topic inlined: this runs for every message.
             table = topic_perms.get(self._vhost_name)
             perm = None if table is None else table.get(ex.name)
-            if (
-                perm is not None
-                and ex.type == "topic"
-                and not perm.allows(WRITE, method.routing_key, self._topic_variables)
+            if perm is None and self.user.topic_resolver is not None:  # a token's user
+                perm = self.user.topic_permission(self._vhost_name, ex.name)
+            if perm is not None and not perm.allows(
+                WRITE, method.routing_key, self._topic_variables
             ):
                 raise topic_refused(self.user, self._vhost_name, ex.name, method.routing_key)
         return ex

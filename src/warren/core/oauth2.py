@@ -422,34 +422,51 @@ def permissions_for(
     return result
 
 
+class TopicScopes:
+    """A token's topic permission on an exchange, from its name (a token user's
+    User.topic_resolver, asked at the exchange's first check): as
+    rabbit_oauth2_scope:topic_access/4, the three-part scopes
+    (``write:<vhost>/<exchange>/<routing key>``) are matched against the name
+    of the exchange being checked, so one declared after the login is checked
+    as the others. A topic exchange no such scope names allows no routing key
+    (a two-part scope grants no topic access)."""
+
+    def __init__(self, scopes: Iterable[str], claims: Mapping[str, Any] | None = None) -> None:
+        self.scopes = list(scopes)
+        self.claims = claims or {}
+        #: vhost -> (kind, exchange pattern, routing key pattern) of the scopes
+        #: whose vhost pattern matches it, variables expanded.
+        self._grants: dict[str, list[tuple[str, str, str]]] = {}
+
+    def __call__(self, vhost: str, exchange: str) -> TopicPermission:
+        grants = self._grants.get(vhost)
+        if grants is None:
+            grants = self._grants[vhost] = [
+                (kind, name_pattern, key_pattern)
+                for kind, vhost_pattern, name_pattern, key_pattern in (
+                    g for g in map(_parse, expand(self.scopes, vhost, self.claims)) if g
+                )
+                if kind in (WRITE, READ)
+                and key_pattern is not None
+                and _matches(vhost_pattern, vhost)
+            ]
+        keys: dict[str, list[str]] = {WRITE: [], READ: []}
+        for kind, name_pattern, key_pattern in grants:
+            if _matches(name_pattern, exchange):
+                keys[kind].append(wildcard_regex(key_pattern))
+        return TopicPermission(write=_anchored(keys[WRITE]), read=_anchored(keys[READ]))
+
+
 def topic_permissions_for(
     scopes: Iterable[str],
     topic_exchanges: Mapping[str, Iterable[str]],
     claims: Mapping[str, Any] | None = None,
 ) -> dict[str, dict[str, TopicPermission]]:
-    """Per vhost and topic exchange (those that exist now), the routing keys the
-    three-part scopes (``write:<vhost>/<exchange>/<routing key>``) allow: as in
-    rabbit_oauth2_scope:topic_access/4, a topic exchange no such scope names
-    allows no routing key (a two-part scope grants no topic access)."""
-    scopes = list(scopes)
+    """TopicScopes for the named exchanges at once: per vhost, per exchange."""
+    resolve = TopicScopes(scopes, claims)
     result: dict[str, dict[str, TopicPermission]] = {}
     for vhost, exchanges in topic_exchanges.items():
-        expanded = map(_parse, expand(scopes, vhost, claims or {}))
-        grants = [g for g in expanded if g is not None and g[3] is not None]
-        table: dict[str, TopicPermission] = {}
-        for exchange in exchanges:
-            keys: dict[str, list[str]] = {WRITE: [], READ: []}
-            for kind, vhost_pattern, name_pattern, key_pattern in grants:
-                if (
-                    kind in keys
-                    and key_pattern is not None
-                    and _matches(vhost_pattern, vhost)
-                    and _matches(name_pattern, exchange)
-                ):
-                    keys[kind].append(wildcard_regex(key_pattern))
-            table[exchange] = TopicPermission(
-                write=_anchored(keys[WRITE]), read=_anchored(keys[READ])
-            )
+        table = {exchange: resolve(vhost, exchange) for exchange in exchanges}
         if table:
             result[vhost] = table
     return result
@@ -462,14 +479,15 @@ def _anchored(patterns: list[str]) -> str:
     return r"\A(?s:" + "|".join(patterns) + r")\Z"
 
 
-def token_user(token: Token, topic_exchanges: Mapping[str, Iterable[str]]) -> User:
+def token_user(token: Token, vhosts: Iterable[str]) -> User:
     """The user a token logs in as: not in the user store, gone with its
-    connection. ``topic_exchanges``: every vhost's topic exchanges by vhost."""
-    permissions = permissions_for(token.scopes, topic_exchanges, token.claims)
+    connection. ``vhosts``: every vhost's name. Its topic permissions are
+    worked out per exchange as they are checked (TopicScopes), from an empty
+    table per vhost it may open, which makes every publish check them."""
+    permissions = permissions_for(token.scopes, vhosts, token.claims)
     user = User(token.username, "", list(token.tags), permissions)
-    user.topic_permissions = topic_permissions_for(
-        token.scopes, {v: topic_exchanges[v] for v in permissions}, token.claims
-    )
+    user.topic_permissions = {vhost: {} for vhost in permissions}
+    user.topic_resolver = TopicScopes(token.scopes, token.claims)
     user.expires_ms = token.expires_ms
     user.from_token = True
     return user

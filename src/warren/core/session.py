@@ -420,14 +420,7 @@ class ClientSession:
                 "%s: Authentication using an OAuth 2/JWT token failed: %s", self.owner.name, exc
             )
             return None
-        return token_user(verified, self._topic_exchanges())
-
-    def _topic_exchanges(self) -> dict[str, list[str]]:
-        """Each vhost's topic exchanges (a token's topic permissions are per exchange)."""
-        return {
-            name: [ex.name for ex in vhost.exchanges.values() if ex.type == "topic"]
-            for name, vhost in self.host.vhosts.items()
-        }
+        return token_user(verified, self.host.vhosts)
 
     def update_secret(self, token: str) -> str | None:
         """Replace the logged-in token user's token (AMQP's connection.update-secret):
@@ -448,13 +441,14 @@ class ClientSession:
             return f"Authentication using an OAuth 2/JWT token failed: {exc}"
         if verified.username != user.name:
             return "Not allowed to change username on refreshed token"
-        new = token_user(verified, self._topic_exchanges())
+        new = token_user(verified, self.host.vhosts)
         if self.vhost_name and self.vhost_name not in new.permissions:
             return f"access to vhost '{self.vhost_name}' refused for user '{new.name}'"
         # In place: the token user is this connection's own, and its channels hold it.
         user.permissions, user.tags, user.expires_ms = new.permissions, new.tags, new.expires_ms
         user.topic_permissions.clear()  # the same dict: a publisher may hold it
         user.topic_permissions.update(new.topic_permissions)
+        user.topic_resolver = new.topic_resolver
         self._permissions.clear()
         if self._expiry is not None:
             timer, target = self._expiry

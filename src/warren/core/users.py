@@ -23,6 +23,8 @@ CONFIGURE, WRITE, READ = "configure", "write", "read"
 #: RabbitMQ's user limits (``rabbitmqctl set_user_limits``).
 MAX_CONNECTIONS, MAX_CHANNELS = "max-connections", "max-channels"
 USER_LIMIT_KEYS = (MAX_CONNECTIONS, MAX_CHANNELS)
+#: A token user's topic permissions kept per vhost (User.topic_permission).
+MAX_RESOLVED_TOPICS = 1024
 
 
 #: RabbitMQ's names of its password hashing algorithms (rabbit_password_hashing_*),
@@ -176,6 +178,24 @@ class User:
     expires_ms: int | None = None
     #: Logged in with an OAuth 2 token: a secret update must bring another.
     from_token: bool = False
+    #: A token's user: the topic permission of an exchange not in
+    #: ``topic_permissions`` yet, from the token's scopes and the exchange's name
+    #: (as RabbitMQ, whenever the exchange was declared); None for the user
+    #: store's users, whose exchanges without an entry allow every key.
+    topic_resolver: Callable[[str, str], TopicPermission] | None = None
+
+    def topic_permission(self, vhost: str, exchange: str) -> TopicPermission | None:
+        """The topic permission on ``exchange`` (None: every key allowed); a token
+        user's is worked out at its first check and kept (per connection)."""
+        table = self.topic_permissions.get(vhost)
+        perm = None if table is None else table.get(exchange)
+        if perm is None and self.topic_resolver is not None:
+            if table is None:
+                table = self.topic_permissions[vhost] = {}
+            elif len(table) >= MAX_RESOLVED_TOPICS:  # exchanges come and go: bounded
+                table.clear()
+            perm = table[exchange] = self.topic_resolver(vhost, exchange)
+        return perm
 
     def limit(self, key: str) -> int | None:
         """The limit in force for ``key``; None when there is none."""
@@ -304,9 +324,9 @@ class UserStore:
         ``routing_key`` on the topic exchange ``exchange``; no topic permission for the
         exchange allows everything. ``variables`` fills RabbitMQ's ``{username}``,
         ``{vhost}`` and ``{client_id}`` (MQTT) placeholders. The caller makes sure the
-        exchange is a topic exchange: RabbitMQ checks no other type."""
-        table = user.topic_permissions.get(vhost)
-        perm = None if table is None else table.get(exchange)
+        exchange is a topic exchange: RabbitMQ checks no other type. A token's user
+        is checked on every exchange (User.topic_resolver)."""
+        perm = user.topic_permission(vhost, exchange)
         if perm is not None and not perm.allows(kind, routing_key, variables):
             raise topic_refused(user, vhost, exchange, routing_key)
 

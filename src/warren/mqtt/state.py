@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from warren.core.codec_errors import DecodeError
 from warren.core.errors import BrokerError
 from warren.core.message import Message
-from warren.core.users import WRITE, User
+from warren.core.users import WRITE, User, UserStore
 from warren.mqtt import properties as P
 from warren.mqtt.codec import Decoder, encode
 from warren.mqtt.mapping import to_properties
@@ -318,8 +318,15 @@ class MQTTState:
             stored.pending_will = None
 
     def publish_will(self, vhost: VHost, will: Will, user: User, client_id: str) -> None:
+        """Checked as RabbitMQ checks a will when it sends it: the exchange's write
+        permission and the topic permission of its topic."""
         try:
-            self.node.users.check(user, vhost.name, WRITE, "exchange", self.config.mqtt_exchange)
+            name = self.config.mqtt_exchange
+            self.node.users.check(user, vhost.name, WRITE, "exchange", name)
+            if user.topic_permissions and vhost.get_exchange(name).type == "topic":
+                variables = {"username": user.name, "vhost": vhost.name, "client_id": client_id}
+                key = mqtt_to_amqp(will.topic)
+                UserStore.check_topic(user, vhost.name, name, key, WRITE, variables)
             self.publish(vhost, will.topic, will.payload, will.qos, will.retain, will.properties)
         except BrokerError as exc:
             log.warning(
