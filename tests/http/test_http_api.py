@@ -188,6 +188,27 @@ def test_topic_permissions_are_stored(api: Api) -> None:
     assert api.get("/api/topic-permissions") == []
 
 
+def test_publish_checks_topic_permissions(api: Api) -> None:
+    """RabbitMQ's publish goes through a channel, which checks the user's topic
+    permission on a topic exchange; a refusal is a 400 carrying the 403."""
+    body = {"exchange": "amq.topic", "write": "^a\\.", "read": ".*"}
+    assert api.put("/api/topic-permissions/%2F/guest", body).status == 201
+    message = {"properties": {}, "payload": "x", "payload_encoding": "string"}
+    url = "/api/exchanges/%2F/amq.topic/publish"
+    allowed = api.post(url, {**message, "routing_key": "a.b"})
+    assert (allowed.status, allowed.json()) == (200, {"routed": False})
+    refused = api.post(url, {**message, "routing_key": "b.c"})
+    assert refused.status == 400
+    assert refused.json() == {
+        "error": "bad_request",
+        "reason": "403 ACCESS_REFUSED - access to topic 'b.c' in exchange 'amq.topic' in "
+        "vhost '/' refused for user 'guest'",
+    }
+    # Another exchange type is not checked, as RabbitMQ's channel does not.
+    other = api.post("/api/exchanges/%2F/amq.direct/publish", {**message, "routing_key": "b.c"})
+    assert other.status == 200
+
+
 # -- exchanges, queues, bindings ---------------------------------------------------------------
 
 
