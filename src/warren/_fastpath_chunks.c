@@ -198,7 +198,8 @@ PyObject *deliver_entries(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_ValueError, "deliver_entries: bad channel or position");
         return NULL;
     }
-    if (max_n < 0) max_n = 0;
+    if (end > pos && max_n > (end - pos) / 4) max_n = (end - pos) / 4; /* 4 bytes an entry at least */
+    if (max_n < 0 || end <= pos) max_n = 0;
     const unsigned char *head = (const unsigned char *)PyBytes_AS_STRING(args[9]);
     Py_ssize_t head_len = PyBytes_GET_SIZE(args[9]);
     const unsigned char *ex_rk = (const unsigned char *)PyBytes_AS_STRING(args[12]);

@@ -268,3 +268,30 @@ def test_learn_keeps_a_bounded_cache_and_refuses_what_it_cannot_stamp() -> None:
     # A new mapping forgets the layouts of the old one.
     decoder.decode = AMQP1StreamMessages().to_core
     assert decoder.layouts == {}
+
+
+@needs_c
+def test_deliver_entries_bounds_and_a_failing_learn() -> None:
+    msg = encode_message(AmqpMessage(body=[Data(b"abc")]))
+    buf = entries(msg, msg)
+    layout = amqp_decoder().learn(b"", msg)
+    args = (CHANNEL, HEAD, 1, 4096, ex_rk())
+
+    def frame(pos: int, end: int, max_n: int, layouts: Any, learn: Any) -> Any:
+        return _native.deliver_entries(buf, pos, end, max_n, 5, 7, layouts, learn, *args)
+
+    def refuse(prefix: bytes, entry: bytes) -> None:
+        raise RuntimeError("no")
+
+    assert frame(0, len(buf), 10**9, {b"": layout}, refuse)[1:3] == (2, len(buf))
+    assert frame(0, len(buf) - 1, 5, {b"": layout}, refuse)[1:3] == (1, len(buf) // 2)
+    assert frame(len(buf), 0, 5, {b"": layout}, refuse)[1:3] == (0, len(buf))
+    assert frame(0, 10**9, 5, {b"": None}, refuse)[1:3] == (0, 0)
+    with pytest.raises(RuntimeError):
+        frame(0, len(buf), 5, {}, refuse)
+    with pytest.raises(TypeError):
+        frame(0, len(buf), 5, {b"": (b"\x00\x00", 0)}, refuse)
+    with pytest.raises(ValueError):
+        frame(0, len(buf), 5, {b"": (b"\x00\x00", 0, 0)}, refuse)
+    with pytest.raises(TypeError):
+        frame(0, len(buf), 5, [], refuse)
