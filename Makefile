@@ -134,7 +134,7 @@ SHARED_LIBRARY := src/_warren_compiled__mypyc$(EXT_SUFFIX)
 # warns); make then retries on each run.
 NATIVE_SOURCES := src/warren/_fastpath.h src/warren/_fastpath.c src/warren/_fastpath_scan.c \
 	src/warren/_fastpath_run.c src/warren/_fastpath_deliver.c src/warren/_fastpath_records.c \
-	src/warren/_fastpath_spark.c src/warren/_fastpath_stream.c \
+	src/warren/_fastpath_spark.c src/warren/_fastpath_stream.c src/warren/_fastpath_chunks.c \
 	src/warren/_syncworker.c
 $(SHARED_LIBRARY): $(COMPILED_SOURCES) $(NATIVE_SOURCES) | $(BUILD_STAMP)
 	$(STEP) "compiling the hot modules with mypyc (setup.py build_ext --inplace; a minute or two on 2 cores)"

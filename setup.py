@@ -170,6 +170,7 @@ NATIVE = [
             "src/warren/_fastpath_records.c",
             "src/warren/_fastpath_spark.c",
             "src/warren/_fastpath_stream.c",
+            "src/warren/_fastpath_chunks.c",
         ],
         ["src/warren/_fastpath.h"],
     ),

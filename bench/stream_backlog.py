@@ -3,6 +3,7 @@
     .venv/bin/python bench/stream_backlog.py                      # a Warren from this checkout
     .venv/bin/python bench/stream_backlog.py --pure               # ... with WARREN_PURE_PYTHON=1
     .venv/bin/python bench/stream_backlog.py --url amqp://guest:guest@127.0.0.1:5672/
+    .venv/bin/python bench/stream_backlog.py --stream-protocol --size 16 --tree ../other
 
 Publishes --messages bodies of --size bytes into a fresh stream (confirms),
 then one consumer reads them all from offset "first" with prefetch --prefetch,
@@ -11,6 +12,11 @@ of each read and the broker's CPU per message over it (from /proc, when the
 broker is a local process this script started). The client speaks AMQP 0-9-1
 with socket and struct only (bench/raw_amqp.py's encoder and connection), so a
 pattern of Warren's own client cannot flatter the numbers (issue 27).
+With --stream-protocol the messages are published with ``warren perf stream``
+instead (AMQP 1.0 messages stored as chunk records, issue 31), into a Warren
+from --tree (default: this checkout) with its stream port open; with --raw
+as raw bytes that are no AMQP 1.0 message (bench/stream_protocol_rate.py's
+publisher), which a 0-9-1 reader gets one message at a time.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 # The shared raw-socket encoder and connection (bench/raw_amqp.py, no Warren code).
+import multiprocessing as mp  # noqa: E402
+
 from raw_amqp import (  # noqa: E402
     FRAME,
     Conn,
@@ -91,18 +99,48 @@ def drain(raw: Conn, name: str, count: int, prefetch: int) -> float:
     return seconds
 
 
+def perf_stream(port: int, name: str, count: int, size: int) -> float:
+    """Publish ``count`` messages of ``size`` bytes into stream ``name`` with
+    ``warren perf stream`` (this checkout's), 1,000 to a Publish; its msg/s."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), WARREN_PURE_PYTHON="1")
+    cmd = [sys.executable, "-m", "warren", "perf", "stream", "--uri",
+           f"rabbitmq-stream://guest:guest@127.0.0.1:{port}/%2F", "-x", "1", "-y", "0",
+           "-C", str(count), "-s", str(size), "-b", "1000", "--stream", name, "--keep",
+           "--json"]  # fmt: skip
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    summary = json.loads(out)
+    return float(summary.get("publish_rate") or summary.get("summary", {}).get("publish_rate", 0))
+
+
+def raw_stream(port: int, name: str, count: int, size: int) -> float:
+    """Publish ``count`` raw records of ``size`` bytes into stream ``name`` over the
+    stream protocol (bench/stream_protocol_rate.py's publisher); its msg/s."""
+    from stream_protocol_rate import publisher
+
+    out: mp.Queue = mp.Queue()  # type: ignore[type-arg]
+    publisher(port, name, 0, count, 1000, size, 20_000, mp.Barrier(1), out)
+    _pid, t0, t1 = out.get()
+    return float(count / (t1 - t0))
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-@contextlib.contextmanager
-def warren(pure: bool, src: Path = ROOT / "src") -> Iterator[tuple[int, int]]:
-    """A Warren from ``src`` (pure Python if ``pure``) on a free port with a scratch
-    data dir, as a child process: (AMQP port, pid); stopped on exit."""
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def warren(
+    pure: bool, src: Path = ROOT / "src", stream_port: int = -1
+) -> Iterator[tuple[int, int]]:
+    """A Warren from ``src`` (pure Python if ``pure``) on a free port with a scratch
+    data dir, as a child process: (AMQP port, pid); stopped on exit."""
+    port = free_port()
     with tempfile.TemporaryDirectory(prefix="warren-backlog-") as tmp:
         env = dict(os.environ, PYTHONPATH=str(src))
         env.pop("WARREN_PURE_PYTHON", None)
@@ -112,7 +150,7 @@ def warren(pure: bool, src: Path = ROOT / "src") -> Iterator[tuple[int, int]]:
                "--mqtt-port", "-1", "--prometheus-port", "-1", "-D", f"{tmp}/data",
                "--log-level", "warning"]  # fmt: skip
         if "--stream-port" in (src / "warren" / "cli.py").read_text():  # not in older ones
-            cmd += ["--stream-port", "-1"]
+            cmd += ["--stream-port", str(stream_port)]
         proc = subprocess.Popen(cmd, env=env, cwd=tmp)
         try:
             deadline = time.monotonic() + 30
@@ -127,14 +165,18 @@ def warren(pure: bool, src: Path = ROOT / "src") -> Iterator[tuple[int, int]]:
 
 
 def broker(
-    stack: contextlib.ExitStack[bool | None], url: str | None, pure: bool, src: Path = ROOT / "src"
+    stack: contextlib.ExitStack[bool | None],
+    url: str | None,
+    pure: bool,
+    src: Path = ROOT / "src",
+    stream_port: int = -1,
 ) -> tuple[str, int, int | None]:
     """(host, port, pid): the broker at ``url`` (no pid), else a Warren started
     here (warren()) for as long as ``stack`` lasts."""
     if url:
         host, port = url.rsplit("@", 1)[-1].strip("/").split(":")[:2]
         return host, int(port), None
-    port_, pid = stack.enter_context(warren(pure, src))
+    port_, pid = stack.enter_context(warren(pure, src, stream_port))
     return "127.0.0.1", port_, pid
 
 
@@ -146,12 +188,24 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--prefetch", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--stream-protocol", action="store_true", help="publish with `warren perf stream`"
+    )
+    parser.add_argument("--raw", action="store_true", help="with --stream-protocol: raw records")
+    parser.add_argument("--tree", type=Path, default=ROOT, help="the Warren's source checkout")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
-        host, port, pid = broker(stack, args.url, args.pure)
+        stream_port = free_port() if args.stream_protocol else -1
+        src = args.tree.resolve() / "src"
+        host, port, pid = broker(stack, args.url, args.pure, src, stream_port)
         raw = Conn.open(port, host)
         fresh_stream(raw, "backlog")
-        rate = publish_confirmed(raw, "backlog", args.messages, args.size)
+        if args.stream_protocol and args.raw:
+            rate = raw_stream(stream_port, "backlog", args.messages, args.size)
+        elif args.stream_protocol:
+            rate = perf_stream(stream_port, "backlog", args.messages, args.size)
+        else:
+            rate = publish_confirmed(raw, "backlog", args.messages, args.size)
         runs = []
         for _ in range(args.repeat):
             reader = Conn.open(port, host)

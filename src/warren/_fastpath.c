@@ -33,11 +33,14 @@
  * deliver_records() frames a consumer's deliveries straight from the segment
  * store's records in a memory map (a stream's backlog, core/stream_queue.py,
  * and a classic queue's, core/queue.py); amqp/record_deliveries.py's
- * deliver_records_python is its reference.
+ * deliver_records_python is its reference. deliver_entries() does the same
+ * for a stream's chunk record (its AMQP 1.0 messages; _fastpath_chunks.c),
+ * whose Python path (StreamCursor.next) is its reference.
  *
  * The sources: this file (the module and its init), _fastpath.h (what they
  * share), _fastpath_scan.c, _fastpath_run.c (the PublishRun type),
- * _fastpath_deliver.c, _fastpath_records.c, _fastpath_spark.c and _fastpath_stream.c,
+ * _fastpath_deliver.c, _fastpath_records.c, _fastpath_spark.c, _fastpath_stream.c and
+ * _fastpath_chunks.c,
  * compiled into one extension.
  * setup.py builds it when a C compiler is there; when it cannot, Warren runs
  * publish_run.py instead. WARREN_PURE_PYTHON=1 makes Warren ignore it
@@ -75,6 +78,9 @@ static PyMethodDef module_methods[] = {
      "deliver_records(buf, pos, limit, seed, max_n, channel, deliver_head, first_tag, "
      "frame_max, redelivered=0, expired_at=-1, own_expiry=0, max_bytes=0) "
      "-> (frames, n, end, sizes, offsets)"},
+    {"deliver_entries", (PyCFunction)(void (*)(void))deliver_entries, METH_FASTCALL,
+     "deliver_entries(buf, pos, end, max_n, offset, ts, layouts, learn, channel, deliver_head, "
+     "first_tag, frame_max, ex_rk, max_bytes=0) -> (frames, n, next, sizes)"},
     {NULL, NULL, 0, NULL},
 };
 

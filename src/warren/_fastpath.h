@@ -2,7 +2,8 @@
  * _fastpath_scan.c, scan_publishes and scan_acks; _fastpath_run.c, the PublishRun type;
  * _fastpath_deliver.c, deliver_frames; _fastpath_records.c, encode_records and
  * the CRC-32; _fastpath_spark.c, the Spark source's read loop;
- * _fastpath_stream.c, deliver_records: a stream's records to deliveries). The byte helpers and the property-list checks are static inline
+ * _fastpath_stream.c, deliver_records: a stream's records to deliveries;
+ * _fastpath_chunks.c, deliver_entries: a stream's chunk record to deliveries). The byte helpers and the property-list checks are static inline
  * here, so each file that loops over messages keeps them inlined.
  */
 #ifndef WARREN_FASTPATH_H
@@ -51,6 +52,7 @@ FP_INTERNAL PyObject *scan_stream_deliveries(PyObject *self, PyObject *const *ar
 FP_INTERNAL PyObject *fp_find_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *encode_publishes(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL PyObject *deliver_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+FP_INTERNAL PyObject *deliver_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 FP_INTERNAL void crc_init(void);
 /* Whether a whole segment-store record starts at p[q] within limit, its CRC
  * seeded with seed (_fastpath_records.c). */

@@ -25,6 +25,10 @@ _NativeRun: type | None = None if _native is None else _native.PublishRun
 _deliver_records: Callable[..., tuple[bytes, int, int, bytes, bytes]] | None = (
     None if _native is None else getattr(_native, "deliver_records", None)
 )
+#: The C framer of a stream's chunk records (the same path's), or None.
+_deliver_entries: Callable[..., tuple[bytes, int, int, bytes]] | None = (
+    None if _native is None else getattr(_native, "deliver_entries", None)
+)
 
 #: The frames of a span stop before the record that would take them past this
 #: many bytes: one transport write of a backlog's deliveries stays bounded.
@@ -161,6 +165,59 @@ class AMQPConsumer(Consumer):
         first = deliveries.last_tag + 1
         frames, n, end, raw_sizes, _offsets = _deliver_records(
             buf, pos, limit, seed, max_n, ch.id, self._deliver_head, first, conn.frame_max
+        )
+        if not n:
+            return 0, pos
+        deliveries.next_tags(n)
+        ch.stats.deliver += n
+        self.queue.stats.deliver += n
+        self.counts.deliver += n
+        sizes = array("I")
+        sizes.frombytes(raw_sizes)
+        stored = StoredRun(segment, array("I", range(n)), sizes, 0)
+        deliveries.track_run(first, self.queue, stored, self, sum(sizes))
+        conn.send(frames)
+        return n, end
+
+    def takes_entries(self) -> bool:
+        return _deliver_entries is not None and not self.no_ack
+
+    def deliver_entries(
+        self,
+        buf: Any,
+        pos: int,
+        end: int,
+        max_n: int,
+        offset: int,
+        ts: int,
+        routing_key: str,
+        decoder: Any,
+        segment: int,
+    ) -> tuple[int, int]:
+        """A stream's chunk record's next entries as one bytes object of deliveries,
+        framed in C, and one unacked run (see Consumer.deliver_entries)."""
+        if _deliver_entries is None or self.no_ack:
+            return 0, pos
+        ch = self.channel
+        conn = ch.connection
+        deliveries = self.deliveries
+        first = deliveries.last_tag + 1
+        rk = routing_key.encode("utf-8", "surrogateescape")
+        frames, n, end, raw_sizes = _deliver_entries(
+            buf,
+            pos,
+            end,
+            max_n,
+            offset,
+            ts,
+            decoder.layouts,
+            decoder.learn,
+            ch.id,
+            self._deliver_head,
+            first,
+            conn.frame_max,
+            b"\x00" + bytes((len(rk),)) + rk,
+            SPAN_BYTES,
         )
         if not n:
             return 0, pos

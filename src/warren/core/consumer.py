@@ -150,6 +150,31 @@ class Consumer(ABC):
         as here, when they go one by one (StreamCursor.next and deliver)."""
         return 0, pos
 
+    def takes_entries(self) -> bool:
+        """Whether deliver_entries can take a chunk record's messages at all (else
+        a stream reader does not ask its cursor for them)."""
+        return False
+
+    def deliver_entries(
+        self,
+        buf: Any,
+        pos: int,
+        end: int,
+        max_n: int,
+        offset: int,
+        ts: int,
+        routing_key: str,
+        decoder: Any,
+        segment: int,
+    ) -> tuple[int, int]:
+        """A stream's chunk record's next entries, at most ``max_n`` from ``buf[pos:end]``
+        (StreamCursor.entries: offsets from ``offset`` on, timestamp ``ts``, the
+        store's routing key and EntryDecoder), to this acknowledging consumer
+        in one go, as deliver_records delivers records. Returns how many were
+        delivered and where the next entry starts; (0, pos), as here, when
+        they go one by one (StreamCursor.next and deliver)."""
+        return 0, pos
+
     def takes_chunks(self) -> bool:
         """Whether this stream consumer takes a stream's chunk records whole
         (deliver_chunk: the stream protocol's subscriptions send them as they

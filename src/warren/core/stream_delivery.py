@@ -8,8 +8,10 @@ them (Consumer.deliver_chunk: the stream protocol's; nothing to settle; with
 ``x-stream-filter`` values a chunk record, which holds no filter value,
 goes whole when the consumer matches unfiltered and is passed over whole
 otherwise, as RabbitMQ's chunk filter does), a span of records framed at
-once where a reader has no filter and credit for two or more (Consumer.deliver_records: delivery seqs ``(-span id
-<< 32) | i``), else one by one (a seq of its own).
+once where a reader has no filter and credit for two or more
+(Consumer.deliver_records, or deliver_entries for a chunk record's simple
+messages: delivery seqs ``(-span id << 32) | i``), else one by one (a seq
+of its own).
 A filter is 0-9-1's ``x-stream-filter`` values and, for a protocol that has
 more (AMQP 1.0's property filters), the consumer's ``message_filter``; a
 record it skips is never delivered, so nothing waits for its settlement, and
@@ -50,6 +52,8 @@ class Reader:
         "predicate",
         "plain",
         "chunks",
+        "entries",
+        "entries_from",
         "scanning",
         "tracking",
         "in_flight",
@@ -76,6 +80,11 @@ class Reader:
         #: Takes chunk records whole (Consumer.takes_chunks): no predicate and
         #: no offset to track per message; ``filters`` decide per chunk record.
         self.chunks = predicate is None and tracking is None and consumer.takes_chunks()
+        #: Frames a chunk record's messages at once (Consumer.takes_entries).
+        self.entries = self.plain and consumer.takes_entries()
+        #: Where that can start again: the end of a chunk record with a message
+        #: it could not frame (the rest of that record goes one by one).
+        self.entries_from = 0
         #: Its filter skipped a whole batch: the next pass reads on.
         self.scanning = False
         self.tracking = tracking
@@ -236,16 +245,32 @@ class StreamDelivery(QueueDelivery):
         credit = consumer.run_credit(budget)
         if credit < 2:
             return 0
-        span = reader.cursor.span()
-        if span is None:
-            return 0
-        buf, pos, seed, left = span
+        cursor = reader.cursor
+        if cursor.offset < reader.entries_from:
+            return 0  # inside a chunk record that goes one by one
+        span = cursor.span()
         sid = self._next_span
-        n, end = consumer.deliver_records(buf, pos, len(buf), seed, min(credit, left), -sid)
-        if not n:
-            return 0
-        first = int(reader.cursor.offset)
-        reader.cursor.skip(n, end)
+        if span is not None:
+            first = int(cursor.offset)
+            buf, pos, seed, left = span
+            n, end = consumer.deliver_records(buf, pos, len(buf), seed, min(credit, left), -sid)
+            if not n:
+                return 0
+            cursor.skip(n, end)
+        else:
+            # A chunk record's entries (or caught up): framed at once by a consumer that can.
+            got = cursor.entries() if reader.entries else None
+            if got is None:
+                return 0
+            buf, pos, end, left, ts, routing_key, decoder = got
+            first = int(cursor.offset)
+            n, end = consumer.deliver_entries(
+                buf, pos, end, min(credit, left), first, ts, routing_key, decoder, -sid
+            )
+            if not n:
+                reader.entries_from = first + left
+                return 0
+            cursor.skip_entries(n, end)
         self._next_span = sid + 1
         self.spans[sid] = Span(reader, first, n)
         if reader.tracking is not None:

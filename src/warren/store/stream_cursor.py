@@ -7,12 +7,13 @@ core/stream_queue.py, as a span of records a consumer frames in one pass
 
 A chunk record (many messages: store/stream_records.py) is read a message at
 a time by ``next`` (the cursor keeps its place inside it), or whole by
-``chunk`` for a consumer that sends chunks as they are (the stream protocol's);
-``span`` stops before one. ``next`` opens a sub-entry batch (none, gzip) into
-its messages, one offset each, and steps over one it cannot open (snappy,
-lz4, zstd), its offsets counted, saying so once per stream: RabbitMQ's AMQP
-readers skip compressed batches too, and only stream protocol consumers,
-which get the chunk as it is, open them.
+``chunk`` for a consumer that sends chunks as they are (the stream protocol's),
+or several simple entries at once by :meth:`StreamCursor.entries` (a consumer
+frames them in C: the span path's twin); ``span`` stops before one. ``next``
+opens a sub-entry batch (none, gzip) into its messages, one offset each, and
+steps over one it cannot open (snappy, lz4, zstd), its offsets counted, saying
+so once per stream: RabbitMQ's AMQP readers skip compressed batches too, and
+only stream protocol consumers, which get the chunk as it is, open them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from warren.store.stream_records import (
     CHUNK_BODY_AT,
     CHUNK_HEADER,
     RECORD_TS,
+    EntryDecoder,
     chunk_count,
     entry_span,
     open_batch,
@@ -72,6 +74,7 @@ class StreamCursor:
         self._batch: list[bytes] | None = None
         self._batch_at = 0
         self._batch_skip = 0
+        self._chunk_data_end = 0  # where its entries end
         self._seek(offset)
 
     def _seek(self, offset: int) -> None:
@@ -165,6 +168,7 @@ class StreamCursor:
         self._batch_skip = index
         self._chunk_end = pos + length
         self._chunk_ts = RECORD_TS.unpack_from(m, pos + 4)[0]
+        self._chunk_data_end = pos + _ENTRIES_AT + head[8]
         return True
 
     def _chunk_message(self, seg: _StreamSegment, m: mmap.mmap, offset: int) -> Message | None:
@@ -246,6 +250,42 @@ class StreamCursor:
             body_len = _U64.unpack_from(m, pos + 18)[0] & 0x3FFFFFFFFFFFFFFF
             start = pos + CHUNK_BODY_AT
             return first, offset + n - first, m, start, start + body_len
+
+    def entries(self) -> tuple[mmap.mmap, int, int, int, int, str, EntryDecoder] | None:
+        """Where the next entries of the chunk record at the cursor lie, for framing
+        several at once: (map, position of the next entry, where the entries
+        end, how many are left, the chunk's timestamp, the routing key and
+        EntryDecoder of its messages); None when caught up, the next record
+        is a single message or the cursor is inside a sub-entry batch. The entries are those ``next`` would read (the
+        record checked); the caller calls :meth:`skip_entries` with how many
+        it took."""
+        store = self._store
+        while True:
+            seg = self._ready()
+            if seg is None:
+                return None
+            m = self._map
+            assert m is not None
+            if self._chunk_left:
+                if self._batch is not None or self._batch_skip:
+                    return None  # inside a sub-entry batch: next() reads it
+                return (
+                    m, self._entry, self._chunk_data_end, self._chunk_left, self._chunk_ts,
+                    store.chunk_routing_key, store.decoder,
+                )  # fmt: skip
+            offset = self.offset
+            if not self._enter_chunk(seg, m):
+                if self.offset != offset:
+                    continue  # a damaged chunk record stepped over
+                return None
+
+    def skip_entries(self, n: int, entry: int) -> None:
+        """``n`` entries from :meth:`entries`' position were read; the next starts at ``entry``."""
+        seg = self._seg
+        assert seg is not None
+        self._entry = entry
+        self._chunk_left -= n
+        self._advance(seg, n, self._chunk_end if not self._chunk_left else self._pos)
 
     def span(self) -> tuple[mmap.mmap, int, int, int] | None:
         """Where the next records lie, for reading several at once: (map, position,

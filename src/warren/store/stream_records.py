@@ -101,6 +101,13 @@ _HEADER_COUNTS: Final = struct.Struct(">I")  # num_records, 4 bytes into the chu
 _BATCH_HEAD: Final = struct.Struct(">BHII")
 #: Sub-entry batch compressions by number (osiris), for log lines.
 CODEC_NAMES: Final = ("none", "gzip", "snappy", "lz4", "zstd")
+#: EntryDecoder's cache holds at most this many layouts, each at most this long
+#: (a stream whose messages each have their own properties goes one by one).
+MAX_LAYOUTS: Final = 1024
+MAX_LAYOUT_BYTES: Final = 1024
+#: Stamps learn looks for in a layout's properties (unlike any other bytes there).
+_PROBE_OFFSET: Final = 0x5A17C0DE0FF5E7A1
+_PROBE_TS: Final = 0x5A17C0DE07135A4B
 
 
 class EntryDecoder:
@@ -109,12 +116,68 @@ class EntryDecoder:
     the broker's StreamMessageCodec's ``to_core``, which the composition root
     (warren.app) sets on SHARED_DECODER, the one every stream store (a
     follower's replica too) uses unless given its own: core and store import
-    no protocol. None: the entry is the body."""
+    no protocol. None: the entry is the body.
 
-    __slots__ = ("decode",)
+    ``layouts`` is C's cache for framing many entries at once
+    (warren._fastpath's deliver_entries): the sections of a message before its
+    one data section -> its stamped properties (``learn``), so the mapping
+    runs once per layout, not per message. Setting ``decode`` clears it."""
+
+    __slots__ = ("_decode", "layouts")
 
     def __init__(self) -> None:
-        self.decode: Callable[[bytes], tuple[bytes, bytes, bytes | None]] | None = None
+        self._decode: Callable[[bytes], tuple[bytes, bytes, bytes | None]] | None = None
+        self.layouts: dict[bytes, tuple[bytes, int, int] | None] = {}
+
+    @property
+    def decode(self) -> Callable[[bytes], tuple[bytes, bytes, bytes | None]] | None:
+        return self._decode
+
+    @decode.setter
+    def decode(self, decode: Callable[[bytes], tuple[bytes, bytes, bytes | None]] | None) -> None:
+        self._decode = decode
+        self.layouts = {}
+
+    def learn(self, prefix: bytes, entry: bytes) -> tuple[bytes, int, int] | None:
+        """The layout of ``entry`` (an AMQP 1.0 message whose sections before its
+        data section are ``prefix``), stored in ``layouts`` while there is room:
+        (its properties stamped with offset and timestamp 0, where the two
+        8-byte values go), checked against stamp_properties; None when the
+        mapping's body is not the data section, or the stamps are not two
+        fixed places (that layout goes one message at a time)."""
+        layouts = self.layouts
+        if len(layouts) >= MAX_LAYOUTS or len(prefix) > MAX_LAYOUT_BYTES:
+            return None
+        layout = _layout(self._decode, prefix, entry)
+        layouts[prefix] = layout
+        return layout
+
+
+def _layout(
+    decode: Callable[[bytes], tuple[bytes, bytes, bytes | None]] | None, prefix: bytes, entry: bytes
+) -> tuple[bytes, int, int] | None:
+    """EntryDecoder.learn's layout of ``entry``, not stored."""
+    at = len(prefix)
+    if decode is None or len(entry) < at + 5 or entry[at + 3] not in (0xA0, 0xB0):
+        return None
+    props, body, _native = decode(entry)
+    if body != entry[at + (5 if entry[at + 3] == 0xA0 else 8) :]:
+        return None
+    probe = stamp_properties(props, _PROBE_OFFSET, _PROBE_TS)
+    offset_at = probe.find(_I64.pack(_PROBE_OFFSET))
+    ts_at = probe.find(_I64.pack(_PROBE_TS))
+    if offset_at < 0 or ts_at < 0 or abs(offset_at - ts_at) < 8:
+        return None
+    template = bytearray(probe)
+    template[offset_at : offset_at + 8] = bytes(8)
+    template[ts_at : ts_at + 8] = bytes(8)
+    for offset, ts in ((0, 0), (0x7FFFFFFFFFFFFFFF, 0x0000018C2E5F3B9A)):
+        filled = bytearray(template)
+        filled[offset_at : offset_at + 8] = _I64.pack(offset)
+        filled[ts_at : ts_at + 8] = _I64.pack(ts)
+        if filled != stamp_properties(props, offset, ts):
+            return None
+    return bytes(template), offset_at, ts_at
 
 
 #: The process's decoder of chunk entries (EntryDecoder), set by warren.app.
