@@ -26,6 +26,8 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from warren.coap import codec as C
+from warren.coap.blockwise import resource_key
+from warren.coap.clients import CoAPClients
 from warren.coap.mapping import content_format, message_qos, publish_properties
 from warren.coap.observe import Observation
 from warren.core.commit import NotStored
@@ -110,6 +112,7 @@ class PubSub:
         endpoint: Endpoint,
         limits: RateLimits,
         retained: RetainedTopics | None,
+        local: tuple[str, int] | None = None,
     ) -> None:
         self.node = node
         self.config = node.config
@@ -120,6 +123,8 @@ class PubSub:
         self.observations: dict[tuple[Address, bytes], Observation] = {}
         self._logins: dict[tuple[str, str, str], tuple[int, User]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Source addresses that logged in, listed as connections (clients.py).
+        self.clients = CoAPClients(node, local, self._observations_of)
 
     # -- requests -------------------------------------------------------------------------
     def request(self, req: C.CoAPMessage, addr: Address) -> None:
@@ -202,7 +207,14 @@ class PubSub:
             if exc.reason in (LoginRefused.LIMIT, LoginRefused.NO_VHOST):
                 code = C.SERVICE_UNAVAILABLE
             raise _Refused(code, exc.text, delay_ms=exc.delay_ms) from None
-        return session, self.node.vhosts[self.config.coap_vhost]
+        vhost = self.node.vhosts[self.config.coap_vhost]
+        if not self.clients.seen(addr, session, vhost):
+            raise _Refused(
+                C.SERVICE_UNAVAILABLE,
+                "the node's connection limit is reached",
+                [(C.MAX_AGE, C.encode_uint(_RETRY_S))],
+            )
+        return session, vhost
 
     def _check_password(
         self, session: ClientSession, host: str, username: str, password: str
@@ -235,7 +247,7 @@ class PubSub:
         self, req: C.CoAPMessage, addr: Address, topic: str, query: dict[str, str]
     ) -> None:
         limit = self.config.coap_max_payload
-        if req.option(C.BLOCK1) is not None or len(req.payload) > limit:
+        if len(req.payload) > limit:  # blocks are put together before (blockwise.py)
             raise _Refused(
                 C.REQUEST_ENTITY_TOO_LARGE,
                 f"payload over {limit} bytes",
@@ -367,6 +379,7 @@ class PubSub:
         obs = Observation(
             self.endpoint, addr, req.token, session, vhost, topic_filter, qos, self._ended
         )
+        obs.resource = resource_key(req)
         for kind in (CONFIGURE, WRITE, READ):
             self._check(session, kind, "queue", obs.queue_name)
         queue = vhost.declare_queue(obs.queue_name, durable=False, auto_delete=True)
@@ -378,6 +391,9 @@ class PubSub:
             raise
         self.observations[(addr, req.token)] = obs
         return obs
+
+    def _observations_of(self, addr: Address) -> list[Observation]:
+        return [obs for (a, _), obs in self.observations.items() if a == addr]
 
     def _ended(self, obs: Observation) -> None:
         if self.observations.get((obs.addr, obs.token)) is obs:
@@ -407,6 +423,7 @@ class PubSub:
             task.cancel()
         for obs in list(self.observations.values()):
             obs.end()
+        self.clients.close()
 
 
 def _query_item(item: str) -> tuple[str, str]:
