@@ -227,7 +227,7 @@ class Blockwise:
             szx = min(szx, MAX_SZX)
         if raw is None and len(payload) <= BLOCK_SIZE:
             return code, options, payload
-        kept = self._keep(addr, resource_key(req), code, options, payload)
+        kept = self._keep(addr, resource_key(req), code, options, payload, szx)
         code, blocked, payload = self._block(kept, num, szx)
         return code, [*blocked, *(o for o in options if o[0] == C.OBSERVE)], payload
 
@@ -245,7 +245,7 @@ class Blockwise:
         replace the blocks the client is fetching."""
         if len(payload) <= BLOCK_SIZE:
             return options, payload, None
-        kept = self._keep(addr, resource, C.CONTENT, options, payload)
+        kept = self._keep(addr, resource, C.CONTENT, options, payload, MAX_SZX)
         _, first, block = self._block(kept, 0, MAX_SZX)
 
         def when_fetched(callback: Callable[[], None]) -> None:
@@ -264,13 +264,14 @@ class Blockwise:
         code: int,
         options: list[tuple[int, bytes]],
         payload: bytes,
+        szx: int,
     ) -> _Representation:
         now = self.clock.monotonic_ms()
         self._expire_kept(now)
         # A later block is no notification: without the Observe option.
         plain = [o for o in options if o[0] not in (C.OBSERVE, C.BLOCK1)]
         kept = _Representation(code, plain, payload, now + REPRESENTATION_LIFETIME_MS)
-        if len(payload) <= BLOCK_SIZE:
+        if len(payload) <= 16 << szx:
             return kept  # one block: nothing to keep
         old = self._kept.pop((addr, resource), None)
         if old is not None:

@@ -226,6 +226,11 @@ def test_a_block2_request_picks_a_smaller_block(raw: tuple[BrokerThread, Raw]) -
         got += answer.payload
         if num == 0:
             assert answer.opt.size2 == len(body) and answer.opt.etag
+            etag = answer.opt.etag
+            # A newer retained message: the later blocks are still of the copy kept.
+            client.request(C.PUT, "ps/raw/kept", query=("retain=true",), payload=b"new")
+            assert client.receive().code == Code.CHANGED
+        assert answer.opt.etag == etag
     assert got == body and not answer.opt.block2.more
     client.request(C.GET, "ps/raw/kept", options=[block_option(C.BLOCK2, 9, False, 4)])
     assert client.receive().code == Code.BAD_REQUEST
