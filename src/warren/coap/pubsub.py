@@ -201,7 +201,12 @@ class PubSub:
                 session.login("coap", anonymous, None, host)
             else:
                 self._check_password(session, host, username, password or "")
-            session.open(self.config.coap_vhost)
+            try:
+                session.open(self.config.coap_vhost)
+            except LoginRefused as exc:
+                if exc.reason != LoginRefused.LIMIT or not self._listed(addr, session):
+                    raise
+                self._open_listed(session)
         except LoginRefused as exc:
             code = C.FORBIDDEN if exc.reason == LoginRefused.NO_ACCESS else C.UNAUTHORIZED
             if exc.reason in (LoginRefused.LIMIT, LoginRefused.NO_VHOST):
@@ -215,6 +220,29 @@ class PubSub:
                 [(C.MAX_AGE, C.encode_uint(_RETRY_S))],
             )
         return session, vhost
+
+    def _listed(self, addr: Address, session: ClientSession) -> bool:
+        """Whether ``addr`` is a client listed with the session's user already."""
+        client = self.clients.by_addr.get(addr)
+        user = session.user
+        return (
+            client is not None
+            and client.user is not None
+            and user is not None
+            and (client.user.name == user.name)
+        )
+
+    def _open_listed(self, session: ClientSession) -> None:
+        """A listed client is one of the connections the vhost's and the user's
+        max-connections count: its own next request is not one more. What
+        ``open`` checks after the limits: access to the vhost."""
+        user, name = session.user, self.config.coap_vhost
+        assert user is not None
+        if name not in user.permissions:
+            raise LoginRefused(
+                LoginRefused.NO_ACCESS, f"access to vhost '{name}' refused for user '{user.name}'"
+            )
+        session.vhost_name = name
 
     def _check_password(
         self, session: ClientSession, host: str, username: str, password: str

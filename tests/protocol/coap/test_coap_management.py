@@ -143,7 +143,7 @@ def test_an_idle_client_is_forgotten_unless_it_observes(broker: BrokerThread) ->
     run(observe)
 
 
-def test_max_connections_bounds_the_clients_listed(tmp_path: Path) -> None:
+def test_connection_limits_bound_the_clients_listed(tmp_path: Path) -> None:
     b = start_broker(
         tmp_path,
         clock=ManualClock(),
@@ -156,12 +156,20 @@ def test_max_connections_bounds_the_clients_listed(tmp_path: Path) -> None:
     )
     first, second = Raw(coap_port(b)), Raw(coap_port(b))
     try:
+        b.call(lambda: b.broker.users.set_limit("guest", "max-connections", 1))
         first.request(C.POST, "ps/cap/x", payload=b"1")
         assert first.receive().code == Code.CHANGED
-        first.request(C.POST, "ps/cap/x", payload=b"2")  # listed already: not refused
+        # Listed already: counted by the node's and the user's limits, not refused.
+        first.request(C.POST, "ps/cap/x", payload=b"2")
         assert first.receive().code == Code.CHANGED
         second.request(C.POST, "ps/cap/x", payload=b"3")
-        refused = second.receive()
+        refused = second.receive()  # the user's limit
+        assert refused.code == Code.SERVICE_UNAVAILABLE and b"user connection limit" in (
+            refused.payload
+        )
+        b.call(lambda: b.broker.users.set_limit("guest", "max-connections", 10))
+        second.request(C.POST, "ps/cap/x", payload=b"4")
+        refused = second.receive()  # the node's
         assert (refused.code, refused.opt.max_age) == (Code.SERVICE_UNAVAILABLE, 5)
         assert [c["peer_port"] for c in coap_connections(b)] == [first.sock.getsockname()[1]]
     finally:
