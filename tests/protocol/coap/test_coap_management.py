@@ -176,3 +176,22 @@ def test_connection_limits_bound_the_clients_listed(tmp_path: Path) -> None:
         first.close()
         second.close()
         b.stop()
+
+
+def test_a_login_as_another_user_lists_the_address_anew(broker: BrokerThread) -> None:
+    broker.call(lambda: broker.broker.users.add_user("dev", "secret"))
+    broker.call(lambda: broker.broker.users.set_permissions("dev", "/"))
+    client = Raw(coap_port(broker))
+    try:
+        client.request(C.POST, "ps/who/x", payload=b"1")
+        assert client.receive().code == Code.CHANGED
+        [guest] = coap_connections(broker)
+        client.request(C.POST, "ps/who/x", query=("u=dev", "p=secret"), payload=b"2")
+        assert client.receive().code == Code.CHANGED
+        [dev] = coap_connections(broker)
+        assert (guest["user"], dev["user"], dev["name"]) == ("guest", "dev", guest["name"])
+        m = scrape(broker)
+        assert value(m, "rabbitmq_connections_opened_total") == 2
+        assert value(m, "rabbitmq_connections_closed_total") == 1
+    finally:
+        client.close()
