@@ -33,10 +33,13 @@ class CoAPSettings:
     coap_anonymous_user: str = ""
     #: Requests per source address per second (0: no limit); beyond, 4.29.
     coap_requests_per_second: int = 100
-    #: Largest request payload (one datagram, no blockwise transfer); beyond, 4.13.
+    #: Largest request payload (a block-wise upload: all of it); beyond, 4.13.
     coap_max_payload: int = 1024
     #: Observations (subscriptions) open at once on the node.
     coap_max_observations: int = 10_000
+    #: Seconds after its last datagram a client observing nothing is no longer
+    #: listed under /api/connections (0: listed until closed or shutdown).
+    coap_client_idle_timeout: int = 300
 
 
 _INT_RE = re.compile(r"[+-]?[0-9]+")
@@ -72,6 +75,7 @@ COAP_INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("coap", "requests_per_second"): ("coap_requests_per_second", _int),
     ("coap", "max_payload"): ("coap_max_payload", _int),
     ("coap", "max_observations"): ("coap_max_observations", _int),
+    ("coap", "client_idle_timeout"): ("coap_client_idle_timeout", _int),
 }
 
 
@@ -105,7 +109,9 @@ COAP_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "coap_vhost": _text(False),
     "coap_anonymous_user": _text(True),
     "coap_requests_per_second": _in(0, 1_000_000),
-    # A UDP datagram's payload, less CoAP's header and options.
-    "coap_max_payload": _in(1, 65_000),
+    # Block-wise uploads go beyond a datagram; each of at most 64 at once
+    # (coap/blockwise.py) holds up to this much.
+    "coap_max_payload": _in(1, 1 << 20),
     "coap_max_observations": _in(0, 1_000_000),
+    "coap_client_idle_timeout": _in(0, 86_400),
 }

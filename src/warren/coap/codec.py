@@ -45,12 +45,14 @@ PUT = code(0, 3)
 DELETE = code(0, 4)
 CHANGED = code(2, 4)
 CONTENT = code(2, 5)
+CONTINUE = code(2, 31)  # RFC 7959
 BAD_REQUEST = code(4, 0)
 UNAUTHORIZED = code(4, 1)
 BAD_OPTION = code(4, 2)
 FORBIDDEN = code(4, 3)
 NOT_FOUND = code(4, 4)
 METHOD_NOT_ALLOWED = code(4, 5)
+REQUEST_ENTITY_INCOMPLETE = code(4, 8)  # RFC 7959
 REQUEST_ENTITY_TOO_LARGE = code(4, 13)
 UNSUPPORTED_CONTENT_FORMAT = code(4, 15)
 TOO_MANY_REQUESTS = code(4, 29)  # RFC 8516
@@ -58,6 +60,7 @@ INTERNAL_SERVER_ERROR = code(5, 0)
 SERVICE_UNAVAILABLE = code(5, 3)
 
 # Option numbers (RFC 7252 5.10, RFC 7641, RFC 7959).
+ETAG = 4
 OBSERVE = 6
 URI_PATH = 11
 CONTENT_FORMAT = 12
@@ -66,6 +69,7 @@ URI_QUERY = 15
 ACCEPT = 17
 BLOCK2 = 23
 BLOCK1 = 27
+SIZE2 = 28
 SIZE1 = 60
 #: Options a request may carry that this server reads or may ignore; any other
 #: critical option (an odd number) makes a request 4.02 Bad Option.

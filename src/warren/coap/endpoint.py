@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from warren.coap import codec as C
+from warren.coap.blockwise import Blockwise, Resource
 from warren.core.codec_errors import DecodeError
 
 if TYPE_CHECKING:
@@ -62,6 +63,20 @@ class _Outgoing:
         self.timer: TimerHandle | None = None
 
 
+def _after_fetch(
+    done: Callable[[Outcome], None], when_fetched: Callable[[Callable[[], None]], None]
+) -> Callable[[Outcome], None]:
+    """A large notification's ACK counts once the client fetched its last block."""
+
+    def outcome(how: Outcome) -> None:
+        if how == "ack":
+            when_fetched(lambda: done("ack"))
+        else:
+            done(how)
+
+    return outcome
+
+
 class Endpoint:
     """One UDP socket's CoAP message layer: requests go to ``handle``."""
 
@@ -70,6 +85,7 @@ class Endpoint:
         send: Callable[[bytes, Address], None],
         clock: Clock,
         handle: Callable[[C.CoAPMessage, Address], None],
+        max_payload: int = 1024,
     ) -> None:
         self.send = send
         self.clock = clock
@@ -87,6 +103,8 @@ class Endpoint:
         self.malformed = 0
         self._logged_ms = -1_000_000.0
         self.closed = False
+        #: Block-wise transfers (RFC 7959): uploads put together, large answers in blocks.
+        self.blocks = Blockwise(clock, max_payload, self.reply)
 
     # -- receiving ------------------------------------------------------------------------
     def datagram(self, data: bytes, addr: Address) -> None:
@@ -148,7 +166,9 @@ class Endpoint:
         if bad:
             self.reply(msg, addr, C.BAD_OPTION, payload=f"unknown option {bad[0]}".encode())
             return
-        self.handle(msg, addr)
+        whole = self.blocks.incoming(msg, addr)
+        if whole is not None:
+            self.handle(whole, addr)
 
     def _forget_old(self, table: OrderedDict[Any, Any], now: float) -> None:
         while table:
@@ -167,9 +187,11 @@ class Endpoint:
         options: Iterable[tuple[int, bytes]] = (),
         payload: bytes = b"",
     ) -> None:
-        """Answer request ``req``: piggybacked on its ACK (CON), or NON."""
+        """Answer request ``req``: piggybacked on its ACK (CON), or NON; a large
+        payload in blocks (blockwise.py)."""
         if self.closed:
             return
+        code, options, payload = self.blocks.response(req, addr, code, list(options), payload)
         if req.mtype == C.CON:
             msg = C.CoAPMessage(C.ACK, code, req.mid, req.token, list(options), payload)
         else:
@@ -188,10 +210,16 @@ class Endpoint:
         payload: bytes,
         confirmable: bool,
         done: Callable[[Outcome], None],
+        resource: Resource = (),
     ) -> None:
         """Send a message of our own (a notification). CON: resent until ACKed,
         then ``done("ack")``; ``done("reset")`` on an RST, ``done("timeout")``
-        after MAX_RETRANSMIT resends. NON: ``done("reset")`` if an RST names it."""
+        after MAX_RETRANSMIT resends. NON: ``done("reset")`` if an RST names it.
+        A large payload goes as its first block, the rest kept for requests of
+        ``resource`` (the observed URI) with Block2."""
+        options, payload, when_fetched = self.blocks.notification(addr, resource, options, payload)
+        if when_fetched is not None and confirmable:
+            done = _after_fetch(done, when_fetched)
         mid = self._next_mid()
         mtype = C.CON if confirmable else C.NON
         data = self._send(C.CoAPMessage(mtype, code, mid, token, options, payload), addr)

@@ -33,6 +33,7 @@ from warren.core.stats import MessageStats, count_delivery
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from warren.coap.blockwise import Resource
     from warren.coap.endpoint import Address, Endpoint, Outcome
     from warren.core.message import Message
     from warren.core.queue import Queue
@@ -81,6 +82,9 @@ class Observation:
         self._confirmed_ms = endpoint.clock.now_ms()
         self._acks: list[int] = []
         self.consumer: CoAPConsumer | None = None
+        #: The observed URI's options: a large notification's later blocks are
+        #: asked for with them (blockwise.py).
+        self.resource: Resource = ()
 
     def start(self, queue: Queue) -> None:
         """Consume ``queue`` (declared and bound by the caller)."""
@@ -118,7 +122,9 @@ class Observation:
             else:
                 self._ack_soon(tag)
                 done = self._no_ack_done
-        self.endpoint.notify(self.addr, self.token, C.CONTENT, options, msg.body, confirm, done)
+        self.endpoint.notify(
+            self.addr, self.token, C.CONTENT, options, msg.body, confirm, done, self.resource
+        )
 
     def _ack_soon(self, tag: int) -> None:
         """A non-confirmable notification's message: acked at the end of the turn

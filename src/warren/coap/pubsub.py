@@ -26,6 +26,8 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from warren.coap import codec as C
+from warren.coap.blockwise import resource_key
+from warren.coap.clients import CoAPClients
 from warren.coap.mapping import content_format, message_qos, publish_properties
 from warren.coap.observe import Observation
 from warren.core.commit import NotStored
@@ -110,6 +112,7 @@ class PubSub:
         endpoint: Endpoint,
         limits: RateLimits,
         retained: RetainedTopics | None,
+        local: tuple[str, int] | None = None,
     ) -> None:
         self.node = node
         self.config = node.config
@@ -120,6 +123,8 @@ class PubSub:
         self.observations: dict[tuple[Address, bytes], Observation] = {}
         self._logins: dict[tuple[str, str, str], tuple[int, User]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Source addresses that logged in, listed as connections (clients.py).
+        self.clients = CoAPClients(node, local, self._observations_of)
 
     # -- requests -------------------------------------------------------------------------
     def request(self, req: C.CoAPMessage, addr: Address) -> None:
@@ -196,13 +201,48 @@ class PubSub:
                 session.login("coap", anonymous, None, host)
             else:
                 self._check_password(session, host, username, password or "")
-            session.open(self.config.coap_vhost)
+            try:
+                session.open(self.config.coap_vhost)
+            except LoginRefused as exc:
+                if exc.reason != LoginRefused.LIMIT or not self._listed(addr, session):
+                    raise
+                self._open_listed(session)
         except LoginRefused as exc:
             code = C.FORBIDDEN if exc.reason == LoginRefused.NO_ACCESS else C.UNAUTHORIZED
             if exc.reason in (LoginRefused.LIMIT, LoginRefused.NO_VHOST):
                 code = C.SERVICE_UNAVAILABLE
             raise _Refused(code, exc.text, delay_ms=exc.delay_ms) from None
-        return session, self.node.vhosts[self.config.coap_vhost]
+        vhost = self.node.vhosts[self.config.coap_vhost]
+        if not self.clients.seen(addr, session, vhost):
+            raise _Refused(
+                C.SERVICE_UNAVAILABLE,
+                "the node's connection limit is reached",
+                [(C.MAX_AGE, C.encode_uint(_RETRY_S))],
+            )
+        return session, vhost
+
+    def _listed(self, addr: Address, session: ClientSession) -> bool:
+        """Whether ``addr`` is a client listed with the session's user already."""
+        client = self.clients.by_addr.get(addr)
+        user = session.user
+        return (
+            client is not None
+            and client.user is not None
+            and user is not None
+            and (client.user.name == user.name)
+        )
+
+    def _open_listed(self, session: ClientSession) -> None:
+        """A listed client is one of the connections the vhost's and the user's
+        max-connections count: its own next request is not one more. What
+        ``open`` checks after the limits: access to the vhost."""
+        user, name = session.user, self.config.coap_vhost
+        assert user is not None
+        if name not in user.permissions:
+            raise LoginRefused(
+                LoginRefused.NO_ACCESS, f"access to vhost '{name}' refused for user '{user.name}'"
+            )
+        session.vhost_name = name
 
     def _check_password(
         self, session: ClientSession, host: str, username: str, password: str
@@ -235,7 +275,7 @@ class PubSub:
         self, req: C.CoAPMessage, addr: Address, topic: str, query: dict[str, str]
     ) -> None:
         limit = self.config.coap_max_payload
-        if req.option(C.BLOCK1) is not None or len(req.payload) > limit:
+        if len(req.payload) > limit:  # blocks are put together before (blockwise.py)
             raise _Refused(
                 C.REQUEST_ENTITY_TOO_LARGE,
                 f"payload over {limit} bytes",
@@ -367,6 +407,7 @@ class PubSub:
         obs = Observation(
             self.endpoint, addr, req.token, session, vhost, topic_filter, qos, self._ended
         )
+        obs.resource = resource_key(req)
         for kind in (CONFIGURE, WRITE, READ):
             self._check(session, kind, "queue", obs.queue_name)
         queue = vhost.declare_queue(obs.queue_name, durable=False, auto_delete=True)
@@ -378,6 +419,9 @@ class PubSub:
             raise
         self.observations[(addr, req.token)] = obs
         return obs
+
+    def _observations_of(self, addr: Address) -> list[Observation]:
+        return [obs for (a, _), obs in self.observations.items() if a == addr]
 
     def _ended(self, obs: Observation) -> None:
         if self.observations.get((obs.addr, obs.token)) is obs:
@@ -407,6 +451,7 @@ class PubSub:
             task.cancel()
         for obs in list(self.observations.values()):
             obs.end()
+        self.clients.close()
 
 
 def _query_item(item: str) -> tuple[str, str]:

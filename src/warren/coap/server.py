@@ -32,6 +32,7 @@ class _Datagrams(asyncio.DatagramProtocol):
     def datagram_received(self, data: bytes, addr: tuple[Any, ...]) -> None:
         endpoint = self.listener.endpoint
         if endpoint is not None:
+            self.listener.count(addr, len(data), True)
             endpoint.datagram(data, addr)
 
     def error_received(self, exc: Exception) -> None:
@@ -89,8 +90,10 @@ class CoAPListener:
             connections_per_second=node.config.coap_requests_per_second,
             counts=node.rate_limits.counts,
         )
-        endpoint = self.endpoint = Endpoint(self._send, node.clock, self._request)
-        self.pubsub = PubSub(node, endpoint, limits, self.retained)
+        endpoint = self.endpoint = Endpoint(
+            self._send, node.clock, self._request, node.config.coap_max_payload
+        )
+        self.pubsub = PubSub(node, endpoint, limits, self.retained, (self.bind, self._port))
         transport, _ = await loop.create_datagram_endpoint(
             lambda: _Datagrams(self), sock=self._sock
         )
@@ -101,6 +104,12 @@ class CoAPListener:
         transport = self._transport
         if transport is not None and not transport.is_closing():
             transport.sendto(data, addr)
+            self.count(addr, len(data), False)
+
+    def count(self, addr: tuple[Any, ...], octets: int, incoming: bool) -> None:
+        """A datagram, counted for the client it is from or to (clients.py)."""
+        if self.pubsub is not None:
+            self.pubsub.clients.count(addr, octets, incoming)
 
     def _request(self, req: Any, addr: tuple[Any, ...]) -> None:
         if self.pubsub is not None:

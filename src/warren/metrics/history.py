@@ -38,6 +38,8 @@ def protocol_label(management_protocol: str) -> str:
         return "mqtt50" if "5" in management_protocol.split()[-1][:1] else "mqtt311"
     if management_protocol == STREAM:
         return STREAM
+    if management_protocol == "CoAP":  # a CoAP client (coap/clients.py)
+        return "coap"
     return "amqp091"
 
 

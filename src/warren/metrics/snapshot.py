@@ -322,8 +322,10 @@ async def snapshot(node: Node) -> Snapshot:
         prior = snap.by_queue_type.get(label, (0,) * len(QUEUE_COUNTERS))
         snap.by_queue_type[label] = tuple(a + b for a, b in zip(prior, mine, strict=True))
     config = node.config
-    snap.protocols = ["amqp091"] + (
-        ["mqtt310", "mqtt311", "mqtt50"] if config.mqtt_port >= 0 else []
+    snap.protocols = (
+        ["amqp091"]
+        + (["mqtt310", "mqtt311", "mqtt50"] if config.mqtt_port >= 0 else [])
+        + (["coap"] if config.coap_enabled else [])
     )
     snap.disk_alarm = node.disk_alarm
     snap.mem_alarm = node.mem_alarm

@@ -21,19 +21,20 @@ def test_the_coap_section(tmp_path: Path) -> None:
     ini = tmp_path / "warren.ini"
     ini.write_text(
         "[coap]\nenabled = true\nbind = 0.0.0.0\nport = 5684\nanonymous_user = sensors\n"
-        "requests_per_second = 0\nmax_payload = 512\n"
+        "requests_per_second = 0\nmax_payload = 512\nclient_idle_timeout = 30\n"
     )
     config = Config.from_ini(ini)
     assert (config.coap_enabled, config.coap_bind, config.coap_port) == (True, "0.0.0.0", 5684)
     assert (config.coap_anonymous_user, config.coap_requests_per_second) == ("sensors", 0)
-    assert config.coap_max_payload == 512
+    assert (config.coap_max_payload, config.coap_client_idle_timeout) == (512, 30)
 
 
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
         ("port = 70000", "from 0 to 65535"),
-        ("max_payload = 0", "from 1 to 65000"),
+        ("max_payload = 0", "from 1 to 1048576"),
+        ("client_idle_timeout = -1", "from 0 to 86400"),
         ("enabled = maybe", "not a boolean"),
         ("prot = 5683", "did you mean port?"),
     ],

@@ -245,6 +245,14 @@ def test_a_deleted_vhost_ends_its_observations(
     observe(observer)
     broker.call(lambda: broker.broker.delete_vhost("/"))
     assert observations(broker) == 0
+    # Its client (a connection in the vhost) is closed: a last 5.03 notification.
+    last = observer.receive()
+    assert (last.mtype, last.code, last.token, last.opt.observe) == (
+        Type.NON,
+        Code.SERVICE_UNAVAILABLE,
+        b"o1",
+        None,
+    )
     publisher.request(C.POST, "ps/obs/x", payload=b"m1")
     assert publisher.receive().code == Code.SERVICE_UNAVAILABLE  # no such vhost
     assert observer.nothing()
