@@ -37,6 +37,18 @@ class CoAPSettings:
     coap_max_payload: int = 1024
     #: Observations (subscriptions) open at once on the node.
     coap_max_observations: int = 10_000
+    #: Serve CoAP over DTLS too (``coaps://``; needs DTLSSocket, the PSK file).
+    coap_dtls_enabled: bool = False
+    #: DTLS's UDP port; 0 picks a free one.
+    coap_dtls_port: int = 5684
+    #: ``identity:key`` lines: a PSK per user, the identity its name.
+    coap_dtls_psk_file: str = ""
+    #: DTLS sessions (and handshakes past the cookie) at once.
+    coap_dtls_max_sessions: int = 1000
+    #: Seconds a handshake may take, then its peer is forgotten.
+    coap_dtls_handshake_timeout: int = 30
+    #: Seconds a session may go without a datagram from its peer.
+    coap_dtls_idle_timeout: int = 600
 
 
 _INT_RE = re.compile(r"[+-]?[0-9]+")
@@ -72,6 +84,12 @@ COAP_INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("coap", "requests_per_second"): ("coap_requests_per_second", _int),
     ("coap", "max_payload"): ("coap_max_payload", _int),
     ("coap", "max_observations"): ("coap_max_observations", _int),
+    ("coap", "dtls_enabled"): ("coap_dtls_enabled", _bool),
+    ("coap", "dtls_port"): ("coap_dtls_port", _int),
+    ("coap", "dtls_psk_file"): ("coap_dtls_psk_file", _str),
+    ("coap", "dtls_max_sessions"): ("coap_dtls_max_sessions", _int),
+    ("coap", "dtls_handshake_timeout"): ("coap_dtls_handshake_timeout", _int),
+    ("coap", "dtls_idle_timeout"): ("coap_dtls_idle_timeout", _int),
 }
 
 
@@ -108,4 +126,10 @@ COAP_CHECKS: dict[str, Callable[[Any], str | None]] = {
     # A UDP datagram's payload, less CoAP's header and options.
     "coap_max_payload": _in(1, 65_000),
     "coap_max_observations": _in(0, 1_000_000),
+    "coap_dtls_enabled": _is_bool,
+    "coap_dtls_port": _in(0, 65535),
+    "coap_dtls_psk_file": _text(True),
+    "coap_dtls_max_sessions": _in(1, 1_000_000),
+    "coap_dtls_handshake_timeout": _in(1, 3600),
+    "coap_dtls_idle_timeout": _in(1, 86_400),
 }

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from warren.coap import codec as C
@@ -110,8 +111,11 @@ class PubSub:
         endpoint: Endpoint,
         limits: RateLimits,
         retained: RetainedTopics | None,
+        peer_user: Callable[[Address], str | None] | None = None,
     ) -> None:
         self.node = node
+        #: The user DTLS authenticated ``addr`` as (its PSK identity), if any.
+        self.peer_user = peer_user
         self.config = node.config
         self.endpoint = endpoint
         self.limits = limits
@@ -188,8 +192,13 @@ class PubSub:
         host = str(addr[0])
         session = ClientSession(self.node, _Owner(f"CoAP client {host}:{addr[1]}"))
         username, password = query.get("u"), query.get("p")
+        peer_user = self.peer_user(addr) if self.peer_user is not None else None
         try:
-            if username is None:
+            if peer_user is not None:  # DTLS's PSK identity vouches, as a certificate
+                if username not in (None, peer_user):
+                    raise _Refused(C.UNAUTHORIZED, "?u= is not the DTLS PSK identity")
+                session.login("coap", peer_user, None, host)
+            elif username is None:
                 anonymous = self.config.coap_anonymous_user
                 if not anonymous:
                     raise _Refused(C.UNAUTHORIZED, "credentials required (?u=<user>&p=<password>)")
