@@ -33,6 +33,10 @@ _LEVEL_FATAL = 2
 _CLOSE_NOTIFY = 0
 # A record's content type and the handshake message type after its 13-byte header.
 _HANDSHAKE = 22
+_APPLICATION_DATA = 23
+#: change_cipher_spec, alert, handshake, application_data (RFC 6347 4.1).
+_CONTENT_TYPES = (20, 21, _HANDSHAKE, _APPLICATION_DATA)
+_RECORD_HEADER = 13
 _SERVER_HELLO = 2
 #: How often tinydtls is asked to resend a handshake flight (node clock, ms).
 _RETRANSMIT_CHECK_MS = 1000
@@ -128,6 +132,7 @@ class DTLSLayer:
         #: synchronous and name no session for the key lookup and events).
         self._current: tuple[tuple[str, int], Address] | None = None
         self.dropped = 0
+        self._delivered = False
         self._logged_ms = -1_000_000.0
         self._timer: TimerHandle | None = None
         self.closed = False
@@ -140,12 +145,16 @@ class DTLSLayer:
         """A datagram from ``addr``: never raises for what a peer sent."""
         if self.closed:
             return
+        if len(data) < _RECORD_HEADER or data[0] not in _CONTENT_TYPES or data[1] != 0xFE:
+            self._drop(addr, "not a DTLS 1.x record")
+            return
         key = _key(str(addr[0]), int(addr[1]))
         peer = self.peers.get(key)
         if peer is not None:
             peer.last_ms = self.clock.monotonic_ms()
             self.peers.move_to_end(key)
         self._current = (key, addr)
+        self._delivered = False
         try:
             result = self._ctx.handleMessage(self._dtls_module.Session(key[0], key[1]), data)
         except Exception as exc:  # the binding's own checks (a short record ...)
@@ -154,7 +163,10 @@ class DTLSLayer:
         finally:
             self._current = None
         if result < 0:
-            self._drop(addr, "not a DTLS record tinydtls accepts")
+            self._drop(addr, "a DTLS record tinydtls refused")
+        elif data[0] == _APPLICATION_DATA and not self._delivered:
+            # tinydtls drops such a record silently: no session, or it did not decrypt.
+            self._drop(addr, "application data outside a session, or not authentic")
 
     def _drop(self, addr: Address, why: str) -> None:
         self.dropped += 1
@@ -190,9 +202,9 @@ class DTLSLayer:
             addr = current[1]
             if (
                 key not in self.peers
-                and len(data) > 13
+                and len(data) > _RECORD_HEADER
                 and data[0] == _HANDSHAKE
-                and data[13] == _SERVER_HELLO
+                and data[_RECORD_HEADER] == _SERVER_HELLO
             ):
                 self._started(key, addr)  # past the cookie: tinydtls now keeps a peer
         else:
@@ -214,6 +226,7 @@ class DTLSLayer:
     def _read(self, source: tuple[str, int], data: bytes) -> int:
         peer = self.peers.get((source[0], int(source[1])))
         if peer is not None and peer.connected:
+            self._delivered = True
             self.deliver(data, peer.addr)
         return len(data)
 
