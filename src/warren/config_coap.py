@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["COAP_CHECKS", "COAP_INI_KEYS", "CoAPSettings"]
+__all__ = ["COAP_CHECKS", "COAP_INI_KEYS", "CoAPSettings", "coap_problem"]
 
 
 @dataclass
@@ -133,3 +133,10 @@ COAP_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "coap_dtls_handshake_timeout": _in(1, 3600),
     "coap_dtls_idle_timeout": _in(1, 86_400),
 }
+
+
+def coap_problem(config: CoAPSettings) -> tuple[str, str] | None:
+    """(field, message) for settings that do not go together (Config.validate)."""
+    if config.coap_dtls_enabled and not config.coap_dtls_psk_file:
+        return ("coap_dtls_enabled", "[coap] dtls_enabled needs dtls_psk_file (identity:key lines)")
+    return None
