@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from warren.core.clock import Clock, TimerHandle
 
-__all__ = ["DTLSLayer", "load_psk_file"]
+__all__ = ["MAX_IDENTITY", "MAX_KEY", "DTLSLayer", "load_psk_file"]
 
 log = logging.getLogger("warren.coap")
 
@@ -42,9 +42,16 @@ _SERVER_HELLO = 2
 _RETRANSMIT_CHECK_MS = 1000
 
 
+#: tinydtls's limits (crypto.h): a longer key would overrun its buffer (the
+#: binding copies without a check), a longer identity is refused by it.
+MAX_KEY = 16
+MAX_IDENTITY = 32
+
+
 def load_psk_file(path: str) -> dict[bytes, bytes]:
     """``identity:key`` lines (EMQX's PSK file form; ``#`` comments): the
-    identity is a user name, the key its secret, both as UTF-8 text."""
+    identity is a user name, the key its secret, both as UTF-8 text, at most
+    MAX_IDENTITY and MAX_KEY bytes."""
     keys: dict[bytes, bytes] = {}
     with open(path, encoding="utf-8") as f:
         for number, raw in enumerate(f, 1):
@@ -54,6 +61,11 @@ def load_psk_file(path: str) -> dict[bytes, bytes]:
             identity, sep, key = line.partition(":")
             if not sep or not identity or not key:
                 raise ValueError(f"{path}:{number}: expected identity:key")
+            if len(identity.encode()) > MAX_IDENTITY or len(key.encode()) > MAX_KEY:
+                raise ValueError(
+                    f"{path}:{number}: an identity is at most {MAX_IDENTITY} bytes, "
+                    f"a key at most {MAX_KEY} (tinydtls's)"
+                )
             keys[identity.encode()] = key.encode()
     return keys
 
@@ -68,7 +80,7 @@ class _Keys(Mapping[bytes, bytes]):
 
     def __getitem__(self, identity: bytes) -> bytes:
         key = self.lookup(identity)
-        if key is None:
+        if key is None or len(key) > MAX_KEY:
             raise KeyError(identity)
         return key
 
@@ -76,7 +88,8 @@ class _Keys(Mapping[bytes, bytes]):
         if not isinstance(identity, bytes):
             return False
         self.layer._claimed(identity)
-        return self.lookup(identity) is not None
+        key = self.lookup(identity)
+        return key is not None and len(key) <= MAX_KEY
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(())
@@ -185,7 +198,8 @@ class DTLSLayer:
         peer = self.peers.get(key)
         if peer is None or not peer.connected or self.closed:
             return
-        self._ctx.write(self._dtls_module.Session(key[0], key[1]), data)
+        if self._ctx.write(self._dtls_module.Session(key[0], key[1]), data) < 0:
+            self._drop(addr, f"{len(data)} bytes to send: over tinydtls's records")
 
     def identity(self, addr: Address) -> str | None:
         """The PSK identity (a user name) ``addr``'s session authenticated with."""

@@ -131,6 +131,7 @@ def test_the_psk_file_is_checked(tmp_path: Path) -> None:
     good.write_text("a:b:c\n\n# comment\nd:e\n")
     assert load_psk_file(str(good)) == {b"a": b"b:c", b"d": b"e"}
     bad = tmp_path / "bad"
-    bad.write_text("no-separator\n")
-    with pytest.raises(ValueError, match="bad:1"):
-        load_psk_file(str(bad))
+    for text in ("no-separator\n", "dev:" + "k" * 17 + "\n", "i" * 33 + ":key\n"):
+        bad.write_text(text)
+        with pytest.raises(ValueError, match="bad:1"):
+            load_psk_file(str(bad))

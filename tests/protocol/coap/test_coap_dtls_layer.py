@@ -94,6 +94,9 @@ def test_a_session_carries_coap_datagrams_and_names_its_user() -> None:
     server.layer.write(b"\x60\x44\x00\x01", peer.addr)
     peer.pump()
     assert peer.got == [b"\x60\x44\x00\x01"]
+    # tinydtls's records hold 1400 bytes: a larger datagram is dropped, logged.
+    server.layer.write(b"x" * 1400, peer.addr)
+    assert server.sent == [] and server.layer.dropped == 1
     # Another address has no session: nothing goes to it, nobody is named.
     server.layer.write(b"x", ("192.0.2.9", 1))
     assert server.sent == [] and server.layer.identity(("192.0.2.9", 1)) is None
