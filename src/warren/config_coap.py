@@ -47,7 +47,7 @@ class CoAPSettings:
     coap_dtls_max_sessions: int = 1000
     #: Seconds a handshake may take, then its peer is forgotten.
     coap_dtls_handshake_timeout: int = 30
-    #: Seconds a session may go without a datagram from its peer.
+    #: Seconds a session may go without a datagram to or from its peer.
     coap_dtls_idle_timeout: int = 600
 
 

@@ -200,6 +200,8 @@ class DTLSLayer:
             return
         if self._ctx.write(self._dtls_module.Session(key[0], key[1]), data) < 0:
             self._drop(addr, f"{len(data)} bytes to send: over tinydtls's records")
+        else:  # an observer at QoS 0 only listens: what it is sent keeps it
+            peer.last_ms = self.clock.monotonic_ms()
 
     def identity(self, addr: Address) -> str | None:
         """The PSK identity (a user name) ``addr``'s session authenticated with."""

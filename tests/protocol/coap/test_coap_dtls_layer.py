@@ -151,6 +151,9 @@ def test_an_idle_session_ends() -> None:
     peer.pump()
     server.clock.advance(300_000)
     peer.send(b"ping")  # activity keeps it
+    server.clock.advance(300_000)
+    server.layer.write(b"a notification", peer.addr)  # so does what it is sent
+    server.sent.clear()
     server.clock.advance(599_000)
     assert server.layer.identity(peer.addr) == "dev"
     server.clock.advance(2_000)
