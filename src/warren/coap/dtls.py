@@ -102,11 +102,14 @@ class _Keys(Mapping[bytes, bytes]):
 
 
 class _Peer:
-    __slots__ = ("addr", "connected", "identity", "last_ms", "started_ms")
+    __slots__ = ("addr", "claimed", "connected", "identity", "last_ms", "started_ms")
 
     def __init__(self, addr: Address, now_ms: float) -> None:
         self.addr = addr
+        #: Whom the session is: the identity of its finished handshake, and the
+        #: one a handshake under way claims (a peer may handshake again).
         self.identity: bytes | None = None
+        self.claimed: bytes | None = None
         self.connected = False
         self.started_ms = now_ms
         self.last_ms = now_ms
@@ -217,12 +220,14 @@ class DTLSLayer:
         if current is not None and current[0] == key:
             addr = current[1]
             if (
-                key not in self.peers
-                and len(data) > _RECORD_HEADER
+                len(data) > _RECORD_HEADER
                 and data[0] == _HANDSHAKE
                 and data[_RECORD_HEADER] == _SERVER_HELLO
             ):
-                self._started(key, addr)  # past the cookie: tinydtls now keeps a peer
+                # Past the cookie: tinydtls now keeps a peer, a new one or one
+                # that handshakes again (a restarted client), whose old session
+                # the new handshake replaces.
+                self._started(key, addr)
         else:
             peer = self.peers.get(key)
             if peer is None:
@@ -232,6 +237,9 @@ class DTLSLayer:
         return len(data)
 
     def _started(self, key: tuple[str, int], addr: Address) -> None:
+        if key in self.peers:
+            self.peers[key] = _Peer(addr, self.clock.monotonic_ms())
+            return
         if len(self.peers) >= self.max_sessions:
             self._drop(addr, f"{self.max_sessions} DTLS sessions already")
             self.clock.call_later(0, lambda: self._reset(key))
@@ -255,6 +263,7 @@ class DTLSLayer:
             return
         if level == 0 and code == _EVENT_CONNECTED:
             peer.connected = True
+            peer.identity = peer.claimed
         elif level == _LEVEL_FATAL or code == _CLOSE_NOTIFY:
             # tinydtls forgets the peer itself.
             del self.peers[current[0]]
@@ -264,7 +273,7 @@ class DTLSLayer:
         if current is not None:
             peer = self.peers.get(current[0])
             if peer is not None:
-                peer.identity = identity
+                peer.claimed = identity
 
     # -- the node clock ---------------------------------------------------------------------
     def _arm(self) -> None:

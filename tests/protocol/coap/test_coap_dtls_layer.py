@@ -160,6 +160,9 @@ def test_an_idle_session_ends() -> None:
     assert server.layer.identity(peer.addr) is None
     server.layer.write(b"gone", peer.addr)
     assert server.sent == []
+    again = Peer(server, peer.addr, b"ops", KEYS[b"ops"])  # a new handshake from there
+    again.pump()
+    assert again.connected and server.layer.identity(peer.addr) == "ops"
 
 
 def test_bad_records_are_dropped_and_logged(caplog: pytest.LogCaptureFixture) -> None:
@@ -189,3 +192,29 @@ def test_close_ends_every_session() -> None:
     assert [a for _, a in server.sent] == [peer.addr]  # its close_notify
     server.layer.datagram(b"\x16\xfe\xfd", peer.addr)
     assert server.plain == []
+
+
+def test_a_close_notify_ends_the_session() -> None:
+    server = Server()
+    peer = Peer(server, ("192.0.2.9", 1), b"dev", KEYS[b"dev"])
+    peer.pump()
+    assert server.layer.identity(peer.addr) == "dev"
+    peer.ctx.close(peer.conn)
+    peer.pump()
+    assert server.layer.peers == {} and server.layer.identity(peer.addr) is None
+
+
+def test_a_new_handshake_names_its_user_once_it_is_done() -> None:
+    """A client that restarts (same address) handshakes again: the handshake
+    replaces the session (in tinydtls too), and names nobody until it is done."""
+    server = Server()
+    peer = Peer(server, ("192.0.2.10", 1), b"dev", KEYS[b"dev"])
+    peer.pump()
+    liar = Peer(server, peer.addr, b"ops", b"not-ops-key")
+    liar.pump()
+    assert not liar.connected and server.layer.identity(peer.addr) is None
+    server.layer.write(b"to nobody", peer.addr)
+    assert server.sent == []
+    again = Peer(server, peer.addr, b"ops", KEYS[b"ops"])
+    again.pump()
+    assert again.connected and server.layer.identity(peer.addr) == "ops"
