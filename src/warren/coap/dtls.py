@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -142,8 +141,8 @@ class DTLSLayer:
         self.max_sessions = max_sessions
         self.handshake_timeout_ms = handshake_timeout_ms
         self.idle_timeout_ms = idle_timeout_ms
-        #: Peers tinydtls holds state for (past its cookie check), oldest first.
-        self.peers: OrderedDict[tuple[str, int], _Peer] = OrderedDict()
+        #: Peers tinydtls holds state for (past its cookie check).
+        self.peers: dict[tuple[str, int], _Peer] = {}
         #: The peer whose datagram tinydtls is handling (its callbacks are
         #: synchronous and name no session for the key lookup and events).
         self._current: tuple[tuple[str, int], Address] | None = None
@@ -165,17 +164,13 @@ class DTLSLayer:
             self._drop(addr, "not a DTLS 1.x record")
             return
         key = _key(str(addr[0]), int(addr[1]))
-        peer = self.peers.get(key)
-        if peer is not None:
-            peer.last_ms = self.clock.monotonic_ms()
-            self.peers.move_to_end(key)
         self._current = (key, addr)
         self._delivered = False
         try:
             result = self._ctx.handleMessage(self._dtls_module.Session(key[0], key[1]), data)
-        except Exception as exc:  # the binding's own checks (a short record ...)
-            result = -1
-            log.debug("DTLS: %r", exc)
+        except Exception as exc:  # the binding's own checks, or a callback's bug
+            self._drop(addr, f"tinydtls: {exc!r}")
+            return
         finally:
             self._current = None
         if result < 0:
@@ -250,7 +245,9 @@ class DTLSLayer:
     def _read(self, source: tuple[str, int], data: bytes) -> int:
         peer = self.peers.get((source[0], int(source[1])))
         if peer is not None and peer.connected:
+            # Only an authentic record keeps a session: not one with its address.
             self._delivered = True
+            peer.last_ms = self.clock.monotonic_ms()
             self.deliver(data, peer.addr)
         return len(data)
 
