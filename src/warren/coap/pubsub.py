@@ -197,7 +197,7 @@ class PubSub:
             if peer_user is not None:  # DTLS's PSK identity vouches, as a certificate
                 if username not in (None, peer_user):
                     raise _Refused(C.UNAUTHORIZED, "?u= is not the DTLS PSK identity")
-                session.login("coap", peer_user, None, host)
+                self._check_password(session, host, peer_user, None)
             elif username is None:
                 anonymous = self.config.coap_anonymous_user
                 if not anonymous:
@@ -214,10 +214,12 @@ class PubSub:
         return session, self.node.vhosts[self.config.coap_vhost]
 
     def _check_password(
-        self, session: ClientSession, host: str, username: str, password: str
+        self, session: ClientSession, host: str, username: str, password: str | None
     ) -> None:
+        """Log in (None: DTLS's identity vouches), a login kept for LOGIN_CACHE_MS."""
         # The password's digest, not the password, is kept.
-        key = (host, username, hashlib.sha256(password.encode()).hexdigest())
+        digest = "psk" if password is None else hashlib.sha256(password.encode()).hexdigest()
+        key = (host, username, digest)
         now = self.node.clock.now_ms()
         cached = self._logins.get(key)
         if cached is not None and cached[0] > now:
