@@ -35,6 +35,8 @@
 #                  e.g. make cluster PORT=30000
 #   make fuse      install Debian's fuse3 (libfuse3) for tests/store/powercut's power-cut file
 #                  system when it is missing (root and apt-get; else they skip)
+#   make autotools install Debian's autoconf, automake and libtool, which DTLSSocket's
+#                  source build needs (pyproject's dtls extra; make install-test does)
 #   make rhea      install the Node.js AMQP 1.0 client rhea (pinned) for tests/protocol/amqp1
 #                  with npm when node and npm are there (else those tests skip)
 #   make mosquitto install Debian's mosquitto for tests/integration/test_perf_mqtt.py and
@@ -82,7 +84,7 @@ PYTEST_DIST = $(if $(filter 0,$(PYTEST_WORKERS)),,--dist worksteal)
 # environment (many hosting platforms set one) does not move the cluster.
 CLUSTER_PORT := $(if $(filter command line,$(origin PORT)),$(PORT),20000)
 
-.PHONY: install install-test build run test test-busy stress-ng lint spec clean browser soak fuzz mosquitto etcd cluster rabbitmq fuse prometheus rhea
+.PHONY: install install-test build run test test-busy stress-ng lint spec clean browser soak fuzz mosquitto etcd cluster rabbitmq fuse prometheus rhea autotools
 
 # Reinstall whenever pyproject.toml or setup.py changes (dependencies, entry
 # points, the compiled modules). Warren itself is installed editable and pure
@@ -108,7 +110,14 @@ $(BUILD_STAMP): $(RUNTIME_STAMP)
 	@touch $@
 
 # The rest: the test extra (pytest, the client libraries, pyspark, playwright ...).
-$(TEST_STAMP): $(BUILD_STAMP)
+# First the dtls extra (DTLSSocket, for coaps://): PyPI has its source only, built
+# with Cython in pip's isolated build (the test extra's install below has none)
+# and tinydtls's autogen.sh (the autotools target); never fatal: without it the
+# CoAP DTLS tests skip.
+$(TEST_STAMP): $(BUILD_STAMP) | autotools
+	$(STEP) "installing DTLSSocket (pyproject's dtls extra; builds tinydtls)"
+	@$(PY) -m pip install -q $$($(PY) -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["dtls"])') || \
+	echo "make: DTLSSocket did not build (autoconf, automake, libtool?); the CoAP DTLS tests will skip"
 	$(STEP) "installing the test dependencies (pip install -e '.[test,fast]', about 1 GB)"
 	@WARREN_PURE_PYTHON=1 $(PY) -m pip install -q --no-build-isolation -e '.[test,fast]'
 	@touch $@
@@ -198,6 +207,14 @@ fuse:
 	@command -v fusermount3 >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
 	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 >/dev/null 2>&1; } || \
 	echo "make fuse: could not install fuse3; tests/store/powercut will skip"
+
+# DTLSSocket's build (the dtls extra) runs tinydtls's autogen.sh: Debian's autoconf,
+# automake and libtool. Quiet, idempotent, never fatal (then DTLSSocket does not build).
+autotools:
+	@{ command -v autoreconf && command -v automake && command -v libtoolize; } >/dev/null 2>&1 || \
+	! command -v apt-get >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+	{ apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq autoconf automake libtool >/dev/null 2>&1; } || \
+	echo "make autotools: could not install autoconf, automake, libtool; DTLSSocket will not build"
 
 # tests/cluster run real etcd members (Debian's etcd-server; the package's own
 # service, if the init system starts one, is not used). Quiet, idempotent, never

@@ -20,7 +20,7 @@ from warren.amqp1.mapping import from_core, to_core, unmapped_annotations
 from warren.amqp1.message import decode_message, encode_message
 from warren.amqp1.server import AMQP1Listener
 from warren.broker import Broker as CoreBroker
-from warren.coap.server import CoAPListener
+from warren.coap.server import CoAPListener, CoAPSListener
 from warren.config import Config
 from warren.core.codec_errors import DecodeError
 from warren.core.message import Message
@@ -165,6 +165,15 @@ def default_listeners(
     listeners += [amqp, mqtt]
     if config.coap_enabled:  # after MQTT: its retained messages are CoAP's too
         listeners.append(CoAPListener(config.coap_bind, config.coap_port, MQTTRetained(mqtt)))
+    if config.coap_dtls_enabled:
+        listeners.append(
+            CoAPSListener(
+                config.coap_bind,
+                config.coap_dtls_port,
+                MQTTRetained(mqtt),
+                config.coap_dtls_psk_file,
+            )
+        )
     stream_tls_port = config.stream_tls_listen_port
     if config.stream_port >= 0 or stream_tls_port >= 0:
         listeners.append(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from warren import config_mgmt_oauth
 from warren.config_checks import LOG_LEVELS, check_field, normalize_log_level
-from warren.config_coap import CoAPSettings
+from warren.config_coap import CoAPSettings, coap_problem
 from warren.config_edges import EdgeSettings
 from warren.config_ini import ConfigError, ini_sections, read_ini
 from warren.config_oauth2 import OAuth2Extra
@@ -377,6 +377,8 @@ class Config(config_mgmt_oauth.MgmtOAuthSettings, EdgeSettings, CoAPSettings):
             raise fail(which, "[clustering] etcd_cert and etcd_key go together")
         if (oauth := config_mgmt_oauth.problem(self)) is not None:
             raise fail(*oauth)
+        if (coap := coap_problem(self)) is not None:
+            raise fail(*coap)
 
     def proxy_protocol_for(self, section: str) -> bool:
         """Whether the listener of ``section`` (amqp, mqtt, stream, mgmt, prometheus,

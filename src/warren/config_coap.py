@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["COAP_CHECKS", "COAP_INI_KEYS", "CoAPSettings"]
+__all__ = ["COAP_CHECKS", "COAP_INI_KEYS", "CoAPSettings", "coap_problem"]
 
 
 @dataclass
@@ -40,6 +40,18 @@ class CoAPSettings:
     #: Seconds after its last datagram a client observing nothing is no longer
     #: listed under /api/connections (0: listed until closed or shutdown).
     coap_client_idle_timeout: int = 300
+    #: Serve CoAP over DTLS too (``coaps://``; needs DTLSSocket, the PSK file).
+    coap_dtls_enabled: bool = False
+    #: DTLS's UDP port; 0 picks a free one.
+    coap_dtls_port: int = 5684
+    #: ``identity:key`` lines: a PSK per user, the identity its name.
+    coap_dtls_psk_file: str = ""
+    #: DTLS sessions (and handshakes past the cookie) at once.
+    coap_dtls_max_sessions: int = 1000
+    #: Seconds a handshake may take, then its peer is forgotten.
+    coap_dtls_handshake_timeout: int = 30
+    #: Seconds a session may go without a datagram to or from its peer.
+    coap_dtls_idle_timeout: int = 600
 
 
 _INT_RE = re.compile(r"[+-]?[0-9]+")
@@ -76,6 +88,12 @@ COAP_INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
     ("coap", "max_payload"): ("coap_max_payload", _int),
     ("coap", "max_observations"): ("coap_max_observations", _int),
     ("coap", "client_idle_timeout"): ("coap_client_idle_timeout", _int),
+    ("coap", "dtls_enabled"): ("coap_dtls_enabled", _bool),
+    ("coap", "dtls_port"): ("coap_dtls_port", _int),
+    ("coap", "dtls_psk_file"): ("coap_dtls_psk_file", _str),
+    ("coap", "dtls_max_sessions"): ("coap_dtls_max_sessions", _int),
+    ("coap", "dtls_handshake_timeout"): ("coap_dtls_handshake_timeout", _int),
+    ("coap", "dtls_idle_timeout"): ("coap_dtls_idle_timeout", _int),
 }
 
 
@@ -114,4 +132,17 @@ COAP_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "coap_max_payload": _in(1, 1 << 20),
     "coap_max_observations": _in(0, 1_000_000),
     "coap_client_idle_timeout": _in(0, 86_400),
+    "coap_dtls_enabled": _is_bool,
+    "coap_dtls_port": _in(0, 65535),
+    "coap_dtls_psk_file": _text(True),
+    "coap_dtls_max_sessions": _in(1, 1_000_000),
+    "coap_dtls_handshake_timeout": _in(1, 3600),
+    "coap_dtls_idle_timeout": _in(1, 86_400),
 }
+
+
+def coap_problem(config: CoAPSettings) -> tuple[str, str] | None:
+    """(field, message) for settings that do not go together (Config.validate)."""
+    if config.coap_dtls_enabled and not config.coap_dtls_psk_file:
+        return ("coap_dtls_enabled", "[coap] dtls_enabled needs dtls_psk_file (identity:key lines)")
+    return None

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from warren.coap import codec as C
@@ -113,8 +114,11 @@ class PubSub:
         limits: RateLimits,
         retained: RetainedTopics | None,
         local: tuple[str, int] | None = None,
+        peer_user: Callable[[Address], str | None] | None = None,
     ) -> None:
         self.node = node
+        #: The user DTLS authenticated ``addr`` as (its PSK identity), if any.
+        self.peer_user = peer_user
         self.config = node.config
         self.endpoint = endpoint
         self.limits = limits
@@ -193,8 +197,13 @@ class PubSub:
         host = str(addr[0])
         session = ClientSession(self.node, _Owner(f"CoAP client {host}:{addr[1]}"))
         username, password = query.get("u"), query.get("p")
+        peer_user = self.peer_user(addr) if self.peer_user is not None else None
         try:
-            if username is None:
+            if peer_user is not None:  # DTLS's PSK identity vouches, as a certificate
+                if username not in (None, peer_user):
+                    raise _Refused(C.UNAUTHORIZED, "?u= is not the DTLS PSK identity")
+                self._check_password(session, host, peer_user, None)
+            elif username is None:
                 anonymous = self.config.coap_anonymous_user
                 if not anonymous:
                     raise _Refused(C.UNAUTHORIZED, "credentials required (?u=<user>&p=<password>)")
@@ -245,10 +254,12 @@ class PubSub:
         session.vhost_name = name
 
     def _check_password(
-        self, session: ClientSession, host: str, username: str, password: str
+        self, session: ClientSession, host: str, username: str, password: str | None
     ) -> None:
+        """Log in (None: DTLS's identity vouches), a login kept for LOGIN_CACHE_MS."""
         # The password's digest, not the password, is kept.
-        key = (host, username, hashlib.sha256(password.encode()).hexdigest())
+        digest = "psk" if password is None else hashlib.sha256(password.encode()).hexdigest()
+        key = (host, username, digest)
         now = self.node.clock.now_ms()
         cached = self._logins.get(key)
         if cached is not None and cached[0] > now:

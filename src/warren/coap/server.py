@@ -13,6 +13,7 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from warren.bound_port import BindError
+from warren.coap.dtls import DTLSLayer, load_psk_file
 from warren.coap.endpoint import Endpoint
 from warren.coap.pubsub import PubSub, RetainedTopics
 from warren.core.rate_limits import RateLimits
@@ -20,7 +21,7 @@ from warren.core.rate_limits import RateLimits
 if TYPE_CHECKING:
     from warren.node import Node
 
-__all__ = ["CoAPListener"]
+__all__ = ["CoAPListener", "CoAPSListener"]
 
 log = logging.getLogger("warren.coap")
 
@@ -30,10 +31,8 @@ class _Datagrams(asyncio.DatagramProtocol):
         self.listener = listener
 
     def datagram_received(self, data: bytes, addr: tuple[Any, ...]) -> None:
-        endpoint = self.listener.endpoint
-        if endpoint is not None:
-            self.listener.count(addr, len(data), True)
-            endpoint.datagram(data, addr)
+        self.listener.count(addr, len(data), True)
+        self.listener.received(data, addr)
 
     def error_received(self, exc: Exception) -> None:
         # An ICMP error for something we sent (a client that went away): its
@@ -45,6 +44,8 @@ class CoAPListener:
     """CoAP over UDP: publish to and observe the MQTT topic space."""
 
     name = "coap"
+    #: How the log names the transport.
+    label = "UDP"
 
     def __init__(self, bind: str, port: int, retained: RetainedTopics | None = None) -> None:
         self.bind = bind
@@ -93,12 +94,22 @@ class CoAPListener:
         endpoint = self.endpoint = Endpoint(
             self._send, node.clock, self._request, node.config.coap_max_payload
         )
-        self.pubsub = PubSub(node, endpoint, limits, self.retained, (self.bind, self._port))
+        self.pubsub = PubSub(
+            node, endpoint, limits, self.retained, (self.bind, self._port), self.peer_user
+        )
         transport, _ = await loop.create_datagram_endpoint(
             lambda: _Datagrams(self), sock=self._sock
         )
         self._transport = transport
-        log.info("CoAP listening on %s:%d (UDP)", self.bind, self._port)
+        log.info("CoAP listening on %s:%d (%s)", self.bind, self._port, self.label)
+
+    def received(self, data: bytes, addr: tuple[Any, ...]) -> None:
+        if self.endpoint is not None:
+            self.endpoint.datagram(data, addr)
+
+    def peer_user(self, addr: tuple[Any, ...]) -> str | None:
+        """The user a peer authenticated as below CoAP (None: by the request's query)."""
+        return None
 
     def _send(self, data: bytes, addr: tuple[Any, ...]) -> None:
         transport = self._transport
@@ -121,9 +132,63 @@ class CoAPListener:
             self.pubsub.close()
         if self.endpoint is not None:
             self.endpoint.close()
+        self._closing()
         if self._transport is not None:
             self._transport.close()
             self._transport = None
         elif self._sock is not None:
             self._sock.close()
         self._sock = None
+
+    def _closing(self) -> None:
+        """Before the socket closes (DTLS: the sessions' close_notify)."""
+
+
+class CoAPSListener(CoAPListener):
+    """CoAP over DTLS 1.2 with pre-shared keys: ``coaps://``, port 5684."""
+
+    name = "coaps"
+    label = "DTLS"
+
+    def __init__(
+        self,
+        bind: str,
+        port: int,
+        retained: RetainedTopics | None,
+        psk_file: str,
+    ) -> None:
+        super().__init__(bind, port, retained)
+        self.psk_file = psk_file
+        self.dtls: DTLSLayer | None = None
+
+    async def start(self, node: Node) -> None:
+        config = node.config
+        if not self.psk_file:
+            raise ValueError("[coap] dtls_enabled needs [coap] dtls_psk_file")
+        keys = load_psk_file(self.psk_file)  # read at start: a bad file stops it
+        self.dtls = DTLSLayer(
+            super()._send,
+            node.clock,
+            keys.get,
+            max_sessions=config.coap_dtls_max_sessions,
+            handshake_timeout_ms=config.coap_dtls_handshake_timeout * 1000,
+            idle_timeout_ms=config.coap_dtls_idle_timeout * 1000,
+        )
+        await super().start(node)
+        assert self.endpoint is not None
+        self.dtls.deliver = self.endpoint.datagram
+
+    def received(self, data: bytes, addr: tuple[Any, ...]) -> None:
+        if self.dtls is not None:
+            self.dtls.datagram(data, addr)
+
+    def peer_user(self, addr: tuple[Any, ...]) -> str | None:
+        return self.dtls.identity(addr) if self.dtls is not None else None
+
+    def _send(self, data: bytes, addr: tuple[Any, ...]) -> None:
+        if self.dtls is not None:
+            self.dtls.write(data, addr)
+
+    def _closing(self) -> None:
+        if self.dtls is not None:
+            self.dtls.close()

@@ -44,3 +44,38 @@ def test_bad_coap_settings_stop_the_start(tmp_path: Path, text: str, problem: st
     ini.write_text(f"[coap]\n{text}\n")
     with pytest.raises(ConfigError, match=problem):
         Config.from_ini(ini)
+
+
+def test_dtls_is_its_own_listener(tmp_path: Path) -> None:
+    psk = tmp_path / "psk"
+    psk.write_text("dev:key\n")
+    ini = tmp_path / "warren.ini"
+    ini.write_text(
+        f"[coap]\ndtls_enabled = true\ndtls_port = 15684\ndtls_psk_file = {psk}\n"
+        "dtls_max_sessions = 5\ndtls_handshake_timeout = 10\ndtls_idle_timeout = 60\n"
+    )
+    config = Config.from_ini(ini)
+    assert (config.coap_dtls_enabled, config.coap_dtls_port) == (True, 15684)
+    assert config.coap_dtls_psk_file == str(psk)
+    assert (config.coap_dtls_max_sessions, config.coap_dtls_handshake_timeout) == (5, 10)
+    assert config.coap_dtls_idle_timeout == 60
+    # DTLS alone (no plain CoAP), or beside it.
+    names = [listener.name for listener in default_listeners(config)]
+    assert "coaps" in names and "coap" not in names
+    assert "coaps" not in [listener.name for listener in default_listeners(Config())]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("dtls_enabled = true", "dtls_enabled needs dtls_psk_file"),
+        ("dtls_port = -1", "from 0 to 65535"),
+        ("dtls_max_sessions = 0", "from 1 to 1000000"),
+        ("dtls_handshake_timeout = 0", "from 1 to 3600"),
+    ],
+)
+def test_bad_dtls_settings_stop_the_start(tmp_path: Path, text: str, problem: str) -> None:
+    ini = tmp_path / "warren.ini"
+    ini.write_text(f"[coap]\n{text}\n")
+    with pytest.raises(ConfigError, match=problem):
+        Config.from_ini(ini)
