@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -112,6 +112,7 @@ class StreamLog(Protocol):
         reference: str = "",
         last_id: int = 0,
         data_crc: int = -1,
+        sequences: Mapping[str, int] | None = None,
     ) -> int: ...
 
     def publisher_sequence(self, reference: str) -> int: ...

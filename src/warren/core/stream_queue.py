@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from array import array
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -205,15 +206,21 @@ class StreamQueue(Queue):
         return self._dedup is None and not self.deleted
 
     def publish_chunk(
-        self, data: bytes | memoryview, count: int, ts: int, reference: str = "", last_id: int = 0
+        self,
+        data: bytes | memoryview,
+        count: int,
+        ts: int,
+        reference: str = "",
+        last_id: int = 0,
+        sequences: Mapping[str, int] | None = None,
     ) -> int:
         """``count`` simple data entries (``data``, the stream protocol's Publish
-        as it came) stored as one chunk record (StreamStore.append_chunk): no
-        Message for any of them. ``reference``/``last_id``: the publisher's,
-        kept with the record. Returns the first offset; the confirms wait for
-        the stream's sync as a run's do."""
+        frames as they came) stored as one chunk record (StreamStore.append_chunk):
+        no Message for any of them. ``reference``/``last_id`` or ``sequences``:
+        the publishers' last publishing ids, kept with the record. Returns the
+        first offset; the confirms wait for the stream's sync as a run's do."""
         self.stats.publish += count
-        first = self.stream.append_chunk(data, count, ts, reference, last_id)
+        first = self.stream.append_chunk(data, count, ts, reference, last_id, -1, sequences)
         self.vhost.store_written(self.store)
         if self._max_length is not None or self._max_bytes is not None or self._max_age_ms:
             self._apply_retention()

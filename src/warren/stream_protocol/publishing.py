@@ -53,15 +53,34 @@ log = logging.getLogger("warren.stream")
 #: several. A subscription from LAST gets the last chunk, and RabbitMQ's
 #: writer cuts its chunks about this small (rstream's suite checks that LAST
 #: of a 5,000-message batch is not all of it).
-CHUNK_ENTRIES: Final = 1024
+CHUNK_ENTRIES: Final = 4096
+#: The most entry bytes Publish frames are merged into (one frame may be more).
+CHUNK_BYTES: Final = 1 << 20
 
 #: Tracking names of publisher sequences start with this; StoreOffset and
 #: QueryOffset leave such references alone.
 SEQUENCE_PREFIX: Final = "\x00pub\x00"
 _MAX_NAME: Final = 255
 #: What waits for a settlement: a publisher id and one publishing id, or all
-#: of a chunk record's (the fast path: one token per Publish).
+#: of a Publish's that one chunk record holds (the fast path).
 _Token = tuple[int, int | list[int]]
+
+
+class _Pending:
+    """A stream's chunk being gathered from a read's Publish frames: their
+    entries, each piece's publisher with the ids it stores and the duplicates
+    confirmed with them, and each reference's last id (the trailer's)."""
+
+    __slots__ = ("queue", "ts", "parts", "count", "size", "pieces", "sequences")
+
+    def __init__(self, queue: StreamQueue, ts: int) -> None:
+        self.queue = queue
+        self.ts = ts
+        self.parts: list[memoryview] = []
+        self.count = 0
+        self.size = 0
+        self.pieces: list[tuple[Publisher, list[int], list[int]]] = []
+        self.sequences: dict[str, int] = {}
 
 
 def sequence_name(reference: str) -> str:
@@ -91,6 +110,8 @@ class Publishing:
         self._write_out_due = False
         #: Confirms to send at the end of the turn: publisher id -> publishing ids.
         self._confirms: dict[int, list[int]] = {}
+        #: Chunks being gathered from this read's Publish frames, per stream (flush).
+        self._pending: dict[StreamQueue, _Pending] = {}
 
     # -- storing ------------------------------------------------------------------------
     def publish(self, command: Publish, pub: Publisher | None) -> None:
@@ -113,6 +134,8 @@ class Publishing:
         ):
             self._publish_chunk(command, entries, pub)
             return
+        if self._pending:
+            self.flush()  # stored in order
         conn = self.conn
         vhost = q.vhost
         router = vhost.router
@@ -184,10 +207,10 @@ class Publishing:
     def _publish_chunk(self, command: Publish, entries: PublishEntries, pub: Publisher) -> None:
         """The fast path: every entry simple, no filter values, a stream that
         reads no message (StreamQueue.takes_chunks): the entries not yet stored
-        (publishing ids above the publisher's last, with a reference) are
-        copied once into one chunk record, and confirmed as one settlement
-        batch after the stream's sync, as the per-message path confirms."""
-        conn = self.conn
+        (publishing ids above the publisher's last, with a reference) join the
+        stream's pending chunk (``_add``), stored by ``flush`` with those of
+        the connection's other Publish frames of this read, and confirmed as
+        the per-message path confirms: after the stream's sync."""
         q = pub.queue
         ids = entries.publishing_ids
         starts, ends = entries.starts, entries.ends
@@ -195,57 +218,112 @@ class Publishing:
         reference = pub.reference
         duplicates: list[int] = []
         if reference:
-            last = top = last_sequence(q, reference)
+            pending = self._pending.get(q)
+            top = last_sequence(q, reference)
+            if pending is not None:
+                top = max(top, pending.sequences.get(reference, 0))
             stored: list[int] = []
             parts: list[memoryview] = []
+            size = 0
             for i, pid in enumerate(ids):
                 if pid <= top:
                     duplicates.append(pid)
                     continue
                 stored.append(pid)
                 parts.append(view[starts[i] : ends[i]])
+                size += ends[i] - starts[i]
                 top = pid
         else:
-            last = top = 0
             stored = ids
             parts = [view[s:e] for s, e in zip(starts, ends, strict=True)]
-        n = len(parts)
-        if n:
-            now = conn.now_ms or conn.node.clock.now_ms()
-            done = 0
-            try:
-                while done < n:
-                    size = min(n - done, CHUNK_ENTRIES)
-                    group_top = stored[done + size - 1] if reference else 0
-                    data = b"".join(parts[done : done + size])
-                    q.publish_chunk(data, size, now, reference, group_top)
-                    done += size
-            except (BrokerError, OSError, ValueError) as exc:
-                log.warning("%s: a Publish refused: %s", conn.name, exc)
-                pub.errored += n - done
-                refused = stored[done:]
-                errors = [PublishingError(pid, ResponseCode.INTERNAL_ERROR) for pid in refused]
-                conn.reply(c.PublishError(pub.publisher_id, errors))
-                stored = stored[:done]
-                n = done
-                if not n:
-                    pub.published += len(ids)
-                    if duplicates:
-                        self._confirm_now([(pub.publisher_id, duplicates)])
-                    return
-                top = stored[-1] if reference else 0
-            q.vhost.default_exchange.stats.count_publish(n)
-            conn.stats.publish += n
-            if top > last:
-                # The tracking file too (QueryPublisherSequence, older readers).
-                q.stream.track(sequence_name(reference), top, at_once=True)
+            size = sum(ends) - sum(starts)
         pub.published += len(ids)
-        answered = stored + duplicates if duplicates else stored
-        if not answered:
+        if parts:
+            self._add(pub, parts, size, stored, duplicates)
+        elif duplicates:
+            tokens: list[_Token] = [(pub.publisher_id, duplicates)]
+            if not self.settlements.add_many(tokens, []):
+                self._confirm_now(tokens)
+
+    def _add(
+        self,
+        pub: Publisher,
+        parts: list[memoryview],
+        size: int,
+        stored: list[int],
+        duplicates: list[int],
+    ) -> None:
+        """``parts`` (entries of ``size`` bytes with publishing ids ``stored``)
+        joined to the pending chunk of ``pub``'s stream; a chunk of CHUNK_ENTRIES
+        entries or CHUNK_BYTES bytes is stored at once, and a new one begun."""
+        q = pub.queue
+        pending = self._pending.get(q)
+        if pending is not None and (
+            pending.count + len(parts) > CHUNK_ENTRIES or pending.size + size > CHUNK_BYTES
+        ):
+            self._store(self._pending.pop(q))
+            pending = None
+        reference = pub.reference
+        done, n = 0, len(parts)
+        while done < n:
+            if pending is None:
+                now = self.conn.now_ms or self.conn.node.clock.now_ms()
+                pending = self._pending[q] = _Pending(q, now)
+            take = min(n - done, CHUNK_ENTRIES - pending.count)
+            ids = stored[done : done + take]
+            pending.parts += parts[done : done + take]
+            pending.count += take
+            pending.size += size if take == n else sum(len(p) for p in parts[done : done + take])
+            pending.pieces.append((pub, ids, duplicates if not done else []))
+            if reference:
+                pending.sequences[reference] = ids[-1]
+            done += take
+            if pending.count >= CHUNK_ENTRIES:
+                self._store(self._pending.pop(q))
+                pending = None
+
+    def flush(self) -> None:
+        """Store the pending chunks (the end of a read, or a command other than
+        Publish: what it does or answers comes after them)."""
+        while self._pending:
+            self._store(self._pending.pop(next(iter(self._pending))))
+
+    def _store(self, pending: _Pending) -> None:
+        """One pending chunk as one chunk record, its pieces waiting for the
+        stream's sync (or refused, all of them, when it cannot be stored)."""
+        conn = self.conn
+        q = pending.queue
+        n = pending.count
+        pieces = pending.pieces
+        try:
+            if q.deleted:
+                raise BrokerError(f"stream '{q.name}' deleted")  # between _add and here
+            data = b"".join(pending.parts)
+            pending.parts.clear()  # the views let go of the read's buffer
+            q.publish_chunk(data, n, pending.ts, sequences=pending.sequences)
+        except (BrokerError, OSError, ValueError) as exc:
+            log.warning("%s: a Publish refused: %s", conn.name, exc)
+            refused: list[_Token] = []
+            for pub, ids, duplicates in pieces:
+                pub.errored += len(ids)
+                errors = [PublishingError(pid, ResponseCode.INTERNAL_ERROR) for pid in ids]
+                conn.reply(c.PublishError(pub.publisher_id, errors))
+                if duplicates:
+                    refused.append((pub.publisher_id, duplicates))
+            if refused:
+                self._confirm_now(refused)
             return
-        # One token for the Publish: its ids are confirmed (or refused) together.
-        tokens: list[_Token] = [(pub.publisher_id, answered)]
-        if not self.settlements.add_many(tokens, [q.store] if n else []):
+        q.vhost.default_exchange.stats.count_publish(n)
+        conn.stats.publish += n
+        for reference, top in pending.sequences.items():
+            # The tracking file too (QueryPublisherSequence, older readers).
+            q.stream.track(sequence_name(reference), top, at_once=True)
+        # One token per piece: its ids are confirmed (or refused) together.
+        tokens: list[_Token] = [
+            (pub.publisher_id, ids + duplicates if duplicates else ids)
+            for pub, ids, duplicates in pieces
+        ]
+        if not self.settlements.add_many(tokens, [q.store]):
             self._confirm_now(tokens)
 
     # -- confirming ---------------------------------------------------------------------
@@ -286,6 +364,8 @@ class Publishing:
     def before_output(self) -> None:
         """End of the turn: write out what waits for it (``sync = false``),
         then the confirms gathered, one PublishConfirm per publisher."""
+        if self._pending:
+            self.flush()
         if self._write_out_due:
             self._write_out_due = False
             vhost = self.conn.vhost
