@@ -83,7 +83,7 @@ class _Pending:
     def __init__(self, queue: StreamQueue, ts: int) -> None:
         self.queue = queue
         self.ts = ts
-        self.parts: list[memoryview] = []
+        self.parts: list[bytes] = []
         self.count = 0
         self.size = 0
         self.pieces: list[tuple[Publisher, list[int], list[int]]] = []
@@ -231,56 +231,54 @@ class Publishing:
                 top = max(top, pending.sequences.get(reference, 0))
             stored: list[int] = []
             parts: list[memoryview] = []
-            size = 0
             for i, pid in enumerate(ids):
                 if pid <= top:
                     duplicates.append(pid)
                     continue
                 stored.append(pid)
                 parts.append(view[starts[i] : ends[i]])
-                size += ends[i] - starts[i]
                 top = pid
         else:
             stored = ids
             parts = [view[s:e] for s, e in zip(starts, ends, strict=True)]
-            size = sum(ends) - sum(starts)
         pub.published += len(ids)
         if parts:
-            self._add(pub, parts, size, stored, duplicates)
+            self._add(pub, parts, stored, duplicates)
         elif duplicates:
             tokens: list[_Token] = [(pub.publisher_id, duplicates)]
             if not self.settlements.add_many(tokens, []):
                 self._confirm_now(tokens)
 
     def _add(
-        self,
-        pub: Publisher,
-        parts: list[memoryview],
-        size: int,
-        stored: list[int],
-        duplicates: list[int],
+        self, pub: Publisher, parts: list[memoryview], stored: list[int], duplicates: list[int]
     ) -> None:
-        """``parts`` (entries of ``size`` bytes with publishing ids ``stored``)
-        joined to the pending chunk of ``pub``'s stream; a chunk of CHUNK_ENTRIES
-        entries or CHUNK_BYTES bytes is stored at once, and a new one begun."""
+        """``parts`` (entries with publishing ids ``stored``) joined to the
+        pending chunk of ``pub``'s stream; a chunk of CHUNK_ENTRIES entries or
+        CHUNK_BYTES bytes is stored at once, and a new one begun. The entries
+        are copied here, not held as views until the flush: thousands of live
+        views cost more (allocation, the GC's young generation) than a copy."""
         q = pub.queue
+        n = len(parts)
+        data = b"".join(parts) if n <= CHUNK_ENTRIES else b""
         pending = self._pending.get(q)
         if pending is not None and (
-            pending.count + len(parts) > CHUNK_ENTRIES or pending.size + size > CHUNK_BYTES
+            pending.count + n > CHUNK_ENTRIES or pending.size + len(data) > CHUNK_BYTES
         ):
             self._store(self._pending.pop(q))
             pending = None
         reference = pub.reference
-        done, n = 0, len(parts)
+        done = 0
         while done < n:
             if pending is None:
                 now = self.conn.now_ms or self.conn.node.clock.now_ms()
                 pending = self._pending[q] = _Pending(q, now)
             take = min(n - done, CHUNK_ENTRIES - pending.count)
             ids = stored[done : done + take]
-            pending.parts += parts[done : done + take]
+            if take < n:  # a Publish larger than a chunk, cut
+                data = b"".join(parts[done : done + take])
+            pending.parts.append(data)
             pending.count += take
-            pending.size += size if take == n else sum(len(p) for p in parts[done : done + take])
+            pending.size += len(data)
             pending.pieces.append((pub, ids, duplicates if not done else []))
             if reference:
                 pending.sequences[reference] = ids[-1]
@@ -305,8 +303,8 @@ class Publishing:
         try:
             if q.deleted:
                 raise BrokerError(f"stream '{q.name}' deleted")  # between _add and here
-            data = b"".join(pending.parts)
-            pending.parts.clear()  # the views let go of the read's buffer
+            parts = pending.parts
+            data = parts[0] if len(parts) == 1 else b"".join(parts)
             q.publish_chunk(data, n, pending.ts, sequences=pending.sequences)
         except (BrokerError, OSError, ValueError) as exc:
             log.warning("%s: a Publish refused: %s", conn.name, exc)
