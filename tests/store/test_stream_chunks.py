@@ -26,7 +26,9 @@ from warren.store.stream_records import (
     EntryDecoder,
     chunk_record,
     chunk_trailer,
+    chunk_trailers,
     parse_trailer,
+    parse_trailers,
     record_offsets,
 )
 from warren.store.stream_replica import ReplicaStreamStore
@@ -252,6 +254,25 @@ def test_the_record_layout_and_its_readers(tmp_path: Path) -> None:
     assert parse_trailer(trailer) == ("pub", 7)
     # A failed write-out's records, given back as messages: a chunk gives none.
     assert [m.body for m in decode_records(data[pos : pos + length])] == []
+
+
+def test_a_trailer_of_several_publishers(tmp_path: Path) -> None:
+    """Publish frames of several publishers merged into one record: each
+    reference's last id in the trailer, back after a reopen; a one-publisher
+    trailer is one entry of the same layout."""
+    assert chunk_trailers({"p": 3}) == chunk_trailer("p", 3)
+    both = chunk_trailers({"a": 4, "bb": 2})
+    assert parse_trailers(both) == [("a", 4), ("bb", 2)]
+    assert parse_trailer(both) is None  # not a one-publisher trailer
+    assert parse_trailers(both[:-1]) is None and parse_trailers(b"") is None
+    store = StreamStore(tmp_path / "s")
+    data = entries(b"a", b"b", b"c")
+    assert store.append_chunk(data, 3, 1000, sequences={"a": 4, "bb": 2}) == 0
+    assert store.append_chunk(data, 3, 2000, "a", 6, sequences={"cc": 1}) == 3
+    store.close()
+    store = StreamStore(tmp_path / "s")
+    assert [store.publisher_sequence(r) for r in ("a", "bb", "cc", "dd")] == [6, 2, 1, 0]
+    store.close()
 
 
 def test_a_replica_counts_chunk_records(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -113,6 +113,7 @@ class StreamLog(Protocol):
         last_id: int = 0,
         data_crc: int = -1,
         num_records: int = -1,
+        sequences: Mapping[str, int] | None = None,
     ) -> int: ...
 
     def publisher_sequence(self, reference: str) -> int: ...

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from array import array
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -212,16 +213,19 @@ class StreamQueue(Queue):
         reference: str = "",
         last_id: int = 0,
         records: int = -1,
+        sequences: Mapping[str, int] | None = None,
     ) -> int:
-        """``count`` data entries (``data``, the stream protocol's Publish as it
-        came) holding ``records`` messages (-1: every entry simple; sub-entry
-        batches are kept closed) stored as one chunk record
+        """``count`` data entries (``data``, the stream protocol's Publish frames
+        as they came) holding ``records`` messages (-1: every entry simple;
+        sub-entry batches are kept closed) stored as one chunk record
         (StreamStore.append_chunk): no Message for any of them.
-        ``reference``/``last_id``: the publisher's, kept with the record.
-        Returns the first offset; the confirms wait for the stream's sync as
-        a run's do."""
+        ``reference``/``last_id`` or ``sequences``: the publishers' last
+        publishing ids, kept with the record. Returns the first offset; the
+        confirms wait for the stream's sync as a run's do."""
         self.stats.publish += count if records < 0 else records
-        first = self.stream.append_chunk(data, count, ts, reference, last_id, num_records=records)
+        first = self.stream.append_chunk(
+            data, count, ts, reference, last_id, num_records=records, sequences=sequences
+        )
         self.vhost.store_written(self.store)
         if self._max_length is not None or self._max_bytes is not None or self._max_age_ms:
             self._apply_retention()

@@ -11,8 +11,9 @@ decides which offsets they get.
 
 A chunk record holds many messages at once: its body is an osiris chunk
 (header and simple data entries, as the stream protocol delivers it), whose
-first offset the store writes at append, and its trailer section the
-publisher's reference and last publishing id (``chunk_record``). It counts
+first offset the store writes at append, and its trailer section each
+publisher's reference and last publishing id (``chunk_record``; several when
+Publish frames of several publishers were merged into one record). It counts
 one offset per message (its header's num_records): a sub-entry batch entry
 is stored closed, whatever its compression, and holds as many offsets as
 records (osiris's rule); ``record_offsets`` reads either kind's, and
@@ -26,7 +27,7 @@ import mmap
 import struct
 import zlib
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final
 
 import warren
@@ -53,7 +54,9 @@ __all__ = [
     "chunk_trailer",
     "entry_span",
     "open_batch",
+    "chunk_trailers",
     "parse_trailer",
+    "parse_trailers",
     "record_offsets",
     "run_records",
     "stamp_properties",
@@ -185,24 +188,46 @@ SHARED_DECODER: Final = EntryDecoder()
 
 
 def chunk_trailer(reference: str, last_id: int) -> bytes:
-    """A chunk record's trailer: the publisher's reference (u16 length, UTF-8)
-    and the last publishing id of the chunk (u64); empty without a reference."""
-    if not reference:
-        return b""
-    ref = reference.encode("utf-8", "surrogateescape")
-    return _TRAILER.pack(len(ref)) + ref + _U64.pack(last_id)
+    """A chunk record's trailer for one publisher: its reference (u16 length,
+    UTF-8) and the last publishing id of the chunk (u64); empty without a
+    reference."""
+    return chunk_trailers({reference: last_id} if reference else {})
+
+
+def chunk_trailers(sequences: Mapping[str, int]) -> bytes:
+    """A chunk record's trailer: for each publisher reference with entries in
+    the chunk, the reference (u16 length, UTF-8) and its last publishing id
+    (u64), one after the other (a one-publisher trailer is chunk_trailer's)."""
+    parts: list[bytes] = []
+    for reference, last_id in sequences.items():
+        ref = reference.encode("utf-8", "surrogateescape")
+        parts.append(_TRAILER.pack(len(ref)) + ref + _U64.pack(last_id))
+    return b"".join(parts)
 
 
 def parse_trailer(trailer: bytes) -> tuple[str, int] | None:
-    """(reference, last publishing id) of a chunk record's trailer, None when empty
-    or not understood."""
-    if len(trailer) < 10:
-        return None
-    (n,) = _TRAILER.unpack_from(trailer, 0)
-    if 2 + n + 8 != len(trailer):
-        return None
-    reference = trailer[2 : 2 + n].decode("utf-8", "surrogateescape")
-    return reference, _U64.unpack_from(trailer, 2 + n)[0]
+    """(reference, last publishing id) of a one-publisher chunk record's
+    trailer, None when empty, not understood or of several publishers."""
+    found = parse_trailers(trailer)
+    return found[0] if found is not None and len(found) == 1 else None
+
+
+def parse_trailers(trailer: bytes) -> list[tuple[str, int]] | None:
+    """Every (reference, last publishing id) of a chunk record's trailer; None
+    when empty or not understood (then none is taken)."""
+    found: list[tuple[str, int]] = []
+    pos, end = 0, len(trailer)
+    while pos < end:
+        if end - pos < 10:
+            return None
+        (n,) = _TRAILER.unpack_from(trailer, pos)
+        stop = pos + 2 + n + 8
+        if stop > end:
+            return None
+        reference = bytes(trailer[pos + 2 : pos + 2 + n]).decode("utf-8", "surrogateescape")
+        found.append((reference, _U64.unpack_from(trailer, pos + 2 + n)[0]))
+        pos = stop
+    return found or None
 
 
 def chunk_record(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from warren.core.message import Message, MessageRun
@@ -158,6 +158,7 @@ class ReplicaStreamStore(StreamStore):
         last_id: int = 0,
         data_crc: int = -1,
         num_records: int = -1,
+        sequences: Mapping[str, int] | None = None,
     ) -> int:
         raise RuntimeError(f"{self._dir}: a replica's stream is read-only")
 

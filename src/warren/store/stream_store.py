@@ -17,7 +17,7 @@ A record is one message, or a chunk of them (``append_chunk``: the stream
 protocol's Publish stored as it came, store/stream_records.py's chunk
 record): it then holds as many consecutive offsets as the chunk has
 messages (a sub-entry batch, stored closed, one per record in it), and
-every count here is in offsets. Its trailer (the publisher's
+every count here is in offsets. Its trailer (each publisher's
 reference and last publishing id) is read back at recovery
 (``publisher_sequence``), so a deduplicating publisher's sequence survives
 a crash that lost the tracking file's last write.
@@ -29,7 +29,7 @@ import bisect
 import logging
 import os
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +53,8 @@ from warren.store.stream_records import (
     EntryDecoder,
     chunk_count,
     chunk_record,
-    chunk_trailer,
-    parse_trailer,
+    chunk_trailers,
+    parse_trailers,
     record_offsets,
     run_records,
     stream_record,
@@ -225,16 +225,20 @@ class StreamStore:
         last_id: int = 0,
         data_crc: int = -1,
         num_records: int = -1,
+        sequences: Mapping[str, int] | None = None,
     ) -> int:
-        """Store ``num_entries`` data entries (``data``, as a Publish frame
-        carries them, holding ``num_records`` messages: -1, every entry simple)
+        """Store ``num_entries`` data entries (``data``, as Publish frames
+        carry them, holding ``num_records`` messages: -1, every entry simple)
         as one chunk record with the next offsets, one per message; returns
         the first. ``reference`` and ``last_id``: the publisher's, kept in the
-        record's trailer (publisher_sequence). ``data_crc``: zlib.crc32 of
-        ``data`` when the caller has it."""
+        record's trailer (publisher_sequence); ``sequences``: those of every
+        publisher whose entries the record holds (Publish frames merged).
+        ``data_crc``: zlib.crc32 of ``data`` when the caller has it."""
         offset = self._next_offset
         log = self._log
-        trailer = chunk_trailer(reference, last_id)
+        lasts = {**sequences, reference: last_id} if sequences else {reference: last_id}
+        lasts.pop("", None)
+        trailer = chunk_trailers(lasts)
         if data_crc < 0:
             data_crc = zlib.crc32(data)
         if num_records < 0:
@@ -246,8 +250,10 @@ class StreamStore:
             seed = log.seed
             rec = chunk_record(data, num_entries, offset, ts, trailer, seed, data_crc, num_records)
         self._written(log.put(rec), offset, ts, num_records, len(rec))
-        if reference and last_id > self._sequences.get(reference, 0):
-            self._sequences[reference] = last_id
+        known = self._sequences
+        for ref, last in lasts.items():
+            if last > known.get(ref, 0):
+                known[ref] = last
         return offset
 
     def last_message_offset(self) -> int:
@@ -735,7 +741,8 @@ class StreamStore:
 
     def _recover_trailer(self, m: Any, start: int, end: int) -> None:
         """A chunk record's trailer (``m[start:end]``) met at recovery: its
-        publisher's last publishing id."""
-        found = parse_trailer(m[start:end])
-        if found is not None and found[1] > self._sequences.get(found[0], 0):
-            self._sequences[found[0]] = found[1]
+        publishers' last publishing ids."""
+        known = self._sequences
+        for reference, last_id in parse_trailers(m[start:end]) or ():
+            if last_id > known.get(reference, 0):
+                known[reference] = last_id

@@ -213,19 +213,23 @@ class StreamConnection:
         except StreamProtocolError as exc:
             self._protocol_error(exc)
             return
-        for frame in frames:
-            if self.closed or self.refusing:
-                return
-            try:
-                command = decode_frame(frame)
-            except StreamProtocolError as exc:
-                self._protocol_error(exc)
-                return
-            try:
-                self._command(command)
-            except StreamProtocolError as exc:
-                self._protocol_error(exc)
-                return
+        try:
+            for frame in frames:
+                if self.closed or self.refusing:
+                    return
+                try:
+                    command = decode_frame(frame)
+                except StreamProtocolError as exc:
+                    self._protocol_error(exc)
+                    return
+                try:
+                    self._command(command)
+                except StreamProtocolError as exc:
+                    self._protocol_error(exc)
+                    return
+        finally:
+            # The read's Publish frames, merged into one chunk per stream.
+            self.control.publishing.flush()
 
     def _protocol_error(self, exc: StreamProtocolError) -> None:
         """A frame too large, unknown or malformed: before Open the client is

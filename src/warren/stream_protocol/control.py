@@ -149,6 +149,8 @@ class ControlPlane:
         handler = self._handlers.get(type(command))
         if handler is None:
             raise StreamProtocolError(f"unexpected {type(command).__name__}")
+        if type(command) is not Publish:
+            self.publishing.flush()  # the Publish frames before it are stored first
         handler(command)
 
     def closed(self) -> None:

@@ -15,11 +15,11 @@ consumer of this protocol has no acks: credit is the flow control).
 Credit is counted in chunks, as RabbitMQ does: each chunk takes one, and the
 queue stops delivering to a subscription whose credit its gathered records
 would use up. A stream record holding one message comes as a record and
-goes out in a chunk of what one turn read; a chunk record (a Publish stored
-whole: store/stream_records.py) comes whole (Consumer.deliver_chunk, no
-Message built) and goes out as it is stored, the Deliver prefix before it,
-the whole chunk also when the subscription starts inside it (the client
-skips the entries before its offset, as with RabbitMQ).
+goes out in a chunk of what one turn read; a chunk record (the Publish
+frames of a read stored whole: store/stream_records.py) comes whole
+(Consumer.deliver_chunk, no Message built) and goes out as it is stored, the
+Deliver prefix before it, the whole chunk also when the subscription starts
+inside it (the client skips the entries before its offset, as with RabbitMQ).
 """
 
 from __future__ import annotations

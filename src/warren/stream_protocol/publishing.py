@@ -13,6 +13,12 @@ for AMQP readers). On the per-message path (a stream deduplicating by
 header, StreamQueue.takes_chunks) gzip and uncompressed batches are opened
 and the other compressions refused.
 
+The fast path (``_publish_chunk``): plain Publish frames go into one chunk
+record per stream for all of a read's (``flush``: when the read is done,
+before any other command, or at CHUNK_ENTRIES), whatever their publisher,
+the trailer holding each one's last id: subscribers pay per chunk, and get
+chunks of thousands of small messages, as RabbitMQ's writer makes them.
+
 PublishConfirm waits for the client session's Settlements: the group sync
 and the in-sync followers, as an AMQP publisher confirm. Confirms go out
 one PublishConfirm per publisher and settled batch, not one per message.
@@ -53,19 +59,40 @@ __all__ = ["SEQUENCE_PREFIX", "Publishing", "last_sequence", "sequence_name"]
 
 log = logging.getLogger("warren.stream")
 
-#: The most entries one chunk record holds; a Publish of more is stored as
-#: several. A subscription from LAST gets the last chunk, and RabbitMQ's
-#: writer cuts its chunks about this small (rstream's suite checks that LAST
-#: of a 5,000-message batch is not all of it).
-CHUNK_ENTRIES: Final = 1024
+#: The most entries one chunk record holds: merging Publish frames stops here,
+#: and a Publish of more is stored as several. A subscription from LAST gets
+#: the last chunk, and RabbitMQ's writer cuts its chunks about this small
+#: (1,500-4,500 records of 16 B in bench/stream_compare.py; rstream's suite
+#: checks that LAST of a 5,000-message batch is not all of it).
+CHUNK_ENTRIES: Final = 4096
+#: The most entry bytes Publish frames are merged into (one frame may be more).
+CHUNK_BYTES: Final = 1 << 20
 
 #: Tracking names of publisher sequences start with this; StoreOffset and
 #: QueryOffset leave such references alone.
 SEQUENCE_PREFIX: Final = "\x00pub\x00"
 _MAX_NAME: Final = 255
 #: What waits for a settlement: a publisher id and one publishing id, or all
-#: of a chunk record's (the fast path: one token per Publish).
+#: of a Publish's that one chunk record holds (the fast path).
 _Token = tuple[int, int | list[int]]
+
+
+class _Pending:
+    """A stream's chunk being gathered from a read's Publish frames: their
+    entries (and the messages they hold), each piece's publisher with the ids it stores and the duplicates
+    confirmed with them, and each reference's last id (the trailer's)."""
+
+    __slots__ = ("queue", "ts", "parts", "count", "records", "size", "pieces", "sequences")
+
+    def __init__(self, queue: StreamQueue, ts: int) -> None:
+        self.queue = queue
+        self.ts = ts
+        self.parts: list[bytes] = []
+        self.count = 0  # entries
+        self.records = 0  # messages (a sub-entry batch holds several)
+        self.size = 0
+        self.pieces: list[tuple[Publisher, list[int], list[int]]] = []
+        self.sequences: dict[str, int] = {}
 
 
 def sequence_name(reference: str) -> str:
@@ -95,6 +122,8 @@ class Publishing:
         self._write_out_due = False
         #: Confirms to send at the end of the turn: publisher id -> publishing ids.
         self._confirms: dict[int, list[int]] = {}
+        #: Chunks being gathered from this read's Publish frames, per stream (flush).
+        self._pending: dict[StreamQueue, _Pending] = {}
 
     # -- storing ------------------------------------------------------------------------
     def publish(self, command: Publish, pub: Publisher | None) -> None:
@@ -117,6 +146,8 @@ class Publishing:
         ):
             self._publish_chunk(command, entries, pub)
             return
+        if self._pending:
+            self.flush()  # stored in order
         conn = self.conn
         vhost = q.vhost
         router = vhost.router
@@ -188,11 +219,11 @@ class Publishing:
     def _publish_chunk(self, command: Publish, entries: PublishEntries, pub: Publisher) -> None:
         """The fast path: no filter values, a stream that reads no message
         (StreamQueue.takes_chunks): the entries not yet stored (publishing
-        ids above the publisher's last, with a reference) are copied once
-        into one chunk record, sub-entry batches closed (one offset per
-        record in them), and confirmed as one settlement batch after the
-        stream's sync, as the per-message path confirms."""
-        conn = self.conn
+        ids above the publisher's last, with a reference) join the stream's
+        pending chunk (``_add``), sub-entry batches closed (one offset per
+        record in them), stored by ``flush`` with those of the connection's
+        other Publish frames of this read, and confirmed as the per-message
+        path confirms: after the stream's sync."""
         q = pub.queue
         ids = entries.publishing_ids
         starts, ends = entries.starts, entries.ends
@@ -200,7 +231,10 @@ class Publishing:
         reference = pub.reference
         duplicates: list[int] = []
         if reference:
-            last = top = last_sequence(q, reference)
+            pending = self._pending.get(q)
+            top = last_sequence(q, reference)
+            if pending is not None:
+                top = max(top, pending.sequences.get(reference, 0))
             stored: list[int] = []
             parts: list[memoryview] = []
             for i, pid in enumerate(ids):
@@ -211,52 +245,111 @@ class Publishing:
                 parts.append(view[starts[i] : ends[i]])
                 top = pid
         else:
-            last = top = 0
             stored = ids
             parts = [view[s:e] for s, e in zip(starts, ends, strict=True)]
-        n = len(parts)
-        if n:
-            now = conn.now_ms or conn.node.clock.now_ms()
-            # Messages per entry, when some are batches (their u16 record count).
-            held = None
-            if entries.batches:
-                held = [(p[1] << 8 | p[2]) if p[0] & 0x80 else 1 for p in parts]
-            done = 0
-            try:
-                while done < n:
-                    size = min(n - done, CHUNK_ENTRIES)
-                    group_top = stored[done + size - 1] if reference else 0
-                    data = b"".join(parts[done : done + size])
-                    records = -1 if held is None else sum(held[done : done + size])
-                    q.publish_chunk(data, size, now, reference, group_top, records)
-                    done += size
-            except (BrokerError, OSError, ValueError) as exc:
-                log.warning("%s: a Publish refused: %s", conn.name, exc)
-                pub.errored += n - done
-                refused = stored[done:]
-                errors = [PublishingError(pid, ResponseCode.INTERNAL_ERROR) for pid in refused]
-                conn.reply(c.PublishError(pub.publisher_id, errors))
-                stored = stored[:done]
-                n = done
-                if not n:
-                    pub.published += len(ids)
-                    if duplicates:
-                        self._confirm_now([(pub.publisher_id, duplicates)])
-                    return
-                top = stored[-1] if reference else 0
-            messages = n if held is None else sum(held[:n])
-            q.vhost.default_exchange.stats.count_publish(messages)
-            conn.stats.publish += messages
-            if top > last:
-                # The tracking file too (QueryPublisherSequence, older readers).
-                q.stream.track(sequence_name(reference), top, at_once=True)
+        # Messages per entry, when some are batches (their u16 record count).
+        held = None
+        if entries.batches:
+            held = [(p[1] << 8 | p[2]) if p[0] & 0x80 else 1 for p in parts]
         pub.published += len(ids)
-        answered = stored + duplicates if duplicates else stored
-        if not answered:
+        if parts:
+            self._add(pub, parts, stored, duplicates, held)
+        elif duplicates:
+            tokens: list[_Token] = [(pub.publisher_id, duplicates)]
+            if not self.settlements.add_many(tokens, []):
+                self._confirm_now(tokens)
+
+    def _add(
+        self,
+        pub: Publisher,
+        parts: list[memoryview],
+        stored: list[int],
+        duplicates: list[int],
+        held: list[int] | None = None,
+    ) -> None:
+        """``parts`` (entries with publishing ids ``stored``; ``held``: the
+        messages in each, when some are sub-entry batches) joined to the
+        pending chunk of ``pub``'s stream; a chunk of CHUNK_ENTRIES entries or
+        CHUNK_BYTES bytes is stored at once, and a new one begun. The entries
+        are copied here, not held as views until the flush: thousands of live
+        views cost more (allocation, the GC's young generation) than a copy."""
+        q = pub.queue
+        n = len(parts)
+        data = b"".join(parts) if n <= CHUNK_ENTRIES else b""
+        pending = self._pending.get(q)
+        if pending is not None and (
+            pending.count + n > CHUNK_ENTRIES or pending.size + len(data) > CHUNK_BYTES
+        ):
+            self._store(self._pending.pop(q))
+            pending = None
+        reference = pub.reference
+        done = 0
+        while done < n:
+            if pending is None:
+                now = self.conn.now_ms or self.conn.node.clock.now_ms()
+                pending = self._pending[q] = _Pending(q, now)
+            take = min(n - done, CHUNK_ENTRIES - pending.count)
+            ids = stored[done : done + take]
+            if take < n:  # a Publish larger than a chunk, cut
+                data = b"".join(parts[done : done + take])
+            pending.parts.append(data)
+            pending.count += take
+            pending.records += take if held is None else sum(held[done : done + take])
+            pending.size += len(data)
+            pending.pieces.append((pub, ids, duplicates if not done else []))
+            if reference:
+                pending.sequences[reference] = ids[-1]
+            done += take
+            if pending.count >= CHUNK_ENTRIES:
+                self._store(self._pending.pop(q))
+                pending = None
+
+    def flush(self) -> None:
+        """Store the pending chunks (the end of a read, or a command other than
+        Publish: what it does or answers comes after them)."""
+        while self._pending:
+            self._store(self._pending.pop(next(iter(self._pending))))
+
+    def _store(self, pending: _Pending) -> None:
+        """One pending chunk as one chunk record, its pieces waiting for the
+        stream's sync (or refused, all of them, when it cannot be stored)."""
+        conn = self.conn
+        q = pending.queue
+        n = pending.count
+        pieces = pending.pieces
+        try:
+            if q.deleted:
+                raise BrokerError(f"stream '{q.name}' deleted")  # between _add and here
+            parts = pending.parts
+            data = parts[0] if len(parts) == 1 else b"".join(parts)
+            records = pending.records
+            q.publish_chunk(
+                data, n, pending.ts, records=-1 if records == n else records,
+                sequences=pending.sequences,
+            )  # fmt: skip
+        except (BrokerError, OSError, ValueError) as exc:
+            log.warning("%s: a Publish refused: %s", conn.name, exc)
+            refused: list[_Token] = []
+            for pub, ids, duplicates in pieces:
+                pub.errored += len(ids)
+                errors = [PublishingError(pid, ResponseCode.INTERNAL_ERROR) for pid in ids]
+                conn.reply(c.PublishError(pub.publisher_id, errors))
+                if duplicates:
+                    refused.append((pub.publisher_id, duplicates))
+            if refused:
+                self._confirm_now(refused)
             return
-        # One token for the Publish: its ids are confirmed (or refused) together.
-        tokens: list[_Token] = [(pub.publisher_id, answered)]
-        if not self.settlements.add_many(tokens, [q.store] if n else []):
+        q.vhost.default_exchange.stats.count_publish(pending.records)
+        conn.stats.publish += pending.records
+        for reference, top in pending.sequences.items():
+            # The tracking file too (QueryPublisherSequence, older readers).
+            q.stream.track(sequence_name(reference), top, at_once=True)
+        # One token per piece: its ids are confirmed (or refused) together.
+        tokens: list[_Token] = [
+            (pub.publisher_id, ids + duplicates if duplicates else ids)
+            for pub, ids, duplicates in pieces
+        ]
+        if not self.settlements.add_many(tokens, [q.store]):
             self._confirm_now(tokens)
 
     # -- confirming ---------------------------------------------------------------------
@@ -297,6 +390,8 @@ class Publishing:
     def before_output(self) -> None:
         """End of the turn: write out what waits for it (``sync = false``),
         then the confirms gathered, one PublishConfirm per publisher."""
+        if self._pending:
+            self.flush()
         if self._write_out_due:
             self._write_out_due = False
             vhost = self.conn.vhost
