@@ -14,6 +14,8 @@ PIP_FIND_LINKS: the environment, not the commands, changes).
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -52,19 +54,32 @@ def runtime_requirements() -> list[str]:
     return [*project["dependencies"], *project["optional-dependencies"]["fast"]]
 
 
-def wheelhouse(dest: Path, *extra: str) -> Path:
+def wheelhouse(factory: pytest.TempPathFactory, *extra: str) -> Path:
     """Wheels of the runtime dependencies, ``extra`` requirements and what an
-    editable install without build isolation needs (setuptools), from PyPI."""
+    editable install without build isolation needs (setuptools), from PyPI.
+    Fetched once per pytest run: the README and packaging tests share it (under
+    xdist in the run's directory above every worker's, behind a lock), as a pip
+    download is some 1.5 s of CPU (issue 29)."""
     requirements = [*runtime_requirements(), *build_requirements(), *extra]
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(dest),
-         *requirements],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    if done.returncode != 0:
-        if "NewConnectionError" in done.stderr or "No matching distribution" in done.stderr:
-            pytest.skip(f"cannot fetch the runtime dependencies from PyPI: {done.stderr[-300:]}")
-        raise AssertionError(f"pip download failed:\n{done.stderr}")
+    base = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    key = hashlib.sha1("\0".join(requirements).encode()).hexdigest()[:12]
+    dest, done_mark = base / f"wheels-{key}", base / f"wheels-{key}.done"
+    with open(base / "wheels.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done_mark.exists():
+            return dest
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(dest),
+             *requirements],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        if done.returncode != 0:
+            if "NewConnectionError" in done.stderr or "No matching distribution" in done.stderr:
+                pytest.skip(f"cannot fetch the runtime dependencies from PyPI: {done.stderr[-300:]}")
+            raise AssertionError(f"pip download failed:\n{done.stderr}")
+        done_mark.touch()
     return dest
 
 

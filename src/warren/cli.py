@@ -11,7 +11,6 @@ None rather than to the Config default.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import errno
 import logging
@@ -21,11 +20,13 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from warren.bound_port import BindError
 from warren.config import Config, ConfigError, check_field, ini_sections, normalize_log_level
 from warren.ready import ready_line
+
+if TYPE_CHECKING:  # asyncio and the listeners only where the broker runs: not for `warren ctl`
+    import asyncio
 
 __all__ = ["build_config", "build_parser", "config_from_args", "data_dir_problem", "main"]
 
@@ -470,6 +471,8 @@ def _run_ephemeral(config: Config) -> int:
 
 
 def _run(config: Config) -> int:
+    import asyncio
+
     try:
         factory = _loop_factory()
         log.debug("event loop: %s", "uvloop" if factory is not None else "asyncio default")
@@ -491,6 +494,8 @@ async def _serve(config: Config) -> int:
     A second signal while stopping cancels the shutdown, so a stuck stop()
     can still be interrupted from the terminal.
     """
+    import asyncio
+
     loop = asyncio.get_running_loop()
     stop_event = asyncio.Event()
     task = asyncio.current_task()
@@ -593,6 +598,8 @@ def _install_signal_handlers(
 
 def _start_error_message(config: Config, exc: OSError) -> str:
     """Turn the common bind failures into one actionable line."""
+    from warren.bound_port import BindError
+
     where = f"warren: cannot listen on AMQP {config.bind}:{config.amqp_port}"
     if isinstance(exc, BindError):  # the listener and port it names (bound_port.py)
         where = f"warren: cannot listen on {exc.what} {exc.host}:{exc.port}"

@@ -25,9 +25,11 @@ from packaging_help import (
 pytestmark = pytest.mark.timeout(400)
 
 
-def test_the_readme_quick_start_runs_as_written(tmp_path: Path) -> None:
+def test_the_readme_quick_start_runs_as_written(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     require_namespaces()
-    wheels = wheelhouse(tmp_path / "wheels", "pika")
+    wheels = wheelhouse(tmp_path_factory, "pika")
     repo = checkout_copy(tmp_path / "repo")
     script = tmp_path / "quickstart.sh"
     script.write_text(quick_start())

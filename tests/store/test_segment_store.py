@@ -701,9 +701,12 @@ def test_closed_store_refuses_appends(tmp_path: Path) -> None:
 
 
 # A count of file descriptors, the same whichever build (21 s of the pure pass).
+# 2,000 stores: a descriptor kept per store would cross the bound 20 times over and
+# the usual soft limit (1,024) too; the broker's 10,000 durable queues across a
+# restart are test_persistence's (issue 29: the 10,000 here cost 4 s of make test).
 @pytest.mark.passes("compiled")
-def test_ten_thousand_idle_queues_hold_no_descriptors(tmp_path: Path) -> None:
-    n = 10_000
+def test_two_thousand_idle_queues_hold_no_descriptors(tmp_path: Path) -> None:
+    n = 2_000
     base = open_fds(tmp_path)
     for i in range(n):
         store = SegmentStore(tmp_path / f"q{i}")

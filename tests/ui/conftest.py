@@ -13,8 +13,10 @@ Screenshots go to tests/ui/artifacts/.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -50,6 +52,28 @@ API_URL_ENV = "WARREN_UI_API_URL"
 CHROMIUM = os.environ.get("WARREN_UI_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 USER, PASSWORD = "guest", "guest"
+#: Headless Chromium still builds each window's omnibox popup, a WebUI page in a
+#: renderer of its own (chrome://omnibox-popup.top-chrome/): some 0.6 s of CPU per
+#: browser context, i.e. per test, for a browser bar no test sees (issue 29).
+OMNIBOX_POPUP_FEATURES = ("WebUIOmniboxPopup", "WebUIOmniboxAimPopup", "WebUIOmniboxFullPopup")
+
+
+def chromium_args() -> list[str]:
+    """--disable-gpu, and --disable-features with the omnibox popup's added to
+    Playwright's own list. Chromium honours the last --disable-features only, so
+    the list Playwright passes first (its driver's chromiumSwitches) is repeated,
+    as read from the driver; where it cannot be read, the popup stays."""
+    import playwright
+
+    driver = Path(playwright.__file__).parent / "driver" / "package" / "lib"
+    for source in (driver / "coreBundle.js", driver / "server" / "chromium" / "chromiumSwitches.js"):
+        with contextlib.suppress(OSError):
+            block = re.search(r"disabledFeatures = \[(.*?)\]", source.read_text(), re.DOTALL)
+            if block:
+                listed = re.findall(r'"(\w+)"', re.sub(r"//[^\n]*", "", block.group(1)))
+                features = ",".join(dict.fromkeys([*listed, *OMNIBOX_POPUP_FEATURES]))
+                return ["--disable-gpu", f"--disable-features={features}"]
+    return ["--disable-gpu"]
 
 
 @dataclass
@@ -165,7 +189,7 @@ def browser() -> Iterator[Browser]:
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"no Chromium at {CHROMIUM} (make browser: apt-get install chromium)")
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--disable-gpu"])
+        b = p.chromium.launch(executable_path=CHROMIUM, args=chromium_args())
         try:
             yield b
         finally:
