@@ -4,9 +4,12 @@ All declaration, binding and routing rules that RabbitMQ applies per vhost live
 here and in the parts VHost holds, so every protocol adapter gets the same
 answers and the same errors: routing and publishing in vhost_routing.py
 (``vhost.router``), dead-lettering in vhost_dead_letters.py
-(``vhost.dead_letters``), policies and limits in vhost_parameters.py and
+(``vhost.dead_letters``), policies and limits in vhost_parameters.py,
+exclusive queues' owners in vhost_exclusive.py (``vhost.exclusive``), the
+stores and their flushing in vhost_stores.py (``vhost.stores``), the events
+and exchange watchers told of changes in vhost_events.py (``vhost.notices``),
 restoring at start and closing at stop in vhost_lifecycle.py; the durable
-objects' records in vhost_records.py.
+objects' records, and their writing (``vhost.records``), in vhost_records.py.
 """
 
 from __future__ import annotations
@@ -15,19 +18,17 @@ import base64
 import logging
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from warren.core.clock import Clock, LoopClock
 from warren.core.consumer import Consumer
 from warren.core.equivalence import check_exchange_equivalent, check_queue_equivalent
 from warren.core.errors import (
     AccessRefused,
-    BrokerError,
     NotFound,
     NotImplemented_,
     PreconditionFailed,
     ResourceError,
-    ResourceLocked,
 )
 from warren.core.events import Events
 from warren.core.exchange import Binding, DefaultExchange, Exchange, exchange_class
@@ -44,11 +45,12 @@ from warren.core.queue_arguments import (
 )
 from warren.core.quorum_queue import QuorumQueue
 from warren.core.stats import GaugeStats, MessageStats
-from warren.core.store import MemoryStore, MessageStore
-from warren.core.stream import StreamLog
+from warren.core.store import MessageStore
 from warren.core.stream_queue import StreamQueue
 from warren.core.table_tags import wire_type
 from warren.core.vhost_dead_letters import DeadLetters
+from warren.core.vhost_events import VHostNotices
+from warren.core.vhost_exclusive import ExclusiveQueues
 from warren.core.vhost_lifecycle import VHostLifecycle
 from warren.core.vhost_parameters import (
     ComponentParameters,
@@ -57,24 +59,24 @@ from warren.core.vhost_parameters import (
     Policies,
     VHostMetadata,
 )
-from warren.core.vhost_records import (
-    binding_event,
-    binding_is_durable,
-    binding_record,
-    exchange_event,
-    exchange_record,
-    queue_record,
-)
+from warren.core.vhost_records import DurableRecords
 from warren.core.vhost_routing import ReplyTarget, Router
-from warren.store.definitions import exchange_key, queue_key
-from warren.store.priority_store import PriorityStore
-from warren.store.quorum_store import QuorumPriorityStore
+from warren.core.vhost_stores import (
+    QUORUM,
+    ExchangeStoreFactory,
+    StoreFactory,
+    StreamStoreFactory,
+    VHostStores,
+    memory_exchange_store,
+    memory_store,
+)
 
 if TYPE_CHECKING:
     from warren.store.definitions import DefinitionsLog
 
 __all__ = [
     "PREDECLARED",
+    "QUORUM",
     "ExchangeStoreFactory",
     "StoreFactory",
     "StreamStoreFactory",
@@ -83,9 +85,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("warren.vhost")
-
-_T = TypeVar("_T")
-_R = TypeVar("_R")
 
 PREDECLARED = (
     ("amq.direct", "direct", False),
@@ -97,30 +96,6 @@ PREDECLARED = (
 )
 
 
-# (vhost, queue name, persistent, x-max-priority or 0, or QUORUM): persistent stores
-# survive a restart; a max priority above 0 asks for a priority store, QUORUM for a
-# quorum queue's (two fair priority levels, every message kept whatever its
-# delivery-mode).
-QUORUM = -1
-StoreFactory = Callable[["VHost", str, bool, int], MessageStore]
-# (vhost, exchange name, persistent): for exchanges that hold messages (x-delayed-message).
-ExchangeStoreFactory = Callable[["VHost", str, bool], MessageStore]
-# (vhost, queue name, arguments): a stream queue's storage.
-StreamStoreFactory = Callable[["VHost", str, dict[str, Any]], StreamLog]
-
-
-def _memory_exchange_store(vhost: VHost, name: str, persistent: bool) -> MessageStore:
-    return MemoryStore()
-
-
-def _memory_store(vhost: VHost, name: str, persistent: bool, priorities: int) -> MessageStore:
-    if priorities == QUORUM:
-        return QuorumPriorityStore(lambda level: MemoryStore())
-    if priorities:
-        return PriorityStore(priorities, lambda level: MemoryStore())
-    return MemoryStore()
-
-
 def server_named(prefix: str = "amq.gen-") -> str:
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
@@ -129,17 +104,19 @@ class VHost:
     """A vhost's exchanges, queues and bindings, with RabbitMQ's rules for declaring,
     deleting and binding them. Its routing (vhost_routing.py), dead-lettering
     (vhost_dead_letters.py), policies, limits, other components' parameters and
-    metadata (vhost_parameters.py) and its restore and close (vhost_lifecycle.py)
-    are parts it holds."""
+    metadata (vhost_parameters.py), exclusive queues' owners (vhost_exclusive.py),
+    stores (vhost_stores.py), events and exchange watchers (vhost_events.py),
+    durable records (vhost_records.py) and its restore and close
+    (vhost_lifecycle.py) are parts it holds."""
 
     def __init__(
         self,
         name: str,
         call_soon: Callable[[Callable[[], None]], Any],
-        store_factory: StoreFactory = _memory_store,
+        store_factory: StoreFactory = memory_store,
         definitions: DefinitionsLog | None = None,
         clock: Clock | None = None,
-        exchange_store_factory: ExchangeStoreFactory = _memory_exchange_store,
+        exchange_store_factory: ExchangeStoreFactory = memory_exchange_store,
         stream_store_factory: StreamStoreFactory | None = None,
     ) -> None:
         self.name = name
@@ -150,9 +127,13 @@ class VHost:
         #: The broker's clock (core/clock.py): message TTL, x-expires, delayed
         #: messages, retention, deduplication TTLs, retries after a failure.
         self.clock: Clock = clock if clock is not None else LoopClock()
-        self._store_factory = store_factory
-        self._exchange_store_factory = exchange_store_factory
-        self._stream_store_factory = stream_store_factory
+        #: Makes its queues' and exchanges' stores; flushes them once per loop turn.
+        self.stores = VHostStores(
+            self, call_soon, store_factory, exchange_store_factory, stream_store_factory
+        )
+        # Bound here, not delegating methods: the per-message path calls them.
+        self.store_written = self.stores.written
+        self.flush_written = self.stores.flush
         # Durable exchanges, queues and bindings are recorded here as they change.
         self.definitions = definitions
         #: Makes a durable deduplicating queue's key journal (KeyLog), given the queue
@@ -160,22 +141,22 @@ class VHost:
         self.key_logs: Callable[[Any, Any], Any] | None = None
         #: The same for a durable deduplicating exchange, given the exchange.
         self.exchange_key_logs: Callable[[Any, Any], Any] | None = None
-        self._written: dict[int, MessageStore] = {}
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
-        # The names of the exclusive queues each connection declared (some may
-        # be gone): a connection's close finds them without a scan of them all.
-        self._exclusive: dict[object, list[str]] = {}
+        #: Which connection owns which exclusive queue.
+        self.exclusive = ExclusiveQueues(name, self.queues)
         # Bindings by destination object, so deleting a queue finds its bindings fast.
         self._inbound: dict[int, dict[tuple[Any, ...], Binding]] = {}
         #: Direct reply-to consumers by token (amq.rabbitmq.reply-to.<token>).
         self.reply_targets: dict[str, ReplyTarget] = {}
+        #: The broker's event observers and the exchange watchers, told of changes.
+        self.notices = VHostNotices(self)
         # Its runtime parameters (vhost_parameters.py), each recording its changes
         # in the definitions log.
         self._writer = DefinitionsWriter(name, definitions)
         #: Which policy applies to which queue and exchange.
         self.policy_rules = Policies(
-            name, self._writer, self.queues, self.exchanges, self.exchange_changed
+            name, self._writer, self.queues, self.exchanges, self.notices.exchange_changed
         )
         #: max-connections, max-queues and the open connections.
         self.limiter = Limits(name, self._writer, self.queues)
@@ -183,6 +164,8 @@ class VHost:
         self.parameters = ComponentParameters(self._writer)
         #: The default queue type.
         self.metadata = VHostMetadata(name, self._writer)
+        #: Its durable exchanges, queues and bindings written as they change.
+        self.records = DurableRecords(self._writer)
         #: Restoring its definitions at start, its stores and marks at a clean stop.
         self.lifecycle = VHostLifecycle(self)
         #: Counts no live channel holds: closed channels' (folded in at close) and
@@ -216,11 +199,6 @@ class VHost:
         #: Its queues' lengths (messages, ready, unacknowledged) and its connections'
         #: bytes (received, sent), set and sampled with the rates.
         self.lengths = GaugeStats(5)
-        #: Called with (vhost, exchange name) when an exchange appears, goes, gets or
-        #: loses a binding or another policy: federation follows them.
-        self.exchange_watchers: list[Callable[[VHost, str], None]] = []
-        #: The broker's event observers (core/events.py; the broker gives its own).
-        self.events = Events()
         self.default_exchange = DefaultExchange(name, "", durable=True)
         self.exchanges[""] = self.default_exchange
         for ex_name, ex_type, internal in PREDECLARED:
@@ -258,7 +236,7 @@ class VHost:
     ) -> Policy:
         """Policies.set_policy."""
         policy = self.policy_rules.set_policy(name, pattern, definition, priority, apply_to)
-        self.event("policy.set", name=name, pattern=pattern, definition=definition)
+        self.notices.emit("policy.set", name=name, pattern=pattern, definition=definition)
         return policy
 
     def set_operator_policy(
@@ -272,21 +250,33 @@ class VHost:
         policy = self.policy_rules.set_operator_policy(
             name, pattern, definition, priority, apply_to
         )
-        self.event("operator.policy.set", name=name, pattern=pattern, definition=definition)
+        self.notices.emit("operator.policy.set", name=name, pattern=pattern, definition=definition)
         return policy
 
     def clear_policy(self, name: str) -> None:
         self.policy_rules.clear_policy(name)
-        self.event("policy.cleared", name=name)
+        self.notices.emit("policy.cleared", name=name)
 
     def clear_operator_policy(self, name: str) -> None:
         self.policy_rules.clear_operator_policy(name)
-        self.event("operator.policy.cleared", name=name)
+        self.notices.emit("operator.policy.cleared", name=name)
 
-    def event(self, event: str, /, **props: Any) -> None:
-        """Emit a broker event about this vhost's objects (core/events.py)."""
-        if self.events:
-            self.events.emit(event, {**props, "vhost": self.name})
+    @property
+    def events(self) -> Events:
+        """VHostNotices.events: the broker sets its own."""
+        return self.notices.events
+
+    @events.setter
+    def events(self, events: Events) -> None:
+        self.notices.events = events
+
+    @property
+    def exchange_watchers(self) -> list[Callable[[VHost, str], None]]:
+        """VHostNotices.exchange_watchers (federation adds its own)."""
+        return self.notices.exchange_watchers
+
+    def exchange_changed(self, name: str) -> None:
+        self.notices.exchange_changed(name)
 
     @property
     def limits(self) -> dict[str, int]:
@@ -311,10 +301,6 @@ class VHost:
     def close(self) -> int:
         """VHostLifecycle.close: how many of its stores failed to close."""
         return self.lifecycle.close()
-
-    def _store(self, what: str, key: str, record: dict[str, Any] | None) -> None:
-        """Write a change to the definitions log (DefinitionsWriter.write)."""
-        self._writer.write(what, key, record)
 
     # -- exchanges --------------------------------------------------------------------
     def get_exchange(self, name: str) -> Exchange:
@@ -371,19 +357,11 @@ class VHost:
             raise ResourceError(
                 f"cannot create exchange '{name}' in vhost '{self.name}': {exc.strerror or exc}"
             ) from None
-        if durable and self.definitions is not None:
-            # Stored before it exists: a definition that cannot be stored must not.
-            try:
-                record = self._encoded(ex, exchange_record)
-                self._store(f"exchange '{name}'", exchange_key(name), record)
-            except BrokerError:
-                ex.close()
-                raise
+        self.records.exchange_declared(ex)  # before it exists (see DurableRecords)
         self.exchanges[name] = ex
         self.policy_rules.attach_exchange(ex)
         log.debug("exchange declared vhost=%s name=%s type=%s", self.name, name, type_)
-        if self.events:
-            self.event("exchange.created", **exchange_event(ex))
+        self.notices.exchange_created(ex)
         return ex
 
     def delete_exchange(self, name: str, if_unused: bool = False) -> None:
@@ -401,8 +379,7 @@ class VHost:
         self._remove_exchange(ex)
 
     def _remove_exchange(self, ex: Exchange) -> None:
-        if ex.durable and self.definitions is not None:
-            self._store(f"the deletion of exchange '{ex.name}'", exchange_key(ex.name), None)
+        self.records.exchange_deleted(ex)
         ex.deleted = True
         ex.discard()
         self.exchanges.pop(ex.name, None)
@@ -412,25 +389,15 @@ class VHost:
             self._drop_binding(binding)
         self._inbound.pop(id(ex), None)
         log.debug("exchange deleted vhost=%s name=%s", self.name, ex.name)
-        self.event("exchange.deleted", name=ex.name)
-        if self.exchange_watchers:
-            self.exchange_changed(ex.name)
+        self.notices.exchange_deleted(ex.name)
 
     # -- queues -----------------------------------------------------------------------
     def get_queue(self, name: str, owner: object | None = None) -> Queue:
         q = self.queues.get(name)
         if q is None:
             raise NotFound(f"no queue '{name}' in vhost '{self.name}'")
-        if q.exclusive_owner is not None and q.exclusive_owner is not owner:
-            raise self._locked(name)
+        self.exclusive.check(q, owner)
         return q
-
-    def _locked(self, name: str) -> ResourceLocked:
-        return ResourceLocked(
-            f"cannot obtain exclusive access to locked queue '{name}' in vhost '{self.name}'. "
-            "It could be originally declared on another connection or the exclusive property "
-            "value does not match that of the original declaration."
-        )
 
     def declare_queue(
         self,
@@ -464,7 +431,7 @@ class VHost:
             # RabbitMQ checks exclusivity strictly, before equivalence: the owner
             # must match, and a mismatched exclusive flag is 405, not 406.
             if existing.exclusive_owner is not (owner if exclusive else None):
-                raise self._locked(name)
+                raise self.exclusive.locked(name)
             check_queue_equivalent(self.name, existing, durable, exclusive, auto_delete, arguments)
             if existing.declare_renews:
                 existing.touch()
@@ -495,28 +462,14 @@ class VHost:
             raise ResourceError(
                 f"cannot create queue '{name}' in vhost '{self.name}': {exc.strerror or exc}"
             ) from None
-        if persistent and self.definitions is not None:
-            # Stored before the queue exists: a definition that cannot be stored
-            # must not exist (its directory stays for the next start to judge).
-            try:
-                self._store(f"queue '{name}'", queue_key(name), self._encoded(q, queue_record))
-            except BrokerError:
-                q.store.close()
-                raise
+        if persistent:
+            self.records.queue_declared(q)  # before it exists (see DurableRecords)
         self.queues[name] = q
         self.queues_created += 1
-        if q.exclusive_owner is not None:
-            self._exclusive.setdefault(q.exclusive_owner, []).append(name)
+        self.exclusive.add(q)
         self.policy_rules.attach_queue(q)
         log.debug("queue declared vhost=%s name=%s durable=%s", self.name, name, durable)
-        self.event(
-            "queue.created",
-            name=name,
-            durable=durable,
-            auto_delete=auto_delete,
-            exclusive=exclusive,
-            type=q.queue_type,
-        )
+        self.notices.queue_created(q, exclusive)
         return q
 
     def new_queue(
@@ -532,16 +485,10 @@ class VHost:
         """A queue of the type its arguments ask for, with its store (not yet in the
         vhost: declare_queue and the lifecycle's restore add it)."""
         if is_stream(arguments):
-            if self._stream_store_factory is None:
-                raise PreconditionFailed(
-                    f"invalid arg 'x-queue-type' for queue '{name}' in vhost '{self.name}': "
-                    "streams need a data directory (this vhost has none)"
-                )
-            log_ = self._stream_store_factory(self, name, arguments)
-            return StreamQueue(self, name, log_, arguments)
+            return StreamQueue(self, name, self.stores.stream_log(name, arguments), arguments)
         if is_quorum(arguments):
-            return QuorumQueue(self, name, self._store_factory(self, name, True, QUORUM), arguments)
-        store = self._store_factory(self, name, persistent, max_priority(arguments))
+            return QuorumQueue(self, name, self.stores.queue_store(name, True, QUORUM), arguments)
+        store = self.stores.queue_store(name, persistent, max_priority(arguments))
         return Queue(
             self,
             name,
@@ -562,8 +509,8 @@ class VHost:
         q = self.queues.get(name)
         if q is None:
             return 0  # deleting a missing queue succeeds, as in RabbitMQ
-        if q.exclusive_owner is not None and owner is not None and q.exclusive_owner is not owner:
-            raise self._locked(name)
+        if owner is not None:
+            self.exclusive.check(q, owner)
         if (if_unused or if_empty) and q.queue_type == "quorum":
             raise NotImplemented_(
                 f"cannot delete queue '{name}' in vhost '{self.name}'. queue.delete operations "
@@ -578,8 +525,7 @@ class VHost:
         if if_empty and q.message_count and not stream:
             raise PreconditionFailed(f"queue '{name}' in vhost '{self.name}' not empty")
         count = 0 if stream else q.message_count
-        if q.persistent and self.definitions is not None:
-            self._store(f"the deletion of queue '{name}'", queue_key(name), None)
+        self.records.queue_deleted(q)
         self.queues.pop(name, None)
         self.queues_deleted += 1
         gone = self.deleted_queue_stats.get(q.queue_module)
@@ -595,7 +541,7 @@ class VHost:
             # deleting call sends (queue.delete-ok), even on the same channel.
             self.call_soon(lambda: _notify_cancelled(consumers))
         log.debug("queue deleted vhost=%s name=%s", self.name, name)
-        self.event("queue.deleted", name=name)
+        self.notices.queue_deleted(name)
         return count
 
     def new_exchange(
@@ -635,15 +581,10 @@ class VHost:
         existing = source.bindings.get(binding.key)
         if existing is not None:
             return existing
-        if self.definitions is not None and binding_is_durable(binding):
-            key, record = self._encoded(binding, binding_record)
-            self._store(f"a binding of exchange '{source.name}'", key, record)
+        self.records.binding_added(binding)
         source.bind(binding)
         self._inbound.setdefault(id(destination), {})[(id(source), binding.key)] = binding
-        if self.exchange_watchers:
-            self.exchange_changed(source.name)
-        if self.events:
-            self.event("binding.created", **binding_event(binding))
+        self.notices.binding_created(binding)
         return binding
 
     def bind_queue(
@@ -685,62 +626,25 @@ class VHost:
 
     def _drop_binding(self, binding: Binding, cascade: bool = True) -> None:
         source = binding.source
-        if self.definitions is not None and binding_is_durable(binding):
-            key = binding_record(binding)[0]
-            self._store(f"the deletion of a binding of exchange '{source.name}'", key, None)
+        self.records.binding_dropped(binding)
         source.unbind(binding.key)
         inbound = self._inbound.get(id(binding.destination))
         if inbound is not None:
             inbound.pop((id(source), binding.key), None)
-        if self.events:
-            self.event("binding.deleted", **binding_event(binding))
-        if self.exchange_watchers and not source.deleted:
-            self.exchange_changed(source.name)
+        self.notices.binding_deleted(binding)
         if cascade and source.auto_delete and not source.bindings and not source.deleted:
             self._remove_exchange(source)
 
-    # -- the definitions log ----------------------------------------------------------------
-    def _encoded(self, obj: _T, record: Callable[[_T], _R]) -> _R:
-        """``record(obj)``: its definitions-log record; arguments that cannot be
-        encoded (nested too deep for a field table) refuse the declaration."""
-        try:
-            return record(obj)
-        except (ValueError, TypeError) as exc:
-            raise PreconditionFailed(f"cannot store the arguments: {exc}") from None
-
-    def exchange_changed(self, name: str) -> None:
-        """Tell the exchange watchers that exchange ``name`` changed."""
-        for watcher in list(self.exchange_watchers):
-            watcher(self, name)
-
     # -- services for exchanges that hold messages ---------------------------------------
     def exchange_store(self, exchange: str, persistent: bool) -> MessageStore:
-        """A store of the exchange's own (x-delayed-message keeps its held messages there)."""
-        return self._exchange_store_factory(self, exchange, persistent)
-
-    # -- store flushing -----------------------------------------------------------------
-    def store_written(self, store: MessageStore) -> None:
-        """Note a store with buffered writes; all are flushed once at the end of this
-        loop turn, so whatever the broker has processed survives a killed process
-        without a write syscall per message."""
-        if not self._written:
-            self.call_soon(self.flush_written)
-        self._written[id(store)] = store
-
-    def flush_written(self) -> None:
-        stores, self._written = self._written, {}
-        for store in stores.values():
-            try:
-                store.flush()
-            except OSError:
-                log.exception("vhost '%s': flushing a queue store failed", self.name)
+        """VHostStores.exchange_store (x-delayed-message's held messages)."""
+        return self.stores.exchange_store(exchange, persistent)
 
     # -- connection cleanup -----------------------------------------------------------
     def delete_exclusive_queues(self, owner: object) -> None:
-        for name in self._exclusive.pop(owner, ()):
-            q = self.queues.get(name)
-            if q is not None and q.exclusive_owner is owner:
-                self.delete_queue(name)
+        """Delete the exclusive queues of ``owner``, a closing connection."""
+        for name in self.exclusive.take(owner):
+            self.delete_queue(name)
 
 
 def _notify_cancelled(consumers: list[Consumer]) -> None:

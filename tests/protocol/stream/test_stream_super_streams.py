@@ -338,17 +338,17 @@ def test_a_failure_half_way_takes_back_what_was_made(broker: Harness) -> None:
     """The second partition's directory cannot be made (a full or failing
     disk): the first partition and the exchange go again, INTERNAL_ERROR."""
     v = vhost(broker)
-    real = v._stream_store_factory
+    real = v.stores._stream_store_factory
 
     def failing(vh: Any, name: str, arguments: dict[str, Any]) -> Any:
         if name == "roll-1":
             raise OSError(28, "No space left on device")
         return real(vh, name, arguments)
 
-    v._stream_store_factory = failing
+    v.stores._stream_store_factory = failing
     client = opened(broker)
     assert create_n(client, "roll", 3) == ResponseCode.INTERNAL_ERROR
     assert "roll" not in v.exchanges
     assert not [q for q in v.queues if q.startswith("roll")]
-    v._stream_store_factory = real
+    v.stores._stream_store_factory = real
     assert create_n(client, "roll", 3) == OK
