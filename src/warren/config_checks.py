@@ -17,6 +17,7 @@ from typing import Any
 from warren.config_coap import COAP_CHECKS
 from warren.config_mgmt_oauth import CHECKS as MGMT_OAUTH_CHECKS
 from warren.config_oauth2 import check_extra
+from warren.config_values import any_str, int_in, is_bool, non_empty_str
 
 __all__ = ["LOG_LEVELS", "check_field", "normalize_log_level"]
 
@@ -54,17 +55,6 @@ def _endpoint_list(value: Any) -> str | None:
     return None
 
 
-def _int_in(low: int, high: int) -> Callable[[Any], str | None]:
-    def check(value: Any) -> str | None:
-        if not isinstance(value, int) or isinstance(value, bool):
-            return "must be an integer"
-        if not low <= value <= high:
-            return f"must be between {low} and {high}"
-        return None
-
-    return check
-
-
 def _optional(check: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
     """``check``, or None (a default worked out from other settings)."""
     return lambda value: None if value is None else check(value)
@@ -97,18 +87,6 @@ def _seconds(value: Any) -> str | None:
     return None
 
 
-def _non_empty_str(value: Any) -> str | None:
-    if not isinstance(value, str):
-        return "must be a string"
-    if not value.strip():
-        return "must not be empty"
-    return None
-
-
-def _any_str(value: Any) -> str | None:
-    return None if isinstance(value, str) else "must be a string"
-
-
 def _node_name(value: Any) -> str | None:
     """Empty, or a name that fits etcd's comma-separated in-sync replica list."""
     if isinstance(value, str) and re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]{0,63})?", value):
@@ -126,10 +104,6 @@ def _user_tuple(value: Any) -> str | None:
     if not isinstance(value, tuple) or not all(isinstance(u, str) and u for u in value):
         return "must be a tuple of non-empty user names"
     return None
-
-
-def _bool(value: Any) -> str | None:
-    return None if isinstance(value, bool) else "must be true or false"
 
 
 def _tls_version(value: Any) -> str | None:
@@ -151,7 +125,7 @@ def _damage_policy(value: Any) -> str | None:
 def _optional_path(value: Any) -> str | None:
     if value is None:
         return None
-    return _non_empty_str(value)
+    return non_empty_str(value)
 
 
 def _retention(value: Any) -> str | None:
@@ -206,123 +180,123 @@ def _signing_keys(value: Any) -> str | None:
 
 
 _CHECKS: dict[str, Callable[[Any], str | None]] = {
-    "data_dir": _non_empty_str,
+    "data_dir": non_empty_str,
     "log_level": _log_level,
     "rabbitmq_version": _rabbitmq_version,
-    "bind": _non_empty_str,
-    "amqp_port": _int_in(0, 65535),
-    "http_bind": _non_empty_str,
-    "http_port": _int_in(-1, 65535),
-    "prometheus_bind": _non_empty_str,
-    "prometheus_port": _int_in(-1, 65535),
-    "prometheus_tls_port": _int_in(-1, 65535),
-    "prometheus_return_per_object_metrics": _bool,
-    "heartbeat": _int_in(0, 65535),
-    "frame_max": _int_in(FRAME_MIN_SIZE, FRAME_MAX_LIMIT),
-    "channel_max": _int_in(0, 65535),
-    "max_connections": _int_in(0, 2**31 - 1),
-    "proxy_protocol": _bool,
-    "amqp_proxy_protocol": _optional(_bool),
-    "mqtt_proxy_protocol": _optional(_bool),
-    "stream_proxy_protocol": _optional(_bool),
-    "http_proxy_protocol": _optional(_bool),
-    "proxy_protocol_timeout": _int_in(1, 3_600_000),
-    "connection_rate_limit": _int_in(0, 2**31 - 1),
-    "publish_rate_limit": _int_in(0, 2**31 - 1),
-    "max_subscriptions_per_client": _int_in(0, 2**31 - 1),
-    "max_consumers_per_channel": _int_in(0, 2**31 - 1),
-    "max_message_size": _int_in(1, MAX_MESSAGE_SIZE_LIMIT),
-    "default_user": _non_empty_str,
-    "default_password": _any_str,
+    "bind": non_empty_str,
+    "amqp_port": int_in(0, 65535),
+    "http_bind": non_empty_str,
+    "http_port": int_in(-1, 65535),
+    "prometheus_bind": non_empty_str,
+    "prometheus_port": int_in(-1, 65535),
+    "prometheus_tls_port": int_in(-1, 65535),
+    "prometheus_return_per_object_metrics": is_bool,
+    "heartbeat": int_in(0, 65535),
+    "frame_max": int_in(FRAME_MIN_SIZE, FRAME_MAX_LIMIT),
+    "channel_max": int_in(0, 65535),
+    "max_connections": int_in(0, 2**31 - 1),
+    "proxy_protocol": is_bool,
+    "amqp_proxy_protocol": _optional(is_bool),
+    "mqtt_proxy_protocol": _optional(is_bool),
+    "stream_proxy_protocol": _optional(is_bool),
+    "http_proxy_protocol": _optional(is_bool),
+    "proxy_protocol_timeout": int_in(1, 3_600_000),
+    "connection_rate_limit": int_in(0, 2**31 - 1),
+    "publish_rate_limit": int_in(0, 2**31 - 1),
+    "max_subscriptions_per_client": int_in(0, 2**31 - 1),
+    "max_consumers_per_channel": int_in(0, 2**31 - 1),
+    "max_message_size": int_in(1, MAX_MESSAGE_SIZE_LIMIT),
+    "default_user": non_empty_str,
+    "default_password": any_str,
     "loopback_users": _user_tuple,
-    "default_vhost": _non_empty_str,
-    "segment_size": _int_in(64 * 1024, 2**31 - 1),
-    "sync": _bool,
-    "free_disk_min": _int_in(0, 2**63 - 1),
+    "default_vhost": non_empty_str,
+    "segment_size": int_in(64 * 1024, 2**31 - 1),
+    "sync": is_bool,
+    "free_disk_min": int_in(0, 2**63 - 1),
     "memory_high_watermark": _fraction,
-    "memory_high_watermark_absolute": _int_in(0, 2**63 - 1),
-    "consumer_timeout": _int_in(0, 2**63 - 1),
-    "collect_statistics_interval": _int_in(0, 86_400_000),
+    "memory_high_watermark_absolute": int_in(0, 2**63 - 1),
+    "consumer_timeout": int_in(0, 2**63 - 1),
+    "collect_statistics_interval": int_in(0, 86_400_000),
     "load_definitions": _optional_path,
     "webhooks_file": _optional_path,
     "damaged_metadata": _damage_policy,
-    "permit_global_qos": _bool,
-    "auth_failure_delay": _int_in(0, 60_000),
-    "auth_failures_per_minute": _int_in(0, 1_000_000),
+    "permit_global_qos": is_bool,
+    "auth_failure_delay": int_in(0, 60_000),
+    "auth_failures_per_minute": int_in(0, 1_000_000),
     "auth_backends": _auth_backends,
-    "oauth2_resource_server_id": _any_str,
+    "oauth2_resource_server_id": any_str,
     "oauth2_jwks_url": _optional_path,
     "oauth2_signing_keys": _signing_keys,
     "oauth2_default_key": _optional_path,
     "oauth2_issuer": _optional_path,
-    "oauth2_verify_aud": _bool,
-    "oauth2_scope_prefix": _optional(_any_str),
+    "oauth2_verify_aud": is_bool,
+    "oauth2_scope_prefix": _optional(any_str),
     "oauth2_preferred_username_claims": _user_tuple,
     "oauth2_additional_scopes_key": _optional_path,
-    "oauth2_jwks_min_refetch_interval": _int_in(0, 86_400),
+    "oauth2_jwks_min_refetch_interval": int_in(0, 86_400),
     "oauth2_extra": check_extra,
-    "mqtt_bind": _non_empty_str,
-    "mqtt_port": _int_in(-1, 65535),
-    "mqtt_tls_port": _int_in(-1, 65535),
+    "mqtt_bind": non_empty_str,
+    "mqtt_port": int_in(-1, 65535),
+    "mqtt_tls_port": int_in(-1, 65535),
     "tls_cert": _optional_path,
     "tls_key": _optional_path,
     "tls_min_version": _tls_version,
-    "tls_ciphers": _any_str,
+    "tls_ciphers": any_str,
     "tls_ca_cert": _optional_path,
-    "tls_verify_peer": _bool,
-    "tls_fail_if_no_peer_cert": _bool,
+    "tls_verify_peer": is_bool,
+    "tls_fail_if_no_peer_cert": is_bool,
     "tls_cert_login_from": _cert_login_from,
     "tls_sni_certs": _optional_path,
-    "amqp_tls_port": _int_in(-1, 65535),
-    "http_tls_port": _int_in(-1, 65535),
-    "http_max_body_size": _int_in(1, 2**31 - 1),
-    "http_bridge_max_body_size": _int_in(1, 2**31 - 1),
-    "http_bridge_max_wait": _int_in(0, 3600),
-    "http_bridge_visibility_timeout": _int_in(1, 86_400),
-    "http_bridge_max_visibility_timeout": _int_in(1, 86_400),
-    "http_bridge_max_consumers_per_user": _int_in(0, 1_000_000),
-    "http_connection_rate_limit": _optional(_int_in(0, 2**31 - 1)),
-    "prometheus_proxy_protocol": _optional(_bool),
-    "clustering_proxy_protocol": _optional(_bool),
-    "http_max_definitions_size": _int_in(1, 2**31 - 1),
-    "http_body_budget": _int_in(1, 2**63 - 1),
+    "amqp_tls_port": int_in(-1, 65535),
+    "http_tls_port": int_in(-1, 65535),
+    "http_max_body_size": int_in(1, 2**31 - 1),
+    "http_bridge_max_body_size": int_in(1, 2**31 - 1),
+    "http_bridge_max_wait": int_in(0, 3600),
+    "http_bridge_visibility_timeout": int_in(1, 86_400),
+    "http_bridge_max_visibility_timeout": int_in(1, 86_400),
+    "http_bridge_max_consumers_per_user": int_in(0, 1_000_000),
+    "http_connection_rate_limit": _optional(int_in(0, 2**31 - 1)),
+    "prometheus_proxy_protocol": _optional(is_bool),
+    "clustering_proxy_protocol": _optional(is_bool),
+    "http_max_definitions_size": int_in(1, 2**31 - 1),
+    "http_body_budget": int_in(1, 2**63 - 1),
     "sample_retention_global": _retention,
     "sample_retention_basic": _retention,
     "sample_retention_detailed": _retention,
-    "mqtt_exchange": _non_empty_str,
-    "mqtt_vhost": _non_empty_str,
-    "mqtt_allow_anonymous": _bool,
-    "amqp1_allow_anonymous": _bool,
-    "amqp1_announce_rabbitmq": _bool,
-    "stream_bind": _non_empty_str,
-    "stream_port": _int_in(-1, 65535),
-    "stream_tls_port": _optional(_int_in(-1, 65535)),
-    "stream_allow_anonymous": _bool,
-    "stream_advertised_host": _any_str,
-    "stream_advertised_port": _int_in(0, 65535),
-    "stream_frame_max": _int_in(0, 0xFFFFFFFF),
-    "stream_heartbeat": _int_in(0, 65535),
-    "mqtt_prefetch": _int_in(1, 65535),
-    "mqtt_max_session_expiry": _int_in(0, 0xFFFFFFFF),
-    "mqtt_max_keepalive": _int_in(0, 65535),
-    "mqtt_topic_alias_maximum": _int_in(0, 65535),
+    "mqtt_exchange": non_empty_str,
+    "mqtt_vhost": non_empty_str,
+    "mqtt_allow_anonymous": is_bool,
+    "amqp1_allow_anonymous": is_bool,
+    "amqp1_announce_rabbitmq": is_bool,
+    "stream_bind": non_empty_str,
+    "stream_port": int_in(-1, 65535),
+    "stream_tls_port": _optional(int_in(-1, 65535)),
+    "stream_allow_anonymous": is_bool,
+    "stream_advertised_host": any_str,
+    "stream_advertised_port": int_in(0, 65535),
+    "stream_frame_max": int_in(0, 0xFFFFFFFF),
+    "stream_heartbeat": int_in(0, 65535),
+    "mqtt_prefetch": int_in(1, 65535),
+    "mqtt_max_session_expiry": int_in(0, 0xFFFFFFFF),
+    "mqtt_max_keepalive": int_in(0, 65535),
+    "mqtt_topic_alias_maximum": int_in(0, 65535),
     "mqtt_packet_timeout": _seconds,
     "mqtt_partial_packet_memory": _zero_or_in(65536, 1 << 40),
-    "clustering": _bool,
+    "clustering": is_bool,
     "clustering_etcd_endpoints": _endpoint_list,
-    "clustering_etcd_prefix": _non_empty_str,
-    "clustering_bind": _non_empty_str,
-    "clustering_port": _int_in(0, 65535),
-    "clustering_advertised_uri": _any_str,
-    "clustering_max_unsynced_actions": _int_in(1, 2**31 - 1),
-    "clustering_lease_ttl": _int_in(2, 3600),
-    "clustering_stream_read_port": _int_in(-1, 65535),
-    "clustering_stream_protocol_read_port": _int_in(-1, 65535),
-    "clustering_tls": _bool,
+    "clustering_etcd_prefix": non_empty_str,
+    "clustering_bind": non_empty_str,
+    "clustering_port": int_in(0, 65535),
+    "clustering_advertised_uri": any_str,
+    "clustering_max_unsynced_actions": int_in(1, 2**31 - 1),
+    "clustering_lease_ttl": int_in(2, 3600),
+    "clustering_stream_read_port": int_in(-1, 65535),
+    "clustering_stream_protocol_read_port": int_in(-1, 65535),
+    "clustering_tls": is_bool,
     "clustering_etcd_ca_cert": _optional_path,
     "clustering_etcd_cert": _optional_path,
     "clustering_etcd_key": _optional_path,
-    "clustering_target_cluster_size_hint": _int_in(1, 1000),
+    "clustering_target_cluster_size_hint": int_in(1, 1000),
     "clustering_node_name": _node_name,
     **MGMT_OAUTH_CHECKS,
     **COAP_CHECKS,

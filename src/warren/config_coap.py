@@ -9,10 +9,11 @@ module imports neither (they import it).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from warren.config_values import int_in, is_bool, parse_bool, parse_int, parse_str
 
 __all__ = ["COAP_CHECKS", "COAP_INI_KEYS", "CoAPSettings", "coap_problem"]
 
@@ -54,60 +55,24 @@ class CoAPSettings:
     coap_dtls_idle_timeout: int = 600
 
 
-_INT_RE = re.compile(r"[+-]?[0-9]+")
-
-
-def _int(raw: str) -> int:
-    text = raw.strip()
-    if not _INT_RE.fullmatch(text):
-        raise ValueError("not an integer")
-    return int(text)
-
-
-def _bool(raw: str) -> bool:
-    text = raw.strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ValueError("not a boolean (true/false)")
-
-
-def _str(raw: str) -> str:
-    return raw.strip()
-
-
 #: (section, key) -> (Config field, parser), as config.py's _INI_KEYS.
 COAP_INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
-    ("coap", "enabled"): ("coap_enabled", _bool),
-    ("coap", "bind"): ("coap_bind", _str),
-    ("coap", "port"): ("coap_port", _int),
-    ("coap", "vhost"): ("coap_vhost", _str),
-    ("coap", "anonymous_user"): ("coap_anonymous_user", _str),
-    ("coap", "requests_per_second"): ("coap_requests_per_second", _int),
-    ("coap", "max_payload"): ("coap_max_payload", _int),
-    ("coap", "max_observations"): ("coap_max_observations", _int),
-    ("coap", "client_idle_timeout"): ("coap_client_idle_timeout", _int),
-    ("coap", "dtls_enabled"): ("coap_dtls_enabled", _bool),
-    ("coap", "dtls_port"): ("coap_dtls_port", _int),
-    ("coap", "dtls_psk_file"): ("coap_dtls_psk_file", _str),
-    ("coap", "dtls_max_sessions"): ("coap_dtls_max_sessions", _int),
-    ("coap", "dtls_handshake_timeout"): ("coap_dtls_handshake_timeout", _int),
-    ("coap", "dtls_idle_timeout"): ("coap_dtls_idle_timeout", _int),
+    ("coap", "enabled"): ("coap_enabled", parse_bool),
+    ("coap", "bind"): ("coap_bind", parse_str),
+    ("coap", "port"): ("coap_port", parse_int),
+    ("coap", "vhost"): ("coap_vhost", parse_str),
+    ("coap", "anonymous_user"): ("coap_anonymous_user", parse_str),
+    ("coap", "requests_per_second"): ("coap_requests_per_second", parse_int),
+    ("coap", "max_payload"): ("coap_max_payload", parse_int),
+    ("coap", "max_observations"): ("coap_max_observations", parse_int),
+    ("coap", "client_idle_timeout"): ("coap_client_idle_timeout", parse_int),
+    ("coap", "dtls_enabled"): ("coap_dtls_enabled", parse_bool),
+    ("coap", "dtls_port"): ("coap_dtls_port", parse_int),
+    ("coap", "dtls_psk_file"): ("coap_dtls_psk_file", parse_str),
+    ("coap", "dtls_max_sessions"): ("coap_dtls_max_sessions", parse_int),
+    ("coap", "dtls_handshake_timeout"): ("coap_dtls_handshake_timeout", parse_int),
+    ("coap", "dtls_idle_timeout"): ("coap_dtls_idle_timeout", parse_int),
 }
-
-
-def _in(low: int, high: int) -> Callable[[Any], str | None]:
-    def check(value: Any) -> str | None:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            return f"must be an integer from {low} to {high}"
-        return None
-
-    return check
-
-
-def _is_bool(value: Any) -> str | None:
-    return None if isinstance(value, bool) else "must be true or false"
 
 
 def _text(empty_ok: bool) -> Callable[[Any], str | None]:
@@ -121,23 +86,23 @@ def _text(empty_ok: bool) -> Callable[[Any], str | None]:
 
 #: Field -> why a value is unacceptable (None: fine), as config_checks.py's.
 COAP_CHECKS: dict[str, Callable[[Any], str | None]] = {
-    "coap_enabled": _is_bool,
+    "coap_enabled": is_bool,
     "coap_bind": _text(False),
-    "coap_port": _in(0, 65535),
+    "coap_port": int_in(0, 65535),
     "coap_vhost": _text(False),
     "coap_anonymous_user": _text(True),
-    "coap_requests_per_second": _in(0, 1_000_000),
+    "coap_requests_per_second": int_in(0, 1_000_000),
     # Block-wise uploads go beyond a datagram; each of at most 64 at once
     # (coap/blockwise.py) holds up to this much.
-    "coap_max_payload": _in(1, 1 << 20),
-    "coap_max_observations": _in(0, 1_000_000),
-    "coap_client_idle_timeout": _in(0, 86_400),
-    "coap_dtls_enabled": _is_bool,
-    "coap_dtls_port": _in(0, 65535),
+    "coap_max_payload": int_in(1, 1 << 20),
+    "coap_max_observations": int_in(0, 1_000_000),
+    "coap_client_idle_timeout": int_in(0, 86_400),
+    "coap_dtls_enabled": is_bool,
+    "coap_dtls_port": int_in(0, 65535),
     "coap_dtls_psk_file": _text(True),
-    "coap_dtls_max_sessions": _in(1, 1_000_000),
-    "coap_dtls_handshake_timeout": _in(1, 3600),
-    "coap_dtls_idle_timeout": _in(1, 86_400),
+    "coap_dtls_max_sessions": int_in(1, 1_000_000),
+    "coap_dtls_handshake_timeout": int_in(1, 3600),
+    "coap_dtls_idle_timeout": int_in(1, 86_400),
 }
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import configparser
 import logging
 import os
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +29,14 @@ from warren.config_names import (
     unsupported_section,
 )
 from warren.config_oauth2 import from_lavinmq, is_extra_key, parse_extra
+from warren.config_values import (
+    parse_bool,
+    parse_float,
+    parse_int,
+    parse_optional,
+    parse_str,
+    parse_user_list,
+)
 
 __all__ = ["ConfigError", "ini_sections", "read_ini"]
 
@@ -145,182 +152,135 @@ def read_ini(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, st
 
 # --- value parsing -----------------------------------------------------------
 
-_INT_RE = re.compile(r"[+-]?[0-9]+")
-
-
-def _parse_int(raw: str) -> int:
-    text = raw.strip()
-    # Stricter than int(): no '1_000', no unicode digits, no empty value.
-    if not _INT_RE.fullmatch(text):
-        raise ValueError("not an integer")
-    return int(text)
-
-
-_FLOAT_RE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)")
-
-
-def _parse_float(raw: str) -> float:
-    text = raw.strip()
-    if not _FLOAT_RE.fullmatch(text):
-        raise ValueError("not a number")
-    return float(text)
-
-
-def _parse_str(raw: str) -> str:
-    return raw.strip()
-
-
-def _parse_optional_path(raw: str) -> str | None:
-    """A path; an empty value means none."""
-    return raw.strip() or None
-
 
 def _parse_log_level(raw: str) -> str:
     return normalize_log_level(raw)
 
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
-def _parse_bool(raw: str) -> bool:
-    text = raw.strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ValueError("not a boolean (true/false)")
-
-
-def _parse_user_list(raw: str) -> tuple[str, ...]:
-    """Comma-separated user names; an empty value means 'no restricted users'."""
-    return tuple(name.strip() for name in raw.split(",") if name.strip())
-
-
 _INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
-    ("main", "data_dir"): ("data_dir", _parse_str),
+    ("main", "data_dir"): ("data_dir", parse_str),
     ("main", "log_level"): ("log_level", _parse_log_level),
-    ("main", "rabbitmq_version"): ("rabbitmq_version", _parse_str),
+    ("main", "rabbitmq_version"): ("rabbitmq_version", parse_str),
     # RabbitMQ-like extras, not LavinMQ keys.
-    ("main", "default_user"): ("default_user", _parse_str),
-    ("main", "default_password"): ("default_password", _parse_str),
-    ("main", "loopback_users"): ("loopback_users", _parse_user_list),
-    ("main", "segment_size"): ("segment_size", _parse_int),
-    ("main", "free_disk_min"): ("free_disk_min", _parse_int),
-    ("main", "memory_high_watermark"): ("memory_high_watermark", _parse_float),
-    ("main", "memory_high_watermark_absolute"): ("memory_high_watermark_absolute", _parse_int),
-    ("main", "consumer_timeout"): ("consumer_timeout", _parse_int),
-    ("main", "collect_statistics_interval"): ("collect_statistics_interval", _parse_int),
-    ("main", "sync"): ("sync", _parse_bool),
-    ("main", "damaged_metadata"): ("damaged_metadata", _parse_str),
-    ("main", "load_definitions"): ("load_definitions", _parse_optional_path),
-    ("main", "webhooks_file"): ("webhooks_file", _parse_optional_path),
-    ("main", "auth_failure_delay"): ("auth_failure_delay", _parse_int),
-    ("main", "auth_failures_per_minute"): ("auth_failures_per_minute", _parse_int),
-    ("main", "auth_backends"): ("auth_backends", _parse_user_list),
-    ("oauth2", "resource_server_id"): ("oauth2_resource_server_id", _parse_str),
-    ("oauth2", "jwks_url"): ("oauth2_jwks_url", _parse_optional_path),
-    ("oauth2", "signing_keys"): ("oauth2_signing_keys", _parse_user_list),
-    ("oauth2", "default_key"): ("oauth2_default_key", _parse_optional_path),
-    ("oauth2", "issuer"): ("oauth2_issuer", _parse_optional_path),
-    ("oauth2", "verify_aud"): ("oauth2_verify_aud", _parse_bool),
-    ("oauth2", "scope_prefix"): ("oauth2_scope_prefix", _parse_str),
-    ("oauth2", "preferred_username_claims"): ("oauth2_preferred_username_claims", _parse_user_list),
-    ("oauth2", "additional_scopes_key"): ("oauth2_additional_scopes_key", _parse_optional_path),
-    ("oauth2", "jwks_min_refetch_interval"): ("oauth2_jwks_min_refetch_interval", _parse_int),
-    ("main", "max_connections"): ("max_connections", _parse_int),
-    ("main", "proxy_protocol"): ("proxy_protocol", _parse_bool),
-    ("main", "proxy_protocol_timeout"): ("proxy_protocol_timeout", _parse_int),
-    ("amqp", "proxy_protocol"): ("amqp_proxy_protocol", _parse_bool),
-    ("mqtt", "proxy_protocol"): ("mqtt_proxy_protocol", _parse_bool),
-    ("stream", "proxy_protocol"): ("stream_proxy_protocol", _parse_bool),
-    ("mgmt", "proxy_protocol"): ("http_proxy_protocol", _parse_bool),
-    ("main", "connection_rate_limit"): ("connection_rate_limit", _parse_int),
-    ("main", "publish_rate_limit"): ("publish_rate_limit", _parse_int),
-    ("main", "max_subscriptions_per_client"): ("max_subscriptions_per_client", _parse_int),
-    ("amqp", "bind"): ("bind", _parse_str),
-    ("amqp", "port"): ("amqp_port", _parse_int),
-    ("amqp", "heartbeat"): ("heartbeat", _parse_int),
-    ("amqp", "frame_max"): ("frame_max", _parse_int),
-    ("amqp", "channel_max"): ("channel_max", _parse_int),
-    ("amqp", "max_consumers_per_channel"): ("max_consumers_per_channel", _parse_int),
-    ("amqp", "max_message_size"): ("max_message_size", _parse_int),
-    ("main", "tls_cert"): ("tls_cert", _parse_optional_path),
-    ("main", "tls_key"): ("tls_key", _parse_optional_path),
-    ("main", "tls_min_version"): ("tls_min_version", _parse_str),
-    ("main", "tls_ciphers"): ("tls_ciphers", _parse_str),
-    ("main", "tls_ca_cert"): ("tls_ca_cert", _parse_optional_path),
-    ("main", "tls_verify_peer"): ("tls_verify_peer", _parse_bool),
-    ("main", "tls_fail_if_no_peer_cert"): ("tls_fail_if_no_peer_cert", _parse_bool),
-    ("main", "tls_cert_login_from"): ("tls_cert_login_from", _parse_str),
-    ("main", "tls_sni_certs"): ("tls_sni_certs", _parse_optional_path),
-    ("amqp", "tls_port"): ("amqp_tls_port", _parse_int),
-    ("mgmt", "tls_port"): ("http_tls_port", _parse_int),
-    ("mgmt", "max_body_size"): ("http_max_body_size", _parse_int),
-    ("mgmt", "max_definitions_size"): ("http_max_definitions_size", _parse_int),
-    ("mgmt", "body_budget"): ("http_body_budget", _parse_int),
-    ("mgmt", "bridge_max_body_size"): ("http_bridge_max_body_size", _parse_int),
-    ("mqtt", "bind"): ("mqtt_bind", _parse_str),
-    ("mqtt", "port"): ("mqtt_port", _parse_int),
-    ("mqtt", "tls_port"): ("mqtt_tls_port", _parse_int),
-    ("mqtt", "exchange"): ("mqtt_exchange", _parse_str),
-    ("mqtt", "default_vhost"): ("mqtt_vhost", _parse_str),
-    ("mqtt", "allow_anonymous"): ("mqtt_allow_anonymous", _parse_bool),
-    ("amqp1", "allow_anonymous"): ("amqp1_allow_anonymous", _parse_bool),
-    ("amqp1", "announce_rabbitmq"): ("amqp1_announce_rabbitmq", _parse_bool),
-    ("stream", "bind"): ("stream_bind", _parse_str),
-    ("stream", "port"): ("stream_port", _parse_int),
-    ("stream", "tls_port"): ("stream_tls_port", _parse_int),
-    ("stream", "allow_anonymous"): ("stream_allow_anonymous", _parse_bool),
-    ("stream", "advertised_host"): ("stream_advertised_host", _parse_str),
-    ("stream", "advertised_port"): ("stream_advertised_port", _parse_int),
-    ("stream", "frame_max"): ("stream_frame_max", _parse_int),
-    ("stream", "heartbeat"): ("stream_heartbeat", _parse_int),
-    ("mqtt", "prefetch"): ("mqtt_prefetch", _parse_int),
-    ("mqtt", "max_session_expiry_interval"): ("mqtt_max_session_expiry", _parse_int),
-    ("mqtt", "max_keepalive"): ("mqtt_max_keepalive", _parse_int),
-    ("mqtt", "topic_alias_maximum"): ("mqtt_topic_alias_maximum", _parse_int),
-    ("mqtt", "packet_timeout"): ("mqtt_packet_timeout", _parse_float),
-    ("mqtt", "partial_packet_memory"): ("mqtt_partial_packet_memory", _parse_int),
-    ("clustering", "enabled"): ("clustering", _parse_bool),
-    ("clustering", "etcd_endpoints"): ("clustering_etcd_endpoints", _parse_user_list),
-    ("clustering", "etcd_prefix"): ("clustering_etcd_prefix", _parse_str),
-    ("clustering", "node_name"): ("clustering_node_name", _parse_str),
-    ("clustering", "bind"): ("clustering_bind", _parse_str),
-    ("clustering", "port"): ("clustering_port", _parse_int),
-    ("clustering", "advertised_uri"): ("clustering_advertised_uri", _parse_str),
-    ("clustering", "max_unsynced_actions"): ("clustering_max_unsynced_actions", _parse_int),
-    ("clustering", "lease_ttl"): ("clustering_lease_ttl", _parse_int),
-    ("clustering", "stream_read_port"): ("clustering_stream_read_port", _parse_int),
+    ("main", "default_user"): ("default_user", parse_str),
+    ("main", "default_password"): ("default_password", parse_str),
+    ("main", "loopback_users"): ("loopback_users", parse_user_list),
+    ("main", "segment_size"): ("segment_size", parse_int),
+    ("main", "free_disk_min"): ("free_disk_min", parse_int),
+    ("main", "memory_high_watermark"): ("memory_high_watermark", parse_float),
+    ("main", "memory_high_watermark_absolute"): ("memory_high_watermark_absolute", parse_int),
+    ("main", "consumer_timeout"): ("consumer_timeout", parse_int),
+    ("main", "collect_statistics_interval"): ("collect_statistics_interval", parse_int),
+    ("main", "sync"): ("sync", parse_bool),
+    ("main", "damaged_metadata"): ("damaged_metadata", parse_str),
+    ("main", "load_definitions"): ("load_definitions", parse_optional),
+    ("main", "webhooks_file"): ("webhooks_file", parse_optional),
+    ("main", "auth_failure_delay"): ("auth_failure_delay", parse_int),
+    ("main", "auth_failures_per_minute"): ("auth_failures_per_minute", parse_int),
+    ("main", "auth_backends"): ("auth_backends", parse_user_list),
+    ("oauth2", "resource_server_id"): ("oauth2_resource_server_id", parse_str),
+    ("oauth2", "jwks_url"): ("oauth2_jwks_url", parse_optional),
+    ("oauth2", "signing_keys"): ("oauth2_signing_keys", parse_user_list),
+    ("oauth2", "default_key"): ("oauth2_default_key", parse_optional),
+    ("oauth2", "issuer"): ("oauth2_issuer", parse_optional),
+    ("oauth2", "verify_aud"): ("oauth2_verify_aud", parse_bool),
+    ("oauth2", "scope_prefix"): ("oauth2_scope_prefix", parse_str),
+    ("oauth2", "preferred_username_claims"): ("oauth2_preferred_username_claims", parse_user_list),
+    ("oauth2", "additional_scopes_key"): ("oauth2_additional_scopes_key", parse_optional),
+    ("oauth2", "jwks_min_refetch_interval"): ("oauth2_jwks_min_refetch_interval", parse_int),
+    ("main", "max_connections"): ("max_connections", parse_int),
+    ("main", "proxy_protocol"): ("proxy_protocol", parse_bool),
+    ("main", "proxy_protocol_timeout"): ("proxy_protocol_timeout", parse_int),
+    ("amqp", "proxy_protocol"): ("amqp_proxy_protocol", parse_bool),
+    ("mqtt", "proxy_protocol"): ("mqtt_proxy_protocol", parse_bool),
+    ("stream", "proxy_protocol"): ("stream_proxy_protocol", parse_bool),
+    ("mgmt", "proxy_protocol"): ("http_proxy_protocol", parse_bool),
+    ("main", "connection_rate_limit"): ("connection_rate_limit", parse_int),
+    ("main", "publish_rate_limit"): ("publish_rate_limit", parse_int),
+    ("main", "max_subscriptions_per_client"): ("max_subscriptions_per_client", parse_int),
+    ("amqp", "bind"): ("bind", parse_str),
+    ("amqp", "port"): ("amqp_port", parse_int),
+    ("amqp", "heartbeat"): ("heartbeat", parse_int),
+    ("amqp", "frame_max"): ("frame_max", parse_int),
+    ("amqp", "channel_max"): ("channel_max", parse_int),
+    ("amqp", "max_consumers_per_channel"): ("max_consumers_per_channel", parse_int),
+    ("amqp", "max_message_size"): ("max_message_size", parse_int),
+    ("main", "tls_cert"): ("tls_cert", parse_optional),
+    ("main", "tls_key"): ("tls_key", parse_optional),
+    ("main", "tls_min_version"): ("tls_min_version", parse_str),
+    ("main", "tls_ciphers"): ("tls_ciphers", parse_str),
+    ("main", "tls_ca_cert"): ("tls_ca_cert", parse_optional),
+    ("main", "tls_verify_peer"): ("tls_verify_peer", parse_bool),
+    ("main", "tls_fail_if_no_peer_cert"): ("tls_fail_if_no_peer_cert", parse_bool),
+    ("main", "tls_cert_login_from"): ("tls_cert_login_from", parse_str),
+    ("main", "tls_sni_certs"): ("tls_sni_certs", parse_optional),
+    ("amqp", "tls_port"): ("amqp_tls_port", parse_int),
+    ("mgmt", "tls_port"): ("http_tls_port", parse_int),
+    ("mgmt", "max_body_size"): ("http_max_body_size", parse_int),
+    ("mgmt", "max_definitions_size"): ("http_max_definitions_size", parse_int),
+    ("mgmt", "body_budget"): ("http_body_budget", parse_int),
+    ("mgmt", "bridge_max_body_size"): ("http_bridge_max_body_size", parse_int),
+    ("mqtt", "bind"): ("mqtt_bind", parse_str),
+    ("mqtt", "port"): ("mqtt_port", parse_int),
+    ("mqtt", "tls_port"): ("mqtt_tls_port", parse_int),
+    ("mqtt", "exchange"): ("mqtt_exchange", parse_str),
+    ("mqtt", "default_vhost"): ("mqtt_vhost", parse_str),
+    ("mqtt", "allow_anonymous"): ("mqtt_allow_anonymous", parse_bool),
+    ("amqp1", "allow_anonymous"): ("amqp1_allow_anonymous", parse_bool),
+    ("amqp1", "announce_rabbitmq"): ("amqp1_announce_rabbitmq", parse_bool),
+    ("stream", "bind"): ("stream_bind", parse_str),
+    ("stream", "port"): ("stream_port", parse_int),
+    ("stream", "tls_port"): ("stream_tls_port", parse_int),
+    ("stream", "allow_anonymous"): ("stream_allow_anonymous", parse_bool),
+    ("stream", "advertised_host"): ("stream_advertised_host", parse_str),
+    ("stream", "advertised_port"): ("stream_advertised_port", parse_int),
+    ("stream", "frame_max"): ("stream_frame_max", parse_int),
+    ("stream", "heartbeat"): ("stream_heartbeat", parse_int),
+    ("mqtt", "prefetch"): ("mqtt_prefetch", parse_int),
+    ("mqtt", "max_session_expiry_interval"): ("mqtt_max_session_expiry", parse_int),
+    ("mqtt", "max_keepalive"): ("mqtt_max_keepalive", parse_int),
+    ("mqtt", "topic_alias_maximum"): ("mqtt_topic_alias_maximum", parse_int),
+    ("mqtt", "packet_timeout"): ("mqtt_packet_timeout", parse_float),
+    ("mqtt", "partial_packet_memory"): ("mqtt_partial_packet_memory", parse_int),
+    ("clustering", "enabled"): ("clustering", parse_bool),
+    ("clustering", "etcd_endpoints"): ("clustering_etcd_endpoints", parse_user_list),
+    ("clustering", "etcd_prefix"): ("clustering_etcd_prefix", parse_str),
+    ("clustering", "node_name"): ("clustering_node_name", parse_str),
+    ("clustering", "bind"): ("clustering_bind", parse_str),
+    ("clustering", "port"): ("clustering_port", parse_int),
+    ("clustering", "advertised_uri"): ("clustering_advertised_uri", parse_str),
+    ("clustering", "max_unsynced_actions"): ("clustering_max_unsynced_actions", parse_int),
+    ("clustering", "lease_ttl"): ("clustering_lease_ttl", parse_int),
+    ("clustering", "stream_read_port"): ("clustering_stream_read_port", parse_int),
     ("clustering", "stream_protocol_read_port"): (
         "clustering_stream_protocol_read_port",
-        _parse_int,
+        parse_int,
     ),
-    ("clustering", "tls"): ("clustering_tls", _parse_bool),
-    ("clustering", "etcd_ca_cert"): ("clustering_etcd_ca_cert", _parse_optional_path),
-    ("clustering", "etcd_cert"): ("clustering_etcd_cert", _parse_optional_path),
-    ("clustering", "etcd_key"): ("clustering_etcd_key", _parse_optional_path),
+    ("clustering", "tls"): ("clustering_tls", parse_bool),
+    ("clustering", "etcd_ca_cert"): ("clustering_etcd_ca_cert", parse_optional),
+    ("clustering", "etcd_cert"): ("clustering_etcd_cert", parse_optional),
+    ("clustering", "etcd_key"): ("clustering_etcd_key", parse_optional),
     ("clustering", "target_cluster_size_hint"): (
         "clustering_target_cluster_size_hint",
-        _parse_int,
+        parse_int,
     ),
     # LavinMQ's section for its management HTTP server.
-    ("mgmt", "bind"): ("http_bind", _parse_str),
-    ("mgmt", "port"): ("http_port", _parse_int),
-    ("prometheus", "bind"): ("prometheus_bind", _parse_str),
-    ("prometheus", "port"): ("prometheus_port", _parse_int),
-    ("prometheus", "tls_port"): ("prometheus_tls_port", _parse_int),
+    ("mgmt", "bind"): ("http_bind", parse_str),
+    ("mgmt", "port"): ("http_port", parse_int),
+    ("prometheus", "bind"): ("prometheus_bind", parse_str),
+    ("prometheus", "port"): ("prometheus_port", parse_int),
+    ("prometheus", "tls_port"): ("prometheus_tls_port", parse_int),
     ("prometheus", "return_per_object_metrics"): (
         "prometheus_return_per_object_metrics",
-        _parse_bool,
+        parse_bool,
     ),
     # RabbitMQ's deprecated_features.permit.<feature> keys.
-    ("deprecated_features", "permit.global_qos"): ("permit_global_qos", _parse_bool),
+    ("deprecated_features", "permit.global_qos"): ("permit_global_qos", parse_bool),
     **config_mgmt_oauth.INI_KEYS,
     **COAP_INI_KEYS,
 }
 for _key, (_field, _kind) in EDGE_INI_KEYS.items():  # config_edges.py's
-    _INI_KEYS[_key] = (_field, _parse_bool if _kind is bool else _parse_int)
+    _INI_KEYS[_key] = (_field, parse_bool if _kind is bool else parse_int)
 _INI_SECTIONS = frozenset(section for section, _ in _INI_KEYS)
 
 
@@ -343,10 +303,11 @@ def _parse_retention(key: str, raw: str) -> tuple[str, tuple[int, int]]:
     age_text = parts[1].strip()
     age = _RETENTION_AGES.get(age_text)
     if age is None:
-        if not _INT_RE.fullmatch(age_text):
-            raise ValueError("the age must be seconds, minute, hour or day")
-        age = int(age_text)
-    return parts[0], (age, _parse_int(raw))
+        try:
+            age = parse_int(age_text)
+        except ValueError:
+            raise ValueError("the age must be seconds, minute, hour or day") from None
+    return parts[0], (age, parse_int(raw))
 
 
 def _ini_error(where: str, section: str, key: str, raw: str, why: str) -> str:

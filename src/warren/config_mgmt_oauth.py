@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from warren.config_values import any_str, is_bool, parse_bool, parse_optional, parse_str
+
 #: RabbitMQ's default scopes for the management UI's login.
 DEFAULT_SCOPES = "openid profile"
 
@@ -46,40 +48,15 @@ class MgmtOAuthSettings:
         return self.mgmt_oauth_provider_url.rstrip("/") + "/.well-known/openid-configuration"
 
 
-def _str(raw: str) -> str:
-    return raw.strip()
-
-
-def _optional(raw: str) -> str | None:
-    return raw.strip() or None
-
-
-def _bool(raw: str) -> bool:
-    text = raw.strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ValueError("not a boolean (true/false)")
-
-
 INI_KEYS: dict[tuple[str, str], tuple[str, Callable[[str], Any]]] = {
-    ("mgmt", "oauth_enabled"): ("mgmt_oauth_enabled", _bool),
-    ("mgmt", "oauth_client_id"): ("mgmt_oauth_client_id", _str),
-    ("mgmt", "oauth_client_secret"): ("mgmt_oauth_client_secret", _optional),
-    ("mgmt", "oauth_provider_url"): ("mgmt_oauth_provider_url", _str),
-    ("mgmt", "oauth_metadata_url"): ("mgmt_oauth_metadata_url", _optional),
-    ("mgmt", "oauth_scopes"): ("mgmt_oauth_scopes", _str),
-    ("mgmt", "oauth_disable_basic_auth"): ("mgmt_oauth_disable_basic_auth", _bool),
+    ("mgmt", "oauth_enabled"): ("mgmt_oauth_enabled", parse_bool),
+    ("mgmt", "oauth_client_id"): ("mgmt_oauth_client_id", parse_str),
+    ("mgmt", "oauth_client_secret"): ("mgmt_oauth_client_secret", parse_optional),
+    ("mgmt", "oauth_provider_url"): ("mgmt_oauth_provider_url", parse_str),
+    ("mgmt", "oauth_metadata_url"): ("mgmt_oauth_metadata_url", parse_optional),
+    ("mgmt", "oauth_scopes"): ("mgmt_oauth_scopes", parse_str),
+    ("mgmt", "oauth_disable_basic_auth"): ("mgmt_oauth_disable_basic_auth", parse_bool),
 }
-
-
-def _check_bool(value: Any) -> str | None:
-    return None if isinstance(value, bool) else "must be true or false"
-
-
-def _check_str(value: Any) -> str | None:
-    return None if isinstance(value, str) else "must be a string"
 
 
 def _check_url(value: Any) -> str | None:
@@ -98,13 +75,13 @@ def _check_secret(value: Any) -> str | None:
 
 
 CHECKS: dict[str, Callable[[Any], str | None]] = {
-    "mgmt_oauth_enabled": _check_bool,
-    "mgmt_oauth_client_id": _check_str,
+    "mgmt_oauth_enabled": is_bool,
+    "mgmt_oauth_client_id": any_str,
     "mgmt_oauth_client_secret": _check_secret,
     "mgmt_oauth_provider_url": _check_url,
     "mgmt_oauth_metadata_url": _check_url,
-    "mgmt_oauth_scopes": _check_str,
-    "mgmt_oauth_disable_basic_auth": _check_bool,
+    "mgmt_oauth_scopes": any_str,
+    "mgmt_oauth_disable_basic_auth": is_bool,
 }
 
 

@@ -32,9 +32,9 @@ def test_the_coap_section(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("port = 70000", "from 0 to 65535"),
-        ("max_payload = 0", "from 1 to 1048576"),
-        ("client_idle_timeout = -1", "from 0 to 86400"),
+        ("port = 70000", "between 0 and 65535"),
+        ("max_payload = 0", "between 1 and 1048576"),
+        ("client_idle_timeout = -1", "between 0 and 86400"),
         ("enabled = maybe", "not a boolean"),
         ("prot = 5683", "did you mean port?"),
     ],
@@ -69,9 +69,9 @@ def test_dtls_is_its_own_listener(tmp_path: Path) -> None:
     ("text", "problem"),
     [
         ("dtls_enabled = true", "dtls_enabled needs dtls_psk_file"),
-        ("dtls_port = -1", "from 0 to 65535"),
-        ("dtls_max_sessions = 0", "from 1 to 1000000"),
-        ("dtls_handshake_timeout = 0", "from 1 to 3600"),
+        ("dtls_port = -1", "between 0 and 65535"),
+        ("dtls_max_sessions = 0", "between 1 and 1000000"),
+        ("dtls_handshake_timeout = 0", "between 1 and 3600"),
     ],
 )
 def test_bad_dtls_settings_stop_the_start(tmp_path: Path, text: str, problem: str) -> None:
