@@ -168,6 +168,16 @@ class AMQPConsumer(Consumer):
         )
         if not n:
             return 0, pos
+        self._framed_run(frames, n, raw_sizes, first, segment)
+        return n, end
+
+    def _framed_run(
+        self, frames: bytes, n: int, raw_sizes: bytes, first: int, segment: int
+    ) -> None:
+        """``n`` deliveries framed in C from a stream's segment (records or a chunk
+        record's entries): their tags, counts and one unacked run, then sent."""
+        ch = self.channel
+        deliveries = self.deliveries
         deliveries.next_tags(n)
         ch.stats.deliver += n
         self.queue.stats.deliver += n
@@ -176,8 +186,7 @@ class AMQPConsumer(Consumer):
         sizes.frombytes(raw_sizes)
         stored = StoredRun(segment, array("I", range(n)), sizes, 0)
         deliveries.track_run(first, self.queue, stored, self, sum(sizes))
-        conn.send(frames)
-        return n, end
+        ch.connection.send(frames)
 
     def takes_entries(self) -> bool:
         return _deliver_entries is not None and not self.no_ack
@@ -221,15 +230,7 @@ class AMQPConsumer(Consumer):
         )
         if not n:
             return 0, pos
-        deliveries.next_tags(n)
-        ch.stats.deliver += n
-        self.queue.stats.deliver += n
-        self.counts.deliver += n
-        sizes = array("I")
-        sizes.frombytes(raw_sizes)
-        stored = StoredRun(segment, array("I", range(n)), sizes, 0)
-        deliveries.track_run(first, self.queue, stored, self, sum(sizes))
-        conn.send(frames)
+        self._framed_run(frames, n, raw_sizes, first, segment)
         return n, end
 
     def takes_spans(self) -> bool:
