@@ -133,6 +133,7 @@ COMPILED_MODULES = [
     "warren.store.stream_cursor",
     "warren.store.stream_records",
     "warren.store.stream_replica",
+    "warren.store.stream_segment",
     "warren.store.stream_store",
     "warren.store.stream_tracking",
     "warren.store.sync_files",

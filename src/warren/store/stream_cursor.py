@@ -37,7 +37,8 @@ from warren.store.stream_records import (
 )
 
 if TYPE_CHECKING:
-    from warren.store.stream_store import StreamStore, _StreamSegment
+    from warren.store.stream_segment import StreamSegment
+    from warren.store.stream_store import StreamStore
 
 __all__ = ["StreamCursor", "last_message_offset"]
 
@@ -62,7 +63,7 @@ class StreamCursor:
         self._pos = 0
         self._map: mmap.mmap | None = None  # up to the segment's end of data
         self._seed = 0  # the CRC seed of its records
-        self._seg: _StreamSegment | None = None  # the segment holding ``offset``
+        self._seg: StreamSegment | None = None  # the segment holding ``offset``
         # Inside a chunk record (read by next): where its next entry and the
         # record end, and the messages left; 0 left: at a record's start.
         self._entry = 0
@@ -128,7 +129,7 @@ class StreamCursor:
             self._advance(seg, 1, self._pos + length)
             return offset, msg
 
-    def _enter_chunk(self, seg: _StreamSegment, m: mmap.mmap) -> bool:
+    def _enter_chunk(self, seg: StreamSegment, m: mmap.mmap) -> bool:
         """Whether the record at the cursor's position is a chunk record, checked
         (a damaged one is stepped over as any record, and False): then the
         cursor is at the entry holding its offset."""
@@ -171,7 +172,7 @@ class StreamCursor:
         self._chunk_data_end = pos + _ENTRIES_AT + head[8]
         return True
 
-    def _chunk_message(self, seg: _StreamSegment, m: mmap.mmap, offset: int) -> Message | None:
+    def _chunk_message(self, seg: StreamSegment, m: mmap.mmap, offset: int) -> Message | None:
         """The message of the chunk entry at the cursor (``offset``), as a record
         of its own would give it: the entry's AMQP 1.0 message through the
         store's native_decoder, stamped with its offset and timestamp. None
@@ -307,13 +308,13 @@ class StreamCursor:
         assert seg is not None
         self._advance(seg, n, end)
 
-    def _advance(self, seg: _StreamSegment, n: int, end: int) -> None:
+    def _advance(self, seg: StreamSegment, n: int, end: int) -> None:
         self._pos = end
         self.offset += n
         if self.offset == seg.first_offset + seg.count and seg is not self._store._segs[-1]:
             self._close_map()  # done with this segment
 
-    def _ready(self) -> _StreamSegment | None:
+    def _ready(self) -> StreamSegment | None:
         """The segment holding the next offset, its map open at the next record; None
         when the cursor is caught up."""
         store = self._store
@@ -359,7 +360,7 @@ class StreamCursor:
                     continue
             return seg
 
-    def _skip_segment(self, seg: _StreamSegment) -> None:
+    def _skip_segment(self, seg: StreamSegment) -> None:
         """Give up on the rest of a segment that cannot be read (never expected)."""
         self._close_map()
         self.offset = seg.first_offset + seg.count

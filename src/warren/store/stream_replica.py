@@ -29,7 +29,8 @@ from warren.store.records import CorruptRecord, inspect_record
 from warren.store.segment_format import V2_HEADER_SIZE, parse_header
 from warren.store.segment_log import MSGS_NAME
 from warren.store.stream_records import RECORD_TS, chunk_count, record_offsets
-from warren.store.stream_store import StreamStore, _StreamSegment
+from warren.store.stream_segment import StreamSegment
+from warren.store.stream_store import StreamStore
 
 __all__ = ["ReplicaStreamStore"]
 
@@ -116,7 +117,7 @@ class ReplicaStreamStore(StreamStore):
                     stored = record_offsets(m, p_off, p_len)[0]
                     if stored >= 0:
                         first = stored
-                    seg = _StreamSegment(sid, first, ts)
+                    seg = StreamSegment(sid, first, ts)
                     segs.append(seg)
                     self._firsts.append(first)
                     self._next_offset = first

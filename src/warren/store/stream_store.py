@@ -20,24 +20,23 @@ messages (a sub-entry batch, stored closed, one per record in it), and
 every count here is in offsets. Its trailer (each publisher's
 reference and last publishing id) is read back at recovery
 (``publisher_sequence``), so a deduplicating publisher's sequence survives
-a crash that lost the tracking file's last write.
+a crash that lost the tracking file's last write. Counting the segments
+at open is store/stream_recovery.py's.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
-import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 from warren.core.clock import Clock, TimerHandle
 from warren.core.message import Message, MessageRun
 from warren.store.disk_budget import UNMETERED, DiskBudget
 from warren.store.mirror import FileMirror
-from warren.store.records import CorruptRecord, chunk_at, decode_records, inspect_record
+from warren.store.records import CorruptRecord, decode_records, inspect_record
 from warren.store.segment_damage import (
     damage_reason,
     keep_aside,
@@ -45,7 +44,7 @@ from warren.store.segment_damage import (
     resume_after,
     structure_length,
 )
-from warren.store.segment_log import MSGS_NAME, RecordScan, SegmentLog
+from warren.store.segment_log import SegmentLog
 from warren.store.stream_cursor import StreamCursor, last_message_offset
 from warren.store.stream_records import (
     RECORD_TS,
@@ -54,11 +53,12 @@ from warren.store.stream_records import (
     chunk_count,
     chunk_record,
     chunk_trailers,
-    parse_trailers,
     record_offsets,
     run_records,
     stream_record,
 )
+from warren.store.stream_recovery import recover_stream
+from warren.store.stream_segment import StreamSegment
 from warren.store.stream_tracking import TRACKING_WRITE_MS, TrackedOffsets
 from warren.store.sync_files import sync_collected
 
@@ -80,23 +80,6 @@ def _take_dropped(pieces: list[tuple[int, int]], dropped: int, lost: list[int]) 
             pieces.pop()
         else:
             pieces[-1] = (start, count - k)
-
-
-class _StreamSegment:
-    """What a stream knows of one segment: a few ints, nothing per message, and
-    its damaged ranges if it has any."""
-
-    __slots__ = ("id", "first_offset", "count", "bytes", "first_ts", "last_ts", "gaps")
-
-    def __init__(self, segment_id: int, first_offset: int, first_ts: int) -> None:
-        self.id = segment_id
-        self.first_offset = first_offset
-        self.count = 0  # offsets, those of damaged records included
-        self.bytes = 0
-        self.first_ts = first_ts
-        self.last_ts = first_ts
-        # Damaged bytes (kept aside, never served): start -> (end, offsets they held).
-        self.gaps: dict[int, tuple[int, int]] | None = None
 
 
 class StreamStore:
@@ -130,7 +113,7 @@ class StreamStore:
             Path(directory), segment_size, True, format_version, budget=budget, mirror=mirror
         )
         self._dir = self._log.directory
-        self._segs: list[_StreamSegment] = []
+        self._segs: list[StreamSegment] = []
         self._firsts: list[int] = []  # first offsets of _segs, for bisect
         self._next_offset = 0
         self._bytes = 0
@@ -272,7 +255,7 @@ class StreamStore:
         ``seq``: in the write segment, or a new one when the log began one."""
         segs = self._segs
         if not segs or segs[-1].id != seq >> 32:
-            seg = _StreamSegment(seq >> 32, offset, ts)
+            seg = StreamSegment(seq >> 32, offset, ts)
             segs.append(seg)
             self._firsts.append(offset)
         else:
@@ -403,7 +386,7 @@ class StreamStore:
         """Index in _segs of the segment holding ``offset`` (first_offset <= offset)."""
         return max(0, bisect.bisect_right(self._firsts, offset) - 1)
 
-    def _walk(self, seg: _StreamSegment) -> Iterator[tuple[int, int, int, int]]:
+    def _walk(self, seg: StreamSegment) -> Iterator[tuple[int, int, int, int]]:
         """(first offset, position, timestamp, offsets held) of each intact record
         of ``seg``, from its start, stepping over damaged ranges (found here if
         need be)."""
@@ -451,7 +434,7 @@ class StreamStore:
             i += 1
         return 0, 0, self._next_offset
 
-    def damaged_at(self, seg: _StreamSegment, pos: int, offset: int) -> tuple[int, int]:
+    def damaged_at(self, seg: StreamSegment, pos: int, offset: int) -> tuple[int, int]:
         """A reader met a record that does not check out at ``pos`` of ``seg``,
         where it expected ``offset``: (where intact records resume, how many
         offsets the damage took). The damaged bytes are kept aside and never
@@ -646,103 +629,11 @@ class StreamStore:
         self._bytes = 0
         self._log.delete()
 
-    # -- recovery -------------------------------------------------------------------------
+    # -- recovery (store/stream_recovery.py) ---------------------------------------------
     def _recover(self) -> None:
-        """Rebuild the segment index from the files; never raises (a stream whose
-        files cannot be read starts empty, and its files are left alone)."""
-        try:
-            ids = sorted(
-                int(match.group(1))
-                for match in map(MSGS_NAME.fullmatch, os.listdir(self._dir))
-                if match is not None
-            )
-            self._log.reserve_ids(ids[-1] if ids else 0)
-            self._tracking.read()
-            last: RecordScan | None = None
-            for sid in ids:
-                try:
-                    found = self._recover_segment(sid)
-                except Exception:
-                    log.exception("%s: cannot recover segment %d; left untouched", self._dir, sid)
-                    continue
-                if found is None:
-                    continue
-                seg, last = found
-                if self._segs and seg.first_offset < self._next_offset:
-                    log.warning(
-                        "%s: segment %d starts at offset %d, before %d; skipped",
-                        self._dir,
-                        sid,
-                        seg.first_offset,
-                        self._next_offset,
-                    )
-                    continue
-                self._segs.append(seg)
-                self._firsts.append(seg.first_offset)
-                self._bytes += seg.bytes
-                self._next_offset = seg.first_offset + seg.count
-            if self._segs and ids and self._segs[-1].id == ids[-1] and last and last.clean:
-                # Appends go on after the last segment's end mark (a file whose
-                # data did not end cleanly, or of version 1, is never written again).
-                self._log.continue_segment(ids[-1], last.end, last.size)
-        except Exception:
-            log.exception("%s: stream recovery failed; it starts empty", self._dir)
-            self._segs.clear()
-            self._firsts.clear()
-            self._bytes = 0
-
-    def _recover_segment(self, sid: int) -> tuple[_StreamSegment, RecordScan] | None:
-        """The log's scan of one segment, counted: offsets from the stored
-        x-stream-offset of its first record (and of the first record after
-        damaged bytes, which tells how many offsets the damage took)."""
-        scan = self._log.scan(sid)
-        if scan is None:
-            return None
-        seg: _StreamSegment | None = None
-        gap = (0, 0)  # damaged bytes (start, end) waiting for the record after them
-        try:
-            m = scan.map
-            for pos, length, p_off, p_len, b_len in scan:
-                assert m is not None
-                if p_off < 0:  # damaged bytes, kept aside
-                    gap = (pos, pos + length)
-                    continue
-                ts = RECORD_TS.unpack_from(m, pos + 4)[0]
-                count = 1
-                if chunk_at(m, p_off, p_len):
-                    count = chunk_count(m, pos)
-                    self._recover_trailer(m, p_off + p_len + 8 + b_len + 4, pos + length - 4)
-                stored = record_offsets(m, p_off, p_len)[0] if seg is None or gap[1] else -1
-                if seg is None:
-                    first = stored if stored >= 0 else self._next_offset
-                    if gap[1] and self._segs and self._next_offset <= first:
-                        first = self._next_offset  # the damage took the offsets up to it
-                    seg = _StreamSegment(sid, first, ts)
-                if gap[1]:
-                    expected = seg.first_offset + seg.count
-                    lost = stored - expected if stored >= expected else 1
-                    if seg.gaps is None:
-                        seg.gaps = {}
-                    seg.gaps[gap[0]] = (gap[1], lost)
-                    seg.count += lost
-                    seg.bytes += gap[1] - gap[0]
-                    gap = (0, 0)
-                seg.count += count
-                seg.bytes += length
-                if ts > seg.last_ts:
-                    seg.last_ts = ts
-        finally:
-            scan.close()
-        if seg is None:  # an empty segment
-            with self._log.lock:
-                self._log.drop_locked(sid)
-            return None
-        return seg, scan
-
-    def _recover_trailer(self, m: Any, start: int, end: int) -> None:
-        """A chunk record's trailer (``m[start:end]``) met at recovery: its
-        publishers' last publishing ids."""
-        known = self._sequences
-        for reference, last_id in parse_trailers(m[start:end]) or ():
-            if last_id > known.get(reference, 0):
-                known[reference] = last_id
+        """Rebuild the segment index from the files; never raises."""
+        segs, self._next_offset, self._bytes = recover_stream(
+            self._log, self._tracking, self._sequences
+        )
+        self._segs.extend(segs)
+        self._firsts.extend(seg.first_offset for seg in segs)
