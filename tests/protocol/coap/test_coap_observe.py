@@ -161,7 +161,7 @@ def test_deregistration_and_reregistration(broker: BrokerThread, clients: tuple[
     assert (reply.code, reply.opt.observe) == (Code.NOT_FOUND, None)  # nothing retained
     assert observations(broker) == 0 and coap_queues(broker) == {}
     # The vhost keeps nothing of the ended observations.
-    assert broker.call(lambda: len(broker.broker.vhosts["/"]._exclusive)) == 0
+    assert broker.call(lambda: len(broker.broker.vhosts["/"].exclusive._owned)) == 0
 
 
 def test_a_resent_request_is_answered_once(broker: BrokerThread, clients: tuple[Raw, Raw]) -> None:
