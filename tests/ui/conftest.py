@@ -19,6 +19,7 @@ import os
 import re
 import urllib.error
 import urllib.request
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,7 +67,10 @@ def chromium_args() -> list[str]:
     import playwright
 
     driver = Path(playwright.__file__).parent / "driver" / "package" / "lib"
-    for source in (driver / "coreBundle.js", driver / "server" / "chromium" / "chromiumSwitches.js"):
+    for source in (
+        driver / "coreBundle.js",
+        driver / "server" / "chromium" / "chromiumSwitches.js",
+    ):
         with contextlib.suppress(OSError):
             block = re.search(r"disabledFeatures = \[(.*?)\]", source.read_text(), re.DOTALL)
             if block:
@@ -217,6 +221,13 @@ def console() -> Console:
     return Console()
 
 
+#: Each page's list of console errors (the page fixture): what a
+#: load that a network change failed made the page throw (a script of it
+#: missing, e.g. RabbitMQ's main.js: "sync_get is not defined") is forgotten
+#: when it is loaded again.
+PAGE_ERRORS: weakref.WeakKeyDictionary[Page, list[str]] = weakref.WeakKeyDictionary()
+
+
 @pytest.fixture
 def page(browser: Browser, console: Console) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 860})
@@ -227,6 +238,7 @@ def page(browser: Browser, console: Console) -> Iterator[Page]:
     pg = context.new_page()
     pg.on("console", console.on_message)
     pg.on("pageerror", console.on_page_error)
+    PAGE_ERRORS[pg] = console.errors  # load() forgets a failed load's errors
     # Deletions ask window.confirm(): yes.
     pg.on("dialog", lambda dialog: dialog.accept())
     try:
