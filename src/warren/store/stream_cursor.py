@@ -257,9 +257,9 @@ class StreamCursor:
         several at once: (map, position of the next entry, where the entries
         end, how many are left, the chunk's timestamp, the routing key and
         EntryDecoder of its messages); None when caught up, the next record
-        is a single message or the cursor is inside a sub-entry batch. The entries are those ``next`` would read (the
-        record checked); the caller calls :meth:`skip_entries` with how many
-        it took."""
+        is a single message or the cursor is inside a sub-entry batch. The
+        entries are those ``next`` would read (the record checked); the caller
+        calls :meth:`skip_entries` with how many it took."""
         store = self._store
         while True:
             seg = self._ready()
