@@ -210,12 +210,9 @@ class PubSub:
                 session.login("coap", anonymous, None, host)
             else:
                 self._check_password(session, host, username, password or "")
-            try:
-                session.open(self.config.coap_vhost)
-            except LoginRefused as exc:
-                if exc.reason != LoginRefused.LIMIT or not self._listed(addr, session):
-                    raise
-                self._open_listed(session)
+            # A listed client is one of the connections the max-connections
+            # limits count: its own next request is not one more.
+            session.open(self.config.coap_vhost, counted=self._listed(addr, session))
         except LoginRefused as exc:
             code = C.FORBIDDEN if exc.reason == LoginRefused.NO_ACCESS else C.UNAUTHORIZED
             if exc.reason in (LoginRefused.LIMIT, LoginRefused.NO_VHOST):
@@ -240,18 +237,6 @@ class PubSub:
             and user is not None
             and (client.user.name == user.name)
         )
-
-    def _open_listed(self, session: ClientSession) -> None:
-        """A listed client is one of the connections the vhost's and the user's
-        max-connections count: its own next request is not one more. What
-        ``open`` checks after the limits: access to the vhost."""
-        user, name = session.user, self.config.coap_vhost
-        assert user is not None
-        if name not in user.permissions:
-            raise LoginRefused(
-                LoginRefused.NO_ACCESS, f"access to vhost '{name}' refused for user '{user.name}'"
-            )
-        session.vhost_name = name
 
     def _check_password(
         self, session: ClientSession, host: str, username: str, password: str | None

@@ -485,19 +485,22 @@ class ClientSession:
 
         self._expiry = (self.host.clock.call_at(user.expires_ms, expired), conn)
 
-    def open(self, vhost_name: str) -> VHost:
+    def open(self, vhost_name: str, counted: bool = False) -> VHost:
         """Open ``vhost_name`` for the logged-in user: it exists, its and the user's
         connection limits allow one more, and the user has access, checked in
-        RabbitMQ's order. Raises LoginRefused."""
+        RabbitMQ's order. Raises LoginRefused. ``counted``: the client is one of
+        the connections the limits count already (a CoAP client's next
+        request), so they are not checked again."""
         host, user = self.host, self.user
         assert user is not None
         vhost = host.vhosts.get(vhost_name)
         if vhost is None:
             raise LoginRefused(LoginRefused.NO_VHOST, f"vhost {vhost_name} not found")
         try:  # the vhost's max-connections, then the user's, as RabbitMQ 3.13
-            vhost.limiter.check_connection_limit(user.name)
-            if user.limits:
-                host.users.check_connection_limit(user)
+            if not counted:
+                vhost.limiter.check_connection_limit(user.name)
+                if user.limits:
+                    host.users.check_connection_limit(user)
         except NotAllowed as exc:
             raise LoginRefused(LoginRefused.LIMIT, exc.text) from None
         if vhost_name not in user.permissions:
