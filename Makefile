@@ -280,12 +280,28 @@ prometheus:
 # full counts). EXAMPLES=1 runs the full counts, EXAMPLES=4 a deeper search;
 # make fuzz runs the codecs under atheris for minutes each.
 EXAMPLES ?= 0.5
+# Where make test's temporary files go (every pass's tmp_path, and TMPDIR for
+# what the tests and their processes make): a tmpfs when /dev/shm is one with
+# 8 GiB free, else pytest's default under TMPDIR. On a disk, the brokers' fsyncs
+# cost the kernel's journal work: 17 s of the suite's system CPU, the Spark pass
+# 36 s of wall time. A run needs about 3.5 GB there (etcd preallocates 64 MB per
+# node); it is one directory per checkout, emptied by the next run's pytest
+# (--basetemp) and removed when make test passes, kept for a look when it fails.
+# TEST_TMP= (empty) keeps the default.
+ifeq ($(origin TEST_TMP),undefined)
+TEST_TMP := $(shell [ "$$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] && \
+	[ "$$(df --output=avail -BG /dev/shm 2>/dev/null | tail -1 | tr -dc 0-9)" -ge 8 ] 2>/dev/null && \
+	echo "/dev/shm/warren-test-$$(id -u)-$$(echo '$(CURDIR)' | cksum | cut -d' ' -f1)")
+endif
+BASETEMP = $(if $(TEST_TMP),--basetemp=$(TEST_TMP)/$(1))
 test: export PYTHONDONTWRITEBYTECODE :=
 test: export WARREN_EXAMPLES := $(EXAMPLES)
 test: $(TEST_STAMP) browser mosquitto etcd rabbitmq fuse prometheus rhea
 	@log=$$(mktemp); spark_log=$$(mktemp); lint_log=$$(mktemp); \
-	( exec env WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PURE_WORKERS) $(PYTEST_DIST) -m 'pure_pass and not spark' $(PYTEST_ARGS) > "$$log" 2>&1 ) & pure_pid=$$!; \
-	( $(PY) tests/spark/cds.py build/spark-cds.jsa; exec env WARREN_PURE_PYTHON=1 WARREN_TEST_PASS=spark $(PY) -m pytest -q -p no:cacheprovider -n $(SPARK_WORKERS) $(PYTEST_DIST) -m 'pure_pass and spark' $(PYTEST_ARGS) > "$$spark_log" 2>&1 ) & spark_pid=$$!; \
+	if [ -n "$(TEST_TMP)" ]; then mkdir -p "$(TEST_TMP)/tmp" && export TMPDIR="$(TEST_TMP)/tmp" && \
+		echo "== make: temporary files in $(TEST_TMP) (a tmpfs; TEST_TMP= for the default)"; fi; \
+	( exec env WARREN_PURE_PYTHON=1 $(PY) -m pytest -q -p no:cacheprovider -n $(PURE_WORKERS) $(PYTEST_DIST) $(call BASETEMP,pure) -m 'pure_pass and not spark' $(PYTEST_ARGS) > "$$log" 2>&1 ) & pure_pid=$$!; \
+	( $(PY) tests/spark/cds.py build/spark-cds.jsa; exec env WARREN_PURE_PYTHON=1 WARREN_TEST_PASS=spark $(PY) -m pytest -q -p no:cacheprovider -n $(SPARK_WORKERS) $(PYTEST_DIST) $(call BASETEMP,spark) -m 'pure_pass and spark' $(PYTEST_ARGS) > "$$spark_log" 2>&1 ) & spark_pid=$$!; \
 	( exec $(MAKE) --no-print-directory lint > "$$lint_log" 2>&1 ) & lint_pid=$$!; \
 	echo "== make: the pure-Python pass (pids $$pure_pid, $$spark_pid for tests/spark) and lint (pid $$lint_pid) started; the compiled build meanwhile"; \
 	if ! $(MAKE) --no-print-directory $(SHARED_LIBRARY); then \
@@ -296,7 +312,7 @@ test: $(TEST_STAMP) browser mosquitto etcd rabbitmq fuse prometheus rhea
 		echo "warning above; \`make build\` again shows why); the compiled pass would be pure Python"; \
 		exit 2; fi; \
 	echo "== pytest, $$($(PY) -c 'import warren; print(warren.build_description())') (the pure-Python pass runs alongside)"; \
-	status=0; $(PY) -m pytest -q -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m compiled_pass $(PYTEST_ARGS) || status=$$?; \
+	status=0; $(PY) -m pytest -q -n $(PYTEST_WORKERS) $(PYTEST_DIST) $(call BASETEMP,compiled) -m compiled_pass $(PYTEST_ARGS) || status=$$?; \
 	pure=0; wait $$pure_pid || pure=$$?; \
 	spark=0; wait $$spark_pid || spark=$$?; \
 	echo "== pytest, pure Python (WARREN_PURE_PYTHON=1)"; \
@@ -310,6 +326,8 @@ test: $(TEST_STAMP) browser mosquitto etcd rabbitmq fuse prometheus rhea
 	cat "$$lint_log"; rm -f "$$lint_log"; \
 	if [ "$$lint" != 0 ]; then echo "make test: ruff or mypy failed (above)"; exit 2; fi; \
 	if [ -n "$(PYTEST_STATUS_FILE)" ]; then echo "$$status" > "$(PYTEST_STATUS_FILE)"; fi; \
+	if [ -n "$(TEST_TMP)" ]; then if [ "$$status" = 0 ]; then rm -rf "$(TEST_TMP)"; \
+		else echo "make test: the tests' temporary files are in $(TEST_TMP) (RAM: rm -rf it when done)"; fi; fi; \
 	exit $$status
 
 # `make test` with CPU hogs beside it (BUSY_HOGS stress-ng workers, 2 by
