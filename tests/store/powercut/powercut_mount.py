@@ -37,6 +37,8 @@ def unavailable() -> str | None:
         return f"libfuse3 is missing (make fuse installs Debian's fuse3): {exc}"
     if ctypes.util.find_library("fuse3") is None and ctypes.util.find_library("fuse") is None:
         return "libfuse is missing (make fuse installs Debian's fuse3)"
+    if not hasattr(os, "pidfd_open"):
+        return "no pidfd_open (Linux only), which the fork server (powercut_spawn.py) needs"
     if not os.path.exists("/dev/fuse"):
         return "/dev/fuse does not exist"
     if os.geteuid() != 0 and shutil.which("fusermount3") is None:
