@@ -21,6 +21,7 @@ Run as ``python powercut_spawn.py FD``: FD is its end of the socket pair.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import select
@@ -87,6 +88,10 @@ def _serve(sock: socket.socket) -> Job | None:
                     _preload_warren()
                 except Exception:  # the child imports again, and its log says why
                     traceback.print_exc()
+            # What the server imported lives as long as any child: the cyclic GC
+            # need not walk it in each (gc.freeze's advice for a forking server;
+            # warren freezes what its restore made the same way).
+            gc.freeze()
             pid = os.fork()
             if pid == 0:
                 sock.close()
