@@ -1,7 +1,7 @@
 """A fork server for the power-cut tests' processes: `warren` and the FUSE file system.
 
-The power-cut tests start a `warren` process (and a file system process) about
-80 times; most of each start's CPU was the interpreter importing Warren again
+The power-cut tests start a `warren` process (and a file system process) some
+75 times; most of each start's CPU was the interpreter importing Warren again
 (about 0.35 s of a broker's 0.45 s). This server imports once, then forks a
 child for each start: a process of its own, with the given environment,
 standard streams and command line, that runs what ``python -m warren ARGS``
