@@ -16,7 +16,6 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import threading
 import urllib.error
 import urllib.request
@@ -27,6 +26,7 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import pika
 import pika.exceptions
+from powercut_spawn import spawner
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 #: What a client sees when the broker dies under it.
@@ -34,17 +34,17 @@ GONE = (pika.exceptions.AMQPError, OSError, AssertionError, ValueError)
 
 
 class WarrenProcess:
-    """`python -m warren` on a data directory; its log kept for a failure's report."""
+    """`python -m warren` on a data directory, forked by the test module's fork
+    server (powercut_spawn.py); its log kept for a failure's report."""
 
     def __init__(self, data_dir: Path, *args: str, http: bool = False) -> None:
         env = dict(os.environ, PYTHONPATH=str(SRC))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "warren", "-D", str(data_dir), "--amqp-port", "0",
-             "--mqtt-port", "0", "--stream-port", "0", "--prometheus-port", "0", "--http-port", "0" if http else "-1", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
+        self.proc = spawner().spawn(
+            "warren",
+            ["-D", str(data_dir), "--amqp-port", "0", "--mqtt-port", "0", "--stream-port", "0",
+             "--prometheus-port", "0", "--http-port", "0" if http else "-1", *args],
+            env,
+            stderr_too=True,
         )
         self.lines: list[str] = []
         self.amqp_port = 0

@@ -6,7 +6,9 @@ from it) gives a ``PowerCutMount(tmp_path)``, which owns ``tmp_path/backing`` (t
 ``tmp_path/mnt`` with mount(), and after cut() (or an armed trigger) the
 unmount() leaves the backing directory as the power cut would have: the next
 mount() starts from there. The file system runs in a process of its own, so
-that its Python work does not compete with the test's clients for one GIL.
+that its Python work does not compete with the test's clients for one GIL,
+forked (like the tests' brokers) by the module's fork server (powercut_spawn.py,
+the ``fork_server`` fixture, which the test module imports too).
 """
 
 from __future__ import annotations
@@ -16,14 +18,13 @@ import os
 import queue
 import shutil
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import powercut_spawn
 import pytest
-
-FS = Path(__file__).with_name("powercut_fs.py")
+from powercut_spawn import Child, spawner
 
 
 def unavailable() -> str | None:
@@ -36,6 +37,8 @@ def unavailable() -> str | None:
         return f"libfuse3 is missing (make fuse installs Debian's fuse3): {exc}"
     if ctypes.util.find_library("fuse3") is None and ctypes.util.find_library("fuse") is None:
         return "libfuse is missing (make fuse installs Debian's fuse3)"
+    if not hasattr(os, "pidfd_open"):
+        return "no pidfd_open (Linux only), which the fork server (powercut_spawn.py) needs"
     if not os.path.exists("/dev/fuse"):
         return "/dev/fuse does not exist"
     if os.geteuid() != 0 and shutil.which("fusermount3") is None:
@@ -51,7 +54,7 @@ class PowerCutMount:
         self.seed = seed
         self.backing.mkdir(parents=True, exist_ok=True)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
-        self._proc: subprocess.Popen[str] | None = None
+        self._proc: Child | None = None
         self._lines: queue.Queue[str] = queue.Queue()
         self.frozen = threading.Event()
         self.held = threading.Event()
@@ -69,18 +72,16 @@ class PowerCutMount:
         self.held.clear()
         self._lines = queue.Queue()
         self.mounts += 1
-        command = [sys.executable, str(FS), str(self.backing), str(self.mountpoint), str(self.store)]
-        command += ["--seed", str(self.seed * 1000 + self.mounts)]
+        args = [str(self.backing), str(self.mountpoint), str(self.store)]
+        args += ["--seed", str(self.seed * 1000 + self.mounts)]
         if torn:
-            command.append("--torn")
-        self._proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
-        )
+            args.append("--torn")
+        self._proc = spawner().spawn("fuse", args, dict(os.environ), stdin=True)
         threading.Thread(target=self._read, args=(self._proc, self._lines), daemon=True).start()
         self._expect("mounted", 20)
         return self.mountpoint
 
-    def _read(self, proc: subprocess.Popen[str], lines: queue.Queue[str]) -> None:
+    def _read(self, proc: Child, lines: queue.Queue[str]) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             line = line.strip()
@@ -156,11 +157,11 @@ class PowerCutMount:
         finally:
             if proc.poll() is None:
                 proc.kill()
-                proc.wait()
+                proc.wait(60)
             force_unmount(self.mountpoint)
 
     @staticmethod
-    def _send_to(proc: subprocess.Popen[str], command: str) -> None:
+    def _send_to(proc: Child, command: str) -> None:
         assert proc.stdin is not None
         proc.stdin.write(command + "\n")
         proc.stdin.flush()
@@ -175,8 +176,18 @@ def force_unmount(mountpoint: Path) -> None:
         subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)
 
 
+@pytest.fixture(name="fork_server", scope="module")
+def fork_server_fixture() -> Iterator[None]:
+    """The test module's fork server (powercut_spawn.py), ended with the module so
+    that its children's CPU time counts for the module's tests."""
+    try:
+        yield
+    finally:
+        powercut_spawn.stop()
+
+
 @pytest.fixture(name="power")
-def power_fixture(tmp_path: Path) -> Iterator[PowerCutMount]:
+def power_fixture(tmp_path: Path, fork_server: None) -> Iterator[PowerCutMount]:
     """A backing directory that can lose power; mount() it, cut() it, unmount() it.
     Skips, saying why, where FUSE cannot run."""
     reason = unavailable()
