@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pika
 from etcd_proc import free_port
+from node_fork import ForkedNode
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -80,7 +81,7 @@ class Node:
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.log: list[str] = []
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: subprocess.Popen[str] | ForkedNode | None = None
 
     @property
     def node_id(self) -> str:
@@ -88,6 +89,12 @@ class Node:
         return (self.data_dir / ".node_id").read_text().strip()
 
     def start(self) -> Node:
+        """A fork of a process that imported Warren already (node_fork.py), or a
+        `python -m warren` process under the command prefix."""
+        if not self.wrap:
+            self.proc = ForkedNode(["-c", str(self.config)])
+            threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
+            return self
         env = dict(os.environ, PYTHONPATH=str(SRC))
         self.proc = subprocess.Popen(
             [*self.wrap, sys.executable, "-m", "warren", "-c", str(self.config)],
@@ -99,7 +106,7 @@ class Node:
         threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
         return self
 
-    def _read(self, proc: subprocess.Popen[str]) -> None:
+    def _read(self, proc: subprocess.Popen[str] | ForkedNode) -> None:
         assert proc.stdout is not None
         # Also kept in <base>/<name>.node.log: tests/conftest.py adds the tail of
         # every such log to a failed test's report.
