@@ -29,6 +29,7 @@ from typing import IO, Any
 PRELOAD = [__name__, "warren.cli", "warren.app"]
 
 _context = multiprocessing.get_context("forkserver")
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 class _Output:
@@ -66,6 +67,11 @@ class ForkedNode:
             _context.set_forkserver_preload(PRELOAD)
             _preloaded.append(True)
         read, write = os.pipe()
+        # The fork server starts with this process's sys.path, and must find this
+        # module by name (a test may have imported it and taken its directory out).
+        added = _HERE not in sys.path
+        if added:
+            sys.path.append(_HERE)
         try:
             # daemon: terminated, not waited for forever, if a test process exits with it
             args = (argv, _Output(write))
@@ -73,6 +79,8 @@ class ForkedNode:
             self._process.start()
         finally:
             os.close(write)
+            if added:
+                sys.path.remove(_HERE)
         self.stdout: IO[str] = open(read, encoding="utf-8", errors="replace")  # noqa: SIM115
         assert self._process.pid is not None
         self.pid: int = self._process.pid
