@@ -7,8 +7,9 @@ nodes. Each test process (pytest worker) starts one fork server, which imports
 this module (and so warren.cli and warren.app) once; every node is a fork of it
 running warren.cli.main with the node's arguments, its stdout and stderr on a
 pipe the test reads: its own process, killed, stopped and paused by its pid as
-before. A node under a command prefix (netns.Network.command) is still a
-`python -m warren` process (nodes.Node.start).
+before; a partition test's node joins its network namespace first. A script
+that starts nodes needs multiprocessing's ``if __name__ == "__main__":`` guard
+(the fork server imports the script's main module).
 
 The fork server reaps the nodes, so their CPU time is the fork server's
 children's, not the test process's: :func:`server_cpu` reads it for
@@ -17,6 +18,7 @@ tests/cputime.py.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import signal
@@ -30,6 +32,7 @@ PRELOAD = [__name__, "warren.cli", "warren.app"]
 
 _context = multiprocessing.get_context("forkserver")
 _HERE = os.path.dirname(os.path.abspath(__file__))
+CLONE_NEWNET = 0x40000000
 
 
 class _Output:
@@ -47,8 +50,11 @@ def _rebuild(dup: Any) -> _Output:
     return _Output(dup.detach())
 
 
-def _serve(argv: list[str], output: _Output) -> None:
-    """A forked node: its output on the pipe, then `warren` with ``argv``."""
+def _serve(argv: list[str], output: _Output, netns: str | None) -> None:
+    """A forked node: in network namespace ``netns`` if given, its output on
+    the pipe, then `warren` with ``argv``."""
+    if netns is not None:
+        _enter_netns(netns)
     os.dup2(output.fd, 1)
     os.dup2(output.fd, 2)
     os.close(output.fd)
@@ -59,10 +65,28 @@ def _serve(argv: list[str], output: _Output) -> None:
     raise SystemExit(main(argv))
 
 
+def _enter_netns(name: str) -> None:
+    """Join the network namespace `ip netns add` made as ``name`` (what
+    `ip netns exec` does for the network, the part a node needs)."""
+    fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    try:
+        setns = getattr(os, "setns", None)  # Python 3.12
+        if setns is not None:
+            setns(fd, CLONE_NEWNET)
+        else:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.setns(fd, CLONE_NEWNET) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"setns {name}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
 class ForkedNode:
     """A forked node with what tests/cluster use of subprocess.Popen."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], netns: str | None = None) -> None:
+        """``netns``: the network namespace (`ip netns`'s name) it runs in."""
         if not _preloaded:
             _context.set_forkserver_preload(PRELOAD)
             _preloaded.append(True)
@@ -74,7 +98,7 @@ class ForkedNode:
             sys.path.append(_HERE)
         try:
             # daemon: terminated, not waited for forever, if a test process exits with it
-            args = (argv, _Output(write))
+            args = (argv, _Output(write), netns)
             self._process = _context.Process(target=_serve, args=args, daemon=True)
             self._process.start()
         finally:
