@@ -4,7 +4,9 @@ passes"): with WARREN_TEST_CPU=<dir>, each pytest process writes
 for tests/spark's pytest, else compiled or pure): every test's CPU seconds (this process's threads,
 the broker's among them, plus the child processes it waited for), when it
 ended (seconds since the epoch: which tests make the tail), and what the
-process and its children used in all. What no test accounts for is
+process and its children used in all. Processes a test starts but does not
+wait for itself add their CPU through ``EXTERNAL`` (tests/cluster's nodes,
+forked and reaped by a fork server). What no test accounts for is
 long-lived children: Spark's JVMs, Chromium. ``python tests/cputime.py <dir>``
 sums it up by file and lists the last tests to end."""
 
@@ -15,14 +17,20 @@ import os
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 ENV = "WARREN_TEST_CPU"
 
 
+#: CPU seconds so far of processes a test started but does not wait for itself
+#: (tests/cluster/node_fork.py's fork server and the nodes it forks).
+EXTERNAL: list[Callable[[], float]] = []
+
+
 def _cpu() -> float:
     t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+    return t.user + t.system + t.children_user + t.children_system + sum(f() for f in EXTERNAL)
 
 
 class CpuAccount:

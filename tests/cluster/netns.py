@@ -88,11 +88,6 @@ class Network:
             self.close()
             raise
 
-    def command(self, host: int) -> list[str]:
-        """The prefix that runs a command inside host ``host``'s namespace."""
-        assert IP is not None
-        return [IP, "netns", "exec", self.namespaces[host]]
-
     def cut(self, host: int) -> None:
         """Partition ``host`` from everyone: its link to the bridge goes down."""
         _ip("link", "set", self._host_links[host], "down")

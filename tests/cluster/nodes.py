@@ -1,18 +1,18 @@
-"""Warren cluster nodes as real processes (python -m warren with [clustering])."""
+"""Warren cluster nodes as real processes (`warren` with [clustering], each
+forked from a process that has imported Warren: node_fork.py)."""
 
 from __future__ import annotations
 
-import os
 import queue
 import re
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pika
 from etcd_proc import free_port
+from node_fork import ForkedNode
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -31,15 +31,15 @@ class Node:
         prefix: str = "test",
         http: bool = False,
         host: str = "127.0.0.1",
-        wrap: list[str] | None = None,
         settings: dict[str, dict[str, str]] | None = None,
+        netns: str | None = None,
     ) -> None:
-        """``host``: the address every port binds to; ``wrap``: a command prefix
-        the node runs under (netns.Network.command: inside a network namespace);
-        ``settings``: more INI keys by section."""
+        """``host``: the address every port binds to; ``settings``: more INI
+        keys by section; ``netns``: the network namespace it runs in
+        (netns.Network.namespaces)."""
         self.name = name
         self.host = host
-        self.wrap = wrap or []
+        self.netns = netns
         self.data_dir = base / name
         self.amqp_port = free_port()
         self.repl_port = free_port()
@@ -80,7 +80,7 @@ class Node:
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.log: list[str] = []
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: ForkedNode | None = None
 
     @property
     def node_id(self) -> str:
@@ -88,18 +88,13 @@ class Node:
         return (self.data_dir / ".node_id").read_text().strip()
 
     def start(self) -> Node:
-        env = dict(os.environ, PYTHONPATH=str(SRC))
-        self.proc = subprocess.Popen(
-            [*self.wrap, sys.executable, "-m", "warren", "-c", str(self.config)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-        )
+        """`warren -c <its config>` in a fork of a process that has imported
+        Warren already (node_fork.py: a node's start without the imports)."""
+        self.proc = ForkedNode(["-c", str(self.config)], self.netns)
         threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
         return self
 
-    def _read(self, proc: subprocess.Popen[str]) -> None:
+    def _read(self, proc: ForkedNode) -> None:
         assert proc.stdout is not None
         # Also kept in <base>/<name>.node.log: tests/conftest.py adds the tail of
         # every such log to a failed test's report.

@@ -28,8 +28,8 @@ def net_cluster(tmp_path: Path) -> Iterator[tuple[Network, list[Node]]]:
     try:
         etcd = EtcdProcess(tmp_path / "etcd", host=network.gateway)
         nodes = [
-            Node(tmp_path, f"p{i}", etcd.url, host=network.addresses[i], wrap=network.command(i))
-            for i in range(3)
+            Node(tmp_path, f"p{i}", etcd.url, host=addr, netns=network.namespaces[i])
+            for i, addr in enumerate(network.addresses)
         ]
         yield network, nodes
     finally:
