@@ -38,6 +38,11 @@ under ``bash -e -o pipefail``. Console blocks (``$ command`` lines, each
 followed by its output) run one command at a time and compare the output with
 the page's, whitespace runs collapsed.
 
+One runner process in the namespaces runs a pytest process's pages one after
+another (PageRunner): it imports the broker once, and each page's
+``warren --ephemeral`` is a fork of it, with a /tmp of its own (importing the
+broker was some 0.25 s of CPU a page).
+
 Run by hand: ``python tests/doc_snippets.py docs/ctl.md`` (it re-executes
 itself under ``unshare``).
 """
@@ -52,16 +57,20 @@ import fcntl
 import json
 import os
 import re
+import select
 import shlex
 import shutil
+import signal
 import socket
 import struct
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE_LANGUAGES = ("python", "sh", "console")
@@ -187,13 +196,13 @@ def _loopback_up() -> None:
         fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", flags | 1))
 
 
-def _wait_ports(ports: tuple[int, ...], proc: subprocess.Popen[bytes], timeout: float) -> None:
+def _wait_ports(ports: tuple[int, ...], pid: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     for port in ports:
         while True:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
                 break
-            if proc.poll() is not None or time.monotonic() > deadline:
+            if os.waitpid(pid, os.WNOHANG)[0] or time.monotonic() > deadline:
                 raise RuntimeError(f"warren did not listen on {port}")
             time.sleep(0.05)
 
@@ -335,32 +344,88 @@ def run_block(block: Block, work: Path, env: dict[str, str]) -> tuple[int, str]:
     return run_console(block.text, work, env, compare=block.marker("unchecked-output") is None)
 
 
-def _private_tmp() -> None:
-    """A tmpfs of its own on /tmp, so pages that write to /tmp/... (README's
-    embedding example) neither collide with a parallel run nor leave files."""
+@contextlib.contextmanager
+def _private_tmp() -> Iterator[None]:
+    """A fresh tmpfs on /tmp for one page, so pages that write to /tmp/... (README's
+    embedding example) neither collide with a parallel run or another page nor
+    leave files."""
     here = (ROOT, Path(sys.prefix).resolve())
     if any(Path("/tmp") in (p, *p.parents) for p in here):
-        return  # the checkout or the venv lives there: keep it visible
+        yield  # the checkout or the venv lives there: keep it visible
+        return
     subprocess.run(["mount", "-t", "tmpfs", "tmpfs", "/tmp"], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", "/tmp"], check=True)
+
+
+def _preload() -> None:
+    """Import what a page's broker imports once, in the runner: each page's broker
+    is a fork of it (importing warren.app is some 0.25 s of CPU, per page before)."""
+    import warren.app  # noqa: F401
+    import warren.cli  # noqa: F401
+
+
+def _fork_broker(work: Path, env: dict[str, str], log: int) -> int:
+    """``warren --ephemeral --log-level warning`` in a child forked from the runner
+    (as ``python -m warren`` would run it: cwd, environment, stdin and stdout
+    /dev/null); its stderr goes to ``log``. Returns its pid."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        os.chdir(work)
+        os.environ.clear()
+        os.environ.update(env)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        os.dup2(log, 2)
+        from warren.cli import main as warren_main
+
+        sys.argv = ["warren", "--ephemeral", "--log-level", "warning"]
+        code = warren_main(sys.argv[1:])
+    except BaseException:  # noqa: BLE001 - the child must never return into the runner
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _stop(pid: int) -> None:
+    """SIGTERM (the broker stops cleanly), SIGKILL after 20 s; reaped either way."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return
+        time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
 
 
 def run_page(rel: str) -> list[dict[str, object]]:
-    """Start Warren on the default ports and run the page's blocks in order."""
-    _loopback_up()
-    _private_tmp()
+    """Start Warren on the default ports and run the page's blocks in order (in the
+    runner: inside the namespaces, _preload done)."""
     page = [b for b in blocks(ROOT / rel) if to_run(b)]
     results: list[dict[str, object]] = []
-    with _workdir() as work:
+    with _private_tmp(), _workdir() as work, tempfile.TemporaryFile() as log:
         env = _env(work)
-        broker = subprocess.Popen(
-            [sys.executable, "-m", "warren", "--ephemeral", "--log-level", "warning"],
-            cwd=work,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        broker = _fork_broker(work, env, log.fileno())
         try:
-            _wait_ports(DEFAULT_PORTS, broker, 60)
+            try:
+                _wait_ports(DEFAULT_PORTS, broker, 60)
+            except RuntimeError as e:
+                log.seek(0)
+                raise RuntimeError(f"{e}:\n{log.read().decode(errors='replace')}") from None
             for block in page:
                 missing = missing_programs(block)
                 if missing:
@@ -369,13 +434,22 @@ def run_page(rel: str) -> list[dict[str, object]]:
                 status, output = run_block(block, work, env)
                 results.append({"where": block.where, "status": status, "output": output})
         finally:
-            broker.terminate()
-            try:
-                broker.wait(20)
-            except subprocess.TimeoutExpired:
-                broker.kill()
-                broker.wait()
+            _stop(broker)
     return results
+
+
+def serve() -> None:
+    """The runner, in private user, network and mount namespaces: a page's path a
+    line on stdin, its results a JSON line on stdout, until stdin ends."""
+    _loopback_up()
+    _preload()
+    for line in sys.stdin:
+        try:
+            answer: object = run_page(line.strip())
+        except Exception:  # noqa: BLE001 - reported to the test, which fails with it
+            answer = {"error": traceback.format_exc()}
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
 
 
 def can_unshare() -> bool:
@@ -385,36 +459,110 @@ def can_unshare() -> bool:
     return subprocess.run([exe, "-rnm", "true"], capture_output=True).returncode == 0
 
 
-def run_page_isolated(rel: str) -> list[dict[str, object]]:
-    """run_page in private user, network and mount namespaces."""
-    proc = subprocess.run(
-        ["unshare", "-rnm", sys.executable, __file__, "--inside", rel],
-        capture_output=True,
-        timeout=900,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"snippet runner failed ({proc.returncode}):\n"
-            + (proc.stdout + proc.stderr).decode(errors="replace")
+class PageRunner:
+    """A runner (``serve``) in private user, network and mount namespaces
+    (``unshare -rnm``), which runs pages one after another, each against a fresh
+    broker: one per pytest process rather than a process and a broker import per
+    page. After a failure to answer (a timeout, an interrupted test) it is ended,
+    and the next page starts a new one."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(ROOT / "src"), env.get("PYTHONPATH", "")) if p
         )
-    return list(json.loads(proc.stdout.decode().splitlines()[-1]))
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+        return subprocess.Popen(
+            ["unshare", "-rnm", sys.executable, __file__, "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+        )
+
+    def _stderr_text(self) -> str:
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")
+
+    def run(self, rel: str, timeout: float = 900) -> list[dict[str, object]]:
+        if self._proc is None:
+            self._proc = self._start()
+        proc = self._proc
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(rel.encode() + b"\n")
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], timeout)
+            line = proc.stdout.readline() if ready else b""
+        except BaseException:
+            self.close(kill=True)
+            raise
+        if not line:
+            proc.kill()
+            proc.wait()
+            problem = f"snippet runner gave no answer ({proc.returncode}):\n{self._stderr_text()}"
+            self.close()
+            raise RuntimeError(problem)
+        answer = json.loads(line)
+        if isinstance(answer, dict):
+            raise RuntimeError(f"snippet runner failed on {rel}:\n{answer['error']}")
+        return list(answer)
+
+    def close(self, kill: bool = False) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if kill:
+            proc.kill()
+        with contextlib.suppress(OSError):
+            assert proc.stdin is not None
+            proc.stdin.close()  # the end of the pages: the runner returns
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+
+def run_page_isolated(rel: str) -> list[dict[str, object]]:
+    """One page in a runner of its own."""
+    runner = PageRunner()
+    try:
+        return runner.run(rel)
+    finally:
+        runner.close()
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--inside"]:
-        print(json.dumps(run_page(argv[1])))
+    if argv[:1] == ["--serve"]:
+        serve()
         return 0
     failed = 0
-    for rel in argv:
-        for r in run_page_isolated(rel):
-            ok = r.get("status", 0) == 0
-            failed += not ok
-            print(
-                r["where"],
-                "skipped: " + str(r["skipped"])
-                if "skipped" in r
-                else ("ok" if ok else f"FAILED ({r['status']})\n{r['output']}"),
-            )
+    runner = PageRunner()
+    try:
+        for rel in argv:
+            for r in runner.run(rel):
+                ok = r.get("status", 0) == 0
+                failed += not ok
+                print(
+                    r["where"],
+                    "skipped: " + str(r["skipped"])
+                    if "skipped" in r
+                    else ("ok" if ok else f"FAILED ({r['status']})\n{r['output']}"),
+                )
+    finally:
+        runner.close()
     return 1 if failed else 0
 
 

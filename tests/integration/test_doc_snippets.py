@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 
 import doc_snippets as snippets
 import pytest
@@ -106,10 +107,18 @@ def test_check_command_finds_drift() -> None:
     assert snippets.check_command("ls -l") is None
 
 
+@pytest.fixture(scope="module")
+def page_runner() -> Iterator[snippets.PageRunner]:
+    """One runner for the pages this process runs (each page still gets a fresh broker)."""
+    runner = snippets.PageRunner()
+    yield runner
+    runner.close()
+
+
 @pytest.mark.skipif(not snippets.can_unshare(), reason="needs unshare -rnm (user namespaces)")
 @pytest.mark.parametrize("page", PAGES)
-def test_page_snippets_run(page: str) -> None:
-    results = snippets.run_page_isolated(page)
+def test_page_snippets_run(page: str, page_runner: snippets.PageRunner) -> None:
+    results = page_runner.run(page)
     failed = [r for r in results if r.get("status", 0) != 0]
     assert not failed, "\n\n".join(f"{r['where']} failed:\n{r['output']}" for r in failed)
     assert len(results) == sum(1 for b in BLOCKS if b.path == page and snippets.to_run(b))
