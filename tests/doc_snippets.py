@@ -32,16 +32,21 @@ only a loopback interface, and a /tmp of its own): there ``warren
 own, and the snippets run verbatim. Working directory: a temporary directory holding links to the
 checkout's ``src``, ``tools``, ``bench``, ``tests``, ``examples`` and the
 running interpreter's venv as ``.venv``; ``PATH`` starts with that venv's
-``bin``. Python blocks run in a fresh interpreter each; a block with a
-top-level ``await`` / ``async with`` runs as a coroutine. Shell blocks run
+``bin``. Python blocks run in a fresh interpreter each (a fresh fork of the
+runner, below); a block with a top-level ``await`` / ``async with`` runs as a coroutine. Shell blocks run
 under ``bash -e -o pipefail``. Console blocks (``$ command`` lines, each
 followed by its output) run one command at a time and compare the output with
 the page's, whitespace runs collapsed.
 
 One runner process in the namespaces runs a pytest process's pages one after
-another (PageRunner): it imports the broker once, and each page's
-``warren --ephemeral`` is a fork of it, with a /tmp of its own (importing the
-broker was some 0.25 s of CPU a page).
+another (PageRunner). It imports the broker, pytest and pika once; each page's
+``warren --ephemeral`` is a fork of it, with a /tmp of its own, and so is each
+python block, run as ``python snippet.py`` or ``python -m pytest ...`` would
+run it (sys.argv, sys.path, environment, atexit; the doc_commands checks are
+another module). Importing those was some 0.25 s of CPU a page and 0.1-0.5 s
+a python block, half of the pages' CPU. pytest says of the preloaded package:
+"Module already imported so cannot be rewritten; warren" (the plugin module
+itself is still rewritten).
 
 Run by hand: ``python tests/doc_snippets.py docs/ctl.md`` (it re-executes
 itself under ``unshare``).
@@ -49,16 +54,16 @@ itself under ``unshare``).
 
 from __future__ import annotations
 
-import argparse
 import ast
+import atexit
 import contextlib
 import dataclasses
 import fcntl
 import json
 import os
 import re
+import runpy
 import select
-import shlex
 import shutil
 import signal
 import socket
@@ -66,6 +71,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -243,7 +249,7 @@ connection.close()
 def run_python(
     text: str, work: Path, env: dict[str, str], pika_channel: bool = False
 ) -> tuple[int, str]:
-    """A python block in a fresh interpreter; top-level await runs as a coroutine."""
+    """A python block in a fresh interpreter (_python); top-level await runs as a coroutine."""
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     code = compile(text, "<snippet>", "exec", flags=flags)
     script = work / "snippet.py"
@@ -257,10 +263,7 @@ def run_python(
         )
     else:
         script.write_text(text)
-    proc = subprocess.run(
-        [sys.executable, str(script)], cwd=work, env=env, capture_output=True, timeout=120
-    )
-    return proc.returncode, (proc.stdout + proc.stderr).decode(errors="replace")
+    return _python([str(script)], work, env)
 
 
 def run_pytest(text: str, work: Path, env: dict[str, str], paths: list[str]) -> tuple[int, str]:
@@ -274,16 +277,90 @@ def run_pytest(text: str, work: Path, env: dict[str, str], paths: list[str]) -> 
     env["PYTHONPATH"] = os.pathsep.join(
         [*(str(ROOT / p) for p in paths), env.get("PYTHONPATH", "")]
     ).rstrip(os.pathsep)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    return _python(
+        ["-m", "pytest", "-q", "-p", "no:cacheprovider"]
         + ["-p", "no:hypothesispytest"]  # seconds of imports that no snippet uses
         + ["-p", "no:warren", "-p", "warren.pytest_plugin", "test_snippet.py"],
-        cwd=suite,
-        env=env,
-        capture_output=True,
-        timeout=120,
+        suite,
+        env,
     )
-    return proc.returncode, (proc.stdout + proc.stderr).decode(errors="replace")
+
+
+#: Set in the runner (serve): python blocks run in children forked from it;
+#: the runner's own PYTHONPATH, which those children's sys.path replaces.
+_FORK = False
+_RUNNER_PYTHONPATH = ""
+
+
+def _python(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+    """``python ARGS`` (a script, or ``-m MODULE ...``) in ``cwd`` with ``env``:
+    (exit status, output). In the runner a fork of it: a fresh copy of an
+    interpreter that has imported the broker, pytest and pika (some 0.1-0.5 s
+    of CPU a block less than a new one)."""
+    if not _FORK:
+        proc = subprocess.run(
+            [sys.executable, *args], cwd=cwd, env=env, capture_output=True, timeout=120
+        )
+        return proc.returncode, (proc.stdout + proc.stderr).decode(errors="replace")
+    with tempfile.TemporaryFile() as out:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _forked_python(args, cwd, env, out.fileno())  # never returns
+        pidfd = os.pidfd_open(pid)
+        try:
+            if not select.select([pidfd], [], [], 120)[0]:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise subprocess.TimeoutExpired([sys.executable, *args], 120)
+        finally:
+            os.close(pidfd)
+        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        out.seek(0)
+        return status, out.read().decode(errors="replace")
+
+
+def _forked_python(args: list[str], cwd: Path, env: dict[str, str], out: int) -> None:
+    """In the child: what ``python ARGS`` does, as far as a snippet can tell (sys.argv
+    and sys.path as the command line sets them, the environment, stdin /dev/null,
+    atexit handlers and non-daemon threads at the end), then ``os._exit``."""
+    code = 1
+    try:
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        atexit._clear()  # the runner's (its temporary directories' finalizers)
+        extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        runner_extra = [p for p in _RUNNER_PYTHONPATH.split(os.pathsep) if p]
+        rest = [p for p in sys.path[1:] if p not in runner_extra]
+        if args[0] == "-m":
+            sys.path[:] = [str(cwd), *extra, *rest]
+            sys.argv = ["-m", *args[2:]]
+            runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.path[:] = [str(Path(args[0]).parent), *extra, *rest]
+            sys.argv = list(args)
+            runpy.run_path(args[0], run_name="__main__")
+        code = 0
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - as the interpreter reports an uncaught one
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(BaseException):
+            threading._shutdown()  # type: ignore[attr-defined]  # joins non-daemon threads
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
 
 
 def run_sh(text: str, work: Path, env: dict[str, str], errexit: bool) -> tuple[int, str]:
@@ -363,6 +440,9 @@ def _private_tmp() -> Iterator[None]:
 def _preload() -> None:
     """Import what a page's broker imports once, in the runner: each page's broker
     is a fork of it (importing warren.app is some 0.25 s of CPU, per page before)."""
+    import pika  # noqa: F401
+    import pytest  # noqa: F401
+
     import warren.app  # noqa: F401
     import warren.cli  # noqa: F401
 
@@ -441,8 +521,10 @@ def run_page(rel: str) -> list[dict[str, object]]:
 def serve() -> None:
     """The runner, in private user, network and mount namespaces: a page's path a
     line on stdin, its results a JSON line on stdout, until stdin ends."""
+    global _FORK, _RUNNER_PYTHONPATH
     _loopback_up()
     _preload()
+    _FORK, _RUNNER_PYTHONPATH = True, os.environ.get("PYTHONPATH", "")
     for line in sys.stdin:
         try:
             answer: object = run_page(line.strip())
@@ -568,103 +650,3 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
-
-
-# --- command lines: the subcommands and options a page shows exist ----------------------
-
-_COMMAND = re.compile(r"^(?:\.venv/bin/)?(warren|warrenctl)$")
-
-
-def _parser_for(words: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
-    """The argparse parser of a ``warren``/``warrenctl`` command and its remaining words."""
-    from warren import cli, orphans_cli, users_cli
-    from warren.ctl import main as ctl_main
-    from warren.perf import cli as perf_cli
-
-    if words[0].endswith("warrenctl"):
-        return ctl_main.build_parser(), words[1:]
-    tools = {
-        "ctl": ctl_main.build_parser,
-        "perf": perf_cli.build_parser,
-        "users": users_cli.build_parser,
-        "orphans": orphans_cli.build_parser,
-    }
-    if len(words) > 1 and words[1] in tools:
-        return tools[words[1]](), words[2:]
-    return cli.build_parser(), words[1:]
-
-
-def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return {}
-
-
-def check_command(line: str) -> str | None:
-    """Why a ``warren ...`` command line shown in a page would not parse, or None.
-
-    Walks the subcommands and checks every option name against argparse's
-    parsers; values and positional arguments may be placeholders.
-    """
-    if not line.split() or not _COMMAND.match(line.split()[0]):
-        return None
-    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    try:
-        words = list(lexer)
-    except ValueError as e:
-        return f"cannot split {line!r}: {e}"
-    for i, word in enumerate(words):
-        if word and set(word) <= set("|;&<>()"):  # the shell's: the command ends
-            words = words[:i]
-            break
-    parser, rest = _parser_for(words)
-    i = 0
-    while i < len(rest):
-        word = rest[i]
-        i += 1
-        if word == "..." or word.startswith("<"):
-            continue
-        if word.startswith("-") and word != "-":
-            name = word.split("=", 1)[0]
-            action = parser._option_string_actions.get(name)
-            if action is None:
-                return f"{line!r}: {parser.prog} has no option {name}"
-            if action.nargs != 0 and "=" not in word:
-                i += 1  # its value
-            continue
-        subs = _subparsers(parser)
-        if subs:
-            if word not in subs and not all(w in subs for w in word.split("|")):
-                return f"{line!r}: {parser.prog} has no subcommand {word!r} ({', '.join(subs)})"
-            parser = subs[word.split("|")[0]]
-    return None
-
-
-def command_lines(block: Block) -> list[str]:
-    """The command lines of an sh or console block, continuation lines joined."""
-    text = block.text
-    if block.language == "console":
-        text = "\n".join(c for c, _ in console_steps(text))
-    text = text.replace("\\\n", " ")
-    return [ln.strip() for ln in text.splitlines() if ln.strip()]
-
-
-_INLINE = re.compile(r"`((?:\.venv/bin/)?warren(?:ctl)? [^`]+)`")
-
-
-def inline_commands(path: Path) -> list[tuple[str, str]]:
-    """``warren ...`` commands quoted in a page's text: (where, command)."""
-    rel = str(path.relative_to(ROOT))
-    text = path.read_text(encoding="utf-8")
-    text = re.sub(r"```.*?```", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
-    found = []
-    for m in _INLINE.finditer(text.replace("\n", " ")):
-        command = m.group(1)
-        second = command.split()[1]
-        if second.endswith(":") or second[0].isdigit():  # output quoted, not a command
-            continue
-        line = text[: m.start()].count("\n") + 1
-        found.append((f"{rel}:{line}", command))
-    return found

@@ -14,6 +14,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+import doc_commands as commands
 import doc_snippets as snippets
 import pytest
 
@@ -88,23 +89,23 @@ def test_commands_shown_exist() -> None:
         if b.language in ("sh", "console"):
             bad += [
                 f"{b.where}: {e}"
-                for line in snippets.command_lines(b)
-                if (e := snippets.check_command(line))
+                for line in commands.command_lines(b)
+                if (e := commands.check_command(line))
             ]
     for path in snippets.doc_paths():
         bad += [
             f"{where}: {e}"
-            for where, cmd in snippets.inline_commands(path)
-            if (e := snippets.check_command(cmd))
+            for where, cmd in commands.inline_commands(path)
+            if (e := commands.check_command(cmd))
         ]
     assert not bad, "\n".join(bad)
 
 
 def test_check_command_finds_drift() -> None:
-    assert snippets.check_command("warren ctl users add alice --tags management") is None
-    assert "add_user" in (snippets.check_command("warren ctl add_user alice") or "")
-    assert "--nope" in (snippets.check_command("warren perf throughput --nope 1") or "")
-    assert snippets.check_command("ls -l") is None
+    assert commands.check_command("warren ctl users add alice --tags management") is None
+    assert "add_user" in (commands.check_command("warren ctl add_user alice") or "")
+    assert "--nope" in (commands.check_command("warren perf throughput --nope 1") or "")
+    assert commands.check_command("ls -l") is None
 
 
 @pytest.fixture(scope="module")
