@@ -57,6 +57,7 @@ from __future__ import annotations
 import ast
 import atexit
 import contextlib
+import ctypes
 import dataclasses
 import fcntl
 import json
@@ -327,6 +328,7 @@ def _forked_python(args: list[str], cwd: Path, env: dict[str, str], out: int) ->
     atexit handlers and non-daemon threads at the end), then ``os._exit``."""
     code = 1
     try:
+        _die_with_parent()
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out, 1)
@@ -447,6 +449,13 @@ def _preload() -> None:
     import warren.cli  # noqa: F401
 
 
+def _die_with_parent() -> None:
+    """In a child forked from the runner: SIGTERM when the runner ends (prctl
+    PR_SET_PDEATHSIG), so a runner killed mid-page (a test's timeout) leaves no
+    broker behind on its own."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+
+
 def _fork_broker(work: Path, env: dict[str, str], log: int) -> int:
     """``warren --ephemeral --log-level warning`` in a child forked from the runner
     (as ``python -m warren`` would run it: cwd, environment, stdin and stdout
@@ -458,6 +467,7 @@ def _fork_broker(work: Path, env: dict[str, str], log: int) -> int:
         return pid
     code = 1
     try:
+        _die_with_parent()
         os.chdir(work)
         os.environ.clear()
         os.environ.update(env)
