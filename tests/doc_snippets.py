@@ -32,11 +32,21 @@ only a loopback interface, and a /tmp of its own): there ``warren
 own, and the snippets run verbatim. Working directory: a temporary directory holding links to the
 checkout's ``src``, ``tools``, ``bench``, ``tests``, ``examples`` and the
 running interpreter's venv as ``.venv``; ``PATH`` starts with that venv's
-``bin``. Python blocks run in a fresh interpreter each; a block with a
-top-level ``await`` / ``async with`` runs as a coroutine. Shell blocks run
+``bin``. Python blocks run in a fresh interpreter each (a fresh fork of the
+runner, below); a block with a top-level ``await`` / ``async with`` runs as a coroutine. Shell blocks run
 under ``bash -e -o pipefail``. Console blocks (``$ command`` lines, each
 followed by its output) run one command at a time and compare the output with
 the page's, whitespace runs collapsed.
+
+One runner process in the namespaces runs a pytest process's pages one after
+another (PageRunner). It imports the broker, pytest and pika once; each page's
+``warren --ephemeral`` is a fork of it, with a /tmp of its own, and so is each
+python block, run as ``python snippet.py`` or ``python -m pytest ...`` would
+run it (sys.argv, sys.path, environment, atexit; the doc_commands checks are
+another module). Importing those was some 0.25 s of CPU a page and 0.1-0.5 s
+a python block, half of the pages' CPU. pytest says of the preloaded package:
+"Module already imported so cannot be rewritten; warren" (the plugin module
+itself is still rewritten).
 
 Run by hand: ``python tests/doc_snippets.py docs/ctl.md`` (it re-executes
 itself under ``unshare``).
@@ -44,24 +54,30 @@ itself under ``unshare``).
 
 from __future__ import annotations
 
-import argparse
 import ast
+import atexit
 import contextlib
+import ctypes
 import dataclasses
 import fcntl
 import json
 import os
 import re
-import shlex
+import runpy
+import select
 import shutil
+import signal
 import socket
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE_LANGUAGES = ("python", "sh", "console")
@@ -187,13 +203,13 @@ def _loopback_up() -> None:
         fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", flags | 1))
 
 
-def _wait_ports(ports: tuple[int, ...], proc: subprocess.Popen[bytes], timeout: float) -> None:
+def _wait_ports(ports: tuple[int, ...], pid: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     for port in ports:
         while True:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
                 break
-            if proc.poll() is not None or time.monotonic() > deadline:
+            if os.waitpid(pid, os.WNOHANG)[0] or time.monotonic() > deadline:
                 raise RuntimeError(f"warren did not listen on {port}")
             time.sleep(0.05)
 
@@ -234,7 +250,7 @@ connection.close()
 def run_python(
     text: str, work: Path, env: dict[str, str], pika_channel: bool = False
 ) -> tuple[int, str]:
-    """A python block in a fresh interpreter; top-level await runs as a coroutine."""
+    """A python block in a fresh interpreter (_python); top-level await runs as a coroutine."""
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     code = compile(text, "<snippet>", "exec", flags=flags)
     script = work / "snippet.py"
@@ -248,10 +264,7 @@ def run_python(
         )
     else:
         script.write_text(text)
-    proc = subprocess.run(
-        [sys.executable, str(script)], cwd=work, env=env, capture_output=True, timeout=120
-    )
-    return proc.returncode, (proc.stdout + proc.stderr).decode(errors="replace")
+    return _python([str(script)], work, env)
 
 
 def run_pytest(text: str, work: Path, env: dict[str, str], paths: list[str]) -> tuple[int, str]:
@@ -265,16 +278,91 @@ def run_pytest(text: str, work: Path, env: dict[str, str], paths: list[str]) -> 
     env["PYTHONPATH"] = os.pathsep.join(
         [*(str(ROOT / p) for p in paths), env.get("PYTHONPATH", "")]
     ).rstrip(os.pathsep)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    return _python(
+        ["-m", "pytest", "-q", "-p", "no:cacheprovider"]
         + ["-p", "no:hypothesispytest"]  # seconds of imports that no snippet uses
         + ["-p", "no:warren", "-p", "warren.pytest_plugin", "test_snippet.py"],
-        cwd=suite,
-        env=env,
-        capture_output=True,
-        timeout=120,
+        suite,
+        env,
     )
-    return proc.returncode, (proc.stdout + proc.stderr).decode(errors="replace")
+
+
+#: Set in the runner (serve): python blocks run in children forked from it;
+#: the runner's own PYTHONPATH, which those children's sys.path replaces.
+_FORK = False
+_RUNNER_PYTHONPATH = ""
+
+
+def _python(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+    """``python ARGS`` (a script, or ``-m MODULE ...``) in ``cwd`` with ``env``:
+    (exit status, output). In the runner a fork of it: a fresh copy of an
+    interpreter that has imported the broker, pytest and pika (some 0.1-0.5 s
+    of CPU a block less than a new one)."""
+    if not _FORK:
+        proc = subprocess.run(
+            [sys.executable, *args], cwd=cwd, env=env, capture_output=True, timeout=120
+        )
+        return proc.returncode, (proc.stdout + proc.stderr).decode(errors="replace")
+    with tempfile.TemporaryFile() as out:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _forked_python(args, cwd, env, out.fileno())  # never returns
+        pidfd = os.pidfd_open(pid)
+        try:
+            if not select.select([pidfd], [], [], 120)[0]:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise subprocess.TimeoutExpired([sys.executable, *args], 120)
+        finally:
+            os.close(pidfd)
+        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        out.seek(0)
+        return status, out.read().decode(errors="replace")
+
+
+def _forked_python(args: list[str], cwd: Path, env: dict[str, str], out: int) -> None:
+    """In the child: what ``python ARGS`` does, as far as a snippet can tell (sys.argv
+    and sys.path as the command line sets them, the environment, stdin /dev/null,
+    atexit handlers and non-daemon threads at the end), then ``os._exit``."""
+    code = 1
+    try:
+        _die_with_parent()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        atexit._clear()  # the runner's (its temporary directories' finalizers)
+        extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        runner_extra = [p for p in _RUNNER_PYTHONPATH.split(os.pathsep) if p]
+        rest = [p for p in sys.path[1:] if p not in runner_extra]
+        if args[0] == "-m":
+            sys.path[:] = [str(cwd), *extra, *rest]
+            sys.argv = ["-m", *args[2:]]
+            runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.path[:] = [str(Path(args[0]).parent), *extra, *rest]
+            sys.argv = list(args)
+            runpy.run_path(args[0], run_name="__main__")
+        code = 0
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - as the interpreter reports an uncaught one
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(BaseException):
+            threading._shutdown()  # type: ignore[attr-defined]  # joins non-daemon threads
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
 
 
 def run_sh(text: str, work: Path, env: dict[str, str], errexit: bool) -> tuple[int, str]:
@@ -335,32 +423,99 @@ def run_block(block: Block, work: Path, env: dict[str, str]) -> tuple[int, str]:
     return run_console(block.text, work, env, compare=block.marker("unchecked-output") is None)
 
 
-def _private_tmp() -> None:
-    """A tmpfs of its own on /tmp, so pages that write to /tmp/... (README's
-    embedding example) neither collide with a parallel run nor leave files."""
+@contextlib.contextmanager
+def _private_tmp() -> Iterator[None]:
+    """A fresh tmpfs on /tmp for one page, so pages that write to /tmp/... (README's
+    embedding example) neither collide with a parallel run or another page nor
+    leave files."""
     here = (ROOT, Path(sys.prefix).resolve())
     if any(Path("/tmp") in (p, *p.parents) for p in here):
-        return  # the checkout or the venv lives there: keep it visible
+        yield  # the checkout or the venv lives there: keep it visible
+        return
     subprocess.run(["mount", "-t", "tmpfs", "tmpfs", "/tmp"], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", "/tmp"], check=True)
+
+
+def _preload() -> None:
+    """Import what a page's broker imports once, in the runner: each page's broker
+    is a fork of it (importing warren.app is some 0.25 s of CPU, per page before)."""
+    import pika  # noqa: F401
+    import pytest  # noqa: F401
+
+    import warren.app  # noqa: F401
+    import warren.cli  # noqa: F401
+
+
+def _die_with_parent() -> None:
+    """In a child forked from the runner: SIGTERM when the runner ends (prctl
+    PR_SET_PDEATHSIG), so a runner killed mid-page (a test's timeout) leaves no
+    broker behind on its own."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+
+
+def _fork_broker(work: Path, env: dict[str, str], log: int) -> int:
+    """``warren --ephemeral --log-level warning`` in a child forked from the runner
+    (as ``python -m warren`` would run it: cwd, environment, stdin and stdout
+    /dev/null); its stderr goes to ``log``. Returns its pid."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        _die_with_parent()
+        os.chdir(work)
+        os.environ.clear()
+        os.environ.update(env)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        os.dup2(log, 2)
+        from warren.cli import main as warren_main
+
+        sys.argv = ["warren", "--ephemeral", "--log-level", "warning"]
+        code = warren_main(sys.argv[1:])
+    except BaseException:  # noqa: BLE001 - the child must never return into the runner
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _stop(pid: int) -> None:
+    """SIGTERM (the broker stops cleanly), SIGKILL after 20 s; reaped either way."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return
+        time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
 
 
 def run_page(rel: str) -> list[dict[str, object]]:
-    """Start Warren on the default ports and run the page's blocks in order."""
-    _loopback_up()
-    _private_tmp()
+    """Start Warren on the default ports and run the page's blocks in order (in the
+    runner: inside the namespaces, _preload done)."""
     page = [b for b in blocks(ROOT / rel) if to_run(b)]
     results: list[dict[str, object]] = []
-    with _workdir() as work:
+    with _private_tmp(), _workdir() as work, tempfile.TemporaryFile() as log:
         env = _env(work)
-        broker = subprocess.Popen(
-            [sys.executable, "-m", "warren", "--ephemeral", "--log-level", "warning"],
-            cwd=work,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        broker = _fork_broker(work, env, log.fileno())
         try:
-            _wait_ports(DEFAULT_PORTS, broker, 60)
+            try:
+                _wait_ports(DEFAULT_PORTS, broker, 60)
+            except RuntimeError as e:
+                log.seek(0)
+                raise RuntimeError(f"{e}:\n{log.read().decode(errors='replace')}") from None
             for block in page:
                 missing = missing_programs(block)
                 if missing:
@@ -369,13 +524,24 @@ def run_page(rel: str) -> list[dict[str, object]]:
                 status, output = run_block(block, work, env)
                 results.append({"where": block.where, "status": status, "output": output})
         finally:
-            broker.terminate()
-            try:
-                broker.wait(20)
-            except subprocess.TimeoutExpired:
-                broker.kill()
-                broker.wait()
+            _stop(broker)
     return results
+
+
+def serve() -> None:
+    """The runner, in private user, network and mount namespaces: a page's path a
+    line on stdin, its results a JSON line on stdout, until stdin ends."""
+    global _FORK, _RUNNER_PYTHONPATH
+    _loopback_up()
+    _preload()
+    _FORK, _RUNNER_PYTHONPATH = True, os.environ.get("PYTHONPATH", "")
+    for line in sys.stdin:
+        try:
+            answer: object = run_page(line.strip())
+        except Exception:  # noqa: BLE001 - reported to the test, which fails with it
+            answer = {"error": traceback.format_exc()}
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
 
 
 def can_unshare() -> bool:
@@ -385,138 +551,112 @@ def can_unshare() -> bool:
     return subprocess.run([exe, "-rnm", "true"], capture_output=True).returncode == 0
 
 
-def run_page_isolated(rel: str) -> list[dict[str, object]]:
-    """run_page in private user, network and mount namespaces."""
-    proc = subprocess.run(
-        ["unshare", "-rnm", sys.executable, __file__, "--inside", rel],
-        capture_output=True,
-        timeout=900,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"snippet runner failed ({proc.returncode}):\n"
-            + (proc.stdout + proc.stderr).decode(errors="replace")
+class PageRunner:
+    """A runner (``serve``) in private user, network and mount namespaces
+    (``unshare -rnm``), which runs pages one after another, each against a fresh
+    broker: one per pytest process rather than a process and a broker import per
+    page. After a failure to answer (a timeout, an interrupted test) it is ended,
+    and the next page starts a new one."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(ROOT / "src"), env.get("PYTHONPATH", "")) if p
         )
-    return list(json.loads(proc.stdout.decode().splitlines()[-1]))
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+        return subprocess.Popen(
+            ["unshare", "-rnm", sys.executable, __file__, "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+        )
+
+    def _stderr_text(self) -> str:
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")
+
+    def run(self, rel: str, timeout: float = 900) -> list[dict[str, object]]:
+        if self._proc is None:
+            self._proc = self._start()
+        proc = self._proc
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(rel.encode() + b"\n")
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], timeout)
+            line = proc.stdout.readline() if ready else b""
+        except BaseException:
+            self.close(kill=True)
+            raise
+        if not line:
+            proc.kill()
+            proc.wait()
+            problem = f"snippet runner gave no answer ({proc.returncode}):\n{self._stderr_text()}"
+            self.close()
+            raise RuntimeError(problem)
+        answer = json.loads(line)
+        if isinstance(answer, dict):
+            raise RuntimeError(f"snippet runner failed on {rel}:\n{answer['error']}")
+        return list(answer)
+
+    def close(self, kill: bool = False) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if kill:
+            proc.kill()
+        with contextlib.suppress(OSError):
+            assert proc.stdin is not None
+            proc.stdin.close()  # the end of the pages: the runner returns
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+
+def run_page_isolated(rel: str) -> list[dict[str, object]]:
+    """One page in a runner of its own."""
+    runner = PageRunner()
+    try:
+        return runner.run(rel)
+    finally:
+        runner.close()
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--inside"]:
-        print(json.dumps(run_page(argv[1])))
+    if argv[:1] == ["--serve"]:
+        serve()
         return 0
     failed = 0
-    for rel in argv:
-        for r in run_page_isolated(rel):
-            ok = r.get("status", 0) == 0
-            failed += not ok
-            print(
-                r["where"],
-                "skipped: " + str(r["skipped"])
-                if "skipped" in r
-                else ("ok" if ok else f"FAILED ({r['status']})\n{r['output']}"),
-            )
+    runner = PageRunner()
+    try:
+        for rel in argv:
+            for r in runner.run(rel):
+                ok = r.get("status", 0) == 0
+                failed += not ok
+                print(
+                    r["where"],
+                    "skipped: " + str(r["skipped"])
+                    if "skipped" in r
+                    else ("ok" if ok else f"FAILED ({r['status']})\n{r['output']}"),
+                )
+    finally:
+        runner.close()
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
-
-
-# --- command lines: the subcommands and options a page shows exist ----------------------
-
-_COMMAND = re.compile(r"^(?:\.venv/bin/)?(warren|warrenctl)$")
-
-
-def _parser_for(words: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
-    """The argparse parser of a ``warren``/``warrenctl`` command and its remaining words."""
-    from warren import cli, orphans_cli, users_cli
-    from warren.ctl import main as ctl_main
-    from warren.perf import cli as perf_cli
-
-    if words[0].endswith("warrenctl"):
-        return ctl_main.build_parser(), words[1:]
-    tools = {
-        "ctl": ctl_main.build_parser,
-        "perf": perf_cli.build_parser,
-        "users": users_cli.build_parser,
-        "orphans": orphans_cli.build_parser,
-    }
-    if len(words) > 1 and words[1] in tools:
-        return tools[words[1]](), words[2:]
-    return cli.build_parser(), words[1:]
-
-
-def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return {}
-
-
-def check_command(line: str) -> str | None:
-    """Why a ``warren ...`` command line shown in a page would not parse, or None.
-
-    Walks the subcommands and checks every option name against argparse's
-    parsers; values and positional arguments may be placeholders.
-    """
-    if not line.split() or not _COMMAND.match(line.split()[0]):
-        return None
-    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    try:
-        words = list(lexer)
-    except ValueError as e:
-        return f"cannot split {line!r}: {e}"
-    for i, word in enumerate(words):
-        if word and set(word) <= set("|;&<>()"):  # the shell's: the command ends
-            words = words[:i]
-            break
-    parser, rest = _parser_for(words)
-    i = 0
-    while i < len(rest):
-        word = rest[i]
-        i += 1
-        if word == "..." or word.startswith("<"):
-            continue
-        if word.startswith("-") and word != "-":
-            name = word.split("=", 1)[0]
-            action = parser._option_string_actions.get(name)
-            if action is None:
-                return f"{line!r}: {parser.prog} has no option {name}"
-            if action.nargs != 0 and "=" not in word:
-                i += 1  # its value
-            continue
-        subs = _subparsers(parser)
-        if subs:
-            if word not in subs and not all(w in subs for w in word.split("|")):
-                return f"{line!r}: {parser.prog} has no subcommand {word!r} ({', '.join(subs)})"
-            parser = subs[word.split("|")[0]]
-    return None
-
-
-def command_lines(block: Block) -> list[str]:
-    """The command lines of an sh or console block, continuation lines joined."""
-    text = block.text
-    if block.language == "console":
-        text = "\n".join(c for c, _ in console_steps(text))
-    text = text.replace("\\\n", " ")
-    return [ln.strip() for ln in text.splitlines() if ln.strip()]
-
-
-_INLINE = re.compile(r"`((?:\.venv/bin/)?warren(?:ctl)? [^`]+)`")
-
-
-def inline_commands(path: Path) -> list[tuple[str, str]]:
-    """``warren ...`` commands quoted in a page's text: (where, command)."""
-    rel = str(path.relative_to(ROOT))
-    text = path.read_text(encoding="utf-8")
-    text = re.sub(r"```.*?```", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
-    found = []
-    for m in _INLINE.finditer(text.replace("\n", " ")):
-        command = m.group(1)
-        second = command.split()[1]
-        if second.endswith(":") or second[0].isdigit():  # output quoted, not a command
-            continue
-        line = text[: m.start()].count("\n") + 1
-        found.append((f"{rel}:{line}", command))
-    return found

@@ -5,7 +5,9 @@ were actually given override the file, which is why every flag defaults to
 None rather than to the Config default.
 
 ``warren.app`` (the broker) is imported only inside :func:`_serve` so that ``--help``,
-``--version`` and configuration errors work without loading the broker.
+``--version`` and configuration errors work without loading the broker, and
+``warren.config`` only where the server's command line is read, so that ``warren
+ctl ...`` (a Python start per command in scripts and the docs) does not load it.
 """
 
 from __future__ import annotations
@@ -22,11 +24,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from warren.config import Config, ConfigError, check_field, ini_sections, normalize_log_level
-from warren.ready import ready_line
-
 if TYPE_CHECKING:  # asyncio and the listeners only where the broker runs: not for `warren ctl`
     import asyncio
+
+    from warren.config import Config
 
 __all__ = ["build_config", "build_parser", "config_from_args", "data_dir_problem", "main"]
 
@@ -85,6 +86,8 @@ def _version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; defaults shown in --help come from Config itself."""
+    from warren.config import Config, ini_sections
+
     d = Config()
     sections = ", ".join(f"[{name}]" for name in ini_sections())
     p = argparse.ArgumentParser(
@@ -295,6 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> Config:
     """Apply defaults < config file < given flags, then validate the result."""
+    from warren.config import Config, ConfigError, check_field, normalize_log_level
+
     config = Config()
     origin: dict[str, str] = {}
     if args.config is not None:
@@ -365,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     """The server: configuration, logging, data dir check, then the broker."""
+    from warren.config import ConfigError
+
     root = logging.getLogger()
     saved_level = root.level
     # Installed before the config is read so warnings about the config file
@@ -514,7 +521,9 @@ async def _serve(config: Config) -> int:
     # asyncio.Runner's handler, which cancels this task: it ends at the sleep,
     # before anything is created, and runner.run raises KeyboardInterrupt.
     from warren.app import Broker  # deferred: see module docstring
+    from warren.config import ConfigError
     from warren.definitions_document import DefinitionsError
+    from warren.ready import ready_line
     from warren.store.damage import DamagedFile
 
     await asyncio.sleep(0)

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 
+import doc_commands as commands
 import doc_snippets as snippets
 import pytest
 
@@ -87,29 +89,37 @@ def test_commands_shown_exist() -> None:
         if b.language in ("sh", "console"):
             bad += [
                 f"{b.where}: {e}"
-                for line in snippets.command_lines(b)
-                if (e := snippets.check_command(line))
+                for line in commands.command_lines(b)
+                if (e := commands.check_command(line))
             ]
     for path in snippets.doc_paths():
         bad += [
             f"{where}: {e}"
-            for where, cmd in snippets.inline_commands(path)
-            if (e := snippets.check_command(cmd))
+            for where, cmd in commands.inline_commands(path)
+            if (e := commands.check_command(cmd))
         ]
     assert not bad, "\n".join(bad)
 
 
 def test_check_command_finds_drift() -> None:
-    assert snippets.check_command("warren ctl users add alice --tags management") is None
-    assert "add_user" in (snippets.check_command("warren ctl add_user alice") or "")
-    assert "--nope" in (snippets.check_command("warren perf throughput --nope 1") or "")
-    assert snippets.check_command("ls -l") is None
+    assert commands.check_command("warren ctl users add alice --tags management") is None
+    assert "add_user" in (commands.check_command("warren ctl add_user alice") or "")
+    assert "--nope" in (commands.check_command("warren perf throughput --nope 1") or "")
+    assert commands.check_command("ls -l") is None
+
+
+@pytest.fixture(scope="module")
+def page_runner() -> Iterator[snippets.PageRunner]:
+    """One runner for the pages this process runs (each page still gets a fresh broker)."""
+    runner = snippets.PageRunner()
+    yield runner
+    runner.close()
 
 
 @pytest.mark.skipif(not snippets.can_unshare(), reason="needs unshare -rnm (user namespaces)")
 @pytest.mark.parametrize("page", PAGES)
-def test_page_snippets_run(page: str) -> None:
-    results = snippets.run_page_isolated(page)
+def test_page_snippets_run(page: str, page_runner: snippets.PageRunner) -> None:
+    results = page_runner.run(page)
     failed = [r for r in results if r.get("status", 0) != 0]
     assert not failed, "\n\n".join(f"{r['where']} failed:\n{r['output']}" for r in failed)
     assert len(results) == sum(1 for b in BLOCKS if b.path == page and snippets.to_run(b))

@@ -25,6 +25,9 @@ from paths import REPO
 pytest_plugins = ["pytester"]
 
 PLUGIN = ("-p", "no:warren", "-p", "warren.pytest_plugin", "-p", "no:cacheprovider")
+#: hypothesis's plugin: 0.13 s of CPU of imports in every pytest process started
+#: (xdist's workers, runpytest_subprocess), and no test here uses it.
+NO_HYPOTHESIS = ("-p", "no:hypothesispytest")
 #: pytest-asyncio (test extra) warns in every session that leaves this unset.
 QUIET = ("-o", "asyncio_default_fixture_loop_scope=function")
 
@@ -256,7 +259,7 @@ def test_pytest_xdist_one_broker_per_worker(pytester: pytest.Pytester, tmp_path:
                 f.write(f"{{warren_broker.amqp_port}}\\n")
         """
     )
-    run(pytester, "-p", "xdist", "-n", "2").assert_outcomes(passed=6)
+    run(pytester, *NO_HYPOTHESIS, "-p", "xdist", "-n", "2").assert_outcomes(passed=6)
     ports = {f.name: set(f.read_text().split()) for f in out.iterdir()}
     assert sorted(ports) == ["gw0", "gw1"]
     assert all(len(p) == 1 for p in ports.values())  # one broker per worker ...
@@ -296,8 +299,12 @@ def _installed_from_this_checkout() -> bool:
 )
 def test_entry_point_autoloads_and_opts_out(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_url(warren_url):\n    assert warren_url\n")
-    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:warren")
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", *NO_HYPOTHESIS).assert_outcomes(
+        passed=1
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", *NO_HYPOTHESIS, "-p", "no:warren"
+    )
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*fixture 'warren_url' not found*"])
 
