@@ -12,6 +12,7 @@ Screenshots go to tests/ui/artifacts/.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -36,6 +37,7 @@ from playwright.sync_api import (  # noqa: E402
     Browser,
     ConsoleMessage,
     Page,
+    Playwright,
     expect,
     sync_playwright,
 )
@@ -183,21 +185,75 @@ def rabbitmq_ui(ui_server: UIServer) -> Iterator[UIServer]:
         dev.stop()
 
 
-# Module scope, not session: playwright's sync API keeps an asyncio loop
-# marked running on this thread while it is open, and every test after it on
-# the same worker (xdist hands tests out in any order) that runs a loop of its
-# own fails with "Cannot run the event loop while another loop is running".
-# Closed when the worker leaves the module, it costs a Chromium start per module.
-@pytest.fixture(scope="module")
+class SharedBrowser:
+    """One Chromium, and one Playwright driver, per test process for a run of
+    tests that need a browser (each test gets a context of its own: the page
+    fixture): a browser per module started 16 of each in tests/ui, some 1.5
+    CPU-seconds apiece. Playwright's sync API keeps its asyncio loop marked
+    running on this thread while it is open; any test that runs a loop of its
+    own (xdist hands tests out in any order) would fail with "Cannot run the
+    event loop while another loop is running". So the mark is set only while a
+    test uses the browser (:meth:`use`, :meth:`pause`), and the browser is
+    closed when the next test on this process does not need one
+    (pytest_runtest_teardown below)."""
+
+    def __init__(self) -> None:
+        self._playwright: Playwright | None = None
+        self._browser: Browser | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def use(self) -> Browser:
+        if self._browser is not None:
+            asyncio._set_running_loop(self._loop)
+            return self._browser
+        playwright = sync_playwright().start()
+        self._loop = asyncio._get_running_loop()  # the mark start() left
+        try:
+            self._browser = playwright.chromium.launch(
+                executable_path=CHROMIUM, args=chromium_args()
+            )
+        except BaseException:
+            playwright.stop()
+            raise
+        self._playwright = playwright
+        return self._browser
+
+    def pause(self) -> None:
+        if self._browser is not None:
+            asyncio._set_running_loop(None)
+
+    def close(self) -> None:
+        browser, playwright = self._browser, self._playwright
+        if browser is None or playwright is None:
+            return
+        self._browser = self._playwright = None
+        asyncio._set_running_loop(self._loop)
+        try:
+            browser.close()
+        finally:
+            playwright.stop()  # its loop ends: the mark is cleared
+
+
+SHARED_BROWSER = SharedBrowser()
+
+
+@pytest.fixture
 def browser() -> Iterator[Browser]:
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"no Chromium at {CHROMIUM} (make browser: apt-get install chromium)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=chromium_args())
-        try:
-            yield b
-        finally:
-            b.close()
+    try:
+        yield SHARED_BROWSER.use()
+    finally:
+        SHARED_BROWSER.pause()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After a test's fixtures (its browser context closed): the shared browser
+    closed unless the next test on this process uses one too."""
+    yield
+    if nextitem is None or "browser" not in getattr(nextitem, "fixturenames", ()):
+        SHARED_BROWSER.close()
 
 
 @dataclass
