@@ -21,7 +21,7 @@ import re
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,7 @@ pytest.importorskip("playwright", reason="playwright is not installed (the test 
 
 from playwright.sync_api import (  # noqa: E402
     Browser,
+    BrowserContext,
     ConsoleMessage,
     Page,
     Playwright,
@@ -201,6 +202,7 @@ class SharedBrowser:
         self._playwright: Playwright | None = None
         self._browser: Browser | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._kept: tuple[str, BrowserContext, Any] | None = None
 
     def use(self) -> Browser:
         if self._browser is not None:
@@ -222,12 +224,38 @@ class SharedBrowser:
         if self._browser is not None:
             asyncio._set_running_loop(None)
 
+    def kept(self, key: str, make: Callable[[BrowserContext], Any]) -> Any:
+        """What ``make`` built in a context of its own for ``key`` (a module's
+        logged-in page), while the browser lasts and the key stays the same:
+        another key's is dropped first."""
+        if self._kept is not None and self._kept[0] == key:
+            return self._kept[2]
+        self.drop()
+        context = new_context(self.use())
+        try:
+            self._kept = (key, context, make(context))
+        except BaseException:
+            context.close()
+            raise
+        return self._kept[2]
+
+    def drop(self) -> None:
+        kept, self._kept = self._kept, None
+        if kept is not None and self._browser is not None:
+            marked = asyncio._get_running_loop()
+            asyncio._set_running_loop(self._loop)
+            try:
+                kept[1].close()
+            finally:
+                asyncio._set_running_loop(marked)
+
     def close(self) -> None:
         browser, playwright = self._browser, self._playwright
         if browser is None or playwright is None:
             return
-        self._browser = self._playwright = None
         asyncio._set_running_loop(self._loop)
+        self.drop()
+        self._browser = self._playwright = None
         try:
             browser.close()
         finally:
@@ -250,10 +278,14 @@ def browser() -> Iterator[Browser]:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """After a test's fixtures (its browser context closed): the shared browser
-    closed unless the next test on this process uses one too."""
+    closed unless the next test on this process uses one too, the kept page
+    (rui) unless it uses that."""
     yield
-    if nextitem is None or "browser" not in getattr(nextitem, "fixturenames", ()):
+    needs = getattr(nextitem, "fixturenames", ()) if nextitem is not None else ()
+    if "browser" not in needs:
         SHARED_BROWSER.close()
+    elif "rui" not in needs:
+        SHARED_BROWSER.drop()  # a kept RabbitMQ UI page would go on polling
 
 
 @dataclass
@@ -284,21 +316,30 @@ def console() -> Console:
 PAGE_ERRORS: weakref.WeakKeyDictionary[Page, list[str]] = weakref.WeakKeyDictionary()
 
 
-@pytest.fixture
-def page(browser: Browser, console: Console) -> Iterator[Page]:
+def new_context(browser: Browser) -> BrowserContext:
     context = browser.new_context(viewport={"width": 1280, "height": 860})
     # How long a wait for a page's state may take: the RabbitMQ UI's first render
     # after logging in once took more than 15 s in make test (four compiled-pass
     # workers, the pure pass and Chromium on two cores).
     context.set_default_timeout(60_000)
+    return context
+
+
+def open_page(context: BrowserContext, console: Console) -> Page:
     pg = context.new_page()
     pg.on("console", console.on_message)
     pg.on("pageerror", console.on_page_error)
     PAGE_ERRORS[pg] = console.errors  # load() forgets a failed load's errors
     # Deletions ask window.confirm(): yes.
     pg.on("dialog", lambda dialog: dialog.accept())
+    return pg
+
+
+@pytest.fixture
+def page(browser: Browser, console: Console) -> Iterator[Page]:
+    context = new_context(browser)
     try:
-        yield pg
+        yield open_page(context, console)
     finally:
         context.close()
 
@@ -329,10 +370,29 @@ def live(rabbitmq_ui: UIServer) -> Iterator[Live]:
 
 
 @pytest.fixture
-def rui(page: Page, rabbitmq_ui: UIServer, console: Console, live: Live) -> RabbitUI:
-    """RabbitMQ's UI, logged in as guest."""
+def rui(
+    request: pytest.FixtureRequest, browser: Browser, rabbitmq_ui: UIServer, live: Live
+) -> Iterator[RabbitUI]:
+    """RabbitMQ's UI, logged in as guest: one page for a module's tests on this
+    process (SharedBrowser.kept), logged in (and checked, RabbitUI.log_in) by
+    the first. Its loads, logins and renders were some 0.7 CPU-seconds per
+    test in a context of its own. Each test starts from the page as a log-in
+    leaves it (RabbitUI.reset); a test that fails leaves no page to the next."""
     from .rabbitui import RabbitUI
 
-    ui = RabbitUI(page, rabbitmq_ui, console)
-    ui.log_in()
-    return ui
+    def logged_in(context: BrowserContext) -> RabbitUI:
+        console = Console()
+        ui = RabbitUI(open_page(context, console), rabbitmq_ui, console)
+        ui.log_in()
+        return ui
+
+    ui: RabbitUI = SHARED_BROWSER.kept(f"{request.module.__name__} {rabbitmq_ui.url}", logged_in)
+    try:
+        ui.reset()
+    except BaseException:
+        SHARED_BROWSER.drop()
+        raise
+    failed = request.session.testsfailed
+    yield ui
+    if request.session.testsfailed != failed:
+        SHARED_BROWSER.drop()

@@ -195,6 +195,22 @@ class RabbitUI:
         expect(self.page.locator("#header")).to_contain_text(f"User {USER}")
         self.assert_clean("log in")
 
+    def reset(self) -> None:
+        """The page as a log-in leaves it, for the next test on a kept page
+        (conftest.py's rui): on the overview, no message popup, nothing in #debug,
+        what went wrong since the last check forgotten (a fresh page's test
+        never saw it either)."""
+        self.page.evaluate(
+            """() => {
+                $('.form-popup-info, .form-popup-warn').remove();
+                $('#debug').empty();
+                if (location.hash !== '#/') { $('#main').empty(); location.hash = '#/'; }
+            }"""
+        )
+        self.wait_rendered()
+        self.console.errors.clear()
+        self.refused.clear()
+
     def wait_rendered(self) -> None:
         """The page drawn and every request it made answered."""
         self.page.wait_for_function(
