@@ -54,7 +54,8 @@ if TYPE_CHECKING:
 
 API_URL_ENV = "WARREN_UI_API_URL"
 CHROMIUM = os.environ.get("WARREN_UI_CHROMIUM", "/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+UI_TESTS = Path(__file__).resolve().parent
+ARTIFACTS = UI_TESTS / "artifacts"
 USER, PASSWORD = "guest", "guest"
 #: Headless Chromium still builds each window's omnibox popup, a WebUI page in a
 #: renderer of its own (chrome://omnibox-popup.top-chrome/): some 0.6 s of CPU per
@@ -195,7 +196,7 @@ class SharedBrowser:
     own (xdist hands tests out in any order) would fail with "Cannot run the
     event loop while another loop is running". So the mark is set only while a
     test uses the browser (:meth:`use`, :meth:`pause`), and the browser is
-    closed when the next test on this process does not need one
+    closed when the next test on this process is not one of tests/ui
     (pytest_runtest_teardown below)."""
 
     def __init__(self) -> None:
@@ -278,13 +279,14 @@ def browser() -> Iterator[Browser]:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """After a test's fixtures (its browser context closed): the shared browser
-    closed unless the next test on this process uses one too, the kept page
-    (rui) unless it uses that."""
+    closed unless the next test on this process is one of tests/ui (make test
+    runs them one after the other on a worker; one that needs no browser
+    between them would cost a Chromium start), the kept page (rui) unless
+    the next test uses that."""
     yield
-    needs = getattr(nextitem, "fixturenames", ()) if nextitem is not None else ()
-    if "browser" not in needs:
+    if nextitem is None or not Path(nextitem.path).is_relative_to(UI_TESTS):
         SHARED_BROWSER.close()
-    elif "rui" not in needs:
+    elif "rui" not in getattr(nextitem, "fixturenames", ()):
         SHARED_BROWSER.drop()  # a kept RabbitMQ UI page would go on polling
 
 
