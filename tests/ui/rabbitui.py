@@ -26,7 +26,7 @@ from diskhelp import eventually  # tests/diskhelp.py
 from playwright.sync_api import Locator, Page, Response, expect
 
 from .conftest import PASSWORD, USER, Console, UIServer
-from .helpers import load
+from .helpers import POLL_MS, load
 
 P = "rmqui-"
 CLASSIC, BACKLOG, QUORUM, STREAM = f"{P}classic", f"{P}backlog", f"{P}quorum", f"{P}stream"
@@ -215,7 +215,8 @@ class RabbitUI:
         """The page drawn and every request it made answered."""
         self.page.wait_for_function(
             "() => typeof outstanding_reqs !== 'undefined' && outstanding_reqs.length === 0"
-            " && $('#main').children().length > 0"
+            " && $('#main').children().length > 0",
+            polling=POLL_MS,
         )
 
     def visit(self, route: str) -> Locator:
