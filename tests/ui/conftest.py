@@ -203,7 +203,8 @@ class SharedBrowser:
         self._playwright: Playwright | None = None
         self._browser: Browser | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._kept: tuple[str, BrowserContext, Any] | None = None
+        #: (the fixture, its key, the context, what the fixture made in it)
+        self._kept: tuple[str, str, BrowserContext, Any] | None = None
 
     def use(self) -> Browser:
         if self._browser is not None:
@@ -225,20 +226,23 @@ class SharedBrowser:
         if self._browser is not None:
             asyncio._set_running_loop(None)
 
-    def kept(self, key: str, make: Callable[[BrowserContext], Any]) -> Any:
-        """What ``make`` built in a context of its own for ``key`` (a module's
-        logged-in page), while the browser lasts and the key stays the same:
-        another key's is dropped first."""
-        if self._kept is not None and self._kept[0] == key:
-            return self._kept[2]
+    def kept(self, fixture: str, key: str, make: Callable[[BrowserContext], Any]) -> Any:
+        """What ``make`` built in a context of its own for ``fixture`` and ``key``
+        (a module's logged-in page), while the browser lasts and they stay the
+        same: another's is dropped first."""
+        if self._kept is not None and self._kept[:2] == (fixture, key):
+            return self._kept[3]
         self.drop()
         context = new_context(self.use())
         try:
-            self._kept = (key, context, make(context))
+            self._kept = (fixture, key, context, make(context))
         except BaseException:
             context.close()
             raise
-        return self._kept[2]
+        return self._kept[3]
+
+    def kept_by(self) -> str | None:
+        return self._kept[0] if self._kept is not None else None
 
     def drop(self) -> None:
         kept, self._kept = self._kept, None
@@ -246,7 +250,7 @@ class SharedBrowser:
             marked = asyncio._get_running_loop()
             asyncio._set_running_loop(self._loop)
             try:
-                kept[1].close()
+                kept[2].close()
             finally:
                 asyncio._set_running_loop(marked)
 
@@ -281,13 +285,13 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """After a test's fixtures (its browser context closed): the shared browser
     closed unless the next test on this process is one of tests/ui (make test
     runs them one after the other on a worker; one that needs no browser
-    between them would cost a Chromium start), the kept page (rui) unless
-    the next test uses that."""
+    between them would cost a Chromium start), the kept page (rui,
+    logged_in) unless the next test uses that fixture."""
     yield
     if nextitem is None or not Path(nextitem.path).is_relative_to(UI_TESTS):
         SHARED_BROWSER.close()
-    elif "rui" not in getattr(nextitem, "fixturenames", ()):
-        SHARED_BROWSER.drop()  # a kept RabbitMQ UI page would go on polling
+    elif SHARED_BROWSER.kept_by() not in getattr(nextitem, "fixturenames", ()):
+        SHARED_BROWSER.drop()  # a kept page would go on polling the API
 
 
 @dataclass
@@ -337,6 +341,73 @@ def open_page(context: BrowserContext, console: Console) -> Page:
     return pg
 
 
+@dataclass
+class RelayConsole(Console):
+    """A kept page's console: what the page reports goes to the console of the
+    test that uses it."""
+
+    target: Console = field(default_factory=Console)
+
+    def on_message(self, msg: ConsoleMessage) -> None:
+        self.target.on_message(msg)
+
+    def on_page_error(self, exc: Exception) -> None:
+        self.target.on_page_error(exc)
+
+
+@contextlib.contextmanager
+def kept_for_test(
+    request: pytest.FixtureRequest,
+    key: str,
+    make: Callable[[BrowserContext], Any],
+    reset: Callable[[Any], None],
+) -> Iterator[Any]:
+    """The requesting fixture's kept page (SharedBrowser.kept) for a module's
+    tests on this process, ``reset`` for each; a test that fails (or its
+    reset) leaves none to the next, which starts afresh."""
+    value = SHARED_BROWSER.kept(request.fixturename, f"{request.module.__name__} {key}", make)
+    try:
+        reset(value)
+    except BaseException:
+        SHARED_BROWSER.drop()
+        raise
+    failed = request.session.testsfailed
+    yield value
+    if request.session.testsfailed != failed:
+        SHARED_BROWSER.drop()
+
+
+@pytest.fixture
+def logged_in(
+    request: pytest.FixtureRequest, browser: Browser, ui_server: UIServer, console: Console
+) -> Iterator[Page]:
+    """The management UI logged in as guest, on the overview: one page for a
+    module's tests on this process, logged in by the first (a context, the
+    UI's load and a log-in were some 0.5 CPU-seconds per test). Each test
+    starts as after a log-in: on the overview (a re-render), no message in
+    #flash, the page's errors going to its own console."""
+    from .helpers import log_in
+
+    def make(context: BrowserContext) -> tuple[Page, RelayConsole]:
+        relay = RelayConsole(target=console)
+        pg = open_page(context, relay)
+        log_in(pg, ui_server)
+        return pg, relay
+
+    def reset(kept: tuple[Page, RelayConsole]) -> None:
+        pg, relay = kept
+        relay.target = console
+        PAGE_ERRORS[pg] = console.errors
+        pg.evaluate(
+            "() => { document.getElementById('flash').replaceChildren();"
+            " if (location.hash !== '#/') { location.hash = '#/'; } }"
+        )
+        expect(pg.locator("main h1")).to_have_text("Overview")
+
+    with kept_for_test(request, ui_server.url, make, reset) as (pg, _):
+        yield pg
+
+
 @pytest.fixture
 def page(browser: Browser, console: Console) -> Iterator[Page]:
     context = new_context(browser)
@@ -382,19 +453,11 @@ def rui(
     leaves it (RabbitUI.reset); a test that fails leaves no page to the next."""
     from .rabbitui import RabbitUI
 
-    def logged_in(context: BrowserContext) -> RabbitUI:
+    def make(context: BrowserContext) -> RabbitUI:
         console = Console()
         ui = RabbitUI(open_page(context, console), rabbitmq_ui, console)
         ui.log_in()
         return ui
 
-    ui: RabbitUI = SHARED_BROWSER.kept(f"{request.module.__name__} {rabbitmq_ui.url}", logged_in)
-    try:
-        ui.reset()
-    except BaseException:
-        SHARED_BROWSER.drop()
-        raise
-    failed = request.session.testsfailed
-    yield ui
-    if request.session.testsfailed != failed:
-        SHARED_BROWSER.drop()
+    with kept_for_test(request, rabbitmq_ui.url, make, lambda ui: ui.reset()) as ui:
+        yield ui
