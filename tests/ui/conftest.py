@@ -228,7 +228,7 @@ class SharedBrowser:
 
     def kept(self, fixture: str, key: str, make: Callable[[BrowserContext], Any]) -> Any:
         """What ``make`` built in a context of its own for ``fixture`` and ``key``
-        (a module's logged-in page), while the browser lasts and they stay the
+        (a logged-in page), while the browser lasts and they stay the
         same: another's is dropped first."""
         if self._kept is not None and self._kept[:2] == (fixture, key):
             return self._kept[3]
@@ -362,10 +362,11 @@ def kept_for_test(
     make: Callable[[BrowserContext], Any],
     reset: Callable[[Any], None],
 ) -> Iterator[Any]:
-    """The requesting fixture's kept page (SharedBrowser.kept) for a module's
-    tests on this process, ``reset`` for each; a test that fails (or its
-    reset) leaves none to the next, which starts afresh."""
-    value = SHARED_BROWSER.kept(request.fixturename, f"{request.module.__name__} {key}", make)
+    """The requesting fixture's kept page (SharedBrowser.kept) for its tests
+    that follow each other on this process (in any module), ``reset`` for
+    each; a test that fails (or its reset) leaves none to the next, which
+    starts afresh."""
+    value = SHARED_BROWSER.kept(request.fixturename, key, make)
     try:
         reset(value)
     except BaseException:
@@ -381,11 +382,12 @@ def kept_for_test(
 def logged_in(
     request: pytest.FixtureRequest, browser: Browser, ui_server: UIServer, console: Console
 ) -> Iterator[Page]:
-    """The management UI logged in as guest, on the overview: one page for a
-    module's tests on this process, logged in by the first (a context, the
-    UI's load and a log-in were some 0.5 CPU-seconds per test). Each test
-    starts as after a log-in: on the overview (a re-render), no message in
-    #flash, the page's errors going to its own console."""
+    """The management UI logged in as guest, on the overview: one page for the
+    tests using it one after another on this process (kept_for_test), logged
+    in by the first (a context, the UI's load and a log-in were some 0.5
+    CPU-seconds per test). Each test starts as after a log-in: on the
+    overview (a re-render), no message in #flash, the page's errors going to
+    its own console."""
     from .helpers import log_in
 
     def make(context: BrowserContext) -> tuple[Page, RelayConsole]:
@@ -446,11 +448,12 @@ def live(rabbitmq_ui: UIServer) -> Iterator[Live]:
 def rui(
     request: pytest.FixtureRequest, browser: Browser, rabbitmq_ui: UIServer, live: Live
 ) -> Iterator[RabbitUI]:
-    """RabbitMQ's UI, logged in as guest: one page for a module's tests on this
-    process (SharedBrowser.kept), logged in (and checked, RabbitUI.log_in) by
-    the first. Its loads, logins and renders were some 0.7 CPU-seconds per
-    test in a context of its own. Each test starts from the page as a log-in
-    leaves it (RabbitUI.reset); a test that fails leaves no page to the next."""
+    """RabbitMQ's UI, logged in as guest: one page for the tests using it one
+    after another on this process (kept_for_test), logged in (and checked,
+    RabbitUI.log_in) by the first. Its loads, logins and renders were some
+    0.7 CPU-seconds per test in a context of its own. Each test starts from
+    the page as a log-in leaves it (RabbitUI.reset); a test that fails leaves
+    no page to the next."""
     from .rabbitui import RabbitUI
 
     def make(context: BrowserContext) -> RabbitUI:
