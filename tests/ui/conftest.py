@@ -259,11 +259,11 @@ class SharedBrowser:
         if browser is None or playwright is None:
             return
         asyncio._set_running_loop(self._loop)
-        self.drop()
-        self._browser = self._playwright = None
         try:
+            self.drop()
             browser.close()
         finally:
+            self._browser = self._playwright = None
             playwright.stop()  # its loop ends: the mark is cleared
 
 
