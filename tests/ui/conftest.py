@@ -12,6 +12,7 @@ Screenshots go to tests/ui/artifacts/.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -20,7 +21,7 @@ import re
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,8 +35,10 @@ pytest.importorskip("playwright", reason="playwright is not installed (the test 
 
 from playwright.sync_api import (  # noqa: E402
     Browser,
+    BrowserContext,
     ConsoleMessage,
     Page,
+    Playwright,
     expect,
     sync_playwright,
 )
@@ -51,7 +54,8 @@ if TYPE_CHECKING:
 
 API_URL_ENV = "WARREN_UI_API_URL"
 CHROMIUM = os.environ.get("WARREN_UI_CHROMIUM", "/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+UI_TESTS = Path(__file__).resolve().parent
+ARTIFACTS = UI_TESTS / "artifacts"
 USER, PASSWORD = "guest", "guest"
 #: Headless Chromium still builds each window's omnibox popup, a WebUI page in a
 #: renderer of its own (chrome://omnibox-popup.top-chrome/): some 0.6 s of CPU per
@@ -183,21 +187,111 @@ def rabbitmq_ui(ui_server: UIServer) -> Iterator[UIServer]:
         dev.stop()
 
 
-# Module scope, not session: playwright's sync API keeps an asyncio loop
-# marked running on this thread while it is open, and every test after it on
-# the same worker (xdist hands tests out in any order) that runs a loop of its
-# own fails with "Cannot run the event loop while another loop is running".
-# Closed when the worker leaves the module, it costs a Chromium start per module.
-@pytest.fixture(scope="module")
+class SharedBrowser:
+    """One Chromium, and one Playwright driver, per test process for a run of
+    tests that need a browser (each test gets a context of its own: the page
+    fixture): a browser per module started 16 of each in tests/ui, some 1.5
+    CPU-seconds apiece. Playwright's sync API keeps its asyncio loop marked
+    running on this thread while it is open; any test that runs a loop of its
+    own (xdist hands tests out in any order) would fail with "Cannot run the
+    event loop while another loop is running". So the mark is set only while a
+    test uses the browser (:meth:`use`, :meth:`pause`), and the browser is
+    closed when the next test on this process is not one of tests/ui
+    (pytest_runtest_teardown below)."""
+
+    def __init__(self) -> None:
+        self._playwright: Playwright | None = None
+        self._browser: Browser | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: (the fixture, its key, the context, what the fixture made in it)
+        self._kept: tuple[str, str, BrowserContext, Any] | None = None
+
+    def use(self) -> Browser:
+        if self._browser is not None:
+            asyncio._set_running_loop(self._loop)
+            return self._browser
+        playwright = sync_playwright().start()
+        self._loop = asyncio._get_running_loop()  # the mark start() left
+        try:
+            self._browser = playwright.chromium.launch(
+                executable_path=CHROMIUM, args=chromium_args()
+            )
+        except BaseException:
+            playwright.stop()
+            raise
+        self._playwright = playwright
+        return self._browser
+
+    def pause(self) -> None:
+        if self._browser is not None:
+            asyncio._set_running_loop(None)
+
+    def kept(self, fixture: str, key: str, make: Callable[[BrowserContext], Any]) -> Any:
+        """What ``make`` built in a context of its own for ``fixture`` and ``key``
+        (a logged-in page), while the browser lasts and they stay the
+        same: another's is dropped first."""
+        if self._kept is not None and self._kept[:2] == (fixture, key):
+            return self._kept[3]
+        self.drop()
+        context = new_context(self.use())
+        try:
+            self._kept = (fixture, key, context, make(context))
+        except BaseException:
+            context.close()
+            raise
+        return self._kept[3]
+
+    def kept_by(self) -> str | None:
+        return self._kept[0] if self._kept is not None else None
+
+    def drop(self) -> None:
+        kept, self._kept = self._kept, None
+        if kept is not None and self._browser is not None:
+            marked = asyncio._get_running_loop()
+            asyncio._set_running_loop(self._loop)
+            try:
+                kept[2].close()
+            finally:
+                asyncio._set_running_loop(marked)
+
+    def close(self) -> None:
+        browser, playwright = self._browser, self._playwright
+        if browser is None or playwright is None:
+            return
+        asyncio._set_running_loop(self._loop)
+        try:
+            self.drop()
+            browser.close()
+        finally:
+            self._browser = self._playwright = None
+            playwright.stop()  # its loop ends: the mark is cleared
+
+
+SHARED_BROWSER = SharedBrowser()
+
+
+@pytest.fixture
 def browser() -> Iterator[Browser]:
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"no Chromium at {CHROMIUM} (make browser: apt-get install chromium)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=chromium_args())
-        try:
-            yield b
-        finally:
-            b.close()
+    try:
+        yield SHARED_BROWSER.use()
+    finally:
+        SHARED_BROWSER.pause()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After a test's fixtures (its browser context closed): the shared browser
+    closed unless the next test on this process is one of tests/ui (make test
+    runs them one after the other on a worker; one that needs no browser
+    between them would cost a Chromium start), the kept page (rui,
+    logged_in) unless the next test uses that fixture."""
+    yield
+    if nextitem is None or not Path(nextitem.path).is_relative_to(UI_TESTS):
+        SHARED_BROWSER.close()
+    elif SHARED_BROWSER.kept_by() not in getattr(nextitem, "fixturenames", ()):
+        SHARED_BROWSER.drop()  # a kept page would go on polling the API
 
 
 @dataclass
@@ -228,21 +322,99 @@ def console() -> Console:
 PAGE_ERRORS: weakref.WeakKeyDictionary[Page, list[str]] = weakref.WeakKeyDictionary()
 
 
-@pytest.fixture
-def page(browser: Browser, console: Console) -> Iterator[Page]:
+def new_context(browser: Browser) -> BrowserContext:
     context = browser.new_context(viewport={"width": 1280, "height": 860})
     # How long a wait for a page's state may take: the RabbitMQ UI's first render
     # after logging in once took more than 15 s in make test (four compiled-pass
     # workers, the pure pass and Chromium on two cores).
     context.set_default_timeout(60_000)
+    return context
+
+
+def open_page(context: BrowserContext, console: Console) -> Page:
     pg = context.new_page()
     pg.on("console", console.on_message)
     pg.on("pageerror", console.on_page_error)
     PAGE_ERRORS[pg] = console.errors  # load() forgets a failed load's errors
     # Deletions ask window.confirm(): yes.
     pg.on("dialog", lambda dialog: dialog.accept())
+    return pg
+
+
+@dataclass
+class RelayConsole(Console):
+    """A kept page's console: what the page reports goes to the console of the
+    test that uses it."""
+
+    target: Console = field(default_factory=Console)
+
+    def on_message(self, msg: ConsoleMessage) -> None:
+        self.target.on_message(msg)
+
+    def on_page_error(self, exc: Exception) -> None:
+        self.target.on_page_error(exc)
+
+
+@contextlib.contextmanager
+def kept_for_test(
+    request: pytest.FixtureRequest,
+    key: str,
+    make: Callable[[BrowserContext], Any],
+    reset: Callable[[Any], None],
+) -> Iterator[Any]:
+    """The requesting fixture's kept page (SharedBrowser.kept) for its tests
+    that follow each other on this process (in any module), ``reset`` for
+    each; a test that fails (or its reset) leaves none to the next, which
+    starts afresh."""
+    value = SHARED_BROWSER.kept(request.fixturename, key, make)
     try:
+        reset(value)
+    except BaseException:
+        SHARED_BROWSER.drop()
+        raise
+    failed = request.session.testsfailed
+    yield value
+    if request.session.testsfailed != failed:
+        SHARED_BROWSER.drop()
+
+
+@pytest.fixture
+def logged_in(
+    request: pytest.FixtureRequest, browser: Browser, ui_server: UIServer, console: Console
+) -> Iterator[Page]:
+    """The management UI logged in as guest, on the overview: one page for the
+    tests using it one after another on this process (kept_for_test), logged
+    in by the first (a context, the UI's load and a log-in were some 0.5
+    CPU-seconds per test). Each test starts as after a log-in: on the
+    overview (a re-render), no message in #flash, the page's errors going to
+    its own console."""
+    from .helpers import log_in
+
+    def make(context: BrowserContext) -> tuple[Page, RelayConsole]:
+        relay = RelayConsole(target=console)
+        pg = open_page(context, relay)
+        log_in(pg, ui_server)
+        return pg, relay
+
+    def reset(kept: tuple[Page, RelayConsole]) -> None:
+        pg, relay = kept
+        relay.target = console
+        PAGE_ERRORS[pg] = console.errors
+        pg.evaluate(
+            "() => { document.getElementById('flash').replaceChildren();"
+            " if (location.hash !== '#/') { location.hash = '#/'; } }"
+        )
+        expect(pg.locator("main h1")).to_have_text("Overview")
+
+    with kept_for_test(request, ui_server.url, make, reset) as (pg, _):
         yield pg
+
+
+@pytest.fixture
+def page(browser: Browser, console: Console) -> Iterator[Page]:
+    context = new_context(browser)
+    try:
+        yield open_page(context, console)
     finally:
         context.close()
 
@@ -273,10 +445,22 @@ def live(rabbitmq_ui: UIServer) -> Iterator[Live]:
 
 
 @pytest.fixture
-def rui(page: Page, rabbitmq_ui: UIServer, console: Console, live: Live) -> RabbitUI:
-    """RabbitMQ's UI, logged in as guest."""
+def rui(
+    request: pytest.FixtureRequest, browser: Browser, rabbitmq_ui: UIServer, live: Live
+) -> Iterator[RabbitUI]:
+    """RabbitMQ's UI, logged in as guest: one page for the tests using it one
+    after another on this process (kept_for_test), logged in (and checked,
+    RabbitUI.log_in) by the first. Its loads, logins and renders were some
+    0.7 CPU-seconds per test in a context of its own. Each test starts from
+    the page as a log-in leaves it (RabbitUI.reset); a test that fails leaves
+    no page to the next."""
     from .rabbitui import RabbitUI
 
-    ui = RabbitUI(page, rabbitmq_ui, console)
-    ui.log_in()
-    return ui
+    def make(context: BrowserContext) -> RabbitUI:
+        console = Console()
+        ui = RabbitUI(open_page(context, console), rabbitmq_ui, console)
+        ui.log_in()
+        return ui
+
+    with kept_for_test(request, rabbitmq_ui.url, make, lambda ui: ui.reset()) as ui:
+        yield ui

@@ -18,7 +18,7 @@ from free_ports import free_port
 from playwright.sync_api import Page, expect
 
 from .conftest import Console, UIServer
-from .helpers import expect_flash, load, log_in
+from .helpers import expect_flash, load
 
 pytestmark = pytest.mark.ui
 
@@ -77,13 +77,6 @@ def refused_put_only(console: Console) -> list[str]:
     """The console's errors but the 400s of the definitions the API refused on purpose
     (Chromium logs them as failed resource loads)."""
     return [e for e in console.errors if not re.search(r"status of 400 .*/api/parameters/", e)]
-
-
-@pytest.fixture
-def logged_in(page: Page, ui_server: UIServer) -> Page:
-    log_in(page, ui_server)
-    expect(page.locator("main h1")).to_have_text("Overview")
-    return page
 
 
 @pytest.fixture

@@ -15,20 +15,13 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from .conftest import Console, UIServer
-from .helpers import expect_flash, load, log_in
+from .helpers import expect_flash, load
 
 pytestmark = pytest.mark.ui
 
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def logged_in(page: Page, ui_server: UIServer) -> Page:
-    log_in(page, ui_server)
-    expect(page.locator("main h1")).to_have_text("Overview")
-    return page
 
 
 @pytest.fixture
