@@ -11,6 +11,7 @@ or an answering port, never for time to pass.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -23,6 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pyspark
+import pytest
 
 from .cds import BASE_OPTS, archive_opts
 
@@ -74,6 +76,24 @@ def build_pure_wheel(out: Path) -> Path:
     )
     (wheel,) = wheels.glob("warren_broker-*.whl")
     return wheel
+
+
+def shared_pure_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """build_pure_wheel once per test run: the two deploy tests, on two
+    pytest-xdist workers as a rule, take the same wheel (a pip build of a
+    second or more of CPU each) from the run's common temporary directory,
+    under a lock. Each test copies or installs it; none changes it."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # this run's, shared by its workers
+    out = base / "warren-pure-wheel"
+    with (base / "warren-pure-wheel.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = sorted((out / "dist").glob("warren_broker-*.whl"))
+        if built:
+            return built[0]
+        shutil.rmtree(out, ignore_errors=True)
+        return build_pure_wheel(out)
 
 
 def python_without_warren(venv: Path) -> Path:

@@ -33,7 +33,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     pytest.importorskip("grpc", reason="Spark Connect's client needs pyspark[connect]")
     root = tmp_path_factory.mktemp("connect")
     python = deploy.python_without_warren(root / "node-venv")
-    deploy.install_wheel(python, deploy.build_pure_wheel(root / "wheel"))
+    deploy.install_wheel(python, deploy.shared_pure_wheel(tmp_path_factory))
     port = free_port()
     # The command docs/spark.md shows (start-connect-server.sh runs the same class).
     server = deploy.Process(
