@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from .deploy import JAVA_OPTS
+from .deploy import JAVA_OPTS, WITHOUT_SPARK_ZIPS
 from .helpers import WORKER_DID_NOT_CONNECT, BrokerInfo, channel, declare_stream, delete_queue
 from .session_guard import SharedSession
 
@@ -79,19 +79,9 @@ def warren_only(spark_broker: BrokerInfo) -> None:
 # each streaming query's source runner, which start PYSPARK_DRIVER_PYTHON.
 # Without the latter every streaming query's runner compiled pyspark from the
 # zip: 3.6-8 s per availableNow query at a load of 15-19, 0.9-1.4 s with it.
-WORKER_PYTHON = """#!/bin/sh
-set -f
-IFS=:
-kept=
-for entry in $PYTHONPATH; do
-    case $entry in
-        */pyspark.zip | */py4j-*-src.zip) ;;
-        *) kept=${kept:+$kept:}$entry ;;
-    esac
-done
-PYTHONPATH=$kept
-export PYTHONPATH
-if [ "$1" = -m ] && [ "$2" = pyspark.daemon ]; then
+WORKER_PYTHON = (
+    WITHOUT_SPARK_ZIPS
+    + """if [ "$1" = -m ] && [ "$2" = pyspark.daemon ]; then
     shift 2
     OPENBLAS_NUM_THREADS=1 JE_ARROW_MALLOC_CONF=background_thread:false
     export OPENBLAS_NUM_THREADS JE_ARROW_MALLOC_CONF
@@ -99,6 +89,7 @@ if [ "$1" = -m ] && [ "$2" = pyspark.daemon ]; then
 fi
 exec %(python)s "$@"
 """
+)
 
 # Each pyspark.daemon (one per kind of Python worker of a JVM: tasks, and the
 # data source's lookup, planning, writes and commits) forks a worker per

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -113,6 +114,33 @@ def python_without_warren(venv: Path) -> Path:
     )
     assert "No module named 'warren'" in check.stderr, check.stderr or "warren was importable"
     return python
+
+
+#: The start of a script that runs a Python without Spark's pyspark.zip and py4j's
+#: zip on its PYTHONPATH: pyspark then comes from site-packages with its bytecode
+#: instead of compiled from the zip at each start (0.4 s of CPU a process; why
+#: that matters: conftest.py's WORKER_PYTHON).
+WITHOUT_SPARK_ZIPS = """#!/bin/sh
+set -f
+IFS=:
+kept=
+for entry in $PYTHONPATH; do
+    case $entry in
+        */pyspark.zip | */py4j-*-src.zip) ;;
+        *) kept=${kept:+$kept:}$entry ;;
+    esac
+done
+PYTHONPATH=$kept
+export PYTHONPATH
+"""
+
+
+def without_spark_zips(python: Path, script: Path) -> Path:
+    """A script that runs ``python`` as Spark would, less Spark's zips: the rest of
+    PYTHONPATH (Warren's wheel from --py-files among it) is kept."""
+    script.write_text(WITHOUT_SPARK_ZIPS + f'exec {shlex.quote(str(python))} "$@"\n')
+    script.chmod(0o755)
+    return script
 
 
 def install_wheel(python: Path, wheel: Path) -> None:

@@ -49,8 +49,11 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             *("--master", "local[2]", "--driver-memory", "768m", "spark-internal"),
         ),
         root,
-        # Connect's Python data sources run PYSPARK_PYTHON (spark.pyspark.python is not read).
-        deploy.base_env(PYSPARK_PYTHON=str(python)),
+        # Connect's Python data sources run PYSPARK_PYTHON (spark.pyspark.python is not
+        # read): the node's Python, less Spark's zips (test_deploy_cluster.py).
+        deploy.base_env(
+            PYSPARK_PYTHON=str(deploy.without_spark_zips(python, root / "node-python"))
+        ),
     )
     try:
         server.wait_for_port(port)
