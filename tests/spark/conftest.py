@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from .deploy import JAVA_OPTS
+from .deploy import JAVA_OPTS, WITHOUT_SPARK_ZIPS
 from .helpers import WORKER_DID_NOT_CONNECT, BrokerInfo, channel, declare_stream, delete_queue
 from .session_guard import SharedSession
 
@@ -79,26 +79,47 @@ def warren_only(spark_broker: BrokerInfo) -> None:
 # each streaming query's source runner, which start PYSPARK_DRIVER_PYTHON.
 # Without the latter every streaming query's runner compiled pyspark from the
 # zip: 3.6-8 s per availableNow query at a load of 15-19, 0.9-1.4 s with it.
-WORKER_PYTHON = """#!/bin/sh
-set -f
-IFS=:
-kept=
-for entry in $PYTHONPATH; do
-    case $entry in
-        */pyspark.zip | */py4j-*-src.zip) ;;
-        *) kept=${kept:+$kept:}$entry ;;
-    esac
-done
-PYTHONPATH=$kept
-export PYTHONPATH
-exec %s "$@"
+WORKER_PYTHON = (
+    WITHOUT_SPARK_ZIPS
+    + """if [ "$1" = -m ] && [ "$2" = pyspark.daemon ]; then
+    shift 2
+    OPENBLAS_NUM_THREADS=1 JE_ARROW_MALLOC_CONF=background_thread:false
+    export OPENBLAS_NUM_THREADS JE_ARROW_MALLOC_CONF
+    exec %(python)s -c %(preload)s "$@"
+fi
+exec %(python)s "$@"
+"""
+)
+
+# Each pyspark.daemon (one per kind of Python worker of a JVM: tasks, and the
+# data source's lookup, planning, writes and commits) forks a worker per
+# request, and the worker imports its module, pyarrow with it, after the fork:
+# Spark's daemon must not fork with threads running, and pyarrow's allocator
+# (jemalloc) and numpy's OpenBLAS start threads when imported. Without those
+# threads (the two settings above) the import is safe before the fork: the
+# script's daemons import pyarrow and the worker module once, and each worker
+# forked from them starts with them (the tests' daemons and workers: 36.4 ->
+# 32.5 s of CPU over tests/spark). Warren itself is imported after the fork,
+# in each worker, as without the script. Should either import start a thread still,
+# the daemon starts again without them, as Spark starts it.
+PRELOAD_DAEMON = """
+import importlib, os, sys
+import pyarrow
+importlib.import_module(sys.argv[1] if sys.argv[1:2] and sys.argv[1].startswith("pyspark") else "pyspark.worker")
+if len(os.listdir("/proc/self/task")) > 1:
+    os.execv(sys.executable, [sys.executable, "-m", "pyspark.daemon", *sys.argv[1:]])
+import runpy
+runpy.run_module("pyspark.daemon", run_name="__main__", alter_sys=True)
 """
 
 
 def worker_python(directory: Path) -> str:
     """An executable that runs this interpreter without Spark's zips on its path."""
     script = directory / "worker-python"
-    script.write_text(WORKER_PYTHON % shlex.quote(sys.executable))
+    script.write_text(
+        WORKER_PYTHON
+        % {"python": shlex.quote(sys.executable), "preload": shlex.quote(PRELOAD_DAEMON)}
+    )
     script.chmod(0o755)
     return str(script)
 

@@ -11,7 +11,9 @@ or an answering port, never for time to pass.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -23,6 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pyspark
+import pytest
 
 from .cds import BASE_OPTS, archive_opts
 
@@ -76,6 +79,24 @@ def build_pure_wheel(out: Path) -> Path:
     return wheel
 
 
+def shared_pure_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """build_pure_wheel once per test run: the two deploy tests, on two
+    pytest-xdist workers as a rule, take the same wheel (a pip build of a
+    second or more of CPU each) from the run's common temporary directory,
+    under a lock. Each test copies or installs it; none changes it."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # this run's, shared by its workers
+    out = base / "warren-pure-wheel"
+    with (base / "warren-pure-wheel.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = sorted((out / "dist").glob("warren_broker-*.whl"))
+        if built:
+            return built[0]
+        shutil.rmtree(out, ignore_errors=True)
+        return build_pure_wheel(out)
+
+
 def python_without_warren(venv: Path) -> Path:
     """A virtualenv standing for a node's Python: pyspark, pyarrow and the rest of
     this environment's packages (its site-packages, added by a .pth file), but not
@@ -93,6 +114,33 @@ def python_without_warren(venv: Path) -> Path:
     )
     assert "No module named 'warren'" in check.stderr, check.stderr or "warren was importable"
     return python
+
+
+#: The start of a script that runs a Python without Spark's pyspark.zip and py4j's
+#: zip on its PYTHONPATH: pyspark then comes from site-packages with its bytecode
+#: instead of compiled from the zip at each start (0.4 s of CPU a process; why
+#: that matters: conftest.py's WORKER_PYTHON).
+WITHOUT_SPARK_ZIPS = """#!/bin/sh
+set -f
+IFS=:
+kept=
+for entry in $PYTHONPATH; do
+    case $entry in
+        */pyspark.zip | */py4j-*-src.zip) ;;
+        *) kept=${kept:+$kept:}$entry ;;
+    esac
+done
+PYTHONPATH=$kept
+export PYTHONPATH
+"""
+
+
+def without_spark_zips(python: Path, script: Path) -> Path:
+    """A script that runs ``python`` as Spark would, less Spark's zips: the rest of
+    PYTHONPATH (Warren's wheel from --py-files among it) is kept."""
+    script.write_text(WITHOUT_SPARK_ZIPS + f'exec {shlex.quote(str(python))} "$@"\n')
+    script.chmod(0o755)
+    return script
 
 
 def install_wheel(python: Path, wheel: Path) -> None:

@@ -8,7 +8,8 @@ test (the sink's encoder and the source's scanner).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,3 +122,26 @@ def message_count(url: str, queue: str) -> int:
     with channel(url) as c:
         ok = c.rpc(1, spec.QueueDeclare(queue=queue, passive=True), spec.QueueDeclareOk)
         return ok.message_count
+
+
+#: Between two looks at a queue's length while a query writes into it.
+POLL_SECONDS = 0.05
+
+
+def wait_for_count(
+    url: str, queue: str, count: int, timeout: float, what: str, running: Callable[[], None]
+) -> None:
+    """Until ``queue`` holds at least ``count`` messages, on one connection.
+
+    ``running`` fails the wait when the writer behind the queue stopped (it
+    asserts). A fresh connection per look, without a pause, cost the tests
+    and the broker seconds of CPU for each wait on a streaming query."""
+    deadline = time.monotonic() + timeout
+    with channel(url) as c:
+        while True:
+            ok = c.rpc(1, spec.QueueDeclare(queue=queue, passive=True), spec.QueueDeclareOk)
+            if ok.message_count >= count:
+                return
+            assert time.monotonic() < deadline, what
+            running()
+            time.sleep(POLL_SECONDS)

@@ -34,6 +34,7 @@ def test_a_two_worker_cluster_reads_and_writes_with_the_wheel_in_py_files(
     stream: Callable[..., str],
     names: Callable[[str], str],
     tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     source, target = stream("src"), names("target")
     declare_queue(spark_broker.url, target)
@@ -43,8 +44,13 @@ def test_a_two_worker_cluster_reads_and_writes_with_the_wheel_in_py_files(
     # Spark puts only .zip, .egg and .jar files of --py-files on the executors' path:
     # a wheel is a zip, shipped under that name.
     wheel = tmp_path / "warren.zip"
-    shutil.copy(deploy.build_pure_wheel(tmp_path / "wheel"), wheel)
-    python = deploy.python_without_warren(tmp_path / "node-venv")
+    shutil.copy(deploy.shared_pure_wheel(tmp_path_factory), wheel)
+    # The nodes' Python, less Spark's pyspark.zip (compiled again by each of the
+    # twenty-odd Python processes of the job: 0.4 s of CPU each); the pyspark it
+    # imports instead is the venv's own, and Warren still comes only from the wheel.
+    python = deploy.without_spark_zips(
+        deploy.python_without_warren(tmp_path / "node-venv"), tmp_path / "node-python"
+    )
     out, checkpoint = tmp_path / "out.json", tmp_path / "checkpoint"
     with deploy.standalone_cluster(tmp_path / "cluster", free_port()) as cluster:
         # The command docs/spark.md shows, with the test's paths and small JVMs.

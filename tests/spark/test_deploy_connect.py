@@ -33,7 +33,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     pytest.importorskip("grpc", reason="Spark Connect's client needs pyspark[connect]")
     root = tmp_path_factory.mktemp("connect")
     python = deploy.python_without_warren(root / "node-venv")
-    deploy.install_wheel(python, deploy.build_pure_wheel(root / "wheel"))
+    deploy.install_wheel(python, deploy.shared_pure_wheel(tmp_path_factory))
     port = free_port()
     # The command docs/spark.md shows (start-connect-server.sh runs the same class).
     server = deploy.Process(
@@ -49,8 +49,11 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             *("--master", "local[2]", "--driver-memory", "768m", "spark-internal"),
         ),
         root,
-        # Connect's Python data sources run PYSPARK_PYTHON (spark.pyspark.python is not read).
-        deploy.base_env(PYSPARK_PYTHON=str(python)),
+        # Connect's Python data sources run PYSPARK_PYTHON (spark.pyspark.python is not
+        # read): the node's Python, less Spark's zips (test_deploy_cluster.py).
+        deploy.base_env(
+            PYSPARK_PYTHON=str(deploy.without_spark_zips(python, root / "node-python"))
+        ),
     )
     try:
         server.wait_for_port(port)

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 
 from warren.amqp import spec
 
-from .helpers import BrokerInfo, channel, declare_queue, drain, message_count
+from .helpers import BrokerInfo, channel, declare_queue, drain, message_count, wait_for_count
 from .test_sink import writer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -60,6 +59,15 @@ def start(data: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
 
 
 ROWS = 4000
+
+
+def active(query: Any) -> Callable[[], None]:
+    """For wait_for_count: fails the wait with the query's error once it stopped."""
+
+    def check() -> None:
+        assert query.isActive, query.exception()
+
+    return check
 
 
 def rate_to_queue(
@@ -121,10 +129,8 @@ def test_exactly_once_through_a_broker_kill_9(
         # No retries: the kill fails the query (the sink's default waits for the
         # broker instead: the next test).
         q = query({"processingTime": "0 seconds"}, 0)
-        deadline = time.monotonic() + 60
-        while message_count(url, queue) < rows + 1:  # into the second batch
-            assert time.monotonic() < deadline, "the query published nothing"
-            assert q.isActive, q.exception()
+        # Into the second batch.
+        wait_for_count(url, queue, rows + 1, 60, "the query published nothing", active(q))
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         with pytest.raises(Exception, match="Writing job failed"):
@@ -166,17 +172,13 @@ def test_a_running_write_rides_out_a_broker_kill_9(
 
     try:
         q = query({"processingTime": "0 seconds"})
-        deadline = time.monotonic() + 180  # generous: a busy machine
-        while message_count(url, queue) < rows + 1:  # into the second batch
-            assert time.monotonic() < deadline, "the query published nothing"
-            assert q.isActive, q.exception()
+        # Into the second batch; generous: a busy machine.
+        wait_for_count(url, queue, rows + 1, 180, "the query published nothing", active(q))
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         proc, _ = start(data, "--amqp-port", str(port))
-        deadline = time.monotonic() + 180
-        while message_count(url, queue) < 4 * rows:  # batches past the restart
-            assert time.monotonic() < deadline, "the query did not go on"
-            assert q.isActive, q.exception()
+        # Batches past the restart.
+        wait_for_count(url, queue, 4 * rows, 180, "the query did not go on", active(q))
         assert q.isActive and q.exception() is None
         q.stop()  # possibly mid-batch: the next query finishes that batch
         q = query({"availableNow": True})
