@@ -263,14 +263,21 @@ class Child:
         return self.returncode
 
     def _wait(self, timeout: float | None) -> bool:
-        with self._lock:
-            if self.returncode is None and select.select([self._status], [], [], timeout)[0]:
-                text = os.read(self._status, 32)
-                # No status: the server ended without reaping it (it killed it).
-                self.returncode = int(text) if text else -signal.SIGKILL
-                os.close(self._status)
-                os.close(self._pidfd)
-            return self.returncode is not None
+        # Not under the lock: another thread may signal it meanwhile.
+        if self.returncode is None:
+            try:
+                ready = select.select([self._status], [], [], timeout)[0]
+            except (OSError, ValueError):  # another thread's wait closed it
+                ready = []
+            if ready:
+                with self._lock:
+                    if self.returncode is None:
+                        text = os.read(self._status, 32)
+                        # No status: the server ended without reaping it (it killed it).
+                        self.returncode = int(text) if text else -signal.SIGKILL
+                        os.close(self._status)
+                        os.close(self._pidfd)
+        return self.returncode is not None
 
     def send_signal(self, sig: int) -> None:
         with self._lock:
@@ -358,10 +365,11 @@ def stop() -> None:
             _server = None
 
 
-def _stream(value: Stream, target: int, mode: str) -> tuple[int | None, IO[str] | None, list[int]]:
+def _stream(value: Stream, target: int, mode: str) -> tuple[int, IO[str] | None, list[int]]:
     """(the child's fd for ``target``, the parent's end as a text stream, fds to close)."""
-    if value is None:
-        return os.dup(target), None, []  # inherited, as subprocess does
+    if value is None:  # inherited, as subprocess does
+        fd = os.dup(target)
+        return fd, None, [fd]
     if value == PIPE:
         r, w = os.pipe()
         ours, theirs = (w, r) if mode == "w" else (r, w)
@@ -370,8 +378,7 @@ def _stream(value: Stream, target: int, mode: str) -> tuple[int | None, IO[str] 
     if value == DEVNULL:
         fd = os.open(os.devnull, os.O_RDWR)
         return fd, None, [fd]
-    fd = value if isinstance(value, int) else value.fileno()
-    return fd, None, []
+    return (value if isinstance(value, int) else value.fileno()), None, []
 
 
 def spawn(
@@ -409,13 +416,10 @@ def spawn(
                 pipes.append(None)
                 continue
             fd, pipe, close = _stream(value, target, mode)
-            if value is None:
-                close = [fd] if fd is not None else []
             to_close += close
             pipes.append(pipe)
-            if fd is not None:
-                fds.append(fd)
-                targets.append(target)
+            fds.append(fd)
+            targets.append(target)
         job = {
             "module": None if script is not None else module,
             "script": str(script) if script is not None else None,
