@@ -5,8 +5,8 @@ for tests/spark's pytest, else compiled or pure): every test's CPU seconds (this
 the broker's among them, plus the child processes it waited for), when it
 ended (seconds since the epoch: which tests make the tail), and what the
 process and its children used in all. Processes a test starts but does not
-wait for itself add their CPU through ``EXTERNAL`` (tests/cluster's nodes,
-forked and reaped by a fork server). What no test accounts for is
+wait for itself add their CPU through ``EXTERNAL`` (brokers and nodes
+forked and reaped by tests/forkserver.py). What no test accounts for is
 long-lived children: Spark's JVMs, Chromium. ``python tests/cputime.py <dir>``
 sums it up by file and lists the last tests to end."""
 
@@ -24,7 +24,7 @@ ENV = "WARREN_TEST_CPU"
 
 
 #: CPU seconds so far of processes a test started but does not wait for itself
-#: (tests/cluster/node_fork.py's fork server and the nodes it forks).
+#: (tests/forkserver.py's server and the children it forks and reaps).
 EXTERNAL: list[Callable[[], float]] = []
 
 

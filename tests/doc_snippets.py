@@ -43,7 +43,9 @@ another (PageRunner). It imports the broker, pytest and pika once; each page's
 ``warren --ephemeral`` is a fork of it, with a /tmp of its own, and so is each
 python block, run as ``python snippet.py`` or ``python -m pytest ...`` would
 run it (sys.argv, sys.path, environment, atexit; the doc_commands checks are
-another module). Importing those was some 0.25 s of CPU a page and 0.1-0.5 s
+another module): tests/forkserver.py's ``fork_here``, the tests' fork
+server's own way to fork, done by the runner itself (it runs inside the
+namespaces, and has imported what a page needs). Importing those was some 0.25 s of CPU a page and 0.1-0.5 s
 a python block, half of the pages' CPU. pytest says of the preloaded package:
 "Module already imported so cannot be rewritten; warren" (the plugin module
 itself is still rewritten).
@@ -55,15 +57,12 @@ itself under ``unshare``).
 from __future__ import annotations
 
 import ast
-import atexit
 import contextlib
-import ctypes
 import dataclasses
 import fcntl
 import json
 import os
 import re
-import runpy
 import select
 import shutil
 import signal
@@ -72,12 +71,13 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
+
+import forkserver
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE_LANGUAGES = ("python", "sh", "console")
@@ -304,11 +304,22 @@ def _python(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
         )
         return proc.returncode, (proc.stdout + proc.stderr).decode(errors="replace")
     with tempfile.TemporaryFile() as out:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            _forked_python(args, cwd, env, out.fileno())  # never returns
+        # What the command line would put on sys.path: the working directory
+        # (-m) or the script's, PYTHONPATH, then the interpreter's own (the
+        # runner's PYTHONPATH taken out).
+        extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        runner_extra = [p for p in _RUNNER_PYTHONPATH.split(os.pathsep) if p]
+        rest = [p for p in sys.path[1:] if p not in runner_extra]
+        first = str(cwd) if args[0] == "-m" else str(Path(args[0]).parent)
+        job = {
+            "module": args[1] if args[0] == "-m" else None,
+            "script": None if args[0] == "-m" else args[0],
+            "args": args[2:] if args[0] == "-m" else args[1:],
+            "env": env, "cwd": str(cwd), "streams": [0, 1, 2],
+            "sys_path_exact": [first, *extra, *rest],
+        }
+        with open(os.devnull, "rb") as null:
+            pid = forkserver.fork_here(job, [null.fileno(), out.fileno(), out.fileno()])
         pidfd = os.pidfd_open(pid)
         try:
             if not select.select([pidfd], [], [], 120)[0]:
@@ -320,49 +331,6 @@ def _python(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
         status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         out.seek(0)
         return status, out.read().decode(errors="replace")
-
-
-def _forked_python(args: list[str], cwd: Path, env: dict[str, str], out: int) -> None:
-    """In the child: what ``python ARGS`` does, as far as a snippet can tell (sys.argv
-    and sys.path as the command line sets them, the environment, stdin /dev/null,
-    atexit handlers and non-daemon threads at the end), then ``os._exit``."""
-    code = 1
-    try:
-        _die_with_parent()
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out, 1)
-        os.dup2(out, 2)
-        os.chdir(cwd)
-        os.environ.clear()
-        os.environ.update(env)
-        atexit._clear()  # the runner's (its temporary directories' finalizers)
-        extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        runner_extra = [p for p in _RUNNER_PYTHONPATH.split(os.pathsep) if p]
-        rest = [p for p in sys.path[1:] if p not in runner_extra]
-        if args[0] == "-m":
-            sys.path[:] = [str(cwd), *extra, *rest]
-            sys.argv = ["-m", *args[2:]]
-            runpy.run_module(args[1], run_name="__main__", alter_sys=True)
-        else:
-            sys.path[:] = [str(Path(args[0]).parent), *extra, *rest]
-            sys.argv = list(args)
-            runpy.run_path(args[0], run_name="__main__")
-        code = 0
-    except SystemExit as e:
-        if e.code is None or isinstance(e.code, int):
-            code = e.code or 0
-        else:
-            print(e.code, file=sys.stderr)
-    except BaseException:  # noqa: BLE001 - as the interpreter reports an uncaught one
-        traceback.print_exc()
-    finally:
-        with contextlib.suppress(BaseException):
-            threading._shutdown()  # type: ignore[attr-defined]  # joins non-daemon threads
-            atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
 
 
 def run_sh(text: str, work: Path, env: dict[str, str], errexit: bool) -> tuple[int, str]:
@@ -449,43 +417,17 @@ def _preload() -> None:
     import warren.cli  # noqa: F401
 
 
-def _die_with_parent() -> None:
-    """In a child forked from the runner: SIGTERM when the runner ends (prctl
-    PR_SET_PDEATHSIG), so a runner killed mid-page (a test's timeout) leaves no
-    broker behind on its own."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
-
-
 def _fork_broker(work: Path, env: dict[str, str], log: int) -> int:
-    """``warren --ephemeral --log-level warning`` in a child forked from the runner
-    (as ``python -m warren`` would run it: cwd, environment, stdin and stdout
-    /dev/null); its stderr goes to ``log``. Returns its pid."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 1
-    try:
-        _die_with_parent()
-        os.chdir(work)
-        os.environ.clear()
-        os.environ.update(env)
-        null = os.open(os.devnull, os.O_RDWR)
-        os.dup2(null, 0)
-        os.dup2(null, 1)
-        os.dup2(log, 2)
-        from warren.cli import main as warren_main
-
-        sys.argv = ["warren", "--ephemeral", "--log-level", "warning"]
-        code = warren_main(sys.argv[1:])
-    except BaseException:  # noqa: BLE001 - the child must never return into the runner
-        traceback.print_exc()
-    finally:
-        with contextlib.suppress(BaseException):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
+    """``warren --ephemeral --log-level warning`` forked from the runner
+    (tests/forkserver.py's fork_here: as ``python -m warren`` would run it, cwd,
+    environment, stdin and stdout /dev/null, killed if the runner ends); its
+    stderr goes to ``log``. Returns its pid."""
+    job = {
+        "module": "warren", "args": ["--ephemeral", "--log-level", "warning"],
+        "env": env, "cwd": str(work), "streams": [0, 1, 2],
+    }
+    with open(os.devnull, "r+b") as null:
+        return forkserver.fork_here(job, [null.fileno(), null.fileno(), log])
 
 
 def _stop(pid: int) -> None:

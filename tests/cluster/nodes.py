@@ -1,5 +1,5 @@
 """Warren cluster nodes as real processes (`warren` with [clustering], each
-forked from a process that has imported Warren: node_fork.py)."""
+forked from a process that has imported Warren: tests/forkserver.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import threading
 import time
 from pathlib import Path
 
+import forkserver
 import pika
 from etcd_proc import free_port
-from node_fork import ForkedNode
+from forkserver import Child
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -80,7 +81,7 @@ class Node:
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.log: list[str] = []
-        self.proc: ForkedNode | None = None
+        self.proc: Child | None = None
 
     @property
     def node_id(self) -> str:
@@ -89,12 +90,15 @@ class Node:
 
     def start(self) -> Node:
         """`warren -c <its config>` in a fork of a process that has imported
-        Warren already (node_fork.py: a node's start without the imports)."""
-        self.proc = ForkedNode(["-c", str(self.config)], self.netns)
+        Warren already (tests/forkserver.py: a node's start without the imports),
+        in its network namespace if it has one."""
+        self.proc = forkserver.spawn(
+            ["-c", str(self.config)], stdout=forkserver.PIPE, stderr=forkserver.STDOUT, netns=self.netns
+        )
         threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
         return self
 
-    def _read(self, proc: ForkedNode) -> None:
+    def _read(self, proc: Child) -> None:
         assert proc.stdout is not None
         # Also kept in <base>/<name>.node.log: tests/conftest.py adds the tail of
         # every such log to a failed test's report.

@@ -15,7 +15,10 @@ from procs import SRC, start_warren
 
 
 def _start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
-    return start_warren(tmp_path / "data", *args)
+    # The real `python -m warren` process: what these tests are about.
+    proc, port = start_warren(tmp_path / "data", *args, fork=False)
+    assert isinstance(proc, subprocess.Popen)
+    return proc, port
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -4,7 +4,6 @@ broker kill -9 (a real broker process, restarted on its data dir and port)."""
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from .helpers import BrokerInfo, channel, declare_queue, drain, message_count, w
 from .test_sink import writer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from procs import start_warren  # noqa: E402
+from procs import Process, start_warren  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -49,7 +48,7 @@ def test_kafka_columns_and_unroutable_rows(
     assert message_count(url, red) == 2  # drained; the failed write had sent "y" too
 
 
-def start(data: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
+def start(data: Path, *args: str) -> tuple[Process, int]:
     """A broker process whose log is read on (a full pipe would stall it)."""
     proc, port = start_warren(data, *args)
     out = proc.stdout

@@ -9,7 +9,6 @@ ManualClock (core/clock.py) and moves it instead of waiting.
 from __future__ import annotations
 
 import signal
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import pika
 import pytest
 from conftest import BrokerThread, start_broker
-from procs import start_warren
+from procs import Process, start_warren
 
 from warren.core.clock import ManualClock
 from warren.core.dedup import DEFAULT_HEADER, Deduplicator
@@ -35,7 +34,7 @@ class Proc:
 
     def __init__(self, data: Path) -> None:
         self.data = data
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: Process | None = None
         self.port = 0
 
     def start(self) -> Proc:

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pika
 import pytest
-from procs import start_warren
+from procs import Process, start_warren
 
 proton = pytest.importorskip("proton")
 from proton import Message  # noqa: E402
@@ -26,7 +25,7 @@ TOTAL = 2000
 KILL_AFTER = 300
 
 
-def stop(proc: subprocess.Popen[str]) -> None:
+def stop(proc: Process) -> None:
     if proc.poll() is None:
         proc.kill()
         proc.wait()
@@ -38,7 +37,7 @@ class _Publisher(MessagingHandler):
     """Sends TOTAL durable messages unsettled and kills the broker once
     KILL_AFTER are accepted; what was accepted by then is in ``accepted``."""
 
-    def __init__(self, port: int, proc: subprocess.Popen[str]) -> None:
+    def __init__(self, port: int, proc: Process) -> None:
         super().__init__()
         self.port, self.proc = port, proc
         self.sent = 0

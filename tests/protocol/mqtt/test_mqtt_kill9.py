@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import mqttraw
 import pytest
 from conftest import start_broker
 from mqttraw import RawClient, paho_publish
-from procs import start_warren_mqtt
+from procs import Process, start_warren_mqtt
 
 from warren.core.clock import ManualClock
 from warren.mqtt import properties as P
@@ -44,14 +43,14 @@ def retained_on(port: int, topic_filter: str, level: int = MQTT_5) -> dict[str, 
     return mqttraw.retained_on(RawClient(port, level), topic_filter)
 
 
-def kill_9(proc: subprocess.Popen[str]) -> None:
+def kill_9(proc: Process) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     if proc.stdout is not None:
         proc.stdout.close()
 
 
-def stop(proc: subprocess.Popen[str]) -> None:
+def stop(proc: Process) -> None:
     """The end of a test with a broker process, whatever state it is in."""
     if proc.poll() is None:
         proc.kill()

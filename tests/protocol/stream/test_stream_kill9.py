@@ -11,11 +11,10 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
-from procs import start_warren_stream
+from procs import Process, start_warren_stream
 from rstream import (
     AMQPMessage,
     ConfirmationStatus,
@@ -36,7 +35,7 @@ KILL_AFTER = 500
 BATCH = 50
 
 
-def stop(proc: subprocess.Popen[str]) -> None:
+def stop(proc: Process) -> None:
     if proc.poll() is None:
         proc.kill()
         proc.wait()
@@ -60,7 +59,7 @@ def message(i: int) -> AMQPMessage:
     return msg
 
 
-async def publish_until_killed(port: int, proc: subprocess.Popen[str]) -> set[int]:
+async def publish_until_killed(port: int, proc: Process) -> set[int]:
     """Publishing ids confirmed before the kill."""
     confirmed: set[int] = set()
     killed = asyncio.Event()

@@ -23,10 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import paho.mqtt.client as mqtt
 import pika
 import pika.exceptions
-from powercut_spawn import spawner
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 #: What a client sees when the broker dies under it.
@@ -34,17 +34,15 @@ GONE = (pika.exceptions.AMQPError, OSError, AssertionError, ValueError)
 
 
 class WarrenProcess:
-    """`python -m warren` on a data directory, forked by the test module's fork
-    server (powercut_spawn.py); its log kept for a failure's report."""
+    """`python -m warren` on a data directory, forked by the tests' fork server
+    (tests/forkserver.py); its log kept for a failure's report."""
 
     def __init__(self, data_dir: Path, *args: str, http: bool = False) -> None:
         env = dict(os.environ, PYTHONPATH=str(SRC))
-        self.proc = spawner().spawn(
-            "warren",
+        self.proc = forkserver.spawn(
             ["-D", str(data_dir), "--amqp-port", "0", "--mqtt-port", "0", "--stream-port", "0",
              "--prometheus-port", "0", "--http-port", "0" if http else "-1", *args],
-            env,
-            stderr_too=True,
+            env=env, stdout=forkserver.PIPE, stderr=forkserver.STDOUT,
         )
         self.lines: list[str] = []
         self.amqp_port = 0

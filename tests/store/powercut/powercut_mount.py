@@ -7,8 +7,7 @@ from it) gives a ``PowerCutMount(tmp_path)``, which owns ``tmp_path/backing`` (t
 unmount() leaves the backing directory as the power cut would have: the next
 mount() starts from there. The file system runs in a process of its own, so
 that its Python work does not compete with the test's clients for one GIL,
-forked (like the tests' brokers) by the module's fork server (powercut_spawn.py,
-the ``fork_server`` fixture, which the test module imports too).
+forked (like the tests' brokers) by the tests' fork server (tests/forkserver.py).
 """
 
 from __future__ import annotations
@@ -22,9 +21,13 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import powercut_spawn
+import forkserver
 import pytest
-from powercut_spawn import Child, spawner
+from forkserver import Child
+
+HERE = Path(__file__).resolve().parent
+#: The file system's script (its process: ``python powercut_fs.py ARGS``).
+FS_SCRIPT = HERE / "powercut_fs.py"
 
 
 def unavailable() -> str | None:
@@ -38,7 +41,7 @@ def unavailable() -> str | None:
     if ctypes.util.find_library("fuse3") is None and ctypes.util.find_library("fuse") is None:
         return "libfuse is missing (make fuse installs Debian's fuse3)"
     if not hasattr(os, "pidfd_open"):
-        return "no pidfd_open (Linux only), which the fork server (powercut_spawn.py) needs"
+        return "no pidfd_open (Linux only), which the fork server (tests/forkserver.py) needs"
     if not os.path.exists("/dev/fuse"):
         return "/dev/fuse does not exist"
     if os.geteuid() != 0 and shutil.which("fusermount3") is None:
@@ -76,7 +79,10 @@ class PowerCutMount:
         args += ["--seed", str(self.seed * 1000 + self.mounts)]
         if torn:
             args.append("--torn")
-        self._proc = spawner().spawn("fuse", args, dict(os.environ), stdin=True)
+        self._proc = forkserver.spawn(
+            args, script=FS_SCRIPT, env=dict(os.environ), stdin=forkserver.PIPE,
+            stdout=forkserver.PIPE, preload=["powercut_fs"], sys_path=[HERE],
+        )
         threading.Thread(target=self._read, args=(self._proc, self._lines), daemon=True).start()
         self._expect("mounted", 20)
         return self.mountpoint
@@ -176,18 +182,8 @@ def force_unmount(mountpoint: Path) -> None:
         subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)
 
 
-@pytest.fixture(name="fork_server", scope="module")
-def fork_server_fixture() -> Iterator[None]:
-    """The test module's fork server (powercut_spawn.py), ended with the module so
-    that its children's CPU time counts for the module's tests."""
-    try:
-        yield
-    finally:
-        powercut_spawn.stop()
-
-
 @pytest.fixture(name="power")
-def power_fixture(tmp_path: Path, fork_server: None) -> Iterator[PowerCutMount]:
+def power_fixture(tmp_path: Path) -> Iterator[PowerCutMount]:
     """A backing directory that can lose power; mount() it, cut() it, unmount() it.
     Skips, saying why, where FUSE cannot run."""
     reason = unavailable()

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from powercut_load import ClassicQueues, Deduplication, MQTTSessions, Stream, WarrenProcess
-from powercut_mount import PowerCutMount, fork_server_fixture, power_fixture  # noqa: F401 (the fixtures)
+from powercut_mount import PowerCutMount, power_fixture  # noqa: F401 (the fixtures)
 
 ARGS = ("--segment-size", "65536")
 

@@ -16,7 +16,7 @@ import paho.mqtt.client as mqtt
 import pika
 import pytest
 from powercut_load import WarrenProcess, drain, message_id, mqtt_client
-from powercut_mount import PowerCutMount, fork_server_fixture, power_fixture  # noqa: F401 (the fixtures)
+from powercut_mount import PowerCutMount, power_fixture  # noqa: F401 (the fixtures)
 
 ARGS = ("--segment-size", "65536")
 PERSISTENT = pika.BasicProperties(delivery_mode=2)

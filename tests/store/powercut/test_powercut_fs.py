@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from powercut_mount import PowerCutMount, fork_server_fixture, power_fixture  # noqa: F401 (the fixtures)
+from powercut_mount import PowerCutMount, power_fixture  # noqa: F401 (the fixtures)
 
 
 def write(path: Path, data: bytes, sync: bool = False) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pika
 import pytest
 from powercut_load import GONE, Ledger, WarrenProcess, drain, message_id
-from powercut_mount import PowerCutMount, fork_server_fixture, power_fixture  # noqa: F401 (the fixtures)
+from powercut_mount import PowerCutMount, power_fixture  # noqa: F401 (the fixtures)
 
 ARGS = ("--segment-size", "65536")
 PADDING = b" " + b"." * 8000  # 8 messages a 64 KiB segment
