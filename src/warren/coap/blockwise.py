@@ -61,6 +61,13 @@ def parse_block(raw: bytes) -> tuple[int, bool, int]:
     return value >> 4, bool(value & 8), value & 7
 
 
+def asked_szx(req: C.CoAPMessage) -> int:
+    """The block size a request's Block2 asks for (its SZX, at most MAX_SZX);
+    MAX_SZX without one."""
+    raw = req.option(C.BLOCK2)
+    return MAX_SZX if raw is None else min(parse_block(raw)[2], MAX_SZX)
+
+
 def block_option(number: int, num: int, more: bool, szx: int) -> tuple[int, bytes]:
     return number, C.encode_uint(num << 4 | (8 if more else 0) | szx)
 
@@ -237,16 +244,19 @@ class Blockwise:
         resource: Resource,
         options: list[tuple[int, bytes]],
         payload: bytes,
+        szx: int = MAX_SZX,
     ) -> tuple[list[tuple[int, bytes]], bytes, Callable[[Callable[[], None]], None] | None]:
-        """A notification's options and payload: its first block when it is large,
-        then also a function that calls back once the client fetched the last
-        block (or the rest is dropped, at the latest REPRESENTATION_LIFETIME_MS on):
-        a confirmable notification is settled then, so the next one does not
-        replace the blocks the client is fetching."""
-        if len(payload) <= BLOCK_SIZE:
+        """A notification's options and payload: its first block when it is large
+        (over 16 << ``szx`` bytes: the size the observer asked for in its
+        registration's Block2, RFC 7959 2.4), then also a function that calls
+        back once the client fetched the last block (or the rest is dropped, at
+        the latest REPRESENTATION_LIFETIME_MS on): a confirmable notification is
+        settled then, so the next one does not replace the blocks the client is
+        fetching."""
+        if len(payload) <= 16 << szx:
             return options, payload, None
-        kept = self._keep(addr, resource, C.CONTENT, options, payload, MAX_SZX)
-        _, first, block = self._block(kept, 0, MAX_SZX)
+        kept = self._keep(addr, resource, C.CONTENT, options, payload, szx)
+        _, first, block = self._block(kept, 0, szx)
 
         def when_fetched(callback: Callable[[], None]) -> None:
             if self._kept.get((addr, resource)) is not kept:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from warren.coap import codec as C
-from warren.coap.blockwise import Blockwise, Resource
+from warren.coap.blockwise import MAX_SZX, Blockwise, Resource
 from warren.core.codec_errors import DecodeError
 
 if TYPE_CHECKING:
@@ -211,13 +211,16 @@ class Endpoint:
         confirmable: bool,
         done: Callable[[Outcome], None],
         resource: Resource = (),
+        szx: int = MAX_SZX,
     ) -> None:
         """Send a message of our own (a notification). CON: resent until ACKed,
         then ``done("ack")``; ``done("reset")`` on an RST, ``done("timeout")``
         after MAX_RETRANSMIT resends. NON: ``done("reset")`` if an RST names it.
-        A large payload goes as its first block, the rest kept for requests of
-        ``resource`` (the observed URI) with Block2."""
-        options, payload, when_fetched = self.blocks.notification(addr, resource, options, payload)
+        A payload over 16 << ``szx`` bytes goes as its first block, the rest kept
+        for requests of ``resource`` (the observed URI) with Block2."""
+        options, payload, when_fetched = self.blocks.notification(
+            addr, resource, options, payload, szx
+        )
         if when_fetched is not None and confirmable:
             done = _after_fetch(done, when_fetched)
         mid = self._next_mid()

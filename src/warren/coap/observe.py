@@ -25,6 +25,7 @@ import secrets
 from typing import TYPE_CHECKING
 
 from warren.coap import codec as C
+from warren.coap.blockwise import MAX_SZX
 from warren.coap.consumer import CoAPConsumer
 from warren.coap.mapping import content_format, message_qos
 from warren.core.session import ClientSession
@@ -85,6 +86,9 @@ class Observation:
         #: The observed URI's options: a large notification's later blocks are
         #: asked for with them (blockwise.py).
         self.resource: Resource = ()
+        #: The block size (SZX) of large notifications: what the registration's
+        #: Block2 asked for, else the largest (blockwise.asked_szx).
+        self.block_szx = MAX_SZX
 
     def start(self, queue: Queue) -> None:
         """Consume ``queue`` (declared and bound by the caller)."""
@@ -123,7 +127,15 @@ class Observation:
                 self._ack_soon(tag)
                 done = self._no_ack_done
         self.endpoint.notify(
-            self.addr, self.token, C.CONTENT, options, msg.body, confirm, done, self.resource
+            self.addr,
+            self.token,
+            C.CONTENT,
+            options,
+            msg.body,
+            confirm,
+            done,
+            self.resource,
+            self.block_szx,
         )
 
     def _ack_soon(self, tag: int) -> None:

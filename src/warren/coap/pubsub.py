@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from warren.coap import codec as C
-from warren.coap.blockwise import resource_key
+from warren.coap.blockwise import asked_szx, resource_key
 from warren.coap.clients import CoAPClients
 from warren.coap.mapping import content_format, message_qos, publish_properties
 from warren.coap.observe import Observation
@@ -404,6 +404,7 @@ class PubSub:
             self.endpoint, addr, req.token, session, vhost, topic_filter, qos, self._ended
         )
         obs.resource = resource_key(req)
+        obs.block_szx = asked_szx(req)
         for kind in (CONFIGURE, WRITE, READ):
             self._check(session, kind, "queue", obs.queue_name)
         queue = vhost.declare_queue(obs.queue_name, durable=False, auto_delete=True)

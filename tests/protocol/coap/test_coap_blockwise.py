@@ -271,3 +271,49 @@ def test_a_large_notification_is_settled_once_its_blocks_are_fetched(
         assert observer.receive().payload == b"3"
     finally:
         publisher.close()
+
+
+def test_an_observer_asking_for_small_blocks_gets_its_notifications_in_them(
+    raw: tuple[BrokerThread, Raw],
+) -> None:
+    """RFC 7959 2.4's early negotiation: a Block2 in the registration (here SZX 4,
+    256 bytes) sets the block size of every large notification, as a constrained
+    observer needs; the later blocks are fetched at that size."""
+    broker, observer = raw
+    publisher = Raw(coap_port(broker))
+    try:
+        observer.request(
+            C.GET,
+            "ps/raw/small",
+            token=b"ob",
+            options=[(C.OBSERVE, b""), block_option(C.BLOCK2, 0, False, 4)],
+        )
+        assert observer.receive().code == Code.CONTENT
+        body = bytes(range(200)) * 3  # 600 bytes: three blocks of 256, not one of 1,024
+        publisher.request(C.POST, "ps/raw/small", payload=body)
+        assert publisher.receive().code == Code.CHANGED
+        note = observer.receive()
+        assert (note.token, note.payload) == (b"ob", body[:256])
+        assert tuple(note.opt.block2) == (0, True, 4) and note.opt.size2 == len(body)
+        observer.answer(note.mid)
+        got = note.payload
+        for num in (1, 2):
+            observer.request(
+                C.GET,
+                "ps/raw/small",
+                token=b"b%d" % num,
+                options=[block_option(C.BLOCK2, num, False, 4)],
+            )
+            rest = observer.receive()
+            assert rest.code == Code.CONTENT and rest.opt.etag == note.opt.etag
+            assert tuple(rest.opt.block2) == (num, num < 2, 4)
+            got += rest.payload
+        assert got == body
+        # A small notification goes whole, as before.
+        publisher.request(C.POST, "ps/raw/small", payload=b"tiny")
+        assert publisher.receive().code == Code.CHANGED
+        small = observer.receive()
+        assert small.payload == b"tiny" and small.opt.block2 is None
+        observer.answer(small.mid)
+    finally:
+        publisher.close()
