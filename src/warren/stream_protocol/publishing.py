@@ -43,7 +43,6 @@ from warren.core.message import Message
 from warren.core.properties import set_header
 from warren.core.stream import FILTER_VALUE_HEADER
 from warren.core.vhost_routing import REJECTED_BY_QUEUE
-from warren.store.stream_records import MAX_CHUNK_ENTRIES
 from warren.stream_protocol import commands as c
 from warren.stream_protocol.chunk import entry_at, read_records
 from warren.stream_protocol.constants import ResponseCode
@@ -138,12 +137,7 @@ class Publishing:
                 self.conn.reply(c.PublishError(command.publisher_id, unknown))
             return
         q = pub.queue
-        if (
-            entries.filter_values is None
-            and not entries.empty
-            and len(entries.publishing_ids) <= MAX_CHUNK_ENTRIES
-            and q.takes_chunks()
-        ):
+        if entries.filter_values is None and not entries.empty and q.takes_chunks():
             self._publish_chunk(command, entries, pub)
             return
         if self._pending:

@@ -308,3 +308,26 @@ def test_a_follower_read_service_filters_chunk_records_as_the_leader(broker: Har
     got = chunks(wire.raw(encoding.encode_frame(sub)))
     assert [(f, r) for f, _e, r, _d in got] == [(0, 11), (11, 1)]
     assert got[0][3] == b"".join(ENTRIES)
+
+
+def test_a_publish_of_more_entries_than_a_chunk_header_counts_keeps_its_batches(
+    broker: Harness,
+) -> None:
+    """A Publish of over 65,535 entries (a chunk header counts entries in 16
+    bits) is cut into chunk records like any long Publish, its sub-entry batches
+    kept closed: a zstd batch in it is stored, not refused as the per-message
+    path (which opens what it stores) must. Entries of one byte, which no
+    reader here opens, keep the frame under the 1 MiB frame_max."""
+    client = opened(broker)
+    declare(client)
+    n = 70_000
+    entries = [struct.pack(">IB", 1, i & 0xFF) for i in range(n)] + [closed_batch(4, 2)]
+    ids = list(range(1, n + 2))
+    assert confirmed(publish_entries(client, ids, entries)) == ids
+    assert broker.broker.vhosts["/"].queues["s"].stream.next_offset == n + 2
+    sub = opened(broker, stream=None)
+    frames = sub.raw(encode(schema.Subscribe(sub.next_id(), 1, "s", FIRST, 100, [])))
+    got = chunks(frames)
+    assert sum(e for _f, e, _r, _d in got) == n + 1
+    assert got[-1][1:] == (n + 1 - 4096 * (len(got) - 1), n + 2 - 4096 * (len(got) - 1), got[-1][3])
+    assert b"".join(d for *_, d in got) == b"".join(entries)
