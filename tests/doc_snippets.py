@@ -225,11 +225,8 @@ def _workdir() -> Iterator[Path]:
 
 
 def _env(work: Path) -> dict[str, str]:
-    env = dict(os.environ)
+    env = forkserver.env_with_src()
     env["PATH"] = f"{Path(sys.prefix) / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(ROOT / "src"), env.get("PYTHONPATH", "")) if p
-    )
     env["HOME"] = str(work)
     for var in ("WARREN_URL", "WARREN_USER", "WARREN_PASSWORD"):
         env.pop(var, None)

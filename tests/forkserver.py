@@ -237,6 +237,13 @@ def main() -> None:
 # -- the test side ------------------------------------------------------------------------------
 
 
+def env_with_src() -> dict[str, str]:
+    """os.environ with this checkout's src/ first on PYTHONPATH."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
 class Child:
     """A forked child, with what the tests use of subprocess.Popen."""
 
@@ -306,11 +313,10 @@ class Server:
 
     def __init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
         self._proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), str(theirs.fileno())],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, pass_fds=[theirs.fileno()], env=env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, pass_fds=[theirs.fileno()],
+            env=env_with_src(),
         )
         theirs.close()
         self._sock = ours
@@ -402,8 +408,7 @@ def spawn(
     `ip netns`'s name of the network namespace it runs in; ``preload``: modules
     the server imports before forking (once); ``sys_path``: put before sys.path."""
     if env is None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
+        env = env_with_src()
     fds: list[int] = []
     targets: list[int] = []
     to_close: list[int] = []
